@@ -1,0 +1,77 @@
+"""The ``pagesim`` command line: one console script, one subcommand per job.
+
+Each subcommand lives beside the code it drives and exposes ``register(subparsers)``, which
+adds its parser and sets ``func``; this file only wires them together and turns user errors
+(:class:`sim.errors.PagesimError`) into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sim import __version__
+from sim.errors import PagesimError
+
+#: (module, what it adds) in the order ``pagesim --help`` lists them
+SUBCOMMANDS = [
+    ("traces.cli", "trace"),
+    ("sim.simulate_cli", "simulate"),
+    ("experiments.reproduce_cli", "reproduce"),
+    ("reports.cli", "report"),
+    ("experiments.plan_cli", "plan"),
+    ("gpu.cli", "gpu"),
+    ("gpu.validate_cli", "validate"),
+]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keep examples' line breaks and show defaults."""
+
+
+def example(*lines: str) -> str:
+    """The epilog every subcommand's help ends with: runnable examples."""
+    return "example:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pagesim",
+        description="Simulate LLM serving and see where every KV-cache slot goes "
+                    "(static batching, Orca reservations, PagedAttention), with a GPU mode.",
+        formatter_class=HelpFormatter,
+        epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/run",
+                       "pagesim reproduce fig2 --out out/fig2"),
+    )
+    parser.add_argument("--version", action="version", version=f"pagesim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module, _name in SUBCOMMANDS:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        rc = args.func(args)
+    except PagesimError as e:
+        print(f"pagesim: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("pagesim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as e:  # unreadable input, unwritable --out ...
+        print(f"pagesim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Errors that reach the user as one clear line and exit code 2 (never a traceback).
+
+Everything the user can get wrong (a malformed trace, an impossible configuration, an
+unknown preset name) raises a subclass of :class:`PagesimError`; ``pagesim`` catches it
+in ``sim.cli.main`` and prints ``pagesim: error: <message>``.
+"""
+
+from __future__ import annotations
+
+
+class PagesimError(Exception):
+    """Base class of user-facing errors. ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+
+class ConfigError(PagesimError, ValueError):
+    """An impossible or unknown configuration; the message names the parameter and a value that works."""
+
+
+class TraceError(PagesimError, ValueError):
+    """A malformed trace; the message names the file, the 1-based row and the field."""
+
+    def __init__(self, message: str, *, path: str | None = None, row: int | None = None,
+                 field: str | None = None):
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        self.path, self.row, self.field = path, row, field
+        super().__init__(f"{': '.join([', '.join(where), message]) if where else message}")
+
+
+class NeedsGPUError(PagesimError):
+    """A command that needs a CUDA GPU (CuPy + a device) was run without one."""
+
+
+class OutOfMemory(Exception):
+    """Internal: a memory manager was asked to do something it reported it cannot do.
+
+    Schedulers must ask ``can_*`` first; reaching this is a bug, not user error.
+    """

@@ -1,0 +1,182 @@
+"""The protocol every KV-cache memory manager speaks, and the accounting it keeps.
+
+Managers are plain Python objects (no SimPy): the simulated engine and the GPU executor
+drive the very same objects. They manage *sequences* (one per sample or beam), named by
+small integer ``seq_id``s the scheduler hands out.
+
+Verbs (pairs, as in nano-vllm's block manager)::
+
+    can_allocate(spec) -> Admit.OK | LATER | NEVER     allocate(spec) -> cached_tokens
+    can_append(seq_id, n) -> bool                       append(seq_id, n)
+    can_append_batch(seq_ids) -> bool                   append_batch(seq_ids)   # one token each
+    fork(parent_id, child_id, child_final_len)          free(seq_id)
+    usage(demand_waiting) -> MemoryUsage                export() -> snapshot of tables/extents
+
+``allocate`` makes room for the sequence's prompt (paged, vAttention: on demand) or for its
+whole reservation (static, contiguous); no token is *computed* yet, except prefix-cache hits,
+whose count it returns. ``append(seq_id, n)`` records that ``n`` more tokens' K/V were
+computed and stored (a prefill chunk, or one decode token), allocating on demand.
+
+Accounting: the vLLM paper's Fig. 2 categories, for every slot at every instant
+---------------------------------------------------------------------------------
+For a sequence with true final length F (prompt + output; the simulator knows it),
+current computed length L and allocation A (slots it holds), the policy's request R::
+
+    |<-------------------------- allocator's extent / blocks ------------------------->|
+    |<------------------- requested R ------------------->|                            |
+    |<--------- F --------->|                             |                            |
+    |<--- L --->|           |                             |                            |
+    [ token_states | reserv. |      internal_frag          |      allocator_slack       ]
+
+    token_states     L                      KV of tokens already computed
+    reservation      min(R, F) - L          allocated, will be filled by this sequence later
+    internal_frag    max(R - F, 0)          asked for by the policy, never filled (Max/Pow2
+                                            over-provisioning, the paged last block's slack,
+                                            vAttention page rounding)
+    allocator_slack  A - R                  added by placement (buddy power-of-two rounding);
+                                            the paper counts it under "external frag & others"
+    external_frag    free slots while a request waits for memory
+    free_idle        free slots with no demand waiting for memory
+
+The six are integers that sum to ``capacity`` at every instant; a shared block counts once
+(in the category of its one physical copy). Free slots are split by ``demand_waiting``, which
+the scheduler passes in: True when the head-of-line waiting request could not be admitted
+because memory was short (for contiguous managers that also covers holes too small for it).
+Cached prefix blocks with no reference are reclaimable, so they count as free (idle or
+external); ``stats()['cached_tokens']`` reports them separately.
+
+Counters are kept incrementally (O(1) per change): ``usage`` never scans the pool.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Iterable, Sequence
+
+
+class Admit(enum.Enum):
+    """Answer of ``can_allocate``: fits now, may fit once memory frees up, or can never fit."""
+
+    OK = "ok"
+    LATER = "later"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class SeqSpec:
+    """What a manager needs to know about a sequence when it is admitted."""
+
+    seq_id: int
+    prompt_len: int  # tokens to hold before decoding (prompt, or prompt + generated on recompute)
+    final_len: int  # true final length F: prompt + all output tokens
+    prefix_hashes: tuple | None = None  # one hash per ``hash_block_tokens`` prompt tokens (Mooncake: 512)
+    hash_block_tokens: int = 16
+
+
+@dataclass
+class MemoryUsage:
+    """Slots per category; the six sum to ``capacity``."""
+
+    token_states: int
+    reservation: int
+    internal_frag: int
+    allocator_slack: int
+    external_frag: int
+    free_idle: int
+
+    CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack",
+                  "external_frag", "free_idle")
+
+    @property
+    def total(self) -> int:
+        return (self.token_states + self.reservation + self.internal_frag + self.allocator_slack
+                + self.external_frag + self.free_idle)
+
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        return (self.token_states, self.reservation, self.internal_frag, self.allocator_slack,
+                self.external_frag, self.free_idle)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class BlockTableSnapshot:
+    """Paged layout: what the GPU kernel consumes (int32 tables built from these lists)."""
+
+    block_size: int
+    num_blocks: int
+    tables: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> physical block ids
+    context_lens: dict[int, int] = field(default_factory=dict)  # seq_id -> computed tokens L
+    refcounts: dict[int, int] = field(default_factory=dict)  # block id -> references (>1: shared)
+
+
+@dataclass
+class ExtentSnapshot:
+    """Contiguous layout: each sequence's [start, start + size) range in the slot address space."""
+
+    capacity: int
+    extents: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq_id -> (start, size)
+    context_lens: dict[int, int] = field(default_factory=dict)
+
+
+class KVCacheManager(ABC):
+    """Base class: the shared protocol plus default (per-sequence) batch operations."""
+
+    #: short name used in records and the CLI (static, contiguous, paged, vattention)
+    kind: str = "base"
+    capacity: int
+
+    @abstractmethod
+    def can_allocate(self, spec: SeqSpec) -> Admit: ...
+
+    @abstractmethod
+    def allocate(self, spec: SeqSpec) -> int:
+        """Admit ``spec``; return how many prompt tokens were already cached (prefix hits)."""
+
+    @abstractmethod
+    def can_append(self, seq_id: int, n: int = 1) -> bool: ...
+
+    @abstractmethod
+    def append(self, seq_id: int, n: int = 1) -> None: ...
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int, child_final_len: int | None = None) -> None:
+        """Make ``child_id`` share the parent's tokens (copy-on-write where supported)."""
+
+    @abstractmethod
+    def free(self, seq_id: int) -> None: ...
+
+    @abstractmethod
+    def num_tokens(self, seq_id: int) -> int:
+        """Computed tokens L of a sequence."""
+
+    @abstractmethod
+    def usage(self, demand_waiting: bool = False) -> MemoryUsage: ...
+
+    @abstractmethod
+    def export(self) -> BlockTableSnapshot | ExtentSnapshot: ...
+
+    def num_free_slots(self) -> int:
+        u = self.usage(False)
+        return u.free_idle
+
+    def stats(self) -> dict[str, int]:
+        """Event counters (copy-on-write copies, evictions, prefix hits, overflows ...)."""
+        return {}
+
+    # Batch decode path: one token for each sequence. Subclasses override with vectorized code.
+    def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
+        return all(self.can_append(s, 1) for s in seq_ids)
+
+    def append_batch(self, seq_ids: Iterable[int]) -> None:
+        for s in seq_ids:
+            self.append(s, 1)
+
+    def check(self) -> None:
+        """Full (slow) consistency check used by tests and ``--check``: raise AssertionError."""
+        u = self.usage(False)
+        assert u.total == self.capacity, f"categories sum to {u.total}, capacity {self.capacity}"
+        assert min(u.as_tuple()) >= 0, f"negative category: {u}"
