@@ -1,11 +1,154 @@
-"""`pagesim simulate`: Run one simulation. (Placeholder: being built.)"""
+"""``pagesim simulate``: one simulation run, written to a folder and summarized on screen."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
+
 from sim.cli import HelpFormatter, example
+from sim.config import PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
+
+#: CLI flag -> SimConfig field, for the settings every simulation-running command shares
+SIM_FLAGS = {
+    "model": dict(help="model preset or path to a Hugging Face config.json (default opt-13b)"),
+    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s (default a100-40gb)"),
+    "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
+    "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),
+    "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
+    "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),
+    "manager": dict(choices=["static", "contiguous", "paged", "vattention"], help="override the system's memory manager"),
+    "scheduler": dict(choices=["static", "orca", "vllm"], help="override the system's scheduler"),
+    "block_size": dict(type=int, help="paged block size in tokens (default 16; token: 1)"),
+    "reservation": dict(choices=RESERVATIONS, help="contiguous reservation policy"),
+    "placement": dict(choices=PLACEMENTS, help="contiguous placement policy (default buddy)"),
+    "predictor_error": dict(type=float, help="relative error of the 'predicted' reservation's length predictor"),
+    "vattention_page_kib": dict(type=int, help="vAttention physical page size per layer in KiB (64 or 2048)"),
+    "watermark": dict(type=float, help="paged: fraction of blocks kept free at admission (default 0.01)"),
+    "prefix_caching": dict(action="store_true", default=None, help="paged: share prompt blocks by hash"),
+    "static_batch_size": dict(type=int, help="static batching: batch size B (default: as many max-length slots as fit)"),
+    "max_num_seqs": dict(type=int, help="maximum running sequences (default 256)"),
+    "max_num_batched_tokens": dict(type=int, help="prompt tokens per iteration (default max(max_seq_len, 2048))"),
+    "preemption": dict(choices=PREEMPTIONS, help="vLLM preemption: recompute (default) or swap"),
+    "swap_gib": dict(type=float, help="CPU swap space in GiB (default 4)"),
+    "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
+    "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
+    "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
+    "profile": dict(help="profile CSV from 'pagesim gpu calibrate' (table cost model instead of roofline)"),
+    "step_overhead_ms": dict(type=float, help="fixed per-iteration overhead in ms (default 3)"),
+}
+
+
+def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
+    g = p.add_argument_group("system and hardware")
+    if system:
+        g.add_argument("--system", default=None, choices=list(SYSTEMS),
+                       help="named combination of manager + scheduler (default vllm)")
+    for name, spec in SIM_FLAGS.items():
+        spec = dict(spec)
+        flag = spec.pop("flag", "--" + name.replace("_", "-"))
+        spec.setdefault("default", None)
+        g.add_argument(flag, dest=name, **spec)
+    g.add_argument("--config", metavar="FILE.toml", default=None,
+                   help="TOML file with any of these settings (command-line flags win)")
+
+
+def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
+    """Preset of --system, then the TOML file, then explicit flags, then ``fixed``."""
+    settings: dict = {}
+    if getattr(args, "config", None):
+        settings.update(load_toml(args.config))
+    for name in SIM_FLAGS:
+        v = getattr(args, name, None)
+        if v is not None:
+            settings[name] = v
+    for k in ("seed", "check"):
+        if getattr(args, k, None) is not None:
+            settings[k] = getattr(args, k)
+    settings.update(fixed)
+    system = settings.pop("system", None)
+    system = getattr(args, "system", None) or system or "vllm"
+    # workload settings may sit in the same TOML file; keep only the simulation's own
+    from dataclasses import fields
+    names = {f.name for f in fields(SimConfig)}
+    return SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
 
 
 def register(sub) -> None:
-    p = sub.add_parser("simulate", help="Run one simulation", formatter_class=HelpFormatter,
-                       epilog=example("pagesim simulate --help"))
-    p.set_defaults(func=lambda args: print("pagesim simulate: not built yet") or 2)
+    p = sub.add_parser(
+        "simulate", help="run one simulation and write summary.json, requests.csv, steps.csv",
+        formatter_class=HelpFormatter,
+        description="Replay a workload through one serving system and report throughput, latency and where "
+                    "every KV slot went (token states, reservation, internal/external fragmentation).",
+        epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
+                       "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
+                       "--gpu a100-80gb --system orca-pow2 --out out/azure --report"))
+    from traces.args import add_workload_args
+
+    add_workload_args(p)
+    add_sim_args(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", default=None, help="folder for summary.json, requests.csv, steps.csv")
+    o.add_argument("--requests-format", choices=["csv", "parquet"], default="csv")
+    o.add_argument("--no-steps", action="store_true", help="keep only running sums, not one row per iteration")
+    o.add_argument("--report", action="store_true", help="also write DIR/report.html")
+    o.add_argument("--check", action="store_true", default=None,
+                   help="assert invariants at every iteration (slow)")
+    o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="progress bar on runs longer than 2 s")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sim.run import run_simulation
+    from traces.args import workload_from_args
+
+    cfg = config_from_args(args)
+    if args.no_steps:
+        cfg = cfg.replace(record_steps=False)
+    from sim.run import resolve_budget
+
+    model, _gpu, _budget = resolve_budget(cfg)
+    trace, workload = workload_from_args(args, model.max_seq_len)
+    result = run_simulation(cfg, trace, progress=args.progress and not args.json)
+    result.summary["workload"] = workload
+    if args.out:
+        out = result.save(args.out, args.requests_format)
+        if args.report:
+            from reports.html import single_run_report
+
+            single_run_report(result, out / "report.html")
+    if args.json:
+        from sim.run import _jsonable
+
+        print(json.dumps(_jsonable({k: v for k, v in result.summary.items()})))
+    else:
+        print_summary(result.summary, sys.stdout)
+        if args.out:
+            print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
+                  + (", report.html" if args.report else ""))
+    return 0
+
+
+def print_summary(s: dict, f) -> None:
+    mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
+           ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
+           ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]
+    rows = [
+        ("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
+        ("duration (sim)", f"{s['duration_s']:.1f} s"),
+        ("request throughput", f"{s['request_throughput']:.3f} req/s"),
+        ("output throughput", f"{s['output_throughput']:.1f} tok/s"),
+        ("TTFT mean / p99", f"{s['mean_ttft_ms']:.1f} / {s['p99_ttft_ms']:.1f} ms"),
+        ("TPOT mean / p99", f"{s['mean_tpot_ms']:.1f} / {s['p99_tpot_ms']:.1f} ms"),
+        ("normalized latency", f"{s['normalized_latency_s_per_token']:.4f} s/token"),
+        ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
+        ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
+    ]
+    rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
+    rows.append(("wall time", f"{s['wall_time_s']:.2f} s"))
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}", file=f)

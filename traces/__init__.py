@@ -1,1 +1,59 @@
-"""traces"""
+"""Request traces: load real ones, synthesize the paper's workloads, transform, summarize.
+
+Canonical form
+==============
+
+Every loader, generator and transformation in this package returns (and every consumer of a
+workload may assume) a :class:`pandas.DataFrame` with one row per request, sorted by arrival:
+
+==================  ===========  ==============================================================
+column              dtype        meaning
+==================  ===========  ==============================================================
+``request_id``      str          unique id; loaders use the 0-based row of the source file
+``arrival_s``       float64      seconds from trace start, non-decreasing, finite, >= 0. Real
+                                 traces are re-zeroed so their first request arrives at 0;
+                                 synthetic ones keep the first inter-arrival gap (> 0)
+``prompt_tokens``   int64 >= 1   prompt (prefill) length
+``output_tokens``   int64 >= 1   tokens to generate (per sequence)
+``n``               int64 >= 1   optional (default 1): parallel samples per request
+``beam_width``      int64 >= 1   optional (default 1): beam-search width
+``prefix_hashes``   object       optional: tuple of ints per row, Mooncake-style prefix block
+                                 hashes, one per ``df.attrs['hash_block_tokens']`` (e.g. 512)
+                                 prompt tokens; equal ids mean a shareable KV prefix
+==================  ===========  ==============================================================
+
+``df.attrs`` may carry ``source`` (file or workload name, used in error messages),
+``hash_block_tokens`` and ``load_report`` (what a loader read, dropped and re-sorted; see
+:func:`traces.loaders.load_trace`).
+
+Public API (what the simulator, planner and validation commands call)::
+
+    from traces import load_trace, make_workload, validate_canonical, trace_stats
+    from traces.args import add_workload_args, workload_from_args
+    from traces.transform import time_slice, scale_rate, sample, set_parallel, apply_max_len_policy
+
+Errors in user input raise :class:`sim.errors.TraceError` naming the file, the 1-based data row
+and the field.
+"""
+
+from __future__ import annotations
+
+
+__all__ = ["CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical", "load_trace", "write_trace",
+           "make_workload", "trace_stats"]
+
+
+def __getattr__(name):  # lazy: keep ``import traces`` (and ``pagesim --help``) cheap
+    if name in ("CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical"):
+        from traces import schema
+        return getattr(schema, name)
+    if name in ("load_trace", "write_trace"):
+        from traces import loaders
+        return getattr(loaders, name)
+    if name == "make_workload":
+        from traces.synth import make_workload
+        return make_workload
+    if name == "trace_stats":
+        from traces.stats import trace_stats
+        return trace_stats
+    raise AttributeError(f"module 'traces' has no attribute {name!r}")

@@ -163,6 +163,28 @@ class KVCacheManager(ABC):
         u = self.usage(False)
         return u.free_idle
 
+    # --- compatible additions (defaults; managers override) -------------------------------
+    #: longest sequence (final length) the manager admits; set by every concrete manager
+    max_seq_len: int = 0
+
+    def can_fork(self, parent_id: int) -> bool:
+        """True if ``fork(parent_id, ...)`` would succeed now (paged: always; it shares blocks).
+
+        Static and contiguous managers copy the parent into a new slot / extent, which needs room.
+        """
+        return True
+
+    def explain_never(self, spec: SeqSpec) -> str:
+        """Why ``can_allocate(spec)`` is NEVER: one line the scheduler can put in its rejection."""
+        if spec.final_len > self.max_seq_len:
+            return (f"sequence {spec.seq_id}: final length {spec.final_len} exceeds max_seq_len "
+                    f"{self.max_seq_len}")
+        return f"sequence {spec.seq_id}: can never fit in a {self.capacity}-slot pool"
+
+    def has_seq(self, seq_id: int) -> bool:
+        """True while ``seq_id`` is allocated (between ``allocate``/``fork`` and ``free``)."""
+        raise NotImplementedError
+
     def stats(self) -> dict[str, int]:
         """Event counters (copy-on-write copies, evictions, prefix hits, overflows ...)."""
         return {}

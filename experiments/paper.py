@@ -1,0 +1,95 @@
+"""The vLLM paper's numbers (Kwon et al., SOSP'23) that ``pagesim reproduce`` compares against.
+
+All of them live in one file, ``experiments/data/paper_numbers.csv``, one number per row with
+where it comes from::
+
+    figure, section, workload, system, metric, mode, width, rate, value, unit, note
+
+* ``fig2``: average share of KV memory (percent) per category. The paper gives only the token-state
+  share for vLLM (96.3 %); its ``reservation`` / ``internal_frag`` rows are NaN (not reported) and
+  ``external_frag_and_others`` holds the remainder 3.7.
+* ``fig13``: average batched requests (OPT-13B; ShareGPT 2 req/s, Alpaca 30 req/s).
+* ``fig15``: block savings from sharing. Alpaca per width; ShareGPT only as ranges over widths 2-6
+  (``block_saving_pct_low`` / ``_high``).
+* ``fig12``: sustained-rate ratios of vLLM against Orca (as ``rate_ratio_vs_<system>_low/_high``).
+* ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+DATA = Path(__file__).resolve().parent / "data" / "paper_numbers.csv"
+
+#: Fig. 2 categories in the order the paper stacks them
+FIG2_CATEGORIES = ("token_states", "reservation", "internal_frag", "external_frag_and_others")
+#: the four systems of the paper's end-to-end figures, in plotting order
+PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
+
+
+@lru_cache(maxsize=1)
+def _load() -> pd.DataFrame:
+    return pd.read_csv(DATA)
+
+
+def paper_numbers() -> pd.DataFrame:
+    """Every paper number, one row each (a fresh copy: change it freely)."""
+    return _load().copy()
+
+
+def paper_value(figure: str, metric: str, *, system: str | None = None, workload: str | None = None,
+                mode: str | None = None, width: int | None = None) -> float:
+    """One paper number; NaN when the paper does not give it."""
+    df = _load()
+    sel = (df["figure"] == figure) & (df["metric"] == metric)
+    for col, val in (("system", system), ("workload", workload), ("mode", mode)):
+        if val is not None:
+            sel &= df[col] == val
+    if width is not None:
+        sel &= df["width"] == width
+    rows = df[sel]
+    if rows.empty:
+        return math.nan
+    return float(rows["value"].iloc[0])
+
+
+def fig2_paper() -> pd.DataFrame:
+    """Fig. 2 as a table: index system, columns :data:`FIG2_CATEGORIES` (percent)."""
+    df = _load()
+    df = df[df["figure"] == "fig2"]
+    t = df.pivot_table(index="system", columns="metric", values="value", aggfunc="first", dropna=False)
+    return t.reindex(index=list(PAPER_SYSTEMS), columns=list(FIG2_CATEGORIES))
+
+
+def fig13_paper() -> pd.DataFrame:
+    """Fig. 13: columns workload, rate, system, avg_batch_size."""
+    df = _load()
+    df = df[(df["figure"] == "fig13") & (df["metric"] == "avg_batch_size")]
+    return df[["workload", "rate", "system", "value"]].rename(columns={"value": "avg_batch_size"}).reset_index(drop=True)
+
+
+def fig15_paper(workload: str, mode: str, width: int) -> tuple[float, float, float]:
+    """(point, low, high) saving in percent. Alpaca has a point per width (low = high = point);
+    ShareGPT only a range over widths 2-6 (point = NaN)."""
+    point = paper_value("fig15", "block_saving_pct", workload=workload, mode=mode, width=width)
+    if not math.isnan(point):
+        return point, point, point
+    low = paper_value("fig15", "block_saving_pct_low", workload=workload, mode=mode)
+    high = paper_value("fig15", "block_saving_pct_high", workload=workload, mode=mode)
+    return math.nan, low, high
+
+
+def fig12_paper_ratio(baseline: str, workload: str = "sharegpt") -> tuple[float, float]:
+    """(low, high) of vLLM's sustained-rate ratio over ``baseline`` (NaN, NaN when not given)."""
+    return (paper_value("fig12", f"rate_ratio_vs_{baseline}_low", workload=workload),
+            paper_value("fig12", f"rate_ratio_vs_{baseline}_high", workload=workload))
+
+
+def fig18b_paper_best(workload: str) -> tuple[float, float]:
+    """(low, high) of the best block sizes on ``workload``."""
+    return (paper_value("fig18b", "best_block_size_low", workload=workload),
+            paper_value("fig18b", "best_block_size_high", workload=workload))

@@ -1,0 +1,523 @@
+"""Sweeps: a declarative grid of runs, executed in parallel, each run cached on disk.
+
+An experiment is a TOML config plus a small Python function (``experiments/figures.py``)::
+
+    [experiment]
+    name = "fig13"
+
+    [base]                 # settings every run shares (SimConfig fields and workload fields)
+    model = "opt-13b"
+    kv_gib = 12
+    duration_s = 600
+
+    [grid]                 # the cartesian product of these lists
+    system = ["orca-max", "orca-pow2", "orca-oracle", "vllm"]
+
+    [[cases]]              # optional: each case is crossed with the grid (zipped settings)
+    workload = "sharegpt"
+    rate = 2.0
+    [[cases]]
+    workload = "alpaca"
+    rate = 30.0
+
+    [quick]                # optional overrides for --quick (same layout: base keys, [quick.grid], [[quick.cases]])
+    duration_s = 60
+
+Keys are routed by name: :data:`WORKLOAD_KEYS` go to the workload (``traces.synth.make_workload``),
+everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to both).
+
+:func:`run_sweep` runs a list of :class:`RunSpec` locally (``ProcessPoolExecutor``) or on Ray.
+Each finished run is stored under ``cache_dir/<sha256[:2]>/<sha256>/`` where the hash is over the
+canonical JSON of the full spec plus :data:`CODE_SALT` (the package version and a hash of the
+``sim/`` and ``traces/`` sources, so editing the engine invalidates old results), so a killed sweep
+resumes where it stopped. Results come back in spec order and, apart from ``wall_time_s`` (kept in
+the cache's ``meta.json``, not in the summary), are byte-identical whatever the worker count.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from sim.errors import ConfigError
+
+#: keys that describe the workload rather than the simulated system
+WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
+#: summary keys that vary from run to run of the same spec (moved to meta.json)
+NONDETERMINISTIC_KEYS = ("wall_time_s",)
+#: bump to invalidate every cache entry when the cache layout or the run semantics change
+CACHE_FORMAT = 1
+
+RunFn = Callable[["RunSpec"], Any]
+
+
+# --------------------------------------------------------------------------------------------
+# specs and grids
+
+
+@dataclass
+class RunSpec:
+    """One simulation: SimConfig settings (``system`` plus overrides) and the workload.
+
+    ``unshare=True`` asks for the same requests with every parallel-sampling / beam sequence as its
+    own independent request (the no-sharing baseline of Fig. 15); see :func:`unshare_trace`.
+    """
+
+    system: str = "vllm"
+    sim: dict[str, Any] = field(default_factory=dict)
+    workload: str = "sharegpt"
+    rate: float = 1.0
+    duration_s: float | None = None
+    num_requests: int | None = None
+    seed: int = 0
+    n: int = 1
+    beam_width: int = 1
+    unshare: bool = False
+
+    def canonical(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["sim"] = {k: d["sim"][k] for k in sorted(d["sim"])}
+        d["rate"] = float(d["rate"])
+        if d["duration_s"] is not None:
+            d["duration_s"] = float(d["duration_s"])
+        return d
+
+    def key(self, salt: str | None = None, runner: str | None = None) -> str:
+        """sha256 of the canonical JSON of this spec, the code salt and (if not default) the runner."""
+        payload = {"spec": self.canonical(), "salt": CODE_SALT() if salt is None else salt,
+                   "format": CACHE_FORMAT}
+        if runner:
+            payload["runner"] = runner
+        return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+    def sim_config(self):
+        """The :class:`sim.config.SimConfig` (raises ConfigError on a bad setting)."""
+        from sim.config import SimConfig
+        return SimConfig.for_system(self.system, seed=self.seed, **self.sim)
+
+    def workload_kwargs(self) -> dict[str, Any]:
+        return dict(rate=self.rate, duration_s=self.duration_s, num_requests=self.num_requests,
+                    seed=self.seed, n=self.n, beam_width=self.beam_width)
+
+    def params(self) -> dict[str, Any]:
+        """A flat dict for result tables (system, workload fields, then sim overrides)."""
+        d = {"system": self.system, "workload": self.workload, "rate": self.rate,
+             "duration_s": self.duration_s, "num_requests": self.num_requests, "seed": self.seed,
+             "n": self.n, "beam_width": self.beam_width, "unshare": self.unshare}
+        d.update(self.sim)
+        return d
+
+    def label(self) -> str:
+        extra = "".join(f" {k}={v}" for k, v in sorted(self.sim.items()) if k not in _BASE_HIDE)
+        w = f" n={self.n}" if self.n > 1 else ""
+        w += f" beam={self.beam_width}" if self.beam_width > 1 else ""
+        w += " unshared" if self.unshare else ""
+        return f"{self.system} {self.workload}@{self.rate:g}{w}{extra}"
+
+
+_BASE_HIDE = {"model", "gpu", "kv_gib", "max_seq_len", "max_len_policy"}
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, NaN kept as NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(o: Any):
+    try:
+        import numpy as np
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.floating):
+            return float(o)
+        if isinstance(o, np.bool_):
+            return bool(o)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serializable: {type(o).__name__}")
+
+
+@lru_cache(maxsize=1)
+def _source_hash() -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pkg in ("sim", "traces"):
+        for p in sorted((root / pkg).rglob("*.py")):
+            if "__pycache__" in p.parts or p.name.endswith("_cli.py") or p.name == "cli.py":
+                continue
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def CODE_SALT() -> str:  # noqa: N802 (reads like the constant it stands for)
+    """The code-version salt of cache keys: ``$PAGESIM_CACHE_SALT`` or version + source hash."""
+    env = os.environ.get("PAGESIM_CACHE_SALT")
+    if env:
+        return env
+    from sim import __version__
+    return f"{__version__}+{_source_hash()}"
+
+
+def load_experiment(path_or_name: str | Path) -> dict[str, Any]:
+    """Read an experiment TOML: a path, or a name in ``experiments/configs`` (``"fig13"``)."""
+    import tomllib
+    p = Path(path_or_name)
+    if not p.suffix:
+        p = Path(__file__).resolve().parent / "configs" / f"{path_or_name}.toml"
+    try:
+        return tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: experiment config not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML ({e})") from None
+
+
+def apply_overrides(config: dict[str, Any], *, quick: bool = False, scale: float = 1.0,
+                    **base: Any) -> dict[str, Any]:
+    """A copy of ``config`` with its ``[quick]`` table merged (when ``quick``), ``duration_s`` and
+    ``num_requests`` multiplied by ``scale`` everywhere, and ``base`` keys set (``None`` ignored)."""
+    import copy
+    cfg = copy.deepcopy(config)
+    cfg.setdefault("base", {})
+    cfg.setdefault("grid", {})
+    if quick and "quick" in cfg:
+        q = cfg["quick"]
+        for k, v in q.items():
+            if k == "grid":
+                cfg["grid"].update(v)
+            elif k == "cases":
+                cfg["cases"] = v
+            else:
+                cfg["base"][k] = v
+    cfg.pop("quick", None)
+    cfg["base"].update({k: v for k, v in base.items() if v is not None})
+    if scale != 1.0:
+        if scale <= 0:
+            raise ConfigError(f"scale must be > 0, got {scale}")
+        for table in [cfg["base"], *cfg.get("cases", [])]:
+            for k in ("duration_s", "num_requests"):
+                if table.get(k) is not None:
+                    v = table[k] * scale
+                    table[k] = max(1, round(v)) if k == "num_requests" else float(v)
+    return cfg
+
+
+def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
+    """The runs of an experiment config: ``base`` x each of ``cases`` x the product of ``grid``.
+
+    A list value inside a case is a grid dimension of that case only (e.g. per-workload rates).
+    Precedence: base < case < grid. Order: cases outermost, then the case's list keys, then grid
+    keys in the order written (last varies fastest).
+    """
+    from sim.config import SimConfig
+    sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
+    base = dict(config.get("base", {}))
+    grid = config.get("grid", {})
+    cases = config.get("cases") or [{}]
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"grid '{k}' must be a non-empty list, got {v!r}")
+    keys = list(grid)
+    specs: list[RunSpec] = []
+    for case in cases:
+        case_keys = [k for k, v in case.items() if isinstance(v, list)]
+        fixed = {k: v for k, v in case.items() if k not in case_keys}
+        for case_combo in itertools.product(*(case[k] for k in case_keys)):
+            for combo in itertools.product(*(grid[k] for k in keys)):
+                values = {**base, **fixed, **dict(zip(case_keys, case_combo)), **dict(zip(keys, combo))}
+                specs.append(spec_from_settings(values, sim_fields))
+    return specs
+
+
+def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = None) -> RunSpec:
+    """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
+    if sim_fields is None:
+        from sim.config import SimConfig
+        sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
+    values = {k.replace("-", "_"): v for k, v in values.items()}
+    system = values.pop("system", "vllm")
+    wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
+    bad = [k for k in values if k not in sim_fields]
+    if bad:
+        raise ConfigError(f"unknown setting(s) {', '.join(sorted(bad))} in experiment config; "
+                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS)))}")
+    values.pop("seed", None)
+    return RunSpec(system=system, sim=values, workload=wl.get("workload", "sharegpt"),
+                   rate=float(wl.get("rate", 1.0)), duration_s=wl.get("duration_s"),
+                   num_requests=wl.get("num_requests"), seed=int(wl.get("seed", 0)),
+                   n=int(wl.get("n", 1)), beam_width=int(wl.get("beam_width", 1)),
+                   unshare=bool(wl.get("unshare", False)))
+
+
+# --------------------------------------------------------------------------------------------
+# the default run function
+
+
+def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
+    """Every request with ``n`` parallel samples or ``beam_width`` beams becomes that many
+    independent single-sequence requests (same arrival, prompt and output lengths): the
+    no-sharing baseline of Fig. 15 (each sequence holds its own copy of the prompt's KV)."""
+    width = trace[["n", "beam_width"]].max(axis=1).astype(int)
+    out = trace.loc[trace.index.repeat(width)].copy()
+    copy_no = out.groupby(level=0).cumcount()
+    out["request_id"] = out["request_id"].astype(str) + "#" + copy_no.astype(str)
+    out["n"] = 1
+    out["beam_width"] = 1
+    return out.reset_index(drop=True)
+
+
+def simulate_spec(spec: RunSpec):
+    """The default run function: build the synthetic trace, run the engine, return its SimResult."""
+    from sim.run import run_simulation
+    from traces.synth import make_workload
+    trace = make_workload(spec.workload, **spec.workload_kwargs())
+    if spec.unshare:
+        trace = unshare_trace(trace)
+    return run_simulation(spec.sim_config(), trace, progress=False)
+
+
+# --------------------------------------------------------------------------------------------
+# the cache
+
+
+@dataclass
+class RunOutput:
+    """What one run leaves: its summary (deterministic keys only), steps and requests tables."""
+
+    summary: dict[str, Any]
+    steps: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _normalize(result: Any) -> RunOutput:
+    """Accept a SimResult-like object (``.summary/.steps/.requests``), a RunOutput, or a plain dict."""
+    if isinstance(result, RunOutput):
+        out = result
+    elif isinstance(result, dict):
+        out = RunOutput(summary=dict(result))
+    else:
+        out = RunOutput(summary=dict(result.summary), steps=getattr(result, "steps", None),
+                        requests=getattr(result, "requests", None))
+    summary = json.loads(canonical_json(out.summary))  # the same JSON round trip as the cache
+    meta = dict(out.meta)
+    for k in NONDETERMINISTIC_KEYS:
+        if k in summary:
+            meta[k] = summary.pop(k)
+    return RunOutput(summary=summary, steps=out.steps, requests=out.requests, meta=meta)
+
+
+def _has_parquet() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+        return True
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def default_cache_dir() -> Path:
+    """``$PAGESIM_CACHE_DIR`` or ``~/.cache/pagesim/runs``."""
+    env = os.environ.get("PAGESIM_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "pagesim" / "runs"
+
+
+def cache_path(cache_dir: str | Path, key: str) -> Path:
+    return Path(cache_dir) / key[:2] / key
+
+
+def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput) -> Path:
+    """Store one run atomically (write to a temp dir, then rename)."""
+    final = cache_path(cache_dir, key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{key[:12]}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for name, df in (("steps", out.steps), ("requests", out.requests)):
+            if df is None:
+                continue
+            if _has_parquet():
+                df.to_parquet(tmp / f"{name}.parquet", index=False)
+            else:  # pragma: no cover
+                df.to_csv(tmp / f"{name}.csv.gz", index=False)
+        (tmp / "spec.json").write_text(canonical_json(spec.canonical()) + "\n")
+        (tmp / "meta.json").write_text(canonical_json(out.meta) + "\n")
+        # summary last: its presence marks a complete entry
+        (tmp / "summary.json").write_text(canonical_json(out.summary) + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
+    p = cache_path(cache_dir, key) / "summary.json"
+    try:
+        return json.loads(p.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: RunFn | None = None,
+                what: Iterable[str] = ("steps", "requests")) -> RunOutput | None:
+    """A cached run (summary + the tables in ``what``), or None if it is not in the cache."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = spec.key(runner=_runner_name(run_fn))
+    summary = read_cached_summary(cache_dir, key)
+    if summary is None:
+        return None
+    d = cache_path(cache_dir, key)
+    out = RunOutput(summary=summary)
+    try:
+        out.meta = json.loads((d / "meta.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass
+    for name in what:
+        if (d / f"{name}.parquet").exists():
+            setattr(out, name, pd.read_parquet(d / f"{name}.parquet"))
+        elif (d / f"{name}.csv.gz").exists():
+            setattr(out, name, pd.read_csv(d / f"{name}.csv.gz"))
+    return out
+
+
+def _runner_name(run_fn: RunFn | None) -> str | None:
+    if run_fn is None or run_fn is simulate_spec:
+        return None
+    return f"{getattr(run_fn, '__module__', '?')}:{getattr(run_fn, '__qualname__', repr(run_fn))}"
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+def _execute(spec: RunSpec, run_fn: RunFn) -> RunOutput:
+    t0 = time.perf_counter()
+    out = _normalize(run_fn(spec))
+    out.meta.setdefault("wall_time_s", time.perf_counter() - t0)
+    out.meta["label"] = spec.label()
+    return out
+
+
+def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None = None,
+              cache_dir: str | Path | None = None, progress: bool = True, address: str | None = None,
+              *, run_fn: RunFn | None = None, use_cache: bool = True) -> list[dict[str, Any]]:
+    """Run ``specs`` and return their summaries in spec order.
+
+    executor: ``"local"`` (a ``ProcessPoolExecutor``; ``workers=1`` runs in this process) or
+        ``"ray"`` (joins ``address`` when given, else starts or reuses a local Ray).
+    workers: parallel runs (default ``min(os.cpu_count(), runs to do)``).
+    cache_dir: where finished runs are stored (default :func:`default_cache_dir`); runs found there
+        are not rerun. ``use_cache=False`` reruns everything and overwrites the entries.
+    run_fn: ``spec -> SimResult-like | RunOutput | summary dict`` (default :func:`simulate_spec`);
+        it must be picklable (a module-level function) unless ``workers=1``.
+    """
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"unknown executor '{executor}'; valid: local, ray")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    run_fn = run_fn or simulate_spec
+    runner = _runner_name(run_fn)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    keys = [s.key(runner=runner) for s in specs]
+    results: list[dict[str, Any] | None] = [None] * len(specs)
+    todo: dict[str, list[int]] = {}  # key -> indices (identical specs run once)
+    for i, k in enumerate(keys):
+        cached = read_cached_summary(cache_dir, k) if use_cache else None
+        if cached is not None:
+            results[i] = cached
+        else:
+            todo.setdefault(k, []).append(i)
+
+    bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress)
+
+    def finish(key: str, out: RunOutput) -> None:
+        write_cache(cache_dir, key, specs[todo[key][0]], out)
+        for i in todo[key]:
+            results[i] = out.summary
+        bar.update(len(todo[key]))
+        bar.set_postfix_str(out.meta.get("label", ""), refresh=False)
+
+    try:
+        if todo:
+            n = workers or min(os.cpu_count() or 1, len(todo))
+            if executor == "ray":
+                _run_ray(todo, specs, run_fn, n, address, finish)
+            elif n == 1 or len(todo) == 1:
+                for key, idx in todo.items():
+                    finish(key, _execute(specs[idx[0]], run_fn))
+            else:
+                _run_pool(todo, specs, run_fn, n, finish)
+    finally:
+        bar.close()
+    return results  # type: ignore[return-value]
+
+
+def _progress_bar(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="run", desc="sweep",
+                dynamic_ncols=True, leave=True)
+
+
+def _run_pool(todo, specs, run_fn, n, finish) -> None:
+    with cf.ProcessPoolExecutor(max_workers=n) as pool:
+        futures = {pool.submit(_execute, specs[idx[0]], run_fn): key for key, idx in todo.items()}
+        try:
+            for fut in cf.as_completed(futures):
+                finish(futures[fut], fut.result())
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _run_ray(todo, specs, run_fn, n, address, finish) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("executor 'ray' needs Ray: pip install 'pagesim[dist]' (or ray>=2.9), "
+                          "or use --executor local") from None
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        else:
+            ray.init(num_cpus=n, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    remote = ray.remote(_execute)
+    pending = {remote.remote(specs[idx[0]], run_fn): key for key, idx in todo.items()}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            finish(pending.pop(ref), ray.get(ref))
+
+
+def results_frame(specs: list[RunSpec], summaries: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per run: the spec's parameters then its summary (summary keys win on clashes
+    except ``system``)."""
+    rows = []
+    for s, summ in zip(specs, summaries):
+        row = s.params()
+        row.update({k: v for k, v in (summ or {}).items() if k != "system"})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def nan_to_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -1,0 +1,87 @@
+"""Kernel sources and the exact template instantiations the Python side launches.
+
+CPU-only (no CuPy import): used by :mod:`gpu._loader` (NVRTC through CuPy) and by the nvcc
+compile-check test, so both compile the very same name expressions.
+
+Local ``#include "x.cuh"`` lines are inlined textually (once each) so NVRTC needs no include
+path for our headers; ``<cuda_fp16.h>`` / ``<cuda_bf16.h>`` are left for NVRTC/nvcc to find.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+#: storage dtypes the kernels take (2-byte) -> C++ type name used in the templates
+CTYPES = {"float16": "fp16_t", "bfloat16": "bf16_t"}
+#: head dims compiled (multiples of 8; 16-byte vectors)
+HEAD_DIMS = (64, 80, 96, 128, 256)
+#: query heads per thread block (a KV head's group is split in chunks of at most 8)
+HEADS_PER_BLOCK = (1, 2, 4, 8)
+NUM_THREADS = 128
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+
+
+def load_source(name: str, _seen: set[str] | None = None) -> str:
+    """Text of ``kernels/<name>`` with local includes inlined (each header once)."""
+    seen = set() if _seen is None else _seen
+    text = (KERNEL_DIR / name).read_text()
+
+    def sub(m: re.Match) -> str:
+        inc = m.group(1)
+        if inc in seen:
+            return f"// (already included: {inc})"
+        seen.add(inc)
+        return f"// ---- begin {inc}\n{load_source(inc, seen)}\n// ---- end {inc}"
+
+    return _INCLUDE.sub(sub, text).replace("#pragma once", "")
+
+
+def heads_per_block(group: int) -> int:
+    """Query heads one thread block computes for a GQA group of ``group`` heads per KV head."""
+    for h in HEADS_PER_BLOCK:
+        if group <= h:
+            return h
+    return HEADS_PER_BLOCK[-1]
+
+
+def attention_kernel_name(dtype: str, head_dim: int, heads: int) -> str:
+    return f"paged_attention_kernel<{CTYPES[dtype]}, {int(head_dim)}, {int(heads)}>"
+
+
+def reduce_kernel_name(dtype: str) -> str:
+    return f"paged_attention_reduce_kernel<{CTYPES[dtype]}>"
+
+
+def reshape_and_cache_name(unit: str, index: str) -> str:
+    """unit: 'uint4' or 'unsigned short'; index: 'int' or 'long long'."""
+    return f"reshape_and_cache_kernel<{unit}, {index}>"
+
+
+def copy_blocks_name(unit: str) -> str:
+    return f"copy_blocks_kernel<{unit}>"
+
+
+UNITS = ("uint4", "unsigned short")
+INDEX_TYPES = ("int", "long long")
+
+
+def all_instantiations() -> dict[str, list[str]]:
+    """Every name expression the loader may request, per source file."""
+    attn = [attention_kernel_name(dt, d, h) for dt in CTYPES for d in HEAD_DIMS for h in HEADS_PER_BLOCK]
+    attn += [reduce_kernel_name(dt) for dt in CTYPES]
+    cache = [reshape_and_cache_name(u, i) for u in UNITS for i in INDEX_TYPES]
+    cache += [copy_blocks_name(u) for u in UNITS]
+    return {"paged_attention.cu": attn, "cache_ops.cu": cache}
+
+
+def instantiation_unit(source: str, names: list[str]) -> str:
+    """A translation unit that includes ``source`` and forces each name to be instantiated
+    (taking a kernel template's address instantiates it), for compile checks with nvcc."""
+    lines = [f'#include "{source}"', "", "void* pagesim_force_instantiation[] = {"]
+    lines += [f"    (void*)&{n}," for n in names]
+    lines += ["};", ""]
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""numpy references (fp32 math) for the GPU kernels, and the split-K combine math.
+
+Everything here is CPU-only and is what the GPU tests compare against:
+
+* ``paged_attention_ref``: gathers each sequence's K/V through its block table (only the
+  first ceil(ctx / block_size) entries), GQA head h uses KV head h // (num_heads / num_kv_heads).
+* ``partition_stats`` / ``combine_partitions``: the FlashDecoding split: per partition the
+  max logit m_p, the exp sum l_p and the normalized partial output o_p; combined as
+  M = max m_p, w_p = l_p exp(m_p - M), out = sum w_p o_p / sum w_p (what the reduce kernel does).
+* ``reshape_and_cache_ref``, ``copy_blocks_ref``, ``swap_blocks_ref``.
+* bf16 helpers: numpy has no bfloat16, bf16 values travel as uint16 bits
+  (``f32_to_bf16_bits`` rounds to nearest even, like the kernel and torch).
+* ``sdpa_ref``: the same attention with ``torch.nn.functional.scaled_dot_product_attention``
+  on gathered contiguous KV (None when torch is not importable).
+
+Tolerances (``TOLERANCES``, applied to kernel output vs the fp32 reference, both compared in
+fp32): fp16 atol 1e-2 / rtol 1e-2 (fp16 output rounding is 2^-11 relative, plus fp32
+accumulation-order and __expf differences); bf16 atol 2e-2 / rtol 2e-2 (output rounding 2^-8).
+The inputs given to the reference are the same rounded fp16/bf16 values the kernel reads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TOLERANCES = {"float16": dict(atol=1e-2, rtol=1e-2), "bfloat16": dict(atol=2e-2, rtol=2e-2),
+              "float32": dict(atol=1e-5, rtol=1e-5)}
+
+
+# ---- bf16 bits ---------------------------------------------------------------------------
+def f32_to_bf16_bits(x) -> np.ndarray:
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, np.uint16(0x7FC0), r)
+
+
+def bf16_bits_to_f32(b) -> np.ndarray:
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def as_f32(x, dtype: str | None = None) -> np.ndarray:
+    """fp32 values of a float array or of bf16 bits (uint16/int16 with dtype='bfloat16')."""
+    x = np.asarray(x)
+    if dtype == "bfloat16" or x.dtype in (np.uint16, np.int16):
+        return bf16_bits_to_f32(x.view(np.uint16))
+    return x.astype(np.float32)
+
+
+def round_to(x, dtype: str) -> np.ndarray:
+    """fp32 -> storage dtype (float16 array, or uint16 bf16 bits)."""
+    if dtype == "float16":
+        return np.asarray(x, dtype=np.float32).astype(np.float16)
+    if dtype == "bfloat16":
+        return f32_to_bf16_bits(x)
+    return np.asarray(x, dtype=np.float32)
+
+
+# ---- attention -----------------------------------------------------------------------------
+def gather_kv(cache: np.ndarray, table, ctx: int, block_size: int) -> np.ndarray:
+    """[ctx, num_kv_heads, head_dim] rows of one sequence, read through its block table."""
+    nblk = -(-int(ctx) // block_size)
+    blocks = np.asarray(table[:nblk], dtype=np.int64)
+    rows = cache[blocks].reshape(nblk * block_size, *cache.shape[2:])
+    return rows[:ctx]
+
+
+def attention_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """q [H, D], k/v [L, KVH, D] (fp32) -> [H, D]; GQA by head grouping; L == 0 -> zeros."""
+    H, D = q.shape
+    L, KVH, _ = k.shape
+    if L == 0:
+        return np.zeros((H, D), dtype=np.float32)
+    g = H // KVH
+    kh = np.repeat(k, g, axis=1)  # [L, H, D]: head h uses KV head h // g
+    vh = np.repeat(v, g, axis=1)
+    logits = np.einsum("hd,lhd->hl", q.astype(np.float64), kh.astype(np.float64)) * scale
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    return np.einsum("hl,lhd->hd", p, vh.astype(np.float64)).astype(np.float32)
+
+
+def paged_attention_ref(query, key_cache, value_cache, block_tables, context_lens, block_size: int,
+                        scale: float | None = None, dtype: str | None = None) -> np.ndarray:
+    """fp32 output [num_seqs, num_heads, head_dim] (float16 / bf16-bit inputs accepted)."""
+    q = as_f32(query, dtype)
+    kc, vc = as_f32(key_cache, dtype), as_f32(value_cache, dtype)
+    S, H, D = q.shape
+    if H % kc.shape[2]:
+        raise ValueError("num_heads must be a multiple of num_kv_heads")
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    out = np.zeros((S, H, D), dtype=np.float32)
+    for s in range(S):
+        L = int(context_lens[s])
+        out[s] = attention_one(q[s], gather_kv(kc, block_tables[s], L, block_size),
+                               gather_kv(vc, block_tables[s], L, block_size), scale)
+    return out
+
+
+def contiguous_attention_ref(query, key, value, context_lens, scale=None, dtype=None) -> np.ndarray:
+    """Contiguous layout [num_seqs, max_ctx, num_kv_heads, head_dim]."""
+    q, k, v = as_f32(query, dtype), as_f32(key, dtype), as_f32(value, dtype)
+    scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else scale
+    return np.stack([attention_one(q[s], k[s, :int(context_lens[s])], v[s, :int(context_lens[s])], scale)
+                     for s in range(q.shape[0])]) if q.shape[0] else np.zeros(q.shape, np.float32)
+
+
+def partition_stats(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, partition_size: int):
+    """Per-partition (m [P, H], l [P, H], o [P, H, D]) of one sequence, as the v2 kernel writes them."""
+    H, D = q.shape
+    L, KVH, _ = k.shape
+    g = H // KVH
+    ms, ls, os_ = [], [], []
+    for start in range(0, L, partition_size):
+        kp = np.repeat(k[start:start + partition_size], g, axis=1).astype(np.float64)
+        vp = np.repeat(v[start:start + partition_size], g, axis=1).astype(np.float64)
+        logits = np.einsum("hd,lhd->hl", q.astype(np.float64), kp) * scale
+        m = logits.max(axis=1)
+        p = np.exp(logits - m[:, None])
+        l_ = p.sum(axis=1)
+        ms.append(m)
+        ls.append(l_)
+        os_.append(np.einsum("hl,lhd->hd", p, vp) / l_[:, None])
+    if not ms:
+        return np.zeros((0, H)), np.zeros((0, H)), np.zeros((0, H, D))
+    return np.stack(ms), np.stack(ls), np.stack(os_)
+
+
+def combine_partitions(m: np.ndarray, l_: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """The reduce kernel's math: m, l [P, H], o [P, H, D] -> [H, D] (zeros when P == 0)."""
+    if len(m) == 0:
+        return np.zeros(o.shape[1:], dtype=np.float32)
+    M = m.max(axis=0)
+    w = l_ * np.exp(m - M[None, :])
+    return ((w[:, :, None] * o).sum(axis=0) / w.sum(axis=0)[:, None]).astype(np.float32)
+
+
+# ---- cache ops -----------------------------------------------------------------------------
+def reshape_and_cache_ref(key, value, key_cache, value_cache, slot_mapping) -> None:
+    """In place: cache.reshape(-1, KVH, D)[slot] = key[i] for slot >= 0."""
+    bs = key_cache.shape[1]
+    for i, slot in enumerate(np.asarray(slot_mapping, dtype=np.int64)):
+        if slot < 0:
+            continue
+        b, off = divmod(int(slot), bs)
+        key_cache[b, off] = key[i]
+        value_cache[b, off] = value[i]
+
+
+def copy_blocks_ref(key_cache, value_cache, block_mapping) -> None:
+    for s, d in np.asarray(block_mapping, dtype=np.int64).reshape(-1, 2):
+        key_cache[d] = key_cache[s]
+        value_cache[d] = value_cache[s]
+
+
+def swap_blocks_ref(src, dst, block_mapping) -> None:
+    for s, d in np.asarray(block_mapping, dtype=np.int64).reshape(-1, 2):
+        dst[d] = src[s]
+
+
+# ---- torch SDPA as a second reference --------------------------------------------------------
+def sdpa_ref(query, key_cache, value_cache, block_tables, context_lens, block_size: int, scale=None,
+             dtype: str | None = None):
+    """Same as ``paged_attention_ref`` via torch SDPA (fp32, CPU); None when torch is missing."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception:
+        return None
+    q = as_f32(query, dtype)
+    kc, vc = as_f32(key_cache, dtype), as_f32(value_cache, dtype)
+    S, H, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    out = np.zeros((S, H, D), dtype=np.float32)
+    for s in range(S):
+        L = int(context_lens[s])
+        if L == 0:
+            continue
+        k = torch.from_numpy(np.ascontiguousarray(gather_kv(kc, block_tables[s], L, block_size))).transpose(0, 1)
+        v = torch.from_numpy(np.ascontiguousarray(gather_kv(vc, block_tables[s], L, block_size))).transpose(0, 1)
+        g = H // k.shape[0]
+        k = k.repeat_interleave(g, dim=0)[None]  # [1, H, L, D]
+        v = v.repeat_interleave(g, dim=0)[None]
+        qt = torch.from_numpy(q[s])[None, :, None, :]  # [1, H, 1, D]
+        o = F.scaled_dot_product_attention(qt, k, v, scale=scale)
+        out[s] = o[0, :, 0, :].numpy()
+    return out

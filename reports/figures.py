@@ -1,0 +1,236 @@
+"""Plotly figures from result tables (a run's steps/requests, or the reproduce CSVs).
+
+Every function takes DataFrames in the layouts ``SimResult.save`` and ``pagesim reproduce``
+write and returns a ``plotly.graph_objects.Figure`` with a title. Timelines are downsampled to at
+most ``max_points`` points per trace (equal-count bin means) so reports stay small.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
+
+#: Fig. 2's colours (token states green, reservation yellow, fragmentation red/grey)
+CATEGORY_COLORS = {
+    "token_states": "#2ca02c",
+    "reservation": "#f2c12e",
+    "internal_frag": "#d62728",
+    "external_frag_and_others": "#9e9e9e",
+}
+CATEGORY_LABELS = {
+    "token_states": "Token states",
+    "reservation": "Reservation",
+    "internal_frag": "Internal fragmentation",
+    "external_frag_and_others": "External fragmentation & others",
+}
+#: the engine's six slot categories (steps.csv) and how they fold into Fig. 2's four
+MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
+            "mem_external_frag", "mem_free_idle")
+MEM_COLORS = {
+    "mem_token_states": "#2ca02c", "mem_reservation": "#f2c12e", "mem_internal_frag": "#d62728",
+    "mem_allocator_slack": "#ff9896", "mem_external_frag": "#7f7f7f", "mem_free_idle": "#d9d9d9",
+}
+SYSTEM_COLORS = {"orca-max": "#1f77b4", "orca-pow2": "#ff7f0e", "orca-oracle": "#9467bd", "vllm": "#d62728",
+                 "static": "#8c564b", "token": "#e377c2", "vattention": "#17becf"}
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
+
+
+def downsample(df: pd.DataFrame, max_points: int = 5000) -> pd.DataFrame:
+    """At most ``max_points`` rows (numeric columns averaged over equal-count bins of consecutive rows)."""
+    if df is None or len(df) <= max_points:
+        return df
+    k = math.ceil(len(df) / max_points)
+    num = df.select_dtypes("number")
+    return num.groupby(np.arange(len(num)) // k).mean().reset_index(drop=True)
+
+
+def _ordered_systems(systems) -> list[str]:
+    systems = list(dict.fromkeys(systems))
+    return [s for s in PAPER_SYSTEMS if s in systems] + [s for s in systems if s not in PAPER_SYSTEMS]
+
+
+# --------------------------------------------------------------------------------------------
+# memory
+
+
+def memory_breakdown_bar(fig2_df: pd.DataFrame, title: str = "Fig. 2: where KV-cache memory goes") -> go.Figure:
+    """Stacked bars of the four categories (percent), ours beside the paper's for each system.
+
+    ``fig2_df``: one row per system with the four category columns and ``paper_<col>`` (as
+    ``fig2.csv``); rows without paper numbers show ours only."""
+    systems = _ordered_systems(fig2_df["system"])
+    d = fig2_df.set_index("system")
+    xs_sys, xs_src = [], []
+    for s in systems:
+        has_paper = any(pd.notna(d.loc[s].get(f"paper_{c}")) for c in FIG2_CATEGORIES)
+        for src in (("paper", "pagesim") if has_paper else ("pagesim",)):
+            xs_sys.append(s)
+            xs_src.append(src)
+    fig = go.Figure()
+    for c in FIG2_CATEGORIES:
+        ys = []
+        for s, src in zip(xs_sys, xs_src):
+            v = d.loc[s].get(c if src == "pagesim" else f"paper_{c}")
+            ys.append(None if v is None or pd.isna(v) else float(v))
+        fig.add_trace(go.Bar(name=CATEGORY_LABELS[c], x=[xs_sys, xs_src], y=ys, marker_color=CATEGORY_COLORS[c],
+                             hovertemplate="%{x}<br>" + CATEGORY_LABELS[c] + ": %{y:.1f}%<extra></extra>"))
+    fig.update_layout(barmode="stack", title=title, yaxis_title="% of KV cache (time-weighted)", **LAYOUT)
+    fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def memory_timeline(steps: pd.DataFrame, title: str = "KV-cache slots over time", max_points: int = 5000) -> go.Figure:
+    """Stacked areas of the six slot categories (percent of capacity) over simulated time."""
+    s = downsample(steps, max_points)
+    cols = [c for c in MEM_COLS if c in s]
+    cap = s[cols].sum(axis=1).replace(0, np.nan)
+    fig = go.Figure()
+    for c in cols:
+        fig.add_trace(go.Scatter(x=s["start_s"], y=100 * s[c] / cap, name=c[4:].replace("_", " "), mode="lines",
+                                 stackgroup="mem", line=dict(width=0.5, color=MEM_COLORS[c])))
+    fig.update_layout(title=title, xaxis_title="simulated time (s)", yaxis_title="% of KV slots", **LAYOUT)
+    fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def memory_timelines(timeline: pd.DataFrame, title: str = "Fig. 2 runs: memory categories over time",
+                     max_points: int = 5000) -> go.Figure:
+    """One panel per system from ``fig2_timeline.csv`` (percent columns of the four categories)."""
+    systems = _ordered_systems(timeline["system"])
+    fig = make_subplots(rows=len(systems), cols=1, shared_xaxes=True, subplot_titles=systems,
+                        vertical_spacing=0.06)
+    for i, s in enumerate(systems, start=1):
+        g = downsample(timeline[timeline["system"] == s].drop(columns="system"), max_points)
+        for c in FIG2_CATEGORIES:
+            fig.add_trace(go.Scatter(x=g["start_s"], y=g[c], name=CATEGORY_LABELS[c], mode="lines",
+                                     stackgroup=f"m{i}", line=dict(width=0.5, color=CATEGORY_COLORS[c]),
+                                     legendgroup=c, showlegend=i == 1), row=i, col=1)
+        fig.update_yaxes(range=[0, 100], title_text="%", row=i, col=1)
+    fig.update_xaxes(title_text="simulated time (s)", row=len(systems), col=1)
+    fig.update_layout(title=title, **{**LAYOUT, "height": 220 * len(systems) + 80})
+    return fig
+
+
+def batch_queue_timeline(steps: pd.DataFrame, title: str = "Batch size and queue length over time",
+                         max_points: int = 5000) -> go.Figure:
+    s = downsample(steps, max_points)
+    fig = go.Figure()
+    for col, name in (("batch_size", "batch size"), ("num_running", "running"), ("num_waiting", "waiting")):
+        if col in s:
+            fig.add_trace(go.Scatter(x=s["start_s"], y=s[col], name=name, mode="lines"))
+    fig.update_layout(title=title, xaxis_title="simulated time (s)", yaxis_title="requests", **LAYOUT)
+    return fig
+
+
+def latency_cdfs(requests: pd.DataFrame, title: str = "Latency CDFs", max_points: int = 2000) -> go.Figure:
+    """Empirical CDFs of TTFT, TPOT and end-to-end latency over finished requests."""
+    cols = [("ttft_s", "TTFT (s)"), ("tpot_s", "TPOT (s)"), ("e2el_s", "End-to-end latency (s)")]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in cols])
+    done = requests
+    if "status" in requests:
+        done = requests[requests["status"].astype(str) == "finished"]
+    for i, (c, label) in enumerate(cols, start=1):
+        if c not in done:
+            continue
+        v = np.sort(done[c].dropna().to_numpy(float))
+        if len(v) == 0:
+            continue
+        q = np.linspace(0, 1, min(len(v), max_points))
+        x = np.quantile(v, q)
+        fig.add_trace(go.Scatter(x=x, y=q, mode="lines", name=label, showlegend=False), row=1, col=i)
+        fig.update_xaxes(title_text=label, row=1, col=i)
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    fig.update_layout(title=title, **LAYOUT)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# paper figures
+
+
+def latency_vs_rate(curves: pd.DataFrame, title: str = "Fig. 12: normalized latency vs request rate",
+                    threshold: float | None = None) -> go.Figure:
+    """One panel per workload; one line per system (``fig12.csv``)."""
+    wls = list(dict.fromkeys(curves["workload"]))
+    fig = make_subplots(rows=1, cols=len(wls), subplot_titles=wls)
+    for i, wl in enumerate(wls, start=1):
+        g = curves[curves["workload"] == wl]
+        for s in _ordered_systems(g["system"]):
+            h = g[g["system"] == s].sort_values("rate")
+            fig.add_trace(go.Scatter(x=h["rate"], y=h["normalized_latency_s_per_token"], mode="lines+markers", name=s,
+                                     legendgroup=s, showlegend=i == 1, line=dict(color=SYSTEM_COLORS.get(s))),
+                          row=1, col=i)
+        if threshold is not None:
+            fig.add_hline(y=threshold, line_dash="dot", line_color="grey", row=1, col=i)
+        top = g["normalized_latency_s_per_token"].max()
+        if pd.notna(top) and top > 1:
+            fig.update_yaxes(range=[0, 1.05], row=1, col=i)  # like the paper: the curves leave the plot
+        fig.update_xaxes(title_text="request rate (req/s)", row=1, col=i)
+    fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=1)
+    fig.update_layout(title=title, **LAYOUT)
+    return fig
+
+
+def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latency vs block size (vLLM)") -> go.Figure:
+    fig = go.Figure()
+    for wl in dict.fromkeys(df["workload"]):
+        g = df[df["workload"] == wl].sort_values("block_size")
+        fig.add_trace(go.Scatter(x=g["block_size"], y=g["normalized_latency_s_per_token"], mode="lines+markers",
+                                 name=wl))
+    fig.update_xaxes(type="log", tickvals=sorted(df["block_size"].unique()), title_text="block size (tokens)")
+    fig.update_layout(title=title, yaxis_title="normalized latency (s/token)", **LAYOUT)
+    return fig
+
+
+def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched requests") -> go.Figure:
+    wls = list(dict.fromkeys(df["workload"]))
+    fig = make_subplots(rows=1, cols=len(wls),
+                        subplot_titles=[f"{wl} @ {df[df['workload'] == wl]['rate'].iloc[0]:g} req/s" for wl in wls])
+    for i, wl in enumerate(wls, start=1):
+        g = df[df["workload"] == wl].set_index("system")
+        systems = _ordered_systems(g.index)
+        for col, name, color in (("paper_avg_batch_size", "paper", "#bdbdbd"), ("avg_batch_size", "pagesim", "#d62728")):
+            fig.add_trace(go.Bar(x=systems, y=[g.loc[s, col] for s in systems], name=name, marker_color=color,
+                                 legendgroup=name, showlegend=i == 1, texttemplate="%{y:.1f}", textposition="outside"),
+                          row=1, col=i)
+    fig.update_yaxes(title_text="batched requests", row=1, col=1)
+    fig.update_layout(title=title, barmode="group", **LAYOUT)
+    return fig
+
+
+def sharing_bars(df: pd.DataFrame, title: str = "Fig. 15: memory saved by sharing KV blocks") -> go.Figure:
+    """Ours per width; the paper's point (Alpaca) or its low-high range over widths (ShareGPT)."""
+    panels = list(dict.fromkeys(zip(df["workload"], df["mode"])))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[f"{w} {m}" for w, m in panels])
+    for i, (wl, mode) in enumerate(panels, start=1):
+        g = df[(df["workload"] == wl) & (df["mode"] == mode)].sort_values("width")
+        x = [f"{'n' if mode == 'parallel' else 'beam'}={int(w)}" for w in g["width"]]
+        point = g["paper_saving_pct"]
+        if point.notna().any():
+            fig.add_trace(go.Bar(x=x, y=point, name="paper", marker_color="#bdbdbd", legendgroup="paper",
+                                 showlegend=i == 1), row=1, col=i)
+        else:
+            low, high = g["paper_saving_pct_low"], g["paper_saving_pct_high"]
+            fig.add_trace(go.Bar(x=x, y=high - low, base=low, name="paper range", marker_color="#e0e0e0",
+                                 legendgroup="range", showlegend=True, opacity=0.8), row=1, col=i)
+        fig.add_trace(go.Bar(x=x, y=g["saving_pct"], name="pagesim", marker_color="#d62728", legendgroup="ours",
+                             showlegend=i == 1), row=1, col=i)
+    fig.update_yaxes(title_text="block saving (%)", row=1, col=1)
+    fig.update_layout(title=title, barmode="group", **LAYOUT)
+    return fig
+
+
+def rate_sensitivity(df: pd.DataFrame, title: str = "Fig. 2 sensitivity: token-state share vs request rate") -> go.Figure:
+    fig = go.Figure()
+    for s in _ordered_systems(df["system"]):
+        g = df[df["system"] == s].sort_values("rate")
+        fig.add_trace(go.Scatter(x=g["rate"], y=g["token_states"], mode="lines+markers", name=s,
+                                 line=dict(color=SYSTEM_COLORS.get(s))))
+    fig.update_layout(title=title, xaxis_title="request rate (req/s)", yaxis_title="token states (% of KV)", **LAYOUT)
+    return fig

@@ -1,0 +1,194 @@
+"""Iteration cost models: how long one engine step takes for a given batch.
+
+Roofline model (default)
+------------------------
+For a step with T = prefill + decode tokens on one GPU of a TP group of size ``tp``::
+
+    linear   = max(2 * T * P_lin / tp / (peak_flops * eff_flops),      # compute-bound (prefill)
+                   W_lin / tp / (mem_bw * eff_bw))                       # weight reads (decode)
+    attn     = KV_read / (mem_bw * eff_bw)                               # decode: memory-bound
+             + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
+    allreduce= 2 * L * [ 2 (tp-1)/tp * T * hidden * dtype / link_bw + ar_latency ]   (tp > 1)
+    swap     = swapped_tokens * kv_bytes_per_token / pcie_bw
+    step     = overhead + per_seq_overhead * num_seqs + linear + attn + allreduce + swap
+
+with ``P_lin`` the linear-layer parameters (all layers, plus the LM head), ``W_lin = 2 P_lin``
+bytes in fp16, ``KV_read = 2 * sum(ctx) * L * kv_heads * head_dim * dtype / tp`` (the decode
+attention reads every cached K and V once: the vLLM paper's point that decoding is
+memory-bound), and ``F_prefill = 4 * L * heads * head_dim * sum_i c_i (p_i + c_i / 2) / tp``
+for a chunk of ``c_i`` new tokens after ``p_i`` cached ones (QK^T and PV, causal half).
+
+Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
+(``sim/specs.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
+75-85 % of HBM bandwidth in public measurements, hence ``eff_flops=0.65`` and ``eff_bw=0.8``;
+attention's prefill kernels (FlashAttention-2) reach ~50 % of peak (``eff_attn=0.5``). The
+fixed overhead (3 ms + 20 us/sequence) is vLLM v0's Python scheduling, sampling and
+block-table preparation as reported in its profiling discussions. All are knobs; a measured
+profile (``--profile``) replaces the guesswork.
+
+Table model
+-----------
+``TableCostModel`` reads the profile CSV written by ``pagesim gpu calibrate`` (format in
+``gpu/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
+interpolates linearly: ``linear(T)``, ``attn_decode(batch, mean context)`` (bilinear),
+``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.batch import StepBatch
+from sim.errors import ConfigError
+from sim.specs import GPUSpec, ModelSpec
+
+
+@dataclass
+class RooflineCostModel:
+    model: ModelSpec
+    gpu: GPUSpec
+    tensor_parallel: int = 1
+    eff_flops: float = 0.65
+    eff_bw: float = 0.8
+    eff_attn: float = 0.5
+    overhead_s: float = 3e-3
+    per_seq_overhead_s: float = 20e-6
+    allreduce_latency_s: float = 10e-6
+
+    def __post_init__(self) -> None:
+        m, tp = self.model, self.tensor_parallel
+        h = m.hidden_size
+        q = m.num_heads * m.head_dim
+        kv = m.num_kv_heads * m.head_dim
+        per_layer = h * q + 2 * h * kv + q * h + (3 if m.gated_mlp else 2) * h * m.intermediate_size
+        self.linear_params = m.num_layers * per_layer + m.vocab_size * h  # + LM head
+        self._lin_flops_per_token = 2.0 * self.linear_params / tp
+        self._lin_weight_time = self.linear_params * m.dtype_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
+        self._flops = self.gpu.peak_flops * self.eff_flops
+        self._kv_bytes_per_token = m.kv_bytes_per_token(tp)
+        self._bw = self.gpu.mem_bw * self.eff_bw
+        self._attn_flops_coef = 4.0 * m.num_layers * m.num_heads * m.head_dim / tp
+        self._attn_flops = self.gpu.peak_flops * self.eff_attn
+        if tp > 1:
+            self._ar_time_per_token = (2 * m.num_layers * 2 * (tp - 1) / tp * h * m.dtype_bytes
+                                       / self.gpu.interconnect_bw)
+            self._ar_fixed = 2 * m.num_layers * self.allreduce_latency_s
+        else:
+            self._ar_time_per_token = 0.0
+            self._ar_fixed = 0.0
+
+    def linear_time(self, num_tokens: int) -> float:
+        return max(num_tokens * self._lin_flops_per_token / self._flops, self._lin_weight_time)
+
+    def decode_attention_time(self, total_context: int) -> float:
+        return total_context * self._kv_bytes_per_token / self._bw
+
+    def prefill_attention_time(self, new_tokens: np.ndarray, context_after: np.ndarray) -> float:
+        if len(new_tokens) == 0:
+            return 0.0
+        before = context_after - new_tokens
+        flops = self._attn_flops_coef * float(np.dot(new_tokens, before + new_tokens * 0.5))
+        # prefill also reads the cached prefix's KV once (chunked prefill, prefix caching)
+        return flops / self._attn_flops + float(before.sum()) * self._kv_bytes_per_token / self._bw
+
+    def step_time(self, batch: StepBatch) -> float:
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        t = self.overhead_s + self.per_seq_overhead_s * batch.num_seqs
+        if tokens:
+            t += self.linear_time(tokens)
+            t += self._ar_fixed + self._ar_time_per_token * tokens
+        if batch.decode_context_sum:
+            t += self.decode_attention_time(batch.decode_context_sum)
+        if len(batch.prefill_tokens):
+            t += self.prefill_attention_time(batch.prefill_tokens, batch.prefill_context)
+        swapped = batch.swap_in_tokens + batch.swap_out_tokens
+        if swapped:
+            t += swapped * self._kv_bytes_per_token / self.gpu.pcie_bw
+        if batch.copy_blocks:  # copy-on-write: tiny device-to-device copies, bandwidth-bound
+            t += 0.0
+        return t
+
+
+class TableCostModel:
+    """Interpolates a measured profile (see ``gpu/profile_format.py``)."""
+
+    def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1):
+        from gpu.profile_format import read_profile
+
+        df = read_profile(path)
+        self.path = str(path)
+        self._roof = RooflineCostModel(model, gpu, tensor_parallel)
+
+        def part(name):
+            return df[df["component"] == name]
+
+        lin = part("linear").sort_values("num_tokens")
+        if lin.empty:
+            raise ConfigError(f"{path}: profile has no 'linear' rows")
+        self._lin_x = lin["num_tokens"].to_numpy(float)
+        self._lin_y = lin["time_us"].to_numpy(float) * 1e-6
+        dec = part("attn_decode")
+        if dec.empty:
+            raise ConfigError(f"{path}: profile has no 'attn_decode' rows")
+        self._dec_b = np.unique(dec["batch"].to_numpy(float))
+        self._dec_c = np.unique(dec["context"].to_numpy(float))
+        grid = dec.pivot_table(index="batch", columns="context", values="time_us", aggfunc="median")
+        grid = grid.reindex(index=self._dec_b, columns=self._dec_c)
+        if grid.isna().any().any():
+            raise ConfigError(f"{path}: 'attn_decode' rows must form a full batch x context grid")
+        self._dec_t = grid.to_numpy(float) * 1e-6
+        pre = part("attn_prefill").sort_values("num_tokens")
+        self._pre_x = pre["num_tokens"].to_numpy(float)
+        self._pre_y = pre["time_us"].to_numpy(float) * 1e-6
+        ov = part("overhead")
+        self.overhead_s = float(ov["time_us"].median()) * 1e-6 if not ov.empty else 0.0
+
+    @staticmethod
+    def _interp_extrap(x: float | np.ndarray, xs: np.ndarray, ys: np.ndarray):
+        """Linear interpolation; beyond the table, extend the last segment's slope."""
+        if len(xs) == 1:
+            return ys[0] * np.asarray(x) / xs[0]
+        y = np.interp(x, xs, ys)
+        hi = np.asarray(x) > xs[-1]
+        if np.any(hi):
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            y = np.where(hi, ys[-1] + slope * (np.asarray(x) - xs[-1]), y)
+        return y
+
+    def _decode(self, batch: int, mean_ctx: float) -> float:
+        # bilinear on (batch, context); scale linearly beyond the grid
+        b = self._dec_b
+        per_b = np.array([self._interp_extrap(mean_ctx, self._dec_c, self._dec_t[i]) for i in range(len(b))])
+        return float(self._interp_extrap(batch, b, per_b))
+
+    def step_time(self, batch: StepBatch) -> float:
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        t = self.overhead_s
+        if tokens:
+            t += float(self._interp_extrap(tokens, self._lin_x, self._lin_y))
+        n_dec = batch.num_decode_tokens
+        if n_dec:
+            t += self._decode(n_dec, batch.decode_context_sum / n_dec)
+        if len(batch.prefill_tokens):
+            if len(self._pre_x):
+                t += float(np.sum(self._interp_extrap(batch.prefill_context.astype(float), self._pre_x, self._pre_y)))
+            else:
+                t += self._roof.prefill_attention_time(batch.prefill_tokens, batch.prefill_context)
+        swapped = batch.swap_in_tokens + batch.swap_out_tokens
+        if swapped:
+            t += swapped * self._roof._kv_bytes_per_token / self._roof.gpu.pcie_bw
+        return t
+
+
+def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
+                    step_overhead_ms: float | None = None):
+    if profile:
+        cm = TableCostModel(profile, model, gpu, tensor_parallel)
+    else:
+        cm = RooflineCostModel(model, gpu, tensor_parallel)
+    if step_overhead_ms is not None:
+        cm.overhead_s = step_overhead_ms * 1e-3
+    return cm

@@ -1,0 +1,527 @@
+"""Paged KV cache (vLLM PagedAttention): fixed-size blocks, block tables, sharing, prefix cache.
+
+The pool is ``num_blocks = capacity // block_size`` physical blocks; the ``capacity %
+block_size`` leftover slots can never be used and count as free (idle or external).
+Every physical block is in exactly one state::
+
+    free list  --take-->  in use (ref >= 1)  --last ref dropped-->  free list
+       ^                      |      ^                        (or, if its prefix key is
+       |                      |      | prefix hit (ref 0->1)   cached, the LRU of
+       +----evict (oldest)----+------+--- cached, ref 0 (LRU) <------ reclaimable blocks)
+
+    seq 0 table: [ 7 ][ 3 ][ 9 ]        block 3 is shared (ref 2) after fork(0, 1)
+    seq 1 table: [ 7 ][ 3 ]              its next write copies it first (copy-on-write)
+
+Allocation is on demand: ``allocate`` takes blocks for the prompt (reused prefix-cache hits
+first), ``append`` takes one more block only when a sequence crosses a block boundary, and a
+write into a shared block (ref > 1) first copies it (``cow_copies`` counts each copy).
+
+Accounting (exact, O(1) counters, base.py's categories)
+-------------------------------------------------------
+Each physical block in use counts once. ``filled(b)`` is how many of its slots hold computed
+KV (the same for all sharers: shared blocks are never written). Its *demand* is how far it will
+be filled: ``dem(b) = max over the sequences s referencing it, at table index i, of
+clamp(F_s - i*block_size, 0, block_size)``. Then, summing over blocks in use::
+
+    token_states = sum filled(b)
+    reservation  = sum dem(b) - filled(b)     (prompt blocks not yet computed; the last
+                                               block's slots its sequence(s) will still fill)
+    internal_frag= sum block_size - dem(b)    (slots no sharer will ever fill)
+    allocator_slack = 0
+    free         = (free + cached-unreferenced blocks) * block_size + leftover slots
+
+So a partially filled block shared after fork counts its unfilled slots as reservation up to
+the largest remaining demand of its sharers. Full blocks have dem = block_size. The sums of
+``filled`` and ``dem`` and the count of blocks in use are updated on every change; only
+partially filled shared blocks keep a small ``{seq: demand}`` map to recompute the max when a
+sharer leaves. A sequence that outgrows its final length F has F raised (never with a correct
+trace).
+
+Prefix caching (``prefix_caching=True`` and ``SeqSpec.prefix_hashes``)
+-----------------------------------------------------------------------
+Hash j covers prompt tokens [j*H, (j+1)*H) (H = ``hash_block_tokens``, e.g. Mooncake's 512).
+A chain ``c_j = hash((c_{j-1}, h_j))`` names a prefix; paged block i (tokens [0, e), e =
+(i+1)*block_size) is keyed ``(H, e, c_{ceil(e/H)-1})`` if e <= prompt_len and the hashes reach
+e. A block's key is registered when it becomes full (computed); ``allocate`` reuses the longest
+run of cached leading blocks, at most ``prompt_len - 1`` tokens (as vLLM, the last prompt token is
+always computed). Unreferenced cached blocks wait in an LRU (a freed sequence's blocks tail
+first, so tails are evicted first) and are evicted (``evictions``) only when the free list is
+empty. Without hashes nothing is shared.
+
+Watermark (vLLM): ``can_allocate`` is LATER if admitting would leave fewer than
+``int(watermark * num_blocks)`` reclaimable blocks, and NEVER if the prompt alone needs more
+than ``num_blocks - watermark_blocks``.
+
+Hot path: ``append_batch`` / ``can_append_batch`` / ``blocks_needed_for_append_batch`` work on
+numpy arrays indexed by seq_id; the Python loop runs only over sequences that need a block and
+cannot be served by the vectorized boundary path (shared tail, prefix-key registration,
+eviction). ``seq_ids`` within one batch must be distinct.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from sim.errors import ConfigError, OutOfMemory
+from sim.memory.base import Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec
+
+_SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt")
+
+
+class PagedManager(KVCacheManager):
+    kind = "paged"
+    MAX_BLOCK_SIZE: int | None = 256
+
+    def __init__(self, capacity: int, max_seq_len: int, block_size: int = 16, watermark: float = 0.01,
+                 prefix_caching: bool = False):
+        if self.MAX_BLOCK_SIZE is not None and not 1 <= block_size <= self.MAX_BLOCK_SIZE:
+            raise ConfigError(f"block_size must be in 1..{self.MAX_BLOCK_SIZE}, got {block_size} "
+                              "(vLLM uses 16)")
+        if block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {block_size} (e.g. 16)")
+        if max_seq_len < 1:
+            raise ConfigError(f"max_seq_len must be >= 1, got {max_seq_len} (e.g. 2048)")
+        if not 0 <= watermark < 1:
+            raise ConfigError(f"watermark must be in [0, 1), got {watermark} (vLLM uses 0.01)")
+        bs = int(block_size)
+        num_blocks = int(capacity) // bs
+        need = -(-int(max_seq_len) // bs)
+        if capacity < max_seq_len or num_blocks < need:
+            raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {bs}) cannot hold one "
+                              f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * bs} "
+                              f"or a larger pool (kv_gib)")
+        self.capacity = int(capacity)
+        self.max_seq_len = int(max_seq_len)
+        self.block_size = bs
+        self.num_blocks = num_blocks
+        self.leftover = self.capacity - num_blocks * bs
+        self.watermark = float(watermark)
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.prefix_caching = bool(prefix_caching)
+
+        self._ref = np.zeros(num_blocks, dtype=np.int64)
+        self._filled = np.zeros(num_blocks, dtype=np.int64)
+        self._dem = np.zeros(num_blocks, dtype=np.int64)
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives block 0 first
+        self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks with ref 0, oldest first
+        self._cache: dict[tuple, int] = {}  # prefix key -> block
+        self._block_key: dict[int, tuple] = {}  # block -> its registered key
+        self._sharers: dict[int, dict[int, int]] = {}  # partially filled shared block -> {seq: demand}
+
+        n = 64
+        for f in _SEQ_FIELDS:
+            setattr(self, "_" + f, np.zeros(n, dtype=np.int64))
+        self._active = np.zeros(n, dtype=bool)
+        self._tables: dict[int, list[int]] = {}
+        self._seq_keys: dict[int, list[tuple]] = {}
+
+        self._token_states = 0  # sum filled over blocks in use
+        self._demand = 0  # sum dem over blocks in use
+        self._used = 0  # blocks in use
+        self._counters = {"cow_copies": 0, "evictions": 0, "prefix_hit_tokens": 0, "allocations": 0,
+                          "frees": 0, "forks": 0, "fork_copies": 0}
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _ensure(self, seq_id: int) -> None:
+        n = len(self._L)
+        if seq_id < n:
+            return
+        m = max(2 * n, seq_id + 1)
+        for f in _SEQ_FIELDS:
+            a = getattr(self, "_" + f)
+            b = np.zeros(m, dtype=a.dtype)
+            b[:n] = a
+            setattr(self, "_" + f, b)
+        b = np.zeros(m, dtype=bool)
+        b[:n] = self._active
+        self._active = b
+
+    def _d(self, F: int, i: int) -> int:
+        return min(max(F - i * self.block_size, 0), self.block_size)
+
+    def has_seq(self, seq_id: int) -> bool:
+        return 0 <= seq_id < len(self._active) and bool(self._active[seq_id])
+
+    def _check_seq(self, seq_id: int) -> None:
+        if not self.has_seq(seq_id):
+            raise KeyError(f"sequence {seq_id} is not allocated")
+
+    def _take(self) -> int:
+        """A block for new use (ref set by the caller): the free list first, else evict the LRU."""
+        if self._free:
+            b = self._free.pop()
+        elif self._lru:
+            b, _ = self._lru.popitem(last=False)
+            del self._cache[self._block_key.pop(b)]
+            self._counters["evictions"] += 1
+        else:
+            raise OutOfMemory("no free KV block (the scheduler must check can_* first)")
+        self._ref[b] = 1
+        self._filled[b] = 0
+        self._dem[b] = 0
+        self._used += 1
+        return b
+
+    def _release(self, b: int, seq_id: int) -> None:
+        """Drop ``seq_id``'s reference to block ``b``."""
+        self._ref[b] -= 1
+        if self._ref[b] == 0:
+            self._used -= 1
+            self._token_states -= int(self._filled[b])
+            self._demand -= int(self._dem[b])
+            self._dem[b] = 0
+            self._sharers.pop(b, None)
+            if b in self._block_key:
+                self._lru[b] = None  # filled stays block_size: revived as is on a hit
+            else:
+                self._filled[b] = 0
+                self._free.append(b)
+        else:
+            sh = self._sharers.get(b)
+            if sh is not None:
+                del sh[seq_id]
+                new = max(sh.values())
+                if len(sh) == 1:
+                    del self._sharers[b]
+                self._demand += new - int(self._dem[b])
+                self._dem[b] = new
+
+    def _keys(self, spec: SeqSpec) -> list[tuple]:
+        """Prefix-cache keys of the spec's keyable (full, hashed) prompt blocks."""
+        if not self.prefix_caching or not spec.prefix_hashes:
+            return []
+        H, bs, hashes = int(spec.hash_block_tokens), self.block_size, spec.prefix_hashes
+        chain, c = [], hash(("pagesim-prefix", H))
+        for h in hashes:
+            c = hash((c, h))
+            chain.append(c)
+        keys = []
+        reach = min(spec.prompt_len, len(hashes) * H)
+        e = bs
+        while e <= reach:
+            keys.append((H, e, chain[(e + H - 1) // H - 1]))
+            e += bs
+        return keys
+
+    def _hits(self, spec: SeqSpec, keys: list[tuple]) -> list[int]:
+        limit = (spec.prompt_len - 1) // self.block_size  # at most prompt_len - 1 cached tokens
+        out = []
+        for k in keys[:limit]:
+            b = self._cache.get(k)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    # ---- admission -----------------------------------------------------------------------
+    def _prompt_blocks(self, spec: SeqSpec) -> int:
+        return -(-spec.prompt_len // self.block_size)
+
+    def blocks_needed_to_allocate(self, spec: SeqSpec) -> int:
+        """Reclaimable blocks ``allocate(spec)`` would consume (new blocks + revived LRU hits)."""
+        hits = self._hits(spec, self._keys(spec))
+        return self._prompt_blocks(spec) - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
+
+    def can_allocate(self, spec: SeqSpec) -> Admit:
+        if (spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len
+                or self._prompt_blocks(spec) > self.num_blocks - self.watermark_blocks):
+            return Admit.NEVER
+        avail = len(self._free) + len(self._lru)
+        return Admit.OK if avail - self.blocks_needed_to_allocate(spec) >= self.watermark_blocks else Admit.LATER
+
+    def explain_never(self, spec: SeqSpec) -> str:
+        if spec.final_len <= self.max_seq_len and spec.prompt_len <= self.max_seq_len:
+            return (f"sequence {spec.seq_id}: its prompt needs {self._prompt_blocks(spec)} blocks, more than "
+                    f"the {self.num_blocks} blocks less the {self.watermark_blocks}-block watermark")
+        return super().explain_never(spec)
+
+    def allocate(self, spec: SeqSpec) -> int:
+        s = spec.seq_id
+        if self.has_seq(s):
+            raise ValueError(f"sequence {s} is already allocated")
+        if self.can_allocate(spec) is not Admit.OK:
+            raise OutOfMemory(f"cannot admit sequence {s} now")
+        keys = self._keys(spec)
+        hits = self._hits(spec, keys)
+        bs = self.block_size
+        F = max(spec.final_len, spec.prompt_len)
+        table = []
+        for b in hits:
+            if self._ref[b] == 0:  # revive from the LRU
+                del self._lru[b]
+                self._used += 1
+                self._token_states += bs
+                self._demand += bs
+                self._dem[b] = bs
+            self._ref[b] += 1
+            table.append(b)
+        for i in range(len(hits), self._prompt_blocks(spec)):
+            b = self._take()
+            d = self._d(F, i)
+            self._dem[b] = d
+            self._demand += d
+            table.append(b)
+        self._ensure(s)
+        cached = len(hits) * bs
+        self._L[s], self._F[s], self._nb[s] = cached, F, len(table)
+        self._tail[s] = table[-1] if table else -1
+        self._klimit[s], self._prompt[s] = len(keys) * bs, spec.prompt_len
+        self._active[s] = True
+        self._tables[s] = table
+        if keys:
+            self._seq_keys[s] = keys
+        self._counters["allocations"] += 1
+        self._counters["prefix_hit_tokens"] += cached
+        return cached
+
+    # ---- appends -------------------------------------------------------------------------
+    def _needed(self, s: int, n: int) -> int:
+        """Blocks ``append(s, n)`` would take: new blocks past the table plus copy-on-write copies."""
+        L, bs, tbl = int(self._L[s]), self.block_size, self._tables[s]
+        first, last = L // bs, (L + n - 1) // bs
+        new = max(0, last + 1 - len(tbl))
+        cow = sum(1 for i in range(first, min(last + 1, len(tbl))) if self._ref[tbl[i]] > 1)
+        return new + cow
+
+    def num_free_blocks(self) -> int:
+        """Blocks available to new use: free plus unreferenced cached (evictable) blocks."""
+        return len(self._free) + len(self._lru)
+
+    def num_seq_blocks(self, seq_id: int) -> int:
+        self._check_seq(seq_id)
+        return int(self._nb[seq_id])
+
+    def block_table(self, seq_id: int) -> list[int]:
+        self._check_seq(seq_id)
+        return list(self._tables[seq_id])
+
+    def can_append(self, seq_id: int, n: int = 1) -> bool:
+        self._check_seq(seq_id)
+        return n <= 0 or self._needed(seq_id, n) <= self.num_free_blocks()
+
+    def append(self, seq_id: int, n: int = 1) -> None:
+        self._check_seq(seq_id)
+        if n <= 0:
+            return
+        s, bs = seq_id, self.block_size
+        if self._needed(s, n) > self.num_free_blocks():
+            raise OutOfMemory(f"sequence {s}: no free block for {n} more tokens")
+        L, F = int(self._L[s]), int(self._F[s])
+        newL = L + n
+        F = max(F, newL)
+        tbl = self._tables[s]
+        first, last = L // bs, (newL - 1) // bs
+        for i in range(first, min(last + 1, len(tbl))):
+            b = tbl[i]
+            if self._ref[b] > 1:  # copy-on-write
+                c = self._take()
+                self._filled[c] = self._filled[b]
+                self._token_states += int(self._filled[b])
+                self._release(b, s)
+                tbl[i] = c
+                self._counters["cow_copies"] += 1
+        while len(tbl) <= last:
+            tbl.append(self._take())
+        keys = self._seq_keys.get(s)
+        for i in range(first, last + 1):
+            b = tbl[i]
+            f = min(newL - i * bs, bs)
+            self._token_states += f - int(self._filled[b])
+            self._filled[b] = f
+            d = self._d(F, i)
+            self._demand += d - int(self._dem[b])
+            self._dem[b] = d
+            if f == bs and keys is not None and i < len(keys) and keys[i] not in self._cache:
+                self._cache[keys[i]] = b
+                self._block_key[b] = keys[i]
+        self._L[s], self._F[s], self._nb[s], self._tail[s] = newL, F, len(tbl), tbl[-1]
+
+    def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
+        """Blocks one decode token for each of ``seq_ids`` would take (new + copy-on-write), exactly."""
+        ids = np.asarray(seq_ids, dtype=np.int64)
+        if not len(ids):
+            return 0
+        bs = self.block_size
+        L, A = self._L[ids], self._nb[ids] * bs
+        total = int(np.count_nonzero(L == A))
+        written = self._tail[ids[(L < A) & (A - L <= bs)]]  # the block each token goes into
+        inner = (L < A) & (A - L > bs)  # writes inside pre-allocated prompt blocks (rare)
+        if inner.any():
+            extra = [self._tables[s][int(self._L[s]) // bs] for s in ids[inner].tolist()]
+            written = np.concatenate([written, np.asarray(extra, dtype=np.int64)])
+        shared = written[self._ref[written] > 1]
+        if len(shared):  # k writers into a block with r refs copy min(k, r - 1) times
+            blocks, k = np.unique(shared, return_counts=True)
+            total += int(np.minimum(k, self._ref[blocks] - 1).sum())
+        return total
+
+    def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
+        return self.blocks_needed_for_append_batch(seq_ids) <= self.num_free_blocks()
+
+    def append_batch(self, seq_ids: Iterable[int]) -> None:
+        ids = np.asarray(seq_ids if isinstance(seq_ids, (np.ndarray, list, tuple)) else list(seq_ids),
+                         dtype=np.int64)
+        if not len(ids):
+            return
+        if not self._active[ids].all():
+            raise KeyError(f"sequences {[int(s) for s in ids if not self.has_seq(int(s))]} are not allocated")
+        bs = self.block_size
+        L, F = self._L[ids], self._F[ids]
+        A = self._nb[ids] * bs
+        tails = self._tail[ids]
+        ok = (L < F) & (L >= self._klimit[ids])
+        # 1) room in a private last block: just count the token
+        fast = ok & (L < A) & (A - L <= bs) & (self._ref[tails] == 1)
+        f_ids, f_tails = ids[fast], tails[fast]
+        self._L[f_ids] += 1
+        self._filled[f_tails] += 1
+        self._token_states += len(f_ids)
+        # 2) at a block boundary: a fresh block each, straight from the free list
+        bnd = ok & (L == A)
+        k = int(np.count_nonzero(bnd))
+        if k and k <= len(self._free):
+            b_ids = ids[bnd]
+            new = self._free[-k:][::-1]
+            del self._free[-k:]
+            nb = np.asarray(new, dtype=np.int64)
+            d = np.minimum(F[bnd] - L[bnd], bs)
+            self._ref[nb] = 1
+            self._filled[nb] = 1
+            self._dem[nb] = d
+            self._demand += int(d.sum())
+            self._used += k
+            self._token_states += k
+            tables = self._tables
+            for s, b in zip(b_ids.tolist(), new):
+                tables[s].append(b)
+            self._nb[b_ids] += 1
+            self._tail[b_ids] = nb
+            self._L[b_ids] += 1
+            done = fast | bnd
+        else:
+            done = fast
+        # 3) everything else one by one (copy-on-write, prefix-key registration, eviction ...)
+        for s in ids[~done].tolist():
+            self.append(s, 1)
+
+    # ---- fork / free ---------------------------------------------------------------------
+    def fork(self, parent_id: int, child_id: int, child_final_len: int | None = None) -> None:
+        self._check_seq(parent_id)
+        if self.has_seq(child_id):
+            raise ValueError(f"sequence {child_id} is already allocated")
+        p, c, bs = parent_id, child_id, self.block_size
+        L, Fp = int(self._L[p]), int(self._F[p])
+        Fc = max(Fp if child_final_len is None else int(child_final_len), L)
+        table = list(self._tables[p])
+        self._share(p, c, table, Fp, Fc)
+        self._ensure(c)
+        self._L[c], self._F[c], self._nb[c] = L, Fc, len(table)
+        self._tail[c] = table[-1] if table else -1
+        self._klimit[c], self._prompt[c] = self._klimit[p], self._prompt[p]
+        self._active[c] = True
+        self._tables[c] = table
+        if p in self._seq_keys:
+            self._seq_keys[c] = self._seq_keys[p]
+        self._counters["forks"] += 1
+
+    def _share(self, p: int, c: int, table: list[int], Fp: int, Fc: int) -> None:
+        bs = self.block_size
+        for i, b in enumerate(table):
+            self._ref[b] += 1
+            if self._filled[b] < bs:  # partially filled: track sharers' demands
+                sh = self._sharers.get(b)
+                if sh is None:
+                    sh = self._sharers[b] = {p: self._d(Fp, i)}
+                sh[c] = self._d(Fc, i)
+                new = max(sh.values())
+                self._demand += new - int(self._dem[b])
+                self._dem[b] = new
+
+    def free(self, seq_id: int) -> None:
+        self._check_seq(seq_id)
+        for b in reversed(self._tables.pop(seq_id)):
+            self._release(b, seq_id)
+        self._active[seq_id] = False
+        self._seq_keys.pop(seq_id, None)
+        self._counters["frees"] += 1
+
+    # ---- reports -------------------------------------------------------------------------
+    def num_tokens(self, seq_id: int) -> int:
+        self._check_seq(seq_id)
+        return int(self._L[seq_id])
+
+    def num_seqs(self) -> int:
+        return len(self._tables)
+
+    def usage(self, demand_waiting: bool = False) -> MemoryUsage:
+        free = (self.num_blocks - self._used) * self.block_size + self.leftover
+        return MemoryUsage(self._token_states, self._demand - self._token_states,
+                           self._used * self.block_size - self._demand, 0,
+                           free if demand_waiting else 0, 0 if demand_waiting else free)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._counters, cached_tokens=len(self._lru) * self.block_size,
+                    cached_blocks=len(self._cache), free_blocks=len(self._free),
+                    used_blocks=self._used, num_seqs=len(self._tables))
+
+    def export(self) -> BlockTableSnapshot:
+        return BlockTableSnapshot(self.block_size, self.num_blocks,
+                                  {s: list(t) for s, t in self._tables.items()},
+                                  {s: int(self._L[s]) for s in self._tables},
+                                  {int(b): int(self._ref[b]) for b in np.flatnonzero(self._ref)})
+
+    def check(self) -> None:
+        bs, nb = self.block_size, self.num_blocks
+        ref = np.zeros(nb, dtype=np.int64)
+        dem = np.zeros(nb, dtype=np.int64)
+        holders: dict[int, set[int]] = {}
+        for s, tbl in self._tables.items():
+            assert self._active[s], f"sequence {s} has a table but is inactive"
+            L, F = int(self._L[s]), int(self._F[s])
+            assert 0 <= L <= F and L <= len(tbl) * bs, f"sequence {s}: L={L} F={F} blocks={len(tbl)}"
+            assert int(self._nb[s]) == len(tbl) and int(self._tail[s]) == (tbl[-1] if tbl else -1), \
+                f"sequence {s}: block count / tail drifted"
+            assert len(set(tbl)) == len(tbl), f"sequence {s} holds a block twice"
+            for i, b in enumerate(tbl):
+                ref[b] += 1
+                dem[b] = max(dem[b], self._d(F, i))
+                holders.setdefault(b, set()).add(s)
+                assert self._filled[b] == min(max(L - i * bs, 0), bs), \
+                    f"block {b} filled {self._filled[b]} != sequence {s}'s {L} tokens at index {i}"
+        assert int(np.count_nonzero(self._active)) == len(self._tables), "active flags drifted"
+        assert (self._ref >= 0).all(), "negative refcount"
+        assert (ref == self._ref).all(), "refcounts differ from table references"
+        used = set(np.flatnonzero(ref).tolist())
+        free, lru = set(self._free), set(self._lru)
+        assert len(free) == len(self._free), "a block is on the free list twice"
+        assert not (used & free) and not (used & lru) and not (free & lru), "a block is in two states"
+        assert len(used) + len(free) + len(lru) == nb, "free + used + cached != total blocks"
+        assert len(used) == self._used, "used-block counter drifted"
+        u = np.fromiter(used, dtype=np.int64, count=len(used))
+        assert int(self._filled[u].sum()) == self._token_states, "token_states counter drifted"
+        assert (dem[u] == self._dem[u]).all(), "block demand drifted"
+        assert int(dem[u].sum()) == self._demand, "demand counter drifted"
+        for b, sh in self._sharers.items():
+            assert self._ref[b] > 1 and self._filled[b] < bs and set(sh) == holders[b], f"sharers of {b} drifted"
+        for b in used:
+            if self._ref[b] > 1 and self._filled[b] < bs:
+                assert b in self._sharers, f"shared partial block {b} untracked"
+        assert {v: k for k, v in self._cache.items()} == self._block_key, "prefix cache index drifted"
+        for b in lru:
+            assert b in self._block_key and self._filled[b] == bs, f"LRU block {b} is not a full cached block"
+        for b in self._free:
+            assert b not in self._block_key, f"free block {b} still cached"
+        super().check()
+
+
+class TokenManager(PagedManager):
+    """TokenAttention (LightLLM): token-level pages, i.e. exactly paged with ``block_size=1``."""
+
+    kind = "token"
+
+    def __init__(self, capacity: int, max_seq_len: int, watermark: float = 0.01, prefix_caching: bool = False):
+        super().__init__(capacity, max_seq_len, block_size=1, watermark=watermark,
+                         prefix_caching=prefix_caching)

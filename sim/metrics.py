@@ -1,0 +1,172 @@
+"""Per-iteration records, per-request records, and the run summary.
+
+Memory averages are time-weighted over the whole run, from the first arrival to the last
+finish: each iteration's six categories weigh by its duration, and idle time (nothing to
+run) counts as ``free_idle``. ``avg_batch_size`` is the time-weighted number of requests
+holding KV memory (admitted and not finished) while the engine is busy: the quantity of the
+vLLM paper's Fig. 13.
+
+Inter-token latencies are summed exactly (mean) and binned on a log grid (0.5 % wide bins)
+for the median and p99, so a million-request run needs no per-token storage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.memory.base import MemoryUsage
+
+STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
+                "num_waiting", "num_running"] + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
+
+REQUEST_COLUMNS = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", "n", "beam_width",
+                   "status", "reject_reason", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2el_s",
+                   "normalized_latency_s", "preemptions"]
+
+
+class StepRecorder:
+    """Appends one row per iteration into growable numpy columns; keeps running sums."""
+
+    def __init__(self, capacity: int, keep_rows: bool = True):
+        self.capacity = capacity
+        self.keep_rows = keep_rows
+        self.n = 0
+        self._cap = 1024 if keep_rows else 0
+        self._f = np.zeros((self._cap, 2), np.float64)  # start_s, dt_s
+        self._i = np.zeros((self._cap, 11), np.int64)  # batch, prefill, decode, waiting, running, 6 mem
+        self.busy_s = 0.0
+        self.idle_s = 0.0
+        self.mem_weighted = np.zeros(6, np.float64)  # sum of slots x seconds per category
+        self._mem_sum = [0.0] * 6
+        self.running_weighted = 0.0
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+
+    def add(self, start: float, dt: float, batch, waiting: int, running: int, mem: tuple) -> None:
+        pre = batch.num_prefill_tokens
+        dec = batch.num_decode_tokens
+        if self.keep_rows:  # sums are taken from the rows at the end
+            if self.n == self._cap:
+                self._cap *= 2
+                self._f = np.resize(self._f, (self._cap, 2))
+                self._i = np.resize(self._i, (self._cap, 11))
+            self._f[self.n] = (start, dt)
+            self._i[self.n] = (len(batch.prefill_seq_ids) + dec, pre, dec, waiting, running, *mem)
+        else:
+            self.busy_s += dt
+            self._mem_sum = [a + b * dt for a, b in zip(self._mem_sum, mem)]
+            self.running_weighted += running * dt
+            self.prefill_tokens += pre
+            self.decode_tokens += dec
+        self.n += 1
+
+    def finalize(self) -> None:
+        """Turn the rows (or the running sums) into the totals the summary reads."""
+        if self.keep_rows:
+            n = self.n
+            dt = self._f[:n, 1]
+            self.busy_s = float(dt.sum())
+            self.mem_weighted = self._i[:n, 5:11].T.astype(np.float64) @ dt
+            self.mem_weighted[5] += self.capacity * self.idle_s
+            self.running_weighted = float(self._i[:n, 4] @ dt)
+            self.prefill_tokens = int(self._i[:n, 1].sum())
+            self.decode_tokens = int(self._i[:n, 2].sum())
+        else:
+            self.mem_weighted = np.array(self._mem_sum, np.float64)
+            self.mem_weighted[5] += self.capacity * self.idle_s
+
+    def add_idle(self, dt: float) -> None:
+        self.idle_s += dt
+
+    def frame(self) -> pd.DataFrame:
+        n = self.n if self.keep_rows else 0
+        df = pd.DataFrame(self._i[:n], columns=STEP_COLUMNS[3:])
+        df.insert(0, "step", np.arange(n, dtype=np.int64))
+        df.insert(1, "start_s", self._f[:n, 0])
+        df.insert(2, "dt_s", self._f[:n, 1])
+        return df
+
+    def memory_fractions(self) -> dict[str, float]:
+        total = (self.busy_s + self.idle_s) * self.capacity
+        if total <= 0:
+            return {f"mem_{c}": 0.0 for c in MemoryUsage.CATEGORIES}
+        return {f"mem_{c}": float(v / total) for c, v in zip(MemoryUsage.CATEGORIES, self.mem_weighted)}
+
+
+def request_frame(table) -> pd.DataFrame:
+    t = table
+    status = np.where(t.status == 4, "finished", np.where(t.status == 5, "rejected", "unfinished"))
+    ttft = t.first_token_s - t.arrival_s
+    e2el = t.finish_s - t.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(t.output > 1, (t.finish_s - t.first_token_s) / (t.output - 1), np.nan)
+        norm = e2el / t.output
+    return pd.DataFrame({
+        "request_id": t.request_id.astype(str), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
+        "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
+        "reject_reason": t.reject_reason.astype(str), "first_token_s": t.first_token_s,
+        "finish_s": t.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el,
+        "normalized_latency_s": norm, "preemptions": t.preemptions,
+    })
+
+
+def _hist_quantile(edges: np.ndarray, hist: np.ndarray, q: float) -> float:
+    total = hist.sum()
+    if total == 0:
+        return float("nan")
+    k = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
+    k = min(max(k, 1), len(edges) - 1)
+    return float(np.sqrt(edges[k - 1] * edges[k]))  # geometric bin centre
+
+
+def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s: float,
+              extra: dict | None = None) -> dict:
+    t = table
+    rec.finalize()
+    fin = t.status == 4
+    completed = int(fin.sum())
+    out_tokens = int((t.output[fin] * t.width[fin]).sum())
+    in_tokens = int(t.prompt[fin].sum())
+    dur = duration_s if duration_s > 0 else float("nan")
+
+    def stats(name: str, values_s: np.ndarray) -> dict:
+        v = values_s[~np.isnan(values_s)] * 1e3
+        if not len(v):
+            return {f"mean_{name}": float("nan"), f"median_{name}": float("nan"), f"p99_{name}": float("nan")}
+        return {f"mean_{name}": float(v.mean()), f"median_{name}": float(np.median(v)),
+                f"p99_{name}": float(np.percentile(v, 99))}
+
+    ttft = (t.first_token_s - t.arrival_s)[fin]
+    e2el = (t.finish_s - t.arrival_s)[fin]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(t.output[fin] > 1, (t.finish_s[fin] - t.first_token_s[fin]) / (t.output[fin] - 1), np.nan)
+    s = {
+        "completed": completed,
+        "rejected": int((t.status == 5).sum()),
+        "unfinished": int(((t.status != 4) & (t.status != 5)).sum()),
+        "duration_s": float(duration_s),
+        "request_throughput": completed / dur,
+        "output_throughput": out_tokens / dur,
+        "total_token_throughput": (out_tokens + in_tokens) / dur,
+    }
+    s.update(stats("ttft_ms", ttft))
+    s.update(stats("tpot_ms", tpot))
+    itl_sum, itl_count, itl_hist, itl_edges = sched.itl_stats()
+    itl_mean = itl_sum / itl_count * 1e3 if itl_count else float("nan")
+    s.update({"mean_itl_ms": itl_mean,
+              "median_itl_ms": _hist_quantile(itl_edges, itl_hist, 0.5) * 1e3,
+              "p99_itl_ms": _hist_quantile(itl_edges, itl_hist, 0.99) * 1e3})
+    s.update(stats("e2el_ms", e2el))
+    s["normalized_latency_s_per_token"] = float(np.mean(e2el / t.output[fin])) if completed else float("nan")
+    s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
+    s["num_preemptions"] = int(sched.num_preemptions)
+    s.update(rec.memory_fractions())
+    s["kv_capacity_tokens"] = int(rec.capacity)
+    s["num_steps"] = int(rec.n)
+    s["busy_s"] = float(rec.busy_s)
+    s["idle_s"] = float(rec.idle_s)
+    s["wall_time_s"] = float(wall_time_s)
+    if extra:
+        s.update(extra)
+    return s

@@ -1,0 +1,133 @@
+"""One call runs a simulation: ``run_simulation(cfg, trace) -> SimResult``.
+
+Data flows one way: trace DataFrame -> request table -> engine (scheduler + manager +
+executor) -> records (DataFrames) -> summary dict. ``SimResult.save(dir)`` writes
+``summary.json``, ``requests.csv``, ``steps.csv`` and ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.config import SimConfig
+from sim.cost import make_cost_model
+from sim.engine import Engine, SimulatedExecutor
+from sim.errors import ConfigError
+from sim.memory import make_manager
+from sim.metrics import request_frame, summarize
+from sim.sched.continuous import ContinuousScheduler
+from sim.sched.state import RequestTable
+from sim.sched.static import StaticScheduler
+from sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_max_seq_len
+
+
+@dataclass
+class SimResult:
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    config: SimConfig | None = None
+    extra: dict = field(default_factory=dict)
+
+    def save(self, out_dir: str | Path, requests_format: str = "csv") -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
+        if self.config is not None:
+            (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        if requests_format == "parquet":
+            self.requests.to_parquet(out / "requests.parquet", index=False)
+        else:
+            self.requests.to_csv(out / "requests.csv", index=False)
+        self.steps.to_csv(out / "steps.csv", index=False)
+        return out
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> "SimResult":
+        out = Path(out_dir)
+        summary = json.loads((out / "summary.json").read_text())
+        if (out / "requests.parquet").exists():
+            requests = pd.read_parquet(out / "requests.parquet")
+        else:
+            requests = pd.read_csv(out / "requests.csv", keep_default_na=False, na_values=[""])
+        steps = pd.read_csv(out / "steps.csv") if (out / "steps.csv").exists() else pd.DataFrame()
+        cfg = None
+        if (out / "config.json").exists():
+            cfg = SimConfig(**json.loads((out / "config.json").read_text()))
+        return cls(summary, requests, steps, cfg)
+
+
+def _jsonable(d: dict) -> dict:
+    def fix(v):
+        if isinstance(v, (np.integer,)):
+            return int(v)
+        if isinstance(v, (np.floating, float)):
+            v = float(v)
+            return None if math.isnan(v) or math.isinf(v) else v
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        return v
+    return {k: fix(v) for k, v in d.items()}
+
+
+def resolve_budget(cfg: SimConfig):
+    model = with_max_seq_len(get_model(cfg.model), cfg.max_seq_len)
+    gpu = get_gpu(cfg.gpu)
+    budget: KVBudget = kv_capacity(
+        model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        activation_reserve_bytes=cfg.activation_reserve_gib * GiB)
+    if budget.capacity_tokens < model.max_seq_len and cfg.manager in ("static", "contiguous"):
+        raise ConfigError(
+            f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
+            f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
+            f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
+    return model, gpu, budget
+
+
+def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
+    """Construct (model, gpu, budget, table, manager, scheduler, executor) for a run."""
+    model, gpu, budget = resolve_budget(cfg)
+    manager = make_manager(cfg, budget.capacity_tokens, model)
+    table = RequestTable(trace)
+    rng = np.random.default_rng(cfg.seed)
+    cls = StaticScheduler if cfg.scheduler == "static" else ContinuousScheduler
+    sched = cls(cfg, table, manager, max_seq_len=model.max_seq_len,
+                kv_bytes_per_token=budget.kv_bytes_per_token, rng=rng)
+    if executor is None:
+        executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
+                                                     cfg.step_overhead_ms))
+    return model, gpu, budget, table, manager, sched, executor
+
+
+def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None) -> SimResult:
+    model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
+    engine = Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
+                    record_steps=cfg.record_steps, progress=bar)
+    try:
+        engine.run()
+    finally:
+        if bar is not None:
+            bar.close()
+    extra = {"system": cfg.system, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
+             "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
+             "block_size": cfg.block_size if cfg.manager == "paged" else None,
+             "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed}
+    mstats = manager.stats()
+    for k, v in mstats.items():
+        extra[f"mgr_{k}"] = v
+    if hasattr(engine.rec, "sharing"):
+        extra.update(engine.rec.sharing())
+    summary = summarize(table, engine.rec, sched, duration_s=engine.end_s, wall_time_s=engine.wall_time_s,
+                        extra=extra)
+    return SimResult(summary, request_frame(table), engine.rec.frame(), cfg)

@@ -1,0 +1,511 @@
+"""Iteration-level (continuous) batching: Orca and vLLM share this scheduler.
+
+Each call to :meth:`ContinuousScheduler.schedule` builds one iteration and performs its
+memory operations on the manager; :meth:`complete_step` applies what the iteration produced
+(tokens sampled, requests finished, beams forked). The manager decides what "fits": a
+contiguous (Orca) manager reserves a request's whole extent at admission and never runs out
+while decoding; a paged (vLLM) manager allocates a block at each block boundary, and when
+the pool is empty the scheduler preempts the most recently admitted request.
+
+Policy (vLLM v0, the paper's §4.5), per iteration::
+
+    1. resume swapped requests first (FCFS); while any stays swapped, admit nobody new
+    2. admit waiting requests FCFS while the prompt budget (max_num_batched_tokens),
+       max_num_seqs and memory allow; the first that does not fit blocks the queue
+       (a request that can never fit is rejected with a reason)
+    3. prefill-first: if anything was admitted, this iteration runs only prefills
+    4. otherwise decode one token for every running sequence; if memory is short,
+       preempt the latest-admitted request (recompute: back to the queue head with its
+       generated tokens as prompt; swap: K/V to CPU, bounded by swap space) until it fits
+
+Chunked prefill (Sarathi-Serve) replaces 3-4: every iteration first takes one decode token
+per running sequence, then fills the rest of ``chunk_budget`` with prefill chunks (ongoing
+prefills first, then new admissions). ``waiting_served_ratio`` (optional) admits new requests
+only when ``waiting / running`` reaches it, or nothing runs.
+
+Parallel sampling (``n``) prefills the prompt once and forks ``n - 1`` children sharing its
+blocks. Beam search (``beam_width`` k) is modelled as k beams that each step survive, or
+die and are replaced by a fork of a surviving beam with probability ``beam_churn`` (seeded):
+the shared prefix of a beam family then grows the way real beam search's does. All
+sequences of a request advance in lockstep and finish together at ``output_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from sim.batch import StepBatch
+from sim.memory.base import Admit, KVCacheManager, SeqSpec
+from sim.sched.state import RequestTable, Status
+
+_I64 = np.int64
+
+
+class ContinuousScheduler:
+    name = "continuous"
+
+    def __init__(self, cfg, table: RequestTable, manager: KVCacheManager, *, max_seq_len: int,
+                 kv_bytes_per_token: float, rng: np.random.Generator):
+        self.cfg = cfg
+        self.t = table
+        self.mgr = manager
+        self.max_seq_len = max_seq_len
+        self.rng = rng
+        self.max_num_seqs = cfg.max_num_seqs
+        self.max_batched = cfg.max_num_batched_tokens or max(max_seq_len, 2048)
+        self.chunked = cfg.chunked_prefill
+        self.budget = cfg.chunk_budget
+        self.swap = cfg.preemption == "swap"
+        self.swap_capacity = int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if self.swap else 0
+        self.swap_used = 0
+        self.beam_churn = getattr(cfg, "beam_churn", 0.25)
+
+        self.waiting: deque[int] = deque()
+        self.swapped: deque[int] = deque()
+        self.running: list[int] = []  # admission order; the last is preempted first
+        self.swapped_tokens: dict[int, list[int]] = {}
+        self.running_seqs = 0
+        self.next_seq_id = table.size
+        self.demand_waiting = False
+        self.num_preemptions = 0
+        self.num_swap_fallbacks = 0
+        self.num_rejected = 0
+        self.finished_now: list[int] = []
+        self.fork_ok = getattr(manager, "kind", "") not in ("static", "contiguous")
+        # The decode set: requests past their prefill. All advance in lockstep, so between
+        # changes of the set a decode step is O(1) here: generated = gen0 + k, and the
+        # first finish comes after min(output - gen0) steps.
+        self._dirty = True
+        self._dec_reqs = np.zeros(0, _I64)
+        self._dec_seqs = np.zeros(0, _I64)
+        self._dec_width = np.zeros(0, _I64)
+        self._dec_gen0 = np.zeros(0, _I64)
+        self._dec_ctx0_sum = 0
+        self._dec_rem_min = 0
+        self._k = 0
+        self._last_uniform: float | None = None  # every member's last token time, when equal
+        self._dec_last = np.zeros(0)
+        # admission is skipped while the queue head is blocked and nothing was freed since
+        self._free_epoch = 0
+        self._blocked: tuple | None = None
+        # inter-token latencies: exact sum/count, percentiles from a log-spaced histogram
+        self.itl_edges = np.logspace(-6, 4, 2001)
+        self.itl_hist = np.zeros(len(self.itl_edges) + 1, _I64)
+        self.itl_sum = 0.0
+        self.itl_count = 0
+        self._itl_scalars: list[float] = []
+        self._itl_scalar_w: list[int] = []
+        self._itl_arrays: list[tuple[np.ndarray, np.ndarray]] = []
+
+    # ---------------------------------------------------------------- arrivals
+    def add_arrival(self, i: int) -> None:
+        self.t.status[i] = Status.WAITING
+        self.waiting.append(i)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.swapped)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    # ---------------------------------------------------------------- helpers
+    def _spec(self, i: int, prompt_len: int, seq_id: int | None = None) -> SeqSpec:
+        t = self.t
+        return SeqSpec(i if seq_id is None else seq_id, int(prompt_len), t.final_len(i),
+                       t.prefix_hashes(i), t.hash_block_tokens)
+
+    def _reject(self, i: int, reason: str) -> None:
+        self.t.status[i] = Status.REJECTED
+        self.t.reject_reason[i] = reason
+        self.num_rejected += 1
+
+    def _never_reason(self, i: int) -> str:
+        explain = getattr(self.mgr, "explain_never", None)
+        if explain is not None:
+            return str(explain(self._spec(i, int(self.t.target[i]))))
+        return (f"needs {self.t.final_len(i)} KV slots, more than the manager can ever give "
+                f"(capacity {self.mgr.capacity})")
+
+    def _flush_decode(self) -> None:
+        """Write the decode set's lockstep progress back into the request table."""
+        if self._k and len(self._dec_reqs):
+            t = self.t
+            t.generated[self._dec_reqs] = self._dec_gen0 + self._k
+            if self._last_uniform is not None:
+                t.last_token_s[self._dec_reqs] = self._last_uniform
+            self._dec_gen0 = self._dec_gen0 + self._k
+            self._dec_ctx0_sum += self._k * len(self._dec_seqs)
+            self._dec_rem_min -= self._k
+            self._k = 0
+
+    def _refresh_decode(self) -> None:
+        if not self._dirty:
+            return
+        self._flush_decode()
+        t = self.t
+        reqs = [i for i in self.running if t.prefilled[i] >= t.target[i]]
+        self._dec_reqs = r = np.array(reqs, dtype=_I64)
+        if t.seqs:
+            seqs: list[int] = []
+            for i in reqs:
+                seqs.extend(t.seq_ids(i))
+            self._dec_seqs = np.array(seqs, dtype=_I64)
+            self._dec_width = np.array([len(t.seq_ids(i)) for i in reqs], dtype=_I64)
+        else:
+            self._dec_seqs = r
+            self._dec_width = np.ones(len(reqs), _I64)
+        self._dec_gen0 = t.generated[r]
+        self._dec_ctx0_sum = int(np.dot(t.prompt[r] + self._dec_gen0, self._dec_width)) if len(r) else 0
+        self._dec_rem_min = int((t.output[r] - self._dec_gen0).min()) if len(r) else 0
+        self._k = 0
+        last = t.last_token_s[r]
+        if len(r) and last.min() == last.max():
+            self._last_uniform = float(last[0])
+        else:
+            self._last_uniform = None
+            self._dec_last = last
+        self._dirty = False
+
+    def _decode_context(self) -> np.ndarray:
+        """Per-sequence context (after this step's token) for executors that need the array."""
+        t = self.t
+        ctx = t.prompt[self._dec_reqs] + self._dec_gen0 + self._k
+        return ctx if not t.seqs else np.repeat(ctx, self._dec_width)
+
+    # ---------------------------------------------------------------- admission
+    def _try_admit(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, int]:
+        """Admit waiting request i. Returns (outcome, prefill tokens scheduled)."""
+        t = self.t
+        width = int(t.width[i])
+        if width > 1 and not self.fork_ok:
+            self.waiting.popleft()
+            self._reject(i, f"parallel sampling / beam search (width {width}) needs a manager that "
+                            "shares blocks (paged); this one would copy whole reservations")
+            return "rejected", 0
+        if self.running_seqs + width > self.max_num_seqs:
+            return "full", 0
+        target = int(t.target[i])
+        if chunk_limit is None and target > self.max_batched:
+            self.waiting.popleft()
+            self._reject(i, f"prompt of {target} tokens exceeds max_num_batched_tokens={self.max_batched}")
+            return "rejected", 0
+        if chunk_limit is None and target > budget_left:
+            return "budget", 0
+        if chunk_limit is not None and budget_left <= 0:
+            return "budget", 0
+        spec = self._spec(i, target)
+        adm = self.mgr.can_allocate(spec)
+        if adm is Admit.NEVER:
+            self.waiting.popleft()
+            self._reject(i, self._never_reason(i))
+            return "rejected", 0
+        if adm is Admit.LATER:
+            self.demand_waiting = True
+            return "memory", 0
+        self.waiting.popleft()
+        cached = int(self.mgr.allocate(spec))
+        cached = min(cached, target - 1)  # the last prompt token is always computed
+        t.prefilled[i] = cached
+        t.status[i] = Status.RUNNING
+        self.running.append(i)
+        self.running_seqs += 1  # children join at fork time
+        self._dirty = True
+        todo = target - cached
+        n = todo if chunk_limit is None else min(todo, chunk_limit)
+        return "ok", n
+
+    def mgr_append(self, i: int, n: int) -> None:
+        if n:
+            self.mgr.append(i, n)
+            self.t.prefilled[i] += n
+
+    def _resume_swapped(self, batch: StepBatch) -> bool:
+        """Swap in swapped requests FCFS; True when none is left swapped."""
+        t = self.t
+        while self.swapped:
+            i = self.swapped[0]
+            lens = self.swapped_tokens[i]
+            seqs = t.seq_ids(i)
+            if self.running_seqs + len(seqs) > self.max_num_seqs:
+                return False
+            specs = [self._spec(i, L, s) for s, L in zip(seqs, lens)]
+            # all of the group's sequences must fit; check them one by one against a trial
+            if any(self.mgr.can_allocate(sp) is not Admit.OK for sp in specs[:1]):
+                self.demand_waiting = True
+                return False
+            ok = True
+            done = []
+            for sp in specs:
+                if self.mgr.can_allocate(sp) is not Admit.OK:
+                    ok = False
+                    break
+                self.mgr.allocate(sp)
+                self.mgr.append(sp.seq_id, sp.prompt_len)
+                done.append(sp.seq_id)
+            if not ok:
+                for s in done:
+                    self.mgr.free(s)
+                self.demand_waiting = True
+                return False
+            self.swapped.popleft()
+            del self.swapped_tokens[i]
+            tokens = sum(lens)
+            self.swap_used -= tokens
+            batch.swap_in_tokens += tokens
+            t.status[i] = Status.RUNNING
+            self.running.append(i)
+            self.running_seqs += len(seqs)
+            self._dirty = True
+        return True
+
+    # ---------------------------------------------------------------- preemption
+    def _preempt_last(self, batch: StepBatch) -> None:
+        self._flush_decode()
+        t = self.t
+        i = self.running.pop()
+        self._free_epoch += 1
+        seqs = t.seq_ids(i)
+        self.running_seqs -= len(seqs)
+        t.preemptions[i] += 1
+        self.num_preemptions += 1
+        self.demand_waiting = True
+        self._dirty = True
+        in_prefill = t.prefilled[i] < t.target[i]
+        lens = [self.mgr.num_tokens(s) for s in seqs]
+        if self.swap and not in_prefill and self.swap_used + sum(lens) <= self.swap_capacity:
+            for s in seqs:
+                self.mgr.free(s)
+            self.swapped_tokens[i] = lens
+            self.swap_used += sum(lens)
+            batch.swap_out_tokens += sum(lens)
+            t.status[i] = Status.SWAPPED
+            self.swapped.append(i)
+            return
+        if self.swap:
+            self.num_swap_fallbacks += 1
+        for s in seqs:
+            self.mgr.free(s)
+        if t.generated[i] > 0:
+            t.target[i] = t.prompt[i] + t.generated[i]  # generated tokens become prompt
+        t.prefilled[i] = 0
+        if i in t.seqs:  # the group restarts as one sequence and re-forks after its prefill
+            del t.seqs[i]
+            t.forked[i] = False
+        t.status[i] = Status.WAITING
+        self.waiting.appendleft(i)
+
+    def _make_decode_room(self, batch: StepBatch) -> None:
+        self._refresh_decode()
+        while len(self._dec_seqs) and not self.mgr.can_append_batch(self._dec_seqs):
+            self._preempt_last(batch)
+            self._refresh_decode()
+
+    # ---------------------------------------------------------------- one iteration
+    def schedule(self, now: float) -> StepBatch:
+        self.demand_waiting = False
+        batch = StepBatch()
+        all_resumed = self._resume_swapped(batch)
+        if self.chunked:
+            return self._schedule_chunked(batch, all_resumed)
+        pre_ids: list[int] = []
+        pre_tok: list[int] = []
+        if all_resumed and self._may_admit() and not self._still_blocked():
+            budget = self.max_batched
+            while self.waiting:
+                i = self.waiting[0]
+                outcome, n = self._try_admit(i, budget, None)
+                if outcome == "rejected":
+                    continue
+                if outcome != "ok":
+                    if not pre_ids and outcome in ("memory", "full"):
+                        self._blocked = (i, self._free_epoch, outcome)
+                    break
+                self.mgr_append(i, n)
+                pre_ids.append(i)
+                pre_tok.append(n)
+                budget -= n
+        if pre_ids:  # prefill-first: this iteration runs the new prompts only
+            ids = np.array(pre_ids, _I64)
+            batch.prefill_seq_ids = ids
+            batch.prefill_tokens = np.array(pre_tok, _I64)
+            batch.prefill_context = self.t.prefilled[ids].copy()
+            return batch
+        self._decode_into(batch)
+        return batch
+
+    def _decode_into(self, batch: StepBatch) -> None:
+        """Make room (preempting if needed) and append one token to every decoding sequence."""
+        self._make_decode_room(batch)
+        if len(self._dec_seqs):
+            self.mgr.append_batch(self._dec_seqs)
+            batch.decode_seq_ids = self._dec_seqs
+            batch.set_decode_context_lazy(self._dec_ctx0_sum + self._k * len(self._dec_seqs),
+                                          self._decode_context)
+
+    def _still_blocked(self) -> bool:
+        """The queue head was blocked by memory or max_num_seqs and nothing was freed since."""
+        b = self._blocked
+        if b is None or not self.waiting or b[0] != self.waiting[0] or b[1] != self._free_epoch:
+            self._blocked = None
+            return False
+        if b[2] == "memory":
+            self.demand_waiting = True
+        return True
+
+    def _may_admit(self) -> bool:
+        r = self.cfg.waiting_served_ratio
+        if r is None or not self.running:
+            return True
+        return len(self.waiting) / len(self.running) >= r
+
+    def _schedule_chunked(self, batch: StepBatch, all_resumed: bool) -> StepBatch:
+        t = self.t
+        self._decode_into(batch)
+        budget = self.budget - len(batch.decode_seq_ids)
+        pre_ids: list[int] = []
+        pre_tok: list[int] = []
+        for i in self.running:  # ongoing prefills continue first
+            if budget <= 0:
+                break
+            todo = int(t.target[i] - t.prefilled[i])
+            if todo > 0:
+                n = min(todo, budget)
+                self.mgr_append(i, n)
+                pre_ids.append(i)
+                pre_tok.append(n)
+                budget -= n
+        if all_resumed and self._may_admit() and not self._still_blocked():
+            while self.waiting and budget > 0:
+                i = self.waiting[0]
+                outcome, n = self._try_admit(i, budget, budget)
+                if outcome == "rejected":
+                    continue
+                if outcome != "ok":
+                    if outcome in ("memory", "full"):
+                        self._blocked = (i, self._free_epoch, outcome)
+                    break
+                self.mgr_append(i, n)
+                pre_ids.append(i)
+                pre_tok.append(n)
+                budget -= n
+        if pre_ids:
+            ids = np.array(pre_ids, _I64)
+            batch.prefill_seq_ids = ids
+            batch.prefill_tokens = np.array(pre_tok, _I64)
+            batch.prefill_context = t.prefilled[ids].copy()
+        return batch
+
+    # ---------------------------------------------------------------- after the iteration
+    def complete_step(self, batch: StepBatch, now: float) -> list[int]:
+        t = self.t
+        finished: list[int] = []
+        if len(batch.decode_seq_ids):
+            self._k += 1
+            if self._last_uniform is not None:
+                self._itl_scalars.append(now - self._last_uniform)
+                self._itl_scalar_w.append(len(self._dec_seqs))
+            else:
+                self._itl_arrays.append((now - self._dec_last, self._dec_width))
+            self._last_uniform = now
+            if self._k >= self._dec_rem_min:
+                self._flush_decode()
+                reqs = self._dec_reqs
+                finished.extend(reqs[t.generated[reqs] >= t.output[reqs]].tolist())
+        for i in batch.prefill_seq_ids.tolist():
+            if t.prefilled[i] < t.target[i] or t.status[i] != Status.RUNNING:
+                continue
+            t.generated[i] += 1
+            if np.isnan(t.first_token_s[i]):
+                t.first_token_s[i] = now
+            else:  # a recompute: the gap since the last token is an inter-token latency
+                self._record_itl(np.array([now - t.last_token_s[i]]), np.array([1]))
+            t.last_token_s[i] = now
+            self._dirty = True
+            if t.generated[i] >= t.output[i]:
+                finished.append(i)
+            elif t.width[i] > 1 and not t.forked[i]:
+                self._fork_children(i)
+        for i in finished:
+            self._finish(i, now)
+        if self.beam_churn > 0 and len(batch.decode_seq_ids) and t.seqs:
+            self._beam_churn()
+        return finished
+
+    def _fork_children(self, i: int) -> None:
+        t = self.t
+        ids = [i]
+        for _ in range(int(t.width[i]) - 1):
+            c = self.next_seq_id
+            self.next_seq_id += 1
+            self.mgr.fork(i, c, t.final_len(i))
+            ids.append(c)
+        t.seqs[i] = ids
+        t.forked[i] = True
+        self.running_seqs += len(ids) - 1
+        self._dirty = True
+
+    def _beam_churn(self) -> None:
+        """Beam search: some beams die and are replaced by forks of surviving ones."""
+        t = self.t
+        for i in self.running:
+            if t.beam[i] <= 1 or i not in t.seqs:
+                continue
+            seqs = t.seqs[i]
+            k = len(seqs)
+            dies = self.rng.random(k) < self.beam_churn
+            if dies.all():
+                dies[self.rng.integers(k)] = False
+            if not dies.any():
+                continue
+            self._free_epoch += 1
+            alive = [s for s, d in zip(seqs, dies) if not d]
+            new = list(alive)
+            for s, d in zip(seqs, dies):
+                if d:
+                    self.mgr.free(s)
+            for _ in range(int(dies.sum())):
+                parent = alive[int(self.rng.integers(len(alive)))]
+                c = self.next_seq_id
+                self.next_seq_id += 1
+                self.mgr.fork(parent, c, t.final_len(i))
+                new.append(c)
+            t.seqs[i] = new
+            self._dirty = True
+
+    def _finish(self, i: int, now: float) -> None:
+        t = self.t
+        self._free_epoch += 1
+        for s in t.seq_ids(i):
+            self.mgr.free(s)
+        seqs = t.seq_ids(i)
+        self.running_seqs -= len(seqs)
+        self.running.remove(i)
+        t.seqs.pop(i, None)
+        t.status[i] = Status.FINISHED
+        t.finish_s[i] = now
+        self._dirty = True
+
+    def _record_itl(self, itl: np.ndarray, weights: np.ndarray) -> None:
+        self._itl_arrays.append((np.asarray(itl, float), np.asarray(weights)))
+
+    def itl_stats(self) -> tuple[float, int, np.ndarray, np.ndarray]:
+        """(sum, count, histogram, bin edges) of inter-token latencies; flushes the buffers."""
+        vals = [np.asarray(self._itl_scalars, float)] + [a for a, _ in self._itl_arrays]
+        wts = [np.asarray(self._itl_scalar_w, np.int64)] + [np.asarray(w, np.int64) for _, w in self._itl_arrays]
+        v = np.concatenate(vals)
+        w = np.concatenate(wts)
+        if len(v):
+            self.itl_sum += float(np.dot(v, w))
+            self.itl_count += int(w.sum())
+            idx = np.searchsorted(self.itl_edges, v)
+            self.itl_hist += np.bincount(idx, weights=w, minlength=len(self.itl_hist)).astype(_I64)
+        self._itl_scalars, self._itl_scalar_w, self._itl_arrays = [], [], []
+        return self.itl_sum, self.itl_count, self.itl_hist, self.itl_edges

@@ -1,0 +1,84 @@
+"""Per-request state as columns (numpy arrays over the trace's rows), shared by all schedulers.
+
+Keeping request state in arrays lets a decode step update a whole batch with a few numpy
+operations instead of a Python loop per request. Request ``i`` is row ``i`` of the trace; its
+first sequence has ``seq_id == i`` and forked samples/beams get ids ``>= num_requests``.
+
+Token timeline of one sequence (P prompt tokens, O output tokens)::
+
+    step:       prefill      decode 1     decode 2   ...   decode O-1
+    KV stored:  P            P+1          P+2              P+O-1
+    generated:  1            2            3                O          -> finished
+
+The prefill computes the prompt's K/V and samples the first token; each decode step stores
+the K/V of the newest token and samples the next, so the last token's K/V is never stored.
+A recompute preemption turns the generated tokens into prompt: re-prefill P+g tokens, sample
+token g+1. ``final_len = P + O`` is what reservation policies and the accounting call F.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+import pandas as pd
+
+
+class Status(enum.IntEnum):
+    PENDING = 0  # not arrived yet
+    WAITING = 1
+    RUNNING = 2
+    SWAPPED = 3
+    FINISHED = 4
+    REJECTED = 5
+
+
+class RequestTable:
+    """Columns of the trace plus mutable per-request state."""
+
+    def __init__(self, trace: pd.DataFrame):
+        n = len(trace)
+        self.size = n
+        self.request_id = trace["request_id"].astype(str).to_numpy(dtype=object)
+        self.arrival_s = trace["arrival_s"].to_numpy(dtype=np.float64)
+        self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+        self.output = trace["output_tokens"].to_numpy(dtype=np.int64)
+        self.n = (trace["n"].to_numpy(dtype=np.int64) if "n" in trace else np.ones(n, np.int64))
+        self.beam = (trace["beam_width"].to_numpy(dtype=np.int64) if "beam_width" in trace
+                     else np.ones(n, np.int64))
+        self.width = np.maximum(self.n, self.beam)  # sequences the request runs
+        if "prefix_hashes" in trace:
+            self.hashes = trace["prefix_hashes"].to_numpy(dtype=object)
+            self.hash_block_tokens = int(trace.attrs.get("hash_block_tokens", 512))
+        else:
+            self.hashes = None
+            self.hash_block_tokens = 16
+        self.status = np.zeros(n, np.int8)
+        self.generated = np.zeros(n, np.int64)
+        self.prefilled = np.zeros(n, np.int64)  # prompt(+regenerated) tokens computed this admission
+        self.target = self.prompt.copy()  # tokens the current prefill must compute
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.last_token_s = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, np.int64)
+        self.reject_reason = np.full(n, "", dtype=object)
+        self.forked = np.zeros(n, bool)  # children already forked after the first prefill
+        self.seqs: dict[int, list[int]] = {}  # request -> live seq ids (only when width > 1)
+
+    def seq_ids(self, i: int) -> list[int]:
+        return self.seqs.get(i, [i])
+
+    def final_len(self, i: int) -> int:
+        return int(self.prompt[i] + self.output[i])
+
+    def kv_len(self, i: int) -> int:
+        """K/V tokens stored for each live sequence of a running request."""
+        if self.prefilled[i] < self.target[i]:
+            return int(self.prefilled[i])
+        return int(self.prompt[i] + self.generated[i] - 1)
+
+    def prefix_hashes(self, i: int):
+        if self.hashes is None:
+            return None
+        h = self.hashes[i]
+        return tuple(h) if h is not None and len(h) else None

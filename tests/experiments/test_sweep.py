@@ -1,0 +1,208 @@
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from experiments import sweep as S
+from experiments.sweep import RunSpec, apply_overrides, canonical_json, expand_grid, run_sweep
+from sim.errors import ConfigError
+from tests.experiments import fakes
+from tests.experiments.fakes import fake_run, fake_summary_only
+
+
+def small_specs(k=6):
+    return [RunSpec(system=s, workload="sharegpt", rate=r, duration_s=60, sim={"kv_gib": 12})
+            for s in ("orca-max", "vllm") for r in (0.5, 1.0, 2.0)][:k]
+
+
+def test_expand_grid_product_and_order():
+    cfg = {"base": {"model": "opt-13b", "kv_gib": 12, "workload": "sharegpt", "duration_s": 60},
+           "grid": {"system": ["orca-max", "vllm"], "rate": [1.0, 2.0, 3.0]}}
+    specs = expand_grid(cfg)
+    assert len(specs) == 6
+    assert [(s.system, s.rate) for s in specs[:4]] == [("orca-max", 1.0), ("orca-max", 2.0), ("orca-max", 3.0),
+                                                       ("vllm", 1.0)]
+    assert specs[0].sim == {"model": "opt-13b", "kv_gib": 12}
+    assert specs[0].duration_s == 60 and specs[0].workload == "sharegpt"
+    assert specs[0].sim_config().kv_gib == 12
+
+
+def test_expand_grid_cases_with_list_values_and_precedence():
+    cfg = {"base": {"system": "vllm", "rate": 9.0},
+           "cases": [{"workload": "alpaca", "rate": 2.0, "n": [2, 4]}, {"workload": "sharegpt", "beam_width": [2]}],
+           "grid": {"unshare": [False, True]}}
+    specs = expand_grid(cfg)
+    assert [(s.workload, s.rate, s.n, s.beam_width, s.unshare) for s in specs] == [
+        ("alpaca", 2.0, 2, 1, False), ("alpaca", 2.0, 2, 1, True), ("alpaca", 2.0, 4, 1, False),
+        ("alpaca", 2.0, 4, 1, True), ("sharegpt", 9.0, 1, 2, False), ("sharegpt", 9.0, 1, 2, True)]
+
+
+def test_expand_grid_errors():
+    with pytest.raises(ConfigError, match="unknown setting"):
+        expand_grid({"base": {"bogus": 1}})
+    with pytest.raises(ConfigError, match="non-empty list"):
+        expand_grid({"grid": {"rate": 2.0}})
+
+
+def test_seed_goes_to_workload_and_sim():
+    (s,) = expand_grid({"base": {"seed": 7}})
+    assert s.seed == 7 and s.workload_kwargs()["seed"] == 7 and s.sim_config().seed == 7
+
+
+def test_apply_overrides_quick_and_scale():
+    cfg = {"base": {"duration_s": 600}, "grid": {"rate": [1.0, 2.0]}, "cases": [{"num_requests": 100}],
+           "quick": {"duration_s": 60, "grid": {"rate": [1.0]}}}
+    q = apply_overrides(cfg, quick=True, scale=0.5, rate=None)
+    assert q["base"]["duration_s"] == 30.0 and q["grid"]["rate"] == [1.0] and q["cases"][0]["num_requests"] == 50
+    assert cfg["base"]["duration_s"] == 600  # not mutated
+    assert apply_overrides(cfg, duration_s=5)["base"]["duration_s"] == 5
+
+
+def test_shipped_configs_expand():
+    for name in ("fig2", "fig2_sensitivity", "fig13", "fig15", "fig12", "fig18b"):
+        cfg = S.load_experiment(name)
+        full, quick = expand_grid(apply_overrides(cfg)), expand_grid(apply_overrides(cfg, quick=True))
+        assert 0 < len(quick) <= len(full)
+        for s in full:
+            s.sim_config()  # every setting is a valid SimConfig
+            assert s.sim["kv_gib"] == 12 and s.sim["max_seq_len"] == 2048 and s.sim["model"] == "opt-13b"
+    with pytest.raises(ConfigError, match="not found"):
+        S.load_experiment("nope")
+
+
+def test_key_is_stable_and_sensitive(monkeypatch):
+    a, b = RunSpec(rate=1.0, sim={"kv_gib": 12, "model": "opt-13b"}), RunSpec(rate=1, sim={"model": "opt-13b", "kv_gib": 12})
+    assert a.key() == b.key() and len(a.key()) == 64
+    assert a.key() != RunSpec(rate=1.5, sim=a.sim).key()
+    assert a.key() != a.key(runner="x:y")
+    before = a.key()
+    monkeypatch.setenv("PAGESIM_CACHE_SALT", "other-code-version")
+    assert S.CODE_SALT() == "other-code-version" and a.key() != before
+
+
+def test_cache_resume_zero_new_runs(tmp_path):
+    calls = []
+
+    def counting(spec):
+        calls.append(spec.label())
+        return fake_summary_only(spec)
+
+    specs = small_specs()
+    first = run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting)
+    assert len(calls) == 6
+    again = run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting)
+    assert len(calls) == 6  # nothing rerun
+    assert canonical_json(first) == canonical_json(again)
+    run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting, use_cache=False)
+    assert len(calls) == 12
+
+
+def test_killed_sweep_resumes_where_it_stopped(tmp_path):
+    calls = []
+
+    def dies_after_3(spec):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(spec.label())
+        return fake_summary_only(spec)
+
+    specs = small_specs()
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=dies_after_3)
+    done = list(calls)
+    calls.clear()
+    calls_after = []
+
+    def counting(spec):
+        calls_after.append(spec.label())
+        return fake_summary_only(spec)
+
+    # same runner identity is part of the key, so reuse the same function object's name
+    counting.__qualname__ = dies_after_3.__qualname__
+    res = run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting)
+    assert len(done) == 3 and len(calls_after) == 3
+    assert set(calls_after).isdisjoint(done)
+    assert all(r is not None for r in res)
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_deterministic_across_worker_counts(tmp_path):
+    specs = small_specs()
+    one = run_sweep(specs, workers=1, cache_dir=tmp_path / "a", progress=False, run_fn=fake_run)
+    two = run_sweep(specs, workers=2, cache_dir=tmp_path / "b", progress=False, run_fn=fake_run)
+    assert canonical_json(one) == canonical_json(two)
+    assert [r["system"] for r in two] == [s.system for s in specs]
+    assert [r["request_throughput"] for r in two] == [s.rate for s in specs]  # spec order
+    assert all("wall_time_s" not in r for r in one)
+    # the cached summaries are byte-identical files too
+    fa = sorted(p.read_bytes() for p in (tmp_path / "a").rglob("summary.json"))
+    fb = sorted(p.read_bytes() for p in (tmp_path / "b").rglob("summary.json"))
+    assert fa == fb
+    meta = json.loads(next((tmp_path / "b").rglob("meta.json")).read_text())
+    assert "wall_time_s" in meta
+
+
+def test_identical_specs_run_once_and_tables_are_cached(tmp_path):
+    fakes.CALLS.clear()
+    spec = small_specs(1)[0]
+    res = run_sweep([spec, spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
+    assert len(fakes.CALLS) == 1 and res[0] == res[1]
+    out = S.load_cached(spec, tmp_path, run_fn=fake_run)
+    assert isinstance(out.steps, pd.DataFrame) and len(out.steps) == 200
+    assert isinstance(out.requests, pd.DataFrame) and "ttft_s" in out.requests
+    assert S.load_cached(RunSpec(rate=99.0), tmp_path, run_fn=fake_run) is None
+
+
+def test_results_frame():
+    specs = small_specs(2)
+    df = S.results_frame(specs, [fake_summary_only(s) for s in specs])
+    assert list(df["rate"]) == [0.5, 1.0] and "normalized_latency_s_per_token" in df and df["kv_gib"].iloc[0] == 12
+
+
+def test_bad_executor_and_workers(tmp_path):
+    with pytest.raises(ConfigError, match="executor"):
+        run_sweep(small_specs(1), executor="dask", cache_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="workers"):
+        run_sweep(small_specs(1), workers=0, cache_dir=tmp_path, progress=False)
+
+
+def test_ray_missing_is_a_clear_error(tmp_path):
+    try:
+        import ray  # noqa: F401
+        pytest.skip("ray is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match="needs Ray"):
+        run_sweep(small_specs(2), executor="ray", cache_dir=tmp_path, progress=False, run_fn=fake_run)
+
+
+@pytest.mark.slow
+def test_ray_local_mode(tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(local_mode=True, include_dashboard=False, ignore_reinit_error=True)
+    try:
+        specs = small_specs(4)
+        res = run_sweep(specs, executor="ray", cache_dir=tmp_path / "r", progress=False, run_fn=fake_run)
+        ref = run_sweep(specs, workers=1, cache_dir=tmp_path / "l", progress=False, run_fn=fake_run)
+        assert canonical_json(res) == canonical_json(ref)
+    finally:
+        ray.shutdown()
+
+
+def test_unshare_trace():
+    t = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 1.0], "prompt_tokens": [10, 20],
+                      "output_tokens": [5, 6], "n": [3, 1], "beam_width": [1, 2]})
+    u = S.unshare_trace(t)
+    assert list(u["request_id"]) == ["a#0", "a#1", "a#2", "b#0", "b#1"]
+    assert (u["n"] == 1).all() and (u["beam_width"] == 1).all()
+    assert list(u["prompt_tokens"]) == [10, 10, 10, 20, 20]
+
+
+def test_default_run_fn_with_real_engine(tmp_path):
+    pytest.importorskip("sim.run")
+    pytest.importorskip("traces.synth")
+    spec = RunSpec(system="vllm", workload="sharegpt", rate=1.0, num_requests=5,
+                   sim={"kv_gib": 12, "max_seq_len": 2048, "max_len_policy": "drop"})
+    (res,) = run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False)
+    assert res["completed"] + res["rejected"] == 5

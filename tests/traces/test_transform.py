@@ -1,0 +1,128 @@
+"""Transformations with exact hand-computed results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.errors import ConfigError, TraceError
+from traces.transform import apply_max_len_policy, sample, scale_rate, set_parallel, time_slice
+
+
+@pytest.fixture
+def df():
+    d = pd.DataFrame({"request_id": [str(i) for i in range(6)],
+                      "arrival_s": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+                      "prompt_tokens": np.array([10, 90, 50, 100, 120, 30], dtype=np.int64),
+                      "output_tokens": np.array([10, 20, 50, 1, 5, 70], dtype=np.int64)})
+    d.attrs["source"] = "t.csv"
+    return d
+
+
+def test_time_slice_rezeroes(df):
+    out = time_slice(df, 1.5, 4.0)
+    assert out["request_id"].tolist() == ["2", "3"]
+    assert out["arrival_s"].tolist() == [0.5, 1.5]
+    assert df["arrival_s"].tolist()[0] == 0.0  # input untouched
+    assert time_slice(df, 4.0)["request_id"].tolist() == ["4", "5"]
+    assert time_slice(df, None, 1.0)["request_id"].tolist() == ["0"]
+    assert out.attrs["source"] == "t.csv"
+    with pytest.raises(ConfigError):
+        time_slice(df, 3.0, 2.0)
+
+
+def test_scale_rate(df):
+    out = scale_rate(df, 2.0)
+    assert out["arrival_s"].tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert df["arrival_s"].iloc[1] == 1.0
+    with pytest.raises(ConfigError):
+        scale_rate(df, 0)
+
+
+def test_sample(df):
+    a = sample(df, fraction=0.5, seed=1)
+    assert len(a) == 3
+    assert np.all(np.diff(a["arrival_s"]) >= 0)  # arrival order kept
+    assert set(a["request_id"]) <= set(df["request_id"])
+    pd.testing.assert_frame_equal(a, sample(df, fraction=0.5, seed=1))
+    assert len(sample(df, count=4)) == 4 and len(sample(df, count=100)) == 6
+    with pytest.raises(ConfigError):
+        sample(df, fraction=1.5)
+
+
+def test_set_parallel(df):
+    out = set_parallel(df, n=3)
+    assert (out["n"] == 3).all() and "beam_width" not in out.columns
+    out = set_parallel(out, beam_width=4)
+    assert (out["n"] == 3).all() and (out["beam_width"] == 4).all()
+    with pytest.raises(ConfigError):
+        set_parallel(df, n=0)
+
+
+def test_max_len_error_names_first_offending_row(df):
+    # sums: 20, 110, 100, 101, 125, 100; max 100 -> rows 2, 4, 5 offend
+    with pytest.raises(TraceError) as ei:
+        apply_max_len_policy(df, 100, "error")
+    assert ei.value.row == 2 and ei.value.path == "t.csv"
+    assert "110" in str(ei.value) and "3 such requests" in str(ei.value)
+
+
+def test_max_len_drop(df):
+    out, rep = apply_max_len_policy(df, 100, "drop")
+    assert rep == {"policy": "drop", "max_seq_len": 100, "affected": 3, "dropped": 3, "truncated": 0}
+    assert out["request_id"].tolist() == ["0", "2", "5"]
+
+
+def test_max_len_truncate(df):
+    out, rep = apply_max_len_policy(df, 100, "truncate")
+    assert rep == {"policy": "truncate", "max_seq_len": 100, "affected": 3, "dropped": 0, "truncated": 3}
+    # row 1: 90+20 -> output 10; row 3: 100+1 -> prompt 99, output 1; row 4: 120+5 -> 99+1
+    assert out["prompt_tokens"].tolist() == [10, 90, 50, 99, 99, 30]
+    assert out["output_tokens"].tolist() == [10, 10, 50, 1, 1, 70]
+    assert ((out["prompt_tokens"] + out["output_tokens"]) <= 100).all()
+    assert df["output_tokens"].tolist()[1] == 20  # input untouched
+
+
+def test_max_len_nothing_to_do(df):
+    out, rep = apply_max_len_policy(df, 1000, "error")
+    assert out is df and rep["affected"] == 0
+
+
+def test_truncate_clips_prefix_hashes():
+    d = pd.DataFrame({"request_id": ["a"], "arrival_s": [0.0], "prompt_tokens": np.array([1100]),
+                      "output_tokens": np.array([5]), "prefix_hashes": pd.Series([(1, 2, 3)], dtype=object)})
+    d.attrs["hash_block_tokens"] = 512
+    out, _ = apply_max_len_policy(d, 600, "truncate")
+    assert out["prompt_tokens"].tolist() == [599] and out["prefix_hashes"].tolist() == [(1, 2)]
+
+
+def test_unknown_policy(df):
+    with pytest.raises(ConfigError, match="unknown max-len policy"):
+        apply_max_len_policy(df, 100, "clip")
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 3000)), min_size=1, max_size=40),
+       st.integers(2, 2048))
+def test_truncate_invariants(pairs, max_len):
+    p = np.array([a for a, _ in pairs], dtype=np.int64)
+    o = np.array([b for _, b in pairs], dtype=np.int64)
+    d = pd.DataFrame({"request_id": [str(i) for i in range(len(p))], "arrival_s": np.arange(len(p), dtype=float),
+                      "prompt_tokens": p, "output_tokens": o})
+    over = p + o > max_len
+    out, rep = apply_max_len_policy(d, max_len, "truncate")
+    np_, no = out["prompt_tokens"].to_numpy(), out["output_tokens"].to_numpy()
+    assert rep["truncated"] == rep["affected"] == int(over.sum()) and len(out) == len(d)
+    assert (np_ + no <= max_len).all() and (np_ >= 1).all() and (no >= 1).all()
+    np.testing.assert_array_equal(np_[~over], p[~over])
+    np.testing.assert_array_equal(no[~over], o[~over])
+    # prompts are kept whenever they fit with one output token; then outputs fill the rest exactly
+    keep = over & (p < max_len)
+    np.testing.assert_array_equal(np_[keep], p[keep])
+    np.testing.assert_array_equal((np_ + no)[over], np.full(int(over.sum()), max_len))
+    dropped, drep = apply_max_len_policy(d, max_len, "drop")
+    assert len(dropped) == len(d) - int(over.sum()) == len(d) - drep["dropped"]

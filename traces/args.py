@@ -1,0 +1,180 @@
+"""Workload options shared by ``pagesim simulate``/``plan``/``validate`` (and ``trace synth``).
+
+Usage in another command::
+
+    from traces.args import add_workload_args, workload_from_args
+    add_workload_args(parser)
+    ...
+    df, info = workload_from_args(args, max_seq_len=cfg.max_seq_len)
+
+Pipeline: build (``--trace`` file, else the synthetic ``--workload``), then in this order
+``--time-slice``, ``--rate`` (traces only, see below), ``--rate-scale``, ``--duration`` /
+``--num-requests`` (traces only: keep requests arriving before DURATION / the first N),
+``--sample``, ``--n``/``--beam-width``, ``--max-len-policy``.
+
+Rates: without ``--trace`` the synthetic workload runs at ``--rate`` (default 2.0 req/s) for
+``--duration`` (default 600 s when neither ``--duration`` nor ``--num-requests`` is given).
+With ``--trace``, ``--rate`` defaults to None and, when given, rescales the arrivals so the
+trace's mean rate ((rows - 1) / span) becomes RATE (for a lengths-only trace it is the
+synthetic arrival rate); ``--rate-scale K`` multiplies the rate by K afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_RATE = 2.0
+DEFAULT_DURATION_S = 600.0
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    return v
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {s}")
+    return v
+
+
+def parse_time_slice(s: str) -> tuple[float | None, float | None]:
+    """``"START:END"`` (seconds; either side may be empty) -> (start, end)."""
+    a, sep, b = s.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        start = float(a) if a.strip() else None
+        end = float(b) if b.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:END in seconds (e.g. 600:1200 or 600:), got {s!r}") from None
+    if (start is not None and start < 0) or (start is not None and end is not None and end <= start):
+        raise argparse.ArgumentTypeError(f"need 0 <= START < END, got {s!r}")
+    return start, end
+
+
+def _fraction_or_count(s: str) -> float:
+    v = _positive_float(s)
+    if v > 1 and v != int(v):
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] or a whole count, got {s}")
+    return v
+
+
+def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Add the workload options (see module docstring) to ``parser``; returns the group."""
+    from traces.names import ARRIVALS, FORMATS, MAX_LEN_POLICIES, PAPER_WORKLOAD_NAMES
+    g = parser.add_argument_group("workload", "synthetic workload (--workload) or a trace file (--trace), "
+                                              "then optional transformations")
+    g.add_argument("--workload", choices=list(PAPER_WORKLOAD_NAMES), default="sharegpt",
+                   help="built-in synthetic workload with the vLLM paper's length statistics (ignored with --trace)")
+    g.add_argument("--trace", metavar="PATH", help="replay a trace file instead (Azure, Mooncake, BurstGPT, "
+                                                   "lengths-only, canonical, or generic with --columns)")
+    g.add_argument("--format", choices=FORMATS, help="trace format; detected from the extension and header when omitted")
+    g.add_argument("--columns", metavar="MAP", help="column map for generic traces: prompt=COL,output=COL"
+                                                    "[,arrival=COL|arrival_ms=COL|timestamp=COL][,id=COL]")
+    g.add_argument("--rate", type=_positive_float, default=None,
+                   help=f"requests/s (unset: {DEFAULT_RATE} for synthetic workloads; with --trace, rescale the trace to this mean rate only when given)")
+    g.add_argument("--duration", type=_positive_float, default=None, metavar="SECONDS",
+                   help=f"length of the workload (unset: {DEFAULT_DURATION_S:g} s for synthetic workloads unless "
+                        f"--num-requests; with --trace: keep requests arriving before it)")
+    g.add_argument("--num-requests", type=_positive_int, default=None, metavar="N",
+                   help="number of requests (with --trace: the first N)")
+    g.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="synthetic arrival process")
+    g.add_argument("--cv", type=_positive_float, default=1.0,
+                   help="gamma arrivals: inter-arrival coefficient of variation (burstiness; 1 = Poisson-like)")
+    g.add_argument("--seed", type=int, default=0, help="seed for synthesis, sampling and timestamp spreading")
+    g.add_argument("--spread-timestamps", action="store_true",
+                   help="spread requests sharing a quantized timestamp (Mooncake) uniformly within the step")
+    g.add_argument("--time-slice", type=parse_time_slice, metavar="START:END",
+                   help="keep requests arriving in [START, END) seconds, re-zeroed to START")
+    g.add_argument("--rate-scale", type=_positive_float, metavar="K", help="multiply the arrival rate by K")
+    g.add_argument("--sample", type=_fraction_or_count, metavar="F",
+                   help="keep a seeded random subset: a fraction in (0, 1] or a count > 1")
+    g.add_argument("--n", type=_positive_int, default=None, help="parallel samples per request (unset: the trace's, else 1)")
+    g.add_argument("--beam-width", type=_positive_int, default=None, help="beam width per request (unset: the trace's, else 1)")
+    g.add_argument("--max-len-policy", choices=MAX_LEN_POLICIES, default="error",
+                   help="requests with prompt+output > max_seq_len: fail, drop them, or truncate "
+                        "(output first; prompt to max-1 if it alone is too long)")
+    return g
+
+
+def workload_from_args(args: argparse.Namespace, max_seq_len: int) -> "tuple[pd.DataFrame, dict[str, Any]]":
+    """Build the workload the options describe; returns ``(df, info)``.
+
+    ``info`` = ``{"source", "kind" ("trace"|"synthetic"), "workload"/"load_report", "steps": [...],
+    "max_len": {...}, "rows"}``: every transformation is listed in order with its row counts.
+    """
+    from traces import transform as tf
+    from traces.loaders import load_trace
+    from traces.synth import make_workload
+
+    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (tolerate partial namespaces)
+    steps: list[dict] = []
+    trace = g("trace")
+    if trace:
+        df = load_trace(trace, format=g("format"), columns=g("columns"), spread_timestamps=bool(g("spread_timestamps")),
+                        arrival=g("arrival", "poisson"), seed=g("seed", 0), rate=g("rate"), cv=g("cv", 1.0))
+        info: dict[str, Any] = dict(source=str(trace), kind="trace", load_report=df.attrs.get("load_report"))
+    else:
+        rate = g("rate") if g("rate") is not None else DEFAULT_RATE
+        duration, count = g("duration"), g("num_requests")
+        if duration is None and count is None:
+            duration = DEFAULT_DURATION_S
+        df = make_workload(g("workload", "sharegpt"), rate, duration_s=duration, num_requests=count,
+                           seed=g("seed", 0), arrival=g("arrival", "poisson"), cv=g("cv", 1.0))
+        info = dict(source=f"builtin:{g('workload', 'sharegpt')}", kind="synthetic", workload=df.attrs["workload"])
+
+    def step(name, new, **params):
+        steps.append(dict(step=name, **params, rows_in=len(df_prev[0]), rows_out=len(new)))
+        df_prev[0] = new
+        return new
+
+    df_prev = [df]
+    if g("time_slice"):
+        start, end = g("time_slice")
+        df = step("time_slice", tf.time_slice(df, start, end), start_s=start, end_s=end)
+    if trace and g("rate") is not None and (info["load_report"] or {}).get("synthetic_arrivals") is None:
+        a = df["arrival_s"].to_numpy()
+        if len(a) < 2 or a[-1] <= a[0]:
+            raise ConfigError("--rate cannot rescale a trace with fewer than two distinct arrival times")
+        current = (len(a) - 1) / (a[-1] - a[0])
+        df = step("rate", tf.scale_rate(df, g("rate") / current), from_rps=current, to_rps=g("rate"))
+    if g("rate_scale"):
+        df = step("rate_scale", tf.scale_rate(df, g("rate_scale")), k=g("rate_scale"))
+    if trace and g("duration") is not None:
+        df = step("duration", tf.time_slice(df, 0.0, g("duration")), end_s=g("duration"))
+    if trace and g("num_requests") is not None:
+        new = df.iloc[: g("num_requests")].reset_index(drop=True)
+        new.attrs = dict(df.attrs)
+        df = step("num_requests", new, count=g("num_requests"))
+    if g("sample"):
+        f = g("sample")
+        kw = dict(fraction=f) if f <= 1 else dict(count=int(f))
+        df = step("sample", tf.sample(df, seed=g("seed", 0), **kw), **kw)
+    if g("n") is not None or g("beam_width") is not None:
+        df = step("parallel", tf.set_parallel(df, n=g("n"), beam_width=g("beam_width")), n=g("n"),
+                  beam_width=g("beam_width"))
+    if len(df) == 0:
+        raise ConfigError(f"the workload from {info['source']} has no requests left after "
+                          f"{', '.join(s['step'] for s in steps) or 'loading'}")
+    df, info["max_len"] = tf.apply_max_len_policy(df, max_seq_len, g("max_len_policy", "error"))
+    if len(df) == 0:
+        raise ConfigError(f"every request is longer than max_seq_len {max_seq_len}")
+    info["steps"] = steps
+    info["rows"] = len(df)
+    return df, info

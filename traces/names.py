@@ -1,0 +1,8 @@
+"""Names the command-line parsers need, importable without numpy/pandas (keeps ``pagesim --help`` fast)."""
+
+FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "canonical", "generic")
+ARRIVALS = ("poisson", "gamma")
+PAPER_WORKLOAD_NAMES = ("sharegpt", "alpaca")
+WORKLOADS = (*PAPER_WORKLOAD_NAMES, "custom")
+DISTS = ("constant", "uniform", "lognormal", "exponential", "empirical")
+MAX_LEN_POLICIES = ("error", "drop", "truncate")

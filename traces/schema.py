@@ -1,0 +1,136 @@
+"""The canonical trace form (see :mod:`traces`) and vectorized checks that name the first bad row."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import TraceError
+
+CANONICAL_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
+OPTIONAL_COLUMNS = ("n", "beam_width", "prefix_hashes")
+INT_COLUMNS = ("prompt_tokens", "output_tokens", "n", "beam_width")
+
+
+def _source(df: pd.DataFrame, source: str | None) -> str:
+    return source if source is not None else str(df.attrs.get("source", "<trace>"))
+
+
+def first_true(mask: np.ndarray) -> int | None:
+    """Index of the first True in ``mask`` (vectorized), or None."""
+    mask = np.asarray(mask, dtype=bool)
+    i = int(mask.argmax()) if mask.size else 0
+    return i if mask.size and mask[i] else None
+
+
+def row_number(rows: np.ndarray | None, i: int) -> int:
+    """1-based data row of position ``i``; ``rows`` maps positions to source rows when given."""
+    return int(rows[i]) if rows is not None else i + 1
+
+
+def to_tokens(values, *, path: str, field: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Parse a token-count column to int64, raising TraceError at the first value that is not a
+    whole number >= 1 (non-numeric, NaN, zero, negative, fractional)."""
+    s = values if isinstance(values, pd.Series) else pd.Series(values)
+    if pd.api.types.is_integer_dtype(s.dtype) and not isinstance(s.dtype, pd.CategoricalDtype):
+        arr = s.to_numpy(dtype=np.int64, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int64)
+        bad = arr < 1
+        i = first_true(bad)
+        if i is not None:
+            raise TraceError(f"token count must be >= 1, got {arr[i]}", path=path, row=row_number(rows, i), field=field)
+        return arr
+    num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(num) | (num < 1) | (num != np.floor(num))
+    i = first_true(bad)
+    if i is not None:
+        raw = s.iloc[i]
+        why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
+               else f"must be a whole number >= 1, got {raw!r}")
+        raise TraceError(f"token count {why}", path=path, row=row_number(rows, i), field=field)
+    return num.astype(np.int64)
+
+
+def to_seconds(values, *, path: str, field: str, rows: np.ndarray | None = None, scale: float = 1.0) -> np.ndarray:
+    """Parse a numeric time column (``scale`` converts to seconds, e.g. 1e-3 for ms)."""
+    s = values if isinstance(values, pd.Series) else pd.Series(values)
+    num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    i = first_true(~np.isfinite(num) | (num < 0))
+    if i is not None:
+        raw = s.iloc[i]
+        raise TraceError(f"timestamp must be a finite number >= 0, got {raw!r}", path=path,
+                         row=row_number(rows, i), field=field)
+    return num * scale
+
+
+def sort_by_arrival(df: pd.DataFrame, report: dict, *, path: str) -> pd.DataFrame:
+    """Stable-sort by ``arrival_s`` if needed; record and warn how many rows moved."""
+    a = df["arrival_s"].to_numpy()
+    if a.size < 2 or bool(np.all(a[1:] >= a[:-1])):
+        report.setdefault("rows_resorted", 0)
+        return df
+    order = np.argsort(a, kind="stable")
+    moved = int(np.count_nonzero(order != np.arange(a.size)))
+    report["rows_resorted"] = moved
+    warnings.warn(f"{path}: timestamps not sorted; sorted by arrival, {moved} of {a.size} rows moved",
+                  stacklevel=3)
+    out = df.iloc[order].reset_index(drop=True)
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def ids_for(n: int, start: int = 0) -> pd.Series:
+    """Request ids '0', '1', ... as the str dtype (vectorized)."""
+    return pd.Series(np.arange(start, start + n)).astype(str)
+
+
+def validate_canonical(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
+    """Check that ``df`` is in canonical form (see :mod:`traces`); return it unchanged.
+
+    Raises :class:`~sim.errors.TraceError` naming ``source`` (default ``df.attrs['source']``),
+    the first offending 1-based row and the field: a missing column, a token count or
+    ``n``/``beam_width`` that is not an integer >= 1, a non-finite or negative or decreasing
+    ``arrival_s``, a duplicate ``request_id``, a ``prefix_hashes`` cell that is not a tuple.
+    """
+    src = _source(df, source)
+    if not isinstance(df, pd.DataFrame):
+        raise TraceError(f"expected a pandas DataFrame, got {type(df).__name__}", path=src)
+    for col in CANONICAL_COLUMNS:
+        if col not in df.columns:
+            raise TraceError(f"missing column (have: {', '.join(map(str, df.columns))})", path=src, field=col)
+    if len(df) == 0:
+        raise TraceError("trace has no requests", path=src)
+    for col in INT_COLUMNS:
+        if col not in df.columns:
+            continue
+        s = df[col]
+        if not pd.api.types.is_integer_dtype(s.dtype):
+            i = first_true(pd.to_numeric(s, errors="coerce").isna().to_numpy()) if not pd.api.types.is_numeric_dtype(s.dtype) else None
+            raise TraceError(f"must be an integer column, got dtype {s.dtype}", path=src,
+                             row=None if i is None else i + 1, field=col)
+        i = first_true(s.to_numpy() < 1)
+        if i is not None:
+            raise TraceError(f"must be >= 1, got {s.iloc[i]}", path=src, row=i + 1, field=col)
+    a = df["arrival_s"]
+    if not pd.api.types.is_float_dtype(a.dtype):
+        raise TraceError(f"must be float64 seconds, got dtype {a.dtype}", path=src, field="arrival_s")
+    av = a.to_numpy()
+    i = first_true(~np.isfinite(av) | (av < 0))
+    if i is not None:
+        raise TraceError(f"must be finite and >= 0, got {av[i]}", path=src, row=i + 1, field="arrival_s")
+    i = first_true(np.r_[False, av[1:] < av[:-1]])
+    if i is not None:
+        raise TraceError(f"arrivals must be non-decreasing ({av[i]} after {av[i - 1]})", path=src, row=i + 1,
+                         field="arrival_s")
+    ids = df["request_id"]
+    dup = ids.duplicated().to_numpy()
+    i = first_true(dup)
+    if i is not None:
+        raise TraceError(f"duplicate request_id {ids.iloc[i]!r}", path=src, row=i + 1, field="request_id")
+    if "prefix_hashes" in df.columns:
+        ok = df["prefix_hashes"].map(lambda t: isinstance(t, tuple)).to_numpy(dtype=bool)
+        i = first_true(~ok)
+        if i is not None:
+            raise TraceError("must be a tuple of ints", path=src, row=i + 1, field="prefix_hashes")
+    return df
