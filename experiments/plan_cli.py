@@ -1,11 +1,318 @@
-"""`pagesim plan`: Capacity-planning what-ifs. (Placeholder: being built.)"""
+"""``pagesim plan``: capacity-planning what-ifs (logic in :mod:`experiments.plan`).
+
+Modes (an optional first word; default ``max-rate``):
+
+* ``max-rate``: the highest request rate meeting the SLO, per ``--systems``; the whole probed curve.
+* ``resources --rate R``: the minimum KV memory for R; replicas x TP (and cost) for R; a what-if
+  table (block size, max_num_seqs, reservation, chunked prefill, swap) of max rates.
+* ``compare-gpus --gpus A,B``: per GPU: KV capacity, max rate under the SLO, $ per 1M output tokens.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
 from sim.cli import HelpFormatter, example
+
+MODES = ("max-rate", "resources", "compare-gpus")
+
+
+def _csv_list(s: str) -> list[str]:
+    items = [x.strip() for x in s.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {s!r}")
+    return items
+
+
+def _int_list(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in _csv_list(s)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+    if any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"values must be >= 1, got {s!r}")
+    return out
+
+
+def _pos(s: str) -> float:
+    from traces.args import _positive_float
+    return _positive_float(s)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plan", help="Capacity-planning what-ifs", formatter_class=HelpFormatter,
-                       epilog=example("pagesim plan --help"))
-    p.set_defaults(func=lambda args: print("pagesim plan: not built yet") or 2)
+    from experiments import plan as P
+    p = sub.add_parser(
+        "plan", help="capacity planning: max rate under an SLO, resources for a rate, cost, GPU comparison",
+        formatter_class=HelpFormatter,
+        description=(
+            "Answer capacity questions with full simulations (probes) run through the sweep runner "
+            "(parallel, cached on disk).\n\n"
+            "  pagesim plan [max-rate] ...      highest rate meeting the SLO per --systems (+ the probed curve)\n"
+            "  pagesim plan resources --rate R  min KV memory, replicas x TP and cost for R; what-if table\n"
+            "  pagesim plan compare-gpus --gpus A,B,...  KV capacity, max rate and $/1M tokens per GPU\n\n"
+            "A probe passes when every request finishes, the system keeps up (last finish - last arrival <= "
+            "max(keepup-frac x span, keepup-min-s)) and the SLO holds (p99s over finished requests; with "
+            "--goodput, the thresholds apply per request and that fraction of all requests must meet them).\n"
+            "Search: double from the start rate until a probe fails, then bisect to --rtol; the answer is the "
+            "highest rate simulated that passed. Built-in workloads are regenerated at each rate with the same "
+            f"seed for --duration (default {P.DEFAULT_DURATION_S:g} s); a --trace is rate-scaled (--duration keeps "
+            "its first DURATION seconds). Every probe also checks Little's law (warns above "
+            f"{100 * P.LITTLE_TOL:g} %).\n"
+            "Cost: $/1M output tokens = $/GPU-hour x tp x replicas / (output tok/s x 3600) x 1e6; preset prices "
+            f"are illustrative ({', '.join(f'{g} ${v:.2f}' for g, v in P.GPU_HOURLY_USD.items())}).\n"
+            "Exit code 2 (no traceback) when the model does not fit or no probed rate meets the SLO."),
+        epilog=example(
+            "pagesim plan --workload sharegpt --model opt-13b --gpu a100-40gb --slo-ttft-p99 2 --slo-tpot-p99 0.1 "
+            "--systems orca-max,orca-pow2,orca-oracle,vllm --json",
+            "pagesim plan resources --rate 2 --workload sharegpt --duration 120 --slo-ttft-p99 2 "
+            "--slo-tpot-p99 0.1 --tp-options 1,2 --what-if block_size=32,chunked_prefill --out out/plan-res --report",
+            "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
+            "--duration 120 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"))
+    p.add_argument("mode", nargs="?", choices=MODES, default="max-rate", help="question to answer")
+    from sim.simulate_cli import add_sim_args
+    from traces.args import add_workload_args
+
+    add_workload_args(p)
+    add_sim_args(p, system=False)
+    g = p.add_argument_group("SLO (seconds)")
+    g.add_argument("--slo-ttft-p99", type=_pos, metavar="S", help="p99 time to first token")
+    g.add_argument("--slo-tpot-p99", type=_pos, metavar="S", help="p99 time per output token (after the first)")
+    g.add_argument("--slo-e2el-p99", type=_pos, metavar="S", help="p99 end-to-end latency")
+    g.add_argument("--slo-normalized-latency", type=_pos, metavar="S",
+                   help="mean end-to-end latency per output token (the vLLM paper's metric)")
+    g.add_argument("--goodput", type=_pos, metavar="F",
+                   help="goodput mode: the thresholds above apply per request and at least this fraction of "
+                        "requests must meet all of them (instead of the p99/mean checks)")
+    s = p.add_argument_group("search")
+    s.add_argument("--systems", type=_csv_list, default=["vllm"], metavar="A,B",
+                   help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
+    s.add_argument("--start-rate", type=_pos, default=None,
+                   help=f"first probed rate in req/s (default: --rate if given, else {P.DEFAULT_START_RATE:g}); "
+                        "in 'resources' --rate is the target rate instead")
+    s.add_argument("--min-rate", type=_pos, default=P.DEFAULT_MIN_RATE,
+                   help="lowest rate probed; failing there means no rate meets the SLO")
+    s.add_argument("--max-rate", type=_pos, default=P.DEFAULT_MAX_RATE, help="highest rate probed")
+    s.add_argument("--rtol", type=_pos, default=P.DEFAULT_RTOL, help="stop bisecting when (fail - pass) <= rtol x pass")
+    s.add_argument("--keepup-frac", type=_pos, default=P.KEEPUP_FRAC,
+                   help="kept up: drain (last finish - last arrival) <= max(this x arrival span, --keepup-min-s)")
+    s.add_argument("--keepup-min-s", type=_pos, default=P.KEEPUP_MIN_S, help="floor of the drain allowance (s)")
+    c = p.add_argument_group("cost, resources, GPUs")
+    c.add_argument("--dollars-per-gpu-hour", type=_pos, default=None,
+                   help="price of one GPU-hour (default: illustrative preset of --gpu)")
+    c.add_argument("--gpus", type=_csv_list, default=None, metavar="A,B",
+                   help="compare-gpus: GPU presets (default a100-40gb,a100-80gb,h100-80gb,h200-141gb)")
+    c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
+                   help="resources: tensor-parallel degrees to try for replicas x TP")
+    c.add_argument("--what-if", default="all", metavar="LIST",
+                   help="resources: variants (all, none, or a list of: "
+                        + ", ".join(n for n, _o, _m in P.WHAT_IFS) + ")")
+    c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
+    e = p.add_argument_group("execution and output")
+    e.add_argument("--executor", choices=["local", "ray"], default="local", help="where probes run")
+    e.add_argument("--workers", type=int, default=None, help="parallel probes (default: CPU count)")
+    e.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    e.add_argument("--cache-dir", default=None, help="run cache (default $PAGESIM_CACHE_DIR or ~/.cache/pagesim/runs)")
+    e.add_argument("--no-cache", action="store_true", help="rerun probes even if cached")
+    e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
+                        "p99 threshold / missing the goodput target); its metrics are then partial")
+    e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
+    e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
+    e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
+    e.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=run)
+
+
+def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The explicitly set SimConfig settings (TOML file, then flags); presets fill the rest."""
+    from dataclasses import fields
+
+    from sim.config import SimConfig, load_toml
+    from sim.simulate_cli import SIM_FLAGS
+    names = {f.name for f in fields(SimConfig)}
+    settings: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        settings.update({k: v for k, v in load_toml(args.config).items() if k in names})
+    for name in SIM_FLAGS:
+        v = getattr(args, name, None)
+        if v is not None:
+            settings[name] = v
+    settings.pop("system", None)
+    settings.pop("seed", None)
+    return settings
+
+
+def setup_from_args(args: argparse.Namespace):
+    from experiments import plan as P
+    from sim.config import SYSTEMS, SimConfig
+    from sim.errors import ConfigError
+
+    bad = [s for s in args.systems if s not in SYSTEMS]
+    if bad:
+        raise ConfigError(f"unknown system(s) {', '.join(bad)}; valid systems: {', '.join(SYSTEMS)}")
+    if getattr(args, "rate_scale", None):
+        raise ConfigError("--rate-scale has no meaning in plan (the search sets the rate); use --start-rate")
+    if args.report and not args.out:
+        raise ConfigError("--report needs --out DIR")
+    sim = _sim_settings(args)
+    for s in args.systems:
+        SimConfig.for_system(s, **sim)  # validate every setting early
+    opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
+    if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
+        opts["duration"] = P.DEFAULT_DURATION_S
+    start = args.start_rate or (args.rate if args.mode != "resources" else None) or P.DEFAULT_START_RATE
+    if args.min_rate > args.max_rate:
+        raise ConfigError(f"--min-rate {args.min_rate} is above --max-rate {args.max_rate}")
+    if not args.rtol < 1:
+        raise ConfigError(f"--rtol must be < 1, got {args.rtol}")
+    setup = P.PlanSetup(sim=sim, workload=P.encode_workload(opts), seed=args.seed, start_rate=start,
+                        min_rate=args.min_rate, max_rate=args.max_rate, rtol=args.rtol,
+                        duration_s=opts.get("duration") if not opts.get("trace") else None)
+    slo = P.SLO(args.slo_ttft_p99, args.slo_tpot_p99, args.slo_e2el_p99, args.slo_normalized_latency, args.goodput)
+    if args.early_stop:
+        setup.early_stop = P.early_stop_options(slo)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    runner = P.Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
+                      address=args.address, use_cache=not args.no_cache,
+                      progress=bool(args.progress) and not args.json and sys.stderr.isatty(),
+                      keepup_frac=args.keepup_frac, keepup_min_s=args.keepup_min_s)
+    return setup, slo, runner, opts
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments import plan as P
+
+    setup, slo, runner, opts = setup_from_args(args)
+    # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
+    from sim.specs import get_model, with_max_seq_len
+    model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
+    P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
+    if args.mode == "max-rate":
+        result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
+        feasible = any(v is not None for v in result["max_rate_rps"].values())
+    elif args.mode == "compare-gpus":
+        gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
+        result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
+        feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
+    else:
+        if args.rate is None:
+            from sim.errors import ConfigError
+            raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
+        what = None if args.what_if == "all" else ([] if args.what_if == "none" else _csv_list(args.what_if))
+        result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
+                             kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
+        feasible = (any(r.get("min_kv_gib") is not None for r in result["kv"])
+                    or result["cheapest"] is not None)
+    result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}
+    result["workload"] = {"spec": setup.workload, "description": P.describe_workload(setup.workload), **{k: v for k, v in opts.items() if v not in (None, False)}}
+    result["config"] = {"systems": args.systems, **setup.sim, "seed": setup.seed}
+    result["search"] = {"start_rate": setup.start_rate, "min_rate": setup.min_rate, "max_rate": setup.max_rate,
+                        "rtol": setup.rtol, "keepup_frac": runner.keepup_frac, "keepup_min_s": runner.keepup_min_s,
+                        "littles_law_tolerance": P.LITTLE_TOL}
+    result = P.jsonable(result)
+    if args.out:
+        write_outputs(result, Path(args.out), report=args.report)
+    if args.json:
+        print(json.dumps(result, default=str, allow_nan=False))
+    else:
+        print_result(result, sys.stdout)
+        if args.out:
+            print(f"\nwrote {Path(args.out) / 'plan.json'} and CSV tables" + (", report.html" if args.report else ""))
+    for w in result.get("warnings", []):
+        print(f"pagesim plan: warning: {w}", file=sys.stderr)
+    if not feasible:
+        msgs = list(result.get("infeasible", {}).values()) or ["no probed setting meets the SLO"]
+        if args.json:  # the tables already said it
+            for m in msgs:
+                print(f"pagesim plan: {m}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def write_outputs(result: dict, out: Path, report: bool = False) -> None:
+    import pandas as pd
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(result, indent=2, default=str, allow_nan=False) + "\n")
+    pd.DataFrame(result["points"]).to_csv(out / "points.csv", index=False)
+    for key, name in (("answers", "max_rate.csv"), ("gpus", "gpus.csv"), ("kv", "kv.csv"),
+                      ("replicas", "replicas.csv"), ("what_if", "what_if.csv")):
+        if result.get(key):
+            pd.DataFrame(result[key]).to_csv(out / name, index=False)
+    if report:
+        from reports.plan_report import plan_report
+        plan_report(result, out / "report.html")
+
+
+def _fmt(v: Any, spec: str = ".3g") -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else format(v, spec)
+    return str(v)
+
+
+def _table(rows: list[dict], cols: list[tuple[str, str]], f) -> None:
+    if not rows:
+        return
+    cells = [[_fmt(r.get(k)) for k, _h in cols] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_k, h) in enumerate(cols)]
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, ((_k, h), w) in enumerate(zip(cols, widths))), file=f)
+    for c in cells:
+        print("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(c, widths))), file=f)
+
+
+POINT_COLS = [("search", "search"), ("rate", "rate"), ("passed", "pass"), ("p99_ttft_s", "p99 TTFT s"),
+              ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"), ("request_throughput", "req/s"),
+              ("output_throughput", "tok/s"), ("littles_law_error", "Little err"), ("fail_reason", "why not")]
+
+
+def print_result(r: dict, f) -> None:
+    print(f"SLO: {r['slo']['description']}", file=f)
+    from experiments.plan import describe_workload
+    print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
+    if r["mode"] == "max-rate":
+        print("\nmax rate under the SLO", file=f)
+        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), ("p99_ttft_s", "p99 TTFT s"),
+                              ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"),
+                              ("output_throughput", "out tok/s"), ("kv_capacity_tokens", "KV tokens"),
+                              ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
+        c = r["cost"]
+        print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
+              + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)
+    elif r["mode"] == "compare-gpus":
+        print("\nGPUs side by side", file=f)
+        _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
+                           ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), ("output_throughput", "out tok/s"),
+                           ("dollars_per_gpu_hour", "$/GPU-h"), ("dollars_per_1m_output_tokens", "$/1M tok"),
+                           ("note", "note")], f)
+    else:
+        print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
+        _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),
+                         ("probes", "probes"), ("note", "note")], f)
+        print(f"\nreplicas x TP for {r['rate']:g} req/s", file=f)
+        _table(r["replicas"], [("system", "system"), ("tensor_parallel", "TP"),
+                               ("max_rate_per_replica_rps", "max req/s/replica"), ("replicas", "replicas"),
+                               ("gpus", "GPUs"), ("verified", "verified"), ("dollars_per_hour", "$/h"),
+                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("note", "note")], f)
+        if r.get("cheapest"):
+            ch = r["cheapest"]
+            print(f"cheapest: {ch['system']} TP {ch['tensor_parallel']} x {ch['replicas']} replicas "
+                  f"= {ch['gpus']} GPUs, ${ch['dollars_per_hour']:.2f}/h", file=f)
+        if r.get("what_if"):
+            print("\nwhat-if: max rate per variant", file=f)
+            _table(r["what_if"], [("system", "system"), ("variant", "variant"), ("max_rate_rps", "max req/s"),
+                                  ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}")], f)
+    print("\nprobed points", file=f)
+    cols = list(POINT_COLS)
+    if any(p.get("kv_gib") is not None for p in r["points"]):
+        cols.insert(2, ("kv_gib", "KV GiB"))
+    _table(sorted(r["points"], key=lambda p: (p["search"], p["x"])), cols, f)
+    for name, msg in r.get("infeasible", {}).items():
+        print(f"\n{msg}", file=f)

@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="parallel runs (default: CPU count)")
     p.add_argument("--quick", action="store_true", help="tiny grids and traces (a smoke test, not the paper)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every trace duration")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every trace's duration (or request count)")
     p.add_argument("--no-cache", action="store_true", help="recompute every run (and refresh the cache)")
     p.add_argument("--cache-dir", default=None, metavar="D",
                    help="run cache (default: $PAGESIM_CACHE_DIR or ~/.cache/pagesim/runs)")
@@ -54,7 +54,7 @@ def run(args) -> int:
     out = Path(args.out)
     tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.max_rows", 200,
-                           "display.float_format", "{:.3g}".format):
+                           "display.float_format", "{:.4g}".format):
         for name, t in tables.items():
             if name.endswith("_timeline"):
                 continue

@@ -41,7 +41,6 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import os
 import shutil
 import time
@@ -478,15 +477,16 @@ def _progress_bar(total: int, initial: int, enabled: bool):
 
 
 def _run_pool(todo, specs, run_fn, n, finish) -> None:
-    with cf.ProcessPoolExecutor(max_workers=n) as pool:
+    pool = cf.ProcessPoolExecutor(max_workers=n)
+    try:
         futures = {pool.submit(_execute, specs[idx[0]], run_fn): key for key, idx in todo.items()}
-        try:
-            for fut in cf.as_completed(futures):
-                finish(futures[fut], fut.result())
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        for fut in cf.as_completed(futures):
+            finish(futures[fut], fut.result())
+    except BaseException:
+        # Ctrl-C or a failed run: drop queued runs now (finished ones are already cached)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _run_ray(todo, specs, run_fn, n, address, finish) -> None:
@@ -517,7 +517,3 @@ def results_frame(specs: list[RunSpec], summaries: list[dict[str, Any]]) -> pd.D
         row.update({k: v for k, v in (summ or {}).items() if k != "system"})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def nan_to_none(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -47,8 +47,13 @@ def _unit(row_bytes: int, *ptrs: int) -> tuple[str, int]:
 
 
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
-    import cupy as cp
     kc = wrap(key_cache, "key_cache", "bfloat16")
+    with _stream_ctx(kc):  # torch caches: conversions and the launch on torch's current stream
+        _reshape_and_cache(key, value, kc, value_cache, slot_mapping)
+
+
+def _reshape_and_cache(key, value, kc, value_cache, slot_mapping) -> None:
+    import cupy as cp
     vc = wrap(value_cache, "value_cache", "bfloat16")
     k = wrap(key, "key", "bfloat16")
     v = wrap(value, "value", "bfloat16")
@@ -88,9 +93,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     row_bytes = nkvh * hd * item
     unit, ub = _unit(row_bytes, ka.data.ptr, va.data.ptr, kc.arr.data.ptr, vc.arr.data.ptr, ks, vs)
     kern = _kernel(reshape_and_cache_name(unit, index))
-    with _stream_ctx(kc):
-        kern((n,), (THREADS,), (ka, va, kc.arr, vc.arr, sm_arr, np.int64(row_bytes // ub), np.int64(ks // ub),
-                                np.int64(vs // ub)))
+    kern((n,), (THREADS,), (ka, va, kc.arr, vc.arr, sm_arr, np.int64(row_bytes // ub), np.int64(ks // ub),
+                            np.int64(vs // ub)))
 
 
 def _mapping(block_mapping) -> np.ndarray:
@@ -124,8 +128,8 @@ def copy_blocks(key_cache, value_cache, block_mapping) -> None:
     block_bytes = kc.arr.nbytes // nb
     unit, ub = _unit(block_bytes, kc.arr.data.ptr, vc.arr.data.ptr)
     kern = _kernel(copy_blocks_name(unit))
-    md = cp.asarray(m)
     with _stream_ctx(kc):
+        md = cp.asarray(m)
         kern((len(m),), (THREADS,), (kc.arr, vc.arr, md, np.int64(block_bytes // ub)))
 
 

@@ -6,8 +6,6 @@ device each raises :class:`sim.errors.NeedsGPUError` (one line, exit code 2).
 
 from __future__ import annotations
 
-import argparse
-
 from sim.cli import HelpFormatter, example
 
 

@@ -23,7 +23,9 @@ API::
 * Split-K: the context is cut in partitions of ``partition_size`` tokens (default: 512, halved
   down to 64 while the grid would not fill the GPU twice); one partition -> single kernel
   (v1), several -> per-partition (max, sum, partial out) + a reduce kernel (v2 / FlashDecoding).
-  ``num_partitions`` forces ceil(max_context_len / num_partitions)-token partitions.
+  ``num_partitions`` forces ceil(max_context_len / num_partitions)-token partitions (a
+  minimum: partitions are halved further if their logits would not fit in shared memory,
+  e.g. num_partitions=1 on a very long context).
 
 ``prepare(...)`` returns a :class:`PagedAttentionPlan` whose ``run()`` only launches (the
 benchmark and the executor use it to keep Python overhead out of the timed region).
@@ -32,10 +34,11 @@ benchmark and the executor use it to keep Python overhead out of the timed regio
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpu._arrays import Wrapped, torch_stream, unwrap, wrap
+from gpu._arrays import torch_stream, unwrap, wrap
 from gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, heads_per_block,
                              reduce_kernel_name)
 
@@ -69,6 +72,35 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
     return p
 
 
+@dataclass(frozen=True)
+class LaunchConfig:
+    heads: int  # query heads per thread block (template HEADS)
+    chunks: int  # thread blocks per KV head
+    grid_x: int  # num_kv_heads * chunks
+    partition_size: int
+    max_parts: int  # grid z; 1 = single pass (v1), > 1 = split-K + reduce (v2)
+    smem_bytes: int
+
+
+def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, max_context_len: int,
+                  sm_count: int, smem_optin: int, num_partitions: int | None = None) -> LaunchConfig:
+    """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too)."""
+    group = num_heads // num_kv_heads
+    heads = heads_per_block(group)
+    chunks = -(-group // heads)
+    grid_x = num_kv_heads * chunks
+    p = choose_partition_size(num_seqs, grid_x, max_context_len, sm_count, num_partitions)
+    while smem_bytes(heads, head_dim, p) > smem_optin and p > 1:
+        p = -(-p // 2)  # a forced num_partitions is a minimum: split further to fit shared memory
+    smem = smem_bytes(heads, head_dim, p)
+    if smem > smem_optin:
+        raise ValueError(f"head_dim {head_dim} x {heads} heads needs {smem} B of shared memory (> {smem_optin})")
+    max_parts = max(1, math.ceil(max(int(max_context_len), 1) / p))
+    if max_parts > 65535:
+        raise ValueError(f"{max_parts} partitions exceed the grid's z limit (65535); use fewer")
+    return LaunchConfig(heads, chunks, grid_x, p, max_parts, smem)
+
+
 _SM_COUNT: dict[int, int] = {}
 _SMEM_OPTIN: dict[int, int] = {}
 
@@ -88,9 +120,17 @@ class PagedAttentionPlan:
     def __init__(self, query, key_cache, value_cache, block_tables, context_lens, block_size: int,
                  max_context_len: int, scale: float | None = None, num_partitions: int | None = None, *,
                  dtype: str | None = None, check: bool = True, contiguous: bool = False):
-        import cupy as cp
-        self._cp = cp
+        import contextlib
         q = wrap(query, "query", dtype)
+        # torch inputs: every allocation, conversion and launch goes on torch's current stream
+        self._stream = torch_stream(q)
+        with self._stream if self._stream is not None else contextlib.nullcontext():
+            self._setup(q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
+                        num_partitions, dtype, check, contiguous)
+
+    def _setup(self, q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
+               num_partitions, dtype, check, contiguous):
+        import cupy as cp
         k = wrap(key_cache, "key_cache", dtype)
         v = wrap(value_cache, "value_cache", dtype)
         cl = wrap(context_lens, "context_lens", allow_host=True)
@@ -156,17 +196,11 @@ class PagedAttentionPlan:
                     raise ValueError(f"block_tables: a used entry is outside [0, {nb})")
 
         self.scale = float(1.0 / math.sqrt(head_dim) if scale is None else scale)
-        group = num_heads // num_kv_heads
-        heads = heads_per_block(group)
-        chunks = -(-group // heads)
         sm_count, smem_optin = _device_limits(cp)
-        grid_x = num_kv_heads * chunks
-        p = choose_partition_size(num_seqs, grid_x, max_context_len, sm_count, num_partitions)
-        smem = smem_bytes(heads, head_dim, p)
-        if smem > smem_optin:
-            raise ValueError(f"partition of {p} tokens needs {smem} B of shared memory (> {smem_optin}); "
-                             "use more partitions")
-        max_parts = max(1, math.ceil(max(max_context_len, 1) / p))
+        cfg = launch_config(num_seqs, num_heads, num_kv_heads, head_dim, max_context_len, sm_count, smem_optin,
+                            num_partitions)
+        heads, grid_x, p, max_parts, smem = (cfg.heads, cfg.grid_x, cfg.partition_size, cfg.max_parts,
+                                             cfg.smem_bytes)
 
         self.kernel = _kernel(attention_kernel_name(q.dtype, head_dim, heads))
         if smem > _DEFAULT_SMEM:
@@ -195,7 +229,6 @@ class PagedAttentionPlan:
         self._reduce_args = (self.out, self.exp_sums, self.max_logits, self.tmp_out, cl_arr, i32(num_heads),
                              i32(head_dim), i32(p), i32(max_parts))
         self._keep = (q, k, v, cl, block_tables)  # keep inputs alive while the plan exists
-        self._stream = torch_stream(q)
 
     def launch(self) -> None:
         """Enqueue the kernel(s) on the current (or torch's) stream; no allocation, no sync."""

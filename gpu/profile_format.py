@@ -44,10 +44,12 @@ DTYPES = ("float16", "bfloat16")
 
 
 def _err(path, row, field, msg) -> ConfigError:
-    where = f"{path}: " if path is not None else ""
-    r = f"row {row}, " if row is not None else ""
-    f = f"field '{field}': " if field is not None else ""
-    return ConfigError(f"{where}{r}{f}{msg}")
+    parts = [str(path)] if path is not None else []
+    loc = ", ".join(x for x in (f"row {row}" if row is not None else "",
+                                f"field '{field}'" if field is not None else "") if x)
+    if loc:
+        parts.append(loc)
+    return ConfigError(": ".join(parts + [msg]))
 
 
 def _int(v, path, row, field) -> int:

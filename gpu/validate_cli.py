@@ -1,11 +1,118 @@
-"""`pagesim validate`: Run a trace on the GPU and validate the simulator (needs CUDA). (Placeholder: being built.)"""
+"""`pagesim validate`: run a trace on the GPU for real and measure how far the simulator is off.
+
+The real run uses the simulator's own scheduler and paged manager with the GPU executor
+(gpu/executor.py, gpu/model_runner.py); the same trace is then simulated with the roofline
+model (and the table model with --profile). Writes DIR/steps.csv, DIR/validation.json,
+DIR/report.html and each run's records under DIR/real, DIR/sim_roofline, DIR/sim_table.
+
+Needs CUDA with CuPy and torch; without them the command stops at once with one line (exit 2).
+``--backend fake`` is a dry run on the CPU: the whole pipeline (scheduler, manager, executor,
+slot mappings, copy-on-write, swaps, report) with a fake device whose step time is a formula,
+for checking the pipeline without a GPU; its numbers say nothing about any GPU.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
+
 from sim.cli import HelpFormatter, example
+from sim.errors import NeedsGPUError
+
+
+def _require_gpu() -> None:
+    from gpu.device import cuda_available, torch_cuda_available, why_not
+    if not cuda_available():
+        raise NeedsGPUError(f"pagesim validate needs a CUDA GPU with CuPy: {why_not()} "
+                            "(use --backend fake for a CPU dry run)")
+    if not torch_cuda_available():
+        raise NeedsGPUError("pagesim validate needs torch with CUDA (torch.cuda.is_available() is False)")
+
+
+def make_backend(args):
+    if args.backend == "fake":
+        from gpu.executor import FakeBackend
+        b = FakeBackend(verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)), record=False)
+        b.device_name = "cpu (fake backend, dry run)"
+        return b
+    from gpu.model_runner import TorchCupyBackend
+    b = TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers)
+    import torch
+    b.device_name = torch.cuda.get_device_name()
+    return b
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.backend != "fake":
+        _require_gpu()  # before any heavy work
+    from sim.run import resolve_budget
+    from sim.simulate_cli import config_from_args
+    from traces.args import workload_from_args
+
+    cfg = config_from_args(args)
+    model, _gpu, _budget = resolve_budget(cfg)
+    trace, workload = workload_from_args(args, model.max_seq_len)
+    backend = make_backend(args)
+    from gpu.validate import validate
+    res = validate(cfg, trace, backend, cfg.profile, workload=workload,
+                   progress=args.progress and not args.json)
+    out = res.save(args.out)
+    m = res.metrics
+    if args.json:
+        from sim.run import _jsonable
+        print(json.dumps(_jsonable(m), default=str))
+        return 0
+    rows = [("model / gpu", f"{m['model']} on {m['gpu_name']} ({m['backend']})"),
+            ("steps", m["num_steps"]),
+            (f"step error ({m['step_error_model']}) median / p90",
+             f"{100 * m['median_step_error']:.1f} % / {100 * m['p90_step_error']:.1f} %"),
+            ("roofline step error median / p90",
+             f"{100 * m['roofline_median_step_error']:.1f} % / {100 * m['roofline_p90_step_error']:.1f} %"),
+            ("output throughput real / sim", f"{m['real_output_throughput']:.1f} / {m['sim_output_throughput']:.1f} tok/s"
+                                             f" ({100 * m['throughput_error']:.1f} %)"),
+            ("mean TTFT real / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
+                                     f" ({100 * m['ttft_error']:.1f} %)"),
+            ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
+                                     f" ({100 * m['tpot_error']:.1f} %)")]
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, report.html")
+    return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="Run a trace on the GPU and validate the simulator (needs CUDA)", formatter_class=HelpFormatter,
-                       epilog=example("pagesim validate --help"))
-    p.set_defaults(func=lambda args: print("pagesim validate: not built yet") or 2)
+    p = sub.add_parser(
+        "validate", help="Run a trace on the GPU and validate the simulator (needs CUDA)",
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n", 1)[1],
+        epilog=example(
+            "pagesim gpu calibrate --model llama-2-7b --out prof.csv",
+            "pagesim validate --workload sharegpt --rate 2 --duration 120 --model llama-2-7b --gpu h200 "
+            "--system vllm --kv-gib 40 --profile prof.csv --out out/val",
+            "pagesim validate --workload sharegpt --rate 2 --num-requests 50 --model llama-2-7b --gpu h200 "
+            "--backend fake --out out/dry"))
+    from sim.simulate_cli import add_sim_args
+    from traces.args import add_workload_args
+
+    add_workload_args(p)
+    add_sim_args(p)
+    g = p.add_argument_group("GPU run")
+    g.add_argument("--layers", type=int, default=None, metavar="N",
+                   help="run N of the model's layers and scale their time by num_layers/N (default: all)")
+    g.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16", help="weights, activations and KV dtype")
+    g.add_argument("--backend", choices=["gpu", "fake"], default="gpu",
+                   help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline (testing)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", required=True, help="folder for steps.csv, validation.json, report.html")
+    o.add_argument("--check", action="store_true", default=None, help="assert engine invariants every step")
+    o.add_argument("--json", action="store_true", help="print validation.json's numbers as one JSON object")
+    o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="progress bar")
+    p.set_defaults(func=run)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from sim.cli import main
+    sys.exit(main(["validate"] + sys.argv[1:]))

@@ -31,7 +31,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-b
 .meta{color:#666;font-size:.9em} .reading{background:#f6f8fa;border-left:4px solid #d62728;padding:.6em 1em}
 table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0} table.data td,table.data th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 table.data th{background:#f0f0f0} table.data td:first-child{text-align:left}
-.note{color:#b00}
+.note{color:#b00} .scroll{overflow-x:auto}
 """
 
 
@@ -87,7 +87,8 @@ class HtmlReport:
                 cells.append(f'<td class="note">{s}</td>' if c == "note" and s else f"<td>{s}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         more = f"<p class='meta'>({len(df) - max_rows} more rows in the CSV)</p>" if len(df) > max_rows else ""
-        self.parts.append(f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}')
+        self.parts.append(f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead>'
+                          f'<tbody>{"".join(rows)}</tbody></table></div>{more}')
 
     def figure(self, fig) -> None:
         self._figs += 1

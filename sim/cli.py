@@ -27,7 +27,12 @@ SUBCOMMANDS = [
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keep examples' line breaks and show defaults."""
+    """Keep examples' line breaks; show defaults that say something (not None/False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def example(*lines: str) -> str:

@@ -15,6 +15,11 @@ typedef pagesim_bf16_storage bf16_t;
 #endif
 typedef __half fp16_t;
 
+// Dynamic shared memory declaration (overridable by the CPU emulation used in the tests).
+#ifndef PAGESIM_DYNAMIC_SMEM
+#define PAGESIM_DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+#endif
+
 #define PAGESIM_WARP 32
 #define PAGESIM_FULL_MASK 0xffffffffu
 #define PAGESIM_NEG_INF __int_as_float(0xff800000)  // no <math.h> under NVRTC

@@ -82,7 +82,7 @@ paged_attention_kernel(T* __restrict__ out,              // [num_seqs, num_heads
                        const int max_parts,
                        const float scale) {
     typedef PAGeometry<HEAD_DIM> G;
-    extern __shared__ float pa_smem[];
+    PAGESIM_DYNAMIC_SMEM(float, pa_smem);
     float* q_s = pa_smem;                     // [HEADS][HEAD_DIM]
     float* work = pa_smem + HEADS * HEAD_DIM; // logits [HEADS][partition_size], then PV partials
     __shared__ float red_m[HEADS];
@@ -244,7 +244,7 @@ __global__ void paged_attention_reduce_kernel(T* __restrict__ out,
                                               const int head_dim,
                                               const int partition_size,
                                               const int max_parts) {
-    extern __shared__ float w_s[];  // [max_parts]
+    PAGESIM_DYNAMIC_SMEM(float, w_s);  // [max_parts]
     __shared__ float red[PAGESIM_WARP];
     const int h = blockIdx.x, seq = blockIdx.y, tid = threadIdx.x;
     const long long sh = (long long)seq * num_heads + h;

@@ -11,6 +11,13 @@ Verbs (pairs, as in nano-vllm's block manager)::
     can_append_batch(seq_ids) -> bool                   append_batch(seq_ids)   # one token each
     fork(parent_id, child_id, child_final_len)          free(seq_id)
     usage(demand_waiting) -> MemoryUsage                export() -> snapshot of tables/extents
+    can_fork(parent_id, child_final_len) -> bool        explain_never(spec) -> str (why NEVER)
+    has_seq(seq_id) -> bool                             num_tokens(seq_id) -> L
+
+Paged managers add ``num_free_blocks()``, ``num_seq_blocks(seq_id)``, ``block_table(seq_id)``
+and ``blocks_needed_for_append_batch(seq_ids)`` (exact, copy-on-write included). ``seq_ids``
+within one batch call must be distinct. ``allocate`` sets L to the cached-token count it
+returns; the caller then appends the remaining ``prompt_len - cached`` prompt tokens.
 
 ``allocate`` makes room for the sequence's prompt (paged, vAttention: on demand) or for its
 whole reservation (static, contiguous); no token is *computed* yet, except prefix-cache hits,
@@ -167,7 +174,7 @@ class KVCacheManager(ABC):
     #: longest sequence (final length) the manager admits; set by every concrete manager
     max_seq_len: int = 0
 
-    def can_fork(self, parent_id: int) -> bool:
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
         """True if ``fork(parent_id, ...)`` would succeed now (paged: always; it shares blocks).
 
         Static and contiguous managers copy the parent into a new slot / extent, which needs room.

@@ -54,6 +54,13 @@ class ContiguousManager(ExtentManager):
         self.placement = make_placement(placement, capacity)
         self.predictor_error = float(predictor_error)
         self.seed = int(seed)
+        if self.placement.placed_size(max_seq_len) > self.placement.largest_possible():
+            raise ConfigError(
+                f"with {placement} placement a max_seq_len={max_seq_len} request takes "
+                f"{self.placement.placed_size(max_seq_len)} slots but the largest block of a {capacity}-slot "
+                f"pool is {self.placement.largest_possible()}; use max_seq_len <= "
+                f"{self.placement.largest_possible()}, placement first-fit, or a pool of "
+                f">= {self.placement.placed_size(max_seq_len)} slots")
 
     # ---- reservation policy ------------------------------------------------------------
     def request_size(self, spec: SeqSpec) -> int:
@@ -101,9 +108,9 @@ class ContiguousManager(ExtentManager):
         self.placement.free(start)
         self._counters["frees"] += 1
 
-    def can_fork(self, parent_id: int) -> bool:
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
         self._check_seq(parent_id)
-        return self.placement.can_alloc(self._fork_R(parent_id, None))
+        return self.placement.can_alloc(self._fork_R(parent_id, child_final_len))
 
     def _fork_R(self, parent_id: int, child_final_len: int | None) -> int:
         P, L = int(self._prompt[parent_id]), int(self._L[parent_id])

@@ -53,9 +53,9 @@ Watermark (vLLM): ``can_allocate`` is LATER if admitting would leave fewer than
 than ``num_blocks - watermark_blocks``.
 
 Hot path: ``append_batch`` / ``can_append_batch`` / ``blocks_needed_for_append_batch`` work on
-numpy arrays indexed by seq_id; the Python loop runs only over sequences that need a block and
-cannot be served by the vectorized boundary path (shared tail, prefix-key registration,
-eviction). ``seq_ids`` within one batch must be distinct.
+numpy arrays indexed by seq_id; block-boundary crossings take their blocks in bulk; a Python
+loop runs only over sequences that need copy-on-write or prefix-key registration, and over LRU
+evictions. ``seq_ids`` within one batch must be distinct.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ class PagedManager(KVCacheManager):
         self._cache: dict[tuple, int] = {}  # prefix key -> block
         self._block_key: dict[int, tuple] = {}  # block -> its registered key
         self._sharers: dict[int, dict[int, int]] = {}  # partially filled shared block -> {seq: demand}
+        self._keys_memo: tuple = (None, [])
 
         n = 64
         for f in _SEQ_FIELDS:
@@ -121,7 +122,8 @@ class PagedManager(KVCacheManager):
         self._token_states = 0  # sum filled over blocks in use
         self._demand = 0  # sum dem over blocks in use
         self._used = 0  # blocks in use
-        self._counters = {"cow_copies": 0, "evictions": 0, "prefix_hit_tokens": 0, "allocations": 0,
+        self._counters = {"cow_copies": 0, "evictions": 0, "prefix_hit_tokens": 0,
+                          "prefix_lookup_tokens": 0, "allocations": 0,
                           "frees": 0, "forks": 0, "fork_copies": 0}
 
     # ---- helpers ----------------------------------------------------------------------
@@ -165,6 +167,41 @@ class PagedManager(KVCacheManager):
         self._used += 1
         return b
 
+    def _take_many(self, k: int) -> list[int]:
+        """``k`` blocks for new use, in the order ``k`` calls of ``_take`` would give them."""
+        if k <= 0:
+            return []
+        if k > len(self._free) + len(self._lru):
+            raise OutOfMemory("no free KV block (the scheduler must check can_* first)")
+        nf = min(k, len(self._free))
+        out = self._free[-nf:][::-1] if nf else []
+        if nf:
+            del self._free[-nf:]
+        if k > nf:  # evict the least recently used cached blocks
+            lru, cache, bkey = self._lru, self._cache, self._block_key
+            for _ in range(k - nf):
+                b, _ = lru.popitem(last=False)
+                del cache[bkey.pop(b)]
+                out.append(b)
+            self._counters["evictions"] += k - nf
+        arr = np.asarray(out, dtype=np.int64)
+        self._ref[arr] = 1
+        self._filled[arr] = 0
+        self._dem[arr] = 0
+        self._used += k
+        return out
+
+    def _unshare(self, b: int, seq_id: int) -> None:
+        """``seq_id`` left partially filled shared block ``b``: its demand is the others' max."""
+        sh = self._sharers.get(b)
+        if sh is not None:
+            del sh[seq_id]
+            new = max(sh.values())
+            if len(sh) == 1:
+                del self._sharers[b]
+            self._demand += new - int(self._dem[b])
+            self._dem[b] = new
+
     def _release(self, b: int, seq_id: int) -> None:
         """Drop ``seq_id``'s reference to block ``b``."""
         self._ref[b] -= 1
@@ -180,19 +217,19 @@ class PagedManager(KVCacheManager):
                 self._filled[b] = 0
                 self._free.append(b)
         else:
-            sh = self._sharers.get(b)
-            if sh is not None:
-                del sh[seq_id]
-                new = max(sh.values())
-                if len(sh) == 1:
-                    del self._sharers[b]
-                self._demand += new - int(self._dem[b])
-                self._dem[b] = new
+            self._unshare(b, seq_id)
 
     def _keys(self, spec: SeqSpec) -> list[tuple]:
         """Prefix-cache keys of the spec's keyable (full, hashed) prompt blocks."""
         if not self.prefix_caching or not spec.prefix_hashes:
             return []
+        if self._keys_memo[0] is spec:  # the waiting head is asked about every step
+            return self._keys_memo[1]
+        keys = self._compute_keys(spec)
+        self._keys_memo = (spec, keys)
+        return keys
+
+    def _compute_keys(self, spec: SeqSpec) -> list[tuple]:
         H, bs, hashes = int(spec.hash_block_tokens), self.block_size, spec.prefix_hashes
         chain, c = [], hash(("pagesim-prefix", H))
         for h in hashes:
@@ -207,7 +244,7 @@ class PagedManager(KVCacheManager):
         return keys
 
     def _hits(self, spec: SeqSpec, keys: list[tuple]) -> list[int]:
-        limit = (spec.prompt_len - 1) // self.block_size  # at most prompt_len - 1 cached tokens
+        limit = max(spec.prompt_len - 1, 0) // self.block_size  # at most prompt_len - 1 cached tokens
         out = []
         for k in keys[:limit]:
             b = self._cache.get(k)
@@ -258,12 +295,13 @@ class PagedManager(KVCacheManager):
                 self._dem[b] = bs
             self._ref[b] += 1
             table.append(b)
-        for i in range(len(hits), self._prompt_blocks(spec)):
-            b = self._take()
-            d = self._d(F, i)
-            self._dem[b] = d
-            self._demand += d
-            table.append(b)
+        new = self._take_many(self._prompt_blocks(spec) - len(hits))
+        if new:
+            idx = np.arange(len(hits), len(hits) + len(new), dtype=np.int64)
+            d = np.minimum(np.maximum(F - idx * bs, 0), bs)
+            self._dem[np.asarray(new, dtype=np.int64)] = d
+            self._demand += int(d.sum())
+            table.extend(new)
         self._ensure(s)
         cached = len(hits) * bs
         self._L[s], self._F[s], self._nb[s] = cached, F, len(table)
@@ -275,6 +313,8 @@ class PagedManager(KVCacheManager):
             self._seq_keys[s] = keys
         self._counters["allocations"] += 1
         self._counters["prefix_hit_tokens"] += cached
+        if self.prefix_caching:
+            self._counters["prefix_lookup_tokens"] += spec.prompt_len
         return cached
 
     # ---- appends -------------------------------------------------------------------------
@@ -283,7 +323,11 @@ class PagedManager(KVCacheManager):
         L, bs, tbl = int(self._L[s]), self.block_size, self._tables[s]
         first, last = L // bs, (L + n - 1) // bs
         new = max(0, last + 1 - len(tbl))
-        cow = sum(1 for i in range(first, min(last + 1, len(tbl))) if self._ref[tbl[i]] > 1)
+        hi = min(last + 1, len(tbl))
+        if hi - first > 4:
+            cow = int(np.count_nonzero(self._ref[np.asarray(tbl[first:hi], dtype=np.int64)] > 1))
+        else:
+            cow = sum(1 for i in range(first, hi) if self._ref[tbl[i]] > 1)
         return new + cow
 
     def num_free_blocks(self) -> int:
@@ -307,36 +351,47 @@ class PagedManager(KVCacheManager):
         if n <= 0:
             return
         s, bs = seq_id, self.block_size
-        if self._needed(s, n) > self.num_free_blocks():
-            raise OutOfMemory(f"sequence {s}: no free block for {n} more tokens")
         L, F = int(self._L[s]), int(self._F[s])
         newL = L + n
-        F = max(F, newL)
         tbl = self._tables[s]
+        A = len(tbl) * bs
+        if A - bs <= L and newL <= A and newL <= F and L >= self._klimit[s] and self._ref[tbl[-1]] == 1:
+            # stays inside a private last block: count the tokens
+            self._L[s] = newL
+            self._filled[tbl[-1]] += n
+            self._token_states += n
+            return
+        if self._needed(s, n) > self.num_free_blocks():
+            raise OutOfMemory(f"sequence {s}: no free block for {n} more tokens")
+        F = max(F, newL)
         first, last = L // bs, (newL - 1) // bs
-        for i in range(first, min(last + 1, len(tbl))):
-            b = tbl[i]
-            if self._ref[b] > 1:  # copy-on-write
+        hi = min(last + 1, len(tbl))
+        if hi > first:
+            seg = np.asarray(tbl[first:hi], dtype=np.int64)
+            for i in (np.flatnonzero(self._ref[seg] > 1) + first).tolist():  # copy-on-write
+                b = tbl[i]
                 c = self._take()
                 self._filled[c] = self._filled[b]
                 self._token_states += int(self._filled[b])
                 self._release(b, s)
                 tbl[i] = c
                 self._counters["cow_copies"] += 1
-        while len(tbl) <= last:
-            tbl.append(self._take())
+        tbl.extend(self._take_many(last + 1 - len(tbl)))
+        # write tokens [L, newL) into blocks first..last; their demand follows F
+        blocks = np.asarray(tbl[first:last + 1], dtype=np.int64)
+        idx = np.arange(first, last + 1, dtype=np.int64) * bs
+        f = np.minimum(newL - idx, bs)
+        d = np.minimum(np.maximum(F - idx, 0), bs)
+        self._token_states += int(f.sum() - self._filled[blocks].sum())
+        self._demand += int(d.sum() - self._dem[blocks].sum())
+        self._filled[blocks] = f
+        self._dem[blocks] = d
         keys = self._seq_keys.get(s)
-        for i in range(first, last + 1):
-            b = tbl[i]
-            f = min(newL - i * bs, bs)
-            self._token_states += f - int(self._filled[b])
-            self._filled[b] = f
-            d = self._d(F, i)
-            self._demand += d - int(self._dem[b])
-            self._dem[b] = d
-            if f == bs and keys is not None and i < len(keys) and keys[i] not in self._cache:
-                self._cache[keys[i]] = b
-                self._block_key[b] = keys[i]
+        if keys is not None:
+            for i in range(first, min(last + 1, len(keys))):
+                if f[i - first] == bs and keys[i] not in self._cache:
+                    self._cache[keys[i]] = tbl[i]
+                    self._block_key[tbl[i]] = keys[i]
         self._L[s], self._F[s], self._nb[s], self._tail[s] = newL, F, len(tbl), tbl[-1]
 
     def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
@@ -379,20 +434,17 @@ class PagedManager(KVCacheManager):
         self._L[f_ids] += 1
         self._filled[f_tails] += 1
         self._token_states += len(f_ids)
-        # 2) at a block boundary: a fresh block each, straight from the free list
+        # 2) at a block boundary: a fresh block each (free list first, then evicting cached blocks)
         bnd = ok & (L == A)
         k = int(np.count_nonzero(bnd))
-        if k and k <= len(self._free):
+        if k and k <= self.num_free_blocks():
             b_ids = ids[bnd]
-            new = self._free[-k:][::-1]
-            del self._free[-k:]
+            new = self._take_many(k)  # free list first, then LRU evictions
             nb = np.asarray(new, dtype=np.int64)
             d = np.minimum(F[bnd] - L[bnd], bs)
-            self._ref[nb] = 1
             self._filled[nb] = 1
             self._dem[nb] = d
             self._demand += int(d.sum())
-            self._used += k
             self._token_states += k
             tables = self._tables
             for s, b in zip(b_ids.tolist(), new):
@@ -442,8 +494,30 @@ class PagedManager(KVCacheManager):
 
     def free(self, seq_id: int) -> None:
         self._check_seq(seq_id)
-        for b in reversed(self._tables.pop(seq_id)):
-            self._release(b, seq_id)
+        tbl = self._tables.pop(seq_id)
+        if tbl:  # in bulk; blocks go back tail first (so cached tails are evicted first)
+            arr = np.asarray(tbl[::-1], dtype=np.int64)
+            self._ref[arr] -= 1
+            left = self._ref[arr] == 0
+            gone = arr[left]
+            self._used -= len(gone)
+            self._token_states -= int(self._filled[gone].sum())
+            self._demand -= int(self._dem[gone].sum())
+            self._dem[gone] = 0
+            plain = gone.tolist()
+            if self._sharers:
+                for b in plain:
+                    self._sharers.pop(b, None)
+                for b in arr[~left].tolist():
+                    self._unshare(b, seq_id)
+            if self._block_key:
+                bkey, lru = self._block_key, self._lru
+                for b in plain:
+                    if b in bkey:
+                        lru[b] = None  # stays full: revived as is on a hit
+                plain = [b for b in plain if b not in bkey]
+            self._filled[np.asarray(plain, dtype=np.int64)] = 0
+            self._free.extend(plain)
         self._active[seq_id] = False
         self._seq_keys.pop(seq_id, None)
         self._counters["frees"] += 1

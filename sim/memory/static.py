@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory._extent import ExtentManager
 from sim.memory.base import Admit, SeqSpec
@@ -39,6 +41,11 @@ class StaticManager(ExtentManager):
         self.batch_size = int(batch_size)
         self._free_slots = list(range(self.batch_size))  # a heap: lowest slot first
 
+    @property
+    def num_slots(self) -> int:
+        """B, the number of max_seq_len slots (what the static scheduler batches up to)."""
+        return self.batch_size
+
     def can_allocate(self, spec: SeqSpec) -> Admit:
         if spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len:
             return Admit.NEVER
@@ -57,7 +64,7 @@ class StaticManager(ExtentManager):
         self._check_seq(seq_id)
         return int(self._L[seq_id]) + n <= self.max_seq_len
 
-    def can_fork(self, parent_id: int) -> bool:
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
         return bool(self._free_slots)
 
     def fork(self, parent_id: int, child_id: int, child_final_len: int | None = None) -> None:
@@ -77,6 +84,6 @@ class StaticManager(ExtentManager):
 
     def check(self) -> None:
         super().check()
-        used = {int(self._start[s]) // self.max_seq_len for s in range(len(self._active)) if self._active[s]}
+        used = {int(x) // self.max_seq_len for x in self._start[np.flatnonzero(self._active)]}
         assert len(used) == self._n and not used & set(self._free_slots), "a slot is owned twice"
         assert used | set(self._free_slots) == set(range(self.batch_size)), "a slot was lost"

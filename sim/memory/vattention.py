@@ -44,7 +44,7 @@ class VAttentionManager(PagedManager):
                          prefix_caching=False)
         self.page_tokens = int(page_tokens)
 
-    def can_fork(self, parent_id: int) -> bool:
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
         self._check_seq(parent_id)
         return int(self._nb[parent_id]) <= self.num_free_blocks()
 

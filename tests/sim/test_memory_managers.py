@@ -364,3 +364,23 @@ def test_too_long_is_never_and_misuse_raises(make):
     m.allocate(SeqSpec(0, 4, 8))
     with pytest.raises(ValueError):
         m.allocate(SeqSpec(0, 4, 8))
+
+
+def test_buddy_pool_whose_largest_chunk_is_too_small():
+    with pytest.raises(ConfigError, match="max_seq_len <= 1024"):
+        ContiguousManager(2000, 2000, "max", "buddy")
+    assert ContiguousManager(2000, 2000, "max", "first-fit").capacity == 2000
+
+
+@pytest.mark.parametrize("make", [
+    lambda: StaticManager(64, 16), lambda: ContiguousManager(64, 16, "oracle"),
+    lambda: PagedManager(64, 16, 4, 0, prefix_caching=True), lambda: TokenManager(64, 16, 0)])
+def test_empty_prompt_and_output(make):
+    m = make()
+    m.allocate(SeqSpec(0, 0, 3))
+    m.append_batch([0])
+    m.append(0, 2)
+    m.allocate(SeqSpec(1, 5, 2))  # final < prompt: treated as final = prompt
+    m.append(1, 5)
+    assert m.usage().token_states == 8
+    m.check()

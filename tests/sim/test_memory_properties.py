@@ -39,7 +39,14 @@ op = st.one_of(
 )
 
 
-def run(m, ops, mirror=None):
+def canonical(snap):
+    """A block-table snapshot with physical ids renamed by first appearance (layout up to renaming)."""
+    names: dict[int, int] = {}
+    tables = {s: [names.setdefault(b, len(names)) for b in t] for s, t in sorted(snap.tables.items())}
+    return tables, snap.context_lens, {names[b]: r for b, r in snap.refcounts.items()}
+
+
+def run(m, ops, mirror=None, exact=True):
     """Apply ``ops`` to ``m`` (and identically to ``mirror``), checking invariants after each."""
     live: list[int] = []
     nxt = 0
@@ -86,7 +93,7 @@ def run(m, ops, mirror=None):
             p = live[o[1] % len(live)]
             L = m.num_tokens(p)
             Fc = None if o[2] < 0 else min(MSL, max(L, final[p] + o[2] - 3))
-            if both(lambda x: x.can_fork(p)):
+            if both(lambda x: x.can_fork(p, Fc)):
                 cow = m.stats().get("cow_copies", 0)
                 both(lambda x: x.fork(p, nxt, Fc))
                 assert m.num_tokens(nxt) == L and m.stats().get("cow_copies", 0) == cow
@@ -103,7 +110,10 @@ def run(m, ops, mirror=None):
             if mirror is not None:
                 assert mirror.usage(dw) == u
         if mirror is not None:
-            assert mirror.export() == m.export()
+            if exact:
+                assert mirror.export() == m.export()
+            else:
+                assert canonical(mirror.export()) == canonical(m.export())
     for s in live:
         both(lambda x: x.free(s))
     m.check()
@@ -143,7 +153,8 @@ def test_token_manager_equals_paged_block1(ops):
 @SETTINGS
 @given(st.lists(op, max_size=40))
 def test_batch_equals_per_sequence_appends(ops):
-    """append_batch's vectorized paths leave exactly the state a per-sequence loop leaves."""
+    """append_batch's vectorized paths leave the state a per-sequence loop leaves (up to block ids:
+    the batch serves boundary crossings before copy-on-write ones, so physical ids may differ)."""
 
     class Looping(PagedManager):
         def append_batch(self, seq_ids):
@@ -151,7 +162,7 @@ def test_batch_equals_per_sequence_appends(ops):
                 self.append(int(s), 1)
 
     run(PagedManager(64, MSL, block_size=2, watermark=0, prefix_caching=True), ops,
-        mirror=Looping(64, MSL, block_size=2, watermark=0, prefix_caching=True))
+        mirror=Looping(64, MSL, block_size=2, watermark=0, prefix_caching=True), exact=False)
 
 
 @SETTINGS

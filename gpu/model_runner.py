@@ -1,0 +1,357 @@
+"""The real backend of the GPU executor: a transformer with the model's shapes and random weights.
+
+``TorchCupyBackend(dtype="float16", num_layers_run=None)`` implements the executor's
+:class:`gpu.executor.Backend` protocol. ``setup`` allocates, once, the weights and a paged KV
+pool ``[layers, 2, num_blocks, block_size, kv_heads, head_dim]`` sized from the manager's
+``num_blocks`` (``kv[l, 0]`` / ``kv[l, 1]`` are layer l's contiguous key / value caches, the
+layout of ``gpu.paged_attention``). ``execute(plan)`` runs one iteration::
+
+    swap-in, swap-out       gpu.cache_ops.swap_blocks  per layer, pinned host pool
+    copy-on-write           gpu.cache_ops.copy_blocks  per layer
+    embedding of the step's tokens (prefill chunks first, then one token per decode sequence)
+    per layer (LLaMA-style; OPT-style ReLU MLP when the model is not gated):
+        RMSNorm -> fused QKV matmul -> rotary -> reshape_and_cache(new K/V -> their slots)
+        prefill attention: torch SDPA per sequence (causal; with cached context, i.e. chunked
+                           prefill or prefix hits, over the context gathered from the pool)
+        decode attention:  gpu.paged_attention.forward over the live block tables
+        O matmul + residual, RMSNorm, gate/up matmul, SiLU*, down matmul + residual
+    final norm + LM head for the sampled positions (each prefill chunk's last token and every
+    decode token) + greedy argmax
+    torch.cuda.synchronize()
+
+Weights are random (std 1/sqrt(fan_in), so fp16 activations stay finite) and token ids are a
+fixed function of the position (every sequence reads the same text): the tokens do not matter
+for timing, and it makes every sequence's hidden state at position p the same however it was
+computed (whole prefill, chunks, decode, after copy-on-write or a swap), which the CPU tests use
+to check the KV data flow end to end. Not modelled: tensor-parallel all-reduce (``tp`` only shrinks the shapes),
+sampling beyond argmax, CUDA graphs, a varlen prefill kernel (prefills run one SDPA call per
+sequence, as vLLM's fallback path does).
+
+Layer scaling: ``num_layers_run=N`` (< the model's L) builds only N layers and an N-layer KV
+pool (N/L of the memory). The per-layer part of the step (swaps, copies and the N layers,
+timed with CUDA events) is scaled by L/N and the rest (host preparation, uploads, embedding,
+LM head, synchronization) is counted once::
+
+    t = wall_N + (L/N - 1) * layer_span_N
+
+``tests/gpu/test_executor.py::test_layer_scaling_matches_full`` checks it against all layers
+(within 10 %).
+
+``attention="torch"`` / ``cache_ops="torch"`` (automatic on a CPU device) replace the CuPy
+kernels by torch gathers and indexing: used by the CPU tests of this file (tiny model, float32)
+and as a reference for the kernel path.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from sim.errors import ConfigError, NeedsGPUError
+
+_TORCH_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except Exception as e:  # pragma: no cover - depends on the machine
+        raise NeedsGPUError(f"the GPU backend needs torch ({type(e).__name__}: {e}); "
+                            "install it with: pip install torch") from None
+
+
+class TorchCupyBackend:
+    """Transformer with real shapes and random weights over the paged KV pool (see module docstring)."""
+
+    name = "torch-cupy"
+    measures_time = True
+
+    def __init__(self, *, dtype: str = "float16", num_layers_run: int | None = None, device: str = "cuda",
+                 attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
+                 memory_fraction: float = 0.95):
+        if dtype in ("fp16", "half"):
+            dtype = "float16"
+        if dtype in ("bf16",):
+            dtype = "bfloat16"
+        if dtype not in _TORCH_DTYPES:
+            raise ConfigError(f"dtype must be fp16 or bf16, got {dtype}")
+        if num_layers_run is not None and num_layers_run < 1:
+            raise ConfigError(f"--layers must be >= 1, got {num_layers_run}")
+        cpu = str(device).startswith("cpu")
+        self.dtype_name = dtype
+        self.num_layers_run = num_layers_run
+        self.device = device
+        self.attention = attention or ("torch" if cpu else "kernel")
+        self.cache_ops = cache_ops or ("torch" if cpu else "kernel")
+        if self.attention not in ("kernel", "torch") or self.cache_ops not in ("kernel", "torch"):
+            raise ConfigError("attention and cache_ops must be 'kernel' or 'torch'")
+        self.tp = int(tp)
+        self.seed = seed
+        self.memory_fraction = memory_fraction
+        self.last_outputs = None  # (positions, sampled token ids, final hidden states) of the last step
+        self.last_timing: dict = {}
+
+    # ------------------------------------------------------------------ setup
+    def _check_memory(self, torch, nbytes: int) -> None:
+        if not self.device.startswith("cuda"):
+            return
+        free, _total = torch.cuda.mem_get_info()
+        if nbytes > free * self.memory_fraction:
+            raise ConfigError(
+                f"weights + KV pool of {self.L_run} layers need {nbytes / 2**30:.1f} GiB, the GPU has "
+                f"{free / 2**30:.1f} GiB free; run fewer layers (--layers 4) or a smaller pool (--kv-gib 20)")
+
+    def setup(self, model, num_blocks: int, block_size: int, host_blocks: int) -> None:
+        torch = _torch()
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise NeedsGPUError("the GPU backend needs torch with CUDA (torch.cuda.is_available() is False)")
+        if self.attention == "kernel" or self.cache_ops == "kernel":
+            from gpu.device import require_cupy
+            require_cupy("the GPU backend")
+        self.torch = torch
+        self.model = model
+        tp = self.tp
+        if model.num_heads % tp:
+            raise ConfigError(f"tp={tp} does not divide num_heads={model.num_heads}")
+        self.L = int(model.num_layers)
+        self.L_run = min(int(self.num_layers_run or self.L), self.L)
+        self.H = model.num_heads // tp
+        self.KVH = max(1, model.num_kv_heads // tp)
+        self.D = model.head_dim
+        self.h = model.hidden_size
+        self.I = model.intermediate_size // tp
+        self.V = model.vocab_size // tp
+        self.gated = bool(model.gated_mlp)
+        self.block_size = int(block_size)
+        self.num_blocks = int(num_blocks)
+        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[self.dtype_name]
+        self.tdtype = dt
+        esize = torch.tensor([], dtype=dt).element_size()
+        h, H, KVH, D, I = self.h, self.H, self.KVH, self.D, self.I
+        per_layer = h * (H + 2 * KVH) * D + H * D * h + (2 if self.gated else 1) * h * I + I * h
+        weight_bytes = (per_layer * self.L_run + 2 * self.V * h) * esize
+        self.block_bytes_per_layer = 2 * self.block_size * KVH * D * esize  # K and V
+        pool_bytes = self.num_blocks * self.block_bytes_per_layer * self.L_run
+        self._check_memory(torch, weight_bytes + pool_bytes)
+        dev = self.device
+        g = torch.Generator(device=dev).manual_seed(self.seed)
+
+        def rand(*shape):
+            return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32)
+                    / math.sqrt(shape[0])).to(dt)
+
+        self.layers = []
+        for _ in range(self.L_run):
+            w = {"qkv": rand(h, (H + 2 * KVH) * D), "o": rand(H * D, h),
+                 "up": rand(h, (2 if self.gated else 1) * I), "down": rand(I, h),
+                 "ln1": torch.ones(h, device=dev, dtype=dt), "ln2": torch.ones(h, device=dev, dtype=dt)}
+            self.layers.append(w)
+        self.emb = torch.randn(self.V, h, generator=g, device=dev, dtype=torch.float32).to(dt)
+        self.lm_head = rand(h, self.V)
+        self.ln_f = torch.ones(h, device=dev, dtype=dt)
+        self.kv = torch.zeros((self.L_run, 2, self.num_blocks, self.block_size, KVH, D), device=dev, dtype=dt)
+        max_pos = int(model.max_seq_len) + 1
+        inv = 1.0 / (10000 ** (torch.arange(0, D // 2, device=dev, dtype=torch.float32) * 2 / D))
+        ang = torch.arange(max_pos, device=dev, dtype=torch.float32)[:, None] * inv[None, :]
+        self.cos, self.sin = ang.cos().to(dt), ang.sin().to(dt)
+        self.host_blocks = int(host_blocks)
+        self.host = None
+        if host_blocks > 0:
+            shape = (self.host_blocks, self.block_size, KVH, D)
+            if self.cache_ops == "kernel":
+                from gpu.cache_ops import empty_pinned_cache
+                npdt = np.float16 if self.dtype_name == "float16" else (np.uint16 if self.dtype_name == "bfloat16"
+                                                                        else np.float32)
+                self.host = [[empty_pinned_cache(shape, npdt) for _ in range(2)] for _ in range(self.L_run)]
+            else:
+                self.host = torch.zeros((self.L_run, 2) + shape, dtype=dt)
+        self._gqa = self._probe_gqa()
+        self.pool_bytes = pool_bytes
+        self.weight_bytes = weight_bytes
+
+    # ------------------------------------------------------------------ pieces
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def _rms(self, x, w):
+        torch = self.torch
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    def _rope(self, x, pos):
+        half = self.D // 2
+        c, s = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
+        x1, x2 = x[..., :half], x[..., half:]
+        return self.torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+    def _sdpa(self, q, k, v, causal: bool, mask=None):
+        """q [1, H, n, D], k/v [1, KVH, m, D]; ``mask`` (bool, True = attend) replaces ``causal``."""
+        F = self.torch.nn.functional
+        kw = {}
+        if self.KVH != self.H:
+            if self._gqa:
+                kw = {"enable_gqa": True}
+            else:  # torch < 2.5
+                rep = self.H // self.KVH
+                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **kw)
+
+    def _probe_gqa(self) -> bool:
+        torch = self.torch
+        try:
+            t = torch.zeros(1, 2, 1, 8)
+            torch.nn.functional.scaled_dot_product_attention(t, t[:, :1], t[:, :1], enable_gqa=True)
+            return True
+        except Exception:
+            return False
+
+    def _gather(self, cache, slots):
+        """cache [num_blocks, bs, KVH, D] -> [len(slots), KVH, D]."""
+        return cache.view(-1, self.KVH, self.D).index_select(0, slots)
+
+    def _write(self, kc, vc, k, v, slots) -> None:
+        if self.cache_ops == "kernel":
+            from gpu.cache_ops import reshape_and_cache
+            reshape_and_cache(k, v, kc, vc, slots)
+        else:
+            kc.view(-1, self.KVH, self.D)[slots] = k
+            vc.view(-1, self.KVH, self.D)[slots] = v
+
+    def _copy_and_swap(self, plan) -> None:
+        torch = self.torch
+        for l in range(self.L_run):
+            for j in range(2):
+                dev = self.kv[l, j]
+                if len(plan.swap_in):
+                    if self.cache_ops == "kernel":
+                        from gpu.cache_ops import swap_blocks
+                        swap_blocks(self.host[l][j], dev, plan.swap_in)
+                    else:
+                        dev[torch.as_tensor(plan.swap_in[:, 1], device=dev.device)] = \
+                            self.host[l, j][torch.as_tensor(plan.swap_in[:, 0])].to(dev.device)
+            for j in range(2):
+                dev = self.kv[l, j]
+                if len(plan.swap_out):
+                    if self.cache_ops == "kernel":
+                        from gpu.cache_ops import swap_blocks
+                        swap_blocks(dev, self.host[l][j], plan.swap_out)
+                    else:
+                        self.host[l, j][torch.as_tensor(plan.swap_out[:, 1])] = \
+                            dev[torch.as_tensor(plan.swap_out[:, 0], device=dev.device)].cpu()
+            if len(plan.copies):
+                kc, vc = self.kv[l, 0], self.kv[l, 1]
+                if self.cache_ops == "kernel":
+                    from gpu.cache_ops import copy_blocks
+                    copy_blocks(kc, vc, plan.copies)
+                else:
+                    src = torch.as_tensor(plan.copies[:, 0], device=kc.device)
+                    dst = torch.as_tensor(plan.copies[:, 1], device=kc.device)
+                    kc[dst] = kc[src]
+                    vc[dst] = vc[src]
+
+    def _decode_attention(self, q, kc, vc, dev_tables, dev_lens, plan, dec_slots_all):
+        if self.attention == "kernel":
+            from gpu import paged_attention as pa
+            return pa.forward(q, kc, vc, dev_tables, dev_lens, self.block_size, plan.decode_max_context,
+                              check=False)
+        out = self.torch.empty_like(q)
+        for r, (slots, c) in enumerate(dec_slots_all):
+            k = self._gather(kc, slots).transpose(0, 1)[None]
+            v = self._gather(vc, slots).transpose(0, 1)[None]
+            out[r] = self._sdpa(q[r][None, :, None, :], k, v, causal=False)[0, :, 0, :]
+        return out
+
+    # ------------------------------------------------------------------ one step
+    def execute(self, plan) -> float:
+        torch = self.torch
+        dev = self.device
+        cuda = dev.startswith("cuda")
+        self._sync()
+        t0 = time.perf_counter()
+        P = len(plan.prefill_slots)
+        T = plan.num_tokens
+        slots = torch.as_tensor(plan.slot_mapping, device=dev)
+        pos_np = np.concatenate([plan.prefill_positions, plan.decode_context.astype(np.int64) - 1])
+        pos = torch.as_tensor(pos_np, device=dev)
+        nd = len(plan.decode_seq_ids)
+        dev_tables = dev_lens = None
+        dec_slots_all = []
+        if nd:
+            dev_tables = torch.as_tensor(plan.decode_tables, device=dev)
+            dev_lens = torch.as_tensor(plan.decode_context, device=dev)
+            if self.attention == "torch":
+                from gpu.executor import slots_for
+                dec_slots_all = [(torch.as_tensor(slots_for(plan.decode_tables[r], 0, int(c), self.block_size),
+                                                  device=dev), int(c))
+                                 for r, c in enumerate(plan.decode_context.tolist())]
+        pre = []  # (offset, n, ctx, gather slots or None, mask or None)
+        off = 0
+        for r, (n, c) in enumerate(zip(plan.prefill_tokens.tolist(), plan.prefill_context.tolist())):
+            if c == n:
+                pre.append((off, n, c, None, None))
+            else:
+                from gpu.executor import slots_for
+                gs = torch.as_tensor(slots_for(plan.prefill_tables[r], 0, c, self.block_size), device=dev)
+                qi = torch.arange(c - n, c, device=dev)[:, None]
+                kj = torch.arange(c, device=dev)[None, :]
+                pre.append((off, n, c, gs, (kj <= qi)[None, None]))
+            off += n
+        sample = np.concatenate([np.cumsum(plan.prefill_tokens) - 1, P + np.arange(nd)]).astype(np.int64)
+        sample_t = torch.as_tensor(sample, device=dev)
+        ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
+        x = self.emb[ids] if T else None
+        if cuda:
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev0.record()
+        tl0 = time.perf_counter()
+        self._copy_and_swap(plan)
+        H, KVH, D = self.H, self.KVH, self.D
+        F = torch.nn.functional
+        for l, w in enumerate(self.layers):
+            if not T:
+                break
+            kc, vc = self.kv[l, 0], self.kv[l, 1]
+            a = self._rms(x, w["ln1"])
+            qkv = a @ w["qkv"]
+            q = self._rope(qkv[:, :H * D].view(T, H, D), pos)
+            k = self._rope(qkv[:, H * D:(H + KVH) * D].view(T, KVH, D), pos)
+            v = qkv[:, (H + KVH) * D:].view(T, KVH, D)
+            self._write(kc, vc, k, v, slots)
+            att = torch.empty((T, H, D), device=dev, dtype=self.tdtype)
+            for (o, n, c, gs, mask) in pre:
+                qq = q[o:o + n].transpose(0, 1)[None]
+                if gs is None:
+                    kk, vv = k[o:o + n], v[o:o + n]
+                else:
+                    kk, vv = self._gather(kc, gs), self._gather(vc, gs)
+                out = self._sdpa(qq, kk.transpose(0, 1)[None], vv.transpose(0, 1)[None], causal=True, mask=mask)
+                att[o:o + n] = out[0].transpose(0, 1)
+            if nd:
+                att[P:] = self._decode_attention(q[P:].contiguous(), kc, vc, dev_tables, dev_lens, plan,
+                                                 dec_slots_all)
+            x = x + att.view(T, H * D) @ w["o"]
+            m = self._rms(x, w["ln2"]) @ w["up"]
+            if self.gated:
+                g_, u = m.chunk(2, dim=-1)
+                m = F.silu(g_) * u
+            else:
+                m = F.relu(m)
+            x = x + m @ w["down"]
+        if cuda:
+            ev1.record()
+        tl1 = time.perf_counter()
+        if T:
+            hs = self._rms(x.index_select(0, sample_t), self.ln_f)
+            tokens = (hs @ self.lm_head).argmax(-1)
+            self.last_outputs = (pos_np[sample], tokens, hs)
+        self._sync()
+        wall = time.perf_counter() - t0
+        span = ev0.elapsed_time(ev1) * 1e-3 if cuda else (tl1 - tl0)
+        scale = self.L / self.L_run
+        t = wall + (scale - 1.0) * span
+        self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t}
+        return t

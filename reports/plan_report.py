@@ -1,0 +1,163 @@
+"""HTML report of ``pagesim plan`` (one self-contained file: plotly.js embedded once).
+
+:func:`plan_report` takes the result dict of :mod:`experiments.plan` (what ``plan.json`` holds)
+and writes the probed curves (p99 TTFT, p99 TPOT, goodput and throughput against rate, passing
+probes as dots and failing ones as crosses, SLO lines, the answer marked), the answer bars,
+and the tables of the mode.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
+h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+.meta{color:#666;font-size:.9em} .warn{color:#b00}
+table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0} table.data td,table.data th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+table.data th{background:#f0f0f0} table.data td:first-child{text-align:left}
+"""
+
+
+def _fmt(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return html.escape(str(x))
+
+
+def _table(rows: list[dict], cols: list[tuple[str, str]] | None = None) -> str:
+    if not rows:
+        return "<p class='meta'>(none)</p>"
+    if cols is None:
+        keys: list[str] = []
+        for r in rows:
+            keys += [k for k in r if k not in keys]
+        cols = [(k, k) for k in keys]
+    head = "".join(f"<th>{html.escape(h)}</th>" for _k, h in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k, _h in cols) + "</tr>" for r in rows)
+    return f"<table class='data'><tr>{head}</tr>{body}</table>"
+
+
+def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None] | None = None,
+                  title: str = "Probed points: latency, goodput and throughput against request rate") -> go.Figure:
+    """2x2 panels per search (one colour each): pass = dot, fail = cross; SLO lines dashed."""
+    df = pd.DataFrame(points)
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("p99 TTFT (s)", "p99 TPOT (s)", "goodput (fraction of requests)",
+                                                        "output throughput (tokens/s)"))
+    if df.empty:
+        return fig
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf"]
+    panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("goodput", 2, 1), ("output_throughput", 2, 2)]
+    for i, (name, g) in enumerate(df.sort_values("rate").groupby("search", sort=False)):
+        color = palette[i % len(palette)]
+        for j, (col, r, c) in enumerate(panels):
+            if col not in g:
+                continue
+            fig.add_trace(go.Scatter(x=g["rate"], y=g[col], mode="lines", line=dict(color=color, width=1),
+                                     name=name, legendgroup=name, showlegend=False, hoverinfo="skip"), row=r, col=c)
+            legend_done = False
+            for passed, symbol in ((True, "circle"), (False, "x")):
+                h = g[g["passed"] == passed]
+                if h.empty:
+                    continue
+                show = j == 0 and not legend_done
+                legend_done = legend_done or show
+                fig.add_trace(go.Scatter(
+                    x=h["rate"], y=h[col], mode="markers", marker=dict(color=color, symbol=symbol, size=8),
+                    name=name, legendgroup=name, showlegend=show,
+                    text=h.get("fail_reason"), hovertemplate=f"{name}<br>rate %{{x:.3g}} req/s<br>{col} %{{y:.3g}}"
+                                                            f"<br>{'pass' if passed else 'fail'} %{{text}}<extra></extra>"),
+                    row=r, col=c)
+        if answers and answers.get(name) is not None:
+            for _col, r, c in panels:
+                fig.add_vline(x=answers[name], line=dict(color=color, dash="dot", width=1), row=r, col=c)
+    lines = {"p99_ttft_s": slo.get("ttft_p99_s"), "p99_tpot_s": slo.get("tpot_p99_s"), "goodput": slo.get("goodput")}
+    for col, r, c in panels:
+        if lines.get(col):
+            fig.add_hline(y=lines[col], line=dict(color="#444", dash="dash"), row=r, col=c)
+    for r, c in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        fig.update_xaxes(title_text="request rate (req/s)", row=r, col=c)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_layout(title=title, height=700, template="plotly_white")
+    return fig
+
+
+def bars_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color: str | None = None) -> go.Figure:
+    df = pd.DataFrame(rows)
+    fig = go.Figure()
+    if df.empty or y not in df:
+        return fig
+    df = df[df[y].notna()]
+    if color and color in df:
+        for name, g in df.groupby(color, sort=False):
+            fig.add_trace(go.Bar(x=g[x], y=g[y], name=str(name), text=[_fmt(v) for v in g[y]], textposition="outside"))
+        fig.update_layout(barmode="group")
+    else:
+        fig.add_trace(go.Bar(x=df[x], y=df[y], text=[_fmt(v) for v in df[y]], textposition="outside"))
+    fig.update_layout(title=title, yaxis_title=ytitle, template="plotly_white", height=420)
+    return fig
+
+
+def plan_report(result: dict, path: str | Path) -> Path:
+    """Write the report of one plan result to ``path``; returns the path."""
+    path = Path(path)
+    figs: list[tuple[str, go.Figure]] = []
+    sections: list[str] = []
+    mode = result.get("mode", "max-rate")
+    slo = result.get("slo", {})
+    if mode == "max-rate":
+        figs.append(("Max sustainable rate", bars_figure(result["answers"], "system", "max_rate_rps",
+                                                         "Highest request rate meeting the SLO", "req/s")))
+        figs.append(("Cost", bars_figure(result["answers"], "system", "dollars_per_1m_output_tokens",
+                                         "$ per 1M output tokens at that rate", "$ / 1M tokens")))
+        sections.append("<h2>Answers</h2>" + _table(result["answers"]))
+        answers = result.get("max_rate_rps", {})
+    elif mode == "compare-gpus":
+        figs.append(("Max rate per GPU", bars_figure(result["gpus"], "gpu", "max_rate_rps",
+                                                     "Highest request rate meeting the SLO", "req/s", color="system")))
+        figs.append(("Cost per GPU", bars_figure(result["gpus"], "gpu", "dollars_per_1m_output_tokens",
+                                                 "$ per 1M output tokens", "$ / 1M tokens", color="system")))
+        sections.append("<h2>GPUs</h2>" + _table(result["gpus"]))
+        answers = {f"{r['gpu']}/{r['system']}": r.get("max_rate_rps") for r in result["gpus"]}
+    else:
+        sections.append(f"<h2>Minimum KV memory at {result['rate']:g} req/s</h2>" + _table(result["kv"]))
+        sections.append(f"<h2>Replicas x TP for {result['rate']:g} req/s</h2>" + _table(result["replicas"]))
+        if result.get("what_if"):
+            sections.append("<h2>What-if variants</h2>" + _table(result["what_if"]))
+            figs.append(("What-if", bars_figure(result["what_if"], "variant", "max_rate_rps",
+                                                f"Max rate per variant (target {result['rate']:g} req/s)", "req/s",
+                                                color="system")))
+        answers = {}
+    figs.append(("Probed curves", curves_figure(result.get("points", []), slo, answers)))
+    parts = []
+    for i, (name, fig) in enumerate(figs):
+        parts.append(f"<h2>{html.escape(name)}</h2>" + fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    warnings = "".join(f"<li class='warn'>{html.escape(w)}</li>" for w in result.get("warnings", []))
+    infeasible = "".join(f"<li class='warn'>{html.escape(m)}</li>" for m in result.get("infeasible", {}).values())
+    meta = (f"<p class='meta'>SLO: {html.escape(str(slo.get('description', '')))}<br>"
+            f"workload: {html.escape(str(result.get('workload', {}).get('description', '')))}<br>"
+            f"config: {html.escape(str(result.get('config', {})))}<br>"
+            f"search: {html.escape(str(result.get('search', {})))}; {result.get('num_simulated', 0)} simulations run "
+            "(others from the cache)</p>")
+    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>pagesim plan: {html.escape(mode)}</title>"
+           f"<style>{CSS}</style></head><body><h1>pagesim plan: {html.escape(mode)}</h1>{meta}"
+           + (f"<ul>{infeasible}{warnings}</ul>" if infeasible or warnings else "")
+           + "".join(sections) + "".join(parts)
+           + "<h2>All probes</h2>" + _table(sorted(result.get("points", []), key=lambda p: (p.get("search", ""), p.get("x", 0))))
+           + "</body></html>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc)
+    return path

@@ -1,0 +1,287 @@
+"""pagesim plan: search logic, SLO evaluation, cost, Little's law, a small real search, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments import plan as P
+from sim.cli import main
+
+
+# ------------------------------------------------------------------------------ search
+
+
+@pytest.mark.parametrize("threshold", [0.07, 0.9, 1.0, 3.7, 41.0, 999.0])
+@pytest.mark.parametrize("k", [1, 3])
+def test_search_finds_threshold_within_tolerance(threshold, k):
+    calls = []
+
+    def passes(xs):
+        calls.append(list(xs))
+        return [x <= threshold for x in xs]
+
+    s = P.search_max(passes, 1.0, k=k, rtol=0.01, x_min=0.05, x_max=1000.0)
+    a = s.answer
+    assert a is not None and a <= threshold
+    assert threshold - a <= 0.01 * a + 1e-12 or s.capped
+    n = sum(len(c) for c in calls)
+    bracket = abs(math.log2(threshold / 1.0)) + 2
+    bisect = math.log2(1 / 0.01) + 2
+    assert n <= k * (bracket + bisect), (n, calls)
+    assert len(set(x for c in calls for x in c)) == n  # never probes a point twice
+
+
+def test_search_infeasible_and_capped():
+    s = P.search_max(lambda xs: [False] * len(xs), 1.0, x_min=0.05, x_max=100)
+    assert s.answer is None and s.infeasible and min(s.tried) == 0.05
+    assert len(s.tried) <= 7  # 1, .5, .25, .125, .0625, .05
+    s = P.search_max(lambda xs: [True] * len(xs), 1.0, x_min=0.05, x_max=100)
+    assert s.answer == 100 and s.capped and len(s.tried) <= 9
+
+
+def test_search_bisection_answer_is_a_passing_probe():
+    s = P.search_max(lambda xs: [x <= 2.5 for x in xs], 1.0, rtol=0.05)
+    assert s.tried[s.answer] is True
+    assert s.hi is not None and s.hi > 2.5 and (s.hi - s.answer) <= 0.05 * s.answer
+
+
+# ------------------------------------------------------------------------------ SLO evaluation
+
+
+def _requests(ttft, tpot, e2el, status=None, arrival=None, out=None):
+    n = len(ttft)
+    arrival = np.arange(n, dtype=float) if arrival is None else np.asarray(arrival, float)
+    e2el = np.asarray(e2el, float)
+    out = np.full(n, 10) if out is None else np.asarray(out)
+    return pd.DataFrame({"arrival_s": arrival, "finish_s": arrival + e2el,
+                         "status": status or ["finished"] * n, "output_tokens": out,
+                         "ttft_s": np.asarray(ttft, float), "tpot_s": np.asarray(tpot, float), "e2el_s": e2el,
+                         "normalized_latency_s": e2el / out})
+
+
+def test_p99_matches_numpy_linear():
+    v = np.arange(1, 101, dtype=float)  # 1..100: p99 = 99 + 0.01 * 1 = 99.01
+    assert P.p99(v) == pytest.approx(99.01)
+    assert P.p99([1.0, np.nan, 3.0]) == pytest.approx(2.98)
+    assert math.isnan(P.p99([]))
+
+
+def test_evaluate_point_p99_mode():
+    ttft = np.linspace(0.1, 1.0, 100)
+    ttft[-1] = 5.0  # one outlier: p99 = 0.99*... interpolation between 0.990909 and 5
+    req = _requests(ttft, np.full(100, 0.05), np.full(100, 2.0))
+    expect = np.percentile(ttft, 99)
+    slo = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
+    p = P.evaluate_point(req, slo)
+    assert p["p99_ttft_s"] == pytest.approx(expect)
+    assert p["passed"] == (expect <= 2.0)
+    assert p["goodput"] == pytest.approx(0.99)
+    p = P.evaluate_point(req, P.SLO(ttft_p99_s=10.0, tpot_p99_s=0.1))
+    assert p["passed"] and p["fail_reason"] == ""
+    p = P.evaluate_point(req, P.SLO(tpot_p99_s=0.04))
+    assert not p["passed"] and "TPOT" in p["fail_reason"]
+
+
+def test_goodput_counts_rejected_and_nan_tpot():
+    req = _requests([0.5, 0.5, 3.0, np.nan], [np.nan, 0.2, 0.05, np.nan], [1, 1, 4, np.nan],
+                    status=["finished", "finished", "finished", "rejected"])
+    slo = P.SLO(ttft_p99_s=1.0, tpot_p99_s=0.1, goodput=0.25)
+    ok = P.request_ok(req, slo)
+    assert ok.tolist() == [True, False, False, False]  # NaN TPOT meets; rejected never does
+    p = P.evaluate_point(req, slo)
+    assert p["goodput"] == pytest.approx(0.25)
+    assert not p["passed"] and "rejected" in p["fail_reason"]  # rejections always fail the probe
+    p = P.evaluate_point(req.iloc[:3], slo)
+    assert p["passed"]  # goodput mode: 1/3 >= 0.25, p99 not checked
+
+
+def test_keepup_rule():
+    # 100 requests arriving over 99 s; the last one finishes 70 s after arriving: drain 70 > max(5 % * 99, 60)
+    e2el = np.full(100, 1.0)
+    e2el[-1] = 70.0
+    p = P.evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), P.SLO())
+    assert p["drain_s"] == pytest.approx(70.0) and not p["kept_up"] and not p["passed"]
+    p = P.evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), P.SLO(), keepup_min_s=80)
+    assert p["kept_up"] and p["passed"]
+
+
+def test_slo_validation():
+    with pytest.raises(P.ConfigError):
+        P.SLO(ttft_p99_s=-1)
+    with pytest.raises(P.ConfigError):
+        P.SLO(goodput=0.9)  # no per-request threshold
+    with pytest.raises(P.ConfigError):
+        P.SLO(ttft_p99_s=1, goodput=1.5)
+
+
+# ------------------------------------------------------------------------------ Little's law and cost
+
+
+def test_littles_law_exact_on_hand_made_table():
+    # arrivals 0, 1, 2; finishes 2, 2, 5 -> window [0, 5]; L = (2 + 1 + 3) / 5 = 1.2; lambda = 3/5; W = 2
+    req = _requests([0.1] * 3, [0.01] * 3, [2.0, 1.0, 3.0], arrival=[0.0, 1.0, 2.0])
+    ll = P.littles_law(req)
+    assert ll["L"] == pytest.approx(1.2, abs=1e-12)
+    assert ll["lam"] == pytest.approx(0.6) and ll["W"] == pytest.approx(2.0)
+    assert ll["littles_law_error"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_littles_law_flags_unfinished():
+    req = _requests([0.1] * 3, [0.01] * 3, [2.0, 1.0, np.nan], arrival=[0.0, 1.0, 2.0],
+                    status=["finished", "finished", "unfinished"])
+    ll = P.littles_law(req)
+    # window [0, 2]: L = (2 + 1 + 0) / 2 = 1.5; lambda W = 3/2 * 1.5 = 2.25 -> error 0.5
+    assert ll["L"] == pytest.approx(1.5)
+    assert ll["littles_law_error"] == pytest.approx(0.5)
+
+
+def test_cost_arithmetic():
+    # 2 GPUs/replica x 3 replicas x $2/h = $12/h; 1000 tok/s -> 3.6M tok/h -> $3.333 per 1M
+    assert P.cost_per_million_tokens(2.0, 2, 3, 1000.0) == pytest.approx(12 / 3.6)
+    assert math.isnan(P.cost_per_million_tokens(2.0, 1, 1, 0.0))
+    assert P.gpu_hourly("a100-40gb") == P.GPU_HOURLY_USD["a100-40gb"]
+    assert P.gpu_hourly("h100", 7.5) == 7.5
+
+
+def test_workload_encoding_round_trip():
+    s = P.encode_workload({"workload": "alpaca", "duration": 60.0, "arrival": "gamma", "cv": 2.0,
+                           "time_slice": (0.0, 30.0)})
+    d = P.decode_workload(s)
+    assert d == {"workload": "alpaca", "duration": 60.0, "arrival": "gamma", "cv": 2.0, "time_slice": (0.0, 30.0)}
+    assert P.encode_workload({"workload": "sharegpt", "arrival": "poisson", "cv": 1.0}) == "sharegpt"
+    df, _ = P.build_workload("sharegpt?duration=30.0", 2.0, 0, 2048)
+    df2, _ = P.build_workload("sharegpt?duration=30.0", 4.0, 0, 2048)
+    assert df["arrival_s"].max() < 30 and len(df2) > len(df)
+
+
+# ------------------------------------------------------------------------------ real simulations
+
+
+def _setup(**sim):
+    return P.PlanSetup(sim={"model": "opt-13b", "gpu": "a100-40gb", "max_seq_len": 1024, **sim},
+                       workload=P.encode_workload({"workload": "sharegpt", "duration": 40.0,
+                                                   "max_len_policy": "truncate"}),
+                       rtol=0.2, start_rate=1.0)
+
+
+def test_monotone_in_kv_memory(tmp_path):
+    runner = P.Runner(slo=P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1), workers=1, cache_dir=tmp_path)
+    tasks = []
+    for kv in (1, 2, 4):
+        setup = _setup(kv_gib=kv)
+        tasks.append(P.SearchTask(f"kv{kv}", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x)))
+    P.run_searches(tasks, runner)
+    rates = [t.search.answer for t in tasks]
+    assert all(r is not None for r in rates), rates
+    assert rates[0] <= rates[1] <= rates[2], rates
+    for t in tasks:  # Little's law holds on every probe where everything finished
+        for p in t.points:
+            if p.get("unfinished") == 0 and p.get("completed"):
+                assert p["littles_law_error"] <= P.LITTLE_TOL
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+CLI = ["plan", "--workload", "sharegpt", "--model", "opt-13b", "--gpu", "a100-40gb", "--duration", "40",
+       "--max-seq-len", "1024", "--max-len-policy", "truncate", "--rtol", "0.25", "--workers", "1"]
+
+
+def test_cli_json_one_object(tmp_path, capsys):
+    rc = main(CLI + ["--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--systems", "orca-oracle,vllm",
+                     "--cache-dir", str(tmp_path / "c"), "--json", "--out", str(tmp_path / "o"), "--report"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    obj = json.loads(out)  # exactly one JSON object
+    assert set(obj["max_rate_rps"]) == {"orca-oracle", "vllm"}
+    assert obj["max_rate_rps"]["vllm"] > 0
+    assert obj["points"] and {"rate", "p99_ttft_s", "p99_tpot_s", "goodput", "passed",
+                              "littles_law_error"} <= set(obj["points"][0])
+    assert obj["slo"]["ttft_p99_s"] == 2
+    for f in ("plan.json", "points.csv", "max_rate.csv", "report.html"):
+        assert (tmp_path / "o" / f).exists()
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert html.count("plotly.js v") <= 2 and "Probed curves" in html
+
+
+def test_cli_impossible_slo(tmp_path, capsys):
+    rc = main(CLI + ["--slo-ttft-p99", "0.001", "--min-rate", "0.5", "--cache-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert "no rate down to 0.5 req/s meets the SLO" in out
+    assert "TTFT SLO must be >=" in out
+    assert "Traceback" not in out + err
+
+
+def test_cli_model_too_big(tmp_path, capsys):
+    rc = main(["plan", "--model", "opt-66b", "--gpu", "a100-40gb", "--slo-ttft-p99", "2", "--duration", "40",
+               "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "do not fit" in err and "--tp" in err and "Traceback" not in err
+
+
+def test_cli_bad_system(capsys):
+    assert main(["plan", "--systems", "vllm,nope", "--slo-ttft-p99", "2"]) == 2
+    assert "unknown system" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ early stop
+
+
+class _Table:
+    def __init__(self, arrival, first, finish, output=None, status=None):
+        self.arrival_s = np.asarray(arrival, float)
+        self.first_token_s = np.asarray(first, float)
+        self.finish_s = np.asarray(finish, float)
+        self.size = len(self.arrival_s)
+        self.output = np.full(self.size, 10) if output is None else np.asarray(output)
+        self.status = np.zeros(self.size, np.int8) if status is None else np.asarray(status, np.int8)
+
+
+def test_watcher_p99_rule_is_exact():
+    # N = 100 -> m = 100 - floor(0.99 * 99) = 2 requests over the threshold make p99 > thr
+    n = 100
+    arrival = np.arange(n, dtype=float)
+    first = arrival + 0.5
+    finish = arrival + 1.0
+    first[[10, 20]] = arrival[[10, 20]] + 3.0  # two TTFTs over 2 s
+    w = P.ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0})
+    assert w.verdict() is not None and "TTFT" in w.verdict()
+    ttft = first - arrival
+    assert np.percentile(ttft, 99) > 2.0  # the certainty the watcher claims
+    first[20] = arrival[20] + 0.5  # only one: p99 may still pass -> no verdict
+    assert P.ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0}).verdict() is None
+
+
+def test_watcher_counts_waiting_requests_and_rejections():
+    # 3 requests: one finished at t=10; two still waiting since t=0 and t=1 (no first token): at now=10
+    # both have waited > 2 s, so with N = 3 (m = 3 - floor(1.98) = 2) the TTFT p99 is certainly above 2 s
+    t = _Table([0.0, 0.0, 1.0], [1.0, np.nan, np.nan], [10.0, np.nan, np.nan])
+    assert "TTFT" in P.ProbeWatcher(t, {"ttft": 2.0}).verdict()
+    t = _Table([0.0, 1.0], [0.1, np.nan], [1.0, np.nan], status=[4, 5])
+    assert "rejected" in P.ProbeWatcher(t, {}).verdict()
+    # goodput: 1 of 4 misses; target 0.8 allows 0.8 misses -> certain failure
+    t = _Table([0, 1, 2, 3], [0.1, 1.1, 5.0, 3.1], [1, 2, 6, 4])
+    assert "goodput" in P.ProbeWatcher(t, {"ttft": 2.0, "goodput": 0.8}).verdict()
+    assert P.ProbeWatcher(t, {"ttft": 2.0, "goodput": 0.7}).verdict() is None
+
+
+def test_early_stop_gives_the_same_answer(tmp_path):
+    slo = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
+    answers = []
+    for stop in (None, P.early_stop_options(slo)):
+        setup = _setup(kv_gib=2)
+        setup.early_stop = stop
+        runner = P.Runner(slo=slo, workers=1, cache_dir=tmp_path)
+        t = P.SearchTask("vllm", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x))
+        P.run_searches([t], runner)
+        answers.append(t.search.answer)
+        stopped = [p for p in t.points if p.get("stopped_early")]
+        assert bool(stopped) == (stop is not None)
+    assert answers[0] == answers[1]

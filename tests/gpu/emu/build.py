@@ -1,0 +1,43 @@
+"""Build the CPU emulation of the kernels (emu_kernels.cpp) into a shared library for ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from gpu.kernels_src import KERNEL_DIR
+
+HERE = Path(__file__).resolve().parent
+
+
+def cuda_include() -> Path | None:
+    cands = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(str(Path(nvcc).resolve().parent.parent))
+    for c in cands:
+        if c and (Path(c) / "include" / "cuda_fp16.h").exists():
+            return Path(c) / "include"
+    return None
+
+
+def build(out_dir: Path) -> tuple[ctypes.CDLL | None, str]:
+    """(library, '') or (None, why not)."""
+    gxx, inc = shutil.which("g++"), cuda_include()
+    if gxx is None or inc is None:
+        return None, "needs g++ and the CUDA headers (cuda_fp16.h)"
+    so = Path(out_dir) / "emu.so"
+    cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc}", f"-I{KERNEL_DIR}",
+           str(HERE / "emu_kernels.cpp"), "-o", str(so)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        if "barrier" in r.stderr and "No such file" in r.stderr:
+            return None, "g++ without C++20 <barrier>"
+        raise RuntimeError(f"emulation build failed:\n{r.stderr[-4000:]}")
+    lib = ctypes.CDLL(str(so))
+    for f in ("emu_attention_main", "emu_attention_reduce", "emu_reshape_and_cache", "emu_copy_blocks"):
+        getattr(lib, f).restype = ctypes.c_int
+    return lib, ""

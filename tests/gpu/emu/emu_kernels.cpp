@@ -1,0 +1,80 @@
+// The real kernels compiled for the CPU emulation (see emu.h), behind a C ABI for ctypes.
+// Launch geometry (grid, threads, dynamic shared memory) is given by the caller, exactly as the
+// Python side would launch them on a GPU. Returns 1 for an instantiation not compiled here.
+#include "emu.h"
+#include "paged_attention.cu"
+#include "cache_ops.cu"
+
+template <typename T, int D, int H>
+static void attn(int gx, int gy, int gz, int smem, void* out, float* es, float* ml, float* tmp, const void* q,
+                 const void* k, const void* v, const int* bt, const int* cl, int paged, int nh, int nkvh, int mb,
+                 int bs, int shift, int stride, int P, int maxp, float scale) {
+    emu_launch(dim3(gx, gy, gz), PA_NUM_THREADS, smem, [&] {
+        paged_attention_kernel<T, D, H>((T*)out, es, ml, tmp, (const T*)q, (const T*)k, (const T*)v, bt, cl, paged,
+                                        nh, nkvh, mb, bs, shift, stride, P, maxp, scale);
+    });
+}
+
+#define PAGESIM_EMU_CASE(T, TI, D, H) \
+    if (dtype == TI && head_dim == D && heads == H) { \
+        attn<T, D, H>(gx, gy, gz, smem, out, es, ml, tmp, q, k, v, bt, cl, paged, nh, nkvh, mb, bs, shift, stride, \
+                      P, maxp, scale); \
+        return 0; }
+
+// dtype: 0 = fp16, 1 = bf16
+extern "C" int emu_attention_main(int dtype, int head_dim, int heads, int gx, int gy, int gz, int threads, int smem,
+                                  void* out, float* es, float* ml, float* tmp, const void* q, const void* k,
+                                  const void* v, const int* bt, const int* cl, int paged, int nh, int nkvh, int mb,
+                                  int bs, int shift, int stride, int P, int maxp, float scale) {
+    if (threads != PA_NUM_THREADS) return 2;
+    PAGESIM_EMU_CASE(fp16_t, 0, 64, 1) PAGESIM_EMU_CASE(fp16_t, 0, 64, 2) PAGESIM_EMU_CASE(fp16_t, 0, 64, 4)
+    PAGESIM_EMU_CASE(fp16_t, 0, 64, 8) PAGESIM_EMU_CASE(fp16_t, 0, 80, 2) PAGESIM_EMU_CASE(fp16_t, 0, 96, 4)
+    PAGESIM_EMU_CASE(fp16_t, 0, 128, 8) PAGESIM_EMU_CASE(fp16_t, 0, 256, 1)
+    PAGESIM_EMU_CASE(bf16_t, 1, 64, 8) PAGESIM_EMU_CASE(bf16_t, 1, 64, 1) PAGESIM_EMU_CASE(bf16_t, 1, 128, 4)
+    return 1;
+}
+
+extern "C" int emu_attention_reduce(int dtype, int gx, int gy, int threads, int smem, void* out, const float* es,
+                                    const float* ml, const float* tmp, const int* cl, int nh, int hd, int P,
+                                    int maxp) {
+    if (dtype == 0)
+        emu_launch(dim3(gx, gy, 1), threads, smem, [&] {
+            paged_attention_reduce_kernel<fp16_t>((fp16_t*)out, es, ml, tmp, cl, nh, hd, P, maxp);
+        });
+    else
+        emu_launch(dim3(gx, gy, 1), threads, smem, [&] {
+            paged_attention_reduce_kernel<bf16_t>((bf16_t*)out, es, ml, tmp, cl, nh, hd, P, maxp);
+        });
+    return 0;
+}
+
+template <typename U, typename I>
+static void rc(int n, int threads, const void* key, const void* value, void* kc, void* vc, const void* slots,
+               long long ru, long long ks, long long vs) {
+    emu_launch(dim3(n, 1, 1), threads, 0, [&] {
+        reshape_and_cache_kernel<U, I>((const U*)key, (const U*)value, (U*)kc, (U*)vc, (const I*)slots, ru, ks, vs);
+    });
+}
+
+// unit16: 1 = uint4 units, 0 = unsigned short; idx64: 1 = long long slots, 0 = int
+extern "C" int emu_reshape_and_cache(int unit16, int idx64, int n, int threads, const void* key, const void* value,
+                                     void* kc, void* vc, const void* slots, long long ru, long long ks, long long vs) {
+    if (unit16 && idx64) rc<uint4, long long>(n, threads, key, value, kc, vc, slots, ru, ks, vs);
+    else if (unit16) rc<uint4, int>(n, threads, key, value, kc, vc, slots, ru, ks, vs);
+    else if (idx64) rc<unsigned short, long long>(n, threads, key, value, kc, vc, slots, ru, ks, vs);
+    else rc<unsigned short, int>(n, threads, key, value, kc, vc, slots, ru, ks, vs);
+    return 0;
+}
+
+extern "C" int emu_copy_blocks(int unit16, int n, int threads, void* kc, void* vc, const long long* mapping,
+                               long long block_units) {
+    if (unit16)
+        emu_launch(dim3(n, 1, 1), threads, 0, [&] {
+            copy_blocks_kernel<uint4>((uint4*)kc, (uint4*)vc, mapping, block_units);
+        });
+    else
+        emu_launch(dim3(n, 1, 1), threads, 0, [&] {
+            copy_blocks_kernel<unsigned short>((unsigned short*)kc, (unsigned short*)vc, mapping, block_units);
+        });
+    return 0;
+}

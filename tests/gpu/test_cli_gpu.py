@@ -1,0 +1,66 @@
+"""CPU tests of `pagesim gpu` without a GPU (clear one-line errors) and of the pure helpers of
+the benchmark and calibration modules."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu.device import cuda_available, gpu_slug
+from sim.cli import main
+
+
+@pytest.mark.skipif(cuda_available(), reason="a CUDA device is present")
+@pytest.mark.parametrize("argv", [["gpu", "bench", "--quick"], ["gpu", "info"],
+                                  ["gpu", "calibrate", "--model", "llama-2-7b", "--out", "x.csv", "--quick"]])
+def test_needs_gpu_one_line_exit_2(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pagesim: error: ") and "CUDA GPU" in err[0]
+    assert "Traceback" not in err[0]
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_help_works_without_cupy(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["gpu", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "bench" in out and "calibrate" in out and "info" in out
+    assert main(["gpu"]) == 2  # no subcommand: help, exit 2
+
+
+def test_calibrate_unknown_model_is_a_config_error(capsys):
+    assert main(["gpu", "calibrate", "--model", "nope", "--out", "x.csv"]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
+
+
+def test_gpu_slug():
+    assert gpu_slug("NVIDIA H200") == "h200"
+    assert gpu_slug("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    assert gpu_slug("") == "gpu"
+
+
+def test_bench_sweep_and_bytes():
+    from gpu.bench import COLUMNS, Point, sweep
+    full, quick = sweep(False), sweep(True)
+    assert len(full) == 5 * 5 * 2 * 2 + 3 * 2 * 2 * 2 and len(quick) < 15
+    assert {p.block_size for p in full} == {1, 16, 32, 128}
+    assert {(p.num_heads, p.num_kv_heads) for p in full} == {(32, 32), (32, 8)}
+    assert {p.dtype for p in full} == {"float16", "bfloat16"}
+    assert Point(2, 1000, 16, 32, 8, 128, "float16").kv_bytes == 2 * 2 * 1000 * 8 * 128 * 2
+    for c in ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
+              "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us"]:
+        assert c in COLUMNS
+
+
+def test_calibrate_grids_respect_max_seq_len():
+    from gpu.calibrate import grids, per_gpu_heads
+    from sim.errors import ConfigError
+    from sim.specs import get_model
+    m = get_model("llama-2-7b")  # max_seq_len 4096
+    decode, tokens, prefill = grids(m, quick=False)
+    assert max(c for _, c in decode) == 4096 and max(prefill) == 4096 and 1 in tokens
+    assert per_gpu_heads(get_model("llama-2-70b"), 8) == (8, 1)
+    with pytest.raises(ConfigError, match="does not divide"):
+        per_gpu_heads(m, 3)

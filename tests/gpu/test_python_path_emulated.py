@@ -1,0 +1,138 @@
+"""End-to-end CPU test of the Python launch path (``gpu.paged_attention``, ``gpu.cache_ops``,
+``gpu._loader``) with a fake CuPy whose kernels run the real sources through the emulation.
+
+What a GPU run adds on top: NVRTC compiling the sources (nvcc does in test_kernel_sources),
+real device memory, streams and timing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from gpu import reference as ref
+from gpu.testing import make_case
+from tests.gpu import fake_cupy
+
+
+@pytest.fixture
+def cp(emu, monkeypatch):
+    fake = fake_cupy.make(emu)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    import gpu.device
+    import gpu._loader
+    import gpu.paged_attention as pa
+    monkeypatch.setattr(gpu.device, "_probe", lambda: (True, ""))
+    gpu._loader.get_kernel.cache_clear()
+    monkeypatch.setattr(pa, "_SM_COUNT", {})
+    monkeypatch.setattr(pa, "_SMEM_OPTIN", {})
+    yield fake
+    gpu._loader.get_kernel.cache_clear()
+
+
+def dev(cp, case):
+    return (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
+            cp.asarray(case.block_tables), cp.asarray(case.context_lens))
+
+
+@pytest.mark.parametrize("heads,dtype,block_size,num_partitions", [
+    ((8, 1), "float16", 16, None), ((8, 2), "float16", 1, None), ((8, 2), "float16", 32, 5),
+    ((4, 4), "bfloat16", 64, None), ((16, 2), "bfloat16", 16, 3), ((8, 1), "float16", 256, 1)])
+def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(block_size)
+    case = make_case(rng, num_seqs=4, num_heads=heads[0], num_kv_heads=heads[1], head_dim=64,
+                     block_size=block_size, max_ctx=min(3 * block_size + 11, 400), dtype=dtype)
+    plan = pa.prepare(*dev(cp, case), block_size, case.max_context_len, None, num_partitions, dtype=dtype)
+    out = plan.run()
+    assert isinstance(out, cp.ndarray) and out.dtype == case.query.dtype
+    if num_partitions:
+        assert plan.max_parts == num_partitions
+    want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                   case.context_lens, block_size, case.scale, dtype)
+    np.testing.assert_allclose(ref.as_f32(np.asarray(out), dtype), want, **ref.TOLERANCES[dtype])
+    # the module compiled exactly the instantiation it launched, without local includes
+    names = [n for n, _ in cp.compiled]
+    assert any(n[0].startswith("paged_attention_kernel<") for n in names)
+
+
+def test_forward_shared_memory_opt_in_and_split(cp):
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(3)
+    case = make_case(rng, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=64, block_size=16, lens=[1500, 7])
+    plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, num_partitions=1)
+    assert plan.max_parts == 1 and plan._smem > 48 * 1024  # 8 heads x 1500 logits: needs the opt-in
+    out = plan.run()
+    assert plan.kernel.max_dynamic_shared_size_bytes == plan._smem
+    want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                   case.context_lens, 16, case.scale)
+    np.testing.assert_allclose(np.asarray(out).astype(np.float32), want, **ref.TOLERANCES["float16"])
+
+
+def test_forward_contiguous_end_to_end(cp):
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(4)
+    S, L, D = 3, 200, 64
+    lens = np.array([200, 0, 33], np.int32)
+    q = rng.standard_normal((S, 8, D)).astype(np.float16)
+    k = rng.standard_normal((S, L, 2, D)).astype(np.float16)
+    v = rng.standard_normal((S, L, 2, D)).astype(np.float16)
+    out = pa.forward_contiguous(cp.asarray(q), cp.asarray(k), cp.asarray(v), lens)
+    want = ref.contiguous_attention_ref(q, k, v, lens)
+    np.testing.assert_allclose(np.asarray(out).astype(np.float32), want, **ref.TOLERANCES["float16"])
+
+
+def test_forward_validation(cp):
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(5)
+    case = make_case(rng, num_seqs=3, num_heads=4, num_kv_heads=4, head_dim=64, block_size=16, max_ctx=60)
+    q, kc, vc, bt, cl = dev(cp, case)
+    with pytest.raises(ValueError, match="max_context_len"):
+        pa.forward(q, kc, vc, bt, cl, 16, case.max_context_len - 1)
+    with pytest.raises(TypeError, match="bfloat16"):
+        pa.forward(q.view(np.uint16), kc.view(np.uint16), vc.view(np.uint16), bt, cl, 16, case.max_context_len)
+    bad = bt.copy()
+    bad[0, 0] = 10 ** 6
+    with pytest.raises(ValueError, match="outside"):
+        pa.forward(q, kc, vc, bad, cl, 16, case.max_context_len)
+    out = pa.forward(q[:0], kc, vc, bt[:0], cl[:0], 16, 0)
+    assert out.shape == (0, 4, 64)
+    z = pa.forward(q, kc, vc, bt, np.zeros(3, np.int32), 16, 0)
+    assert np.all(np.asarray(z) == 0)
+
+
+@pytest.mark.parametrize("slot_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cache_ops_end_to_end(cp, slot_dtype, dtype):
+    from gpu.cache_ops import copy_blocks, reshape_and_cache, swap_blocks
+    rng = np.random.default_rng(6)
+    nb, bs, kvh, D, n = 6, 8, 2, 64, 20
+    kc = ref.round_to(rng.standard_normal((nb, bs, kvh, D)), dtype)
+    vc = ref.round_to(rng.standard_normal((nb, bs, kvh, D)), dtype)
+    qkv = ref.round_to(rng.standard_normal((n, 6, D)), dtype)  # fused [q q k k v v]: strided K and V views
+    slots = rng.permutation(nb * bs)[:n].astype(slot_dtype)
+    slots[::4] = -1
+    dkc, dvc, dqkv = cp.asarray(kc), cp.asarray(vc), cp.asarray(qkv)
+    reshape_and_cache(dqkv[:, 2:4], dqkv[:, 4:6], dkc, dvc, slots)
+    ref.reshape_and_cache_ref(qkv[:, 2:4], qkv[:, 4:6], kc, vc, slots)
+    np.testing.assert_array_equal(np.asarray(dkc), kc)
+    np.testing.assert_array_equal(np.asarray(dvc), vc)
+    # odd row size -> 2-byte units
+    k3 = ref.round_to(rng.standard_normal((nb, bs, 1, 8)), dtype)[:, :, :, :3].copy()
+    dk3, dv3 = cp.asarray(k3), cp.asarray(k3.copy())
+    rows = ref.round_to(rng.standard_normal((4, 1, 3)), dtype)
+    reshape_and_cache(cp.asarray(rows), cp.asarray(rows), dk3, dv3, np.array([0, 9, -1, 47]))
+    ref.reshape_and_cache_ref(rows, rows, k3, k3.copy(), np.array([0, 9, -1, 47]))
+    np.testing.assert_array_equal(np.asarray(dk3), k3)
+    copy_blocks(dkc, dvc, np.array([[0, 4], [1, 5]]))
+    ref.copy_blocks_ref(kc, vc, [[0, 4], [1, 5]])
+    np.testing.assert_array_equal(np.asarray(dkc), kc)
+    np.testing.assert_array_equal(np.asarray(dvc), vc)
+    host = np.zeros((3, bs, kvh, D), kc.dtype)
+    swap_blocks(dkc, host, np.array([[2, 0], [3, 1], [5, 2]]))
+    np.testing.assert_array_equal(host, kc[[2, 3, 5]])
+    back = cp.zeros_like(dkc)
+    swap_blocks(host, back, np.array([[0, 5], [2, 0]]))
+    np.testing.assert_array_equal(np.asarray(back)[[5, 0]], kc[[2, 5]])

@@ -1,0 +1,253 @@
+"""``validate`` and ``pagesim validate`` on CPU with the fake backend (dry run)."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu.device import cuda_available
+from gpu.executor import FakeBackend, StepPlan
+from gpu.profile_format import write_profile
+from gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
+from sim.batch import StepBatch
+from sim.cli import main
+from sim.config import SimConfig
+from sim.cost import RooflineCostModel, TableCostModel
+from sim.engine import InvariantError
+from sim.memory import MemoryUsage, PagedManager, SeqSpec
+from sim.specs import get_gpu, get_model
+
+MODEL, GPU = get_model("llama-2-7b"), get_gpu("h200")
+
+
+def cfg(**kw):
+    base = dict(model="llama-2-7b", gpu="h200", kv_gib=0.25, max_seq_len=512)
+    base.update(kw)
+    return SimConfig.for_system("vllm", **base)
+
+
+def trace(n=30, seed=2, rate=10.0, width=False):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
+                       "prompt_tokens": rng.integers(5, 150, n), "output_tokens": rng.integers(2, 80, n)})
+    if width:
+        df["n"] = rng.choice([1, 2], n)
+    return df
+
+
+def profile_csv(path):
+    rows = [dict(component="linear", num_tokens=n, time_us=3000 + 2 * n) for n in (1, 64, 512, 4096)]
+    rows += [dict(component="attn_decode", batch=b, context=c, time_us=10 + b * c * 0.01)
+             for b in (1, 16, 256) for c in (16, 512, 4096)]
+    rows += [dict(component="attn_prefill", num_tokens=n, time_us=5 + n * 0.5) for n in (16, 512, 4096)]
+    rows += [dict(component="overhead", time_us=500.0)]
+    for r in rows:
+        for k in ("num_tokens", "batch", "context"):
+            r.setdefault(k, None)
+        r.update(model="llama-2-7b", gpu="h200", dtype="float16", tp=1)
+    write_profile(rows, path)
+    return str(path)
+
+
+def test_fake_at_roofline_cost_matches_simulation_exactly(tmp_path):
+    roof = RooflineCostModel(MODEL, GPU)
+    res = validate(cfg(), trace(width=True), FakeBackend(lambda p: roof.step_time(p.batch)))
+    m = res.metrics
+    assert m["roofline_median_step_error"] == 0 and m["roofline_p90_step_error"] == 0
+    assert m["step_error_model"] == "roofline" and m["median_step_error"] == 0
+    assert m["throughput_error"] == 0 and m["ttft_error"] == 0 and m["tpot_error"] == 0
+    pd.testing.assert_frame_equal(res.real.requests, res.sim_roofline.requests)
+    pd.testing.assert_frame_equal(res.real.steps, res.sim_roofline.steps)
+    assert m["executor_copies"] == m["cow_copies"] > 0
+
+
+def test_twice_the_roofline_gives_half_error_and_files(tmp_path):
+    roof = RooflineCostModel(MODEL, GPU)
+    res = validate(cfg(), trace(), FakeBackend(lambda p: 2 * roof.step_time(p.batch)), workload={"name": "unit"})
+    out = res.save(tmp_path / "v")
+    m = json.loads((out / "validation.json").read_text())
+    for k in REQUIRED_KEYS:
+        assert k in m, k
+    assert m["roofline_median_step_error"] == pytest.approx(0.5) and m["roofline_p90_step_error"] == pytest.approx(0.5)
+    assert m["workload"] == {"name": "unit"} and m["gpu_name"] == "fake" and m["model"] == "llama-2-7b"
+    steps = pd.read_csv(out / "steps.csv")
+    assert list(steps.columns) == STEP_COLUMNS
+    assert len(steps) == m["num_steps"] == m["real_num_steps"]
+    assert steps["measured_s"].to_numpy() == pytest.approx(2 * steps["predicted_roofline_s"].to_numpy())
+    assert steps["predicted_table_s"].isna().all()
+    # memory: the pool's bytes from the block tables equal the simulator's occupancy at every step
+    assert (steps["pool_occupied_bytes"] == steps["sim_occupied_bytes"]).all()
+    cap = res.real.summary["kv_capacity_tokens"]
+    assert (steps[[f"mem_{c}" for c in MemoryUsage.CATEGORIES]].sum(axis=1) == cap).all()
+    assert steps["start_s"].is_monotonic_increasing
+    html = (out / "report.html").read_text()
+    assert html.count("<script") >= 4 and html.count("plotly.js v") <= 2  # the library embedded once
+    for title in ("Predicted vs measured", "Step error", "Finished requests", "KV memory"):
+        assert title in html
+    for sub in ("real", "sim_roofline"):
+        assert (out / sub / "summary.json").exists()
+    # the slower real run: lower throughput, both computed from the runs' summaries
+    assert m["real_output_throughput"] < m["sim_output_throughput"]
+    assert m["throughput_error"] == pytest.approx(abs(m["sim_output_throughput"] - m["real_output_throughput"])
+                                                  / m["real_output_throughput"])
+
+
+def test_hand_computed_single_request_with_profile(tmp_path):
+    prof = profile_csv(tmp_path / "p.csv")
+    table = TableCostModel(prof, MODEL, GPU)
+    factors = [1.0, 1.1, 1.2]  # measured = table price x factor, cycling by step
+
+    def t(plan):
+        return table.step_time(plan.batch) * factors[plan.step % 3]
+
+    tr = pd.DataFrame({"request_id": ["a"], "arrival_s": [0.5], "prompt_tokens": [10], "output_tokens": [4]})
+    res = validate(cfg(), tr, FakeBackend(t), profile=prof)
+    m, s = res.metrics, res.steps
+    assert len(s) == 4  # one prefill, three decodes
+    errs = [0.0, 0.1 / 1.1, 0.2 / 1.2, 0.0]
+    assert s["rel_error_table"].tolist() == pytest.approx(errs)
+    assert m["step_error_model"] == "table" and m["sim_model"] == "table"
+    assert m["median_step_error"] == pytest.approx(np.median(errs))
+    assert m["p90_step_error"] == pytest.approx(np.percentile(errs, 90))
+    meas = s["measured_s"].to_numpy()
+    assert m["real_output_throughput"] == pytest.approx(4 / (0.5 + meas.sum()))
+    assert m["real_mean_ttft_ms"] == pytest.approx(meas[0] * 1e3)
+    assert m["real_mean_tpot_ms"] == pytest.approx(meas[1:].sum() / 3 * 1e3)
+    # the table-model simulation prices the same 4 steps at factor 1
+    sim_t = table.step_time(StepBatch(np.array([0]), np.array([10]), np.array([10])))
+    assert m["sim_mean_ttft_ms"] == pytest.approx(sim_t * 1e3)
+    assert m["ttft_error"] == pytest.approx(abs(sim_t - meas[0]) / meas[0])
+    assert m["ttft_error"] == 0  # step 0 has factor 1
+    assert res.sim_table is not None and "roofline_ttft_error" in m
+    assert res.save(tmp_path / "out").joinpath("sim_table", "summary.json").exists()
+
+
+def test_rel_errors_and_compare_nan_safe():
+    assert rel_errors([1.0, 3.0], [2.0, 2.0]).tolist() == [0.5, 0.5]
+    steps = pd.DataFrame({"measured_s": [1.0, 2.0], "predicted_roofline_s": [1.5, 2.0],
+                          "rel_error_roofline": [0.5, 0.0], "rel_error_table": [np.nan, np.nan]})
+    summ = dict(output_throughput=10.0, mean_ttft_ms=float("nan"), mean_tpot_ms=2.0, completed=1,
+                duration_s=1.0, num_preemptions=0, num_steps=2)
+    r = types.SimpleNamespace(summary=summ)
+    s = types.SimpleNamespace(summary=dict(summ, output_throughput=12.0))
+    m = compare(r, s, None, steps)
+    assert m["roofline_median_step_error"] == 0.25 and m["throughput_error"] == pytest.approx(0.2)
+    assert np.isnan(m["ttft_error"]) and m["tpot_error"] == 0
+
+
+def test_memory_mismatch_raises():
+    mgr = PagedManager(64, 32, block_size=4, watermark=0.0)
+    mgr.allocate(SeqSpec(0, 5, 8))
+    mgr.append(0, 5)
+
+    class Off:
+        def usage(self, d):
+            u = mgr.usage(d)
+            return MemoryUsage(u.token_states + 1, u.reservation, u.internal_frag, 0, u.external_frag,
+                               u.free_idle - 1)
+
+        def export(self):
+            return mgr.export()
+
+    sched = types.SimpleNamespace(demand_waiting=False, num_waiting=0, num_running=1)
+    log = _StepLog(Off(), sched, RooflineCostModel(MODEL, GPU), None, 1.0, True)
+    b = StepBatch(np.array([0]), np.array([5]), np.array([5]))
+    with pytest.raises(InvariantError, match="pool holds 2 blocks"):
+        log(b, StepPlan(0, 4, 16), 0.01)
+    _StepLog(mgr, sched, RooflineCostModel(MODEL, GPU), None, 1.0, True)(b, StepPlan(0, 4, 16), 0.01)
+
+
+ARGS = ["validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "12", "--model", "llama-2-7b",
+        "--gpu", "h200", "--system", "vllm", "--kv-gib", "1", "--max-seq-len", "2048", "--no-progress"]
+
+
+def test_cli_fake_backend_end_to_end(tmp_path, capsys):
+    out = tmp_path / "dry"
+    assert main(ARGS + ["--backend", "fake", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "step error" in text and "validation.json" in text
+    m = json.loads((out / "validation.json").read_text())
+    for k in REQUIRED_KEYS:
+        assert k in m
+    assert m["workload"]["source"] == "builtin:sharegpt" and m["num_requests"] == 12
+    assert (out / "steps.csv").exists() and (out / "report.html").exists()
+    assert main(ARGS + ["--backend", "fake", "--out", str(tmp_path / "j"), "--json"]) == 0
+    assert "median_step_error" in json.loads(capsys.readouterr().out)
+
+
+def test_cli_fake_backend_with_profile(tmp_path, capsys):
+    prof = profile_csv(tmp_path / "p.csv")
+    assert main(ARGS + ["--backend", "fake", "--profile", prof, "--out", str(tmp_path / "o")]) == 0
+    m = json.loads((tmp_path / "o" / "validation.json").read_text())
+    assert m["step_error_model"] == "table" and m["profile"] == prof
+    assert (tmp_path / "o" / "sim_table" / "summary.json").exists()
+
+
+@pytest.mark.skipif(cuda_available(), reason="a GPU is present")
+def test_cli_without_gpu_exits_2_with_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    import traces.args
+
+    def boom(*a, **k):
+        raise AssertionError("built the workload before checking for a GPU")
+
+    monkeypatch.setattr(traces.args, "workload_from_args", boom)
+    rc = main(ARGS + ["--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("pagesim: error: ") and "GPU" in err
+    assert "Traceback" not in err and not (tmp_path / "x").exists()
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    h = capsys.readouterr().out
+    for opt in ("--layers", "--dtype", "--backend", "--profile", "--workload", "--system", "--out"):
+        assert opt in h
+
+
+def tiny_config(tmp_path):
+    p = tmp_path / "tiny" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2,
+                             "intermediate_size": 256, "vocab_size": 500, "max_position_embeddings": 256}))
+    return str(p)
+
+
+def _tiny_validate(tmp_path, backend):
+    kvb = 2 * 2 * 2 * 64 * 2  # bytes per token of the tiny model
+    c = SimConfig.for_system("vllm", model=tiny_config(tmp_path), gpu="h200", kv_gib=300 * kvb / 2**30,
+                             max_seq_len=256, block_size=16, check=True)
+    tr = trace(12, seed=4, rate=40.0, width=True)
+    tr["prompt_tokens"] = tr["prompt_tokens"] % 60 + 2
+    tr["output_tokens"] = tr["output_tokens"] % 30 + 2
+    res = validate(c, tr, backend, workload={"name": "tiny"})
+    out = res.save(tmp_path / "out")
+    m = json.loads((out / "validation.json").read_text())
+    assert m["real_completed"] == 12 and m["num_steps"] > 20
+    assert (res.steps["measured_s"] > 0).all()
+    assert (res.steps["pool_occupied_bytes"] == res.steps["sim_occupied_bytes"]).all()
+    return res
+
+
+def test_validate_with_the_torch_backend_on_cpu(tmp_path):
+    pytest.importorskip("torch")
+    from gpu.model_runner import TorchCupyBackend
+    res = _tiny_validate(tmp_path, TorchCupyBackend(dtype="float32", device="cpu"))
+    assert res.metrics["backend"] == "torch-cupy" and res.metrics["executor_copies"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
+def test_validate_tiny_model_on_gpu(tmp_path):
+    from gpu.device import torch_cuda_available
+    if not torch_cuda_available():
+        pytest.skip("needs torch with CUDA")
+    from gpu.model_runner import TorchCupyBackend
+    res = _tiny_validate(tmp_path, TorchCupyBackend(dtype="float16"))
+    assert res.metrics["dtype"] == "float16"
