@@ -229,7 +229,11 @@ class GPUExecutor:
         snap = manager.export()
         for s, t in snap.tables.items():
             self.obs.refs[s] = (list(t), int(snap.context_lens[s]))
-        backend.setup(model, self.num_blocks, self.block_size, self.host_blocks)
+        try:
+            backend.setup(model, self.num_blocks, self.block_size, self.host_blocks)
+        except BaseException:
+            self.obs.detach()
+            raise
 
     def close(self) -> None:
         self.obs.detach()

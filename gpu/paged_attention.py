@@ -96,8 +96,8 @@ def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: in
     if smem > smem_optin:
         raise ValueError(f"head_dim {head_dim} x {heads} heads needs {smem} B of shared memory (> {smem_optin})")
     max_parts = max(1, math.ceil(max(int(max_context_len), 1) / p))
-    if max_parts > 65535:
-        raise ValueError(f"{max_parts} partitions exceed the grid's z limit (65535); use fewer")
+    if max_parts > 12288:  # grid z <= 65535, and the reduce kernel keeps max_parts floats in 48 KiB
+        raise ValueError(f"{max_parts} partitions exceed the limit of 12288; use fewer")
     return LaunchConfig(heads, chunks, grid_x, p, max_parts, smem)
 
 
@@ -203,7 +203,8 @@ class PagedAttentionPlan:
                                              cfg.smem_bytes)
 
         self.kernel = _kernel(attention_kernel_name(q.dtype, head_dim, heads))
-        if smem > _DEFAULT_SMEM:
+        # the kernel object is shared by all plans: only ever raise its opt-in limit
+        if smem > _DEFAULT_SMEM and smem > int(self.kernel.max_dynamic_shared_size_bytes or 0):
             self.kernel.max_dynamic_shared_size_bytes = smem
         self.partition_size, self.max_parts, self.heads_per_block = p, max_parts, heads
         self.num_seqs, self.num_heads, self.head_dim = num_seqs, num_heads, head_dim

@@ -8,7 +8,8 @@ DIR/report.html and each run's records under DIR/real, DIR/sim_roofline, DIR/sim
 Needs CUDA with CuPy and torch; without them the command stops at once with one line (exit 2).
 ``--backend fake`` is a dry run on the CPU: the whole pipeline (scheduler, manager, executor,
 slot mappings, copy-on-write, swaps, report) with a fake device whose step time is a formula,
-for checking the pipeline without a GPU; its numbers say nothing about any GPU.
+for checking the pipeline without a GPU (its step time is the roofline price with a
+deterministic +-10 % wobble); its numbers say nothing about any GPU.
 """
 
 from __future__ import annotations
@@ -31,10 +32,22 @@ def _require_gpu() -> None:
         raise NeedsGPUError("pagesim validate needs torch with CUDA (torch.cuda.is_available() is False)")
 
 
-def make_backend(args):
+def make_backend(args, cfg=None):
     if args.backend == "fake":
         from gpu.executor import FakeBackend
-        b = FakeBackend(verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)), record=False)
+        time_fn = None
+        if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
+            import math
+
+            from sim.cost import make_cost_model
+            from sim.run import resolve_budget
+            model, gpu, _ = resolve_budget(cfg)
+            roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
+
+            def time_fn(plan):
+                return roof.step_time(plan.batch) * (1.0 + 0.1 * math.sin(plan.step))
+        b = FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
+                        record=False)
         b.device_name = "cpu (fake backend, dry run)"
         return b
     from gpu.model_runner import TorchCupyBackend
@@ -52,9 +65,13 @@ def run(args: argparse.Namespace) -> int:
     from traces.args import workload_from_args
 
     cfg = config_from_args(args)
+    if cfg.manager != "paged":
+        from sim.errors import ConfigError
+        raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
+                          f"got '{cfg.system}' (manager {cfg.manager})")
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len)
-    backend = make_backend(args)
+    backend = make_backend(args, cfg)
     from gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
                    progress=args.progress and not args.json)
@@ -103,7 +120,8 @@ def register(sub) -> None:
                    help="run N of the model's layers and scale their time by num_layers/N (default: all)")
     g.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16", help="weights, activations and KV dtype")
     g.add_argument("--backend", choices=["gpu", "fake"], default="gpu",
-                   help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline (testing)")
+                   help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline for testing "
+                        "(step time = roofline price x (1 +- 10 %%), says nothing about a GPU)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", required=True, help="folder for steps.csv, validation.json, report.html")
     o.add_argument("--check", action="store_true", default=None, help="assert engine invariants every step")

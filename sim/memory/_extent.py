@@ -23,11 +23,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from sim.errors import OutOfMemory
-from sim.memory.base import ExtentSnapshot, KVCacheManager, MemoryUsage
+from sim.memory.base import ExtentSnapshot, KVCacheManager, MemoryUsage, settle_lane_before
 
 _FIELDS = ("start", "L", "F", "R", "A", "prompt")
 
 
+@settle_lane_before
 class ExtentManager(KVCacheManager):
     """Accounting and the vectorized decode path; subclasses decide R, A and where extents go."""
 
@@ -42,6 +43,10 @@ class ExtentManager(KVCacheManager):
         self._sum_L = self._sum_minRF = self._sum_R = self._sum_A = 0
         self._counters = {"allocations": 0, "frees": 0, "fork_copies": 0, "overflows": 0, "moves": 0,
                           "grows_in_place": 0}
+        # decode lane (as PagedManager's): lockstep steps inside min(R, F) are counted in O(1)
+        self._lane_ids: np.ndarray | None = None
+        self._lane_room = 0
+        self._lane_k = 0
 
     # ---- per-sequence arrays ----------------------------------------------------------
     def _ensure(self, seq_id: int) -> None:
@@ -140,6 +145,9 @@ class ExtentManager(KVCacheManager):
         raise OutOfMemory(f"sequence {seq_id} needs {need} slots, more than its fixed extent")
 
     def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
+        if seq_ids is self._lane_ids and self._lane_room > 0:
+            return True
+        self._settle()
         ids = np.asarray(seq_ids, dtype=np.int64)
         if not len(ids):
             return True
@@ -151,7 +159,26 @@ class ExtentManager(KVCacheManager):
     def _can_rereserve_many(self, seq_ids: list[int]) -> bool:
         return all(self.can_append(s, 1) for s in seq_ids) if len(seq_ids) <= 1 else False
 
+    def _settle(self) -> None:
+        if self._lane_k:
+            self._L[self._lane_ids] += self._lane_k
+            self._lane_k = 0
+        self._lane_ids = None
+
     def append_batch(self, seq_ids: Iterable[int]) -> None:
+        if seq_ids is self._lane_ids and self._lane_room > 0:
+            self._lane_k += 1
+            self._lane_room -= 1
+            self._sum_L += len(seq_ids)
+            return
+        self._settle()
+        self._append_batch_full(seq_ids)
+        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
+            room = int((np.minimum(self._R[seq_ids], self._F[seq_ids]) - self._L[seq_ids]).min())
+            if room > 0:
+                self._lane_ids, self._lane_room, self._lane_k = seq_ids, room, 0
+
+    def _append_batch_full(self, seq_ids: Iterable[int]) -> None:
         ids = np.asarray(list(seq_ids) if not isinstance(seq_ids, (np.ndarray, list, tuple)) else seq_ids,
                          dtype=np.int64)
         if not len(ids):

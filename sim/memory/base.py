@@ -209,3 +209,35 @@ class KVCacheManager(ABC):
         u = self.usage(False)
         assert u.total == self.capacity, f"categories sum to {u.total}, capacity {self.capacity}"
         assert min(u.as_tuple()) >= 0, f"negative category: {u}"
+
+
+#: methods that must see settled per-sequence state when a manager batches decode steps lazily
+LANE_SETTLED_METHODS = ("can_allocate", "explain_never", "allocate", "blocks_needed_to_allocate",
+                        "num_seq_blocks", "block_table", "can_append", "append", "fork", "free",
+                        "num_tokens", "stats", "export", "check", "can_fork", "request_size")
+
+
+def settle_lane_before(cls: type) -> type:
+    """Class decorator: wrap ``cls``'s own public methods so the decode lane is written back first.
+
+    Managers with a decode lane (``PagedManager``, ``ExtentManager``) count a lockstep decode
+    step in O(1) and write per-sequence lengths back lazily in ``_settle``; every method that
+    reads or changes per-sequence state must call it first. Subclasses are decorated too.
+    """
+    import functools
+
+    for name in LANE_SETTLED_METHODS:
+        method = cls.__dict__.get(name)
+        if method is None or getattr(method, "_settles", False):
+            continue
+
+        def make(m):
+            @functools.wraps(m)
+            def wrapper(self, *args, **kwargs):
+                if self._lane_ids is not None:
+                    self._settle()
+                return m(self, *args, **kwargs)
+            wrapper._settles = True
+            return wrapper
+        setattr(cls, name, make(method))
+    return cls

@@ -29,12 +29,13 @@ import numpy as np
 
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory._extent import ExtentManager
-from sim.memory.base import Admit, SeqSpec
+from sim.memory.base import Admit, SeqSpec, settle_lane_before
 from sim.memory.placement import make_placement, next_pow2
 
 POLICIES = ("max", "pow2", "oracle", "predicted")
 
 
+@settle_lane_before
 class ContiguousManager(ExtentManager):
     kind = "contiguous"
 

@@ -66,11 +66,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from sim.errors import ConfigError, OutOfMemory
-from sim.memory.base import Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec
+from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
+                             settle_lane_before)
 
 _SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt")
 
 
+@settle_lane_before
 class PagedManager(KVCacheManager):
     kind = "paged"
     MAX_BLOCK_SIZE: int | None = 256
@@ -118,6 +120,12 @@ class PagedManager(KVCacheManager):
         self._active = np.zeros(n, dtype=bool)
         self._tables: dict[int, list[int]] = {}
         self._seq_keys: dict[int, list[tuple]] = {}
+
+        # decode lane: see _lane_append; keyed by the identity of the last append_batch array
+        self._lane_ids: np.ndarray | None = None
+        self._lane_buckets: list[np.ndarray] = []
+        self._lane_room = 0
+        self._lane_k = 0
 
         self._token_states = 0  # sum filled over blocks in use
         self._demand = 0  # sum dem over blocks in use
@@ -394,8 +402,69 @@ class PagedManager(KVCacheManager):
                     self._block_key[tbl[i]] = keys[i]
         self._L[s], self._F[s], self._nb[s], self._tail[s] = newL, F, len(tbl), tbl[-1]
 
+    # ---- the decode lane ---------------------------------------------------------------
+    # Continuous batching appends one token to the same set of sequences step after step.
+    # After a full ``append_batch(ids)`` opens a lane on that array object, later steps with
+    # the very same object cost O(1) plus O(k) for the k sequences crossing a block boundary
+    # that step: sequence i crosses at lane steps j with (j - 1) % block_size == (A_i - L_i)
+    # % block_size, so they are bucketed once when the lane opens. Lengths and block fills
+    # are written back (``_settle``: L += j, tail fill = L - (nb - 1) * block_size) before any
+    # other operation reads or changes per-sequence state. Lanes need every tail private and
+    # no prefix-key registration pending; otherwise the full path runs.
+    def _settle(self) -> None:
+        ids = self._lane_ids
+        if ids is not None and self._lane_k:
+            L = self._L[ids] + self._lane_k
+            self._L[ids] = L
+            self._filled[self._tail[ids]] = L - (self._nb[ids] - 1) * self.block_size
+            self._lane_k = 0
+        self._lane_ids = None
+
+    def _open_lane(self, ids: np.ndarray) -> None:
+        bs = self.block_size
+        L, F = self._L[ids], self._F[ids]
+        A = self._nb[ids] * bs
+        tails = self._tail[ids]
+        ok = bool(((self._ref[tails] == 1) & (L >= self._klimit[ids]) & (A - L < bs) & (L < F)).all())
+        if not ok or len(np.unique(ids)) != len(ids):
+            return
+        r = A - L  # crosses at lane steps j with (j - 1) % bs == r (r in 0..bs-1)
+        order = np.argsort(r, kind="stable")
+        cuts = np.searchsorted(r[order], np.arange(bs + 1))
+        self._lane_buckets = [ids[order[cuts[i]:cuts[i + 1]]] for i in range(bs)]
+        self._lane_room = int((F - L).min())
+        self._lane_ids, self._lane_k = ids, 0
+
+    def _lane_next_bucket(self) -> np.ndarray:
+        return self._lane_buckets[self._lane_k % self.block_size]
+
+    def _lane_append(self, ids: np.ndarray) -> None:
+        bucket = self._lane_buckets[self._lane_k % self.block_size]
+        self._lane_k += 1
+        self._lane_room -= 1
+        self._token_states += len(ids)
+        k = len(bucket)
+        if not k:
+            return
+        bs = self.block_size
+        new = self._take_many(k)
+        nb = np.asarray(new, dtype=np.int64)
+        self._filled[self._tail[bucket]] = bs  # the old tails are full now
+        idx = self._nb[bucket]  # table index of the new block
+        d = np.minimum(self._F[bucket] - idx * bs, bs)
+        self._dem[nb] = d
+        self._demand += int(d.sum())
+        self._nb[bucket] = idx + 1
+        self._tail[bucket] = nb
+        tables = self._tables
+        for s_, b in zip(bucket.tolist(), new):
+            tables[s_].append(b)
+
     def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
         """Blocks one decode token for each of ``seq_ids`` would take (new + copy-on-write), exactly."""
+        if seq_ids is self._lane_ids and self._lane_room > 0:
+            return len(self._lane_next_bucket())
+        self._settle()
         ids = np.asarray(seq_ids, dtype=np.int64)
         if not len(ids):
             return 0
@@ -417,6 +486,16 @@ class PagedManager(KVCacheManager):
         return self.blocks_needed_for_append_batch(seq_ids) <= self.num_free_blocks()
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:
+        if seq_ids is self._lane_ids and self._lane_room > 0 \
+                and len(self._lane_next_bucket()) <= self.num_free_blocks():
+            self._lane_append(seq_ids)
+            return
+        self._settle()
+        self._append_batch_full(seq_ids)
+        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
+            self._open_lane(seq_ids)
+
+    def _append_batch_full(self, seq_ids: Iterable[int]) -> None:
         ids = np.asarray(seq_ids if isinstance(seq_ids, (np.ndarray, list, tuple)) else list(seq_ids),
                          dtype=np.int64)
         if not len(ids):
@@ -591,6 +670,7 @@ class PagedManager(KVCacheManager):
         super().check()
 
 
+@settle_lane_before
 class TokenManager(PagedManager):
     """TokenAttention (LightLLM): token-level pages, i.e. exactly paged with ``block_size=1``."""
 
@@ -599,3 +679,4 @@ class TokenManager(PagedManager):
     def __init__(self, capacity: int, max_seq_len: int, watermark: float = 0.01, prefix_caching: bool = False):
         super().__init__(capacity, max_seq_len, block_size=1, watermark=watermark,
                          prefix_caching=prefix_caching)
+

@@ -19,9 +19,10 @@ import numpy as np
 
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory._extent import ExtentManager
-from sim.memory.base import Admit, SeqSpec
+from sim.memory.base import Admit, SeqSpec, settle_lane_before
 
 
+@settle_lane_before
 class StaticManager(ExtentManager):
     kind = "static"
 

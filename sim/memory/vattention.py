@@ -22,6 +22,7 @@ Page size in tokens (the brief's formula; one page holds K and V of one layer)::
 from __future__ import annotations
 
 from sim.errors import ConfigError, OutOfMemory
+from sim.memory.base import settle_lane_before
 from sim.memory.paged import PagedManager
 
 
@@ -33,6 +34,7 @@ def vattention_page_tokens(model, page_bytes: int, tp: int = 1) -> int:
     return max(1, int(page_bytes // per_token))
 
 
+@settle_lane_before
 class VAttentionManager(PagedManager):
     kind = "vattention"
     MAX_BLOCK_SIZE = None

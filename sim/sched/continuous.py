@@ -73,7 +73,8 @@ class ContinuousScheduler:
         self.num_swap_fallbacks = 0
         self.num_rejected = 0
         self.finished_now: list[int] = []
-        self.fork_ok = getattr(manager, "kind", "") not in ("static", "contiguous")
+        # forks share blocks only in the paged managers; the others would copy whole reservations
+        self.fork_ok = getattr(manager, "kind", "") in ("paged", "token")
         # The decode set: requests past their prefill. All advance in lockstep, so between
         # changes of the set a decode step is O(1) here: generated = gen0 + k, and the
         # first finish comes after min(output - gen0) steps.

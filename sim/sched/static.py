@@ -29,6 +29,7 @@ class StaticScheduler(ContinuousScheduler):
         self.batch_limit = min(cfg.static_batch_size or slots, slots, self.max_num_seqs)
         self.batch: np.ndarray = np.zeros(0, _I64)
         self.prefilled_batch = False
+        self._live: np.ndarray | None = None
 
     @property
     def has_work(self) -> bool:
@@ -68,19 +69,23 @@ class StaticScheduler(ContinuousScheduler):
             if not members:
                 return batch
             self.batch = np.array(members, _I64)
+            self._live = None
             longest = int(t.prompt[self.batch].max())
             batch.prefill_seq_ids = self.batch
             batch.prefill_tokens = np.full(len(self.batch), longest, _I64)  # padded
             batch.prefill_context = batch.prefill_tokens.copy()
             self.prefilled_batch = False
             return batch
-        # decode: everyone still generating appends a token; finished members only pad
-        live = self.batch[t.generated[self.batch] < t.output[self.batch]]
-        for i in live.tolist():
-            self.mgr.append(i, 1)
+        # decode: everyone still generating appends a token; finished members only pad.
+        # The live set is recomputed only when a member finishes, so the manager sees the same
+        # array object step after step (its decode lane makes that O(1)).
+        if self._live is None:
+            self._live = self.batch[t.generated[self.batch] < t.output[self.batch]]
+        live = self._live
+        if len(live):
+            self.mgr.append_batch(live)
         batch.decode_seq_ids = self.batch
         batch.decode_context = t.prompt[self.batch] + np.minimum(t.generated[self.batch], t.output[self.batch])
-        self._live = live
         return batch
 
     def complete_step(self, batch: StepBatch, now: float) -> list[int]:
@@ -93,8 +98,11 @@ class StaticScheduler(ContinuousScheduler):
         else:
             live = self._live
             t.generated[live] += 1
-            self._record_itl(now - t.last_token_s[live], np.ones(len(live), _I64))
+            self._itl_scalars.append(now - float(t.last_token_s[live[0]]))
+            self._itl_scalar_w.append(len(live))
             t.last_token_s[live] = now
+            if (t.generated[live] >= t.output[live]).any():
+                self._live = None
         if (t.generated[self.batch] >= t.output[self.batch]).all():
             done = self.batch.tolist()
             for i in done:

@@ -251,3 +251,9 @@ def test_validate_tiny_model_on_gpu(tmp_path):
     from gpu.model_runner import TorchCupyBackend
     res = _tiny_validate(tmp_path, TorchCupyBackend(dtype="float16"))
     assert res.metrics["dtype"] == "float16"
+
+
+def test_cli_rejects_non_paged_systems(tmp_path, capsys):
+    args = [a if a != "vllm" else "orca-max" for a in ARGS]
+    assert main(args + ["--backend", "fake", "--out", str(tmp_path / "o")]) == 2
+    assert "paged systems only" in capsys.readouterr().err
