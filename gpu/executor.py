@@ -400,7 +400,8 @@ class FakeBackend:
                  per_token_s: float = 2e-5, per_context_s: float = 1e-8, per_copy_s: float = 1e-6,
                  sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True):
         self.time_fn = time_fn
-        self.base_s, self.per_token_s, self.per_context_s, self.per_copy_s = base_s, per_token_s, per_context_s, per_copy_s
+        self.base_s, self.per_token_s = base_s, per_token_s
+        self.per_context_s, self.per_copy_s = per_context_s, per_copy_s
         self.sleep = sleep
         self.verify = verify
         self.check_writers = check_writers

@@ -21,6 +21,11 @@ Outputs (``ValidationResult.save(dir)``)::
     report.html      predicted vs measured, error histogram, timelines, memory (self-contained)
     real/, sim_roofline/, sim_table/   each run's summary.json, requests.csv, steps.csv
 
+Measured step time = the executor's host preparation (tables, slot mappings) + the device
+step, synchronized; the simulator's own Python (scheduler, records) is not counted, and idle
+gaps between arrivals are jumped, not slept (see gpu/executor.py). So a validation run takes
+about the trace's busy time on the GPU.
+
 Step error: ``|predicted - measured| / measured`` per iteration; ``median_step_error`` and
 ``p90_step_error`` are the calibrated table model's when a profile is given, else the
 roofline's (``step_error_model`` says which); ``roofline_*`` are always the roofline's.

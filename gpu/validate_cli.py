@@ -5,6 +5,10 @@ The real run uses the simulator's own scheduler and paged manager with the GPU e
 model (and the table model with --profile). Writes DIR/steps.csv, DIR/validation.json,
 DIR/report.html and each run's records under DIR/real, DIR/sim_roofline, DIR/sim_table.
 
+Measured step time = host preparation + device time (synchronized); idle gaps between arrivals
+are jumped, not slept, so a run takes about the trace's busy time. ``--layers N`` runs N layers
+and scales their time by num_layers/N (less memory and time for big models).
+
 Needs CUDA with CuPy and torch; without them the command stops at once with one line (exit 2).
 ``--backend fake`` is a dry run on the CPU: the whole pipeline (scheduler, manager, executor,
 slot mappings, copy-on-write, swaps, report) with a fake device whose step time is a formula,
@@ -87,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
              f"{100 * m['median_step_error']:.1f} % / {100 * m['p90_step_error']:.1f} %"),
             ("roofline step error median / p90",
              f"{100 * m['roofline_median_step_error']:.1f} % / {100 * m['roofline_p90_step_error']:.1f} %"),
-            ("output throughput real / sim", f"{m['real_output_throughput']:.1f} / {m['sim_output_throughput']:.1f} tok/s"
-                                             f" ({100 * m['throughput_error']:.1f} %)"),
+            ("output throughput real / sim",
+             f"{m['real_output_throughput']:.1f} / {m['sim_output_throughput']:.1f} tok/s"
+             f" ({100 * m['throughput_error']:.1f} %)"),
             ("mean TTFT real / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
                                      f" ({100 * m['ttft_error']:.1f} %)"),
             ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"

@@ -38,7 +38,8 @@ def figures(res) -> list[tuple[str, go.Figure]]:
     if len(s):
         lo = float(np.nanmin([meas_ms.min(), (s["predicted_roofline_s"] * 1e3).min()]))
         hi = float(np.nanmax([meas_ms.max(), (s["predicted_roofline_s"] * 1e3).max()]))
-        f.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dash", color="gray")))
+        f.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x",
+                               line=dict(dash="dash", color="gray")))
     f.update_layout(title="Predicted vs measured step time", xaxis_title="measured (ms)",
                     yaxis_title="predicted (ms)", xaxis_type="log", yaxis_type="log")
     figs.append(("scatter", f))
