@@ -47,7 +47,8 @@ class Engine:
         self.executor = executor
         self.arrival_s = arrival_s
         self.check = check
-        self.rec = StepRecorder(manager.capacity, keep_rows=record_steps)
+        self.rec = StepRecorder(manager.capacity, keep_rows=record_steps,
+                                block_usage=getattr(manager, "block_usage", None))
         self.progress = progress
         self.clock = clock  # optional callable(now, dt) for the GPU mode's real-time replay
         self.arrivals_done = False

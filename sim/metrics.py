@@ -28,7 +28,7 @@ REQUEST_COLUMNS = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", 
 class StepRecorder:
     """Appends one row per iteration into growable numpy columns; keeps running sums."""
 
-    def __init__(self, capacity: int, keep_rows: bool = True):
+    def __init__(self, capacity: int, keep_rows: bool = True, block_usage=None):
         self.capacity = capacity
         self.keep_rows = keep_rows
         self.n = 0
@@ -42,6 +42,10 @@ class StepRecorder:
         self.running_weighted = 0.0
         self.prefill_tokens = 0
         self.decode_tokens = 0
+        # paged managers: physical vs logical (unshared) blocks, for the sharing saving (Fig. 15)
+        self.block_usage = block_usage
+        self._blk = np.zeros((self._cap, 2), np.int64) if block_usage else None
+        self._blk_sum = [0.0, 0.0]
 
     def add(self, start: float, dt: float, batch, waiting: int, running: int, mem: tuple) -> None:
         pre = batch.num_prefill_tokens
@@ -53,7 +57,15 @@ class StepRecorder:
                 self._i = np.resize(self._i, (self._cap, 11))
             self._f[self.n] = (start, dt)
             self._i[self.n] = (len(batch.prefill_seq_ids) + dec, pre, dec, waiting, running, *mem)
+            if self.block_usage is not None:
+                if len(self._blk) < self._cap:
+                    self._blk = np.resize(self._blk, (self._cap, 2))
+                self._blk[self.n] = self.block_usage()
         else:
+            if self.block_usage is not None:
+                used, logical = self.block_usage()
+                self._blk_sum[0] += used * dt
+                self._blk_sum[1] += logical * dt
             self.busy_s += dt
             self._mem_sum = [a + b * dt for a, b in zip(self._mem_sum, mem)]
             self.running_weighted += running * dt
@@ -72,6 +84,8 @@ class StepRecorder:
             self.running_weighted = float(self._i[:n, 4] @ dt)
             self.prefill_tokens = int(self._i[:n, 1].sum())
             self.decode_tokens = int(self._i[:n, 2].sum())
+            if self.block_usage is not None:
+                self._blk_sum = (self._blk[:n].T.astype(np.float64) @ dt).tolist()
         else:
             self.mem_weighted = np.array(self._mem_sum, np.float64)
             self.mem_weighted[5] += self.capacity * self.idle_s
@@ -85,7 +99,20 @@ class StepRecorder:
         df.insert(0, "step", np.arange(n, dtype=np.int64))
         df.insert(1, "start_s", self._f[:n, 0])
         df.insert(2, "dt_s", self._f[:n, 1])
+        if self.block_usage is not None:
+            df["used_blocks"] = self._blk[:n, 0]
+            df["logical_blocks"] = self._blk[:n, 1]
         return df
+
+    def sharing(self) -> dict[str, float]:
+        """Time-weighted physical and logical blocks, and the saving from sharing (Fig. 15)."""
+        if self.block_usage is None:
+            return {}
+        busy = self.busy_s
+        used, logical = self._blk_sum
+        return {"avg_allocated_blocks": used / busy if busy > 0 else 0.0,
+                "avg_logical_blocks": logical / busy if busy > 0 else 0.0,
+                "blocks_shared_saving": 1.0 - used / logical if logical > 0 else 0.0}
 
     def memory_fractions(self) -> dict[str, float]:
         total = (self.busy_s + self.idle_s) * self.capacity

@@ -126,8 +126,7 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     mstats = manager.stats()
     for k, v in mstats.items():
         extra[f"mgr_{k}"] = v
-    if hasattr(engine.rec, "sharing"):
-        extra.update(engine.rec.sharing())
     summary = summarize(table, engine.rec, sched, duration_s=engine.end_s, wall_time_s=engine.wall_time_s,
                         extra=extra)
+    summary.update(engine.rec.sharing())  # after summarize: it finalizes the recorder's sums
     return SimResult(summary, request_frame(table), engine.rec.frame(), cfg)

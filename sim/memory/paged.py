@@ -127,6 +127,7 @@ class PagedManager(KVCacheManager):
         self._lane_room = 0
         self._lane_k = 0
 
+        self._logical = 0  # sum of table lengths: blocks that would be in use without sharing
         self._token_states = 0  # sum filled over blocks in use
         self._demand = 0  # sum dem over blocks in use
         self._used = 0  # blocks in use
@@ -313,6 +314,7 @@ class PagedManager(KVCacheManager):
         self._ensure(s)
         cached = len(hits) * bs
         self._L[s], self._F[s], self._nb[s] = cached, F, len(table)
+        self._logical += len(table)
         self._tail[s] = table[-1] if table else -1
         self._klimit[s], self._prompt[s] = len(keys) * bs, spec.prompt_len
         self._active[s] = True
@@ -400,6 +402,7 @@ class PagedManager(KVCacheManager):
                 if f[i - first] == bs and keys[i] not in self._cache:
                     self._cache[keys[i]] = tbl[i]
                     self._block_key[tbl[i]] = keys[i]
+        self._logical += len(tbl) - int(self._nb[s])
         self._L[s], self._F[s], self._nb[s], self._tail[s] = newL, F, len(tbl), tbl[-1]
 
     # ---- the decode lane ---------------------------------------------------------------
@@ -455,6 +458,7 @@ class PagedManager(KVCacheManager):
         self._dem[nb] = d
         self._demand += int(d.sum())
         self._nb[bucket] = idx + 1
+        self._logical += k
         self._tail[bucket] = nb
         tables = self._tables
         for s_, b in zip(bucket.tolist(), new):
@@ -529,6 +533,7 @@ class PagedManager(KVCacheManager):
             for s, b in zip(b_ids.tolist(), new):
                 tables[s].append(b)
             self._nb[b_ids] += 1
+            self._logical += k
             self._tail[b_ids] = nb
             self._L[b_ids] += 1
             done = fast | bnd
@@ -550,6 +555,7 @@ class PagedManager(KVCacheManager):
         self._share(p, c, table, Fp, Fc)
         self._ensure(c)
         self._L[c], self._F[c], self._nb[c] = L, Fc, len(table)
+        self._logical += len(table)
         self._tail[c] = table[-1] if table else -1
         self._klimit[c], self._prompt[c] = self._klimit[p], self._prompt[p]
         self._active[c] = True
@@ -574,6 +580,7 @@ class PagedManager(KVCacheManager):
     def free(self, seq_id: int) -> None:
         self._check_seq(seq_id)
         tbl = self._tables.pop(seq_id)
+        self._logical -= len(tbl)
         if tbl:  # in bulk; blocks go back tail first (so cached tails are evicted first)
             arr = np.asarray(tbl[::-1], dtype=np.int64)
             self._ref[arr] -= 1
@@ -609,6 +616,11 @@ class PagedManager(KVCacheManager):
     def num_seqs(self) -> int:
         return len(self._tables)
 
+    def block_usage(self) -> tuple[int, int]:
+        """(physical blocks in use, blocks the tables would need without sharing): Fig. 15's
+        saving is ``1 - physical / logical``."""
+        return self._used, self._logical
+
     def usage(self, demand_waiting: bool = False) -> MemoryUsage:
         free = (self.num_blocks - self._used) * self.block_size + self.leftover
         return MemoryUsage(self._token_states, self._demand - self._token_states,
@@ -628,6 +640,7 @@ class PagedManager(KVCacheManager):
 
     def check(self) -> None:
         bs, nb = self.block_size, self.num_blocks
+        assert self._logical == sum(len(t) for t in self._tables.values()), "logical block count drifted"
         ref = np.zeros(nb, dtype=np.int64)
         dem = np.zeros(nb, dtype=np.int64)
         holders: dict[int, set[int]] = {}
