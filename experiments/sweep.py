@@ -380,7 +380,7 @@ def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: R
                 what: Iterable[str] = ("steps", "requests")) -> RunOutput | None:
     """A cached run (summary + the tables in ``what``), or None if it is not in the cache."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key = spec.key(runner=_runner_name(run_fn))
+    key = spec.key(runner=runner_name(run_fn))
     summary = read_cached_summary(cache_dir, key)
     if summary is None:
         return None
@@ -398,10 +398,16 @@ def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: R
     return out
 
 
-def _runner_name(run_fn: RunFn | None) -> str | None:
+def runner_name(run_fn: RunFn | None) -> str | None:
+    """The run function's part of a cache key: ``module:qualname``, or None for the default
+    :func:`simulate_spec` (so its keys do not depend on where it lives). Moving a custom run
+    function to another module changes its keys, i.e. its old cache entries are no longer found."""
     if run_fn is None or run_fn is simulate_spec:
         return None
     return f"{getattr(run_fn, '__module__', '?')}:{getattr(run_fn, '__qualname__', repr(run_fn))}"
+
+
+_runner_name = runner_name  # the old private name
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,7 +440,7 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     if workers is not None and workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     run_fn = run_fn or simulate_spec
-    runner = _runner_name(run_fn)
+    runner = runner_name(run_fn)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     keys = [s.key(runner=runner) for s in specs]
     results: list[dict[str, Any] | None] = [None] * len(specs)

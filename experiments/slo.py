@@ -1,0 +1,175 @@
+"""Does one probe meet the SLO? Per-request checks, p99s, keeping up, and Little's law.
+
+A probe is one full simulation of a workload at one setting; :func:`evaluate_point` turns its
+request table into the numbers a plan reports and a pass/fail verdict. The search
+(:mod:`experiments.search`) only ever sees that verdict, so everything "meeting the SLO" means
+lives here.
+
+**Passing ("meets the SLO").** A probe passes only if all of these hold:
+
+* every request finished (none rejected, none unfinished);
+* the system kept up: the drain time ``last finish - last arrival`` is at most
+  ``max(keepup_frac * span, keepup_min_s)`` (defaults 5 % of the arrival span, at least 60 s):
+  a queue that grows without bound leaves a backlog proportional to the trace length;
+* the SLO: in p99 mode each given threshold bounds the p99 over finished requests (TTFT, TPOT,
+  E2EL; ``normalized_latency`` bounds the *mean* end-to-end latency per output token, the vLLM
+  paper's metric). In goodput mode (``goodput`` set) the same thresholds apply per request and
+  the fraction of *all* requests meeting every one of them must be at least ``goodput``
+  (rejected and unfinished requests count as misses). Requests with one output token have no
+  TPOT and meet any TPOT threshold.
+
+**Little's law check.** For every probe, over the window [first arrival, max(last finish, last
+arrival)] of the admitted requests (rejected ones never enter the system): L = time-weighted
+number of requests in the system (an event sweep over arrivals and finishes; unfinished requests
+stay until the window's end), lambda = requests / window, W = mean end-to-end latency of finished
+requests. ``littles_law_error = |L - lambda W| / L``; above :data:`LITTLE_TOL` (5 %) the point
+gets a warning (it does when requests are left unfinished, or the records are inconsistent).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import ConfigError
+
+#: relative Little's-law error above which a probe gets a warning
+LITTLE_TOL = 0.05
+#: a probe keeps up if it drains within max(KEEPUP_FRAC * arrival span, KEEPUP_MIN_S) of the last arrival
+KEEPUP_FRAC = 0.05
+KEEPUP_MIN_S = 60.0
+
+
+@dataclass
+class SLO:
+    """Latency objectives in seconds; ``None`` means not constrained."""
+
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2el_p99_s: float | None = None
+    normalized_latency_s: float | None = None  # mean s per output token (p99 mode)
+    goodput: float | None = None  # fraction of requests meeting all thresholds (goodput mode)
+
+    def __post_init__(self) -> None:
+        for k, v in asdict(self).items():
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f"SLO {k} must be a positive number, got {v}")
+        if self.goodput is not None and self.goodput > 1:
+            raise ConfigError(f"goodput is a fraction of requests in (0, 1], got {self.goodput}")
+        if self.goodput is not None and not self.thresholds():
+            raise ConfigError("--goodput needs at least one per-request threshold "
+                              "(--slo-ttft-p99, --slo-tpot-p99, --slo-e2el-p99, --slo-normalized-latency)")
+
+    def thresholds(self) -> dict[str, float]:
+        """Per-request column -> threshold (s)."""
+        m = {"ttft_s": self.ttft_p99_s, "tpot_s": self.tpot_p99_s, "e2el_s": self.e2el_p99_s,
+             "normalized_latency_s": self.normalized_latency_s}
+        return {k: v for k, v in m.items() if v is not None}
+
+    def describe(self) -> str:
+        names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2el_s": "E2EL", "normalized_latency_s": "normalized latency"}
+        parts = []
+        for col, v in self.thresholds().items():
+            if self.goodput is None:
+                what = "mean" if col == "normalized_latency_s" else "p99"
+                unit = " s/token" if col == "normalized_latency_s" else " s"
+                parts.append(f"{what} {names[col]} <= {v:g}{unit}")
+            else:
+                parts.append(f"{names[col]} <= {v:g} s")
+        if self.goodput is not None:
+            return f">= {100 * self.goodput:g} % of requests with " + " and ".join(parts)
+        return " and ".join(parts) if parts else "no latency SLO (only: all requests finish and the system keeps up)"
+
+
+def p99(values: Iterable[float]) -> float:
+    """99th percentile (numpy's linear interpolation, as in summary.json) ignoring NaN; NaN if empty."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    return float(np.percentile(v, 99)) if len(v) else float("nan")
+
+
+def request_ok(requests: pd.DataFrame, slo: SLO) -> np.ndarray:
+    """Per request: finished and within every per-request threshold (NaN TPOT counts as within)."""
+    ok = np.array(requests["status"].astype(str) == "finished", dtype=bool)
+    for col, thr in slo.thresholds().items():
+        v = requests[col].to_numpy(dtype=float)
+        ok = ok & np.where(np.isnan(v), col == "tpot_s", v <= thr)
+    return ok
+
+
+def littles_law(requests: pd.DataFrame) -> dict[str, float]:
+    """Mean concurrency L (event sweep), lambda, W and the relative error |L - lambda W| / L."""
+    r = requests[requests["status"].astype(str) != "rejected"]
+    nan = float("nan")
+    if len(r) == 0:
+        return dict(L=nan, lam=nan, W=nan, littles_law_error=nan)
+    a = r["arrival_s"].to_numpy(dtype=float)
+    f = r["finish_s"].to_numpy(dtype=float)
+    finished = (r["status"].astype(str) == "finished").to_numpy() & ~np.isnan(f)
+    t0 = float(a.min())
+    t1 = float(max(np.nanmax(f) if finished.any() else t0, a.max()))
+    if t1 <= t0:
+        return dict(L=nan, lam=nan, W=nan, littles_law_error=nan)
+    leave = np.where(finished, f, t1)
+    # event sweep: +1 at each arrival, -1 at each departure; integrate the count over time
+    times = np.concatenate([a, leave])
+    delta = np.concatenate([np.ones(len(a)), -np.ones(len(a))])
+    order = np.lexsort((delta, times))  # departures first at equal times (no effect on the integral)
+    times, delta = times[order], delta[order]
+    count = np.cumsum(delta)
+    L = float(np.sum(count[:-1] * np.diff(times)) / (t1 - t0))
+    lam = len(r) / (t1 - t0)
+    W = float(np.mean(f[finished] - a[finished])) if finished.any() else nan
+    err = abs(L - lam * W) / L if L > 0 else (0.0 if lam * W == 0 else float("inf"))
+    return dict(L=L, lam=lam, W=W, littles_law_error=float(err))
+
+
+def evaluate_point(requests: pd.DataFrame, slo: SLO, *, keepup_frac: float = KEEPUP_FRAC,
+                   keepup_min_s: float = KEEPUP_MIN_S) -> dict[str, Any]:
+    """SLO metrics of one probe from its request table, and whether it passes (see module doc)."""
+    status = requests["status"].astype(str)
+    fin = (status == "finished").to_numpy()
+    n = len(requests)
+    out: dict[str, Any] = {
+        "num_requests": n, "completed": int(fin.sum()), "rejected": int((status == "rejected").sum()),
+        "unfinished": int(((status != "finished") & (status != "rejected")).sum()),
+        "p99_ttft_s": p99(requests["ttft_s"][fin]), "p99_tpot_s": p99(requests["tpot_s"][fin]),
+        "p99_e2el_s": p99(requests["e2el_s"][fin]),
+        "mean_normalized_latency_s": float(np.nanmean(requests["normalized_latency_s"][fin])) if fin.any() else float("nan"),
+    }
+    out["goodput"] = float(request_ok(requests, slo).mean()) if n else float("nan")
+    a = requests["arrival_s"].to_numpy(dtype=float)
+    f = requests["finish_s"].to_numpy(dtype=float)
+    span = float(a.max() - a.min()) if n else 0.0
+    last_finish = float(np.nanmax(f)) if fin.any() else float("nan")
+    out["drain_s"] = last_finish - float(a.max()) if fin.any() else float("nan")
+    allowance = max(keepup_frac * span, keepup_min_s)
+    out["kept_up"] = bool(fin.any() and out["drain_s"] <= allowance)
+    out.update(littles_law(requests) if n else dict(L=float("nan"), lam=float("nan"), W=float("nan"),
+                                                  littles_law_error=float("nan")))
+    reasons = []
+    if n == 0:
+        reasons.append("no requests")
+    if out["rejected"]:
+        reasons.append(f"{out['rejected']} rejected")
+    if out["unfinished"]:
+        reasons.append(f"{out['unfinished']} unfinished")
+    if fin.any() and not out["kept_up"]:
+        reasons.append(f"fell behind (drain {out['drain_s']:.0f} s > {allowance:.0f} s)")
+    if slo.goodput is not None:
+        if not out["goodput"] >= slo.goodput:
+            reasons.append(f"goodput {out['goodput']:.3f} < {slo.goodput:g}")
+    else:
+        checks = [("p99_ttft_s", slo.ttft_p99_s, "p99 TTFT"), ("p99_tpot_s", slo.tpot_p99_s, "p99 TPOT"),
+                  ("p99_e2el_s", slo.e2el_p99_s, "p99 E2EL"),
+                  ("mean_normalized_latency_s", slo.normalized_latency_s, "normalized latency")]
+        for key, thr, name in checks:
+            if thr is not None and not out[key] <= thr:
+                reasons.append(f"{name} {out[key]:.3g} s > {thr:g} s")
+    out["passed"] = not reasons
+    out["fail_reason"] = "; ".join(reasons)
+    return out
