@@ -4,9 +4,12 @@
    ``--system vllm`` on OPT-13B / A100-80GB (target: under 1 s on one core).
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 60 s, peak memory under 2 GB with ``record_steps=False``).
-3. The baseline measured in the same run: the same Azure replay with the decode lane
-   disabled (every decode step through the managers' full vectorized path), so the printed
-   ratio is what the lane buys.
+3. The baselines measured in the same run: the same Azure replay step by step
+   (``macro_steps=False``: no decode-only stretches taken at once) and with the decode lane
+   disabled (every decode step through the managers' full vectorized path, which also rules
+   out macro steps), so the printed ratio is what the lane and macro steps buy.
+4. Macro steps where they pay off: a low-rate synthetic trace (long decode-only stretches
+   between arrivals), with and without them.
 
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]``.
 Prints figures; asserts nothing.
@@ -31,7 +34,7 @@ from sim.run import run_simulation  # noqa: E402
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def timed(cfg, trace, *, no_lane: bool = False):
+def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True):
     if no_lane:
         import sim.memory.paged as paged
 
@@ -39,7 +42,7 @@ def timed(cfg, trace, *, no_lane: bool = False):
         paged.PagedManager._open_lane = lambda self, ids: None
     try:
         t0 = time.perf_counter()
-        res = run_simulation(cfg, trace)
+        res = run_simulation(cfg, trace, macro_steps=macro_steps)
         wall = time.perf_counter() - t0
     finally:
         if no_lane:
@@ -66,11 +69,12 @@ def main() -> None:
 
         trace, _ = apply_max_len_policy(trace, 2048, "drop")
         wall, s = timed(cfg, trace)
+        step, _ = timed(cfg, trace, macro_steps=False)
         base, _ = timed(cfg, trace, no_lane=True)
         print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb: "
               f"{wall:.2f} s wall, engine {s['wall_time_s']:.2f} s, {s['num_steps']} steps, "
-              f"{len(trace) / wall:,.0f} simulated req/s; without the decode lane {base:.2f} s "
-              f"(lane speed-up x{base / wall:.2f})")
+              f"{len(trace) / wall:,.0f} simulated req/s; step by step (macro_steps=False) {step:.2f} s; "
+              f"without the decode lane (and so without macro steps) {base:.2f} s (x{base / wall:.2f})")
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
 
@@ -85,6 +89,13 @@ def main() -> None:
         rows.append((n, wall))
         print(f"sharegpt {n:>9,} requests at 20 req/s, vllm opt-13b a100-80gb: {wall:7.2f} s wall, "
               f"{n / wall:,.0f} req/s, {s['num_steps']:,} steps, peak RSS {peak_rss_mb():,.0f} MB")
+    # decode-heavy stretches (few arrivals per iteration): where macro steps pay off
+    trace = make_workload("sharegpt", rate=1.0, num_requests=2000, seed=0)
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
+    on, s = timed(cfg, trace)
+    off, _ = timed(cfg, trace, macro_steps=False)
+    print(f"sharegpt     2,000 requests at 1 req/s, vllm opt-13b a100-80gb: {on:7.2f} s wall, "
+          f"{s['num_steps']:,} steps; step by step (macro_steps=False) {off:.2f} s (x{off / on:.2f})")
     if len(rows) > 1:
         n0, w0 = rows[0]
         for n, w in rows[1:]:

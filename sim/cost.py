@@ -111,6 +111,18 @@ class RooflineCostModel:
             t += 0.0
         return t
 
+    def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
+        """``step_time`` of pure decode steps of ``num_seqs`` sequences (no prefill, no swap),
+        one per entry of ``context_sums``: the same operations in the same order, vectorized,
+        so each duration equals the scalar path's bit for bit."""
+        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if num_seqs:
+            t += self.linear_time(num_seqs)
+            t += self._ar_fixed + self._ar_time_per_token * num_seqs
+        ctx = np.asarray(context_sums, dtype=np.int64)
+        att = ctx * self._kv_bytes_per_token / self._bw
+        return np.where(ctx != 0, t + att, t)
+
 
 class TableCostModel:
     """Interpolates a measured profile (see ``gpu/profile_format.py``)."""

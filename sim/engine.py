@@ -11,10 +11,19 @@ Two processes tell the story::
 
 The executor is the only thing the GPU mode swaps: ``gpu/executor.py`` implements the same
 ``run_step(batch, manager) -> seconds``.
+
+Macro steps (``Engine(..., macro_steps=True)``, the default; ``run_simulation(...,
+macro_steps=False)`` and ``--check`` run step by step): between changes of the decode set,
+pure decode iterations are predictable, so the engine takes a stretch of them at once (see
+``_macro``). Only with the :class:`SimulatedExecutor` over the roofline or table cost model
+and a manager with a decode lane; every other executor sees every iteration. Results are the
+same as step by step: identical integers and decisions, times equal up to float summation
+order in the unrecorded sums (``tests/sim/test_macro_steps.py``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -40,8 +49,12 @@ class InvariantError(PagesimError):
 
 
 class Engine:
+    # a macro step is tried only when it could cover this many iterations (fewer cost more
+    # to plan than to run one by one); the results do not depend on it
+    MACRO_MIN_STEPS = 8
+
     def __init__(self, scheduler, manager, executor, arrival_s: np.ndarray, *, check: bool = False,
-                 record_steps: bool = True, progress=None, clock=None):
+                 record_steps: bool = True, progress=None, clock=None, macro_steps: bool = True):
         self.sched = scheduler
         self.mgr = manager
         self.executor = executor
@@ -56,23 +69,47 @@ class Engine:
         self._wake: simpy.Event | None = None
         self.wall_time_s = 0.0
         self.end_s = 0.0
+        self._arr_i = 0  # index of the next arrival the arrivals process has not handed over yet
+        self._arr_t = 0.0  # the simulated time it is handed over at (once its timeout is set)
+        self.num_macro_steps = 0  # iterations taken inside macro steps (see _macro)
+        self._price = self._macro_pricer() if (macro_steps and not check and clock is None) else None
+        if self._price is not None and not (
+                getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
+                and hasattr(manager, "lane_advance")
+                and (len(arrival_s) < 2 or bool(np.all(np.diff(arrival_s) >= 0)))):
+            self._price = None
 
     # -- the two processes -------------------------------------------------------------
     def arrivals(self, env: simpy.Environment):
         for i, at in enumerate(self.arrival_s.tolist()):
+            self._arr_i = i
             if at > env.now:
+                self._arr_t = env.now + (at - env.now)  # when SimPy fires it (may differ from at by an ulp)
                 yield env.timeout(at - env.now)
             self.sched.add_arrival(i)
             if self._idle and not self._wake.triggered:
                 self._wake.succeed()
+        self._arr_i = len(self.arrival_s)
         self.arrivals_done = True
         if self._idle and not self._wake.triggered:
             self._wake.succeed()
 
     def engine(self, env: simpy.Environment):
         sched, mgr, rec = self.sched, self.mgr, self.rec
-        last_t = 0.0
+        last_t = last_dt = 0.0
+        macro = self._price is not None
         while True:
+            if macro:
+                plan = sched.macro_plan()
+                if plan is not None and (plan[0] >= self.MACRO_MIN_STEPS) and (
+                        plan[2] or self._arr_i >= len(self.arrival_s)
+                        or self._arr_t - env.now > self.MACRO_MIN_STEPS * last_dt):
+                    end = self._macro(env.now, plan)
+                    if end is not None:
+                        yield env.timeout(end)
+                        if self.progress is not None:
+                            self.progress.update(0)
+                        continue
             batch = sched.schedule(env.now)
             if batch.is_empty:
                 if self.arrivals_done and not sched.has_work:
@@ -98,11 +135,89 @@ class Engine:
                 raise InvariantError(f"executor returned a non-positive step time {dt}")
             rec.add(env.now, dt, batch, sched.num_waiting, sched.num_running, usage.as_tuple())
             last_t = env.now
+            last_dt = dt
             yield env.timeout(dt)
             finished = sched.complete_step(batch, env.now)
             if self.progress is not None and finished:
                 self.progress.update(len(finished))
         self.end_s = env.now
+
+    # -- macro steps ---------------------------------------------------------------------
+    # Between changes of the decode set, pure decode iterations are predictable: no request
+    # finishes before the first one's last token, the manager's lane says how many appends
+    # fit, and arrivals either end the stretch (empty queue: the next boundary admits them)
+    # or only join a queue whose head stays blocked. Such a stretch runs as one macro step:
+    # the manager advances m lane steps at once, the cost model prices m steps vectorized,
+    # the recorder appends m rows, and SimPy waits once. Step boundaries are the same float
+    # sums as step by step (start + dt, in order), so decisions and times are identical.
+    def _macro_pricer(self):
+        ex = self.executor
+        if type(ex) is not SimulatedExecutor:
+            return None  # GPU or custom executors see every iteration
+        cm = ex.cost_model
+        fn = getattr(cm, "decode_step_times", None)
+        if fn is not None:
+            return fn
+        from sim.cost import TableCostModel
+
+        if type(cm) is TableCostModel:
+            def price(W, ctx_sums):
+                b = StepBatch(decode_seq_ids=np.zeros(W, np.int64))
+                out = np.empty(len(ctx_sums))
+                for j, c in enumerate(ctx_sums.tolist()):
+                    b.decode_context_sum = c
+                    out[j] = cm.step_time(b)
+                return out
+            return price
+        return None
+
+    def _macro(self, now: float, plan) -> float | None:
+        """Take up to ``plan``'s limit of decode iterations at once; returns the SimPy delay
+        to the last one's end, or None when fewer than two are predictable."""
+        sched = self.sched
+        lim, W, blocked, dw = plan
+        ctx = sched.macro_context_sums(lim)
+        dts = np.asarray(self._price(W, ctx), dtype=np.float64)
+        if not (dts > 0).all():
+            return None
+        bounds = np.cumsum(np.concatenate(([now], dts)))  # bounds[j]: step j's start, in order
+        arr, i0 = self.arrival_s, self._arr_i
+        m = lim
+        waiting = sched.num_waiting
+        if i0 < len(arr):
+            t_a = self._arr_t
+            if not (arr[i0] > now and t_a > now):  # an arrival due now is not handed over yet
+                return None
+            starts = bounds[:lim]
+            if not blocked:  # the first step starting at or after the arrival admits it
+                m = int(np.searchsorted(starts, t_a, side="left"))
+            else:  # arrivals only join the queue: count them per step
+                hi = i0 + int(np.searchsorted(arr[i0:], starts[-1] * (1 + 1e-12), side="right"))
+                a = arr[i0:hi].copy()
+                if len(a):
+                    a[0] = t_a
+                left = np.searchsorted(a, starts, side="left")
+                # later arrivals fire at their time up to an ulp (SimPy adds the delay to the
+                # previous arrival's time): a start that close to one ends the macro step
+                near = (np.searchsorted(a, starts * (1 - 1e-12), side="left")
+                        != np.searchsorted(a, starts * (1 + 1e-12), side="right"))
+                if near.any():
+                    m = int(np.argmax(near))
+                waiting = waiting + left[:m]
+        if m < 2:
+            return None  # (rare after the engine's estimate: priced for nothing)
+        mem, blk = self.mgr.lane_advance(m, dw)
+        sched.macro_apply(m, bounds)
+        sched.demand_waiting = dw
+        self.rec.add_many(bounds[:m], dts[:m], W, waiting, sched.num_running, mem, blk)
+        self.num_macro_steps += m
+        end = float(bounds[m])
+        d = end - now
+        while now + d < end:  # land exactly on the step-by-step sum
+            d = math.nextafter(d, math.inf)
+        while now + d > end:
+            d = math.nextafter(d, -math.inf)
+        return d
 
     def _check(self, usage, now: float, last_t: float) -> None:
         if usage.total != self.mgr.capacity:

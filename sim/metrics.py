@@ -73,6 +73,45 @@ class StepRecorder:
             self.decode_tokens += dec
         self.n += 1
 
+    def add_many(self, starts: np.ndarray, dts: np.ndarray, width: int, waiting, running: int,
+                 mem: np.ndarray, blk: np.ndarray | None) -> None:
+        """``len(dts)`` pure decode iterations of ``width`` sequences at once (macro steps):
+        ``waiting`` a scalar or one count per step, ``mem`` the usage rows (m x 6), ``blk`` the
+        block-usage rows (m x 2) of a manager that reports them."""
+        m = len(dts)
+        if self.keep_rows:
+            n = self.n
+            if n + m > self._cap:
+                while n + m > self._cap:
+                    self._cap *= 2
+                self._f = np.resize(self._f, (self._cap, 2))
+                self._i = np.resize(self._i, (self._cap, 11))
+            self._f[n:n + m, 0] = starts
+            self._f[n:n + m, 1] = dts
+            i = self._i[n:n + m]
+            i[:, 0] = width
+            i[:, 1] = 0
+            i[:, 2] = width
+            i[:, 3] = waiting
+            i[:, 4] = running
+            i[:, 5:11] = mem
+            if self.block_usage is not None:
+                if len(self._blk) < self._cap:
+                    self._blk = np.resize(self._blk, (self._cap, 2))
+                self._blk[n:n + m] = blk
+        else:
+            busy = float(dts.sum())
+            if self.block_usage is not None:
+                w = blk.T.astype(np.float64) @ dts
+                self._blk_sum[0] += float(w[0])
+                self._blk_sum[1] += float(w[1])
+            self.busy_s += busy
+            w = mem.T.astype(np.float64) @ dts
+            self._mem_sum = [a + float(b) for a, b in zip(self._mem_sum, w)]
+            self.running_weighted += running * busy
+            self.decode_tokens += width * m
+        self.n += m
+
     def finalize(self) -> None:
         """Turn the rows (or the running sums) into the totals the summary reads."""
         if self.keep_rows:

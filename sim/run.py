@@ -106,14 +106,17 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
     return model, gpu, budget, table, manager, sched, executor
 
 
-def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None) -> SimResult:
+def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
+                   macro_steps: bool = True) -> SimResult:
+    """``macro_steps=False`` runs every iteration through the scheduler one by one (the
+    reference path; ``cfg.check`` implies it); results are the same either way."""
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
     engine = Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
-                    record_steps=cfg.record_steps, progress=bar)
+                    record_steps=cfg.record_steps, progress=bar, macro_steps=macro_steps)
     try:
         engine.run()
     finally:

@@ -159,6 +159,32 @@ class ExtentManager(KVCacheManager):
     def _can_rereserve_many(self, seq_ids: list[int]) -> bool:
         return all(self.can_append(s, 1) for s in seq_ids) if len(seq_ids) <= 1 else False
 
+    # ---- macro steps: m lane steps at once (the engine's decode-only stretches) ----------
+    macro_steps_ok = True
+
+    def lane_steps(self, seq_ids, limit: int) -> int:
+        """How many further lockstep appends of ``seq_ids`` (the open lane's array) stay in the lane."""
+        if seq_ids is not self._lane_ids or self._lane_room <= 0 or limit <= 0:
+            return 0
+        return min(int(limit), self._lane_room)
+
+    def lane_advance(self, m: int, demand_waiting: bool):
+        """``m`` lane steps as ``m`` calls of ``append_batch``; per-step usage rows (m x 6)."""
+        W = len(self._lane_ids)
+        self._lane_k += m
+        self._lane_room -= m
+        L = self._sum_L + W * np.arange(1, m + 1, dtype=np.int64)
+        self._sum_L += W * m
+        free = self.capacity - self._sum_A
+        mem = np.empty((m, 6), np.int64)
+        mem[:, 0] = L
+        mem[:, 1] = self._sum_minRF - L
+        mem[:, 2] = self._sum_R - self._sum_minRF
+        mem[:, 3] = self._sum_A - self._sum_R
+        mem[:, 4] = free if demand_waiting else 0
+        mem[:, 5] = 0 if demand_waiting else free
+        return mem, None
+
     def _settle(self) -> None:
         if self._lane_k:
             self._L[self._lane_ids] += self._lane_k

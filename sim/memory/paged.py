@@ -72,6 +72,22 @@ from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUs
 _SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt")
 
 
+class _Buckets:
+    """A lane's buckets: ``b[r]`` is ``ids`` sorted by crossing phase, sliced at ``cuts`` (on demand)."""
+
+    __slots__ = ("so", "cuts")
+
+    def __init__(self, so: np.ndarray, cuts: list[int]):
+        self.so = so
+        self.cuts = cuts
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        return self.so[self.cuts[r]:self.cuts[r + 1]]
+
+    def __len__(self) -> int:
+        return len(self.cuts) - 1
+
+
 @settle_lane_before
 class PagedManager(KVCacheManager):
     kind = "paged"
@@ -123,7 +139,9 @@ class PagedManager(KVCacheManager):
 
         # decode lane: see _lane_append; keyed by the identity of the last append_batch array
         self._lane_ids: np.ndarray | None = None
-        self._lane_buckets: list[np.ndarray] = []
+        self._lane_buckets: _Buckets | None = None
+        self._lane_sizes_list: list[int] = []
+        self._lane_total = 0
         self._lane_room = 0
         self._lane_k = 0
 
@@ -371,6 +389,25 @@ class PagedManager(KVCacheManager):
             self._filled[tbl[-1]] += n
             self._token_states += n
             return
+        if newL <= A and newL <= F and s not in self._seq_keys:
+            # a prompt written into blocks allocated for it: no new block, F unchanged (so every
+            # block's demand stays), only copy-on-write could intervene
+            first, last = L // bs, (newL - 1) // bs
+            if last == first:
+                b = tbl[first]
+                if self._ref[b] == 1:
+                    self._filled[b] = newL - first * bs
+                    self._L[s] = newL
+                    self._token_states += n
+                    return
+            else:
+                seg = np.asarray(tbl[first:last + 1], dtype=np.int64)
+                if not (self._ref[seg] != 1).any():
+                    self._filled[seg] = bs
+                    self._filled[tbl[last]] = newL - last * bs
+                    self._L[s] = newL
+                    self._token_states += n
+                    return
         if self._needed(s, n) > self.num_free_blocks():
             raise OutOfMemory(f"sequence {s}: no free block for {n} more tokens")
         F = max(F, newL)
@@ -413,7 +450,11 @@ class PagedManager(KVCacheManager):
     # % block_size, so they are bucketed once when the lane opens. Lengths and block fills
     # are written back (``_settle``: L += j, tail fill = L - (nb - 1) * block_size) before any
     # other operation reads or changes per-sequence state. Lanes need every tail private and
-    # no prefix-key registration pending; otherwise the full path runs.
+    # no prefix-key registration pending; otherwise the full path runs. A new array opens its
+    # lane before its first append when the state allows (every tail private, with room or
+    # full), so that append is already a lane step. ``lane_steps`` / ``lane_advance`` let the
+    # engine take many lane steps at once (macro steps); they give exactly what that many
+    # ``append_batch`` calls would.
     def _settle(self) -> None:
         ids = self._lane_ids
         if ids is not None and self._lane_k:
@@ -426,16 +467,27 @@ class PagedManager(KVCacheManager):
     def _open_lane(self, ids: np.ndarray) -> None:
         bs = self.block_size
         L, F = self._L[ids], self._F[ids]
-        A = self._nb[ids] * bs
-        tails = self._tail[ids]
-        ok = bool(((self._ref[tails] == 1) & (L >= self._klimit[ids]) & (A - L < bs) & (L < F)).all())
-        if not ok or len(np.unique(ids)) != len(ids):
+        r = self._nb[ids] * bs - L  # crosses at lane steps j with (j - 1) % bs == r (r in 0..bs-1)
+        room = F - L
+        if ((self._ref[self._tail[ids]] != 1) | (r >= bs) | (room <= 0)).any():
             return
-        r = A - L  # crosses at lane steps j with (j - 1) % bs == r (r in 0..bs-1)
-        order = np.argsort(r, kind="stable")
-        cuts = np.searchsorted(r[order], np.arange(bs + 1))
-        self._lane_buckets = [ids[order[cuts[i]:cuts[i + 1]]] for i in range(bs)]
-        self._lane_room = int((F - L).min())
+        if self._seq_keys and (L < self._klimit[ids]).any():
+            return
+        # (ids are distinct, as every batch's must be: the module docstring's precondition)
+        if bs == 1:
+            self._lane_buckets = _Buckets(ids, [0, len(ids)])
+            self._lane_sizes_list = [len(ids)]
+        else:  # bucket r: the ids with that r, in ids order (a stable radix sort on small keys)
+            rk = r.astype(np.uint8) if bs <= 256 else r
+            so = ids[np.argsort(rk, kind="stable")]
+            sizes = np.bincount(r, minlength=bs).tolist()
+            cuts = [0]
+            for x in sizes:
+                cuts.append(cuts[-1] + x)
+            self._lane_buckets = _Buckets(so, cuts)
+            self._lane_sizes_list = sizes
+        self._lane_total = len(ids)
+        self._lane_room = int(room.min())
         self._lane_ids, self._lane_k = ids, 0
 
     def _lane_next_bucket(self) -> np.ndarray:
@@ -464,11 +516,114 @@ class PagedManager(KVCacheManager):
         for s_, b in zip(bucket.tolist(), new):
             tables[s_].append(b)
 
+    # ---- macro steps: m lane steps at once (the engine's decode-only stretches) ----------
+    macro_steps_ok = True
+
+    def lane_steps(self, seq_ids, limit: int) -> int:
+        """How many further lockstep appends of ``seq_ids`` (the open lane's array) need no
+        full path: within the lane's room and without running out of free blocks."""
+        if seq_ids is not self._lane_ids or self._lane_room <= 0 or limit <= 0:
+            return 0
+        lim = min(int(limit), self._lane_room)
+        bs = self.block_size
+        free = self.num_free_blocks()
+        sizes = self._lane_sizes_list
+        if self._lane_total * (-(-lim // bs)) <= free:  # enough blocks for all of them
+            return lim
+        k, tot = self._lane_k, 0
+        for j in range(lim):
+            tot += sizes[(k + j) % bs]
+            if tot > free:
+                return j
+        return lim
+
+    def lane_advance(self, m: int, demand_waiting: bool):
+        """Take ``m`` lane steps (``m <= lane_steps(...)``) as ``m`` calls of ``append_batch``
+        would. Returns the per-step usage rows (m x 6, after each step's append, as
+        ``usage(demand_waiting).as_tuple()``) and block usage rows (m x 2, ``block_usage()``)."""
+        ids = self._lane_ids
+        W = len(ids)
+        bs = self.block_size
+        k0 = self._lane_k
+        bk = self._lane_buckets
+        so, cuts, sizes = bk.so, bk.cuts, self._lane_sizes_list
+        a = k0 % bs
+        e = a + min(m, bs)  # the next min(m, bs) buckets, in crossing order: a..e-1 (mod bs)
+        if e <= bs:
+            rl = sizes[a:e]
+        else:
+            rl = sizes[a:] + sizes[:e - bs]
+        n1 = sum(rl)
+        self._lane_k = k0 + m
+        self._lane_room -= m
+        ts0, dem0, used0, log0 = self._token_states, self._demand, self._used, self._logical
+        if n1:
+            if e <= bs:
+                one = so[cuts[a]:cuts[e]]
+            else:
+                one = np.concatenate((so[cuts[a]:], so[:cuts[e - bs]]))
+            if m <= bs:  # every sequence crosses at most once
+                S, K, steplens = one, n1, rl
+                new = self._take_many(K)
+                nbarr = np.asarray(new, dtype=np.int64)
+                self._filled[self._tail[S]] = bs
+                idx = self._nb[S]
+                d = np.minimum(self._F[S] - idx * bs, bs)
+                self._nb[S] = idx + 1
+                self._tail[S] = nbarr
+            else:  # full rounds of bs steps (each sequence crosses once a round), then a part
+                full, rest = divmod(m, bs)
+                k_rest = sum(rl[:rest])
+                K = full * n1 + k_rest
+                S = np.concatenate([one] * full + [one[:k_rest]])
+                steplens = rl * full + rl[:rest]
+                new = self._take_many(K)
+                nbarr = np.asarray(new, dtype=np.int64)
+                # a crossing's old tail: the round before's new block (the first round: the tail)
+                self._filled[np.concatenate([self._tail[one], nbarr[:K - n1]])] = bs
+                occ = np.repeat(np.arange(full + 1, dtype=np.int64), [n1] * full + [k_rest])
+                d = np.minimum(self._F[S] - (self._nb[S] + occ) * bs, bs)
+                self._nb[one] += full
+                if k_rest:
+                    self._nb[one[:k_rest]] += 1
+                self._tail[S[K - n1:]] = nbarr[K - n1:]
+            self._dem[nbarr] = d
+            self._demand += int(d.sum())
+            self._logical += K
+            tables = self._tables
+            for s_, b in zip(S.tolist(), new):
+                tables[s_].append(b)
+            cnt = np.cumsum(steplens)
+            dc = np.cumsum(d)
+            dcum = np.where(cnt > 0, dc[np.maximum(cnt - 1, 0)], 0)
+        else:
+            cnt = dcum = np.zeros(m, np.int64)
+        self._token_states += W * m
+        ts = ts0 + W * np.arange(1, m + 1, dtype=np.int64)
+        dem = dem0 + dcum
+        used = used0 + cnt
+        free = (self.num_blocks - used) * bs + self.leftover
+        mem = np.empty((m, 6), np.int64)
+        mem[:, 0] = ts
+        mem[:, 1] = dem - ts
+        mem[:, 2] = used * bs - dem
+        mem[:, 3] = 0
+        mem[:, 4] = free if demand_waiting else 0
+        mem[:, 5] = 0 if demand_waiting else free
+        blk = np.empty((m, 2), np.int64)
+        blk[:, 0] = used
+        blk[:, 1] = log0 + cnt
+        return mem, blk
+
     def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
         """Blocks one decode token for each of ``seq_ids`` would take (new + copy-on-write), exactly."""
         if seq_ids is self._lane_ids and self._lane_room > 0:
             return len(self._lane_next_bucket())
         self._settle()
+        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
+            self._open_lane(seq_ids)  # a lane opened before the append counts it as its first step
+            if self._lane_ids is seq_ids:
+                return len(self._lane_next_bucket())
         ids = np.asarray(seq_ids, dtype=np.int64)
         if not len(ids):
             return 0
@@ -494,9 +649,20 @@ class PagedManager(KVCacheManager):
                 and len(self._lane_next_bucket()) <= self.num_free_blocks():
             self._lane_append(seq_ids)
             return
+        lane = isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids)
+        if lane and seq_ids is not self._lane_ids:
+            # open the lane before the append: when every tail is private and has room or ends
+            # exactly at a block boundary, this append is the lane's first step (the same blocks,
+            # in the same order, as the full path would take)
+            self._settle()
+            self._open_lane(seq_ids)
+            if self._lane_ids is seq_ids:
+                if len(self._lane_next_bucket()) <= self.num_free_blocks():
+                    self._lane_append(seq_ids)
+                    return
         self._settle()
         self._append_batch_full(seq_ids)
-        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
+        if lane:
             self._open_lane(seq_ids)
 
     def _append_batch_full(self, seq_ids: Iterable[int]) -> None:

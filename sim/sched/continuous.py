@@ -88,6 +88,7 @@ class ContinuousScheduler:
         self._k = 0
         self._last_uniform: float | None = None  # every member's last token time, when equal
         self._dec_last = np.zeros(0)
+        self._dec_churn = False
         # admission is skipped while the queue head is blocked and nothing was freed since
         self._free_epoch = 0
         self._blocked: tuple | None = None
@@ -152,34 +153,51 @@ class ContinuousScheduler:
             return
         self._flush_decode()
         t = self.t
-        reqs = [i for i in self.running if t.prefilled[i] >= t.target[i]]
-        self._dec_reqs = r = np.array(reqs, dtype=_I64)
+        run = np.array(self.running, dtype=_I64)
+        r = run[t.prefilled[run] >= t.target[run]] if len(run) else run
+        self._dec_reqs = r
+        self._k = 0
+        self._dirty = False
         if t.seqs:
+            reqs = r.tolist()
             seqs: list[int] = []
             for i in reqs:
                 seqs.extend(t.seq_ids(i))
             self._dec_seqs = np.array(seqs, dtype=_I64)
             self._dec_width = np.array([len(t.seq_ids(i)) for i in reqs], dtype=_I64)
+            self._dec_churn = bool(self.beam_churn > 0 and len(r) and (t.beam[r] > 1).any())
         else:
             self._dec_seqs = r
-            self._dec_width = np.ones(len(reqs), _I64)
-        self._dec_gen0 = t.generated[r]
-        self._dec_ctx0_sum = int(np.dot(t.prompt[r] + self._dec_gen0, self._dec_width)) if len(r) else 0
-        self._dec_rem_min = int((t.output[r] - self._dec_gen0).min()) if len(r) else 0
-        self._k = 0
+            self._dec_width = None  # all ones (built on demand by _width)
+            self._dec_churn = False
+        if not len(r):
+            self._dec_gen0 = r
+            self._dec_ctx0_sum = 0
+            self._dec_rem_min = 0
+            self._last_uniform = None
+            self._dec_last = np.zeros(0)
+            return
+        self._dec_gen0 = g = t.generated[r]
+        ctx = t.prompt[r] + g
+        self._dec_ctx0_sum = int(ctx.sum() if self._dec_width is None else np.dot(ctx, self._dec_width))
+        self._dec_rem_min = int((t.output[r] - g).min())
         last = t.last_token_s[r]
-        if len(r) and last.min() == last.max():
-            self._last_uniform = float(last[0])
+        lo = last.min()
+        if lo == last.max():
+            self._last_uniform = float(lo)
         else:
             self._last_uniform = None
             self._dec_last = last
-        self._dirty = False
+
+    def _width(self) -> np.ndarray:
+        w = self._dec_width
+        return np.ones(len(self._dec_reqs), _I64) if w is None else w
 
     def _decode_context(self) -> np.ndarray:
         """Per-sequence context (after this step's token) for executors that need the array."""
         t = self.t
         ctx = t.prompt[self._dec_reqs] + self._dec_gen0 + self._k
-        return ctx if not t.seqs else np.repeat(ctx, self._dec_width)
+        return ctx if self._dec_width is None else np.repeat(ctx, self._dec_width)
 
     # ---------------------------------------------------------------- admission
     def _try_admit(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, int]:
@@ -351,6 +369,62 @@ class ContinuousScheduler:
             batch.set_decode_context_lazy(self._dec_ctx0_sum + self._k * len(self._dec_seqs),
                                           self._decode_context)
 
+    # ---------------------------------------------------------------- macro steps
+    macro_steps_ok = True
+
+    def macro_plan(self) -> tuple[int, int, bool, bool] | None:
+        """Between two iterations: can the next ones be predicted as pure decode steps of the
+        unchanged decode set? Returns ``(limit, width, blocked, demand_waiting)``: at most
+        ``limit`` such steps (none finishes a request; the manager's lane and free blocks
+        bound them too), ``width`` sequences each; ``blocked``: the waiting queue's head stays
+        blocked (arrivals only join the queue) rather than the queue being empty (an arrival
+        ends the stretch). None when the next iteration needs the full path."""
+        if self._dirty or self.swapped or self._dec_churn:
+            return None
+        seqs = self._dec_seqs
+        W = len(seqs)
+        if not W or len(self._dec_reqs) != len(self.running):
+            return None
+        blocked = False
+        dw = False
+        if self.waiting:
+            b = self._blocked
+            if (self.cfg.waiting_served_ratio is not None or b is None or b[0] != self.waiting[0]
+                    or b[1] != self._free_epoch):
+                return None
+            blocked = True
+            dw = b[2] == "memory"
+        lim = self._dec_rem_min - self._k - 1
+        if lim <= 0:
+            return None
+        lim = self.mgr.lane_steps(seqs, lim)
+        if lim <= 0:
+            return None
+        return lim, W, blocked, dw
+
+    def macro_context_sums(self, m: int) -> np.ndarray:
+        """``decode_context_sum`` of the next ``m`` decode steps."""
+        W = len(self._dec_seqs)
+        return self._dec_ctx0_sum + (self._k + np.arange(m, dtype=_I64)) * W
+
+    def macro_apply(self, m: int, bounds: np.ndarray) -> None:
+        """Account ``m`` decode steps planned by :meth:`macro_plan`; ``bounds[j]`` is step j's
+        start and ``bounds[m]`` the last one's end (the manager advanced its lane itself)."""
+        W = len(self._dec_seqs)
+        if not self.waiting and self._may_admit():
+            self._blocked = None
+        ends = bounds[1:m + 1]
+        if self._last_uniform is not None:
+            self._itl_scalars.append(float(ends[0]) - self._last_uniform)
+            self._itl_scalar_w.append(W)
+        else:
+            self._itl_arrays.append((float(ends[0]) - self._dec_last, self._width()))
+        if m > 1:
+            self._itl_scalars.extend(np.diff(ends).tolist())
+            self._itl_scalar_w.extend([W] * (m - 1))
+        self._last_uniform = float(ends[-1])
+        self._k += m
+
     def _still_blocked(self) -> bool:
         """The queue head was blocked by memory or max_num_seqs and nothing was freed since."""
         b = self._blocked
@@ -414,7 +488,7 @@ class ContinuousScheduler:
                 self._itl_scalars.append(now - self._last_uniform)
                 self._itl_scalar_w.append(len(self._dec_seqs))
             else:
-                self._itl_arrays.append((now - self._dec_last, self._dec_width))
+                self._itl_arrays.append((now - self._dec_last, self._width()))
             self._last_uniform = now
             if self._k >= self._dec_rem_min:
                 self._flush_decode()

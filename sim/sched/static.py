@@ -22,6 +22,7 @@ _I64 = np.int64
 
 class StaticScheduler(ContinuousScheduler):
     name = "static"
+    macro_steps_ok = False  # its own fast path; the engine runs it step by step
 
     def __init__(self, cfg, table: RequestTable, manager: KVCacheManager, **kw):
         super().__init__(cfg, table, manager, **kw)

@@ -1,0 +1,159 @@
+"""Macro steps (the engine's decode-only stretches taken at once) change nothing but speed.
+
+Each case runs the same trace and configuration step by step (``macro_steps=False``) and with
+macro steps, and compares request records, the per-step table and the summary: integer columns
+and decisions must be identical, times equal up to float summation order (1e-9 relative).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.config import SimConfig
+from sim.engine import Engine
+from sim.metrics import request_frame, summarize
+from sim.run import build, run_simulation
+
+OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
+
+
+def rand_trace(seed: int, n: int = 160, rate: float = 40.0, max_len: int = 256, width: dict | None = None,
+               prefix: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / rate, n)
+    burst = rng.random(n) < 0.3  # bursts: several arrivals at once queue up behind each other
+    gaps[burst] = 0.0
+    arrival = np.cumsum(gaps)
+    prompt = rng.integers(1, max_len // 2, n)
+    output = np.minimum(rng.integers(1, max_len // 2, n), max_len - prompt)
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": arrival,
+                       "prompt_tokens": prompt, "output_tokens": np.maximum(output, 1)})
+    for k, v in (width or {}).items():
+        df[k] = rng.choice(v, n)
+    if prefix:
+        df["prefix_hashes"] = [tuple(rng.integers(0, 3, max(p // 16, 0)).tolist()) for p in prompt]
+        df.attrs["hash_block_tokens"] = 16
+    return df
+
+
+def run(cfg: SimConfig, trace: pd.DataFrame, macro: bool, min_steps: int = 2):
+    _, _, _, table, manager, sched, executor = build(cfg, trace)
+    eng = Engine(sched, manager, executor, table.arrival_s, record_steps=cfg.record_steps,
+                 macro_steps=macro)
+    eng.MACRO_MIN_STEPS = min_steps  # take even short stretches at once: more boundaries tested
+    eng.run()
+    summary = summarize(table, eng.rec, sched, duration_s=eng.end_s, wall_time_s=0.0)
+    summary.update(eng.rec.sharing())
+    return summary, request_frame(table), eng.rec.frame(), eng.num_macro_steps
+
+
+def assert_same(a, b):
+    sa, ra, fa, _ = a
+    sb, rb, fb, _ = b
+    assert list(ra.columns) == list(rb.columns)
+    for c in ra.columns:
+        if ra[c].dtype.kind == "f":
+            np.testing.assert_allclose(rb[c].to_numpy(), ra[c].to_numpy(), rtol=1e-9, atol=1e-12, err_msg=c)
+        else:
+            assert (ra[c] == rb[c]).all(), c
+    assert len(fa) == len(fb)
+    for c in fa.columns:
+        if fa[c].dtype.kind == "f":
+            np.testing.assert_allclose(fb[c].to_numpy(), fa[c].to_numpy(), rtol=1e-9, atol=1e-12, err_msg=c)
+        else:
+            assert (fa[c].to_numpy() == fb[c].to_numpy()).all(), c
+    assert sa.keys() == sb.keys()
+    for k, v in sa.items():
+        if isinstance(v, float):
+            if np.isnan(v):
+                assert np.isnan(sb[k]), k
+            else:
+                assert sb[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+        else:
+            assert sb[k] == v, k
+
+
+CASES = [
+    ("vllm", {}, {}),
+    ("vllm", dict(block_size=4), {}),
+    ("vllm", dict(block_size=32, watermark=0.0), {}),
+    ("token", {}, {}),
+    ("vattention", {}, {}),
+    ("orca-max", {}, {}),
+    ("orca-pow2", {}, {}),
+    ("orca-oracle", {}, {}),
+    ("static", {}, {}),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=128), {}),
+    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30), {}),
+    ("vllm", dict(max_num_seqs=8), {}),
+    ("vllm", dict(waiting_served_ratio=0.5), {}),
+    ("vllm", {}, dict(width={"n": [1, 2, 3]})),
+    ("vllm", {}, dict(width={"beam_width": [1, 1, 2, 4]})),
+    ("vllm", dict(prefix_caching=True), dict(prefix=True)),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("system,kw,tkw", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_macro_steps_equal_step_by_step(system, kw, tkw, seed):
+    kw = dict(kw)
+    slots = kw.pop("slots", 3000 if system != "static" else 2048)
+    kw.setdefault("kv_gib", slots * OPT13B_SLOT / 2**30)
+    kw.setdefault("max_seq_len", 256)
+    cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", seed=seed, **kw)
+    trace = rand_trace(seed, **tkw)
+    a = run(cfg, trace, macro=False)
+    b = run(cfg, trace, macro=True)
+    assert a[3] == 0
+    assert_same(a, b)
+    if system != "static" and "beam_width" not in tkw.get("width", {}):
+        assert b[3] > 0
+    assert_same(a, run(cfg, trace, macro=True, min_steps=Engine.MACRO_MIN_STEPS))
+    c = run(cfg, trace, macro=True)  # deterministic run to run
+    assert c[3] == b[3]
+    pd.testing.assert_frame_equal(c[1], b[1])
+    pd.testing.assert_frame_equal(c[2], b[2])
+
+
+def test_macro_steps_taken_and_unrecorded_sums():
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256, record_steps=False)
+    trace = rand_trace(3, n=300, rate=10.0)
+    a = run(cfg, trace, macro=False)
+    b = run(cfg, trace, macro=True)
+    assert b[3] > a[2].shape[0] // 4 if len(a[2]) else b[3] > 0
+    assert_same(a, b)
+
+
+def test_run_simulation_flag_and_check_mode():
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256)
+    trace = rand_trace(5)
+    on = run_simulation(cfg, trace)
+    off = run_simulation(cfg, trace, macro_steps=False)
+    pd.testing.assert_frame_equal(on.steps, off.steps, rtol=1e-9)
+    chk = run_simulation(SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", check=True,
+                                              kv_gib=3000 * OPT13B_SLOT / 2**30, max_seq_len=256), trace)
+    pd.testing.assert_frame_equal(on.steps, chk.steps, rtol=1e-9)
+
+
+def test_macro_steps_with_table_cost_model(tmp_path):
+    from gpu.profile_format import write_profile
+
+    c = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
+    rows = [dict(component="linear", num_tokens=t, batch=None, context=None, time_us=us, **c)
+            for t, us in ((1, 20000.0), (64, 21000.0), (2048, 90000.0))]
+    rows += [dict(component="attn_decode", num_tokens=None, batch=b, context=x, time_us=b * x * 0.01 + 30, **c)
+             for b in (1, 8, 64) for x in (64, 512, 2048)]
+    rows += [dict(component="attn_prefill", num_tokens=512, batch=None, context=None, time_us=800.0, **c),
+             dict(component="overhead", num_tokens=None, batch=None, context=None, time_us=3000.0, **c)]
+    prof = write_profile(rows, tmp_path / "profile.csv")
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256, profile=str(prof))
+    trace = rand_trace(7, n=200, rate=5.0)
+    a = run(cfg, trace, macro=False)
+    b = run(cfg, trace, macro=True)
+    assert b[3] > 0
+    assert_same(a, b)
