@@ -214,6 +214,35 @@ def _single_run_reading(system: str, cats: dict, pt: pd.DataFrame, tol: float) -
 # reproduce outputs
 
 
+def _fig2_section(rep: "HtmlReport", fig2: pd.DataFrame, read, X) -> None:
+    rep.heading("Fig. 2: memory waste per system")
+    rep.figure(F.memory_breakdown_bar(fig2))
+    rep.table(fig2)
+    rep.reading(X.explain_fig2(fig2))
+    sens = read("fig2_sensitivity")
+    if sens is not None and not sens.empty:
+        rep.heading("Fig. 2 sensitivity to the request rate", level=3)
+        rep.figure(F.rate_sensitivity(sens))
+        rep.table(sens)
+    tl = read("fig2_timeline")
+    if tl is not None and not tl.empty:
+        rep.heading("Fig. 2 runs over time", level=3)
+        rep.figure(F.memory_timelines(tl))
+
+
+def _fig12_section(rep: "HtmlReport", fig12: pd.DataFrame, read, X) -> None:
+    ratios = read("fig12_ratios")
+    if ratios is None:
+        ratios = X.fig12_ratios(fig12)
+    rep.heading("Fig. 12: normalized latency vs request rate")
+    rep.figure(F.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
+                                 if len(ratios) else None))
+    rep.table(ratios)
+    rep.reading(X.explain_fig12(fig12, ratios))
+    rep.heading("All probes", level=3)
+    rep.table(fig12)
+
+
 def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Path:
     """Write the report of a ``pagesim reproduce`` output directory (default ``out_dir/report.html``)."""
     from experiments import figures as X
@@ -231,56 +260,31 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
                      "OPT-13B on one A100-40GB, 12 GiB KV cache (15,728 slots), max 2,048 tokens; "
                      "synthetic ShareGPT / Alpaca traces, Poisson arrivals.")
     found = False
-    fig2 = read("fig2")
-    if fig2 is not None:
+    # figure name -> (heading, plotly figure builder, written reading)
+    simple = {
+        "fig13": ("Fig. 13: average batch size", F.batch_size_bars, X.explain_fig13),
+        "fig15": ("Fig. 15: memory saved by sharing", F.sharing_bars, X.explain_fig15),
+    }
+    for name in ("fig2", "fig13", "fig15", "fig12", "fig18b"):
+        df = read(name)
+        if df is None:
+            continue
         found = True
-        rep.heading("Fig. 2: memory waste per system")
-        rep.figure(F.memory_breakdown_bar(fig2))
-        rep.table(fig2)
-        rep.reading(X.explain_fig2(fig2))
-        sens = read("fig2_sensitivity")
-        if sens is not None and not sens.empty:
-            rep.heading("Fig. 2 sensitivity to the request rate", level=3)
-            rep.figure(F.rate_sensitivity(sens))
-            rep.table(sens)
-        tl = read("fig2_timeline")
-        if tl is not None and not tl.empty:
-            rep.heading("Fig. 2 runs over time", level=3)
-            rep.figure(F.memory_timelines(tl))
-    fig13 = read("fig13")
-    if fig13 is not None:
-        found = True
-        rep.heading("Fig. 13: average batch size")
-        rep.figure(F.batch_size_bars(fig13))
-        rep.table(fig13)
-        rep.reading(X.explain_fig13(fig13))
-    fig15 = read("fig15")
-    if fig15 is not None:
-        found = True
-        rep.heading("Fig. 15: memory saved by sharing")
-        rep.figure(F.sharing_bars(fig15))
-        rep.table(fig15)
-        rep.reading(X.explain_fig15(fig15))
-    fig12 = read("fig12")
-    if fig12 is not None:
-        found = True
-        ratios = read("fig12_ratios")
-        if ratios is None:
-            ratios = X.fig12_ratios(fig12)
-        rep.heading("Fig. 12: normalized latency vs request rate")
-        rep.figure(F.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
-                                     if len(ratios) else None))
-        rep.table(ratios)
-        rep.reading(X.explain_fig12(fig12, ratios))
-        rep.heading("All probes", level=3)
-        rep.table(fig12)
-    fig18b = read("fig18b")
-    if fig18b is not None:
-        found = True
-        rep.heading("Fig. 18b: block size")
-        rep.figure(F.block_size_sweep(fig18b))
-        rep.table(fig18b)
-        rep.reading(X.explain_fig18b(fig18b))
+        if name == "fig2":
+            _fig2_section(rep, df, read, X)
+        elif name == "fig12":
+            _fig12_section(rep, df, read, X)
+        elif name == "fig18b":
+            rep.heading("Fig. 18b: block size")
+            rep.figure(F.block_size_sweep(df))
+            rep.table(df)
+            rep.reading(X.explain_fig18b(df))
+        else:
+            title, build, explain = simple[name]
+            rep.heading(title)
+            rep.figure(build(df))
+            rep.table(df)
+            rep.reading(explain(df))
     if not found:
         raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b)")
     return rep.write(path)

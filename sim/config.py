@@ -78,7 +78,8 @@ class SimConfig:
 
     # cost model
     profile: str | None = None  # profile CSV for the table cost model
-    step_overhead_ms: float | None = None  # None: cost-model default
+    step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
+    per_seq_overhead_ms: float | None = None  # None: cost-model default (roofline: 0.02 ms)
 
     # run
     seed: int = 0

@@ -157,6 +157,7 @@ class TableCostModel:
         self._pre_y = pre["time_us"].to_numpy(float) * 1e-6
         ov = part("overhead")
         self.overhead_s = float(ov["time_us"].median()) * 1e-6 if not ov.empty else 0.0
+        self.per_seq_overhead_s = 0.0  # measured profiles include it; --per-seq-overhead-ms adds more
 
     @staticmethod
     def _interp_extrap(x: float | np.ndarray, xs: np.ndarray, ys: np.ndarray):
@@ -178,7 +179,7 @@ class TableCostModel:
 
     def step_time(self, batch: StepBatch) -> float:
         tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-        t = self.overhead_s
+        t = self.overhead_s + self.per_seq_overhead_s * batch.num_seqs
         if tokens:
             t += float(self._interp_extrap(tokens, self._lin_x, self._lin_y))
         n_dec = batch.num_decode_tokens
@@ -196,11 +197,13 @@ class TableCostModel:
 
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
-                    step_overhead_ms: float | None = None):
+                    step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None):
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel)
     if step_overhead_ms is not None:
         cm.overhead_s = step_overhead_ms * 1e-3
+    if per_seq_overhead_ms is not None:
+        cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
     return cm

@@ -83,7 +83,7 @@ def resolve_budget(cfg: SimConfig):
         model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         activation_reserve_bytes=cfg.activation_reserve_gib * GiB)
-    if budget.capacity_tokens < model.max_seq_len and cfg.manager in ("static", "contiguous"):
+    if budget.capacity_tokens < model.max_seq_len:
         raise ConfigError(
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
@@ -102,7 +102,7 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
                 kv_bytes_per_token=budget.kv_bytes_per_token, rng=rng)
     if executor is None:
         executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
-                                                     cfg.step_overhead_ms))
+                                                     cfg.step_overhead_ms, cfg.per_seq_overhead_ms))
     return model, gpu, budget, table, manager, sched, executor
 
 

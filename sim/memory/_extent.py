@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from sim.errors import OutOfMemory
-from sim.memory.base import ExtentSnapshot, KVCacheManager, MemoryUsage, settle_lane_before
+from sim.memory.base import (ExtentSnapshot, KVCacheManager, MemoryUsage, grow_seq_arrays,
+                             settle_lane_before)
 
 _FIELDS = ("start", "L", "F", "R", "A", "prompt")
 
@@ -50,18 +51,7 @@ class ExtentManager(KVCacheManager):
 
     # ---- per-sequence arrays ----------------------------------------------------------
     def _ensure(self, seq_id: int) -> None:
-        n = len(self._L)
-        if seq_id < n:
-            return
-        m = max(2 * n, seq_id + 1)
-        for f in _FIELDS:
-            a = getattr(self, "_" + f)
-            b = np.zeros(m, dtype=a.dtype)
-            b[:n] = a
-            setattr(self, "_" + f, b)
-        b = np.zeros(m, dtype=bool)
-        b[:n] = self._active
-        self._active = b
+        grow_seq_arrays(self, seq_id, _FIELDS)
 
     def has_seq(self, seq_id: int) -> bool:
         return 0 <= seq_id < len(self._active) and bool(self._active[seq_id])

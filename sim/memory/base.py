@@ -59,6 +59,8 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+
+import numpy as np
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
@@ -209,6 +211,20 @@ class KVCacheManager(ABC):
         u = self.usage(False)
         assert u.total == self.capacity, f"categories sum to {u.total}, capacity {self.capacity}"
         assert min(u.as_tuple()) >= 0, f"negative category: {u}"
+
+
+def grow_seq_arrays(manager, seq_id: int, fields: Iterable[str]) -> None:
+    """Make the per-sequence numpy arrays ``_<field>`` (and ``_active``) long enough for
+    ``seq_id``: they are indexed by seq_id so batch operations can gather with numpy."""
+    n = len(manager._active)
+    if seq_id < n:
+        return
+    m = max(2 * n, seq_id + 1)
+    for f in (*fields, "active"):
+        a = getattr(manager, "_" + f)
+        b = np.zeros(m, dtype=a.dtype)
+        b[:n] = a
+        setattr(manager, "_" + f, b)
 
 
 #: methods that must see settled per-sequence state when a manager batches decode steps lazily

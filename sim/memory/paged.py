@@ -67,7 +67,7 @@ import numpy as np
 
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
-                             settle_lane_before)
+                             grow_seq_arrays, settle_lane_before)
 
 _SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt")
 
@@ -155,18 +155,7 @@ class PagedManager(KVCacheManager):
 
     # ---- helpers ----------------------------------------------------------------------
     def _ensure(self, seq_id: int) -> None:
-        n = len(self._L)
-        if seq_id < n:
-            return
-        m = max(2 * n, seq_id + 1)
-        for f in _SEQ_FIELDS:
-            a = getattr(self, "_" + f)
-            b = np.zeros(m, dtype=a.dtype)
-            b[:n] = a
-            setattr(self, "_" + f, b)
-        b = np.zeros(m, dtype=bool)
-        b[:n] = self._active
-        self._active = b
+        grow_seq_arrays(self, seq_id, _SEQ_FIELDS)
 
     def _d(self, F: int, i: int) -> int:
         return min(max(F - i * self.block_size, 0), self.block_size)

@@ -337,20 +337,7 @@ class ContinuousScheduler:
         pre_ids: list[int] = []
         pre_tok: list[int] = []
         if all_resumed and self._may_admit() and not self._still_blocked():
-            budget = self.max_batched
-            while self.waiting:
-                i = self.waiting[0]
-                outcome, n = self._try_admit(i, budget, None)
-                if outcome == "rejected":
-                    continue
-                if outcome != "ok":
-                    if not pre_ids and outcome in ("memory", "full"):
-                        self._blocked = (i, self._free_epoch, outcome)
-                    break
-                self.mgr_append(i, n)
-                pre_ids.append(i)
-                pre_tok.append(n)
-                budget -= n
+            self._admit_waiting(self.max_batched, False, pre_ids, pre_tok)
         if pre_ids:  # prefill-first: this iteration runs the new prompts only
             ids = np.array(pre_ids, _I64)
             batch.prefill_seq_ids = ids
@@ -425,6 +412,28 @@ class ContinuousScheduler:
         self._last_uniform = float(ends[-1])
         self._k += m
 
+    def _admit_waiting(self, budget: int, chunked: bool, pre_ids: list[int], pre_tok: list[int]) -> int:
+        """Admit FCFS from the queue into this iteration's prefills; return the token budget left.
+
+        Whole prompts must fit ``budget`` (prefill-first), or take a chunk of it (chunked). The
+        first request that does not fit ends the pass; when memory or ``max_num_seqs`` stopped it
+        and nothing was admitted, later iterations skip admission until something is freed.
+        """
+        while self.waiting and (budget > 0 or not chunked):
+            i = self.waiting[0]
+            outcome, n = self._try_admit(i, budget, budget if chunked else None)
+            if outcome == "rejected":
+                continue
+            if outcome != "ok":
+                if outcome in ("memory", "full") and (chunked or not pre_ids):
+                    self._blocked = (i, self._free_epoch, outcome)
+                break
+            self.mgr_append(i, n)
+            pre_ids.append(i)
+            pre_tok.append(n)
+            budget -= n
+        return budget
+
     def _still_blocked(self) -> bool:
         """The queue head was blocked by memory or max_num_seqs and nothing was freed since."""
         b = self._blocked
@@ -458,19 +467,7 @@ class ContinuousScheduler:
                 pre_tok.append(n)
                 budget -= n
         if all_resumed and self._may_admit() and not self._still_blocked():
-            while self.waiting and budget > 0:
-                i = self.waiting[0]
-                outcome, n = self._try_admit(i, budget, budget)
-                if outcome == "rejected":
-                    continue
-                if outcome != "ok":
-                    if outcome in ("memory", "full"):
-                        self._blocked = (i, self._free_epoch, outcome)
-                    break
-                self.mgr_append(i, n)
-                pre_ids.append(i)
-                pre_tok.append(n)
-                budget -= n
+            budget = self._admit_waiting(budget, True, pre_ids, pre_tok)
         if pre_ids:
             ids = np.array(pre_ids, _I64)
             batch.prefill_seq_ids = ids

@@ -46,10 +46,11 @@ def test_fig2_rate_override_and_sensitivity(fake_opts):
 
 
 def test_fig13_layout_and_deltas(fake_opts):
-    df = X.fig13(fake_opts, quick=True)
-    assert list(df.columns[:7]) == ["workload", "rate", "system", "avg_batch_size", "paper_avg_batch_size", "delta",
-                                    "delta_pct"]
-    assert len(df) == 8
+    both = X.fig13(fake_opts, quick=True)
+    assert list(both.columns[:8]) == ["workload", "rate", "system", "per_seq_overhead_ms", "avg_batch_size",
+                                      "paper_avg_batch_size", "delta", "delta_pct"]
+    assert len(both) == 16 and sorted(set(both.per_seq_overhead_ms)) == [0.02, 0.3]  # two CPU-cost settings
+    df = both[both.per_seq_overhead_ms == 0.02]
     r = df[(df.workload == "sharegpt") & (df.system == "vllm")].iloc[0]
     assert r.rate == 2.0 and r.avg_batch_size == pytest.approx(33.0) and r.paper_avg_batch_size == 30.42
     assert r.delta == pytest.approx(2.58) and r.delta_pct == pytest.approx(100 * 2.58 / 30.42)
@@ -58,7 +59,7 @@ def test_fig13_layout_and_deltas(fake_opts):
     assert a.rate == 30.0 and a.delta == pytest.approx(33.0 - 132.44) and "vs paper" in a.note
     m = df[(df.workload == "alpaca") & (df.system == "orca-max")].iloc[0]
     assert m.delta == pytest.approx(0.0) and m.note == ""
-    assert "Orca (Oracle)" in X.explain_fig13(df)
+    assert "Orca (Oracle)" in X.explain_fig13(both) and "0.3 ms/sequence" in X.explain_fig13(both)
 
 
 def test_fig15_layout_and_savings(fake_opts):
