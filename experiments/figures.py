@@ -14,10 +14,10 @@ which leaves out the ramp-up from an empty server and the drain after arrivals s
 free memory and shrink batches). When a run has no step table the whole-run summary is used and
 ``measured_over`` says ``run``.
 
-Default cost: ~150 runs of 2-10 minute traces (ShareGPT 10 min, Alpaca 2-5 min instead of the
-paper's 1 hour); runs shared between figures (fig2 and fig13's ShareGPT 2 req/s runs) are cached
-once. ``pagesim reproduce all`` stays within ~15 minutes on 2 cores if a 1-hour ShareGPT run at
-2 req/s takes 5-10 s.
+Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces (about a minute on 2
+cores); the sweeps of fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count)
+to keep ``pagesim reproduce all`` near 3 minutes on 2 cores. Runs shared between figures (fig2's
+sensitivity and fig13's ShareGPT 2 req/s runs) are simulated once and read from the cache.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def register(sub) -> None:
                     "every KV slot went (token states, reservation, internal/external fragmentation).",
         epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
                        "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
-                       "--gpu a100-80gb --system orca-pow2 --out out/azure --report"))
+                       "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report"))
     from traces.args import add_workload_args
 
     add_workload_args(p)
