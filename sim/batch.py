@@ -26,7 +26,7 @@ class StepBatch:
 
     __slots__ = ("prefill_seq_ids", "prefill_tokens", "prefill_context", "decode_seq_ids",
                  "_decode_context", "_decode_context_fn", "decode_context_sum", "swap_in_tokens",
-                 "swap_out_tokens", "copy_blocks")
+                 "swap_out_tokens", "copy_blocks", "copy_tokens")
 
     def __init__(self, prefill_seq_ids=_EMPTY, prefill_tokens=_EMPTY, prefill_context=_EMPTY,
                  decode_seq_ids=_EMPTY, decode_context=None, swap_in_tokens: int = 0,
@@ -41,6 +41,7 @@ class StepBatch:
         self.swap_in_tokens = swap_in_tokens  # KV tokens copied host -> device before this step
         self.swap_out_tokens = swap_out_tokens  # KV tokens copied device -> host before this step
         self.copy_blocks = copy_blocks  # copy-on-write block copies this step
+        self.copy_tokens = 0  # KV token slots those copies move (copy_blocks x block_size)
         if decode_context is not None:
             self.decode_context = decode_context
 

@@ -107,8 +107,8 @@ class RooflineCostModel:
         swapped = batch.swap_in_tokens + batch.swap_out_tokens
         if swapped:
             t += swapped * self._kv_bytes_per_token / self.gpu.pcie_bw
-        if batch.copy_blocks:  # copy-on-write: tiny device-to-device copies, bandwidth-bound
-            t += 0.0
+        if batch.copy_tokens:  # copy-on-write: device-to-device, read + write of each copied slot
+            t += 2 * batch.copy_tokens * self._kv_bytes_per_token / self._bw
         return t
 
     def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
@@ -193,6 +193,8 @@ class TableCostModel:
         swapped = batch.swap_in_tokens + batch.swap_out_tokens
         if swapped:
             t += swapped * self._roof._kv_bytes_per_token / self._roof.gpu.pcie_bw
+        if batch.copy_tokens:  # copy-on-write, priced as the roofline does
+            t += 2 * batch.copy_tokens * self._roof._kv_bytes_per_token / self._roof._bw
         return t
 
 

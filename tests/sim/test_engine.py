@@ -191,3 +191,26 @@ def test_same_seed_same_bytes(tmp_path):
         out = res.save(tmp_path / f"run{k}")
         outs.append([(out / f).read_bytes() for f in ("summary.json", "requests.csv", "steps.csv")])
     assert outs[0] == outs[1]
+
+
+def test_copy_on_write_copies_reach_the_executor_and_the_cost():
+    # prompt 6 at block 4: blocks [4 full][2 of 4]; n=3 forks share the partial block, so the
+    # first decode (three writers, three references) copies it twice: min(k, r - 1) = 2
+    class Rec(ConstExecutor):
+        def run_step(self, batch, manager):
+            self.batches.append((batch.copy_blocks, batch.copy_tokens))
+            return self.dt
+
+    ex = Rec()
+    res = run_simulation(small_cfg("vllm"), trace([(0.0, 6, 4)], n=[3]), executor=ex)
+    assert ex.batches[1] == (2, 8) and all(c == (0, 0) for c in ex.batches[2:])
+    assert res.summary["mgr_cow_copies"] == 2
+    from sim.batch import StepBatch
+    from sim.cost import RooflineCostModel
+    from sim.specs import get_gpu, get_model
+
+    cm = RooflineCostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
+    b = StepBatch()
+    base = cm.step_time(b)
+    b.copy_tokens = 8
+    assert cm.step_time(b) - base == pytest.approx(2 * 8 * 819200 / (1555e9 * 0.8))
