@@ -61,6 +61,7 @@ evictions. ``seq_ids`` within one batch must be distinct.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import accumulate
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -185,6 +186,22 @@ class PagedManager(KVCacheManager):
 
     def _take_many(self, k: int) -> list[int]:
         """``k`` blocks for new use, in the order ``k`` calls of ``_take`` would give them."""
+        out = self._pop_blocks(k)
+        if k <= 16:  # per-element stores beat building an index array for a few blocks
+            ref, filled, dem = self._ref, self._filled, self._dem
+            for b in out:
+                ref[b] = 1
+                filled[b] = 0
+                dem[b] = 0
+        else:
+            arr = np.array(out, dtype=np.int64)
+            self._ref[arr] = 1
+            self._filled[arr] = 0
+            self._dem[arr] = 0
+        return out
+
+    def _pop_blocks(self, k: int) -> list[int]:
+        """``_take_many``'s blocks, counted as used; their ref/filled/dem are the caller's to set."""
         if k <= 0:
             return []
         if k > len(self._free) + len(self._lru):
@@ -200,10 +217,6 @@ class PagedManager(KVCacheManager):
                 del cache[bkey.pop(b)]
                 out.append(b)
             self._counters["evictions"] += k - nf
-        arr = np.asarray(out, dtype=np.int64)
-        self._ref[arr] = 1
-        self._filled[arr] = 0
-        self._dem[arr] = 0
         self._used += k
         return out
 
@@ -275,15 +288,27 @@ class PagedManager(KVCacheManager):
 
     def blocks_needed_to_allocate(self, spec: SeqSpec) -> int:
         """Reclaimable blocks ``allocate(spec)`` would consume (new blocks + revived LRU hits)."""
-        hits = self._hits(spec, self._keys(spec))
-        return self._prompt_blocks(spec) - len(hits) + sum(1 for b in hits if self._ref[b] == 0)
+        return self._needed_to_allocate(spec, self._hits(spec, self._keys(spec)))
+
+    def _needed_to_allocate(self, spec: SeqSpec, hits: list[int]) -> int:
+        need = -(-spec.prompt_len // self.block_size) - len(hits)
+        if hits:
+            ref = self._ref
+            need += sum(1 for b in hits if ref[b] == 0)
+        return need
+
+    def _admit(self, spec: SeqSpec, hits: list[int] | None) -> Admit:
+        """``can_allocate`` on settled state; ``hits`` as ``_hits`` gives them (None: look up)."""
+        if (spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len
+                or -(-spec.prompt_len // self.block_size) > self.num_blocks - self.watermark_blocks):
+            return Admit.NEVER
+        if hits is None:
+            hits = self._hits(spec, self._keys(spec))
+        avail = len(self._free) + len(self._lru)
+        return Admit.OK if avail - self._needed_to_allocate(spec, hits) >= self.watermark_blocks else Admit.LATER
 
     def can_allocate(self, spec: SeqSpec) -> Admit:
-        if (spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len
-                or self._prompt_blocks(spec) > self.num_blocks - self.watermark_blocks):
-            return Admit.NEVER
-        avail = len(self._free) + len(self._lru)
-        return Admit.OK if avail - self.blocks_needed_to_allocate(spec) >= self.watermark_blocks else Admit.LATER
+        return self._admit(spec, None)
 
     def explain_never(self, spec: SeqSpec) -> str:
         if spec.final_len <= self.max_seq_len and spec.prompt_len <= self.max_seq_len:
@@ -295,10 +320,10 @@ class PagedManager(KVCacheManager):
         s = spec.seq_id
         if self.has_seq(s):
             raise ValueError(f"sequence {s} is already allocated")
-        if self.can_allocate(spec) is not Admit.OK:
-            raise OutOfMemory(f"cannot admit sequence {s} now")
         keys = self._keys(spec)
         hits = self._hits(spec, keys)
+        if self._admit(spec, hits) is not Admit.OK:  # can_allocate's check, on the same lookup
+            raise OutOfMemory(f"cannot admit sequence {s} now")
         bs = self.block_size
         F = max(spec.final_len, spec.prompt_len)
         table = []
@@ -311,15 +336,25 @@ class PagedManager(KVCacheManager):
                 self._dem[b] = bs
             self._ref[b] += 1
             table.append(b)
-        new = self._take_many(self._prompt_blocks(spec) - len(hits))
+        nh = len(hits)
+        new = self._pop_blocks(self._prompt_blocks(spec) - nh)
         if new:
-            idx = np.arange(len(hits), len(hits) + len(new), dtype=np.int64)
-            d = np.minimum(np.maximum(F - idx * bs, 0), bs)
-            self._dem[np.asarray(new, dtype=np.int64)] = d
-            self._demand += int(d.sum())
+            arr = np.array(new, dtype=np.int64)
+            self._ref[arr] = 1
+            self._filled[arr] = 0
+            # block i's demand is clamp(F - i*bs, 0, bs): full up to F's block, then F's rest
+            dem = self._dem
+            full = min(max(F // bs - nh, 0), len(new))
+            dem[arr[:full]] = bs
+            dsum = full * bs
+            for j in range(full, len(new)):
+                d = min(max(F - (nh + j) * bs, 0), bs)
+                dem[new[j]] = d
+                dsum += d
+            self._demand += dsum
             table.extend(new)
         self._ensure(s)
-        cached = len(hits) * bs
+        cached = nh * bs
         self._L[s], self._F[s], self._nb[s] = cached, F, len(table)
         self._logical += len(table)
         self._tail[s] = table[-1] if table else -1
@@ -457,8 +492,8 @@ class PagedManager(KVCacheManager):
         bs = self.block_size
         L, F = self._L[ids], self._F[ids]
         r = self._nb[ids] * bs - L  # crosses at lane steps j with (j - 1) % bs == r (r in 0..bs-1)
-        room = F - L
-        if ((self._ref[self._tail[ids]] != 1) | (r >= bs) | (room <= 0)).any():
+        room = int((F - L).min())
+        if room <= 0 or r.max() >= bs or (self._ref[self._tail[ids]] != 1).any():
             return
         if self._seq_keys and (L < self._klimit[ids]).any():
             return
@@ -470,29 +505,50 @@ class PagedManager(KVCacheManager):
             rk = r.astype(np.uint8) if bs <= 256 else r
             so = ids[np.argsort(rk, kind="stable")]
             sizes = np.bincount(r, minlength=bs).tolist()
-            cuts = [0]
-            for x in sizes:
-                cuts.append(cuts[-1] + x)
+            cuts = [0, *accumulate(sizes)]
             self._lane_buckets = _Buckets(so, cuts)
             self._lane_sizes_list = sizes
         self._lane_total = len(ids)
-        self._lane_room = int(room.min())
+        self._lane_room = room
         self._lane_ids, self._lane_k = ids, 0
 
-    def _lane_next_bucket(self) -> np.ndarray:
-        return self._lane_buckets[self._lane_k % self.block_size]
+    def _lane_next_size(self) -> int:
+        """How many sequences cross a block boundary at the lane's next step."""
+        return self._lane_sizes_list[self._lane_k % self.block_size]
 
     def _lane_append(self, ids: np.ndarray) -> None:
-        bucket = self._lane_buckets[self._lane_k % self.block_size]
+        bs = self.block_size
+        r = self._lane_k % bs
         self._lane_k += 1
         self._lane_room -= 1
         self._token_states += len(ids)
-        k = len(bucket)
+        k = self._lane_sizes_list[r]
         if not k:
             return
-        bs = self.block_size
-        new = self._take_many(k)
-        nb = np.asarray(new, dtype=np.int64)
+        bk = self._lane_buckets
+        bucket = bk.so[bk.cuts[r]:bk.cuts[r + 1]]
+        new = self._pop_blocks(k)
+        if k <= 16:  # a few crossings: plain Python on scalars beats a dozen tiny numpy calls
+            ref, filled, dem, tail, nbs, F, tables = (self._ref, self._filled, self._dem, self._tail,
+                                                      self._nb, self._F, self._tables)
+            dsum = 0
+            for s_, b in zip(bucket.tolist(), new):
+                filled[tail[s_]] = bs  # the old tail is full now
+                i = int(nbs[s_])  # table index of the new block
+                d = min(int(F[s_]) - i * bs, bs)
+                ref[b] = 1
+                filled[b] = 0
+                dem[b] = d
+                dsum += d
+                nbs[s_] = i + 1
+                tail[s_] = b
+                tables[s_].append(b)
+            self._demand += dsum
+            self._logical += k
+            return
+        nb = np.array(new, dtype=np.int64)
+        self._ref[nb] = 1
+        self._filled[nb] = 0
         self._filled[self._tail[bucket]] = bs  # the old tails are full now
         idx = self._nb[bucket]  # table index of the new block
         d = np.minimum(self._F[bucket] - idx * bs, bs)
@@ -607,12 +663,12 @@ class PagedManager(KVCacheManager):
     def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
         """Blocks one decode token for each of ``seq_ids`` would take (new + copy-on-write), exactly."""
         if seq_ids is self._lane_ids and self._lane_room > 0:
-            return len(self._lane_next_bucket())
+            return self._lane_next_size()
         self._settle()
         if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
             self._open_lane(seq_ids)  # a lane opened before the append counts it as its first step
             if self._lane_ids is seq_ids:
-                return len(self._lane_next_bucket())
+                return self._lane_next_size()
         ids = np.asarray(seq_ids, dtype=np.int64)
         if not len(ids):
             return 0
@@ -635,7 +691,7 @@ class PagedManager(KVCacheManager):
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:
         if seq_ids is self._lane_ids and self._lane_room > 0 \
-                and len(self._lane_next_bucket()) <= self.num_free_blocks():
+                and self._lane_next_size() <= self.num_free_blocks():
             self._lane_append(seq_ids)
             return
         lane = isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids)
@@ -646,7 +702,7 @@ class PagedManager(KVCacheManager):
             self._settle()
             self._open_lane(seq_ids)
             if self._lane_ids is seq_ids:
-                if len(self._lane_next_bucket()) <= self.num_free_blocks():
+                if self._lane_next_size() <= self.num_free_blocks():
                     self._lane_append(seq_ids)
                     return
         self._settle()
@@ -737,28 +793,44 @@ class PagedManager(KVCacheManager):
         tbl = self._tables.pop(seq_id)
         self._logical -= len(tbl)
         if tbl:  # in bulk; blocks go back tail first (so cached tails are evicted first)
-            arr = np.asarray(tbl[::-1], dtype=np.int64)
-            self._ref[arr] -= 1
-            left = self._ref[arr] == 0
-            gone = arr[left]
+            arr = np.array(tbl, dtype=np.int64)[::-1]
+            ref = self._ref
+            r = ref[arr]
+            if (r == 1).all():  # no block was shared (the usual case): all of them go
+                ref[arr] = 0
+                left = None
+                gone, plain = arr, None
+            else:
+                r -= 1
+                ref[arr] = r
+                left = r == 0
+                gone = arr[left]
+                plain = gone.tolist()
             self._used -= len(gone)
             self._token_states -= int(self._filled[gone].sum())
             self._demand -= int(self._dem[gone].sum())
             self._dem[gone] = 0
-            plain = gone.tolist()
             if self._sharers:
+                if plain is None:
+                    plain = gone.tolist()
                 for b in plain:
                     self._sharers.pop(b, None)
-                for b in arr[~left].tolist():
-                    self._unshare(b, seq_id)
+                if left is not None:
+                    for b in arr[~left].tolist():
+                        self._unshare(b, seq_id)
             if self._block_key:
                 bkey, lru = self._block_key, self._lru
+                if plain is None:
+                    plain = gone.tolist()
                 for b in plain:
                     if b in bkey:
                         lru[b] = None  # stays full: revived as is on a hit
+                cached = len(plain)
                 plain = [b for b in plain if b not in bkey]
-            self._filled[np.asarray(plain, dtype=np.int64)] = 0
-            self._free.extend(plain)
+                if len(plain) != cached:
+                    gone = np.asarray(plain, dtype=np.int64)
+            self._filled[gone] = 0
+            self._free.extend(tbl[::-1] if plain is None else plain)
         self._active[seq_id] = False
         self._seq_keys.pop(seq_id, None)
         self._counters["frees"] += 1
