@@ -32,6 +32,7 @@ import pandas as pd
 
 from experiments import paper
 from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
+from sim.metrics import downsample_steps  # noqa: F401  (re-exported: figure code and tests use it here)
 from experiments.sweep import (RunOutput, RunSpec, apply_overrides, expand_grid, load_cached,
                                load_experiment, results_frame, run_sweep)
 
@@ -153,15 +154,6 @@ def _categories(f: dict[str, float]) -> dict[str, float]:
         "internal_frag": 100 * f["internal_frag"],
         "external_frag_and_others": 100 * (f["allocator_slack"] + f["external_frag"] + f["free_idle"]),
     }
-
-
-def downsample_steps(steps: pd.DataFrame, max_points: int = 5000) -> pd.DataFrame:
-    """At most ``max_points`` rows: consecutive steps averaged in equal-count bins."""
-    if steps is None or len(steps) <= max_points:
-        return steps
-    k = math.ceil(len(steps) / max_points)
-    num = steps.select_dtypes("number")
-    return num.groupby(np.arange(len(num)) // k).mean().reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------------------------

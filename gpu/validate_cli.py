@@ -46,7 +46,8 @@ def make_backend(args, cfg=None):
             from sim.cost import make_cost_model
             from sim.run import resolve_budget
             model, gpu, _ = resolve_budget(cfg)
-            roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
+            roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
+                                   cfg.per_seq_overhead_ms)
 
             def time_fn(plan):
                 return roof.step_time(plan.batch) * (1.0 + 0.1 * math.sin(plan.step))

@@ -7,7 +7,6 @@ most ``max_points`` points per trace (equal-count bin means) so reports stay sma
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -15,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
+from sim.metrics import downsample_steps as downsample
 
 #: Fig. 2's colours (token states green, reservation yellow, fragmentation red/grey)
 CATEGORY_COLORS = {
@@ -39,15 +39,6 @@ MEM_COLORS = {
 SYSTEM_COLORS = {"orca-max": "#1f77b4", "orca-pow2": "#ff7f0e", "orca-oracle": "#9467bd", "vllm": "#d62728",
                  "static": "#8c564b", "token": "#e377c2", "vattention": "#17becf"}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
-
-
-def downsample(df: pd.DataFrame, max_points: int = 5000) -> pd.DataFrame:
-    """At most ``max_points`` rows (numeric columns averaged over equal-count bins of consecutive rows)."""
-    if df is None or len(df) <= max_points:
-        return df
-    k = math.ceil(len(df) / max_points)
-    num = df.select_dtypes("number")
-    return num.groupby(np.arange(len(num)) // k).mean().reset_index(drop=True)
 
 
 def _ordered_systems(systems) -> list[str]:

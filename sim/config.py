@@ -18,7 +18,7 @@ vattention    vattention pages     on demand, 64 KiB pages      vllm
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 

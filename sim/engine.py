@@ -54,7 +54,7 @@ class Engine:
     MACRO_MIN_STEPS = 8
 
     def __init__(self, scheduler, manager, executor, arrival_s: np.ndarray, *, check: bool = False,
-                 record_steps: bool = True, progress=None, clock=None, macro_steps: bool = True):
+                 record_steps: bool = True, progress=None, macro_steps: bool = True):
         self.sched = scheduler
         self.mgr = manager
         self.executor = executor
@@ -63,7 +63,6 @@ class Engine:
         self.rec = StepRecorder(manager.capacity, keep_rows=record_steps,
                                 block_usage=getattr(manager, "block_usage", None))
         self.progress = progress
-        self.clock = clock  # optional callable(now, dt) for the GPU mode's real-time replay
         self.arrivals_done = False
         self._idle = False
         self._wake: simpy.Event | None = None
@@ -72,7 +71,7 @@ class Engine:
         self._arr_i = 0  # index of the next arrival the arrivals process has not handed over yet
         self._arr_t = 0.0  # the simulated time it is handed over at (once its timeout is set)
         self.num_macro_steps = 0  # iterations taken inside macro steps (see _macro)
-        self._price = self._macro_pricer() if (macro_steps and not check and clock is None) else None
+        self._price = self._macro_pricer() if (macro_steps and not check) else None
         if self._price is not None and not (
                 getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
                 and hasattr(manager, "lane_advance")

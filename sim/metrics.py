@@ -236,3 +236,13 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
     if extra:
         s.update(extra)
     return s
+
+
+def downsample_steps(steps: pd.DataFrame | None, max_points: int = 5000) -> pd.DataFrame | None:
+    """At most ``max_points`` rows: numeric columns averaged over equal-count bins of consecutive
+    steps (timelines for plots and reports stay small; the full table stays in steps.csv)."""
+    if steps is None or len(steps) <= max_points:
+        return steps
+    k = -(-len(steps) // max_points)
+    num = steps.select_dtypes("number")
+    return num.groupby(np.arange(len(num)) // k).mean().reset_index(drop=True)

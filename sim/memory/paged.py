@@ -759,7 +759,7 @@ class PagedManager(KVCacheManager):
         self._check_seq(parent_id)
         if self.has_seq(child_id):
             raise ValueError(f"sequence {child_id} is already allocated")
-        p, c, bs = parent_id, child_id, self.block_size
+        p, c = parent_id, child_id
         L, Fp = int(self._L[p]), int(self._F[p])
         Fc = max(Fp if child_final_len is None else int(child_final_len), L)
         table = list(self._tables[p])

@@ -256,10 +256,7 @@ class ContinuousScheduler:
             if self.running_seqs + len(seqs) > self.max_num_seqs:
                 return False
             specs = [self._spec(i, L, s) for s, L in zip(seqs, lens)]
-            # all of the group's sequences must fit; check them one by one against a trial
-            if any(self.mgr.can_allocate(sp) is not Admit.OK for sp in specs[:1]):
-                self.demand_waiting = True
-                return False
+            # all of the group's sequences must fit: admit them one by one, undo on a miss
             ok = True
             done = []
             for sp in specs:
@@ -560,9 +557,9 @@ class ContinuousScheduler:
     def _finish(self, i: int, now: float) -> None:
         t = self.t
         self._free_epoch += 1
-        for s in t.seq_ids(i):
-            self.mgr.free(s)
         seqs = t.seq_ids(i)
+        for s in seqs:
+            self.mgr.free(s)
         self.running_seqs -= len(seqs)
         self.running.remove(i)
         t.seqs.pop(i, None)

@@ -71,11 +71,6 @@ class RequestTable:
     def final_len(self, i: int) -> int:
         return int(self.prompt[i] + self.output[i])
 
-    def kv_len(self, i: int) -> int:
-        """K/V tokens stored for each live sequence of a running request."""
-        if self.prefilled[i] < self.target[i]:
-            return int(self.prefilled[i])
-        return int(self.prompt[i] + self.generated[i] - 1)
 
     def prefix_hashes(self, i: int):
         if self.hashes is None:
