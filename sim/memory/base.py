@@ -194,6 +194,10 @@ class KVCacheManager(ABC):
         """True while ``seq_id`` is allocated (between ``allocate``/``fork`` and ``free``)."""
         raise NotImplementedError
 
+    def num_cow_copies(self) -> int:
+        """Copy-on-write block copies so far (managers that share blocks override this)."""
+        return 0
+
     def stats(self) -> dict[str, int]:
         """Event counters (copy-on-write copies, evictions, prefix hits, overflows ...)."""
         return {}

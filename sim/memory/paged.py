@@ -843,6 +843,9 @@ class PagedManager(KVCacheManager):
     def num_seqs(self) -> int:
         return len(self._tables)
 
+    def num_cow_copies(self) -> int:
+        return self._counters["cow_copies"]
+
     def block_usage(self) -> tuple[int, int]:
         """(physical blocks in use, blocks the tables would need without sharing): Fig. 15's
         saving is ``1 - physical / logical``."""

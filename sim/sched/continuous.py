@@ -348,11 +348,11 @@ class ContinuousScheduler:
         """Make room (preempting if needed) and append one token to every decoding sequence."""
         self._make_decode_room(batch)
         if len(self._dec_seqs):
-            counters = getattr(self.mgr, "_counters", None) if self.t.seqs else None
-            copies0 = counters["cow_copies"] if counters else 0
+            forked = bool(self.t.seqs)
+            copies0 = self.mgr.num_cow_copies() if forked else 0
             self.mgr.append_batch(self._dec_seqs)
-            if counters:  # forked sequences writing into shared blocks copy them first
-                batch.copy_blocks = counters["cow_copies"] - copies0
+            if forked:  # forked sequences writing into shared blocks copy them first
+                batch.copy_blocks = self.mgr.num_cow_copies() - copies0
                 batch.copy_tokens = batch.copy_blocks * getattr(self.mgr, "block_size", 1)
             batch.decode_seq_ids = self._dec_seqs
             batch.set_decode_context_lazy(self._dec_ctx0_sum + self._k * len(self._dec_seqs),
