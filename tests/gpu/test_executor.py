@@ -301,6 +301,9 @@ def test_torch_backend_cpu_paged_data_flow(name):
     cfg = SimConfig.for_system("vllm", model="llama-2-7b", kv_gib=160 * kvb, max_seq_len=128, block_size=4,
                                check=True, watermark=0.0, **kw)
     trace = make_trace(10, seed=3, width=True, rate=50, pmax=40, omax=25)
+    # everyone arrives at once: the step times are real CPU timings, and staggered arrivals would
+    # make whether the pool fills up (and swaps) depend on how fast this machine is
+    trace["arrival_s"] = 0.0
     model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
     be = TorchCupyBackend(dtype="float32", device="cpu")
     states: dict[int, list] = {}
