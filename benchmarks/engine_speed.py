@@ -38,15 +38,14 @@ def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True):
     if no_lane:
         import sim.memory.paged as paged
 
-        orig = paged.PagedManager._open_lane
-        paged.PagedManager._open_lane = lambda self, ids: None
+        paged.PagedManager.decode_lane = False
     try:
         t0 = time.perf_counter()
         res = run_simulation(cfg, trace, macro_steps=macro_steps)
         wall = time.perf_counter() - t0
     finally:
         if no_lane:
-            paged.PagedManager._open_lane = orig
+            paged.PagedManager.decode_lane = True
     return wall, res.summary
 
 

@@ -111,6 +111,17 @@ class RooflineCostModel:
             t += 2 * batch.copy_tokens * self._kv_bytes_per_token / self._bw
         return t
 
+    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        """``step_time`` of one pure decode step (no prefill, swap or copy), in scalars: the
+        same operations in the same order, so the same float."""
+        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
+        if num_seqs:
+            t += self.linear_time(num_seqs)
+            t += self._ar_fixed + self._ar_time_per_token * num_seqs
+        if context_sum:
+            t += context_sum * self._kv_bytes_per_token / self._bw
+        return t
+
     def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
         """``step_time`` of pure decode steps of ``num_seqs`` sequences (no prefill, no swap),
         one per entry of ``context_sums``: the same operations in the same order, vectorized,

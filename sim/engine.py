@@ -51,7 +51,7 @@ class InvariantError(PagesimError):
 class Engine:
     # a macro step is tried only when it could cover this many iterations (fewer cost more
     # to plan than to run one by one); the results do not depend on it
-    MACRO_MIN_STEPS = 8
+    MACRO_MIN_STEPS = 2
 
     def __init__(self, scheduler, manager, executor, arrival_s: np.ndarray, *, check: bool = False,
                  record_steps: bool = True, progress=None, macro_steps: bool = True):
@@ -72,6 +72,8 @@ class Engine:
         self._arr_t = 0.0  # the simulated time it is handed over at (once its timeout is set)
         self.num_macro_steps = 0  # iterations taken inside macro steps (see _macro)
         self._price = self._macro_pricer() if (macro_steps and not check) else None
+        self._price1 = self._scalar_pricer() if self._price is not None else None
+        self._arr_list = arrival_s.tolist()
         if self._price is not None and not (
                 getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
                 and hasattr(manager, "lane_advance")
@@ -106,8 +108,9 @@ class Engine:
                     end = self._macro(env.now, plan)
                     if end is not None:
                         yield env.timeout(end)
+                        finished = sched.macro_complete(env.now)
                         if self.progress is not None:
-                            self.progress.update(0)
+                            self.progress.update(len(finished))
                         continue
             batch = sched.schedule(env.now)
             if batch.is_empty:
@@ -170,23 +173,95 @@ class Engine:
             return price
         return None
 
+    # stretches up to this many steps are planned with scalar Python (a few numpy calls on
+    # tiny arrays cost more than the arithmetic); longer ones vectorized. Same results.
+    SCALAR_MACRO_MAX = 48
+
+    def _scalar_pricer(self):
+        """One pure decode step's duration from (width, context sum), as ``step_time`` gives it."""
+        cm = self.executor.cost_model
+        fn = getattr(cm, "decode_step_time", None)
+        if fn is not None:
+            return fn
+        return lambda W, c: float(self._price(W, np.array([c], np.int64))[0])
+
     def _macro(self, now: float, plan) -> float | None:
         """Take up to ``plan``'s limit of decode iterations at once; returns the SimPy delay
         to the last one's end, or None when fewer than two are predictable."""
         sched = self.sched
         lim, W, blocked, dw = plan
-        ctx = sched.macro_context_sums(lim)
+        if self._arr_i < len(self.arrival_s):  # an arrival due now is not handed over yet
+            if not (self._arr_list[self._arr_i] > now and self._arr_t > now):
+                return None
+        cut = self._cut_small if lim <= self.SCALAR_MACRO_MAX else self._cut_vector
+        planned = cut(now, lim, W, blocked, sched.num_waiting)
+        if planned is None:
+            return None
+        m, bounds, dts, waiting = planned
+        if m < 2:
+            return None  # (rare after the engine's estimate: priced for nothing)
+        mem, blk = self.mgr.lane_advance(m, dw)
+        sched.macro_apply(m, bounds)
+        sched.demand_waiting = dw
+        self.rec.add_many(bounds[:m], dts[:m], W, waiting, sched.num_running, mem, blk)
+        self.num_macro_steps += m
+        end = float(bounds[m])
+        d = end - now
+        while now + d < end:  # land exactly on the step-by-step sum
+            d = math.nextafter(d, math.inf)
+        while now + d > end:
+            d = math.nextafter(d, -math.inf)
+        return d
+
+    def _cut_small(self, now: float, lim: int, W: int, blocked: bool, waiting0: int):
+        """:meth:`_cut_vector` in scalar Python, for short stretches: the same floats."""
+        price = self._price1
+        c0 = self.sched.macro_context_sum0()
+        dts = [price(W, c0 + j * W) for j in range(lim)]
+        if not min(dts) > 0:
+            return None
+        bounds = [now]
+        t = now
+        for d in dts:
+            t = t + d
+            bounds.append(t)
+        arr, i0, n = self._arr_list, self._arr_i, len(self._arr_list)
+        m = lim
+        waiting = waiting0
+        if i0 < n:
+            t_a = self._arr_t
+            if not blocked:  # the first step starting at or after the arrival admits it
+                m = 0
+                while m < lim and bounds[m] < t_a:
+                    m += 1
+            else:  # arrivals only join the queue: count them per step (see _cut_vector)
+                waiting = []
+                p = i0
+                for j in range(lim):
+                    st = bounds[j]
+                    lo, hi = st * (1 - 1e-12), st * (1 + 1e-12)
+                    while p < n and (t_a if p == i0 else arr[p]) < lo:
+                        p += 1
+                    if p < n and (t_a if p == i0 else arr[p]) <= hi:
+                        m = j
+                        break
+                    waiting.append(waiting0 + p - i0)
+                del waiting[m:]
+        return m, bounds, dts, waiting
+
+    def _cut_vector(self, now: float, lim: int, W: int, blocked: bool, waiting0: int):
+        """Price ``lim`` decode steps and cut them at the arrivals: ``(m, bounds, dts,
+        waiting)`` with ``bounds[j]`` step j's start (sums in order, as step by step)."""
+        ctx = self.sched.macro_context_sums(lim)
         dts = np.asarray(self._price(W, ctx), dtype=np.float64)
         if not (dts > 0).all():
             return None
         bounds = np.cumsum(np.concatenate(([now], dts)))  # bounds[j]: step j's start, in order
         arr, i0 = self.arrival_s, self._arr_i
         m = lim
-        waiting = sched.num_waiting
+        waiting = waiting0
         if i0 < len(arr):
             t_a = self._arr_t
-            if not (arr[i0] > now and t_a > now):  # an arrival due now is not handed over yet
-                return None
             starts = bounds[:lim]
             if not blocked:  # the first step starting at or after the arrival admits it
                 m = int(np.searchsorted(starts, t_a, side="left"))
@@ -203,20 +278,7 @@ class Engine:
                 if near.any():
                     m = int(np.argmax(near))
                 waiting = waiting + left[:m]
-        if m < 2:
-            return None  # (rare after the engine's estimate: priced for nothing)
-        mem, blk = self.mgr.lane_advance(m, dw)
-        sched.macro_apply(m, bounds)
-        sched.demand_waiting = dw
-        self.rec.add_many(bounds[:m], dts[:m], W, waiting, sched.num_running, mem, blk)
-        self.num_macro_steps += m
-        end = float(bounds[m])
-        d = end - now
-        while now + d < end:  # land exactly on the step-by-step sum
-            d = math.nextafter(d, math.inf)
-        while now + d > end:
-            d = math.nextafter(d, -math.inf)
-        return d
+        return m, bounds.tolist(), dts, waiting
 
     def _check(self, usage, now: float, last_t: float) -> None:
         if usage.total != self.mgr.capacity:

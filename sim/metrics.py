@@ -100,9 +100,11 @@ class StepRecorder:
                     self._blk = np.resize(self._blk, (self._cap, 2))
                 self._blk[n:n + m] = blk
         else:
+            dts = np.asarray(dts, np.float64)
+            mem = np.asarray(mem, np.int64)
             busy = float(dts.sum())
             if self.block_usage is not None:
-                w = blk.T.astype(np.float64) @ dts
+                w = np.asarray(blk, np.int64).T.astype(np.float64) @ dts
                 self._blk_sum[0] += float(w[0])
                 self._blk_sum[1] += float(w[1])
             self.busy_s += busy

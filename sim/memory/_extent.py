@@ -153,16 +153,38 @@ class ExtentManager(KVCacheManager):
     macro_steps_ok = True
 
     def lane_steps(self, seq_ids, limit: int) -> int:
-        """How many further lockstep appends of ``seq_ids`` (the open lane's array) stay in the lane."""
-        if seq_ids is not self._lane_ids or self._lane_room <= 0 or limit <= 0:
+        """How many further lockstep appends of ``seq_ids`` stay in the lane (a new array opens
+        its lane first, as its first ``append_batch`` would)."""
+        if limit <= 0:
+            return 0
+        if seq_ids is not self._lane_ids:
+            self._settle()
+            self._open_lane(seq_ids)
+        if seq_ids is not self._lane_ids or self._lane_room <= 0:
             return 0
         return min(int(limit), self._lane_room)
+
+    def _open_lane(self, seq_ids) -> None:
+        """A lane on ``seq_ids`` (settled state): every member has room in its reservation and
+        below its final length for ``room`` more tokens."""
+        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids) \
+                and seq_ids.max() < len(self._active) and self._active[seq_ids].all():
+            room = int((np.minimum(self._R[seq_ids], self._F[seq_ids]) - self._L[seq_ids]).min())
+            if room > 0:
+                self._lane_ids, self._lane_room, self._lane_k = seq_ids, room, 0
 
     def lane_advance(self, m: int, demand_waiting: bool):
         """``m`` lane steps as ``m`` calls of ``append_batch``; per-step usage rows (m x 6)."""
         W = len(self._lane_ids)
         self._lane_k += m
         self._lane_room -= m
+        if m <= 48:  # short stretches in scalars (tiny numpy calls cost more)
+            free = self.capacity - self._sum_A
+            rf, r, a = self._sum_minRF, self._sum_R - self._sum_minRF, self._sum_A - self._sum_R
+            fi, fe = (free, 0) if demand_waiting else (0, free)
+            L0 = self._sum_L
+            self._sum_L += W * m
+            return [(L0 + W * j, rf - L0 - W * j, r, a, fi, fe) for j in range(1, m + 1)], None
         L = self._sum_L + W * np.arange(1, m + 1, dtype=np.int64)
         self._sum_L += W * m
         free = self.capacity - self._sum_A
@@ -182,6 +204,9 @@ class ExtentManager(KVCacheManager):
         self._lane_ids = None
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:
+        if seq_ids is not self._lane_ids:
+            self._settle()
+            self._open_lane(seq_ids)  # this append is the new lane's first step when it has room
         if seq_ids is self._lane_ids and self._lane_room > 0:
             self._lane_k += 1
             self._lane_room -= 1
@@ -189,10 +214,7 @@ class ExtentManager(KVCacheManager):
             return
         self._settle()
         self._append_batch_full(seq_ids)
-        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
-            room = int((np.minimum(self._R[seq_ids], self._F[seq_ids]) - self._L[seq_ids]).min())
-            if room > 0:
-                self._lane_ids, self._lane_room, self._lane_k = seq_ids, room, 0
+        self._open_lane(seq_ids)
 
     def _append_batch_full(self, seq_ids: Iterable[int]) -> None:
         ids = np.asarray(list(seq_ids) if not isinstance(seq_ids, (np.ndarray, list, tuple)) else seq_ids,

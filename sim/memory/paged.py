@@ -60,8 +60,9 @@ evictions. ``seq_ids`` within one batch must be distinct.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
-from itertools import accumulate
+from itertools import chain
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -70,23 +71,9 @@ from sim.errors import ConfigError, OutOfMemory
 from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
                              grow_seq_arrays, settle_lane_before)
 
-_SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt")
-
-
-class _Buckets:
-    """A lane's buckets: ``b[r]`` is ``ids`` sorted by crossing phase, sliced at ``cuts`` (on demand)."""
-
-    __slots__ = ("so", "cuts")
-
-    def __init__(self, so: np.ndarray, cuts: list[int]):
-        self.so = so
-        self.cuts = cuts
-
-    def __getitem__(self, r: int) -> np.ndarray:
-        return self.so[self.cuts[r]:self.cuts[r + 1]]
-
-    def __len__(self) -> int:
-        return len(self.cuts) - 1
+# priv: 1 while no block of the sequence was ever shared (no prefix hit, no fork): its blocks
+# then hold exactly its L tokens and min(F, blocks x block_size) demand (free's fast path)
+_SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt", "priv", "lane_off")
 
 
 @settle_lane_before
@@ -138,13 +125,13 @@ class PagedManager(KVCacheManager):
         self._tables: dict[int, list[int]] = {}
         self._seq_keys: dict[int, list[tuple]] = {}
 
-        # decode lane: see _lane_append; keyed by the identity of the last append_batch array
-        self._lane_ids: np.ndarray | None = None
-        self._lane_buckets: _Buckets | None = None
-        self._lane_sizes_list: list[int] = []
-        self._lane_total = 0
-        self._lane_room = 0
-        self._lane_k = 0
+        # decode lane: see _lane_append
+        self._lane_ids: np.ndarray | None = None  # the array the members were last synced to
+        self._lane_mem: dict[int, int] = {}  # member -> its bucket, in join order
+        self._lane_bk: list[dict[int, None]] = [{} for _ in range(bs)]
+        self._lane_end: list[tuple[int, int, int]] = []  # heap of (G at which L reaches F, s, off)
+        self._lane_G = 0
+        self._lane_settled = 0
 
         self._logical = 0  # sum of table lengths: blocks that would be in use without sharing
         self._token_states = 0  # sum filled over blocks in use
@@ -359,6 +346,7 @@ class PagedManager(KVCacheManager):
         self._logical += len(table)
         self._tail[s] = table[-1] if table else -1
         self._klimit[s], self._prompt[s] = len(keys) * bs, spec.prompt_len
+        self._priv[s] = 0 if nh else 1
         self._active[s] = True
         self._tables[s] = table
         if keys:
@@ -402,6 +390,8 @@ class PagedManager(KVCacheManager):
         self._check_seq(seq_id)
         if n <= 0:
             return
+        if seq_id in self._lane_mem:
+            self._lane_leave(seq_id)
         s, bs = seq_id, self.block_size
         L, F = int(self._L[s]), int(self._F[s])
         newL = L + n
@@ -467,117 +457,169 @@ class PagedManager(KVCacheManager):
         self._L[s], self._F[s], self._nb[s], self._tail[s] = newL, F, len(tbl), tbl[-1]
 
     # ---- the decode lane ---------------------------------------------------------------
-    # Continuous batching appends one token to the same set of sequences step after step.
-    # After a full ``append_batch(ids)`` opens a lane on that array object, later steps with
-    # the very same object cost O(1) plus O(k) for the k sequences crossing a block boundary
-    # that step: sequence i crosses at lane steps j with (j - 1) % block_size == (A_i - L_i)
-    # % block_size, so they are bucketed once when the lane opens. Lengths and block fills
-    # are written back (``_settle``: L += j, tail fill = L - (nb - 1) * block_size) before any
-    # other operation reads or changes per-sequence state. Lanes need every tail private and
-    # no prefix-key registration pending; otherwise the full path runs. A new array opens its
-    # lane before its first append when the state allows (every tail private, with room or
-    # full), so that append is already a lane step. ``lane_steps`` / ``lane_advance`` let the
-    # engine take many lane steps at once (macro steps); they give exactly what that many
-    # ``append_batch`` calls would.
+    # Continuous batching appends one token to (nearly) the same set of sequences step after
+    # step. The lane makes such a step O(1) plus O(k) for the k sequences crossing a block
+    # boundary, and survives changes of the set:
+    #
+    #   G            lane steps taken so far (only grows while the lane lives)
+    #   off[s]       member s has L = off[s] + G tokens (written back to _L lazily)
+    #   buckets[r]   the members that cross a block boundary at the steps with G % bs == r:
+    #                the tail is full when L % bs == 0, i.e. r = -off[s] mod bs
+    #
+    #   G:        ...  40    41    42    43  ...       (bs = 4)
+    #   seq 3:    L = 17    18    19    20 -> crosses at G = 43 (bucket 3)
+    #   seq 8:    L =  6     7     8 -> crosses at G = 42 (bucket 2)
+    #
+    # An ``append_batch(ids)`` with a new array syncs the members to ``ids`` (sequences that
+    # left are dropped, new ones join in O(1) each) and remembers the array, so later steps with
+    # the very same object skip the comparison. Lengths and tail fills are written back
+    # (``_settle``) before any public method reads per-sequence state; a member that is freed,
+    # forked or appended to on its own leaves the lane first. Members need a private tail, room
+    # below F and no prefix-key registration pending; a batch with any other sequence runs the
+    # full path. ``lane_steps`` / ``lane_advance`` take many lane steps at once (macro steps);
+    # everything gives exactly what the full path's ``append_batch`` calls would, up to which
+    # free block goes to which crossing sequence (the lane takes them in join order).
+    decode_lane = True  # False: every append_batch runs the full path (the lane's reference)
+    SCALAR_LANE_MAX = 48  # lane_advance: up to this many steps one by one in scalars
+
     def _settle(self) -> None:
-        ids = self._lane_ids
-        if ids is not None and self._lane_k:
-            L = self._L[ids] + self._lane_k
+        """Write the members' lengths and tail fills back (the lane stays open)."""
+        if self._lane_G != self._lane_settled:
+            ids = self._lane_ids  # steps run only on a synced lane: ids are the members
+            L = self._lane_off[ids] + self._lane_G
             self._L[ids] = L
             self._filled[self._tail[ids]] = L - (self._nb[ids] - 1) * self.block_size
-            self._lane_k = 0
+            self._lane_settled = self._lane_G
+
+    def _lane_leave(self, s: int) -> None:
+        """Member ``s`` is about to be changed on its own (settled state): it leaves the lane."""
+        r = self._lane_mem.pop(s)
+        del self._lane_bk[r][s]
         self._lane_ids = None
 
-    def _open_lane(self, ids: np.ndarray) -> None:
-        bs = self.block_size
-        L, F = self._L[ids], self._F[ids]
-        r = self._nb[ids] * bs - L  # crosses at lane steps j with (j - 1) % bs == r (r in 0..bs-1)
-        room = int((F - L).min())
-        if room <= 0 or r.max() >= bs or (self._ref[self._tail[ids]] != 1).any():
-            return
-        if self._seq_keys and (L < self._klimit[ids]).any():
-            return
-        # (ids are distinct, as every batch's must be: the module docstring's precondition)
-        if bs == 1:
-            self._lane_buckets = _Buckets(ids, [0, len(ids)])
-            self._lane_sizes_list = [len(ids)]
-        else:  # bucket r: the ids with that r, in ids order (a stable radix sort on small keys)
-            rk = r.astype(np.uint8) if bs <= 256 else r
-            so = ids[np.argsort(rk, kind="stable")]
-            sizes = np.bincount(r, minlength=bs).tolist()
-            cuts = [0, *accumulate(sizes)]
-            self._lane_buckets = _Buckets(so, cuts)
-            self._lane_sizes_list = sizes
-        self._lane_total = len(ids)
-        self._lane_room = room
-        self._lane_ids, self._lane_k = ids, 0
+    def _lane_drop(self) -> None:
+        self._settle()
+        self._lane_mem.clear()
+        for b in self._lane_bk:
+            b.clear()
+        self._lane_end.clear()
+        self._lane_ids = None
+
+    def _lane_sync(self, ids) -> bool:
+        """Make the lane's members exactly ``ids`` (a new int64 array); False (lane dropped)
+        when some sequence cannot be in it."""
+        if not (self.decode_lane and isinstance(ids, np.ndarray) and ids.dtype == np.int64 and len(ids)):
+            if self._lane_mem:
+                self._lane_drop()
+            return False
+        self._settle()
+        new = ids.tolist()
+        mem = self._lane_mem
+        if len(mem) != len(new) or any(s not in mem for s in new):
+            keep = set(new)
+            if len(keep) != len(new):
+                self._lane_drop()  # duplicates: the full path reports them
+                return False
+            for s in [s for s in mem if s not in keep]:
+                self._lane_leave(s)
+            G, bs = self._lane_G, self.block_size
+            active, L_, F_, nb_, tail_, ref, klim = (self._active, self._L, self._F, self._nb, self._tail,
+                                                     self._ref, self._klimit)
+            keyed = self._seq_keys
+            for s in new:
+                if s in mem:
+                    continue
+                if not (0 <= s < len(active) and active[s]):
+                    self._lane_drop()
+                    return False
+                L, F = int(L_[s]), int(F_[s])
+                if (L >= F or not 0 <= int(nb_[s]) * bs - L < bs or ref[tail_[s]] != 1
+                        or (s in keyed and L < klim[s])):
+                    self._lane_drop()
+                    return False
+                off = L - G
+                self._lane_off[s] = off
+                r = -off % bs
+                mem[s] = r
+                self._lane_bk[r][s] = None
+                heapq.heappush(self._lane_end, (F - off, s, off))
+        self._lane_ids = ids
+        return True
+
+    def _lane_room(self) -> int:
+        """Lane steps left before some member would pass its final length."""
+        h, mem, off = self._lane_end, self._lane_mem, self._lane_off
+        while h and (h[0][1] not in mem or off[h[0][1]] != h[0][2]):
+            heapq.heappop(h)  # a member that left (or rejoined since)
+        return h[0][0] - self._lane_G if h else 0
 
     def _lane_next_size(self) -> int:
         """How many sequences cross a block boundary at the lane's next step."""
-        return self._lane_sizes_list[self._lane_k % self.block_size]
+        return len(self._lane_bk[self._lane_G % self.block_size])
 
-    def _lane_append(self, ids: np.ndarray) -> None:
+    def _lane_append(self) -> None:
         bs = self.block_size
-        r = self._lane_k % bs
-        self._lane_k += 1
-        self._lane_room -= 1
-        self._token_states += len(ids)
-        k = self._lane_sizes_list[r]
+        bucket = self._lane_bk[self._lane_G % bs]
+        self._lane_G += 1
+        self._token_states += len(self._lane_mem)
+        k = len(bucket)
         if not k:
             return
-        bk = self._lane_buckets
-        bucket = bk.so[bk.cuts[r]:bk.cuts[r + 1]]
         new = self._pop_blocks(k)
-        if k <= 16:  # a few crossings: plain Python on scalars beats a dozen tiny numpy calls
-            ref, filled, dem, tail, nbs, F, tables = (self._ref, self._filled, self._dem, self._tail,
-                                                      self._nb, self._F, self._tables)
-            dsum = 0
-            for s_, b in zip(bucket.tolist(), new):
-                filled[tail[s_]] = bs  # the old tail is full now
-                i = int(nbs[s_])  # table index of the new block
-                d = min(int(F[s_]) - i * bs, bs)
-                ref[b] = 1
-                filled[b] = 0
-                dem[b] = d
-                dsum += d
-                nbs[s_] = i + 1
-                tail[s_] = b
-                tables[s_].append(b)
-            self._demand += dsum
-            self._logical += k
-            return
-        nb = np.array(new, dtype=np.int64)
-        self._ref[nb] = 1
-        self._filled[nb] = 0
-        self._filled[self._tail[bucket]] = bs  # the old tails are full now
-        idx = self._nb[bucket]  # table index of the new block
-        d = np.minimum(self._F[bucket] - idx * bs, bs)
-        self._dem[nb] = d
-        self._demand += int(d.sum())
-        self._nb[bucket] = idx + 1
         self._logical += k
-        self._tail[bucket] = nb
-        tables = self._tables
-        for s_, b in zip(bucket.tolist(), new):
+        if k > 24:  # many crossings (small blocks, wide batches): vectorized
+            S = np.fromiter(bucket, np.int64, k)
+            nb = np.array(new, dtype=np.int64)
+            self._ref[nb] = 1
+            self._filled[nb] = 0
+            self._filled[self._tail[S]] = bs  # the old tails are full now
+            idx = self._nb[S]  # table index of the new block
+            d = np.minimum(self._F[S] - idx * bs, bs)
+            self._dem[nb] = d
+            self._demand += int(d.sum())
+            self._nb[S] = idx + 1
+            self._tail[S] = nb
+            tables = self._tables
+            for s_, b in zip(bucket, new):
+                tables[s_].append(b)
+            return
+        ref, filled, dem, tail, nbs, F, tables = (self._ref, self._filled, self._dem, self._tail,
+                                                  self._nb, self._F, self._tables)
+        dsum = 0
+        for s_, b in zip(bucket, new):
+            filled[tail[s_]] = bs  # the old tail is full now
+            i = int(nbs[s_])  # table index of the new block
+            d = min(int(F[s_]) - i * bs, bs)
+            ref[b] = 1
+            filled[b] = 0
+            dem[b] = d
+            dsum += d
+            nbs[s_] = i + 1
+            tail[s_] = b
             tables[s_].append(b)
+        self._demand += dsum
 
     # ---- macro steps: m lane steps at once (the engine's decode-only stretches) ----------
     macro_steps_ok = True
 
     def lane_steps(self, seq_ids, limit: int) -> int:
-        """How many further lockstep appends of ``seq_ids`` (the open lane's array) need no
-        full path: within the lane's room and without running out of free blocks."""
-        if seq_ids is not self._lane_ids or self._lane_room <= 0 or limit <= 0:
+        """How many further lockstep appends of ``seq_ids`` stay in the lane: within the
+        members' room and without running out of free blocks (a new array syncs the lane
+        first, as its first ``append_batch`` would)."""
+        if limit <= 0:
             return 0
-        lim = min(int(limit), self._lane_room)
+        if seq_ids is not self._lane_ids and not self._lane_sync(seq_ids):
+            return 0
+        lim = min(int(limit), self._lane_room())
+        if lim <= 0:
+            return 0
         bs = self.block_size
         free = self.num_free_blocks()
-        sizes = self._lane_sizes_list
-        if self._lane_total * (-(-lim // bs)) <= free:  # enough blocks for all of them
+        if len(self._lane_mem) * (-(-lim // bs)) <= free:  # enough blocks for all of them
             return lim
-        k, tot = self._lane_k, 0
+        bk, G, tot = self._lane_bk, self._lane_G, 0
         for j in range(lim):
-            tot += sizes[(k + j) % bs]
+            tot += len(bk[(G + j) % bs])
             if tot > free:
                 return j
         return lim
@@ -586,27 +628,29 @@ class PagedManager(KVCacheManager):
         """Take ``m`` lane steps (``m <= lane_steps(...)``) as ``m`` calls of ``append_batch``
         would. Returns the per-step usage rows (m x 6, after each step's append, as
         ``usage(demand_waiting).as_tuple()``) and block usage rows (m x 2, ``block_usage()``)."""
-        ids = self._lane_ids
-        W = len(ids)
         bs = self.block_size
-        k0 = self._lane_k
-        bk = self._lane_buckets
-        so, cuts, sizes = bk.so, bk.cuts, self._lane_sizes_list
+        if m <= self.SCALAR_LANE_MAX:  # short stretches: step by step in scalars (tiny numpy calls cost more)
+            mem, blk = [], []
+            nb, lo = self.num_blocks, self.leftover
+            for _ in range(m):
+                self._lane_append()
+                ts, dem, used = self._token_states, self._demand, self._used
+                free = (nb - used) * bs + lo
+                mem.append((ts, dem - ts, used * bs - dem, 0, free if demand_waiting else 0,
+                            0 if demand_waiting else free))
+                blk.append((used, self._logical))
+            return mem, blk
+        W = len(self._lane_mem)
+        k0 = self._lane_G
+        # the members in crossing order from this step on: buckets a, a+1, ... (mod bs)
         a = k0 % bs
-        e = a + min(m, bs)  # the next min(m, bs) buckets, in crossing order: a..e-1 (mod bs)
-        if e <= bs:
-            rl = sizes[a:e]
-        else:
-            rl = sizes[a:] + sizes[:e - bs]
+        order = [self._lane_bk[(a + j) % bs] for j in range(bs)]
+        rl = [len(b) for b in order[:min(m, bs)]]
         n1 = sum(rl)
-        self._lane_k = k0 + m
-        self._lane_room -= m
+        self._lane_G = k0 + m
         ts0, dem0, used0, log0 = self._token_states, self._demand, self._used, self._logical
         if n1:
-            if e <= bs:
-                one = so[cuts[a]:cuts[e]]
-            else:
-                one = np.concatenate((so[cuts[a]:], so[:cuts[e - bs]]))
+            one = np.fromiter(chain.from_iterable(order[:min(m, bs)]), np.int64, n1)
             if m <= bs:  # every sequence crosses at most once
                 S, K, steplens = one, n1, rl
                 new = self._take_many(K)
@@ -662,13 +706,9 @@ class PagedManager(KVCacheManager):
 
     def blocks_needed_for_append_batch(self, seq_ids: Sequence[int]) -> int:
         """Blocks one decode token for each of ``seq_ids`` would take (new + copy-on-write), exactly."""
-        if seq_ids is self._lane_ids and self._lane_room > 0:
+        if (seq_ids is self._lane_ids or self._lane_sync(seq_ids)) and self._lane_room() > 0:
             return self._lane_next_size()
         self._settle()
-        if isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids):
-            self._open_lane(seq_ids)  # a lane opened before the append counts it as its first step
-            if self._lane_ids is seq_ids:
-                return self._lane_next_size()
         ids = np.asarray(seq_ids, dtype=np.int64)
         if not len(ids):
             return 0
@@ -690,25 +730,14 @@ class PagedManager(KVCacheManager):
         return self.blocks_needed_for_append_batch(seq_ids) <= self.num_free_blocks()
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:
-        if seq_ids is self._lane_ids and self._lane_room > 0 \
-                and self._lane_next_size() <= self.num_free_blocks():
-            self._lane_append(seq_ids)
+        if ((seq_ids is self._lane_ids or self._lane_sync(seq_ids)) and self._lane_room() > 0
+                and self._lane_next_size() <= self.num_free_blocks()):
+            self._lane_append()
             return
-        lane = isinstance(seq_ids, np.ndarray) and seq_ids.dtype == np.int64 and len(seq_ids)
-        if lane and seq_ids is not self._lane_ids:
-            # open the lane before the append: when every tail is private and has room or ends
-            # exactly at a block boundary, this append is the lane's first step (the same blocks,
-            # in the same order, as the full path would take)
-            self._settle()
-            self._open_lane(seq_ids)
-            if self._lane_ids is seq_ids:
-                if self._lane_next_size() <= self.num_free_blocks():
-                    self._lane_append(seq_ids)
-                    return
-        self._settle()
+        if self._lane_mem:
+            self._lane_drop()
         self._append_batch_full(seq_ids)
-        if lane:
-            self._open_lane(seq_ids)
+        self._lane_sync(seq_ids)  # the next step with this array can be a lane step
 
     def _append_batch_full(self, seq_ids: Iterable[int]) -> None:
         ids = np.asarray(seq_ids if isinstance(seq_ids, (np.ndarray, list, tuple)) else list(seq_ids),
@@ -760,6 +789,8 @@ class PagedManager(KVCacheManager):
         if self.has_seq(child_id):
             raise ValueError(f"sequence {child_id} is already allocated")
         p, c = parent_id, child_id
+        if p in self._lane_mem:
+            self._lane_leave(p)  # its tail becomes shared
         L, Fp = int(self._L[p]), int(self._F[p])
         Fc = max(Fp if child_final_len is None else int(child_final_len), L)
         table = list(self._tables[p])
@@ -769,6 +800,7 @@ class PagedManager(KVCacheManager):
         self._logical += len(table)
         self._tail[c] = table[-1] if table else -1
         self._klimit[c], self._prompt[c] = self._klimit[p], self._prompt[p]
+        self._priv[p] = self._priv[c] = 0
         self._active[c] = True
         self._tables[c] = table
         if p in self._seq_keys:
@@ -790,8 +822,24 @@ class PagedManager(KVCacheManager):
 
     def free(self, seq_id: int) -> None:
         self._check_seq(seq_id)
+        if seq_id in self._lane_mem:
+            self._lane_leave(seq_id)
         tbl = self._tables.pop(seq_id)
         self._logical -= len(tbl)
+        if tbl and self._priv[seq_id] and seq_id not in self._seq_keys:
+            # never shared, no prefix key: its blocks hold L tokens, min(F, A) demand, ref 1
+            s, nb = seq_id, len(tbl)
+            arr = np.array(tbl, dtype=np.int64)
+            self._ref[arr] = 0
+            self._filled[arr] = 0
+            self._dem[arr] = 0
+            self._used -= nb
+            self._token_states -= int(self._L[s])
+            self._demand -= min(int(self._F[s]), nb * self.block_size)
+            self._free.extend(reversed(tbl))
+            self._active[s] = False
+            self._counters["frees"] += 1
+            return
         if tbl:  # in bulk; blocks go back tail first (so cached tails are evicted first)
             arr = np.array(tbl, dtype=np.int64)[::-1]
             ref = self._ref
@@ -906,6 +954,13 @@ class PagedManager(KVCacheManager):
             if self._ref[b] > 1 and self._filled[b] < bs:
                 assert b in self._sharers, f"shared partial block {b} untracked"
         assert {v: k for k, v in self._cache.items()} == self._block_key, "prefix cache index drifted"
+        for s, r in self._lane_mem.items():
+            L = int(self._L[s])
+            assert s in self._tables and s in self._lane_bk[r] and -int(self._lane_off[s]) % bs == r \
+                and L == int(self._lane_off[s]) + self._lane_G and L < int(self._F[s]) \
+                and 0 <= int(self._nb[s]) * bs - L < bs and self._ref[self._tail[s]] == 1, \
+                f"decode lane member {s} drifted"
+        assert sum(len(b) for b in self._lane_bk) == len(self._lane_mem), "decode lane buckets drifted"
         for b in lru:
             assert b in self._block_key and self._filled[b] == bs, f"LRU block {b} is not a full cached block"
         for b in self._free:

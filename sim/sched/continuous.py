@@ -92,6 +92,7 @@ class ContinuousScheduler:
         # admission is skipped while the queue head is blocked and nothing was freed since
         self._free_epoch = 0
         self._blocked: tuple | None = None
+        self._cache_hits_possible = bool(getattr(manager, "prefix_caching", False))
         # inter-token latencies: exact sum/count, percentiles from a log-spaced histogram
         self.itl_edges = np.logspace(-6, 4, 2001)
         self.itl_hist = np.zeros(len(self.itl_edges) + 1, _I64)
@@ -363,27 +364,36 @@ class ContinuousScheduler:
 
     def macro_plan(self) -> tuple[int, int, bool, bool] | None:
         """Between two iterations: can the next ones be predicted as pure decode steps of the
-        unchanged decode set? Returns ``(limit, width, blocked, demand_waiting)``: at most
-        ``limit`` such steps (none finishes a request; the manager's lane and free blocks
-        bound them too), ``width`` sequences each; ``blocked``: the waiting queue's head stays
-        blocked (arrivals only join the queue) rather than the queue being empty (an arrival
-        ends the stretch). None when the next iteration needs the full path."""
-        if self._dirty or self.swapped or self._dec_churn:
+        decode set? Returns ``(limit, width, blocked, demand_waiting)``: at most ``limit``
+        such steps (the last may finish requests: :meth:`macro_complete` then finishes them;
+        the manager's lane and free blocks bound them too), ``width`` sequences each;
+        ``blocked``: the waiting queue's head stays blocked (arrivals only join the queue)
+        rather than the queue being empty (an arrival ends the stretch). None when the next
+        iteration needs the full path. A changed decode set is refreshed here, exactly as the
+        next ``schedule`` would do first (nothing to resume, nobody to admit)."""
+        if self.swapped:
+            return None
+        blocked = False
+        dw = False
+        if self.waiting:
+            if self.cfg.waiting_served_ratio is not None:
+                return None
+            b = self._blocked
+            if b is None or b[0] != self.waiting[0] or b[1] != self._free_epoch:
+                b = self._probe_head()
+                if b is None:
+                    return None
+            blocked = True
+            dw = b[2] == "memory"
+        if self._dirty:
+            self._refresh_decode()
+        if self._dec_churn:
             return None
         seqs = self._dec_seqs
         W = len(seqs)
         if not W or len(self._dec_reqs) != len(self.running):
             return None
-        blocked = False
-        dw = False
-        if self.waiting:
-            b = self._blocked
-            if (self.cfg.waiting_served_ratio is not None or b is None or b[0] != self.waiting[0]
-                    or b[1] != self._free_epoch):
-                return None
-            blocked = True
-            dw = b[2] == "memory"
-        lim = self._dec_rem_min - self._k - 1
+        lim = self._dec_rem_min - self._k
         if lim <= 0:
             return None
         lim = self.mgr.lane_steps(seqs, lim)
@@ -391,28 +401,72 @@ class ContinuousScheduler:
             return None
         return lim, W, blocked, dw
 
+    def _probe_head(self) -> tuple | None:
+        """The next ``schedule`` would try to admit the queue head: when that attempt would
+        only find it blocked (memory or ``max_num_seqs``), record that as ``_admit_waiting``
+        would and return the block; None when it would admit or reject it (the full path
+        does that). Prefill-first only: chunked iterations mix prefill into decode steps."""
+        if self.chunked:
+            return None
+        i = self.waiting[0]
+        t = self.t
+        width = int(t.width[i])
+        if width > 1 and not self.fork_ok:
+            return None
+        if self.running_seqs + width > self.max_num_seqs:
+            outcome = "full"
+        else:
+            target = int(t.target[i])
+            if target > self.max_batched:
+                return None
+            adm = self.mgr.can_allocate(self._spec(i, target))
+            if adm is not Admit.LATER:
+                return None
+            outcome = "memory"
+        self._blocked = (i, self._free_epoch, outcome)
+        return self._blocked
+
+    def macro_context_sum0(self) -> int:
+        """``decode_context_sum`` of the next decode step (each later one adds the width)."""
+        return self._dec_ctx0_sum + self._k * len(self._dec_seqs)
+
     def macro_context_sums(self, m: int) -> np.ndarray:
         """``decode_context_sum`` of the next ``m`` decode steps."""
         W = len(self._dec_seqs)
         return self._dec_ctx0_sum + (self._k + np.arange(m, dtype=_I64)) * W
 
-    def macro_apply(self, m: int, bounds: np.ndarray) -> None:
+    def macro_apply(self, m: int, bounds: list[float]) -> None:
         """Account ``m`` decode steps planned by :meth:`macro_plan`; ``bounds[j]`` is step j's
         start and ``bounds[m]`` the last one's end (the manager advanced its lane itself)."""
         W = len(self._dec_seqs)
         if not self.waiting and self._may_admit():
             self._blocked = None
-        ends = bounds[1:m + 1]
+        ends = bounds[1:m + 1]  # a list of floats
         if self._last_uniform is not None:
-            self._itl_scalars.append(float(ends[0]) - self._last_uniform)
+            self._itl_scalars.append(ends[0] - self._last_uniform)
             self._itl_scalar_w.append(W)
         else:
-            self._itl_arrays.append((float(ends[0]) - self._dec_last, self._width()))
+            self._itl_arrays.append((ends[0] - self._dec_last, self._width()))
         if m > 1:
-            self._itl_scalars.extend(np.diff(ends).tolist())
+            self._itl_scalars.extend([b - a for a, b in zip(ends, ends[1:])])
             self._itl_scalar_w.extend([W] * (m - 1))
-        self._last_uniform = float(ends[-1])
+        self._last_uniform = ends[-1]
         self._k += m
+
+    def macro_complete(self, now: float) -> list[int]:
+        """After a macro step's last iteration (at ``now``): finish the requests it completed,
+        as :meth:`complete_step` would."""
+        return self._finish_decoded(now) if self._k >= self._dec_rem_min else []
+
+    def _finish_decoded(self, now: float) -> list[int]:
+        """The decode set's requests that reached their output length finish at ``now``."""
+        self._flush_decode()
+        t = self.t
+        reqs = self._dec_reqs
+        finished = reqs[t.generated[reqs] >= t.output[reqs]].tolist()
+        for i in finished:
+            self._finish(i, now)
+        return finished
 
     def _admit_waiting(self, budget: int, chunked: bool, pre_ids: list[int], pre_tok: list[int]) -> int:
         """Admit FCFS from the queue into this iteration's prefills; return the token budget left.
@@ -427,7 +481,10 @@ class ContinuousScheduler:
             if outcome == "rejected":
                 continue
             if outcome != "ok":
-                if outcome in ("memory", "full") and (chunked or not pre_ids):
+                # blocked until something is freed. After admitting others in this pass too:
+                # their prefill only takes memory, so the head cannot fit before a free; except
+                # with a prefix cache, where their prompts' blocks may become its hits
+                if outcome in ("memory", "full") and (chunked or not pre_ids or not self._cache_hits_possible):
                     self._blocked = (i, self._free_epoch, outcome)
                 break
             self.mgr_append(i, n)

@@ -37,6 +37,7 @@ def test_lane_matches_fresh_arrays(kind, data, bs):
     outs = [data.draw(st.integers(2, 40)) for _ in prompts]
     steps = data.draw(st.integers(1, 60))
     lane, fresh = make(kind, bs), make(kind, bs)
+    fresh.decode_lane = False  # the reference: every step through the full path
     ids = []
     for i, (p, o) in enumerate(zip(prompts, outs)):
         spec = SeqSpec(i, p, p + o)
@@ -70,3 +71,65 @@ def test_lane_matches_fresh_arrays(kind, data, bs):
         lane.free(i)
         fresh.free(i)
     assert lane.usage(False).as_tuple() == fresh.usage(False).as_tuple() == make(kind, bs).usage(False).as_tuple()
+
+
+@pytest.mark.parametrize("kind", ["paged", "token"])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), bs=st.sampled_from([1, 2, 4, 16]))
+def test_lane_survives_membership_changes(kind, data, bs):
+    """Sequences join and leave the decode set between steps (new arrays each time, frees,
+    a lone append, a fork): the lane syncs its members and stays exact against the full path."""
+    if kind == "token" and bs != 1:
+        return
+    lane, ref = make(kind, bs), make(kind, bs)
+    ref.decode_lane = False
+    live: list[int] = []
+    final: dict[int, int] = {}
+    next_id = 0
+    for step in range(data.draw(st.integers(1, 50))):
+        op = data.draw(st.sampled_from(["join", "join", "leave", "step", "step", "step", "append", "fork"]))
+        if op == "join":
+            p = data.draw(st.integers(1, 30))
+            spec = SeqSpec(next_id, p, p + data.draw(st.integers(2, 30)))
+            if lane.can_allocate(spec).name == "OK":
+                for m in (lane, ref):
+                    m.allocate(spec)
+                    m.append(next_id, p)
+                live.append(next_id)
+                final[next_id] = spec.final_len
+            next_id += 1
+        elif op == "leave" and live:
+            s = live.pop(data.draw(st.integers(0, len(live) - 1)))
+            lane.free(s)
+            ref.free(s)
+        elif op == "append" and live:
+            s = data.draw(st.sampled_from(live))
+            if lane.num_tokens(s) + 1 < final[s] and lane.can_append(s, 1):
+                lane.append(s, 1)
+                ref.append(s, 1)
+        elif op == "fork" and live and kind == "paged":
+            p = data.draw(st.sampled_from(live))
+            for m in (lane, ref):
+                m.fork(p, next_id)
+            live.append(next_id)
+            final[next_id] = final[p]
+            next_id += 1
+        elif op == "step":
+            ids = [s for s in live if lane.num_tokens(s) + 1 < final[s]]
+            arr = np.array(ids, dtype=np.int64)
+            for _ in range(data.draw(st.integers(1, 5))):
+                if not len(arr) or not ref.can_append_batch(arr.copy()):
+                    break
+                assert lane.blocks_needed_for_append_batch(arr) == ref.blocks_needed_for_append_batch(arr.copy())
+                if any(lane.num_tokens(int(s)) + 1 >= final[int(s)] for s in arr):
+                    break
+                lane.append_batch(arr)  # the same array object step after step: lane steps
+                ref.append_batch(arr.copy())
+                assert lane.usage(True).as_tuple() == ref.usage(True).as_tuple()
+        assert state(lane) == state(ref)
+        lane.check()
+    for s in live:
+        lane.free(s)
+        ref.free(s)
+    lane.check()
+    assert lane.usage(False).as_tuple() == make(kind, bs).usage(False).as_tuple()
