@@ -24,7 +24,7 @@ class StepBatch:
     scheduler materializes ``decode_context`` lazily, only for executors that read it).
     """
 
-    __slots__ = ("prefill_seq_ids", "prefill_tokens", "prefill_context", "decode_seq_ids",
+    __slots__ = ("prefill_seq_ids", "_prefill_tokens", "_num_prefill", "prefill_context", "decode_seq_ids",
                  "_decode_context", "_decode_context_fn", "decode_context_sum", "swap_in_tokens",
                  "swap_out_tokens", "copy_blocks", "copy_tokens")
 
@@ -63,8 +63,20 @@ class StepBatch:
         self.decode_context_sum = int(total)
 
     @property
+    def prefill_tokens(self) -> np.ndarray:
+        return self._prefill_tokens
+
+    @prefill_tokens.setter
+    def prefill_tokens(self, tokens: np.ndarray) -> None:
+        self._prefill_tokens = tokens
+        self._num_prefill = None
+
+    @property
     def num_prefill_tokens(self) -> int:
-        return int(self.prefill_tokens.sum()) if len(self.prefill_tokens) else 0
+        if self._num_prefill is None:  # summed once: the cost model and the recorder both ask
+            p = self._prefill_tokens
+            self._num_prefill = int(p.sum()) if len(p) else 0
+        return self._num_prefill
 
     @property
     def num_decode_tokens(self) -> int:

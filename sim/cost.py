@@ -89,6 +89,11 @@ class RooflineCostModel:
     def prefill_attention_time(self, new_tokens: np.ndarray, context_after: np.ndarray) -> float:
         if len(new_tokens) == 0:
             return 0.0
+        if len(new_tokens) == 1:  # one prompt (the usual prefill step): the same floats in scalars
+            n = int(new_tokens[0])
+            b = int(context_after[0]) - n
+            flops = self._attn_flops_coef * float(n * (b + n * 0.5))
+            return flops / self._attn_flops + float(b) * self._kv_bytes_per_token / self._bw
         before = context_after - new_tokens
         flops = self._attn_flops_coef * float(np.dot(new_tokens, before + new_tokens * 0.5))
         # prefill also reads the cached prefix's KV once (chunked prefill, prefix caching)

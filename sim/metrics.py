@@ -26,15 +26,26 @@ REQUEST_COLUMNS = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", 
 
 
 class StepRecorder:
-    """Appends one row per iteration into growable numpy columns; keeps running sums."""
+    """Appends one row per iteration into growable numpy columns; keeps running sums.
+
+    Rows arrive one (or a few) at a time as Python tuples and are buffered in lists, written
+    into the numpy columns in chunks (a tuple append costs far less than a numpy row store);
+    long macro steps arrive as arrays and are written directly."""
+
+    FLUSH_ROWS = 4096
 
     def __init__(self, capacity: int, keep_rows: bool = True, block_usage=None):
         self.capacity = capacity
         self.keep_rows = keep_rows
-        self.n = 0
+        self.n = 0  # rows recorded (written + buffered)
+        self._written = 0
         self._cap = 1024 if keep_rows else 0
         self._f = np.zeros((self._cap, 2), np.float64)  # start_s, dt_s
         self._i = np.zeros((self._cap, 11), np.int64)  # batch, prefill, decode, waiting, running, 6 mem
+        self._pf: list[tuple] = []  # buffered rows: _f, _i[:, :5], _i[:, 5:] and _blk
+        self._pi: list[tuple] = []
+        self._pm: list[tuple] = []
+        self._pb: list[tuple] = []
         self.busy_s = 0.0
         self.idle_s = 0.0
         self.mem_weighted = np.zeros(6, np.float64)  # sum of slots x seconds per category
@@ -47,20 +58,41 @@ class StepRecorder:
         self._blk = np.zeros((self._cap, 2), np.int64) if block_usage else None
         self._blk_sum = [0.0, 0.0]
 
+    def _grow(self, rows: int) -> None:
+        if rows > self._cap:
+            while rows > self._cap:
+                self._cap *= 2
+            self._f = np.resize(self._f, (self._cap, 2))
+            self._i = np.resize(self._i, (self._cap, 11))
+            if self._blk is not None:
+                self._blk = np.resize(self._blk, (self._cap, 2))
+
+    def _flush(self) -> None:
+        """Write the buffered rows into the columns."""
+        k = len(self._pf)
+        if not k:
+            return
+        n0 = self._written
+        self._grow(n0 + k)
+        self._f[n0:n0 + k] = self._pf
+        self._i[n0:n0 + k, :5] = self._pi
+        self._i[n0:n0 + k, 5:] = self._pm
+        if self._blk is not None:
+            self._blk[n0:n0 + k] = self._pb
+        self._written = n0 + k
+        self._pf, self._pi, self._pm, self._pb = [], [], [], []
+
     def add(self, start: float, dt: float, batch, waiting: int, running: int, mem: tuple) -> None:
         pre = batch.num_prefill_tokens
         dec = batch.num_decode_tokens
         if self.keep_rows:  # sums are taken from the rows at the end
-            if self.n == self._cap:
-                self._cap *= 2
-                self._f = np.resize(self._f, (self._cap, 2))
-                self._i = np.resize(self._i, (self._cap, 11))
-            self._f[self.n] = (start, dt)
-            self._i[self.n] = (len(batch.prefill_seq_ids) + dec, pre, dec, waiting, running, *mem)
+            self._pf.append((start, dt))
+            self._pi.append((len(batch.prefill_seq_ids) + dec, pre, dec, waiting, running))
+            self._pm.append(mem)
             if self.block_usage is not None:
-                if len(self._blk) < self._cap:
-                    self._blk = np.resize(self._blk, (self._cap, 2))
-                self._blk[self.n] = self.block_usage()
+                self._pb.append(self.block_usage())
+            if len(self._pf) >= self.FLUSH_ROWS:
+                self._flush()
         else:
             if self.block_usage is not None:
                 used, logical = self.block_usage()
@@ -73,19 +105,27 @@ class StepRecorder:
             self.decode_tokens += dec
         self.n += 1
 
-    def add_many(self, starts: np.ndarray, dts: np.ndarray, width: int, waiting, running: int,
-                 mem: np.ndarray, blk: np.ndarray | None) -> None:
+    def add_many(self, starts, dts, width: int, waiting, running: int, mem, blk) -> None:
         """``len(dts)`` pure decode iterations of ``width`` sequences at once (macro steps):
         ``waiting`` a scalar or one count per step, ``mem`` the usage rows (m x 6), ``blk`` the
-        block-usage rows (m x 2) of a manager that reports them."""
+        block-usage rows (m x 2) of a manager that reports them. Lists of rows (short
+        stretches) are buffered; arrays are written directly."""
         m = len(dts)
-        if self.keep_rows:
-            n = self.n
-            if n + m > self._cap:
-                while n + m > self._cap:
-                    self._cap *= 2
-                self._f = np.resize(self._f, (self._cap, 2))
-                self._i = np.resize(self._i, (self._cap, 11))
+        if self.keep_rows and isinstance(mem, list):
+            self._pf.extend(zip(starts, dts))
+            if isinstance(waiting, list):
+                self._pi.extend([(width, 0, width, w, running) for w in waiting])
+            else:
+                self._pi.extend([(width, 0, width, waiting, running)] * m)
+            self._pm.extend(mem)
+            if self._blk is not None:
+                self._pb.extend(blk)
+            if len(self._pf) >= self.FLUSH_ROWS:
+                self._flush()
+        elif self.keep_rows:
+            self._flush()
+            n = self._written
+            self._grow(n + m)
             self._f[n:n + m, 0] = starts
             self._f[n:n + m, 1] = dts
             i = self._i[n:n + m]
@@ -95,10 +135,9 @@ class StepRecorder:
             i[:, 3] = waiting
             i[:, 4] = running
             i[:, 5:11] = mem
-            if self.block_usage is not None:
-                if len(self._blk) < self._cap:
-                    self._blk = np.resize(self._blk, (self._cap, 2))
+            if self._blk is not None:
                 self._blk[n:n + m] = blk
+            self._written = n + m
         else:
             dts = np.asarray(dts, np.float64)
             mem = np.asarray(mem, np.int64)
@@ -116,6 +155,7 @@ class StepRecorder:
 
     def finalize(self) -> None:
         """Turn the rows (or the running sums) into the totals the summary reads."""
+        self._flush()
         if self.keep_rows:
             n = self.n
             dt = self._f[:n, 1]
@@ -135,6 +175,7 @@ class StepRecorder:
         self.idle_s += dt
 
     def frame(self) -> pd.DataFrame:
+        self._flush()
         n = self.n if self.keep_rows else 0
         df = pd.DataFrame(self._i[:n], columns=STEP_COLUMNS[3:])
         df.insert(0, "step", np.arange(n, dtype=np.int64))

@@ -132,6 +132,7 @@ class PagedManager(KVCacheManager):
         self._lane_end: list[tuple[int, int, int]] = []  # heap of (G at which L reaches F, s, off)
         self._lane_G = 0
         self._lane_settled = 0
+        self._lane_F: dict[int, int] = {}  # member -> its final length
 
         self._logical = 0  # sum of table lengths: blocks that would be in use without sharing
         self._token_states = 0  # sum filled over blocks in use
@@ -495,11 +496,13 @@ class PagedManager(KVCacheManager):
         """Member ``s`` is about to be changed on its own (settled state): it leaves the lane."""
         r = self._lane_mem.pop(s)
         del self._lane_bk[r][s]
+        del self._lane_F[s]
         self._lane_ids = None
 
     def _lane_drop(self) -> None:
         self._settle()
         self._lane_mem.clear()
+        self._lane_F.clear()
         for b in self._lane_bk:
             b.clear()
         self._lane_end.clear()
@@ -542,6 +545,7 @@ class PagedManager(KVCacheManager):
                 r = -off % bs
                 mem[s] = r
                 self._lane_bk[r][s] = None
+                self._lane_F[s] = F
                 heapq.heappush(self._lane_end, (F - off, s, off))
         self._lane_ids = ids
         return True
@@ -558,6 +562,7 @@ class PagedManager(KVCacheManager):
         return len(self._lane_bk[self._lane_G % self.block_size])
 
     def _lane_append(self) -> None:
+        """One lane step: the sequences in this step's bucket cross into a new block each."""
         bs = self.block_size
         bucket = self._lane_bk[self._lane_G % bs]
         self._lane_G += 1
@@ -567,7 +572,7 @@ class PagedManager(KVCacheManager):
             return
         new = self._pop_blocks(k)
         self._logical += k
-        if k > 24:  # many crossings (small blocks, wide batches): vectorized
+        if k > 32:  # many crossings (small blocks, wide batches): vectorized
             S = np.fromiter(bucket, np.int64, k)
             nb = np.array(new, dtype=np.int64)
             self._ref[nb] = 1
@@ -583,20 +588,23 @@ class PagedManager(KVCacheManager):
             for s_, b in zip(bucket, new):
                 tables[s_].append(b)
             return
-        ref, filled, dem, tail, nbs, F, tables = (self._ref, self._filled, self._dem, self._tail,
-                                                  self._nb, self._F, self._tables)
+        ref, filled, dem, tail, nbs, tables, F = (self._ref, self._filled, self._dem, self._tail, self._nb,
+                                                  self._tables, self._lane_F)
         dsum = 0
         for s_, b in zip(bucket, new):
-            filled[tail[s_]] = bs  # the old tail is full now
-            i = int(nbs[s_])  # table index of the new block
-            d = min(int(F[s_]) - i * bs, bs)
+            tbl = tables[s_]
+            filled[tbl[-1]] = bs  # the old tail is full now
+            i = len(tbl)  # table index of the new block
+            d = F[s_] - i * bs  # its demand: min(F - i * bs, bs)
+            if d > bs:
+                d = bs
             ref[b] = 1
             filled[b] = 0
             dem[b] = d
             dsum += d
             nbs[s_] = i + 1
             tail[s_] = b
-            tables[s_].append(b)
+            tbl.append(b)
         self._demand += dsum
 
     # ---- macro steps: m lane steps at once (the engine's decode-only stretches) ----------

@@ -93,6 +93,7 @@ class ContinuousScheduler:
         self._free_epoch = 0
         self._blocked: tuple | None = None
         self._cache_hits_possible = bool(getattr(manager, "prefix_caching", False))
+        self._spec_memo: tuple = (None, None)
         # inter-token latencies: exact sum/count, percentiles from a log-spaced histogram
         self.itl_edges = np.logspace(-6, 4, 2001)
         self.itl_hist = np.zeros(len(self.itl_edges) + 1, _I64)
@@ -121,9 +122,14 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- helpers
     def _spec(self, i: int, prompt_len: int, seq_id: int | None = None) -> SeqSpec:
+        key = (i, prompt_len, seq_id)
+        if key == self._spec_memo[0]:  # the queue head is asked about at every boundary
+            return self._spec_memo[1]
         t = self.t
-        return SeqSpec(i if seq_id is None else seq_id, int(prompt_len), t.final_len(i),
+        spec = SeqSpec(i if seq_id is None else seq_id, int(prompt_len), t.final_len(i),
                        t.prefix_hashes(i), t.hash_block_tokens)
+        self._spec_memo = (key, spec)
+        return spec
 
     def _reject(self, i: int, reason: str) -> None:
         self.t.status[i] = Status.REJECTED
