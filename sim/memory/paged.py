@@ -965,7 +965,7 @@ class PagedManager(KVCacheManager):
         for s, r in self._lane_mem.items():
             L = int(self._L[s])
             assert s in self._tables and s in self._lane_bk[r] and -int(self._lane_off[s]) % bs == r \
-                and L == int(self._lane_off[s]) + self._lane_G and L < int(self._F[s]) \
+                and L == int(self._lane_off[s]) + self._lane_G and L <= int(self._F[s]) \
                 and 0 <= int(self._nb[s]) * bs - L < bs and self._ref[self._tail[s]] == 1, \
                 f"decode lane member {s} drifted"
         assert sum(len(b) for b in self._lane_bk) == len(self._lane_mem), "decode lane buckets drifted"

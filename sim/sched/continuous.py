@@ -32,6 +32,7 @@ sequences of a request advance in lockstep and finish together at ``output_token
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 import numpy as np
@@ -75,20 +76,25 @@ class ContinuousScheduler:
         self.finished_now: list[int] = []
         # forks share blocks only in the paged managers; the others would copy whole reservations
         self.fork_ok = getattr(manager, "kind", "") in ("paged", "token")
-        # The decode set: requests past their prefill. All advance in lockstep, so between
-        # changes of the set a decode step is O(1) here: generated = gen0 + k, and the
-        # first finish comes after min(output - gen0) steps.
-        self._dirty = True
-        self._dec_reqs = np.zeros(0, _I64)
-        self._dec_seqs = np.zeros(0, _I64)
-        self._dec_width = np.zeros(0, _I64)
-        self._dec_gen0 = np.zeros(0, _I64)
-        self._dec_ctx0_sum = 0
-        self._dec_rem_min = 0
-        self._k = 0
-        self._last_uniform: float | None = None  # every member's last token time, when equal
-        self._dec_last = np.zeros(0)
-        self._dec_churn = False
+        # The decode set: requests past their prefill, in join order. All advance in lockstep,
+        # so a decode step is O(1) here and joining or leaving is O(log n): with K the decode
+        # steps taken so far, member i has generated goff[i] + K tokens; the context sum is
+        # ctx_base + K * width (width: member sequences); a heap holds the K at which each
+        # member finishes. Members' table rows (generated, last_token_s) are written back when
+        # they leave. Last-token times: every member got its last token at the last decode step
+        # (lt_main), except those joined since (lt_extra: their own time and width).
+        self._K = 0
+        self._dm: dict[int, int] = {}  # member -> its goff
+        self._dwid: dict[int, int] = {}  # member -> its sequences
+        self._dW = 0
+        self._ctx_base = 0
+        self._fin: list[tuple[int, int, int, int]] = []  # heap: (K at finish, join order, request, goff)
+        self._joins = 0
+        self._lt_main = 0.0
+        self._lt_extra: dict[int, tuple[float, int]] = {}
+        self._n_beam = 0  # members with beam search (their beams churn: no macro steps)
+        self._dseqs = np.zeros(0, _I64)  # the members' sequence ids (rebuilt after changes)
+        self._dseqs_stale = False
         # admission is skipped while the queue head is blocked and nothing was freed since
         self._free_epoch = 0
         self._blocked: tuple | None = None
@@ -143,68 +149,91 @@ class ContinuousScheduler:
         return (f"needs {self.t.final_len(i)} KV slots, more than the manager can ever give "
                 f"(capacity {self.mgr.capacity})")
 
-    def _flush_decode(self) -> None:
-        """Write the decode set's lockstep progress back into the request table."""
-        if self._k and len(self._dec_reqs):
-            t = self.t
-            t.generated[self._dec_reqs] = self._dec_gen0 + self._k
-            if self._last_uniform is not None:
-                t.last_token_s[self._dec_reqs] = self._last_uniform
-            self._dec_gen0 = self._dec_gen0 + self._k
-            self._dec_ctx0_sum += self._k * len(self._dec_seqs)
-            self._dec_rem_min -= self._k
-            self._k = 0
-
-    def _refresh_decode(self) -> None:
-        if not self._dirty:
-            return
-        self._flush_decode()
+    def _join(self, i: int) -> None:
+        """Request i enters the decode set (prefill done, or swapped back in)."""
         t = self.t
-        run = np.array(self.running, dtype=_I64)
-        r = run[t.prefilled[run] >= t.target[run]] if len(run) else run
-        self._dec_reqs = r
-        self._k = 0
-        self._dirty = False
-        if t.seqs:
-            reqs = r.tolist()
-            seqs: list[int] = []
-            for i in reqs:
-                seqs.extend(t.seq_ids(i))
-            self._dec_seqs = np.array(seqs, dtype=_I64)
-            self._dec_width = np.array([len(t.seq_ids(i)) for i in reqs], dtype=_I64)
-            self._dec_churn = bool(self.beam_churn > 0 and len(r) and (t.beam[r] > 1).any())
-        else:
-            self._dec_seqs = r
-            self._dec_width = None  # all ones (built on demand by _width)
-            self._dec_churn = False
-        if not len(r):
-            self._dec_gen0 = r
-            self._dec_ctx0_sum = 0
-            self._dec_rem_min = 0
-            self._last_uniform = None
-            self._dec_last = np.zeros(0)
-            return
-        self._dec_gen0 = g = t.generated[r]
-        ctx = t.prompt[r] + g
-        self._dec_ctx0_sum = int(ctx.sum() if self._dec_width is None else np.dot(ctx, self._dec_width))
-        self._dec_rem_min = int((t.output[r] - g).min())
-        last = t.last_token_s[r]
-        lo = last.min()
-        if lo == last.max():
-            self._last_uniform = float(lo)
-        else:
-            self._last_uniform = None
-            self._dec_last = last
+        g = int(t.generated[i])
+        goff = g - self._K
+        w = len(t.seq_ids(i))
+        self._dm[i] = goff
+        self._dwid[i] = w
+        self._dW += w
+        self._ctx_base += w * (int(t.prompt[i]) + goff)
+        self._joins += 1
+        heapq.heappush(self._fin, (int(t.output[i]) - goff, self._joins, i, goff))
+        self._lt_extra[i] = (float(t.last_token_s[i]), w)
+        if t.beam[i] > 1:
+            self._n_beam += 1
+        self._dseqs_stale = True
 
-    def _width(self) -> np.ndarray:
-        w = self._dec_width
-        return np.ones(len(self._dec_reqs), _I64) if w is None else w
+    def _leave(self, i: int) -> None:
+        """Request i leaves the decode set (finished, preempted or swapped out): its table row
+        gets its lockstep progress."""
+        t = self.t
+        goff = self._dm.pop(i)
+        w = self._dwid.pop(i)
+        self._dW -= w
+        self._ctx_base -= w * (int(t.prompt[i]) + goff)
+        t.generated[i] = goff + self._K
+        extra = self._lt_extra.pop(i, None)
+        t.last_token_s[i] = self._lt_main if extra is None else extra[0]
+        if t.beam[i] > 1:
+            self._n_beam -= 1
+        self._dseqs_stale = True
+
+    @property
+    def _dec_seqs(self) -> np.ndarray:
+        """The decode set's sequence ids (the same array object until the set changes, so the
+        memory manager's decode lane recognizes it)."""
+        if self._dseqs_stale:
+            t = self.t
+            if t.seqs:
+                seqs: list[int] = []
+                for i in self._dm:
+                    seqs.extend(t.seq_ids(i))
+                self._dseqs = np.array(seqs, dtype=_I64)
+            else:
+                self._dseqs = np.fromiter(self._dm, _I64, len(self._dm))
+            self._dseqs_stale = False
+        return self._dseqs
+
+    def _rem_min(self) -> int:
+        """Decode steps until the next member finishes (0 with no member)."""
+        h, dm = self._fin, self._dm
+        while h and dm.get(h[0][2]) != h[0][3]:
+            heapq.heappop(h)  # left (or rejoined since)
+        return h[0][0] - self._K if h else 0
+
+    def _decode_context_sum(self) -> int:
+        return self._ctx_base + self._K * self._dW
 
     def _decode_context(self) -> np.ndarray:
         """Per-sequence context (after this step's token) for executors that need the array."""
-        t = self.t
-        ctx = t.prompt[self._dec_reqs] + self._dec_gen0 + self._k
-        return ctx if self._dec_width is None else np.repeat(ctx, self._dec_width)
+        t, K = self.t, self._K
+        ctx = [int(t.prompt[i]) + goff + K for i, goff in self._dm.items()]
+        if t.seqs:
+            ctx = [c for c, w in zip(ctx, self._dwid.values()) for _ in range(w)]
+        return np.array(ctx, dtype=_I64)
+
+    def _decode_itl(self, end: float) -> None:
+        """The inter-token latencies of a decode step ending at ``end``."""
+        extra = self._lt_extra
+        if extra:
+            main = self._dW
+            for T, w in extra.values():
+                self._itl_scalars.append(end - T)
+                self._itl_scalar_w.append(w)
+                main -= w
+            extra.clear()
+            if main:
+                self._itl_scalars.append(end - self._lt_main)
+                self._itl_scalar_w.append(main)
+        else:
+            self._itl_scalars.append(end - self._lt_main)
+            self._itl_scalar_w.append(self._dW)
+        self._lt_main = end
+        if len(self._itl_scalars) > 65536:
+            self.itl_stats()  # fold into the histogram: memory stays flat on long runs
 
     # ---------------------------------------------------------------- admission
     def _try_admit(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, int]:
@@ -243,7 +272,6 @@ class ContinuousScheduler:
         t.status[i] = Status.RUNNING
         self.running.append(i)
         self.running_seqs += 1  # children join at fork time
-        self._dirty = True
         todo = target - cached
         n = todo if chunk_limit is None else min(todo, chunk_limit)
         return "ok", n
@@ -286,21 +314,21 @@ class ContinuousScheduler:
             t.status[i] = Status.RUNNING
             self.running.append(i)
             self.running_seqs += len(seqs)
-            self._dirty = True
+            self._join(i)
         return True
 
     # ---------------------------------------------------------------- preemption
     def _preempt_last(self, batch: StepBatch) -> None:
-        self._flush_decode()
         t = self.t
         i = self.running.pop()
+        if i in self._dm:
+            self._leave(i)
         self._free_epoch += 1
         seqs = t.seq_ids(i)
         self.running_seqs -= len(seqs)
         t.preemptions[i] += 1
         self.num_preemptions += 1
         self.demand_waiting = True
-        self._dirty = True
         in_prefill = t.prefilled[i] < t.target[i]
         lens = [self.mgr.num_tokens(s) for s in seqs]
         if self.swap and not in_prefill and self.swap_used + sum(lens) <= self.swap_capacity:
@@ -326,10 +354,8 @@ class ContinuousScheduler:
         self.waiting.appendleft(i)
 
     def _make_decode_room(self, batch: StepBatch) -> None:
-        self._refresh_decode()
-        while len(self._dec_seqs) and not self.mgr.can_append_batch(self._dec_seqs):
+        while self._dm and not self.mgr.can_append_batch(self._dec_seqs):
             self._preempt_last(batch)
-            self._refresh_decode()
 
     # ---------------------------------------------------------------- one iteration
     def schedule(self, now: float) -> StepBatch:
@@ -354,7 +380,7 @@ class ContinuousScheduler:
     def _decode_into(self, batch: StepBatch) -> None:
         """Make room (preempting if needed) and append one token to every decoding sequence."""
         self._make_decode_room(batch)
-        if len(self._dec_seqs):
+        if self._dm:
             forked = bool(self.t.seqs)
             copies0 = self.mgr.num_cow_copies() if forked else 0
             self.mgr.append_batch(self._dec_seqs)
@@ -362,8 +388,7 @@ class ContinuousScheduler:
                 batch.copy_blocks = self.mgr.num_cow_copies() - copies0
                 batch.copy_tokens = batch.copy_blocks * getattr(self.mgr, "block_size", 1)
             batch.decode_seq_ids = self._dec_seqs
-            batch.set_decode_context_lazy(self._dec_ctx0_sum + self._k * len(self._dec_seqs),
-                                          self._decode_context)
+            batch.set_decode_context_lazy(self._decode_context_sum(), self._decode_context)
 
     # ---------------------------------------------------------------- macro steps
     macro_steps_ok = True
@@ -391,15 +416,13 @@ class ContinuousScheduler:
                     return None
             blocked = True
             dw = b[2] == "memory"
-        if self._dirty:
-            self._refresh_decode()
-        if self._dec_churn:
-            return None
+        if self._n_beam and self.beam_churn > 0:
+            return None  # beams die and fork at random every step
+        if not self._dm or len(self._dm) != len(self.running):
+            return None  # nothing decodes, or some request is still in its prefill
         seqs = self._dec_seqs
         W = len(seqs)
-        if not W or len(self._dec_reqs) != len(self.running):
-            return None
-        lim = self._dec_rem_min - self._k
+        lim = self._rem_min()
         if lim <= 0:
             return None
         lim = self.mgr.lane_steps(seqs, lim)
@@ -434,45 +457,44 @@ class ContinuousScheduler:
 
     def macro_context_sum0(self) -> int:
         """``decode_context_sum`` of the next decode step (each later one adds the width)."""
-        return self._dec_ctx0_sum + self._k * len(self._dec_seqs)
+        return self._decode_context_sum()
 
     def macro_context_sums(self, m: int) -> np.ndarray:
         """``decode_context_sum`` of the next ``m`` decode steps."""
-        W = len(self._dec_seqs)
-        return self._dec_ctx0_sum + (self._k + np.arange(m, dtype=_I64)) * W
+        return self._decode_context_sum() + np.arange(m, dtype=_I64) * self._dW
 
     def macro_apply(self, m: int, bounds: list[float]) -> None:
         """Account ``m`` decode steps planned by :meth:`macro_plan`; ``bounds[j]`` is step j's
         start and ``bounds[m]`` the last one's end (the manager advanced its lane itself)."""
-        W = len(self._dec_seqs)
+        W = self._dW
         if not self.waiting and self._may_admit():
             self._blocked = None
         ends = bounds[1:m + 1]  # a list of floats
-        if self._last_uniform is not None:
-            self._itl_scalars.append(ends[0] - self._last_uniform)
-            self._itl_scalar_w.append(W)
-        else:
-            self._itl_arrays.append((ends[0] - self._dec_last, self._width()))
+        self._decode_itl(ends[0])
         if m > 1:
             self._itl_scalars.extend([b - a for a, b in zip(ends, ends[1:])])
             self._itl_scalar_w.extend([W] * (m - 1))
-        self._last_uniform = ends[-1]
-        self._k += m
+        self._lt_main = ends[-1]
+        self._K += m
 
     def macro_complete(self, now: float) -> list[int]:
         """After a macro step's last iteration (at ``now``): finish the requests it completed,
         as :meth:`complete_step` would."""
-        return self._finish_decoded(now) if self._k >= self._dec_rem_min else []
-
-    def _finish_decoded(self, now: float) -> list[int]:
-        """The decode set's requests that reached their output length finish at ``now``."""
-        self._flush_decode()
-        t = self.t
-        reqs = self._dec_reqs
-        finished = reqs[t.generated[reqs] >= t.output[reqs]].tolist()
+        finished = self._decoded()
         for i in finished:
             self._finish(i, now)
         return finished
+
+    def _decoded(self) -> list[int]:
+        """The members that reached their output length (in join order), out of the set."""
+        h, dm, K = self._fin, self._dm, self._K
+        out = []
+        while h and h[0][0] <= K:
+            _, _, i, goff = heapq.heappop(h)
+            if dm.get(i) == goff:
+                self._leave(i)
+                out.append(i)
+        return out
 
     def _admit_waiting(self, budget: int, chunked: bool, pre_ids: list[int], pre_tok: list[int]) -> int:
         """Admit FCFS from the queue into this iteration's prefills; return the token budget left.
@@ -545,17 +567,9 @@ class ContinuousScheduler:
         t = self.t
         finished: list[int] = []
         if len(batch.decode_seq_ids):
-            self._k += 1
-            if self._last_uniform is not None:
-                self._itl_scalars.append(now - self._last_uniform)
-                self._itl_scalar_w.append(len(self._dec_seqs))
-            else:
-                self._itl_arrays.append((now - self._dec_last, self._width()))
-            self._last_uniform = now
-            if self._k >= self._dec_rem_min:
-                self._flush_decode()
-                reqs = self._dec_reqs
-                finished.extend(reqs[t.generated[reqs] >= t.output[reqs]].tolist())
+            self._K += 1
+            self._decode_itl(now)
+            finished.extend(self._decoded())
         for i in batch.prefill_seq_ids.tolist():
             if t.prefilled[i] < t.target[i] or t.status[i] != Status.RUNNING:
                 continue
@@ -565,11 +579,12 @@ class ContinuousScheduler:
             else:  # a recompute: the gap since the last token is an inter-token latency
                 self._record_itl(np.array([now - t.last_token_s[i]]), np.array([1]))
             t.last_token_s[i] = now
-            self._dirty = True
             if t.generated[i] >= t.output[i]:
                 finished.append(i)
-            elif t.width[i] > 1 and not t.forked[i]:
-                self._fork_children(i)
+            else:
+                if t.width[i] > 1 and not t.forked[i]:
+                    self._fork_children(i)
+                self._join(i)
         for i in finished:
             self._finish(i, now)
         if self.beam_churn > 0 and len(batch.decode_seq_ids) and t.seqs:
@@ -587,7 +602,6 @@ class ContinuousScheduler:
         t.seqs[i] = ids
         t.forked[i] = True
         self.running_seqs += len(ids) - 1
-        self._dirty = True
 
     def _beam_churn(self) -> None:
         """Beam search: some beams die and are replaced by forks of surviving ones."""
@@ -615,7 +629,7 @@ class ContinuousScheduler:
                 self.mgr.fork(parent, c, t.final_len(i))
                 new.append(c)
             t.seqs[i] = new
-            self._dirty = True
+            self._dseqs_stale = True
 
     def _finish(self, i: int, now: float) -> None:
         t = self.t
@@ -628,7 +642,6 @@ class ContinuousScheduler:
         t.seqs.pop(i, None)
         t.status[i] = Status.FINISHED
         t.finish_s[i] = now
-        self._dirty = True
 
     def _record_itl(self, itl: np.ndarray, weights: np.ndarray) -> None:
         self._itl_arrays.append((np.asarray(itl, float), np.asarray(weights)))

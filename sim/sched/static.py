@@ -101,6 +101,8 @@ class StaticScheduler(ContinuousScheduler):
             t.generated[live] += 1
             self._itl_scalars.append(now - float(t.last_token_s[live[0]]))
             self._itl_scalar_w.append(len(live))
+            if len(self._itl_scalars) > 65536:
+                self.itl_stats()  # fold into the histogram
             t.last_token_s[live] = now
             if (t.generated[live] >= t.output[live]).any():
                 self._live = None
