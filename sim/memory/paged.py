@@ -133,6 +133,7 @@ class PagedManager(KVCacheManager):
         self._lane_G = 0
         self._lane_settled = 0
         self._lane_F: dict[int, int] = {}  # member -> its final length
+        self._alloc_memo: tuple = (-1, None)  # (seq, its prompt blocks) of the last allocate
 
         self._logical = 0  # sum of table lengths: blocks that would be in use without sharing
         self._token_states = 0  # sum filled over blocks in use
@@ -328,6 +329,7 @@ class PagedManager(KVCacheManager):
         new = self._pop_blocks(self._prompt_blocks(spec) - nh)
         if new:
             arr = np.array(new, dtype=np.int64)
+            self._alloc_memo = (s, arr) if not nh else (-1, None)
             self._ref[arr] = 1
             self._filled[arr] = 0
             # block i's demand is clamp(F - i*bs, 0, bs): full up to F's block, then F's rest
@@ -416,8 +418,12 @@ class PagedManager(KVCacheManager):
                     self._token_states += n
                     return
             else:
-                seg = np.asarray(tbl[first:last + 1], dtype=np.int64)
-                if not (self._ref[seg] != 1).any():
+                memo = self._alloc_memo  # a whole fresh prompt: allocate's block array
+                if first == 0 and memo[0] == s and len(memo[1]) == last + 1:
+                    seg = memo[1]
+                else:
+                    seg = np.asarray(tbl[first:last + 1], dtype=np.int64)
+                if self._priv[s] or not (self._ref[seg] != 1).any():
                     self._filled[seg] = bs
                     self._filled[tbl[last]] = newL - last * bs
                     self._L[s] = newL
@@ -830,6 +836,8 @@ class PagedManager(KVCacheManager):
 
     def free(self, seq_id: int) -> None:
         self._check_seq(seq_id)
+        if self._alloc_memo[0] == seq_id:
+            self._alloc_memo = (-1, None)
         if seq_id in self._lane_mem:
             self._lane_leave(seq_id)
         tbl = self._tables.pop(seq_id)
