@@ -291,6 +291,10 @@ class Engine:
             self.mgr.check()
         except AssertionError as e:
             raise InvariantError(f"t={now:.6f}: memory manager inconsistent: {e}") from None
+        try:
+            getattr(self.sched, "check", lambda: None)()
+        except AssertionError as e:
+            raise InvariantError(f"t={now:.6f}: scheduler inconsistent: {e}") from None
 
     def run(self) -> None:
         env = simpy.Environment()

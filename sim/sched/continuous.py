@@ -643,6 +643,32 @@ class ContinuousScheduler:
         t.status[i] = Status.FINISHED
         t.finish_s[i] = now
 
+    def check(self) -> None:
+        """``--check``: the incremental decode set and the admission shortcut against their
+        definitions, recomputed from scratch (AssertionError names what drifted)."""
+        t, K = self.t, self._K
+        running = set(self.running)
+        assert set(self._dm) <= running, "a decode-set member is not running"
+        widths = {i: len(t.seq_ids(i)) for i in self._dm}
+        assert self._dwid == widths and self._dW == sum(widths.values()), "decode-set widths drifted"
+        ctx = sum(w * (int(t.prompt[i]) + self._dm[i] + K) for i, w in widths.items())
+        assert self._decode_context_sum() == ctx, "decode context sum drifted"
+        live = {(h[2], h[3]): h[0] for h in self._fin}
+        for i, goff in self._dm.items():
+            g = goff + K
+            assert t.status[i] == Status.RUNNING and 1 <= g < int(t.output[i]), f"member {i}: generated {g}"
+            assert live.get((i, goff)) == int(t.output[i]) - goff, f"member {i}: finish step drifted"
+        if not self._dseqs_stale:
+            seqs = [s for i in self._dm for s in t.seq_ids(i)]
+            assert self._dseqs.tolist() == seqs, "decode-set sequence array drifted"
+        b = self._blocked
+        if (b is not None and self.waiting and b[0] == self.waiting[0] and b[1] == self._free_epoch
+                and not self._cache_hits_possible):  # the head is skipped: it must not fit
+            i = b[0]
+            full = self.running_seqs + int(t.width[i]) > self.max_num_seqs
+            assert full or self.mgr.can_allocate(self._spec(i, int(t.target[i]))) is not Admit.OK, \
+                f"queue head {i} is skipped as blocked but would be admitted"
+
     def _record_itl(self, itl: np.ndarray, weights: np.ndarray) -> None:
         self._itl_arrays.append((np.asarray(itl, float), np.asarray(weights)))
 

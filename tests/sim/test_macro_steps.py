@@ -157,3 +157,36 @@ def test_macro_steps_with_table_cost_model(tmp_path):
     b = run(cfg, trace, macro=True)
     assert b[3] > 0
     assert_same(a, b)
+
+
+@pytest.mark.parametrize("system,kw,tkw", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_check_mode_recomputes_the_incremental_state(system, kw, tkw):
+    """``check=True`` recomputes, after every iteration, the decode set's aggregates (members,
+    widths, context sum, finish steps, sequence array) from the request table and confirms
+    that a queue head skipped as blocked really cannot be admitted; same records as a normal run."""
+    kw = dict(kw)
+    slots = kw.pop("slots", 3000 if system != "static" else 2048)
+    kw.setdefault("kv_gib", slots * OPT13B_SLOT / 2**30)
+    kw.setdefault("max_seq_len", 256)
+    trace = rand_trace(2, **tkw)
+    plain = run_simulation(SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", **kw), trace)
+    checked = run_simulation(SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", check=True, **kw), trace)
+    pd.testing.assert_frame_equal(plain.steps, checked.steps, rtol=1e-9)
+    pd.testing.assert_frame_equal(plain.requests, checked.requests, rtol=1e-9)
+
+
+def test_check_mode_catches_a_drifted_decode_set():
+    from sim.engine import InvariantError
+
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256, check=True)
+    _, _, _, table, manager, sched, executor = build(cfg, rand_trace(4))
+    orig = sched._join
+
+    def bad_join(i):  # forget one sequence's context: the running sum drifts
+        orig(i)
+        sched._ctx_base -= 1
+    sched._join = bad_join
+    eng = Engine(sched, manager, executor, table.arrival_s, check=True)
+    with pytest.raises(InvariantError, match="decode context sum"):
+        eng.run()
