@@ -237,6 +237,13 @@ LANE_SETTLED_METHODS = ("can_allocate", "explain_never", "allocate", "blocks_nee
                         "num_tokens", "stats", "export", "check", "can_fork", "request_size")
 
 
+def settles_itself(method):
+    """Mark a lane manager's method as settling what it reads itself (or needing nothing
+    settled): :func:`settle_lane_before` leaves it unwrapped."""
+    method._settles = True
+    return method
+
+
 def settle_lane_before(cls: type) -> type:
     """Class decorator: wrap ``cls``'s own public methods so the decode lane is written back first.
 

@@ -69,7 +69,7 @@ import numpy as np
 
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
-                             grow_seq_arrays, settle_lane_before)
+                             grow_seq_arrays, settle_lane_before, settles_itself)
 
 # priv: 1 while no block of the sequence was ever shared (no prefix hit, no fork): its blocks
 # then hold exactly its L tokens and min(F, blocks x block_size) demand (free's fast path)
@@ -275,6 +275,7 @@ class PagedManager(KVCacheManager):
     def _prompt_blocks(self, spec: SeqSpec) -> int:
         return -(-spec.prompt_len // self.block_size)
 
+    @settles_itself
     def blocks_needed_to_allocate(self, spec: SeqSpec) -> int:
         """Reclaimable blocks ``allocate(spec)`` would consume (new blocks + revived LRU hits)."""
         return self._needed_to_allocate(spec, self._hits(spec, self._keys(spec)))
@@ -296,6 +297,7 @@ class PagedManager(KVCacheManager):
         avail = len(self._free) + len(self._lru)
         return Admit.OK if avail - self._needed_to_allocate(spec, hits) >= self.watermark_blocks else Admit.LATER
 
+    @settles_itself
     def can_allocate(self, spec: SeqSpec) -> Admit:
         return self._admit(spec, None)
 
@@ -305,6 +307,7 @@ class PagedManager(KVCacheManager):
                     f"the {self.num_blocks} blocks less the {self.watermark_blocks}-block watermark")
         return super().explain_never(spec)
 
+    @settles_itself
     def allocate(self, spec: SeqSpec) -> int:
         s = spec.seq_id
         if self.has_seq(s):
@@ -377,18 +380,25 @@ class PagedManager(KVCacheManager):
         """Blocks available to new use: free plus unreferenced cached (evictable) blocks."""
         return len(self._free) + len(self._lru)
 
+    @settles_itself
     def num_seq_blocks(self, seq_id: int) -> int:
         self._check_seq(seq_id)
+        self._settle_seq(seq_id)
         return int(self._nb[seq_id])
 
+    @settles_itself
     def block_table(self, seq_id: int) -> list[int]:
         self._check_seq(seq_id)
+        self._settle_seq(seq_id)
         return list(self._tables[seq_id])
 
+    @settles_itself
     def can_append(self, seq_id: int, n: int = 1) -> bool:
         self._check_seq(seq_id)
+        self._settle_seq(seq_id)
         return n <= 0 or self._needed(seq_id, n) <= self.num_free_blocks()
 
+    @settles_itself
     def append(self, seq_id: int, n: int = 1) -> None:
         self._check_seq(seq_id)
         if n <= 0:
@@ -479,9 +489,11 @@ class PagedManager(KVCacheManager):
     #
     # An ``append_batch(ids)`` with a new array syncs the members to ``ids`` (sequences that
     # left are dropped, new ones join in O(1) each) and remembers the array, so later steps with
-    # the very same object skip the comparison. Lengths and tail fills are written back
-    # (``_settle``) before any public method reads per-sequence state; a member that is freed,
-    # forked or appended to on its own leaves the lane first. Members need a private tail, room
+    # the very same object skip the comparison. Lengths and tail fills are written back lazily:
+    # a member that is freed, forked or appended to on its own leaves the lane first (writing its
+    # own state), methods that read one sequence settle that one (``_settle_seq``), and those
+    # that read them all (export, check) settle every member (``_settle``); admission never
+    # needs to (the methods marked ``@settles_itself``). Members need a private tail, room
     # below F and no prefix-key registration pending; a batch with any other sequence runs the
     # full path. ``lane_steps`` / ``lane_advance`` take many lane steps at once (macro steps);
     # everything gives exactly what the full path's ``append_batch`` calls would, up to which
@@ -492,14 +504,24 @@ class PagedManager(KVCacheManager):
     def _settle(self) -> None:
         """Write the members' lengths and tail fills back (the lane stays open)."""
         if self._lane_G != self._lane_settled:
-            ids = self._lane_ids  # steps run only on a synced lane: ids are the members
+            ids = self._lane_ids  # the members, unless some left since the last sync
+            if ids is None:
+                ids = np.fromiter(self._lane_mem, np.int64, len(self._lane_mem))
             L = self._lane_off[ids] + self._lane_G
             self._L[ids] = L
             self._filled[self._tail[ids]] = L - (self._nb[ids] - 1) * self.block_size
             self._lane_settled = self._lane_G
 
+    def _settle_seq(self, s: int) -> None:
+        """Write member ``s``'s length and tail fill back (no-op for non-members)."""
+        if s in self._lane_mem:
+            L = int(self._lane_off[s]) + self._lane_G
+            self._L[s] = L
+            self._filled[self._tail[s]] = L - (int(self._nb[s]) - 1) * self.block_size
+
     def _lane_leave(self, s: int) -> None:
-        """Member ``s`` is about to be changed on its own (settled state): it leaves the lane."""
+        """Member ``s`` is about to be changed on its own: it leaves the lane, state written."""
+        self._settle_seq(s)
         r = self._lane_mem.pop(s)
         del self._lane_bk[r][s]
         del self._lane_F[s]
@@ -521,7 +543,6 @@ class PagedManager(KVCacheManager):
             if self._lane_mem:
                 self._lane_drop()
             return False
-        self._settle()
         new = ids.tolist()
         mem = self._lane_mem
         if len(mem) != len(new) or any(s not in mem for s in new):
@@ -798,6 +819,7 @@ class PagedManager(KVCacheManager):
             self.append(s, 1)
 
     # ---- fork / free ---------------------------------------------------------------------
+    @settles_itself
     def fork(self, parent_id: int, child_id: int, child_final_len: int | None = None) -> None:
         self._check_seq(parent_id)
         if self.has_seq(child_id):
@@ -834,6 +856,7 @@ class PagedManager(KVCacheManager):
                 self._demand += new - int(self._dem[b])
                 self._dem[b] = new
 
+    @settles_itself
     def free(self, seq_id: int) -> None:
         self._check_seq(seq_id)
         if self._alloc_memo[0] == seq_id:
@@ -900,8 +923,10 @@ class PagedManager(KVCacheManager):
         self._counters["frees"] += 1
 
     # ---- reports -------------------------------------------------------------------------
+    @settles_itself
     def num_tokens(self, seq_id: int) -> int:
         self._check_seq(seq_id)
+        self._settle_seq(seq_id)
         return int(self._L[seq_id])
 
     def num_seqs(self) -> int:
