@@ -71,6 +71,14 @@ class StepBatch:
         self._prefill_tokens = tokens
         self._num_prefill = None
 
+    def set_prefill(self, seq_ids: np.ndarray, tokens: list[int], context: np.ndarray) -> None:
+        """The prefilling sequences, their new tokens (a list, summed here once) and their
+        context after this step."""
+        self.prefill_seq_ids = seq_ids
+        self._prefill_tokens = np.array(tokens, dtype=np.int64)
+        self._num_prefill = sum(tokens)
+        self.prefill_context = context
+
     @property
     def num_prefill_tokens(self) -> int:
         if self._num_prefill is None:  # summed once: the cost model and the recorder both ask

@@ -73,6 +73,7 @@ from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUs
 
 # priv: 1 while no block of the sequence was ever shared (no prefix hit, no fork): its blocks
 # then hold exactly its L tokens and min(F, blocks x block_size) demand (free's fast path)
+_OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER  # bound once: checked per admission
 _SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt", "priv", "lane_off")
 
 
@@ -262,6 +263,8 @@ class PagedManager(KVCacheManager):
         return keys
 
     def _hits(self, spec: SeqSpec, keys: list[tuple]) -> list[int]:
+        if not keys:
+            return []
         limit = max(spec.prompt_len - 1, 0) // self.block_size  # at most prompt_len - 1 cached tokens
         out = []
         for k in keys[:limit]:
@@ -291,11 +294,11 @@ class PagedManager(KVCacheManager):
         """``can_allocate`` on settled state; ``hits`` as ``_hits`` gives them (None: look up)."""
         if (spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len
                 or -(-spec.prompt_len // self.block_size) > self.num_blocks - self.watermark_blocks):
-            return Admit.NEVER
+            return _NEVER
         if hits is None:
             hits = self._hits(spec, self._keys(spec))
         avail = len(self._free) + len(self._lru)
-        return Admit.OK if avail - self._needed_to_allocate(spec, hits) >= self.watermark_blocks else Admit.LATER
+        return _OK if avail - self._needed_to_allocate(spec, hits) >= self.watermark_blocks else _LATER
 
     @settles_itself
     def can_allocate(self, spec: SeqSpec) -> Admit:
@@ -314,7 +317,7 @@ class PagedManager(KVCacheManager):
             raise ValueError(f"sequence {s} is already allocated")
         keys = self._keys(spec)
         hits = self._hits(spec, keys)
-        if self._admit(spec, hits) is not Admit.OK:  # can_allocate's check, on the same lookup
+        if self._admit(spec, hits) is not _OK:  # can_allocate's check, on the same lookup
             raise OutOfMemory(f"cannot admit sequence {s} now")
         bs = self.block_size
         F = max(spec.final_len, spec.prompt_len)

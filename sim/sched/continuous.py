@@ -42,6 +42,12 @@ from sim.memory.base import Admit, KVCacheManager, SeqSpec
 from sim.sched.state import RequestTable, Status
 
 _I64 = np.int64
+# plain ints and bound members: the hot path compares them per request (an IntEnum against a
+# numpy scalar, or an attribute lookup on an Enum class, costs a Python call each time)
+_WAITING, _RUNNING, _SWAPPED, _FINISHED, _REJECTED = (int(Status.WAITING), int(Status.RUNNING),
+                                                      int(Status.SWAPPED), int(Status.FINISHED),
+                                                      int(Status.REJECTED))
+_OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER
 
 
 class ContinuousScheduler:
@@ -111,7 +117,7 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- arrivals
     def add_arrival(self, i: int) -> None:
-        self.t.status[i] = Status.WAITING
+        self.t.status[i] = _WAITING
         self.waiting.append(i)
 
     @property
@@ -138,7 +144,7 @@ class ContinuousScheduler:
         return spec
 
     def _reject(self, i: int, reason: str) -> None:
-        self.t.status[i] = Status.REJECTED
+        self.t.status[i] = _REJECTED
         self.t.reject_reason[i] = reason
         self.num_rejected += 1
 
@@ -258,18 +264,18 @@ class ContinuousScheduler:
             return "budget", 0
         spec = self._spec(i, target)
         adm = self.mgr.can_allocate(spec)
-        if adm is Admit.NEVER:
+        if adm is _NEVER:
             self.waiting.popleft()
             self._reject(i, self._never_reason(i))
             return "rejected", 0
-        if adm is Admit.LATER:
+        if adm is _LATER:
             self.demand_waiting = True
             return "memory", 0
         self.waiting.popleft()
         cached = int(self.mgr.allocate(spec))
         cached = min(cached, target - 1)  # the last prompt token is always computed
         t.prefilled[i] = cached
-        t.status[i] = Status.RUNNING
+        t.status[i] = _RUNNING
         self.running.append(i)
         self.running_seqs += 1  # children join at fork time
         todo = target - cached
@@ -295,7 +301,7 @@ class ContinuousScheduler:
             ok = True
             done = []
             for sp in specs:
-                if self.mgr.can_allocate(sp) is not Admit.OK:
+                if self.mgr.can_allocate(sp) is not _OK:
                     ok = False
                     break
                 self.mgr.allocate(sp)
@@ -311,7 +317,7 @@ class ContinuousScheduler:
             tokens = sum(lens)
             self.swap_used -= tokens
             batch.swap_in_tokens += tokens
-            t.status[i] = Status.RUNNING
+            t.status[i] = _RUNNING
             self.running.append(i)
             self.running_seqs += len(seqs)
             self._join(i)
@@ -337,7 +343,7 @@ class ContinuousScheduler:
             self.swapped_tokens[i] = lens
             self.swap_used += sum(lens)
             batch.swap_out_tokens += sum(lens)
-            t.status[i] = Status.SWAPPED
+            t.status[i] = _SWAPPED
             self.swapped.append(i)
             return
         if self.swap:
@@ -350,7 +356,7 @@ class ContinuousScheduler:
         if i in t.seqs:  # the group restarts as one sequence and re-forks after its prefill
             del t.seqs[i]
             t.forked[i] = False
-        t.status[i] = Status.WAITING
+        t.status[i] = _WAITING
         self.waiting.appendleft(i)
 
     def _make_decode_room(self, batch: StepBatch) -> None:
@@ -370,9 +376,7 @@ class ContinuousScheduler:
             self._admit_waiting(self.max_batched, False, pre_ids, pre_tok)
         if pre_ids:  # prefill-first: this iteration runs the new prompts only
             ids = np.array(pre_ids, _I64)
-            batch.prefill_seq_ids = ids
-            batch.prefill_tokens = np.array(pre_tok, _I64)
-            batch.prefill_context = self.t.prefilled[ids].copy()
+            batch.set_prefill(ids, pre_tok, self.t.prefilled[ids])
             return batch
         self._decode_into(batch)
         return batch
@@ -449,7 +453,7 @@ class ContinuousScheduler:
             if target > self.max_batched:
                 return None
             adm = self.mgr.can_allocate(self._spec(i, target))
-            if adm is not Admit.LATER:
+            if adm is not _LATER:
                 return None
             outcome = "memory"
         self._blocked = (i, self._free_epoch, outcome)
@@ -557,9 +561,7 @@ class ContinuousScheduler:
             budget = self._admit_waiting(budget, True, pre_ids, pre_tok)
         if pre_ids:
             ids = np.array(pre_ids, _I64)
-            batch.prefill_seq_ids = ids
-            batch.prefill_tokens = np.array(pre_tok, _I64)
-            batch.prefill_context = t.prefilled[ids].copy()
+            batch.set_prefill(ids, pre_tok, t.prefilled[ids])
         return batch
 
     # ---------------------------------------------------------------- after the iteration
@@ -571,7 +573,7 @@ class ContinuousScheduler:
             self._decode_itl(now)
             finished.extend(self._decoded())
         for i in batch.prefill_seq_ids.tolist():
-            if t.prefilled[i] < t.target[i] or t.status[i] != Status.RUNNING:
+            if t.prefilled[i] < t.target[i] or t.status[i] != _RUNNING:
                 continue
             t.generated[i] += 1
             if np.isnan(t.first_token_s[i]):
@@ -640,7 +642,7 @@ class ContinuousScheduler:
         self.running_seqs -= len(seqs)
         self.running.remove(i)
         t.seqs.pop(i, None)
-        t.status[i] = Status.FINISHED
+        t.status[i] = _FINISHED
         t.finish_s[i] = now
 
     def check(self) -> None:
