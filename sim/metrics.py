@@ -12,6 +12,8 @@ for the median and p99, so a million-request run needs no per-token storage.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pandas as pd
 
@@ -74,11 +76,14 @@ class StepRecorder:
             return
         n0 = self._written
         self._grow(n0 + k)
-        self._f[n0:n0 + k] = self._pf
-        self._i[n0:n0 + k, :5] = self._pi
-        self._i[n0:n0 + k, 5:] = self._pm
+
+        def rows(buf, dtype, width):  # tuples -> a (k, width) array, flattened in C
+            return np.fromiter(chain.from_iterable(buf), dtype, k * width).reshape(k, width)
+        self._f[n0:n0 + k] = rows(self._pf, np.float64, 2)
+        self._i[n0:n0 + k, :5] = rows(self._pi, np.int64, 5)
+        self._i[n0:n0 + k, 5:] = rows(self._pm, np.int64, 6)
         if self._blk is not None:
-            self._blk[n0:n0 + k] = self._pb
+            self._blk[n0:n0 + k] = rows(self._pb, np.int64, 2)
         self._written = n0 + k
         self._pf, self._pi, self._pm, self._pb = [], [], [], []
 
