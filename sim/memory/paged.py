@@ -548,20 +548,19 @@ class PagedManager(KVCacheManager):
             return False
         new = ids.tolist()
         mem = self._lane_mem
-        if len(mem) != len(new) or any(s not in mem for s in new):
-            keep = set(new)
+        keep = set(new)
+        if mem.keys() != keep:  # (set comparisons run in C)
             if len(keep) != len(new):
                 self._lane_drop()  # duplicates: the full path reports them
                 return False
-            for s in [s for s in mem if s not in keep]:
+            for s in mem.keys() - keep:
                 self._lane_leave(s)
             G, bs = self._lane_G, self.block_size
             active, L_, F_, nb_, tail_, ref, klim = (self._active, self._L, self._F, self._nb, self._tail,
                                                      self._ref, self._klimit)
             keyed = self._seq_keys
-            for s in new:
-                if s in mem:
-                    continue
+            joining = keep - mem.keys()
+            for s in (sorted(joining, key=new.index) if len(joining) < 8 else [s for s in new if s in joining]):
                 if not (0 <= s < len(active) and active[s]):
                     self._lane_drop()
                     return False

@@ -33,6 +33,7 @@ sequences of a request advance in lockstep and finish together at ``output_token
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 import numpy as np
@@ -576,7 +577,7 @@ class ContinuousScheduler:
             if t.prefilled[i] < t.target[i] or t.status[i] != _RUNNING:
                 continue
             t.generated[i] += 1
-            if np.isnan(t.first_token_s[i]):
+            if math.isnan(t.first_token_s[i]):
                 t.first_token_s[i] = now
             else:  # a recompute: the gap since the last token is an inter-token latency
                 self._record_itl(np.array([now - t.last_token_s[i]]), np.array([1]))
