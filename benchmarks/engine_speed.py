@@ -23,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -71,9 +69,14 @@ def main() -> None:
         step, _ = timed(cfg, trace, macro_steps=False)
         base, _ = timed(cfg, trace, no_lane=True)
         print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb: "
-              f"{wall:.2f} s wall, engine {s['wall_time_s']:.2f} s, {s['num_steps']} steps, "
-              f"{len(trace) / wall:,.0f} simulated req/s; step by step (macro_steps=False) {step:.2f} s; "
+              f"{wall:.2f} s wall ({wall / len(trace) * 1e6:.0f} us/request), engine {s['wall_time_s']:.2f} s, "
+              f"{s['num_steps']} steps, {len(trace) / wall:,.0f} simulated req/s; "
+              f"step by step (macro_steps=False) {step:.2f} s (x{step / wall:.2f}); "
               f"without the decode lane (and so without macro steps) {base:.2f} s (x{base / wall:.2f})")
+        for system in ("orca-max", "orca-oracle", "token"):
+            c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
+            w, s2 = timed(c, trace)
+            print(f"  same trace, --system {system}: {w:.2f} s wall, {s2['num_steps']} steps")
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
 
@@ -87,7 +90,8 @@ def main() -> None:
         wall, s = timed(cfg, trace)
         rows.append((n, wall))
         print(f"sharegpt {n:>9,} requests at 20 req/s, vllm opt-13b a100-80gb: {wall:7.2f} s wall, "
-              f"{n / wall:,.0f} req/s, {s['num_steps']:,} steps, peak RSS {peak_rss_mb():,.0f} MB")
+              f"{n / wall:,.0f} req/s ({wall / n * 1e6:.0f} us/request), {s['num_steps']:,} steps, "
+              f"peak RSS {peak_rss_mb():,.0f} MB")
     # decode-heavy stretches (few arrivals per iteration): where macro steps pay off
     trace = make_workload("sharegpt", rate=1.0, num_requests=2000, seed=0)
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
@@ -98,8 +102,8 @@ def main() -> None:
     if len(rows) > 1:
         n0, w0 = rows[0]
         for n, w in rows[1:]:
-            print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time")
-    _ = np  # numpy imported for users extending the script
+            print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time "
+                  f"(1M at this rate: {w / n * 1e6:.0f} s; target < 60 s)")
 
 
 if __name__ == "__main__":

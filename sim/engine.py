@@ -14,8 +14,10 @@ The executor is the only thing the GPU mode swaps: ``gpu/executor.py`` implement
 
 Macro steps (``Engine(..., macro_steps=True)``, the default; ``run_simulation(...,
 macro_steps=False)`` and ``--check`` run step by step): between changes of the decode set,
-pure decode iterations are predictable, so the engine takes a stretch of them at once (see
-``_macro``). Only with the :class:`SimulatedExecutor` over the roofline or table cost model
+pure decode iterations are predictable, so the engine takes a stretch of them at once, up to
+and including the iteration in which the next request finishes (see ``_macro``). A stretch
+may start right after a finish when the scheduler's probe shows the queue head still cannot
+be admitted. Only with the :class:`SimulatedExecutor` over the roofline or table cost model
 and a manager with a decode lane; every other executor sees every iteration. Results are the
 same as step by step: identical integers and decisions, times equal up to float summation
 order in the unrecorded sums (``tests/sim/test_macro_steps.py``).
@@ -145,13 +147,15 @@ class Engine:
         self.end_s = env.now
 
     # -- macro steps ---------------------------------------------------------------------
-    # Between changes of the decode set, pure decode iterations are predictable: no request
-    # finishes before the first one's last token, the manager's lane says how many appends
-    # fit, and arrivals either end the stretch (empty queue: the next boundary admits them)
-    # or only join a queue whose head stays blocked. Such a stretch runs as one macro step:
-    # the manager advances m lane steps at once, the cost model prices m steps vectorized,
-    # the recorder appends m rows, and SimPy waits once. Step boundaries are the same float
-    # sums as step by step (start + dt, in order), so decisions and times are identical.
+    # Between changes of the decode set, pure decode iterations are predictable: the next
+    # finish is known (the scheduler's heap), the manager's lane says how many appends fit,
+    # and arrivals either end the stretch (empty queue: the next boundary admits them) or only
+    # join a queue whose head stays blocked. Such a stretch runs as one macro step: the manager
+    # advances m lane steps, the cost model prices the m steps, the recorder takes m rows, and
+    # SimPy waits once; then the scheduler finishes the requests the last step completed
+    # (``macro_complete``), as ``complete_step`` would. Short stretches (the common case under
+    # load) are planned with scalar Python, long ones with numpy. Step boundaries are the same
+    # float sums as step by step (start + dt, in order), so decisions and times are identical.
     def _macro_pricer(self):
         ex = self.executor
         if type(ex) is not SimulatedExecutor:
