@@ -143,6 +143,19 @@ class StepRecorder:
             if self._blk is not None:
                 self._blk[n:n + m] = blk
             self._written = n + m
+        elif isinstance(mem, list):  # short stretches: the per-step sums of ``add``, in order
+            blk_sum, mem_sum = self._blk_sum, self._mem_sum
+            busy, rw = self.busy_s, self.running_weighted
+            for j, dt in enumerate(dts):
+                if blk is not None and self.block_usage is not None:
+                    used, logical = blk[j]
+                    blk_sum[0] += used * dt
+                    blk_sum[1] += logical * dt
+                busy += dt
+                mem_sum = [a + b * dt for a, b in zip(mem_sum, mem[j])]
+                rw += running * dt
+            self._mem_sum, self.busy_s, self.running_weighted = mem_sum, busy, rw
+            self.decode_tokens += width * m
         else:
             dts = np.asarray(dts, np.float64)
             mem = np.asarray(mem, np.int64)
