@@ -111,6 +111,7 @@ def test_macro_steps_equal_step_by_step(system, kw, tkw, seed):
     if system != "static" and "beam_width" not in tkw.get("width", {}):
         assert b[3] > 0
     assert_same(a, run(cfg, trace, macro=True, min_steps=Engine.MACRO_MIN_STEPS))
+    assert_same(a, run(cfg, trace, macro=True, min_steps=8))
     c = run(cfg, trace, macro=True)  # deterministic run to run
     assert c[3] == b[3]
     pd.testing.assert_frame_equal(c[1], b[1])
