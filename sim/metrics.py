@@ -118,7 +118,7 @@ class StepRecorder:
         m = len(dts)
         if self.keep_rows and isinstance(mem, list):
             self._pf.extend(zip(starts, dts))
-            if isinstance(waiting, list):
+            if isinstance(waiting, (list, np.ndarray)):
                 self._pi.extend([(width, 0, width, w, running) for w in waiting])
             else:
                 self._pi.extend([(width, 0, width, waiting, running)] * m)

@@ -502,7 +502,7 @@ class PagedManager(KVCacheManager):
     # everything gives exactly what the full path's ``append_batch`` calls would, up to which
     # free block goes to which crossing sequence (the lane takes them in join order).
     decode_lane = True  # False: every append_batch runs the full path (the lane's reference)
-    SCALAR_LANE_MAX = 48  # lane_advance: up to this many steps one by one in scalars
+    SCALAR_LANE_CROSSINGS = 96  # lane_advance: up to about this many crossings in scalars
 
     def _settle(self) -> None:
         """Write the members' lengths and tail fills back (the lane stays open)."""
@@ -666,7 +666,9 @@ class PagedManager(KVCacheManager):
         would. Returns the per-step usage rows (m x 6, after each step's append, as
         ``usage(demand_waiting).as_tuple()``) and block usage rows (m x 2, ``block_usage()``)."""
         bs = self.block_size
-        if m <= self.SCALAR_LANE_MAX:  # short stretches: step by step in scalars (tiny numpy calls cost more)
+        # few crossings (short stretches, big blocks): step by step in scalars, as tiny numpy
+        # calls cost more; many (long stretches, small blocks, wide batches): vectorized
+        if m * len(self._lane_mem) <= self.SCALAR_LANE_CROSSINGS * bs:
             mem, blk = [], []
             nb, lo = self.num_blocks, self.leftover
             for _ in range(m):
