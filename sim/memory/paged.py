@@ -548,19 +548,23 @@ class PagedManager(KVCacheManager):
             return False
         new = ids.tolist()
         mem = self._lane_mem
-        keep = set(new)
-        if mem.keys() != keep:  # (set comparisons run in C)
+        n = len(mem)
+        joining = new[n:]
+        # usually the members in join order (some freed since), then the joiners at the end
+        if new[:n] != list(mem) or any(s in mem for s in joining) or len(set(joining)) != len(joining):
+            keep = set(new)
             if len(keep) != len(new):
                 self._lane_drop()  # duplicates: the full path reports them
                 return False
             for s in mem.keys() - keep:
                 self._lane_leave(s)
+            joining = [s for s in new if s not in mem]
+        if joining:
             G, bs = self._lane_G, self.block_size
             active, L_, F_, nb_, tail_, ref, klim = (self._active, self._L, self._F, self._nb, self._tail,
                                                      self._ref, self._klimit)
             keyed = self._seq_keys
-            joining = keep - mem.keys()
-            for s in (sorted(joining, key=new.index) if len(joining) < 8 else [s for s in new if s in joining]):
+            for s in joining:
                 if not (0 <= s < len(active) and active[s]):
                     self._lane_drop()
                     return False
