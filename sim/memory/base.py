@@ -62,7 +62,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 
 class Admit(enum.Enum):
@@ -73,9 +73,9 @@ class Admit(enum.Enum):
     NEVER = "never"
 
 
-@dataclass(frozen=True)
-class SeqSpec:
-    """What a manager needs to know about a sequence when it is admitted."""
+class SeqSpec(NamedTuple):
+    """What a manager needs to know about a sequence when it is admitted (immutable; a
+    NamedTuple because the scheduler builds one for every admission attempt)."""
 
     seq_id: int
     prompt_len: int  # tokens to hold before decoding (prompt, or prompt + generated on recompute)
