@@ -96,7 +96,8 @@ def register(sub) -> None:
     o.add_argument("--no-steps", action="store_true", help="keep only running sums, not one row per iteration")
     o.add_argument("--report", action="store_true", help="also write DIR/report.html")
     o.add_argument("--check", action="store_true", default=None,
-                   help="assert invariants at every iteration (slow)")
+                   help="assert invariants at every iteration: memory, manager and scheduler state, "
+                        "recomputed from scratch (slow; no macro steps)")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar on runs longer than 2 s")
