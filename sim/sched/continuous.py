@@ -91,9 +91,9 @@ class ContinuousScheduler:
         # they leave. Last-token times: every member got its last token at the last decode step
         # (lt_main), except those joined since (lt_extra: their own time and width).
         self._K = 0
-        self._dm: dict[int, int] = {}  # member -> its goff
-        self._dwid: dict[int, int] = {}  # member -> its sequences
-        self._dW = 0
+        self._dec_goff: dict[int, int] = {}  # member -> goff (generated - K), in join order
+        self._dec_width: dict[int, int] = {}  # member -> its sequences (n, beams, or 1)
+        self._dec_nseq = 0  # sum of the widths: the decode batch's sequences
         self._ctx_base = 0
         self._fin: list[tuple[int, int, int, int]] = []  # heap: (K at finish, join order, request, goff)
         self._joins = 0
@@ -162,9 +162,9 @@ class ContinuousScheduler:
         g = int(t.generated[i])
         goff = g - self._K
         w = len(t.seq_ids(i))
-        self._dm[i] = goff
-        self._dwid[i] = w
-        self._dW += w
+        self._dec_goff[i] = goff
+        self._dec_width[i] = w
+        self._dec_nseq += w
         self._ctx_base += w * (int(t.prompt[i]) + goff)
         self._joins += 1
         heapq.heappush(self._fin, (int(t.output[i]) - goff, self._joins, i, goff))
@@ -177,9 +177,9 @@ class ContinuousScheduler:
         """Request i leaves the decode set (finished, preempted or swapped out): its table row
         gets its lockstep progress."""
         t = self.t
-        goff = self._dm.pop(i)
-        w = self._dwid.pop(i)
-        self._dW -= w
+        goff = self._dec_goff.pop(i)
+        w = self._dec_width.pop(i)
+        self._dec_nseq -= w
         self._ctx_base -= w * (int(t.prompt[i]) + goff)
         t.generated[i] = goff + self._K
         extra = self._lt_extra.pop(i, None)
@@ -196,37 +196,37 @@ class ContinuousScheduler:
             t = self.t
             if t.seqs:
                 seqs: list[int] = []
-                for i in self._dm:
+                for i in self._dec_goff:
                     seqs.extend(t.seq_ids(i))
                 self._dseqs = np.array(seqs, dtype=_I64)
             else:
-                self._dseqs = np.fromiter(self._dm, _I64, len(self._dm))
+                self._dseqs = np.fromiter(self._dec_goff, _I64, len(self._dec_goff))
             self._dseqs_stale = False
         return self._dseqs
 
     def _rem_min(self) -> int:
         """Decode steps until the next member finishes (0 with no member)."""
-        h, dm = self._fin, self._dm
+        h, dm = self._fin, self._dec_goff
         while h and dm.get(h[0][2]) != h[0][3]:
             heapq.heappop(h)  # left (or rejoined since)
         return h[0][0] - self._K if h else 0
 
     def _decode_context_sum(self) -> int:
-        return self._ctx_base + self._K * self._dW
+        return self._ctx_base + self._K * self._dec_nseq
 
     def _decode_context(self) -> np.ndarray:
         """Per-sequence context (after this step's token) for executors that need the array."""
         t, K = self.t, self._K
-        ctx = [int(t.prompt[i]) + goff + K for i, goff in self._dm.items()]
+        ctx = [int(t.prompt[i]) + goff + K for i, goff in self._dec_goff.items()]
         if t.seqs:
-            ctx = [c for c, w in zip(ctx, self._dwid.values()) for _ in range(w)]
+            ctx = [c for c, w in zip(ctx, self._dec_width.values()) for _ in range(w)]
         return np.array(ctx, dtype=_I64)
 
     def _decode_itl(self, end: float) -> None:
         """The inter-token latencies of a decode step ending at ``end``."""
         extra = self._lt_extra
         if extra:
-            main = self._dW
+            main = self._dec_nseq
             for T, w in extra.values():
                 self._itl_scalars.append(end - T)
                 self._itl_scalar_w.append(w)
@@ -237,7 +237,7 @@ class ContinuousScheduler:
                 self._itl_scalar_w.append(main)
         else:
             self._itl_scalars.append(end - self._lt_main)
-            self._itl_scalar_w.append(self._dW)
+            self._itl_scalar_w.append(self._dec_nseq)
         self._lt_main = end
         if len(self._itl_scalars) > 65536:
             self.itl_stats()  # fold into the histogram: memory stays flat on long runs
@@ -328,7 +328,7 @@ class ContinuousScheduler:
     def _preempt_last(self, batch: StepBatch) -> None:
         t = self.t
         i = self.running.pop()
-        if i in self._dm:
+        if i in self._dec_goff:
             self._leave(i)
         self._free_epoch += 1
         seqs = t.seq_ids(i)
@@ -361,7 +361,7 @@ class ContinuousScheduler:
         self.waiting.appendleft(i)
 
     def _make_decode_room(self, batch: StepBatch) -> None:
-        while self._dm and not self.mgr.can_append_batch(self._dec_seqs):
+        while self._dec_goff and not self.mgr.can_append_batch(self._dec_seqs):
             self._preempt_last(batch)
 
     # ---------------------------------------------------------------- one iteration
@@ -385,7 +385,7 @@ class ContinuousScheduler:
     def _decode_into(self, batch: StepBatch) -> None:
         """Make room (preempting if needed) and append one token to every decoding sequence."""
         self._make_decode_room(batch)
-        if self._dm:
+        if self._dec_goff:
             forked = bool(self.t.seqs)
             copies0 = self.mgr.num_cow_copies() if forked else 0
             self.mgr.append_batch(self._dec_seqs)
@@ -423,7 +423,7 @@ class ContinuousScheduler:
             dw = b[2] == "memory"
         if self._n_beam and self.beam_churn > 0:
             return None  # beams die and fork at random every step
-        if not self._dm or len(self._dm) != len(self.running):
+        if not self._dec_goff or len(self._dec_goff) != len(self.running):
             return None  # nothing decodes, or some request is still in its prefill
         seqs = self._dec_seqs
         W = len(seqs)
@@ -466,12 +466,12 @@ class ContinuousScheduler:
 
     def macro_context_sums(self, m: int) -> np.ndarray:
         """``decode_context_sum`` of the next ``m`` decode steps."""
-        return self._decode_context_sum() + np.arange(m, dtype=_I64) * self._dW
+        return self._decode_context_sum() + np.arange(m, dtype=_I64) * self._dec_nseq
 
     def macro_apply(self, m: int, bounds: list[float]) -> None:
         """Account ``m`` decode steps planned by :meth:`macro_plan`; ``bounds[j]`` is step j's
         start and ``bounds[m]`` the last one's end (the manager advanced its lane itself)."""
-        W = self._dW
+        W = self._dec_nseq
         if not self.waiting and self._may_admit():
             self._blocked = None
         ends = bounds[1:m + 1]  # a list of floats
@@ -492,7 +492,7 @@ class ContinuousScheduler:
 
     def _decoded(self) -> list[int]:
         """The members that reached their output length (in join order), out of the set."""
-        h, dm, K = self._fin, self._dm, self._K
+        h, dm, K = self._fin, self._dec_goff, self._K
         out = []
         while h and h[0][0] <= K:
             _, _, i, goff = heapq.heappop(h)
@@ -651,18 +651,18 @@ class ContinuousScheduler:
         definitions, recomputed from scratch (AssertionError names what drifted)."""
         t, K = self.t, self._K
         running = set(self.running)
-        assert set(self._dm) <= running, "a decode-set member is not running"
-        widths = {i: len(t.seq_ids(i)) for i in self._dm}
-        assert self._dwid == widths and self._dW == sum(widths.values()), "decode-set widths drifted"
-        ctx = sum(w * (int(t.prompt[i]) + self._dm[i] + K) for i, w in widths.items())
+        assert set(self._dec_goff) <= running, "a decode-set member is not running"
+        widths = {i: len(t.seq_ids(i)) for i in self._dec_goff}
+        assert self._dec_width == widths and self._dec_nseq == sum(widths.values()), "decode-set widths drifted"
+        ctx = sum(w * (int(t.prompt[i]) + self._dec_goff[i] + K) for i, w in widths.items())
         assert self._decode_context_sum() == ctx, "decode context sum drifted"
         live = {(h[2], h[3]): h[0] for h in self._fin}
-        for i, goff in self._dm.items():
+        for i, goff in self._dec_goff.items():
             g = goff + K
             assert t.status[i] == Status.RUNNING and 1 <= g < int(t.output[i]), f"member {i}: generated {g}"
             assert live.get((i, goff)) == int(t.output[i]) - goff, f"member {i}: finish step drifted"
         if not self._dseqs_stale:
-            seqs = [s for i in self._dm for s in t.seq_ids(i)]
+            seqs = [s for i in self._dec_goff for s in t.seq_ids(i)]
             assert self._dseqs.tolist() == seqs, "decode-set sequence array drifted"
         b = self._blocked
         if (b is not None and self.waiting and b[0] == self.waiting[0] and b[1] == self._free_epoch
