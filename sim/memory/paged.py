@@ -71,9 +71,10 @@ from sim.errors import ConfigError, OutOfMemory
 from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
                              grow_seq_arrays, settle_lane_before, settles_itself)
 
-# priv: 1 while no block of the sequence was ever shared (no prefix hit, no fork): its blocks
-# then hold exactly its L tokens and min(F, blocks x block_size) demand (free's fast path)
 _OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER  # bound once: checked per admission
+# per-sequence arrays. priv: 1 while no block of the sequence was ever shared (no prefix hit,
+# no fork): its blocks then hold exactly its L tokens and min(F, blocks x block_size) demand
+# (free's fast path). lane_off: see the decode lane
 _SEQ_FIELDS = ("L", "F", "nb", "tail", "klimit", "prompt", "priv", "lane_off")
 
 
