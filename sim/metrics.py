@@ -99,16 +99,19 @@ class StepRecorder:
             if len(self._pf) >= self.FLUSH_ROWS:
                 self._flush()
         else:
-            if self.block_usage is not None:
-                used, logical = self.block_usage()
-                self._blk_sum[0] += used * dt
-                self._blk_sum[1] += logical * dt
-            self.busy_s += dt
-            self._mem_sum = [a + b * dt for a, b in zip(self._mem_sum, mem)]
-            self.running_weighted += running * dt
+            self._sum_row(dt, running, mem, self.block_usage() if self.block_usage is not None else None)
             self.prefill_tokens += pre
             self.decode_tokens += dec
         self.n += 1
+
+    def _sum_row(self, dt: float, running: int, mem, blk) -> None:
+        """One unrecorded iteration into the running sums (``blk``: (used, logical) or None)."""
+        if blk is not None:
+            self._blk_sum[0] += blk[0] * dt
+            self._blk_sum[1] += blk[1] * dt
+        self.busy_s += dt
+        self._mem_sum = [a + b * dt for a, b in zip(self._mem_sum, mem)]
+        self.running_weighted += running * dt
 
     def add_many(self, starts, dts, width: int, waiting, running: int, mem, blk) -> None:
         """``len(dts)`` pure decode iterations of ``width`` sequences at once (macro steps):
@@ -144,17 +147,9 @@ class StepRecorder:
                 self._blk[n:n + m] = blk
             self._written = n + m
         elif isinstance(mem, list):  # short stretches: the per-step sums of ``add``, in order
-            blk_sum, mem_sum = self._blk_sum, self._mem_sum
-            busy, rw = self.busy_s, self.running_weighted
+            has_blk = blk is not None and self.block_usage is not None
             for j, dt in enumerate(dts):
-                if blk is not None and self.block_usage is not None:
-                    used, logical = blk[j]
-                    blk_sum[0] += used * dt
-                    blk_sum[1] += logical * dt
-                busy += dt
-                mem_sum = [a + b * dt for a, b in zip(mem_sum, mem[j])]
-                rw += running * dt
-            self._mem_sum, self.busy_s, self.running_weighted = mem_sum, busy, rw
+                self._sum_row(dt, running, mem[j], blk[j] if has_blk else None)
             self.decode_tokens += width * m
         else:
             dts = np.asarray(dts, np.float64)

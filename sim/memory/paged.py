@@ -211,6 +211,16 @@ class PagedManager(KVCacheManager):
         self._used += k
         return out
 
+    def _extend_tables(self, seqs, new: list[int], new_arr: np.ndarray, demands: np.ndarray) -> None:
+        """Fresh blocks ``new`` (``new_arr`` as an array) become the next table entry of
+        ``seqs`` (in the same order), with demands ``demands`` (the vectorized crossings)."""
+        self._dem[new_arr] = demands
+        self._demand += int(demands.sum())
+        self._logical += len(new)
+        tables = self._tables
+        for s, b in zip(seqs, new):
+            tables[s].append(b)
+
     def _unshare(self, b: int, seq_id: int) -> None:
         """``seq_id`` left partially filled shared block ``b``: its demand is the others' max."""
         sh = self._sharers.get(b)
@@ -605,7 +615,6 @@ class PagedManager(KVCacheManager):
         if not k:
             return
         new = self._pop_blocks(k)
-        self._logical += k
         if k > 32:  # many crossings (small blocks, wide batches): vectorized
             S = np.fromiter(bucket, np.int64, k)
             nb = np.array(new, dtype=np.int64)
@@ -613,15 +622,11 @@ class PagedManager(KVCacheManager):
             self._filled[nb] = 0
             self._filled[self._tail[S]] = bs  # the old tails are full now
             idx = self._nb[S]  # table index of the new block
-            d = np.minimum(self._F[S] - idx * bs, bs)
-            self._dem[nb] = d
-            self._demand += int(d.sum())
+            self._extend_tables(bucket, new, nb, np.minimum(self._F[S] - idx * bs, bs))
             self._nb[S] = idx + 1
             self._tail[S] = nb
-            tables = self._tables
-            for s_, b in zip(bucket, new):
-                tables[s_].append(b)
             return
+        self._logical += k
         ref, filled, dem, tail, nbs, tables, F = (self._ref, self._filled, self._dem, self._tail, self._nb,
                                                   self._tables, self._lane_F)
         dsum = 0
@@ -720,12 +725,7 @@ class PagedManager(KVCacheManager):
                 if k_rest:
                     self._nb[one[:k_rest]] += 1
                 self._tail[S[K - n1:]] = nbarr[K - n1:]
-            self._dem[nbarr] = d
-            self._demand += int(d.sum())
-            self._logical += K
-            tables = self._tables
-            for s_, b in zip(S.tolist(), new):
-                tables[s_].append(b)
+            self._extend_tables(S.tolist(), new, nbarr, d)
             cnt = np.cumsum(steplens)
             dc = np.cumsum(d)
             dcum = np.where(cnt > 0, dc[np.maximum(cnt - 1, 0)], 0)
@@ -808,16 +808,10 @@ class PagedManager(KVCacheManager):
             b_ids = ids[bnd]
             new = self._take_many(k)  # free list first, then LRU evictions
             nb = np.asarray(new, dtype=np.int64)
-            d = np.minimum(F[bnd] - L[bnd], bs)
             self._filled[nb] = 1
-            self._dem[nb] = d
-            self._demand += int(d.sum())
+            self._extend_tables(b_ids.tolist(), new, nb, np.minimum(F[bnd] - L[bnd], bs))
             self._token_states += k
-            tables = self._tables
-            for s, b in zip(b_ids.tolist(), new):
-                tables[s].append(b)
             self._nb[b_ids] += 1
-            self._logical += k
             self._tail[b_ids] = nb
             self._L[b_ids] += 1
             done = fast | bnd

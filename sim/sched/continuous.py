@@ -243,35 +243,47 @@ class ContinuousScheduler:
             self.itl_stats()  # fold into the histogram: memory stays flat on long runs
 
     # ---------------------------------------------------------------- admission
-    def _try_admit(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, int]:
-        """Admit waiting request i. Returns (outcome, prefill tokens scheduled)."""
+    def _admission(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, SeqSpec | None]:
+        """Whether waiting request i can be admitted now, without changing anything: ``ok``
+        (with its spec), ``full`` (max_num_seqs), ``budget`` (this iteration's token budget),
+        ``memory`` (may fit later), or a reason to reject it (``width``, ``batched``, ``never``)."""
         t = self.t
         width = int(t.width[i])
         if width > 1 and not self.fork_ok:
-            self.waiting.popleft()
-            self._reject(i, f"parallel sampling / beam search (width {width}) needs a manager that "
-                            "shares blocks (paged); this one would copy whole reservations")
-            return "rejected", 0
+            return "width", None
         if self.running_seqs + width > self.max_num_seqs:
-            return "full", 0
+            return "full", None
         target = int(t.target[i])
         if chunk_limit is None and target > self.max_batched:
-            self.waiting.popleft()
-            self._reject(i, f"prompt of {target} tokens exceeds max_num_batched_tokens={self.max_batched}")
-            return "rejected", 0
-        if chunk_limit is None and target > budget_left:
-            return "budget", 0
-        if chunk_limit is not None and budget_left <= 0:
-            return "budget", 0
+            return "batched", None
+        if (target > budget_left) if chunk_limit is None else (budget_left <= 0):
+            return "budget", None
         spec = self._spec(i, target)
         adm = self.mgr.can_allocate(spec)
         if adm is _NEVER:
+            return "never", None
+        return ("memory", None) if adm is _LATER else ("ok", spec)
+
+    def _try_admit(self, i: int, budget_left: int, chunk_limit: int | None) -> tuple[str, int]:
+        """Admit waiting request i. Returns (outcome, prefill tokens scheduled)."""
+        t = self.t
+        outcome, spec = self._admission(i, budget_left, chunk_limit)
+        if outcome in ("width", "batched", "never"):
             self.waiting.popleft()
-            self._reject(i, self._never_reason(i))
+            if outcome == "width":
+                self._reject(i, f"parallel sampling / beam search (width {int(t.width[i])}) needs a manager "
+                                "that shares blocks (paged); this one would copy whole reservations")
+            elif outcome == "batched":
+                self._reject(i, f"prompt of {int(t.target[i])} tokens exceeds "
+                                f"max_num_batched_tokens={self.max_batched}")
+            else:
+                self._reject(i, self._never_reason(i))
             return "rejected", 0
-        if adm is _LATER:
-            self.demand_waiting = True
-            return "memory", 0
+        if outcome != "ok":
+            if outcome == "memory":
+                self.demand_waiting = True
+            return outcome, 0
+        target = spec.prompt_len
         self.waiting.popleft()
         cached = int(self.mgr.allocate(spec))
         cached = min(cached, target - 1)  # the last prompt token is always computed
@@ -443,20 +455,9 @@ class ContinuousScheduler:
         if self.chunked:
             return None
         i = self.waiting[0]
-        t = self.t
-        width = int(t.width[i])
-        if width > 1 and not self.fork_ok:
+        outcome, _ = self._admission(i, self.max_batched, None)  # a pass starts with the full budget
+        if outcome not in ("memory", "full"):
             return None
-        if self.running_seqs + width > self.max_num_seqs:
-            outcome = "full"
-        else:
-            target = int(t.target[i])
-            if target > self.max_batched:
-                return None
-            adm = self.mgr.can_allocate(self._spec(i, target))
-            if adm is not _LATER:
-                return None
-            outcome = "memory"
         self._blocked = (i, self._free_epoch, outcome)
         return self._blocked
 
