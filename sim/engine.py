@@ -46,6 +46,17 @@ class SimulatedExecutor:
         return self.cost_model.step_time(batch)
 
 
+def _delay_to(now: float, end: float) -> float | None:
+    """The delay ``d`` with ``now + d == end`` in floats (SimPy's timeout arithmetic), or None
+    when there is none."""
+    d = end - now
+    while now + d < end:
+        d = math.nextafter(d, math.inf)
+    while now + d > end:
+        d = math.nextafter(d, -math.inf)
+    return d if now + d == end else None
+
+
 class InvariantError(PagesimError):
     """``--check`` found a broken invariant (a bug; please report it with the command line)."""
 
@@ -57,7 +68,7 @@ class Engine:
     MACRO_MIN_STEPS = 1
 
     def __init__(self, scheduler, manager, executor, arrival_s: np.ndarray, *, check: bool = False,
-                 record_steps: bool = True, progress=None, macro_steps: bool = True):
+                 record_steps: bool = True, progress=None, macro_steps: bool = True, engine: str = "python"):
         self.sched = scheduler
         self.mgr = manager
         self.executor = executor
@@ -77,6 +88,10 @@ class Engine:
         self._price = self._macro_pricer() if (macro_steps and not check) else None
         self._price1 = self._scalar_pricer() if self._price is not None else None
         self._arr_list = arrival_s.tolist()
+        # the compiled replay of the vLLM default configuration (sim/compiled.py), when chosen
+        from sim import compiled
+
+        self.compiled = macro_steps and compiled.choose(self, engine)
         if self._price is not None and not (
                 getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
                 and hasattr(manager, "lane_advance")
@@ -203,19 +218,23 @@ class Engine:
         if planned is None:
             return None
         m, bounds, dts, waiting = planned
-        if m < self.MACRO_MIN_STEPS:
+        # SimPy lands at now + delay: the stretch must end where step by step would. Rarely no
+        # delay gets there (now + d rounds to even and skips it); the stretch then ends a step
+        # earlier, and the full path takes that step
+        d = None
+        while m >= self.MACRO_MIN_STEPS and d is None:
+            d = _delay_to(now, float(bounds[m]))
+            if d is None:
+                m -= 1
+        if d is None:
             return None  # (rare after the engine's estimate: priced for nothing)
+        if not isinstance(waiting, int):
+            waiting = waiting[:m]
         mem, blk = self.mgr.lane_advance(m, dw)
         sched.macro_apply(m, bounds)
         sched.demand_waiting = dw
         self.rec.add_many(bounds[:m], dts[:m], W, waiting, sched.num_running, mem, blk)
         self.num_macro_steps += m
-        end = float(bounds[m])
-        d = end - now
-        while now + d < end:  # land exactly on the step-by-step sum
-            d = math.nextafter(d, math.inf)
-        while now + d > end:
-            d = math.nextafter(d, -math.inf)
         return d
 
     def _cut_small(self, now: float, lim: int, W: int, blocked: bool, waiting0: int):
@@ -302,6 +321,11 @@ class Engine:
             raise InvariantError(f"t={now:.6f}: scheduler inconsistent: {e}") from None
 
     def run(self) -> None:
+        if self.compiled:
+            from sim import compiled
+
+            compiled.run(self)
+            return
         env = simpy.Environment()
         env.process(self.arrivals(env))
         env.process(self.engine(env))

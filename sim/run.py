@@ -107,16 +107,19 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
 
 
 def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
-                   macro_steps: bool = True) -> SimResult:
+                   macro_steps: bool = True, engine: str = "auto") -> SimResult:
     """``macro_steps=False`` runs every iteration through the scheduler one by one (the
-    reference path; ``cfg.check`` implies it); results are the same either way."""
+    reference path; ``cfg.check`` implies it); results are the same either way. ``engine``:
+    ``auto`` takes the compiled replay where it covers the configuration, ``compiled``
+    insists, ``python`` never takes it (``sim/compiled.py``)."""
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
     engine = Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
-                    record_steps=cfg.record_steps, progress=bar, macro_steps=macro_steps)
+                    record_steps=cfg.record_steps, progress=bar, macro_steps=macro_steps,
+                    engine=engine)
     try:
         engine.run()
     finally:
@@ -125,7 +128,8 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     extra = {"system": cfg.system, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
              "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
-             "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed}
+             "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,
+             "engine": "compiled" if engine.compiled else "python"}
     mstats = manager.stats()
     for k, v in mstats.items():
         extra[f"mgr_{k}"] = v

@@ -98,6 +98,11 @@ def register(sub) -> None:
     o.add_argument("--check", action="store_true", default=None,
                    help="assert invariants at every iteration: memory, manager and scheduler state, "
                         "recomputed from scratch (slow; no macro steps)")
+    o.add_argument("--engine", choices=["auto", "compiled", "python"], default="auto",
+                   help="auto: the compiled replay where it covers the configuration (vLLM default: "
+                        "paged, recompute, no chunked prefill, prefix caching or sampling width), "
+                        "else Python; compiled: insist (exit 2 saying why not); python: never. "
+                        "The same records either way (sim/compiled.py)")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar on runs longer than 2 s")
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len)
-    result = run_simulation(cfg, trace, progress=args.progress and not args.json)
+    result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine)
     result.summary["workload"] = workload
     if args.out:
         out = result.save(args.out, args.requests_format)
@@ -151,7 +156,7 @@ def print_summary(s: dict, f) -> None:
         ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
     ]
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
-    rows.append(("wall time", f"{s['wall_time_s']:.2f} s"))
+    rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s.get('engine', 'python')} engine)"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}", file=f)

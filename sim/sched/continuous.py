@@ -149,7 +149,10 @@ class ContinuousScheduler:
         self.t.reject_reason[i] = reason
         self.num_rejected += 1
 
-    def _never_reason(self, i: int) -> str:
+    def batched_reason(self, i: int) -> str:
+        return f"prompt of {int(self.t.target[i])} tokens exceeds max_num_batched_tokens={self.max_batched}"
+
+    def never_reason(self, i: int) -> str:
         explain = getattr(self.mgr, "explain_never", None)
         if explain is not None:
             return str(explain(self._spec(i, int(self.t.target[i]))))
@@ -274,10 +277,9 @@ class ContinuousScheduler:
                 self._reject(i, f"parallel sampling / beam search (width {int(t.width[i])}) needs a manager "
                                 "that shares blocks (paged); this one would copy whole reservations")
             elif outcome == "batched":
-                self._reject(i, f"prompt of {int(t.target[i])} tokens exceeds "
-                                f"max_num_batched_tokens={self.max_batched}")
+                self._reject(i, self.batched_reason(i))
             else:
-                self._reject(i, self._never_reason(i))
+                self._reject(i, self.never_reason(i))
             return "rejected", 0
         if outcome != "ok":
             if outcome == "memory":

@@ -56,7 +56,7 @@ class StaticScheduler(ContinuousScheduler):
                 adm = self.mgr.can_allocate(spec)
                 if adm is Admit.NEVER:
                     self.waiting.popleft()
-                    self._reject(i, self._never_reason(i))
+                    self._reject(i, self.never_reason(i))
                     continue
                 if adm is Admit.LATER:
                     self.demand_waiting = True

@@ -1,0 +1,184 @@
+"""The compiled replay (``sim/_replay.c``) against the Python engine, its specification.
+
+Every case runs one trace and configuration three ways: compiled, Python with macro steps,
+and Python step by step. Request records and the per-step table must be identical (times
+too, bit for bit: the replay re-states SimPy's event order and the cost model's operations);
+summary values equal, except running sums that depend on float summation order (mean
+inter-token latency; the time-weighted sums when steps are not recorded), within 1e-9.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import compiled
+from sim.config import SimConfig
+from sim.errors import ConfigError
+from sim.run import build, run_simulation
+from sim.engine import Engine
+from tests.sim.test_macro_steps import OPT13B_SLOT, rand_trace
+
+needs_ext = pytest.mark.skipif(compiled._replay is None, reason="sim._replay not built (no C compiler)")
+
+# summary keys that are sums in float order (the rest must be equal exactly)
+ORDER_DEPENDENT = {"mean_itl_ms"}
+UNRECORDED_SUMS = {"avg_batch_size", "busy_s", "avg_allocated_blocks", "avg_logical_blocks"}
+
+
+def cfg_for(system="vllm", slots=3000, **kw):
+    kw.setdefault("max_seq_len", 256)
+    return SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", kv_gib=slots * OPT13B_SLOT / 2**30,
+                                **kw)
+
+
+def assert_engines_agree(cfg, trace, step_by_step=True):
+    c = run_simulation(cfg, trace, engine="compiled")
+    assert c.summary["engine"] == "compiled"
+    refs = [run_simulation(cfg, trace, engine="python")]
+    if step_by_step:
+        refs.append(run_simulation(cfg, trace, macro_steps=False))
+    for p in refs:
+        assert p.summary["engine"] == "python"
+        pd.testing.assert_frame_equal(c.requests, p.requests, check_exact=True)
+        pd.testing.assert_frame_equal(c.steps, p.steps, check_exact=True)
+        loose = ORDER_DEPENDENT | (set() if cfg.record_steps else UNRECORDED_SUMS)
+        for k, v in p.summary.items():
+            w = c.summary[k]
+            if k in ("engine", "wall_time_s"):
+                continue
+            if k in loose or (not cfg.record_steps and k.startswith("mem_")):
+                assert w == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), k
+            elif isinstance(v, float) and np.isnan(v):
+                assert np.isnan(w), k
+            else:
+                assert w == v, k
+    return c
+
+
+CASES = [
+    ("vllm", {}, {}),
+    ("vllm", dict(block_size=4), {}),
+    ("vllm", dict(block_size=32, watermark=0.0), {}),
+    ("vllm", dict(block_size=1), {}),
+    ("token", {}, {}),
+    ("vllm", dict(slots=1200), dict(rate=200.0)),  # heavy preemption (recompute)
+    ("vllm", dict(max_num_seqs=8), {}),  # admission blocked by max_num_seqs
+    ("vllm", dict(max_num_batched_tokens=160), {}),  # token budget; longer prompts rejected
+    ("vllm", dict(step_overhead_ms=0.0, per_seq_overhead_ms=0.0), {}),
+    ("vllm", dict(record_steps=False), {}),
+    ("vllm", dict(tensor_parallel=2), {}),
+]
+
+
+@needs_ext
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("system,kw,tkw", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_compiled_equals_python(system, kw, tkw, seed):
+    kw = dict(kw)
+    slots = kw.pop("slots", 3000)
+    cfg = cfg_for(system, slots, seed=seed, **kw)
+    c = assert_engines_agree(cfg, rand_trace(seed, **tkw))
+    assert c.summary["completed"] + c.summary["rejected"] == 160
+
+
+@needs_ext
+def test_cases_reach_what_they_test():
+    """Preemption, rejection (both reasons) and blocked admission do happen in the cases."""
+    c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0), engine="compiled")
+    assert c.summary["num_preemptions"] > 0
+    assert (c.requests["preemptions"] > 0).sum() > 1
+    c = run_simulation(cfg_for(max_num_batched_tokens=100), rand_trace(0), engine="compiled")
+    reasons = c.requests["reject_reason"]
+    assert reasons.str.contains("exceeds max_num_batched_tokens=100").sum() > 0
+    trace = rand_trace(1)
+    trace.loc[3, "output_tokens"] = 300  # final length over max_seq_len 256: NEVER
+    c = assert_engines_agree(cfg_for(), trace, step_by_step=False)
+    assert "exceeds max_seq_len" in c.requests["reject_reason"][3]
+    assert c.summary["rejected"] == 1
+
+
+@needs_ext
+def test_arrivals_tied_with_step_ends():
+    """Arrivals exactly at a step's end: SimPy orders the two timeouts by creation, and the
+    replay must too (the engine's was created at the step's start, the arrival's at the
+    previous arrival)."""
+    cfg = cfg_for()
+    trace = rand_trace(4, n=60, rate=20.0)
+    for _ in range(6):  # each added arrival ties with a step end of the run before it
+        steps = run_simulation(cfg, trace, engine="python").steps
+        ends = (steps["start_s"] + steps["dt_s"]).to_numpy()
+        t = ends[ends > trace["arrival_s"].max()]
+        at = float(t[len(t) // 3])
+        trace = pd.concat([trace, pd.DataFrame({"request_id": [f"tie{at}"], "arrival_s": [at],
+                                                "prompt_tokens": [40], "output_tokens": [30]})],
+                          ignore_index=True)
+    starts = run_simulation(cfg, trace, engine="python").steps["start_s"].to_numpy()
+    assert np.isin(trace["arrival_s"].to_numpy()[60:], starts).sum() >= 3  # the ties are there
+    assert_engines_agree(cfg, trace)
+
+
+@needs_ext
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
+       bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
+       watermark=st.sampled_from([0.0, 0.01, 0.2]))
+def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark):
+    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed)
+    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
+
+
+@needs_ext
+def test_progress_counts_every_finish():
+    class Bar:
+        total = 0
+
+        def update(self, k):
+            self.total += k
+
+    cfg = cfg_for()
+    _, _, _, table, manager, sched, executor = build(cfg, rand_trace(0))
+    bar = Bar()
+    eng = Engine(sched, manager, executor, table.arrival_s, progress=bar, engine="compiled")
+    eng.run()
+    assert eng.compiled and bar.total == int((table.status == 4).sum()) > 0
+
+
+@pytest.mark.parametrize("kw,tkw,why", [
+    (dict(prefix_caching=True), dict(prefix=True), "prefix caching"),
+    (dict(chunked_prefill=True), {}, "chunked prefill"),
+    (dict(preemption="swap"), {}, "swap"),
+    (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
+    (dict(check=True), {}, "--check"),
+    ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
+    (dict(system="orca-max"), {}, "paged manager"),
+    (dict(system="static"), {}, "continuous"),
+    (dict(system="vattention"), {}, "paged manager"),
+])
+def test_uncovered_configurations_run_python(kw, tkw, why):
+    kw = dict(kw)
+    system = kw.pop("system", "vllm")
+    cfg = cfg_for(system, slots=3000 if system != "static" else 2048, **kw)
+    trace = rand_trace(0, n=40, **tkw)
+    r = run_simulation(cfg, trace)  # auto: falls back
+    assert r.summary["engine"] == "python"
+    with pytest.raises(ConfigError, match=why if compiled._replay is not None else "not built"):
+        run_simulation(cfg, trace, engine="compiled")
+
+
+def test_unknown_engine_is_a_config_error():
+    with pytest.raises(ConfigError, match="valid: auto, compiled, python"):
+        run_simulation(cfg_for(), rand_trace(0, n=5), engine="fast")
+
+
+def test_extension_built_where_a_compiler_exists():
+    """The extension is optional at install; where a C compiler exists it must have built
+    (a silent build failure would otherwise skip every comparison above)."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    assert compiled._replay is not None, "sim._replay did not build: see the pip install log"
