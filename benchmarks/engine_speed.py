@@ -1,16 +1,18 @@
-"""Simulation speed: wall seconds and simulated requests per second.
+"""Simulation speed: wall seconds and simulated requests per second, on one core.
 
 1. Replay the Azure LLM inference 2023 conv trace (19,366 requests, ../shared/traces/) through
-   ``--system vllm`` on OPT-13B / A100-80GB (target: under 1 s on one core).
+   ``--system vllm`` on OPT-13B / A100-80GB (target: under 1 s on one core). The default engine
+   takes the compiled replay (``sim/compiled.py``); the baselines measured in the same run are
+   the Python engine (macro steps), the Python engine step by step, and Python without the
+   decode lane. The compiled run's records are compared with the Python run's (identical
+   request and step tables expected).
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
-   (target: under 60 s, peak memory under 2 GB with ``record_steps=False``).
-3. The baselines measured in the same run: the same Azure replay step by step
-   (``macro_steps=False``: no decode-only stretches taken at once) and with the decode lane
-   disabled (every decode step through the managers' full vectorized path, which also rules
-   out macro steps), so the printed ratio is what the lane and macro steps buy.
-4. Macro steps where they pay off: a low-rate synthetic trace (long decode-only stretches
-   between arrivals), with and without them.
+   (target: under 60 s, peak memory under 2 GB with ``record_steps=False``), compiled, with the
+   Python engine as the baseline up to 100,000 requests.
+3. Macro steps where they pay off (Python engine): a low-rate synthetic trace, with and
+   without them.
 
+The process pins itself to one CPU first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]``.
 Prints figures; asserts nothing.
 """
@@ -18,6 +20,7 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -32,19 +35,19 @@ from sim.run import run_simulation  # noqa: E402
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True):
+def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True, engine: str = "auto", result=False):
     if no_lane:
         import sim.memory.paged as paged
 
         paged.PagedManager.decode_lane = False
     try:
         t0 = time.perf_counter()
-        res = run_simulation(cfg, trace, macro_steps=macro_steps)
+        res = run_simulation(cfg, trace, macro_steps=macro_steps, engine=engine)
         wall = time.perf_counter() - t0
     finally:
         if no_lane:
             paged.PagedManager.decode_lane = True
-    return wall, res.summary
+    return (wall, res.summary, res) if result else (wall, res.summary)
 
 
 def peak_rss_mb() -> float:
@@ -56,6 +59,9 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
     args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        print(f"pinned to CPU {min(os.sched_getaffinity(0))}")
 
     if not args.skip_azure and AZURE.exists():
         from traces import load_trace
@@ -65,14 +71,17 @@ def main() -> None:
         from traces.transform import apply_max_len_policy
 
         trace, _ = apply_max_len_policy(trace, 2048, "drop")
-        wall, s = timed(cfg, trace)
+        wall, s, rc = timed(cfg, trace, engine="compiled", result=True)
+        py, _, rp = timed(cfg, trace, engine="python", result=True)
         step, _ = timed(cfg, trace, macro_steps=False)
-        base, _ = timed(cfg, trace, no_lane=True)
-        print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb: "
-              f"{wall:.2f} s wall ({wall / len(trace) * 1e6:.0f} us/request), engine {s['wall_time_s']:.2f} s, "
-              f"{s['num_steps']} steps, {len(trace) / wall:,.0f} simulated req/s; "
-              f"step by step (macro_steps=False) {step:.2f} s (x{step / wall:.2f}); "
-              f"without the decode lane (and so without macro steps) {base:.2f} s (x{base / wall:.2f})")
+        base, _ = timed(cfg, trace, no_lane=True, engine="python")
+        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
+        print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb, compiled: "
+              f"{wall:.3f} s wall ({wall / len(trace) * 1e6:.1f} us/request), engine {s['wall_time_s']:.3f} s, "
+              f"{s['num_steps']} steps, {len(trace) / wall:,.0f} simulated req/s")
+        print(f"  baselines, same run: Python engine {py:.2f} s (x{py / wall:.1f}); Python step by step "
+              f"{step:.2f} s (x{step / wall:.1f}); Python without the decode lane {base:.2f} s (x{base / wall:.1f})")
+        print(f"  compiled vs Python records: request and step tables {'identical' if same else 'DIFFERENT'}")
         for system in ("orca-max", "orca-oracle", "token"):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
             w, s2 = timed(c, trace)
@@ -87,17 +96,21 @@ def main() -> None:
     for n in sizes:
         trace = make_workload("sharegpt", rate=20.0, num_requests=n, seed=0)
         cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
-        wall, s = timed(cfg, trace)
+        wall, s = timed(cfg, trace, engine="compiled")
         rows.append((n, wall))
-        print(f"sharegpt {n:>9,} requests at 20 req/s, vllm opt-13b a100-80gb: {wall:7.2f} s wall, "
-              f"{n / wall:,.0f} req/s ({wall / n * 1e6:.0f} us/request), {s['num_steps']:,} steps, "
-              f"peak RSS {peak_rss_mb():,.0f} MB")
+        line = (f"sharegpt {n:>9,} requests at 20 req/s, vllm opt-13b a100-80gb, compiled: {wall:7.2f} s wall, "
+                f"{n / wall:,.0f} req/s ({wall / n * 1e6:.1f} us/request, engine {s['wall_time_s']:.2f} s), "
+                f"{s['num_steps']:,} steps, peak RSS {peak_rss_mb():,.0f} MB")
+        if n <= 100_000:
+            py, _ = timed(cfg, trace, engine="python")
+            line += f"; Python engine {py:.2f} s (x{py / wall:.1f})"
+        print(line)
     # decode-heavy stretches (few arrivals per iteration): where macro steps pay off
     trace = make_workload("sharegpt", rate=1.0, num_requests=2000, seed=0)
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
-    on, s = timed(cfg, trace)
+    on, s = timed(cfg, trace, engine="python")
     off, _ = timed(cfg, trace, macro_steps=False)
-    print(f"sharegpt     2,000 requests at 1 req/s, vllm opt-13b a100-80gb: {on:7.2f} s wall, "
+    print(f"sharegpt     2,000 requests at 1 req/s, vllm opt-13b a100-80gb, Python engine: {on:7.2f} s wall, "
           f"{s['num_steps']:,} steps; step by step (macro_steps=False) {off:.2f} s (x{off / on:.2f})")
     if len(rows) > 1:
         n0, w0 = rows[0]

@@ -19,8 +19,13 @@ and including the iteration in which the next request finishes (see ``_macro``).
 may start right after a finish when the scheduler's probe shows the queue head still cannot
 be admitted. Only with the :class:`SimulatedExecutor` over the roofline or table cost model
 and a manager with a decode lane; every other executor sees every iteration. Results are the
-same as step by step: identical integers and decisions, times equal up to float summation
-order in the unrecorded sums (``tests/sim/test_macro_steps.py``).
+same as step by step: identical records, times bit for bit; only running sums (mean
+inter-token latency, the time-weighted sums of unrecorded steps) differ by float summation
+order (``tests/sim/test_macro_steps.py``).
+
+The compiled replay (``sim/compiled.py``) replaces both processes for the vLLM default
+configuration: ``Engine(..., engine="auto"|"compiled"|"python")`` (``run_simulation`` passes
+``auto``), the same records again (``tests/sim/test_compiled.py``).
 """
 
 from __future__ import annotations
