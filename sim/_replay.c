@@ -174,14 +174,19 @@ static int record(Core *s, double start, double dt) {
     return 0;
 }
 
-static void itl(Core *s, double v) {
-    /* np.searchsorted(edges, v) (side left): the number of edges below v */
+/* the histogram bin of an inter-token latency: np.searchsorted(edges, v) (side left), the
+ * number of edges below v */
+static int64_t itl_bin(Core *s, double v) {
     int64_t lo = 0, hi = s->nedges;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
         if (s->edges[mid] < v) lo = mid + 1; else hi = mid;
     }
-    s->hist[lo]++;
+    return lo;
+}
+
+static void itl(Core *s, double v) {
+    s->hist[itl_bin(s, v)]++;
     s->itl_sum += v;
     s->itl_count++;
 }
@@ -272,9 +277,11 @@ static int64_t schedule(Core *s) {
     s->npre = s->pre_tokens = s->ndec = 0;
     if (!still_blocked(s)) admit_waiting(s);
     if (s->npre) return 0;
-    /* decode: make room (preempt the latest-admitted request), then one token each */
+    /* decode: make room (preempt the latest-admitted request), then one token each; at most
+     * one new block per request, so with as many free blocks as requests it fits */
     for (;;) {
         if (!s->nrun) return 0;
+        if (s->nrun <= s->nblocks - s->used) break;
         int64_t crossing = 0;
         for (int64_t k = 0; k < s->nrun; k++) {
             int64_t i = s->run[k];
@@ -307,9 +314,20 @@ static int64_t schedule(Core *s) {
 static void complete_step(Core *s, double now) {
     int64_t ndone = 0;
     if (s->ndec) {
+        /* most members got their last token at the same time (the last decode step): one
+         * latency, one bin lookup for the run of them */
+        double prev = NAN, v = 0.0;
+        int64_t bin = 0;
         for (int64_t k = 0; k < s->nrun; k++) {
             int64_t i = s->run[k];
-            itl(s, now - s->last[i]);
+            if (s->last[i] != prev) {
+                prev = s->last[i];
+                v = now - prev;
+                bin = itl_bin(s, v);
+            }
+            s->hist[bin]++;
+            s->itl_sum += v;
+            s->itl_count++;
             s->last[i] = now;
             if (++s->gen[i] >= s->output[i]) s->done[ndone++] = i;
         }
