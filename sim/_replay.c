@@ -180,7 +180,7 @@ static int64_t itl_bin(Core *s, double v) {
     int64_t lo = 0, hi = s->nedges;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (s->edges[mid] < v) lo = mid + 1; else hi = mid;
+        if (!(s->edges[mid] >= v)) lo = mid + 1; else hi = mid;  /* NaN: past the last edge, as numpy */
     }
     return lo;
 }
@@ -369,6 +369,7 @@ static int run_core(Core *s, double *end_s) {
     double now = 0.0, idle_from = 0.0;
     int64_t ai = 0;
     int arrivals_done = 0, idle = 0, wake_triggered = 0, in_step = 0;
+    uint64_t polls = 0;
     Pending arr = {0, 0.0, 0}, eng = {0, 0.0, 0};
 
 #define WAKE_CHECK()                                              \
@@ -417,6 +418,7 @@ static int run_core(Core *s, double *end_s) {
             }
             eng.pending = 0;
             now = eng.t;
+            if (!(++polls & 4095) && PyErr_CheckSignals() < 0) return ERR_PY;  /* Ctrl-C */
             if (in_step) {
                 complete_step(s, now);
                 in_step = 0;

@@ -263,16 +263,18 @@ class Engine:
                 m = 0
                 while m < lim and bounds[m] < t_a:
                     m += 1
+                if m and bounds[m] == t_a:  # a tie at the stretch's end: see _cut_vector
+                    m -= 1
             else:  # arrivals only join the queue: count them per step (see _cut_vector)
                 waiting = []
                 p = i0
-                for j in range(lim):
+                for j in range(lim + 1):
                     st = bounds[j]
                     lo, hi = st * (1 - 1e-12), st * (1 + 1e-12)
                     while p < n and (t_a if p == i0 else arr[p]) < lo:
                         p += 1
                     if p < n and (t_a if p == i0 else arr[p]) <= hi:
-                        m = j
+                        m = max(j - 1, 0)
                         break
                     waiting.append(waiting0 + p - i0)
                 del waiting[m:]
@@ -292,20 +294,27 @@ class Engine:
         if i0 < len(arr):
             t_a = self._arr_t
             starts = bounds[:lim]
+            # An arrival at the very time a stretch ends is a tie between two timeouts, which
+            # SimPy breaks by creation: step by step, the engine's was created at the last
+            # step's start; the stretch's is older (its first step's start), so it could go
+            # first where step by step the arrival does. A stretch therefore ends one step
+            # before such a tie, and that step takes the full path.
             if not blocked:  # the first step starting at or after the arrival admits it
                 m = int(np.searchsorted(starts, t_a, side="left"))
+                if m and bounds[m] == t_a:
+                    m -= 1
             else:  # arrivals only join the queue: count them per step
-                hi = i0 + int(np.searchsorted(arr[i0:], starts[-1] * (1 + 1e-12), side="right"))
+                hi = i0 + int(np.searchsorted(arr[i0:], bounds[lim] * (1 + 1e-12), side="right"))
                 a = arr[i0:hi].copy()
                 if len(a):
                     a[0] = t_a
                 left = np.searchsorted(a, starts, side="left")
                 # later arrivals fire at their time up to an ulp (SimPy adds the delay to the
-                # previous arrival's time): a start that close to one ends the macro step
-                near = (np.searchsorted(a, starts * (1 - 1e-12), side="left")
-                        != np.searchsorted(a, starts * (1 + 1e-12), side="right"))
+                # previous arrival's time): a step boundary that close to one is a tie
+                near = (np.searchsorted(a, bounds * (1 - 1e-12), side="left")
+                        != np.searchsorted(a, bounds * (1 + 1e-12), side="right"))
                 if near.any():
-                    m = int(np.argmax(near))
+                    m = max(int(np.argmax(near)) - 1, 0)
                 waiting = waiting + left[:m]
         return m, bounds.tolist(), dts, waiting
 

@@ -104,11 +104,12 @@ def test_cases_reach_what_they_test():
 
 
 @needs_ext
-def test_arrivals_tied_with_step_ends():
+@pytest.mark.parametrize("max_num_seqs", [256, 1])  # 1: the queue head stays blocked meanwhile
+def test_arrivals_tied_with_step_ends(max_num_seqs):
     """Arrivals exactly at a step's end: SimPy orders the two timeouts by creation, and the
     replay must too (the engine's was created at the step's start, the arrival's at the
     previous arrival)."""
-    cfg = cfg_for()
+    cfg = cfg_for(max_num_seqs=max_num_seqs)
     trace = rand_trace(4, n=60, rate=20.0)
     for _ in range(6):  # each added arrival ties with a step end of the run before it
         steps = run_simulation(cfg, trace, engine="python").steps
@@ -131,6 +132,19 @@ def test_arrivals_tied_with_step_ends():
 def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
+
+
+@needs_ext
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
+def test_non_finite_times_bin_as_numpy():
+    """An infinite arrival (a DataFrame that skipped trace validation) makes NaN latencies;
+    the replay's histogram puts them where np.searchsorted does (past the last edge)."""
+    trace = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, np.inf, 0.5],
+                          "prompt_tokens": [10, 10, 10], "output_tokens": [5, 5, 5]})
+    c = run_simulation(cfg_for(), trace, engine="compiled")
+    p = run_simulation(cfg_for(), trace, macro_steps=False)
+    assert c.summary["median_itl_ms"] == p.summary["median_itl_ms"]
+    assert c.summary["p99_itl_ms"] == p.summary["p99_itl_ms"]
 
 
 @needs_ext

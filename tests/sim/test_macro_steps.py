@@ -206,3 +206,27 @@ def test_scalar_and_vectorized_macro_planning_agree(system, kw, tkw, record):
     b = run(cfg, trace, macro=True, min_steps=1, vectorized=True)
     assert b[3] > 0
     assert_same(a, b)
+
+
+@pytest.mark.parametrize("max_num_seqs", [1, 256])
+def test_arrival_tied_with_a_stretch_end(max_num_seqs):
+    """An arrival at the exact time a stretch would end: the stretch's timeout is older than
+    the last step's would be, so SimPy could run the engine before the arrival where step by
+    step runs the arrival first (queue head blocked: num_waiting; queue empty: admission).
+    The stretch stops a step short and the full path takes the tie."""
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256, max_num_seqs=max_num_seqs)
+
+    def trace(arr):
+        return pd.DataFrame({"request_id": [f"r{i}" for i in range(len(arr))], "arrival_s": arr,
+                             "prompt_tokens": [10] * len(arr), "output_tokens": [200] + [5] * (len(arr) - 1)})
+    base = [0.0, 0.05, 0.1]
+    steps = run(cfg, trace(base), macro=False)[2]
+    ties = 0
+    for tie in steps["start_s"].to_numpy()[steps["start_s"].to_numpy() > 0.2][:12]:
+        t = trace(base + [float(tie)])
+        a = run(cfg, t, macro=False)
+        assert_same(a, run(cfg, t, macro=True, min_steps=1))
+        assert_same(a, run(cfg, t, macro=True, min_steps=1, vectorized=True))
+        ties += int(np.isin(float(tie), a[2]["start_s"].to_numpy()))
+    assert ties >= 6  # the arrival does land on a step boundary of the run it is in
