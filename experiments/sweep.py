@@ -369,7 +369,13 @@ def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput) 
 
 
 def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
-    p = cache_path(cache_dir, key) / "summary.json"
+    """The cached summary of ``key``, or None (a miss). An entry whose tables were written as
+    parquet is a miss where pyarrow is missing (a cache shared by two environments): the run
+    is redone and rewritten in a form this one reads."""
+    d = cache_path(cache_dir, key)
+    if not _has_parquet() and any(d.glob("*.parquet")):
+        return None
+    p = d / "summary.json"
     try:
         return json.loads(p.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
