@@ -33,7 +33,7 @@
 enum { ST_WAITING = 1, ST_RUNNING = 2, ST_FINISHED = 4, ST_REJECTED = 5 };
 enum { REJ_BATCHED = 1, REJ_NEVER = 2 };
 enum { BLK_NONE = 0, BLK_MEMORY = 1, BLK_FULL = 2 };
-enum { ERR_NONE = 0, ERR_NOMEM = 1, ERR_DT = 2, ERR_EMPTY_POOL = 3, ERR_PY = 4 };
+enum { ERR_NONE = 0, ERR_DT = 2, ERR_EMPTY_POOL = 3, ERR_PY = 4 };  /* ERR_PY: a Python exception is set */
 
 /* int64 parameters, in this order (sim/compiled.py builds the array) */
 enum { P_N, P_BS, P_NBLOCKS, P_LEFTOVER, P_WM, P_MAXSEQ, P_MAXSEQS, P_MAXBATCHED, P_KEEPROWS,
@@ -70,6 +70,7 @@ typedef struct {
     int64_t *pre_ids, npre, pre_tokens, ndec;
     int64_t *done; /* requests finishing this iteration */
     /* records */
+    PyObject *rf_obj, *ri_obj; /* the rows, in bytearrays numpy then reads in place (no copy) */
     double *rf;
     int64_t *ri, nrows, caprows;
     double busy, idle, mem_sum[6], blk_sum[2], running_w;
@@ -140,12 +141,11 @@ static int record(Core *s, double start, double dt) {
     if (s->keep_rows) {
         if (s->nrows == s->caprows) {
             int64_t cap = s->caprows ? s->caprows * 2 : 4096;
-            double *rf = realloc(s->rf, (size_t)cap * ROW_F * sizeof(double));
-            if (!rf) return -1;
-            s->rf = rf;
-            int64_t *ri = realloc(s->ri, (size_t)cap * ROW_I * sizeof(int64_t));
-            if (!ri) return -1;
-            s->ri = ri;
+            if (PyByteArray_Resize(s->rf_obj, (Py_ssize_t)(cap * ROW_F * 8)) < 0 ||
+                PyByteArray_Resize(s->ri_obj, (Py_ssize_t)(cap * ROW_I * 8)) < 0)
+                return -1;  /* MemoryError set */
+            s->rf = (double *)PyByteArray_AS_STRING(s->rf_obj);
+            s->ri = (int64_t *)PyByteArray_AS_STRING(s->ri_obj);
             s->caprows = cap;
         }
         double *f = s->rf + s->nrows * ROW_F;
@@ -449,7 +449,7 @@ static int run_core(Core *s, double *end_s) {
         }
         double dt = step_time(s, ctx);
         if (!(dt > 0)) return ERR_DT;
-        if (record(s, now, dt)) return ERR_NOMEM;
+        if (record(s, now, dt)) return ERR_PY;
         eng.pending = 1;
         eng.t = now + dt;
         eng.eid = eid++;
@@ -520,21 +520,23 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
     s.wq = malloc(nn * 8); s.wcap = (int64_t)nn;
     s.run = malloc(nn * 8); s.pre_ids = malloc(nn * 8); s.done = malloc(nn * 8);
     if (!s.L || !s.nb || !s.F || !s.wq || !s.run || !s.pre_ids || !s.done) { PyErr_NoMemory(); goto done; }
+    s.rf_obj = PyByteArray_FromStringAndSize(NULL, 0);
+    s.ri_obj = PyByteArray_FromStringAndSize(NULL, 0);
+    if (!s.rf_obj || !s.ri_obj) goto done;
 
     double end_s = 0.0;
     int err = run_core(&s, &end_s);
     if (err == ERR_PY) goto done;
-    if (err == ERR_NOMEM) { PyErr_NoMemory(); goto done; }
     if (s.progress && s.finished_total > s.finished_reported) {
         PyObject *r = PyObject_CallFunction(s.progress, "L", (long long)(s.finished_total - s.finished_reported));
         if (!r) goto done;
         Py_DECREF(r);
     }
-    PyObject *rf = PyBytes_FromStringAndSize((const char *)s.rf, (Py_ssize_t)(s.nrows * (s.keep_rows ? ROW_F : 0) * 8));
-    PyObject *ri = PyBytes_FromStringAndSize((const char *)s.ri, (Py_ssize_t)(s.nrows * (s.keep_rows ? ROW_I : 0) * 8));
-    if (!rf || !ri) { Py_XDECREF(rf); Py_XDECREF(ri); goto done; }
+    if (PyByteArray_Resize(s.rf_obj, (Py_ssize_t)(s.keep_rows ? s.nrows * ROW_F * 8 : 0)) < 0 ||
+        PyByteArray_Resize(s.ri_obj, (Py_ssize_t)(s.keep_rows ? s.nrows * ROW_I * 8 : 0)) < 0)
+        goto done;
     result = Py_BuildValue(
-        "{s:i,s:d,s:d,s:d,s:L,s:L,s:L,s:d,s:(dddddd),s:(dd),s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:N,s:N,s:L}",
+        "{s:i,s:d,s:d,s:d,s:L,s:L,s:L,s:d,s:(dddddd),s:(dd),s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O,s:O,s:L}",
         "error", err, "end_s", end_s, "idle_s", s.idle, "busy_s", s.busy, "num_steps", (long long)s.nrows,
         "prefill_tokens", (long long)s.prefill_tok, "decode_tokens", (long long)s.decode_tok,
         "running_weighted", s.running_w,
@@ -542,12 +544,13 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
         "blk_sum", s.blk_sum[0], s.blk_sum[1], "itl_sum", s.itl_sum, "itl_count", (long long)s.itl_count,
         "num_preemptions", (long long)s.num_preempt, "num_rejected", (long long)s.num_rejected,
         "allocations", (long long)s.allocations, "frees", (long long)s.frees, "used_blocks", (long long)s.used,
-        "num_running", (long long)s.nrun, "rows_f", rf, "rows_i", ri,
+        "num_running", (long long)s.nrun, "rows_f", s.rf_obj, "rows_i", s.ri_obj,
         "waiting_head", (long long)(s.wlen ? wq_front(&s) : -1));
 done:
     for (int k = 0; k < nb; k++) PyBuffer_Release(&b[k]);
     free(s.L); free(s.nb); free(s.F); free(s.wq); free(s.run); free(s.pre_ids); free(s.done);
-    free(s.rf); free(s.ri);
+    Py_XDECREF(s.rf_obj); /* the result holds its own references */
+    Py_XDECREF(s.ri_obj);
     return result;
 }
 

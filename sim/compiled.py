@@ -139,7 +139,7 @@ def run(engine) -> None:
     n = r["num_steps"]
     rec.idle_s += r["idle_s"]
     if rec.keep_rows:
-        rf = np.frombuffer(r["rows_f"], np.float64).reshape(n, 2)
+        rf = np.frombuffer(r["rows_f"], np.float64).reshape(n, 2)  # bytearrays: no copy
         ri = np.frombuffer(r["rows_i"], np.int64).reshape(n, 13)
         rec._f, rec._i, rec._blk = rf, ri[:, :11], ri[:, 11:]
         rec._cap = rec._written = rec.n = n
