@@ -1,10 +1,10 @@
-/* sim._replay: the compiled replay of the vLLM default configuration.
+/* sim._replay: the compiled replay of the vLLM default configuration (and chunked prefill).
  *
  * The Python engine (sim/engine.py, sim/sched/continuous.py, sim/memory/paged.py,
  * sim/cost.py) is the specification; this file re-states, step by step, what it does for
  * one configuration and nothing else:
  *
- *     continuous scheduler, prefill-first, recompute preemption, no chunked prefill, no
+ *     continuous scheduler, prefill-first or chunked prefill, recompute preemption, no
  *     waiting_served_ratio; paged manager (any block size) without prefix caching; every
  *     request one sequence (n = beam_width = 1); the roofline cost model.
  *
@@ -37,7 +37,7 @@ enum { ERR_NONE = 0, ERR_DT = 2, ERR_EMPTY_POOL = 3, ERR_PY = 4 };  /* ERR_PY: a
 
 /* int64 parameters, in this order (sim/compiled.py builds the array) */
 enum { P_N, P_BS, P_NBLOCKS, P_LEFTOVER, P_WM, P_MAXSEQ, P_MAXSEQS, P_MAXBATCHED, P_KEEPROWS,
-       P_PROGRESS_EVERY, P_NPARAMS };
+       P_PROGRESS_EVERY, P_CHUNKED, P_CHUNK_BUDGET, P_NPARAMS };
 /* float64 parameters: the roofline model's constants (RooflineCostModel) */
 enum { C_OVERHEAD, C_PERSEQ, C_LINFPT, C_FLOPS, C_LINWT, C_ARFIXED, C_ARTPT, C_KVBPT, C_BW,
        C_ATTNCOEF, C_ATTNFLOPS, C_NPARAMS };
@@ -48,6 +48,7 @@ enum { C_OVERHEAD, C_PERSEQ, C_LINFPT, C_FLOPS, C_LINWT, C_ARFIXED, C_ARTPT, C_K
 typedef struct {
     /* configuration */
     int64_t n, bs, nblocks, leftover, wm, maxseq, maxseqs, maxbatched, keep_rows, progress_every;
+    int64_t chunked, chunk_budget;
     const double *c;
     const double *arrival, *edges;
     const int64_t *prompt, *output;
@@ -56,8 +57,9 @@ typedef struct {
     int8_t *status, *reject;
     int64_t *gen, *pref, *target, *preempt;
     double *first, *finish, *last;
-    /* per-request memory: computed tokens, blocks, final length */
+    /* per-request memory: computed tokens, blocks, final length; in the decode set (prefill done) */
     int64_t *L, *nb, *F;
+    int8_t *dec;
     /* the waiting queue (a ring), the running list (admission order) */
     int64_t *wq, wcap, whead, wlen;
     int64_t *run, nrun;
@@ -66,8 +68,9 @@ typedef struct {
     /* the scheduler's */
     int64_t free_epoch, blk_req, blk_epoch, num_preempt, num_rejected;
     int blk_kind, dw;
-    /* this iteration's batch */
-    int64_t *pre_ids, npre, pre_tokens, ndec;
+    /* this iteration's batch: prefilling requests and their new tokens (a whole prompt, or a
+     * chunk), decoding requests */
+    int64_t *pre_ids, *pre_tok, npre, pre_tokens, ndec;
     int64_t *done; /* requests finishing this iteration */
     /* records */
     PyObject *rf_obj, *ri_obj; /* the rows, in bytearrays numpy then reads in place (no copy) */
@@ -119,16 +122,18 @@ static double step_time(Core *s, int64_t ctx_sum) {
     if (ctx_sum)
         t += (double)ctx_sum * c[C_KVBPT] / c[C_BW];
     if (s->npre) {
-        /* every prompt starts from zero cached tokens here (no prefix cache, no chunks), so
-         * sum(n * (0 + n * 0.5)) adds multiples of 0.5 far below 2**52: exact in any order,
-         * as numpy's dot gives it */
+        /* n new tokens after b computed ones: sum(n * (b + n * 0.5)) adds multiples of 0.5 far
+         * below 2**52, so every product and partial sum is exact: the same double in any
+         * order, as numpy's dot gives it */
         double dot = 0.0;
+        int64_t before = 0;
         for (int64_t k = 0; k < s->npre; k++) {
-            double n = (double)s->pref[s->pre_ids[k]];
-            dot += n * (0.0 + n * 0.5);
+            int64_t n = s->pre_tok[k], b = s->pref[s->pre_ids[k]] - n;
+            dot += (double)n * ((double)b + (double)n * 0.5);
+            before += b;
         }
         double flops = c[C_ATTNCOEF] * dot;
-        t += flops / c[C_ATTNFLOPS] + 0.0 * c[C_KVBPT] / c[C_BW];
+        t += flops / c[C_ATTNFLOPS] + (double)before * c[C_KVBPT] / c[C_BW];
     }
     return t;
 }
@@ -201,21 +206,32 @@ static int still_blocked(Core *s) {
     return 1;
 }
 
-static void admit_waiting(Core *s) {
-    int64_t budget = s->maxbatched;
-    while (s->wlen) {
+/* n more prompt tokens of request i this iteration (into blocks allocated at admission) */
+static void prefill(Core *s, int64_t i, int64_t n) {
+    s->L[i] += n;
+    s->tokens += n;
+    s->pref[i] += n;
+    s->pre_ids[s->npre] = i;
+    s->pre_tok[s->npre++] = n;
+    s->pre_tokens += n;
+}
+
+/* ContinuousScheduler._admit_waiting: FCFS while the budget, max_num_seqs and memory allow.
+ * Prefill-first: whole prompts within max_num_batched_tokens; chunked: a chunk of the budget */
+static void admit_waiting(Core *s, int64_t budget) {
+    while (s->wlen && (budget > 0 || !s->chunked)) {
         int64_t i = wq_front(s);
         int64_t target = s->target[i];
         int blocked = BLK_NONE;
         if (s->nrun + 1 > s->maxseqs) {
             blocked = BLK_FULL;
-        } else if (target > s->maxbatched) {
+        } else if (!s->chunked && target > s->maxbatched) {
             wq_pop_front(s);
             s->status[i] = ST_REJECTED;
             s->reject[i] = REJ_BATCHED;
             s->num_rejected++;
             continue;
-        } else if (target > budget) {
+        } else if (!s->chunked && target > budget) {
             break;  /* this iteration's budget: no block recorded */
         } else {
             int64_t need = ceil_div(target, s->bs);
@@ -230,23 +246,22 @@ static void admit_waiting(Core *s) {
             if ((s->nblocks - s->used) - need < s->wm) {
                 s->dw = 1;
                 blocked = BLK_MEMORY;
-            } else {  /* admit: allocate the prompt's blocks, write its tokens */
+            } else {  /* admit: allocate the prompt's blocks, write this iteration's tokens */
                 wq_pop_front(s);
                 int64_t F = final_len > target ? final_len : target;
                 s->nb[i] = need;
                 s->F[i] = F;
+                s->L[i] = 0;
                 s->used += need;
                 s->logical += need;
                 s->demand += min64(F, need * s->bs);
                 s->allocations++;
-                s->L[i] = target;
-                s->tokens += target;
-                s->pref[i] = target;
+                s->pref[i] = 0;
                 s->status[i] = ST_RUNNING;
                 s->run[s->nrun++] = i;
-                s->pre_ids[s->npre++] = i;
-                s->pre_tokens += target;
-                budget -= target;
+                int64_t n = s->chunked && budget < target ? budget : target;
+                prefill(s, i, n);
+                budget -= n;
                 continue;
             }
         }
@@ -260,6 +275,7 @@ static void admit_waiting(Core *s) {
 
 static void preempt_last(Core *s) {
     int64_t i = s->run[--s->nrun];
+    s->dec[i] = 0;
     s->free_epoch++;
     s->preempt[i]++;
     s->num_preempt++;
@@ -271,27 +287,27 @@ static void preempt_last(Core *s) {
     wq_push_front(s, i);
 }
 
-/* one iteration's memory operations; returns the decode context sum */
-static int64_t schedule(Core *s) {
-    s->dw = 0;
-    s->npre = s->pre_tokens = s->ndec = 0;
-    if (!still_blocked(s)) admit_waiting(s);
-    if (s->npre) return 0;
-    /* decode: make room (preempt the latest-admitted request), then one token each; at most
-     * one new block per request, so with as many free blocks as requests it fits */
+/* ContinuousScheduler._decode_into: make room (preempt the latest-admitted request), then one
+ * token for each member of the decode set; returns their context sum */
+static int64_t decode(Core *s) {
+    int64_t members;
     for (;;) {
-        if (!s->nrun) return 0;
-        if (s->nrun <= s->nblocks - s->used) break;
+        members = 0;
+        for (int64_t k = 0; k < s->nrun; k++) members += s->dec[s->run[k]];
+        /* at most one new block per member: with as many free blocks as members it fits */
+        if (!members || members <= s->nblocks - s->used) break;
         int64_t crossing = 0;
         for (int64_t k = 0; k < s->nrun; k++) {
             int64_t i = s->run[k];
-            crossing += s->L[i] == s->nb[i] * s->bs;
+            crossing += s->dec[i] && s->L[i] == s->nb[i] * s->bs;
         }
         if (crossing <= s->nblocks - s->used) break;
         preempt_last(s);
     }
+    int64_t ctx = 0;
     for (int64_t k = 0; k < s->nrun; k++) {
         int64_t i = s->run[k];
+        if (!s->dec[i]) continue;
         if (s->L[i] == s->nb[i] * s->bs) {  /* a block boundary: a fresh block */
             int64_t d = s->F[i] - s->L[i];
             s->demand += d < s->bs ? d : s->bs;
@@ -304,10 +320,35 @@ static int64_t schedule(Core *s) {
             s->demand += min64(s->L[i], s->nb[i] * s->bs) - min64(s->F[i], s->nb[i] * s->bs);
             s->F[i] = s->L[i];
         }
+        ctx += s->L[i];
     }
-    s->tokens += s->nrun;
-    s->ndec = s->nrun;
-    return s->tokens;  /* every running request decodes: the context sum is every computed token */
+    s->tokens += members;
+    s->ndec = members;
+    return ctx;
+}
+
+/* ContinuousScheduler.schedule: one iteration's memory operations; returns the decode context sum */
+static int64_t schedule(Core *s) {
+    s->dw = 0;
+    s->npre = s->pre_tokens = s->ndec = 0;
+    if (!s->chunked) {  /* prefill-first: new prompts only, else decode */
+        if (!still_blocked(s)) admit_waiting(s, s->maxbatched);
+        return s->npre ? 0 : decode(s);
+    }
+    /* chunked prefill: decode first, then ongoing prefills, then new prompts, in the budget */
+    int64_t ctx = decode(s);
+    int64_t budget = s->chunk_budget - s->ndec;
+    for (int64_t k = 0; k < s->nrun && budget > 0; k++) {
+        int64_t i = s->run[k];
+        int64_t todo = s->target[i] - s->pref[i];
+        if (todo > 0) {
+            int64_t n = todo < budget ? todo : budget;
+            prefill(s, i, n);
+            budget -= n;
+        }
+    }
+    if (!still_blocked(s)) admit_waiting(s, budget);
+    return ctx;
 }
 
 /* ContinuousScheduler.complete_step */
@@ -320,6 +361,7 @@ static void complete_step(Core *s, double now) {
         int64_t bin = 0;
         for (int64_t k = 0; k < s->nrun; k++) {
             int64_t i = s->run[k];
+            if (!s->dec[i]) continue;
             if (s->last[i] != prev) {
                 prev = s->last[i];
                 v = now - prev;
@@ -334,17 +376,20 @@ static void complete_step(Core *s, double now) {
     }
     for (int64_t k = 0; k < s->npre; k++) {
         int64_t i = s->pre_ids[k];
+        if (s->pref[i] < s->target[i]) continue;  /* a chunk, not the prompt's last */
         s->gen[i]++;
         if (isnan(s->first[i])) s->first[i] = now;
         else itl(s, now - s->last[i]);  /* a recompute: the gap since its last token */
         s->last[i] = now;
         if (s->gen[i] >= s->output[i]) s->done[ndone++] = i;
+        else s->dec[i] = 1;  /* joins the decode set */
     }
     if (!ndone) return;
     for (int64_t k = 0; k < ndone; k++) {
         int64_t i = s->done[k];
         s->free_epoch++;
         mgr_free(s, i);
+        s->dec[i] = 0;
         s->status[i] = ST_FINISHED;
         s->finish[i] = now;
     }
@@ -509,6 +554,7 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
     s.n = n; s.bs = p[P_BS]; s.nblocks = p[P_NBLOCKS]; s.leftover = p[P_LEFTOVER]; s.wm = p[P_WM];
     s.maxseq = p[P_MAXSEQ]; s.maxseqs = p[P_MAXSEQS]; s.maxbatched = p[P_MAXBATCHED];
     s.keep_rows = p[P_KEEPROWS]; s.progress_every = p[P_PROGRESS_EVERY] > 0 ? p[P_PROGRESS_EVERY] : 1;
+    s.chunked = p[P_CHUNKED]; s.chunk_budget = p[P_CHUNK_BUDGET];
     s.c = b[1].buf; s.arrival = b[2].buf; s.prompt = b[3].buf; s.output = b[4].buf;
     s.edges = b[5].buf; s.nedges = b[5].len / 8;
     s.status = b[6].buf; s.reject = b[7].buf; s.gen = b[8].buf; s.pref = b[9].buf; s.target = b[10].buf;
@@ -518,8 +564,12 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
     size_t nn = (size_t)(n > 0 ? n : 1);
     s.L = calloc(nn, 8); s.nb = calloc(nn, 8); s.F = calloc(nn, 8);
     s.wq = malloc(nn * 8); s.wcap = (int64_t)nn;
-    s.run = malloc(nn * 8); s.pre_ids = malloc(nn * 8); s.done = malloc(nn * 8);
-    if (!s.L || !s.nb || !s.F || !s.wq || !s.run || !s.pre_ids || !s.done) { PyErr_NoMemory(); goto done; }
+    s.run = malloc(nn * 8); s.pre_ids = malloc(nn * 8); s.pre_tok = malloc(nn * 8); s.done = malloc(nn * 8);
+    s.dec = calloc(nn, 1);
+    if (!s.L || !s.nb || !s.F || !s.wq || !s.run || !s.pre_ids || !s.pre_tok || !s.done || !s.dec) {
+        PyErr_NoMemory();
+        goto done;
+    }
     s.rf_obj = PyByteArray_FromStringAndSize(NULL, 0);
     s.ri_obj = PyByteArray_FromStringAndSize(NULL, 0);
     if (!s.rf_obj || !s.ri_obj) goto done;
@@ -548,7 +598,8 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
         "waiting_head", (long long)(s.wlen ? wq_front(&s) : -1));
 done:
     for (int k = 0; k < nb; k++) PyBuffer_Release(&b[k]);
-    free(s.L); free(s.nb); free(s.F); free(s.wq); free(s.run); free(s.pre_ids); free(s.done);
+    free(s.L); free(s.nb); free(s.F); free(s.wq); free(s.run); free(s.pre_ids); free(s.pre_tok); free(s.done);
+    free(s.dec);
     Py_XDECREF(s.rf_obj); /* the result holds its own references */
     Py_XDECREF(s.ri_obj);
     return result;

@@ -1,11 +1,12 @@
-"""The compiled replay: the vLLM default configuration run in C, the same results as Python.
+"""The compiled replay: the vLLM default configuration (and chunked prefill) run in C, with the
+same results as Python.
 
 The Python engine (SimPy processes, :class:`~sim.sched.continuous.ContinuousScheduler`,
 :class:`~sim.memory.paged.PagedManager`, the roofline cost model) is the specification and
 runs everything. One configuration, the one most runs use, also has a compiled replay,
 ``sim/_replay.c``, built at install when a C compiler is there::
 
-    scheduler  continuous, prefill-first (no chunked prefill, no waiting_served_ratio),
+    scheduler  continuous, prefill-first or chunked prefill (no waiting_served_ratio),
                recompute preemption (no swap)
     manager    paged (vllm, token: any block size), no prefix caching
     requests   one sequence each (n = beam_width = 1), prompt and output >= 1
@@ -62,8 +63,6 @@ def unsupported(engine) -> str | None:
         return "only the paged manager (vllm, token) is compiled"
     if mgr.prefix_caching:
         return "prefix caching runs in Python"
-    if sched.chunked:
-        return "chunked prefill runs in Python"
     if sched.swap:
         return "swap preemption runs in Python"
     if sched.cfg.waiting_served_ratio is not None:
@@ -105,7 +104,7 @@ def run(engine) -> None:
     t = sched.t
     params = np.array([t.size, mgr.block_size, mgr.num_blocks, mgr.leftover, mgr.watermark_blocks,
                        mgr.max_seq_len, sched.max_num_seqs, sched.max_batched, int(rec.keep_rows),
-                       PROGRESS_EVERY], np.int64)
+                       PROGRESS_EVERY, int(sched.chunked), sched.budget], np.int64)
     cost = np.array([cm.overhead_s, cm.per_seq_overhead_s, cm._lin_flops_per_token, cm._flops,
                      cm._lin_weight_time, cm._ar_fixed, cm._ar_time_per_token, cm._kv_bytes_per_token,
                      cm._bw, cm._attn_flops_coef, cm._attn_flops], np.float64)

@@ -73,6 +73,11 @@ CASES = [
     ("vllm", dict(step_overhead_ms=0.0, per_seq_overhead_ms=0.0), {}),
     ("vllm", dict(record_steps=False), {}),
     ("vllm", dict(tensor_parallel=2), {}),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=128), {}),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=512, block_size=8), {}),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),  # preempted mid-prefill
+    ("vllm", dict(chunked_prefill=True, chunk_budget=16, max_num_seqs=8), {}),  # budget below the batch
+    ("vllm", dict(chunked_prefill=True, record_steps=False), {}),
 ]
 
 
@@ -125,12 +130,13 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
 
 
 @needs_ext
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
-       watermark=st.sampled_from([0.0, 0.01, 0.2]))
-def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark):
-    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed)
+       watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]))
+def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk):
+    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
+                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
@@ -165,7 +171,6 @@ def test_progress_counts_every_finish():
 
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(prefix_caching=True), dict(prefix=True), "prefix caching"),
-    (dict(chunked_prefill=True), {}, "chunked prefill"),
     (dict(preemption="swap"), {}, "swap"),
     (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
     (dict(check=True), {}, "--check"),
