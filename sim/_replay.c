@@ -60,6 +60,7 @@ typedef struct {
     /* per-request memory: computed tokens, blocks, final length; in the decode set (prefill done) */
     int64_t *L, *nb, *F;
     int8_t *dec;
+    int64_t ndecset; /* how many are in the decode set */
     /* the waiting queue (a ring), the running list (admission order) */
     int64_t *wq, wcap, whead, wlen;
     int64_t *run, nrun;
@@ -196,7 +197,7 @@ static void itl(Core *s, double v) {
     s->itl_count++;
 }
 
-/* ---- the scheduler (ContinuousScheduler.schedule, prefill-first) --------------------------- */
+/* ---- the scheduler (ContinuousScheduler) ---------------------------------------------------- */
 static int still_blocked(Core *s) {
     if (s->blk_kind == BLK_NONE || !s->wlen || s->blk_req != wq_front(s) || s->blk_epoch != s->free_epoch) {
         s->blk_kind = BLK_NONE;
@@ -275,6 +276,7 @@ static void admit_waiting(Core *s, int64_t budget) {
 
 static void preempt_last(Core *s) {
     int64_t i = s->run[--s->nrun];
+    s->ndecset -= s->dec[i];
     s->dec[i] = 0;
     s->free_epoch++;
     s->preempt[i]++;
@@ -290,12 +292,9 @@ static void preempt_last(Core *s) {
 /* ContinuousScheduler._decode_into: make room (preempt the latest-admitted request), then one
  * token for each member of the decode set; returns their context sum */
 static int64_t decode(Core *s) {
-    int64_t members;
     for (;;) {
-        members = 0;
-        for (int64_t k = 0; k < s->nrun; k++) members += s->dec[s->run[k]];
         /* at most one new block per member: with as many free blocks as members it fits */
-        if (!members || members <= s->nblocks - s->used) break;
+        if (!s->ndecset || s->ndecset <= s->nblocks - s->used) break;
         int64_t crossing = 0;
         for (int64_t k = 0; k < s->nrun; k++) {
             int64_t i = s->run[k];
@@ -315,15 +314,11 @@ static int64_t decode(Core *s) {
             s->used++;
             s->logical++;
         }
-        s->L[i]++;
-        if (s->L[i] > s->F[i]) {  /* outgrew its final length: F rises (never with a valid trace) */
-            s->demand += min64(s->L[i], s->nb[i] * s->bs) - min64(s->F[i], s->nb[i] * s->bs);
-            s->F[i] = s->L[i];
-        }
+        s->L[i]++;  /* stays below F: a member has generated fewer than its output tokens */
         ctx += s->L[i];
     }
-    s->tokens += members;
-    s->ndec = members;
+    s->tokens += s->ndecset;
+    s->ndec = s->ndecset;
     return ctx;
 }
 
@@ -382,13 +377,14 @@ static void complete_step(Core *s, double now) {
         else itl(s, now - s->last[i]);  /* a recompute: the gap since its last token */
         s->last[i] = now;
         if (s->gen[i] >= s->output[i]) s->done[ndone++] = i;
-        else s->dec[i] = 1;  /* joins the decode set */
+        else { s->dec[i] = 1; s->ndecset++; }  /* joins the decode set */
     }
     if (!ndone) return;
     for (int64_t k = 0; k < ndone; k++) {
         int64_t i = s->done[k];
         s->free_epoch++;
         mgr_free(s, i);
+        s->ndecset -= s->dec[i];
         s->dec[i] = 0;
         s->status[i] = ST_FINISHED;
         s->finish[i] = now;

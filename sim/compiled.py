@@ -40,7 +40,7 @@ except ImportError:  # built without a C compiler: every run takes the Python en
 
 ENGINES = ("auto", "compiled", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
-_MAX_BATCHED = 1 << 26  # keeps the multi-prompt attention sum exact in any order (see _replay.c)
+_MAX_BATCHED = 1 << 26  # keeps the prefill attention sum exact in any order (see _replay.c)
 
 _EMPTY_POOL = 3
 _DT = 2
@@ -71,8 +71,8 @@ def unsupported(engine) -> str | None:
         return "only the simulated executor with the roofline cost model is compiled"
     if engine.check:
         return "--check runs in Python"
-    if sched.max_batched >= _MAX_BATCHED:
-        return f"max_num_batched_tokens >= {_MAX_BATCHED} runs in Python"
+    if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= _MAX_BATCHED:
+        return f"a token budget or max_seq_len >= {_MAX_BATCHED} runs in Python"
     t = sched.t
     if t.size and (int(t.width.max()) > 1):
         return "parallel sampling and beam search run in Python"
@@ -83,11 +83,14 @@ def unsupported(engine) -> str | None:
     return None
 
 
-def choose(engine, which: str) -> bool:
-    """Whether ``engine`` runs compiled, for ``which`` in :data:`ENGINES`."""
+def choose(engine, which: str, step_by_step: bool = False) -> bool:
+    """Whether ``engine`` runs compiled, for ``which`` in :data:`ENGINES` (``step_by_step``:
+    the Python reference path was asked for)."""
     if which not in ENGINES:
         raise ConfigError(f"unknown engine '{which}'; valid: {', '.join(ENGINES)}")
-    if which == "python":
+    if which == "compiled" and step_by_step:
+        raise ConfigError("the compiled replay has no step-by-step mode (macro_steps=False is the Python reference)")
+    if which == "python" or step_by_step:
         return False
     why = unsupported(engine)
     if which == "compiled" and why is not None:

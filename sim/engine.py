@@ -96,7 +96,7 @@ class Engine:
         # the compiled replay of the vLLM default configuration (sim/compiled.py), when chosen
         from sim import compiled
 
-        self.compiled = macro_steps and compiled.choose(self, engine)
+        self.compiled = compiled.choose(self, engine, step_by_step=not macro_steps)
         if self._price is not None and not (
                 getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
                 and hasattr(manager, "lane_advance")
