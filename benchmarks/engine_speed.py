@@ -82,10 +82,16 @@ def main() -> None:
         print(f"  baselines, same run: Python engine {py:.2f} s (x{py / wall:.1f}); Python step by step "
               f"{step:.2f} s (x{step / wall:.1f}); Python without the decode lane {base:.2f} s (x{base / wall:.1f})")
         print(f"  compiled vs Python records: request and step tables {'identical' if same else 'DIFFERENT'}")
+        ch = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error",
+                                  chunked_prefill=True, chunk_budget=512)
+        cw, cs = timed(ch, trace, engine="compiled")
+        cp, _ = timed(ch, trace, engine="python")
+        print(f"  same trace, chunked prefill (budget 512): compiled {cw:.3f} s, Python engine {cp:.2f} s "
+              f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
         for system in ("orca-max", "orca-oracle", "token"):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
             w, s2 = timed(c, trace)
-            print(f"  same trace, --system {system}: {w:.2f} s wall, {s2['num_steps']} steps")
+            print(f"  same trace, --system {system}: {w:.2f} s wall ({s2['engine']} engine), {s2['num_steps']} steps")
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
 
