@@ -1,12 +1,12 @@
-/* sim._replay: the compiled replay of the vLLM default configuration (and chunked prefill).
+/* sim._replay: the compiled replay of the vLLM default configuration (and chunked prefill, swap).
  *
  * The Python engine (sim/engine.py, sim/sched/continuous.py, sim/memory/paged.py,
  * sim/cost.py) is the specification; this file re-states, step by step, what it does for
  * one configuration and nothing else:
  *
- *     continuous scheduler, prefill-first or chunked prefill, recompute preemption, no
- *     waiting_served_ratio; paged manager (any block size) without prefix caching; every
- *     request one sequence (n = beam_width = 1); the roofline cost model.
+ *     continuous scheduler, prefill-first or chunked prefill, preemption by recompute or
+ *     swap, no waiting_served_ratio; paged manager (any block size) without prefix caching;
+ *     every request one sequence (n = beam_width = 1); the roofline cost model.
  *
  * sim/compiled.py decides eligibility and falls back to Python for everything else.
  * tests/sim/test_compiled.py compares the two engines' request records, step tables and
@@ -30,17 +30,17 @@
 
 /* built with -ffp-contract=off (setup.py): no fused multiply-add may change a rounding */
 
-enum { ST_WAITING = 1, ST_RUNNING = 2, ST_FINISHED = 4, ST_REJECTED = 5 };
+enum { ST_WAITING = 1, ST_RUNNING = 2, ST_SWAPPED = 3, ST_FINISHED = 4, ST_REJECTED = 5 };
 enum { REJ_BATCHED = 1, REJ_NEVER = 2 };
 enum { BLK_NONE = 0, BLK_MEMORY = 1, BLK_FULL = 2 };
-enum { ERR_NONE = 0, ERR_DT = 2, ERR_EMPTY_POOL = 3, ERR_PY = 4 };  /* ERR_PY: a Python exception is set */
+enum { ERR_NONE = 0, ERR_DT = 2, ERR_EMPTY_POOL = 3, ERR_PY = 4, ERR_STALL = 5 };  /* ERR_PY: a Python exception is set */
 
 /* int64 parameters, in this order (sim/compiled.py builds the array) */
 enum { P_N, P_BS, P_NBLOCKS, P_LEFTOVER, P_WM, P_MAXSEQ, P_MAXSEQS, P_MAXBATCHED, P_KEEPROWS,
-       P_PROGRESS_EVERY, P_CHUNKED, P_CHUNK_BUDGET, P_NPARAMS };
+       P_PROGRESS_EVERY, P_CHUNKED, P_CHUNK_BUDGET, P_SWAP, P_SWAP_CAPACITY, P_NPARAMS };
 /* float64 parameters: the roofline model's constants (RooflineCostModel) */
 enum { C_OVERHEAD, C_PERSEQ, C_LINFPT, C_FLOPS, C_LINWT, C_ARFIXED, C_ARTPT, C_KVBPT, C_BW,
-       C_ATTNCOEF, C_ATTNFLOPS, C_NPARAMS };
+       C_ATTNCOEF, C_ATTNFLOPS, C_PCIEBW, C_NPARAMS };
 
 #define ROW_F 2   /* start_s, dt_s */
 #define ROW_I 13  /* batch, prefill, decode, waiting, running, 6 memory categories, used, logical */
@@ -48,7 +48,7 @@ enum { C_OVERHEAD, C_PERSEQ, C_LINFPT, C_FLOPS, C_LINWT, C_ARFIXED, C_ARTPT, C_K
 typedef struct {
     /* configuration */
     int64_t n, bs, nblocks, leftover, wm, maxseq, maxseqs, maxbatched, keep_rows, progress_every;
-    int64_t chunked, chunk_budget;
+    int64_t chunked, chunk_budget, swap, swap_capacity;
     const double *c;
     const double *arrival, *edges;
     const int64_t *prompt, *output;
@@ -61,8 +61,9 @@ typedef struct {
     int64_t *L, *nb, *F;
     int8_t *dec;
     int64_t ndecset; /* how many are in the decode set */
-    /* the waiting queue (a ring), the running list (admission order) */
+    /* the waiting and swapped queues (rings), the running list (admission order) */
     int64_t *wq, wcap, whead, wlen;
+    int64_t *sq, shead, slen, *swap_len, swap_used, swap_fallbacks;
     int64_t *run, nrun;
     /* the manager's counters */
     int64_t used, tokens, demand, logical, allocations, frees;
@@ -71,7 +72,7 @@ typedef struct {
     int blk_kind, dw;
     /* this iteration's batch: prefilling requests and their new tokens (a whole prompt, or a
      * chunk), decoding requests */
-    int64_t *pre_ids, *pre_tok, npre, pre_tokens, ndec;
+    int64_t *pre_ids, *pre_tok, npre, pre_tokens, ndec, swap_in, swap_out;
     int64_t *done; /* requests finishing this iteration */
     /* records */
     PyObject *rf_obj, *ri_obj; /* the rows, in bytearrays numpy then reads in place (no copy) */
@@ -91,6 +92,8 @@ static void wq_push_back(Core *s, int64_t i) { s->wq[(s->whead + s->wlen) % s->w
 static void wq_push_front(Core *s, int64_t i) { s->whead = (s->whead + s->wcap - 1) % s->wcap; s->wq[s->whead] = i; s->wlen++; }
 static int64_t wq_front(Core *s) { return s->wq[s->whead]; }
 static void wq_pop_front(Core *s) { s->whead = (s->whead + 1) % s->wcap; s->wlen--; }
+static void sq_push_back(Core *s, int64_t i) { s->sq[(s->shead + s->slen) % s->wcap] = i; s->slen++; }
+static void sq_pop_front(Core *s) { s->shead = (s->shead + 1) % s->wcap; s->slen--; }
 
 /* ---- the manager (PagedManager with private blocks) ------------------------------------ */
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -136,6 +139,9 @@ static double step_time(Core *s, int64_t ctx_sum) {
         double flops = c[C_ATTNCOEF] * dot;
         t += flops / c[C_ATTNFLOPS] + (double)before * c[C_KVBPT] / c[C_BW];
     }
+    int64_t swapped = s->swap_in + s->swap_out;
+    if (swapped)
+        t += (double)swapped * c[C_KVBPT] / c[C_PCIEBW];
     return t;
 }
 
@@ -161,7 +167,7 @@ static int record(Core *s, double start, double dt) {
         r[0] = s->npre + s->ndec;
         r[1] = s->pre_tokens;
         r[2] = s->ndec;
-        r[3] = s->wlen;
+        r[3] = s->wlen + s->slen;
         r[4] = s->nrun;
         memcpy(r + 5, mem, sizeof mem);
         r[11] = s->used;
@@ -207,6 +213,50 @@ static int still_blocked(Core *s) {
     return 1;
 }
 
+/* PagedManager.allocate of ``len`` tokens' blocks for request i (no token computed yet) */
+static void mgr_allocate(Core *s, int64_t i, int64_t len) {
+    int64_t need = ceil_div(len, s->bs), final_len = s->prompt[i] + s->output[i];
+    int64_t F = final_len > len ? final_len : len;
+    s->nb[i] = need;
+    s->F[i] = F;
+    s->L[i] = 0;
+    s->used += need;
+    s->logical += need;
+    s->demand += min64(F, need * s->bs);
+    s->allocations++;
+}
+
+/* PagedManager.can_allocate of ``len`` tokens for request i: 1 (OK) or 0 (LATER or NEVER) */
+static int mgr_can_allocate(Core *s, int64_t i, int64_t len) {
+    int64_t need = ceil_div(len, s->bs);
+    if (s->prompt[i] + s->output[i] > s->maxseq || len > s->maxseq || need > s->nblocks - s->wm) return 0;
+    return (s->nblocks - s->used) - need >= s->wm;
+}
+
+/* ContinuousScheduler._resume_swapped: swap requests back in, FCFS; 1 when none is left */
+static int resume_swapped(Core *s) {
+    while (s->slen) {
+        int64_t i = s->sq[s->shead];
+        if (s->nrun + 1 > s->maxseqs) return 0;
+        int64_t len = s->swap_len[i];
+        if (!mgr_can_allocate(s, i, len)) {
+            s->dw = 1;
+            return 0;
+        }
+        mgr_allocate(s, i, len);
+        s->L[i] = len;
+        s->tokens += len;
+        sq_pop_front(s);
+        s->swap_used -= len;
+        s->swap_in += len;
+        s->status[i] = ST_RUNNING;
+        s->run[s->nrun++] = i;
+        s->dec[i] = 1;  /* straight back into the decode set */
+        s->ndecset++;
+    }
+    return 1;
+}
+
 /* n more prompt tokens of request i this iteration (into blocks allocated at admission) */
 static void prefill(Core *s, int64_t i, int64_t n) {
     s->L[i] += n;
@@ -249,14 +299,7 @@ static void admit_waiting(Core *s, int64_t budget) {
                 blocked = BLK_MEMORY;
             } else {  /* admit: allocate the prompt's blocks, write this iteration's tokens */
                 wq_pop_front(s);
-                int64_t F = final_len > target ? final_len : target;
-                s->nb[i] = need;
-                s->F[i] = F;
-                s->L[i] = 0;
-                s->used += need;
-                s->logical += need;
-                s->demand += min64(F, need * s->bs);
-                s->allocations++;
+                mgr_allocate(s, i, target);
                 s->pref[i] = 0;
                 s->status[i] = ST_RUNNING;
                 s->run[s->nrun++] = i;
@@ -282,6 +325,17 @@ static void preempt_last(Core *s) {
     s->preempt[i]++;
     s->num_preempt++;
     s->dw = 1;
+    int64_t len = s->L[i];
+    if (s->swap && s->pref[i] >= s->target[i] && s->swap_used + len <= s->swap_capacity) {
+        mgr_free(s, i);  /* its K/V go to the CPU; it comes back as it was */
+        s->swap_len[i] = len;
+        s->swap_used += len;
+        s->swap_out += len;
+        s->status[i] = ST_SWAPPED;
+        sq_push_back(s, i);
+        return;
+    }
+    if (s->swap) s->swap_fallbacks++;  /* no swap space (or mid-prefill): recompute */
     mgr_free(s, i);
     if (s->gen[i] > 0) s->target[i] = s->prompt[i] + s->gen[i];  /* generated tokens become prompt */
     s->pref[i] = 0;
@@ -325,9 +379,12 @@ static int64_t decode(Core *s) {
 /* ContinuousScheduler.schedule: one iteration's memory operations; returns the decode context sum */
 static int64_t schedule(Core *s) {
     s->dw = 0;
-    s->npre = s->pre_tokens = s->ndec = 0;
+    s->npre = s->pre_tokens = s->ndec = s->swap_in = s->swap_out = 0;
+    /* swapped requests first; while any stays swapped nobody new is admitted (and the blocked
+     * head's shortcut is not even looked at, as Python's `and` short-circuits) */
+    int all_resumed = resume_swapped(s);
     if (!s->chunked) {  /* prefill-first: new prompts only, else decode */
-        if (!still_blocked(s)) admit_waiting(s, s->maxbatched);
+        if (all_resumed && !still_blocked(s)) admit_waiting(s, s->maxbatched);
         return s->npre ? 0 : decode(s);
     }
     /* chunked prefill: decode first, then ongoing prefills, then new prompts, in the budget */
@@ -342,7 +399,7 @@ static int64_t schedule(Core *s) {
             budget -= n;
         }
     }
-    if (!still_blocked(s)) admit_waiting(s, budget);
+    if (all_resumed && !still_blocked(s)) admit_waiting(s, budget);
     return ctx;
 }
 
@@ -477,11 +534,12 @@ static int run_core(Core *s, double *end_s) {
         started = 1;
         /* the engine process's loop body, up to its next yield */
         int64_t ctx = schedule(s);
-        if (!s->npre && !s->ndec) {
-            if (arrivals_done && !s->wlen && !s->nrun) {
+        if (!s->npre && !s->ndec && !s->swap_in && !s->swap_out) {
+            if (arrivals_done && !s->wlen && !s->nrun && !s->slen) {
                 *end_s = now;
                 return ERR_NONE;
             }
+            if (!s->nrun && s->slen && arrivals_done && !s->wlen) return ERR_STALL;
             if (!s->nrun && s->wlen && s->dw) return ERR_EMPTY_POOL;
             idle = 1;
             wake_triggered = 0;
@@ -551,6 +609,7 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
     s.maxseq = p[P_MAXSEQ]; s.maxseqs = p[P_MAXSEQS]; s.maxbatched = p[P_MAXBATCHED];
     s.keep_rows = p[P_KEEPROWS]; s.progress_every = p[P_PROGRESS_EVERY] > 0 ? p[P_PROGRESS_EVERY] : 1;
     s.chunked = p[P_CHUNKED]; s.chunk_budget = p[P_CHUNK_BUDGET];
+    s.swap = p[P_SWAP]; s.swap_capacity = p[P_SWAP_CAPACITY];
     s.c = b[1].buf; s.arrival = b[2].buf; s.prompt = b[3].buf; s.output = b[4].buf;
     s.edges = b[5].buf; s.nedges = b[5].len / 8;
     s.status = b[6].buf; s.reject = b[7].buf; s.gen = b[8].buf; s.pref = b[9].buf; s.target = b[10].buf;
@@ -562,7 +621,9 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
     s.wq = malloc(nn * 8); s.wcap = (int64_t)nn;
     s.run = malloc(nn * 8); s.pre_ids = malloc(nn * 8); s.pre_tok = malloc(nn * 8); s.done = malloc(nn * 8);
     s.dec = calloc(nn, 1);
-    if (!s.L || !s.nb || !s.F || !s.wq || !s.run || !s.pre_ids || !s.pre_tok || !s.done || !s.dec) {
+    s.sq = malloc(nn * 8); s.swap_len = calloc(nn, 8);
+    if (!s.L || !s.nb || !s.F || !s.wq || !s.run || !s.pre_ids || !s.pre_tok || !s.done || !s.dec || !s.sq ||
+        !s.swap_len) {
         PyErr_NoMemory();
         goto done;
     }
@@ -582,7 +643,7 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
         PyByteArray_Resize(s.ri_obj, (Py_ssize_t)(s.keep_rows ? s.nrows * ROW_I * 8 : 0)) < 0)
         goto done;
     result = Py_BuildValue(
-        "{s:i,s:d,s:d,s:d,s:L,s:L,s:L,s:d,s:(dddddd),s:(dd),s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O,s:O,s:L}",
+        "{s:i,s:d,s:d,s:d,s:L,s:L,s:L,s:d,s:(dddddd),s:(dd),s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:O,s:O,s:L,s:L}",
         "error", err, "end_s", end_s, "idle_s", s.idle, "busy_s", s.busy, "num_steps", (long long)s.nrows,
         "prefill_tokens", (long long)s.prefill_tok, "decode_tokens", (long long)s.decode_tok,
         "running_weighted", s.running_w,
@@ -591,11 +652,12 @@ static PyObject *replay(PyObject *Py_UNUSED(self), PyObject *args) {
         "num_preemptions", (long long)s.num_preempt, "num_rejected", (long long)s.num_rejected,
         "allocations", (long long)s.allocations, "frees", (long long)s.frees, "used_blocks", (long long)s.used,
         "num_running", (long long)s.nrun, "rows_f", s.rf_obj, "rows_i", s.ri_obj,
+        "num_swap_fallbacks", (long long)s.swap_fallbacks,
         "waiting_head", (long long)(s.wlen ? wq_front(&s) : -1));
 done:
     for (int k = 0; k < nb; k++) PyBuffer_Release(&b[k]);
     free(s.L); free(s.nb); free(s.F); free(s.wq); free(s.run); free(s.pre_ids); free(s.pre_tok); free(s.done);
-    free(s.dec);
+    free(s.dec); free(s.sq); free(s.swap_len);
     Py_XDECREF(s.rf_obj); /* the result holds its own references */
     Py_XDECREF(s.ri_obj);
     return result;

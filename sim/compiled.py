@@ -1,5 +1,5 @@
-"""The compiled replay: the vLLM default configuration (and chunked prefill) run in C, with the
-same results as Python.
+"""The compiled replay: the vLLM default configuration (and chunked prefill, swap) run in C,
+with the same results as Python.
 
 The Python engine (SimPy processes, :class:`~sim.sched.continuous.ContinuousScheduler`,
 :class:`~sim.memory.paged.PagedManager`, the roofline cost model) is the specification and
@@ -7,7 +7,7 @@ runs everything. One configuration, the one most runs use, also has a compiled r
 ``sim/_replay.c``, built at install when a C compiler is there::
 
     scheduler  continuous, prefill-first or chunked prefill (no waiting_served_ratio),
-               recompute preemption (no swap)
+               preemption by recompute or swap
     manager    paged (vllm, token: any block size), no prefix caching
     requests   one sequence each (n = beam_width = 1), prompt and output >= 1
     executor   simulated, roofline cost model; no --check
@@ -44,6 +44,7 @@ _MAX_BATCHED = 1 << 26  # keeps the prefill attention sum exact in any order (se
 
 _EMPTY_POOL = 3
 _DT = 2
+_STALL = 5
 
 
 def unsupported(engine) -> str | None:
@@ -63,8 +64,6 @@ def unsupported(engine) -> str | None:
         return "only the paged manager (vllm, token) is compiled"
     if mgr.prefix_caching:
         return "prefix caching runs in Python"
-    if sched.swap:
-        return "swap preemption runs in Python"
     if sched.cfg.waiting_served_ratio is not None:
         return "waiting_served_ratio runs in Python"
     if type(ex) is not SimulatedExecutor or type(ex.cost_model) is not RooflineCostModel:
@@ -107,10 +106,11 @@ def run(engine) -> None:
     t = sched.t
     params = np.array([t.size, mgr.block_size, mgr.num_blocks, mgr.leftover, mgr.watermark_blocks,
                        mgr.max_seq_len, sched.max_num_seqs, sched.max_batched, int(rec.keep_rows),
-                       PROGRESS_EVERY, int(sched.chunked), sched.budget], np.int64)
+                       PROGRESS_EVERY, int(sched.chunked), sched.budget, int(sched.swap), sched.swap_capacity],
+                      np.int64)
     cost = np.array([cm.overhead_s, cm.per_seq_overhead_s, cm._lin_flops_per_token, cm._flops,
                      cm._lin_weight_time, cm._ar_fixed, cm._ar_time_per_token, cm._kv_bytes_per_token,
-                     cm._bw, cm._attn_flops_coef, cm._attn_flops], np.float64)
+                     cm._bw, cm._attn_flops_coef, cm._attn_flops, cm.gpu.pcie_bw], np.float64)
     reject = np.zeros(t.size, np.int8)
     progress = engine.progress.update if engine.progress is not None else None
     t0 = time.perf_counter()
@@ -121,11 +121,14 @@ def run(engine) -> None:
     if r["error"] == _EMPTY_POOL:
         raise InvariantError(f"request {r['waiting_head']} waits for memory in an empty pool "
                              "(the manager should have answered NEVER)")
+    if r["error"] == _STALL:
+        raise InvariantError("scheduler stalled with swapped requests and nothing running")
     if r["error"] == _DT:
         raise InvariantError("executor returned a non-positive step time")
     engine.end_s = r["end_s"]
     # the scheduler: counts, reasons, inter-token latencies (the histogram was filled in place)
     sched.num_preemptions = r["num_preemptions"]
+    sched.num_swap_fallbacks = r["num_swap_fallbacks"]
     sched.num_rejected = r["num_rejected"]
     for i in np.flatnonzero(reject == 1).tolist():
         t.reject_reason[i] = sched.batched_reason(i)

@@ -100,7 +100,7 @@ def register(sub) -> None:
                         "recomputed from scratch (slow; no macro steps)")
     o.add_argument("--engine", choices=["auto", "compiled", "python"], default="auto",
                    help="auto: the compiled replay where it covers the configuration (vLLM default: "
-                        "paged, recompute, optionally chunked prefill; no prefix caching, swap or "
+                        "paged, recompute or swap, optionally chunked prefill; no prefix caching or "
                         "sampling width), "
                         "else Python; compiled: insist (exit 2 saying why not); python: never. "
                         "The same records either way (sim/compiled.py)")

@@ -78,6 +78,9 @@ CASES = [
     ("vllm", dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),  # preempted mid-prefill
     ("vllm", dict(chunked_prefill=True, chunk_budget=16, max_num_seqs=8), {}),  # budget below the batch
     ("vllm", dict(chunked_prefill=True, record_steps=False), {}),
+    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),
+    ("vllm", dict(preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),  # fallbacks
+    ("vllm", dict(preemption="swap", chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),
 ]
 
 
@@ -98,6 +101,9 @@ def test_cases_reach_what_they_test():
     c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0), engine="compiled")
     assert c.summary["num_preemptions"] > 0
     assert (c.requests["preemptions"] > 0).sum() > 1
+    c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),
+                       rand_trace(0, rate=200.0), engine="compiled")
+    assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"] > 0  # swapped, and fell back
     c = run_simulation(cfg_for(max_num_batched_tokens=100), rand_trace(0), engine="compiled")
     reasons = c.requests["reject_reason"]
     assert reasons.str.contains("exceeds max_num_batched_tokens=100").sum() > 0
@@ -133,10 +139,13 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
-       watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]))
-def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk):
+       watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
+       swap=st.sampled_from([None, 0, 100, 5000]))
+def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
-                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512)
+                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
+                  preemption="recompute" if swap is None else "swap",
+                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
@@ -171,7 +180,6 @@ def test_progress_counts_every_finish():
 
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(prefix_caching=True), dict(prefix=True), "prefix caching"),
-    (dict(preemption="swap"), {}, "swap"),
     (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
