@@ -104,10 +104,12 @@ def run(engine) -> None:
 
     sched, mgr, rec, cm = engine.sched, engine.mgr, engine.rec, engine.executor.cost_model
     t = sched.t
+    # limits beyond any count a run reaches compare the same clamped to int64 (swap_gib=1e16)
+    big = 1 << 62
     params = np.array([t.size, mgr.block_size, mgr.num_blocks, mgr.leftover, mgr.watermark_blocks,
-                       mgr.max_seq_len, sched.max_num_seqs, sched.max_batched, int(rec.keep_rows),
-                       PROGRESS_EVERY, int(sched.chunked), sched.budget, int(sched.swap), sched.swap_capacity],
-                      np.int64)
+                       mgr.max_seq_len, min(sched.max_num_seqs, big), sched.max_batched, int(rec.keep_rows),
+                       PROGRESS_EVERY, int(sched.chunked), sched.budget, int(sched.swap),
+                       min(sched.swap_capacity, big)], np.int64)
     cost = np.array([cm.overhead_s, cm.per_seq_overhead_s, cm._lin_flops_per_token, cm._flops,
                      cm._lin_weight_time, cm._ar_fixed, cm._ar_time_per_token, cm._kv_bytes_per_token,
                      cm._bw, cm._attn_flops_coef, cm._attn_flops, cm.gpu.pcie_bw], np.float64)

@@ -163,6 +163,13 @@ def test_non_finite_times_bin_as_numpy():
 
 
 @needs_ext
+def test_limits_beyond_int64_are_clamped():
+    """A swap space or max_num_seqs no run can reach (beyond int64) behaves as unlimited."""
+    cfg = cfg_for(slots=1200, preemption="swap", swap_gib=1e16, max_num_seqs=2**63)
+    assert_engines_agree(cfg, rand_trace(0, rate=200.0), step_by_step=False)
+
+
+@needs_ext
 def test_progress_counts_every_finish():
     class Bar:
         total = 0
