@@ -109,6 +109,8 @@ class SimConfig:
             raise ConfigError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         if self.chunk_budget < 1:
             raise ConfigError(f"chunk_budget must be >= 1, got {self.chunk_budget}")
+        if not (self.swap_gib >= 0 and self.swap_gib != float("inf")):
+            raise ConfigError(f"swap_gib must be a finite number >= 0, got {self.swap_gib} (e.g. 4)")
         if self.kv_gib is not None and self.kv_gib <= 0:
             raise ConfigError(f"kv_gib must be > 0, got {self.kv_gib}")
         if self.manager == "static" and self.scheduler != "static":
