@@ -32,9 +32,9 @@ import pandas as pd
 
 from experiments import paper
 from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
-from sim.metrics import downsample_steps  # noqa: F401  (re-exported: figure code and tests use it here)
 from experiments.sweep import (RunOutput, RunSpec, apply_overrides, expand_grid, load_cached,
                                load_experiment, results_frame, run_sweep)
+from sim.metrics import downsample_steps  # noqa: F401  (re-exported: figure code and tests use it here)
 
 #: fraction of the trace's arrival window skipped as warm-up by the "steady" window
 WARMUP_FRAC = 0.1

@@ -7,7 +7,6 @@ most ``max_points`` points per trace (equal-count bin means) so reports stay sma
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go

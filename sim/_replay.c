@@ -226,11 +226,13 @@ static void mgr_allocate(Core *s, int64_t i, int64_t len) {
     s->allocations++;
 }
 
-/* PagedManager.can_allocate of ``len`` tokens for request i: 1 (OK) or 0 (LATER or NEVER) */
+/* PagedManager.can_allocate of ``len`` tokens for request i (its watermark included) */
+enum { ADMIT_OK, ADMIT_LATER, ADMIT_NEVER };
 static int mgr_can_allocate(Core *s, int64_t i, int64_t len) {
     int64_t need = ceil_div(len, s->bs);
-    if (s->prompt[i] + s->output[i] > s->maxseq || len > s->maxseq || need > s->nblocks - s->wm) return 0;
-    return (s->nblocks - s->used) - need >= s->wm;
+    if (s->prompt[i] + s->output[i] > s->maxseq || len > s->maxseq || need > s->nblocks - s->wm)
+        return ADMIT_NEVER;
+    return (s->nblocks - s->used) - need >= s->wm ? ADMIT_OK : ADMIT_LATER;
 }
 
 /* ContinuousScheduler._resume_swapped: swap requests back in, FCFS; 1 when none is left */
@@ -239,7 +241,7 @@ static int resume_swapped(Core *s) {
         int64_t i = s->sq[s->shead];
         if (s->nrun + 1 > s->maxseqs) return 0;
         int64_t len = s->swap_len[i];
-        if (!mgr_can_allocate(s, i, len)) {
+        if (mgr_can_allocate(s, i, len) != ADMIT_OK) {
             s->dw = 1;
             return 0;
         }
@@ -267,6 +269,14 @@ static void prefill(Core *s, int64_t i, int64_t n) {
     s->pre_tokens += n;
 }
 
+/* the queue head i can never be admitted: rejected (Python writes the reason from the code) */
+static void reject_head(Core *s, int64_t i, int code) {
+    wq_pop_front(s);
+    s->status[i] = ST_REJECTED;
+    s->reject[i] = (int8_t)code;
+    s->num_rejected++;
+}
+
 /* ContinuousScheduler._admit_waiting: FCFS while the budget, max_num_seqs and memory allow.
  * Prefill-first: whole prompts within max_num_batched_tokens; chunked: a chunk of the budget */
 static void admit_waiting(Core *s, int64_t budget) {
@@ -277,24 +287,17 @@ static void admit_waiting(Core *s, int64_t budget) {
         if (s->nrun + 1 > s->maxseqs) {
             blocked = BLK_FULL;
         } else if (!s->chunked && target > s->maxbatched) {
-            wq_pop_front(s);
-            s->status[i] = ST_REJECTED;
-            s->reject[i] = REJ_BATCHED;
-            s->num_rejected++;
+            reject_head(s, i, REJ_BATCHED);
             continue;
         } else if (!s->chunked && target > budget) {
             break;  /* this iteration's budget: no block recorded */
         } else {
-            int64_t need = ceil_div(target, s->bs);
-            int64_t final_len = s->prompt[i] + s->output[i];
-            if (final_len > s->maxseq || target > s->maxseq || need > s->nblocks - s->wm) {
-                wq_pop_front(s);
-                s->status[i] = ST_REJECTED;
-                s->reject[i] = REJ_NEVER;
-                s->num_rejected++;
+            int adm = mgr_can_allocate(s, i, target);
+            if (adm == ADMIT_NEVER) {
+                reject_head(s, i, REJ_NEVER);
                 continue;
             }
-            if ((s->nblocks - s->used) - need < s->wm) {
+            if (adm == ADMIT_LATER) {
                 s->dw = 1;
                 blocked = BLK_MEMORY;
             } else {  /* admit: allocate the prompt's blocks, write this iteration's tokens */

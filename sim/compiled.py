@@ -110,9 +110,7 @@ def run(engine) -> None:
                        mgr.max_seq_len, min(sched.max_num_seqs, big), sched.max_batched, int(rec.keep_rows),
                        PROGRESS_EVERY, int(sched.chunked), sched.budget, int(sched.swap),
                        min(sched.swap_capacity, big)], np.int64)
-    cost = np.array([cm.overhead_s, cm.per_seq_overhead_s, cm._lin_flops_per_token, cm._flops,
-                     cm._lin_weight_time, cm._ar_fixed, cm._ar_time_per_token, cm._kv_bytes_per_token,
-                     cm._bw, cm._attn_flops_coef, cm._attn_flops, cm.gpu.pcie_bw], np.float64)
+    cost = np.array(cm.constants(), np.float64)
     reject = np.zeros(t.size, np.int8)
     progress = engine.progress.update if engine.progress is not None else None
     t0 = time.perf_counter()
@@ -140,21 +138,13 @@ def run(engine) -> None:
     sched.itl_count += r["itl_count"]
     # the manager ends empty (the run ends with nothing running); its counters
     assert r["used_blocks"] == 0 and r["num_running"] == 0, "compiled replay ended with memory in use"
-    mgr._counters["allocations"] += r["allocations"]
-    mgr._counters["frees"] += r["frees"]
+    mgr.add_counts(allocations=r["allocations"], frees=r["frees"])
     # the recorder
     n = r["num_steps"]
     rec.idle_s += r["idle_s"]
     if rec.keep_rows:
-        rf = np.frombuffer(r["rows_f"], np.float64).reshape(n, 2)  # bytearrays: no copy
-        ri = np.frombuffer(r["rows_i"], np.int64).reshape(n, 13)
-        rec._f, rec._i, rec._blk = rf, ri[:, :11], ri[:, 11:]
-        rec._cap = rec._written = rec.n = n
+        ri = np.frombuffer(r["rows_i"], np.int64).reshape(n, 13)  # bytearrays: no copy
+        rec.take_rows(np.frombuffer(r["rows_f"], np.float64).reshape(n, 2), ri[:, :11], ri[:, 11:])
     else:
-        rec.busy_s = r["busy_s"]
-        rec._mem_sum = list(r["mem_sum"])
-        rec._blk_sum = list(r["blk_sum"])
-        rec.running_weighted = r["running_weighted"]
-        rec.prefill_tokens = r["prefill_tokens"]
-        rec.decode_tokens = r["decode_tokens"]
-        rec.n = n
+        rec.take_sums(n, r["busy_s"], r["mem_sum"], r["blk_sum"], r["running_weighted"],
+                      r["prefill_tokens"], r["decode_tokens"])

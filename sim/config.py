@@ -18,6 +18,7 @@ vattention    vattention pages     on demand, 64 KiB pages      vllm
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ class SimConfig:
             raise ConfigError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
         if self.chunk_budget < 1:
             raise ConfigError(f"chunk_budget must be >= 1, got {self.chunk_budget}")
-        if not (self.swap_gib >= 0 and self.swap_gib != float("inf")):
+        if not (math.isfinite(self.swap_gib) and self.swap_gib >= 0):
             raise ConfigError(f"swap_gib must be a finite number >= 0, got {self.swap_gib} (e.g. 4)")
         if self.kv_gib is not None and self.kv_gib <= 0:
             raise ConfigError(f"kv_gib must be > 0, got {self.kv_gib}")

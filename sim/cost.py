@@ -116,6 +116,13 @@ class RooflineCostModel:
             t += 2 * batch.copy_tokens * self._kv_bytes_per_token / self._bw
         return t
 
+    def constants(self) -> tuple[float, ...]:
+        """The model's constants in the order the compiled replay reads them (``sim/_replay.c``,
+        ``C_*``): its step time re-states :meth:`step_time` with these."""
+        return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
+                self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
+                self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw)
+
     def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
         """``step_time`` of one pure decode step (no prefill, swap or copy), in scalars: the
         same operations in the same order, so the same float."""

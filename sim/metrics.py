@@ -166,6 +166,27 @@ class StepRecorder:
             self.decode_tokens += width * m
         self.n += m
 
+    def take_rows(self, f: np.ndarray, i: np.ndarray, blk: np.ndarray | None) -> None:
+        """Rows recorded elsewhere (the compiled replay), in place of any held: ``f`` (n x 2:
+        start, dt), ``i`` (n x 11: the integer columns of :data:`STEP_COLUMNS`), ``blk`` (n x 2:
+        used and logical blocks, for a manager that reports them)."""
+        self._pf, self._pi, self._pm, self._pb = [], [], [], []
+        self._f, self._i = f, i
+        if self._blk is not None:
+            self._blk = blk
+        self._cap = self._written = self.n = len(f)
+
+    def take_sums(self, n: int, busy_s: float, mem_sum, blk_sum, running_weighted: float,
+                  prefill_tokens: int, decode_tokens: int) -> None:
+        """The running sums of ``n`` unrecorded iterations summed elsewhere (the compiled replay)."""
+        self.n = n
+        self.busy_s = busy_s
+        self._mem_sum = list(mem_sum)
+        self._blk_sum = list(blk_sum)
+        self.running_weighted = running_weighted
+        self.prefill_tokens = prefill_tokens
+        self.decode_tokens = decode_tokens
+
     def finalize(self) -> None:
         """Turn the rows (or the running sums) into the totals the summary reads."""
         self._flush()

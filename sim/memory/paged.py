@@ -938,6 +938,11 @@ class PagedManager(KVCacheManager):
     def num_cow_copies(self) -> int:
         return self._counters["cow_copies"]
 
+    def add_counts(self, **counts: int) -> None:
+        """Event counts made elsewhere (the compiled replay) join :meth:`stats`'s counters."""
+        for k, v in counts.items():
+            self._counters[k] += v
+
     def block_usage(self) -> tuple[int, int]:
         """(physical blocks in use, blocks the tables would need without sharing): Fig. 15's
         saving is ``1 - physical / logical``."""

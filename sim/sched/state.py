@@ -71,7 +71,6 @@ class RequestTable:
     def final_len(self, i: int) -> int:
         return int(self.prompt[i] + self.output[i])
 
-
     def prefix_hashes(self, i: int):
         if self.hashes is None:
             return None
