@@ -42,8 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from sim.batch import StepBatch
+from sim.core.cost import roofline_step_time
 from sim.errors import ConfigError
 from sim.specs import GPUSpec, ModelSpec
+
+
+# Python's engine prices one batch at a time: the interpreted function avoids numba's call
+# overhead (the same source, so the same float)
+_step_time = getattr(roofline_step_time, "py_func", roofline_step_time)
 
 
 @dataclass
@@ -100,25 +106,21 @@ class RooflineCostModel:
         return flops / self._attn_flops + float(before.sum()) * self._kv_bytes_per_token / self._bw
 
     def step_time(self, batch: StepBatch) -> float:
-        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-        t = self.overhead_s + self.per_seq_overhead_s * batch.num_seqs
-        if tokens:
-            t += self.linear_time(tokens)
-            t += self._ar_fixed + self._ar_time_per_token * tokens
-        if batch.decode_context_sum:
-            t += self.decode_attention_time(batch.decode_context_sum)
-        if len(batch.prefill_tokens):
-            t += self.prefill_attention_time(batch.prefill_tokens, batch.prefill_context)
-        swapped = batch.swap_in_tokens + batch.swap_out_tokens
-        if swapped:
-            t += swapped * self._kv_bytes_per_token / self.gpu.pcie_bw
-        if batch.copy_tokens:  # copy-on-write: device-to-device, read + write of each copied slot
-            t += 2 * batch.copy_tokens * self._kv_bytes_per_token / self._bw
-        return t
+        """The price of ``batch``: :func:`sim.core.cost.roofline_step_time`, the one statement
+        of the formula above, which the core's loop calls too."""
+        num_prefill = len(batch.prefill_tokens)
+        flop_sum, cached_sum = 0.0, 0
+        if num_prefill:  # sums of multiples of 1/2 far below 2**52: exact, as the core's loop
+            new = batch.prefill_tokens
+            before = batch.prefill_context - new
+            flop_sum = float(np.dot(new, before + new * 0.5))
+            cached_sum = int(before.sum())
+        return _step_time(self.constants(), batch.num_seqs, batch.num_prefill_tokens + batch.num_decode_tokens,
+                          batch.decode_context_sum, num_prefill, flop_sum, cached_sum,
+                          batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
 
     def constants(self) -> tuple[float, ...]:
-        """The model's constants in the order the compiled replay reads them (``sim/_replay.c``,
-        ``C_*``): its step time re-states :meth:`step_time` with these."""
+        """The model's constants in the order :mod:`sim.core.cost` indexes them."""
         return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw)

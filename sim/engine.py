@@ -23,9 +23,9 @@ same as step by step: identical records, times bit for bit; only running sums (m
 inter-token latency, the time-weighted sums of unrecorded steps) differ by float summation
 order (``tests/sim/test_macro_steps.py``).
 
-The compiled replay (``sim/compiled.py``) replaces both processes for the vLLM default
-configuration: ``Engine(..., engine="auto"|"compiled"|"python")`` (``run_simulation`` passes
-``auto``), the same records again (``tests/sim/test_compiled.py``).
+The core (``sim/core/``) replaces both processes for the configurations it covers:
+``Engine(..., engine="auto"|"core"|"python")`` (``run_simulation`` passes ``auto``), the same
+records again (``tests/sim/core/``).
 """
 
 from __future__ import annotations
@@ -93,10 +93,10 @@ class Engine:
         self._price = self._macro_pricer() if (macro_steps and not check) else None
         self._price1 = self._scalar_pricer() if self._price is not None else None
         self._arr_list = arrival_s.tolist()
-        # the compiled replay of the vLLM default configuration (sim/compiled.py), when chosen
-        from sim import compiled
+        # the core (sim/core/) where it covers the configuration, when chosen
+        from sim.core import replay
 
-        self.compiled = compiled.choose(self, engine, step_by_step=not macro_steps)
+        self.on_core = replay.choose(self, engine, step_by_step=not macro_steps)
         if self._price is not None and not (
                 getattr(scheduler, "macro_steps_ok", False) and getattr(manager, "macro_steps_ok", False)
                 and hasattr(manager, "lane_advance")
@@ -335,10 +335,10 @@ class Engine:
             raise InvariantError(f"t={now:.6f}: scheduler inconsistent: {e}") from None
 
     def run(self) -> None:
-        if self.compiled:
-            from sim import compiled
+        if self.on_core:
+            from sim.core import replay
 
-            compiled.run(self)
+            replay.run(self)
             return
         env = simpy.Environment()
         env.process(self.arrivals(env))

@@ -167,7 +167,7 @@ class StepRecorder:
         self.n += m
 
     def take_rows(self, f: np.ndarray, i: np.ndarray, blk: np.ndarray | None) -> None:
-        """Rows recorded elsewhere (the compiled replay), in place of any held: ``f`` (n x 2:
+        """Rows recorded elsewhere (the core, sim/core/), in place of any held: ``f`` (n x 2:
         start, dt), ``i`` (n x 11: the integer columns of :data:`STEP_COLUMNS`), ``blk`` (n x 2:
         used and logical blocks, for a manager that reports them)."""
         self._pf, self._pi, self._pm, self._pb = [], [], [], []
@@ -178,7 +178,7 @@ class StepRecorder:
 
     def take_sums(self, n: int, busy_s: float, mem_sum, blk_sum, running_weighted: float,
                   prefill_tokens: int, decode_tokens: int) -> None:
-        """The running sums of ``n`` unrecorded iterations summed elsewhere (the compiled replay)."""
+        """The running sums of ``n`` unrecorded iterations summed elsewhere (the core, sim/core/)."""
         self.n = n
         self.busy_s = busy_s
         self._mem_sum = list(mem_sum)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config import SimConfig
+from sim.core.replay import engine_name
 from sim.cost import make_cost_model
 from sim.engine import Engine, SimulatedExecutor
 from sim.errors import ConfigError
@@ -110,8 +111,8 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
                    macro_steps: bool = True, engine: str = "auto") -> SimResult:
     """``macro_steps=False`` runs every iteration through the scheduler one by one (the
     reference path; ``cfg.check`` implies it); results are the same either way. ``engine``:
-    ``auto`` takes the compiled replay where it covers the configuration, ``compiled``
-    insists, ``python`` never takes it (``sim/compiled.py``)."""
+    ``auto`` takes the core where it covers the configuration, ``core`` insists, ``python``
+    never takes it (``sim/core/replay.py``)."""
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
     bar = None
     if progress:
@@ -129,7 +130,7 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
              "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
              "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,
-             "engine": "compiled" if engine.compiled else "python"}
+             "engine": engine_name() if engine.on_core else "python"}
     mstats = manager.stats()
     for k, v in mstats.items():
         extra[f"mgr_{k}"] = v

@@ -98,12 +98,11 @@ def register(sub) -> None:
     o.add_argument("--check", action="store_true", default=None,
                    help="assert invariants at every iteration: memory, manager and scheduler state, "
                         "recomputed from scratch (slow; no macro steps)")
-    o.add_argument("--engine", choices=["auto", "compiled", "python"], default="auto",
-                   help="auto: the compiled replay where it covers the configuration (vLLM default: "
-                        "paged, recompute or swap, optionally chunked prefill; no prefix caching or "
-                        "sampling width), "
-                        "else Python; compiled: insist (exit 2 saying why not); python: never. "
-                        "The same records either way (sim/compiled.py)")
+    o.add_argument("--engine", choices=["auto", "core", "python"], default="auto",
+                   help="auto: the core (sim/core/, compiled by numba) where it covers the configuration "
+                        "(vLLM default: paged, recompute or swap, optionally chunked prefill; no prefix "
+                        "caching or sampling width), else the Python engine; core: insist (exit 2 saying "
+                        "why not); python: never. The same records either way")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar on runs longer than 2 s")

@@ -939,7 +939,7 @@ class PagedManager(KVCacheManager):
         return self._counters["cow_copies"]
 
     def add_counts(self, **counts: int) -> None:
-        """Event counts made elsewhere (the compiled replay) join :meth:`stats`'s counters."""
+        """Event counts made elsewhere (the core, sim/core/) join :meth:`stats`'s counters."""
         for k, v in counts.items():
             self._counters[k] += v
 

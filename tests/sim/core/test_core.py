@@ -1,15 +1,20 @@
-"""The compiled replay (``sim/_replay.c``) against the Python engine, its specification.
+"""The core (``sim/core/``) against the Python engine (SimPy processes over the scheduler and
+manager objects), for the configurations the core covers, and the core compiled by numba
+against the same functions interpreted by CPython.
 
-Every case runs one trace and configuration three ways: compiled, Python with macro steps,
+Every case runs one trace and configuration three ways: the core, Python with macro steps,
 and Python step by step. Request records and the per-step table must be identical (times
-too, bit for bit: the replay re-states SimPy's event order and the cost model's operations);
-summary values equal, except running sums that depend on float summation order (mean
-inter-token latency; the time-weighted sums when steps are not recorded), within 1e-9.
+too, bit for bit: the core keeps SimPy's event order and calls the cost model's one step-time
+function); summary values equal, except running sums that depend on float summation order
+(mean inter-token latency; the time-weighted sums when steps are not recorded), within 1e-9.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,14 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import compiled
+from sim.core import jit
 from sim.config import SimConfig
 from sim.errors import ConfigError
 from sim.run import build, run_simulation
 from sim.engine import Engine
 from tests.sim.test_macro_steps import OPT13B_SLOT, rand_trace
 
-needs_ext = pytest.mark.skipif(compiled._replay is None, reason="sim._replay not built (no C compiler)")
 
 # summary keys that are sums in float order (the rest must be equal exactly)
 ORDER_DEPENDENT = {"mean_itl_ms"}
@@ -38,8 +42,8 @@ def cfg_for(system="vllm", slots=3000, **kw):
 
 
 def assert_engines_agree(cfg, trace, step_by_step=True):
-    c = run_simulation(cfg, trace, engine="compiled")
-    assert c.summary["engine"] == "compiled"
+    c = run_simulation(cfg, trace, engine="core")
+    assert c.summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
     refs = [run_simulation(cfg, trace, engine="python")]
     if step_by_step:
         refs.append(run_simulation(cfg, trace, macro_steps=False))
@@ -84,10 +88,9 @@ CASES = [
 ]
 
 
-@needs_ext
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("system,kw,tkw", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_compiled_equals_python(system, kw, tkw, seed):
+def test_core_equals_python(system, kw, tkw, seed):
     kw = dict(kw)
     slots = kw.pop("slots", 3000)
     cfg = cfg_for(system, slots, seed=seed, **kw)
@@ -95,16 +98,15 @@ def test_compiled_equals_python(system, kw, tkw, seed):
     assert c.summary["completed"] + c.summary["rejected"] == 160
 
 
-@needs_ext
 def test_cases_reach_what_they_test():
     """Preemption, rejection (both reasons) and blocked admission do happen in the cases."""
-    c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0), engine="compiled")
+    c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0), engine="core")
     assert c.summary["num_preemptions"] > 0
     assert (c.requests["preemptions"] > 0).sum() > 1
     c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),
-                       rand_trace(0, rate=200.0), engine="compiled")
+                       rand_trace(0, rate=200.0), engine="core")
     assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"] > 0  # swapped, and fell back
-    c = run_simulation(cfg_for(max_num_batched_tokens=100), rand_trace(0), engine="compiled")
+    c = run_simulation(cfg_for(max_num_batched_tokens=100), rand_trace(0), engine="core")
     reasons = c.requests["reject_reason"]
     assert reasons.str.contains("exceeds max_num_batched_tokens=100").sum() > 0
     trace = rand_trace(1)
@@ -114,11 +116,10 @@ def test_cases_reach_what_they_test():
     assert c.summary["rejected"] == 1
 
 
-@needs_ext
 @pytest.mark.parametrize("max_num_seqs", [256, 1])  # 1: the queue head stays blocked meanwhile
 def test_arrivals_tied_with_step_ends(max_num_seqs):
     """Arrivals exactly at a step's end: SimPy orders the two timeouts by creation, and the
-    replay must too (the engine's was created at the step's start, the arrival's at the
+    core must too (the engine's was created at the step's start, the arrival's at the
     previous arrival)."""
     cfg = cfg_for(max_num_seqs=max_num_seqs)
     trace = rand_trace(4, n=60, rate=20.0)
@@ -135,13 +136,12 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
     assert_engines_agree(cfg, trace)
 
 
-@needs_ext
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
        watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
        swap=st.sampled_from([None, 0, 100, 5000]))
-def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap):
+def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
                   chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
                   preemption="recompute" if swap is None else "swap",
@@ -149,27 +149,24 @@ def test_compiled_equals_python_random(seed, n, rate, bs, slots, max_seqs, water
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
-@needs_ext
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
 def test_non_finite_times_bin_as_numpy():
     """An infinite arrival (a DataFrame that skipped trace validation) makes NaN latencies;
     the replay's histogram puts them where np.searchsorted does (past the last edge)."""
     trace = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, np.inf, 0.5],
                           "prompt_tokens": [10, 10, 10], "output_tokens": [5, 5, 5]})
-    c = run_simulation(cfg_for(), trace, engine="compiled")
+    c = run_simulation(cfg_for(), trace, engine="core")
     p = run_simulation(cfg_for(), trace, macro_steps=False)
     assert c.summary["median_itl_ms"] == p.summary["median_itl_ms"]
     assert c.summary["p99_itl_ms"] == p.summary["p99_itl_ms"]
 
 
-@needs_ext
 def test_limits_beyond_int64_are_clamped():
     """A swap space or max_num_seqs no run can reach (beyond int64) behaves as unlimited."""
     cfg = cfg_for(slots=1200, preemption="swap", swap_gib=1e16, max_num_seqs=2**63)
     assert_engines_agree(cfg, rand_trace(0, rate=200.0), step_by_step=False)
 
 
-@needs_ext
 def test_progress_counts_every_finish():
     class Bar:
         total = 0
@@ -180,9 +177,9 @@ def test_progress_counts_every_finish():
     cfg = cfg_for()
     _, _, _, table, manager, sched, executor = build(cfg, rand_trace(0))
     bar = Bar()
-    eng = Engine(sched, manager, executor, table.arrival_s, progress=bar, engine="compiled")
+    eng = Engine(sched, manager, executor, table.arrival_s, progress=bar, engine="core")
     eng.run()
-    assert eng.compiled and bar.total == int((table.status == 4).sum()) > 0
+    assert eng.on_core and bar.total == int((table.status == 4).sum()) > 0
 
 
 @pytest.mark.parametrize("kw,tkw,why", [
@@ -201,18 +198,48 @@ def test_uncovered_configurations_run_python(kw, tkw, why):
     trace = rand_trace(0, n=40, **tkw)
     r = run_simulation(cfg, trace)  # auto: falls back
     assert r.summary["engine"] == "python"
-    with pytest.raises(ConfigError, match=why if compiled._replay is not None else "not built"):
-        run_simulation(cfg, trace, engine="compiled")
+    with pytest.raises(ConfigError, match=why):
+        run_simulation(cfg, trace, engine="core")
 
 
 def test_unknown_engine_is_a_config_error():
-    with pytest.raises(ConfigError, match="valid: auto, compiled, python"):
+    with pytest.raises(ConfigError, match="valid: auto, core, python"):
         run_simulation(cfg_for(), rand_trace(0, n=5), engine="fast")
 
 
-def test_extension_built_where_a_compiler_exists():
-    """The extension is optional at install; where a C compiler exists it must have built
-    (a silent build failure would otherwise skip every comparison above)."""
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("no C compiler")
-    assert compiled._replay is not None, "sim._replay did not build: see the pip install log"
+def test_numba_is_there_to_compile_the_core():
+    """numba is a dependency: without it every run would silently take the interpreted core
+    (the same results, many times slower)."""
+    assert jit.COMPILED, "numba is not importable: pip install numba (or PAGESIM_JIT=0 is set)"
+
+
+INTERPRETED = """
+import sys
+import pandas as pd
+from sim.core import jit
+assert not jit.COMPILED
+from sim.run import run_simulation
+from tests.sim.core.test_core import cfg_for
+from tests.sim.test_macro_steps import rand_trace
+kw = eval(sys.argv[1])
+r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+assert r.summary["engine"] == "core-cpython"
+r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
+r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
+"""
+
+
+@pytest.mark.parametrize("kw", [
+    dict(slots=1200),  # recompute
+    dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
+    dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
+])
+def test_interpreted_core_equals_compiled(kw, tmp_path):
+    """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
+    compiled by numba give the same records."""
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
+    r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+    pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)

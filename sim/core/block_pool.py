@@ -1,0 +1,48 @@
+"""The paged KV pool: a stack of free block ids and the running slots' block tables.
+
+As vLLM v1 keeps its ``BlockPool`` apart from the per-request tables, this file only moves
+block ids between the free stack and a slot's row of ``block_table`` (the int32
+``[slot, block]`` table the GPU kernel reads); the accounting lives in ``kv_cache.py``.
+"""
+
+from __future__ import annotations
+
+from sim.core.jit import njit
+from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS
+
+
+@njit(inline=True)
+def num_free_blocks(s):
+    return s.count[NUM_FREE_BLOCK_IDS]
+
+
+@njit(inline=True)
+def take_blocks(s, slot, first, n):
+    """Put ``n`` free blocks at ``block_table[slot, first:first + n]``."""
+    top = s.count[NUM_FREE_BLOCK_IDS]
+    for k in range(n):
+        top -= 1
+        s.block_table[slot, first + k] = s.free_block_ids[top]
+    s.count[NUM_FREE_BLOCK_IDS] = top
+
+
+@njit(inline=True)
+def return_blocks(s, slot, n):
+    """Give the first ``n`` blocks of ``slot`` back to the free stack."""
+    top = s.count[NUM_FREE_BLOCK_IDS]
+    for k in range(n):
+        s.free_block_ids[top] = s.block_table[slot, k]
+        top += 1
+    s.count[NUM_FREE_BLOCK_IDS] = top
+
+
+@njit(inline=True)
+def take_slot(s):
+    s.count[NUM_FREE_SLOTS] -= 1
+    return s.free_slots[s.count[NUM_FREE_SLOTS]]
+
+
+@njit(inline=True)
+def return_slot(s, slot):
+    s.free_slots[s.count[NUM_FREE_SLOTS]] = slot
+    s.count[NUM_FREE_SLOTS] += 1

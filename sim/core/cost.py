@@ -1,0 +1,49 @@
+"""The roofline's price of one iteration, stated once.
+
+``sim.cost.RooflineCostModel`` derives the constants (formulas and their sources are in its
+docstring) and calls :func:`roofline_step_time` for every batch; the core's loop calls it
+too. The constants travel as one float64 array in the order of the indices below.
+"""
+
+from __future__ import annotations
+
+from sim.core.jit import njit
+
+# indices into the constants array (RooflineCostModel.constants())
+OVERHEAD_S = 0  # fixed CPU cost per iteration
+PER_SEQ_OVERHEAD_S = 1  # CPU cost per scheduled sequence
+LINEAR_FLOPS_PER_TOKEN = 2  # 2 * linear parameters / TP
+FLOPS = 3  # achieved FLOP/s of the GEMMs
+LINEAR_WEIGHT_TIME_S = 4  # reading the linear weights once
+ALLREDUCE_FIXED_S = 5  # TP all-reduce latency per iteration
+ALLREDUCE_S_PER_TOKEN = 6
+KV_BYTES_PER_TOKEN = 7  # per GPU
+MEMORY_BANDWIDTH = 8  # achieved HBM bytes/s
+ATTENTION_FLOPS_COEF = 9  # 4 * layers * heads * head_dim / TP
+ATTENTION_FLOPS = 10  # achieved FLOP/s of prefill attention
+PCIE_BANDWIDTH = 11
+NUM_CONSTANTS = 12
+
+
+@njit
+def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_seqs,
+                       prefill_flop_sum, prefill_cached_sum, swapped_tokens, copied_tokens):
+    """Seconds for one iteration. ``prefill_flop_sum`` is sum(n * (b + n / 2)) over the
+    prefilling sequences (n new tokens after b cached ones: the causal QK^T and PV work),
+    ``prefill_cached_sum`` is sum(b) (their cached K/V is read once). The order of the
+    operations is fixed: every engine gets the same float."""
+    t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
+    if num_tokens:
+        compute_bound = num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS]
+        t += max(compute_bound, c[LINEAR_WEIGHT_TIME_S])
+        t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
+    if decode_context_sum:  # decode attention reads every cached K and V once
+        t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+    if num_prefill_seqs:
+        flops = c[ATTENTION_FLOPS_COEF] * prefill_flop_sum
+        t += flops / c[ATTENTION_FLOPS] + prefill_cached_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+    if swapped_tokens:  # host <-> device over PCIe
+        t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
+    if copied_tokens:  # copy-on-write: device to device, a read and a write of each slot
+        t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+    return t

@@ -1,0 +1,60 @@
+"""``njit``: numba's compiler where numba is installed, else the identity.
+
+The core's functions are plain Python over numpy arrays and integers. Under numba they are
+compiled to machine code once (``cache=True`` keeps the result in ``__pycache__``); without
+numba, or with ``PAGESIM_JIT=0``, the very same functions run in CPython: that is the
+readable specification, and ``tests/sim/core/`` compares the two on random runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    if os.environ.get("PAGESIM_JIT", "1") == "0":
+        raise ImportError("PAGESIM_JIT=0")
+    import numba
+except ImportError:  # CPython runs the same functions
+    numba = None
+
+COMPILED = numba is not None
+
+
+def _drop_stale_cache() -> None:
+    """numba's cache checks only the modification time of a function's own file, not of the
+    files whose functions it inlined, nor this file's flags: after any edit of the core a
+    cached function could be stale. The cache is therefore keyed by a hash of every core
+    source, and dropped when that changes."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+    cache = here / "__pycache__"
+    stamp = cache / "core-sources.sha256"
+    try:
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+            f.unlink()
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:  # a read-only install: numba then caches elsewhere or not at all
+        pass
+
+
+if COMPILED:
+    _drop_stale_cache()
+
+
+def njit(fn=None, *, inline: bool = False):
+    """Compile ``fn`` with numba, or return it. No Python object, exception or allocation
+    inside (errors are return codes; arrays are made by the caller), so the functions are
+    compiled without numba's reference counting (``_nrt=False``): with it, every call would
+    count references to each of the ~40 arrays of the state, several times slower.
+    ``inline=True`` for the small functions of the hot path."""
+    if fn is None:
+        return lambda f: njit(f, inline=inline)
+    if numba is None:
+        return fn
+    return numba.njit(cache=True, nogil=True, _nrt=False, inline="always" if inline else "never")(fn)

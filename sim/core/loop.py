@@ -1,0 +1,186 @@
+"""Time: the core's two-source event loop (the next arrival, the end of the running step).
+
+Which owns time? The core does, outright: this loop is the whole simulation of a run, and
+``sim/engine.py``'s SimPy processes (arrivals; engine) are the readable process model of the
+same loop, kept for the configurations the core does not cover yet and tested to give the
+same records. To give the same records, the loop keeps SimPy's two rules rather than
+restating its code: an arrival fires at ``now + (at - now)`` (a timeout is a delay, which can
+land an ulp off ``at``), and events at the same time fire in creation order (each event gets
+the next id). The engine sleeps when it has nothing to run and an arrival wakes it.
+
+:func:`run` returns to Python every ``progress_every`` finished requests (the progress bar,
+Ctrl-C) and when the step table's buffers are full (Python grows them); it resumes where it
+stopped, all of its state being in the arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.core import kv_cache, scheduler
+from sim.core.cost import roofline_step_time
+from sim.core.jit import njit
+from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
+                            BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
+                            ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
+                            LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
+                            NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
+                            PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
+                            STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
+                            SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
+                            WAKE_TRIGGERED)
+
+# what run() returns
+DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED = 0, 1, 2, 3, 4, 5
+
+
+@njit(inline=True)
+def step_time(s, decode_context_sum):
+    """The roofline's price of the iteration just scheduled."""
+    c = s.count
+    flop_sum = 0.0  # sum(n * (b + n / 2)): multiples of 1/2 far below 2**52, exact in any order
+    cached_sum = 0
+    for k in range(c[STEP_PREFILL_SEQS]):
+        i = s.step_prefill_ids[k]
+        n = s.step_prefill_tokens[k]
+        before = s.num_prompt_computed[i] - n
+        flop_sum += n * (before + n * 0.5)
+        cached_sum += before
+    num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
+    return roofline_step_time(s.cost, num_seqs, c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS],
+                              decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum, cached_sum,
+                              c[STEP_SWAP_IN] + c[STEP_SWAP_OUT], 0)
+
+
+@njit(inline=True)
+def record(s, start, dt):
+    """One step-table row (or, without rows, the time-weighted sums in sim.metrics' order)."""
+    c = s.count
+    memory = s.step_memory
+    used = kv_cache.memory_categories(s, c[DEMAND_WAITING], memory)
+    logical = used  # no block is shared in the core yet
+    if s.config[KEEP_ROWS]:
+        r = c[NUM_ROWS]
+        s.row_floats[r, 0] = start
+        s.row_floats[r, 1] = dt
+        row = s.row_ints
+        row[r, 0] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
+        row[r, 1] = c[STEP_PREFILL_TOKENS]
+        row[r, 2] = c[STEP_DECODE_SEQS]
+        row[r, 3] = c[WAITING_LEN] + c[SWAPPED_LEN]
+        row[r, 4] = c[NUM_RUNNING]
+        for k in range(6):
+            row[r, 5 + k] = memory[k]
+        row[r, 11] = used
+        row[r, 12] = logical
+    else:
+        clock = s.clock
+        clock[BLOCKS_SUM] += used * dt
+        clock[LOGICAL_SUM] += logical * dt
+        clock[BUSY_S] += dt
+        for k in range(6):
+            clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
+        clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
+        c[SUM_PREFILL_TOKENS] += c[STEP_PREFILL_TOKENS]
+        c[SUM_DECODE_TOKENS] += c[STEP_DECODE_SEQS]
+    c[NUM_ROWS] += 1
+
+
+@njit(inline=True)
+def new_event(s):
+    eid = s.count[NEXT_EVENT_ID]
+    s.count[NEXT_EVENT_ID] = eid + 1
+    return eid
+
+
+@njit(inline=True)
+def wake_engine(s):
+    """An arrival (or the end of arrivals) wakes a sleeping engine at once."""
+    c = s.count
+    if c[IDLE] and not c[WAKE_TRIGGERED]:
+        c[WAKE_TRIGGERED] = 1
+        c[ENGINE_PENDING] = 1
+        s.clock[ENGINE_TIME] = s.clock[NOW]
+        c[ENGINE_EVENT_ID] = new_event(s)
+
+
+@njit
+def hand_over_arrivals(s):
+    """The arrivals process: hand over every request due now, then wait for the next."""
+    c, now = s.count, s.clock[NOW]
+    while True:
+        i = c[NEXT_ARRIVAL]
+        if i >= s.config[NUM_REQUESTS]:
+            c[ARRIVALS_DONE] = 1
+            wake_engine(s)
+            return
+        at = s.arrival_s[i]
+        if at > now:
+            c[ARRIVAL_PENDING] = 1
+            s.clock[ARRIVAL_TIME] = now + (at - now)  # SimPy's timeout(at - now)
+            c[ARRIVAL_EVENT_ID] = new_event(s)
+            return
+        scheduler.add_arrival(s, i)
+        c[NEXT_ARRIVAL] = i + 1
+        wake_engine(s)
+
+
+@njit
+def run(s):
+    """Run until the end, or until Python is needed (see the module docstring)."""
+    c, clock = s.count, s.clock
+    if not c[STARTED]:
+        c[NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
+        hand_over_arrivals(s)
+    while True:
+        # each pass takes one event and records at most one row: room is checked first
+        if s.config[KEEP_ROWS] and c[NUM_ROWS] >= len(s.row_floats):
+            return ROWS_FULL
+        if c[STARTED]:
+            if c[NUM_FINISHED] - c[NUM_FINISHED_REPORTED] >= s.config[PROGRESS_EVERY]:
+                return PROGRESS
+            take_arrival = c[ARRIVAL_PENDING] and (
+                not c[ENGINE_PENDING] or clock[ARRIVAL_TIME] < clock[ENGINE_TIME]
+                or (clock[ARRIVAL_TIME] == clock[ENGINE_TIME] and c[ARRIVAL_EVENT_ID] < c[ENGINE_EVENT_ID]))
+            if take_arrival:
+                c[ARRIVAL_PENDING] = 0
+                clock[NOW] = clock[ARRIVAL_TIME]
+                scheduler.add_arrival(s, c[NEXT_ARRIVAL])
+                c[NEXT_ARRIVAL] += 1
+                wake_engine(s)
+                hand_over_arrivals(s)
+                continue
+            if not c[ENGINE_PENDING]:
+                clock[END_S] = clock[NOW]  # not reached: the engine ends the run
+                return DONE
+            c[ENGINE_PENDING] = 0
+            clock[NOW] = clock[ENGINE_TIME]
+            if c[IN_STEP]:
+                scheduler.complete_step(s, clock[NOW])
+                c[IN_STEP] = 0
+            else:  # woken from sleep
+                c[IDLE] = 0
+                clock[IDLE_S] += clock[NOW] - clock[IDLE_FROM]
+        c[STARTED] = 1
+        # the engine: schedule an iteration, price it, let it run
+        decode_context_sum = scheduler.schedule(s)
+        if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):
+            if c[ARRIVALS_DONE] and not (c[WAITING_LEN] or c[NUM_RUNNING] or c[SWAPPED_LEN]):
+                clock[END_S] = clock[NOW]
+                return DONE
+            if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
+                return STALLED
+            if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING]:
+                return EMPTY_POOL
+            c[IDLE] = 1
+            c[WAKE_TRIGGERED] = 0
+            clock[IDLE_FROM] = clock[NOW]
+            continue
+        dt = step_time(s, decode_context_sum)
+        if not dt > 0:
+            return STEP_NOT_POSITIVE
+        record(s, clock[NOW], dt)
+        c[ENGINE_PENDING] = 1
+        clock[ENGINE_TIME] = clock[NOW] + dt
+        c[ENGINE_EVENT_ID] = new_event(s)
+        c[IN_STEP] = 1

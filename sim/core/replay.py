@@ -1,0 +1,184 @@
+"""Running the core for an :class:`~sim.engine.Engine`: which configurations it covers, the
+arrays it starts from, and the records it leaves (the request table's columns are written
+in place; the scheduler's counts, the manager's counters and the step recorder are handed
+what the core measured, so the summary reads them as after a Python run).
+
+``run_simulation(..., engine=...)`` and ``pagesim simulate --engine``: ``auto`` (the default)
+takes the core when it covers the configuration, ``core`` insists (and says why not),
+``python`` never takes it. ``summary['engine']`` says which ran: ``core`` (compiled by numba)
+or ``core-cpython`` (numba missing: the same functions, interpreted), or ``python``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from sim.core import loop, state
+from sim.core.jit import COMPILED
+from sim.errors import ConfigError
+
+ENGINES = ("auto", "core", "python")
+PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
+MAX_TOKEN_BUDGET = 1 << 26  # keeps the prefill attention sum exact in any order (loop.step_time)
+INITIAL_ROWS = 1 << 14
+
+
+def engine_name() -> str:
+    return "core" if COMPILED else "core-cpython"
+
+
+def unsupported(engine) -> str | None:
+    """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
+    None when it can."""
+    from sim.cost import RooflineCostModel
+    from sim.engine import SimulatedExecutor
+    from sim.memory.paged import PagedManager, TokenManager
+    from sim.sched.continuous import ContinuousScheduler
+
+    sched, mgr, ex = engine.sched, engine.mgr, engine.executor
+    if type(sched) is not ContinuousScheduler:
+        return "only the continuous (vllm/orca) scheduler runs on the core"
+    if type(mgr) not in (PagedManager, TokenManager):
+        return "only the paged manager (vllm, token) runs on the core"
+    if mgr.prefix_caching:
+        return "prefix caching runs in Python"
+    if sched.cfg.waiting_served_ratio is not None:
+        return "waiting_served_ratio runs in Python"
+    if type(ex) is not SimulatedExecutor or type(ex.cost_model) is not RooflineCostModel:
+        return "only the simulated executor with the roofline cost model runs on the core"
+    if engine.check:
+        return "--check runs in Python"
+    if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
+        return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
+    t = sched.t
+    if t.size and (int(t.width.max()) > 1):
+        return "parallel sampling and beam search run in Python"
+    if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
+        return "zero-token prompts or outputs run in Python"
+    if t.size and (t.status != 0).any():
+        return "the request table has been run already"
+    return None
+
+
+def choose(engine, which: str, step_by_step: bool = False) -> bool:
+    """Whether ``engine`` runs on the core, for ``which`` in :data:`ENGINES`
+    (``step_by_step``: the Python reference path was asked for)."""
+    if which not in ENGINES:
+        raise ConfigError(f"unknown engine '{which}'; valid: {', '.join(ENGINES)}")
+    if which == "core" and step_by_step:
+        raise ConfigError("the core has no step-by-step mode (macro_steps=False is the Python reference)")
+    if which == "python" or step_by_step:
+        return False
+    why = unsupported(engine)
+    if which == "core" and why is not None:
+        raise ConfigError(f"--engine core: {why}; use --engine auto or python")
+    return why is None
+
+
+def build(engine) -> state.Core:
+    sched, mgr, rec = engine.sched, engine.mgr, engine.rec
+    t = sched.t
+    n = t.size
+    unlimited = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
+    max_num_seqs = min(sched.max_num_seqs, unlimited)
+    config = np.zeros(state.NUM_CONFIG, np.int64)
+    config[state.NUM_REQUESTS] = n
+    config[state.BLOCK_SIZE] = mgr.block_size
+    config[state.NUM_BLOCKS] = mgr.num_blocks
+    config[state.LEFTOVER_SLOTS] = mgr.leftover
+    config[state.WATERMARK_BLOCKS] = mgr.watermark_blocks
+    config[state.MAX_SEQ_LEN] = mgr.max_seq_len
+    config[state.MAX_NUM_SEQS] = max_num_seqs
+    config[state.MAX_BATCHED_TOKENS] = sched.max_batched
+    config[state.KEEP_ROWS] = int(rec.keep_rows)
+    config[state.PROGRESS_EVERY] = PROGRESS_EVERY if engine.progress is not None else unlimited
+    config[state.CHUNKED_PREFILL] = int(sched.chunked)
+    config[state.CHUNK_BUDGET] = sched.budget
+    config[state.SWAP_PREEMPTION] = int(sched.swap)
+    config[state.SWAP_CAPACITY_TOKENS] = min(sched.swap_capacity, unlimited)
+    count = np.zeros(state.NUM_COUNTS, np.int64)
+    count[state.NUM_FREE_BLOCK_IDS] = mgr.num_blocks
+    # every running request holds a block, so no more than num_blocks run at once
+    num_slots = max(1, min(max_num_seqs, n, mgr.num_blocks))
+    count[state.NUM_FREE_SLOTS] = num_slots
+    blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
+    keep = rec.keep_rows
+    i64 = np.int64
+    return state.Core(
+        config=config, count=count, clock=np.zeros(state.NUM_CLOCK), cost=np.array(engine.executor.cost_model.constants()),
+        arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
+        status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
+        num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
+        first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
+        num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,
+        slot=np.full(n, -1, i64), in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
+        waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
+        free_block_ids=np.arange(mgr.num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
+        block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
+        step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
+        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64), itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
+        row_floats=np.zeros((INITIAL_ROWS if keep else 0, state.ROW_FLOATS)),
+        row_ints=np.zeros((INITIAL_ROWS if keep else 0, state.ROW_INTS), i64))
+
+
+def run(engine) -> None:
+    """Run ``engine``'s whole simulation on the core, leaving the request table, scheduler,
+    manager counters and step recorder as the Python engine leaves them."""
+    from sim.engine import InvariantError
+
+    s = build(engine)
+    c, clock = s.count, s.clock
+    t0 = time.perf_counter()
+    while True:
+        code = loop.run(s)
+        if code == loop.ROWS_FULL:  # grow the step table and go on
+            s = s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
+                           row_ints=np.concatenate([s.row_ints, np.zeros_like(s.row_ints)]))
+        elif code == loop.PROGRESS:
+            engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
+            c[state.NUM_FINISHED_REPORTED] = c[state.NUM_FINISHED]
+        else:
+            break
+    engine.wall_time_s = time.perf_counter() - t0
+    if code == loop.EMPTY_POOL:
+        head = int(s.waiting[c[state.WAITING_HEAD]])
+        raise InvariantError(f"request {head} waits for memory in an empty pool "
+                             "(the manager should have answered NEVER)")
+    if code == loop.STALLED:
+        raise InvariantError("scheduler stalled with swapped requests and nothing running")
+    if code == loop.STEP_NOT_POSITIVE:
+        raise InvariantError("executor returned a non-positive step time")
+    if engine.progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
+        engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
+    hand_over(engine, s)
+
+
+def hand_over(engine, s: state.Core) -> None:
+    """Give the scheduler, manager and recorder what the core measured."""
+    sched, mgr, rec, t = engine.sched, engine.mgr, engine.rec, engine.sched.t
+    c, clock = s.count, s.clock
+    engine.end_s = float(clock[state.END_S])
+    sched.num_preemptions = int(c[state.NUM_PREEMPTIONS])
+    sched.num_swap_fallbacks = int(c[state.NUM_SWAP_FALLBACKS])
+    sched.num_rejected = int(c[state.NUM_REJECTED])
+    for i in np.flatnonzero(s.reject_code == state.REJECT_OVER_BATCHED_TOKENS).tolist():
+        t.reject_reason[i] = sched.batched_reason(i)
+    for i in np.flatnonzero(s.reject_code == state.REJECT_NEVER_FITS).tolist():
+        t.reject_reason[i] = sched.never_reason(i)
+    sched.itl_sum += float(clock[state.ITL_SUM])
+    sched.itl_count += int(c[state.ITL_COUNT])
+    assert c[state.NUM_FREE_BLOCK_IDS] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
+        "the core ended with memory in use"
+    mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
+    n = int(c[state.NUM_ROWS])
+    rec.idle_s += float(clock[state.IDLE_S])
+    if rec.keep_rows:
+        rec.take_rows(s.row_floats[:n], s.row_ints[:n, :11], s.row_ints[:n, 11:])
+    else:
+        mem = clock[state.MEM_SUM:state.MEM_SUM + 6]
+        rec.take_sums(n, float(clock[state.BUSY_S]), tuple(mem.tolist()),
+                      (float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])),
+                      float(clock[state.RUNNING_WEIGHTED]), int(c[state.SUM_PREFILL_TOKENS]),
+                      int(c[state.SUM_DECODE_TOKENS]))

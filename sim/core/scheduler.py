@@ -1,0 +1,350 @@
+"""vLLM's scheduler (v0 semantics, as the 2023 paper's system) over the core's arrays.
+
+One iteration (:func:`schedule`):
+
+1. swapped requests come back first, FCFS; while any stays out, nobody new is admitted;
+2. prefill-first (the default): admit waiting requests FCFS while ``max_num_batched_tokens``,
+   ``max_num_seqs`` and memory allow, and run only their prompts; with no prompt to run,
+   decode: one token for every running request, preempting the latest-admitted request
+   while the free blocks cannot take the block boundaries crossed this step;
+3. chunked prefill: decode first, then ongoing prefills, then new prompts, all within the
+   token budget ``chunk_budget``.
+
+A preempted request is swapped to the CPU (``--preemption swap``, while swap space lasts and
+its prompt is done) or recomputed: its blocks are freed and it goes back to the front of the
+queue with its generated tokens as prompt. A waiting head that did not fit is not retried
+until something is freed (it cannot fit before). :func:`complete_step` hands out the tokens
+an iteration produced, finishes requests and frees their memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.core import kv_cache
+from sim.core.jit import njit
+from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
+                            BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
+                            DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
+                            MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
+                            NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
+                            REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
+                            STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
+                            STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
+                            SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+
+
+# -- the queues: rings over request ids ---------------------------------------------------
+@njit(inline=True)
+def waiting_head(s):
+    return s.waiting[s.count[WAITING_HEAD]]
+
+
+@njit(inline=True)
+def push_waiting(s, i, front):
+    n = len(s.waiting)
+    if front:
+        s.count[WAITING_HEAD] = (s.count[WAITING_HEAD] + n - 1) % n
+        s.waiting[s.count[WAITING_HEAD]] = i
+    else:
+        s.waiting[(s.count[WAITING_HEAD] + s.count[WAITING_LEN]) % n] = i
+    s.count[WAITING_LEN] += 1
+
+
+@njit(inline=True)
+def pop_waiting(s):
+    s.count[WAITING_HEAD] = (s.count[WAITING_HEAD] + 1) % len(s.waiting)
+    s.count[WAITING_LEN] -= 1
+
+
+@njit(inline=True)
+def add_arrival(s, i):
+    s.status[i] = WAITING
+    push_waiting(s, i, False)
+
+
+# -- admission ------------------------------------------------------------------------------
+@njit(inline=True)
+def head_still_blocked(s):
+    """Whether the waiting head is the one that last failed to fit, with nothing freed since."""
+    c = s.count
+    if (c[BLOCKED_KIND] == NOT_BLOCKED or c[WAITING_LEN] == 0 or c[BLOCKED_REQUEST] != waiting_head(s)
+            or c[BLOCKED_EPOCH] != c[FREE_EPOCH]):
+        c[BLOCKED_KIND] = NOT_BLOCKED
+        return False
+    if c[BLOCKED_KIND] == BLOCKED_ON_MEMORY:
+        c[DEMAND_WAITING] = 1
+    return True
+
+
+@njit(inline=True)
+def prefill(s, i, n):
+    """``n`` more prompt tokens of request ``i`` this iteration."""
+    kv_cache.compute_tokens(s, i, n)
+    s.num_prompt_computed[i] += n
+    k = s.count[STEP_PREFILL_SEQS]
+    s.step_prefill_ids[k] = i
+    s.step_prefill_tokens[k] = n
+    s.count[STEP_PREFILL_SEQS] = k + 1
+    s.count[STEP_PREFILL_TOKENS] += n
+
+
+@njit(inline=True)
+def reject_head(s, i, reason):
+    pop_waiting(s)
+    s.status[i] = REJECTED
+    s.reject_code[i] = reason
+    s.count[NUM_REJECTED] += 1
+
+
+@njit(inline=True)
+def start_running(s, i):
+    s.status[i] = RUNNING
+    s.running[s.count[NUM_RUNNING]] = i
+    s.count[NUM_RUNNING] += 1
+
+
+@njit
+def admit_waiting(s, budget):
+    """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
+    prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
+    c, chunked = s.count, s.config[CHUNKED_PREFILL]
+    while c[WAITING_LEN] and (budget > 0 or not chunked):
+        i = waiting_head(s)
+        target = s.prompt_target[i]
+        if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
+            blocked = BLOCKED_ON_MAX_SEQS
+        elif not chunked and target > s.config[MAX_BATCHED_TOKENS]:
+            reject_head(s, i, REJECT_OVER_BATCHED_TOKENS)
+            continue
+        elif not chunked and target > budget:
+            break  # this iteration's budget is spent; nothing to remember
+        else:
+            fits = kv_cache.can_allocate(s, i, target)
+            if fits == kv_cache.NEVER_FITS:
+                reject_head(s, i, REJECT_NEVER_FITS)
+                continue
+            if fits == kv_cache.CAN_ALLOCATE:
+                pop_waiting(s)
+                kv_cache.allocate(s, i, target, 0)
+                s.num_prompt_computed[i] = 0
+                start_running(s, i)
+                n = budget if chunked and budget < target else target
+                prefill(s, i, n)
+                budget -= n
+                continue
+            c[DEMAND_WAITING] = 1
+            blocked = BLOCKED_ON_MEMORY
+        c[BLOCKED_KIND] = blocked  # not retried until something is freed
+        c[BLOCKED_REQUEST] = i
+        c[BLOCKED_EPOCH] = c[FREE_EPOCH]
+        break
+    return budget
+
+
+@njit
+def resume_swapped(s):
+    """Swap requests back in, FCFS; True when none is left out."""
+    c = s.count
+    while c[SWAPPED_LEN]:
+        i = s.swapped[c[SWAPPED_HEAD]]
+        if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
+            return False
+        n = s.swapped_tokens[i]
+        if kv_cache.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
+            c[DEMAND_WAITING] = 1
+            return False
+        kv_cache.allocate(s, i, n, n)
+        c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
+        c[SWAPPED_LEN] -= 1
+        c[SWAP_USED_TOKENS] -= n
+        c[STEP_SWAP_IN] += n
+        start_running(s, i)
+        s.in_decode[i] = 1  # it left mid-decode and comes back as it was
+        c[DECODE_SET_SIZE] += 1
+    return True
+
+
+# -- preemption and decode ------------------------------------------------------------------
+@njit
+def preempt_latest(s):
+    """Preempt the latest-admitted running request (vLLM's policy): swap it out while swap
+    space lasts and its prompt is done, else free it for recompute."""
+    c = s.count
+    c[NUM_RUNNING] -= 1
+    i = s.running[c[NUM_RUNNING]]
+    c[DECODE_SET_SIZE] -= s.in_decode[i]
+    s.in_decode[i] = 0
+    c[FREE_EPOCH] += 1
+    s.num_preemptions[i] += 1
+    c[NUM_PREEMPTIONS] += 1
+    c[DEMAND_WAITING] = 1
+    n = s.num_computed_tokens[i]
+    if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
+            and c[SWAP_USED_TOKENS] + n <= s.config[SWAP_CAPACITY_TOKENS]):
+        kv_cache.free(s, i)  # its K/V go to the host; it comes back as it was
+        s.swapped_tokens[i] = n
+        c[SWAP_USED_TOKENS] += n
+        c[STEP_SWAP_OUT] += n
+        s.status[i] = SWAPPED
+        s.swapped[(c[SWAPPED_HEAD] + c[SWAPPED_LEN]) % len(s.swapped)] = i
+        c[SWAPPED_LEN] += 1
+        return
+    if s.config[SWAP_PREEMPTION]:
+        c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
+    kv_cache.free(s, i)
+    if s.num_generated[i] > 0:  # the generated tokens become prompt
+        s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
+    s.num_prompt_computed[i] = 0
+    s.status[i] = WAITING
+    push_waiting(s, i, True)
+
+
+@njit
+def decode(s):
+    """Make room, then one token for every request in the decode set; returns their context
+    sum. Each member crosses at most one block boundary, so with as many free blocks as
+    members nothing needs counting; otherwise the latest-admitted request is preempted
+    until the crossings fit."""
+    c = s.count
+    while c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
+        crossing = 0
+        for k in range(c[NUM_RUNNING]):
+            i = s.running[k]
+            if s.in_decode[i] and kv_cache.crosses_block(s, i):
+                crossing += 1
+        if crossing <= kv_cache.num_free_blocks(s):
+            break
+        preempt_latest(s)
+    context_sum = 0
+    running, in_decode, num_computed_tokens = s.running, s.in_decode, s.num_computed_tokens
+    for k in range(c[NUM_RUNNING]):
+        i = running[k]
+        if in_decode[i]:
+            kv_cache.take_decode_slot(s, i)
+            num_computed_tokens[i] += 1
+            context_sum += num_computed_tokens[i]
+    c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
+    c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
+    return context_sum
+
+
+@njit
+def schedule(s):
+    """One iteration's memory operations; returns the decode context sum."""
+    c = s.count
+    c[DEMAND_WAITING] = 0
+    c[STEP_PREFILL_SEQS] = 0
+    c[STEP_PREFILL_TOKENS] = 0
+    c[STEP_DECODE_SEQS] = 0
+    c[STEP_SWAP_IN] = 0
+    c[STEP_SWAP_OUT] = 0
+    # while a swapped request stays out nobody new is admitted (and the blocked head is not
+    # looked at: its shortcut's bookkeeping is left as it is)
+    all_resumed = resume_swapped(s)
+    if not s.config[CHUNKED_PREFILL]:  # prefill-first: new prompts only, else decode
+        if all_resumed and not head_still_blocked(s):
+            admit_waiting(s, s.config[MAX_BATCHED_TOKENS])
+        return 0 if c[STEP_PREFILL_SEQS] else decode(s)
+    context_sum = decode(s)
+    budget = s.config[CHUNK_BUDGET] - c[STEP_DECODE_SEQS]
+    for k in range(c[NUM_RUNNING]):  # ongoing prefills, in admission order
+        if budget <= 0:
+            break
+        i = s.running[k]
+        todo = s.prompt_target[i] - s.num_prompt_computed[i]
+        if todo > 0:
+            n = min(todo, budget)
+            prefill(s, i, n)
+            budget -= n
+    if all_resumed and not head_still_blocked(s):
+        admit_waiting(s, budget)
+    return context_sum
+
+
+# -- after the iteration --------------------------------------------------------------------
+@njit(inline=True)
+def itl_bin(edges, v):
+    """np.searchsorted(edges, v) (side left): the number of edges below v; NaN past the end."""
+    lo, hi = 0, len(edges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if not edges[mid] >= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(inline=True)
+def add_itl(s, v, bin_index):
+    s.itl_hist[bin_index] += 1
+    s.clock[ITL_SUM] += v
+    s.count[ITL_COUNT] += 1
+
+
+@njit
+def complete_step(s, now):
+    """Hand out the tokens the iteration produced; finish and free whoever is done."""
+    c = s.count
+    num_done = 0
+    if c[STEP_DECODE_SEQS]:
+        # most members got their last token at the same time (the last decode step): one
+        # latency and one bin lookup for each run of them
+        # (sums kept in locals and stored once: a store per member costs)
+        previous = math.nan
+        latency = 0.0
+        bin_index = 0
+        itl_sum = s.clock[ITL_SUM]
+        running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
+        for k in range(c[NUM_RUNNING]):
+            i = running[k]
+            if not in_decode[i]:
+                continue
+            if last_token_s[i] != previous:
+                previous = last_token_s[i]
+                latency = now - previous
+                bin_index = itl_bin(s.itl_edges, latency)
+            s.itl_hist[bin_index] += 1
+            itl_sum += latency
+            last_token_s[i] = now
+            num_generated[i] += 1
+            if num_generated[i] >= s.output_tokens[i]:
+                s.step_finished[num_done] = i
+                num_done += 1
+        s.clock[ITL_SUM] = itl_sum
+        c[ITL_COUNT] += c[STEP_DECODE_SEQS]
+    for k in range(c[STEP_PREFILL_SEQS]):
+        i = s.step_prefill_ids[k]
+        if s.num_prompt_computed[i] < s.prompt_target[i]:
+            continue  # a chunk, not the prompt's last
+        s.num_generated[i] += 1
+        if math.isnan(s.first_token_s[i]):
+            s.first_token_s[i] = now
+        else:  # a recompute: the gap since its last token
+            add_itl(s, now - s.last_token_s[i], itl_bin(s.itl_edges, now - s.last_token_s[i]))
+        s.last_token_s[i] = now
+        if s.num_generated[i] >= s.output_tokens[i]:
+            s.step_finished[num_done] = i
+            num_done += 1
+        else:
+            s.in_decode[i] = 1
+            c[DECODE_SET_SIZE] += 1
+    if num_done == 0:
+        return
+    for k in range(num_done):
+        i = s.step_finished[k]
+        c[FREE_EPOCH] += 1
+        kv_cache.free(s, i)
+        c[DECODE_SET_SIZE] -= s.in_decode[i]
+        s.in_decode[i] = 0
+        s.status[i] = FINISHED
+        s.finish_s[i] = now
+    kept = 0  # drop them from the running list, keeping admission order
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.status[i] != FINISHED:
+            s.running[kept] = i
+            kept += 1
+    c[NUM_RUNNING] = kept
+    c[NUM_FINISHED] += num_done

@@ -1,0 +1,100 @@
+"""The core's state: plain numpy arrays, grouped in one named tuple, with named indices.
+
+numba compiles functions over arrays and tuples of arrays, not over Python objects, so the
+state of a run is a :class:`Core` of arrays:
+
+* per request (row ``i`` of the trace): the :class:`~sim.sched.state.RequestTable`'s own
+  columns (written in place: status, tokens generated, times), plus the core's
+  ``num_computed_tokens``, ``num_blocks``, ``final_len``, ``slot``, ``in_decode`` and
+  ``swapped_tokens``;
+* per running slot (at most ``max_num_seqs``): the block table ``block_table[slot, k]``, the
+  int32 table the GPU kernel reads, and the free slot ids;
+* the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
+* scalars: ``config`` (int64, the policy as numbers and flags, read only), ``count`` (int64
+  counters) and ``clock`` (float64 times and sums), indexed by the constants below.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+# request status: the values of sim.sched.state.Status
+PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
+# why a request was rejected (RequestTable.reject_reason is written from these in Python)
+REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
+
+# config: int64, the policy as data
+(NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
+ MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
+ SWAP_CAPACITY_TOKENS, NUM_CONFIG) = range(15)
+
+# count: int64 counters
+(USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
+ NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_RUNNING, DECODE_SET_SIZE,
+ WAITING_HEAD, WAITING_LEN, SWAPPED_HEAD, SWAPPED_LEN, SWAP_USED_TOKENS, NUM_SWAP_FALLBACKS,
+ FREE_EPOCH, BLOCKED_REQUEST, BLOCKED_EPOCH, BLOCKED_KIND, DEMAND_WAITING,
+ NUM_PREEMPTIONS, NUM_REJECTED, NUM_FINISHED, NUM_FINISHED_REPORTED,
+ STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_DECODE_SEQS, STEP_SWAP_IN, STEP_SWAP_OUT,
+ NUM_ROWS, SUM_PREFILL_TOKENS, SUM_DECODE_TOKENS, ITL_COUNT,
+ NEXT_EVENT_ID, NEXT_ARRIVAL, ARRIVAL_PENDING, ARRIVAL_EVENT_ID, ENGINE_PENDING, ENGINE_EVENT_ID,
+ ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED, NUM_COUNTS) = range(46)
+
+# clock: float64 times and time-weighted sums
+(NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
+MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
+BLOCKS_SUM, LOGICAL_SUM, NUM_CLOCK = 15, 16, 17
+
+# what blocked the waiting queue's head (it is not retried until something is freed)
+NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
+
+# step-table columns: two floats (start_s, dt_s) and thirteen ints per iteration
+ROW_FLOATS = 2
+ROW_INTS = 13  # batch, prefill tokens, decode seqs, waiting, running, 6 memory categories, blocks, logical
+
+
+class Core(NamedTuple):
+    config: np.ndarray
+    count: np.ndarray
+    clock: np.ndarray
+    cost: np.ndarray  # the roofline's constants (sim.core.cost)
+    # requests (RequestTable columns, written in place)
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    status: np.ndarray
+    reject_code: np.ndarray
+    num_generated: np.ndarray
+    num_prompt_computed: np.ndarray  # prompt tokens computed since this admission
+    prompt_target: np.ndarray  # tokens this admission's prefill computes (prompt + regenerated)
+    num_preemptions: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    last_token_s: np.ndarray
+    # requests (the core's own)
+    num_computed_tokens: np.ndarray  # tokens whose K/V are in the pool
+    num_blocks: np.ndarray
+    final_len: np.ndarray  # prompt + output: the accounting's F
+    slot: np.ndarray
+    in_decode: np.ndarray  # prefill done, generating
+    swapped_tokens: np.ndarray
+    # queues (rings over request ids) and the running list (admission order)
+    waiting: np.ndarray
+    swapped: np.ndarray
+    running: np.ndarray
+    # the block pool and the running slots' block tables
+    free_block_ids: np.ndarray
+    free_slots: np.ndarray
+    block_table: np.ndarray
+    # this iteration
+    step_prefill_ids: np.ndarray
+    step_prefill_tokens: np.ndarray
+    step_finished: np.ndarray
+    step_memory: np.ndarray  # the six memory categories at the step's start
+    # inter-token latency histogram (edges shared with the Python engine)
+    itl_edges: np.ndarray
+    itl_hist: np.ndarray
+    # step table rows
+    row_floats: np.ndarray
+    row_ints: np.ndarray
