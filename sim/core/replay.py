@@ -22,7 +22,7 @@ from sim.errors import ConfigError
 ENGINES = ("auto", "core", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
 MAX_TOKEN_BUDGET = 1 << 26  # keeps the prefill attention sum exact in any order (loop.step_time)
-INITIAL_ROWS = 1 << 14
+ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 
 
 def engine_name() -> str:
@@ -104,7 +104,7 @@ def build(engine) -> state.Core:
     num_slots = max(1, min(max_num_seqs, n, mgr.num_blocks))
     count[state.NUM_FREE_SLOTS] = num_slots
     blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
-    keep = rec.keep_rows
+    rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
     return state.Core(
         config=config, count=count, clock=np.zeros(state.NUM_CLOCK), cost=np.array(engine.executor.cost_model.constants()),
@@ -119,8 +119,7 @@ def build(engine) -> state.Core:
         block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64), itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
-        row_floats=np.zeros((INITIAL_ROWS if keep else 0, state.ROW_FLOATS)),
-        row_ints=np.zeros((INITIAL_ROWS if keep else 0, state.ROW_INTS), i64))
+        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64))
 
 
 def run(engine) -> None:
