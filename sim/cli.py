@@ -40,7 +40,9 @@ def example(*lines: str) -> str:
     return "example:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``command``, a subcommand's name) only that subcommand's: a run
+    of ``pagesim simulate`` need not import the planner, the reports and the GPU mode."""
     parser = argparse.ArgumentParser(
         prog="pagesim",
         description="Simulate LLM serving and see where every KV-cache slot goes "
@@ -51,13 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pagesim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module, _name in SUBCOMMANDS:
-        importlib.import_module(module).register(sub)
+    for module, name in SUBCOMMANDS:
+        if command in (None, name):
+            importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in {name for _, name in SUBCOMMANDS} else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
