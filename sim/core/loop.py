@@ -15,8 +15,6 @@ stopped, all of its state being in the arrays.
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.core import kv_cache, scheduler
 from sim.core.cost import roofline_step_time
 from sim.core.jit import njit

@@ -107,7 +107,8 @@ def build(engine) -> state.Core:
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
     return state.Core(
-        config=config, count=count, clock=np.zeros(state.NUM_CLOCK), cost=np.array(engine.executor.cost_model.constants()),
+        config=config, count=count, clock=np.zeros(state.NUM_CLOCK),
+        cost=np.array(engine.executor.cost_model.constants()),
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
@@ -118,7 +119,8 @@ def build(engine) -> state.Core:
         free_block_ids=np.arange(mgr.num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
-        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64), itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
+        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
+        itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64))
 
 
@@ -128,7 +130,7 @@ def run(engine) -> None:
     from sim.engine import InvariantError
 
     s = build(engine)
-    c, clock = s.count, s.clock
+    c = s.count
     t0 = time.perf_counter()
     while True:
         code = loop.run(s)
