@@ -108,7 +108,7 @@ TWO_BYTE_DTYPES = ("float16", "bfloat16", "float32", "half", "float")
 QUANT_METHODS = ("fp8", "fbgemm_fp8", "awq", "gptq", "compressed-tensors")
 # modules a quantized checkpoint may leave in 16 bits without changing the weight bytes here:
 # embedding and LM head (counted at the model dtype anyway), vision tower, MoE routers
-NEGLIGIBLE_UNQUANTIZED = re.compile(r"lm_head|embed|vision|visual|multi_modal_projector|mm_projector|\.gate\$?$")
+NEGLIGIBLE_UNQUANTIZED = re.compile(r"lm_head|embed|vision|visual|multi_modal_projector|mm_projector|(^|\.)gate\$?$")
 
 _REQUIRED = object()
 
