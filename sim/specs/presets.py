@@ -7,9 +7,9 @@ Qwen/Qwen2.5-{7,72}B-Instruct (32,768 tokens without YaRN); mistralai/Mistral-7B
 mistralai/Mixtral-8x7B-Instruct-v0.1; deepseek-ai/DeepSeek-V3 (its FP8 checkpoint, 128x128
 block scales); google/gemma-2-27b.
 
-The presets before Llama-3.1 count the LM head as tied to the embedding, as pagesim always
-has; their released checkpoints untie it (``tie_word_embeddings: false``, an extra
-vocab x hidden x 2 bytes: 0.26 GB on Llama-2-7B, 1.05 GB on Llama-3-8B, 1.05 GB on
+The Llama-2, Llama-3 and Mistral-7B (v0.1) presets count the LM head as tied to the embedding,
+as pagesim always has; their released checkpoints untie it (``tie_word_embeddings: false``:
+an extra vocab x hidden x 2 bytes, 0.26 GB on Llama-2-7B, 1.05 GB on Llama-3-8B, 2.1 GB on
 Llama-3-70B). Kept so earlier results reproduce bit for bit; their config.json files read
 through ``--model`` count it.
 """
