@@ -12,14 +12,25 @@ For a step with T = prefill + decode tokens on one GPU of a TP group of size ``t
     swap     = swapped_tokens * kv_bytes_per_token / pcie_bw
     step     = overhead + per_seq_overhead * num_seqs + linear + attn + allreduce + swap
 
-with ``P_lin`` the linear-layer parameters (all layers, plus the LM head), ``W_lin = 2 P_lin``
-bytes in fp16, ``KV_read = 2 * sum(ctx) * L * kv_heads * head_dim * dtype / tp`` (the decode
-attention reads every cached K and V once: the vLLM paper's point that decoding is
-memory-bound), and ``F_prefill = 4 * L * heads * head_dim * sum_i c_i (p_i + c_i / 2) / tp``
-for a chunk of ``c_i`` new tokens after ``p_i`` cached ones (QK^T and PV, causal half).
+with ``P_lin`` the parameters one token multiplies (``ModelSpec.active_params``: every layer's
+projections and MLP, for a mixture of experts only the ``num_experts_per_tok`` experts a token
+visits, plus the LM head), ``W_lin`` the bytes of those weights at the checkpoint's width
+(``ModelSpec.active_weight_bytes``: ``2 P_lin`` in fp16, about ``P_lin`` in FP8, a quarter of
+it in 4-bit AWQ/GPTQ), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode attention reads
+every cached K and V once: the vLLM paper's point that decoding is memory-bound; for
+multi-head latent attention one latent per token and layer), and ``F_prefill = A *
+sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
+with ``A = ModelSpec.attention_flops_per_pair`` (``4 * L * heads * head_dim``: QK^T and PV,
+causal half, over the attention layers only). GEMMs of W8A8 FP8 checkpoints run at the GPU's
+FP8 peak where it has one (``GPUSpec.peak_fp8_flops``). For a dense 16-bit model these are the
+same numbers, bit for bit, as before MoE and quantization were modelled.
+
+A mixture of experts' weight reads are those of one token's experts: exact for a batch of one,
+a lower bound for larger batches, whose tokens visit more distinct experts (up to all of them);
+the step-time function (``sim/core/cost.py``) would need the batch size in that term to do better.
 
 Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
-(``sim/specs.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
+(``sim/specs/gpus.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
 75-85 % of HBM bandwidth in public measurements, hence ``eff_flops=0.65`` and ``eff_bw=0.8``;
 attention's prefill kernels (FlashAttention-2) reach ~50 % of peak (``eff_attn=0.5``). The
 fixed overhead (3 ms + 20 us/sequence) is vLLM v0's Python scheduling, sampling and
@@ -67,16 +78,13 @@ class RooflineCostModel:
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
         h = m.hidden_size
-        q = m.num_heads * m.head_dim
-        kv = m.num_kv_heads * m.head_dim
-        per_layer = h * q + 2 * h * kv + q * h + (3 if m.gated_mlp else 2) * h * m.intermediate_size
-        self.linear_params = m.num_layers * per_layer + m.vocab_size * h  # + LM head
-        self._lin_flops_per_token = 2.0 * self.linear_params / tp
-        self._lin_weight_time = self.linear_params * m.dtype_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
-        self._flops = self.gpu.peak_flops * self.eff_flops
+        self._lin_flops_per_token = 2.0 * m.active_params / tp
+        self._lin_weight_time = m.active_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
+        fp8 = m.quantization is not None and m.quantization.fp8_compute and self.gpu.peak_fp8_flops
+        self._flops = (self.gpu.peak_fp8_flops if fp8 else self.gpu.peak_flops) * self.eff_flops
         self._kv_bytes_per_token = m.kv_bytes_per_token(tp)
         self._bw = self.gpu.mem_bw * self.eff_bw
-        self._attn_flops_coef = 4.0 * m.num_layers * m.num_heads * m.head_dim / tp
+        self._attn_flops_coef = m.attention_flops_per_pair / tp
         self._attn_flops = self.gpu.peak_flops * self.eff_attn
         if tp > 1:
             self._ar_time_per_token = (2 * m.num_layers * 2 * (tp - 1) / tp * h * m.dtype_bytes

@@ -83,7 +83,7 @@ def resolve_budget(cfg: SimConfig):
     budget: KVBudget = kv_capacity(
         model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
-        activation_reserve_bytes=cfg.activation_reserve_gib * GiB)
+        activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs)
     if budget.capacity_tokens < model.max_seq_len:
         raise ConfigError(
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "

@@ -15,7 +15,8 @@ parent's pages eagerly (no copy-on-write sharing; ``fork_copies`` counts copied 
 
 Page size in tokens (the brief's formula; one page holds K and V of one layer)::
 
-    page_tokens = floor(page_bytes / (2 * num_kv_heads * head_dim * dtype_bytes / tp)),  >= 1
+    page_tokens = floor(page_bytes / kv_bytes_per_layer_token(tp)),  >= 1
+                  (2 * kv_heads_per_gpu * head_dim * dtype_bytes: ``sim/specs/model.py``)
     OPT-13B fp16, tp 1: 64 KiB -> 3 tokens, 2 MiB -> 102 tokens
 """
 
@@ -30,8 +31,7 @@ def vattention_page_tokens(model, page_bytes: int, tp: int = 1) -> int:
     """Tokens per physical page of ``page_bytes`` per layer for ``model`` at tensor parallel ``tp``."""
     if page_bytes <= 0:
         raise ConfigError(f"vattention page size must be > 0 bytes, got {page_bytes} (e.g. 64 KiB)")
-    per_token = 2 * model.num_kv_heads * model.head_dim * model.dtype_bytes / tp
-    return max(1, int(page_bytes // per_token))
+    return max(1, int(page_bytes // model.kv_bytes_per_layer_token(tp)))
 
 
 @settle_lane_before

@@ -1,0 +1,90 @@
+"""KV capacity: how many token slots the KV pool of one GPU holds.
+
+Capacity in token slots is ``floor(kv_bytes / kv_bytes_per_token)`` where ``kv_bytes`` is
+either given (``--kv-gib 12`` gives the paper's 15,728 slots for OPT-13B) or derived as::
+
+    kv_bytes = gpu_mem * gpu_memory_utilization - weight_bytes / tp - activation_reserve
+               - max_num_seqs * state_bytes_per_seq        (Mamba / linear-attention models only)
+
+(the way vLLM sizes its pool: load the weights, reserve the recurrent-state slots, profile
+peak activations, give the rest to the KV cache).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.errors import ConfigError
+from sim.specs.gpus import GiB, GPUSpec
+from sim.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """How many token slots the KV pool has, and where that number came from."""
+
+    capacity_tokens: int
+    kv_bytes: int
+    kv_bytes_per_token: float
+    how: str
+
+
+def check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
+    """vLLM's rule: TP divides the attention heads, and the KV heads divide TP or TP divides
+    them (``ModelConfig.verify_with_parallel_config`` and ``QKVParallelLinear``)."""
+    if tensor_parallel < 1:
+        raise ConfigError(f"tensor_parallel must be >= 1, got {tensor_parallel}")
+    if model.num_heads % tensor_parallel:
+        raise ConfigError(f"tensor_parallel={tensor_parallel} does not divide num_attention_heads={model.num_heads}")
+    if model.num_kv_heads % tensor_parallel and tensor_parallel % model.num_kv_heads:
+        raise ConfigError(f"tensor_parallel={tensor_parallel} does not divide num_kv_heads={model.num_kv_heads}")
+
+
+def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float | None = None,
+                tensor_parallel: int = 1, gpu_memory_utilization: float = 0.9,
+                activation_reserve_bytes: float = 2 * GiB, max_num_seqs: int | None = None) -> KVBudget:
+    """Token slots of the KV pool on one GPU of the TP group.
+
+    Either ``kv_bytes`` is given, or it is derived from the GPU's memory as vLLM does
+    (``max_num_seqs`` is needed then for models with a recurrent state).
+    Raises ConfigError when the weights do not fit or no slot is left.
+    """
+    check_tensor_parallel(model, tensor_parallel)
+    per_tok = model.kv_bytes_per_token(tensor_parallel)
+    if per_tok == 0:
+        raise ConfigError(f"{model.name} has no attention layer: no KV cache to simulate")
+    if kv_bytes is not None:
+        if kv_bytes <= 0:
+            raise ConfigError(f"kv memory must be positive, got {kv_bytes} bytes")
+        how = f"given: {kv_bytes / GiB:.2f} GiB of KV"
+    else:
+        if gpu is None:
+            raise ConfigError("give either a GPU or the KV memory size (--kv-gib)")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        weights = model.weight_bytes / tensor_parallel
+        usable = gpu.mem_bytes * gpu_memory_utilization
+        kv_bytes = usable - weights - activation_reserve_bytes
+        how = (f"derived: {gpu.name} {gpu.mem_bytes / GiB:.1f} GiB x {gpu_memory_utilization:.2f} - weights "
+               f"{weights / GiB:.1f} GiB - activations {activation_reserve_bytes / GiB:.1f} GiB")
+        reserves = f"the {activation_reserve_bytes / GiB:.1f} GiB activation reserve"
+        state = model.state_bytes_per_seq(tensor_parallel)
+        if state:
+            if max_num_seqs is None:
+                raise ConfigError(f"{model.name} keeps a recurrent state per sequence: give max_num_seqs "
+                                  "to size its slots")
+            kv_bytes -= state * max_num_seqs
+            how += f" - state {max_num_seqs} x {state / (1 << 20):.1f} MiB"
+            reserves += f" and {max_num_seqs} state slots ({state * max_num_seqs / GiB:.1f} GiB)"
+        if kv_bytes <= 0:
+            need_tp = math.ceil(model.weight_bytes / max(usable - activation_reserve_bytes, 1))
+            raise ConfigError(
+                f"{model.name} weights ({weights / GiB:.1f} GiB per GPU at TP={tensor_parallel}) plus "
+                f"{reserves} do not fit in "
+                f"{gpu.name} x {gpu_memory_utilization:.2f} = {usable / GiB:.1f} GiB; "
+                f"try --tp {max(need_tp, tensor_parallel * 2)} or a larger GPU")
+    cap = int(kv_bytes // per_tok)
+    if cap < 1:
+        raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")
+    return KVBudget(cap, int(kv_bytes), per_tok, how)

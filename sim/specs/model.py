@@ -1,0 +1,283 @@
+"""A model's architecture and the rules that turn it into memory and work.
+
+Every rule below is stated once, here; the config reader (``hf_config.py``) only maps a
+Hugging Face ``config.json`` onto these fields, and the presets (``presets.py``) fill them in
+from the public configs.
+
+Layers
+------
+Each layer has a token mixer (its kind) and an MLP. Kinds:
+
+==================  ====================================================  ====================
+kind                mixer                                                 keeps per sequence
+==================  ====================================================  ====================
+full_attention      softmax attention                                     K and V per token
+sliding_attention   softmax attention over the last ``sliding_window``    K and V per token
+mamba               Mamba selective scan (Jamba)                          a fixed-size state
+linear_attention    lightning attention (MiniMax-Text-01)                 a fixed-size state
+==================  ====================================================  ====================
+
+KV bytes per token, per GPU of a tensor-parallel group of ``tp`` (vLLM's cache layout)::
+
+    attention layer:  2 * max(1, kv_heads // tp) * head_dim * dtype_bytes     (K and V)
+    latent (MLA):     (kv_lora_rank + qk_rope_head_dim) * dtype_bytes          (one latent, every GPU)
+    kv_bytes_per_token = sum over the attention layers (full and sliding)
+
+KV heads are replicated when ``tp`` exceeds them: each GPU keeps at least one (vLLM's
+``ModelConfig.get_num_kv_heads`` in ``vllm/config.py``: ``max(1, total_num_kv_heads //
+tensor_parallel_size)``). DeepSeek's multi-head latent attention caches one compressed latent
+per token and layer, the same on every GPU (vLLM's ``get_head_size`` returns
+``kv_lora_rank + qk_rope_head_dim`` and ``get_num_kv_heads`` returns 1 for MLA; its MLA cache
+holds no separate V, hence no factor 2).
+
+Sliding-window layers are counted as if they kept the whole context, which is what vLLM v0
+does for models that interleave sliding and full layers ("the scheduler and the model treat
+it as full attention (i.e., not dropping any tokens outside the window)", ``ModelConfig``
+in ``vllm/config.py``). The memory managers do not free blocks that fall out of a window, so
+beyond ``sliding_window`` tokens the KV memory and the decode reads are upper bounds; the
+spec records the window and each layer's kind for a manager that will.
+
+Recurrent state per sequence (Mamba and linear-attention layers), per GPU::
+
+    mamba:            d_inner / tp * (d_conv - 1 + d_state) * dtype_bytes   (conv + SSM state)
+    linear_attention: heads / tp * head_dim * head_dim * dtype_bytes        (the KV outer-product state)
+
+vLLM reserves one state slot per ``max_num_seqs`` before sizing the KV pool (``MambaCacheManager``
+in ``vllm/model_executor/models/jamba.py``, ``MinimaxCacheManager`` in ``minimax_text_01.py``:
+``cache_shape = (linear_layers, max_num_seqs, heads // tp, head_dim, head_dim)``).
+
+Parameters (biases and norms are not counted: under 0.1 % of any model here)::
+
+    attention        h*q + 2*h*kv + q*h           q = heads*head_dim, kv = kv_heads*head_dim
+    latent attention h*r_q + r_q*heads*d_qk  (or h*heads*d_qk without r_q)
+                     + h*(r_kv + d_rope) + r_kv*heads*(d_nope + d_v) + heads*d_v*h
+    mamba            h*2*d_inner + d_inner*d_conv + d_inner*(dt_rank + 2*d_state)
+                     + dt_rank*d_inner + d_inner*d_state + d_inner*h
+    linear attention 3*h*q + h*q + q*h            (qkv, output gate, output projection)
+    dense MLP        (3 if gated else 2) * h * intermediate
+    MoE MLP          E * 3*h*i_expert + 3*h*i_shared + E*h      (experts, shared expert, router)
+    active MoE MLP   k * 3*h*i_expert + 3*h*i_shared + E*h      (the k experts a token visits)
+
+Memory holds every expert (``num_params``, ``weight_bytes``); a token's work reads and
+multiplies only the active ones (``active_params``, ``active_weight_bytes``, what the cost
+model reads). ``num_params`` adds the embedding, an untied LM head and a vision encoder;
+``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a lookup,
+not a GEMM).
+
+Weight bytes: the layers' weights at the checkpoint's quantized width (``Quantization``);
+embedding, LM head and vision encoder at ``dtype_bytes`` (AWQ, GPTQ and FP8 checkpoints leave
+them unquantized). Tensor parallelism splits all weights evenly; the few projections vLLM
+replicates on every GPU (MLA's down-projections, MoE routers, KV projections of replicated
+heads: 1-2 % of a model) are not added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+MAMBA = "mamba"
+LINEAR_ATTENTION = "linear_attention"
+LAYER_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, MAMBA, LINEAR_ATTENTION)
+ATTENTION_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION)  # the layers that keep K and V per token
+
+
+def interleaved_sliding(num_layers: int, full_every: int) -> tuple[str, ...]:
+    """Layer kinds of a model whose every ``full_every``-th layer is full attention and the
+    rest sliding-window (Gemma-2: 2, Gemma-3: 6; Hugging Face's
+    ``(i + 1) % sliding_window_pattern``)."""
+    return tuple(FULL_ATTENTION if (i + 1) % full_every == 0 else SLIDING_ATTENTION for i in range(num_layers))
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """DeepSeek's multi-head latent attention (MLA) dimensions."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries projected from the hidden state directly (DeepSeek-V2-Lite)
+
+
+@dataclass(frozen=True)
+class MixtureOfExperts:
+    """Routed experts (gated MLPs) in the layers listed; the other layers keep a dense MLP."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    layers: tuple[int, ...]
+    shared_intermediate_size: int = 0  # always-active shared expert(s), their sizes summed
+
+
+@dataclass(frozen=True)
+class MambaMixer:
+    """Jamba's Mamba layer dimensions (``d_inner = mamba_expand * hidden_size``)."""
+
+    d_inner: int
+    d_state: int
+    d_conv: int
+    dt_rank: int
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Width of the quantized layer weights.
+
+    ``group_size > 0``: every group of weights also stores one fp16 scale and, with
+    ``zero_point``, one ``bits``-wide zero point (AWQ, GPTQ as stored in the checkpoint).
+    FP8's per-tensor, per-channel or 128x128-block scales are under 0.03 % and not counted.
+    ``fp8_compute``: activations are quantized too (W8A8 FP8), so GEMMs run at the GPU's FP8
+    peak where it has one; weight-only schemes compute in 16 bits.
+    """
+
+    method: str
+    bits: int
+    group_size: int = 0
+    zero_point: bool = False
+    fp8_compute: bool = False
+
+    def bytes_of(self, params: int) -> int:
+        bits = params * self.bits
+        if self.group_size > 0:
+            bits += (params // self.group_size) * (16 + (self.bits if self.zero_point else 0))
+        return bits // 8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only model's architecture (see the module docstring for the rules)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int  # total KV heads (1 for multi-query and latent attention)
+    head_dim: int
+    intermediate_size: int  # dense MLP width
+    vocab_size: int
+    max_seq_len: int
+    gated_mlp: bool = True  # LLaMA-style SwiGLU (3 matrices) vs OPT-style (2 matrices)
+    dtype_bytes: int = 2  # activations and KV cache (vLLM's default kv_cache_dtype "auto")
+    tie_word_embeddings: bool = True  # False: the LM head is a second vocab x hidden matrix
+    layer_kinds: tuple[str, ...] = ()  # one of LAYER_KINDS per layer; () = all full attention
+    sliding_window: int | None = None  # tokens a sliding_attention layer attends to
+    latent_attention: LatentAttention | None = None
+    moe: MixtureOfExperts | None = None
+    mamba: MambaMixer | None = None
+    quantization: Quantization | None = None
+    vision_params: int = 0  # a multimodal model's vision encoder (memory only)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return self.layer_kinds or (FULL_ATTENTION,) * self.num_layers
+
+    @property
+    def num_attention_layers(self) -> int:
+        return sum(kind in ATTENTION_KINDS for kind in self.kinds)
+
+    def kv_heads_per_gpu(self, tensor_parallel: int = 1) -> int:
+        return max(1, self.num_kv_heads // tensor_parallel)
+
+    def kv_bytes_per_layer_token(self, tensor_parallel: int = 1) -> float:
+        """Bytes one token keeps in one attention layer on one GPU of the TP group."""
+        mla = self.latent_attention
+        if mla is not None:
+            return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.dtype_bytes)
+        return float(2 * self.kv_heads_per_gpu(tensor_parallel) * self.head_dim * self.dtype_bytes)
+
+    def kv_bytes_per_token(self, tensor_parallel: int = 1) -> float:
+        """Bytes of KV for one token across all attention layers on one GPU of a TP group."""
+        return self.num_attention_layers * self.kv_bytes_per_layer_token(tensor_parallel)
+
+    def state_bytes_per_seq(self, tensor_parallel: int = 1) -> int:
+        """Recurrent state one sequence keeps on one GPU (Mamba and linear-attention layers)."""
+        total = 0
+        for kind in self.kinds:
+            if kind == MAMBA:
+                m = self.mamba
+                total += m.d_inner // tensor_parallel * (m.d_conv - 1 + m.d_state) * self.dtype_bytes
+            elif kind == LINEAR_ATTENTION:
+                total += self.num_heads // tensor_parallel * self.head_dim * self.head_dim * self.dtype_bytes
+        return total
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of QK^T and PV for one (query, key) pair, summed over heads and attention layers."""
+        mla = self.latent_attention
+        if mla is not None:  # prefill attends with the decompressed per-head keys and values
+            qk, v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
+        else:
+            qk, v = self.head_dim, self.head_dim
+        return self.num_attention_layers * 2 * self.num_heads * (qk + v)
+
+    def _mixer_params(self, kind: str) -> int:
+        h, mla = self.hidden_size, self.latent_attention
+        if kind == MAMBA:
+            m = self.mamba
+            return (h * 2 * m.d_inner + m.d_inner * m.d_conv + m.d_inner * (m.dt_rank + 2 * m.d_state)
+                    + m.dt_rank * m.d_inner + m.d_inner * m.d_state + m.d_inner * h)
+        q = self.num_heads * self.head_dim
+        if kind == LINEAR_ATTENTION:
+            return 3 * h * q + h * q + q * h
+        if mla is not None:
+            d_qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+            queries = (h * mla.q_lora_rank + mla.q_lora_rank * self.num_heads * d_qk if mla.q_lora_rank
+                       else h * self.num_heads * d_qk)
+            return (queries + h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+                    + mla.kv_lora_rank * self.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+                    + self.num_heads * mla.v_head_dim * h)
+        kv = self.num_kv_heads * self.head_dim
+        return h * q + 2 * h * kv + q * h
+
+    def _mlp_params(self, layer: int, active: bool) -> int:
+        h, moe = self.hidden_size, self.moe
+        if moe is not None and layer in moe.layers:
+            experts = moe.experts_per_token if active else moe.num_experts
+            return (experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
+                    + moe.num_experts * h)
+        return (3 if self.gated_mlp else 2) * h * self.intermediate_size
+
+    def _layer_params(self, active: bool) -> int:
+        return sum(self._mixer_params(kind) + self._mlp_params(i, active) for i, kind in enumerate(self.kinds))
+
+    def _layer_weight_bytes(self, params: int) -> int:
+        q = self.quantization
+        return q.bytes_of(params) if q is not None else params * self.dtype_bytes
+
+    @property
+    def _embedding_params(self) -> int:
+        """The token embedding, plus the LM head when it is a matrix of its own."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def num_params(self) -> int:
+        """Every parameter held in memory: all experts, embedding, untied LM head, vision encoder."""
+        return self._layer_params(active=False) + self._embedding_params + self.vision_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token multiplies: the active experts' layers and the LM head."""
+        return self._layer_params(active=True) + self.vocab_size * self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights in GPU memory (the whole TP group)."""
+        return (self._layer_weight_bytes(self._layer_params(active=False))
+                + (self._embedding_params + self.vision_params) * self.dtype_bytes)
+
+    @property
+    def active_weight_bytes(self) -> int:
+        """Bytes of weights one token's forward pass reads (the whole TP group)."""
+        return (self._layer_weight_bytes(self._layer_params(active=True))
+                + self.vocab_size * self.hidden_size * self.dtype_bytes)
+
+    @property
+    def is_gqa(self) -> bool:
+        return self.num_kv_heads < self.num_heads
+
+
+def with_max_seq_len(model: ModelSpec, max_seq_len: int | None) -> ModelSpec:
+    return model if max_seq_len is None else replace(model, max_seq_len=int(max_seq_len))

@@ -1,0 +1,74 @@
+"""Model presets: the Hugging Face ``config.json`` values of public checkpoints.
+
+Sources (``config.json`` of): facebook/opt-13b, -66b; OPT-175B's paper shapes;
+meta-llama/Llama-2-{7,13,70}b-hf; meta-llama/Meta-Llama-3-{8,70}B;
+mistralai/Mistral-7B-v0.1; meta-llama/Llama-3.1-{8,70,405}B-Instruct;
+Qwen/Qwen2.5-{7,72}B-Instruct (32,768 tokens without YaRN); mistralai/Mistral-7B-Instruct-v0.3;
+mistralai/Mixtral-8x7B-Instruct-v0.1; deepseek-ai/DeepSeek-V3 (its FP8 checkpoint, 128x128
+block scales); google/gemma-2-27b.
+
+The Llama-2, Llama-3 and Mistral-7B (v0.1) presets count the LM head as tied to the embedding,
+as pagesim always has; their released checkpoints untie it (``tie_word_embeddings: false``:
+an extra vocab x hidden x 2 bytes, 0.26 GB on Llama-2-7B, 1.05 GB on Llama-3-8B, 2.1 GB on
+Llama-3-70B). Kept so earlier results reproduce bit for bit; their config.json files read
+through ``--model`` count it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import ConfigError
+from sim.specs.hf_config import model_from_hf_config
+from sim.specs.model import (SLIDING_ATTENTION, LatentAttention, MixtureOfExperts, ModelSpec, Quantization,
+                             interleaved_sliding)
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, 2048, gated_mlp=False),
+        ModelSpec("opt-66b", 64, 9216, 72, 72, 128, 36864, 50272, 2048, gated_mlp=False),
+        ModelSpec("opt-175b", 96, 12288, 96, 96, 128, 49152, 50272, 2048, gated_mlp=False),
+        ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, 4096),
+        ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, 4096),
+        ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, 4096),
+        ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192),
+        ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 8192),
+        ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768,
+                  layer_kinds=(SLIDING_ATTENTION,) * 32, sliding_window=4096),
+        ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, tie_word_embeddings=False),
+        ModelSpec("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, tie_word_embeddings=False),
+        ModelSpec("llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, 131072, tie_word_embeddings=False),
+        ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 32768, tie_word_embeddings=False),
+        ModelSpec("qwen2.5-72b", 80, 8192, 64, 8, 128, 29568, 152064, 32768, tie_word_embeddings=False),
+        ModelSpec("mistral-7b-v0.3", 32, 4096, 32, 8, 128, 14336, 32768, 32768, tie_word_embeddings=False),
+        ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768, tie_word_embeddings=False,
+                  moe=MixtureOfExperts(8, 2, 14336, tuple(range(32)))),
+        ModelSpec("deepseek-v3", 61, 7168, 128, 1, 192, 18432, 129280, 163840, tie_word_embeddings=False,
+                  latent_attention=LatentAttention(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                                                   v_head_dim=128, q_lora_rank=1536),
+                  moe=MixtureOfExperts(256, 8, 2048, tuple(range(3, 61)), shared_intermediate_size=2048),
+                  quantization=Quantization("fp8", 8, fp8_compute=True)),
+        ModelSpec("gemma-2-27b", 46, 4608, 32, 16, 128, 36864, 256000, 8192,
+                  layer_kinds=interleaved_sliding(46, 2), sliding_window=4096),
+    ]
+}
+
+MODEL_ALIASES = {"llama2-7b": "llama-2-7b", "llama2-13b": "llama-2-13b", "llama2-70b": "llama-2-70b",
+                 "llama3-8b": "llama-3-8b", "llama3-70b": "llama-3-70b", "llama3.1-8b": "llama-3.1-8b",
+                 "llama3.1-70b": "llama-3.1-70b", "llama3.1-405b": "llama-3.1-405b"}
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """A preset by name, or a Hugging Face ``config.json`` (or the folder holding it) by path."""
+    key = name_or_path.lower()
+    key = MODEL_ALIASES.get(key, key)
+    if key in MODELS:
+        return MODELS[key]
+    p = Path(name_or_path)
+    if p.is_dir():  # a checkpoint folder: its config.json
+        p = p / "config.json"
+    if p.suffix == ".json" or p.exists():
+        return model_from_hf_config(p)
+    raise ConfigError(f"unknown model '{name_or_path}'; valid models: {', '.join(MODELS)} "
+                      "(or a path to a Hugging Face config.json)")
