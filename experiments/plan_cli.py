@@ -192,11 +192,17 @@ def run(args: argparse.Namespace) -> int:
     from sim.specs import get_model, with_max_seq_len
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
+    from sim.config import SimConfig
+    from sim.cost_calibrated import error_band
+    from sim.specs import get_gpu
+    cfg = SimConfig.for_system(args.systems[0], **setup.sim)
+    gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
+    bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
+             for g in (gpus if args.mode == "compare-gpus" else [cfg.gpu])}
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
     elif args.mode == "compare-gpus":
-        gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
     else:
@@ -209,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         feasible = (any(r.get("min_kv_gib") is not None for r in result["kv"])
                     or result["cheapest"] is not None)
     result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}
+    result["cost_model"] = bands
     result["workload"] = {"spec": setup.workload, "description": P.describe_workload(setup.workload), **{k: v for k, v in opts.items() if v not in (None, False)}}
     result["config"] = {"systems": args.systems, **setup.sim, "seed": setup.seed}
     result["search"] = {"start_rate": setup.start_rate, "min_rate": setup.min_rate, "max_rate": setup.max_rate,
@@ -277,6 +284,9 @@ def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
     from experiments.plan import describe_workload
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
+    from sim.cost_calibrated import describe_band
+    for gpu, band in r.get("cost_model", {}).items():
+        print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":
         print("\nmax rate under the SLO", file=f)
         _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), ("p99_ttft_s", "p99 TTFT s"),

@@ -40,6 +40,7 @@ SCHEDULERS = ("static", "orca", "vllm")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
+COST_MODELS = ("roofline", "calibrated")
 
 
 @dataclass
@@ -78,6 +79,7 @@ class SimConfig:
     waiting_served_ratio: float | None = None
 
     # cost model
+    cost_model: str = "roofline"  # or "calibrated" (sim/cost_calibrated.py); a profile means the table model
     profile: str | None = None  # profile CSV for the table cost model
     step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
     per_seq_overhead_ms: float | None = None  # None: cost-model default (roofline: 0.02 ms)
@@ -102,6 +104,10 @@ class SimConfig:
         one_of("placement", self.placement, PLACEMENTS)
         one_of("preemption", self.preemption, PREEMPTIONS)
         one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
+        one_of("cost_model", self.cost_model, COST_MODELS)
+        if self.profile and self.cost_model != "roofline":
+            raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
+                              "or the profile")
         if not 1 <= self.block_size <= 256:
             raise ConfigError(f"block_size must be in 1..256, got {self.block_size} (vLLM uses 16)")
         if self.max_num_seqs < 1:
