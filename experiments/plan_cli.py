@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
     from sim.config import SimConfig
-    from sim.cost_calibrated import error_band
+    from sim.calibration import error_band
     from sim.specs import get_gpu
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
     gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
@@ -284,7 +284,7 @@ def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
     from experiments.plan import describe_workload
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
-    from sim.cost_calibrated import describe_band
+    from sim.calibration import describe_band
     for gpu, band in r.get("cost_model", {}).items():
         print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":

@@ -55,7 +55,7 @@ def run(args) -> int:
     from experiments.figures import FIGURES
     from experiments.sweep import load_experiment
     from sim.config import SimConfig
-    from sim.cost_calibrated import describe_band, error_band, load_calibration
+    from sim.calibration import describe_band, error_band, load_calibration
     from sim.specs import get_gpu
 
     base = {"cost_model": args.cost_model} if args.cost_model else {}

@@ -7,7 +7,8 @@ constants (they stay positive) and Huber weights (iteratively reweighted: a resi
 drag the rest:
 
     GEMM          gemm_fixed_s, compute_eff, memory_eff, overlap  on every qkv/o/up/down timing of every
-                  fitted model and TP degree (the tile of 128 rows is fixed, not fitted)
+                  fitted model and TP degree, for each tile of 64, 128 or 256 rows; the tile with the
+                  lowest loss wins
     elementwise   fixed_s, memory_eff per kind                    on that kind's timings
     decode attn   fixed_s, per_seq_s, bw_coef, bw_exponent        on the measured decode attention rows
     prefill attn  fixed_s, compute_eff, causal_fraction          on the measured prefill attention rows
@@ -23,9 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.calibration import ELEMENTWISE, Calibration
 from sim.cost_calibrated import (
-    ELEMENTWISE,
-    Calibration,
     allreduce_seconds,
     decode_attention_seconds,
     decode_bandwidth,
@@ -43,8 +43,9 @@ from sim.specs import GPUSpec
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")  # layer_gemm_shapes' order
 ELEMENTWISE_OPS = {"norm": ("input_layernorm", "post_attention_layernorm"), "rope": ("attn_rope",),
                    "act": ("mlp_act",), "add": ("add",)}
-TILE_TOKENS = 128
+TILE_TOKENS = (64, 128, 256)
 HUBER_DELTA = 0.05
+MAX_LOG_STEP = 2.0
 
 
 def levenberg_marquardt(residuals, x0, max_iter: int = 200) -> np.ndarray:
@@ -62,7 +63,8 @@ def levenberg_marquardt(residuals, x0, max_iter: int = 200) -> np.ndarray:
             jac[:, j] = (residuals(np.exp(z + dz)) - r) / 1e-7
         a, g = jac.T @ jac, jac.T @ r
         while True:
-            step = np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -g)
+            # a step changes no constant by more than e^2 (7x): far steps overflow, not converge
+            step = np.clip(np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), -g), -MAX_LOG_STEP, MAX_LOG_STEP)
             r_new = residuals(np.exp(z + step))
             cost_new = float(r_new @ r_new)
             if np.isfinite(cost_new) and cost_new < cost:
@@ -77,17 +79,25 @@ def levenberg_marquardt(residuals, x0, max_iter: int = 200) -> np.ndarray:
     return np.exp(z)
 
 
-def robust_fit(predict, measured: np.ndarray, x0, rounds: int = 4) -> np.ndarray:
-    """Constants minimizing Huber-weighted ``log(predict(x) / measured)`` (see the module docstring)."""
+def huber_loss(residuals: np.ndarray) -> float:
+    """The Huber loss of relative (log) residuals: squared up to :data:`HUBER_DELTA`, linear beyond."""
+    a = np.abs(residuals)
+    return float(np.sum(np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))))
+
+
+def robust_fit(predict, measured: np.ndarray, x0, rounds: int = 4) -> tuple[np.ndarray, float]:
+    """Constants minimizing the Huber loss of ``log(predict(x) / measured)`` by iteratively
+    reweighted least squares, and that loss."""
     log_measured = np.log(measured)
     weights = np.ones_like(log_measured)
     x = np.asarray(x0, float)
-    for _ in range(rounds):
-        w = weights
-        x = levenberg_marquardt(lambda p: (np.log(predict(p)) - log_measured) * w, x)
-        a = np.abs(np.log(predict(x)) - log_measured)
-        weights = np.sqrt(np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-300)))
-    return x
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # rejected trial steps
+        for _ in range(rounds):
+            w = weights
+            x = levenberg_marquardt(lambda p: (np.log(predict(p)) - log_measured) * w, x)
+            a = np.abs(np.log(predict(x)) - log_measured)
+            weights = np.sqrt(np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-300)))
+        return x, huber_loss(np.log(predict(x)) - log_measured)
 
 
 def _stack(measured: MeasuredGPU, models, ops_of) -> tuple[np.ndarray, ...]:
@@ -110,12 +120,15 @@ def fit_gemm(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
     tokens, k, n, dtype, y = _stack(measured, models, lambda spec, tp: [
         (op, (*shape, spec.dtype_bytes)) for op, shape in zip(GEMM_OPS, layer_gemm_shapes(spec, tp))])
 
-    def predict(p):
-        return gemm_seconds(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p, TILE_TOKENS)
-
-    p = robust_fit(predict, y, [5e-6, 0.7, 0.8, 0.3])
+    best = None
+    for tile in TILE_TOKENS:  # the tile of rows is a choice of cuBLAS's: the one that fits best
+        p, loss = robust_fit(lambda p: gemm_seconds(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p, tile),
+                             y, [5e-6, 0.7, 0.8, 0.3])
+        if best is None or loss < best[0]:
+            best = (loss, tile, p)
+    _loss, tile, p = best
     return dict(gemm_fixed_s=p[0], gemm_compute_eff=p[1], gemm_memory_eff=p[2], gemm_overlap=p[3],
-                gemm_tile_tokens=TILE_TOKENS)
+                gemm_tile_tokens=tile)
 
 
 def fit_elementwise(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
@@ -123,7 +136,7 @@ def fit_elementwise(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
     for i, kind in enumerate(ELEMENTWISE):
         tokens, b, y = _stack(measured, models, lambda spec, tp: [
             (op, (elementwise_bytes_per_token(spec, tp)[i],)) for op in ELEMENTWISE_OPS[kind]])
-        p = robust_fit(lambda p: elementwise_seconds(tokens, b, gpu.mem_bw, *p), y, [3e-6, 0.5])
+        p, _ = robust_fit(lambda p: elementwise_seconds(tokens, b, gpu.mem_bw, *p), y, [3e-6, 0.5])
         fixed.append(p[0])
         eff.append(p[1])
     return dict(elementwise_fixed_s=tuple(fixed), elementwise_memory_eff=tuple(eff))
@@ -149,14 +162,14 @@ def fit_attention(measured: MeasuredGPU, gpu: GPUSpec) -> dict:
         bw = decode_bandwidth(streams, gpu.mem_bw, p[2], p[3])
         return decode_attention_seconds(seqs, kv_bytes, bw, p[0], p[1])
 
-    pd_ = robust_fit(predict_decode, y, [5e-6, 1e-6, 0.3, 0.15])
+    pd_, _ = robust_fit(predict_decode, y, [5e-6, 1e-6, 0.3, 0.15])
     y_pre = np.concatenate([p[4] for p in pre])
 
     def predict_prefill(p):
-        flops = np.concatenate([prefill_attention_flops(h, hd, n, kv, p[2]) for h, hd, n, kv, _ in pre])
+        flops = np.concatenate([prefill_attention_flops(h, hd, n * kv, n * n, p[2]) for h, hd, n, kv, _ in pre])
         return prefill_attention_seconds(flops, gpu.peak_flops, p[0], p[1])
 
-    pp = robust_fit(predict_prefill, y_pre, [1e-5, 0.3, 0.6])
+    pp, _ = robust_fit(predict_prefill, y_pre, [1e-5, 0.3, 0.6])
     return dict(decode_fixed_s=pd_[0], decode_per_seq_s=pd_[1], decode_bw_coef=pd_[2], decode_bw_exponent=pd_[3],
                 prefill_fixed_s=pp[0], prefill_compute_eff=pp[1], prefill_causal_fraction=pp[2])
 
@@ -166,7 +179,7 @@ def fit_allreduce(measured: MeasuredGPU) -> dict:
     for tp in measured.allreduce_tps():
         t = measured.allreduce[measured.allreduce["tp"] == tp]
         size, y = t["size"].to_numpy(float), t["ms"].to_numpy(float) * 1e-3
-        p = robust_fit(lambda p: allreduce_seconds(size, 1.0, *p), y, [2e-5, 1e11])
+        p, _ = robust_fit(lambda p: allreduce_seconds(size, 1.0, *p), y, [2e-5, 1e11])
         tps.append(tp)
         lat.append(p[0])
         bw.append(p[1])

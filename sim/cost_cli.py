@@ -100,7 +100,7 @@ def _read(args):
 def run_error(args: argparse.Namespace) -> int:
     from sim import cost_error
     from sim.calibration_fit import score
-    from sim.cost_calibrated import Calibration, calibration_path, load_calibration
+    from sim.calibration import Calibration, calibration_path, load_calibration
     from sim.errors import ConfigError
 
     gpu, measured, model = _read(args)

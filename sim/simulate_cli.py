@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sim.cli import HelpFormatter, example
 from sim.config import PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
-from sim.cost_calibrated import describe_band, error_band
+from sim.calibration import describe_band, error_band
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
