@@ -120,6 +120,10 @@ def register(sub) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the goodput target); its metrics are then partial")
+    e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
+                   help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost model's "
+                        "measured error on the GPU (sim/data/calibration) and report the rates between; "
+                        "nothing where the GPU is uncalibrated")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
     e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
@@ -202,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
+        err = bands[get_gpu(cfg.gpu).name]["cost_error"]
+        if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1:
+            add_error_band(result, setup, args.systems, runner, err["p90"])
     elif args.mode == "compare-gpus":
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
@@ -239,6 +246,19 @@ def run(args: argparse.Namespace) -> int:
                 print(f"pagesim plan: {m}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
+    """Each answer's max rate again with the GPU time x (1 + p90) (``max_rate_low_rps``) and
+    x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
+    from dataclasses import replace
+
+    from experiments import plan as P
+    for scale, key in ((1 + p90, "max_rate_low_rps"), (1 - p90, "max_rate_high_rps")):
+        again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
+        for row in result["answers"]:
+            row[key] = again["max_rate_rps"][row["system"]]
+    result["error_band"] = {"p90_error": p90, "gpu_time_scales": [1 + p90, 1 - p90]}
 
 
 def write_outputs(result: dict, out: Path, report: bool = False) -> None:
@@ -289,10 +309,15 @@ def print_result(r: dict, f) -> None:
         print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":
         print("\nmax rate under the SLO", file=f)
-        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), ("p99_ttft_s", "p99 TTFT s"),
+        band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []
+        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), *band, ("p99_ttft_s", "p99 TTFT s"),
                               ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"),
                               ("output_throughput", "out tok/s"), ("kv_capacity_tokens", "KV tokens"),
                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
+        if r.get("error_band"):
+            b = r["error_band"]
+            print(f"band: max req/s with the GPU time x {b['gpu_time_scales'][0]:.3f} (low) and "
+                  f"x {b['gpu_time_scales'][1]:.3f} (high), the cost model's p90 error", file=f)
         c = r["cost"]
         print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
               + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)

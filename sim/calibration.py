@@ -165,3 +165,27 @@ def describe_band(band: dict, gpu: str) -> str:
         return f"{band['cost_model']} ({err})"
     return (f"{band['cost_model']} (GPU time per iteration vs measured on {gpu}: median {100 * err['median']:.1f} %, "
             f"p90 {100 * err['p90']:.1f} %, {err['method']})")
+
+
+class ScaledCostModel:
+    """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
+    ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
+    The same arithmetic in every method, so macro steps stay equal to step by step."""
+
+    def __init__(self, inner, scale: float):
+        self.inner, self.scale = inner, scale
+        if hasattr(inner, "decode_step_times"):  # the engine takes macro steps only where these exist
+            self.decode_step_time, self.decode_step_times = self._decode_step_time, self._decode_step_times
+
+    def _scaled(self, t, num_seqs: int):
+        cpu = self.inner.overhead_s + self.inner.per_seq_overhead_s * num_seqs
+        return cpu + self.scale * (t - cpu)
+
+    def step_time(self, batch) -> float:
+        return self._scaled(self.inner.step_time(batch), batch.num_seqs)
+
+    def _decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        return self._scaled(self.inner.decode_step_time(num_seqs, context_sum), num_seqs)
+
+    def _decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
+        return self._scaled(self.inner.decode_step_times(num_seqs, context_sums), num_seqs)

@@ -80,6 +80,7 @@ class SimConfig:
 
     # cost model
     cost_model: str = "roofline"  # or "calibrated" (sim/cost_calibrated.py); a profile means the table model
+    cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: 1 -/+ its p90 error)
     profile: str | None = None  # profile CSV for the table cost model
     step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
     per_seq_overhead_ms: float | None = None  # None: cost-model default (roofline: 0.02 ms)
@@ -105,6 +106,8 @@ class SimConfig:
         one_of("preemption", self.preemption, PREEMPTIONS)
         one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
         one_of("cost_model", self.cost_model, COST_MODELS)
+        if not (math.isfinite(self.cost_scale) and self.cost_scale > 0):
+            raise ConfigError(f"cost_scale must be a finite number > 0, got {self.cost_scale} (e.g. 1.1)")
         if self.profile and self.cost_model != "roofline":
             raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
                               "or the profile")

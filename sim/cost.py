@@ -233,9 +233,10 @@ class TableCostModel:
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
-                    cost_model: str = "roofline", calibration=None):
+                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0):
     """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
-    overrides the GPU's shipped constants); a ``profile`` selects the table model."""
+    overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
+    multiplies the GPU time (``sim.calibration.ScaledCostModel``)."""
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel)
     elif cost_model == "calibrated":
@@ -247,4 +248,7 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
         cm.overhead_s = step_overhead_ms * 1e-3
     if per_seq_overhead_ms is not None:
         cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
+    if cost_scale != 1.0:
+        from sim.calibration import ScaledCostModel
+        cm = ScaledCostModel(cm, cost_scale)
     return cm

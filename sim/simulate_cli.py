@@ -39,6 +39,8 @@ SIM_FLAGS = {
     "cost_model": dict(choices=["roofline", "calibrated"],
                        help="roofline (default) or calibrated: the roofline with constants fitted on measured "
                             "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40)"),
+    "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
+                                        "how plan's error band reruns at 1 -/+ the measured p90 error (default 1)"),
     "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "
                          "instead of roofline)"),
     "step_overhead_ms": dict(type=float, help="fixed per-iteration overhead in ms (default 3)"),

@@ -488,3 +488,44 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
     ours = score(m, "llama-2-7b", A100, "calibrated", cal)
     assert np.median(np.abs(ours["error"])) < 0.05 < np.median(np.abs(roof["error"]))
     assert math.isclose(float(np.median(np.abs(roof["error"]))), cal.error["roofline"]["models"]["llama-2-7b"]["all"]["median"])
+
+
+# -- plan's error band ---------------------------------------------------------------------------------
+
+def test_scaled_cost_model_scales_the_gpu_time_only():
+    from sim.cost import make_cost_model
+
+    # the toy decode step: CPU 0.13, GPU 51.864 + 15.8333; x1.5 -> 0.13 + 1.5 * 67.69733
+    cm = make_cost_model(TOY, TOY_GPU, 1, None, 100.0, 10.0, "calibrated", TOY_CAL, cost_scale=1.5)
+    assert cm.step_time(decode_batch(3, 30)) == pytest.approx(0.13 + 1.5 * (51.864 + 2 * (1.25 + 240 / 36)), rel=1e-12)
+    ctx = np.array([0, 30, 77])
+    assert cm.decode_step_times(3, ctx).tolist() == [cm.decode_step_time(3, c) for c in ctx.tolist()] == [
+        cm.step_time(decode_batch(3, c)) for c in ctx.tolist()]
+
+
+def test_bad_cost_scale_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("cost_scale = 0\n")
+    rc = main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "10", "--no-progress",
+               "--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "cost_scale must be a finite number > 0, got 0" in err
+
+
+def test_plan_reports_the_band_of_the_cost_error(tmp_path, capsys):
+    from sim.calibration import load_calibration
+
+    p90 = load_calibration("a100-80gb").error["calibrated"]["all"]["p90"]
+    argv = ["plan", "--workload", "sharegpt", "--duration", "30", "--model", "llama-2-7b", "--gpu", "a100-80gb",
+            "--cost-model", "calibrated", "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--no-progress",
+            "--cache-dir", str(tmp_path / "cache"), "--json", "--rtol", "0.2"]
+    assert main(argv) == 0
+    r = json.loads(capsys.readouterr().out)
+    row = r["answers"][0]
+    # a slower GPU (time x 1 + p90) sustains less, a faster one more
+    assert row["max_rate_low_rps"] <= row["max_rate_rps"] <= row["max_rate_high_rps"]
+    assert row["max_rate_low_rps"] < row["max_rate_high_rps"]
+    assert r["error_band"]["gpu_time_scales"] == [1 + p90, 1 - p90]
+    assert r["cost_model"]["a100-80gb"]["cost_error"]["p90"] == p90
+    assert main(argv + ["--no-error-band"]) == 0
+    assert "max_rate_low_rps" not in json.loads(capsys.readouterr().out)["answers"][0]
