@@ -19,9 +19,12 @@ tensor peak, and tensor-parallel all-reduces cost tens of microseconds each. Per
     prefill attention = pre_fixed + 4 * heads/tp * head_dim * sum_i c_i (p_i + causal * c_i) / (peak_flops * pre_eff)
 
 with the GEMM shapes sharded as vLLM shards them (qkv and up by output columns, o and down by
-input rows: ``K x N`` = ``h x (q + 2 kv)/tp``, ``q/tp x h``, ``h x (2|1) I/tp``, ``I/tp x h``) and the
-elementwise bytes per token read plus written (norm ``2 h``, rope ``2 (q + kv)/tp``, act gated
-``3 I/tp`` else ``2 I/tp``, residual add ``3 h``; times ``dtype``). A step adds the layers times
+input rows: ``K x N`` = ``h x (q' + 2 kv')``, ``q' x h``, ``h x (2|1) I/tp``, ``I/tp x h``, where
+``q' = heads/tp * head_dim`` and ``kv' = max(1, kv_heads // tp) * head_dim``: KV heads replicate
+past the TP degree) and the elementwise bytes per token read plus written (norm ``2 h``, rope
+``2 (q' + kv')``, act gated ``3 I/tp`` else ``2 I/tp``, residual add ``3 h``; times ``dtype``).
+Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
+measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each
 sequence's last token), the roofline's CPU overheads (``overhead_s``, ``per_seq_overhead_s``: not
 calibrated, Vidur's CPU tables are not among the measurements), and swap (PCIe) and
@@ -47,6 +50,7 @@ import numpy as np
 
 from sim.batch import StepBatch
 from sim.calibration import ELEMENTWISE, Calibration, load_calibration
+from sim.errors import ConfigError
 from sim.specs import GPUSpec, ModelSpec
 
 #: how many kernels of each elementwise kind (sim.calibration.ELEMENTWISE) one layer runs
@@ -211,19 +215,36 @@ def compiled() -> SimpleNamespace:
     return _formulas(numba.njit(cache=False, nogil=True, _nrt=False))
 
 
+def _heads_per_gpu(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """Query and KV width (heads x head_dim) on one GPU; KV heads replicate past the TP degree."""
+    return model.num_heads * model.head_dim / tp, model.kv_heads_per_gpu(tp) * model.head_dim
+
+
 def layer_gemm_shapes(model: ModelSpec, tp: int) -> tuple[tuple[float, float], ...]:
     """``(K, N)`` of the layer's four GEMMs on one GPU of the TP group: qkv, o, up(+gate), down."""
-    h, q, kv = model.hidden_size, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    h, (q, kv) = model.hidden_size, _heads_per_gpu(model, tp)
     up = (2 if model.gated_mlp else 1) * model.intermediate_size
-    return ((h, (q + 2 * kv) / tp), (q / tp, h), (h, up / tp), (model.intermediate_size / tp, h))
+    return ((h, q + 2 * kv), (q, h), (h, up / tp), (model.intermediate_size / tp, h))
 
 
 def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> tuple[float, ...]:
     """Bytes each elementwise kernel reads and writes per token, in :data:`ELEMENTWISE` order."""
-    h, q, kv = model.hidden_size, model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    h, (q, kv) = model.hidden_size, _heads_per_gpu(model, tp)
     act = (3 if model.gated_mlp else 2) * model.intermediate_size / tp
     d = model.dtype_bytes
-    return (2 * h * d, 2 * (q + kv) / tp * d, act * d, 3 * h * d)
+    return (2 * h * d, 2 * (q + kv) * d, act * d, 3 * h * d)
+
+
+def check_dense(model: ModelSpec) -> None:
+    """The calibrated model prices dense fp16/bf16 decoders with full (or sliding) attention, the
+    kind of model measured; ConfigError for the rest."""
+    other = [what for what, present in (("mixture of experts", model.moe), ("latent attention", model.latent_attention),
+                                        ("Mamba layers", model.mamba), ("quantized weights", model.quantization),
+                                        ("linear-attention layers", "linear_attention" in model.kinds))
+             if present]
+    if other:
+        raise ConfigError(f"the calibrated cost model was measured on dense fp16 models only; {model.name} has "
+                          f"{', '.join(other)}: use --cost-model roofline")
 
 
 class CalibratedCostModel:
@@ -237,6 +258,7 @@ class CalibratedCostModel:
                  calibration: Calibration | None = None):
         from sim.cost import RooflineCostModel
 
+        check_dense(model)
         c = calibration if calibration is not None else load_calibration(gpu.name)
         self.model, self.gpu, self.tensor_parallel, self.calibration = model, gpu, tensor_parallel, c
         tp = tensor_parallel
@@ -262,7 +284,8 @@ class CalibratedCostModel:
             ELEMENTWISE_FIXED_S: sum(n * f for n, f in zip(ELEMENTWISE_PER_LAYER, c.elementwise_fixed_s)),
             ELEMENTWISE_S_PER_TOKEN: sum(per_token), ALLREDUCE_FIXED_S: ar_fixed, ALLREDUCE_S_PER_TOKEN: ar_per_token,
             LM_HEAD_K: model.hidden_size if model.vocab_size else 0, LM_HEAD_N: model.vocab_size / tp,
-            KV_BYTES_PER_TOKEN: kv, KV_LAYER_BYTES_PER_TOKEN: kv / layers, HEADS_PER_GPU: model.num_heads / tp,
+            KV_BYTES_PER_TOKEN: kv, KV_LAYER_BYTES_PER_TOKEN: model.kv_bytes_per_layer_token(tp),
+            HEADS_PER_GPU: model.num_heads / tp,
             HEAD_DIM: model.head_dim, DECODE_FIXED_S: c.decode_fixed_s, DECODE_PER_SEQ_S: c.decode_per_seq_s,
             DECODE_BW_COEF: c.decode_bw_coef, DECODE_BW_EXPONENT: c.decode_bw_exponent,
             PREFILL_FIXED_S: c.prefill_fixed_s, PREFILL_COMPUTE_EFF: c.prefill_compute_eff,

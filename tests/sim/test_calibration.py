@@ -162,13 +162,15 @@ def test_decode_attention_reaches_peak_bandwidth_by_hand():
     assert toy_model().step_time(decode_batch(20, 400)) == pytest.approx(0.1 + 0.2 + 218.84 + 75, rel=1e-12)
 
 
-# TP 2 (fitted all-reduce: latency 0.5, 8 B/s): shapes qkv (4, 4) -> 2.728, o (2, 4): C 0.128,
-#   M (8 + 18)/25 = 1.04 -> 2.104, up (4, 8) -> 3.976, down (4, 4) -> 2.728: 11.536
-# elementwise/token: norms 2*0.32, rope 2*3*2/50 = 0.24, act 3*4*2/50 = 0.48, add 0.48 = 1.84 -> 5.52 + 1.1
-#   layer 18.156 x2 = 36.312; all-reduces 2 per layer: 2*2*(0.5 + 3 tokens * 4*2 B / 8) = 14
-# decode: streams 3*2/2 = 3, bandwidth 100*0.09 = 9, 4 B/token/layer -> 120/9; + 1.25, x2
+# TP 2 (fitted all-reduce: latency 0.5, 8 B/s): 1 query head and the one KV head (replicated) per
+#   GPU: qkv (4, 2 + 2*2 = 6): C 0.384, M (24 + 30)/25 = 2.16 -> 3.352; o (2, 4): C 0.128,
+#   M (8 + 18)/25 = 1.04 -> 2.104; up (4, 8) -> 3.976; down (4, 4) -> 2.728: 12.16
+# elementwise/token: norms 2*0.32, rope 2*(2+2)*2/50 = 0.32, act 3*4*2/50 = 0.48, add 0.48 = 1.92 -> 5.76 + 1.1
+#   layer 19.02 x2 = 38.04; all-reduces 2 per layer: 2*2*(0.5 + 3 tokens * 4*2 B / 8) = 14
+# decode: streams 3*2/2 = 3, bandwidth 100*0.09 = 9; the replicated KV head keeps 8 B/token/layer
+#   -> 240/9; + 1.25, x2
 def test_tensor_parallel_step_by_hand():
-    want = 0.13 + 36.312 + 14 + 2 * (1.25 + 120 / 9)
+    want = 0.13 + 38.04 + 14 + 2 * (1.25 + 240 / 9)
     assert toy_model(2).step_time(decode_batch(3, 30)) == pytest.approx(want, rel=1e-12)
 
 
@@ -464,6 +466,13 @@ def test_simulate_says_which_cost_model_ran(tmp_path, capsys):
     assert "roofline (uncalibrated: no measured timings for a100-40gb)" in capsys.readouterr().out
     s = json.loads((out / "summary.json").read_text())
     assert s["cost_model"] == "roofline" and s["cost_error"].startswith("uncalibrated")
+
+
+def test_calibrated_refuses_what_was_not_measured(capsys):
+    rc = main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--cost-model", "calibrated",
+               "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "has mixture of experts: use --cost-model roofline" in err
 
 
 def test_calibrated_on_an_uncalibrated_gpu_is_one_line(capsys):
