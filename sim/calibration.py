@@ -67,14 +67,10 @@ class Calibration:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Calibration":
-        import tomllib
+        from sim.config import read_toml
+
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: calibration file not found") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: invalid TOML ({e})") from None
+        data = read_toml(path, "calibration file")
         consts = dict(data.get("constants", {}))
         names = [f.name for f in cls.__dataclass_fields__.values() if f.name not in ("provenance", "error")]
         missing = [n for n in names if n not in consts]
@@ -95,7 +91,7 @@ class Calibration:
             if len(consts[k]) != len(ELEMENTWISE):
                 raise ConfigError(f"{path}: [constants] field '{k}' needs {len(ELEMENTWISE)} values "
                                   f"({', '.join(ELEMENTWISE)})")
-        if not len(consts["allreduce_tp"]) == len(consts["allreduce_latency_s"]) == len(consts["allreduce_bytes_per_s"]):
+        if len({len(consts[k]) for k in ("allreduce_tp", "allreduce_latency_s", "allreduce_bytes_per_s")}) != 1:
             raise ConfigError(f"{path}: [constants] allreduce_tp, allreduce_latency_s, allreduce_bytes_per_s "
                               "must have the same length")
         return cls(**consts, provenance=data.get("provenance", {}), error=data.get("error", {}))

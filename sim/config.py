@@ -148,19 +148,24 @@ class SimConfig:
         return replace(self, **changes)
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; ConfigError naming the file (``what`` it is) when missing or invalid."""
     try:
         import tomllib  # py >= 3.11
     except ModuleNotFoundError:  # pragma: no cover
         import tomli as tomllib
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raise ConfigError(f"{path}: {what} not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+    data = read_toml(path)
     flat: dict[str, Any] = {}
     for k, v in data.items():
         if isinstance(v, dict):  # allow [simulation] / [workload] tables

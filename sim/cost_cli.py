@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sim.cli import HelpFormatter, example
 
-SHARED = "/work/shared/measured"
+SHARED = "../shared/measured"
 
 
 def register(sub) -> None:
@@ -30,62 +30,61 @@ def register(sub) -> None:
                                       "--out llama-2-7b.csv"))
     cs = p.add_subparsers(dest="cost_command", metavar="COMMAND", required=True)
 
-    e = cs.add_parser("error", help="a cost model's error against measured iterations", formatter_class=HelpFormatter,
-                      description="Price every measured iteration cell (sim/measured.py: layers at every token "
-                                  "count and TP degree, decode and prefill iterations where attention is measured) "
-                                  "and print median, p90 and max of |predicted/measured - 1| by phase, token count, "
-                                  "context and TP degree, and the worst cells.",
-                      epilog=example(f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
-                                     "--cost-model calibrated",
-                                     f"pagesim cost error --measured {SHARED} --model llama-2-70b --gpu h100-80gb "
-                                     "--tp 4 --json"))
-    _common(e)
-    e.add_argument("--tp", type=int, default=None, help="only this tensor-parallel degree (default: every one measured)")
+    e = _subcommand(cs, "error", run_error, "a cost model's error against measured iterations",
+                    "Price every measured iteration cell (sim/measured.py: layers at every token count and TP "
+                    "degree, decode and prefill iterations where attention is measured) and print median, p90 and "
+                    "max of |predicted/measured - 1| by phase, token count, context and TP degree, and the worst "
+                    "cells.",
+                    f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
+                    "--cost-model calibrated",
+                    f"pagesim cost error --measured {SHARED} --model llama-2-70b --gpu h100-80gb --tp 4 --json")
+    e.add_argument("--tp", type=int, default=None,
+                   help="only this tensor-parallel degree (default: every one measured)")
     e.add_argument("--cost-model", choices=["roofline", "calibrated"], default="roofline", help="cost model to score")
     e.add_argument("--calibration", metavar="FILE.toml", default=None,
                    help="calibrated: these constants instead of the GPU's shipped ones")
     e.add_argument("--worst", type=int, default=10, help="how many worst cells to list")
     e.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
-    e.set_defaults(func=run_error)
 
-    f = cs.add_parser("fit", help="fit the calibrated roofline's constants of one GPU", formatter_class=HelpFormatter,
-                      description="Fit the constants (sim/calibration_fit.py) on every measured model of the GPU, "
-                                  "score them leave-one-model-out (each model priced with constants fitted on the "
-                                  "others) and the roofline on all, and write the constants, their provenance and "
-                                  "both error tables as TOML. The shipped files are sim/data/calibration/<gpu>.toml.",
-                      epilog=example(f"pagesim cost fit --measured {SHARED} --gpu a100-80gb "
-                                     "--out sim/data/calibration/a100-80gb.toml"))
-    f.add_argument("--measured", required=True, metavar="DIR", help="measured folder (layout in sim/measured.py)")
-    f.add_argument("--gpu", required=True, help="GPU preset measured in DIR: a100-80gb, h100-80gb, a40")
+    f = _subcommand(cs, "fit", run_fit, "fit the calibrated roofline's constants of one GPU",
+                    "Fit the constants (sim/calibration_fit.py) on every measured model of the GPU, score them "
+                    "leave-one-model-out (each model priced with constants fitted on the others) and the roofline on "
+                    "all, and write the constants, their provenance and both error tables as TOML. The shipped files "
+                    "are sim/data/calibration/<gpu>.toml.",
+                    f"pagesim cost fit --measured {SHARED} --gpu a100-80gb --out sim/data/calibration/a100-80gb.toml",
+                    with_model=False)
     f.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the constants")
     f.add_argument("--exclude-model", action="append", default=[], metavar="M",
                    help="leave this model out of the fit (repeatable)")
-    f.set_defaults(func=run_fit)
 
-    i = cs.add_parser("import", help="measured tables as a profile CSV for --profile", formatter_class=HelpFormatter,
-                      description="Write the table cost model's profile (sim/profile_format.py) from measured "
-                                  "tables: linear = L x (one layer's measured operations + 2 all-reduces at tp > 1) "
-                                  "per token count; attn_decode (a full batch x context grid: each measured context's "
-                                  "batches interpolated, and extended linearly past its measured range) and "
-                                  "attn_prefill (chunks after no cached tokens) x L where attention is measured. "
-                                  "No overhead row: the CPU side is not measured (use --step-overhead-ms).",
-                      epilog=example(f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
-                                     "--out llama-2-7b.csv",
-                                     "pagesim simulate --workload sharegpt --rate 2 --duration 300 --model llama-2-7b "
-                                     "--gpu a100-80gb --profile llama-2-7b.csv --step-overhead-ms 3"))
-    _common(i)
+    i = _subcommand(cs, "import", run_import, "measured tables as a profile CSV for --profile",
+                    "Write the table cost model's profile (sim/profile_format.py) from measured tables: linear = L x "
+                    "(one layer's measured operations + 2 all-reduces at tp > 1) per token count; attn_decode (a full "
+                    "batch x context grid: each measured context's batches interpolated, and extended linearly past "
+                    "its measured range) and attn_prefill (chunks after no cached tokens) x L where attention is "
+                    "measured. No overhead row: the CPU side is not measured (use --step-overhead-ms).",
+                    f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb --out llama-2-7b.csv",
+                    "pagesim simulate --workload sharegpt --rate 2 --duration 300 --model llama-2-7b "
+                    "--gpu a100-80gb --profile llama-2-7b.csv --step-overhead-ms 3")
     i.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     i.add_argument("--layers", type=int, default=None,
                    help="number of layers (default: the model preset's; needed for a model without preset)")
     i.add_argument("--out", required=True, metavar="FILE.csv", help="profile CSV to write")
-    i.set_defaults(func=run_import)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _subcommand(cs, name: str, func, help_: str, description: str, *examples: str,
+                with_model: bool = True) -> argparse.ArgumentParser:
+    """One ``pagesim cost`` subcommand with the options every one takes (``--measured``, ``--gpu``,
+    and ``--model`` unless ``with_model`` is false)."""
+    p = cs.add_parser(name, help=help_, formatter_class=HelpFormatter, description=description,
+                      epilog=example(*examples))
     p.add_argument("--measured", required=True, metavar="DIR", help="measured folder (layout in sim/measured.py)")
-    p.add_argument("--model", required=True,
-                   help="measured model: llama-2-7b, llama-2-70b, llama-3-70b, codellama-34b-instruct, qwen-72b, phi-2")
+    if with_model:
+        p.add_argument("--model", required=True, help="measured model: llama-2-7b, llama-2-70b, llama-3-70b, "
+                                                      "codellama-34b-instruct, qwen-72b, phi-2")
     p.add_argument("--gpu", required=True, help="GPU preset measured in DIR: a100-80gb, h100-80gb, a40")
+    p.set_defaults(func=func)
+    return p
 
 
 def _read(args):

@@ -40,7 +40,8 @@ def predict(cells: pd.DataFrame, spec: ModelSpec, gpu: GPUSpec, cost_model: str,
 
     out = np.empty(len(cells))
     models = {}
-    for i, (phase, tokens, context, tp) in enumerate(cells[["phase", "tokens", "context", "tp"]].itertuples(index=False)):
+    rows = cells[["phase", "tokens", "context", "tp"]].itertuples(index=False)
+    for i, (phase, tokens, context, tp) in enumerate(rows):
         cm = models.get(tp)
         if cm is None:
             cm = models[tp] = make_cost_model(spec, gpu, int(tp), step_overhead_ms=0.0, per_seq_overhead_ms=0.0,
@@ -138,5 +139,6 @@ def print_report(frame: pd.DataFrame, title: str, f, worst_n: int = 10) -> None:
     print(f"\nworst {worst_n} cells", file=f)
     w = worst(frame, worst_n)
     print(pd.DataFrame({"phase": w["phase"], "tokens": w["tokens"], "context": w["context"], "tp": w["tp"],
-                        "measured ms": (w["measured_s"] * 1e3).round(4), "predicted ms": (w["predicted_s"] * 1e3).round(4),
+                        "measured ms": (w["measured_s"] * 1e3).round(4),
+                        "predicted ms": (w["predicted_s"] * 1e3).round(4),
                         "error": [f"{100 * e:+.1f}%" for e in w["error"]]}).to_string(index=False), file=f)

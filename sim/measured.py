@@ -293,8 +293,9 @@ def cells(measured: MeasuredGPU, model: str) -> pd.DataFrame:
         tp1 = ops[ops["tp"] == 1].set_index("num_tokens")["layer_ms"]
         for phase in ("decode", "prefill"):
             a = att[(att["kind"] == phase) & att["n"].isin(tp1.index)]
+            ms = a["ms"].to_numpy() + tp1.loc[a["n"]].to_numpy()
             parts.append(pd.DataFrame({"phase": phase, "tokens": a["n"].to_numpy(), "context": a["kv"].to_numpy(),
-                                       "tp": 1, "measured_s": (a["ms"].to_numpy() + tp1.loc[a["n"]].to_numpy()) * 1e-3}))
+                                       "tp": 1, "measured_s": ms * 1e-3}))
     out = pd.concat(parts, ignore_index=True)
     return out.astype({"tokens": np.int64, "context": np.int64, "tp": np.int64})
 

@@ -54,7 +54,8 @@ def one_layer(heads, kv_heads, hidden, inter, gated) -> ModelSpec:
 def op_ms(spec: ModelSpec, tp: int, tokens: np.ndarray, cal: Calibration, gpu: GPUSpec) -> dict[str, np.ndarray]:
     """Each operation's time (ms) by the cost model's formulas."""
     g = [gemm_seconds(tokens, k, n, 2, gpu.peak_flops, gpu.mem_bw, cal.gemm_fixed_s, cal.gemm_compute_eff,
-                      cal.gemm_memory_eff, cal.gemm_overlap, cal.gemm_tile_tokens) for k, n in layer_gemm_shapes(spec, tp)]
+                      cal.gemm_memory_eff, cal.gemm_overlap, cal.gemm_tile_tokens)
+         for k, n in layer_gemm_shapes(spec, tp)]
     e = [elementwise_seconds(tokens, b, gpu.mem_bw, f, eff) for b, f, eff in
          zip(elementwise_bytes_per_token(spec, tp), cal.elementwise_fixed_s, cal.elementwise_memory_eff)]
     sec = {"attn_pre_proj": g[0], "attn_post_proj": g[1], "mlp_up_proj": g[2], "mlp_down_proj": g[3],
@@ -81,9 +82,9 @@ def write_measured(root: Path, cal: Calibration = TRUE, gpu: GPUSpec = A100, tps
         d.mkdir(parents=True)
         pd.concat(rows).to_csv(d / "mlp.csv", index=False)
     size = np.arange(2048, 64 << 20, 1 << 20)
-    ar = pd.DataFrame({"time_stats.all_reduce.median": (cal.allreduce_latency_s[0] + size / cal.allreduce_bytes_per_s[0])
-                       * 1e3, "rank": 0, "num_workers": 2, "size": size, "collective": "all_reduce",
-                       "devices_per_node": 2, "max_devices_per_node": 8})
+    ar_ms = (cal.allreduce_latency_s[0] + size / cal.allreduce_bytes_per_s[0]) * 1e3
+    ar = pd.DataFrame({"time_stats.all_reduce.median": ar_ms, "rank": 0, "num_workers": 2, "size": size,
+                       "collective": "all_reduce", "devices_per_node": 2, "max_devices_per_node": 8})
     (root / "vidur-profiling" / "network" / "a100_dgx").mkdir(parents=True)
     ar.to_csv(root / "vidur-profiling" / "network" / "a100_dgx" / "all_reduce.csv")
     if attention:
@@ -98,8 +99,8 @@ def write_measured(root: Path, cal: Calibration = TRUE, gpu: GPUSpec = A100, tps
         for n in (64, 128, 512, 2048):
             for kv in (0, 256, 1024):
                 flops = 4 * 32 * 128 * (n * kv + cal.prefill_causal_fraction * n * n)
-                rows.append(("prefill", kv, n, (cal.prefill_fixed_s + flops / (gpu.peak_flops * cal.prefill_compute_eff))
-                             * 1e3))
+                seconds = cal.prefill_fixed_s + flops / (gpu.peak_flops * cal.prefill_compute_eff)
+                rows.append(("prefill", kv, n, seconds * 1e3))
         (root / "vidur-attention-subset").mkdir()
         pd.DataFrame(rows, columns=["kind", "kv", "n", "median_ms"]).to_csv(
             root / "vidur-attention-subset" / "a100_llama-2-7b_attention_rows.csv", index=False)
@@ -496,7 +497,8 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
     roof = score(m, "llama-2-7b", A100, "roofline")
     ours = score(m, "llama-2-7b", A100, "calibrated", cal)
     assert np.median(np.abs(ours["error"])) < 0.05 < np.median(np.abs(roof["error"]))
-    assert math.isclose(float(np.median(np.abs(roof["error"]))), cal.error["roofline"]["models"]["llama-2-7b"]["all"]["median"])
+    stored = cal.error["roofline"]["models"]["llama-2-7b"]["all"]["median"]
+    assert math.isclose(float(np.median(np.abs(roof["error"]))), stored)
 
 
 # -- plan's error band ---------------------------------------------------------------------------------
