@@ -24,8 +24,9 @@ tokens each) or ``prefill`` (a chunk of ``n`` tokens after ``kv`` cached ones); 
 
 What one iteration costs on the GPU (Vidur's sum, ``vidur/entities/execution_time.py`` lines
 59-85 and 181-190 at commit 7d47513: per layer the operations above, plus attention, plus two
-tensor-parallel all-reduces of the layer's activations, ``size = num_tokens * n_embd * 2`` bytes;
-the embedding and the LM head are left out), as **cells**:
+tensor-parallel all-reduces of the layer's activations, ``size = num_tokens * n_embd * 2`` bytes
+as ``vidur/execution_time_predictor/sklearn_execution_time_predictor.py`` lines 220-229 and
+811-817 size and add them; the embedding and the LM head are left out), as **cells**:
 
     layers   every (num_tokens T, tp): the layer's operations at T tokens + 2 all-reduces
              (attention left out: it is measured only for A100 Llama-2-7B)
