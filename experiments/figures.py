@@ -23,7 +23,7 @@ sensitivity and fig13's ShareGPT 2 req/s runs) are simulated once and read from 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,6 +63,7 @@ class SweepOptions:
     progress: bool = True
     address: str | None = None
     run_fn: Callable | None = None
+    base: dict[str, Any] = field(default_factory=dict)  # settings every run takes (``--cost-model``)
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         return run_sweep(specs, executor=self.executor, workers=self.workers, cache_dir=self.cache_dir,
@@ -93,7 +94,7 @@ def _specs(name: str, quick: bool, scale: float, **base) -> list[RunSpec]:
 
 def _run(name: str, opts: SweepOptions | None, quick: bool, scale: float, **base):
     opts = opts or SweepOptions()
-    specs = _specs(name, quick, scale, **base)
+    specs = _specs(name, quick, scale, **opts.base, **base)
     summaries = opts.run(specs)
     opts.after_first_sweep()
     return opts, specs, summaries
@@ -222,7 +223,7 @@ def fig2_timeline(opts: SweepOptions | None = None, *, quick: bool = False, scal
     ``system, start_s, token_states, reservation, internal_frag, external_frag_and_others,
     batch_size, num_waiting``. Empty when the runs left no step tables."""
     opts = opts or SweepOptions()
-    specs = _specs("fig2", quick, scale, rate=rate, duration_s=duration_s)
+    specs = _specs("fig2", quick, scale, **opts.base, rate=rate, duration_s=duration_s)
     frames = []
     for spec in specs:
         out = opts.load(spec)

@@ -120,6 +120,10 @@ def register(sub) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the goodput target); its metrics are then partial")
+    e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
+                   help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost model's "
+                        "measured error on the GPU (sim/data/calibration) and report the rates between; "
+                        "nothing where the GPU is uncalibrated")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
     e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
@@ -192,11 +196,20 @@ def run(args: argparse.Namespace) -> int:
     from sim.specs import get_model, with_max_seq_len
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
+    from sim.config import SimConfig
+    from sim.calibration import error_band
+    from sim.specs import get_gpu
+    cfg = SimConfig.for_system(args.systems[0], **setup.sim)
+    gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
+    bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
+             for g in (gpus if args.mode == "compare-gpus" else [cfg.gpu])}
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
+        err = bands[get_gpu(cfg.gpu).name]["cost_error"]
+        if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1:
+            add_error_band(result, setup, args.systems, runner, err["p90"])
     elif args.mode == "compare-gpus":
-        gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
     else:
@@ -209,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         feasible = (any(r.get("min_kv_gib") is not None for r in result["kv"])
                     or result["cheapest"] is not None)
     result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}
+    result["cost_model"] = bands
     result["workload"] = {"spec": setup.workload, "description": P.describe_workload(setup.workload), **{k: v for k, v in opts.items() if v not in (None, False)}}
     result["config"] = {"systems": args.systems, **setup.sim, "seed": setup.seed}
     result["search"] = {"start_rate": setup.start_rate, "min_rate": setup.min_rate, "max_rate": setup.max_rate,
@@ -232,6 +246,19 @@ def run(args: argparse.Namespace) -> int:
                 print(f"pagesim plan: {m}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
+    """Each answer's max rate again with the GPU time x (1 + p90) (``max_rate_low_rps``) and
+    x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
+    from dataclasses import replace
+
+    from experiments import plan as P
+    for scale, key in ((1 + p90, "max_rate_low_rps"), (1 - p90, "max_rate_high_rps")):
+        again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
+        for row in result["answers"]:
+            row[key] = again["max_rate_rps"][row["system"]]
+    result["error_band"] = {"p90_error": p90, "gpu_time_scales": [1 + p90, 1 - p90]}
 
 
 def write_outputs(result: dict, out: Path, report: bool = False) -> None:
@@ -277,12 +304,20 @@ def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
     from experiments.plan import describe_workload
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
+    from sim.calibration import describe_band
+    for gpu, band in r.get("cost_model", {}).items():
+        print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":
         print("\nmax rate under the SLO", file=f)
-        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), ("p99_ttft_s", "p99 TTFT s"),
+        band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []
+        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), *band, ("p99_ttft_s", "p99 TTFT s"),
                               ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"),
                               ("output_throughput", "out tok/s"), ("kv_capacity_tokens", "KV tokens"),
                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
+        if r.get("error_band"):
+            b = r["error_band"]
+            print(f"band: max req/s with the GPU time x {b['gpu_time_scales'][0]:.3f} (low) and "
+                  f"x {b['gpu_time_scales'][1]:.3f} (high), the cost model's p90 error", file=f)
         c = r["cost"]
         print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
               + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)

@@ -33,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--cache-dir", default=None, metavar="D",
                    help="run cache (default: $PAGESIM_CACHE_DIR or ~/.cache/pagesim/runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--cost-model", choices=("roofline", "calibrated"), default=None,
+                   help="cost model of every run (default: the roofline); calibrated needs the figures' GPU "
+                        "among the calibrated ones (sim/data/calibration)")
     p.set_defaults(func=run)
 
 
@@ -49,8 +52,21 @@ def run(args) -> int:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.scale <= 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")
+    from experiments.figures import FIGURES
+    from experiments.sweep import load_experiment
+    from sim.config import SimConfig
+    from sim.calibration import describe_band, error_band, load_calibration
+    from sim.specs import get_gpu
+
+    base = {"cost_model": args.cost_model} if args.cost_model else {}
+    gpus = sorted({get_gpu(load_experiment(f).get("base", {}).get("gpu") or SimConfig.gpu).name
+                   for f in (FIGURES if args.figure == "all" else (args.figure,))})
+    cost_model = args.cost_model or SimConfig.cost_model
+    if cost_model == "calibrated":
+        for g in gpus:
+            load_calibration(g)  # no constants for the figures' GPU: one line and exit 2, before any run
     opts = SweepOptions(executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
-                        use_cache=not args.no_cache, progress=not args.no_progress, address=args.address)
+                        use_cache=not args.no_cache, progress=not args.no_progress, address=args.address, base=base)
     out = Path(args.out)
     tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
     with pd.option_context("display.max_columns", 30, "display.width", 200, "display.max_rows", 200,
@@ -64,6 +80,8 @@ def run(args) -> int:
             if fig == name and fig in EXPLAIN:
                 text = EXPLAIN[fig](t, tables.get("fig12_ratios")) if fig == "fig12" else EXPLAIN[fig](t)
                 print(f"\nreading: {text}")
+    for g in gpus:
+        print(f"\ncost model: {describe_band(error_band(cost_model, g), g)}")
     path = reproduce_report(out, out / "report.html")
     print(f"\nwrote {path}")
     return 0

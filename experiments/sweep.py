@@ -157,7 +157,8 @@ def _source_hash() -> str:
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for pkg in ("sim", "traces"):
-        for p in sorted((root / pkg).rglob("*.py")):
+        # and the calibrated cost model's constants (sim/data/calibration)
+        for p in sorted([*(root / pkg).rglob("*.py"), *(root / pkg).rglob("*.toml")]):
             if "__pycache__" in p.parts or p.name.endswith("_cli.py") or p.name == "cli.py":
                 continue
             h.update(str(p.relative_to(root)).encode())

@@ -2,7 +2,7 @@
 
 ``pagesim gpu calibrate --model llama-2-7b --out profile.csv [--quick] [--tp 1] [--dtype float16]``
 
-Profile format (read by the table cost model through :func:`gpu.profile_format.read_profile`)::
+Profile format (read by the table cost model through :func:`sim.profile_format.read_profile`)::
 
     component,num_tokens,batch,context,time_us,model,gpu,dtype,tp
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
-from gpu.profile_format import write_profile
+from sim.profile_format import write_profile
 from sim.errors import ConfigError, NeedsGPUError
 
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)

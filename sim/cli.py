@@ -21,6 +21,7 @@ SUBCOMMANDS = [
     ("experiments.reproduce_cli", "reproduce"),
     ("reports.cli", "report"),
     ("experiments.plan_cli", "plan"),
+    ("sim.cost_cli", "cost"),
     ("gpu.cli", "gpu"),
     ("gpu.validate_cli", "validate"),
 ]

@@ -40,6 +40,7 @@ SCHEDULERS = ("static", "orca", "vllm")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
+COST_MODELS = ("roofline", "calibrated")
 
 
 @dataclass
@@ -78,6 +79,8 @@ class SimConfig:
     waiting_served_ratio: float | None = None
 
     # cost model
+    cost_model: str = "roofline"  # or "calibrated" (sim/cost_calibrated.py); a profile means the table model
+    cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: 1 -/+ its p90 error)
     profile: str | None = None  # profile CSV for the table cost model
     step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
     per_seq_overhead_ms: float | None = None  # None: cost-model default (roofline: 0.02 ms)
@@ -102,6 +105,12 @@ class SimConfig:
         one_of("placement", self.placement, PLACEMENTS)
         one_of("preemption", self.preemption, PREEMPTIONS)
         one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
+        one_of("cost_model", self.cost_model, COST_MODELS)
+        if not (math.isfinite(self.cost_scale) and self.cost_scale > 0):
+            raise ConfigError(f"cost_scale must be a finite number > 0, got {self.cost_scale} (e.g. 1.1)")
+        if self.profile and self.cost_model != "roofline":
+            raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
+                              "or the profile")
         if not 1 <= self.block_size <= 256:
             raise ConfigError(f"block_size must be in 1..256, got {self.block_size} (vLLM uses 16)")
         if self.max_num_seqs < 1:
@@ -139,19 +148,24 @@ class SimConfig:
         return replace(self, **changes)
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; ConfigError naming the file (``what`` it is) when missing or invalid."""
     try:
         import tomllib  # py >= 3.11
     except ModuleNotFoundError:  # pragma: no cover
         import tomli as tomllib
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raise ConfigError(f"{path}: {what} not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+    data = read_toml(path)
     flat: dict[str, Any] = {}
     for k, v in data.items():
         if isinstance(v, dict):  # allow [simulation] / [workload] tables

@@ -40,7 +40,7 @@ profile (``--profile``) replaces the guesswork.
 Table model
 -----------
 ``TableCostModel`` reads the profile CSV written by ``pagesim gpu calibrate`` (format in
-``gpu/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
+``sim/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
 interpolates linearly: ``linear(T)``, ``attn_decode(batch, mean context)`` (bilinear),
 ``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``.
 """
@@ -158,10 +158,10 @@ class RooflineCostModel:
 
 
 class TableCostModel:
-    """Interpolates a measured profile (see ``gpu/profile_format.py``)."""
+    """Interpolates a measured profile (see ``sim/profile_format.py``)."""
 
     def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1):
-        from gpu.profile_format import read_profile
+        from sim.profile_format import read_profile
 
         df = read_profile(path)
         self.path = str(path)
@@ -232,13 +232,23 @@ class TableCostModel:
 
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
-                    step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None):
+                    step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
+                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0):
+    """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
+    overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
+    multiplies the GPU time (``sim.calibration.ScaledCostModel``)."""
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel)
+    elif cost_model == "calibrated":
+        from sim.cost_calibrated import CalibratedCostModel
+        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel)
     if step_overhead_ms is not None:
         cm.overhead_s = step_overhead_ms * 1e-3
     if per_seq_overhead_ms is not None:
         cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
+    if cost_scale != 1.0:
+        from sim.calibration import ScaledCostModel
+        cm = ScaledCostModel(cm, cost_scale)
     return cm

@@ -103,7 +103,8 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
                 kv_bytes_per_token=budget.kv_bytes_per_token, rng=rng)
     if executor is None:
         executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
-                                                     cfg.step_overhead_ms, cfg.per_seq_overhead_ms))
+                                                     cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
+                                                     cfg.cost_model, cost_scale=cfg.cost_scale))
     return model, gpu, budget, table, manager, sched, executor
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from sim.cli import HelpFormatter, example
 from sim.config import PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
+from sim.calibration import describe_band, error_band
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
     "model": dict(help="model preset or path to a Hugging Face config.json (default opt-13b)"),
-    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s (default a100-40gb)"),
+    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb)"),
     "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
     "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
@@ -35,7 +36,13 @@ SIM_FLAGS = {
     "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
     "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
-    "profile": dict(help="profile CSV from 'pagesim gpu calibrate' (table cost model instead of roofline)"),
+    "cost_model": dict(choices=["roofline", "calibrated"],
+                       help="roofline (default) or calibrated: the roofline with constants fitted on measured "
+                            "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40)"),
+    "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
+                                        "how plan's error band reruns at 1 -/+ the measured p90 error (default 1)"),
+    "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "
+                         "instead of roofline)"),
     "step_overhead_ms": dict(type=float, help="fixed per-iteration overhead in ms (default 3)"),
     "per_seq_overhead_ms": dict(type=float, help="per-sequence CPU overhead per iteration in ms (default 0.02; "
                                                  "~0.3 matches the vLLM paper's 2023 system)"),
@@ -122,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     trace, workload = workload_from_args(args, model.max_seq_len)
     result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine)
     result.summary["workload"] = workload
+    result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
         out = result.save(args.out, args.requests_format)
         if args.report:
@@ -156,6 +164,8 @@ def print_summary(s: dict, f) -> None:
         ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
     ]
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
+    if "cost_model" in s:
+        rows.append(("cost model", describe_band(s, s["gpu"])))
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s.get('engine', 'python')} engine)"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:

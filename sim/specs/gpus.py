@@ -29,6 +29,9 @@ Sources (vendor datasheets):
 - MI300X: AMD Instinct MI300X data sheet (2023): 1,307.4 TFLOPS FP16/BF16 dense, 2,614.9 FP8
   dense, 192 GB HBM3 (rocm-smi 205,822,885,888 B), 5.3 TB/s, seven Infinity Fabric links of
   64 GB/s per direction (448 GB/s in all), PCIe 5.0.
+- A40: NVIDIA A40 datasheet (2020): 149.7 TFLOPS FP16 tensor dense (299.4 sparse), 48 GB GDDR6
+  (nvidia-smi 46,068 MiB = 45 GiB), 696 GB/s, NVLink bridge 112.5 GB/s bidirectional, PCIe 4.0;
+  the GPU of Vidur's A40 profiling tables (sim/measured.py).
 - H20: NVIDIA H20 product brief (China-market Hopper, 2023; NVIDIA publishes no web
   datasheet): 148 TFLOPS FP16/BF16 dense, 296 FP8 dense, 96 GB HBM3 (nvidia-smi 97,871 MiB),
   4.0 TB/s, NVLink 900 GB/s, PCIe 5.0.
@@ -68,6 +71,7 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("b200-180gb", 183_359 * MiB, 2250e12, 8000e9, 900e9, 50e9, peak_fp8_flops=4500e12),
         GPUSpec("mi300x-192gb", 205_822_885_888, 1307.4e12, 5300e9, 448e9, 50e9, peak_fp8_flops=2614.9e12),
         GPUSpec("h20-96gb", 97_871 * MiB, 148e12, 4000e9, 450e9, 50e9, peak_fp8_flops=296e12),
+        GPUSpec("a40", 46_068 * MiB, 149.7e12, 696e9, 56.25e9, 25e9),
     ]
 }
 

@@ -9,7 +9,7 @@ import pytest
 from gpu import paged_attention as pa
 from gpu.cache_ops import coalesce_runs
 from gpu.kernels_src import HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
-from gpu.profile_format import COLUMNS, read_profile, write_profile
+from sim.profile_format import COLUMNS, read_profile, write_profile
 from gpu.tables import build_block_tables
 from sim.errors import ConfigError
 from sim.memory.base import BlockTableSnapshot

@@ -11,7 +11,7 @@ import pytest
 
 from gpu.device import cuda_available
 from gpu.executor import FakeBackend, StepPlan
-from gpu.profile_format import write_profile
+from sim.profile_format import write_profile
 from gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
 from sim.batch import StepBatch
 from sim.cli import main

@@ -140,7 +140,7 @@ def test_run_simulation_flag_and_check_mode():
 
 
 def test_macro_steps_with_table_cost_model(tmp_path):
-    from gpu.profile_format import write_profile
+    from sim.profile_format import write_profile
 
     c = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
     rows = [dict(component="linear", num_tokens=t, batch=None, context=None, time_us=us, **c)

@@ -1,0 +1,71 @@
+"""How accurate is the time: each cost model's GPU time per iteration against measured GPU timings.
+
+    python benchmarks/cost_accuracy.py [--measured DIR] [--gpus a100-80gb,h100-80gb,a40]
+
+For each measured GPU, in the same run: the roofline (``sim/cost.py``, unfitted) on every
+measured cell of every model (``sim/measured.py``), and the calibrated roofline
+(``sim/cost_calibrated.py``) leave-one-model-out: every model priced with constants fitted
+(``sim/calibration_fit.py``) on the other models only. Prints |predicted/measured - 1| as
+median / p90 / max per GPU and phase (before -> after), then per held-out model, as the
+markdown tables of README's "How accurate is the time?". ``DIR`` defaults to
+``$PAGESIM_SHARED/measured`` or ``../shared/measured``. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from sim import cost_error  # noqa: E402
+from sim.calibration_fit import attention_source, leave_one_model_out, score  # noqa: E402
+from sim.measured import measured_gpus, read_measured  # noqa: E402
+from sim.specs import get_gpu  # noqa: E402
+
+
+def band(s: dict) -> str:
+    return f"{100 * s['median']:.1f} / {100 * s['p90']:.1f} / {100 * s['max']:.0f}"
+
+
+def main() -> None:
+    shared = Path(os.environ.get("PAGESIM_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measured", default=str(shared / "measured"), help="measured folder (sim/measured.py)")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU presets (default: every measured one)")
+    args = ap.parse_args()
+    gpus = args.gpus.split(",") if args.gpus else measured_gpus(args.measured)
+    per_gpu, per_model = [], []
+    t0 = time.perf_counter()
+    for name in gpus:
+        gpu = get_gpu(name)
+        measured = read_measured(args.measured, gpu.name)
+        roof = pd.concat([score(measured, m, gpu, "roofline") for m in sorted(measured.models)], ignore_index=True)
+        lomo = leave_one_model_out(measured, gpu, attention_source(args.measured, measured))
+        r, c = cost_error.summary(roof), cost_error.summary(lomo)
+        for phase in ("all", "decode", "prefill", "layers"):
+            if phase in c:
+                per_gpu.append((gpu.name, phase, c[phase]["cells"], band(r[phase]), band(c[phase])))
+        rm = roof.groupby("model")
+        for model, g in lomo.groupby("model", sort=True):
+            per_model.append((gpu.name, model, len(g), band(cost_error.stats(rm.get_group(model)["error"])),
+                              band(cost_error.stats(g["error"]))))
+    print(f"# cost accuracy: |predicted / measured - 1|, median / p90 / max in %  ({args.measured}, "
+          f"{time.perf_counter() - t0:.0f} s)\n")
+    print("| GPU | phase | cells | roofline | calibrated (leave-one-model-out) |")
+    print("|---|---|---:|---|---|")
+    for row in per_gpu:
+        print("| " + " | ".join(map(str, row)) + " |")
+    print("\n| GPU | held-out model | cells | roofline | calibrated (fitted without it) |")
+    print("|---|---|---:|---|---|")
+    for row in per_model:
+        print("| " + " | ".join(map(str, row)) + " |")
+
+
+if __name__ == "__main__":
+    main()

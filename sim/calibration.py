@@ -1,0 +1,187 @@
+"""The calibrated roofline's constants: one TOML file per GPU in ``sim/data/calibration/``.
+
+Each file (written by ``pagesim cost fit``, never by hand) holds three tables:
+
+* ``[constants]``: the fields of :class:`Calibration` (seconds; efficiencies as fractions of
+  the GPU preset's datasheet peaks in ``sim/specs.py``), read by ``sim/cost_calibrated.py``;
+* ``[provenance]``: the measured source (folder, upstream commit and license, each file's
+  sha256), the models fitted on, where the attention constants come from, pagesim's commit,
+  the command that wrote the file and the date;
+* ``[error]``: the cost models' measured error on this GPU (``sim/cost_error.py``): the
+  calibrated model leave-one-model-out, the roofline on every measured model, overall, per
+  phase and per model. :func:`error_band` hands it to ``simulate``, ``plan`` and ``reproduce``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ConfigError
+
+#: elementwise kernel kinds, in the order of the per-kind constants
+ELEMENTWISE = ("norm", "rope", "act", "add")
+DATA_DIR = Path(__file__).resolve().parent / "data" / "calibration"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted constants of one GPU (seconds, fractions of the datasheet peaks), their provenance
+    and the measured error of the model they make (formulas: ``sim/cost_calibrated.py``)."""
+
+    gpu: str
+    gemm_fixed_s: float
+    gemm_compute_eff: float
+    gemm_memory_eff: float
+    gemm_overlap: float
+    gemm_tile_tokens: int
+    elementwise_fixed_s: tuple[float, ...]
+    elementwise_memory_eff: tuple[float, ...]
+    decode_fixed_s: float
+    decode_per_seq_s: float
+    decode_bw_coef: float
+    decode_bw_exponent: float
+    prefill_fixed_s: float
+    prefill_compute_eff: float
+    prefill_causal_fraction: float
+    allreduce_tp: tuple[int, ...] = ()
+    allreduce_latency_s: tuple[float, ...] = ()
+    allreduce_bytes_per_s: tuple[float, ...] = ()
+    provenance: dict = field(default_factory=dict, compare=False)
+    error: dict = field(default_factory=dict, compare=False)
+
+    def to_toml(self) -> str:
+        d = asdict(self)
+        head = [f"# Calibrated roofline constants for {self.gpu} (read by sim/cost_calibrated.py).",
+                "# Written by `pagesim cost fit`; rerun the command in [provenance] instead of editing.",
+                "# Seconds; efficiencies are fractions of the GPU preset's datasheet peaks (sim/specs.py).",
+                "# elementwise_* lists follow the kinds " + ", ".join(ELEMENTWISE) + "."]
+        consts = {k: v for k, v in d.items() if k not in ("provenance", "error")}
+        return "\n".join(head) + "\n\n" + _toml({"constants": consts, "provenance": d["provenance"],
+                                                  "error": d["error"]})
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "Calibration":
+        from sim.config import read_toml
+
+        path = Path(path)
+        data = read_toml(path, "calibration file")
+        consts = dict(data.get("constants", {}))
+        names = [f.name for f in cls.__dataclass_fields__.values() if f.name not in ("provenance", "error")]
+        missing = [n for n in names if n not in consts]
+        if missing:
+            raise ConfigError(f"{path}: [constants] has no '{missing[0]}'")
+        unknown = [k for k in consts if k not in names]
+        if unknown:
+            raise ConfigError(f"{path}: [constants] has an unknown key '{unknown[0]}'")
+        for k in names:
+            v = consts[k]
+            vals = v if isinstance(v, list) else [v]
+            if k != "gpu" and not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                      and (x > 0 or k == "gemm_overlap" and x >= 0) for x in vals):
+                raise ConfigError(f"{path}: [constants] field '{k}' must hold finite numbers > 0, got {v!r}")
+            if isinstance(v, list):
+                consts[k] = tuple(v)
+        for k in ("elementwise_fixed_s", "elementwise_memory_eff"):
+            if len(consts[k]) != len(ELEMENTWISE):
+                raise ConfigError(f"{path}: [constants] field '{k}' needs {len(ELEMENTWISE)} values "
+                                  f"({', '.join(ELEMENTWISE)})")
+        if len({len(consts[k]) for k in ("allreduce_tp", "allreduce_latency_s", "allreduce_bytes_per_s")}) != 1:
+            raise ConfigError(f"{path}: [constants] allreduce_tp, allreduce_latency_s, allreduce_bytes_per_s "
+                              "must have the same length")
+        return cls(**consts, provenance=data.get("provenance", {}), error=data.get("error", {}))
+
+
+def _toml(d: dict, prefix: str = "") -> str:
+    """``d`` as TOML: scalars and lists first, then each sub-table under its dotted header."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, np.integer)):
+            return str(int(v))
+        if isinstance(v, (float, np.floating)):
+            v = float(v)
+            return "nan" if math.isnan(v) else ("inf" if v == math.inf else repr(v))
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v))
+    lines = [f"{k} = {value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    out = ("[" + prefix + "]\n" if prefix else "") + "".join(line + "\n" for line in lines)
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += "\n" + _toml(v, f"{prefix}.{k}" if prefix else k)
+    return out
+
+
+def calibration_path(gpu: str) -> Path:
+    return DATA_DIR / f"{gpu}.toml"
+
+
+def calibrated_gpus() -> list[str]:
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml"))
+
+
+@lru_cache(maxsize=None)
+def load_calibration(gpu: str) -> Calibration:
+    """The shipped constants of GPU preset ``gpu`` (ConfigError naming the calibrated GPUs)."""
+    path = calibration_path(gpu)
+    if not path.exists():
+        raise ConfigError(f"no calibration for GPU '{gpu}' (calibrated: {', '.join(calibrated_gpus()) or 'none'}); "
+                          "use --cost-model roofline, or fit one: pagesim cost fit --measured DIR --gpu GPU --out FILE")
+    return Calibration.from_toml(path)
+
+
+def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
+    """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
+    report it: ``{"cost_model": ..., "cost_error": {"median", "p90", "max", "cells", "method",
+    "source"}}``, or ``"cost_error": "uncalibrated: ..."`` where ``gpu`` has no measurements."""
+    if profile:
+        return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
+    path = calibration_path(gpu)
+    if not path.exists():
+        return {"cost_model": cost_model, "cost_error": f"uncalibrated: no measured timings for {gpu}"}
+    err = load_calibration(gpu).error.get(cost_model, {})
+    band = dict(err.get("all", {}))
+    if not band:
+        return {"cost_model": cost_model, "cost_error": f"uncalibrated: {path.name} has no [error.{cost_model}]"}
+    band["method"] = err.get("method", "")
+    band["source"] = f"sim/data/calibration/{path.name}"
+    return {"cost_model": cost_model, "cost_error": band}
+
+
+def describe_band(band: dict, gpu: str) -> str:
+    """One line for a printed summary: ``calibrated (a100-80gb: median 2.3 %, p90 7.8 % ...)``."""
+    err = band["cost_error"]
+    if isinstance(err, str):
+        return f"{band['cost_model']} ({err})"
+    return (f"{band['cost_model']} (GPU time per iteration vs measured on {gpu}: median {100 * err['median']:.1f} %, "
+            f"p90 {100 * err['p90']:.1f} %, {err['method']})")
+
+
+class ScaledCostModel:
+    """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
+    ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
+    The same arithmetic in every method, so macro steps stay equal to step by step."""
+
+    def __init__(self, inner, scale: float):
+        self.inner, self.scale = inner, scale
+        if hasattr(inner, "decode_step_times"):  # the engine takes macro steps only where these exist
+            self.decode_step_time, self.decode_step_times = self._decode_step_time, self._decode_step_times
+
+    def _scaled(self, t, num_seqs: int):
+        cpu = self.inner.overhead_s + self.inner.per_seq_overhead_s * num_seqs
+        return cpu + self.scale * (t - cpu)
+
+    def step_time(self, batch) -> float:
+        return self._scaled(self.inner.step_time(batch), batch.num_seqs)
+
+    def _decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        return self._scaled(self.inner.decode_step_time(num_seqs, context_sum), num_seqs)
+
+    def _decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
+        return self._scaled(self.inner.decode_step_times(num_seqs, context_sums), num_seqs)

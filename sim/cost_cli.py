@@ -1,0 +1,221 @@
+"""``pagesim cost``: cost models against measured GPU timings.
+
+* ``error``: a cost model's error against a measured table (``sim/cost_error.py``);
+* ``fit``: the calibrated roofline's constants of one GPU, with provenance and measured error
+  (``sim/calibration_fit.py``), written as ``sim/data/calibration/<gpu>.toml`` is;
+* ``import``: measured tables as a profile CSV for the table cost model (``sim/profile_format.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sim.cli import HelpFormatter, example
+
+SHARED = "../shared/measured"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cost", help="cost models against measured GPU timings: error, fit, import",
+                       formatter_class=HelpFormatter, description=__doc__,
+                       epilog=example(f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb",
+                                      f"pagesim cost fit --measured {SHARED} --gpu a100-80gb --out a100-80gb.toml",
+                                      f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
+                                      "--out llama-2-7b.csv"))
+    cs = p.add_subparsers(dest="cost_command", metavar="COMMAND", required=True)
+
+    e = _subcommand(cs, "error", run_error, "a cost model's error against measured iterations",
+                    "Price every measured iteration cell (sim/measured.py: layers at every token count and TP "
+                    "degree, decode and prefill iterations where attention is measured) and print median, p90 and "
+                    "max of |predicted/measured - 1| by phase, token count, context and TP degree, and the worst "
+                    "cells.",
+                    f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
+                    "--cost-model calibrated",
+                    f"pagesim cost error --measured {SHARED} --model llama-2-70b --gpu h100-80gb --tp 4 --json")
+    e.add_argument("--tp", type=int, default=None,
+                   help="only this tensor-parallel degree (default: every one measured)")
+    e.add_argument("--cost-model", choices=["roofline", "calibrated"], default="roofline", help="cost model to score")
+    e.add_argument("--calibration", metavar="FILE.toml", default=None,
+                   help="calibrated: these constants instead of the GPU's shipped ones")
+    e.add_argument("--worst", type=int, default=10, help="how many worst cells to list")
+    e.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+
+    f = _subcommand(cs, "fit", run_fit, "fit the calibrated roofline's constants of one GPU",
+                    "Fit the constants (sim/calibration_fit.py) on every measured model of the GPU, score them "
+                    "leave-one-model-out (each model priced with constants fitted on the others) and the roofline on "
+                    "all, and write the constants, their provenance and both error tables as TOML. The shipped files "
+                    "are sim/data/calibration/<gpu>.toml.",
+                    f"pagesim cost fit --measured {SHARED} --gpu a100-80gb --out sim/data/calibration/a100-80gb.toml",
+                    with_model=False)
+    f.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the constants")
+    f.add_argument("--exclude-model", action="append", default=[], metavar="M",
+                   help="leave this model out of the fit (repeatable)")
+
+    i = _subcommand(cs, "import", run_import, "measured tables as a profile CSV for --profile",
+                    "Write the table cost model's profile (sim/profile_format.py) from measured tables: linear = L x "
+                    "(one layer's measured operations + 2 all-reduces at tp > 1) per token count; attn_decode (a full "
+                    "batch x context grid: each measured context's batches interpolated, and extended linearly past "
+                    "its measured range) and attn_prefill (chunks after no cached tokens) x L where attention is "
+                    "measured. No overhead row: the CPU side is not measured (use --step-overhead-ms).",
+                    f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb --out llama-2-7b.csv",
+                    "pagesim simulate --workload sharegpt --rate 2 --duration 300 --model llama-2-7b "
+                    "--gpu a100-80gb --profile llama-2-7b.csv --step-overhead-ms 3")
+    i.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    i.add_argument("--layers", type=int, default=None,
+                   help="number of layers (default: the model preset's; needed for a model without preset)")
+    i.add_argument("--out", required=True, metavar="FILE.csv", help="profile CSV to write")
+
+
+def _subcommand(cs, name: str, func, help_: str, description: str, *examples: str,
+                with_model: bool = True) -> argparse.ArgumentParser:
+    """One ``pagesim cost`` subcommand with the options every one takes (``--measured``, ``--gpu``,
+    and ``--model`` unless ``with_model`` is false)."""
+    p = cs.add_parser(name, help=help_, formatter_class=HelpFormatter, description=description,
+                      epilog=example(*examples))
+    p.add_argument("--measured", required=True, metavar="DIR", help="measured folder (layout in sim/measured.py)")
+    if with_model:
+        p.add_argument("--model", required=True, help="measured model: llama-2-7b, llama-2-70b, llama-3-70b, "
+                                                      "codellama-34b-instruct, qwen-72b, phi-2")
+    p.add_argument("--gpu", required=True, help="GPU preset measured in DIR: a100-80gb, h100-80gb, a40")
+    p.set_defaults(func=func)
+    return p
+
+
+def _read(args):
+    from sim.measured import check_model, read_measured
+    from sim.specs import get_gpu
+
+    gpu = get_gpu(args.gpu)
+    measured = read_measured(args.measured, gpu.name)
+    return gpu, measured, check_model(measured, args.model)
+
+
+def run_error(args: argparse.Namespace) -> int:
+    from sim import cost_error
+    from sim.calibration_fit import score
+    from sim.calibration import Calibration, calibration_path, load_calibration
+    from sim.errors import ConfigError
+
+    gpu, measured, model = _read(args)
+    if args.calibration and args.cost_model != "calibrated":
+        raise ConfigError("--calibration needs --cost-model calibrated")
+    cal, note = None, ""
+    if args.cost_model == "calibrated":
+        cal = Calibration.from_toml(args.calibration) if args.calibration else load_calibration(gpu.name)
+        src = args.calibration or calibration_path(gpu.name)
+        if model in cal.provenance.get("models", []):
+            note = (f"note: {model} is among the models {src} was fitted on (in-sample); its held-out error is "
+                    f"in that file's [error.calibrated.models.{model}], or fit without it: pagesim cost fit "
+                    f"--exclude-model {model}")
+    frame = score(measured, model, gpu, args.cost_model, cal)
+    if args.tp is not None:
+        frame = frame[frame["tp"] == args.tp]
+        if frame.empty:
+            have = sorted(set(measured.models[model].ops["tp"]))
+            raise ConfigError(f"--tp {args.tp}: no measured cells of {model} on {gpu.name} at that degree "
+                              f"(measured: {', '.join(map(str, have))}; tp > 1 needs a collective table)")
+    if args.json:
+        out = {"model": model, "gpu": gpu.name, "cost_model": args.cost_model, **cost_error.summary(frame),
+               "worst": cost_error.worst(frame, args.worst)[["phase", "tokens", "context", "tp", "measured_s",
+                                                              "predicted_s", "error"]].to_dict("records")}
+        print(json.dumps(out))
+    else:
+        title = f"{args.cost_model} cost model vs measured {model} on {gpu.name} ({args.measured})"
+        cost_error.print_report(frame, title, sys.stdout, args.worst)
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _pagesim_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from sim import cost_error
+    from sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
+    from sim.errors import ConfigError
+    from sim.measured import check_model, read_measured, source_commit
+    from sim.specs import get_gpu
+
+    gpu = get_gpu(args.gpu)
+    root = Path(args.measured)
+    measured = read_measured(root, gpu.name)
+    excluded = {check_model(measured, m) for m in args.exclude_model}
+    for m in excluded:
+        del measured.models[m]
+        measured.attention.pop(m, None)
+    if not measured.models:
+        raise ConfigError("--exclude-model left no model to fit")
+    source = attention_source(root, measured)
+    cal = fit_calibration(measured, gpu, attention_from=source)
+    lomo = leave_one_model_out(measured, gpu, source)
+    roof = [score(measured, m, gpu, "roofline") for m in sorted(measured.models)]
+    error = {"scope": "GPU time per iteration: one layer's measured operations + attention where measured + "
+                      "tensor-parallel all-reduces; LM head and CPU left out (sim/measured.py, sim/cost_error.py)",
+             "calibrated": {"method": "leave-one-model-out", **error_table(lomo)},
+             "roofline": {"method": "all measured models", **error_table(pd.concat(roof))}}
+    if measured.attention:
+        att = "fitted on " + ", ".join(f"{measured.folder} {m}" for m in sorted(measured.attention))
+    elif source is not None:
+        att = (f"taken from {source[1].name} ({', '.join(sorted(source[0].attention))}): no attention timings for "
+               f"{gpu.name}; efficiencies are fractions of {gpu.name}'s own peaks")
+    else:  # pragma: no cover (fit_calibration raised already)
+        att = "none"
+    files = sorted(measured.files + (source[0].files if source else []))
+    provenance = {
+        "gpu": gpu.name, "source": str(root.resolve()), "source_commit": source_commit(root),
+        "source_license": "MIT (Microsoft Vidur profiling data; Agrawal et al., MLSys 2024)",
+        "files": [f"{p.resolve().relative_to(root.resolve())} sha256:{_sha256(p)}" for p in files],
+        "models": sorted(measured.models), "excluded_models": sorted(excluded), "attention": att,
+        "pagesim_commit": _pagesim_commit(),
+        "command": " ".join(["pagesim cost fit --measured", args.measured, "--gpu", args.gpu, "--out", args.out,
+                             *(f"--exclude-model {m}" for m in args.exclude_model)]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+    }
+    cal = replace(cal, provenance=provenance, error=error)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(cal.to_toml())
+    print(f"fitted {gpu.name} on {', '.join(sorted(measured.models))}; attention {att}")
+    for name, frame in (("calibrated, leave-one-model-out", lomo), ("roofline", pd.concat(roof))):
+        s = cost_error.summary(frame)
+        print(f"  {name:32s} " + "  ".join(f"{k} median {cost_error.pct(v['median'])} p90 {cost_error.pct(v['p90'])}"
+                                            for k, v in s.items()))
+    print(f"wrote {out}")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from sim.errors import ConfigError
+    from sim.measured import measured_profile_rows
+    from sim.profile_format import write_profile
+    from sim.specs import MODELS
+
+    gpu, measured, model = _read(args)
+    layers = args.layers or (MODELS[model].num_layers if model in MODELS else None)
+    if not layers or layers < 1:
+        raise ConfigError(f"--layers: {model} has no preset; give its number of layers (>= 1)")
+    rows = measured_profile_rows(measured, model, args.tp, layers)
+    path = write_profile(rows, args.out)
+    print(f"wrote {path}: {len(rows)} rows ({model}, {gpu.name}, tp {args.tp}, {layers} layers)")
+    return 0
