@@ -121,6 +121,9 @@ def test_stats_busiest_minute_by_hand():
     df = pd.DataFrame({"request_id": list("abcdef"), "arrival_s": [10.0, 20.0, 69.9, 70.0, 100.0, 200.0],
                        "prompt_tokens": [1] * 6, "output_tokens": [1] * 6})
     assert trace_stats(df)["peak_1min_rps"] == pytest.approx(3 / 60)
+    # the busiest minute last: [60, 120) holds 100, 101, 102
+    last = df.iloc[:4].assign(arrival_s=[0.0, 100.0, 101.0, 102.0])
+    assert trace_stats(last)["peak_1min_rps"] == pytest.approx(3 / 60)
 
 
 def test_synth_gamma_huge_cv_keeps_rate(tmp_path, capsys):

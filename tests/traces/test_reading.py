@@ -66,6 +66,16 @@ def test_window_margin_keeps_boundary_rows(write, small_blocks):
     pd.testing.assert_frame_equal(time_slice(part, 0.0, 100.0), time_slice(whole, 0.0, 100.0))
 
 
+def test_window_never_stops_on_a_row_the_selection_keeps():
+    """--time-slice 0.1: --rate-scale 7 --duration D keeps rows with (a - 0.1) / 7 < D; the window's
+    end 0.1 + 7 D rounds below the row at 0.44 s that this keeps. A block ending with that row must
+    not end the reading: a row tied with it may open the next block."""
+    d = 0.04857142857142857
+    w = read_window(_parse("--time-slice", "0.1:", "--rate-scale", "7", "--duration", repr(d)))
+    assert (0.44 - 0.1) / 7 < d and 0.44 > w.end_s
+    assert not w.passed(np.array([0.44]), 0)[0]
+
+
 def _parse(*argv):
     p = argparse.ArgumentParser()
     add_workload_args(p)
