@@ -145,6 +145,8 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
         v = getattr(args, name, None)
         if v is not None:
             settings[name] = v
+    if getattr(args, "max_len_policy", None) is not None:
+        settings["max_len_policy"] = args.max_len_policy
     settings.pop("system", None)
     settings.pop("seed", None)
     return settings
@@ -166,6 +168,7 @@ def setup_from_args(args: argparse.Namespace):
     for s in args.systems:
         SimConfig.for_system(s, **sim)  # validate every setting early
     opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
+    opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
         opts["duration"] = P.DEFAULT_DURATION_S
     start = args.start_rate or (args.rate if args.mode != "resources" else None) or P.DEFAULT_START_RATE

@@ -54,8 +54,9 @@ REQUEST_COLS = ["arrival_s", "finish_s", "status", "output_tokens", "ttft_s", "t
 # workloads and the run function
 
 #: workload options of ``traces.args.add_workload_args`` that a probe's workload depends on
-WORKLOAD_OPTS = ("workload", "trace", "format", "columns", "duration", "num_requests", "arrival", "cv",
-                 "spread_timestamps", "time_slice", "sample", "n", "beam_width", "max_len_policy", "stop")
+WORKLOAD_OPTS = ("workload", "trace", "format", "columns", "time_unit", "hash_block_tokens", "duration",
+                 "num_requests", "arrival", "cv", "spread_timestamps", "time_slice", "sample", "n", "beam_width",
+                 "max_len_policy", "stop")
 
 
 def _file_digest(path: str | Path) -> str:
@@ -119,7 +120,7 @@ def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> t
     for k, v in opts.items():
         setattr(ns, k, v)
     ns.rate, ns.seed, ns.rate_scale = float(rate), int(seed), None
-    return workload_from_args(ns, max_seq_len)
+    return workload_from_args(ns, max_seq_len, ns.max_len_policy)
 
 
 class _StopProbe(Exception):

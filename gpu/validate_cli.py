@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
                           f"got '{cfg.system}' (manager {cfg.manager})")
     model, _gpu, _budget = resolve_budget(cfg)
-    trace, workload = workload_from_args(args, model.max_seq_len)
+    trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     backend = make_backend(args, cfg)
     from gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from traces.names import MAX_LEN_POLICIES
 
 SYSTEMS: dict[str, dict[str, Any]] = {
     "static": dict(manager="static", scheduler="static"),
@@ -87,7 +88,7 @@ class SimConfig:
 
     # run
     seed: int = 0
-    max_len_policy: str = "error"  # what to do with requests longer than max_seq_len
+    max_len_policy: str = "error"  # requests longer than max_seq_len (traces.transform.apply_max_len_policy)
     check: bool = False  # assert invariants every step (slow)
     record_steps: bool = True
 
@@ -104,7 +105,7 @@ class SimConfig:
         one_of("reservation", self.reservation, RESERVATIONS)
         one_of("placement", self.placement, PLACEMENTS)
         one_of("preemption", self.preemption, PREEMPTIONS)
-        one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
+        one_of("max_len_policy", self.max_len_policy, MAX_LEN_POLICIES)
         one_of("cost_model", self.cost_model, COST_MODELS)
         if not (math.isfinite(self.cost_scale) and self.cost_scale > 0):
             raise ConfigError(f"cost_scale must be a finite number > 0, got {self.cost_scale} (e.g. 1.1)")

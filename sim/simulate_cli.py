@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
         v = getattr(args, name, None)
         if v is not None:
             settings[name] = v
-    for k in ("seed", "check"):
+    for k in ("seed", "check", "max_len_policy"):
         if getattr(args, k, None) is not None:
             settings[k] = getattr(args, k)
     settings.update(fixed)
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.run import resolve_budget
 
     model, _gpu, _budget = resolve_budget(cfg)
-    trace, workload = workload_from_args(args, model.max_seq_len)
+    trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine)
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))

@@ -10,7 +10,14 @@ Usage in another command::
 Pipeline: build (``--trace`` file, else the synthetic ``--workload``), then in this order
 ``--time-slice``, ``--rate`` (traces only, see below), ``--rate-scale``, ``--duration`` /
 ``--num-requests`` (traces only: keep requests arriving before DURATION / the first N),
-``--sample``, ``--n``/``--beam-width``, ``--max-len-policy``.
+``--sample``, ``--n``/``--beam-width``, the max-length policy (``SimConfig.max_len_policy``:
+``--max-len-policy`` or ``max_len_policy`` in a ``--config`` file). A CSV trace's reader stops
+once past what ``--time-slice``, ``--duration`` and ``--num-requests`` keep (see
+:mod:`traces.reading`).
+
+Arrivals of synthetic workloads: ``--arrival poisson|gamma`` with ``--cv`` for gamma, or vLLM's
+``--burstiness K`` (gamma shape K, i.e. ``--arrival gamma --cv 1/sqrt(K)``; K = 1 has Poisson
+statistics, K < 1 is burstier). See :mod:`traces.arrivals`.
 
 Rates: without ``--trace`` the synthetic workload runs at ``--rate`` (default 2.0 req/s) for
 ``--duration`` (default 600 s when neither ``--duration`` nor ``--num-requests`` is given).
@@ -22,6 +29,7 @@ synthetic arrival rate); ``--rate-scale K`` multiplies the rate by K afterwards.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import ConfigError
@@ -75,18 +83,57 @@ def _fraction_or_count(s: str) -> float:
     return v
 
 
+class _ArrivalOption(argparse.Action):
+    """``--arrival``, ``--cv`` and ``--burstiness``: ``--burstiness K`` is vLLM's way of saying
+    ``--arrival gamma --cv 1/sqrt(K)``, so it sets those two; giving it with ``--cv`` or
+    ``--arrival poisson`` (in either order) is an error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "_arrival_given", set()) | {self.dest}
+        namespace._arrival_given = given
+        arrival = values if self.dest == "arrival" else namespace.arrival
+        if "burstiness" in given and ("cv" in given or ("arrival" in given and arrival != "gamma")):
+            parser.error("--burstiness K sets a gamma process with --cv 1/sqrt(K); give it without "
+                         "--cv and without --arrival poisson")
+        setattr(namespace, self.dest, values)
+        if self.dest == "burstiness":
+            namespace.arrival, namespace.cv = "gamma", 1.0 / math.sqrt(values)
+
+
+def add_arrival_args(g) -> None:
+    """``--arrival``, ``--cv``, ``--burstiness`` (synthetic arrival process) to a parser or group."""
+    from traces.names import ARRIVALS
+    g.add_argument("--arrival", choices=ARRIVALS, default="poisson", action=_ArrivalOption,
+                   help="synthetic arrival process")
+    g.add_argument("--cv", type=_positive_float, default=1.0, action=_ArrivalOption,
+                   help="gamma arrivals: inter-arrival coefficient of variation (burstiness; 1 = Poisson-like)")
+    g.add_argument("--burstiness", type=_positive_float, default=None, metavar="K", action=_ArrivalOption,
+                   help="vLLM's burstiness: gamma arrivals of shape K (--arrival gamma --cv 1/sqrt(K); "
+                        "1 = Poisson-like, below 1 burstier)")
+
+
+def add_trace_file_args(g) -> None:
+    """How to read a trace file: ``--format``, ``--columns``, ``--time-unit``, ``--hash-block-tokens``."""
+    from traces.names import FORMATS, TIME_UNITS
+    g.add_argument("--format", choices=FORMATS, help="trace format; detected from the extension and header when omitted")
+    g.add_argument("--columns", metavar="MAP", help="column map for generic traces: prompt=COL,output=COL"
+                                                    "[,arrival=COL|arrival_ms=COL|timestamp=COL][,id=COL][,hashes=COL]")
+    g.add_argument("--time-unit", choices=list(TIME_UNITS), default=None,
+                   help="unit of numeric timestamps (unset: the format's; Mooncake ms, others s)")
+    g.add_argument("--hash-block-tokens", type=_positive_int, default=None, metavar="N",
+                   help="prompt tokens per prefix hash (unset: Mooncake 512; needed with --columns ...,hashes=COL)")
+
+
 def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """Add the workload options (see module docstring) to ``parser``; returns the group."""
-    from traces.names import ARRIVALS, FORMATS, MAX_LEN_POLICIES, PAPER_WORKLOAD_NAMES
+    from traces.names import MAX_LEN_POLICIES, PAPER_WORKLOAD_NAMES
     g = parser.add_argument_group("workload", "synthetic workload (--workload) or a trace file (--trace), "
                                               "then optional transformations")
     g.add_argument("--workload", choices=list(PAPER_WORKLOAD_NAMES), default="sharegpt",
                    help="built-in synthetic workload with the vLLM paper's length statistics (ignored with --trace)")
     g.add_argument("--trace", metavar="PATH", help="replay a trace file instead (Azure, Mooncake, BurstGPT, "
                                                    "lengths-only, canonical, or generic with --columns)")
-    g.add_argument("--format", choices=FORMATS, help="trace format; detected from the extension and header when omitted")
-    g.add_argument("--columns", metavar="MAP", help="column map for generic traces: prompt=COL,output=COL"
-                                                    "[,arrival=COL|arrival_ms=COL|timestamp=COL][,id=COL]")
+    add_trace_file_args(g)
     g.add_argument("--rate", type=_positive_float, default=None,
                    help=f"requests/s (unset: {DEFAULT_RATE} for synthetic workloads; with --trace, rescale the trace to this mean rate only when given)")
     g.add_argument("--duration", type=_positive_float, default=None, metavar="SECONDS",
@@ -94,9 +141,7 @@ def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
                         f"--num-requests; with --trace: keep requests arriving before it)")
     g.add_argument("--num-requests", type=_positive_int, default=None, metavar="N",
                    help="number of requests (with --trace: the first N)")
-    g.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="synthetic arrival process")
-    g.add_argument("--cv", type=_positive_float, default=1.0,
-                   help="gamma arrivals: inter-arrival coefficient of variation (burstiness; 1 = Poisson-like)")
+    add_arrival_args(g)
     g.add_argument("--seed", type=int, default=0, help="seed for synthesis, sampling and timestamp spreading")
     g.add_argument("--spread-timestamps", action="store_true",
                    help="spread requests sharing a quantized timestamp (Mooncake) uniformly within the step")
@@ -107,14 +152,33 @@ def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
                    help="keep a seeded random subset: a fraction in (0, 1] or a count > 1")
     g.add_argument("--n", type=_positive_int, default=None, help="parallel samples per request (unset: the trace's, else 1)")
     g.add_argument("--beam-width", type=_positive_int, default=None, help="beam width per request (unset: the trace's, else 1)")
-    g.add_argument("--max-len-policy", choices=MAX_LEN_POLICIES, default="error",
-                   help="requests with prompt+output > max_seq_len: fail, drop them, or truncate "
-                        "(output first; prompt to max-1 if it alone is too long)")
+    g.add_argument("--max-len-policy", choices=MAX_LEN_POLICIES, default=None,
+                   help="requests with prompt+output > max_seq_len: fail, drop them, truncate the output "
+                        "(prompt to max-1 if it alone is too long), or clip-prompt (keep the prompt's end "
+                        "so prompt + output fit). Unset: max_len_policy of --config, else error")
     return g
 
 
-def workload_from_args(args: argparse.Namespace, max_seq_len: int) -> "tuple[pd.DataFrame, dict[str, Any]]":
-    """Build the workload the options describe; returns ``(df, info)``.
+def read_window(args: argparse.Namespace):
+    """The rows of a trace the options keep (:class:`traces.reading.Window`), so that a reader may
+    stop early: ``--time-slice``, then (without ``--rate``, whose factor needs the whole slice)
+    ``--duration`` scaled back by ``--rate-scale`` and ``--num-requests``."""
+    from traces.reading import Window
+    start, end = getattr(args, "time_slice", None) or (None, None)
+    start = start or 0.0
+    end = math.inf if end is None else end
+    if getattr(args, "rate", None) is not None:
+        return Window(start, end)
+    duration, count = getattr(args, "duration", None), getattr(args, "num_requests", None)
+    if duration is not None:
+        end = min(end, start + duration * (getattr(args, "rate_scale", None) or 1.0))
+    return Window(start, end, count)
+
+
+def workload_from_args(args: argparse.Namespace, max_seq_len: int,
+                       max_len_policy: str) -> "tuple[pd.DataFrame, dict[str, Any]]":
+    """Build the workload the options describe; ``max_len_policy`` is the run's
+    ``SimConfig.max_len_policy``. Returns ``(df, info)``.
 
     ``info`` = ``{"source", "kind" ("trace"|"synthetic"), "workload"/"load_report", "steps": [...],
     "max_len": {...}, "rows"}``: every transformation is listed in order with its row counts.
@@ -128,7 +192,8 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int) -> "tuple[pd.
     trace = g("trace")
     if trace:
         df = load_trace(trace, format=g("format"), columns=g("columns"), spread_timestamps=bool(g("spread_timestamps")),
-                        arrival=g("arrival", "poisson"), seed=g("seed", 0), rate=g("rate"), cv=g("cv", 1.0))
+                        arrival=g("arrival", "poisson"), seed=g("seed", 0), rate=g("rate"), cv=g("cv", 1.0),
+                        time_unit=g("time_unit"), hash_block_tokens=g("hash_block_tokens"), window=read_window(args))
         info: dict[str, Any] = dict(source=str(trace), kind="trace", load_report=df.attrs.get("load_report"))
     else:
         rate = g("rate") if g("rate") is not None else DEFAULT_RATE
@@ -172,7 +237,7 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int) -> "tuple[pd.
     if len(df) == 0:
         raise ConfigError(f"the workload from {info['source']} has no requests left after "
                           f"{', '.join(s['step'] for s in steps) or 'loading'}")
-    df, info["max_len"] = tf.apply_max_len_policy(df, max_seq_len, g("max_len_policy", "error"))
+    df, info["max_len"] = tf.apply_max_len_policy(df, max_seq_len, max_len_policy)
     if len(df) == 0:
         raise ConfigError(f"every request is longer than max_seq_len {max_seq_len}")
     info["steps"] = steps

@@ -15,16 +15,15 @@ def _load(path: str, args):
         from traces.synth import make_workload
         return make_workload(path.split(":", 1)[1], 2.0, num_requests=10_000, seed=getattr(args, "seed", 0))
     from traces.loaders import load_trace
-    return load_trace(path, format=args.format, columns=args.columns,
+    return load_trace(path, format=args.format, columns=args.columns, time_unit=args.time_unit,
+                      hash_block_tokens=args.hash_block_tokens,
                       spread_timestamps=getattr(args, "spread_timestamps", False), seed=getattr(args, "seed", 0))
 
 
 def _add_input_args(p) -> None:
-    from traces.names import FORMATS
+    from traces.args import add_trace_file_args
     p.add_argument("path", metavar="PATH", help="trace file (or builtin:sharegpt / builtin:alpaca)")
-    p.add_argument("--format", choices=FORMATS, help="trace format; detected from the extension and header when omitted")
-    p.add_argument("--columns", metavar="MAP",
-                   help="column map for generic files: prompt=COL,output=COL[,arrival=COL|arrival_ms=COL|timestamp=COL]")
+    add_trace_file_args(p)
     p.add_argument("--spread-timestamps", action="store_true",
                    help="spread requests sharing a quantized timestamp uniformly within the step (Mooncake)")
     p.add_argument("--seed", type=int, default=0, help="seed for --spread-timestamps")
@@ -64,7 +63,7 @@ def cmd_convert(args) -> int:
     rep = df.attrs.get("load_report", {})
     dropped = sum(rep.get("rows_dropped", {}).values())
     print(f"wrote {len(df):,} requests to {out} (read {rep.get('rows_read', len(df)):,}, dropped {dropped}, "
-          f"re-sorted {rep.get('rows_resorted', 0)})")
+          f"out of order {rep.get('rows_resorted', 0)})")
     return 0
 
 
@@ -88,8 +87,8 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=cmd_stats)
 
-    from traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int
-    from traces.names import ARRIVALS, WORKLOADS
+    from traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args
+    from traces.names import WORKLOADS
     y = tsub.add_parser("synth", help="Write a synthetic workload (ShareGPT/Alpaca-like or custom) as a trace",
                         formatter_class=HelpFormatter,
                         description="Generate a seeded synthetic workload. Built-in workloads reproduce the vLLM "
@@ -101,14 +100,15 @@ def register(sub) -> None:
                                        "-o sharegpt.csv",
                                        "pagesim trace synth --workload custom --prompt-dist lognormal:mean=500,sigma=1 "
                                        "--output-dist exponential:mean=200 --arrival gamma --cv 3 --num-requests 1000 "
-                                       "-o bursty.parquet"))
+                                       "-o bursty.parquet",
+                                       "pagesim trace synth --workload sharegpt --rate 2 --duration 600 --burstiness 0.25 "
+                                       "-o vllm_bursty.csv"))
     y.add_argument("--workload", choices=WORKLOADS, default="sharegpt", help="length statistics")
     y.add_argument("--rate", type=_positive_float, default=None, help=f"requests/s (unset: {DEFAULT_RATE})")
     y.add_argument("--duration", type=_positive_float, default=None, metavar="SECONDS",
                    help=f"seconds of arrivals (unset: {DEFAULT_DURATION_S:g} unless --num-requests)")
     y.add_argument("--num-requests", type=_positive_int, default=None, metavar="N", help="number of requests")
-    y.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="arrival process")
-    y.add_argument("--cv", type=_positive_float, default=1.0, help="gamma: inter-arrival coefficient of variation")
+    add_arrival_args(y)
     y.add_argument("--prompt-dist", metavar="SPEC", help="prompt length distribution (e.g. lognormal:mean=500,sigma=1)")
     y.add_argument("--output-dist", metavar="SPEC", help="output length distribution (e.g. exponential:mean=200)")
     y.add_argument("--n", type=_positive_int, default=None, help="parallel samples per request (unset: 1)")

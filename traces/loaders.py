@@ -1,19 +1,28 @@
 """Read request traces into the canonical form (see :mod:`traces`), vectorized.
 
-Formats (``format=`` / ``--format``; ``None`` detects from the extension and header):
+Formats (``format=`` / ``--format``; ``None`` detects from the extension, the header and, for
+Mooncake, the numbers). Each named format is a column map (:data:`LAYOUTS`) that ``--columns``
+entries may override:
 
-``azure``      Azure LLM inference trace 2023/2024 (Splitwise): CSV ``TIMESTAMP,ContextTokens,
-               GeneratedTokens``; ``TIMESTAMP`` is a wall-clock string such as
-               ``2023-11-16 18:17:03.9799600``. Re-zeroed to the first request.
+``azure``      Azure LLM inference trace 2023/2024 (Splitwise, DynamoLLM): CSV ``TIMESTAMP,
+               ContextTokens,GeneratedTokens``; ``TIMESTAMP`` is a date-time string such as
+               ``2023-11-16 18:17:03.9799600`` (2023) or ``2024-05-12 00:00:00.001163+00:00``
+               (2024). Re-zeroed to the first request.
 ``mooncake``   Mooncake FAST'25 JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``,
                ``hash_ids`` (512-token prefix-block hashes, kept as ``prefix_hashes`` tuples,
-               ``attrs['hash_block_tokens'] = 512``). Timestamps are quantized to ~3 s steps;
-               ``spread_timestamps=True`` spreads rows that share a timestamp uniformly (seeded)
-               over the gap to the next distinct timestamp (at most the median gap, the
-               quantization step), keeping the file's order within each group.
+               ``attrs['hash_block_tokens'] = 512``). Detected only when the numbers fit:
+               timestamps are JSON numbers and every ``hash_ids`` is a list of
+               ``ceil(input_length / 512)`` ids. A file with these keys whose numbers do not fit
+               (RAGPulse: timestamps in seconds as strings, ``hash_ids`` a dict) is read as
+               ``generic`` with ``timestamp`` in seconds (or ``--time-unit``), with a one-line
+               warning saying why; its hashes are used only with ``--hash-block-tokens``.
+               Timestamps are quantized to ~3 s steps; ``spread_timestamps=True`` spreads rows
+               that share a timestamp uniformly (seeded) over the gap to the next distinct
+               timestamp (at most the median gap, the quantization step), keeping the file's
+               order within each group.
 ``burstgpt``   BurstGPT CSV ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
-               (``Timestamp`` in seconds). Rows with 0 response tokens are failed requests: they
-               are dropped and counted in the report.
+               (``Timestamp`` in seconds). Rows with 0 response tokens, then rows with 0 request
+               tokens, are failed requests: dropped and counted in the report, each under its reason.
 ``lengths``    A table of lengths without timestamps (default columns ``num_prefill_tokens,
                num_decode_tokens``, e.g. the ShareGPT stats file; override with ``columns``),
                given synthetic arrivals: ``arrival`` (``poisson``/``gamma``), ``rate`` (req/s,
@@ -23,24 +32,47 @@ Formats (``format=`` / ``--format``; ``None`` detects from the extension and hea
                ``prefix_hashes`` is space-separated ints). Arrivals are kept as they are.
 ``generic``    Any CSV / JSONL / Parquet plus a column map (``columns=`` dict or the string
                ``prompt=COL,output=COL[,arrival=COL]``). Keys: ``prompt``, ``output`` (required),
-               at most one of ``arrival`` (seconds), ``arrival_ms`` (milliseconds) or
-               ``timestamp`` (date-time strings), and optional ``id``, ``n``, ``beam_width``.
+               at most one of ``arrival`` (numbers, in seconds or ``--time-unit``),
+               ``arrival_ms`` (numbers in milliseconds) or ``timestamp`` (date-time strings; with
+               ``--time-unit``, numbers in that unit), and optional ``id``, ``n``,
+               ``beam_width`` and ``hashes`` (prefix-block hash ids; needs ``--hash-block-tokens``).
                Without a time column the rows get synthetic arrivals as for ``lengths``. Times
-               are re-zeroed to the first request.
+               are re-zeroed to the first request. A file with vidur's columns ``arrived_at,
+               num_prefill_tokens,num_decode_tokens`` needs no map.
+
+Time units (``time_unit=`` / ``--time-unit s|ms|us|ns``): the unit of a numeric arrival column,
+default the format's (Mooncake ms, every other s). It is refused where the column says its own
+unit: Azure's date-times, ``arrival_ms=``, the canonical ``arrival_s``, a trace without times.
+Date-times may all carry a UTC offset (then compared as UTC instants) or none; a file mixing
+the two is refused at the first row that differs.
+
+Prefix hashes (``hash_block_tokens=`` / ``--hash-block-tokens N``): hash ``j`` covers prompt
+tokens ``[jN, (j+1)N)``; equal hashes mean a shareable KV prefix. Default: Mooncake's 512, the
+canonical file's own. A cell may be a list of ints, space-separated ints (CSV) or a dict of
+lists, concatenated in the order the keys first appear in the file (RAGPulse's ``sys_prompt,
+passages_ids, history, web_search, user_input``: the order its own replayer builds a prompt).
 
 Every loader returns the DataFrame with ``attrs['load_report']``::
 
     {"path", "format", "rows_read", "rows_dropped": {reason: count}, "rows_resorted",
-     "arrival_origin" (what became 0 s, or None), "spread_timestamps", "synthetic_arrivals"}
+     "arrival_origin" (what became 0 s, or None), "time_unit" (of the file's times: a unit,
+     "date-time", or None), "stopped_early", "spread_timestamps", "synthetic_arrivals"}
+
+``window=`` (:class:`traces.reading.Window`) lets a CSV reader stop once past the rows the
+caller keeps (see :mod:`traces.reading`); ``rows_read`` then counts the rows read and
+``stopped_early`` is True.
 
 Bad input raises :class:`sim.errors.TraceError` naming the file, the 1-based data row
 (header excluded; the line for JSONL) and the field. Unsorted timestamps are sorted (stable)
-with a :class:`UserWarning` saying how many rows moved, also recorded as ``rows_resorted``.
+with a one-line :class:`traces.schema.TraceWarning` saying how many rows were out of order,
+also recorded as ``rows_resorted``. A trace whose times look like the wrong unit (a span of
+more than a year, or more than 1,000 rows at under 1e-3 req/s) gets a one-line warning too.
 """
 
 from __future__ import annotations
 
-import json
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,21 +80,55 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, sort_by_arrival, to_seconds, to_tokens,
-                           validate_canonical)
+from traces.names import FORMATS, TIME_UNITS
+from traces.reading import TimeColumn, Window, file_kind, header, read
+from traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, row_number, sort_by_arrival, to_tokens,
+                           validate_canonical, warn)
 
-from traces.names import FORMATS
-COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width")
-
-AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-MOONCAKE_COLS = ("timestamp", "input_length", "output_length")
-BURSTGPT_COLS = ("Timestamp", "Request tokens", "Response tokens")
-LENGTHS_COLS = ("num_prefill_tokens", "num_decode_tokens")
-MOONCAKE_BLOCK_TOKENS = 512
+COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width", "hashes")
+TIME_KEYS = ("arrival", "arrival_ms", "timestamp")
 DEFAULT_LENGTHS_RATE = 2.0
+MOONCAKE_BLOCK_TOKENS = 512
+#: a trace spanning more than this, or holding more than PLAUSIBLE_MIN_ROWS rows at under
+#: PLAUSIBLE_MIN_RATE req/s, was probably read in the wrong time unit
+PLAUSIBLE_MAX_SPAN_S = 365.25 * 86400
+PLAUSIBLE_MIN_RATE = 1e-3
+PLAUSIBLE_MIN_ROWS = 1000
 
 
-# ----------------------------------------------------------------------------------------- helpers
+@dataclass(frozen=True)
+class Layout:
+    """A named format: its columns (``--columns`` keys -> file columns), the default unit of a
+    numeric arrival column, the default tokens per prefix hash, whether times are re-zeroed to
+    the first request, and the keys whose 0 marks a failed request (dropped and counted)."""
+
+    columns: dict = field(default_factory=dict)
+    optional: tuple = ()
+    time_unit: str = "s"
+    hash_block_tokens: int | None = None
+    rezero: bool = True
+    failed_if_zero: tuple = ()
+
+
+LAYOUTS = {
+    "azure": Layout({"prompt": "ContextTokens", "output": "GeneratedTokens", "timestamp": "TIMESTAMP"}),
+    "mooncake": Layout({"prompt": "input_length", "output": "output_length", "arrival": "timestamp",
+                        "hashes": "hash_ids"}, optional=("hashes",), time_unit="ms",
+                       hash_block_tokens=MOONCAKE_BLOCK_TOKENS),
+    "burstgpt": Layout({"prompt": "Request tokens", "output": "Response tokens", "arrival": "Timestamp"},
+                       failed_if_zero=("output", "prompt")),
+    "lengths": Layout({"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}),
+    "canonical": Layout({"prompt": "prompt_tokens", "output": "output_tokens", "arrival": "arrival_s",
+                         "id": "request_id", "n": "n", "beam_width": "beam_width", "hashes": "prefix_hashes"},
+                        optional=("id", "n", "beam_width", "hashes"), rezero=False,
+                        hash_block_tokens=MOONCAKE_BLOCK_TOKENS),
+    "generic": Layout(),
+}
+assert tuple(LAYOUTS) == FORMATS
+VIDUR_COLUMNS = {"prompt": "num_prefill_tokens", "output": "num_decode_tokens", "arrival": "arrived_at"}
+
+
+# ----------------------------------------------------------------------------------------- options
 
 def parse_columns(columns: str | dict | None) -> dict[str, str]:
     """``"prompt=A,output=B,arrival=C"`` (or a dict) -> ``{"prompt": "A", ...}``, checked."""
@@ -81,144 +147,181 @@ def parse_columns(columns: str | dict | None) -> dict[str, str]:
     bad = [k for k in out if k not in COLUMN_KEYS]
     if bad:
         raise TraceError(f"--columns: unknown key(s) {', '.join(bad)}; valid: {', '.join(COLUMN_KEYS)}")
-    if sum(k in out for k in ("arrival", "arrival_ms", "timestamp")) > 1:
+    if sum(k in out for k in TIME_KEYS) > 1:
         raise TraceError("--columns: give at most one of arrival=, arrival_ms=, timestamp=")
     return out
 
 
-def _kind(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in (".gz", ".bz2", ".xz", ".zst", ".zip"):
-        suffixes = suffixes[:-1]
-    ext = suffixes[-1] if suffixes else ""
-    if ext in (".parquet", ".pq"):
-        return "parquet"
-    if ext in (".jsonl", ".json", ".ndjson"):
-        return "jsonl"
-    return "csv"
-
-
-def _header(path: Path, kind: str) -> list[str]:
-    """The column names of ``path`` without reading the data."""
-    try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-            return list(pq.read_schema(path).names)
-        if kind == "jsonl":
-            with open(path, "rb") as f:
-                for line in f:
-                    if line.strip():
-                        obj = json.loads(line)
-                        return list(obj) if isinstance(obj, dict) else []
-            return []
-        return list(pd.read_csv(path, nrows=0).columns)
-    except pd.errors.EmptyDataError:
-        return []
-    except (ValueError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise TraceError(f"cannot read header ({e})", path=str(path), row=1) from None
-
-
 def detect_format(path: str | Path, columns: dict | None = None) -> str:
-    """Guess the format of ``path`` from its extension and header (see module docstring)."""
+    """Guess the format of ``path`` from its extension and header (see module docstring); a
+    header with Mooncake's keys gives ``mooncake``, which :func:`load_trace` confirms from the numbers."""
     path = Path(path)
-    kind = _kind(path)
-    header = _header(path, kind)
-    if not header:
+    names = header(path, file_kind(path))
+    if not names:
         raise TraceError("empty file (no header)", path=str(path))
-    h = set(header)
+    h = set(names)
     if columns:
         return "generic"
-    if set(CANONICAL_COLUMNS[1:]) <= h:
-        return "canonical"
-    if set(AZURE_COLS) <= h:
-        return "azure"
-    if set(MOONCAKE_COLS) <= h:
-        return "mooncake"
-    if set(BURSTGPT_COLS) <= h:
-        return "burstgpt"
-    if set(LENGTHS_COLS) <= h:
-        return "generic" if "arrived_at" in h else "lengths"
-    raise TraceError(f"cannot tell the trace format from the columns [{', '.join(header[:8])}]; pass --format "
+    for name in ("canonical", "azure", "mooncake", "burstgpt"):
+        layout = LAYOUTS[name]
+        if {c for k, c in layout.columns.items() if k not in layout.optional} <= h:
+            return name
+    if set(VIDUR_COLUMNS.values()) <= h:
+        return "generic"
+    if set(LAYOUTS["lengths"].columns.values()) <= h:
+        return "lengths"
+    raise TraceError(f"cannot tell the trace format from the columns [{', '.join(names[:8])}]; pass --format "
                      f"({', '.join(FORMATS)}) or --columns prompt=COL,output=COL[,arrival=COL]", path=str(path))
 
 
-def _read(path: Path, kind: str, usecols: list[str] | None = None, dtype: dict | None = None) -> pd.DataFrame:
-    p = str(path)
-    try:
-        if kind == "parquet":
-            df = pd.read_parquet(path, columns=usecols)
-        elif kind == "jsonl":
-            try:
-                df = pd.read_json(path, lines=True, dtype=False)
-            except ValueError as e:
-                _raise_bad_json_line(path, e)
-        else:
-            header = list(pd.read_csv(path, nrows=0).columns)
-            if usecols is not None:
-                missing = [c for c in usecols if c not in header]
-                if missing:
-                    raise TraceError(f"missing column (have: {', '.join(header)})", path=p, field=missing[0])
-            df = pd.read_csv(path, usecols=usecols, dtype=dtype, skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        raise TraceError("empty file", path=p) from None
-    except pd.errors.ParserError as e:
-        raise TraceError(f"malformed CSV ({str(e).strip()})", path=p) from None
-    except UnicodeDecodeError as e:
-        raise TraceError(f"not a text file ({e.reason})", path=p) from None
-    except (ImportError, OSError) as e:
-        if isinstance(e, (FileNotFoundError, PermissionError)):
-            raise
-        raise TraceError(f"cannot read ({e})", path=p) from None
-    if usecols is not None:
-        missing = [c for c in usecols if c not in df.columns]
-        if missing:
-            raise TraceError(f"missing column (have: {', '.join(map(str, df.columns))})", path=p, field=missing[0])
-    if len(df) == 0:
-        raise TraceError("no data rows", path=p)
-    return df
+def _column_map(fmt: str, layout: Layout, user: dict, path: Path, kind: str) -> dict[str, str]:
+    """The format's columns with the user's ``--columns`` entries over them."""
+    cols = dict(layout.columns)
+    if fmt == "generic" and not user and set(VIDUR_COLUMNS.values()) <= set(header(path, kind)):
+        cols = dict(VIDUR_COLUMNS)
+    if any(k in user for k in TIME_KEYS):
+        cols = {k: v for k, v in cols.items() if k not in TIME_KEYS}
+    cols.update(user)
+    if fmt == "lengths":  # a lengths table has no times, whatever else is mapped
+        cols = {k: v for k, v in cols.items() if k not in TIME_KEYS}
+    if fmt == "generic" and not cols:
+        raise TraceError("format 'generic' needs --columns prompt=COL,output=COL[,arrival=COL]", path=str(path))
+    for k in ("prompt", "output"):
+        if k not in cols:
+            raise TraceError(f"--columns needs {k}=COL (got {', '.join(f'{a}={b}' for a, b in cols.items())})",
+                             path=str(path))
+    return cols
 
 
-def _raise_bad_json_line(path: Path, err: Exception):
-    """Error path only: find the first line that is not a JSON object (per-line Python is fine here)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        n = 0
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            n += 1
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise TraceError(f"invalid JSON ({e.msg})", path=str(path), row=lineno) from None
-            if not isinstance(obj, dict):
-                raise TraceError("expected a JSON object per line", path=str(path), row=lineno) from None
-    if n == 0:
-        raise TraceError("empty file", path=str(path)) from None
-    raise TraceError(f"cannot read JSON lines ({err})", path=str(path)) from None
+def _time_column(fmt: str, layout: Layout, cols: dict, time_unit: str | None, path: str) -> TimeColumn | None:
+    """The arrival column and its unit; TraceError where ``time_unit`` contradicts the file."""
+    if time_unit is not None and time_unit not in TIME_UNITS:
+        raise TraceError(f"unknown time unit '{time_unit}'; valid: {', '.join(TIME_UNITS)}", path=path)
+    key = next((k for k in TIME_KEYS if k in cols), None)
+    given = f"--time-unit {time_unit}"
+    if key is None:
+        if time_unit is not None:
+            raise TraceError(f"{given}: this trace has no time column (its arrivals are synthetic)", path=path)
+        return None
+    name = cols[key]
+    if key == "timestamp":
+        if time_unit is not None and "timestamp" in layout.columns:
+            raise TraceError(f"{given}: {name} holds date-times, which carry their own unit", path=path, field=name)
+        return TimeColumn(name, time_unit)
+    if key == "arrival_ms":
+        if time_unit not in (None, "ms"):
+            raise TraceError(f"{given}: arrival_ms= says milliseconds; map the column with arrival= instead",
+                             path=path, field=name)
+        return TimeColumn(name, "ms")
+    if not layout.rezero and time_unit not in (None, "s"):
+        raise TraceError(f"{given}: the canonical arrival_s is in seconds", path=path, field=name)
+    return TimeColumn(name, time_unit or layout.time_unit, rezeroed=layout.rezero)
 
 
-def _require(df: pd.DataFrame, cols, path: Path) -> None:
-    for c in cols:
-        if c not in df.columns:
-            raise TraceError(f"missing column (have: {', '.join(map(str, df.columns))})", path=str(path), field=c)
+# ----------------------------------------------------------------------------------------- conversions
 
-
-def _datetimes_to_seconds(s: pd.Series, *, path: str, field: str, rows: np.ndarray | None) -> tuple[np.ndarray, str]:
-    """Date-time strings -> seconds since the earliest one (vectorized); TraceError at the first bad one."""
-    t = pd.to_datetime(s, format="ISO8601", errors="coerce")
-    bad = t.isna().to_numpy()
-    if bad.any():  # maybe just a format pandas' ISO parser dislikes: try the flexible parser on all
-        t2 = pd.to_datetime(s, format="mixed", errors="coerce")
-        if t2.isna().sum() < bad.sum():
-            t, bad = t2, t2.isna().to_numpy()
+def _numbers_to_seconds(s: pd.Series, time: TimeColumn, *, path: str, rows: np.ndarray | None,
+                        rezero: bool) -> tuple[np.ndarray, str | None]:
+    """Numeric times -> seconds (re-zeroed to the earliest when ``rezero``); differences are
+    taken before scaling, exactly for integers (nanoseconds since 1970 need all 63 bits)."""
+    num = pd.to_numeric(s, errors="coerce")
+    if pd.api.types.is_integer_dtype(num.dtype):
+        v = num.to_numpy(dtype=np.int64)
+        bad = v < 0
+    else:
+        v = num.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(v) | (v < 0)
     i = first_true(bad)
     if i is not None:
-        raise TraceError(f"unparseable timestamp {s.iloc[i]!r}", path=path, row=int(rows[i]) if rows is not None else i + 1,
-                         field=field)
+        raise TraceError(f"timestamp must be a finite number >= 0, got {s.iloc[i]!r}", path=path,
+                         row=row_number(rows, i), field=time.name)
+    scale = TIME_UNITS[time.unit]
+    if not rezero:
+        return v.astype(np.float64) * scale, None
+    origin = v.min()
+    return (v - origin).astype(np.float64) * scale, f"{origin:g} {time.unit}"
+
+
+_UTC_OFFSET = r"(?:Z|[+-]\d\d(?::?\d\d)?)\s*$"
+
+
+def _datetimes_to_seconds(s: pd.Series, time: TimeColumn, *, path: str,
+                          rows: np.ndarray | None) -> tuple[np.ndarray, str]:
+    """Date-times (parsed by the reader, or strings) -> seconds since the earliest (vectorized);
+    TraceError at the first bad one, at the first row that differs from row 1 in having a UTC
+    offset, or on numbers (whose unit only ``--time-unit`` can say)."""
+    field_ = time.name
+    if pd.api.types.is_datetime64_any_dtype(s.dtype):
+        t = s
+    else:
+        if pd.api.types.is_numeric_dtype(s.dtype) or bool(pd.to_numeric(s, errors="coerce").notna().all()):
+            raise TraceError("holds numbers, not date-times; give their unit with --time-unit s|ms|us|ns",
+                             path=path, field=field_)
+        text = s.astype(str)
+        aware = text.str.contains(_UTC_OFFSET, regex=True).to_numpy(dtype=bool)
+        i = first_true(aware != aware[0])
+        if i is not None:
+            def has(k):
+                return f"row {row_number(rows, k)} {'has' if aware[k] else 'has none'}"
+            raise TraceError(f"mixes date-times with and without a UTC offset ({has(0)}, {has(i)}); "
+                             f"give every time an offset or none", path=path, row=row_number(rows, i), field=field_)
+        utc = bool(aware[0])
+        t = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=utc)
+        bad = t.isna().to_numpy()
+        if bad.any():  # maybe just a format pandas' ISO parser dislikes: try the flexible parser on all
+            t2 = pd.to_datetime(text, format="mixed", errors="coerce", utc=utc)
+            if t2.isna().sum() < bad.sum():
+                t = t2
+        i = first_true(t.isna().to_numpy())
+        if i is not None:
+            raise TraceError(f"unparseable timestamp {s.iloc[i]!r}", path=path, row=row_number(rows, i), field=field_)
     t0 = t.min()
     return (t - t0).dt.total_seconds().to_numpy(dtype=np.float64), str(t0)
+
+
+def _hash_tuples(values: pd.Series, *, path: str, field_: str, rows: np.ndarray | None) -> list[tuple]:
+    """Hash cells -> tuples of ints: lists, space-separated ints (CSV), or dicts of lists
+    concatenated in the order their keys first appear in the file; empty cells -> ()."""
+    cells = values.tolist()
+    key_order = list(dict.fromkeys(k for v in cells if isinstance(v, dict) for k in v))
+
+    def one(v):
+        if isinstance(v, dict):
+            return tuple(int(x) for k in key_order for x in v.get(k) or ())
+        if isinstance(v, (list, tuple, np.ndarray)):
+            return tuple(int(x) for x in v)
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            return ()
+        if isinstance(v, str):
+            return tuple(int(x) for x in v.replace(",", " ").strip("[]() ").split())
+        raise TypeError(v)
+
+    out = []
+    for i, v in enumerate(cells):
+        try:
+            out.append(one(v))
+        except (TypeError, ValueError):
+            raise TraceError(f"must be a list of integers (or a dict of lists, or space-separated integers), "
+                             f"got {v!r}", path=path, row=row_number(rows, i), field=field_) from None
+    return out
+
+
+def _mooncake_misfit(raw: pd.DataFrame, cols: dict) -> str | None:
+    """Why a file with Mooncake's keys does not hold Mooncake's numbers, or None when it does."""
+    ts = raw[cols["arrival"]]
+    if not pd.api.types.is_numeric_dtype(ts.dtype):
+        return f"{cols['arrival']} holds strings, Mooncake's are numbers of milliseconds"
+    if cols.get("hashes") not in raw.columns:
+        return f"no {LAYOUTS['mooncake'].columns['hashes']} to confirm Mooncake's 512-token blocks"
+    hashes = raw[cols["hashes"]]
+    lists = hashes.map(lambda v: isinstance(v, list)).to_numpy(dtype=bool)
+    if not lists.all():
+        return f"{cols['hashes']} holds {type(hashes.iloc[first_true(~lists)]).__name__}s, Mooncake's are lists"
+    prompt = pd.to_numeric(raw[cols["prompt"]], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    blocks = np.ceil(prompt / MOONCAKE_BLOCK_TOKENS)
+    if not np.array_equal(hashes.map(len).to_numpy(dtype=np.float64), blocks):
+        return f"{cols['hashes']} lengths are not ceil({cols['prompt']} / {MOONCAKE_BLOCK_TOKENS})"
+    return None
 
 
 def spread_ties(arrival_s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -241,171 +344,33 @@ def spread_ties(arrival_s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return a + new_off
 
 
-def _synthetic_arrivals(n: int, arrival: str, rate: float | None, cv: float, seed: int) -> tuple[np.ndarray, str]:
-    from traces.synth import arrivals as make_arrivals
-    rate = DEFAULT_LENGTHS_RATE if rate is None else rate
-    a = make_arrivals(arrival, rate=rate, num_requests=n, cv=cv, rng=np.random.default_rng(seed))
-    desc = f"{arrival} rate {rate:g} req/s" + (f" cv {cv:g}" if arrival == "gamma" else "") + f" seed {seed}"
-    return a, desc
-
-
-def _parse_hashes(values: pd.Series) -> list:
-    """CSV cells of space-separated ints / lists / arrays -> tuples of Python ints."""
-    def one(v):
-        if isinstance(v, tuple):
-            return v
-        if isinstance(v, (list, np.ndarray)):
-            return tuple(int(x) for x in v)
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            return ()
-        return tuple(int(x) for x in str(v).split())
-    return [one(v) for v in values]
-
-
-# ----------------------------------------------------------------------------------------- readers
-
-def _azure(path, cols, rep, opts):
-    raw = _read(path, "csv", usecols=list(AZURE_COLS), dtype={"TIMESTAMP": str})
-    p = str(path)
-    arrival, origin = _datetimes_to_seconds(raw["TIMESTAMP"], path=p, field="TIMESTAMP", rows=None)
-    rep["arrival_origin"] = origin
-    return dict(arrival_s=arrival,
-                prompt_tokens=to_tokens(raw["ContextTokens"], path=p, field="ContextTokens"),
-                output_tokens=to_tokens(raw["GeneratedTokens"], path=p, field="GeneratedTokens")), len(raw), None
-
-
-def _mooncake(path, cols, rep, opts):
-    raw = _read(path, "jsonl")
-    _require(raw, MOONCAKE_COLS, path)
-    p = str(path)
-    ts = to_seconds(raw["timestamp"], path=p, field="timestamp", scale=1e-3)
-    origin = float(ts.min())
-    rep["arrival_origin"] = f"{origin * 1e3:g} ms"
-    out = dict(arrival_s=ts - origin,
-               prompt_tokens=to_tokens(raw["input_length"], path=p, field="input_length"),
-               output_tokens=to_tokens(raw["output_length"], path=p, field="output_length"))
-    if "hash_ids" in raw.columns:
-        h = raw["hash_ids"]
-        ok = h.map(lambda v: isinstance(v, list)).to_numpy(dtype=bool)
-        i = first_true(~ok)
-        if i is not None:
-            raise TraceError(f"must be a list of ints, got {h.iloc[i]!r}", path=p, row=i + 1, field="hash_ids")
-        out["prefix_hashes"] = [tuple(v) for v in h]
-        out["_hash_block_tokens"] = MOONCAKE_BLOCK_TOKENS
-    return out, len(raw), None
-
-
-def _burstgpt(path, cols, rep, opts):
-    raw = _read(path, "csv", usecols=list(BURSTGPT_COLS))
-    p = str(path)
-    resp = pd.to_numeric(raw["Response tokens"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    failed = resp == 0
-    rows = np.arange(1, len(raw) + 1)
-    if failed.any():
-        rep["rows_dropped"]["failed request (0 response tokens)"] = int(failed.sum())
-        keep = ~failed
-        raw, rows = raw.loc[keep].reset_index(drop=True), rows[keep]
-        if len(raw) == 0:
-            raise TraceError("every row is a failed request (0 response tokens)", path=p)
-    ts = to_seconds(raw["Timestamp"], path=p, field="Timestamp", rows=rows)
-    origin = float(ts.min())
-    rep["arrival_origin"] = f"{origin:g} s"
-    return dict(arrival_s=ts - origin,
-                prompt_tokens=to_tokens(raw["Request tokens"], path=p, field="Request tokens", rows=rows),
-                output_tokens=to_tokens(raw["Response tokens"], path=p, field="Response tokens", rows=rows)), \
-        len(rows) + int(failed.sum()), rows - 1
-
-
-def _generic(path, cols, rep, opts, *, lengths_only=False):
-    p = str(path)
-    kind = _kind(path)
-    if lengths_only:
-        cols = {"prompt": LENGTHS_COLS[0], "output": LENGTHS_COLS[1], **cols}
-    elif not cols:
-        header = set(_header(path, kind))
-        if {"arrived_at", *LENGTHS_COLS} <= header:  # vidur's processed traces
-            cols = {"prompt": LENGTHS_COLS[0], "output": LENGTHS_COLS[1], "arrival": "arrived_at"}
-        else:
-            raise TraceError("format 'generic' needs --columns prompt=COL,output=COL[,arrival=COL]", path=p)
-    for k in ("prompt", "output"):
-        if k not in cols:
-            raise TraceError(f"--columns needs {k}=COL (got {', '.join(f'{a}={b}' for a, b in cols.items())})", path=p)
-    time_key = next((k for k in ("arrival", "arrival_ms", "timestamp") if k in cols), None)
-    if lengths_only:
-        time_key = None
-    keys = ["prompt", "output", "id", "n", "beam_width"] + ([time_key] if time_key else [])
-    wanted = list(dict.fromkeys(cols[k] for k in keys if k in cols))
-    raw = _read(path, kind, usecols=wanted if kind != "jsonl" else None,
-                dtype={cols["timestamp"]: str} if time_key == "timestamp" and kind == "csv" else None)
-    _require(raw, wanted, path)
-    out = dict(prompt_tokens=to_tokens(raw[cols["prompt"]], path=p, field=cols["prompt"]),
-               output_tokens=to_tokens(raw[cols["output"]], path=p, field=cols["output"]))
-    for k in ("n", "beam_width"):
-        if k in cols:
-            out[k] = to_tokens(raw[cols[k]], path=p, field=cols[k])
-    ids = None
-    if "id" in cols:
-        ids = raw[cols["id"]].astype(str)
-    if time_key == "timestamp":
-        out["arrival_s"], rep["arrival_origin"] = _datetimes_to_seconds(raw[cols["timestamp"]], path=p,
-                                                                        field=cols["timestamp"], rows=None)
-    elif time_key is not None:
-        ts = to_seconds(raw[cols[time_key]], path=p, field=cols[time_key],
-                        scale=1e-3 if time_key == "arrival_ms" else 1.0)
-        origin = float(ts.min())
-        rep["arrival_origin"] = f"{origin:g} s"
-        out["arrival_s"] = ts - origin
-    else:
-        out["arrival_s"] = None
-    return out, len(raw), ids
-
-
-def _lengths(path, cols, rep, opts):
-    return _generic(path, cols, rep, opts, lengths_only=True)
-
-
-def _canonical(path, cols, rep, opts):
-    p = str(path)
-    kind = _kind(path)
-    raw = _read(path, kind, dtype={"request_id": str} if kind == "csv" else None)
-    _require(raw, CANONICAL_COLUMNS[1:], path)
-    out = dict(arrival_s=to_seconds(raw["arrival_s"], path=p, field="arrival_s"),
-               prompt_tokens=to_tokens(raw["prompt_tokens"], path=p, field="prompt_tokens"),
-               output_tokens=to_tokens(raw["output_tokens"], path=p, field="output_tokens"))
-    for k in ("n", "beam_width"):
-        if k in raw.columns:
-            out[k] = to_tokens(raw[k], path=p, field=k)
-    if "prefix_hashes" in raw.columns:
-        try:
-            out["prefix_hashes"] = _parse_hashes(raw["prefix_hashes"])
-        except ValueError:
-            bad = raw["prefix_hashes"].astype(str).str.fullmatch(r"[\s\d\-\[\],()]*").to_numpy(dtype=bool)
-            i = first_true(~bad)
-            raise TraceError("must be space-separated integers", path=p, row=None if i is None else i + 1,
-                             field="prefix_hashes") from None
-        out["_hash_block_tokens"] = int(raw.attrs.get("hash_block_tokens", MOONCAKE_BLOCK_TOKENS))
-    ids = raw["request_id"].astype(str) if "request_id" in raw.columns else None
-    rep["arrival_origin"] = None
-    return out, len(raw), ids
-
-
-READERS = dict(azure=_azure, mooncake=_mooncake, burstgpt=_burstgpt, lengths=_lengths, canonical=_canonical,
-               generic=_generic)
+def _warn_if_implausible(arrival_s: np.ndarray, path: str, unit: str) -> None:
+    """One line when the span or the rate says the times were probably read in the wrong unit."""
+    span = float(arrival_s.max() - arrival_s.min())
+    rows = arrival_s.size
+    rate = (rows - 1) / span if span > 0 else math.inf
+    if span > PLAUSIBLE_MAX_SPAN_S or (rows > PLAUSIBLE_MIN_ROWS and rate < PLAUSIBLE_MIN_RATE):
+        warn(f"{path}: {rows:,} requests over {span:.4g} s ({span / PLAUSIBLE_MAX_SPAN_S:.3g} years, "
+             f"{rate:.3g} req/s) is implausible for a request trace; its times were read as {unit} "
+             f"(set --time-unit to change)")
 
 
 # ----------------------------------------------------------------------------------------- public
 
 def load_trace(path: str | Path, format: str | None = None, columns: str | dict | None = None,
                spread_timestamps: bool = False, arrival: str = "poisson", seed: int = 0, *,
-               rate: float | None = None, cv: float = 1.0) -> pd.DataFrame:
+               rate: float | None = None, cv: float = 1.0, time_unit: str | None = None,
+               hash_block_tokens: int | None = None, window: Window | None = None) -> pd.DataFrame:
     """Load ``path`` into the canonical form; ``df.attrs['load_report']`` says what happened.
 
-    ``format``: one of :data:`FORMATS` or None (detect). ``columns``: column map for
-    ``generic``/``lengths`` (see module docstring). ``spread_timestamps``: spread rows that share a
-    timestamp within the quantization step (seeded with ``seed``). ``arrival``/``rate``/``cv``:
-    the synthetic arrival process for traces without times (``lengths``, or ``generic`` without a
-    time column); ``rate`` defaults to 2.0 req/s there and is ignored for timed traces (use
-    :func:`traces.transform.scale_rate`).
+    ``format``: one of :data:`FORMATS` or None (detect). ``columns``: column map over the
+    format's own (see module docstring). ``spread_timestamps``: spread rows that share a
+    timestamp within the quantization step (seeded with ``seed``; reads the whole file).
+    ``arrival``/``rate``/``cv``: the synthetic arrival process for traces without times
+    (``lengths``, or ``generic`` without a time column); ``rate`` defaults to 2.0 req/s there
+    and is ignored for timed traces (use :func:`traces.transform.scale_rate`). ``time_unit``,
+    ``hash_block_tokens``: see the module docstring. ``window``: the rows the caller keeps,
+    letting a CSV reader stop early (see :mod:`traces.reading`).
     """
     path = Path(path)
     p = str(path)
@@ -415,39 +380,104 @@ def load_trace(path: str | Path, format: str | None = None, columns: str | dict 
         raise TraceError("is a directory, expected a trace file", path=p)
     if path.stat().st_size == 0:
         raise TraceError("empty file", path=p)
-    cols = parse_columns(columns)
-    if format is None:
-        format = detect_format(path, cols)
-    if format not in READERS:
+    if hash_block_tokens is not None and not (isinstance(hash_block_tokens, int) and hash_block_tokens >= 1):
+        raise TraceError(f"--hash-block-tokens must be an integer >= 1, got {hash_block_tokens}", path=p)
+    user = parse_columns(columns)
+    detected = format is None
+    if detected:
+        format = detect_format(path, user)
+    if format not in LAYOUTS:
         raise TraceError(f"unknown trace format '{format}'; valid: {', '.join(FORMATS)}", path=p)
-    rep: dict[str, Any] = dict(path=p, format=format, rows_read=0, rows_dropped={}, rows_resorted=0,
-                               arrival_origin=None, spread_timestamps=False, synthetic_arrivals=None)
-    data, rows_read, ids = READERS[format](path, cols, rep, {})
-    rep["rows_read"] = int(rows_read)
-    n = len(data["prompt_tokens"])
-    if data.get("arrival_s") is None:
-        data["arrival_s"], rep["synthetic_arrivals"] = _synthetic_arrivals(n, arrival, rate, cv, seed)
-    elif spread_timestamps:
-        data["arrival_s"] = spread_ties(data["arrival_s"], np.random.default_rng(seed))
-        rep["spread_timestamps"] = True
-    block = data.pop("_hash_block_tokens", None)
-    if ids is None:
-        ids = ids_for(n)
-    elif not isinstance(ids, pd.Series):  # row positions (burstgpt: kept rows)
-        ids = pd.Series(np.asarray(ids)).astype(str)
-    frame = {"request_id": ids.reset_index(drop=True).astype(str),
-             "arrival_s": np.asarray(data["arrival_s"], dtype=np.float64),
-             "prompt_tokens": data["prompt_tokens"], "output_tokens": data["output_tokens"]}
-    for k in ("n", "beam_width", "prefix_hashes"):
+    kind = file_kind(path)
+    layout = LAYOUTS[format]
+    cols = _column_map(format, layout, user, path, kind)
+    time = _time_column(format, layout, cols, time_unit, p)
+    required = [c for k, c in cols.items() if k not in layout.optional or k in user]
+    wanted = None  # JSON lines are read whole
+    if kind != "jsonl":
+        present = header(path, kind)
+        missing = [c for c in required if c not in present]
+        if missing:
+            raise TraceError(f"missing column (have: {', '.join(map(str, present))})", path=p, field=missing[0])
+        wanted = list(dict.fromkeys(c for c in cols.values() if c in present))
+    text = tuple(c for k, c in cols.items() if k in ("id", "hashes") and (wanted is None or c in wanted))
+    raw, stopped = read(path, kind, wanted, time=time, text=text, window=None if spread_timestamps else window)
+    for c in required:
+        if c not in raw.columns:
+            raise TraceError(f"missing column (have: {', '.join(map(str, raw.columns))})", path=p, field=c)
+    cols = {k: c for k, c in cols.items() if c in raw.columns}
+
+    rep: dict[str, Any] = dict(path=p, format=format, rows_read=int(len(raw)), rows_dropped={}, rows_resorted=0,
+                               arrival_origin=None, time_unit=None, stopped_early=bool(stopped),
+                               spread_timestamps=False, synthetic_arrivals=None)
+    block = hash_block_tokens if hash_block_tokens is not None else layout.hash_block_tokens
+    if format == "canonical" and hash_block_tokens is None:
+        block = int(raw.attrs.get("hash_block_tokens", block))
+    if format == "mooncake" and detected:
+        why = _mooncake_misfit(raw, cols)
+        if why is not None:  # read it as generic: times in seconds unless told, hashes only with a block size
+            time = replace(time, unit=time_unit or "s")
+            rep["format"] = "generic"
+            block = hash_block_tokens
+            ignored = cols.pop("hashes", None) if block is None else None
+            if time_unit is None or ignored:
+                warn(f"{p}: has Mooncake's keys but not its numbers ({why}); read as generic with "
+                     f"{time.name} in {time.unit}"
+                     + (" (set --time-unit to change, or --format mooncake for milliseconds)" if time_unit is None else "")
+                     + (f"; {ignored} ignored (give --hash-block-tokens N to use it)" if ignored else ""))
+    if "hashes" in cols and block is None:
+        raise TraceError(f"hashes={cols['hashes']} needs --hash-block-tokens N (prompt tokens per hash; "
+                         f"Mooncake 512, Qwen/Bailian 16)", path=p, field=cols["hashes"])
+
+    rows = None  # 1-based source rows of the kept rows, when rows were dropped
+    for key in layout.failed_if_zero:
+        name = cols[key]
+        zero = pd.to_numeric(raw[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) == 0
+        if zero.any():
+            rep["rows_dropped"][f"failed request (0 {name.lower()})"] = int(zero.sum())
+            rows = (np.arange(1, len(raw) + 1) if rows is None else rows)[~zero]
+            raw = raw.loc[~zero].reset_index(drop=True)
+            if len(raw) == 0:
+                raise TraceError(f"every row is a failed request ({', '.join(rep['rows_dropped'])})", path=p)
+
+    data: dict[str, Any] = {k: to_tokens(raw[cols[k]], path=p, field=cols[k], rows=rows)
+                            for k in ("prompt", "output", "n", "beam_width") if k in cols}
+    if time is None:
+        from traces.arrivals import arrivals, describe
+        r = DEFAULT_LENGTHS_RATE if rate is None else rate
+        arrival_s = arrivals(arrival, r, num_requests=len(raw), cv=cv, rng=np.random.default_rng(seed))
+        rep["synthetic_arrivals"] = describe(arrival, r, cv, seed)
+    else:
+        if time.unit is None:
+            arrival_s, rep["arrival_origin"] = _datetimes_to_seconds(raw[time.name], time, path=p, rows=rows)
+        else:
+            arrival_s, rep["arrival_origin"] = _numbers_to_seconds(raw[time.name], time, path=p, rows=rows,
+                                                                   rezero=layout.rezero)
+        rep["time_unit"] = time.unit or "date-time"
+        _warn_if_implausible(arrival_s, p, rep["time_unit"])
+        if spread_timestamps:
+            arrival_s = spread_ties(arrival_s, np.random.default_rng(seed))
+            rep["spread_timestamps"] = True
+
+    if "id" in cols:
+        ids = raw[cols["id"]].astype(str)
+    else:
+        ids = ids_for(len(raw)) if rows is None else pd.Series(rows - 1).astype(str)
+    frame = {"request_id": ids.reset_index(drop=True).astype(str), "arrival_s": np.asarray(arrival_s, dtype=np.float64),
+             "prompt_tokens": data["prompt"], "output_tokens": data["output"]}
+    for k in ("n", "beam_width"):
         if k in data:
-            frame[k] = pd.Series(data[k], dtype=object) if k == "prefix_hashes" else data[k]
-    df = pd.DataFrame(frame)
+            frame[k] = data[k]
+    if "hashes" in cols:
+        frame["prefix_hashes"] = pd.Series(_hash_tuples(raw[cols["hashes"]], path=p, field_=cols["hashes"], rows=rows),
+                                           dtype=object)
+    df = pd.DataFrame(frame, copy=False)  # no copies of tens of millions of rows
     df.attrs = {"source": p}
-    if block is not None:
-        df.attrs["hash_block_tokens"] = block
+    if "hashes" in cols:
+        df.attrs["hash_block_tokens"] = int(block)
     df = sort_by_arrival(df, rep, path=p)
     df.attrs["load_report"] = rep
-    return validate_canonical(df, source=p)
+    return validate_canonical(df, source=p, unique_ids="id" not in cols)
 
 
 def write_trace(df: pd.DataFrame, path: str | Path) -> Path:
@@ -460,7 +490,7 @@ def write_trace(df: pd.DataFrame, path: str | Path) -> Path:
     cols = [c for c in (*CANONICAL_COLUMNS, "n", "beam_width", "prefix_hashes") if c in df.columns]
     out = df[cols].copy()
     out.attrs = {k: v for k, v in df.attrs.items() if k == "hash_block_tokens"}
-    kind = _kind(path)
+    kind = file_kind(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "parquet":

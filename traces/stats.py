@@ -19,6 +19,15 @@ def _dist(x: np.ndarray) -> dict:
     return out
 
 
+def _busiest_minute(a: np.ndarray) -> int:
+    """Most arrivals in one of the minutes [a[0] + 60 k, a[0] + 60 (k + 1)) of sorted ``a``:
+    runs of equal minute numbers, so the memory is the rows', not the span's (a bincount over
+    a span of 1e12 s would want 251 GiB)."""
+    minute = np.floor((a - a[0]) / 60.0)
+    starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1], True])
+    return int(np.diff(starts).max())
+
+
 def _num(x: float):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
@@ -38,11 +47,7 @@ def trace_stats(df: pd.DataFrame) -> dict:
     rate = (rows - 1) / duration if rows > 1 and duration > 0 else None
     gaps = np.diff(a)
     cv = float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else None
-    if rows:
-        minute = np.floor((a - a[0]) / 60.0).astype(np.int64)
-        peak = float(np.bincount(minute).max() / 60.0) if duration >= 60 else None
-    else:
-        peak = None
+    peak = float(_busiest_minute(a) / 60.0) if rows and duration >= 60 else None
     out = dict(rows=rows, first_arrival_s=float(a[0]) if rows else None, duration_s=duration, rate_rps=rate,
                interarrival_cv=_num(cv), peak_1min_rps=peak,
                prompt_tokens=_dist(p), output_tokens=_dist(o), total_tokens=_dist(p + o))
@@ -58,7 +63,7 @@ def trace_stats(df: pd.DataFrame) -> dict:
                                     block_tokens=df.attrs.get("hash_block_tokens"))
     if "load_report" in df.attrs:
         rep = df.attrs["load_report"]
-        out["load_report"] = {k: rep[k] for k in ("format", "rows_read", "rows_dropped", "rows_resorted",
+        out["load_report"] = {k: rep[k] for k in ("format", "rows_read", "rows_dropped", "rows_resorted", "time_unit",
                                                   "spread_timestamps", "synthetic_arrivals") if k in rep}
     return {k: (_num(v) if isinstance(v, float) else v) for k, v in out.items()}
 
@@ -91,8 +96,9 @@ def format_stats(stats: dict, title: str = "") -> str:
     rep = stats.get("load_report")
     if rep:
         dropped = ", ".join(f"{v} {k}" for k, v in rep.get("rows_dropped", {}).items()) or "none"
-        lines.append(f"loaded           {rep.get('rows_read', 0):,} rows as {rep.get('format')}; dropped: {dropped}; "
-                     f"re-sorted: {rep.get('rows_resorted', 0)}")
+        unit = f" (times in {rep['time_unit']})" if rep.get("time_unit") else ""
+        lines.append(f"loaded           {rep.get('rows_read', 0):,} rows as {rep.get('format')}{unit}; dropped: {dropped}; "
+                     f"out of order: {rep.get('rows_resorted', 0)}")
         if rep.get("synthetic_arrivals"):
             lines.append(f"arrivals         synthetic ({rep['synthetic_arrivals']})")
     return "\n".join(lines)

@@ -1,16 +1,9 @@
-"""Synthetic workloads: arrival processes, length distributions and the vLLM paper's datasets.
+"""Synthetic workloads: length distributions and the vLLM paper's datasets, with the arrival
+processes of :mod:`traces.arrivals`.
 
 Everything is vectorized numpy driven by ``np.random.default_rng(seed)``; the same arguments
 give the identical DataFrame. ``make_workload`` spawns independent child streams for arrivals,
 prompt lengths and output lengths (``SeedSequence(seed).spawn(3)``).
-
-Arrivals
---------
-``poisson``: exponential gaps with mean ``1/rate``. ``gamma``: gamma gaps with mean ``1/rate``
-and coefficient of variation ``cv`` (shape ``1/cv**2``; ``cv > 1`` is burstier than Poisson,
-``cv = 1`` has Poisson statistics). The first request arrives after one gap (not at 0).
-With ``duration_s`` the requests are those arriving before ``duration_s``; with
-``num_requests`` exactly that many; with both, whichever ends first.
 
 Length distributions (``--prompt-dist`` / ``--output-dist`` spec strings)
 --------------------------------------------------------------------------
@@ -18,7 +11,8 @@ Length distributions (``--prompt-dist`` / ``--output-dist`` spec strings)
 (``M`` is the mean of the un-rounded lognormal; ``mu=`` may be given instead of ``mean=``),
 ``exponential:mean=M``, ``empirical:PATH`` (resampled with replacement from the prompt or
 output column of a trace file that :func:`traces.loaders.load_trace` reads). Values are rounded
-to integers and clipped to >= 1.
+to integers and clipped to >= 1. Parameters must be finite, means and ``value`` > 0, ``sigma``
+>= 0, and every draw must stay below :data:`MAX_DRAWN_TOKENS`; anything else is refused in one line.
 
 Built-in workloads ``sharegpt`` and ``alpaca`` (no external file needed)
 ------------------------------------------------------------------------
@@ -57,62 +51,12 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from traces.arrivals import arrivals
+from traces.names import ARRIVALS, DISTS, WORKLOADS
 from traces.schema import ids_for
 
-from traces.names import ARRIVALS, DISTS, WORKLOADS
-
-
-# ----------------------------------------------------------------------------------------- arrivals
-
-def _check_rate(rate, cv=1.0):
-    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
-        raise ConfigError(f"rate must be a positive number of requests/s, got {rate}")
-    if not (math.isfinite(cv) and cv > 0):
-        raise ConfigError(f"cv must be > 0 (1 = Poisson-like, >1 burstier), got {cv}")
-
-
-def _gaps(kind: str, rate: float, cv: float, size: int, rng: np.random.Generator) -> np.ndarray:
-    if kind == "poisson":
-        return rng.exponential(1.0 / rate, size)
-    if kind == "gamma":
-        shape = 1.0 / (cv * cv)
-        return rng.gamma(shape, 1.0 / (rate * shape), size)
-    raise ConfigError(f"unknown arrival process '{kind}'; valid: {', '.join(ARRIVALS)}")
-
-
-def arrivals(kind: str = "poisson", rate: float = 2.0, *, duration_s: float | None = None,
-             num_requests: int | None = None, cv: float = 1.0,
-             rng: np.random.Generator | int | None = None) -> np.ndarray:
-    """Arrival times (s, float64, increasing) of a ``poisson`` or ``gamma`` process at ``rate``."""
-    _check_rate(rate, cv)
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-    if duration_s is None and num_requests is None:
-        raise ConfigError("give a duration or a number of requests")
-    if num_requests is not None and num_requests < 0:
-        raise ConfigError(f"num_requests must be >= 0, got {num_requests}")
-    if duration_s is not None and not duration_s > 0:
-        raise ConfigError(f"duration must be > 0 s, got {duration_s}")
-    if duration_s is None:
-        return np.cumsum(_gaps(kind, rate, cv, int(num_requests), rng))
-    mean = rate * duration_s
-    want = mean + 8.0 * max(cv, 1.0) * math.sqrt(mean) + 16
-    if num_requests is not None:
-        want = min(want, num_requests)
-    t = np.cumsum(_gaps(kind, rate, cv, int(want), rng))
-    while t.size and t[-1] < duration_s and (num_requests is None or t.size < num_requests):
-        more = np.cumsum(_gaps(kind, rate, cv, max(int(want) // 4, 16), rng)) + t[-1]
-        t = np.concatenate([t, more])
-    if num_requests is not None:
-        t = t[:num_requests]
-    return t[: int(np.searchsorted(t, duration_s, side="left"))]
-
-
-def poisson_arrivals(rate: float, *, duration_s=None, num_requests=None, rng=None) -> np.ndarray:
-    return arrivals("poisson", rate, duration_s=duration_s, num_requests=num_requests, rng=rng)
-
-
-def gamma_arrivals(rate: float, cv: float, *, duration_s=None, num_requests=None, rng=None) -> np.ndarray:
-    return arrivals("gamma", rate, duration_s=duration_s, num_requests=num_requests, cv=cv, rng=rng)
+#: a drawn length above this is a mistaken spec (e.g. a lognormal sigma of 50), not a request
+MAX_DRAWN_TOKENS = 10**9
 
 
 # ----------------------------------------------------------------------------------------- lengths
@@ -144,6 +88,18 @@ def parse_dist(spec: str) -> tuple[str, dict]:
             raise ConfigError(f"length distribution {spec!r} needs {' or '.join(a + '=' for a in alts)}; "
                               f"e.g. constant:128, uniform:low=4,high=1024, lognormal:mean=300,sigma=1, "
                               f"exponential:mean=300")
+    for k, v in params.items():
+        if k in ("mean", "value"):
+            ok, want = 0 < v < MAX_DRAWN_TOKENS, f"> 0 and < {MAX_DRAWN_TOKENS:.0e}"
+        elif k in ("low", "high"):
+            ok, want = abs(v) < MAX_DRAWN_TOKENS, f"below {MAX_DRAWN_TOKENS:.0e}"
+        elif k == "sigma":
+            ok, want = 0 <= v < math.inf, "a finite number >= 0"
+        else:
+            ok, want = math.isfinite(v), "finite"
+        if not ok:
+            raise ConfigError(f"length distribution {spec!r}: {k} must be {want}, got {v:g} "
+                              f"(e.g. lognormal:mean=300,sigma=1)")
     return name, params
 
 
@@ -169,7 +125,11 @@ def sample_lengths(spec: str | tuple, size: int, rng: np.random.Generator, *, wh
         col = "prompt_tokens" if which == "prompt" else "output_tokens"
         values = load_trace(p["path"])[col].to_numpy()
         x = values[rng.integers(0, values.size, size)]
-    return np.maximum(np.rint(x), 1).astype(np.int64)
+    x = np.rint(x)
+    if x.size and not x.max() < MAX_DRAWN_TOKENS:
+        raise ConfigError(f"length distribution {spec if isinstance(spec, str) else name!r} draws "
+                          f"{x.max():.3g} tokens, beyond the {MAX_DRAWN_TOKENS:.0e} a request can hold")
+    return np.maximum(x, 1).astype(np.int64)
 
 
 def resample_lengths(df: pd.DataFrame, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

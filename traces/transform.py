@@ -77,7 +77,13 @@ def apply_max_len_policy(df: pd.DataFrame, max_seq_len: int, policy: str = "erro
     ``error``: raise :class:`TraceError` naming the first such row (1-based, in arrival order).
     ``drop``: remove them. ``truncate``: keep the prompt and clip the output to
     ``max_seq_len - prompt``; if the prompt alone is ``>= max_seq_len``, clip the prompt to
-    ``max_seq_len - 1`` and the output to 1 (a request always generates at least one token).
+    ``max_seq_len - 1`` and the output to 1 (a request always generates at least one token); a
+    clipped prompt keeps its first tokens, so its prefix hashes are cut to the blocks it still
+    reaches. ``clip-prompt`` (as Vidur does): keep the output and the prompt's last
+    ``max_seq_len - output`` tokens; an output of ``>= max_seq_len`` alone is clipped to
+    ``max_seq_len - 1`` and the prompt to its last token. The prompt then no longer starts with
+    the hashed blocks, so those rows lose their prefix hashes (nothing of them is shareable).
+    Either policy counts the requests it shortened as ``truncated``.
     ``max_seq_len=None`` means no limit (nothing affected).
     Returns ``(df, {"policy", "max_seq_len", "affected", "dropped", "truncated"})``.
     """
@@ -98,25 +104,28 @@ def apply_max_len_policy(df: pd.DataFrame, max_seq_len: int, policy: str = "erro
         i = first_true(over)
         rid = df["request_id"].iloc[i]
         raise TraceError(f"request {rid!r} needs {p[i]} prompt + {o[i]} output = {p[i] + o[i]} tokens > "
-                         f"max_seq_len {max_seq_len} ({affected} such requests); use --max-len-policy drop "
-                         f"or truncate", path=str(df.attrs.get("source", "<trace>")), row=i + 1,
+                         f"max_seq_len {max_seq_len} ({affected} such requests); use --max-len-policy drop, "
+                         f"truncate or clip-prompt", path=str(df.attrs.get("source", "<trace>")), row=i + 1,
                          field="prompt_tokens+output_tokens")
     if policy == "drop":
         report["dropped"] = affected
         return _with_attrs(df.loc[~over].reset_index(drop=True), df), report
-    new_p = np.minimum(p, max_seq_len - 1)
-    new_o = np.where(over, np.maximum(max_seq_len - new_p, 1), o)
+    if policy == "truncate":
+        new_p = np.minimum(p, max_seq_len - 1)
+        new_o = np.where(over, np.maximum(max_seq_len - new_p, 1), o)
+    else:  # clip-prompt
+        new_o = np.minimum(o, max_seq_len - 1)
+        new_p = np.where(over, max_seq_len - new_o, p)
     out = df.copy()
     out["prompt_tokens"] = new_p.astype(np.int64)
     out["output_tokens"] = new_o.astype(np.int64)
-    if "prefix_hashes" in out.columns and "hash_block_tokens" in df.attrs:
-        clipped = p > new_p
-        if clipped.any():
-            b = int(df.attrs["hash_block_tokens"])
-            keep = -(-new_p // b)
-            hashes = out["prefix_hashes"].to_numpy(dtype=object).copy()
-            for i in np.flatnonzero(clipped):  # only truncated prompts (rare)
-                hashes[i] = tuple(hashes[i][: keep[i]])
-            out["prefix_hashes"] = pd.Series(hashes, dtype=object)
+    clipped = p > new_p
+    if "prefix_hashes" in out.columns and "hash_block_tokens" in df.attrs and clipped.any():
+        b = int(df.attrs["hash_block_tokens"])
+        keep = -(-new_p // b) if policy == "truncate" else np.zeros_like(new_p)
+        hashes = out["prefix_hashes"].to_numpy(dtype=object).copy()
+        for i in np.flatnonzero(clipped):  # only clipped prompts (rare)
+            hashes[i] = tuple(hashes[i][: keep[i]])
+        out["prefix_hashes"] = pd.Series(hashes, dtype=object)
     report["truncated"] = affected
     return _with_attrs(out, df), report

@@ -98,3 +98,82 @@ def test_help_has_examples(capsys):
         with pytest.raises(SystemExit):
             main(["trace", sub, "--help"])
         assert "example:\n  pagesim trace " + sub in capsys.readouterr().out
+
+
+def test_stats_memory_follows_rows_not_span():
+    """Busiest minute over a 1e9 s span: counted per run of equal minutes, not with a bincount of
+    1.7e7 minutes (133 MB; a 1e12 s span wanted 251 GiB)."""
+    import tracemalloc
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, 5.0, 1e9], "prompt_tokens": [1, 1, 1],
+                       "output_tokens": [1, 1, 1]})
+    tracemalloc.start()
+    try:
+        st = trace_stats(df)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert st["peak_1min_rps"] == pytest.approx(2 / 60)  # 0 s and 5 s share the first minute
+    assert peak < 10e6
+
+
+def test_stats_busiest_minute_by_hand():
+    # minutes from the first arrival (10 s): [10, 70) holds 10, 20, 69.9; [70, 130) holds 70, 100; [190, 250) 200
+    df = pd.DataFrame({"request_id": list("abcdef"), "arrival_s": [10.0, 20.0, 69.9, 70.0, 100.0, 200.0],
+                       "prompt_tokens": [1] * 6, "output_tokens": [1] * 6})
+    assert trace_stats(df)["peak_1min_rps"] == pytest.approx(3 / 60)
+    # the busiest minute last: [60, 120) holds 100, 101, 102
+    last = df.iloc[:4].assign(arrival_s=[0.0, 100.0, 101.0, 102.0])
+    assert trace_stats(last)["peak_1min_rps"] == pytest.approx(3 / 60)
+
+
+def test_synth_gamma_huge_cv_keeps_rate(tmp_path, capsys):
+    out = tmp_path / "g.csv"
+    # cv 1e6 used to run past 90 s growing to 9 GB; cv 1000 gave 201,222 requests for "2 req/s for 60 s"
+    for cv in ("1e6", "1000"):
+        assert main(["trace", "synth", "--arrival", "gamma", "--cv", cv, "--rate", "2", "--duration", "60",
+                     "-o", str(out)]) == 0
+        df = load_trace(out)
+        assert len(df) == 120 and df["arrival_s"].max() < 60.0
+
+
+def test_synth_burstiness_is_vllm_gamma_shape(tmp_path, capsys):
+    out = tmp_path / "b.csv"
+    assert main(["trace", "synth", "--burstiness", "0.25", "--rate", "4", "--num-requests", "40000",
+                 "--seed", "3", "-o", str(out)]) == 0
+    gaps = load_trace(out)["arrival_s"].diff().dropna().to_numpy()
+    # shape 0.25 -> CV 1/sqrt(0.25) = 2; mean gap 1/4 s
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)
+    assert gaps.mean() == pytest.approx(0.25, rel=0.01)
+
+
+@pytest.mark.parametrize("argv", [["--burstiness", "2", "--cv", "3"], ["--cv", "3", "--burstiness", "2"],
+                                  ["--arrival", "poisson", "--burstiness", "2"],
+                                  ["--burstiness", "2", "--arrival", "poisson"]])
+def test_synth_burstiness_conflicts(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as ei:
+        main(["trace", "synth", *argv, "--num-requests", "5", "-o", str(tmp_path / "x.csv")])
+    assert ei.value.code == 2
+    assert "--burstiness" in capsys.readouterr().err
+
+
+def test_burstiness_sets_gamma_and_cv():
+    import argparse
+    from traces.args import add_workload_args
+    p = argparse.ArgumentParser()
+    add_workload_args(p)
+    args = p.parse_args(["--burstiness", "4", "--arrival", "gamma"])
+    assert (args.arrival, args.cv, args.burstiness) == ("gamma", 0.5, 4.0)  # CV = 1/sqrt(4)
+
+
+@pytest.mark.parametrize("spec,fragment", [("lognormal:mean=-5,sigma=1", "mean must be > 0"),
+                                           ("lognormal:mean=300,sigma=-1", "sigma must be a finite number >= 0"),
+                                           ("exponential:mean=nan", "mean must be > 0"),
+                                           ("uniform:low=1,high=1e30", "high must be below"),
+                                           ("lognormal:mu=30,sigma=1", "draws"),  # e^30 = 1e13 tokens
+                                           ("lognormal:mu=inf,sigma=1", "mu must be finite")])
+def test_synth_bad_length_distribution_one_line(tmp_path, capsys, spec, fragment):
+    rc = main(["trace", "synth", "--workload", "custom", "--prompt-dist", spec, "--output-dist", "constant:5",
+               "--num-requests", "5", "-o", str(tmp_path / "x.csv")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pagesim: error: ") and err.count("\n") == 1 and fragment in err

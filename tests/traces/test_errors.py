@@ -23,8 +23,9 @@ CASES = [
     ("badtime.csv", H + OK + "yesterday-ish,4,3\n" + OK, None, 2, "TIMESTAMP", "unparseable timestamp"),
     ("badjson.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 5}\n{"timestamp": 1, oops\n',
      "mooncake", 2, None, "invalid JSON"),
-    ("moon_neg.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
-                       '{"timestamp": -4, "input_length": 5, "output_length": 5}\n', None, 2, "timestamp", "-4"),
+    ("moon_neg.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [1]}\n'
+                       '{"timestamp": -4, "input_length": 5, "output_length": 5, "hash_ids": [2]}\n', None, 2,
+     "timestamp", "-4"),
     ("generic_missing.csv", "p,o\n1,2\n", None, None, "t", "missing column"),
 ]
 

@@ -10,6 +10,7 @@ import pytest
 
 from traces import validate_canonical
 from traces.loaders import detect_format, load_trace, parse_columns, spread_ties, write_trace
+from traces.schema import TraceWarning
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:17:03.9799600,4808,10
@@ -41,12 +42,13 @@ def test_azure_unsorted_is_sorted_with_warning(write):
     text = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
             "2023-11-16 18:00:02.0,2,2\n2023-11-16 18:00:00.0,1,1\n2023-11-16 18:00:03.0,3,3\n"
             "2023-11-16 18:00:01.0,4,4\n")
-    with pytest.warns(UserWarning, match=r"4 of 4 rows moved"):
+    # times 2, 0, 3, 1: the longest sorted run keeps 2 rows (0, 1 or 2, 3), so 2 rows are out of order
+    with pytest.warns(TraceWarning, match=r"2 of 4 rows out of order"):
         df = load_trace(write("u.csv", text))
     assert df["prompt_tokens"].tolist() == [1, 4, 2, 3]
     assert df["request_id"].tolist() == ["1", "3", "0", "2"]  # ids follow the source rows
     np.testing.assert_allclose(df["arrival_s"], [0, 1, 2, 3])
-    assert df.attrs["load_report"]["rows_resorted"] == 4
+    assert df.attrs["load_report"]["rows_resorted"] == 2
 
 
 def test_sorted_input_does_not_warn(write):
@@ -124,7 +126,7 @@ def test_lengths_with_synthetic_arrivals(write):
     df = load_trace(path, rate=4.0, seed=3)
     assert df.attrs["load_report"]["format"] == "lengths"
     assert df["prompt_tokens"].tolist() == [10, 7, 1] and df["output_tokens"].tolist() == [20, 3, 1]
-    from traces.synth import arrivals
+    from traces.arrivals import arrivals
     np.testing.assert_array_equal(df["arrival_s"], arrivals("poisson", 4.0, num_requests=3,
                                                             rng=np.random.default_rng(3)))
     g = load_trace(path, arrival="gamma", cv=2.0, rate=1.0, seed=3)
@@ -209,3 +211,65 @@ def test_validate_canonical_accepts_loaded_and_names_problems():
         validate_canonical(good.drop(columns="prompt_tokens"), source="mine")
     with pytest.raises(TraceError, match=r"row 2, field 'request_id'"):
         validate_canonical(good.assign(request_id=["a", "a"]), source="mine")
+
+
+def test_burstgpt_drops_zero_request_tokens_as_failed(write):
+    text = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,0,18,18,x\n6,ChatGPT,10,0,10,x\n7,GPT-4,0,0,0,x\n9,GPT-4,5,5,10,x\n")
+    df = load_trace(write("b.csv", text))
+    # row 3 has both zero: counted once, under the first reason checked (0 response tokens)
+    assert df.attrs["load_report"]["rows_dropped"] == {"failed request (0 response tokens)": 2,
+                                                       "failed request (0 request tokens)": 1}
+    assert df["request_id"].tolist() == ["3"] and df["prompt_tokens"].tolist() == [5]
+    assert df.attrs["load_report"]["rows_read"] == 4
+
+
+@pytest.mark.parametrize("times,late", [
+    ([0, 1, 2, 100, 3, 4, 5], 1),        # one late row; a sort shifts 4 positions
+    ([1, 2, 3, 4, 5, 6, 0], 1),          # one early row at the end; a sort shifts all 7
+    ([5, 4, 3, 2, 1], 4),                # reversed: only one row can stay
+    ([2, 0, 3, 1], 2),                   # the longest sorted run is 2 long (0, 1 or 2, 3)
+    ([1, 1, 0, 1, 1], 1),                # ties are in order
+])
+def test_rows_out_of_order_by_hand(times, late):
+    from traces.schema import rows_out_of_order
+    assert rows_out_of_order(np.array(times, dtype=float)) == late
+
+
+def test_resort_warning_counts_rows_out_of_order(write):
+    # 7,106 rows (RAGPulse's count) with one row 3 s late: 1 row out of order, not 7,104 moved
+    t = np.arange(7106, dtype=float)
+    t[[100, 101, 102, 103]] = [101, 102, 103, 100]  # the row at 100 s arrives after the next three
+    text = "t,p,o\n" + "".join(f"{x},1,1\n" for x in t)
+    with pytest.warns(TraceWarning, match=r": timestamps not sorted: 1 of 7106 rows out of order"):
+        df = load_trace(write("u.csv", text), columns="prompt=p,output=o,arrival=t")
+    assert df.attrs["load_report"]["rows_resorted"] == 1
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=14))
+def test_rows_out_of_order_is_len_minus_longest_sorted_subsequence(values):
+    from traces.schema import rows_out_of_order
+    a = np.array(values, dtype=float)
+    best = [1] * len(values)  # O(n^2) longest non-decreasing subsequence ending at each row
+    for i in range(len(values)):
+        for j in range(i):
+            if values[j] <= values[i]:
+                best[i] = max(best[i], best[j] + 1)
+    assert rows_out_of_order(a) == len(values) - max(best, default=0)
+
+
+def test_loader_warning_prints_one_line(tmp_path):
+    """From the command line a loader warning is one line on stderr, without Python's source line."""
+    import subprocess
+    import sys
+    path = tmp_path / "u.csv"
+    path.write_text("t,p,o\n1,1,1\n0,1,1\n2,1,1\n")
+    out = subprocess.run([sys.executable, "-m", "sim.cli", "trace", "stats", str(path), "--columns",
+                          "prompt=p,output=o,arrival=t"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert out.stderr.splitlines() == [f"pagesim: warning: {path}: timestamps not sorted: 1 of 3 rows out of "
+                                       f"order; sorted by arrival"]

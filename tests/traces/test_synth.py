@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from sim.errors import ConfigError
-from traces.synth import (arrivals, fit_paper_workload, make_workload, paper_lengths, parse_dist,
-                          sample_lengths)
+from traces.arrivals import arrivals
+from traces.synth import fit_paper_workload, make_workload, paper_lengths, parse_dist, sample_lengths
 
 PAPER = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 
@@ -88,11 +88,19 @@ def test_duration_bounds_and_count():
     np.testing.assert_array_equal(both, t[:100])
 
 
-def test_duration_long_enough_for_refill():
-    t = arrivals("gamma", 1.0, duration_s=5000.0, cv=6.0, rng=np.random.default_rng(5))
-    assert t[-1] < 5000.0
-    # the process continued past the first draw: the last arrival is close to the end
-    assert t[-1] > 4000.0
+def test_gamma_keeps_the_mean_rate_over_the_duration():
+    # 1 req/s for 5000 s: exactly round(1 x 5000) = 5000 requests, all inside the window, however bursty
+    for cv in (0.5, 6.0, 1e3):  # cv 1e3 used to give ~19,000 requests here (and cv 1e6 gigabytes of gaps)
+        t = arrivals("gamma", 1.0, duration_s=5000.0, cv=cv, rng=np.random.default_rng(5))
+        assert t.size == 5000 and 0 <= t.min() and t.max() < 5000.0 and np.all(np.diff(t) >= 0)
+    # without a duration: num_requests over num_requests / rate = 200 s
+    t = arrivals("gamma", 2.0, num_requests=400, cv=1e6, rng=np.random.default_rng(5))
+    assert t.size == 400 and t.max() < 200.0
+    # both: the first num_requests of the duration's round(2 x 60) = 120
+    full = arrivals("gamma", 2.0, duration_s=60.0, cv=3.0, rng=np.random.default_rng(1))
+    first = arrivals("gamma", 2.0, duration_s=60.0, num_requests=50, cv=3.0, rng=np.random.default_rng(1))
+    assert full.size == 120
+    np.testing.assert_array_equal(first, full[:50])
 
 
 def test_million_requests_fast():

@@ -126,3 +126,42 @@ def test_truncate_invariants(pairs, max_len):
     np.testing.assert_array_equal((np_ + no)[over], np.full(int(over.sum()), max_len))
     dropped, drep = apply_max_len_policy(d, max_len, "drop")
     assert len(dropped) == len(d) - int(over.sum()) == len(d) - drep["dropped"]
+
+
+def test_max_len_clip_prompt(df):
+    out, rep = apply_max_len_policy(df, 100, "clip-prompt")
+    assert rep == {"policy": "clip-prompt", "max_seq_len": 100, "affected": 3, "dropped": 0, "truncated": 3}
+    # row 1: 90+20 -> prompt 100-20 = 80 (its last 80 tokens), output 20; row 3: 100+1 -> 99+1;
+    # row 4: 120+5 -> 95+5; outputs untouched
+    assert out["prompt_tokens"].tolist() == [10, 80, 50, 99, 95, 30]
+    assert out["output_tokens"].tolist() == [10, 20, 50, 1, 5, 70]
+
+
+def test_clip_prompt_clips_an_output_that_fills_the_limit_and_drops_clipped_hashes():
+    d = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, 1.0, 2.0],
+                      "prompt_tokens": np.array([700, 10, 100]), "output_tokens": np.array([5, 800, 5]),
+                      "prefix_hashes": pd.Series([(1, 2), (3,), (4,)], dtype=object)})
+    d.attrs["hash_block_tokens"] = 512
+    out, _ = apply_max_len_policy(d, 600, "clip-prompt")
+    # a: 700+5 -> 595+5, its start gone with its hashes; b: output 800 alone > 600 -> 599, prompt 1;
+    # c fits and keeps everything
+    assert out["prompt_tokens"].tolist() == [595, 1, 100] and out["output_tokens"].tolist() == [5, 599, 5]
+    assert out["prefix_hashes"].tolist() == [(), (), (4,)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 3000)), min_size=1, max_size=40),
+       st.integers(2, 2048))
+def test_clip_prompt_invariants(pairs, max_len):
+    p = np.array([a for a, _ in pairs], dtype=np.int64)
+    o = np.array([b for _, b in pairs], dtype=np.int64)
+    d = pd.DataFrame({"request_id": [str(i) for i in range(len(p))], "arrival_s": np.arange(len(p), dtype=float),
+                      "prompt_tokens": p, "output_tokens": o})
+    over = p + o > max_len
+    out, _ = apply_max_len_policy(d, max_len, "clip-prompt")
+    np_, no = out["prompt_tokens"].to_numpy(), out["output_tokens"].to_numpy()
+    assert (np_ >= 1).all() and (no >= 1).all() and (np_ + no <= max_len).all()
+    np.testing.assert_array_equal(np_[~over], p[~over])
+    fits = over & (o < max_len)  # outputs are kept whenever they leave room for one prompt token
+    np.testing.assert_array_equal(no[fits], o[fits])
+    np.testing.assert_array_equal((np_ + no)[over], np.full(int(over.sum()), max_len))
