@@ -4,7 +4,7 @@ target rate needs, and what that costs (``pagesim plan``; the CLI is :mod:`exper
 Every answer comes from full simulations ("probes") of one workload at different settings, found
 by a boundary search. The package, bottom up:
 
-* :mod:`experiments.slo`: does one probe meet the SLO (p99 / goodput, keeping up, Little's law);
+* :mod:`experiments.slo`: does one probe meet the SLO (p99 / SLO attainment, keeping up, Little's law);
 * :mod:`experiments.search`: :class:`BoundarySearch`, the largest passing setting in few probes;
 * :mod:`experiments.probe`: the workload at each rate, :func:`run_point` (the run function sent
   to :func:`experiments.sweep.run_sweep`), early stop, :class:`Runner` and :func:`run_searches`;
@@ -41,7 +41,8 @@ from experiments.search import (  # noqa: F401  (re-exported)
     DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE, BoundarySearch, _round_sig,
     search_max)
 from experiments.slo import (  # noqa: F401  (re-exported)
-    KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point, littles_law, p99, request_ok)
+    DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point, littles_law, p99,
+    request_ok)
 from experiments.sweep import RunSpec
 from sim.errors import ConfigError, PagesimError
 
@@ -155,8 +156,9 @@ def infeasible_hint(task: SearchTask, slo: SLO) -> str:
         if thr is not None and v is not None and v == v and v > thr:
             needs.append(f"your {name} SLO must be >= {v:.3g} s (the {'mean' if 'normalized' in key else 'p99'} "
                          f"at {r:g} req/s)")
-    if slo.goodput is not None and lowest.get("goodput", 0) < slo.goodput:
-        needs.append(f"goodput at {r:g} req/s is {lowest['goodput']:.3f}: your goodput target must be <= that")
+    if slo.slo_attainment is not None and lowest.get("slo_attainment", 0) < slo.slo_attainment:
+        needs.append(f"SLO attainment at {r:g} req/s is {lowest['slo_attainment']:.3f}: your --slo-attainment "
+                     "must be <= that")
     if lowest.get("rejected"):
         needs.append(f"{lowest['rejected']} requests were rejected (too long for the KV pool or max_seq_len): "
                      "use more KV memory (--kv-gib, larger GPU, --tp) or --max-len-policy drop")
@@ -169,7 +171,8 @@ def infeasible_hint(task: SearchTask, slo: SLO) -> str:
 
 def _lightweight(points: list[dict]) -> list[dict]:
     keep = ("search", "system", "x", "rate", "passed", "fail_reason", "p99_ttft_s", "p99_tpot_s", "p99_e2el_s",
-            "mean_normalized_latency_s", "goodput", "request_throughput", "output_throughput", "completed",
+            "mean_normalized_latency_s", "slo_attainment", "request_goodput", "request_throughput",
+            "output_throughput", "completed",
             "rejected", "unfinished", "drain_s", "kept_up", "littles_law_error", "littles_law_ok",
             "kv_capacity_tokens", "avg_batch_size", "num_preemptions", "kv_gib", "tensor_parallel", "gpu",
             "block_size", "max_num_seqs", "reservation", "chunked_prefill", "preemption", "error",
@@ -227,8 +230,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
                "kv_capacity_tokens": budget.capacity_tokens, "kv_gib": budget.kv_bytes / (1 << 30),
                "capped": t.search.capped}
         if best is not None:
-            row.update({k: best.get(k) for k in ("p99_ttft_s", "p99_tpot_s", "p99_e2el_s", "goodput",
-                                                   "request_throughput", "output_throughput")})
+            row.update({k: best.get(k) for k in ("p99_ttft_s", "p99_tpot_s", "p99_e2el_s", "slo_attainment",
+                                                   "request_goodput", "request_throughput", "output_throughput")})
             row["gpu_hourly_usd"] = price * tp
             row["dollars_per_1m_output_tokens"] = cost_per_million_tokens(price, tp, 1, best["output_throughput"])
         else:

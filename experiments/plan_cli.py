@@ -56,7 +56,10 @@ def register(sub) -> None:
             "  pagesim plan compare-gpus --gpus A,B,...  KV capacity, max rate and $/1M tokens per GPU\n\n"
             "A probe passes when every request finishes, the system keeps up (last finish - last arrival <= "
             "max(keepup-frac x span, keepup-min-s)) and the SLO holds (p99s over finished requests; with "
-            "--goodput, the thresholds apply per request and that fraction of all requests must meet them).\n"
+            "--slo-attainment F, the thresholds apply per request and that fraction of all requests must meet "
+            "them; vLLM's --goodput ttft:MS tpot:MS e2el:MS sets such per-request thresholds in ms, with F "
+            f"{P.DEFAULT_SLO_ATTAINMENT:g} unless given). Every probe reports slo_attainment (the fraction of "
+            "requests meeting every threshold) and request_goodput (those requests per second, as vLLM's).\n"
             "Search: double from the start rate until a probe fails, then bisect to --rtol; the answer is the "
             "highest rate simulated that passed. Built-in workloads are regenerated at each rate with the same "
             f"seed for --duration (default {P.DEFAULT_DURATION_S:g} s); a --trace is rate-scaled (--duration keeps "
@@ -84,9 +87,12 @@ def register(sub) -> None:
     g.add_argument("--slo-e2el-p99", type=_pos, metavar="S", help="p99 end-to-end latency")
     g.add_argument("--slo-normalized-latency", type=_pos, metavar="S",
                    help="mean end-to-end latency per output token (the vLLM paper's metric)")
-    g.add_argument("--goodput", type=_pos, metavar="F",
-                   help="goodput mode: the thresholds above apply per request and at least this fraction of "
-                        "requests must meet all of them (instead of the p99/mean checks)")
+    g.add_argument("--slo-attainment", type=_pos, metavar="F",
+                   help="the thresholds apply per request and at least this fraction of requests must meet all "
+                        "of them (instead of the p99/mean checks)")
+    g.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="vllm bench serve's per-request SLOs in milliseconds (ttft:2000 tpot:100 e2el:20000), "
+                        f"met by --slo-attainment of the requests (default {P.DEFAULT_SLO_ATTAINMENT:g}, DistServe's)")
     s = p.add_argument_group("search")
     s.add_argument("--systems", type=_csv_list, default=["vllm"], metavar="A,B",
                    help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
@@ -119,7 +125,7 @@ def register(sub) -> None:
     e.add_argument("--no-cache", action="store_true", help="rerun probes even if cached")
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
-                        "p99 threshold / missing the goodput target); its metrics are then partial")
+                        "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
     e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
                    help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost model's "
                         "measured error on the GPU (sim/data/calibration) and report the rates between; "
@@ -179,7 +185,7 @@ def setup_from_args(args: argparse.Namespace):
     setup = P.PlanSetup(sim=sim, workload=P.encode_workload(opts), seed=args.seed, start_rate=start,
                         min_rate=args.min_rate, max_rate=args.max_rate, rtol=args.rtol,
                         duration_s=opts.get("duration") if not opts.get("trace") else None)
-    slo = P.SLO(args.slo_ttft_p99, args.slo_tpot_p99, args.slo_e2el_p99, args.slo_normalized_latency, args.goodput)
+    slo = slo_from_args(args)
     if args.early_stop:
         setup.early_stop = P.early_stop_options(slo)
     if args.workers is not None and args.workers < 1:
@@ -189,6 +195,29 @@ def setup_from_args(args: argparse.Namespace):
                       progress=bool(args.progress) and not args.json and sys.stderr.isatty(),
                       keepup_frac=args.keepup_frac, keepup_min_s=args.keepup_min_s)
     return setup, slo, runner, opts
+
+
+def slo_from_args(args: argparse.Namespace):
+    """The SLO of --slo-* (seconds) and vLLM's --goodput KEY:MS thresholds, one source per metric."""
+    from experiments import plan as P
+    from sim.errors import ConfigError
+    from sim.metrics import SummaryOptions
+    from sim.simulate_cli import parse_goodput
+
+    if args.goodput and len(args.goodput) == 1 and args.goodput[0].replace(".", "", 1).isdigit():
+        raise ConfigError(f"--goodput takes vLLM's KEY:MS thresholds (e.g. ttft:2000 tpot:100); the fraction of "
+                          f"requests meeting the SLO is --slo-attainment {args.goodput[0]}")
+    goodput = SummaryOptions(goodput_slo_s=parse_goodput(args.goodput)).goodput_slo_s  # validated as simulate's
+    thresholds = {"ttft": args.slo_ttft_p99, "tpot": args.slo_tpot_p99, "e2el": args.slo_e2el_p99}
+    for metric, seconds in goodput:
+        if thresholds[metric] is not None:
+            raise ConfigError(f"both --goodput {metric}:MS and --slo-{metric}-p99 set the {metric.upper()} "
+                              "threshold: give one")
+        thresholds[metric] = seconds
+    attainment = args.slo_attainment
+    if attainment is None and goodput:
+        attainment = P.DEFAULT_SLO_ATTAINMENT
+    return P.SLO(thresholds["ttft"], thresholds["tpot"], thresholds["e2el"], args.slo_normalized_latency, attainment)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -299,8 +328,8 @@ def _table(rows: list[dict], cols: list[tuple[str, str]], f) -> None:
 
 
 POINT_COLS = [("search", "search"), ("rate", "rate"), ("passed", "pass"), ("p99_ttft_s", "p99 TTFT s"),
-              ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"), ("request_throughput", "req/s"),
-              ("output_throughput", "tok/s"), ("littles_law_error", "Little err"), ("fail_reason", "why not")]
+              ("p99_tpot_s", "p99 TPOT s"), ("slo_attainment", "SLO attain."), ("request_throughput", "req/s"),
+              ("request_goodput", "good req/s"), ("output_throughput", "tok/s"), ("littles_law_error", "Little err"), ("fail_reason", "why not")]
 
 
 def print_result(r: dict, f) -> None:
@@ -314,8 +343,9 @@ def print_result(r: dict, f) -> None:
         print("\nmax rate under the SLO", file=f)
         band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []
         _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), *band, ("p99_ttft_s", "p99 TTFT s"),
-                              ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"),
-                              ("output_throughput", "out tok/s"), ("kv_capacity_tokens", "KV tokens"),
+                              ("p99_tpot_s", "p99 TPOT s"), ("slo_attainment", "SLO attain."),
+                              ("request_goodput", "good req/s"), ("output_throughput", "out tok/s"),
+                              ("kv_capacity_tokens", "KV tokens"),
                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
         if r.get("error_band"):
             b = r["error_band"]

@@ -138,9 +138,9 @@ class ProbeWatcher:
       (resp. E2EL, TPOT) threshold, so the final p99 (numpy's linear interpolation) must exceed it.
       A request still without its first token at ``now`` counts once ``now - arrival`` exceeds the
       TTFT threshold (its TTFT can only be larger), likewise for unfinished requests and E2EL;
-    * goodput mode: more than ``(1 - goodput) N`` requests already miss a threshold.
+    * SLO-attainment mode: more than ``(1 - slo_attainment) N`` requests already miss a threshold.
 
-    ``stop`` = ``{"ttft": s, "tpot": s, "e2el": s, "goodput": f}`` (missing/None: not checked).
+    ``stop`` = ``{"ttft": s, "tpot": s, "e2el": s, "slo_attainment": f}`` (missing/None: not checked).
     """
 
     def __init__(self, table, stop: dict[str, Any]):
@@ -188,11 +188,11 @@ class ProbeWatcher:
         v = self.violations()
         if not v:
             return None
-        g = self.stop.get("goodput")
+        g = self.stop.get("slo_attainment")
         if g is not None:
             miss = int(np.logical_or.reduce(list(v.values())).sum())
             if miss > (1 - g) * self.n:
-                return (f"{miss} of {self.n} requests already miss a threshold: goodput <= "
+                return (f"{miss} of {self.n} requests already miss a threshold: SLO attainment <= "
                         f"{1 - miss / self.n:.3f} < {g:g}")
             return None
         m = self.n - math.floor(0.99 * (self.n - 1))
@@ -205,14 +205,15 @@ class ProbeWatcher:
 
 def early_stop_options(slo: SLO) -> dict[str, Any] | None:
     """What :class:`ProbeWatcher` may check for ``slo`` (None if nothing)."""
-    if slo.goodput is None:
+    if slo.slo_attainment is None:
         d = {"ttft": slo.ttft_p99_s, "tpot": slo.tpot_p99_s, "e2el": slo.e2el_p99_s}
     else:
-        d = {"ttft": slo.ttft_p99_s, "tpot": slo.tpot_p99_s, "e2el": slo.e2el_p99_s, "goodput": slo.goodput}
+        d = {"ttft": slo.ttft_p99_s, "tpot": slo.tpot_p99_s, "e2el": slo.e2el_p99_s,
+             "slo_attainment": slo.slo_attainment}
         if slo.normalized_latency_s is not None:  # a per-request criterion the watcher does not track
-            d["goodput"] = None
+            d["slo_attainment"] = None
     d = {k: v for k, v in d.items() if v is not None}
-    if "goodput" not in d and slo.goodput is not None:
+    if "slo_attainment" not in d and slo.slo_attainment is not None:
         return {"reject_only": True}
     return d or {"reject_only": True}
 
@@ -324,7 +325,8 @@ class Runner:
             return p
         if req is None:
             raise PagesimError(f"probe {spec.label()}: the cache holds no request table")
-        p.update(evaluate_point(req, self.slo, keepup_frac=self.keepup_frac, keepup_min_s=self.keepup_min_s))
+        p.update(evaluate_point(req, self.slo, duration_s=summ.get("duration_s"), keepup_frac=self.keepup_frac,
+                                keepup_min_s=self.keepup_min_s))
         if summ.get("stopped_early"):
             # metrics are those of the requests simulated so far; the verdict (fail) is certain
             p.update(passed=False, stopped_early=True, fail_reason=summ["stopped_early"],

@@ -13,10 +13,15 @@ lives here.
   a queue that grows without bound leaves a backlog proportional to the trace length;
 * the SLO: in p99 mode each given threshold bounds the p99 over finished requests (TTFT, TPOT,
   E2EL; ``normalized_latency`` bounds the *mean* end-to-end latency per output token, the vLLM
-  paper's metric). In goodput mode (``goodput`` set) the same thresholds apply per request and
-  the fraction of *all* requests meeting every one of them must be at least ``goodput``
-  (rejected and unfinished requests count as misses). Requests with one output token have no
-  TPOT and meet any TPOT threshold.
+  paper's metric). In SLO-attainment mode (``slo_attainment`` set) the same thresholds apply per
+  request and the fraction of *all* requests meeting every one of them (``slo_attainment``:
+  rejected and unfinished requests count as misses) must be at least the target. A request meets
+  the thresholds as :func:`sim.metrics.meets_slos` says (one output token: no TPOT, meets any).
+
+**Request goodput.** ``request_goodput`` is vLLM's (``vllm bench serve --goodput``): the requests
+meeting every per-request threshold, per second of the run (the denominator of
+``request_throughput``). vLLM's ``--goodput ttft:MS tpot:MS e2el:MS`` sets those thresholds in
+milliseconds; a plan given them and no target asks for :data:`DEFAULT_SLO_ATTAINMENT`.
 
 **Little's law check.** For every probe, over the window [first arrival, max(last finish, last
 arrival)] of the admitted requests (rejected ones never enter the system): L = time-weighted
@@ -36,12 +41,16 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.metrics import meets_slos
 
 #: relative Little's-law error above which a probe gets a warning
 LITTLE_TOL = 0.05
 #: a probe keeps up if it drains within max(KEEPUP_FRAC * arrival span, KEEPUP_MIN_S) of the last arrival
 KEEPUP_FRAC = 0.05
 KEEPUP_MIN_S = 60.0
+#: the SLO-attainment target of a plan given vLLM's --goodput thresholds alone: DistServe's 90 %
+#: (the goodput of the DistServe paper, https://arxiv.org/abs/2401.09670, that vLLM's --goodput cites)
+DEFAULT_SLO_ATTAINMENT = 0.9
 
 
 @dataclass
@@ -52,17 +61,17 @@ class SLO:
     tpot_p99_s: float | None = None
     e2el_p99_s: float | None = None
     normalized_latency_s: float | None = None  # mean s per output token (p99 mode)
-    goodput: float | None = None  # fraction of requests meeting all thresholds (goodput mode)
+    slo_attainment: float | None = None  # target fraction of requests meeting all thresholds
 
     def __post_init__(self) -> None:
         for k, v in asdict(self).items():
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise ConfigError(f"SLO {k} must be a positive number, got {v}")
-        if self.goodput is not None and self.goodput > 1:
-            raise ConfigError(f"goodput is a fraction of requests in (0, 1], got {self.goodput}")
-        if self.goodput is not None and not self.thresholds():
-            raise ConfigError("--goodput needs at least one per-request threshold "
-                              "(--slo-ttft-p99, --slo-tpot-p99, --slo-e2el-p99, --slo-normalized-latency)")
+        if self.slo_attainment is not None and self.slo_attainment > 1:
+            raise ConfigError(f"--slo-attainment is a fraction of requests in (0, 1], got {self.slo_attainment}")
+        if self.slo_attainment is not None and not self.thresholds():
+            raise ConfigError("--slo-attainment needs at least one per-request threshold (--goodput KEY:MS, "
+                              "--slo-ttft-p99, --slo-tpot-p99, --slo-e2el-p99, --slo-normalized-latency)")
 
     def thresholds(self) -> dict[str, float]:
         """Per-request column -> threshold (s)."""
@@ -74,14 +83,14 @@ class SLO:
         names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2el_s": "E2EL", "normalized_latency_s": "normalized latency"}
         parts = []
         for col, v in self.thresholds().items():
-            if self.goodput is None:
+            if self.slo_attainment is None:
                 what = "mean" if col == "normalized_latency_s" else "p99"
                 unit = " s/token" if col == "normalized_latency_s" else " s"
                 parts.append(f"{what} {names[col]} <= {v:g}{unit}")
             else:
                 parts.append(f"{names[col]} <= {v:g} s")
-        if self.goodput is not None:
-            return f">= {100 * self.goodput:g} % of requests with " + " and ".join(parts)
+        if self.slo_attainment is not None:
+            return f">= {100 * self.slo_attainment:g} % of requests with " + " and ".join(parts)
         return " and ".join(parts) if parts else "no latency SLO (only: all requests finish and the system keeps up)"
 
 
@@ -93,12 +102,10 @@ def p99(values: Iterable[float]) -> float:
 
 
 def request_ok(requests: pd.DataFrame, slo: SLO) -> np.ndarray:
-    """Per request: finished and within every per-request threshold (NaN TPOT counts as within)."""
-    ok = np.array(requests["status"].astype(str) == "finished", dtype=bool)
-    for col, thr in slo.thresholds().items():
-        v = requests[col].to_numpy(dtype=float)
-        ok = ok & np.where(np.isnan(v), col == "tpot_s", v <= thr)
-    return ok
+    """Per request: finished and within every per-request threshold (:func:`sim.metrics.meets_slos`)."""
+    thresholds = slo.thresholds()
+    return meets_slos(np.asarray(requests["status"].astype(str) == "finished", dtype=bool),
+                      {col: requests[col].to_numpy(dtype=float) for col in thresholds}, thresholds)
 
 
 def littles_law(requests: pd.DataFrame) -> dict[str, float]:
@@ -128,9 +135,10 @@ def littles_law(requests: pd.DataFrame) -> dict[str, float]:
     return dict(L=L, lam=lam, W=W, littles_law_error=float(err))
 
 
-def evaluate_point(requests: pd.DataFrame, slo: SLO, *, keepup_frac: float = KEEPUP_FRAC,
-                   keepup_min_s: float = KEEPUP_MIN_S) -> dict[str, Any]:
-    """SLO metrics of one probe from its request table, and whether it passes (see module doc)."""
+def evaluate_point(requests: pd.DataFrame, slo: SLO, *, duration_s: float | None = None,
+                   keepup_frac: float = KEEPUP_FRAC, keepup_min_s: float = KEEPUP_MIN_S) -> dict[str, Any]:
+    """SLO metrics of one probe from its request table, and whether it passes (see module doc).
+    ``duration_s``: the run's (summary.json's), for ``request_goodput`` (NaN without it)."""
     status = requests["status"].astype(str)
     fin = (status == "finished").to_numpy()
     n = len(requests)
@@ -141,7 +149,9 @@ def evaluate_point(requests: pd.DataFrame, slo: SLO, *, keepup_frac: float = KEE
         "p99_e2el_s": p99(requests["e2el_s"][fin]),
         "mean_normalized_latency_s": float(np.nanmean(requests["normalized_latency_s"][fin])) if fin.any() else float("nan"),
     }
-    out["goodput"] = float(request_ok(requests, slo).mean()) if n else float("nan")
+    good = request_ok(requests, slo)
+    out["slo_attainment"] = float(good.mean()) if n else float("nan")
+    out["request_goodput"] = int(good.sum()) / duration_s if duration_s and duration_s > 0 else float("nan")
     a = requests["arrival_s"].to_numpy(dtype=float)
     f = requests["finish_s"].to_numpy(dtype=float)
     span = float(a.max() - a.min()) if n else 0.0
@@ -160,9 +170,9 @@ def evaluate_point(requests: pd.DataFrame, slo: SLO, *, keepup_frac: float = KEE
         reasons.append(f"{out['unfinished']} unfinished")
     if fin.any() and not out["kept_up"]:
         reasons.append(f"fell behind (drain {out['drain_s']:.0f} s > {allowance:.0f} s)")
-    if slo.goodput is not None:
-        if not out["goodput"] >= slo.goodput:
-            reasons.append(f"goodput {out['goodput']:.3f} < {slo.goodput:g}")
+    if slo.slo_attainment is not None:
+        if not out["slo_attainment"] >= slo.slo_attainment:
+            reasons.append(f"SLO attainment {out['slo_attainment']:.3f} < {slo.slo_attainment:g}")
     else:
         checks = [("p99_ttft_s", slo.ttft_p99_s, "p99 TTFT"), ("p99_tpot_s", slo.tpot_p99_s, "p99 TPOT"),
                   ("p99_e2el_s", slo.e2el_p99_s, "p99 E2EL"),

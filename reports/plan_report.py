@@ -1,7 +1,7 @@
 """HTML report of ``pagesim plan`` (one self-contained file: plotly.js embedded once).
 
 :func:`plan_report` takes the result dict of :mod:`experiments.plan` (what ``plan.json`` holds)
-and writes the probed curves (p99 TTFT, p99 TPOT, goodput and throughput against rate, passing
+and writes the probed curves (p99 TTFT, p99 TPOT, SLO attainment and throughput against rate, passing
 probes as dots and failing ones as crosses, SLO lines, the answer marked), the answer bars,
 and the tables of the mode.
 """
@@ -50,16 +50,16 @@ def _table(rows: list[dict], cols: list[tuple[str, str]] | None = None) -> str:
 
 
 def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None] | None = None,
-                  title: str = "Probed points: latency, goodput and throughput against request rate") -> go.Figure:
+                  title: str = "Probed points: latency, SLO attainment and throughput against request rate") -> go.Figure:
     """2x2 panels per search (one colour each): pass = dot, fail = cross; SLO lines dashed."""
     df = pd.DataFrame(points)
-    fig = make_subplots(rows=2, cols=2, subplot_titles=("p99 TTFT (s)", "p99 TPOT (s)", "goodput (fraction of requests)",
+    fig = make_subplots(rows=2, cols=2, subplot_titles=("p99 TTFT (s)", "p99 TPOT (s)", "SLO attainment (fraction of requests)",
                                                         "output throughput (tokens/s)"))
     if df.empty:
         return fig
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf"]
-    panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("goodput", 2, 1), ("output_throughput", 2, 2)]
+    panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("slo_attainment", 2, 1), ("output_throughput", 2, 2)]
     for i, (name, g) in enumerate(df.sort_values("rate").groupby("search", sort=False)):
         color = palette[i % len(palette)]
         for j, (col, r, c) in enumerate(panels):
@@ -83,7 +83,8 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
         if answers and answers.get(name) is not None:
             for _col, r, c in panels:
                 fig.add_vline(x=answers[name], line=dict(color=color, dash="dot", width=1), row=r, col=c)
-    lines = {"p99_ttft_s": slo.get("ttft_p99_s"), "p99_tpot_s": slo.get("tpot_p99_s"), "goodput": slo.get("goodput")}
+    lines = {"p99_ttft_s": slo.get("ttft_p99_s"), "p99_tpot_s": slo.get("tpot_p99_s"),
+             "slo_attainment": slo.get("slo_attainment")}
     for col, r, c in panels:
         if lines.get(col):
             fig.add_hline(y=lines[col], line=dict(color="#444", dash="dash"), row=r, col=c)

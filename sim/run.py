@@ -21,7 +21,7 @@ from sim.cost import make_cost_model
 from sim.engine import Engine, SimulatedExecutor
 from sim.errors import ConfigError
 from sim.memory import make_manager
-from sim.metrics import request_frame, summarize
+from sim.metrics import SummaryOptions, prefix_cache_hit_rate, request_frame, summarize
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.state import RequestTable
 from sim.sched.static import StaticScheduler
@@ -109,11 +109,13 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
 
 
 def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
-                   macro_steps: bool = True, engine: str = "auto") -> SimResult:
+                   macro_steps: bool = True, engine: str = "auto",
+                   summary_options: SummaryOptions = SummaryOptions()) -> SimResult:
     """``macro_steps=False`` runs every iteration through the scheduler one by one (the
     reference path; ``cfg.check`` implies it); results are the same either way. ``engine``:
     ``auto`` takes the core where it covers the configuration, ``core`` insists, ``python``
-    never takes it (``sim/core/replay.py``)."""
+    never takes it (``sim/core/replay.py``). ``summary_options``: which percentiles and goodput
+    the summary reports."""
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
     bar = None
     if progress:
@@ -136,6 +138,9 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     for k, v in mstats.items():
         extra[f"mgr_{k}"] = v
     summary = summarize(table, engine.rec, sched, duration_s=engine.end_s, wall_time_s=engine.wall_time_s,
-                        extra=extra)
+                        extra=extra, options=summary_options)
+    if getattr(manager, "prefix_caching", False):  # paged managers only: others ignore the setting
+        summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(mstats["prefix_hit_tokens"],
+                                                                 mstats["prefix_lookup_tokens"])
     summary.update(engine.rec.sharing())  # after summarize: it finalizes the recorder's sums
     return SimResult(summary, request_frame(table), engine.rec.frame(), cfg)

@@ -10,6 +10,7 @@ from pathlib import Path
 from sim.cli import HelpFormatter, example
 from sim.config import PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
 from sim.calibration import describe_band, error_band
+from sim.errors import ConfigError
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
@@ -84,6 +85,48 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     return SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
 
 
+def add_summary_args(p: argparse.ArgumentParser) -> None:
+    """``vllm bench serve``'s options for what the summary reports (see :class:`SummaryOptions`)."""
+    from sim.metrics import LATENCY_METRICS
+    m = p.add_argument_group("summary metrics (as vllm bench serve)")
+    m.add_argument("--percentile-metrics", default=",".join(LATENCY_METRICS), metavar="LIST",
+                   help="latency metrics that get percentiles (p<P>_<metric>_ms): any of "
+                        + ",".join(LATENCY_METRICS) + "; mean, median and std are reported for all four")
+    m.add_argument("--metric-percentiles", default="99", metavar="LIST",
+                   help="which percentiles, e.g. 50,90,99 gives p50_ttft_ms, p90_ttft_ms, p99_ttft_ms")
+    m.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                   help="per-request SLOs in milliseconds, e.g. ttft:2000 tpot:100 e2el:20000; the summary "
+                        "then has request_goodput: finished requests meeting all of them per second")
+
+
+def parse_goodput(pairs: list[str] | None) -> tuple[tuple[str, float], ...]:
+    """vLLM's ``--goodput KEY:MS ...`` as (metric, threshold in seconds) pairs."""
+    out = []
+    for pair in pairs or ():
+        name, sep, value = pair.partition(":")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = None
+        if not sep or ms is None:
+            raise ConfigError(f"--goodput takes KEY:MS pairs in milliseconds, as vllm bench serve "
+                              f"(e.g. ttft:2000 tpot:100 e2el:20000), got '{pair}'")
+        out.append((name, ms / 1e3))
+    return tuple(out)
+
+
+def summary_options_from_args(args: argparse.Namespace):
+    from sim.metrics import SummaryOptions
+
+    metrics = tuple(m.strip() for m in args.percentile_metrics.split(",") if m.strip())
+    try:
+        percentiles = tuple(float(p) for p in args.metric_percentiles.split(",") if p.strip())
+    except ValueError:
+        raise ConfigError(f"--metric-percentiles takes comma-separated numbers in [0, 100] (e.g. 50,90,99), "
+                          f"got '{args.metric_percentiles}'") from None
+    return SummaryOptions(percentile_metrics=metrics, percentiles=percentiles, goodput_slo_s=parse_goodput(args.goodput))
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "simulate", help="run one simulation and write summary.json, requests.csv, steps.csv",
@@ -111,6 +154,7 @@ def register(sub) -> None:
                         "caching or sampling width), else the Python engine; core: insist (exit 2 saying "
                         "why not); python: never. The same records either way")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_summary_args(p)
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar on runs longer than 2 s")
     p.set_defaults(func=run)
@@ -121,13 +165,15 @@ def run(args: argparse.Namespace) -> int:
     from traces.args import workload_from_args
 
     cfg = config_from_args(args)
+    summary_options = summary_options_from_args(args)
     if args.no_steps:
         cfg = cfg.replace(record_steps=False)
     from sim.run import resolve_budget
 
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine)
+    result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine,
+                            summary_options=summary_options)
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
@@ -141,28 +187,45 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(_jsonable({k: v for k, v in result.summary.items()})))
     else:
-        print_summary(result.summary, sys.stdout)
+        print_summary(result.summary, sys.stdout, summary_options)
         if args.out:
             print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
                   + (", report.html" if args.report else ""))
     return 0
 
 
-def print_summary(s: dict, f) -> None:
+#: the latency rows of the printed summary: (metric, label)
+LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
+
+
+def print_summary(s: dict, f, options) -> None:
+    """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
+    from sim.metrics import percentile_word
     mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
            ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
            ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]
     rows = [
         ("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
         ("duration (sim)", f"{s['duration_s']:.1f} s"),
+        ("tokens in / out", f"{s['total_input_tokens']} / {s['total_output_tokens']}"),
         ("request throughput", f"{s['request_throughput']:.3f} req/s"),
-        ("output throughput", f"{s['output_throughput']:.1f} tok/s"),
-        ("TTFT mean / p99", f"{s['mean_ttft_ms']:.1f} / {s['p99_ttft_ms']:.1f} ms"),
-        ("TPOT mean / p99", f"{s['mean_tpot_ms']:.1f} / {s['p99_tpot_ms']:.1f} ms"),
+    ]
+    if "request_goodput" in s:
+        rows.append(("request goodput", f"{s['request_goodput']:.3f} req/s"))
+    rows.append(("output throughput", f"{s['output_throughput']:.1f} tok/s"))
+    for metric, label in LATENCY_ROWS:
+        words = [f"p{percentile_word(p)}" for p in options.percentiles] if metric in options.percentile_metrics else []
+        names = ["mean", "std"] + words
+        values = [s[f"mean_{metric}_ms"], s[f"std_{metric}_ms"]] + [s[f"{w}_{metric}_ms"] for w in words]
+        rows.append((f"{label} {' / '.join(names)}", " / ".join(f"{v:.1f}" for v in values) + " ms"))
+    rows += [
         ("normalized latency", f"{s['normalized_latency_s_per_token']:.4f} s/token"),
+        ("peak concurrent requests", s["max_concurrent_requests"]),
         ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
         ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
     ]
+    if "prefix_cache_hit_rate" in s:
+        rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
     if "cost_model" in s:
         rows.append(("cost model", describe_band(s, s["gpu"])))

@@ -80,24 +80,24 @@ def test_evaluate_point_p99_mode():
     p = P.evaluate_point(req, slo)
     assert p["p99_ttft_s"] == pytest.approx(expect)
     assert p["passed"] == (expect <= 2.0)
-    assert p["goodput"] == pytest.approx(0.99)
+    assert p["slo_attainment"] == pytest.approx(0.99)
     p = P.evaluate_point(req, P.SLO(ttft_p99_s=10.0, tpot_p99_s=0.1))
     assert p["passed"] and p["fail_reason"] == ""
     p = P.evaluate_point(req, P.SLO(tpot_p99_s=0.04))
     assert not p["passed"] and "TPOT" in p["fail_reason"]
 
 
-def test_goodput_counts_rejected_and_nan_tpot():
+def test_slo_attainment_counts_rejected_and_nan_tpot():
     req = _requests([0.5, 0.5, 3.0, np.nan], [np.nan, 0.2, 0.05, np.nan], [1, 1, 4, np.nan],
                     status=["finished", "finished", "finished", "rejected"])
-    slo = P.SLO(ttft_p99_s=1.0, tpot_p99_s=0.1, goodput=0.25)
+    slo = P.SLO(ttft_p99_s=1.0, tpot_p99_s=0.1, slo_attainment=0.25)
     ok = P.request_ok(req, slo)
     assert ok.tolist() == [True, False, False, False]  # NaN TPOT meets; rejected never does
     p = P.evaluate_point(req, slo)
-    assert p["goodput"] == pytest.approx(0.25)
+    assert p["slo_attainment"] == pytest.approx(0.25)
     assert not p["passed"] and "rejected" in p["fail_reason"]  # rejections always fail the probe
     p = P.evaluate_point(req.iloc[:3], slo)
-    assert p["passed"]  # goodput mode: 1/3 >= 0.25, p99 not checked
+    assert p["passed"]  # SLO-attainment mode: 1/3 >= 0.25, p99 not checked
 
 
 def test_keepup_rule():
@@ -114,9 +114,9 @@ def test_slo_validation():
     with pytest.raises(P.ConfigError):
         P.SLO(ttft_p99_s=-1)
     with pytest.raises(P.ConfigError):
-        P.SLO(goodput=0.9)  # no per-request threshold
+        P.SLO(slo_attainment=0.9)  # no per-request threshold
     with pytest.raises(P.ConfigError):
-        P.SLO(ttft_p99_s=1, goodput=1.5)
+        P.SLO(ttft_p99_s=1, slo_attainment=1.5)
 
 
 # ------------------------------------------------------------------------------ Little's law and cost
@@ -200,7 +200,7 @@ def test_cli_json_one_object(tmp_path, capsys):
     obj = json.loads(out)  # exactly one JSON object
     assert set(obj["max_rate_rps"]) == {"orca-oracle", "vllm"}
     assert obj["max_rate_rps"]["vllm"] > 0
-    assert obj["points"] and {"rate", "p99_ttft_s", "p99_tpot_s", "goodput", "passed",
+    assert obj["points"] and {"rate", "p99_ttft_s", "p99_tpot_s", "slo_attainment", "passed",
                               "littles_law_error"} <= set(obj["points"][0])
     assert obj["slo"]["ttft_p99_s"] == 2
     for f in ("plan.json", "points.csv", "max_rate.csv", "report.html"):
@@ -266,10 +266,10 @@ def test_watcher_counts_waiting_requests_and_rejections():
     assert "TTFT" in P.ProbeWatcher(t, {"ttft": 2.0}).verdict()
     t = _Table([0.0, 1.0], [0.1, np.nan], [1.0, np.nan], status=[4, 5])
     assert "rejected" in P.ProbeWatcher(t, {}).verdict()
-    # goodput: 1 of 4 misses; target 0.8 allows 0.8 misses -> certain failure
+    # SLO attainment: 1 of 4 misses; target 0.8 allows 0.8 misses -> certain failure
     t = _Table([0, 1, 2, 3], [0.1, 1.1, 5.0, 3.1], [1, 2, 6, 4])
-    assert "goodput" in P.ProbeWatcher(t, {"ttft": 2.0, "goodput": 0.8}).verdict()
-    assert P.ProbeWatcher(t, {"ttft": 2.0, "goodput": 0.7}).verdict() is None
+    assert "SLO attainment" in P.ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.8}).verdict()
+    assert P.ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.7}).verdict() is None
 
 
 def test_early_stop_gives_the_same_answer(tmp_path):
