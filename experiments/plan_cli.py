@@ -150,6 +150,7 @@ def setup_from_args(args: argparse.Namespace):
     from experiments import plan as P
     from sim.config import SYSTEMS, SimConfig
     from sim.errors import ConfigError
+    from sim.limits import check_synthetic_workload
 
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
@@ -160,10 +161,14 @@ def setup_from_args(args: argparse.Namespace):
         raise ConfigError("--report needs --out DIR")
     sim = _sim_settings(args)
     for s in args.systems:
-        SimConfig.for_system(s, **sim)  # validate every setting early
+        SimConfig.for_system(s, seed=args.seed, **sim)  # validate every setting early
     opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
         opts["duration"] = P.DEFAULT_DURATION_S
+    if not opts.get("trace"):  # the largest probe the search may run
+        check_synthetic_workload(args.max_rate, opts.get("duration"), opts.get("num_requests"),
+                                 what="a probe at --max-rate",
+                                 advice="use a lower --max-rate, a shorter --duration or fewer --num-requests")
     start = args.start_rate or (args.rate if args.mode != "resources" else None) or P.DEFAULT_START_RATE
     if args.min_rate > args.max_rate:
         raise ConfigError(f"--min-rate {args.min_rate} is above --max-rate {args.max_rate}")

@@ -37,6 +37,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import math
     from pathlib import Path
 
     import pandas as pd
@@ -47,8 +48,8 @@ def run(args) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    if args.scale <= 0:
-        raise ConfigError(f"--scale must be > 0, got {args.scale}")
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        raise ConfigError(f"--scale must be a finite number > 0, got {args.scale}")
     opts = SweepOptions(executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
                         use_cache=not args.no_cache, progress=not args.no_progress, address=args.address)
     out = Path(args.out)

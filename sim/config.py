@@ -18,10 +18,17 @@ vattention    vattention pages     on demand, 64 KiB pages      vllm
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import numbers
+import types
+import typing
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -40,6 +47,10 @@ SCHEDULERS = ("static", "orca", "vllm")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
+#: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
+VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
+#: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps
+MAX_INT_SETTING = 2**62
 
 
 @dataclass
@@ -92,9 +103,19 @@ class SimConfig:
         self.validate()
 
     def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = setting_type_problem(f.name, getattr(self, f.name))
+            if problem:
+                raise ConfigError(problem)
+
         def one_of(name, value, valid):
             if value not in valid:
-                raise ConfigError(f"unknown {name} '{value}'; valid: {', '.join(valid)}")
+                raise ConfigError(f"unknown {name} '{value}'; valid: {', '.join(map(str, valid))}")
+
+        def at_least(name, value, low, example):
+            if value is not None and not value >= low:
+                raise ConfigError(f"{name} must be >= {low}, got {value} (e.g. {example})")
+
         one_of("system", self.system, list(SYSTEMS) + ["custom"])
         one_of("manager", self.manager, MANAGERS)
         one_of("scheduler", self.scheduler, SCHEDULERS)
@@ -102,22 +123,48 @@ class SimConfig:
         one_of("placement", self.placement, PLACEMENTS)
         one_of("preemption", self.preemption, PREEMPTIONS)
         one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
+        one_of("vattention_page_kib", self.vattention_page_kib, VATTENTION_PAGE_KIB)
         if not 1 <= self.block_size <= 256:
             raise ConfigError(f"block_size must be in 1..256, got {self.block_size} (vLLM uses 16)")
-        if self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.tensor_parallel < 1:
-            raise ConfigError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
-        if self.chunk_budget < 1:
-            raise ConfigError(f"chunk_budget must be >= 1, got {self.chunk_budget}")
-        if not (math.isfinite(self.swap_gib) and self.swap_gib >= 0):
-            raise ConfigError(f"swap_gib must be a finite number >= 0, got {self.swap_gib} (e.g. 4)")
+        at_least("max_num_seqs", self.max_num_seqs, 1, 256)
+        at_least("tensor_parallel", self.tensor_parallel, 1, 2)
+        at_least("chunk_budget", self.chunk_budget, 1, 512)
+        at_least("static_batch_size", self.static_batch_size, 1, 4)
+        at_least("max_num_batched_tokens", self.max_num_batched_tokens, 1, 2048)
+        at_least("seed", self.seed, 0, 0)
+        at_least("swap_gib", self.swap_gib, 0, 4)
+        at_least("activation_reserve_gib", self.activation_reserve_gib, 0, 2)
+        at_least("predictor_error", self.predictor_error, 0, 0.3)
+        at_least("waiting_served_ratio", self.waiting_served_ratio, 0, 1.0)
+        at_least("step_overhead_ms", self.step_overhead_ms, 0, 3)
+        at_least("per_seq_overhead_ms", self.per_seq_overhead_ms, 0, 0.02)
         if self.kv_gib is not None and self.kv_gib <= 0:
             raise ConfigError(f"kv_gib must be > 0, got {self.kv_gib}")
+        if self.max_seq_len is not None:
+            self.check_batched_tokens(self.max_seq_len)
         if self.manager == "static" and self.scheduler != "static":
             raise ConfigError("the static manager needs scheduler 'static'")
         if self.scheduler == "static" and self.manager != "static":
             raise ConfigError("scheduler 'static' needs manager 'static'")
+
+    def check_batched_tokens(self, max_seq_len: int) -> None:
+        """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,
+        so ``max_num_batched_tokens`` below ``max_seq_len`` would reject every longer request."""
+        budget = self.max_num_batched_tokens
+        if budget is not None and not self.chunked_prefill and budget < max_seq_len:
+            raise ConfigError(f"max_num_batched_tokens={budget} is smaller than max_seq_len={max_seq_len}: "
+                              f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
+                              f"{max_seq_len} or chunked_prefill")
+
+    @property
+    def label(self) -> str:
+        """What ran, in words: the preset's name, or the parts of a custom combination."""
+        if self.system != "custom":
+            return self.system
+        parts = [f"{self.manager} manager", f"{self.scheduler} scheduler"]
+        if self.manager == "contiguous":
+            parts += [f"{self.reservation} reservation", f"{self.placement} placement"]
+        return "custom: " + ", ".join(parts)
 
     @classmethod
     def for_system(cls, system: str = "vllm", **overrides: Any) -> "SimConfig":
@@ -130,7 +177,7 @@ class SimConfig:
             raise ConfigError(f"unknown setting(s) {', '.join(bad)}; valid: {', '.join(sorted(fields))}")
         values = dict(SYSTEMS[system])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(system=system, **values)
+        return cls(system=matching_system(system, values), **values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -139,23 +186,102 @@ class SimConfig:
         return replace(self, **changes)
 
 
+def matching_system(requested: str, values: dict[str, Any]) -> str:
+    """The preset that ``values`` (a preset's settings after overrides) still are: ``requested``
+    if its parts are unchanged, else another preset with the same parts, else ``custom``. The
+    parts are the manager and the scheduler, and a contiguous manager's reservation and placement;
+    knobs such as the block size keep the name."""
+    def parts(settings):
+        keys = ("manager", "scheduler") + (("reservation", "placement")
+                                           if settings.get("manager") == "contiguous" else ())
+        defaults = {f.name: f.default for f in dataclasses.fields(SimConfig)}
+        return tuple(settings.get(k, defaults[k]) for k in keys)
+    ran = parts(values)
+    for name in [requested, *SYSTEMS]:
+        if parts(SYSTEMS[name]) == ran:
+            return name
+    return "custom"
+
+
+@lru_cache(maxsize=1)
+def _setting_kinds() -> dict[str, tuple[type, bool]]:
+    """Each SimConfig field's base type (bool, int, float or str) and whether it may be None."""
+    kinds = {}
+    for name, hint in typing.get_type_hints(SimConfig).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        base = next(a for a in args if a is not type(None))
+        kinds[name] = (base, type(None) in args)
+    return kinds
+
+
+_KIND_WORDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+
+
+def setting_type_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the setting ``name`` (its type, or a non-finite number, or an
+    integer beyond :data:`MAX_INT_SETTING`), or None when it can. ``true`` is not an integer and
+    ``"false"`` is not a boolean: TOML and JSON spell booleans and numbers without quotes."""
+    base, optional = _setting_kinds()[name]
+    if value is None:
+        return None if optional else f"{name} must be {_KIND_WORDS[base]}, got nothing"
+    is_bool = isinstance(value, (bool, np.bool_))
+    if base is bool:
+        ok = is_bool
+    elif base is int:
+        ok = isinstance(value, numbers.Integral) and not is_bool
+    elif base is float:
+        ok = isinstance(value, numbers.Real) and not is_bool
+    else:
+        ok = isinstance(value, base)
+    if not ok:
+        return f"{name} must be {_KIND_WORDS[base]}, got {value!r} ({type(value).__name__})"
+    if base is float and not math.isfinite(value):
+        return f"{name} must be a finite number, got {value}"
+    if base is int and abs(value) > MAX_INT_SETTING:
+        return f"{name} must be at most {MAX_INT_SETTING:.3g}, got {value}"
+    return None
+
+
+def unknown_setting_message(key: str, known) -> str:
+    """``unknown setting 'blok_size'; did you mean 'block_size'?`` (difflib's closest known key),
+    or the list of known keys when none is close."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    if close:
+        return f"unknown setting '{key}'; did you mean '{close[0]}'?"
+    return f"unknown setting '{key}'; valid: {', '.join(sorted(known))}"
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+    """Read a ``--config`` TOML file into a flat dict of SimConfig settings (dashes become
+    underscores; an optional ``[simulation]`` table holds the same keys as the top level).
+
+    Every key must be a SimConfig field and every value of its field's type
+    (:func:`setting_type_problem`); otherwise one line names the file, the key and, for an
+    unknown key, the closest known one. Workload options (rate, duration, ...) are command-line
+    flags, not settings of this file."""
     try:
         import tomllib  # py >= 3.11
     except ModuleNotFoundError:  # pragma: no cover
         import tomli as tomllib
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a TOML text file (byte {e.start} is not UTF-8)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
     flat: dict[str, Any] = {}
     for k, v in data.items():
-        if isinstance(v, dict):  # allow [simulation] / [workload] tables
+        if k == "simulation" and isinstance(v, dict):
             flat.update({kk.replace("-", "_"): vv for kk, vv in v.items()})
         else:
             flat[k.replace("-", "_")] = v
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    for key, value in flat.items():
+        problem = setting_type_problem(key, value) if key in known else unknown_setting_message(key, known)
+        if problem:
+            raise ConfigError(f"{path}: {problem}")
     return flat
