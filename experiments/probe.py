@@ -25,7 +25,6 @@ its ``module:qualname`` is part of every probe's cache key (:func:`experiments.s
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import pandas as pd
 
 from experiments.search import BoundarySearch
 from experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
-from experiments.sweep import RunOutput, RunSpec, load_cached, run_sweep, runner_name
+from experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
 from sim.errors import ConfigError, PagesimError
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
@@ -58,14 +57,6 @@ WORKLOAD_OPTS = ("workload", "trace", "format", "columns", "duration", "num_requ
                  "spread_timestamps", "time_slice", "sample", "n", "beam_width", "max_len_policy", "stop")
 
 
-def _file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def encode_workload(options: dict[str, Any]) -> str:
     """A workload description as a string for :attr:`RunSpec.workload` (part of the cache key):
     ``NAME`` or ``NAME?key=json&...`` with the non-default options; a trace adds its content hash."""
@@ -75,7 +66,7 @@ def encode_workload(options: dict[str, Any]) -> str:
         if not p.exists():
             raise ConfigError(f"{p}: trace file not found")
         opts["trace"] = str(p.resolve())
-        opts["trace_sha"] = _file_digest(p)
+        opts["trace_sha"] = file_digest(p)
         opts.pop("workload", None)
         name = "trace"
     else:
