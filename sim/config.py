@@ -51,6 +51,21 @@ PREEMPTIONS = ("recompute", "swap")
 VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
 #: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps
 MAX_INT_SETTING = 2**62
+#: the settings that take one of a few values
+CHOICES: dict[str, tuple] = {
+    "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
+    "placement": PLACEMENTS, "preemption": PREEMPTIONS, "max_len_policy": ("error", "drop", "truncate"),
+    "vattention_page_kib": VATTENTION_PAGE_KIB,
+}
+#: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
+RANGES: dict[str, tuple] = {
+    "block_size": (1, 256, True, 16), "max_num_seqs": (1, None, True, 256), "tensor_parallel": (1, None, True, 2),
+    "chunk_budget": (1, None, True, 512), "static_batch_size": (1, None, True, 4),
+    "max_num_batched_tokens": (1, None, True, 2048), "seed": (0, None, True, 0), "kv_gib": (0, None, False, 12),
+    "swap_gib": (0, None, True, 4), "activation_reserve_gib": (0, None, True, 2),
+    "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
+    "step_overhead_ms": (0, None, True, 3), "per_seq_overhead_ms": (0, None, True, 0.02),
+}
 
 
 @dataclass
@@ -104,42 +119,9 @@ class SimConfig:
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
-            problem = setting_type_problem(f.name, getattr(self, f.name))
+            problem = setting_problem(f.name, getattr(self, f.name))
             if problem:
                 raise ConfigError(problem)
-
-        def one_of(name, value, valid):
-            if value not in valid:
-                raise ConfigError(f"unknown {name} '{value}'; valid: {', '.join(map(str, valid))}")
-
-        def at_least(name, value, low, example):
-            if value is not None and not value >= low:
-                raise ConfigError(f"{name} must be >= {low}, got {value} (e.g. {example})")
-
-        one_of("system", self.system, list(SYSTEMS) + ["custom"])
-        one_of("manager", self.manager, MANAGERS)
-        one_of("scheduler", self.scheduler, SCHEDULERS)
-        one_of("reservation", self.reservation, RESERVATIONS)
-        one_of("placement", self.placement, PLACEMENTS)
-        one_of("preemption", self.preemption, PREEMPTIONS)
-        one_of("max_len_policy", self.max_len_policy, ("error", "drop", "truncate"))
-        one_of("vattention_page_kib", self.vattention_page_kib, VATTENTION_PAGE_KIB)
-        if not 1 <= self.block_size <= 256:
-            raise ConfigError(f"block_size must be in 1..256, got {self.block_size} (vLLM uses 16)")
-        at_least("max_num_seqs", self.max_num_seqs, 1, 256)
-        at_least("tensor_parallel", self.tensor_parallel, 1, 2)
-        at_least("chunk_budget", self.chunk_budget, 1, 512)
-        at_least("static_batch_size", self.static_batch_size, 1, 4)
-        at_least("max_num_batched_tokens", self.max_num_batched_tokens, 1, 2048)
-        at_least("seed", self.seed, 0, 0)
-        at_least("swap_gib", self.swap_gib, 0, 4)
-        at_least("activation_reserve_gib", self.activation_reserve_gib, 0, 2)
-        at_least("predictor_error", self.predictor_error, 0, 0.3)
-        at_least("waiting_served_ratio", self.waiting_served_ratio, 0, 1.0)
-        at_least("step_overhead_ms", self.step_overhead_ms, 0, 3)
-        at_least("per_seq_overhead_ms", self.per_seq_overhead_ms, 0, 0.02)
-        if self.kv_gib is not None and self.kv_gib <= 0:
-            raise ConfigError(f"kv_gib must be > 0, got {self.kv_gib}")
         if self.max_seq_len is not None:
             self.check_batched_tokens(self.max_seq_len)
         if self.manager == "static" and self.scheduler != "static":
@@ -242,6 +224,23 @@ def setting_type_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def setting_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the setting ``name`` on its own (its type, :data:`CHOICES`,
+    :data:`RANGES`), or None; rules between settings are :meth:`SimConfig.validate`'s."""
+    problem = setting_type_problem(name, value)
+    if problem or value is None:
+        return problem
+    if name in CHOICES and value not in CHOICES[name]:
+        return f"unknown {name} '{value}'; valid: {', '.join(map(str, CHOICES[name]))}"
+    if name in RANGES:
+        low, high, inclusive, example = RANGES[name]
+        if not (value >= low if inclusive else value > low):
+            return f"{name} must be {'>=' if inclusive else '>'} {low}, got {value} (e.g. {example})"
+        if high is not None and value > high:
+            return f"{name} must be <= {high}, got {value} (e.g. {example})"
+    return None
+
+
 def unknown_setting_message(key: str, known) -> str:
     """``unknown setting 'blok_size'; did you mean 'block_size'?`` (difflib's closest known key),
     or the list of known keys when none is close."""
@@ -255,8 +254,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a ``--config`` TOML file into a flat dict of SimConfig settings (dashes become
     underscores; an optional ``[simulation]`` table holds the same keys as the top level).
 
-    Every key must be a SimConfig field and every value of its field's type
-    (:func:`setting_type_problem`); otherwise one line names the file, the key and, for an
+    Every key must be a SimConfig field and every value one that field takes
+    (:func:`setting_problem`); otherwise one line names the file, the key and, for an
     unknown key, the closest known one. Workload options (rate, duration, ...) are command-line
     flags, not settings of this file."""
     try:
@@ -281,7 +280,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             flat[k.replace("-", "_")] = v
     known = {f.name for f in dataclasses.fields(SimConfig)}
     for key, value in flat.items():
-        problem = setting_type_problem(key, value) if key in known else unknown_setting_message(key, known)
+        problem = setting_problem(key, value) if key in known else unknown_setting_message(key, known)
         if problem:
             raise ConfigError(f"{path}: {problem}")
     return flat
