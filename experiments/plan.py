@@ -24,6 +24,7 @@ not quotes; pass ``dollars_per_gpu_hour`` for your own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import urllib.parse
@@ -66,6 +67,7 @@ class PlanSetup:
     rtol: float = DEFAULT_RTOL
     duration_s: float | None = None
     early_stop: dict[str, Any] | None = None  # ProbeWatcher options (see early_stop_options)
+    steady_check: bool = True  # probe each answer's neighbours on a longer workload (check_steady)
 
     def spec(self, system: str, rate: float, *, full: bool = False, **sim: Any) -> RunSpec:
         """The probe of ``system`` at ``rate``; ``full=True``: never stopped early."""
@@ -80,6 +82,20 @@ class PlanSetup:
 
     def rate_search(self) -> BoundarySearch:
         return BoundarySearch(self.start_rate, rtol=self.rtol, x_min=self.min_rate, x_max=self.max_rate)
+
+    def longer(self, factor: float) -> "PlanSetup | None":
+        """The same plan on a workload ``factor`` times as long (its ``duration`` or, without
+        one, its ``num_requests``); None for a trace file replayed whole."""
+        opts = decode_workload(self.workload)
+        opts.pop("trace_sha", None)
+        if opts.get("duration") is not None:
+            opts["duration"] = opts["duration"] * factor
+        elif opts.get("num_requests") is not None:
+            opts["num_requests"] = math.ceil(opts["num_requests"] * factor)
+        else:
+            return None
+        duration = None if self.duration_s is None else self.duration_s * factor
+        return dataclasses.replace(self, workload=encode_workload(opts), duration_s=duration)
 
 
 def check_fits(system: str, sim: dict[str, Any], seed: int = 0):
@@ -167,6 +183,48 @@ def infeasible_hint(task: SearchTask, slo: SLO) -> str:
     return msg + ": " + "; ".join(needs)
 
 
+#: the steadiness check replays the answer's neighbours on a workload this many times as long
+STEADY_FACTOR = 2.0
+
+
+def check_steady(checks: Sequence[tuple[SearchTask, Callable[[float], RunSpec]]], runner: Runner,
+                 setup: PlanSetup) -> dict[str, dict[str, Any]]:
+    """Is each search's answer ``a`` steady, i.e. would a longer workload give the same answer
+    within the search's tolerance? Probes ``a / (1 + rtol)`` and ``a (1 + rtol)`` on a workload
+    :data:`STEADY_FACTOR` times as long (``checks``: each task with ``rate -> RunSpec`` for it).
+    The longer run's answer lies within ``rtol`` of ``a`` when the lower probe passes and the
+    upper one fails; otherwise the answer moves with the workload's length (a short trace ends
+    before the queue it builds has hurt latency, or its few requests make a noisy p99).
+    Returns, per task name, ``{"steady": bool, "note": str}`` (rates at the edges of the
+    search's range are not probed; a task without an answer is left out)."""
+    batch = []
+    for task, make_spec in checks:
+        a = task.search.answer
+        if a is None:
+            continue
+        low, high = _round_sig(a / (1 + setup.rtol)), _round_sig(a * (1 + setup.rtol))
+        if low >= setup.min_rate:
+            batch.append((task.name, "low", low, make_spec(low)))
+        if high <= setup.max_rate:
+            batch.append((task.name, "high", high, make_spec(high)))
+    verdicts: dict[str, dict[str, Any]] = {t.name: {"steady": True, "note": ""} for t, _m in checks
+                                           if t.search.answer is not None}
+    points = runner.evaluate([spec for *_x, spec in batch])
+    for (name, side, rate, _spec), p in zip(batch, points):
+        a = next(t.search.answer for t, _m in checks if t.name == name)
+        if side == "low" and not p["passed"]:
+            verdicts[name] = {"steady": False, "note": (
+                f"{name}: the answer {a:g} req/s is not steady: on a {STEADY_FACTOR:g}x longer workload "
+                f"{rate:g} req/s already fails ({p.get('fail_reason') or 'SLO missed'}); the answer falls by "
+                "more than --rtol with the workload's length: use a longer --duration")}
+        elif side == "high" and p["passed"] and verdicts[name]["steady"]:
+            verdicts[name] = {"steady": False, "note": (
+                f"{name}: the answer {a:g} req/s is not steady: on a {STEADY_FACTOR:g}x longer workload "
+                f"{rate:g} req/s passes; the answer rises by more than --rtol with the workload's length: "
+                "use a longer --duration")}
+    return verdicts
+
+
 def _lightweight(points: list[dict]) -> list[dict]:
     keep = ("search", "system", "x", "rate", "passed", "fail_reason", "p99_ttft_s", "p99_tpot_s", "p99_e2el_s",
             "mean_normalized_latency_s", "goodput", "request_throughput", "output_throughput", "completed",
@@ -199,6 +257,17 @@ def jsonable(obj: Any) -> Any:
     return _clean(obj)
 
 
+def _steady_warnings(steady: dict[str, dict[str, Any]]) -> list[str]:
+    return [v["note"] for v in steady.values() if not v["steady"]]
+
+
+def _steady_summary(longer: PlanSetup | None) -> dict[str, Any]:
+    """What the steadiness check did, for plan.json."""
+    if longer is None:
+        return {"done": False}
+    return {"done": True, "factor": STEADY_FACTOR, "workload": describe_workload(longer.workload)}
+
+
 def _little_warnings(points: list[dict]) -> list[str]:
     out = []
     for p in points:
@@ -215,6 +284,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
     fits = {s: check_fits(s, setup.sim, setup.seed) for s in systems}  # ConfigError if it does not fit
     tasks = [SearchTask(s, setup.rate_search(), lambda x, s=s: setup.spec(s, x)) for s in systems]
     run_searches(tasks, runner)
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, lambda x, s=t.name: longer.spec(s, x)) for t in tasks], runner, setup) if longer else {}
     gpu = setup.sim.get("gpu") or "a100-40gb"
     tp = int(setup.sim.get("tensor_parallel") or 1)
     price = gpu_hourly(gpu, dollars_per_gpu_hour)
@@ -225,7 +296,7 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
         _model, _gpu, budget = fits[t.name]
         row = {"system": t.name, "max_rate_rps": t.search.answer, "probes": len(t.points),
                "kv_capacity_tokens": budget.capacity_tokens, "kv_gib": budget.kv_bytes / (1 << 30),
-               "capped": t.search.capped}
+               "capped": t.search.capped, "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update({k: best.get(k) for k in ("p99_ttft_s", "p99_tpot_s", "p99_e2el_s", "goodput",
                                                    "request_throughput", "output_throughput")})
@@ -241,7 +312,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
             "infeasible": infeasible, "points": _lightweight(points),
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "tensor_parallel": tp, "replicas": 1,
                      "illustrative_prices": dollars_per_gpu_hour is None},
-            "warnings": _little_warnings(points), "num_simulated": runner.num_simulated}
+            "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}
 
 
 def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], runner: Runner, *,
@@ -264,6 +336,10 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
     if not tasks:
         raise ConfigError("the model fits none of the GPUs: " + "; ".join(f"{g}: {m}" for g, m in errors.items()))
     run_searches(tasks, runner, desc="compare-gpus")
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, lambda x, t=t: longer.spec(t.name.split("/", 1)[1], x,
+                                                           **{**setup.sim, "gpu": t.name.split("/", 1)[0]}))
+                           for t in tasks], runner, setup) if longer else {}
     rows, points, infeasible = [], [], {}
     for t in tasks:
         gname, system = t.name.split("/", 1)
@@ -273,7 +349,7 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
         best = _answer_point(t)
         row = {"gpu": gname, "system": system, "kv_capacity_tokens": budget.capacity_tokens,
                "kv_gib": budget.kv_bytes / (1 << 30), "max_rate_rps": t.search.answer,
-               "dollars_per_gpu_hour": price, "tensor_parallel": tp}
+               "dollars_per_gpu_hour": price, "tensor_parallel": tp, "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update(output_throughput=best.get("output_throughput"), p99_ttft_s=best.get("p99_ttft_s"),
                        p99_tpot_s=best.get("p99_tpot_s"),
@@ -292,7 +368,8 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
             mr.setdefault(r["gpu"], {})[r["system"]] = _clean(r.get("max_rate_rps"))
     return {"mode": "compare-gpus", "max_rate_rps": mr, "gpus": [{k: _clean(v) for k, v in r.items()} for r in rows],
             "infeasible": infeasible, "does_not_fit": errors, "points": _lightweight(points),
-            "warnings": _little_warnings(points), "num_simulated": runner.num_simulated,
+            "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated,
             "illustrative_prices": dollars_per_gpu_hour is None}
 
 

@@ -120,6 +120,10 @@ def register(sub) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the goodput target); its metrics are then partial")
+    e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
+                   help=f"probe each answer's neighbours (rate / (1 + rtol) and rate x (1 + rtol)) on a "
+                        f"{P.STEADY_FACTOR:g}x longer workload and warn when the answer moves by more than --rtol "
+                        "(the workload is too short for a steady answer)")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
     e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
@@ -150,7 +154,6 @@ def setup_from_args(args: argparse.Namespace):
     from experiments import plan as P
     from sim.config import SYSTEMS, SimConfig
     from sim.errors import ConfigError
-    from sim.limits import check_synthetic_workload
 
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
@@ -165,10 +168,6 @@ def setup_from_args(args: argparse.Namespace):
     opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
         opts["duration"] = P.DEFAULT_DURATION_S
-    if not opts.get("trace"):  # the largest probe the search may run
-        check_synthetic_workload(args.max_rate, opts.get("duration"), opts.get("num_requests"),
-                                 what="a probe at --max-rate",
-                                 advice="use a lower --max-rate, a shorter --duration or fewer --num-requests")
     start = args.start_rate or (args.rate if args.mode != "resources" else None) or P.DEFAULT_START_RATE
     if args.min_rate > args.max_rate:
         raise ConfigError(f"--min-rate {args.min_rate} is above --max-rate {args.max_rate}")
@@ -180,6 +179,7 @@ def setup_from_args(args: argparse.Namespace):
     slo = P.SLO(args.slo_ttft_p99, args.slo_tpot_p99, args.slo_e2el_p99, args.slo_normalized_latency, args.goodput)
     if args.early_stop:
         setup.early_stop = P.early_stop_options(slo)
+    setup.steady_check = args.steady_check
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     runner = P.Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
@@ -287,7 +287,8 @@ def print_result(r: dict, f) -> None:
         _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), ("p99_ttft_s", "p99 TTFT s"),
                               ("p99_tpot_s", "p99 TPOT s"), ("goodput", "goodput"),
                               ("output_throughput", "out tok/s"), ("kv_capacity_tokens", "KV tokens"),
-                              ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
+                              ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes"),
+                              ("steady", "steady")], f)
         c = r["cost"]
         print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
               + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)
@@ -296,7 +297,7 @@ def print_result(r: dict, f) -> None:
         _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
                            ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), ("output_throughput", "out tok/s"),
                            ("dollars_per_gpu_hour", "$/GPU-h"), ("dollars_per_1m_output_tokens", "$/1M tok"),
-                           ("note", "note")], f)
+                           ("steady", "steady"), ("note", "note")], f)
     else:
         print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),

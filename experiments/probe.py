@@ -99,9 +99,19 @@ def describe_workload(s: str) -> str:
 
 
 def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> tuple[pd.DataFrame, dict]:
-    """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc)."""
+    """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc). A
+    synthetic workload too large for this machine's memory is a ConfigError (for a probe: a
+    failed point whose reason says so)."""
+    from sim.limits import check_synthetic_workload
+    from traces import args as workload_args
     from traces.args import workload_from_args
     opts = decode_workload(workload)
+    if "trace" not in opts:
+        duration, count = opts.get("duration"), opts.get("num_requests")
+        if duration is None and count is None:
+            duration = workload_args.DEFAULT_DURATION_S
+        check_synthetic_workload(rate, duration, count, what=f"a probe at {rate:g} req/s",
+                                 advice="use a shorter --duration, fewer --num-requests or a lower --max-rate")
     opts.pop("trace_sha", None)
     opts.pop("stop", None)
     ns = argparse.Namespace(**{k: None for k in WORKLOAD_OPTS})

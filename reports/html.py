@@ -237,6 +237,7 @@ def _fig12_section(rep: "HtmlReport", fig12: pd.DataFrame, read, X) -> None:
     rep.heading("Fig. 12: normalized latency vs request rate")
     rep.figure(F.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
                                  if len(ratios) else None))
+    rep.figure(F.sustainable_rate_ratios(ratios))
     rep.table(ratios)
     rep.reading(X.explain_fig12(fig12, ratios))
     rep.heading("All probes", level=3)

@@ -144,7 +144,7 @@ CASES = [
     (plan("--seed", "-1"), "seed"),
     (plan("--kv-gib", "nan"), "kv_gib"),
     (plan("--config", "{toml_typo}"), "did you mean 'block_size'"),
-    (["plan", "--duration", "1e9", "--slo-ttft-p99", "2", "--no-progress"], "--max-rate"),
+    (["plan", "--duration", "1e9", "--slo-ttft-p99", "2", "--no-progress"], "a probe at 1 req/s"),
     (["plan", "mode-x", "--duration", "20"], "mode"),
     # --- reproduce and report
     (["reproduce", "fig9", "--out", "{out}"], "fig9"),
