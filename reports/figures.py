@@ -204,8 +204,9 @@ def sustainable_rate_ratios(ratios: pd.DataFrame,
         systems = _ordered_systems(g.index)
         low, high = g["paper_ratio_low"].reindex(systems), g["paper_ratio_high"].reindex(systems)
         if low.notna().any():
+            first = not any(t.name == "paper range" for t in fig.data)
             fig.add_trace(go.Bar(x=systems, y=(high - low).tolist(), base=low.tolist(), name="paper range",
-                                 marker_color=PAPER_COLOR, legendgroup="paper", showlegend=i == 1,
+                                 marker_color=PAPER_COLOR, legendgroup="paper", showlegend=first,
                                  hovertemplate="paper %{base:.1f}-%{y:.1f}x<extra></extra>"), row=1, col=i)
         ours = g["vllm_ratio"].reindex(systems)
         fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name="pagesim", marker_color=SYSTEM_COLORS["vllm"],
