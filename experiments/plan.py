@@ -16,6 +16,11 @@ keeps working; new code may import from the module that defines them.
 
 Minimum KV memory is found with the same search over ``1 / kv_gib`` (:func:`resources`).
 
+**Steadiness.** An answer found on a short workload can move with its length (near capacity the
+queue grows through the run, so a short run ends before it hurts latency). :func:`check_steady`
+replays each answer's neighbours, one tolerance either side, on a workload twice as long and
+flags the answers that move by more than the tolerance.
+
 **Cost.** ``$ per 1M output tokens = gpu_hourly * tp * replicas / (output_throughput * 3600) * 1e6``
 with ``output_throughput`` in tokens/s of the whole deployment at the sustainable rate.
 :data:`GPU_HOURLY_USD` are *illustrative* on-demand cloud prices (late 2024 list prices rounded),
@@ -25,6 +30,7 @@ not quotes; pass ``dollars_per_gpu_hour`` for your own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import urllib.parse
@@ -187,42 +193,43 @@ def infeasible_hint(task: SearchTask, slo: SLO) -> str:
 STEADY_FACTOR = 2.0
 
 
-def check_steady(checks: Sequence[tuple[SearchTask, Callable[[float], RunSpec]]], runner: Runner,
-                 setup: PlanSetup) -> dict[str, dict[str, Any]]:
+def check_steady(checks: Sequence[tuple[SearchTask, Callable[[float], RunSpec]]],
+                 runner: Runner) -> dict[str, dict[str, Any]]:
     """Is each search's answer ``a`` steady, i.e. would a longer workload give the same answer
     within the search's tolerance? Probes ``a / (1 + rtol)`` and ``a (1 + rtol)`` on a workload
-    :data:`STEADY_FACTOR` times as long (``checks``: each task with ``rate -> RunSpec`` for it).
-    The longer run's answer lies within ``rtol`` of ``a`` when the lower probe passes and the
-    upper one fails; otherwise the answer moves with the workload's length (a short trace ends
-    before the queue it builds has hurt latency, or its few requests make a noisy p99).
-    Returns, per task name, ``{"steady": bool, "note": str}`` (rates at the edges of the
-    search's range are not probed; a task without an answer is left out)."""
+    :data:`STEADY_FACTOR` times as long (``checks``: each task with ``x -> RunSpec`` on it). The
+    longer run's answer lies within ``rtol`` of ``a`` when the lower probe passes and the upper
+    one fails; otherwise the answer moves with the workload's length (a short trace ends before
+    the queue it builds has hurt latency, or its few requests make a noisy p99). Returns, per
+    task name, ``{"steady": bool, "note": str}`` (points outside the search's range are not
+    probed; a task without an answer is left out)."""
     batch = []
     for task, make_spec in checks:
-        a = task.search.answer
+        s, a = task.search, task.search.answer
         if a is None:
             continue
-        low, high = _round_sig(a / (1 + setup.rtol)), _round_sig(a * (1 + setup.rtol))
-        if low >= setup.min_rate:
-            batch.append((task.name, "low", low, make_spec(low)))
-        if high <= setup.max_rate:
-            batch.append((task.name, "high", high, make_spec(high)))
-    verdicts: dict[str, dict[str, Any]] = {t.name: {"steady": True, "note": ""} for t, _m in checks
-                                           if t.search.answer is not None}
+        for side, x in (("low", _round_sig(a / (1 + s.rtol))), ("high", _round_sig(a * (1 + s.rtol)))):
+            if s.x_min <= x <= s.x_max:
+                batch.append((task, side, x, make_spec(x)))
+    verdicts = {t.name: {"steady": True, "note": ""} for t, _m in checks if t.search.answer is not None}
     points = runner.evaluate([spec for *_x, spec in batch])
-    for (name, side, rate, _spec), p in zip(batch, points):
-        a = next(t.search.answer for t, _m in checks if t.name == name)
+    for (task, side, x, _spec), p in zip(batch, points):
+        answer, probe = _setting(task, task.search.answer), _setting(task, x)
+        outcome = None
         if side == "low" and not p["passed"]:
-            verdicts[name] = {"steady": False, "note": (
-                f"{name}: the answer {a:g} req/s is not steady: on a {STEADY_FACTOR:g}x longer workload "
-                f"{rate:g} req/s already fails ({p.get('fail_reason') or 'SLO missed'}); the answer falls by "
-                "more than --rtol with the workload's length: use a longer --duration")}
-        elif side == "high" and p["passed"] and verdicts[name]["steady"]:
-            verdicts[name] = {"steady": False, "note": (
-                f"{name}: the answer {a:g} req/s is not steady: on a {STEADY_FACTOR:g}x longer workload "
-                f"{rate:g} req/s passes; the answer rises by more than --rtol with the workload's length: "
-                "use a longer --duration")}
+            outcome = f"{probe} already fails ({p.get('fail_reason') or 'SLO missed'})"
+        elif side == "high" and p["passed"] and verdicts[task.name]["steady"]:
+            outcome = f"{probe} passes too"
+        if outcome:
+            verdicts[task.name] = {"steady": False, "note": (
+                f"{task.name}: the answer {answer} is not steady: on a {STEADY_FACTOR:g}x longer workload {outcome}; "
+                "it moves by more than --rtol with the workload's length: use a longer --duration")}
     return verdicts
+
+
+def _setting(task: SearchTask, x: float) -> str:
+    """A searched value in the user's words: a rate, or the KV size ``x = 1 / kv_gib`` stands for."""
+    return f"{_round_sig(1.0 / x):g} GiB of KV" if task.x_name == "1/kv_gib" else f"{x:g} req/s"
 
 
 def _lightweight(points: list[dict]) -> list[dict]:
@@ -285,7 +292,7 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
     tasks = [SearchTask(s, setup.rate_search(), lambda x, s=s: setup.spec(s, x)) for s in systems]
     run_searches(tasks, runner)
     longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
-    steady = check_steady([(t, lambda x, s=t.name: longer.spec(s, x)) for t in tasks], runner, setup) if longer else {}
+    steady = check_steady([(t, lambda x, s=t.name: longer.spec(s, x)) for t in tasks], runner) if longer else {}
     gpu = setup.sim.get("gpu") or "a100-40gb"
     tp = int(setup.sim.get("tensor_parallel") or 1)
     price = gpu_hourly(gpu, dollars_per_gpu_hour)
@@ -339,7 +346,7 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
     longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
     steady = check_steady([(t, lambda x, t=t: longer.spec(t.name.split("/", 1)[1], x,
                                                            **{**setup.sim, "gpu": t.name.split("/", 1)[0]}))
-                           for t in tasks], runner, setup) if longer else {}
+                           for t in tasks], runner) if longer else {}
     rows, points, infeasible = [], [], {}
     for t in tasks:
         gname, system = t.name.split("/", 1)
@@ -421,6 +428,7 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
 
     # 1) minimum KV memory at the target rate: search over y = 1 / kv_gib (pass for small y)
     kv_tasks, base_errors = [], {}
+    spec_on: dict[str, Callable[[PlanSetup, float], RunSpec]] = {}  # task -> (setup, x) -> its probe
     for s in systems:
         try:
             _m, _g, budget = check_fits(s, setup.sim, setup.seed)
@@ -428,9 +436,10 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             base_errors[s] = str(e)
             continue
         start = budget.kv_bytes / GiB
+        spec_on[f"kv/{s}"] = lambda stp, y, s=s: stp.spec(s, rate, kv_gib=_round_sig(1.0 / y))
         kv_tasks.append(SearchTask(
             f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_max_gib, x_max=1.0 / 0.25),
-            lambda y, s=s: setup.spec(s, rate, kv_gib=_round_sig(1.0 / y)), x_name="1/kv_gib"))
+            functools.partial(spec_on[f"kv/{s}"], setup), x_name="1/kv_gib"))
 
     # 2) replicas x TP: each TP degree's max rate per replica
     tp_tasks, tp_errors = [], {}
@@ -443,8 +452,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             except ConfigError as e:
                 tp_errors[f"tp{tp}/{s}"] = str(e)
                 continue
+            spec_on[f"tp{tp}/{s}"] = lambda stp, x, s=s, sim=sim: stp.spec(s, x, **sim)
             tp_tasks.append(SearchTask(f"tp{tp}/{s}", setup.rate_search(),
-                                       lambda x, s=s, sim=sim: setup.spec(s, x, **sim)))
+                                       functools.partial(spec_on[f"tp{tp}/{s}"], setup)))
 
     # 3) what-if variants: each one's max rate
     if not kv_tasks and not tp_tasks:
@@ -457,15 +467,20 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         for label, over in what_if_variants(s, setup.sim, what_if):
             if label == "baseline" and base_tp in tp_options and "kv_gib" not in setup.sim:
                 continue  # same as the tp task of this TP
+            spec_on[f"{label}/{s}"] = lambda stp, x, s=s, over=over: stp.spec(s, x, **over)
             wi_tasks.append(SearchTask(f"{label}/{s}", setup.rate_search(),
-                                       lambda x, s=s, over=over: setup.spec(s, x, **over)))
+                                       functools.partial(spec_on[f"{label}/{s}"], setup)))
     run_searches(kv_tasks + tp_tasks + wi_tasks, runner, desc="resources")
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, functools.partial(spec_on[t.name], longer)) for t in kv_tasks + tp_tasks + wi_tasks],
+                          runner) if longer else {}
 
     kv_rows = [{"system": s, "rate": rate, "note": msg} for s, msg in base_errors.items()]
     for t in kv_tasks:
         y = t.search.answer
         s = t.name.split("/", 1)[1]
-        row = {"system": s, "rate": rate, "min_kv_gib": None if y is None else _round_sig(1.0 / y), "probes": len(t.points)}
+        row = {"system": s, "rate": rate, "min_kv_gib": None if y is None else _round_sig(1.0 / y),
+               "probes": len(t.points), "steady": steady.get(t.name, {}).get("steady")}
         if y is None:
             row["note"] = f"no KV size up to {kv_max_gib:g} GiB meets the SLO at {rate:g} req/s"
         else:
@@ -480,7 +495,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         tp = int(t.name.split("/", 1)[0][2:])
         s = t.name.split("/", 1)[1]
         r_star = t.search.answer
-        row = {"system": s, "tensor_parallel": tp, "max_rate_per_replica_rps": r_star}
+        row = {"system": s, "tensor_parallel": tp, "max_rate_per_replica_rps": r_star,
+               "steady": steady.get(t.name, {}).get("steady")}
         if r_star is None:
             row["note"] = infeasible_hint(t, runner.slo)
         else:
@@ -513,7 +529,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         base_rate = base_task.search.answer if base_task else None
         if base_task is not None:
             wi_rows.append({"system": s, "variant": "baseline", "max_rate_rps": base_rate,
-                            "meets_target": base_rate is not None and base_rate >= rate})
+                            "meets_target": base_rate is not None and base_rate >= rate,
+                            "steady": steady.get(base_task.name, {}).get("steady")})
         for t in wi_tasks:
             label, sys_ = t.name.rsplit("/", 1)
             if sys_ != s or label == "baseline":
@@ -521,7 +538,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             a = t.search.answer
             wi_rows.append({"system": s, "variant": label, "max_rate_rps": a,
                             "meets_target": a is not None and a >= rate,
-                            "vs_baseline": (a / base_rate) if a is not None and base_rate else None})
+                            "vs_baseline": (a / base_rate) if a is not None and base_rate else None,
+                            "steady": steady.get(t.name, {}).get("steady")})
     all_tasks = kv_tasks + tp_tasks + wi_tasks
     points = [p for t in all_tasks for p in t.points]
     return {"mode": "resources", "rate": rate,
@@ -532,5 +550,5 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             "cheapest": None if cheapest is None else {k: _clean(v) for k, v in cheapest.items()},
             "what_if": [{k: _clean(v) for k, v in r.items()} for r in wi_rows],
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "illustrative_prices": dollars_per_gpu_hour is None},
-            "points": _lightweight(points), "warnings": _little_warnings(points),
-            "num_simulated": runner.num_simulated}
+            "points": _lightweight(points), "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}

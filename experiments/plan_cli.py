@@ -301,12 +301,13 @@ def print_result(r: dict, f) -> None:
     else:
         print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),
-                         ("probes", "probes"), ("note", "note")], f)
+                         ("probes", "probes"), ("steady", "steady"), ("note", "note")], f)
         print(f"\nreplicas x TP for {r['rate']:g} req/s", file=f)
         _table(r["replicas"], [("system", "system"), ("tensor_parallel", "TP"),
                                ("max_rate_per_replica_rps", "max req/s/replica"), ("replicas", "replicas"),
                                ("gpus", "GPUs"), ("verified", "verified"), ("dollars_per_hour", "$/h"),
-                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("note", "note")], f)
+                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("steady", "steady"),
+                               ("note", "note")], f)
         if r.get("cheapest"):
             ch = r["cheapest"]
             print(f"cheapest: {ch['system']} TP {ch['tensor_parallel']} x {ch['replicas']} replicas "
@@ -314,7 +315,8 @@ def print_result(r: dict, f) -> None:
         if r.get("what_if"):
             print("\nwhat-if: max rate per variant", file=f)
             _table(r["what_if"], [("system", "system"), ("variant", "variant"), ("max_rate_rps", "max req/s"),
-                                  ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}")], f)
+                                  ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}"),
+                                  ("steady", "steady")], f)
     print("\nprobed points", file=f)
     cols = list(POINT_COLS)
     if any(p.get("kv_gib") is not None for p in r["points"]):

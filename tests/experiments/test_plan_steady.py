@@ -45,8 +45,8 @@ def plan_with(capacity_60: float, capacity_120: float, tmp_path) -> dict:
     # answer is a = 2.0. The check probes a / 1.05 = 1.905 and a * 1.05 = 2.1 on 120 s:
     (2.0, True, None),  # same capacity: 1.905 passes, 2.1 fails
     (1.95, True, None),  # the answer moves down, by less than rtol: 1.905 passes, 2.1 fails
-    (1.0, False, "falls"),  # 1.905 > 1.0 fails
-    (4.0, False, "rises"),  # 2.1 < 4.0 passes
+    (1.0, False, "1.905 req/s already fails"),  # 1.905 > 1.0
+    (4.0, False, "2.1 req/s passes too"),  # 2.1 < 4.0
 ])
 def test_an_answer_that_moves_with_the_length_is_unsteady(tmp_path, capacity_120, steady, moves):
     result = plan_with(2.0, capacity_120, tmp_path)
@@ -57,8 +57,9 @@ def test_an_answer_that_moves_with_the_length_is_unsteady(tmp_path, capacity_120
     if steady:
         assert notes == []
     else:
-        assert len(notes) == 1 and f"the answer {moves} by more than --rtol" in notes[0]
-        assert "--duration" in notes[0]
+        assert len(notes) == 1 and notes[0].startswith("vllm: the answer 2 req/s is not steady: on a 2x longer "
+                                                       f"workload {moves}")
+        assert notes[0].endswith("it moves by more than --rtol with the workload's length: use a longer --duration")
     assert result["steady_check"] == {"done": True, "factor": 2.0, "workload": "sharegpt (duration=120)"}
 
 
@@ -92,3 +93,10 @@ def test_early_stopped_probes_are_drawn_apart():
     assert sum(bool(t.showlegend) for t in early) == 1 and early[0].name == f"vllm: {EARLY_STOP_LABEL}"
     solid = [t for t in fig.data if t.mode == "markers" and t.marker.symbol in ("circle", "x")]
     assert sorted(x for t in solid for x in t.x) == [1.0] * 4 + [2.0] * 4
+
+
+def test_kv_answers_are_told_in_gib():
+    """The KV search runs over x = 1 / kv_gib: x = 0.25 is a 4 GiB pool."""
+    kv = P.SearchTask("kv/vllm", P.BoundarySearch(0.5), lambda y: None, x_name="1/kv_gib")
+    rate = P.SearchTask("vllm", P.BoundarySearch(1.0), lambda x: None)
+    assert P._setting(kv, 0.25) == "4 GiB of KV" and P._setting(rate, 1.5) == "1.5 req/s"
