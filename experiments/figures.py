@@ -89,7 +89,12 @@ def _num(summ: dict[str, Any] | None, key: str) -> float:
 
 
 def _specs(name: str, quick: bool, scale: float, **base) -> list[RunSpec]:
-    return expand_grid(apply_overrides(load_experiment(name), quick=quick, scale=scale, **base))
+    from sim.limits import check_synthetic_workload
+    specs = expand_grid(apply_overrides(load_experiment(name), quick=quick, scale=scale, **base))
+    for spec in specs:
+        check_synthetic_workload(spec.rate, spec.duration_s, spec.num_requests, what=f"{name}'s run {spec.label()}",
+                                 advice=f"use a smaller --scale than {scale:g}")
+    return specs
 
 
 def _run(name: str, opts: SweepOptions | None, quick: bool, scale: float, **base):

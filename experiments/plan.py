@@ -16,6 +16,11 @@ keeps working; new code may import from the module that defines them.
 
 Minimum KV memory is found with the same search over ``1 / kv_gib`` (:func:`resources`).
 
+**Steadiness.** An answer found on a short workload can move with its length (near capacity the
+queue grows through the run, so a short run ends before it hurts latency). :func:`check_steady`
+replays each answer's neighbours, one tolerance either side, on a workload twice as long and
+flags the answers that move by more than the tolerance.
+
 **Cost.** ``$ per 1M output tokens = gpu_hourly * tp * replicas / (output_throughput * 3600) * 1e6``
 with ``output_throughput`` in tokens/s of the whole deployment at the sustainable rate.
 :data:`GPU_HOURLY_USD` are *illustrative* on-demand cloud prices (late 2024 list prices rounded),
@@ -24,6 +29,8 @@ not quotes; pass ``dollars_per_gpu_hour`` for your own.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import urllib.parse
@@ -67,6 +74,7 @@ class PlanSetup:
     rtol: float = DEFAULT_RTOL
     duration_s: float | None = None
     early_stop: dict[str, Any] | None = None  # ProbeWatcher options (see early_stop_options)
+    steady_check: bool = True  # probe each answer's neighbours on a longer workload (check_steady)
 
     def spec(self, system: str, rate: float, *, full: bool = False, **sim: Any) -> RunSpec:
         """The probe of ``system`` at ``rate``; ``full=True``: never stopped early."""
@@ -81,6 +89,20 @@ class PlanSetup:
 
     def rate_search(self) -> BoundarySearch:
         return BoundarySearch(self.start_rate, rtol=self.rtol, x_min=self.min_rate, x_max=self.max_rate)
+
+    def longer(self, factor: float) -> "PlanSetup | None":
+        """The same plan on a workload ``factor`` times as long (its ``duration`` or, without
+        one, its ``num_requests``); None for a trace file replayed whole."""
+        opts = decode_workload(self.workload)
+        opts.pop("trace_sha", None)
+        if opts.get("duration") is not None:
+            opts["duration"] = opts["duration"] * factor
+        elif opts.get("num_requests") is not None:
+            opts["num_requests"] = math.ceil(opts["num_requests"] * factor)
+        else:
+            return None
+        duration = None if self.duration_s is None else self.duration_s * factor
+        return dataclasses.replace(self, workload=encode_workload(opts), duration_s=duration)
 
 
 def check_fits(system: str, sim: dict[str, Any], seed: int = 0):
@@ -169,6 +191,49 @@ def infeasible_hint(task: SearchTask, slo: SLO) -> str:
     return msg + ": " + "; ".join(needs)
 
 
+#: the steadiness check replays the answer's neighbours on a workload this many times as long
+STEADY_FACTOR = 2.0
+
+
+def check_steady(checks: Sequence[tuple[SearchTask, Callable[[float], RunSpec]]],
+                 runner: Runner) -> dict[str, dict[str, Any]]:
+    """Is each search's answer ``a`` steady, i.e. would a longer workload give the same answer
+    within the search's tolerance? Probes ``a / (1 + rtol)`` and ``a (1 + rtol)`` on a workload
+    :data:`STEADY_FACTOR` times as long (``checks``: each task with ``x -> RunSpec`` on it). The
+    longer run's answer lies within ``rtol`` of ``a`` when the lower probe passes and the upper
+    one fails; otherwise the answer moves with the workload's length (a short trace ends before
+    the queue it builds has hurt latency, or its few requests make a noisy p99). Returns, per
+    task name, ``{"steady": bool, "note": str}`` (points outside the search's range are not
+    probed; a task without an answer is left out)."""
+    batch = []
+    for task, make_spec in checks:
+        s, a = task.search, task.search.answer
+        if a is None:
+            continue
+        for side, x in (("low", _round_sig(a / (1 + s.rtol))), ("high", _round_sig(a * (1 + s.rtol)))):
+            if s.x_min <= x <= s.x_max:
+                batch.append((task, side, x, make_spec(x)))
+    verdicts = {t.name: {"steady": True, "note": ""} for t, _m in checks if t.search.answer is not None}
+    points = runner.evaluate([spec for *_x, spec in batch])
+    for (task, side, x, _spec), p in zip(batch, points):
+        answer, probe = _setting(task, task.search.answer), _setting(task, x)
+        outcome = None
+        if side == "low" and not p["passed"]:
+            outcome = f"{probe} already fails ({p.get('fail_reason') or 'SLO missed'})"
+        elif side == "high" and p["passed"] and verdicts[task.name]["steady"]:
+            outcome = f"{probe} passes too"
+        if outcome:
+            verdicts[task.name] = {"steady": False, "note": (
+                f"{task.name}: the answer {answer} is not steady: on a {STEADY_FACTOR:g}x longer workload {outcome}; "
+                "it moves by more than --rtol with the workload's length: use a longer --duration")}
+    return verdicts
+
+
+def _setting(task: SearchTask, x: float) -> str:
+    """A searched value in the user's words: a rate, or the KV size ``x = 1 / kv_gib`` stands for."""
+    return f"{_round_sig(1.0 / x):g} GiB of KV" if task.x_name == "1/kv_gib" else f"{x:g} req/s"
+
+
 def _lightweight(points: list[dict]) -> list[dict]:
     keep = ("search", "system", "x", "rate", "passed", "fail_reason", "p99_ttft_s", "p99_tpot_s", "p99_e2el_s",
             "mean_normalized_latency_s", "slo_attainment", "request_goodput", "request_throughput",
@@ -202,6 +267,17 @@ def jsonable(obj: Any) -> Any:
     return _clean(obj)
 
 
+def _steady_warnings(steady: dict[str, dict[str, Any]]) -> list[str]:
+    return [v["note"] for v in steady.values() if not v["steady"]]
+
+
+def _steady_summary(longer: PlanSetup | None) -> dict[str, Any]:
+    """What the steadiness check did, for plan.json."""
+    if longer is None:
+        return {"done": False}
+    return {"done": True, "factor": STEADY_FACTOR, "workload": describe_workload(longer.workload)}
+
+
 def _little_warnings(points: list[dict]) -> list[str]:
     out = []
     for p in points:
@@ -218,6 +294,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
     fits = {s: check_fits(s, setup.sim, setup.seed) for s in systems}  # ConfigError if it does not fit
     tasks = [SearchTask(s, setup.rate_search(), lambda x, s=s: setup.spec(s, x)) for s in systems]
     run_searches(tasks, runner)
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, lambda x, s=t.name: longer.spec(s, x)) for t in tasks], runner) if longer else {}
     gpu = setup.sim.get("gpu") or "a100-40gb"
     tp = int(setup.sim.get("tensor_parallel") or 1)
     price = gpu_hourly(gpu, dollars_per_gpu_hour)
@@ -228,7 +306,7 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
         _model, _gpu, budget = fits[t.name]
         row = {"system": t.name, "max_rate_rps": t.search.answer, "probes": len(t.points),
                "kv_capacity_tokens": budget.capacity_tokens, "kv_gib": budget.kv_bytes / (1 << 30),
-               "capped": t.search.capped}
+               "capped": t.search.capped, "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update({k: best.get(k) for k in ("p99_ttft_s", "p99_tpot_s", "p99_e2el_s", "slo_attainment",
                                                    "request_goodput", "request_throughput", "output_throughput")})
@@ -244,7 +322,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
             "infeasible": infeasible, "points": _lightweight(points),
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "tensor_parallel": tp, "replicas": 1,
                      "illustrative_prices": dollars_per_gpu_hour is None},
-            "warnings": _little_warnings(points), "num_simulated": runner.num_simulated}
+            "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}
 
 
 def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], runner: Runner, *,
@@ -267,6 +346,10 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
     if not tasks:
         raise ConfigError("the model fits none of the GPUs: " + "; ".join(f"{g}: {m}" for g, m in errors.items()))
     run_searches(tasks, runner, desc="compare-gpus")
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, lambda x, t=t: longer.spec(t.name.split("/", 1)[1], x,
+                                                           **{**setup.sim, "gpu": t.name.split("/", 1)[0]}))
+                           for t in tasks], runner) if longer else {}
     rows, points, infeasible = [], [], {}
     for t in tasks:
         gname, system = t.name.split("/", 1)
@@ -276,7 +359,7 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
         best = _answer_point(t)
         row = {"gpu": gname, "system": system, "kv_capacity_tokens": budget.capacity_tokens,
                "kv_gib": budget.kv_bytes / (1 << 30), "max_rate_rps": t.search.answer,
-               "dollars_per_gpu_hour": price, "tensor_parallel": tp}
+               "dollars_per_gpu_hour": price, "tensor_parallel": tp, "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update(output_throughput=best.get("output_throughput"), p99_ttft_s=best.get("p99_ttft_s"),
                        p99_tpot_s=best.get("p99_tpot_s"),
@@ -295,7 +378,8 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
             mr.setdefault(r["gpu"], {})[r["system"]] = _clean(r.get("max_rate_rps"))
     return {"mode": "compare-gpus", "max_rate_rps": mr, "gpus": [{k: _clean(v) for k, v in r.items()} for r in rows],
             "infeasible": infeasible, "does_not_fit": errors, "points": _lightweight(points),
-            "warnings": _little_warnings(points), "num_simulated": runner.num_simulated,
+            "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated,
             "illustrative_prices": dollars_per_gpu_hour is None}
 
 
@@ -347,6 +431,7 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
 
     # 1) minimum KV memory at the target rate: search over y = 1 / kv_gib (pass for small y)
     kv_tasks, base_errors = [], {}
+    spec_on: dict[str, Callable[[PlanSetup, float], RunSpec]] = {}  # task -> (setup, x) -> its probe
     for s in systems:
         try:
             _m, _g, budget = check_fits(s, setup.sim, setup.seed)
@@ -354,9 +439,10 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             base_errors[s] = str(e)
             continue
         start = budget.kv_bytes / GiB
+        spec_on[f"kv/{s}"] = lambda stp, y, s=s: stp.spec(s, rate, kv_gib=_round_sig(1.0 / y))
         kv_tasks.append(SearchTask(
             f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_max_gib, x_max=1.0 / 0.25),
-            lambda y, s=s: setup.spec(s, rate, kv_gib=_round_sig(1.0 / y)), x_name="1/kv_gib"))
+            functools.partial(spec_on[f"kv/{s}"], setup), x_name="1/kv_gib"))
 
     # 2) replicas x TP: each TP degree's max rate per replica
     tp_tasks, tp_errors = [], {}
@@ -369,8 +455,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             except ConfigError as e:
                 tp_errors[f"tp{tp}/{s}"] = str(e)
                 continue
+            spec_on[f"tp{tp}/{s}"] = lambda stp, x, s=s, sim=sim: stp.spec(s, x, **sim)
             tp_tasks.append(SearchTask(f"tp{tp}/{s}", setup.rate_search(),
-                                       lambda x, s=s, sim=sim: setup.spec(s, x, **sim)))
+                                       functools.partial(spec_on[f"tp{tp}/{s}"], setup)))
 
     # 3) what-if variants: each one's max rate
     if not kv_tasks and not tp_tasks:
@@ -383,15 +470,20 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         for label, over in what_if_variants(s, setup.sim, what_if):
             if label == "baseline" and base_tp in tp_options and "kv_gib" not in setup.sim:
                 continue  # same as the tp task of this TP
+            spec_on[f"{label}/{s}"] = lambda stp, x, s=s, over=over: stp.spec(s, x, **over)
             wi_tasks.append(SearchTask(f"{label}/{s}", setup.rate_search(),
-                                       lambda x, s=s, over=over: setup.spec(s, x, **over)))
+                                       functools.partial(spec_on[f"{label}/{s}"], setup)))
     run_searches(kv_tasks + tp_tasks + wi_tasks, runner, desc="resources")
+    longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
+    steady = check_steady([(t, functools.partial(spec_on[t.name], longer)) for t in kv_tasks + tp_tasks + wi_tasks],
+                          runner) if longer else {}
 
     kv_rows = [{"system": s, "rate": rate, "note": msg} for s, msg in base_errors.items()]
     for t in kv_tasks:
         y = t.search.answer
         s = t.name.split("/", 1)[1]
-        row = {"system": s, "rate": rate, "min_kv_gib": None if y is None else _round_sig(1.0 / y), "probes": len(t.points)}
+        row = {"system": s, "rate": rate, "min_kv_gib": None if y is None else _round_sig(1.0 / y),
+               "probes": len(t.points), "steady": steady.get(t.name, {}).get("steady")}
         if y is None:
             row["note"] = f"no KV size up to {kv_max_gib:g} GiB meets the SLO at {rate:g} req/s"
         else:
@@ -406,7 +498,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         tp = int(t.name.split("/", 1)[0][2:])
         s = t.name.split("/", 1)[1]
         r_star = t.search.answer
-        row = {"system": s, "tensor_parallel": tp, "max_rate_per_replica_rps": r_star}
+        row = {"system": s, "tensor_parallel": tp, "max_rate_per_replica_rps": r_star,
+               "steady": steady.get(t.name, {}).get("steady")}
         if r_star is None:
             row["note"] = infeasible_hint(t, runner.slo)
         else:
@@ -439,7 +532,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         base_rate = base_task.search.answer if base_task else None
         if base_task is not None:
             wi_rows.append({"system": s, "variant": "baseline", "max_rate_rps": base_rate,
-                            "meets_target": base_rate is not None and base_rate >= rate})
+                            "meets_target": base_rate is not None and base_rate >= rate,
+                            "steady": steady.get(base_task.name, {}).get("steady")})
         for t in wi_tasks:
             label, sys_ = t.name.rsplit("/", 1)
             if sys_ != s or label == "baseline":
@@ -447,7 +541,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             a = t.search.answer
             wi_rows.append({"system": s, "variant": label, "max_rate_rps": a,
                             "meets_target": a is not None and a >= rate,
-                            "vs_baseline": (a / base_rate) if a is not None and base_rate else None})
+                            "vs_baseline": (a / base_rate) if a is not None and base_rate else None,
+                            "steady": steady.get(t.name, {}).get("steady")})
     all_tasks = kv_tasks + tp_tasks + wi_tasks
     points = [p for t in all_tasks for p in t.points]
     return {"mode": "resources", "rate": rate,
@@ -458,5 +553,5 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             "cheapest": None if cheapest is None else {k: _clean(v) for k, v in cheapest.items()},
             "what_if": [{k: _clean(v) for k, v in r.items()} for r in wi_rows],
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "illustrative_prices": dollars_per_gpu_hour is None},
-            "points": _lightweight(points), "warnings": _little_warnings(points),
-            "num_simulated": runner.num_simulated}
+            "points": _lightweight(points), "steady_check": _steady_summary(longer),
+            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}

@@ -130,6 +130,10 @@ def register(sub) -> None:
                    help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost model's "
                         "measured error on the GPU (sim/data/calibration) and report the rates between; "
                         "nothing where the GPU is uncalibrated")
+    e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
+                   help=f"probe each answer's neighbours (rate / (1 + rtol) and rate x (1 + rtol)) on a "
+                        f"{P.STEADY_FACTOR:g}x longer workload and warn when the answer moves by more than --rtol "
+                        "(the workload is too short for a steady answer)")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
     e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
@@ -172,7 +176,7 @@ def setup_from_args(args: argparse.Namespace):
         raise ConfigError("--report needs --out DIR")
     sim = _sim_settings(args)
     for s in args.systems:
-        SimConfig.for_system(s, **sim)  # validate every setting early
+        SimConfig.for_system(s, seed=args.seed, **sim)  # validate every setting early
     opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
     opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
@@ -188,6 +192,7 @@ def setup_from_args(args: argparse.Namespace):
     slo = slo_from_args(args)
     if args.early_stop:
         setup.early_stop = P.early_stop_options(slo)
+    setup.steady_check = args.steady_check
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     runner = P.Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
@@ -346,7 +351,8 @@ def print_result(r: dict, f) -> None:
                               ("p99_tpot_s", "p99 TPOT s"), ("slo_attainment", "SLO attain."),
                               ("request_goodput", "good req/s"), ("output_throughput", "out tok/s"),
                               ("kv_capacity_tokens", "KV tokens"),
-                              ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes")], f)
+                              ("dollars_per_1m_output_tokens", "$/1M tok"), ("probes", "probes"),
+                              ("steady", "steady")], f)
         if r.get("error_band"):
             b = r["error_band"]
             print(f"band: max req/s with the GPU time x {b['gpu_time_scales'][0]:.3f} (low) and "
@@ -359,16 +365,17 @@ def print_result(r: dict, f) -> None:
         _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
                            ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), ("output_throughput", "out tok/s"),
                            ("dollars_per_gpu_hour", "$/GPU-h"), ("dollars_per_1m_output_tokens", "$/1M tok"),
-                           ("note", "note")], f)
+                           ("steady", "steady"), ("note", "note")], f)
     else:
         print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),
-                         ("probes", "probes"), ("note", "note")], f)
+                         ("probes", "probes"), ("steady", "steady"), ("note", "note")], f)
         print(f"\nreplicas x TP for {r['rate']:g} req/s", file=f)
         _table(r["replicas"], [("system", "system"), ("tensor_parallel", "TP"),
                                ("max_rate_per_replica_rps", "max req/s/replica"), ("replicas", "replicas"),
                                ("gpus", "GPUs"), ("verified", "verified"), ("dollars_per_hour", "$/h"),
-                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("note", "note")], f)
+                               ("dollars_per_1m_output_tokens", "$/1M tok"), ("steady", "steady"),
+                               ("note", "note")], f)
         if r.get("cheapest"):
             ch = r["cheapest"]
             print(f"cheapest: {ch['system']} TP {ch['tensor_parallel']} x {ch['replicas']} replicas "
@@ -376,7 +383,8 @@ def print_result(r: dict, f) -> None:
         if r.get("what_if"):
             print("\nwhat-if: max rate per variant", file=f)
             _table(r["what_if"], [("system", "system"), ("variant", "variant"), ("max_rate_rps", "max req/s"),
-                                  ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}")], f)
+                                  ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}"),
+                                  ("steady", "steady")], f)
     print("\nprobed points", file=f)
     cols = list(POINT_COLS)
     if any(p.get("kv_gib") is not None for p in r["points"]):

@@ -25,7 +25,6 @@ its ``module:qualname`` is part of every probe's cache key (:func:`experiments.s
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import pandas as pd
 
 from experiments.search import BoundarySearch
 from experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
-from experiments.sweep import RunOutput, RunSpec, load_cached, run_sweep, runner_name
+from experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
 from sim.errors import ConfigError, PagesimError
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
@@ -59,14 +58,6 @@ WORKLOAD_OPTS = ("workload", "trace", "format", "columns", "time_unit", "hash_bl
                  "max_len_policy", "stop")
 
 
-def _file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def encode_workload(options: dict[str, Any]) -> str:
     """A workload description as a string for :attr:`RunSpec.workload` (part of the cache key):
     ``NAME`` or ``NAME?key=json&...`` with the non-default options; a trace adds its content hash."""
@@ -76,7 +67,7 @@ def encode_workload(options: dict[str, Any]) -> str:
         if not p.exists():
             raise ConfigError(f"{p}: trace file not found")
         opts["trace"] = str(p.resolve())
-        opts["trace_sha"] = _file_digest(p)
+        opts["trace_sha"] = file_digest(p)
         opts.pop("workload", None)
         name = "trace"
     else:
@@ -109,9 +100,19 @@ def describe_workload(s: str) -> str:
 
 
 def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> tuple[pd.DataFrame, dict]:
-    """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc)."""
+    """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc). A
+    synthetic workload too large for this machine's memory is a ConfigError (for a probe: a
+    failed point whose reason says so)."""
+    from sim.limits import check_synthetic_workload
+    from traces import args as workload_args
     from traces.args import workload_from_args
     opts = decode_workload(workload)
+    if "trace" not in opts:
+        duration, count = opts.get("duration"), opts.get("num_requests")
+        if duration is None and count is None:
+            duration = workload_args.DEFAULT_DURATION_S
+        check_synthetic_workload(rate, duration, count, what=f"a probe at {rate:g} req/s",
+                                 advice="use a shorter --duration, fewer --num-requests or a lower --max-rate")
     opts.pop("trace_sha", None)
     opts.pop("stop", None)
     ns = argparse.Namespace(**{k: None for k in WORKLOAD_OPTS})

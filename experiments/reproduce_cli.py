@@ -40,6 +40,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import math
     from pathlib import Path
 
     import pandas as pd
@@ -50,8 +51,8 @@ def run(args) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    if args.scale <= 0:
-        raise ConfigError(f"--scale must be > 0, got {args.scale}")
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        raise ConfigError(f"--scale must be a finite number > 0, got {args.scale}")
     from experiments.figures import FIGURES
     from experiments.sweep import load_experiment
     from sim.config import SimConfig

@@ -28,16 +28,21 @@ everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to 
 
 :func:`run_sweep` runs a list of :class:`RunSpec` locally (``ProcessPoolExecutor``) or on Ray.
 Each finished run is stored under ``cache_dir/<sha256[:2]>/<sha256>/`` where the hash is over the
-canonical JSON of the full spec plus :data:`CODE_SALT` (the package version and a hash of the
-``sim/`` and ``traces/`` sources, so editing the engine invalidates old results), so a killed sweep
-resumes where it stopped. Results come back in spec order and, apart from ``wall_time_s`` (kept in
-the cache's ``meta.json``, not in the summary), are byte-identical whatever the worker count.
+canonical JSON of the full spec, the contents of the files it names (a model's config.json, a
+profile) and :data:`CODE_SALT` (the package version and a hash of the ``sim/`` and ``traces/``
+sources, so editing the engine invalidates old results), so a killed sweep resumes where it
+stopped. Entries are written atomically (a temporary folder renamed into place; concurrent sweeps
+storing the same run both succeed) and checked against their manifest before they are trusted (a
+damaged entry is recomputed). Results come back in spec order and, apart from ``wall_time_s``
+(kept in the cache's ``meta.json``, not in the summary), are byte-identical whatever the worker
+count.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
@@ -53,13 +58,20 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.outdir import naming, temporary_sibling
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
 #: summary keys that vary from run to run of the same spec (moved to meta.json)
 NONDETERMINISTIC_KEYS = ("wall_time_s",)
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
-CACHE_FORMAT = 1
+#: (2: entries carry a manifest of their files' sizes and hashes)
+CACHE_FORMAT = 2
+#: SimConfig settings that may name a file (a model's config.json, a measured profile): the
+#: file's contents are part of a run's cache key
+FILE_SETTINGS = ("model", "profile")
+#: the file whose presence marks a complete cache entry, written last: each file's size and sha256
+MANIFEST = "manifest.json"
 
 RunFn = Callable[["RunSpec"], Any]
 
@@ -96,11 +108,18 @@ class RunSpec:
         return d
 
     def key(self, salt: str | None = None, runner: str | None = None) -> str:
-        """sha256 of the canonical JSON of this spec, the code salt and (if not default) the runner."""
+        """sha256 of the canonical JSON of this spec, the code salt, (if not default) the runner,
+        and the contents of the files its settings name (:data:`FILE_SETTINGS`): editing a model's
+        config.json or a profile makes a new key, as the same path would otherwise return the
+        stale run."""
         payload = {"spec": self.canonical(), "salt": CODE_SALT() if salt is None else salt,
                    "format": CACHE_FORMAT}
         if runner:
             payload["runner"] = runner
+        files = {k: file_digest(self.sim[k]) for k in FILE_SETTINGS
+                 if isinstance(self.sim.get(k), str) and Path(self.sim[k]).is_file()}
+        if files:
+            payload["files"] = files
         return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
     def sim_config(self):
@@ -150,6 +169,15 @@ def _json_default(o: Any):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON-serializable: {type(o).__name__}")
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 (first 16 hex digits) of a file's contents."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
@@ -342,45 +370,84 @@ def cache_path(cache_dir: str | Path, key: str) -> Path:
     return Path(cache_dir) / key[:2] / key
 
 
-def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput) -> Path:
-    """Store one run atomically (write to a temp dir, then rename)."""
+def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput, *, replace: bool = False) -> Path:
+    """Store one run, atomically and idempotently: its files are written into a temporary folder
+    beside the entry, :data:`MANIFEST` last, and the folder is renamed into place. When another
+    writer got there first with a complete entry, that entry stands (the same key is the same
+    run) and this write succeeds; a damaged entry, or any entry when ``replace``, is moved aside
+    and removed first. A write error names its file."""
     final = cache_path(cache_dir, key)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{key[:12]}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    tmp = temporary_sibling(final)
     try:
         for name, df in (("steps", out.steps), ("requests", out.requests)):
             if df is None:
                 continue
             if _has_parquet():
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
+                with naming(tmp / f"{name}.parquet"):
+                    df.to_parquet(tmp / f"{name}.parquet", index=False)
             else:  # pragma: no cover
-                df.to_csv(tmp / f"{name}.csv.gz", index=False)
-        (tmp / "spec.json").write_text(canonical_json(spec.canonical()) + "\n")
-        (tmp / "meta.json").write_text(canonical_json(out.meta) + "\n")
-        # summary last: its presence marks a complete entry
-        (tmp / "summary.json").write_text(canonical_json(out.summary) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+                with naming(tmp / f"{name}.csv.gz"):
+                    df.to_csv(tmp / f"{name}.csv.gz", index=False)
+        for name, obj in (("spec.json", spec.canonical()), ("meta.json", out.meta), ("summary.json", out.summary)):
+            with naming(tmp / name):
+                (tmp / name).write_text(canonical_json(obj) + "\n")
+        manifest = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in sorted(tmp.iterdir())}
+        with naming(tmp / MANIFEST):
+            (tmp / MANIFEST).write_text(canonical_json({"files": manifest}) + "\n")
+        _install(tmp, final, replace)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
-def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
-    """The cached summary of ``key``, or None (a miss). An entry whose tables were written as
-    parquet is a miss where pyarrow is missing (a cache shared by two environments): the run
-    is redone and rewritten in a form this one reads."""
-    d = cache_path(cache_dir, key)
-    if not _has_parquet() and any(d.glob("*.parquet")):
-        return None
-    p = d / "summary.json"
+def _install(tmp: Path, final: Path, replace: bool) -> None:
+    """Rename the written folder ``tmp`` to ``final`` (see :func:`write_cache`)."""
+    for _attempt in range(8):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        if not replace and entry_is_complete(final):
+            return
+        aside = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(final, aside)
+        except FileNotFoundError:  # another writer moved it aside first
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+        replace = False  # from now on an entry that appears is another writer's fresh one
+    raise OSError(errno.EBUSY, "other writers keep replacing this cache entry", str(final))
+
+
+def entry_is_complete(d: Path) -> bool:
+    """Whether the cache entry ``d`` is whole and readable here: its :data:`MANIFEST` reads,
+    every file it lists (the summary among them) has the size and sha256 it lists, and, where
+    pyarrow is missing, no table is parquet (a cache shared by two environments). A truncated or
+    garbled table, a missing file or an emptied summary makes it incomplete: it is recomputed and
+    rewritten in a form this environment reads."""
     try:
-        return json.loads(p.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        files = json.loads((d / MANIFEST).read_text())["files"]
+        if "summary.json" not in files or (not _has_parquet() and any(n.endswith(".parquet") for n in files)):
+            return False
+        return all((d / name).stat().st_size == f["bytes"] and file_digest(d / name) == f["sha256"]
+                   for name, f in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The cached summary of ``key``, or None (a miss, also for an entry that is not complete:
+    :func:`entry_is_complete`)."""
+    d = cache_path(cache_dir, key)
+    if not entry_is_complete(d):
         return None
+    try:
+        summary = json.loads((d / "summary.json").read_text())
+    except (OSError, ValueError):  # replaced between the check and the read
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: RunFn | None = None,
@@ -462,7 +529,7 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress)
 
     def finish(key: str, out: RunOutput) -> None:
-        write_cache(cache_dir, key, specs[todo[key][0]], out)
+        write_cache(cache_dir, key, specs[todo[key][0]], out, replace=not use_cache)
         for i in todo[key]:
             results[i] = out.summary
         bar.update(len(todo[key]))

@@ -35,6 +35,8 @@ MEM_COLORS = {
     "mem_token_states": "#2ca02c", "mem_reservation": "#f2c12e", "mem_internal_frag": "#d62728",
     "mem_allocator_slack": "#ff9896", "mem_external_frag": "#7f7f7f", "mem_free_idle": "#d9d9d9",
 }
+#: the paper's bars and bands
+PAPER_COLOR = "#bdbdbd"
 SYSTEM_COLORS = {"orca-max": "#1f77b4", "orca-pow2": "#ff7f0e", "orca-oracle": "#9467bd", "vllm": "#d62728",
                  "static": "#8c564b", "token": "#e377c2", "vattention": "#17becf"}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
@@ -168,30 +170,83 @@ def latency_vs_rate(curves: pd.DataFrame, title: str = "Fig. 12: normalized late
 
 
 def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latency vs block size (vLLM)") -> go.Figure:
-    fig = go.Figure()
-    for wl in dict.fromkeys(df["workload"]):
+    """One panel per workload (``fig18b.csv``): our latency per block size, and the paper's best
+    block sizes (``paper_best_low``..``paper_best_high``) as a shaded band."""
+    wls = list(dict.fromkeys(df["workload"]))
+    fig = make_subplots(rows=1, cols=len(wls), subplot_titles=wls)
+    for i, wl in enumerate(wls, start=1):
         g = df[df["workload"] == wl].sort_values("block_size")
         fig.add_trace(go.Scatter(x=g["block_size"], y=g["normalized_latency_s_per_token"], mode="lines+markers",
-                                 name=wl))
-    fig.update_xaxes(type="log", tickvals=sorted(df["block_size"].unique()), title_text="block size (tokens)")
-    fig.update_layout(title=title, yaxis_title="normalized latency (s/token)", **LAYOUT)
+                                 name="pagesim", legendgroup="pagesim", showlegend=i == 1,
+                                 line=dict(color=SYSTEM_COLORS["vllm"])), row=1, col=i)
+        low, high = (g[c].iloc[0] if c in g else np.nan for c in ("paper_best_low", "paper_best_high"))
+        if pd.notna(low) and pd.notna(high):
+            # a band on a log axis: the paper's best range, widened to the neighbouring half-octave
+            fig.add_vrect(x0=low / 2 ** 0.5, x1=high * 2 ** 0.5, fillcolor=PAPER_COLOR, opacity=0.35, line_width=0,
+                          annotation_text=f"paper: best {low:g}-{high:g}", annotation_position="top left",
+                          row=1, col=i)
+        fig.update_xaxes(type="log", tickvals=sorted(g["block_size"].unique()), title_text="block size (tokens)",
+                         row=1, col=i)
+    fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=1)
+    fig.update_layout(title=title, **LAYOUT)
+    return fig
+
+
+def sustainable_rate_ratios(ratios: pd.DataFrame,
+                            title: str = "Fig. 12: vLLM's sustainable rate over each Orca variant") -> go.Figure:
+    """From ``fig12_ratios.csv``: our ratio per baseline system and workload as bars, the paper's
+    range (``paper_ratio_low``..``paper_ratio_high``, ShareGPT) as a grey bar from low to high."""
+    r = ratios[ratios["system"] != "vllm"]
+    wls = list(dict.fromkeys(r["workload"]))
+    fig = make_subplots(rows=1, cols=max(len(wls), 1), subplot_titles=wls)
+    for i, wl in enumerate(wls, start=1):
+        g = r[r["workload"] == wl].set_index("system")
+        systems = _ordered_systems(g.index)
+        low, high = g["paper_ratio_low"].reindex(systems), g["paper_ratio_high"].reindex(systems)
+        if low.notna().any():
+            first = not any(t.name == "paper range" for t in fig.data)
+            fig.add_trace(go.Bar(x=systems, y=(high - low).tolist(), base=low.tolist(), name="paper range",
+                                 marker_color=PAPER_COLOR, legendgroup="paper", showlegend=first,
+                                 hovertemplate="paper %{base:.1f}-%{y:.1f}x<extra></extra>"), row=1, col=i)
+        ours = g["vllm_ratio"].reindex(systems)
+        fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name="pagesim", marker_color=SYSTEM_COLORS["vllm"],
+                             legendgroup="pagesim", showlegend=i == 1, text=[_label(v, "x") for v in ours],
+                             textposition="outside"), row=1, col=i)
+    fig.update_yaxes(title_text="vLLM rate / system's rate", row=1, col=1)
+    fig.update_layout(title=title, barmode="group", **LAYOUT)
     return fig
 
 
 def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched requests") -> go.Figure:
+    """One panel per workload (``fig13.csv``): the paper's batch size per system, then ours for
+    each CPU-cost setting (``per_seq_overhead_ms``; ``fig13.csv`` has a row per system and
+    setting), labelled with one decimal."""
     wls = list(dict.fromkeys(df["workload"]))
-    fig = make_subplots(rows=1, cols=len(wls),
-                        subplot_titles=[f"{wl} @ {df[df['workload'] == wl]['rate'].iloc[0]:g} req/s" for wl in wls])
+    rates = {wl: df.loc[df["workload"] == wl, "rate"].iloc[0] for wl in wls}
+    fig = make_subplots(rows=1, cols=len(wls), subplot_titles=[f"{wl} @ {rates[wl]:g} req/s" for wl in wls])
+    setting = df["per_seq_overhead_ms"] if "per_seq_overhead_ms" in df else pd.Series(np.nan, index=df.index)
+    shades = ["#d62728", "#ff9896", "#8c564b", "#e377c2"]
     for i, wl in enumerate(wls, start=1):
-        g = df[df["workload"] == wl].set_index("system")
-        systems = _ordered_systems(g.index)
-        for col, name, color in (("paper_avg_batch_size", "paper", "#bdbdbd"), ("avg_batch_size", "pagesim", "#d62728")):
-            fig.add_trace(go.Bar(x=systems, y=[g.loc[s, col] for s in systems], name=name, marker_color=color,
-                                 legendgroup=name, showlegend=i == 1, texttemplate="%{y:.1f}", textposition="outside"),
-                          row=1, col=i)
+        g = df[df["workload"] == wl]
+        systems = _ordered_systems(g["system"])
+        paper = g.groupby("system", sort=False)["paper_avg_batch_size"].first().reindex(systems)
+        fig.add_trace(go.Bar(x=systems, y=paper.tolist(), name="paper", marker_color=PAPER_COLOR, legendgroup="paper",
+                             showlegend=i == 1, text=[_label(v) for v in paper], textposition="outside"),
+                      row=1, col=i)
+        for j, (ms, h) in enumerate(g.groupby(setting[g.index], sort=False, dropna=False)):
+            ours = h.groupby("system", sort=False)["avg_batch_size"].first().reindex(systems)
+            name = "pagesim" if pd.isna(ms) else f"pagesim, {ms:g} ms CPU/sequence"
+            fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name=name, marker_color=shades[j % len(shades)],
+                                 legendgroup=name, showlegend=i == 1, text=[_label(v) for v in ours],
+                                 textposition="outside"), row=1, col=i)
     fig.update_yaxes(title_text="batched requests", row=1, col=1)
     fig.update_layout(title=title, barmode="group", **LAYOUT)
     return fig
+
+
+def _label(v, unit: str = "") -> str:
+    """A bar's text: one decimal, nothing for a missing value (never 'nan')."""
+    return "" if v is None or pd.isna(v) else f"{float(v):.1f}{unit}"
 
 
 def sharing_bars(df: pd.DataFrame, title: str = "Fig. 15: memory saved by sharing KV blocks") -> go.Figure:

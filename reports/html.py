@@ -169,8 +169,10 @@ def single_run_report(result, path: str | Path) -> Path:
     rep.heading("Summary")
     rep.table(pd.DataFrame([{"metric": k, "value": summary[k]} for k in KEY_METRICS if k in summary]))
 
-    cats, where = memory_breakdown_pct(steps if steps is not None and all(c in steps for c in MEM_COLS) else None,
-                                       summary)
+    # the whole run's breakdown is summary.json's (sim/metrics.py: time-weighted over the run, idle
+    # time counted free); the step table stands in only for a summary without the categories
+    from_steps = steps is not None and all(c in steps for c in MEM_COLS) and not all(c in summary for c in MEM_COLS)
+    cats, where = memory_breakdown_pct(steps if from_steps else None, summary)
     have_mem = not all(math.isnan(v) for v in cats.values())
     if have_mem:
         rep.heading("Where the KV cache goes (vs the paper's Fig. 2)")
@@ -237,6 +239,7 @@ def _fig12_section(rep: "HtmlReport", fig12: pd.DataFrame, read, X) -> None:
     rep.heading("Fig. 12: normalized latency vs request rate")
     rep.figure(F.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
                                  if len(ratios) else None))
+    rep.figure(F.sustainable_rate_ratios(ratios))
     rep.table(ratios)
     rep.reading(X.explain_fig12(fig12, ratios))
     rep.heading("All probes", level=3)

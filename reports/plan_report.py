@@ -2,8 +2,8 @@
 
 :func:`plan_report` takes the result dict of :mod:`experiments.plan` (what ``plan.json`` holds)
 and writes the probed curves (p99 TTFT, p99 TPOT, SLO attainment and throughput against rate, passing
-probes as dots and failing ones as crosses, SLO lines, the answer marked), the answer bars,
-and the tables of the mode.
+probes as dots and failing ones as crosses, probes stopped early apart, SLO lines, the answer
+marked), the answer bars, and the tables of the mode.
 """
 
 from __future__ import annotations
@@ -49,9 +49,15 @@ def _table(rows: list[dict], cols: list[tuple[str, str]] | None = None) -> str:
     return f"<table class='data'><tr>{head}</tr>{body}</table>"
 
 
+#: legend of probes stopped early: their figures cover only the requests simulated before the stop
+EARLY_STOP_LABEL = "stopped early (partial figures)"
+
+
 def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None] | None = None,
                   title: str = "Probed points: latency, SLO attainment and throughput against request rate") -> go.Figure:
-    """2x2 panels per search (one colour each): pass = dot, fail = cross; SLO lines dashed."""
+    """2x2 panels per search (one colour each): pass = dot, fail = cross, stopped early = a faint open
+    cross off the line (its p99s and throughput are those of the requests simulated before the stop,
+    so they would draw a curve falling as the rate rises); SLO lines dashed."""
     df = pd.DataFrame(points)
     fig = make_subplots(rows=2, cols=2, subplot_titles=("p99 TTFT (s)", "p99 TPOT (s)", "SLO attainment (fraction of requests)",
                                                         "output throughput (tokens/s)"))
@@ -60,25 +66,32 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf"]
     panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("slo_attainment", 2, 1), ("output_throughput", 2, 2)]
+    stopped = df["stopped_early"].fillna(False).astype(bool) if "stopped_early" in df else pd.Series(False, df.index)
     for i, (name, g) in enumerate(df.sort_values("rate").groupby("search", sort=False)):
         color = palette[i % len(palette)]
+        complete = g[~stopped[g.index]]
         for j, (col, r, c) in enumerate(panels):
             if col not in g:
                 continue
-            fig.add_trace(go.Scatter(x=g["rate"], y=g[col], mode="lines", line=dict(color=color, width=1),
+            # the line joins completed probes only: an early-stopped probe's figures cover the requests
+            # simulated before it stopped, below what the full run would show
+            fig.add_trace(go.Scatter(x=complete["rate"], y=complete[col], mode="lines", line=dict(color=color, width=1),
                                      name=name, legendgroup=name, showlegend=False, hoverinfo="skip"), row=r, col=c)
             legend_done = False
-            for passed, symbol in ((True, "circle"), (False, "x")):
-                h = g[g["passed"] == passed]
+            for label, h, symbol in (("pass", complete[complete["passed"] == True], "circle"),  # noqa: E712
+                                     ("fail", complete[complete["passed"] == False], "x"),  # noqa: E712
+                                     (EARLY_STOP_LABEL, g[stopped[g.index]], "x-open")):
                 if h.empty:
                     continue
-                show = j == 0 and not legend_done
+                show = j == 0 and not legend_done and label != EARLY_STOP_LABEL
                 legend_done = legend_done or show
                 fig.add_trace(go.Scatter(
-                    x=h["rate"], y=h[col], mode="markers", marker=dict(color=color, symbol=symbol, size=8),
-                    name=name, legendgroup=name, showlegend=show,
+                    x=h["rate"], y=h[col], mode="markers",
+                    marker=dict(color=color, symbol=symbol, size=8, opacity=0.5 if label == EARLY_STOP_LABEL else 1),
+                    name=name if label != EARLY_STOP_LABEL else f"{name}: {EARLY_STOP_LABEL}",
+                    legendgroup=name, showlegend=show or (j == 0 and label == EARLY_STOP_LABEL),
                     text=h.get("fail_reason"), hovertemplate=f"{name}<br>rate %{{x:.3g}} req/s<br>{col} %{{y:.3g}}"
-                                                            f"<br>{'pass' if passed else 'fail'} %{{text}}<extra></extra>"),
+                                                            f"<br>{label} %{{text}}<extra></extra>"),
                     row=r, col=c)
         if answers and answers.get(name) is not None:
             for _col, r, c in panels:

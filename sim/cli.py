@@ -36,6 +36,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line (the usage is in ``--help``)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def example(*lines: str) -> str:
     """The epilog every subcommand's help ends with: runnable examples."""
     return "example:\n" + "\n".join(f"  {line}" for line in lines)
@@ -44,7 +51,7 @@ def example(*lines: str) -> str:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (``command``, a subcommand's name) only that subcommand's: a run
     of ``pagesim simulate`` need not import the planner, the reports and the GPU mode."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="pagesim",
         description="Simulate LLM serving and see where every KV-cache slot goes "
                     "(static batching, Orca reservations, PagedAttention), with a GPU mode.",
@@ -78,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as e:  # unreadable input, unwritable --out ...
-        print(f"pagesim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # unreadable input, unwritable --out, a full disk (sim.outdir.naming names the file)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"pagesim: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     return int(rc or 0)
 

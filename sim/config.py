@@ -18,10 +18,17 @@ vattention    vattention pages     on demand, 64 KiB pages      vllm
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+import numbers
+import types
+import typing
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sim.errors import ConfigError
 from traces.names import MAX_LEN_POLICIES
@@ -42,6 +49,26 @@ RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
 COST_MODELS = ("roofline", "calibrated")
+#: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
+VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
+#: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps
+MAX_INT_SETTING = 2**62
+#: the settings that take one of a few values
+CHOICES: dict[str, tuple] = {
+    "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
+    "placement": PLACEMENTS, "preemption": PREEMPTIONS, "max_len_policy": MAX_LEN_POLICIES,
+    "cost_model": COST_MODELS,
+    "vattention_page_kib": VATTENTION_PAGE_KIB,
+}
+#: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
+RANGES: dict[str, tuple] = {
+    "block_size": (1, 256, True, 16), "max_num_seqs": (1, None, True, 256), "tensor_parallel": (1, None, True, 2),
+    "chunk_budget": (1, None, True, 512), "static_batch_size": (1, None, True, 4),
+    "max_num_batched_tokens": (1, None, True, 2048), "seed": (0, None, True, 0), "kv_gib": (0, None, False, 12),
+    "swap_gib": (0, None, True, 4), "activation_reserve_gib": (0, None, True, 2),
+    "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
+    "step_overhead_ms": (0, None, True, 3), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
+}
 
 
 @dataclass
@@ -96,38 +123,38 @@ class SimConfig:
         self.validate()
 
     def validate(self) -> None:
-        def one_of(name, value, valid):
-            if value not in valid:
-                raise ConfigError(f"unknown {name} '{value}'; valid: {', '.join(valid)}")
-        one_of("system", self.system, list(SYSTEMS) + ["custom"])
-        one_of("manager", self.manager, MANAGERS)
-        one_of("scheduler", self.scheduler, SCHEDULERS)
-        one_of("reservation", self.reservation, RESERVATIONS)
-        one_of("placement", self.placement, PLACEMENTS)
-        one_of("preemption", self.preemption, PREEMPTIONS)
-        one_of("max_len_policy", self.max_len_policy, MAX_LEN_POLICIES)
-        one_of("cost_model", self.cost_model, COST_MODELS)
-        if not (math.isfinite(self.cost_scale) and self.cost_scale > 0):
-            raise ConfigError(f"cost_scale must be a finite number > 0, got {self.cost_scale} (e.g. 1.1)")
+        for f in dataclasses.fields(self):
+            problem = setting_problem(f.name, getattr(self, f.name))
+            if problem:
+                raise ConfigError(problem)
         if self.profile and self.cost_model != "roofline":
             raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
                               "or the profile")
-        if not 1 <= self.block_size <= 256:
-            raise ConfigError(f"block_size must be in 1..256, got {self.block_size} (vLLM uses 16)")
-        if self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.tensor_parallel < 1:
-            raise ConfigError(f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
-        if self.chunk_budget < 1:
-            raise ConfigError(f"chunk_budget must be >= 1, got {self.chunk_budget}")
-        if not (math.isfinite(self.swap_gib) and self.swap_gib >= 0):
-            raise ConfigError(f"swap_gib must be a finite number >= 0, got {self.swap_gib} (e.g. 4)")
-        if self.kv_gib is not None and self.kv_gib <= 0:
-            raise ConfigError(f"kv_gib must be > 0, got {self.kv_gib}")
+        if self.max_seq_len is not None:
+            self.check_batched_tokens(self.max_seq_len)
         if self.manager == "static" and self.scheduler != "static":
             raise ConfigError("the static manager needs scheduler 'static'")
         if self.scheduler == "static" and self.manager != "static":
             raise ConfigError("scheduler 'static' needs manager 'static'")
+
+    def check_batched_tokens(self, max_seq_len: int) -> None:
+        """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,
+        so ``max_num_batched_tokens`` below ``max_seq_len`` would reject every longer request."""
+        budget = self.max_num_batched_tokens
+        if budget is not None and not self.chunked_prefill and budget < max_seq_len:
+            raise ConfigError(f"max_num_batched_tokens={budget} is smaller than max_seq_len={max_seq_len}: "
+                              f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
+                              f"{max_seq_len} or chunked_prefill")
+
+    @property
+    def label(self) -> str:
+        """What ran, in words: the preset's name, or the parts of a custom combination."""
+        if self.system != "custom":
+            return self.system
+        parts = [f"{self.manager} manager", f"{self.scheduler} scheduler"]
+        if self.manager == "contiguous":
+            parts += [f"{self.reservation} reservation", f"{self.placement} placement"]
+        return "custom: " + ", ".join(parts)
 
     @classmethod
     def for_system(cls, system: str = "vllm", **overrides: Any) -> "SimConfig":
@@ -140,13 +167,95 @@ class SimConfig:
             raise ConfigError(f"unknown setting(s) {', '.join(bad)}; valid: {', '.join(sorted(fields))}")
         values = dict(SYSTEMS[system])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(system=system, **values)
+        return cls(system=matching_system(system, values), **values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)
+
+
+def matching_system(requested: str, values: dict[str, Any]) -> str:
+    """The preset that ``values`` (a preset's settings after overrides) still are: ``requested``
+    if its parts are unchanged, else another preset with the same parts, else ``custom``. The
+    parts are the manager and the scheduler, and a contiguous manager's reservation and placement;
+    knobs such as the block size keep the name."""
+    def parts(settings):
+        keys = ("manager", "scheduler") + (("reservation", "placement")
+                                           if settings.get("manager") == "contiguous" else ())
+        defaults = {f.name: f.default for f in dataclasses.fields(SimConfig)}
+        return tuple(settings.get(k, defaults[k]) for k in keys)
+    ran = parts(values)
+    for name in [requested, *SYSTEMS]:
+        if parts(SYSTEMS[name]) == ran:
+            return name
+    return "custom"
+
+
+@lru_cache(maxsize=1)
+def _setting_kinds() -> dict[str, tuple[type, bool]]:
+    """Each SimConfig field's base type (bool, int, float or str) and whether it may be None."""
+    kinds = {}
+    for name, hint in typing.get_type_hints(SimConfig).items():
+        args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        base = next(a for a in args if a is not type(None))
+        kinds[name] = (base, type(None) in args)
+    return kinds
+
+
+_KIND_WORDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+
+
+def setting_type_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the setting ``name`` (its type, or a non-finite number, or an
+    integer beyond :data:`MAX_INT_SETTING`), or None when it can. ``true`` is not an integer and
+    ``"false"`` is not a boolean: TOML and JSON spell booleans and numbers without quotes."""
+    base, optional = _setting_kinds()[name]
+    if value is None:
+        return None if optional else f"{name} must be {_KIND_WORDS[base]}, got nothing"
+    is_bool = isinstance(value, (bool, np.bool_))
+    if base is bool:
+        ok = is_bool
+    elif base is int:
+        ok = isinstance(value, numbers.Integral) and not is_bool
+    elif base is float:
+        ok = isinstance(value, numbers.Real) and not is_bool
+    else:
+        ok = isinstance(value, base)
+    if not ok:
+        return f"{name} must be {_KIND_WORDS[base]}, got {value!r} ({type(value).__name__})"
+    if base is float and not math.isfinite(value):
+        return f"{name} must be a finite number, got {value}"
+    if base is int and abs(value) > MAX_INT_SETTING:
+        return f"{name} must be at most {MAX_INT_SETTING:.3g}, got {value}"
+    return None
+
+
+def setting_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the setting ``name`` on its own (its type, :data:`CHOICES`,
+    :data:`RANGES`), or None; rules between settings are :meth:`SimConfig.validate`'s."""
+    problem = setting_type_problem(name, value)
+    if problem or value is None:
+        return problem
+    if name in CHOICES and value not in CHOICES[name]:
+        return f"unknown {name} '{value}'; valid: {', '.join(map(str, CHOICES[name]))}"
+    if name in RANGES:
+        low, high, inclusive, example = RANGES[name]
+        if not (value >= low if inclusive else value > low):
+            return f"{name} must be {'>=' if inclusive else '>'} {low}, got {value} (e.g. {example})"
+        if high is not None and value > high:
+            return f"{name} must be <= {high}, got {value} (e.g. {example})"
+    return None
+
+
+def unknown_setting_message(key: str, known) -> str:
+    """``unknown setting 'blok_size'; did you mean 'block_size'?`` (difflib's closest known key),
+    or the list of known keys when none is close."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    if close:
+        return f"unknown setting '{key}'; did you mean '{close[0]}'?"
+    return f"unknown setting '{key}'; valid: {', '.join(sorted(known))}"
 
 
 def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
@@ -157,20 +266,33 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
         import tomli as tomllib
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a TOML text file (byte {e.start} is not UTF-8)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a ``--config`` TOML file into a flat dict of settings (dashes become underscores)."""
+    """Read a ``--config`` TOML file into a flat dict of SimConfig settings (dashes become
+    underscores; an optional ``[simulation]`` table holds the same keys as the top level).
+
+    Every key must be a SimConfig field and every value one that field takes
+    (:func:`setting_problem`); otherwise one line names the file, the key and, for an
+    unknown key, the closest known one. Workload options (rate, duration, ...) are command-line
+    flags, not settings of this file."""
     data = read_toml(path)
     flat: dict[str, Any] = {}
     for k, v in data.items():
-        if isinstance(v, dict):  # allow [simulation] / [workload] tables
+        if k == "simulation" and isinstance(v, dict):
             flat.update({kk.replace("-", "_"): vv for kk, vv in v.items()})
         else:
             flat[k.replace("-", "_")] = v
+    known = {f.name for f in dataclasses.fields(SimConfig)}
+    for key, value in flat.items():
+        problem = setting_problem(key, value) if key in known else unknown_setting_message(key, known)
+        if problem:
+            raise ConfigError(f"{path}: {problem}")
     return flat

@@ -159,9 +159,12 @@ def read_profile(path) -> pd.DataFrame:
     """Read and validate a profile CSV (see the module docstring); ConfigError on any problem."""
     p = Path(path)
     try:
+        p.read_bytes().decode("utf-8")
         f = p.open(newline="")
     except FileNotFoundError:
         raise ConfigError(f"{p}: profile file not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a profile CSV (not UTF-8 text)") from None
     with f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:

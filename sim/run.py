@@ -20,8 +20,10 @@ from sim.core.replay import engine_name
 from sim.cost import make_cost_model
 from sim.engine import Engine, SimulatedExecutor
 from sim.errors import ConfigError
+from sim.limits import check_pool
 from sim.memory import make_manager
 from sim.metrics import SummaryOptions, prefix_cache_hit_rate, request_frame, summarize
+from sim.outdir import naming
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.state import RequestTable
 from sim.sched.static import StaticScheduler
@@ -37,16 +39,23 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
     def save(self, out_dir: str | Path, requests_format: str = "csv") -> Path:
+        """Write the run's files into ``out_dir``; a write error names its file (``pagesim
+        simulate --out`` saves into a staged folder: :func:`sim.outdir.staged_folder`)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
+        with naming(out / "summary.json"):
+            (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
         if self.config is not None:
-            (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+            with naming(out / "config.json"):
+                (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
         if requests_format == "parquet":
-            self.requests.to_parquet(out / "requests.parquet", index=False)
+            with naming(out / "requests.parquet"):
+                self.requests.to_parquet(out / "requests.parquet", index=False)
         else:
-            self.requests.to_csv(out / "requests.csv", index=False)
-        self.steps.to_csv(out / "steps.csv", index=False)
+            with naming(out / "requests.csv"):
+                self.requests.to_csv(out / "requests.csv", index=False)
+        with naming(out / "steps.csv"):
+            self.steps.to_csv(out / "steps.csv", index=False)
         return out
 
     @classmethod
@@ -89,6 +98,8 @@ def resolve_budget(cfg: SimConfig):
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
             f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
+    cfg.check_batched_tokens(model.max_seq_len)
+    check_pool(cfg, model, budget.capacity_tokens, budget.how)
     return model, gpu, budget
 
 
@@ -129,7 +140,7 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     finally:
         if bar is not None:
             bar.close()
-    extra = {"system": cfg.system, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
+    extra = {"system": cfg.label, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
              "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
              "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,

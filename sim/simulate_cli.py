@@ -161,27 +161,32 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.run import run_simulation
-    from traces.args import workload_from_args
+    from sim.limits import check_synthetic_workload
+    from sim.run import resolve_budget, run_simulation
+    from traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, workload_from_args
 
     cfg = config_from_args(args)
     summary_options = summary_options_from_args(args)
     if args.no_steps:
         cfg = cfg.replace(record_steps=False)
-    from sim.run import resolve_budget
-
     model, _gpu, _budget = resolve_budget(cfg)
+    if not args.trace:
+        duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
+        check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine,
                             summary_options=summary_options)
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
-        out = result.save(args.out, args.requests_format)
-        if args.report:
-            from reports.html import single_run_report
+        from sim.outdir import staged_folder
 
-            single_run_report(result, out / "report.html")
+        with staged_folder(args.out) as staged:
+            result.save(staged, args.requests_format)
+            if args.report:
+                from reports.html import single_run_report
+
+                single_run_report(result, staged / "report.html")
     if args.json:
         from sim.run import _jsonable
 

@@ -124,7 +124,7 @@ def test_killed_sweep_resumes_where_it_stopped(tmp_path):
     assert len(done) == 3 and len(calls_after) == 3
     assert set(calls_after).isdisjoint(done)
     assert all(r is not None for r in res)
-    assert not list(tmp_path.rglob(".tmp-*"))
+    assert not list(tmp_path.rglob("*.tmp-*"))
 
 
 def test_deterministic_across_worker_counts(tmp_path):

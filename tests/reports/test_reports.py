@@ -2,8 +2,6 @@
 
 import json
 import re
-import shutil
-import subprocess
 
 import pandas as pd
 import pytest
@@ -137,16 +135,18 @@ def test_cli_report_and_reproduce(tmp_path, monkeypatch, capsys):
     assert main(["reproduce", "fig13", "--out", str(out), "--workers", "0"]) == 2
 
 
-def _chromium():
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason="chromium not on PATH")
-def test_report_renders_in_headless_chromium(tmp_path):
-    path = single_run_report(save_run(tmp_path / "run"), tmp_path / "r.html")
-    dom = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          "--virtual-time-budget=5000", "--dump-dom", f"file://{path}"],
-                         capture_output=True, text=True, timeout=120).stdout
-    assert 'class="plotly-graph-div' in dom or "plotly-graph-div" in dom
-    assert "main-svg" in dom  # plotly drew its SVG: the embedded plotly.js ran offline
+def test_single_run_token_states_are_the_summarys(tmp_path):
+    """One definition of the token-state share: summary.json's (time-weighted over the whole run,
+    idle time free). At 0.2 req/s the server is idle between requests; an average over the step
+    table alone leaves those gaps out and reads higher (the issue's 82.48 % against 82.27 %)."""
+    d = tmp_path / "run"
+    assert main(["simulate", "--workload", "sharegpt", "--rate", "0.2", "--duration", "120", "--no-progress",
+                 "--out", str(d)]) == 0
+    summary = json.loads((d / "summary.json").read_text())
+    text = single_run_report(d, tmp_path / "r.html").read_text()
+    share = 100 * summary["mem_token_states"]
+    assert f"Token states take {share:.1f}% of the KV cache" in text
+    steps = pd.read_csv(d / "steps.csv")
+    from_steps = 100 * (steps["mem_token_states"] * steps["dt_s"]).sum() / (
+        steps[list(F.MEM_COLS)].sum(axis=1) * steps["dt_s"]).sum()
+    assert f"{from_steps:.1f}" != f"{share:.1f}"  # the case where the two definitions part

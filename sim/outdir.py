@@ -1,0 +1,80 @@
+"""Output folders that are never seen half-written, and write errors that name their file.
+
+A run's folder is judged complete by its ``summary.json``; written in place, a full disk could
+leave a complete-looking folder with a truncated ``steps.csv``. :func:`staged_folder` has the
+files written into a temporary folder beside the destination and moves them in only once every
+one of them was written. :func:`naming` gives an ``OSError`` raised while writing (``No space left
+on device`` comes without a file name) the name of the file being written, so ``pagesim`` can
+say which one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+#: written last into an existing folder: its presence marks the folder complete
+COMPLETE_MARKER = "summary.json"
+
+
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` without a file name as one naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+
+
+def temporary_sibling(final: Path) -> Path:
+    """A fresh hidden folder in ``final``'s parent (the same file system, so a rename is atomic)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    return tmp
+
+
+@contextmanager
+def staged_folder(final: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder to write into; when the block ends without an error, its files
+    become ``final``'s (a rename when ``final`` does not exist; else each file replaces its
+    namesake, :data:`COMPLETE_MARKER` removed first and moved last, other files left alone).
+    On an error the temporary folder is removed, ``final`` is left as it was, and an OSError
+    about a file in the temporary folder names the file's place in ``final`` instead."""
+    final = Path(final)
+    if final.exists() and not final.is_dir():
+        raise NotADirectoryError(20, "exists and is not a folder", str(final))
+    tmp = temporary_sibling(final)
+    try:
+        try:
+            yield tmp
+        except OSError as e:
+            if e.filename and Path(e.filename).parent == tmp:
+                raise OSError(e.errno, e.strerror, str(final / Path(e.filename).name)) from e
+            raise
+        _move_in(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_in(tmp: Path, final: Path) -> None:
+    try:
+        os.rename(tmp, final)
+        return
+    except OSError:
+        if not final.is_dir():
+            raise
+    names = sorted(p.name for p in tmp.iterdir())
+    if COMPLETE_MARKER in names:
+        (final / COMPLETE_MARKER).unlink(missing_ok=True)
+        names.remove(COMPLETE_MARKER)
+        names.append(COMPLETE_MARKER)
+    for name in names:
+        with naming(final / name):
+            os.replace(tmp / name, final / name)

@@ -1,0 +1,126 @@
+"""Every report page pagesim writes, opened in headless Chromium as a user would: plotly drew
+every chart (offline), no chart or table shows NaN, the reproduce charts carry every system and
+the paper's values, bar labels are numbers to one decimal.
+
+Pages: a single run (``simulate --report``), the reproduce report (``reproduce all --quick``),
+the plan reports of the three modes, and the GPU-mode validation report (``validate --backend
+fake``, CPU only). Marked ``slow`` (real runs, then about five seconds of Chromium per page);
+skipped when no Chromium is installed (``apt-get install chromium``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")]
+
+SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
+SMALL = ["--workload", "sharegpt", "--duration", "30", "--no-progress"]
+
+
+def render(path: Path) -> str:
+    """The page's DOM after its scripts ran (plotly replaces each chart's div by SVG)."""
+    p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                        "--virtual-time-budget=10000", "--dump-dom", path.resolve().as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+def charts(dom: str) -> dict[str, str]:
+    """Each chart's DOM by its title (the part of the page from its div to the next chart's)."""
+    parts = re.split(r'(?=<div[^>]*class="plotly-graph-div)', dom)[1:]
+    out = {}
+    for part in parts:
+        title = re.search(r'class="gtitle"[^>]*data-unformatted="([^"]*)"', part)
+        out[title.group(1) if title else f"untitled {len(out)}"] = part
+    return out
+
+
+def texts(chunk: str, cls: str) -> list[str]:
+    """The text of every SVG element of class ``cls`` (legend entries, bar labels, tick labels)."""
+    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(rf'<text class="{cls}[^"]*"[^>]*>(.*?)</text>', chunk)]
+
+
+def x_ticks(chunk: str) -> list[str]:
+    """The x-axis tick labels of every panel (plotly classes their groups xtick, x2tick, ...)."""
+    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r'<g class="x\d*tick\d*"><text[^>]*>(.*?)</text>', chunk)]
+
+
+def check_page(path: Path, min_charts: int) -> dict[str, str]:
+    dom = render(path)
+    found = charts(dom)
+    assert len(found) >= min_charts, list(found)
+    for title, chunk in found.items():
+        assert 'class="main-svg"' in chunk, f"{title}: not drawn"  # plotly.js ran, from the page itself
+    shown = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
+    bad = re.findall(r">\s*(NaN|nan|undefined|null|None|inf)\s*<", shown)
+    assert not bad, f"{path.name} shows {bad[:5]}"
+    return found
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("pages")
+
+
+@pytest.mark.timeout(300)
+def test_single_run_report(out):
+    d = out / "run"
+    assert main(["simulate", *SMALL, "--rate", "2", "--system", "orca-pow2", "--out", str(d), "--report"]) == 0
+    found = check_page(d / "report.html", 4)
+    assert any(t.startswith("KV memory breakdown: orca-pow2") for t in found)
+    assert "paper" in x_ticks(found[next(t for t in found if t.startswith("KV memory"))])
+
+
+@pytest.mark.timeout(600)
+def test_reproduce_report(out):
+    d = out / "repro"
+    assert main(["reproduce", "all", "--quick", "--out", str(d), "--no-progress", "--cache-dir", str(out / "cache")]) == 0
+    found = check_page(d / "report.html", 8)
+    fig13 = found["Fig. 13: average batched requests"]
+    ticks = x_ticks(fig13)
+    for s in SYSTEMS:  # every system in both panels (before: 2 of 4, labelled NaN)
+        assert ticks.count(s) == 2, (s, ticks)
+    legend = texts(fig13, "legendtext")
+    assert "paper" in legend and {"pagesim, 0.02 ms CPU/sequence", "pagesim, 0.3 ms CPU/sequence"} <= set(legend)
+    labels = texts(fig13, "bartext")
+    assert len(labels) == 2 * 4 * 3  # 2 workloads x 4 systems x (paper + 2 settings)
+    assert all(re.fullmatch(r"\d+\.\d", t) for t in labels), labels  # one decimal, never raw floats
+    ratios = found["Fig. 12: vLLM's sustainable rate over each Orca variant"]
+    assert "paper range" in texts(ratios, "legendtext")
+    fig18b = found["Fig. 18b: normalized latency vs block size (vLLM)"]
+    assert {"paper: best 16-128", "paper: best 16-32"} <= set(texts(fig18b, "annotation-text"))
+    assert "paper" in x_ticks(found["Fig. 2: where KV-cache memory goes"])
+    assert "paper" in texts(found["Fig. 15: memory saved by sharing KV blocks"], "legendtext")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode, flags, min_charts", [
+    ("max-rate", ["--systems", "orca-oracle,vllm"], 3),
+    ("resources", ["--rate", "1", "--tp-options", "1", "--what-if", "block_size=32", "--systems", "vllm"], 2),
+    ("compare-gpus", ["--gpus", "a100-40gb,a100-80gb", "--systems", "vllm"], 3),
+])
+def test_plan_reports(out, mode, flags, min_charts):
+    d = out / f"plan-{mode}"
+    rc = main(["plan", mode, *SMALL, "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--rtol", "0.2", *flags,
+               "--workers", "1", "--cache-dir", str(out / "cache"), "--out", str(d), "--report"])
+    assert rc == 0
+    found = check_page(d / "report.html", min_charts)
+    assert "Probed points: latency, goodput and throughput against request rate" in found
+
+
+@pytest.mark.timeout(300)
+def test_validation_report(out):
+    d = out / "val"
+    assert main(["validate", "--workload", "sharegpt", "--rate", "2", "--num-requests", "20", "--model", "llama-2-7b",
+                 "--gpu", "h200", "--backend", "fake", "--out", str(d)]) == 0
+    check_page(d / "report.html", 2)

@@ -1,0 +1,76 @@
+"""`pagesim simulate --out`: the folder appears whole or not at all, a full disk names the file,
+and the run's system label says what ran."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pandas as pd
+import pytest
+
+from sim.cli import main
+from sim.outdir import staged_folder
+
+RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--kv-gib", "4", "--no-progress"]
+
+
+def test_full_disk_leaves_no_complete_looking_folder(tmp_path, monkeypatch, capsys):
+    """steps.csv is written last; when the disk fills there, the error line names it and the
+    folder does not exist (before: summary.json was written first, beside a truncated steps.csv)."""
+    real = pd.DataFrame.to_csv
+
+    def full_at_steps(self, path=None, *a, **k):
+        if str(path).endswith("steps.csv"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, path, *a, **k)
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_at_steps)
+    out = tmp_path / "run"
+    assert main([*RUN, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pagesim: error: {out / 'steps.csv'}: No space left on device\n"
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # nothing left behind, not even the temporary
+
+
+def test_rerun_into_an_existing_folder_replaces_the_files_and_keeps_others(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "summary.json").write_text("{}")
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["completed"] > 0
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_failure_keeps_the_previous_folder_untouched(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text('{"old": 1}')
+    with pytest.raises(RuntimeError):
+        with staged_folder(out) as staged:
+            (staged / "summary.json").write_text('{"new": 1}')
+            raise RuntimeError("the run failed")
+    assert (out / "summary.json").read_text() == '{"old": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("flags, label", [
+    # README's example: no preset is contiguous + orca with a predicted reservation and first-fit placement
+    (["--manager", "contiguous", "--scheduler", "orca", "--reservation", "predicted", "--placement", "first-fit"],
+     "custom: contiguous manager, orca scheduler, predicted reservation, first-fit placement"),
+    # contiguous + orca with the defaults (max reservation, buddy placement) is the orca-max preset
+    (["--manager", "contiguous", "--scheduler", "orca"], "orca-max"),
+    (["--system", "orca-max", "--reservation", "oracle"], "orca-oracle"),
+    (["--system", "vllm", "--block-size", "32"], "vllm"),  # a knob, not a different system
+    (["--system", "vllm", "--manager", "vattention"], "vattention"),
+])
+def test_system_label_describes_what_ran(tmp_path, capsys, flags, label):
+    out = tmp_path / "run"
+    assert main([*RUN, *flags, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text())["system"] == label
+    assert printed.splitlines()[0].split(None, 1) == ["system", label]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["system"] == (label if not label.startswith("custom") else "custom")

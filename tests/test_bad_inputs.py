@@ -1,0 +1,301 @@
+"""Bad input on the ``pagesim`` command line: exit code 2 and exactly one line on stderr naming the
+parameter, file, row or field at fault; never a traceback, a hang or a silent default.
+
+Each case is ``(argv, needle)``: ``needle`` (a regular expression) must appear in the one line.
+Paths in braces (``{binary}``) are files written by the ``files`` fixture. Most cases run in
+this process through ``sim.cli.main``; a few run the installed ``pagesim`` script, as a user
+would. Every case runs under a timeout: a hang fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from sim.cli import main
+
+SIM = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "5", "--no-progress"]
+PLAN = ["plan", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress", "--workers", "1"]
+
+
+def sim(*flags: str) -> list[str]:
+    return [*SIM, *flags]
+
+
+def plan(*flags: str) -> list[str]:
+    return [*PLAN, *flags]
+
+
+def bad_number(flag: str, values, needle: str | None = None):
+    """One case per value of ``flag``; the line must name the flag (or ``needle``)."""
+    name = needle or flag.lstrip("-").replace("-", "_")
+    return [(sim(flag, v), rf"{re.escape(flag)}|{name}") for v in values]
+
+
+CASES = [
+    # --- simulation settings: non-numbers, NaN, infinities, out of range, overflowing integers
+    *bad_number("--kv-gib", ["nan", "inf", "0", "-1", "abc"], "kv_gib"),
+    (sim("--kv-gib=-inf"), "kv_gib must be a finite number"),
+    *bad_number("--gpu-memory-utilization", ["nan", "0", "1.5", "-0.1"]),
+    *bad_number("--max-seq-len", ["0", "1", "-5", "1.5", "99999999999999999999"]),
+    *bad_number("--tp", ["0", "-1", "x"], "tensor_parallel"),
+    *bad_number("--block-size", ["0", "257", "1e3", "-16", "16.5"]),
+    *bad_number("--predictor-error", ["nan", "-0.1", "inf"]),
+    *bad_number("--vattention-page-kib", ["3", "0", "-64", "1000"]),
+    *bad_number("--watermark", ["nan", "-0.1", "1", "2"]),
+    *bad_number("--max-num-seqs", ["0", "-3", "99999999999999999999999"]),
+    *bad_number("--max-num-batched-tokens", ["0", "1", "-1", "2047", "99999999999999999999999"]),
+    *bad_number("--swap-gib", ["nan", "-1", "inf"]),
+    *bad_number("--chunk-budget", ["0", "-1"]),
+    *bad_number("--waiting-served-ratio", ["-1", "nan", "inf"]),
+    *bad_number("--step-overhead-ms", ["-100", "nan", "inf"]),
+    *bad_number("--per-seq-overhead-ms", ["-1", "nan"]),
+    (sim("--per-seq-overhead-ms=-inf"), "per_seq_overhead_ms must be a finite number"),
+    *bad_number("--seed", ["-1", "1.5", "abc"]),
+    (sim("--system", "static", "--static-batch-size", "0"), "static_batch_size"),
+    (sim("--system", "static", "--static-batch-size", "-2"), "static_batch_size"),
+    (sim("--system", "static", "--static-batch-size", "100"), "static_batch_size"),
+    # --- names and combinations
+    (sim("--model", "gpt-9"), "unknown model 'gpt-9'"),
+    (sim("--gpu", "tpu"), "unknown GPU 'tpu'"),
+    (sim("--system", "foo"), "--system"),
+    (sim("--manager", "foo"), "--manager"),
+    (sim("--manager", "paged", "--scheduler", "static"), "scheduler 'static'"),
+    (sim("--engine", "foo"), "--engine"),
+    (sim("--engine", "core", "--system", "orca-max"), "--engine core"),
+    (sim("--requests-format", "xml"), "--requests-format"),
+    (sim("--model", "llama-2-70b", "--gpu", "a100-40gb"), "--tp"),
+    # --- work that cannot fit in memory, refused before anything is allocated
+    ([*SIM[:3], "--rate", "1e9", "--duration", "60", "--no-progress"], "1e\\+09 req/s for 60 s"),
+    ([*SIM[:3], "--duration", "1e12", "--no-progress"], "2 req/s for 1e\\+12 s"),
+    ([*SIM[:3], "--num-requests", "99999999999999", "--no-progress"], "1e\\+14 requests"),
+    (sim("--kv-gib", "1e9"), "KV pool of 1.31e\\+12 tokens"),
+    (sim("--kv-gib", "1e9", "--system", "static"), "static slots"),
+    (sim("--kv-gib", "1e9", "--system", "vattention"), "pages of"),
+    (sim("--kv-gib", "1e9", "--system", "token"), "blocks of 1,"),
+    # --- workload flags
+    *[(sim("--rate", v), "--rate") for v in ("nan", "0", "-2", "inf", "abc")],
+    *[(sim("--duration", v), "--duration") for v in ("0", "-1", "nan")],
+    *[(sim("--num-requests", v), "--num-requests") for v in ("0", "-1", "1.5")],
+    *[(sim("--cv", v), "--cv") for v in ("0", "nan")],
+    (sim("--arrival", "foo"), "--arrival"),
+    (sim("--n", "0"), "--n"),
+    (sim("--beam-width", "0"), "--beam-width"),
+    *[(sim("--sample", v), "--sample") for v in ("0", "1.5", "-1")],
+    *[(sim(f"--time-slice={v}"), "--time-slice") for v in ("5", "10:5", "-1:5", "a:b")],
+    *[(sim("--rate-scale", v), "--rate-scale") for v in ("0", "nan")],
+    (sim("--workload", "foo"), "--workload"),
+    (sim("--max-len-policy", "foo"), "--max-len-policy"),
+    # --- files named on the command line
+    (sim("--model", "/nonexistent/config.json"), "/nonexistent/config.json"),
+    (sim("--model", "{bad_json}"), "bad.json"),
+    (sim("--model", "{list_json}"), "list.json"),
+    (sim("--profile", "/nonexistent/profile.csv"), "/nonexistent/profile.csv"),
+    (sim("--profile", "{garbage_csv}"), "garbage.csv"),
+    (sim("--profile", "{binary}"), "binary.bin"),
+    (sim("--trace", "/nonexistent/trace.csv"), "/nonexistent/trace.csv"),
+    (sim("--trace", "{empty}"), "empty.csv"),
+    (sim("--trace", "{dir}"), "adir"),
+    (sim("--trace", "{garbage_csv}"), "garbage.csv"),
+    (sim("--trace", "{negative_tokens}"), "negative.csv"),
+    (sim("--trace", "{text_tokens}"), "text_tokens.csv"),
+    # --- --config TOML files
+    (sim("--config", "{toml_typo}"), "typo.toml: unknown setting 'blok_size'; did you mean 'block_size'\\?"),
+    (sim("--config", "{toml_kv_gb}"), "kv_gb.toml: unknown setting 'kv_gb'; did you mean 'kv_gib'\\?"),
+    (sim("--config", "{toml_bool_str}"), "bool_str.toml: prefix_caching must be true or false"),
+    (sim("--config", "{toml_str_int}"), "str_int.toml: block_size must be an integer, got '32'"),
+    (sim("--config", "{toml_float_int}"), "float_int.toml: block_size must be an integer, got 16.5"),
+    (sim("--config", "{toml_true_int}"), "true_int.toml: max_num_seqs must be an integer, got True"),
+    (sim("--config", "{toml_nan}"), "nan.toml: kv_gib must be a finite number"),
+    (sim("--config", "{toml_inf}"), "inf.toml: step_overhead_ms must be a finite number"),
+    (sim("--config", "{toml_table}"), "table.toml: unknown setting 'foo'"),
+    (sim("--config", "{toml_invalid}"), "invalid.toml: invalid TOML"),
+    (sim("--config", "{toml_system_int}"), "system_int.toml: system must be a string"),
+    (sim("--config", "{toml_system_unknown}"), "system_unknown.toml: unknown system 'foo'"),
+    (sim("--config", "{toml_rate}"), "rate.toml: unknown setting 'rate'"),
+    (sim("--config", "{toml_negative}"), "negative.toml: max_num_seqs must be >= 1"),
+    (sim("--config", "{toml_array}"), "array.toml: block_size must be an integer"),
+    (sim("--config", "{bad_json}"), "bad.json: invalid TOML"),
+    (sim("--config", "{toml_utf16}"), "utf16.toml: not a TOML text file"),
+    (sim("--config", "{binary}"), "binary.bin: not a TOML text file"),
+    (sim("--config", "{dir}"), "adir"),
+    (sim("--config", "/nonexistent/run.toml"), "/nonexistent/run.toml: config file not found"),
+    # --- plan
+    *[(plan("--slo-ttft-p99", v), "--slo-ttft-p99") for v in ("nan", "0", "-1")],
+    *[(plan("--goodput", v), "goodput") for v in ("0", "2", "nan")],
+    (plan("--systems", "foo"), "unknown system\\(s\\) foo"),
+    (plan("--start-rate", "0"), "--start-rate"),
+    (plan("--min-rate", "nan"), "--min-rate"),
+    (plan("--max-rate", "0"), "--max-rate"),
+    (plan("--min-rate", "5", "--max-rate", "1"), "--min-rate 5.0 is above --max-rate"),
+    *[(plan("--rtol", v), "--rtol") for v in ("0", "1", "nan")],
+    (plan("--keepup-frac", "0"), "--keepup-frac"),
+    *[(plan("--tp-options", v), "--tp-options") for v in ("0", "x")],
+    (plan("--workers", "0"), "--workers"),
+    (plan("--report"), "--report needs --out"),
+    (plan("--rate-scale", "2"), "--rate-scale"),
+    (["plan", "resources", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress"], "--rate R"),
+    (plan("--kv-max-gib", "0"), "--kv-max-gib"),
+    (plan("--dollars-per-gpu-hour", "0"), "--dollars-per-gpu-hour"),
+    (plan("--seed", "-1"), "seed"),
+    (plan("--kv-gib", "nan"), "kv_gib"),
+    (plan("--config", "{toml_typo}"), "did you mean 'block_size'"),
+    (["plan", "--duration", "1e9", "--slo-ttft-p99", "2", "--no-progress"], "a probe at 1 req/s"),
+    (["plan", "mode-x", "--duration", "20"], "mode"),
+    # --- reproduce and report
+    (["reproduce", "fig9", "--out", "{out}"], "fig9"),
+    *[(["reproduce", "fig2", "--out", "{out}", "--scale", v], "--scale") for v in ("0", "nan", "-1", "1e12")],
+    (["reproduce", "fig2", "--out", "{out}", "--workers", "0"], "--workers"),
+    (["reproduce", "fig2", "--out", "{out}", "--executor", "dask"], "--executor"),
+    (["reproduce", "fig2"], "--out"),
+    (["report", "/nonexistent/run"], "/nonexistent/run"),
+    (["report", "{dir}"], "adir"),
+    (["report", "{empty}"], "empty.csv"),
+    # --- trace subcommands and the top level
+    (["trace", "stats", "/nonexistent/trace.csv"], "/nonexistent/trace.csv"),
+    (["trace", "stats", "{garbage_csv}"], "garbage.csv"),
+    (["trace", "synth", "--rate", "0", "-o", "{out}/t.csv"], "--rate"),
+    (["nonsense"], "nonsense"),
+    (["simulate", "--no-such-flag"], "--no-such-flag"),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    toml = {
+        "toml_typo": ("typo.toml", "blok_size = 32\n"),
+        "toml_kv_gb": ("kv_gb.toml", "kv_gb = 12\n"),
+        "toml_bool_str": ("bool_str.toml", 'prefix_caching = "false"\n'),
+        "toml_str_int": ("str_int.toml", 'block_size = "32"\n'),
+        "toml_float_int": ("float_int.toml", "block_size = 16.5\n"),
+        "toml_true_int": ("true_int.toml", "max_num_seqs = true\n"),
+        "toml_nan": ("nan.toml", "kv_gib = nan\n"),
+        "toml_inf": ("inf.toml", "step_overhead_ms = inf\n"),
+        "toml_table": ("table.toml", "[foo]\nx = 1\n"),
+        "toml_invalid": ("invalid.toml", "block_size = \n"),
+        "toml_system_int": ("system_int.toml", "system = 3\n"),
+        "toml_system_unknown": ("system_unknown.toml", 'system = "foo"\n'),
+        "toml_rate": ("rate.toml", "rate = 5\n"),
+        "toml_negative": ("negative.toml", "[simulation]\nmax_num_seqs = -1\n"),
+        "toml_array": ("array.toml", "block_size = [16]\n"),
+        "bad_json": ("bad.json", '{"hidden_size": 10'),
+        "list_json": ("list.json", "[1, 2, 3]"),
+        "garbage_csv": ("garbage.csv", "hello,world\n1,2\n"),
+        "empty": ("empty.csv", ""),
+        "negative_tokens": ("negative.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n1,1,-5,10\n"),
+        "text_tokens": ("text_tokens.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,ten,10\n"),
+    }
+    paths = {}
+    for key, (name, text) in toml.items():
+        (d / name).write_text(text)
+        paths[key] = str(d / name)
+    (d / "utf16.toml").write_bytes("block_size = 16\n".encode("utf-16"))
+    paths["toml_utf16"] = str(d / "utf16.toml")
+    (d / "binary.bin").write_bytes(bytes(range(256)) * 4)
+    paths["binary"] = str(d / "binary.bin")
+    (d / "adir").mkdir()
+    paths["dir"] = str(d / "adir")
+    paths["out"] = str(d / "out")
+    return paths
+
+
+def fill(argv: list[str], files: dict[str, str]) -> list[str]:
+    return [a.format(**files) if "{" in a else a for a in argv]
+
+
+def assert_one_line(rc: int, err: str, needle: str) -> None:
+    assert rc == 2, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("pagesim"), err
+    assert re.search(needle, err), (needle, err)
+
+
+def test_there_are_at_least_100_cases():
+    assert len(CASES) >= 100
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv, needle", CASES, ids=[" ".join(a[1:] if a[0] == "simulate" else a)[-60:]
+                                                       for a, _n in CASES])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, files, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGESIM_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        rc = main(fill(argv, files))
+    except SystemExit as e:  # argparse's usage errors exit through SystemExit
+        rc = e.code
+    assert_one_line(rc, capsys.readouterr().err, needle)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("argv, needle", [
+    (sim("--kv-gib", "nan"), "kv_gib must be a finite number"),
+    (sim("--config", "{binary}"), "not a TOML text file"),
+    ([*SIM[:3], "--rate", "1e9", "--duration", "60", "--no-progress"], "requests, whose tables"),
+    (sim("--block-size", "1e3"), "argument --block-size: invalid int value: '1e3'"),
+])
+def test_bad_input_through_the_installed_script(argv, needle, files):
+    """The real process: what a user's shell sees."""
+    script = [sys.executable, "-c", "import sys; from sim.cli import main; sys.exit(main())"]
+    p = subprocess.run(script + fill(argv, files), capture_output=True, text=True, timeout=100)
+    assert p.stdout == ""
+    assert_one_line(p.returncode, p.stderr, needle)
+
+
+def test_toml_key_suggestion_is_difflib_closest():
+    """Worked by hand: difflib's ratio of 'blok_size' to 'block_size' is 2*9/19 = 0.95, far above
+    its 0.6 cut-off; 'zzz' matches nothing, so every known key is listed instead."""
+    from sim.config import unknown_setting_message
+    assert unknown_setting_message("blok_size", ["block_size", "kv_gib"]) == \
+        "unknown setting 'blok_size'; did you mean 'block_size'?"
+    assert unknown_setting_message("zzz", ["kv_gib", "block_size"]) == "unknown setting 'zzz'; valid: block_size, kv_gib"
+
+
+@pytest.mark.parametrize("name, allowed, refused", [
+    ("kv_gib", 1e-9, 0.0),  # strictly positive
+    ("seed", 0, -1),  # zero allowed
+    ("block_size", 256, 257),  # vLLM's largest block
+    ("block_size", 1, 0),
+    ("per_seq_overhead_ms", 0.0, -1e-12),
+    ("max_num_seqs", 2**62, 2**62 + 1),  # the largest integer the int64 tables take with room to add
+    ("vattention_page_kib", 2048, 2047),
+    ("prefix_caching", False, 0),  # 0 is not a boolean
+    ("watermark", 0.5, float("nan")),
+])
+def test_setting_bounds_at_the_edge(name, allowed, refused):
+    from sim.config import setting_problem
+    assert setting_problem(name, allowed) is None
+    assert name in setting_problem(name, refused)
+
+
+def test_toml_values_of_the_right_type_still_work(tmp_path, capsys):
+    """The checks refuse only what is wrong: an int where a float is wanted is a number (kv_gib = 3),
+    a [simulation] table holds the same keys, dashes are underscores."""
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text('system = "orca-max"\nprefix_caching = false\n[simulation]\nkv-gib = 3\nblock_size = 32\n')
+    assert main([*SIM, "--config", str(cfg), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == "orca-max"
+
+
+def test_memory_limit_worked_by_hand(monkeypatch):
+    """With 1 GiB of memory and 4,096 bytes per request, 2^30 / 2^12 = 262,144 requests fit and
+    one more does not; 1 req/s for 262,144 s is the same count. A paged pool of 16-token blocks
+    at 68 bytes each fits 2^30 // 68 = 15,790,320 blocks, i.e. 252,645,120 tokens."""
+    from sim import limits
+    from sim.config import SimConfig
+    from sim.errors import ConfigError
+    from sim.specs import get_model
+    monkeypatch.setattr(limits, "physical_memory_bytes", lambda: 1 << 30)
+    limits.check_synthetic_workload(1.0, None, 262_144)
+    limits.check_synthetic_workload(1.0, 262_144.0, None)
+    with pytest.raises(ConfigError, match="262,145|2.62e\\+05 requests"):
+        limits.check_synthetic_workload(1.0, None, 262_145)
+    cfg, model = SimConfig.for_system("vllm"), get_model("opt-13b")
+    limits.check_pool(cfg, model, 15_790_320 * 16, "given")
+    with pytest.raises(ConfigError, match="1.58e\\+07 blocks of 16"):
+        limits.check_pool(cfg, model, 15_790_321 * 16, "given")
