@@ -56,7 +56,7 @@ def test_plan_reruns_after_the_model_file_changes(tmp_path, capsys):
     cfg.write_text(json.dumps(LLAMA_LIKE))
     argv = ["plan", "--model", str(cfg), "--gpu", "h100-80gb", "--duration", "20", "--slo-ttft-p99", "5",
             "--max-rate", "4", "--start-rate", "2", "--rtol", "0.5", "--workers", "1", "--no-progress",
-            "--no-steady-check", "--cache-dir", str(tmp_path / "cache"), "--json"]
+            "--no-steady-check", "--no-error-band", "--cache-dir", str(tmp_path / "cache"), "--json"]
     entries = lambda: len(list((tmp_path / "cache").rglob(S.MANIFEST)))  # noqa: E731
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)

@@ -78,11 +78,11 @@ def test_early_stopped_probes_are_drawn_apart():
     completed one at 2 req/s. The line joins 1 and 2 only; 4 is a faint open cross in its own
     legend entry."""
     points = [
-        {"search": "vllm", "rate": 1.0, "passed": True, "p99_ttft_s": 0.2, "p99_tpot_s": 0.03, "goodput": 1.0,
+        {"search": "vllm", "rate": 1.0, "passed": True, "p99_ttft_s": 0.2, "p99_tpot_s": 0.03, "slo_attainment": 1.0,
          "output_throughput": 100.0},
-        {"search": "vllm", "rate": 2.0, "passed": False, "p99_ttft_s": 3.0, "p99_tpot_s": 0.05, "goodput": 0.5,
+        {"search": "vllm", "rate": 2.0, "passed": False, "p99_ttft_s": 3.0, "p99_tpot_s": 0.05, "slo_attainment": 0.5,
          "output_throughput": 180.0},
-        {"search": "vllm", "rate": 4.0, "passed": False, "p99_ttft_s": 0.5, "p99_tpot_s": 0.04, "goodput": 0.3,
+        {"search": "vllm", "rate": 4.0, "passed": False, "p99_ttft_s": 0.5, "p99_tpot_s": 0.04, "slo_attainment": 0.3,
          "output_throughput": 50.0, "stopped_early": True, "fail_reason": "stopped at t=30 s"},
     ]
     fig = curves_figure(points, {"ttft_p99_s": 2.0})

@@ -115,7 +115,7 @@ def test_plan_reports(out, mode, flags, min_charts):
                "--workers", "1", "--cache-dir", str(out / "cache"), "--out", str(d), "--report"])
     assert rc == 0
     found = check_page(d / "report.html", min_charts)
-    assert "Probed points: latency, goodput and throughput against request rate" in found
+    assert "Probed points: latency, SLO attainment and throughput against request rate" in found
 
 
 @pytest.mark.timeout(300)

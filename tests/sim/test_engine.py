@@ -3,46 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from sim.config import SimConfig
 from sim.memory.base import MemoryUsage
 from sim.run import run_simulation
+from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
 MEM = [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
-
-
-class ConstExecutor:
-    """Every iteration takes ``dt`` seconds: timelines become hand-computable."""
-
-    def __init__(self, dt: float = 1.0):
-        self.dt = dt
-        self.batches = []
-
-    def run_step(self, batch, manager) -> float:
-        self.batches.append((batch.prefill_seq_ids.tolist(), batch.prefill_tokens.tolist(),
-                             batch.decode_seq_ids.tolist(), batch.decode_context.tolist()))
-        return self.dt
-
-
-def trace(rows, **extra) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=["arrival_s", "prompt_tokens", "output_tokens"])
-    df.insert(0, "request_id", [f"r{i}" for i in range(len(df))])
-    for k, v in extra.items():
-        df[k] = v
-    return df
-
-
-def small_cfg(system="vllm", **kw) -> SimConfig:
-    # 64 KV slots of OPT-13B (819,200 B each), max length 32: small enough to reason about
-    kw.setdefault("kv_gib", 64 * 819200 / 2**30)
-    kw.setdefault("max_seq_len", 32)
-    kw.setdefault("check", True)
-    if system == "vllm":
-        kw.setdefault("block_size", 4)
-        kw.setdefault("watermark", 0.0)
-    return SimConfig.for_system(system, **kw)
 
 
 @pytest.mark.parametrize("system", ["vllm", "orca-oracle", "orca-max", "static"])

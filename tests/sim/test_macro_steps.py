@@ -17,28 +17,7 @@ from sim.config import SimConfig
 from sim.engine import Engine
 from sim.metrics import request_frame, summarize
 from sim.run import build, run_simulation
-
-OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
-
-
-def rand_trace(seed: int, n: int = 160, rate: float = 40.0, max_len: int = 256, width: dict | None = None,
-               prefix: bool = False) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, n)
-    burst = rng.random(n) < 0.3  # bursts: several arrivals at once queue up behind each other
-    gaps[burst] = 0.0
-    arrival = np.cumsum(gaps)
-    prompt = rng.integers(1, max_len // 2, n)
-    output = np.minimum(rng.integers(1, max_len // 2, n), max_len - prompt)
-    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": arrival,
-                       "prompt_tokens": prompt, "output_tokens": np.maximum(output, 1)})
-    for k, v in (width or {}).items():
-        df[k] = rng.choice(v, n)
-    if prefix:
-        df["prefix_hashes"] = [tuple(rng.integers(0, 3, max(p // 16, 0)).tolist()) for p in prompt]
-        df.attrs["hash_block_tokens"] = 16
-    return df
-
+from tests.sim.helpers import OPT13B_SLOT, rand_trace
 
 def run(cfg: SimConfig, trace: pd.DataFrame, macro: bool, min_steps: int = 2, vectorized: bool = False):
     _, _, _, table, manager, sched, executor = build(cfg, trace)

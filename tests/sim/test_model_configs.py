@@ -425,7 +425,6 @@ def test_cli_refuses_in_one_line_and_names_the_run_by_its_config(tmp_path, capsy
     assert err.startswith("pagesim: error:") and "num_attention_heads" in err
     assert "Traceback" not in err and err.count("\n") == 1
     good = write(tmp_path, llama(_name_or_path=None), "my-checkpoint-folder")
-    out = tmp_path / "run"
     assert main(["simulate", "--model", good, "--gpu", "h100", "--kv-gib", "4", "--max-seq-len", "4096",
                  "--duration", "5", "--json", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "llama"  # model_type, not the folder

@@ -17,7 +17,7 @@ from sim.errors import ConfigError
 from sim.metrics import SummaryOptions
 from sim.run import run_simulation
 from sim.simulate_cli import parse_goodput
-from tests.sim.test_engine import ConstExecutor, small_cfg, trace
+from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
 # Two requests, every iteration 1 s, vLLM's prefill-first policy:
 #   A arrives 0.0 (prompt 4, output 3); B arrives 0.5 (prompt 4, output 2)
@@ -156,11 +156,11 @@ def run_cli(capsys, *argv):
 
 
 def mooncake_file(tmp_path):
-    # Mooncake's 512-token hash blocks; prompts of 1100 tokens at 0 and 100 s. B shares the first hash only:
+    # Mooncake's 512-token hash blocks (ceil(1100 / 512) = 3 per prompt); prompts of 1100 tokens at 0 and 100 s. B shares the first hash only:
     # the 32 blocks of 16 tokens in [0, 512) hit, so 512 of 1100 + 1100 tokens looked up: 23.3 %
     p = tmp_path / "two.jsonl"
-    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 8, "hash_ids": [1, 2]},
-            {"timestamp": 100000, "input_length": 1100, "output_length": 8, "hash_ids": [1, 3]}]
+    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 8, "hash_ids": [1, 2, 4]},
+            {"timestamp": 100000, "input_length": 1100, "output_length": 8, "hash_ids": [1, 3, 5]}]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 

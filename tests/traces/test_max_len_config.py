@@ -32,7 +32,7 @@ def test_toml_max_len_policy_is_applied(write, capsys, tmp_path):
 
 def test_flag_wins_over_toml(write, capsys, tmp_path):
     toml = tmp_path / "c.toml"
-    toml.write_text('[workload]\nmax_len_policy = "drop"\n')
+    toml.write_text('max_len_policy = "drop"\n')
     rc, summary, _ = _simulate(write, capsys, "--config", str(toml), "--max-len-policy", "clip-prompt")
     assert rc == 0 and summary["workload"]["max_len"]["policy"] == "clip-prompt"
     assert summary["completed"] == 2  # 3000 + 10 clipped to 2038 + 10

@@ -1,0 +1,68 @@
+"""Builders shared by the simulator's tests (plain functions and one fake executor; fixtures
+live in conftest.py). Test modules import from here, never from each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.config import SimConfig
+
+OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
+
+
+def rand_trace(seed: int, n: int = 160, rate: float = 40.0, max_len: int = 256, width: dict | None = None,
+               prefix: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / rate, n)
+    burst = rng.random(n) < 0.3  # bursts: several arrivals at once queue up behind each other
+    gaps[burst] = 0.0
+    arrival = np.cumsum(gaps)
+    prompt = rng.integers(1, max_len // 2, n)
+    output = np.minimum(rng.integers(1, max_len // 2, n), max_len - prompt)
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": arrival,
+                       "prompt_tokens": prompt, "output_tokens": np.maximum(output, 1)})
+    for k, v in (width or {}).items():
+        df[k] = rng.choice(v, n)
+    if prefix:
+        df["prefix_hashes"] = [tuple(rng.integers(0, 3, max(p // 16, 0)).tolist()) for p in prompt]
+        df.attrs["hash_block_tokens"] = 16
+    return df
+
+
+def cfg_for(system="vllm", slots=3000, **kw):
+    kw.setdefault("max_seq_len", 256)
+    return SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", kv_gib=slots * OPT13B_SLOT / 2**30,
+                                **kw)
+
+
+class ConstExecutor:
+    """Every iteration takes ``dt`` seconds: timelines become hand-computable."""
+
+    def __init__(self, dt: float = 1.0):
+        self.dt = dt
+        self.batches = []
+
+    def run_step(self, batch, manager) -> float:
+        self.batches.append((batch.prefill_seq_ids.tolist(), batch.prefill_tokens.tolist(),
+                             batch.decode_seq_ids.tolist(), batch.decode_context.tolist()))
+        return self.dt
+
+
+def trace(rows, **extra) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=["arrival_s", "prompt_tokens", "output_tokens"])
+    df.insert(0, "request_id", [f"r{i}" for i in range(len(df))])
+    for k, v in extra.items():
+        df[k] = v
+    return df
+
+
+def small_cfg(system="vllm", **kw) -> SimConfig:
+    # 64 KV slots of OPT-13B (819,200 B each), max length 32: small enough to reason about
+    kw.setdefault("kv_gib", 64 * 819200 / 2**30)
+    kw.setdefault("max_seq_len", 32)
+    kw.setdefault("check", True)
+    if system == "vllm":
+        kw.setdefault("block_size", 4)
+        kw.setdefault("watermark", 0.0)
+    return SimConfig.for_system(system, **kw)

@@ -1,0 +1,58 @@
+"""The paged manager's rules (sim/memory/paged.py, sim/core/kv_cache.py), pinned by tiny runs
+worked out by hand, on every engine (``simulate``, conftest.py): where every KV slot goes
+(sim/memory/base.py's six categories, read from the step table), and vLLM's watermark."""
+
+from __future__ import annotations
+
+
+CATEGORIES = ["mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
+              "mem_external_frag", "mem_free_idle"]
+
+
+def test_memory_categories_in_a_hand_built_run(simulate, opt13b_config, tiny_trace):
+    # 13 slots: 3 blocks of 4 and 1 leftover slot no block can use (it counts as free). With
+    # swap preemption: A (prompt 4, output 3, final length F = 7) and B (6, 3, F = 9) at 0, C
+    # (3, 2, F = 5) at 1 ms. Each row is taken after the step's memory operations. A block's
+    # slots its request will fill (up to F) are token states if computed, else reservation;
+    # the rest of the block is internal fragmentation. Free slots are external fragmentation
+    # while a request waits for memory, else free and idle.
+    #
+    # step 0  A 1 block, 4 tokens (F = 7: the block fills);
+    #         B 2 blocks, 6 tokens, 2 more to come in them (F = 9 > 8)    10, 2, 0, 0, 0, 1
+    # step 1  C cannot be admitted (no block). B is swapped out (its slots count nowhere);
+    #         A takes a block: 5 tokens in 8 slots, F = 7 -> 2 to come, 1 never filled;
+    #         free: 1 block + the leftover slot = 5, C waits for memory  5, 2, 1, 0, 5, 0
+    # step 2  B cannot come back (needs 2 blocks, 1 free); A 6 tokens      6, 1, 1, 0, 5, 0
+    # step 3  A finished; B back (2 blocks, 6 tokens, 2 more to come), C admitted (1 block,
+    #         3 tokens, F = 5 -> its 4th slot to come); nobody waits     9, 3, 0, 0, 0, 1
+    # step 4  B and C decode: 7 of 8 and 4 of 4                            11, 1, 0, 0, 0, 1
+    # step 5  C finished; B 8 tokens in 2 blocks; 1 block + leftover free   8, 0, 0, 0, 0, 5
+    cfg = opt13b_config(13, max_seq_len=12, block_size=4, preemption="swap")
+    result = simulate(cfg, tiny_trace((0.0, 4, 3), (0.0, 6, 3), (0.001, 3, 2)))
+    rows = result.steps[CATEGORIES].to_numpy()
+    assert rows.tolist() == [[10, 2, 0, 0, 0, 1],
+                             [5, 2, 1, 0, 5, 0],
+                             [6, 1, 1, 0, 5, 0],
+                             [9, 3, 0, 0, 0, 1],
+                             [11, 1, 0, 0, 0, 1],
+                             [8, 0, 0, 0, 0, 5]]
+    assert (rows.sum(axis=1) == 13).all()  # every slot in exactly one category
+    assert result.steps["used_blocks"].tolist() == [3, 2, 2, 3, 3, 2]
+
+
+def test_admission_leaves_the_watermark_free(simulate, opt13b_config, tiny_trace):
+    # 4 blocks of 4, watermark 0.25: int(0.25 x 4) = 1 block must stay free at admission.
+    # A (prompt 8) leaves 4 - 2 = 2; B (prompt 8) would leave 0: it waits for A to finish
+    cfg = opt13b_config(16, max_seq_len=16, block_size=4, watermark=0.25)
+    result = simulate(cfg, tiny_trace((0.0, 8, 1), (0.0, 8, 1)))
+    assert result.steps["num_prefill_tokens"].tolist() == [8, 8]
+
+
+def test_prompt_beyond_pool_less_watermark_is_rejected(simulate, opt13b_config, tiny_trace):
+    # the same pool: a 13-token prompt needs 4 blocks, more than the 4 - 1 the watermark
+    # leaves, so it can never be admitted: rejected, and B behind it runs at once
+    cfg = opt13b_config(16, max_seq_len=16, block_size=4, watermark=0.25)
+    result = simulate(cfg, tiny_trace((0.0, 13, 1), (0.0, 8, 1)))
+    assert result.requests["status"].tolist() == ["rejected", "finished"]
+    assert "watermark" in result.requests["reject_reason"][0]
+    assert result.steps["num_prefill_tokens"].tolist() == [8]

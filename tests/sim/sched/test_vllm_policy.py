@@ -1,0 +1,144 @@
+"""vLLM's scheduling policy (sim/sched/continuous.py, sim/core/scheduler.py), pinned by tiny
+runs worked out by hand, on every engine (``simulate``, conftest.py).
+
+Most cases use a pool of 3 blocks of 4 slots (OPT-13B, no watermark) and two requests that
+arrive together: A (prompt 4, output 3) and B (prompt 6, output 3). Step by step::
+
+    step 0  admit A (1 block) and B (2 blocks), FCFS; no block left. Prefill 4 + 6 tokens:
+            each has its first token (A holds 4 tokens, B 6)
+    step 1  decode: A's 5th token needs a new block (4 = 1 x 4), B's 7th does not (6 of 8):
+            one crossing and no free block, so the latest-admitted request, B, is preempted;
+            A takes one of B's 2 blocks (5 tokens, its 2nd token)
+              recompute: B's blocks are freed, it goes back to the queue's head, and its one
+                         generated token becomes prompt (7 tokens to prefill)
+              swap:      B's 6 tokens go to the CPU (6 x 819,200 B over PCIe in this step)
+    step 2  B needs 2 blocks, 1 is free: it stays out. A decodes (6 tokens, 3rd token) and
+            finishes: 3 blocks free
+    step 3    recompute: B prefills 7 tokens again, sampling its 2nd token
+              swap:      B's 6 tokens come back over PCIe and B decodes (context 7), its 2nd
+    step 4  B decodes (context 8), its 3rd token: finished
+"""
+
+from __future__ import annotations
+
+import pytest
+
+TIGHT_POOL = dict(kv_slots=12, max_seq_len=12, block_size=4)
+
+
+@pytest.fixture
+def tight_pool(opt13b_config):
+    """tight_pool(**settings) -> the 3-block pool's SimConfig."""
+    return lambda **settings: opt13b_config(**TIGHT_POOL, **settings)
+
+
+@pytest.fixture
+def a_and_b(tiny_trace):
+    return tiny_trace((0.0, 4, 3), (0.0, 6, 3))
+
+
+def column(result, name):
+    return result.steps[name].tolist()
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_preempts_the_latest_admitted_request(simulate, tight_pool, a_and_b, preemption):
+    result = simulate(tight_pool(preemption=preemption), a_and_b)
+    assert result.requests["preemptions"].tolist() == [0, 1]  # B, not A
+    assert result.summary["num_preemptions"] == 1
+    assert column(result, "num_running")[1] == 1  # A ran step 1 alone
+    assert column(result, "num_waiting")[1] == 1  # B waited (queued or swapped)
+    a, b = result.requests["finish_s"]
+    assert a < b
+
+
+def test_recompute_prefills_prompt_and_generated_tokens_again(simulate, tight_pool, a_and_b, opt13b_a100):
+    result = simulate(tight_pool(preemption="recompute"), a_and_b)
+    assert column(result, "num_prefill_tokens") == [10, 0, 0, 7, 0]  # 7 = B's prompt 6 + 1 generated
+    assert column(result, "num_decode_tokens") == [0, 1, 1, 0, 1]
+    assert column(result, "num_waiting") == [0, 1, 1, 0, 0]
+    assert result.steps["dt_s"][3] == pytest.approx(opt13b_a100.step(prefills=[(7, 0)]), rel=1e-12)
+    b = result.requests.iloc[1]
+    assert b["first_token_s"] == result.steps["dt_s"][0]  # its first token stays the first
+    assert b["status"] == "finished"
+
+
+def test_swap_out_and_back_in(simulate, tight_pool, a_and_b, swap_gib_for, opt13b_a100):
+    # the CPU swap space holds exactly B's 6 tokens
+    result = simulate(tight_pool(preemption="swap", swap_gib=swap_gib_for(6)), a_and_b)
+    assert result.summary["num_preemptions"] == 1
+    assert result.summary["num_swap_fallbacks"] == 0
+    # B keeps its progress: no prefill after step 0, it decodes on from its 7th token
+    assert column(result, "num_prefill_tokens") == [10, 0, 0, 0, 0]
+    assert column(result, "num_decode_tokens") == [0, 1, 1, 1, 1]
+    assert column(result, "num_waiting") == [0, 1, 1, 0, 0]
+    # out: B's 2 blocks are free in step 1 (A holds 2: its prompt block and the new one);
+    # in: step 3 holds B's 2 blocks with its 6 tokens back plus this step's one
+    assert column(result, "used_blocks")[1] == 2
+    assert column(result, "mem_token_states")[1] == 5  # A's alone
+    assert column(result, "used_blocks")[3] == 2
+    assert column(result, "mem_token_states")[3] == 6 + 1
+    # PCIe time: 6 tokens out in step 1, 6 back in step 3
+    hand = [opt13b_a100.step(prefills=[(4, 0), (6, 0)]),
+            opt13b_a100.step(decode_contexts=[5], swapped_tokens=6),
+            opt13b_a100.step(decode_contexts=[6]),
+            opt13b_a100.step(decode_contexts=[7], swapped_tokens=6),
+            opt13b_a100.step(decode_contexts=[8])]
+    assert result.steps["dt_s"].to_numpy() == pytest.approx(hand, rel=1e-12)
+    b = result.requests.iloc[1]
+    assert b["first_token_s"] == pytest.approx(hand[0], rel=1e-12)
+    assert b["finish_s"] == pytest.approx(sum(hand), rel=1e-12)
+
+
+def test_swap_falls_back_to_recompute_without_swap_space(simulate, tight_pool, a_and_b, swap_gib_for):
+    # one token short of B's 6: B is recomputed, as in the recompute run
+    result = simulate(tight_pool(preemption="swap", swap_gib=swap_gib_for(5)), a_and_b)
+    assert result.summary["num_swap_fallbacks"] == 1
+    assert column(result, "num_prefill_tokens") == [10, 0, 0, 7, 0]
+
+
+@pytest.mark.parametrize("preemption,prefill_tokens", [
+    # C (prompt 3, output 2) arrives at 1 ms and waits behind the full pool. In step 2 one
+    # block is free, enough for C, but B is still out (needs 2): nobody new is admitted.
+    # Step 3: recompute: B (7, at the queue's head) and C (3) are admitted together;
+    # swap: B comes back first and C is admitted in the same step, its prefill running alone
+    ("recompute", [10, 0, 0, 7 + 3, 0]),
+    ("swap", [10, 0, 0, 3, 0, 0]),
+], ids=["recompute", "swap"])
+def test_no_admission_while_a_preempted_request_waits(simulate, tight_pool, tiny_trace, preemption,
+                                                      prefill_tokens):
+    trace = tiny_trace((0.0, 4, 3), (0.0, 6, 3), (0.001, 3, 2))
+    result = simulate(tight_pool(preemption=preemption), trace)
+    assert column(result, "num_prefill_tokens") == prefill_tokens
+    assert result.requests["preemptions"].tolist() == [0, 1, 0]
+
+
+def test_prefill_first_fcfs_within_the_token_budget(simulate, opt13b_config, tiny_trace):
+    # A (prompt 40, output 3) is running when B and C (prompts 40, one output token each)
+    # arrive during its prefill. Prefill-first: while prompts wait, an iteration runs only
+    # prompts, FCFS, as many as max_num_batched_tokens = 64 holds: B alone (40 + 40 > 64),
+    # then C; A decodes only after them (vLLM refuses a budget below max_seq_len = 64)
+    cfg = opt13b_config(1024, max_seq_len=64, max_num_batched_tokens=64)
+    result = simulate(cfg, tiny_trace((0.0, 40, 3), (0.001, 40, 1), (0.002, 40, 1)))
+    assert column(result, "num_prefill_tokens") == [40, 40, 40, 0, 0]
+    assert column(result, "num_decode_tokens") == [0, 0, 0, 1, 1]
+    assert column(result, "batch_size") == [1, 1, 1, 1, 1]
+    first = result.requests["first_token_s"].tolist()
+    assert first[0] < first[1] < first[2]
+
+
+def test_max_num_seqs_bounds_admission(simulate, opt13b_config, tiny_trace):
+    # three one-token requests at once, at most two running: two prefills, then the third
+    cfg = opt13b_config(1024, max_seq_len=64, max_num_seqs=2)
+    result = simulate(cfg, tiny_trace((0.0, 6, 1), (0.0, 6, 1), (0.0, 6, 1)))
+    assert column(result, "num_prefill_tokens") == [12, 6]
+
+
+def test_queue_head_blocks_those_behind_it(simulate, tight_pool, tiny_trace):
+    # A (prompt 8, output 2) holds 2 of the 3 blocks. B (prompt 8) needs 2 and C (prompt 4)
+    # 1: C would fit in step 1, but B is ahead of it and does not: nobody is admitted and A
+    # decodes (taking the free block for its 9th token) and finishes. Step 2 admits B and C
+    trace = tiny_trace((0.0, 8, 2), (0.001, 8, 1), (0.002, 4, 1))
+    result = simulate(tight_pool(), trace)
+    assert column(result, "num_prefill_tokens") == [8, 0, 12]
+    assert column(result, "num_decode_tokens") == [0, 1, 0]

@@ -1,0 +1,81 @@
+"""The roofline cost model's price of one iteration (``step_time(StepBatch)``), worked out by
+hand for OPT-13B on an A100-40GB: the constants are derived in ``conftest.py``
+(:class:`HandRoofline`), and each case below sums the terms in milliseconds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.batch import StepBatch
+from sim.cost import make_cost_model
+from sim.specs import get_gpu, get_model
+
+
+def ids(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.int64)
+
+
+@pytest.fixture
+def step_time():
+    return make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb")).step_time
+
+
+def test_pure_decode_batch(step_time, opt13b_a100):
+    # 8 sequences with 1024 tokens of context each (this step's token included):
+    #   fixed            3 ms + 8 x 0.02 ms                       =  3.16 ms
+    #   linear           8 tokens, weight-bound                     = 20.643577 ms
+    #   decode attention 8192 tokens x 0.658521 us                  =  5.394603 ms
+    #                                                               = 29.198180 ms
+    batch = StepBatch(decode_seq_ids=ids(8), decode_context=np.full(8, 1024, np.int64))
+    assert step_time(batch) == pytest.approx(29.198180e-3, rel=1e-7)
+    assert step_time(batch) == pytest.approx(opt13b_a100.step(decode_contexts=[1024] * 8), rel=1e-12)
+
+
+def test_prefill_batch(step_time, opt13b_a100):
+    # two prompts, 512 and 256 tokens, nothing cached:
+    #   fixed             3 ms + 2 x 0.02 ms                                  =  3.04 ms
+    #   linear            768 tokens x 0.126630 ms (compute-bound: > 163)      = 97.252011 ms
+    #   prefill attention (512 x 256 + 256 x 128) = 163,840 pairs x 819,200 FLOPs
+    #                     = 1.342177e11 FLOPs at 1.56e14 FLOP/s                =  0.860370 ms
+    #                                                                          = 101.152382 ms
+    batch = StepBatch(prefill_seq_ids=ids(2), prefill_tokens=np.array([512, 256]),
+                      prefill_context=np.array([512, 256]))
+    assert step_time(batch) == pytest.approx(101.152382e-3, rel=1e-7)
+    assert step_time(batch) == pytest.approx(opt13b_a100.step(prefills=[(512, 0), (256, 0)]), rel=1e-12)
+
+
+def test_prefill_chunk_after_a_cached_prefix(step_time, opt13b_a100):
+    # 128 new tokens after 512 computed ones (chunked prefill, or a prefix-cache hit):
+    #   fixed             3 ms + 0.02 ms                                       =  3.02 ms
+    #   linear            128 tokens, weight-bound                              = 20.643577 ms
+    #   prefill attention 128 x (512 + 64) = 73,728 pairs x 819,200 FLOPs
+    #                     at 1.56e14 FLOP/s                                     =  0.387166 ms
+    #   cached prefix     512 tokens x 0.658521 us                              =  0.337163 ms
+    #                                                                           = 24.387906 ms
+    batch = StepBatch(prefill_seq_ids=ids(1), prefill_tokens=np.array([128]), prefill_context=np.array([640]))
+    assert step_time(batch) == pytest.approx(24.387906e-3, rel=1e-7)
+    assert step_time(batch) == pytest.approx(opt13b_a100.step(prefills=[(128, 512)]), rel=1e-12)
+
+
+def test_swapped_tokens_cross_pcie(step_time, opt13b_a100):
+    # one decode of context 100 plus 32 tokens swapped in and 16 out: the decode's price
+    #   3.02 + 20.643577 + 100 x 0.658521 us = 23.729429 ms, plus 48 x 32.768 us = 1.572864 ms
+    batch = StepBatch(decode_seq_ids=ids(1), decode_context=np.array([100]), swap_in_tokens=32,
+                      swap_out_tokens=16)
+    assert step_time(batch) == pytest.approx(25.302293e-3, rel=1e-7)
+    assert step_time(batch) == pytest.approx(opt13b_a100.step(decode_contexts=[100], swapped_tokens=48),
+                                             rel=1e-12)
+
+
+def test_tensor_parallel_decode_batch():
+    # the decode batch of test_pure_decode_batch on each GPU of a TP=2 group:
+    #   fixed            3 ms + 8 x 0.02 ms                                      =  3.16 ms
+    #   linear           half the weights: 20.643577 / 2                         = 10.321788 ms
+    #   all-reduce       2 per layer x 40 layers x (2 x 1/2 x 8 tokens x 5120 x 2 B
+    #                    at 300e9 B/s = 0.273067 us, plus 10 us latency)          =  0.821845 ms
+    #   decode attention half the heads: 8192 tokens x 409,600 B at 1.244e12 B/s =  2.697302 ms
+    #                                                                            = 17.000934 ms
+    cost_model = make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), tensor_parallel=2)
+    batch = StepBatch(decode_seq_ids=ids(8), decode_context=np.full(8, 1024, np.int64))
+    assert cost_model.step_time(batch) == pytest.approx(17.000934e-3, rel=1e-7)
