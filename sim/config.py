@@ -48,6 +48,9 @@ SCHEDULERS = ("static", "orca", "vllm")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
+#: what a decode step needs free in the paged manager: vLLM v0's one free block per running
+#: sequence (block_manager_v1.py, can_append_slots), or exactly the blocks the step takes
+APPEND_RULES = ("free-block-per-seq", "exact")
 COST_MODELS = ("roofline", "calibrated")
 #: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
 VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
@@ -56,7 +59,7 @@ MAX_INT_SETTING = 2**62
 #: the settings that take one of a few values
 CHOICES: dict[str, tuple] = {
     "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
-    "placement": PLACEMENTS, "preemption": PREEMPTIONS, "max_len_policy": MAX_LEN_POLICIES,
+    "placement": PLACEMENTS, "preemption": PREEMPTIONS, "append_rule": APPEND_RULES, "max_len_policy": MAX_LEN_POLICIES,
     "cost_model": COST_MODELS,
     "vattention_page_kib": VATTENTION_PAGE_KIB,
 }
@@ -94,6 +97,7 @@ class SimConfig:
     predictor_error: float = 0.3  # relative std of the Predicted reservation's length predictor
     vattention_page_kib: int = 64  # physical page per layer (64 KiB or 2048 KiB)
     watermark: float = 0.01  # vLLM: keep this fraction of blocks free when admitting
+    append_rule: str = "free-block-per-seq"  # paged decode steps: APPEND_RULES
     prefix_caching: bool = False
     static_batch_size: int | None = None  # static: B (None: as many max_seq_len slots as fit)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sim.cli import HelpFormatter, example
-from sim.config import PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
+from sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
 from sim.calibration import describe_band, error_band
 from sim.errors import ConfigError
 
@@ -29,6 +29,9 @@ SIM_FLAGS = {
     "vattention_page_kib": dict(type=int, help="vAttention physical page size per layer in KiB (64 or 2048)"),
     "watermark": dict(type=float, help="paged: fraction of blocks kept free at admission (default 0.01)"),
     "prefix_caching": dict(action="store_true", default=None, help="paged: share prompt blocks by hash"),
+    "append_rule": dict(choices=APPEND_RULES,
+                        help="paged: what a decode step needs free; free-block-per-seq (default): vLLM v0's one "
+                             "free block per running sequence (can_append_slots); exact: the blocks it takes"),
     "static_batch_size": dict(type=int, help="static batching: batch size B (default: as many max-length slots as fit)"),
     "max_num_seqs": dict(type=int, help="maximum running sequences (default 256)"),
     "max_num_batched_tokens": dict(type=int, help="prompt tokens per iteration (default max(max_seq_len, 2048))"),

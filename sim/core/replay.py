@@ -98,6 +98,7 @@ def build(engine) -> state.Core:
     config[state.CHUNK_BUDGET] = sched.budget
     config[state.SWAP_PREEMPTION] = int(sched.swap)
     config[state.SWAP_CAPACITY_TOKENS] = min(sched.swap_capacity, unlimited)
+    config[state.FREE_BLOCK_PER_SEQ] = int(mgr.append_rule == "free-block-per-seq")
     count = np.zeros(state.NUM_COUNTS, np.int64)
     count[state.NUM_FREE_BLOCK_IDS] = mgr.num_blocks
     # every running request holds a block, so no more than num_blocks run at once

@@ -25,7 +25,7 @@ from sim.core import kv_cache
 from sim.core.jit import njit
 from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
-                            DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
+                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
                             NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
                             REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
@@ -205,15 +205,22 @@ def decode(s):
     """Make room, then one token for every request in the decode set; returns their context
     sum. Each member crosses at most one block boundary, so with as many free blocks as
     members nothing needs counting; otherwise the latest-admitted request is preempted
-    until the crossings fit."""
+    until the step fits. What fits (``append_rule``): ``exact``, the blocks the crossings
+    take; ``free-block-per-seq``, vLLM v0's rule (``can_append_slots`` in
+    ``block_manager_v1.py``, applied member by member in ``Scheduler._schedule_running``):
+    each member, at its turn, needs one free block whether or not it crosses, so the last
+    member needs one more block than the crossings before it."""
     c = s.count
     while c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
         crossing = 0
+        last_crosses = 0
         for k in range(c[NUM_RUNNING]):
             i = s.running[k]
-            if s.in_decode[i] and kv_cache.crosses_block(s, i):
-                crossing += 1
-        if crossing <= kv_cache.num_free_blocks(s):
+            if s.in_decode[i]:
+                last_crosses = 1 if kv_cache.crosses_block(s, i) else 0
+                crossing += last_crosses
+        needed = crossing - last_crosses + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
+        if needed <= kv_cache.num_free_blocks(s):
             break
         preempt_latest(s)
     context_sum = 0

@@ -12,7 +12,7 @@
 
     cfg.manager   static       -> StaticManager(capacity, max_seq_len, static_batch_size)
                   contiguous   -> ContiguousManager(..., reservation, placement, predictor_error, seed)
-                  paged        -> PagedManager(..., block_size, watermark, prefix_caching)
+                  paged        -> PagedManager(..., block_size, watermark, prefix_caching, append_rule)
                                   (TokenManager when block_size == 1)
                   vattention   -> VAttentionManager(..., page_tokens from vattention_page_kib, watermark)
 """
@@ -50,8 +50,8 @@ def make_manager(cfg, capacity_tokens: int, model=None) -> KVCacheManager:
                                  cfg.seed)
     if cfg.manager == "paged":
         if cfg.block_size == 1:
-            return TokenManager(cap, max_seq_len, cfg.watermark, cfg.prefix_caching)
-        return PagedManager(cap, max_seq_len, cfg.block_size, cfg.watermark, cfg.prefix_caching)
+            return TokenManager(cap, max_seq_len, cfg.watermark, cfg.prefix_caching, cfg.append_rule)
+        return PagedManager(cap, max_seq_len, cfg.block_size, cfg.watermark, cfg.prefix_caching, cfg.append_rule)
     if cfg.manager == "vattention":
         if model is None:
             raise ConfigError("the vattention manager needs the model to size its pages; "
@@ -59,5 +59,5 @@ def make_manager(cfg, capacity_tokens: int, model=None) -> KVCacheManager:
         if cfg.vattention_page_kib <= 0:
             raise ConfigError(f"vattention_page_kib must be > 0, got {cfg.vattention_page_kib} (e.g. 64)")
         pt = vattention_page_tokens(model, cfg.vattention_page_kib * 1024, cfg.tensor_parallel)
-        return VAttentionManager(cap, max_seq_len, pt, cfg.watermark)
+        return VAttentionManager(cap, max_seq_len, pt, cfg.watermark, cfg.append_rule)
     raise ConfigError(f"unknown manager '{cfg.manager}'; valid: static, contiguous, paged, vattention")

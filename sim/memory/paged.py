@@ -67,6 +67,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from sim.config import APPEND_RULES
 from sim.errors import ConfigError, OutOfMemory
 from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
                              grow_seq_arrays, settle_lane_before, settles_itself)
@@ -84,7 +85,7 @@ class PagedManager(KVCacheManager):
     MAX_BLOCK_SIZE: int | None = 256
 
     def __init__(self, capacity: int, max_seq_len: int, block_size: int = 16, watermark: float = 0.01,
-                 prefix_caching: bool = False):
+                 prefix_caching: bool = False, append_rule: str = "free-block-per-seq"):
         if self.MAX_BLOCK_SIZE is not None and not 1 <= block_size <= self.MAX_BLOCK_SIZE:
             raise ConfigError(f"block_size must be in 1..{self.MAX_BLOCK_SIZE}, got {block_size} "
                               "(vLLM uses 16)")
@@ -109,6 +110,9 @@ class PagedManager(KVCacheManager):
         self.watermark = float(watermark)
         self.watermark_blocks = int(watermark * num_blocks)
         self.prefix_caching = bool(prefix_caching)
+        if append_rule not in APPEND_RULES:
+            raise ConfigError(f"unknown append_rule '{append_rule}'; valid: {', '.join(APPEND_RULES)}")
+        self.append_rule = append_rule
 
         self._ref = np.zeros(num_blocks, dtype=np.int64)
         self._filled = np.zeros(num_blocks, dtype=np.int64)
@@ -661,7 +665,9 @@ class PagedManager(KVCacheManager):
         if lim <= 0:
             return 0
         bs = self.block_size
-        free = self.num_free_blocks()
+        # free-block-per-seq: a step's crossings plus one always fit (a lower bound: the steps
+        # where the last member crosses and exactly the crossings fit are taken one by one)
+        free = self.num_free_blocks() - (self.append_rule == "free-block-per-seq")
         if len(self._lane_mem) * (-(-lim // bs)) <= free:  # enough blocks for all of them
             return lim
         bk, G, tot = self._lane_bk, self._lane_G, 0
@@ -771,7 +777,28 @@ class PagedManager(KVCacheManager):
         return total
 
     def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
-        return self.blocks_needed_for_append_batch(seq_ids) <= self.num_free_blocks()
+        """Whether one decode token for each of ``seq_ids`` (in admission order) fits, by the
+        ``append_rule``: ``exact``, the blocks the step takes; ``free-block-per-seq``, vLLM
+        v0's (``can_append_slots``, member by member): each sequence needs a free block at its
+        turn, so the last one needs one more than those before it take."""
+        needed = self.blocks_needed_for_append_batch(seq_ids)
+        if self.append_rule == "free-block-per-seq" and len(seq_ids) and not self._last_takes_block(seq_ids):
+            needed += 1
+        return needed <= self.num_free_blocks()
+
+    def _last_takes_block(self, seq_ids: Sequence[int]) -> bool:
+        """Whether the last of ``seq_ids`` takes a block for its next token (a fresh one at a
+        block boundary, or a copy of a shared block); called right after
+        ``blocks_needed_for_append_batch(seq_ids)``, which settled the state or kept the lane."""
+        s = int(seq_ids[-1])
+        if seq_ids is self._lane_ids and self._lane_room() > 0:
+            return s in self._lane_bk[self._lane_G % self.block_size]
+        bs = self.block_size
+        L, A = int(self._L[s]), int(self._nb[s]) * bs
+        if L == A:
+            return True
+        written = int(self._tail[s]) if A - L <= bs else self._tables[s][L // bs]
+        return bool(self._ref[written] > 1)
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:
         if ((seq_ids is self._lane_ids or self._lane_sync(seq_ids)) and self._lane_room() > 0
@@ -1023,7 +1050,8 @@ class TokenManager(PagedManager):
 
     kind = "token"
 
-    def __init__(self, capacity: int, max_seq_len: int, watermark: float = 0.01, prefix_caching: bool = False):
+    def __init__(self, capacity: int, max_seq_len: int, watermark: float = 0.01, prefix_caching: bool = False,
+                 append_rule: str = "free-block-per-seq"):
         super().__init__(capacity, max_seq_len, block_size=1, watermark=watermark,
-                         prefix_caching=prefix_caching)
+                         prefix_caching=prefix_caching, append_rule=append_rule)
 

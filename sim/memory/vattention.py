@@ -39,11 +39,12 @@ class VAttentionManager(PagedManager):
     kind = "vattention"
     MAX_BLOCK_SIZE = None
 
-    def __init__(self, capacity: int, max_seq_len: int, page_tokens: int, watermark: float = 0.01):
+    def __init__(self, capacity: int, max_seq_len: int, page_tokens: int, watermark: float = 0.01,
+                 append_rule: str = "free-block-per-seq"):
         if page_tokens < 1:
             raise ConfigError(f"page_tokens must be >= 1, got {page_tokens} (e.g. vattention_page_kib=64)")
         super().__init__(capacity, max_seq_len, block_size=page_tokens, watermark=watermark,
-                         prefix_caching=False)
+                         prefix_caching=False, append_rule=append_rule)
         self.page_tokens = int(page_tokens)
 
     def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:

@@ -97,20 +97,24 @@ def test_swap_falls_back_to_recompute_without_swap_space(simulate, tight_pool, a
     assert column(result, "num_prefill_tokens") == [10, 0, 0, 7, 0]
 
 
-@pytest.mark.parametrize("preemption,prefill_tokens", [
+@pytest.mark.parametrize("preemption,prefill_tokens,preemptions", [
     # C (prompt 3, output 2) arrives at 1 ms and waits behind the full pool. In step 2 one
     # block is free, enough for C, but B is still out (needs 2): nobody new is admitted.
     # Step 3: recompute: B (7, at the queue's head) and C (3) are admitted together;
-    # swap: B comes back first and C is admitted in the same step, its prefill running alone
-    ("recompute", [10, 0, 0, 7 + 3, 0]),
-    ("swap", [10, 0, 0, 3, 0, 0]),
+    # swap: B comes back first and C is admitted in the same step, its prefill running alone.
+    # Step 4 decodes B and C with no block free and none crossing: vLLM's one free block per
+    # sequence preempts C, the latest (recompute: step 5 prefills its 3 + 1 tokens and it
+    # finishes; swap: it comes back in step 5, is swapped out again at once, B finishes, and
+    # C decodes its last token in step 6)
+    ("recompute", [10, 0, 0, 7 + 3, 0, 3 + 1], [0, 1, 1]),
+    ("swap", [10, 0, 0, 3, 0, 0, 0], [0, 1, 2]),
 ], ids=["recompute", "swap"])
 def test_no_admission_while_a_preempted_request_waits(simulate, tight_pool, tiny_trace, preemption,
-                                                      prefill_tokens):
+                                                      prefill_tokens, preemptions):
     trace = tiny_trace((0.0, 4, 3), (0.0, 6, 3), (0.001, 3, 2))
     result = simulate(tight_pool(preemption=preemption), trace)
     assert column(result, "num_prefill_tokens") == prefill_tokens
-    assert result.requests["preemptions"].tolist() == [0, 1, 0]
+    assert result.requests["preemptions"].tolist() == preemptions
 
 
 def test_prefill_first_fcfs_within_the_token_budget(simulate, opt13b_config, tiny_trace):
@@ -142,3 +146,28 @@ def test_queue_head_blocks_those_behind_it(simulate, tight_pool, tiny_trace):
     result = simulate(tight_pool(), trace)
     assert column(result, "num_prefill_tokens") == [8, 0, 12]
     assert column(result, "num_decode_tokens") == [0, 1, 0]
+
+
+@pytest.mark.parametrize("append_rule,prefill_tokens,decode_tokens,b_preemptions", [
+    # A (prompt 4, output 3) then B (prompt 3, output 3) in the 3-block pool: step 0 prefills
+    # both (1 block each, 1 free). Step 1 decodes: A's 5th token crosses into a new block,
+    # B's 4th fits in its block.
+    #   free-block-per-seq (vLLM v0's can_append_slots, member by member): A's turn finds 1
+    #     free block and takes it; B's turn finds 0, so B, the latest, is preempted (its
+    #     generated token becomes prompt: 4 to prefill). Step 2 re-admits B (1 block, the last
+    #     one) and prefills 4 tokens. Step 3: A's 6th token fits its block, B's 5th crosses;
+    #     A's turn finds no free block, so B is preempted again and A decodes its 3rd token,
+    #     finishing. Step 4 prefills B's 3 + 2 tokens: its 3rd token.
+    #   exact: step 1's one crossing fits the one free block: both decode (0 free). Step 2:
+    #     B's 5th token crosses with nothing free: B is preempted and A finishes. Step 3
+    #     prefills B's 3 + 2 tokens: its 3rd token.
+    ("free-block-per-seq", [7, 0, 4, 0, 5], [0, 1, 0, 1, 0], 2),
+    ("exact", [7, 0, 0, 5], [0, 2, 1, 0], 1),
+])
+def test_a_decode_step_needs_a_free_block_per_sequence(simulate, tight_pool, tiny_trace, append_rule,
+                                                       prefill_tokens, decode_tokens, b_preemptions):
+    result = simulate(tight_pool(append_rule=append_rule), tiny_trace((0.0, 4, 3), (0.0, 3, 3)))
+    assert column(result, "num_prefill_tokens") == prefill_tokens
+    assert column(result, "num_decode_tokens") == decode_tokens
+    assert result.requests["preemptions"].tolist() == [0, b_preemptions]
+    assert result.requests["status"].tolist() == ["finished", "finished"]
