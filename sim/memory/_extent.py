@@ -134,7 +134,7 @@ class ExtentManager(KVCacheManager):
     def _rereserve(self, seq_id: int, need: int) -> None:
         raise OutOfMemory(f"sequence {seq_id} needs {need} slots, more than its fixed extent")
 
-    def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
+    def can_append_batch(self, seq_ids: Sequence[int], last: int | None = None) -> bool:
         if seq_ids is self._lane_ids and self._lane_room > 0:
             return True
         self._settle()

@@ -8,7 +8,7 @@ Verbs (pairs, as in nano-vllm's block manager)::
 
     can_allocate(spec) -> Admit.OK | LATER | NEVER     allocate(spec) -> cached_tokens
     can_append(seq_id, n) -> bool                       append(seq_id, n)
-    can_append_batch(seq_ids) -> bool                   append_batch(seq_ids)   # one token each
+    can_append_batch(seq_ids, last) -> bool             append_batch(seq_ids)   # one token each
     fork(parent_id, child_id, child_final_len)          free(seq_id)
     usage(demand_waiting) -> MemoryUsage                export() -> snapshot of tables/extents
     can_fork(parent_id, child_final_len) -> bool        explain_never(spec) -> str (why NEVER)
@@ -203,7 +203,9 @@ class KVCacheManager(ABC):
         return {}
 
     # Batch decode path: one token for each sequence. Subclasses override with vectorized code.
-    def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
+    def can_append_batch(self, seq_ids: Sequence[int], last: int | None = None) -> bool:
+        """Whether one token for each of ``seq_ids`` fits; ``last``: the sequence whose turn
+        comes last in the scheduler's order (only rules that go member by member read it)."""
         return all(self.can_append(s, 1) for s in seq_ids)
 
     def append_batch(self, seq_ids: Iterable[int]) -> None:

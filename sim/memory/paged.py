@@ -776,21 +776,22 @@ class PagedManager(KVCacheManager):
             total += int(np.minimum(k, self._ref[blocks] - 1).sum())
         return total
 
-    def can_append_batch(self, seq_ids: Sequence[int]) -> bool:
-        """Whether one decode token for each of ``seq_ids`` (in admission order) fits, by the
-        ``append_rule``: ``exact``, the blocks the step takes; ``free-block-per-seq``, vLLM
-        v0's (``can_append_slots``, member by member): each sequence needs a free block at its
-        turn, so the last one needs one more than those before it take."""
+    def can_append_batch(self, seq_ids: Sequence[int], last: int | None = None) -> bool:
+        """Whether one decode token for each of ``seq_ids`` fits, by the ``append_rule``:
+        ``exact``, the blocks the step takes; ``free-block-per-seq``, vLLM v0's
+        (``can_append_slots``, member by member in the running order): each sequence needs a
+        free block at its turn, so the one whose turn is ``last`` (default ``seq_ids[-1]``)
+        needs one more than those before it take."""
         needed = self.blocks_needed_for_append_batch(seq_ids)
-        if self.append_rule == "free-block-per-seq" and len(seq_ids) and not self._last_takes_block(seq_ids):
-            needed += 1
+        if self.append_rule == "free-block-per-seq" and len(seq_ids):
+            last = int(seq_ids[-1]) if last is None else int(last)
+            needed += not self._takes_block(seq_ids, last)
         return needed <= self.num_free_blocks()
 
-    def _last_takes_block(self, seq_ids: Sequence[int]) -> bool:
-        """Whether the last of ``seq_ids`` takes a block for its next token (a fresh one at a
-        block boundary, or a copy of a shared block); called right after
+    def _takes_block(self, seq_ids: Sequence[int], s: int) -> bool:
+        """Whether sequence ``s`` of ``seq_ids`` takes a block for its next token (a fresh one
+        at a block boundary, or a copy of a shared block); called right after
         ``blocks_needed_for_append_batch(seq_ids)``, which settled the state or kept the lane."""
-        s = int(seq_ids[-1])
         if seq_ids is self._lane_ids and self._lane_room() > 0:
             return s in self._lane_bk[self._lane_G % self.block_size]
         bs = self.block_size

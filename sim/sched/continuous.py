@@ -375,8 +375,17 @@ class ContinuousScheduler:
         self.waiting.appendleft(i)
 
     def _make_decode_room(self, batch: StepBatch) -> None:
-        while self._dec_goff and not self.mgr.can_append_batch(self._dec_seqs):
+        while self._dec_goff and not self.mgr.can_append_batch(self._dec_seqs, self._latest_decoding_seq()):
             self._preempt_last(batch)
+
+    def _latest_decoding_seq(self) -> int:
+        """The last sequence, in the running order (admission, swap-in), of the decode set:
+        vLLM v0 checks room request by request in that order (the decode set's own order is
+        the order its members joined, after their prefill)."""
+        for i in reversed(self.running):
+            if i in self._dec_goff:
+                return self.t.seq_ids(i)[-1]
+        raise AssertionError("the decode set is empty")
 
     # ---------------------------------------------------------------- one iteration
     def schedule(self, now: float) -> StepBatch:
