@@ -251,14 +251,22 @@ class StepRecorder:
         return {f"mem_{c}": float(v / total) for c, v in zip(MemoryUsage.CATEGORIES, self.mem_weighted)}
 
 
-def request_frame(table) -> pd.DataFrame:
-    t = table
-    status = np.where(t.status == 4, "finished", np.where(t.status == 5, "rejected", "unfinished"))
+def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's TTFT, TPOT, E2EL and normalized latency in seconds (NaN where it did not
+    finish). TPOT is vLLM's: the time after the first token over the ``output - 1`` tokens
+    that follow it (NaN for one-token outputs); normalized latency is E2EL per output token."""
     ttft = t.first_token_s - t.arrival_s
     e2el = t.finish_s - t.arrival_s
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(t.output > 1, (t.finish_s - t.first_token_s) / (t.output - 1), np.nan)
         norm = e2el / t.output
+    return ttft, tpot, e2el, norm
+
+
+def request_frame(table) -> pd.DataFrame:
+    t = table
+    status = np.where(t.status == 4, "finished", np.where(t.status == 5, "rejected", "unfinished"))
+    ttft, tpot, e2el, norm = request_latencies(t)
     return pd.DataFrame({
         "request_id": t.request_id.astype(str), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
         "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
@@ -394,10 +402,7 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
                 f"std_{name}_ms": float(np.std(v)),
                 **{f"p{percentile_word(p)}_{name}_ms": float(np.percentile(v, p)) for p in pct}}
 
-    ttft = (t.first_token_s - t.arrival_s)[fin]
-    e2el = (t.finish_s - t.arrival_s)[fin]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output[fin] > 1, (t.finish_s[fin] - t.first_token_s[fin]) / (t.output[fin] - 1), np.nan)
+    ttft, tpot, e2el, norm = (v[fin] for v in request_latencies(t))
     s = {
         "completed": completed,
         "rejected": int((t.status == 5).sum()),
@@ -425,7 +430,7 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
                   for p in options.percentiles})
     s.update(stats("e2el", e2el))
     s["max_concurrent_requests"] = peak_concurrency(t.arrival_s[fin], t.finish_s[fin])
-    s["normalized_latency_s_per_token"] = float(np.mean(e2el / t.output[fin])) if completed else nan
+    s["normalized_latency_s_per_token"] = float(np.mean(norm)) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(sched.num_preemptions)
     s.update(rec.memory_fractions())
