@@ -319,8 +319,8 @@ class ContinuousScheduler:
                 if self.mgr.can_allocate(sp) is not _OK:
                     ok = False
                     break
-                self.mgr.allocate(sp)
-                self.mgr.append(sp.seq_id, sp.prompt_len)
+                cached = int(self.mgr.allocate(sp))  # prefix-cache hits are already there
+                self.mgr.append(sp.seq_id, sp.prompt_len - cached)
                 done.append(sp.seq_id)
             if not ok:
                 for s in done:
