@@ -118,6 +118,10 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- arrivals
     def add_arrival(self, i: int) -> None:
+        width = int(self.t.width[i])
+        if width > self.max_num_seqs:  # its sequences run together: it could never be admitted
+            self._reject(i, f"its {width} sequences (n / beam_width) exceed max_num_seqs={self.max_num_seqs}")
+            return
         self.t.status[i] = _WAITING
         self.waiting.append(i)
 
