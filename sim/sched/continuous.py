@@ -139,12 +139,13 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- helpers
     def _spec(self, i: int, prompt_len: int, seq_id: int | None = None) -> SeqSpec:
-        key = (i, prompt_len, seq_id)
+        t = self.t
+        resumed = bool(t.generated[i] > 0)
+        key = (i, prompt_len, seq_id, resumed)
         if key == self._spec_memo[0]:  # the queue head is asked about at every boundary
             return self._spec_memo[1]
-        t = self.t
         spec = SeqSpec(i if seq_id is None else seq_id, int(prompt_len), t.final_len(i),
-                       t.prefix_hashes(i), t.hash_block_tokens)
+                       t.prefix_hashes(i), t.hash_block_tokens, resumed)
         self._spec_memo = (key, spec)
         return spec
 
