@@ -30,6 +30,8 @@ def can_allocate(s, i, num_tokens):
     longer than ``max_seq_len`` or than the pool less its watermark)."""
     need = blocks_for(s, num_tokens)
     watermark = s.config[WATERMARK_BLOCKS]
+    if s.num_generated[i] > 0:  # back after a preemption: delayed, never turned away (sim/memory/paged.py)
+        watermark = max(min(watermark, s.config[NUM_BLOCKS] - need), 0)
     if (s.final_len[i] > s.config[MAX_SEQ_LEN] or num_tokens > s.config[MAX_SEQ_LEN]
             or need > s.config[NUM_BLOCKS] - watermark):
         return NEVER_FITS

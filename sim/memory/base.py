@@ -82,6 +82,9 @@ class SeqSpec(NamedTuple):
     final_len: int  # true final length F: prompt + all output tokens
     prefix_hashes: tuple | None = None  # one hash per ``hash_block_tokens`` prompt tokens (Mooncake: 512)
     hash_block_tokens: int = 16
+    # back after a preemption (it has produced output): the paged managers' watermark may
+    # delay it, never turn it away (see PagedManager's docstring)
+    resumed: bool = False
 
 
 @dataclass

@@ -50,7 +50,11 @@ empty. Without hashes nothing is shared.
 
 Watermark (vLLM): ``can_allocate`` is LATER if admitting would leave fewer than
 ``int(watermark * num_blocks)`` reclaimable blocks, and NEVER if the prompt alone needs more
-than ``num_blocks - watermark_blocks``.
+than ``num_blocks - watermark_blocks``. A request back after a preemption
+(``SeqSpec.resumed``) has produced output and must not be turned away: when its regrown
+prompt needs more than ``num_blocks - watermark_blocks``, it is admitted once the whole pool
+is reclaimable (the watermark keeps room for the others' growth, and there are none), and
+NEVER only if it needs more than ``num_blocks``.
 
 Hot path: ``append_batch`` / ``can_append_batch`` / ``blocks_needed_for_append_batch`` work on
 numpy arrays indexed by seq_id; block-boundary crossings take their blocks in bulk; a Python
@@ -305,15 +309,22 @@ class PagedManager(KVCacheManager):
             need += sum(1 for b in hits if ref[b] == 0)
         return need
 
+    def _watermark(self, spec: SeqSpec) -> int:
+        """Reclaimable blocks admitting ``spec`` must leave (see the module docstring)."""
+        if spec.resumed:
+            return max(min(self.watermark_blocks, self.num_blocks - self._prompt_blocks(spec)), 0)
+        return self.watermark_blocks
+
     def _admit(self, spec: SeqSpec, hits: list[int] | None) -> Admit:
         """``can_allocate`` on settled state; ``hits`` as ``_hits`` gives them (None: look up)."""
+        watermark = self._watermark(spec)
         if (spec.final_len > self.max_seq_len or spec.prompt_len > self.max_seq_len
-                or -(-spec.prompt_len // self.block_size) > self.num_blocks - self.watermark_blocks):
+                or self._prompt_blocks(spec) > self.num_blocks - watermark):
             return _NEVER
         if hits is None:
             hits = self._hits(spec, self._keys(spec))
         avail = len(self._free) + len(self._lru)
-        return _OK if avail - self._needed_to_allocate(spec, hits) >= self.watermark_blocks else _LATER
+        return _OK if avail - self._needed_to_allocate(spec, hits) >= watermark else _LATER
 
     @settles_itself
     def can_allocate(self, spec: SeqSpec) -> Admit:
@@ -322,7 +333,7 @@ class PagedManager(KVCacheManager):
     def explain_never(self, spec: SeqSpec) -> str:
         if spec.final_len <= self.max_seq_len and spec.prompt_len <= self.max_seq_len:
             return (f"sequence {spec.seq_id}: its prompt needs {self._prompt_blocks(spec)} blocks, more than "
-                    f"the {self.num_blocks} blocks less the {self.watermark_blocks}-block watermark")
+                    f"the {self.num_blocks} blocks less the {self._watermark(spec)}-block watermark")
         return super().explain_never(spec)
 
     @settles_itself

@@ -118,6 +118,10 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- arrivals
     def add_arrival(self, i: int) -> None:
+        width = int(self.t.width[i])
+        if width > self.max_num_seqs:  # its sequences run together: it could never be admitted
+            self._reject(i, f"its {width} sequences (n / beam_width) exceed max_num_seqs={self.max_num_seqs}")
+            return
         self.t.status[i] = _WAITING
         self.waiting.append(i)
 
@@ -135,12 +139,13 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- helpers
     def _spec(self, i: int, prompt_len: int, seq_id: int | None = None) -> SeqSpec:
-        key = (i, prompt_len, seq_id)
+        t = self.t
+        resumed = bool(t.generated[i] > 0)
+        key = (i, prompt_len, seq_id, resumed)
         if key == self._spec_memo[0]:  # the queue head is asked about at every boundary
             return self._spec_memo[1]
-        t = self.t
         spec = SeqSpec(i if seq_id is None else seq_id, int(prompt_len), t.final_len(i),
-                       t.prefix_hashes(i), t.hash_block_tokens)
+                       t.prefix_hashes(i), t.hash_block_tokens, resumed)
         self._spec_memo = (key, spec)
         return spec
 
@@ -319,8 +324,8 @@ class ContinuousScheduler:
                 if self.mgr.can_allocate(sp) is not _OK:
                     ok = False
                     break
-                self.mgr.allocate(sp)
-                self.mgr.append(sp.seq_id, sp.prompt_len)
+                cached = int(self.mgr.allocate(sp))  # prefix-cache hits are already there
+                self.mgr.append(sp.seq_id, sp.prompt_len - cached)
                 done.append(sp.seq_id)
             if not ok:
                 for s in done:

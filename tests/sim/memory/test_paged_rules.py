@@ -58,3 +58,38 @@ def test_prompt_beyond_pool_less_watermark_is_rejected(simulate, opt13b_config, 
     assert result.requests["status"].tolist() == ["rejected", "finished"]
     assert "watermark" in result.requests["reject_reason"][0]
     assert result.steps["num_prefill_tokens"].tolist() == [8]
+
+
+def test_preempted_request_regrown_past_pool_less_watermark_comes_back_to_an_empty_pool(
+        simulate, opt13b_config, tiny_trace):
+    # 8 blocks of 2, watermark 0.25: 2 blocks. A (prompt 1, output 4), B (prompt 10, output 4),
+    # exact append rule:
+    # step 0  A 1 block, leaves 7 >= 2; B 5 blocks, leaves 2 >= 2: both prefill (1 + 10)
+    # step 1  A 2 tokens (its block), B 11 (a new block): 1 free
+    # step 2  A 3 (a new block), B 12: 0 free
+    # step 3  B's 13th token needs a block: B, the latest, is preempted with 3 tokens out; its
+    #         prompt regrows to 10 + 3 = 13 tokens, 7 blocks: more than 8 - 2. A decodes its
+    #         4th token and finishes
+    # step 4  the pool is empty: B has produced output, so the watermark only delays it (it
+    #         would leave 1 block, not 2) and it does not reject it; B prefills its 13 tokens
+    #         again and samples its 4th and last
+    cfg = opt13b_config(16, max_seq_len=16, block_size=2, watermark=0.25, append_rule="exact")
+    result = simulate(cfg, tiny_trace((0.0, 1, 4), (0.0, 10, 4)))
+    assert result.requests["status"].tolist() == ["finished", "finished"]
+    assert result.requests["preemptions"].tolist() == [0, 1]
+    assert result.steps["num_prefill_tokens"].tolist() == [11, 0, 0, 0, 13]
+    assert result.steps["num_decode_tokens"].tolist() == [0, 2, 2, 1, 0]
+
+
+def test_a_new_prompt_is_still_held_to_the_watermark(opt13b_config):
+    # the rule above is for requests back after a preemption only: a new 13-token prompt in
+    # the same pool (7 blocks > 8 - 2) is never admitted, a resumed one once the pool is empty
+    from sim.memory.base import Admit, SeqSpec
+    from sim.memory.paged import PagedManager
+
+    pool = PagedManager(16, 16, block_size=2, watermark=0.25)
+    assert pool.can_allocate(SeqSpec(0, 13, 14)) is Admit.NEVER
+    assert pool.can_allocate(SeqSpec(0, 13, 14, resumed=True)) is Admit.OK
+    pool.allocate(SeqSpec(1, 1, 2))
+    pool.append(1, 1)
+    assert pool.can_allocate(SeqSpec(0, 13, 14, resumed=True)) is Admit.LATER  # 7 of 7 free: none would be left
