@@ -166,16 +166,20 @@ def describe_band(band: dict, gpu: str) -> str:
 class ScaledCostModel:
     """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
     ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
-    The same arithmetic in every method, so macro steps stay equal to step by step."""
+    Every method applies :func:`sim.core.cost.scaled_step_time`, which the core's loop applies
+    too, so macro steps stay equal to step by step and the core to the Python engine."""
 
     def __init__(self, inner, scale: float):
+        from sim.core.cost import scaled_step_time
+        from sim.core.jit import interpreted
+
         self.inner, self.scale = inner, scale
+        self._scaled_step_time = interpreted(scaled_step_time)  # scalars or arrays, the same float
         if hasattr(inner, "decode_step_times"):  # the engine takes macro steps only where these exist
             self.decode_step_time, self.decode_step_times = self._decode_step_time, self._decode_step_times
 
     def _scaled(self, t, num_seqs: int):
-        cpu = self.inner.overhead_s + self.inner.per_seq_overhead_s * num_seqs
-        return cpu + self.scale * (t - cpu)
+        return self._scaled_step_time(t, self.scale, self.inner.overhead_s, self.inner.per_seq_overhead_s, num_seqs)
 
     def step_time(self, batch) -> float:
         return self._scaled(self.inner.step_time(batch), batch.num_seqs)

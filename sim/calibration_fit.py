@@ -25,20 +25,21 @@ import numpy as np
 import pandas as pd
 
 from sim.calibration import ELEMENTWISE, Calibration
-from sim.cost_calibrated import (
-    allreduce_seconds,
-    decode_attention_seconds,
-    decode_bandwidth,
-    elementwise_bytes_per_token,
-    elementwise_seconds,
-    gemm_seconds,
-    layer_gemm_shapes,
-    prefill_attention_flops,
-    prefill_attention_seconds,
-)
+from sim.core import cost_calibrated as formulas
+from sim.core.jit import interpreted
+from sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_shapes
 from sim.errors import ConfigError
 from sim.measured import MeasuredGPU
 from sim.specs import GPUSpec
+
+# the formulas over numpy arrays of measured rows: their interpreted form (the same source)
+gemm_seconds = interpreted(formulas.gemm_seconds)
+elementwise_seconds = interpreted(formulas.elementwise_seconds)
+allreduce_seconds = interpreted(formulas.allreduce_seconds)
+decode_bandwidth = interpreted(formulas.decode_bandwidth)
+decode_attention_seconds = interpreted(formulas.decode_attention_seconds)
+prefill_attention_flops = interpreted(formulas.prefill_attention_flops)
+prefill_attention_seconds = interpreted(formulas.prefill_attention_seconds)
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")  # layer_gemm_shapes' order
 ELEMENTWISE_OPS = {"norm": ("input_layernorm", "post_attention_layernorm"), "rope": ("attn_rope",),

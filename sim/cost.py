@@ -42,7 +42,9 @@ Table model
 ``TableCostModel`` reads the profile CSV written by ``pagesim gpu calibrate`` (format in
 ``sim/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
 interpolates linearly: ``linear(T)``, ``attn_decode(batch, mean context)`` (bilinear),
-``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``.
+``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``; beyond a table the
+last segment's slope extends it (``sim/core/cost_table.py`` states the interpolation, which the
+core's loop calls too).
 """
 
 from __future__ import annotations
@@ -53,14 +55,28 @@ from pathlib import Path
 import numpy as np
 
 from sim.batch import StepBatch
+from sim.core import cost_table
 from sim.core.cost import roofline_step_time
+from sim.core.jit import interpreted
 from sim.errors import ConfigError
 from sim.specs import GPUSpec, ModelSpec
 
 
 # Python's engine prices one batch at a time: the interpreted function avoids numba's call
 # overhead (the same source, so the same float)
-_step_time = getattr(roofline_step_time, "py_func", roofline_step_time)
+_step_time = interpreted(roofline_step_time)
+_EMPTY = np.zeros(0, np.int64)
+
+
+def prefill_sums(batch: StepBatch) -> tuple[float, int]:
+    """sum(n * (b + n / 2)) and sum(b) over the prefilling sequences (n new tokens after b
+    cached ones), as :func:`sim.core.cost.roofline_step_time` takes them: sums of multiples of
+    1/2 far below 2**52, exact in any order (as the core's loop sums them)."""
+    if not len(batch.prefill_tokens):
+        return 0.0, 0
+    new = batch.prefill_tokens
+    before = batch.prefill_context - new
+    return float(np.dot(new, before + new * 0.5)), int(before.sum())
 
 
 @dataclass
@@ -117,12 +133,7 @@ class RooflineCostModel:
         """The price of ``batch``: :func:`sim.core.cost.roofline_step_time`, the one statement
         of the formula above, which the core's loop calls too."""
         num_prefill = len(batch.prefill_tokens)
-        flop_sum, cached_sum = 0.0, 0
-        if num_prefill:  # sums of multiples of 1/2 far below 2**52: exact, as the core's loop
-            new = batch.prefill_tokens
-            before = batch.prefill_context - new
-            flop_sum = float(np.dot(new, before + new * 0.5))
-            cached_sum = int(before.sum())
+        flop_sum, cached_sum = prefill_sums(batch)
         return _step_time(self.constants(), batch.num_seqs, batch.num_prefill_tokens + batch.num_decode_tokens,
                           batch.decode_context_sum, num_prefill, flop_sum, cached_sum,
                           batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
@@ -158,7 +169,9 @@ class RooflineCostModel:
 
 
 class TableCostModel:
-    """Interpolates a measured profile (see ``sim/profile_format.py``)."""
+    """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for
+    :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
+    calls it for every batch."""
 
     def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1):
         from sim.profile_format import read_profile
@@ -173,62 +186,55 @@ class TableCostModel:
         lin = part("linear").sort_values("num_tokens")
         if lin.empty:
             raise ConfigError(f"{path}: profile has no 'linear' rows")
-        self._lin_x = lin["num_tokens"].to_numpy(float)
-        self._lin_y = lin["time_us"].to_numpy(float) * 1e-6
         dec = part("attn_decode")
         if dec.empty:
             raise ConfigError(f"{path}: profile has no 'attn_decode' rows")
-        self._dec_b = np.unique(dec["batch"].to_numpy(float))
-        self._dec_c = np.unique(dec["context"].to_numpy(float))
+        batches = np.unique(dec["batch"].to_numpy(float))
+        contexts = np.unique(dec["context"].to_numpy(float))
         grid = dec.pivot_table(index="batch", columns="context", values="time_us", aggfunc="median")
-        grid = grid.reindex(index=self._dec_b, columns=self._dec_c)
+        grid = grid.reindex(index=batches, columns=contexts)
         if grid.isna().any().any():
             raise ConfigError(f"{path}: 'attn_decode' rows must form a full batch x context grid")
-        self._dec_t = grid.to_numpy(float) * 1e-6
         pre = part("attn_prefill").sort_values("num_tokens")
-        self._pre_x = pre["num_tokens"].to_numpy(float)
-        self._pre_y = pre["time_us"].to_numpy(float) * 1e-6
+        self._sizes = (len(lin), len(batches), len(contexts), len(pre))
+        self._tables = np.concatenate([
+            lin["num_tokens"].to_numpy(float), lin["time_us"].to_numpy(float) * 1e-6,
+            batches, contexts, grid.to_numpy(float).ravel() * 1e-6,
+            pre["num_tokens"].to_numpy(float), pre["time_us"].to_numpy(float) * 1e-6])
         ov = part("overhead")
         self.overhead_s = float(ov["time_us"].median()) * 1e-6 if not ov.empty else 0.0
         self.per_seq_overhead_s = 0.0  # measured profiles include it; --per-seq-overhead-ms adds more
+        self._c = np.zeros(0)
 
-    @staticmethod
-    def _interp_extrap(x: float | np.ndarray, xs: np.ndarray, ys: np.ndarray):
-        """Linear interpolation; beyond the table, extend the last segment's slope."""
-        if len(xs) == 1:
-            return ys[0] * np.asarray(x) / xs[0]
-        y = np.interp(x, xs, ys)
-        hi = np.asarray(x) > xs[-1]
-        if np.any(hi):
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-            y = np.where(hi, ys[-1] + slope * (np.asarray(x) - xs[-1]), y)
-        return y
+    def constants(self) -> np.ndarray:
+        """The float64 array :mod:`sim.core.cost_table` indexes: the roofline's constants with
+        this model's overheads, then the tables' sizes (rebuilt when an overhead was reassigned:
+        ``make_cost_model`` sets them after construction)."""
+        if not len(self._c) or (self._c[0], self._c[1]) != (self.overhead_s, self.per_seq_overhead_s):
+            c = [*self._roof.constants(), *self._sizes]
+            c[cost_table.OVERHEAD_S], c[cost_table.PER_SEQ_OVERHEAD_S] = self.overhead_s, self.per_seq_overhead_s
+            self._c = np.array(c, dtype=np.float64)
+        return self._c
 
-    def _decode(self, batch: int, mean_ctx: float) -> float:
-        # bilinear on (batch, context); scale linearly beyond the grid
-        b = self._dec_b
-        per_b = np.array([self._interp_extrap(mean_ctx, self._dec_c, self._dec_t[i]) for i in range(len(b))])
-        return float(self._interp_extrap(batch, b, per_b))
+    def tables(self) -> np.ndarray:
+        """The profile's tables, one float64 array (layout in :mod:`sim.core.cost_table`)."""
+        return self._tables
 
     def step_time(self, batch: StepBatch) -> float:
-        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-        t = self.overhead_s + self.per_seq_overhead_s * batch.num_seqs
-        if tokens:
-            t += float(self._interp_extrap(tokens, self._lin_x, self._lin_y))
-        n_dec = batch.num_decode_tokens
-        if n_dec:
-            t += self._decode(n_dec, batch.decode_context_sum / n_dec)
-        if len(batch.prefill_tokens):
-            if len(self._pre_x):
-                t += float(np.sum(self._interp_extrap(batch.prefill_context.astype(float), self._pre_x, self._pre_y)))
-            else:
-                t += self._roof.prefill_attention_time(batch.prefill_tokens, batch.prefill_context)
-        swapped = batch.swap_in_tokens + batch.swap_out_tokens
-        if swapped:
-            t += swapped * self._roof._kv_bytes_per_token / self._roof.gpu.pcie_bw
-        if batch.copy_tokens:  # copy-on-write, priced as the roofline does
-            t += 2 * batch.copy_tokens * self._roof._kv_bytes_per_token / self._roof._bw
-        return t
+        flop_sum, cached_sum = prefill_sums(batch)
+        return float(cost_table.table_step_time(
+            self.constants(), self._tables, batch.num_seqs, batch.num_prefill_tokens + batch.num_decode_tokens,
+            batch.num_decode_tokens, batch.decode_context_sum, len(batch.prefill_tokens), batch.prefill_context,
+            flop_sum, cached_sum, batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens))
+
+    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
+        """``step_time`` of one pure decode step (the same function, so the same float)."""
+        return float(cost_table.table_step_time(self.constants(), self._tables, num_seqs, num_seqs, num_seqs,
+                                                context_sum, 0, _EMPTY, 0.0, 0, 0, 0))
+
+    def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
+        """``decode_step_time`` for each context sum."""
+        return np.array([self.decode_step_time(num_seqs, c) for c in np.asarray(context_sums).tolist()], dtype=float)
 
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,

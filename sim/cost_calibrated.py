@@ -33,186 +33,33 @@ measured collective table takes the roofline's ring all-reduce.
 
 The constants are fitted per GPU by ``pagesim cost fit`` (``sim/calibration_fit.py``) and read
 from ``sim/data/calibration/<gpu>.toml`` (``sim/calibration.py``). Each formula is one function
-of plain numbers, stated once in :func:`_formulas`: interpreted (the module's functions: the fit
-calls them on numpy arrays of measured rows, the Python engine on scalars) or compiled by numba
-(:func:`compiled`, for a core's loop); ``max``/``min`` are written with ``abs`` and ``ceil`` with
-integer division so that both work on scalars and arrays, and the step function reads only a
-float64 constants array and the GEMM shapes (:meth:`CalibratedCostModel.constants`,
-:meth:`CalibratedCostModel.gemm_shapes`).
+of plain numbers, stated once in ``sim/core/cost_calibrated.py``: compiled by numba (the core's
+loop, and this module's model for every batch) or interpreted (the fit calls them on numpy
+arrays of measured rows); the step function reads only a float64 constants array and the GEMM
+shapes (:meth:`CalibratedCostModel.constants`, :meth:`CalibratedCostModel.gemm_shapes`).
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
-from types import SimpleNamespace
 
 import numpy as np
 
 from sim.batch import StepBatch
 from sim.calibration import ELEMENTWISE, Calibration, load_calibration
+from sim.core import cost_calibrated as core
+from sim.core.jit import interpreted
 from sim.errors import ConfigError
 from sim.specs import GPUSpec, ModelSpec
 
 #: how many kernels of each elementwise kind (sim.calibration.ELEMENTWISE) one layer runs
 ELEMENTWISE_PER_LAYER = (2, 1, 1, 1)
 
-# indices into the constants array (CalibratedCostModel.constants())
-OVERHEAD_S = 0  # fixed CPU cost per iteration (the roofline's)
-PER_SEQ_OVERHEAD_S = 1
-LAYERS = 2
-DTYPE_BYTES = 3
-PEAK_FLOPS = 4
-MEMORY_BANDWIDTH = 5
-GEMM_FIXED_S = 6
-GEMM_COMPUTE_EFF = 7
-GEMM_MEMORY_EFF = 8
-GEMM_OVERLAP = 9
-GEMM_TILE_TOKENS = 10
-ELEMENTWISE_FIXED_S = 11  # one layer's elementwise kernels' fixed costs, summed
-ELEMENTWISE_S_PER_TOKEN = 12  # and their streaming time per token, summed
-ALLREDUCE_FIXED_S = 13  # all layers' all-reduces per iteration
-ALLREDUCE_S_PER_TOKEN = 14
-LM_HEAD_K = 15  # hidden size (0: no LM head)
-LM_HEAD_N = 16  # vocabulary / TP
-KV_BYTES_PER_TOKEN = 17  # all layers, one GPU
-KV_LAYER_BYTES_PER_TOKEN = 18
-HEADS_PER_GPU = 19
-HEAD_DIM = 20
-DECODE_FIXED_S = 21
-DECODE_PER_SEQ_S = 22
-DECODE_BW_COEF = 23
-DECODE_BW_EXPONENT = 24
-PREFILL_FIXED_S = 25
-PREFILL_COMPUTE_EFF = 26
-PREFILL_CAUSAL_FRACTION = 27
-PCIE_BANDWIDTH = 28
-COPY_BANDWIDTH = 29
-NUM_CONSTANTS = 30
-
-
-def _formulas(jit):
-    """The formulas, each once; ``jit`` is the identity (interpreted) or numba's compiler. The
-    functions call each other through this closure, so a compiled one calls compiled ones and an
-    interpreted one interpreted ones."""
-
-    @jit
-    def max_plus_overlap_min(a, b, overlap):
-        """``max(a, b) + overlap * min(a, b)``."""
-        return (1.0 + overlap) * 0.5 * (a + b) + (1.0 - overlap) * 0.5 * abs(a - b)
-
-    @jit
-    def gemm_seconds(tokens, k, n, dtype_bytes, peak_flops, mem_bw, fixed_s, compute_eff, memory_eff, overlap,
-                     tile_tokens):
-        """One ``tokens x k`` by ``k x n`` GEMM."""
-        padded = -(-tokens // tile_tokens) * tile_tokens
-        compute = 2.0 * padded * k * n / (peak_flops * compute_eff)
-        memory = dtype_bytes * (k * n + tokens * (k + n)) / (mem_bw * memory_eff)
-        return fixed_s + max_plus_overlap_min(compute, memory, overlap)
-
-    @jit
-    def elementwise_seconds(tokens, bytes_per_token, mem_bw, fixed_s, memory_eff):
-        """One elementwise kernel streaming ``bytes_per_token`` per token."""
-        return fixed_s + tokens * bytes_per_token / (mem_bw * memory_eff)
-
-    @jit
-    def allreduce_seconds(tokens, bytes_per_token, latency_s, bytes_per_s):
-        """One all-reduce of ``tokens`` activations of ``bytes_per_token`` each."""
-        return latency_s + tokens * bytes_per_token / bytes_per_s
-
-    @jit
-    def decode_bandwidth(streams, mem_bw, bw_coef, bw_exponent):
-        """HBM bandwidth the decode attention reaches with ``streams`` (sequence, head) pairs."""
-        frac = bw_coef * streams ** bw_exponent
-        return mem_bw * 0.5 * (1.0 + frac - abs(1.0 - frac))  # min(1, frac)
-
-    @jit
-    def decode_attention_seconds(seqs, kv_bytes, bandwidth, fixed_s, per_seq_s):
-        """One layer's decode attention over ``kv_bytes`` of cached K and V for ``seqs`` sequences."""
-        return fixed_s + per_seq_s * seqs + kv_bytes / bandwidth
-
-    @jit
-    def prefill_attention_flops(heads, head_dim, cross_sum, square_sum, causal_fraction):
-        """QK^T and PV of prefill chunks: ``cross_sum`` = sum of new x cached tokens (queries against
-        the keys before their chunk), ``square_sum`` = sum of new^2 (each chunk against itself, of
-        which ``causal_fraction`` is computed: 0.5 for a kernel that skips masked tiles, 1 for one
-        that does not)."""
-        return 4.0 * heads * head_dim * (cross_sum + causal_fraction * square_sum)
-
-    @jit
-    def prefill_attention_seconds(flops, peak_flops, fixed_s, compute_eff):
-        """One layer's prefill attention of ``flops``."""
-        return fixed_s + flops / (peak_flops * compute_eff)
-
-    @jit
-    def tokens_seconds(c, gemms, num_tokens, num_seqs):
-        """Every layer's GEMMs (``gemms``: K, N of each, flat), elementwise kernels and all-reduces
-        for ``num_tokens`` tokens, and the LM head over ``num_seqs`` rows."""
-        layer = c[ELEMENTWISE_FIXED_S] + num_tokens * c[ELEMENTWISE_S_PER_TOKEN]
-        for i in range(len(gemms) // 2):
-            layer += gemm_seconds(num_tokens, gemms[2 * i], gemms[2 * i + 1], c[DTYPE_BYTES], c[PEAK_FLOPS],
-                                  c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF], c[GEMM_MEMORY_EFF],
-                                  c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
-        t = c[LAYERS] * layer + c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
-        if c[LM_HEAD_K] > 0.0:
-            t += gemm_seconds(num_seqs, c[LM_HEAD_K], c[LM_HEAD_N], c[DTYPE_BYTES], c[PEAK_FLOPS],
-                              c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF], c[GEMM_MEMORY_EFF],
-                              c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
-        return t
-
-    @jit
-    def decode_seconds(c, num_decode, decode_context_sum):
-        """Every layer's decode attention for ``num_decode`` sequences holding ``decode_context_sum``
-        tokens (an int, or interpreted an int array)."""
-        bw = decode_bandwidth(num_decode * c[HEADS_PER_GPU], c[MEMORY_BANDWIDTH], c[DECODE_BW_COEF],
-                              c[DECODE_BW_EXPONENT])
-        base = decode_attention_seconds(num_decode, 0.0, bw, c[DECODE_FIXED_S], c[DECODE_PER_SEQ_S])
-        return c[LAYERS] * (base + decode_context_sum * c[KV_LAYER_BYTES_PER_TOKEN] / bw)
-
-    @jit
-    def step_time(c, gemms, num_seqs, num_tokens, num_decode, decode_context_sum, num_prefill_seqs,
-                  prefill_cross_sum, prefill_square_sum, swapped_tokens, copied_tokens):
-        """Seconds for one iteration, the terms in this fixed order (the same float in every engine)."""
-        t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
-        if num_tokens:
-            t += tokens_seconds(c, gemms, num_tokens, num_seqs)
-        if decode_context_sum:
-            t += decode_seconds(c, num_decode, decode_context_sum)
-        if num_prefill_seqs:
-            flops = prefill_attention_flops(c[HEADS_PER_GPU], c[HEAD_DIM], prefill_cross_sum, prefill_square_sum,
-                                            c[PREFILL_CAUSAL_FRACTION])
-            t += c[LAYERS] * prefill_attention_seconds(flops, c[PEAK_FLOPS], c[PREFILL_FIXED_S],
-                                                       c[PREFILL_COMPUTE_EFF])
-        if swapped_tokens:  # host <-> device over PCIe, as the roofline prices it
-            t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
-        if copied_tokens:  # copy-on-write: a read and a write of each slot
-            t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[COPY_BANDWIDTH]
-        return t
-
-    return SimpleNamespace(**{k: v for k, v in locals().items() if callable(v) and k != "jit"})
-
-
-_py = _formulas(lambda fn: fn)
-gemm_seconds = _py.gemm_seconds
-elementwise_seconds = _py.elementwise_seconds
-allreduce_seconds = _py.allreduce_seconds
-decode_bandwidth = _py.decode_bandwidth
-decode_attention_seconds = _py.decode_attention_seconds
-prefill_attention_flops = _py.prefill_attention_flops
-prefill_attention_seconds = _py.prefill_attention_seconds
-calibrated_step_time = _py.step_time
-
-
-@lru_cache(maxsize=1)
-def compiled() -> SimpleNamespace:
-    """The formulas compiled by numba (as the core compiles its functions: no reference counting),
-    or interpreted where numba is missing. ``compiled().step_time(model.constants(),
-    model.gemm_shapes(), ...)`` gives :meth:`CalibratedCostModel.step_time`'s float."""
-    from sim.core.jit import COMPILED
-
-    if not COMPILED:
-        return _py
-    import numba
-    return _formulas(numba.njit(cache=False, nogil=True, _nrt=False))
+# the Python engine prices one batch at a time: the interpreted functions (the same source, so
+# the same float) over tuples of Python floats avoid numba's call overhead
+_step_time = interpreted(core.calibrated_step_time)
+_tokens_seconds = interpreted(core.tokens_seconds)
+_decode_seconds = interpreted(core.decode_seconds)
+_elementwise_seconds = interpreted(core.elementwise_seconds)
+_allreduce_seconds = interpreted(core.allreduce_seconds)
 
 
 def _heads_per_gpu(model: ModelSpec, tp: int) -> tuple[float, float]:
@@ -266,32 +113,34 @@ class CalibratedCostModel:
         self.per_seq_overhead_s = RooflineCostModel.per_seq_overhead_s
         self._gemms = tuple(float(x) for shape in layer_gemm_shapes(model, tp) for x in shape)
         ew = elementwise_bytes_per_token(model, tp)
-        per_token = [n * elementwise_seconds(1, b, gpu.mem_bw, 0.0, e)
+        per_token = [n * _elementwise_seconds(1, b, gpu.mem_bw, 0.0, e)
                      for n, b, e in zip(ELEMENTWISE_PER_LAYER, ew, c.elementwise_memory_eff)]
         layers, hidden_bytes = model.num_layers, model.hidden_size * model.dtype_bytes
         if tp > 1 and tp in c.allreduce_tp:
             i = c.allreduce_tp.index(tp)
-            ar_fixed = 2 * layers * allreduce_seconds(0, 0.0, c.allreduce_latency_s[i], c.allreduce_bytes_per_s[i])
-            ar_per_token = 2 * layers * allreduce_seconds(1, hidden_bytes, 0.0, c.allreduce_bytes_per_s[i])
+            ar_fixed = 2 * layers * _allreduce_seconds(0, 0.0, c.allreduce_latency_s[i], c.allreduce_bytes_per_s[i])
+            ar_per_token = 2 * layers * _allreduce_seconds(1, hidden_bytes, 0.0, c.allreduce_bytes_per_s[i])
         else:  # tp 1, or a degree without measured collectives: the roofline's ring all-reduce
             roof = RooflineCostModel(model, gpu, tp)
             ar_fixed, ar_per_token = roof._ar_fixed, roof._ar_time_per_token
         kv = model.kv_bytes_per_token(tp)
         values = {
-            LAYERS: layers, DTYPE_BYTES: model.dtype_bytes, PEAK_FLOPS: gpu.peak_flops, MEMORY_BANDWIDTH: gpu.mem_bw,
-            GEMM_FIXED_S: c.gemm_fixed_s, GEMM_COMPUTE_EFF: c.gemm_compute_eff, GEMM_MEMORY_EFF: c.gemm_memory_eff,
-            GEMM_OVERLAP: c.gemm_overlap, GEMM_TILE_TOKENS: c.gemm_tile_tokens,
-            ELEMENTWISE_FIXED_S: sum(n * f for n, f in zip(ELEMENTWISE_PER_LAYER, c.elementwise_fixed_s)),
-            ELEMENTWISE_S_PER_TOKEN: sum(per_token), ALLREDUCE_FIXED_S: ar_fixed, ALLREDUCE_S_PER_TOKEN: ar_per_token,
-            LM_HEAD_K: model.hidden_size if model.vocab_size else 0, LM_HEAD_N: model.vocab_size / tp,
-            KV_BYTES_PER_TOKEN: kv, KV_LAYER_BYTES_PER_TOKEN: model.kv_bytes_per_layer_token(tp),
-            HEADS_PER_GPU: model.num_heads / tp,
-            HEAD_DIM: model.head_dim, DECODE_FIXED_S: c.decode_fixed_s, DECODE_PER_SEQ_S: c.decode_per_seq_s,
-            DECODE_BW_COEF: c.decode_bw_coef, DECODE_BW_EXPONENT: c.decode_bw_exponent,
-            PREFILL_FIXED_S: c.prefill_fixed_s, PREFILL_COMPUTE_EFF: c.prefill_compute_eff,
-            PREFILL_CAUSAL_FRACTION: c.prefill_causal_fraction, PCIE_BANDWIDTH: gpu.pcie_bw,
-            COPY_BANDWIDTH: gpu.mem_bw * c.elementwise_memory_eff[ELEMENTWISE.index("add")]}
-        self._fixed = [0.0] * NUM_CONSTANTS
+            core.LAYERS: layers, core.DTYPE_BYTES: model.dtype_bytes, core.PEAK_FLOPS: gpu.peak_flops,
+            core.MEMORY_BANDWIDTH: gpu.mem_bw, core.GEMM_FIXED_S: c.gemm_fixed_s,
+            core.GEMM_COMPUTE_EFF: c.gemm_compute_eff, core.GEMM_MEMORY_EFF: c.gemm_memory_eff,
+            core.GEMM_OVERLAP: c.gemm_overlap, core.GEMM_TILE_TOKENS: c.gemm_tile_tokens,
+            core.ELEMENTWISE_FIXED_S: sum(n * f for n, f in zip(ELEMENTWISE_PER_LAYER, c.elementwise_fixed_s)),
+            core.ELEMENTWISE_S_PER_TOKEN: sum(per_token), core.ALLREDUCE_FIXED_S: ar_fixed,
+            core.ALLREDUCE_S_PER_TOKEN: ar_per_token, core.LM_HEAD_K: model.hidden_size if model.vocab_size else 0,
+            core.LM_HEAD_N: model.vocab_size / tp, core.KV_BYTES_PER_TOKEN: kv,
+            core.KV_LAYER_BYTES_PER_TOKEN: model.kv_bytes_per_layer_token(tp), core.HEADS_PER_GPU: model.num_heads / tp,
+            core.HEAD_DIM: model.head_dim, core.DECODE_FIXED_S: c.decode_fixed_s,
+            core.DECODE_PER_SEQ_S: c.decode_per_seq_s, core.DECODE_BW_COEF: c.decode_bw_coef,
+            core.DECODE_BW_EXPONENT: c.decode_bw_exponent, core.PREFILL_FIXED_S: c.prefill_fixed_s,
+            core.PREFILL_COMPUTE_EFF: c.prefill_compute_eff, core.PREFILL_CAUSAL_FRACTION: c.prefill_causal_fraction,
+            core.PCIE_BANDWIDTH: gpu.pcie_bw,
+            core.COPY_BANDWIDTH: gpu.mem_bw * c.elementwise_memory_eff[ELEMENTWISE.index("add")]}
+        self._fixed = [0.0] * core.NUM_CONSTANTS
         for i, v in values.items():
             self._fixed[i] = float(v)
         self._c: tuple[float, ...] = ()
@@ -300,7 +149,8 @@ class CalibratedCostModel:
         """:meth:`constants` as a tuple of Python floats, rebuilt when an overhead was reassigned
         (``make_cost_model`` sets them after construction)."""
         if self._c[:2] != (self.overhead_s, self.per_seq_overhead_s):
-            self._fixed[OVERHEAD_S], self._fixed[PER_SEQ_OVERHEAD_S] = self.overhead_s, self.per_seq_overhead_s
+            self._fixed[core.OVERHEAD_S] = self.overhead_s
+            self._fixed[core.PER_SEQ_OVERHEAD_S] = self.per_seq_overhead_s
             self._c = tuple(self._fixed)
         return self._c
 
@@ -318,22 +168,22 @@ class CalibratedCostModel:
         if num_prefill:
             new = batch.prefill_tokens
             cross, square = int(np.dot(new, batch.prefill_context - new)), int(np.dot(new, new))
-        return calibrated_step_time(self._py_constants(), self._gemms, batch.num_seqs,
-                                    batch.num_prefill_tokens + batch.num_decode_tokens, batch.num_decode_tokens,
-                                    batch.decode_context_sum, num_prefill, cross, square,
-                                    batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
+        return _step_time(self._py_constants(), self._gemms, batch.num_seqs,
+                          batch.num_prefill_tokens + batch.num_decode_tokens, batch.num_decode_tokens,
+                          batch.decode_context_sum, num_prefill, cross, square,
+                          batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
 
     def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
         """``step_time`` of one pure decode step (the same function, so the same float)."""
-        return calibrated_step_time(self._py_constants(), self._gemms, num_seqs, num_seqs, num_seqs, context_sum,
-                                    0, 0, 0, 0, 0)
+        return _step_time(self._py_constants(), self._gemms, num_seqs, num_seqs, num_seqs, context_sum,
+                          0, 0, 0, 0, 0)
 
     def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
         """``step_time`` of pure decode steps of ``num_seqs`` sequences, one per context sum: the
         step function's operations in its order over an array (equal bit for bit)."""
         c = self._py_constants()
-        t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
+        t = c[core.OVERHEAD_S] + c[core.PER_SEQ_OVERHEAD_S] * num_seqs
         if num_seqs:
-            t += _py.tokens_seconds(c, self._gemms, num_seqs, num_seqs)
+            t += _tokens_seconds(c, self._gemms, num_seqs, num_seqs)
         ctx = np.asarray(context_sums, dtype=np.int64)
-        return np.where(ctx != 0, t + _py.decode_seconds(c, num_seqs, ctx), t)
+        return np.where(ctx != 0, t + _decode_seconds(c, num_seqs, ctx), t)

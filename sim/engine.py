@@ -181,22 +181,7 @@ class Engine:
         ex = self.executor
         if type(ex) is not SimulatedExecutor:
             return None  # GPU or custom executors see every iteration
-        cm = ex.cost_model
-        fn = getattr(cm, "decode_step_times", None)
-        if fn is not None:
-            return fn
-        from sim.cost import TableCostModel
-
-        if type(cm) is TableCostModel:
-            def price(W, ctx_sums):
-                b = StepBatch(decode_seq_ids=np.zeros(W, np.int64))
-                out = np.empty(len(ctx_sums))
-                for j, c in enumerate(ctx_sums.tolist()):
-                    b.decode_context_sum = c
-                    out[j] = cm.step_time(b)
-                return out
-            return price
-        return None
+        return getattr(ex.cost_model, "decode_step_times", None)
 
     # stretches up to this many steps are planned with scalar Python (a few numpy calls on
     # tiny arrays cost more than the arithmetic); longer ones vectorized. Same results.

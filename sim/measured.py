@@ -318,8 +318,10 @@ def measured_profile_rows(measured: MeasuredGPU, model: str, tp: int, layers: in
     has too, as the decode cells take them; a batch past a context's measured range extends its last
     segment, as the table model extrapolates), ``attn_prefill`` for chunks with nothing cached.
     ConfigError where attention is not measured."""
-    from sim.cost import TableCostModel
+    from sim.core.cost_table import interp_extrap
+    from sim.core.jit import interpreted
 
+    interp = interpreted(interp_extrap)
     c = cells(measured, model)
     lin = c[(c["phase"] == "layers") & (c["tp"] == tp)]
     if lin.empty:
@@ -337,7 +339,8 @@ def measured_profile_rows(measured: MeasuredGPU, model: str, tp: int, layers: in
     batches = np.unique(dec.loc[dec["kv"].isin(grid), "n"])
     for kv in grid:
         g = dec[dec["kv"] == kv].sort_values("n")
-        ms = TableCostModel._interp_extrap(batches.astype(float), g["n"].to_numpy(float), g["ms"].to_numpy(float))
+        xs, ys = g["n"].to_numpy(float), g["ms"].to_numpy(float)
+        ms = [interp(b, xs, ys) for b in batches.astype(float).tolist()]
         rows += [dict(component="attn_decode", num_tokens=None, batch=int(b), context=int(kv) + 1,
                       time_us=layers * m * 1e3, **common) for b, m in zip(batches, ms)]
     pre = att[(att["kind"] == "prefill") & (att["kv"] == 0)]

@@ -1,4 +1,4 @@
-"""The roofline's price of one iteration, stated once.
+"""The roofline's price of one iteration, stated once; and the scale of any model's GPU time.
 
 ``sim.cost.RooflineCostModel`` derives the constants (formulas and their sources are in its
 docstring) and calls :func:`roofline_step_time` for every batch; the core's loop calls it
@@ -40,10 +40,39 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
     if num_prefill_seqs:
-        flops = c[ATTENTION_FLOPS_COEF] * prefill_flop_sum
-        t += flops / c[ATTENTION_FLOPS] + prefill_cached_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
-    if swapped_tokens:  # host <-> device over PCIe
-        t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
-    if copied_tokens:  # copy-on-write: device to device, a read and a write of each slot
-        t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+        t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
+    if swapped_tokens:
+        t += swap_seconds(c, swapped_tokens)
+    if copied_tokens:
+        t += copy_seconds(c, copied_tokens)
     return t
+
+
+# the table model (sim.core.cost_table) prices prefill without attn_prefill rows, swap and copy
+# with these three terms of the roofline's
+@njit(inline=True)
+def prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum):
+    """The causal QK^T and PV of the prefilling sequences, and one read of their cached K/V."""
+    flops = c[ATTENTION_FLOPS_COEF] * prefill_flop_sum
+    return flops / c[ATTENTION_FLOPS] + prefill_cached_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+
+
+@njit(inline=True)
+def swap_seconds(c, swapped_tokens):
+    """Host <-> device over PCIe."""
+    return swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
+
+
+@njit(inline=True)
+def copy_seconds(c, copied_tokens):
+    """Copy-on-write: device to device, a read and a write of each slot."""
+    return 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+
+
+@njit(inline=True)
+def scaled_step_time(t, scale, overhead_s, per_seq_overhead_s, num_seqs):
+    """``t`` with its GPU time (everything but the CPU overheads) times ``scale``: what
+    :class:`sim.calibration.ScaledCostModel` does to any model (the core reads the overheads at
+    indices 0 and 1 of every model's constants). Scalars, or interpreted numpy arrays."""
+    cpu = overhead_s + per_seq_overhead_s * num_seqs
+    return cpu + scale * (t - cpu)

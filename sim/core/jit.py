@@ -8,7 +8,9 @@ readable specification, and ``tests/sim/core/`` compares the two on random runs.
 
 from __future__ import annotations
 
+import functools
 import os
+import types
 
 try:
     if os.environ.get("PAGESIM_JIT", "1") == "0":
@@ -58,3 +60,19 @@ def njit(fn=None, *, inline: bool = False):
     if numba is None:
         return fn
     return numba.njit(cache=True, nogil=True, _nrt=False, inline="always" if inline else "never")(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def interpreted(fn):
+    """The plain Python function behind a core function, calling the plain Python functions
+    behind the core functions it calls: the same source, run by CPython. For numpy array
+    arguments (compiled, the core's functions allocate nothing, so they take scalars and
+    existing arrays only), and where a call from Python costs more than the arithmetic."""
+    py = getattr(fn, "py_func", None)
+    if py is None:
+        return fn
+    names = dict(py.__globals__)  # a copy: the module's own names stay numba's
+    for name in py.__code__.co_names:
+        if hasattr(names.get(name), "py_func"):
+            names[name] = interpreted(names[name])
+    return types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)

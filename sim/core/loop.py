@@ -16,7 +16,9 @@ stopped, all of its state being in the arrays.
 from __future__ import annotations
 
 from sim.core import kv_cache, scheduler
-from sim.core.cost import roofline_step_time
+from sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
+from sim.core.cost_calibrated import calibrated_step_time
+from sim.core.cost_table import table_step_time
 from sim.core.jit import njit
 from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
@@ -27,6 +29,7 @@ from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARR
                             STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
+from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, TABLE
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED = 0, 1, 2, 3, 4, 5
@@ -34,20 +37,38 @@ DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED = 0, 1, 2, 3, 
 
 @njit(inline=True)
 def step_time(s, decode_context_sum):
-    """The roofline's price of the iteration just scheduled."""
+    """The cost model's price of the iteration just scheduled (``config[COST_MODEL]`` says which
+    model, ``config[COST_SCALED]`` whether its GPU time is scaled)."""
     c = s.count
     flop_sum = 0.0  # sum(n * (b + n / 2)): multiples of 1/2 far below 2**52, exact in any order
     cached_sum = 0
+    cross_sum = 0  # sum(n * b) and sum(n * n): the calibrated model's
+    square_sum = 0
     for k in range(c[STEP_PREFILL_SEQS]):
         i = s.step_prefill_ids[k]
         n = s.step_prefill_tokens[k]
         before = s.num_prompt_computed[i] - n
         flop_sum += n * (before + n * 0.5)
         cached_sum += before
+        cross_sum += n * before
+        square_sum += n * n
+        s.step_prefill_context[k] = s.num_prompt_computed[i]  # the table model's
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
-    return roofline_step_time(s.cost, num_seqs, c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS],
-                              decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum, cached_sum,
-                              c[STEP_SWAP_IN] + c[STEP_SWAP_OUT], 0)
+    num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
+    swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]
+    model = s.config[COST_MODEL]
+    if model == CALIBRATED:
+        t = calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
+                                 c[STEP_PREFILL_SEQS], cross_sum, square_sum, swapped, 0)
+    elif model == TABLE:
+        t = table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
+                            c[STEP_PREFILL_SEQS], s.step_prefill_context, flop_sum, cached_sum, swapped, 0)
+    else:
+        t = roofline_step_time(s.cost, num_seqs, num_tokens, decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
+                               cached_sum, swapped, 0)
+    if s.config[COST_SCALED]:
+        t = scaled_step_time(t, s.cost[len(s.cost) - 1], s.cost[OVERHEAD_S], s.cost[PER_SEQ_OVERHEAD_S], num_seqs)
+    return t
 
 
 @njit(inline=True)

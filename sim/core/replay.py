@@ -32,7 +32,6 @@ def engine_name() -> str:
 def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
-    from sim.cost import RooflineCostModel
     from sim.engine import SimulatedExecutor
     from sim.memory.paged import PagedManager, TokenManager
     from sim.sched.continuous import ContinuousScheduler
@@ -46,8 +45,8 @@ def unsupported(engine) -> str | None:
         return "prefix caching runs in Python"
     if sched.cfg.waiting_served_ratio is not None:
         return "waiting_served_ratio runs in Python"
-    if type(ex) is not SimulatedExecutor or type(ex.cost_model) is not RooflineCostModel:
-        return "only the simulated executor with the roofline cost model runs on the core"
+    if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
+        return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
     if engine.check:
         return "--check runs in Python"
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
@@ -60,6 +59,33 @@ def unsupported(engine) -> str | None:
     if t.size and (t.status != 0).any():
         return "the request table has been run already"
     return None
+
+
+def cost_model_code(cost_model) -> int | None:
+    """Which step price (``state.ROOFLINE``, ``CALIBRATED``, ``TABLE``) prices ``cost_model``,
+    scaled or not; None for a model the core does not have."""
+    from sim.calibration import ScaledCostModel
+    from sim.cost import RooflineCostModel, TableCostModel
+    from sim.cost_calibrated import CalibratedCostModel
+
+    inner = cost_model.inner if type(cost_model) is ScaledCostModel else cost_model
+    return {RooflineCostModel: state.ROOFLINE, CalibratedCostModel: state.CALIBRATED,
+            TableCostModel: state.TABLE}.get(type(inner))
+
+
+def cost_arrays(cost_model) -> tuple[np.ndarray, np.ndarray]:
+    """The cost model as the core reads it: its constants followed by the scale of its GPU time
+    (1 when unscaled), and its other array (the calibrated model's GEMM shapes, the table
+    model's tables; empty for the roofline)."""
+    from sim.calibration import ScaledCostModel
+
+    scaled = type(cost_model) is ScaledCostModel
+    inner = cost_model.inner if scaled else cost_model
+    code = cost_model_code(cost_model)
+    data = (inner.gemm_shapes() if code == state.CALIBRATED else inner.tables() if code == state.TABLE
+            else np.zeros(0))
+    return (np.array([*inner.constants(), cost_model.scale if scaled else 1.0], dtype=np.float64),
+            np.ascontiguousarray(data, dtype=np.float64))
 
 
 def choose(engine, which: str, step_by_step: bool = False) -> bool:
@@ -78,6 +104,8 @@ def choose(engine, which: str, step_by_step: bool = False) -> bool:
 
 
 def build(engine) -> state.Core:
+    from sim.calibration import ScaledCostModel
+
     sched, mgr, rec = engine.sched, engine.mgr, engine.rec
     t = sched.t
     n = t.size
@@ -99,6 +127,10 @@ def build(engine) -> state.Core:
     config[state.SWAP_PREEMPTION] = int(sched.swap)
     config[state.SWAP_CAPACITY_TOKENS] = min(sched.swap_capacity, unlimited)
     config[state.FREE_BLOCK_PER_SEQ] = int(mgr.append_rule == "free-block-per-seq")
+    cost_model = engine.executor.cost_model
+    config[state.COST_MODEL] = cost_model_code(cost_model)
+    config[state.COST_SCALED] = int(type(cost_model) is ScaledCostModel)
+    cost, cost_data = cost_arrays(cost_model)
     count = np.zeros(state.NUM_COUNTS, np.int64)
     count[state.NUM_FREE_BLOCK_IDS] = mgr.num_blocks
     # every running request holds a block, so no more than num_blocks run at once
@@ -109,7 +141,7 @@ def build(engine) -> state.Core:
     i64 = np.int64
     return state.Core(
         config=config, count=count, clock=np.zeros(state.NUM_CLOCK),
-        cost=np.array(engine.executor.cost_model.constants()),
+        cost=cost,
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
@@ -122,7 +154,8 @@ def build(engine) -> state.Core:
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
-        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64))
+        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
+        cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64))
 
 
 def run(engine) -> None:

@@ -28,7 +28,11 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
- SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, NUM_CONFIG) = range(16)
+ SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED, NUM_CONFIG) = range(18)
+# config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
+# config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
+# being the last entry of ``cost``
+ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 
 # count: int64 counters
 (USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
@@ -58,7 +62,7 @@ class Core(NamedTuple):
     config: np.ndarray
     count: np.ndarray
     clock: np.ndarray
-    cost: np.ndarray  # the roofline's constants (sim.core.cost)
+    cost: np.ndarray  # the cost model's constants (sim.core.cost, cost_calibrated, cost_table); then the scale
     # requests (RequestTable columns, written in place)
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
@@ -98,3 +102,7 @@ class Core(NamedTuple):
     # step table rows
     row_floats: np.ndarray
     row_ints: np.ndarray
+    # the cost model's arrays beside its constants: the calibrated model's GEMM shapes, the table
+    # model's tables (empty for the roofline); each prefilling sequence's context after this step
+    cost_data: np.ndarray
+    step_prefill_context: np.ndarray

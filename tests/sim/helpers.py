@@ -66,3 +66,25 @@ def small_cfg(system="vllm", **kw) -> SimConfig:
         kw.setdefault("block_size", 4)
         kw.setdefault("watermark", 0.0)
     return SimConfig.for_system(system, **kw)
+
+
+def write_table_profile(path, prefill: bool = True, overhead_us: float | None = 3000.0):
+    """A small measured profile (``sim/profile_format.py``) for the table cost model: linear at
+    1-256 tokens, decode on a 3 x 3 grid (batch 1-32, context 16-256), prefill at 16-64 tokens
+    (``prefill=False``: none, the roofline prices prefill), so runs of ``rand_trace`` fall inside,
+    below and beyond every table. Returns ``path``."""
+    from sim.profile_format import write_profile
+
+    common = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
+    rows = [dict(component="linear", num_tokens=n, batch=None, context=None, time_us=t, **common)
+            for n, t in ((1, 20000.0), (16, 20500.0), (64, 22000.0), (256, 40000.0))]
+    rows += [dict(component="attn_decode", num_tokens=None, batch=b, context=c, time_us=20.0 + 0.05 * b * c, **common)
+             for b in (1, 8, 32) for c in (16, 64, 256)]
+    if prefill:
+        rows += [dict(component="attn_prefill", num_tokens=n, batch=None, context=None, time_us=t, **common)
+                 for n, t in ((16, 150.0), (32, 250.0), (64, 700.0))]
+    if overhead_us is not None:
+        rows.append(dict(component="overhead", num_tokens=None, batch=None, context=None, time_us=overhead_us,
+                         **common))
+    write_profile(rows, path)
+    return path

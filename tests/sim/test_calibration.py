@@ -20,13 +20,8 @@ import pytest
 from sim.batch import StepBatch
 from sim.calibration import Calibration
 from sim.cli import main
-from sim.cost_calibrated import (
-    CalibratedCostModel,
-    elementwise_bytes_per_token,
-    elementwise_seconds,
-    gemm_seconds,
-    layer_gemm_shapes,
-)
+from sim.calibration_fit import elementwise_seconds, gemm_seconds  # the formulas, over numpy arrays
+from sim.cost_calibrated import CalibratedCostModel, elementwise_bytes_per_token, layer_gemm_shapes
 from sim.measured import read_measured
 from sim.specs import GPUS, GPUSpec, ModelSpec
 
@@ -202,13 +197,13 @@ def test_decode_paths_agree_bit_for_bit():
 
 def test_compiled_step_time_is_the_same_float():
     pytest.importorskip("numba")
-    from sim.cost_calibrated import compiled
+    from sim.core.cost_calibrated import calibrated_step_time
 
     cm = CalibratedCostModel(ModelSpec("l", 32, 4096, 32, 8, 128, 14336, 32000, 8192), A100, 2, TRUE)
     b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([100, 7]), prefill_context=np.array([300, 7]),
                   decode_seq_ids=np.arange(2, 7), decode_context=np.array([40, 1, 5, 900, 3]))
     args = (b.num_seqs, 112, 5, 949, 2, 100 * 200, 100 * 100 + 49, 0, 0)
-    assert compiled().step_time(cm.constants(), cm.gemm_shapes(), *args) == cm.step_time(b)
+    assert calibrated_step_time(cm.constants(), cm.gemm_shapes(), *args) == cm.step_time(b)
 
 
 def test_calibrated_runs_match_step_by_step_and_macro():
@@ -218,10 +213,12 @@ def test_calibrated_runs_match_step_by_step_and_macro():
 
     cfg = SimConfig.for_system("vllm", model="llama-2-7b", gpu="a100-80gb", cost_model="calibrated", kv_gib=2)
     trace = make_workload("sharegpt", rate=8.0, duration_s=20, seed=3)
-    a = run_simulation(cfg, trace, macro_steps=True)
+    a = run_simulation(cfg, trace, engine="python")
     b = run_simulation(cfg, trace, macro_steps=False)
-    pd.testing.assert_frame_equal(a.requests, b.requests)
-    assert a.summary["engine"] == "python"
+    c = run_simulation(cfg, trace)  # the calibrated model runs on the core
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(c.requests, b.requests, check_exact=True)
+    assert a.summary["engine"] == "python" and c.summary["engine"].startswith("core")
 
 
 # -- the fit ---------------------------------------------------------------------------------------

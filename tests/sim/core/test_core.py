@@ -26,7 +26,7 @@ from sim.core import jit
 from sim.errors import ConfigError
 from sim.run import build, run_simulation
 from sim.engine import Engine
-from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
+from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace, write_table_profile
 
 
 # summary keys that are sums in float order (the rest must be equal exactly)
@@ -89,6 +89,81 @@ def test_core_equals_python(system, kw, tkw, seed):
     cfg = cfg_for(system, slots, seed=seed, **kw)
     c = assert_engines_agree(cfg, rand_trace(seed, **tkw))
     assert c.summary["completed"] + c.summary["rejected"] == 160
+
+
+# the cost models beside the roofline (sim/core/cost_calibrated.py, cost_table.py; the scale of
+# sim/core/cost.py over each): the core and the Python engine call the same step price
+COST_MODELS = ["calibrated", "table", "table-without-prefill", "scaled-roofline", "scaled-calibrated",
+               "scaled-table"]
+COST_CASES = [
+    ({}, {}),
+    (dict(slots=1200), dict(rate=200.0)),  # preemption storms (recompute)
+    (dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),  # chunks after cached tokens
+    (dict(preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),  # swap priced
+    (dict(record_steps=False, tensor_parallel=2, step_overhead_ms=1.0, per_seq_overhead_ms=0.5), {}),
+]
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    """Profiles for the table model: with attn_prefill rows, and without (the roofline prefill)."""
+    d = tmp_path_factory.mktemp("profiles")
+    return {True: str(write_table_profile(d / "table.csv")),
+            False: str(write_table_profile(d / "no-prefill.csv", prefill=False))}
+
+
+def cost_kw(name: str, profiles) -> dict:
+    kw = {}
+    if name.endswith("calibrated"):
+        kw["cost_model"] = "calibrated"
+    if "table" in name:
+        kw["profile"] = profiles["without-prefill" not in name]
+    if name.startswith("scaled"):
+        kw["cost_scale"] = 1.37
+    return kw
+
+
+@pytest.mark.parametrize("case", range(len(COST_CASES)))
+@pytest.mark.parametrize("cost", COST_MODELS)
+def test_core_equals_python_with_each_cost_model(cost, case, profiles):
+    kw, tkw = COST_CASES[case]
+    kw = dict(kw)
+    slots = kw.pop("slots", 3000)
+    cfg = cfg_for(slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
+    c = assert_engines_agree(cfg, rand_trace(case, **tkw))
+    roofline = run_simulation(cfg_for(slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
+    assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
+
+
+def test_table_runs_reach_every_part_of_the_tables(profiles):
+    """The table cases interpolate inside, below and beyond each table, and sum the prefill of
+    several sequences in one step."""
+    c = run_simulation(cfg_for(seed=0, profile=profiles[True]), rand_trace(0), engine="core")
+    tokens = c.steps["num_prefill_tokens"] + c.steps["num_decode_tokens"]
+    assert tokens.max() > 256 and ((tokens > 16) & (tokens < 64)).any()  # linear: beyond and inside
+    decode = c.steps["num_decode_tokens"]
+    assert decode.max() > 32 and ((decode > 1) & (decode < 8)).any()  # decode batches: beyond and inside
+    prompts = c.requests["prompt_tokens"]
+    assert prompts.min() < 16 and prompts.max() > 64  # prefill: below and beyond
+    assert ((c.steps["batch_size"] - decode >= 3) & (c.steps["num_prefill_tokens"] > 0)).any()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 60), rate=st.sampled_from([1.0, 30.0, 500.0]),
+       bs=st.sampled_from([1, 16]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
+       chunk=st.sampled_from([None, 8, 100]), swap=st.sampled_from([None, 100, 5000]),
+       cost=st.sampled_from(COST_MODELS), scale=st.sampled_from([0.5, 1.37]))
+def test_core_equals_python_random_cost_models(profiles, seed, n, rate, bs, slots, max_seqs, chunk, swap, cost,
+                                               scale):
+    kw = cost_kw(cost, profiles)
+    if "cost_scale" in kw:
+        kw["cost_scale"] = scale
+    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, seed=seed,
+                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
+                  preemption="recompute" if swap is None else "swap",
+                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, **kw)
+    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate))  # macro steps and step by step
 
 
 def test_cases_reach_what_they_test():
@@ -211,6 +286,9 @@ assert not jit.COMPILED
 from sim.run import run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
 kw = eval(sys.argv[1])
+if kw.get("profile"):
+    from tests.sim.helpers import write_table_profile
+    kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
 r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
 assert r.summary["engine"] == "core-cpython"
 r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
@@ -222,6 +300,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(slots=1200),  # recompute
     dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
+    dict(slots=1200, cost_model="calibrated", cost_scale=1.37),
+    dict(slots=1200, chunked_prefill=True, chunk_budget=64, profile=True, cost_scale=0.5),  # the table model
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
@@ -229,6 +309,8 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
     subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
+    if kw.get("profile"):
+        kw = dict(kw, profile=str(tmp_path / "profile.csv"))
     r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)
