@@ -15,11 +15,12 @@ stopped, all of its state being in the arrays.
 
 from __future__ import annotations
 
-from sim.core import kv_cache, scheduler
+from sim.core import scheduler
 from sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from sim.core.cost_calibrated import calibrated_step_time
 from sim.core.cost_table import table_step_time
 from sim.core.jit import njit
+from sim.core.memory import memory_categories
 from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
@@ -76,7 +77,7 @@ def record(s, start, dt):
     """One step-table row (or, without rows, the time-weighted sums in sim.metrics' order)."""
     c = s.count
     memory = s.step_memory
-    used = kv_cache.memory_categories(s, c[DEMAND_WAITING], memory)
+    used = memory_categories(s, c[DEMAND_WAITING], memory)
     logical = used  # no block is shared in the core yet
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]

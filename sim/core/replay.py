@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from sim.core import loop, state
+from sim.core import loop, placement, state
 from sim.core.jit import COMPILED
 from sim.errors import ConfigError
 
@@ -33,15 +33,18 @@ def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
     from sim.engine import SimulatedExecutor
+    from sim.memory.contiguous import ContiguousManager
     from sim.memory.paged import PagedManager, TokenManager
     from sim.sched.continuous import ContinuousScheduler
 
     sched, mgr, ex = engine.sched, engine.mgr, engine.executor
     if type(sched) is not ContinuousScheduler:
         return "only the continuous (vllm/orca) scheduler runs on the core"
-    if type(mgr) not in (PagedManager, TokenManager):
-        return "only the paged manager (vllm, token) runs on the core"
-    if mgr.prefix_caching:
+    if type(mgr) not in (PagedManager, TokenManager, ContiguousManager):
+        return "only the paged manager (vllm, token) and the contiguous one (orca) run on the core"
+    if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
+        return f"the {mgr.reservation} reservation runs in Python"
+    if getattr(mgr, "prefix_caching", False):
         return "prefix caching runs in Python"
     if sched.cfg.waiting_served_ratio is not None:
         return "waiting_served_ratio runs in Python"
@@ -103,12 +106,32 @@ def choose(engine, which: str, step_by_step: bool = False) -> bool:
     return why is None
 
 
+# the contiguous manager's policies as the core's flags
+RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": state.RESERVE_ORACLE}
+PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": state.BEST_FIT}
+
+
+def is_contiguous(mgr) -> bool:
+    return getattr(mgr, "kind", "") == "contiguous"
+
+
+class NoBlocks:
+    """The paged pool's settings for a manager without blocks (contiguous): none."""
+    block_size, num_blocks, leftover, watermark_blocks, append_rule = 1, 0, 0, 0, ""
+
+    def __init__(self, max_seq_len: int):
+        self.max_seq_len = max_seq_len
+
+
 def build(engine) -> state.Core:
     from sim.calibration import ScaledCostModel
 
     sched, mgr, rec = engine.sched, engine.mgr, engine.rec
     t = sched.t
     n = t.size
+    contiguous = is_contiguous(mgr)
+    if contiguous:
+        mgr = NoBlocks(mgr.max_seq_len)
     unlimited = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
     max_num_seqs = min(sched.max_num_seqs, unlimited)
     config = np.zeros(state.NUM_CONFIG, np.int64)
@@ -139,7 +162,7 @@ def build(engine) -> state.Core:
     blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
-    return state.Core(
+    s = state.Core(
         config=config, count=count, clock=np.zeros(state.NUM_CLOCK),
         cost=cost,
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
@@ -155,7 +178,45 @@ def build(engine) -> state.Core:
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
-        cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64))
+        cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
+        **no_extents())
+    return with_extents(engine, s) if contiguous else s
+
+
+def no_extents() -> dict:
+    """The contiguous manager's arrays, empty (a paged run never reads them)."""
+    i64 = np.int64
+    empty = np.zeros(0, i64)
+    return dict(extent_start=empty, reserved=empty, placed=empty, buddy_bits=np.zeros(1, i64),
+                buddy_row=np.zeros(2, i64), buddy_free=empty, buddy_first_word=empty,
+                hole_start=empty, hole_size=empty)
+
+
+def with_extents(engine, s: state.Core) -> state.Core:
+    """``s`` (a pool of no blocks) with the contiguous (Orca) manager's flags, its extents'
+    arrays and an empty pool: one free block per buddy chunk, or one hole."""
+    sched, mgr = engine.sched, engine.mgr
+    config = s.config
+    capacity = mgr.capacity
+    config[state.MANAGER_KIND] = state.CONTIGUOUS
+    config[state.CAPACITY] = capacity
+    config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
+    config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
+    config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
+    n = sched.t.size
+    i64 = np.int64
+    orders = max(capacity.bit_length(), 1)
+    words = [max(1, -(-(capacity >> k) // placement.WORD_BITS)) for k in range(orders)]
+    row = np.zeros(orders + 1, i64)
+    row[1:] = np.cumsum(words)
+    # holes never outnumber the extents + 1, and extents the running requests
+    holes = min(int(config[state.MAX_NUM_SEQS]), n, capacity) + 2
+    s = s._replace(extent_start=np.full(n, -1, i64), reserved=np.zeros(n, i64), placed=np.zeros(n, i64),
+                   buddy_bits=np.zeros(int(row[-1]), i64), buddy_row=row, buddy_free=np.zeros(orders, i64),
+                   buddy_first_word=np.zeros(orders, i64), hole_start=np.zeros(holes, i64),
+                   hole_size=np.zeros(holes, i64))
+    placement.init(s)
+    return s
 
 
 def run(engine) -> None:
@@ -204,8 +265,11 @@ def hand_over(engine, s: state.Core) -> None:
         t.reject_reason[i] = sched.never_reason(i)
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
-    assert c[state.NUM_FREE_BLOCK_IDS] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
-        "the core ended with memory in use"
+    if is_contiguous(mgr):
+        assert c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0, "the core ended with memory in use"
+    else:
+        assert c[state.NUM_FREE_BLOCK_IDS] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
+            "the core ended with memory in use"
     mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
     n = int(c[state.NUM_ROWS])
     rec.idle_s += float(clock[state.IDLE_S])

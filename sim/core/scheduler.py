@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from sim.core import kv_cache
+from sim.core import kv_cache, memory
 from sim.core.jit import njit
 from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
@@ -32,6 +32,7 @@ from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BL
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+from sim.core.state import MANAGER_KIND, PAGED
 
 
 # -- the queues: rings over request ids ---------------------------------------------------
@@ -120,13 +121,13 @@ def admit_waiting(s, budget):
         elif not chunked and target > budget:
             break  # this iteration's budget is spent; nothing to remember
         else:
-            fits = kv_cache.can_allocate(s, i, target)
+            fits = memory.can_allocate(s, i, target)
             if fits == kv_cache.NEVER_FITS:
                 reject_head(s, i, REJECT_NEVER_FITS)
                 continue
             if fits == kv_cache.CAN_ALLOCATE:
                 pop_waiting(s)
-                kv_cache.allocate(s, i, target, 0)
+                memory.allocate(s, i, target, 0)
                 s.num_prompt_computed[i] = 0
                 start_running(s, i)
                 n = budget if chunked and budget < target else target
@@ -151,10 +152,10 @@ def resume_swapped(s):
         if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
             return False
         n = s.swapped_tokens[i]
-        if kv_cache.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
+        if memory.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
             c[DEMAND_WAITING] = 1
             return False
-        kv_cache.allocate(s, i, n, n)
+        memory.allocate(s, i, n, n)
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
         c[SWAP_USED_TOKENS] -= n
@@ -182,7 +183,7 @@ def preempt_latest(s):
     n = s.num_computed_tokens[i]
     if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
             and c[SWAP_USED_TOKENS] + n <= s.config[SWAP_CAPACITY_TOKENS]):
-        kv_cache.free(s, i)  # its K/V go to the host; it comes back as it was
+        memory.free(s, i)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += n
         c[STEP_SWAP_OUT] += n
@@ -192,7 +193,7 @@ def preempt_latest(s):
         return
     if s.config[SWAP_PREEMPTION]:
         c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
-    kv_cache.free(s, i)
+    memory.free(s, i)
     if s.num_generated[i] > 0:  # the generated tokens become prompt
         s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
     s.num_prompt_computed[i] = 0
@@ -209,9 +210,11 @@ def decode(s):
     take; ``free-block-per-seq``, vLLM v0's rule (``can_append_slots`` in
     ``block_manager_v1.py``, applied member by member in ``Scheduler._schedule_running``):
     each member, at its turn, needs one free block whether or not it crosses, so the last
-    member needs one more block than the crossings before it."""
+    member needs one more block than the crossings before it. A contiguous extent was
+    reserved whole at admission: nothing to make room for."""
     c = s.count
-    while c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
+    paged = s.config[MANAGER_KIND] == PAGED
+    while paged and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
         crossing = 0
         last_crosses = 0
         for k in range(c[NUM_RUNNING]):
@@ -228,7 +231,7 @@ def decode(s):
     for k in range(c[NUM_RUNNING]):
         i = running[k]
         if in_decode[i]:
-            kv_cache.take_decode_slot(s, i)
+            memory.take_decode_slot(s, i)
             num_computed_tokens[i] += 1
             context_sum += num_computed_tokens[i]
     c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
@@ -342,7 +345,7 @@ def complete_step(s, now):
     for k in range(num_done):
         i = s.step_finished[k]
         c[FREE_EPOCH] += 1
-        kv_cache.free(s, i)
+        memory.free(s, i)
         c[DECODE_SET_SIZE] -= s.in_decode[i]
         s.in_decode[i] = 0
         s.status[i] = FINISHED

@@ -10,6 +10,8 @@ state of a run is a :class:`Core` of arrays:
 * per running slot (at most ``max_num_seqs``): the block table ``block_table[slot, k]``, the
   int32 table the GPU kernel reads, and the free slot ids;
 * the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
+* the contiguous manager's extents (start, reservation R, placed size A per request) and its
+  placement: the buddy's free-block bitmaps per order, or the holes by address;
 * scalars: ``config`` (int64, the policy as numbers and flags, read only), ``count`` (int64
   counters) and ``clock`` (float64 times and sums), indexed by the constants below.
 """
@@ -28,7 +30,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
- SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED, NUM_CONFIG) = range(18)
+ SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
+ MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT, NUM_CONFIG) = range(23)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -43,12 +46,19 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_DECODE_SEQS, STEP_SWAP_IN, STEP_SWAP_OUT,
  NUM_ROWS, SUM_PREFILL_TOKENS, SUM_DECODE_TOKENS, ITL_COUNT,
  NEXT_EVENT_ID, NEXT_ARRIVAL, ARRIVAL_PENDING, ARRIVAL_EVENT_ID, ENGINE_PENDING, ENGINE_EVENT_ID,
- ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED, NUM_COUNTS) = range(46)
+ ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
+ RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES, NUM_COUNTS) = range(49)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
 MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
 BLOCKS_SUM, LOGICAL_SUM, NUM_CLOCK = 15, 16, 17
+
+# config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
+PAGED, CONTIGUOUS = 0, 1
+# config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
+RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
+BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
@@ -106,3 +116,15 @@ class Core(NamedTuple):
     # model's tables (empty for the roofline); each prefilling sequence's context after this step
     cost_data: np.ndarray
     step_prefill_context: np.ndarray
+    # the contiguous manager (sim/core/extent.py): each request's extent
+    extent_start: np.ndarray
+    reserved: np.ndarray  # R, what the reservation policy asked
+    placed: np.ndarray  # A >= R, what the placement gave (buddy: next power of two)
+    # its placement (sim/core/placement.py): the buddy's free blocks, one bit per aligned
+    # block of each order (32 bits a word), and the first-fit/best-fit holes by address
+    buddy_bits: np.ndarray
+    buddy_row: np.ndarray  # order k's words are buddy_bits[buddy_row[k]:buddy_row[k + 1]]
+    buddy_free: np.ndarray  # free blocks per order
+    buddy_first_word: np.ndarray  # per order: no free block lies in an earlier word
+    hole_start: np.ndarray
+    hole_size: np.ndarray

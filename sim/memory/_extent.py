@@ -125,6 +125,11 @@ class ExtentManager(KVCacheManager):
     def stats(self) -> dict[str, int]:
         return dict(self._counters, num_seqs=self._n)
 
+    def add_counts(self, **counts: int) -> None:
+        """Event counts made elsewhere (the core, sim/core/) join :meth:`stats`'s counters."""
+        for k, v in counts.items():
+            self._counters[k] += v
+
     def append(self, seq_id: int, n: int = 1) -> None:
         self._check_seq(seq_id)
         if int(self._L[seq_id]) + n > int(self._R[seq_id]):

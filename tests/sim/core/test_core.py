@@ -78,6 +78,20 @@ CASES = [
     ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),
     ("vllm", dict(preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),  # fallbacks
     ("vllm", dict(preemption="swap", chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),
+    # the contiguous (Orca) manager: reservations, placements, a pool tight enough to block
+    ("orca-max", {}, {}),
+    ("orca-pow2", {}, {}),
+    ("orca-oracle", {}, {}),
+    ("orca-max", dict(slots=1200), dict(rate=200.0)),
+    ("orca-pow2", dict(slots=1200), dict(rate=200.0)),
+    ("orca-oracle", dict(slots=1000), dict(rate=200.0)),
+    ("orca-pow2", dict(slots=1200, placement="first-fit"), dict(rate=200.0)),
+    ("orca-oracle", dict(slots=1000, placement="best-fit"), dict(rate=200.0)),
+    ("orca-max", dict(slots=1000, placement="first-fit"), dict(rate=200.0)),
+    ("orca-oracle", dict(slots=1200, chunked_prefill=True, chunk_budget=64), dict(rate=200.0)),
+    ("orca-pow2", dict(slots=1200, max_num_seqs=3), dict(rate=200.0)),
+    ("orca-oracle", dict(slots=1000, record_steps=False), dict(rate=200.0)),
+    ("orca-pow2", dict(slots=1200, preemption="swap"), dict(rate=200.0)),  # never preempts
 ]
 
 
@@ -214,6 +228,28 @@ def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
+       reservation=st.sampled_from(["max", "pow2", "oracle"]),
+       placement=st.sampled_from(["buddy", "first-fit", "best-fit"]), slots=st.integers(256, 4000),
+       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]))
+def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk):
+    cfg = cfg_for(f"orca-{reservation}", slots=slots, placement=placement, max_num_seqs=max_seqs, seed=seed,
+                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512)
+    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
+
+
+def test_orca_cases_reach_what_they_test():
+    """The tight Orca cases block on memory with holes free (external fragmentation), and
+    the buddy's rounding shows as allocator slack."""
+    for placement in ("buddy", "first-fit", "best-fit"):
+        c = run_simulation(cfg_for("orca-oracle", slots=1000, placement=placement), rand_trace(0, rate=200.0),
+                           engine="core")
+        assert c.summary["completed"] == 160
+        assert (c.steps["mem_external_frag"] > 0).any()
+        assert (c.steps["mem_allocator_slack"] > 0).any() == (placement == "buddy")
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
 def test_non_finite_times_bin_as_numpy():
     """An infinite arrival (a DataFrame that skipped trace validation) makes NaN latencies;
@@ -252,7 +288,7 @@ def test_progress_counts_every_finish():
     (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
-    (dict(system="orca-max"), {}, "paged manager"),
+    (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
     (dict(system="static"), {}, "continuous"),
     (dict(system="vattention"), {}, "paged manager"),
 ])
@@ -289,7 +325,8 @@ kw = eval(sys.argv[1])
 if kw.get("profile"):
     from tests.sim.helpers import write_table_profile
     kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
-r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+kw.setdefault("system", "vllm")
+r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
 assert r.summary["engine"] == "core-cpython"
 r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
 r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
@@ -302,6 +339,9 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
     dict(slots=1200, cost_model="calibrated", cost_scale=1.37),
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, profile=True, cost_scale=0.5),  # the table model
+    dict(system="orca-pow2", slots=1200),  # the buddy
+    dict(system="orca-oracle", slots=1000, placement="best-fit"),
+    dict(system="orca-max", slots=1000, placement="first-fit"),
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
@@ -309,8 +349,9 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
     subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
+    kw = dict(kw)
     if kw.get("profile"):
-        kw = dict(kw, profile=str(tmp_path / "profile.csv"))
-    r = run_simulation(cfg_for(seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+        kw["profile"] = str(tmp_path / "profile.csv")
+    r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)

@@ -1,0 +1,47 @@
+"""The manager the config names (``config[MANAGER_KIND]``): the scheduler's memory verbs go to
+the paged manager (``kv_cache.py``) or the contiguous one (``extent.py``). One branch on a
+read-only flag per call: the scheduler is written once for both, as in ``sim/sched/continuous.py``."""
+
+from __future__ import annotations
+
+from sim.core import extent, kv_cache
+from sim.core.jit import njit
+from sim.core.state import CONTIGUOUS, MANAGER_KIND
+
+
+@njit(inline=True)
+def can_allocate(s, i, num_tokens):
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        return extent.can_allocate(s, i, num_tokens)
+    return kv_cache.can_allocate(s, i, num_tokens)
+
+
+@njit(inline=True)
+def allocate(s, i, num_tokens, num_computed):
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        extent.allocate(s, i, num_tokens, num_computed)
+    else:
+        kv_cache.allocate(s, i, num_tokens, num_computed)
+
+
+@njit(inline=True)
+def take_decode_slot(s, i):
+    """Room for request ``i``'s next decode token (a contiguous extent has it already)."""
+    if s.config[MANAGER_KIND] != CONTIGUOUS:
+        kv_cache.take_decode_slot(s, i)
+
+
+@njit(inline=True)
+def free(s, i):
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        extent.free(s, i)
+    else:
+        kv_cache.free(s, i)
+
+
+@njit(inline=True)
+def memory_categories(s, demand_waiting, out):
+    """The six categories into ``out``; returns the blocks in use (paged)."""
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        return extent.memory_categories(s, demand_waiting, out)
+    return kv_cache.memory_categories(s, demand_waiting, out)

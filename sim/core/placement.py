@@ -1,0 +1,241 @@
+"""Where the contiguous manager's extents go in the slot address space [0, capacity): the
+binary buddy, first-fit and best-fit of ``sim/memory/placement.py``, as plain functions over
+the core's arrays (the policy is ``config[PLACEMENT_KIND]``).
+
+Buddy. The capacity is covered by power-of-two chunks, largest first (15728 = 8192 + 4096 +
+... + 16). Each chunk's base is a sum of larger powers of two, so every block of size 2**k
+starts at a multiple of 2**k, its buddy is ``start ^ 2**k``, and a block may merge with its
+buddy exactly when the aligned pair ``[start & -2**(k+1), + 2**(k+1))`` lies inside the pool
+(a pair that would cross a chunk's end also crosses the pool's). The free blocks of order k
+are one bit per aligned position (``start >> k``), 32 bits to an int64 word; the lowest free
+block of an order is the first set bit (``buddy_first_word`` skips the words known empty).
+A request of R slots takes the lowest-addressed free block of the smallest sufficient order,
+split in halves down to ``next_pow2(R)`` (the upper halves stay free); a freed block merges
+with its buddy while the buddy is free and whole::
+
+    alloc(3) in 16:  [        16        ] -> [  8  ][  8  ] -> [4][4][  8  ]  -> takes [0, 4)
+    free(0):         [4*][4 ][  8  ]      -> [  8  ][  8  ] -> [        16        ]
+
+First-fit / best-fit. Holes sorted by address in ``hole_start`` / ``hole_size`` (the first
+``NUM_HOLES``): first-fit takes the lowest hole that fits, best-fit the smallest (ties: the
+lowest); an extent is carved from the front of its hole, and a freed extent coalesces with
+the holes on either side. O(holes) scans: holes never outnumber running requests + 1.
+"""
+
+from __future__ import annotations
+
+from sim.core.jit import njit
+from sim.core.state import BEST_FIT, BUDDY, CAPACITY, NUM_HOLES, PLACEMENT_KIND
+
+WORD_BITS = 32  # bits used per int64 word: no sign bit, so `w & -w` is the lowest set bit
+
+
+@njit(inline=True)
+def next_pow2(x):
+    """Smallest power of two >= x (1 for x <= 1)."""
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+@njit(inline=True)
+def order_of(size):
+    """log2 of a power of two."""
+    k = 0
+    while (1 << k) < size:
+        k += 1
+    return k
+
+
+@njit(inline=True)
+def placed_size(s, size):
+    """Slots an extent asked for ``size`` slots takes: the allocator slack is the difference."""
+    return next_pow2(size) if s.config[PLACEMENT_KIND] == BUDDY else size
+
+
+# -- the buddy's free blocks: one bit per aligned block of each order -------------------------
+@njit(inline=True)
+def buddy_is_free(s, k, start):
+    bit = start >> k
+    return (s.buddy_bits[s.buddy_row[k] + bit // WORD_BITS] >> (bit % WORD_BITS)) & 1 == 1
+
+
+@njit(inline=True)
+def buddy_mark_free(s, k, start):
+    bit = start >> k
+    w = bit // WORD_BITS
+    s.buddy_bits[s.buddy_row[k] + w] |= 1 << (bit % WORD_BITS)
+    s.buddy_free[k] += 1
+    if w < s.buddy_first_word[k]:
+        s.buddy_first_word[k] = w
+
+
+@njit(inline=True)
+def buddy_mark_taken(s, k, start):
+    bit = start >> k
+    s.buddy_bits[s.buddy_row[k] + bit // WORD_BITS] &= ~(1 << (bit % WORD_BITS))
+    s.buddy_free[k] -= 1
+
+
+@njit(inline=True)
+def lowest_bit(word):
+    """Index of the lowest set bit of a nonzero word."""
+    low = word & -word
+    k = 0
+    while (1 << k) != low:
+        k += 1
+    return k
+
+
+@njit
+def buddy_lowest_free(s, k):
+    """The lowest-addressed free block of order k (one must exist)."""
+    row = s.buddy_row[k]
+    w = s.buddy_first_word[k]
+    while s.buddy_bits[row + w] == 0:
+        w += 1
+    s.buddy_first_word[k] = w
+    return (w * WORD_BITS + lowest_bit(s.buddy_bits[row + w])) << k
+
+
+@njit(inline=True)
+def buddy_order_for(s, size):
+    """The smallest order >= next_pow2(size)'s with a free block, or -1."""
+    for k in range(order_of(next_pow2(size)), len(s.buddy_free)):
+        if s.buddy_free[k] > 0:
+            return k
+    return -1
+
+
+@njit
+def buddy_init(s):
+    """The empty pool: one free block per chunk (the set bits of the capacity)."""
+    base = 0
+    for k in range(len(s.buddy_free) - 1, -1, -1):
+        if (s.config[CAPACITY] >> k) & 1:
+            buddy_mark_free(s, k, base)
+            base += 1 << k
+
+
+@njit
+def buddy_alloc(s, size):
+    k = buddy_order_for(s, size)
+    want = order_of(next_pow2(size))
+    start = buddy_lowest_free(s, k)
+    buddy_mark_taken(s, k, start)
+    while k > want:  # split; the upper half stays free
+        k -= 1
+        buddy_mark_free(s, k, start + (1 << k))
+    return start
+
+
+@njit
+def buddy_release(s, start, size):
+    k = order_of(size)
+    capacity = s.config[CAPACITY]
+    while (start & -(2 << k)) + (2 << k) <= capacity:  # the pair lies inside one chunk
+        buddy = start ^ (1 << k)
+        if not buddy_is_free(s, k, buddy):
+            break
+        buddy_mark_taken(s, k, buddy)
+        start = min(start, buddy)
+        k += 1
+    buddy_mark_free(s, k, start)
+
+
+# -- first-fit / best-fit: holes by address -----------------------------------------------------
+@njit(inline=True)
+def fit_find(s, size, best):
+    """Index of the hole first-fit (``best`` False) or best-fit would carve, or -1."""
+    found = -1
+    for h in range(s.count[NUM_HOLES]):
+        n = s.hole_size[h]
+        if n >= size:
+            if not best:
+                return h
+            if found < 0 or n < s.hole_size[found]:
+                found = h
+    return found
+
+
+@njit
+def delete_hole(s, h):
+    for k in range(h, s.count[NUM_HOLES] - 1):
+        s.hole_start[k] = s.hole_start[k + 1]
+        s.hole_size[k] = s.hole_size[k + 1]
+    s.count[NUM_HOLES] -= 1
+
+
+@njit
+def fit_init(s):
+    s.count[NUM_HOLES] = 1
+    s.hole_start[0] = 0
+    s.hole_size[0] = s.config[CAPACITY]
+
+
+@njit
+def fit_alloc(s, size, best):
+    h = fit_find(s, size, best)
+    start = s.hole_start[h]
+    if s.hole_size[h] > size:  # carved from the front: the hole keeps its place in the order
+        s.hole_start[h] += size
+        s.hole_size[h] -= size
+    else:
+        delete_hole(s, h)
+    return start
+
+
+@njit
+def fit_release(s, start, size):
+    num = s.count[NUM_HOLES]
+    h = 0  # the first hole after the extent
+    while h < num and s.hole_start[h] < start:
+        h += 1
+    if h < num and s.hole_start[h] == start + size:  # coalesce with the following hole
+        size += s.hole_size[h]
+        delete_hole(s, h)
+        num -= 1
+    if h > 0 and s.hole_start[h - 1] + s.hole_size[h - 1] == start:  # and with the preceding one
+        s.hole_size[h - 1] += size
+        return
+    for k in range(num, h, -1):
+        s.hole_start[k] = s.hole_start[k - 1]
+        s.hole_size[k] = s.hole_size[k - 1]
+    s.hole_start[h] = start
+    s.hole_size[h] = size
+    s.count[NUM_HOLES] = num + 1
+
+
+# -- the placement the config names ------------------------------------------------------------
+@njit
+def init(s):
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        buddy_init(s)
+    else:
+        fit_init(s)
+
+
+@njit
+def can_place(s, size):
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        return buddy_order_for(s, size) >= 0
+    return fit_find(s, size, s.config[PLACEMENT_KIND] == BEST_FIT) >= 0
+
+
+@njit
+def place(s, size):
+    """Start of a new extent for ``size`` slots (``can_place`` said yes); it takes
+    ``placed_size(s, size)`` slots."""
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        return buddy_alloc(s, size)
+    return fit_alloc(s, size, s.config[PLACEMENT_KIND] == BEST_FIT)
+
+
+@njit
+def release(s, start, placed):
+    """Give back the extent ``[start, start + placed)``."""
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        buddy_release(s, start, placed)
+    else:
+        fit_release(s, start, placed)
