@@ -4,6 +4,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 
     state.py        the run's arrays and their named indices
     block_pool.py   free block ids and the running slots' block tables
+    prefix_cache.py prefix caching: the key -> block map, reference counts, the LRU of cached blocks
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
     scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
     cost.py         the roofline's price of an iteration (sim.cost's model calls it too)
@@ -11,7 +12,6 @@ same CPython functions otherwise (``sim/core/jit.py``).
     replay.py       the glue: which runs it covers, arrays in, records out
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size),
-prefill-first or chunked, preemption by recompute or swap, one sequence per request, the
-roofline cost model, and no prefix caching. Every other configuration runs on the Python
-engine (``sim/engine.py``), which the core will replace system by system.
+prefill-first or chunked, preemption by recompute or swap, prefix caching, one sequence per
+request, the roofline cost model. Every other configuration runs on the Python engine (``sim/engine.py``), which the core will replace system by system.
 """

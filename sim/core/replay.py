@@ -42,8 +42,6 @@ def unsupported(engine) -> str | None:
         return "only the continuous (vllm/orca) scheduler runs on the core"
     if type(mgr) not in (PagedManager, TokenManager):
         return "only the paged manager (vllm, token) runs on the core"
-    if mgr.prefix_caching:
-        return "prefix caching runs in Python"
     if sched.cfg.waiting_served_ratio is not None:
         return "waiting_served_ratio runs in Python"
     if type(ex) is not SimulatedExecutor or type(ex.cost_model) is not RooflineCostModel:
@@ -105,6 +103,11 @@ def build(engine) -> state.Core:
     num_slots = max(1, min(max_num_seqs, n, mgr.num_blocks))
     count[state.NUM_FREE_SLOTS] = num_slots
     blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
+    caching = prefix_caching_arrays(mgr, t)
+    config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
+    config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
+    config[state.TABLE_MASK] = len(caching["key_block"]) - 1
+    count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
     return state.Core(
@@ -122,7 +125,34 @@ def build(engine) -> state.Core:
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
-        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64))
+        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
+        **caching)
+
+
+def prefix_caching_arrays(mgr, t) -> dict:
+    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's, the key map's (a power
+    of two at least twice the pool), and every request's prefix chain hashes, computed as
+    the Python manager computes them (``sim.memory.paged.prefix_chain``). One-element
+    arrays without prefix caching."""
+    from sim.memory.paged import prefix_chain
+
+    n, i64 = t.size, np.int64
+    nb = mgr.num_blocks if mgr.prefix_caching else 1
+    cap = 1 << max(1, (2 * nb - 1).bit_length()) if mgr.prefix_caching else 1
+    chain_start = np.zeros(n + 1, i64)
+    chains: list[int] = []
+    if mgr.prefix_caching and t.hashes is not None:
+        H = t.hash_block_tokens
+        for i in range(n):
+            h = t.prefix_hashes(i)
+            if h:
+                chains.extend(prefix_chain(h, H))
+            chain_start[i + 1] = len(chains)
+    return dict(block_ref=np.zeros(nb, i64), lru_prev=np.full(nb, -1, i64), lru_next=np.full(nb, -1, i64),
+                block_key_end=np.zeros(nb, i64), block_key_slot=np.zeros(nb, i64),
+                key_end=np.zeros(cap, i64), key_chain=np.zeros(cap, i64), key_block=np.full(cap, -1, i64),
+                chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
+                num_keys=np.zeros(max(n, 1), i64))
 
 
 def run(engine) -> None:
@@ -171,9 +201,11 @@ def hand_over(engine, s: state.Core) -> None:
         t.reject_reason[i] = sched.never_reason(i)
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
-    assert c[state.NUM_FREE_BLOCK_IDS] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
+    assert c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
         "the core ended with memory in use"
     mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
+    if mgr.prefix_caching:
+        hand_over_cache(mgr, t, s)
     n = int(c[state.NUM_ROWS])
     rec.idle_s += float(clock[state.IDLE_S])
     if rec.keep_rows:
@@ -184,3 +216,19 @@ def hand_over(engine, s: state.Core) -> None:
                       (float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])),
                       float(clock[state.RUNNING_WEIGHTED]), int(c[state.SUM_PREFILL_TOKENS]),
                       int(c[state.SUM_DECODE_TOKENS]))
+
+
+def hand_over_cache(mgr, t, s: state.Core) -> None:
+    """The prefix cache's counters and the pool it left (cached blocks, LRU order) to the manager."""
+    c = s.count
+    mgr.add_counts(evictions=int(c[state.NUM_EVICTIONS]), prefix_hit_tokens=int(c[state.PREFIX_HIT_TOKENS]),
+                   prefix_lookup_tokens=int(c[state.PREFIX_LOOKUP_TOKENS]))
+    lru = []
+    b = int(c[state.LRU_HEAD])
+    while b >= 0:
+        lru.append(b)
+        b = int(s.lru_next[b])
+    H = t.hash_block_tokens
+    keyed = np.flatnonzero(s.block_key_end).tolist()
+    keys = {b: (H, int(s.block_key_end[b]), int(s.key_chain[s.block_key_slot[b]])) for b in keyed}
+    mgr.take_pool(s.free_block_ids[:c[state.NUM_FREE_BLOCK_IDS]].tolist(), lru, keys)

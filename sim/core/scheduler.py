@@ -10,6 +10,10 @@ One iteration (:func:`schedule`):
 3. chunked prefill: decode first, then ongoing prefills, then new prompts, all within the
    token budget ``chunk_budget``.
 
+With prefix caching an admission starts past the prompt's cached blocks, and a waiting head
+that did not fit after others were admitted in the same prefill-first pass is not marked
+blocked (their prompts' blocks may become its hits; ``ContinuousScheduler._admit_waiting``).
+
 A preempted request is swapped to the CPU (``--preemption swap``, while swap space lasts and
 its prompt is done) or recomputed: its blocks are freed and it goes back to the front of the
 queue with its generated tokens as prompt. A waiting head that did not fit is not retried
@@ -28,7 +32,7 @@ from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BL
                             DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
                             NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
-                            REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
+                            PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
@@ -126,15 +130,18 @@ def admit_waiting(s, budget):
                 continue
             if fits == kv_cache.CAN_ALLOCATE:
                 pop_waiting(s)
-                kv_cache.allocate(s, i, target, 0)
-                s.num_prompt_computed[i] = 0
+                cached = kv_cache.allocate(s, i, target, 0)  # prefix-cache hits are computed
+                s.num_prompt_computed[i] = cached
                 start_running(s, i)
-                n = budget if chunked and budget < target else target
+                todo = target - cached
+                n = budget if chunked and budget < todo else todo
                 prefill(s, i, n)
                 budget -= n
                 continue
             c[DEMAND_WAITING] = 1
             blocked = BLOCKED_ON_MEMORY
+        if s.config[PREFIX_CACHING] and not chunked and c[STEP_PREFILL_SEQS]:
+            break  # the prompts admitted in this pass may hold its hits: it is retried
         c[BLOCKED_KIND] = blocked  # not retried until something is freed
         c[BLOCKED_REQUEST] = i
         c[BLOCKED_EPOCH] = c[FREE_EPOCH]
@@ -154,7 +161,9 @@ def resume_swapped(s):
         if kv_cache.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
             c[DEMAND_WAITING] = 1
             return False
-        kv_cache.allocate(s, i, n, n)
+        cached = kv_cache.allocate(s, i, n, n)
+        if cached < n:  # prefix caching: only the tokens the cache does not hold come in
+            kv_cache.compute_tokens(s, i, n - cached)
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
         c[SWAP_USED_TOKENS] -= n

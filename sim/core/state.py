@@ -28,7 +28,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
- SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, NUM_CONFIG) = range(16)
+ SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ,
+ PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, NUM_CONFIG) = range(19)
 
 # count: int64 counters
 (USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
@@ -39,7 +40,9 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
  STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_DECODE_SEQS, STEP_SWAP_IN, STEP_SWAP_OUT,
  NUM_ROWS, SUM_PREFILL_TOKENS, SUM_DECODE_TOKENS, ITL_COUNT,
  NEXT_EVENT_ID, NEXT_ARRIVAL, ARRIVAL_PENDING, ARRIVAL_EVENT_ID, ENGINE_PENDING, ENGINE_EVENT_ID,
- ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED, NUM_COUNTS) = range(46)
+ ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
+ NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
+ NUM_COUNTS) = range(53)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -98,3 +101,15 @@ class Core(NamedTuple):
     # step table rows
     row_floats: np.ndarray
     row_ints: np.ndarray
+    # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
+    block_ref: np.ndarray  # per block: the running requests whose tables hold it
+    lru_prev: np.ndarray  # per block: the evictable (cached, unreferenced) blocks, oldest first
+    lru_next: np.ndarray
+    block_key_end: np.ndarray  # per block: its prefix key's end token (0: none) and map entry
+    block_key_slot: np.ndarray
+    key_end: np.ndarray  # the key -> block map: open addressing over TABLE_MASK + 1 entries
+    key_chain: np.ndarray
+    key_block: np.ndarray  # -1: an empty entry
+    chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
+    chains: np.ndarray
+    num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission
