@@ -12,6 +12,6 @@ same CPython functions otherwise (``sim/core/jit.py``).
     replay.py       the glue: which runs it covers, arrays in, records out
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size),
-prefill-first or chunked, preemption by recompute or swap, prefix caching, one sequence per
-request, the roofline cost model. Every other configuration runs on the Python engine (``sim/engine.py``), which the core will replace system by system.
+prefill-first or chunked, preemption by recompute or swap, prefix caching,
+``waiting_served_ratio``, one sequence per request, the roofline cost model. Every other configuration runs on the Python engine (``sim/engine.py``), which the core will replace system by system.
 """

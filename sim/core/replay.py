@@ -42,8 +42,6 @@ def unsupported(engine) -> str | None:
         return "only the continuous (vllm/orca) scheduler runs on the core"
     if type(mgr) not in (PagedManager, TokenManager):
         return "only the paged manager (vllm, token) runs on the core"
-    if sched.cfg.waiting_served_ratio is not None:
-        return "waiting_served_ratio runs in Python"
     if type(ex) is not SimulatedExecutor or type(ex.cost_model) is not RooflineCostModel:
         return "only the simulated executor with the roofline cost model runs on the core"
     if engine.check:
@@ -108,10 +106,14 @@ def build(engine) -> state.Core:
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
     config[state.TABLE_MASK] = len(caching["key_block"]) - 1
     count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
+    clock = np.zeros(state.NUM_CLOCK)
+    ratio = sched.cfg.waiting_served_ratio
+    config[state.HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
+    clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
     return state.Core(
-        config=config, count=count, clock=np.zeros(state.NUM_CLOCK),
+        config=config, count=count, clock=clock,
         cost=np.array(engine.executor.cost_model.constants()),
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,

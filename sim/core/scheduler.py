@@ -3,7 +3,8 @@
 One iteration (:func:`schedule`):
 
 1. swapped requests come back first, FCFS; while any stays out, nobody new is admitted;
-2. prefill-first (the default): admit waiting requests FCFS while ``max_num_batched_tokens``,
+2. prefill-first (the default): admit waiting requests (only when waiting / running reaches
+   ``waiting_served_ratio``, where it is set, or nothing runs) FCFS while ``max_num_batched_tokens``,
    ``max_num_seqs`` and memory allow, and run only their prompts; with no prompt to run,
    decode: one token for every running request, preempting the latest-admitted request
    while the free blocks cannot take the block boundaries crossed this step;
@@ -29,13 +30,15 @@ from sim.core import kv_cache
 from sim.core.jit import njit
 from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
-                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH, ITL_COUNT, ITL_SUM,
+                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
+                            HAS_WAITING_SERVED_RATIO, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
                             NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
                             PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
-                            SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+                            SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
+                            WAITING_SERVED_RATIO)
 
 
 # -- the queues: rings over request ids ---------------------------------------------------
@@ -106,6 +109,16 @@ def start_running(s, i):
     s.status[i] = RUNNING
     s.running[s.count[NUM_RUNNING]] = i
     s.count[NUM_RUNNING] += 1
+
+
+@njit(inline=True)
+def may_admit(s):
+    """``waiting_served_ratio`` (optional): new requests are admitted only when waiting /
+    running reaches it, or nothing runs (``ContinuousScheduler._may_admit``)."""
+    c = s.count
+    if not s.config[HAS_WAITING_SERVED_RATIO] or c[NUM_RUNNING] == 0:
+        return True
+    return c[WAITING_LEN] / c[NUM_RUNNING] >= s.clock[WAITING_SERVED_RATIO]
 
 
 @njit
@@ -259,7 +272,7 @@ def schedule(s):
     # looked at: its shortcut's bookkeeping is left as it is)
     all_resumed = resume_swapped(s)
     if not s.config[CHUNKED_PREFILL]:  # prefill-first: new prompts only, else decode
-        if all_resumed and not head_still_blocked(s):
+        if all_resumed and may_admit(s) and not head_still_blocked(s):
             admit_waiting(s, s.config[MAX_BATCHED_TOKENS])
         return 0 if c[STEP_PREFILL_SEQS] else decode(s)
     context_sum = decode(s)
@@ -273,7 +286,7 @@ def schedule(s):
             n = min(todo, budget)
             prefill(s, i, n)
             budget -= n
-    if all_resumed and not head_still_blocked(s):
+    if all_resumed and may_admit(s) and not head_still_blocked(s):
         admit_waiting(s, budget)
     return context_sum
 

@@ -90,6 +90,11 @@ CASES = [
      dict(prefix=True, rate=200.0)),  # swap-in finds its prompt in the cache
     ("vllm", dict(prefix_caching=True, record_steps=False, slots=1200), dict(prefix=True, rate=200.0)),
     ("vllm", dict(prefix_caching=True), {}),  # no hashes: nothing to share, lookups counted
+    # waiting_served_ratio: admission waits for the queue to grow
+    ("vllm", dict(waiting_served_ratio=0.5), {}),
+    ("vllm", dict(waiting_served_ratio=2.0, slots=1200), dict(rate=200.0)),
+    ("vllm", dict(waiting_served_ratio=1.0, chunked_prefill=True, chunk_budget=128), {}),
+    ("vllm", dict(waiting_served_ratio=0.3, prefix_caching=True, max_num_seqs=8), dict(prefix=True)),
 ]
 
 
@@ -153,12 +158,13 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
        watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
-       swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans())
-def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix):
+       swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans(),
+       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]))
+def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
                   chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
                   preemption="recompute" if swap is None else "swap",
-                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix)
+                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix, waiting_served_ratio=ratio)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, prefix=prefix), step_by_step=False)
 
 
@@ -196,7 +202,6 @@ def test_progress_counts_every_finish():
 
 
 @pytest.mark.parametrize("kw,tkw,why", [
-    (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
     (dict(system="orca-max"), {}, "paged manager"),
@@ -244,6 +249,7 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(slots=1200),  # recompute
     dict(slots=1200, prefix_caching=True),  # prefix hits, evictions (the trace has hashes)
     dict(slots=1200, prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
+    dict(slots=1200, waiting_served_ratio=1.0),
     dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
 ])
