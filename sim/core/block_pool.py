@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.core.jit import njit
 from sim.core.prefix_cache import evict_oldest
-from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, PREFIX_CACHING
+from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, PREFIX_CACHING, REF
 
 
 @njit(inline=True)
@@ -33,7 +33,7 @@ def take_blocks(s, slot, first, n):
     s.count[NUM_FREE_BLOCK_IDS] = top
     if s.config[PREFIX_CACHING]:
         for k in range(n):
-            s.block_ref[s.block_table[slot, first + k]] = 1
+            s.block_info[s.block_table[slot, first + k], REF] = 1
 
 
 @njit
@@ -46,7 +46,7 @@ def take_blocks_evicting(s, slot, first, n):
         else:
             b = evict_oldest(s)
         s.block_table[slot, first + k] = b
-        s.block_ref[b] = 1
+        s.block_info[b, REF] = 1
 
 
 @njit(inline=True)

@@ -18,8 +18,9 @@ from sim.core import prefix_cache
 from sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from sim.core.jit import njit
 from sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
-                            MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_FREE_BLOCK_IDS, NUM_FREES,
-                            PREFIX_CACHING, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, WATERMARK_BLOCKS)
+                            KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_FREE_BLOCK_IDS,
+                            NUM_FREES, PREFIX_CACHING, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF,
+                            WATERMARK_BLOCKS)
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -84,11 +85,11 @@ def allocate_cached(s, i, num_tokens):
         if b < 0:
             break
         hits += 1
-        if s.block_ref[b] == 0:
+        if s.block_info[b, REF] == 0:
             prefix_cache.lru_remove(s, b)
             c[COMPUTED_SLOTS] += bs
             c[DEMAND_SLOTS] += bs
-        s.block_ref[b] += 1
+        s.block_info[b, REF] += 1
         s.block_table[slot, k] = b
     take_blocks(s, slot, hits, need - hits)
     cached = hits * bs
@@ -154,12 +155,12 @@ def release_cached(s, i):
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
     for k in range(s.num_blocks[i] - 1, -1, -1):
         b = s.block_table[slot, k]
-        s.block_ref[b] -= 1
-        if s.block_ref[b]:
+        s.block_info[b, REF] -= 1
+        if s.block_info[b, REF]:
             continue
         c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
-        if s.block_key_end[b]:
+        if s.block_info[b, KEY_END]:
             prefix_cache.lru_append(s, b)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b

@@ -6,15 +6,15 @@ the hash block holding token ``end - 1`` (``chains``, computed in Python by
 ``sim.memory.paged.prefix_chain`` once per request: the same values the Python manager keys
 its dict with). Three structures, none allocating:
 
-* the key -> block map: open addressing with linear probing over ``key_end`` /
-  ``key_chain`` / ``key_block`` (a power of two, at least twice the pool, so at most half
-  full: every key names a distinct block), deletion by backward shift (no tombstones);
-* per block: its key's end (0: none) and its entry in the map (``block_key_slot``, kept
-  when entries move), so an eviction finds its entry without probing;
-* ``block_ref``: how many running requests' tables hold each block;
-* the evictable blocks (cached, no reference) in a doubly linked list over block ids,
-  oldest first (``lru_prev`` / ``lru_next``, head and tail in ``count``): O(1) to add at
-  the tail, revive from the middle, or evict the head.
+* the key -> block map: open addressing with linear probing over the rows of
+  ``key_entries`` (end, chain, block; a power of two, at least twice the pool, so at most
+  half full: every key names a distinct block), deletion by backward shift (no tombstones);
+* per block, one row of ``block_info`` (one cache line: the structures are walked block by
+  block, and a prompt of 10,000 tokens has 600 blocks): ``REF``, how many running requests'
+  tables hold it; ``PREV`` / ``NEXT``, its neighbours in the list of evictable blocks (cached,
+  no reference), oldest first, head and tail in ``count`` (O(1) to add at the tail, revive
+  from the middle, or evict the head); ``KEY_END``, its key's end (0: none), and
+  ``KEY_SLOT``, its row in the map (kept when rows move: an eviction finds it without a probe).
 
 Rules (paged.py's ``_keys``, ``_hits``, ``allocate``, ``append``, ``free``): block ``k`` of
 a request admitted with ``P`` prompt tokens is keyable when ``end <= min(P, hashes * H)``;
@@ -29,8 +29,9 @@ free stack; a block for new use comes from the free stack, else the LRU's head i
 from __future__ import annotations
 
 from sim.core.jit import njit
-from sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, LRU_HEAD, LRU_TAIL, NUM_CACHED_KEYS,
-                            NUM_EVICTIONS, NUM_LRU, TABLE_MASK)
+from sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
+                            KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU,
+                            PREV, REF, TABLE_MASK)
 
 # the map's home slot: Python's hash is well mixed in every bit; the end token is not
 END_MIX = 0x9E3779B1
@@ -46,9 +47,9 @@ def lookup(s, end, chain):
     """The block cached under ``(end, chain)``, or -1."""
     mask = s.config[TABLE_MASK]
     j = home(s, end, chain)
-    while s.key_block[j] >= 0:
-        if s.key_end[j] == end and s.key_chain[j] == chain:
-            return s.key_block[j]
+    while s.key_entries[j, ENTRY_BLOCK] >= 0:
+        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
+            return s.key_entries[j, ENTRY_BLOCK]
         j = (j + 1) & mask
     return -1
 
@@ -58,15 +59,15 @@ def register(s, b, end, chain):
     """Cache block ``b`` under ``(end, chain)`` unless the key is there already (one probe)."""
     mask = s.config[TABLE_MASK]
     j = home(s, end, chain)
-    while s.key_block[j] >= 0:
-        if s.key_end[j] == end and s.key_chain[j] == chain:
+    while s.key_entries[j, ENTRY_BLOCK] >= 0:
+        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
             return
         j = (j + 1) & mask
-    s.key_end[j] = end
-    s.key_chain[j] = chain
-    s.key_block[j] = b
-    s.block_key_end[b] = end
-    s.block_key_slot[b] = j
+    s.key_entries[j, ENTRY_END] = end
+    s.key_entries[j, ENTRY_CHAIN] = chain
+    s.key_entries[j, ENTRY_BLOCK] = b
+    s.block_info[b, KEY_END] = end
+    s.block_info[b, KEY_SLOT] = j
     s.count[NUM_CACHED_KEYS] += 1
 
 
@@ -75,25 +76,25 @@ def unregister(s, b):
     """Drop block ``b``'s key from the map: its entry is emptied and the entries after it in
     the probe run move back where their probe would now stop short (backward shift)."""
     mask = s.config[TABLE_MASK]
-    i = s.block_key_slot[b]
-    s.block_key_end[b] = 0
+    i = s.block_info[b, KEY_SLOT]
+    s.block_info[b, KEY_END] = 0
     s.count[NUM_CACHED_KEYS] -= 1
     j = i
     while True:
-        s.key_block[i] = -1
+        s.key_entries[i, ENTRY_BLOCK] = -1
         while True:
             j = (j + 1) & mask
-            if s.key_block[j] < 0:
+            if s.key_entries[j, ENTRY_BLOCK] < 0:
                 return
-            h = home(s, s.key_end[j], s.key_chain[j])
+            h = home(s, s.key_entries[j, ENTRY_END], s.key_entries[j, ENTRY_CHAIN])
             # the entry at j stays when its home lies cyclically in (i, j]
             if (h > i and h <= j) if i <= j else (h > i or h <= j):
                 continue
             break
-        s.key_end[i] = s.key_end[j]
-        s.key_chain[i] = s.key_chain[j]
-        s.key_block[i] = s.key_block[j]
-        s.block_key_slot[s.key_block[j]] = i
+        s.key_entries[i, ENTRY_END] = s.key_entries[j, ENTRY_END]
+        s.key_entries[i, ENTRY_CHAIN] = s.key_entries[j, ENTRY_CHAIN]
+        s.key_entries[i, ENTRY_BLOCK] = s.key_entries[j, ENTRY_BLOCK]
+        s.block_info[s.key_entries[j, ENTRY_BLOCK], KEY_SLOT] = i
         i = j
 
 
@@ -101,10 +102,10 @@ def unregister(s, b):
 @njit(inline=True)
 def lru_append(s, b):
     c = s.count
-    s.lru_prev[b] = c[LRU_TAIL]
-    s.lru_next[b] = -1
+    s.block_info[b, PREV] = c[LRU_TAIL]
+    s.block_info[b, NEXT] = -1
     if c[LRU_TAIL] >= 0:
-        s.lru_next[c[LRU_TAIL]] = b
+        s.block_info[c[LRU_TAIL], NEXT] = b
     else:
         c[LRU_HEAD] = b
     c[LRU_TAIL] = b
@@ -114,13 +115,13 @@ def lru_append(s, b):
 @njit(inline=True)
 def lru_remove(s, b):
     c = s.count
-    p, n = s.lru_prev[b], s.lru_next[b]
+    p, n = s.block_info[b, PREV], s.block_info[b, NEXT]
     if p >= 0:
-        s.lru_next[p] = n
+        s.block_info[p, NEXT] = n
     else:
         c[LRU_HEAD] = n
     if n >= 0:
-        s.lru_prev[n] = p
+        s.block_info[n, PREV] = p
     else:
         c[LRU_TAIL] = p
     c[NUM_LRU] -= 1
@@ -170,7 +171,7 @@ def count_hits(s, i, prompt_len):
         if b < 0:
             break
         hits += 1
-        if s.block_ref[b] == 0:
+        if s.block_info[b, REF] == 0:
             revived += 1
     return hits, revived
 

@@ -104,7 +104,7 @@ def build(engine) -> state.Core:
     caching = prefix_caching_arrays(mgr, t)
     config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
-    config[state.TABLE_MASK] = len(caching["key_block"]) - 1
+    config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
     count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
     clock = np.zeros(state.NUM_CLOCK)
     ratio = sched.cfg.waiting_served_ratio
@@ -150,10 +150,11 @@ def prefix_caching_arrays(mgr, t) -> dict:
             if h:
                 chains.extend(prefix_chain(h, H))
             chain_start[i + 1] = len(chains)
-    return dict(block_ref=np.zeros(nb, i64), lru_prev=np.full(nb, -1, i64), lru_next=np.full(nb, -1, i64),
-                block_key_end=np.zeros(nb, i64), block_key_slot=np.zeros(nb, i64),
-                key_end=np.zeros(cap, i64), key_chain=np.zeros(cap, i64), key_block=np.full(cap, -1, i64),
-                chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
+    block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), i64)
+    block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
+    key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
+    key_entries[:, state.ENTRY_BLOCK] = -1
+    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
                 num_keys=np.zeros(max(n, 1), i64))
 
 
@@ -229,8 +230,10 @@ def hand_over_cache(mgr, t, s: state.Core) -> None:
     b = int(c[state.LRU_HEAD])
     while b >= 0:
         lru.append(b)
-        b = int(s.lru_next[b])
+        b = int(s.block_info[b, state.NEXT])
     H = t.hash_block_tokens
-    keyed = np.flatnonzero(s.block_key_end).tolist()
-    keys = {b: (H, int(s.block_key_end[b]), int(s.key_chain[s.block_key_slot[b]])) for b in keyed}
+    info, entries = s.block_info, s.key_entries
+    keyed = np.flatnonzero(info[:, state.KEY_END]).tolist()
+    keys = {b: (H, int(info[b, state.KEY_END]), int(entries[info[b, state.KEY_SLOT], state.ENTRY_CHAIN]))
+            for b in keyed}
     mgr.take_pool(s.free_block_ids[:c[state.NUM_FREE_BLOCK_IDS]].tolist(), lru, keys)

@@ -51,6 +51,12 @@ BLOCKS_SUM, LOGICAL_SUM = 15, 16
 WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
 NUM_CLOCK = 18
 
+# prefix caching: the columns of block_info (a block's row: the running requests holding it, its
+# neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
+# int64 to a row so that a row is one cache line; and of key_entries (ENTRY_BLOCK -1: empty)
+REF, PREV, NEXT, KEY_END, KEY_SLOT, BLOCK_INFO_COLUMNS = 0, 1, 2, 3, 4, 8
+ENTRY_END, ENTRY_CHAIN, ENTRY_BLOCK, ENTRY_COLUMNS = 0, 1, 2, 4
+
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
 
@@ -104,14 +110,8 @@ class Core(NamedTuple):
     row_floats: np.ndarray
     row_ints: np.ndarray
     # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
-    block_ref: np.ndarray  # per block: the running requests whose tables hold it
-    lru_prev: np.ndarray  # per block: the evictable (cached, unreferenced) blocks, oldest first
-    lru_next: np.ndarray
-    block_key_end: np.ndarray  # per block: its prefix key's end token (0: none) and map entry
-    block_key_slot: np.ndarray
-    key_end: np.ndarray  # the key -> block map: open addressing over TABLE_MASK + 1 entries
-    key_chain: np.ndarray
-    key_block: np.ndarray  # -1: an empty entry
+    block_info: np.ndarray  # [block, REF..KEY_SLOT]: one row (one cache line) per block
+    key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
     chains: np.ndarray
     num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission

@@ -54,7 +54,7 @@ def lru(s):
     out, b = [], s.count[state.LRU_HEAD]
     while b >= 0:
         out.append(int(b))
-        b = s.lru_next[b]
+        b = s.block_info[b, state.NEXT]
     return out
 
 
@@ -75,7 +75,7 @@ def test_a_full_prompt_block_is_cached_and_shared(core):
     a = blocks(s, A)
     assert s.num_keys[A] == 2  # min(10, 3 * 4) // 4
     assert cached(s, A, 0) == a[0] and cached(s, A, 1) == a[1]
-    assert s.block_key_end[a[2]] == 0  # block 2 (tokens 8..11) is past the prompt's keyable reach
+    assert s.block_info[a[2], state.KEY_END] == 0  # block 2 (tokens 8..11) is past the prompt's keyable reach
     # A: 10 tokens computed, demand min(F = 12, 3 blocks) = 12, 3 blocks used of 6
     assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
     # B hits A's two blocks (8 tokens), both held: only its third block is new
@@ -84,7 +84,7 @@ def test_a_full_prompt_block_is_cached_and_shared(core):
     assert admit(s, B, 10) == 8
     b = blocks(s, B)
     assert b[:2] == a[:2] and b[2] not in a
-    assert s.block_ref[a[0]] == s.block_ref[a[1]] == 2
+    assert s.block_info[a[0], state.REF] == s.block_info[a[1], state.REF] == 2
     assert s.num_computed_tokens[B] == 10
     # shared blocks count once: 12 tokens (8 shared + 2 + 2), demand 16, 4 blocks used, 6 logical
     assert memory(s) == (4, [12, 4, 0, 0, 0, 8])
@@ -122,7 +122,7 @@ def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core):
     assert c[0] == a[0] and c[1] != a[1]
     assert lru(s) == [a[1]]
     # C's block 1 is full with a key already cached (a1): it is not registered again
-    assert s.block_key_end[c[1]] == 0 and cached(s, C, 1) == a[1]
+    assert s.block_info[c[1], state.KEY_END] == 0 and cached(s, C, 1) == a[1]
     assert s.count[state.NUM_CACHED_KEYS] == 2
     # 8 tokens held (4 revived + 4 computed), demand min(10, 8) = 8, 2 used; a1 counts free
     assert memory(s) == (2, [8, 0, 0, 0, 0, 16])
@@ -166,7 +166,7 @@ def test_admission_counts_hits_and_revivals_against_the_watermark(core):
 
 def test_the_key_map_survives_deletions_in_probe_runs(core):
     """Backward-shift deletion: entries colliding on one home slot stay findable after any
-    of them is removed (the map has 16 entries for 6 blocks)."""
+    of them is removed (the map has 16 rows for 6 blocks)."""
     s = core
     mask = s.config[state.TABLE_MASK]
     assert mask == 15
@@ -184,7 +184,7 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
         for b, (end, chain) in enumerate(keys):
             assert prefix_cache.lookup(s, end, chain) == (-1 if b in removed else b)
     assert s.count[state.NUM_CACHED_KEYS] == 2
-    assert (s.key_block >= 0).sum() == 2
+    assert (s.key_entries[:, state.ENTRY_BLOCK] >= 0).sum() == 2
 
 
 def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
