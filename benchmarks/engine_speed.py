@@ -13,6 +13,11 @@
    Python engine as the baseline up to 100,000 requests.
 3. Macro steps where they pay off (Python engine): a low-rate synthetic trace, with and
    without them.
+4. Prefix caching (``--prefix-caching``): the Mooncake conversation trace (12,031 requests,
+   512-token block hashes, ../shared/traces/) on Llama-3.1-8B / A100-80GB (target: engine
+   under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes (shared
+   conversation prefixes), each on the core with the Python engine as the baseline in the
+   same run and the records compared.
 
 The process pins itself to one CPU first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]``.
@@ -37,6 +42,7 @@ from sim.config import SimConfig  # noqa: E402
 from sim.run import run_simulation  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True, engine: str = "auto", result=False):
@@ -86,14 +92,67 @@ def whole_process(trace) -> None:
               f"compile), cached {warm:.2f} s")
 
 
+def with_prefix_hashes(trace, hash_block_tokens: int = 64, conversations: int = 200, seed: int = 0):
+    """Mooncake-like hashes for a synthetic trace: each request continues one of
+    ``conversations`` (Zipf-like popularity) for a random share of its prompt's hash blocks,
+    the rest are its own."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = len(trace)
+    blocks = -(-trace["prompt_tokens"].to_numpy() // hash_block_tokens)
+    conv = np.minimum(rng.zipf(1.5, n), conversations) - 1
+    shared = (rng.random(n) * (blocks + 1)).astype(np.int64)
+    hashes = []
+    for i in range(n):
+        own = 1_000_000_000 + i * 10_000
+        hashes.append(tuple(int(conv[i]) * 10_000 + j if j < shared[i] else own + j for j in range(blocks[i])))
+    trace = trace.copy()
+    trace["prefix_hashes"] = hashes
+    trace.attrs["hash_block_tokens"] = hash_block_tokens
+    return trace
+
+
+def prefix_caching() -> None:
+    """Section 4: prefix caching on the core and, as the baseline, the Python engine."""
+    from traces.synth import make_workload
+
+    runs = []
+    if MOONCAKE.exists():
+        from traces import load_trace
+
+        runs.append(("mooncake conversation", load_trace(MOONCAKE),
+                     SimConfig.for_system("vllm", model="llama-3.1-8b", gpu="a100-80gb", prefix_caching=True,
+                                          max_len_policy="drop")))
+    else:
+        print(f"mooncake trace not found at {MOONCAKE}: skipped")
+    trace = with_prefix_hashes(make_workload("sharegpt", rate=20.0, num_requests=100_000, seed=0))
+    runs.append(("sharegpt 100,000 requests at 20 req/s with shared prefixes", trace,
+                 SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", prefix_caching=True,
+                                      record_steps=False)))
+    for name, trace, cfg in runs:
+        timed(cfg, trace.iloc[:20], engine="core")  # numba's cache loaded
+        wall, s, rc = timed(cfg, trace, engine="core", result=True)
+        py, _, rp = timed(cfg, trace, engine="python", result=True)
+        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
+        print(f"{name}, --prefix-caching, {cfg.model} {cfg.gpu}: core {wall:.2f} s wall (engine "
+              f"{s['wall_time_s']:.2f} s), {s['num_steps']:,} steps, hit rate {s['prefix_cache_hit_rate']:.3f}, "
+              f"{s['mgr_evictions']:,} evictions; Python engine {py:.2f} s (x{py / wall:.1f}); "
+              f"records {'identical' if same else 'DIFFERENT'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-requests", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
+    ap.add_argument("--only-prefix-caching", action="store_true", help="section 4 only")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         print(f"pinned to CPU {min(os.sched_getaffinity(0))}")
+    if args.only_prefix_caching:
+        prefix_caching()
+        return
 
     if not args.skip_azure and AZURE.exists():
         from traces import load_trace
@@ -159,6 +218,7 @@ def main() -> None:
         for n, w in rows[1:]:
             print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time "
                   f"(1M at this rate: {w / n * 1e6:.0f} s; target < 10 s)")
+    prefix_caching()
 
 
 if __name__ == "__main__":

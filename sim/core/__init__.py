@@ -4,6 +4,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 
     state.py        the run's arrays and their named indices
     block_pool.py   free block ids and the running slots' block tables
+    prefix_cache.py prefix caching: the key -> block map, reference counts, the LRU of cached blocks
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
     extent.py       the contiguous (Orca) manager: reservations (max, pow2, oracle), accounting
     placement.py    where its extents go: buddy, first-fit, best-fit
@@ -15,7 +16,8 @@ same CPython functions otherwise (``sim/core/jit.py``).
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size) or
 the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or best-fit),
-prefill-first or chunked, preemption by recompute or swap, one sequence per request, the
-roofline cost model, and no prefix caching. Every other configuration runs on the Python
-engine (``sim/engine.py``), which the core will replace system by system.
+prefill-first or chunked, preemption by recompute or swap, prefix caching,
+``waiting_served_ratio``, one sequence per request, and the roofline, calibrated and table
+cost models. Every other configuration runs on the Python engine (``sim/engine.py``), which
+the core will replace system by system.
 """

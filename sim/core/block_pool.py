@@ -8,22 +8,45 @@ block ids between the free stack and a slot's row of ``block_table`` (the int32
 from __future__ import annotations
 
 from sim.core.jit import njit
-from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS
+from sim.core.prefix_cache import evict_oldest
+from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, PREFIX_CACHING, REF
 
 
 @njit(inline=True)
 def num_free_blocks(s):
-    return s.count[NUM_FREE_BLOCK_IDS]
+    """Blocks available to new use: the free stack and, with prefix caching, the cached blocks
+    no request holds (evicted when the stack is empty)."""
+    return s.count[NUM_FREE_BLOCK_IDS] + s.count[NUM_LRU]
 
 
 @njit(inline=True)
 def take_blocks(s, slot, first, n):
-    """Put ``n`` free blocks at ``block_table[slot, first:first + n]``."""
+    """Put ``n`` free blocks at ``block_table[slot, first:first + n]``: the free stack's first,
+    then (prefix caching) the oldest cached blocks, evicted."""
     top = s.count[NUM_FREE_BLOCK_IDS]
+    if top < n:
+        take_blocks_evicting(s, slot, first, n)
+        return
     for k in range(n):
         top -= 1
         s.block_table[slot, first + k] = s.free_block_ids[top]
     s.count[NUM_FREE_BLOCK_IDS] = top
+    if s.config[PREFIX_CACHING]:
+        for k in range(n):
+            s.block_info[s.block_table[slot, first + k], REF] = 1
+
+
+@njit
+def take_blocks_evicting(s, slot, first, n):
+    for k in range(n):
+        top = s.count[NUM_FREE_BLOCK_IDS]
+        if top:
+            b = s.free_block_ids[top - 1]
+            s.count[NUM_FREE_BLOCK_IDS] = top - 1
+        else:
+            b = evict_oldest(s)
+        s.block_table[slot, first + k] = b
+        s.block_info[b, REF] = 1
 
 
 @njit(inline=True)

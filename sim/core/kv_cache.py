@@ -1,19 +1,26 @@
 """The paged manager (vLLM's block manager) over the core's arrays: admission checks,
 allocation, one decode slot, free, and where every slot goes.
 
-Blocks are private to one request here (no fork, no prefix hit), so a request's blocks hold
+Without prefix caching, blocks are private to one request, so a request's blocks hold
 exactly its ``num_computed_tokens`` tokens and, of the slots they offer, ``min(final_len,
 num_blocks * block_size)`` will be used: the accounting is four counters (see
-``memory_categories``). vLLM v0's watermark: an admission must leave ``watermark_blocks``
-free (``block_manager_v1.py``, ``can_allocate``).
+``memory_categories``). With prefix caching (``prefix_cache.py``) a request's leading
+blocks may be cache hits, full and shared with other requests: each block is counted once,
+when its first holder takes it and when its last holder lets it go (a shared block is full
+for every holder, at the same table index, so its tokens and demand are ``block_size``).
+vLLM v0's watermark: an admission must leave ``watermark_blocks`` free
+(``block_manager_v1.py``, ``can_allocate``).
 """
 
 from __future__ import annotations
 
+from sim.core import prefix_cache
 from sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from sim.core.jit import njit
-from sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, MAX_SEQ_LEN,
-                            NUM_ALLOCATIONS, NUM_BLOCKS, NUM_FREES, WATERMARK_BLOCKS)
+from sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
+                            KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_FREE_BLOCK_IDS,
+                            NUM_FREES, PREFIX_CACHING, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF,
+                            WATERMARK_BLOCKS)
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -35,13 +42,19 @@ def can_allocate(s, i, num_tokens):
     if (s.final_len[i] > s.config[MAX_SEQ_LEN] or num_tokens > s.config[MAX_SEQ_LEN]
             or need > s.config[NUM_BLOCKS] - watermark):
         return NEVER_FITS
+    if s.config[PREFIX_CACHING]:  # hits need no new block, unless revived from the LRU
+        hits, revived = prefix_cache.count_hits(s, i, num_tokens)
+        need += revived - hits
     return CAN_ALLOCATE if num_free_blocks(s) - need >= watermark else ALLOCATE_LATER
 
 
 @njit(inline=True)
 def allocate(s, i, num_tokens, num_computed):
     """A slot and the blocks for ``num_tokens`` tokens of request ``i``, of which
-    ``num_computed`` already hold K/V (a swap-in) and the rest are reserved for its prefill."""
+    ``num_computed`` already hold K/V (a swap-in) and the rest are reserved for its prefill.
+    With prefix caching see :func:`allocate_cached` (it returns the tokens found cached)."""
+    if s.config[PREFIX_CACHING]:
+        return allocate_cached(s, i, num_tokens)
     need = blocks_for(s, num_tokens)
     slot = take_slot(s)
     take_blocks(s, slot, 0, need)
@@ -51,11 +64,50 @@ def allocate(s, i, num_tokens, num_computed):
     s.count[COMPUTED_SLOTS] += num_computed
     s.count[DEMAND_SLOTS] += min(s.final_len[i], need * s.config[BLOCK_SIZE])
     s.count[NUM_ALLOCATIONS] += 1
+    s.count[LOGICAL_BLOCKS] += need
+    return num_computed
+
+
+@njit
+def allocate_cached(s, i, num_tokens):
+    """Prefix caching: a slot and the blocks for ``num_tokens`` tokens of request ``i``, the
+    leading cache hits first (revived from the LRU when nobody holds them), then fresh blocks
+    for the rest. Returns the tokens the hits hold, which are computed; the caller computes
+    the rest (:func:`compute_tokens`), registering keys as blocks fill."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    need = blocks_for(s, num_tokens)
+    slot = take_slot(s)
+    s.slot[i] = slot
+    s.num_keys[i] = prefix_cache.keyable_blocks(s, i, num_tokens)
+    hits = 0
+    for k in range(prefix_cache.hit_limit(s, i, num_tokens)):  # before the fresh blocks: they must not evict a hit
+        b = prefix_cache.lookup(s, (k + 1) * bs, prefix_cache.key_chain(s, i, k))
+        if b < 0:
+            break
+        hits += 1
+        if s.block_info[b, REF] == 0:
+            prefix_cache.lru_remove(s, b)
+            c[COMPUTED_SLOTS] += bs
+            c[DEMAND_SLOTS] += bs
+        s.block_info[b, REF] += 1
+        s.block_table[slot, k] = b
+    take_blocks(s, slot, hits, need - hits)
+    cached = hits * bs
+    s.num_blocks[i] = need
+    s.num_computed_tokens[i] = cached
+    c[DEMAND_SLOTS] += min(s.final_len[i], need * bs) - cached  # the fresh blocks' demand
+    c[NUM_ALLOCATIONS] += 1
+    c[LOGICAL_BLOCKS] += need
+    c[PREFIX_HIT_TOKENS] += cached
+    c[PREFIX_LOOKUP_TOKENS] += num_tokens
+    return cached
 
 
 @njit(inline=True)
 def compute_tokens(s, i, n):
     """``n`` more tokens of request ``i`` get their K/V (into blocks it holds)."""
+    if s.config[PREFIX_CACHING]:
+        prefix_cache.register_full_blocks(s, i, s.num_computed_tokens[i], s.num_computed_tokens[i] + n)
     s.num_computed_tokens[i] += n
     s.count[COMPUTED_SLOTS] += n
 
@@ -74,10 +126,15 @@ def take_decode_slot(s, i):
         take_blocks(s, s.slot[i], s.num_blocks[i], 1)
         s.count[DEMAND_SLOTS] += min(s.final_len[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE])
         s.num_blocks[i] += 1
+        s.count[LOGICAL_BLOCKS] += 1
 
 
 @njit(inline=True)
 def free(s, i):
+    if s.config[PREFIX_CACHING]:
+        release_cached(s, i)
+        return
+    s.count[LOGICAL_BLOCKS] -= s.num_blocks[i]
     return_blocks(s, s.slot[i], s.num_blocks[i])
     return_slot(s, s.slot[i])
     s.count[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
@@ -88,11 +145,40 @@ def free(s, i):
     s.count[NUM_FREES] += 1
 
 
+@njit
+def release_cached(s, i):
+    """Prefix caching: request ``i`` lets its blocks go, tail first; a block nobody holds any
+    more leaves the accounting and goes to the LRU's tail if it is cached (tails are then
+    evicted first), else to the free stack."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    slot = s.slot[i]
+    num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
+    for k in range(s.num_blocks[i] - 1, -1, -1):
+        b = s.block_table[slot, k]
+        s.block_info[b, REF] -= 1
+        if s.block_info[b, REF]:
+            continue
+        c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
+        c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
+        if s.block_info[b, KEY_END]:
+            prefix_cache.lru_append(s, b)
+        else:
+            s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b
+            c[NUM_FREE_BLOCK_IDS] += 1
+    c[LOGICAL_BLOCKS] -= s.num_blocks[i]
+    return_slot(s, slot)
+    s.num_computed_tokens[i] = 0
+    s.num_blocks[i] = 0
+    s.slot[i] = -1
+    c[NUM_FREES] += 1
+
+
 @njit(inline=True)
 def memory_categories(s, demand_waiting, out):
     """Where every slot goes (sim/memory/base.py's six categories, in order): token states,
     reservation, internal fragmentation, allocator slack, external fragmentation (free while
-    a request waits for memory), free and idle. They sum to the capacity."""
+    a request waits for memory), free and idle. They sum to the capacity. Cached blocks that
+    no request holds count as free (they are reclaimable)."""
     block_size = s.config[BLOCK_SIZE]
     used = s.config[NUM_BLOCKS] - num_free_blocks(s)
     free_slots = num_free_blocks(s) * block_size + s.config[LEFTOVER_SLOTS]

@@ -24,7 +24,7 @@ from sim.core.memory import memory_categories
 from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
-                            LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
+                            LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
                             PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
                             STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
@@ -78,7 +78,7 @@ def record(s, start, dt):
     c = s.count
     memory = s.step_memory
     used = memory_categories(s, c[DEMAND_WAITING], memory)
-    logical = used  # no block is shared in the core yet
+    logical = c[LOGICAL_BLOCKS]  # the tables' lengths: more than used when prefix hits share blocks
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, 0] = start

@@ -18,10 +18,11 @@ def can_allocate(s, i, num_tokens):
 
 @njit(inline=True)
 def allocate(s, i, num_tokens, num_computed):
+    """Returns the tokens a prefix-cache hit already holds (0 for a contiguous extent)."""
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         extent.allocate(s, i, num_tokens, num_computed)
-    else:
-        kv_cache.allocate(s, i, num_tokens, num_computed)
+        return 0
+    return kv_cache.allocate(s, i, num_tokens, num_computed)
 
 
 @njit(inline=True)

@@ -44,10 +44,6 @@ def unsupported(engine) -> str | None:
         return "only the paged manager (vllm, token) and the contiguous one (orca) run on the core"
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
-    if getattr(mgr, "prefix_caching", False):
-        return "prefix caching runs in Python"
-    if sched.cfg.waiting_served_ratio is not None:
-        return "waiting_served_ratio runs in Python"
     if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
     if engine.check:
@@ -117,7 +113,7 @@ def is_contiguous(mgr) -> bool:
 
 class NoBlocks:
     """The paged pool's settings for a manager without blocks (contiguous): none."""
-    block_size, num_blocks, leftover, watermark_blocks, append_rule = 1, 0, 0, 0, ""
+    block_size, num_blocks, leftover, watermark_blocks, append_rule, prefix_caching = 1, 0, 0, 0, "", False
 
     def __init__(self, max_seq_len: int):
         self.max_seq_len = max_seq_len
@@ -160,10 +156,19 @@ def build(engine) -> state.Core:
     num_slots = max(1, min(max_num_seqs, n, mgr.num_blocks))
     count[state.NUM_FREE_SLOTS] = num_slots
     blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
+    caching = prefix_caching_arrays(mgr, t)
+    config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
+    config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
+    config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
+    count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
+    clock = np.zeros(state.NUM_CLOCK)
+    ratio = sched.cfg.waiting_served_ratio
+    config[state.HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
+    clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
     i64 = np.int64
     s = state.Core(
-        config=config, count=count, clock=np.zeros(state.NUM_CLOCK),
+        config=config, count=count, clock=clock,
         cost=cost,
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
@@ -179,7 +184,7 @@ def build(engine) -> state.Core:
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
-        **no_extents())
+        **no_extents(), **caching)
     return with_extents(engine, s) if contiguous else s
 
 
@@ -217,6 +222,33 @@ def with_extents(engine, s: state.Core) -> state.Core:
                    hole_size=np.zeros(holes, i64))
     placement.init(s)
     return s
+
+
+def prefix_caching_arrays(mgr, t) -> dict:
+    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's, the key map's (a power
+    of two at least twice the pool), and every request's prefix chain hashes, computed as
+    the Python manager computes them (``sim.memory.paged.prefix_chain``). One-element
+    arrays without prefix caching."""
+    from sim.memory.paged import prefix_chain
+
+    n, i64 = t.size, np.int64
+    nb = mgr.num_blocks if mgr.prefix_caching else 1
+    cap = 1 << max(1, (2 * nb - 1).bit_length()) if mgr.prefix_caching else 1
+    chain_start = np.zeros(n + 1, i64)
+    chains: list[int] = []
+    if mgr.prefix_caching and t.hashes is not None:
+        H = t.hash_block_tokens
+        for i in range(n):
+            h = t.prefix_hashes(i)
+            if h:
+                chains.extend(prefix_chain(h, H))
+            chain_start[i + 1] = len(chains)
+    block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), i64)
+    block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
+    key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
+    key_entries[:, state.ENTRY_BLOCK] = -1
+    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
+                num_keys=np.zeros(max(n, 1), i64))
 
 
 def run(engine) -> None:
@@ -268,9 +300,11 @@ def hand_over(engine, s: state.Core) -> None:
     if is_contiguous(mgr):
         assert c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0, "the core ended with memory in use"
     else:
-        assert c[state.NUM_FREE_BLOCK_IDS] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
+        assert c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
             "the core ended with memory in use"
     mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
+    if getattr(mgr, "prefix_caching", False):
+        hand_over_cache(mgr, t, s)
     n = int(c[state.NUM_ROWS])
     rec.idle_s += float(clock[state.IDLE_S])
     if rec.keep_rows:
@@ -281,3 +315,21 @@ def hand_over(engine, s: state.Core) -> None:
                       (float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])),
                       float(clock[state.RUNNING_WEIGHTED]), int(c[state.SUM_PREFILL_TOKENS]),
                       int(c[state.SUM_DECODE_TOKENS]))
+
+
+def hand_over_cache(mgr, t, s: state.Core) -> None:
+    """The prefix cache's counters and the pool it left (cached blocks, LRU order) to the manager."""
+    c = s.count
+    mgr.add_counts(evictions=int(c[state.NUM_EVICTIONS]), prefix_hit_tokens=int(c[state.PREFIX_HIT_TOKENS]),
+                   prefix_lookup_tokens=int(c[state.PREFIX_LOOKUP_TOKENS]))
+    lru = []
+    b = int(c[state.LRU_HEAD])
+    while b >= 0:
+        lru.append(b)
+        b = int(s.block_info[b, state.NEXT])
+    H = t.hash_block_tokens
+    info, entries = s.block_info, s.key_entries
+    keyed = np.flatnonzero(info[:, state.KEY_END]).tolist()
+    keys = {b: (H, int(info[b, state.KEY_END]), int(entries[info[b, state.KEY_SLOT], state.ENTRY_CHAIN]))
+            for b in keyed}
+    mgr.take_pool(s.free_block_ids[:c[state.NUM_FREE_BLOCK_IDS]].tolist(), lru, keys)

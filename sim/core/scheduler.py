@@ -3,12 +3,17 @@
 One iteration (:func:`schedule`):
 
 1. swapped requests come back first, FCFS; while any stays out, nobody new is admitted;
-2. prefill-first (the default): admit waiting requests FCFS while ``max_num_batched_tokens``,
+2. prefill-first (the default): admit waiting requests (only when waiting / running reaches
+   ``waiting_served_ratio``, where it is set, or nothing runs) FCFS while ``max_num_batched_tokens``,
    ``max_num_seqs`` and memory allow, and run only their prompts; with no prompt to run,
    decode: one token for every running request, preempting the latest-admitted request
    while the free blocks cannot take the block boundaries crossed this step;
 3. chunked prefill: decode first, then ongoing prefills, then new prompts, all within the
    token budget ``chunk_budget``.
+
+With prefix caching an admission starts past the prompt's cached blocks, and a waiting head
+that did not fit after others were admitted in the same prefill-first pass is not marked
+blocked (their prompts' blocks may become its hits; ``ContinuousScheduler._admit_waiting``).
 
 A preempted request is swapped to the CPU (``--preemption swap``, while swap space lasts and
 its prompt is done) or recomputed: its blocks are freed and it goes back to the front of the
@@ -25,13 +30,15 @@ from sim.core import kv_cache, memory
 from sim.core.jit import njit
 from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
-                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH, ITL_COUNT, ITL_SUM,
+                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
+                            HAS_WAITING_SERVED_RATIO, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
                             NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
-                            REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
+                            PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
-                            SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+                            SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
+                            WAITING_SERVED_RATIO)
 from sim.core.state import MANAGER_KIND, PAGED
 
 
@@ -105,6 +112,16 @@ def start_running(s, i):
     s.count[NUM_RUNNING] += 1
 
 
+@njit(inline=True)
+def may_admit(s):
+    """``waiting_served_ratio`` (optional): new requests are admitted only when waiting /
+    running reaches it, or nothing runs (``ContinuousScheduler._may_admit``)."""
+    c = s.count
+    if not s.config[HAS_WAITING_SERVED_RATIO] or c[NUM_RUNNING] == 0:
+        return True
+    return c[WAITING_LEN] / c[NUM_RUNNING] >= s.clock[WAITING_SERVED_RATIO]
+
+
 @njit
 def admit_waiting(s, budget):
     """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
@@ -127,15 +144,18 @@ def admit_waiting(s, budget):
                 continue
             if fits == kv_cache.CAN_ALLOCATE:
                 pop_waiting(s)
-                memory.allocate(s, i, target, 0)
-                s.num_prompt_computed[i] = 0
+                cached = memory.allocate(s, i, target, 0)  # prefix-cache hits are computed
+                s.num_prompt_computed[i] = cached
                 start_running(s, i)
-                n = budget if chunked and budget < target else target
+                todo = target - cached
+                n = budget if chunked and budget < todo else todo
                 prefill(s, i, n)
                 budget -= n
                 continue
             c[DEMAND_WAITING] = 1
             blocked = BLOCKED_ON_MEMORY
+        if s.config[PREFIX_CACHING] and not chunked and c[STEP_PREFILL_SEQS]:
+            break  # the prompts admitted in this pass may hold its hits: it is retried
         c[BLOCKED_KIND] = blocked  # not retried until something is freed
         c[BLOCKED_REQUEST] = i
         c[BLOCKED_EPOCH] = c[FREE_EPOCH]
@@ -155,7 +175,9 @@ def resume_swapped(s):
         if memory.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
             c[DEMAND_WAITING] = 1
             return False
-        memory.allocate(s, i, n, n)
+        cached = memory.allocate(s, i, n, n)
+        if cached < n:  # prefix caching: only the tokens the cache does not hold come in
+            kv_cache.compute_tokens(s, i, n - cached)
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
         c[SWAP_USED_TOKENS] -= n
@@ -253,7 +275,7 @@ def schedule(s):
     # looked at: its shortcut's bookkeeping is left as it is)
     all_resumed = resume_swapped(s)
     if not s.config[CHUNKED_PREFILL]:  # prefill-first: new prompts only, else decode
-        if all_resumed and not head_still_blocked(s):
+        if all_resumed and may_admit(s) and not head_still_blocked(s):
             admit_waiting(s, s.config[MAX_BATCHED_TOKENS])
         return 0 if c[STEP_PREFILL_SEQS] else decode(s)
     context_sum = decode(s)
@@ -267,7 +289,7 @@ def schedule(s):
             n = min(todo, budget)
             prefill(s, i, n)
             budget -= n
-    if all_resumed and not head_still_blocked(s):
+    if all_resumed and may_admit(s) and not head_still_blocked(s):
         admit_waiting(s, budget)
     return context_sum
 

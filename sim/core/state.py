@@ -31,7 +31,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
- MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT, NUM_CONFIG) = range(23)
+ MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
+ PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO, NUM_CONFIG) = range(27)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -47,12 +48,22 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_ROWS, SUM_PREFILL_TOKENS, SUM_DECODE_TOKENS, ITL_COUNT,
  NEXT_EVENT_ID, NEXT_ARRIVAL, ARRIVAL_PENDING, ARRIVAL_EVENT_ID, ENGINE_PENDING, ENGINE_EVENT_ID,
  ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
- RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES, NUM_COUNTS) = range(49)
+ RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
+ NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
+ NUM_COUNTS) = range(56)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
 MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
-BLOCKS_SUM, LOGICAL_SUM, NUM_CLOCK = 15, 16, 17
+BLOCKS_SUM, LOGICAL_SUM = 15, 16
+WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
+NUM_CLOCK = 18
+
+# prefix caching: the columns of block_info (a block's row: the running requests holding it, its
+# neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
+# int64 to a row so that a row is one cache line; and of key_entries (ENTRY_BLOCK -1: empty)
+REF, PREV, NEXT, KEY_END, KEY_SLOT, BLOCK_INFO_COLUMNS = 0, 1, 2, 3, 4, 8
+ENTRY_END, ENTRY_CHAIN, ENTRY_BLOCK, ENTRY_COLUMNS = 0, 1, 2, 4
 
 # config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
 PAGED, CONTIGUOUS = 0, 1
@@ -128,3 +139,9 @@ class Core(NamedTuple):
     buddy_first_word: np.ndarray  # per order: no free block lies in an earlier word
     hole_start: np.ndarray
     hole_size: np.ndarray
+    # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
+    block_info: np.ndarray  # [block, REF..KEY_SLOT]: one row (one cache line) per block
+    key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
+    chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
+    chains: np.ndarray
+    num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission

@@ -77,6 +77,16 @@ from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUs
                              grow_seq_arrays, settle_lane_before, settles_itself)
 
 _OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER  # bound once: checked per admission
+
+
+def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
+    """The chain ``c_j = hash((c_{j-1}, h_j))`` over a request's prefix hashes: ``c_j`` names
+    its prefix up to hash block ``j`` (the core, sim/core/prefix_cache.py, keys on the same)."""
+    chain, c = [], hash(("pagesim-prefix", int(hash_block_tokens)))
+    for h in hashes:
+        c = hash((c, h))
+        chain.append(c)
+    return chain
 # per-sequence arrays. priv: 1 while no block of the sequence was ever shared (no prefix hit,
 # no fork): its blocks then hold exactly its L tokens and min(F, blocks x block_size) demand
 # (free's fast path). lane_off: see the decode lane
@@ -268,13 +278,10 @@ class PagedManager(KVCacheManager):
         return keys
 
     def _compute_keys(self, spec: SeqSpec) -> list[tuple]:
-        H, bs, hashes = int(spec.hash_block_tokens), self.block_size, spec.prefix_hashes
-        chain, c = [], hash(("pagesim-prefix", H))
-        for h in hashes:
-            c = hash((c, h))
-            chain.append(c)
+        H, bs = int(spec.hash_block_tokens), self.block_size
+        chain = prefix_chain(spec.prefix_hashes, H)
         keys = []
-        reach = min(spec.prompt_len, len(hashes) * H)
+        reach = min(spec.prompt_len, len(spec.prefix_hashes) * H)
         e = bs
         while e <= reach:
             keys.append((H, e, chain[(e + H - 1) // H - 1]))
@@ -981,6 +988,17 @@ class PagedManager(KVCacheManager):
         """Event counts made elsewhere (the core, sim/core/) join :meth:`stats`'s counters."""
         for k, v in counts.items():
             self._counters[k] += v
+
+    def take_pool(self, free_block_ids: list[int], lru_block_ids: list[int], keys: dict[int, tuple]) -> None:
+        """The pool as the core (sim/core/) left it, every sequence freed: the free list, the
+        evictable cached blocks oldest first, and each cached block's prefix key."""
+        assert not self._tables, "the core hands over an idle pool"
+        self._free = list(free_block_ids)
+        self._lru = OrderedDict.fromkeys(lru_block_ids)
+        self._block_key = dict(keys)
+        self._cache = {k: b for b, k in keys.items()}
+        self._filled[:] = 0
+        self._filled[np.asarray(list(keys), dtype=np.int64)] = self.block_size
 
     def block_usage(self) -> tuple[int, int]:
         """(physical blocks in use, blocks the tables would need without sharing): Fig. 15's

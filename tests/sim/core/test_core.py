@@ -92,6 +92,23 @@ CASES = [
     ("orca-pow2", dict(slots=1200, max_num_seqs=3), dict(rate=200.0)),
     ("orca-oracle", dict(slots=1000, record_steps=False), dict(rate=200.0)),
     ("orca-pow2", dict(slots=1200, preemption="swap"), dict(rate=200.0)),  # never preempts
+    # prefix caching (the trace's hashes cover 16-token blocks of three values: many hits)
+    ("vllm", dict(prefix_caching=True), dict(prefix=True)),
+    ("vllm", dict(prefix_caching=True, block_size=4), dict(prefix=True)),
+    ("vllm", dict(prefix_caching=True, block_size=32), dict(prefix=True)),  # blocks wider than a hash block
+    ("token", dict(prefix_caching=True), dict(prefix=True)),
+    ("vllm", dict(prefix_caching=True, slots=1200), dict(prefix=True, rate=200.0)),  # evictions, preemption
+    ("vllm", dict(prefix_caching=True, max_num_seqs=8), dict(prefix=True)),  # the admission shortcut
+    ("vllm", dict(prefix_caching=True, chunked_prefill=True, chunk_budget=64, slots=1200), dict(prefix=True, rate=200.0)),
+    ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
+     dict(prefix=True, rate=200.0)),  # swap-in finds its prompt in the cache
+    ("vllm", dict(prefix_caching=True, record_steps=False, slots=1200), dict(prefix=True, rate=200.0)),
+    ("vllm", dict(prefix_caching=True), {}),  # no hashes: nothing to share, lookups counted
+    # waiting_served_ratio: admission waits for the queue to grow
+    ("vllm", dict(waiting_served_ratio=0.5), {}),
+    ("vllm", dict(waiting_served_ratio=2.0, slots=1200), dict(rate=200.0)),
+    ("vllm", dict(waiting_served_ratio=1.0, chunked_prefill=True, chunk_budget=128), {}),
+    ("vllm", dict(waiting_served_ratio=0.3, prefix_caching=True, max_num_seqs=8), dict(prefix=True)),
 ]
 
 
@@ -195,6 +212,17 @@ def test_cases_reach_what_they_test():
     assert c.summary["rejected"] == 1
 
 
+def test_prefix_cases_reach_what_they_test():
+    """Prefix hits, evictions, preemption and swap-ins do happen in the prefix-caching cases."""
+    tr = rand_trace(0, rate=200.0, prefix=True)
+    c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True), tr, engine="core")
+    assert c.summary["prefix_cache_hit_rate"] > 0.3 and c.summary["mgr_evictions"] > 0
+    assert c.summary["num_preemptions"] > 0 and c.summary["mgr_cached_blocks"] > 0
+    c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True, preemption="swap",
+                               swap_gib=2000 * OPT13B_SLOT / 2**30), tr, engine="core")
+    assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"]
+
+
 @pytest.mark.parametrize("max_num_seqs", [256, 1])  # 1: the queue head stays blocked meanwhile
 def test_arrivals_tied_with_step_ends(max_num_seqs):
     """Arrivals exactly at a step's end: SimPy orders the two timeouts by creation, and the
@@ -219,13 +247,14 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
        watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
-       swap=st.sampled_from([None, 0, 100, 5000]))
-def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap):
+       swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans(),
+       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]))
+def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
                   chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
                   preemption="recompute" if swap is None else "swap",
-                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30)
-    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
+                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix, waiting_served_ratio=ratio)
+    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, prefix=prefix), step_by_step=False)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -284,8 +313,6 @@ def test_progress_counts_every_finish():
 
 
 @pytest.mark.parametrize("kw,tkw,why", [
-    (dict(prefix_caching=True), dict(prefix=True), "prefix caching"),
-    (dict(waiting_served_ratio=0.5), {}, "waiting_served_ratio"),
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
@@ -326,7 +353,7 @@ if kw.get("profile"):
     from tests.sim.helpers import write_table_profile
     kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
 kw.setdefault("system", "vllm")
-r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True), engine="core")
 assert r.summary["engine"] == "core-cpython"
 r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
 r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
@@ -335,6 +362,9 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
 
 @pytest.mark.parametrize("kw", [
     dict(slots=1200),  # recompute
+    dict(slots=1200, prefix_caching=True),  # prefix hits, evictions (the trace has hashes)
+    dict(slots=1200, prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
+    dict(slots=1200, waiting_served_ratio=1.0),
     dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
     dict(slots=1200, cost_model="calibrated", cost_scale=1.37),
@@ -352,6 +382,6 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     kw = dict(kw)
     if kw.get("profile"):
         kw["profile"] = str(tmp_path / "profile.csv")
-    r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw), rand_trace(0, rate=200.0), engine="core")
+    r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)

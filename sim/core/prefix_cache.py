@@ -1,0 +1,187 @@
+"""Prefix caching (vLLM v0's, as ``sim/memory/paged.py`` states it) over the core's arrays.
+
+A full prompt block is named by a key ``(end, chain)``: ``end = (k + 1) * block_size``
+is the token its block ``k`` ends at, ``chain`` the chain hash of the request's prefix up to
+the hash block holding token ``end - 1`` (``chains``, computed in Python by
+``sim.memory.paged.prefix_chain`` once per request: the same values the Python manager keys
+its dict with). Three structures, none allocating:
+
+* the key -> block map: open addressing with linear probing over the rows of
+  ``key_entries`` (end, chain, block; a power of two, at least twice the pool, so at most
+  half full: every key names a distinct block), deletion by backward shift (no tombstones);
+* per block, one row of ``block_info`` (one cache line: the structures are walked block by
+  block, and a prompt of 10,000 tokens has 600 blocks): ``REF``, how many running requests'
+  tables hold it; ``PREV`` / ``NEXT``, its neighbours in the list of evictable blocks (cached,
+  no reference), oldest first, head and tail in ``count`` (O(1) to add at the tail, revive
+  from the middle, or evict the head); ``KEY_END``, its key's end (0: none), and
+  ``KEY_SLOT``, its row in the map (kept when rows move: an eviction finds it without a probe).
+
+Rules (paged.py's ``_keys``, ``_hits``, ``allocate``, ``append``, ``free``): block ``k`` of
+a request admitted with ``P`` prompt tokens is keyable when ``end <= min(P, hashes * H)``;
+an admission reuses the longest run of leading keyable blocks found in the map, at most
+``P - 1`` tokens (the last prompt token is always computed); a keyable block is registered
+when its last token is computed, unless its key is there already; a request's blocks go back
+tail first, those with a key to the LRU's tail (tails are evicted first), the others to the
+free stack; a block for new use comes from the free stack, else the LRU's head is evicted
+(its key dropped). Cached unreferenced blocks count as free in the memory categories.
+"""
+
+from __future__ import annotations
+
+from sim.core.jit import njit
+from sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
+                            KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU,
+                            PREV, REF, TABLE_MASK)
+
+# the map's home slot: Python's hash is well mixed in every bit; the end token is not
+END_MIX = 0x9E3779B1
+
+
+@njit(inline=True)
+def home(s, end, chain):
+    return (chain ^ (chain >> 31) ^ (end * END_MIX)) & s.config[TABLE_MASK]
+
+
+@njit(inline=True)
+def lookup(s, end, chain):
+    """The block cached under ``(end, chain)``, or -1."""
+    mask = s.config[TABLE_MASK]
+    j = home(s, end, chain)
+    while s.key_entries[j, ENTRY_BLOCK] >= 0:
+        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
+            return s.key_entries[j, ENTRY_BLOCK]
+        j = (j + 1) & mask
+    return -1
+
+
+@njit(inline=True)
+def register(s, b, end, chain):
+    """Cache block ``b`` under ``(end, chain)`` unless the key is there already (one probe)."""
+    mask = s.config[TABLE_MASK]
+    j = home(s, end, chain)
+    while s.key_entries[j, ENTRY_BLOCK] >= 0:
+        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
+            return
+        j = (j + 1) & mask
+    s.key_entries[j, ENTRY_END] = end
+    s.key_entries[j, ENTRY_CHAIN] = chain
+    s.key_entries[j, ENTRY_BLOCK] = b
+    s.block_info[b, KEY_END] = end
+    s.block_info[b, KEY_SLOT] = j
+    s.count[NUM_CACHED_KEYS] += 1
+
+
+@njit(inline=True)
+def unregister(s, b):
+    """Drop block ``b``'s key from the map: its entry is emptied and the entries after it in
+    the probe run move back where their probe would now stop short (backward shift)."""
+    mask = s.config[TABLE_MASK]
+    i = s.block_info[b, KEY_SLOT]
+    s.block_info[b, KEY_END] = 0
+    s.count[NUM_CACHED_KEYS] -= 1
+    j = i
+    while True:
+        s.key_entries[i, ENTRY_BLOCK] = -1
+        while True:
+            j = (j + 1) & mask
+            if s.key_entries[j, ENTRY_BLOCK] < 0:
+                return
+            h = home(s, s.key_entries[j, ENTRY_END], s.key_entries[j, ENTRY_CHAIN])
+            # the entry at j stays when its home lies cyclically in (i, j]
+            if (h > i and h <= j) if i <= j else (h > i or h <= j):
+                continue
+            break
+        s.key_entries[i, ENTRY_END] = s.key_entries[j, ENTRY_END]
+        s.key_entries[i, ENTRY_CHAIN] = s.key_entries[j, ENTRY_CHAIN]
+        s.key_entries[i, ENTRY_BLOCK] = s.key_entries[j, ENTRY_BLOCK]
+        s.block_info[s.key_entries[j, ENTRY_BLOCK], KEY_SLOT] = i
+        i = j
+
+
+# -- the evictable blocks, oldest first ------------------------------------------------------
+@njit(inline=True)
+def lru_append(s, b):
+    c = s.count
+    s.block_info[b, PREV] = c[LRU_TAIL]
+    s.block_info[b, NEXT] = -1
+    if c[LRU_TAIL] >= 0:
+        s.block_info[c[LRU_TAIL], NEXT] = b
+    else:
+        c[LRU_HEAD] = b
+    c[LRU_TAIL] = b
+    c[NUM_LRU] += 1
+
+
+@njit(inline=True)
+def lru_remove(s, b):
+    c = s.count
+    p, n = s.block_info[b, PREV], s.block_info[b, NEXT]
+    if p >= 0:
+        s.block_info[p, NEXT] = n
+    else:
+        c[LRU_HEAD] = n
+    if n >= 0:
+        s.block_info[n, PREV] = p
+    else:
+        c[LRU_TAIL] = p
+    c[NUM_LRU] -= 1
+
+
+@njit(inline=True)
+def evict_oldest(s):
+    """The least recently released cached block, its key dropped, for new use."""
+    b = s.count[LRU_HEAD]
+    lru_remove(s, b)
+    unregister(s, b)
+    s.count[NUM_EVICTIONS] += 1
+    return b
+
+
+# -- a request's keys --------------------------------------------------------------------------
+@njit(inline=True)
+def keyable_blocks(s, i, prompt_len):
+    """How many leading blocks of request ``i`` admitted with ``prompt_len`` tokens have a key."""
+    num_hashes = s.chain_start[i + 1] - s.chain_start[i]
+    return min(prompt_len, num_hashes * s.config[HASH_BLOCK_TOKENS]) // s.config[BLOCK_SIZE]
+
+
+@njit(inline=True)
+def key_chain(s, i, k):
+    """The chain hash in block ``k``'s key (the hash block holding its last token)."""
+    end = (k + 1) * s.config[BLOCK_SIZE]
+    return s.chains[s.chain_start[i] + (end - 1) // s.config[HASH_BLOCK_TOKENS]]
+
+
+@njit(inline=True)
+def hit_limit(s, i, prompt_len):
+    """At most this many leading blocks can be hits: keyable, and short of the last prompt
+    token (always computed, as vLLM's)."""
+    return min(keyable_blocks(s, i, prompt_len), max(prompt_len - 1, 0) // s.config[BLOCK_SIZE])
+
+
+@njit
+def count_hits(s, i, prompt_len):
+    """The leading blocks of request ``i`` found in the cache (at most ``prompt_len - 1``
+    tokens' worth), and how many of them are unreferenced (reviving one takes a free block)."""
+    bs = s.config[BLOCK_SIZE]
+    hits = 0
+    revived = 0
+    for k in range(hit_limit(s, i, prompt_len)):
+        b = lookup(s, (k + 1) * bs, key_chain(s, i, k))
+        if b < 0:
+            break
+        hits += 1
+        if s.block_info[b, REF] == 0:
+            revived += 1
+    return hits, revived
+
+
+@njit
+def register_full_blocks(s, i, old_len, new_len):
+    """Request ``i``'s tokens ``[old_len, new_len)`` were computed: the keyable blocks they
+    filled are cached, unless their key is there already."""
+    bs = s.config[BLOCK_SIZE]
+    last = min(new_len // bs, s.num_keys[i])
+    slot = s.slot[i]
+    for k in range(old_len // bs, last):
+        register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))

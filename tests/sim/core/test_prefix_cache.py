@@ -1,0 +1,211 @@
+"""The core's prefix cache (sim/core/prefix_cache.py, kv_cache.py's cached paths), worked by
+hand on a pool of 6 blocks of 4 tokens, hashes over 4-token blocks (so block k's key is the
+chain of hashes 0..k).
+
+    A: 10 prompt tokens, hashes (1, 2, 3)   keyable blocks 0, 1 (token 12 > 10: block 2 is not)
+    B: 10 prompt tokens, hashes (1, 2, 9)   the same keys for blocks 0, 1 (4 output tokens)
+    C:  8 prompt tokens, hashes (1, 2)      keyable 0, 1; block 1 would be its last token: not a hit
+    D: 20 prompt tokens, no hashes          nothing keyable (it forces evictions)
+
+Each test calls the core's functions directly (the scheduler is not involved) and checks
+the counters by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.core import kv_cache, prefix_cache, replay, scheduler, state
+from sim.engine import Engine
+from sim.run import build
+from tests.sim.helpers import OPT13B_SLOT, cfg_for
+
+BS = 4
+A, B, C, D = 0, 1, 2, 3
+
+
+@pytest.fixture
+def core():
+    trace = pd.DataFrame({"request_id": ["A", "B", "C", "D"], "arrival_s": [0.0, 0.0, 0.0, 0.0],
+                          "prompt_tokens": [10, 10, 8, 20], "output_tokens": [2, 4, 2, 2],
+                          "prefix_hashes": [(1, 2, 3), (1, 2, 9), (1, 2), ()]})
+    trace.attrs["hash_block_tokens"] = 4
+    cfg = cfg_for(slots=24, block_size=BS, max_seq_len=24, watermark=0.0, prefix_caching=True)
+    _, _, _, table, manager, sched, executor = build(cfg, trace)
+    assert manager.num_blocks == 6 and manager.leftover == 0
+    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+
+
+def admit(s, i, tokens):
+    """As the scheduler admits: allocate, then compute what the cache does not hold."""
+    assert kv_cache.can_allocate(s, i, tokens) == kv_cache.CAN_ALLOCATE
+    cached = kv_cache.allocate(s, i, tokens, 0)
+    kv_cache.compute_tokens(s, i, tokens - cached)
+    return cached
+
+
+def blocks(s, i):
+    return s.block_table[s.slot[i], :s.num_blocks[i]].tolist()
+
+
+def lru(s):
+    out, b = [], s.count[state.LRU_HEAD]
+    while b >= 0:
+        out.append(int(b))
+        b = s.block_info[b, state.NEXT]
+    return out
+
+
+def cached(s, i, k):
+    """The block holding request ``i``'s block ``k``'s key, or -1."""
+    return prefix_cache.lookup(s, (k + 1) * BS, prefix_cache.key_chain(s, i, k))
+
+
+def memory(s):
+    out = np.zeros(6, np.int64)
+    used = kv_cache.memory_categories(s, 0, out)
+    return used, out.tolist()
+
+
+def test_a_full_prompt_block_is_cached_and_shared(core):
+    s = core
+    assert admit(s, A, 10) == 0
+    a = blocks(s, A)
+    assert s.num_keys[A] == 2  # min(10, 3 * 4) // 4
+    assert cached(s, A, 0) == a[0] and cached(s, A, 1) == a[1]
+    assert s.block_info[a[2], state.KEY_END] == 0  # block 2 (tokens 8..11) is past the prompt's keyable reach
+    # A: 10 tokens computed, demand min(F = 12, 3 blocks) = 12, 3 blocks used of 6
+    assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
+    # B hits A's two blocks (8 tokens), both held: only its third block is new
+    assert kv_cache.can_allocate(s, B, 10) == kv_cache.CAN_ALLOCATE
+    assert prefix_cache.count_hits(s, B, 10) == (2, 0)
+    assert admit(s, B, 10) == 8
+    b = blocks(s, B)
+    assert b[:2] == a[:2] and b[2] not in a
+    assert s.block_info[a[0], state.REF] == s.block_info[a[1], state.REF] == 2
+    assert s.num_computed_tokens[B] == 10
+    # shared blocks count once: 12 tokens (8 shared + 2 + 2), demand 16, 4 blocks used, 6 logical
+    assert memory(s) == (4, [12, 4, 0, 0, 0, 8])
+    assert s.count[state.LOGICAL_BLOCKS] == 6
+    assert s.count[state.PREFIX_HIT_TOKENS] == 8 and s.count[state.PREFIX_LOOKUP_TOKENS] == 20
+
+
+def test_released_blocks_wait_in_lru_tail_first_and_count_as_free(core):
+    s = core
+    admit(s, A, 10)
+    a = blocks(s, A)
+    admit(s, B, 10)
+    b2 = blocks(s, B)[2]
+    kv_cache.free(s, A)  # A's third block goes free; blocks 0, 1 are still B's
+    assert lru(s) == [] and s.count[state.NUM_FREE_BLOCK_IDS] == 3
+    assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
+    kv_cache.free(s, B)  # tail first: B's block 2 (no key) to the free stack, then a1, then a0
+    assert lru(s) == [a[1], a[0]]
+    assert b2 in s.free_block_ids[:s.count[state.NUM_FREE_BLOCK_IDS]].tolist()
+    # nothing is held: the two cached blocks count as free (6 blocks x 4 slots)
+    assert memory(s) == (0, [0, 0, 0, 0, 0, 24])
+    assert kv_cache.num_free_blocks(s) == 6
+
+
+def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core):
+    s = core
+    admit(s, A, 10)
+    a = blocks(s, A)
+    kv_cache.free(s, A)
+    assert lru(s) == [a[1], a[0]]
+    # C (8 tokens): both its blocks are cached, but block 1 holds its last prompt token
+    assert prefix_cache.count_hits(s, C, 8) == (1, 1)  # one hit, revived from the LRU
+    assert admit(s, C, 8) == 4
+    c = blocks(s, C)
+    assert c[0] == a[0] and c[1] != a[1]
+    assert lru(s) == [a[1]]
+    # C's block 1 is full with a key already cached (a1): it is not registered again
+    assert s.block_info[c[1], state.KEY_END] == 0 and cached(s, C, 1) == a[1]
+    assert s.count[state.NUM_CACHED_KEYS] == 2
+    # 8 tokens held (4 revived + 4 computed), demand min(10, 8) = 8, 2 used; a1 counts free
+    assert memory(s) == (2, [8, 0, 0, 0, 0, 16])
+
+
+def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core):
+    s = core
+    admit(s, A, 10)
+    a = blocks(s, A)
+    kv_cache.free(s, A)  # free stack: 4 blocks; LRU: a1, a0
+    # D needs 5 blocks: 4 from the free stack, then a1 evicted (the LRU's head, A's tail)
+    assert admit(s, D, 20) == 0
+    assert s.count[state.NUM_EVICTIONS] == 1
+    assert a[1] in blocks(s, D) and a[0] not in blocks(s, D)
+    assert lru(s) == [a[0]] and s.count[state.NUM_CACHED_KEYS] == 1
+    assert cached(s, A, 1) == -1 and cached(s, A, 0) == a[0]
+    kv_cache.free(s, D)  # no key: all five to the free stack
+    assert lru(s) == [a[0]] and s.count[state.NUM_FREE_BLOCK_IDS] == 5
+    # B finds block 0 only (block 1's key was evicted) and revives it
+    assert prefix_cache.count_hits(s, B, 10) == (1, 1)
+    assert admit(s, B, 10) == 4
+    assert blocks(s, B)[0] == a[0]
+    assert cached(s, B, 1) == blocks(s, B)[1]  # recomputed, and cached again under its key
+
+
+def test_admission_counts_hits_and_revivals_against_the_watermark(core):
+    """can_allocate: need = prompt blocks - hits + revived hits, against free + LRU."""
+    s = core
+    admit(s, A, 10)
+    admit(s, D, 8)  # 2 blocks: 1 free block left
+    assert kv_cache.num_free_blocks(s) == 1
+    # B needs 3 blocks, 2 of them hits A holds: 1 new block, which is there
+    assert kv_cache.can_allocate(s, B, 10) == kv_cache.CAN_ALLOCATE
+    kv_cache.free(s, D)
+    kv_cache.free(s, A)  # LRU: a1, a0; free: 4
+    admit(s, D, 20)  # 5 blocks: 4 free + a1 evicted; LRU: a0
+    assert kv_cache.num_free_blocks(s) == 1
+    # C (8 tokens): 1 hit (a0, unreferenced: reviving it uses it) + 1 new block = 2 > 1
+    assert kv_cache.can_allocate(s, C, 8) == kv_cache.ALLOCATE_LATER
+
+
+def test_the_key_map_survives_deletions_in_probe_runs(core):
+    """Backward-shift deletion: entries colliding on one home slot stay findable after any
+    of them is removed (the map has 16 rows for 6 blocks)."""
+    s = core
+    mask = s.config[state.TABLE_MASK]
+    assert mask == 15
+    # five keys with the same home slot (chain chosen so that home() is 3 for each end)
+    keys = []
+    for b, end in enumerate((4, 8, 12, 16, 20)):
+        chain = (3 ^ (end * prefix_cache.END_MIX)) & mask
+        assert prefix_cache.home(s, end, chain) == 3
+        keys.append((end, chain))
+        prefix_cache.register(s, b, end, chain)
+    removed = []
+    for gone in (1, 0, 4):  # the middle of the run, its first entry, its last
+        prefix_cache.unregister(s, gone)
+        removed.append(gone)
+        for b, (end, chain) in enumerate(keys):
+            assert prefix_cache.lookup(s, end, chain) == (-1 if b in removed else b)
+    assert s.count[state.NUM_CACHED_KEYS] == 2
+    assert (s.key_entries[:, state.ENTRY_BLOCK] >= 0).sum() == 2
+
+
+def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
+    """B comes back from the CPU with 12 tokens (10 prompt + 2 generated) while A holds the
+    prompt's first two blocks: they are hits, only its third block's 4 tokens come in (and,
+    full and keyable, it is cached); the swap is priced for all 12."""
+    s = core
+    admit(s, A, 10)
+    a = blocks(s, A)
+    c = s.count
+    s.status[B] = state.SWAPPED
+    s.num_generated[B] = 2
+    s.swapped_tokens[B] = 12
+    s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
+    c[state.SWAPPED_LEN] += 1
+    c[state.SWAP_USED_TOKENS] = 12
+    assert scheduler.resume_swapped(s)
+    b = blocks(s, B)
+    assert b[:2] == a[:2] and s.num_computed_tokens[B] == 12
+    assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0
+    assert cached(s, B, 2) == b[2]
+    assert c[state.PREFIX_HIT_TOKENS] == 8 and c[state.PREFIX_LOOKUP_TOKENS] == 10 + 12
+    # A: 10 tokens, demand 12; B's own block: 4 tokens, demand min(14 - 8, 4); 4 blocks used
+    assert memory(s) == (4, [14, 2, 0, 0, 0, 8])
