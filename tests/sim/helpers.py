@@ -66,3 +66,31 @@ def small_cfg(system="vllm", **kw) -> SimConfig:
         kw.setdefault("block_size", 4)
         kw.setdefault("watermark", 0.0)
     return SimConfig.for_system(system, **kw)
+
+
+class RunTooLong(Exception):
+    pass
+
+
+class ends_within:
+    """``with ends_within(seconds):`` fails a test whose run does not end in time (a live lock
+    would otherwise hang the suite) instead of waiting for it. Main thread, POSIX only."""
+
+    def __init__(self, seconds: int):
+        self.seconds = int(seconds)
+
+    def __enter__(self):
+        import signal
+
+        def alarm(signum, frame):
+            raise RunTooLong(f"the run did not end within {self.seconds} s")
+        self._previous = signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self._previous)
+        return False
