@@ -465,7 +465,10 @@ class ContinuousScheduler:
         if self._dec_goff:
             forked = bool(self.t.seqs)
             copies0 = self.mgr.num_cow_copies() if forked else 0
+            releases = self.mgr.num_releases
             self.mgr.append_batch(self._dec_seqs)
+            if self.mgr.num_releases != releases:  # an extent moved: the blocked head may fit now
+                self._free_epoch += 1
             if forked:  # forked sequences writing into shared blocks copy them first
                 batch.copy_blocks = self.mgr.num_cow_copies() - copies0
                 batch.copy_tokens = batch.copy_blocks * getattr(self.mgr, "block_size", 1)
