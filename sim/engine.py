@@ -121,6 +121,9 @@ class Engine:
     def engine(self, env: simpy.Environment):
         sched, mgr, rec = self.sched, self.mgr, self.rec
         last_t = last_dt = 0.0
+        from sim.core.scheduler import steps_without_token_limit
+
+        no_token_limit = steps_without_token_limit(sched.max_seq_len)  # every run ends
         macro = self._price is not None
         while True:
             if macro:
@@ -163,6 +166,12 @@ class Engine:
             last_dt = dt
             yield env.timeout(dt)
             finished = sched.complete_step(batch, env.now)
+            if sched.steps_without_token > no_token_limit:
+                from sim.core.replay import live_lock_message
+
+                raise InvariantError(live_lock_message(env.now, sched.steps_without_token, len(sched.waiting),
+                                                       len(sched.swapped), sched.num_running,
+                                                       sched.num_preemptions))
             if self.progress is not None and finished:
                 self.progress.update(len(finished))
         self.end_s = env.now

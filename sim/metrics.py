@@ -408,6 +408,8 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
         "rejected": int((t.status == 5).sum()),
         "unfinished": int(((t.status != 4) & (t.status != 5)).sum()),
         "duration_s": float(duration_s),
+        # the trace time of the first arrival, where the run's clock (every time recorded) starts
+        "arrival_offset_s": float(getattr(t, "arrival_offset_s", 0.0)),
         "total_input_tokens": in_tokens,  # prompt tokens of finished requests (vLLM's total_input)
         "total_output_tokens": out_tokens,  # tokens generated for them, all samples (output_throughput's)
         "request_throughput": completed / dur,

@@ -42,10 +42,18 @@ def can_allocate(s, i, num_tokens):
     if (s.final_len[i] > s.config[MAX_SEQ_LEN] or num_tokens > s.config[MAX_SEQ_LEN]
             or need > s.config[NUM_BLOCKS] - watermark):
         return NEVER_FITS
-    if s.config[PREFIX_CACHING]:  # hits need no new block, unless revived from the LRU
+    return CAN_ALLOCATE if num_free_blocks(s) - blocks_to_allocate(s, i, num_tokens) >= watermark else ALLOCATE_LATER
+
+
+@njit(inline=True)
+def blocks_to_allocate(s, i, num_tokens):
+    """The available blocks allocating ``num_tokens`` of request ``i`` consumes: new blocks,
+    and prefix-cache hits revived from the LRU (held hits cost nothing)."""
+    need = blocks_for(s, num_tokens)
+    if s.config[PREFIX_CACHING]:
         hits, revived = prefix_cache.count_hits(s, i, num_tokens)
         need += revived - hits
-    return CAN_ALLOCATE if num_free_blocks(s) - need >= watermark else ALLOCATE_LATER
+    return need
 
 
 @njit(inline=True)

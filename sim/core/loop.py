@@ -28,12 +28,12 @@ from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARR
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
                             PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
                             STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
-                            SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
+                            STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
-from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, TABLE
+from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 
 # what run() returns
-DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED = 0, 1, 2, 3, 4, 5
+DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN = 0, 1, 2, 3, 4, 5, 6
 
 
 @njit(inline=True)
@@ -178,6 +178,8 @@ def run(s):
             if c[IN_STEP]:
                 scheduler.complete_step(s, clock[NOW])
                 c[IN_STEP] = 0
+                if c[STEPS_WITHOUT_TOKEN] > scheduler.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
+                    return NO_TOKEN
             else:  # woken from sleep
                 c[IDLE] = 0
                 clock[IDLE_S] += clock[NOW] - clock[IDLE_FROM]

@@ -276,11 +276,23 @@ def run(engine) -> None:
                              "(the manager should have answered NEVER)")
     if code == loop.STALLED:
         raise InvariantError("scheduler stalled with swapped requests and nothing running")
+    if code == loop.NO_TOKEN:
+        raise InvariantError(live_lock_message(float(s.clock[state.NOW]), int(c[state.STEPS_WITHOUT_TOKEN]),
+                                               int(c[state.WAITING_LEN]), int(c[state.SWAPPED_LEN]),
+                                               int(c[state.NUM_RUNNING]), int(c[state.NUM_PREEMPTIONS])))
     if code == loop.STEP_NOT_POSITIVE:
         raise InvariantError("executor returned a non-positive step time")
     if engine.progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
         engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
     hand_over(engine, s)
+
+
+def live_lock_message(now: float, steps: int, waiting: int, swapped: int, running: int, preemptions: int) -> str:
+    """Both engines' words for a run that stopped producing tokens
+    (``scheduler.steps_without_token_limit``)."""
+    return (f"t={now:.6g} s: no request produced a token in {steps} iterations in a row ({waiting} waiting, "
+            f"{swapped} swapped, {running} running, {preemptions} preemptions so far): the scheduler is "
+            "live-locked; please report it with the command line")
 
 
 def hand_over(engine, s: state.Core) -> None:

@@ -38,8 +38,19 @@ from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BL
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
-                            WAITING_SERVED_RATIO)
+                            WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
 from sim.core.state import MANAGER_KIND, PAGED
+
+
+
+# Every run ends: a correct schedule produces a token (a first one or a decode) at least once
+# every ceil(max_seq_len / chunk_budget) iterations (the longest chunked prefill; every other
+# iteration decodes or completes a prompt), so this many iterations in a row without one are
+# a live lock (a request preempted before it ever decodes, again and again) and end the run
+# with an error naming it, in both engines (sim/engine.py).
+@njit(inline=True)
+def steps_without_token_limit(max_seq_len: int) -> int:
+    return max_seq_len + 1000
 
 
 # -- the queues: rings over request ids ---------------------------------------------------
@@ -172,7 +183,18 @@ def resume_swapped(s):
         if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
             return False
         n = s.swapped_tokens[i]
-        if memory.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
+        # one free block left for its next token, or it would be the first preempted again
+        # (vLLM's can_swap_in; ContinuousScheduler._resume_swapped)
+        if (memory.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE
+                or (s.config[MANAGER_KIND] == PAGED
+                    and kv_cache.num_free_blocks(s) - kv_cache.blocks_to_allocate(s, i, n) < 1)):
+            if c[NUM_RUNNING] == 0:  # nothing else holds memory: it can never come back
+                c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
+                c[SWAPPED_LEN] -= 1
+                c[SWAP_USED_TOKENS] -= n
+                c[NUM_SWAP_FALLBACKS] += 1
+                restart(s, i)
+                continue
             c[DEMAND_WAITING] = 1
             return False
         cached = memory.allocate(s, i, n, n)
@@ -216,6 +238,12 @@ def preempt_latest(s):
     if s.config[SWAP_PREEMPTION]:
         c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
     memory.free(s, i)
+    restart(s, i)
+
+
+@njit
+def restart(s, i):
+    """Request ``i`` (holding no memory) waits at the queue's front to be recomputed."""
     if s.num_generated[i] > 0:  # the generated tokens become prompt
         s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
     s.num_prompt_computed[i] = 0
@@ -265,12 +293,25 @@ def decode(s):
 def schedule(s):
     """One iteration's memory operations; returns the decode context sum."""
     c = s.count
-    c[DEMAND_WAITING] = 0
     c[STEP_PREFILL_SEQS] = 0
     c[STEP_PREFILL_TOKENS] = 0
     c[STEP_DECODE_SEQS] = 0
     c[STEP_SWAP_IN] = 0
     c[STEP_SWAP_OUT] = 0
+    preemptions = c[NUM_PREEMPTIONS]
+    context_sum = schedule_pass(s)
+    if (not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS]) and c[NUM_PREEMPTIONS] != preemptions
+            and (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
+        # the decode step preempted every running request: vLLM's empty iteration and its
+        # next one, at the same instant, are this one iteration (ContinuousScheduler.schedule)
+        context_sum = schedule_pass(s)
+    return context_sum
+
+
+@njit
+def schedule_pass(s):
+    c = s.count
+    c[DEMAND_WAITING] = 0
     # while a swapped request stays out nobody new is admitted (and the blocked head is not
     # looked at: its shortcut's bookkeeping is left as it is)
     all_resumed = resume_swapped(s)
@@ -320,7 +361,9 @@ def complete_step(s, now):
     """Hand out the tokens the iteration produced; finish and free whoever is done."""
     c = s.count
     num_done = 0
+    c[STEPS_WITHOUT_TOKEN] += 1  # back to 0 below with the first token handed out
     if c[STEP_DECODE_SEQS]:
+        c[STEPS_WITHOUT_TOKEN] = 0
         # most members got their last token at the same time (the last decode step): one
         # latency and one bin lookup for each run of them
         # (sums kept in locals and stored once: a store per member costs)
@@ -350,6 +393,7 @@ def complete_step(s, now):
         i = s.step_prefill_ids[k]
         if s.num_prompt_computed[i] < s.prompt_target[i]:
             continue  # a chunk, not the prompt's last
+        c[STEPS_WITHOUT_TOKEN] = 0
         s.num_generated[i] += 1
         if math.isnan(s.first_token_s[i]):
             s.first_token_s[i] = now

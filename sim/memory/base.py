@@ -140,6 +140,10 @@ class KVCacheManager(ABC):
     #: short name used in records and the CLI (static, contiguous, paged, vattention)
     kind: str = "base"
     capacity: int
+    #: times space was freed other than by ``free``: a contiguous extent that outgrew its
+    #: reservation and moved left a hole where it was. A request that did not fit before may
+    #: fit after one (the scheduler's blocked-queue-head shortcut is then void)
+    num_releases: int = 0
 
     @abstractmethod
     def can_allocate(self, spec: SeqSpec) -> Admit: ...

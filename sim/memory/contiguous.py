@@ -164,6 +164,7 @@ class ContiguousManager(ExtentManager):
             pl.free(start)
             self._set_RA(seq_id, R2, pl.placed_size(R2), new)
             self._counters["moves"] += 1
+            self.num_releases += 1
 
     def _can_rereserve_many(self, seq_ids: list[int]) -> bool:
         if len(seq_ids) == 1:

@@ -81,6 +81,9 @@ class ContinuousScheduler:
         self.num_swap_fallbacks = 0
         self.num_rejected = 0
         self.finished_now: list[int] = []
+        # iterations in a row that handed out no token (sim/core/scheduler.py's
+        # steps_without_token_limit ends a live-locked run)
+        self.steps_without_token = 0
         # forks share blocks only in the paged managers; the others would copy whole reservations
         self.fork_ok = getattr(manager, "kind", "") in ("paged", "token")
         # The decode set: requests past their prefill, in join order. All advance in lockstep,
@@ -308,7 +311,15 @@ class ContinuousScheduler:
             self.t.prefilled[i] += n
 
     def _resume_swapped(self, batch: StepBatch) -> bool:
-        """Swap in swapped requests FCFS; True when none is left swapped."""
+        """Swap in swapped requests FCFS; True when none is left swapped.
+
+        A paged request comes back only if one free block per sequence is left after it (as
+        vLLM's ``can_swap_in`` in ``block_manager_v1.py``: "every sequence will allocate at
+        least one free block right after the swap-in"; the watermark is checked as for any
+        admission): without that room, as the latest request it would be the first preempted
+        again before producing a token, and with nothing else running that repeats forever.
+        One that cannot come back even with nothing else running never will: it is recomputed
+        instead (its prefill yields a token)."""
         t = self.t
         while self.swapped:
             i = self.swapped[0]
@@ -317,10 +328,10 @@ class ContinuousScheduler:
             if self.running_seqs + len(seqs) > self.max_num_seqs:
                 return False
             specs = [self._spec(i, L, s) for s, L in zip(seqs, lens)]
+            ok = self._swap_in_leaves_room(specs)
             # all of the group's sequences must fit: admit them one by one, undo on a miss
-            ok = True
             done = []
-            for sp in specs:
+            for sp in specs if ok else ():
                 if self.mgr.can_allocate(sp) is not _OK:
                     ok = False
                     break
@@ -330,6 +341,9 @@ class ContinuousScheduler:
             if not ok:
                 for s in done:
                     self.mgr.free(s)
+                if not self.running:  # nothing else holds memory: it can never come back
+                    self._recompute_swapped(i)
+                    continue
                 self.demand_waiting = True
                 return False
             self.swapped.popleft()
@@ -342,6 +356,34 @@ class ContinuousScheduler:
             self.running_seqs += len(seqs)
             self._join(i)
         return True
+
+    def _swap_in_leaves_room(self, specs: list[SeqSpec]) -> bool:
+        """One free block per sequence left after swapping ``specs`` in (paged managers; the
+        others reserve each sequence's growth already). Prefix-cache hits the sequences share
+        are counted for each: conservative."""
+        needed = getattr(self.mgr, "blocks_needed_to_allocate", None)
+        if needed is None:
+            return True
+        return self.mgr.num_free_blocks() - sum(needed(sp) for sp in specs) >= len(specs)
+
+    def _recompute_swapped(self, i: int) -> None:
+        """The swapped queue's head goes back to the waiting queue's front for recompute."""
+        self.swapped.popleft()
+        self.swap_used -= sum(self.swapped_tokens.pop(i))
+        self.num_swap_fallbacks += 1
+        self._restart(i)
+
+    def _restart(self, i: int) -> None:
+        """Request i (holding no memory) waits at the queue's front to be recomputed."""
+        t = self.t
+        if t.generated[i] > 0:
+            t.target[i] = t.prompt[i] + t.generated[i]  # generated tokens become prompt
+        t.prefilled[i] = 0
+        if i in t.seqs:  # the group restarts as one sequence and re-forks after its prefill
+            del t.seqs[i]
+            t.forked[i] = False
+        t.status[i] = _WAITING
+        self.waiting.appendleft(i)
 
     # ---------------------------------------------------------------- preemption
     def _preempt_last(self, batch: StepBatch) -> None:
@@ -370,14 +412,7 @@ class ContinuousScheduler:
             self.num_swap_fallbacks += 1
         for s in seqs:
             self.mgr.free(s)
-        if t.generated[i] > 0:
-            t.target[i] = t.prompt[i] + t.generated[i]  # generated tokens become prompt
-        t.prefilled[i] = 0
-        if i in t.seqs:  # the group restarts as one sequence and re-forks after its prefill
-            del t.seqs[i]
-            t.forked[i] = False
-        t.status[i] = _WAITING
-        self.waiting.appendleft(i)
+        self._restart(i)
 
     def _make_decode_room(self, batch: StepBatch) -> None:
         while self._dec_goff and not self.mgr.can_append_batch(self._dec_seqs, self._latest_decoding_seq()):
@@ -394,11 +429,26 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- one iteration
     def schedule(self, now: float) -> StepBatch:
-        self.demand_waiting = False
         batch = StepBatch()
+        preemptions = self.num_preemptions
+        self._schedule_pass(batch)
+        if batch.num_seqs == 0 and self.num_preemptions != preemptions and self.has_work:
+            # the decode step preempted every running request: vLLM's iteration is then empty
+            # (it takes no time, and only carries the swap-outs) and the next one, at the same
+            # instant, admits or swaps in again into the emptied pool. Both are this one
+            # iteration here: nothing is recorded with no sequence, the swap-outs go with it.
+            # One more pass cannot preempt everyone again (a swapped request comes back only
+            # with room for its next token, see _resume_swapped); if it did, the engine's
+            # checks name it
+            self._schedule_pass(batch)
+        return batch
+
+    def _schedule_pass(self, batch: StepBatch) -> None:
+        self.demand_waiting = False
         all_resumed = self._resume_swapped(batch)
         if self.chunked:
-            return self._schedule_chunked(batch, all_resumed)
+            self._schedule_chunked(batch, all_resumed)
+            return
         pre_ids: list[int] = []
         pre_tok: list[int] = []
         if all_resumed and self._may_admit() and not self._still_blocked():
@@ -406,9 +456,8 @@ class ContinuousScheduler:
         if pre_ids:  # prefill-first: this iteration runs the new prompts only
             ids = np.array(pre_ids, _I64)
             batch.set_prefill(ids, pre_tok, self.t.prefilled[ids])
-            return batch
+            return
         self._decode_into(batch)
-        return batch
 
     def _decode_into(self, batch: StepBatch) -> None:
         """Make room (preempting if needed) and append one token to every decoding sequence."""
@@ -416,7 +465,10 @@ class ContinuousScheduler:
         if self._dec_goff:
             forked = bool(self.t.seqs)
             copies0 = self.mgr.num_cow_copies() if forked else 0
+            releases = self.mgr.num_releases
             self.mgr.append_batch(self._dec_seqs)
+            if self.mgr.num_releases != releases:  # an extent moved: the blocked head may fit now
+                self._free_epoch += 1
             if forked:  # forked sequences writing into shared blocks copy them first
                 batch.copy_blocks = self.mgr.num_cow_copies() - copies0
                 batch.copy_tokens = batch.copy_blocks * getattr(self.mgr, "block_size", 1)
@@ -489,6 +541,7 @@ class ContinuousScheduler:
         """Account ``m`` decode steps planned by :meth:`macro_plan`; ``bounds[j]`` is step j's
         start and ``bounds[m]`` the last one's end (the manager advanced its lane itself)."""
         W = self._dec_nseq
+        self.steps_without_token = 0  # decode steps hand out tokens
         if not self.waiting and self._may_admit():
             self._blocked = None
         ends = bounds[1:m + 1]  # a list of floats
@@ -586,13 +639,16 @@ class ContinuousScheduler:
     def complete_step(self, batch: StepBatch, now: float) -> list[int]:
         t = self.t
         finished: list[int] = []
+        self.steps_without_token += 1  # back to 0 below with the first token handed out
         if len(batch.decode_seq_ids):
+            self.steps_without_token = 0
             self._K += 1
             self._decode_itl(now)
             finished.extend(self._decoded())
         for i in batch.prefill_seq_ids.tolist():
             if t.prefilled[i] < t.target[i] or t.status[i] != _RUNNING:
                 continue
+            self.steps_without_token = 0
             t.generated[i] += 1
             if math.isnan(t.first_token_s[i]):
                 t.first_token_s[i] = now

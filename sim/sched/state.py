@@ -40,7 +40,14 @@ class RequestTable:
         n = len(trace)
         self.size = n
         self.request_id = trace["request_id"].astype(str).to_numpy(dtype=object)
-        self.arrival_s = trace["arrival_s"].to_numpy(dtype=np.float64)
+        # The run's clock starts at the first arrival: duration and time-weighted averages are
+        # measured from it (a trace whose times start late, or are epoch seconds, would count
+        # the time before it), and times near 0 keep their precision (at 1e15 s a float's step
+        # is 0.125 s: every latency would round to 0). Both engines read this table, records
+        # are in this clock, and the summary keeps the offset (``arrival_offset_s``)
+        arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
+        self.arrival_offset_s = float(arrival.min()) if n else 0.0
+        self.arrival_s = arrival - self.arrival_offset_s
         self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
         self.output = trace["output_tokens"].to_numpy(dtype=np.int64)
         self.n = (trace["n"].to_numpy(dtype=np.int64) if "n" in trace else np.ones(n, np.int64))

@@ -88,3 +88,31 @@ def write_table_profile(path, prefill: bool = True, overhead_us: float | None = 
                          **common))
     write_profile(rows, path)
     return path
+
+
+class RunTooLong(Exception):
+    pass
+
+
+class ends_within:
+    """``with ends_within(seconds):`` fails a test whose run does not end in time (a live lock
+    would otherwise hang the suite) instead of waiting for it. Main thread, POSIX only."""
+
+    def __init__(self, seconds: int):
+        self.seconds = int(seconds)
+
+    def __enter__(self):
+        import signal
+
+        def alarm(signum, frame):
+            raise RunTooLong(f"the run did not end within {self.seconds} s")
+        self._previous = signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self._previous)
+        return False

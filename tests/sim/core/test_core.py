@@ -385,3 +385,28 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)
+
+
+LIVE_LOCK = """
+import pytest
+from sim.core import jit, scheduler
+assert not jit.COMPILED
+from sim.engine import InvariantError
+from sim.run import run_simulation
+from tests.sim.helpers import cfg_for, trace
+# the bound lowered to 3 iterations: a prompt in 1-token chunks then goes 4 without a token
+scheduler.steps_without_token_limit = lambda max_seq_len: 3
+cfg = cfg_for(chunked_prefill=True, chunk_budget=1)
+with pytest.raises(InvariantError, match=r"no request produced a token in 4 iterations in a row "
+                                         r"\\(0 waiting, 0 swapped, 1 running, 0 preemptions"):
+    run_simulation(cfg, trace([(0.0, 10, 2)]), engine="core")
+"""
+
+
+def test_core_ends_a_run_that_stops_producing_tokens():
+    """The core's loop stops a run once ``steps_without_token_limit`` iterations in a row
+    produced no token, with the Python engine's words (tests/sim/sched/test_preempt_everyone.py
+    pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
+    root = Path(__file__).resolve().parents[3]
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)

@@ -104,10 +104,11 @@ def test_swap_falls_back_to_recompute_without_swap_space(simulate, tight_pool, a
     # swap: B comes back first and C is admitted in the same step, its prefill running alone.
     # Step 4 decodes B and C with no block free and none crossing: vLLM's one free block per
     # sequence preempts C, the latest (recompute: step 5 prefills its 3 + 1 tokens and it
-    # finishes; swap: it comes back in step 5, is swapped out again at once, B finishes, and
-    # C decodes its last token in step 6)
+    # finishes; swap: in step 5 C's block is free but would leave none for its next token, so
+    # it stays out (vLLM's can_swap_in) while B finishes, and C comes back and decodes its
+    # last token in step 6)
     ("recompute", [10, 0, 0, 7 + 3, 0, 3 + 1], [0, 1, 1]),
-    ("swap", [10, 0, 0, 3, 0, 0, 0], [0, 1, 2]),
+    ("swap", [10, 0, 0, 3, 0, 0, 0], [0, 1, 1]),
 ], ids=["recompute", "swap"])
 def test_no_admission_while_a_preempted_request_waits(simulate, tight_pool, tiny_trace, preemption,
                                                       prefill_tokens, preemptions):
