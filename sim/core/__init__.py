@@ -6,12 +6,15 @@ same CPython functions otherwise (``sim/core/jit.py``).
     block_pool.py   free block ids and the running slots' block tables
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
     scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
-    cost.py         the roofline's price of an iteration (sim.cost's model calls it too)
+    cost.py         the roofline's price of an iteration (sim.cost's model calls it too), and
+                    the scale of any model's GPU time (sim.calibration.ScaledCostModel's)
+    cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
+    cost_table.py   a measured profile, interpolated (sim.cost.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step
     replay.py       the glue: which runs it covers, arrays in, records out
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size),
-prefill-first or chunked, preemption by recompute or swap, one sequence per request, the
-roofline cost model, and no prefix caching. Every other configuration runs on the Python
+prefill-first or chunked, preemption by recompute or swap, one sequence per request, every
+cost model (roofline, calibrated, a measured profile; scaled or not), and no prefix caching. Every other configuration runs on the Python
 engine (``sim/engine.py``), which the core will replace system by system.
 """
