@@ -15,6 +15,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size),
 prefill-first or chunked, preemption by recompute or swap, one sequence per request, every
-cost model (roofline, calibrated, a measured profile; scaled or not), and no prefix caching. Every other configuration runs on the Python
-engine (``sim/engine.py``), which the core will replace system by system.
+cost model (roofline, calibrated, a measured profile; scaled or not), and no prefix caching.
+Every other configuration runs on the Python engine (``sim/engine.py``), which the core will
+replace system by system.
 """
