@@ -5,9 +5,10 @@
    takes the core (``sim/core/``, compiled by numba); the baselines measured in the same run
    are the Python engine (macro steps), the Python engine step by step, and Python without the
    decode lane. The core's records are compared with the Python run's (identical request and
-   step tables expected). Also: the whole ``pagesim simulate`` process against a bare
-   ``python -c "import numpy, pandas"`` (target: within 2x), and numba's compile time, cold
-   (an empty cache) and warm (loaded from the cache), each in a fresh process.
+   step tables expected). The same trace under the other cost models (a measured profile,
+   the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
+   process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
+   compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
    Python engine as the baseline up to 100,000 requests.
@@ -43,6 +44,7 @@ from sim.run import run_simulation  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+MEASURED = ROOT.parent / "shared" / "measured"
 
 
 def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True, engine: str = "auto", result=False):
@@ -141,6 +143,35 @@ def prefix_caching() -> None:
               f"records {'identical' if same else 'DIFFERENT'}")
 
 
+def cost_models(trace) -> None:
+    """The same trace priced by the other cost models, on the core and on the Python engine:
+    a measured profile (the table model: Llama-2-7B's A100 timings, imported by ``pagesim cost
+    import`` from ../shared/measured), the calibrated roofline, and the calibrated roofline with
+    its GPU time scaled (``plan``'s error band). Engine seconds (the run itself, as
+    ``summary['wall_time_s']``), the core against the Python engine in the same run."""
+    runs = [("--cost-model calibrated", dict(cost_model="calibrated")),
+            ("--cost-model calibrated --cost-scale 1.07", dict(cost_model="calibrated", cost_scale=1.07))]
+    with tempfile.TemporaryDirectory() as tmp:
+        if MEASURED.exists():
+            profile = Path(tmp) / "llama-2-7b.csv"
+            subprocess.run([sys.executable, "-m", "sim.cli", "cost", "import", "--measured", str(MEASURED),
+                            "--model", "llama-2-7b", "--gpu", "a100-80gb", "--out", str(profile)],
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            runs.insert(0, ("--profile (llama-2-7b measured on a100-80gb)", dict(profile=str(profile))))
+        else:
+            print(f"  measured timings not found at {MEASURED}: --profile skipped")
+        for label, kw in runs:
+            cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
+            timed(cfg, trace.iloc[:20], engine="core")  # the model's first call (numba's cache) aside
+            timed(cfg, trace.iloc[:20], engine="python")
+            _, sc, rc = timed(cfg, trace, engine="core", result=True)
+            _, sp, rp = timed(cfg, trace, engine="python", result=True)
+            same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
+            c, p = sc["wall_time_s"], sp["wall_time_s"]
+            print(f"  same trace, {label}: engine on the core {c:.3f} s, Python engine {p:.2f} s (x{p / c:.0f}), "
+                  f"{sc['num_steps']} steps, records {'identical' if same else 'DIFFERENT'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-requests", type=int, default=1_000_000)
@@ -182,6 +213,7 @@ def main() -> None:
         cp, _ = timed(ch, trace, engine="python")
         print(f"  same trace, chunked prefill (budget 512): core {cw:.3f} s, Python engine {cp:.2f} s "
               f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
+        cost_models(trace)
         for system in ("orca-max", "orca-oracle", "token"):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
             w, s2 = timed(c, trace)

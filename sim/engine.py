@@ -17,11 +17,11 @@ macro_steps=False)`` and ``--check`` run step by step): between changes of the d
 pure decode iterations are predictable, so the engine takes a stretch of them at once, up to
 and including the iteration in which the next request finishes (see ``_macro``). A stretch
 may start right after a finish when the scheduler's probe shows the queue head still cannot
-be admitted. Only with the :class:`SimulatedExecutor` over the roofline or table cost model
-and a manager with a decode lane; every other executor sees every iteration. Results are the
-same as step by step: identical records, times bit for bit; only running sums (mean
-inter-token latency, the time-weighted sums of unrecorded steps) differ by float summation
-order (``tests/sim/test_macro_steps.py``).
+be admitted. Only with the :class:`SimulatedExecutor` over a cost model that prices pure
+decode steps (``decode_step_times``: all four) and a manager with a decode lane; every other
+executor sees every iteration. Results are the same as step by step: identical records, times
+bit for bit; only running sums (mean inter-token latency, the time-weighted sums of unrecorded
+steps) differ by float summation order (``tests/sim/test_macro_steps.py``).
 
 The core (``sim/core/``) replaces both processes for the configurations it covers:
 ``Engine(..., engine="auto"|"core"|"python")`` (``run_simulation`` passes ``auto``), the same

@@ -101,14 +101,15 @@ def table_step_time(c, tables, num_seqs, num_tokens, num_decode, decode_context_
     num_linear, num_batches = int(c[LINEAR_POINTS]), int(c[DECODE_BATCHES])
     num_contexts, num_prefill_points = int(c[DECODE_CONTEXTS]), int(c[PREFILL_POINTS])
     t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
+    # the keys as floats (exact), as np.interp takes them: one compiled version of each function
     if num_tokens:
-        t += interp_extrap(num_tokens, tables[:num_linear], tables[num_linear:2 * num_linear])
+        t += interp_extrap(float(num_tokens), tables[:num_linear], tables[num_linear:2 * num_linear])
     at = 2 * num_linear
     if num_decode:
         batches = tables[at:at + num_batches]
         contexts = tables[at + num_batches:at + num_batches + num_contexts]
         grid = tables[at + num_batches + num_contexts:at + num_batches + num_contexts + num_batches * num_contexts]
-        t += decode_seconds(num_decode, decode_context_sum / num_decode, batches, contexts, grid)
+        t += decode_seconds(float(num_decode), decode_context_sum / num_decode, batches, contexts, grid)
     at += num_batches + num_contexts + num_batches * num_contexts
     if num_prefill_seqs:
         if num_prefill_points:
