@@ -56,6 +56,8 @@ def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
     # the module compiled exactly the instantiation it launched, without local includes
     names = [n for n, _ in cp.compiled]
     assert any(n[0].startswith("paged_attention_kernel<") for n in names)
+    # NVRTC gets -lineinfo, so compute-sanitizer and ncu name the source line of a fault
+    assert all("-lineinfo" in opts and "--std=c++14" in opts for _, opts in cp.compiled)
 
 
 def test_forward_shared_memory_opt_in_and_split(cp):
