@@ -168,8 +168,11 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
     log = _StepLog(mgr, sched, roof, tab, budget.kv_bytes_per_token, check_memory)
     ex = GPUExecutor(model, mgr, backend, scheduler=sched, on_step=log, host_blocks=host_blocks)
     bar = None
-    if progress:
+    try:
         from tqdm import tqdm
+    except ImportError:  # the bar is a convenience: no tqdm, no bar
+        progress = False
+    if progress:
         bar = tqdm(total=len(trace), unit="req", desc=f"validate ({getattr(backend, 'name', 'backend')})",
                    delay=2.0, leave=False)
     engine = Engine(sched, mgr, ex, table.arrival_s, check=cfg.check, record_steps=True, progress=bar)

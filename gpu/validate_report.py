@@ -3,6 +3,9 @@
 Figures: predicted vs measured step time (scatter, log axes, y = x), relative step error
 histogram, cumulative finished requests vs time (real and simulated), and the KV pool's
 occupied bytes (real, from the block tables) over the simulator's memory categories.
+
+plotly is optional: without it (the GPU machine's image has none) the page holds the tables
+and says in one line that the figures need plotly; validation.json and steps.csv are the same.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import plotly.graph_objects as go
 
 _MEM = ("token_states", "reservation", "internal_frag", "allocator_slack")
 
@@ -25,7 +27,9 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-def figures(res) -> list[tuple[str, go.Figure]]:
+def figures(res) -> list:
+    """(name, plotly Figure) pairs; needs plotly."""
+    import plotly.graph_objects as go
     s = res.steps
     figs = []
     f = go.Figure()
@@ -88,7 +92,13 @@ def write_report(res, path: str | Path) -> Path:
             "memory_check"]
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(m.get(k))}</td></tr>" for k in keys if k in m)
     parts = []
-    for i, (_name, fig) in enumerate(figures(res)):
+    try:
+        figs = figures(res)
+    except ImportError:
+        figs = []
+        parts.append("<p>Figures left out: plotly is not installed (pip install plotly); the numbers are in "
+                     "validation.json and steps.csv.</p>")
+    for i, (_name, fig) in enumerate(figs):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pagesim validate</title>"
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
