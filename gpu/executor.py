@@ -349,6 +349,11 @@ class GPUExecutor:
             last = ctx - 1
             plan.decode_slots = (plan.decode_tables[np.arange(len(d_ids)), last // bs].astype(_I64) * bs
                                  + last % bs)
+        if self.check and plan.num_tokens:  # the kernels write where they are told: no slot past the pool
+            top = int(plan.slot_mapping.max())
+            if top >= self.num_blocks * bs or int(plan.slot_mapping.min()) < 0:
+                raise ExecutorError(f"step {self.step}: a slot ({top}) outside the pool's "
+                                    f"{self.num_blocks * bs} slots")
         # what the executor knows after this step
         refs = self.obs.refs
         for s, c, t in zip(p_ids + d_ids, p_ctx + d_ctx, p_tables + d_tables):

@@ -45,6 +45,7 @@ from gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, head
 SRC = "paged_attention.cu"
 DEFAULT_PARTITION = 512
 MIN_PARTITION = 64
+MAX_SEQS = 65535  # CUDA's limit on gridDim.y
 _DEFAULT_SMEM = 48 * 1024
 
 
@@ -85,6 +86,8 @@ class LaunchConfig:
 def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, max_context_len: int,
                   sm_count: int, smem_optin: int, num_partitions: int | None = None) -> LaunchConfig:
     """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too)."""
+    if num_seqs > MAX_SEQS:  # grid y of both kernels is the sequence
+        raise ValueError(f"num_seqs {num_seqs} exceeds {MAX_SEQS}, the grid's y limit; split the batch")
     group = num_heads // num_kv_heads
     heads = heads_per_block(group)
     chunks = -(-group // heads)
