@@ -425,6 +425,12 @@ class FakeBackend:
         self.host_pos = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.calls.append(("setup", (num_blocks, block_size, host_blocks)))
 
+    def read_blocks(self, where: str, block_ids) -> np.ndarray:
+        """[n, 2 (writer, position), block_size, 1, 1] tags of device or host blocks (gpu/kv_check.py)."""
+        ids = np.asarray(block_ids, _I64)
+        w, p = (self.writer, self.pos) if where == "device" else (self.host_writer, self.host_pos)
+        return np.stack([w[ids], p[ids]], axis=1)[..., None, None].copy()
+
     def step_time(self, plan: StepPlan) -> float:
         if self.time_fn is not None:
             return float(self.time_fn(plan))

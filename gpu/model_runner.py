@@ -172,6 +172,22 @@ class TorchCupyBackend:
         self.pool_bytes = pool_bytes
         self.weight_bytes = weight_bytes
 
+    def read_blocks(self, where: str, block_ids) -> np.ndarray:
+        """[n, layers run, 2 (K, V), block_size, kv_heads, head_dim] of device or host blocks, as
+        2-byte bit patterns (gpu/kv_check.py compares them byte for byte). Synchronizes."""
+        torch = self.torch
+        ids = np.asarray(block_ids, np.int64)
+        self._sync()
+        if where == "device":
+            x = self.kv[:, :, torch.as_tensor(ids, device=self.kv.device)].transpose(0, 2).transpose(1, 2)
+            return x.contiguous().cpu().view(torch.int16 if x.element_size() == 2 else torch.int32).numpy()
+        if self.host is None:
+            raise ValueError("no host swap space")
+        if isinstance(self.host, list):  # pinned numpy per layer and K/V
+            return np.stack([np.stack([self.host[l][j][ids] for j in range(2)], 1) for l in range(self.L_run)], 1)
+        x = self.host[:, :, torch.as_tensor(ids)].transpose(0, 2).transpose(1, 2)
+        return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32).numpy()
+
     # ------------------------------------------------------------------ pieces
     def _sync(self) -> None:
         if self.device.startswith("cuda"):

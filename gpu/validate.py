@@ -33,6 +33,10 @@ End-to-end errors (``throughput_error``, ``ttft_error``, ``tpot_error``) are
 ``|sim - real| / real`` of output throughput and mean TTFT/TPOT, the sim being the table-model
 run when a profile is given, else the roofline run (``roofline_*`` versions always present).
 
+K/V check (``check_kv``, default on; gpu/kv_check.py): after every copy-on-write and swap the
+destination blocks are read back and compared byte for byte with their sources as they were
+before the step (``kv_checked_blocks`` in validation.json).
+
 Memory check: at every step the pool's occupied bytes, counted from the manager's live block
 tables (distinct blocks x block_size x kv_bytes_per_token), must equal (token_states +
 reservation + internal_frag + allocator_slack) x kv_bytes_per_token, i.e. the simulator's
@@ -157,12 +161,16 @@ def _steps_frame(log: _StepLog, engine_steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,
-             progress: bool = False, check_memory: bool = True, host_blocks: int | None = None):
+             progress: bool = False, check_memory: bool = True, host_blocks: int | None = None,
+             check_kv: bool = True):
     """The real run: (SimResult, steps DataFrame, executor)."""
     from gpu.executor import GPUExecutor
 
     cfg = cfg.replace(profile=None, record_steps=True)
     model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
+    if check_kv and hasattr(backend, "read_blocks"):
+        from gpu.kv_check import KVContentCheck
+        backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
     tab = make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms) if profile else None
     log = _StepLog(mgr, sched, roof, tab, budget.kv_bytes_per_token, check_memory)
@@ -197,10 +205,12 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
 
 
 def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,
-             workload: dict | None = None, progress: bool = False, check_memory: bool = True) -> ValidationResult:
+             workload: dict | None = None, progress: bool = False, check_memory: bool = True,
+             check_kv: bool = True) -> ValidationResult:
     """Run ``trace`` for real on ``backend`` and simulated; compare (see module docstring)."""
     profile = profile or cfg.profile
-    real, steps, ex = run_real(cfg, trace, backend, profile, progress=progress, check_memory=check_memory)
+    real, steps, ex = run_real(cfg, trace, backend, profile, progress=progress, check_memory=check_memory,
+                               check_kv=check_kv)
     sim_roof = run_simulation(cfg.replace(profile=None), trace)
     sim_tab = run_simulation(cfg.replace(profile=profile), trace) if profile else None
     metrics = compare(real, sim_roof, sim_tab, steps)
@@ -220,6 +230,8 @@ def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
         "max_pool_occupied_bytes": float(steps["pool_occupied_bytes"].max()) if len(steps) else 0.0,
         "cow_copies": int(real.summary.get("mgr_cow_copies", 0)),
         "executor_copies": int(ex.total_copies),
+        "kv_checked_blocks": int(getattr(ex.backend, "checked_blocks", 0)),
+        "kv_check": "passed" if hasattr(ex.backend, "checked_blocks") else "skipped",
     })
     return ValidationResult(steps, metrics, real, sim_roof, sim_tab)
 

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     backend = make_backend(args, cfg)
     from gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
-                   progress=args.progress and not args.json)
+                   progress=args.progress and not args.json, check_kv=args.check_kv)
     out = res.save(args.out)
     m = res.metrics
     if args.json:
@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
              f" ({100 * m['throughput_error']:.1f} %)"),
             ("mean TTFT real / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
                                      f" ({100 * m['ttft_error']:.1f} %)"),
+            ("K/V after copies and swaps", f"{m['kv_check']} ({m['kv_checked_blocks']} blocks compared)"),
             ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
                                      f" ({100 * m['tpot_error']:.1f} %)")]
     w = max(len(k) for k, _ in rows)
@@ -131,6 +132,9 @@ def register(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", required=True, help="folder for steps.csv, validation.json, report.html")
     o.add_argument("--check", action="store_true", default=None, help="assert engine invariants every step")
+    g.add_argument("--check-kv", dest="check_kv", action=argparse.BooleanOptionalAction, default=True,
+                   help="after each copy-on-write and swap, read the destination blocks back and compare them "
+                        "with their sources before the step (outside the timed region)")
     o.add_argument("--json", action="store_true", help="print validation.json's numbers as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar")
