@@ -201,7 +201,9 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "val_*", "validation.json"))
     s = pd.read_csv(f.replace("validation.json", "steps.csv"))
     swapped = int((s["swap_in_tokens"] + s["swap_out_tokens"]).sum())
     print(f"{f.split(os.sep)[-2]:24s} steps={m['num_steps']:6d} step err ({m['step_error_model']}) "
-          f"med/p90={m['median_step_error']:.3f}/{m['p90_step_error']:.3f} roofline med={m['roofline_median_step_error']:.3f} "
+          f"med/p90={m['median_step_error']:.3f}/{m['p90_step_error']:.3f} gpu-only med/p90="
+          f"{m['median_gpu_step_error']:.3f}/{m['p90_gpu_step_error']:.3f} host share={m['measured_host_share']:.3f} "
+          f"roofline med={m['roofline_median_step_error']:.3f} "
           f"tput err={m['throughput_error']:.3f} ttft err={m['ttft_error']:.3f} tpot err={m['tpot_error']:.3f} "
           f"copies={m['executor_copies']} swapped_tokens={swapped} kv_checks={m.get('kv_checked_blocks', 'n/a')}")
 """

@@ -395,7 +395,9 @@ class FakeBackend:
 
     Time: ``time_fn(plan) -> seconds`` if given, else ``base_s + per_token_s * tokens +
     per_context_s * sum(decode context) + per_copy_s * (copies + swapped blocks)``;
-    ``sleep=True`` also sleeps that long (to exercise wall-clock paths).
+    ``sleep=True`` also sleeps that long (to exercise wall-clock paths). ``host_fn(plan) -> seconds``
+    adds a host share to the step, reported apart in ``last_timing`` (``gpu_s``, ``host_s``) as the
+    real backend reports its own.
     """
 
     name = "fake"
@@ -403,8 +405,11 @@ class FakeBackend:
 
     def __init__(self, time_fn: Callable[[StepPlan], float] | None = None, *, base_s: float = 1e-3,
                  per_token_s: float = 2e-5, per_context_s: float = 1e-8, per_copy_s: float = 1e-6,
-                 sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True):
+                 sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True,
+                 host_fn: Callable[[StepPlan], float] | None = None):
         self.time_fn = time_fn
+        self.host_fn = host_fn
+        self.last_timing: dict = {}
         self.base_s, self.per_token_s = base_s, per_token_s
         self.per_context_s, self.per_copy_s = per_context_s, per_copy_s
         self.sleep = sleep
@@ -498,6 +503,8 @@ class FakeBackend:
                         raise ExecutorError(f"step {plan.step}: sequence {s} reads K/V written by "
                                             f"{sorted(set(w.tolist()) - anc)}, not itself or an ancestor")
         t = self.step_time(plan)
+        host = float(self.host_fn(plan)) if self.host_fn is not None else 0.0
+        self.last_timing = {"gpu_s": t, "host_s": host}
         if self.sleep:
-            time.sleep(t)
-        return t
+            time.sleep(t + host)
+        return t + host

@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             ("steps", m["num_steps"]),
             (f"step error ({m['step_error_model']}) median / p90",
              f"{100 * m['median_step_error']:.1f} % / {100 * m['p90_step_error']:.1f} %"),
+            (f"GPU-only step error ({m['step_error_model']}) median / p90",
+             f"{100 * m['median_gpu_step_error']:.1f} % / {100 * m['p90_gpu_step_error']:.1f} %"
+             f" (host share of the measured time {100 * m.get('measured_host_share', float('nan')):.1f} %)"),
             ("roofline step error median / p90",
              f"{100 * m['roofline_median_step_error']:.1f} % / {100 * m['roofline_p90_step_error']:.1f} %"),
             ("output throughput real / sim",
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
-    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, report.html")
+    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, step_errors.csv, report.html")
     return 0
 
 
