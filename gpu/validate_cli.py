@@ -39,7 +39,7 @@ def _require_gpu() -> None:
 def make_backend(args, cfg=None):
     if args.backend == "fake":
         from gpu.executor import FakeBackend
-        time_fn = None
+        time_fn = host_fn = None
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
@@ -49,10 +49,15 @@ def make_backend(args, cfg=None):
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
                                    cfg.per_seq_overhead_ms)
 
-            def time_fn(plan):
-                return roof.step_time(plan.batch) * (1.0 + 0.1 * math.sin(plan.step))
+            from gpu.validate import cpu_term
+
+            def time_fn(plan):  # the device share: the price less its host term
+                return (roof.step_time(plan.batch) - cpu_term(roof, plan.batch.num_seqs)) * (1.0 + 0.1 * math.sin(plan.step))
+
+            def host_fn(plan):  # the host share: the price's host term (same wobble: the sum is unchanged)
+                return cpu_term(roof, plan.batch.num_seqs) * (1.0 + 0.1 * math.sin(plan.step))
         b = FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
-                        record=False)
+                        record=False, host_fn=host_fn)
         b.device_name = "cpu (fake backend, dry run)"
         return b
     from gpu.model_runner import TorchCupyBackend
