@@ -13,7 +13,8 @@ layout of ``gpu.paged_attention``). ``execute(plan)`` runs one iteration::
         RMSNorm -> fused QKV matmul -> rotary -> reshape_and_cache(new K/V -> their slots)
         prefill attention: torch SDPA per sequence (causal; with cached context, i.e. chunked
                            prefill or prefix hits, over the context gathered from the pool)
-        decode attention:  gpu.paged_attention.forward over the live block tables
+        decode attention:  gpu.paged_attention over the live block tables (one plan per step,
+                           rebound to each layer's query and caches)
         O matmul + residual, RMSNorm, gate/up matmul, SiLU*, down matmul + residual
     final norm + LM head for the sampled positions (each prefill chunk's last token and every
     decode token) + greedy argmax
@@ -92,6 +93,7 @@ class TorchCupyBackend:
         self.seed = seed
         self.memory_fraction = memory_fraction
         self.last_outputs = None  # (positions, sampled token ids, final hidden states) of the last step
+        self._attention_plan = None
         self.last_timing: dict = {}
 
     # ------------------------------------------------------------------ setup
@@ -271,9 +273,15 @@ class TorchCupyBackend:
 
     def _decode_attention(self, q, kc, vc, dev_tables, dev_lens, plan, dec_slots_all):
         if self.attention == "kernel":
-            from gpu import paged_attention as pa
-            return pa.forward(q, kc, vc, dev_tables, dev_lens, self.block_size, plan.decode_max_context,
-                              check=False)
+            # one plan per step (launch geometry, buffers, the tables' device copies), rebound to each
+            # layer's query and caches: the host work of planning is paid once, not once per layer
+            if self._attention_plan is None:
+                from gpu import paged_attention as pa
+                self._attention_plan = pa.prepare(q, kc, vc, dev_tables, dev_lens, self.block_size,
+                                                  plan.decode_max_context, check=False)
+            else:
+                self._attention_plan.rebind(q, kc, vc)
+            return self._attention_plan.run()
         out = self.torch.empty_like(q)
         for r, (slots, c) in enumerate(dec_slots_all):
             k = self._gather(kc, slots).transpose(0, 1)[None]
@@ -288,6 +296,7 @@ class TorchCupyBackend:
         cuda = dev.startswith("cuda")
         self._sync()
         t0 = time.perf_counter()
+        self._attention_plan = None  # built by the first layer's decode attention (see _decode_attention)
         if cuda:  # the step's device work, start to end (uploads, swaps, copies, layers, LM head)
             ev_start, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             ev_start.record()

@@ -151,3 +151,27 @@ def test_reshape_and_cache_refuses_a_slot_past_the_caches(cp):
     assert np.all(np.asarray(kc) == 0)  # refused before the launch
     reshape_and_cache(rows, rows, kc, vc, np.array([-1, nb * bs - 1]))  # the last slot and a skip are fine
     assert np.asarray(kc)[-1, -1].sum() == D and np.asarray(kc).sum() == D
+
+
+def test_one_plan_rebound_to_each_layer(cp):
+    """A decode step plans once and rebinds the plan to the next layer's query and caches: the same
+    result as a fresh plan for that layer, the same output buffer, shapes checked."""
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(31)
+    case = make_case(rng, num_seqs=4, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, max_ctx=120)
+    layer2 = [ref.round_to(rng.standard_normal(a.shape), "float16") for a in (case.query, case.key_cache,
+                                                                           case.value_cache)]
+    plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, check=False)
+    out1 = np.asarray(plan.run()).astype(np.float32).copy()
+    buf = plan.out
+    plan.rebind(*(cp.asarray(a) for a in layer2))
+    out2 = np.asarray(plan.run()).astype(np.float32)
+    assert plan.out is buf
+    want2 = ref.paged_attention_ref(*layer2, case.block_tables, case.context_lens, 16, case.scale, "float16")
+    ref.assert_attention_close(out2, want2, "float16")
+    want1 = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                    case.context_lens, 16, case.scale, "float16")
+    ref.assert_attention_close(out1, want1, "float16")
+    assert np.abs(out2 - want1).max() > 0.1  # it really read the second layer
+    with pytest.raises(ValueError, match=r"rebind: key_cache is float16 \(.*\), the plan has"):
+        plan.rebind(cp.asarray(layer2[0]), cp.asarray(layer2[1][:-1]), cp.asarray(layer2[2]))
