@@ -259,7 +259,9 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         else:
             steps.append(Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-ra",
                                             "-p", "no:cacheprovider"], 270))
-        sanitizer = shutil.which("compute-sanitizer")
+        sanitizer = shutil.which("compute-sanitizer") or next(
+            (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
+             if os.path.exists(p)), None)
         if not dry and sanitizer and "fc" in platform.release():
             base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "-m", "gpu", "-q", "-x",
                     "-p", "no:cacheprovider"]

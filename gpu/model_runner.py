@@ -211,9 +211,11 @@ class TorchCupyBackend:
         F = self.torch.nn.functional
         kw = {}
         if self.KVH != self.H:
-            if self._gqa:
+            # enable_gqa only without a mask: with one (chunked prefill, prefix hits) torch falls back
+            # to its math backend; repeated K/V heads keep the memory-efficient kernel
+            if self._gqa and mask is None:
                 kw = {"enable_gqa": True}
-            else:  # torch < 2.5
+            else:  # torch < 2.5, or a mask
                 rep = self.H // self.KVH
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **kw)
