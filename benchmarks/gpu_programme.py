@@ -16,8 +16,8 @@ only. Phases (expected device time, see ``PHASES``)::
        cache for the later steps), the GPU tests (-m gpu), compute-sanitizer memcheck and
        racecheck (Firecracker kernels only; a clear "skipped" line elsewhere)
     2  the kernel sweep (`pagesim gpu bench`), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8)
-    3  validation of both models against their profiles (4 of 32 layers run, time scaled x8),
-       and one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool)
+    3  one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then validation
+       of both models against their profiles (4 of 32 layers run, time scaled x8)
     4  the layer-scaling check: one trace with 4 and with all 32 layers run
 
 Each phase writes its files under ``out/gpu_programme/<date>-<device>/phaseN/`` in the working
@@ -78,6 +78,11 @@ class Step:
     argv: list[str]
     timeout_s: int
     env: dict = field(default_factory=dict)
+
+
+def shown(argv: list[str]) -> list[str]:
+    """The command line as logged: an inline script's text replaced by a mark."""
+    return [a if i != 2 or argv[1] != "-c" else "<inline script>" for i, a in enumerate(argv)]
 
 
 def python() -> str:
@@ -287,8 +292,8 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
             steps.append(Step(f"calibrate_{m}", py(CALIBRATE_DRY) + [m, preset, out] if dry else
                               cli("gpu", "calibrate", "--model", m, "--out", out), 140))
         return steps
-    if phase == 3:
-        steps = []
+    if phase == 3:  # the copy-on-write and swap run first: a phase cut short loses a model's run, not it
+        steps = [_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP)]
         for m in MODELS:
             prof = prev / f"profile_{m}.csv"
             if not prof.exists():  # a cold machine: phase 2's folder is gone
@@ -296,7 +301,6 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
                 steps.append(Step(f"calibrate_quick_{m}", py(CALIBRATE_DRY) + [m, preset, str(prof)] if dry else
                                   cli("gpu", "calibrate", "--model", m, "--quick", "--out", str(prof)), 70))
             steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
-        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP))
         steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
         return steps
     if phase == 4:
@@ -343,8 +347,7 @@ def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, l
             continue
         t0 = time.monotonic()
         with open(logs / f"{st.name}.txt", "w") as f:
-            shown = [a if i != 2 or st.argv[1] != "-c" else "<inline script>" for i, a in enumerate(st.argv)]
-            f.write("$ " + shlex.join(shown) + "\n")
+            f.write("$ " + shlex.join(shown(st.argv)) + "\n")
             f.flush()
             try:
                 rc = subprocess.run(st.argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env={**env, **st.env},
@@ -393,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"phase {p}: {lo / 60:.1f}-{hi / 60:.1f} min")
             for st in steps_for(p, Path("out/gpu_programme/<date>-<device>") / f"phase{p}", a.dry_run, "h200",
                                 Path("out/gpu_programme/<date>-<device>/phase2")):
-                print(f"  {st.name:26s} <= {st.timeout_s:4d} s  {shlex.join(st.argv[:1] + st.argv[1:])[:160]}")
+                print(f"  {st.name:26s} <= {st.timeout_s:4d} s  {shlex.join(shown(st.argv))}")
         print(f"total: {sum(v[0] for v in PHASES.values()) / 60:.0f}-{sum(v[1] for v in PHASES.values()) / 60:.0f} "
               "min of device time plus the machine's start")
         return 0
