@@ -21,11 +21,11 @@ def test_decode_bytes_by_hand():
 
 def test_decode_grid_keeps_the_largest_full_rectangle():
     pairs = [(b, c) for b in (1, 2, 4) for c in (100, 200, 400)]
-    # budget: K/V of b x c <= 400 tokens and at most 2 queries; the staircase is
-    #   b=1: 100 200 400   b=2: 100 200   b=4: none (its queries alone tip 4 x 100 over)
-    budget = decode_bytes(M, 2, 200)
+    # budget: K/V of b x c <= 400 tokens and at most 4 queries; the staircase is
+    #   b=1: 100 200 400   b=2: 100 200   b=4: 100
+    budget = decode_bytes(M, 4, 100)
     keep, dropped = decode_grid(M, pairs, budget)
-    # rectangles: 1x3 = 3, 2x2 = 4 -> batches {1, 2} x contexts {100, 200}
+    # rectangles: 1x3 = 3, 2x2 = 4, 3x1 = 3 -> batches {1, 2} x contexts {100, 200} (not the last one)
     assert keep == [(1, 100), (1, 200), (2, 100), (2, 200)]
     assert sorted(dropped) == [(1, 400), (2, 400), (4, 100), (4, 200), (4, 400)]
     # everything fits: nothing dropped
@@ -41,7 +41,7 @@ def _rows(decode):
 
 def test_check_profile_refuses_a_grid_with_a_hole_and_accepts_the_cut_one():
     pairs = [(b, c) for b in (1, 2, 4) for c in (100, 200, 400)]
-    budget = decode_bytes(M, 2, 200)
+    budget = decode_bytes(M, 4, 100)
     fitting = [p for p in pairs if decode_bytes(M, *p) <= budget]  # the old rule: skip what does not fit
     with pytest.raises(ConfigError, match="would refuse this profile.*full batch x context grid"):
         check_profile(_rows(fitting), M, "h200")
