@@ -108,6 +108,14 @@ def run(args: argparse.Namespace) -> int:
             ("K/V after copies and swaps", f"{m['kv_check']} ({m['kv_checked_blocks']} blocks compared)"),
             ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
                                      f" ({100 * m['tpot_error']:.1f} %)")]
+    if "host_fit" in m:  # the measured host time as the cost model's own term, for the next run
+        f = m["host_fit"]
+        rows.append(("host term fitted on this run",
+                     f"{f['intercept_ms']:.3f} ms + {f['per_seq_ms']:.4f} ms/seq: step error with it "
+                     f"{100 * m['median_step_error_host_fitted_in_sample']:.1f} % / "
+                     f"{100 * m['p90_step_error_host_fitted_in_sample']:.1f} % (in-sample; price another trace "
+                     f"with --step-overhead-ms {max(f['intercept_ms'], 0):.3f} --per-seq-overhead-ms "
+                     f"{max(f['per_seq_ms'], 0):.4f})"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import types
 
 import numpy as np
@@ -170,6 +171,9 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     assert main(ARGS + ["--backend", "fake", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "step error" in text and "validation.json" in text
+    # the dry run's host share is the roofline's host term (3 ms + 20 us per sequence, +-10 %): the fit finds it
+    fit = re.search(r"host term fitted on this run\s+([\d.]+) ms \+ ([\d.]+) ms/seq", text)
+    assert fit and abs(float(fit[1]) - 3.0) < 0.3 and abs(float(fit[2]) - 0.02) < 0.005, text
     m = json.loads((out / "validation.json").read_text())
     for k in REQUIRED_KEYS:
         assert k in m
