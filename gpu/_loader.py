@@ -1,7 +1,9 @@
 """Compile the kernels with CuPy (NVRTC) on first use and cache the functions.
 
 One ``cupy.RawModule`` per (source, name expression) so only what is launched is compiled
-(about a second each, then cached by CuPy on disk). Options: ``--std=c++14``; if NVRTC cannot
+(about a second each, then cached by CuPy on disk). Options: ``--std=c++14 -lineinfo`` (source
+lines in the SASS, so compute-sanitizer and Nsight Compute name the kernel's line; no change to
+the generated code); if NVRTC cannot
 find ``<cuda_bf16.h>`` the module is rebuilt with ``-DPAGESIM_NO_CUDA_BF16`` (a storage-only
 bf16 type; the kernels convert bf16 with bit operations either way, so results are identical).
 """
@@ -13,7 +15,7 @@ import functools
 from gpu.device import require_cupy
 from gpu.kernels_src import load_source
 
-BASE_OPTIONS = ("--std=c++14",)
+BASE_OPTIONS = ("--std=c++14", "-lineinfo")
 
 
 @functools.lru_cache(maxsize=None)

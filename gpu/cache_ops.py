@@ -8,7 +8,8 @@ index arrays may also be numpy/lists. All calls are asynchronous on the current 
 * ``reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)``: ``key``/``value``
   ``[num_tokens, num_kv_heads, head_dim]`` (rows may be strided, e.g. a slice of a fused QKV
   output, as long as each token's heads are contiguous); ``slot_mapping [num_tokens]``
-  int32/int64, slot = block * block_size + offset; negative slots are skipped.
+  int32/int64, slot = block * block_size + offset; negative slots are skipped, a slot past the
+  caches is refused (ValueError, checked on the host unless ``check=False``).
 * ``copy_blocks(key_cache, value_cache, block_mapping)``: ``block_mapping [n, 2]`` (src, dst)
   pairs, copy-on-write. Destinations must be distinct and must not be sources of the same call
   (checked on the host; it would race otherwise). One layer per call (loop over layers).
@@ -46,13 +47,16 @@ def _unit(row_bytes: int, *ptrs: int) -> tuple[str, int]:
     return "unsigned short", 2
 
 
-def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, *, check: bool = True) -> None:
+    """``check`` (default): every slot is < the caches' num_blocks x block_size (one small
+    device->host copy; the kernel writes where it is told). Pass ``check=False`` on hot paths whose
+    slots were checked on the host (the GPU executor checks its plan's slots)."""
     kc = wrap(key_cache, "key_cache", "bfloat16")
     with _stream_ctx(kc):  # torch caches: conversions and the launch on torch's current stream
-        _reshape_and_cache(key, value, kc, value_cache, slot_mapping)
+        _reshape_and_cache(key, value, kc, value_cache, slot_mapping, check)
 
 
-def _reshape_and_cache(key, value, kc, value_cache, slot_mapping) -> None:
+def _reshape_and_cache(key, value, kc, value_cache, slot_mapping, check=True) -> None:
     import cupy as cp
     vc = wrap(value_cache, "value_cache", "bfloat16")
     k = wrap(key, "key", "bfloat16")
@@ -80,6 +84,12 @@ def _reshape_and_cache(key, value, kc, value_cache, slot_mapping) -> None:
     if sm.dtype not in ("int32", "int64"):
         sm.arr = sm.arr.astype(cp.int64)
     sm_arr = cp.ascontiguousarray(sm.arr)
+    num_slots = int(kc.arr.shape[0]) * int(kc.arr.shape[1])
+    if check:
+        top = int(cp.asnumpy(sm_arr).max())
+        if top >= num_slots:
+            raise ValueError(f"slot_mapping: slot {top} is outside the caches' {num_slots} slots "
+                             f"(num_blocks x block_size)")
     index = "int" if sm_arr.dtype == cp.int32 else "long long"
 
     def rows(a):

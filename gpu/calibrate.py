@@ -20,15 +20,23 @@ How each is measured (median of repeats, CUDA events, random fp16/bf16 data):
   bound for prefill, where vLLM only projects the last token). Norms, activations, rotary,
   all-reduce and sampling are not included.
 * attn_decode: our PagedAttention kernel (block size 16, shuffled tables) for one layer with
-  H / tp query heads and max(1, KVH / tp) KV heads, times num_layers.
+  H / tp query heads and max(1, KVH / tp) KV heads, times num_layers. The L2 is flushed (a
+  write of max(2 x L2, 256 MiB), ``gpu.bench.Timer``) before every timed launch: a layer's K/V
+  is read from memory once per step, never from a cache warmed by the previous repeat.
+  The (batch, context) grid is cut *before* measuring to the largest full rectangle whose
+  points fit the memory budget (``decode_grid``): the table model interpolates over a full
+  grid and refuses a grid with holes.
 * attn_prefill: ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` on
   [1, H / tp, n, D] (GQA by ``enable_gqa``), one layer times num_layers.
 * overhead: host wall time of one minimal step (a tiny kernel launch and a stream
   synchronize), median over 200: the floor of per-iteration fixed cost (Python scheduling and
   sampling in a real engine add more; override in the cost model if needed).
 
-Points that need more than ``mem_budget`` of device memory are skipped. Needs CuPy and torch
-with CUDA.
+Points that need more than ``mem_budget`` of device memory are not measured (see decode_grid).
+Before writing, the rows are read back by the table cost model exactly as ``--profile`` would
+(``check_profile``): a profile it would refuse is never written (one line, exit code 2). Needs
+CuPy and torch with CUDA; ``fake_profile`` writes the same grid priced by the roofline (the
+GPU programme's dry run, no device).
 """
 
 from __future__ import annotations
@@ -59,6 +67,49 @@ def grids(model, quick: bool):
     c = [x for x in c if x <= model.max_seq_len] or [min(c)]
     p = [x for x in p if x <= model.max_seq_len] or [min(p)]
     return [(bb, cc) for bb in b for cc in c], list(t), list(p)
+
+
+def decode_bytes(model, batch: int, context: int, tp: int = 1) -> int:
+    """Device memory of one decode-attention point: K and V of every token, plus the queries."""
+    H, KVH = per_gpu_heads(model, tp)
+    return 2 * batch * context * KVH * model.head_dim * 2 + batch * H * model.head_dim * 2
+
+
+def decode_grid(model, pairs, budget: float, tp: int = 1):
+    """The largest full (batch x context) rectangle of ``pairs`` whose points all fit ``budget``
+    bytes: (kept pairs, dropped pairs). Need grows with batch and context, so the points that fit
+    form a staircase; of the rectangles under it (the smallest k batches x the contexts that fit
+    the k-th), the one with the most points wins, ties to more batches. Pure."""
+    batches = sorted({b for b, _ in pairs})
+    contexts = sorted({c for _, c in pairs})
+    best = ([], [])
+    for k in range(1, len(batches) + 1):
+        bs = batches[:k]
+        cs = [c for c in contexts if decode_bytes(model, bs[-1], c, tp) <= budget]
+        if len(bs) * len(cs) >= len(best[0]) * len(best[1]) and cs:
+            best = (bs, cs)
+    keep = {(b, c) for b in best[0] for c in best[1]}
+    return [p for p in pairs if p in keep], [p for p in pairs if p not in keep]
+
+
+def check_profile(rows, model, gpu_name: str, tp: int = 1) -> None:
+    """Raise ConfigError (one line) when the table cost model would refuse these rows as a profile."""
+    import tempfile
+
+    from sim.cost import TableCostModel
+    from sim.specs import get_gpu
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "profile.csv"
+        try:
+            write_profile(rows, path)
+            try:
+                gpu = get_gpu(gpu_name)
+            except Exception:
+                gpu = get_gpu("h200")  # the GPU spec only prices what a profile lacks (never needed here)
+            TableCostModel(path, model, gpu, tp)
+        except ConfigError as e:
+            raise ConfigError(f"calibrate: the table cost model would refuse this profile, so it is not "
+                              f"written: {str(e).replace(str(path), 'profile')}") from None
 
 
 def per_gpu_heads(model, tp: int) -> tuple[int, int]:
@@ -109,7 +160,7 @@ def linear_time_us(model, n: int, tp: int, tdtype, reps: int) -> float:
     return t_layer * model.num_layers + t_lm
 
 
-def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, reps: int) -> float:
+def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, reps: int, timer=None) -> float:
     from gpu import paged_attention as pa
     from gpu.bench import random_fill
     H, KVH = per_gpu_heads(model, tp)
@@ -127,7 +178,10 @@ def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, rep
     plan = pa.prepare(q, kc, vc, tables, lens, bs, context, dtype=dtype, check=False)
     import torch
     torch.cuda.synchronize()
-    t = _time_cuda(plan.launch, reps)
+    if timer is None:
+        from gpu.bench import Timer
+        timer = Timer(cp, device_info()["l2_bytes"])
+    t = timer.time_us(plan.launch, reps=reps, warmup=2, flush=True)  # K/V from memory, not from L2
     del plan, kc, vc
     cp.get_default_memory_pool().free_all_blocks()
     return t * model.num_layers
@@ -178,6 +232,7 @@ def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtyp
     reps = reps or (5 if quick else 20)
     budget = (mem_budget_gib * (1 << 30)) if mem_budget_gib else 0.6 * info["free_mem_bytes"]
     decode_pts, tokens, prefill = grids(model, quick)
+    decode_pts, dropped = decode_grid(model, decode_pts, budget, tp)
     H, KVH = per_gpu_heads(model, tp)
     common = dict(model=model.name, gpu=gpu, dtype=dtype, tp=tp)
     rows = []
@@ -193,12 +248,13 @@ def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtyp
         t = linear_time_us(model, n, tp, tdtype, reps)
         add("linear", t, num_tokens=n)
         log(f"  linear       n={n:<6} {t:12.1f} us")
+    if dropped:
+        log(f"  attn_decode: {len(dropped)} points left out to keep a full grid within "
+            f"{budget / 2**30:.1f} GiB (largest kept: b={decode_pts[-1][0]} ctx={decode_pts[-1][1]})")
+    from gpu.bench import Timer
+    timer = Timer(cp, info["l2_bytes"])
     for b, c in decode_pts:
-        need = 2 * b * c * KVH * model.head_dim * 2 + b * H * model.head_dim * 2
-        if need > budget:
-            log(f"  attn_decode  b={b} ctx={c}: skipped (needs {need / 2**30:.1f} GiB)")
-            continue
-        t = decode_time_us(cp, model, b, c, tp, dtype, reps)
+        t = decode_time_us(cp, model, b, c, tp, dtype, reps, timer)
         add("attn_decode", t, batch=b, context=c)
         log(f"  attn_decode  b={b:<4} ctx={c:<6} {t:12.1f} us")
     for n in prefill:
@@ -207,6 +263,30 @@ def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtyp
         log(f"  attn_prefill n={n:<6} {t:12.1f} us")
         torch.cuda.empty_cache()
     add("overhead", overhead_us(cp))
+    check_profile(rows, model, gpu, tp)
     p = write_profile(rows, out)
     log(f"wrote {len(rows)} rows to {p}")
+    return p
+
+
+def fake_profile(model_name: str, gpu_name: str, out: str | Path, budget_gib: float = 48.0, log=print) -> Path:
+    """The calibration grid priced by the roofline model (no device): the GPU programme's dry run of
+    ``calibrate``, through the same grid cut, refusal check and writer. Says nothing about a GPU."""
+    from sim.cost import RooflineCostModel
+    from sim.specs import get_gpu, get_model
+    model, gpu = get_model(model_name), get_gpu(gpu_name)
+    roof = RooflineCostModel(model, gpu)
+    decode_pts, tokens, prefill = grids(model, False)
+    decode_pts, dropped = decode_grid(model, decode_pts, budget_gib * (1 << 30))
+    common = dict(model=model.name, gpu=gpu_name, dtype="float16", tp=1, num_tokens=None, batch=None, context=None)
+    rows = [dict(common, component="linear", num_tokens=n, time_us=roof.linear_time(n) * 1e6) for n in tokens]
+    rows += [dict(common, component="attn_decode", batch=b, context=c, time_us=roof.decode_attention_time(b * c) * 1e6)
+             for b, c in decode_pts]
+    rows += [dict(common, component="attn_prefill", num_tokens=n,
+                  time_us=float(roof.prefill_attention_time(np.array([n]), np.array([n]))) * 1e6) for n in prefill]
+    rows.append(dict(common, component="overhead", time_us=max(roof.overhead_s * 1e6, 1.0)))
+    check_profile(rows, model, gpu_name)
+    p = write_profile(rows, out)
+    log(f"fake profile (roofline prices, no device): {len(rows)} rows, {len(dropped)} decode points left out "
+        f"for a {budget_gib:g} GiB budget -> {p}")
     return p

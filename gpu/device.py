@@ -17,7 +17,7 @@ def _probe() -> tuple[bool, str]:
         import cupy  # noqa: F401
     except Exception as e:  # ImportError, or a broken CUDA install raising at import
         return False, f"CuPy is not importable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); " \
-                      "install it with: pip install cupy-cuda12x"
+                      "install the CuPy of your CUDA: pip install cupy-cuda12x (CUDA 12) or cupy-cuda13x (CUDA 13)"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:

@@ -349,6 +349,11 @@ class GPUExecutor:
             last = ctx - 1
             plan.decode_slots = (plan.decode_tables[np.arange(len(d_ids)), last // bs].astype(_I64) * bs
                                  + last % bs)
+        if self.check and plan.num_tokens:  # the kernels write where they are told: no slot past the pool
+            top = int(plan.slot_mapping.max())
+            if top >= self.num_blocks * bs or int(plan.slot_mapping.min()) < 0:
+                raise ExecutorError(f"step {self.step}: a slot ({top}) outside the pool's "
+                                    f"{self.num_blocks * bs} slots")
         # what the executor knows after this step
         refs = self.obs.refs
         for s, c, t in zip(p_ids + d_ids, p_ctx + d_ctx, p_tables + d_tables):
@@ -390,7 +395,9 @@ class FakeBackend:
 
     Time: ``time_fn(plan) -> seconds`` if given, else ``base_s + per_token_s * tokens +
     per_context_s * sum(decode context) + per_copy_s * (copies + swapped blocks)``;
-    ``sleep=True`` also sleeps that long (to exercise wall-clock paths).
+    ``sleep=True`` also sleeps that long (to exercise wall-clock paths). ``host_fn(plan) -> seconds``
+    adds a host share to the step, reported apart in ``last_timing`` (``gpu_s``, ``host_s``) as the
+    real backend reports its own.
     """
 
     name = "fake"
@@ -398,8 +405,11 @@ class FakeBackend:
 
     def __init__(self, time_fn: Callable[[StepPlan], float] | None = None, *, base_s: float = 1e-3,
                  per_token_s: float = 2e-5, per_context_s: float = 1e-8, per_copy_s: float = 1e-6,
-                 sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True):
+                 sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True,
+                 host_fn: Callable[[StepPlan], float] | None = None):
         self.time_fn = time_fn
+        self.host_fn = host_fn
+        self.last_timing: dict = {}
         self.base_s, self.per_token_s = base_s, per_token_s
         self.per_context_s, self.per_copy_s = per_context_s, per_copy_s
         self.sleep = sleep
@@ -419,6 +429,12 @@ class FakeBackend:
         self.host_writer = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.host_pos = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.calls.append(("setup", (num_blocks, block_size, host_blocks)))
+
+    def read_blocks(self, where: str, block_ids) -> np.ndarray:
+        """[n, 2 (writer, position), block_size, 1, 1] tags of device or host blocks (gpu/kv_check.py)."""
+        ids = np.asarray(block_ids, _I64)
+        w, p = (self.writer, self.pos) if where == "device" else (self.host_writer, self.host_pos)
+        return np.stack([w[ids], p[ids]], axis=1)[..., None, None].copy()
 
     def step_time(self, plan: StepPlan) -> float:
         if self.time_fn is not None:
@@ -487,6 +503,8 @@ class FakeBackend:
                         raise ExecutorError(f"step {plan.step}: sequence {s} reads K/V written by "
                                             f"{sorted(set(w.tolist()) - anc)}, not itself or an ancestor")
         t = self.step_time(plan)
+        host = float(self.host_fn(plan)) if self.host_fn is not None else 0.0
+        self.last_timing = {"gpu_s": t, "host_s": host}
         if self.sleep:
-            time.sleep(t)
-        return t
+            time.sleep(t + host)
+        return t + host

@@ -13,7 +13,8 @@ layout of ``gpu.paged_attention``). ``execute(plan)`` runs one iteration::
         RMSNorm -> fused QKV matmul -> rotary -> reshape_and_cache(new K/V -> their slots)
         prefill attention: torch SDPA per sequence (causal; with cached context, i.e. chunked
                            prefill or prefix hits, over the context gathered from the pool)
-        decode attention:  gpu.paged_attention.forward over the live block tables
+        decode attention:  gpu.paged_attention over the live block tables (one plan per step,
+                           rebound to each layer's query and caches)
         O matmul + residual, RMSNorm, gate/up matmul, SiLU*, down matmul + residual
     final norm + LM head for the sampled positions (each prefill chunk's last token and every
     decode token) + greedy argmax
@@ -92,6 +93,7 @@ class TorchCupyBackend:
         self.seed = seed
         self.memory_fraction = memory_fraction
         self.last_outputs = None  # (positions, sampled token ids, final hidden states) of the last step
+        self._attention_plan = None
         self.last_timing: dict = {}
 
     # ------------------------------------------------------------------ setup
@@ -172,6 +174,22 @@ class TorchCupyBackend:
         self.pool_bytes = pool_bytes
         self.weight_bytes = weight_bytes
 
+    def read_blocks(self, where: str, block_ids) -> np.ndarray:
+        """[n, layers run, 2 (K, V), block_size, kv_heads, head_dim] of device or host blocks, as
+        2-byte bit patterns (gpu/kv_check.py compares them byte for byte). Synchronizes."""
+        torch = self.torch
+        ids = np.asarray(block_ids, np.int64)
+        self._sync()
+        if where == "device":
+            x = self.kv[:, :, torch.as_tensor(ids, device=self.kv.device)].transpose(0, 2).transpose(1, 2)
+            return x.contiguous().cpu().view(torch.int16 if x.element_size() == 2 else torch.int32).numpy()
+        if self.host is None:
+            raise ValueError("no host swap space")
+        if isinstance(self.host, list):  # pinned numpy per layer and K/V
+            return np.stack([np.stack([self.host[l][j][ids] for j in range(2)], 1) for l in range(self.L_run)], 1)
+        x = self.host[:, :, torch.as_tensor(ids)].transpose(0, 2).transpose(1, 2)
+        return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32).numpy()
+
     # ------------------------------------------------------------------ pieces
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -193,9 +211,11 @@ class TorchCupyBackend:
         F = self.torch.nn.functional
         kw = {}
         if self.KVH != self.H:
-            if self._gqa:
+            # enable_gqa only without a mask: with one (chunked prefill, prefix hits) torch falls back
+            # to its math backend; repeated K/V heads keep the memory-efficient kernel
+            if self._gqa and mask is None:
                 kw = {"enable_gqa": True}
-            else:  # torch < 2.5
+            else:  # torch < 2.5, or a mask
                 rep = self.H // self.KVH
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **kw)
@@ -216,7 +236,7 @@ class TorchCupyBackend:
     def _write(self, kc, vc, k, v, slots) -> None:
         if self.cache_ops == "kernel":
             from gpu.cache_ops import reshape_and_cache
-            reshape_and_cache(k, v, kc, vc, slots)
+            reshape_and_cache(k, v, kc, vc, slots, check=False)  # the executor checked the plan's slots
         else:
             kc.view(-1, self.KVH, self.D)[slots] = k
             vc.view(-1, self.KVH, self.D)[slots] = v
@@ -255,9 +275,15 @@ class TorchCupyBackend:
 
     def _decode_attention(self, q, kc, vc, dev_tables, dev_lens, plan, dec_slots_all):
         if self.attention == "kernel":
-            from gpu import paged_attention as pa
-            return pa.forward(q, kc, vc, dev_tables, dev_lens, self.block_size, plan.decode_max_context,
-                              check=False)
+            # one plan per step (launch geometry, buffers, the tables' device copies), rebound to each
+            # layer's query and caches: the host work of planning is paid once, not once per layer
+            if self._attention_plan is None:
+                from gpu import paged_attention as pa
+                self._attention_plan = pa.prepare(q, kc, vc, dev_tables, dev_lens, self.block_size,
+                                                  plan.decode_max_context, check=False)
+            else:
+                self._attention_plan.rebind(q, kc, vc)
+            return self._attention_plan.run()
         out = self.torch.empty_like(q)
         for r, (slots, c) in enumerate(dec_slots_all):
             k = self._gather(kc, slots).transpose(0, 1)[None]
@@ -272,6 +298,10 @@ class TorchCupyBackend:
         cuda = dev.startswith("cuda")
         self._sync()
         t0 = time.perf_counter()
+        self._attention_plan = None  # built by the first layer's decode attention (see _decode_attention)
+        if cuda:  # the step's device work, start to end (uploads, swaps, copies, layers, LM head)
+            ev_start, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev_start.record()
         P = len(plan.prefill_slots)
         T = plan.num_tokens
         slots = torch.as_tensor(plan.slot_mapping, device=dev)
@@ -348,10 +378,18 @@ class TorchCupyBackend:
             hs = self._rms(x.index_select(0, sample_t), self.ln_f)
             tokens = (hs @ self.lm_head).argmax(-1)
             self.last_outputs = (pos_np[sample], tokens, hs)
+        if cuda:
+            ev_end.record()
         self._sync()
         wall = time.perf_counter() - t0
         span = ev0.elapsed_time(ev1) * 1e-3 if cuda else (tl1 - tl0)
+        whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         scale = self.L / self.L_run
         t = wall + (scale - 1.0) * span
-        self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t}
+        # device share: the events' span, scaled like the step; launch gaps while the GPU waits for
+        # the host are inside it (an eager runner's host time shows as device time until the steps
+        # are captured in CUDA graphs), so the host share below is a lower bound
+        gpu = min(whole + (scale - 1.0) * span, t)
+        self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
+                            "host_s": t - gpu}
         return t

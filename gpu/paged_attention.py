@@ -45,6 +45,7 @@ from gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, head
 SRC = "paged_attention.cu"
 DEFAULT_PARTITION = 512
 MIN_PARTITION = 64
+MAX_SEQS = 65535  # CUDA's limit on gridDim.y
 _DEFAULT_SMEM = 48 * 1024
 
 
@@ -85,6 +86,8 @@ class LaunchConfig:
 def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, max_context_len: int,
                   sm_count: int, smem_optin: int, num_partitions: int | None = None) -> LaunchConfig:
     """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too)."""
+    if num_seqs > MAX_SEQS:  # grid y of both kernels is the sequence
+        raise ValueError(f"num_seqs {num_seqs} exceeds {MAX_SEQS}, the grid's y limit; split the batch")
     group = num_heads // num_kv_heads
     heads = heads_per_block(group)
     chunks = -(-group // heads)
@@ -122,6 +125,7 @@ class PagedAttentionPlan:
                  dtype: str | None = None, check: bool = True, contiguous: bool = False):
         import contextlib
         q = wrap(query, "query", dtype)
+        self._dtype = dtype
         # torch inputs: every allocation, conversion and launch goes on torch's current stream
         self._stream = torch_stream(q)
         with self._stream if self._stream is not None else contextlib.nullcontext():
@@ -230,6 +234,28 @@ class PagedAttentionPlan:
         self._reduce_args = (self.out, self.exp_sums, self.max_logits, self.tmp_out, cl_arr, i32(num_heads),
                              i32(head_dim), i32(p), i32(max_parts))
         self._keep = (q, k, v, cl, block_tables)  # keep inputs alive while the plan exists
+
+    def rebind(self, query, key_cache, value_cache) -> "PagedAttentionPlan":
+        """The same launch over other arrays of the planned shapes and dtype: the next layer's query
+        and caches under the same block tables and lengths, so a decode step builds one plan, not
+        one per layer. Nothing is validated beyond shapes, dtype, contiguity and alignment (no host
+        copy); the output buffer is reused, so copy each result out before the next launch."""
+        q = wrap(query, "query", self._dtype)
+        k = wrap(key_cache, "key_cache", self._dtype)
+        v = wrap(value_cache, "value_cache", self._dtype)
+        for w, nm, shape in ((q, "query", self._args[4].shape), (k, "key_cache", self._args[5].shape),
+                             (v, "value_cache", self._args[6].shape)):
+            if w.dtype != self._q.dtype or tuple(w.arr.shape) != tuple(shape):
+                raise ValueError(f"rebind: {nm} is {w.dtype} {tuple(w.arr.shape)}, the plan has "
+                                 f"{self._q.dtype} {tuple(shape)}")
+            if not w.arr.flags.c_contiguous or w.arr.data.ptr % 16:
+                raise ValueError(f"rebind: {nm} must be C-contiguous and 16-byte aligned")
+        args = list(self._args)
+        args[4], args[5], args[6] = q.arr, k.arr, v.arr
+        self._args = tuple(args)
+        self._q = q
+        self._keep = (q, k, v) + self._keep[3:]  # the new inputs stay alive, the tables and lengths too
+        return self
 
     def launch(self) -> None:
         """Enqueue the kernel(s) on the current (or torch's) stream; no allocation, no sync."""

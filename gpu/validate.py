@@ -12,11 +12,15 @@ Three runs of the same trace with the same scheduler and paged manager code:
 
 Outputs (``ValidationResult.save(dir)``)::
 
+    step_errors.csv  errors by step type and batch size (see below)
     steps.csv        one row per real iteration: step, start_s, num_prefill_seqs,
                      num_prefill_tokens, num_decode_seqs, sum_decode_context, num_copies,
                      swap_in_tokens, swap_out_tokens, measured_s, predicted_roofline_s,
                      predicted_table_s, rel_error_roofline, rel_error_table, mem_<category>
-                     (slots), pool_occupied_blocks, pool_occupied_bytes, sim_occupied_bytes
+                     (slots), pool_occupied_blocks, pool_occupied_bytes, sim_occupied_bytes,
+                     num_waiting, num_running, step_type, batch_size, measured_gpu_s,
+                     measured_host_s, predicted_roofline_gpu_s, predicted_table_gpu_s,
+                     rel_error_roofline_gpu, rel_error_table_gpu
     validation.json  step errors, throughput / TTFT / TPOT of sim vs real, model, GPU, workload, date
     report.html      predicted vs measured, error histogram, timelines, memory (self-contained)
     real/, sim_roofline/, sim_table/   each run's summary.json, requests.csv, steps.csv
@@ -26,12 +30,27 @@ step, synchronized; the simulator's own Python (scheduler, records) is not count
 gaps between arrivals are jumped, not slept (see gpu/executor.py). So a validation run takes
 about the trace's busy time on the GPU.
 
+Host and device shares: a backend that reports ``last_timing = {"gpu_s", ...}`` splits each
+measured step into its device share (``measured_gpu_s``; TorchCupyBackend: CUDA events around the
+step's device work, scaled like the step) and the rest (``measured_host_s``: the executor's
+preparation and the runner's host time not hidden behind the device). The GPU-only error
+compares the device share with the model's price less its host term (``cpu_term``: the fixed and
+per-sequence overheads); the whole-step error compares whole steps. ``step_errors.csv`` /
+``errors_by_step`` break both down by step type (prefill, mixed, decode) and batch size;
+``host_fit`` is a least-squares host term (intercept + per sequence) fitted on this run, and
+``*_host_fitted_in_sample`` the whole-step errors with it in place of the model's own host
+term: in-sample, so a bound on what pricing the host time can do, not a prediction.
+
 Step error: ``|predicted - measured| / measured`` per iteration; ``median_step_error`` and
 ``p90_step_error`` are the calibrated table model's when a profile is given, else the
 roofline's (``step_error_model`` says which); ``roofline_*`` are always the roofline's.
 End-to-end errors (``throughput_error``, ``ttft_error``, ``tpot_error``) are
 ``|sim - real| / real`` of output throughput and mean TTFT/TPOT, the sim being the table-model
 run when a profile is given, else the roofline run (``roofline_*`` versions always present).
+
+K/V check (``check_kv``, default on; gpu/kv_check.py): after every copy-on-write and swap the
+destination blocks are read back and compared byte for byte with their sources as they were
+before the step (``kv_checked_blocks`` in validation.json).
 
 Memory check: at every step the pool's occupied bytes, counted from the manager's live block
 tables (distinct blocks x block_size x kv_bytes_per_token), must equal (token_states +
@@ -61,7 +80,11 @@ STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "n
                  "sum_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s",
                  "predicted_roofline_s", "predicted_table_s", "rel_error_roofline", "rel_error_table"]
                 + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
-                + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running"])
+                + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running",
+                   "step_type", "batch_size", "measured_gpu_s", "measured_host_s", "predicted_roofline_gpu_s",
+                   "predicted_table_gpu_s", "rel_error_roofline_gpu", "rel_error_table_gpu"])
+#: batch-size buckets of the error breakdown (sequences in the step)
+BATCH_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1 << 30))
 
 #: keys validation.json always has
 REQUIRED_KEYS = ("median_step_error", "p90_step_error", "roofline_median_step_error", "roofline_p90_step_error",
@@ -83,6 +106,7 @@ class ValidationResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.steps.to_csv(out / "steps.csv", index=False)
+        pd.DataFrame(self.metrics.get("errors_by_step", [])).to_csv(out / "step_errors.csv", index=False)
         (out / "validation.json").write_text(json.dumps(_jsonable(self.metrics), indent=2, default=str) + "\n")
         self.real.save(out / "real")
         self.sim_roofline.save(out / "sim_roofline")
@@ -116,8 +140,9 @@ def _rel(sim: float, real: float) -> float:
 class _StepLog:
     """on_step hook of the executor: prices the batch, records memory, checks the pool occupancy."""
 
-    def __init__(self, mgr, sched, roof, table, kv_bytes_per_token: float, check_memory: bool):
+    def __init__(self, mgr, sched, roof, table, kv_bytes_per_token: float, check_memory: bool, timing=None):
         self.mgr, self.sched, self.roof, self.table = mgr, sched, roof, table
+        self.timing = timing or (lambda: None)  # the backend's last step split {gpu_s, host_s}, if any
         self.kvb = float(kv_bytes_per_token)
         self.check_memory = check_memory
         self.rows: list[tuple] = []
@@ -137,39 +162,103 @@ class _StepLog:
                 f"{occ_blocks * snap.block_size} slots, the manager's categories say {held}")
         pr = self.roof.step_time(batch)
         pt = self.table.step_time(batch) if self.table is not None else float("nan")
+        n_seqs = len(batch.prefill_seq_ids) + len(batch.decode_seq_ids)
+        # the device's share of the measured step (the backend's own split; the executor's host
+        # preparation is in the rest); a backend that does not split counts all as device time
+        gpu = float((self.timing() or {}).get("gpu_s", measured))
+        pr_gpu = pr - cpu_term(self.roof, n_seqs)
+        pt_gpu = pt - cpu_term(self.table, n_seqs) if self.table is not None else float("nan")
+        kind = "mixed" if len(batch.prefill_seq_ids) and len(batch.decode_seq_ids) else \
+            "prefill" if len(batch.prefill_seq_ids) else "decode"
         self.rows.append((plan.step, len(batch.prefill_seq_ids), batch.num_prefill_tokens, len(batch.decode_seq_ids),
                           int(batch.decode_context_sum), len(plan.copies), int(batch.swap_in_tokens),
                           int(batch.swap_out_tokens), measured, pr, pt, *usage.as_tuple(), occ_blocks,
                           occ_blocks * snap.block_size * self.kvb, held * self.kvb,
-                          self.sched.num_waiting, self.sched.num_running))
+                          self.sched.num_waiting, self.sched.num_running, kind, n_seqs, gpu, measured - gpu,
+                          pr_gpu, pt_gpu))
+
+
+def cpu_term(model, num_seqs: int) -> float:
+    """The cost model's host (CPU) share of a step: its fixed and per-sequence overheads, the part
+    ``sim.calibration.ScaledCostModel`` leaves unscaled; the rest of its price is device time."""
+    return float(getattr(model, "overhead_s", 0.0)) + float(getattr(model, "per_seq_overhead_s", 0.0)) * num_seqs
 
 
 def _steps_frame(log: _StepLog, engine_steps: pd.DataFrame) -> pd.DataFrame:
-    cols = ["step", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs", "sum_decode_context",
-            "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s", "predicted_roofline_s",
-            "predicted_table_s"] + [f"mem_{c}" for c in MemoryUsage.CATEGORIES] + \
-           ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running"]
+    cols = [c for c in STEP_COLUMNS if c not in ("start_s", "rel_error_roofline", "rel_error_table",
+                                                 "rel_error_roofline_gpu", "rel_error_table_gpu")]
     df = pd.DataFrame(log.rows, columns=cols)
     df.insert(1, "start_s", engine_steps["start_s"].to_numpy()[:len(df)] if len(engine_steps) else np.nan)
     df["rel_error_roofline"] = rel_errors(df["predicted_roofline_s"], df["measured_s"])
     df["rel_error_table"] = rel_errors(df["predicted_table_s"], df["measured_s"])
+    df["rel_error_roofline_gpu"] = rel_errors(df["predicted_roofline_gpu_s"], df["measured_gpu_s"])
+    df["rel_error_table_gpu"] = rel_errors(df["predicted_table_gpu_s"], df["measured_gpu_s"])
     return df[STEP_COLUMNS]
 
 
+def batch_bucket(n: int) -> str:
+    for lo, hi in BATCH_BUCKETS:
+        if lo <= n <= hi:
+            return f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}")
+    return "0"
+
+
+def error_breakdown(steps: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Step errors of ``model`` ('table' or 'roofline') by step type and batch size (pure): per group
+    the number of steps, median / p90 of the whole-step error and of the GPU-only error (device
+    share measured vs the model's price without its host term), and the median measured device
+    and host milliseconds."""
+    cols = ["step_type", "batch_size", "steps", "median_step_error", "p90_step_error", "median_gpu_error",
+            "p90_gpu_error", "median_measured_gpu_ms", "median_measured_host_ms"]
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    s = steps.assign(bucket=[batch_bucket(int(n)) for n in steps["batch_size"]])
+    order = {b: i for i, b in enumerate(batch_bucket(lo) for lo, _ in BATCH_BUCKETS)}
+    rows = []
+    for (kind, bucket), g in s.groupby(["step_type", "bucket"], sort=False):
+        whole, gpu = g[f"rel_error_{model}"].to_numpy(float), g[f"rel_error_{model}_gpu"].to_numpy(float)
+        rows.append((kind, bucket, len(g), _q(whole, 50), _q(whole, 90), _q(gpu, 50), _q(gpu, 90),
+                     1e3 * float(g["measured_gpu_s"].median()), 1e3 * float(g["measured_host_s"].median())))
+    df = pd.DataFrame(rows, columns=cols)
+    kinds = {"prefill": 0, "mixed": 1, "decode": 2}
+    return df.sort_values(by=["step_type", "batch_size"], key=lambda c: c.map(kinds) if c.name == "step_type"
+                          else c.map(order)).reset_index(drop=True)
+
+
+def host_fit(steps: pd.DataFrame) -> dict:
+    """Least squares of the measured host share: host_s = intercept + per_seq * sequences (pure).
+    Fitted on the run it then prices, so the errors it gives are in-sample (a bound on what a host
+    term can do), labelled as such in validation.json."""
+    if len(steps) < 2 or steps["batch_size"].nunique() < 2:
+        c = float(steps["measured_host_s"].mean()) if len(steps) else 0.0
+        return {"intercept_ms": 1e3 * c, "per_seq_ms": 0.0}
+    A = np.stack([np.ones(len(steps)), steps["batch_size"].to_numpy(float)], axis=1)
+    (a, b), *_ = np.linalg.lstsq(A, steps["measured_host_s"].to_numpy(float), rcond=None)
+    return {"intercept_ms": 1e3 * float(a), "per_seq_ms": 1e3 * float(b)}
+
+
 def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,
-             progress: bool = False, check_memory: bool = True, host_blocks: int | None = None):
+             progress: bool = False, check_memory: bool = True, host_blocks: int | None = None,
+             check_kv: bool = True):
     """The real run: (SimResult, steps DataFrame, executor)."""
     from gpu.executor import GPUExecutor
 
     cfg = cfg.replace(profile=None, record_steps=True)
     model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
+    if check_kv and hasattr(backend, "read_blocks"):
+        from gpu.kv_check import KVContentCheck
+        backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
     tab = make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms) if profile else None
-    log = _StepLog(mgr, sched, roof, tab, budget.kv_bytes_per_token, check_memory)
+    log = _StepLog(mgr, sched, roof, tab, budget.kv_bytes_per_token, check_memory,
+                   timing=lambda: getattr(backend, "last_timing", None))
     ex = GPUExecutor(model, mgr, backend, scheduler=sched, on_step=log, host_blocks=host_blocks)
     bar = None
-    if progress:
+    try:
         from tqdm import tqdm
+    except ImportError:  # the bar is a convenience: no tqdm, no bar
+        progress = False
+    if progress:
         bar = tqdm(total=len(trace), unit="req", desc=f"validate ({getattr(backend, 'name', 'backend')})",
                    delay=2.0, leave=False)
     engine = Engine(sched, mgr, ex, table.arrival_s, check=cfg.check, record_steps=True, progress=bar)
@@ -194,10 +283,12 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
 
 
 def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,
-             workload: dict | None = None, progress: bool = False, check_memory: bool = True) -> ValidationResult:
+             workload: dict | None = None, progress: bool = False, check_memory: bool = True,
+             check_kv: bool = True) -> ValidationResult:
     """Run ``trace`` for real on ``backend`` and simulated; compare (see module docstring)."""
     profile = profile or cfg.profile
-    real, steps, ex = run_real(cfg, trace, backend, profile, progress=progress, check_memory=check_memory)
+    real, steps, ex = run_real(cfg, trace, backend, profile, progress=progress, check_memory=check_memory,
+                               check_kv=check_kv)
     sim_roof = run_simulation(cfg.replace(profile=None), trace)
     sim_tab = run_simulation(cfg.replace(profile=profile), trace) if profile else None
     metrics = compare(real, sim_roof, sim_tab, steps)
@@ -217,6 +308,8 @@ def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
         "max_pool_occupied_bytes": float(steps["pool_occupied_bytes"].max()) if len(steps) else 0.0,
         "cow_copies": int(real.summary.get("mgr_cow_copies", 0)),
         "executor_copies": int(ex.total_copies),
+        "kv_checked_blocks": int(getattr(ex.backend, "checked_blocks", 0)),
+        "kv_check": "passed" if hasattr(ex.backend, "checked_blocks") else "skipped",
     })
     return ValidationResult(steps, metrics, real, sim_roof, sim_tab)
 
@@ -241,6 +334,17 @@ def compare(real: SimResult, sim_roof: SimResult, sim_tab: SimResult | None, ste
     rs = real.summary
     main = sim_tab if sim_tab is not None else sim_roof
     m["sim_model"] = "table" if sim_tab is not None else "roofline"
+    name = m["step_error_model"]
+    g_err = steps[f"rel_error_{name}_gpu"].to_numpy(float) if f"rel_error_{name}_gpu" in steps else np.array([])
+    m["median_gpu_step_error"], m["p90_gpu_step_error"] = _q(g_err, 50), _q(g_err, 90)
+    if "measured_host_s" in steps and len(steps):
+        m["measured_host_share"] = float(steps["measured_host_s"].sum() / steps["measured_s"].sum())
+        fit = host_fit(steps)
+        m["host_fit"] = fit
+        priced = steps[f"predicted_{name}_gpu_s"] + 1e-3 * (fit["intercept_ms"] + fit["per_seq_ms"] * steps["batch_size"])
+        e = rel_errors(priced, steps["measured_s"])
+        m["median_step_error_host_fitted_in_sample"], m["p90_step_error_host_fitted_in_sample"] = _q(e, 50), _q(e, 90)
+        m["errors_by_step"] = error_breakdown(steps, name).to_dict(orient="records")
     for key, name, err in (("output_throughput", "output_throughput", "throughput_error"),
                            ("mean_ttft_ms", "mean_ttft_ms", "ttft_error"),
                            ("mean_tpot_ms", "mean_tpot_ms", "tpot_error")):

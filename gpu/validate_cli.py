@@ -39,7 +39,7 @@ def _require_gpu() -> None:
 def make_backend(args, cfg=None):
     if args.backend == "fake":
         from gpu.executor import FakeBackend
-        time_fn = None
+        time_fn = host_fn = None
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
@@ -49,10 +49,15 @@ def make_backend(args, cfg=None):
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
                                    cfg.per_seq_overhead_ms)
 
-            def time_fn(plan):
-                return roof.step_time(plan.batch) * (1.0 + 0.1 * math.sin(plan.step))
+            from gpu.validate import cpu_term
+
+            def time_fn(plan):  # the device share: the price less its host term
+                return (roof.step_time(plan.batch) - cpu_term(roof, plan.batch.num_seqs)) * (1.0 + 0.1 * math.sin(plan.step))
+
+            def host_fn(plan):  # the host share: the price's host term (same wobble: the sum is unchanged)
+                return cpu_term(roof, plan.batch.num_seqs) * (1.0 + 0.1 * math.sin(plan.step))
         b = FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
-                        record=False)
+                        record=False, host_fn=host_fn)
         b.device_name = "cpu (fake backend, dry run)"
         return b
     from gpu.model_runner import TorchCupyBackend
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     backend = make_backend(args, cfg)
     from gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
-                   progress=args.progress and not args.json)
+                   progress=args.progress and not args.json, check_kv=args.check_kv)
     out = res.save(args.out)
     m = res.metrics
     if args.json:
@@ -90,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
             ("steps", m["num_steps"]),
             (f"step error ({m['step_error_model']}) median / p90",
              f"{100 * m['median_step_error']:.1f} % / {100 * m['p90_step_error']:.1f} %"),
+            (f"GPU-only step error ({m['step_error_model']}) median / p90",
+             f"{100 * m['median_gpu_step_error']:.1f} % / {100 * m['p90_gpu_step_error']:.1f} %"
+             f" (host share of the measured time {100 * m.get('measured_host_share', float('nan')):.1f} %)"),
             ("roofline step error median / p90",
              f"{100 * m['roofline_median_step_error']:.1f} % / {100 * m['roofline_p90_step_error']:.1f} %"),
             ("output throughput real / sim",
@@ -97,12 +105,21 @@ def run(args: argparse.Namespace) -> int:
              f" ({100 * m['throughput_error']:.1f} %)"),
             ("mean TTFT real / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
                                      f" ({100 * m['ttft_error']:.1f} %)"),
+            ("K/V after copies and swaps", f"{m['kv_check']} ({m['kv_checked_blocks']} blocks compared)"),
             ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
                                      f" ({100 * m['tpot_error']:.1f} %)")]
+    if "host_fit" in m:  # the measured host time as the cost model's own term, for the next run
+        f = m["host_fit"]
+        rows.append(("host term fitted on this run",
+                     f"{f['intercept_ms']:.3f} ms + {f['per_seq_ms']:.4f} ms/seq: step error with it "
+                     f"{100 * m['median_step_error_host_fitted_in_sample']:.1f} % / "
+                     f"{100 * m['p90_step_error_host_fitted_in_sample']:.1f} % (in-sample; price another trace "
+                     f"with --step-overhead-ms {max(f['intercept_ms'], 0):.3f} --per-seq-overhead-ms "
+                     f"{max(f['per_seq_ms'], 0):.4f})"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
-    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, report.html")
+    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, step_errors.csv, report.html")
     return 0
 
 
@@ -131,6 +148,9 @@ def register(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", required=True, help="folder for steps.csv, validation.json, report.html")
     o.add_argument("--check", action="store_true", default=None, help="assert engine invariants every step")
+    g.add_argument("--check-kv", dest="check_kv", action=argparse.BooleanOptionalAction, default=True,
+                   help="after each copy-on-write and swap, read the destination blocks back and compare them "
+                        "with their sources before the step (outside the timed region)")
     o.add_argument("--json", action="store_true", help="print validation.json's numbers as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar")

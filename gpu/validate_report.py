@@ -3,6 +3,9 @@
 Figures: predicted vs measured step time (scatter, log axes, y = x), relative step error
 histogram, cumulative finished requests vs time (real and simulated), and the KV pool's
 occupied bytes (real, from the block tables) over the simulator's memory categories.
+
+plotly is optional: without it (the GPU machine's image has none) the page holds the tables
+and says in one line that the figures need plotly; validation.json and steps.csv are the same.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import plotly.graph_objects as go
 
 _MEM = ("token_states", "reservation", "internal_frag", "allocator_slack")
 
@@ -25,7 +27,9 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-def figures(res) -> list[tuple[str, go.Figure]]:
+def figures(res) -> list:
+    """(name, plotly Figure) pairs; needs plotly."""
+    import plotly.graph_objects as go
     s = res.steps
     figs = []
     f = go.Figure()
@@ -78,6 +82,33 @@ def figures(res) -> list[tuple[str, go.Figure]]:
     return figs
 
 
+def _table(title: str, header: list[str], body: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in r) + "</tr>" for r in body)
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{rows}</table>"
+
+
+def _end_to_end(m: dict) -> str:
+    """Output throughput, mean TTFT and TPOT: real, the main simulation, the roofline simulation."""
+    body = []
+    for label, key, err in (("output throughput (tok/s)", "output_throughput", "throughput_error"),
+                            ("mean TTFT (ms)", "mean_ttft_ms", "ttft_error"),
+                            ("mean TPOT (ms)", "mean_tpot_ms", "tpot_error")):
+        body.append([label, m.get(f"real_{key}"), m.get(f"sim_{key}"), m.get(err), m.get(f"roofline_sim_{key}"),
+                     m.get(f"roofline_{err}")])
+    return _table("End to end: real vs simulated", ["", "real", f"sim ({m.get('sim_model')})", "error",
+                                                    "sim (roofline)", "error"], body)
+
+
+def _breakdown(m: dict) -> str:
+    rows = m.get("errors_by_step") or []
+    if not rows:
+        return ""
+    header = list(rows[0])
+    return _table(f"Errors by step type and batch size ({m.get('step_error_model')}; GPU-only = device share "
+                  "vs the price less its host term)", header, [[r[h] for h in header] for r in rows])
+
+
 def write_report(res, path: str | Path) -> Path:
     path = Path(path)
     m = res.metrics
@@ -85,10 +116,17 @@ def write_report(res, path: str | Path) -> Path:
             "median_step_error", "p90_step_error", "roofline_median_step_error", "roofline_p90_step_error",
             "real_output_throughput", "sim_output_throughput", "throughput_error", "real_mean_ttft_ms",
             "sim_mean_ttft_ms", "ttft_error", "real_mean_tpot_ms", "sim_mean_tpot_ms", "tpot_error",
-            "memory_check"]
+            "median_gpu_step_error", "p90_gpu_step_error", "measured_host_share",
+            "median_step_error_host_fitted_in_sample", "memory_check", "kv_check", "kv_checked_blocks"]
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(m.get(k))}</td></tr>" for k in keys if k in m)
-    parts = []
-    for i, (_name, fig) in enumerate(figures(res)):
+    parts = [_end_to_end(m), _breakdown(m)]
+    try:
+        figs = figures(res)
+    except ImportError:
+        figs = []
+        parts.append("<p>Figures left out: plotly is not installed (pip install plotly); the numbers are in "
+                     "validation.json and steps.csv.</p>")
+    for i, (_name, fig) in enumerate(figs):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pagesim validate</title>"
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"

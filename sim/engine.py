@@ -34,7 +34,6 @@ import math
 import time
 
 import numpy as np
-import simpy
 
 from sim.batch import StepBatch
 from sim.errors import PagesimError
@@ -334,6 +333,11 @@ class Engine:
 
             replay.run(self)
             return
+        try:  # imported here: the core path, and modules that only import this one, need no simpy
+            import simpy
+        except ImportError:
+            raise PagesimError("the Python engine (this configuration's path, and pagesim validate) needs "
+                               "simpy: pip install simpy") from None
         env = simpy.Environment()
         env.process(self.arrivals(env))
         env.process(self.engine(env))

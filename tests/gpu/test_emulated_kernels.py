@@ -4,18 +4,20 @@ reference, with the launch configuration computed by ``gpu.paged_attention.launc
 
 This checks the kernels' indexing, partitioning, softmax, GQA chunking, reduce and cache ops
 without a GPU. It is a semantic check only (no timing, no memory model beyond barriers), and
-covers a subset of the template instantiations (listed in emu_kernels.cpp). Skipped when g++
-(C++20) or the CUDA headers are missing.
+runs every template instantiation the Python side can launch (``test_every_instantiation``).
+Skipped when g++ (C++20) or the CUDA headers are missing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import numpy as np
 import pytest
 
 from gpu import reference as ref
+from gpu.kernels_src import CTYPES, HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
 from gpu.paged_attention import launch_config
 from gpu.testing import make_case
 
@@ -61,7 +63,7 @@ def check(lib, case, **kw):
     got, cfg = emu_attention(lib, case, **kw)
     want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
                                    case.context_lens, case.block_size, case.scale, case.dtype)
-    np.testing.assert_allclose(got, want, **ref.TOLERANCES[case.dtype])
+    ref.assert_attention_close(got, want, case.dtype)
     return cfg
 
 
@@ -114,7 +116,7 @@ def test_emulated_contiguous_variant(emu):
         v[s, :n] = ref.gather_kv(case.value_cache, case.block_tables[s], n, 16)
     got, _ = emu_attention(emu, case, contiguous=(k, v))
     want = ref.contiguous_attention_ref(case.query, k, v, case.context_lens, case.scale)
-    np.testing.assert_allclose(got, want, **ref.TOLERANCES["float16"])
+    ref.assert_attention_close(got, want, "float16")
 
 
 def test_emulated_reshape_and_cache_and_copy_blocks(emu):
@@ -138,3 +140,109 @@ def test_emulated_reshape_and_cache_and_copy_blocks(emu):
     ref.copy_blocks_ref(kc, vc, mapping)
     np.testing.assert_array_equal(ekc, kc)
     np.testing.assert_array_equal(evc, vc)
+
+
+# (num_heads, num_kv_heads) that select each HEADS template: group 1, group 2, group 3 (a chunk
+# of 4 with one padded head), group 12 over 2 KV heads (HEADS 8: two chunks per KV head, the
+# second half full, so the chunk -> KV head -> first head mapping is exercised)
+HEADS_FOR = {1: (2, 2), 2: (4, 2), 4: (6, 2), 8: (24, 2)}
+
+
+@pytest.mark.parametrize("dtype", list(CTYPES))
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("heads", HEADS_PER_BLOCK)
+def test_every_instantiation(emu, dtype, head_dim, heads):
+    num_heads, num_kv_heads = HEADS_FOR[heads]
+    assert heads_per_block(num_heads // num_kv_heads) == heads
+    rng = np.random.default_rng(head_dim * 10 + heads)
+    case = make_case(rng, num_seqs=3, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                     block_size=16, max_ctx=45, dtype=dtype)
+    cfg = check(emu, case)
+    assert cfg.heads == heads
+
+
+def test_split_k_20000_tokens_and_the_check_sees_1024_dropped(emu):
+    rng = np.random.default_rng(11)
+    case = make_case(rng, num_seqs=3, num_heads=2, num_kv_heads=2, head_dim=64, block_size=16,
+                     lens=[20000, 777, 4097])
+    cfg = check(emu, case)
+    assert cfg.max_parts > 1
+    # a kernel that stops 1,024 tokens short of the long row fails the same check
+    lens = case.context_lens.copy()
+    lens[0] -= 1024
+    short = dataclasses.replace(case, context_lens=lens)  # the same data, the long row 1,024 tokens short
+    got_short, _ = emu_attention(emu, short)
+    want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                   case.context_lens, case.block_size, case.scale, case.dtype)
+    with pytest.raises(AssertionError):
+        ref.assert_attention_close(got_short, want, case.dtype)
+    assert ref.rel_norm_errors(got_short, want)[0] > 20 * ref.REL_NORM_TOL["float16"]
+
+
+def test_tolerances_are_tied_to_the_observed_error(emu):
+    """The bounds stay within 2.5x of what the emulation shows (a loose bound would hide bugs)."""
+    errs = {"float16": [], "bfloat16": []}
+    for seed, (dtype, h, kv, d) in enumerate([("float16", 8, 2, 64), ("float16", 24, 2, 128),
+                                             ("bfloat16", 8, 1, 64), ("bfloat16", 4, 4, 128)]):
+        case = make_case(np.random.default_rng(seed), num_seqs=4, num_heads=h, num_kv_heads=kv, head_dim=d,
+                         block_size=16, max_ctx=300, dtype=dtype)
+        got, _ = emu_attention(emu, case)
+        want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                       case.context_lens, case.block_size, case.scale, dtype)
+        live = case.context_lens > 0
+        errs[dtype] += ref.rel_norm_errors(got, want)[live].tolist()
+    for dtype, e in errs.items():
+        assert max(e) <= ref.REL_NORM_TOL[dtype] <= 2.5 * max(e), (dtype, max(e))
+
+
+MAPPING = "    const int kvh = blockIdx.x / chunks;\n"
+FIRST_HEAD = "    const int head0 = kvh * group + chunk * HEADS;\n"
+
+
+RUN_CASE = """
+import sys
+import numpy as np
+from pathlib import Path
+from gpu.testing import make_case
+from tests.gpu.emu.build import build
+from tests.gpu.test_emulated_kernels import check
+lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",))
+heads, kv_heads = int(sys.argv[2]), int(sys.argv[3])
+case = make_case(np.random.default_rng(80), num_seqs=3, num_heads=heads, num_kv_heads=kv_heads, head_dim=64,
+                 block_size=16, max_ctx=45)
+try:
+    check(lib, case)
+except AssertionError:
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("bug,fix", [
+    (MAPPING, MAPPING.replace("blockIdx.x / chunks", "blockIdx.x % num_kv_heads")),  # chunks interleaved
+    (FIRST_HEAD, FIRST_HEAD.replace("kvh * group + chunk * HEADS", "blockIdx.x * HEADS")),  # chunks as if full
+], ids=["kv-head-of-chunk", "first-head-of-chunk"])
+def test_injected_chunk_mapping_bug_is_caught(emu, tmp_path, bug, fix):
+    """A chunk -> KV head mapping bug (group > 8 over several KV heads) fails test_every_instantiation's
+    HEADS=8 case (wrong rows, or a crash reading past the heads: run in a subprocess); the group-16
+    single-KV-head case the tests had before does not see it."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpu.kernels_src import KERNEL_DIR
+    src = tmp_path / "kernels"
+    shutil.copytree(KERNEL_DIR, src)
+    text = (src / "paged_attention.cu").read_text()
+    assert text.count(bug) == 1
+    (src / "paged_attention.cu").write_text(text.replace(bug, fix))
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+
+    def run(heads, kv_heads):
+        return subprocess.run([sys.executable, "-c", RUN_CASE, str(tmp_path), str(heads), str(kv_heads)], cwd=root,
+                              env=env, capture_output=True, text=True, timeout=600).returncode
+
+    assert run(16, 1) == 0  # the bug passes the old case: one KV head, a group that is a multiple of 8
+    assert run(*HEADS_FOR[8]) != 0  # and fails the new one

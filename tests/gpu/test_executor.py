@@ -241,6 +241,17 @@ def test_fake_detects_a_wrong_slot():
         fb.execute(plan)
 
 
+def test_a_slot_past_the_pool_is_refused_before_the_backend_runs():
+    mgr, fb, ex = small()
+    mgr.allocate(SeqSpec(0, 5, 8))
+    mgr.append(0, 5)
+    real = ex._table_of
+    ex._table_of = lambda s: [ex.num_blocks] + list(real(s))[1:]  # a block id one past the pool
+    with pytest.raises(ExecutorError, match=f"outside the pool's {ex.num_blocks * ex.block_size} slots"):
+        ex.run_step(prefill_batch([0], [5], [5]), mgr)
+    assert not fb.plans
+
+
 def test_batch_inconsistent_with_manager_is_caught():
     mgr, fb, ex = small()
     mgr.allocate(SeqSpec(0, 5, 8))

@@ -52,10 +52,12 @@ def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
         assert plan.max_parts == num_partitions
     want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
                                    case.context_lens, block_size, case.scale, dtype)
-    np.testing.assert_allclose(ref.as_f32(np.asarray(out), dtype), want, **ref.TOLERANCES[dtype])
+    ref.assert_attention_close(ref.as_f32(np.asarray(out), dtype), want, dtype)
     # the module compiled exactly the instantiation it launched, without local includes
     names = [n for n, _ in cp.compiled]
     assert any(n[0].startswith("paged_attention_kernel<") for n in names)
+    # NVRTC gets -lineinfo, so compute-sanitizer and ncu name the source line of a fault
+    assert all("-lineinfo" in opts and "--std=c++14" in opts for _, opts in cp.compiled)
 
 
 def test_forward_shared_memory_opt_in_and_split(cp):
@@ -68,7 +70,7 @@ def test_forward_shared_memory_opt_in_and_split(cp):
     assert plan.kernel.max_dynamic_shared_size_bytes == plan._smem
     want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
                                    case.context_lens, 16, case.scale)
-    np.testing.assert_allclose(np.asarray(out).astype(np.float32), want, **ref.TOLERANCES["float16"])
+    ref.assert_attention_close(np.asarray(out).astype(np.float32), want, "float16")
 
 
 def test_forward_contiguous_end_to_end(cp):
@@ -81,7 +83,7 @@ def test_forward_contiguous_end_to_end(cp):
     v = rng.standard_normal((S, L, 2, D)).astype(np.float16)
     out = pa.forward_contiguous(cp.asarray(q), cp.asarray(k), cp.asarray(v), lens)
     want = ref.contiguous_attention_ref(q, k, v, lens)
-    np.testing.assert_allclose(np.asarray(out).astype(np.float32), want, **ref.TOLERANCES["float16"])
+    ref.assert_attention_close(np.asarray(out).astype(np.float32), want, "float16")
 
 
 def test_forward_validation(cp):
@@ -136,3 +138,40 @@ def test_cache_ops_end_to_end(cp, slot_dtype, dtype):
     back = cp.zeros_like(dkc)
     swap_blocks(host, back, np.array([[0, 5], [2, 0]]))
     np.testing.assert_array_equal(np.asarray(back)[[5, 0]], kc[[2, 5]])
+
+
+def test_reshape_and_cache_refuses_a_slot_past_the_caches(cp):
+    from gpu.cache_ops import reshape_and_cache
+    nb, bs, kvh, D = 3, 4, 1, 8
+    kc = cp.zeros((nb, bs, kvh, D), dtype=np.float16)
+    vc = cp.zeros_like(kc)
+    rows = cp.asarray(np.ones((2, kvh, D), np.float16))
+    with pytest.raises(ValueError, match=r"slot_mapping: slot 12 is outside the caches' 12 slots"):
+        reshape_and_cache(rows, rows, kc, vc, np.array([0, nb * bs]))
+    assert np.all(np.asarray(kc) == 0)  # refused before the launch
+    reshape_and_cache(rows, rows, kc, vc, np.array([-1, nb * bs - 1]))  # the last slot and a skip are fine
+    assert np.asarray(kc)[-1, -1].sum() == D and np.asarray(kc).sum() == D
+
+
+def test_one_plan_rebound_to_each_layer(cp):
+    """A decode step plans once and rebinds the plan to the next layer's query and caches: the same
+    result as a fresh plan for that layer, the same output buffer, shapes checked."""
+    from gpu import paged_attention as pa
+    rng = np.random.default_rng(31)
+    case = make_case(rng, num_seqs=4, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, max_ctx=120)
+    layer2 = [ref.round_to(rng.standard_normal(a.shape), "float16") for a in (case.query, case.key_cache,
+                                                                           case.value_cache)]
+    plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, check=False)
+    out1 = np.asarray(plan.run()).astype(np.float32).copy()
+    buf = plan.out
+    plan.rebind(*(cp.asarray(a) for a in layer2))
+    out2 = np.asarray(plan.run()).astype(np.float32)
+    assert plan.out is buf
+    want2 = ref.paged_attention_ref(*layer2, case.block_tables, case.context_lens, 16, case.scale, "float16")
+    ref.assert_attention_close(out2, want2, "float16")
+    want1 = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                    case.context_lens, 16, case.scale, "float16")
+    ref.assert_attention_close(out1, want1, "float16")
+    assert np.abs(out2 - want1).max() > 0.1  # it really read the second layer
+    with pytest.raises(ValueError, match=r"rebind: key_cache is float16 \(.*\), the plan has"):
+        plan.rebind(cp.asarray(layer2[0]), cp.asarray(layer2[1][:-1]), cp.asarray(layer2[2]))

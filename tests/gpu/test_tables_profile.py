@@ -149,3 +149,10 @@ def test_default_partitions_fit_default_shared_memory(head_dim, heads):
 def test_coalesce_runs():
     assert coalesce_runs(np.zeros((0, 2))) == []
     assert coalesce_runs([[5, 0], [3, 10], [4, 11], [6, 1], [9, 2]]) == [(3, 10, 2), (5, 0, 2), (9, 2, 1)]
+
+
+def test_launch_config_refuses_more_sequences_than_grid_y():
+    cfg = pa.launch_config(65535, 8, 8, 128, 100, 132, 227 * 1024)
+    assert cfg.grid_x == 8
+    with pytest.raises(ValueError, match="num_seqs 65536 exceeds 65535, the grid's y limit; split the batch"):
+        pa.launch_config(65536, 8, 8, 128, 100, 132, 227 * 1024)

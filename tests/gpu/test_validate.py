@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import types
 
 import numpy as np
@@ -170,6 +171,9 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     assert main(ARGS + ["--backend", "fake", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "step error" in text and "validation.json" in text
+    # the dry run's host share is the roofline's host term (3 ms + 20 us per sequence, +-10 %): the fit finds it
+    fit = re.search(r"host term fitted on this run\s+([\d.]+) ms \+ ([\d.]+) ms/seq", text)
+    assert fit and abs(float(fit[1]) - 3.0) < 0.3 and abs(float(fit[2]) - 0.02) < 0.005, text
     m = json.loads((out / "validation.json").read_text())
     for k in REQUIRED_KEYS:
         assert k in m
@@ -257,3 +261,46 @@ def test_cli_rejects_non_paged_systems(tmp_path, capsys):
     args = [a if a != "vllm" else "orca-max" for a in ARGS]
     assert main(args + ["--backend", "fake", "--out", str(tmp_path / "o")]) == 2
     assert "paged systems only" in capsys.readouterr().err
+
+
+def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
+    """Device share = the roofline's price less its host term (overhead 3 ms + 20 us per sequence);
+    host share = 1 ms + 0.1 ms per sequence. By hand: the GPU-only error is 0 on every step, the
+    host fit recovers 1 ms and 0.1 ms, and each whole-step error is
+    |(gpu + 3 + 0.02 n) - (gpu + 1 + 0.1 n)| / (gpu + 1 + 0.1 n) (ms)."""
+    from gpu.validate import cpu_term, error_breakdown
+    roof = RooflineCostModel(MODEL, GPU)
+
+    def gpu(p):
+        return roof.step_time(p.batch) - cpu_term(roof, p.batch.num_seqs)
+
+    def host(p):
+        return 1e-3 + 1e-4 * p.batch.num_seqs
+
+    res = validate(cfg(), trace(), FakeBackend(gpu, host_fn=host))
+    s, m = res.steps, res.metrics
+    assert (s["rel_error_roofline_gpu"] < 1e-12).all() and m["median_gpu_step_error"] < 1e-12
+    n = s["batch_size"].to_numpy(float)
+    assert s["measured_host_s"].to_numpy() == pytest.approx(1e-3 + 1e-4 * n)
+    meas = s["measured_gpu_s"].to_numpy() + 1e-3 + 1e-4 * n
+    want = np.abs((s["measured_gpu_s"].to_numpy() + 3e-3 + 2e-5 * n) - meas) / meas
+    assert s["rel_error_roofline"].to_numpy() == pytest.approx(want)
+    assert m["host_fit"]["intercept_ms"] == pytest.approx(1.0) and m["host_fit"]["per_seq_ms"] == pytest.approx(0.1)
+    assert m["median_step_error_host_fitted_in_sample"] < 1e-9  # the fitted host term prices it exactly
+    assert set(s["step_type"]) >= {"prefill", "decode"}
+    br = error_breakdown(s, "roofline")
+    assert br["steps"].sum() == len(s) and list(br.columns)[:3] == ["step_type", "batch_size", "steps"]
+    dec1 = s[(s.step_type == "decode") & (s.batch_size == 1)]
+    row = br[(br.step_type == "decode") & (br.batch_size == "1")].iloc[0]
+    assert row["steps"] == len(dec1) and row["median_step_error"] == pytest.approx(dec1["rel_error_roofline"].median())
+    assert row["median_measured_host_ms"] == pytest.approx(1.1)
+    out = res.save(tmp_path / "v")
+    assert len(pd.read_csv(out / "step_errors.csv")) == len(br)
+    html = (out / "report.html").read_text()
+    assert "Errors by step type and batch size" in html and "End to end" in html
+
+
+def test_batch_buckets():
+    from gpu.validate import batch_bucket
+    assert [batch_bucket(n) for n in (1, 2, 4, 5, 16, 17, 64, 65, 256, 257, 5000)] == \
+        ["1", "2-4", "2-4", "5-16", "5-16", "17-64", "17-64", "65-256", "65-256", ">=257", ">=257"]

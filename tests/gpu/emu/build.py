@@ -24,14 +24,15 @@ def cuda_include() -> Path | None:
     return None
 
 
-def build(out_dir: Path) -> tuple[ctypes.CDLL | None, str]:
-    """(library, '') or (None, why not)."""
+def build(out_dir: Path, kernel_dir: Path = KERNEL_DIR, defines: tuple[str, ...] = ()) -> tuple[ctypes.CDLL | None, str]:
+    """(library, '') or (None, why not). ``kernel_dir``: where the kernel sources are read from (a
+    mutated copy, for injected-bug tests); ``defines``: extra -D macros (``PAGESIM_EMU_FP16_64_ONLY``)."""
     gxx, inc = shutil.which("g++"), cuda_include()
     if gxx is None or inc is None:
         return None, "needs g++ and the CUDA headers (cuda_fp16.h)"
     so = Path(out_dir) / "emu.so"
-    cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc}", f"-I{KERNEL_DIR}",
-           str(HERE / "emu_kernels.cpp"), "-o", str(so)]
+    cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc}", f"-I{kernel_dir}",
+           *(f"-D{d}" for d in defines), str(HERE / "emu_kernels.cpp"), "-o", str(so)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode:
         if "barrier" in r.stderr and "No such file" in r.stderr:

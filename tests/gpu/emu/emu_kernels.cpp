@@ -27,10 +27,19 @@ extern "C" int emu_attention_main(int dtype, int head_dim, int heads, int gx, in
                                   const void* v, const int* bt, const int* cl, int paged, int nh, int nkvh, int mb,
                                   int bs, int shift, int stride, int P, int maxp, float scale) {
     if (threads != PA_NUM_THREADS) return 2;
-    PAGESIM_EMU_CASE(fp16_t, 0, 64, 1) PAGESIM_EMU_CASE(fp16_t, 0, 64, 2) PAGESIM_EMU_CASE(fp16_t, 0, 64, 4)
-    PAGESIM_EMU_CASE(fp16_t, 0, 64, 8) PAGESIM_EMU_CASE(fp16_t, 0, 80, 2) PAGESIM_EMU_CASE(fp16_t, 0, 96, 4)
-    PAGESIM_EMU_CASE(fp16_t, 0, 128, 8) PAGESIM_EMU_CASE(fp16_t, 0, 256, 1)
-    PAGESIM_EMU_CASE(bf16_t, 1, 64, 8) PAGESIM_EMU_CASE(bf16_t, 1, 64, 1) PAGESIM_EMU_CASE(bf16_t, 1, 128, 4)
+    // every instantiation the Python side can launch (gpu.kernels_src.all_instantiations)
+#define PAGESIM_EMU_HEADS(T, TI, D) \
+    PAGESIM_EMU_CASE(T, TI, D, 1) PAGESIM_EMU_CASE(T, TI, D, 2) PAGESIM_EMU_CASE(T, TI, D, 4) \
+    PAGESIM_EMU_CASE(T, TI, D, 8)
+#define PAGESIM_EMU_DIMS(T, TI) \
+    PAGESIM_EMU_HEADS(T, TI, 64) PAGESIM_EMU_HEADS(T, TI, 80) PAGESIM_EMU_HEADS(T, TI, 96) \
+    PAGESIM_EMU_HEADS(T, TI, 128) PAGESIM_EMU_HEADS(T, TI, 256)
+#ifdef PAGESIM_EMU_FP16_64_ONLY  // a quick build for injected-bug tests (test_emulated_kernels.py)
+    PAGESIM_EMU_HEADS(fp16_t, 0, 64)
+#else
+    PAGESIM_EMU_DIMS(fp16_t, 0)
+    PAGESIM_EMU_DIMS(bf16_t, 1)
+#endif
     return 1;
 }
 

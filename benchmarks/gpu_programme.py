@@ -1,0 +1,411 @@
+"""The whole GPU programme in four offline phases, each one `device run` call of under 10 minutes.
+
+    python3 benchmarks/gpu_programme.py prepare            # here, once: the simpy wheel into .whl/
+    python3 benchmarks/gpu_programme.py 1 --out "$OUT"     # on the GPU machine, phases 1..4 in turn
+    python3 benchmarks/gpu_programme.py all --dry-run --out /tmp/dry   # every step on the CPU (CI)
+
+Nothing is fetched on the device: the project runs from the working tree (``PYTHONPATH``, no
+``pip install -e``, whose build isolation needs the network), the trace is the built-in synthetic
+ShareGPT workload (``../shared`` does not travel), and the one package the device image lacks
+that a step needs, simpy (the Python engine's clock, which ``validate`` runs on), comes as a
+27 KB wheel in the git-ignored ``.whl/`` folder (``prepare`` downloads it; name ``.whl`` in the
+call's ``carry``). plotly is not carried: without it ``validate`` writes report.html as tables
+only. Phases (expected device time, see ``PHASES``)::
+
+    1  environment report, every kernel instantiation compiled through NVRTC (fills CuPy's
+       cache for the later steps), the GPU tests (-m gpu), compute-sanitizer memcheck and
+       racecheck (Firecracker kernels only; a clear "skipped" line elsewhere)
+    2  the kernel sweep (`pagesim gpu bench`), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8)
+    3  one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then validation
+       of both models against their profiles (4 of 32 layers run, time scaled x8)
+    4  the layer-scaling check: one trace with 4 and with all 32 layers run
+
+Each phase writes its files under ``out/gpu_programme/<date>-<device>/phaseN/`` in the working
+tree (git-ignored; it survives between calls while the machine stays warm, so phase 3 finds
+phase 2's profiles; on a cold machine it calibrates quickly instead) and sends back two files,
+``$OUT/<date>-<device>/summaryN.txt`` and ``$OUT/<date>-<device>/phaseN.tgz`` (the device returns
+8 files, 2 folders deep): unpack the tarballs into ``benchmarks/results/<date>-<device>/``.
+
+A phase never runs past its deadline (its worst time in ``PHASES``): each step gets the smaller of its own
+timeout and the time left, and a step that does not fit is skipped with a line saying so.
+``--dry-run`` runs every step on the CPU: the environment report, the kernel sources and their
+instantiation list, the GPU tests collected (not run), the sanitizer skip line, the sweep's
+points, profiles priced by the roofline at the calibration grid and checked by the table model,
+every validation with ``--backend fake`` (fewer requests) and the layer-scaling comparison. Its
+numbers say nothing about any GPU; it checks that every step's command line, file and summary
+works (tests/benchmarks/test_gpu_programme.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+#: the wheels the device image lacks (KINDS.md: no simpy, no plotly; tqdm, numba, pandas, pyarrow are there)
+WHEELS = ("simpy==4.1.2",)
+MODELS = ("llama-2-7b", "llama-3-8b")
+#: what the programme's validations run (the dry run swaps in fewer requests, see _val)
+VALIDATION = ("--workload", "sharegpt", "--rate", "4", "--system", "vllm", "--no-progress")
+COW_SWAP = ("--n", "2", "--kv-gib", "2", "--max-seq-len", "2048", "--preemption", "swap", "--swap-gib", "4",
+            "--num-requests", "80")
+
+#: expected device seconds per phase (typical, worst), from the timings measured by others in
+#: ../shared/gpu-plan (48 NVRTC compiles ~30 s, GPU tests 2.5-4 min, memcheck 2-3 min, racecheck ~1 min,
+#: bench 1.5-3 min, calibrate 1-1.5 min per model, validate --layers 4 0.7-1.5 min per run, a 32-layer
+#: step 15-20 ms). The worst is also the phase's deadline: no step starts that could end past it.
+#: Sum of the worst: 24 min; a fresh machine adds about a minute to the first call.
+PHASES = {1: (330, 510), 2: (270, 420), 3: (180, 330), 4: (90, 180)}
+
+
+@dataclass
+class Step:
+    name: str
+    argv: list[str]
+    timeout_s: int
+    env: dict = field(default_factory=dict)
+
+
+def shown(argv: list[str]) -> list[str]:
+    """The command line as logged: an inline script's text replaced by a mark."""
+    return [a if i != 2 or argv[1] != "-c" else "<inline script>" for i, a in enumerate(argv)]
+
+
+def python() -> str:
+    return sys.executable or "python3"
+
+
+def cli(*args: str) -> list[str]:
+    return [python(), "-m", "sim.cli", *args]
+
+
+def py(code: str) -> list[str]:
+    return [python(), "-c", code]
+
+
+# ---------------------------------------------------------------------- the environment
+def ensure_wheels(log) -> str:
+    """A site folder holding the carried wheels when the interpreter lacks them ('' when none needed)."""
+    missing = [w.split("==")[0] for w in WHEELS if not _importable(w.split("==")[0])]
+    if not missing:
+        return ""
+    whl = sorted((ROOT / ".whl").glob("*.whl"))
+    if not whl:
+        log(f"missing {', '.join(missing)} and no wheels in .whl/: run 'python3 benchmarks/gpu_programme.py "
+            f"prepare' here and name .whl in the call's carry; the validation steps will fail")
+        return ""
+    site = Path("/tmp/pagesim_site")
+    r = subprocess.run([python(), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, whl)],
+                       capture_output=True, text=True)
+    log(f"installed {len(whl)} carried wheel(s) into {site}: rc={r.returncode} {r.stderr.strip()[-300:]}")
+    return str(site)
+
+
+def _importable(mod: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(mod) is not None
+
+
+def device_slug(dry: bool) -> tuple[str, str]:
+    """(folder slug, the simulator's --gpu preset) of this machine's GPU."""
+    if dry:
+        return "cpu-dry-run", "h200"
+    from gpu.device import cuda_available, device_info, gpu_slug
+    if not cuda_available():
+        from gpu.device import why_not
+        raise SystemExit(f"gpu_programme: no CUDA device ({why_not()}); use --dry-run on a CPU")
+    name = device_info("gpu_programme")["name"]
+    low = name.lower()
+    preset = "h200" if "h200" in low else "h100" if "h100" in low else "a100-80gb"
+    return gpu_slug(name), preset
+
+
+ENV_REPORT = r"""
+import importlib, platform, subprocess, sys, shutil
+print("python", sys.version.split()[0], platform.platform())
+print("uname -r", platform.release(), "(firecracker)" if "fc" in platform.release() else "")
+for m in ("numpy", "pandas", "numba", "pyarrow", "cupy", "torch", "simpy", "plotly", "tqdm", "pytest", "hypothesis"):
+    try:
+        mod = importlib.import_module(m)
+        print(f"{m:12s} {getattr(mod, '__version__', '?')}")
+    except Exception as e:
+        print(f"{m:12s} missing ({type(e).__name__})")
+try:
+    import torch
+    print("torch cuda", torch.version.cuda, "available", torch.cuda.is_available())
+except Exception:
+    pass
+for tool in ("nvidia-smi", "nvcc", "compute-sanitizer"):
+    print(f"{tool:18s} {shutil.which(tool) or 'not found'}")
+if shutil.which("nvidia-smi"):
+    print(subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout)
+from gpu.device import cuda_available, why_not
+if cuda_available():
+    from gpu.device import device_info
+    for k, v in device_info().items():
+        print(f"{k:22s} {v}")
+else:
+    print("gpu info skipped:", why_not())
+"""
+
+COMPILE_ALL = r"""
+import sys, time
+from gpu.kernels_src import all_instantiations, load_source
+from gpu._loader import BASE_OPTIONS
+dry = sys.argv[1] == "dry"
+n = 0
+t0 = time.perf_counter()
+for src, names in all_instantiations().items():
+    load_source(src)
+    for x in names:
+        if not dry:
+            from gpu._loader import get_kernel
+            t = time.perf_counter()
+            get_kernel(src, x)
+            print(f"{time.perf_counter() - t:6.2f} s  {x}")
+        n += 1
+print(("listed" if dry else "compiled"), n, "instantiations with", " ".join(BASE_OPTIONS),
+      f"in {time.perf_counter() - t0:.1f} s")
+"""
+
+BENCH_DRY = r"""
+import sys
+from gpu.bench import sweep, COLUMNS
+pts = sweep(quick=False)
+need = max(2.5 * p.kv_bytes for p in pts)
+print(f"bench: {len(pts)} points, the largest needs {need / 2**30:.1f} GiB; columns: {','.join(COLUMNS)}")
+open(sys.argv[1], "w").write(",".join(COLUMNS) + "\n")
+"""
+
+CALIBRATE_DRY = r"""
+import sys
+from gpu.calibrate import fake_profile
+fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
+"""
+
+SUMMARIZE = r"""
+import glob, json, sys, os
+import pandas as pd
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "val_*", "validation.json"))):
+    m = json.load(open(f))
+    s = pd.read_csv(f.replace("validation.json", "steps.csv"))
+    swapped = int((s["swap_in_tokens"] + s["swap_out_tokens"]).sum())
+    print(f"{f.split(os.sep)[-2]:24s} steps={m['num_steps']:6d} step err ({m['step_error_model']}) "
+          f"med/p90={m['median_step_error']:.3f}/{m['p90_step_error']:.3f} gpu-only med/p90="
+          f"{m['median_gpu_step_error']:.3f}/{m['p90_gpu_step_error']:.3f} host share={m['measured_host_share']:.3f} "
+          f"roofline med={m['roofline_median_step_error']:.3f} "
+          f"tput err={m['throughput_error']:.3f} ttft err={m['ttft_error']:.3f} tpot err={m['tpot_error']:.3f} "
+          f"copies={m['executor_copies']} swapped_tokens={swapped} kv_checks={m.get('kv_checked_blocks', 'n/a')}")
+"""
+
+LAYERS = r"""
+import json, sys, os
+import numpy as np, pandas as pd
+rows = {}
+for L in (4, 32):
+    d = os.path.join(sys.argv[1], f"val_layers{L}")
+    m = json.load(open(os.path.join(d, "validation.json")))
+    s = pd.read_csv(os.path.join(d, "steps.csv"))
+    dec = s[(s.num_prefill_seqs == 0) & (s.num_decode_seqs > 0)]
+    per_seq = (dec.measured_s / dec.num_decode_seqs).median() if len(dec) else float("nan")
+    rows[L] = dict(layers_run=m.get("layers_run"), steps=len(s), busy_s=float(s.measured_s.sum()),
+                   median_step_s=float(s.measured_s.median()), median_decode_s_per_seq=float(per_seq),
+                   output_throughput=m["real_output_throughput"])
+    print(f"layers {L:2d}: " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in rows[L].items()))
+res = {k: rows[4][k] / rows[32][k] - 1 for k in ("busy_s", "median_step_s", "median_decode_s_per_seq",
+                                                  "output_throughput")}
+print("layer scaling (4 layers x 8 vs 32 layers), relative difference: "
+      + " ".join(f"{k}={v:+.3f}" for k, v in res.items()))
+json.dump({"runs": rows, "relative_difference": res}, open(os.path.join(sys.argv[1], "layer_scaling.json"), "w"),
+          indent=2)
+"""
+
+
+def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str, profile: str | None = None,
+         layers: int = 4, duration: str = "60", seed: int = 0) -> Step:
+    size = ("--num-requests", "16") if dry else ("--duration", duration)
+    if "--num-requests" in extra:
+        size = ()
+    args = ["validate", *VALIDATION, "--seed", str(seed), *size, "--model", model, "--gpu", preset, "--layers", str(layers),
+            "--out", str(work / name)]
+    if not extra:
+        args += ["--kv-gib", "40" if not dry else "4"]
+    args += list(extra)
+    if profile:
+        args += ["--profile", profile]
+    if dry:
+        args += ["--backend", "fake"]
+    return Step(name, cli(*args), 150)
+
+
+def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> list[Step]:
+    mode = "dry" if dry else "gpu"
+    if phase == 1:
+        steps = [Step("env", py(ENV_REPORT), 60), Step("compile_all", py(COMPILE_ALL) + [mode], 120)]
+        if dry:  # the GPU tests must collect (no simpy/plotly needed); running them needs the device
+            steps.append(Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "--collect-only",
+                                            "-q", "-p", "no:cacheprovider"], 120))
+        else:
+            steps.append(Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-ra",
+                                            "-p", "no:cacheprovider"], 270))
+        sanitizer = shutil.which("compute-sanitizer") or next(
+            (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
+             if os.path.exists(p)), None)
+        if not dry and sanitizer and "fc" in platform.release():
+            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "-m", "gpu", "-q", "-x",
+                    "-p", "no:cacheprovider"]
+            steps.append(Step("memcheck", [sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
+                                           "--print-limit", "20", *base, "-k",
+                                           "not torch and not sdpa and not bench and not (split_k and bfloat16)"],
+                              170))
+            steps.append(Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
+                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache"],
+                              80))
+        else:
+            why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer
+                   else f"kernel {platform.release()} is not Firecracker (gVisor refuses the device)")
+            steps.append(Step("sanitizer", py(f"print('compute-sanitizer memcheck/racecheck skipped: {why}')"), 10))
+        return steps
+    if phase == 2:
+        if dry:
+            steps = [Step("bench", py(BENCH_DRY) + [str(work / "gpu_kernel.csv")], 60)]
+        else:
+            steps = [Step("bench", cli("gpu", "bench", "--out", str(work / "gpu_kernel.csv")), 240)]
+        for m in MODELS:
+            out = str(work / f"profile_{m}.csv")
+            steps.append(Step(f"calibrate_{m}", py(CALIBRATE_DRY) + [m, preset, out] if dry else
+                              cli("gpu", "calibrate", "--model", m, "--out", out), 140))
+        return steps
+    if phase == 3:  # the copy-on-write and swap run first: a phase cut short loses a model's run, not it
+        steps = [_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP)]
+        for m in MODELS:
+            prof = prev / f"profile_{m}.csv"
+            if not prof.exists():  # a cold machine: phase 2's folder is gone
+                prof = work / f"profile_{m}_quick.csv"
+                steps.append(Step(f"calibrate_quick_{m}", py(CALIBRATE_DRY) + [m, preset, str(prof)] if dry else
+                                  cli("gpu", "calibrate", "--model", m, "--quick", "--out", str(prof)), 70))
+            steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
+        steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
+        return steps
+    if phase == 4:
+        steps = [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, duration="20", seed=1)
+                 for L in (4, 32)]
+        steps += [Step("layer_scaling", py(LAYERS) + [str(work)], 30), Step("summary", py(SUMMARIZE) + [str(work)], 30)]
+        return steps
+    raise ValueError(phase)
+
+
+# ---------------------------------------------------------------------- running a phase
+def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, limit_s: float | None = None) -> int:
+    t_start = time.monotonic()
+    limit_s = PHASES[phase][1] - 10 if limit_s is None else limit_s  # 10 s for the tarball
+    day = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    slug, preset = device_slug(dry)
+    tag = f"{day}-{slug}"
+    base = (work_root or ROOT / "out" / "gpu_programme") / tag
+    work = base / f"phase{phase}"
+    logs = work / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    dest = out / tag
+    dest.mkdir(parents=True, exist_ok=True)
+    summary = dest / f"summary{phase}.txt"
+    lines: list[str] = []
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        lines.append(msg)
+        summary.write_text("\n".join(lines) + "\n")
+
+    log(f"pagesim GPU programme phase {phase} ({'dry run, CPU' if dry else preset}) {tag}; "
+        f"expected {PHASES[phase][0] // 60}-{PHASES[phase][1] // 60} min")
+    site = ensure_wheels(log)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    worst = 0
+    for st in steps_for(phase, work, dry, preset, base / "phase2"):
+        left = limit_s - (time.monotonic() - t_start)
+        timeout = min(st.timeout_s, left - 10)
+        if timeout < min(st.timeout_s, 15):
+            log(f"{st.name:28s} skipped: {left:.0f} s left of the phase's {limit_s:.0f} s")
+            worst = max(worst, 5)
+            continue
+        t0 = time.monotonic()
+        with open(logs / f"{st.name}.txt", "w") as f:
+            f.write("$ " + shlex.join(shown(st.argv)) + "\n")
+            f.flush()
+            try:
+                rc = subprocess.run(st.argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env={**env, **st.env},
+                                    timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+        text = (logs / f"{st.name}.txt").read_text(errors="replace").rstrip().splitlines()
+        log(f"{st.name:28s} rc={rc:<3d} {time.monotonic() - t0:6.1f} s" + (" (timed out)" if rc == 124 else ""))
+        for ln in text[-(12 if st.name == "summary" else 3):]:
+            log("    " + ln[:240])
+        worst = max(worst, 1 if rc else 0)
+    log(f"phase {phase} done in {time.monotonic() - t_start:.0f} s; files in {work}")
+    with tarfile.open(dest / f"phase{phase}.tgz", "w:gz") as tar:
+        tar.add(work, arcname=f"phase{phase}")
+    return worst
+
+
+def prepare(dest: Path = ROOT / ".whl") -> int:
+    """Download the wheels the device image lacks (pure Python) into the git-ignored .whl/."""
+    dest.mkdir(exist_ok=True)
+    cmd = [python(), "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+           "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(dest), *WHEELS]
+    print("$ " + shlex.join(cmd))
+    return subprocess.run(cmd).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("phase", choices=["prepare", "1", "2", "3", "4", "all", "plan"],
+                    help="prepare: wheels into .whl/ (here); 1-4: one device call each; all: 1-4 in turn; "
+                         "plan: print each phase's steps and expected time")
+    ap.add_argument("--dry-run", action="store_true", help="every step on the CPU (fake backend); no GPU needed")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "out" / "gpu_programme_out"),
+                    help="where summaryN.txt and phaseN.tgz go (default: $OUT)")
+    ap.add_argument("--work", default=str(ROOT / "out" / "gpu_programme"),
+                    help="working folder (git-ignored; kept between calls while the machine stays warm)")
+    ap.add_argument("--limit-s", type=float, default=None,
+                    help="a phase's deadline in seconds (default: its worst expected time, PHASES)")
+    a = ap.parse_args(argv)
+    if a.phase == "prepare":
+        return prepare()
+    if a.phase == "plan":
+        for p in (1, 2, 3, 4):
+            lo, hi = PHASES[p]
+            print(f"phase {p}: {lo / 60:.1f}-{hi / 60:.1f} min")
+            for st in steps_for(p, Path("out/gpu_programme/<date>-<device>") / f"phase{p}", a.dry_run, "h200",
+                                Path("out/gpu_programme/<date>-<device>/phase2")):
+                print(f"  {st.name:26s} <= {st.timeout_s:4d} s  {shlex.join(shown(st.argv))}")
+        print(f"total: {sum(v[0] for v in PHASES.values()) / 60:.0f}-{sum(v[1] for v in PHASES.values()) / 60:.0f} "
+              "min of device time plus the machine's start")
+        return 0
+    phases = [1, 2, 3, 4] if a.phase == "all" else [int(a.phase)]
+    rc = 0
+    for p in phases:
+        rc = max(rc, run_phase(p, Path(a.out), a.dry_run, Path(a.work), a.limit_s))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
