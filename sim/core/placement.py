@@ -20,12 +20,15 @@ First-fit / best-fit. Holes sorted by address in ``hole_start`` / ``hole_size`` 
 ``NUM_HOLES``): first-fit takes the lowest hole that fits, best-fit the smallest (ties: the
 lowest); an extent is carved from the front of its hole, and a freed extent coalesces with
 the holes on either side. O(holes) scans: holes never outnumber running requests + 1.
+
+Fixed slots (the static manager, ``sim/memory/static.py``): B slots of max_seq_len, slot k at
+``k * max_seq_len``; a request takes the lowest free slot.
 """
 
 from __future__ import annotations
 
 from sim.core.jit import njit
-from sim.core.state import BEST_FIT, BUDDY, CAPACITY, NUM_HOLES, PLACEMENT_KIND
+from sim.core.state import BEST_FIT, BUDDY, CAPACITY, FIXED_SLOTS, MAX_SEQ_LEN, NUM_HOLES, PLACEMENT_KIND
 
 WORD_BITS = 32  # bits used per int64 word: no sign bit, so `w & -w` is the lowest set bit
 
@@ -207,12 +210,22 @@ def fit_release(s, start, size):
     s.count[NUM_HOLES] = num + 1
 
 
+# -- fixed slots (the static manager): slot k is [k * max_seq_len, (k + 1) * max_seq_len) --------
+@njit(inline=True)
+def lowest_free_slot(s):
+    """The lowest slot not held, or -1."""
+    for k in range(len(s.slot_taken)):
+        if not s.slot_taken[k]:
+            return k
+    return -1
+
+
 # -- the placement the config names ------------------------------------------------------------
 @njit
 def init(s):
     if s.config[PLACEMENT_KIND] == BUDDY:
         buddy_init(s)
-    else:
+    elif s.config[PLACEMENT_KIND] != FIXED_SLOTS:
         fit_init(s)
 
 
@@ -220,6 +233,8 @@ def init(s):
 def can_place(s, size):
     if s.config[PLACEMENT_KIND] == BUDDY:
         return buddy_order_for(s, size) >= 0
+    if s.config[PLACEMENT_KIND] == FIXED_SLOTS:
+        return lowest_free_slot(s) >= 0
     return fit_find(s, size, s.config[PLACEMENT_KIND] == BEST_FIT) >= 0
 
 
@@ -229,6 +244,10 @@ def place(s, size):
     ``placed_size(s, size)`` slots."""
     if s.config[PLACEMENT_KIND] == BUDDY:
         return buddy_alloc(s, size)
+    if s.config[PLACEMENT_KIND] == FIXED_SLOTS:
+        k = lowest_free_slot(s)
+        s.slot_taken[k] = 1
+        return k * s.config[MAX_SEQ_LEN]
     return fit_alloc(s, size, s.config[PLACEMENT_KIND] == BEST_FIT)
 
 
@@ -237,5 +256,7 @@ def release(s, start, placed):
     """Give back the extent ``[start, start + placed)``."""
     if s.config[PLACEMENT_KIND] == BUDDY:
         buddy_release(s, start, placed)
+    elif s.config[PLACEMENT_KIND] == FIXED_SLOTS:
+        s.slot_taken[start // s.config[MAX_SEQ_LEN]] = 0
     else:
         fit_release(s, start, placed)

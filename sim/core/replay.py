@@ -36,13 +36,16 @@ def unsupported(engine) -> str | None:
     from sim.engine import SimulatedExecutor
     from sim.memory.contiguous import ContiguousManager
     from sim.memory.paged import PagedManager, TokenManager
+    from sim.memory.static import StaticManager
     from sim.sched.continuous import ContinuousScheduler
+    from sim.sched.static import StaticScheduler
 
     sched, mgr, ex = engine.sched, engine.mgr, engine.executor
-    if type(sched) is not ContinuousScheduler:
-        return "only the continuous (vllm/orca) scheduler runs on the core"
-    if type(mgr) not in (PagedManager, TokenManager, ContiguousManager):
-        return "only the paged manager (vllm, token) and the contiguous one (orca) run on the core"
+    if type(sched) not in (ContinuousScheduler, StaticScheduler):
+        return "only the continuous (vllm/orca) and static schedulers run on the core"
+    if type(mgr) not in (PagedManager, TokenManager, ContiguousManager, StaticManager):
+        return ("only the paged manager (vllm, token), the contiguous one (orca) and the static one "
+                "run on the core")
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
     if getattr(mgr, "prefix_caching", False):
@@ -86,7 +89,8 @@ PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": st
 
 
 def is_contiguous(mgr) -> bool:
-    return getattr(mgr, "kind", "") == "contiguous"
+    """One extent per request: the contiguous (Orca) manager, or the static one's fixed slots."""
+    return getattr(mgr, "kind", "") in ("contiguous", "static")
 
 
 class NoBlocks:
@@ -156,20 +160,29 @@ def no_extents() -> dict:
     empty = np.zeros(0, i64)
     return dict(extent_start=empty, reserved=empty, placed=empty, buddy_bits=np.zeros(1, i64),
                 buddy_row=np.zeros(2, i64), buddy_free=empty, buddy_first_word=empty,
-                hole_start=empty, hole_size=empty)
+                hole_start=empty, hole_size=empty, slot_taken=empty)
 
 
 def with_extents(engine, s: state.Core) -> state.Core:
     """``s`` (a pool of no blocks) with the contiguous (Orca) manager's flags, its extents'
-    arrays and an empty pool: one free block per buddy chunk, or one hole."""
+    arrays and an empty pool: one free block per buddy chunk, or one hole. The static manager
+    is the same accounting with the ``max`` reservation in fixed slots, under the static
+    scheduler."""
     sched, mgr = engine.sched, engine.mgr
     config = s.config
     capacity = mgr.capacity
     config[state.MANAGER_KIND] = state.CONTIGUOUS
     config[state.CAPACITY] = capacity
-    config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
-    config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
-    config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
+    if mgr.kind == "static":
+        config[state.SCHEDULER_KIND] = state.STATIC
+        config[state.STATIC_BATCH_LIMIT] = sched.batch_limit
+        config[state.RESERVATION_KIND] = state.RESERVE_MAX
+        config[state.PLACEMENT_KIND] = state.FIXED_SLOTS
+        config[state.LARGEST_EXTENT] = mgr.max_seq_len
+    else:
+        config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
+        config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
+        config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
     n = sched.t.size
     i64 = np.int64
     orders = max(capacity.bit_length(), 1)
@@ -181,7 +194,8 @@ def with_extents(engine, s: state.Core) -> state.Core:
     s = s._replace(extent_start=np.full(n, -1, i64), reserved=np.zeros(n, i64), placed=np.zeros(n, i64),
                    buddy_bits=np.zeros(int(row[-1]), i64), buddy_row=row, buddy_free=np.zeros(orders, i64),
                    buddy_first_word=np.zeros(orders, i64), hole_start=np.zeros(holes, i64),
-                   hole_size=np.zeros(holes, i64))
+                   hole_size=np.zeros(holes, i64),
+                   slot_taken=np.zeros(getattr(mgr, "num_slots", 0), i64))
     placement.init(s)
     return s
 

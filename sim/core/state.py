@@ -31,7 +31,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ,
- MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT, NUM_CONFIG) = range(21)
+ MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, NUM_CONFIG) = range(23)
 
 # count: int64 counters
 (USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
@@ -54,7 +55,9 @@ BLOCKS_SUM, LOGICAL_SUM, NUM_CLOCK = 15, 16, 17
 PAGED, CONTIGUOUS = 0, 1
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
 RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
-BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
+BUDDY, FIRST_FIT, BEST_FIT, FIXED_SLOTS = 0, 1, 2, 3  # fixed slots: the static manager's
+# config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
+CONTINUOUS, STATIC = 0, 1
 
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
@@ -120,3 +123,4 @@ class Core(NamedTuple):
     buddy_first_word: np.ndarray  # per order: no free block lies in an earlier word
     hole_start: np.ndarray
     hole_size: np.ndarray
+    slot_taken: np.ndarray  # fixed slots (the static manager): 1 where slot k is held
