@@ -37,15 +37,17 @@ def unsupported(engine) -> str | None:
     from sim.memory.contiguous import ContiguousManager
     from sim.memory.paged import PagedManager, TokenManager
     from sim.memory.static import StaticManager
+    from sim.memory.vattention import VAttentionManager
     from sim.sched.continuous import ContinuousScheduler
     from sim.sched.static import StaticScheduler
 
     sched, mgr, ex = engine.sched, engine.mgr, engine.executor
     if type(sched) not in (ContinuousScheduler, StaticScheduler):
         return "only the continuous (vllm/orca) and static schedulers run on the core"
-    if type(mgr) not in (PagedManager, TokenManager, ContiguousManager, StaticManager):
-        return ("only the paged manager (vllm, token), the contiguous one (orca) and the static one "
-                "run on the core")
+    # vAttention's pages are the paged manager's blocks (page_tokens per block, no sharing)
+    if type(mgr) not in (PagedManager, TokenManager, VAttentionManager, ContiguousManager, StaticManager):
+        return ("only the paged manager (vllm, token, vattention), the contiguous one (orca) and the "
+                "static one run on the core")
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
     if getattr(mgr, "prefix_caching", False):

@@ -17,6 +17,7 @@ from sim.core.cost import roofline_step_time
 from sim.core.jit import njit
 from sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             NUM_FINISHED, NUM_RUNNING, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
+                            STATIC_CONTEXT_SUM, STATIC_LIVE,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                             STEP_SWAP_OUT, WAITING_LEN)
 
@@ -45,9 +46,15 @@ def start_batch(s):
         longest = max(longest, prompt)
     c[STEP_PREFILL_SEQS] = c[NUM_RUNNING]
     c[STEP_PREFILL_TOKENS] = c[NUM_RUNNING] * longest
+    context_sum = 0
     for k in range(c[NUM_RUNNING]):
-        s.step_prefill_ids[k] = s.running[k]
+        i = s.running[k]
+        s.step_prefill_ids[k] = i
         s.step_prefill_tokens[k] = longest
+        context_sum += s.prompt_tokens[i]
+    # a decode step's context: each member's prompt + min(generated, output), kept as a sum
+    # that grows with every token handed out (complete_step)
+    c[STATIC_CONTEXT_SUM] = context_sum
 
 
 @njit
@@ -64,18 +71,11 @@ def schedule(s):
     if c[NUM_RUNNING] == 0:
         start_batch(s)
         return 0
-    context_sum = 0
-    live = 0
-    for k in range(c[NUM_RUNNING]):
-        i = s.running[k]
-        g = s.num_generated[i]
-        if g < s.output_tokens[i]:  # still generating: its token's K/V goes into its slot
-            s.num_computed_tokens[i] += 1
-            live += 1
-        context_sum += s.prompt_tokens[i] + min(g, s.output_tokens[i])
-    c[COMPUTED_SLOTS] += live
+    # the members still generating store their newest token's K/V (their L is
+    # prompt + generated - 1, written back when the batch ends); every member is computed
+    c[COMPUTED_SLOTS] += c[STATIC_LIVE]
     c[STEP_DECODE_SEQS] = c[NUM_RUNNING]
-    return context_sum
+    return c[STATIC_CONTEXT_SUM]
 
 
 @njit
@@ -96,32 +96,38 @@ def complete_step(s, now):
     """Hand out the tokens; when every member is done, finish the whole batch at ``now``."""
     c = s.count
     members = c[NUM_RUNNING]
+    running, num_generated, output_tokens, last_token_s = s.running, s.num_generated, s.output_tokens, s.last_token_s
+    still_live = 0
     if c[STEP_PREFILL_SEQS]:
         for k in range(members):
-            i = s.running[k]
-            s.num_generated[i] = 1
+            i = running[k]
+            num_generated[i] = 1
             s.first_token_s[i] = now
-            s.last_token_s[i] = now
+            last_token_s[i] = now
+            if output_tokens[i] > 1:
+                still_live += 1
+        c[STATIC_CONTEXT_SUM] += members
     else:  # the members still generating got their last token together: one latency
-        live = 0
+        live = c[STATIC_LIVE]
         latency = 0.0
         for k in range(members):
-            i = s.running[k]
-            if s.num_generated[i] < s.output_tokens[i]:
-                if live == 0:
-                    latency = now - s.last_token_s[i]
-                live += 1
-                s.num_generated[i] += 1
-                s.last_token_s[i] = now
+            i = running[k]
+            if num_generated[i] < output_tokens[i]:
+                latency = now - last_token_s[i]
+                num_generated[i] += 1
+                last_token_s[i] = now
+                if num_generated[i] < output_tokens[i]:
+                    still_live += 1
         s.itl_hist[scheduler.itl_bin(s.itl_edges, latency)] += live
         s.clock[ITL_SUM] += latency * live
         c[ITL_COUNT] += live
+        c[STATIC_CONTEXT_SUM] += live
+    c[STATIC_LIVE] = still_live
+    if still_live:
+        return
     for k in range(members):
-        i = s.running[k]
-        if s.num_generated[i] < s.output_tokens[i]:
-            return
-    for k in range(members):
-        i = s.running[k]
+        i = running[k]
+        s.num_computed_tokens[i] = s.prompt_tokens[i] + num_generated[i] - 1  # the batch's L
         extent.free(s, i)
         s.status[i] = FINISHED
         s.finish_s[i] = now

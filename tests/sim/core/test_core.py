@@ -98,6 +98,12 @@ CASES = [
     ("static", dict(slots=3000, static_batch_size=3), {}),
     ("static", dict(slots=3000, max_num_seqs=2), dict(rate=5.0)),  # idle between batches
     ("static", dict(slots=2048, record_steps=False), dict(rate=200.0)),
+    # vAttention: the paged manager with pages of page_tokens (OPT-13B: 64 KiB -> 3, 2 MiB -> 102)
+    ("vattention", {}, {}),
+    ("vattention", dict(slots=1200), dict(rate=200.0)),
+    ("vattention", dict(vattention_page_kib=2048, slots=1200), dict(rate=200.0)),
+    ("vattention", dict(vattention_page_kib=2048, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30,
+                        slots=1200), dict(rate=200.0)),
 ]
 
 
@@ -228,7 +234,6 @@ def test_progress_counts_every_finish():
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
-    (dict(system="vattention"), {}, "paged manager"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -289,7 +294,7 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)
 
 
-@pytest.mark.parametrize("system", ["orca-max", "orca-pow2", "orca-oracle", "static"])
+@pytest.mark.parametrize("system", ["orca-max", "orca-pow2", "orca-oracle", "static", "vattention"])
 def test_orca_and_static_take_the_core_by_default(system):
     cfg = cfg_for(system, slots=2048)
     assert run_simulation(cfg, rand_trace(0, n=20)).summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
