@@ -32,7 +32,7 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ,
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
- SCHEDULER_KIND, STATIC_BATCH_LIMIT, NUM_CONFIG) = range(23)
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, NUM_CONFIG) = range(24)
 
 # count: int64 counters
 (USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
@@ -55,7 +55,11 @@ BLOCKS_SUM, LOGICAL_SUM, NUM_CLOCK = 15, 16, 17
 PAGED, CONTIGUOUS = 0, 1
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
 RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
-BUDDY, FIRST_FIT, BEST_FIT, FIXED_SLOTS = 0, 1, 2, 3  # fixed slots: the static manager's
+BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
+# columns of Core.extent, Core.buddy_orders and Core.holes
+EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
+ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
+HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
 CONTINUOUS, STATIC = 0, 1
 
@@ -111,16 +115,12 @@ class Core(NamedTuple):
     # step table rows
     row_floats: np.ndarray
     row_ints: np.ndarray
-    # the contiguous manager (sim/core/extent.py): each request's extent
-    extent_start: np.ndarray
-    reserved: np.ndarray  # R, what the reservation policy asked
-    placed: np.ndarray  # A >= R, what the placement gave (buddy: next power of two)
-    # its placement (sim/core/placement.py): the buddy's free blocks, one bit per aligned
-    # block of each order (32 bits a word), and the first-fit/best-fit holes by address
+    # the contiguous manager (sim/core/extent.py): each request's extent, (start, R the
+    # reservation asked, A >= R placed), and its placement (sim/core/placement.py): the
+    # buddy's free blocks, one bit per aligned block of each order (32 bits a word), per order
+    # (its first word, free blocks, first word that may hold one), and the fit holes by address.
+    # Few arrays: every call of a compiled function passes each array of the state
+    extent: np.ndarray
     buddy_bits: np.ndarray
-    buddy_row: np.ndarray  # order k's words are buddy_bits[buddy_row[k]:buddy_row[k + 1]]
-    buddy_free: np.ndarray  # free blocks per order
-    buddy_first_word: np.ndarray  # per order: no free block lies in an earlier word
-    hole_start: np.ndarray
-    hole_size: np.ndarray
-    slot_taken: np.ndarray  # fixed slots (the static manager): 1 where slot k is held
+    buddy_orders: np.ndarray
+    holes: np.ndarray

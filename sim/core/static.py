@@ -1,8 +1,8 @@
 """Request-level (static) batching over the core's arrays, as ``sim/sched/static.py`` states it
 (FasterTransformer): with no batch running, take up to B waiting requests FCFS (B: the static
 manager's slots, ``static_batch_size`` or ``max_num_seqs`` if fewer), each in a fixed slot of
-max_seq_len (the contiguous manager's accounting with ``FIXED_SLOTS`` placement and the
-``max`` reservation), and prefill them together; then decode until the longest member is
+max_seq_len (the contiguous manager's accounting with the ``max`` reservation, its slots
+first-fit over ``[0, B * max_seq_len)``: the lowest free slot), and prefill them together; then decode until the longest member is
 done. Nobody joins mid-batch. The batch is padded: the prefill is priced as B x the longest
 prompt and every decode step computes all B sequences, finished or not; members that are done
 keep their K/V and wait. Results return when the whole batch ends: every member's finish time

@@ -37,7 +37,7 @@ def test_a_batch_of_three_slots_padded_and_finished_together():
     assert s.config[state.STATIC_BATCH_LIMIT] == 3
     assert static.schedule(s) == 0
     assert s.running[:c[state.NUM_RUNNING]].tolist() == [0, 1, 2]
-    assert [int(s.extent_start[i]) for i in range(3)] == [0, 16, 32]
+    assert [int(s.extent[i, state.EXTENT_START]) for i in range(3)] == [0, 16, 32]
     # the prefill is padded to the longest prompt: 3 x 5 tokens
     assert (c[state.STEP_PREFILL_SEQS], c[state.STEP_PREFILL_TOKENS]) == (3, 15)
     # token states 3 + 5 + 2, reservation F - L = 2 + 1 + 3, internal 16 - F, no slack, free 8
@@ -55,7 +55,7 @@ def test_a_batch_of_three_slots_padded_and_finished_together():
     assert c[state.NUM_RUNNING] == 0 and s.finish_s[:3].tolist() == [3.0, 3.0, 3.0]
     assert categories(s) == [0, 0, 0, 0, 0, 56]
     static.schedule(s)  # the next batch takes the lowest slot again
-    assert s.running[:c[state.NUM_RUNNING]].tolist() == [3] and int(s.extent_start[3]) == 0
+    assert s.running[:c[state.NUM_RUNNING]].tolist() == [3] and int(s.extent[3, state.EXTENT_START]) == 0
 
 
 def test_batch_size_and_never_fitting_requests():
