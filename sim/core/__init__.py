@@ -14,9 +14,9 @@ same CPython functions otherwise (``sim/core/jit.py``).
     loop.py         time: the next arrival or the end of the running step
     replay.py       the glue: which runs it covers, arrays in, records out
 
-It covers the continuous scheduler with the paged manager (vllm, token; any block size) or
-the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or best-fit),
-and static batching (``--system static``); prefill-first or chunked, preemption by recompute or swap, one sequence per request, the
-roofline cost model, and no prefix caching. Every other configuration runs on the Python
+It covers the continuous scheduler with the paged manager (vllm, token, vattention; any
+block size) or the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or
+best-fit), and static batching (``--system static``); prefill-first or chunked, preemption by
+recompute or swap, one sequence per request, the roofline cost model, and no prefix caching. Every other configuration runs on the Python
 engine (``sim/engine.py``), which the core will replace system by system.
 """

@@ -16,9 +16,10 @@ with its buddy while the buddy is free and whole::
     alloc(3) in 16:  [        16        ] -> [  8  ][  8  ] -> [4][4][  8  ]  -> takes [0, 4)
     free(0):         [4*][4 ][  8  ]      -> [  8  ][  8  ] -> [        16        ]
 
-First-fit / best-fit. Holes sorted by address in ``holes`` (the first ``NUM_HOLES``): first-fit takes the lowest hole that fits, best-fit the smallest (ties: the
-lowest); an extent is carved from the front of its hole, and a freed extent coalesces with
-the holes on either side. O(holes) scans: holes never outnumber running requests + 1.
+First-fit / best-fit. Holes sorted by address in ``holes`` (the first ``NUM_HOLES``):
+first-fit takes the lowest hole that fits, best-fit the smallest (ties: the lowest); an
+extent is carved from the front of its hole, and a freed extent coalesces with the holes on
+either side. O(holes) scans: holes never outnumber running requests + 1.
 
 The static manager's B fixed slots of max_seq_len (``sim/memory/static.py``: a request takes
 the lowest free slot) are first-fit over the address space ``[0, B * max_seq_len)``

@@ -2,8 +2,8 @@
 (FasterTransformer): with no batch running, take up to B waiting requests FCFS (B: the static
 manager's slots, ``static_batch_size`` or ``max_num_seqs`` if fewer), each in a fixed slot of
 max_seq_len (the contiguous manager's accounting with the ``max`` reservation, its slots
-first-fit over ``[0, B * max_seq_len)``: the lowest free slot), and prefill them together; then decode until the longest member is
-done. Nobody joins mid-batch. The batch is padded: the prefill is priced as B x the longest
+first-fit over ``[0, B * max_seq_len)``: the lowest free slot), and prefill them together;
+then decode until the longest member is done. Nobody joins mid-batch. The batch is padded: the prefill is priced as B x the longest
 prompt and every decode step computes all B sequences, finished or not; members that are done
 keep their K/V and wait. Results return when the whole batch ends: every member's finish time
 is the batch's.
@@ -96,7 +96,8 @@ def complete_step(s, now):
     """Hand out the tokens; when every member is done, finish the whole batch at ``now``."""
     c = s.count
     members = c[NUM_RUNNING]
-    running, num_generated, output_tokens, last_token_s = s.running, s.num_generated, s.output_tokens, s.last_token_s
+    running, num_generated, output_tokens = s.running, s.num_generated, s.output_tokens
+    last_token_s = s.last_token_s
     still_live = 0
     if c[STEP_PREFILL_SEQS]:
         for k in range(members):
