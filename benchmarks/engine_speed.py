@@ -9,9 +9,13 @@
    the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
    process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
    compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
+   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle`` and ``static`` on the core
+   (target: engine under 0.3 s each), the Python engine in the same run as the baseline, and
+   the records compared.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
-   Python engine as the baseline up to 100,000 requests.
+   Python engine as the baseline up to 100,000 requests; ``--synthetic-system`` picks the system
+   (``vllm``; ``orca-oracle`` for the Orca target). The peak RSS printed is the process's so far.
 3. Macro steps where they pay off (Python engine): a low-rate synthetic trace, with and
    without them.
 4. Prefix caching (``--prefix-caching``): the Mooncake conversation trace (12,031 requests,
@@ -21,7 +25,8 @@
    same run and the records compared.
 
 The process pins itself to one CPU first (Linux), so "one core" is literal.
-Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]``.
+Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
+[--synthetic-system orca-oracle]``.
 Prints figures; asserts nothing.
 """
 
@@ -177,6 +182,7 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
     ap.add_argument("--only-prefix-caching", action="store_true", help="section 4 only")
+    ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -214,10 +220,17 @@ def main() -> None:
         print(f"  same trace, chunked prefill (budget 512): core {cw:.3f} s, Python engine {cp:.2f} s "
               f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
         cost_models(trace)
-        for system in ("orca-max", "orca-oracle", "token"):
+        for system in ("orca-max", "orca-pow2", "orca-oracle", "static"):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
-            w, s2 = timed(c, trace)
-            print(f"  same trace, --system {system}: {w:.2f} s wall ({s2['engine']} engine), {s2['num_steps']} steps")
+            w, s2, r2 = timed(c, trace, engine="core", result=True)
+            pw, p2, rp2 = timed(c, trace, engine="python", result=True)
+            same = r2.requests.equals(rp2.requests) and r2.steps.equals(rp2.steps)
+            print(f"  same trace, --system {system}: core engine {s2['wall_time_s']:.3f} s ({w:.2f} s wall), "
+                  f"Python engine {p2['wall_time_s']:.2f} s ({pw:.2f} s wall; engine x{p2['wall_time_s'] / s2['wall_time_s']:.0f}), "
+                  f"{s2['num_steps']} steps, records {'identical' if same else 'DIFFERENT'} (target: engine < 0.3 s)")
+        c = SimConfig.for_system("token", model="opt-13b", gpu="a100-80gb", max_len_policy="error")
+        w, s2 = timed(c, trace)
+        print(f"  same trace, --system token: {w:.2f} s wall ({s2['engine']} engine), {s2['num_steps']} steps")
         whole_process(trace)
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
@@ -228,10 +241,11 @@ def main() -> None:
     rows = []
     for n in sizes:
         trace = make_workload("sharegpt", rate=20.0, num_requests=n, seed=0)
-        cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
+        system = args.synthetic_system
+        cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", record_steps=False)
         wall, s = timed(cfg, trace, engine="core")
         rows.append((n, wall))
-        line = (f"sharegpt {n:>9,} requests at 20 req/s, vllm opt-13b a100-80gb, core: {wall:7.2f} s wall, "
+        line = (f"sharegpt {n:>9,} requests at 20 req/s, {system} opt-13b a100-80gb, core: {wall:7.2f} s wall, "
                 f"{n / wall:,.0f} req/s ({wall / n * 1e6:.1f} us/request, engine {s['wall_time_s']:.2f} s), "
                 f"{s['num_steps']:,} steps, peak RSS {peak_rss_mb():,.0f} MB")
         if n <= 100_000:

@@ -10,6 +10,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     placement.py    where its extents go: buddy, first-fit, best-fit
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
     scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
+    static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost's model calls it too), and
                     the scale of any model's GPU time (sim.calibration.ScaledCostModel's)
     cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
@@ -17,10 +18,10 @@ same CPython functions otherwise (``sim/core/jit.py``).
     loop.py         time: the next arrival or the end of the running step
     replay.py       the glue: which runs it covers, arrays in, records out
 
-It covers the continuous scheduler with the paged manager (vllm, token; any block size) or
-the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or best-fit),
-prefill-first or chunked, preemption by recompute or swap, prefix caching,
-``waiting_served_ratio``, one sequence per request, and every cost model (roofline,
-calibrated, a measured profile; scaled or not). Every other configuration runs on the Python
+It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
+size) or the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or best-fit),
+and static batching (``--system static``); prefill-first or chunked, preemption by recompute
+or swap, prefix caching, ``waiting_served_ratio``, one sequence per request, and every cost
+model (roofline, calibrated, a measured profile; scaled or not). Every other configuration runs on the Python
 engine (``sim/engine.py``), which the core will replace system by system.
 """

@@ -25,9 +25,9 @@ from __future__ import annotations
 from sim.core import placement
 from sim.core.jit import njit
 from sim.core.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
-from sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, LARGEST_EXTENT, MAX_SEQ_LEN,
-                            NUM_ALLOCATIONS, NUM_FREES, PLACED_SLOTS, RESERVATION_KIND, RESERVE_MAX,
-                            RESERVE_POW2, RESERVED_SLOTS)
+from sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_PLACED, EXTENT_RESERVED,
+                            EXTENT_START, LARGEST_EXTENT, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_FREES,
+                            PLACED_SLOTS, RESERVATION_KIND, RESERVE_MAX, RESERVE_POW2, RESERVED_SLOTS)
 
 
 @njit(inline=True)
@@ -64,9 +64,9 @@ def allocate(s, i, num_tokens, num_computed):
     """Reserve and place request ``i``'s extent; ``num_computed`` of its tokens already hold K/V."""
     r = request_size(s, i, num_tokens)
     a = placement.placed_size(s, r)
-    s.extent_start[i] = placement.place(s, r)
-    s.reserved[i] = r
-    s.placed[i] = a
+    s.extent[i, EXTENT_START] = placement.place(s, r)
+    s.extent[i, EXTENT_RESERVED] = r
+    s.extent[i, EXTENT_PLACED] = a
     s.num_computed_tokens[i] = num_computed
     c = s.count
     c[COMPUTED_SLOTS] += num_computed
@@ -78,16 +78,17 @@ def allocate(s, i, num_tokens, num_computed):
 
 @njit(inline=True)
 def free(s, i):
-    placement.release(s, s.extent_start[i], s.placed[i])
+    r, a = s.extent[i, EXTENT_RESERVED], s.extent[i, EXTENT_PLACED]
+    placement.release(s, s.extent[i, EXTENT_START], a)
     c = s.count
     c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
-    c[DEMAND_SLOTS] -= min(s.reserved[i], s.final_len[i])
-    c[RESERVED_SLOTS] -= s.reserved[i]
-    c[PLACED_SLOTS] -= s.placed[i]
+    c[DEMAND_SLOTS] -= min(r, s.final_len[i])
+    c[RESERVED_SLOTS] -= r
+    c[PLACED_SLOTS] -= a
     s.num_computed_tokens[i] = 0
-    s.reserved[i] = 0
-    s.placed[i] = 0
-    s.extent_start[i] = -1
+    s.extent[i, EXTENT_START] = -1
+    s.extent[i, EXTENT_RESERVED] = 0
+    s.extent[i, EXTENT_PLACED] = 0
     c[NUM_FREES] += 1
 
 

@@ -15,7 +15,7 @@ stopped, all of its state being in the arrays.
 
 from __future__ import annotations
 
-from sim.core import scheduler
+from sim.core import scheduler, static
 from sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from sim.core.cost_calibrated import calibrated_step_time
 from sim.core.cost_table import table_step_time
@@ -31,6 +31,7 @@ from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARR
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
+from sim.core.state import SCHEDULER_KIND, STATIC
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN = 0, 1, 2, 3, 4, 5, 6
@@ -149,6 +150,7 @@ def hand_over_arrivals(s):
 def run(s):
     """Run until the end, or until Python is needed (see the module docstring)."""
     c, clock = s.count, s.clock
+    request_level = s.config[SCHEDULER_KIND] == STATIC  # static batching (sim/core/static.py)
     if not c[STARTED]:
         c[NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
         hand_over_arrivals(s)
@@ -175,7 +177,10 @@ def run(s):
                 return DONE
             c[ENGINE_PENDING] = 0
             clock[NOW] = clock[ENGINE_TIME]
-            if c[IN_STEP]:
+            if c[IN_STEP] and request_level:
+                static.complete_step(s, clock[NOW])
+                c[IN_STEP] = 0
+            elif c[IN_STEP]:
                 scheduler.complete_step(s, clock[NOW])
                 c[IN_STEP] = 0
                 if c[STEPS_WITHOUT_TOKEN] > scheduler.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
@@ -185,7 +190,7 @@ def run(s):
                 clock[IDLE_S] += clock[NOW] - clock[IDLE_FROM]
         c[STARTED] = 1
         # the engine: schedule an iteration, price it, let it run
-        decode_context_sum = scheduler.schedule(s)
+        decode_context_sum = static.schedule(s) if request_level else scheduler.schedule(s)
         if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):
             if c[ARRIVALS_DONE] and not (c[WAITING_LEN] or c[NUM_RUNNING] or c[SWAPPED_LEN]):
                 clock[END_S] = clock[NOW]
@@ -198,7 +203,7 @@ def run(s):
             c[WAKE_TRIGGERED] = 0
             clock[IDLE_FROM] = clock[NOW]
             continue
-        dt = step_time(s, decode_context_sum)
+        dt = static.step_time(s, decode_context_sum) if request_level else step_time(s, decode_context_sum)
         if not dt > 0:
             return STEP_NOT_POSITIVE
         record(s, clock[NOW], dt)

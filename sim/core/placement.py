@@ -8,7 +8,7 @@ starts at a multiple of 2**k, its buddy is ``start ^ 2**k``, and a block may mer
 buddy exactly when the aligned pair ``[start & -2**(k+1), + 2**(k+1))`` lies inside the pool
 (a pair that would cross a chunk's end also crosses the pool's). The free blocks of order k
 are one bit per aligned position (``start >> k``), 32 bits to an int64 word; the lowest free
-block of an order is the first set bit (``buddy_first_word`` skips the words known empty).
+block of an order is the first set bit (a per-order first word skips the words known empty).
 A request of R slots takes the lowest-addressed free block of the smallest sufficient order,
 split in halves down to ``next_pow2(R)`` (the upper halves stay free); a freed block merges
 with its buddy while the buddy is free and whole::
@@ -16,16 +16,25 @@ with its buddy while the buddy is free and whole::
     alloc(3) in 16:  [        16        ] -> [  8  ][  8  ] -> [4][4][  8  ]  -> takes [0, 4)
     free(0):         [4*][4 ][  8  ]      -> [  8  ][  8  ] -> [        16        ]
 
-First-fit / best-fit. Holes sorted by address in ``hole_start`` / ``hole_size`` (the first
-``NUM_HOLES``): first-fit takes the lowest hole that fits, best-fit the smallest (ties: the
-lowest); an extent is carved from the front of its hole, and a freed extent coalesces with
-the holes on either side. O(holes) scans: holes never outnumber running requests + 1.
+First-fit / best-fit. Holes sorted by address in ``holes`` (the first ``NUM_HOLES``):
+first-fit takes the lowest hole that fits, best-fit the smallest (ties: the lowest); an
+extent is carved from the front of its hole, and a freed extent coalesces with the holes on
+either side. O(holes) scans: holes never outnumber running requests + 1.
+
+The static manager's B fixed slots of max_seq_len (``sim/memory/static.py``: a request takes
+the lowest free slot) are first-fit over the address space ``[0, B * max_seq_len)``
+(``config[ADDRESS_SPACE]``): with every extent max_seq_len long, the holes are whole slots and
+the first that fits is the lowest free slot.
+
+The arrays: ``buddy_bits``; ``buddy_orders[k]`` = (first word of order k's row, its free
+blocks, a word before which none is free); ``holes[h]`` = (start, size).
 """
 
 from __future__ import annotations
 
 from sim.core.jit import njit
-from sim.core.state import BEST_FIT, BUDDY, CAPACITY, NUM_HOLES, PLACEMENT_KIND
+from sim.core.state import (ADDRESS_SPACE, BEST_FIT, BUDDY, HOLE_SIZE, HOLE_START, NUM_HOLES, ORDER_FIRST_WORD,
+                            ORDER_FREE, ORDER_ROW, PLACEMENT_KIND)
 
 WORD_BITS = 32  # bits used per int64 word: no sign bit, so `w & -w` is the lowest set bit
 
@@ -58,24 +67,24 @@ def placed_size(s, size):
 @njit(inline=True)
 def buddy_is_free(s, k, start):
     bit = start >> k
-    return (s.buddy_bits[s.buddy_row[k] + bit // WORD_BITS] >> (bit % WORD_BITS)) & 1 == 1
+    return (s.buddy_bits[s.buddy_orders[k, ORDER_ROW] + bit // WORD_BITS] >> (bit % WORD_BITS)) & 1 == 1
 
 
 @njit(inline=True)
 def buddy_mark_free(s, k, start):
     bit = start >> k
     w = bit // WORD_BITS
-    s.buddy_bits[s.buddy_row[k] + w] |= 1 << (bit % WORD_BITS)
-    s.buddy_free[k] += 1
-    if w < s.buddy_first_word[k]:
-        s.buddy_first_word[k] = w
+    s.buddy_bits[s.buddy_orders[k, ORDER_ROW] + w] |= 1 << (bit % WORD_BITS)
+    s.buddy_orders[k, ORDER_FREE] += 1
+    if w < s.buddy_orders[k, ORDER_FIRST_WORD]:
+        s.buddy_orders[k, ORDER_FIRST_WORD] = w
 
 
 @njit(inline=True)
 def buddy_mark_taken(s, k, start):
     bit = start >> k
-    s.buddy_bits[s.buddy_row[k] + bit // WORD_BITS] &= ~(1 << (bit % WORD_BITS))
-    s.buddy_free[k] -= 1
+    s.buddy_bits[s.buddy_orders[k, ORDER_ROW] + bit // WORD_BITS] &= ~(1 << (bit % WORD_BITS))
+    s.buddy_orders[k, ORDER_FREE] -= 1
 
 
 @njit(inline=True)
@@ -91,19 +100,19 @@ def lowest_bit(word):
 @njit
 def buddy_lowest_free(s, k):
     """The lowest-addressed free block of order k (one must exist)."""
-    row = s.buddy_row[k]
-    w = s.buddy_first_word[k]
+    row = s.buddy_orders[k, ORDER_ROW]
+    w = s.buddy_orders[k, ORDER_FIRST_WORD]
     while s.buddy_bits[row + w] == 0:
         w += 1
-    s.buddy_first_word[k] = w
+    s.buddy_orders[k, ORDER_FIRST_WORD] = w
     return (w * WORD_BITS + lowest_bit(s.buddy_bits[row + w])) << k
 
 
 @njit(inline=True)
 def buddy_order_for(s, size):
     """The smallest order >= next_pow2(size)'s with a free block, or -1."""
-    for k in range(order_of(next_pow2(size)), len(s.buddy_free)):
-        if s.buddy_free[k] > 0:
+    for k in range(order_of(next_pow2(size)), len(s.buddy_orders)):
+        if s.buddy_orders[k, ORDER_FREE] > 0:
             return k
     return -1
 
@@ -112,8 +121,8 @@ def buddy_order_for(s, size):
 def buddy_init(s):
     """The empty pool: one free block per chunk (the set bits of the capacity)."""
     base = 0
-    for k in range(len(s.buddy_free) - 1, -1, -1):
-        if (s.config[CAPACITY] >> k) & 1:
+    for k in range(len(s.buddy_orders) - 1, -1, -1):
+        if (s.config[ADDRESS_SPACE] >> k) & 1:
             buddy_mark_free(s, k, base)
             base += 1 << k
 
@@ -133,7 +142,7 @@ def buddy_alloc(s, size):
 @njit
 def buddy_release(s, start, size):
     k = order_of(size)
-    capacity = s.config[CAPACITY]
+    capacity = s.config[ADDRESS_SPACE]
     while (start & -(2 << k)) + (2 << k) <= capacity:  # the pair lies inside one chunk
         buddy = start ^ (1 << k)
         if not buddy_is_free(s, k, buddy):
@@ -150,11 +159,11 @@ def fit_find(s, size, best):
     """Index of the hole first-fit (``best`` False) or best-fit would carve, or -1."""
     found = -1
     for h in range(s.count[NUM_HOLES]):
-        n = s.hole_size[h]
+        n = s.holes[h, HOLE_SIZE]
         if n >= size:
             if not best:
                 return h
-            if found < 0 or n < s.hole_size[found]:
+            if found < 0 or n < s.holes[found, HOLE_SIZE]:
                 found = h
     return found
 
@@ -162,25 +171,25 @@ def fit_find(s, size, best):
 @njit
 def delete_hole(s, h):
     for k in range(h, s.count[NUM_HOLES] - 1):
-        s.hole_start[k] = s.hole_start[k + 1]
-        s.hole_size[k] = s.hole_size[k + 1]
+        s.holes[k, HOLE_START] = s.holes[k + 1, HOLE_START]
+        s.holes[k, HOLE_SIZE] = s.holes[k + 1, HOLE_SIZE]
     s.count[NUM_HOLES] -= 1
 
 
 @njit
 def fit_init(s):
     s.count[NUM_HOLES] = 1
-    s.hole_start[0] = 0
-    s.hole_size[0] = s.config[CAPACITY]
+    s.holes[0, HOLE_START] = 0
+    s.holes[0, HOLE_SIZE] = s.config[ADDRESS_SPACE]
 
 
 @njit
 def fit_alloc(s, size, best):
     h = fit_find(s, size, best)
-    start = s.hole_start[h]
-    if s.hole_size[h] > size:  # carved from the front: the hole keeps its place in the order
-        s.hole_start[h] += size
-        s.hole_size[h] -= size
+    start = s.holes[h, HOLE_START]
+    if s.holes[h, HOLE_SIZE] > size:  # carved from the front: the hole keeps its place in the order
+        s.holes[h, HOLE_START] += size
+        s.holes[h, HOLE_SIZE] -= size
     else:
         delete_hole(s, h)
     return start
@@ -190,20 +199,20 @@ def fit_alloc(s, size, best):
 def fit_release(s, start, size):
     num = s.count[NUM_HOLES]
     h = 0  # the first hole after the extent
-    while h < num and s.hole_start[h] < start:
+    while h < num and s.holes[h, HOLE_START] < start:
         h += 1
-    if h < num and s.hole_start[h] == start + size:  # coalesce with the following hole
-        size += s.hole_size[h]
+    if h < num and s.holes[h, HOLE_START] == start + size:  # coalesce with the following hole
+        size += s.holes[h, HOLE_SIZE]
         delete_hole(s, h)
         num -= 1
-    if h > 0 and s.hole_start[h - 1] + s.hole_size[h - 1] == start:  # and with the preceding one
-        s.hole_size[h - 1] += size
+    if h > 0 and s.holes[h - 1, HOLE_START] + s.holes[h - 1, HOLE_SIZE] == start:  # and with the preceding one
+        s.holes[h - 1, HOLE_SIZE] += size
         return
     for k in range(num, h, -1):
-        s.hole_start[k] = s.hole_start[k - 1]
-        s.hole_size[k] = s.hole_size[k - 1]
-    s.hole_start[h] = start
-    s.hole_size[h] = size
+        s.holes[k, HOLE_START] = s.holes[k - 1, HOLE_START]
+        s.holes[k, HOLE_SIZE] = s.holes[k - 1, HOLE_SIZE]
+    s.holes[h, HOLE_START] = start
+    s.holes[h, HOLE_SIZE] = size
     s.count[NUM_HOLES] = num + 1
 
 

@@ -33,19 +33,28 @@ def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
     from sim.engine import SimulatedExecutor
+    from sim.cost import RooflineCostModel
     from sim.memory.contiguous import ContiguousManager
     from sim.memory.paged import PagedManager, TokenManager
+    from sim.memory.static import StaticManager
+    from sim.memory.vattention import VAttentionManager
     from sim.sched.continuous import ContinuousScheduler
+    from sim.sched.static import StaticScheduler
 
     sched, mgr, ex = engine.sched, engine.mgr, engine.executor
-    if type(sched) is not ContinuousScheduler:
-        return "only the continuous (vllm/orca) scheduler runs on the core"
-    if type(mgr) not in (PagedManager, TokenManager, ContiguousManager):
-        return "only the paged manager (vllm, token) and the contiguous one (orca) run on the core"
+    if type(sched) not in (ContinuousScheduler, StaticScheduler):
+        return "only the continuous (vllm/orca) and static schedulers run on the core"
+    # vAttention's pages are the paged manager's blocks (page_tokens per block, no sharing)
+    if type(mgr) not in (PagedManager, TokenManager, VAttentionManager, ContiguousManager, StaticManager):
+        return ("only the paged manager (vllm, token, vattention), the contiguous one (orca) and the "
+                "static one run on the core")
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
     if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
+    if type(sched) is StaticScheduler and (cost_model_code(ex.cost_model) != state.ROOFLINE
+                                           or type(ex.cost_model) is not RooflineCostModel):
+        return "static batching runs on the core with the roofline only (sim/core/static.py prices its batches)"
     if engine.check:
         return "--check runs in Python"
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
@@ -108,7 +117,8 @@ PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": st
 
 
 def is_contiguous(mgr) -> bool:
-    return getattr(mgr, "kind", "") == "contiguous"
+    """One extent per request: the contiguous (Orca) manager, or the static one's fixed slots."""
+    return getattr(mgr, "kind", "") in ("contiguous", "static")
 
 
 class NoBlocks:
@@ -191,35 +201,45 @@ def build(engine) -> state.Core:
 def no_extents() -> dict:
     """The contiguous manager's arrays, empty (a paged run never reads them)."""
     i64 = np.int64
-    empty = np.zeros(0, i64)
-    return dict(extent_start=empty, reserved=empty, placed=empty, buddy_bits=np.zeros(1, i64),
-                buddy_row=np.zeros(2, i64), buddy_free=empty, buddy_first_word=empty,
-                hole_start=empty, hole_size=empty)
+    return dict(extent=np.zeros((0, 3), i64), buddy_bits=np.zeros(0, i64), buddy_orders=np.zeros((0, 3), i64),
+                holes=np.zeros((0, 2), i64))
 
 
 def with_extents(engine, s: state.Core) -> state.Core:
     """``s`` (a pool of no blocks) with the contiguous (Orca) manager's flags, its extents'
-    arrays and an empty pool: one free block per buddy chunk, or one hole."""
+    arrays and an empty pool: one free block per buddy chunk, or one hole. The static manager
+    is the same accounting with the ``max`` reservation in its B fixed slots (first-fit over
+    ``[0, B * max_seq_len)``), under the static scheduler."""
     sched, mgr = engine.sched, engine.mgr
     config = s.config
     capacity = mgr.capacity
     config[state.MANAGER_KIND] = state.CONTIGUOUS
     config[state.CAPACITY] = capacity
-    config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
-    config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
-    config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
+    config[state.ADDRESS_SPACE] = capacity
+    if mgr.kind == "static":
+        config[state.SCHEDULER_KIND] = state.STATIC
+        config[state.STATIC_BATCH_LIMIT] = sched.batch_limit
+        config[state.RESERVATION_KIND] = state.RESERVE_MAX
+        config[state.PLACEMENT_KIND] = state.FIRST_FIT
+        config[state.ADDRESS_SPACE] = mgr.num_slots * mgr.max_seq_len  # the tail stays free
+        config[state.LARGEST_EXTENT] = mgr.max_seq_len
+    else:
+        config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
+        config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
+        config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
     n = sched.t.size
     i64 = np.int64
-    orders = max(capacity.bit_length(), 1)
-    words = [max(1, -(-(capacity >> k) // placement.WORD_BITS)) for k in range(orders)]
-    row = np.zeros(orders + 1, i64)
-    row[1:] = np.cumsum(words)
+    space = int(config[state.ADDRESS_SPACE])
+    orders = max(space.bit_length(), 1) if config[state.PLACEMENT_KIND] == state.BUDDY else 0
+    words = [max(1, -(-(space >> k) // placement.WORD_BITS)) for k in range(orders)]
+    buddy_orders = np.zeros((orders, 3), i64)
+    buddy_orders[:, state.ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
     # holes never outnumber the extents + 1, and extents the running requests
     holes = min(int(config[state.MAX_NUM_SEQS]), n, capacity) + 2
-    s = s._replace(extent_start=np.full(n, -1, i64), reserved=np.zeros(n, i64), placed=np.zeros(n, i64),
-                   buddy_bits=np.zeros(int(row[-1]), i64), buddy_row=row, buddy_free=np.zeros(orders, i64),
-                   buddy_first_word=np.zeros(orders, i64), hole_start=np.zeros(holes, i64),
-                   hole_size=np.zeros(holes, i64))
+    extent = np.zeros((n, 3), i64)
+    extent[:, state.EXTENT_START] = -1
+    s = s._replace(extent=extent, buddy_bits=np.zeros(sum(words), i64), buddy_orders=buddy_orders,
+                   holes=np.zeros((holes, 2), i64))
     placement.init(s)
     return s
 

@@ -32,7 +32,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
  MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
- PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO, NUM_CONFIG) = range(27)
+ PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, NUM_CONFIG) = range(30)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -50,7 +51,7 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
  RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
- STEPS_WITHOUT_TOKEN, NUM_COUNTS) = range(57)
+ STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM, NUM_COUNTS) = range(59)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -70,6 +71,12 @@ PAGED, CONTIGUOUS = 0, 1
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
 RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
+# columns of Core.extent, Core.buddy_orders and Core.holes
+EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
+ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
+HOLE_START, HOLE_SIZE = 0, 1
+# config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
+CONTINUOUS, STATIC = 0, 1
 
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
@@ -127,18 +134,15 @@ class Core(NamedTuple):
     # model's tables (empty for the roofline); each prefilling sequence's context after this step
     cost_data: np.ndarray
     step_prefill_context: np.ndarray
-    # the contiguous manager (sim/core/extent.py): each request's extent
-    extent_start: np.ndarray
-    reserved: np.ndarray  # R, what the reservation policy asked
-    placed: np.ndarray  # A >= R, what the placement gave (buddy: next power of two)
-    # its placement (sim/core/placement.py): the buddy's free blocks, one bit per aligned
-    # block of each order (32 bits a word), and the first-fit/best-fit holes by address
+    # the contiguous manager (sim/core/extent.py): each request's extent, (start, R the
+    # reservation asked, A >= R placed), and its placement (sim/core/placement.py): the
+    # buddy's free blocks, one bit per aligned block of each order (32 bits a word), per order
+    # (its first word, free blocks, first word that may hold one), and the fit holes by address.
+    # Few arrays: every call of a compiled function passes each array of the state
+    extent: np.ndarray
     buddy_bits: np.ndarray
-    buddy_row: np.ndarray  # order k's words are buddy_bits[buddy_row[k]:buddy_row[k + 1]]
-    buddy_free: np.ndarray  # free blocks per order
-    buddy_first_word: np.ndarray  # per order: no free block lies in an earlier word
-    hole_start: np.ndarray
-    hole_size: np.ndarray
+    buddy_orders: np.ndarray
+    holes: np.ndarray
     # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
     block_info: np.ndarray  # [block, REF..KEY_SLOT]: one row (one cache line) per block
     key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)

@@ -33,7 +33,7 @@ def admit(s, i):
 
 
 def extent_of(s, i):
-    return int(s.extent_start[i]), int(s.reserved[i]), int(s.placed[i])
+    return tuple(int(v) for v in s.extent[i])
 
 
 def categories(s, demand_waiting):
@@ -42,10 +42,15 @@ def categories(s, demand_waiting):
     return out.tolist()
 
 
+def holes(s):
+    """[start, size] of the fit placements' holes, by address."""
+    return s.holes[:s.count[state.NUM_HOLES]].tolist()
+
+
 def buddy_free_blocks(s):
     """{size: [starts]} of the buddy's free blocks, read from its bitmaps."""
     blocks = {}
-    for k in range(len(s.buddy_free)):
+    for k in range(len(s.buddy_orders)):
         starts = [b << k for b in range(int(s.config[state.CAPACITY]) >> k) if placement.buddy_is_free(s, k, b << k)]
         if starts:
             blocks[1 << k] = starts
@@ -116,15 +121,13 @@ def test_first_fit_and_best_fit():
             assert admit(s, i) == OK and extent_of(s, i) == (start, *2 * [int(s.final_len[i])])
         extent.free(s, 0)
         extent.free(s, 2)
-        assert s.hole_start[:s.count[state.NUM_HOLES]].tolist() == [0, 7]
-        assert s.hole_size[:s.count[state.NUM_HOLES]].tolist() == [5, 3]
+        assert holes(s) == [[0, 5], [7, 3]]
         assert admit(s, 4) == OK and extent_of(s, 4) == (where, 3, 3)
         assert admit(s, 5) == LATER  # 10 slots: 5 free, but no hole of 10
         assert categories(s, True)[4:] == [5, 0]
         extent.free(s, 4)
         extent.free(s, 1)  # [0, 5) + [5, 7) + [7, 10)
-        assert s.hole_start[:s.count[state.NUM_HOLES]].tolist() == [0]
-        assert s.hole_size[:s.count[state.NUM_HOLES]].tolist() == [10]
+        assert holes(s) == [[0, 10]]
         assert admit(s, 5) == OK and extent_of(s, 5) == (0, 10, 10)
 
 
@@ -148,7 +151,7 @@ def test_paper_opt13b_max_admits_seven():
     assert [admit(s, i) for i in range(8)] == [OK] * 7 + [LATER]
     # the smallest sufficient block first: the 2048 chunk, then the 4096 chunk's halves, then
     # the 8192 chunk's quarters
-    assert [int(s.extent_start[i]) for i in range(7)] == [12288, 8192, 10240, 0, 2048, 4096, 6144]
+    assert [int(s.extent[i, state.EXTENT_START]) for i in range(7)] == [12288, 8192, 10240, 0, 2048, 4096, 6144]
     assert categories(s, True) == [0, 7 * 300, 7 * (2048 - 300), 0, 1392, 0]
 
 
@@ -157,7 +160,7 @@ def test_best_fit_ties_go_to_the_lowest_address():
     the smallest."""
     s = core_state("orca-oracle", [(0, 2, 1), (0, 1, 1), (0, 2, 1), (0, 7, 1), (0, 2, 1)], placement="best-fit")
     for i, start in enumerate((0, 3, 5, 8)):
-        assert admit(s, i) == OK and int(s.extent_start[i]) == start
+        assert admit(s, i) == OK and int(s.extent[i, state.EXTENT_START]) == start
     extent.free(s, 0)
     extent.free(s, 2)
     assert admit(s, 4) == OK and extent_of(s, 4) == (0, 3, 3)

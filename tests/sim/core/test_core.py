@@ -109,6 +109,18 @@ CASES = [
     ("vllm", dict(waiting_served_ratio=2.0, slots=1200), dict(rate=200.0)),
     ("vllm", dict(waiting_served_ratio=1.0, chunked_prefill=True, chunk_budget=128), {}),
     ("vllm", dict(waiting_served_ratio=0.3, prefix_caching=True, max_num_seqs=8), dict(prefix=True)),
+    # static batching: fixed slots of max_seq_len, padded batches
+    ("static", dict(slots=2048), {}),
+    ("static", dict(slots=1200), dict(rate=200.0)),
+    ("static", dict(slots=3000, static_batch_size=3), {}),
+    ("static", dict(slots=3000, max_num_seqs=2), dict(rate=5.0)),  # idle between batches
+    ("static", dict(slots=2048, record_steps=False), dict(rate=200.0)),
+    # vAttention: the paged manager with pages of page_tokens (OPT-13B: 64 KiB -> 3, 2 MiB -> 102)
+    ("vattention", {}, {}),
+    ("vattention", dict(slots=1200), dict(rate=200.0)),
+    ("vattention", dict(vattention_page_kib=2048, slots=1200), dict(rate=200.0)),
+    ("vattention", dict(vattention_page_kib=2048, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30,
+                        slots=1200), dict(rate=200.0)),
 ]
 
 
@@ -268,6 +280,14 @@ def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, s
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
+       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]))
+def test_core_equals_python_random_static(seed, n, rate, slots, batch, max_len):
+    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed)
+    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, max_len=max_len), step_by_step=False)
+
+
 def test_orca_cases_reach_what_they_test():
     """The tight Orca cases block on memory with holes free (external fragmentation), and
     the buddy's rounding shows as allocator slack."""
@@ -316,8 +336,6 @@ def test_progress_counts_every_finish():
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
-    (dict(system="static"), {}, "continuous"),
-    (dict(system="vattention"), {}, "paged manager"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -372,6 +390,7 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-pow2", slots=1200),  # the buddy
     dict(system="orca-oracle", slots=1000, placement="best-fit"),
     dict(system="orca-max", slots=1000, placement="first-fit"),
+    dict(system="static", slots=1200),
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
@@ -410,3 +429,9 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
     subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
+
+
+@pytest.mark.parametrize("system", ["orca-max", "orca-pow2", "orca-oracle", "static", "vattention"])
+def test_orca_and_static_take_the_core_by_default(system):
+    cfg = cfg_for(system, slots=2048)
+    assert run_simulation(cfg, rand_trace(0, n=20)).summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
