@@ -13,5 +13,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 
 It covers the continuous scheduler with the paged manager (vllm, token; any block size),
 prefill-first or chunked, preemption by recompute or swap, prefix caching,
-``waiting_served_ratio``, one sequence per request, the roofline cost model. Every other configuration runs on the Python engine (``sim/engine.py``), which the core will replace system by system.
+``waiting_served_ratio``, parallel sampling (``n``: fork, copy-on-write), the roofline cost
+model. Beam search and every other configuration run on the Python engine
+(``sim/engine.py``), which the core will replace system by system.
 """

@@ -19,12 +19,13 @@ from sim.core import kv_cache, scheduler
 from sim.core.cost import roofline_step_time
 from sim.core.jit import njit
 from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
-                            BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
+                            BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
                             LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
                             PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
-                            STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
+                            STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
+                            STEP_SWAP_OUT,
                             SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 
@@ -47,7 +48,7 @@ def step_time(s, decode_context_sum):
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
     return roofline_step_time(s.cost, num_seqs, c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS],
                               decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum, cached_sum,
-                              c[STEP_SWAP_IN] + c[STEP_SWAP_OUT], 0)
+                              c[STEP_SWAP_IN] + c[STEP_SWAP_OUT], c[STEP_COPIED_BLOCKS] * s.config[BLOCK_SIZE])
 
 
 @njit(inline=True)
