@@ -118,3 +118,23 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
     scheduler.schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 0 and s.count[state.STEP_DECODE_SEQS] == 1
     assert s.status[A] == state.WAITING and s.count[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
+
+
+def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
+    """Through the scheduler: A's prefill (one sequence), the fork, a decode step of its 3
+    sequences (context 7 each: 21; 2 copies of the shared tail; 3 inter-token latencies),
+    then preempted for recompute: it restarts as one sequence, every block free."""
+    s = core
+    c = s.count
+    scheduler.add_arrival(s, A)
+    scheduler.schedule(s)
+    scheduler.complete_step(s, 1.0)
+    assert scheduler.schedule(s) == 21
+    assert c[state.STEP_DECODE_SEQS] == 3 and c[state.STEP_COPIED_BLOCKS] == 2
+    scheduler.complete_step(s, 2.0)
+    assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3
+    assert s.num_generated[A] == 2
+    scheduler.preempt_latest(s)
+    assert s.status[A] == state.WAITING and s.num_seqs[A] == 1 and s.prompt_target[A] == 8
+    assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
+    assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3
