@@ -160,8 +160,8 @@ def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
     block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
     key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
     key_entries[:, state.ENTRY_BLOCK] = -1
-    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
-                num_keys=np.zeros(max(n, 1), i64))
+    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
+                chains=np.array(chains if chains else [0], dtype=i64), num_keys=np.zeros(max(n, 1), i64))
 
 
 def run(engine) -> None:

@@ -85,7 +85,8 @@ CASES = [
     ("token", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, slots=1200), dict(prefix=True, rate=200.0)),  # evictions, preemption
     ("vllm", dict(prefix_caching=True, max_num_seqs=8), dict(prefix=True)),  # the admission shortcut
-    ("vllm", dict(prefix_caching=True, chunked_prefill=True, chunk_budget=64, slots=1200), dict(prefix=True, rate=200.0)),
+    ("vllm", dict(prefix_caching=True, chunked_prefill=True, chunk_budget=64, slots=1200),
+     dict(prefix=True, rate=200.0)),
     ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
      dict(prefix=True, rate=200.0)),  # swap-in finds its prompt in the cache
     ("vllm", dict(prefix_caching=True, record_steps=False, slots=1200), dict(prefix=True, rate=200.0)),
@@ -101,7 +102,8 @@ CASES = [
     ("vllm", dict(slots=1200, block_size=4), dict(width={"n": [1, 2, 3]}, rate=200.0)),
     ("token", dict(slots=1200), dict(width={"n": [1, 3]}, rate=200.0)),
     ("vllm", dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(width={"n": [1, 3]}, rate=200.0)),
-    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
+     dict(width={"n": [1, 2, 3]}, rate=200.0)),
     ("vllm", dict(prefix_caching=True, slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),
     ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
      dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),  # swap-in: later sequences hit the first one's blocks
