@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.core.jit import njit
 from sim.core.prefix_cache import evict_oldest
-from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, PREFIX_CACHING, REF
+from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, REF, SHARED_BLOCKS
 
 
 @njit(inline=True)
@@ -31,7 +31,7 @@ def take_blocks(s, slot, first, n):
         top -= 1
         s.block_table[slot, first + k] = s.free_block_ids[top]
     s.count[NUM_FREE_BLOCK_IDS] = top
-    if s.config[PREFIX_CACHING]:
+    if s.config[SHARED_BLOCKS]:  # reference counts kept
         for k in range(n):
             s.block_info[s.block_table[slot, first + k], REF] = 1
 

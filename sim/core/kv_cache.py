@@ -8,6 +8,8 @@ num_blocks * block_size)`` will be used: the accounting is four counters (see
 blocks may be cache hits, full and shared with other requests: each block is counted once,
 when its first holder takes it and when its last holder lets it go (a shared block is full
 for every holder, at the same table index, so its tokens and demand are ``block_size``).
+With parallel sampling a request's sequences share its blocks after the fork (``fork``);
+a sequence writing into its group's shared tail copies it first (``take_decode_slots``).
 vLLM v0's watermark: an admission must leave ``watermark_blocks`` free
 (``block_manager_v1.py``, ``can_allocate``).
 """
@@ -18,8 +20,9 @@ from sim.core import prefix_cache
 from sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from sim.core.jit import njit
 from sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
-                            KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_FREE_BLOCK_IDS,
-                            NUM_FREES, PREFIX_CACHING, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF,
+                            KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
+                            NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, NUM_RUNNING_SEQS, PREFIX_CACHING,
+                            PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
@@ -61,12 +64,19 @@ def allocate(s, i, num_tokens, num_computed):
     """A slot and the blocks for ``num_tokens`` tokens of request ``i``, of which
     ``num_computed`` already hold K/V (a swap-in) and the rest are reserved for its prefill.
     With prefix caching see :func:`allocate_cached` (it returns the tokens found cached)."""
+    return allocate_seq(s, i, 0, num_tokens, num_computed)
+
+
+@njit(inline=True)
+def allocate_seq(s, i, j, num_tokens, num_computed):
+    """:func:`allocate` for sequence ``j`` of request ``i`` (a swap-in brings every sequence
+    of a group back in blocks of its own; the request's counts are the same for each)."""
     if s.config[PREFIX_CACHING]:
-        return allocate_cached(s, i, num_tokens)
+        return allocate_cached(s, i, j, num_tokens)
     need = blocks_for(s, num_tokens)
     slot = take_slot(s)
     take_blocks(s, slot, 0, need)
-    s.slot[i] = slot
+    s.seq_slot[i, j] = slot
     s.num_blocks[i] = need
     s.num_computed_tokens[i] = num_computed
     s.count[COMPUTED_SLOTS] += num_computed
@@ -77,15 +87,16 @@ def allocate(s, i, num_tokens, num_computed):
 
 
 @njit
-def allocate_cached(s, i, num_tokens):
-    """Prefix caching: a slot and the blocks for ``num_tokens`` tokens of request ``i``, the
-    leading cache hits first (revived from the LRU when nobody holds them), then fresh blocks
-    for the rest. Returns the tokens the hits hold, which are computed; the caller computes
-    the rest (:func:`compute_tokens`), registering keys as blocks fill."""
+def allocate_cached(s, i, j, num_tokens):
+    """Prefix caching: a slot and the blocks for ``num_tokens`` tokens of request ``i``'s
+    sequence ``j``, the leading cache hits first (revived from the LRU when nobody holds
+    them), then fresh blocks for the rest. Returns the tokens the hits hold, which are
+    computed; the caller computes the rest (:func:`compute_tokens`), registering keys as
+    blocks fill."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = blocks_for(s, num_tokens)
     slot = take_slot(s)
-    s.slot[i] = slot
+    s.seq_slot[i, j] = slot
     s.num_keys[i] = prefix_cache.keyable_blocks(s, i, num_tokens)
     hits = 0
     for k in range(prefix_cache.hit_limit(s, i, num_tokens)):  # before the fresh blocks: they must not evict a hit
@@ -114,8 +125,16 @@ def allocate_cached(s, i, num_tokens):
 @njit(inline=True)
 def compute_tokens(s, i, n):
     """``n`` more tokens of request ``i`` get their K/V (into blocks it holds)."""
+    compute_tokens_seq(s, i, 0, n)
+
+
+@njit(inline=True)
+def compute_tokens_seq(s, i, j, n):
+    """:func:`compute_tokens` into sequence ``j``'s blocks (a swap-in's; the request's count
+    of computed tokens is the same for each)."""
     if s.config[PREFIX_CACHING]:
-        prefix_cache.register_full_blocks(s, i, s.num_computed_tokens[i], s.num_computed_tokens[i] + n)
+        prefix_cache.register_full_blocks(s, i, s.seq_slot[i, j], s.num_computed_tokens[i],
+                                          s.num_computed_tokens[i] + n)
     s.num_computed_tokens[i] += n
     s.count[COMPUTED_SLOTS] += n
 
@@ -127,9 +146,32 @@ def crosses_block(s, i):
 
 
 @njit(inline=True)
+def decode_blocks_needed(s, i):
+    """Blocks request ``i``'s next decode token takes (a fresh one per sequence at a block
+    boundary, else a copy per sequence writing into a shared tail but the last), and
+    whether its last sequence takes one (vLLM v0's rule asks that one of it)."""
+    w = s.num_seqs[i]
+    if crosses_block(s, i):
+        return w, 1
+    if w == 1:
+        return 0, 0
+    # a group's tails are one block shared by all (right after the fork) or all private
+    tail = s.num_blocks[i] - 1
+    shared = 0
+    for j in range(w):
+        if s.block_info[s.block_table[s.seq_slot[i, j], tail], REF] > 1:
+            shared += 1
+    last = 1 if s.block_info[s.block_table[s.seq_slot[i, w - 1], tail], REF] > 1 else 0
+    return max(shared - 1, 0), last
+
+
+@njit(inline=True)
 def take_decode_slot(s, i):
     """Room for request ``i``'s next decode token: a fresh block at a block boundary (the
     caller counts the token in ``COMPUTED_SLOTS``)."""
+    if s.num_seqs[i] > 1:
+        take_decode_slots(s, i)
+        return
     if crosses_block(s, i):
         take_blocks(s, s.slot[i], s.num_blocks[i], 1)
         s.count[DEMAND_SLOTS] += min(s.final_len[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE])
@@ -137,10 +179,62 @@ def take_decode_slot(s, i):
         s.count[LOGICAL_BLOCKS] += 1
 
 
+@njit
+def take_decode_slots(s, i):
+    """:func:`take_decode_slot` for a group of sequences: each takes a fresh block at a
+    block boundary; otherwise each writing into a tail it shares copies it first
+    (copy-on-write: the copy holds the tail's tokens; the last writer finds it private)."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    w, L, k = s.num_seqs[i], s.num_computed_tokens[i], s.num_blocks[i]
+    if L == k * bs:
+        for j in range(w):
+            take_blocks(s, s.seq_slot[i, j], k, 1)
+        c[DEMAND_SLOTS] += w * min(s.final_len[i] - L, bs)
+        c[LOGICAL_BLOCKS] += w
+        s.num_blocks[i] = k + 1
+        return
+    tail = k - 1
+    for j in range(w):
+        slot = s.seq_slot[i, j]
+        b = s.block_table[slot, tail]
+        if s.block_info[b, REF] > 1:
+            s.block_info[b, REF] -= 1
+            take_blocks(s, slot, tail, 1)
+            c[COMPUTED_SLOTS] += L - tail * bs
+            c[DEMAND_SLOTS] += min(s.final_len[i] - tail * bs, bs)
+            c[NUM_COW_COPIES] += 1
+            c[STEP_COPIED_BLOCKS] += 1
+
+
+@njit
+def fork(s, i):
+    """After request ``i``'s prefill: its ``width - 1`` other sequences, each a block-table
+    row holding the first one's blocks (referenced once more each). Tokens and demand do not
+    change: the blocks are shared, and every sequence of a request has the same final length."""
+    c = s.count
+    w, nb = s.width[i], s.num_blocks[i]
+    first = s.seq_slot[i, 0]
+    for j in range(1, w):
+        slot = take_slot(s)
+        s.seq_slot[i, j] = slot
+        for k in range(nb):
+            b = s.block_table[first, k]
+            s.block_table[slot, k] = b
+            s.block_info[b, REF] += 1
+    c[LOGICAL_BLOCKS] += nb * (w - 1)
+    c[NUM_FORKS] += w - 1
+    c[NUM_RUNNING_SEQS] += w - 1
+    s.num_seqs[i] = w
+
+
 @njit(inline=True)
 def free(s, i):
-    if s.config[PREFIX_CACHING]:
-        release_cached(s, i)
+    """Request ``i`` lets its memory go (every sequence of it)."""
+    if s.config[SHARED_BLOCKS]:
+        for j in range(s.num_seqs[i]):
+            release_seq(s, i, j)
+        s.num_computed_tokens[i] = 0
+        s.num_blocks[i] = 0
         return
     s.count[LOGICAL_BLOCKS] -= s.num_blocks[i]
     return_blocks(s, s.slot[i], s.num_blocks[i])
@@ -154,12 +248,14 @@ def free(s, i):
 
 
 @njit
-def release_cached(s, i):
-    """Prefix caching: request ``i`` lets its blocks go, tail first; a block nobody holds any
-    more leaves the accounting and goes to the LRU's tail if it is cached (tails are then
-    evicted first), else to the free stack."""
+def release_seq(s, i, j):
+    """Blocks may be shared (prefix caching, forks): sequence ``j`` of request ``i`` lets its
+    blocks go, tail first; a block nobody holds any more leaves the accounting (a shared block
+    is at the same index in every table that holds it, full or a group's tail, so the
+    request's counts give its tokens and demand) and goes to the LRU's tail if it is cached
+    (tails are then evicted first), else to the free stack."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    slot = s.slot[i]
+    slot = s.seq_slot[i, j]
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
     for k in range(s.num_blocks[i] - 1, -1, -1):
         b = s.block_table[slot, k]
@@ -175,9 +271,7 @@ def release_cached(s, i):
             c[NUM_FREE_BLOCK_IDS] += 1
     c[LOGICAL_BLOCKS] -= s.num_blocks[i]
     return_slot(s, slot)
-    s.num_computed_tokens[i] = 0
-    s.num_blocks[i] = 0
-    s.slot[i] = -1
+    s.seq_slot[i, j] = -1
     c[NUM_FREES] += 1
 
 

@@ -22,12 +22,12 @@ from sim.core.cost_table import table_step_time
 from sim.core.jit import njit
 from sim.core.memory import memory_categories
 from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
-                            BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
+                            BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
                             LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
                             PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
-                            STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
+                            STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
@@ -58,16 +58,17 @@ def step_time(s, decode_context_sum):
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
     num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]
+    copied = c[STEP_COPIED_BLOCKS] * s.config[BLOCK_SIZE]  # copy-on-write of shared tails
     model = s.config[COST_MODEL]
     if model == CALIBRATED:
         t = calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
-                                 c[STEP_PREFILL_SEQS], cross_sum, square_sum, swapped, 0)
+                                 c[STEP_PREFILL_SEQS], cross_sum, square_sum, swapped, copied)
     elif model == TABLE:
         t = table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
-                            c[STEP_PREFILL_SEQS], s.step_prefill_context, flop_sum, cached_sum, swapped, 0)
+                            c[STEP_PREFILL_SEQS], s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
     else:
         t = roofline_step_time(s.cost, num_seqs, num_tokens, decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
-                               cached_sum, swapped, 0)
+                               cached_sum, swapped, copied)
     if s.config[COST_SCALED]:
         t = scaled_step_time(t, s.cost[len(s.cost) - 1], s.cost[OVERHEAD_S], s.cost[PER_SEQ_OVERHEAD_S], num_seqs)
     return t

@@ -177,11 +177,10 @@ def count_hits(s, i, prompt_len):
 
 
 @njit
-def register_full_blocks(s, i, old_len, new_len):
-    """Request ``i``'s tokens ``[old_len, new_len)`` were computed: the keyable blocks they
-    filled are cached, unless their key is there already."""
+def register_full_blocks(s, i, slot, old_len, new_len):
+    """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
+    the keyable blocks they filled are cached, unless their key is there already."""
     bs = s.config[BLOCK_SIZE]
     last = min(new_len // bs, s.num_keys[i])
-    slot = s.slot[i]
     for k in range(old_len // bs, last):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))

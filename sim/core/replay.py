@@ -60,8 +60,10 @@ def unsupported(engine) -> str | None:
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
         return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
-    if t.size and (int(t.width.max()) > 1):
-        return "parallel sampling and beam search run in Python"
+    if t.size and (int(t.beam.max()) > 1):
+        return "beam search runs in Python"
+    if t.size and int(t.width.max()) > 1 and is_contiguous(mgr):
+        return "sampling width on a manager without shared blocks runs in Python (which rejects it with its reason)"
     if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
         return "zero-token prompts or outputs run in Python"
     if t.size and (t.status != 0).any():
@@ -162,12 +164,19 @@ def build(engine) -> state.Core:
     cost, cost_data = cost_arrays(cost_model)
     count = np.zeros(state.NUM_COUNTS, np.int64)
     count[state.NUM_FREE_BLOCK_IDS] = mgr.num_blocks
-    # every running request holds a block, so no more than num_blocks run at once
-    num_slots = max(1, min(max_num_seqs, n, mgr.num_blocks))
+    # every running request holds a block, so no more than num_blocks run at once, each with at
+    # most max_width sequences; admission counts a request's sequences against max_num_seqs
+    # but only its first one as running until the fork (ContinuousScheduler._try_admit), so
+    # the requests admitted by then can run up to max_width times max_num_seqs sequences
+    max_width = int(t.width.max()) if n else 1
+    num_slots = max(1, min(max_num_seqs * max_width, int(t.width.sum()), mgr.num_blocks * max_width))
     count[state.NUM_FREE_SLOTS] = num_slots
     blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
-    caching = prefix_caching_arrays(mgr, t)
+    i64 = np.int64
+    caching = prefix_caching_arrays(mgr, t, shared=mgr.prefix_caching or max_width > 1)
+    seq_slot = np.full((max(n, 1), max_width), -1, i64)
     config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
+    config[state.SHARED_BLOCKS] = int(mgr.prefix_caching or max_width > 1)  # reference counts kept
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
     config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
     count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
@@ -176,7 +185,6 @@ def build(engine) -> state.Core:
     config[state.HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
     clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
     rows = max(1024, ROWS_PER_REQUEST * n) if rec.keep_rows else 0
-    i64 = np.int64
     s = state.Core(
         config=config, count=count, clock=clock,
         cost=cost,
@@ -185,7 +193,7 @@ def build(engine) -> state.Core:
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
         num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,
-        slot=np.full(n, -1, i64), in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
+        slot=seq_slot[:n, 0], in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
         waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
         free_block_ids=np.arange(mgr.num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
@@ -194,7 +202,7 @@ def build(engine) -> state.Core:
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
-        **no_extents(), **caching)
+        width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching)
     return with_extents(engine, s) if contiguous else s
 
 
@@ -244,15 +252,15 @@ def with_extents(engine, s: state.Core) -> state.Core:
     return s
 
 
-def prefix_caching_arrays(mgr, t) -> dict:
-    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's, the key map's (a power
-    of two at least twice the pool), and every request's prefix chain hashes, computed as
-    the Python manager computes them (``sim.memory.paged.prefix_chain``). One-element
-    arrays without prefix caching."""
+def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
+    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's (also where blocks are
+    shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
+    every request's prefix chain hashes, computed as the Python manager computes them
+    (``sim.memory.paged.prefix_chain``). One-element arrays where not needed."""
     from sim.memory.paged import prefix_chain
 
     n, i64 = t.size, np.int64
-    nb = mgr.num_blocks if mgr.prefix_caching else 1
+    nb = mgr.num_blocks if shared else 1
     cap = 1 << max(1, (2 * nb - 1).bit_length()) if mgr.prefix_caching else 1
     chain_start = np.zeros(n + 1, i64)
     chains: list[int] = []
@@ -267,8 +275,8 @@ def prefix_caching_arrays(mgr, t) -> dict:
     block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
     key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
     key_entries[:, state.ENTRY_BLOCK] = -1
-    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start, chains=np.array(chains if chains else [0], dtype=i64),
-                num_keys=np.zeros(max(n, 1), i64))
+    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
+                chains=np.array(chains if chains else [0], dtype=i64), num_keys=np.zeros(max(n, 1), i64))
 
 
 def run(engine) -> None:
@@ -327,14 +335,18 @@ def hand_over(engine, s: state.Core) -> None:
         t.reject_reason[i] = sched.batched_reason(i)
     for i in np.flatnonzero(s.reject_code == state.REJECT_NEVER_FITS).tolist():
         t.reject_reason[i] = sched.never_reason(i)
+    for i in np.flatnonzero(s.reject_code == state.REJECT_TOO_WIDE).tolist():
+        t.reject_reason[i] = sched.too_wide_reason(i)
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
     if is_contiguous(mgr):
         assert c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0, "the core ended with memory in use"
+        mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
     else:
         assert c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
             "the core ended with memory in use"
-    mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
+        mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]),
+                       forks=int(c[state.NUM_FORKS]), cow_copies=int(c[state.NUM_COW_COPIES]))
     if getattr(mgr, "prefix_caching", False):
         hand_over_cache(mgr, t, s)
     n = int(c[state.NUM_ROWS])

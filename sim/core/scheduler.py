@@ -15,6 +15,12 @@ With prefix caching an admission starts past the prompt's cached blocks, and a w
 that did not fit after others were admitted in the same prefill-first pass is not marked
 blocked (their prompts' blocks may become its hits; ``ContinuousScheduler._admit_waiting``).
 
+Parallel sampling (``n``): a request is admitted when its ``n`` sequences fit
+``max_num_seqs`` (it counts as one running sequence until its fork, as
+``ContinuousScheduler._try_admit``), prefills once, then forks; its sequences decode in
+lockstep and are preempted, swapped (each in blocks of its own on the way back) and finished
+together. A request with more sequences than ``max_num_seqs`` is rejected at arrival.
+
 A preempted request is swapped to the CPU (``--preemption swap``, while swap space lasts and
 its prompt is done) or recomputed: its blocks are freed and it goes back to the front of the
 queue with its generated tokens as prompt. A waiting head that did not fit is not retried
@@ -33,10 +39,11 @@ from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BL
                             DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
                             HAS_WAITING_SERVED_RATIO, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
-                            NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_SWAP_FALLBACKS,
-                            PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECTED, RUNNING,
-                            STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
-                            STEP_SWAP_OUT, SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
+                            NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
+                            NUM_SWAP_FALLBACKS, PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS,
+                            REJECT_TOO_WIDE, REJECTED, RUNNING, STEP_COPIED_BLOCKS, STEP_DECODE_SEQS,
+                            STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
+                            SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
 from sim.core.state import MANAGER_KIND, PAGED
@@ -78,6 +85,11 @@ def pop_waiting(s):
 
 @njit(inline=True)
 def add_arrival(s, i):
+    if s.width[i] > s.config[MAX_NUM_SEQS]:  # its sequences run together: it could never be admitted
+        s.status[i] = REJECTED
+        s.reject_code[i] = REJECT_TOO_WIDE
+        s.count[NUM_REJECTED] += 1
+        return
     s.status[i] = WAITING
     push_waiting(s, i, False)
 
@@ -121,6 +133,7 @@ def start_running(s, i):
     s.status[i] = RUNNING
     s.running[s.count[NUM_RUNNING]] = i
     s.count[NUM_RUNNING] += 1
+    s.count[NUM_RUNNING_SEQS] += s.num_seqs[i]
 
 
 @njit(inline=True)
@@ -141,7 +154,7 @@ def admit_waiting(s, budget):
     while c[WAITING_LEN] and (budget > 0 or not chunked):
         i = waiting_head(s)
         target = s.prompt_target[i]
-        if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
+        if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:  # its sequences after the fork too
             blocked = BLOCKED_ON_MAX_SEQS
         elif not chunked and target > s.config[MAX_BATCHED_TOKENS]:
             reject_head(s, i, REJECT_OVER_BATCHED_TOKENS)
@@ -180,33 +193,48 @@ def resume_swapped(s):
     c = s.count
     while c[SWAPPED_LEN]:
         i = s.swapped[c[SWAPPED_HEAD]]
-        if c[NUM_RUNNING] + 1 > s.config[MAX_NUM_SEQS]:
+        w = s.num_seqs[i]
+        if c[NUM_RUNNING_SEQS] + w > s.config[MAX_NUM_SEQS]:
             return False
         n = s.swapped_tokens[i]
-        # one free block left for its next token, or it would be the first preempted again
-        # (vLLM's can_swap_in; ContinuousScheduler._resume_swapped)
-        if (memory.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE
-                or (s.config[MANAGER_KIND] == PAGED
-                    and kv_cache.num_free_blocks(s) - kv_cache.blocks_to_allocate(s, i, n) < 1)):
+        # one free block per sequence left after it, or as the latest request it would be the
+        # first preempted again (vLLM's can_swap_in; ContinuousScheduler._resume_swapped;
+        # prefix-cache hits its sequences share are counted for each: conservative); then every
+        # sequence of a group must fit: one by one, each in blocks of its own (prefix caching:
+        # the later ones find the first one's prompt blocks), undone on a miss. A contiguous
+        # extent never leaves (it is reserved whole): only paged requests are swapped
+        fits = (kv_cache.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE
+                and kv_cache.num_free_blocks(s) - w * kv_cache.blocks_to_allocate(s, i, n) >= w)
+        j = 0
+        while fits and j < w:
+            if kv_cache.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
+                for k in range(j):
+                    kv_cache.release_seq(s, i, k)
+                s.num_computed_tokens[i] = 0
+                s.num_blocks[i] = 0
+                fits = False
+                break
+            cached = kv_cache.allocate_seq(s, i, j, n, n)
+            if cached < n:  # prefix caching: only the tokens the cache does not hold come in
+                kv_cache.compute_tokens_seq(s, i, j, n - cached)
+            j += 1
+        if not fits:
             if c[NUM_RUNNING] == 0:  # nothing else holds memory: it can never come back
                 c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
                 c[SWAPPED_LEN] -= 1
-                c[SWAP_USED_TOKENS] -= n
+                c[SWAP_USED_TOKENS] -= n * w
                 c[NUM_SWAP_FALLBACKS] += 1
                 restart(s, i)
                 continue
             c[DEMAND_WAITING] = 1
             return False
-        cached = memory.allocate(s, i, n, n)
-        if cached < n:  # prefix caching: only the tokens the cache does not hold come in
-            kv_cache.compute_tokens(s, i, n - cached)
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
-        c[SWAP_USED_TOKENS] -= n
-        c[STEP_SWAP_IN] += n
+        c[SWAP_USED_TOKENS] -= n * w
+        c[STEP_SWAP_IN] += n * w
         start_running(s, i)
         s.in_decode[i] = 1  # it left mid-decode and comes back as it was
-        c[DECODE_SET_SIZE] += 1
+        c[DECODE_SET_SIZE] += w
     return True
 
 
@@ -218,19 +246,21 @@ def preempt_latest(s):
     c = s.count
     c[NUM_RUNNING] -= 1
     i = s.running[c[NUM_RUNNING]]
-    c[DECODE_SET_SIZE] -= s.in_decode[i]
+    w = s.num_seqs[i]
+    c[NUM_RUNNING_SEQS] -= w
+    c[DECODE_SET_SIZE] -= s.in_decode[i] * w
     s.in_decode[i] = 0
     c[FREE_EPOCH] += 1
     s.num_preemptions[i] += 1
     c[NUM_PREEMPTIONS] += 1
     c[DEMAND_WAITING] = 1
-    n = s.num_computed_tokens[i]
+    n = s.num_computed_tokens[i]  # per sequence
     if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
-            and c[SWAP_USED_TOKENS] + n <= s.config[SWAP_CAPACITY_TOKENS]):
+            and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
         memory.free(s, i)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
-        c[SWAP_USED_TOKENS] += n
-        c[STEP_SWAP_OUT] += n
+        c[SWAP_USED_TOKENS] += n * w
+        c[STEP_SWAP_OUT] += n * w
         s.status[i] = SWAPPED
         s.swapped[(c[SWAPPED_HEAD] + c[SWAPPED_LEN]) % len(s.swapped)] = i
         c[SWAPPED_LEN] += 1
@@ -244,6 +274,7 @@ def preempt_latest(s):
 @njit
 def restart(s, i):
     """Request ``i`` (holding no memory) waits at the queue's front to be recomputed."""
+    s.num_seqs[i] = 1  # a group restarts as one sequence and forks again after its prefill
     if s.num_generated[i] > 0:  # the generated tokens become prompt
         s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
     s.num_prompt_computed[i] = 0
@@ -260,19 +291,21 @@ def decode(s):
     take; ``free-block-per-seq``, vLLM v0's rule (``can_append_slots`` in
     ``block_manager_v1.py``, applied member by member in ``Scheduler._schedule_running``):
     each member, at its turn, needs one free block whether or not it crosses, so the last
-    member needs one more block than the crossings before it. A contiguous extent was
-    reserved whole at admission: nothing to make room for."""
+    member needs one more block than the crossings before it. A request's sequences are
+    members (its group's last sequence is the last member); a sequence writing into a tail
+    it shares takes a copy. A contiguous extent was reserved whole at admission: nothing to
+    make room for."""
     c = s.count
     paged = s.config[MANAGER_KIND] == PAGED
     while paged and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
-        crossing = 0
-        last_crosses = 0
+        crossing = 0  # the blocks the step takes (fresh ones and copies)
+        last_takes = 0
         for k in range(c[NUM_RUNNING]):
             i = s.running[k]
             if s.in_decode[i]:
-                last_crosses = 1 if kv_cache.crosses_block(s, i) else 0
-                crossing += last_crosses
-        needed = crossing - last_crosses + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
+                takes, last_takes = kv_cache.decode_blocks_needed(s, i)
+                crossing += takes
+        needed = crossing - last_takes + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
         if needed <= kv_cache.num_free_blocks(s):
             break
         preempt_latest(s)
@@ -283,7 +316,7 @@ def decode(s):
         if in_decode[i]:
             memory.take_decode_slot(s, i)
             num_computed_tokens[i] += 1
-            context_sum += num_computed_tokens[i]
+            context_sum += num_computed_tokens[i] * s.num_seqs[i]
     c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
     c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
     return context_sum
@@ -298,6 +331,7 @@ def schedule(s):
     c[STEP_DECODE_SEQS] = 0
     c[STEP_SWAP_IN] = 0
     c[STEP_SWAP_OUT] = 0
+    c[STEP_COPIED_BLOCKS] = 0
     preemptions = c[NUM_PREEMPTIONS]
     context_sum = schedule_pass(s)
     if (not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS]) and c[NUM_PREEMPTIONS] != preemptions
@@ -380,8 +414,9 @@ def complete_step(s, now):
                 previous = last_token_s[i]
                 latency = now - previous
                 bin_index = itl_bin(s.itl_edges, latency)
-            s.itl_hist[bin_index] += 1
-            itl_sum += latency
+            w = s.num_seqs[i]  # one inter-token latency per sequence
+            s.itl_hist[bin_index] += w
+            itl_sum += latency * w
             last_token_s[i] = now
             num_generated[i] += 1
             if num_generated[i] >= s.output_tokens[i]:
@@ -404,15 +439,18 @@ def complete_step(s, now):
             s.step_finished[num_done] = i
             num_done += 1
         else:
+            if s.width[i] > 1 and s.num_seqs[i] == 1:  # parallel sampling: prefilled once, then forked
+                kv_cache.fork(s, i)
             s.in_decode[i] = 1
-            c[DECODE_SET_SIZE] += 1
+            c[DECODE_SET_SIZE] += s.num_seqs[i]
     if num_done == 0:
         return
     for k in range(num_done):
         i = s.step_finished[k]
         c[FREE_EPOCH] += 1
         memory.free(s, i)
-        c[DECODE_SET_SIZE] -= s.in_decode[i]
+        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+        c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
         s.in_decode[i] = 0
         s.status[i] = FINISHED
         s.finish_s[i] = now

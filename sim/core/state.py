@@ -7,8 +7,9 @@ state of a run is a :class:`Core` of arrays:
   columns (written in place: status, tokens generated, times), plus the core's
   ``num_computed_tokens``, ``num_blocks``, ``final_len``, ``slot``, ``in_decode`` and
   ``swapped_tokens``;
-* per running slot (at most ``max_num_seqs``): the block table ``block_table[slot, k]``, the
-  int32 table the GPU kernel reads, and the free slot ids;
+* per running slot (one per running sequence): the block table ``block_table[slot, k]``, the
+  int32 table the GPU kernel reads, and the free slot ids; a request's sequences' slots are
+  the row ``seq_slot[i]`` (``slot[i]`` its first);
 * the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
 * the contiguous manager's extents (start, reservation R, placed size A per request) and its
   placement: the buddy's free-block bitmaps per order, or the holes by address;
@@ -25,7 +26,7 @@ import numpy as np
 # request status: the values of sim.sched.state.Status
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 # why a request was rejected (RequestTable.reject_reason is written from these in Python)
-REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
+REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
@@ -33,7 +34,7 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS = 1, 2
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
- SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, NUM_CONFIG) = range(30)
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, NUM_CONFIG) = range(31)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -51,7 +52,8 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
  RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
- STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM, NUM_COUNTS) = range(59)
+ STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
+ NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS, NUM_COUNTS) = range(63)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -149,3 +151,9 @@ class Core(NamedTuple):
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
     chains: np.ndarray
     num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission
+    # parallel sampling (n): a request runs width[i] sequences after its prefill, in lockstep
+    # (the same tokens and blocks count); sequence j's block-table row is seq_slot[i, j]
+    # (``slot`` is seq_slot's column 0, a view: the request's first sequence)
+    width: np.ndarray
+    num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
+    seq_slot: np.ndarray

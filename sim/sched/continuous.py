@@ -69,6 +69,10 @@ class ContinuousScheduler:
         self.swap_capacity = int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if self.swap else 0
         self.swap_used = 0
         self.beam_churn = getattr(cfg, "beam_churn", 0.25)
+        if table.size and int(table.width.max()) > self.max_num_seqs:
+            # such a request is rejected at arrival, which the engine's macro steps would count
+            # as joining the queue (its step table's num_waiting): these traces run step by step
+            self.macro_steps_ok = False
 
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
@@ -121,9 +125,8 @@ class ContinuousScheduler:
 
     # ---------------------------------------------------------------- arrivals
     def add_arrival(self, i: int) -> None:
-        width = int(self.t.width[i])
-        if width > self.max_num_seqs:  # its sequences run together: it could never be admitted
-            self._reject(i, f"its {width} sequences (n / beam_width) exceed max_num_seqs={self.max_num_seqs}")
+        if int(self.t.width[i]) > self.max_num_seqs:  # its sequences run together: it could never be admitted
+            self._reject(i, self.too_wide_reason(i))
             return
         self.t.status[i] = _WAITING
         self.waiting.append(i)
@@ -156,6 +159,9 @@ class ContinuousScheduler:
         self.t.status[i] = _REJECTED
         self.t.reject_reason[i] = reason
         self.num_rejected += 1
+
+    def too_wide_reason(self, i: int) -> str:
+        return f"its {int(self.t.width[i])} sequences (n / beam_width) exceed max_num_seqs={self.max_num_seqs}"
 
     def batched_reason(self, i: int) -> str:
         return f"prompt of {int(self.t.target[i])} tokens exceeds max_num_batched_tokens={self.max_batched}"

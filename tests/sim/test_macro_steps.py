@@ -96,6 +96,17 @@ def test_macro_steps_equal_step_by_step(system, kw, tkw, seed):
     pd.testing.assert_frame_equal(c[2], b[2])
 
 
+def test_requests_wider_than_max_num_seqs_are_rejected_alike_with_macro_steps():
+    """Requests of 4 sequences with max_num_seqs=3 are rejected at arrival: they never join the
+    queue, so the step table's num_waiting must not count them (macro steps did)."""
+    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
+                               max_seq_len=256, max_num_seqs=3, seed=0)
+    trace = rand_trace(0, width={"n": [1, 2, 4]})
+    a = run(cfg, trace, macro=False)
+    assert (a[1]["reject_reason"].str.contains("exceed max_num_seqs")).sum() > 0
+    assert_same(a, run(cfg, trace, macro=True))
+
+
 def test_macro_steps_taken_and_unrecorded_sums():
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
                                max_seq_len=256, record_steps=False)

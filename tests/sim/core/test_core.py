@@ -99,7 +99,8 @@ CASES = [
     ("token", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, slots=1200), dict(prefix=True, rate=200.0)),  # evictions, preemption
     ("vllm", dict(prefix_caching=True, max_num_seqs=8), dict(prefix=True)),  # the admission shortcut
-    ("vllm", dict(prefix_caching=True, chunked_prefill=True, chunk_budget=64, slots=1200), dict(prefix=True, rate=200.0)),
+    ("vllm", dict(prefix_caching=True, chunked_prefill=True, chunk_budget=64, slots=1200),
+     dict(prefix=True, rate=200.0)),
     ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
      dict(prefix=True, rate=200.0)),  # swap-in finds its prompt in the cache
     ("vllm", dict(prefix_caching=True, record_steps=False, slots=1200), dict(prefix=True, rate=200.0)),
@@ -121,6 +122,18 @@ CASES = [
     ("vattention", dict(vattention_page_kib=2048, slots=1200), dict(rate=200.0)),
     ("vattention", dict(vattention_page_kib=2048, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30,
                         slots=1200), dict(rate=200.0)),
+    # parallel sampling: prefill once, fork, copy-on-write, groups preempted, swapped, finished together
+    ("vllm", {}, dict(width={"n": [1, 2, 4]})),
+    ("vllm", dict(slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("vllm", dict(slots=1200, block_size=4), dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("token", dict(slots=1200), dict(width={"n": [1, 3]}, rate=200.0)),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(width={"n": [1, 3]}, rate=200.0)),
+    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
+     dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("vllm", dict(prefix_caching=True, slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),
+    ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
+     dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),  # swap-in: later sequences hit the first one's blocks
+    ("vllm", dict(max_num_seqs=3, record_steps=False), dict(width={"n": [1, 2, 4]})),  # width 4 rejected at arrival
 ]
 
 
@@ -260,13 +273,14 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
        watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
        swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans(),
-       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]))
-def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio):
+       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]), widths=st.sampled_from([None, None, [1, 2], [1, 3, 4]]))
+def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio, widths):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
                   chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
                   preemption="recompute" if swap is None else "swap",
                   swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix, waiting_served_ratio=ratio)
-    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, prefix=prefix), step_by_step=False)
+    trace = rand_trace(seed, n=n, rate=rate, prefix=prefix, width=None if widths is None else {"n": widths})
+    assert_engines_agree(cfg, trace, step_by_step=False)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -334,7 +348,7 @@ def test_progress_counts_every_finish():
 
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(check=True), {}, "--check"),
-    ({}, dict(width={"n": [1, 2]}), "parallel sampling"),
+    ({}, dict(width={"beam_width": [1, 2]}), "beam search"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
@@ -371,7 +385,9 @@ if kw.get("profile"):
     from tests.sim.helpers import write_table_profile
     kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
 kw.setdefault("system", "vllm")
-r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True), engine="core")
+width = {"n": [1, 2, 3]} if kw.pop("width", False) else None
+r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True, width=width),
+                   engine="core")
 assert r.summary["engine"] == "core-cpython"
 r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
 r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
@@ -383,6 +399,7 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(slots=1200, prefix_caching=True),  # prefix hits, evictions (the trace has hashes)
     dict(slots=1200, prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
     dict(slots=1200, waiting_served_ratio=1.0),
+    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width=True),  # n: fork, COW, swap
     dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
     dict(slots=1200, cost_model="calibrated", cost_scale=1.37),
@@ -401,7 +418,9 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     kw = dict(kw)
     if kw.get("profile"):
         kw["profile"] = str(tmp_path / "profile.csv")
-    r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True), engine="core")
+    width = {"n": [1, 2, 3]} if kw.pop("width", False) else None
+    r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw),
+                       rand_trace(0, rate=200.0, prefix=True, width=width), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)
 
