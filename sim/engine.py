@@ -157,6 +157,8 @@ class Engine:
             usage = mgr.usage(sched.demand_waiting)
             if self.check:
                 self._check(usage, env.now, last_t)
+                if batch.num_seqs == 0:  # (swaps alone go with the next iteration's sequences)
+                    raise InvariantError(f"t={env.now:.6f}: an iteration with no sequence")
             dt = self.executor.run_step(batch, mgr)
             if not dt > 0:
                 raise InvariantError(f"executor returned a non-positive step time {dt}")

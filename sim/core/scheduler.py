@@ -339,6 +339,8 @@ def schedule(s):
         # the decode step preempted every running request: vLLM's empty iteration and its
         # next one, at the same instant, are this one iteration (ContinuousScheduler.schedule)
         context_sum = schedule_pass(s)
+    if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits
+        c[DEMAND_WAITING] = 0
     return context_sum
 
 

@@ -447,6 +447,11 @@ class ContinuousScheduler:
             # with room for its next token, see _resume_swapped); if it did, the engine's
             # checks name it
             self._schedule_pass(batch)
+        if not (self.waiting or self.swapped):
+            # a request preempted for memory may have been admitted again (chunked prefill) or
+            # rejected in the same iteration: nobody waits, so no free slot is external
+            # fragmentation
+            self.demand_waiting = False
         return batch
 
     def _schedule_pass(self, batch: StepBatch) -> None:

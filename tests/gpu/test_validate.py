@@ -115,7 +115,7 @@ def test_hand_computed_single_request_with_profile(tmp_path):
     assert m["median_step_error"] == pytest.approx(np.median(errs))
     assert m["p90_step_error"] == pytest.approx(np.percentile(errs, 90))
     meas = s["measured_s"].to_numpy()
-    assert m["real_output_throughput"] == pytest.approx(4 / (0.5 + meas.sum()))
+    assert m["real_output_throughput"] == pytest.approx(4 / meas.sum())  # from the first arrival (at 0.5 s)
     assert m["real_mean_ttft_ms"] == pytest.approx(meas[0] * 1e3)
     assert m["real_mean_tpot_ms"] == pytest.approx(meas[1:].sum() / 3 * 1e3)
     # the table-model simulation prices the same 4 steps at factor 1
