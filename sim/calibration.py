@@ -52,6 +52,11 @@ class Calibration:
     allreduce_tp: tuple[int, ...] = ()
     allreduce_latency_s: tuple[float, ...] = ()
     allreduce_bytes_per_s: tuple[float, ...] = ()
+    # vLLM's CPU time per iteration, fixed_s + per_seq_s x sequences per TP degree, fitted on
+    # Vidur's measurements (sim/cpu_overheads.py); empty where the GPU has none
+    cpu_tp: tuple[int, ...] = ()
+    cpu_fixed_s: tuple[float, ...] = ()
+    cpu_per_seq_s: tuple[float, ...] = ()
     provenance: dict = field(default_factory=dict, compare=False)
     error: dict = field(default_factory=dict, compare=False)
 
@@ -61,7 +66,7 @@ class Calibration:
                 "# Written by `pagesim cost fit`; rerun the command in [provenance] instead of editing.",
                 "# Seconds; efficiencies are fractions of the GPU preset's datasheet peaks (sim/specs.py).",
                 "# elementwise_* lists follow the kinds " + ", ".join(ELEMENTWISE) + "."]
-        consts = {k: v for k, v in d.items() if k not in ("provenance", "error")}
+        consts = {k: v for k, v in d.items() if k not in ("provenance", "error") and (v or k not in OPTIONAL)}
         return "\n".join(head) + "\n\n" + _toml({"constants": consts, "provenance": d["provenance"],
                                                   "error": d["error"]})
 
@@ -73,13 +78,13 @@ class Calibration:
         data = read_toml(path, "calibration file")
         consts = dict(data.get("constants", {}))
         names = [f.name for f in cls.__dataclass_fields__.values() if f.name not in ("provenance", "error")]
-        missing = [n for n in names if n not in consts]
+        missing = [n for n in names if n not in consts and n not in OPTIONAL]
         if missing:
             raise ConfigError(f"{path}: [constants] has no '{missing[0]}'")
         unknown = [k for k in consts if k not in names]
         if unknown:
             raise ConfigError(f"{path}: [constants] has an unknown key '{unknown[0]}'")
-        for k in names:
+        for k in [n for n in names if n in consts]:
             v = consts[k]
             vals = v if isinstance(v, list) else [v]
             if k != "gpu" and not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -94,7 +99,23 @@ class Calibration:
         if len({len(consts[k]) for k in ("allreduce_tp", "allreduce_latency_s", "allreduce_bytes_per_s")}) != 1:
             raise ConfigError(f"{path}: [constants] allreduce_tp, allreduce_latency_s, allreduce_bytes_per_s "
                               "must have the same length")
+        if len({len(consts.get(k, ())) for k in OPTIONAL}) != 1:
+            raise ConfigError(f"{path}: [constants] {', '.join(OPTIONAL)} must have the same length")
         return cls(**consts, provenance=data.get("provenance", {}), error=data.get("error", {}))
+
+    def cpu_overhead(self, tp: int) -> tuple[float, float, int] | None:
+        """The measured CPU time per iteration at ``tp`` as ``(fixed_s, per_seq_s, measured_tp)``:
+        the fit of that degree, else of the nearest measured one (the lower on a tie: the Ray
+        round trip that dominates past TP 1 grows little with the degree); None where nothing
+        was measured."""
+        if not self.cpu_tp:
+            return None
+        i = min(range(len(self.cpu_tp)), key=lambda k: (abs(math.log2(self.cpu_tp[k] / tp)), self.cpu_tp[k]))
+        return self.cpu_fixed_s[i], self.cpu_per_seq_s[i], self.cpu_tp[i]
+
+
+#: [constants] keys a calibration file may leave out (a GPU without measured CPU overheads)
+OPTIONAL = ("cpu_tp", "cpu_fixed_s", "cpu_per_seq_s")
 
 
 def _toml(d: dict, prefix: str = "") -> str:

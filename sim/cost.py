@@ -89,6 +89,7 @@ class RooflineCostModel:
     eff_attn: float = 0.5
     overhead_s: float = 3e-3
     per_seq_overhead_s: float = 20e-6
+    cpu_overhead_source = "the roofline's default (not measured)"
     allreduce_latency_s: float = 10e-6
 
     def __post_init__(self) -> None:
@@ -203,6 +204,7 @@ class TableCostModel:
             pre["num_tokens"].to_numpy(float), pre["time_us"].to_numpy(float) * 1e-6])
         ov = part("overhead")
         self.overhead_s = float(ov["time_us"].median()) * 1e-6 if not ov.empty else 0.0
+        self.cpu_overhead_source = "the profile's overhead rows" if not ov.empty else "none: the profile has no overhead row"
         self.per_seq_overhead_s = 0.0  # measured profiles include it; --per-seq-overhead-ms adds more
         self._c = np.zeros(0)
 
@@ -254,7 +256,16 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
         cm.overhead_s = step_overhead_ms * 1e-3
     if per_seq_overhead_ms is not None:
         cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
+    if step_overhead_ms is not None or per_seq_overhead_ms is not None:
+        cm.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
     if cost_scale != 1.0:
         from sim.calibration import ScaledCostModel
         cm = ScaledCostModel(cm, cost_scale)
     return cm
+
+
+def cpu_overhead_note(cost_model) -> str:
+    """The CPU time a run charged per iteration, and where it came from, for its summary."""
+    inner = getattr(cost_model, "inner", cost_model)  # a ScaledCostModel scales the GPU time only
+    source = getattr(inner, "cpu_overhead_source", "set by the caller")
+    return f"{inner.overhead_s * 1e3:.4g} ms + {inner.per_seq_overhead_s * 1e6:.4g} us/sequence ({source})"

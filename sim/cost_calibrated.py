@@ -26,8 +26,9 @@ past the TP degree) and the elementwise bytes per token read plus written (norm 
 Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
 measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each
-sequence's last token), the roofline's CPU overheads (``overhead_s``, ``per_seq_overhead_s``: not
-calibrated, Vidur's CPU tables are not among the measurements), and swap (PCIe) and
+sequence's last token), the CPU time per iteration (``overhead_s + per_seq_overhead_s`` x
+sequences: vLLM's, measured by Vidur and fitted per TP degree where the calibration file has
+it, ``sim/cpu_overheads.py``; else the roofline's default), and swap (PCIe) and
 copy-on-write (HBM, at the residual add's rate) traffic. A tensor-parallel degree without a
 measured collective table takes the roofline's ring all-reduce.
 
@@ -109,8 +110,13 @@ class CalibratedCostModel:
         c = calibration if calibration is not None else load_calibration(gpu.name)
         self.model, self.gpu, self.tensor_parallel, self.calibration = model, gpu, tensor_parallel, c
         tp = tensor_parallel
-        self.overhead_s = RooflineCostModel.overhead_s  # CPU side: the roofline's, not calibrated here
-        self.per_seq_overhead_s = RooflineCostModel.per_seq_overhead_s
+        measured_cpu = c.cpu_overhead(tp)
+        if measured_cpu is None:  # no CPU time measured on this GPU: the roofline's default
+            self.overhead_s, self.per_seq_overhead_s = RooflineCostModel.overhead_s, RooflineCostModel.per_seq_overhead_s
+            self.cpu_overhead_source = f"the roofline's default: no CPU time measured on {c.gpu}"
+        else:  # vLLM's, measured by Vidur (sim/cpu_overheads.py)
+            self.overhead_s, self.per_seq_overhead_s, measured_tp = measured_cpu
+            self.cpu_overhead_source = f"vLLM's, measured on {c.gpu} at TP {measured_tp} (Vidur; sim/cpu_overheads.py)"
         self._gemms = tuple(float(x) for shape in layer_gemm_shapes(model, tp) for x in shape)
         ew = elementwise_bytes_per_token(model, tp)
         per_token = [n * _elementwise_seconds(1, b, gpu.mem_bw, 0.0, e)

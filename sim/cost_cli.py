@@ -56,6 +56,10 @@ def register(sub) -> None:
     f.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the constants")
     f.add_argument("--exclude-model", action="append", default=[], metavar="M",
                    help="leave this model out of the fit (repeatable)")
+    f.add_argument("--cpu-overheads", metavar="FILE.csv", default=None,
+                   help="Vidur's cpu_overheads.csv for this GPU (vLLM's CPU time per iteration, measured; "
+                        "sim/cpu_overheads.py): fits the calibrated model's CPU overhead per TP degree, else the "
+                        "roofline's default stays")
 
     i = _subcommand(cs, "import", run_import, "measured tables as a profile CSV for --profile",
                     "Write the table cost model's profile (sim/profile_format.py) from measured tables: linear = L x "
@@ -153,6 +157,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
     from sim import cost_error
     from sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
+    from sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
     from sim.errors import ConfigError
     from sim.measured import check_model, read_measured, source_commit
     from sim.specs import get_gpu
@@ -192,6 +197,23 @@ def run_fit(args: argparse.Namespace) -> int:
                              *(f"--exclude-model {m}" for m in args.exclude_model)]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }
+    if args.cpu_overheads:
+        cpu = fit_cpu_overheads(read_cpu_overheads(args.cpu_overheads))
+        if min(cpu["fixed_s"] + cpu["per_seq_s"]) <= 0:
+            raise ConfigError(f"{args.cpu_overheads}: the fitted CPU time is not positive at every TP degree "
+                              f"(fixed {cpu['fixed_s']}, per sequence {cpu['per_seq_s']})")
+        cal = replace(cal, cpu_tp=tuple(cpu["tp"]), cpu_fixed_s=tuple(cpu["fixed_s"]),
+                      cpu_per_seq_s=tuple(cpu["per_seq_s"]))
+        path = Path(args.cpu_overheads)
+        provenance["cpu_overheads"] = {
+            "file": f"{path.name} sha256:{_sha256(path)}",
+            "source": "github.com/microsoft/vidur, data/profiling/<gpu>/cpu_overheads.csv in its history (removed "
+                      "after commit 6d98aa8f; MIT license, Agrawal et al., MLSys 2024)",
+            "rule": "schedule + sampler_e2e + prepare_inputs_e2e + process_model_outputs medians + ray_comm_time mean "
+                    "(Vidur's sklearn_execution_time_predictor), fitted as fixed + per_seq x batch per TP degree",
+            "models": [", ".join(m) for m in cpu["models"]],
+            "median_error": cpu["median_error"], "max_error": cpu["max_error"]}
+        provenance["command"] += f" --cpu-overheads {args.cpu_overheads}"
     cal = replace(cal, provenance=provenance, error=error)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

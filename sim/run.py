@@ -17,7 +17,7 @@ import pandas as pd
 
 from sim.config import SimConfig
 from sim.core.replay import engine_name
-from sim.cost import make_cost_model
+from sim.cost import cpu_overhead_note, make_cost_model
 from sim.engine import Engine, SimulatedExecutor
 from sim.errors import ConfigError
 from sim.limits import check_pool
@@ -144,7 +144,8 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
              "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
              "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,
-             "engine": engine_name() if engine.on_core else "python"}
+             "engine": engine_name() if engine.on_core else "python",
+             "cpu_overhead": cpu_overhead_note(executor.cost_model) if hasattr(executor, "cost_model") else None}
     mstats = manager.stats()
     for k, v in mstats.items():
         extra[f"mgr_{k}"] = v

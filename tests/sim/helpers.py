@@ -116,3 +116,32 @@ class ends_within:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, self._previous)
         return False
+
+
+# (TP, fixed ms, ms per sequence, Ray ms): what the fit must find again
+LINES = [(1, 1.0, 0.05, 0.5), (2, 6.0, 0.04, 5.0)]
+BATCHES = (8, 16, 32, 64, 128)
+
+
+def vidur_table(path, lines=LINES, upper=False):
+    """Vidur's columns: each iteration's CPU time (fixed + per_seq x batch ms, the Ray round trip
+    included) split 10/30/20/40 % over schedule, sampler, prepare inputs and process outputs."""
+    rows = []
+    for tp, fixed, per_seq, ray in lines:
+        for model in ("org/A", "org/B"):
+            for b in BATCHES:
+                cpu = fixed + per_seq * b - ray
+                rows.append({"model_name": model, "batch_size": b, "tensor_parallel_degree": tp,
+                             "schedule_median": 0.1 * cpu, "sampler_e2e_median": 0.3 * cpu,
+                             "prepare_inputs_e2e_median": 0.2 * cpu, "process_model_outputs_median": 0.4 * cpu,
+                             "schedule_mean": 9.0, "sampler_e2e_mean": 9.0, "prepare_inputs_e2e_mean": 9.0,
+                             "process_model_outputs_mean": 9.0, "model_execution_e2e_median": 50.0,
+                             "ray_comm_time_mean": ray, "ray_comm_time_median": 99.0})
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    if upper:  # the older files name their columns in capitals
+        df.columns = [c.upper() if c not in ("model_name", "batch_size", "tensor_parallel_degree") else c
+                      for c in df.columns]
+    df.to_csv(path)
+    return path

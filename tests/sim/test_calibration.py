@@ -23,6 +23,7 @@ from sim.cli import main
 from sim.calibration_fit import elementwise_seconds, gemm_seconds  # the formulas, over numpy arrays
 from sim.cost_calibrated import CalibratedCostModel, elementwise_bytes_per_token, layer_gemm_shapes
 from sim.measured import read_measured
+from tests.sim.helpers import vidur_table
 from sim.specs import GPUS, GPUSpec, ModelSpec
 
 A100 = GPUS["a100-80gb"]
@@ -526,7 +527,9 @@ def test_plan_reports_the_band_of_the_cost_error(tmp_path, capsys):
     p90 = load_calibration("a100-80gb").error["calibrated"]["all"]["p90"]
     argv = ["plan", "--workload", "sharegpt", "--duration", "30", "--model", "llama-2-7b", "--gpu", "a100-80gb",
             "--cost-model", "calibrated", "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--no-progress",
-            "--cache-dir", str(tmp_path / "cache"), "--json", "--rtol", "0.2"]
+            "--cache-dir", str(tmp_path / "cache"), "--json", "--rtol", "0.2",
+            # a CPU time the band's +-p90 of GPU time moves by more than the search's steps
+            "--step-overhead-ms", "3", "--per-seq-overhead-ms", "0.02"]
     assert main(argv) == 0
     r = json.loads(capsys.readouterr().out)
     row = r["answers"][0]
@@ -537,3 +540,19 @@ def test_plan_reports_the_band_of_the_cost_error(tmp_path, capsys):
     assert r["cost_model"]["a100-80gb"]["cost_error"]["p90"] == p90
     assert main(argv + ["--no-error-band"]) == 0
     assert "max_rate_low_rps" not in json.loads(capsys.readouterr().out)["answers"][0]
+
+
+def test_fit_command_writes_the_cpu_lines_and_their_provenance(tmp_path, capsys):
+    root = write_measured(tmp_path / "measured")
+    cpu = vidur_table(tmp_path / "cpu_overheads.csv")
+    out = tmp_path / "a100.toml"
+    assert main(["cost", "fit", "--measured", str(root), "--gpu", "a100-80gb", "--out", str(out),
+                 "--cpu-overheads", str(cpu)]) == 0
+    cal = Calibration.from_toml(out)
+    assert cal.cpu_tp == (1, 2)
+    assert cal.cpu_fixed_s == pytest.approx((1e-3, 6e-3), rel=1e-9)
+    assert cal.cpu_per_seq_s == pytest.approx((50e-6, 40e-6), rel=1e-9)
+    p = cal.provenance["cpu_overheads"]
+    assert p["file"].startswith("cpu_overheads.csv sha256:")
+    assert "ray_comm_time mean" in p["rule"] and math.isclose(max(p["max_error"]), 0.0, abs_tol=1e-9)
+    assert cal.provenance["command"].endswith(f"--cpu-overheads {cpu}")
