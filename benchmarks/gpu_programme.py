@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import shlex

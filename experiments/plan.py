@@ -51,14 +51,10 @@ from experiments.slo import (  # noqa: F401  (re-exported)
     DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point, littles_law, p99,
     request_ok)
 from experiments.sweep import RunSpec
-from sim.errors import ConfigError, PagesimError
+from sim.errors import ConfigError
 
 #: illustrative on-demand $/GPU-hour (not quotes; override with --dollars-per-gpu-hour)
 GPU_HOURLY_USD = {"a100-40gb": 1.50, "a100-80gb": 2.00, "h100-80gb": 3.00, "h200-141gb": 4.00, "l40s": 1.00}
-
-
-class PlanInfeasible(PagesimError):
-    """No probed setting meets the SLO; the message says what would."""
 
 
 @dataclass

@@ -36,9 +36,6 @@ from sim.memory.base import MemoryUsage
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
 
-REQUEST_COLUMNS = ["request_id", "arrival_s", "prompt_tokens", "output_tokens", "n", "beam_width",
-                   "status", "reject_reason", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2el_s",
-                   "normalized_latency_s", "preemptions"]
 
 
 class StepRecorder:

@@ -109,10 +109,6 @@ class ContiguousManager(ExtentManager):
         self.placement.free(start)
         self._counters["frees"] += 1
 
-    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
-        self._check_seq(parent_id)
-        return self.placement.can_alloc(self._fork_R(parent_id, child_final_len))
-
     def _fork_R(self, parent_id: int, child_final_len: int | None) -> int:
         P, L = int(self._prompt[parent_id]), int(self._L[parent_id])
         F = int(self._F[parent_id]) if child_final_len is None else int(child_final_len)

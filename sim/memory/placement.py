@@ -286,9 +286,6 @@ class FitPlacement(Placement):
     def free_slots(self) -> int:
         return self._free
 
-    def largest_hole(self) -> int:
-        return max(self._holes.values(), default=0)
-
     def check(self) -> None:
         assert self._starts == sorted(self._holes), "hole index out of order"
         self._check_cover(list(self._holes.items()))

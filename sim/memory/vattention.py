@@ -47,10 +47,6 @@ class VAttentionManager(PagedManager):
                          prefix_caching=False, append_rule=append_rule)
         self.page_tokens = int(page_tokens)
 
-    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
-        self._check_seq(parent_id)
-        return int(self._nb[parent_id]) <= self.num_free_blocks()
-
     def _share(self, p: int, c: int, table: list[int], Fp: int, Fc: int) -> None:
         """Copy the parent's pages into fresh ones (no sharing in vAttention)."""
         if len(table) > self.num_free_blocks():

@@ -49,6 +49,9 @@ _WAITING, _RUNNING, _SWAPPED, _FINISHED, _REJECTED = (int(Status.WAITING), int(S
                                                       int(Status.SWAPPED), int(Status.FINISHED),
                                                       int(Status.REJECTED))
 _OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER
+#: beam search: the chance that a beam dies at a decode step and is replaced by a fork of a
+#: surviving beam (the model's one constant; see the module docstring)
+BEAM_CHURN = 0.25
 
 
 class ContinuousScheduler:
@@ -68,7 +71,7 @@ class ContinuousScheduler:
         self.swap = cfg.preemption == "swap"
         self.swap_capacity = int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if self.swap else 0
         self.swap_used = 0
-        self.beam_churn = getattr(cfg, "beam_churn", 0.25)
+        self.beam_churn = BEAM_CHURN
         if table.size and int(table.width.max()) > self.max_num_seqs:
             # such a request is rejected at arrival, which the engine's macro steps would count
             # as joining the queue (its step table's num_waiting): these traces run step by step
@@ -84,7 +87,6 @@ class ContinuousScheduler:
         self.num_preemptions = 0
         self.num_swap_fallbacks = 0
         self.num_rejected = 0
-        self.finished_now: list[int] = []
         # iterations in a row that handed out no token (sim/core/scheduler.py's
         # steps_without_token_limit ends a live-locked run)
         self.steps_without_token = 0

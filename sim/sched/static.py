@@ -29,7 +29,6 @@ class StaticScheduler(ContinuousScheduler):
         slots = getattr(manager, "num_slots", None) or max(1, manager.capacity // self.max_seq_len)
         self.batch_limit = min(cfg.static_batch_size or slots, slots, self.max_num_seqs)
         self.batch: np.ndarray = np.zeros(0, _I64)
-        self.prefilled_batch = False
         self._live: np.ndarray | None = None
 
     @property
@@ -75,7 +74,6 @@ class StaticScheduler(ContinuousScheduler):
             batch.prefill_seq_ids = self.batch
             batch.prefill_tokens = np.full(len(self.batch), longest, _I64)  # padded
             batch.prefill_context = batch.prefill_tokens.copy()
-            self.prefilled_batch = False
             return batch
         # decode: everyone still generating appends a token; finished members only pad.
         # The live set is recomputed only when a member finishes, so the manager sees the same

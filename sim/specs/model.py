@@ -274,10 +274,6 @@ class ModelSpec:
         return (self._layer_weight_bytes(self._layer_params(active=True))
                 + self.vocab_size * self.hidden_size * self.dtype_bytes)
 
-    @property
-    def is_gqa(self) -> bool:
-        return self.num_kv_heads < self.num_heads
-
 
 def with_max_seq_len(model: ModelSpec, max_seq_len: int | None) -> ModelSpec:
     return model if max_seq_len is None else replace(model, max_seq_len=int(max_seq_len))

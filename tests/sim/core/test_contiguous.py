@@ -5,7 +5,6 @@ next one does not fit (sim/core/extent.py, sim/core/placement.py)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from sim.core import extent, kv_cache, placement, replay, state
 from sim.engine import Engine

@@ -20,7 +20,7 @@ import pytest
 from sim.core import kv_cache, prefix_cache, replay, scheduler, state
 from sim.engine import Engine
 from sim.run import build
-from tests.sim.helpers import OPT13B_SLOT, cfg_for
+from tests.sim.helpers import cfg_for
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3
