@@ -10,11 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
+
+import_path()  # `import pagesim` works from this working tree, installed or not
 
 
 def main(argv=None) -> int:
-    from sim.cli import main as pagesim_main
+    from pagesim.sim.cli import main as pagesim_main
     return pagesim_main(["gpu", "calibrate", *(sys.argv[1:] if argv is None else argv)])
 
 

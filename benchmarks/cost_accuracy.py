@@ -19,14 +19,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
+
+import_path()  # `import pagesim` works from this working tree, installed or not
 
 import pandas as pd  # noqa: E402
 
-from sim import cost_error  # noqa: E402
-from sim.calibration_fit import attention_source, leave_one_model_out, score  # noqa: E402
-from sim.measured import measured_gpus, read_measured  # noqa: E402
-from sim.specs import get_gpu  # noqa: E402
+from pagesim.sim import cost_error  # noqa: E402
+from pagesim.sim.calibration_fit import attention_source, leave_one_model_out, score  # noqa: E402
+from pagesim.sim.measured import measured_gpus, read_measured  # noqa: E402
+from pagesim.sim.specs import get_gpu  # noqa: E402
 
 
 def band(s: dict) -> str:

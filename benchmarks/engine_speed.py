@@ -42,10 +42,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _import_path import import_path  # noqa: E402
 
-from sim.config import SimConfig  # noqa: E402
-from sim.run import run_simulation  # noqa: E402
+import_path()  # `import pagesim` works from this working tree, installed or not
+
+from pagesim.sim.config import SimConfig  # noqa: E402
+from pagesim.sim.run import run_simulation  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -54,7 +57,7 @@ MEASURED = ROOT.parent / "shared" / "measured"
 
 def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True, engine: str = "auto", result=False):
     if no_lane:
-        import sim.memory.paged as paged
+        import pagesim.sim.memory.paged as paged
 
         paged.PagedManager.decode_lane = False
     try:
@@ -84,7 +87,7 @@ def whole_process(trace) -> None:
         path = Path(tmp) / "azure_le_2048.csv"
         trace.to_csv(path, index=False)
         bare = min(seconds([sys.executable, "-c", "import numpy, pandas"]) for _ in range(3))
-        cmd = [sys.executable, "-m", "sim.cli", "simulate", "--trace", str(path), "--system", "vllm",
+        cmd = [sys.executable, "-m", "pagesim.sim.cli", "simulate", "--trace", str(path), "--system", "vllm",
                "--model", "opt-13b", "--gpu", "a100-80gb", "--no-progress", "--out", str(Path(tmp) / "out")]
         whole = min(seconds(cmd) for _ in range(3))
         print(f"  whole `pagesim simulate` process (load, run, write outputs): {whole:.2f} s; bare "
@@ -122,11 +125,11 @@ def with_prefix_hashes(trace, hash_block_tokens: int = 64, conversations: int = 
 
 def prefix_caching() -> None:
     """Section 4: prefix caching on the core and, as the baseline, the Python engine."""
-    from traces.synth import make_workload
+    from pagesim.traces.synth import make_workload
 
     runs = []
     if MOONCAKE.exists():
-        from traces import load_trace
+        from pagesim.traces import load_trace
 
         runs.append(("mooncake conversation", load_trace(MOONCAKE),
                      SimConfig.for_system("vllm", model="llama-3.1-8b", gpu="a100-80gb", prefix_caching=True,
@@ -164,7 +167,7 @@ def cost_models(trace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if MEASURED.exists():
             profile = Path(tmp) / "llama-2-7b.csv"
-            subprocess.run([sys.executable, "-m", "sim.cli", "cost", "import", "--measured", str(MEASURED),
+            subprocess.run([sys.executable, "-m", "pagesim.sim.cli", "cost", "import", "--measured", str(MEASURED),
                             "--model", "llama-2-7b", "--gpu", "a100-80gb", "--out", str(profile)],
                            check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             runs.insert(0, ("--profile (llama-2-7b measured on a100-80gb)", dict(profile=str(profile))))
@@ -197,11 +200,11 @@ def main() -> None:
         return
 
     if not args.skip_azure and AZURE.exists():
-        from traces import load_trace
+        from pagesim.traces import load_trace
 
         trace = load_trace(AZURE)
         cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error")
-        from traces.transform import apply_max_len_policy
+        from pagesim.traces.transform import apply_max_len_policy
 
         trace, _ = apply_max_len_policy(trace, 2048, "drop")
         t0 = time.perf_counter()  # numba loads the compiled core from its cache at the first call
@@ -240,7 +243,7 @@ def main() -> None:
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
 
-    from traces.synth import make_workload
+    from pagesim.traces.synth import make_workload
 
     sizes = [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_requests]
     rows = []

@@ -11,9 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
 
-from sim.errors import PagesimError  # noqa: E402
+import_path()  # `import pagesim` works from this working tree, installed or not
+
+from pagesim.sim.errors import PagesimError  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -23,7 +26,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--mem-budget-gib", type=float, default=None)
     args = ap.parse_args(argv)
-    from gpu.bench import run
+    from pagesim.gpu.bench import run
     try:
         run(quick=args.quick, out=args.out, reps=args.reps, mem_budget_gib=args.mem_budget_gib)
     except PagesimError as e:

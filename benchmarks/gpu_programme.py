@@ -52,8 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # run as a script from anywhere
+from _import_path import import_path  # noqa: E402
+
+IMPORT_PATH = import_path()  # `import pagesim` from this working tree: the device installs nothing
 
 #: the wheels the device image lacks (KINDS.md: no simpy, no plotly; tqdm, numba, pandas, pyarrow are there)
 WHEELS = ("simpy==4.1.2",)
@@ -89,7 +91,7 @@ def python() -> str:
 
 
 def cli(*args: str) -> list[str]:
-    return [python(), "-m", "sim.cli", *args]
+    return [python(), "-m", "pagesim.sim.cli", *args]
 
 
 def py(code: str) -> list[str]:
@@ -124,9 +126,9 @@ def device_slug(dry: bool) -> tuple[str, str]:
     """(folder slug, the simulator's --gpu preset) of this machine's GPU."""
     if dry:
         return "cpu-dry-run", "h200"
-    from gpu.device import cuda_available, device_info, gpu_slug
+    from pagesim.gpu.device import cuda_available, device_info, gpu_slug
     if not cuda_available():
-        from gpu.device import why_not
+        from pagesim.gpu.device import why_not
         raise SystemExit(f"gpu_programme: no CUDA device ({why_not()}); use --dry-run on a CPU")
     name = device_info("gpu_programme")["name"]
     low = name.lower()
@@ -153,9 +155,9 @@ for tool in ("nvidia-smi", "nvcc", "compute-sanitizer"):
     print(f"{tool:18s} {shutil.which(tool) or 'not found'}")
 if shutil.which("nvidia-smi"):
     print(subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout)
-from gpu.device import cuda_available, why_not
+from pagesim.gpu.device import cuda_available, why_not
 if cuda_available():
-    from gpu.device import device_info
+    from pagesim.gpu.device import device_info
     for k, v in device_info().items():
         print(f"{k:22s} {v}")
 else:
@@ -164,8 +166,8 @@ else:
 
 COMPILE_ALL = r"""
 import sys, time
-from gpu.kernels_src import all_instantiations, load_source
-from gpu._loader import BASE_OPTIONS
+from pagesim.gpu.kernels_src import all_instantiations, load_source
+from pagesim.gpu._loader import BASE_OPTIONS
 dry = sys.argv[1] == "dry"
 n = 0
 t0 = time.perf_counter()
@@ -173,7 +175,7 @@ for src, names in all_instantiations().items():
     load_source(src)
     for x in names:
         if not dry:
-            from gpu._loader import get_kernel
+            from pagesim.gpu._loader import get_kernel
             t = time.perf_counter()
             get_kernel(src, x)
             print(f"{time.perf_counter() - t:6.2f} s  {x}")
@@ -184,7 +186,7 @@ print(("listed" if dry else "compiled"), n, "instantiations with", " ".join(BASE
 
 BENCH_DRY = r"""
 import sys
-from gpu.bench import sweep, COLUMNS
+from pagesim.gpu.bench import sweep, COLUMNS
 pts = sweep(quick=False)
 need = max(2.5 * p.kv_bytes for p in pts)
 print(f"bench: {len(pts)} points, the largest needs {need / 2**30:.1f} GiB; columns: {','.join(COLUMNS)}")
@@ -193,7 +195,7 @@ open(sys.argv[1], "w").write(",".join(COLUMNS) + "\n")
 
 CALIBRATE_DRY = r"""
 import sys
-from gpu.calibrate import fake_profile
+from pagesim.gpu.calibrate import fake_profile
 fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
@@ -335,7 +337,8 @@ def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, l
         f"expected {PHASES[phase][0] // 60}-{PHASES[phase][1] // 60} min")
     site = ensure_wheels(log)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, IMPORT_PATH, str(ROOT), os.environ.get("PYTHONPATH", ""))
+                                        if p)
     worst = 0
     for st in steps_for(phase, work, dry, preset, base / "phase2"):
         left = limit_s - (time.monotonic() - t_start)

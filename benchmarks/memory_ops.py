@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from sim.memory import (Admit, ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager,
+from pagesim.sim.memory import (Admit, ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager,
                         VAttentionManager)
 
 MSL = 2048

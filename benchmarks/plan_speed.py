@@ -24,9 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
 
-from experiments import plan as P  # noqa: E402
+import_path()  # `import pagesim` works from this working tree, installed or not
+
+from pagesim.experiments import plan as P  # noqa: E402
 
 SLO = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
 

@@ -71,7 +71,7 @@ def naive_load_stats(path: Path) -> dict:
 
 
 def naive_synth(num: int, rate: float = 2.0, seed: int = 0) -> list[tuple]:
-    from traces.synth import fit_paper_workload
+    from pagesim.traces.synth import fit_paper_workload
     fit = fit_paper_workload("sharegpt")
     rnd = random.Random(seed)
     out, t = [], 0.0
@@ -95,7 +95,7 @@ def write_azure_week(path: Path, rows: int, lengths_from: Path | None, seed: int
     import pyarrow.csv as pacsv
     rng = np.random.default_rng(seed)
     if lengths_from is not None and lengths_from.exists():
-        from traces.loaders import load_trace
+        from pagesim.traces.loaders import load_trace
         src = load_trace(lengths_from)
         prompts, outputs = src["prompt_tokens"].to_numpy(), src["output_tokens"].to_numpy()
     else:
@@ -122,7 +122,7 @@ def old_pandas_stats(path: Path) -> dict:
     """The reader this project used before pyarrow: pandas' C parser, then pd.to_datetime."""
     import numpy as np
     import pandas as pd
-    from traces.stats import trace_stats
+    from pagesim.traces.stats import trace_stats
     raw = pd.read_csv(path, usecols=["TIMESTAMP", "ContextTokens", "GeneratedTokens"], dtype={"TIMESTAMP": str},
                       skipinitialspace=True)
     t = pd.to_datetime(raw["TIMESTAMP"], format="ISO8601")
@@ -144,9 +144,9 @@ def timed_command(argv: list[str]) -> tuple[float, float, int]:
 
 
 def big_trace(rows: int, baseline_rows: int, lengths_from: Path) -> None:
-    from traces.loaders import load_trace
-    from traces.stats import trace_stats
-    pagesim = [sys.executable, "-m", "sim.cli"]
+    from pagesim.traces.loaders import load_trace
+    from pagesim.traces.stats import trace_stats
+    pagesim = [sys.executable, "-m", "pagesim.sim.cli"]
     tmp = Path(tempfile.mkdtemp(prefix="pagesim-trace-speed-"))
     try:
         path, head = tmp / "azure_conv_1week.csv", tmp / "azure_conv_head.csv"
@@ -186,9 +186,9 @@ def main() -> None:
     ap.add_argument("--baseline-rows", type=int, default=2_000_000, help="rows the old pandas reader reads")
     args = ap.parse_args()
 
-    from traces.loaders import load_trace
-    from traces.stats import trace_stats
-    from traces.synth import make_workload
+    from pagesim.traces.loaders import load_trace
+    from pagesim.traces.stats import trace_stats
+    from pagesim.traces.synth import make_workload
 
     azure = args.shared / "AzureLLMInferenceTrace_conv.csv"
     if azure.exists():

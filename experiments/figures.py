@@ -30,11 +30,11 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from experiments import paper
-from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
-from experiments.sweep import (RunOutput, RunSpec, apply_overrides, expand_grid, load_cached,
+from pagesim.experiments import paper
+from pagesim.experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
+from pagesim.experiments.sweep import (RunOutput, RunSpec, apply_overrides, expand_grid, load_cached,
                                load_experiment, results_frame, run_sweep)
-from sim.metrics import downsample_steps  # noqa: F401  (re-exported: figure code and tests use it here)
+from pagesim.sim.metrics import downsample_steps  # noqa: F401  (re-exported: figure code and tests use it here)
 
 #: fraction of the trace's arrival window skipped as warm-up by the "steady" window
 WARMUP_FRAC = 0.1
@@ -89,7 +89,7 @@ def _num(summ: dict[str, Any] | None, key: str) -> float:
 
 
 def _specs(name: str, quick: bool, scale: float, **base) -> list[RunSpec]:
-    from sim.limits import check_synthetic_workload
+    from pagesim.sim.limits import check_synthetic_workload
     specs = expand_grid(apply_overrides(load_experiment(name), quick=quick, scale=scale, **base))
     for spec in specs:
         check_synthetic_workload(spec.rate, spec.duration_s, spec.num_requests, what=f"{name}'s run {spec.label()}",
@@ -599,7 +599,7 @@ def explain_fig18b(df: pd.DataFrame) -> str:
 def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *, quick: bool = False,
               scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """Run figure ``fig`` (or ``"all"``), write ``out_dir/<name>.csv`` per table, return the tables."""
-    from sim.errors import ConfigError
+    from pagesim.sim.errors import ConfigError
     figs = FIGURES if fig == "all" else (fig,)
     for f in figs:
         if f not in FIGURES:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.cli import HelpFormatter, example
+from pagesim.sim.cli import HelpFormatter, example
 
 MODES = ("max-rate", "resources", "compare-gpus")
 
@@ -39,12 +39,12 @@ def _int_list(s: str) -> list[int]:
 
 
 def _pos(s: str) -> float:
-    from traces.args import _positive_float
+    from pagesim.traces.args import _positive_float
     return _positive_float(s)
 
 
 def register(sub) -> None:
-    from experiments import plan as P
+    from pagesim.experiments import plan as P
     p = sub.add_parser(
         "plan", help="capacity planning: max rate under an SLO, resources for a rate, cost, GPU comparison",
         formatter_class=HelpFormatter,
@@ -76,8 +76,8 @@ def register(sub) -> None:
             "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
             "--duration 120 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"))
     p.add_argument("mode", nargs="?", choices=MODES, default="max-rate", help="question to answer")
-    from sim.simulate_cli import add_sim_args
-    from traces.args import add_workload_args
+    from pagesim.sim.simulate_cli import add_sim_args
+    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p, system=False)
@@ -145,8 +145,8 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The explicitly set SimConfig settings (TOML file, then flags); presets fill the rest."""
     from dataclasses import fields
 
-    from sim.config import SimConfig, load_toml
-    from sim.simulate_cli import SIM_FLAGS
+    from pagesim.sim.config import SimConfig, load_toml
+    from pagesim.sim.simulate_cli import SIM_FLAGS
     names = {f.name for f in fields(SimConfig)}
     settings: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -163,9 +163,9 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def setup_from_args(args: argparse.Namespace):
-    from experiments import plan as P
-    from sim.config import SYSTEMS, SimConfig
-    from sim.errors import ConfigError
+    from pagesim.experiments import plan as P
+    from pagesim.sim.config import SYSTEMS, SimConfig
+    from pagesim.sim.errors import ConfigError
 
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
@@ -204,10 +204,10 @@ def setup_from_args(args: argparse.Namespace):
 
 def slo_from_args(args: argparse.Namespace):
     """The SLO of --slo-* (seconds) and vLLM's --goodput KEY:MS thresholds, one source per metric."""
-    from experiments import plan as P
-    from sim.errors import ConfigError
-    from sim.metrics import SummaryOptions
-    from sim.simulate_cli import parse_goodput
+    from pagesim.experiments import plan as P
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.metrics import SummaryOptions
+    from pagesim.sim.simulate_cli import parse_goodput
 
     if args.goodput and len(args.goodput) == 1 and args.goodput[0].replace(".", "", 1).isdigit():
         raise ConfigError(f"--goodput takes vLLM's KEY:MS thresholds (e.g. ttft:2000 tpot:100); the fraction of "
@@ -226,16 +226,16 @@ def slo_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments import plan as P
+    from pagesim.experiments import plan as P
 
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
-    from sim.specs import get_model, with_max_seq_len
+    from pagesim.sim.specs import get_model, with_max_seq_len
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
-    from sim.config import SimConfig
-    from sim.calibration import error_band
-    from sim.specs import get_gpu
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.calibration import error_band
+    from pagesim.sim.specs import get_gpu
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
     gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
     bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
     else:
         if args.rate is None:
-            from sim.errors import ConfigError
+            from pagesim.sim.errors import ConfigError
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
         what = None if args.what_if == "all" else ([] if args.what_if == "none" else _csv_list(args.what_if))
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
@@ -290,7 +290,7 @@ def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
     x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
     from dataclasses import replace
 
-    from experiments import plan as P
+    from pagesim.experiments import plan as P
     for scale, key in ((1 + p90, "max_rate_low_rps"), (1 - p90, "max_rate_high_rps")):
         again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
         for row in result["answers"]:
@@ -308,7 +308,7 @@ def write_outputs(result: dict, out: Path, report: bool = False) -> None:
         if result.get(key):
             pd.DataFrame(result[key]).to_csv(out / name, index=False)
     if report:
-        from reports.plan_report import plan_report
+        from pagesim.reports.plan_report import plan_report
         plan_report(result, out / "report.html")
 
 
@@ -339,9 +339,9 @@ POINT_COLS = [("search", "search"), ("rate", "rate"), ("passed", "pass"), ("p99_
 
 def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
-    from experiments.plan import describe_workload
+    from pagesim.experiments.plan import describe_workload
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
-    from sim.calibration import describe_band
+    from pagesim.sim.calibration import describe_band
     for gpu, band in r.get("cost_model", {}).items():
         print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":

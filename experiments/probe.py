@@ -36,10 +36,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from experiments.search import BoundarySearch
-from experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
-from experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
-from sim.errors import ConfigError, PagesimError
+from pagesim.experiments.search import BoundarySearch
+from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
+from pagesim.experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
+from pagesim.sim.errors import ConfigError, PagesimError
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
 DEFAULT_DURATION_S = 600.0
@@ -103,9 +103,9 @@ def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> t
     """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc). A
     synthetic workload too large for this machine's memory is a ConfigError (for a probe: a
     failed point whose reason says so)."""
-    from sim.limits import check_synthetic_workload
-    from traces import args as workload_args
-    from traces.args import workload_from_args
+    from pagesim.sim.limits import check_synthetic_workload
+    from pagesim.traces import args as workload_args
+    from pagesim.traces.args import workload_from_args
     opts = decode_workload(workload)
     if "trace" not in opts:
         duration, count = opts.get("duration"), opts.get("num_requests")
@@ -229,7 +229,7 @@ def run_point(spec: RunSpec) -> RunOutput:
     smaller than one request for a contiguous manager) gives a summary with ``error``. When the
     encoded workload carries ``stop`` options, a :class:`ProbeWatcher` ends hopeless runs early
     (summary ``stopped_early`` = the reason)."""
-    from sim.run import resolve_budget, run_simulation
+    from pagesim.sim.run import resolve_budget, run_simulation
     cfg = spec.sim_config().replace(record_steps=False)
     try:
         model, _gpu, _budget = resolve_budget(cfg)
@@ -254,9 +254,9 @@ def run_point(spec: RunSpec) -> RunOutput:
 def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, pd.DataFrame]:
     import time
 
-    from sim.engine import Engine
-    from sim.metrics import request_frame, summarize
-    from sim.run import build
+    from pagesim.sim.engine import Engine
+    from pagesim.sim.metrics import request_frame, summarize
+    from pagesim.sim.run import build
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace)
     watcher = ProbeWatcher(table, {k: v for k, v in stop.items() if k != "reject_only"})
     engine = Engine(sched, manager, executor, table.arrival_s, record_steps=False, progress=watcher)

@@ -7,7 +7,7 @@ interrupted reproduction resumes where it stopped and figures sharing runs compu
 
 from __future__ import annotations
 
-from sim.cli import HelpFormatter, example
+from pagesim.sim.cli import HelpFormatter, example
 
 FIGS = ("fig2", "fig13", "fig15", "fig12", "fig18b", "all")
 
@@ -45,19 +45,19 @@ def run(args) -> int:
 
     import pandas as pd
 
-    from experiments.figures import EXPLAIN, SweepOptions, reproduce
-    from reports.html import reproduce_report
-    from sim.errors import ConfigError
+    from pagesim.experiments.figures import EXPLAIN, SweepOptions, reproduce
+    from pagesim.reports.html import reproduce_report
+    from pagesim.sim.errors import ConfigError
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if not (math.isfinite(args.scale) and args.scale > 0):
         raise ConfigError(f"--scale must be a finite number > 0, got {args.scale}")
-    from experiments.figures import FIGURES
-    from experiments.sweep import load_experiment
-    from sim.config import SimConfig
-    from sim.calibration import describe_band, error_band, load_calibration
-    from sim.specs import get_gpu
+    from pagesim.experiments.figures import FIGURES
+    from pagesim.experiments.sweep import load_experiment
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.calibration import describe_band, error_band, load_calibration
+    from pagesim.sim.specs import get_gpu
 
     base = {"cost_model": args.cost_model} if args.cost_model else {}
     gpus = sorted({get_gpu(load_experiment(f).get("base", {}).get("gpu") or SimConfig.gpu).name

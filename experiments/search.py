@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 #: defaults for a search over request rates (req/s): first probe, range, relative tolerance
 DEFAULT_START_RATE = 1.0

@@ -40,8 +40,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
-from sim.metrics import meets_slos
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import meets_slos
 
 #: relative Little's-law error above which a probe gets a warning
 LITTLE_TOL = 0.05

@@ -57,8 +57,8 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from sim.errors import ConfigError
-from sim.outdir import naming, temporary_sibling
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.outdir import naming, temporary_sibling
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
@@ -124,7 +124,7 @@ class RunSpec:
 
     def sim_config(self):
         """The :class:`sim.config.SimConfig` (raises ConfigError on a bad setting)."""
-        from sim.config import SimConfig
+        from pagesim.sim.config import SimConfig
         return SimConfig.for_system(self.system, seed=self.seed, **self.sim)
 
     def workload_kwargs(self) -> dict[str, Any]:
@@ -199,7 +199,7 @@ def CODE_SALT() -> str:  # noqa: N802 (reads like the constant it stands for)
     env = os.environ.get("PAGESIM_CACHE_SALT")
     if env:
         return env
-    from sim import __version__
+    from pagesim.sim import __version__
     return f"{__version__}+{_source_hash()}"
 
 
@@ -254,7 +254,7 @@ def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
     Precedence: base < case < grid. Order: cases outermost, then the case's list keys, then grid
     keys in the order written (last varies fastest).
     """
-    from sim.config import SimConfig
+    from pagesim.sim.config import SimConfig
     sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     base = dict(config.get("base", {}))
     grid = config.get("grid", {})
@@ -277,7 +277,7 @@ def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
 def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = None) -> RunSpec:
     """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
     if sim_fields is None:
-        from sim.config import SimConfig
+        from pagesim.sim.config import SimConfig
         sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     values = {k.replace("-", "_"): v for k, v in values.items()}
     system = values.pop("system", "vllm")
@@ -313,8 +313,8 @@ def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
 
 def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
-    from sim.run import run_simulation
-    from traces.synth import make_workload
+    from pagesim.sim.run import run_simulation
+    from pagesim.traces.synth import make_workload
     trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:
         trace = unshare_trace(trace)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from gpu.device import require_cupy
-from gpu.kernels_src import load_source
+from pagesim.gpu.device import require_cupy
+from pagesim.gpu.kernels_src import load_source
 
 BASE_OPTIONS = ("--std=c++14", "-lineinfo")
 

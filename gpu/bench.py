@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
+from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
            "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
@@ -128,7 +128,7 @@ def _torch_tensor(cp_arr, dtype):
 
 
 def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -> dict:
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     storage = cp.float16 if p.dtype == "float16" else cp.uint16
     rng = np.random.default_rng(p.batch * 7 + p.context)
     nblk = -(-p.context // p.block_size)

@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu._arrays import torch_stream, wrap
-from gpu.kernels_src import copy_blocks_name, reshape_and_cache_name
+from pagesim.gpu._arrays import torch_stream, wrap
+from pagesim.gpu.kernels_src import copy_blocks_name, reshape_and_cache_name
 
 SRC = "cache_ops.cu"
 THREADS = 128
 
 
 def _kernel(name):
-    from gpu._loader import get_kernel
+    from pagesim.gpu._loader import get_kernel
     return get_kernel(SRC, name)
 
 

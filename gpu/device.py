@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from sim.errors import NeedsGPUError
+from pagesim.sim.errors import NeedsGPUError
 
 
 @functools.lru_cache(maxsize=1)

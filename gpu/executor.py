@@ -66,8 +66,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.errors import ConfigError, PagesimError
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.errors import ConfigError, PagesimError
 
 _I64 = np.int64
 _EMPTY = np.zeros(0, _I64)

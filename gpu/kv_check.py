@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.executor import ExecutorError, StepPlan
+from pagesim.gpu.executor import ExecutorError, StepPlan
 
 
 class KVContentCheck:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu._arrays import torch_stream, unwrap, wrap
-from gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, heads_per_block,
+from pagesim.gpu._arrays import torch_stream, unwrap, wrap
+from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, heads_per_block,
                              reduce_kernel_name)
 
 SRC = "paged_attention.cu"
@@ -280,7 +280,7 @@ class PagedAttentionPlan:
 
 
 def _kernel(name: str):
-    from gpu._loader import get_kernel
+    from pagesim.gpu._loader import get_kernel
     return get_kernel(SRC, name)
 
 

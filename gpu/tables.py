@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 
 @dataclass
@@ -84,7 +84,7 @@ def build_block_tables(snapshot, seq_ids: Sequence[int] | None = None, *, pad: i
 
 def to_device(tables: BlockTables):
     """(block_tables, context_lens) as CuPy int32 arrays."""
-    from gpu.device import require_cupy
+    from pagesim.gpu.device import require_cupy
     cp = require_cupy("to_device")
     return cp.asarray(tables.block_tables), cp.asarray(tables.context_lens)
 
@@ -100,7 +100,7 @@ def allocate_kv_pool(num_blocks: int, block_size: int, num_kv_heads: int, head_d
     bf16 pools are uint16 arrays of raw bits (CuPy has no bfloat16); pass ``dtype="bfloat16"``
     to the kernels with them.
     """
-    from gpu.device import require_cupy
+    from pagesim.gpu.device import require_cupy
     cp = require_cupy("allocate_kv_pool")
     if dtype not in ("float16", "bfloat16"):
         raise ConfigError(f"KV dtype must be float16 or bfloat16, got {dtype}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu.reference import round_to
+from pagesim.gpu.reference import round_to
 
 
 @dataclass

@@ -69,12 +69,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
-from sim.cost import make_cost_model
-from sim.engine import Engine, InvariantError
-from sim.memory.base import MemoryUsage
-from sim.metrics import request_frame, summarize
-from sim.run import SimResult, _jsonable, build, run_simulation
+from pagesim.sim.config import SimConfig
+from pagesim.sim.cost import make_cost_model
+from pagesim.sim.engine import Engine, InvariantError
+from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.metrics import request_frame, summarize
+from pagesim.sim.run import SimResult, _jsonable, build, run_simulation
 
 STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
                  "sum_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s",
@@ -113,7 +113,7 @@ class ValidationResult:
         if self.sim_table is not None:
             self.sim_table.save(out / "sim_table")
         if report:
-            from gpu.validate_report import write_report
+            from pagesim.gpu.validate_report import write_report
             write_report(self, out / "report.html")
         return out
 
@@ -241,12 +241,12 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
              progress: bool = False, check_memory: bool = True, host_blocks: int | None = None,
              check_kv: bool = True):
     """The real run: (SimResult, steps DataFrame, executor)."""
-    from gpu.executor import GPUExecutor
+    from pagesim.gpu.executor import GPUExecutor
 
     cfg = cfg.replace(profile=None, record_steps=True)
     model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
     if check_kv and hasattr(backend, "read_blocks"):
-        from gpu.kv_check import KVContentCheck
+        from pagesim.gpu.kv_check import KVContentCheck
         backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
     tab = make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms) if profile else None

@@ -23,12 +23,12 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cli import HelpFormatter, example
-from sim.errors import NeedsGPUError
+from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.errors import NeedsGPUError
 
 
 def _require_gpu() -> None:
-    from gpu.device import cuda_available, torch_cuda_available, why_not
+    from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
     if not cuda_available():
         raise NeedsGPUError(f"pagesim validate needs a CUDA GPU with CuPy: {why_not()} "
                             "(use --backend fake for a CPU dry run)")
@@ -38,18 +38,18 @@ def _require_gpu() -> None:
 
 def make_backend(args, cfg=None):
     if args.backend == "fake":
-        from gpu.executor import FakeBackend
+        from pagesim.gpu.executor import FakeBackend
         time_fn = host_fn = None
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
-            from sim.cost import make_cost_model
-            from sim.run import resolve_budget
+            from pagesim.sim.cost import make_cost_model
+            from pagesim.sim.run import resolve_budget
             model, gpu, _ = resolve_budget(cfg)
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
                                    cfg.per_seq_overhead_ms)
 
-            from gpu.validate import cpu_term
+            from pagesim.gpu.validate import cpu_term
 
             def time_fn(plan):  # the device share: the price less its host term
                 return (roof.step_time(plan.batch) - cpu_term(roof, plan.batch.num_seqs)) * (1.0 + 0.1 * math.sin(plan.step))
@@ -60,7 +60,7 @@ def make_backend(args, cfg=None):
                         record=False, host_fn=host_fn)
         b.device_name = "cpu (fake backend, dry run)"
         return b
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     b = TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers)
     import torch
     b.device_name = torch.cuda.get_device_name()
@@ -70,25 +70,25 @@ def make_backend(args, cfg=None):
 def run(args: argparse.Namespace) -> int:
     if args.backend != "fake":
         _require_gpu()  # before any heavy work
-    from sim.run import resolve_budget
-    from sim.simulate_cli import config_from_args
-    from traces.args import workload_from_args
+    from pagesim.sim.run import resolve_budget
+    from pagesim.sim.simulate_cli import config_from_args
+    from pagesim.traces.args import workload_from_args
 
     cfg = config_from_args(args)
     if cfg.manager != "paged":
-        from sim.errors import ConfigError
+        from pagesim.sim.errors import ConfigError
         raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
                           f"got '{cfg.system}' (manager {cfg.manager})")
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     backend = make_backend(args, cfg)
-    from gpu.validate import validate
+    from pagesim.gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
                    progress=args.progress and not args.json, check_kv=args.check_kv)
     out = res.save(args.out)
     m = res.metrics
     if args.json:
-        from sim.run import _jsonable
+        from pagesim.sim.run import _jsonable
         print(json.dumps(_jsonable(m), default=str))
         return 0
     rows = [("model / gpu", f"{m['model']} on {m['gpu_name']} ({m['backend']})"),
@@ -133,8 +133,8 @@ def register(sub) -> None:
             "--system vllm --kv-gib 40 --profile prof.csv --out out/val",
             "pagesim validate --workload sharegpt --rate 2 --num-requests 50 --model llama-2-7b --gpu h200 "
             "--backend fake --out out/dry"))
-    from sim.simulate_cli import add_sim_args
-    from traces.args import add_workload_args
+    from pagesim.sim.simulate_cli import add_sim_args
+    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p)
@@ -158,5 +158,5 @@ def register(sub) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from sim.cli import main
+    from pagesim.sim.cli import main
     sys.exit(main(["validate"] + sys.argv[1:]))

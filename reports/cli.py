@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli import HelpFormatter, example
+from pagesim.sim.cli import HelpFormatter, example
 
 
 def register(sub) -> None:
@@ -22,7 +22,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from reports.html import ReportError, is_reproduce_dir, is_run_dir, reproduce_report, single_run_report
+    from pagesim.reports.html import ReportError, is_reproduce_dir, is_run_dir, reproduce_report, single_run_report
 
     d = Path(args.dir)
     if not d.is_dir():

@@ -12,8 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
-from sim.metrics import downsample_steps as downsample
+from pagesim.experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
+from pagesim.sim.metrics import downsample_steps as downsample
 
 #: Fig. 2's colours (token states green, reservation yellow, fragmentation red/grey)
 CATEGORY_COLORS = {

@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports import figures as F
-from sim.errors import PagesimError
+from pagesim.reports import figures as F
+from pagesim.sim.errors import PagesimError
 
 
 class ReportError(PagesimError):
@@ -98,7 +98,7 @@ class HtmlReport:
 
     def render(self) -> str:
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        from sim import __version__
+        from pagesim.sim import __version__
         sub = f"<p class='meta'>{html.escape(self.subtitle)}</p>" if self.subtitle else ""
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head><body>"
@@ -157,8 +157,8 @@ KEY_METRICS = ("completed", "rejected", "duration_s", "request_throughput", "out
 
 def single_run_report(result, path: str | Path) -> Path:
     """Write the report of one run (a SimResult, or a directory written by ``SimResult.save``)."""
-    from experiments import paper
-    from experiments.figures import FIG2_TOLERANCE_PP, MEM_COLS, memory_breakdown_pct
+    from pagesim.experiments import paper
+    from pagesim.experiments.figures import FIG2_TOLERANCE_PP, MEM_COLS, memory_breakdown_pct
 
     summary, steps, requests, config = load_run(result)
     system = summary.get("system") or config.get("system", "?")
@@ -248,7 +248,7 @@ def _fig12_section(rep: "HtmlReport", fig12: pd.DataFrame, read, X) -> None:
 
 def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Path:
     """Write the report of a ``pagesim reproduce`` output directory (default ``out_dir/report.html``)."""
-    from experiments import figures as X
+    from pagesim.experiments import figures as X
 
     d = Path(out_dir)
     if not is_reproduce_dir(d):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 #: elementwise kernel kinds, in the order of the per-kind constants
 ELEMENTWISE = ("norm", "rope", "act", "add")
@@ -72,7 +72,7 @@ class Calibration:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Calibration":
-        from sim.config import read_toml
+        from pagesim.sim.config import read_toml
 
         path = Path(path)
         data = read_toml(path, "calibration file")
@@ -191,8 +191,8 @@ class ScaledCostModel:
     too, so macro steps stay equal to step by step and the core to the Python engine."""
 
     def __init__(self, inner, scale: float):
-        from sim.core.cost import scaled_step_time
-        from sim.core.jit import interpreted
+        from pagesim.sim.core.cost import scaled_step_time
+        from pagesim.sim.core.jit import interpreted
 
         self.inner, self.scale = inner, scale
         self._scaled_step_time = interpreted(scaled_step_time)  # scalars or arrays, the same float

@@ -24,13 +24,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.calibration import ELEMENTWISE, Calibration
-from sim.core import cost_calibrated as formulas
-from sim.core.jit import interpreted
-from sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_shapes
-from sim.errors import ConfigError
-from sim.measured import MeasuredGPU
-from sim.specs import GPUSpec
+from pagesim.sim.calibration import ELEMENTWISE, Calibration
+from pagesim.sim.core import cost_calibrated as formulas
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_shapes
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.measured import MeasuredGPU
+from pagesim.sim.specs import GPUSpec
 
 # the formulas over numpy arrays of measured rows: their interpreted form (the same source)
 gemm_seconds = interpreted(formulas.gemm_seconds)
@@ -207,8 +207,8 @@ def fit_calibration(measured: MeasuredGPU, gpu: GPUSpec, models=None,
 def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec] | None:
     """Where ``measured``'s GPU takes its attention constants from: itself when it has attention rows,
     else the first GPU of ``root`` that has some (None when no GPU has)."""
-    from sim.measured import measured_gpus, read_measured
-    from sim.specs import get_gpu
+    from pagesim.sim.measured import measured_gpus, read_measured
+    from pagesim.sim.specs import get_gpu
 
     if measured.attention:
         return None
@@ -222,8 +222,8 @@ def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec]
 
 def score(measured: MeasuredGPU, model: str, gpu: GPUSpec, cost_model: str, calibration=None) -> pd.DataFrame:
     """``model``'s measured cells scored under ``cost_model`` (``sim.cost_error.scored``, plus ``model``)."""
-    from sim import cost_error
-    from sim.measured import cells
+    from pagesim.sim import cost_error
+    from pagesim.sim.measured import cells
 
     c = cells(measured, model)
     pred = cost_error.predict(c, measured.models[model].spec, gpu, cost_model, calibration)
@@ -243,7 +243,7 @@ def leave_one_model_out(measured: MeasuredGPU, gpu: GPUSpec, attention_from=None
 def error_table(frame: pd.DataFrame) -> dict:
     """What a calibration file stores of a scored frame: :func:`sim.cost_error.summary` overall and
     per model."""
-    from sim import cost_error
+    from pagesim.sim import cost_error
 
     out = cost_error.summary(frame)
     out["models"] = {m: cost_error.summary(g) for m, g in frame.groupby("model", sort=True)}

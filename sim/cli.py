@@ -11,19 +11,19 @@ import argparse
 import importlib
 import sys
 
-from sim import __version__
-from sim.errors import PagesimError
+from pagesim.sim import __version__
+from pagesim.sim.errors import PagesimError
 
 #: (module, what it adds) in the order ``pagesim --help`` lists them
 SUBCOMMANDS = [
-    ("traces.cli", "trace"),
-    ("sim.simulate_cli", "simulate"),
-    ("experiments.reproduce_cli", "reproduce"),
-    ("reports.cli", "report"),
-    ("experiments.plan_cli", "plan"),
-    ("sim.cost_cli", "cost"),
-    ("gpu.cli", "gpu"),
-    ("gpu.validate_cli", "validate"),
+    ("pagesim.traces.cli", "trace"),
+    ("pagesim.sim.simulate_cli", "simulate"),
+    ("pagesim.experiments.reproduce_cli", "reproduce"),
+    ("pagesim.reports.cli", "report"),
+    ("pagesim.experiments.plan_cli", "plan"),
+    ("pagesim.sim.cost_cli", "cost"),
+    ("pagesim.gpu.cli", "gpu"),
+    ("pagesim.gpu.validate_cli", "validate"),
 ]
 
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ConfigError
-from traces.names import MAX_LEN_POLICIES
+from pagesim.sim.errors import ConfigError
+from pagesim.traces.names import MAX_LEN_POLICIES
 
 SYSTEMS: dict[str, dict[str, Any]] = {
     "static": dict(manager="static", scheduler="static"),

@@ -54,12 +54,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.core import cost_table
-from sim.core.cost import roofline_step_time
-from sim.core.jit import interpreted
-from sim.errors import ConfigError
-from sim.specs import GPUSpec, ModelSpec
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.core import cost_table
+from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import GPUSpec, ModelSpec
 
 
 # Python's engine prices one batch at a time: the interpreted function avoids numba's call
@@ -175,7 +175,7 @@ class TableCostModel:
     calls it for every batch."""
 
     def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1):
-        from sim.profile_format import read_profile
+        from pagesim.sim.profile_format import read_profile
 
         df = read_profile(path)
         self.path = str(path)
@@ -248,7 +248,7 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel)
     elif cost_model == "calibrated":
-        from sim.cost_calibrated import CalibratedCostModel
+        from pagesim.sim.cost_calibrated import CalibratedCostModel
         cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel)
@@ -259,7 +259,7 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
         cm.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
     if cost_scale != 1.0:
-        from sim.calibration import ScaledCostModel
+        from pagesim.sim.calibration import ScaledCostModel
         cm = ScaledCostModel(cm, cost_scale)
     return cm
 

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.calibration import ELEMENTWISE, Calibration, load_calibration
-from sim.core import cost_calibrated as core
-from sim.core.jit import interpreted
-from sim.errors import ConfigError
-from sim.specs import GPUSpec, ModelSpec
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
+from pagesim.sim.core import cost_calibrated as core
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import GPUSpec, ModelSpec
 
 #: how many kernels of each elementwise kind (sim.calibration.ELEMENTWISE) one layer runs
 ELEMENTWISE_PER_LAYER = (2, 1, 1, 1)
@@ -104,7 +104,7 @@ class CalibratedCostModel:
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  calibration: Calibration | None = None):
-        from sim.cost import RooflineCostModel
+        from pagesim.sim.cost import RooflineCostModel
 
         check_dense(model)
         c = calibration if calibration is not None else load_calibration(gpu.name)

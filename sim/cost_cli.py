@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim.cli import HelpFormatter, example
+from pagesim.sim.cli import HelpFormatter, example
 
 SHARED = "../shared/measured"
 
@@ -92,8 +92,8 @@ def _subcommand(cs, name: str, func, help_: str, description: str, *examples: st
 
 
 def _read(args):
-    from sim.measured import check_model, read_measured
-    from sim.specs import get_gpu
+    from pagesim.sim.measured import check_model, read_measured
+    from pagesim.sim.specs import get_gpu
 
     gpu = get_gpu(args.gpu)
     measured = read_measured(args.measured, gpu.name)
@@ -101,10 +101,10 @@ def _read(args):
 
 
 def run_error(args: argparse.Namespace) -> int:
-    from sim import cost_error
-    from sim.calibration_fit import score
-    from sim.calibration import Calibration, calibration_path, load_calibration
-    from sim.errors import ConfigError
+    from pagesim.sim import cost_error
+    from pagesim.sim.calibration_fit import score
+    from pagesim.sim.calibration import Calibration, calibration_path, load_calibration
+    from pagesim.sim.errors import ConfigError
 
     gpu, measured, model = _read(args)
     if args.calibration and args.cost_model != "calibrated":
@@ -155,12 +155,12 @@ def run_fit(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from sim import cost_error
-    from sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
-    from sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
-    from sim.errors import ConfigError
-    from sim.measured import check_model, read_measured, source_commit
-    from sim.specs import get_gpu
+    from pagesim.sim import cost_error
+    from pagesim.sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
+    from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.measured import check_model, read_measured, source_commit
+    from pagesim.sim.specs import get_gpu
 
     gpu = get_gpu(args.gpu)
     root = Path(args.measured)
@@ -228,10 +228,10 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from sim.errors import ConfigError
-    from sim.measured import measured_profile_rows
-    from sim.profile_format import write_profile
-    from sim.specs import MODELS
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.measured import measured_profile_rows
+    from pagesim.sim.profile_format import write_profile
+    from pagesim.sim.specs import MODELS
 
     gpu, measured, model = _read(args)
     layers = args.layers or (MODELS[model].num_layers if model in MODELS else None)

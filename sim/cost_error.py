@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.batch import StepBatch
-from sim.measured import PHASES
-from sim.specs import GPUSpec, ModelSpec
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.measured import PHASES
+from pagesim.sim.specs import GPUSpec, ModelSpec
 
 #: bucket upper edges: a value v falls in the first bucket with v <= edge (the last is open)
 TOKEN_EDGES = (1, 8, 32, 128, 512, 2048)
@@ -36,7 +36,7 @@ def cell_batch(phase: str, tokens: int, context: int) -> StepBatch:
 
 def predict(cells: pd.DataFrame, spec: ModelSpec, gpu: GPUSpec, cost_model: str, calibration=None) -> np.ndarray:
     """Each cell's GPU time (s) under ``cost_model`` (``roofline`` or ``calibrated``)."""
-    from sim.cost import make_cost_model
+    from pagesim.sim.cost import make_cost_model
 
     out = np.empty(len(cells))
     models = {}

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 #: the per-iteration CPU operations Vidur adds up (medians), and the TP workers' Ray round trip (mean)
 MEDIANS = ("schedule_median", "sampler_e2e_median", "prepare_inputs_e2e_median", "process_model_outputs_median")

@@ -35,9 +35,9 @@ import time
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.errors import PagesimError
-from sim.metrics import StepRecorder
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.errors import PagesimError
+from pagesim.sim.metrics import StepRecorder
 
 
 class SimulatedExecutor:
@@ -93,7 +93,7 @@ class Engine:
         self._price1 = self._scalar_pricer() if self._price is not None else None
         self._arr_list = arrival_s.tolist()
         # the core (sim/core/) where it covers the configuration, when chosen
-        from sim.core import replay
+        from pagesim.sim.core import replay
 
         self.on_core = replay.choose(self, engine, step_by_step=not macro_steps)
         if self._price is not None and not (
@@ -120,7 +120,7 @@ class Engine:
     def engine(self, env: simpy.Environment):
         sched, mgr, rec = self.sched, self.mgr, self.rec
         last_t = last_dt = 0.0
-        from sim.core.scheduler import steps_without_token_limit
+        from pagesim.sim.core.scheduler import steps_without_token_limit
 
         no_token_limit = steps_without_token_limit(sched.max_seq_len)  # every run ends
         macro = self._price is not None
@@ -168,7 +168,7 @@ class Engine:
             yield env.timeout(dt)
             finished = sched.complete_step(batch, env.now)
             if sched.steps_without_token > no_token_limit:
-                from sim.core.replay import live_lock_message
+                from pagesim.sim.core.replay import live_lock_message
 
                 raise InvariantError(live_lock_message(env.now, sched.steps_without_token, len(sched.waiting),
                                                        len(sched.swapped), sched.num_running,
@@ -331,7 +331,7 @@ class Engine:
 
     def run(self) -> None:
         if self.on_core:
-            from sim.core import replay
+            from pagesim.sim.core import replay
 
             replay.run(self)
             return

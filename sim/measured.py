@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
-from sim.specs import ModelSpec
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import ModelSpec
 
 #: one layer's operations in ``mlp.csv`` (Vidur's ``_train_compute_models`` list; ``emb`` is left out
 #: as Vidur's iteration sum leaves it out)
@@ -318,8 +318,8 @@ def measured_profile_rows(measured: MeasuredGPU, model: str, tp: int, layers: in
     has too, as the decode cells take them; a batch past a context's measured range extends its last
     segment, as the table model extrapolates), ``attn_prefill`` for chunks with nothing cached.
     ConfigError where attention is not measured."""
-    from sim.core.cost_table import interp_extrap
-    from sim.core.jit import interpreted
+    from pagesim.sim.core.cost_table import interp_extrap
+    from pagesim.sim.core.jit import interpreted
 
     interp = interpreted(interp_extrap)
     c = cells(measured, model)

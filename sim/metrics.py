@@ -30,8 +30,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
-from sim.memory.base import MemoryUsage
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory.base import MemoryUsage
 
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]

@@ -32,7 +32,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 COLUMNS = ("component", "num_tokens", "batch", "context", "time_us", "model", "gpu", "dtype", "tp")
 COMPONENTS = ("linear", "attn_decode", "attn_prefill", "overhead")

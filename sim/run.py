@@ -15,19 +15,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
-from sim.core.replay import engine_name
-from sim.cost import cpu_overhead_note, make_cost_model
-from sim.engine import Engine, SimulatedExecutor
-from sim.errors import ConfigError
-from sim.limits import check_pool
-from sim.memory import make_manager
-from sim.metrics import SummaryOptions, prefix_cache_hit_rate, request_frame, summarize
-from sim.outdir import naming
-from sim.sched.continuous import ContinuousScheduler
-from sim.sched.state import RequestTable
-from sim.sched.static import StaticScheduler
-from sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_max_seq_len
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core.replay import engine_name
+from pagesim.sim.cost import cpu_overhead_note, make_cost_model
+from pagesim.sim.engine import Engine, SimulatedExecutor
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.limits import check_pool
+from pagesim.sim.memory import make_manager
+from pagesim.sim.metrics import SummaryOptions, prefix_cache_hit_rate, request_frame, summarize
+from pagesim.sim.outdir import naming
+from pagesim.sim.sched.continuous import ContinuousScheduler
+from pagesim.sim.sched.state import RequestTable
+from pagesim.sim.sched.static import StaticScheduler
+from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_max_seq_len
 
 
 @dataclass

@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cli import HelpFormatter, example
-from sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
-from sim.calibration import describe_band, error_band
-from sim.errors import ConfigError
+from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
+from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.errors import ConfigError
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
@@ -90,7 +90,7 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
 
 def add_summary_args(p: argparse.ArgumentParser) -> None:
     """``vllm bench serve``'s options for what the summary reports (see :class:`SummaryOptions`)."""
-    from sim.metrics import LATENCY_METRICS
+    from pagesim.sim.metrics import LATENCY_METRICS
     m = p.add_argument_group("summary metrics (as vllm bench serve)")
     m.add_argument("--percentile-metrics", default=",".join(LATENCY_METRICS), metavar="LIST",
                    help="latency metrics that get percentiles (p<P>_<metric>_ms): any of "
@@ -119,7 +119,7 @@ def parse_goodput(pairs: list[str] | None) -> tuple[tuple[str, float], ...]:
 
 
 def summary_options_from_args(args: argparse.Namespace):
-    from sim.metrics import SummaryOptions
+    from pagesim.sim.metrics import SummaryOptions
 
     metrics = tuple(m.strip() for m in args.percentile_metrics.split(",") if m.strip())
     try:
@@ -139,7 +139,7 @@ def register(sub) -> None:
         epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
                        "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
                        "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report"))
-    from traces.args import add_workload_args
+    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p)
@@ -164,9 +164,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.limits import check_synthetic_workload
-    from sim.run import resolve_budget, run_simulation
-    from traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, workload_from_args
+    from pagesim.sim.limits import check_synthetic_workload
+    from pagesim.sim.run import resolve_budget, run_simulation
+    from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, workload_from_args
 
     cfg = config_from_args(args)
     summary_options = summary_options_from_args(args)
@@ -182,16 +182,16 @@ def run(args: argparse.Namespace) -> int:
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
-        from sim.outdir import staged_folder
+        from pagesim.sim.outdir import staged_folder
 
         with staged_folder(args.out) as staged:
             result.save(staged, args.requests_format)
             if args.report:
-                from reports.html import single_run_report
+                from pagesim.reports.html import single_run_report
 
                 single_run_report(result, staged / "report.html")
     if args.json:
-        from sim.run import _jsonable
+        from pagesim.sim.run import _jsonable
 
         print(json.dumps(_jsonable({k: v for k, v in result.summary.items()})))
     else:
@@ -208,7 +208,7 @@ LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2
 
 def print_summary(s: dict, f, options) -> None:
     """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
-    from sim.metrics import percentile_word
+    from pagesim.sim.metrics import percentile_word
     mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
            ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
            ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from sim.cli import main
+from pagesim.sim.cli import main
 
 SIM = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "5", "--no-progress"]
 PLAN = ["plan", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress", "--workers", "1"]
@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, files, capsys, tmp_path,
 ])
 def test_bad_input_through_the_installed_script(argv, needle, files):
     """The real process: what a user's shell sees."""
-    script = [sys.executable, "-c", "import sys; from sim.cli import main; sys.exit(main())"]
+    script = [sys.executable, "-c", "import sys; from pagesim.sim.cli import main; sys.exit(main())"]
     p = subprocess.run(script + fill(argv, files), capture_output=True, text=True, timeout=100)
     assert p.stdout == ""
     assert_one_line(p.returncode, p.stderr, needle)
@@ -250,7 +250,7 @@ def test_bad_input_through_the_installed_script(argv, needle, files):
 def test_toml_key_suggestion_is_difflib_closest():
     """Worked by hand: difflib's ratio of 'blok_size' to 'block_size' is 2*9/19 = 0.95, far above
     its 0.6 cut-off; 'zzz' matches nothing, so every known key is listed instead."""
-    from sim.config import unknown_setting_message
+    from pagesim.sim.config import unknown_setting_message
     assert unknown_setting_message("blok_size", ["block_size", "kv_gib"]) == \
         "unknown setting 'blok_size'; did you mean 'block_size'?"
     assert unknown_setting_message("zzz", ["kv_gib", "block_size"]) == "unknown setting 'zzz'; valid: block_size, kv_gib"
@@ -268,7 +268,7 @@ def test_toml_key_suggestion_is_difflib_closest():
     ("watermark", 0.5, float("nan")),
 ])
 def test_setting_bounds_at_the_edge(name, allowed, refused):
-    from sim.config import setting_problem
+    from pagesim.sim.config import setting_problem
     assert setting_problem(name, allowed) is None
     assert name in setting_problem(name, refused)
 
@@ -286,10 +286,10 @@ def test_memory_limit_worked_by_hand(monkeypatch):
     """With 1 GiB of memory and 4,096 bytes per request, 2^30 / 2^12 = 262,144 requests fit and
     one more does not; 1 req/s for 262,144 s is the same count. A paged pool of 16-token blocks
     at 68 bytes each fits 2^30 // 68 = 15,790,320 blocks, i.e. 252,645,120 tokens."""
-    from sim import limits
-    from sim.config import SimConfig
-    from sim.errors import ConfigError
-    from sim.specs import get_model
+    from pagesim.sim import limits
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.specs import get_model
     monkeypatch.setattr(limits, "physical_memory_bytes", lambda: 1 << 30)
     limits.check_synthetic_workload(1.0, None, 262_144)
     limits.check_synthetic_workload(1.0, 262_144.0, None)

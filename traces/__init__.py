@@ -28,9 +28,9 @@ column              dtype        meaning
 
 Public API (what the simulator, planner and validation commands call)::
 
-    from traces import load_trace, make_workload, validate_canonical, trace_stats
-    from traces.args import add_workload_args, workload_from_args
-    from traces.transform import time_slice, scale_rate, sample, set_parallel, apply_max_len_policy
+    from pagesim.traces import load_trace, make_workload, validate_canonical, trace_stats
+    from pagesim.traces.args import add_workload_args, workload_from_args
+    from pagesim.traces.transform import time_slice, scale_rate, sample, set_parallel, apply_max_len_policy
 
 Errors in user input raise :class:`sim.errors.TraceError` naming the file, the 1-based data row
 and the field.
@@ -45,15 +45,15 @@ __all__ = ["CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical", "load_
 
 def __getattr__(name):  # lazy: keep ``import traces`` (and ``pagesim --help``) cheap
     if name in ("CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical"):
-        from traces import schema
+        from pagesim.traces import schema
         return getattr(schema, name)
     if name in ("load_trace", "write_trace"):
-        from traces import loaders
+        from pagesim.traces import loaders
         return getattr(loaders, name)
     if name == "make_workload":
-        from traces.synth import make_workload
+        from pagesim.traces.synth import make_workload
         return make_workload
     if name == "trace_stats":
-        from traces.stats import trace_stats
+        from pagesim.traces.stats import trace_stats
         return trace_stats
-    raise AttributeError(f"module 'traces' has no attribute {name!r}")
+    raise AttributeError(f"module 'pagesim.traces' has no attribute {name!r}")

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from sim.errors import ConfigError
-from traces.names import ARRIVALS
+from pagesim.sim.errors import ConfigError
+from pagesim.traces.names import ARRIVALS
 
 
 def check_rate(rate, cv=1.0) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
-from traces.names import TIME_UNITS
+from pagesim.sim.errors import TraceError
+from pagesim.traces.names import TIME_UNITS
 
 #: bytes of CSV text parsed at a time: small enough that stopping early saves most of a week-long
 #: file when the window is an hour and that the text in memory stays small, large enough to keep

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from pagesim.sim.errors import TraceError
 
 CANONICAL_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("n", "beam_width", "prefix_hashes")

@@ -50,10 +50,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
-from traces.arrivals import arrivals
-from traces.names import ARRIVALS, DISTS, WORKLOADS
-from traces.schema import ids_for
+from pagesim.sim.errors import ConfigError
+from pagesim.traces.arrivals import arrivals
+from pagesim.traces.names import ARRIVALS, DISTS, WORKLOADS
+from pagesim.traces.schema import ids_for
 
 #: a drawn length above this is a mistaken spec (e.g. a lognormal sigma of 50), not a request
 MAX_DRAWN_TOKENS = 10**9
@@ -121,7 +121,7 @@ def sample_lengths(spec: str | tuple, size: int, rng: np.random.Generator, *, wh
         mu = p["mu"] if "mu" in p else math.log(p["mean"]) - s * s / 2
         x = rng.lognormal(mu, s, size)
     else:  # empirical
-        from traces.loaders import load_trace
+        from pagesim.traces.loaders import load_trace
         col = "prompt_tokens" if which == "prompt" else "output_tokens"
         values = load_trace(p["path"])[col].to_numpy()
         x = values[rng.integers(0, values.size, size)]

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
-from traces.schema import first_true
+from pagesim.sim.errors import ConfigError, TraceError
+from pagesim.traces.schema import first_true
 
-from traces.names import MAX_LEN_POLICIES
+from pagesim.traces.names import MAX_LEN_POLICIES
 
 
 def _with_attrs(out: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

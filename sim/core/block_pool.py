@@ -7,9 +7,9 @@ block ids between the free stack and a slot's row of ``block_table`` (the int32
 
 from __future__ import annotations
 
-from sim.core.jit import njit
-from sim.core.prefix_cache import evict_oldest
-from sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, REF, SHARED_BLOCKS
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.prefix_cache import evict_oldest
+from pagesim.sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, REF, SHARED_BLOCKS
 
 
 @njit(inline=True)

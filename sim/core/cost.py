@@ -7,7 +7,7 @@ too. The constants travel as one float64 array in the order of the indices below
 
 from __future__ import annotations
 
-from sim.core.jit import njit
+from pagesim.sim.core.jit import njit
 
 # indices into the constants array (RooflineCostModel.constants())
 OVERHEAD_S = 0  # fixed CPU cost per iteration

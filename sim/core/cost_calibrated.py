@@ -11,7 +11,7 @@ with ``abs`` and ``ceil`` with integer division, so one statement serves scalars
 
 from __future__ import annotations
 
-from sim.core.jit import njit
+from pagesim.sim.core.jit import njit
 
 # indices into the constants array (CalibratedCostModel.constants()); the CPU overheads come
 # first, at the roofline's indices (sim.core.cost.scaled_step_time reads them for every model)

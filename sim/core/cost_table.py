@@ -18,9 +18,9 @@ allocates: the tables are read through views of the one array.
 
 from __future__ import annotations
 
-from sim.core.cost import (NUM_CONSTANTS as ROOFLINE_CONSTANTS, OVERHEAD_S, PER_SEQ_OVERHEAD_S,
+from pagesim.sim.core.cost import (NUM_CONSTANTS as ROOFLINE_CONSTANTS, OVERHEAD_S, PER_SEQ_OVERHEAD_S,
                            copy_seconds, prefill_attention_seconds, swap_seconds)
-from sim.core.jit import njit
+from pagesim.sim.core.jit import njit
 
 # indices into the constants array after the roofline's (TableCostModel.constants())
 LINEAR_POINTS = ROOFLINE_CONSTANTS  # token counts in the linear table

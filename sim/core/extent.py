@@ -22,10 +22,10 @@ request waits for memory, else free.
 
 from __future__ import annotations
 
-from sim.core import placement
-from sim.core.jit import njit
-from sim.core.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
-from sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_PLACED, EXTENT_RESERVED,
+from pagesim.sim.core import placement
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
+from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_PLACED, EXTENT_RESERVED,
                             EXTENT_START, LARGEST_EXTENT, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_FREES,
                             PLACED_SLOTS, RESERVATION_KIND, RESERVE_MAX, RESERVE_POW2, RESERVED_SLOTS)
 

@@ -16,10 +16,10 @@ vLLM v0's watermark: an admission must leave ``watermark_blocks`` free
 
 from __future__ import annotations
 
-from sim.core import prefix_cache
-from sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
-from sim.core.jit import njit
-from sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
+from pagesim.sim.core import prefix_cache
+from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
                             KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, NUM_RUNNING_SEQS, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,

@@ -15,13 +15,13 @@ stopped, all of its state being in the arrays.
 
 from __future__ import annotations
 
-from sim.core import scheduler, static
-from sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
-from sim.core.cost_calibrated import calibrated_step_time
-from sim.core.cost_table import table_step_time
-from sim.core.jit import njit
-from sim.core.memory import memory_categories
-from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
+from pagesim.sim.core import scheduler, static
+from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
+from pagesim.sim.core.cost_calibrated import calibrated_step_time
+from pagesim.sim.core.cost_table import table_step_time
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.memory import memory_categories
+from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
                             LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
@@ -30,8 +30,8 @@ from sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARR
                             STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
-from sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from sim.core.state import SCHEDULER_KIND, STATIC
+from pagesim.sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
+from pagesim.sim.core.state import SCHEDULER_KIND, STATIC
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN = 0, 1, 2, 3, 4, 5, 6

@@ -4,9 +4,9 @@ read-only flag per call: the scheduler is written once for both, as in ``sim/sch
 
 from __future__ import annotations
 
-from sim.core import extent, kv_cache
-from sim.core.jit import njit
-from sim.core.state import CONTIGUOUS, MANAGER_KIND
+from pagesim.sim.core import extent, kv_cache
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND
 
 
 @njit(inline=True)

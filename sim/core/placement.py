@@ -32,8 +32,8 @@ blocks, a word before which none is free); ``holes[h]`` = (start, size).
 
 from __future__ import annotations
 
-from sim.core.jit import njit
-from sim.core.state import (ADDRESS_SPACE, BEST_FIT, BUDDY, HOLE_SIZE, HOLE_START, NUM_HOLES, ORDER_FIRST_WORD,
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (ADDRESS_SPACE, BEST_FIT, BUDDY, HOLE_SIZE, HOLE_START, NUM_HOLES, ORDER_FIRST_WORD,
                             ORDER_FREE, ORDER_ROW, PLACEMENT_KIND)
 
 WORD_BITS = 32  # bits used per int64 word: no sign bit, so `w & -w` is the lowest set bit

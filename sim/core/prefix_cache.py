@@ -28,8 +28,8 @@ free stack; a block for new use comes from the free stack, else the LRU's head i
 
 from __future__ import annotations
 
-from sim.core.jit import njit
-from sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
                             KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU,
                             PREV, REF, TABLE_MASK)
 

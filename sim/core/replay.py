@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from sim.core import loop, placement, state
-from sim.core.jit import COMPILED
-from sim.errors import ConfigError
+from pagesim.sim.core import loop, placement, state
+from pagesim.sim.core.jit import COMPILED
+from pagesim.sim.errors import ConfigError
 
 ENGINES = ("auto", "core", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
@@ -32,14 +32,14 @@ def engine_name() -> str:
 def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
-    from sim.engine import SimulatedExecutor
-    from sim.cost import RooflineCostModel
-    from sim.memory.contiguous import ContiguousManager
-    from sim.memory.paged import PagedManager, TokenManager
-    from sim.memory.static import StaticManager
-    from sim.memory.vattention import VAttentionManager
-    from sim.sched.continuous import ContinuousScheduler
-    from sim.sched.static import StaticScheduler
+    from pagesim.sim.engine import SimulatedExecutor
+    from pagesim.sim.cost import RooflineCostModel
+    from pagesim.sim.memory.contiguous import ContiguousManager
+    from pagesim.sim.memory.paged import PagedManager, TokenManager
+    from pagesim.sim.memory.static import StaticManager
+    from pagesim.sim.memory.vattention import VAttentionManager
+    from pagesim.sim.sched.continuous import ContinuousScheduler
+    from pagesim.sim.sched.static import StaticScheduler
 
     sched, mgr, ex = engine.sched, engine.mgr, engine.executor
     if type(sched) not in (ContinuousScheduler, StaticScheduler):
@@ -74,9 +74,9 @@ def unsupported(engine) -> str | None:
 def cost_model_code(cost_model) -> int | None:
     """Which step price (``state.ROOFLINE``, ``CALIBRATED``, ``TABLE``) prices ``cost_model``,
     scaled or not; None for a model the core does not have."""
-    from sim.calibration import ScaledCostModel
-    from sim.cost import RooflineCostModel, TableCostModel
-    from sim.cost_calibrated import CalibratedCostModel
+    from pagesim.sim.calibration import ScaledCostModel
+    from pagesim.sim.cost import RooflineCostModel, TableCostModel
+    from pagesim.sim.cost_calibrated import CalibratedCostModel
 
     inner = cost_model.inner if type(cost_model) is ScaledCostModel else cost_model
     return {RooflineCostModel: state.ROOFLINE, CalibratedCostModel: state.CALIBRATED,
@@ -87,7 +87,7 @@ def cost_arrays(cost_model) -> tuple[np.ndarray, np.ndarray]:
     """The cost model as the core reads it: its constants followed by the scale of its GPU time
     (1 when unscaled), and its other array (the calibrated model's GEMM shapes, the table
     model's tables; empty for the roofline)."""
-    from sim.calibration import ScaledCostModel
+    from pagesim.sim.calibration import ScaledCostModel
 
     scaled = type(cost_model) is ScaledCostModel
     inner = cost_model.inner if scaled else cost_model
@@ -132,7 +132,7 @@ class NoBlocks:
 
 
 def build(engine) -> state.Core:
-    from sim.calibration import ScaledCostModel
+    from pagesim.sim.calibration import ScaledCostModel
 
     sched, mgr, rec = engine.sched, engine.mgr, engine.rec
     t = sched.t
@@ -257,7 +257,7 @@ def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
     every request's prefix chain hashes, computed as the Python manager computes them
     (``sim.memory.paged.prefix_chain``). One-element arrays where not needed."""
-    from sim.memory.paged import prefix_chain
+    from pagesim.sim.memory.paged import prefix_chain
 
     n, i64 = t.size, np.int64
     nb = mgr.num_blocks if shared else 1
@@ -282,7 +282,7 @@ def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
 def run(engine) -> None:
     """Run ``engine``'s whole simulation on the core, leaving the request table, scheduler,
     manager counters and step recorder as the Python engine leaves them."""
-    from sim.engine import InvariantError
+    from pagesim.sim.engine import InvariantError
 
     s = build(engine)
     c = s.count

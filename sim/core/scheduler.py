@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 
-from sim.core import kv_cache, memory
-from sim.core.jit import njit
-from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
+from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
                             DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
                             HAS_WAITING_SERVED_RATIO, ITL_COUNT, ITL_SUM,
@@ -46,7 +46,7 @@ from sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BL
                             SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
-from sim.core.state import MANAGER_KIND, PAGED
+from pagesim.sim.core.state import MANAGER_KIND, PAGED
 
 
 
@@ -322,9 +322,10 @@ def decode(s):
     return context_sum
 
 
-@njit
-def schedule(s):
-    """One iteration's memory operations; returns the decode context sum."""
+@njit(inline=True)
+def begin_iteration(s):
+    """An iteration's counts from zero: what it prefills, decodes, swaps and copies (both
+    schedulers, this one and sim/core/static.py)."""
     c = s.count
     c[STEP_PREFILL_SEQS] = 0
     c[STEP_PREFILL_TOKENS] = 0
@@ -332,6 +333,13 @@ def schedule(s):
     c[STEP_SWAP_IN] = 0
     c[STEP_SWAP_OUT] = 0
     c[STEP_COPIED_BLOCKS] = 0
+
+
+@njit
+def schedule(s):
+    """One iteration's memory operations; returns the decode context sum."""
+    c = s.count
+    begin_iteration(s)
     preemptions = c[NUM_PREEMPTIONS]
     context_sum = schedule_pass(s)
     if (not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS]) and c[NUM_PREEMPTIONS] != preemptions

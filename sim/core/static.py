@@ -12,14 +12,13 @@ is the batch's.
 from __future__ import annotations
 
 
-from sim.core import extent, kv_cache, scheduler
-from sim.core.cost import roofline_step_time
-from sim.core.jit import njit
-from sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
+from pagesim.sim.core import extent, kv_cache, scheduler
+from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             NUM_FINISHED, NUM_RUNNING, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
                             STATIC_CONTEXT_SUM, STATIC_LIVE,
-                            STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
-                            STEP_SWAP_OUT, WAITING_LEN)
+                            STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
 
 
 @njit
@@ -63,11 +62,7 @@ def schedule(s):
     the decode context sum (every member's, after this step's token where it gets one)."""
     c = s.count
     c[DEMAND_WAITING] = 0
-    c[STEP_PREFILL_SEQS] = 0
-    c[STEP_PREFILL_TOKENS] = 0
-    c[STEP_DECODE_SEQS] = 0
-    c[STEP_SWAP_IN] = 0
-    c[STEP_SWAP_OUT] = 0
+    scheduler.begin_iteration(s)
     if c[NUM_RUNNING] == 0:
         start_batch(s)
         return 0

@@ -19,14 +19,14 @@
 
 from __future__ import annotations
 
-from sim.errors import ConfigError
-from sim.memory.base import (Admit, BlockTableSnapshot, ExtentSnapshot, KVCacheManager, MemoryUsage,
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory.base import (Admit, BlockTableSnapshot, ExtentSnapshot, KVCacheManager, MemoryUsage,
                              SeqSpec)
-from sim.memory.contiguous import ContiguousManager
-from sim.memory.paged import PagedManager, TokenManager
-from sim.memory.placement import BuddyPlacement, FitPlacement, make_placement, next_pow2
-from sim.memory.static import StaticManager
-from sim.memory.vattention import VAttentionManager, vattention_page_tokens
+from pagesim.sim.memory.contiguous import ContiguousManager
+from pagesim.sim.memory.paged import PagedManager, TokenManager
+from pagesim.sim.memory.placement import BuddyPlacement, FitPlacement, make_placement, next_pow2
+from pagesim.sim.memory.static import StaticManager
+from pagesim.sim.memory.vattention import VAttentionManager, vattention_page_tokens
 
 __all__ = ["Admit", "BlockTableSnapshot", "ExtentSnapshot", "KVCacheManager", "MemoryUsage", "SeqSpec",
            "StaticManager", "ContiguousManager", "PagedManager", "TokenManager", "VAttentionManager",

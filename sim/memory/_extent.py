@@ -22,8 +22,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from sim.errors import OutOfMemory
-from sim.memory.base import (ExtentSnapshot, KVCacheManager, MemoryUsage, grow_seq_arrays,
+from pagesim.sim.errors import OutOfMemory
+from pagesim.sim.memory.base import (ExtentSnapshot, KVCacheManager, MemoryUsage, grow_seq_arrays,
                              settle_lane_before)
 
 _FIELDS = ("start", "L", "F", "R", "A", "prompt")

@@ -11,7 +11,7 @@ Verbs (pairs, as in nano-vllm's block manager)::
     can_append_batch(seq_ids, last) -> bool             append_batch(seq_ids)   # one token each
     fork(parent_id, child_id, child_final_len)          free(seq_id)
     usage(demand_waiting) -> MemoryUsage                export() -> snapshot of tables/extents
-    explain_never(spec) -> str (why NEVER)
+    can_fork(parent_id, child_final_len) -> bool        explain_never(spec) -> str (why NEVER)
     has_seq(seq_id) -> bool                             num_tokens(seq_id) -> L
 
 Paged managers add ``num_free_blocks()``, ``num_seq_blocks(seq_id)``, ``block_table(seq_id)``
@@ -179,6 +179,13 @@ class KVCacheManager(ABC):
     #: longest sequence (final length) the manager admits; set by every concrete manager
     max_seq_len: int = 0
 
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
+        """True if ``fork(parent_id, ...)`` would succeed now (paged: always; it shares blocks).
+
+        Static and contiguous managers copy the parent into a new slot / extent, which needs room.
+        """
+        return True
+
     def explain_never(self, spec: SeqSpec) -> str:
         """Why ``can_allocate(spec)`` is NEVER: one line the scheduler can put in its rejection."""
         if spec.final_len > self.max_seq_len:
@@ -232,7 +239,7 @@ def grow_seq_arrays(manager, seq_id: int, fields: Iterable[str]) -> None:
 #: methods that must see settled per-sequence state when a manager batches decode steps lazily
 LANE_SETTLED_METHODS = ("can_allocate", "explain_never", "allocate", "blocks_needed_to_allocate",
                         "num_seq_blocks", "block_table", "can_append", "append", "fork", "free",
-                        "num_tokens", "stats", "export", "check", "request_size")
+                        "num_tokens", "stats", "export", "check", "can_fork", "request_size")
 
 
 def settles_itself(method):

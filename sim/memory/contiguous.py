@@ -27,10 +27,10 @@ import copy
 
 import numpy as np
 
-from sim.errors import ConfigError, OutOfMemory
-from sim.memory._extent import ExtentManager
-from sim.memory.base import Admit, SeqSpec, settle_lane_before
-from sim.memory.placement import make_placement, next_pow2
+from pagesim.sim.errors import ConfigError, OutOfMemory
+from pagesim.sim.memory._extent import ExtentManager
+from pagesim.sim.memory.base import Admit, SeqSpec, settle_lane_before
+from pagesim.sim.memory.placement import make_placement, next_pow2
 
 POLICIES = ("max", "pow2", "oracle", "predicted")
 
@@ -108,6 +108,10 @@ class ContiguousManager(ExtentManager):
         start, _ = self._remove(seq_id)
         self.placement.free(start)
         self._counters["frees"] += 1
+
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
+        self._check_seq(parent_id)
+        return self.placement.can_alloc(self._fork_R(parent_id, child_final_len))
 
     def _fork_R(self, parent_id: int, child_final_len: int | None) -> int:
         P, L = int(self._prompt[parent_id]), int(self._L[parent_id])

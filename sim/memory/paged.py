@@ -71,9 +71,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from sim.config import APPEND_RULES
-from sim.errors import ConfigError, OutOfMemory
-from sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
+from pagesim.sim.config import APPEND_RULES
+from pagesim.sim.errors import ConfigError, OutOfMemory
+from pagesim.sim.memory.base import (Admit, BlockTableSnapshot, KVCacheManager, MemoryUsage, SeqSpec,
                              grow_seq_arrays, settle_lane_before, settles_itself)
 
 _OK, _LATER, _NEVER = Admit.OK, Admit.LATER, Admit.NEVER  # bound once: checked per admission

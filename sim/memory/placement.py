@@ -295,7 +295,7 @@ class FitPlacement(Placement):
 
 
 def make_placement(name: str, capacity: int) -> Placement:
-    from sim.errors import ConfigError
+    from pagesim.sim.errors import ConfigError
     if name == "buddy":
         return BuddyPlacement(capacity)
     if name in ("first-fit", "best-fit"):

@@ -17,9 +17,9 @@ import heapq
 
 import numpy as np
 
-from sim.errors import ConfigError, OutOfMemory
-from sim.memory._extent import ExtentManager
-from sim.memory.base import Admit, SeqSpec, settle_lane_before
+from pagesim.sim.errors import ConfigError, OutOfMemory
+from pagesim.sim.memory._extent import ExtentManager
+from pagesim.sim.memory.base import Admit, SeqSpec, settle_lane_before
 
 
 @settle_lane_before

@@ -22,9 +22,9 @@ Page size in tokens (the brief's formula; one page holds K and V of one layer)::
 
 from __future__ import annotations
 
-from sim.errors import ConfigError, OutOfMemory
-from sim.memory.base import settle_lane_before
-from sim.memory.paged import PagedManager
+from pagesim.sim.errors import ConfigError, OutOfMemory
+from pagesim.sim.memory.base import settle_lane_before
+from pagesim.sim.memory.paged import PagedManager
 
 
 def vattention_page_tokens(model, page_bytes: int, tp: int = 1) -> int:
@@ -46,6 +46,10 @@ class VAttentionManager(PagedManager):
         super().__init__(capacity, max_seq_len, block_size=page_tokens, watermark=watermark,
                          prefix_caching=False, append_rule=append_rule)
         self.page_tokens = int(page_tokens)
+
+    def can_fork(self, parent_id: int, child_final_len: int | None = None) -> bool:
+        self._check_seq(parent_id)
+        return int(self._nb[parent_id]) <= self.num_free_blocks()
 
     def _share(self, p: int, c: int, table: list[int], Fp: int, Fc: int) -> None:
         """Copy the parent's pages into fresh ones (no sharing in vAttention)."""

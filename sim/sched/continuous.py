@@ -38,9 +38,9 @@ from collections import deque
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.memory.base import Admit, KVCacheManager, SeqSpec
-from sim.sched.state import RequestTable, Status
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.memory.base import Admit, KVCacheManager, SeqSpec
+from pagesim.sim.sched.state import RequestTable, Status
 
 _I64 = np.int64
 # plain ints and bound members: the hot path compares them per request (an IntEnum against a

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.batch import StepBatch
-from sim.memory.base import Admit, KVCacheManager, SeqSpec
-from sim.sched.continuous import ContinuousScheduler
-from sim.sched.state import RequestTable, Status
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.memory.base import Admit, KVCacheManager, SeqSpec
+from pagesim.sim.sched.continuous import ContinuousScheduler
+from pagesim.sim.sched.state import RequestTable, Status
 
 _I64 = np.int64
 

@@ -11,12 +11,12 @@ Example, OPT-13B fp16: 2 * 40 layers * 40 heads * 128 * 2 B = 819,200 B per toke
 vLLM paper's number); 12 GiB of KV hold 15,728 tokens.
 """
 
-from sim.specs.capacity import KVBudget, kv_capacity
-from sim.specs.gpus import GPU_ALIASES, GPUS, GiB, GPUSpec, get_gpu
-from sim.specs.hf_config import model_from_hf_config
-from sim.specs.model import (LatentAttention, MambaMixer, MixtureOfExperts, ModelSpec, Quantization,
+from pagesim.sim.specs.capacity import KVBudget, kv_capacity
+from pagesim.sim.specs.gpus import GPU_ALIASES, GPUS, GiB, GPUSpec, get_gpu
+from pagesim.sim.specs.hf_config import model_from_hf_config
+from pagesim.sim.specs.model import (LatentAttention, MambaMixer, MixtureOfExperts, ModelSpec, Quantization,
                              with_max_seq_len)
-from sim.specs.presets import MODEL_ALIASES, MODELS, get_model
+from pagesim.sim.specs.presets import MODEL_ALIASES, MODELS, get_model
 
 __all__ = ["GPU_ALIASES", "GPUS", "GPUSpec", "GiB", "KVBudget", "LatentAttention", "MODELS", "MODEL_ALIASES",
            "MambaMixer", "MixtureOfExperts", "ModelSpec", "Quantization", "get_gpu",

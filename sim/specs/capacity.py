@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.errors import ConfigError
-from sim.specs.gpus import GiB, GPUSpec
-from sim.specs.model import ModelSpec
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs.gpus import GiB, GPUSpec
+from pagesim.sim.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)

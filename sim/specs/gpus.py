@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError
-from sim.specs.model import (FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, LatentAttention,
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs.model import (FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, LatentAttention,
                              MambaMixer, MixtureOfExperts, ModelSpec, Quantization, interleaved_sliding)
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.errors import ConfigError
-from sim.specs.hf_config import model_from_hf_config
-from sim.specs.model import (SLIDING_ATTENTION, LatentAttention, MixtureOfExperts, ModelSpec, Quantization,
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs.hf_config import model_from_hf_config
+from pagesim.sim.specs.model import (SLIDING_ATTENTION, LatentAttention, MixtureOfExperts, ModelSpec, Quantization,
                              interleaved_sliding)
 
 MODELS: dict[str, ModelSpec] = {

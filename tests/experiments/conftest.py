@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.figures import SweepOptions
+from pagesim.experiments.figures import SweepOptions
 from tests.experiments.fakes import fake_run
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.sweep import RunOutput, RunSpec
+from pagesim.experiments.sweep import RunOutput, RunSpec
 
 CAP_TOKENS = 15728
 MEM_FRACTIONS = {  # token_states, reservation, internal_frag, allocator_slack, external_frag, free_idle

@@ -10,9 +10,9 @@ import multiprocessing as mp
 import pandas as pd
 import pytest
 
-from experiments import sweep as S
-from experiments.sweep import RunOutput, RunSpec, run_sweep
-from sim.cli import main
+from pagesim.experiments import sweep as S
+from pagesim.experiments.sweep import RunOutput, RunSpec, run_sweep
+from pagesim.sim.cli import main
 from tests.experiments import fakes
 from tests.experiments.fakes import fake_run
 
@@ -169,7 +169,7 @@ def test_damaged_entries_are_recomputed(tmp_path, damage):
 def test_reproduce_recomputes_a_run_whose_steps_went_missing(tmp_path, fake_opts):
     """Before, fig2 read the summary as a hit and fell back to whole-run averages when the steps
     were gone ('measured_over' run): fig2.csv changed silently. Now the run is redone."""
-    from experiments.figures import fig2
+    from pagesim.experiments.figures import fig2
     first = fig2(fake_opts, quick=True)
     for steps in (tmp_path / "cache").rglob("steps.parquet"):
         steps.unlink()

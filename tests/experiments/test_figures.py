@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from experiments import figures as X
+from pagesim.experiments import figures as X
 from tests.experiments import fakes
 
 
@@ -141,7 +141,7 @@ def test_reproduce_writes_csvs(fake_opts, tmp_path):
 
 
 def test_unknown_figure(fake_opts, tmp_path):
-    from sim.errors import ConfigError
+    from pagesim.sim.errors import ConfigError
     with pytest.raises(ConfigError, match="unknown figure"):
         X.reproduce("fig99", tmp_path, fake_opts)
 

@@ -1,6 +1,6 @@
 import math
 
-from experiments import paper
+from pagesim.experiments import paper
 
 
 def test_file_has_source_columns_and_all_figures():

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import plan as P
-from sim.cli import main
+from pagesim.experiments import plan as P
+from pagesim.sim.cli import main
 
 
 # ------------------------------------------------------------------------------ search

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import plan as P
-from experiments.plan_cli import slo_from_args
-from sim.cli import build_parser, main
+from pagesim.experiments import plan as P
+from pagesim.experiments.plan_cli import slo_from_args
+from pagesim.sim.cli import build_parser, main
 
 
 def table(ttft, status):

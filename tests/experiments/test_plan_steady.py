@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import plan as P
-from experiments.sweep import RunOutput
-from reports.plan_report import EARLY_STOP_LABEL, curves_figure
+from pagesim.experiments import plan as P
+from pagesim.experiments.sweep import RunOutput
+from pagesim.reports.plan_report import EARLY_STOP_LABEL, curves_figure
 
 #: the fake system's capacity (req/s) at each workload length (s): it passes a TTFT SLO at rates up
 #: to the capacity of its run's length

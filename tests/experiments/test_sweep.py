@@ -4,9 +4,9 @@ import os
 import pandas as pd
 import pytest
 
-from experiments import sweep as S
-from experiments.sweep import RunSpec, apply_overrides, canonical_json, expand_grid, run_sweep
-from sim.errors import ConfigError
+from pagesim.experiments import sweep as S
+from pagesim.experiments.sweep import RunSpec, apply_overrides, canonical_json, expand_grid, run_sweep
+from pagesim.sim.errors import ConfigError
 from tests.experiments import fakes
 from tests.experiments.fakes import fake_run, fake_summary_only
 
@@ -224,8 +224,8 @@ def test_unshare_trace():
 
 
 def test_default_run_fn_with_real_engine(tmp_path):
-    pytest.importorskip("sim.run")
-    pytest.importorskip("traces.synth")
+    pytest.importorskip("pagesim.sim.run")
+    pytest.importorskip("pagesim.traces.synth")
     spec = RunSpec(system="vllm", workload="sharegpt", rate=1.0, num_requests=5,
                    sim={"kv_gib": 12, "max_seq_len": 2048, "max_len_policy": "drop"})
     (res,) = run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from gpu.calibrate import check_profile, decode_bytes, decode_grid, fake_profile, grids
-from sim.cost import TableCostModel
-from sim.errors import ConfigError
-from sim.specs import get_gpu, get_model
+from pagesim.gpu.calibrate import check_profile, decode_bytes, decode_grid, fake_profile, grids
+from pagesim.sim.cost import TableCostModel
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import get_gpu, get_model
 
 M = get_model("llama-2-7b")  # 32 KV heads x 128: 16 KiB of K+V per token
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu.device import cuda_available, gpu_slug
-from sim.cli import main
+from pagesim.gpu.device import cuda_available, gpu_slug
+from pagesim.sim.cli import main
 
 
 @pytest.mark.skipif(cuda_available(), reason="a CUDA device is present")
@@ -42,7 +42,7 @@ def test_gpu_slug():
 
 
 def test_bench_sweep_and_bytes():
-    from gpu.bench import COLUMNS, Point, sweep
+    from pagesim.gpu.bench import COLUMNS, Point, sweep
     full, quick = sweep(False), sweep(True)
     assert len(full) == 5 * 5 * 2 * 2 + 3 * 2 * 2 * 2 and len(quick) < 15
     assert {p.block_size for p in full} == {1, 16, 32, 128}
@@ -55,9 +55,9 @@ def test_bench_sweep_and_bytes():
 
 
 def test_calibrate_grids_respect_max_seq_len():
-    from gpu.calibrate import grids, per_gpu_heads
-    from sim.errors import ConfigError
-    from sim.specs import get_model
+    from pagesim.gpu.calibrate import grids, per_gpu_heads
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.specs import get_model
     m = get_model("llama-2-7b")  # max_seq_len 4096
     decode, tokens, prefill = grids(m, quick=False)
     assert max(c for _, c in decode) == 4096 and max(prefill) == 4096 and 1 in tokens

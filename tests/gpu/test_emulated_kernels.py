@@ -16,10 +16,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpu import reference as ref
-from gpu.kernels_src import CTYPES, HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
-from gpu.paged_attention import launch_config
-from gpu.testing import make_case
+from pagesim.gpu import reference as ref
+from pagesim.gpu.kernels_src import CTYPES, HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
+from pagesim.gpu.paged_attention import launch_config
+from pagesim.gpu.testing import make_case
 
 
 def P(a):
@@ -203,7 +203,7 @@ RUN_CASE = """
 import sys
 import numpy as np
 from pathlib import Path
-from gpu.testing import make_case
+from pagesim.gpu.testing import make_case
 from tests.gpu.emu.build import build
 from tests.gpu.test_emulated_kernels import check
 lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",))
@@ -231,7 +231,7 @@ def test_injected_chunk_mapping_bug_is_caught(emu, tmp_path, bug, fix):
     import sys
     from pathlib import Path
 
-    from gpu.kernels_src import KERNEL_DIR
+    from pagesim.gpu.kernels_src import KERNEL_DIR
     src = tmp_path / "kernels"
     shutil.copytree(KERNEL_DIR, src)
     text = (src / "paged_attention.cu").read_text()

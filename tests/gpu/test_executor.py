@@ -19,17 +19,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu.device import cuda_available, torch_cuda_available
-from gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPlan, slots_for
-from gpu.tables import build_block_tables
-from sim.batch import StepBatch
-from sim.config import SimConfig
-from sim.cost import RooflineCostModel
-from sim.engine import Engine
-from sim.errors import ConfigError
-from sim.memory import PagedManager, SeqSpec, StaticManager
-from sim.run import build, run_simulation
-from sim.specs import ModelSpec, get_gpu, get_model
+from pagesim.gpu.device import cuda_available, torch_cuda_available
+from pagesim.gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPlan, slots_for
+from pagesim.gpu.tables import build_block_tables
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.config import SimConfig
+from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.engine import Engine
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory import PagedManager, SeqSpec, StaticManager
+from pagesim.sim.run import build, run_simulation
+from pagesim.sim.specs import ModelSpec, get_gpu, get_model
 
 I64 = np.int64
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 101, 256)
@@ -80,7 +80,7 @@ def test_same_records_as_simulation(name, width):
     copies_per_step = []
     eng, ex, mgr, sched, table = run_engine(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
                                             on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))
-    from sim.metrics import request_frame
+    from pagesim.sim.metrics import request_frame
     pd.testing.assert_frame_equal(request_frame(table), sim.requests)
     pd.testing.assert_frame_equal(eng.rec.frame(), sim.steps)
     assert sim.summary["mgr_cow_copies"] == ex.total_copies == sum(copies_per_step)
@@ -285,7 +285,7 @@ def _torch_or_skip():
 
 def _reference_states(positions, seed=0):
     """Hidden state at each position from one fresh whole-prompt prefill (no pool reads)."""
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     out = {}
     for p in positions:
         mgr = PagedManager(512, 256, block_size=4, watermark=0.0)
@@ -303,7 +303,7 @@ def test_torch_backend_cpu_paged_data_flow(name):
     """Same position -> same hidden state, however it was computed (prefill, chunks, decode over
     the paged pool after copy-on-write and swaps)."""
     torch = _torch_or_skip()
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     # the scheduler and pool are sized in llama-2-7b bytes (160 slots, 60 swap slots); the tiny
     # model runs over that many blocks
     kvb = get_model("llama-2-7b").kv_bytes_per_token() / 2**30
@@ -342,7 +342,7 @@ def test_torch_backend_cpu_paged_data_flow(name):
 
 def test_torch_backend_cpu_layer_scaling_arithmetic():
     _torch_or_skip()
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     m4 = ModelSpec("tiny4", 4, 64, 4, 2, 16, 128, 101, 256)
     mgr = PagedManager(256, 64, block_size=4, watermark=0.0)
     be = TorchCupyBackend(dtype="float32", device="cpu", num_layers_run=1)
@@ -382,7 +382,7 @@ def _manual_steps(model, be, lens=(37, 5, 80), decode_steps=3, bs=16):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_gpu_backend_finite_outputs(dtype):
     import torch
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     be = TorchCupyBackend(dtype=dtype)
     mgr, ex = _manual_steps(TINY_GPU, be)
     pos, tok, hs = be.last_outputs
@@ -394,7 +394,7 @@ def test_gpu_backend_finite_outputs(dtype):
 @pytest.mark.skipif(not (cuda_available() and torch_cuda_available()), reason="needs CuPy and torch with CUDA")
 def test_gpu_decode_kernel_equals_sdpa_over_live_tables():
     import torch
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     be = TorchCupyBackend(dtype="float16")
     mgr, ex = _manual_steps(TINY_GPU, be)
     ids = [0, 1, 2]
@@ -417,7 +417,7 @@ def test_gpu_decode_kernel_equals_sdpa_over_live_tables():
 @pytest.mark.skipif(not (cuda_available() and torch_cuda_available()), reason="needs CuPy and torch with CUDA")
 def test_layer_scaling_matches_full():
     """N layers x L/N (plus the unscaled rest) is within 10 % of running all L layers."""
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     model = ModelSpec("mid", 16, 2048, 16, 16, 128, 5504, 32000, 2048)
 
     def timed(n_layers):

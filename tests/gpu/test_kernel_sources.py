@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpu.kernels_src import KERNEL_DIR, all_instantiations, instantiation_unit, load_source
+from pagesim.gpu.kernels_src import KERNEL_DIR, all_instantiations, instantiation_unit, load_source
 
 NVCC = shutil.which("nvcc")
 ARCHS = ("sm_80", "sm_90")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu import reference as ref
-from gpu.device import cuda_available, torch_cuda_available
-from gpu.testing import make_case
+from pagesim.gpu import reference as ref
+from pagesim.gpu.device import cuda_available, torch_cuda_available
+from pagesim.gpu.testing import make_case
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")]
@@ -41,7 +41,7 @@ def upload(cp, case):
 
 
 def check_attention(cp, case, num_partitions=None, **kw):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     q, kc, vc, bt, cl = upload(cp, case)
     out = pa.forward(q, kc, vc, bt, cl, case.block_size, case.max_context_len, case.scale, num_partitions,
                      dtype=case.dtype, **kw)
@@ -95,7 +95,7 @@ def test_split_k_long_context(cp, heads, num_partitions, dtype):
 
 
 def test_v1_and_v2_agree(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(12)
     case = make_case(rng, num_seqs=4, num_heads=8, num_kv_heads=8, head_dim=128, block_size=16, max_ctx=2000)
     q, kc, vc, bt, cl = upload(cp, case)
@@ -107,7 +107,7 @@ def test_v1_and_v2_agree(cp):
 
 
 def test_forced_single_partition_on_long_context_still_fits(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(25)
     case = make_case(rng, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=128, block_size=16, lens=[60000, 3])
     plan = pa.prepare(*upload(cp, case), 16, case.max_context_len, num_partitions=1)
@@ -129,7 +129,7 @@ def test_unused_entries_minus_one_and_scale(cp):
 
 
 def test_all_empty_and_no_sequences(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(15)
     case = make_case(rng, num_seqs=3, num_heads=4, num_kv_heads=4, head_dim=64, block_size=16, lens=[0, 0, 0])
     q, kc, vc, bt, cl = upload(cp, case)
@@ -140,7 +140,7 @@ def test_all_empty_and_no_sequences(cp):
 
 
 def test_input_validation(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(16)
     case = make_case(rng, num_seqs=3, num_heads=4, num_kv_heads=4, head_dim=64, block_size=16, max_ctx=100)
     q, kc, vc, bt, cl = upload(cp, case)
@@ -164,7 +164,7 @@ def test_input_validation(cp):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads", [(8, 8), (32, 8)], ids=["mha", "gqa4"])
 def test_contiguous_variant(cp, heads, dtype):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(17)
     S, L, D = 4, 1500, 128
     lens = np.array([1500, 1, 0, 999], np.int32)
@@ -181,7 +181,7 @@ def test_contiguous_variant(cp, heads, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_torch_tensors_zero_copy(cp, dtype):
     import torch
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(18)
     case = make_case(rng, num_seqs=4, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16, max_ctx=900,
                      dtype=dtype)
@@ -210,7 +210,7 @@ def test_torch_tensors_zero_copy(cp, dtype):
 def test_matches_torch_sdpa_on_gpu(cp):
     import torch
     import torch.nn.functional as F
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(19)
     case = make_case(rng, num_seqs=3, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16, lens=[3000, 64, 1])
     out = pa.forward(*upload(cp, case), 16, case.max_context_len)
@@ -228,7 +228,7 @@ def test_matches_torch_sdpa_on_gpu(cp):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_reshape_and_cache(cp, dtype, index_dtype, head_dim):
-    from gpu.cache_ops import reshape_and_cache
+    from pagesim.gpu.cache_ops import reshape_and_cache
     rng = np.random.default_rng(20)
     nb, bs, kvh, n = 12, 16, 4, 40
     kc = ref.round_to(rng.standard_normal((nb, bs, kvh, head_dim), dtype=np.float32), dtype)
@@ -246,7 +246,7 @@ def test_reshape_and_cache(cp, dtype, index_dtype, head_dim):
 
 def test_reshape_and_cache_strided_rows(cp):
     """key/value as slices of a fused QKV output: token stride > row size."""
-    from gpu.cache_ops import reshape_and_cache
+    from pagesim.gpu.cache_ops import reshape_and_cache
     rng = np.random.default_rng(21)
     nb, bs, kvh, D, n = 4, 8, 2, 64, 10
     qkv = rng.standard_normal((n, 8, D)).astype(np.float16)  # 4 q heads + 2 k + 2 v
@@ -262,7 +262,7 @@ def test_reshape_and_cache_strided_rows(cp):
 
 
 def test_copy_blocks(cp):
-    from gpu.cache_ops import copy_blocks
+    from pagesim.gpu.cache_ops import copy_blocks
     rng = np.random.default_rng(22)
     kc = rng.standard_normal((10, 16, 2, 128)).astype(np.float16)
     vc = rng.standard_normal((10, 16, 2, 128)).astype(np.float16)
@@ -279,7 +279,7 @@ def test_copy_blocks(cp):
 
 
 def test_swap_round_trip(cp):
-    from gpu.cache_ops import empty_pinned_cache, swap_blocks
+    from pagesim.gpu.cache_ops import empty_pinned_cache, swap_blocks
     rng = np.random.default_rng(23)
     dev = cp.asarray(rng.standard_normal((16, 16, 4, 128)).astype(np.float16))
     host = empty_pinned_cache((8, 16, 4, 128), np.float16)
@@ -302,9 +302,9 @@ def test_swap_round_trip(cp):
 
 def test_tables_from_snapshot_drive_the_kernel(cp):
     """BlockTableSnapshot -> build_block_tables -> kernel equals the reference."""
-    from gpu import paged_attention as pa
-    from gpu.tables import allocate_kv_pool, build_block_tables, to_device
-    from sim.memory.base import BlockTableSnapshot
+    from pagesim.gpu import paged_attention as pa
+    from pagesim.gpu.tables import allocate_kv_pool, build_block_tables, to_device
+    from pagesim.sim.memory.base import BlockTableSnapshot
     snap = BlockTableSnapshot(block_size=16, num_blocks=20, tables={3: [7, 2, 19], 1: [7, 11], 8: [0]},
                               context_lens={3: 40, 1: 20, 8: 5})
     t = build_block_tables(snap)
@@ -321,15 +321,15 @@ def test_tables_from_snapshot_drive_the_kernel(cp):
 
 def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
     """The CLI paths run end to end on a tiny grid (full runs: pagesim gpu bench / calibrate)."""
-    from gpu import bench
+    from pagesim.gpu import bench
     p = bench.Point(2, 256, 16, 8, 2, 128, "float16")
     timer = bench.Timer(cp, 1 << 20)
     row = bench.run_point(cp, p, timer, bench.copy_gbps(cp, timer, 1 << 26), 3, "test")
     assert row["time_us"] > 0 and row["contiguous_time_us"] > 0 and 0 < row["frac_of_copy"]
     if torch_cuda_available():
-        from gpu.calibrate import run
-        from sim.profile_format import read_profile
-        import gpu.calibrate as cal
+        from pagesim.gpu.calibrate import run
+        from pagesim.sim.profile_format import read_profile
+        import pagesim.gpu.calibrate as cal
         for k, v in dict(batch=(1, 4), context=(128,), tokens=(1, 16), prefill=(64,)).items():
             monkeypatch.setitem(cal.QUICK, k, v)
         out = run("llama-2-7b", tmp_path / "p.csv", quick=True, reps=2, log=lambda *a: None)

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from gpu.executor import ExecutorError, FakeBackend, StepPlan
-from gpu.kv_check import KVContentCheck
-from sim.cli import main
-from sim.specs import ModelSpec
+from pagesim.gpu.executor import ExecutorError, FakeBackend, StepPlan
+from pagesim.gpu.kv_check import KVContentCheck
+from pagesim.sim.cli import main
+from pagesim.sim.specs import ModelSpec
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 101, 256)
 I64 = np.int64

@@ -32,8 +32,9 @@ def test_gpu_modules_import_and_gpu_tests_collect_without_simpy_plotly_tqdm(tmp_
             "import simpy\n")
     assert r.returncode == 1 and "blocked by the test" in r.stderr  # the blocker works
     r = run(tmp_path, ("simpy", "plotly", "tqdm"), "-c",
-            "import gpu.validate, gpu.validate_cli, gpu.validate_report, gpu.executor, gpu.model_runner, "
-            "gpu.calibrate, gpu.bench, sim.cli; print('ok')")
+            "import pagesim.gpu.validate, pagesim.gpu.validate_cli, pagesim.gpu.validate_report, "
+            "pagesim.gpu.executor, pagesim.gpu.model_runner, pagesim.gpu.calibrate, pagesim.gpu.bench, "
+            "pagesim.sim.cli; print('ok')")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
     r = run(tmp_path, ("simpy", "plotly", "tqdm"), "-m", "pytest", "tests/gpu", "-m", "gpu", "--collect-only",
             "-q", "-p", "no:cacheprovider")
@@ -41,7 +42,7 @@ def test_gpu_modules_import_and_gpu_tests_collect_without_simpy_plotly_tqdm(tmp_
     assert "error" not in r.stdout.lower() and " collected" in r.stdout
 
 
-ARGS = ["-m", "sim.cli", "validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "6", "--model",
+ARGS = ["-m", "pagesim.sim.cli", "validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "6", "--model",
         "llama-2-7b", "--gpu", "h200", "--system", "vllm", "--kv-gib", "1", "--max-seq-len", "2048",
         "--backend", "fake"]
 

@@ -1,5 +1,5 @@
 """End-to-end CPU test of the Python launch path (``gpu.paged_attention``, ``gpu.cache_ops``,
-``gpu._loader``) with a fake CuPy whose kernels run the real sources through the emulation.
+``pagesim.gpu._loader``) with a fake CuPy whose kernels run the real sources through the emulation.
 
 What a GPU run adds on top: NVRTC compiling the sources (nvcc does in test_kernel_sources),
 real device memory, streams and timing.
@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from gpu import reference as ref
-from gpu.testing import make_case
+from pagesim.gpu import reference as ref
+from pagesim.gpu.testing import make_case
 from tests.gpu import fake_cupy
 
 
@@ -21,15 +21,15 @@ from tests.gpu import fake_cupy
 def cp(emu, monkeypatch):
     fake = fake_cupy.make(emu)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    import gpu.device
-    import gpu._loader
-    import gpu.paged_attention as pa
-    monkeypatch.setattr(gpu.device, "_probe", lambda: (True, ""))
-    gpu._loader.get_kernel.cache_clear()
+    import pagesim.gpu.device
+    import pagesim.gpu._loader
+    import pagesim.gpu.paged_attention as pa
+    monkeypatch.setattr(pagesim.gpu.device, "_probe", lambda: (True, ""))
+    pagesim.gpu._loader.get_kernel.cache_clear()
     monkeypatch.setattr(pa, "_SM_COUNT", {})
     monkeypatch.setattr(pa, "_SMEM_OPTIN", {})
     yield fake
-    gpu._loader.get_kernel.cache_clear()
+    pagesim.gpu._loader.get_kernel.cache_clear()
 
 
 def dev(cp, case):
@@ -41,7 +41,7 @@ def dev(cp, case):
     ((8, 1), "float16", 16, None), ((8, 2), "float16", 1, None), ((8, 2), "float16", 32, 5),
     ((4, 4), "bfloat16", 64, None), ((16, 2), "bfloat16", 16, 3), ((8, 1), "float16", 256, 1)])
 def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(block_size)
     case = make_case(rng, num_seqs=4, num_heads=heads[0], num_kv_heads=heads[1], head_dim=64,
                      block_size=block_size, max_ctx=min(3 * block_size + 11, 400), dtype=dtype)
@@ -61,7 +61,7 @@ def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
 
 
 def test_forward_shared_memory_opt_in_and_split(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(3)
     case = make_case(rng, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=64, block_size=16, lens=[1500, 7])
     plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, num_partitions=1)
@@ -74,7 +74,7 @@ def test_forward_shared_memory_opt_in_and_split(cp):
 
 
 def test_forward_contiguous_end_to_end(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(4)
     S, L, D = 3, 200, 64
     lens = np.array([200, 0, 33], np.int32)
@@ -87,7 +87,7 @@ def test_forward_contiguous_end_to_end(cp):
 
 
 def test_forward_validation(cp):
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(5)
     case = make_case(rng, num_seqs=3, num_heads=4, num_kv_heads=4, head_dim=64, block_size=16, max_ctx=60)
     q, kc, vc, bt, cl = dev(cp, case)
@@ -108,7 +108,7 @@ def test_forward_validation(cp):
 @pytest.mark.parametrize("slot_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_cache_ops_end_to_end(cp, slot_dtype, dtype):
-    from gpu.cache_ops import copy_blocks, reshape_and_cache, swap_blocks
+    from pagesim.gpu.cache_ops import copy_blocks, reshape_and_cache, swap_blocks
     rng = np.random.default_rng(6)
     nb, bs, kvh, D, n = 6, 8, 2, 64, 20
     kc = ref.round_to(rng.standard_normal((nb, bs, kvh, D)), dtype)
@@ -141,7 +141,7 @@ def test_cache_ops_end_to_end(cp, slot_dtype, dtype):
 
 
 def test_reshape_and_cache_refuses_a_slot_past_the_caches(cp):
-    from gpu.cache_ops import reshape_and_cache
+    from pagesim.gpu.cache_ops import reshape_and_cache
     nb, bs, kvh, D = 3, 4, 1, 8
     kc = cp.zeros((nb, bs, kvh, D), dtype=np.float16)
     vc = cp.zeros_like(kc)
@@ -156,7 +156,7 @@ def test_reshape_and_cache_refuses_a_slot_past_the_caches(cp):
 def test_one_plan_rebound_to_each_layer(cp):
     """A decode step plans once and rebinds the plan to the next layer's query and caches: the same
     result as a fresh plan for that layer, the same output buffer, shapes checked."""
-    from gpu import paged_attention as pa
+    from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(31)
     case = make_case(rng, num_seqs=4, num_heads=8, num_kv_heads=2, head_dim=64, block_size=16, max_ctx=120)
     layer2 = [ref.round_to(rng.standard_normal(a.shape), "float16") for a in (case.query, case.key_cache,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from gpu import reference as ref
-from gpu.testing import make_case
+from pagesim.gpu import reference as ref
+from pagesim.gpu.testing import make_case
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 HEADS = [(4, 4), (8, 2), (8, 1)]  # MHA, GQA-4, MQA

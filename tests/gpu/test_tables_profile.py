@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu import paged_attention as pa
-from gpu.cache_ops import coalesce_runs
-from gpu.kernels_src import HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
-from sim.profile_format import COLUMNS, read_profile, write_profile
-from gpu.tables import build_block_tables
-from sim.errors import ConfigError
-from sim.memory.base import BlockTableSnapshot
+from pagesim.gpu import paged_attention as pa
+from pagesim.gpu.cache_ops import coalesce_runs
+from pagesim.gpu.kernels_src import HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
+from pagesim.sim.profile_format import COLUMNS, read_profile, write_profile
+from pagesim.gpu.tables import build_block_tables
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory.base import BlockTableSnapshot
 
 
 def snapshot():

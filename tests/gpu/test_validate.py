@@ -10,17 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu.device import cuda_available
-from gpu.executor import FakeBackend, StepPlan
-from sim.profile_format import write_profile
-from gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
-from sim.batch import StepBatch
-from sim.cli import main
-from sim.config import SimConfig
-from sim.cost import RooflineCostModel, TableCostModel
-from sim.engine import InvariantError
-from sim.memory import MemoryUsage, PagedManager, SeqSpec
-from sim.specs import get_gpu, get_model
+from pagesim.gpu.device import cuda_available
+from pagesim.gpu.executor import FakeBackend, StepPlan
+from pagesim.sim.profile_format import write_profile
+from pagesim.gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.cli import main
+from pagesim.sim.config import SimConfig
+from pagesim.sim.cost import RooflineCostModel, TableCostModel
+from pagesim.sim.engine import InvariantError
+from pagesim.sim.memory import MemoryUsage, PagedManager, SeqSpec
+from pagesim.sim.specs import get_gpu, get_model
 
 MODEL, GPU = get_model("llama-2-7b"), get_gpu("h200")
 
@@ -193,12 +193,11 @@ def test_cli_fake_backend_with_profile(tmp_path, capsys):
 
 @pytest.mark.skipif(cuda_available(), reason="a GPU is present")
 def test_cli_without_gpu_exits_2_with_one_line_before_any_work(tmp_path, capsys, monkeypatch):
-    import traces.args
-
+    import pagesim.traces.args
     def boom(*a, **k):
         raise AssertionError("built the workload before checking for a GPU")
 
-    monkeypatch.setattr(traces.args, "workload_from_args", boom)
+    monkeypatch.setattr(pagesim.traces.args, "workload_from_args", boom)
     rc = main(ARGS + ["--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert rc == 2
@@ -241,7 +240,7 @@ def _tiny_validate(tmp_path, backend):
 
 def test_validate_with_the_torch_backend_on_cpu(tmp_path):
     pytest.importorskip("torch")
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     res = _tiny_validate(tmp_path, TorchCupyBackend(dtype="float32", device="cpu"))
     assert res.metrics["backend"] == "torch-cupy" and res.metrics["executor_copies"] > 0
 
@@ -249,10 +248,10 @@ def test_validate_with_the_torch_backend_on_cpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
 def test_validate_tiny_model_on_gpu(tmp_path):
-    from gpu.device import torch_cuda_available
+    from pagesim.gpu.device import torch_cuda_available
     if not torch_cuda_available():
         pytest.skip("needs torch with CUDA")
-    from gpu.model_runner import TorchCupyBackend
+    from pagesim.gpu.model_runner import TorchCupyBackend
     res = _tiny_validate(tmp_path, TorchCupyBackend(dtype="float16"))
     assert res.metrics["dtype"] == "float16"
 
@@ -268,7 +267,7 @@ def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
     host share = 1 ms + 0.1 ms per sequence. By hand: the GPU-only error is 0 on every step, the
     host fit recovers 1 ms and 0.1 ms, and each whole-step error is
     |(gpu + 3 + 0.02 n) - (gpu + 1 + 0.1 n)| / (gpu + 1 + 0.1 n) (ms)."""
-    from gpu.validate import cpu_term, error_breakdown
+    from pagesim.gpu.validate import cpu_term, error_breakdown
     roof = RooflineCostModel(MODEL, GPU)
 
     def gpu(p):
@@ -301,6 +300,6 @@ def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
 
 
 def test_batch_buckets():
-    from gpu.validate import batch_bucket
+    from pagesim.gpu.validate import batch_bucket
     assert [batch_bucket(n) for n in (1, 2, 4, 5, 16, 17, 64, 65, 256, 257, 5000)] == \
         ["1", "2-4", "2-4", "5-16", "5-16", "17-64", "17-64", "65-256", "65-256", ">=257", ">=257"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from pagesim.sim.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")]

@@ -6,11 +6,11 @@ import re
 import pandas as pd
 import pytest
 
-from experiments import figures as X
-from experiments.sweep import RunSpec
-from reports import figures as F
-from reports.html import ReportError, reproduce_report, single_run_report
-from sim.cli import main
+from pagesim.experiments import figures as X
+from pagesim.experiments.sweep import RunSpec
+from pagesim.reports import figures as F
+from pagesim.reports.html import ReportError, reproduce_report, single_run_report
+from pagesim.sim.cli import main
 from tests.experiments.fakes import fake_requests, fake_run, fake_steps, fake_summary
 
 PLOTLY_MARKER = "plotly.js v"  # the bundle's header comment
@@ -121,7 +121,7 @@ def test_cli_report_and_reproduce(tmp_path, monkeypatch, capsys):
     assert main(["report", str(empty)]) == 2
     assert "holds neither" in capsys.readouterr().err
     # reproduce through the CLI with the fake engine standing in for the default run function
-    import experiments.sweep as S
+    import pagesim.experiments.sweep as S
     monkeypatch.setattr(S, "simulate_spec", fake_run)
     out = tmp_path / "out"
     rc = main(["reproduce", "fig13", "--out", str(out), "--quick", "--workers", "1", "--no-progress",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.config import SimConfig
-from sim.run import run_simulation
-from traces.schema import CANONICAL_COLUMNS, validate_canonical
+from pagesim.sim.config import SimConfig
+from pagesim.sim.run import run_simulation
+from pagesim.traces.schema import CANONICAL_COLUMNS, validate_canonical
 
 # name -> run_simulation's keywords (and the summary's "engine" it must report)
 ENGINES = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.config import SimConfig
+from pagesim.sim.config import SimConfig
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
 
@@ -73,7 +73,7 @@ def write_table_profile(path, prefill: bool = True, overhead_us: float | None = 
     1-256 tokens, decode on a 3 x 3 grid (batch 1-32, context 16-256), prefill at 16-64 tokens
     (``prefill=False``: none, the roofline prices prefill), so runs of ``rand_trace`` fall inside,
     below and beyond every table. Returns ``path``."""
-    from sim.profile_format import write_profile
+    from pagesim.sim.profile_format import write_profile
 
     common = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
     rows = [dict(component="linear", num_tokens=n, batch=None, context=None, time_us=t, **common)

@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.batch import StepBatch
-from sim.calibration import Calibration
-from sim.cli import main
-from sim.calibration_fit import elementwise_seconds, gemm_seconds  # the formulas, over numpy arrays
-from sim.cost_calibrated import CalibratedCostModel, elementwise_bytes_per_token, layer_gemm_shapes
-from sim.measured import read_measured
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.calibration import Calibration
+from pagesim.sim.cli import main
+from pagesim.sim.calibration_fit import elementwise_seconds, gemm_seconds  # the formulas, over numpy arrays
+from pagesim.sim.cost_calibrated import CalibratedCostModel, elementwise_bytes_per_token, layer_gemm_shapes
+from pagesim.sim.measured import read_measured
 from tests.sim.helpers import vidur_table
-from sim.specs import GPUS, GPUSpec, ModelSpec
+from pagesim.sim.specs import GPUS, GPUSpec, ModelSpec
 
 A100 = GPUS["a100-80gb"]
 # constants a fit must find again (A100-like magnitudes)
@@ -198,7 +198,7 @@ def test_decode_paths_agree_bit_for_bit():
 
 def test_compiled_step_time_is_the_same_float():
     pytest.importorskip("numba")
-    from sim.core.cost_calibrated import calibrated_step_time
+    from pagesim.sim.core.cost_calibrated import calibrated_step_time
 
     cm = CalibratedCostModel(ModelSpec("l", 32, 4096, 32, 8, 128, 14336, 32000, 8192), A100, 2, TRUE)
     b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([100, 7]), prefill_context=np.array([300, 7]),
@@ -208,9 +208,9 @@ def test_compiled_step_time_is_the_same_float():
 
 
 def test_calibrated_runs_match_step_by_step_and_macro():
-    from sim.config import SimConfig
-    from sim.run import run_simulation
-    from traces.synth import make_workload
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.run import run_simulation
+    from pagesim.traces.synth import make_workload
 
     cfg = SimConfig.for_system("vllm", model="llama-2-7b", gpu="a100-80gb", cost_model="calibrated", kv_gib=2)
     trace = make_workload("sharegpt", rate=8.0, duration_s=20, seed=3)
@@ -225,7 +225,7 @@ def test_calibrated_runs_match_step_by_step_and_macro():
 # -- the fit ---------------------------------------------------------------------------------------
 
 def test_robust_fit_is_not_dragged_by_an_outlier():
-    from sim.calibration_fit import robust_fit
+    from pagesim.sim.calibration_fit import robust_fit
 
     # y = 2 + 3x measured at 20 points, one of them 4x too slow (a slow kernel choice)
     x = np.arange(1.0, 21.0)
@@ -236,7 +236,7 @@ def test_robust_fit_is_not_dragged_by_an_outlier():
 
 
 def test_fit_recovers_known_constants(tmp_path):
-    from sim.calibration_fit import fit_calibration
+    from pagesim.sim.calibration_fit import fit_calibration
 
     m = read_measured(write_measured(tmp_path), "a100-80gb")
     got = fit_calibration(m, A100)
@@ -280,7 +280,7 @@ def test_fit_excluding_a_model(tmp_path, capsys):
 # -- the error command -------------------------------------------------------------------------------
 
 def test_stats_by_hand():
-    from sim.cost_error import bucket_labels, stats
+    from pagesim.sim.cost_error import bucket_labels, stats
 
     # |e| sorted: 0 .01 .02 .04 .05 .08 .10 .15 .20 .30 .50 (11 values): the median is the 6th,
     # the 90th percentile sits at rank 0.9 * 10 = 9 (0-based), exactly 0.30; max 0.50
@@ -325,8 +325,8 @@ def test_error_command_roofline_says_where_it_misses(tmp_path, capsys):
 # -- measured tables and the importer ------------------------------------------------------------------
 
 def test_importer_round_trip(tmp_path, capsys):
-    from sim.cost import TableCostModel
-    from sim.profile_format import read_profile
+    from pagesim.sim.cost import TableCostModel
+    from pagesim.sim.profile_format import read_profile
 
     root = write_measured(tmp_path / "m")
     out = tmp_path / "p.csv"
@@ -362,7 +362,7 @@ def test_import_without_attention_is_one_line(tmp_path, capsys):
 
 
 def test_measured_cells(tmp_path):
-    from sim.measured import cells
+    from pagesim.sim.measured import cells
 
     m = read_measured(write_measured(tmp_path), "a100-80gb")
     c = cells(m, "llama-2-7b")
@@ -377,7 +377,7 @@ def test_measured_cells(tmp_path):
 
 
 def test_attention_rows_keep_the_first_measurement(tmp_path):
-    from sim.measured import read_attention
+    from pagesim.sim.measured import read_attention
 
     path = tmp_path / "a100_x_attention_rows.csv"
     path.write_text("kind,kv,n,median_ms\ndecode,32,1,0.009\ndecode_dup,32,1,0.5\nprefill,0,64,0.015\n"
@@ -386,7 +386,7 @@ def test_attention_rows_keep_the_first_measurement(tmp_path):
 
 
 def test_running_median_keeps_a_line_and_drops_a_spike():
-    from sim.measured import running_median
+    from pagesim.sim.measured import running_median
 
     line = np.arange(10.0)
     assert running_median(line, 5).tolist() == line.tolist()
@@ -449,7 +449,7 @@ def test_bad_calibration_file_is_one_line(tmp_path, capsys, edit, msg):
 
 
 def test_simulate_says_which_cost_model_ran(tmp_path, capsys):
-    from sim.calibration import load_calibration
+    from pagesim.sim.calibration import load_calibration
 
     band = load_calibration("a100-80gb").error["calibrated"]["all"]
     out = tmp_path / "run"
@@ -487,8 +487,8 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
     root = Path(shared) / "measured"
     if not root.is_dir():
         pytest.skip("../shared/measured is absent (set PAGESIM_SHARED)")
-    from sim.calibration import load_calibration
-    from sim.calibration_fit import score
+    from pagesim.sim.calibration import load_calibration
+    from pagesim.sim.calibration_fit import score
 
     m = read_measured(root, "a100-80gb")
     cal = load_calibration("a100-80gb")
@@ -502,7 +502,7 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
 # -- plan's error band ---------------------------------------------------------------------------------
 
 def test_scaled_cost_model_scales_the_gpu_time_only():
-    from sim.cost import make_cost_model
+    from pagesim.sim.cost import make_cost_model
 
     # the toy decode step: CPU 0.13, GPU 51.864 + 15.8333; x1.5 -> 0.13 + 1.5 * 67.69733
     cm = make_cost_model(TOY, TOY_GPU, 1, None, 100.0, 10.0, "calibrated", TOY_CAL, cost_scale=1.5)
@@ -522,7 +522,7 @@ def test_bad_cost_scale_is_one_line(tmp_path, capsys):
 
 
 def test_plan_reports_the_band_of_the_cost_error(tmp_path, capsys):
-    from sim.calibration import load_calibration
+    from pagesim.sim.calibration import load_calibration
 
     p90 = load_calibration("a100-80gb").error["calibrated"]["all"]["p90"]
     argv = ["plan", "--workload", "sharegpt", "--duration", "30", "--model", "llama-2-7b", "--gpu", "a100-80gb",

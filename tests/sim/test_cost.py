@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.batch import StepBatch
-from sim.cost import make_cost_model
-from sim.specs import get_gpu, get_model
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.cost import make_cost_model
+from pagesim.sim.specs import get_gpu, get_model
 
 
 def ids(n: int) -> np.ndarray:

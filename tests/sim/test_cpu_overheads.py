@@ -12,11 +12,11 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from sim.calibration import Calibration, load_calibration
-from sim.config import SimConfig
-from sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
-from sim.errors import ConfigError
-from sim.run import run_simulation
+from pagesim.sim.calibration import Calibration, load_calibration
+from pagesim.sim.config import SimConfig
+from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import run_simulation
 from tests.sim.helpers import rand_trace, vidur_table
 
 

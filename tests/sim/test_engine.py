@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.config import SimConfig
-from sim.memory.base import MemoryUsage
-from sim.run import run_simulation
+from pagesim.sim.config import SimConfig
+from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.run import run_simulation
 from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
 MEM = [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
@@ -149,7 +149,7 @@ def test_invariants_on_random_trace(system):
 
 
 def test_same_seed_same_bytes(tmp_path):
-    from traces.synth import make_workload
+    from pagesim.traces.synth import make_workload
 
     tr = make_workload("sharegpt", rate=4, duration_s=60, seed=3)
     outs = []
@@ -173,9 +173,9 @@ def test_copy_on_write_copies_reach_the_executor_and_the_cost():
     res = run_simulation(small_cfg("vllm"), trace([(0.0, 6, 4)], n=[3]), executor=ex)
     assert ex.batches[1] == (2, 8) and all(c == (0, 0) for c in ex.batches[2:])
     assert res.summary["mgr_cow_copies"] == 2
-    from sim.batch import StepBatch
-    from sim.cost import RooflineCostModel
-    from sim.specs import get_gpu, get_model
+    from pagesim.sim.batch import StepBatch
+    from pagesim.sim.cost import RooflineCostModel
+    from pagesim.sim.specs import get_gpu, get_model
 
     cm = RooflineCostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
     b = StepBatch()

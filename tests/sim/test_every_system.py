@@ -18,9 +18,9 @@ import pandas as pd
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sim.config import SimConfig
-from sim.errors import ConfigError
-from sim.run import build, run_simulation
+from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import build, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, ends_within
 
 EXAMPLES = int(os.environ.get("PAGESIM_FUZZ_EXAMPLES", "200"))  # 200 find the faults of #15 (~30 s)

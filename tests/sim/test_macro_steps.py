@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import SimConfig
-from sim.engine import Engine
-from sim.metrics import request_frame, summarize
-from sim.run import build, run_simulation
+from pagesim.sim.config import SimConfig
+from pagesim.sim.engine import Engine
+from pagesim.sim.metrics import request_frame, summarize
+from pagesim.sim.run import build, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, rand_trace
 
 def run(cfg: SimConfig, trace: pd.DataFrame, macro: bool, min_steps: int = 2, vectorized: bool = False):
@@ -130,7 +130,7 @@ def test_run_simulation_flag_and_check_mode():
 
 
 def test_macro_steps_with_table_cost_model(tmp_path):
-    from sim.profile_format import write_profile
+    from pagesim.sim.profile_format import write_profile
 
     c = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
     rows = [dict(component="linear", num_tokens=t, batch=None, context=None, time_us=us, **c)
@@ -166,7 +166,7 @@ def test_check_mode_recomputes_the_incremental_state(system, kw, tkw):
 
 
 def test_check_mode_catches_a_drifted_decode_set():
-    from sim.engine import InvariantError
+    from pagesim.sim.engine import InvariantError
 
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
                                max_seq_len=256, check=True)

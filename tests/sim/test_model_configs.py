@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from sim.cli import main
-from sim.core import cost as C
-from sim.cost import RooflineCostModel
-from sim.errors import ConfigError
-from sim.memory.vattention import vattention_page_tokens
-from sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity
+from pagesim.sim.cli import main
+from pagesim.sim.core import cost as C
+from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory.vattention import vattention_page_tokens
+from pagesim.sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity
 
 MiB = 1 << 20
 

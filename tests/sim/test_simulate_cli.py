@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.config import SimConfig
-from sim.errors import ConfigError
-from sim.memory.base import MemoryUsage
-from sim.specs import GiB, get_gpu, get_model, kv_capacity
+from pagesim.sim.cli import main
+from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.specs import GiB, get_gpu, get_model, kv_capacity
 
 
 def run_cli(capsys, *argv):

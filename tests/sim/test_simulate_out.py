@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.outdir import staged_folder
+from pagesim.sim.cli import main
+from pagesim.sim.outdir import staged_folder
 
 RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--kv-gib", "4", "--no-progress"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sim.config import SimConfig
-from sim.run import run_simulation
-from sim.specs import GiB, get_gpu, get_model, kv_capacity
+from pagesim.sim.config import SimConfig
+from pagesim.sim.run import run_simulation
+from pagesim.sim.specs import GiB, get_gpu, get_model, kv_capacity
 
 
 def test_opt13b_kv_bytes_per_token_is_800_kib():

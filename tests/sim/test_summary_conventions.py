@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.errors import ConfigError
-from sim.metrics import SummaryOptions
-from sim.run import run_simulation
-from sim.simulate_cli import parse_goodput
+from pagesim.sim.cli import main
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import SummaryOptions
+from pagesim.sim.run import run_simulation
+from pagesim.sim.simulate_cli import parse_goodput
 from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
 # Two requests, every iteration 1 s, vLLM's prefill-first policy:

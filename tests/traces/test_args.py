@@ -7,8 +7,8 @@ import argparse
 import numpy as np
 import pytest
 
-from sim.errors import TraceError
-from traces.args import add_workload_args, workload_from_args
+from pagesim.sim.errors import TraceError
+from pagesim.traces.args import add_workload_args, workload_from_args
 
 
 def parse(*argv):

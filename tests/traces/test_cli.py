@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from traces.loaders import load_trace
-from traces.stats import trace_stats
+from pagesim.sim.cli import main
+from pagesim.traces.loaders import load_trace
+from pagesim.traces.stats import trace_stats
 
 TRACE = "t,p,o\n0,10,1\n1,20,2\n3,30,3\n7,40,4\n"
 
@@ -158,7 +158,7 @@ def test_synth_burstiness_conflicts(tmp_path, capsys, argv):
 
 def test_burstiness_sets_gamma_and_cv():
     import argparse
-    from traces.args import add_workload_args
+    from pagesim.traces.args import add_workload_args
     p = argparse.ArgumentParser()
     add_workload_args(p)
     args = p.parse_args(["--burstiness", "4", "--arrival", "gamma"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import main
-from sim.errors import TraceError
-from traces.loaders import load_trace
+from pagesim.sim.cli import main
+from pagesim.sim.errors import TraceError
+from pagesim.traces.loaders import load_trace
 
 H = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 OK = "2023-11-16 18:17:03.9799600,10,10\n"

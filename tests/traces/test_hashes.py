@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
-from sim.errors import TraceError
-from traces.loaders import load_trace
-from traces.schema import TraceWarning
+from pagesim.sim.errors import TraceError
+from pagesim.traces.loaders import load_trace
+from pagesim.traces.schema import TraceWarning
 
 # RAGPulse's layout: timestamps in seconds as strings, hash_ids a dict of lists. The second row
 # lists its keys in another order; the concatenation order is the keys' first appearance in the
@@ -100,9 +100,9 @@ def test_prefix_caching_shares_a_hashes_column(write):
     two full 16-token blocks (32 tokens; the third block is not full)."""
     import argparse
 
-    from sim.config import SimConfig
-    from sim.run import run_simulation
-    from traces.args import add_workload_args, workload_from_args
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.run import run_simulation
+    from pagesim.traces.args import add_workload_args, workload_from_args
     p = argparse.ArgumentParser()
     add_workload_args(p)
     path = write("q.csv", "t,p,o,h\n0,40,1,5 6 8\n100,40,1,5 6 9\n")

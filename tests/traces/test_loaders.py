@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces import validate_canonical
-from traces.loaders import detect_format, load_trace, parse_columns, spread_ties, write_trace
-from traces.schema import TraceWarning
+from pagesim.traces import validate_canonical
+from pagesim.traces.loaders import detect_format, load_trace, parse_columns, spread_ties, write_trace
+from pagesim.traces.schema import TraceWarning
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:17:03.9799600,4808,10
@@ -126,7 +126,7 @@ def test_lengths_with_synthetic_arrivals(write):
     df = load_trace(path, rate=4.0, seed=3)
     assert df.attrs["load_report"]["format"] == "lengths"
     assert df["prompt_tokens"].tolist() == [10, 7, 1] and df["output_tokens"].tolist() == [20, 3, 1]
-    from traces.arrivals import arrivals
+    from pagesim.traces.arrivals import arrivals
     np.testing.assert_array_equal(df["arrival_s"], arrivals("poisson", 4.0, num_requests=3,
                                                             rng=np.random.default_rng(3)))
     g = load_trace(path, arrival="gamma", cv=2.0, rate=1.0, seed=3)
@@ -178,7 +178,7 @@ def test_canonical_round_trip_with_prefix_hashes(write, tmp_path, ext):
 
 
 def test_canonical_keeps_synthetic_offsets_and_parallel_columns(tmp_path):
-    from traces.synth import make_workload
+    from pagesim.traces.synth import make_workload
     df = make_workload("alpaca", 5.0, num_requests=50, seed=4, n=2, beam_width=3)
     back = load_trace(write_trace(df, tmp_path / "w.csv"))
     pd.testing.assert_frame_equal(back, df)  # arrival_s not re-zeroed; floats round-trip exactly
@@ -198,7 +198,7 @@ def test_parse_columns():
 
 
 def test_validate_canonical_accepts_loaded_and_names_problems():
-    from sim.errors import TraceError
+    from pagesim.sim.errors import TraceError
     good = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 1.0], "prompt_tokens": [1, 2],
                          "output_tokens": [3, 4]})
     assert validate_canonical(good) is good
@@ -232,7 +232,7 @@ def test_burstgpt_drops_zero_request_tokens_as_failed(write):
     ([1, 1, 0, 1, 1], 1),                # ties are in order
 ])
 def test_rows_out_of_order_by_hand(times, late):
-    from traces.schema import rows_out_of_order
+    from pagesim.traces.schema import rows_out_of_order
     assert rows_out_of_order(np.array(times, dtype=float)) == late
 
 
@@ -252,7 +252,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(0, 6), max_size=14))
 def test_rows_out_of_order_is_len_minus_longest_sorted_subsequence(values):
-    from traces.schema import rows_out_of_order
+    from pagesim.traces.schema import rows_out_of_order
     a = np.array(values, dtype=float)
     best = [1] * len(values)  # O(n^2) longest non-decreasing subsequence ending at each row
     for i in range(len(values)):
@@ -268,7 +268,7 @@ def test_loader_warning_prints_one_line(tmp_path):
     import sys
     path = tmp_path / "u.csv"
     path.write_text("t,p,o\n1,1,1\n0,1,1\n2,1,1\n")
-    out = subprocess.run([sys.executable, "-m", "sim.cli", "trace", "stats", str(path), "--columns",
+    out = subprocess.run([sys.executable, "-m", "pagesim.sim.cli", "trace", "stats", str(path), "--columns",
                           "prompt=p,output=o,arrival=t"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert out.stderr.splitlines() == [f"pagesim: warning: {path}: timestamps not sorted: 1 of 3 rows out of "

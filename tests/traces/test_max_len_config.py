@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sim.cli import main
+from pagesim.sim.cli import main
 
 # two requests: 3000 + 10 tokens does not fit max_seq_len 2048, 100 + 10 does
 TRACE = "t,p,o\n0,3000,10\n1,100,10\n"
@@ -39,9 +39,9 @@ def test_flag_wins_over_toml(write, capsys, tmp_path):
 
 
 def test_plan_probes_take_the_toml_policy(tmp_path):
-    from experiments.plan_cli import setup_from_args
-    from sim.cli import build_parser
-    from experiments.probe import decode_workload
+    from pagesim.experiments.plan_cli import setup_from_args
+    from pagesim.sim.cli import build_parser
+    from pagesim.experiments.probe import decode_workload
     toml = tmp_path / "c.toml"
     toml.write_text('max_len_policy = "truncate"\n')
     args = build_parser().parse_args(["plan", "--config", str(toml), "--slo-ttft-p99", "2"])
@@ -59,5 +59,5 @@ def test_unknown_toml_policy_is_refused(write, capsys, tmp_path):
 
 @pytest.mark.parametrize("policy", ["error", "drop", "truncate", "clip-prompt"])
 def test_config_and_cli_offer_the_same_policies(policy):
-    from sim.config import SimConfig
+    from pagesim.sim.config import SimConfig
     assert SimConfig(max_len_policy=policy).max_len_policy == policy

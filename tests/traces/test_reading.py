@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import traces.reading
-from traces.args import add_workload_args, read_window, workload_from_args
-from traces.loaders import load_trace
-from traces.reading import Window
-from traces.transform import time_slice
+import pagesim.traces.reading
+from pagesim.traces.args import add_workload_args, read_window, workload_from_args
+from pagesim.traces.loaders import load_trace
+from pagesim.traces.reading import Window
+from pagesim.traces.transform import time_slice
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def _azure(rows: int, gap_s: float = 1.0, *, swap: tuple[int, int] | None = None
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 4 KiB (~90 rows), so that a few hundred rows span several blocks."""
-    monkeypatch.setattr(traces.reading, "READ_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(pagesim.traces.reading, "READ_BLOCK_BYTES", 4096)
 
 
 def test_window_stops_reading_a_sorted_file(write, small_blocks):
@@ -111,7 +111,7 @@ def test_generated_ids_skip_the_duplicate_check(write, monkeypatch):
     monkeypatch.setattr(pd.Series, "duplicated", no_scan)
     load_trace(path, columns="prompt=p,output=o,arrival=t")  # ids are row numbers: unique by construction
     monkeypatch.undo()
-    from sim.errors import TraceError
+    from pagesim.sim.errors import TraceError
     with pytest.raises(TraceError, match="duplicate request_id 'a'"):  # ids from the file are still checked
         load_trace(path, columns="prompt=p,output=o,arrival=t,id=who")
 

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from sim.cli import main
-from traces.loaders import load_trace
-from traces.stats import trace_stats
+from pagesim.sim.cli import main
+from pagesim.traces.loaders import load_trace
+from pagesim.traces.stats import trace_stats
 
 
 def test_azure_conv(shared_trace):

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import ConfigError
-from traces.arrivals import arrivals
-from traces.synth import fit_paper_workload, make_workload, paper_lengths, parse_dist, sample_lengths
+from pagesim.sim.errors import ConfigError
+from pagesim.traces.arrivals import arrivals
+from pagesim.traces.synth import fit_paper_workload, make_workload, paper_lengths, parse_dist, sample_lengths
 
 PAPER = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 

@@ -7,10 +7,10 @@ import warnings
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.errors import TraceError
-from traces.loaders import load_trace
-from traces.schema import TraceWarning
+from pagesim.sim.cli import main
+from pagesim.sim.errors import TraceError
+from pagesim.traces.loaders import load_trace
+from pagesim.traces.schema import TraceWarning
 
 # StartTimeOffset in ns since 1970: 0.5 s and 3 s after the first request
 NS = "StartTimeOffset,p,o\n1700000000000000000,10,5\n1700000000500000000,20,5\n1700000003000000000,30,5\n"

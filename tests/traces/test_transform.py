@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import ConfigError, TraceError
-from traces.transform import apply_max_len_policy, sample, scale_rate, set_parallel, time_slice
+from pagesim.sim.errors import ConfigError, TraceError
+from pagesim.traces.transform import apply_max_len_policy, sample, scale_rate, set_parallel, time_slice
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpu.kernels_src import KERNEL_DIR
+from pagesim.gpu.kernels_src import KERNEL_DIR
 
 HERE = Path(__file__).resolve().parent
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import extent, kv_cache, placement, replay, state
-from sim.engine import Engine
-from sim.run import build
+from pagesim.sim.core import extent, kv_cache, placement, replay, state
+from pagesim.sim.engine import Engine
+from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for, trace
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS

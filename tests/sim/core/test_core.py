@@ -22,10 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.core import jit
-from sim.errors import ConfigError
-from sim.run import build, run_simulation
-from sim.engine import Engine
+from pagesim.sim.core import jit
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import build, run_simulation
+from pagesim.sim.engine import Engine
 from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace, write_table_profile
 
 
@@ -377,9 +377,9 @@ def test_numba_is_there_to_compile_the_core():
 INTERPRETED = """
 import sys
 import pandas as pd
-from sim.core import jit
+from pagesim.sim.core import jit
 assert not jit.COMPILED
-from sim.run import run_simulation
+from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
 kw = eval(sys.argv[1])
 if kw.get("profile"):
@@ -428,10 +428,10 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
 
 LIVE_LOCK = """
 import pytest
-from sim.core import jit, scheduler
+from pagesim.sim.core import jit, scheduler
 assert not jit.COMPILED
-from sim.engine import InvariantError
-from sim.run import run_simulation
+from pagesim.sim.engine import InvariantError
+from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, trace
 # the bound lowered to 3 iterations: a prompt in 1-token chunks then goes 4 without a token
 scheduler.steps_without_token_limit = lambda max_seq_len: 3

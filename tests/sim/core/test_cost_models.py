@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.batch import StepBatch
-from sim.core.cost import scaled_step_time
-from sim.core.cost_table import decode_seconds, interp_extrap
-from sim.core.jit import interpreted
-from sim.cost import make_cost_model
-from sim.profile_format import write_profile
-from sim.run import run_simulation
-from sim.specs import get_gpu, get_model
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.core.cost import scaled_step_time
+from pagesim.sim.core.cost_table import decode_seconds, interp_extrap
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.cost import make_cost_model
+from pagesim.sim.profile_format import write_profile
+from pagesim.sim.run import run_simulation
+from pagesim.sim.specs import get_gpu, get_model
 from tests.sim.helpers import cfg_for
 
 XS, YS = np.array([1.0, 3.0, 7.0]), np.array([10.0, 20.0, 60.0])  # slopes 5, then 10

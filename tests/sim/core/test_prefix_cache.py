@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.core import kv_cache, prefix_cache, replay, scheduler, state
-from sim.engine import Engine
-from sim.run import build
+from pagesim.sim.core import kv_cache, prefix_cache, replay, scheduler, state
+from pagesim.sim.engine import Engine
+from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for
 
 BS = 4

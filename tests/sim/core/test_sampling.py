@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.core import kv_cache, loop, replay, scheduler, state
-from sim.engine import Engine
-from sim.run import build
+from pagesim.sim.core import kv_cache, loop, replay, scheduler, state
+from pagesim.sim.engine import Engine
+from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for
 
 A = 0
@@ -86,7 +86,7 @@ def test_copies_are_priced_as_the_roofline_copied_tokens_term(core):
     c[state.STEP_DECODE_SEQS] = 3
     plain = loop.step_time(s, 30)
     c[state.STEP_COPIED_BLOCKS] = 2
-    from sim.core import cost
+    from pagesim.sim.core import cost
 
     k = s.cost
     extra = 2 * 8 * k[cost.KV_BYTES_PER_TOKEN] / k[cost.MEMORY_BANDWIDTH]

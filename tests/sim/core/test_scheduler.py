@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.core import replay, scheduler, state
-from sim.engine import Engine
-from sim.run import build
+from pagesim.sim.core import replay, scheduler, state
+from pagesim.sim.engine import Engine
+from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for
 
 

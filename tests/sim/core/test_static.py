@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core import extent, replay, scheduler, state, static
-from sim.engine import Engine
-from sim.run import build
+from pagesim.sim.core import extent, replay, scheduler, state, static
+from pagesim.sim.engine import Engine
+from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for, trace
 
 

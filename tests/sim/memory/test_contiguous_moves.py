@@ -4,8 +4,8 @@ move may fit after it, so the scheduler's blocked-queue-head shortcut must not o
 
 from __future__ import annotations
 
-from sim.memory.base import Admit, SeqSpec
-from sim.memory.contiguous import ContiguousManager
+from pagesim.sim.memory.base import Admit, SeqSpec
+from pagesim.sim.memory.contiguous import ContiguousManager
 
 
 def test_a_moved_extent_leaves_a_hole_a_waiting_request_fits_in():

@@ -2,11 +2,11 @@
 
 import pytest
 
-from sim.config import SimConfig
-from sim.errors import ConfigError
-from sim.memory import (ContiguousManager, KVCacheManager, PagedManager, StaticManager, TokenManager,
+from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.memory import (ContiguousManager, KVCacheManager, PagedManager, StaticManager, TokenManager,
                         VAttentionManager, make_manager)
-from sim.specs import MODELS
+from pagesim.sim.specs import MODELS
 
 OPT = MODELS["opt-13b"]
 

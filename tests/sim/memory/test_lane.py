@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.memory import ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager
+from pagesim.sim.memory import ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager
 
 
 def make(kind: str, bs: int):

@@ -5,8 +5,8 @@ Requests (P = prompt, F = final length): A (4, 6), B (2, 16), C (8, 9); max_seq_
 
 import pytest
 
-from sim.errors import ConfigError, OutOfMemory
-from sim.memory import (Admit, ContiguousManager, MemoryUsage, PagedManager, SeqSpec, StaticManager,
+from pagesim.sim.errors import ConfigError, OutOfMemory
+from pagesim.sim.memory import (Admit, ContiguousManager, MemoryUsage, PagedManager, SeqSpec, StaticManager,
                         TokenManager, VAttentionManager)
 
 SPECS = [SeqSpec(0, 4, 6), SeqSpec(1, 2, 16), SeqSpec(2, 8, 9)]
@@ -307,8 +307,8 @@ def test_vattention_pages():
 
 
 def test_vattention_page_tokens_helper():
-    from sim.memory import vattention_page_tokens
-    from sim.specs import MODELS
+    from pagesim.sim.memory import vattention_page_tokens
+    from pagesim.sim.specs import MODELS
     opt = MODELS["opt-13b"]
     assert vattention_page_tokens(opt, 64 * 1024) == 3
     assert vattention_page_tokens(opt, 2 * 1024 * 1024) == 102

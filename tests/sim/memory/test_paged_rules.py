@@ -84,8 +84,8 @@ def test_preempted_request_regrown_past_pool_less_watermark_comes_back_to_an_emp
 def test_a_new_prompt_is_still_held_to_the_watermark(opt13b_config):
     # the rule above is for requests back after a preemption only: a new 13-token prompt in
     # the same pool (7 blocks > 8 - 2) is never admitted, a resumed one once the pool is empty
-    from sim.memory.base import Admit, SeqSpec
-    from sim.memory.paged import PagedManager
+    from pagesim.sim.memory.base import Admit, SeqSpec
+    from pagesim.sim.memory.paged import PagedManager
 
     pool = PagedManager(16, 16, block_size=2, watermark=0.25)
     assert pool.can_allocate(SeqSpec(0, 13, 14)) is Admit.NEVER

@@ -2,8 +2,8 @@
 
 import pytest
 
-from sim.memory import Admit, ContiguousManager, SeqSpec
-from sim.memory.placement import BuddyPlacement, FitPlacement, next_pow2
+from pagesim.sim.memory import Admit, ContiguousManager, SeqSpec
+from pagesim.sim.memory.placement import BuddyPlacement, FitPlacement, next_pow2
 
 
 def fl(p: BuddyPlacement) -> dict[int, list[int]]:

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.memory import (Admit, ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager,
+from pagesim.sim.memory import (Admit, ContiguousManager, PagedManager, SeqSpec, StaticManager, TokenManager,
                         VAttentionManager)
 
 MSL = 24

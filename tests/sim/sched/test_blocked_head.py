@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.run import run_simulation
-from sim.sched.continuous import ContinuousScheduler
+from pagesim.sim.run import run_simulation
+from pagesim.sim.sched.continuous import ContinuousScheduler
 from tests.sim.helpers import cfg_for, rand_trace
 
 # a configuration fuzzing found (seed 26: a move frees the hole the head fits in)

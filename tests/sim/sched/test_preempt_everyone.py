@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine import InvariantError
-from sim.run import run_simulation
+from pagesim.sim.engine import InvariantError
+from pagesim.sim.run import run_simulation
 from tests.sim.helpers import ends_within
 
 POOL = dict(kv_slots=12, max_seq_len=12, block_size=4)
@@ -70,7 +70,7 @@ def test_parallel_samples_that_cannot_all_write_are_recomputed_until_done(opt13b
 def test_orca_predicted_decode_step_preempting_everyone_is_no_invariant_error(capsys):
     # the command: Orca with predicted reservations in 2 GiB of KV preempts every
     # running request when their extents overflow at once; it ended in exit 2
-    from sim.cli import main
+    from pagesim.sim.cli import main
 
     with ends_within(300):
         rc = main(["simulate", "--workload", "sharegpt", "--rate", "8", "--duration", "60", "--system", "orca-max",
@@ -105,7 +105,7 @@ def test_swapped_parallel_samples_never_live_lock(opt13b_config, tiny_trace, swa
 def test_a_live_lock_ends_the_run_with_an_error_naming_it(opt13b_config, tiny_trace, swap_gib_for, monkeypatch):
     # the guard behind every run's end: the swap-in room rule switched off brings the live
     # lock back, and the run stops with one line saying so instead of running forever
-    from sim.sched import continuous
+    from pagesim.sim.sched import continuous
 
     monkeypatch.setattr(continuous.ContinuousScheduler, "_swap_in_leaves_room", lambda self, specs: True)
     cfg = opt13b_config(**POOL, preemption="swap", swap_gib=swap_gib_for(100))

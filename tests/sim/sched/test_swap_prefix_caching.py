@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.run import run_simulation
+from pagesim.sim.run import run_simulation
 
 
 @pytest.mark.parametrize("macro_steps", [True, False], ids=["macro", "step-by-step"])

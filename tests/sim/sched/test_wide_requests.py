@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from sim.run import run_simulation
+from pagesim.sim.run import run_simulation
 
 
 def test_request_wider_than_max_num_seqs_is_rejected_at_arrival(opt13b_config, tiny_trace):
