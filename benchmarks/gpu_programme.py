@@ -63,7 +63,14 @@ MODELS = ("llama-2-7b", "llama-3-8b")
 #: what the programme's validations run (the dry run swaps in fewer requests, see _val)
 VALIDATION = ("--workload", "sharegpt", "--rate", "4", "--system", "vllm", "--no-progress")
 COW_SWAP = ("--n", "2", "--kv-gib", "2", "--max-seq-len", "2048", "--preemption", "swap", "--swap-gib", "4",
-            "--num-requests", "80")
+            "--num-requests", "40")
+#: sizes of the validations. Device timing (the default) runs each step's kernels back to back, so a
+#: trace second takes many more steps than the eager runner's host-bound ones, and each step's wall
+#: time is its hold (2x the launch time) plus its kernels: on the H100 of 2026-11-23, 24 ShareGPT
+#: requests were 1995 steps of 4 layers (~25 ms each). Requests are counted and their length capped
+#: (output truncated) so a run ends inside its 150 s.
+MODEL_RUN = ("--num-requests", "32", "--max-seq-len", "1024", "--max-len-policy", "truncate")
+LAYER_RUN = ("--num-requests", "16", "--max-seq-len", "512", "--max-len-policy", "truncate")
 
 #: expected device seconds per phase (typical, worst), from the timings measured by others in
 #: ../shared/gpu-plan (48 NVRTC compiles ~30 s, GPU tests 2.5-4 min, memcheck 2-3 min, racecheck ~1 min,
@@ -211,7 +218,9 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "val_*", "validation.json"))
           f"{m['median_gpu_step_error']:.3f}/{m['p90_gpu_step_error']:.3f} host share={m['measured_host_share']:.3f} "
           f"roofline med={m['roofline_median_step_error']:.3f} "
           f"tput err={m['throughput_error']:.3f} ttft err={m['ttft_error']:.3f} tpot err={m['tpot_error']:.3f} "
-          f"copies={m['executor_copies']} swapped_tokens={swapped} kv_checks={m.get('kv_checked_blocks', 'n/a')}")
+          f"copies={m['executor_copies']} swapped_tokens={swapped} kv_checks={m.get('kv_checked_blocks', 'n/a')} "
+          f"timing={m.get('timing')} launch ms={m.get('median_launch_ms', float('nan')):.2f} "
+          f"steps with gaps={m.get('steps_with_launch_gaps', 'n/a')}")
 """
 
 LAYERS = r"""
@@ -239,8 +248,9 @@ json.dump({"runs": rows, "relative_difference": res}, open(os.path.join(sys.argv
 
 
 def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str, profile: str | None = None,
-         layers: int = 4, duration: str = "60", seed: int = 0) -> Step:
-    size = ("--num-requests", "16") if dry else ("--duration", duration)
+         layers: int = 4, size: tuple[str, ...] = MODEL_RUN, seed: int = 0) -> Step:
+    if dry:  # the same options, fewer requests
+        size = ("--num-requests", "16") + tuple(size[2:])
     if "--num-requests" in extra:
         size = ()
     args = ["validate", *VALIDATION, "--seed", str(seed), *size, "--model", model, "--gpu", preset, "--layers", str(layers),
@@ -305,7 +315,7 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
         return steps
     if phase == 4:
-        steps = [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, duration="20", seed=1)
+        steps = [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1)
                  for L in (4, 32)]
         steps += [Step("layer_scaling", py(LAYERS) + [str(work)], 30), Step("summary", py(SUMMARIZE) + [str(work)], 30)]
         return steps

@@ -426,6 +426,7 @@ class FakeBackend:
         self.num_blocks = num_blocks
         self.writer = np.full((num_blocks, block_size), -1, _I64)
         self.pos = np.full((num_blocks, block_size), -1, _I64)
+        self.host_blocks = int(host_blocks)
         self.host_writer = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.host_pos = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.calls.append(("setup", (num_blocks, block_size, host_blocks)))
@@ -433,6 +434,8 @@ class FakeBackend:
     def read_blocks(self, where: str, block_ids) -> np.ndarray:
         """[n, 2 (writer, position), block_size, 1, 1] tags of device or host blocks (gpu/kv_check.py)."""
         ids = np.asarray(block_ids, _I64)
+        if where == "host" and self.host_blocks == 0:
+            raise ValueError("no host swap space")  # as the real backend: no pool, nothing to read
         w, p = (self.writer, self.pos) if where == "device" else (self.host_writer, self.host_pos)
         return np.stack([w[ids], p[ids]], axis=1)[..., None, None].copy()
 

@@ -25,15 +25,24 @@ fixed function of the position (every sequence reads the same text): the tokens 
 for timing, and it makes every sequence's hidden state at position p the same however it was
 computed (whole prefill, chunks, decode, after copy-on-write or a swap), which the CPU tests use
 to check the KV data flow end to end. Not modelled: tensor-parallel all-reduce (``tp`` only shrinks the shapes),
-sampling beyond argmax, CUDA graphs, a varlen prefill kernel (prefills run one SDPA call per
+sampling beyond argmax, a varlen prefill kernel (prefills run one SDPA call per
 sequence, as vLLM's fallback path does).
+
+Timing (``timing=``, see ``TIMINGS``). This runner launches ~25 kernels a layer from Python;
+on the H100 VM measured 2026-11-23 that takes ~1.6 ms a layer while the kernels of an
+8-sequence decode run in ~0.35 ms (10-12.8 ms for 32 layers, device-timed), so timed as
+launched ("eager") a step measures the host. A serving engine replays its decode steps as CUDA graphs, which run the kernels back to back. The
+default, "device", gets the same from an eager loop: a hold kernel (``torch.cuda._sleep``) keeps
+the GPU waiting until every kernel of the step is queued, then CUDA events time them back to
+back. The hold is sized from the launch times of recent steps (``_hold_estimate``); a step whose hold ended before the last launch (the GPU caught up: ``ev0`` had completed) is
+reported with ``gaps_hidden=False``. The launch time itself is reported as ``launch_s``.
 
 Layer scaling: ``num_layers_run=N`` (< the model's L) builds only N layers and an N-layer KV
 pool (N/L of the memory). The per-layer part of the step (swaps, copies and the N layers,
-timed with CUDA events) is scaled by L/N and the rest (host preparation, uploads, embedding,
-LM head, synchronization) is counted once::
+timed with CUDA events) is scaled by L/N and the rest is counted once::
 
-    t = wall_N + (L/N - 1) * layer_span_N
+    device:  t = host preparation before the first launch + (L/N) * layer_span_N + LM head
+    eager:   t = wall_N + (L/N - 1) * layer_span_N
 
 ``tests/gpu/test_executor.py::test_layer_scaling_matches_full`` checks it against all layers
 (within 10 %).
@@ -45,6 +54,8 @@ and as a reference for the kernel path.
 
 from __future__ import annotations
 
+import collections
+import gc
 import math
 import time
 
@@ -53,6 +64,15 @@ import numpy as np
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
 _TORCH_DTYPES = ("float16", "bfloat16", "float32")
+#: "device": the step's kernels are queued behind a hold kernel and timed back to back, as CUDA
+#: graphs let a serving engine run them; "eager": timed as this Python loop launches them, its
+#: launch gaps included (measured on an H100 VM, 2026-11-23: ~1.6 ms of launches per layer against
+#: ~0.35 ms of kernels in an 8-sequence decode, so eager steps time the host, not the GPU)
+TIMINGS = ("device", "eager")
+#: the largest token count the warm-up runs (device timing, _warm_up)
+RESERVE_TOKENS = 8192
+#: the hold is this many times the launch time expected for the step (see _hold_estimate)
+HOLD_MARGIN = 2.0
 
 
 def _torch():
@@ -72,7 +92,7 @@ class TorchCupyBackend:
 
     def __init__(self, *, dtype: str = "float16", num_layers_run: int | None = None, device: str = "cuda",
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
-                 memory_fraction: float = 0.95):
+                 memory_fraction: float = 0.95, timing: str = "device"):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -89,6 +109,10 @@ class TorchCupyBackend:
         self.cache_ops = cache_ops or ("torch" if cpu else "kernel")
         if self.attention not in ("kernel", "torch") or self.cache_ops not in ("kernel", "torch"):
             raise ConfigError("attention and cache_ops must be 'kernel' or 'torch'")
+        if timing not in TIMINGS:
+            raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+        self.timing = timing
+        self._launch_per_group = collections.deque(maxlen=16)  # recent launch seconds per launch group
         self.tp = int(tp)
         self.seed = seed
         self.memory_fraction = memory_fraction
@@ -173,6 +197,59 @@ class TorchCupyBackend:
         self._gqa = self._probe_gqa()
         self.pool_bytes = pool_bytes
         self.weight_bytes = weight_bytes
+        if self.device.startswith("cuda") and self.timing == "device":
+            try:
+                self._warm_up()
+            except Exception as e:  # a missed warm-up costs held steps (flagged), not the run
+                import warnings
+                warnings.warn(f"the GPU backend's warm-up failed ({type(e).__name__}: {e}); "
+                              "steps may lose their hold (gaps_hidden=False)", stacklevel=2)
+
+    def _warm_up(self) -> None:
+        """Run the step's kernels once, here, at token counts 1, 2, 4 ... RESERVE_TOKENS and decode
+        batches of 1 to 256: a kernel's first call can load its module (CUDA loads lazily) and a new
+        size can grow an allocator, and either may wait for the GPU; inside a step that ends its hold
+        early. On the H100 run of 2026-11-23 all 7 prefill steps lost their hold, their launch lasting
+        about the hold's length (so something in them waited for the GPU), while 1921 of 1988 decode
+        steps kept it. That the warm-up cures it is not yet measured. No KV block is written: the
+        cache writes go to slot -1, which reshape_and_cache skips, and decode attention reads block 0."""
+        torch = self.torch
+        F = torch.nn.functional
+        dev, dt = self.device, self.tdtype
+        H, KVH, D = self.H, self.KVH, self.D
+        w = self.layers[0]
+        T = 1
+        while T <= RESERVE_TOKENS:
+            x = torch.randn(T, self.h, device=dev, dtype=dt)
+            pos = torch.arange(T, device=dev) % self.cos.shape[0]
+            qkv = self._rms(x, w["ln1"]) @ w["qkv"]
+            q = self._rope(qkv[:, :H * D].view(T, H, D), pos)
+            k = self._rope(qkv[:, H * D:(H + KVH) * D].view(T, KVH, D), pos)
+            v = qkv[:, (H + KVH) * D:].view(T, KVH, D)
+            if self.cache_ops == "kernel":
+                self._write(self.kv[0, 0], self.kv[0, 1], k, v, torch.full((T,), -1, device=dev, dtype=torch.int64))
+            att = self._sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], causal=True)
+            x = x + att[0].transpose(0, 1).reshape(T, H * D) @ w["o"]
+            m = self._rms(x, w["ln2"]) @ w["up"]
+            if self.gated:
+                g_, u = m.chunk(2, dim=-1)
+                m = F.silu(g_) * u
+            else:
+                m = F.relu(m)
+            x = x + m @ w["down"]
+            n = min(T, 256)  # the LM head runs on the sampled positions only
+            (self._rms(x[:n], self.ln_f) @ self.lm_head).argmax(-1)
+            T *= 2
+        if self.attention == "kernel":
+            from pagesim.gpu import paged_attention as pa
+            kc, vc = self.kv[0, 0], self.kv[0, 1]
+            for batch in (1, 8, 64, 256):
+                for context in (self.block_size, min(4096, int(self.model.max_seq_len))):
+                    q = torch.randn(batch, H, D, device=dev, dtype=dt)
+                    tables = torch.zeros((batch, -(-context // self.block_size)), device=dev, dtype=torch.int32)
+                    lens = torch.full((batch,), context, device=dev, dtype=torch.int32)
+                    pa.prepare(q, kc, vc, tables, lens, self.block_size, context, check=False).run()
+        self._sync()
 
     def read_blocks(self, where: str, block_ids) -> np.ndarray:
         """[n, layers run, 2 (K, V), block_size, kv_heads, head_dim] of device or host blocks, as
@@ -218,7 +295,19 @@ class TorchCupyBackend:
             else:  # torch < 2.5, or a mask
                 rep = self.H // self.KVH
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **kw)
+        with self._sdpa_backends():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **kw)
+
+    def _sdpa_backends(self):
+        """Flash, memory-efficient or math attention, never cuDNN: torch 2.11 picks cuDNN on an H100
+        by default, and cuDNN builds a plan for every new sequence length (70 ms a length measured
+        on an H100, 2026-11-23, against 0.1 ms for flash) while every prefill brings a new length."""
+        import contextlib
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:  # torch < 2.3 has no cuDNN attention to avoid
+            return contextlib.nullcontext()
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
     def _probe_gqa(self) -> bool:
         torch = self.torch
@@ -293,6 +382,14 @@ class TorchCupyBackend:
 
     # ------------------------------------------------------------------ one step
     def execute(self, plan) -> float:
+        gc_was_enabled = gc.isenabled()  # device timing pauses the collector while it launches
+        try:
+            return self._execute(plan)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _execute(self, plan) -> float:
         torch = self.torch
         dev = self.device
         cuda = dev.startswith("cuda")
@@ -302,7 +399,8 @@ class TorchCupyBackend:
         if cuda:  # the step's device work, start to end (uploads, swaps, copies, layers, LM head)
             ev_start, ev_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             ev_start.record()
-        P = len(plan.prefill_slots)
+        P = len(plan.prefill_slots)  # prefill tokens
+        num_prefill_seqs = len(plan.prefill_tokens)
         T = plan.num_tokens
         slots = torch.as_tensor(plan.slot_mapping, device=dev)
         pos_np = np.concatenate([plan.prefill_positions, plan.decode_context.astype(np.int64) - 1])
@@ -334,10 +432,17 @@ class TorchCupyBackend:
         sample_t = torch.as_tensor(sample, device=dev)
         ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
         x = self.emb[ids] if T else None
+        hold = cuda and self.timing == "device"
         if cuda:
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if hold:  # the GPU waits here until every kernel of the step is queued (see TIMINGS)
+                ev_hold = torch.cuda.Event(enable_timing=True)
+                ev_hold.record()
+                torch.cuda._sleep(int(HOLD_MARGIN * self._hold_estimate(num_prefill_seqs) * self._clock_hz()))
+                gc.disable()  # a collection inside the launches would outlast the hold
             ev0.record()
         tl0 = time.perf_counter()
+        prep_s = tl0 - t0
         self._copy_and_swap(plan)
         H, KVH, D = self.H, self.KVH, self.D
         F = torch.nn.functional
@@ -380,16 +485,53 @@ class TorchCupyBackend:
             self.last_outputs = (pos_np[sample], tokens, hs)
         if cuda:
             ev_end.record()
+        hidden = None
+        if hold:
+            launch_s = time.perf_counter() - tl0
+            hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
+            self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
         self._sync()
+        self._attention_plan = None  # bound to this step's tables and lengths: never reused by the next
         wall = time.perf_counter() - t0
         span = ev0.elapsed_time(ev1) * 1e-3 if cuda else (tl1 - tl0)
-        whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         scale = self.L / self.L_run
+        if hold:
+            # device time without the hold: the uploads before it, the layers (scaled) and the LM
+            # head, back to back; the host share is the preparation before the first launch
+            head = ev_start.elapsed_time(ev_hold) * 1e-3
+            tail = ev1.elapsed_time(ev_end) * 1e-3
+            gpu = head + scale * span + tail
+            t = prep_s + scale * span + tail
+            self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
+                                "host_s": t - gpu, "launch_s": scale * launch_s, "gaps_hidden": hidden}
+            return t
+        whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         t = wall + (scale - 1.0) * span
         # device share: the events' span, scaled like the step; launch gaps while the GPU waits for
-        # the host are inside it (an eager runner's host time shows as device time until the steps
-        # are captured in CUDA graphs), so the host share below is a lower bound
+        # the host are inside it (the eager timing), so the host share below is a lower bound
         gpu = min(whole + (scale - 1.0) * span, t)
         self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
                             "host_s": t - gpu}
         return t
+
+    def _hold_estimate(self, num_prefill: int) -> float:
+        """Seconds the step's launches should take: the median launch time per launch group (the
+        layers' kernels once, plus once per prefill sequence, whose attention is launched per
+        sequence) over the last 16 steps, times the step's groups. A median, so that a one-off
+        cost (a first compilation, say) does not lengthen the holds after it."""
+        if not self._launch_per_group:
+            return 0.02
+        return min(float(np.median(self._launch_per_group)) * (num_prefill + 1), 2.0)
+
+    def _clock_hz(self) -> float:
+        """The SM clock the hold kernel counts cycles of (its nominal rate: a hold too short for the
+        actual clock shows as gaps_hidden=False, and the next hold of that shape is longer)."""
+        if getattr(self, "_clock", None) is None:
+            rate_khz = None
+            try:
+                import cupy as cp
+                rate_khz = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["clockRate"]
+            except Exception:  # no CuPy: H100/H200 boost clocks are about 2 GHz
+                pass
+            self._clock = 1e3 * float(rate_khz or 2.0e6)
+        return self._clock

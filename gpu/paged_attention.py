@@ -58,6 +58,15 @@ def smem_bytes(heads: int, head_dim: int, partition_size: int) -> int:
     return 4 * (heads * head_dim + max(heads * partition_size, pv_rows(head_dim) * heads * head_dim))
 
 
+def reduce_smem_bytes(max_parts: int) -> int:
+    """Dynamic shared memory of the reduce kernel: its ``max_parts`` weights plus 2 floats of slack.
+    ptxas unrolls the weighted sum by 4 and reads a remainder of 1-3 weights as one 12-byte load,
+    so it can read 2 floats past the last weight (compute-sanitizer memcheck on an H100,
+    2026-11-23: "Invalid __shared__ read of size 12 bytes" with 5 partitions); the values read are
+    never used, but the bytes must be the block's."""
+    return 4 * (int(max_parts) + 2)
+
+
 def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: int, sm_count: int,
                           num_partitions: int | None = None) -> int:
     """Tokens per split-K partition (pure function; see module docstring)."""
@@ -271,7 +280,7 @@ class PagedAttentionPlan:
         self.kernel(self._grid, (NUM_THREADS,), self._args, shared_mem=self._smem)
         if self.reduce is not None:
             self.reduce((self.num_heads, self.num_seqs), (NUM_THREADS,), self._reduce_args,
-                        shared_mem=4 * self.max_parts)
+                        shared_mem=reduce_smem_bytes(self.max_parts))
 
     def run(self):
         """Launch and return the output (same kind as the query)."""

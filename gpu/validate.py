@@ -82,7 +82,8 @@ STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "n
                 + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
                 + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running",
                    "step_type", "batch_size", "measured_gpu_s", "measured_host_s", "predicted_roofline_gpu_s",
-                   "predicted_table_gpu_s", "rel_error_roofline_gpu", "rel_error_table_gpu"])
+                   "predicted_table_gpu_s", "rel_error_roofline_gpu", "rel_error_table_gpu", "measured_launch_s",
+                   "gaps_hidden"])
 #: batch-size buckets of the error breakdown (sequences in the step)
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1 << 30))
 
@@ -165,7 +166,8 @@ class _StepLog:
         n_seqs = len(batch.prefill_seq_ids) + len(batch.decode_seq_ids)
         # the device's share of the measured step (the backend's own split; the executor's host
         # preparation is in the rest); a backend that does not split counts all as device time
-        gpu = float((self.timing() or {}).get("gpu_s", measured))
+        timing = self.timing() or {}
+        gpu = float(timing.get("gpu_s", measured))
         pr_gpu = pr - cpu_term(self.roof, n_seqs)
         pt_gpu = pt - cpu_term(self.table, n_seqs) if self.table is not None else float("nan")
         kind = "mixed" if len(batch.prefill_seq_ids) and len(batch.decode_seq_ids) else \
@@ -175,7 +177,7 @@ class _StepLog:
                           int(batch.swap_out_tokens), measured, pr, pt, *usage.as_tuple(), occ_blocks,
                           occ_blocks * snap.block_size * self.kvb, held * self.kvb,
                           self.sched.num_waiting, self.sched.num_running, kind, n_seqs, gpu, measured - gpu,
-                          pr_gpu, pt_gpu))
+                          pr_gpu, pt_gpu, float(timing.get("launch_s", np.nan)), timing.get("gaps_hidden")))
 
 
 def cpu_term(model, num_seqs: int) -> float:
@@ -298,6 +300,7 @@ def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
         "backend": getattr(backend, "name", type(backend).__name__),
         "dtype": getattr(backend, "dtype_name", None),
         "layers_run": getattr(backend, "L_run", None),
+        "timing": getattr(backend, "timing", None),
         "system": cfg.system, "block_size": cfg.block_size, "profile": str(profile) if profile else None,
         "workload": workload if workload is not None else {"rows": len(trace)},
         "num_requests": int(len(trace)),
@@ -337,6 +340,10 @@ def compare(real: SimResult, sim_roof: SimResult, sim_tab: SimResult | None, ste
     name = m["step_error_model"]
     g_err = steps[f"rel_error_{name}_gpu"].to_numpy(float) if f"rel_error_{name}_gpu" in steps else np.array([])
     m["median_gpu_step_error"], m["p90_gpu_step_error"] = _q(g_err, 50), _q(g_err, 90)
+    hidden = steps["gaps_hidden"].dropna() if "gaps_hidden" in steps else pd.Series([], dtype=object)
+    if len(hidden):  # device timing (model_runner.TIMINGS): steps whose hold ended before all was queued
+        m["steps_with_launch_gaps"] = int((~hidden.astype(bool)).sum())
+        m["median_launch_ms"] = 1e3 * float(steps["measured_launch_s"].median())
     if "measured_host_s" in steps and len(steps):
         m["measured_host_share"] = float(steps["measured_host_s"].sum() / steps["measured_s"].sum())
         fit = host_fit(steps)

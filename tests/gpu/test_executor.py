@@ -439,3 +439,32 @@ def test_layer_scaling_matches_full():
 
     full, part = timed(16), timed(4)
     assert abs(part - full) / full < 0.10, (part, full)
+
+
+def test_hold_sized_from_the_median_recent_launch_time():
+    """The device timing's hold (model_runner.TIMINGS), worked by hand: a decode step is one launch
+    group, a step with 3 prefill sequences 4. With nothing seen: 20 ms. Launch times per group of
+    5, 7 and 1000 ms (a first compilation): median 7 ms, so a decode step expects 7 ms and a step of
+    3 prefills 28 ms (the 1 s outlier does not count); the estimate is capped at 2 s."""
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    be = TorchCupyBackend(timing="device")
+    assert be._hold_estimate(0) == pytest.approx(0.02)
+    be._launch_per_group.extend([0.005, 0.007, 1.0])
+    assert be._hold_estimate(0) == pytest.approx(0.007)
+    assert be._hold_estimate(3) == pytest.approx(0.028)
+    be._launch_per_group.extend([1.0] * 16)
+    assert be._hold_estimate(5) == pytest.approx(2.0)
+    with pytest.raises(ConfigError, match="timing"):
+        TorchCupyBackend(timing="graphs")
+
+
+def test_warm_up_runs_every_torch_path_and_writes_no_block(monkeypatch):
+    """The device timing's warm-up (model_runner._warm_up) at token counts 1..64 on the CPU paths:
+    it runs, and the KV pool is as setup left it (all zeros): no block is written."""
+    _torch_or_skip()
+    import pagesim.gpu.model_runner as mr
+    monkeypatch.setattr(mr, "RESERVE_TOKENS", 64)
+    be = mr.TorchCupyBackend(dtype="float32", device="cpu")
+    be.setup(TINY_GPU, 64, 16, 0)
+    be._warm_up()
+    assert not be.kv.any()

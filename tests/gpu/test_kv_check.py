@@ -45,6 +45,17 @@ def test_copy_checked_except_the_slot_the_step_writes():
     assert fb.writer[4].tolist() == [7, 7, 7, 8] and chk.checked_blocks == 1 and chk.checked_steps == 1
 
 
+def test_copies_without_a_host_pool_read_no_host_block():
+    """A step with copies only reads nothing back from the host, which may not exist (no swap space):
+    found on an H100, where the real backend refused an empty host read."""
+    fb = FakeBackend(verify=False)
+    chk = KVContentCheck(fb)
+    chk.setup(TINY, 6, 4, 0)
+    fb.writer[3], fb.pos[3] = [7, 7, 7, -1], [0, 1, 2, -1]
+    chk.execute(cow_step())
+    assert chk.checked_blocks == 1
+
+
 class DropsCopies(FakeBackend):
     def execute(self, plan):
         plan.copies = plan.copies[:0]

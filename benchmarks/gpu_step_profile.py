@@ -1,0 +1,172 @@
+"""Where one real step's time goes: the GPU executor's model runner, profiled step by step.
+
+    python3 benchmarks/gpu_step_profile.py [--model llama-2-7b] [--layers 4] [--out DIR]
+
+Runs prefill steps (1 and 4 sequences of 128 tokens) and decode steps (8 and 32 sequences at a
+context of 300) through ``TorchCupyBackend`` as ``pagesim validate`` does, for each combination of
+attention (paged kernel / torch SDPA) and cache operations (kernel / torch), and prints each
+step's median time with the share the host spends between launches. Then it profiles the
+default configuration twice: ``torch.profiler`` (the ops' host and device times) and ``cProfile``
+(the Python functions), and writes both tables under ``--out``. Needs CUDA; this is a measuring
+tool for the device machine, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
+
+import_path()
+
+from pagesim.gpu.executor import GPUExecutor  # noqa: E402
+from pagesim.gpu.model_runner import TorchCupyBackend  # noqa: E402
+from pagesim.sim.batch import StepBatch  # noqa: E402
+from pagesim.sim.memory import PagedManager, SeqSpec  # noqa: E402
+from pagesim.sim.specs import get_model  # noqa: E402
+
+I64 = np.int64
+
+
+class Steps:
+    """A manager and executor over a fresh backend; prefill and decode batches of given shapes."""
+
+    def __init__(self, model, backend, block_size=16):
+        self.mgr = PagedManager(200_000, 4096, block_size=block_size, watermark=0.0)
+        self.ex = GPUExecutor(model, self.mgr, backend)
+        self.backend = backend
+        self.next_id = 0
+
+    def prefill(self, num_seqs: int, tokens: int) -> float:
+        ids = list(range(self.next_id, self.next_id + num_seqs))
+        self.next_id += num_seqs
+        for s in ids:
+            self.mgr.allocate(SeqSpec(s, tokens, tokens + 64))
+            self.mgr.append(s, tokens)
+        return self.ex.run_step(StepBatch(np.array(ids, I64), np.full(num_seqs, tokens, I64),
+                                          np.full(num_seqs, tokens, I64)), self.mgr)
+
+    def decode_set(self, num_seqs: int, context: int) -> list[int]:
+        self.prefill(num_seqs, context - 1)
+        return list(range(self.next_id - num_seqs, self.next_id))
+
+    def decode(self, ids: list[int]) -> float:
+        self.mgr.append_batch(ids)
+        ctx = np.array([self.mgr.num_tokens(s) for s in ids], I64)
+        return self.ex.run_step(StepBatch(decode_seq_ids=np.array(ids, I64), decode_context=ctx), self.mgr)
+
+
+def sdpa_backends(torch, model) -> list[str]:
+    """Host and device time of one causal SDPA call per backend and length (the prefill path calls
+    it once per sequence and layer): a first call at a new length may build a plan (cuDNN)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    F = torch.nn.functional
+    rows = [f"{'sdpa backend':28s} " + " ".join(f"{'n=' + str(n) + ' 1st/then ms':>22s}" for n in (7, 128, 1000))]
+    for b in (None, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+              SDPBackend.MATH):
+        cells = []
+        for n in (7, 128, 1000):
+            q = torch.randn(1, model.num_heads, n, model.head_dim, device="cuda", dtype=torch.float16)
+            times = []
+            try:
+                for _ in range(6):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    if b is None:
+                        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                    else:
+                        with sdpa_kernel(b):
+                            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                    torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t0)
+                cells.append(f"{1e3 * times[0]:10.3f}/{1e3 * float(np.median(times[1:])):<11.3f}")
+            except Exception as e:  # a backend that does not take this shape
+                cells.append(f"{type(e).__name__:>22s}")
+        rows.append(f"{'default' if b is None else b.name:28s} " + " ".join(cells))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-2-7b")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--out", default="out/gpu_step_profile")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the torch paths only")
+    a = ap.parse_args(argv)
+    import torch
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = get_model(a.model)
+    cpu = a.device == "cpu"
+    lines = [f"{a.model}, {a.layers} of {model.num_layers} layers run, on {torch.cuda.get_device_name() if not cpu else 'cpu'}",
+             f"{'attention':9s} {'cache':6s} {'step':22s} {'wall ms':>9s} {'span ms':>9s} {'scaled ms':>10s}"]
+    kinds = ("torch",) if cpu else ("kernel", "torch")
+    dtype = "float32" if cpu else "float16"
+    for attention in kinds:
+        for cache_ops in kinds:
+            be = TorchCupyBackend(dtype=dtype, num_layers_run=a.layers, attention=attention,
+                                  cache_ops=cache_ops, device=a.device)
+            st = Steps(model, be)
+            dec8, dec32 = st.decode_set(8, 300), st.decode_set(32, 300)
+            cases = {"prefill 1x128": lambda: st.prefill(1, 128), "prefill 4x128": lambda: st.prefill(4, 128),
+                     "decode 8 @300": lambda: st.decode(dec8), "decode 32 @300": lambda: st.decode(dec32)}
+            for name, fn in cases.items():
+                for _ in range(3):
+                    fn()  # warm: compilation, cuDNN/cuBLAS plans, allocator
+                rows = []
+                for _ in range(10):
+                    fn()
+                    rows.append(dict(be.last_timing))
+                med = {k: float(np.median([r[k] for r in rows])) for k in ("wall_s", "layer_span_s", "step_s")}
+                lines.append(f"{attention:9s} {cache_ops:6s} {name:22s} {1e3 * med['wall_s']:9.3f} "
+                             f"{1e3 * med['layer_span_s']:9.3f} {1e3 * med['step_s']:10.3f}")
+                print(lines[-1], flush=True)
+            del st, be
+            if not cpu:
+                torch.cuda.empty_cache()
+    if not cpu:
+        lines += sdpa_backends(torch, model)
+        print("\n".join(lines[-6:]), flush=True)
+    be = TorchCupyBackend(dtype=dtype, num_layers_run=a.layers, device=a.device)
+    st = Steps(model, be)
+    dec = st.decode_set(8, 300)
+    for _ in range(3):
+        st.decode(dec)
+        st.prefill(1, 128)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            st.decode(dec)
+            st.prefill(1, 128)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+    (out / "torch_profile_cpu.txt").write_text(table)
+    (out / "torch_profile_cuda.txt").write_text(prof.key_averages().table(sort_by="self_cuda_time_total",
+                                                                          row_limit=30))
+    pr = cProfile.Profile()
+    t0 = time.perf_counter()
+    pr.enable()
+    for _ in range(5):
+        st.decode(dec)
+        st.prefill(1, 128)
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(40)
+    (out / "cprofile.txt").write_text(f"5 x (decode 8 + prefill 1x128) in {time.perf_counter() - t0:.3f} s\n"
+                                      + s.getvalue())
+    (out / "steps.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(table[:6000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
