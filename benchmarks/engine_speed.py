@@ -92,10 +92,10 @@ def whole_process(trace) -> None:
         whole = min(seconds(cmd) for _ in range(3))
         print(f"  whole `pagesim simulate` process (load, run, write outputs): {whole:.2f} s; bare "
               f"`import numpy, pandas` {bare:.2f} s: x{whole / bare:.1f} (target x2)")
-        small = [sys.executable, "-c", "from sim.run import run_simulation; from sim.config import SimConfig; "
-                 "from traces.synth import make_workload; run_simulation(SimConfig(), "
+        small = [sys.executable, "-c", "from pagesim.sim.run import run_simulation; from pagesim.sim.config import SimConfig; "
+                 "from pagesim.traces.synth import make_workload; run_simulation(SimConfig(), "
                  "make_workload('sharegpt', rate=2, num_requests=20))"]
-        env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"), PYTHONPATH=str(ROOT))
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"), PYTHONPATH=import_path())
         cold = seconds(small, env)
         warm = seconds(small, env)
         print(f"  numba: a 20-request run in a fresh process, empty cache {cold:.1f} s (the one-time "
