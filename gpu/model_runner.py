@@ -214,29 +214,19 @@ class TorchCupyBackend:
         steps kept it. That the warm-up cures it is not yet measured. No KV block is written: the
         cache writes go to slot -1, which reshape_and_cache skips, and decode attention reads block 0."""
         torch = self.torch
-        F = torch.nn.functional
         dev, dt = self.device, self.tdtype
-        H, KVH, D = self.H, self.KVH, self.D
+        H, D = self.H, self.D
         w = self.layers[0]
         T = 1
         while T <= RESERVE_TOKENS:
             x = torch.randn(T, self.h, device=dev, dtype=dt)
             pos = torch.arange(T, device=dev) % self.cos.shape[0]
-            qkv = self._rms(x, w["ln1"]) @ w["qkv"]
-            q = self._rope(qkv[:, :H * D].view(T, H, D), pos)
-            k = self._rope(qkv[:, H * D:(H + KVH) * D].view(T, KVH, D), pos)
-            v = qkv[:, (H + KVH) * D:].view(T, KVH, D)
+            q, k, v = self._qkv(x, w, pos)
             if self.cache_ops == "kernel":
                 self._write(self.kv[0, 0], self.kv[0, 1], k, v, torch.full((T,), -1, device=dev, dtype=torch.int64))
             att = self._sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], causal=True)
             x = x + att[0].transpose(0, 1).reshape(T, H * D) @ w["o"]
-            m = self._rms(x, w["ln2"]) @ w["up"]
-            if self.gated:
-                g_, u = m.chunk(2, dim=-1)
-                m = F.silu(g_) * u
-            else:
-                m = F.relu(m)
-            x = x + m @ w["down"]
+            x = self._mlp(x, w)
             n = min(T, 256)  # the LM head runs on the sampled positions only
             (self._rms(x[:n], self.ln_f) @ self.lm_head).argmax(-1)
             T *= 2
@@ -282,6 +272,25 @@ class TorchCupyBackend:
         c, s = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
         x1, x2 = x[..., :half], x[..., half:]
         return self.torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+    def _qkv(self, x, w, pos):
+        """A layer's norm, fused QKV projection and rotary: q [T, H, D], k and v [T, KVH, D]."""
+        H, KVH, D, T = self.H, self.KVH, self.D, x.shape[0]
+        qkv = self._rms(x, w["ln1"]) @ w["qkv"]
+        q = self._rope(qkv[:, :H * D].view(T, H, D), pos)
+        k = self._rope(qkv[:, H * D:(H + KVH) * D].view(T, KVH, D), pos)
+        return q, k, qkv[:, (H + KVH) * D:].view(T, KVH, D)
+
+    def _mlp(self, x, w):
+        """The residual stream after a layer's norm and MLP (gated SiLU, else ReLU)."""
+        F = self.torch.nn.functional
+        m = self._rms(x, w["ln2"]) @ w["up"]
+        if self.gated:
+            g_, u = m.chunk(2, dim=-1)
+            m = F.silu(g_) * u
+        else:
+            m = F.relu(m)
+        return x + m @ w["down"]
 
     def _sdpa(self, q, k, v, causal: bool, mask=None):
         """q [1, H, n, D], k/v [1, KVH, m, D]; ``mask`` (bool, True = attend) replaces ``causal``."""
@@ -444,17 +453,12 @@ class TorchCupyBackend:
         tl0 = time.perf_counter()
         prep_s = tl0 - t0
         self._copy_and_swap(plan)
-        H, KVH, D = self.H, self.KVH, self.D
-        F = torch.nn.functional
+        H, D = self.H, self.D
         for l, w in enumerate(self.layers):
             if not T:
                 break
             kc, vc = self.kv[l, 0], self.kv[l, 1]
-            a = self._rms(x, w["ln1"])
-            qkv = a @ w["qkv"]
-            q = self._rope(qkv[:, :H * D].view(T, H, D), pos)
-            k = self._rope(qkv[:, H * D:(H + KVH) * D].view(T, KVH, D), pos)
-            v = qkv[:, (H + KVH) * D:].view(T, KVH, D)
+            q, k, v = self._qkv(x, w, pos)
             self._write(kc, vc, k, v, slots)
             att = torch.empty((T, H, D), device=dev, dtype=self.tdtype)
             for (o, n, c, gs, mask) in pre:
@@ -469,13 +473,7 @@ class TorchCupyBackend:
                 att[P:] = self._decode_attention(q[P:].contiguous(), kc, vc, dev_tables, dev_lens, plan,
                                                  dec_slots_all)
             x = x + att.view(T, H * D) @ w["o"]
-            m = self._rms(x, w["ln2"]) @ w["up"]
-            if self.gated:
-                g_, u = m.chunk(2, dim=-1)
-                m = F.silu(g_) * u
-            else:
-                m = F.relu(m)
-            x = x + m @ w["down"]
+            x = self._mlp(x, w)
         if cuda:
             ev1.record()
         tl1 = time.perf_counter()
