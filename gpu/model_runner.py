@@ -31,11 +31,13 @@ sequence, as vLLM's fallback path does).
 Timing (``timing=``, see ``TIMINGS``). This runner launches ~25 kernels a layer from Python;
 on the H100 VM measured 2026-11-23 that takes ~1.6 ms a layer while the kernels of an
 8-sequence decode run in ~0.35 ms (10-12.8 ms for 32 layers, device-timed), so timed as
-launched ("eager") a step measures the host. A serving engine replays its decode steps as CUDA graphs, which run the kernels back to back. The
-default, "device", gets the same from an eager loop: a hold kernel (``torch.cuda._sleep``) keeps
-the GPU waiting until every kernel of the step is queued, then CUDA events time them back to
-back. The hold is sized from the launch times of recent steps (``_hold_estimate``); a step whose hold ended before the last launch (the GPU caught up: ``ev0`` had completed) is
-reported with ``gaps_hidden=False``. The launch time itself is reported as ``launch_s``.
+launched ("eager") a step measures the host. A serving engine replays its decode steps as CUDA
+graphs, which run the kernels back to back. The default, "device", gets the same from an eager
+loop: a hold kernel (``torch.cuda._sleep``) keeps the GPU waiting until every kernel of the
+step is queued, then CUDA events time them back to back. The hold is sized from the launch
+times of recent steps (``_hold_estimate``); a step whose hold ended before the last launch (the
+GPU caught up: ``ev0`` had completed) is reported with ``gaps_hidden=False``, and the launch
+time itself as ``launch_s``.
 
 Layer scaling: ``num_layers_run=N`` (< the model's L) builds only N layers and an N-layer KV
 pool (N/L of the memory). The per-layer part of the step (swaps, copies and the N layers,
@@ -522,8 +524,8 @@ class TorchCupyBackend:
         return min(float(np.median(self._launch_per_group)) * (num_prefill + 1), 2.0)
 
     def _clock_hz(self) -> float:
-        """The SM clock the hold kernel counts cycles of (its nominal rate: a hold too short for the
-        actual clock shows as gaps_hidden=False, and the next hold of that shape is longer)."""
+        """The SM clock the hold kernel counts cycles of, at its nominal rate (a hold cut short by a
+        faster actual clock shows as gaps_hidden=False)."""
         if getattr(self, "_clock", None) is None:
             rate_khz = None
             try:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import NeedsGPUError
+from pagesim.gpu.model_runner import TIMINGS
 
 
 def _require_gpu() -> None:
@@ -146,7 +147,7 @@ def register(sub) -> None:
     g.add_argument("--layers", type=int, default=None, metavar="N",
                    help="run N of the model's layers and scale their time by num_layers/N (default: all)")
     g.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16", help="weights, activations and KV dtype")
-    g.add_argument("--timing", choices=["device", "eager"], default="device",
+    g.add_argument("--timing", choices=list(TIMINGS), default="device",
                    help="device (default): each step's kernels queued behind a hold kernel and timed back to "
                         "back, as a serving engine's CUDA graphs run them; eager: as this Python runner "
                         "launches them, launch gaps included")
