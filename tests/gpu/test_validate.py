@@ -303,3 +303,22 @@ def test_batch_buckets():
     from pagesim.gpu.validate import batch_bucket
     assert [batch_bucket(n) for n in (1, 2, 4, 5, 16, 17, 64, 65, 256, 257, 5000)] == \
         ["1", "2-4", "2-4", "5-16", "5-16", "17-64", "17-64", "65-256", "65-256", ">=257", ">=257"]
+
+
+class HeldBackend(FakeBackend):
+    """Reports device timing as TorchCupyBackend does: every 3rd step lost its hold, and launching
+    took 2 ms a step."""
+    timing = "device"
+
+    def execute(self, plan):
+        t = super().execute(plan)
+        self.last_timing = dict(self.last_timing, launch_s=2e-3, gaps_hidden=plan.step % 3 != 0)
+        return t
+
+
+def test_device_timing_counts_the_steps_with_gaps(tmp_path):
+    """By hand: steps 0, 3, 6 ... lost their hold, so ceil(steps / 3) steps with gaps; 2 ms launches."""
+    res = validate(cfg(), trace(), HeldBackend())
+    s, m = res.steps, res.metrics
+    assert m["steps_with_launch_gaps"] == -(-len(s) // 3) and m["median_launch_ms"] == pytest.approx(2.0)
+    assert m["timing"] == "device" and list(s["gaps_hidden"][:4]) == [False, True, True, False]
