@@ -41,15 +41,11 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
         t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
     if num_prefill_seqs:
         t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
-    if swapped_tokens:
-        t += swap_seconds(c, swapped_tokens)
-    if copied_tokens:
-        t += copy_seconds(c, copied_tokens)
-    return t
+    return plus_transfers(c, t, swapped_tokens, copied_tokens)
 
 
-# the table model (sim.core.cost_table) prices prefill without attn_prefill rows, swap and copy
-# with these three terms of the roofline's
+# the table model (sim.core.cost_table) prices prefill without attn_prefill rows, and transfers,
+# with these two terms of the roofline's
 @njit(inline=True)
 def prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum):
     """The causal QK^T and PV of the prefilling sequences, and one read of their cached K/V."""
@@ -58,15 +54,15 @@ def prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum):
 
 
 @njit(inline=True)
-def swap_seconds(c, swapped_tokens):
-    """Host <-> device over PCIe."""
-    return swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
-
-
-@njit(inline=True)
-def copy_seconds(c, copied_tokens):
-    """Copy-on-write: device to device, a read and a write of each slot."""
-    return 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+def plus_transfers(c, t, swapped_tokens, copied_tokens):
+    """``t`` plus the step's KV transfers: swaps host <-> device over PCIe, and copy-on-write
+    device to device (a read and a write of each slot). Added in that order, so every model's
+    float is the same whichever calls it."""
+    if swapped_tokens:
+        t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
+    if copied_tokens:
+        t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+    return t
 
 
 @njit(inline=True)

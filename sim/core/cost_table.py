@@ -19,7 +19,7 @@ allocates: the tables are read through views of the one array.
 from __future__ import annotations
 
 from pagesim.sim.core.cost import (NUM_CONSTANTS as ROOFLINE_CONSTANTS, OVERHEAD_S, PER_SEQ_OVERHEAD_S,
-                           copy_seconds, prefill_attention_seconds, swap_seconds)
+                           plus_transfers, prefill_attention_seconds)
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array after the roofline's (TableCostModel.constants())
@@ -121,8 +121,4 @@ def table_step_time(c, tables, num_seqs, num_tokens, num_decode, decode_context_
             t += prefill
         else:
             t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
-    if swapped_tokens:
-        t += swap_seconds(c, swapped_tokens)
-    if copied_tokens:
-        t += copy_seconds(c, copied_tokens)
-    return t
+    return plus_transfers(c, t, swapped_tokens, copied_tokens)
