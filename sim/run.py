@@ -18,6 +18,7 @@ import pandas as pd
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core.replay import engine_name
 from pagesim.sim.cost import cpu_overhead_note, make_cost_model
+from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.engine import Engine, SimulatedExecutor
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.limits import check_pool
@@ -53,9 +54,9 @@ class SimResult:
                 self.requests.to_parquet(out / "requests.parquet", index=False)
         else:
             with naming(out / "requests.csv"):
-                self.requests.to_csv(out / "requests.csv", index=False)
+                write_csv(self.requests, out / "requests.csv")
         with naming(out / "steps.csv"):
-            self.steps.to_csv(out / "steps.csv", index=False)
+            write_csv(self.steps, out / "steps.csv")
         return out
 
     @classmethod

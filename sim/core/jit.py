@@ -45,8 +45,30 @@ def _drop_stale_cache() -> None:
         pass
 
 
+def _load_numpy_support_without_scipy() -> None:
+    """numba's numpy support, when first loaded (at the first compile or cache load), checks
+    that a BLAS exists by importing scipy.linalg (0.2-0.6 s on this project's machine, a third
+    of a whole ``pagesim simulate``), though the core calls no BLAS. It is loaded here with
+    scipy.linalg hidden, and the one flag that check sets (``_HAVE_BLAS``, which picks BLAS or a loop
+    for numba's inner products) is then set as the check would have set it: numba itself
+    imports scipy when something compiles a BLAS call (``np.dot``, ``np.linalg``), so nothing
+    changes but when scipy is imported. Skipped when scipy.linalg is loaded already."""
+    import importlib.util
+    import sys
+
+    if "scipy.linalg" in sys.modules:
+        return
+    sys.modules["scipy.linalg"] = None  # an import of scipy.linalg now raises ImportError
+    try:
+        from numba.np import arraymath
+    finally:
+        del sys.modules["scipy.linalg"]
+    arraymath._HAVE_BLAS = importlib.util.find_spec("scipy") is not None
+
+
 if COMPILED:
     _drop_stale_cache()
+    _load_numpy_support_without_scipy()
 
 
 def njit(fn=None, *, inline: bool = False):

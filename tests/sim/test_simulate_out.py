@@ -6,9 +6,9 @@ from __future__ import annotations
 import errno
 import json
 
-import pandas as pd
 import pytest
 
+from pagesim.sim import run as run_module
 from pagesim.sim.cli import main
 from pagesim.sim.outdir import staged_folder
 
@@ -18,14 +18,14 @@ RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", 
 def test_full_disk_leaves_no_complete_looking_folder(tmp_path, monkeypatch, capsys):
     """steps.csv is written last; when the disk fills there, the error line names it and the
     folder does not exist (before: summary.json was written first, beside a truncated steps.csv)."""
-    real = pd.DataFrame.to_csv
+    real = run_module.write_csv
 
-    def full_at_steps(self, path=None, *a, **k):
+    def full_at_steps(frame, path):
         if str(path).endswith("steps.csv"):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, path, *a, **k)
+        return real(frame, path)
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", full_at_steps)
+    monkeypatch.setattr(run_module, "write_csv", full_at_steps)
     out = tmp_path / "run"
     assert main([*RUN, "--out", str(out)]) == 2
     err = capsys.readouterr().err
