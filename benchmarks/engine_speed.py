@@ -190,6 +190,8 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
     ap.add_argument("--only-prefix-caching", action="store_true", help="section 4 only")
+    ap.add_argument("--only-whole-process", action="store_true",
+                    help="the whole `pagesim simulate` process on the Azure conv trace against a bare start")
     ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -197,6 +199,12 @@ def main() -> None:
         print(f"pinned to CPU {min(os.sched_getaffinity(0))}")
     if args.only_prefix_caching:
         prefix_caching()
+        return
+    if args.only_whole_process:
+        from pagesim.traces import load_trace
+        from pagesim.traces.transform import apply_max_len_policy
+
+        whole_process(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
         return
 
     if not args.skip_azure and AZURE.exists():

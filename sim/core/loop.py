@@ -9,8 +9,9 @@ land an ulp off ``at``), and events at the same time fire in creation order (eac
 the next id). The engine sleeps when it has nothing to run and an arrival wakes it.
 
 :func:`run` returns to Python every ``progress_every`` finished requests (the progress bar,
-Ctrl-C) and when the step table's buffers are full (Python grows them); it resumes where it
-stopped, all of its state being in the arrays.
+Ctrl-C), when the step table's buffers are full (Python grows them) and, under ``--check``,
+after every iteration (``sim/core/check.py``); it resumes where it stopped, all of its state
+being in the arrays.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
-from pagesim.sim.core.state import CALIBRATED, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
+from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import SCHEDULER_KIND, STATIC
 
 # what run() returns
-DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN = 0, 1, 2, 3, 4, 5, 6
+DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @njit(inline=True)
@@ -212,3 +213,5 @@ def run(s):
         clock[ENGINE_TIME] = clock[NOW] + dt
         c[ENGINE_EVENT_ID] = new_event(s)
         c[IN_STEP] = 1
+        if s.config[CHECK_STEPS]:
+            return STEPPED

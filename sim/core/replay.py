@@ -55,8 +55,6 @@ def unsupported(engine) -> str | None:
     if type(sched) is StaticScheduler and (cost_model_code(ex.cost_model) != state.ROOFLINE
                                            or type(ex.cost_model) is not RooflineCostModel):
         return "static batching runs on the core with the roofline only (sim/core/static.py prices its batches)"
-    if engine.check:
-        return "--check runs in Python"
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
         return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
@@ -158,6 +156,7 @@ def build(engine) -> state.Core:
     config[state.SWAP_PREEMPTION] = int(sched.swap)
     config[state.SWAP_CAPACITY_TOKENS] = min(sched.swap_capacity, unlimited)
     config[state.FREE_BLOCK_PER_SEQ] = int(mgr.append_rule == "free-block-per-seq")
+    config[state.CHECK_STEPS] = int(engine.check)
     cost_model = engine.executor.cost_model
     config[state.COST_MODEL] = cost_model_code(cost_model)
     config[state.COST_SCALED] = int(type(cost_model) is ScaledCostModel)
@@ -287,9 +286,12 @@ def run(engine) -> None:
     s = build(engine)
     c = s.count
     t0 = time.perf_counter()
+    last_now = 0.0
     while True:
         code = loop.run(s)
-        if code == loop.ROWS_FULL:  # grow the step table and go on
+        if code == loop.STEPPED:  # --check
+            last_now = checked(s, last_now)
+        elif code == loop.ROWS_FULL:  # grow the step table and go on
             s = s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
                            row_ints=np.concatenate([s.row_ints, np.zeros_like(s.row_ints)]))
         elif code == loop.PROGRESS:
@@ -313,6 +315,22 @@ def run(engine) -> None:
     if engine.progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
         engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
     hand_over(engine, s)
+
+
+def checked(s: state.Core, last_now: float) -> float:
+    """``--check`` after an iteration: every invariant (sim/core/check.py) and time's order;
+    returns the time checked."""
+    from pagesim.sim.core import check
+    from pagesim.sim.engine import InvariantError
+
+    now = float(s.clock[state.NOW])
+    if now < last_now:
+        raise InvariantError(f"simulated time went backwards: {now} < {last_now}")
+    try:
+        check.check(s)
+    except AssertionError as e:
+        raise InvariantError(f"t={now:.6f}: core state inconsistent: {e}") from None
+    return now
 
 
 def live_lock_message(now: float, steps: int, waiting: int, swapped: int, running: int, preemptions: int) -> str:

@@ -16,7 +16,7 @@ from pagesim.sim.core import extent, kv_cache, scheduler
 from pagesim.sim.core.cost import roofline_step_time
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
-                            NUM_FINISHED, NUM_RUNNING, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
+                            NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
                             STATIC_CONTEXT_SUM, STATIC_LIVE,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
 
@@ -130,3 +130,4 @@ def complete_step(s, now):
     c[FREE_EPOCH] += 1
     c[NUM_FINISHED] += members
     c[NUM_RUNNING] = 0
+    c[NUM_RUNNING_SEQS] = 0  # (start_running counted them; nothing static reads it, --check does)

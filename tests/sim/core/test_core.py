@@ -348,7 +348,6 @@ def test_progress_counts_every_finish():
 
 
 @pytest.mark.parametrize("kw,tkw,why", [
-    (dict(check=True), {}, "--check"),
     ({}, dict(width={"beam_width": [1, 2]}), "beam search"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
 ])

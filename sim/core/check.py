@@ -1,0 +1,196 @@
+"""``--check``: after every iteration, the core's incremental state against its definitions,
+recomputed from scratch out of the arrays (plain Python, slow on purpose: a second, naive
+statement of what the counters mean, not of the policy).
+
+What is recomputed:
+
+* queues: the waiting and swapped rings and the running list hold exactly the requests of
+  that status, each once; finished and rejected counts; the running sequences, the decode set
+  and the swap space in use;
+* the paged pool: every running sequence's block-table row; reference counts (where blocks
+  are shared) equal the rows' references, unshared blocks are held once; held, free-stack and
+  cached-unreferenced (LRU) blocks are disjoint and add up to the pool; the token, demand and
+  logical-block counters equal their sums over held blocks (a block at index k of a table
+  holds ``min(max(L - k * block_size, 0), block_size)`` tokens, the same for every holder);
+  sequence slots;
+* the contiguous pool: extents of running requests inside the address space, apart, sized
+  ``A >= R``, buddy extents aligned powers of two, fit holes sorted, apart, coalesced and,
+  with the extents, tiling the address space; the four sums;
+* the six memory categories sum to the capacity, none negative; time never goes back;
+* the waiting head the scheduler skips as blocked does not fit.
+
+A broken invariant raises :class:`AssertionError` naming it (``replay.run`` turns it into an
+:class:`~sim.engine.InvariantError` with the simulated time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
+                                    BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
+                                    DEMAND_SLOTS, DEMAND_WAITING, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START,
+                                    FINISHED, FREE_EPOCH, HOLE_SIZE, HOLE_START, KEY_END, LEFTOVER_SLOTS,
+                                    LOGICAL_BLOCKS, LRU_HEAD, MANAGER_KIND, MAX_NUM_SEQS, NEXT, NOT_BLOCKED,
+                                    NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_HOLES,
+                                    NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PLACED_SLOTS,
+                                    PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
+                                    SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
+                                    WAITING, WAITING_HEAD, WAITING_LEN)
+
+
+def check(s) -> None:
+    """Every invariant of the state ``s`` (a :class:`~sim.core.state.Core`) after an iteration."""
+    check_queues(s)
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        check_extents(s)
+    else:
+        check_blocks(s)
+    check_categories(s)
+    check_blocked_head(s)
+
+
+def ring(entries: np.ndarray, head: int, length: int) -> list[int]:
+    return [int(entries[(head + k) % len(entries)]) for k in range(length)]
+
+
+def check_queues(s) -> None:
+    c, status = s.count, s.status
+    for name, members, want in (
+            ("waiting", ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN]), WAITING),
+            ("swapped", ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), SWAPPED),
+            ("running", s.running[:c[NUM_RUNNING]].tolist(), RUNNING)):
+        assert len(set(members)) == len(members), f"a request is twice in the {name} list"
+        assert set(members) == set(np.flatnonzero(status == want).tolist()), \
+            f"the {name} list is not the requests of that status"
+    assert c[NUM_FINISHED] == int((status == FINISHED).sum()), "finished count drifted"
+    assert c[NUM_REJECTED] == int((status == REJECTED).sum()), "rejected count drifted"
+    running = s.running[:c[NUM_RUNNING]]
+    assert c[NUM_RUNNING_SEQS] == int(s.num_seqs[running].sum()), "running sequences drifted"
+    assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
+    assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
+    swapped = np.flatnonzero(status == SWAPPED)
+    assert c[SWAP_USED_TOKENS] == int((s.swapped_tokens[swapped] * s.num_seqs[swapped]).sum()), \
+        "swap space in use drifted"
+    assert (s.num_computed_tokens[status != RUNNING] == 0).all(), "a request not running holds K/V"
+
+
+def check_blocks(s) -> None:
+    c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
+    rows, index, tokens, demand, held_slots = [], [], [], [], []  # one entry per table reference
+    for i in s.running[:c[NUM_RUNNING]].tolist():
+        n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
+        assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
+        k = np.arange(n)
+        for j in range(int(s.num_seqs[i])):
+            slot = int(s.seq_slot[i, j])
+            assert slot >= 0, f"request {i}'s sequence {j} has no block table"
+            held_slots.append(slot)
+            rows.append(s.block_table[slot, :n].astype(np.int64))
+            tokens.append(np.clip(L - k * bs, 0, bs))  # a block at index k holds these, for every holder
+            demand.append(np.clip(F - k * bs, 0, bs))
+    blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    tokens = np.concatenate(tokens) if rows else blocks
+    demand = np.concatenate(demand) if rows else blocks
+    assert len(set(held_slots)) == len(held_slots), "a block-table row is held twice"
+    assert not set(s.free_slots[:c[NUM_FREE_SLOTS]].tolist()) & set(held_slots), \
+        "a held block-table row is on the free list"
+    refs = np.bincount(blocks, minlength=nb)
+    if s.config[SHARED_BLOCKS]:
+        assert (s.block_info[:, REF] == refs).all(), "reference counts differ from the tables' references"
+    else:
+        assert refs.max(initial=0) <= 1, "an unshared block is held twice"
+    held_ids, first = np.unique(blocks, return_index=True)
+    assert (tokens == tokens[first][np.searchsorted(held_ids, blocks)]).all(), \
+        "a shared block holds different tokens for different holders"
+    held = set(held_ids.tolist())
+    free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
+    cached = lru_blocks(s)
+    assert len(set(free)) == len(free), "a block is on the free stack twice"
+    assert not (held & set(free)) and not (held & set(cached)) and not (set(free) & set(cached)), \
+        "a block is held, free or cached at once"
+    assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
+    if s.config[PREFIX_CACHING]:
+        assert all(s.block_info[b, KEY_END] for b in cached), "an LRU block has no key"
+        assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
+    assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
+    assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
+    assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
+
+
+def lru_blocks(s) -> list[int]:
+    if not s.config[PREFIX_CACHING]:
+        assert s.count[NUM_LRU] == 0, "cached blocks without prefix caching"
+        return []
+    blocks, b = [], int(s.count[LRU_HEAD])
+    while b >= 0 and len(blocks) <= s.config[NUM_BLOCKS]:
+        blocks.append(b)
+        b = int(s.block_info[b, NEXT])
+    assert len(blocks) == s.count[NUM_LRU] and len(set(blocks)) == len(blocks), "the LRU list drifted"
+    return blocks
+
+
+def check_extents(s) -> None:
+    c, space = s.count, int(s.config[ADDRESS_SPACE])
+    running = s.running[:c[NUM_RUNNING]].tolist()
+    extents = sorted((int(s.extent[i, EXTENT_START]), int(s.extent[i, EXTENT_PLACED]), i) for i in running)
+    reserved = placed = demand = tokens = 0
+    end = 0
+    for start, size, i in extents:
+        r = int(s.extent[i, EXTENT_RESERVED])
+        if s.config[SCHEDULER_KIND] == STATIC:  # a member's L is written back when its batch ends
+            held = int(s.prompt_tokens[i]) + min(int(s.num_generated[i]), int(s.output_tokens[i]) - 1)
+        else:
+            held = int(s.num_computed_tokens[i])
+        assert 0 <= start and start + size <= space, f"request {i}'s extent [{start}, +{size}) is outside the pool"
+        assert start >= end, f"request {i}'s extent overlaps the one before it"
+        assert 1 <= r <= size, f"request {i}: reserved {r}, placed {size}"
+        assert held <= r, f"request {i} holds more tokens than it reserved"
+        if s.config[PLACEMENT_KIND] == BUDDY:
+            assert size & (size - 1) == 0 and start % size == 0, f"request {i}'s buddy extent is not aligned"
+        end = start + size
+        reserved, placed = reserved + r, placed + size
+        demand += min(r, int(s.final_len[i]))
+        tokens += held
+    assert (c[RESERVED_SLOTS], c[PLACED_SLOTS]) == (reserved, placed), "reserved / placed sums drifted"
+    assert (c[COMPUTED_SLOTS], c[DEMAND_SLOTS]) == (tokens, demand), "token / demand sums drifted"
+    idle = np.ones(s.status.shape, bool)
+    idle[running] = False
+    assert (s.extent[idle, EXTENT_START] == -1).all(), "a request not running holds an extent"
+    if s.config[PLACEMENT_KIND] != BUDDY:  # the holes and the extents tile the address space
+        holes = [(int(h[HOLE_START]), int(h[HOLE_SIZE])) for h in s.holes[:c[NUM_HOLES]]]
+        pieces = sorted([(a, n, "hole") for a, n in holes] + [(a, n, "extent") for a, n, _ in extents])
+        at, previous = 0, ""
+        for start, size, kind in pieces:
+            assert start == at and size > 0, f"the pool is not tiled at slot {at}"
+            assert not (kind == previous == "hole"), f"two holes side by side at slot {start}"
+            at, previous = start + size, kind
+        assert at == space, "the holes and extents do not cover the address space"
+
+
+def check_categories(s) -> None:
+    out = np.zeros(6, np.int64)
+    memory.memory_categories(s, s.count[DEMAND_WAITING], out)
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        capacity = int(s.config[CAPACITY])
+    else:
+        capacity = int(s.config[NUM_BLOCKS]) * int(s.config[BLOCK_SIZE]) + int(s.config[LEFTOVER_SLOTS])
+    assert out.min() >= 0, f"a negative memory category: {out.tolist()}"
+    assert int(out.sum()) == capacity, f"memory categories sum to {int(out.sum())}, capacity {capacity}"
+
+
+def check_blocked_head(s) -> None:
+    """The head the next iteration will skip without trying (``scheduler.head_still_blocked``)
+    must not fit."""
+    c = s.count
+    if (c[BLOCKED_KIND] == NOT_BLOCKED or c[WAITING_LEN] == 0 or c[BLOCKED_EPOCH] != c[FREE_EPOCH]
+            or c[BLOCKED_REQUEST] != s.waiting[c[WAITING_HEAD]]):
+        return
+    i = int(c[BLOCKED_REQUEST])
+    if c[BLOCKED_KIND] == BLOCKED_ON_MAX_SEQS:
+        assert c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS], \
+            f"queue head {i} is skipped as blocked on max_num_seqs but would fit"
+        return
+    fits = memory.can_allocate(s, i, int(s.prompt_target[i]))
+    assert fits != kv_cache.CAN_ALLOCATE, f"queue head {i} is skipped as blocked but would be admitted"

@@ -1,0 +1,113 @@
+"""``--check`` on the core (sim/core/check.py): a run checked after every iteration gives the
+same records as an unchecked one, and each invariant, broken by hand in a real mid-run state,
+is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagesim.sim.core import loop, replay, state
+from pagesim.sim.engine import Engine, InvariantError
+from pagesim.sim.run import build, run_simulation
+from tests.sim.helpers import cfg_for, rand_trace
+
+
+def mid_run(cfg, trace, iterations: int = 40) -> state.Core:
+    """The core's state after ``iterations`` checked iterations."""
+    _, _, _, table, manager, sched, executor = build(cfg, trace)
+    s = replay.build(Engine(sched, manager, executor, table.arrival_s, check=True, engine="core"))
+    for _ in range(iterations):
+        assert loop.run(s) == loop.STEPPED
+    return s
+
+
+@pytest.mark.parametrize("system,kw", [("vllm", {}), ("vllm", dict(preemption="swap")),
+                                       ("vllm", dict(prefix_caching=True)), ("orca-pow2", {}),
+                                       ("orca-oracle", dict(placement="first-fit")), ("static", {})])
+def test_checked_run_is_the_unchecked_run(system, kw):
+    slots = 2048 if system == "static" else 1200
+    trace = rand_trace(3, n=60, prefix=kw.get("prefix_caching", False))
+    checked = run_simulation(cfg_for(system, slots=slots, check=True, **kw), trace)
+    plain = run_simulation(cfg_for(system, slots=slots, **kw), trace)
+    assert checked.summary["engine"] == plain.summary["engine"] != "python"
+    assert checked.requests.equals(plain.requests) and checked.steps.equals(plain.steps)
+    assert checked.summary["num_preemptions"] == plain.summary["num_preemptions"]
+
+
+def held_block(s):
+    i = int(s.running[0])
+    return int(s.block_table[s.seq_slot[i, 0], 0])
+
+
+def free_a_held_block(s):
+    s.free_block_ids[s.count[state.NUM_FREE_BLOCK_IDS]] = held_block(s)
+    s.count[state.NUM_FREE_BLOCK_IDS] += 1
+
+
+def running_as_waiting(s):
+    s.status[s.running[0]] = state.WAITING
+
+
+PAGED_BREAKS = [
+    (lambda s: s.count.__setitem__(state.COMPUTED_SLOTS, s.count[state.COMPUTED_SLOTS] + 1), "token-state counter"),
+    (lambda s: s.count.__setitem__(state.DEMAND_SLOTS, s.count[state.DEMAND_SLOTS] - 1), "demand counter"),
+    (lambda s: s.count.__setitem__(state.LOGICAL_BLOCKS, s.count[state.LOGICAL_BLOCKS] + 1), "logical block"),
+    (lambda s: s.count.__setitem__(state.DECODE_SET_SIZE, s.count[state.DECODE_SET_SIZE] + 1), "decode set"),
+    (lambda s: s.count.__setitem__(state.NUM_RUNNING_SEQS, s.count[state.NUM_RUNNING_SEQS] - 1), "running sequences"),
+    (free_a_held_block, "held, free or cached at once"),
+    (running_as_waiting, "the waiting list is not the requests of that status"),
+]
+
+
+@pytest.mark.parametrize("breaks,named", PAGED_BREAKS)
+def test_a_broken_paged_state_is_named(breaks, named):
+    s = mid_run(cfg_for("vllm", slots=1200), rand_trace(3, n=60))
+    replay.checked(s, 0.0)  # whole, it passes
+    breaks(s)
+    with pytest.raises(InvariantError, match=named):
+        replay.checked(s, 0.0)
+
+
+def test_shared_reference_counts_are_recomputed():
+    s = mid_run(cfg_for("vllm", slots=1200, prefix_caching=True), rand_trace(3, n=60, prefix=True))
+    replay.checked(s, 0.0)
+    s.block_info[held_block(s), state.REF] += 1
+    with pytest.raises(InvariantError, match="reference counts differ"):
+        replay.checked(s, 0.0)
+
+
+def overlap_two_extents(s):
+    first, second = sorted(s.running[:s.count[state.NUM_RUNNING]].tolist(), key=lambda i: s.extent[i, 0])[:2]
+    s.extent[second, state.EXTENT_START] = s.extent[first, state.EXTENT_START] + 1
+
+
+@pytest.mark.parametrize("breaks,named", [
+    (overlap_two_extents, "overlaps"),
+    (lambda s: s.count.__setitem__(state.PLACED_SLOTS, s.count[state.PLACED_SLOTS] + 1), "placed sums"),
+    (lambda s: s.holes.__setitem__((0, state.HOLE_SIZE), s.holes[0, state.HOLE_SIZE] - 1), "not tiled|do not cover"),
+])
+def test_a_broken_contiguous_state_is_named(breaks, named):
+    s = mid_run(cfg_for("orca-pow2", slots=1200, placement="first-fit"), rand_trace(3, n=60))
+    assert s.count[state.NUM_RUNNING] >= 2 and s.count[state.NUM_HOLES] >= 1
+    replay.checked(s, 0.0)
+    breaks(s)
+    with pytest.raises(InvariantError, match=named):
+        replay.checked(s, 0.0)
+
+
+def test_a_skipped_head_that_fits_is_named():
+    """max_num_seqs=2 in a roomy pool: the head is blocked on max_num_seqs. Recorded as blocked
+    on memory instead, it would be skipped though it fits."""
+    s = mid_run(cfg_for("vllm", slots=6000, max_num_seqs=2), rand_trace(3, n=60), iterations=5)
+    c = s.count
+    assert c[state.WAITING_LEN] and c[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
+    replay.checked(s, 0.0)
+    c[state.BLOCKED_KIND] = state.BLOCKED_ON_MEMORY
+    with pytest.raises(InvariantError, match="skipped as blocked but would be admitted"):
+        replay.checked(s, 0.0)
+
+
+def test_time_going_back_is_named():
+    s = mid_run(cfg_for("vllm", slots=1200), rand_trace(3, n=60), iterations=3)
+    with pytest.raises(InvariantError, match="went backwards"):
+        replay.checked(s, 1e9)
