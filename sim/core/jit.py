@@ -22,16 +22,23 @@ except ImportError:  # CPython runs the same functions
 COMPILED = numba is not None
 
 
-def _drop_stale_cache() -> None:
+#: the core's Python-only files: what runs the compiled functions and checks their state
+NOT_COMPILED = ("__init__.py", "replay.py", "check.py")
+
+
+def _drop_stale_cache(here=None) -> None:
     """numba's cache checks only the modification time of a function's own file, not of the
     files whose functions it inlined, nor this file's flags: after any edit of the core a
     cached function could be stale. The cache is therefore keyed by a hash of every core
-    source, and dropped when that changes."""
+    source numba reads (functions, and the constants it freezes into them: all but the
+    Python-only glue in :data:`NOT_COMPILED`, whose edits need no recompile), and dropped when
+    that changes."""
     import hashlib
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    sources = [p.read_bytes() for p in sorted(here.glob("*.py")) if p.name not in NOT_COMPILED]
+    digest = hashlib.sha256(b"".join(sources)).hexdigest()
     cache = here / "__pycache__"
     stamp = cache / "core-sources.sha256"
     try:
