@@ -40,6 +40,7 @@ count.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import dataclasses
 import errno
@@ -48,6 +49,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -556,17 +558,58 @@ def _progress_bar(total: int, initial: int, enabled: bool):
                 dynamic_ncols=True, leave=True)
 
 
-def _run_pool(todo, specs, run_fn, n, finish) -> None:
+_POOL: list = []  # (workers, ProcessPoolExecutor): one pool serves every sweep of a process
+
+
+def _shared_pool(n: int) -> cf.ProcessPoolExecutor:
+    """A pool of ``n`` worker processes, kept for the next sweep: ``reproduce all`` runs five
+    figures' sweeps, and each new pool's workers would import pagesim and load the compiled
+    core again (about a second each)."""
+    if _POOL and _POOL[0][0] == n:
+        return _POOL[0][1]
+    _drop_pool(wait=True)
+    if n > 1:
+        warm_up_core()  # compiled once here, loaded from numba's cache by every worker
     pool = cf.ProcessPoolExecutor(max_workers=n)
+    _POOL.append((n, pool))
+    return pool
+
+
+def _drop_pool(wait: bool) -> None:
+    while _POOL:
+        _POOL.pop()[1].shutdown(wait=wait, cancel_futures=not wait)
+
+
+atexit.register(_drop_pool, True)
+
+
+def warm_up_core() -> float:
+    """Compile the simulation core in this process when numba's cache lacks it (once per
+    install, tens of seconds), before workers start, which then load it rather than each
+    compiling it; says how long it took when that is worth a line. Returns the seconds."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.run import run_simulation
+    from pagesim.traces.synth import make_workload
+
+    t0 = time.perf_counter()
+    run_simulation(SimConfig(), make_workload("sharegpt", rate=2, num_requests=4, seed=0))
+    seconds = time.perf_counter() - t0
+    if seconds > 5:
+        print(f"compiled the simulation core in {seconds:.0f} s (numba, once per install; later runs load it)",
+              file=sys.stderr)
+    return seconds
+
+
+def _run_pool(todo, specs, run_fn, n, finish) -> None:
+    pool = _shared_pool(n)
     try:
         futures = {pool.submit(_execute, specs[idx[0]], run_fn): key for key, idx in todo.items()}
         for fut in cf.as_completed(futures):
             finish(futures[fut], fut.result())
     except BaseException:
         # Ctrl-C or a failed run: drop queued runs now (finished ones are already cached)
-        pool.shutdown(wait=False, cancel_futures=True)
+        _drop_pool(wait=False)
         raise
-    pool.shutdown()
 
 
 def _run_ray(todo, specs, run_fn, n, address, finish) -> None:
