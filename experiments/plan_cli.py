@@ -76,7 +76,7 @@ def register(sub) -> None:
             "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
             "--duration 120 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"))
     p.add_argument("mode", nargs="?", choices=MODES, default="max-rate", help="question to answer")
-    from pagesim.sim.simulate_cli import add_sim_args
+    from pagesim.sim.args import add_sim_args
     from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
@@ -146,7 +146,7 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import fields
 
     from pagesim.sim.config import SimConfig, load_toml
-    from pagesim.sim.simulate_cli import SIM_FLAGS
+    from pagesim.sim.args import SIM_FLAGS
     names = {f.name for f in fields(SimConfig)}
     settings: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -207,7 +207,7 @@ def slo_from_args(args: argparse.Namespace):
     from pagesim.experiments import plan as P
     from pagesim.sim.errors import ConfigError
     from pagesim.sim.metrics import SummaryOptions
-    from pagesim.sim.simulate_cli import parse_goodput
+    from pagesim.sim.args import parse_goodput
 
     if args.goodput and len(args.goodput) == 1 and args.goodput[0].replace(".", "", 1).isdigit():
         raise ConfigError(f"--goodput takes vLLM's KEY:MS thresholds (e.g. ttft:2000 tpot:100); the fraction of "

@@ -46,7 +46,7 @@ def run(args) -> int:
     import pandas as pd
 
     from pagesim.experiments.figures import EXPLAIN, SweepOptions, reproduce
-    from pagesim.reports.html import reproduce_report
+    from pagesim.experiments.report_pages import reproduce_report
     from pagesim.sim.errors import ConfigError
 
     if args.workers is not None and args.workers < 1:

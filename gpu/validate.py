@@ -55,7 +55,7 @@ before the step (``kv_checked_blocks`` in validation.json).
 Memory check: at every step the pool's occupied bytes, counted from the manager's live block
 tables (distinct blocks x block_size x kv_bytes_per_token), must equal (token_states +
 reservation + internal_frag + allocator_slack) x kv_bytes_per_token, i.e. the simulator's
-occupancy; a mismatch raises :class:`sim.engine.InvariantError`.
+occupancy; a mismatch raises :class:`sim.errors.InvariantError`.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.cost import make_cost_model
-from pagesim.sim.engine import Engine, InvariantError
+from pagesim.sim.cost_models import make_cost_model
+from pagesim.sim.engine import Engine
+from pagesim.sim.errors import InvariantError
 from pagesim.sim.memory.base import MemoryUsage
 from pagesim.sim.metrics import request_frame, summarize
 from pagesim.sim.run import SimResult, _jsonable, build, run_simulation

@@ -44,7 +44,7 @@ def make_backend(args, cfg=None):
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
-            from pagesim.sim.cost import make_cost_model
+            from pagesim.sim.cost_models import make_cost_model
             from pagesim.sim.run import resolve_budget
             model, gpu, _ = resolve_budget(cfg)
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.backend != "fake":
         _require_gpu()  # before any heavy work
     from pagesim.sim.run import resolve_budget
-    from pagesim.sim.simulate_cli import config_from_args
+    from pagesim.sim.args import config_from_args
     from pagesim.traces.args import workload_from_args
 
     cfg = config_from_args(args)
@@ -138,7 +138,7 @@ def register(sub) -> None:
             "--system vllm --kv-gib 40 --profile prof.csv --out out/val",
             "pagesim validate --workload sharegpt --rate 2 --num-requests 50 --model llama-2-7b --gpu h200 "
             "--backend fake --out out/dry"))
-    from pagesim.sim.simulate_cli import add_sim_args
+    from pagesim.sim.args import add_sim_args
     from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)

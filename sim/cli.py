@@ -1,30 +1,39 @@
 """The ``pagesim`` command line: one console script, one subcommand per job.
 
 Each subcommand lives beside the code it drives and exposes ``register(subparsers)``, which
-adds its parser and sets ``func``; this file only wires them together and turns user errors
-(:class:`sim.errors.PagesimError`) into one line on stderr and exit code 2.
+adds its parser and sets ``func``; the ``pagesim.commands`` entry-point group in setup.cfg names
+them, so this file, at the bottom of the layers, names none of the packages above it. It only
+wires them together and turns user errors (:class:`sim.errors.PagesimError`) into one line on
+stderr and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import importlib
 import sys
+from pathlib import Path
 
 from pagesim.sim import __version__
 from pagesim.sim.errors import PagesimError
 
-#: (module, what it adds) in the order ``pagesim --help`` lists them
-SUBCOMMANDS = [
-    ("pagesim.traces.cli", "trace"),
-    ("pagesim.sim.simulate_cli", "simulate"),
-    ("pagesim.experiments.reproduce_cli", "reproduce"),
-    ("pagesim.reports.cli", "report"),
-    ("pagesim.experiments.plan_cli", "plan"),
-    ("pagesim.sim.cost_cli", "cost"),
-    ("pagesim.gpu.cli", "gpu"),
-    ("pagesim.gpu.validate_cli", "validate"),
-]
+COMMANDS_GROUP = "pagesim.commands"
+SOURCE_SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
+
+
+def subcommands() -> dict[str, str]:
+    """Subcommand name -> ``module:function`` that registers it, in ``--help``'s order: the
+    ``pagesim.commands`` entry points, read from setup.cfg in a source tree (an editable install,
+    or the GPU machine's uninstalled checkout), else from the installed package's metadata."""
+    if SOURCE_SETUP_CFG.exists():
+        cfg = configparser.ConfigParser()
+        cfg.read(SOURCE_SETUP_CFG)
+        lines = cfg.get("options.entry_points", COMMANDS_GROUP, fallback="").strip().splitlines()
+        return dict((part.strip() for part in line.split("=", 1)) for line in lines if "=" in line)
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)}
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -61,16 +70,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pagesim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module, name in SUBCOMMANDS:
+    for name, target in subcommands().items():
         if command in (None, name):
-            importlib.import_module(module).register(sub)
+            module, function = target.split(":")
+            getattr(importlib.import_module(module), function)(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(first if first in {name for _, name in SUBCOMMANDS} else None)
+    parser = build_parser(first if first in subcommands() else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

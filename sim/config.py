@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from pagesim.sim.errors import ConfigError
-from pagesim.traces.names import MAX_LEN_POLICIES
 
 SYSTEMS: dict[str, dict[str, Any]] = {
     "static": dict(manager="static", scheduler="static"),
@@ -52,6 +51,8 @@ PREEMPTIONS = ("recompute", "swap")
 #: sequence (block_manager_v1.py, can_append_slots), or exactly the blocks the step takes
 APPEND_RULES = ("free-block-per-seq", "exact")
 COST_MODELS = ("roofline", "calibrated")
+#: what happens to a request longer than max_seq_len (applied by traces/transform.py)
+MAX_LEN_POLICIES = ("error", "drop", "truncate", "clip-prompt")
 #: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
 VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
 #: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps

@@ -237,35 +237,3 @@ class TableCostModel:
     def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
         """``decode_step_time`` for each context sum."""
         return np.array([self.decode_step_time(num_seqs, c) for c in np.asarray(context_sums).tolist()], dtype=float)
-
-
-def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
-                    step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
-                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0):
-    """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
-    overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
-    multiplies the GPU time (``sim.calibration.ScaledCostModel``)."""
-    if profile:
-        cm = TableCostModel(profile, model, gpu, tensor_parallel)
-    elif cost_model == "calibrated":
-        from pagesim.sim.cost_calibrated import CalibratedCostModel
-        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration)
-    else:
-        cm = RooflineCostModel(model, gpu, tensor_parallel)
-    if step_overhead_ms is not None:
-        cm.overhead_s = step_overhead_ms * 1e-3
-    if per_seq_overhead_ms is not None:
-        cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
-    if step_overhead_ms is not None or per_seq_overhead_ms is not None:
-        cm.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
-    if cost_scale != 1.0:
-        from pagesim.sim.calibration import ScaledCostModel
-        cm = ScaledCostModel(cm, cost_scale)
-    return cm
-
-
-def cpu_overhead_note(cost_model) -> str:
-    """The CPU time a run charged per iteration, and where it came from, for its summary."""
-    inner = getattr(cost_model, "inner", cost_model)  # a ScaledCostModel scales the GPU time only
-    source = getattr(inner, "cpu_overhead_source", "set by the caller")
-    return f"{inner.overhead_s * 1e3:.4g} ms + {inner.per_seq_overhead_s * 1e6:.4g} us/sequence ({source})"

@@ -48,6 +48,7 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.core import cost_calibrated as core
 from pagesim.sim.core.jit import interpreted
+from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
@@ -104,8 +105,6 @@ class CalibratedCostModel:
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  calibration: Calibration | None = None):
-        from pagesim.sim.cost import RooflineCostModel
-
         check_dense(model)
         c = calibration if calibration is not None else load_calibration(gpu.name)
         self.model, self.gpu, self.tensor_parallel, self.calibration = model, gpu, tensor_parallel, c

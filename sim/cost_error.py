@@ -36,7 +36,7 @@ def cell_batch(phase: str, tokens: int, context: int) -> StepBatch:
 
 def predict(cells: pd.DataFrame, spec: ModelSpec, gpu: GPUSpec, cost_model: str, calibration=None) -> np.ndarray:
     """Each cell's GPU time (s) under ``cost_model`` (``roofline`` or ``calibrated``)."""
-    from pagesim.sim.cost import make_cost_model
+    from pagesim.sim.cost_models import make_cost_model
 
     out = np.empty(len(cells))
     models = {}

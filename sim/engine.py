@@ -35,19 +35,9 @@ import time
 
 import numpy as np
 
-from pagesim.sim.batch import StepBatch
-from pagesim.sim.errors import PagesimError
+from pagesim.sim.errors import InvariantError, PagesimError
+from pagesim.sim.executor import SimulatedExecutor
 from pagesim.sim.metrics import StepRecorder
-
-
-class SimulatedExecutor:
-    """Prices an iteration with a cost model (roofline or a calibrated table)."""
-
-    def __init__(self, cost_model):
-        self.cost_model = cost_model
-
-    def run_step(self, batch: StepBatch, manager) -> float:
-        return self.cost_model.step_time(batch)
 
 
 def _delay_to(now: float, end: float) -> float | None:
@@ -59,10 +49,6 @@ def _delay_to(now: float, end: float) -> float | None:
     while now + d > end:
         d = math.nextafter(d, -math.inf)
     return d if now + d == end else None
-
-
-class InvariantError(PagesimError):
-    """``--check`` found a broken invariant (a bug; please report it with the command line)."""
 
 
 class Engine:

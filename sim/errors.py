@@ -34,6 +34,11 @@ class TraceError(PagesimError, ValueError):
         super().__init__(f"{': '.join([', '.join(where), message]) if where else message}")
 
 
+class InvariantError(PagesimError):
+    """``--check`` (or a run's own bound) found a broken invariant: a bug; please report it with
+    the command line."""
+
+
 class NeedsGPUError(PagesimError):
     """A command that needs a CUDA GPU (CuPy + a device) was run without one."""
 

@@ -17,9 +17,10 @@ import pandas as pd
 
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core.replay import engine_name
-from pagesim.sim.cost import cpu_overhead_note, make_cost_model
+from pagesim.sim.cost_models import cpu_overhead_note, make_cost_model
 from pagesim.sim.csv_writer import write_csv
-from pagesim.sim.engine import Engine, SimulatedExecutor
+from pagesim.sim.engine import Engine
+from pagesim.sim.executor import SimulatedExecutor
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.limits import check_pool
 from pagesim.sim.memory import make_manager

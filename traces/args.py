@@ -126,7 +126,8 @@ def add_trace_file_args(g) -> None:
 
 def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """Add the workload options (see module docstring) to ``parser``; returns the group."""
-    from pagesim.traces.names import MAX_LEN_POLICIES, PAPER_WORKLOAD_NAMES
+    from pagesim.sim.config import MAX_LEN_POLICIES
+    from pagesim.traces.names import PAPER_WORKLOAD_NAMES
     g = parser.add_argument_group("workload", "synthetic workload (--workload) or a trace file (--trace), "
                                               "then optional transformations")
     g.add_argument("--workload", choices=list(PAPER_WORKLOAD_NAMES), default="sharegpt",

@@ -5,6 +5,5 @@ ARRIVALS = ("poisson", "gamma")
 PAPER_WORKLOAD_NAMES = ("sharegpt", "alpaca")
 WORKLOADS = (*PAPER_WORKLOAD_NAMES, "custom")
 DISTS = ("constant", "uniform", "lognormal", "exponential", "empirical")
-MAX_LEN_POLICIES = ("error", "drop", "truncate", "clip-prompt")
 #: units of numeric timestamps (``--time-unit``), as seconds per unit
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

@@ -11,7 +11,7 @@ import pandas as pd
 from pagesim.sim.errors import ConfigError, TraceError
 from pagesim.traces.schema import first_true
 
-from pagesim.traces.names import MAX_LEN_POLICIES
+from pagesim.sim.config import MAX_LEN_POLICIES
 
 
 def _with_attrs(out: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ What is recomputed:
 * the waiting head the scheduler skips as blocked does not fit.
 
 A broken invariant raises :class:`AssertionError` naming it (``replay.run`` turns it into an
-:class:`~sim.engine.InvariantError` with the simulated time).
+:class:`~sim.errors.InvariantError` with the simulated time).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def check_queues(s) -> None:
 
 def check_blocks(s) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
-    rows, index, tokens, demand, held_slots = [], [], [], [], []  # one entry per table reference
+    rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
     for i in s.running[:c[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"

@@ -17,7 +17,7 @@ import numpy as np
 
 from pagesim.sim.core import loop, placement, state
 from pagesim.sim.core.jit import COMPILED
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, InvariantError
 
 ENGINES = ("auto", "core", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
@@ -32,7 +32,7 @@ def engine_name() -> str:
 def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
-    from pagesim.sim.engine import SimulatedExecutor
+    from pagesim.sim.executor import SimulatedExecutor
     from pagesim.sim.cost import RooflineCostModel
     from pagesim.sim.memory.contiguous import ContiguousManager
     from pagesim.sim.memory.paged import PagedManager, TokenManager
@@ -281,7 +281,6 @@ def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
 def run(engine) -> None:
     """Run ``engine``'s whole simulation on the core, leaving the request table, scheduler,
     manager counters and step recorder as the Python engine leaves them."""
-    from pagesim.sim.engine import InvariantError
 
     s = build(engine)
     c = s.count
@@ -321,7 +320,6 @@ def checked(s: state.Core, last_now: float) -> float:
     """``--check`` after an iteration: every invariant (sim/core/check.py) and time's order;
     returns the time checked."""
     from pagesim.sim.core import check
-    from pagesim.sim.engine import InvariantError
 
     now = float(s.clock[state.NOW])
     if now < last_now:

@@ -18,7 +18,7 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
-from pagesim.sim.engine import InvariantError
+from pagesim.sim.errors import InvariantError
 from pagesim.sim.memory import MemoryUsage, PagedManager, SeqSpec
 from pagesim.sim.specs import get_gpu, get_model
 

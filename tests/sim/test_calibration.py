@@ -502,7 +502,7 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
 # -- plan's error band ---------------------------------------------------------------------------------
 
 def test_scaled_cost_model_scales_the_gpu_time_only():
-    from pagesim.sim.cost import make_cost_model
+    from pagesim.sim.cost_models import make_cost_model
 
     # the toy decode step: CPU 0.13, GPU 51.864 + 15.8333; x1.5 -> 0.13 + 1.5 * 67.69733
     cm = make_cost_model(TOY, TOY_GPU, 1, None, 100.0, 10.0, "calibrated", TOY_CAL, cost_scale=1.5)

@@ -166,7 +166,7 @@ def test_check_mode_recomputes_the_incremental_state(system, kw, tkw):
 
 
 def test_check_mode_catches_a_drifted_decode_set():
-    from pagesim.sim.engine import InvariantError
+    from pagesim.sim.errors import InvariantError
 
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", kv_gib=3000 * OPT13B_SLOT / 2**30,
                                max_seq_len=256, check=True)

@@ -16,7 +16,7 @@ from pagesim.sim.cli import main
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.run import run_simulation
-from pagesim.sim.simulate_cli import parse_goodput
+from pagesim.sim.args import parse_goodput
 from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
 # Two requests, every iteration 1 s, vLLM's prefill-first policy:

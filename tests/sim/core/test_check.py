@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pagesim.sim.core import loop, replay, state
-from pagesim.sim.engine import Engine, InvariantError
+from pagesim.sim.engine import Engine
+from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import build, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
 

@@ -429,7 +429,7 @@ LIVE_LOCK = """
 import pytest
 from pagesim.sim.core import jit, scheduler
 assert not jit.COMPILED
-from pagesim.sim.engine import InvariantError
+from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, trace
 # the bound lowered to 3 iterations: a prompt in 1-token chunks then goes 4 without a token

@@ -12,7 +12,7 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.core.cost import scaled_step_time
 from pagesim.sim.core.cost_table import decode_seconds, interp_extrap
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost import make_cost_model
+from pagesim.sim.cost_models import make_cost_model
 from pagesim.sim.profile_format import write_profile
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_gpu, get_model

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagesim.sim.engine import InvariantError
+from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import ends_within
 

@@ -22,7 +22,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pagesim.reports.html import ReportError, is_reproduce_dir, is_run_dir, reproduce_report, single_run_report
+    from pagesim.experiments.report_pages import reproduce_report, single_run_report
+    from pagesim.reports.html import ReportError, is_reproduce_dir, is_run_dir
 
     d = Path(args.dir)
     if not d.is_dir():

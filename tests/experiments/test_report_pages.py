@@ -1,4 +1,5 @@
-"""Reports render from fixture DataFrames into one self-contained HTML file."""
+"""Report pages (experiments/report_pages.py, drawn by reports/ and experiments/paper_plots.py)
+render from fixture DataFrames into one self-contained HTML file."""
 
 import json
 import re
@@ -8,8 +9,10 @@ import pytest
 
 from pagesim.experiments import figures as X
 from pagesim.experiments.sweep import RunSpec
+from pagesim.experiments import paper_plots as P
+from pagesim.experiments.report_pages import reproduce_report, single_run_report
 from pagesim.reports import figures as F
-from pagesim.reports.html import ReportError, reproduce_report, single_run_report
+from pagesim.reports.html import ReportError
 from pagesim.sim.cli import main
 from tests.experiments.fakes import fake_requests, fake_run, fake_steps, fake_summary
 
@@ -103,8 +106,8 @@ def test_reproduce_report(reproduce_dir):
 
 def test_figure_builders_have_titles(reproduce_dir):
     t = {n: pd.read_csv(reproduce_dir / f"{n}.csv") for n in ("fig2", "fig13", "fig15", "fig12", "fig18b")}
-    figs = [F.memory_breakdown_bar(t["fig2"]), F.batch_size_bars(t["fig13"]), F.sharing_bars(t["fig15"]),
-            F.latency_vs_rate(t["fig12"], threshold=0.25), F.block_size_sweep(t["fig18b"]),
+    figs = [P.memory_breakdown_bar(t["fig2"]), P.batch_size_bars(t["fig13"]), P.sharing_bars(t["fig15"]),
+            P.latency_vs_rate(t["fig12"], threshold=0.25), P.block_size_sweep(t["fig18b"]),
             F.latency_cdfs(fake_requests(spec())), F.batch_queue_timeline(fake_steps(spec()))]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0

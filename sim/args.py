@@ -1,15 +1,11 @@
-"""``pagesim simulate``: one simulation run, written to a folder and summarized on screen."""
+"""The command-line settings every simulation-running command shares (``simulate``, ``plan``,
+``validate``): the flags that fill a :class:`~sim.config.SimConfig`, and what the summary reports."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from pathlib import Path
 
-from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
-from pagesim.sim.calibration import describe_band, error_band
 from pagesim.sim.errors import ConfigError
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
@@ -128,116 +124,3 @@ def summary_options_from_args(args: argparse.Namespace):
         raise ConfigError(f"--metric-percentiles takes comma-separated numbers in [0, 100] (e.g. 50,90,99), "
                           f"got '{args.metric_percentiles}'") from None
     return SummaryOptions(percentile_metrics=metrics, percentiles=percentiles, goodput_slo_s=parse_goodput(args.goodput))
-
-
-def register(sub) -> None:
-    p = sub.add_parser(
-        "simulate", help="run one simulation and write summary.json, requests.csv, steps.csv",
-        formatter_class=HelpFormatter,
-        description="Replay a workload through one serving system and report throughput, latency and where "
-                    "every KV slot went (token states, reservation, internal/external fragmentation).",
-        epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
-                       "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
-                       "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report"))
-    from pagesim.traces.args import add_workload_args
-
-    add_workload_args(p)
-    add_sim_args(p)
-    o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", default=None, help="folder for summary.json, requests.csv, steps.csv")
-    o.add_argument("--requests-format", choices=["csv", "parquet"], default="csv")
-    o.add_argument("--no-steps", action="store_true", help="keep only running sums, not one row per iteration")
-    o.add_argument("--report", action="store_true", help="also write DIR/report.html")
-    o.add_argument("--check", action="store_true", default=None,
-                   help="assert invariants at every iteration: memory, manager and scheduler state, "
-                        "recomputed from scratch (slow; no macro steps)")
-    o.add_argument("--engine", choices=["auto", "core", "python"], default="auto",
-                   help="auto: the core (sim/core/, compiled by numba) where it covers the configuration "
-                        "(vLLM default: paged, recompute or swap, optionally chunked prefill; no prefix "
-                        "caching or sampling width), else the Python engine; core: insist (exit 2 saying "
-                        "why not); python: never. The same records either way")
-    o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    add_summary_args(p)
-    o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
-                   help="progress bar on runs longer than 2 s")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from pagesim.sim.limits import check_synthetic_workload
-    from pagesim.sim.run import resolve_budget, run_simulation
-    from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, workload_from_args
-
-    cfg = config_from_args(args)
-    summary_options = summary_options_from_args(args)
-    if args.no_steps:
-        cfg = cfg.replace(record_steps=False)
-    model, _gpu, _budget = resolve_budget(cfg)
-    if not args.trace:
-        duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
-        check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
-    trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine,
-                            summary_options=summary_options)
-    result.summary["workload"] = workload
-    result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
-    if args.out:
-        from pagesim.sim.outdir import staged_folder
-
-        with staged_folder(args.out) as staged:
-            result.save(staged, args.requests_format)
-            if args.report:
-                from pagesim.reports.html import single_run_report
-
-                single_run_report(result, staged / "report.html")
-    if args.json:
-        from pagesim.sim.run import _jsonable
-
-        print(json.dumps(_jsonable({k: v for k, v in result.summary.items()})))
-    else:
-        print_summary(result.summary, sys.stdout, summary_options)
-        if args.out:
-            print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
-                  + (", report.html" if args.report else ""))
-    return 0
-
-
-#: the latency rows of the printed summary: (metric, label)
-LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
-
-
-def print_summary(s: dict, f, options) -> None:
-    """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
-    from pagesim.sim.metrics import percentile_word
-    mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
-           ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
-           ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]
-    rows = [
-        ("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
-        ("duration (sim)", f"{s['duration_s']:.1f} s"),
-        ("tokens in / out", f"{s['total_input_tokens']} / {s['total_output_tokens']}"),
-        ("request throughput", f"{s['request_throughput']:.3f} req/s"),
-    ]
-    if "request_goodput" in s:
-        rows.append(("request goodput", f"{s['request_goodput']:.3f} req/s"))
-    rows.append(("output throughput", f"{s['output_throughput']:.1f} tok/s"))
-    for metric, label in LATENCY_ROWS:
-        words = [f"p{percentile_word(p)}" for p in options.percentiles] if metric in options.percentile_metrics else []
-        names = ["mean", "std"] + words
-        values = [s[f"mean_{metric}_ms"], s[f"std_{metric}_ms"]] + [s[f"{w}_{metric}_ms"] for w in words]
-        rows.append((f"{label} {' / '.join(names)}", " / ".join(f"{v:.1f}" for v in values) + " ms"))
-    rows += [
-        ("normalized latency", f"{s['normalized_latency_s_per_token']:.4f} s/token"),
-        ("peak concurrent requests", s["max_concurrent_requests"]),
-        ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
-        ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
-    ]
-    if "prefix_cache_hit_rate" in s:
-        rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
-    rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
-    if "cost_model" in s:
-        rows.append(("cost model", describe_band(s, s["gpu"])))
-    rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s.get('engine', 'python')} engine)"))
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{w}}  {v}", file=f)

@@ -1,0 +1,40 @@
+"""The cost model a configuration names (:func:`make_cost_model`: the roofline, the calibrated
+roofline, a measured profile's table, each scaled or not) and the CPU time it charges per
+iteration, for the summary (:func:`cpu_overhead_note`)."""
+
+from __future__ import annotations
+
+from pagesim.sim.calibration import ScaledCostModel
+from pagesim.sim.cost import RooflineCostModel, TableCostModel
+from pagesim.sim.cost_calibrated import CalibratedCostModel
+from pagesim.sim.specs import GPUSpec, ModelSpec
+
+
+def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
+                    step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
+                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0):
+    """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
+    overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
+    multiplies the GPU time (``sim.calibration.ScaledCostModel``)."""
+    if profile:
+        cm = TableCostModel(profile, model, gpu, tensor_parallel)
+    elif cost_model == "calibrated":
+        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration)
+    else:
+        cm = RooflineCostModel(model, gpu, tensor_parallel)
+    if step_overhead_ms is not None:
+        cm.overhead_s = step_overhead_ms * 1e-3
+    if per_seq_overhead_ms is not None:
+        cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
+    if step_overhead_ms is not None or per_seq_overhead_ms is not None:
+        cm.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
+    if cost_scale != 1.0:
+        cm = ScaledCostModel(cm, cost_scale)
+    return cm
+
+
+def cpu_overhead_note(cost_model) -> str:
+    """The CPU time a run charged per iteration, and where it came from, for its summary."""
+    inner = getattr(cost_model, "inner", cost_model)  # a ScaledCostModel scales the GPU time only
+    source = getattr(inner, "cpu_overhead_source", "set by the caller")
+    return f"{inner.overhead_s * 1e3:.4g} ms + {inner.per_seq_overhead_s * 1e6:.4g} us/sequence ({source})"
