@@ -1,6 +1,7 @@
 """Beam search in the core (sim/core/beam.py's churn, sim/core/rng.py's draws), worked by hand
 on a pool of 6 blocks of 4 tokens: request A has a 6-token prompt, 4 output tokens and
-beam_width 3 (final length F = 10), C one sequence. The churn probability is 0.25.
+beam_width 3 (final length F = 10), B a 2-token prompt and 4 beams, C (3 tokens) two parallel
+samples, which never churn. The churn probability is 0.25.
 
 Each case seeds the Generator so that its draws are the ones the case needs; a twin of the
 Generator shows the draws (numpy's own), and the rest is worked by hand from them. After a
@@ -21,14 +22,14 @@ from pagesim.sim.engine import Engine
 from pagesim.sim.run import build
 from tests.sim.helpers import cfg_for
 
-A, C = 0, 1
+A, C, B = 0, 1, 2
 
 
 @pytest.fixture
 def core():
-    trace = pd.DataFrame({"request_id": ["A", "C"], "arrival_s": [0.0, 0.0], "prompt_tokens": [6, 4],
-                          "output_tokens": [4, 4], "beam_width": [3, 1]})
-    cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=4)
+    trace = pd.DataFrame({"request_id": ["A", "C", "B"], "arrival_s": [0.0, 0.0, 0.0], "prompt_tokens": [6, 3, 2],
+                          "output_tokens": [4, 4, 3], "beam_width": [3, 1, 4], "n": [1, 2, 1]})
+    cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=5)
     _, _, _, table, manager, sched, executor = build(cfg, trace)
     assert manager.num_blocks == 6 and sched.beam_churn == 0.25
     s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
@@ -69,10 +70,11 @@ def with_seed(s, seed):
 
 
 def test_a_dead_beam_lets_its_tail_go_and_is_replaced_by_a_fork_of_a_survivor(core):
-    s, twin = with_seed(core, 11)
+    s, twin = with_seed(core, 1284)
     a0, a1, c0, c1 = decoded_once(s)
     u = twin.random(3)
-    assert (u < 0.25).tolist() == [True, False, False] and 0.25 <= u[1] < 0.5  # beam 0 dies; 0.5 would kill 1
+    assert (u < 0.25).tolist() == [True, False, False]  # beam 0 dies
+    assert u[0] >= 0.2 and u[1] < 0.3  # at 0.2 it would live, at 0.3 beam 1 would die
     assert twin.integers(2) == 1  # the parent: survivor 1 of [beam 1, beam 2], i.e. beam 2
     epoch, frees = s.count[state.FREE_EPOCH], s.count[state.NUM_FREES]
     beam.churn_beams(s, A)
@@ -99,9 +101,10 @@ def test_a_dead_beam_lets_its_tail_go_and_is_replaced_by_a_fork_of_a_survivor(co
 
 
 def test_when_every_beam_would_die_one_drawn_at_random_lives(core):
-    s, twin = with_seed(core, 425)
+    s, twin = with_seed(core, 604)
     a0, a1, c0, c1 = decoded_once(s)
-    assert (twin.random(3) < 0.25).all()
+    u = twin.random(3)
+    assert (u < 0.25).all() and u[0] >= 0.2
     assert twin.integers(3) == 2  # beam 2 lives; its two forks draw their parent from one
     beam.churn_beams(s, A)
     assert s.rng.random() == twin.random()  # integers(1) draws nothing, as numpy's
@@ -117,7 +120,7 @@ def test_beams_that_all_live_change_nothing(core):
     s, twin = with_seed(core, 2)
     a0, a1, c0, c1 = decoded_once(s)
     u = twin.random(3)
-    assert (u >= 0.25).all() and u[0] < 0.5
+    assert (u >= 0.25).all() and u[0] < 0.3
     epoch, before = s.count[state.FREE_EPOCH], memory(s)
     beam.churn_beams(s, A)
     assert s.rng.random() == twin.random()  # three draws, no integer
@@ -126,20 +129,46 @@ def test_beams_that_all_live_change_nothing(core):
 
 
 def test_only_forked_beams_churn_and_only_after_a_decode_step(core):
-    """Through the scheduler: A and C prefill (no draw: nothing decoded), A forks; then a
-    decode step of A's 3 beams and C: A alone draws (C has one sequence)."""
+    """Through the scheduler: A and C prefill (no draw: nothing decoded), both fork; then a
+    decode step of A's 3 beams and C's 2 samples: A alone draws (C's samples do not churn)."""
     s, twin = with_seed(core, 2)
     scheduler.add_arrival(s, A)
     scheduler.add_arrival(s, C)
     scheduler.schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 2
     scheduler.complete_step(s, 1.0)
-    assert s.num_seqs[A] == 3 and s.rng.bit_generator.state == twin.bit_generator.state
+    assert s.num_seqs[A] == 3 and s.num_seqs[C] == 2
+    assert s.rng.bit_generator.state == twin.bit_generator.state
     scheduler.schedule(s)
-    assert s.count[state.STEP_DECODE_SEQS] == 4
+    assert s.count[state.STEP_DECODE_SEQS] == 5
     scheduler.complete_step(s, 2.0)
     twin.random(3)
     assert s.rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_tails_shared_in_pairs_copy_once_per_pair(core):
+    """After churns a group's tails may be shared by some of its beams, not all: B's 4 beams
+    hold tails [c0, c0, c2, c2] (beams 1 and 3 died, forked from 0 and 2). The next token
+    copies each shared tail once (beams 0 and 2; beams 1 and 3, their last holders, write in
+    place), and the last beam shares its tail (vLLM's rule asks one block of it)."""
+    s = core
+    kv_cache.allocate(s, B, 2, 0)
+    kv_cache.compute_tokens(s, B, 2)
+    kv_cache.fork(s, B)
+    kv_cache.take_decode_slots(s, B)  # three copies of the 2-token block; the fourth beam keeps it
+    s.num_computed_tokens[B] += 1
+    (c0,), (c1,), (c2,), (b0,) = rows(s, B)
+    kv_cache.release_seq(s, B, 1)
+    kv_cache.release_seq(s, B, 3)
+    kv_cache.fork_seq(s, B, 0, 1)
+    kv_cache.fork_seq(s, B, 2, 3)
+    assert rows(s, B) == [[c0], [c0], [c2], [c2]]
+    assert kv_cache.decode_blocks_needed(s, B) == (2, 1)
+    cow = s.count[state.NUM_COW_COPIES]
+    kv_cache.take_decode_slots(s, B)
+    r = rows(s, B)
+    assert r[1] == [c0] and r[3] == [c2] and len({t[0] for t in r}) == 4
+    assert s.count[state.NUM_COW_COPIES] == cow + 2 and s.count[state.STEP_COPIED_BLOCKS] == 5
 
 
 @njit
