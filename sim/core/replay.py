@@ -60,7 +60,7 @@ def unsupported(engine) -> str | None:
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
         return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
-    if t.size and int(t.width.max()) > 1 and is_contiguous(mgr):
+    if t.size and int(t.width.max()) > 1 and not sched.fork_ok:  # contiguous, static, vattention
         return "sampling width on a manager without shared blocks runs in Python (which rejects it with its reason)"
     if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
         return "zero-token prompts or outputs run in Python"

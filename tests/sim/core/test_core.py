@@ -362,6 +362,8 @@ def test_progress_counts_every_finish():
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(check=True), {}, "--check"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
+    (dict(system="vattention"), dict(width={"beam_width": [1, 2]}), "without shared blocks"),  # rejected
+    (dict(system="vattention"), dict(width={"n": [1, 2]}), "without shared blocks"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
