@@ -23,10 +23,12 @@
    under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes (shared
    conversation prefixes), each on the core with the Python engine as the baseline in the
    same run and the records compared.
+5. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``) on the core, the Python engine
+   as the baseline in the same run, and the records compared.
 
 The process pins itself to one CPU first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
-[--synthetic-system orca-oracle]``.
+[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search]``.
 Prints figures; asserts nothing.
 """
 
@@ -185,6 +187,30 @@ def cost_models(trace) -> None:
                   f"{sc['num_steps']} steps, records {'identical' if same else 'DIFFERENT'}")
 
 
+def beam_search() -> None:
+    """Section 5: Fig. 15's beam-search runs (``pagesim reproduce fig15``: Alpaca and ShareGPT,
+    beam width 2, 4, 6, with sharing) on the core, the Python engine as the baseline in the same
+    run, engine seconds (``summary['wall_time_s']``) and the records compared."""
+    from pagesim.experiments.sweep import expand_grid, load_experiment
+    from pagesim.traces.synth import make_workload
+
+    specs = [sp for sp in expand_grid(load_experiment("fig15")) if sp.beam_width > 1 and not sp.unshare]
+    total_core = total_python = 0.0
+    for sp in specs:
+        trace, cfg = make_workload(sp.workload, **sp.workload_kwargs()), sp.sim_config()
+        timed(cfg, trace.iloc[:20], engine="core")  # numba's cache loaded
+        _, sc, rc = timed(cfg, trace, engine="core", result=True)
+        _, sp_, rp = timed(cfg, trace, engine="python", result=True)
+        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
+        c, p = sc["wall_time_s"], sp_["wall_time_s"]
+        total_core, total_python = total_core + c, total_python + p
+        print(f"fig15 {sp.workload} beam_width {sp.beam_width} ({len(trace)} requests, {sc['num_steps']:,} steps): "
+              f"engine on the core {c:.3f} s, Python engine {p:.2f} s (x{p / c:.0f}), "
+              f"records {'identical' if same else 'DIFFERENT'}")
+    print(f"fig15's beam runs: engine on the core {total_core:.2f} s, Python engine {total_python:.2f} s "
+          f"(x{total_python / total_core:.0f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-requests", type=int, default=1_000_000)
@@ -192,6 +218,7 @@ def main() -> None:
     ap.add_argument("--only-prefix-caching", action="store_true", help="section 4 only")
     ap.add_argument("--only-whole-process", action="store_true",
                     help="the whole `pagesim simulate` process on the Azure conv trace against a bare start")
+    ap.add_argument("--only-beam-search", action="store_true", help="section 5 only")
     ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -205,6 +232,9 @@ def main() -> None:
         from pagesim.traces.transform import apply_max_len_policy
 
         whole_process(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
+        return
+    if args.only_beam_search:
+        beam_search()
         return
 
     if not args.skip_azure and AZURE.exists():
@@ -281,6 +311,7 @@ def main() -> None:
             print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time "
                   f"(1M at this rate: {w / n * 1e6:.0f} s; target < 10 s)")
     prefix_caching()
+    beam_search()
 
 
 if __name__ == "__main__":

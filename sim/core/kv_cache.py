@@ -8,8 +8,9 @@ num_blocks * block_size)`` will be used: the accounting is four counters (see
 blocks may be cache hits, full and shared with other requests: each block is counted once,
 when its first holder takes it and when its last holder lets it go (a shared block is full
 for every holder, at the same table index, so its tokens and demand are ``block_size``).
-With parallel sampling a request's sequences share its blocks after the fork (``fork``);
-a sequence writing into its group's shared tail copies it first (``take_decode_slots``).
+With parallel sampling a request's sequences share its blocks after the fork (``fork``),
+and a beam forks from another (``fork_seq``, ``beam.py``); a sequence writing into a tail
+it shares copies it first (``take_decode_slots``).
 vLLM v0's watermark: an admission must leave ``watermark_blocks`` free
 (``block_manager_v1.py``, ``can_allocate``).
 """
@@ -155,14 +156,20 @@ def decode_blocks_needed(s, i):
         return w, 1
     if w == 1:
         return 0, 0
-    # a group's tails are one block shared by all (right after the fork) or all private
+    # a partly filled tail is shared only within the group (one tail by all right after the
+    # fork; any sequences after beams fork from survivors): a sequence copies its tail when a
+    # later one in the group holds it too (take_decode_slots: the last holder finds it private)
     tail = s.num_blocks[i] - 1
-    shared = 0
-    for j in range(w):
-        if s.block_info[s.block_table[s.seq_slot[i, j], tail], REF] > 1:
-            shared += 1
+    copies = 0
+    for j in range(w - 1):
+        b = s.block_table[s.seq_slot[i, j], tail]
+        if s.block_info[b, REF] > 1:
+            for later in range(j + 1, w):
+                if s.block_table[s.seq_slot[i, later], tail] == b:
+                    copies += 1
+                    break
     last = 1 if s.block_info[s.block_table[s.seq_slot[i, w - 1], tail], REF] > 1 else 0
-    return max(shared - 1, 0), last
+    return copies, last
 
 
 @njit(inline=True)
@@ -211,20 +218,27 @@ def fork(s, i):
     """After request ``i``'s prefill: its ``width - 1`` other sequences, each a block-table
     row holding the first one's blocks (referenced once more each). Tokens and demand do not
     change: the blocks are shared, and every sequence of a request has the same final length."""
-    c = s.count
-    w, nb = s.width[i], s.num_blocks[i]
-    first = s.seq_slot[i, 0]
+    w = s.width[i]
     for j in range(1, w):
-        slot = take_slot(s)
-        s.seq_slot[i, j] = slot
-        for k in range(nb):
-            b = s.block_table[first, k]
-            s.block_table[slot, k] = b
-            s.block_info[b, REF] += 1
-    c[LOGICAL_BLOCKS] += nb * (w - 1)
-    c[NUM_FORKS] += w - 1
-    c[NUM_RUNNING_SEQS] += w - 1
+        fork_seq(s, i, 0, j)
+    s.count[NUM_RUNNING_SEQS] += w - 1
     s.num_seqs[i] = w
+
+
+@njit(inline=True)
+def fork_seq(s, i, parent, j):
+    """Sequence ``j`` of request ``i`` starts as a copy of its sequence ``parent``: a
+    block-table row holding its blocks, referenced once more each."""
+    nb = s.num_blocks[i]
+    source = s.seq_slot[i, parent]
+    slot = take_slot(s)
+    s.seq_slot[i, j] = slot
+    for k in range(nb):
+        b = s.block_table[source, k]
+        s.block_table[slot, k] = b
+        s.block_info[b, REF] += 1
+    s.count[LOGICAL_BLOCKS] += nb
+    s.count[NUM_FORKS] += 1
 
 
 @njit(inline=True)

@@ -58,9 +58,7 @@ def unsupported(engine) -> str | None:
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
         return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
-    if t.size and (int(t.beam.max()) > 1):
-        return "beam search runs in Python"
-    if t.size and int(t.width.max()) > 1 and is_contiguous(mgr):
+    if t.size and int(t.width.max()) > 1 and not sched.fork_ok:  # contiguous, static, vattention
         return "sampling width on a manager without shared blocks runs in Python (which rejects it with its reason)"
     if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
         return "zero-token prompts or outputs run in Python"
@@ -201,7 +199,10 @@ def build(engine) -> state.Core:
         itl_edges=sched.itl_edges, itl_hist=sched.itl_hist,
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
-        width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching)
+        width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
+        beam=t.beam, rng=sched.rng)  # the scheduler's Generator: the core draws what Python would
+    config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1 and sched.beam_churn > 0)
+    clock[state.BEAM_CHURN] = sched.beam_churn
     return with_extents(engine, s) if contiguous else s
 
 

@@ -25,14 +25,15 @@ A preempted request is swapped to the CPU (``--preemption swap``, while swap spa
 its prompt is done) or recomputed: its blocks are freed and it goes back to the front of the
 queue with its generated tokens as prompt. A waiting head that did not fit is not retried
 until something is freed (it cannot fit before). :func:`complete_step` hands out the tokens
-an iteration produced, finishes requests and frees their memory.
+an iteration produced, finishes requests and frees their memory; after a decode step, beams
+die and fork (beam search, ``beam.py``).
 """
 
 from __future__ import annotations
 
 import math
 
-from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core import beam, kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
@@ -47,6 +48,7 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
 from pagesim.sim.core.state import MANAGER_KIND, PAGED
+from pagesim.sim.core.state import BEAM_SEARCH
 
 
 
@@ -453,8 +455,16 @@ def complete_step(s, now):
                 kv_cache.fork(s, i)
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += s.num_seqs[i]
-    if num_done == 0:
-        return
+    if num_done:
+        finish(s, now, num_done)
+    if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn
+        beam.churn(s)
+
+
+@njit
+def finish(s, now, num_done):
+    """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
+    c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
         c[FREE_EPOCH] += 1

@@ -34,7 +34,7 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
- SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, NUM_CONFIG) = range(32)
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, NUM_CONFIG) = range(33)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -61,7 +61,8 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
 BLOCKS_SUM, LOGICAL_SUM = 15, 16
 WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
-NUM_CLOCK = 18
+BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (read only; see BEAM_SEARCH)
+NUM_CLOCK = 19
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
@@ -158,3 +159,7 @@ class Core(NamedTuple):
     width: np.ndarray
     num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
     seq_slot: np.ndarray
+    # beam search (sim/core/beam.py): each request's beam width (1: none), and the run's seeded
+    # numpy Generator its beams die and fork by (config[BEAM_SEARCH]: some request has beams)
+    beam: np.ndarray
+    rng: np.random.Generator

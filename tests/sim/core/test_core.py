@@ -134,6 +134,16 @@ CASES = [
     ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
      dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),  # swap-in: later sequences hit the first one's blocks
     ("vllm", dict(max_num_seqs=3, record_steps=False), dict(width={"n": [1, 2, 4]})),  # width 4 rejected at arrival
+    # beam search: beams die and fork from survivors at random (the scheduler's Generator)
+    ("vllm", {}, dict(width={"beam_width": [1, 2, 4]})),
+    ("vllm", dict(slots=1200), dict(width={"beam_width": [1, 2, 3]}, rate=200.0)),  # recompute
+    ("vllm", dict(slots=1200, block_size=4), dict(width={"beam_width": [1, 3], "n": [1, 2]}, rate=200.0)),
+    ("token", dict(slots=1200), dict(width={"beam_width": [1, 3]}, rate=200.0)),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(width={"beam_width": [1, 3]}, rate=200.0)),
+    ("vllm", dict(preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
+     dict(width={"beam_width": [1, 2, 3]}, rate=200.0)),
+    ("vllm", dict(prefix_caching=True, slots=1200), dict(width={"beam_width": [1, 2, 3]}, rate=200.0, prefix=True)),
+    ("vllm", dict(max_num_seqs=3, record_steps=False), dict(width={"beam_width": [1, 2, 4]})),  # 4 rejected
 ]
 
 
@@ -274,13 +284,15 @@ def test_arrivals_tied_with_step_ends(max_num_seqs):
        bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
        watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
        swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans(),
-       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]), widths=st.sampled_from([None, None, [1, 2], [1, 3, 4]]))
+       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]),
+       widths=st.sampled_from([None, None, {"n": [1, 2]}, {"n": [1, 3, 4]}, {"beam_width": [1, 2, 4]},
+                               {"beam_width": [1, 3], "n": [1, 2]}]))
 def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio, widths):
     cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
                   chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
                   preemption="recompute" if swap is None else "swap",
                   swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix, waiting_served_ratio=ratio)
-    trace = rand_trace(seed, n=n, rate=rate, prefix=prefix, width=None if widths is None else {"n": widths})
+    trace = rand_trace(seed, n=n, rate=rate, prefix=prefix, width=widths)
     assert_engines_agree(cfg, trace, step_by_step=False)
 
 
@@ -348,8 +360,9 @@ def test_progress_counts_every_finish():
 
 
 @pytest.mark.parametrize("kw,tkw,why", [
-    ({}, dict(width={"beam_width": [1, 2]}), "beam search"),
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
+    (dict(system="vattention"), dict(width={"beam_width": [1, 2]}), "without shared blocks"),  # rejected
+    (dict(system="vattention"), dict(width={"n": [1, 2]}), "without shared blocks"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -385,7 +398,7 @@ if kw.get("profile"):
     from tests.sim.helpers import write_table_profile
     kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
 kw.setdefault("system", "vllm")
-width = {"n": [1, 2, 3]} if kw.pop("width", False) else None
+width = kw.pop("width", None)
 r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True, width=width),
                    engine="core")
 assert r.summary["engine"] == "core-cpython"
@@ -399,7 +412,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(slots=1200, prefix_caching=True),  # prefix hits, evictions (the trace has hashes)
     dict(slots=1200, prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
     dict(slots=1200, waiting_served_ratio=1.0),
-    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width=True),  # n: fork, COW, swap
+    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width={"n": [1, 2, 3]}),  # n: fork, COW, swap
+    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width={"beam_width": [1, 2, 3]}),  # beams
     dict(slots=1200, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),  # swap, with fallbacks
     dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8),
     dict(slots=1200, cost_model="calibrated", cost_scale=1.37),
@@ -413,12 +427,12 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
     compiled by numba give the same records."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
     kw = dict(kw)
     if kw.get("profile"):
         kw["profile"] = str(tmp_path / "profile.csv")
-    width = {"n": [1, 2, 3]} if kw.pop("width", False) else None
+    width = kw.pop("width", None)
     r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw),
                        rand_trace(0, rate=200.0, prefix=True, width=width), engine="core")
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
@@ -446,7 +460,7 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     produced no token, with the Python engine's words (tests/sim/sched/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
 
 
@@ -454,3 +468,19 @@ def test_core_ends_a_run_that_stops_producing_tokens():
 def test_orca_and_static_take_the_core_by_default(system):
     cfg = cfg_for(system, slots=2048)
     assert run_simulation(cfg, rand_trace(0, n=20)).summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
+
+
+def test_beam_cases_reach_what_they_test():
+    """In the beam cases beams die and fork beyond the forks after each prefill, requests are
+    preempted, swapped out and back, and prefix hits happen."""
+    width = {"beam_width": [1, 2, 3]}
+    tr = rand_trace(0, rate=200.0, width=width)
+    first_forks = int((tr["beam_width"] - 1).sum())  # each request's fork after its prefill, once
+    c = run_simulation(cfg_for(slots=1200, seed=0), tr, engine="core")
+    assert c.summary["mgr_forks"] > 2 * first_forks and c.summary["num_preemptions"] > 0
+    c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30), tr,
+                       engine="core")
+    assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"]
+    c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True),
+                       rand_trace(0, rate=200.0, width=width, prefix=True), engine="core")
+    assert c.summary["prefix_cache_hit_rate"] > 0.3 and c.summary["mgr_forks"] > 2 * first_forks

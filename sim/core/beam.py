@@ -1,0 +1,62 @@
+"""Beam search (``beam_width`` k > 1) on the paged manager, as the model of
+``sim/sched/continuous.py`` states it: a request's k beams decode in lockstep like parallel
+samples (prefilled once, then forked: ``kv_cache.fork``), and after every decode step each beam
+dies with probability ``clock[BEAM_CHURN]`` and is replaced by a fork of a surviving beam, so
+that the beams' shared prefix grows as real beam search's does.
+
+The draws come from the run's seeded numpy ``Generator`` (``Core.rng``, the scheduler's), in
+the Python engine's order, so that both engines draw the same numbers: per forked beam request,
+in the running order, k uniforms (one per beam, in its sequences' order); if all k die, one
+integer below k picks the one that lives; then one integer below the number of survivors per
+dead beam picks the parent it is replaced by.
+"""
+
+from __future__ import annotations
+
+from pagesim.sim.core import kv_cache
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.rng import below
+from pagesim.sim.core.state import BEAM_CHURN, FREE_EPOCH, NUM_RUNNING
+
+
+@njit
+def churn(s):
+    """After a decode step (its finished requests gone): every running request whose beams
+    have forked churns them (ContinuousScheduler._beam_churn)."""
+    for k in range(s.count[NUM_RUNNING]):
+        i = s.running[k]
+        if s.beam[i] > 1 and s.num_seqs[i] > 1:
+            churn_beams(s, i)
+
+
+@njit
+def churn_beams(s, i):
+    """Request ``i``'s beams: each dies with probability ``clock[BEAM_CHURN]``, one at random
+    lives if none would; the dead let their blocks go, and each is replaced by a fork of a
+    survivor drawn at random. Its sequences are then the survivors, in their order, followed by
+    the new forks in the order they were drawn. The count of sequences does not change."""
+    w = s.num_seqs[i]
+    p = s.clock[BEAM_CHURN]
+    deaths = 0
+    for j in range(w):  # a dying sequence's slot is marked -(slot + 1) until it is let go
+        if s.rng.random() < p:
+            s.seq_slot[i, j] = -s.seq_slot[i, j] - 1
+            deaths += 1
+    if deaths == w:
+        j = below(s.rng, w)
+        s.seq_slot[i, j] = -s.seq_slot[i, j] - 1
+        deaths -= 1
+    if deaths == 0:
+        return
+    s.count[FREE_EPOCH] += 1  # a waiting head blocked on memory may fit now
+    alive = 0
+    for j in range(w):  # the dead let go in order; the survivors move to the front
+        slot = s.seq_slot[i, j]
+        if slot < 0:
+            s.seq_slot[i, j] = -slot - 1
+            kv_cache.release_seq(s, i, j)
+        else:
+            s.seq_slot[i, alive] = slot
+            alive += 1
+    for k in range(deaths):
+        kv_cache.fork_seq(s, i, below(s.rng, alive), alive + k)
