@@ -33,7 +33,6 @@ def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
     from pagesim.sim.engine import SimulatedExecutor
-    from pagesim.sim.cost import RooflineCostModel
     from pagesim.sim.memory.contiguous import ContiguousManager
     from pagesim.sim.memory.paged import PagedManager, TokenManager
     from pagesim.sim.memory.static import StaticManager
@@ -52,9 +51,6 @@ def unsupported(engine) -> str | None:
         return f"the {mgr.reservation} reservation runs in Python"
     if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
-    if type(sched) is StaticScheduler and (cost_model_code(ex.cost_model) != state.ROOFLINE
-                                           or type(ex.cost_model) is not RooflineCostModel):
-        return "static batching runs on the core with the roofline only (sim/core/static.py prices its batches)"
     if engine.check:
         return "--check runs in Python"
     if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:

@@ -116,6 +116,7 @@ def prefill(s, i, n):
     k = s.count[STEP_PREFILL_SEQS]
     s.step_prefill_ids[k] = i
     s.step_prefill_tokens[k] = n
+    s.step_prefill_context[k] = s.num_prompt_computed[i]  # its context after the chunk (loop.step_time)
     s.count[STEP_PREFILL_SEQS] = k + 1
     s.count[STEP_PREFILL_TOKENS] += n
 

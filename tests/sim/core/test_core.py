@@ -191,6 +191,27 @@ def test_core_equals_python_with_each_cost_model(cost, case, profiles):
     assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
 
 
+STATIC_COST_CASES = [
+    (dict(slots=2048), {}),
+    (dict(slots=1200), dict(rate=200.0)),
+    (dict(slots=3000, static_batch_size=3, record_steps=False), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(STATIC_COST_CASES)))
+@pytest.mark.parametrize("cost", COST_MODELS)
+def test_static_core_equals_python_with_each_cost_model(cost, case, profiles):
+    """Static batching's padded steps priced by each model: the core's loop prices them as the
+    Python static scheduler's cost model does (sim/core/static.py writes the padded shape)."""
+    kw, tkw = STATIC_COST_CASES[case]
+    kw = dict(kw)
+    slots = kw.pop("slots")
+    cfg = cfg_for("static", slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
+    c = assert_engines_agree(cfg, rand_trace(case, **tkw))
+    roofline = run_simulation(cfg_for("static", slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
+    assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
+
+
 def test_table_runs_reach_every_part_of_the_tables(profiles):
     """The table cases interpolate inside, below and beyond each table, and sum the prefill of
     several sequences in one step."""
@@ -295,11 +316,14 @@ def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, s
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]))
-def test_core_equals_python_random_static(seed, n, rate, slots, batch, max_len):
-    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed)
+       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]),
+       cost=st.sampled_from(["roofline"] + COST_MODELS))
+def test_core_equals_python_random_static(profiles, seed, n, rate, slots, batch, max_len, cost):
+    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed,
+                  **cost_kw(cost, profiles))
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, max_len=max_len), step_by_step=False)
 
 
@@ -374,6 +398,12 @@ def test_numba_is_there_to_compile_the_core():
     assert jit.COMPILED, "numba is not importable: pip install numba (or PAGESIM_JIT=0 is set)"
 
 
+def subprocess_path(root: Path) -> str:
+    """The child's import path: the tests' root, after the caller's PYTHONPATH (a worktree's
+    ``pagesim`` link), so that the child imports the same ``pagesim`` as this process."""
+    return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(root)) if p)
+
+
 INTERPRETED = """
 import sys
 import pandas as pd
@@ -409,12 +439,13 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-oracle", slots=1000, placement="best-fit"),
     dict(system="orca-max", slots=1000, placement="first-fit"),
     dict(system="static", slots=1200),
+    dict(system="static", slots=1200, profile=True, cost_scale=1.37),  # padded prefill by the table
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
     compiled by numba give the same records."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
     subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
     kw = dict(kw)
     if kw.get("profile"):
@@ -447,7 +478,7 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     produced no token, with the Python engine's words (tests/sim/sched/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=str(root))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
     subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
 
 
