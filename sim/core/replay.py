@@ -58,8 +58,6 @@ def unsupported(engine) -> str | None:
     t = sched.t
     if t.size and (int(t.beam.max()) > 1):
         return "beam search runs in Python"
-    if t.size and int(t.width.max()) > 1 and is_contiguous(mgr):
-        return "sampling width on a manager without shared blocks runs in Python (which rejects it with its reason)"
     if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
         return "zero-token prompts or outputs run in Python"
     if t.size and (t.status != 0).any():
@@ -173,6 +171,7 @@ def build(engine) -> state.Core:
     seq_slot = np.full((max(n, 1), max_width), -1, i64)
     config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
     config[state.SHARED_BLOCKS] = int(mgr.prefix_caching or max_width > 1)  # reference counts kept
+    config[state.FORKS_SHARE_BLOCKS] = int(sched.fork_ok)  # else n / beam_width > 1 is rejected
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
     config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
     count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
@@ -333,6 +332,8 @@ def hand_over(engine, s: state.Core) -> None:
         t.reject_reason[i] = sched.never_reason(i)
     for i in np.flatnonzero(s.reject_code == state.REJECT_TOO_WIDE).tolist():
         t.reject_reason[i] = sched.too_wide_reason(i)
+    for i in np.flatnonzero(s.reject_code == state.REJECT_WIDTH_UNSHARED).tolist():
+        t.reject_reason[i] = sched.width_reason(i)
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
     if is_contiguous(mgr):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pagesim.sim.core import extent, kv_cache, scheduler
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
-                            NUM_FINISHED, NUM_RUNNING, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
+                            NUM_FINISHED, NUM_RUNNING, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, STATIC_BATCH_LIMIT,
                             STATIC_CONTEXT_SUM, STATIC_LIVE,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
 
@@ -30,6 +30,9 @@ def start_batch(s):
     longest = 0
     while c[WAITING_LEN] and c[NUM_RUNNING] < s.config[STATIC_BATCH_LIMIT]:
         i = scheduler.waiting_head(s)
+        if s.width[i] > 1:  # one sequence per request (StaticScheduler.width_reason)
+            scheduler.reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            continue
         prompt = s.prompt_tokens[i]
         fits = extent.can_allocate(s, i, prompt)
         if fits == kv_cache.NEVER_FITS:

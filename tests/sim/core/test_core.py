@@ -134,6 +134,11 @@ CASES = [
     ("vllm", dict(prefix_caching=True, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, slots=1200),
      dict(width={"n": [1, 2, 3]}, rate=200.0, prefix=True)),  # swap-in: later sequences hit the first one's blocks
     ("vllm", dict(max_num_seqs=3, record_steps=False), dict(width={"n": [1, 2, 4]})),  # width 4 rejected at arrival
+    # ... and rejected, with the reason, on the managers whose forks cannot share blocks
+    ("orca-max", dict(slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("orca-pow2", dict(slots=1200, max_num_seqs=2), dict(width={"n": [1, 2, 3]}, rate=200.0)),  # 3: too wide
+    ("vattention", dict(slots=1200), dict(width={"n": [1, 2]}, rate=200.0)),
+    ("static", dict(slots=2048), dict(width={"n": [1, 2]})),
 ]
 
 

@@ -13,10 +13,11 @@ from pagesim.sim.run import build, run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
 
 
-def core_state(rows, slots=56, max_seq_len=16, **kw):
-    """The core's state with every request of ``rows`` (arrival, prompt, output) waiting."""
+def core_state(rows, slots=56, max_seq_len=16, width=None, **kw):
+    """The core's state with every request of ``rows`` (arrival, prompt, output; ``width``: their n)
+    waiting."""
     cfg = cfg_for("static", slots=slots, max_seq_len=max_seq_len, **kw)
-    _, _, _, table, manager, sched, executor = build(cfg, trace(rows))
+    _, _, _, table, manager, sched, executor = build(cfg, trace(rows, **({} if width is None else {"n": width})))
     s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
     for i in range(len(rows)):
         scheduler.add_arrival(s, i)
@@ -93,3 +94,16 @@ def test_a_padded_batch_priced_by_the_table_model(tmp_path):
     assert dt_us[0] == pytest.approx(3000 + 27250 + 3 * 362.5, rel=1e-12)
     assert dt_us[1] == pytest.approx(3000 + 20000 + 500 * 2 / 15 + 24.65, rel=1e-12)
     assert r.steps["num_prefill_tokens"].tolist()[:2] == [120, 0] and len(dt_us) == 3
+
+
+def test_a_request_of_several_sequences_is_rejected_not_batched():
+    """Static batching runs one sequence per request: a request of n = 2 at the queue's head is
+    rejected (the Python scheduler's reason) and the batch is formed from the others."""
+    s = core_state([(0, 3, 2), (0, 2, 2), (0, 2, 2), (0, 2, 2)], static_batch_size=2, width=[1, 2, 1, 1])
+    static.schedule(s)
+    assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_WIDTH_UNSHARED
+    assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2]
+    r = run_simulation(cfg_for("static", slots=56, max_seq_len=16), trace([(0, 3, 2), (0, 2, 2)], n=[2, 1]),
+                       engine="core")
+    assert r.requests["reject_reason"].tolist() == ["static batching runs one sequence per request "
+                                                    "(n = beam_width = 1)", ""]
