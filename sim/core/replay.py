@@ -58,8 +58,6 @@ def unsupported(engine) -> str | None:
     t = sched.t
     if t.size and (int(t.beam.max()) > 1):
         return "beam search runs in Python"
-    if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
-        return "zero-token prompts or outputs run in Python"
     if t.size and (t.status != 0).any():
         return "the request table has been run already"
     return None
