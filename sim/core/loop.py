@@ -45,17 +45,18 @@ def step_time(s, decode_context_sum):
     (``step_prefill_context``; ``b`` = context - n were cached before) are as the scheduler
     scheduled them: a static batch's padded prefill is n = context = the longest prompt."""
     c = s.count
-    flop_sum = 0.0  # sum(n * (b + n / 2)): multiples of 1/2 far below 2**52, exact in any order
+    pair_sum = 0  # sum(n * (2b + n)), twice the causal pairs: an integer, exact in any order
     cached_sum = 0
     cross_sum = 0  # sum(n * b) and sum(n * n): the calibrated model's
     square_sum = 0
     for k in range(c[STEP_PREFILL_SEQS]):
         n = s.step_prefill_tokens[k]
         before = s.step_prefill_context[k] - n
-        flop_sum += n * (before + n * 0.5)
+        pair_sum += n * (2 * before + n)
         cached_sum += before
         cross_sum += n * before
         square_sum += n * n
+    flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.prefill_sums)
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
     num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]

@@ -21,7 +21,6 @@ from pagesim.sim.errors import ConfigError
 
 ENGINES = ("auto", "core", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
-MAX_TOKEN_BUDGET = 1 << 26  # keeps the prefill attention sum exact in any order (loop.step_time)
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 
 
@@ -53,8 +52,6 @@ def unsupported(engine) -> str | None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
     if engine.check:
         return "--check runs in Python"
-    if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
-        return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
     if t.size and (int(t.beam.max()) > 1):
         return "beam search runs in Python"
@@ -163,7 +160,10 @@ def build(engine) -> state.Core:
     max_width = int(t.width.max()) if n else 1
     num_slots = max(1, min(max_num_seqs * max_width, int(t.width.sum()), mgr.num_blocks * max_width))
     count[state.NUM_FREE_SLOTS] = num_slots
-    blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
+    # a sequence holds at most its request's final length, and no request longer than
+    # max_seq_len is admitted: the table is as wide as the trace's longest request needs
+    longest = int((t.prompt + t.output).max()) if n else 1
+    blocks_per_seq = -(-min(mgr.max_seq_len, longest) // mgr.block_size)
     i64 = np.int64
     caching = prefix_caching_arrays(mgr, t, shared=mgr.prefix_caching or max_width > 1)
     seq_slot = np.full((max(n, 1), max_width), -1, i64)

@@ -361,6 +361,39 @@ def test_limits_beyond_int64_are_clamped():
     assert_engines_agree(cfg, rand_trace(0, rate=200.0), step_by_step=False)
 
 
+HUGE = 1 << 26  # a budget or max_seq_len beyond any run's prompts (the core refused these once)
+
+
+@pytest.mark.parametrize("system,kw", [
+    ("vllm", dict(max_num_batched_tokens=2 * HUGE)),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=2 * HUGE, slots=1200)),
+    ("vllm", dict(max_seq_len=HUGE, slots=HUGE + 1200, max_num_seqs=8)),  # a queue behind max_num_seqs
+    ("orca-max", dict(max_seq_len=HUGE, slots=3 * HUGE)),  # max reservations of 2**26: three at a time
+    ("static", dict(max_seq_len=HUGE, slots=3 * HUGE)),
+    ("static", dict(max_seq_len=HUGE, slots=3 * HUGE, cost_model="calibrated")),
+])
+def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
+    """Token budgets and max_seq_len of 2**26 and more run on the core with the Python engine's
+    records: the prefill pair sum is an exact integer in both, and the core's block tables are
+    as wide as the trace's longest request needs, not max_seq_len."""
+    kw = dict(kw)
+    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
+    c = assert_engines_agree(cfg, rand_trace(0, n=60, rate=200.0), step_by_step=False)
+    assert c.summary["completed"] == 60
+
+
+def test_the_block_table_is_as_wide_as_the_longest_request():
+    """max_seq_len 2**26 in blocks of 16: a row of 4,194,304 blocks per running slot; the trace's
+    longest request (40 + 9 tokens) needs ceil(49 / 16) = 4."""
+    from pagesim.sim.core import replay
+    from tests.sim.helpers import trace
+
+    cfg = cfg_for(max_seq_len=HUGE, slots=HUGE + 64)
+    _, _, _, table, manager, sched, executor = build(cfg, trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
+    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    assert s.block_table.shape == (3, 4)
+
+
 def test_progress_counts_every_finish():
     class Bar:
         total = 0
