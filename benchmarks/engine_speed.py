@@ -9,9 +9,9 @@
    the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
    process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
    compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
-   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle`` and ``static`` on the core
-   (target: engine under 0.3 s each), the Python engine in the same run as the baseline, and
-   the records compared.
+   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle`` and ``static`` (also with
+   ``--cost-model calibrated``) on the core (target: engine under 0.3 s each), the Python engine
+   in the same run as the baseline, and the records compared.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
    Python engine as the baseline up to 100,000 requests; ``--synthetic-system`` picks the system
@@ -266,12 +266,14 @@ def main() -> None:
         print(f"  same trace, chunked prefill (budget 512): core {cw:.3f} s, Python engine {cp:.2f} s "
               f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
         cost_models(trace)
-        for system in ("orca-max", "orca-pow2", "orca-oracle", "static"):
-            c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
+        for system, kw in (("orca-max", {}), ("orca-pow2", {}), ("orca-oracle", {}), ("static", {}),
+                           ("static", dict(cost_model="calibrated"))):
+            c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
             w, s2, r2 = timed(c, trace, engine="core", result=True)
             pw, p2, rp2 = timed(c, trace, engine="python", result=True)
             same = r2.requests.equals(rp2.requests) and r2.steps.equals(rp2.steps)
-            print(f"  same trace, --system {system}: core engine {s2['wall_time_s']:.3f} s ({w:.2f} s wall), "
+            label = system + "".join(f" --{k.replace('_', '-')} {v}" for k, v in kw.items())
+            print(f"  same trace, --system {label}: core engine {s2['wall_time_s']:.3f} s ({w:.2f} s wall), "
                   f"Python engine {p2['wall_time_s']:.2f} s ({pw:.2f} s wall; engine x{p2['wall_time_s'] / s2['wall_time_s']:.0f}), "
                   f"{s2['num_steps']} steps, records {'identical' if same else 'DIFFERENT'} (target: engine < 0.3 s)")
         c = SimConfig.for_system("token", model="opt-13b", gpu="a100-80gb", max_len_policy="error")

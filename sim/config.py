@@ -151,6 +151,24 @@ class SimConfig:
                               f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
                               f"{max_seq_len} or chunked_prefill")
 
+    def check_token_pairs(self, max_seq_len: int, capacity_tokens: int) -> None:
+        """An iteration's prefill attention is priced from sum(n * (2b + n)) over its prompts (n new
+        tokens after b cached, b + n <= max_seq_len; sim/core/loop.py step_time), an int64: at most
+        twice the iteration's prompt tokens times max_seq_len, which must stay below 2**63. The
+        prompt tokens of an iteration are bounded by its token budget and by the KV pool (static
+        batching's padded prefill, B x the longest prompt, by the pool alone)."""
+        if self.scheduler == "static":
+            tokens, what = capacity_tokens, "the KV pool's tokens (a static batch's padded prefill)"
+        elif self.chunked_prefill:
+            tokens, what = min(self.chunk_budget, capacity_tokens), "chunk_budget"
+        else:
+            tokens, what = min(self.max_num_batched_tokens or max(max_seq_len, 2048), capacity_tokens), \
+                "max_num_batched_tokens"
+        if 2 * tokens * max_seq_len >= 2**63:
+            raise ConfigError(f"max_seq_len={max_seq_len} with up to {tokens} prompt tokens per iteration ({what}) "
+                              "overflows the prefill attention's token-pair count (2 x tokens x max_seq_len must be "
+                              f"below 2**63); use a max_seq_len below {2**62 // tokens} or fewer tokens per iteration")
+
     @property
     def label(self) -> str:
         """What ran, in words: the preset's name, or the parts of a custom combination."""

@@ -70,13 +70,15 @@ _EMPTY = np.zeros(0, np.int64)
 
 def prefill_sums(batch: StepBatch) -> tuple[float, int]:
     """sum(n * (b + n / 2)) and sum(b) over the prefilling sequences (n new tokens after b
-    cached ones), as :func:`sim.core.cost.roofline_step_time` takes them: sums of multiples of
-    1/2 far below 2**52, exact in any order (as the core's loop sums them)."""
+    cached ones), as :func:`sim.core.cost.roofline_step_time` takes them. The first is half of
+    the integer sum(n * (2b + n)), exact in any order (int64: ``SimConfig.check_token_pairs``
+    keeps it in range), converted to a float once: the same float the core's loop makes
+    however large the prompts (a float sum would round at each term, differently by order)."""
     if not len(batch.prefill_tokens):
         return 0.0, 0
     new = batch.prefill_tokens
     before = batch.prefill_context - new
-    return float(np.dot(new, before + new * 0.5)), int(before.sum())
+    return float(np.dot(new, 2 * before + new)) * 0.5, int(before.sum())
 
 
 @dataclass

@@ -101,6 +101,7 @@ def resolve_budget(cfg: SimConfig):
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
             f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
     cfg.check_batched_tokens(model.max_seq_len)
+    cfg.check_token_pairs(model.max_seq_len, budget.capacity_tokens)
     check_pool(cfg, model, budget.capacity_tokens, budget.how)
     return model, gpu, budget
 

@@ -103,6 +103,11 @@ CASES = [
     (sim("--trace", "{garbage_csv}"), "garbage.csv"),
     (sim("--trace", "{negative_tokens}"), "negative.csv"),
     (sim("--trace", "{text_tokens}"), "text_tokens.csv"),
+    # --- an iteration's prefill token pairs (2 x tokens x max_seq_len) beyond int64
+    (sim("--max-seq-len", "3000000000", "--kv-gib", "1e9", "--chunked-prefill", "--chunk-budget", "2000000000"),
+     r"max_seq_len=3000000000 with up to 2000000000 prompt tokens per iteration \(chunk_budget\) overflows"),
+    (sim("--system", "static", "--max-seq-len", "3000000000", "--kv-gib", "1e9"),
+     r"prompt tokens per iteration \(the KV pool's tokens \(a static batch's padded prefill\)\) overflows"),
     # --- --config TOML files
     (sim("--config", "{toml_typo}"), "typo.toml: unknown setting 'blok_size'; did you mean 'block_size'\\?"),
     (sim("--config", "{toml_kv_gb}"), "kv_gb.toml: unknown setting 'kv_gb'; did you mean 'kv_gib'\\?"),

@@ -40,22 +40,24 @@ DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STE
 
 @njit(inline=True)
 def step_time(s, decode_context_sum):
-    """The cost model's price of the iteration just scheduled (``config[COST_MODEL]`` says which
-    model, ``config[COST_SCALED]`` whether its GPU time is scaled)."""
+    """The cost model's price of the iteration just scheduled, by either scheduler (``config[COST_MODEL]``
+    says which model, ``config[COST_SCALED]`` whether its GPU time is scaled). Each prefilling
+    sequence's ``n`` new tokens (``step_prefill_tokens``) and its context after them
+    (``step_prefill_context``; ``b`` = context - n were cached before) are as the scheduler
+    scheduled them: a static batch's padded prefill is n = context = the longest prompt."""
     c = s.count
-    flop_sum = 0.0  # sum(n * (b + n / 2)): multiples of 1/2 far below 2**52, exact in any order
+    pair_sum = 0  # sum(n * (2b + n)), twice the causal pairs: an integer, exact in any order
     cached_sum = 0
     cross_sum = 0  # sum(n * b) and sum(n * n): the calibrated model's
     square_sum = 0
     for k in range(c[STEP_PREFILL_SEQS]):
-        i = s.step_prefill_ids[k]
         n = s.step_prefill_tokens[k]
-        before = s.num_prompt_computed[i] - n
-        flop_sum += n * (before + n * 0.5)
+        before = s.step_prefill_context[k] - n
+        pair_sum += n * (2 * before + n)
         cached_sum += before
         cross_sum += n * before
         square_sum += n * n
-        s.step_prefill_context[k] = s.num_prompt_computed[i]  # the table model's
+    flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.prefill_sums)
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
     num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]
@@ -205,7 +207,7 @@ def run(s):
             c[WAKE_TRIGGERED] = 0
             clock[IDLE_FROM] = clock[NOW]
             continue
-        dt = static.step_time(s, decode_context_sum) if request_level else step_time(s, decode_context_sum)
+        dt = step_time(s, decode_context_sum)
         if not dt > 0:
             return STEP_NOT_POSITIVE
         record(s, clock[NOW], dt)

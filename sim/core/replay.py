@@ -21,7 +21,6 @@ from pagesim.sim.errors import ConfigError, InvariantError
 
 ENGINES = ("auto", "core", "python")
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
-MAX_TOKEN_BUDGET = 1 << 26  # keeps the prefill attention sum exact in any order (loop.step_time)
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 
 
@@ -33,7 +32,6 @@ def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
     from pagesim.sim.executor import SimulatedExecutor
-    from pagesim.sim.cost import RooflineCostModel
     from pagesim.sim.memory.contiguous import ContiguousManager
     from pagesim.sim.memory.paged import PagedManager, TokenManager
     from pagesim.sim.memory.static import StaticManager
@@ -52,16 +50,7 @@ def unsupported(engine) -> str | None:
         return f"the {mgr.reservation} reservation runs in Python"
     if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
-    if type(sched) is StaticScheduler and (cost_model_code(ex.cost_model) != state.ROOFLINE
-                                           or type(ex.cost_model) is not RooflineCostModel):
-        return "static batching runs on the core with the roofline only (sim/core/static.py prices its batches)"
-    if max(sched.max_batched, sched.budget, mgr.max_seq_len) >= MAX_TOKEN_BUDGET:
-        return f"a token budget or max_seq_len >= {MAX_TOKEN_BUDGET} runs in Python"
     t = sched.t
-    if t.size and int(t.width.max()) > 1 and not sched.fork_ok:  # contiguous, static, vattention
-        return "sampling width on a manager without shared blocks runs in Python (which rejects it with its reason)"
-    if t.size and (int(t.prompt.min()) < 1 or int(t.output.min()) < 1):
-        return "zero-token prompts or outputs run in Python"
     if t.size and (t.status != 0).any():
         return "the request table has been run already"
     return None
@@ -168,12 +157,16 @@ def build(engine) -> state.Core:
     max_width = int(t.width.max()) if n else 1
     num_slots = max(1, min(max_num_seqs * max_width, int(t.width.sum()), mgr.num_blocks * max_width))
     count[state.NUM_FREE_SLOTS] = num_slots
-    blocks_per_seq = -(-mgr.max_seq_len // mgr.block_size)
+    # a sequence holds at most its request's final length, and no request longer than
+    # max_seq_len is admitted: the table is as wide as the trace's longest request needs
+    longest = int((t.prompt + t.output).max()) if n else 1
+    blocks_per_seq = -(-min(mgr.max_seq_len, longest) // mgr.block_size)
     i64 = np.int64
     caching = prefix_caching_arrays(mgr, t, shared=mgr.prefix_caching or max_width > 1)
     seq_slot = np.full((max(n, 1), max_width), -1, i64)
     config[state.PREFIX_CACHING] = int(mgr.prefix_caching)
     config[state.SHARED_BLOCKS] = int(mgr.prefix_caching or max_width > 1)  # reference counts kept
+    config[state.FORKS_SHARE_BLOCKS] = int(sched.fork_ok)  # else n / beam_width > 1 is rejected
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
     config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
     count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
@@ -354,6 +347,8 @@ def hand_over(engine, s: state.Core) -> None:
         t.reject_reason[i] = sched.never_reason(i)
     for i in np.flatnonzero(s.reject_code == state.REJECT_TOO_WIDE).tolist():
         t.reject_reason[i] = sched.too_wide_reason(i)
+    for i in np.flatnonzero(s.reject_code == state.REJECT_WIDTH_UNSHARED).tolist():
+        t.reject_reason[i] = sched.width_reason(i)
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
     if is_contiguous(mgr):

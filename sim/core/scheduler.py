@@ -37,12 +37,13 @@ from pagesim.sim.core import beam, kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
-                            DEMAND_WAITING, FINISHED, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
+                            DEMAND_WAITING, FINISHED, FORKS_SHARE_BLOCKS, FREE_BLOCK_PER_SEQ, FREE_EPOCH,
                             HAS_WAITING_SERVED_RATIO, ITL_COUNT, ITL_SUM,
                             MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_FINISHED,
                             NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
                             NUM_SWAP_FALLBACKS, PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS,
-                            REJECT_TOO_WIDE, REJECTED, RUNNING, STEP_COPIED_BLOCKS, STEP_DECODE_SEQS,
+                            REJECT_TOO_WIDE, REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_COPIED_BLOCKS,
+                            STEP_DECODE_SEQS,
                             STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
@@ -118,6 +119,7 @@ def prefill(s, i, n):
     k = s.count[STEP_PREFILL_SEQS]
     s.step_prefill_ids[k] = i
     s.step_prefill_tokens[k] = n
+    s.step_prefill_context[k] = s.num_prompt_computed[i]  # its context after the chunk (loop.step_time)
     s.count[STEP_PREFILL_SEQS] = k + 1
     s.count[STEP_PREFILL_TOKENS] += n
 
@@ -156,6 +158,9 @@ def admit_waiting(s, budget):
     while c[WAITING_LEN] and (budget > 0 or not chunked):
         i = waiting_head(s)
         target = s.prompt_target[i]
+        if s.width[i] > 1 and not s.config[FORKS_SHARE_BLOCKS]:  # its forks would copy whole reservations
+            reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            continue
         if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:  # its sequences after the fork too
             blocked = BLOCKED_ON_MAX_SEQS
         elif not chunked and target > s.config[MAX_BATCHED_TOKENS]:

@@ -27,6 +27,7 @@ import numpy as np
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 # why a request was rejected (RequestTable.reject_reason is written from these in Python)
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
+REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
@@ -34,7 +35,8 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
  SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
- SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, NUM_CONFIG) = range(33)
+ SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
+ NUM_CONFIG) = range(34)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``

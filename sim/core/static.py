@@ -3,20 +3,22 @@
 manager's slots, ``static_batch_size`` or ``max_num_seqs`` if fewer), each in a fixed slot of
 max_seq_len (the contiguous manager's accounting with the ``max`` reservation, its slots
 first-fit over ``[0, B * max_seq_len)``: the lowest free slot), and prefill them together;
-then decode until the longest member is done. Nobody joins mid-batch. The batch is padded: the prefill is priced as B x the longest
-prompt and every decode step computes all B sequences, finished or not; members that are done
-keep their K/V and wait. Results return when the whole batch ends: every member's finish time
-is the batch's.
+then decode until the longest member is done. Nobody joins mid-batch. The batch is padded: the
+prefill computes B sequences of the longest prompt each (nothing cached before it) and every
+decode step computes all B sequences, finished or not; members that are done keep their K/V
+and wait. Results return when the whole batch ends: every member's finish time is the batch's.
+The loop prices these steps as any other (``loop.step_time``, whichever cost model), from the
+padded shape this module writes: what ``sim/sched/static.py`` hands its cost model.
 """
 
 from __future__ import annotations
 
 
 from pagesim.sim.core import extent, kv_cache, scheduler
-from pagesim.sim.core.cost import roofline_step_time
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
-                            NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, STATIC_BATCH_LIMIT,
+                            NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED,
+                            STATIC_BATCH_LIMIT,
                             STATIC_CONTEXT_SUM, STATIC_LIVE,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
 
@@ -29,6 +31,9 @@ def start_batch(s):
     longest = 0
     while c[WAITING_LEN] and c[NUM_RUNNING] < s.config[STATIC_BATCH_LIMIT]:
         i = scheduler.waiting_head(s)
+        if s.width[i] > 1:  # one sequence per request (StaticScheduler.width_reason)
+            scheduler.reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            continue
         prompt = s.prompt_tokens[i]
         fits = extent.can_allocate(s, i, prompt)
         if fits == kv_cache.NEVER_FITS:
@@ -49,7 +54,8 @@ def start_batch(s):
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]
         s.step_prefill_ids[k] = i
-        s.step_prefill_tokens[k] = longest
+        s.step_prefill_tokens[k] = longest  # padded: the longest prompt, after nothing cached
+        s.step_prefill_context[k] = longest
         context_sum += s.prompt_tokens[i]
     # a decode step's context: each member's prompt + min(generated, output), kept as a sum
     # that grows with every token handed out (complete_step)
@@ -71,19 +77,6 @@ def schedule(s):
     c[COMPUTED_SLOTS] += c[STATIC_LIVE]
     c[STEP_DECODE_SEQS] = c[NUM_RUNNING]
     return c[STATIC_CONTEXT_SUM]
-
-
-@njit
-def step_time(s, decode_context_sum):
-    """The roofline's price of the padded batch: B x the longest prompt, or B decodes."""
-    c = s.count
-    flop_sum = 0.0
-    for k in range(c[STEP_PREFILL_SEQS]):
-        n = s.step_prefill_tokens[k]
-        flop_sum += n * (0 + n * 0.5)  # nothing cached before a static prefill
-    num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
-    return roofline_step_time(s.cost, num_seqs, c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS],
-                              decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum, 0, 0, 0)
 
 
 @njit

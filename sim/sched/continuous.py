@@ -165,6 +165,11 @@ class ContinuousScheduler:
     def too_wide_reason(self, i: int) -> str:
         return f"its {int(self.t.width[i])} sequences (n / beam_width) exceed max_num_seqs={self.max_num_seqs}"
 
+    def width_reason(self, i: int) -> str:
+        """Why request ``i``'s sequences (n / beam_width > 1) cannot run on this manager (``fork_ok``)."""
+        return (f"parallel sampling / beam search (width {int(self.t.width[i])}) needs a manager that shares "
+                "blocks (paged); this one would copy whole reservations")
+
     def batched_reason(self, i: int) -> str:
         return f"prompt of {int(self.t.target[i])} tokens exceeds max_num_batched_tokens={self.max_batched}"
 
@@ -290,8 +295,7 @@ class ContinuousScheduler:
         if outcome in ("width", "batched", "never"):
             self.waiting.popleft()
             if outcome == "width":
-                self._reject(i, f"parallel sampling / beam search (width {int(t.width[i])}) needs a manager "
-                                "that shares blocks (paged); this one would copy whole reservations")
+                self._reject(i, self.width_reason(i))
             elif outcome == "batched":
                 self._reject(i, self.batched_reason(i))
             else:

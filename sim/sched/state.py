@@ -23,6 +23,8 @@ import enum
 import numpy as np
 import pandas as pd
 
+from pagesim.sim.errors import TraceError
+
 
 class Status(enum.IntEnum):
     PENDING = 0  # not arrived yet
@@ -31,6 +33,20 @@ class Status(enum.IntEnum):
     SWAPPED = 3
     FINISHED = 4
     REJECTED = 5
+
+
+def check_counts(trace: pd.DataFrame, table: "RequestTable") -> None:
+    """Every request computes at least one prompt token and generates at least one, in at least one
+    sequence: a count below 1 is refused (TraceError naming the row and field), as the trace
+    loaders and ``traces.schema.validate_canonical`` refuse it. This is where every run's requests
+    are built, so a DataFrame handed to ``run_simulation`` without validation is caught here too."""
+    for field, values in (("prompt_tokens", table.prompt), ("output_tokens", table.output), ("n", table.n),
+                          ("beam_width", table.beam)):
+        bad = np.flatnonzero(values < 1)
+        if bad.size:
+            i = int(bad[0])
+            raise TraceError(f"must be >= 1, got {values[i]} (request {table.request_id[i]!r})",
+                             path=str(trace.attrs.get("source", "<trace>")), row=i + 1, field=field)
 
 
 class RequestTable:
@@ -53,6 +69,7 @@ class RequestTable:
         self.n = (trace["n"].to_numpy(dtype=np.int64) if "n" in trace else np.ones(n, np.int64))
         self.beam = (trace["beam_width"].to_numpy(dtype=np.int64) if "beam_width" in trace
                      else np.ones(n, np.int64))
+        check_counts(trace, self)
         self.width = np.maximum(self.n, self.beam)  # sequences the request runs
         if "prefix_hashes" in trace:
             self.hashes = trace["prefix_hashes"].to_numpy(dtype=object)

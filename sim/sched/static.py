@@ -31,6 +31,9 @@ class StaticScheduler(ContinuousScheduler):
         self.batch: np.ndarray = np.zeros(0, _I64)
         self._live: np.ndarray | None = None
 
+    def width_reason(self, i: int) -> str:
+        return "static batching runs one sequence per request (n = beam_width = 1)"
+
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or len(self.batch))
@@ -49,7 +52,7 @@ class StaticScheduler(ContinuousScheduler):
                 i = self.waiting[0]
                 if t.width[i] > 1:
                     self.waiting.popleft()
-                    self._reject(i, "static batching runs one sequence per request (n = beam_width = 1)")
+                    self._reject(i, self.width_reason(i))
                     continue
                 spec = SeqSpec(i, int(t.prompt[i]), t.final_len(i))
                 adm = self.mgr.can_allocate(spec)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, kv_cache, placement, replay, state
+from pagesim.sim.core import extent, kv_cache, placement, replay, scheduler, state
 from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.run import build, run_simulation
 from tests.sim.helpers import cfg_for, trace
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS
@@ -163,3 +163,24 @@ def test_best_fit_ties_go_to_the_lowest_address():
     extent.free(s, 0)
     extent.free(s, 2)
     assert admit(s, 4) == OK and extent_of(s, 4) == (0, 3, 3)
+
+
+def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
+    """Forks share blocks only in the paged managers (ContinuousScheduler.fork_ok): on Orca's
+    extents and vAttention's pages a request of n > 1 is rejected at the queue's head, with the
+    Python scheduler's reason, and the requests behind it are admitted as usual."""
+    for system, slots in (("orca-max", 64), ("vattention", 2048)):
+        s = core_state(system, [(0, 3, 2), (0, 4, 2), (0, 2, 2)], slots=slots, max_seq_len=16)
+        s.width[1] = 2
+        for i in range(3):
+            scheduler.add_arrival(s, i)
+        scheduler.admit_waiting(s, 1 << 20)
+        assert s.status[:3].tolist() == [state.RUNNING, state.REJECTED, state.RUNNING], system
+        assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
+        assert s.config[state.FORKS_SHARE_BLOCKS] == 0
+    tr = trace([(0, 3, 2), (0, 4, 2), (0, 2, 2)], n=[1, 2, 1])
+    r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr, engine="core")
+    assert r.requests["reject_reason"].tolist() == [
+        "", "parallel sampling / beam search (width 2) needs a manager that shares blocks (paged); "
+            "this one would copy whole reservations", ""]
+    assert r.requests["status"].tolist() == ["finished", "rejected", "finished"]

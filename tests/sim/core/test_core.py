@@ -144,6 +144,11 @@ CASES = [
      dict(width={"beam_width": [1, 2, 3]}, rate=200.0)),
     ("vllm", dict(prefix_caching=True, slots=1200), dict(width={"beam_width": [1, 2, 3]}, rate=200.0, prefix=True)),
     ("vllm", dict(max_num_seqs=3, record_steps=False), dict(width={"beam_width": [1, 2, 4]})),  # 4 rejected
+    # ... and rejected, with the reason, on the managers whose forks cannot share blocks
+    ("orca-max", dict(slots=1200), dict(width={"n": [1, 2, 3]}, rate=200.0)),
+    ("orca-pow2", dict(slots=1200, max_num_seqs=2), dict(width={"n": [1, 2, 3]}, rate=200.0)),  # 3: too wide
+    ("vattention", dict(slots=1200), dict(width={"n": [1, 2]}, rate=200.0)),
+    ("static", dict(slots=2048), dict(width={"n": [1, 2]})),
 ]
 
 
@@ -198,6 +203,27 @@ def test_core_equals_python_with_each_cost_model(cost, case, profiles):
     cfg = cfg_for(slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
     c = assert_engines_agree(cfg, rand_trace(case, **tkw))
     roofline = run_simulation(cfg_for(slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
+    assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
+
+
+STATIC_COST_CASES = [
+    (dict(slots=2048), {}),
+    (dict(slots=1200), dict(rate=200.0)),
+    (dict(slots=3000, static_batch_size=3, record_steps=False), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(STATIC_COST_CASES)))
+@pytest.mark.parametrize("cost", COST_MODELS)
+def test_static_core_equals_python_with_each_cost_model(cost, case, profiles):
+    """Static batching's padded steps priced by each model: the core's loop prices them as the
+    Python static scheduler's cost model does (sim/core/static.py writes the padded shape)."""
+    kw, tkw = STATIC_COST_CASES[case]
+    kw = dict(kw)
+    slots = kw.pop("slots")
+    cfg = cfg_for("static", slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
+    c = assert_engines_agree(cfg, rand_trace(case, **tkw))
+    roofline = run_simulation(cfg_for("static", slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
     assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
 
 
@@ -307,11 +333,14 @@ def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, s
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]))
-def test_core_equals_python_random_static(seed, n, rate, slots, batch, max_len):
-    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed)
+       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]),
+       cost=st.sampled_from(["roofline"] + COST_MODELS))
+def test_core_equals_python_random_static(profiles, seed, n, rate, slots, batch, max_len, cost):
+    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed,
+                  **cost_kw(cost, profiles))
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, max_len=max_len), step_by_step=False)
 
 
@@ -344,6 +373,39 @@ def test_limits_beyond_int64_are_clamped():
     assert_engines_agree(cfg, rand_trace(0, rate=200.0), step_by_step=False)
 
 
+HUGE = 1 << 26  # a budget or max_seq_len beyond any run's prompts (the core refused these once)
+
+
+@pytest.mark.parametrize("system,kw", [
+    ("vllm", dict(max_num_batched_tokens=2 * HUGE)),
+    ("vllm", dict(chunked_prefill=True, chunk_budget=2 * HUGE, slots=1200)),
+    ("vllm", dict(max_seq_len=HUGE, slots=HUGE + 1200, max_num_seqs=8)),  # a queue behind max_num_seqs
+    ("orca-max", dict(max_seq_len=HUGE, slots=3 * HUGE)),  # max reservations of 2**26: three at a time
+    ("static", dict(max_seq_len=HUGE, slots=3 * HUGE)),
+    ("static", dict(max_seq_len=HUGE, slots=3 * HUGE, cost_model="calibrated")),
+])
+def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
+    """Token budgets and max_seq_len of 2**26 and more run on the core with the Python engine's
+    records: the prefill pair sum is an exact integer in both, and the core's block tables are
+    as wide as the trace's longest request needs, not max_seq_len."""
+    kw = dict(kw)
+    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
+    c = assert_engines_agree(cfg, rand_trace(0, n=60, rate=200.0), step_by_step=False)
+    assert c.summary["completed"] == 60
+
+
+def test_the_block_table_is_as_wide_as_the_longest_request():
+    """max_seq_len 2**26 in blocks of 16: a row of 4,194,304 blocks per running slot; the trace's
+    longest request (40 + 9 tokens) needs ceil(49 / 16) = 4."""
+    from pagesim.sim.core import replay
+    from tests.sim.helpers import trace
+
+    cfg = cfg_for(max_seq_len=HUGE, slots=HUGE + 64)
+    _, _, _, table, manager, sched, executor = build(cfg, trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
+    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    assert s.block_table.shape == (3, 4)
+
+
 def test_progress_counts_every_finish():
     class Bar:
         total = 0
@@ -361,8 +423,6 @@ def test_progress_counts_every_finish():
 
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
-    (dict(system="vattention"), dict(width={"beam_width": [1, 2]}), "without shared blocks"),  # rejected
-    (dict(system="vattention"), dict(width={"n": [1, 2]}), "without shared blocks"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -384,6 +444,12 @@ def test_numba_is_there_to_compile_the_core():
     """numba is a dependency: without it every run would silently take the interpreted core
     (the same results, many times slower)."""
     assert jit.COMPILED, "numba is not importable: pip install numba (or PAGESIM_JIT=0 is set)"
+
+
+def subprocess_path(root: Path) -> str:
+    """The child's import path: the tests' root, after the caller's PYTHONPATH (a worktree's
+    ``pagesim`` link), so that the child imports the same ``pagesim`` as this process."""
+    return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(root)) if p)
 
 
 INTERPRETED = """
@@ -422,12 +488,13 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-oracle", slots=1000, placement="best-fit"),
     dict(system="orca-max", slots=1000, placement="first-fit"),
     dict(system="static", slots=1200),
+    dict(system="static", slots=1200, profile=True, cost_scale=1.37),  # padded prefill by the table
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
     compiled by numba give the same records."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
     subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
     kw = dict(kw)
     if kw.get("profile"):
@@ -460,7 +527,7 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     produced no token, with the Python engine's words (tests/sim/sched/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
     root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
     subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
 
 

@@ -155,3 +155,43 @@ def test_core_prices_a_run_by_hand(tmp_path, scale, want):
     cfg = cfg_for(profile=profile(tmp_path / "p.csv"), cost_scale=scale, per_seq_overhead_ms=0.0)
     r = run_simulation(cfg, trace, engine="core")
     assert r.steps["dt_s"].to_numpy() == pytest.approx(want, rel=1e-12)
+
+
+# three prompts (n new tokens after b cached) whose float terms n * (b + n / 2) sum to
+# 157593599762635936 or ...968 depending on the order, and so the step to one of two times; the
+# integer sum(n * (2b + n)) is 315187199525271911 whatever the order, half of it as a float
+# 157593599762635968 (the nearest of its neighbours 32 apart)
+HUGE_PROMPTS = [(189570197, 85031152), (149161433, 211275785), (249287805, 199748349)]
+HALF_PAIRS = 157593599762635968.0
+
+
+def test_the_prefill_pair_sum_is_exact_in_any_order():
+    """Both engines price prefill from half the integer pair sum, rounded once: three huge
+    prompts in each of their orders give the same flop sum (sim.cost.prefill_sums) and the
+    same step time from the core's loop (loop.step_time), that of the exact sum."""
+    import itertools
+
+    from pagesim.sim.core import loop, replay, state
+    from pagesim.sim.core.cost import roofline_step_time
+    from pagesim.sim.cost import prefill_sums
+    from pagesim.sim.engine import Engine
+    from pagesim.sim.run import build
+    from tests.sim.helpers import trace
+
+    exact = sum(n * (2 * b + n) for n, b in HUGE_PROMPTS)
+    assert exact == 315187199525271911 and float(exact) * 0.5 == HALF_PAIRS
+    floats = {sum(n * (b + n * 0.5) for n, b in order) for order in itertools.permutations(HUGE_PROMPTS)}
+    assert floats == {157593599762635936.0, HALF_PAIRS}  # a float sum would depend on the order
+    _, _, _, table, manager, sched, executor = build(cfg_for(), trace([(0, 5, 5)] * 3))
+    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    times = set()
+    for order in itertools.permutations(HUGE_PROMPTS):
+        new, before = np.array([n for n, _ in order]), np.array([b for _, b in order])
+        assert prefill_sums(StepBatch(prefill_seq_ids=np.arange(3), prefill_tokens=new,
+                                      prefill_context=new + before)) == (HALF_PAIRS, int(before.sum()))
+        s.count[state.STEP_PREFILL_SEQS], s.count[state.STEP_PREFILL_TOKENS] = 3, new.sum()
+        s.step_prefill_tokens[:3], s.step_prefill_context[:3] = new, new + before
+        times.add(loop.step_time(s, 0))
+    want = roofline_step_time(s.cost, 3, int(sum(n for n, _ in HUGE_PROMPTS)), 0, 3, HALF_PAIRS,
+                              int(sum(b for _, b in HUGE_PROMPTS)), 0, 0)
+    assert times == {want}

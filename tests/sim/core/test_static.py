@@ -5,17 +5,19 @@ and the whole batch finishing at once."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pagesim.sim.core import extent, replay, scheduler, state, static
 from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
-from tests.sim.helpers import cfg_for, trace
+from pagesim.sim.run import build, run_simulation
+from tests.sim.helpers import cfg_for, trace, write_table_profile
 
 
-def core_state(rows, slots=56, max_seq_len=16, **kw):
-    """The core's state with every request of ``rows`` (arrival, prompt, output) waiting."""
+def core_state(rows, slots=56, max_seq_len=16, width=None, **kw):
+    """The core's state with every request of ``rows`` (arrival, prompt, output; ``width``: their n)
+    waiting."""
     cfg = cfg_for("static", slots=slots, max_seq_len=max_seq_len, **kw)
-    _, _, _, table, manager, sched, executor = build(cfg, trace(rows))
+    _, _, _, table, manager, sched, executor = build(cfg, trace(rows, **({} if width is None else {"n": width})))
     s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
     for i in range(len(rows)):
         scheduler.add_arrival(s, i)
@@ -73,3 +75,35 @@ def test_max_num_seqs_caps_the_batch_below_the_slots():
     static.schedule(s)
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 1]
     assert s.count[state.WAITING_LEN] == 1 and s.count[state.DEMAND_WAITING] == 0
+
+
+def test_a_padded_batch_priced_by_the_table_model(tmp_path):
+    """The table model (tests/sim/helpers.py's profile: overhead 3000 us; linear 22000 us at 64
+    tokens, 40000 at 256; attn_prefill 250 us at 32, 700 at 64; attn_decode 20 + 0.05 batch x
+    context us) prices a static batch of prompts 20, 40, 30 as its padded shape.
+    The prefill: 3 x 40 = 120 tokens, linear 22000 + 18000 x 56/192 = 27250 us; each member's
+    attention at context 40 (the padded prompt, not its own), 250 + 450 x 8/32 = 362.5 us,
+    three times: 3000 + 27250 + 1087.5 = 31337.5 us. The first decode: 3 sequences, linear
+    20000 + 500 x 2/15 us; contexts 21 + 41 + 31 = 93, mean 31: decode at batch 1 is 21.55 us,
+    at batch 8 32.4 us, at batch 3 21.55 + 10.85 x 2/7 = 24.65 us."""
+    profile = str(write_table_profile(tmp_path / "profile.csv"))
+    cfg = cfg_for("static", slots=192, max_seq_len=64, profile=profile)
+    r = run_simulation(cfg, trace([(0, 20, 3), (0, 40, 2), (0, 30, 2)]), engine="core")
+    assert r.summary["engine"] in ("core", "core-cpython")
+    dt_us = (r.steps["dt_s"] * 1e6).tolist()
+    assert dt_us[0] == pytest.approx(3000 + 27250 + 3 * 362.5, rel=1e-12)
+    assert dt_us[1] == pytest.approx(3000 + 20000 + 500 * 2 / 15 + 24.65, rel=1e-12)
+    assert r.steps["num_prefill_tokens"].tolist()[:2] == [120, 0] and len(dt_us) == 3
+
+
+def test_a_request_of_several_sequences_is_rejected_not_batched():
+    """Static batching runs one sequence per request: a request of n = 2 at the queue's head is
+    rejected (the Python scheduler's reason) and the batch is formed from the others."""
+    s = core_state([(0, 3, 2), (0, 2, 2), (0, 2, 2), (0, 2, 2)], static_batch_size=2, width=[1, 2, 1, 1])
+    static.schedule(s)
+    assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_WIDTH_UNSHARED
+    assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2]
+    r = run_simulation(cfg_for("static", slots=56, max_seq_len=16), trace([(0, 3, 2), (0, 2, 2)], n=[2, 1]),
+                       engine="core")
+    assert r.requests["reject_reason"].tolist() == ["static batching runs one sequence per request "
+                                                    "(n = beam_width = 1)", ""]

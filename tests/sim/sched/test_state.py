@@ -25,3 +25,21 @@ def test_the_run_is_measured_from_the_first_arrival(simulate, opt13b_config, tin
     assert summary["idle_s"] == pytest.approx(0.5 - prefill - decode, rel=1e-9)
     assert summary["mem_free_idle"] + summary["mem_token_states"] + summary["mem_reservation"] \
         + summary["mem_internal_frag"] == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("column,row", [("prompt_tokens", 2), ("output_tokens", 3), ("n", 1), ("beam_width", 3)])
+def test_requests_of_no_tokens_or_no_sequences_are_refused(column, row):
+    """The trace loaders refuse a token count (or n, beam_width) below 1; a DataFrame handed to
+    run_simulation unvalidated meets the same rule where requests are built: one line naming the
+    row (1-based) and the field, before anything runs, on either engine."""
+    from pagesim.sim.errors import TraceError
+    from pagesim.sim.run import run_simulation
+    from tests.sim.helpers import cfg_for, trace
+
+    df = trace([(0.0, 5, 3), (0.1, 6, 2), (0.2, 7, 4)], n=[1, 1, 1], beam_width=[1, 1, 1])
+    df.loc[row - 1, column] = 0
+    df.attrs["source"] = "frame"
+    for engine in ("core", "python"):
+        with pytest.raises(TraceError, match=rf"^frame, row {row}, field '{column}': must be >= 1, got 0 "
+                                             rf"\(request 'r{row - 1}'\)$"):
+            run_simulation(cfg_for(slots=1000), df, engine=engine)
