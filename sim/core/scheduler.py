@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core import extent, kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
@@ -293,8 +293,9 @@ def decode(s):
     each member, at its turn, needs one free block whether or not it crosses, so the last
     member needs one more block than the crossings before it. A request's sequences are
     members (its group's last sequence is the last member); a sequence writing into a tail
-    it shares takes a copy. A contiguous extent was reserved whole at admission: nothing to
-    make room for."""
+    it shares takes a copy. A contiguous extent was reserved whole at admission, unless a
+    predicted reservation is outgrown: then the latest-admitted request is preempted while
+    the re-reservations do not fit (``extent.decode_fits``)."""
     c = s.count
     paged = s.config[MANAGER_KIND] == PAGED
     while paged and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
@@ -308,6 +309,8 @@ def decode(s):
         needed = crossing - last_takes + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
         if needed <= kv_cache.num_free_blocks(s):
             break
+        preempt_latest(s)
+    while not paged and c[DECODE_SET_SIZE] and not extent.decode_fits(s):
         preempt_latest(s)
     context_sum = 0
     running, in_decode, num_computed_tokens = s.running, s.in_decode, s.num_computed_tokens

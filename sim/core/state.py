@@ -53,14 +53,16 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
  STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
- NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS, NUM_COUNTS) = range(63)
+ NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
+ NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_COUNTS) = range(66)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
 MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
 BLOCKS_SUM, LOGICAL_SUM = 15, 16
 WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
-NUM_CLOCK = 18
+PREDICTOR_ERROR = 18  # the predicted reservation's relative error (read only)
+NUM_CLOCK = 19
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
@@ -71,10 +73,11 @@ ENTRY_END, ENTRY_CHAIN, ENTRY_BLOCK, ENTRY_COLUMNS = 0, 1, 2, 4
 # config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
 PAGED, CONTIGUOUS = 0, 1
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
-RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
+RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE, RESERVE_PREDICTED = 0, 1, 2, 3
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 # columns of Core.extent, Core.buddy_orders and Core.holes
 EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
+EXTENT_PROMPT, EXTENT_COLUMNS = 3, 4  # the tokens it held at admission (P of a re-reservation)
 ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
 HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
@@ -157,3 +160,8 @@ class Core(NamedTuple):
     width: np.ndarray
     num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
     seq_slot: np.ndarray
+    # the predicted reservation (sim/core/extent.py): each request's standard normal draw z of
+    # its length predictor, and room to save the placement in while several re-reservations
+    # are tried (empty for the other reservations)
+    predictor_draw: np.ndarray
+    placement_saved: np.ndarray
