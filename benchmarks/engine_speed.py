@@ -9,8 +9,8 @@
    the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
    process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
    compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
-   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle`` and ``static`` on the core
-   (target: engine under 0.3 s each), the Python engine in the same run as the baseline, and
+   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle``, ``static`` and ``orca-max
+   --reservation predicted`` on the core (target: engine under 0.3 s each), the Python engine in the same run as the baseline, and
    the records compared.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
@@ -228,8 +228,10 @@ def main() -> None:
         print(f"  same trace, chunked prefill (budget 512): core {cw:.3f} s, Python engine {cp:.2f} s "
               f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
         cost_models(trace)
-        for system in ("orca-max", "orca-pow2", "orca-oracle", "static"):
-            c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
+        for system, kw in (("orca-max", {}), ("orca-pow2", {}), ("orca-oracle", {}), ("static", {}),
+                           ("orca-max", dict(reservation="predicted"))):
+            c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
+            system += "".join(f" --{k} {v}" for k, v in kw.items())
             w, s2, r2 = timed(c, trace, engine="core", result=True)
             pw, p2, rp2 = timed(c, trace, engine="python", result=True)
             same = r2.requests.equals(rp2.requests) and r2.steps.equals(rp2.steps)

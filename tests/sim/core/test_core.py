@@ -92,6 +92,16 @@ CASES = [
     ("orca-pow2", dict(slots=1200, max_num_seqs=3), dict(rate=200.0)),
     ("orca-oracle", dict(slots=1000, record_steps=False), dict(rate=200.0)),
     ("orca-pow2", dict(slots=1200, preemption="swap"), dict(rate=200.0)),  # never preempts
+    # the predicted reservation: overflows kept, grown in place or moved, preemption when they do not fit
+    ("orca-max", dict(reservation="predicted"), {}),
+    ("orca-max", dict(reservation="predicted", slots=1200), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, placement="first-fit"), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, placement="best-fit"), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1200, predictor_error=1.0), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", predictor_error=0.0), {}),  # exact: never overflows
+    ("orca-max", dict(reservation="predicted", slots=1200, chunked_prefill=True, chunk_budget=64), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1200, max_num_seqs=4), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, record_steps=False), dict(rate=200.0)),
     # prefix caching (the trace's hashes cover 16-token blocks of three values: many hits)
     ("vllm", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, block_size=4), dict(prefix=True)),
@@ -286,12 +296,13 @@ def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       reservation=st.sampled_from(["max", "pow2", "oracle"]),
+       reservation=st.sampled_from(["max", "pow2", "oracle", "predicted", "predicted"]),
        placement=st.sampled_from(["buddy", "first-fit", "best-fit"]), slots=st.integers(256, 4000),
-       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]))
-def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk):
-    cfg = cfg_for(f"orca-{reservation}", slots=slots, placement=placement, max_num_seqs=max_seqs, seed=seed,
-                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512)
+       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]),
+       error=st.sampled_from([0.1, 0.3, 1.0]))
+def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk, error):
+    cfg = cfg_for("orca-max", slots=slots, reservation=reservation, placement=placement, max_num_seqs=max_seqs,
+                  seed=seed, chunked_prefill=chunk is not None, chunk_budget=chunk or 512, predictor_error=error)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
@@ -312,6 +323,12 @@ def test_orca_cases_reach_what_they_test():
         assert c.summary["completed"] == 160
         assert (c.steps["mem_external_frag"] > 0).any()
         assert (c.steps["mem_allocator_slack"] > 0).any() == (placement == "buddy")
+        # predicted: reservations outgrown, kept, grown in place and moved, and preemptions
+        p = run_simulation(cfg_for("orca-max", slots=1000, placement=placement, reservation="predicted"),
+                           rand_trace(0, rate=200.0), engine="core").summary
+        assert p["completed"] == 160 and p["num_preemptions"] > 0
+        kept = p["mgr_overflows"] - p["mgr_grows_in_place"] - p["mgr_moves"]  # a buddy block's slack held R'
+        assert (kept > 0) == (placement == "buddy") and p["mgr_grows_in_place"] > 0 and p["mgr_moves"] > 0
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
@@ -350,7 +367,7 @@ def test_progress_counts_every_finish():
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"beam_width": [1, 2]}), "beam search"),
-    (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
+    (dict(system="orca-max", reservation="predicted", preemption="swap"), {}, "swap preemption with the predicted"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -408,6 +425,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-pow2", slots=1200),  # the buddy
     dict(system="orca-oracle", slots=1000, placement="best-fit"),
     dict(system="orca-max", slots=1000, placement="first-fit"),
+    dict(system="orca-max", slots=1000, reservation="predicted"),  # overflows, moves, preemption (buddy)
+    dict(system="orca-max", slots=1000, reservation="predicted", placement="best-fit"),
     dict(system="static", slots=1200),
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
