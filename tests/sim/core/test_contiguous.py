@@ -290,3 +290,34 @@ def test_overflow_past_max_seq_len_cannot_rereserve():
     s.num_computed_tokens[0] = 16
     s.extent[0, state.EXTENT_RESERVED] = 16
     assert not extent.can_rereserve(s, 0)
+
+
+def test_a_move_is_placed_before_its_old_place_is_freed():
+    """First-fit over 24 slots (e 0.5, z -1.5): ra P 2, O 2 -> 2 * 0.25 = 0.5 rounds to 0 -> one
+    output slot, R 3 at [0, 3); r0 and r1 (P 3, O 8, R 5) at [3, 8) and [8, 13); ra leaves, so
+    hole [0, 3). r0 at 5 tokens needs R' 7 and cannot grow (r1 follows it): the new extent is
+    placed while r0 still holds [3, 8), at the first hole of 7, [13, 20); then [3, 8) is freed
+    and coalesces with [0, 3)."""
+    s = predicted_state([(0, 2, 2), (0, 3, 8), (0, 3, 8)], [-1.5, -1.5, -1.5], slots=24, placement="first-fit")
+    assert admit(s, 0) == OK and extent_of(s, 0) == (0, 3, 3)
+    decoding(s, 1, 3, 5)
+    decoding(s, 2, 3, 3)
+    extent.free(s, 0)
+    assert holes(s) == [[0, 3], [13, 11]]
+    extent.take_decode_slot(s, 1)
+    assert extent_of(s, 1) == (13, 7, 7) and holes(s) == [[0, 8], [20, 4]]
+
+
+def test_an_upper_buddy_never_grows_into_the_next_block():
+    """Buddy of 32 in 8s: r0 [0, 8), r1 [8, 16), r2 [16, 24), r3 [24, 32); r2 leaves, so 8@16 is
+    free. r1 (upper half of 16@0) needing a 16 cannot grow into [8, 24) (not an aligned block)
+    and no 16 is free: its re-reservation does not fit."""
+    s = predicted_state([(0, 3, 8)] * 4, [-1.5] * 4)
+    for i in range(4):
+        decoding(s, i, 3, 3)
+    extent.free(s, 2)
+    s.count[state.NUM_RUNNING] = 2  # r0, r1 decode
+    s.num_computed_tokens[1] = 7
+    s.extent[1, state.EXTENT_RESERVED] = 7  # R' = 3 + 2 * 4 = 11: a 16
+    assert buddy_free_blocks(s) == {8: [16]}
+    assert not extent.can_rereserve(s, 1) and not extent.decode_fits(s)
