@@ -18,9 +18,12 @@ Only a predicted reservation can be outgrown: a decode token that would not fit 
 re-reserves R' = min(M, max(L + 1, P + 2 (R - P))) (the predicted output doubled). The extent
 keeps its place when its placed size already holds R', grows in place when the placement
 allows, else moves to a new extent (placed before the old one is released) and its old place
-is freed: a request blocked on memory may fit now, so the blocked-head shortcut is voided. When
-the step's re-reservations, tried in the running order, do not all fit, the scheduler preempts
-the latest-admitted request and tries again (``decode_fits``; ``ExtentManager.can_append_batch``).
+is freed: a request blocked on memory may fit now, so the blocked-head shortcut is voided. A
+step's re-reservations go in the order their requests joined the decode set (the Python
+scheduler's decode-set order: admission order, except that a request swapped back in joins at
+once, before earlier-admitted ones still in their prefill); when they do not all fit, the
+scheduler preempts the latest-admitted request and tries again (``decode_fits``;
+``ExtentManager.can_append_batch``).
 
 Accounting, per request (``_extent.py``'s diagram)::
 
@@ -36,9 +39,9 @@ from __future__ import annotations
 from pagesim.sim.core import placement
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
-from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_PLACED, EXTENT_PROMPT,
-                            EXTENT_RESERVED, EXTENT_START, FREE_EPOCH, LARGEST_EXTENT, MAX_SEQ_LEN,
-                            NUM_ALLOCATIONS, NUM_FREES, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_OVERFLOWS,
+from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_JOINED, EXTENT_PLACED,
+                            EXTENT_PROMPT, EXTENT_RESERVED, EXTENT_START, FREE_EPOCH, LARGEST_EXTENT, MAX_SEQ_LEN,
+                            NUM_ALLOCATIONS, NUM_FREES, NUM_GROWS_IN_PLACE, NUM_JOINS, NUM_MOVES, NUM_OVERFLOWS,
                             NUM_RUNNING, PLACED_SLOTS, PREDICTOR_ERROR, RESERVATION_KIND, RESERVE_MAX,
                             RESERVE_ORACLE, RESERVE_POW2, RESERVE_PREDICTED, RESERVED_SLOTS)
 
@@ -183,37 +186,57 @@ def rereserve(s, i):
         c[FREE_EPOCH] += 1  # its old place is free: a blocked request may fit now
 
 
+@njit(inline=True)
+def joined(s, i):
+    """Request ``i`` joins the decode set (its prefill done, or swapped back in)."""
+    s.extent[i, EXTENT_JOINED] = s.count[NUM_JOINS]
+    s.count[NUM_JOINS] += 1
+
+
+@njit
+def next_overflowing(s, after):
+    """The decoding request whose next token overflows its reservation and that joined first
+    after the join count ``after``; -1 when none."""
+    found = -1
+    for k in range(s.count[NUM_RUNNING]):
+        i = s.running[k]
+        if (s.in_decode[i] and overflows(s, i) and s.extent[i, EXTENT_JOINED] > after
+                and (found < 0 or s.extent[i, EXTENT_JOINED] < s.extent[found, EXTENT_JOINED])):
+            found = i
+    return found
+
+
 @njit
 def decode_fits(s):
     """Whether every decoding request's next token fits: those that overflow re-reserve, in
-    the running order (one: asked directly; several: tried in that order on the placement,
-    which is restored after). Only a predicted reservation overflows."""
+    join order (one: asked directly; several: tried in that order on the placement, which is
+    restored after). Only a predicted reservation overflows."""
     if s.config[RESERVATION_KIND] != RESERVE_PREDICTED:
         return True
-    first, num = -1, 0
-    for k in range(s.count[NUM_RUNNING]):
-        i = s.running[k]
-        if s.in_decode[i] and overflows(s, i):
-            num += 1
-            if first < 0:
-                first = i
-    if num <= 1:
-        return num == 0 or can_rereserve(s, first)
+    i = next_overflowing(s, -1)
+    if i < 0:
+        return True
+    if next_overflowing(s, s.extent[i, EXTENT_JOINED]) < 0:
+        return can_rereserve(s, i)
     placement.save(s)
     fits = True
-    for k in range(s.count[NUM_RUNNING]):
-        i = s.running[k]
-        if s.in_decode[i] and overflows(s, i):
-            if not can_rereserve(s, i):
-                fits = False
-                break
-            resize_extent(s, i, reservation_after_overflow(s, i))
+    while i >= 0:
+        if not can_rereserve(s, i):
+            fits = False
+            break
+        resize_extent(s, i, reservation_after_overflow(s, i))
+        i = next_overflowing(s, s.extent[i, EXTENT_JOINED])
     placement.restore(s)
     return fits
 
 
-@njit(inline=True)
-def take_decode_slot(s, i):
-    """Room for request ``i``'s next decode token (``decode_fits`` said yes)."""
-    if overflows(s, i):
+@njit
+def rereserve_overflowing(s):
+    """Re-reserve, in join order, every decoding request whose next token overflows
+    (``decode_fits`` said they fit)."""
+    if s.config[RESERVATION_KIND] != RESERVE_PREDICTED:
+        return
+    i = next_overflowing(s, -1)
+    while i >= 0:
         rereserve(s, i)
+        i = next_overflowing(s, s.extent[i, EXTENT_JOINED])

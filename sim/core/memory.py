@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND, RESERVATION_KIND, RESERVE_PREDICTED
+from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND
 
 
 @njit(inline=True)
@@ -27,12 +27,10 @@ def allocate(s, i, num_tokens, num_computed):
 
 @njit(inline=True)
 def take_decode_slot(s, i):
-    """Room for request ``i``'s next decode token (a contiguous extent has it already, unless
-    a predicted reservation is outgrown)."""
+    """Room for request ``i``'s next decode token (a contiguous extent has it already: an
+    outgrown predicted reservation was re-reserved before the step, ``extent.rereserve_overflowing``)."""
     if s.config[MANAGER_KIND] != CONTIGUOUS:
         kv_cache.take_decode_slot(s, i)
-    elif s.config[RESERVATION_KIND] == RESERVE_PREDICTED:
-        extent.take_decode_slot(s, i)
 
 
 @njit(inline=True)

@@ -50,8 +50,6 @@ def unsupported(engine) -> str | None:
                 "static one run on the core")
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
-    if type(mgr) is ContiguousManager and mgr.reservation == "predicted" and sched.swap:
-        return "swap preemption with the predicted reservation runs in Python"
     if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
     if type(sched) is StaticScheduler and (cost_model_code(ex.cost_model) != state.ROOFLINE

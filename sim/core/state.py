@@ -54,7 +54,7 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
  STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
  NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
- NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_COUNTS) = range(66)
+ NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS, NUM_COUNTS) = range(67)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -77,7 +77,8 @@ RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE, RESERVE_PREDICTED = 0, 1, 2, 3
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 # columns of Core.extent, Core.buddy_orders and Core.holes
 EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
-EXTENT_PROMPT, EXTENT_COLUMNS = 3, 4  # the tokens it held at admission (P of a re-reservation)
+EXTENT_PROMPT, EXTENT_COLUMNS = 3, 5  # the tokens it held at admission (P of a re-reservation)
+EXTENT_JOINED = 4  # when it joined the decode set (a count): re-reservations go in this order
 ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
 HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)

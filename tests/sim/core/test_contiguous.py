@@ -204,6 +204,7 @@ def decoding(s, i, prompt, computed):
     s.running[s.count[state.NUM_RUNNING]] = i
     s.count[state.NUM_RUNNING] += 1
     s.in_decode[i] = 1
+    extent.joined(s, i)
 
 
 def test_overflow_keeps_grows_or_moves_the_extent_on_a_buddy():
@@ -219,12 +220,12 @@ def test_overflow_keeps_grows_or_moves_the_extent_on_a_buddy():
     assert buddy_free_blocks(s) == {16: [16]}
     assert extent.overflows(s, 0) and not extent.overflows(s, 1)
     assert extent.decode_fits(s)
-    extent.take_decode_slot(s, 0)
+    extent.rereserve(s, 0)
     assert extent_of(s, 0) == (0, 7, 8) and buddy_free_blocks(s) == {16: [16]}
     s.num_computed_tokens[0] += 2  # two decode steps (the scheduler counts their token states)
     s.count[state.COMPUTED_SLOTS] += 2
     epoch = int(s.count[state.FREE_EPOCH])
-    extent.take_decode_slot(s, 0)
+    extent.rereserve(s, 0)
     assert extent_of(s, 0) == (16, 11, 16)
     assert buddy_free_blocks(s) == {8: [0]}  # its old place; 8@8 is r1's: no merge
     assert s.count[state.FREE_EPOCH] == epoch + 1
@@ -242,7 +243,7 @@ def test_overflow_grows_in_place_into_a_free_buddy():
     extent.allocate(s, 1, 2, 2)
     extent.free(s, 1)
     assert buddy_free_blocks(s) == {8: [8], 16: [16]}
-    extent.take_decode_slot(s, 0)
+    extent.rereserve(s, 0)
     assert extent_of(s, 0) == (0, 11, 16) and buddy_free_blocks(s) == {16: [16]}
     assert (s.count[state.NUM_GROWS_IN_PLACE], s.count[state.NUM_MOVES]) == (1, 0)
 
@@ -256,9 +257,9 @@ def test_overflow_on_first_fit_grows_into_the_next_hole_or_moves():
     decoding(s, 0, 3, 5)
     decoding(s, 1, 3, 5)
     assert holes(s) == [[10, 14]]
-    extent.take_decode_slot(s, 1)
+    extent.rereserve(s, 1)
     assert extent_of(s, 1) == (5, 7, 7) and holes(s) == [[12, 12]]
-    extent.take_decode_slot(s, 0)
+    extent.rereserve(s, 0)
     assert extent_of(s, 0) == (12, 7, 7) and holes(s) == [[0, 5], [19, 5]]
     assert (s.count[state.NUM_GROWS_IN_PLACE], s.count[state.NUM_MOVES]) == (1, 1)
 
@@ -278,7 +279,7 @@ def test_several_overflows_are_tried_together_and_the_placement_restored():
     extent.free(s, 1)
     s.count[state.NUM_RUNNING] = 1
     assert extent.decode_fits(s)
-    extent.take_decode_slot(s, 0)
+    extent.rereserve_overflowing(s)
     assert extent_of(s, 0) == (0, 11, 16) and buddy_free_blocks(s) == {16: [16]}
 
 
@@ -304,7 +305,7 @@ def test_a_move_is_placed_before_its_old_place_is_freed():
     decoding(s, 2, 3, 3)
     extent.free(s, 0)
     assert holes(s) == [[0, 3], [13, 11]]
-    extent.take_decode_slot(s, 1)
+    extent.rereserve(s, 1)
     assert extent_of(s, 1) == (13, 7, 7) and holes(s) == [[0, 8], [20, 4]]
 
 
@@ -321,3 +322,23 @@ def test_an_upper_buddy_never_grows_into_the_next_block():
     s.extent[1, state.EXTENT_RESERVED] = 7  # R' = 3 + 2 * 4 = 11: a 16
     assert buddy_free_blocks(s) == {8: [16]}
     assert not extent.can_rereserve(s, 1) and not extent.decode_fits(s)
+
+
+def test_overflows_re_reserve_in_the_order_requests_joined_the_decode_set():
+    """Buddy of 64, M 16: r0 and r1 (P 3, O 8) at 7 tokens with R 7 hold 8@0 and 8@8 and each
+    needs a 16 (R' 11); 16@16 and 32@32 are free. r1 joined the decode set first (swapped back
+    in while r0, admitted before it, was in its prefill): r1 (an upper half: it cannot grow)
+    moves to the lowest 16, [16, 32), and r0 then grows in place into the 8 r1 left. (In the
+    running order r0 would move to [16, 32) and r1 to [32, 48).)"""
+    s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5], slots=64)
+    for i in (0, 1):
+        decoding(s, i, 3, 7)
+        s.extent[i, state.EXTENT_RESERVED] = 7
+    s.extent[1, state.EXTENT_JOINED] = 0  # r1 joined first, r0 second; the running order is r0, r1
+    s.extent[0, state.EXTENT_JOINED] = 1
+    assert buddy_free_blocks(s) == {16: [16], 32: [32]}
+    assert extent.decode_fits(s) and buddy_free_blocks(s) == {16: [16], 32: [32]}
+    extent.rereserve_overflowing(s)
+    assert extent_of(s, 1) == (16, 11, 16) and extent_of(s, 0) == (0, 11, 16)
+    assert buddy_free_blocks(s) == {32: [32]}
+    assert (s.count[state.NUM_MOVES], s.count[state.NUM_GROWS_IN_PLACE]) == (1, 1)

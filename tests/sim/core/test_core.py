@@ -102,6 +102,14 @@ CASES = [
     ("orca-max", dict(reservation="predicted", slots=1200, chunked_prefill=True, chunk_budget=64), dict(rate=200.0)),
     ("orca-max", dict(reservation="predicted", slots=1200, max_num_seqs=4), dict(rate=200.0)),
     ("orca-max", dict(reservation="predicted", slots=1000, record_steps=False), dict(rate=200.0)),
+    # ... preempted by swap: the extent reserved again at swap-in (with fallbacks when swap space is short)
+    ("orca-max", dict(reservation="predicted", slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
+     dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30,
+                      placement="first-fit"), dict(rate=200.0)),
+    # swapped back in while earlier requests are in their prefill: join order is not admission order
+    ("orca-max", dict(reservation="predicted", slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30,
+                      chunked_prefill=True, chunk_budget=32, predictor_error=1.0), dict(rate=200.0)),
     # prefix caching (the trace's hashes cover 16-token blocks of three values: many hits)
     ("vllm", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, block_size=4), dict(prefix=True)),
@@ -299,10 +307,11 @@ def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark
        reservation=st.sampled_from(["max", "pow2", "oracle", "predicted", "predicted"]),
        placement=st.sampled_from(["buddy", "first-fit", "best-fit"]), slots=st.integers(256, 4000),
        max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]),
-       error=st.sampled_from([0.1, 0.3, 1.0]))
-def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk, error):
+       error=st.sampled_from([0.1, 0.3, 1.0]), swap=st.sampled_from([None, 0, 100, 5000]))
+def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk, error, swap):
     cfg = cfg_for("orca-max", slots=slots, reservation=reservation, placement=placement, max_num_seqs=max_seqs,
-                  seed=seed, chunked_prefill=chunk is not None, chunk_budget=chunk or 512, predictor_error=error)
+                  seed=seed, chunked_prefill=chunk is not None, chunk_budget=chunk or 512, predictor_error=error,
+                  preemption="recompute" if swap is None else "swap", swap_gib=(swap or 0) * OPT13B_SLOT / 2**30)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
@@ -367,7 +376,6 @@ def test_progress_counts_every_finish():
 @pytest.mark.parametrize("kw,tkw,why", [
     (dict(check=True), {}, "--check"),
     ({}, dict(width={"beam_width": [1, 2]}), "beam search"),
-    (dict(system="orca-max", reservation="predicted", preemption="swap"), {}, "swap preemption with the predicted"),
 ])
 def test_uncovered_configurations_run_python(kw, tkw, why):
     kw = dict(kw)
@@ -427,6 +435,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-max", slots=1000, placement="first-fit"),
     dict(system="orca-max", slots=1000, reservation="predicted"),  # overflows, moves, preemption (buddy)
     dict(system="orca-max", slots=1000, reservation="predicted", placement="best-fit"),
+    dict(system="orca-max", slots=1200, reservation="predicted", preemption="swap", chunked_prefill=True,
+         chunk_budget=32, swap_gib=2000 * OPT13B_SLOT / 2**30),
     dict(system="static", slots=1200),
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
