@@ -11,8 +11,9 @@ state of a run is a :class:`Core` of arrays:
   int32 table the GPU kernel reads, and the free slot ids; a request's sequences' slots are
   the row ``seq_slot[i]`` (``slot[i]`` its first);
 * the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
-* the contiguous manager's extents (start, reservation R, placed size A per request) and its
-  placement: the buddy's free-block bitmaps per order, or the holes by address;
+* the contiguous manager's extents (start, reservation R, placed size A, the tokens held at
+  admission P and when it joined the decode set, per request) and its placement: the buddy's
+  free-block bitmaps per order, or the holes by address;
 * scalars: ``config`` (int64, the policy as numbers and flags, read only), ``count`` (int64
   counters) and ``clock`` (float64 times and sums), indexed by the constants below.
 """

@@ -110,6 +110,8 @@ CASES = [
     # swapped back in while earlier requests are in their prefill: join order is not admission order
     ("orca-max", dict(reservation="predicted", slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30,
                       chunked_prefill=True, chunk_budget=32, predictor_error=1.0), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=600, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30,
+                      chunked_prefill=True, chunk_budget=128, predictor_error=1.0), dict(rate=200.0)),
     # prefix caching (the trace's hashes cover 16-token blocks of three values: many hits)
     ("vllm", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, block_size=4), dict(prefix=True)),
