@@ -10,8 +10,8 @@
    process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
    compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
    The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle``, ``static`` and ``orca-max
-   --reservation predicted`` on the core (target: engine under 0.3 s each), the Python engine in the same run as the baseline, and
-   the records compared.
+   --reservation predicted`` on the core (target: engine under 0.3 s each), the Python engine in
+   the same run as the baseline, and the records compared.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
    Python engine as the baseline up to 100,000 requests; ``--synthetic-system`` picks the system
