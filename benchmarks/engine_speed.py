@@ -9,9 +9,10 @@
    the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
    process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
    compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
-   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle`` and ``static`` (also with
-   ``--cost-model calibrated``) on the core (target: engine under 0.3 s each), the Python engine
-   in the same run as the baseline, and the records compared.
+   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle``, ``static`` (also with
+   ``--cost-model calibrated``) and ``orca-max --reservation predicted`` on the core (target:
+   engine under 0.3 s each), the Python engine in the same run as the baseline, and the records
+   compared.
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
    (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
    Python engine as the baseline up to 100,000 requests; ``--synthetic-system`` picks the system
@@ -267,7 +268,7 @@ def main() -> None:
               f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
         cost_models(trace)
         for system, kw in (("orca-max", {}), ("orca-pow2", {}), ("orca-oracle", {}), ("static", {}),
-                           ("static", dict(cost_model="calibrated"))):
+                           ("static", dict(cost_model="calibrated")), ("orca-max", dict(reservation="predicted"))):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
             w, s2, r2 = timed(c, trace, engine="core", result=True)
             pw, p2, rp2 = timed(c, trace, engine="python", result=True)

@@ -66,7 +66,6 @@ CASES = [
     (sim("--manager", "foo"), "--manager"),
     (sim("--manager", "paged", "--scheduler", "static"), "scheduler 'static'"),
     (sim("--engine", "foo"), "--engine"),
-    (sim("--engine", "core", "--system", "orca-max", "--reservation", "predicted"), "--engine core"),
     (sim("--requests-format", "xml"), "--requests-format"),
     (sim("--model", "llama-2-70b", "--gpu", "a100-40gb"), "--tp"),
     # --- work that cannot fit in memory, refused before anything is allocated

@@ -19,10 +19,10 @@ same CPython functions otherwise (``sim/core/jit.py``).
     replay.py       the glue: which runs it covers, arrays in, records out
 
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
-size) or the contiguous one (orca-max, orca-pow2, orca-oracle; buddy, first-fit or best-fit),
-and static batching (``--system static``); prefill-first or chunked, preemption by recompute
-or swap, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
+size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,
+first-fit or best-fit), and static batching (``--system static``); prefill-first or chunked,
+preemption by recompute or swap, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
 copy-on-write), and every cost model (roofline, calibrated, a measured profile; scaled or not).
-Beam search and Orca's ``predicted`` reservation run on the Python engine (``sim/engine.py``),
-which the core will replace system by system.
+Beam search runs on the Python engine (``sim/engine.py``), which the core will replace system
+by system.
 """

@@ -27,7 +27,8 @@ def allocate(s, i, num_tokens, num_computed):
 
 @njit(inline=True)
 def take_decode_slot(s, i):
-    """Room for request ``i``'s next decode token (a contiguous extent has it already)."""
+    """Room for request ``i``'s next decode token (a contiguous extent has it already: an
+    outgrown predicted reservation was re-reserved before the step, ``extent.rereserve_overflowing``)."""
     if s.config[MANAGER_KIND] != CONTIGUOUS:
         kv_cache.take_decode_slot(s, i)
 

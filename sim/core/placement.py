@@ -26,6 +26,12 @@ the lowest free slot) are first-fit over the address space ``[0, B * max_seq_len
 (``config[ADDRESS_SPACE]``): with every extent max_seq_len long, the holes are whole slots and
 the first that fits is the lowest free slot.
 
+Growing in place (a predicted reservation that overflowed, ``extent.py``): a buddy block
+doubles while it is the lower half of a pair inside the pool whose upper half is free and
+whole; a fit extent takes the front of the hole that starts where it ends. Several
+re-reservations in one step are first tried on the placement itself, saved before and
+restored after (:func:`save`, :func:`restore`).
+
 The arrays: ``buddy_bits``; ``buddy_orders[k]`` = (first word of order k's row, its free
 blocks, a word before which none is free); ``holes[h]`` = (start, size).
 """
@@ -248,3 +254,94 @@ def release(s, start, placed):
         buddy_release(s, start, placed)
     else:
         fit_release(s, start, placed)
+
+
+# -- growing an extent in place (sim/memory/placement.py's can_grow / grow) ---------------------
+@njit
+def can_grow(s, start, placed, size):
+    """Whether the extent ``[start, start + placed)`` can grow in place to hold ``size`` slots."""
+    if s.config[PLACEMENT_KIND] != BUDDY:
+        extra = size - placed
+        if extra <= 0:
+            return True
+        h = hole_at(s, start + placed)
+        return h >= 0 and s.holes[h, HOLE_SIZE] >= extra
+    k, want = order_of(placed), order_of(next_pow2(size))
+    while k < want:
+        # the lower half of a pair inside the pool (one chunk), with its upper half free and whole
+        if start & ((2 << k) - 1) or start + (2 << k) > s.config[ADDRESS_SPACE] \
+                or not buddy_is_free(s, k, start + (1 << k)):
+            return False
+        k += 1
+    return True
+
+
+@njit
+def grow(s, start, placed, size):
+    """Grow the extent at ``start`` in place (``can_grow`` said yes); returns its new placed size."""
+    if s.config[PLACEMENT_KIND] != BUDDY:
+        extra = size - placed
+        if extra <= 0:
+            return placed
+        h = hole_at(s, start + placed)
+        if s.holes[h, HOLE_SIZE] > extra:  # its front is taken: the hole keeps its place in the order
+            s.holes[h, HOLE_START] += extra
+            s.holes[h, HOLE_SIZE] -= extra
+        else:
+            delete_hole(s, h)
+        return size
+    k, want = order_of(placed), order_of(next_pow2(size))
+    for order in range(k, want):
+        buddy_mark_taken(s, order, start + (1 << order))
+    return max(placed, 1 << want)
+
+
+@njit(inline=True)
+def hole_at(s, start):
+    """Index of the hole beginning at ``start``, or -1."""
+    for h in range(s.count[NUM_HOLES]):
+        if s.holes[h, HOLE_START] == start:
+            return h
+    return -1
+
+
+# -- a trial on the placement itself, undone after ----------------------------------------------
+@njit
+def save(s):
+    """Copy the placement's state (free blocks, or holes) into ``placement_saved``."""
+    saved = s.placement_saved
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        n = len(s.buddy_bits)
+        for w in range(n):
+            saved[w] = s.buddy_bits[w]
+        for k in range(len(s.buddy_orders)):
+            saved[n + 2 * k] = s.buddy_orders[k, ORDER_FREE]
+            saved[n + 2 * k + 1] = s.buddy_orders[k, ORDER_FIRST_WORD]
+        return
+    saved[0] = s.count[NUM_HOLES]
+    for h in range(s.count[NUM_HOLES]):
+        saved[1 + 2 * h] = s.holes[h, HOLE_START]
+        saved[2 + 2 * h] = s.holes[h, HOLE_SIZE]
+
+
+@njit
+def restore(s):
+    """The placement as :func:`save` left it."""
+    saved = s.placement_saved
+    if s.config[PLACEMENT_KIND] == BUDDY:
+        n = len(s.buddy_bits)
+        for w in range(n):
+            s.buddy_bits[w] = saved[w]
+        for k in range(len(s.buddy_orders)):
+            s.buddy_orders[k, ORDER_FREE] = saved[n + 2 * k]
+            s.buddy_orders[k, ORDER_FIRST_WORD] = saved[n + 2 * k + 1]
+        return
+    s.count[NUM_HOLES] = saved[0]
+    for h in range(saved[0]):
+        s.holes[h, HOLE_START] = saved[1 + 2 * h]
+        s.holes[h, HOLE_SIZE] = saved[2 + 2 * h]
+
+
+def saved_size(num_words: int, num_orders: int, num_holes: int) -> int:
+    """Room :func:`save` needs (called from Python, at build time)."""
+    return max(num_words + 2 * num_orders, 1 + 2 * num_holes)

@@ -99,7 +99,8 @@ def choose(engine, which: str, step_by_step: bool = False) -> bool:
 
 
 # the contiguous manager's policies as the core's flags
-RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": state.RESERVE_ORACLE}
+RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": state.RESERVE_ORACLE,
+                "predicted": state.RESERVE_PREDICTED}
 PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": state.BEST_FIT}
 
 
@@ -193,7 +194,8 @@ def build(engine) -> state.Core:
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
-        beam=t.beam, rng=sched.rng)  # the scheduler's Generator: the core draws what Python would
+        beam=t.beam, rng=sched.rng,  # the scheduler's Generator: the core draws what Python would
+        predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64))
     config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1 and sched.beam_churn > 0)
     clock[state.BEAM_CHURN] = sched.beam_churn
     return with_extents(engine, s) if contiguous else s
@@ -202,7 +204,7 @@ def build(engine) -> state.Core:
 def no_extents() -> dict:
     """The contiguous manager's arrays, empty (a paged run never reads them)."""
     i64 = np.int64
-    return dict(extent=np.zeros((0, 3), i64), buddy_bits=np.zeros(0, i64), buddy_orders=np.zeros((0, 3), i64),
+    return dict(extent=np.zeros((0, state.EXTENT_COLUMNS), i64), buddy_bits=np.zeros(0, i64), buddy_orders=np.zeros((0, 3), i64),
                 holes=np.zeros((0, 2), i64))
 
 
@@ -228,6 +230,7 @@ def with_extents(engine, s: state.Core) -> state.Core:
         config[state.RESERVATION_KIND] = RESERVATIONS[mgr.reservation]
         config[state.PLACEMENT_KIND] = PLACEMENTS[mgr.placement.name]
         config[state.LARGEST_EXTENT] = mgr.placement.largest_possible()
+        s.clock[state.PREDICTOR_ERROR] = mgr.predictor_error
     n = sched.t.size
     i64 = np.int64
     space = int(config[state.ADDRESS_SPACE])
@@ -237,12 +240,25 @@ def with_extents(engine, s: state.Core) -> state.Core:
     buddy_orders[:, state.ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
     # holes never outnumber the extents + 1, and extents the running requests
     holes = min(int(config[state.MAX_NUM_SEQS]), n, capacity) + 2
-    extent = np.zeros((n, 3), i64)
+    extent = np.zeros((n, state.EXTENT_COLUMNS), i64)
     extent[:, state.EXTENT_START] = -1
     s = s._replace(extent=extent, buddy_bits=np.zeros(sum(words), i64), buddy_orders=buddy_orders,
                    holes=np.zeros((holes, 2), i64))
+    if config[state.RESERVATION_KIND] == state.RESERVE_PREDICTED and mgr.kind == "contiguous":
+        s = s._replace(predictor_draw=predictor_draws(mgr, sched.t),
+                       placement_saved=np.zeros(placement.saved_size(sum(words), orders, holes), i64))
     placement.init(s)
     return s
+
+
+def predictor_draws(mgr, t) -> np.ndarray:
+    """Each request's standard normal draw z for the predicted reservation, drawn as
+    ``ContiguousManager.request_size`` draws it: seeded by (seed, seq_id, F), where a request's
+    sequence is its row (no sampling width on an extent) and F its final length (what it holds
+    at an admission, even after a recompute or a swap, is below F: every admission draws this z)."""
+    final = (t.prompt + t.output).tolist()
+    return np.array([np.random.default_rng((mgr.seed, i, f)).standard_normal() for i, f in enumerate(final)],
+                    dtype=np.float64)
 
 
 def prefix_caching_arrays(mgr, t, shared: bool) -> dict:
@@ -354,6 +370,9 @@ def hand_over(engine, s: state.Core) -> None:
     if is_contiguous(mgr):
         assert c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0, "the core ended with memory in use"
         mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
+        if mgr.kind == "contiguous":
+            mgr.add_counts(overflows=int(c[state.NUM_OVERFLOWS]), grows_in_place=int(c[state.NUM_GROWS_IN_PLACE]),
+                           moves=int(c[state.NUM_MOVES]))
     else:
         assert c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
             "the core ended with memory in use"

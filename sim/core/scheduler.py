@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from pagesim.sim.core import beam, kv_cache, memory
+from pagesim.sim.core import beam, extent, kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
@@ -48,8 +48,7 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                             SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
-from pagesim.sim.core.state import MANAGER_KIND, PAGED
-from pagesim.sim.core.state import BEAM_SEARCH
+from pagesim.sim.core.state import BEAM_SEARCH, CONTIGUOUS, MANAGER_KIND, PAGED
 
 
 
@@ -209,10 +208,17 @@ def resume_swapped(s):
         # prefix-cache hits its sequences share are counted for each: conservative); then every
         # sequence of a group must fit: one by one, each in blocks of its own (prefix caching:
         # the later ones find the first one's prompt blocks), undone on a miss. A contiguous
-        # extent never leaves (it is reserved whole): only paged requests are swapped
-        fits = (kv_cache.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE
-                and kv_cache.num_free_blocks(s) - w * kv_cache.blocks_to_allocate(s, i, n) >= w)
-        j = 0
+        # extent (preempted when a predicted reservation could not grow) is reserved again as
+        # at an admission with its n tokens
+        contiguous = s.config[MANAGER_KIND] == CONTIGUOUS
+        if contiguous:
+            fits = extent.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE
+            if fits:
+                extent.allocate(s, i, n, n)
+        else:
+            fits = (kv_cache.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE
+                    and kv_cache.num_free_blocks(s) - w * kv_cache.blocks_to_allocate(s, i, n) >= w)
+        j = w if contiguous else 0
         while fits and j < w:
             if kv_cache.can_allocate(s, i, n) != kv_cache.CAN_ALLOCATE:
                 for k in range(j):
@@ -242,6 +248,8 @@ def resume_swapped(s):
         start_running(s, i)
         s.in_decode[i] = 1  # it left mid-decode and comes back as it was
         c[DECODE_SET_SIZE] += w
+        if contiguous:
+            extent.joined(s, i)
     return True
 
 
@@ -300,8 +308,9 @@ def decode(s):
     each member, at its turn, needs one free block whether or not it crosses, so the last
     member needs one more block than the crossings before it. A request's sequences are
     members (its group's last sequence is the last member); a sequence writing into a tail
-    it shares takes a copy. A contiguous extent was reserved whole at admission: nothing to
-    make room for."""
+    it shares takes a copy. A contiguous extent was reserved whole at admission, unless a
+    predicted reservation is outgrown: then the latest-admitted request is preempted while
+    the re-reservations do not fit (``extent.decode_fits``)."""
     c = s.count
     paged = s.config[MANAGER_KIND] == PAGED
     while paged and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
@@ -316,6 +325,10 @@ def decode(s):
         if needed <= kv_cache.num_free_blocks(s):
             break
         preempt_latest(s)
+    while not paged and c[DECODE_SET_SIZE] and not extent.decode_fits(s):
+        preempt_latest(s)
+    if not paged:
+        extent.rereserve_overflowing(s)
     context_sum = 0
     running, in_decode, num_computed_tokens = s.running, s.in_decode, s.num_computed_tokens
     for k in range(c[NUM_RUNNING]):
@@ -460,6 +473,8 @@ def complete_step(s, now):
                 kv_cache.fork(s, i)
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += s.num_seqs[i]
+            if s.config[MANAGER_KIND] == CONTIGUOUS:
+                extent.joined(s, i)
     if num_done:
         finish(s, now, num_done)
     if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn

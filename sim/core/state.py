@@ -11,8 +11,9 @@ state of a run is a :class:`Core` of arrays:
   int32 table the GPU kernel reads, and the free slot ids; a request's sequences' slots are
   the row ``seq_slot[i]`` (``slot[i]`` its first);
 * the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
-* the contiguous manager's extents (start, reservation R, placed size A per request) and its
-  placement: the buddy's free-block bitmaps per order, or the holes by address;
+* the contiguous manager's extents (start, reservation R, placed size A, the tokens held at
+  admission P and when it joined the decode set, per request) and its placement: the buddy's
+  free-block bitmaps per order, or the holes by address;
 * scalars: ``config`` (int64, the policy as numbers and flags, read only), ``count`` (int64
   counters) and ``clock`` (float64 times and sums), indexed by the constants below.
 """
@@ -56,7 +57,8 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
  STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
- NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS, NUM_COUNTS) = range(63)
+ NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
+ NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS, NUM_COUNTS) = range(67)
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -64,7 +66,8 @@ MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' o
 BLOCKS_SUM, LOGICAL_SUM = 15, 16
 WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
 BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (read only; see BEAM_SEARCH)
-NUM_CLOCK = 19
+PREDICTOR_ERROR = 19  # the predicted reservation's relative error (read only)
+NUM_CLOCK = 20
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
@@ -75,10 +78,12 @@ ENTRY_END, ENTRY_CHAIN, ENTRY_BLOCK, ENTRY_COLUMNS = 0, 1, 2, 4
 # config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
 PAGED, CONTIGUOUS = 0, 1
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
-RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE = 0, 1, 2
+RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE, RESERVE_PREDICTED = 0, 1, 2, 3
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 # columns of Core.extent, Core.buddy_orders and Core.holes
 EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
+EXTENT_PROMPT, EXTENT_COLUMNS = 3, 5  # the tokens it held at admission (P of a re-reservation)
+EXTENT_JOINED = 4  # when it joined the decode set (a count): re-reservations go in this order
 ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
 HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
@@ -165,3 +170,8 @@ class Core(NamedTuple):
     # numpy Generator its beams die and fork by (config[BEAM_SEARCH]: some request has beams)
     beam: np.ndarray
     rng: np.random.Generator
+    # the predicted reservation (sim/core/extent.py): each request's standard normal draw z of
+    # its length predictor, and room to save the placement in while several re-reservations
+    # are tried (empty for the other reservations)
+    predictor_draw: np.ndarray
+    placement_saved: np.ndarray

@@ -32,7 +32,8 @@ def admit(s, i):
 
 
 def extent_of(s, i):
-    return tuple(int(v) for v in s.extent[i])
+    """(start, R, A) of request ``i``'s extent."""
+    return tuple(int(s.extent[i, k]) for k in (state.EXTENT_START, state.EXTENT_RESERVED, state.EXTENT_PLACED))
 
 
 def categories(s, demand_waiting):
@@ -184,3 +185,181 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         "", "parallel sampling / beam search (width 2) needs a manager that shares blocks (paged); "
             "this one would copy whole reservations", ""]
     assert r.requests["status"].tolist() == ["finished", "rejected", "finished"]
+
+
+# -- the predicted reservation: R from the request's draw z, and re-reservations ---------------
+def predicted_state(rows, draws, slots=32, max_seq_len=16, error=0.5, **kw):
+    """The core's state for ``orca-max --reservation predicted`` with the requests' draws z set
+    by hand (the run draws them from the seed: test_predictor_draws_are_the_managers)."""
+    s = core_state("orca-max", rows, slots=slots, max_seq_len=max_seq_len, reservation="predicted",
+                   predictor_error=error, **kw)
+    s.predictor_draw[:] = draws
+    return s
+
+
+def test_predicted_reservation_from_the_draw():
+    """R = P + max(1, round(O * (1 + e z))), at most M; round is Python's (halves to even).
+    e 0.25: z 1 -> O * 1.25: O 10 -> 12.5 -> 12 (even), O 6 -> 7.5 -> 8 (even, not floor 7);
+    z -1 -> O * 0.75: O 10 -> 7.5 -> 8; z -5 -> O * -0.25 -> at least 1 output slot;
+    z 3 -> O 10 * 1.75 = 17.5 -> 18: P 4 + 18 = 22, capped at M 16."""
+    rows = [(0, 4, 10), (0, 4, 6), (0, 4, 10), (0, 4, 10), (0, 4, 10)]
+    s = predicted_state(rows, [1.0, 1.0, -1.0, -5.0, 3.0], slots=64, error=0.25)
+    assert [extent.request_size(s, i, 4) for i in range(5)] == [4 + 12, 4 + 8, 4 + 8, 4 + 1, 16]
+    # after a recompute (4 prompt + 6 generated held), O = F - 10 = 4: 4 * 1.25 = 5
+    assert extent.request_size(s, 0, 10) == 10 + 5
+
+
+def test_predictor_draws_are_the_managers():
+    """Each request's z is numpy's standard normal seeded by (seed, request row, final length),
+    the Python manager's draw, so both engines reserve the same R."""
+    s = core_state("orca-max", [(0, 3, 5), (0, 7, 2)], slots=64, reservation="predicted", seed=11)
+    want = [np.random.default_rng((11, 0, 8)).standard_normal(), np.random.default_rng((11, 1, 9)).standard_normal()]
+    assert s.predictor_draw.tolist() == want
+
+
+def decoding(s, i, prompt, computed):
+    """Request ``i`` admitted with ``prompt`` tokens, ``computed`` of them in its extent, decoding
+    (last in the running list)."""
+    assert extent.can_allocate(s, i, prompt) == OK
+    extent.allocate(s, i, prompt, computed)
+    s.running[s.count[state.NUM_RUNNING]] = i
+    s.count[state.NUM_RUNNING] += 1
+    s.in_decode[i] = 1
+    extent.joined(s, i)
+
+
+def test_overflow_keeps_grows_or_moves_the_extent_on_a_buddy():
+    """e 0.5, buddy of 32, M 16. r0: P 3, O 8, z -1.5 -> 8 * 0.25 = 2: R 5, placed 8 at [0, 8);
+    r1: P 2, O 4, z 0: R 6, placed 8 at [8, 16). r0 holding 5 tokens overflows:
+    R' = max(L + 1, P + 2 (R - P)) = max(6, 3 + 4) = 7: its 8 slots hold it (kept).
+    At 7 tokens: R' = max(8, 3 + 2 * 4) = 11, placed 16: its buddy 8@8 is r1's, so it moves to
+    the free 16@16 and [0, 8) is freed; the blocked head's shortcut is voided (free epoch)."""
+    s = predicted_state([(0, 3, 8), (0, 2, 4)], [-1.5, 0.0])
+    decoding(s, 0, 3, 5)
+    decoding(s, 1, 2, 2)
+    assert extent_of(s, 0) == (0, 5, 8) and extent_of(s, 1) == (8, 6, 8)
+    assert buddy_free_blocks(s) == {16: [16]}
+    assert extent.overflows(s, 0) and not extent.overflows(s, 1)
+    assert extent.decode_fits(s)
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (0, 7, 8) and buddy_free_blocks(s) == {16: [16]}
+    s.num_computed_tokens[0] += 2  # two decode steps (the scheduler counts their token states)
+    s.count[state.COMPUTED_SLOTS] += 2
+    epoch = int(s.count[state.FREE_EPOCH])
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (16, 11, 16)
+    assert buddy_free_blocks(s) == {8: [0]}  # its old place; 8@8 is r1's: no merge
+    assert s.count[state.FREE_EPOCH] == epoch + 1
+    c = s.count
+    assert (c[state.NUM_OVERFLOWS], c[state.NUM_GROWS_IN_PLACE], c[state.NUM_MOVES]) == (2, 0, 1)
+    # F 11: token states 7 + 2 (r0's L, r1's L), reservation 11 - 7 + 6 - 2, slack 16 - 11 + 8 - 6
+    assert categories(s, False) == [9, 8, 0, 7, 0, 8]
+
+
+def test_overflow_grows_in_place_into_a_free_buddy():
+    """As above with r1 gone: 8@8 is free, so r0's 8@0 doubles in place to 16@0."""
+    s = predicted_state([(0, 3, 8), (0, 2, 4)], [-1.5, 0.0])
+    decoding(s, 0, 3, 7)
+    s.extent[0, state.EXTENT_RESERVED] = 7  # its first overflow (R 5 -> 7) taken already
+    extent.allocate(s, 1, 2, 2)
+    extent.free(s, 1)
+    assert buddy_free_blocks(s) == {8: [8], 16: [16]}
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (0, 11, 16) and buddy_free_blocks(s) == {16: [16]}
+    assert (s.count[state.NUM_GROWS_IN_PLACE], s.count[state.NUM_MOVES]) == (1, 0)
+
+
+def test_overflow_on_first_fit_grows_into_the_next_hole_or_moves():
+    """First-fit over 24 slots, M 16, e 0.5, z -1.5. r0: P 3, O 8 -> R 5 at [0, 5); r1: P 3, O 8
+    -> R 5 at [5, 10); hole [10, 24). r1 at 5 tokens: R' 7 grows into the hole after it ->
+    [5, 12), hole [12, 24). r0 at 5 tokens: R' 7, the slots after it are r1's: it moves to the
+    first hole of 7, [12, 19), and its old place is a hole: [0, 5), [19, 24)."""
+    s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5], slots=24, placement="first-fit")
+    decoding(s, 0, 3, 5)
+    decoding(s, 1, 3, 5)
+    assert holes(s) == [[10, 14]]
+    extent.rereserve(s, 1)
+    assert extent_of(s, 1) == (5, 7, 7) and holes(s) == [[12, 12]]
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (12, 7, 7) and holes(s) == [[0, 5], [19, 5]]
+    assert (s.count[state.NUM_GROWS_IN_PLACE], s.count[state.NUM_MOVES]) == (1, 1)
+
+
+def test_several_overflows_are_tried_together_and_the_placement_restored():
+    """Buddy of 32, M 16: r0 and r1 (P 3, O 8, R 5) hold 8@0 and 8@8, both at 7 tokens after a
+    first overflow (R 7): each needs R' 11, a 16. Either alone fits (16@16 is free), both
+    cannot: the step does not fit, and the trial leaves the placement as it was. With r1
+    preempted (freed), r0 alone grows in place."""
+    s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5])
+    for i in (0, 1):
+        decoding(s, i, 3, 7)
+        s.extent[i, state.EXTENT_RESERVED] = 7
+    assert extent.can_rereserve(s, 0) and extent.can_rereserve(s, 1)
+    assert not extent.decode_fits(s)
+    assert buddy_free_blocks(s) == {16: [16]} and extent_of(s, 0) == (0, 7, 8)
+    extent.free(s, 1)
+    s.count[state.NUM_RUNNING] = 1
+    assert extent.decode_fits(s)
+    extent.rereserve_overflowing(s)
+    assert extent_of(s, 0) == (0, 11, 16) and buddy_free_blocks(s) == {16: [16]}
+
+
+def test_overflow_past_max_seq_len_cannot_rereserve():
+    """R' is capped at M; a sequence at M tokens has no next slot (the scheduler preempts)."""
+    s = predicted_state([(0, 3, 13)], [-1.5], slots=32)  # O 13 * 0.25 = 3.25 -> 3: R 6
+    decoding(s, 0, 3, 6)
+    assert extent.reservation_after_overflow(s, 0) == min(16, max(7, 3 + 2 * 3))
+    s.num_computed_tokens[0] = 16
+    s.extent[0, state.EXTENT_RESERVED] = 16
+    assert not extent.can_rereserve(s, 0)
+
+
+def test_a_move_is_placed_before_its_old_place_is_freed():
+    """First-fit over 24 slots (e 0.5, z -1.5): ra P 2, O 2 -> 2 * 0.25 = 0.5 rounds to 0 -> one
+    output slot, R 3 at [0, 3); r0 and r1 (P 3, O 8, R 5) at [3, 8) and [8, 13); ra leaves, so
+    hole [0, 3). r0 at 5 tokens needs R' 7 and cannot grow (r1 follows it): the new extent is
+    placed while r0 still holds [3, 8), at the first hole of 7, [13, 20); then [3, 8) is freed
+    and coalesces with [0, 3)."""
+    s = predicted_state([(0, 2, 2), (0, 3, 8), (0, 3, 8)], [-1.5, -1.5, -1.5], slots=24, placement="first-fit")
+    assert admit(s, 0) == OK and extent_of(s, 0) == (0, 3, 3)
+    decoding(s, 1, 3, 5)
+    decoding(s, 2, 3, 3)
+    extent.free(s, 0)
+    assert holes(s) == [[0, 3], [13, 11]]
+    extent.rereserve(s, 1)
+    assert extent_of(s, 1) == (13, 7, 7) and holes(s) == [[0, 8], [20, 4]]
+
+
+def test_an_upper_buddy_never_grows_into_the_next_block():
+    """Buddy of 32 in 8s: r0 [0, 8), r1 [8, 16), r2 [16, 24), r3 [24, 32); r2 leaves, so 8@16 is
+    free. r1 (upper half of 16@0) needing a 16 cannot grow into [8, 24) (not an aligned block)
+    and no 16 is free: its re-reservation does not fit."""
+    s = predicted_state([(0, 3, 8)] * 4, [-1.5] * 4)
+    for i in range(4):
+        decoding(s, i, 3, 3)
+    extent.free(s, 2)
+    s.count[state.NUM_RUNNING] = 2  # r0, r1 decode
+    s.num_computed_tokens[1] = 7
+    s.extent[1, state.EXTENT_RESERVED] = 7  # R' = 3 + 2 * 4 = 11: a 16
+    assert buddy_free_blocks(s) == {8: [16]}
+    assert not extent.can_rereserve(s, 1) and not extent.decode_fits(s)
+
+
+def test_overflows_re_reserve_in_the_order_requests_joined_the_decode_set():
+    """Buddy of 64, M 16: r0 and r1 (P 3, O 8) at 7 tokens with R 7 hold 8@0 and 8@8 and each
+    needs a 16 (R' 11); 16@16 and 32@32 are free. r1 joined the decode set first (swapped back
+    in while r0, admitted before it, was in its prefill): r1 (an upper half: it cannot grow)
+    moves to the lowest 16, [16, 32), and r0 then grows in place into the 8 r1 left. (In the
+    running order r0 would move to [16, 32) and r1 to [32, 48).)"""
+    s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5], slots=64)
+    for i in (0, 1):
+        decoding(s, i, 3, 7)
+        s.extent[i, state.EXTENT_RESERVED] = 7
+    s.extent[1, state.EXTENT_JOINED] = 0  # r1 joined first, r0 second; the running order is r0, r1
+    s.extent[0, state.EXTENT_JOINED] = 1
+    assert buddy_free_blocks(s) == {16: [16], 32: [32]}
+    assert extent.decode_fits(s) and buddy_free_blocks(s) == {16: [16], 32: [32]}
+    extent.rereserve_overflowing(s)
+    assert extent_of(s, 1) == (16, 11, 16) and extent_of(s, 0) == (0, 11, 16)
+    assert buddy_free_blocks(s) == {32: [32]}
+    assert (s.count[state.NUM_MOVES], s.count[state.NUM_GROWS_IN_PLACE]) == (1, 1)

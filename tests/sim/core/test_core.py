@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagesim.sim.core import jit
+from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import build, run_simulation
 from pagesim.sim.engine import Engine
@@ -92,6 +93,26 @@ CASES = [
     ("orca-pow2", dict(slots=1200, max_num_seqs=3), dict(rate=200.0)),
     ("orca-oracle", dict(slots=1000, record_steps=False), dict(rate=200.0)),
     ("orca-pow2", dict(slots=1200, preemption="swap"), dict(rate=200.0)),  # never preempts
+    # the predicted reservation: overflows kept, grown in place or moved, preemption when they do not fit
+    ("orca-max", dict(reservation="predicted"), {}),
+    ("orca-max", dict(reservation="predicted", slots=1200), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, placement="first-fit"), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, placement="best-fit"), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1200, predictor_error=1.0), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", predictor_error=0.0), {}),  # exact: never overflows
+    ("orca-max", dict(reservation="predicted", slots=1200, chunked_prefill=True, chunk_budget=64), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1200, max_num_seqs=4), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, record_steps=False), dict(rate=200.0)),
+    # ... preempted by swap: the extent reserved again at swap-in (with fallbacks when swap space is short)
+    ("orca-max", dict(reservation="predicted", slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30),
+     dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=1000, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30,
+                      placement="first-fit"), dict(rate=200.0)),
+    # swapped back in while earlier requests are in their prefill: join order is not admission order
+    ("orca-max", dict(reservation="predicted", slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30,
+                      chunked_prefill=True, chunk_budget=32, predictor_error=1.0), dict(rate=200.0)),
+    ("orca-max", dict(reservation="predicted", slots=600, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30,
+                      chunked_prefill=True, chunk_budget=128, predictor_error=1.0), dict(rate=200.0)),
     # prefix caching (the trace's hashes cover 16-token blocks of three values: many hits)
     ("vllm", dict(prefix_caching=True), dict(prefix=True)),
     ("vllm", dict(prefix_caching=True, block_size=4), dict(prefix=True)),
@@ -324,12 +345,14 @@ def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       reservation=st.sampled_from(["max", "pow2", "oracle"]),
+       reservation=st.sampled_from(["max", "pow2", "oracle", "predicted", "predicted"]),
        placement=st.sampled_from(["buddy", "first-fit", "best-fit"]), slots=st.integers(256, 4000),
-       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]))
-def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk):
-    cfg = cfg_for(f"orca-{reservation}", slots=slots, placement=placement, max_num_seqs=max_seqs, seed=seed,
-                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512)
+       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]),
+       error=st.sampled_from([0.1, 0.3, 1.0]), swap=st.sampled_from([None, 0, 100, 5000]))
+def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk, error, swap):
+    cfg = cfg_for("orca-max", slots=slots, reservation=reservation, placement=placement, max_num_seqs=max_seqs,
+                  seed=seed, chunked_prefill=chunk is not None, chunk_budget=chunk or 512, predictor_error=error,
+                  preemption="recompute" if swap is None else "swap", swap_gib=(swap or 0) * OPT13B_SLOT / 2**30)
     assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
 
 
@@ -353,6 +376,12 @@ def test_orca_cases_reach_what_they_test():
         assert c.summary["completed"] == 160
         assert (c.steps["mem_external_frag"] > 0).any()
         assert (c.steps["mem_allocator_slack"] > 0).any() == (placement == "buddy")
+        # predicted: reservations outgrown, kept, grown in place and moved, and preemptions
+        p = run_simulation(cfg_for("orca-max", slots=1000, placement=placement, reservation="predicted"),
+                           rand_trace(0, rate=200.0), engine="core").summary
+        assert p["completed"] == 160 and p["num_preemptions"] > 0
+        kept = p["mgr_overflows"] - p["mgr_grows_in_place"] - p["mgr_moves"]  # a buddy block's slack held R'
+        assert (kept > 0) == (placement == "buddy") and p["mgr_grows_in_place"] > 0 and p["mgr_moves"] > 0
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
@@ -421,18 +450,33 @@ def test_progress_counts_every_finish():
     assert eng.on_core and bar.total == int((table.status == 4).sum()) > 0
 
 
-@pytest.mark.parametrize("kw,tkw,why", [
-    (dict(system="orca-max", reservation="predicted"), {}, "predicted reservation"),
-])
-def test_uncovered_configurations_run_python(kw, tkw, why):
-    kw = dict(kw)
-    system = kw.pop("system", "vllm")
-    cfg = cfg_for(system, slots=3000 if system != "static" else 2048, **kw)
-    trace = rand_trace(0, n=40, **tkw)
-    r = run_simulation(cfg, trace)  # auto: falls back
-    assert r.summary["engine"] == "python"
-    with pytest.raises(ConfigError, match=why):
-        run_simulation(cfg, trace, engine="core")
+@pytest.mark.parametrize("system", list(SYSTEMS))
+def test_every_command_line_system_runs_on_the_core(system):
+    """No setting reachable from ``pagesim simulate`` falls back to the Python engine: every
+    system, with sampling width and beams, swap, chunked prefill and --check, and for Orca every
+    reservation and placement, runs on the core."""
+    variants = [dict(), dict(preemption="swap", swap_gib=1.0), dict(chunked_prefill=True, chunk_budget=64),
+                dict(check=True)]
+    if system.startswith("orca"):
+        variants += [dict(reservation=r, placement=p) for r in RESERVATIONS for p in PLACEMENTS]
+    width = {"n": [1, 2], "beam_width": [1, 3]} if system in ("vllm", "token") else None
+    for kw in variants:
+        cfg = cfg_for(system, slots=3000 if system != "static" else 2048, **kw)
+        r = run_simulation(cfg, rand_trace(0, n=40, width=width))
+        assert r.summary["engine"] == "core", (system, kw)
+
+
+def test_another_executor_runs_python():
+    """What stays off the core is an executor other than the simulated one (the GPU's)."""
+    from pagesim.sim.core.replay import unsupported
+    from pagesim.sim.executor import SimulatedExecutor
+
+    class TimedElsewhere(SimulatedExecutor):
+        pass
+
+    _, _, _, table, manager, sched, executor = build(cfg_for(), rand_trace(0, n=5))
+    engine = Engine(sched, manager, TimedElsewhere(executor.cost_model), table.arrival_s)
+    assert "only the simulated executor" in unsupported(engine)
 
 
 def test_unknown_engine_is_a_config_error():
@@ -487,6 +531,10 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
     dict(system="orca-pow2", slots=1200),  # the buddy
     dict(system="orca-oracle", slots=1000, placement="best-fit"),
     dict(system="orca-max", slots=1000, placement="first-fit"),
+    dict(system="orca-max", slots=1000, reservation="predicted"),  # overflows, moves, preemption (buddy)
+    dict(system="orca-max", slots=1000, reservation="predicted", placement="best-fit"),
+    dict(system="orca-max", slots=1200, reservation="predicted", preemption="swap", chunked_prefill=True,
+         chunk_budget=32, swap_gib=2000 * OPT13B_SLOT / 2**30),
     dict(system="static", slots=1200),
     dict(system="static", slots=1200, profile=True, cost_scale=1.37),  # padded prefill by the table
 ])
