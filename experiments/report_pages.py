@@ -14,7 +14,8 @@ import pandas as pd
 from pagesim.experiments import figures as X
 from pagesim.experiments import paper
 from pagesim.experiments import paper_plots as P
-from pagesim.experiments.figures import FIG2_TOLERANCE_PP, MEM_COLS, memory_breakdown_pct
+from pagesim.experiments.figures.common import MEM_COLS, memory_breakdown_pct
+from pagesim.experiments.figures.fig2 import FIG2_TOLERANCE_PP
 from pagesim.reports import figures as F
 from pagesim.reports.html import HtmlReport, ReportError, is_reproduce_dir, load_run
 
@@ -88,7 +89,7 @@ def _fig2_section(rep: HtmlReport, fig2: pd.DataFrame, read) -> None:
     rep.heading("Fig. 2: memory waste per system")
     rep.figure(P.memory_breakdown_bar(fig2))
     rep.table(fig2)
-    rep.reading(X.explain_fig2(fig2))
+    rep.reading(X.fig2.explain(fig2))
     sens = read("fig2_sensitivity")
     if sens is not None and not sens.empty:
         rep.heading("Fig. 2 sensitivity to the request rate", level=3)
@@ -103,13 +104,13 @@ def _fig2_section(rep: HtmlReport, fig2: pd.DataFrame, read) -> None:
 def _fig12_section(rep: HtmlReport, fig12: pd.DataFrame, read) -> None:
     ratios = read("fig12_ratios")
     if ratios is None:
-        ratios = X.fig12_ratios(fig12)
+        ratios = X.fig12.ratios(fig12)
     rep.heading("Fig. 12: normalized latency vs request rate")
     rep.figure(P.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
                                  if len(ratios) else None))
     rep.figure(P.sustainable_rate_ratios(ratios))
     rep.table(ratios)
-    rep.reading(X.explain_fig12(fig12, ratios))
+    rep.reading(X.fig12.explain(fig12, ratios))
     rep.heading("All probes", level=3)
     rep.table(fig12)
 
@@ -132,8 +133,8 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
     found = False
     # figure name -> (heading, plotly figure builder, written reading)
     simple = {
-        "fig13": ("Fig. 13: average batch size", P.batch_size_bars, X.explain_fig13),
-        "fig15": ("Fig. 15: memory saved by sharing", P.sharing_bars, X.explain_fig15),
+        "fig13": ("Fig. 13: average batch size", P.batch_size_bars, X.fig13.explain),
+        "fig15": ("Fig. 15: memory saved by sharing", P.sharing_bars, X.fig15.explain),
     }
     for name in ("fig2", "fig13", "fig15", "fig12", "fig18b"):
         df = read(name)
@@ -148,7 +149,7 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
             rep.heading("Fig. 18b: block size")
             rep.figure(P.block_size_sweep(df))
             rep.table(df)
-            rep.reading(X.explain_fig18b(df))
+            rep.reading(X.fig18b.explain(df))
         else:
             title, build, explain = simple[name]
             rep.heading(title)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from pagesim.sim.cli import HelpFormatter, example
 
-FIGS = ("fig2", "fig13", "fig15", "fig12", "fig18b", "all")
+
+
+class FigureNames:
+    """The figures' names and ``all``, read from the registry (``experiments/figures``) only when
+    argparse checks a name or prints help, so other commands do not import the figure modules."""
+
+    def __iter__(self):
+        from pagesim.experiments.figures import FIGURES
+        return iter([*FIGURES, "all"])
+
+    def __contains__(self, name) -> bool:
+        return name in list(self)
 
 
 def register(sub) -> None:
@@ -19,7 +30,7 @@ def register(sub) -> None:
                                       "pagesim reproduce all --out out/paper --workers 8",
                                       "pagesim reproduce fig12 --out out/fig12 --executor ray --address auto",
                                       "pagesim reproduce all --out out/smoke --quick"))
-    p.add_argument("figure", choices=FIGS, help="which figure (all: every one)")
+    p.add_argument("figure", choices=FigureNames(), help="which figure (all: every one)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes, or Ray (pip install 'pagesim[dist]')")
@@ -61,7 +72,7 @@ def run(args) -> int:
 
     base = {"cost_model": args.cost_model} if args.cost_model else {}
     gpus = sorted({get_gpu(load_experiment(f).get("base", {}).get("gpu") or SimConfig.gpu).name
-                   for f in (FIGURES if args.figure == "all" else (args.figure,))})
+                   for f in (list(FIGURES) if args.figure == "all" else [args.figure])})
     cost_model = args.cost_model or SimConfig.cost_model
     if cost_model == "calibrated":
         for g in gpus:

@@ -1,6 +1,6 @@
 """Sweeps: a declarative grid of runs, executed in parallel, each run cached on disk.
 
-An experiment is a TOML config plus a small Python function (``experiments/figures.py``)::
+An experiment is a TOML config plus a small Python module (``experiments/figures/<fig>.py``)::
 
     [experiment]
     name = "fig13"

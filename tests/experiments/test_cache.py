@@ -170,11 +170,11 @@ def test_reproduce_recomputes_a_run_whose_steps_went_missing(tmp_path, fake_opts
     """Before, fig2 read the summary as a hit and fell back to whole-run averages when the steps
     were gone ('measured_over' run): fig2.csv changed silently. Now the run is redone."""
     from pagesim.experiments.figures import fig2
-    first = fig2(fake_opts, quick=True)
+    first = fig2.run(fake_opts, quick=True)
     for steps in (tmp_path / "cache").rglob("steps.parquet"):
         steps.unlink()
     fake_opts.use_cache = True
-    again = fig2(fake_opts, quick=True)
+    again = fig2.run(fake_opts, quick=True)
     assert (again["measured_over"] == "steady").all()
     pd.testing.assert_frame_equal(first, again)
 

@@ -6,11 +6,12 @@ import pandas as pd
 import pytest
 
 from pagesim.experiments import figures as X
+from pagesim.sim.metrics import downsample_steps
 from tests.experiments import fakes
 
 
 def test_fig2_layout_and_deltas(fake_opts):
-    df = X.fig2(fake_opts, quick=True)
+    df = X.fig2.run(fake_opts, quick=True)
     assert list(df["system"]) == ["orca-max", "orca-pow2", "orca-oracle", "vllm"]
     cats = ["token_states", "reservation", "internal_frag", "external_frag_and_others"]
     for c in cats:
@@ -31,22 +32,22 @@ def test_fig2_layout_and_deltas(fake_opts):
     assert math.isnan(d.loc["vllm", "paper_reservation"]) and math.isnan(d.loc["vllm", "delta_reservation"])
     assert "token_states -6.3 pp" in d.loc["vllm", "note"] and "external_frag_and_others +4.3 pp" in d.loc["vllm", "note"]
     assert df[cats].sum(axis=1).round(6).eq(100).all()
-    text = X.explain_fig2(df)
+    text = X.fig2.explain(df)
     assert "vllm" in text and "holds" in text
 
 
 def test_fig2_rate_override_and_sensitivity(fake_opts):
-    df = X.fig2(fake_opts, quick=True, rate=3.0, duration_s=20)
+    df = X.fig2.run(fake_opts, quick=True, rate=3.0, duration_s=20)
     assert (df["rate"] == 3.0).all() and (df["duration_s"] == 20).all()
-    sens = X.fig2_sensitivity(fake_opts, quick=True)
+    sens = X.fig2.sensitivity(fake_opts, quick=True)
     assert len(sens) == 8 and set(sens["rate"]) == {2.0, 4.0}
     assert sens["waiting_frac"].between(0.99, 1.0).all()  # fake queue is non-empty throughout the window
-    tl = X.fig2_timeline(fake_opts, quick=True)
+    tl = X.fig2.timeline(fake_opts, quick=True)
     assert set(tl["system"]) == {"orca-max", "orca-pow2", "orca-oracle", "vllm"} and "token_states" in tl
 
 
 def test_fig13_layout_and_deltas(fake_opts):
-    both = X.fig13(fake_opts, quick=True)
+    both = X.fig13.run(fake_opts, quick=True)
     assert list(both.columns[:8]) == ["workload", "rate", "system", "per_seq_overhead_ms", "avg_batch_size",
                                       "paper_avg_batch_size", "delta", "delta_pct"]
     assert len(both) == 16 and sorted(set(both.per_seq_overhead_ms)) == [0.02, 0.3]  # two CPU-cost settings
@@ -59,11 +60,11 @@ def test_fig13_layout_and_deltas(fake_opts):
     assert a.rate == 30.0 and a.delta == pytest.approx(33.0 - 132.44) and "vs paper" in a.note
     m = df[(df.workload == "alpaca") & (df.system == "orca-max")].iloc[0]
     assert m.delta == pytest.approx(0.0) and m.note == ""
-    assert "Orca (Oracle)" in X.explain_fig13(both) and "0.3 ms/sequence" in X.explain_fig13(both)
+    assert "Orca (Oracle)" in X.fig13.explain(both) and "0.3 ms/sequence" in X.fig13.explain(both)
 
 
 def test_fig15_layout_and_savings(fake_opts):
-    df = X.fig15(fake_opts, quick=True)
+    df = X.fig15.run(fake_opts, quick=True)
     assert list(df.columns[:8]) == ["workload", "mode", "width", "saving_pct", "paper_saving_pct",
                                     "paper_saving_pct_low", "paper_saving_pct_high", "delta"]
     d = df.set_index(["workload", "mode", "width"])
@@ -75,7 +76,7 @@ def test_fig15_layout_and_savings(fake_opts):
     assert d.loc[("sharegpt", "beam", 6), "delta"] == pytest.approx(75.0 - 66.3)
     assert "outside the paper" in d.loc[("sharegpt", "beam", 6), "note"]
     assert d["method"].str.contains("avg_allocated_blocks").all()
-    assert "alpaca parallel" in X.explain_fig15(df)
+    assert "alpaca parallel" in X.fig15.explain(df)
 
 
 def test_fig15_prefers_single_run_saving(tmp_path):
@@ -84,16 +85,16 @@ def test_fig15_prefers_single_run_saving(tmp_path):
         s["blocks_shared_saving"] = 0.1
         return s
     opts = X.SweepOptions(workers=1, cache_dir=tmp_path, progress=False, run_fn=run)
-    df = X.fig15(opts, quick=True)
+    df = X.fig15.run(opts, quick=True)
     assert list(df["saving_pct"]) == pytest.approx([10.0] * len(df)) and (df["method"] == "single-run").all()
 
 
 def test_sustainable_rate_interpolation():
     # under 0.25 at 1 and 2, 0.45 at 3: crossing at 2 + (0.25-0.05)/(0.45-0.05) = 2.5
-    assert X.sustainable_rate([1, 2, 3], [0.05, 0.05, 0.45]) == (pytest.approx(2.5), "interpolated")
-    r, how = X.sustainable_rate([1, 2], [0.1, 0.2])
+    assert X.fig12.sustainable_rate([1, 2, 3], [0.05, 0.05, 0.45]) == (pytest.approx(2.5), "interpolated")
+    r, how = X.fig12.sustainable_rate([1, 2], [0.1, 0.2])
     assert r == 2 and "censored" in how
-    r, how = X.sustainable_rate([1, 2], [0.5, 0.9])
+    r, how = X.fig12.sustainable_rate([1, 2], [0.5, 0.9])
     assert math.isnan(r) and "lowest" in how
 
 
@@ -103,7 +104,7 @@ def test_fig12_ratios_by_hand():
                           "orca-max": [0.65, 1.0, 2.0, 3.0]}.items():
         for r, lat in zip([1.0, 2.0, 3.0, 4.0], lats):
             rows.append({"workload": "sharegpt", "system": sysname, "rate": r, "normalized_latency_s_per_token": lat})
-    ratios = X.fig12_ratios(pd.DataFrame(rows)).set_index("system")
+    ratios = X.fig12.ratios(pd.DataFrame(rows)).set_index("system")
     assert ratios.loc["vllm", "sustainable_rate"] == pytest.approx(3.5)
     assert ratios.loc["orca-oracle", "sustainable_rate"] == pytest.approx(1.5)
     assert ratios.loc["orca-oracle", "vllm_ratio"] == pytest.approx(3.5 / 1.5)
@@ -112,23 +113,23 @@ def test_fig12_ratios_by_hand():
 
 
 def test_fig12_layout(fake_opts):
-    df = X.fig12(fake_opts, quick=True)
+    df = X.fig12.run(fake_opts, quick=True)
     assert list(df.columns[:4]) == ["workload", "system", "rate", "duration_s"]
     assert "normalized_latency_s_per_token" in df and len(df) == 4 * 5
-    ratios = X.fig12_ratios(df)
+    ratios = X.fig12.ratios(df)
     assert set(ratios["workload"]) == {"sharegpt", "alpaca"}
-    assert "vLLM sustains" in X.explain_fig12(df, ratios)
+    assert "vLLM sustains" in X.fig12.explain(df, ratios)
 
 
 def test_fig18b_layout(fake_opts):
-    df = X.fig18b(fake_opts, quick=True)
+    df = X.fig18b.run(fake_opts, quick=True)
     assert list(df["block_size"]) == [1, 16, 256, 1, 16, 256]
     sg = df[df.workload == "sharegpt"].set_index("block_size")
     assert sg.loc[16, "rel_to_best"] == 1.0 and sg.loc[16, "near_best"]  # best of {1, 16, 256} in the fake
     assert sg.loc[1, "rel_to_best"] == pytest.approx((1 + 5 / 20) / (1 + 1 / 20))
     assert (sg["paper_best_low"] == 16).all() and (sg["paper_best_high"] == 128).all()
     assert sg.loc[16, "in_paper_range"] and not sg.loc[256, "in_paper_range"]
-    assert "best block size 16" in X.explain_fig18b(df)
+    assert "best block size 16" in X.fig18b.explain(df)
 
 
 def test_reproduce_writes_csvs(fake_opts, tmp_path):
@@ -148,8 +149,8 @@ def test_unknown_figure(fake_opts, tmp_path):
 
 def test_window_mean_and_downsample():
     steps = pd.DataFrame({"start_s": [0.0, 1.0, 2.0], "dt_s": [1.0, 1.0, 2.0], "x": [10.0, 20.0, 40.0]})
-    assert X.window_mean(steps, ["x"], 0.5, 3.0)["x"] == pytest.approx((0.5 * 10 + 20 + 40) / 2.5)
-    assert X.window_mean(steps, ["x"], 0.5, 3.0, weight="step")["x"] == pytest.approx(30.0)
-    assert X.window_mean(steps, ["x"], 10, 20) is None
+    assert X.common.window_mean(steps, ["x"], 0.5, 3.0)["x"] == pytest.approx((0.5 * 10 + 20 + 40) / 2.5)
+    assert X.common.window_mean(steps, ["x"], 0.5, 3.0, weight="step")["x"] == pytest.approx(30.0)
+    assert X.common.window_mean(steps, ["x"], 10, 20) is None
     big = pd.DataFrame({"start_s": range(12000), "x": 1.0})
-    assert len(X.downsample_steps(big, 5000)) <= 5000
+    assert len(downsample_steps(big, 5000)) <= 5000

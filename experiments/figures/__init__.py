@@ -1,0 +1,56 @@
+"""The paper's figures as experiments: one module per figure, registered in :data:`FIGURES`.
+
+Each figure module builds its runs from ``experiments/configs/<fig>.toml``, runs them through
+:func:`experiments.sweep.run_sweep` (``common.run_figure``) and offers
+
+    run(opts, quick=, scale=)     its main table, in the CSV layout of ``<fig>.csv``, with the
+                                  paper's numbers and the differences beside ours
+    tables(opts, quick=, scale=)  every table ``reproduce <fig>`` writes, by file name
+    explain(table)                a written reading of the differences from the paper
+
+``opts`` is a :class:`~experiments.figures.common.SweepOptions` (executor, workers, cache, an
+injectable run function), ``quick`` tiny grids and traces (tests and smoke runs) and ``scale``
+multiplies every trace duration. Settings are the same for every system (never tuned per
+system): OPT-13B, A100-40GB, ``kv_gib=12`` (15,728 slots), ``max_seq_len=2048``, block size 16
+for vLLM, buddy placement for Orca. A new figure is a module with these three functions, its
+TOML, and a line in :data:`FIGURES`.
+
+Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces; the sweeps of
+fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count). Runs shared between
+figures (fig2's sensitivity and fig13's ShareGPT 2 req/s runs) are simulated once and read
+from the cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from pagesim.experiments.figures import fig2, fig12, fig13, fig15, fig18b
+from pagesim.experiments.figures.common import SweepOptions
+
+#: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
+FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b}
+#: each figure's written reading of its main table
+EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
+
+
+def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *, quick: bool = False,
+              scale: float = 1.0) -> dict[str, pd.DataFrame]:
+    """Run figure ``fig`` (or ``"all"``), write ``out_dir/<name>.csv`` per table, return the tables."""
+    from pagesim.sim.errors import ConfigError
+    figs = list(FIGURES) if fig == "all" else [fig]
+    for f in figs:
+        if f not in FIGURES:
+            raise ConfigError(f"unknown figure '{f}'; valid: {', '.join(FIGURES)}, all")
+    opts = opts or SweepOptions()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables: dict[str, pd.DataFrame] = {}
+    for f in figs:
+        tables.update(FIGURES[f].tables(opts, quick=quick, scale=scale))
+    for name, t in tables.items():
+        t.to_csv(out / f"{name}.csv", index=False)
+    return tables

@@ -1,0 +1,131 @@
+"""What every figure shares: how its runs execute (:class:`SweepOptions`), building and running
+its grid from ``experiments/configs/<fig>.toml``, and the step-table statistics ("steady" window).
+
+Measurement window ("steady"): statistics that describe a loaded server (memory breakdown,
+batch size) are averaged over the steps between ``WARMUP_FRAC`` of the trace and its last arrival,
+which leaves out the ramp-up from an empty server and the drain after arrivals stop (both inflate
+free memory and shrink batches). When a run has no step table the whole-run summary is used and
+``measured_over`` says ``run``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from pagesim.experiments.sweep import RunOutput, RunSpec, apply_overrides, expand_grid, load_cached, load_experiment, run_sweep
+
+#: fraction of the trace's arrival window skipped as warm-up by the "steady" window
+WARMUP_FRAC = 0.1
+
+@dataclass
+class SweepOptions:
+    """How runs execute (passed through to :func:`run_sweep`)."""
+
+    executor: str = "local"
+    workers: int | None = None
+    cache_dir: str | Path | None = None
+    use_cache: bool = True
+    progress: bool = True
+    address: str | None = None
+    run_fn: Callable | None = None
+    base: dict[str, Any] = field(default_factory=dict)  # settings every run takes (``--cost-model``)
+
+    def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
+        return run_sweep(specs, executor=self.executor, workers=self.workers, cache_dir=self.cache_dir,
+                         progress=self.progress, address=self.address, run_fn=self.run_fn,
+                         use_cache=True if self.use_cache else False)
+
+    def load(self, spec: RunSpec, what=("steps",)) -> RunOutput | None:
+        return load_cached(spec, self.cache_dir, run_fn=self.run_fn, what=what)
+
+    def after_first_sweep(self) -> "SweepOptions":
+        """``use_cache=False`` means "recompute once": later sweeps of the same invocation reuse."""
+        self.use_cache = True
+        return self
+
+
+def number(summ: dict[str, Any] | None, key: str) -> float:
+    """A summary value as float (missing, None or non-numeric: NaN; saved summaries write NaN as null)."""
+    v = (summ or {}).get(key)
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def figure_specs(name: str, quick: bool, scale: float, **base) -> list[RunSpec]:
+    from pagesim.sim.limits import check_synthetic_workload
+    specs = expand_grid(apply_overrides(load_experiment(name), quick=quick, scale=scale, **base))
+    for spec in specs:
+        check_synthetic_workload(spec.rate, spec.duration_s, spec.num_requests, what=f"{name}'s run {spec.label()}",
+                                 advice=f"use a smaller --scale than {scale:g}")
+    return specs
+
+
+def run_figure(name: str, opts: SweepOptions | None, quick: bool, scale: float, **base):
+    opts = opts or SweepOptions()
+    specs = figure_specs(name, quick, scale, **opts.base, **base)
+    summaries = opts.run(specs)
+    opts.after_first_sweep()
+    return opts, specs, summaries
+
+
+
+MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
+            "mem_external_frag", "mem_free_idle")
+
+
+def arrival_window(spec: RunSpec, warmup_frac: float = WARMUP_FRAC) -> tuple[float, float]:
+    """(start, end) of the steady window: skip ``warmup_frac`` of the arrivals, stop at the last."""
+    if spec.duration_s is not None:
+        end = float(spec.duration_s)
+    elif spec.num_requests is not None and spec.rate > 0:
+        end = spec.num_requests / spec.rate
+    else:
+        end = math.inf
+    return (warmup_frac * end if math.isfinite(end) else 0.0), end
+
+
+def window_mean(steps: pd.DataFrame, cols, t0: float, t1: float, *, weight: str = "time") -> dict[str, float] | None:
+    """Mean of ``cols`` over steps overlapping [t0, t1): time-weighted (overlap of each step's
+    [start_s, start_s + dt_s] with the window) or per step (``weight="step"``: steps starting in it)."""
+    if steps is None or len(steps) == 0:
+        return None
+    start = steps["start_s"].to_numpy(float)
+    if weight == "time":
+        end = start + steps["dt_s"].to_numpy(float)
+        w = np.clip(np.minimum(end, t1) - np.maximum(start, t0), 0.0, None)
+    else:
+        w = ((start >= t0) & (start < t1)).astype(float)
+    total = w.sum()
+    if total <= 0:
+        return None
+    return {c: float(np.dot(w, steps[c].to_numpy(float)) / total) for c in cols}
+
+
+def memory_breakdown_pct(steps: pd.DataFrame | None, summary: dict[str, Any], t0: float = 0.0,
+                         t1: float = math.inf) -> tuple[dict[str, float], str]:
+    """Fig. 2's four categories in percent of KV capacity, and where they were measured."""
+    if steps is not None and all(c in steps for c in MEM_COLS) and len(steps):
+        m = window_mean(steps, MEM_COLS, t0, t1)
+        if m is not None:
+            cap = sum(m.values()) or float(summary.get("kv_capacity_tokens") or 1)
+            f = {k[4:]: v / cap for k, v in m.items()}
+            return categories(f), "steady"
+    f = {c[4:]: number(summary, c) for c in MEM_COLS}
+    return categories(f), "run"
+
+
+def categories(f: dict[str, float]) -> dict[str, float]:
+    return {
+        "token_states": 100 * f["token_states"],
+        "reservation": 100 * f["reservation"],
+        "internal_frag": 100 * f["internal_frag"],
+        "external_frag_and_others": 100 * (f["allocator_slack"] + f["external_frag"] + f["free_idle"]),
+    }
