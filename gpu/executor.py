@@ -39,9 +39,11 @@ copy-on-write copies, then the model (writes, reads). Why that order is safe: sw
 destinations were free when ``schedule`` resumed the request (before any preemption),
 swap-out sources were in use until the preemption, and copy destinations may be blocks just
 freed by a swap-out, so they are written last; freed blocks reused in the same step are only
-written after every copy that reads them. A request swapped out and back in within one step
-(possible only when the step's first pass preempted everyone) would need the swap-out first:
-it is refused with an error rather than run wrong.
+written after every copy that reads them. One exception: when a decode preempts every running
+request, the core schedules a second pass at the same instant (``scheduler.schedule``), whose
+swap-ins may take the blocks the first pass swapped out (or bring a request just swapped out
+back); the first pass's swap-outs (``count[STEP_SWAP_OUT_EARLY]`` rows) then run first, as a
+swap-only plan of their own (``StepPlan.first``) executed before the step's plan.
 
 Time: ``step`` returns the backend's measured time plus (``include_prep=True`` and a backend
 that measures real time) the host time spent building the plan, like a real engine's
@@ -106,6 +108,7 @@ class StepPlan:
     swap_in_tokens: int = 0
     swap_out_tokens: int = 0
     batch: StepBatch | None = None  # the step as a cost model prices it (read-only)
+    first: "StepPlan | None" = None  # swap-outs the executor runs before this plan (see the module docstring)
 
     @property
     def num_tokens(self) -> int:
@@ -234,11 +237,12 @@ class GPUExecutor:
         t0 = time.perf_counter()
         plan = self.plan(core)
         prep = time.perf_counter() - t0
-        dt = float(self.backend.execute(plan))
+        dt = float(self.backend.execute(plan.first)) if plan.first is not None else 0.0
+        dt += float(self.backend.execute(plan))
         if self.include_prep and getattr(self.backend, "measures_time", False):
             dt += prep
         self.total_copies += len(plan.copies)
-        self.total_swap_out_blocks += len(plan.swap_out)
+        self.total_swap_out_blocks += len(plan.swap_out) + (len(plan.first.swap_out) if plan.first is not None else 0)
         self.total_swap_in_blocks += len(plan.swap_in)
         if self.on_step is not None:
             self.on_step(plan.batch, plan, dt)
@@ -261,25 +265,11 @@ class GPUExecutor:
             for key in [k for k in self.host if k[0] == i]:
                 self._host_free.extend(reversed(self.host.pop(key).tolist()))
 
-    def _swaps(self, core, plan: StepPlan) -> None:
-        c = core.count
-        ins, outs = [], []
-        swap_in_rows = core.step_swap_in[:c[state.STEP_SWAP_IN_BLOCKS]]
-        swap_out_rows = core.step_swap_out[:c[state.STEP_SWAP_OUT_BLOCKS]]
-        swapped_in = set(swap_in_rows[:, 0].tolist())
-        self._forget_recomputed(core, swapped_in)
-        for i, j, dev in swap_groups(swap_in_rows):
-            hb = self.host.pop((i, j), None)
-            if hb is None:
-                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) is swapped in without "
-                                    "having been swapped out before this step")
-            if len(hb) != len(dev):
-                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) comes back in {len(dev)} "
-                                    f"blocks, it went out in {len(hb)}")
-            ins.append(np.stack([hb, dev], axis=1))
-            self._host_free.extend(reversed(hb.tolist()))
-        self.swapped_requests -= swapped_in
-        for i, j, dev in swap_groups(swap_out_rows):
+    def _swap_out(self, rows: np.ndarray) -> np.ndarray:
+        """(device, host) pairs for the sequences the core swapped out (``rows``), each given host
+        blocks of its own."""
+        outs = []
+        for i, j, dev in swap_groups(rows):
             if len(dev) > len(self._host_free):
                 raise ExecutorError(f"host swap space exhausted swapping out request {i} (sequence {j}: "
                                     f"{len(dev)} blocks, {len(self._host_free)} free)")
@@ -287,14 +277,41 @@ class GPUExecutor:
             outs.append(np.stack([dev, hb], axis=1))
             self.host[(i, j)] = hb
             self.swapped_requests.add(i)
+        return np.concatenate(outs) if outs else _EMPTY2
+
+    def _swaps(self, core, plan: StepPlan) -> None:
+        c = core.count
+        ins = []
+        swap_in_rows = core.step_swap_in[:c[state.STEP_SWAP_IN_BLOCKS]]
+        swap_out_rows = core.step_swap_out[:c[state.STEP_SWAP_OUT_BLOCKS]]
+        swapped_in = set(swap_in_rows[:, 0].tolist())
+        self._forget_recomputed(core, swapped_in)
+        # a second scheduling pass swaps in after the first one's swap-outs: those run first
+        early = int(c[state.STEP_SWAP_OUT_EARLY]) if len(swap_in_rows) else 0
+        if early:
+            plan.first = StepPlan(self.step_index, self.block_size, self.num_blocks,
+                                  swap_out=self._swap_out(swap_out_rows[:early]))
+        for i, j, dev in swap_groups(swap_in_rows):
+            hb = self.host.pop((i, j), None)
+            if hb is None:
+                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) is swapped in without "
+                                    "having been swapped out before")
+            if len(hb) != len(dev):
+                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) comes back in {len(dev)} "
+                                    f"blocks, it went out in {len(hb)}")
+            ins.append(np.stack([hb, dev], axis=1))
+            self._host_free.extend(reversed(hb.tolist()))
+        self.swapped_requests -= swapped_in
         plan.swap_in = np.concatenate(ins) if ins else _EMPTY2
-        plan.swap_out = np.concatenate(outs) if outs else _EMPTY2
+        plan.swap_out = self._swap_out(swap_out_rows[early:])
+        self._forget_recomputed(core, swapped_in)  # swapped out by a first pass, recomputed by the second
         plan.swap_in_tokens, plan.swap_out_tokens = int(c[state.STEP_SWAP_IN]), int(c[state.STEP_SWAP_OUT])
         if self.check:
             bs = self.block_size
-            for name, rows in (("in", swap_in_rows), ("out", swap_out_rows)):
+            for name, parts in (("in", [swap_in_rows]), ("out", [swap_out_rows[:early], swap_out_rows[early:]])):
                 # each sequence moves the blocks of its tokens (swapped_tokens: per sequence)
-                tokens = [int(core.swapped_tokens[i]) for i, _, _ in swap_groups(rows)]
+                tokens = [int(core.swapped_tokens[i]) for rows in parts for i, _, _ in swap_groups(rows)]
+                rows = swap_in_rows if name == "in" else swap_out_rows
                 got = plan.swap_in_tokens if name == "in" else plan.swap_out_tokens
                 if sum(-(-n // bs) for n in tokens) != len(rows) or sum(tokens) != got:
                     raise ExecutorError(f"step {self.step_index}: swapped {name} {len(rows)} blocks of "

@@ -49,7 +49,8 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
 from pagesim.sim.core.state import BEAM_SEARCH, CONTIGUOUS, MANAGER_KIND, PAGED
-from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_NUM_FINISHED, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
+from pagesim.sim.core.state import (EXTERNAL_STEPS, STEP_NUM_FINISHED, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS,
+                                   STEP_SWAP_OUT_EARLY)
 
 
 
@@ -360,6 +361,7 @@ def begin_iteration(s):
     c[STEP_COPIED_BLOCKS] = 0
     c[STEP_SWAP_OUT_BLOCKS] = 0
     c[STEP_SWAP_IN_BLOCKS] = 0
+    c[STEP_SWAP_OUT_EARLY] = 0
 
 
 @njit
@@ -373,6 +375,7 @@ def schedule(s):
             and (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
         # the decode step preempted every running request: vLLM's empty iteration and its
         # next one, at the same instant, are this one iteration (ContinuousScheduler.schedule)
+        c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         context_sum = schedule_pass(s)
     if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits
         c[DEMAND_WAITING] = 0

@@ -23,6 +23,7 @@ from pagesim.gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPl
 from pagesim.gpu.kv_check import KVContentCheck
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.config import SimConfig
+from pagesim.sim.core import state
 from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
@@ -178,6 +179,34 @@ def test_a_swapped_group_recomputed_gives_its_host_blocks_back():
     # host blocks 0 and 1 came back at step 10 (1 on top), then 2 and 3 are taken
     assert fb.plans[11].swap_out.tolist() == [[3, 1], [1, 0], [2, 2], [0, 3]]
     assert res.summary["num_swap_fallbacks"] >= 1 and ex.host == {} and len(ex._host_free) == 8
+
+
+def test_swap_outs_of_a_first_pass_run_before_the_second_passs_swap_in():
+    """X (4 + 10, n = 4) and Y (5 + 10): step 1's first scheduling pass swaps out Y from [2, 1]
+    and X's 4 sequences from 3, then a second pass at the same instant swaps Y back into 3 and 2
+    (tests/sim/core/test_step_output.py works it out). Those swap-outs run first, as a plan of
+    their own: Y to host 0, 1 and X to host 2-5; then the step's plan brings Y's host 0, 1 into
+    3, 2, where its reads of positions 0-5 find what it wrote (the fake checks every read).
+    Later steps swap X out and recompute it at once (a second pass's swap fallback): it holds no
+    host block after any step."""
+    trace, cfg = tiny([(0.0, 4, 10, 4), (0.0, 5, 10, 1)], preemption="swap", swap_gib=1.0)
+    fb = FakeBackend()
+    chk = KVContentCheck(fb)
+    held = []
+
+    def on_step(batch, plan, dt):
+        held.append(sorted({i for i, _ in ex.host if ex.core.status[i] != state.SWAPPED}))
+
+    ex = GPUExecutor(TINY, chk, on_step=on_step)
+    res = run_simulation(cfg, trace, executor=ex)
+    assert held == [[]] * len(held) and res.summary["num_swap_fallbacks"] >= 5
+    first, main = fb.plans[1], fb.plans[2]
+    assert main.first is first and first.num_tokens == 0 and len(first.swap_in) == len(first.copies) == 0
+    assert first.swap_out.tolist() == [[2, 0], [1, 1], [3, 2], [3, 3], [3, 4], [3, 5]]
+    assert main.swap_in.tolist() == [[0, 3], [1, 2]] and len(main.swap_out) == 0
+    assert main.decode_tables.tolist() == [[3, 2]] and main.decode_slots.tolist() == [9]
+    assert chk.checked_blocks >= 6 + 2 and ex.host == {} and len(ex._host_free) == ex.host_blocks
+    assert res.summary["num_preemptions"] >= 2
 
 
 def test_fake_detects_a_wrong_slot():

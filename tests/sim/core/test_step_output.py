@@ -38,6 +38,7 @@ class Recorder:
             swap_in=core.step_swap_in[:c[state.STEP_SWAP_IN_BLOCKS]].tolist(),
             finished=core.step_finished[:c[state.STEP_NUM_FINISHED]].tolist(),
             swap_tokens=(int(c[state.STEP_SWAP_OUT]), int(c[state.STEP_SWAP_IN])),
+            early=int(c[state.STEP_SWAP_OUT_EARLY]),
             now=float(core.clock[state.NOW])))
         if self.dt is not None:
             return self.dt
@@ -115,6 +116,27 @@ def test_a_group_swaps_each_sequence_out_and_back_in_blocks_of_its_own():
     assert st[10]["swap_in"] == [[A, 0, 3], [A, 1, 2]] and st[10]["swap_tokens"] == (0, 8)
     assert st[10]["finished"] == [B]
     assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 1], [A, 1, 2], [A, 1, 0]] and st[11]["swap_tokens"] == (10, 0)
+
+
+def test_a_second_pass_swaps_in_after_the_first_ones_swap_outs():
+    """X (4 + 10 tokens, n = 4) prefills in block 3, Y (5 + 10) in [2, 1]; X forks (its 4
+    sequences hold 3). Step 1: X's 4 sequences cross a block boundary and free-block-per-seq asks
+    5 blocks of the 1 free: Y, the latest, goes out (its blocks freed tail first: stack 0, 1,
+    2), then X, still 4 > 3 (3 pushed last). Nothing runs, so the core schedules again at the
+    same instant: Y, first in the swapped queue, comes back into 3 (X's block, swapped out
+    just before) and 2, and decodes; X (a free block per sequence and one more each) waits.
+    The first pass's 6 swapped-out rows are marked early: they must run before the swap-in."""
+    trace, cfg = tiny([(0.0, 4, 10, 4), (0.0, 5, 10, 1)], preemption="swap", swap_gib=1.0)
+    rec = Recorder()
+    run_simulation(cfg, trace, executor=rec)
+    X, Y = 0, 1
+    st = rec.steps[1]
+    assert st["swap_out"] == [[Y, 0, 2], [Y, 0, 1], [X, 0, 3], [X, 1, 3], [X, 2, 3], [X, 3, 3]]
+    assert st["early"] == 6 and st["swap_in"] == [[Y, 0, 3], [Y, 0, 2]]
+    assert st["swap_tokens"] == (5 + 4 * 4, 5)
+    # later steps preempt everyone again (X alone can never decode with a free block per
+    # sequence; it is recomputed), with no swap-in after
+    assert [k for k, s in enumerate(rec.steps) if s["early"] and s["swap_in"]] == [1]
 
 
 def test_the_clock_takes_the_executors_durations():
