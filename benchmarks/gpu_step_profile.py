@@ -28,41 +28,31 @@ from _import_path import import_path  # noqa: E402
 
 import_path()
 
-from pagesim.gpu.executor import GPUExecutor  # noqa: E402
 from pagesim.gpu.model_runner import TorchCupyBackend  # noqa: E402
-from pagesim.sim.batch import StepBatch  # noqa: E402
-from pagesim.sim.memory import PagedManager, SeqSpec  # noqa: E402
+from pagesim.gpu.testing import HandSteps  # noqa: E402
 from pagesim.sim.specs import get_model  # noqa: E402
-
-I64 = np.int64
 
 
 class Steps:
-    """A manager and executor over a fresh backend; prefill and decode batches of given shapes."""
+    """Hand-built steps over a fresh backend (gpu.testing.HandSteps): prefill and decode
+    batches of given shapes, new sequence ids for every prefill."""
 
     def __init__(self, model, backend, block_size=16):
-        self.mgr = PagedManager(200_000, 4096, block_size=block_size, watermark=0.0)
-        self.ex = GPUExecutor(model, self.mgr, backend)
+        self.steps = HandSteps(model, backend, num_blocks=200_000 // block_size, block_size=block_size)
         self.backend = backend
         self.next_id = 0
 
     def prefill(self, num_seqs: int, tokens: int) -> float:
         ids = list(range(self.next_id, self.next_id + num_seqs))
         self.next_id += num_seqs
-        for s in ids:
-            self.mgr.allocate(SeqSpec(s, tokens, tokens + 64))
-            self.mgr.append(s, tokens)
-        return self.ex.run_step(StepBatch(np.array(ids, I64), np.full(num_seqs, tokens, I64),
-                                          np.full(num_seqs, tokens, I64)), self.mgr)
+        return self.steps.prefill(ids, [tokens] * num_seqs)
 
     def decode_set(self, num_seqs: int, context: int) -> list[int]:
         self.prefill(num_seqs, context - 1)
         return list(range(self.next_id - num_seqs, self.next_id))
 
     def decode(self, ids: list[int]) -> float:
-        self.mgr.append_batch(ids)
-        ctx = np.array([self.mgr.num_tokens(s) for s in ids], I64)
-        return self.ex.run_step(StepBatch(decode_seq_ids=np.array(ids, I64), decode_context=ctx), self.mgr)
+        return self.steps.decode(ids)
 
 
 def sdpa_backends(torch, model) -> list[str]:

@@ -1,52 +1,54 @@
-"""The GPU executor: runs the scheduler's iterations for real over the manager's live block tables.
+"""The GPU executor: runs the core's iterations for real, over the core's own block tables.
 
-``GPUExecutor(model, manager, backend, scheduler=sched)`` implements the engine's executor
-interface ``run_step(batch, manager) -> seconds``, so the GPU mode swaps only this object:
-the engine, the scheduler and the paged manager are the very objects ``run_simulation`` uses
-(no copies, no re-implementation of the policy). Per iteration::
+``run_simulation(cfg, trace, executor=GPUExecutor(model, backend))`` runs the very scheduler and
+paged allocator of a simulation (the compiled core, ``sim/core/``) and swaps only what runs an
+iteration: the core's loop returns after scheduling each one (``loop.SCHEDULED``, the external
+executor mode), and :meth:`GPUExecutor.step` reads the step's contract from the core's arrays,
+runs it on the backend and returns its measured duration, which the core's clock takes as the
+step's length (time stays the loop's: the same event order as a simulation). Per iteration::
 
-    scheduler.schedule()  (engine)  allocate / append / preempt / fork on the manager
-    run_step(batch)       (here)    1. read the manager's live tables for the batch's sequences
-                                    2. build a StepPlan: swap-out, swap-in, copy-on-write copies,
-                                       slot mappings of the new tokens, dense int32 decode tables
-                                    3. backend.execute(plan) -> device seconds (synchronized)
-    scheduler.complete_step()       samples, finishes, forks (engine)
+    scheduler.schedule()  (core)  admit / swap in / preempt / decode / copy-on-write, recording
+                                  the step's data movement where it happens
+    step(core)            (here)  1. the contract: prefilling sequences (step_prefill_ids,
+                                     _tokens, _context), decoding ones (the running requests in
+                                     the decode set, each sequence's block-table row seq_slot[i, j]
+                                     and context num_computed_tokens[i]), copy-on-write pairs
+                                     (step_copies), device blocks swapped out / in (step_swap_out,
+                                     step_swap_in)
+                                  2. a StepPlan: swap pairs (with the host blocks this executor
+                                     keeps), copies, slot mappings, dense int32 tables
+                                  3. backend.execute(plan) -> device seconds (synchronized)
+    scheduler.complete_step()  (core)  tokens, finishes, forks
 
-Slot mapping: token position ``p`` of sequence ``s`` lives at slot ``table[p // bs] * bs +
-p % bs``. The scheduler has already appended this step's tokens when ``run_step`` runs, so a
-prefill chunk of ``n`` tokens ending at ``ctx`` writes positions ``[ctx - n, ctx)`` and a
-decode writes position ``ctx - 1`` (``decode_context`` includes the new token).
+Nothing is observed or inferred: every block the plan moves is one the core recorded as it
+acted (``sim/core/state.py``: ``Core.step_copies``, ``step_swap_out``, ``step_swap_in``).
 
-Copy-on-write detection (exact): the executor keeps, for every live sequence, the table it
-last saw (after the previous step, or right after ``allocate``/``fork``) and the number of
-tokens that table held. A block this step writes into that already held computed tokens
-(``i * bs < L_before``) and whose id changed was replaced by the manager's copy-on-write, so
-``(old, new)`` is one copy; a write into an unshared block never changes the table, and
-blocks not written are never copied, so only those indices are compared (O(1) per decode). To know a
-forked child's table at fork time, and a freed sequence's table (for swap-out), the executor
-*observes* the manager: :class:`ManagerObserver` wraps the instance's ``allocate``/``fork``/
-``free`` with pass-throughs that record the table after (or before) the call; the manager's
-state and answers are untouched (tests prove the records are identical with and without it).
-A manager may instead offer the hook ``drain_copies() -> [(src, dst), ...]`` (the copies made
-since the last call); the executor then uses it and skips the diff.
+Slot mapping: token position ``p`` of a sequence lives at slot ``table[p // bs] * bs + p % bs``.
+The scheduler has already counted this step's tokens when ``step`` runs, so a prefill chunk of
+``n`` tokens ending at ``ctx`` writes positions ``[ctx - n, ctx)`` and a decode writes position
+``ctx - 1`` (``decode_context`` includes the new token).
 
-Swaps (needs ``scheduler``): a sequence with host blocks whose request left
-``scheduler.swapped`` (or re-entered it with a new ``swapped_tokens`` entry) since the last
-step is swapped in (host -> the blocks it was allocated; a failed trial resume, allocated and
-freed while the request stays queued, is no swap); a sequence freed since the last step whose
-request is now in ``scheduler.swapped`` is swapped out (its freed blocks -> host blocks).
-Order within a step: swap-in, swap-out, copy-on-write copies, then the model (writes, reads).
-Why that order is safe: swap-in destinations were free when ``schedule`` resumed the request
-(before any preemption), swap-out sources were in use until the preemption, and copy
-destinations may be blocks just freed by a swap-out, so they are written last; freed blocks
-reused in the same step are only written after every copy that reads them.
+Sequences: the plan names a sequence by its request's row (a group's sequences share it), so
+the fake backend's writer check is per request: a sequence may read what its request wrote.
 
-Time: ``run_step`` returns the backend's measured time plus (``include_prep=True`` and a
-backend that measures real time) the host time spent building the plan, like a real engine's
-block-table preparation. The SimPy clock advances by these measured step times; idle gaps
-between arrivals are *not* slept: the clock jumps to the next arrival, so a 10-minute trace
-at low load takes only its busy time on the GPU. TTFT/TPOT of the "real" run are therefore
-exact for the measured step times and the simulator's arrival process.
+Swaps: the core lists the device blocks of each sequence it swaps out (in table order, before
+they are freed) and of each it swaps back in (the blocks just allocated); this executor maps
+each swapped sequence to host blocks of its own (taken at swap-out, given back at swap-in, or
+when the core recomputes a swapped request instead). Order within a step: swap-in, swap-out,
+copy-on-write copies, then the model (writes, reads). Why that order is safe: swap-in
+destinations were free when ``schedule`` resumed the request (before any preemption),
+swap-out sources were in use until the preemption, and copy destinations may be blocks just
+freed by a swap-out, so they are written last; freed blocks reused in the same step are only
+written after every copy that reads them. One exception: when a decode preempts every running
+request, the core schedules a second pass at the same instant (``scheduler.schedule``), whose
+swap-ins may take the blocks the first pass swapped out (or bring a request just swapped out
+back); the first pass's swap-outs (``count[STEP_SWAP_OUT_EARLY]`` rows) then run first, as a
+swap-only plan of their own (``StepPlan.first``) executed before the step's plan.
+
+Time: ``step`` returns the backend's measured time plus (``include_prep=True`` and a backend
+that measures real time) the host time spent building the plan, like a real engine's
+block-table preparation. Idle gaps between arrivals are *not* slept: the core's clock jumps to
+the next arrival, so a 10-minute trace at low load takes only its busy time on the GPU.
 
 Backends (:class:`Backend` protocol)::
 
@@ -55,7 +57,8 @@ Backends (:class:`Backend` protocol)::
     measures_time: bool                                 real wall time (True) or a formula
 
 ``FakeBackend`` (CPU, tests and ``validate --backend fake``) and ``TorchCupyBackend``
-(``gpu/model_runner.py``, the real transformer).
+(``gpu/model_runner.py``, the real transformer). :func:`plan_step` builds a plan from explicit
+tables (hand-built steps: tests, ``benchmarks/gpu_step_profile.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from pagesim.sim.batch import StepBatch
+from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError, PagesimError
 
 _I64 = np.int64
@@ -75,7 +79,7 @@ _EMPTY2 = np.zeros((0, 2), _I64)
 
 
 class ExecutorError(PagesimError):
-    """The executor found the manager's tables inconsistent with the batch (a bug; please report it)."""
+    """The step the core handed over is inconsistent (a bug; please report it)."""
 
 
 @dataclass
@@ -88,7 +92,7 @@ class StepPlan:
     swap_in: np.ndarray = field(default_factory=lambda: _EMPTY2)  # [n, 2] (host block, device block)
     swap_out: np.ndarray = field(default_factory=lambda: _EMPTY2)  # [n, 2] (device block, host block)
     copies: np.ndarray = field(default_factory=lambda: _EMPTY2)  # [n, 2] (src, dst) copy-on-write
-    forks: list = field(default_factory=list)  # (parent, child) forks since the last step
+    forks: list = field(default_factory=list)  # (parent, child) sequence forks (hand-built plans)
     # prefill: one row per sequence; tokens concatenated in row order
     prefill_seq_ids: np.ndarray = field(default_factory=lambda: _EMPTY)
     prefill_tokens: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens this step
@@ -103,7 +107,8 @@ class StepPlan:
     decode_tables: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int32))
     swap_in_tokens: int = 0
     swap_out_tokens: int = 0
-    batch: StepBatch | None = None  # the scheduler's batch this plan runs (for pricing; read-only)
+    batch: StepBatch | None = None  # the step as a cost model prices it (read-only)
+    first: "StepPlan | None" = None  # swap-outs the executor runs before this plan (see the module docstring)
 
     @property
     def num_tokens(self) -> int:
@@ -128,14 +133,6 @@ class Backend(Protocol):
     def execute(self, plan: StepPlan) -> float: ...
 
 
-def _dense(rows: list[list[int]], pad: int = -1) -> np.ndarray:
-    width = max(1, max((len(r) for r in rows), default=0))
-    out = np.full((len(rows), width), pad, dtype=np.int32)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return out
-
-
 def slots_for(table, start: int, end: int, block_size: int) -> np.ndarray:
     """Slots of token positions [start, end) of a sequence with block table ``table``."""
     pos = np.arange(start, end, dtype=_I64)
@@ -143,242 +140,229 @@ def slots_for(table, start: int, end: int, block_size: int) -> np.ndarray:
     return t[pos // block_size] * block_size + pos % block_size
 
 
-class ManagerObserver:
-    """Records the manager's allocate/fork/free as they happen (pass-through wrappers on the instance).
+def dense_tables(rows: np.ndarray, num_blocks: np.ndarray) -> np.ndarray:
+    """int32 tables from full block-table rows: as wide as the longest, -1 past each one's
+    ``num_blocks`` (entries there are left over from earlier holders and never read)."""
+    width = max(1, int(num_blocks.max()) if len(num_blocks) else 0)
+    t = np.ascontiguousarray(rows[:, :width], dtype=np.int32)
+    t[np.arange(width)[None, :] >= num_blocks[:, None]] = -1
+    return t
 
-    ``refs[s] = (table, L)``: the table and computed length the executor last knows for ``s``;
-    ``freed[s] = (table, L)``: tables of sequences freed since the last step (for swap-out);
-    ``forks``: (parent, child) pairs since the last step.
-    """
 
-    def __init__(self, manager, table_of: Callable[[int], list[int]]):
-        self.mgr = manager
-        self.table_of = table_of
-        self.refs: dict[int, tuple[list[int], int]] = {}
-        self.freed: dict[int, tuple[list[int], int]] = {}
-        self.forks: list[tuple[int, int]] = []
-        self._orig: dict[str, Callable] = {}
-        self._attach()
+def plan_step(step: int, block_size: int, num_blocks: int, *, prefill_seq_ids=_EMPTY, prefill_tokens=_EMPTY,
+              prefill_context=_EMPTY, prefill_tables=None, decode_seq_ids=_EMPTY, decode_context=_EMPTY,
+              decode_tables=None, copies=_EMPTY2, swap_in=_EMPTY2, swap_out=_EMPTY2, batch=None) -> StepPlan:
+    """A :class:`StepPlan` from explicit tables (int32, one row per sequence, -1 padded): the new
+    tokens' positions and slots (prefill chunks end at their context; a decode writes its
+    context's last position)."""
+    bs = block_size
+    p_new, p_ctx = np.asarray(prefill_tokens, _I64), np.asarray(prefill_context, _I64)
+    d_ctx = np.asarray(decode_context, _I64)
+    plan = StepPlan(step, bs, num_blocks, swap_in=np.asarray(swap_in, _I64).reshape(-1, 2),
+                    swap_out=np.asarray(swap_out, _I64).reshape(-1, 2), copies=np.asarray(copies, _I64).reshape(-1, 2),
+                    batch=batch)
+    if len(p_new):
+        plan.prefill_seq_ids = np.asarray(prefill_seq_ids, _I64)
+        plan.prefill_tokens, plan.prefill_context = p_new, p_ctx
+        plan.prefill_tables = np.asarray(prefill_tables, np.int32)
+        row = np.repeat(np.arange(len(p_new)), p_new)
+        pos = np.arange(int(p_new.sum()), dtype=_I64) - np.repeat(np.cumsum(p_new) - p_new, p_new) \
+            + np.repeat(p_ctx - p_new, p_new)
+        plan.prefill_positions = pos
+        plan.prefill_slots = plan.prefill_tables[row, pos // bs].astype(_I64) * bs + pos % bs
+    if len(d_ctx):
+        plan.decode_seq_ids = np.asarray(decode_seq_ids, _I64)
+        plan.decode_context = d_ctx.astype(np.int32)
+        plan.decode_tables = np.asarray(decode_tables, np.int32)
+        last = d_ctx - 1
+        plan.decode_slots = plan.decode_tables[np.arange(len(d_ctx)), last // bs].astype(_I64) * bs + last % bs
+    return plan
 
-    def _attach(self) -> None:
-        m = self.mgr
-        for name in ("allocate", "fork", "free"):
-            if name in vars(m):
-                raise ConfigError(f"the manager's {name} is already wrapped (two executors on one manager?)")
-        alloc, fork, free = m.allocate, m.fork, m.free
-        self._orig = {"allocate": alloc, "fork": fork, "free": free}
 
-        def allocate(spec):
-            r = alloc(spec)
-            s = spec.seq_id
-            self.refs[s] = (self.table_of(s), int(m.num_tokens(s)))
-            return r
-
-        def fork_(parent_id, child_id, child_final_len=None):
-            fork(parent_id, child_id, child_final_len)
-            self.refs[child_id] = (self.table_of(child_id), int(m.num_tokens(child_id)))
-            self.forks.append((int(parent_id), int(child_id)))
-
-        def free_(seq_id):
-            self.freed[seq_id] = (self.table_of(seq_id), int(m.num_tokens(seq_id)))
-            free(seq_id)
-            self.refs.pop(seq_id, None)
-
-        m.allocate, m.fork, m.free = allocate, fork_, free_
-
-    def detach(self) -> None:
-        for name in self._orig:
-            self.mgr.__dict__.pop(name, None)
-        self._orig = {}
+def swap_groups(rows: np.ndarray):
+    """(request, sequence, device blocks) per swapped sequence, from the core's [n, 3] rows
+    (request, sequence, block), which list each sequence's blocks together in table order."""
+    if not len(rows):
+        return
+    key = rows[:, 0] * (1 << 20) + rows[:, 1]
+    cut = np.flatnonzero(np.diff(key)) + 1
+    for part in np.split(rows, cut):
+        yield int(part[0, 0]), int(part[0, 1]), part[:, 2]
 
 
 class GPUExecutor:
-    """Runs iterations on a backend over the manager's live block tables (see module docstring)."""
+    """Runs the core's iterations on a backend (see the module docstring): an executor outside
+    the core (``sim.executor.is_external``) for ``run_simulation(..., executor=...)``.
 
-    def __init__(self, model, manager, backend, *, scheduler=None, host_blocks: int | None = None,
-                 include_prep: bool = True, on_step: Callable | None = None, check: bool = True):
-        if not hasattr(manager, "block_size") or getattr(manager, "kind", "") not in ("paged", "token"):
-            raise ConfigError(f"the GPU executor needs a paged manager (--system vllm or token), "
-                              f"got '{getattr(manager, 'kind', type(manager).__name__)}'")
+    ``on_step(batch, plan, seconds)`` is called after every step (``self.core`` is the core's
+    state then, as scheduled); ``check`` checks the contract against the core's counts."""
+
+    def __init__(self, model, backend, *, host_blocks: int | None = None, include_prep: bool = True,
+                 on_step: Callable | None = None, check: bool = True):
         self.model = model
-        self.mgr = manager
         self.backend = backend
-        self.sched = scheduler
-        self.block_size = int(manager.block_size)
-        self.num_blocks = int(manager.num_blocks)
-        if host_blocks is None:
-            host_blocks = 0
-            if scheduler is not None and getattr(scheduler, "swap", False):
-                host_blocks = -(-int(scheduler.swap_capacity) // self.block_size) + 64
-        self.host_blocks = int(host_blocks)
-        self._host_free = list(range(self.host_blocks - 1, -1, -1))
-        # seq -> (host blocks, tokens, request, the scheduler's swapped_tokens entry at swap-out)
-        self.host: dict[int, tuple[list[int], int, int, list]] = {}
+        self.host_blocks_asked = host_blocks
         self.include_prep = include_prep
         self.on_step = on_step
         self.check = check
-        self.step = 0
+        self.step_index = 0
         self.total_copies = 0
         self.total_swap_out_blocks = 0
         self.total_swap_in_blocks = 0
-        self._table_of = (manager.block_table if hasattr(manager, "block_table")
-                          else lambda s: list(manager.export().tables[s]))
-        self._drain = getattr(manager, "drain_copies", None)
-        self.obs = ManagerObserver(manager, self._table_of)
-        # sequences already live when the executor is attached
-        snap = manager.export()
-        for s, t in snap.tables.items():
-            self.obs.refs[s] = (list(t), int(snap.context_lens[s]))
-        try:
-            backend.setup(model, self.num_blocks, self.block_size, self.host_blocks)
-        except BaseException:
-            self.obs.detach()
-            raise
+        self.core = None
+        self.host: dict[tuple[int, int], np.ndarray] = {}  # (request, sequence) -> its host blocks
+        self.swapped_requests: set[int] = set()
 
-    def close(self) -> None:
-        self.obs.detach()
+    # ------------------------------------------------------------------ the core's external executor
+    def start(self, core) -> None:
+        """Before the run: the pool's shape from the core's configuration; the backend's pool."""
+        config = core.config
+        if config[state.MANAGER_KIND] != state.PAGED:
+            raise ConfigError("the GPU executor needs a paged manager (--system vllm or token)")
+        self.core = core
+        self.block_size = int(config[state.BLOCK_SIZE])
+        self.num_blocks = int(config[state.NUM_BLOCKS])
+        host_blocks = self.host_blocks_asked
+        if host_blocks is None:
+            host_blocks = 0
+            if config[state.SWAP_PREEMPTION]:  # the swap space, in blocks, and room for rounding up
+                host_blocks = -(-int(config[state.SWAP_CAPACITY_TOKENS]) // self.block_size) + 64
+        self.host_blocks = int(host_blocks)
+        self._host_free = list(range(self.host_blocks - 1, -1, -1))
+        self.backend.setup(self.model, self.num_blocks, self.block_size, self.host_blocks)
 
-    # ------------------------------------------------------------------ planning
-    def _swaps(self, plan: StepPlan) -> set[int]:
-        """Fill plan.swap_in / swap_out; return the sequences swapped in this step.
-
-        Swap-in runs first: its destinations were free when the scheduler resumed the request at
-        the start of ``schedule`` (so no other copy reads them), and a request resumed and
-        preempted again in the same ``schedule`` is swapped in and straight back out (its freed
-        blocks are the swap-out's sources), as the scheduler counts it.
-        """
-        obs, bs = self.obs, self.block_size
-        sched = self.sched
-        out_pairs, in_pairs, swapped_in = [], [], set()
-        if sched is not None and getattr(sched, "swap", False):
-            for s, (hb, L, i, lens) in list(self.host.items()):
-                if sched.swapped_tokens.get(i) is lens:
-                    continue  # still swapped (a failed trial resume allocates and frees it again)
-                live = self.mgr.has_seq(s)
-                if not live and s not in obs.freed:
-                    raise ExecutorError(f"step {self.step}: swapped sequence {s} left the swap queue "
-                                        "without being allocated")
-                del self.host[s]
-                table = self._table_of(s) if live else obs.freed[s][0]
-                in_pairs.extend(zip(hb, table[:len(hb)]))
-                self._host_free.extend(reversed(hb))
-                if live:
-                    self.obs.refs[s] = (table, L)
-                    swapped_in.add(s)
-                plan.swap_in_tokens += L
-            for i in sched.swapped:
-                lens = sched.swapped_tokens[i]
-                for s in sched.t.seq_ids(i):
-                    if s in self.host or s not in obs.freed:
-                        continue
-                    table, L = obs.freed[s]
-                    nb = -(-L // bs)
-                    if nb > len(self._host_free):
-                        raise ExecutorError(f"host swap space exhausted swapping out sequence {s} "
-                                            f"({nb} blocks, {len(self._host_free)} free)")
-                    hb = [self._host_free.pop() for _ in range(nb)]
-                    out_pairs.extend(zip(table[:nb], hb))
-                    self.host[s] = (hb, L, i, lens)
-                    plan.swap_out_tokens += L
-        plan.swap_out = np.asarray(out_pairs, _I64).reshape(-1, 2)
-        plan.swap_in = np.asarray(in_pairs, _I64).reshape(-1, 2)
-        return swapped_in
-
-    def _copies(self, seq_ids, ctx, new, tables, swapped_in: set[int]) -> list[tuple[int, int]]:
-        """(old, new) for every written block (holding earlier tokens) whose id changed."""
-        bs, refs = self.block_size, self.obs.refs
-        pairs = []
-        for s, c, n, cur in zip(seq_ids, ctx, new, tables):
-            if s in swapped_in:
-                continue
-            ref = refs.get(s)
-            if ref is None:
-                raise ExecutorError(f"sequence {s} runs but was never allocated or forked while observed")
-            old = ref[0]
-            before = c - n  # tokens computed before this step
-            # only blocks this step writes into can be copied (the manager copies before writing)
-            hi = min(len(old), -(-before // bs), (c - 1) // bs + 1)
-            for i in range(before // bs, hi):
-                if old[i] != cur[i]:
-                    pairs.append((old[i], cur[i]))
-        return pairs
-
-    def plan(self, batch: StepBatch) -> StepPlan:
-        bs, mgr = self.block_size, self.mgr
-        plan = StepPlan(self.step, bs, self.num_blocks, forks=list(self.obs.forks), batch=batch)
-        swapped_in = self._swaps(plan)
-        if self.check and self.sched is not None and getattr(self.sched, "swap", False) and (
-                plan.swap_in_tokens != batch.swap_in_tokens or plan.swap_out_tokens != batch.swap_out_tokens):
-            raise ExecutorError(f"step {self.step}: swapped {plan.swap_out_tokens} out / {plan.swap_in_tokens} in, "
-                                f"the batch says {batch.swap_out_tokens} / {batch.swap_in_tokens} tokens")
-
-        p_ids = batch.prefill_seq_ids.tolist()
-        p_new = batch.prefill_tokens.tolist()
-        p_ctx = batch.prefill_context.tolist()
-        d_ids = batch.decode_seq_ids.tolist()
-        d_ctx = batch.decode_context.tolist() if len(d_ids) else []
-        p_tables = [self._table_of(s) for s in p_ids]
-        d_tables = [self._table_of(s) for s in d_ids]
-        if self.check:
-            for s, c, t in zip(p_ids + d_ids, p_ctx + d_ctx, p_tables + d_tables):
-                L = mgr.num_tokens(s)
-                if L != c or -(-c // bs) > len(t):
-                    raise ExecutorError(f"step {self.step}: sequence {s} has {L} tokens and {len(t)} blocks "
-                                        f"in the manager, the batch says context {c}")
-        if self._drain is not None:
-            copies = list(self._drain())
-        else:
-            copies = self._copies(p_ids + d_ids, p_ctx + d_ctx, p_new + [1] * len(d_ids),
-                                  p_tables + d_tables, swapped_in)
-        plan.copies = np.asarray(copies, _I64).reshape(-1, 2)
-
-        if p_ids:
-            plan.prefill_seq_ids = np.asarray(p_ids, _I64)
-            plan.prefill_tokens = np.asarray(p_new, _I64)
-            plan.prefill_context = np.asarray(p_ctx, _I64)
-            plan.prefill_slots = np.concatenate([slots_for(t, c - n, c, bs)
-                                                 for t, c, n in zip(p_tables, p_ctx, p_new)])
-            plan.prefill_positions = np.concatenate([np.arange(c - n, c, dtype=_I64)
-                                                     for c, n in zip(p_ctx, p_new)])
-            plan.prefill_tables = _dense(p_tables)
-        if d_ids:
-            plan.decode_seq_ids = np.asarray(d_ids, _I64)
-            ctx = np.asarray(d_ctx, _I64)
-            plan.decode_context = ctx.astype(np.int32)
-            plan.decode_tables = _dense(d_tables)
-            last = ctx - 1
-            plan.decode_slots = (plan.decode_tables[np.arange(len(d_ids)), last // bs].astype(_I64) * bs
-                                 + last % bs)
-        if self.check and plan.num_tokens:  # the kernels write where they are told: no slot past the pool
-            top = int(plan.slot_mapping.max())
-            if top >= self.num_blocks * bs or int(plan.slot_mapping.min()) < 0:
-                raise ExecutorError(f"step {self.step}: a slot ({top}) outside the pool's "
-                                    f"{self.num_blocks * bs} slots")
-        # what the executor knows after this step
-        refs = self.obs.refs
-        for s, c, t in zip(p_ids + d_ids, p_ctx + d_ctx, p_tables + d_tables):
-            refs[s] = (t, c)
-        self.obs.freed.clear()
-        self.obs.forks.clear()
-        return plan
-
-    # ------------------------------------------------------------------ the executor interface
-    def run_step(self, batch: StepBatch, manager) -> float:
-        if manager is not self.mgr:
-            raise ExecutorError("run_step got a different manager than the executor was built with")
+    def step(self, core) -> float:
+        """Run the iteration the core just scheduled; its duration in seconds."""
+        self.core = core
         t0 = time.perf_counter()
-        plan = self.plan(batch)
+        plan = self.plan(core)
         prep = time.perf_counter() - t0
-        dt = float(self.backend.execute(plan))
+        dt = float(self.backend.execute(plan.first)) if plan.first is not None else 0.0
+        dt += float(self.backend.execute(plan))
         if self.include_prep and getattr(self.backend, "measures_time", False):
             dt += prep
         self.total_copies += len(plan.copies)
-        self.total_swap_out_blocks += len(plan.swap_out)
+        self.total_swap_out_blocks += len(plan.swap_out) + (len(plan.first.swap_out) if plan.first is not None else 0)
         self.total_swap_in_blocks += len(plan.swap_in)
         if self.on_step is not None:
-            self.on_step(batch, plan, dt)
-        self.step += 1
+            self.on_step(plan.batch, plan, dt)
+        self.step_index += 1
         return dt
+
+    def finish(self, core) -> None:
+        """After the run: nothing is left swapped out."""
+        self.core = core
+        self._forget_recomputed(core, set())
+        if self.host:
+            raise ExecutorError(f"the run ended with sequences still swapped out: {sorted(self.host)[:5]}")
+
+    # ------------------------------------------------------------------ planning
+    def _forget_recomputed(self, core, swapped_in: set[int]) -> None:
+        """A swapped request the core recomputes instead (nothing else ran to make room: swap
+        fallback) gives its host blocks back."""
+        for i in [i for i in self.swapped_requests if core.status[i] != state.SWAPPED and i not in swapped_in]:
+            self.swapped_requests.discard(i)
+            for key in [k for k in self.host if k[0] == i]:
+                self._host_free.extend(reversed(self.host.pop(key).tolist()))
+
+    def _swap_out(self, rows: np.ndarray) -> np.ndarray:
+        """(device, host) pairs for the sequences the core swapped out (``rows``), each given host
+        blocks of its own."""
+        outs = []
+        for i, j, dev in swap_groups(rows):
+            if len(dev) > len(self._host_free):
+                raise ExecutorError(f"host swap space exhausted swapping out request {i} (sequence {j}: "
+                                    f"{len(dev)} blocks, {len(self._host_free)} free)")
+            hb = np.array([self._host_free.pop() for _ in range(len(dev))], _I64)
+            outs.append(np.stack([dev, hb], axis=1))
+            self.host[(i, j)] = hb
+            self.swapped_requests.add(i)
+        return np.concatenate(outs) if outs else _EMPTY2
+
+    def _swaps(self, core, plan: StepPlan) -> None:
+        c = core.count
+        ins = []
+        swap_in_rows = core.step_swap_in[:c[state.STEP_SWAP_IN_BLOCKS]]
+        swap_out_rows = core.step_swap_out[:c[state.STEP_SWAP_OUT_BLOCKS]]
+        swapped_in = set(swap_in_rows[:, 0].tolist())
+        self._forget_recomputed(core, swapped_in)
+        # a second scheduling pass swaps in after the first one's swap-outs: those run first
+        early = int(c[state.STEP_SWAP_OUT_EARLY]) if len(swap_in_rows) else 0
+        if early:
+            plan.first = StepPlan(self.step_index, self.block_size, self.num_blocks,
+                                  swap_out=self._swap_out(swap_out_rows[:early]))
+        for i, j, dev in swap_groups(swap_in_rows):
+            hb = self.host.pop((i, j), None)
+            if hb is None:
+                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) is swapped in without "
+                                    "having been swapped out before")
+            if len(hb) != len(dev):
+                raise ExecutorError(f"step {self.step_index}: request {i} (sequence {j}) comes back in {len(dev)} "
+                                    f"blocks, it went out in {len(hb)}")
+            ins.append(np.stack([hb, dev], axis=1))
+            self._host_free.extend(reversed(hb.tolist()))
+        self.swapped_requests -= swapped_in
+        plan.swap_in = np.concatenate(ins) if ins else _EMPTY2
+        plan.swap_out = self._swap_out(swap_out_rows[early:])
+        self._forget_recomputed(core, swapped_in)  # swapped out by a first pass, recomputed by the second
+        plan.swap_in_tokens, plan.swap_out_tokens = int(c[state.STEP_SWAP_IN]), int(c[state.STEP_SWAP_OUT])
+        if self.check:
+            bs = self.block_size
+            for name, parts in (("in", [swap_in_rows]), ("out", [swap_out_rows[:early], swap_out_rows[early:]])):
+                # each sequence moves the blocks of its tokens (swapped_tokens: per sequence)
+                tokens = [int(core.swapped_tokens[i]) for rows in parts for i, _, _ in swap_groups(rows)]
+                rows = swap_in_rows if name == "in" else swap_out_rows
+                got = plan.swap_in_tokens if name == "in" else plan.swap_out_tokens
+                if sum(-(-n // bs) for n in tokens) != len(rows) or sum(tokens) != got:
+                    raise ExecutorError(f"step {self.step_index}: swapped {name} {len(rows)} blocks of "
+                                        f"{sum(tokens)} tokens, the core counts {got} tokens")
+
+    def plan(self, core) -> StepPlan:
+        """The step the core just scheduled, as a :class:`StepPlan`."""
+        c, bs = core.count, self.block_size
+        # prefill: each prefilling request's one sequence (a group prefills once, then forks)
+        num_prefill = int(c[state.STEP_PREFILL_SEQS])
+        p_ids = core.step_prefill_ids[:num_prefill].copy()
+        p_new = core.step_prefill_tokens[:num_prefill].copy()
+        p_ctx = core.step_prefill_context[:num_prefill].copy()
+        p_tables = dense_tables(core.block_table[core.seq_slot[p_ids, 0]], core.num_blocks[p_ids])
+        # decode: every sequence of every request in the decode set, when this step decodes
+        d_req = _EMPTY
+        if c[state.STEP_DECODE_SEQS]:
+            running = core.running[:c[state.NUM_RUNNING]]
+            ids = running[core.in_decode[running] != 0]
+            width = core.num_seqs[ids]
+            d_req = np.repeat(ids, width)
+            j = np.arange(len(d_req)) - np.repeat(np.cumsum(width) - width, width)
+            d_rows = core.seq_slot[d_req, j]
+        else:
+            d_rows = _EMPTY
+        d_ctx = core.num_computed_tokens[d_req]
+        d_tables = dense_tables(core.block_table[d_rows], core.num_blocks[d_req])
+        copies = core.step_copies[:c[state.STEP_COPIED_BLOCKS]].copy()
+        batch = StepBatch(p_ids, p_new, p_ctx, d_req, d_ctx, swap_in_tokens=int(c[state.STEP_SWAP_IN]),
+                          swap_out_tokens=int(c[state.STEP_SWAP_OUT]), copy_blocks=len(copies))
+        batch.copy_tokens = len(copies) * bs
+        if self.check:
+            if len(d_req) != c[state.STEP_DECODE_SEQS]:
+                raise ExecutorError(f"step {self.step_index}: {len(d_req)} decoding sequences, the core counts "
+                                    f"{int(c[state.STEP_DECODE_SEQS])}")
+            short = np.flatnonzero(core.num_blocks[np.concatenate([p_ids, d_req])] * bs
+                                   < np.concatenate([p_ctx, d_ctx]))
+            if len(short):
+                raise ExecutorError(f"step {self.step_index}: a sequence of request "
+                                    f"{int(np.concatenate([p_ids, d_req])[short[0]])} holds fewer blocks than its context")
+        plan = plan_step(self.step_index, bs, self.num_blocks, prefill_seq_ids=p_ids, prefill_tokens=p_new,
+                         prefill_context=p_ctx, prefill_tables=p_tables, decode_seq_ids=d_req, decode_context=d_ctx,
+                         decode_tables=d_tables, copies=copies, batch=batch)
+        self._swaps(core, plan)
+        if self.check and plan.num_tokens:  # the kernels write where they are told: no slot past the pool
+            slots = plan.slot_mapping
+            top = int(slots.max())
+            if top >= self.num_blocks * bs or int(slots.min()) < 0:
+                raise ExecutorError(f"step {self.step_index}: a slot ({top}) outside the pool's "
+                                    f"{self.num_blocks * bs} slots")
+        return plan
 
 
 # ---------------------------------------------------------------------- the fake backend

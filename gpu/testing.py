@@ -70,3 +70,71 @@ def make_case(rng: np.random.Generator, *, num_seqs=4, num_heads=8, num_kv_heads
     v = rng.standard_normal((num_blocks, block_size, num_kv_heads, head_dim), dtype=np.float32)
     return Case(round_to(q, dtype), round_to(k, dtype), round_to(v, dtype), tables, lens, block_size, dtype,
                 1.0 / math.sqrt(head_dim) if scale is None else scale)
+
+
+class HandSteps:
+    """Steps built by hand over a backend, without a scheduler (kernel tests, timing benchmarks):
+    each sequence takes fresh blocks as it grows (ids in order of need), a prefill writes a
+    whole prompt, a decode one token per sequence; plans come from ``gpu.executor.plan_step``."""
+
+    def __init__(self, model, backend, *, num_blocks: int, block_size: int = 16, host_blocks: int = 0,
+                 include_prep: bool = True):
+        self.backend = backend
+        self.block_size, self.num_blocks = block_size, num_blocks
+        self.include_prep = include_prep
+        self.tables: dict[int, list[int]] = {}
+        self.lens: dict[int, int] = {}
+        self.next_block = 0
+        self.step = 0
+        backend.setup(model, num_blocks, block_size, host_blocks)
+
+    def _grow(self, s: int, length: int) -> None:
+        table = self.tables.setdefault(s, [])
+        while len(table) * self.block_size < length:
+            if self.next_block >= self.num_blocks:
+                raise ValueError(f"the pool's {self.num_blocks} blocks are all taken")
+            table.append(self.next_block)
+            self.next_block += 1
+        self.lens[s] = length
+
+    def _tables(self, ids) -> np.ndarray:
+        width = max(1, max(len(self.tables[s]) for s in ids))
+        out = np.full((len(ids), width), -1, np.int32)
+        for r, s in enumerate(ids):
+            out[r, :len(self.tables[s])] = self.tables[s]
+        return out
+
+    def plan_prefill(self, ids, lens):
+        from pagesim.gpu.executor import plan_step
+        for s, n in zip(ids, lens):
+            self._grow(s, int(n))
+        lens = np.asarray(lens, np.int64)
+        return plan_step(self.step, self.block_size, self.num_blocks, prefill_seq_ids=np.asarray(ids, np.int64),
+                         prefill_tokens=lens, prefill_context=lens, prefill_tables=self._tables(ids))
+
+    def plan_decode(self, ids):
+        from pagesim.gpu.executor import plan_step
+        for s in ids:
+            self._grow(s, self.lens[s] + 1)
+        ctx = np.array([self.lens[s] for s in ids], np.int64)
+        return plan_step(self.step, self.block_size, self.num_blocks, decode_seq_ids=np.asarray(ids, np.int64),
+                         decode_context=ctx, decode_tables=self._tables(ids))
+
+    def run(self, make_plan, *args) -> float:
+        """Build the plan (``make_plan(*args)``) and run it; seconds, with the plan's preparation
+        when ``include_prep`` and the backend measures real time (as the GPU executor counts it)."""
+        import time
+        t0 = time.perf_counter()
+        plan = make_plan(*args)
+        prep = time.perf_counter() - t0
+        dt = float(self.backend.execute(plan))
+        if self.include_prep and getattr(self.backend, "measures_time", False):
+            dt += prep
+        self.step += 1
+        return dt
+
+    def prefill(self, ids, lens) -> float:
+        return self.run(self.plan_prefill, ids, lens)
+
+    def decode(self, ids) -> float:
+        return self.run(self.plan_decode, ids)

@@ -2,11 +2,12 @@
 
 Three runs of the same trace with the same scheduler and paged manager code:
 
-    real        engine + GPUExecutor(backend): every iteration runs on the device; the clock
-                advances by measured step times (idle gaps jump, see gpu/executor.py). At every
-                step the same batch is also *priced* by the roofline model (and by the table
-                model when a profile is given), and the manager's memory categories and the
-                real pool's occupied bytes are recorded.
+    real        run_simulation(..., executor=GPUExecutor(backend)): the core schedules, every
+                iteration runs on the device and the clock advances by measured step times
+                (idle gaps jump, see gpu/executor.py). At every step the same batch is also
+                *priced* by the roofline model (and by the table model when a profile is given)
+                and the real pool's occupied blocks are counted; the memory categories are the
+                run's own step records.
     sim         run_simulation with the roofline cost model
     sim_table   run_simulation with the table cost model (only with a profile)
 
@@ -52,10 +53,12 @@ K/V check (``check_kv``, default on; gpu/kv_check.py): after every copy-on-write
 destination blocks are read back and compared byte for byte with their sources as they were
 before the step (``kv_checked_blocks`` in validation.json).
 
-Memory check: at every step the pool's occupied bytes, counted from the manager's live block
-tables (distinct blocks x block_size x kv_bytes_per_token), must equal (token_states +
-reservation + internal_frag + allocator_slack) x kv_bytes_per_token, i.e. the simulator's
-occupancy; a mismatch raises :class:`sim.errors.InvariantError`.
+Memory check: at every step the pool's occupied blocks, counted from the live block tables the
+kernels read (distinct blocks of the running sequences), must equal the blocks the core's
+allocator counts as used (the pool less its free and cached-idle blocks); a mismatch raises
+:class:`sim.errors.InvariantError`. ``pool_occupied_bytes`` (those blocks x block_size x
+kv_bytes_per_token) is then compared in the step table with ``sim_occupied_bytes``, (token_states
++ reservation + internal_frag + allocator_slack) x kv_bytes_per_token from the step records.
 """
 
 from __future__ import annotations
@@ -70,12 +73,11 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
+from pagesim.sim.core import state
 from pagesim.sim.cost_models import make_cost_model
-from pagesim.sim.engine import Engine
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.memory.base import MemoryUsage
-from pagesim.sim.metrics import request_frame, summarize
-from pagesim.sim.run import SimResult, _jsonable, build, run_simulation
+from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
 
 STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
                  "sum_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s",
@@ -109,7 +111,7 @@ class ValidationResult:
         out.mkdir(parents=True, exist_ok=True)
         self.steps.to_csv(out / "steps.csv", index=False)
         pd.DataFrame(self.metrics.get("errors_by_step", [])).to_csv(out / "step_errors.csv", index=False)
-        (out / "validation.json").write_text(json.dumps(_jsonable(self.metrics), indent=2, default=str) + "\n")
+        (out / "validation.json").write_text(json.dumps(jsonable(self.metrics), indent=2, default=str) + "\n")
         self.real.save(out / "real")
         self.sim_roofline.save(out / "sim_roofline")
         if self.sim_table is not None:
@@ -140,28 +142,31 @@ def _rel(sim: float, real: float) -> float:
 
 
 class _StepLog:
-    """on_step hook of the executor: prices the batch, records memory, checks the pool occupancy."""
+    """on_step hook of the executor: prices the batch, counts the pool's occupied blocks from the
+    core's live tables (``core()``: the core's state as the step was scheduled) and checks them
+    against the allocator's count."""
 
-    def __init__(self, mgr, sched, roof, table, kv_bytes_per_token: float, check_memory: bool, timing=None):
-        self.mgr, self.sched, self.roof, self.table = mgr, sched, roof, table
+    def __init__(self, roof, table, kv_bytes_per_token: float, check_memory: bool, timing=None, core=None):
+        self.roof, self.table = roof, table
         self.timing = timing or (lambda: None)  # the backend's last step split {gpu_s, host_s}, if any
+        self.core = core
         self.kvb = float(kv_bytes_per_token)
         self.check_memory = check_memory
         self.rows: list[tuple] = []
 
     def __call__(self, batch, plan, measured: float) -> None:
-        mgr = self.mgr
-        usage = mgr.usage(self.sched.demand_waiting)
-        snap = mgr.export()
-        blocks = set()
-        for t in snap.tables.values():
-            blocks.update(t)
-        occ_blocks = len(blocks)
-        held = usage.token_states + usage.reservation + usage.internal_frag + usage.allocator_slack
-        if self.check_memory and occ_blocks * snap.block_size != held:
-            raise InvariantError(
-                f"step {plan.step}: the pool holds {occ_blocks} blocks x {snap.block_size} = "
-                f"{occ_blocks * snap.block_size} slots, the manager's categories say {held}")
+        core = self.core()
+        c = core.count
+        running = core.running[:c[state.NUM_RUNNING]]
+        width = core.num_seqs[running]
+        requests = np.repeat(running, width)
+        rows = core.seq_slot[requests, np.arange(len(requests)) - np.repeat(np.cumsum(width) - width, width)]
+        held = np.arange(core.block_table.shape[1])[None, :] < core.num_blocks[requests][:, None]
+        occ_blocks = len(np.unique(core.block_table[rows][held]))
+        used = int(core.config[state.NUM_BLOCKS] - c[state.NUM_FREE_BLOCK_IDS] - c[state.NUM_LRU])
+        if self.check_memory and occ_blocks != used:
+            raise InvariantError(f"step {plan.step}: the block tables hold {occ_blocks} blocks, the allocator "
+                                 f"counts {used} in use")
         pr = self.roof.step_time(batch)
         pt = self.table.step_time(batch) if self.table is not None else float("nan")
         n_seqs = len(batch.prefill_seq_ids) + len(batch.decode_seq_ids)
@@ -175,9 +180,8 @@ class _StepLog:
             "prefill" if len(batch.prefill_seq_ids) else "decode"
         self.rows.append((plan.step, len(batch.prefill_seq_ids), batch.num_prefill_tokens, len(batch.decode_seq_ids),
                           int(batch.decode_context_sum), len(plan.copies), int(batch.swap_in_tokens),
-                          int(batch.swap_out_tokens), measured, pr, pt, *usage.as_tuple(), occ_blocks,
-                          occ_blocks * snap.block_size * self.kvb, held * self.kvb,
-                          self.sched.num_waiting, self.sched.num_running, kind, n_seqs, gpu, measured - gpu,
+                          int(batch.swap_out_tokens), measured, pr, pt, occ_blocks,
+                          occ_blocks * plan.block_size * self.kvb, kind, n_seqs, gpu, measured - gpu,
                           pr_gpu, pt_gpu, float(timing.get("launch_s", np.nan)), timing.get("gaps_hidden")))
 
 
@@ -187,11 +191,22 @@ def cpu_term(model, num_seqs: int) -> float:
     return float(getattr(model, "overhead_s", 0.0)) + float(getattr(model, "per_seq_overhead_s", 0.0)) * num_seqs
 
 
-def _steps_frame(log: _StepLog, engine_steps: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in STEP_COLUMNS if c not in ("start_s", "rel_error_roofline", "rel_error_table",
-                                                 "rel_error_roofline_gpu", "rel_error_table_gpu")]
+#: the step table's columns the run's own step records give (memory categories, queues)
+RECORD_COLUMNS = [f"mem_{c}" for c in MemoryUsage.CATEGORIES] + ["num_waiting", "num_running"]
+
+
+def _steps_frame(log: _StepLog, records: pd.DataFrame) -> pd.DataFrame:
+    """The executor's rows beside the run's step records (one each per iteration, in order)."""
+    cols = [c for c in STEP_COLUMNS if c not in ["start_s", "rel_error_roofline", "rel_error_table",
+                                                 "rel_error_roofline_gpu", "rel_error_table_gpu",
+                                                 "sim_occupied_bytes", *RECORD_COLUMNS]]
     df = pd.DataFrame(log.rows, columns=cols)
-    df.insert(1, "start_s", engine_steps["start_s"].to_numpy()[:len(df)] if len(engine_steps) else np.nan)
+    if len(records) != len(df):
+        raise InvariantError(f"the executor ran {len(df)} steps, the run recorded {len(records)}")
+    for c in ["start_s", *RECORD_COLUMNS]:
+        df[c] = records[c].to_numpy() if len(df) else np.zeros(0)
+    held = sum(df[f"mem_{c}"] for c in MemoryUsage.CATEGORIES[:4])  # token states .. allocator slack
+    df["sim_occupied_bytes"] = held * log.kvb
     df["rel_error_roofline"] = rel_errors(df["predicted_roofline_s"], df["measured_s"])
     df["rel_error_table"] = rel_errors(df["predicted_table_s"], df["measured_s"])
     df["rel_error_roofline_gpu"] = rel_errors(df["predicted_roofline_gpu_s"], df["measured_gpu_s"])
@@ -243,46 +258,28 @@ def host_fit(steps: pd.DataFrame) -> dict:
 def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,
              progress: bool = False, check_memory: bool = True, host_blocks: int | None = None,
              check_kv: bool = True):
-    """The real run: (SimResult, steps DataFrame, executor)."""
+    """The real run: run_simulation with the GPU executor; (SimResult, steps DataFrame, executor)."""
     from pagesim.gpu.executor import GPUExecutor
 
     cfg = cfg.replace(profile=None, record_steps=True)
-    model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
+    model, gpu, budget = resolve_budget(cfg)
     if check_kv and hasattr(backend, "read_blocks"):
         from pagesim.gpu.kv_check import KVContentCheck
         backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
     tab = make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms) if profile else None
-    log = _StepLog(mgr, sched, roof, tab, budget.kv_bytes_per_token, check_memory,
-                   timing=lambda: getattr(backend, "last_timing", None))
-    ex = GPUExecutor(model, mgr, backend, scheduler=sched, on_step=log, host_blocks=host_blocks)
-    bar = None
+    log = _StepLog(roof, tab, budget.kv_bytes_per_token, check_memory,
+                   timing=lambda: getattr(backend, "last_timing", None), core=lambda: ex.core)
+    ex = GPUExecutor(model, backend, on_step=log, host_blocks=host_blocks)
     try:
-        from tqdm import tqdm
-    except ImportError:  # the bar is a convenience: no tqdm, no bar
+        import tqdm  # noqa: F401  (the bar is a convenience: no tqdm, no bar)
+    except ImportError:
         progress = False
-    if progress:
-        bar = tqdm(total=len(trace), unit="req", desc=f"validate ({getattr(backend, 'name', 'backend')})",
-                   delay=2.0, leave=False)
-    engine = Engine(sched, mgr, ex, table.arrival_s, check=cfg.check, record_steps=True, progress=bar)
-    try:
-        engine.run()
-    finally:
-        ex.close()
-        if bar is not None:
-            bar.close()
-    extra = {"system": cfg.system, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
-             "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
-             "block_size": cfg.block_size, "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,
-             "executor": getattr(backend, "name", type(backend).__name__), "executor_copies": ex.total_copies,
-             "executor_swap_out_blocks": ex.total_swap_out_blocks, "executor_swap_in_blocks": ex.total_swap_in_blocks}
-    for k, v in mgr.stats().items():
-        extra[f"mgr_{k}"] = v
-    summary = summarize(table, engine.rec, sched, duration_s=engine.end_s, wall_time_s=engine.wall_time_s,
-                        extra=extra)
-    rec_steps = engine.rec.frame()
-    result = SimResult(summary, request_frame(table), rec_steps, cfg)
-    return result, _steps_frame(log, rec_steps), ex
+    result = run_simulation(cfg, trace, progress=progress, executor=ex)
+    result.summary.update({"executor": getattr(backend, "name", type(backend).__name__),
+                           "executor_copies": ex.total_copies, "executor_swap_out_blocks": ex.total_swap_out_blocks,
+                           "executor_swap_in_blocks": ex.total_swap_in_blocks})
+    return result, _steps_frame(log, result.steps), ex
 
 
 def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None = None, *,

@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     out = res.save(args.out)
     m = res.metrics
     if args.json:
-        from pagesim.sim.run import _jsonable
-        print(json.dumps(_jsonable(m), default=str))
+        from pagesim.sim.run import jsonable
+        print(json.dumps(jsonable(m), default=str))
         return 0
     rows = [("model / gpu", f"{m['model']} on {m['gpu_name']} ({m['backend']})"),
             ("steps", m["num_steps"]),

@@ -46,7 +46,7 @@ class SimResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         with naming(out / "summary.json"):
-            (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
+            (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2, sort_keys=False) + "\n")
         if self.config is not None:
             with naming(out / "config.json"):
                 (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
@@ -75,7 +75,8 @@ class SimResult:
         return cls(summary, requests, steps, cfg)
 
 
-def _jsonable(d: dict) -> dict:
+def jsonable(d: dict) -> dict:
+    """``d`` as JSON writes it: numpy scalars as Python numbers, NaN and infinities as null."""
     def fix(v):
         if isinstance(v, (np.integer,)):
             return int(v)
@@ -86,6 +87,9 @@ def _jsonable(d: dict) -> dict:
             return {k: fix(x) for k, x in v.items()}
         return v
     return {k: fix(v) for k, v in d.items()}
+
+
+_jsonable = jsonable  # the former private name (experiments/simulate_cli.py)
 
 
 def resolve_budget(cfg: SimConfig):
@@ -129,7 +133,9 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     reference path; ``cfg.check`` implies it); results are the same either way. ``engine``:
     ``auto`` takes the core where it covers the configuration, ``core`` insists, ``python``
     never takes it (``sim/core/replay.py``). ``summary_options``: which percentiles and goodput
-    the summary reports."""
+    the summary reports. ``executor``: None prices steps with the configuration's cost model;
+    an executor outside the core (``sim.executor.is_external``: the GPU mode's
+    ``gpu.executor.GPUExecutor``) runs every iteration the core schedules and times it."""
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
     bar = None
     if progress:

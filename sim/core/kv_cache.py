@@ -25,6 +25,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LE
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, NUM_RUNNING_SEQS, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
+from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -210,6 +211,9 @@ def take_decode_slots(s, i):
             c[COMPUTED_SLOTS] += L - tail * bs
             c[DEMAND_SLOTS] += min(s.final_len[i] - tail * bs, bs)
             c[NUM_COW_COPIES] += 1
+            if s.config[EXTERNAL_STEPS]:  # the executor copies the shared tail into the fresh block
+                s.step_copies[c[STEP_COPIED_BLOCKS], 0] = b
+                s.step_copies[c[STEP_COPIED_BLOCKS], 1] = s.block_table[slot, tail]
             c[STEP_COPIED_BLOCKS] += 1
 
 
@@ -305,3 +309,22 @@ def memory_categories(s, demand_waiting, out):
     out[4] = free_slots if demand_waiting else 0
     out[5] = 0 if demand_waiting else free_slots
     return used
+
+
+@njit
+def record_swap(s, i, out):
+    """The device blocks of request ``i``'s sequences, in table order, as swapped out (``out``:
+    before they are freed) or in (after they are allocated): the executor moves exactly these
+    (config[EXTERNAL_STEPS]; the host blocks are its own)."""
+    c = s.count
+    rows, at = (s.step_swap_out, STEP_SWAP_OUT_BLOCKS) if out else (s.step_swap_in, STEP_SWAP_IN_BLOCKS)
+    n = c[at]
+    nb = blocks_for(s, s.num_computed_tokens[i])
+    for j in range(s.num_seqs[i]):
+        slot = s.seq_slot[i, j]
+        for k in range(nb):
+            rows[n, 0] = i
+            rows[n, 1] = j
+            rows[n, 2] = s.block_table[slot, k]
+            n += 1
+    c[at] = n

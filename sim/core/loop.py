@@ -9,9 +9,12 @@ land an ulp off ``at``), and events at the same time fire in creation order (eac
 the next id). The engine sleeps when it has nothing to run and an arrival wakes it.
 
 :func:`run` returns to Python every ``progress_every`` finished requests (the progress bar,
-Ctrl-C), when the step table's buffers are full (Python grows them) and, under ``--check``,
-after every iteration (``sim/core/check.py``); it resumes where it stopped, all of its state
-being in the arrays.
+Ctrl-C), when the step table's buffers are full (Python grows them), under ``--check`` after
+every iteration (``sim/core/check.py``) and, with an executor outside the core
+(``config[EXTERNAL_STEPS]``, the GPU mode), after scheduling every iteration instead of pricing
+it (``SCHEDULED``): the executor runs the step the arrays describe and puts its duration in
+``clock[STEP_S]``; the next call goes on from there, time still being the loop's. It resumes
+where it stopped, all of its state being in the arrays.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import SCHEDULER_KIND, STATIC
+from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
+SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
+GO_ON = -1  # (start_step: the loop goes on)
 
 
 @njit(inline=True)
@@ -150,11 +156,32 @@ def hand_over_arrivals(s):
         wake_engine(s)
 
 
+@njit(inline=True)
+def start_step(s, dt):
+    """The iteration just scheduled runs for ``dt``: its row, and the event of its end."""
+    c, clock = s.count, s.clock
+    if not dt > 0:
+        return STEP_NOT_POSITIVE
+    record(s, clock[NOW], dt)
+    c[ENGINE_PENDING] = 1
+    clock[ENGINE_TIME] = clock[NOW] + dt
+    c[ENGINE_EVENT_ID] = new_event(s)
+    c[IN_STEP] = 1
+    if s.config[CHECK_STEPS]:
+        return STEPPED
+    return GO_ON
+
+
 @njit
 def run(s):
     """Run until the end, or until Python is needed (see the module docstring)."""
     c, clock = s.count, s.clock
     request_level = s.config[SCHEDULER_KIND] == STATIC  # static batching (sim/core/static.py)
+    if c[AWAITING_STEP_TIME]:  # back from the executor outside the core with the step's duration
+        c[AWAITING_STEP_TIME] = 0
+        code = start_step(s, clock[STEP_S])
+        if code != GO_ON:
+            return code
     if not c[STARTED]:
         c[NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
         hand_over_arrivals(s)
@@ -207,13 +234,9 @@ def run(s):
             c[WAKE_TRIGGERED] = 0
             clock[IDLE_FROM] = clock[NOW]
             continue
-        dt = step_time(s, decode_context_sum)
-        if not dt > 0:
-            return STEP_NOT_POSITIVE
-        record(s, clock[NOW], dt)
-        c[ENGINE_PENDING] = 1
-        clock[ENGINE_TIME] = clock[NOW] + dt
-        c[ENGINE_EVENT_ID] = new_event(s)
-        c[IN_STEP] = 1
-        if s.config[CHECK_STEPS]:
-            return STEPPED
+        if s.config[EXTERNAL_STEPS]:  # its executor runs it (the row's room was checked above)
+            c[AWAITING_STEP_TIME] = 1
+            return SCHEDULED
+        code = start_step(s, step_time(s, decode_context_sum))
+        if code != GO_ON:
+            return code

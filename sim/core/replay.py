@@ -31,7 +31,7 @@ def engine_name() -> str:
 def unsupported(engine) -> str | None:
     """Why ``engine`` (an :class:`~sim.engine.Engine`, not run yet) cannot run on the core;
     None when it can."""
-    from pagesim.sim.executor import SimulatedExecutor
+    from pagesim.sim.executor import SimulatedExecutor, is_external
     from pagesim.sim.memory.contiguous import ContiguousManager
     from pagesim.sim.memory.paged import PagedManager, TokenManager
     from pagesim.sim.memory.static import StaticManager
@@ -48,7 +48,10 @@ def unsupported(engine) -> str | None:
                 "static one run on the core")
     if type(mgr) is ContiguousManager and mgr.reservation not in RESERVATIONS:
         return f"the {mgr.reservation} reservation runs in Python"
-    if type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
+    if is_external(ex):  # the core schedules, the executor runs each step (loop.SCHEDULED)
+        if type(sched) is not ContinuousScheduler or type(mgr) not in (PagedManager, TokenManager):
+            return "an executor outside the core runs the continuous scheduler over the paged manager only"
+    elif type(ex) is not SimulatedExecutor or cost_model_code(ex.cost_model) is None:
         return "only the simulated executor with the roofline, calibrated or table cost model runs on the core"
     t = sched.t
     if t.size and (t.status != 0).any():
@@ -90,6 +93,15 @@ def choose(engine, which: str, step_by_step: bool = False) -> bool:
         raise ConfigError(f"unknown engine '{which}'; valid: {', '.join(ENGINES)}")
     if which == "core" and step_by_step:
         raise ConfigError("the core has no step-by-step mode (macro_steps=False is the Python reference)")
+    from pagesim.sim.executor import is_external
+
+    if is_external(engine.executor):  # it has no Python path: the core drives it or nothing does
+        if which == "python" or step_by_step:
+            raise ConfigError("an executor outside the core (the GPU mode) runs on the core only")
+        why = unsupported(engine)
+        if why is not None:
+            raise ConfigError(why)
+        return True
     if which == "python" or step_by_step:
         return False
     why = unsupported(engine)
@@ -145,10 +157,17 @@ def build(engine) -> state.Core:
     config[state.SWAP_CAPACITY_TOKENS] = min(sched.swap_capacity, unlimited)
     config[state.FREE_BLOCK_PER_SEQ] = int(mgr.append_rule == "free-block-per-seq")
     config[state.CHECK_STEPS] = int(engine.check)
-    cost_model = engine.executor.cost_model
-    config[state.COST_MODEL] = cost_model_code(cost_model)
-    config[state.COST_SCALED] = int(type(cost_model) is ScaledCostModel)
-    cost, cost_data = cost_arrays(cost_model)
+    from pagesim.sim.executor import is_external
+
+    external = is_external(engine.executor)
+    config[state.EXTERNAL_STEPS] = int(external)
+    if external:  # its executor times the steps: no price
+        cost, cost_data = np.zeros(1), np.zeros(0)
+    else:
+        cost_model = engine.executor.cost_model
+        config[state.COST_MODEL] = cost_model_code(cost_model)
+        config[state.COST_SCALED] = int(type(cost_model) is ScaledCostModel)
+        cost, cost_data = cost_arrays(cost_model)
     count = np.zeros(state.NUM_COUNTS, np.int64)
     count[state.NUM_FREE_BLOCK_IDS] = mgr.num_blocks
     # every running request holds a block, so no more than num_blocks run at once, each with at
@@ -195,10 +214,23 @@ def build(engine) -> state.Core:
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
         beam=t.beam, rng=sched.rng,  # the scheduler's Generator: the core draws what Python would
-        predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64))
+        predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
+            external, mgr.num_blocks, num_slots * blocks_per_seq))
     config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1 and sched.beam_churn > 0)
     clock[state.BEAM_CHURN] = sched.beam_churn
     return with_extents(engine, s) if contiguous else s
+
+
+def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dict:
+    """The step's data movement (state.Core.step_copies, step_swap_out, step_swap_in), sized for
+    the most a step can record (one row each when nobody reads them): a copy takes a free block;
+    a scheduling pass swaps out (and in) at most every cell of the block tables, and an iteration
+    is at most two passes (scheduler.schedule)."""
+    if not external:
+        num_blocks = table_cells = 0
+    i64 = np.int64
+    return dict(step_copies=np.zeros((num_blocks + 1, 2), i64), step_swap_out=np.zeros((2 * table_cells + 1, 3), i64),
+                step_swap_in=np.zeros((2 * table_cells + 1, 3), i64))
 
 
 def no_extents() -> dict:
@@ -292,13 +324,20 @@ def run(engine) -> None:
     """Run ``engine``'s whole simulation on the core, leaving the request table, scheduler,
     manager counters and step recorder as the Python engine leaves them."""
 
+    from pagesim.sim.executor import is_external
+
     s = build(engine)
     c = s.count
+    executor = engine.executor if is_external(engine.executor) else None
+    if executor is not None:
+        executor.start(s)
     t0 = time.perf_counter()
     last_now = 0.0
     while True:
         code = loop.run(s)
-        if code == loop.STEPPED:  # --check
+        if code == loop.SCHEDULED:  # an executor outside the core runs the iteration and times it
+            s.clock[state.STEP_S] = executor.step(s)
+        elif code == loop.STEPPED:  # --check
             last_now = checked(s, last_now)
         elif code == loop.ROWS_FULL:  # grow the step table and go on
             s = s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
@@ -323,6 +362,8 @@ def run(engine) -> None:
         raise InvariantError("executor returned a non-positive step time")
     if engine.progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
         engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
+    if executor is not None:
+        executor.finish(s)
     hand_over(engine, s)
 
 

@@ -49,6 +49,8 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
 from pagesim.sim.core.state import BEAM_SEARCH, CONTIGUOUS, MANAGER_KIND, PAGED
+from pagesim.sim.core.state import (EXTERNAL_STEPS, STEP_NUM_FINISHED, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS,
+                                   STEP_SWAP_OUT_EARLY)
 
 
 
@@ -245,6 +247,8 @@ def resume_swapped(s):
         c[SWAPPED_LEN] -= 1
         c[SWAP_USED_TOKENS] -= n * w
         c[STEP_SWAP_IN] += n * w
+        if s.config[EXTERNAL_STEPS] and not contiguous:
+            kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
         start_running(s, i)
         s.in_decode[i] = 1  # it left mid-decode and comes back as it was
         c[DECODE_SET_SIZE] += w
@@ -272,6 +276,8 @@ def preempt_latest(s):
     n = s.num_computed_tokens[i]  # per sequence
     if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
             and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
+        if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
+            kv_cache.record_swap(s, i, True)  # the blocks its K/V leave from, before they are freed
         memory.free(s, i)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += n * w
@@ -353,6 +359,9 @@ def begin_iteration(s):
     c[STEP_SWAP_IN] = 0
     c[STEP_SWAP_OUT] = 0
     c[STEP_COPIED_BLOCKS] = 0
+    c[STEP_SWAP_OUT_BLOCKS] = 0
+    c[STEP_SWAP_IN_BLOCKS] = 0
+    c[STEP_SWAP_OUT_EARLY] = 0
 
 
 @njit
@@ -366,6 +375,7 @@ def schedule(s):
             and (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
         # the decode step preempted every running request: vLLM's empty iteration and its
         # next one, at the same instant, are this one iteration (ContinuousScheduler.schedule)
+        c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         context_sum = schedule_pass(s)
     if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits
         c[DEMAND_WAITING] = 0
@@ -475,6 +485,7 @@ def complete_step(s, now):
             c[DECODE_SET_SIZE] += s.num_seqs[i]
             if s.config[MANAGER_KIND] == CONTIGUOUS:
                 extent.joined(s, i)
+    c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
     if num_done:
         finish(s, now, num_done)
     if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn

@@ -37,12 +37,16 @@ REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- NUM_CONFIG) = range(34)
+ EXTERNAL_STEPS, NUM_CONFIG) = range(35)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
 # being the last entry of ``cost``
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 # config[CHECK_STEPS]: 1 under --check: the loop returns after every iteration (sim/core/check.py)
+# config[EXTERNAL_STEPS]: 1 when an executor outside the core runs the steps (the GPU mode): the
+# loop returns SCHEDULED after scheduling an iteration, Python puts its duration in
+# clock[STEP_S], and the core records the step's data movement (Core.step_copies,
+# step_swap_out, step_swap_in) as it acts
 
 # count: int64 counters
 (USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
@@ -58,7 +62,15 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
  STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
  NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
- NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS, NUM_COUNTS) = range(67)
+ NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS,
+ STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS, STEP_NUM_FINISHED, AWAITING_STEP_TIME, STEP_SWAP_OUT_EARLY,
+ NUM_COUNTS) = range(72)
+# STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS: rows of step_swap_out / step_swap_in this iteration
+# (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
+# requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
+# returned SCHEDULED and resumes with clock[STEP_S]; STEP_SWAP_OUT_EARLY: the rows of step_swap_out
+# made by an iteration's first scheduling pass when it had to take a second (scheduler.schedule):
+# they come before the second pass's swap-ins, which may take their blocks
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
@@ -67,7 +79,8 @@ BLOCKS_SUM, LOGICAL_SUM = 15, 16
 WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
 BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (read only; see BEAM_SEARCH)
 PREDICTOR_ERROR = 19  # the predicted reservation's relative error (read only)
-NUM_CLOCK = 20
+STEP_S = 20  # EXTERNAL_STEPS: the duration of the iteration just scheduled, as its executor measured it
+NUM_CLOCK = 21
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
@@ -175,3 +188,12 @@ class Core(NamedTuple):
     # are tried (empty for the other reservations)
     predictor_draw: np.ndarray
     placement_saved: np.ndarray
+    # the step's data movement, recorded where it happens (config[EXTERNAL_STEPS] only; one row
+    # elsewhere), reset by the scheduler at each iteration's start: copy-on-write (source,
+    # destination) block pairs; the device blocks of each sequence swapped out (request, its
+    # sequence, block, in table order, before they are freed) and of each swapped back in
+    # (request, sequence, block: the blocks allocated for it). An executor outside the core runs
+    # exactly these (gpu/executor.py); host blocks are its business
+    step_copies: np.ndarray
+    step_swap_out: np.ndarray
+    step_swap_in: np.ndarray

@@ -1,13 +1,12 @@
 """The GPU executor on CPU (FakeBackend, torch-on-CPU backend) and on a GPU (marked ``gpu``).
 
 What the CPU tests prove:
-* the scheduler and the paged manager are shared unchanged: the engine with a GPUExecutor
+* the executor runs the core's own schedule: ``run_simulation(..., executor=GPUExecutor(...))``
   whose fake step time is the roofline cost gives the very same request and step records
-  (memory categories included) as ``run_simulation``, with beams, parallel sampling, swapping
-  and chunked prefill;
-* slot mappings and decode tables are the manager's block tables (hand-checked, block size 4);
-* copy-on-write copies are issued exactly once per shared-block write (hand-checked, and equal
-  to the manager's ``cow_copies`` at every step of whole runs);
+  (memory categories included) as a simulation, with beams, parallel sampling, swapping and
+  chunked prefill;
+* its plans are the core's step contract: slot mappings and tables are the core's block tables,
+  copy-on-write pairs and swapped blocks the ones the core recorded (hand-checked, block size 4);
 * the K/V data flow (writes, copies, swaps) is right: the fake keeps a tag per slot and checks
   every read; the torch backend on CPU gives the same hidden state for a position whether it
   came from a whole prefill, chunks, or a decode over the paged pool.
@@ -20,19 +19,19 @@ import pandas as pd
 import pytest
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available
-from pagesim.gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPlan, slots_for
-from pagesim.gpu.tables import build_block_tables
-from pagesim.sim.batch import StepBatch
+from pagesim.gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPlan, plan_step, slots_for
+from pagesim.gpu.kv_check import KVContentCheck
+from pagesim.gpu.testing import HandSteps
 from pagesim.sim.config import SimConfig
+from pagesim.sim.core import state
 from pagesim.sim.cost import RooflineCostModel
-from pagesim.sim.engine import Engine
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.memory import PagedManager, SeqSpec, StaticManager
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import ModelSpec, get_gpu, get_model
 
 I64 = np.int64
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 101, 256)
+KVB = get_model("llama-2-7b").kv_bytes_per_token()
 
 
 def make_trace(n=50, seed=1, width=False, rate=20.0, pmax=200, omax=120):
@@ -59,42 +58,37 @@ def cfg_for(name, **kw):
                                 check=True, **CONFIGS[name], **kw)
 
 
-def run_engine(cfg, trace, backend, on_step=None):
-    model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
-    ex = GPUExecutor(model, mgr, backend, scheduler=sched, on_step=on_step)
-    eng = Engine(sched, mgr, ex, table.arrival_s, check=cfg.check)
-    eng.run()
-    return eng, ex, mgr, sched, table
+def run(cfg, trace, backend, **kw):
+    ex = GPUExecutor(TINY, backend, **kw)
+    return run_simulation(cfg, trace, executor=ex), ex
 
 
-# ------------------------------------------------------------------ shared scheduler and manager
+# ------------------------------------------------------------------ the core's own schedule
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("width", [False, True])
 def test_same_records_as_simulation(name, width):
-    """GPUExecutor(fake time = roofline) reproduces run_simulation exactly: same objects, same policy."""
+    """GPUExecutor(fake time = roofline) reproduces run_simulation exactly: the same core, the
+    same policy; the fake backend's checks pass on every step (copies, swaps, reads)."""
     cfg = cfg_for(name)
     trace = make_trace(width=width)
     sim = run_simulation(cfg, trace)
-    model, gpu = get_model("llama-2-7b"), get_gpu("h200")
-    roof = RooflineCostModel(model, gpu, 1)
+    roof = RooflineCostModel(get_model("llama-2-7b"), get_gpu("h200"), 1)
     copies_per_step = []
-    eng, ex, mgr, sched, table = run_engine(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
-                                            on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))
-    from pagesim.sim.metrics import request_frame
-    pd.testing.assert_frame_equal(request_frame(table), sim.requests)
-    pd.testing.assert_frame_equal(eng.rec.frame(), sim.steps)
+    real, ex = run(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
+                   on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))
+    assert real.summary["engine"] == sim.summary["engine"]
+    pd.testing.assert_frame_equal(real.requests, sim.requests)
+    pd.testing.assert_frame_equal(real.steps, sim.steps)
     assert sim.summary["mgr_cow_copies"] == ex.total_copies == sum(copies_per_step)
+    assert len(copies_per_step) == len(sim.steps)
     if width:
         assert ex.total_copies > 0
     if name.startswith("swap"):
         assert ex.total_swap_out_blocks > 0 and ex.total_swap_in_blocks > 0
-    # the observer is gone after close(): the manager is back to its class methods
-    ex.close()
-    assert "allocate" not in vars(mgr) and "free" not in vars(mgr) and "fork" not in vars(mgr)
+    assert not ex.host and len(ex._host_free) == ex.host_blocks  # every host block given back
 
 
 def test_plan_mirrors_batch():
-    cfg = cfg_for("chunked")
     seen = []
 
     def on_step(batch, plan, dt):
@@ -104,169 +98,151 @@ def test_plan_mirrors_batch():
         assert plan.decode_seq_ids.tolist() == batch.decode_seq_ids.tolist()
         assert int(plan.decode_context.sum()) == batch.decode_context_sum
         assert len(plan.slot_mapping) == batch.num_prefill_tokens + batch.num_decode_tokens
+        assert batch.copy_blocks == len(plan.copies) and batch.copy_tokens == plan.block_size * len(plan.copies)
         seen.append(plan.step)
 
-    run_engine(cfg, make_trace(30, width=True), FakeBackend(), on_step)
+    run(cfg_for("chunked"), make_trace(30, width=True), FakeBackend(), on_step=on_step)
     assert seen == list(range(len(seen))) and len(seen) > 100
 
 
-def test_copies_equal_manager_cow_every_step():
-    cfg = cfg_for("plain")
-    state = {"last": 0, "n": 0}
-    holder = {}
+def test_the_engine_cannot_take_the_gpu_executor_to_python():
+    with pytest.raises(ConfigError, match="on the core only"):
+        run_simulation(cfg_for("plain"), make_trace(5), executor=GPUExecutor(TINY, FakeBackend()), engine="python")
 
-    def on_step(batch, plan, dt):
-        c = holder["mgr"].stats()["cow_copies"]
-        assert len(plan.copies) == c - state["last"], f"step {plan.step}"
-        state["last"] = c
-        state["n"] += len(plan.copies)
 
-    model, gpu, budget, table, mgr, sched, _ = build(cfg, make_trace(width=True), executor=object())
-    holder["mgr"] = mgr
-    ex = GPUExecutor(model, mgr, FakeBackend(), scheduler=sched, on_step=on_step)
-    Engine(sched, mgr, ex, table.arrival_s, check=True).run()
-    assert state["n"] == mgr.stats()["cow_copies"] > 0
+def test_needs_a_paged_manager():
+    cfg = SimConfig.for_system("orca-max", model="llama-2-7b", gpu="h200", kv_gib=0.25, max_seq_len=512)
+    with pytest.raises(ConfigError, match="paged"):
+        run_simulation(cfg, make_trace(5), executor=GPUExecutor(TINY, FakeBackend()))
 
 
 # ------------------------------------------------------------------ hand-checked small cases
-def small(bs=4, cap=64):
-    mgr = PagedManager(cap, 32, block_size=bs, watermark=0.0)
+def tiny(rows, **kw):
+    """A pool of 4 blocks of 4 tokens (llama-2-7b bytes): the core hands out blocks 3, 2, 1, 0."""
+    trace = pd.DataFrame(rows, columns=["arrival_s", "prompt_tokens", "output_tokens", "n"])
+    trace.insert(0, "request_id", [f"r{i}" for i in range(len(trace))])
+    cfg = SimConfig.for_system("vllm", model="llama-2-7b", gpu="h200", kv_gib=16 * KVB / 2**30, max_seq_len=16,
+                               block_size=4, watermark=0.0, check=True, **kw)
+    return trace, cfg
+
+
+def test_fork_copy_on_write_slots_and_tables_hand_checked():
+    """A: 6 prompt tokens, 3 output, n = 2. Step 0 prefills it into blocks 3 (positions 0-3:
+    slots 12-15) and 2 (4-5: slots 8, 9). Step 1: sequence 0 writes into the shared tail 2, so
+    block 2 is copied into a fresh block 1 first; position 6 goes to slot 1 * 4 + 2 = 6 for
+    sequence 0 and 2 * 4 + 2 = 10 for sequence 1. Step 2: position 7, slots 7 and 11."""
+    trace, cfg = tiny([(0.0, 6, 3, 2)])
     fb = FakeBackend()
-    ex = GPUExecutor(TINY, mgr, fb)
-    return mgr, fb, ex
+    run(cfg, trace, KVContentCheck(fb))
+    p0, p1, p2 = fb.plans
+    assert p0.prefill_slots.tolist() == [12, 13, 14, 15, 8, 9] and p0.prefill_positions.tolist() == list(range(6))
+    assert p0.prefill_tables.tolist() == [[3, 2]] and p0.prefill_tables.dtype == np.int32
+    assert len(p0.copies) == 0 and len(p0.decode_slots) == 0
+    assert p1.copies.tolist() == [[2, 1]]
+    assert p1.decode_tables.tolist() == [[3, 1], [3, 2]] and p1.decode_context.tolist() == [7, 7]
+    assert p1.decode_slots.tolist() == [6, 10] and p1.decode_seq_ids.tolist() == [0, 0]
+    assert p2.decode_slots.tolist() == [7, 11] and len(p2.copies) == 0
+    assert p1.decode_tables.dtype == np.int32 and p1.decode_context.dtype == np.int32
+    assert [c[0] for c in fb.calls] == ["setup", "reshape_and_cache", "prefill_attention", "copy_blocks",
+                                        "reshape_and_cache", "decode_attention", "reshape_and_cache",
+                                        "decode_attention"]
 
 
-def prefill_batch(ids, tokens, ctx):
-    return StepBatch(np.array(ids, I64), np.array(tokens, I64), np.array(ctx, I64))
+def test_swap_out_and_in_hand_checked():
+    """A (4 + 3 tokens) and B (4 + 10): B is swapped out at step 2 from blocks [2, 0] into the
+    executor's first host blocks 0 and 1, and comes back at step 3 into [1, 3] (the core's
+    tests/sim/core/test_step_output.py works the blocks out): host 0 -> 1, host 1 -> 3. Then
+    B's reads of positions 0-5 through [1, 3] find what it wrote before it left."""
+    trace, cfg = tiny([(0.0, 4, 3, 1), (0.0, 4, 10, 1)], preemption="swap", swap_gib=1.0)
+    fb = FakeBackend()
+    chk = KVContentCheck(fb)
+    res, ex = run(cfg, trace, chk, host_blocks=8)
+    p = fb.plans
+    assert p[2].swap_out.tolist() == [[2, 0], [0, 1]] and len(p[2].swap_in) == 0
+    assert (p[2].swap_out_tokens, p[2].swap_in_tokens) == (5, 0)
+    assert p[3].swap_in.tolist() == [[0, 1], [1, 3]] and len(p[3].swap_out) == 0
+    assert p[3].decode_tables.tolist() == [[1, 3]] and p[3].decode_context.tolist() == [6]
+    assert ex.total_swap_out_blocks == ex.total_swap_in_blocks == 2 and chk.checked_blocks == 4
+    assert res.summary["num_preemptions"] == 1 and ex.host == {}
 
 
-def decode_batch(ids, ctx):
-    return StepBatch(decode_seq_ids=np.array(ids, I64), decode_context=np.array(ctx, I64))
+def test_a_swapped_group_recomputed_gives_its_host_blocks_back():
+    """B (4 + 10) and A (4 + 3, n = 2): A is swapped out twice (the second time with nothing
+    else running, so the core recomputes it instead of swapping it back in: a swap fallback).
+    Its sequences' host blocks go back to the free list then, and the run ends with none held."""
+    trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
+    fb = FakeBackend()
+    res, ex = run(cfg, trace, fb, host_blocks=8)
+    outs = [k for k, p in enumerate(fb.plans) if len(p.swap_out)]
+    assert outs == [1, 11] and fb.plans[1].swap_out.tolist() == [[2, 0], [2, 1]]
+    assert fb.plans[10].swap_in.tolist() == [[0, 3], [1, 2]]
+    # host blocks 0 and 1 came back at step 10 (1 on top), then 2 and 3 are taken
+    assert fb.plans[11].swap_out.tolist() == [[3, 1], [1, 0], [2, 2], [0, 3]]
+    assert res.summary["num_swap_fallbacks"] >= 1 and ex.host == {} and len(ex._host_free) == 8
 
 
-def test_slot_mapping_hand_checked_block_size_4():
-    mgr, fb, ex = small()
-    mgr.allocate(SeqSpec(0, 3, 10))  # A: block 0
-    mgr.allocate(SeqSpec(1, 6, 12))  # B: blocks 1, 2
-    mgr.append(0, 3)
-    mgr.append(1, 6)
-    ex.run_step(prefill_batch([0, 1], [3, 6], [3, 6]), mgr)
-    p = fb.plans[-1]
-    # A: positions 0..2 in block 0; B: positions 0..3 in block 1, 4..5 in block 2
-    assert p.prefill_slots.tolist() == [0, 1, 2] + [4, 5, 6, 7, 8, 9]
-    assert p.prefill_positions.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5]
-    assert p.prefill_tables.tolist() == [[0, -1], [1, 2]]
-    assert len(p.copies) == 0 and len(p.decode_slots) == 0
+def test_swap_outs_of_a_first_pass_run_before_the_second_passs_swap_in():
+    """X (4 + 10, n = 4) and Y (5 + 10): step 1's first scheduling pass swaps out Y from [2, 1]
+    and X's 4 sequences from 3, then a second pass at the same instant swaps Y back into 3 and 2
+    (tests/sim/core/test_step_output.py works it out). Those swap-outs run first, as a plan of
+    their own: Y to host 0, 1 and X to host 2-5; then the step's plan brings Y's host 0, 1 into
+    3, 2, where its reads of positions 0-5 find what it wrote (the fake checks every read).
+    Later steps swap X out and recompute it at once (a second pass's swap fallback): it holds no
+    host block after any step."""
+    trace, cfg = tiny([(0.0, 4, 10, 4), (0.0, 5, 10, 1)], preemption="swap", swap_gib=1.0)
+    fb = FakeBackend()
+    chk = KVContentCheck(fb)
+    held = []
 
-    mgr.append_batch([0, 1])  # A -> 4 tokens (slot 3), B -> 7 tokens (block 2 offset 2 = slot 10)
-    ex.run_step(decode_batch([0, 1], [4, 7]), mgr)
-    p = fb.plans[-1]
-    assert p.decode_slots.tolist() == [3, 10]
-    assert p.decode_tables.tolist() == [[0, -1], [1, 2]] and p.decode_context.tolist() == [4, 7]
+    def on_step(batch, plan, dt):
+        held.append(sorted({i for i, _ in ex.host if ex.core.status[i] != state.SWAPPED}))
 
-    mgr.append_batch([0, 1])  # A crosses into a new block (3): slot 12; B: slot 11
-    ex.run_step(decode_batch([0, 1], [5, 8]), mgr)
-    p = fb.plans[-1]
-    assert mgr.block_table(0) == [0, 3] and mgr.block_table(1) == [1, 2]
-    assert p.decode_slots.tolist() == [12, 11]
-    assert p.decode_tables.tolist() == [[0, 3], [1, 2]]
-    assert p.decode_tables.dtype == np.int32 and p.decode_context.dtype == np.int32
-    # the same as the colleague's table builder over the manager's export
-    bt = build_block_tables(mgr.export(), seq_ids=[0, 1])
-    assert bt.block_tables.tolist() == p.decode_tables.tolist()
-    assert bt.slot_mapping(0, 4, 5).tolist() == [12] and bt.slot_mapping(1, 7, 8).tolist() == [11]
-    assert [c[0] for c in fb.calls] == ["setup", "reshape_and_cache", "prefill_attention",
-                                        "reshape_and_cache", "decode_attention",
-                                        "reshape_and_cache", "decode_attention"]
-
-
-def test_cow_copy_once_per_shared_block_write():
-    mgr, fb, ex = small()
-    mgr.allocate(SeqSpec(0, 6, 12))  # blocks 0, 1 (block 1 half full after the prefill)
-    mgr.append(0, 6)
-    ex.run_step(prefill_batch([0], [6], [6]), mgr)
-    mgr.fork(0, 5, 12)  # child 5 shares blocks 0 and 1
-    mgr.fork(0, 6, 12)  # and child 6: block 1 has three references
-    assert mgr.export().refcounts[1] == 3
-    before = mgr.stats()["cow_copies"]
-    mgr.append_batch([0, 5, 6])  # three writers into block 1 with 3 refs: 2 copies, the last writes in place
-    ex.run_step(decode_batch([0, 5, 6], [7, 7, 7]), mgr)
-    p = fb.plans[-1]
-    assert mgr.stats()["cow_copies"] - before == 2 == len(p.copies)
-    assert set(p.copies[:, 0].tolist()) == {1}  # both copies read the shared block
-    tables = [mgr.block_table(s) for s in (0, 5, 6)]
-    assert sorted(p.copies[:, 1].tolist()) == sorted(t[1] for t in tables if t[1] != 1)
-    assert p.forks == [(0, 5), (0, 6)]
-    # a write into now-private blocks copies nothing
-    mgr.append_batch([0, 5, 6])
-    ex.run_step(decode_batch([0, 5, 6], [8, 8, 8]), mgr)
-    assert len(fb.plans[-1].copies) == 0
-    # forking at a block boundary: new blocks, no copy
-    mgr.fork(5, 9, 12)
-    mgr.append_batch([5, 9])
-    ex.run_step(decode_batch([5, 9], [9, 9]), mgr)
-    assert len(fb.plans[-1].copies) == 0
-    assert ex.total_copies == mgr.stats()["cow_copies"] == 2
-
-
-def test_manager_copy_hook_is_used():
-    class Hooked(PagedManager):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            self.log = []
-
-        def drain_copies(self):
-            out, self.log = self.log, []
-            return out
-
-    mgr = Hooked(64, 32, block_size=4, watermark=0.0)
-    fb = FakeBackend(verify=False)
-    ex = GPUExecutor(TINY, mgr, fb)
-    mgr.allocate(SeqSpec(0, 2, 8))
-    mgr.append(0, 2)
-    mgr.log = [(3, 4)]
-    ex.run_step(prefill_batch([0], [2], [2]), mgr)
-    assert fb.plans[-1].copies.tolist() == [[3, 4]]
+    ex = GPUExecutor(TINY, chk, on_step=on_step)
+    res = run_simulation(cfg, trace, executor=ex)
+    assert held == [[]] * len(held) and res.summary["num_swap_fallbacks"] >= 5
+    first, main = fb.plans[1], fb.plans[2]
+    assert main.first is first and first.num_tokens == 0 and len(first.swap_in) == len(first.copies) == 0
+    assert first.swap_out.tolist() == [[2, 0], [1, 1], [3, 2], [3, 3], [3, 4], [3, 5]]
+    assert main.swap_in.tolist() == [[0, 3], [1, 2]] and len(main.swap_out) == 0
+    assert main.decode_tables.tolist() == [[3, 2]] and main.decode_slots.tolist() == [9]
+    assert chk.checked_blocks >= 6 + 2 and ex.host == {} and len(ex._host_free) == ex.host_blocks
+    assert res.summary["num_preemptions"] >= 2
 
 
 def test_fake_detects_a_wrong_slot():
-    mgr, fb, ex = small()
-    mgr.allocate(SeqSpec(0, 5, 8))
-    mgr.append(0, 5)
-    ex.run_step(prefill_batch([0], [5], [5]), mgr)
-    mgr.append_batch([0])
-    plan = ex.plan(decode_batch([0], [6]))
+    fb = FakeBackend()
+    steps = HandSteps(TINY, fb, num_blocks=8, block_size=4)
+    steps.prefill([0], [5])
+    plan = steps.plan_decode([0])
     plan.decode_slots = plan.decode_slots + 1  # write the token one slot off
     with pytest.raises(ExecutorError, match="position"):
         fb.execute(plan)
 
 
 def test_a_slot_past_the_pool_is_refused_before_the_backend_runs():
-    mgr, fb, ex = small()
-    mgr.allocate(SeqSpec(0, 5, 8))
-    mgr.append(0, 5)
-    real = ex._table_of
-    ex._table_of = lambda s: [ex.num_blocks] + list(real(s))[1:]  # a block id one past the pool
-    with pytest.raises(ExecutorError, match=f"outside the pool's {ex.num_blocks * ex.block_size} slots"):
-        ex.run_step(prefill_batch([0], [5], [5]), mgr)
+    class Corrupt(GPUExecutor):
+        def plan(self, core):
+            core.block_table[core.seq_slot[0, 0], 0] = self.num_blocks  # a block id one past the pool
+            return super().plan(core)
+
+    trace, cfg = tiny([(0.0, 4, 3, 1)])
+    fb = FakeBackend()
+    with pytest.raises(ExecutorError, match="outside the pool's 16 slots"):
+        run_simulation(cfg, trace, executor=Corrupt(TINY, fb))
     assert not fb.plans
-
-
-def test_batch_inconsistent_with_manager_is_caught():
-    mgr, fb, ex = small()
-    mgr.allocate(SeqSpec(0, 5, 8))
-    mgr.append(0, 5)
-    with pytest.raises(ExecutorError, match="context"):
-        ex.run_step(prefill_batch([0], [5], [6]), mgr)
-
-
-def test_needs_a_paged_manager():
-    with pytest.raises(ConfigError, match="paged"):
-        GPUExecutor(TINY, StaticManager(64, 16), FakeBackend())
 
 
 def test_slots_for():
     assert slots_for([7, 2], 2, 7, 4).tolist() == [30, 31, 8, 9, 10]
+
+
+def test_plan_step_positions_and_slots_of_chunks():
+    """A chunk of 3 tokens ending at context 6 (positions 3-5) over table [5, 1], block size 4:
+    slots 23, 4, 5; a decode at context 2 over [7] writes position 1: slot 29."""
+    p = plan_step(0, 4, 8, prefill_seq_ids=[0], prefill_tokens=[3], prefill_context=[6],
+                  prefill_tables=[[5, 1]], decode_seq_ids=[1], decode_context=[2], decode_tables=[[7]])
+    assert p.prefill_positions.tolist() == [3, 4, 5] and p.prefill_slots.tolist() == [23, 4, 5]
+    assert p.decode_slots.tolist() == [29] and p.slot_mapping.tolist() == [23, 4, 5, 29]
 
 
 def test_fake_time_formula_and_sleep():
@@ -288,12 +264,8 @@ def _reference_states(positions, seed=0):
     from pagesim.gpu.model_runner import TorchCupyBackend
     out = {}
     for p in positions:
-        mgr = PagedManager(512, 256, block_size=4, watermark=0.0)
         be = TorchCupyBackend(dtype="float32", device="cpu", seed=seed)
-        ex = GPUExecutor(TINY, mgr, be)
-        mgr.allocate(SeqSpec(0, p + 1, p + 1))
-        mgr.append(0, p + 1)
-        ex.run_step(prefill_batch([0], [p + 1], [p + 1]), mgr)
+        HandSteps(TINY, be, num_blocks=256, block_size=4).prefill([0], [p + 1])
         out[p] = be.last_outputs[2][0].clone()
     return out
 
@@ -315,7 +287,6 @@ def test_torch_backend_cpu_paged_data_flow(name):
     # everyone arrives at once: the step times are real CPU timings, and staggered arrivals would
     # make whether the pool fills up (and swaps) depend on how fast this machine is
     trace["arrival_s"] = 0.0
-    model, gpu, budget, table, mgr, sched, _ = build(cfg, trace, executor=object())
     be = TorchCupyBackend(dtype="float32", device="cpu")
     states: dict[int, list] = {}
 
@@ -325,12 +296,11 @@ def test_torch_backend_cpu_paged_data_flow(name):
         for p, h in zip(pos.tolist(), hs):
             states.setdefault(p, []).append(h.clone())
 
-    ex = GPUExecutor(TINY, mgr, be, scheduler=sched, on_step=on_step)
-    Engine(sched, mgr, ex, table.arrival_s, check=True).run()
-    assert (table.status == 4).all()
+    res, ex = run(cfg, trace, be, on_step=on_step)
+    assert (res.requests["status"] == "finished").all()
     assert ex.total_copies > 0
     if name == "swap":
-        assert ex.total_swap_out_blocks > 0 and sched.num_preemptions > 0
+        assert ex.total_swap_out_blocks > 0 and res.summary["num_preemptions"] > 0
     for p, hs in states.items():
         for h in hs[1:]:
             torch.testing.assert_close(h, hs[0], atol=2e-4, rtol=2e-4)
@@ -344,12 +314,8 @@ def test_torch_backend_cpu_layer_scaling_arithmetic():
     _torch_or_skip()
     from pagesim.gpu.model_runner import TorchCupyBackend
     m4 = ModelSpec("tiny4", 4, 64, 4, 2, 16, 128, 101, 256)
-    mgr = PagedManager(256, 64, block_size=4, watermark=0.0)
     be = TorchCupyBackend(dtype="float32", device="cpu", num_layers_run=1)
-    ex = GPUExecutor(m4, mgr, be)
-    mgr.allocate(SeqSpec(0, 9, 20))
-    mgr.append(0, 9)
-    t = ex.run_step(prefill_batch([0], [9], [9]), mgr)
+    t = HandSteps(m4, be, num_blocks=64, block_size=4).prefill([0], [9])
     lt = be.last_timing
     assert be.kv.shape[0] == 1 and lt["scale"] == 4
     assert lt["step_s"] == pytest.approx(lt["wall_s"] + 3 * lt["layer_span_s"])
@@ -361,20 +327,13 @@ TINY_GPU = ModelSpec("tiny-gpu", 2, 256, 4, 2, 64, 512, 1000, 512)
 
 
 def _manual_steps(model, be, lens=(37, 5, 80), decode_steps=3, bs=16):
-    """Prefill three sequences, then decode them: (manager, executor) after the steps."""
-    mgr = PagedManager(4096, 512, block_size=bs, watermark=0.0)
-    ex = GPUExecutor(model, mgr, be)
-    for s, L in enumerate(lens):
-        mgr.allocate(SeqSpec(s, L, L + decode_steps + 1))
-        mgr.append(s, L)
-    ex.run_step(prefill_batch(list(range(len(lens))), list(lens), list(lens)), mgr)
-    ctx = np.array(lens, I64)
+    """Prefill three sequences, then decode them: the hand-built steps after them."""
+    steps = HandSteps(model, be, num_blocks=512, block_size=bs)
+    ids = list(range(len(lens)))
+    steps.prefill(ids, list(lens))
     for _ in range(decode_steps):
-        ids = list(range(len(lens)))
-        mgr.append_batch(ids)
-        ctx = ctx + 1
-        ex.run_step(decode_batch(ids, ctx), mgr)
-    return mgr, ex
+        steps.decode(ids)
+    return steps
 
 
 @pytest.mark.gpu
@@ -384,7 +343,7 @@ def test_gpu_backend_finite_outputs(dtype):
     import torch
     from pagesim.gpu.model_runner import TorchCupyBackend
     be = TorchCupyBackend(dtype=dtype)
-    mgr, ex = _manual_steps(TINY_GPU, be)
+    _manual_steps(TINY_GPU, be)
     pos, tok, hs = be.last_outputs
     assert torch.isfinite(hs.float()).all() and len(tok) == 3
     assert be.last_timing["step_s"] > 0
@@ -396,10 +355,8 @@ def test_gpu_decode_kernel_equals_sdpa_over_live_tables():
     import torch
     from pagesim.gpu.model_runner import TorchCupyBackend
     be = TorchCupyBackend(dtype="float16")
-    mgr, ex = _manual_steps(TINY_GPU, be)
-    ids = [0, 1, 2]
-    mgr.append_batch(ids)
-    plan = ex.plan(decode_batch(ids, np.array([mgr.num_tokens(s) for s in ids], I64)))
+    steps = _manual_steps(TINY_GPU, be)
+    plan = steps.plan_decode([0, 1, 2])
     q = torch.randn(3, be.H, be.D, device="cuda", dtype=torch.float16)
     kc, vc = be.kv[0, 0], be.kv[0, 1]
     tables = torch.as_tensor(plan.decode_tables, device="cuda")
@@ -422,19 +379,10 @@ def test_layer_scaling_matches_full():
 
     def timed(n_layers):
         be = TorchCupyBackend(dtype="float16", num_layers_run=n_layers)
-        mgr = PagedManager(64 * 1024, 2048, block_size=16, watermark=0.0)
-        ex = GPUExecutor(model, mgr, be, include_prep=False)
+        steps = HandSteps(model, be, num_blocks=2048, block_size=16, include_prep=False)
         ids = list(range(32))
-        for s in ids:
-            mgr.allocate(SeqSpec(s, 512, 600))
-            mgr.append(s, 512)
-        ex.run_step(prefill_batch(ids, [512] * 32, [512] * 32), mgr)  # warm-up + fills the pool
-        times = []
-        ctx = np.full(32, 512, I64)
-        for _ in range(20):
-            mgr.append_batch(ids)
-            ctx = ctx + 1
-            times.append(ex.run_step(decode_batch(ids, ctx), mgr))
+        steps.prefill(ids, [512] * 32)  # warm-up + fills the pool
+        times = [steps.decode(ids) for _ in range(20)]
         return float(np.median(times[5:]))
 
     full, part = timed(16), timed(4)

@@ -22,7 +22,8 @@ def run(tmp_path, blocked, *args, timeout=300):
     site.mkdir(exist_ok=True)
     for m in blocked:
         (site / f"{m}.py").write_text(f"raise ImportError('{m} is blocked by the test')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    # the caller's PYTHONPATH after the root: a worktree's tests import its own pagesim
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -57,9 +58,11 @@ def test_validate_writes_its_report_without_plotly_and_tqdm(tmp_path):
     assert json.loads((out / "validation.json").read_text())["num_requests"] == 6
 
 
-def test_validate_without_simpy_says_so_in_one_line(tmp_path):
+def test_validate_runs_without_simpy(tmp_path):
+    """validate runs on the core (the external-executor mode): SimPy's engine is not needed."""
     r = run(tmp_path, ("simpy",), *ARGS, "--no-progress", "--out", str(tmp_path / "v"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs simpy" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "v" / "validation.json").read_text())["num_requests"] == 6
 
 
 def test_gpu_extra_pins_no_cupy_wheel():

@@ -19,7 +19,7 @@ from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import InvariantError
-from pagesim.sim.memory import MemoryUsage, PagedManager, SeqSpec
+from pagesim.sim.memory import MemoryUsage
 from pagesim.sim.specs import get_gpu, get_model
 
 MODEL, GPU = get_model("llama-2-7b"), get_gpu("h200")
@@ -141,25 +141,24 @@ def test_rel_errors_and_compare_nan_safe():
 
 
 def test_memory_mismatch_raises():
-    mgr = PagedManager(64, 32, block_size=4, watermark=0.0)
-    mgr.allocate(SeqSpec(0, 5, 8))
-    mgr.append(0, 5)
-
-    class Off:
-        def usage(self, d):
-            u = mgr.usage(d)
-            return MemoryUsage(u.token_states + 1, u.reservation, u.internal_frag, 0, u.external_frag,
-                               u.free_idle - 1)
-
-        def export(self):
-            return mgr.export()
-
-    sched = types.SimpleNamespace(demand_waiting=False, num_waiting=0, num_running=1)
-    log = _StepLog(Off(), sched, RooflineCostModel(MODEL, GPU), None, 1.0, True)
+    """One running request, its 5 tokens in blocks 3 and 2 (block size 4; the row's third entry,
+    7, is left over from an earlier holder and not held): the tables hold 2 blocks. An allocator
+    that counts 3 in use (13 of 16 free) is caught; with 14 free the step passes."""
+    from pagesim.sim.core import state
+    config = np.zeros(state.NUM_CONFIG, np.int64)
+    config[state.NUM_BLOCKS] = 16
+    count = np.zeros(state.NUM_COUNTS, np.int64)
+    count[state.NUM_RUNNING], count[state.NUM_FREE_BLOCK_IDS] = 1, 13
+    core = types.SimpleNamespace(config=config, count=count, running=np.array([0]), num_seqs=np.array([1]),
+                                 seq_slot=np.array([[0]]), block_table=np.array([[3, 2, 7]], np.int32),
+                                 num_blocks=np.array([2]))
+    log = _StepLog(RooflineCostModel(MODEL, GPU), None, 1.0, True, core=lambda: core)
     b = StepBatch(np.array([0]), np.array([5]), np.array([5]))
-    with pytest.raises(InvariantError, match="pool holds 2 blocks"):
+    with pytest.raises(InvariantError, match="the block tables hold 2 blocks, the allocator counts 3 in use"):
         log(b, StepPlan(0, 4, 16), 0.01)
-    _StepLog(mgr, sched, RooflineCostModel(MODEL, GPU), None, 1.0, True)(b, StepPlan(0, 4, 16), 0.01)
+    count[state.NUM_FREE_BLOCK_IDS] = 14
+    log(b, StepPlan(0, 4, 16), 0.01)
+    assert log.rows[-1][11:13] == (2, 8.0)  # pool_occupied_blocks, _bytes (2 x 4 slots x 1 byte)
 
 
 ARGS = ["validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "12", "--model", "llama-2-7b",
