@@ -37,10 +37,9 @@ def register(sub) -> None:
                    help="after every iteration, recompute the core's state from scratch and assert its "
                         "invariants (slow)")
     o.add_argument("--engine", choices=["auto", "core", "python"], default="auto",
-                   help="auto: the core (sim/core/, compiled by numba) where it covers the configuration "
-                        "(vLLM default: paged, recompute or swap, optionally chunked prefill; no prefix "
-                        "caching or sampling width), else the Python engine; core: insist (exit 2 saying "
-                        "why not); python: never. The same records either way")
+                   help="auto and core: the core (sim/core/, compiled by numba), which runs every system "
+                        "and setting of this command; python: the older Python engine (slower, kept as "
+                        "the GPU executor's engine until it moves onto the core). The same records either way")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_summary_args(p)
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
@@ -76,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
 
                 single_run_report(result, staged / "report.html")
     if args.json:
-        from pagesim.sim.run import _jsonable
+        from pagesim.sim.run import jsonable
 
-        print(json.dumps(_jsonable({k: v for k, v in result.summary.items()})))
+        print(json.dumps(jsonable({k: v for k, v in result.summary.items()})))
     else:
         print_summary(result.summary, sys.stdout, summary_options)
         if args.out:

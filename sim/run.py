@@ -89,7 +89,6 @@ def jsonable(d: dict) -> dict:
     return {k: fix(v) for k, v in d.items()}
 
 
-_jsonable = jsonable  # the former private name (experiments/simulate_cli.py)
 
 
 def resolve_budget(cfg: SimConfig):
