@@ -596,6 +596,17 @@ def explain_fig18b(df: pd.DataFrame) -> str:
 # all of it
 
 
+#: the experiment configs (experiments/configs) each figure runs
+SWEEPS = {"fig2": ("fig2", "fig2_sensitivity"), "fig13": ("fig13",), "fig15": ("fig15",), "fig12": ("fig12",),
+          "fig18b": ("fig18b",)}
+
+
+def expected_requests(spec: RunSpec) -> float:
+    """About how many sequences a run simulates (its cost, to start the longest runs first)."""
+    n = spec.num_requests if spec.num_requests is not None else spec.rate * (spec.duration_s or 0.0)
+    return n * max(spec.n, spec.beam_width)
+
+
 def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *, quick: bool = False,
               scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """Run figure ``fig`` (or ``"all"``), write ``out_dir/<name>.csv`` per table, return the tables."""
@@ -607,6 +618,12 @@ def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *
     opts = opts or SweepOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if len(figs) > 1:
+        # every figure's runs in one sweep, the longest first: the workers stay busy across the
+        # figures (no pool draining at the end of each), then each figure reads its runs back
+        specs = [s for f in figs for name in SWEEPS[f] for s in _specs(name, quick, scale, **opts.base)]
+        opts.run(sorted(specs, key=expected_requests, reverse=True))
+        opts.after_first_sweep()
     tables: dict[str, pd.DataFrame] = {}
     for f in figs:
         if f == "fig2":
