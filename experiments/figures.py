@@ -14,10 +14,11 @@ which leaves out the ramp-up from an empty server and the drain after arrivals s
 free memory and shrink batches). When a run has no step table the whole-run summary is used and
 ``measured_over`` says ``run``.
 
-Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces (about a minute on 2
-cores); the sweeps of fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count)
-to keep ``pagesim reproduce all`` near 3 minutes on 2 cores. Runs shared between figures (fig2's
-sensitivity and fig13's ShareGPT 2 req/s runs) are simulated once and read from the cache.
+Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces (most of the work);
+the sweeps of fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count), so
+``pagesim reproduce all`` takes about 40 s of CPU (README, Performance). It runs every figure's
+runs in one sweep, the longest first, then builds each figure from the cache; runs shared
+between figures (fig2's four runs in fig2_sensitivity) are simulated once.
 """
 
 from __future__ import annotations
