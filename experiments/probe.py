@@ -39,6 +39,7 @@ import pandas as pd
 from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
+from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
@@ -124,7 +125,7 @@ def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> t
     return workload_from_args(ns, max_seq_len, ns.max_len_policy)
 
 
-class _StopProbe(Exception):
+class _StopProbe(StopRun):
     pass
 
 
@@ -152,6 +153,11 @@ class ProbeWatcher:
         self.since = 0
         self.reason: str | None = None
         self.now = 0.0
+
+    @property
+    def due(self) -> int:
+        """Finished requests until it next looks (the core reports to it exactly then)."""
+        return self.every - self.since
 
     def update(self, k: int) -> None:
         self.since += k
@@ -251,7 +257,8 @@ def run_point(spec: RunSpec) -> RunOutput:
     return RunOutput(summary=summary, requests=req)
 
 
-def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, pd.DataFrame]:
+def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any],
+                 engine_choice: str = "auto") -> tuple[dict, pd.DataFrame]:
     import time
 
     from pagesim.sim.engine import Engine
@@ -259,7 +266,10 @@ def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, 
     from pagesim.sim.run import build
     model, gpu, budget, table, manager, sched, executor = build(cfg, trace)
     watcher = ProbeWatcher(table, {k: v for k, v in stop.items() if k != "reject_only"})
-    engine = Engine(sched, manager, executor, table.arrival_s, record_steps=False, progress=watcher)
+    # the core where it covers the configuration (every command-line one): it reports to the
+    # watcher where the Python engine does, so a probe stops at the same request (sim/core/replay.py)
+    engine = Engine(sched, manager, executor, table.arrival_s, record_steps=False,
+                    progress=watcher, engine=engine_choice)
     t0 = time.perf_counter()
     stopped = None
     try:

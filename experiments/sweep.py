@@ -386,7 +386,9 @@ def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput, 
                 continue
             if _has_parquet():
                 with naming(tmp / f"{name}.parquet"):
-                    df.to_parquet(tmp / f"{name}.parquet", index=False)
+                    # no dictionary pages: a quarter less CPU for step tables, whose columns
+                    # have too many distinct values for dictionaries (the same frame reads back)
+                    df.to_parquet(tmp / f"{name}.parquet", index=False, use_dictionary=False)
             else:  # pragma: no cover
                 with naming(tmp / f"{name}.csv.gz"):
                     df.to_csv(tmp / f"{name}.csv.gz", index=False)
@@ -498,6 +500,15 @@ def _execute(spec: RunSpec, run_fn: RunFn) -> RunOutput:
     return out
 
 
+def _execute_and_store(spec: RunSpec, run_fn: RunFn, cache_dir: Path, key: str, replace: bool) -> RunOutput:
+    """A pool worker's job: run ``spec`` and store its cache entry there, so that the workers
+    write their entries side by side and the step tables (up to ~100 MB for a 1-hour run) never
+    travel back through the pool's pipe; returns the summary and meta only."""
+    out = _execute(spec, run_fn)
+    write_cache(cache_dir, key, spec, out, replace=replace)
+    return RunOutput(summary=out.summary, meta=out.meta)
+
+
 def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None = None,
               cache_dir: str | Path | None = None, progress: bool = True, address: str | None = None,
               *, run_fn: RunFn | None = None, use_cache: bool = True) -> list[dict[str, Any]]:
@@ -530,8 +541,9 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
 
     bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress)
 
-    def finish(key: str, out: RunOutput) -> None:
-        write_cache(cache_dir, key, specs[todo[key][0]], out, replace=not use_cache)
+    def finish(key: str, out: RunOutput, stored: bool = False) -> None:
+        if not stored:
+            write_cache(cache_dir, key, specs[todo[key][0]], out, replace=not use_cache)
         for i in todo[key]:
             results[i] = out.summary
         bar.update(len(todo[key]))
@@ -546,7 +558,7 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
                 for key, idx in todo.items():
                     finish(key, _execute(specs[idx[0]], run_fn))
             else:
-                _run_pool(todo, specs, run_fn, n, finish)
+                _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace=not use_cache)
     finally:
         bar.close()
     return results  # type: ignore[return-value]
@@ -600,12 +612,13 @@ def warm_up_core() -> float:
     return seconds
 
 
-def _run_pool(todo, specs, run_fn, n, finish) -> None:
+def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace) -> None:
     pool = _shared_pool(n)
     try:
-        futures = {pool.submit(_execute, specs[idx[0]], run_fn): key for key, idx in todo.items()}
+        futures = {pool.submit(_execute_and_store, specs[idx[0]], run_fn, cache_dir, key, replace): key
+                   for key, idx in todo.items()}
         for fut in cf.as_completed(futures):
-            finish(futures[fut], fut.result())
+            finish(futures[fut], fut.result(), stored=True)
     except BaseException:
         # Ctrl-C or a failed run: drop queued runs now (finished ones are already cached)
         _drop_pool(wait=False)

@@ -3,6 +3,8 @@
 Each figure module builds its runs from ``experiments/configs/<fig>.toml``, runs them through
 :func:`experiments.sweep.run_sweep` (``common.run_figure``) and offers
 
+    EXPERIMENTS                   the configs its runs come from (``reproduce all`` runs them
+                                  all in one sweep, the longest first, then builds each figure)
     run(opts, quick=, scale=)     its main table, in the CSV layout of ``<fig>.csv``, with the
                                   paper's numbers and the differences beside ours
     tables(opts, quick=, scale=)  every table ``reproduce <fig>`` writes, by file name
@@ -12,13 +14,13 @@ Each figure module builds its runs from ``experiments/configs/<fig>.toml``, runs
 injectable run function), ``quick`` tiny grids and traces (tests and smoke runs) and ``scale``
 multiplies every trace duration. Settings are the same for every system (never tuned per
 system): OPT-13B, A100-40GB, ``kv_gib=12`` (15,728 slots), ``max_seq_len=2048``, block size 16
-for vLLM, buddy placement for Orca. A new figure is a module with these three functions, its
-TOML, and a line in :data:`FIGURES`.
+for vLLM, buddy placement for Orca. A new figure is a module with these names, its TOML, and a
+line in :data:`FIGURES`.
 
-Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces; the sweeps of
-fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count). Runs shared between
-figures (fig2's sensitivity and fig13's ShareGPT 2 req/s runs) are simulated once and read
-from the cache.
+Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces (most of the work);
+the sweeps of fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count), so
+``pagesim reproduce all`` takes about 40 s of CPU (README, Performance). Runs shared between
+figures (fig2's four runs in fig2_sensitivity) are simulated once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from types import ModuleType
 import pandas as pd
 
 from pagesim.experiments.figures import fig2, fig12, fig13, fig15, fig18b
-from pagesim.experiments.figures.common import SweepOptions
+from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b}
@@ -48,6 +50,13 @@ def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *
     opts = opts or SweepOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if len(figs) > 1:
+        # every figure's runs in one sweep, the longest first: the workers stay busy across the
+        # figures (no pool draining at the end of each), then each figure reads its runs back
+        specs = [s for f in figs for name in FIGURES[f].EXPERIMENTS
+                 for s in figure_specs(name, quick, scale, **opts.base)]
+        opts.run(sorted(specs, key=expected_requests, reverse=True))
+        opts.after_first_sweep()
     tables: dict[str, pd.DataFrame] = {}
     for f in figs:
         tables.update(FIGURES[f].tables(opts, quick=quick, scale=scale))

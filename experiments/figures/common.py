@@ -129,3 +129,9 @@ def categories(f: dict[str, float]) -> dict[str, float]:
         "internal_frag": 100 * f["internal_frag"],
         "external_frag_and_others": 100 * (f["allocator_slack"] + f["external_frag"] + f["free_idle"]),
     }
+
+
+def expected_requests(spec: RunSpec) -> float:
+    """About how many sequences a run simulates (its cost, to start the longest runs first)."""
+    n = spec.num_requests if spec.num_requests is not None else spec.rate * (spec.duration_s or 0.0)
+    return n * max(spec.n, spec.beam_width)

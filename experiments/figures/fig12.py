@@ -10,6 +10,8 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.sweep import results_frame
 
+#: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
+EXPERIMENTS = ("fig12",)
 #: a rate is sustainable while normalized latency stays at or under this (s/token)
 LATENCY_THRESHOLD_S = 0.25
 #: the columns of fig12.csv after workload, system, rate and duration_s

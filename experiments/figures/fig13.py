@@ -9,6 +9,8 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, arrival_window, number, run_figure, window_mean
 
+#: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
+EXPERIMENTS = ("fig13",)
 #: a batch size missing the paper by more than this (relative) gets a note
 FIG13_TOLERANCE = 0.10
 

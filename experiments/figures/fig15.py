@@ -10,6 +10,8 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, number, run_figure
 
+#: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
+EXPERIMENTS = ("fig15",)
 #: percentage points
 FIG15_TOLERANCE_PP = 3.0
 

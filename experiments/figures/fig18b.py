@@ -9,6 +9,8 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.sweep import results_frame
 
+#: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
+EXPERIMENTS = ("fig18b",)
 #: block sizes within this of the best latency count as "near best"
 FIG18B_NEAR_BEST = 0.10
 

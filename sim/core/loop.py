@@ -8,13 +8,14 @@ restating its code: an arrival fires at ``now + (at - now)`` (a timeout is a del
 land an ulp off ``at``), and events at the same time fire in creation order (each event gets
 the next id). The engine sleeps when it has nothing to run and an arrival wakes it.
 
-:func:`run` returns to Python every ``progress_every`` finished requests (the progress bar,
-Ctrl-C), when the step table's buffers are full (Python grows them), under ``--check`` after
-every iteration (``sim/core/check.py``) and, with an executor outside the core
-(``config[EXTERNAL_STEPS]``, the GPU mode), after scheduling every iteration instead of pricing
-it (``SCHEDULED``): the executor runs the step the arrays describe and puts its duration in
-``clock[STEP_S]``; the next call goes on from there, time still being the loop's. It resumes
-where it stopped, all of its state being in the arrays.
+:func:`run` returns to Python every ``progress_every`` finished requests, as the step that
+reaches them ends (the progress bar, Ctrl-C, a plan probe's early stop), when the step table's
+buffers are full (Python grows them), under ``--check`` after every iteration
+(``sim/core/check.py``) and, with an executor outside the core (``config[EXTERNAL_STEPS]``, the
+GPU mode), after scheduling every iteration instead of pricing it (``SCHEDULED``): the executor
+runs the step the arrays describe and puts its duration in ``clock[STEP_S]``; the next call
+goes on from there, time still being the loop's. It resumes where it stopped, all of its state
+being in the arrays.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
                             LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
-                            PROGRESS_EVERY, RUNNING_WEIGHTED, STARTED, STEP_DECODE_SEQS,
+                            PROGRESS_EVERY, RUNNING_WEIGHTED, SCHEDULE_ON_RESUME, STARTED, STEP_DECODE_SEQS,
                             STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
@@ -189,9 +190,7 @@ def run(s):
         # each pass takes one event and records at most one row: room is checked first
         if s.config[KEEP_ROWS] and c[NUM_ROWS] >= len(s.row_floats):
             return ROWS_FULL
-        if c[STARTED]:
-            if c[NUM_FINISHED] - c[NUM_FINISHED_REPORTED] >= s.config[PROGRESS_EVERY]:
-                return PROGRESS
+        if c[STARTED] and not c[SCHEDULE_ON_RESUME]:
             take_arrival = c[ARRIVAL_PENDING] and (
                 not c[ENGINE_PENDING] or clock[ARRIVAL_TIME] < clock[ENGINE_TIME]
                 or (clock[ARRIVAL_TIME] == clock[ENGINE_TIME] and c[ARRIVAL_EVENT_ID] < c[ENGINE_EVENT_ID]))
@@ -219,7 +218,14 @@ def run(s):
             else:  # woken from sleep
                 c[IDLE] = 0
                 clock[IDLE_S] += clock[NOW] - clock[IDLE_FROM]
+            if c[NUM_FINISHED] - c[NUM_FINISHED_REPORTED] >= s.config[PROGRESS_EVERY]:
+                # report as the step ends, before the next one is scheduled: where the Python
+                # engine reports, so a progress hook that ends the run here (a plan's probe,
+                # sim/core/replay.py StopRun) leaves the same records
+                c[SCHEDULE_ON_RESUME] = 1
+                return PROGRESS
         c[STARTED] = 1
+        c[SCHEDULE_ON_RESUME] = 0
         # the engine: schedule an iteration, price it, let it run
         decode_context_sum = static.schedule(s) if request_level else scheduler.schedule(s)
         if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):

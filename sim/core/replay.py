@@ -24,6 +24,22 @@ PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 
 
+class StopRun(Exception):
+    """Raised by a run's progress hook to end the run where it stands (a plan's probe whose
+    verdict is already certain: ``experiments/probe.py``). The core then hands over what it
+    measured so far, as the Python engine leaves its records when the hook raises there (after
+    the step that finished the reported requests, before the next is scheduled), and lets the
+    exception through to the caller."""
+
+
+def progress_every(progress) -> int:
+    """Finished requests before the next report to ``progress``: its own ``due`` where it has
+    one (a probe's watcher looks every so many; reporting exactly then keeps its stops where the
+    Python engine's are), else :data:`PROGRESS_EVERY` (a progress bar)."""
+    due = getattr(progress, "due", None)
+    return PROGRESS_EVERY if due is None else max(1, int(due))
+
+
 def engine_name() -> str:
     return "core" if COMPILED else "core-cpython"
 
@@ -150,7 +166,7 @@ def build(engine) -> state.Core:
     config[state.MAX_NUM_SEQS] = max_num_seqs
     config[state.MAX_BATCHED_TOKENS] = sched.max_batched
     config[state.KEEP_ROWS] = int(rec.keep_rows)
-    config[state.PROGRESS_EVERY] = PROGRESS_EVERY if engine.progress is not None else unlimited
+    config[state.PROGRESS_EVERY] = progress_every(engine.progress) if engine.progress is not None else unlimited
     config[state.CHUNKED_PREFILL] = int(sched.chunked)
     config[state.CHUNK_BUDGET] = sched.budget
     config[state.SWAP_PREEMPTION] = int(sched.swap)
@@ -333,8 +349,9 @@ def run(engine) -> None:
         executor.start(s)
     t0 = time.perf_counter()
     last_now = 0.0
+    run_loop = compiled_entry(loop.run, s)
     while True:
-        code = loop.run(s)
+        code = run_loop(s)
         if code == loop.SCHEDULED:  # an executor outside the core runs the iteration and times it
             s.clock[state.STEP_S] = executor.step(s)
         elif code == loop.STEPPED:  # --check
@@ -343,8 +360,7 @@ def run(engine) -> None:
             s = s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
                            row_ints=np.concatenate([s.row_ints, np.zeros_like(s.row_ints)]))
         elif code == loop.PROGRESS:
-            engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
-            c[state.NUM_FINISHED_REPORTED] = c[state.NUM_FINISHED]
+            report(engine, s, t0)
         else:
             break
     engine.wall_time_s = time.perf_counter() - t0
@@ -361,10 +377,34 @@ def run(engine) -> None:
     if code == loop.STEP_NOT_POSITIVE:
         raise InvariantError("executor returned a non-positive step time")
     if engine.progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
-        engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
+        report(engine, s, t0)
     if executor is not None:
         executor.finish(s)
     hand_over(engine, s)
+
+
+def report(engine, s: state.Core, t0: float) -> None:
+    """Tell the progress hook how many requests finished since it last heard; a hook that
+    raises :class:`StopRun` ends the run here, with what was measured so far handed over."""
+    c = s.count
+    try:
+        engine.progress.update(int(c[state.NUM_FINISHED] - c[state.NUM_FINISHED_REPORTED]))
+    except StopRun:
+        engine.wall_time_s = time.perf_counter() - t0
+        hand_over(engine, s, stopped=True)
+        raise
+    c[state.NUM_FINISHED_REPORTED] = c[state.NUM_FINISHED]
+    s.config[state.PROGRESS_EVERY] = progress_every(engine.progress)
+
+
+def compiled_entry(fn, s: state.Core):
+    """``fn``'s machine code for the types of ``s``, to call directly: numba's dispatcher works
+    out the types of the state's ~60 arrays at every call (about a millisecond), and the loop
+    returns at every progress report (a plan probe's watcher hears up to a few hundred times a
+    run). The step table grown on ROWS_FULL keeps its types. ``fn`` itself without numba."""
+    if not COMPILED:
+        return fn
+    return fn.compile((fn.typeof_pyval(s),))  # loaded from numba's cache (or compiled) once
 
 
 def checked(s: state.Core, last_now: float) -> float:
@@ -390,8 +430,10 @@ def live_lock_message(now: float, steps: int, waiting: int, swapped: int, runnin
             "live-locked; please report it with the command line")
 
 
-def hand_over(engine, s: state.Core) -> None:
-    """Give the scheduler, manager and recorder what the core measured."""
+def hand_over(engine, s: state.Core, stopped: bool = False) -> None:
+    """Give the scheduler, manager and recorder what the core measured (``stopped``: so far,
+    in a run a progress hook ended: requests still hold memory, and the prefix cache's pool
+    stays with the core)."""
     sched, mgr, rec, t = engine.sched, engine.mgr, engine.rec, engine.sched.t
     c, clock = s.count, s.clock
     engine.end_s = float(clock[state.END_S])
@@ -409,17 +451,18 @@ def hand_over(engine, s: state.Core) -> None:
     sched.itl_sum += float(clock[state.ITL_SUM])
     sched.itl_count += int(c[state.ITL_COUNT])
     if is_contiguous(mgr):
-        assert c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0, "the core ended with memory in use"
+        assert stopped or (c[state.PLACED_SLOTS] == 0 and c[state.NUM_RUNNING] == 0), "the core ended with memory in use"
         mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]))
         if mgr.kind == "contiguous":
             mgr.add_counts(overflows=int(c[state.NUM_OVERFLOWS]), grows_in_place=int(c[state.NUM_GROWS_IN_PLACE]),
                            moves=int(c[state.NUM_MOVES]))
     else:
-        assert c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks and c[state.NUM_RUNNING] == 0, \
+        assert stopped or (c[state.NUM_FREE_BLOCK_IDS] + c[state.NUM_LRU] == mgr.num_blocks
+                           and c[state.NUM_RUNNING] == 0), \
             "the core ended with memory in use"
         mgr.add_counts(allocations=int(c[state.NUM_ALLOCATIONS]), frees=int(c[state.NUM_FREES]),
                        forks=int(c[state.NUM_FORKS]), cow_copies=int(c[state.NUM_COW_COPIES]))
-    if getattr(mgr, "prefix_caching", False):
+    if getattr(mgr, "prefix_caching", False) and not stopped:
         hand_over_cache(mgr, t, s)
     n = int(c[state.NUM_ROWS])
     rec.idle_s += float(clock[state.IDLE_S])

@@ -64,13 +64,15 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
  NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS,
  STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS, STEP_NUM_FINISHED, AWAITING_STEP_TIME, STEP_SWAP_OUT_EARLY,
- NUM_COUNTS) = range(72)
+ SCHEDULE_ON_RESUME, NUM_COUNTS) = range(73)
 # STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS: rows of step_swap_out / step_swap_in this iteration
 # (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
 # requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
 # returned SCHEDULED and resumes with clock[STEP_S]; STEP_SWAP_OUT_EARLY: the rows of step_swap_out
 # made by an iteration's first scheduling pass when it had to take a second (scheduler.schedule):
 # they come before the second pass's swap-ins, which may take their blocks
+# count[SCHEDULE_ON_RESUME]: 1 when run() returned PROGRESS as a step ended, before the next
+# iteration was scheduled (sim/core/loop.py): the next call schedules it first
 
 # clock: float64 times and time-weighted sums
 (NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)

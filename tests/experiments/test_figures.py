@@ -141,6 +141,31 @@ def test_reproduce_writes_csvs(fake_opts, tmp_path):
     assert list(back.columns) == list(tables["fig13"].columns)
 
 
+def test_expected_requests():
+    from pagesim.experiments.sweep import RunSpec
+    assert X.common.expected_requests(RunSpec(rate=2.0, duration_s=300.0, n=4)) == 2400  # 600 requests x 4 samples
+    assert X.common.expected_requests(RunSpec(rate=9.0, num_requests=500, beam_width=3)) == 1500
+    assert X.common.expected_requests(RunSpec(rate=0.2, duration_s=600.0)) == pytest.approx(120)
+
+
+def test_reproduce_all_runs_each_run_once_longest_first(fake_opts, tmp_path):
+    """``reproduce all`` runs every figure's runs in one sweep, the longest first; the figures
+    then read them from the cache (fig2_sensitivity repeats fig2's four runs: run once)."""
+    from tests.experiments.fakes import fake_run
+    specs = {s.key(): s for f in X.FIGURES for name in X.FIGURES[f].EXPERIMENTS for s in X.common.figure_specs(name, True, 1.0)}
+    ran = []
+
+    def recording(spec):
+        ran.append(spec)
+        return fake_run(spec)
+
+    fake_opts.run_fn = recording
+    X.reproduce("all", tmp_path / "out", fake_opts, quick=True)
+    assert sorted(s.key() for s in ran) == sorted(specs)  # every run once
+    sizes = [X.common.expected_requests(s) for s in ran]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+
+
 def test_unknown_figure(fake_opts, tmp_path):
     from pagesim.sim.errors import ConfigError
     with pytest.raises(ConfigError, match="unknown figure"):

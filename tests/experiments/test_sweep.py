@@ -141,6 +141,12 @@ def test_deterministic_across_worker_counts(tmp_path):
     assert fa == fb
     meta = json.loads(next((tmp_path / "b").rglob("meta.json")).read_text())
     assert "wall_time_s" in meta
+    # the pool's workers store their entries themselves: the same tables as stored in-process
+    from pagesim.experiments.sweep import load_cached
+    for spec in specs:
+        a, b = (load_cached(spec, tmp_path / d, run_fn=fake_run) for d in "ab")
+        pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+        pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
 
 
 def test_identical_specs_run_once_and_tables_are_cached(tmp_path):

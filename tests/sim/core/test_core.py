@@ -450,6 +450,37 @@ def test_progress_counts_every_finish():
     assert eng.on_core and bar.total == int((table.status == 4).sum()) > 0
 
 
+def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
+    """Served one at a time (``max_num_seqs=1``), 6 queued requests of 3 iterations each: a hook
+    that asks for every finish (``due`` = 1) hears of each as its last iteration ends, before
+    the next request is admitted, so it never sees one running; raising StopRun at the 4th
+    ends the run there with 4 x 3 iterations handed over and the exception let through."""
+    from pagesim.sim.core.replay import StopRun
+    from tests.sim.helpers import trace
+
+    class Hook:
+        due = 1
+
+        def __init__(self, table):
+            self.table, self.heard, self.running = table, 0, []
+
+        def update(self, k):
+            self.heard += k
+            self.running.append(int((self.table.status == 2).sum()))
+            if self.heard == 4:
+                raise StopRun
+
+    cfg = cfg_for(max_num_seqs=1, record_steps=False)
+    _, _, _, table, manager, sched, executor = build(cfg, trace([(0.0, 8, 3)] * 6))
+    hook = Hook(table)
+    eng = Engine(sched, manager, executor, table.arrival_s, record_steps=False, progress=hook, engine="core")
+    with pytest.raises(StopRun):
+        eng.run()
+    assert eng.on_core and hook.running == [0, 0, 0, 0]
+    assert (table.status == 4).sum() == 4 and (table.status == 1).sum() == 2
+    assert eng.rec.n == 12 and eng.rec.decode_tokens == 4 * 2
+
+
 @pytest.mark.parametrize("system", list(SYSTEMS))
 def test_every_command_line_system_runs_on_the_core(system):
     """No setting reachable from ``pagesim simulate`` falls back to the Python engine: every
