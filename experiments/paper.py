@@ -93,3 +93,8 @@ def fig18b_paper_best(workload: str) -> tuple[float, float]:
     """(low, high) of the best block sizes on ``workload``."""
     return (paper_value("fig18b", "best_block_size_low", workload=workload),
             paper_value("fig18b", "best_block_size_high", workload=workload))
+
+
+def fig14_paper_ratio(baseline: str, mode: str, width: int) -> float:
+    """vLLM's sustained-rate ratio over ``baseline`` at (mode, width) on Alpaca (NaN when not given)."""
+    return paper_value("fig14", f"rate_ratio_vs_{baseline}", workload="alpaca", mode=mode, width=width)
