@@ -13,6 +13,8 @@ where it comes from::
   (``block_saving_pct_low`` / ``_high``).
 * ``fig12``: sustained-rate ratios of vLLM against Orca (as ``rate_ratio_vs_<system>_low/_high``).
 * ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
+* ``fig14``: vLLM's sustained-rate ratio over Orca-Oracle (``rate_ratio_vs_orca-oracle``) by mode
+  and width, Alpaca: the two §6.3 gives in its text (basic sampling, beam width 6).
 """
 
 from __future__ import annotations
