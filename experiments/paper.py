@@ -15,6 +15,7 @@ where it comes from::
 * ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
 * ``fig14``: vLLM's sustained-rate ratio over Orca-Oracle (``rate_ratio_vs_orca-oracle``) by mode
   and width, Alpaca: the two §6.3 gives in its text (basic sampling, beam width 6).
+* ``fig17``: vLLM's sustained-rate ratio over each Orca variant on the chatbot workload (§6.5: 2x).
 """
 
 from __future__ import annotations
