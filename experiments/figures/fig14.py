@@ -22,7 +22,7 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures import fig12
+from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
 from pagesim.experiments.figures.common import SweepOptions, figure_specs
 from pagesim.experiments.sweep import RunSpec, canonical_json, results_frame
 
@@ -65,14 +65,14 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     return df[cols].sort_values(["mode", "width", "system", "rate"], kind="stable").reset_index(drop=True)
 
 
-def ratios(curves: pd.DataFrame, threshold: float = fig12.LATENCY_THRESHOLD_S) -> pd.DataFrame:
+def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
     """Sustainable rate per (mode, width, system) and vLLM's ratio over each Orca variant, with
     the paper's ratio where §6.3 gives one (Orca-Oracle at basic sampling and at beam width 6).
     Columns: ``mode, width, system, sustainable_rate, how, vllm_ratio, paper_ratio, delta, note``;
     ``delta`` = ours - paper."""
     rows = []
     for (mode, width), g in curves.groupby(["mode", "width"], sort=False):
-        sus = {s: fig12.sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
+        sus = {s: sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
                for s, h in g.groupby("system", sort=False)}
         v = sus.get("vllm", (math.nan, ""))[0]
         for system, (rate, how) in sus.items():

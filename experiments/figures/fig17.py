@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures import fig12
+from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.sweep import results_frame
 
@@ -34,11 +34,11 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     return df[cols].sort_values(["system", "rate"], kind="stable").reset_index(drop=True)
 
 
-def ratios(curves: pd.DataFrame, threshold: float = fig12.LATENCY_THRESHOLD_S) -> pd.DataFrame:
+def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
     """Sustainable rate per system and vLLM's ratio over each Orca variant against the paper's.
     Columns: ``system, sustainable_rate, how, threshold_s_per_token, vllm_ratio, paper_ratio,
     delta, note``; ``delta`` = ours - paper."""
-    sus = {s: fig12.sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
+    sus = {s: sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
            for s, h in curves.groupby("system", sort=False)}
     v, vhow = sus.get("vllm", (math.nan, ""))
     rows = []
