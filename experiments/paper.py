@@ -13,6 +13,9 @@ where it comes from::
   (``block_saving_pct_low`` / ``_high``).
 * ``fig12``: sustained-rate ratios of vLLM against Orca (as ``rate_ratio_vs_<system>_low/_high``).
 * ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
+* ``fig14``: vLLM's sustained-rate ratio over Orca-Oracle (``rate_ratio_vs_orca-oracle``) by mode
+  and width, Alpaca: the two §6.3 gives in its text (basic sampling, beam width 6).
+* ``fig17``: vLLM's sustained-rate ratio over each Orca variant on the chatbot workload (§6.5: 2x).
 """
 
 from __future__ import annotations
@@ -93,3 +96,8 @@ def fig18b_paper_best(workload: str) -> tuple[float, float]:
     """(low, high) of the best block sizes on ``workload``."""
     return (paper_value("fig18b", "best_block_size_low", workload=workload),
             paper_value("fig18b", "best_block_size_high", workload=workload))
+
+
+def fig14_paper_ratio(baseline: str, mode: str, width: int) -> float:
+    """vLLM's sustained-rate ratio over ``baseline`` at (mode, width) on Alpaca (NaN when not given)."""
+    return paper_value("fig14", f"rate_ratio_vs_{baseline}", workload="alpaca", mode=mode, width=width)

@@ -115,6 +115,34 @@ def _fig12_section(rep: HtmlReport, fig12: pd.DataFrame, read) -> None:
     rep.table(fig12)
 
 
+def _fig14_section(rep: HtmlReport, fig14: pd.DataFrame, read) -> None:
+    ratios = read("fig14_ratios")
+    if ratios is None:
+        ratios = X.fig14.ratios(fig14)
+    rep.heading("Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)")
+    panels = fig14.assign(workload=fig14["mode"] + " " + fig14["width"].astype(str))  # one panel per width
+    rep.figure(P.latency_vs_rate(panels, title="Fig. 14: normalized latency vs request rate, per mode and width",
+                                 threshold=float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None))
+    rep.table(ratios)
+    rep.reading(X.fig14.explain(fig14, ratios))
+    rep.heading("All probes", level=3)
+    rep.table(fig14)
+
+
+def _fig17_section(rep: HtmlReport, fig17: pd.DataFrame, read) -> None:
+    ratios = read("fig17_ratios")
+    if ratios is None:
+        ratios = X.fig17.ratios(fig17)
+    rep.heading("Fig. 17: chatbot, normalized latency vs request rate")
+    rep.figure(P.latency_vs_rate(fig17.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
+                                 title="Fig. 17: chatbot, normalized latency vs request rate",
+                                 threshold=float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None))
+    rep.table(ratios)
+    rep.reading(X.fig17.explain(fig17, ratios))
+    rep.heading("All probes", level=3)
+    rep.table(fig17)
+
+
 def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Path:
     """Write the report of a ``pagesim reproduce`` output directory (default ``out_dir/report.html``)."""
 
@@ -136,7 +164,7 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
         "fig13": ("Fig. 13: average batch size", P.batch_size_bars, X.fig13.explain),
         "fig15": ("Fig. 15: memory saved by sharing", P.sharing_bars, X.fig15.explain),
     }
-    for name in ("fig2", "fig13", "fig15", "fig12", "fig18b"):
+    for name in ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17"):
         df = read(name)
         if df is None:
             continue
@@ -145,6 +173,10 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
             _fig2_section(rep, df, read)
         elif name == "fig12":
             _fig12_section(rep, df, read)
+        elif name == "fig14":
+            _fig14_section(rep, df, read)
+        elif name == "fig17":
+            _fig17_section(rep, df, read)
         elif name == "fig18b":
             rep.heading("Fig. 18b: block size")
             rep.figure(P.block_size_sweep(df))

@@ -317,7 +317,14 @@ def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
     from pagesim.sim.run import run_simulation
     from pagesim.traces.synth import make_workload
-    trace = make_workload(spec.workload, **spec.workload_kwargs())
+    if spec.workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
+        from pagesim.traces.chatbot import chatbot_workload
+        if spec.n > 1 or spec.beam_width > 1:
+            raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={spec.n}, "
+                              f"beam_width={spec.beam_width}")
+        trace = chatbot_workload(spec.rate, spec.duration_s, spec.num_requests, spec.seed)
+    else:
+        trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:
         trace = unshare_trace(trace)
     return run_simulation(spec.sim_config(), trace, progress=False)

@@ -129,3 +129,26 @@ def apply_max_len_policy(df: pd.DataFrame, max_seq_len: int, policy: str = "erro
         out["prefix_hashes"] = pd.Series(hashes, dtype=object)
     report["truncated"] = affected
     return _with_attrs(out, df), report
+
+
+def keep_last_prompt_tokens(df: pd.DataFrame, max_prompt_tokens: int, max_output_tokens: int | None = None) -> pd.DataFrame:
+    """A chatbot's prompt (history + the last query) cut to its last ``max_prompt_tokens`` tokens,
+    and its output capped at ``max_output_tokens`` (None: kept), as the vLLM paper's chatbot
+    experiment (§6.5: "we cut the prompt to the last 1024 tokens and let the model generate at
+    most 1024 tokens"). A cut prompt no longer starts with its hashed blocks, so those rows lose
+    their prefix hashes (as ``clip-prompt`` in :func:`apply_max_len_policy`)."""
+    for name, v in (("max_prompt_tokens", max_prompt_tokens), ("max_output_tokens", max_output_tokens)):
+        if v is not None and (int(v) != v or v < 1):
+            raise ConfigError(f"{name} must be an integer >= 1, got {v}")
+    out = df.copy()
+    p = df["prompt_tokens"].to_numpy()
+    out["prompt_tokens"] = np.minimum(p, int(max_prompt_tokens)).astype(np.int64)
+    if max_output_tokens is not None:
+        out["output_tokens"] = np.minimum(df["output_tokens"].to_numpy(), int(max_output_tokens)).astype(np.int64)
+    cut = p > max_prompt_tokens
+    if "prefix_hashes" in out.columns and cut.any():
+        hashes = out["prefix_hashes"].to_numpy(dtype=object).copy()
+        for i in np.flatnonzero(cut):
+            hashes[i] = ()
+        out["prefix_hashes"] = pd.Series(hashes, dtype=object)
+    return _with_attrs(out, df)

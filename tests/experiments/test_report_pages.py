@@ -98,9 +98,11 @@ def test_reproduce_report(reproduce_dir):
     assert_self_contained(text)
     for title in ("Fig. 2: where KV-cache memory goes", "Fig. 13: average batched requests",
                   "Fig. 15: memory saved by sharing", "Fig. 12: normalized latency vs request rate",
-                  "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories"):
+                  "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories",
+                  "Fig. 14: normalized latency vs request rate, per mode and width",
+                  "Fig. 17: chatbot, normalized latency vs request rate"):
         assert title in text, title
-    assert text.count("Reading.") == 5
+    assert text.count("Reading.") == 7
     assert "table class=\"data\"" in text
 
 

@@ -165,3 +165,25 @@ def test_clip_prompt_invariants(pairs, max_len):
     fits = over & (o < max_len)  # outputs are kept whenever they leave room for one prompt token
     np.testing.assert_array_equal(no[fits], o[fits])
     np.testing.assert_array_equal((np_ + no)[over], np.full(int(over.sum()), max_len))
+
+
+def test_keep_last_prompt_tokens_cuts_prompts_and_caps_outputs(df):
+    from pagesim.traces.transform import keep_last_prompt_tokens
+    # prompts 10 90 50 100 120 30 -> last 50 tokens; outputs 10 20 50 1 5 70 -> at most 20
+    out = keep_last_prompt_tokens(df, 50, 20)
+    assert out["prompt_tokens"].tolist() == [10, 50, 50, 50, 50, 30]
+    assert out["output_tokens"].tolist() == [10, 20, 20, 1, 5, 20]
+    assert df["prompt_tokens"].tolist() == [10, 90, 50, 100, 120, 30]  # input untouched
+    assert out.attrs["source"] == "t.csv"
+    assert keep_last_prompt_tokens(df, 50)["output_tokens"].tolist() == df["output_tokens"].tolist()
+    with pytest.raises(ConfigError, match="max_prompt_tokens must be an integer >= 1"):
+        keep_last_prompt_tokens(df, 0)
+
+
+def test_keep_last_prompt_tokens_drops_the_hashes_of_cut_prompts():
+    from pagesim.traces.transform import keep_last_prompt_tokens
+    d = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 1.0], "prompt_tokens": np.array([1100, 600]),
+                      "output_tokens": np.array([5, 5]), "prefix_hashes": pd.Series([(1, 2, 3), (4, 5)], dtype=object)})
+    out = keep_last_prompt_tokens(d, 1024)
+    # the cut prompt starts mid-history: none of its hashed blocks is its prefix any more
+    assert out["prompt_tokens"].tolist() == [1024, 600] and out["prefix_hashes"].tolist() == [(), (4, 5)]

@@ -1,0 +1,40 @@
+"""Fig. 17 (chatbot): layout and ratios of the quick grid with the fake engine (fakes.py)."""
+
+import pandas as pd
+import pytest
+
+from pagesim.experiments import figures as X
+from pagesim.experiments import paper
+from pagesim.experiments.figures import fig17
+
+
+def test_paper_ratios_recorded():
+    for system in ("orca-max", "orca-pow2", "orca-oracle"):
+        assert paper.paper_value("fig17", f"rate_ratio_vs_{system}", workload="chatbot") == 2.0
+
+
+def test_fig17_quick_layout_and_ratios(fake_opts):
+    df = fig17.run(fake_opts, quick=True)
+    assert list(df.columns[:4]) == ["system", "rate", "num_requests", "normalized_latency_s_per_token"]
+    assert len(df) == 4 * 2 and set(df["rate"]) == {0.2, 1.0}
+    r = fig17.ratios(df).set_index("system")
+    # the fake (ShareGPT capacities for an unknown workload): 0.05 s/token up to capacity, then
+    # 0.05 + (rate - cap) / cap, times 1.05 for block size 16. Oracle (0.8 req/s): 0.0525 at 0.2,
+    # 0.315 at 1.0 -> crosses 0.25 at 0.2 + 0.8 * 0.1975 / 0.2625; vLLM (1.8) censored at 1.0
+    oracle = 0.2 + 0.8 * 0.1975 / 0.2625
+    assert r.loc["orca-oracle", "sustainable_rate"] == pytest.approx(oracle)
+    assert r.loc["vllm", "sustainable_rate"] == 1.0 and "censored" in r.loc["vllm", "how"]
+    assert r.loc["orca-oracle", "vllm_ratio"] == pytest.approx(1 / oracle)
+    assert r.loc["orca-oracle", "paper_ratio"] == 2.0
+    assert r.loc["orca-oracle", "delta"] == pytest.approx(1 / oracle - 2.0)
+    assert "lower bound" in r.loc["orca-max", "note"]
+    # orca-max (0.3): (0.05 + 0.7 / 0.3) * 1.05 = 2.5025 at 1.0
+    assert r.loc["orca-max", "vllm_ratio"] == pytest.approx(1 / (0.2 + 0.8 * 0.1975 / 2.45))
+    text = fig17.explain(df)
+    assert "1.25x over orca-oracle (paper 2x)" in text and "Orca variants sustain" in text
+
+
+def test_reproduce_fig17_writes_both_tables(fake_opts, tmp_path):
+    tables = X.reproduce("fig17", tmp_path, fake_opts, quick=True)
+    for name in ("fig17", "fig17_ratios"):
+        assert list(pd.read_csv(tmp_path / f"{name}.csv").columns) == list(tables[name].columns)
