@@ -118,7 +118,8 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
     if executor is None:
         executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
                                                      cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
-                                                     cfg.cost_model, cost_scale=cfg.cost_scale))
+                                                     cfg.cost_model, cost_scale=cfg.cost_scale,
+                                                     swap_block_tokens=cfg.block_size if cfg.manager == "paged" else 0))
     return model, gpu, budget, table, manager, sched, executor
 
 
