@@ -13,6 +13,9 @@ where it comes from::
   (``block_saving_pct_low`` / ``_high``).
 * ``fig12``: sustained-rate ratios of vLLM against Orca (as ``rate_ratio_vs_<system>_low/_high``).
 * ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
+* ``fig19``: recompute vs swap: recompute's spread over block sizes, its largest ratio to swap
+  in+out (the paper's "never higher than 20 %", read as at most 1.2x) and the block sizes where
+  both give comparable end-to-end latency (``comparable_block_size_low/_high``).
 """
 
 from __future__ import annotations
@@ -93,3 +96,9 @@ def fig18b_paper_best(workload: str) -> tuple[float, float]:
     """(low, high) of the best block sizes on ``workload``."""
     return (paper_value("fig18b", "best_block_size_low", workload=workload),
             paper_value("fig18b", "best_block_size_high", workload=workload))
+
+
+def fig19_paper_comparable(workload: str = "sharegpt") -> tuple[float, float]:
+    """(low, high) of the block sizes where recompute and swap perform alike end to end."""
+    return (paper_value("fig19", "comparable_block_size_low", workload=workload),
+            paper_value("fig19", "comparable_block_size_high", workload=workload))
