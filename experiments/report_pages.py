@@ -156,6 +156,16 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
             rep.figure(build(df))
             rep.table(df)
             rep.reading(explain(df))
+    fig19 = read("fig19")
+    if fig19 is not None:
+        found = True
+        micro = read("fig19_micro")
+        rep.heading("Fig. 19: recompute vs swap")
+        rep.figure(P.recompute_vs_swap(fig19, micro))
+        if micro is not None:
+            rep.table(micro)
+        rep.table(fig19)
+        rep.reading(X.fig19.explain(fig19, micro))
     if not found:
-        raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b)")
+        raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b, fig19)")
     return rep.write(path)

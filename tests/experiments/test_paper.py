@@ -7,7 +7,7 @@ def test_file_has_source_columns_and_all_figures():
     df = paper.paper_numbers()
     for c in ("figure", "section", "workload", "system", "metric", "value", "unit", "note"):
         assert c in df.columns
-    assert set(df["figure"]) == {"fig2", "fig13", "fig15", "fig12", "fig18b"}
+    assert set(df["figure"]) == {"fig2", "fig13", "fig15", "fig12", "fig18b", "fig19"}
     assert df["note"].notna().all()
 
 
@@ -46,3 +46,9 @@ def test_fig12_and_fig18b_ranges():
     assert paper.fig18b_paper_best("sharegpt") == (16, 128)
     assert paper.fig18b_paper_best("alpaca") == (16, 32)
     assert math.isnan(paper.paper_value("fig2", "nope"))
+
+
+def test_fig19_numbers():
+    assert paper.fig19_paper_comparable("sharegpt") == (16, 64)
+    assert paper.paper_value("fig19", "recompute_over_swap_max") == 1.2
+    assert paper.paper_value("fig19", "recompute_spread") == 1.0

@@ -98,17 +98,19 @@ def test_reproduce_report(reproduce_dir):
     assert_self_contained(text)
     for title in ("Fig. 2: where KV-cache memory goes", "Fig. 13: average batched requests",
                   "Fig. 15: memory saved by sharing", "Fig. 12: normalized latency vs request rate",
-                  "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories"):
+                  "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories",
+                  "Fig. 19: recompute vs swap against block size"):
         assert title in text, title
-    assert text.count("Reading.") == 5
+    assert text.count("Reading.") == 6
     assert "table class=\"data\"" in text
 
 
 def test_figure_builders_have_titles(reproduce_dir):
-    t = {n: pd.read_csv(reproduce_dir / f"{n}.csv") for n in ("fig2", "fig13", "fig15", "fig12", "fig18b")}
+    t = {n: pd.read_csv(reproduce_dir / f"{n}.csv")
+         for n in ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig19", "fig19_micro")}
     figs = [P.memory_breakdown_bar(t["fig2"]), P.batch_size_bars(t["fig13"]), P.sharing_bars(t["fig15"]),
             P.latency_vs_rate(t["fig12"], threshold=0.25), P.block_size_sweep(t["fig18b"]),
-            F.latency_cdfs(fake_requests(spec())), F.batch_queue_timeline(fake_steps(spec()))]
+            P.recompute_vs_swap(t["fig19"], t["fig19_micro"]), F.latency_cdfs(fake_requests(spec())), F.batch_queue_timeline(fake_steps(spec()))]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0
     # Fig. 2 bars: paper and pagesim side by side for each of the four systems
