@@ -13,6 +13,8 @@ where it comes from::
   (``block_saving_pct_low`` / ``_high``).
 * ``fig12``: sustained-rate ratios of vLLM against Orca (as ``rate_ratio_vs_<system>_low/_high``).
 * ``fig18b``: the range of best block sizes (``best_block_size_low/_high``).
+* ``fig16``: vLLM's throughput over Orca-Oracle's with a shared few-shot prefix
+  (``throughput_ratio_vs_orca-oracle``, per workload ``wmt16-1shot`` / ``wmt16-5shot``).
 * ``fig19``: recompute vs swap: recompute's spread over block sizes, its largest ratio to swap
   in+out (the paper's "never higher than 20 %", read as at most 1.2x) and the block sizes where
   both give comparable end-to-end latency (``comparable_block_size_low/_high``).

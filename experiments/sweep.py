@@ -316,7 +316,10 @@ def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
 def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
     from pagesim.sim.run import run_simulation
+    from pagesim.traces import shared_prefix
     from pagesim.traces.synth import make_workload
+    if spec.workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
+        make_workload = shared_prefix.make_workload
     trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:
         trace = unshare_trace(trace)

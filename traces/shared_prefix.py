@@ -24,10 +24,12 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import ConfigError
-from pagesim.traces.synth import make_workload
+from pagesim.traces import synth
 
 #: the paper's §6.4 prefixes, tokens per number of shots
 FEW_SHOT_PREFIX_TOKENS = {1: 80, 5: 341}
+#: the workload names experiments use (``workload = "wmt16-5shot"`` in a figure's TOML)
+WORKLOADS = {"wmt16-1shot": 1, "wmt16-5shot": 5}
 #: WMT16 En-De, derived as the module docstring states
 WMT16_SOURCE_DIST = "lognormal:mean=29,sigma=0.5"
 WMT16_TARGET_DIST = "lognormal:mean=32,sigma=0.5"
@@ -55,6 +57,17 @@ def translation_workload(shots: int, rate: float, duration_s: float | None = Non
     if shots not in FEW_SHOT_PREFIX_TOKENS:
         raise ConfigError(f"shots must be one of {', '.join(map(str, FEW_SHOT_PREFIX_TOKENS))} (the paper's "
                           f"prefixes), got {shots}")
-    df = make_workload("custom", rate, duration_s=duration_s, num_requests=num_requests, seed=seed,
+    df = synth.make_workload("custom", rate, duration_s=duration_s, num_requests=num_requests, seed=seed,
                        prompt_dist=WMT16_SOURCE_DIST, output_dist=WMT16_TARGET_DIST)
     return with_shared_prefix(df, FEW_SHOT_PREFIX_TOKENS[shots], hash_block_tokens)
+
+
+def make_workload(name: str, rate: float, duration_s: float | None = None, num_requests: int | None = None,
+                  seed: int = 0, n: int = 1, beam_width: int = 1) -> pd.DataFrame:
+    """The workload ``name`` of :data:`WORKLOADS` (the sweep's run function calls it as it calls
+    ``traces.synth.make_workload`` for the others); one sequence per request."""
+    if name not in WORKLOADS:
+        raise ConfigError(f"unknown shared-prefix workload '{name}'; valid: {', '.join(WORKLOADS)}")
+    if n != 1 or beam_width != 1:
+        raise ConfigError(f"{name}: one sequence per request (n = beam_width = 1), got n={n}, beam_width={beam_width}")
+    return translation_workload(WORKLOADS[name], rate, duration_s=duration_s, num_requests=num_requests, seed=seed)

@@ -132,6 +132,30 @@ def test_fig18b_layout(fake_opts):
     assert "best block size 16" in X.fig18b.explain(df)
 
 
+def test_fig16_layout(fake_opts):
+    df = X.fig16.run(fake_opts, quick=True)
+    assert set(df["workload"]) == {"wmt16-1shot", "wmt16-5shot"} and set(df["system"]) == {"vllm", "orca-oracle"}
+    assert sorted(set(df["rate"])) == [8.0, 256.0]
+    r = X.fig16.ratios(df)
+    assert list(r["paper_ratio"]) == [1.67, 3.58]
+    assert list(r["throughput_ratio"]) == [1.0, 1.0]  # the fake serves every rate in full
+    assert "1.00x against the paper's 3.58x" in r.loc[1, "note"]
+
+
+def test_fig16_ratios_by_hand():
+    # throughput at the highest probed rate only: 70 / 35 = 2.00 (paper 1.67: more than 10 % off,
+    # a note), 36 / 10 = 3.60 (paper 3.58: within 10 %, none); the lower rates do not count
+    curves = pd.DataFrame({"workload": ["wmt16-1shot"] * 4 + ["wmt16-5shot"] * 2,
+                           "system": ["vllm", "orca-oracle"] * 3, "rate": [8.0, 8.0, 256.0, 256.0, 256.0, 256.0],
+                           "request_throughput": [8.0, 8.0, 70.0, 35.0, 36.0, 10.0]})
+    r = X.fig16.ratios(curves).set_index("workload")
+    assert r.loc["wmt16-1shot", "throughput_ratio"] == 2.0
+    assert r.loc["wmt16-1shot", "delta_ratio"] == pytest.approx(2.0 - 1.67)
+    assert r.loc["wmt16-1shot", "note"] == "2.00x against the paper's 1.67x"
+    assert r.loc["wmt16-5shot", "throughput_ratio"] == pytest.approx(3.6) and r.loc["wmt16-5shot", "note"] == ""
+    assert "3.60x (paper 3.58x)" in X.fig16.explain(curves)
+
+
 def test_fig19_layout_and_ratios(fake_opts):
     df = X.fig19.run(fake_opts, quick=True)
     assert list(df["block_size"]) == [1, 16, 256]
@@ -161,7 +185,7 @@ def test_fig19_microbenchmark_by_hand():
 def test_reproduce_writes_csvs(fake_opts, tmp_path):
     tables = X.reproduce("all", tmp_path / "out", fake_opts, quick=True)
     for name in ("fig2", "fig2_sensitivity", "fig2_timeline", "fig13", "fig15", "fig12", "fig12_ratios", "fig18b",
-                 "fig19", "fig19_micro"):
+                 "fig16", "fig16_ratios", "fig19", "fig19_micro"):
         assert (tmp_path / "out" / f"{name}.csv").exists(), name
         assert name in tables
     back = pd.read_csv(tmp_path / "out" / "fig13.csv")

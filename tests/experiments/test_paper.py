@@ -7,7 +7,7 @@ def test_file_has_source_columns_and_all_figures():
     df = paper.paper_numbers()
     for c in ("figure", "section", "workload", "system", "metric", "value", "unit", "note"):
         assert c in df.columns
-    assert set(df["figure"]) == {"fig2", "fig13", "fig15", "fig12", "fig18b", "fig19"}
+    assert set(df["figure"]) == {"fig2", "fig13", "fig15", "fig12", "fig18b", "fig16", "fig19"}
     assert df["note"].notna().all()
 
 
@@ -52,3 +52,8 @@ def test_fig19_numbers():
     assert paper.fig19_paper_comparable("sharegpt") == (16, 64)
     assert paper.paper_value("fig19", "recompute_over_swap_max") == 1.2
     assert paper.paper_value("fig19", "recompute_spread") == 1.0
+
+
+def test_fig16_numbers():
+    assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-1shot") == 1.67
+    assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-5shot") == 3.58
