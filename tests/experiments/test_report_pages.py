@@ -99,9 +99,10 @@ def test_reproduce_report(reproduce_dir):
     for title in ("Fig. 2: where KV-cache memory goes", "Fig. 13: average batched requests",
                   "Fig. 15: memory saved by sharing", "Fig. 12: normalized latency vs request rate",
                   "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories",
-                  "Fig. 19: recompute vs swap against block size"):
+                  "Fig. 19: recompute vs swap against block size",
+                  "Fig. 16: normalized latency vs request rate, shared prefix"):
         assert title in text, title
-    assert text.count("Reading.") == 6
+    assert text.count("Reading.") == 7
     assert "table class=\"data\"" in text
 
 
