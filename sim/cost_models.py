@@ -36,6 +36,13 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     return cm
 
 
+def swap_block_tokens(cfg) -> int:
+    """The tokens one swap copy moves in ``cfg``'s cache (``make_cost_model``'s
+    ``swap_block_tokens``): a paged cache's block size; 0 for the others (one extent per
+    sequence)."""
+    return cfg.block_size if cfg.manager == "paged" else 0
+
+
 def cpu_overhead_note(cost_model) -> str:
     """The CPU time a run charged per iteration, and where it came from, for its summary."""
     inner = getattr(cost_model, "inner", cost_model)  # a ScaledCostModel scales the GPU time only

@@ -112,7 +112,7 @@ def explain(df: pd.DataFrame, micro: pd.DataFrame | None = None) -> str:
     limit = micro["paper_recompute_over_swap_max"].iloc[0]
     if worst > limit:
         lines.append(f"Recompute reaches {worst:.2f}x swap in+out at the largest blocks, above the paper's 'never "
-                     f"more than 20 %' ({limit:g}x): our roofline prices a 1024-token prefill at the GEMMs' "
+                     f"more than 20 %' ({limit:g}x): our roofline prices a {int(micro['tokens'].iloc[0])}-token prefill at the GEMMs' "
                      "compute bound (65 % of peak), which makes recompute dearer relative to 25 GB/s PCIe than the "
                      "paper measured.")
     else:
