@@ -25,6 +25,7 @@ from pagesim.gpu.tables import build_block_tables
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.config import SimConfig
 from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost_models import swap_block_tokens
 from pagesim.sim.engine import Engine
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.memory import PagedManager, SeqSpec, StaticManager
@@ -76,7 +77,7 @@ def test_same_records_as_simulation(name, width):
     trace = make_trace(width=width)
     sim = run_simulation(cfg, trace)
     model, gpu = get_model("llama-2-7b"), get_gpu("h200")
-    roof = RooflineCostModel(model, gpu, 1)
+    roof = RooflineCostModel(model, gpu, 1, swap_block_tokens=swap_block_tokens(cfg))  # the simulation's price
     copies_per_step = []
     eng, ex, mgr, sched, table = run_engine(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
                                             on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))
