@@ -16,6 +16,11 @@ where it comes from::
 * ``fig14``: vLLM's sustained-rate ratio over Orca-Oracle (``rate_ratio_vs_orca-oracle``) by mode
   and width, Alpaca: the two §6.3 gives in its text (basic sampling, beam width 6).
 * ``fig17``: vLLM's sustained-rate ratio over each Orca variant on the chatbot workload (§6.5: 2x).
+* ``fig16``: vLLM's throughput over Orca-Oracle's with a shared few-shot prefix
+  (``throughput_ratio_vs_orca-oracle``, per workload ``wmt16-1shot`` / ``wmt16-5shot``).
+* ``fig19``: recompute vs swap: recompute's spread over block sizes, its largest ratio to swap
+  in+out (the paper's "never higher than 20 %", read as at most 1.2x) and the block sizes where
+  both give comparable end-to-end latency (``comparable_block_size_low/_high``).
 """
 
 from __future__ import annotations
@@ -101,3 +106,9 @@ def fig18b_paper_best(workload: str) -> tuple[float, float]:
 def fig14_paper_ratio(baseline: str, mode: str, width: int) -> float:
     """vLLM's sustained-rate ratio over ``baseline`` at (mode, width) on Alpaca (NaN when not given)."""
     return paper_value("fig14", f"rate_ratio_vs_{baseline}", workload="alpaca", mode=mode, width=width)
+
+
+def fig19_paper_comparable(workload: str = "sharegpt") -> tuple[float, float]:
+    """(low, high) of the block sizes where recompute and swap perform alike end to end."""
+    return (paper_value("fig19", "comparable_block_size_low", workload=workload),
+            paper_value("fig19", "comparable_block_size_high", workload=workload))

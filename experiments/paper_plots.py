@@ -132,6 +132,34 @@ def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latenc
     return fig
 
 
+def recompute_vs_swap(df: pd.DataFrame, micro: pd.DataFrame | None = None,
+                      title: str = "Fig. 19: recompute vs swap against block size") -> go.Figure:
+    """Left (``fig19_micro.csv``): the cost model's ms to recompute, swap out, swap in and swap
+    both ways, bars per block size. Right (``fig19.csv``): normalized latency per block size with
+    each recovery, the paper's comparable block sizes shaded."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["(a) microbenchmark", "(b) end to end"])
+    if micro is not None:
+        x = micro["block_size"].astype(str)
+        for col, name in (("recompute_ms", "recompute"), ("swap_in_ms", "swap in"), ("swap_out_ms", "swap out"),
+                          ("swap_in_out_ms", "swap in + out")):
+            fig.add_trace(go.Bar(x=x, y=micro[col], name=name), row=1, col=1)
+        fig.update_xaxes(title_text="block size (tokens)", row=1, col=1)
+        fig.update_yaxes(title_text="time (ms)", row=1, col=1)
+    for col, name in (("recompute_latency_s_per_token", "recompute (end to end)"),
+                      ("swap_latency_s_per_token", "swap (end to end)")):
+        fig.add_trace(go.Scatter(x=df["block_size"], y=df[col], mode="lines+markers", name=name), row=1, col=2)
+    low, high = (df[c].iloc[0] if c in df else np.nan for c in ("paper_comparable_low", "paper_comparable_high"))
+    if pd.notna(low) and pd.notna(high):
+        fig.add_vrect(x0=low / 2 ** 0.5, x1=high * 2 ** 0.5, fillcolor=PAPER_COLOR, opacity=0.35, line_width=0,
+                      annotation_text=f"paper: comparable {low:g}-{high:g}", annotation_position="top left",
+                      row=1, col=2)
+    fig.update_xaxes(type="log", tickvals=sorted(df["block_size"].unique()), title_text="block size (tokens)",
+                     row=1, col=2)
+    fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=2)
+    fig.update_layout(title=title, barmode="group", **LAYOUT)
+    return fig
+
+
 def sustainable_rate_ratios(ratios: pd.DataFrame,
                             title: str = "Fig. 12: vLLM's sustainable rate over each Orca variant") -> go.Figure:
     """From ``fig12_ratios.csv``: our ratio per baseline system and workload as bars, the paper's

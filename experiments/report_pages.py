@@ -188,6 +188,26 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
             rep.figure(build(df))
             rep.table(df)
             rep.reading(explain(df))
+    fig16 = read("fig16")
+    if fig16 is not None:
+        found = True
+        ratios16 = read("fig16_ratios")
+        rep.heading("Fig. 16: shared prefix")
+        rep.figure(P.latency_vs_rate(fig16, title="Fig. 16: normalized latency vs request rate, shared prefix"))
+        if ratios16 is not None:
+            rep.table(ratios16)
+        rep.table(fig16)
+        rep.reading(X.fig16.explain(fig16, ratios16))
+    fig19 = read("fig19")
+    if fig19 is not None:
+        found = True
+        micro = read("fig19_micro")
+        rep.heading("Fig. 19: recompute vs swap")
+        rep.figure(P.recompute_vs_swap(fig19, micro))
+        if micro is not None:
+            rep.table(micro)
+        rep.table(fig19)
+        rep.reading(X.fig19.explain(fig19, micro))
     if not found:
-        raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b)")
+        raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b, fig16, fig19)")
     return rep.write(path)

@@ -316,6 +316,7 @@ def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
 def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
     from pagesim.sim.run import run_simulation
+    from pagesim.traces import shared_prefix
     from pagesim.traces.synth import make_workload
     if spec.workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
         from pagesim.traces.chatbot import chatbot_workload
@@ -323,6 +324,8 @@ def simulate_spec(spec: RunSpec):
             raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={spec.n}, "
                               f"beam_width={spec.beam_width}")
         trace = chatbot_workload(spec.rate, spec.duration_s, spec.num_requests, spec.seed)
+    elif spec.workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
+        trace = shared_prefix.make_workload(spec.workload, **spec.workload_kwargs())
     else:
         trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:

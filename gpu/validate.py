@@ -74,7 +74,7 @@ import pandas as pd
 
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
-from pagesim.sim.cost_models import make_cost_model
+from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.memory.base import MemoryUsage
 from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
@@ -266,8 +266,10 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
     if check_kv and hasattr(backend, "read_blocks"):
         from pagesim.gpu.kv_check import KVContentCheck
         backend = KVContentCheck(backend)
-    roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms)
-    tab = make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms) if profile else None
+    roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
+                           swap_block_tokens=swap_block_tokens(cfg))
+    tab = (make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms,
+                           swap_block_tokens=swap_block_tokens(cfg)) if profile else None)
     log = _StepLog(roof, tab, budget.kv_bytes_per_token, check_memory,
                    timing=lambda: getattr(backend, "last_timing", None), core=lambda: ex.core)
     ex = GPUExecutor(model, backend, on_step=log, host_blocks=host_blocks)

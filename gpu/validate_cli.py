@@ -44,11 +44,11 @@ def make_backend(args, cfg=None):
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
-            from pagesim.sim.cost_models import make_cost_model
+            from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
             from pagesim.sim.run import resolve_budget
             model, gpu, _ = resolve_budget(cfg)
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
-                                   cfg.per_seq_overhead_ms)
+                                   cfg.per_seq_overhead_ms, swap_block_tokens=swap_block_tokens(cfg))
 
             from pagesim.gpu.validate import cpu_term
 

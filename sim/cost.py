@@ -10,6 +10,7 @@ For a step with T = prefill + decode tokens on one GPU of a TP group of size ``t
              + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
     allreduce= 2 * L * [ 2 (tp-1)/tp * T * hidden * dtype / link_bw + ar_latency ]   (tp > 1)
     swap     = swapped_tokens * kv_bytes_per_token / pcie_bw
+             + swapped_tokens * 2 * L * copy_latency / block_size   # one copy per block, layer, K/V
     step     = overhead + per_seq_overhead * num_seqs + linear + attn + allreduce + swap
 
 with ``P_lin`` the parameters one token multiplies (``ModelSpec.active_params``: every layer's
@@ -56,7 +57,7 @@ import numpy as np
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core import cost_table
-from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.core.cost import roofline_step_time, swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -93,6 +94,7 @@ class RooflineCostModel:
     per_seq_overhead_s: float = 20e-6
     cpu_overhead_source = "the roofline's default (not measured)"
     allreduce_latency_s: float = 10e-6
+    swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
@@ -105,6 +107,7 @@ class RooflineCostModel:
         self._bw = self.gpu.mem_bw * self.eff_bw
         self._attn_flops_coef = m.attention_flops_per_pair / tp
         self._attn_flops = self.gpu.peak_flops * self.eff_attn
+        self._swap_copy_s_per_token = swap_copy_seconds_per_token(m.num_attention_layers, self.swap_block_tokens)
         if tp > 1:
             self._ar_time_per_token = (2 * m.num_layers * 2 * (tp - 1) / tp * h * m.dtype_bytes
                                        / self.gpu.interconnect_bw)
@@ -145,7 +148,7 @@ class RooflineCostModel:
         """The model's constants in the order :mod:`sim.core.cost` indexes them."""
         return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
-                self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw)
+                self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token)
 
     def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
         """``step_time`` of one pure decode step (no prefill, swap or copy), in scalars: the
@@ -176,12 +179,13 @@ class TableCostModel:
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
     calls it for every batch."""
 
-    def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1):
+    def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
+                 swap_block_tokens: int = 0):
         from pagesim.sim.profile_format import read_profile
 
         df = read_profile(path)
         self.path = str(path)
-        self._roof = RooflineCostModel(model, gpu, tensor_parallel)
+        self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
 
         def part(name):
             return df[df["component"] == name]

@@ -47,6 +47,7 @@ import numpy as np
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.core import cost_calibrated as core
+from pagesim.sim.core.cost import swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.errors import ConfigError
@@ -104,7 +105,7 @@ class CalibratedCostModel:
     the float64 arrays a compiled loop takes."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
-                 calibration: Calibration | None = None):
+                 calibration: Calibration | None = None, swap_block_tokens: int = 0):
         check_dense(model)
         c = calibration if calibration is not None else load_calibration(gpu.name)
         self.model, self.gpu, self.tensor_parallel, self.calibration = model, gpu, tensor_parallel, c
@@ -144,6 +145,7 @@ class CalibratedCostModel:
             core.DECODE_BW_EXPONENT: c.decode_bw_exponent, core.PREFILL_FIXED_S: c.prefill_fixed_s,
             core.PREFILL_COMPUTE_EFF: c.prefill_compute_eff, core.PREFILL_CAUSAL_FRACTION: c.prefill_causal_fraction,
             core.PCIE_BANDWIDTH: gpu.pcie_bw,
+            core.SWAP_COPY_S_PER_TOKEN: swap_copy_seconds_per_token(model.num_attention_layers, swap_block_tokens),
             core.COPY_BANDWIDTH: gpu.mem_bw * c.elementwise_memory_eff[ELEMENTWISE.index("add")]}
         self._fixed = [0.0] * core.NUM_CONSTANTS
         for i, v in values.items():

@@ -12,16 +12,19 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
-                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0):
+                    cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
+                    swap_block_tokens: int = 0):
     """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
     overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
-    multiplies the GPU time (``sim.calibration.ScaledCostModel``)."""
+    multiplies the GPU time (``sim.calibration.ScaledCostModel``). ``swap_block_tokens``: the
+    tokens one swap copy moves, the KV block size of a paged cache (``sim.core.cost``'s copy
+    latency); 0 leaves swapping priced by its bytes alone."""
     if profile:
-        cm = TableCostModel(profile, model, gpu, tensor_parallel)
+        cm = TableCostModel(profile, model, gpu, tensor_parallel, swap_block_tokens)
     elif cost_model == "calibrated":
-        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration)
+        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
     else:
-        cm = RooflineCostModel(model, gpu, tensor_parallel)
+        cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
     if step_overhead_ms is not None:
         cm.overhead_s = step_overhead_ms * 1e-3
     if per_seq_overhead_ms is not None:
@@ -31,6 +34,13 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     if cost_scale != 1.0:
         cm = ScaledCostModel(cm, cost_scale)
     return cm
+
+
+def swap_block_tokens(cfg) -> int:
+    """The tokens one swap copy moves in ``cfg``'s cache (``make_cost_model``'s
+    ``swap_block_tokens``): a paged cache's block size; 0 for the others (one extent per
+    sequence)."""
+    return cfg.block_size if cfg.manager == "paged" else 0
 
 
 def cpu_overhead_note(cost_model) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core.replay import engine_name
-from pagesim.sim.cost_models import cpu_overhead_note, make_cost_model
+from pagesim.sim.cost_models import cpu_overhead_note, make_cost_model, swap_block_tokens
 from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.engine import Engine
 from pagesim.sim.executor import SimulatedExecutor
@@ -121,7 +121,8 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
     if executor is None:
         executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
                                                      cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
-                                                     cfg.cost_model, cost_scale=cfg.cost_scale))
+                                                     cfg.cost_model, cost_scale=cfg.cost_scale,
+                                                     swap_block_tokens=swap_block_tokens(cfg)))
     return model, gpu, budget, table, manager, sched, executor
 
 

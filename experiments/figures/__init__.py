@@ -30,12 +30,12 @@ from types import ModuleType
 
 import pandas as pd
 
-from pagesim.experiments.figures import fig2, fig12, fig13, fig14, fig15, fig17, fig18b
+from pagesim.experiments.figures import fig2, fig12, fig13, fig14, fig15, fig16, fig17, fig18b, fig19
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
-                                   "fig14": fig14, "fig17": fig17}
+                                   "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19}
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 

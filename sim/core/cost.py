@@ -22,7 +22,17 @@ MEMORY_BANDWIDTH = 8  # achieved HBM bytes/s
 ATTENTION_FLOPS_COEF = 9  # 4 * layers * heads * head_dim / TP
 ATTENTION_FLOPS = 10  # achieved FLOP/s of prefill attention
 PCIE_BANDWIDTH = 11
-NUM_CONSTANTS = 12
+SWAP_COPY_S_PER_TOKEN = 12  # the per-copy latency of swapping, per token (swap_copy_seconds_per_token)
+NUM_CONSTANTS = 13
+
+# Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
+# "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
+# mapping, and CacheEngine._swap (vllm/worker/cache_engine.py) calls it for each layer's key
+# cache and value cache: 2 * layers copies per block. Each copy costs about 5-7 us before its
+# bytes move (DualPath, Wu et al. 2026, arXiv 2602.21548, sec. 5.2: "submitting a single copy
+# operation via cudaMemcpyAsync incurs a latency overhead of approximately 5-7 us"); we take
+# the low end. This is what makes small blocks expensive to swap (the vLLM paper, sec. 7.3).
+PCIE_COPY_LATENCY_S = 5e-6
 
 
 @njit
@@ -53,13 +63,32 @@ def prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum):
     return flops / c[ATTENTION_FLOPS] + prefill_cached_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
 
 
+def swap_copy_seconds_per_token(num_attention_layers: int, block_tokens: int) -> float:
+    """The copies' latency of swapping, spread over the tokens they move: ``2 * layers`` copies
+    of ``PCIE_COPY_LATENCY_S`` per block of ``block_tokens`` tokens. 0 for ``block_tokens=0``: a
+    contiguous extent moves in ``2 * layers`` copies per sequence, whose latency we neglect.
+    Spread per token it is exact for whole blocks; a sequence's partly filled last block is
+    under-counted (at most one block's copies per swapped sequence)."""
+    if block_tokens <= 0:
+        return 0.0
+    return 2 * num_attention_layers * PCIE_COPY_LATENCY_S / block_tokens
+
+
+@njit(inline=True)
+def swap_seconds(swapped_tokens, kv_bytes_per_token, pcie_bandwidth, copy_s_per_token):
+    """The one price of swapping ``swapped_tokens`` host <-> device: their bytes over PCIe, then
+    the copies' latency (added separately, so a zero latency leaves the bytes' float as it was)."""
+    t = swapped_tokens * kv_bytes_per_token / pcie_bandwidth
+    return t + swapped_tokens * copy_s_per_token
+
+
 @njit(inline=True)
 def plus_transfers(c, t, swapped_tokens, copied_tokens):
     """``t`` plus the step's KV transfers: swaps host <-> device over PCIe, and copy-on-write
     device to device (a read and a write of each slot). Added in that order, so every model's
     float is the same whichever calls it."""
     if swapped_tokens:
-        t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
+        t += swap_seconds(swapped_tokens, c[KV_BYTES_PER_TOKEN], c[PCIE_BANDWIDTH], c[SWAP_COPY_S_PER_TOKEN])
     if copied_tokens:
         t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
     return t

@@ -11,6 +11,7 @@ with ``abs`` and ``ceil`` with integer division, so one statement serves scalars
 
 from __future__ import annotations
 
+from pagesim.sim.core.cost import swap_seconds
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array (CalibratedCostModel.constants()); the CPU overheads come
@@ -45,7 +46,8 @@ PREFILL_COMPUTE_EFF = 26
 PREFILL_CAUSAL_FRACTION = 27
 PCIE_BANDWIDTH = 28
 COPY_BANDWIDTH = 29
-NUM_CONSTANTS = 30
+SWAP_COPY_S_PER_TOKEN = 30  # sim.core.cost.swap_copy_seconds_per_token
+NUM_CONSTANTS = 31
 
 
 @njit
@@ -147,7 +149,7 @@ def calibrated_step_time(c, gemms, num_seqs, num_tokens, num_decode, decode_cont
                                         c[PREFILL_CAUSAL_FRACTION])
         t += c[LAYERS] * prefill_attention_seconds(flops, c[PEAK_FLOPS], c[PREFILL_FIXED_S], c[PREFILL_COMPUTE_EFF])
     if swapped_tokens:  # host <-> device over PCIe, as the roofline prices it
-        t += swapped_tokens * c[KV_BYTES_PER_TOKEN] / c[PCIE_BANDWIDTH]
+        t += swap_seconds(swapped_tokens, c[KV_BYTES_PER_TOKEN], c[PCIE_BANDWIDTH], c[SWAP_COPY_S_PER_TOKEN])
     if copied_tokens:  # copy-on-write: a read and a write of each slot
         t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[COPY_BANDWIDTH]
     return t

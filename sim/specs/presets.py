@@ -1,6 +1,8 @@
 """Model presets: the Hugging Face ``config.json`` values of public checkpoints.
 
 Sources (``config.json`` of): facebook/opt-13b, -66b; OPT-175B's paper shapes;
+huggyllama/llama-13b (LLaMA-1 13B, the vLLM paper's
+Fig. 16 model: Llama-2-13B's shapes with a 2,048-token context, LM head untied);
 meta-llama/Llama-2-{7,13,70}b-hf; meta-llama/Meta-Llama-3-{8,70}B;
 mistralai/Mistral-7B-v0.1; meta-llama/Llama-3.1-{8,70,405}B-Instruct;
 Qwen/Qwen2.5-{7,72}B-Instruct (32,768 tokens without YaRN); mistralai/Mistral-7B-Instruct-v0.3;
@@ -29,6 +31,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("opt-13b", 40, 5120, 40, 40, 128, 20480, 50272, 2048, gated_mlp=False),
         ModelSpec("opt-66b", 64, 9216, 72, 72, 128, 36864, 50272, 2048, gated_mlp=False),
         ModelSpec("opt-175b", 96, 12288, 96, 96, 128, 49152, 50272, 2048, gated_mlp=False),
+        ModelSpec("llama-13b", 40, 5120, 40, 40, 128, 13824, 32000, 2048, tie_word_embeddings=False),
         ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, 4096),
         ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, 4096),
         ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, 4096),

@@ -9,6 +9,7 @@ functions' arithmetic can be checked by hand:
 * batch size: ``BATCH[system]`` in every step inside the window (0 outside).
 * normalized latency: ``0.05`` s/token up to ``CAPACITY[workload][system]`` req/s, then
   ``0.05 + (rate - cap) / cap``.
+* swap preemption: latency times ``1 + 4 / block_size`` (recompute: as above).
 * sharing: ``avg_allocated_blocks`` = 100 * width unshared, 100 * (1 + 0.1 (width - 1)) shared.
 """
 
@@ -73,6 +74,8 @@ def fake_summary(spec: RunSpec) -> dict:
     lat = 0.05 if spec.rate <= cap else 0.05 + (spec.rate - cap) / cap
     bs = spec.sim.get("block_size", 16)
     lat *= 1 + abs(np.log2(bs / 32)) / 20  # fig18b: best at 32
+    if spec.sim.get("preemption") == "swap":
+        lat *= 1 + 4 / bs  # fig19: swap dearer than recompute by 4 / block size
     width = max(spec.n, spec.beam_width)
     blocks = 100.0 * width if spec.unshare else 100.0 * (1 + 0.1 * (width - 1))
     fr = MEM_FRACTIONS.get(spec.system, MEM_FRACTIONS["vllm"])

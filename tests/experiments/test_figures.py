@@ -132,9 +132,60 @@ def test_fig18b_layout(fake_opts):
     assert "best block size 16" in X.fig18b.explain(df)
 
 
+def test_fig16_layout(fake_opts):
+    df = X.fig16.run(fake_opts, quick=True)
+    assert set(df["workload"]) == {"wmt16-1shot", "wmt16-5shot"} and set(df["system"]) == {"vllm", "orca-oracle"}
+    assert sorted(set(df["rate"])) == [8.0, 256.0]
+    r = X.fig16.ratios(df)
+    assert list(r["paper_ratio"]) == [1.67, 3.58]
+    assert list(r["throughput_ratio"]) == [1.0, 1.0]  # the fake serves every rate in full
+    assert "1.00x against the paper's 3.58x" in r.loc[1, "note"]
+
+
+def test_fig16_ratios_by_hand():
+    # throughput at the highest probed rate only: 70 / 35 = 2.00 (paper 1.67: more than 10 % off,
+    # a note), 36 / 10 = 3.60 (paper 3.58: within 10 %, none); the lower rates do not count
+    curves = pd.DataFrame({"workload": ["wmt16-1shot"] * 4 + ["wmt16-5shot"] * 2,
+                           "system": ["vllm", "orca-oracle"] * 3, "rate": [8.0, 8.0, 256.0, 256.0, 256.0, 256.0],
+                           "request_throughput": [8.0, 8.0, 70.0, 35.0, 36.0, 10.0]})
+    r = X.fig16.ratios(curves).set_index("workload")
+    assert r.loc["wmt16-1shot", "throughput_ratio"] == 2.0
+    assert r.loc["wmt16-1shot", "delta_ratio"] == pytest.approx(2.0 - 1.67)
+    assert r.loc["wmt16-1shot", "note"] == "2.00x against the paper's 1.67x"
+    assert r.loc["wmt16-5shot", "throughput_ratio"] == pytest.approx(3.6) and r.loc["wmt16-5shot", "note"] == ""
+    assert "3.60x (paper 3.58x)" in X.fig16.explain(curves)
+
+
+def test_fig19_layout_and_ratios(fake_opts):
+    df = X.fig19.run(fake_opts, quick=True)
+    assert list(df["block_size"]) == [1, 16, 256]
+    t = df.set_index("block_size")
+    # the fake's swap is 1 + 4 / block size times recompute: 5, 1.25, 1.015625
+    assert list(t["swap_over_recompute"]) == pytest.approx([5.0, 1.25, 1.015625])
+    assert list(t["comparable"]) == [False, False, True]
+    assert list(t["in_paper_range"]) == [False, True, False]  # the paper's 16-64
+    assert "swap is 1.25x recompute" in t.loc[16, "note"] and t.loc[256, "note"] == ""
+    text = X.fig19.explain(df)
+    assert "within 10 % at block sizes 256 (paper: 16-64)" in text
+
+
+def test_fig19_microbenchmark_by_hand():
+    # OPT-13B on an A100-40GB, 1024 tokens: bytes 1024 x 819,200 B / 25 GB/s = 33.554 ms each way;
+    # copies 1024 / block size blocks x 80 x 5 us: block 1 -> 409.6 ms, 16 -> 25.6 ms, 256 -> 1.6 ms;
+    # recompute: a 1024-token prefill, 1024 x 0.126630 ms (GEMMs, compute-bound) + attention
+    # 1024 x 512 pairs x 819,200 FLOPs at 1.56e14 FLOP/s (2.753 ms) + 0.02 ms per sequence
+    micro = X.fig19.microbenchmark(block_sizes=(1, 16, 256)).set_index("block_size")
+    assert list(micro["swap_in_ms"]) == pytest.approx([33.554432 + 409.6, 33.554432 + 25.6, 33.554432 + 1.6])
+    assert (micro["swap_out_ms"] == micro["swap_in_ms"]).all()
+    assert micro["recompute_ms"].nunique() == 1
+    assert micro.loc[1, "recompute_ms"] == pytest.approx(1024 * 0.126630 + 2.753184 + 0.02, rel=1e-5)
+    assert list(micro["within_paper_limit"]) == [True, True, False]  # 1.2x: the paper's limit
+
+
 def test_reproduce_writes_csvs(fake_opts, tmp_path):
     tables = X.reproduce("all", tmp_path / "out", fake_opts, quick=True)
-    for name in ("fig2", "fig2_sensitivity", "fig2_timeline", "fig13", "fig15", "fig12", "fig12_ratios", "fig18b"):
+    for name in ("fig2", "fig2_sensitivity", "fig2_timeline", "fig13", "fig15", "fig12", "fig12_ratios", "fig18b",
+                 "fig16", "fig16_ratios", "fig19", "fig19_micro"):
         assert (tmp_path / "out" / f"{name}.csv").exists(), name
         assert name in tables
     back = pd.read_csv(tmp_path / "out" / "fig13.csv")

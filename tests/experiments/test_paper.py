@@ -47,3 +47,14 @@ def test_fig12_and_fig18b_ranges():
     assert paper.fig18b_paper_best("sharegpt") == (16, 128)
     assert paper.fig18b_paper_best("alpaca") == (16, 32)
     assert math.isnan(paper.paper_value("fig2", "nope"))
+
+
+def test_fig19_numbers():
+    assert paper.fig19_paper_comparable("sharegpt") == (16, 64)
+    assert paper.paper_value("fig19", "recompute_over_swap_max") == 1.2
+    assert paper.paper_value("fig19", "recompute_spread") == 1.0
+
+
+def test_fig16_numbers():
+    assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-1shot") == 1.67
+    assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-5shot") == 3.58

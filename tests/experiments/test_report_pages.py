@@ -100,17 +100,20 @@ def test_reproduce_report(reproduce_dir):
                   "Fig. 15: memory saved by sharing", "Fig. 12: normalized latency vs request rate",
                   "Fig. 18b: normalized latency vs block size", "Fig. 2 sensitivity", "Fig. 2 runs: memory categories",
                   "Fig. 14: normalized latency vs request rate, per mode and width",
-                  "Fig. 17: chatbot, normalized latency vs request rate"):
+                  "Fig. 17: chatbot, normalized latency vs request rate",
+                  "Fig. 19: recompute vs swap against block size",
+                  "Fig. 16: normalized latency vs request rate, shared prefix"):
         assert title in text, title
-    assert text.count("Reading.") == 7
+    assert text.count("Reading.") == 9
     assert "table class=\"data\"" in text
 
 
 def test_figure_builders_have_titles(reproduce_dir):
-    t = {n: pd.read_csv(reproduce_dir / f"{n}.csv") for n in ("fig2", "fig13", "fig15", "fig12", "fig18b")}
+    t = {n: pd.read_csv(reproduce_dir / f"{n}.csv")
+         for n in ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig19", "fig19_micro")}
     figs = [P.memory_breakdown_bar(t["fig2"]), P.batch_size_bars(t["fig13"]), P.sharing_bars(t["fig15"]),
             P.latency_vs_rate(t["fig12"], threshold=0.25), P.block_size_sweep(t["fig18b"]),
-            F.latency_cdfs(fake_requests(spec())), F.batch_queue_timeline(fake_steps(spec()))]
+            P.recompute_vs_swap(t["fig19"], t["fig19_micro"]), F.latency_cdfs(fake_requests(spec())), F.batch_queue_timeline(fake_steps(spec()))]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0
     # Fig. 2 bars: paper and pagesim side by side for each of the four systems

@@ -236,3 +236,18 @@ def test_default_run_fn_with_real_engine(tmp_path):
                    sim={"kv_gib": 12, "max_seq_len": 2048, "max_len_policy": "drop"})
     (res,) = run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False)
     assert res["completed"] + res["rejected"] == 5
+
+
+def test_shared_prefix_workloads_run_through_the_sweep():
+    # Fig. 16's workloads are built by traces/shared_prefix.py: every prompt holds the 341-token
+    # 5-shot prefix, whose 21 full blocks prefix caching computes once
+    from pagesim.experiments.sweep import RunSpec, simulate_spec
+    spec = RunSpec(system="vllm", sim=dict(model="llama-13b", kv_gib=2, prefix_caching=True),
+                   workload="wmt16-5shot", rate=0.01, num_requests=3)
+    result = simulate_spec(spec)
+    assert (result.requests["prompt_tokens"] >= 342).all()
+    prefill = result.steps["num_prefill_tokens"]
+    first, later = int(prefill[prefill > 0].iloc[0]), prefill[prefill > 0].iloc[1:]
+    assert first == result.requests["prompt_tokens"].iloc[0]
+    # 100 s apart: each later request finds the prefix cached and prefills only its own tokens
+    assert (later.to_numpy() == result.requests["prompt_tokens"].iloc[1:].to_numpy() - 336).all()

@@ -25,6 +25,7 @@ from pagesim.gpu.testing import HandSteps
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
 from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost_models import swap_block_tokens
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import ModelSpec, get_gpu, get_model
@@ -72,7 +73,8 @@ def test_same_records_as_simulation(name, width):
     cfg = cfg_for(name)
     trace = make_trace(width=width)
     sim = run_simulation(cfg, trace)
-    roof = RooflineCostModel(get_model("llama-2-7b"), get_gpu("h200"), 1)
+    roof = RooflineCostModel(get_model("llama-2-7b"), get_gpu("h200"), 1,
+                             swap_block_tokens=swap_block_tokens(cfg))  # the simulation's price
     copies_per_step = []
     real, ex = run(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
                    on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))

@@ -94,7 +94,9 @@ class HandRoofline:
     * prefill attention: QK^T and PV, 2 FLOPs x 2 matmuls x 40 layers x 40 heads x 128 =
       819,200 FLOPs per (new token, attended token) pair, n (b + n / 2) pairs for n new tokens
       after b cached ones (causal half), at 1.56e14 FLOP/s; plus reading the b cached tokens;
-    * swapping: 819,200 B per token over PCIe at 25e9 B/s = 32.768 us per token;
+    * swapping: 819,200 B per token over PCIe at 25e9 B/s = 32.768 us per token, plus one
+      5 us copy per block for K and for V of each of the 40 layers: 400 us per block of the
+      paged cache (``block_size`` tokens), spread over its tokens;
     * fixed: 3 ms per iteration and 20 us per scheduled sequence.
     """
 
@@ -104,13 +106,15 @@ class HandRoofline:
     ATTENTION_FLOPS_PER_PAIR = 819_200
     PREFILL_ATTENTION_FLOPS_PER_S = 1.56e14
     SWAP_S_PER_TOKEN = 819_200 / 25e9
+    SWAP_COPY_S_PER_BLOCK = 2 * 40 * 5e-6
     STEP_OVERHEAD_S = 3e-3
     PER_SEQ_OVERHEAD_S = 20e-6
 
-    def step(self, *, decode_contexts=(), prefills=(), swapped_tokens=0) -> float:
+    def step(self, *, decode_contexts=(), prefills=(), swapped_tokens=0, block_size=0) -> float:
         """Seconds for an iteration decoding sequences whose contexts (including this step's
         token) are ``decode_contexts`` and prefilling ``prefills``, (new, cached) token pairs,
-        with ``swapped_tokens`` moved over PCIe."""
+        with ``swapped_tokens`` moved over PCIe in blocks of ``block_size`` (0: one extent,
+        no copy latency)."""
         num_seqs = len(decode_contexts) + len(prefills)
         num_tokens = len(decode_contexts) + sum(n for n, _ in prefills)
         pairs = sum(n * (b + n / 2) for n, b in prefills)
@@ -120,7 +124,8 @@ class HandRoofline:
                 + sum(decode_contexts) * self.KV_READ_S_PER_TOKEN
                 + pairs * self.ATTENTION_FLOPS_PER_PAIR / self.PREFILL_ATTENTION_FLOPS_PER_S
                 + cached * self.KV_READ_S_PER_TOKEN
-                + swapped_tokens * self.SWAP_S_PER_TOKEN)
+                + swapped_tokens * self.SWAP_S_PER_TOKEN
+                + (swapped_tokens * self.SWAP_COPY_S_PER_BLOCK / block_size if block_size else 0.0))
 
 
 @pytest.fixture

@@ -68,6 +68,27 @@ def test_swapped_tokens_cross_pcie(step_time, opt13b_a100):
                                              rel=1e-12)
 
 
+@pytest.mark.parametrize("cost_model", ["roofline", "calibrated"])
+def test_swap_pays_one_copy_latency_per_block_layer_and_k_or_v(cost_model):
+    # OPT-13B has 40 layers: a block of B tokens moves in 2 x 40 = 80 cudaMemcpyAsync calls of
+    # 5 us each (sim.core.cost.PCIE_COPY_LATENCY_S), 400 us per block whatever its size.
+    # 64 tokens swapped: block size 1 -> 64 blocks = 25.6 ms; 16 -> 4 blocks = 1.6 ms;
+    # 64 -> one block = 0.4 ms; no block size (a contiguous extent) -> nothing beyond the bytes
+    model, gpu = get_model("opt-13b"), get_gpu("a100-80gb")  # the calibrated model ships for the 80 GB
+    batch = StepBatch(decode_seq_ids=ids(1), decode_context=np.array([100]), swap_in_tokens=48,
+                      swap_out_tokens=16)
+
+    def price(block_tokens):
+        return make_cost_model(model, gpu, cost_model=cost_model, swap_block_tokens=block_tokens).step_time(batch)
+
+    bytes_only = price(0)
+    for block_tokens, ms in [(1, 25.6), (16, 1.6), (64, 0.4)]:
+        assert price(block_tokens) - bytes_only == pytest.approx(ms * 1e-3, rel=1e-9)
+    no_swap = StepBatch(decode_seq_ids=ids(1), decode_context=np.array([100]))
+    assert (make_cost_model(model, gpu, cost_model=cost_model, swap_block_tokens=1).step_time(no_swap)
+            == make_cost_model(model, gpu, cost_model=cost_model).step_time(no_swap))
+
+
 def test_tensor_parallel_decode_batch():
     # the decode batch of test_pure_decode_batch on each GPU of a TP=2 group:
     #   fixed            3 ms + 8 x 0.02 ms                                      =  3.16 ms

@@ -45,3 +45,14 @@ def test_kv_gib_setting_sizes_the_pool(tiny_trace):
     cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-40gb", kv_gib=12.0)
     result = run_simulation(cfg, tiny_trace((0.0, 8, 2)))
     assert result.summary["kv_capacity_tokens"] == 15_728
+
+
+def test_llama_13b_preset_is_huggyllamas_config():
+    # huggyllama/llama-13b config.json: 40 layers, hidden 5120, 40 heads (no GQA), MLP 13824,
+    # vocab 32000, 2048 positions, LM head untied. KV: 2 x 40 layers x 5120 x 2 B = 819,200 B a
+    # token; parameters a token multiplies: 40 x (4 x 5120^2 + 3 x 5120 x 13824) + 5120 x 32000
+    from pagesim.sim.specs import get_model
+    m = get_model("llama-13b")
+    assert m.kv_bytes_per_token() == 819_200
+    assert m.max_seq_len == 2048
+    assert m.active_params == 40 * (4 * 5120 ** 2 + 3 * 5120 * 13824) + 5120 * 32000
