@@ -73,13 +73,13 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     return pd.DataFrame(rows)
 
 
-def explain(curves: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
+def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> str:
     if curves is None or curves.empty:
         return "No Fig. 12 results."
-    ratios = ratios(curves) if ratios is None else ratios
-    lines = [f"Sustainable rate = highest rate with normalized latency <= {ratios['threshold_s_per_token'].iloc[0]:g} "
+    table = ratios(curves) if ratio_table is None else ratio_table
+    lines = [f"Sustainable rate = highest rate with normalized latency <= {table['threshold_s_per_token'].iloc[0]:g} "
              "s/token (interpolated between probes; the paper reads it off curves that blow up)."]
-    for wl, g in ratios.groupby("workload", sort=False):
+    for wl, g in table.groupby("workload", sort=False):
         parts = []
         for r in g.itertuples():
             if r.system == "vllm":
@@ -89,7 +89,7 @@ def explain(curves: pd.DataFrame, ratios: pd.DataFrame | None = None) -> str:
                 s += f" (paper {r.paper_ratio_low:g}-{r.paper_ratio_high:g}x)"
             parts.append(s)
         lines.append(f"{wl}: vLLM sustains " + ", ".join(parts) + ".")
-    if ratios["note"].fillna("").str.contains("censored|lowest").any():
+    if table["note"].fillna("").str.contains("censored|lowest").any():
         lines.append("Some systems never (or always) crossed the threshold within the probed rates: widen the rate "
                      "grid in fig12.toml for exact ratios.")
     lines.append("Our traces are 2-10 minutes instead of 1 hour, so past the knee latency grows more slowly than "

@@ -119,6 +119,7 @@ def test_fig12_layout(fake_opts):
     ratios = X.fig12.ratios(df)
     assert set(ratios["workload"]) == {"sharegpt", "alpaca"}
     assert "vLLM sustains" in X.fig12.explain(df, ratios)
+    assert X.fig12.explain(df) == X.fig12.explain(df, ratios)  # the ratios computed when not given
 
 
 def test_fig18b_layout(fake_opts):
