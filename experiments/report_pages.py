@@ -101,46 +101,26 @@ def _fig2_section(rep: HtmlReport, fig2: pd.DataFrame, read) -> None:
         rep.figure(P.memory_timelines(tl))
 
 
-def _fig12_section(rep: HtmlReport, fig12: pd.DataFrame, read) -> None:
-    ratios = read("fig12_ratios")
+def _rate_curves_section(rep: HtmlReport, name: str, curves: pd.DataFrame, read, heading: str,
+                         panels: pd.DataFrame | None = None, plot_title: str | None = None,
+                         ratio_bars: bool = False) -> None:
+    """A figure of normalized latency against rate (fig12, fig14, fig17): its curves (one panel
+    per ``workload`` of ``panels``), its sustainable-rate ratios (read back, or computed by the
+    figure's module), the reading, and every probe."""
+    module = getattr(X, name)
+    ratios = read(f"{name}_ratios")
     if ratios is None:
-        ratios = X.fig12.ratios(fig12)
-    rep.heading("Fig. 12: normalized latency vs request rate")
-    rep.figure(P.latency_vs_rate(fig12, threshold=float(ratios["threshold_s_per_token"].iloc[0])
-                                 if len(ratios) else None))
-    rep.figure(P.sustainable_rate_ratios(ratios))
+        ratios = module.ratios(curves)
+    threshold = float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None
+    rep.heading(heading)
+    kw = {"title": plot_title} if plot_title else {}
+    rep.figure(P.latency_vs_rate(curves if panels is None else panels, threshold=threshold, **kw))
+    if ratio_bars:
+        rep.figure(P.sustainable_rate_ratios(ratios))
     rep.table(ratios)
-    rep.reading(X.fig12.explain(fig12, ratios))
+    rep.reading(module.explain(curves, ratios))
     rep.heading("All probes", level=3)
-    rep.table(fig12)
-
-
-def _fig14_section(rep: HtmlReport, fig14: pd.DataFrame, read) -> None:
-    ratios = read("fig14_ratios")
-    if ratios is None:
-        ratios = X.fig14.ratios(fig14)
-    rep.heading("Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)")
-    panels = fig14.assign(workload=fig14["mode"] + " " + fig14["width"].astype(str))  # one panel per width
-    rep.figure(P.latency_vs_rate(panels, title="Fig. 14: normalized latency vs request rate, per mode and width",
-                                 threshold=float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None))
-    rep.table(ratios)
-    rep.reading(X.fig14.explain(fig14, ratios))
-    rep.heading("All probes", level=3)
-    rep.table(fig14)
-
-
-def _fig17_section(rep: HtmlReport, fig17: pd.DataFrame, read) -> None:
-    ratios = read("fig17_ratios")
-    if ratios is None:
-        ratios = X.fig17.ratios(fig17)
-    rep.heading("Fig. 17: chatbot, normalized latency vs request rate")
-    rep.figure(P.latency_vs_rate(fig17.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
-                                 title="Fig. 17: chatbot, normalized latency vs request rate",
-                                 threshold=float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None))
-    rep.table(ratios)
-    rep.reading(X.fig17.explain(fig17, ratios))
-    rep.heading("All probes", level=3)
-    rep.table(fig17)
+    rep.table(curves)
 
 
 def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Path:
@@ -172,11 +152,18 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
         if name == "fig2":
             _fig2_section(rep, df, read)
         elif name == "fig12":
-            _fig12_section(rep, df, read)
+            _rate_curves_section(rep, "fig12", df, read, "Fig. 12: normalized latency vs request rate",
+                                 ratio_bars=True)
         elif name == "fig14":
-            _fig14_section(rep, df, read)
+            _rate_curves_section(
+                rep, "fig14", df, read,
+                "Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)",
+                panels=df.assign(workload=df["mode"] + " " + df["width"].astype(str)),  # one panel per width
+                plot_title="Fig. 14: normalized latency vs request rate, per mode and width")
         elif name == "fig17":
-            _fig17_section(rep, df, read)
+            _rate_curves_section(rep, "fig17", df, read, "Fig. 17: chatbot, normalized latency vs request rate",
+                                 panels=df.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
+                                 plot_title="Fig. 17: chatbot, normalized latency vs request rate")
         elif name == "fig18b":
             rep.heading("Fig. 18b: block size")
             rep.figure(P.block_size_sweep(df))
