@@ -126,6 +126,16 @@ def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
     return model, gpu, budget, table, manager, sched, executor
 
 
+def initial_state(cfg: SimConfig, trace: pd.DataFrame, executor=None):
+    """The core's arrays (``sim.core.state.Core``) for ``cfg`` over ``trace`` before the run
+    starts: tests work the core's rules by hand on them."""
+    from pagesim.sim.core import replay
+
+    _, _, _, table, manager, sched, executor = build(cfg, trace, executor)
+    return replay.build(Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
+                               record_steps=cfg.record_steps, engine="core"))
+
+
 def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
                    macro_steps: bool = True, engine: str = "auto",
                    summary_options: SummaryOptions = SummaryOptions()) -> SimResult:
