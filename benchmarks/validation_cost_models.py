@@ -25,6 +25,7 @@ from _import_path import import_path  # noqa: E402
 import_path()
 
 from pagesim.gpu.validate import cpu_term  # noqa: E402
+from pagesim.sim.batch import StepBatch  # noqa: E402
 from pagesim.sim.cost import RooflineCostModel  # noqa: E402
 from pagesim.sim.cost_calibrated import CalibratedCostModel  # noqa: E402
 from pagesim.sim.specs import get_gpu, get_model  # noqa: E402
@@ -32,8 +33,8 @@ from pagesim.sim.specs import get_gpu, get_model  # noqa: E402
 
 def score(steps: pd.DataFrame, cost_model) -> dict:
     n = steps["num_decode_seqs"].to_numpy(int)
-    price = np.array([cost_model.decode_step_time(int(b), int(c))
-                      for b, c in zip(n, steps["sum_decode_context"].to_numpy(int))])
+    price = np.array([cost_model.step_time(StepBatch(decode_seq_ids=np.arange(b), decode_context_sum=c))
+                      for b, c in zip(n.tolist(), steps["sum_decode_context"].to_numpy(int).tolist())])
     gpu = price - np.array([cpu_term(cost_model, int(b)) for b in n])
     whole = price / steps["measured_s"].to_numpy(float) - 1
     dev = gpu / steps["measured_gpu_s"].to_numpy(float) - 1

@@ -39,8 +39,11 @@ import pandas as pd
 from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
+from pagesim.sim.core import replay
+from pagesim.sim.core import state as core_state
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
+from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
 DEFAULT_DURATION_S = 600.0
@@ -235,7 +238,6 @@ def run_point(spec: RunSpec) -> RunOutput:
     smaller than one request for a contiguous manager) gives a summary with ``error``. When the
     encoded workload carries ``stop`` options, a :class:`ProbeWatcher` ends hopeless runs early
     (summary ``stopped_early`` = the reason)."""
-    from pagesim.sim.run import resolve_budget, run_simulation
     cfg = spec.sim_config().replace(record_steps=False)
     try:
         model, _gpu, _budget = resolve_budget(cfg)
@@ -257,33 +259,24 @@ def run_point(spec: RunSpec) -> RunOutput:
     return RunOutput(summary=summary, requests=req)
 
 
-def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any],
-                 engine_choice: str = "auto") -> tuple[dict, pd.DataFrame]:
-    import time
-
-    from pagesim.sim.engine import Engine
-    from pagesim.sim.metrics import request_frame, summarize
-    from pagesim.sim.run import build
-    model, gpu, budget, table, manager, sched, executor = build(cfg, trace)
-    watcher = ProbeWatcher(table, {k: v for k, v in stop.items() if k != "reject_only"})
-    # the core where it covers the configuration (every command-line one): it reports to the
-    # watcher where the Python engine does, so a probe stops at the same request (sim/core/replay.py)
-    engine = Engine(sched, manager, executor, table.arrival_s, record_steps=False,
-                    progress=watcher, engine=engine_choice)
-    t0 = time.perf_counter()
+def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, pd.DataFrame]:
+    """Run ``cfg`` over ``trace`` with a :class:`ProbeWatcher` as its progress hook: the core
+    reports to it as the steps that finish its due requests end, and it stops the run once the
+    verdict is certain (the summary then says where: ``stopped_early``)."""
+    run = prepare(cfg, trace)
+    watcher = ProbeWatcher(run.table, {k: v for k, v in stop.items() if k != "reject_only"})
+    run.state.config[core_state.PROGRESS_EVERY] = replay.progress_every(watcher)
     stopped = None
     try:
-        engine.run()
-        end = engine.end_s
+        s, wall_time_s = replay.run(run.state, progress=watcher)
+        run = run._replace(state=s)
+        end = None
     except _StopProbe as e:
-        stopped = str(e)
-        end = watcher.now
-    extra = {"system": cfg.system, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
-             "kv_bytes_per_token": budget.kv_bytes_per_token, "seed": cfg.seed}
-    summary = summarize(table, engine.rec, sched, duration_s=end, wall_time_s=time.perf_counter() - t0, extra=extra)
+        stopped, wall_time_s, end = str(e), e.wall_time_s, watcher.now
+    outcome = result(cfg, run, wall_time_s, duration_s=end)
     if stopped:
-        summary["stopped_early"] = f"stopped at t={end:.0f} s: {stopped}"
-    return summary, request_frame(table)
+        outcome.summary["stopped_early"] = f"stopped at t={end:.0f} s: {stopped}"
+    return outcome.summary, outcome.requests
 
 
 # --------------------------------------------------------------------------------------------

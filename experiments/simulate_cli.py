@@ -36,10 +36,6 @@ def register(sub) -> None:
     o.add_argument("--check", action="store_true", default=None,
                    help="after every iteration, recompute the core's state from scratch and assert its "
                         "invariants (slow)")
-    o.add_argument("--engine", choices=["auto", "core", "python"], default="auto",
-                   help="auto and core: the core (sim/core/, compiled by numba), which runs every system "
-                        "and setting of this command; python: the older Python engine (slower, kept as "
-                        "the GPU executor's engine until it moves onto the core). The same records either way")
     o.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_summary_args(p)
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
@@ -61,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    result = run_simulation(cfg, trace, progress=args.progress and not args.json, engine=args.engine,
+    result = run_simulation(cfg, trace, progress=args.progress and not args.json,
                             summary_options=summary_options)
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
@@ -121,7 +117,7 @@ def print_summary(s: dict, f, options) -> None:
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
     if "cost_model" in s:
         rows.append(("cost model", describe_band(s, s["gpu"])))
-    rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s.get('engine', 'python')} engine)"))
+    rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}", file=f)

@@ -76,13 +76,13 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
 from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import InvariantError
-from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
 
 STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
                  "sum_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s",
                  "predicted_roofline_s", "predicted_table_s", "rel_error_roofline", "rel_error_table"]
-                + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
+                + [f"mem_{c}" for c in MEMORY_CATEGORIES]
                 + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running",
                    "step_type", "batch_size", "measured_gpu_s", "measured_host_s", "predicted_roofline_gpu_s",
                    "predicted_table_gpu_s", "rel_error_roofline_gpu", "rel_error_table_gpu", "measured_launch_s",
@@ -192,7 +192,7 @@ def cpu_term(model, num_seqs: int) -> float:
 
 
 #: the step table's columns the run's own step records give (memory categories, queues)
-RECORD_COLUMNS = [f"mem_{c}" for c in MemoryUsage.CATEGORIES] + ["num_waiting", "num_running"]
+RECORD_COLUMNS = [f"mem_{c}" for c in MEMORY_CATEGORIES] + ["num_waiting", "num_running"]
 
 
 def _steps_frame(log: _StepLog, records: pd.DataFrame) -> pd.DataFrame:
@@ -205,7 +205,7 @@ def _steps_frame(log: _StepLog, records: pd.DataFrame) -> pd.DataFrame:
         raise InvariantError(f"the executor ran {len(df)} steps, the run recorded {len(records)}")
     for c in ["start_s", *RECORD_COLUMNS]:
         df[c] = records[c].to_numpy() if len(df) else np.zeros(0)
-    held = sum(df[f"mem_{c}"] for c in MemoryUsage.CATEGORIES[:4])  # token states .. allocator slack
+    held = sum(df[f"mem_{c}"] for c in MEMORY_CATEGORIES[:4])  # token states .. allocator slack
     df["sim_occupied_bytes"] = held * log.kvb
     df["rel_error_roofline"] = rel_errors(df["predicted_roofline_s"], df["measured_s"])
     df["rel_error_table"] = rel_errors(df["predicted_table_s"], df["measured_s"])

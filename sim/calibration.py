@@ -188,16 +188,14 @@ class ScaledCostModel:
     """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
     ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
     Every method applies :func:`sim.core.cost.scaled_step_time`, which the core's loop applies
-    too, so macro steps stay equal to step by step and the core to the Python engine."""
+    too."""
 
     def __init__(self, inner, scale: float):
         from pagesim.sim.core.cost import scaled_step_time
         from pagesim.sim.core.jit import interpreted
 
         self.inner, self.scale = inner, scale
-        self._scaled_step_time = interpreted(scaled_step_time)  # scalars or arrays, the same float
-        if hasattr(inner, "decode_step_times"):  # the engine takes macro steps only where these exist
-            self.decode_step_time, self.decode_step_times = self._decode_step_time, self._decode_step_times
+        self._scaled_step_time = interpreted(scaled_step_time)
 
     def _scaled(self, t, num_seqs: int):
         return self._scaled_step_time(t, self.scale, self.inner.overhead_s, self.inner.per_seq_overhead_s, num_seqs)
@@ -205,8 +203,3 @@ class ScaledCostModel:
     def step_time(self, batch) -> float:
         return self._scaled(self.inner.step_time(batch), batch.num_seqs)
 
-    def _decode_step_time(self, num_seqs: int, context_sum: int) -> float:
-        return self._scaled(self.inner.decode_step_time(num_seqs, context_sum), num_seqs)
-
-    def _decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
-        return self._scaled(self.inner.decode_step_times(num_seqs, context_sums), num_seqs)

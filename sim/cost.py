@@ -66,7 +66,6 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 # Python's engine prices one batch at a time: the interpreted function avoids numba's call
 # overhead (the same source, so the same float)
 _step_time = interpreted(roofline_step_time)
-_EMPTY = np.zeros(0, np.int64)
 
 
 def prefill_sums(batch: StepBatch) -> tuple[float, int]:
@@ -150,30 +149,6 @@ class RooflineCostModel:
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token)
 
-    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
-        """``step_time`` of one pure decode step (no prefill, swap or copy), in scalars: the
-        same operations in the same order, so the same float."""
-        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
-        if num_seqs:
-            t += self.linear_time(num_seqs)
-            t += self._ar_fixed + self._ar_time_per_token * num_seqs
-        if context_sum:
-            t += context_sum * self._kv_bytes_per_token / self._bw
-        return t
-
-    def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
-        """``step_time`` of pure decode steps of ``num_seqs`` sequences (no prefill, no swap),
-        one per entry of ``context_sums``: the same operations in the same order, vectorized,
-        so each duration equals the scalar path's bit for bit."""
-        t = self.overhead_s + self.per_seq_overhead_s * num_seqs
-        if num_seqs:
-            t += self.linear_time(num_seqs)
-            t += self._ar_fixed + self._ar_time_per_token * num_seqs
-        ctx = np.asarray(context_sums, dtype=np.int64)
-        att = ctx * self._kv_bytes_per_token / self._bw
-        return np.where(ctx != 0, t + att, t)
-
-
 class TableCostModel:
     """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
@@ -234,12 +209,3 @@ class TableCostModel:
             self.constants(), self._tables, batch.num_seqs, batch.num_prefill_tokens + batch.num_decode_tokens,
             batch.num_decode_tokens, batch.decode_context_sum, len(batch.prefill_tokens), batch.prefill_context,
             flop_sum, cached_sum, batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens))
-
-    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
-        """``step_time`` of one pure decode step (the same function, so the same float)."""
-        return float(cost_table.table_step_time(self.constants(), self._tables, num_seqs, num_seqs, num_seqs,
-                                                context_sum, 0, _EMPTY, 0.0, 0, 0, 0))
-
-    def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
-        """``decode_step_time`` for each context sum."""
-        return np.array([self.decode_step_time(num_seqs, c) for c in np.asarray(context_sums).tolist()], dtype=float)

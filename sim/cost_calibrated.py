@@ -179,18 +179,3 @@ class CalibratedCostModel:
                           batch.num_prefill_tokens + batch.num_decode_tokens, batch.num_decode_tokens,
                           batch.decode_context_sum, num_prefill, cross, square,
                           batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
-
-    def decode_step_time(self, num_seqs: int, context_sum: int) -> float:
-        """``step_time`` of one pure decode step (the same function, so the same float)."""
-        return _step_time(self._py_constants(), self._gemms, num_seqs, num_seqs, num_seqs, context_sum,
-                          0, 0, 0, 0, 0)
-
-    def decode_step_times(self, num_seqs: int, context_sums: np.ndarray) -> np.ndarray:
-        """``step_time`` of pure decode steps of ``num_seqs`` sequences, one per context sum: the
-        step function's operations in its order over an array (equal bit for bit)."""
-        c = self._py_constants()
-        t = c[core.OVERHEAD_S] + c[core.PER_SEQ_OVERHEAD_S] * num_seqs
-        if num_seqs:
-            t += _tokens_seconds(c, self._gemms, num_seqs, num_seqs)
-        ctx = np.asarray(context_sums, dtype=np.int64)
-        return np.where(ctx != 0, t + _decode_seconds(c, num_seqs, ctx), t)

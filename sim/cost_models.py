@@ -4,7 +4,10 @@ iteration, for the summary (:func:`cpu_overhead_note`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.calibration import ScaledCostModel
+from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.cost_calibrated import CalibratedCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -48,3 +51,20 @@ def cpu_overhead_note(cost_model) -> str:
     inner = getattr(cost_model, "inner", cost_model)  # a ScaledCostModel scales the GPU time only
     source = getattr(inner, "cpu_overhead_source", "set by the caller")
     return f"{inner.overhead_s * 1e3:.4g} ms + {inner.per_seq_overhead_s * 1e6:.4g} us/sequence ({source})"
+
+
+#: the price of a run whose executor times the steps itself (the GPU mode): none
+NO_COST = (ROOFLINE, False, np.zeros(1), np.zeros(0))
+
+
+def core_cost(cost_model) -> tuple[int, bool, np.ndarray, np.ndarray]:
+    """``cost_model`` as the core prices a step (``sim.core.loop.step_time``): which price
+    (``state.ROOFLINE``, ``CALIBRATED``, ``TABLE``), whether its GPU time is scaled, its
+    constants followed by the scale (1 when unscaled), and its other array (the calibrated
+    model's GEMM shapes, the table model's tables; empty for the roofline)."""
+    scaled = type(cost_model) is ScaledCostModel
+    inner = cost_model.inner if scaled else cost_model
+    code = {RooflineCostModel: ROOFLINE, CalibratedCostModel: CALIBRATED, TableCostModel: TABLE}[type(inner)]
+    data = (inner.gemm_shapes() if code == CALIBRATED else inner.tables() if code == TABLE else np.zeros(0))
+    constants = np.array([*inner.constants(), cost_model.scale if scaled else 1.0], dtype=np.float64)
+    return code, scaled, constants, np.ascontiguousarray(data, dtype=np.float64)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from pagesim.sim.core.build import vattention_page_tokens
 from pagesim.sim.errors import ConfigError
 
 BYTES_PER_REQUEST = 4096
@@ -70,7 +71,6 @@ def check_pool(cfg, model, capacity_tokens: int, how: str) -> None:
     if cfg.manager == "paged":
         units, name, per_unit = capacity_tokens // cfg.block_size, f"blocks of {cfg.block_size}", BYTES_PER_BLOCK
     elif cfg.manager == "vattention":
-        from pagesim.sim.memory import vattention_page_tokens
         page = vattention_page_tokens(model, cfg.vattention_page_kib * 1024, cfg.tensor_parallel)
         units, name, per_unit = capacity_tokens // page, f"pages of {page} tokens", BYTES_PER_BLOCK
     elif cfg.manager == "static":

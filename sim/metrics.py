@@ -25,218 +25,76 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import chain
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.requests import Status
 
+#: where every KV slot is at every instant (they sum to the pool's capacity): the vLLM paper's
+#: Fig. 2 (token states, reservation, internal fragmentation) with external fragmentation split
+#: into the allocator's rounding slack (a buddy block's unused part) and holes between extents
+MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle")
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
-                "num_waiting", "num_running"] + [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
+                "num_waiting", "num_running"] + [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
 
+class StepRecords:
+    """The run's iterations as the core recorded them (``sim/core/loop.py`` ``record``): one row
+    each (``cfg.record_steps``), or, without rows, their time-weighted sums; and the totals the
+    summary reads. ``blocks``: the pool has blocks (paged managers), whose used and logical
+    counts are recorded too (the sharing saving of the paper's Fig. 15)."""
 
-class StepRecorder:
-    """Appends one row per iteration into growable numpy columns; keeps running sums.
-
-    Rows arrive one (or a few) at a time as Python tuples and are buffered in lists, written
-    into the numpy columns in chunks (a tuple append costs far less than a numpy row store);
-    long macro steps arrive as arrays and are written directly."""
-
-    FLUSH_ROWS = 4096
-
-    def __init__(self, capacity: int, keep_rows: bool = True, block_usage=None):
+    def __init__(self, s: state.Core, capacity: int, blocks: bool):
+        c, clock = s.count, s.clock
+        n = int(c[state.NUM_ROWS])
         self.capacity = capacity
-        self.keep_rows = keep_rows
-        self.n = 0  # rows recorded (written + buffered)
-        self._written = 0
-        self._cap = 1024 if keep_rows else 0
-        self._f = np.zeros((self._cap, 2), np.float64)  # start_s, dt_s
-        self._i = np.zeros((self._cap, 11), np.int64)  # batch, prefill, decode, waiting, running, 6 mem
-        self._pf: list[tuple] = []  # buffered rows: _f, _i[:, :5], _i[:, 5:] and _blk
-        self._pi: list[tuple] = []
-        self._pm: list[tuple] = []
-        self._pb: list[tuple] = []
-        self.busy_s = 0.0
-        self.idle_s = 0.0
-        self.mem_weighted = np.zeros(6, np.float64)  # sum of slots x seconds per category
-        self._mem_sum = [0.0] * 6
-        self.running_weighted = 0.0
-        self.prefill_tokens = 0
-        self.decode_tokens = 0
-        # paged managers: physical vs logical (unshared) blocks, for the sharing saving (Fig. 15)
-        self.block_usage = block_usage
-        self._blk = np.zeros((self._cap, 2), np.int64) if block_usage else None
-        self._blk_sum = [0.0, 0.0]
-
-    def _grow(self, rows: int) -> None:
-        if rows > self._cap:
-            while rows > self._cap:
-                self._cap *= 2
-            self._f = np.resize(self._f, (self._cap, 2))
-            self._i = np.resize(self._i, (self._cap, 11))
-            if self._blk is not None:
-                self._blk = np.resize(self._blk, (self._cap, 2))
-
-    def _flush(self) -> None:
-        """Write the buffered rows into the columns."""
-        k = len(self._pf)
-        if not k:
-            return
-        n0 = self._written
-        self._grow(n0 + k)
-
-        def rows(buf, dtype, width):  # tuples -> a (k, width) array, flattened in C
-            return np.fromiter(chain.from_iterable(buf), dtype, k * width).reshape(k, width)
-        self._f[n0:n0 + k] = rows(self._pf, np.float64, 2)
-        self._i[n0:n0 + k, :5] = rows(self._pi, np.int64, 5)
-        self._i[n0:n0 + k, 5:] = rows(self._pm, np.int64, 6)
-        if self._blk is not None:
-            self._blk[n0:n0 + k] = rows(self._pb, np.int64, 2)
-        self._written = n0 + k
-        self._pf, self._pi, self._pm, self._pb = [], [], [], []
-
-    def add(self, start: float, dt: float, batch, waiting: int, running: int, mem: tuple) -> None:
-        pre = batch.num_prefill_tokens
-        dec = batch.num_decode_tokens
-        if self.keep_rows:  # sums are taken from the rows at the end
-            self._pf.append((start, dt))
-            self._pi.append((len(batch.prefill_seq_ids) + dec, pre, dec, waiting, running))
-            self._pm.append(mem)
-            if self.block_usage is not None:
-                self._pb.append(self.block_usage())
-            if len(self._pf) >= self.FLUSH_ROWS:
-                self._flush()
-        else:
-            self._sum_row(dt, running, mem, self.block_usage() if self.block_usage is not None else None)
-            self.prefill_tokens += pre
-            self.decode_tokens += dec
-        self.n += 1
-
-    def _sum_row(self, dt: float, running: int, mem, blk) -> None:
-        """One unrecorded iteration into the running sums (``blk``: (used, logical) or None)."""
-        if blk is not None:
-            self._blk_sum[0] += blk[0] * dt
-            self._blk_sum[1] += blk[1] * dt
-        self.busy_s += dt
-        self._mem_sum = [a + b * dt for a, b in zip(self._mem_sum, mem)]
-        self.running_weighted += running * dt
-
-    def add_many(self, starts, dts, width: int, waiting, running: int, mem, blk) -> None:
-        """``len(dts)`` pure decode iterations of ``width`` sequences at once (macro steps):
-        ``waiting`` a scalar or one count per step, ``mem`` the usage rows (m x 6), ``blk`` the
-        block-usage rows (m x 2) of a manager that reports them. Lists of rows (short
-        stretches) are buffered; arrays are written directly."""
-        m = len(dts)
-        if self.keep_rows and isinstance(mem, list):
-            self._pf.extend(zip(starts, dts))
-            if isinstance(waiting, (list, np.ndarray)):
-                self._pi.extend([(width, 0, width, w, running) for w in waiting])
-            else:
-                self._pi.extend([(width, 0, width, waiting, running)] * m)
-            self._pm.extend(mem)
-            if self._blk is not None:
-                self._pb.extend(blk)
-            if len(self._pf) >= self.FLUSH_ROWS:
-                self._flush()
-        elif self.keep_rows:
-            self._flush()
-            n = self._written
-            self._grow(n + m)
-            self._f[n:n + m, 0] = starts
-            self._f[n:n + m, 1] = dts
-            i = self._i[n:n + m]
-            i[:, 0] = width
-            i[:, 1] = 0
-            i[:, 2] = width
-            i[:, 3] = waiting
-            i[:, 4] = running
-            i[:, 5:11] = mem
-            if self._blk is not None:
-                self._blk[n:n + m] = blk
-            self._written = n + m
-        elif isinstance(mem, list):  # short stretches: the per-step sums of ``add``, in order
-            has_blk = blk is not None and self.block_usage is not None
-            for j, dt in enumerate(dts):
-                self._sum_row(dt, running, mem[j], blk[j] if has_blk else None)
-            self.decode_tokens += width * m
-        else:
-            dts = np.asarray(dts, np.float64)
-            mem = np.asarray(mem, np.int64)
-            busy = float(dts.sum())
-            if self.block_usage is not None:
-                w = np.asarray(blk, np.int64).T.astype(np.float64) @ dts
-                self._blk_sum[0] += float(w[0])
-                self._blk_sum[1] += float(w[1])
-            self.busy_s += busy
-            w = mem.T.astype(np.float64) @ dts
-            self._mem_sum = [a + float(b) for a, b in zip(self._mem_sum, w)]
-            self.running_weighted += running * busy
-            self.decode_tokens += width * m
-        self.n += m
-
-    def take_rows(self, f: np.ndarray, i: np.ndarray, blk: np.ndarray | None) -> None:
-        """Rows recorded elsewhere (the core, sim/core/), in place of any held: ``f`` (n x 2:
-        start, dt), ``i`` (n x 11: the integer columns of :data:`STEP_COLUMNS`), ``blk`` (n x 2:
-        used and logical blocks, for a manager that reports them)."""
-        self._pf, self._pi, self._pm, self._pb = [], [], [], []
-        self._f, self._i = f, i
-        if self._blk is not None:
-            self._blk = blk
-        self._cap = self._written = self.n = len(f)
-
-    def take_sums(self, n: int, busy_s: float, mem_sum, blk_sum, running_weighted: float,
-                  prefill_tokens: int, decode_tokens: int) -> None:
-        """The running sums of ``n`` unrecorded iterations summed elsewhere (the core, sim/core/)."""
-        self.n = n
-        self.busy_s = busy_s
-        self._mem_sum = list(mem_sum)
-        self._blk_sum = list(blk_sum)
-        self.running_weighted = running_weighted
-        self.prefill_tokens = prefill_tokens
-        self.decode_tokens = decode_tokens
-
-    def finalize(self) -> None:
-        """Turn the rows (or the running sums) into the totals the summary reads."""
-        self._flush()
+        self.num_steps = n
+        self.idle_s = float(clock[state.IDLE_S])
+        self.blocks = blocks
+        self.keep_rows = bool(s.config[state.KEEP_ROWS])
         if self.keep_rows:
-            n = self.n
-            dt = self._f[:n, 1]
+            f, i = s.row_floats[:n], s.row_ints[:n]
+            self.rows = (f, i[:, :11], i[:, 11:])
+            dt = f[:, 1]
             self.busy_s = float(dt.sum())
-            self.mem_weighted = self._i[:n, 5:11].T.astype(np.float64) @ dt
-            self.mem_weighted[5] += self.capacity * self.idle_s
-            self.running_weighted = float(self._i[:n, 4] @ dt)
-            self.prefill_tokens = int(self._i[:n, 1].sum())
-            self.decode_tokens = int(self._i[:n, 2].sum())
-            if self.block_usage is not None:
-                self._blk_sum = (self._blk[:n].T.astype(np.float64) @ dt).tolist()
+            self.mem_weighted = i[:, 5:11].T.astype(np.float64) @ dt
+            self.running_weighted = float(i[:, 4] @ dt)
+            self.prefill_tokens = int(i[:, 1].sum())
+            self.decode_tokens = int(i[:, 2].sum())
+            self.block_sums = (i[:, 11:].T.astype(np.float64) @ dt).tolist()
         else:
-            self.mem_weighted = np.array(self._mem_sum, np.float64)
-            self.mem_weighted[5] += self.capacity * self.idle_s
-
-    def add_idle(self, dt: float) -> None:
-        self.idle_s += dt
+            self.rows = None
+            self.busy_s = float(clock[state.BUSY_S])
+            self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + 6].tolist(), np.float64)
+            self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
+            self.prefill_tokens = int(c[state.SUM_PREFILL_TOKENS])
+            self.decode_tokens = int(c[state.SUM_DECODE_TOKENS])
+            self.block_sums = [float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])]
+        self.mem_weighted[5] += self.capacity * self.idle_s  # idle time: every slot is free
 
     def frame(self) -> pd.DataFrame:
-        self._flush()
-        n = self.n if self.keep_rows else 0
-        df = pd.DataFrame(self._i[:n], columns=STEP_COLUMNS[3:])
+        n = self.num_steps if self.keep_rows else 0
+        f, i, blk = self.rows if self.keep_rows else (np.zeros((0, 2)), np.zeros((0, 11), np.int64),
+                                                      np.zeros((0, 2), np.int64))
+        df = pd.DataFrame(i[:n], columns=STEP_COLUMNS[3:])
         df.insert(0, "step", np.arange(n, dtype=np.int64))
-        df.insert(1, "start_s", self._f[:n, 0])
-        df.insert(2, "dt_s", self._f[:n, 1])
-        if self.block_usage is not None:
-            df["used_blocks"] = self._blk[:n, 0]
-            df["logical_blocks"] = self._blk[:n, 1]
+        df.insert(1, "start_s", f[:n, 0])
+        df.insert(2, "dt_s", f[:n, 1])
+        if self.blocks:
+            df["used_blocks"] = blk[:n, 0]
+            df["logical_blocks"] = blk[:n, 1]
         return df
 
     def sharing(self) -> dict[str, float]:
         """Time-weighted physical and logical blocks, and the saving from sharing (Fig. 15)."""
-        if self.block_usage is None:
+        if not self.blocks:
             return {}
         busy = self.busy_s
-        used, logical = self._blk_sum
+        used, logical = self.block_sums
         return {"avg_allocated_blocks": used / busy if busy > 0 else 0.0,
                 "avg_logical_blocks": logical / busy if busy > 0 else 0.0,
                 "blocks_shared_saving": 1.0 - used / logical if logical > 0 else 0.0}
@@ -244,8 +102,22 @@ class StepRecorder:
     def memory_fractions(self) -> dict[str, float]:
         total = (self.busy_s + self.idle_s) * self.capacity
         if total <= 0:
-            return {f"mem_{c}": 0.0 for c in MemoryUsage.CATEGORIES}
-        return {f"mem_{c}": float(v / total) for c, v in zip(MemoryUsage.CATEGORIES, self.mem_weighted)}
+            return {f"mem_{c}": 0.0 for c in MEMORY_CATEGORIES}
+        return {f"mem_{c}": float(v / total) for c, v in zip(MEMORY_CATEGORIES, self.mem_weighted)}
+
+
+class InterTokenLatencies(NamedTuple):
+    """The run's inter-token latencies: their exact sum and count, and their histogram over
+    ``edges`` (``np.searchsorted(edges, v)`` indexes its bins)."""
+
+    total_s: float
+    count: int
+    hist: np.ndarray
+    edges: np.ndarray
+
+    @classmethod
+    def of(cls, s: state.Core) -> "InterTokenLatencies":
+        return cls(float(s.clock[state.ITL_SUM]), int(s.count[state.ITL_COUNT]), s.itl_hist, s.itl_edges)
 
 
 def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -262,7 +134,8 @@ def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 
 def request_frame(table) -> pd.DataFrame:
     t = table
-    status = np.where(t.status == 4, "finished", np.where(t.status == 5, "rejected", "unfinished"))
+    status = np.where(t.status == Status.FINISHED, "finished",
+                      np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
     ttft, tpot, e2el, norm = request_latencies(t)
     return pd.DataFrame({
         "request_id": t.request_id.astype(str), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
@@ -378,11 +251,10 @@ def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:
     return hit_tokens / queried_tokens if queried_tokens else float("nan")
 
 
-def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s: float,
-              extra: dict | None = None, options: SummaryOptions = SummaryOptions()) -> dict:
+def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions: int, *, duration_s: float,
+              wall_time_s: float, extra: dict | None = None, options: SummaryOptions = SummaryOptions()) -> dict:
     t = table
-    rec.finalize()
-    fin = t.status == 4
+    fin = t.status == Status.FINISHED
     completed = int(fin.sum())
     out_tokens = int((t.output[fin] * t.width[fin]).sum())
     in_tokens = int(t.prompt[fin].sum())
@@ -402,8 +274,8 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
     ttft, tpot, e2el, norm = (v[fin] for v in request_latencies(t))
     s = {
         "completed": completed,
-        "rejected": int((t.status == 5).sum()),
-        "unfinished": int(((t.status != 4) & (t.status != 5)).sum()),
+        "rejected": int((t.status == Status.REJECTED).sum()),
+        "unfinished": int(((t.status != Status.FINISHED) & (t.status != Status.REJECTED)).sum()),
         "duration_s": float(duration_s),
         # the trace time of the first arrival, where the run's clock (every time recorded) starts
         "arrival_offset_s": float(getattr(t, "arrival_offset_s", 0.0)),
@@ -419,7 +291,7 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
         s["request_goodput"] = int(good.sum()) / dur
     s.update(stats("ttft", ttft))
     s.update(stats("tpot", tpot))
-    itl_sum, itl_count, itl_hist, itl_edges = sched.itl_stats()
+    itl_sum, itl_count, itl_hist, itl_edges = itl
     itl_mean = itl_sum / itl_count * 1e3 if itl_count else nan
     s.update({"mean_itl_ms": itl_mean,
               "median_itl_ms": _hist_quantile(itl_edges, itl_hist, 0.5) * 1e3,
@@ -431,10 +303,10 @@ def summarize(table, rec: StepRecorder, sched, *, duration_s: float, wall_time_s
     s["max_concurrent_requests"] = peak_concurrency(t.arrival_s[fin], t.finish_s[fin])
     s["normalized_latency_s_per_token"] = float(np.mean(norm)) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
-    s["num_preemptions"] = int(sched.num_preemptions)
+    s["num_preemptions"] = int(num_preemptions)
     s.update(rec.memory_fractions())
     s["kv_capacity_tokens"] = int(rec.capacity)
-    s["num_steps"] = int(rec.n)
+    s["num_steps"] = int(rec.num_steps)
     s["busy_s"] = float(rec.busy_s)
     s["idle_s"] = float(rec.idle_s)
     s["wall_time_s"] = float(wall_time_s)

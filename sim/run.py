@@ -1,7 +1,7 @@
 """One call runs a simulation: ``run_simulation(cfg, trace) -> SimResult``.
 
-Data flows one way: trace DataFrame -> request table -> engine (scheduler + manager +
-executor) -> records (DataFrames) -> summary dict. ``SimResult.save(dir)`` writes
+Data flows one way: trace DataFrame -> request table -> the core's state (``sim/core/build.py``)
+-> the core's loop (``sim/core/replay.py``) -> records (DataFrames) -> summary dict. ``SimResult.save(dir)`` writes
 ``summary.json``, ``requests.csv``, ``steps.csv`` and ``config.json``.
 """
 
@@ -11,24 +11,25 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core.replay import engine_name
-from pagesim.sim.cost_models import cpu_overhead_note, make_cost_model, swap_block_tokens
+from pagesim.sim.core import replay
+from pagesim.sim.core import state as core_state
+from pagesim.sim.core.build import UNLIMITED, Limits, Pool, build, limits_for, pool_for
+from pagesim.sim.core.outcome import manager_counters, reject_reasons
+from pagesim.sim.cost_models import NO_COST, core_cost, cpu_overhead_note, make_cost_model, swap_block_tokens
 from pagesim.sim.csv_writer import write_csv
-from pagesim.sim.engine import Engine
-from pagesim.sim.executor import SimulatedExecutor
+from pagesim.sim.executor import is_external
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.limits import check_pool
-from pagesim.sim.memory import make_manager
-from pagesim.sim.metrics import SummaryOptions, prefix_cache_hit_rate, request_frame, summarize
+from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
+                                 request_frame, summarize)
 from pagesim.sim.outdir import naming
-from pagesim.sim.sched.continuous import ContinuousScheduler
-from pagesim.sim.sched.state import RequestTable
-from pagesim.sim.sched.static import StaticScheduler
+from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_max_seq_len
 
 
@@ -109,69 +110,85 @@ def resolve_budget(cfg: SimConfig):
     return model, gpu, budget
 
 
-def build(cfg: SimConfig, trace: pd.DataFrame, executor=None):
-    """Construct (model, gpu, budget, table, manager, scheduler, executor) for a run."""
+class Prepared(NamedTuple):
+    """A run before its first event: the resolved model, GPU and KV budget, how the manager
+    divides the pool, the scheduler's limits, the request table and the core's state over it."""
+
+    model: object
+    gpu: object
+    budget: KVBudget
+    pool: Pool
+    limits: Limits
+    table: RequestTable
+    state: core_state.Core
+    cost_model: object | None  # None: an executor outside the core times the steps
+
+
+def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, progress_every: int = UNLIMITED) -> Prepared:
+    """Everything a run of ``cfg`` over ``trace`` needs before its first event; ConfigError for
+    a configuration that cannot run, TraceError for a request that cannot be one."""
     model, gpu, budget = resolve_budget(cfg)
-    manager = make_manager(cfg, budget.capacity_tokens, model)
+    pool = pool_for(cfg, budget.capacity_tokens, model)
+    limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
     table = RequestTable(trace)
-    rng = np.random.default_rng(cfg.seed)
-    cls = StaticScheduler if cfg.scheduler == "static" else ContinuousScheduler
-    sched = cls(cfg, table, manager, max_seq_len=model.max_seq_len,
-                kv_bytes_per_token=budget.kv_bytes_per_token, rng=rng)
-    if executor is None:
-        executor = SimulatedExecutor(make_cost_model(model, gpu, cfg.tensor_parallel, cfg.profile,
-                                                     cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
-                                                     cfg.cost_model, cost_scale=cfg.cost_scale,
-                                                     swap_block_tokens=swap_block_tokens(cfg)))
-    return model, gpu, budget, table, manager, sched, executor
+    external = executor is not None
+    if external and not is_external(executor):
+        raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")
+    cost_model = None if external else make_cost_model(
+        model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms, cfg.cost_model,
+        cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg))
+    cost = NO_COST if external else core_cost(cost_model)
+    s = build(cfg, pool, limits, table, cost, external=external, progress_every=progress_every)
+    return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
 
 
-def initial_state(cfg: SimConfig, trace: pd.DataFrame, executor=None):
+def initial_state(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> core_state.Core:
     """The core's arrays (``sim.core.state.Core``) for ``cfg`` over ``trace`` before the run
     starts: tests work the core's rules by hand on them."""
-    from pagesim.sim.core import replay
-
-    _, _, _, table, manager, sched, executor = build(cfg, trace, executor)
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
-                               record_steps=cfg.record_steps, engine="core"))
+    return prepare(cfg, trace, executor).state
 
 
 def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
-                   macro_steps: bool = True, engine: str = "auto",
                    summary_options: SummaryOptions = SummaryOptions()) -> SimResult:
-    """``macro_steps=False`` runs every iteration through the scheduler one by one (the
-    reference path; ``cfg.check`` implies it); results are the same either way. ``engine``:
-    ``auto`` takes the core where it covers the configuration, ``core`` insists, ``python``
-    never takes it (``sim/core/replay.py``). ``summary_options``: which percentiles and goodput
-    the summary reports. ``executor``: None prices steps with the configuration's cost model;
-    an executor outside the core (``sim.executor.is_external``: the GPU mode's
-    ``gpu.executor.GPUExecutor``) runs every iteration the core schedules and times it."""
-    model, gpu, budget, table, manager, sched, executor = build(cfg, trace, executor)
+    """Run ``cfg`` over ``trace`` on the core (``sim/core/``). ``executor``: None prices steps
+    with the configuration's cost model; an executor outside the core
+    (``sim.executor.is_external``: the GPU mode's ``gpu.executor.GPUExecutor``) runs every
+    iteration the core schedules and times it. ``summary_options``: which percentiles and
+    goodput the summary reports."""
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
-    engine = Engine(sched, manager, executor, table.arrival_s, check=cfg.check,
-                    record_steps=cfg.record_steps, progress=bar, macro_steps=macro_steps,
-                    engine=engine)
+    run = prepare(cfg, trace, executor, replay.progress_every(bar) if bar is not None else UNLIMITED)
     try:
-        engine.run()
+        s, wall_time_s = replay.run(run.state, executor, bar)
     finally:
         if bar is not None:
             bar.close()
-    extra = {"system": cfg.label, "model": model.name, "gpu": gpu.name, "tensor_parallel": cfg.tensor_parallel,
-             "kv_bytes_per_token": budget.kv_bytes_per_token, "kv_budget": budget.how,
+    return result(cfg, run._replace(state=s), wall_time_s, summary_options)
+
+
+def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: SummaryOptions = SummaryOptions(),
+           duration_s: float | None = None) -> SimResult:
+    """The records and summary of ``run`` as its state stands (at its end, or where a progress
+    hook stopped it: ``duration_s`` then says up to when)."""
+    s, pool = run.state, run.pool
+    run.table.reject_reason[:] = reject_reasons(s, pool, run.limits, cfg)
+    records = StepRecords(s, pool.capacity, blocks=pool.kind in ("paged", "vattention"))
+    extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
+             "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_budget": run.budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
-             "num_swap_fallbacks": sched.num_swap_fallbacks, "seed": cfg.seed,
-             "engine": engine_name() if engine.on_core else "python",
-             "cpu_overhead": cpu_overhead_note(executor.cost_model) if hasattr(executor, "cost_model") else None}
-    mstats = manager.stats()
-    for k, v in mstats.items():
+             "num_swap_fallbacks": int(s.count[core_state.NUM_SWAP_FALLBACKS]), "seed": cfg.seed,
+             "engine": replay.engine_name(),
+             "cpu_overhead": cpu_overhead_note(run.cost_model) if run.cost_model is not None else None}
+    counters = manager_counters(s, pool)
+    for k, v in counters.items():
         extra[f"mgr_{k}"] = v
-    summary = summarize(table, engine.rec, sched, duration_s=engine.end_s, wall_time_s=engine.wall_time_s,
-                        extra=extra, options=summary_options)
-    if getattr(manager, "prefix_caching", False):  # paged managers only: others ignore the setting
-        summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(mstats["prefix_hit_tokens"],
-                                                                 mstats["prefix_lookup_tokens"])
-    summary.update(engine.rec.sharing())  # after summarize: it finalizes the recorder's sums
-    return SimResult(summary, request_frame(table), engine.rec.frame(), cfg)
+    end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
+    summary = summarize(run.table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
+                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options)
+    if pool.kind == "paged" and cfg.prefix_caching:  # the other managers ignore the setting
+        summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
+                                                                 counters["prefix_lookup_tokens"])
+    summary.update(records.sharing())
+    return SimResult(summary, request_frame(run.table), records.frame(), cfg)

@@ -16,13 +16,13 @@ same CPython functions otherwise (``sim/core/jit.py``).
     cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
     cost_table.py   a measured profile, interpolated (sim.cost.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step
-    replay.py       the glue: which runs it covers, arrays in, records out
+    build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
+    replay.py       runs the loop to its end: progress, --check, an executor outside the core
 
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
 size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,
 first-fit or best-fit), and static batching (``--system static``); prefill-first or chunked,
 preemption by recompute or swap, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
-copy-on-write), and every cost model (roofline, calibrated, a measured profile; scaled or not).
-Beam search runs on the Python engine (``sim/engine.py``), which the core will replace system
-by system.
+copy-on-write), beam search, and every cost model (roofline, calibrated, a measured profile; scaled
+or not).
 """

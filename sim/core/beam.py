@@ -1,11 +1,9 @@
-"""Beam search (``beam_width`` k > 1) on the paged manager, as the model of
-``sim/sched/continuous.py`` states it: a request's k beams decode in lockstep like parallel
+"""Beam search (``beam_width`` k > 1) on the paged manager: a request's k beams decode in lockstep like parallel
 samples (prefilled once, then forked: ``kv_cache.fork``), and after every decode step each beam
-dies with probability ``clock[BEAM_CHURN]`` and is replaced by a fork of a surviving beam, so
+dies with probability ``clock[BEAM_CHURN]`` (:data:`BEAM_CHURN_PROBABILITY`) and is replaced by a fork of a surviving beam, so
 that the beams' shared prefix grows as real beam search's does.
 
-The draws come from the run's seeded numpy ``Generator`` (``Core.rng``, the scheduler's), in
-the Python engine's order, so that both engines draw the same numbers: per forked beam request,
+The draws come from the run's seeded numpy ``Generator`` (``Core.rng``), in this order: per forked beam request,
 in the running order, k uniforms (one per beam, in its sequences' order); if all k die, one
 integer below k picks the one that lives; then one integer below the number of survivors per
 dead beam picks the parent it is replaced by.
@@ -18,11 +16,15 @@ from pagesim.sim.core.jit import njit
 from pagesim.sim.core.rng import below
 from pagesim.sim.core.state import BEAM_CHURN, FREE_EPOCH, NUM_RUNNING
 
+#: the model's one constant: the chance that a beam dies at a decode step and is replaced by a
+#: fork of a surviving beam, so that a beam family's shared prefix grows as real beam search's does
+BEAM_CHURN_PROBABILITY = 0.25
+
 
 @njit
 def churn(s):
     """After a decode step (its finished requests gone): every running request whose beams
-    have forked churns them (ContinuousScheduler._beam_churn)."""
+    have forked churns them ."""
     for k in range(s.count[NUM_RUNNING]):
         i = s.running[k]
         if s.beam[i] > 1 and s.num_seqs[i] > 1:

@@ -1,6 +1,6 @@
 """The contiguous (Orca) manager over the core's arrays: one extent per request, sized at
-admission by the reservation policy and placed by ``placement.py`` (``sim/memory/contiguous.py``
-and ``_extent.py`` are the Python statement of the same rules).
+admission by the reservation policy and placed by ``placement.py`` (Orca's reservations, and a
+length predictor's).
 
 Reservation R (P the tokens to hold at admission, F = max(final length, P), O = max(F - P, 1),
 M = max_seq_len), at most M and at least 1::
@@ -114,7 +114,7 @@ def free(s, i):
 
 @njit(inline=True)
 def memory_categories(s, demand_waiting, out):
-    """The six categories (sim/memory/base.py), in order; they sum to the capacity."""
+    """The six categories (sim.metrics.MEMORY_CATEGORIES), in order; they sum to the capacity."""
     c = s.count
     free_slots = s.config[CAPACITY] - c[PLACED_SLOTS]
     out[0] = c[COMPUTED_SLOTS]

@@ -42,7 +42,7 @@ def can_allocate(s, i, num_tokens):
     longer than ``max_seq_len`` or than the pool less its watermark)."""
     need = blocks_for(s, num_tokens)
     watermark = s.config[WATERMARK_BLOCKS]
-    if s.num_generated[i] > 0:  # back after a preemption: delayed, never turned away (sim/memory/paged.py)
+    if s.num_generated[i] > 0:  # back after a preemption: delayed, never turned away (vLLM's resumed requests)
         watermark = max(min(watermark, s.config[NUM_BLOCKS] - need), 0)
     if (s.final_len[i] > s.config[MAX_SEQ_LEN] or num_tokens > s.config[MAX_SEQ_LEN]
             or need > s.config[NUM_BLOCKS] - watermark):
@@ -295,7 +295,7 @@ def release_seq(s, i, j):
 
 @njit(inline=True)
 def memory_categories(s, demand_waiting, out):
-    """Where every slot goes (sim/memory/base.py's six categories, in order): token states,
+    """Where every slot goes (sim.metrics.MEMORY_CATEGORIES, in order): token states,
     reservation, internal fragmentation, allocator slack, external fragmentation (free while
     a request waits for memory), free and idle. They sum to the capacity. Cached blocks that
     no request holds count as free (they are reclaimable)."""

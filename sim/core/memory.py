@@ -1,6 +1,6 @@
 """The manager the config names (``config[MANAGER_KIND]``): the scheduler's memory verbs go to
 the paged manager (``kv_cache.py``) or the contiguous one (``extent.py``). One branch on a
-read-only flag per call: the scheduler is written once for both, as in ``sim/sched/continuous.py``."""
+read-only flag per call: the scheduler is written once for both."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where the contiguous manager's extents go in the slot address space [0, capacity): the
-binary buddy, first-fit and best-fit of ``sim/memory/placement.py``, as plain functions over
+binary buddy, first-fit and best-fit allocators, as plain functions over
 the core's arrays (the policy is ``config[PLACEMENT_KIND]``).
 
 Buddy. The capacity is covered by power-of-two chunks, largest first (15728 = 8192 + 4096 +
@@ -21,8 +21,7 @@ first-fit takes the lowest hole that fits, best-fit the smallest (ties: the lowe
 extent is carved from the front of its hole, and a freed extent coalesces with the holes on
 either side. O(holes) scans: holes never outnumber running requests + 1.
 
-The static manager's B fixed slots of max_seq_len (``sim/memory/static.py``: a request takes
-the lowest free slot) are first-fit over the address space ``[0, B * max_seq_len)``
+The static manager's B fixed slots of max_seq_len (a request takes the lowest free slot) are first-fit over the address space ``[0, B * max_seq_len)``
 (``config[ADDRESS_SPACE]``): with every extent max_seq_len long, the holes are whole slots and
 the first that fits is the lowest free slot.
 
@@ -256,7 +255,7 @@ def release(s, start, placed):
         fit_release(s, start, placed)
 
 
-# -- growing an extent in place (sim/memory/placement.py's can_grow / grow) ---------------------
+# -- growing an extent in place ---------------------
 @njit
 def can_grow(s, start, placed, size):
     """Whether the extent ``[start, start + placed)`` can grow in place to hold ``size`` slots."""

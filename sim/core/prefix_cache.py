@@ -1,10 +1,9 @@
-"""Prefix caching (vLLM v0's, as ``sim/memory/paged.py`` states it) over the core's arrays.
+"""Prefix caching (vLLM v0's automatic prefix caching) over the core's arrays.
 
 A full prompt block is named by a key ``(end, chain)``: ``end = (k + 1) * block_size``
 is the token its block ``k`` ends at, ``chain`` the chain hash of the request's prefix up to
 the hash block holding token ``end - 1`` (``chains``, computed in Python by
-``sim.memory.paged.prefix_chain`` once per request: the same values the Python manager keys
-its dict with). Three structures, none allocating:
+:func:`prefix_chain` once per request). Three structures, none allocating:
 
 * the key -> block map: open addressing with linear probing over the rows of
   ``key_entries`` (end, chain, block; a power of two, at least twice the pool, so at most
@@ -16,7 +15,7 @@ its dict with). Three structures, none allocating:
   from the middle, or evict the head); ``KEY_END``, its key's end (0: none), and
   ``KEY_SLOT``, its row in the map (kept when rows move: an eviction finds it without a probe).
 
-Rules (paged.py's ``_keys``, ``_hits``, ``allocate``, ``append``, ``free``): block ``k`` of
+Rules: block ``k`` of
 a request admitted with ``P`` prompt tokens is keyable when ``end <= min(P, hashes * H)``;
 an admission reuses the longest run of leading keyable blocks found in the map, at most
 ``P - 1`` tokens (the last prompt token is always computed); a keyable block is registered
@@ -32,6 +31,17 @@ from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
                             KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU,
                             PREV, REF, TABLE_MASK)
+
+def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
+    """The chain ``c_j = hash((c_{j-1}, h_j))`` over a request's prefix hashes (a trace's
+    ``prefix_hashes``, one per ``hash_block_tokens`` prompt tokens): ``c_j`` names its prefix up
+    to hash block ``j``, as vLLM's block hash names a block by its tokens and its parent's hash."""
+    chain, c = [], hash(("pagesim-prefix", int(hash_block_tokens)))
+    for h in hashes:
+        c = hash((c, h))
+        chain.append(c)
+    return chain
+
 
 # the map's home slot: Python's hash is well mixed in every bit; the end token is not
 END_MIX = 0x9E3779B1

@@ -13,11 +13,11 @@ One iteration (:func:`schedule`):
 
 With prefix caching an admission starts past the prompt's cached blocks, and a waiting head
 that did not fit after others were admitted in the same prefill-first pass is not marked
-blocked (their prompts' blocks may become its hits; ``ContinuousScheduler._admit_waiting``).
+blocked (their prompts' blocks may become its hits).
 
 Parallel sampling (``n``): a request is admitted when its ``n`` sequences fit
-``max_num_seqs`` (it counts as one running sequence until its fork, as
-``ContinuousScheduler._try_admit``), prefills once, then forks; its sequences decode in
+``max_num_seqs`` (it counts as one running sequence until its fork, as a
+vLLM v0 ``SequenceGroup`` in its prompt phase), prefills once, then forks; its sequences decode in
 lockstep and are preempted, swapped (each in blocks of its own on the way back) and finished
 together. A request with more sequences than ``max_num_seqs`` is rejected at arrival.
 
@@ -58,7 +58,7 @@ from pagesim.sim.core.state import (EXTERNAL_STEPS, STEP_NUM_FINISHED, STEP_SWAP
 # every ceil(max_seq_len / chunk_budget) iterations (the longest chunked prefill; every other
 # iteration decodes or completes a prompt), so this many iterations in a row without one are
 # a live lock (a request preempted before it ever decodes, again and again) and end the run
-# with an error naming it, in both engines (sim/engine.py).
+# with an error naming it.
 @njit(inline=True)
 def steps_without_token_limit(max_seq_len: int) -> int:
     return max_seq_len + 1000
@@ -144,7 +144,7 @@ def start_running(s, i):
 @njit(inline=True)
 def may_admit(s):
     """``waiting_served_ratio`` (optional): new requests are admitted only when waiting /
-    running reaches it, or nothing runs (``ContinuousScheduler._may_admit``)."""
+    running reaches it, or nothing runs (text-generation-inference's ``waiting_served_ratio``)."""
     c = s.count
     if not s.config[HAS_WAITING_SERVED_RATIO] or c[NUM_RUNNING] == 0:
         return True
@@ -206,7 +206,7 @@ def resume_swapped(s):
             return False
         n = s.swapped_tokens[i]
         # one free block per sequence left after it, or as the latest request it would be the
-        # first preempted again (vLLM's can_swap_in; ContinuousScheduler._resume_swapped;
+        # first preempted again (vLLM's can_swap_in;
         # prefix-cache hits its sequences share are counted for each: conservative); then every
         # sequence of a group must fit: one by one, each in blocks of its own (prefix caching:
         # the later ones find the first one's prompt blocks), undone on a miss. A contiguous
@@ -374,7 +374,7 @@ def schedule(s):
     if (not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS]) and c[NUM_PREEMPTIONS] != preemptions
             and (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
         # the decode step preempted every running request: vLLM's empty iteration and its
-        # next one, at the same instant, are this one iteration (ContinuousScheduler.schedule)
+        # next one, at the same instant, are this one iteration
         c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         context_sum = schedule_pass(s)
     if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits

@@ -3,7 +3,7 @@
 numba compiles functions over arrays and tuples of arrays, not over Python objects, so the
 state of a run is a :class:`Core` of arrays:
 
-* per request (row ``i`` of the trace): the :class:`~sim.sched.state.RequestTable`'s own
+* per request (row ``i`` of the trace): the :class:`~sim.requests.RequestTable`'s own
   columns (written in place: status, tokens generated, times), plus the core's
   ``num_computed_tokens``, ``num_blocks``, ``final_len``, ``slot``, ``in_decode`` and
   ``swapped_tokens``;
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-# request status: the values of sim.sched.state.Status
+# request status: the values of sim.requests.Status
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 # why a request was rejected (RequestTable.reject_reason is written from these in Python)
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
@@ -150,7 +150,7 @@ class Core(NamedTuple):
     step_prefill_tokens: np.ndarray
     step_finished: np.ndarray
     step_memory: np.ndarray  # the six memory categories at the step's start
-    # inter-token latency histogram (edges shared with the Python engine)
+    # inter-token latency histogram (its edges: sim.core.build.ITL_EDGES)
     itl_edges: np.ndarray
     itl_hist: np.ndarray
     # step table rows

@@ -1,5 +1,4 @@
-"""Request-level (static) batching over the core's arrays, as ``sim/sched/static.py`` states it
-(FasterTransformer): with no batch running, take up to B waiting requests FCFS (B: the static
+"""Request-level (static) batching over the core's arrays (FasterTransformer): with no batch running, take up to B waiting requests FCFS (B: the static
 manager's slots, ``static_batch_size`` or ``max_num_seqs`` if fewer), each in a fixed slot of
 max_seq_len (the contiguous manager's accounting with the ``max`` reservation, its slots
 first-fit over ``[0, B * max_seq_len)``: the lowest free slot), and prefill them together;
@@ -8,7 +7,7 @@ prefill computes B sequences of the longest prompt each (nothing cached before i
 decode step computes all B sequences, finished or not; members that are done keep their K/V
 and wait. Results return when the whole batch ends: every member's finish time is the batch's.
 The loop prices these steps as any other (``loop.step_time``, whichever cost model), from the
-padded shape this module writes: what ``sim/sched/static.py`` hands its cost model.
+padded shape this module writes.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import InvariantError
-from pagesim.sim.memory import MemoryUsage
+from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.specs import get_gpu, get_model
 
 MODEL, GPU = get_model("llama-2-7b"), get_gpu("h200")
@@ -83,7 +83,7 @@ def test_twice_the_roofline_gives_half_error_and_files(tmp_path):
     # memory: the pool's bytes from the block tables equal the simulator's occupancy at every step
     assert (steps["pool_occupied_bytes"] == steps["sim_occupied_bytes"]).all()
     cap = res.real.summary["kv_capacity_tokens"]
-    assert (steps[[f"mem_{c}" for c in MemoryUsage.CATEGORIES]].sum(axis=1) == cap).all()
+    assert (steps[[f"mem_{c}" for c in MEMORY_CATEGORIES]].sum(axis=1) == cap).all()
     assert steps["start_s"].is_monotonic_increasing
     html = (out / "report.html").read_text()
     assert html.count("<script") >= 4 and html.count("plotly.js v") <= 2  # the library embedded once

@@ -1,10 +1,5 @@
-"""Shared by the simulator's behaviour tests: the engines each test runs on, tiny traces and
-configurations written by hand, and the roofline step price of OPT-13B on an A100-40GB
-worked out by hand.
-
-Behaviour tests take the ``simulate`` fixture and so run once per entry of :data:`ENGINES`:
-a new engine is added there, in one place, and every such test then pins it too.
-"""
+"""Shared by the simulator's behaviour tests: a run on the core, tiny traces and configurations
+written by hand, and the roofline step price of OPT-13B on an A100-40GB worked out by hand."""
 
 from __future__ import annotations
 
@@ -15,26 +10,13 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.run import run_simulation
 from pagesim.traces.schema import CANONICAL_COLUMNS, validate_canonical
 
-# name -> run_simulation's keywords (and the summary's "engine" it must report)
-ENGINES = {
-    # SimPy processes over the scheduler and manager objects, with macro steps (the default)
-    "python": (dict(engine="python"), "python"),
-    # the same, every iteration through the scheduler (the reference path)
-    "python-step-by-step": (dict(engine="python", macro_steps=False), "python"),
-    # sim/core/ (numba-compiled, or the same functions interpreted); "core" insists: a
-    # configuration it does not cover is an error, never a silent Python run
-    "core": (dict(engine="core"), "core"),
-}
-
-
-@pytest.fixture(params=list(ENGINES))
-def simulate(request):
-    """simulate(cfg, trace) -> SimResult, run on one engine of :data:`ENGINES`."""
-    keywords, reported = ENGINES[request.param]
-
+@pytest.fixture
+def simulate():
+    """simulate(cfg, trace) -> SimResult: a run on the core (``run_simulation``), which must
+    say so in its summary (``core``, or ``core-cpython`` without numba)."""
     def run(cfg: SimConfig, trace: pd.DataFrame):
-        result = run_simulation(cfg, trace, **keywords)
-        assert result.summary["engine"].startswith(reported)  # "core" or "core-cpython"
+        result = run_simulation(cfg, trace)
+        assert result.summary["engine"].startswith("core")
         return result
     return run
 

@@ -37,16 +37,35 @@ def cfg_for(system="vllm", slots=3000, **kw):
 
 
 class ConstExecutor:
-    """Every iteration takes ``dt`` seconds: timelines become hand-computable."""
+    """Every iteration takes ``dt`` seconds: timelines become hand-computable. An executor
+    outside the core (``sim.executor.is_external``): it reads each scheduled iteration from the
+    core's arrays, as the GPU executor does, and keeps ``batches``: (prefilling requests, their
+    new tokens, decoding requests, their contexts including this step's token, copy-on-write
+    block copies)."""
 
     def __init__(self, dt: float = 1.0):
         self.dt = dt
         self.batches = []
 
-    def run_step(self, batch, manager) -> float:
-        self.batches.append((batch.prefill_seq_ids.tolist(), batch.prefill_tokens.tolist(),
-                             batch.decode_seq_ids.tolist(), batch.decode_context.tolist()))
+    def start(self, core) -> None:
+        pass
+
+    def step(self, core) -> float:
+        from pagesim.sim.core import state
+
+        c = core.count
+        num_prefill = int(c[state.STEP_PREFILL_SEQS])
+        decoding = []
+        if c[state.STEP_DECODE_SEQS]:
+            running = core.running[:c[state.NUM_RUNNING]]
+            decoding = running[core.in_decode[running] != 0].tolist()
+        self.batches.append((core.step_prefill_ids[:num_prefill].tolist(),
+                             core.step_prefill_tokens[:num_prefill].tolist(), decoding,
+                             core.num_computed_tokens[decoding].tolist(), int(c[state.STEP_COPIED_BLOCKS])))
         return self.dt
+
+    def finish(self, core) -> None:
+        pass
 
 
 def trace(rows, **extra) -> pd.DataFrame:

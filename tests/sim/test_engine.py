@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import ConstExecutor, small_cfg, trace
 
-MEM = [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
+MEM = [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
 
 @pytest.mark.parametrize("system", ["vllm", "orca-oracle", "orca-max", "static"])
@@ -23,7 +23,8 @@ def test_single_request_timeline_by_hand(system):
     assert (r.first_token_s, r.finish_s, r.ttft_s, r.e2el_s) == (1.0, 3.0, 1.0, 3.0)
     assert r.tpot_s == pytest.approx(1.0) and r.normalized_latency_s == pytest.approx(1.0)
     assert ex.batches[0][:2] == ([0], [4])
-    assert ex.batches[1][2:] == ([0], [5]) and ex.batches[2][2:] == ([0], [6])
+    if system != "static":  # (static batching's decode steps are pinned in tests/sim/core/test_static.py)
+        assert ex.batches[1][2:4] == ([0], [5]) and ex.batches[2][2:4] == ([0], [6])
     assert len(ex.batches) == 3
     s = res.summary
     assert s["completed"] == 1 and s["duration_s"] == 3.0 and s["num_steps"] == 3
@@ -164,14 +165,10 @@ def test_same_seed_same_bytes(tmp_path):
 def test_copy_on_write_copies_reach_the_executor_and_the_cost():
     # prompt 6 at block 4: blocks [4 full][2 of 4]; n=3 forks share the partial block, so the
     # first decode (three writers, three references) copies it twice: min(k, r - 1) = 2
-    class Rec(ConstExecutor):
-        def run_step(self, batch, manager):
-            self.batches.append((batch.copy_blocks, batch.copy_tokens))
-            return self.dt
-
-    ex = Rec()
+    ex = ConstExecutor()
     res = run_simulation(small_cfg("vllm"), trace([(0.0, 6, 4)], n=[3]), executor=ex)
-    assert ex.batches[1] == (2, 8) and all(c == (0, 0) for c in ex.batches[2:])
+    copies = [batch[-1] for batch in ex.batches]
+    assert copies[1] == 2 and all(c == 0 for c in copies[2:])
     assert res.summary["mgr_cow_copies"] == 2
     from pagesim.sim.batch import StepBatch
     from pagesim.sim.cost import RooflineCostModel

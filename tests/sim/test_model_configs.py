@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.core import cost as C
 from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.memory.vattention import vattention_page_tokens
+from pagesim.sim.core.build import vattention_page_tokens
 from pagesim.sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity
 
 MiB = 1 << 20
@@ -465,7 +467,7 @@ def test_opt13b_decode_step_time_is_pinned():
     expected += 0.0  # no all-reduce at TP 1
     expected += 4000 * 819_200.0 / bw
     cm = RooflineCostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
-    assert cm.decode_step_time(8, 4000) == expected  # bit for bit
+    assert cm.step_time(StepBatch(decode_seq_ids=np.arange(8), decode_context_sum=4000)) == expected  # bit for bit
 
 
 def test_cost_model_reads_active_experts_and_fp8_peak(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.memory.base import MemoryUsage
+from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.specs import GiB, get_gpu, get_model, kv_capacity
 
 
@@ -31,7 +31,7 @@ def test_simulate_writes_outputs(tmp_path, capsys):
     steps = pd.read_csv(out / "steps.csv")
     assert summary["system"] == "orca-pow2"
     assert summary["completed"] + summary["rejected"] == len(req) == summary["workload"]["rows"]
-    mem = [f"mem_{c}" for c in MemoryUsage.CATEGORIES]
+    mem = [f"mem_{c}" for c in MEMORY_CATEGORIES]
     assert (steps[mem].sum(axis=1) == summary["kv_capacity_tokens"]).all()
     assert abs(sum(summary[m] for m in mem) - 1) < 1e-9
     assert "token states" in stdout.lower() and str(out) in stdout

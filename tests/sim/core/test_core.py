@@ -1,12 +1,8 @@
-"""The core (``sim/core/``) against the Python engine (SimPy processes over the scheduler and
-manager objects), for the configurations the core covers, and the core compiled by numba
-against the same functions interpreted by CPython.
-
-Every case runs one trace and configuration three ways: the core, Python with macro steps,
-and Python step by step. Request records and the per-step table must be identical (times
-too, bit for bit: the core keeps SimPy's event order and calls the cost model's one step-time
-function); summary values equal, except running sums that depend on float summation order
-(mean inter-token latency; the time-weighted sums when steps are not recorded), within 1e-9.
+"""The core (``sim/core/``) as a whole: fixed cases over every system and setting run under
+``--check`` (every incremental quantity recomputed from scratch after every iteration,
+``sim/core/check.py``), the event order of its two-source loop worked by hand, progress reports
+and early stops, limits beyond int64, and the core compiled by numba against the same functions
+interpreted by CPython (the readable specification).
 """
 
 from __future__ import annotations
@@ -19,44 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from pagesim.sim.core import jit
+from pagesim.sim.core import jit, replay
 from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
-from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import build, run_simulation
-from pagesim.sim.engine import Engine
-from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace, write_table_profile
-
-
-# summary keys that are sums in float order (the rest must be equal exactly)
-ORDER_DEPENDENT = {"mean_itl_ms"}
-UNRECORDED_SUMS = {"avg_batch_size", "busy_s", "avg_allocated_blocks", "avg_logical_blocks"}
-
-
-def assert_engines_agree(cfg, trace, step_by_step=True):
-    c = run_simulation(cfg, trace, engine="core")
-    assert c.summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
-    refs = [run_simulation(cfg, trace, engine="python")]
-    if step_by_step:
-        refs.append(run_simulation(cfg, trace, macro_steps=False))
-    for p in refs:
-        assert p.summary["engine"] == "python"
-        pd.testing.assert_frame_equal(c.requests, p.requests, check_exact=True)
-        pd.testing.assert_frame_equal(c.steps, p.steps, check_exact=True)
-        loose = ORDER_DEPENDENT | (set() if cfg.record_steps else UNRECORDED_SUMS)
-        for k, v in p.summary.items():
-            w = c.summary[k]
-            if k in ("engine", "wall_time_s"):
-                continue
-            if k in loose or (not cfg.record_steps and k.startswith("mem_")):
-                assert w == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), k
-            elif isinstance(v, float) and np.isnan(v):
-                assert np.isnan(w), k
-            else:
-                assert w == v, k
-    return c
+from pagesim.sim.run import initial_state, prepare, result, run_simulation
+from tests.sim.helpers import OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, trace, write_table_profile
 
 
 CASES = [
@@ -173,13 +136,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("system,kw,tkw", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_core_equals_python(system, kw, tkw, seed):
+def test_cases_keep_every_invariant(system, kw, tkw):
+    """Each case under --check: no InvariantError, and every request finished or rejected."""
     kw = dict(kw)
     slots = kw.pop("slots", 3000)
-    cfg = cfg_for(system, slots, seed=seed, **kw)
-    c = assert_engines_agree(cfg, rand_trace(seed, **tkw))
+    c = run_simulation(cfg_for(system, slots, seed=0, check=True, **kw), rand_trace(0, **tkw))
     assert c.summary["completed"] + c.summary["rejected"] == 160
 
 
@@ -187,13 +149,6 @@ def test_core_equals_python(system, kw, tkw, seed):
 # sim/core/cost.py over each): the core and the Python engine call the same step price
 COST_MODELS = ["calibrated", "table", "table-without-prefill", "scaled-roofline", "scaled-calibrated",
                "scaled-table"]
-COST_CASES = [
-    ({}, {}),
-    (dict(slots=1200), dict(rate=200.0)),  # preemption storms (recompute)
-    (dict(chunked_prefill=True, chunk_budget=64, slots=1200), dict(rate=200.0)),  # chunks after cached tokens
-    (dict(preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30, slots=1200), dict(rate=200.0)),  # swap priced
-    (dict(record_steps=False, tensor_parallel=2, step_overhead_ms=1.0, per_seq_overhead_ms=0.5), {}),
-]
 
 
 @pytest.fixture(scope="module")
@@ -215,43 +170,24 @@ def cost_kw(name: str, profiles) -> dict:
     return kw
 
 
-@pytest.mark.parametrize("case", range(len(COST_CASES)))
+@pytest.mark.parametrize("system", ["vllm", "static"])
 @pytest.mark.parametrize("cost", COST_MODELS)
-def test_core_equals_python_with_each_cost_model(cost, case, profiles):
-    kw, tkw = COST_CASES[case]
-    kw = dict(kw)
-    slots = kw.pop("slots", 3000)
-    cfg = cfg_for(slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
-    c = assert_engines_agree(cfg, rand_trace(case, **tkw))
-    roofline = run_simulation(cfg_for(slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
-    assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
-
-
-STATIC_COST_CASES = [
-    (dict(slots=2048), {}),
-    (dict(slots=1200), dict(rate=200.0)),
-    (dict(slots=3000, static_batch_size=3, record_steps=False), {}),
-]
-
-
-@pytest.mark.parametrize("case", range(len(STATIC_COST_CASES)))
-@pytest.mark.parametrize("cost", COST_MODELS)
-def test_static_core_equals_python_with_each_cost_model(cost, case, profiles):
-    """Static batching's padded steps priced by each model: the core's loop prices them as the
-    Python static scheduler's cost model does (sim/core/static.py writes the padded shape)."""
-    kw, tkw = STATIC_COST_CASES[case]
-    kw = dict(kw)
-    slots = kw.pop("slots")
-    cfg = cfg_for("static", slots=slots, seed=case, **kw, **cost_kw(cost, profiles))
-    c = assert_engines_agree(cfg, rand_trace(case, **tkw))
-    roofline = run_simulation(cfg_for("static", slots=slots, seed=case, **kw), rand_trace(case, **tkw), engine="core")
-    assert c.summary["duration_s"] != roofline.summary["duration_s"]  # the model did price the run
+def test_each_cost_model_prices_the_run(system, cost, profiles):
+    """Every cost model (and the scale over each) prices the steps of a run, continuous or
+    static batching's padded ones, under --check: the run ends, and its duration is not the
+    roofline's."""
+    slots = 1200 if system == "vllm" else 2048  # preemption storms; static batches of 8
+    c = run_simulation(cfg_for(system, slots=slots, seed=1, check=True, **cost_kw(cost, profiles)),
+                       rand_trace(1, rate=200.0))
+    roofline = run_simulation(cfg_for(system, slots=slots, seed=1), rand_trace(1, rate=200.0))
+    assert c.summary["completed"] + c.summary["rejected"] == 160
+    assert c.summary["duration_s"] != roofline.summary["duration_s"]
 
 
 def test_table_runs_reach_every_part_of_the_tables(profiles):
     """The table cases interpolate inside, below and beyond each table, and sum the prefill of
     several sequences in one step."""
-    c = run_simulation(cfg_for(seed=0, profile=profiles[True]), rand_trace(0), engine="core")
+    c = run_simulation(cfg_for(seed=0, profile=profiles[True]), rand_trace(0))
     tokens = c.steps["num_prefill_tokens"] + c.steps["num_decode_tokens"]
     assert tokens.max() > 256 and ((tokens > 16) & (tokens < 64)).any()  # linear: beyond and inside
     decode = c.steps["num_decode_tokens"]
@@ -261,35 +197,17 @@ def test_table_runs_reach_every_part_of_the_tables(profiles):
     assert ((c.steps["batch_size"] - decode >= 3) & (c.steps["num_prefill_tokens"] > 0)).any()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 60), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       bs=st.sampled_from([1, 16]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
-       chunk=st.sampled_from([None, 8, 100]), swap=st.sampled_from([None, 100, 5000]),
-       cost=st.sampled_from(COST_MODELS), scale=st.sampled_from([0.5, 1.37]))
-def test_core_equals_python_random_cost_models(profiles, seed, n, rate, bs, slots, max_seqs, chunk, swap, cost,
-                                               scale):
-    kw = cost_kw(cost, profiles)
-    if "cost_scale" in kw:
-        kw["cost_scale"] = scale
-    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, seed=seed,
-                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
-                  preemption="recompute" if swap is None else "swap",
-                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, **kw)
-    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate))  # macro steps and step by step
-
-
 def test_cases_reach_what_they_test():
     """Preemption, swap fallbacks and rejection do happen in the cases."""
-    c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0), engine="core")
+    c = run_simulation(cfg_for(slots=1200, seed=0), rand_trace(0, rate=200.0))
     assert c.summary["num_preemptions"] > 0
     assert (c.requests["preemptions"] > 0).sum() > 1
     c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=150 * OPT13B_SLOT / 2**30),
-                       rand_trace(0, rate=200.0), engine="core")
+                       rand_trace(0, rate=200.0))
     assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"] > 0  # swapped, and fell back
-    trace = rand_trace(1)
-    trace.loc[3, "output_tokens"] = 300  # final length over max_seq_len 256: NEVER
-    c = assert_engines_agree(cfg_for(), trace, step_by_step=False)
+    long = rand_trace(1)
+    long.loc[3, "output_tokens"] = 300  # final length over max_seq_len 256: NEVER
+    c = run_simulation(cfg_for(), long)
     assert "exceeds max_seq_len" in c.requests["reject_reason"][3]
     assert c.summary["rejected"] == 1
 
@@ -297,109 +215,56 @@ def test_cases_reach_what_they_test():
 def test_prefix_cases_reach_what_they_test():
     """Prefix hits, evictions, preemption and swap-ins do happen in the prefix-caching cases."""
     tr = rand_trace(0, rate=200.0, prefix=True)
-    c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True), tr, engine="core")
+    c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True), tr)
     assert c.summary["prefix_cache_hit_rate"] > 0.3 and c.summary["mgr_evictions"] > 0
     assert c.summary["num_preemptions"] > 0 and c.summary["mgr_cached_blocks"] > 0
     c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True, preemption="swap",
-                               swap_gib=2000 * OPT13B_SLOT / 2**30), tr, engine="core")
+                               swap_gib=2000 * OPT13B_SLOT / 2**30), tr)
     assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"]
 
 
-@pytest.mark.parametrize("max_num_seqs", [256, 1])  # 1: the queue head stays blocked meanwhile
-def test_arrivals_tied_with_step_ends(max_num_seqs):
-    """Arrivals exactly at a step's end: SimPy orders the two timeouts by creation, and the
-    core must too (the engine's was created at the step's start, the arrival's at the
-    previous arrival)."""
-    cfg = cfg_for(max_num_seqs=max_num_seqs)
-    trace = rand_trace(4, n=60, rate=20.0)
-    trace["arrival_s"] -= trace["arrival_s"][0]  # the run's clock is the trace's: ties stay ties
-    for _ in range(6):  # each added arrival ties with a step end of the run before it
-        steps = run_simulation(cfg, trace, engine="python").steps
-        ends = (steps["start_s"] + steps["dt_s"]).to_numpy()
-        t = ends[ends > trace["arrival_s"].max()]
-        at = float(t[len(t) // 3])
-        trace = pd.concat([trace, pd.DataFrame({"request_id": [f"tie{at}"], "arrival_s": [at],
-                                                "prompt_tokens": [40], "output_tokens": [30]})],
-                          ignore_index=True)
-    starts = run_simulation(cfg, trace, engine="python").steps["start_s"].to_numpy()
-    assert np.isin(trace["arrival_s"].to_numpy()[60:], starts).sum() >= 3  # the ties are there
-    assert_engines_agree(cfg, trace)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       bs=st.sampled_from([1, 2, 16, 64]), slots=st.integers(600, 4000), max_seqs=st.integers(1, 64),
-       watermark=st.sampled_from([0.0, 0.01, 0.2]), chunk=st.sampled_from([None, 8, 100, 512]),
-       swap=st.sampled_from([None, 0, 100, 5000]), prefix=st.booleans(),
-       ratio=st.sampled_from([None, None, 0.25, 1.0, 3.0]),
-       widths=st.sampled_from([None, None, {"n": [1, 2]}, {"n": [1, 3, 4]}, {"beam_width": [1, 2, 4]},
-                               {"beam_width": [1, 3], "n": [1, 2]}]))
-def test_core_equals_python_random(seed, n, rate, bs, slots, max_seqs, watermark, chunk, swap, prefix, ratio, widths):
-    cfg = cfg_for(slots=slots, block_size=bs, max_num_seqs=max_seqs, watermark=watermark, seed=seed,
-                  chunked_prefill=chunk is not None, chunk_budget=chunk or 512,
-                  preemption="recompute" if swap is None else "swap",
-                  swap_gib=(swap or 0) * OPT13B_SLOT / 2**30, prefix_caching=prefix, waiting_served_ratio=ratio)
-    trace = rand_trace(seed, n=n, rate=rate, prefix=prefix, width=widths)
-    assert_engines_agree(cfg, trace, step_by_step=False)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       reservation=st.sampled_from(["max", "pow2", "oracle", "predicted", "predicted"]),
-       placement=st.sampled_from(["buddy", "first-fit", "best-fit"]), slots=st.integers(256, 4000),
-       max_seqs=st.integers(1, 64), chunk=st.sampled_from([None, 8, 100, 512]),
-       error=st.sampled_from([0.1, 0.3, 1.0]), swap=st.sampled_from([None, 0, 100, 5000]))
-def test_core_equals_python_random_orca(seed, n, rate, reservation, placement, slots, max_seqs, chunk, error, swap):
-    cfg = cfg_for("orca-max", slots=slots, reservation=reservation, placement=placement, max_num_seqs=max_seqs,
-                  seed=seed, chunked_prefill=chunk is not None, chunk_budget=chunk or 512, predictor_error=error,
-                  preemption="recompute" if swap is None else "swap", swap_gib=(swap or 0) * OPT13B_SLOT / 2**30)
-    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate), step_by_step=False)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), rate=st.sampled_from([1.0, 30.0, 500.0]),
-       slots=st.integers(256, 4000), batch=st.sampled_from([None, 1, 2, 5]), max_len=st.sampled_from([128, 256]),
-       cost=st.sampled_from(["roofline"] + COST_MODELS))
-def test_core_equals_python_random_static(profiles, seed, n, rate, slots, batch, max_len, cost):
-    cfg = cfg_for("static", slots=slots, static_batch_size=batch and min(batch, slots // 256), seed=seed,
-                  **cost_kw(cost, profiles))
-    assert_engines_agree(cfg, rand_trace(seed, n=n, rate=rate, max_len=max_len), step_by_step=False)
+@pytest.mark.parametrize("arrival", [1.0, np.nextafter(1.0, 2.0)])
+def test_an_arrival_tied_with_a_step_end_comes_first(arrival):
+    """Two events at one instant fire in the order they were made (SimPy's rule, which the loop
+    keeps). Every iteration takes 1 s. Request A (prompt 4, output 3) arrives at 0; B at 1.0.
+    B's arrival was set up at 0, when A was handed over, before A's prefill [0, 1) was
+    scheduled: at 1.0 B joins the queue first, so the iteration scheduled at 1.0 is B's prefill
+    (prefill first), [1, 2): B's first token at 2.0; both decode at [2, 3) (B done) and A alone
+    at [3, 4). B an ulp after 1.0 finds A's first decode [1, 2) running and prefills at [2, 3);
+    both decode at [3, 4) and finish at 4.0."""
+    ex = ConstExecutor(1.0)
+    r = run_simulation(cfg_for(), trace([(0.0, 4, 3), (arrival, 4, 2)]), executor=ex).requests
+    tied = arrival == 1.0
+    assert [b[0] for b in ex.batches[:2]] == ([[0], [1]] if tied else [[0], []])
+    assert r["first_token_s"].tolist() == [1.0, 2.0 if tied else 3.0]
+    assert r["finish_s"].tolist() == ([4.0, 3.0] if tied else [4.0, 4.0])
 
 
 def test_orca_cases_reach_what_they_test():
     """The tight Orca cases block on memory with holes free (external fragmentation), and
     the buddy's rounding shows as allocator slack."""
     for placement in ("buddy", "first-fit", "best-fit"):
-        c = run_simulation(cfg_for("orca-oracle", slots=1000, placement=placement), rand_trace(0, rate=200.0),
-                           engine="core")
+        c = run_simulation(cfg_for("orca-oracle", slots=1000, placement=placement), rand_trace(0, rate=200.0))
         assert c.summary["completed"] == 160
         assert (c.steps["mem_external_frag"] > 0).any()
         assert (c.steps["mem_allocator_slack"] > 0).any() == (placement == "buddy")
         # predicted: reservations outgrown, kept, grown in place and moved, and preemptions
         p = run_simulation(cfg_for("orca-max", slots=1000, placement=placement, reservation="predicted"),
-                           rand_trace(0, rate=200.0), engine="core").summary
+                           rand_trace(0, rate=200.0)).summary
         assert p["completed"] == 160 and p["num_preemptions"] > 0
         kept = p["mgr_overflows"] - p["mgr_grows_in_place"] - p["mgr_moves"]  # a buddy block's slack held R'
         assert (kept > 0) == (placement == "buddy") and p["mgr_grows_in_place"] > 0 and p["mgr_moves"] > 0
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf in the summaries, both engines
-def test_non_finite_times_bin_as_numpy():
-    """An infinite arrival (a DataFrame that skipped trace validation) makes NaN latencies;
-    the replay's histogram puts them where np.searchsorted does (past the last edge)."""
-    trace = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, np.inf, 0.5],
-                          "prompt_tokens": [10, 10, 10], "output_tokens": [5, 5, 5]})
-    c = run_simulation(cfg_for(), trace, engine="core")
-    p = run_simulation(cfg_for(), trace, macro_steps=False)
-    assert c.summary["median_itl_ms"] == p.summary["median_itl_ms"]
-    assert c.summary["p99_itl_ms"] == p.summary["p99_itl_ms"]
-
-
 def test_limits_beyond_int64_are_clamped():
-    """A swap space or max_num_seqs no run can reach (beyond int64, or at the 2**62 settings cap) behaves as unlimited."""
-    cfg = cfg_for(slots=1200, preemption="swap", swap_gib=1e16, max_num_seqs=2**62)
-    assert_engines_agree(cfg, rand_trace(0, rate=200.0), step_by_step=False)
+    """A swap space or max_num_seqs no run can reach (beyond int64, or at the 2**62 settings
+    cap) behaves as one merely larger than the run needs."""
+    tr = rand_trace(0, rate=200.0)
+    beyond = run_simulation(cfg_for(slots=1200, preemption="swap", swap_gib=1e16, max_num_seqs=2**62), tr)
+    ample = run_simulation(cfg_for(slots=1200, preemption="swap", swap_gib=1e3, max_num_seqs=10**6), tr)
+    assert beyond.summary["num_preemptions"] > 0 and beyond.summary["num_swap_fallbacks"] == 0
+    pd.testing.assert_frame_equal(beyond.requests, ample.requests, check_exact=True)
+    pd.testing.assert_frame_equal(beyond.steps, ample.steps, check_exact=True)
 
 
 HUGE = 1 << 26  # a budget or max_seq_len beyond any run's prompts (the core refused these once)
@@ -414,24 +279,18 @@ HUGE = 1 << 26  # a budget or max_seq_len beyond any run's prompts (the core ref
     ("static", dict(max_seq_len=HUGE, slots=3 * HUGE, cost_model="calibrated")),
 ])
 def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
-    """Token budgets and max_seq_len of 2**26 and more run on the core with the Python engine's
-    records: the prefill pair sum is an exact integer in both, and the core's block tables are
-    as wide as the trace's longest request needs, not max_seq_len."""
+    """Token budgets and max_seq_len of 2**26 and more run (the core refused these once): the
+    core's block tables are as wide as the trace's longest request needs, not max_seq_len."""
     kw = dict(kw)
-    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
-    c = assert_engines_agree(cfg, rand_trace(0, n=60, rate=200.0), step_by_step=False)
+    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, check=True, **kw)
+    c = run_simulation(cfg, rand_trace(0, n=60, rate=200.0))
     assert c.summary["completed"] == 60
 
 
 def test_the_block_table_is_as_wide_as_the_longest_request():
     """max_seq_len 2**26 in blocks of 16: a row of 4,194,304 blocks per running slot; the trace's
     longest request (40 + 9 tokens) needs ceil(49 / 16) = 4."""
-    from pagesim.sim.core import replay
-    from tests.sim.helpers import trace
-
-    cfg = cfg_for(max_seq_len=HUGE, slots=HUGE + 64)
-    _, _, _, table, manager, sched, executor = build(cfg, trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
-    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    s = initial_state(cfg_for(max_seq_len=HUGE, slots=HUGE + 64), trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
     assert s.block_table.shape == (3, 4)
 
 
@@ -442,21 +301,18 @@ def test_progress_counts_every_finish():
         def update(self, k):
             self.total += k
 
-    cfg = cfg_for()
-    _, _, _, table, manager, sched, executor = build(cfg, rand_trace(0))
     bar = Bar()
-    eng = Engine(sched, manager, executor, table.arrival_s, progress=bar, engine="core")
-    eng.run()
-    assert eng.on_core and bar.total == int((table.status == 4).sum()) > 0
+    run = prepare(cfg_for(), rand_trace(0), progress_every=replay.progress_every(bar))
+    replay.run(run.state, progress=bar)
+    assert bar.total == int((run.table.status == 4).sum()) > 0
 
 
 def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
     """Served one at a time (``max_num_seqs=1``), 6 queued requests of 3 iterations each: a hook
     that asks for every finish (``due`` = 1) hears of each as its last iteration ends, before
     the next request is admitted, so it never sees one running; raising StopRun at the 4th
-    ends the run there with 4 x 3 iterations handed over and the exception let through."""
+    ends the run there, the state keeping its 4 x 3 iterations, and the exception let through."""
     from pagesim.sim.core.replay import StopRun
-    from tests.sim.helpers import trace
 
     class Hook:
         due = 1
@@ -471,14 +327,15 @@ def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
                 raise StopRun
 
     cfg = cfg_for(max_num_seqs=1, record_steps=False)
-    _, _, _, table, manager, sched, executor = build(cfg, trace([(0.0, 8, 3)] * 6))
+    run = prepare(cfg, trace([(0.0, 8, 3)] * 6), progress_every=1)
+    table = run.table
     hook = Hook(table)
-    eng = Engine(sched, manager, executor, table.arrival_s, record_steps=False, progress=hook, engine="core")
-    with pytest.raises(StopRun):
-        eng.run()
-    assert eng.on_core and hook.running == [0, 0, 0, 0]
+    with pytest.raises(StopRun) as stop:
+        replay.run(run.state, progress=hook)
+    assert hook.running == [0, 0, 0, 0]
     assert (table.status == 4).sum() == 4 and (table.status == 1).sum() == 2
-    assert eng.rec.n == 12 and eng.rec.decode_tokens == 4 * 2
+    stopped = result(cfg, run, stop.value.wall_time_s, duration_s=12.0)
+    assert stopped.summary["num_steps"] == 12 and stopped.summary["completed"] == 4
 
 
 @pytest.mark.parametrize("system", list(SYSTEMS))
@@ -495,24 +352,6 @@ def test_every_command_line_system_runs_on_the_core(system):
         cfg = cfg_for(system, slots=3000 if system != "static" else 2048, **kw)
         r = run_simulation(cfg, rand_trace(0, n=40, width=width))
         assert r.summary["engine"] == "core", (system, kw)
-
-
-def test_another_executor_runs_python():
-    """What stays off the core is an executor other than the simulated one (the GPU's)."""
-    from pagesim.sim.core.replay import unsupported
-    from pagesim.sim.executor import SimulatedExecutor
-
-    class TimedElsewhere(SimulatedExecutor):
-        pass
-
-    _, _, _, table, manager, sched, executor = build(cfg_for(), rand_trace(0, n=5))
-    engine = Engine(sched, manager, TimedElsewhere(executor.cost_model), table.arrival_s)
-    assert "only the simulated executor" in unsupported(engine)
-
-
-def test_unknown_engine_is_a_config_error():
-    with pytest.raises(ConfigError, match="valid: auto, core, python"):
-        run_simulation(cfg_for(), rand_trace(0, n=5), engine="fast")
 
 
 def test_numba_is_there_to_compile_the_core():
@@ -540,8 +379,7 @@ if kw.get("profile"):
     kw["profile"] = str(write_table_profile(sys.argv[2] + "/profile.csv"))
 kw.setdefault("system", "vllm")
 width = kw.pop("width", None)
-r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True, width=width),
-                   engine="core")
+r = run_simulation(cfg_for(kw.pop("system"), seed=0, **kw), rand_trace(0, rate=200.0, prefix=True, width=width))
 assert r.summary["engine"] == "core-cpython"
 r.requests.to_pickle(sys.argv[2] + "/requests.pkl")
 r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
@@ -580,7 +418,7 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
         kw["profile"] = str(tmp_path / "profile.csv")
     width = kw.pop("width", None)
     r = run_simulation(cfg_for(kw.pop("system", "vllm"), seed=0, **kw),
-                       rand_trace(0, rate=200.0, prefix=True, width=width), engine="core")
+                       rand_trace(0, rate=200.0, prefix=True, width=width))
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "requests.pkl"), r.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "steps.pkl"), r.steps, check_exact=True)
 
@@ -597,7 +435,7 @@ scheduler.steps_without_token_limit = lambda max_seq_len: 3
 cfg = cfg_for(chunked_prefill=True, chunk_budget=1)
 with pytest.raises(InvariantError, match=r"no request produced a token in 4 iterations in a row "
                                          r"\\(0 waiting, 0 swapped, 1 running, 0 preemptions"):
-    run_simulation(cfg, trace([(0.0, 10, 2)]), engine="core")
+    run_simulation(cfg, trace([(0.0, 10, 2)]))
 """
 
 
@@ -610,23 +448,16 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
 
 
-@pytest.mark.parametrize("system", ["orca-max", "orca-pow2", "orca-oracle", "static", "vattention"])
-def test_orca_and_static_take_the_core_by_default(system):
-    cfg = cfg_for(system, slots=2048)
-    assert run_simulation(cfg, rand_trace(0, n=20)).summary["engine"] == ("core" if jit.COMPILED else "core-cpython")
-
-
 def test_beam_cases_reach_what_they_test():
     """In the beam cases beams die and fork beyond the forks after each prefill, requests are
     preempted, swapped out and back, and prefix hits happen."""
     width = {"beam_width": [1, 2, 3]}
     tr = rand_trace(0, rate=200.0, width=width)
     first_forks = int((tr["beam_width"] - 1).sum())  # each request's fork after its prefill, once
-    c = run_simulation(cfg_for(slots=1200, seed=0), tr, engine="core")
+    c = run_simulation(cfg_for(slots=1200, seed=0), tr)
     assert c.summary["mgr_forks"] > 2 * first_forks and c.summary["num_preemptions"] > 0
-    c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30), tr,
-                       engine="core")
+    c = run_simulation(cfg_for(slots=1200, seed=0, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30), tr)
     assert c.summary["num_preemptions"] > c.summary["num_swap_fallbacks"]
     c = run_simulation(cfg_for(slots=1200, seed=0, prefix_caching=True),
-                       rand_trace(0, rate=200.0, width=width, prefix=True), engine="core")
+                       rand_trace(0, rate=200.0, width=width, prefix=True))
     assert c.summary["prefix_cache_hit_rate"] > 0.3 and c.summary["mgr_forks"] > 2 * first_forks

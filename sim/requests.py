@@ -1,8 +1,6 @@
-"""Per-request state as columns (numpy arrays over the trace's rows), shared by all schedulers.
-
-Keeping request state in arrays lets a decode step update a whole batch with a few numpy
-operations instead of a Python loop per request. Request ``i`` is row ``i`` of the trace; its
-first sequence has ``seq_id == i`` and forked samples/beams get ids ``>= num_requests``.
+"""A run's requests as columns (numpy arrays over the trace's rows): the trace's own, and the
+state the core writes in place as it runs them (``sim.core.state.Core`` holds these very arrays).
+Request ``i`` is row ``i`` of the trace.
 
 Token timeline of one sequence (P prompt tokens, O output tokens)::
 
@@ -27,6 +25,8 @@ from pagesim.sim.errors import TraceError
 
 
 class Status(enum.IntEnum):
+    """A request's ``status`` (the core's ``state.PENDING`` .. ``REJECTED``)."""
+
     PENDING = 0  # not arrived yet
     WAITING = 1
     RUNNING = 2
@@ -59,8 +59,7 @@ class RequestTable:
         # The run's clock starts at the first arrival: duration and time-weighted averages are
         # measured from it (a trace whose times start late, or are epoch seconds, would count
         # the time before it), and times near 0 keep their precision (at 1e15 s a float's step
-        # is 0.125 s: every latency would round to 0). Both engines read this table, records
-        # are in this clock, and the summary keeps the offset (``arrival_offset_s``)
+        # is 0.125 s: every latency would round to 0). Records are in this clock, and the summary keeps the offset (``arrival_offset_s``)
         arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
         self.arrival_offset_s = float(arrival.min()) if n else 0.0
         self.arrival_s = arrival - self.arrival_offset_s
@@ -85,15 +84,7 @@ class RequestTable:
         self.finish_s = np.full(n, np.nan)
         self.last_token_s = np.full(n, np.nan)
         self.preemptions = np.zeros(n, np.int64)
-        self.reject_reason = np.full(n, "", dtype=object)
-        self.forked = np.zeros(n, bool)  # children already forked after the first prefill
-        self.seqs: dict[int, list[int]] = {}  # request -> live seq ids (only when width > 1)
-
-    def seq_ids(self, i: int) -> list[int]:
-        return self.seqs.get(i, [i])
-
-    def final_len(self, i: int) -> int:
-        return int(self.prompt[i] + self.output[i])
+        self.reject_reason = np.full(n, "", dtype=object)  # why, in words (sim.core.outcome)
 
     def prefix_hashes(self, i: int):
         if self.hashes is None:

@@ -1,0 +1,304 @@
+"""The core's arrays for one run: what a :class:`~sim.config.SimConfig`, its KV pool and its
+request table ask of the core, as numbers and flags (``state.Core``), before the first event.
+
+Every setting is turned into the core's policy here and nowhere else: the paged pool
+(``block_size``, its watermark in blocks, the append rule, prefix caching), the contiguous
+(Orca) manager's reservation and placement, static batching's slots, the scheduler's limits
+(``max_num_seqs``, the token budgets, swap space in tokens) and the cost model's constants.
+Settings that only make sense against the pool (a block table that cannot hold one
+``max_seq_len`` request, a buddy pool whose largest block is too small, more static slots than
+fit) are refused here, in one line naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from pagesim.sim.core import placement, state
+from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
+from pagesim.sim.errors import ConfigError
+
+ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
+UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
+#: the vLLM block size limit (``vllm/config.py``'s choices go to 128; 256 leaves room for what-ifs)
+MAX_BLOCK_SIZE = 256
+#: inter-token latencies are binned on this log grid (1 us .. 10^4 s; sim/metrics.py's docstring)
+ITL_EDGES = np.logspace(-6, 4, 2001)
+
+
+class Pool(NamedTuple):
+    """The KV pool as the memory manager divides it. Paged managers (vllm, token, vattention):
+    ``num_blocks`` blocks of ``block_size`` slots and ``leftover`` slots too few for another
+    block; the contiguous and static managers: one address space of ``capacity`` slots (no blocks)."""
+
+    kind: str  # "paged", "contiguous" or "static"
+    capacity: int
+    max_seq_len: int
+    block_size: int = 1
+    num_blocks: int = 0
+    leftover: int = 0
+    watermark_blocks: int = 0
+    largest_extent: int = 0  # contiguous: the largest extent an empty pool can place
+    num_slots: int = 0  # static: B slots of max_seq_len
+
+    @property
+    def shares_blocks(self) -> bool:
+        """Forks (parallel samples, beams) share blocks: the paged managers but vAttention's."""
+        return self.kind == "paged"
+
+
+def vattention_page_tokens(model, page_bytes: int, tensor_parallel: int = 1) -> int:
+    """Tokens per physical page of ``page_bytes`` per layer for ``model`` at ``tensor_parallel``."""
+    if page_bytes <= 0:
+        raise ConfigError(f"vattention_page_kib must be > 0, got {page_bytes / 1024:g} (e.g. 64)")
+    return max(1, int(page_bytes // model.kv_bytes_per_layer_token(tensor_parallel)))
+
+
+def largest_buddy_block(capacity: int) -> int:
+    """The buddy allocator's largest block: the highest power of two in the capacity (its chunks
+    are the capacity's set bits, largest first)."""
+    return 1 << (int(capacity).bit_length() - 1) if capacity > 0 else 0
+
+
+def pool_for(cfg, capacity_tokens: int, model) -> Pool:
+    """How ``cfg``'s manager divides ``capacity_tokens`` slots; ConfigError when one
+    ``max_seq_len`` request cannot fit."""
+    capacity, max_seq_len = int(capacity_tokens), int(model.max_seq_len)
+    if capacity < max_seq_len:
+        raise ConfigError(f"KV pool of {capacity} slots is smaller than one max_seq_len={max_seq_len} "
+                          f"request; use max_seq_len <= {capacity} or a larger pool (kv_gib)")
+    if cfg.manager == "static":
+        fit = capacity // max_seq_len
+        slots = fit if cfg.static_batch_size is None else cfg.static_batch_size
+        if not 1 <= slots <= fit:
+            raise ConfigError(f"static_batch_size={slots} slots of {max_seq_len} do not fit in "
+                              f"{capacity} slots; use static_batch_size <= {fit}")
+        return Pool("static", capacity, max_seq_len, num_slots=int(slots))
+    if cfg.manager == "contiguous":
+        largest = largest_buddy_block(capacity) if cfg.placement == "buddy" else capacity
+        placed = placement.next_pow2(max_seq_len) if cfg.placement == "buddy" else max_seq_len
+        if placed > largest:
+            raise ConfigError(
+                f"with {cfg.placement} placement a max_seq_len={max_seq_len} request takes {placed} slots but "
+                f"the largest block of a {capacity}-slot pool is {largest}; use max_seq_len <= {largest}, "
+                f"placement first-fit, or a pool of >= {placed} slots")
+        return Pool("contiguous", capacity, max_seq_len, largest_extent=largest)
+    if cfg.manager == "vattention":
+        block_size = vattention_page_tokens(model, cfg.vattention_page_kib * 1024, cfg.tensor_parallel)
+    else:
+        block_size = int(cfg.block_size)
+        if not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise ConfigError(f"block_size must be in 1..{MAX_BLOCK_SIZE}, got {block_size} (vLLM uses 16)")
+    num_blocks = capacity // block_size
+    if num_blocks < -(-max_seq_len // block_size):
+        raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "
+                          f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * block_size} "
+                          "or a larger pool (kv_gib)")
+    return Pool("paged" if cfg.manager == "paged" else "vattention", capacity, max_seq_len, block_size, num_blocks,
+                capacity - num_blocks * block_size, int(cfg.watermark * num_blocks))
+
+
+class Limits(NamedTuple):
+    """The scheduler's limits, as the core reads them."""
+
+    max_num_seqs: int
+    max_batched_tokens: int
+    swap_capacity_tokens: int
+    static_batch_limit: int
+
+
+def limits_for(cfg, pool: Pool, kv_bytes_per_token: float) -> Limits:
+    swap = cfg.preemption == "swap"
+    max_num_seqs = min(cfg.max_num_seqs, UNLIMITED)
+    static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
+    return Limits(max_num_seqs, cfg.max_num_batched_tokens or max(pool.max_seq_len, 2048),
+                  min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit)
+
+
+RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": state.RESERVE_ORACLE,
+                "predicted": state.RESERVE_PREDICTED}
+PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": state.BEST_FIT}
+
+
+def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False,
+          progress_every: int = UNLIMITED) -> state.Core:
+    """The state of a run of ``table`` (:class:`sim.requests.RequestTable`, whose columns the
+    core writes in place) before its first event. ``cost``: (``state.ROOFLINE``/``CALIBRATED``/
+    ``TABLE``, scaled, constants, data) from ``sim.cost_models.core_cost``; ``external``: an
+    executor outside the core times the steps (the GPU mode), which then records each step's
+    block copies and swaps."""
+    t = table
+    n = t.size
+    paged = pool.kind in ("paged", "vattention")
+    block_size, num_blocks = (pool.block_size, pool.num_blocks) if paged else (1, 0)
+    prefix_caching = bool(cfg.prefix_caching) and pool.kind == "paged"
+    config = np.zeros(state.NUM_CONFIG, np.int64)
+    config[state.NUM_REQUESTS] = n
+    config[state.BLOCK_SIZE] = block_size
+    config[state.NUM_BLOCKS] = num_blocks
+    config[state.LEFTOVER_SLOTS] = pool.leftover
+    config[state.WATERMARK_BLOCKS] = pool.watermark_blocks
+    config[state.MAX_SEQ_LEN] = pool.max_seq_len
+    config[state.MAX_NUM_SEQS] = limits.max_num_seqs
+    config[state.MAX_BATCHED_TOKENS] = limits.max_batched_tokens
+    config[state.KEEP_ROWS] = int(cfg.record_steps)
+    config[state.PROGRESS_EVERY] = progress_every
+    config[state.CHUNKED_PREFILL] = int(cfg.chunked_prefill)
+    config[state.CHUNK_BUDGET] = cfg.chunk_budget
+    config[state.SWAP_PREEMPTION] = int(cfg.preemption == "swap")
+    config[state.SWAP_CAPACITY_TOKENS] = limits.swap_capacity_tokens
+    config[state.FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
+    config[state.CHECK_STEPS] = int(cfg.check)
+    config[state.EXTERNAL_STEPS] = int(external)
+    cost_code, cost_scaled, cost_constants, cost_data = cost
+    config[state.COST_MODEL] = cost_code
+    config[state.COST_SCALED] = int(cost_scaled)
+    count = np.zeros(state.NUM_COUNTS, np.int64)
+    count[state.NUM_FREE_BLOCK_IDS] = num_blocks
+    # every running request holds a block, so no more than num_blocks run at once, each with at
+    # most max_width sequences; admission counts a request's sequences against max_num_seqs but
+    # only its first one as running until the fork (scheduler.admit), so the requests admitted
+    # by then can run up to max_width times max_num_seqs sequences
+    max_width = int(t.width.max()) if n else 1
+    num_slots = max(1, min(limits.max_num_seqs * max_width, int(t.width.sum()), num_blocks * max_width))
+    count[state.NUM_FREE_SLOTS] = num_slots
+    # a sequence holds at most its request's final length, and no request longer than
+    # max_seq_len is admitted: the table is as wide as the trace's longest request needs
+    longest = int((t.prompt + t.output).max()) if n else 1
+    blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
+    i64 = np.int64
+    shared = prefix_caching or max_width > 1
+    caching = prefix_caching_arrays(num_blocks, t, prefix_caching, shared)
+    seq_slot = np.full((max(n, 1), max_width), -1, i64)
+    config[state.PREFIX_CACHING] = int(prefix_caching)
+    config[state.SHARED_BLOCKS] = int(shared)  # reference counts kept
+    config[state.FORKS_SHARE_BLOCKS] = int(pool.shares_blocks)  # else n / beam_width > 1 is rejected
+    config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
+    config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
+    count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
+    clock = np.zeros(state.NUM_CLOCK)
+    ratio = cfg.waiting_served_ratio
+    config[state.HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
+    clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
+    config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
+    clock[state.BEAM_CHURN] = BEAM_CHURN_PROBABILITY
+    rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
+    s = state.Core(
+        config=config, count=count, clock=clock, cost=cost_constants,
+        arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
+        status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
+        num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
+        first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
+        num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,
+        slot=seq_slot[:n, 0], in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
+        waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
+        free_block_ids=np.arange(num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
+        block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
+        step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
+        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
+        itl_edges=ITL_EDGES, itl_hist=np.zeros(len(ITL_EDGES) + 1, i64),
+        row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
+        cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
+        width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
+        beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
+        predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
+            external, num_blocks, num_slots * blocks_per_seq))
+    return s if paged else with_extents(cfg, pool, limits, s, t)
+
+
+def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dict:
+    """The step's data movement (state.Core.step_copies, step_swap_out, step_swap_in), sized for
+    the most a step can record (one row each when nobody reads them): a copy takes a free block;
+    a scheduling pass swaps out (and in) at most every cell of the block tables, and an iteration
+    is at most two passes (scheduler.schedule)."""
+    if not external:
+        num_blocks = table_cells = 0
+    i64 = np.int64
+    return dict(step_copies=np.zeros((num_blocks + 1, 2), i64), step_swap_out=np.zeros((2 * table_cells + 1, 3), i64),
+                step_swap_in=np.zeros((2 * table_cells + 1, 3), i64))
+
+
+def no_extents() -> dict:
+    """The contiguous manager's arrays, empty (a paged run never reads them)."""
+    i64 = np.int64
+    return dict(extent=np.zeros((0, state.EXTENT_COLUMNS), i64), buddy_bits=np.zeros(0, i64),
+                buddy_orders=np.zeros((0, 3), i64), holes=np.zeros((0, 2), i64))
+
+
+def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Core:
+    """``s`` (a pool of no blocks) with the contiguous (Orca) manager's flags, its extents'
+    arrays and an empty pool: one free block per buddy chunk, or one hole. The static manager
+    is the same accounting with the ``max`` reservation in its B fixed slots (first-fit over
+    ``[0, B * max_seq_len)``), under the static scheduler."""
+    config = s.config
+    config[state.MANAGER_KIND] = state.CONTIGUOUS
+    config[state.CAPACITY] = pool.capacity
+    config[state.ADDRESS_SPACE] = pool.capacity
+    if pool.kind == "static":
+        config[state.SCHEDULER_KIND] = state.STATIC
+        config[state.STATIC_BATCH_LIMIT] = limits.static_batch_limit
+        config[state.RESERVATION_KIND] = state.RESERVE_MAX
+        config[state.PLACEMENT_KIND] = state.FIRST_FIT
+        config[state.ADDRESS_SPACE] = pool.num_slots * pool.max_seq_len  # the tail stays free
+        config[state.LARGEST_EXTENT] = pool.max_seq_len
+    else:
+        config[state.RESERVATION_KIND] = RESERVATIONS[cfg.reservation]
+        config[state.PLACEMENT_KIND] = PLACEMENTS[cfg.placement]
+        config[state.LARGEST_EXTENT] = pool.largest_extent
+        s.clock[state.PREDICTOR_ERROR] = cfg.predictor_error
+    n = t.size
+    i64 = np.int64
+    space = int(config[state.ADDRESS_SPACE])
+    orders = max(space.bit_length(), 1) if config[state.PLACEMENT_KIND] == state.BUDDY else 0
+    words = [max(1, -(-(space >> k) // placement.WORD_BITS)) for k in range(orders)]
+    buddy_orders = np.zeros((orders, 3), i64)
+    buddy_orders[:, state.ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
+    # holes never outnumber the extents + 1, and extents the running requests
+    holes = min(int(config[state.MAX_NUM_SEQS]), n, pool.capacity) + 2
+    extent = np.zeros((n, state.EXTENT_COLUMNS), i64)
+    extent[:, state.EXTENT_START] = -1
+    s = s._replace(extent=extent, buddy_bits=np.zeros(sum(words), i64), buddy_orders=buddy_orders,
+                   holes=np.zeros((holes, 2), i64))
+    if config[state.RESERVATION_KIND] == state.RESERVE_PREDICTED:
+        s = s._replace(predictor_draw=predictor_draws(cfg.seed, t),
+                       placement_saved=np.zeros(placement.saved_size(sum(words), orders, holes), i64))
+    placement.init(s)
+    return s
+
+
+def predictor_draws(seed: int, t) -> np.ndarray:
+    """Each request's standard normal draw z for the predicted reservation (sim/core/extent.py
+    ``request_size``), seeded by (seed, row, F): a request's row names its one sequence and F is
+    its final length, so every admission of it (after a recompute or a swap too) draws this z."""
+    final = (t.prompt + t.output).tolist()
+    return np.array([np.random.default_rng((seed, i, f)).standard_normal() for i, f in enumerate(final)],
+                    dtype=np.float64)
+
+
+def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool) -> dict:
+    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's (also where blocks are
+    shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
+    every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`). One-element
+    arrays where not needed."""
+    from pagesim.sim.core.prefix_cache import prefix_chain
+
+    n, i64 = t.size, np.int64
+    nb = num_blocks if shared else 1
+    cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1
+    chain_start = np.zeros(n + 1, i64)
+    chains: list[int] = []
+    if prefix_caching and t.hashes is not None:
+        hash_block_tokens = t.hash_block_tokens
+        for i in range(n):
+            h = t.prefix_hashes(i)
+            if h:
+                chains.extend(prefix_chain(h, hash_block_tokens))
+            chain_start[i + 1] = len(chains)
+    block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), i64)
+    block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
+    key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
+    key_entries[:, state.ENTRY_BLOCK] = -1
+    return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
+                chains=np.array(chains if chains else [0], dtype=i64), num_keys=np.zeros(max(n, 1), i64))
