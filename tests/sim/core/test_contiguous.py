@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, kv_cache, placement, replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.core import extent, kv_cache, placement, scheduler, state
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS
@@ -17,9 +16,9 @@ OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVE
 def core_state(system, rows, slots=16, max_seq_len=16, **kw):
     """The core's state before the run: ``rows`` (arrival, prompt, output) over ``slots``."""
     cfg = cfg_for(system, slots=slots, max_seq_len=max_seq_len, **kw)
-    _, _, _, table, manager, sched, executor = build(cfg, trace(rows))
-    assert manager.capacity == slots
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    s = initial_state(cfg, trace(rows))
+    assert s.config[state.CAPACITY] == slots
+    return s
 
 
 def admit(s, i):
@@ -180,7 +179,7 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
         assert s.config[state.FORKS_SHARE_BLOCKS] == 0
     tr = trace([(0, 3, 2), (0, 4, 2), (0, 2, 2)], n=[1, 2, 1])
-    r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr, engine="core")
+    r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr)
     assert r.requests["reject_reason"].tolist() == [
         "", "parallel sampling / beam search (width 2) needs a manager that shares blocks (paged); "
             "this one would copy whole reservations", ""]
@@ -363,3 +362,113 @@ def test_overflows_re_reserve_in_the_order_requests_joined_the_decode_set():
     assert extent_of(s, 1) == (16, 11, 16) and extent_of(s, 0) == (0, 11, 16)
     assert buddy_free_blocks(s) == {32: [32]}
     assert (s.count[state.NUM_MOVES], s.count[state.NUM_GROWS_IN_PLACE]) == (1, 1)
+
+
+# -- three requests on a 64-slot pool, every reservation (A: P 4, F 6; B: P 2, F 16; C: P 8, F 9) --
+ABC = [(0, 4, 2), (0, 2, 14), (0, 8, 1)]
+
+
+def prefilled(s, i):
+    """Request ``i`` admitted with its prompt computed (its prefill done)."""
+    prompt = int(s.prompt_tokens[i])
+    assert extent.can_allocate(s, i, prompt) == OK
+    extent.allocate(s, i, prompt, prompt)
+
+
+def both(s, token_states, reservation, internal, slack, free):
+    """The six categories with nobody waiting (free slots idle) and with a request waiting for
+    memory (free slots external fragmentation)."""
+    assert categories(s, False) == [token_states, reservation, internal, slack, 0, free]
+    assert categories(s, True) == [token_states, reservation, internal, slack, free, 0]
+
+
+def test_max_reservations_of_three_on_a_buddy_of_64():
+    """max: R = M = 16 each, placed 16, lowest free first: [0, 16), [16, 32), [32, 48).
+    Token states 4 + 2 + 8 = 14; reservation min(R, F) - L = 2 + 14 + 1 = 17; internal
+    R - F = 10 + 0 + 7 = 17; no slack; 64 - 48 = 16 free."""
+    s = core_state("orca-max", ABC, slots=64)
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i) for i in range(3)] == [(0, 16, 16), (16, 16, 16), (32, 16, 16)]
+    both(s, 14, 17, 17, 0, 16)
+
+
+def test_pow2_reservations_of_three_on_a_buddy_of_64():
+    """pow2: A R = 4 + next_pow2(2) = 6, placed 8 (64 -> 32|32 -> 16|16 -> 8|8: [0, 8));
+    B 2 + next_pow2(14) = 18, capped at M = 16, placed 16: the lowest free 16 is [16, 32);
+    C 8 + next_pow2(1) = 9, placed 16: 32@32 splits, [32, 48).
+    Token states 14; reservation min(R, F) - L = 2 + 14 + 1 = 17; internal R - F = 0 each;
+    slack A - R = 2 + 0 + 7 = 9; free 64 - 8 - 16 - 16 = 24. Freeing A and C leaves B's 2
+    tokens and 14 reserved, 64 - 16 = 48 free."""
+    s = core_state("orca-pow2", ABC, slots=64)
+    assert [extent.request_size(s, i, int(s.prompt_tokens[i])) for i in range(3)] == [6, 16, 9]
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i) for i in range(3)] == [(0, 6, 8), (16, 16, 16), (32, 9, 16)]
+    both(s, 14, 17, 0, 9, 24)
+    extent.free(s, 0)
+    extent.free(s, 2)
+    both(s, 2, 14, 0, 0, 48)
+
+
+def test_pow2_rounds_an_output_of_25_to_32():
+    """P 10, O 25: R = 10 + next_pow2(25) = 10 + 32 (M 512 does not cap it)."""
+    s = core_state("orca-pow2", [(0, 10, 25)], slots=1024, max_seq_len=512)
+    assert extent.request_size(s, 0, 10) == 10 + 32
+
+
+def test_oracle_first_fit_leaves_external_fragmentation():
+    """oracle (R = F) first-fit over 64: A [0, 6), B [6, 22), C [22, 31); token states 14,
+    reservation F - L = 17, no internal or slack, 64 - 31 = 33 free. A leaves: holes [0, 6)
+    and [31, 64). r3 (P 10, F 16) takes the lowest hole that fits, [31, 47); r4 (the same)
+    [47, 63); r5 (P 3, F 7) waits: 6 + 1 = 7 slots are free but the largest hole is 6, and
+    those 7 slots are external fragmentation."""
+    rows = ABC + [(0, 10, 6), (0, 10, 6), (0, 3, 4)]
+    s = core_state("orca-oracle", rows, slots=64, placement="first-fit")
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i)[:2] for i in range(3)] == [(0, 6), (6, 16), (22, 9)]
+    both(s, 14, 17, 0, 0, 33)
+    extent.free(s, 0)
+    assert admit(s, 3) == OK and extent_of(s, 3)[:2] == (31, 16)
+    assert admit(s, 4) == OK and extent_of(s, 4)[:2] == (47, 16)
+    assert admit(s, 5) == LATER
+    assert holes(s) == [[0, 6], [63, 1]]
+    assert categories(s, True)[4] == 7 and sum(categories(s, True)) == 64
+
+
+def test_a_move_frees_its_old_place_for_a_blocked_head():
+    """First-fit over 16, predicted (e 0.5): filler P 2, O 1, z 0 -> R 3 at [0, 3); A P 2, O 5,
+    z -1.5 -> 5 * 0.25 = 1.25 rounds to 1: R 3 at [3, 6); B P 5, O 1, z 0 -> R 6 at [6, 12);
+    [12, 16) free. The filler leaves: holes of 3 and 4, so the head (P 5, O 1: R 6) waits.
+    A at 3 tokens overflows: R' = max(3 + 1, 2 + 2 x (3 - 2)) = 4; B follows it, so it cannot
+    grow in place and moves to [12, 16). Its old place joins the filler's hole, [0, 6), and
+    the head fits: the move counts as a free (FREE_EPOCH), so the scheduler retries a head
+    blocked on memory (scheduler.head_still_blocked)."""
+    s = predicted_state([(0, 2, 1), (0, 2, 5), (0, 5, 1), (0, 5, 1)], [0.0, -1.5, 0.0, 0.0], slots=16,
+                        placement="first-fit")
+    assert admit(s, 0) == OK and extent_of(s, 0) == (0, 3, 3)
+    decoding(s, 1, 2, 3)
+    assert extent_of(s, 1) == (3, 3, 3)
+    assert admit(s, 2) == OK and extent_of(s, 2) == (6, 6, 6)
+    extent.free(s, 0)
+    assert holes(s) == [[0, 3], [12, 4]]
+    assert admit(s, 3) == LATER
+    epoch = int(s.count[state.FREE_EPOCH])
+    assert extent.overflows(s, 1) and extent.can_rereserve(s, 1)
+    extent.rereserve(s, 1)
+    assert extent_of(s, 1) == (12, 4, 4) and holes(s) == [[0, 6]]
+    assert s.count[state.NUM_MOVES] == 1 and s.count[state.FREE_EPOCH] == epoch + 1
+    assert admit(s, 3) == OK and extent_of(s, 3) == (0, 6, 6)
+
+
+def test_growing_in_place_frees_nothing():
+    """A alone (P 2, O 5, z -1.5: R 3 at [0, 3)) at 3 tokens grows in place to R' 4: nothing
+    is freed, so a blocked head stays blocked (FREE_EPOCH unchanged)."""
+    s = predicted_state([(0, 2, 5)], [-1.5], slots=16, placement="first-fit")
+    decoding(s, 0, 2, 3)
+    epoch = int(s.count[state.FREE_EPOCH])
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (0, 4, 4) and holes(s) == [[4, 12]]
+    assert s.count[state.NUM_GROWS_IN_PLACE] == 1 and s.count[state.NUM_MOVES] == 0
+    assert s.count[state.FREE_EPOCH] == epoch

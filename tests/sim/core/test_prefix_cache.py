@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import kv_cache, prefix_cache, replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.core import kv_cache, prefix_cache, scheduler, state
+from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
 BS = 4
@@ -33,9 +32,9 @@ def core():
                           "prefix_hashes": [(1, 2, 3), (1, 2, 9), (1, 2), ()]})
     trace.attrs["hash_block_tokens"] = 4
     cfg = cfg_for(slots=24, block_size=BS, max_seq_len=24, watermark=0.0, prefix_caching=True)
-    _, _, _, table, manager, sched, executor = build(cfg, trace)
-    assert manager.num_blocks == 6 and manager.leftover == 0
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+    s = initial_state(cfg, trace)
+    assert s.config[state.NUM_BLOCKS] == 6 and s.config[state.LEFTOVER_SLOTS] == 0
+    return s
 
 
 def admit(s, i, tokens):
