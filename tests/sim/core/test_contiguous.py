@@ -476,3 +476,48 @@ def test_growing_in_place_frees_nothing():
     assert extent_of(s, 0) == (0, 4, 4) and holes(s) == [[4, 12]]
     assert s.count[state.NUM_GROWS_IN_PLACE] == 1 and s.count[state.NUM_MOVES] == 0
     assert s.count[state.FREE_EPOCH] == epoch
+
+
+# -- the placements on their own (sim/core/placement.py) -----------------------------------------
+def test_next_pow2():
+    assert [placement.next_pow2(x) for x in (0, 1, 2, 3, 4, 5, 25, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 32, 1024, 2048]
+
+
+def test_buddy_splits_and_merges_by_address():
+    """A buddy of 64. 3 slots are placed in a 4: 64 -> 32|32 -> 16|16 -> 8|8 -> 4|4, the lowest
+    half each time: [0, 4), leaving 4@4, 8@8, 16@16, 32@32. 8 takes 8@8, 4 takes 4@4. Freeing
+    4@0 merges nothing (its buddy 4@4 is taken); freeing 4@4 merges 4@0 + 4@4 into 8@0 (its
+    buddy 8@8 is taken); freeing 8@8 merges 8@0 + 8@8, then with 16@16, then with 32@32: the
+    whole pool."""
+    s = core_state("orca-pow2", [(0, 1, 1)], slots=64, max_seq_len=64)
+    assert buddy_free_blocks(s) == {64: [0]}
+    assert placement.place(s, 3) == 0
+    assert buddy_free_blocks(s) == {4: [4], 8: [8], 16: [16], 32: [32]}
+    assert placement.place(s, 8) == 8
+    assert placement.place(s, 4) == 4
+    assert buddy_free_blocks(s) == {16: [16], 32: [32]}
+    placement.release(s, 0, 4)
+    assert buddy_free_blocks(s) == {4: [0], 16: [16], 32: [32]}
+    placement.release(s, 4, 4)
+    assert buddy_free_blocks(s) == {8: [0], 16: [16], 32: [32]}
+    placement.release(s, 8, 8)
+    assert buddy_free_blocks(s) == {64: [0]}
+
+
+def test_a_buddy_of_15728_is_its_binary_digits():
+    """15,728 = 8192 + 4096 + 2048 + 1024 + 256 + 64 + 32 + 16: one chunk per set bit, by
+    address from the largest (the paper's OPT-13B pool, test_paper_opt13b_max_admits_seven)."""
+    s = core_state("orca-max", [(0, 1, 1)], slots=15728, max_seq_len=2048)
+    assert buddy_free_blocks(s) == {8192: [0], 4096: [8192], 2048: [12288], 1024: [14336], 256: [15360],
+                                    64: [15616], 32: [15680], 16: [15712]}
+
+
+def test_placements_fill_every_slot():
+    """One slot at a time, a buddy of 100 (64 + 32 + 4) and a first-fit pool of 100 place 100
+    extents, then nothing more."""
+    for name in ("buddy", "first-fit"):
+        s = core_state("orca-oracle", [(0, 1, 1)], slots=100, placement=name)
+        starts = []
+        while placement.can_place(s, 1):
+            starts.append(int(placement.place(s, 1)))
+        assert sorted(starts) == list(range(100)), name
