@@ -170,9 +170,9 @@ def test_best_fit_ties_go_to_the_lowest_address():
 
 
 def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
-    """Forks share blocks only in the paged managers (ContinuousScheduler.fork_ok): on Orca's
-    extents and vAttention's pages a request of n > 1 is rejected at the queue's head, with the
-    Python scheduler's reason, and the requests behind it are admitted as usual."""
+    """Forks share blocks only in the paged managers (config[FORKS_SHARE_BLOCKS]): on Orca's
+    extents and vAttention's pages a request of n > 1 is rejected at the queue's head, with its
+    reason, and the requests behind it are admitted as usual."""
     for system, slots in (("orca-max", 64), ("vattention", 2048)):
         s = core_state(system, [(0, 3, 2), (0, 4, 2), (0, 2, 2)], slots=slots, max_seq_len=16)
         s.width[1] = 2
@@ -213,8 +213,8 @@ def test_predicted_reservation_from_the_draw():
 
 
 def test_predictor_draws_are_the_managers():
-    """Each request's z is numpy's standard normal seeded by (seed, request row, final length),
-    the Python manager's draw, so both engines reserve the same R."""
+    """Each request's z is numpy's standard normal seeded by (seed, request row, final length):
+    the same seed, the same reservations, bit for bit."""
     s = core_state("orca-max", [(0, 3, 5), (0, 7, 2)], slots=64, reservation="predicted", seed=11)
     want = [np.random.default_rng((11, 0, 8)).standard_normal(), np.random.default_rng((11, 1, 9)).standard_normal()]
     assert s.predictor_draw.tolist() == want

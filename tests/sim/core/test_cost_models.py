@@ -166,7 +166,7 @@ HALF_PAIRS = 157593599762635968.0
 
 
 def test_the_prefill_pair_sum_is_exact_in_any_order():
-    """Both engines price prefill from half the integer pair sum, rounded once: three huge
+    """The core prices prefill from half the integer pair sum, rounded once: three huge
     prompts in each of their orders give the same flop sum (sim.cost.prefill_sums) and the
     same step time from the core's loop (loop.step_time), that of the exact sum."""
     import itertools

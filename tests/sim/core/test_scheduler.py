@@ -1,5 +1,5 @@
 """The core's scheduler rules worked by hand (sim/core/scheduler.py), calling its functions
-directly on a built core; the engines' agreement is tests/sim/core/test_core.py's."""
+directly on the core's state before a run (sim.run.initial_state)."""
 
 from __future__ import annotations
 

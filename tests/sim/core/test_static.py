@@ -96,7 +96,7 @@ def test_a_padded_batch_priced_by_the_table_model(tmp_path):
 
 def test_a_request_of_several_sequences_is_rejected_not_batched():
     """Static batching runs one sequence per request: a request of n = 2 at the queue's head is
-    rejected (the Python scheduler's reason) and the batch is formed from the others."""
+    rejected (with its reason) and the batch is formed from the others."""
     s = core_state([(0, 3, 2), (0, 2, 2), (0, 2, 2), (0, 2, 2)], static_batch_size=2, width=[1, 2, 1, 1])
     static.schedule(s)
     assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_WIDTH_UNSHARED
