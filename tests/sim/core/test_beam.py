@@ -20,10 +20,9 @@ try:
 except ImportError:  # the interpreted core
     numba = None
 
-from pagesim.sim.core import beam, jit, kv_cache, replay, scheduler, state
+from pagesim.sim.core import beam, jit, kv_cache, scheduler, state
 from pagesim.sim.core.rng import below
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
 A, C, B = 0, 1, 2
@@ -34,9 +33,8 @@ def core():
     trace = pd.DataFrame({"request_id": ["A", "C", "B"], "arrival_s": [0.0, 0.0, 0.0], "prompt_tokens": [6, 3, 2],
                           "output_tokens": [4, 4, 3], "beam_width": [3, 1, 4], "n": [1, 2, 1]})
     cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=5)
-    _, _, _, table, manager, sched, executor = build(cfg, trace)
-    assert manager.num_blocks == 6 and sched.beam_churn == 0.25
-    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+    s = initial_state(cfg, trace)
+    assert s.config[state.NUM_BLOCKS] == 6
     assert s.config[state.BEAM_SEARCH] == 1 and s.clock[state.BEAM_CHURN] == 0.25
     return s
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 import pytest
 
 from pagesim.sim.core import loop, replay, state
-from pagesim.sim.engine import Engine
 from pagesim.sim.errors import InvariantError
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
 
 
 def mid_run(cfg, trace, iterations: int = 40) -> state.Core:
-    """The core's state after ``iterations`` checked iterations."""
-    _, _, _, table, manager, sched, executor = build(cfg, trace)
-    s = replay.build(Engine(sched, manager, executor, table.arrival_s, check=True, engine="core"))
+    """The core's state after ``iterations`` checked iterations (``cfg`` has ``check=True``)."""
+    assert cfg.check
+    s = initial_state(cfg, trace)
     for _ in range(iterations):
         assert loop.run(s) == loop.STEPPED
     return s
@@ -62,7 +61,7 @@ PAGED_BREAKS = [
 
 @pytest.mark.parametrize("breaks,named", PAGED_BREAKS)
 def test_a_broken_paged_state_is_named(breaks, named):
-    s = mid_run(cfg_for("vllm", slots=1200), rand_trace(3, n=60))
+    s = mid_run(cfg_for("vllm", slots=1200, check=True), rand_trace(3, n=60))
     replay.checked(s, 0.0)  # whole, it passes
     breaks(s)
     with pytest.raises(InvariantError, match=named):
@@ -70,7 +69,7 @@ def test_a_broken_paged_state_is_named(breaks, named):
 
 
 def test_shared_reference_counts_are_recomputed():
-    s = mid_run(cfg_for("vllm", slots=1200, prefix_caching=True), rand_trace(3, n=60, prefix=True))
+    s = mid_run(cfg_for("vllm", slots=1200, check=True, prefix_caching=True), rand_trace(3, n=60, prefix=True))
     replay.checked(s, 0.0)
     s.block_info[held_block(s), state.REF] += 1
     with pytest.raises(InvariantError, match="reference counts differ"):
@@ -88,7 +87,7 @@ def overlap_two_extents(s):
     (lambda s: s.holes.__setitem__((0, state.HOLE_SIZE), s.holes[0, state.HOLE_SIZE] - 1), "not tiled|do not cover"),
 ])
 def test_a_broken_contiguous_state_is_named(breaks, named):
-    s = mid_run(cfg_for("orca-pow2", slots=1200, placement="first-fit"), rand_trace(3, n=60))
+    s = mid_run(cfg_for("orca-pow2", slots=1200, check=True, placement="first-fit"), rand_trace(3, n=60))
     assert s.count[state.NUM_RUNNING] >= 2 and s.count[state.NUM_HOLES] >= 1
     replay.checked(s, 0.0)
     breaks(s)
@@ -99,7 +98,7 @@ def test_a_broken_contiguous_state_is_named(breaks, named):
 def test_a_skipped_head_that_fits_is_named():
     """max_num_seqs=2 in a roomy pool: the head is blocked on max_num_seqs. Recorded as blocked
     on memory instead, it would be skipped though it fits."""
-    s = mid_run(cfg_for("vllm", slots=6000, max_num_seqs=2), rand_trace(3, n=60), iterations=5)
+    s = mid_run(cfg_for("vllm", slots=6000, check=True, max_num_seqs=2), rand_trace(3, n=60), iterations=5)
     c = s.count
     assert c[state.WAITING_LEN] and c[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
     replay.checked(s, 0.0)
@@ -109,6 +108,6 @@ def test_a_skipped_head_that_fits_is_named():
 
 
 def test_time_going_back_is_named():
-    s = mid_run(cfg_for("vllm", slots=1200), rand_trace(3, n=60), iterations=3)
+    s = mid_run(cfg_for("vllm", slots=1200, check=True), rand_trace(3, n=60), iterations=3)
     with pytest.raises(InvariantError, match="went backwards"):
         replay.checked(s, 1e9)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, kv_cache, placement, replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.core import extent, kv_cache, placement, scheduler, state
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS
@@ -17,9 +16,13 @@ OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVE
 def core_state(system, rows, slots=16, max_seq_len=16, **kw):
     """The core's state before the run: ``rows`` (arrival, prompt, output) over ``slots``."""
     cfg = cfg_for(system, slots=slots, max_seq_len=max_seq_len, **kw)
-    _, _, _, table, manager, sched, executor = build(cfg, trace(rows))
-    assert manager.capacity == slots
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    s = initial_state(cfg, trace(rows))
+    c = s.config
+    if c[state.MANAGER_KIND] == state.CONTIGUOUS:
+        assert c[state.CAPACITY] == slots
+    else:  # vAttention's pages (test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks)
+        assert c[state.NUM_BLOCKS] * c[state.BLOCK_SIZE] + c[state.LEFTOVER_SLOTS] == slots
+    return s
 
 
 def admit(s, i):
@@ -167,9 +170,9 @@ def test_best_fit_ties_go_to_the_lowest_address():
 
 
 def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
-    """Forks share blocks only in the paged managers (ContinuousScheduler.fork_ok): on Orca's
-    extents and vAttention's pages a request of n > 1 is rejected at the queue's head, with the
-    Python scheduler's reason, and the requests behind it are admitted as usual."""
+    """Forks share blocks only in the paged managers (config[FORKS_SHARE_BLOCKS]): on Orca's
+    extents and vAttention's pages a request of n > 1 is rejected at the queue's head, with its
+    reason, and the requests behind it are admitted as usual."""
     for system, slots in (("orca-max", 64), ("vattention", 2048)):
         s = core_state(system, [(0, 3, 2), (0, 4, 2), (0, 2, 2)], slots=slots, max_seq_len=16)
         s.width[1] = 2
@@ -180,7 +183,7 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
         assert s.config[state.FORKS_SHARE_BLOCKS] == 0
     tr = trace([(0, 3, 2), (0, 4, 2), (0, 2, 2)], n=[1, 2, 1])
-    r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr, engine="core")
+    r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr)
     assert r.requests["reject_reason"].tolist() == [
         "", "parallel sampling / beam search (width 2) needs a manager that shares blocks (paged); "
             "this one would copy whole reservations", ""]
@@ -210,8 +213,8 @@ def test_predicted_reservation_from_the_draw():
 
 
 def test_predictor_draws_are_the_managers():
-    """Each request's z is numpy's standard normal seeded by (seed, request row, final length),
-    the Python manager's draw, so both engines reserve the same R."""
+    """Each request's z is numpy's standard normal seeded by (seed, request row, final length):
+    the same seed, the same reservations, bit for bit."""
     s = core_state("orca-max", [(0, 3, 5), (0, 7, 2)], slots=64, reservation="predicted", seed=11)
     want = [np.random.default_rng((11, 0, 8)).standard_normal(), np.random.default_rng((11, 1, 9)).standard_normal()]
     assert s.predictor_draw.tolist() == want
@@ -363,3 +366,158 @@ def test_overflows_re_reserve_in_the_order_requests_joined_the_decode_set():
     assert extent_of(s, 1) == (16, 11, 16) and extent_of(s, 0) == (0, 11, 16)
     assert buddy_free_blocks(s) == {32: [32]}
     assert (s.count[state.NUM_MOVES], s.count[state.NUM_GROWS_IN_PLACE]) == (1, 1)
+
+
+# -- three requests on a 64-slot pool, every reservation (A: P 4, F 6; B: P 2, F 16; C: P 8, F 9) --
+ABC = [(0, 4, 2), (0, 2, 14), (0, 8, 1)]
+
+
+def prefilled(s, i):
+    """Request ``i`` admitted with its prompt computed (its prefill done)."""
+    prompt = int(s.prompt_tokens[i])
+    assert extent.can_allocate(s, i, prompt) == OK
+    extent.allocate(s, i, prompt, prompt)
+
+
+def both(s, token_states, reservation, internal, slack, free):
+    """The six categories with nobody waiting (free slots idle) and with a request waiting for
+    memory (free slots external fragmentation)."""
+    assert categories(s, False) == [token_states, reservation, internal, slack, 0, free]
+    assert categories(s, True) == [token_states, reservation, internal, slack, free, 0]
+
+
+def test_max_reservations_of_three_on_a_buddy_of_64():
+    """max: R = M = 16 each, placed 16, lowest free first: [0, 16), [16, 32), [32, 48).
+    Token states 4 + 2 + 8 = 14; reservation min(R, F) - L = 2 + 14 + 1 = 17; internal
+    R - F = 10 + 0 + 7 = 17; no slack; 64 - 48 = 16 free."""
+    s = core_state("orca-max", ABC, slots=64)
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i) for i in range(3)] == [(0, 16, 16), (16, 16, 16), (32, 16, 16)]
+    both(s, 14, 17, 17, 0, 16)
+
+
+def test_pow2_reservations_of_three_on_a_buddy_of_64():
+    """pow2: A R = 4 + next_pow2(2) = 6, placed 8 (64 -> 32|32 -> 16|16 -> 8|8: [0, 8));
+    B 2 + next_pow2(14) = 18, capped at M = 16, placed 16: the lowest free 16 is [16, 32);
+    C 8 + next_pow2(1) = 9, placed 16: 32@32 splits, [32, 48).
+    Token states 14; reservation min(R, F) - L = 2 + 14 + 1 = 17; internal R - F = 0 each;
+    slack A - R = 2 + 0 + 7 = 9; free 64 - 8 - 16 - 16 = 24. Freeing A and C leaves B's 2
+    tokens and 14 reserved, 64 - 16 = 48 free."""
+    s = core_state("orca-pow2", ABC, slots=64)
+    assert [extent.request_size(s, i, int(s.prompt_tokens[i])) for i in range(3)] == [6, 16, 9]
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i) for i in range(3)] == [(0, 6, 8), (16, 16, 16), (32, 9, 16)]
+    both(s, 14, 17, 0, 9, 24)
+    extent.free(s, 0)
+    extent.free(s, 2)
+    both(s, 2, 14, 0, 0, 48)
+
+
+def test_pow2_rounds_an_output_of_25_to_32():
+    """P 10, O 25: R = 10 + next_pow2(25) = 10 + 32 (M 512 does not cap it)."""
+    s = core_state("orca-pow2", [(0, 10, 25)], slots=1024, max_seq_len=512)
+    assert extent.request_size(s, 0, 10) == 10 + 32
+
+
+def test_oracle_first_fit_leaves_external_fragmentation():
+    """oracle (R = F) first-fit over 64: A [0, 6), B [6, 22), C [22, 31); token states 14,
+    reservation F - L = 17, no internal or slack, 64 - 31 = 33 free. A leaves: holes [0, 6)
+    and [31, 64). r3 (P 10, F 16) takes the lowest hole that fits, [31, 47); r4 (the same)
+    [47, 63); r5 (P 3, F 7) waits: 6 + 1 = 7 slots are free but the largest hole is 6, and
+    those 7 slots are external fragmentation."""
+    rows = ABC + [(0, 10, 6), (0, 10, 6), (0, 3, 4)]
+    s = core_state("orca-oracle", rows, slots=64, placement="first-fit")
+    for i in range(3):
+        prefilled(s, i)
+    assert [extent_of(s, i)[:2] for i in range(3)] == [(0, 6), (6, 16), (22, 9)]
+    both(s, 14, 17, 0, 0, 33)
+    extent.free(s, 0)
+    assert admit(s, 3) == OK and extent_of(s, 3)[:2] == (31, 16)
+    assert admit(s, 4) == OK and extent_of(s, 4)[:2] == (47, 16)
+    assert admit(s, 5) == LATER
+    assert holes(s) == [[0, 6], [63, 1]]
+    assert categories(s, True)[4] == 7 and sum(categories(s, True)) == 64
+
+
+def test_a_move_frees_its_old_place_for_a_blocked_head():
+    """First-fit over 16, predicted (e 0.5): filler P 2, O 1, z 0 -> R 3 at [0, 3); A P 2, O 5,
+    z -1.5 -> 5 * 0.25 = 1.25 rounds to 1: R 3 at [3, 6); B P 5, O 1, z 0 -> R 6 at [6, 12);
+    [12, 16) free. The filler leaves: holes of 3 and 4, so the head (P 5, O 1: R 6) waits.
+    A at 3 tokens overflows: R' = max(3 + 1, 2 + 2 x (3 - 2)) = 4; B follows it, so it cannot
+    grow in place and moves to [12, 16). Its old place joins the filler's hole, [0, 6), and
+    the head fits: the move counts as a free (FREE_EPOCH), so the scheduler retries a head
+    blocked on memory (scheduler.head_still_blocked)."""
+    s = predicted_state([(0, 2, 1), (0, 2, 5), (0, 5, 1), (0, 5, 1)], [0.0, -1.5, 0.0, 0.0], slots=16,
+                        placement="first-fit")
+    assert admit(s, 0) == OK and extent_of(s, 0) == (0, 3, 3)
+    decoding(s, 1, 2, 3)
+    assert extent_of(s, 1) == (3, 3, 3)
+    assert admit(s, 2) == OK and extent_of(s, 2) == (6, 6, 6)
+    extent.free(s, 0)
+    assert holes(s) == [[0, 3], [12, 4]]
+    assert admit(s, 3) == LATER
+    epoch = int(s.count[state.FREE_EPOCH])
+    assert extent.overflows(s, 1) and extent.can_rereserve(s, 1)
+    extent.rereserve(s, 1)
+    assert extent_of(s, 1) == (12, 4, 4) and holes(s) == [[0, 6]]
+    assert s.count[state.NUM_MOVES] == 1 and s.count[state.FREE_EPOCH] == epoch + 1
+    assert admit(s, 3) == OK and extent_of(s, 3) == (0, 6, 6)
+
+
+def test_growing_in_place_frees_nothing():
+    """A alone (P 2, O 5, z -1.5: R 3 at [0, 3)) at 3 tokens grows in place to R' 4: nothing
+    is freed, so a blocked head stays blocked (FREE_EPOCH unchanged)."""
+    s = predicted_state([(0, 2, 5)], [-1.5], slots=16, placement="first-fit")
+    decoding(s, 0, 2, 3)
+    epoch = int(s.count[state.FREE_EPOCH])
+    extent.rereserve(s, 0)
+    assert extent_of(s, 0) == (0, 4, 4) and holes(s) == [[4, 12]]
+    assert s.count[state.NUM_GROWS_IN_PLACE] == 1 and s.count[state.NUM_MOVES] == 0
+    assert s.count[state.FREE_EPOCH] == epoch
+
+
+# -- the placements on their own (sim/core/placement.py) -----------------------------------------
+def test_next_pow2():
+    assert [placement.next_pow2(x) for x in (0, 1, 2, 3, 4, 5, 25, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 32, 1024, 2048]
+
+
+def test_buddy_splits_and_merges_by_address():
+    """A buddy of 64. 3 slots are placed in a 4: 64 -> 32|32 -> 16|16 -> 8|8 -> 4|4, the lowest
+    half each time: [0, 4), leaving 4@4, 8@8, 16@16, 32@32. 8 takes 8@8, 4 takes 4@4. Freeing
+    4@0 merges nothing (its buddy 4@4 is taken); freeing 4@4 merges 4@0 + 4@4 into 8@0 (its
+    buddy 8@8 is taken); freeing 8@8 merges 8@0 + 8@8, then with 16@16, then with 32@32: the
+    whole pool."""
+    s = core_state("orca-pow2", [(0, 1, 1)], slots=64, max_seq_len=64)
+    assert buddy_free_blocks(s) == {64: [0]}
+    assert placement.place(s, 3) == 0
+    assert buddy_free_blocks(s) == {4: [4], 8: [8], 16: [16], 32: [32]}
+    assert placement.place(s, 8) == 8
+    assert placement.place(s, 4) == 4
+    assert buddy_free_blocks(s) == {16: [16], 32: [32]}
+    placement.release(s, 0, 4)
+    assert buddy_free_blocks(s) == {4: [0], 16: [16], 32: [32]}
+    placement.release(s, 4, 4)
+    assert buddy_free_blocks(s) == {8: [0], 16: [16], 32: [32]}
+    placement.release(s, 8, 8)
+    assert buddy_free_blocks(s) == {64: [0]}
+
+
+def test_a_buddy_of_15728_is_its_binary_digits():
+    """15,728 = 8192 + 4096 + 2048 + 1024 + 256 + 64 + 32 + 16: one chunk per set bit, by
+    address from the largest (the paper's OPT-13B pool, test_paper_opt13b_max_admits_seven)."""
+    s = core_state("orca-max", [(0, 1, 1)], slots=15728, max_seq_len=2048)
+    assert buddy_free_blocks(s) == {8192: [0], 4096: [8192], 2048: [12288], 1024: [14336], 256: [15360],
+                                    64: [15616], 32: [15680], 16: [15712]}
+
+
+def test_placements_fill_every_slot():
+    """One slot at a time, a buddy of 100 (64 + 32 + 4) and a first-fit pool of 100 place 100
+    extents, then nothing more."""
+    for name in ("buddy", "first-fit"):
+        s = core_state("orca-oracle", [(0, 1, 1)], slots=100, placement=name)
+        starts = []
+        while placement.can_place(s, 1):
+            starts.append(int(placement.place(s, 1)))
+        assert sorted(starts) == list(range(100)), name

@@ -153,7 +153,7 @@ def test_core_prices_a_run_by_hand(tmp_path, scale, want):
     #   scaled: 2 + 2 x 2 = 6
     trace = pd.DataFrame({"request_id": ["a"], "arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]})
     cfg = cfg_for(profile=profile(tmp_path / "p.csv"), cost_scale=scale, per_seq_overhead_ms=0.0)
-    r = run_simulation(cfg, trace, engine="core")
+    r = run_simulation(cfg, trace)
     assert r.steps["dt_s"].to_numpy() == pytest.approx(want, rel=1e-12)
 
 
@@ -166,24 +166,22 @@ HALF_PAIRS = 157593599762635968.0
 
 
 def test_the_prefill_pair_sum_is_exact_in_any_order():
-    """Both engines price prefill from half the integer pair sum, rounded once: three huge
+    """The core prices prefill from half the integer pair sum, rounded once: three huge
     prompts in each of their orders give the same flop sum (sim.cost.prefill_sums) and the
     same step time from the core's loop (loop.step_time), that of the exact sum."""
     import itertools
 
-    from pagesim.sim.core import loop, replay, state
+    from pagesim.sim.core import loop, state
     from pagesim.sim.core.cost import roofline_step_time
     from pagesim.sim.cost import prefill_sums
-    from pagesim.sim.engine import Engine
-    from pagesim.sim.run import build
+    from pagesim.sim.run import initial_state
     from tests.sim.helpers import trace
 
     exact = sum(n * (2 * b + n) for n, b in HUGE_PROMPTS)
     assert exact == 315187199525271911 and float(exact) * 0.5 == HALF_PAIRS
     floats = {sum(n * (b + n * 0.5) for n, b in order) for order in itertools.permutations(HUGE_PROMPTS)}
     assert floats == {157593599762635936.0, HALF_PAIRS}  # a float sum would depend on the order
-    _, _, _, table, manager, sched, executor = build(cfg_for(), trace([(0, 5, 5)] * 3))
-    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    s = initial_state(cfg_for(), trace([(0, 5, 5)] * 3))
     times = set()
     for order in itertools.permutations(HUGE_PROMPTS):
         new, before = np.array([n for n, _ in order]), np.array([b for _, b in order])

@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import kv_cache, prefix_cache, replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.core import kv_cache, prefix_cache, scheduler, state
+from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
 BS = 4
@@ -33,9 +32,9 @@ def core():
                           "prefix_hashes": [(1, 2, 3), (1, 2, 9), (1, 2), ()]})
     trace.attrs["hash_block_tokens"] = 4
     cfg = cfg_for(slots=24, block_size=BS, max_seq_len=24, watermark=0.0, prefix_caching=True)
-    _, _, _, table, manager, sched, executor = build(cfg, trace)
-    assert manager.num_blocks == 6 and manager.leftover == 0
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+    s = initial_state(cfg, trace)
+    assert s.config[state.NUM_BLOCKS] == 6 and s.config[state.LEFTOVER_SLOTS] == 0
+    return s
 
 
 def admit(s, i, tokens):
@@ -209,3 +208,60 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     assert c[state.PREFIX_HIT_TOKENS] == 8 and c[state.PREFIX_LOOKUP_TOKENS] == 10 + 12
     # A: 10 tokens, demand 12; B's own block: 4 tokens, demand min(14 - 8, 4); 4 blocks used
     assert memory(s) == (4, [14, 2, 0, 0, 0, 8])
+
+
+def hashed_core(rows, hashes, slots, max_seq_len=24, hash_block_tokens=BS):
+    """The core's state for ``rows`` (prompt, output) with prefix hashes, blocks of 4."""
+    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [0.0] * len(rows),
+                          "prompt_tokens": [p for p, _ in rows], "output_tokens": [o for _, o in rows],
+                          "prefix_hashes": hashes})
+    trace.attrs["hash_block_tokens"] = hash_block_tokens
+    cfg = cfg_for(slots=slots, block_size=BS, max_seq_len=max_seq_len, watermark=0.0, prefix_caching=True)
+    return initial_state(cfg, trace)
+
+
+def test_a_hit_refreshes_its_block_in_the_lru():
+    """4 blocks of 4. r0 (hashes p, t) and r1 (q, t), 5-token prompts: one keyable block each
+    (min(5, 2 x 4) // 4 = 1). Each runs and leaves: its tail (no key) to the free stack, its
+    keyed block to the LRU's tail: LRU p, q. r2 (p, t) hits p (revived) and leaves: p is the
+    most recently freed: LRU q, p. r3 (11 tokens, 3 blocks, no hashes) finds 2 blocks free
+    and evicts 1: the least recently freed, q; p stays cached."""
+    P, Q, T = 1, 2, 3
+    s = hashed_core([(5, 1), (5, 1), (5, 1), (11, 1)], [(P, T), (Q, T), (P, T), ()], slots=16,
+                   max_seq_len=16)
+    assert admit(s, 0, 5) == 0
+    p = blocks(s, 0)[0]
+    kv_cache.free(s, 0)
+    assert admit(s, 1, 5) == 0
+    q = blocks(s, 1)[0]
+    kv_cache.free(s, 1)
+    assert lru(s) == [p, q]
+    assert admit(s, 2, 5) == 4 and blocks(s, 2)[0] == p
+    kv_cache.free(s, 2)
+    assert lru(s) == [q, p]
+    assert kv_cache.num_free_blocks(s) == 4 and s.count[state.NUM_FREE_BLOCK_IDS] == 2
+    assert admit(s, 3, 11) == 0
+    assert s.count[state.NUM_EVICTIONS] == 1 and lru(s) == [p]
+    assert cached(s, 0, 0) == p and cached(s, 1, 0) == -1
+
+
+def test_hashes_coarser_than_blocks():
+    """Hashes over 16 tokens, blocks of 4: block k's key is the chain hash of the 16-token
+    block holding its last token. r0 (20 tokens, hashes a, b): min(20, 2 x 16) // 4 = 5
+    keyable blocks, all cached once computed. r1 (40 tokens, hashes a, c, d): blocks 0-3
+    (tokens 1-16) are keyed by a's chain, as r0's: hits; block 4 (tokens 17-20) by the chain
+    (a, c), not r0's (a, b): 4 hits, 16 tokens."""
+    A_, B_, C_, D_ = 11, 12, 13, 14
+    s = hashed_core([(20, 1), (40, 1)], [(A_, B_), (A_, C_, D_)], slots=256, max_seq_len=64, hash_block_tokens=16)
+    assert admit(s, 0, 20) == 0
+    assert s.count[state.NUM_CACHED_KEYS] == 5
+    assert admit(s, 1, 40) == 16
+    assert blocks(s, 1)[:4] == blocks(s, 0)[:4] and blocks(s, 1)[4] != blocks(s, 0)[4]
+
+
+def test_no_hashes_no_sharing():
+    """Prompts without hashes have no keys: nothing is cached or shared."""
+    s = hashed_core([(8, 1), (8, 1)], [(), ()], slots=64)
+    assert admit(s, 0, 8) == 0
+    assert admit(s, 1, 8) == 0
+    assert s.count[state.NUM_CACHED_KEYS] == 0 and not set(blocks(s, 0)) & set(blocks(s, 1))

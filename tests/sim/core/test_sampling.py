@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import kv_cache, loop, replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.core import kv_cache, loop, scheduler, state
+from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
 A = 0
@@ -21,9 +20,9 @@ def core():
     trace = pd.DataFrame({"request_id": ["A", "B", "C"], "arrival_s": [0.0, 0.0, 0.0], "prompt_tokens": [6, 4, 4],
                           "output_tokens": [4, 4, 4], "n": [3, 4, 1]})
     cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=3)
-    _, _, _, table, manager, sched, executor = build(cfg, trace)
-    assert manager.num_blocks == 6
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+    s = initial_state(cfg, trace)
+    assert s.config[state.NUM_BLOCKS] == 6
+    return s
 
 
 def memory(s):

@@ -1,22 +1,20 @@
 """The core's scheduler rules worked by hand (sim/core/scheduler.py), calling its functions
-directly on a built core; the engines' agreement is tests/sim/core/test_core.py's."""
+directly on the core's state before a run (sim.run.initial_state)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import replay, scheduler, state
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build
+from pagesim.sim.core import scheduler, state
+from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
 
 def core_for(n, **kw):
     trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": [0.0] * n,
                           "prompt_tokens": [8] * n, "output_tokens": [10] * n})
-    _, _, _, table, manager, sched, executor = build(cfg_for(**kw), trace)
-    return replay.build(Engine(sched, manager, executor, table.arrival_s, engine="core"))
+    return initial_state(cfg_for(**kw), trace)
 
 
 @pytest.mark.parametrize("chunked", [False, True])

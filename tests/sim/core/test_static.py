@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pagesim.sim.core import extent, replay, scheduler, state, static
-from pagesim.sim.engine import Engine
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.core import extent, scheduler, state, static
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
 
 
@@ -17,8 +16,7 @@ def core_state(rows, slots=56, max_seq_len=16, width=None, **kw):
     """The core's state with every request of ``rows`` (arrival, prompt, output; ``width``: their n)
     waiting."""
     cfg = cfg_for("static", slots=slots, max_seq_len=max_seq_len, **kw)
-    _, _, _, table, manager, sched, executor = build(cfg, trace(rows, **({} if width is None else {"n": width})))
-    s = replay.build(Engine(sched, manager, executor, table.arrival_s, engine="python"))
+    s = initial_state(cfg, trace(rows, **({} if width is None else {"n": width})))
     for i in range(len(rows)):
         scheduler.add_arrival(s, i)
     return s
@@ -88,7 +86,7 @@ def test_a_padded_batch_priced_by_the_table_model(tmp_path):
     at batch 8 32.4 us, at batch 3 21.55 + 10.85 x 2/7 = 24.65 us."""
     profile = str(write_table_profile(tmp_path / "profile.csv"))
     cfg = cfg_for("static", slots=192, max_seq_len=64, profile=profile)
-    r = run_simulation(cfg, trace([(0, 20, 3), (0, 40, 2), (0, 30, 2)]), engine="core")
+    r = run_simulation(cfg, trace([(0, 20, 3), (0, 40, 2), (0, 30, 2)]))
     assert r.summary["engine"] in ("core", "core-cpython")
     dt_us = (r.steps["dt_s"] * 1e6).tolist()
     assert dt_us[0] == pytest.approx(3000 + 27250 + 3 * 362.5, rel=1e-12)
@@ -98,12 +96,11 @@ def test_a_padded_batch_priced_by_the_table_model(tmp_path):
 
 def test_a_request_of_several_sequences_is_rejected_not_batched():
     """Static batching runs one sequence per request: a request of n = 2 at the queue's head is
-    rejected (the Python scheduler's reason) and the batch is formed from the others."""
+    rejected (with its reason) and the batch is formed from the others."""
     s = core_state([(0, 3, 2), (0, 2, 2), (0, 2, 2), (0, 2, 2)], static_batch_size=2, width=[1, 2, 1, 1])
     static.schedule(s)
     assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_WIDTH_UNSHARED
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2]
-    r = run_simulation(cfg_for("static", slots=56, max_seq_len=16), trace([(0, 3, 2), (0, 2, 2)], n=[2, 1]),
-                       engine="core")
+    r = run_simulation(cfg_for("static", slots=56, max_seq_len=16), trace([(0, 3, 2), (0, 2, 2)], n=[2, 1]))
     assert r.requests["reject_reason"].tolist() == ["static batching runs one sequence per request "
                                                     "(n = beam_width = 1)", ""]

@@ -10,19 +10,20 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import loop, replay, state
+from pagesim.sim.core import loop, state
 from pagesim.sim.errors import InvariantError
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
 
 
 class Recorder:
     """An external executor (``sim.executor.is_external``) that keeps each step's contract and
-    takes ``dt`` seconds per step, or (``dt=None``) what the core's own cost model prices it."""
+    takes ``dt`` seconds per step, or (``dt=None``) what the core's own cost model prices it
+    (``priced_as``: a core of the same configuration, whose cost arrays price the step)."""
 
-    def __init__(self, dt=1.0, cost_model=None):
+    def __init__(self, dt=1.0, priced_as=None):
         self.dt = dt
-        self.cost = replay.cost_arrays(cost_model) if cost_model is not None else None
+        self.cost = (priced_as.cost, priced_as.cost_data) if priced_as is not None else None
         self.steps = []
         self.finished_at_end = None
 
@@ -171,7 +172,7 @@ def test_priced_from_outside_the_same_records_as_inside(kw):
     cfg = cfg_for(system, slots=1200, **kw)
     trace = rand_trace(7, n=120, width={"n": [1, 1, 2, 3]}, prefix=kw.get("prefix_caching", False))
     sim = run_simulation(cfg, trace)
-    rec = Recorder(None, cost_model=build(cfg, trace)[-1].cost_model)  # the roofline
+    rec = Recorder(None, priced_as=initial_state(cfg, trace))  # the roofline
     ext = run_simulation(cfg, trace, executor=rec)
     assert sim.summary["engine"] == ext.summary["engine"]
     pd.testing.assert_frame_equal(ext.requests, sim.requests)

@@ -1,6 +1,7 @@
-"""The paged manager's rules (sim/memory/paged.py, sim/core/kv_cache.py), pinned by tiny runs
-worked out by hand, on every engine (``simulate``, conftest.py): where every KV slot goes
-(sim/memory/base.py's six categories, read from the step table), and vLLM's watermark."""
+"""The paged manager's rules (sim/core/kv_cache.py), pinned by tiny runs worked out by hand
+(``simulate``, conftest.py): where every KV slot goes (the six categories, read from the step
+table), and vLLM's watermark. The same rules on the core's functions directly:
+tests/sim/core/test_kv_cache.py."""
 
 from __future__ import annotations
 
@@ -80,16 +81,3 @@ def test_preempted_request_regrown_past_pool_less_watermark_comes_back_to_an_emp
     assert result.steps["num_prefill_tokens"].tolist() == [11, 0, 0, 0, 13]
     assert result.steps["num_decode_tokens"].tolist() == [0, 2, 2, 1, 0]
 
-
-def test_a_new_prompt_is_still_held_to_the_watermark(opt13b_config):
-    # the rule above is for requests back after a preemption only: a new 13-token prompt in
-    # the same pool (7 blocks > 8 - 2) is never admitted, a resumed one once the pool is empty
-    from pagesim.sim.memory.base import Admit, SeqSpec
-    from pagesim.sim.memory.paged import PagedManager
-
-    pool = PagedManager(16, 16, block_size=2, watermark=0.25)
-    assert pool.can_allocate(SeqSpec(0, 13, 14)) is Admit.NEVER
-    assert pool.can_allocate(SeqSpec(0, 13, 14, resumed=True)) is Admit.OK
-    pool.allocate(SeqSpec(1, 1, 2))
-    pool.append(1, 1)
-    assert pool.can_allocate(SeqSpec(0, 13, 14, resumed=True)) is Admit.LATER  # 7 of 7 free: none would be left

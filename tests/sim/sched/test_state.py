@@ -1,4 +1,4 @@
-"""The request table (sim/sched/state.py) starts the run's clock at the first arrival: the
+"""The run (sim/run.py, the core's request arrays) starts the run's clock at the first arrival: the
 duration and the time-weighted averages are measured from it (README: "from the first
 arrival to the last finish"), and absolute trace times (epoch seconds, or a slice late in a
 trace) cost no precision. The summary keeps the offset (``arrival_offset_s``)."""
@@ -31,7 +31,7 @@ def test_the_run_is_measured_from_the_first_arrival(simulate, opt13b_config, tin
 def test_requests_of_no_tokens_or_no_sequences_are_refused(column, row):
     """The trace loaders refuse a token count (or n, beam_width) below 1; a DataFrame handed to
     run_simulation unvalidated meets the same rule where requests are built: one line naming the
-    row (1-based) and the field, before anything runs, on either engine."""
+    row (1-based) and the field, before anything runs."""
     from pagesim.sim.errors import TraceError
     from pagesim.sim.run import run_simulation
     from tests.sim.helpers import cfg_for, trace
@@ -39,7 +39,6 @@ def test_requests_of_no_tokens_or_no_sequences_are_refused(column, row):
     df = trace([(0.0, 5, 3), (0.1, 6, 2), (0.2, 7, 4)], n=[1, 1, 1], beam_width=[1, 1, 1])
     df.loc[row - 1, column] = 0
     df.attrs["source"] = "frame"
-    for engine in ("core", "python"):
-        with pytest.raises(TraceError, match=rf"^frame, row {row}, field '{column}': must be >= 1, got 0 "
-                                             rf"\(request 'r{row - 1}'\)$"):
-            run_simulation(cfg_for(slots=1000), df, engine=engine)
+    with pytest.raises(TraceError, match=rf"^frame, row {row}, field '{column}': must be >= 1, got 0 "
+                                         rf"\(request 'r{row - 1}'\)$"):
+        run_simulation(cfg_for(slots=1000), df)

@@ -1,4 +1,4 @@
-"""Swap preemption with prefix caching (sim/sched/continuous.py, ``_resume_swapped``): a
+"""Swap preemption with prefix caching (sim/core/scheduler.py, its swap-in): a
 sequence swapped back in holds exactly the tokens it left with, its cached prefix counted once.
 
 A pool of 3 blocks of 4 slots (OPT-13B, no watermark), 4-token hash blocks. A (prompt 4,
@@ -27,15 +27,14 @@ import pytest
 from pagesim.sim.run import run_simulation
 
 
-@pytest.mark.parametrize("macro_steps", [True, False], ids=["macro", "step-by-step"])
-def test_swapped_in_sequence_counts_its_cached_prefix_once(opt13b_config, opt13b_a100, swap_gib_for,
-                                                           macro_steps):
+@pytest.mark.parametrize("check", [False, True], ids=["plain", "checked"])
+def test_swapped_in_sequence_counts_its_cached_prefix_once(opt13b_config, opt13b_a100, swap_gib_for, check):
     trace = pd.DataFrame({"request_id": ["A", "B"], "arrival_s": [0.0, 0.0], "prompt_tokens": [4, 6],
                           "output_tokens": [3, 3], "prefix_hashes": [(7,), (7,)]})
     trace.attrs["hash_block_tokens"] = 4
     cfg = opt13b_config(12, max_seq_len=12, block_size=4, prefix_caching=True, preemption="swap",
-                        swap_gib=swap_gib_for(100), check=not macro_steps)
-    result = run_simulation(cfg, trace, engine="python", macro_steps=macro_steps)
+                        swap_gib=swap_gib_for(100), check=check)
+    result = run_simulation(cfg, trace)
     steps = result.steps
     assert result.requests["status"].tolist() == ["finished", "finished"]
     assert result.requests["preemptions"].tolist() == [0, 1]

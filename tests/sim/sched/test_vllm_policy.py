@@ -1,5 +1,5 @@
-"""vLLM's scheduling policy (sim/sched/continuous.py, sim/core/scheduler.py), pinned by tiny
-runs worked out by hand, on every engine (``simulate``, conftest.py).
+"""vLLM's scheduling policy (sim/core/scheduler.py), pinned by tiny
+runs worked out by hand (``simulate``, conftest.py).
 
 Most cases use a pool of 3 blocks of 4 slots (OPT-13B, no watermark) and two requests that
 arrive together: A (prompt 4, output 3) and B (prompt 6, output 3). Step by step::

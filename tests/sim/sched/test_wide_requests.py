@@ -14,7 +14,7 @@ def test_request_wider_than_max_num_seqs_is_rejected_at_arrival(opt13b_config, t
     trace = tiny_trace((0.0, 4, 2), (0.0, 4, 2), (1.0, 4, 2))
     trace["n"] = [1, 3, 1]
     cfg = opt13b_config(1024, max_seq_len=64, max_num_seqs=2, check=True)
-    result = run_simulation(cfg, trace, engine="python")
+    result = run_simulation(cfg, trace)
     requests = result.requests
     assert requests["status"].tolist() == ["finished", "rejected", "finished"]
     assert requests["reject_reason"][1] == "its 3 sequences (n / beam_width) exceed max_num_seqs=2"
