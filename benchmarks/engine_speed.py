@@ -1,35 +1,27 @@
-"""Simulation speed: wall seconds and simulated requests per second, on one core.
+"""Simulation speed (issue #13's table): wall and engine seconds on one core.
 
-1. Replay the Azure LLM inference 2023 conv trace (19,366 requests, ../shared/traces/) through
-   ``--system vllm`` on OPT-13B / A100-80GB (target: engine under 0.1 s). The default engine
-   takes the core (``sim/core/``, compiled by numba); the baselines measured in the same run
-   are the Python engine (macro steps), the Python engine step by step, and Python without the
-   decode lane. The core's records are compared with the Python run's (identical request and
-   step tables expected). The same trace under the other cost models (a measured profile,
-   the calibrated roofline, scaled), core against Python. Also: the whole ``pagesim simulate``
-   process against a bare ``python -c "import numpy, pandas"`` (target: within 2x), and numba's
-   compile time, cold (an empty cache) and warm (loaded from the cache), each in a fresh process.
-   The same trace through ``orca-max``, ``orca-pow2``, ``orca-oracle``, ``static`` (also with
-   ``--cost-model calibrated``) and ``orca-max --reservation predicted`` on the core (target:
-   engine under 0.3 s each), the Python engine in the same run as the baseline, and the records
-   compared.
-2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests
-   (target: under 10 s, peak memory under 1 GB with ``record_steps=False``), on the core, with the
-   Python engine as the baseline up to 100,000 requests; ``--synthetic-system`` picks the system
-   (``vllm``; ``orca-oracle`` for the Orca target). The peak RSS printed is the process's so far.
-3. Macro steps where they pay off (Python engine): a low-rate synthetic trace, with and
-   without them.
-4. Prefix caching (``--prefix-caching``): the Mooncake conversation trace (12,031 requests,
+1. The Azure LLM inference 2023 conv trace (../shared/traces/, requests over 2048 tokens
+   dropped) on OPT-13B / A100-80GB: ``--system vllm`` (target: engine under 0.1 s), chunked
+   prefill, the other cost models (a measured profile, the calibrated roofline, scaled), and
+   ``orca-max``, ``orca-pow2``, ``orca-oracle``, ``static`` (also ``--cost-model calibrated``)
+   and ``orca-max --reservation predicted`` (target: engine under 0.3 s each). Then the whole
+   ``pagesim simulate`` process against a bare ``python -c "import numpy, pandas"`` measured in
+   the same run (target: within 2x), and numba's compile, cold (an empty cache) and warm (loaded
+   from the cache), each in a fresh process.
+2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests with
+   ``record_steps=False`` (target: under 10 s and peak memory under 1 GB), each size in a fresh
+   process so that its peak RSS is its own; ``--synthetic-system`` picks the system (``vllm``;
+   ``orca-oracle`` for the Orca target).
+3. Prefix caching (``--prefix-caching``): the Mooncake conversation trace (12,031 requests,
    512-token block hashes, ../shared/traces/) on Llama-3.1-8B / A100-80GB (target: engine
-   under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes (shared
-   conversation prefixes), each on the core with the Python engine as the baseline in the
-   same run and the records compared.
-5. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``) on the core, the Python engine
-   as the baseline in the same run, and the records compared.
+   under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes.
+4. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``).
 
-The process pins itself to one CPU first (Linux), so "one core" is literal.
+Every engine figure is also given as a multiple of a reference measured in the same run (numpy
+sorting 10^7 float64), so that figures taken on different machines can be compared. The
+process pins itself to one CPU first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
-[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search]``.
+[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process]``.
 Prints figures; asserts nothing.
 """
 
@@ -58,19 +50,36 @@ MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.json
 MEASURED = ROOT.parent / "shared" / "measured"
 
 
-def timed(cfg, trace, *, no_lane: bool = False, macro_steps: bool = True, engine: str = "auto", result=False):
-    if no_lane:
-        import pagesim.sim.memory.paged as paged
+def timed(cfg, trace):
+    """(wall seconds of the whole call, its summary: ``wall_time_s`` is the engine's)."""
+    t0 = time.perf_counter()
+    res = run_simulation(cfg, trace)
+    return time.perf_counter() - t0, res.summary
 
-        paged.PagedManager.decode_lane = False
-    try:
+
+def reference_seconds() -> float:
+    """The machine's pace, measured in this run: numpy sorting 10^7 float64 (best of 3)."""
+    import numpy as np
+
+    x = np.random.default_rng(0).random(10_000_000)
+    best = float("inf")
+    for _ in range(3):
         t0 = time.perf_counter()
-        res = run_simulation(cfg, trace, macro_steps=macro_steps, engine=engine)
-        wall = time.perf_counter() - t0
-    finally:
-        if no_lane:
-            paged.PagedManager.decode_lane = True
-    return (wall, res.summary, res) if result else (wall, res.summary)
+        np.sort(x)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+REFERENCE = None
+
+
+def pace(seconds: float) -> str:
+    """``seconds`` as a multiple of the reference (measured once per run)."""
+    global REFERENCE
+    if REFERENCE is None:
+        REFERENCE = reference_seconds()
+        print(f"  (reference: numpy sorts 10^7 float64 in {REFERENCE:.3f} s on this machine)")
+    return f"{seconds / REFERENCE:.2f} x reference"
 
 
 def peak_rss_mb() -> float:
@@ -127,7 +136,7 @@ def with_prefix_hashes(trace, hash_block_tokens: int = 64, conversations: int = 
 
 
 def prefix_caching() -> None:
-    """Section 4: prefix caching on the core and, as the baseline, the Python engine."""
+    """Section 3: prefix caching."""
     from pagesim.traces.synth import make_workload
 
     runs = []
@@ -144,27 +153,19 @@ def prefix_caching() -> None:
                  SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", prefix_caching=True,
                                       record_steps=False)))
     for name, trace, cfg in runs:
-        timed(cfg, trace.iloc[:20], engine="core")  # numba's cache loaded
-        # CPU seconds too: on a shared machine wall time measures the neighbours
-        cpu0 = time.process_time()
-        wall, s, rc = timed(cfg, trace, engine="core", result=True)
-        cpu1 = time.process_time()
-        py, _, rp = timed(cfg, trace, engine="python", result=True)
-        cpu2 = time.process_time()
-        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
-        print(f"{name}, --prefix-caching, {cfg.model} {cfg.gpu}: core {wall:.2f} s wall, {cpu1 - cpu0:.2f} s CPU "
-              f"(engine {s['wall_time_s']:.2f} s wall), {s['num_steps']:,} steps, hit rate "
-              f"{s['prefix_cache_hit_rate']:.3f}, {s['mgr_evictions']:,} evictions; Python engine {py:.2f} s wall, "
-              f"{cpu2 - cpu1:.2f} s CPU (x{(cpu2 - cpu1) / (cpu1 - cpu0):.1f} in CPU); "
-              f"records {'identical' if same else 'DIFFERENT'}")
+        timed(cfg, trace.iloc[:20])  # numba's cache loaded
+        cpu0 = time.process_time()  # CPU seconds too: on a shared machine wall time measures the neighbours
+        wall, s = timed(cfg, trace)
+        cpu = time.process_time() - cpu0
+        print(f"{name}, --prefix-caching, {cfg.model} {cfg.gpu}: {wall:.2f} s wall, {cpu:.2f} s CPU "
+              f"(engine {s['wall_time_s']:.2f} s wall, {pace(s['wall_time_s'])}), {s['num_steps']:,} steps, hit rate "
+              f"{s['prefix_cache_hit_rate']:.3f}, {s['mgr_evictions']:,} evictions (target: engine < 1 s)")
 
 
 def cost_models(trace) -> None:
-    """The same trace priced by the other cost models, on the core and on the Python engine:
-    a measured profile (the table model: Llama-2-7B's A100 timings, imported by ``pagesim cost
+    """The same trace priced by the other cost models: a measured profile (the table model: Llama-2-7B's A100 timings, imported by ``pagesim cost
     import`` from ../shared/measured), the calibrated roofline, and the calibrated roofline with
-    its GPU time scaled (``plan``'s error band). Engine seconds (the run itself, as
-    ``summary['wall_time_s']``), the core against the Python engine in the same run."""
+    its GPU time scaled (``plan``'s error band). Engine seconds (``summary['wall_time_s']``)."""
     runs = [("--cost-model calibrated", dict(cost_model="calibrated")),
             ("--cost-model calibrated --cost-scale 1.07", dict(cost_model="calibrated", cost_scale=1.07))]
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,38 +179,59 @@ def cost_models(trace) -> None:
             print(f"  measured timings not found at {MEASURED}: --profile skipped")
         for label, kw in runs:
             cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
-            timed(cfg, trace.iloc[:20], engine="core")  # the model's first call (numba's cache) aside
-            timed(cfg, trace.iloc[:20], engine="python")
-            _, sc, rc = timed(cfg, trace, engine="core", result=True)
-            _, sp, rp = timed(cfg, trace, engine="python", result=True)
-            same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
-            c, p = sc["wall_time_s"], sp["wall_time_s"]
-            print(f"  same trace, {label}: engine on the core {c:.3f} s, Python engine {p:.2f} s (x{p / c:.0f}), "
-                  f"{sc['num_steps']} steps, records {'identical' if same else 'DIFFERENT'}")
+            timed(cfg, trace.iloc[:20])  # the model's first call (numba's cache) aside
+            _, s = timed(cfg, trace)
+            print(f"  same trace, {label}: engine {s['wall_time_s']:.3f} s ({pace(s['wall_time_s'])}), "
+                  f"{s['num_steps']} steps")
 
 
 def beam_search() -> None:
-    """Section 5: Fig. 15's beam-search runs (``pagesim reproduce fig15``: Alpaca and ShareGPT,
-    beam width 2, 4, 6, with sharing) on the core, the Python engine as the baseline in the same
-    run, engine seconds (``summary['wall_time_s']``) and the records compared."""
+    """Section 4: Fig. 15's beam-search runs (``pagesim reproduce fig15``: Alpaca and ShareGPT,
+    beam width 2, 4, 6, with sharing), engine seconds (``summary['wall_time_s']``)."""
     from pagesim.experiments.sweep import expand_grid, load_experiment
     from pagesim.traces.synth import make_workload
 
     specs = [sp for sp in expand_grid(load_experiment("fig15")) if sp.beam_width > 1 and not sp.unshare]
-    total_core = total_python = 0.0
+    total = 0.0
     for sp in specs:
         trace, cfg = make_workload(sp.workload, **sp.workload_kwargs()), sp.sim_config()
-        timed(cfg, trace.iloc[:20], engine="core")  # numba's cache loaded
-        _, sc, rc = timed(cfg, trace, engine="core", result=True)
-        _, sp_, rp = timed(cfg, trace, engine="python", result=True)
-        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
-        c, p = sc["wall_time_s"], sp_["wall_time_s"]
-        total_core, total_python = total_core + c, total_python + p
-        print(f"fig15 {sp.workload} beam_width {sp.beam_width} ({len(trace)} requests, {sc['num_steps']:,} steps): "
-              f"engine on the core {c:.3f} s, Python engine {p:.2f} s (x{p / c:.0f}), "
-              f"records {'identical' if same else 'DIFFERENT'}")
-    print(f"fig15's beam runs: engine on the core {total_core:.2f} s, Python engine {total_python:.2f} s "
-          f"(x{total_python / total_core:.0f})")
+        timed(cfg, trace.iloc[:20])  # numba's cache loaded
+        _, s = timed(cfg, trace)
+        total += s["wall_time_s"]
+        print(f"fig15 {sp.workload} beam_width {sp.beam_width} ({len(trace)} requests, {s['num_steps']:,} steps): "
+              f"engine {s['wall_time_s']:.3f} s")
+    print(f"fig15's beam runs: engine {total:.2f} s in all ({pace(total)})")
+
+
+GROWTH_RUN = """
+import sys, time, resource
+from pagesim.sim.config import SimConfig
+from pagesim.sim.run import run_simulation
+from pagesim.traces.synth import make_workload
+n, system = int(sys.argv[1]), sys.argv[2]
+trace = make_workload("sharegpt", rate=20.0, num_requests=n, seed=0)
+cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", record_steps=False)
+run_simulation(cfg, trace.iloc[:20])  # numba's cache loaded
+t0 = time.perf_counter()
+s = run_simulation(cfg, trace).summary
+wall = time.perf_counter() - t0
+print(wall, s["wall_time_s"], s["num_steps"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def growth(max_requests: int, system: str) -> None:
+    """Section 2: synthetic traces of growing size, each in a fresh process (its own peak RSS)."""
+    rows = []
+    for n in [n for n in (10_000, 100_000, 1_000_000) if n <= max_requests]:
+        out = subprocess.run([sys.executable, "-c", GROWTH_RUN, str(n), system], check=True, capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONPATH=import_path())).stdout.split()
+        wall, engine, steps, rss = float(out[0]), float(out[1]), int(out[2]), float(out[3])
+        rows.append((n, wall))
+        print(f"sharegpt {n:>9,} requests at 20 req/s, {system} opt-13b a100-80gb, --no-steps: {wall:7.2f} s "
+              f"(engine {engine:.2f} s, {pace(engine)}), {n / wall:,.0f} req/s, {steps:,} steps, peak RSS "
+              f"{rss:,.0f} MB (1M targets: < 10 s, < 1 GB)")
+    for (n0, w0), (n, w) in zip(rows, rows[1:]):
+        print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time")
 
 
 def main() -> None:
@@ -247,72 +269,30 @@ def main() -> None:
 
         trace, _ = apply_max_len_policy(trace, 2048, "drop")
         t0 = time.perf_counter()  # numba loads the compiled core from its cache at the first call
-        timed(cfg, trace.iloc[:20], engine="core")
+        timed(cfg, trace.iloc[:20])
         print(f"loading the compiled core (first call in this process): {time.perf_counter() - t0:.2f} s")
-        wall, s, rc = timed(cfg, trace, engine="core", result=True)
-        py, _, rp = timed(cfg, trace, engine="python", result=True)
-        step, _ = timed(cfg, trace, macro_steps=False)
-        base, _ = timed(cfg, trace, no_lane=True, engine="python")
-        same = rc.requests.equals(rp.requests) and rc.steps.equals(rp.steps)
-        print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb, core: "
-              f"{wall:.3f} s wall ({wall / len(trace) * 1e6:.1f} us/request), engine {s['wall_time_s']:.3f} s, "
-              f"{s['num_steps']} steps, {len(trace) / wall:,.0f} simulated req/s")
-        print(f"  baselines, same run: Python engine {py:.2f} s (x{py / wall:.1f}); Python step by step "
-              f"{step:.2f} s (x{step / wall:.1f}); Python without the decode lane {base:.2f} s (x{base / wall:.1f})")
-        print(f"  core vs Python records: request and step tables {'identical' if same else 'DIFFERENT'}")
+        wall, s = timed(cfg, trace)
+        print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb: {wall:.3f} s wall "
+              f"({wall / len(trace) * 1e6:.1f} us/request), engine {s['wall_time_s']:.3f} s "
+              f"({pace(s['wall_time_s'])}; target < 0.1 s), {s['num_steps']} steps")
         ch = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error",
                                   chunked_prefill=True, chunk_budget=512)
-        cw, cs = timed(ch, trace, engine="core")
-        cp, _ = timed(ch, trace, engine="python")
-        print(f"  same trace, chunked prefill (budget 512): core {cw:.3f} s, Python engine {cp:.2f} s "
-              f"(x{cp / cw:.1f}), {cs['num_steps']} steps")
+        _, cs = timed(ch, trace)
+        print(f"  same trace, chunked prefill (budget 512): engine {cs['wall_time_s']:.3f} s, {cs['num_steps']} steps")
         cost_models(trace)
         for system, kw in (("orca-max", {}), ("orca-pow2", {}), ("orca-oracle", {}), ("static", {}),
-                           ("static", dict(cost_model="calibrated")), ("orca-max", dict(reservation="predicted"))):
+                           ("static", dict(cost_model="calibrated")), ("orca-max", dict(reservation="predicted")),
+                           ("token", {})):
             c = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
-            w, s2, r2 = timed(c, trace, engine="core", result=True)
-            pw, p2, rp2 = timed(c, trace, engine="python", result=True)
-            same = r2.requests.equals(rp2.requests) and r2.steps.equals(rp2.steps)
+            w, s2 = timed(c, trace)
             label = system + "".join(f" --{k.replace('_', '-')} {v}" for k, v in kw.items())
-            print(f"  same trace, --system {label}: core engine {s2['wall_time_s']:.3f} s ({w:.2f} s wall), "
-                  f"Python engine {p2['wall_time_s']:.2f} s ({pw:.2f} s wall; engine x{p2['wall_time_s'] / s2['wall_time_s']:.0f}), "
-                  f"{s2['num_steps']} steps, records {'identical' if same else 'DIFFERENT'} (target: engine < 0.3 s)")
-        c = SimConfig.for_system("token", model="opt-13b", gpu="a100-80gb", max_len_policy="error")
-        w, s2 = timed(c, trace)
-        print(f"  same trace, --system token: {w:.2f} s wall ({s2['engine']} engine), {s2['num_steps']} steps")
+            print(f"  same trace, --system {label}: engine {s2['wall_time_s']:.3f} s ({pace(s2['wall_time_s'])}; "
+                  f"{w:.2f} s wall), {s2['num_steps']} steps (target: engine < 0.3 s)")
         whole_process(trace)
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")
 
-    from pagesim.traces.synth import make_workload
-
-    sizes = [n for n in (10_000, 100_000, 1_000_000) if n <= args.max_requests]
-    rows = []
-    for n in sizes:
-        trace = make_workload("sharegpt", rate=20.0, num_requests=n, seed=0)
-        system = args.synthetic_system
-        cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", record_steps=False)
-        wall, s = timed(cfg, trace, engine="core")
-        rows.append((n, wall))
-        line = (f"sharegpt {n:>9,} requests at 20 req/s, {system} opt-13b a100-80gb, core: {wall:7.2f} s wall, "
-                f"{n / wall:,.0f} req/s ({wall / n * 1e6:.1f} us/request, engine {s['wall_time_s']:.2f} s), "
-                f"{s['num_steps']:,} steps, peak RSS {peak_rss_mb():,.0f} MB")
-        if n <= 100_000:
-            py, _ = timed(cfg, trace, engine="python")
-            line += f"; Python engine {py:.2f} s (x{py / wall:.1f})"
-        print(line)
-    # decode-heavy stretches (few arrivals per iteration): where macro steps pay off
-    trace = make_workload("sharegpt", rate=1.0, num_requests=2000, seed=0)
-    cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
-    on, s = timed(cfg, trace, engine="python")
-    off, _ = timed(cfg, trace, macro_steps=False)
-    print(f"sharegpt     2,000 requests at 1 req/s, vllm opt-13b a100-80gb, Python engine: {on:7.2f} s wall, "
-          f"{s['num_steps']:,} steps; step by step (macro_steps=False) {off:.2f} s (x{off / on:.2f})")
-    if len(rows) > 1:
-        n0, w0 = rows[0]
-        for n, w in rows[1:]:
-            print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time "
-                  f"(1M at this rate: {w / n * 1e6:.0f} s; target < 10 s)")
+    growth(args.max_requests, args.synthetic_system)
     prefix_caching()
     beam_search()
 

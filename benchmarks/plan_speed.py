@@ -9,8 +9,6 @@ POINTS / len(systems) probes, so the plan simulates POINTS points. Then, in the 
 * baseline: the same points simulated one after another in this process (``run_point``, no
   pool, no cache) -> ratio baseline / plan (the pool's speed-up, minus the cache's overhead);
 * re-run: the same plan again against the now-warm cache (what repeating a plan costs);
-* ``--python-baseline``: the same points one after another with every probe on the Python
-  engine (as plan probes ran before they moved to the core) -> ratio Python / core, serial.
 
 Target (issue 8): a 20-point plan over a 1-hour trace in under 2 minutes on 2 cores.
 Probes that certainly fail are stopped early (``--no-early-stop`` to simulate every point in full),
@@ -59,8 +57,6 @@ def main() -> None:
     ap.add_argument("--gpu", default="a100-40gb")
     ap.add_argument("--start-rate", type=float, default=1.0)
     ap.add_argument("--no-baseline", action="store_true", help="skip the serial baseline")
-    ap.add_argument("--python-baseline", action="store_true",
-                    help="also run the points serially with every probe on the Python engine")
     ap.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                     help="stop certainly-failing probes early (the plan CLI's default)")
     args = ap.parse_args()
@@ -94,19 +90,6 @@ def main() -> None:
         base_s = time.perf_counter() - t0
         print(f"serial        {base_s:8.1f} s  {base_s / n:6.2f} s/point (same points, one process, no cache)")
         print(f"ratio serial / plan = {base_s / plan_s:.2f}x")
-    if args.python_baseline:
-        from pagesim.experiments import probe
-
-        on_core = probe._run_watched
-        probe._run_watched = lambda cfg, trace, stop, engine_choice="auto": on_core(cfg, trace, stop, "python")
-        t0 = time.perf_counter()
-        for spec in specs:
-            P.run_point(spec)
-        py_s = time.perf_counter() - t0
-        probe._run_watched = on_core
-        print(f"serial Python {py_s:8.1f} s  {py_s / n:6.2f} s/point (probes on the Python engine)")
-        if not args.no_baseline:
-            print(f"ratio Python / core (serial) = {py_s / base_s:.2f}x")
     target = 120.0 * n / 20 * args.duration / 3600.0
     print(f"target: 20 points x 3600 s in 120 s on 2 cores -> {target:.0f} s for this size; "
           f"{'met' if plan_s <= target else 'NOT met'} ({plan_s / target:.2f}x the budget)")

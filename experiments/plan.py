@@ -395,7 +395,7 @@ WHAT_IFS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 
 def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | None = None) -> list[tuple[str, dict]]:
     """The applicable what-if variants for ``system`` (skipping ones equal to the base setting)."""
-    from pagesim.sim.config import SYSTEMS, SimConfig
+    from pagesim.sim.config import SimConfig
     cfg = SimConfig.for_system(system, **{k: v for k, v in base.items() if v is not None})
     known = {n for n, _o, _m in WHAT_IFS}
     if names is not None:

@@ -132,6 +132,8 @@ class SimConfig:
             problem = setting_problem(f.name, getattr(self, f.name))
             if problem:
                 raise ConfigError(problem)
+        if not 0 <= self.watermark < 1:  # a fraction of the blocks kept free: all of them would admit nobody
+            raise ConfigError(f"watermark must be in [0, 1), got {self.watermark} (vLLM uses 0.01)")
         if self.profile and self.cost_model != "roofline":
             raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
                               "or the profile")

@@ -65,7 +65,6 @@ CASES = [
     (sim("--system", "foo"), "--system"),
     (sim("--manager", "foo"), "--manager"),
     (sim("--manager", "paged", "--scheduler", "static"), "scheduler 'static'"),
-    (sim("--engine", "foo"), "--engine"),
     (sim("--requests-format", "xml"), "--requests-format"),
     (sim("--model", "llama-2-70b", "--gpu", "a100-40gb"), "--tp"),
     # --- work that cannot fit in memory, refused before anything is allocated

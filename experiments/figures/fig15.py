@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, number, run_figure
+from pagesim.experiments.figures.common import SweepOptions, run_figure
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig15",)

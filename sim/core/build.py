@@ -22,8 +22,6 @@ from pagesim.sim.errors import ConfigError
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
-#: the vLLM block size limit (``vllm/config.py``'s choices go to 128; 256 leaves room for what-ifs)
-MAX_BLOCK_SIZE = 256
 #: inter-token latencies are binned on this log grid (1 us .. 10^4 s; sim/metrics.py's docstring)
 ITL_EDGES = np.logspace(-6, 4, 2001)
 
@@ -88,9 +86,7 @@ def pool_for(cfg, capacity_tokens: int, model) -> Pool:
     if cfg.manager == "vattention":
         block_size = vattention_page_tokens(model, cfg.vattention_page_kib * 1024, cfg.tensor_parallel)
     else:
-        block_size = int(cfg.block_size)
-        if not 1 <= block_size <= MAX_BLOCK_SIZE:
-            raise ConfigError(f"block_size must be in 1..{MAX_BLOCK_SIZE}, got {block_size} (vLLM uses 16)")
+        block_size = int(cfg.block_size)  # in 1..256 (sim.config.RANGES)
     num_blocks = capacity // block_size
     if num_blocks < -(-max_seq_len // block_size):
         raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "

@@ -22,8 +22,8 @@ except ImportError:  # CPython runs the same functions
 COMPILED = numba is not None
 
 
-#: the core's Python-only files: what runs the compiled functions and checks their state
-NOT_COMPILED = ("__init__.py", "replay.py", "check.py")
+#: the core's Python-only files: what builds its state, runs the compiled functions, checks and reads the state
+NOT_COMPILED = ("__init__.py", "replay.py", "check.py", "build.py", "outcome.py")
 
 
 def _drop_stale_cache(here=None) -> None:

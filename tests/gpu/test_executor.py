@@ -107,11 +107,6 @@ def test_plan_mirrors_batch():
     assert seen == list(range(len(seen))) and len(seen) > 100
 
 
-def test_the_engine_cannot_take_the_gpu_executor_to_python():
-    with pytest.raises(ConfigError, match="on the core only"):
-        run_simulation(cfg_for("plain"), make_trace(5), executor=GPUExecutor(TINY, FakeBackend()), engine="python")
-
-
 def test_needs_a_paged_manager():
     cfg = SimConfig.for_system("orca-max", model="llama-2-7b", gpu="h200", kv_gib=0.25, max_seq_len=512)
     with pytest.raises(ConfigError, match="paged"):

@@ -300,25 +300,6 @@ def test_swap_round_trip(cp):
     assert np.all(b[[0, 2, 8]] == 0)
 
 
-def test_tables_from_snapshot_drive_the_kernel(cp):
-    """BlockTableSnapshot -> build_block_tables -> kernel equals the reference."""
-    from pagesim.gpu import paged_attention as pa
-    from pagesim.gpu.tables import allocate_kv_pool, build_block_tables, to_device
-    from pagesim.sim.memory.base import BlockTableSnapshot
-    snap = BlockTableSnapshot(block_size=16, num_blocks=20, tables={3: [7, 2, 19], 1: [7, 11], 8: [0]},
-                              context_lens={3: 40, 1: 20, 8: 5})
-    t = build_block_tables(snap)
-    kc, vc = allocate_kv_pool(20, 16, 2, 128, "float16")
-    rng = np.random.default_rng(24)
-    kc[...] = cp.asarray(rng.standard_normal(kc.shape).astype(np.float16))
-    vc[...] = cp.asarray(rng.standard_normal(vc.shape).astype(np.float16))
-    q = rng.standard_normal((3, 8, 128)).astype(np.float16)
-    bt, cl = to_device(t)
-    out = pa.forward(cp.asarray(q), kc, vc, bt, cl, 16, t.max_context_len)
-    want = ref.paged_attention_ref(q, cp.asnumpy(kc), cp.asnumpy(vc), t.block_tables, t.context_lens, 16)
-    ref.assert_attention_close(cp.asnumpy(out).astype(np.float32), want, "float16")
-
-
 def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
     """The CLI paths run end to end on a tiny grid (full runs: pagesim gpu bench / calibrate)."""
     from pagesim.gpu import bench

@@ -1,4 +1,4 @@
-"""CPU tests: block-table builder, profile CSV format, partition heuristics, swap run coalescing."""
+"""CPU tests: profile CSV format, partition heuristics, swap run coalescing."""
 
 from __future__ import annotations
 
@@ -10,45 +10,7 @@ from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import coalesce_runs
 from pagesim.gpu.kernels_src import HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
 from pagesim.sim.profile_format import COLUMNS, read_profile, write_profile
-from pagesim.gpu.tables import build_block_tables
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.memory.base import BlockTableSnapshot
-
-
-def snapshot():
-    return BlockTableSnapshot(block_size=4, num_blocks=10,
-                              tables={7: [3, 9, 1], 2: [5], 4: [], 9: [3, 0]},
-                              context_lens={7: 10, 2: 4, 4: 0, 9: 5}, refcounts={3: 2})
-
-
-def test_build_block_tables():
-    t = build_block_tables(snapshot())
-    assert t.seq_ids.tolist() == [2, 4, 7, 9]
-    assert t.block_tables.dtype == np.int32 and t.context_lens.dtype == np.int32
-    assert t.block_tables.tolist() == [[5, -1, -1], [-1, -1, -1], [3, 9, 1], [3, 0, -1]]
-    assert t.context_lens.tolist() == [4, 0, 10, 5]
-    assert t.max_context_len == 10 and t.block_size == 4 and t.num_blocks == 10
-    assert t.slot_mapping(7, 3, 6).tolist() == [3 * 4 + 3, 9 * 4 + 0, 9 * 4 + 1]
-
-
-def test_build_block_tables_order_pad_override():
-    t = build_block_tables(snapshot(), seq_ids=[9, 7], pad=0, context_lens={9: 8, 7: 12})
-    assert t.block_tables.tolist() == [[3, 0, 0], [3, 9, 1]]
-    assert t.context_lens.tolist() == [8, 12]
-    empty = build_block_tables(BlockTableSnapshot(16, 4))
-    assert empty.block_tables.shape == (0, 1) and empty.max_context_len == 0
-
-
-@pytest.mark.parametrize("tables,lens,msg", [
-    ({1: [0]}, {1: 5}, "need 2 blocks"),
-    ({1: [0, 10]}, {1: 5}, "outside"),
-    ({1: [0]}, {1: -1}, "negative"),
-])
-def test_build_block_tables_errors(tables, lens, msg):
-    with pytest.raises(ConfigError, match=msg):
-        build_block_tables(BlockTableSnapshot(4, 10, tables, lens))
-    with pytest.raises(ConfigError, match="no block table"):
-        build_block_tables(snapshot(), seq_ids=[99])
 
 
 # ---- profile format ---------------------------------------------------------------------------

@@ -195,21 +195,6 @@ def test_compiled_step_time_is_the_same_float():
     assert calibrated_step_time(cm.constants(), cm.gemm_shapes(), *args) == cm.step_time(b)
 
 
-def test_calibrated_runs_match_step_by_step_and_macro():
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.run import run_simulation
-    from pagesim.traces.synth import make_workload
-
-    cfg = SimConfig.for_system("vllm", model="llama-2-7b", gpu="a100-80gb", cost_model="calibrated", kv_gib=2)
-    trace = make_workload("sharegpt", rate=8.0, duration_s=20, seed=3)
-    a = run_simulation(cfg, trace, engine="python")
-    b = run_simulation(cfg, trace, macro_steps=False)
-    c = run_simulation(cfg, trace)  # the calibrated model runs on the core
-    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    pd.testing.assert_frame_equal(c.requests, b.requests, check_exact=True)
-    assert a.summary["engine"] == "python" and c.summary["engine"].startswith("core")
-
-
 # -- the fit ---------------------------------------------------------------------------------------
 
 def test_robust_fit_is_not_dragged_by_an_outlier():
@@ -449,7 +434,7 @@ def test_simulate_says_which_cost_model_ran(tmp_path, capsys):
     assert s["cost_model"] == "calibrated" and s["cost_error"]["p90"] == band["p90"]
     assert s["cost_error"]["method"] == "leave-one-model-out"
     assert main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--out", str(out),
-                 "--no-progress", "--engine", "python"]) == 0
+                 "--no-progress"]) == 0
     assert "roofline (uncalibrated: no measured timings for a100-40gb)" in capsys.readouterr().out
     s = json.loads((out / "summary.json").read_text())
     assert s["cost_model"] == "roofline" and s["cost_error"].startswith("uncalibrated")

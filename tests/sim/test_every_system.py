@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import build, run_simulation
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, ends_within
 
 EXAMPLES = int(os.environ.get("PAGESIM_FUZZ_EXAMPLES", "200"))  # 200 find the faults of #15 (~30 s)
@@ -87,21 +87,21 @@ def traces(draw, width):
 @st.composite
 def runs(draw):
     cfg, width = draw(configurations())
-    return cfg, draw(traces(width)), draw(st.sampled_from(["auto", "python"]))
+    return cfg, draw(traces(width))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize="PAGESIM_FUZZ_SEED" not in os.environ,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(runs())
 def test_every_run_ends_and_accounts_for_every_request(run):
-    cfg, trace, engine = run
+    cfg, trace = run
     try:  # a configuration refused up front, in one line, is an answer too (a pool that cannot
-        build(cfg, trace)  # hold one max_seq_len request in whole vAttention pages, ...)
+        initial_state(cfg, trace)  # hold one max_seq_len request in whole vAttention pages, ...)
     except ConfigError as e:
         assert "\n" not in str(e)
         assume(False)
     with ends_within(120):
-        result = run_simulation(cfg, trace, engine=engine, macro_steps=not cfg.check)
+        result = run_simulation(cfg, trace)
     s, requests = result.summary, result.requests
     assert s["completed"] + s["rejected"] == len(trace), (s["completed"], s["rejected"], s["unfinished"])
     rejected = requests[requests["status"] == "rejected"]

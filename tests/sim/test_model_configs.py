@@ -500,4 +500,4 @@ def test_new_gpu_presets_size_the_pool_from_their_datasheets():
 
 def test_vattention_page_follows_the_latent_size():
     # one page holds one layer: 64 KiB / (512 + 64) x 2 B = 56 tokens of DeepSeek-V3's latent
-    assert vattention_page_tokens(MODELS["deepseek-v3"], 64 * 1024, tp=8) == 56
+    assert vattention_page_tokens(MODELS["deepseek-v3"], 64 * 1024, tensor_parallel=8) == 56

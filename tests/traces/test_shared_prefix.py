@@ -51,7 +51,7 @@ def test_vllm_prefix_caching_computes_the_prefix_once():
     prefill = {}
     for caching in (True, False):
         cfg = SimConfig.for_system("vllm", model="llama-13b", gpu="a100-40gb", kv_gib=2, prefix_caching=caching)
-        steps = run_simulation(cfg, trace, engine="python").steps
+        steps = run_simulation(cfg, trace).steps
         prefill[caching] = [int(x) for x in steps["num_prefill_tokens"] if x]
     assert prefill[True] == [90, 20]
     assert prefill[False] == [90, 100]

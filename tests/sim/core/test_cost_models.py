@@ -135,14 +135,6 @@ def test_scaled_table_model_by_hand(tmp_path):
     # the mixed batch: CPU 2000 + 4 x 100 = 2400 us, GPU 1350 + 4000 + 600 = 5950 -> 2400 + 2 x 5950
     cm = table_model(tmp_path, per_seq_overhead_ms=0.1, cost_scale=2.0)
     assert cm.step_time(mixed_batch()) == pytest.approx(14300e-6, rel=1e-12)
-    # macro steps price pure decode steps with the same function: the same floats
-    ctx = np.array([2, 200, 400, 1000])
-    b = StepBatch(decode_seq_ids=np.array([0, 1]))
-    singles = []
-    for c in ctx.tolist():
-        b.set_decode_context_lazy(c, None)
-        singles.append(cm.step_time(b))
-    assert cm.decode_step_times(2, ctx).tolist() == [cm.decode_step_time(2, c) for c in ctx.tolist()] == singles
 
 
 @pytest.mark.parametrize("scale,want", [(1.0, [3.2e-3, 4e-3]), (2.0, [4.4e-3, 6e-3])])
