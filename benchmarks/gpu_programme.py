@@ -1,16 +1,16 @@
 """The whole GPU programme in four offline phases, each one `device run` call of under 10 minutes.
 
-    python3 benchmarks/gpu_programme.py prepare            # here, once: the simpy wheel into .whl/
+    python3 benchmarks/gpu_programme.py prepare            # here, once: any wheel the device lacks, into .whl/
     python3 benchmarks/gpu_programme.py 1 --out "$OUT"     # on the GPU machine, phases 1..4 in turn
     python3 benchmarks/gpu_programme.py all --dry-run --out /tmp/dry   # every step on the CPU (CI)
 
 Nothing is fetched on the device: the project runs from the working tree (``PYTHONPATH``, no
 ``pip install -e``, whose build isolation needs the network), the trace is the built-in synthetic
-ShareGPT workload (``../shared`` does not travel), and the one package the device image lacks
-that a step needs, simpy (the Python engine's clock, which ``validate`` runs on), comes as a
-27 KB wheel in the git-ignored ``.whl/`` folder (``prepare`` downloads it; name ``.whl`` in the
-call's ``carry``). plotly is not carried: without it ``validate`` writes report.html as tables
-only. Phases (expected device time, see ``PHASES``)::
+ShareGPT workload (``../shared`` does not travel), and a package the device image lacks
+that a step needs would come as a wheel in the git-ignored ``.whl/`` folder (``prepare`` downloads
+them; name ``.whl`` in the call's ``carry``): none today, the simulator's clock being the core's
+own loop (simpy only tells the same loop as a model, in the tests). plotly is not carried:
+without it ``validate`` writes report.html as tables only. Phases (expected device time, see ``PHASES``)::
 
     1  environment report, every kernel instantiation compiled through NVRTC (fills CuPy's
        cache for the later steps), the GPU tests (-m gpu), compute-sanitizer memcheck and
@@ -57,8 +57,9 @@ from _import_path import import_path  # noqa: E402
 
 IMPORT_PATH = import_path()  # `import pagesim` from this working tree: the device installs nothing
 
-#: the wheels the device image lacks (KINDS.md: no simpy, no plotly; tqdm, numba, pandas, pyarrow are there)
-WHEELS = ("simpy==4.1.2",)
+#: the wheels a step needs that the device image lacks (KINDS.md: it has no simpy and no plotly,
+#: neither of which a step needs; tqdm, numba, pandas, pyarrow are there)
+WHEELS: tuple[str, ...] = ()
 MODELS = ("llama-2-7b", "llama-3-8b")
 #: what the programme's validations run (the dry run swaps in fewer requests, see _val)
 VALIDATION = ("--workload", "sharegpt", "--rate", "4", "--system", "vllm", "--no-progress")
@@ -379,6 +380,9 @@ def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, l
 
 def prepare(dest: Path = ROOT / ".whl") -> int:
     """Download the wheels the device image lacks (pure Python) into the git-ignored .whl/."""
+    if not WHEELS:
+        print("nothing to fetch: the device image has every package a step needs")
+        return 0
     dest.mkdir(exist_ok=True)
     cmd = [python(), "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
            "--implementation", "cp", "--platform", "manylinux_2_17_x86_64", "-d", str(dest), *WHEELS]

@@ -40,7 +40,6 @@ from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
 from pagesim.sim.core import replay
-from pagesim.sim.core import state as core_state
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
@@ -265,7 +264,6 @@ def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, 
     verdict is certain (the summary then says where: ``stopped_early``)."""
     run = prepare(cfg, trace)
     watcher = ProbeWatcher(run.table, {k: v for k, v in stop.items() if k != "reject_only"})
-    run.state.config[core_state.PROGRESS_EVERY] = replay.progress_every(watcher)
     stopped = None
     try:
         s, wall_time_s = replay.run(run.state, progress=watcher)

@@ -56,8 +56,9 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 #: how many kernels of each elementwise kind (sim.calibration.ELEMENTWISE) one layer runs
 ELEMENTWISE_PER_LAYER = (2, 1, 1, 1)
 
-# the Python engine prices one batch at a time: the interpreted functions (the same source, so
-# the same float) over tuples of Python floats avoid numba's call overhead
+# a batch priced outside a run (step_time: the GPU executor's plans, the cost-error tables):
+# the interpreted functions (the same source, so the same float) over tuples of Python floats
+# avoid numba's call overhead
 _step_time = interpreted(core.calibrated_step_time)
 _tokens_seconds = interpreted(core.tokens_seconds)
 _decode_seconds = interpreted(core.decode_seconds)
@@ -99,7 +100,7 @@ def check_dense(model: ModelSpec) -> None:
 
 class CalibratedCostModel:
     """Prices a step with a :class:`~sim.calibration.Calibration` (the shipped one of ``gpu``
-    unless given). The Python engine hands the interpreted step function the constants and GEMM
+    unless given). ``step_time`` hands the interpreted step function the constants and GEMM
     shapes as tuples of Python floats (indexing those costs microseconds per step where numpy
     scalars cost a hundred); :meth:`constants` and :meth:`gemm_shapes` are the same numbers as
     the float64 arrays a compiled loop takes."""

@@ -19,7 +19,7 @@ import pandas as pd
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import replay
 from pagesim.sim.core import state as core_state
-from pagesim.sim.core.build import UNLIMITED, Limits, Pool, build, limits_for, pool_for
+from pagesim.sim.core.build import Limits, Pool, build, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost_models import NO_COST, core_cost, cpu_overhead_note, make_cost_model, swap_block_tokens
 from pagesim.sim.csv_writer import write_csv
@@ -124,7 +124,7 @@ class Prepared(NamedTuple):
     cost_model: object | None  # None: an executor outside the core times the steps
 
 
-def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, progress_every: int = UNLIMITED) -> Prepared:
+def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> Prepared:
     """Everything a run of ``cfg`` over ``trace`` needs before its first event; ConfigError for
     a configuration that cannot run, TraceError for a request that cannot be one."""
     model, gpu, budget = resolve_budget(cfg)
@@ -138,7 +138,7 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, progress_every: 
         model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms, cfg.cost_model,
         cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg))
     cost = NO_COST if external else core_cost(cost_model)
-    s = build(cfg, pool, limits, table, cost, external=external, progress_every=progress_every)
+    s = build(cfg, pool, limits, table, cost, external=external)
     return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
 
 
@@ -159,7 +159,7 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
-    run = prepare(cfg, trace, executor, replay.progress_every(bar) if bar is not None else UNLIMITED)
+    run = prepare(cfg, trace, executor)
     try:
         s, wall_time_s = replay.run(run.state, executor, bar)
     finally:

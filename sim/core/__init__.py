@@ -1,4 +1,4 @@
-"""The simulation core: the scheduler's policy, the paged manager and time, stated once as
+"""The simulation core: the scheduler's policy, every memory manager and time, stated once as
 plain functions over numpy arrays, compiled by numba where it is installed and run as the
 same CPython functions otherwise (``sim/core/jit.py``).
 
@@ -6,7 +6,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     block_pool.py   free block ids and the running slots' block tables
     prefix_cache.py prefix caching: the key -> block map, reference counts, the LRU of cached blocks
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
-    extent.py       the contiguous (Orca) manager: reservations (max, pow2, oracle), accounting
+    extent.py       the contiguous (Orca) manager: reservations (max, pow2, oracle, predicted), accounting
     placement.py    where its extents go: buddy, first-fit, best-fit
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
     scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
@@ -18,6 +18,9 @@ same CPython functions otherwise (``sim/core/jit.py``).
     loop.py         time: the next arrival or the end of the running step
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     replay.py       runs the loop to its end: progress, --check, an executor outside the core
+    outcome.py      what a run left, in words and counters: reject reasons, the manager's events
+    beam.py, rng.py beam search's deaths and forks; the seeded draws as numpy's Generator makes them
+    check.py        --check: every incremental quantity recomputed from scratch
 
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
 size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,

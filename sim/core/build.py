@@ -31,7 +31,7 @@ class Pool(NamedTuple):
     ``num_blocks`` blocks of ``block_size`` slots and ``leftover`` slots too few for another
     block; the contiguous and static managers: one address space of ``capacity`` slots (no blocks)."""
 
-    kind: str  # "paged", "contiguous" or "static"
+    kind: str  # "paged", "vattention", "contiguous" or "static"
     capacity: int
     max_seq_len: int
     block_size: int = 1
@@ -118,8 +118,7 @@ RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": 
 PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": state.BEST_FIT}
 
 
-def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False,
-          progress_every: int = UNLIMITED) -> state.Core:
+def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False) -> state.Core:
     """The state of a run of ``table`` (:class:`sim.requests.RequestTable`, whose columns the
     core writes in place) before its first event. ``cost``: (``state.ROOFLINE``/``CALIBRATED``/
     ``TABLE``, scaled, constants, data) from ``sim.cost_models.core_cost``; ``external``: an
@@ -140,7 +139,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.MAX_NUM_SEQS] = limits.max_num_seqs
     config[state.MAX_BATCHED_TOKENS] = limits.max_batched_tokens
     config[state.KEEP_ROWS] = int(cfg.record_steps)
-    config[state.PROGRESS_EVERY] = progress_every
+    config[state.PROGRESS_EVERY] = UNLIMITED  # nobody to tell (replay.run sets it for a progress hook)
     config[state.CHUNKED_PREFILL] = int(cfg.chunked_prefill)
     config[state.CHUNK_BUDGET] = cfg.chunk_budget
     config[state.SWAP_PREEMPTION] = int(cfg.preemption == "swap")

@@ -8,7 +8,6 @@ readable specification, and ``tests/sim/core/`` compares the two on random runs.
 
 from __future__ import annotations
 
-import functools
 import os
 import types
 
@@ -91,7 +90,9 @@ def njit(fn=None, *, inline: bool = False):
     return numba.njit(cache=True, nogil=True, _nrt=False, inline="always" if inline else "never")(fn)
 
 
-@functools.lru_cache(maxsize=None)
+_INTERPRETED: dict = {}
+
+
 def interpreted(fn):
     """The plain Python function behind a core function, calling the plain Python functions
     behind the core functions it calls: the same source, run by CPython. For numpy array
@@ -100,8 +101,11 @@ def interpreted(fn):
     py = getattr(fn, "py_func", None)
     if py is None:
         return fn
+    if fn in _INTERPRETED:  # made already, or being made (a name may lead back: co_names holds
+        return _INTERPRETED[fn]  # attribute names too, kv_cache.memory_categories in memory_categories)
     names = dict(py.__globals__)  # a copy: the module's own names stay numba's
+    _INTERPRETED[fn] = plain = types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)
     for name in py.__code__.co_names:
         if hasattr(names.get(name), "py_func"):
             names[name] = interpreted(names[name])
-    return types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)
+    return plain

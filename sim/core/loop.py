@@ -1,12 +1,13 @@
 """Time: the core's two-source event loop (the next arrival, the end of the running step).
 
-Which owns time? The core does, outright: this loop is the whole simulation of a run, and
-``sim/engine.py``'s SimPy processes (arrivals; engine) are the readable process model of the
-same loop, kept for the configurations the core does not cover yet and tested to give the
-same records. To give the same records, the loop keeps SimPy's two rules rather than
-restating its code: an arrival fires at ``now + (at - now)`` (a timeout is a delay, which can
-land an ulp off ``at``), and events at the same time fire in creation order (each event gets
-the next id). The engine sleeps when it has nothing to run and an arrival wakes it.
+Which owns time? The core does, outright: this loop is the whole simulation of a run, compiled
+with the policy it drives, so a run never leaves machine code between events (a SimPy event
+costs microseconds of Python; a run has up to millions of iterations). ``sim/simpy_model.py``
+tells the same loop as two SimPy processes (arrivals; engine) calling the same functions, the
+readable process model, tested to leave the same records. The loop keeps SimPy's two rules:
+an arrival fires at ``now + (at - now)`` (a timeout is a delay, which can land an ulp off
+``at``), and events at the same time fire in creation order (each event gets the next id).
+The engine sleeps when it has nothing to run and an arrival wakes it.
 
 :func:`run` returns to Python every ``progress_every`` finished requests, as the step that
 reaches them ends (the progress bar, Ctrl-C, a plan probe's early stop), when the step table's

@@ -47,6 +47,8 @@ def run(s: state.Core, executor=None, progress=None) -> tuple[state.Core, float]
     (``sim.executor.is_external``) runs and times every iteration; ``progress``: told how many
     requests finished (``update(k)``), may raise :class:`StopRun`."""
     c = s.count
+    if progress is not None:
+        s.config[state.PROGRESS_EVERY] = progress_every(progress)
     if executor is not None:
         executor.start(s)
     t0 = time.perf_counter()

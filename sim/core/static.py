@@ -30,7 +30,7 @@ def start_batch(s):
     longest = 0
     while c[WAITING_LEN] and c[NUM_RUNNING] < s.config[STATIC_BATCH_LIMIT]:
         i = scheduler.waiting_head(s)
-        if s.width[i] > 1:  # one sequence per request (StaticScheduler.width_reason)
+        if s.width[i] > 1:  # one sequence per request (sim.core.outcome says why)
             scheduler.reject_head(s, i, REJECT_WIDTH_UNSHARED)
             continue
         prompt = s.prompt_tokens[i]

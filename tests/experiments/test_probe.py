@@ -27,13 +27,13 @@ def queued(n: int, late: int = 0):
 
 @pytest.fixture
 def core_runs(monkeypatch):
-    """Counts the runs that went to the core (a probe must not fall back to the Python engine)."""
+    """Counts the core's runs (a probe runs its simulation once)."""
     calls = []
     real = replay.run
 
-    def spy(engine):
-        calls.append(engine)
-        return real(engine)
+    def spy(state, *args, **kwargs):
+        calls.append(state)
+        return real(state, *args, **kwargs)
 
     monkeypatch.setattr(replay, "run", spy)
     return calls

@@ -146,7 +146,7 @@ def test_cases_keep_every_invariant(system, kw, tkw):
 
 
 # the cost models beside the roofline (sim/core/cost_calibrated.py, cost_table.py; the scale of
-# sim/core/cost.py over each): the core and the Python engine call the same step price
+# sim/core/cost.py over each)
 COST_MODELS = ["calibrated", "table", "table-without-prefill", "scaled-roofline", "scaled-calibrated",
                "scaled-table"]
 
@@ -282,7 +282,7 @@ def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
     """Token budgets and max_seq_len of 2**26 and more run (the core refused these once): the
     core's block tables are as wide as the trace's longest request needs, not max_seq_len."""
     kw = dict(kw)
-    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, check=True, **kw)
+    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
     c = run_simulation(cfg, rand_trace(0, n=60, rate=200.0))
     assert c.summary["completed"] == 60
 
@@ -302,7 +302,7 @@ def test_progress_counts_every_finish():
             self.total += k
 
     bar = Bar()
-    run = prepare(cfg_for(), rand_trace(0), progress_every=replay.progress_every(bar))
+    run = prepare(cfg_for(), rand_trace(0))
     replay.run(run.state, progress=bar)
     assert bar.total == int((run.table.status == 4).sum()) > 0
 
@@ -327,7 +327,7 @@ def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
                 raise StopRun
 
     cfg = cfg_for(max_num_seqs=1, record_steps=False)
-    run = prepare(cfg, trace([(0.0, 8, 3)] * 6), progress_every=1)
+    run = prepare(cfg, trace([(0.0, 8, 3)] * 6))
     table = run.table
     hook = Hook(table)
     with pytest.raises(StopRun) as stop:
@@ -340,7 +340,7 @@ def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
 
 @pytest.mark.parametrize("system", list(SYSTEMS))
 def test_every_command_line_system_runs_on_the_core(system):
-    """No setting reachable from ``pagesim simulate`` falls back to the Python engine: every
+    """Every setting reachable from ``pagesim simulate`` runs on the core, compiled: every
     system, with sampling width and beams, swap, chunked prefill and --check, and for Orca every
     reservation and placement, runs on the core."""
     variants = [dict(), dict(preemption="swap", swap_gib=1.0), dict(chunked_prefill=True, chunk_budget=64),
@@ -441,7 +441,7 @@ with pytest.raises(InvariantError, match=r"no request produced a token in 4 iter
 
 def test_core_ends_a_run_that_stops_producing_tokens():
     """The core's loop stops a run once ``steps_without_token_limit`` iterations in a row
-    produced no token, with the Python engine's words (tests/sim/sched/test_preempt_everyone.py
+    produced no token, with an error naming it (tests/sim/sched/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
