@@ -441,7 +441,7 @@ with pytest.raises(InvariantError, match=r"no request produced a token in 4 iter
 
 def test_core_ends_a_run_that_stops_producing_tokens():
     """The core's loop stops a run once ``steps_without_token_limit`` iterations in a row
-    produced no token, with an error naming it (tests/sim/sched/test_preempt_everyone.py
+    produced no token, with an error naming it (tests/sim/core/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))

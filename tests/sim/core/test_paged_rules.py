@@ -29,7 +29,7 @@ def test_memory_categories_in_a_hand_built_run(simulate, opt13b_config, tiny_tra
     # step 4  B and C decode: 7 of 8 and 4 of 4                            11, 1, 0, 0, 0, 1
     # step 5  C finished; B 8 tokens in 2 blocks; 1 block + leftover free   8, 0, 0, 0, 0, 5
     # (append_rule exact: step 4's decode takes no block; vLLM's one free block per sequence
-    # would preempt C there, see tests/sim/sched/test_vllm_policy.py)
+    # would preempt C there, see tests/sim/core/test_vllm_policy.py)
     cfg = opt13b_config(13, max_seq_len=12, block_size=4, preemption="swap", append_rule="exact")
     result = simulate(cfg, tiny_trace((0.0, 4, 3), (0.0, 6, 3), (0.001, 3, 2)))
     rows = result.steps[CATEGORIES].to_numpy()
