@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-from pagesim.sim.core.build import vattention_page_tokens
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs.capacity import vattention_page_tokens
 
 BYTES_PER_REQUEST = 4096
 BYTES_PER_BLOCK = 68

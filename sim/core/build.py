@@ -19,6 +19,7 @@ import numpy as np
 from pagesim.sim.core import placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs.capacity import vattention_page_tokens
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
@@ -45,13 +46,6 @@ class Pool(NamedTuple):
     def shares_blocks(self) -> bool:
         """Forks (parallel samples, beams) share blocks: the paged managers but vAttention's."""
         return self.kind == "paged"
-
-
-def vattention_page_tokens(model, page_bytes: int, tensor_parallel: int = 1) -> int:
-    """Tokens per physical page of ``page_bytes`` per layer for ``model`` at ``tensor_parallel``."""
-    if page_bytes <= 0:
-        raise ConfigError(f"vattention_page_kib must be > 0, got {page_bytes / 1024:g} (e.g. 64)")
-    return max(1, int(page_bytes // model.kv_bytes_per_layer_token(tensor_parallel)))
 
 
 def largest_buddy_block(capacity: int) -> int:

@@ -88,3 +88,10 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
     if cap < 1:
         raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")
     return KVBudget(cap, int(kv_bytes), per_tok, how)
+
+
+def vattention_page_tokens(model, page_bytes: int, tensor_parallel: int = 1) -> int:
+    """Tokens per physical page of ``page_bytes`` per layer for ``model`` at ``tensor_parallel``."""
+    if page_bytes <= 0:
+        raise ConfigError(f"vattention_page_kib must be > 0, got {page_bytes / 1024:g} (e.g. 64)")
+    return max(1, int(page_bytes // model.kv_bytes_per_layer_token(tensor_parallel)))

@@ -17,7 +17,7 @@ from pagesim.sim.cli import main
 from pagesim.sim.core import cost as C
 from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.core.build import vattention_page_tokens
+from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity
 
 MiB = 1 << 20
