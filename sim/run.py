@@ -174,7 +174,7 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     hook stopped it: ``duration_s`` then says up to when)."""
     s, pool = run.state, run.pool
     run.table.reject_reason[:] = reject_reasons(s, pool, run.limits, cfg)
-    records = StepRecords(s, pool.capacity, blocks=pool.kind in ("paged", "vattention"))
+    records = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
     extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
              "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_budget": run.budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,

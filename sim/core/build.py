@@ -43,6 +43,11 @@ class Pool(NamedTuple):
     num_slots: int = 0  # static: B slots of max_seq_len
 
     @property
+    def has_blocks(self) -> bool:
+        """The pool is divided into blocks (the paged managers: vllm, token, vattention)."""
+        return self.kind in ("paged", "vattention")
+
+    @property
     def shares_blocks(self) -> bool:
         """Forks (parallel samples, beams) share blocks: the paged managers but vAttention's."""
         return self.kind == "paged"
@@ -120,7 +125,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     block copies and swaps."""
     t = table
     n = t.size
-    paged = pool.kind in ("paged", "vattention")
+    paged = pool.has_blocks
     block_size, num_blocks = (pool.block_size, pool.num_blocks) if paged else (1, 0)
     prefix_caching = bool(cfg.prefix_caching) and pool.kind == "paged"
     config = np.zeros(state.NUM_CONFIG, np.int64)

@@ -37,7 +37,7 @@ def never_fits_reason(s: state.Core, i: int, prompt: int, pool: Pool, cfg) -> st
     """Why request ``i``, to hold ``prompt`` tokens at admission, can never fit."""
     final, longest = int(s.final_len[i]), pool.max_seq_len
     within = final <= longest and prompt <= longest
-    if within and pool.kind in ("paged", "vattention"):
+    if within and pool.has_blocks:
         prompt_blocks = -(-prompt // pool.block_size)
         watermark = pool.watermark_blocks
         if s.num_generated[i] > 0:  # resumed: the watermark may delay it, never turn it away
@@ -57,7 +57,7 @@ def never_fits_reason(s: state.Core, i: int, prompt: int, pool: Pool, cfg) -> st
 def manager_counters(s: state.Core, pool: Pool) -> dict[str, int]:
     """The memory manager's event counters at the end of the run (the summary's ``mgr_*``)."""
     c = s.count
-    if pool.kind in ("contiguous", "static"):
+    if not pool.has_blocks:
         return {"allocations": int(c[state.NUM_ALLOCATIONS]), "frees": int(c[state.NUM_FREES]),
                 "fork_copies": 0,  # forks are refused where they would copy (REJECT_WIDTH_UNSHARED)
                 "overflows": int(c[state.NUM_OVERFLOWS]), "moves": int(c[state.NUM_MOVES]),
