@@ -41,10 +41,3 @@ class InvariantError(PagesimError):
 
 class NeedsGPUError(PagesimError):
     """A command that needs a CUDA GPU (CuPy + a device) was run without one."""
-
-
-class OutOfMemory(Exception):
-    """Internal: a memory manager was asked to do something it reported it cannot do.
-
-    Schedulers must ask ``can_*`` first; reaching this is a bug, not user error.
-    """

@@ -62,16 +62,12 @@ class StepRecords:
             self.busy_s = float(dt.sum())
             self.mem_weighted = i[:, 5:11].T.astype(np.float64) @ dt
             self.running_weighted = float(i[:, 4] @ dt)
-            self.prefill_tokens = int(i[:, 1].sum())
-            self.decode_tokens = int(i[:, 2].sum())
             self.block_sums = (i[:, 11:].T.astype(np.float64) @ dt).tolist()
         else:
             self.rows = None
             self.busy_s = float(clock[state.BUSY_S])
             self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + 6].tolist(), np.float64)
             self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
-            self.prefill_tokens = int(c[state.SUM_PREFILL_TOKENS])
-            self.decode_tokens = int(c[state.SUM_DECODE_TOKENS])
             self.block_sums = [float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])]
         self.mem_weighted[5] += self.capacity * self.idle_s  # idle time: every slot is free
 

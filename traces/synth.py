@@ -132,12 +132,6 @@ def sample_lengths(spec: str | tuple, size: int, rng: np.random.Generator, *, wh
     return np.maximum(x, 1).astype(np.int64)
 
 
-def resample_lengths(df: pd.DataFrame, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Joint (prompt, output) pairs resampled with replacement from a loaded trace."""
-    i = rng.integers(0, len(df), size)
-    return df["prompt_tokens"].to_numpy()[i], df["output_tokens"].to_numpy()[i]
-
-
 # ----------------------------------------------------------------------------------------- paper workloads
 
 @dataclass(frozen=True)
