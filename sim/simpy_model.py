@@ -69,8 +69,10 @@ def run(s: state.Core) -> state.Core:
                 if c[state.ARRIVALS_DONE] and not (c[state.WAITING_LEN] or c[state.NUM_RUNNING] or c[state.SWAPPED_LEN]):
                     clock[state.END_S] = env.now
                     return
-                if not c[state.NUM_RUNNING] and (c[state.SWAPPED_LEN] or c[state.DEMAND_WAITING]):
-                    raise InvariantError("nothing runs, and what waits cannot be admitted")
+                if not c[state.NUM_RUNNING] and c[state.SWAPPED_LEN] and c[state.ARRIVALS_DONE] and not c[state.WAITING_LEN]:
+                    raise InvariantError("scheduler stalled with swapped requests and nothing running")
+                if not c[state.NUM_RUNNING] and c[state.WAITING_LEN] and c[state.DEMAND_WAITING]:
+                    raise InvariantError("a request waits for memory in an empty pool")
                 sleeping.append(env.event())
                 idle_from = env.now
                 yield sleeping[0]
