@@ -23,7 +23,6 @@ An experiment is a TOML config plus a small Python module (``experiments/figures
     [quick]                # optional overrides for --quick (same layout: base keys, [quick.grid], [[quick.cases]])
     duration_s = 60
 
-
 Keys are routed by name: :data:`WORKLOAD_KEYS` go to the workload (``traces.synth.make_workload``),
 everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to both).
 
