@@ -188,7 +188,7 @@ def cost_models(trace) -> None:
 def beam_search() -> None:
     """Section 4: Fig. 15's beam-search runs (``pagesim reproduce fig15``: Alpaca and ShareGPT,
     beam width 2, 4, 6, with sharing), engine seconds (``summary['wall_time_s']``)."""
-    from pagesim.experiments.sweep import expand_grid, load_experiment
+    from pagesim.experiments.run_spec import expand_grid, load_experiment
     from pagesim.traces.synth import make_workload
 
     specs = [sp for sp in expand_grid(load_experiment("fig15")) if sp.beam_width > 1 and not sp.unshare]

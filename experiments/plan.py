@@ -50,7 +50,7 @@ from pagesim.experiments.search import (  # noqa: F401  (re-exported)
 from pagesim.experiments.slo import (  # noqa: F401  (re-exported)
     DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point, littles_law, p99,
     request_ok)
-from pagesim.experiments.sweep import RunSpec
+from pagesim.experiments.run_spec import RunSpec
 from pagesim.sim.errors import ConfigError
 
 #: illustrative on-demand $/GPU-hour (not quotes; override with --dollars-per-gpu-hour)

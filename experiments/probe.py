@@ -1,7 +1,7 @@
 """Running probes: the workload at each rate, the run function, early stop, and search rounds.
 
 A probe is one full simulation of the plan's workload at one setting. This module turns a setting
-into a :class:`~experiments.sweep.RunSpec`, runs batches of them through
+into a :class:`~experiments.run_spec.RunSpec`, runs batches of them through
 :func:`experiments.sweep.run_sweep` (local process pool or Ray, on-disk cache) with
 :func:`run_point` as the run function, and turns each result into a point dict
 (:class:`Runner`, verdict by :func:`experiments.slo.evaluate_point`).
@@ -19,7 +19,7 @@ before its last request finishes; :class:`ProbeWatcher` ends such runs early (se
 The options ride in the encoded workload (``stop=...``), so stopped and full runs are cached apart.
 
 :func:`run_point` must stay a module-level function: it is pickled to the worker processes, and
-its ``module:qualname`` is part of every probe's cache key (:func:`experiments.sweep.runner_name`).
+its ``module:qualname`` is part of every probe's cache key (:func:`experiments.run_cache.runner_name`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ import pandas as pd
 
 from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
-from pagesim.experiments.sweep import RunOutput, RunSpec, file_digest, load_cached, run_sweep, runner_name
+from pagesim.experiments.run_cache import RunOutput, load_cached, runner_name
+from pagesim.experiments.run_spec import RunSpec, file_digest
+from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.core import replay
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError

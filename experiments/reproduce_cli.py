@@ -65,7 +65,7 @@ def run(args) -> int:
     if not (math.isfinite(args.scale) and args.scale > 0):
         raise ConfigError(f"--scale must be a finite number > 0, got {args.scale}")
     from pagesim.experiments.figures import FIGURES
-    from pagesim.experiments.sweep import load_experiment
+    from pagesim.experiments.run_spec import load_experiment
     from pagesim.sim.config import SimConfig
     from pagesim.sim.calibration import describe_band, error_band, load_calibration
     from pagesim.sim.specs import get_gpu

@@ -39,7 +39,7 @@ def _require_gpu() -> None:
 
 def make_backend(args, cfg=None):
     if args.backend == "fake":
-        from pagesim.gpu.executor import FakeBackend
+        from pagesim.gpu.fake_backend import FakeBackend
         time_fn = host_fn = None
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math

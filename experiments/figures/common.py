@@ -18,7 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from pagesim.experiments.sweep import RunOutput, RunSpec, apply_overrides, expand_grid, load_cached, load_experiment, run_sweep
+from pagesim.experiments.run_cache import RunOutput, load_cached
+from pagesim.experiments.run_spec import RunSpec, apply_overrides, expand_grid, load_experiment
+from pagesim.experiments.sweep import run_sweep
 
 #: fraction of the trace's arrival window skipped as warm-up by the "steady" window
 WARMUP_FRAC = 0.1

@@ -24,7 +24,7 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
 from pagesim.experiments.figures.common import SweepOptions, figure_specs
-from pagesim.experiments.sweep import RunSpec, canonical_json, results_frame
+from pagesim.experiments.run_spec import RunSpec, canonical_json, results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
 #: up front, in one sweep with the other figures' (see figures/__init__.py)
@@ -38,7 +38,7 @@ FIG14_COLS = ("normalized_latency_s_per_token", "mean_ttft_ms", "mean_e2el_ms", 
 def orca_unshared(spec: RunSpec) -> RunSpec:
     """The run a figure point stands for: Orca variants see every sequence as its own request.
     Unshared, ``beam_width=w`` and ``n=w`` are the same trace (w independent copies of each
-    request, :func:`experiments.sweep.unshare_trace`), so an Orca beam point runs (and is cached)
+    request, :func:`experiments.run_spec.unshare_trace`), so an Orca beam point runs (and is cached)
     as its parallel twin."""
     if spec.system == "vllm":
         return spec

@@ -38,7 +38,7 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     shared by several sequences counts once). Each (workload, mode, width) is simulated twice on
     the same trace: with sharing (requests keep ``n`` / ``beam_width``; forks share the prompt's
     blocks, copy-on-write) and without (``unshare=True``: every sequence becomes its own request,
-    see :func:`experiments.sweep.unshare_trace`)::
+    see :func:`experiments.run_spec.unshare_trace`)::
 
         saving_pct = 100 * (blocks_unshared - blocks_shared) / blocks_unshared
 

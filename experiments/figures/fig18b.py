@@ -7,7 +7,7 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
-from pagesim.experiments.sweep import results_frame
+from pagesim.experiments.run_spec import results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig18b",)

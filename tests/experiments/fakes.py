@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pagesim.experiments.sweep import RunOutput, RunSpec
+from pagesim.experiments.run_cache import RunOutput
+from pagesim.experiments.run_spec import RunSpec
 
 CAP_TOKENS = 15728
 MEM_FRACTIONS = {  # token_states, reservation, internal_frag, allocator_slack, external_frag, free_idle

@@ -9,7 +9,7 @@ import pytest
 from pagesim.experiments import figures as X
 from pagesim.experiments import paper
 from pagesim.experiments.figures import fig14
-from pagesim.experiments.sweep import RunSpec, unshare_trace
+from pagesim.experiments.run_spec import RunSpec, unshare_trace
 from pagesim.traces.synth import make_workload
 from tests.experiments import fakes
 

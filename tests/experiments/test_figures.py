@@ -194,7 +194,7 @@ def test_reproduce_writes_csvs(fake_opts, tmp_path):
 
 
 def test_expected_requests():
-    from pagesim.experiments.sweep import RunSpec
+    from pagesim.experiments.run_spec import RunSpec
     assert X.common.expected_requests(RunSpec(rate=2.0, duration_s=300.0, n=4)) == 2400  # 600 requests x 4 samples
     assert X.common.expected_requests(RunSpec(rate=9.0, num_requests=500, beam_width=3)) == 1500
     assert X.common.expected_requests(RunSpec(rate=0.2, duration_s=600.0)) == pytest.approx(120)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pagesim.experiments import plan as P
-from pagesim.experiments.sweep import RunOutput
+from pagesim.experiments.run_cache import RunOutput
 from pagesim.reports.plan_report import EARLY_STOP_LABEL, curves_figure
 
 #: the fake system's capacity (req/s) at each workload length (s): it passes a TTFT SLO at rates up

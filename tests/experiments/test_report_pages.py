@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pagesim.experiments import figures as X
-from pagesim.experiments.sweep import RunSpec
+from pagesim.experiments.run_spec import RunSpec
 from pagesim.experiments import paper_plots as P
 from pagesim.experiments.report_pages import reproduce_report, single_run_report
 from pagesim.reports import figures as F

@@ -3,8 +3,10 @@ import json
 import pandas as pd
 import pytest
 
-from pagesim.experiments import sweep as S
-from pagesim.experiments.sweep import RunSpec, apply_overrides, canonical_json, expand_grid, run_sweep
+from pagesim.experiments import run_cache
+from pagesim.experiments.run_spec import (CODE_SALT, RunSpec, apply_overrides, canonical_json, expand_grid, load_experiment,
+                                          results_frame, unshare_trace)
+from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.errors import ConfigError
 from tests.experiments import fakes
 from tests.experiments.fakes import fake_run, fake_summary_only
@@ -60,14 +62,14 @@ def test_apply_overrides_quick_and_scale():
 
 def test_shipped_configs_expand():
     for name in ("fig2", "fig2_sensitivity", "fig13", "fig15", "fig12", "fig18b"):
-        cfg = S.load_experiment(name)
+        cfg = load_experiment(name)
         full, quick = expand_grid(apply_overrides(cfg)), expand_grid(apply_overrides(cfg, quick=True))
         assert 0 < len(quick) <= len(full)
         for s in full:
             s.sim_config()  # every setting is a valid SimConfig
             assert s.sim["kv_gib"] == 12 and s.sim["max_seq_len"] == 2048 and s.sim["model"] == "opt-13b"
     with pytest.raises(ConfigError, match="not found"):
-        S.load_experiment("nope")
+        load_experiment("nope")
 
 
 def test_key_is_stable_and_sensitive(monkeypatch):
@@ -77,7 +79,7 @@ def test_key_is_stable_and_sensitive(monkeypatch):
     assert a.key() != a.key(runner="x:y")
     before = a.key()
     monkeypatch.setenv("PAGESIM_CACHE_SALT", "other-code-version")
-    assert S.CODE_SALT() == "other-code-version" and a.key() != before
+    assert CODE_SALT() == "other-code-version" and a.key() != before
 
 
 def test_cache_resume_zero_new_runs(tmp_path):
@@ -141,7 +143,7 @@ def test_deterministic_across_worker_counts(tmp_path):
     meta = json.loads(next((tmp_path / "b").rglob("meta.json")).read_text())
     assert "wall_time_s" in meta
     # the pool's workers store their entries themselves: the same tables as stored in-process
-    from pagesim.experiments.sweep import load_cached
+    from pagesim.experiments.run_cache import load_cached
     for spec in specs:
         a, b = (load_cached(spec, tmp_path / d, run_fn=fake_run) for d in "ab")
         pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
@@ -153,10 +155,10 @@ def test_identical_specs_run_once_and_tables_are_cached(tmp_path):
     spec = small_specs(1)[0]
     res = run_sweep([spec, spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     assert len(fakes.CALLS) == 1 and res[0] == res[1]
-    out = S.load_cached(spec, tmp_path, run_fn=fake_run)
+    out = run_cache.load_cached(spec, tmp_path, run_fn=fake_run)
     assert isinstance(out.steps, pd.DataFrame) and len(out.steps) == 200
     assert isinstance(out.requests, pd.DataFrame) and "ttft_s" in out.requests
-    assert S.load_cached(RunSpec(rate=99.0), tmp_path, run_fn=fake_run) is None
+    assert run_cache.load_cached(RunSpec(rate=99.0), tmp_path, run_fn=fake_run) is None
 
 
 def test_parquet_tables_without_pyarrow_are_a_cache_miss(tmp_path, monkeypatch):
@@ -167,19 +169,19 @@ def test_parquet_tables_without_pyarrow_are_a_cache_miss(tmp_path, monkeypatch):
     spec = small_specs(1)[0]
     run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     assert list(tmp_path.rglob("steps.parquet"))
-    monkeypatch.setattr(S, "_has_parquet", lambda: False)
-    assert S.load_cached(spec, tmp_path, run_fn=fake_run) is None
+    monkeypatch.setattr(run_cache, "_has_parquet", lambda: False)
+    assert run_cache.load_cached(spec, tmp_path, run_fn=fake_run) is None
     fakes.CALLS.clear()
     run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     assert len(fakes.CALLS) == 1  # redone
     assert not list(tmp_path.rglob("*.parquet")) and list(tmp_path.rglob("steps.csv.gz"))
-    out = S.load_cached(spec, tmp_path, run_fn=fake_run)
+    out = run_cache.load_cached(spec, tmp_path, run_fn=fake_run)
     assert isinstance(out.steps, pd.DataFrame) and len(out.steps) == 200
 
 
 def test_results_frame():
     specs = small_specs(2)
-    df = S.results_frame(specs, [fake_summary_only(s) for s in specs])
+    df = results_frame(specs, [fake_summary_only(s) for s in specs])
     assert list(df["rate"]) == [0.5, 1.0] and "normalized_latency_s_per_token" in df and df["kv_gib"].iloc[0] == 12
 
 
@@ -222,7 +224,7 @@ def test_ray_local_mode(tmp_path):
 def test_unshare_trace():
     t = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 1.0], "prompt_tokens": [10, 20],
                       "output_tokens": [5, 6], "n": [3, 1], "beam_width": [1, 2]})
-    u = S.unshare_trace(t)
+    u = unshare_trace(t)
     assert list(u["request_id"]) == ["a#0", "a#1", "a#2", "b#0", "b#1"]
     assert (u["n"] == 1).all() and (u["beam_width"] == 1).all()
     assert list(u["prompt_tokens"]) == [10, 10, 10, 20, 20]
@@ -240,7 +242,7 @@ def test_default_run_fn_with_real_engine(tmp_path):
 def test_shared_prefix_workloads_run_through_the_sweep():
     # Fig. 16's workloads are built by traces/shared_prefix.py: every prompt holds the 341-token
     # 5-shot prefix, whose 21 full blocks prefix caching computes once
-    from pagesim.experiments.sweep import RunSpec, simulate_spec
+    from pagesim.experiments.run_spec import RunSpec, simulate_spec
     spec = RunSpec(system="vllm", sim=dict(model="llama-13b", kv_gib=2, prefix_caching=True),
                    workload="wmt16-5shot", rate=0.01, num_requests=3)
     result = simulate_spec(spec)

@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available
-from pagesim.gpu.executor import ExecutorError, FakeBackend, GPUExecutor, StepPlan, plan_step, slots_for
+from pagesim.gpu.executor import ExecutorError, GPUExecutor, StepPlan, plan_step, slots_for
+from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.kv_check import KVContentCheck
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.config import SimConfig

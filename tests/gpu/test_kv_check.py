@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from pagesim.gpu.executor import ExecutorError, FakeBackend, StepPlan
+from pagesim.gpu.executor import ExecutorError, StepPlan
+from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.kv_check import KVContentCheck
 from pagesim.sim.cli import main
 from pagesim.sim.specs import ModelSpec

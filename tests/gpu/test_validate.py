@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from pagesim.gpu.device import cuda_available
-from pagesim.gpu.executor import FakeBackend, StepPlan
+from pagesim.gpu.executor import StepPlan
+from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.sim.profile_format import write_profile
 from pagesim.gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
 from pagesim.sim.batch import StepBatch

@@ -38,7 +38,7 @@ def test_most_real_prompts_reach_the_cut(monkeypatch):
 
 def test_sweep_builds_the_chatbot_trace(monkeypatch):
     import pagesim.sim.run as run
-    from pagesim.experiments.sweep import RunSpec, simulate_spec
+    from pagesim.experiments.run_spec import RunSpec, simulate_spec
     lengths = pd.DataFrame({"prompt_tokens": [3000], "output_tokens": [7]})
     real = chatbot.chatbot_workload
     monkeypatch.setattr(chatbot, "chatbot_workload", lambda *a, **k: real(*a, **k, lengths=lengths))

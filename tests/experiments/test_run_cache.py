@@ -1,17 +1,21 @@
-"""The sweep cache: keys follow the contents of the files a run reads, writes are atomic and
-idempotent under concurrent writers, damaged entries are recomputed, write errors name the file."""
+"""The run cache (experiments/run_cache.py): keys follow the contents of the files a run reads,
+writes are atomic and idempotent under concurrent writers, damaged entries are recomputed, write
+errors name the file."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import multiprocessing as mp
 
 import pandas as pd
 import pytest
 
-from pagesim.experiments import sweep as S
-from pagesim.experiments.sweep import RunOutput, RunSpec, run_sweep
+from pagesim.experiments import run_cache as C
+from pagesim.experiments.run_cache import RunOutput
+from pagesim.experiments.run_spec import CACHE_FORMAT, RunSpec, canonical_json
+from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.cli import main
 from tests.experiments import fakes
 from tests.experiments.fakes import fake_run
@@ -45,8 +49,8 @@ def test_preset_names_keep_their_keys(tmp_path, monkeypatch):
     """A preset name is not a file: nothing is added to the key (existing caches stay valid)."""
     monkeypatch.chdir(tmp_path)
     spec = spec_for(model="opt-13b")
-    payload = {"spec": spec.canonical(), "salt": "s", "format": S.CACHE_FORMAT}
-    assert spec.key(salt="s") == S.hashlib.sha256(S.canonical_json(payload).encode()).hexdigest()
+    payload = {"spec": spec.canonical(), "salt": "s", "format": CACHE_FORMAT}
+    assert spec.key(salt="s") == hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
 def test_plan_reruns_after_the_model_file_changes(tmp_path, capsys):
@@ -57,7 +61,7 @@ def test_plan_reruns_after_the_model_file_changes(tmp_path, capsys):
     argv = ["plan", "--model", str(cfg), "--gpu", "h100-80gb", "--duration", "20", "--slo-ttft-p99", "5",
             "--max-rate", "4", "--start-rate", "2", "--rtol", "0.5", "--workers", "1", "--no-progress",
             "--no-steady-check", "--no-error-band", "--cache-dir", str(tmp_path / "cache"), "--json"]
-    entries = lambda: len(list((tmp_path / "cache").rglob(S.MANIFEST)))  # noqa: E731
+    entries = lambda: len(list((tmp_path / "cache").rglob(C.MANIFEST)))  # noqa: E731
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     stored = entries()
@@ -85,7 +89,7 @@ def _writer(cache_dir: str, times: int, queue) -> None:
     failures = []
     for _ in range(times):
         try:
-            S.write_cache(cache_dir, KEY, RunSpec(), out)
+            C.write_cache(cache_dir, KEY, RunSpec(), out)
         except OSError as e:
             failures.append(repr(e))
     queue.put(failures)
@@ -104,7 +108,7 @@ def test_concurrent_writers_of_one_entry_all_succeed(tmp_path):
     for p in procs:
         p.join()
     assert failures == []
-    assert S.read_cached_summary(tmp_path, KEY) == {"x": 1}
+    assert C.read_cached_summary(tmp_path, KEY) == {"x": 1}
     assert [p.name for p in (tmp_path / "ab").iterdir()] == [KEY]  # no temporary or set-aside folders left
 
 
@@ -112,11 +116,11 @@ def test_a_writer_that_loses_the_race_accepts_the_complete_entry(tmp_path, monke
     """The rename fails because the entry appeared meanwhile: a complete entry is success and
     stays as it was (same key, same run); with replace=True it is replaced."""
     first = RunOutput(summary={"who": "first"})
-    S.write_cache(tmp_path, KEY, RunSpec(), first)
-    S.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={"who": "second"}))
-    assert S.read_cached_summary(tmp_path, KEY) == {"who": "first"}
-    S.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={"who": "third"}), replace=True)
-    assert S.read_cached_summary(tmp_path, KEY) == {"who": "third"}
+    C.write_cache(tmp_path, KEY, RunSpec(), first)
+    C.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={"who": "second"}))
+    assert C.read_cached_summary(tmp_path, KEY) == {"who": "first"}
+    C.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={"who": "third"}), replace=True)
+    assert C.read_cached_summary(tmp_path, KEY) == {"who": "third"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,7 +128,7 @@ def test_a_writer_that_loses_the_race_accepts_the_complete_entry(tmp_path, monke
 
 
 def _entry(tmp_path, spec):
-    return S.cache_path(tmp_path, spec.key(runner=S.runner_name(fake_run)))
+    return C.cache_path(tmp_path, spec.key(runner=C.runner_name(fake_run)))
 
 
 def _damage_truncate(d):
@@ -146,7 +150,7 @@ def _damage_empty_summary(d):
 
 
 def _damage_no_manifest(d):
-    (d / S.MANIFEST).unlink()
+    (d / C.MANIFEST).unlink()
 
 
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_garbage, _damage_missing, _damage_empty_summary,
@@ -158,11 +162,11 @@ def test_damaged_entries_are_recomputed(tmp_path, damage):
     spec = spec_for()
     good = run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     damage(_entry(tmp_path, spec))
-    assert S.load_cached(spec, tmp_path, run_fn=fake_run) is None
+    assert C.load_cached(spec, tmp_path, run_fn=fake_run) is None
     fakes.CALLS.clear()
     again = run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     assert len(fakes.CALLS) == 1 and again == good
-    out = S.load_cached(spec, tmp_path, run_fn=fake_run)
+    out = C.load_cached(spec, tmp_path, run_fn=fake_run)
     assert out is not None and len(out.steps) == 200
 
 
@@ -190,6 +194,6 @@ def test_full_disk_names_the_file(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
     with pytest.raises(OSError) as e:
-        S.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={}, steps=pd.DataFrame({"a": [1]})))
+        C.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={}, steps=pd.DataFrame({"a": [1]})))
     assert e.value.filename.endswith("steps.parquet") and e.value.errno == errno.ENOSPC
     assert not (tmp_path / "ab" / KEY).exists() and list((tmp_path / "ab").iterdir()) == []

@@ -1,0 +1,188 @@
+"""The on-disk run cache: each finished run stored under ``cache_dir/<key[:2]>/<key>/``.
+
+The key is :meth:`experiments.run_spec.RunSpec.key` (the spec, the files it names and the code
+salt), so a killed sweep resumes where it stopped. Entries are written atomically (a temporary
+folder renamed into place; concurrent sweeps storing the same run both succeed) and checked
+against their manifest before they are trusted (a damaged entry is recomputed). ``wall_time_s``
+is kept in an entry's ``meta.json``, not in its summary, so summaries are byte-identical whatever
+ran them.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from pagesim.experiments.run_spec import RunFn, RunSpec, canonical_json, file_digest, simulate_spec
+from pagesim.sim.outdir import naming, temporary_sibling
+
+#: summary keys that vary from run to run of the same spec (moved to meta.json)
+NONDETERMINISTIC_KEYS = ("wall_time_s",)
+#: the file whose presence marks a complete cache entry, written last: each file's size and sha256
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class RunOutput:
+    """What one run leaves: its summary (deterministic keys only), steps and requests tables."""
+
+    summary: dict[str, Any]
+    steps: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def normalize_output(result: Any) -> RunOutput:
+    """Accept a SimResult-like object (``.summary/.steps/.requests``), a RunOutput, or a plain dict."""
+    if isinstance(result, RunOutput):
+        out = result
+    elif isinstance(result, dict):
+        out = RunOutput(summary=dict(result))
+    else:
+        out = RunOutput(summary=dict(result.summary), steps=getattr(result, "steps", None),
+                        requests=getattr(result, "requests", None))
+    summary = json.loads(canonical_json(out.summary))  # the same JSON round trip as the cache
+    meta = dict(out.meta)
+    for k in NONDETERMINISTIC_KEYS:
+        if k in summary:
+            meta[k] = summary.pop(k)
+    return RunOutput(summary=summary, steps=out.steps, requests=out.requests, meta=meta)
+
+
+def _has_parquet() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+        return True
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def default_cache_dir() -> Path:
+    """``$PAGESIM_CACHE_DIR`` or ``~/.cache/pagesim/runs``."""
+    env = os.environ.get("PAGESIM_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "pagesim" / "runs"
+
+
+def cache_path(cache_dir: str | Path, key: str) -> Path:
+    return Path(cache_dir) / key[:2] / key
+
+
+def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput, *, replace: bool = False) -> Path:
+    """Store one run, atomically and idempotently: its files are written into a temporary folder
+    beside the entry, :data:`MANIFEST` last, and the folder is renamed into place. When another
+    writer got there first with a complete entry, that entry stands (the same key is the same
+    run) and this write succeeds; a damaged entry, or any entry when ``replace``, is moved aside
+    and removed first. A write error names its file."""
+    final = cache_path(cache_dir, key)
+    tmp = temporary_sibling(final)
+    try:
+        for name, df in (("steps", out.steps), ("requests", out.requests)):
+            if df is None:
+                continue
+            if _has_parquet():
+                with naming(tmp / f"{name}.parquet"):
+                    # no dictionary pages: a quarter less CPU for step tables, whose columns
+                    # have too many distinct values for dictionaries (the same frame reads back)
+                    df.to_parquet(tmp / f"{name}.parquet", index=False, use_dictionary=False)
+            else:  # pragma: no cover
+                with naming(tmp / f"{name}.csv.gz"):
+                    df.to_csv(tmp / f"{name}.csv.gz", index=False)
+        for name, obj in (("spec.json", spec.canonical()), ("meta.json", out.meta), ("summary.json", out.summary)):
+            with naming(tmp / name):
+                (tmp / name).write_text(canonical_json(obj) + "\n")
+        manifest = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in sorted(tmp.iterdir())}
+        with naming(tmp / MANIFEST):
+            (tmp / MANIFEST).write_text(canonical_json({"files": manifest}) + "\n")
+        _install(tmp, final, replace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _install(tmp: Path, final: Path, replace: bool) -> None:
+    """Rename the written folder ``tmp`` to ``final`` (see :func:`write_cache`)."""
+    for _attempt in range(8):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        if not replace and entry_is_complete(final):
+            return
+        aside = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(final, aside)
+        except FileNotFoundError:  # another writer moved it aside first
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+        replace = False  # from now on an entry that appears is another writer's fresh one
+    raise OSError(errno.EBUSY, "other writers keep replacing this cache entry", str(final))
+
+
+def entry_is_complete(d: Path) -> bool:
+    """Whether the cache entry ``d`` is whole and readable here: its :data:`MANIFEST` reads,
+    every file it lists (the summary among them) has the size and sha256 it lists, and, where
+    pyarrow is missing, no table is parquet (a cache shared by two environments). A truncated or
+    garbled table, a missing file or an emptied summary makes it incomplete: it is recomputed and
+    rewritten in a form this environment reads."""
+    try:
+        files = json.loads((d / MANIFEST).read_text())["files"]
+        if "summary.json" not in files or (not _has_parquet() and any(n.endswith(".parquet") for n in files)):
+            return False
+        return all((d / name).stat().st_size == f["bytes"] and file_digest(d / name) == f["sha256"]
+                   for name, f in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The cached summary of ``key``, or None (a miss, also for an entry that is not complete:
+    :func:`entry_is_complete`)."""
+    d = cache_path(cache_dir, key)
+    if not entry_is_complete(d):
+        return None
+    try:
+        summary = json.loads((d / "summary.json").read_text())
+    except (OSError, ValueError):  # replaced between the check and the read
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: RunFn | None = None,
+                what: Iterable[str] = ("steps", "requests")) -> RunOutput | None:
+    """A cached run (summary + the tables in ``what``), or None if it is not in the cache."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = spec.key(runner=runner_name(run_fn))
+    summary = read_cached_summary(cache_dir, key)
+    if summary is None:
+        return None
+    d = cache_path(cache_dir, key)
+    out = RunOutput(summary=summary)
+    try:
+        out.meta = json.loads((d / "meta.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass
+    for name in what:
+        if (d / f"{name}.parquet").exists():
+            setattr(out, name, pd.read_parquet(d / f"{name}.parquet"))
+        elif (d / f"{name}.csv.gz").exists():
+            setattr(out, name, pd.read_csv(d / f"{name}.csv.gz"))
+    return out
+
+
+def runner_name(run_fn: RunFn | None) -> str | None:
+    """The run function's part of a cache key: ``module:qualname``, or None for the default
+    :func:`simulate_spec` (so its keys do not depend on where it lives). Moving a custom run
+    function to another module changes its keys, i.e. its old cache entries are no longer found."""
+    if run_fn is None or run_fn is simulate_spec:
+        return None
+    return f"{getattr(run_fn, '__module__', '?')}:{getattr(run_fn, '__qualname__', repr(run_fn))}"
