@@ -18,6 +18,7 @@ import numpy as np
 
 from pagesim.sim.core import placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
+from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.capacity import vattention_page_tokens
 
@@ -53,12 +54,6 @@ class Pool(NamedTuple):
         return self.kind == "paged"
 
 
-def largest_buddy_block(capacity: int) -> int:
-    """The buddy allocator's largest block: the highest power of two in the capacity (its chunks
-    are the capacity's set bits, largest first)."""
-    return 1 << (int(capacity).bit_length() - 1) if capacity > 0 else 0
-
-
 def pool_for(cfg, capacity_tokens: int, model) -> Pool:
     """How ``cfg``'s manager divides ``capacity_tokens`` slots; ConfigError when one
     ``max_seq_len`` request cannot fit."""
@@ -74,7 +69,7 @@ def pool_for(cfg, capacity_tokens: int, model) -> Pool:
                               f"{capacity} slots; use static_batch_size <= {fit}")
         return Pool("static", capacity, max_seq_len, num_slots=int(slots))
     if cfg.manager == "contiguous":
-        largest = largest_buddy_block(capacity) if cfg.placement == "buddy" else capacity
+        largest = int(placement.largest_buddy_block(capacity)) if cfg.placement == "buddy" else capacity
         placed = placement.next_pow2(max_seq_len) if cfg.placement == "buddy" else max_seq_len
         if placed > largest:
             raise ConfigError(
@@ -276,8 +271,6 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
     every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`). One-element
     arrays where not needed."""
-    from pagesim.sim.core.prefix_cache import prefix_chain
-
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
     cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1

@@ -63,6 +63,19 @@ def order_of(size):
 
 
 @njit(inline=True)
+def largest_buddy_block(capacity):
+    """The buddy's largest block in a pool of ``capacity`` slots: the highest power of two in
+    it (0 for none), the first of the chunks that cover the pool (:func:`buddy_init`). The
+    configuration check (sim/core/build.py) calls it too."""
+    if capacity < 1:
+        return 0
+    p = 1
+    while 2 * p <= capacity:
+        p *= 2
+    return p
+
+
+@njit(inline=True)
 def placed_size(s, size):
     """Slots an extent asked for ``size`` slots takes: the allocator slack is the difference."""
     return next_pow2(size) if s.config[PLACEMENT_KIND] == BUDDY else size
@@ -124,12 +137,15 @@ def buddy_order_for(s, size):
 
 @njit
 def buddy_init(s):
-    """The empty pool: one free block per chunk (the set bits of the capacity)."""
+    """The empty pool: one free block per chunk, the largest block of what is left, in turn
+    (the set bits of the capacity, largest first)."""
     base = 0
-    for k in range(len(s.buddy_orders) - 1, -1, -1):
-        if (s.config[ADDRESS_SPACE] >> k) & 1:
-            buddy_mark_free(s, k, base)
-            base += 1 << k
+    left = s.config[ADDRESS_SPACE]
+    while left > 0:
+        chunk = largest_buddy_block(left)
+        buddy_mark_free(s, order_of(chunk), base)
+        base += chunk
+        left -= chunk
 
 
 @njit
