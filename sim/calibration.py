@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pagesim.sim.config import read_toml
 from pagesim.sim.errors import ConfigError
 
 #: elementwise kernel kinds, in the order of the per-kind constants
@@ -72,8 +73,6 @@ class Calibration:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Calibration":
-        from pagesim.sim.config import read_toml
-
         path = Path(path)
         data = read_toml(path, "calibration file")
         consts = dict(data.get("constants", {}))
@@ -182,24 +181,3 @@ def describe_band(band: dict, gpu: str) -> str:
         return f"{band['cost_model']} ({err})"
     return (f"{band['cost_model']} (GPU time per iteration vs measured on {gpu}: median {100 * err['median']:.1f} %, "
             f"p90 {100 * err['p90']:.1f} %, {err['method']})")
-
-
-class ScaledCostModel:
-    """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
-    ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
-    Every method applies :func:`sim.core.cost.scaled_step_time`, which the core's loop applies
-    too."""
-
-    def __init__(self, inner, scale: float):
-        from pagesim.sim.core.cost import scaled_step_time
-        from pagesim.sim.core.jit import interpreted
-
-        self.inner, self.scale = inner, scale
-        self._scaled_step_time = interpreted(scaled_step_time)
-
-    def _scaled(self, t, num_seqs: int):
-        return self._scaled_step_time(t, self.scale, self.inner.overhead_s, self.inner.per_seq_overhead_s, num_seqs)
-
-    def step_time(self, batch) -> float:
-        return self._scaled(self.inner.step_time(batch), batch.num_seqs)
-

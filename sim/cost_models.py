@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.calibration import ScaledCostModel
+from pagesim.sim.core.cost import scaled_step_time
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.cost_calibrated import CalibratedCostModel
@@ -19,7 +20,7 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
                     swap_block_tokens: int = 0):
     """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
     overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
-    multiplies the GPU time (``sim.calibration.ScaledCostModel``). ``swap_block_tokens``: the
+    multiplies the GPU time (:class:`ScaledCostModel`). ``swap_block_tokens``: the
     tokens one swap copy moves, the KV block size of a paged cache (``sim.core.cost``'s copy
     latency); 0 leaves swapping priced by its bytes alone."""
     if profile:
@@ -37,6 +38,23 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     if cost_scale != 1.0:
         cm = ScaledCostModel(cm, cost_scale)
     return cm
+
+
+class ScaledCostModel:
+    """Another cost model with its GPU time (everything but the CPU overheads) times ``scale``:
+    ``plan`` reruns its search at ``1 -/+ p90`` of the measured error to give its answer a band.
+    Every method applies :func:`sim.core.cost.scaled_step_time`, which the core's loop applies
+    too."""
+
+    def __init__(self, inner, scale: float):
+        self.inner, self.scale = inner, scale
+        self._scaled_step_time = interpreted(scaled_step_time)
+
+    def _scaled(self, t, num_seqs: int):
+        return self._scaled_step_time(t, self.scale, self.inner.overhead_s, self.inner.per_seq_overhead_s, num_seqs)
+
+    def step_time(self, batch) -> float:
+        return self._scaled(self.inner.step_time(batch), batch.num_seqs)
 
 
 def swap_block_tokens(cfg) -> int:

@@ -12,7 +12,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
     static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost's model calls it too), and
-                    the scale of any model's GPU time (sim.calibration.ScaledCostModel's)
+                    the scale of any model's GPU time (sim.cost_models.ScaledCostModel's)
     cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
     cost_table.py   a measured profile, interpolated (sim.cost.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step

@@ -97,7 +97,7 @@ def plus_transfers(c, t, swapped_tokens, copied_tokens):
 @njit(inline=True)
 def scaled_step_time(t, scale, overhead_s, per_seq_overhead_s, num_seqs):
     """``t`` with its GPU time (everything but the CPU overheads) times ``scale``: what
-    :class:`sim.calibration.ScaledCostModel` does to any model (the core reads the overheads at
+    :class:`sim.cost_models.ScaledCostModel` does to any model (the core reads the overheads at
     indices 0 and 1 of every model's constants). Scalars, or interpreted numpy arrays."""
     cpu = overhead_s + per_seq_overhead_s * num_seqs
     return cpu + scale * (t - cpu)

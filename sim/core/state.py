@@ -39,7 +39,7 @@ REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot 
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
  EXTERNAL_STEPS, NUM_CONFIG) = range(35)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
-# config[COST_SCALED]: 1 when its GPU time is scaled (sim.calibration.ScaledCostModel), the scale
+# config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 # config[CHECK_STEPS]: 1 under --check: the loop returns after every iteration (sim/core/check.py)
