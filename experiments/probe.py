@@ -36,15 +36,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from pagesim.experiments.search import BoundarySearch
-from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.run_cache import RunOutput, load_cached, runner_name
 from pagesim.experiments.run_spec import RunSpec, file_digest
+from pagesim.experiments.search import BoundarySearch
+from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.core import replay
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
+from pagesim.sim.limits import check_synthetic_workload
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
+from pagesim.traces import args as workload_args
+from pagesim.traces.args import workload_from_args
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
 DEFAULT_DURATION_S = 600.0
@@ -108,9 +111,6 @@ def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> t
     """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc). A
     synthetic workload too large for this machine's memory is a ConfigError (for a probe: a
     failed point whose reason says so)."""
-    from pagesim.sim.limits import check_synthetic_workload
-    from pagesim.traces import args as workload_args
-    from pagesim.traces.args import workload_from_args
     opts = decode_workload(workload)
     if "trace" not in opts:
         duration, count = opts.get("duration"), opts.get("num_requests")

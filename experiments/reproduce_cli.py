@@ -7,20 +7,18 @@ interrupted reproduction resumes where it stopped and figures sharing runs compu
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from pagesim.experiments.figures import EXPLAIN, FIGURES, SweepOptions, reproduce
+from pagesim.experiments.run_spec import load_experiment
+from pagesim.sim.calibration import describe_band, error_band, load_calibration
 from pagesim.sim.cli import HelpFormatter, example
-
-
-
-class FigureNames:
-    """The figures' names and ``all``, read from the registry (``experiments/figures``) only when
-    argparse checks a name or prints help, so other commands do not import the figure modules."""
-
-    def __iter__(self):
-        from pagesim.experiments.figures import FIGURES
-        return iter([*FIGURES, "all"])
-
-    def __contains__(self, name) -> bool:
-        return name in list(self)
+from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import get_gpu
 
 
 def register(sub) -> None:
@@ -30,7 +28,7 @@ def register(sub) -> None:
                                       "pagesim reproduce all --out out/paper --workers 8",
                                       "pagesim reproduce fig12 --out out/fig12 --executor ray --address auto",
                                       "pagesim reproduce all --out out/smoke --quick"))
-    p.add_argument("figure", choices=FigureNames(), help="which figure (all: every one)")
+    p.add_argument("figure", choices=[*FIGURES, "all"], help="which figure (all: every one)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes, or Ray (pip install 'pagesim[dist]')")
@@ -51,24 +49,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import math
-    from pathlib import Path
-
-    import pandas as pd
-
-    from pagesim.experiments.figures import EXPLAIN, SweepOptions, reproduce
-    from pagesim.experiments.report_pages import reproduce_report
-    from pagesim.sim.errors import ConfigError
+    from pagesim.experiments.report_pages import reproduce_report  # plotly: `pagesim --help` need not load it
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if not (math.isfinite(args.scale) and args.scale > 0):
         raise ConfigError(f"--scale must be a finite number > 0, got {args.scale}")
-    from pagesim.experiments.figures import FIGURES
-    from pagesim.experiments.run_spec import load_experiment
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.calibration import describe_band, error_band, load_calibration
-    from pagesim.sim.specs import get_gpu
 
     base = {"cost_model": args.cost_model} if args.cost_model else {}
     gpus = sorted({get_gpu(load_experiment(f).get("base", {}).get("gpu") or SimConfig.gpu).name

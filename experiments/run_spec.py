@@ -48,7 +48,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from pagesim.sim import __version__
+from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import run_simulation
+from pagesim.traces import shared_prefix
+from pagesim.traces.chatbot import chatbot_workload
+from pagesim.traces.synth import make_workload
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
@@ -110,7 +116,6 @@ class RunSpec:
 
     def sim_config(self):
         """The :class:`sim.config.SimConfig` (raises ConfigError on a bad setting)."""
-        from pagesim.sim.config import SimConfig
         return SimConfig.for_system(self.system, seed=self.seed, **self.sim)
 
     def workload_kwargs(self) -> dict[str, Any]:
@@ -185,7 +190,6 @@ def CODE_SALT() -> str:  # noqa: N802 (reads like the constant it stands for)
     env = os.environ.get("PAGESIM_CACHE_SALT")
     if env:
         return env
-    from pagesim.sim import __version__
     return f"{__version__}+{_source_hash()}"
 
 
@@ -240,7 +244,6 @@ def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
     Precedence: base < case < grid. Order: cases outermost, then the case's list keys, then grid
     keys in the order written (last varies fastest).
     """
-    from pagesim.sim.config import SimConfig
     sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     base = dict(config.get("base", {}))
     grid = config.get("grid", {})
@@ -263,7 +266,6 @@ def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
 def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = None) -> RunSpec:
     """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
     if sim_fields is None:
-        from pagesim.sim.config import SimConfig
         sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     values = {k.replace("-", "_"): v for k, v in values.items()}
     system = values.pop("system", "vllm")
@@ -299,11 +301,7 @@ def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
 
 def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
-    from pagesim.sim.run import run_simulation
-    from pagesim.traces import shared_prefix
-    from pagesim.traces.synth import make_workload
     if spec.workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
-        from pagesim.traces.chatbot import chatbot_workload
         if spec.n > 1 or spec.beam_width > 1:
             raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={spec.n}, "
                               f"beam_width={spec.beam_width}")

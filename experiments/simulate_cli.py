@@ -13,6 +13,9 @@ from pathlib import Path
 from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
 from pagesim.sim.calibration import describe_band, error_band
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.metrics import percentile_word
+from pagesim.sim.outdir import staged_folder
+from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, add_workload_args, workload_from_args
 
 
 def register(sub) -> None:
@@ -24,7 +27,6 @@ def register(sub) -> None:
         epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
                        "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
                        "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report"))
-    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p)
@@ -44,9 +46,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not at the top: the core and the model presets (numba, about 0.6 s) that ``simulate --help`` need not load
     from pagesim.sim.limits import check_synthetic_workload
-    from pagesim.sim.run import resolve_budget, run_simulation
-    from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, workload_from_args
+    from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
     cfg = config_from_args(args)
     summary_options = summary_options_from_args(args)
@@ -62,17 +64,13 @@ def run(args: argparse.Namespace) -> int:
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
-        from pagesim.sim.outdir import staged_folder
-
         with staged_folder(args.out) as staged:
             result.save(staged, args.requests_format)
             if args.report:
-                from pagesim.experiments.report_pages import single_run_report
+                from pagesim.experiments.report_pages import single_run_report  # plotly, for --report only
 
                 single_run_report(result, staged / "report.html")
     if args.json:
-        from pagesim.sim.run import jsonable
-
         print(json.dumps(jsonable({k: v for k, v in result.summary.items()})))
     else:
         print_summary(result.summary, sys.stdout, summary_options)
@@ -88,7 +86,6 @@ LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2
 
 def print_summary(s: dict, f, options) -> None:
     """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
-    from pagesim.sim.metrics import percentile_word
     mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
            ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
            ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]

@@ -18,7 +18,10 @@ from typing import Any
 from pagesim.experiments.run_cache import (RunOutput, default_cache_dir, normalize_output, read_cached_summary, runner_name,
                                            write_cache)
 from pagesim.experiments.run_spec import RunFn, RunSpec, simulate_spec
+from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import run_simulation
+from pagesim.traces.synth import make_workload
 
 
 def _execute(spec: RunSpec, run_fn: RunFn) -> RunOutput:
@@ -128,10 +131,6 @@ def warm_up_core() -> float:
     """Compile the simulation core in this process when numba's cache lacks it (once per
     install, tens of seconds), before workers start, which then load it rather than each
     compiling it; says how long it took when that is worth a line. Returns the seconds."""
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.run import run_simulation
-    from pagesim.traces.synth import make_workload
-
     t0 = time.perf_counter()
     run_simulation(SimConfig(), make_workload("sharegpt", rate=2, num_requests=4, seed=0))
     seconds = time.perf_counter() - t0

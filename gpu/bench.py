@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
@@ -117,7 +118,6 @@ def copy_gbps(cp, timer: Timer, nbytes: int = 1 << 30) -> float:
     a = cp.ones(nbytes, dtype=cp.uint8)
     b = cp.empty_like(a)
     t = timer.time_us(lambda: b.data.copy_from_device_async(a.data, nbytes), reps=10, flush=False)
-    del a, b
     return 2 * nbytes / (t * 1e-6) / 1e9
 
 
@@ -128,7 +128,6 @@ def _torch_tensor(cp_arr, dtype):
 
 
 def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -> dict:
-    from pagesim.gpu import paged_attention as pa
     storage = cp.float16 if p.dtype == "float16" else cp.uint16
     rng = np.random.default_rng(p.batch * 7 + p.context)
     nblk = -(-p.context // p.block_size)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.gpu._arrays import torch_stream, wrap
+from pagesim.gpu._loader import get_kernel
 from pagesim.gpu.kernels_src import copy_blocks_name, reshape_and_cache_name
 
 SRC = "cache_ops.cu"
@@ -31,7 +32,6 @@ THREADS = 128
 
 
 def _kernel(name):
-    from pagesim.gpu._loader import get_kernel
     return get_kernel(SRC, name)
 
 

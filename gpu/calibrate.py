@@ -47,9 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
+from pagesim.gpu import paged_attention as pa
+from pagesim.gpu.bench import Timer, random_fill
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
-from pagesim.sim.profile_format import write_profile
+from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import ConfigError, NeedsGPUError
+from pagesim.sim.profile_format import write_profile
+from pagesim.sim.specs import get_gpu, get_model
 
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXT = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -96,8 +100,6 @@ def check_profile(rows, model, gpu_name: str, tp: int = 1) -> None:
     """Raise ConfigError (one line) when the table cost model would refuse these rows as a profile."""
     import tempfile
 
-    from pagesim.sim.cost import TableCostModel
-    from pagesim.sim.specs import get_gpu
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "profile.csv"
         try:
@@ -161,8 +163,6 @@ def linear_time_us(model, n: int, tp: int, tdtype, reps: int) -> float:
 
 
 def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, reps: int, timer=None) -> float:
-    from pagesim.gpu import paged_attention as pa
-    from pagesim.gpu.bench import random_fill
     H, KVH = per_gpu_heads(model, tp)
     D, bs = model.head_dim, 16
     storage = cp.float16 if dtype == "float16" else cp.uint16
@@ -179,7 +179,6 @@ def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, rep
     import torch
     torch.cuda.synchronize()
     if timer is None:
-        from pagesim.gpu.bench import Timer
         timer = Timer(cp, device_info()["l2_bytes"])
     t = timer.time_us(plan.launch, reps=reps, warmup=2, flush=True)  # K/V from memory, not from L2
     del plan, kc, vc
@@ -214,7 +213,6 @@ def overhead_us(cp, reps: int = 200) -> float:
 def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtype: str = "float16",
         gpu_name: str | None = None, reps: int | None = None, mem_budget_gib: float | None = None,
         log=print) -> Path:
-    from pagesim.sim.specs import get_model
     model = get_model(model_name)
     if dtype not in ("float16", "bfloat16"):
         raise ConfigError(f"--dtype must be float16 or bfloat16, got {dtype}")
@@ -251,7 +249,6 @@ def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtyp
     if dropped:
         log(f"  attn_decode: {len(dropped)} points left out to keep a full grid within "
             f"{budget / 2**30:.1f} GiB (largest kept: b={decode_pts[-1][0]} ctx={decode_pts[-1][1]})")
-    from pagesim.gpu.bench import Timer
     timer = Timer(cp, info["l2_bytes"])
     for b, c in decode_pts:
         t = decode_time_us(cp, model, b, c, tp, dtype, reps, timer)
@@ -272,8 +269,6 @@ def run(model_name: str, out: str | Path, quick: bool = False, tp: int = 1, dtyp
 def fake_profile(model_name: str, gpu_name: str, out: str | Path, budget_gib: float = 48.0, log=print) -> Path:
     """The calibration grid priced by the roofline model (no device): the GPU programme's dry run of
     ``calibrate``, through the same grid cut, refusal check and writer. Says nothing about a GPU."""
-    from pagesim.sim.cost import RooflineCostModel
-    from pagesim.sim.specs import get_gpu, get_model
     model, gpu = get_model(model_name), get_gpu(gpu_name)
     roof = RooflineCostModel(model, gpu)
     decode_pts, tokens, prefill = grids(model, False)

@@ -6,24 +6,23 @@ device each raises :class:`sim.errors.NeedsGPUError` (one line, exit code 2).
 
 from __future__ import annotations
 
+from pagesim.gpu import bench, calibrate
+from pagesim.gpu.device import device_info, torch_cuda_available
 from pagesim.sim.cli import HelpFormatter, example
 
 
 def _bench(args) -> int:
-    from pagesim.gpu.bench import run
-    run(quick=args.quick, out=args.out, reps=args.reps, mem_budget_gib=args.mem_budget_gib)
+    bench.run(quick=args.quick, out=args.out, reps=args.reps, mem_budget_gib=args.mem_budget_gib)
     return 0
 
 
 def _calibrate(args) -> int:
-    from pagesim.gpu.calibrate import run
-    run(args.model, args.out, quick=args.quick, tp=args.tp, dtype=args.dtype, gpu_name=args.gpu_name,
-        reps=args.reps, mem_budget_gib=args.mem_budget_gib)
+    calibrate.run(args.model, args.out, quick=args.quick, tp=args.tp, dtype=args.dtype, gpu_name=args.gpu_name,
+                  reps=args.reps, mem_budget_gib=args.mem_budget_gib)
     return 0
 
 
 def _info(args) -> int:
-    from pagesim.gpu.device import device_info, torch_cuda_available
     info = device_info("pagesim gpu info")
     for k, v in info.items():
         print(f"{k:22s} {v}")

@@ -63,6 +63,10 @@ import time
 
 import numpy as np
 
+from pagesim.gpu import paged_attention as pa
+from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_cache, swap_blocks
+from pagesim.gpu.device import require_cupy
+from pagesim.gpu.executor import slots_for
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
 _TORCH_DTYPES = ("float16", "bfloat16", "float32")
@@ -137,7 +141,6 @@ class TorchCupyBackend:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise NeedsGPUError("the GPU backend needs torch with CUDA (torch.cuda.is_available() is False)")
         if self.attention == "kernel" or self.cache_ops == "kernel":
-            from pagesim.gpu.device import require_cupy
             require_cupy("the GPU backend")
         self.torch = torch
         self.model = model
@@ -190,7 +193,6 @@ class TorchCupyBackend:
         if host_blocks > 0:
             shape = (self.host_blocks, self.block_size, KVH, D)
             if self.cache_ops == "kernel":
-                from pagesim.gpu.cache_ops import empty_pinned_cache
                 npdt = np.float16 if self.dtype_name == "float16" else (np.uint16 if self.dtype_name == "bfloat16"
                                                                         else np.float32)
                 self.host = [[empty_pinned_cache(shape, npdt) for _ in range(2)] for _ in range(self.L_run)]
@@ -233,7 +235,6 @@ class TorchCupyBackend:
             (self._rms(x[:n], self.ln_f) @ self.lm_head).argmax(-1)
             T *= 2
         if self.attention == "kernel":
-            from pagesim.gpu import paged_attention as pa
             kc, vc = self.kv[0, 0], self.kv[0, 1]
             for batch in (1, 8, 64, 256):
                 for context in (self.block_size, min(4096, int(self.model.max_seq_len))):
@@ -335,7 +336,6 @@ class TorchCupyBackend:
 
     def _write(self, kc, vc, k, v, slots) -> None:
         if self.cache_ops == "kernel":
-            from pagesim.gpu.cache_ops import reshape_and_cache
             reshape_and_cache(k, v, kc, vc, slots, check=False)  # the executor checked the plan's slots
         else:
             kc.view(-1, self.KVH, self.D)[slots] = k
@@ -348,7 +348,6 @@ class TorchCupyBackend:
                 dev = self.kv[l, j]
                 if len(plan.swap_in):
                     if self.cache_ops == "kernel":
-                        from pagesim.gpu.cache_ops import swap_blocks
                         swap_blocks(self.host[l][j], dev, plan.swap_in)
                     else:
                         dev[torch.as_tensor(plan.swap_in[:, 1], device=dev.device)] = \
@@ -357,7 +356,6 @@ class TorchCupyBackend:
                 dev = self.kv[l, j]
                 if len(plan.swap_out):
                     if self.cache_ops == "kernel":
-                        from pagesim.gpu.cache_ops import swap_blocks
                         swap_blocks(dev, self.host[l][j], plan.swap_out)
                     else:
                         self.host[l, j][torch.as_tensor(plan.swap_out[:, 1])] = \
@@ -365,7 +363,6 @@ class TorchCupyBackend:
             if len(plan.copies):
                 kc, vc = self.kv[l, 0], self.kv[l, 1]
                 if self.cache_ops == "kernel":
-                    from pagesim.gpu.cache_ops import copy_blocks
                     copy_blocks(kc, vc, plan.copies)
                 else:
                     src = torch.as_tensor(plan.copies[:, 0], device=kc.device)
@@ -378,7 +375,6 @@ class TorchCupyBackend:
             # one plan per step (launch geometry, buffers, the tables' device copies), rebound to each
             # layer's query and caches: the host work of planning is paid once, not once per layer
             if self._attention_plan is None:
-                from pagesim.gpu import paged_attention as pa
                 self._attention_plan = pa.prepare(q, kc, vc, dev_tables, dev_lens, self.block_size,
                                                   plan.decode_max_context, check=False)
             else:
@@ -423,7 +419,6 @@ class TorchCupyBackend:
             dev_tables = torch.as_tensor(plan.decode_tables, device=dev)
             dev_lens = torch.as_tensor(plan.decode_context, device=dev)
             if self.attention == "torch":
-                from pagesim.gpu.executor import slots_for
                 dec_slots_all = [(torch.as_tensor(slots_for(plan.decode_tables[r], 0, int(c), self.block_size),
                                                   device=dev), int(c))
                                  for r, c in enumerate(plan.decode_context.tolist())]
@@ -433,7 +428,6 @@ class TorchCupyBackend:
             if c == n:
                 pre.append((off, n, c, None, None))
             else:
-                from pagesim.gpu.executor import slots_for
                 gs = torch.as_tensor(slots_for(plan.prefill_tables[r], 0, c, self.block_size), device=dev)
                 qi = torch.arange(c - n, c, device=dev)[:, None]
                 kj = torch.arange(c, device=dev)[None, :]

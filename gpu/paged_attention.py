@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pagesim.gpu._arrays import torch_stream, unwrap, wrap
+from pagesim.gpu._loader import get_kernel
 from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, heads_per_block,
                              reduce_kernel_name)
 
@@ -289,7 +290,6 @@ class PagedAttentionPlan:
 
 
 def _kernel(name: str):
-    from pagesim.gpu._loader import get_kernel
     return get_kernel(SRC, name)
 
 

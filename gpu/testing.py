@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pagesim.gpu.executor import plan_step
 from pagesim.gpu.reference import round_to
 
 
@@ -105,7 +106,6 @@ class HandSteps:
         return out
 
     def plan_prefill(self, ids, lens):
-        from pagesim.gpu.executor import plan_step
         for s, n in zip(ids, lens):
             self._grow(s, int(n))
         lens = np.asarray(lens, np.int64)
@@ -113,7 +113,6 @@ class HandSteps:
                          prefill_tokens=lens, prefill_context=lens, prefill_tables=self._tables(ids))
 
     def plan_decode(self, ids):
-        from pagesim.gpu.executor import plan_step
         for s in ids:
             self._grow(s, self.lens[s] + 1)
         ctx = np.array([self.lens[s] for s in ids], np.int64)

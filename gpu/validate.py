@@ -72,6 +72,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pagesim.gpu.executor import GPUExecutor
+from pagesim.gpu.kv_check import KVContentCheck
+from pagesim.gpu.validate_report import write_report
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
 from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
@@ -117,7 +120,6 @@ class ValidationResult:
         if self.sim_table is not None:
             self.sim_table.save(out / "sim_table")
         if report:
-            from pagesim.gpu.validate_report import write_report
             write_report(self, out / "report.html")
         return out
 
@@ -187,7 +189,7 @@ class _StepLog:
 
 def cpu_term(model, num_seqs: int) -> float:
     """The cost model's host (CPU) share of a step: its fixed and per-sequence overheads, the part
-    ``sim.calibration.ScaledCostModel`` leaves unscaled; the rest of its price is device time."""
+    ``sim.cost_models.ScaledCostModel`` leaves unscaled; the rest of its price is device time."""
     return float(getattr(model, "overhead_s", 0.0)) + float(getattr(model, "per_seq_overhead_s", 0.0)) * num_seqs
 
 
@@ -259,12 +261,9 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
              progress: bool = False, check_memory: bool = True, host_blocks: int | None = None,
              check_kv: bool = True):
     """The real run: run_simulation with the GPU executor; (SimResult, steps DataFrame, executor)."""
-    from pagesim.gpu.executor import GPUExecutor
-
     cfg = cfg.replace(profile=None, record_steps=True)
     model, gpu, budget = resolve_budget(cfg)
     if check_kv and hasattr(backend, "read_blocks"):
-        from pagesim.gpu.kv_check import KVContentCheck
         backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
                            swap_block_tokens=swap_block_tokens(cfg))

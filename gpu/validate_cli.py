@@ -23,13 +23,19 @@ import json
 import sys
 from pathlib import Path
 
+from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
+from pagesim.gpu.fake_backend import FakeBackend
+from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
+from pagesim.gpu.validate import cpu_term, validate
+from pagesim.sim.args import add_sim_args, config_from_args
 from pagesim.sim.cli import HelpFormatter, example
-from pagesim.sim.errors import NeedsGPUError
-from pagesim.gpu.model_runner import TIMINGS
+from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
+from pagesim.sim.errors import ConfigError, NeedsGPUError
+from pagesim.sim.run import jsonable, resolve_budget
+from pagesim.traces.args import add_workload_args, workload_from_args
 
 
 def _require_gpu() -> None:
-    from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
     if not cuda_available():
         raise NeedsGPUError(f"pagesim validate needs a CUDA GPU with CuPy: {why_not()} "
                             "(use --backend fake for a CPU dry run)")
@@ -39,18 +45,13 @@ def _require_gpu() -> None:
 
 def make_backend(args, cfg=None):
     if args.backend == "fake":
-        from pagesim.gpu.fake_backend import FakeBackend
         time_fn = host_fn = None
         if cfg is not None:  # the roofline price with a deterministic +-10 % wobble
             import math
 
-            from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
-            from pagesim.sim.run import resolve_budget
             model, gpu, _ = resolve_budget(cfg)
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
                                    cfg.per_seq_overhead_ms, swap_block_tokens=swap_block_tokens(cfg))
-
-            from pagesim.gpu.validate import cpu_term
 
             def time_fn(plan):  # the device share: the price less its host term
                 return (roof.step_time(plan.batch) - cpu_term(roof, plan.batch.num_seqs)) * (1.0 + 0.1 * math.sin(plan.step))
@@ -61,7 +62,6 @@ def make_backend(args, cfg=None):
                         record=False, host_fn=host_fn)
         b.device_name = "cpu (fake backend, dry run)"
         return b
-    from pagesim.gpu.model_runner import TorchCupyBackend
     b = TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing)
     import torch
     b.device_name = torch.cuda.get_device_name()
@@ -71,25 +71,19 @@ def make_backend(args, cfg=None):
 def run(args: argparse.Namespace) -> int:
     if args.backend != "fake":
         _require_gpu()  # before any heavy work
-    from pagesim.sim.run import resolve_budget
-    from pagesim.sim.args import config_from_args
-    from pagesim.traces.args import workload_from_args
 
     cfg = config_from_args(args)
     if cfg.manager != "paged":
-        from pagesim.sim.errors import ConfigError
         raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
                           f"got '{cfg.system}' (manager {cfg.manager})")
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     backend = make_backend(args, cfg)
-    from pagesim.gpu.validate import validate
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
                    progress=args.progress and not args.json, check_kv=args.check_kv)
     out = res.save(args.out)
     m = res.metrics
     if args.json:
-        from pagesim.sim.run import jsonable
         print(json.dumps(jsonable(m), default=str))
         return 0
     rows = [("model / gpu", f"{m['model']} on {m['gpu_name']} ({m['backend']})"),
@@ -138,8 +132,6 @@ def register(sub) -> None:
             "--system vllm --kv-gib 40 --profile prof.csv --out out/val",
             "pagesim validate --workload sharegpt --rate 2 --num-requests 50 --model llama-2-7b --gpu h200 "
             "--backend fake --out out/dry"))
-    from pagesim.sim.args import add_sim_args
-    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p)

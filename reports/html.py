@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from pagesim.sim import __version__
 from pagesim.sim.errors import PagesimError
 
 
@@ -96,7 +97,6 @@ class HtmlReport:
 
     def render(self) -> str:
         when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        from pagesim.sim import __version__
         sub = f"<p class='meta'>{html.escape(self.subtitle)}</p>" if self.subtitle else ""
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head><body>"

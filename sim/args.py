@@ -7,6 +7,7 @@ import argparse
 
 from pagesim.sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
@@ -86,7 +87,6 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
 
 def add_summary_args(p: argparse.ArgumentParser) -> None:
     """``vllm bench serve``'s options for what the summary reports (see :class:`SummaryOptions`)."""
-    from pagesim.sim.metrics import LATENCY_METRICS
     m = p.add_argument_group("summary metrics (as vllm bench serve)")
     m.add_argument("--percentile-metrics", default=",".join(LATENCY_METRICS), metavar="LIST",
                    help="latency metrics that get percentiles (p<P>_<metric>_ms): any of "
@@ -115,8 +115,6 @@ def parse_goodput(pairs: list[str] | None) -> tuple[tuple[str, float], ...]:
 
 
 def summary_options_from_args(args: argparse.Namespace):
-    from pagesim.sim.metrics import SummaryOptions
-
     metrics = tuple(m.strip() for m in args.percentile_metrics.split(",") if m.strip())
     try:
         percentiles = tuple(float(p) for p in args.metric_percentiles.split(",") if p.strip())

@@ -24,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pagesim.sim import cost_error
 from pagesim.sim.calibration import ELEMENTWISE, Calibration
 from pagesim.sim.core import cost_calibrated as formulas
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_shapes
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.measured import MeasuredGPU
-from pagesim.sim.specs import GPUSpec
+from pagesim.sim.measured import MeasuredGPU, cells, measured_gpus, read_measured
+from pagesim.sim.specs import GPUSpec, get_gpu
 
 # the formulas over numpy arrays of measured rows: their interpreted form (the same source)
 gemm_seconds = interpreted(formulas.gemm_seconds)
@@ -207,9 +208,6 @@ def fit_calibration(measured: MeasuredGPU, gpu: GPUSpec, models=None,
 def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec] | None:
     """Where ``measured``'s GPU takes its attention constants from: itself when it has attention rows,
     else the first GPU of ``root`` that has some (None when no GPU has)."""
-    from pagesim.sim.measured import measured_gpus, read_measured
-    from pagesim.sim.specs import get_gpu
-
     if measured.attention:
         return None
     for name in measured_gpus(root):
@@ -222,9 +220,6 @@ def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec]
 
 def score(measured: MeasuredGPU, model: str, gpu: GPUSpec, cost_model: str, calibration=None) -> pd.DataFrame:
     """``model``'s measured cells scored under ``cost_model`` (``sim.cost_error.scored``, plus ``model``)."""
-    from pagesim.sim import cost_error
-    from pagesim.sim.measured import cells
-
     c = cells(measured, model)
     pred = cost_error.predict(c, measured.models[model].spec, gpu, cost_model, calibration)
     return cost_error.scored(c, pred).assign(model=model)
@@ -243,8 +238,6 @@ def leave_one_model_out(measured: MeasuredGPU, gpu: GPUSpec, attention_from=None
 def error_table(frame: pd.DataFrame) -> dict:
     """What a calibration file stores of a scored frame: :func:`sim.cost_error.summary` overall and
     per model."""
-    from pagesim.sim import cost_error
-
     out = cost_error.summary(frame)
     out["models"] = {m: cost_error.summary(g) for m, g in frame.groupby("model", sort=True)}
     return out

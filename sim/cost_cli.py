@@ -16,7 +16,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pagesim.sim import cost_error
+from pagesim.sim.calibration import Calibration, calibration_path, load_calibration
+from pagesim.sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.measured import check_model, measured_profile_rows, read_measured, source_commit
+from pagesim.sim.profile_format import write_profile
+from pagesim.sim.specs import MODELS, get_gpu
 
 SHARED = "../shared/measured"
 
@@ -92,20 +100,12 @@ def _subcommand(cs, name: str, func, help_: str, description: str, *examples: st
 
 
 def _read(args):
-    from pagesim.sim.measured import check_model, read_measured
-    from pagesim.sim.specs import get_gpu
-
     gpu = get_gpu(args.gpu)
     measured = read_measured(args.measured, gpu.name)
     return gpu, measured, check_model(measured, args.model)
 
 
 def run_error(args: argparse.Namespace) -> int:
-    from pagesim.sim import cost_error
-    from pagesim.sim.calibration_fit import score
-    from pagesim.sim.calibration import Calibration, calibration_path, load_calibration
-    from pagesim.sim.errors import ConfigError
-
     gpu, measured, model = _read(args)
     if args.calibration and args.cost_model != "calibrated":
         raise ConfigError("--calibration needs --cost-model calibrated")
@@ -154,13 +154,6 @@ def run_fit(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     import pandas as pd
-
-    from pagesim.sim import cost_error
-    from pagesim.sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
-    from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
-    from pagesim.sim.errors import ConfigError
-    from pagesim.sim.measured import check_model, read_measured, source_commit
-    from pagesim.sim.specs import get_gpu
 
     gpu = get_gpu(args.gpu)
     root = Path(args.measured)
@@ -228,11 +221,6 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from pagesim.sim.errors import ConfigError
-    from pagesim.sim.measured import measured_profile_rows
-    from pagesim.sim.profile_format import write_profile
-    from pagesim.sim.specs import MODELS
-
     gpu, measured, model = _read(args)
     layers = args.layers or (MODELS[model].num_layers if model in MODELS else None)
     if not layers or layers < 1:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.batch import StepBatch
+from pagesim.sim.cost_models import make_cost_model
 from pagesim.sim.measured import PHASES
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
@@ -36,8 +37,6 @@ def cell_batch(phase: str, tokens: int, context: int) -> StepBatch:
 
 def predict(cells: pd.DataFrame, spec: ModelSpec, gpu: GPUSpec, cost_model: str, calibration=None) -> np.ndarray:
     """Each cell's GPU time (s) under ``cost_model`` (``roofline`` or ``calibrated``)."""
-    from pagesim.sim.cost_models import make_cost_model
-
     out = np.empty(len(cells))
     models = {}
     rows = cells[["phase", "tokens", "context", "tp"]].itertuples(index=False)

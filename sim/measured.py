@@ -51,6 +51,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pagesim.sim.core.cost_table import interp_extrap
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import ModelSpec
 
@@ -318,9 +320,6 @@ def measured_profile_rows(measured: MeasuredGPU, model: str, tp: int, layers: in
     has too, as the decode cells take them; a batch past a context's measured range extends its last
     segment, as the table model extrapolates), ``attn_prefill`` for chunks with nothing cached.
     ConfigError where attention is not measured."""
-    from pagesim.sim.core.cost_table import interp_extrap
-    from pagesim.sim.core.jit import interpreted
-
     interp = interpreted(interp_extrap)
     c = cells(measured, model)
     lin = c[(c["phase"] == "layers") & (c["tp"] == tp)]

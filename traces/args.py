@@ -32,7 +32,9 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
+from pagesim.sim.config import MAX_LEN_POLICIES
 from pagesim.sim.errors import ConfigError
+from pagesim.traces.names import ARRIVALS, FORMATS, PAPER_WORKLOAD_NAMES, TIME_UNITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,7 +104,6 @@ class _ArrivalOption(argparse.Action):
 
 def add_arrival_args(g) -> None:
     """``--arrival``, ``--cv``, ``--burstiness`` (synthetic arrival process) to a parser or group."""
-    from pagesim.traces.names import ARRIVALS
     g.add_argument("--arrival", choices=ARRIVALS, default="poisson", action=_ArrivalOption,
                    help="synthetic arrival process")
     g.add_argument("--cv", type=_positive_float, default=1.0, action=_ArrivalOption,
@@ -114,7 +115,6 @@ def add_arrival_args(g) -> None:
 
 def add_trace_file_args(g) -> None:
     """How to read a trace file: ``--format``, ``--columns``, ``--time-unit``, ``--hash-block-tokens``."""
-    from pagesim.traces.names import FORMATS, TIME_UNITS
     g.add_argument("--format", choices=FORMATS, help="trace format; detected from the extension and header when omitted")
     g.add_argument("--columns", metavar="MAP", help="column map for generic traces: prompt=COL,output=COL"
                                                     "[,arrival=COL|arrival_ms=COL|timestamp=COL][,id=COL][,hashes=COL]")
@@ -126,8 +126,6 @@ def add_trace_file_args(g) -> None:
 
 def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """Add the workload options (see module docstring) to ``parser``; returns the group."""
-    from pagesim.sim.config import MAX_LEN_POLICIES
-    from pagesim.traces.names import PAPER_WORKLOAD_NAMES
     g = parser.add_argument_group("workload", "synthetic workload (--workload) or a trace file (--trace), "
                                               "then optional transformations")
     g.add_argument("--workload", choices=list(PAPER_WORKLOAD_NAMES), default="sharegpt",
@@ -164,7 +162,7 @@ def read_window(args: argparse.Namespace):
     """The rows of a trace the options keep (:class:`traces.reading.Window`), so that a reader may
     stop early: ``--time-slice``, then (without ``--rate``, whose factor needs the whole slice)
     ``--duration`` scaled back by ``--rate-scale`` and ``--num-requests``."""
-    from pagesim.traces.reading import Window
+    from pagesim.traces.reading import Window  # see workload_from_args
     start, end = getattr(args, "time_slice", None) or (None, None)
     start = start or 0.0
     end = math.inf if end is None else end
@@ -184,6 +182,8 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int,
     ``info`` = ``{"source", "kind" ("trace"|"synthetic"), "workload"/"load_report", "steps": [...],
     "max_len": {...}, "rows"}``: every transformation is listed in order with its row counts.
     """
+    # here, not at the top: the readers and generators (about 70 ms) that the ``--help`` of
+    # simulate, plan and validate, which build their parsers from this module, need not load
     from pagesim.traces import transform as tf
     from pagesim.traces.loaders import load_trace
     from pagesim.traces.synth import make_workload

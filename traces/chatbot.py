@@ -22,6 +22,7 @@ import pandas as pd
 
 from pagesim.sim.errors import ConfigError
 from pagesim.traces.arrivals import arrivals
+from pagesim.traces.loaders import load_trace
 from pagesim.traces.schema import ids_for
 from pagesim.traces.transform import keep_last_prompt_tokens
 
@@ -46,7 +47,6 @@ def chatbot_workload(rate: float, duration_s: float | None = None, num_requests:
     ShareGPT length file), prompts cut to their last :data:`CHAT_MAX_PROMPT` tokens and outputs
     capped at :data:`CHAT_MAX_OUTPUT`."""
     if lengths is None:
-        from pagesim.traces.loaders import load_trace
         lengths = load_trace(lengths_path())
     r_arr, r_len = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     t = arrivals("poisson", rate, duration_s=duration_s, num_requests=num_requests, rng=r_arr)

@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
+                                 add_trace_file_args)
+from pagesim.traces.loaders import load_trace, write_trace
+from pagesim.traces.names import WORKLOADS
+from pagesim.traces.stats import format_stats, trace_stats
+from pagesim.traces.synth import make_workload
 
 SHARED = "../shared/traces"
 
@@ -12,16 +18,13 @@ SHARED = "../shared/traces"
 def _load(path: str, args):
     """A trace file, or ``builtin:NAME`` (10,000 requests of a built-in workload at 2 req/s)."""
     if path.startswith("builtin:"):
-        from pagesim.traces.synth import make_workload
         return make_workload(path.split(":", 1)[1], 2.0, num_requests=10_000, seed=getattr(args, "seed", 0))
-    from pagesim.traces.loaders import load_trace
     return load_trace(path, format=args.format, columns=args.columns, time_unit=args.time_unit,
                       hash_block_tokens=args.hash_block_tokens,
                       spread_timestamps=getattr(args, "spread_timestamps", False), seed=getattr(args, "seed", 0))
 
 
 def _add_input_args(p) -> None:
-    from pagesim.traces.args import add_trace_file_args
     p.add_argument("path", metavar="PATH", help="trace file (or builtin:sharegpt / builtin:alpaca)")
     add_trace_file_args(p)
     p.add_argument("--spread-timestamps", action="store_true",
@@ -30,7 +33,6 @@ def _add_input_args(p) -> None:
 
 
 def cmd_stats(args) -> int:
-    from pagesim.traces.stats import format_stats, trace_stats
     df = _load(args.path, args)
     st = trace_stats(df)
     if args.json:
@@ -41,9 +43,6 @@ def cmd_stats(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE
-    from pagesim.traces.loaders import write_trace
-    from pagesim.traces.synth import make_workload
     duration = args.duration
     if duration is None and args.num_requests is None:
         duration = DEFAULT_DURATION_S
@@ -57,7 +56,6 @@ def cmd_synth(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from pagesim.traces.loaders import write_trace
     df = _load(args.path, args)
     out = write_trace(df, args.out)
     rep = df.attrs.get("load_report", {})
@@ -87,8 +85,6 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=cmd_stats)
 
-    from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args
-    from pagesim.traces.names import WORKLOADS
     y = tsub.add_parser("synth", help="Write a synthetic workload (ShareGPT/Alpaca-like or custom) as a trace",
                         formatter_class=HelpFormatter,
                         description="Generate a seeded synthetic workload. Built-in workloads reproduce the vLLM "

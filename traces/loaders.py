@@ -80,6 +80,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import TraceError
+from pagesim.traces.arrivals import arrivals, describe
 from pagesim.traces.names import FORMATS, TIME_UNITS
 from pagesim.traces.reading import TimeColumn, Window, file_kind, header, read
 from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, row_number, sort_by_arrival, to_tokens,
@@ -443,7 +444,6 @@ def load_trace(path: str | Path, format: str | None = None, columns: str | dict 
     data: dict[str, Any] = {k: to_tokens(raw[cols[k]], path=p, field=cols[k], rows=rows)
                             for k in ("prompt", "output", "n", "beam_width") if k in cols}
     if time is None:
-        from pagesim.traces.arrivals import arrivals, describe
         r = DEFAULT_LENGTHS_RATE if rate is None else rate
         arrival_s = arrivals(arrival, r, num_requests=len(raw), cv=cv, rng=np.random.default_rng(seed))
         rep["synthetic_arrivals"] = describe(arrival, r, cv, seed)

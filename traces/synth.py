@@ -52,6 +52,7 @@ import pandas as pd
 
 from pagesim.sim.errors import ConfigError
 from pagesim.traces.arrivals import arrivals
+from pagesim.traces.loaders import load_trace
 from pagesim.traces.names import ARRIVALS, DISTS, WORKLOADS
 from pagesim.traces.schema import ids_for
 
@@ -121,7 +122,6 @@ def sample_lengths(spec: str | tuple, size: int, rng: np.random.Generator, *, wh
         mu = p["mu"] if "mu" in p else math.log(p["mean"]) - s * s / 2
         x = rng.lognormal(mu, s, size)
     else:  # empirical
-        from pagesim.traces.loaders import load_trace
         col = "prompt_tokens" if which == "prompt" else "output_tokens"
         values = load_trace(p["path"])[col].to_numpy()
         x = values[rng.integers(0, values.size, size)]
