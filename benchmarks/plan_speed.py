@@ -2,7 +2,7 @@
 
     python benchmarks/plan_speed.py [--points 20] [--duration 3600] [--workers 2] [--systems ...]
 
-The plan is the real machinery (:func:`experiments.plan.run_searches` through ``run_sweep``:
+The plan is the real machinery (:func:`experiments.probe.run_searches` through ``run_sweep``:
 process pool, fresh on-disk cache) for the given systems, each search capped at
 POINTS / len(systems) probes, so the plan simulates POINTS points. Then, in the same run:
 
@@ -30,20 +30,24 @@ from _import_path import import_path  # noqa: E402
 import_path()  # `import pagesim` works from this working tree, installed or not
 
 from pagesim.experiments import plan as P  # noqa: E402
+from pagesim.experiments.probe import (  # noqa: E402
+    Runner, SearchTask, early_stop_options, encode_workload, run_point, run_searches)
+from pagesim.experiments.search import BoundarySearch  # noqa: E402
+from pagesim.experiments.slo import SLO  # noqa: E402
 
-SLO = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
+TARGET_SLO = SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
 
 
-def make_tasks(args) -> list[P.SearchTask]:
+def make_tasks(args) -> list[SearchTask]:
     setup = P.PlanSetup(sim={"model": args.model, "gpu": args.gpu},
-                        workload=P.encode_workload({"workload": "sharegpt", "duration": args.duration}),
+                        workload=encode_workload({"workload": "sharegpt", "duration": args.duration}),
                         start_rate=args.start_rate, rtol=0.02,
-                        early_stop=P.early_stop_options(SLO) if args.early_stop else None)
+                        early_stop=early_stop_options(TARGET_SLO) if args.early_stop else None)
     per = max(1, args.points // len(args.systems))
     tasks = []
     for s in args.systems:
-        search = P.BoundarySearch(setup.start_rate, rtol=0.02, max_probes=per)
-        tasks.append(P.SearchTask(s, search, lambda x, s=s: setup.spec(s, x)))
+        search = BoundarySearch(setup.start_rate, rtol=0.02, max_probes=per)
+        tasks.append(SearchTask(s, search, lambda x, s=s: setup.spec(s, x)))
     return tasks
 
 
@@ -61,15 +65,15 @@ def main() -> None:
                     help="stop certainly-failing probes early (the plan CLI's default)")
     args = ap.parse_args()
     args.systems = [s for s in args.systems.split(",") if s]
-    slo = SLO
+    slo = TARGET_SLO
     print(f"plan: {args.points} points, sharegpt {args.duration:g} s per point, systems {','.join(args.systems)}, "
           f"workers {args.workers} (cpu_count {os.cpu_count()})", flush=True)
 
     with tempfile.TemporaryDirectory() as cache:
         tasks = make_tasks(args)
-        runner = P.Runner(slo=slo, workers=args.workers, cache_dir=cache)
+        runner = Runner(slo=slo, workers=args.workers, cache_dir=cache)
         t0 = time.perf_counter()
-        P.run_searches(tasks, runner)
+        run_searches(tasks, runner)
         plan_s = time.perf_counter() - t0
         specs = [t.make_spec(p["x"]) for t in tasks for p in t.points]
         n = len(specs)
@@ -79,14 +83,14 @@ def main() -> None:
 
         tasks2 = make_tasks(args)
         t0 = time.perf_counter()
-        P.run_searches(tasks2, P.Runner(slo=slo, workers=args.workers, cache_dir=cache))
+        run_searches(tasks2, Runner(slo=slo, workers=args.workers, cache_dir=cache))
         warm_s = time.perf_counter() - t0
         print(f"warm re-run   {warm_s:8.1f} s  ({warm_s / n:.3f} s/point from the cache)", flush=True)
 
     if not args.no_baseline:
         t0 = time.perf_counter()
         for spec in specs:
-            P.run_point(spec)
+            run_point(spec)
         base_s = time.perf_counter() - t0
         print(f"serial        {base_s:8.1f} s  {base_s / n:6.2f} s/point (same points, one process, no cache)")
         print(f"ratio serial / plan = {base_s / plan_s:.2f}x")

@@ -11,8 +11,7 @@ by a boundary search. The package, bottom up:
 * this module: the questions (:func:`max_rate`, :func:`compare_gpus`, :func:`resources`), cost,
   and the shaping of their answers into JSON-ready dicts.
 
-The names of those modules are re-exported here, so ``from experiments.plan import SLO, Runner``
-keeps working; new code may import from the module that defines them.
+Each name is imported from the module that defines it; this one re-exports none of theirs.
 
 Minimum KV memory is found with the same search over ``1 / kv_gib`` (:func:`resources`).
 
@@ -40,18 +39,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pagesim.experiments.probe import (  # noqa: F401  (re-exported)
-    DEFAULT_DURATION_S, REQUEST_COLS, WORKLOAD_OPTS, ProbeWatcher, Runner, SearchTask,
-    build_workload, decode_workload, describe_workload, early_stop_options, encode_workload, run_point,
-    run_searches)
-from pagesim.experiments.search import (  # noqa: F401  (re-exported)
-    DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE, BoundarySearch, _round_sig,
-    search_max)
-from pagesim.experiments.slo import (  # noqa: F401  (re-exported)
-    DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point, littles_law, p99,
-    request_ok)
+from pagesim.experiments.probe import Runner, SearchTask, decode_workload, describe_workload, encode_workload, run_searches
 from pagesim.experiments.run_spec import RunSpec
+from pagesim.experiments.search import (DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE,
+                                        BoundarySearch, _round_sig)
+from pagesim.experiments.slo import LITTLE_TOL, SLO
+from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import resolve_budget
+from pagesim.sim.specs import GiB, get_gpu, get_model
 
 #: illustrative on-demand $/GPU-hour (not quotes; override with --dollars-per-gpu-hour)
 GPU_HOURLY_USD = {"a100-40gb": 1.50, "a100-80gb": 2.00, "h100-80gb": 3.00, "h200-141gb": 4.00, "l40s": 1.00}
@@ -103,8 +99,6 @@ class PlanSetup:
 
 def check_fits(system: str, sim: dict[str, Any], seed: int = 0):
     """resolve_budget for this configuration (raises ConfigError if the model does not fit)."""
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.run import resolve_budget
     cfg = SimConfig.for_system(system, seed=seed, **{k: v for k, v in sim.items() if v is not None})
     return resolve_budget(cfg)
 
@@ -114,7 +108,6 @@ def gpu_hourly(gpu: str, override: float | None = None) -> float:
         if not override > 0:
             raise ConfigError(f"--dollars-per-gpu-hour must be > 0, got {override}")
         return float(override)
-    from pagesim.sim.specs import get_gpu
     name = get_gpu(gpu).name
     if name not in GPU_HOURLY_USD:
         raise ConfigError(f"no price preset for GPU '{name}'; give --dollars-per-gpu-hour")
@@ -325,7 +318,6 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
 def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], runner: Runner, *,
                  dollars_per_gpu_hour: float | None = None) -> dict[str, Any]:
     """Per GPU (and system): KV capacity, max rate under the SLO, $ per 1M output tokens."""
-    from pagesim.sim.specs import get_gpu
     tp = int(setup.sim.get("tensor_parallel") or 1)
     tasks, fits, errors = [], {}, {}
     for g in gpus:
@@ -395,7 +387,6 @@ WHAT_IFS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 
 def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | None = None) -> list[tuple[str, dict]]:
     """The applicable what-if variants for ``system`` (skipping ones equal to the base setting)."""
-    from pagesim.sim.config import SimConfig
     cfg = SimConfig.for_system(system, **{k: v for k, v in base.items() if v is not None})
     known = {n for n, _o, _m in WHAT_IFS}
     if names is not None:
@@ -418,7 +409,6 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
               tp_options: Sequence[int] = (1, 2, 4, 8), what_if: Sequence[str] | None = None,
               kv_max_gib: float = 512.0, dollars_per_gpu_hour: float | None = None) -> dict[str, Any]:
     """For a target ``rate``: the minimum KV memory; replicas x TP and cost; the what-if table."""
-    from pagesim.sim.specs import GiB
     if not rate > 0:
         raise ConfigError(f"--rate must be > 0, got {rate}")
     gpu = setup.sim.get("gpu") or "a100-40gb"
@@ -483,7 +473,6 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         if y is None:
             row["note"] = f"no KV size up to {kv_max_gib:g} GiB meets the SLO at {rate:g} req/s"
         else:
-            from pagesim.sim.specs import get_model
             model = get_model(setup.sim.get("model") or "opt-13b")
             row["min_kv_tokens"] = int(row["min_kv_gib"] * GiB // model.kv_bytes_per_token(base_tp))
         kv_rows.append(row)

@@ -16,7 +16,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pagesim.experiments import plan as P
+from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner, build_workload, describe_workload,
+                                       early_stop_options, encode_workload)
+from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
+from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
+from pagesim.sim.args import SIM_FLAGS, add_sim_args, parse_goodput
+from pagesim.sim.calibration import describe_band, error_band
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import SummaryOptions
+from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
+from pagesim.traces.args import _positive_float, add_workload_args
 
 MODES = ("max-rate", "resources", "compare-gpus")
 
@@ -39,12 +51,10 @@ def _int_list(s: str) -> list[int]:
 
 
 def _pos(s: str) -> float:
-    from pagesim.traces.args import _positive_float
     return _positive_float(s)
 
 
 def register(sub) -> None:
-    from pagesim.experiments import plan as P
     p = sub.add_parser(
         "plan", help="capacity planning: max rate under an SLO, resources for a rate, cost, GPU comparison",
         formatter_class=HelpFormatter,
@@ -58,13 +68,13 @@ def register(sub) -> None:
             "max(keepup-frac x span, keepup-min-s)) and the SLO holds (p99s over finished requests; with "
             "--slo-attainment F, the thresholds apply per request and that fraction of all requests must meet "
             "them; vLLM's --goodput ttft:MS tpot:MS e2el:MS sets such per-request thresholds in ms, with F "
-            f"{P.DEFAULT_SLO_ATTAINMENT:g} unless given). Every probe reports slo_attainment (the fraction of "
+            f"{DEFAULT_SLO_ATTAINMENT:g} unless given). Every probe reports slo_attainment (the fraction of "
             "requests meeting every threshold) and request_goodput (those requests per second, as vLLM's).\n"
             "Search: double from the start rate until a probe fails, then bisect to --rtol; the answer is the "
             "highest rate simulated that passed. Built-in workloads are regenerated at each rate with the same "
-            f"seed for --duration (default {P.DEFAULT_DURATION_S:g} s); a --trace is rate-scaled (--duration keeps "
+            f"seed for --duration (default {DEFAULT_DURATION_S:g} s); a --trace is rate-scaled (--duration keeps "
             "its first DURATION seconds). Every probe also checks Little's law (warns above "
-            f"{100 * P.LITTLE_TOL:g} %).\n"
+            f"{100 * LITTLE_TOL:g} %).\n"
             "Cost: $/1M output tokens = $/GPU-hour x tp x replicas / (output tok/s x 3600) x 1e6; preset prices "
             f"are illustrative ({', '.join(f'{g} ${v:.2f}' for g, v in P.GPU_HOURLY_USD.items())}).\n"
             "Exit code 2 (no traceback) when the model does not fit or no probed rate meets the SLO."),
@@ -76,8 +86,6 @@ def register(sub) -> None:
             "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
             "--duration 120 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"))
     p.add_argument("mode", nargs="?", choices=MODES, default="max-rate", help="question to answer")
-    from pagesim.sim.args import add_sim_args
-    from pagesim.traces.args import add_workload_args
 
     add_workload_args(p)
     add_sim_args(p, system=False)
@@ -92,20 +100,20 @@ def register(sub) -> None:
                         "of them (instead of the p99/mean checks)")
     g.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                    help="vllm bench serve's per-request SLOs in milliseconds (ttft:2000 tpot:100 e2el:20000), "
-                        f"met by --slo-attainment of the requests (default {P.DEFAULT_SLO_ATTAINMENT:g}, DistServe's)")
+                        f"met by --slo-attainment of the requests (default {DEFAULT_SLO_ATTAINMENT:g}, DistServe's)")
     s = p.add_argument_group("search")
     s.add_argument("--systems", type=_csv_list, default=["vllm"], metavar="A,B",
                    help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
     s.add_argument("--start-rate", type=_pos, default=None,
-                   help=f"first probed rate in req/s (default: --rate if given, else {P.DEFAULT_START_RATE:g}); "
+                   help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
                         "in 'resources' --rate is the target rate instead")
-    s.add_argument("--min-rate", type=_pos, default=P.DEFAULT_MIN_RATE,
+    s.add_argument("--min-rate", type=_pos, default=DEFAULT_MIN_RATE,
                    help="lowest rate probed; failing there means no rate meets the SLO")
-    s.add_argument("--max-rate", type=_pos, default=P.DEFAULT_MAX_RATE, help="highest rate probed")
-    s.add_argument("--rtol", type=_pos, default=P.DEFAULT_RTOL, help="stop bisecting when (fail - pass) <= rtol x pass")
-    s.add_argument("--keepup-frac", type=_pos, default=P.KEEPUP_FRAC,
+    s.add_argument("--max-rate", type=_pos, default=DEFAULT_MAX_RATE, help="highest rate probed")
+    s.add_argument("--rtol", type=_pos, default=DEFAULT_RTOL, help="stop bisecting when (fail - pass) <= rtol x pass")
+    s.add_argument("--keepup-frac", type=_pos, default=KEEPUP_FRAC,
                    help="kept up: drain (last finish - last arrival) <= max(this x arrival span, --keepup-min-s)")
-    s.add_argument("--keepup-min-s", type=_pos, default=P.KEEPUP_MIN_S, help="floor of the drain allowance (s)")
+    s.add_argument("--keepup-min-s", type=_pos, default=KEEPUP_MIN_S, help="floor of the drain allowance (s)")
     c = p.add_argument_group("cost, resources, GPUs")
     c.add_argument("--dollars-per-gpu-hour", type=_pos, default=None,
                    help="price of one GPU-hour (default: illustrative preset of --gpu)")
@@ -145,8 +153,6 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The explicitly set SimConfig settings (TOML file, then flags); presets fill the rest."""
     from dataclasses import fields
 
-    from pagesim.sim.config import SimConfig, load_toml
-    from pagesim.sim.args import SIM_FLAGS
     names = {f.name for f in fields(SimConfig)}
     settings: dict[str, Any] = {}
     if getattr(args, "config", None):
@@ -163,10 +169,6 @@ def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def setup_from_args(args: argparse.Namespace):
-    from pagesim.experiments import plan as P
-    from pagesim.sim.config import SYSTEMS, SimConfig
-    from pagesim.sim.errors import ConfigError
-
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
         raise ConfigError(f"unknown system(s) {', '.join(bad)}; valid systems: {', '.join(SYSTEMS)}")
@@ -177,25 +179,25 @@ def setup_from_args(args: argparse.Namespace):
     sim = _sim_settings(args)
     for s in args.systems:
         SimConfig.for_system(s, seed=args.seed, **sim)  # validate every setting early
-    opts = {k: getattr(args, k, None) for k in P.WORKLOAD_OPTS}
+    opts = {k: getattr(args, k, None) for k in WORKLOAD_OPTS}
     opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:
-        opts["duration"] = P.DEFAULT_DURATION_S
-    start = args.start_rate or (args.rate if args.mode != "resources" else None) or P.DEFAULT_START_RATE
+        opts["duration"] = DEFAULT_DURATION_S
+    start = args.start_rate or (args.rate if args.mode != "resources" else None) or DEFAULT_START_RATE
     if args.min_rate > args.max_rate:
         raise ConfigError(f"--min-rate {args.min_rate} is above --max-rate {args.max_rate}")
     if not args.rtol < 1:
         raise ConfigError(f"--rtol must be < 1, got {args.rtol}")
-    setup = P.PlanSetup(sim=sim, workload=P.encode_workload(opts), seed=args.seed, start_rate=start,
+    setup = P.PlanSetup(sim=sim, workload=encode_workload(opts), seed=args.seed, start_rate=start,
                         min_rate=args.min_rate, max_rate=args.max_rate, rtol=args.rtol,
                         duration_s=opts.get("duration") if not opts.get("trace") else None)
     slo = slo_from_args(args)
     if args.early_stop:
-        setup.early_stop = P.early_stop_options(slo)
+        setup.early_stop = early_stop_options(slo)
     setup.steady_check = args.steady_check
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    runner = P.Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
+    runner = Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
                       address=args.address, use_cache=not args.no_cache,
                       progress=bool(args.progress) and not args.json and sys.stderr.isatty(),
                       keepup_frac=args.keepup_frac, keepup_min_s=args.keepup_min_s)
@@ -204,11 +206,6 @@ def setup_from_args(args: argparse.Namespace):
 
 def slo_from_args(args: argparse.Namespace):
     """The SLO of --slo-* (seconds) and vLLM's --goodput KEY:MS thresholds, one source per metric."""
-    from pagesim.experiments import plan as P
-    from pagesim.sim.errors import ConfigError
-    from pagesim.sim.metrics import SummaryOptions
-    from pagesim.sim.args import parse_goodput
-
     if args.goodput and len(args.goodput) == 1 and args.goodput[0].replace(".", "", 1).isdigit():
         raise ConfigError(f"--goodput takes vLLM's KEY:MS thresholds (e.g. ttft:2000 tpot:100); the fraction of "
                           f"requests meeting the SLO is --slo-attainment {args.goodput[0]}")
@@ -221,21 +218,15 @@ def slo_from_args(args: argparse.Namespace):
         thresholds[metric] = seconds
     attainment = args.slo_attainment
     if attainment is None and goodput:
-        attainment = P.DEFAULT_SLO_ATTAINMENT
-    return P.SLO(thresholds["ttft"], thresholds["tpot"], thresholds["e2el"], args.slo_normalized_latency, attainment)
+        attainment = DEFAULT_SLO_ATTAINMENT
+    return SLO(thresholds["ttft"], thresholds["tpot"], thresholds["e2el"], args.slo_normalized_latency, attainment)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagesim.experiments import plan as P
-
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
-    from pagesim.sim.specs import get_model, with_max_seq_len
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
-    P.build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.calibration import error_band
-    from pagesim.sim.specs import get_gpu
+    build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
     gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
     bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
@@ -251,7 +242,6 @@ def run(args: argparse.Namespace) -> int:
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
     else:
         if args.rate is None:
-            from pagesim.sim.errors import ConfigError
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
         what = None if args.what_if == "all" else ([] if args.what_if == "none" else _csv_list(args.what_if))
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
@@ -260,11 +250,11 @@ def run(args: argparse.Namespace) -> int:
                     or result["cheapest"] is not None)
     result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}
     result["cost_model"] = bands
-    result["workload"] = {"spec": setup.workload, "description": P.describe_workload(setup.workload), **{k: v for k, v in opts.items() if v not in (None, False)}}
+    result["workload"] = {"spec": setup.workload, "description": describe_workload(setup.workload), **{k: v for k, v in opts.items() if v not in (None, False)}}
     result["config"] = {"systems": args.systems, **setup.sim, "seed": setup.seed}
     result["search"] = {"start_rate": setup.start_rate, "min_rate": setup.min_rate, "max_rate": setup.max_rate,
                         "rtol": setup.rtol, "keepup_frac": runner.keepup_frac, "keepup_min_s": runner.keepup_min_s,
-                        "littles_law_tolerance": P.LITTLE_TOL}
+                        "littles_law_tolerance": LITTLE_TOL}
     result = P.jsonable(result)
     if args.out:
         write_outputs(result, Path(args.out), report=args.report)
@@ -290,7 +280,6 @@ def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
     x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
     from dataclasses import replace
 
-    from pagesim.experiments import plan as P
     for scale, key in ((1 + p90, "max_rate_low_rps"), (1 - p90, "max_rate_high_rps")):
         again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
         for row in result["answers"]:
@@ -308,7 +297,7 @@ def write_outputs(result: dict, out: Path, report: bool = False) -> None:
         if result.get(key):
             pd.DataFrame(result[key]).to_csv(out / name, index=False)
     if report:
-        from pagesim.reports.plan_report import plan_report
+        from pagesim.reports.plan_report import plan_report  # plotly, for --report only
         plan_report(result, out / "report.html")
 
 
@@ -339,9 +328,7 @@ POINT_COLS = [("search", "search"), ("rate", "rate"), ("passed", "pass"), ("p99_
 
 def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
-    from pagesim.experiments.plan import describe_workload
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
-    from pagesim.sim.calibration import describe_band
     for gpu, band in r.get("cost_model", {}).items():
         print(f"cost model: {describe_band(band, gpu)}", file=f)
     if r["mode"] == "max-rate":

@@ -10,6 +10,11 @@ import pandas as pd
 import pytest
 
 from pagesim.experiments import plan as P
+from pagesim.experiments.probe import (ProbeWatcher, Runner, SearchTask, build_workload, decode_workload,
+                                       early_stop_options, encode_workload, run_searches)
+from pagesim.experiments.search import search_max
+from pagesim.experiments.slo import LITTLE_TOL, SLO, evaluate_point, littles_law, p99, request_ok
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.cli import main
 
 
@@ -25,7 +30,7 @@ def test_search_finds_threshold_within_tolerance(threshold, k):
         calls.append(list(xs))
         return [x <= threshold for x in xs]
 
-    s = P.search_max(passes, 1.0, k=k, rtol=0.01, x_min=0.05, x_max=1000.0)
+    s = search_max(passes, 1.0, k=k, rtol=0.01, x_min=0.05, x_max=1000.0)
     a = s.answer
     assert a is not None and a <= threshold
     assert threshold - a <= 0.01 * a + 1e-12 or s.capped
@@ -37,15 +42,15 @@ def test_search_finds_threshold_within_tolerance(threshold, k):
 
 
 def test_search_infeasible_and_capped():
-    s = P.search_max(lambda xs: [False] * len(xs), 1.0, x_min=0.05, x_max=100)
+    s = search_max(lambda xs: [False] * len(xs), 1.0, x_min=0.05, x_max=100)
     assert s.answer is None and s.infeasible and min(s.tried) == 0.05
     assert len(s.tried) <= 7  # 1, .5, .25, .125, .0625, .05
-    s = P.search_max(lambda xs: [True] * len(xs), 1.0, x_min=0.05, x_max=100)
+    s = search_max(lambda xs: [True] * len(xs), 1.0, x_min=0.05, x_max=100)
     assert s.answer == 100 and s.capped and len(s.tried) <= 9
 
 
 def test_search_bisection_answer_is_a_passing_probe():
-    s = P.search_max(lambda xs: [x <= 2.5 for x in xs], 1.0, rtol=0.05)
+    s = search_max(lambda xs: [x <= 2.5 for x in xs], 1.0, rtol=0.05)
     assert s.tried[s.answer] is True
     assert s.hi is not None and s.hi > 2.5 and (s.hi - s.answer) <= 0.05 * s.answer
 
@@ -66,9 +71,9 @@ def _requests(ttft, tpot, e2el, status=None, arrival=None, out=None):
 
 def test_p99_matches_numpy_linear():
     v = np.arange(1, 101, dtype=float)  # 1..100: p99 = 99 + 0.01 * 1 = 99.01
-    assert P.p99(v) == pytest.approx(99.01)
-    assert P.p99([1.0, np.nan, 3.0]) == pytest.approx(2.98)
-    assert math.isnan(P.p99([]))
+    assert p99(v) == pytest.approx(99.01)
+    assert p99([1.0, np.nan, 3.0]) == pytest.approx(2.98)
+    assert math.isnan(p99([]))
 
 
 def test_evaluate_point_p99_mode():
@@ -76,27 +81,27 @@ def test_evaluate_point_p99_mode():
     ttft[-1] = 5.0  # one outlier: p99 = 0.99*... interpolation between 0.990909 and 5
     req = _requests(ttft, np.full(100, 0.05), np.full(100, 2.0))
     expect = np.percentile(ttft, 99)
-    slo = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
-    p = P.evaluate_point(req, slo)
+    slo = SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
+    p = evaluate_point(req, slo)
     assert p["p99_ttft_s"] == pytest.approx(expect)
     assert p["passed"] == (expect <= 2.0)
     assert p["slo_attainment"] == pytest.approx(0.99)
-    p = P.evaluate_point(req, P.SLO(ttft_p99_s=10.0, tpot_p99_s=0.1))
+    p = evaluate_point(req, SLO(ttft_p99_s=10.0, tpot_p99_s=0.1))
     assert p["passed"] and p["fail_reason"] == ""
-    p = P.evaluate_point(req, P.SLO(tpot_p99_s=0.04))
+    p = evaluate_point(req, SLO(tpot_p99_s=0.04))
     assert not p["passed"] and "TPOT" in p["fail_reason"]
 
 
 def test_slo_attainment_counts_rejected_and_nan_tpot():
     req = _requests([0.5, 0.5, 3.0, np.nan], [np.nan, 0.2, 0.05, np.nan], [1, 1, 4, np.nan],
                     status=["finished", "finished", "finished", "rejected"])
-    slo = P.SLO(ttft_p99_s=1.0, tpot_p99_s=0.1, slo_attainment=0.25)
-    ok = P.request_ok(req, slo)
+    slo = SLO(ttft_p99_s=1.0, tpot_p99_s=0.1, slo_attainment=0.25)
+    ok = request_ok(req, slo)
     assert ok.tolist() == [True, False, False, False]  # NaN TPOT meets; rejected never does
-    p = P.evaluate_point(req, slo)
+    p = evaluate_point(req, slo)
     assert p["slo_attainment"] == pytest.approx(0.25)
     assert not p["passed"] and "rejected" in p["fail_reason"]  # rejections always fail the probe
-    p = P.evaluate_point(req.iloc[:3], slo)
+    p = evaluate_point(req.iloc[:3], slo)
     assert p["passed"]  # SLO-attainment mode: 1/3 >= 0.25, p99 not checked
 
 
@@ -104,19 +109,19 @@ def test_keepup_rule():
     # 100 requests arriving over 99 s; the last one finishes 70 s after arriving: drain 70 > max(5 % * 99, 60)
     e2el = np.full(100, 1.0)
     e2el[-1] = 70.0
-    p = P.evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), P.SLO())
+    p = evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), SLO())
     assert p["drain_s"] == pytest.approx(70.0) and not p["kept_up"] and not p["passed"]
-    p = P.evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), P.SLO(), keepup_min_s=80)
+    p = evaluate_point(_requests(np.full(100, 0.1), np.full(100, 0.01), e2el), SLO(), keepup_min_s=80)
     assert p["kept_up"] and p["passed"]
 
 
 def test_slo_validation():
-    with pytest.raises(P.ConfigError):
-        P.SLO(ttft_p99_s=-1)
-    with pytest.raises(P.ConfigError):
-        P.SLO(slo_attainment=0.9)  # no per-request threshold
-    with pytest.raises(P.ConfigError):
-        P.SLO(ttft_p99_s=1, slo_attainment=1.5)
+    with pytest.raises(ConfigError):
+        SLO(ttft_p99_s=-1)
+    with pytest.raises(ConfigError):
+        SLO(slo_attainment=0.9)  # no per-request threshold
+    with pytest.raises(ConfigError):
+        SLO(ttft_p99_s=1, slo_attainment=1.5)
 
 
 # ------------------------------------------------------------------------------ Little's law and cost
@@ -125,7 +130,7 @@ def test_slo_validation():
 def test_littles_law_exact_on_hand_made_table():
     # arrivals 0, 1, 2; finishes 2, 2, 5 -> window [0, 5]; L = (2 + 1 + 3) / 5 = 1.2; lambda = 3/5; W = 2
     req = _requests([0.1] * 3, [0.01] * 3, [2.0, 1.0, 3.0], arrival=[0.0, 1.0, 2.0])
-    ll = P.littles_law(req)
+    ll = littles_law(req)
     assert ll["L"] == pytest.approx(1.2, abs=1e-12)
     assert ll["lam"] == pytest.approx(0.6) and ll["W"] == pytest.approx(2.0)
     assert ll["littles_law_error"] == pytest.approx(0.0, abs=1e-12)
@@ -134,7 +139,7 @@ def test_littles_law_exact_on_hand_made_table():
 def test_littles_law_flags_unfinished():
     req = _requests([0.1] * 3, [0.01] * 3, [2.0, 1.0, np.nan], arrival=[0.0, 1.0, 2.0],
                     status=["finished", "finished", "unfinished"])
-    ll = P.littles_law(req)
+    ll = littles_law(req)
     # window [0, 2]: L = (2 + 1 + 0) / 2 = 1.5; lambda W = 3/2 * 1.5 = 2.25 -> error 0.5
     assert ll["L"] == pytest.approx(1.5)
     assert ll["littles_law_error"] == pytest.approx(0.5)
@@ -149,13 +154,13 @@ def test_cost_arithmetic():
 
 
 def test_workload_encoding_round_trip():
-    s = P.encode_workload({"workload": "alpaca", "duration": 60.0, "arrival": "gamma", "cv": 2.0,
+    s = encode_workload({"workload": "alpaca", "duration": 60.0, "arrival": "gamma", "cv": 2.0,
                            "time_slice": (0.0, 30.0)})
-    d = P.decode_workload(s)
+    d = decode_workload(s)
     assert d == {"workload": "alpaca", "duration": 60.0, "arrival": "gamma", "cv": 2.0, "time_slice": (0.0, 30.0)}
-    assert P.encode_workload({"workload": "sharegpt", "arrival": "poisson", "cv": 1.0}) == "sharegpt"
-    df, _ = P.build_workload("sharegpt?duration=30.0", 2.0, 0, 2048)
-    df2, _ = P.build_workload("sharegpt?duration=30.0", 4.0, 0, 2048)
+    assert encode_workload({"workload": "sharegpt", "arrival": "poisson", "cv": 1.0}) == "sharegpt"
+    df, _ = build_workload("sharegpt?duration=30.0", 2.0, 0, 2048)
+    df2, _ = build_workload("sharegpt?duration=30.0", 4.0, 0, 2048)
     assert df["arrival_s"].max() < 30 and len(df2) > len(df)
 
 
@@ -164,25 +169,25 @@ def test_workload_encoding_round_trip():
 
 def _setup(**sim):
     return P.PlanSetup(sim={"model": "opt-13b", "gpu": "a100-40gb", "max_seq_len": 1024, **sim},
-                       workload=P.encode_workload({"workload": "sharegpt", "duration": 40.0,
+                       workload=encode_workload({"workload": "sharegpt", "duration": 40.0,
                                                    "max_len_policy": "truncate"}),
                        rtol=0.2, start_rate=1.0)
 
 
 def test_monotone_in_kv_memory(tmp_path):
-    runner = P.Runner(slo=P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1), workers=1, cache_dir=tmp_path)
+    runner = Runner(slo=SLO(ttft_p99_s=2.0, tpot_p99_s=0.1), workers=1, cache_dir=tmp_path)
     tasks = []
     for kv in (1, 2, 4):
         setup = _setup(kv_gib=kv)
-        tasks.append(P.SearchTask(f"kv{kv}", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x)))
-    P.run_searches(tasks, runner)
+        tasks.append(SearchTask(f"kv{kv}", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x)))
+    run_searches(tasks, runner)
     rates = [t.search.answer for t in tasks]
     assert all(r is not None for r in rates), rates
     assert rates[0] <= rates[1] <= rates[2], rates
     for t in tasks:  # Little's law holds on every probe where everything finished
         for p in t.points:
             if p.get("unfinished") == 0 and p.get("completed"):
-                assert p["littles_law_error"] <= P.LITTLE_TOL
+                assert p["littles_law_error"] <= LITTLE_TOL
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -251,36 +256,36 @@ def test_watcher_p99_rule_is_exact():
     first = arrival + 0.5
     finish = arrival + 1.0
     first[[10, 20]] = arrival[[10, 20]] + 3.0  # two TTFTs over 2 s
-    w = P.ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0})
+    w = ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0})
     assert w.verdict() is not None and "TTFT" in w.verdict()
     ttft = first - arrival
     assert np.percentile(ttft, 99) > 2.0  # the certainty the watcher claims
     first[20] = arrival[20] + 0.5  # only one: p99 may still pass -> no verdict
-    assert P.ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0}).verdict() is None
+    assert ProbeWatcher(_Table(arrival, first, finish), {"ttft": 2.0}).verdict() is None
 
 
 def test_watcher_counts_waiting_requests_and_rejections():
     # 3 requests: one finished at t=10; two still waiting since t=0 and t=1 (no first token): at now=10
     # both have waited > 2 s, so with N = 3 (m = 3 - floor(1.98) = 2) the TTFT p99 is certainly above 2 s
     t = _Table([0.0, 0.0, 1.0], [1.0, np.nan, np.nan], [10.0, np.nan, np.nan])
-    assert "TTFT" in P.ProbeWatcher(t, {"ttft": 2.0}).verdict()
+    assert "TTFT" in ProbeWatcher(t, {"ttft": 2.0}).verdict()
     t = _Table([0.0, 1.0], [0.1, np.nan], [1.0, np.nan], status=[4, 5])
-    assert "rejected" in P.ProbeWatcher(t, {}).verdict()
+    assert "rejected" in ProbeWatcher(t, {}).verdict()
     # SLO attainment: 1 of 4 misses; target 0.8 allows 0.8 misses -> certain failure
     t = _Table([0, 1, 2, 3], [0.1, 1.1, 5.0, 3.1], [1, 2, 6, 4])
-    assert "SLO attainment" in P.ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.8}).verdict()
-    assert P.ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.7}).verdict() is None
+    assert "SLO attainment" in ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.8}).verdict()
+    assert ProbeWatcher(t, {"ttft": 2.0, "slo_attainment": 0.7}).verdict() is None
 
 
 def test_early_stop_gives_the_same_answer(tmp_path):
-    slo = P.SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
+    slo = SLO(ttft_p99_s=2.0, tpot_p99_s=0.1)
     answers = []
-    for stop in (None, P.early_stop_options(slo)):
+    for stop in (None, early_stop_options(slo)):
         setup = _setup(kv_gib=2)
         setup.early_stop = stop
-        runner = P.Runner(slo=slo, workers=1, cache_dir=tmp_path)
-        t = P.SearchTask("vllm", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x))
-        P.run_searches([t], runner)
+        runner = Runner(slo=slo, workers=1, cache_dir=tmp_path)
+        t = SearchTask("vllm", setup.rate_search(), lambda x, s=setup: s.spec("vllm", x))
+        run_searches([t], runner)
         answers.append(t.search.answer)
         stopped = [p for p in t.points if p.get("stopped_early")]
         assert bool(stopped) == (stop is not None)

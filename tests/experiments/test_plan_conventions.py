@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.experiments import plan as P
+from pagesim.experiments.probe import early_stop_options
+from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, SLO, evaluate_point
 from pagesim.experiments.plan_cli import slo_from_args
 from pagesim.sim.cli import build_parser, main
 
@@ -32,16 +33,16 @@ def table(ttft, status):
 def test_slo_attainment_and_request_goodput_by_hand():
     # TTFTs 0.5, 1.0, 1.5 (finished) and one rejected; TTFT <= 1 s: the first two meet it (1.0 <= 1.0)
     req = table([0.5, 1.0, 1.5, 0.1], ["finished", "finished", "finished", "rejected"])
-    p = P.evaluate_point(req, P.SLO(ttft_p99_s=1.0, slo_attainment=0.5), duration_s=8.0)
+    p = evaluate_point(req, SLO(ttft_p99_s=1.0, slo_attainment=0.5), duration_s=8.0)
     assert p["slo_attainment"] == pytest.approx(2 / 4)  # of all requests: the rejected one misses
     assert p["request_goodput"] == pytest.approx(2 / 8.0)  # good requests per second of the run
     assert "goodput" not in p
     assert "rejected" in p["fail_reason"] and "SLO attainment" not in p["fail_reason"]  # 0.5 >= 0.5
-    p = P.evaluate_point(req.iloc[:3], P.SLO(ttft_p99_s=1.0, slo_attainment=0.7), duration_s=4.0)
+    p = evaluate_point(req.iloc[:3], SLO(ttft_p99_s=1.0, slo_attainment=0.7), duration_s=4.0)
     assert p["slo_attainment"] == pytest.approx(2 / 3) and p["request_goodput"] == pytest.approx(2 / 4.0)
     assert not p["passed"] and p["fail_reason"] == "SLO attainment 0.667 < 0.7"
     # p99 mode: the same per-request thresholds make request_goodput; no duration, no request_goodput
-    p = P.evaluate_point(req.iloc[:3], P.SLO(ttft_p99_s=1.0))
+    p = evaluate_point(req.iloc[:3], SLO(ttft_p99_s=1.0))
     assert p["slo_attainment"] == pytest.approx(2 / 3) and math.isnan(p["request_goodput"])
 
 
@@ -52,13 +53,13 @@ def plan_args(*argv):
 def test_goodput_thresholds_are_milliseconds_met_by_the_default_attainment():
     slo = slo_from_args(plan_args("--goodput", "ttft:2000", "tpot:100"))
     assert (slo.ttft_p99_s, slo.tpot_p99_s, slo.e2el_p99_s) == (2.0, 0.1, None)
-    assert slo.slo_attainment == P.DEFAULT_SLO_ATTAINMENT == 0.9  # DistServe's 90 %
+    assert slo.slo_attainment == DEFAULT_SLO_ATTAINMENT == 0.9  # DistServe's 90 %
     assert slo.describe() == ">= 90 % of requests with TTFT <= 2 s and TPOT <= 0.1 s"
     slo = slo_from_args(plan_args("--goodput", "e2el:20000", "--slo-attainment", "0.5", "--slo-ttft-p99", "3"))
     assert (slo.ttft_p99_s, slo.e2el_p99_s, slo.slo_attainment) == (3.0, 20.0, 0.5)
     slo = slo_from_args(plan_args("--slo-ttft-p99", "2"))  # p99 mode as before
     assert slo.slo_attainment is None and slo.describe() == "p99 TTFT <= 2 s"
-    assert P.early_stop_options(P.SLO(ttft_p99_s=2.0, slo_attainment=0.8)) == {"ttft": 2.0, "slo_attainment": 0.8}
+    assert early_stop_options(SLO(ttft_p99_s=2.0, slo_attainment=0.8)) == {"ttft": 2.0, "slo_attainment": 0.8}
 
 
 @pytest.mark.parametrize("argv, needle", [

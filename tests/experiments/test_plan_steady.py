@@ -8,6 +8,9 @@ import pandas as pd
 import pytest
 
 from pagesim.experiments import plan as P
+from pagesim.experiments.probe import Runner, SearchTask, decode_workload, encode_workload
+from pagesim.experiments.search import BoundarySearch
+from pagesim.experiments.slo import SLO
 from pagesim.experiments.run_cache import RunOutput
 from pagesim.reports.plan_report import EARLY_STOP_LABEL, curves_figure
 
@@ -34,9 +37,9 @@ def fake_probe(spec) -> RunOutput:
 def plan_with(capacity_60: float, capacity_120: float, tmp_path) -> dict:
     CAPACITY.clear()
     CAPACITY.update({60.0: capacity_60, 120.0: capacity_120})
-    setup = P.PlanSetup(sim={}, workload=P.encode_workload({"workload": "sharegpt", "duration": 60.0}),
+    setup = P.PlanSetup(sim={}, workload=encode_workload({"workload": "sharegpt", "duration": 60.0}),
                         start_rate=1.0, min_rate=0.05, max_rate=64.0, rtol=0.05, duration_s=60.0)
-    runner = P.Runner(slo=P.SLO(ttft_p99_s=2.0), workers=1, cache_dir=tmp_path, run_fn=fake_probe)
+    runner = Runner(slo=SLO(ttft_p99_s=2.0), workers=1, cache_dir=tmp_path, run_fn=fake_probe)
     return P.max_rate(setup, ["vllm"], runner)
 
 
@@ -64,11 +67,11 @@ def test_an_answer_that_moves_with_the_length_is_unsteady(tmp_path, capacity_120
 
 
 def test_longer_doubles_duration_or_request_count():
-    setup = P.PlanSetup(sim={}, workload=P.encode_workload({"workload": "alpaca", "duration": 30.0}), duration_s=30.0)
+    setup = P.PlanSetup(sim={}, workload=encode_workload({"workload": "alpaca", "duration": 30.0}), duration_s=30.0)
     longer = setup.longer(2.0)
-    assert P.decode_workload(longer.workload)["duration"] == 60.0 and longer.duration_s == 60.0
-    by_count = P.PlanSetup(sim={}, workload=P.encode_workload({"workload": "alpaca", "num_requests": 101}))
-    assert P.decode_workload(by_count.longer(2.0).workload)["num_requests"] == 202
+    assert decode_workload(longer.workload)["duration"] == 60.0 and longer.duration_s == 60.0
+    by_count = P.PlanSetup(sim={}, workload=encode_workload({"workload": "alpaca", "num_requests": 101}))
+    assert decode_workload(by_count.longer(2.0).workload)["num_requests"] == 202
     whole_trace = P.PlanSetup(sim={}, workload="trace?trace=%22x.csv%22")
     assert whole_trace.longer(2.0) is None
 
@@ -97,6 +100,6 @@ def test_early_stopped_probes_are_drawn_apart():
 
 def test_kv_answers_are_told_in_gib():
     """The KV search runs over x = 1 / kv_gib: x = 0.25 is a 4 GiB pool."""
-    kv = P.SearchTask("kv/vllm", P.BoundarySearch(0.5), lambda y: None, x_name="1/kv_gib")
-    rate = P.SearchTask("vllm", P.BoundarySearch(1.0), lambda x: None)
+    kv = SearchTask("kv/vllm", BoundarySearch(0.5), lambda y: None, x_name="1/kv_gib")
+    rate = SearchTask("vllm", BoundarySearch(1.0), lambda x: None)
     assert P._setting(kv, 0.25) == "4 GiB of KV" and P._setting(rate, 1.5) == "1.5 req/s"
