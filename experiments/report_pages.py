@@ -85,44 +85,6 @@ def _single_run_reading(system: str, cats: dict, pt: pd.DataFrame, tol: float) -
 # reproduce outputs
 
 
-def _fig2_section(rep: HtmlReport, fig2: pd.DataFrame, read) -> None:
-    rep.heading("Fig. 2: memory waste per system")
-    rep.figure(P.memory_breakdown_bar(fig2))
-    rep.table(fig2)
-    rep.reading(X.fig2.explain(fig2))
-    sens = read("fig2_sensitivity")
-    if sens is not None and not sens.empty:
-        rep.heading("Fig. 2 sensitivity to the request rate", level=3)
-        rep.figure(P.rate_sensitivity(sens))
-        rep.table(sens)
-    tl = read("fig2_timeline")
-    if tl is not None and not tl.empty:
-        rep.heading("Fig. 2 runs over time", level=3)
-        rep.figure(P.memory_timelines(tl))
-
-
-def _rate_curves_section(rep: HtmlReport, name: str, curves: pd.DataFrame, read, heading: str,
-                         panels: pd.DataFrame | None = None, plot_title: str | None = None,
-                         ratio_bars: bool = False) -> None:
-    """A figure of normalized latency against rate (fig12, fig14, fig17): its curves (one panel
-    per ``workload`` of ``panels``), its sustainable-rate ratios (read back, or computed by the
-    figure's module), the reading, and every probe."""
-    module = getattr(X, name)
-    ratios = read(f"{name}_ratios")
-    if ratios is None:
-        ratios = module.ratios(curves)
-    threshold = float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None
-    rep.heading(heading)
-    kw = {"title": plot_title} if plot_title else {}
-    rep.figure(P.latency_vs_rate(curves if panels is None else panels, threshold=threshold, **kw))
-    if ratio_bars:
-        rep.figure(P.sustainable_rate_ratios(ratios))
-    rep.table(ratios)
-    rep.reading(module.explain(curves, ratios))
-    rep.heading("All probes", level=3)
-    rep.table(curves)
-
-
 def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Path:
     """Write the report of a ``pagesim reproduce`` output directory (default ``out_dir/report.html``)."""
 
@@ -139,62 +101,11 @@ def reproduce_report(out_dir: str | Path, path: str | Path | None = None) -> Pat
                      "OPT-13B on one A100-40GB, 12 GiB KV cache (15,728 slots), max 2,048 tokens; "
                      "synthetic ShareGPT / Alpaca traces, Poisson arrivals.")
     found = False
-    # figure name -> (heading, plotly figure builder, written reading)
-    simple = {
-        "fig13": ("Fig. 13: average batch size", P.batch_size_bars, X.fig13.explain),
-        "fig15": ("Fig. 15: memory saved by sharing", P.sharing_bars, X.fig15.explain),
-    }
-    for name in ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17"):
-        df = read(name)
-        if df is None:
-            continue
-        found = True
-        if name == "fig2":
-            _fig2_section(rep, df, read)
-        elif name == "fig12":
-            _rate_curves_section(rep, "fig12", df, read, "Fig. 12: normalized latency vs request rate",
-                                 ratio_bars=True)
-        elif name == "fig14":
-            _rate_curves_section(
-                rep, "fig14", df, read,
-                "Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)",
-                panels=df.assign(workload=df["mode"] + " " + df["width"].astype(str)),  # one panel per width
-                plot_title="Fig. 14: normalized latency vs request rate, per mode and width")
-        elif name == "fig17":
-            _rate_curves_section(rep, "fig17", df, read, "Fig. 17: chatbot, normalized latency vs request rate",
-                                 panels=df.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
-                                 plot_title="Fig. 17: chatbot, normalized latency vs request rate")
-        elif name == "fig18b":
-            rep.heading("Fig. 18b: block size")
-            rep.figure(P.block_size_sweep(df))
-            rep.table(df)
-            rep.reading(X.fig18b.explain(df))
-        else:
-            title, build, explain = simple[name]
-            rep.heading(title)
-            rep.figure(build(df))
-            rep.table(df)
-            rep.reading(explain(df))
-    fig16 = read("fig16")
-    if fig16 is not None:
-        found = True
-        ratios16 = read("fig16_ratios")
-        rep.heading("Fig. 16: shared prefix")
-        rep.figure(P.latency_vs_rate(fig16, title="Fig. 16: normalized latency vs request rate, shared prefix"))
-        if ratios16 is not None:
-            rep.table(ratios16)
-        rep.table(fig16)
-        rep.reading(X.fig16.explain(fig16, ratios16))
-    fig19 = read("fig19")
-    if fig19 is not None:
-        found = True
-        micro = read("fig19_micro")
-        rep.heading("Fig. 19: recompute vs swap")
-        rep.figure(P.recompute_vs_swap(fig19, micro))
-        if micro is not None:
-            rep.table(micro)
-        rep.table(fig19)
-        rep.reading(X.fig19.explain(fig19, micro))
+    for name in X.REPORT_ORDER:  # each figure writes its own section
+        table = read(name)
+        if table is not None:
+            found = True
+            X.FIGURES[name].section(rep, table, read)
     if not found:
-        raise ReportError(f"{d}: no known figure CSVs (fig2, fig13, fig15, fig12, fig18b, fig16, fig19)")
+        raise ReportError(f"{d}: no known figure CSVs ({', '.join(X.REPORT_ORDER)})")
     return rep.write(path)

@@ -32,18 +32,22 @@ import pandas as pd
 
 from pagesim.experiments.figures import fig2, fig12, fig13, fig14, fig15, fig16, fig17, fig18b, fig19
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
+from pagesim.sim.errors import ConfigError
 
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
                                    "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19}
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
+#: the order of the figures' sections in the reproduce report (each module's ``section(rep, table, read)``
+#: writes its own; they import the plots, and with them plotly, only when called, so that this
+#: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)
+REPORT_ORDER = ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17", "fig16", "fig19")
 
 
 def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *, quick: bool = False,
               scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """Run figure ``fig`` (or ``"all"``), write ``out_dir/<name>.csv`` per table, return the tables."""
-    from pagesim.sim.errors import ConfigError
     figs = list(FIGURES) if fig == "all" else [fig]
     for f in figs:
         if f not in FIGURES:

@@ -21,6 +21,7 @@ import pandas as pd
 from pagesim.experiments.run_cache import RunOutput, load_cached
 from pagesim.experiments.run_spec import RunSpec, apply_overrides, expand_grid, load_experiment
 from pagesim.experiments.sweep import run_sweep
+from pagesim.sim.limits import check_synthetic_workload
 
 #: fraction of the trace's arrival window skipped as warm-up by the "steady" window
 WARMUP_FRAC = 0.1
@@ -62,7 +63,6 @@ def number(summ: dict[str, Any] | None, key: str) -> float:
 
 
 def figure_specs(name: str, quick: bool, scale: float, **base) -> list[RunSpec]:
-    from pagesim.sim.limits import check_synthetic_workload
     specs = expand_grid(apply_overrides(load_experiment(name), quick=quick, scale=scale, **base))
     for spec in specs:
         check_synthetic_workload(spec.rate, spec.duration_s, spec.num_requests, what=f"{name}'s run {spec.label()}",
@@ -137,3 +137,27 @@ def expected_requests(spec: RunSpec) -> float:
     """About how many sequences a run simulates (its cost, to start the longest runs first)."""
     n = spec.num_requests if spec.num_requests is not None else spec.rate * (spec.duration_s or 0.0)
     return n * max(spec.n, spec.beam_width)
+
+
+def rate_curves_section(rep, name: str, curves: pd.DataFrame, read, ratios_of: Callable, explain: Callable,
+                        heading: str, panels: pd.DataFrame | None = None, plot_title: str | None = None,
+                        ratio_bars: bool = False) -> None:
+    """The reproduce report's section of a figure of normalized latency against rate (fig12,
+    fig14, fig17): its curves (one panel per ``workload`` of ``panels``), its sustainable-rate
+    ratios (``read`` back from ``<name>_ratios.csv``, else ``ratios_of(curves)``), the reading
+    (``explain``), and every probe."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    ratios = read(f"{name}_ratios")
+    if ratios is None:
+        ratios = ratios_of(curves)
+    threshold = float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None
+    rep.heading(heading)
+    kw = {"title": plot_title} if plot_title else {}
+    rep.figure(P.latency_vs_rate(curves if panels is None else panels, threshold=threshold, **kw))
+    if ratio_bars:
+        rep.figure(P.sustainable_rate_ratios(ratios))
+    rep.table(ratios)
+    rep.reading(explain(curves, ratios))
+    rep.heading("All probes", level=3)
+    rep.table(curves)

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, run_figure
+from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, run_figure
 from pagesim.experiments.run_spec import results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
@@ -102,3 +102,9 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     """What ``reproduce fig12`` writes: the latency curves and the sustainable-rate ratios."""
     curves = run(opts, quick=quick, scale=scale)
     return {"fig12": curves, "fig12_ratios": ratios(curves)}
+
+
+def section(rep, curves: pd.DataFrame, read) -> None:
+    """Fig. 12's part of the reproduce report (:func:`figures.common.rate_curves_section`)."""
+    rate_curves_section(rep, "fig12", curves, read, ratios, explain, "Fig. 12: normalized latency vs request rate",
+                        ratio_bars=True)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
-from pagesim.experiments.figures.common import SweepOptions, figure_specs
+from pagesim.experiments.figures.common import SweepOptions, figure_specs, rate_curves_section
 from pagesim.experiments.run_spec import RunSpec, canonical_json, results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
@@ -133,3 +133,13 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     """What ``reproduce fig14`` writes: the latency curves and the sustainable-rate ratios."""
     curves = run(opts, quick=quick, scale=scale)
     return {"fig14": curves, "fig14_ratios": ratios(curves)}
+
+
+def section(rep, curves: pd.DataFrame, read) -> None:
+    """Fig. 14's part of the reproduce report (:func:`figures.common.rate_curves_section`), one
+    panel per mode and width."""
+    rate_curves_section(
+        rep, "fig14", curves, read, ratios, explain,
+        "Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)",
+        panels=curves.assign(workload=curves["mode"] + " " + curves["width"].astype(str)),
+        plot_title="Fig. 14: normalized latency vs request rate, per mode and width")

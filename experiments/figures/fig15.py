@@ -107,3 +107,13 @@ def explain(df: pd.DataFrame) -> str:
 def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """What ``reproduce fig15`` writes."""
     return {"fig15": run(opts, quick=quick, scale=scale)}
+
+
+def section(rep, df: pd.DataFrame, read) -> None:
+    """Fig. 15's part of the reproduce report (see :func:`figures.fig2.section`)."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    rep.heading("Fig. 15: memory saved by sharing")
+    rep.figure(P.sharing_bars(df))
+    rep.table(df)
+    rep.reading(explain(df))

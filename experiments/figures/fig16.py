@@ -77,3 +77,17 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     """What ``reproduce fig16`` writes: the curves and the throughput ratios."""
     curves = run(opts, quick=quick, scale=scale)
     return {"fig16": curves, "fig16_ratios": ratios(curves)}
+
+
+def section(rep, curves: pd.DataFrame, read) -> None:
+    """Fig. 16's part of the reproduce report (see :func:`figures.fig2.section`): the curves, the
+    throughput ratios where ``read`` finds them, every run and the reading."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    ratio_table = read("fig16_ratios")
+    rep.heading("Fig. 16: shared prefix")
+    rep.figure(P.latency_vs_rate(curves, title="Fig. 16: normalized latency vs request rate, shared prefix"))
+    if ratio_table is not None:
+        rep.table(ratio_table)
+    rep.table(curves)
+    rep.reading(explain(curves, ratio_table))

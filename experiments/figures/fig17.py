@@ -18,7 +18,7 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
-from pagesim.experiments.figures.common import SweepOptions, run_figure
+from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, run_figure
 from pagesim.experiments.run_spec import results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
@@ -86,3 +86,11 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     """What ``reproduce fig17`` writes: the latency curves and the sustainable-rate ratios."""
     curves = run(opts, quick=quick, scale=scale)
     return {"fig17": curves, "fig17_ratios": ratios(curves)}
+
+
+def section(rep, curves: pd.DataFrame, read) -> None:
+    """Fig. 17's part of the reproduce report (:func:`figures.common.rate_curves_section`)."""
+    rate_curves_section(rep, "fig17", curves, read, ratios, explain,
+                        "Fig. 17: chatbot, normalized latency vs request rate",
+                        panels=curves.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
+                        plot_title="Fig. 17: chatbot, normalized latency vs request rate")

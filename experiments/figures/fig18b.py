@@ -87,3 +87,13 @@ def explain(df: pd.DataFrame) -> str:
 def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """What ``reproduce fig18b`` writes."""
     return {"fig18b": run(opts, quick=quick, scale=scale)}
+
+
+def section(rep, df: pd.DataFrame, read) -> None:
+    """Fig. 18b's part of the reproduce report (see :func:`figures.fig2.section`)."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    rep.heading("Fig. 18b: block size")
+    rep.figure(P.block_size_sweep(df))
+    rep.table(df)
+    rep.reading(explain(df))

@@ -22,6 +22,9 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.run_spec import results_frame
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.cost_models import make_cost_model
+from pagesim.sim.specs import get_gpu, get_model
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
 #: up front, in one sweep with the other figures' (see figures/__init__.py)
@@ -42,10 +45,6 @@ def microbenchmark(model: str = "opt-13b", gpu: str = "a100-40gb", tokens: int =
     (``make_cost_model`` with the block size as the swap's copy size); recompute is one prefill
     of ``tokens`` (its K/V are rebuilt by running the prompt and the generated tokens again)."""
     import numpy as np
-
-    from pagesim.sim.batch import StepBatch
-    from pagesim.sim.cost_models import make_cost_model
-    from pagesim.sim.specs import get_gpu, get_model
 
     m, g = get_model(model), get_gpu(gpu)
     rows = []
@@ -137,3 +136,17 @@ def explain(df: pd.DataFrame, micro: pd.DataFrame | None = None) -> str:
 def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """What ``reproduce fig19`` writes: the end-to-end table and the microbenchmark."""
     return {"fig19": run(opts, quick=quick, scale=scale), "fig19_micro": microbenchmark()}
+
+
+def section(rep, df: pd.DataFrame, read) -> None:
+    """Fig. 19's part of the reproduce report (see :func:`figures.fig2.section`): the latencies
+    beside the microbenchmark where ``read`` finds it, its table, the runs and the reading."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    micro = read("fig19_micro")
+    rep.heading("Fig. 19: recompute vs swap")
+    rep.figure(P.recompute_vs_swap(df, micro))
+    if micro is not None:
+        rep.table(micro)
+    rep.table(df)
+    rep.reading(explain(df, micro))

@@ -140,3 +140,24 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     if not tl.empty:
         out["fig2_timeline"] = tl
     return out
+
+
+def section(rep, df: pd.DataFrame, read) -> None:
+    """Fig. 2's part of the reproduce report (``rep``, a :class:`reports.html.HtmlReport`): the
+    breakdown, its reading, and the rate sensitivity and timelines where ``read`` (a table's
+    name -> its CSV, or None) finds them."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    rep.heading("Fig. 2: memory waste per system")
+    rep.figure(P.memory_breakdown_bar(df))
+    rep.table(df)
+    rep.reading(explain(df))
+    sens = read("fig2_sensitivity")
+    if sens is not None and not sens.empty:
+        rep.heading("Fig. 2 sensitivity to the request rate", level=3)
+        rep.figure(P.rate_sensitivity(sens))
+        rep.table(sens)
+    tl = read("fig2_timeline")
+    if tl is not None and not tl.empty:
+        rep.heading("Fig. 2 runs over time", level=3)
+        rep.figure(P.memory_timelines(tl))
