@@ -188,13 +188,12 @@ def setup_from_args(args: argparse.Namespace):
         raise ConfigError(f"--min-rate {args.min_rate} is above --max-rate {args.max_rate}")
     if not args.rtol < 1:
         raise ConfigError(f"--rtol must be < 1, got {args.rtol}")
+    slo = slo_from_args(args)
     setup = P.PlanSetup(sim=sim, workload=encode_workload(opts), seed=args.seed, start_rate=start,
                         min_rate=args.min_rate, max_rate=args.max_rate, rtol=args.rtol,
-                        duration_s=opts.get("duration") if not opts.get("trace") else None)
-    slo = slo_from_args(args)
-    if args.early_stop:
-        setup.early_stop = early_stop_options(slo)
-    setup.steady_check = args.steady_check
+                        duration_s=opts.get("duration") if not opts.get("trace") else None,
+                        early_stop=early_stop_options(slo) if args.early_stop else None,
+                        steady_check=args.steady_check)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     runner = Runner(slo=slo, executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,

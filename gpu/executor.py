@@ -341,8 +341,8 @@ class GPUExecutor:
         d_tables = dense_tables(core.block_table[d_rows], core.num_blocks[d_req])
         copies = core.step_copies[:c[state.STEP_COPIED_BLOCKS]].copy()
         batch = StepBatch(p_ids, p_new, p_ctx, d_req, d_ctx, swap_in_tokens=int(c[state.STEP_SWAP_IN]),
-                          swap_out_tokens=int(c[state.STEP_SWAP_OUT]), copy_blocks=len(copies))
-        batch.copy_tokens = len(copies) * bs
+                          swap_out_tokens=int(c[state.STEP_SWAP_OUT]), copy_blocks=len(copies),
+                          copy_tokens=len(copies) * bs)
         if self.check:
             if len(d_req) != c[state.STEP_DECODE_SEQS]:
                 raise ExecutorError(f"step {self.step_index}: {len(d_req)} decoding sequences, the core counts "

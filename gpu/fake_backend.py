@@ -38,8 +38,9 @@ class FakeBackend:
     def __init__(self, time_fn: Callable[[StepPlan], float] | None = None, *, base_s: float = 1e-3,
                  per_token_s: float = 2e-5, per_context_s: float = 1e-8, per_copy_s: float = 1e-6,
                  sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True,
-                 host_fn: Callable[[StepPlan], float] | None = None):
+                 host_fn: Callable[[StepPlan], float] | None = None, device_name: str | None = None):
         self.time_fn = time_fn
+        self.device_name = device_name  # what validation reports as the GPU (None: the backend's name)
         self.host_fn = host_fn
         self.last_timing: dict = {}
         self.base_s, self.per_token_s = base_s, per_token_s

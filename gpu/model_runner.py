@@ -98,7 +98,7 @@ class TorchCupyBackend:
 
     def __init__(self, *, dtype: str = "float16", num_layers_run: int | None = None, device: str = "cuda",
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
-                 memory_fraction: float = 0.95, timing: str = "device"):
+                 memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -118,6 +118,7 @@ class TorchCupyBackend:
         if timing not in TIMINGS:
             raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
         self.timing = timing
+        self.device_name = device_name  # what validation reports as the GPU (None: the backend's name)
         self._launch_per_group = collections.deque(maxlen=16)  # recent launch seconds per launch group
         self.tp = int(tp)
         self.seed = seed

@@ -58,14 +58,12 @@ def make_backend(args, cfg=None):
 
             def host_fn(plan):  # the host share: the price's host term (same wobble: the sum is unchanged)
                 return cpu_term(roof, plan.batch.num_seqs) * (1.0 + 0.1 * math.sin(plan.step))
-        b = FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
-                        record=False, host_fn=host_fn)
-        b.device_name = "cpu (fake backend, dry run)"
-        return b
-    b = TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing)
+        return FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
+                           record=False, host_fn=host_fn, device_name="cpu (fake backend, dry run)")
     import torch
-    b.device_name = torch.cuda.get_device_name()
-    return b
+
+    return TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing,
+                            device_name=torch.cuda.get_device_name())
 
 
 def run(args: argparse.Namespace) -> int:

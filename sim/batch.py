@@ -22,7 +22,8 @@ class StepBatch:
 
     def __init__(self, prefill_seq_ids=_EMPTY, prefill_tokens=_EMPTY, prefill_context=_EMPTY,
                  decode_seq_ids=_EMPTY, decode_context=_EMPTY, swap_in_tokens: int = 0,
-                 swap_out_tokens: int = 0, copy_blocks: int = 0, decode_context_sum: int | None = None):
+                 swap_out_tokens: int = 0, copy_blocks: int = 0, decode_context_sum: int | None = None,
+                 copy_tokens: int = 0):
         self.prefill_seq_ids = prefill_seq_ids
         self.prefill_tokens = prefill_tokens
         self.prefill_context = prefill_context
@@ -32,7 +33,7 @@ class StepBatch:
         self.swap_in_tokens = swap_in_tokens  # KV tokens copied host -> device before this step
         self.swap_out_tokens = swap_out_tokens  # KV tokens copied device -> host before this step
         self.copy_blocks = copy_blocks  # copy-on-write block copies this step
-        self.copy_tokens = 0  # KV token slots those copies move (copy_blocks x block_size)
+        self.copy_tokens = copy_tokens  # KV token slots those copies move (copy_blocks x block_size)
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -178,6 +178,7 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     for k in REQUIRED_KEYS:
         assert k in m
     assert m["workload"]["source"] == "builtin:sharegpt" and m["num_requests"] == 12
+    assert m["gpu_name"] == "cpu (fake backend, dry run)"  # the backend's own name, given when it is made
     assert (out / "steps.csv").exists() and (out / "report.html").exists()
     assert main(ARGS + ["--backend", "fake", "--out", str(tmp_path / "j"), "--json"]) == 0
     assert "median_step_error" in json.loads(capsys.readouterr().out)

@@ -171,8 +171,7 @@ def test_tensor_parallel_step_by_hand():
 
 # swap: 10 tokens * 16 B (all layers' K/V) / 10 B/s PCIe = 16; copy-on-write: 2 * 5 * 16 / (100*0.5)
 def test_swap_and_copy_by_hand():
-    b = StepBatch(swap_in_tokens=10)
-    b.copy_tokens = 5
+    b = StepBatch(swap_in_tokens=10, copy_tokens=5)
     assert toy_model().step_time(b) == pytest.approx(0.1 + 16 + 3.2, rel=1e-12)
 
 

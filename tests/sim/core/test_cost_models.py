@@ -110,8 +110,7 @@ def test_table_swap_and_copy_as_the_roofline(tmp_path):
     # one decode at context 100 (linear below the table: 1000; decode corner: 1000), plus
     # 16 tokens swapped (OPT-13B's 819,200 B over 25 GB/s PCIe: 32.768 us each) and 8 copied
     # (a read and a write at 1555e9 x 0.8 B/s: 2 x 0.658521 us each)
-    b = StepBatch(decode_seq_ids=np.array([0]), decode_context=np.array([100]), swap_in_tokens=16)
-    b.copy_tokens = 8
+    b = StepBatch(decode_seq_ids=np.array([0]), decode_context=np.array([100]), swap_in_tokens=16, copy_tokens=8)
     want = 2000 + 1000 + 1000 + 16 * 32.768 + 16 * 0.658521
     assert table_model(tmp_path).step_time(b) == pytest.approx(want * 1e-6, rel=1e-6)
 
