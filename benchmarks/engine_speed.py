@@ -141,7 +141,7 @@ def prefix_caching() -> None:
 
     runs = []
     if MOONCAKE.exists():
-        from pagesim.traces import load_trace
+        from pagesim.traces.loaders import load_trace
 
         runs.append(("mooncake conversation", load_trace(MOONCAKE),
                      SimConfig.for_system("vllm", model="llama-3.1-8b", gpu="a100-80gb", prefix_caching=True,
@@ -251,7 +251,7 @@ def main() -> None:
         prefix_caching()
         return
     if args.only_whole_process:
-        from pagesim.traces import load_trace
+        from pagesim.traces.loaders import load_trace
         from pagesim.traces.transform import apply_max_len_policy
 
         whole_process(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
@@ -261,7 +261,7 @@ def main() -> None:
         return
 
     if not args.skip_azure and AZURE.exists():
-        from pagesim.traces import load_trace
+        from pagesim.traces.loaders import load_trace
 
         trace = load_trace(AZURE)
         cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error")

@@ -26,34 +26,16 @@ column              dtype        meaning
 ``hash_block_tokens`` and ``load_report`` (what a loader read, dropped and re-sorted; see
 :func:`traces.loaders.load_trace`).
 
-Public API (what the simulator, planner and validation commands call)::
+Public API (what the simulator, planner and validation commands call), each name from the
+module that defines it (the package re-exports none)::
 
-    from pagesim.traces import load_trace, make_workload, validate_canonical, trace_stats
+    from pagesim.traces.loaders import load_trace, write_trace
+    from pagesim.traces.synth import make_workload
+    from pagesim.traces.schema import validate_canonical
+    from pagesim.traces.stats import trace_stats
     from pagesim.traces.args import add_workload_args, workload_from_args
     from pagesim.traces.transform import time_slice, scale_rate, sample, set_parallel, apply_max_len_policy
 
 Errors in user input raise :class:`sim.errors.TraceError` naming the file, the 1-based data row
 and the field.
 """
-
-from __future__ import annotations
-
-
-__all__ = ["CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical", "load_trace", "write_trace",
-           "make_workload", "trace_stats"]
-
-
-def __getattr__(name):  # lazy: keep ``import traces`` (and ``pagesim --help``) cheap
-    if name in ("CANONICAL_COLUMNS", "OPTIONAL_COLUMNS", "validate_canonical"):
-        from pagesim.traces import schema
-        return getattr(schema, name)
-    if name in ("load_trace", "write_trace"):
-        from pagesim.traces import loaders
-        return getattr(loaders, name)
-    if name == "make_workload":
-        from pagesim.traces.synth import make_workload
-        return make_workload
-    if name == "trace_stats":
-        from pagesim.traces.stats import trace_stats
-        return trace_stats
-    raise AttributeError(f"module 'pagesim.traces' has no attribute {name!r}")

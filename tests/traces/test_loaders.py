@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.traces import validate_canonical
 from pagesim.traces.loaders import detect_format, load_trace, parse_columns, spread_ties, write_trace
-from pagesim.traces.schema import TraceWarning
+from pagesim.traces.schema import TraceWarning, validate_canonical
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:17:03.9799600,4808,10
