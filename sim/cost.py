@@ -60,7 +60,6 @@ from pagesim.sim.core import cost_table
 from pagesim.sim.core.cost import roofline_step_time, swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.profile_format import read_profile
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
 
@@ -157,6 +156,8 @@ class TableCostModel:
 
     def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  swap_block_tokens: int = 0):
+        from pagesim.sim.profile_format import read_profile  # only --profile runs load it (7 ms of every run's start)
+
         df = read_profile(path)
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
