@@ -37,13 +37,14 @@ def test_most_real_prompts_reach_the_cut(monkeypatch):
 
 
 def test_sweep_builds_the_chatbot_trace(monkeypatch):
-    import pagesim.sim.run as run
+    from pagesim.experiments import run_spec
     from pagesim.experiments.run_spec import RunSpec, simulate_spec
     lengths = pd.DataFrame({"prompt_tokens": [3000], "output_tokens": [7]})
     real = chatbot.chatbot_workload
-    monkeypatch.setattr(chatbot, "chatbot_workload", lambda *a, **k: real(*a, **k, lengths=lengths))
+    # patched where simulate_spec looks them up (run_spec imports both at its top)
+    monkeypatch.setattr(run_spec, "chatbot_workload", lambda *a, **k: real(*a, **k, lengths=lengths))
     seen = {}
-    monkeypatch.setattr(run, "run_simulation", lambda cfg, trace, progress=False: seen.setdefault("trace", trace))
+    monkeypatch.setattr(run_spec, "run_simulation", lambda cfg, trace, progress=False: seen.setdefault("trace", trace))
     simulate_spec(RunSpec(system="vllm", workload="chatbot", rate=1.0, num_requests=4))
     assert seen["trace"]["prompt_tokens"].tolist() == [1024] * 4 and seen["trace"]["output_tokens"].tolist() == [7] * 4
     with pytest.raises(ConfigError, match="one sequence per request"):
