@@ -77,6 +77,9 @@ def test_fig15_layout_and_savings(fake_opts):
     assert "outside the paper" in d.loc[("sharegpt", "beam", 6), "note"]
     assert d["method"].str.contains("avg_allocated_blocks").all()
     assert "alpaca parallel" in X.fig15.explain(df)
+    # the beam points carry the reading of the beam model against a real beam search
+    assert "real beam search" in X.fig15.explain(df)
+    assert "real beam search" not in X.fig15.explain(df[df["mode"] == "parallel"])
 
 
 def test_fig15_prefers_single_run_saving(tmp_path):
