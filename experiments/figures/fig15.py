@@ -27,8 +27,8 @@ BEAM_READING = (
     "ShareGPT 48.3 / 72.3 / 80.2 % at widths 2 / 4 / 6 (the values above are at 0.38). The real beam search "
     "itself saves 40.5 / 53.1 / 63.2 % (Alpaca lengths) and 48.3 / 62.3 / 74.1 % (ShareGPT): it matches the "
     "paper at width 4 (53.1 %) and misses by +3 and +8 pp at widths 2 and 6, so that much of the miss is the "
-    "beam search's (an n-gram model's beams against OPT-13B's), not the simulator's. The rest, about +7 pp at "
-    "width 4 and +2 at width 6 (Alpaca; +10 and +6 ShareGPT), is the model's: real beam families keep 1.3-1.6 "
+    "beam search's (an n-gram model's beams against OPT-13B's), not the simulator's. The rest, +7.7 pp at "
+    "width 4 and +3.9 at width 6 on Alpaca (+10.2 and +6.4 on ShareGPT), is the model's: real beam families keep 1.3-1.6 "
     "distinct lineages however far back, the model's coalesce into one within ~10 steps, and its saving barely "
     "moves with p (Alpaca width 4: 59.3 % at p 0.25, 60.2 % at 0.36), so no single p removes it; a model with "
     "lineages that persist would.")
