@@ -34,6 +34,10 @@ def test_fig2_layout_and_deltas(fake_opts):
     assert df[cats].sum(axis=1).round(6).eq(100).all()
     text = X.fig2.explain(df)
     assert "vllm" in text and "holds" in text
+    # Pow2 within the tolerance: no reading of its miss; missing: the alternatives tried
+    assert "max_seq_len-sized arenas" not in text
+    missed = df.assign(note=df["note"].where(df["system"] != "orca-pow2", "external_frag_and_others -7.2 pp vs paper"))
+    assert "max_seq_len-sized arenas" in X.fig2.explain(missed)
 
 
 def test_fig2_rate_override_and_sensitivity(fake_opts):
