@@ -162,6 +162,7 @@ def test_fig16_ratios_by_hand():
     assert r.loc["wmt16-1shot", "note"] == "2.00x against the paper's 1.67x"
     assert r.loc["wmt16-5shot", "throughput_ratio"] == pytest.approx(3.6) and r.loc["wmt16-5shot", "note"] == ""
     assert "3.60x (paper 3.58x)" in X.fig16.explain(curves)
+    assert "0.3 ms of CPU per sequence" in X.fig16.explain(curves)  # the reading of the CPU cost's share
 
 
 def test_fig19_layout_and_ratios(fake_opts):
