@@ -241,3 +241,10 @@ def test_window_mean_and_downsample():
     assert X.common.window_mean(steps, ["x"], 10, 20) is None
     big = pd.DataFrame({"start_s": range(12000), "x": 1.0})
     assert len(downsample_steps(big, 5000)) <= 5000
+
+
+def test_fig12_replays_1_hour_traces_as_the_paper():
+    from pagesim.experiments.run_spec import load_experiment
+    cases = load_experiment("fig12")["cases"]
+    assert [c["workload"] for c in cases] == ["sharegpt", "alpaca"]
+    assert all(c.get("duration_s") == 3600 and "num_requests" not in c for c in cases)
