@@ -1,7 +1,8 @@
 """Beam search in the core (sim/core/beam.py's churn, sim/core/rng.py's draws), worked by hand
 on a pool of 6 blocks of 4 tokens: request A has a 6-token prompt, 4 output tokens and
 beam_width 3 (final length F = 10), B a 2-token prompt and 4 beams, C (3 tokens) two parallel
-samples, which never churn. The churn probability is 0.25.
+samples, which never churn. The run's churn probability is the measured 0.38 (sim/core/beam.py);
+the cases are worked at 0.25, set by hand in the state (the core reads it from there).
 
 Each case seeds the Generator so that its draws are the ones the case needs; a twin of the
 Generator shows the draws (numpy's own), and the rest is worked by hand from them. After a
@@ -35,7 +36,8 @@ def core():
     cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=5)
     s = initial_state(cfg, trace)
     assert s.config[state.NUM_BLOCKS] == 6
-    assert s.config[state.BEAM_SEARCH] == 1 and s.clock[state.BEAM_CHURN] == 0.25
+    assert s.config[state.BEAM_SEARCH] == 1 and s.clock[state.BEAM_CHURN] == 0.38
+    s.clock[state.BEAM_CHURN] = 0.25
     return s
 
 
