@@ -250,7 +250,15 @@ def run_point(spec: RunSpec) -> RunOutput:
         trace, _info = build_workload(spec.workload, spec.rate, spec.seed, model.max_seq_len)
     except ConfigError as e:  # e.g. no request arrives at a very low rate in a short duration
         return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
-    if stop:
+    if spec.replicas != 1 or spec.router is not None:  # a cluster runs to its end (no early stop)
+        from pagesim.sim.cluster import run_cluster
+
+        try:
+            res = run_cluster(cfg, trace, spec.replicas, spec.router or "round-robin")
+        except ConfigError as e:
+            return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
+        summary, requests = res.summary, res.requests
+    elif stop:
         summary, requests = _run_watched(cfg, trace, stop)
     else:
         res = run_simulation(cfg, trace, progress=False)

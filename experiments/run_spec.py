@@ -84,9 +84,15 @@ class RunSpec:
     n: int = 1
     beam_width: int = 1
     unshare: bool = False
+    # a cluster (sim/cluster.py): replicas of the system behind a router; left out of the key and
+    # the params while 1 replica without a router (a single engine's runs keep their keys)
+    replicas: int = 1
+    router: str | None = None
 
     def canonical(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if self.replicas == 1 and self.router is None:
+            del d["replicas"], d["router"]
         d["sim"] = {k: d["sim"][k] for k in sorted(d["sim"])}
         d["rate"] = float(d["rate"])
         if d["duration_s"] is not None:
@@ -122,6 +128,8 @@ class RunSpec:
         d = {"system": self.system, "workload": self.workload, "rate": self.rate,
              "duration_s": self.duration_s, "num_requests": self.num_requests, "seed": self.seed,
              "n": self.n, "beam_width": self.beam_width, "unshare": self.unshare}
+        if self.replicas != 1 or self.router is not None:
+            d.update(replicas=self.replicas, router=self.router)
         d.update(self.sim)
         return d
 
