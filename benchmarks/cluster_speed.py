@@ -75,7 +75,7 @@ from pagesim.sim.cluster import run_cluster
 from pagesim.traces.synth import make_workload
 hours, replicas, router = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 t0 = time.perf_counter()
-trace = make_workload("sharegpt", rate=50.0, duration=hours * 3600.0, seed=0)
+trace = make_workload("sharegpt", rate=50.0, duration_s=hours * 3600.0, seed=0)
 made = time.perf_counter() - t0
 cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", record_steps=False)
 if replicas == 1:

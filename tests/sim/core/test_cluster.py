@@ -95,6 +95,18 @@ def test_least_kv_usage_compares_the_pools_in_use():
 A, B = (1, 2, 3, 4), (5, 6, 7, 8)  # two prompts' prefix hashes: four blocks of 16 tokens each
 
 
+def test_least_kv_usage_counts_cached_blocks_nobody_holds_as_free():
+    """r0 -> 0 and r1 -> 1 (ties at 0 s). r0 finishes after its one token: its six prompt
+    blocks stay cached, held by nobody, so replica 0 uses nothing at 1 s while replica 1 holds
+    r1's blocks: r2 -> 0 (counting the cached blocks as used would send it to 1)."""
+    t = trace_of([(0.0, 100, 1, tuple(range(10, 16))), (0.0, 20, 200, ()), (1.0, 10, 10, ())], prefix=True)
+    out = run_cluster(cfg_for(prefix_caching=True, block_size=16), t, 2, "least-kv-usage")
+    r = out.requests
+    assert r["finish_s"][0] < 1.0 < r["finish_s"][1]  # the premises
+    assert out.replica_summaries[0]["mgr_prefix_hit_tokens"] == 0
+    assert r["replica"].tolist() == [0, 1, 0]
+
+
 def test_prefix_affinity_follows_the_cached_prefix_within_the_load_bound():
     """r0 (prefix A) and r1 (prefix B) find nothing cached: least-outstanding, 0 and 1. At 1 s
     their prompts' blocks are cached: r2 (B) -> 1, where B's blocks are (1 outstanding, not over
@@ -111,6 +123,17 @@ def test_prefix_affinity_follows_the_cached_prefix_within_the_load_bound():
     assert loose["replica"].tolist() == [0, 1, 1, 1, 0]
     # least-outstanding alone spreads them: 0, 1, then ties to 0, 1, 0
     assert run_cluster(cfg, t, 2, "least-outstanding-requests").requests["replica"].tolist() == [0, 1, 0, 1, 0]
+
+
+def test_prefix_affinity_breaks_a_tie_in_hits_by_fewer_outstanding():
+    """r0 and r1 (prefix A, one token each) -> 0 and 1 (nothing cached yet: least-outstanding),
+    and both finish, leaving A cached on both replicas; r2 (B) finds B nowhere: least-outstanding,
+    0. At 1 s r3 (A) finds A's three blocks on both replicas: the one with fewer outstanding, 1
+    (a slack of 10 keeps the bound out of it)."""
+    t = trace_of([(0.0, 64, 1, A), (0.0, 64, 1, A), (0.5, 64, 150, B), (1.0, 64, 10, A)], prefix=True)
+    r = run_cluster(cfg_for(prefix_caching=True, block_size=16), t, 2, "prefix-affinity", slack=10.0).requests
+    assert max(r["finish_s"][0], r["finish_s"][1]) < 0.5 and r["finish_s"][2] > 1.0  # the premises
+    assert r["replica"].tolist() == [0, 1, 0, 1]
 
 
 def test_prefix_affinity_hits_are_cache_hits():
