@@ -50,6 +50,35 @@ def test_one_replica_is_a_single_run(system, settings, trace):
             assert same(one.summary[key], single.summary[key])
 
 
+def tie_trace(step: int) -> pd.DataFrame:
+    """r0 at 0 s, r1 at x (during r0's prefill), and r2 exactly when step ``step`` (1: r0's
+    prefill; 2: r1's prefill, scheduled at the end of step 1) ends: its arrival event was made at
+    x, after the engine event of step 1's end (made at 0 s) and before step 2's (made at step 1's
+    end). The end times are the loop's own, read from a run without r2 (r2 changes nothing before
+    it arrives)."""
+    rows = [(0.0, 60, 40), (None, 30, 40), (None, 20, 5)]
+    probe = trace_of([rows[0]])
+    first_end = float(run_simulation(cfg_for(), probe).steps["dt_s"][0])
+    x = first_end / 2
+    two = run_simulation(cfg_for(), trace_of([rows[0], (x, 30, 40)])).steps
+    end = float(two["start_s"][step - 1] + two["dt_s"][step - 1])
+    assert x + (end - x) == end  # the arrival fires at x + (end - x): exactly then
+    return trace_of([rows[0], (x, 30, 40), (end, 20, 5)])
+
+
+@pytest.mark.parametrize("step, r2_in_the_next_step", [(1, False), (2, True)])
+def test_an_arrival_and_a_step_end_at_one_instant_fire_in_creation_order(step, r2_in_the_next_step):
+    """SimPy's rule across the cluster's and the replica's events: at one instant the older event
+    fires first. Step 1's end (made at 0 s) is older than r2's arrival (made at x): the replica
+    schedules step 2 without r2 (only r1's 30-token prompt). Step 2's end (made at step 1's end)
+    is younger: r2 is waiting when step 3 is scheduled, which prefills it (prefill-first)."""
+    t = tie_trace(step)
+    single = run_simulation(cfg_for(), t).steps
+    one = run_cluster(cfg_for(), t, 1, "least-outstanding-requests").steps.drop(columns="replica")
+    pd.testing.assert_frame_equal(single, one)
+    assert one["num_prefill_tokens"][step] == (20 if r2_in_the_next_step else 30)
+
+
 def trace_of(rows, prefix=False) -> pd.DataFrame:
     """Requests as (arrival_s, prompt, output[, prefix hashes])."""
     df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [r[0] for r in rows],
