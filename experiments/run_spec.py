@@ -24,6 +24,7 @@ An experiment is a TOML config plus a small Python module (``experiments/figures
     duration_s = 60
 
 Keys are routed by name: :data:`WORKLOAD_KEYS` go to the workload (``traces.synth.make_workload``),
+:data:`CLUSTER_KEYS` (``replicas``, ``router``) make each run a cluster (``sim/cluster.py``), and
 everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to both).
 
 A :class:`RunSpec` is one run; :meth:`RunSpec.key` names it in the run cache
@@ -52,6 +53,8 @@ from pagesim.sim.errors import ConfigError
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
+#: keys that make a run a cluster (sim/cluster.py): replicas behind a router
+CLUSTER_KEYS = ("replicas", "router")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
 #: (2: entries carry a manifest of their files' sizes and hashes)
 CACHE_FORMAT = 2
@@ -276,16 +279,18 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     values = {k.replace("-", "_"): v for k, v in values.items()}
     system = values.pop("system", "vllm")
     wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
+    cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}
     bad = [k for k in values if k not in sim_fields]
     if bad:
         raise ConfigError(f"unknown setting(s) {', '.join(sorted(bad))} in experiment config; "
-                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS)))}")
+                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS) | set(CLUSTER_KEYS)))}")
     values.pop("seed", None)
     return RunSpec(system=system, sim=values, workload=wl.get("workload", "sharegpt"),
                    rate=float(wl.get("rate", 1.0)), duration_s=wl.get("duration_s"),
                    num_requests=wl.get("num_requests"), seed=int(wl.get("seed", 0)),
                    n=int(wl.get("n", 1)), beam_width=int(wl.get("beam_width", 1)),
-                   unshare=bool(wl.get("unshare", False)))
+                   unshare=bool(wl.get("unshare", False)), replicas=int(cluster.get("replicas", 1)),
+                   router=cluster.get("router"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,6 +327,9 @@ def simulate_spec(spec: RunSpec):
         trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:
         trace = unshare_trace(trace)
+    if spec.replicas != 1 or spec.router is not None:
+        from pagesim.sim.cluster import run_cluster
+        return run_cluster(spec.sim_config(), trace, spec.replicas, spec.router or "round-robin")
     return run_simulation(spec.sim_config(), trace, progress=False)
 
 

@@ -44,14 +44,6 @@ def test_routed_replicas_gives_up_at_the_cap():
     assert runner.asked == [2, 3, 4]
 
 
-def test_a_single_engine_spec_keeps_its_key():
-    """1 replica and no router: the key and params a spec had before clusters existed."""
-    plain = RunSpec(system="vllm", rate=2.0)
-    assert "replicas" not in plain.canonical() and "router" not in plain.params()
-    assert plain.key(salt="s") == RunSpec(system="vllm", rate=2.0, replicas=1).key(salt="s")
-    assert plain.key(salt="s") != RunSpec(system="vllm", rate=2.0, replicas=2).key(salt="s")
-
-
 CLI = ["plan", "resources", "--workload", "sharegpt", "--model", "opt-13b", "--gpu", "a100-40gb", "--duration",
        "30", "--max-seq-len", "1024", "--max-len-policy", "truncate", "--rtol", "0.3", "--workers", "1",
        "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--systems", "vllm", "--tp-options", "1",
@@ -73,3 +65,4 @@ def test_cli_refuses_an_unknown_router(tmp_path, capsys):
     assert main(CLI + ["--rate", "4", "--router", "random", "--cache-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "unknown router 'random'" in err and len(err.strip().splitlines()) == 1
+
