@@ -23,6 +23,7 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import cluster as core_cluster
 from pagesim.sim.core import loop, replay, state
 from pagesim.sim.core.build import UNLIMITED
+from pagesim.sim.core.jit import COMPILED, njit
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
@@ -116,12 +117,7 @@ class Cluster:
         self.ck = np.zeros(core_cluster.NUM_CLUSTER_CLOCK)
         self.ck[core_cluster.K_SLACK] = slack
         self.arrival_s = arrival_s
-        from pagesim.sim.core.jit import COMPILED
-        if COMPILED:
-            from numba import typed
-            self.replicas = typed.List(states)
-        else:
-            self.replicas = list(states)
+        self.replicas = replica_list(states)
 
     def run(self) -> float:
         """Run to the end; returns the wall time."""
@@ -143,7 +139,45 @@ class Cluster:
 
     def replace(self, r: int, s: state.Core) -> None:
         self.states[r] = s
-        self.replicas[r] = s
+        put(self.replicas, r, s)
+
+
+# The replicas' typed list is made and changed by compiled functions, cached with the core: made
+# from Python, numba compiles the list's own methods for the state's type in every process
+# (seconds), and nothing caches them.
+if COMPILED:
+    from numba.typed import List as TypedList
+
+    @njit(refcounted=True)
+    def new_list(s):
+        out = TypedList()
+        out.append(s)
+        return out
+
+    @njit(refcounted=True)
+    def append(replicas, s):
+        replicas.append(s)
+
+    @njit(refcounted=True)
+    def put(replicas, r, s):
+        replicas[r] = s
+else:
+    def new_list(s):
+        return [s]
+
+    def append(replicas, s):
+        replicas.append(s)
+
+    def put(replicas, r, s):
+        replicas[r] = s
+
+
+def replica_list(states: list[state.Core]):
+    """The replicas as the cluster loop takes them: a numba typed list (a Python list without numba)."""
+    out = new_list(states[0])
+    for s in states[1:]:
+        append(out, s)
+    return out
 
 
 @dataclass
