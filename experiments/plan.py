@@ -385,6 +385,31 @@ WHAT_IFS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 ]
 
 
+def routed_replicas(runner: Runner, spec_of: Callable[[int], RunSpec], estimate: int,
+                    max_replicas: int) -> tuple[int | None, dict | None]:
+    """The fewest replicas ``k`` whose cluster (``spec_of(k)``, the whole rate behind the router)
+    meets the SLO, and its point: from the ``estimate`` (rate/k) down while the next fewer
+    passes, or up while it fails (to ``max_replicas``; (None, None) when none passes). Assumes
+    more replicas never fail where fewer pass."""
+    points: dict[int, dict] = {}
+
+    def passes(k: int) -> bool:
+        if k not in points:
+            points[k] = runner.evaluate([spec_of(k)])[0]
+        return bool(points[k]["passed"])
+
+    k = max(1, min(estimate, max_replicas))
+    if passes(k):
+        while k > 1 and passes(k - 1):
+            k -= 1
+        return k, points[k]
+    while k < max_replicas:
+        k += 1
+        if passes(k):
+            return k, points[k]
+    return None, None
+
+
 def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | None = None) -> list[tuple[str, dict]]:
     """The applicable what-if variants for ``system`` (skipping ones equal to the base setting)."""
     cfg = SimConfig.for_system(system, **{k: v for k, v in base.items() if v is not None})
@@ -407,8 +432,13 @@ def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | N
 
 def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Runner, *,
               tp_options: Sequence[int] = (1, 2, 4, 8), what_if: Sequence[str] | None = None,
-              kv_max_gib: float = 512.0, dollars_per_gpu_hour: float | None = None) -> dict[str, Any]:
-    """For a target ``rate``: the minimum KV memory; replicas x TP and cost; the what-if table."""
+              kv_max_gib: float = 512.0, dollars_per_gpu_hour: float | None = None,
+              router: str | None = None, max_replicas: int = 256) -> dict[str, Any]:
+    """For a target ``rate``: the minimum KV memory; replicas x TP and cost; the what-if table.
+    Replicas are ``ceil(rate / max rate of one replica)`` (rate/k: a router that splits the load
+    perfectly), verified on one replica at rate / k; with ``router``, the fewest replicas behind
+    that router (a cluster run at the whole rate, ``sim/cluster.py``) that meet the SLO, searched
+    from the rate/k estimate (:func:`routed_replicas`), the estimate kept beside it."""
     if not rate > 0:
         raise ConfigError(f"--rate must be > 0, got {rate}")
     gpu = setup.sim.get("gpu") or "a100-40gb"
@@ -492,7 +522,7 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             row.update(replicas=k, gpus=k * tp, rate_per_replica_rps=rate / k)
             verify.append((row, t.make_spec(_round_sig(rate / k))))
         rep_rows.append(row)
-    if verify:
+    if verify and router is None:
         pts = runner.evaluate([spec for _r, spec in verify])
         for (row, _spec), p in zip(verify, pts):
             row["verified"] = p["passed"]
@@ -500,6 +530,22 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             row["dollars_per_hour"] = price * row["gpus"]
             row["dollars_per_1m_output_tokens"] = cost_per_million_tokens(
                 price, row["tensor_parallel"], row["replicas"], row["output_throughput_total"])
+    for row, spec in verify if router is not None else ():
+        estimate = row["replicas"]
+        k, p = routed_replicas(runner, lambda k, spec=spec: dataclasses.replace(spec, rate=float(rate), replicas=k,
+                                                                                 router=router),
+                               estimate, max_replicas)
+        row.update(router=router, replicas_rate_over_k=estimate, replicas=k, verified=p is not None)
+        if k is None:
+            row.update(gpus=None, rate_per_replica_rps=None,
+                       note=f"no cluster of up to {max_replicas} replicas behind {router} meets the SLO")
+            continue
+        row.update(gpus=k * row["tensor_parallel"], rate_per_replica_rps=rate / k,
+                   rate_over_k_off_by=estimate - k)  # > 0: rate/k asked too many replicas; < 0: too few
+        row["output_throughput_total"] = p.get("output_throughput") or 0
+        row["dollars_per_hour"] = price * row["gpus"]
+        row["dollars_per_1m_output_tokens"] = cost_per_million_tokens(
+            price, row["tensor_parallel"], k, row["output_throughput_total"])
     for name, msg in tp_errors.items():
         tp, s = name.split("/", 1)
         rep_rows.append({"system": s, "tensor_parallel": int(tp[2:]), "note": msg})

@@ -23,6 +23,7 @@ from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAU
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
 from pagesim.sim.args import SIM_FLAGS, add_sim_args, parse_goodput
 from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
 from pagesim.sim.errors import ConfigError
@@ -125,6 +126,11 @@ def register(sub) -> None:
                    help="resources: variants (all, none, or a list of: "
                         + ", ".join(n for n, _o, _m in P.WHAT_IFS) + ")")
     c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
+    c.add_argument("--router", default=None, metavar="NAME",
+                   help="resources: search the replicas behind this router (a cluster run at the whole rate: "
+                        "round-robin, least-outstanding-requests, least-kv-usage, prefix-affinity) instead of "
+                        "rate / k; the rate/k estimate is kept beside it")
+    c.add_argument("--max-replicas", type=int, default=256, help="resources with --router: most replicas tried")
     e = p.add_argument_group("execution and output")
     e.add_argument("--executor", choices=["local", "ray"], default="local", help="where probes run")
     e.add_argument("--workers", type=int, default=None, help="parallel probes (default: CPU count)")
@@ -243,8 +249,14 @@ def run(args: argparse.Namespace) -> int:
         if args.rate is None:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
         what = None if args.what_if == "all" else ([] if args.what_if == "none" else _csv_list(args.what_if))
+        if args.router is not None:
+            if args.router not in ROUTERS:
+                raise ConfigError(f"--router: unknown router {args.router!r}; valid: {', '.join(ROUTERS)}")
+            if args.max_replicas < 1:
+                raise ConfigError(f"--max-replicas must be >= 1, got {args.max_replicas}")
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
-                             kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
+                             kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour,
+                             router=args.router, max_replicas=args.max_replicas)
         feasible = (any(r.get("min_kv_gib") is not None for r in result["kv"])
                     or result["cheapest"] is not None)
     result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}
@@ -357,8 +369,11 @@ def print_result(r: dict, f) -> None:
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),
                          ("probes", "probes"), ("steady", "steady"), ("note", "note")], f)
         print(f"\nreplicas x TP for {r['rate']:g} req/s", file=f)
+        routed = [("router", "router"), ("replicas_rate_over_k", "rate/k replicas"),
+                  ("rate_over_k_off_by", "rate/k off by")] if any("router" in x for x in r["replicas"]) else []
         _table(r["replicas"], [("system", "system"), ("tensor_parallel", "TP"),
                                ("max_rate_per_replica_rps", "max req/s/replica"), ("replicas", "replicas"),
+                               *routed,
                                ("gpus", "GPUs"), ("verified", "verified"), ("dollars_per_hour", "$/h"),
                                ("dollars_per_1m_output_tokens", "$/1M tok"), ("steady", "steady"),
                                ("note", "note")], f)

@@ -41,6 +41,7 @@ from pagesim.experiments.run_spec import RunSpec, file_digest
 from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import run_sweep
+from pagesim.sim.cluster import run_cluster
 from pagesim.sim.core import replay
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
@@ -250,7 +251,13 @@ def run_point(spec: RunSpec) -> RunOutput:
         trace, _info = build_workload(spec.workload, spec.rate, spec.seed, model.max_seq_len)
     except ConfigError as e:  # e.g. no request arrives at a very low rate in a short duration
         return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
-    if stop:
+    if spec.replicas != 1 or spec.router is not None:  # a cluster runs to its end (no early stop)
+        try:
+            res = run_cluster(cfg, trace, spec.replicas, spec.router or "round-robin")
+        except ConfigError as e:
+            return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
+        summary, requests = res.summary, res.requests
+    elif stop:
         summary, requests = _run_watched(cfg, trace, stop)
     else:
         res = run_simulation(cfg, trace, progress=False)

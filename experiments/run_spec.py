@@ -24,6 +24,7 @@ An experiment is a TOML config plus a small Python module (``experiments/figures
     duration_s = 60
 
 Keys are routed by name: :data:`WORKLOAD_KEYS` go to the workload (``traces.synth.make_workload``),
+:data:`CLUSTER_KEYS` (``replicas``, ``router``) make each run a cluster (``sim/cluster.py``), and
 everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to both).
 
 A :class:`RunSpec` is one run; :meth:`RunSpec.key` names it in the run cache
@@ -49,6 +50,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from pagesim.sim import __version__
+from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
@@ -58,6 +60,8 @@ from pagesim.traces.synth import make_workload
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
+#: keys that make a run a cluster (sim/cluster.py): replicas behind a router
+CLUSTER_KEYS = ("replicas", "router")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
 #: (2: entries carry a manifest of their files' sizes and hashes)
 CACHE_FORMAT = 2
@@ -90,9 +94,15 @@ class RunSpec:
     n: int = 1
     beam_width: int = 1
     unshare: bool = False
+    # a cluster (sim/cluster.py): replicas of the system behind a router; left out of the key and
+    # the params while 1 replica without a router (a single engine's runs keep their keys)
+    replicas: int = 1
+    router: str | None = None
 
     def canonical(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if self.replicas == 1 and self.router is None:
+            del d["replicas"], d["router"]
         d["sim"] = {k: d["sim"][k] for k in sorted(d["sim"])}
         d["rate"] = float(d["rate"])
         if d["duration_s"] is not None:
@@ -127,6 +137,8 @@ class RunSpec:
         d = {"system": self.system, "workload": self.workload, "rate": self.rate,
              "duration_s": self.duration_s, "num_requests": self.num_requests, "seed": self.seed,
              "n": self.n, "beam_width": self.beam_width, "unshare": self.unshare}
+        if self.replicas != 1 or self.router is not None:
+            d.update(replicas=self.replicas, router=self.router)
         d.update(self.sim)
         return d
 
@@ -270,16 +282,18 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     values = {k.replace("-", "_"): v for k, v in values.items()}
     system = values.pop("system", "vllm")
     wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
+    cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}
     bad = [k for k in values if k not in sim_fields]
     if bad:
         raise ConfigError(f"unknown setting(s) {', '.join(sorted(bad))} in experiment config; "
-                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS)))}")
+                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS) | set(CLUSTER_KEYS)))}")
     values.pop("seed", None)
     return RunSpec(system=system, sim=values, workload=wl.get("workload", "sharegpt"),
                    rate=float(wl.get("rate", 1.0)), duration_s=wl.get("duration_s"),
                    num_requests=wl.get("num_requests"), seed=int(wl.get("seed", 0)),
                    n=int(wl.get("n", 1)), beam_width=int(wl.get("beam_width", 1)),
-                   unshare=bool(wl.get("unshare", False)))
+                   unshare=bool(wl.get("unshare", False)), replicas=int(cluster.get("replicas", 1)),
+                   router=cluster.get("router"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,6 +326,8 @@ def simulate_spec(spec: RunSpec):
         trace = make_workload(spec.workload, **spec.workload_kwargs())
     if spec.unshare:
         trace = unshare_trace(trace)
+    if spec.replicas != 1 or spec.router is not None:
+        return run_cluster(spec.sim_config(), trace, spec.replicas, spec.router or "round-robin")
     return run_simulation(spec.sim_config(), trace, progress=False)
 
 

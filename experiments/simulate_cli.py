@@ -13,6 +13,7 @@ from pathlib import Path
 from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
 from pagesim.sim.calibration import describe_band, error_band
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import percentile_word
 from pagesim.sim.outdir import staged_folder
 from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, add_workload_args, workload_from_args
@@ -26,10 +27,22 @@ def register(sub) -> None:
                     "every KV slot went (token states, reservation, internal/external fragmentation).",
         epilog=example("pagesim simulate --workload sharegpt --rate 2 --duration 600 --system vllm --out out/vllm",
                        "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
-                       "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report"))
+                       "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report",
+                       "pagesim simulate --workload sharegpt --rate 20 --duration 600 --system vllm --prefix-caching "
+                       "--replicas 8 --router prefix-affinity --out out/cluster"))
 
     add_workload_args(p)
     add_sim_args(p)
+    c = p.add_argument_group("cluster (sim/core/cluster.py)")
+    c.add_argument("--replicas", type=int, default=1, metavar="K",
+                   help="K replicas of the system, each its own KV pool, scheduler and cost model, behind a router "
+                        "(default 1: a single engine)")
+    c.add_argument("--router", default=None, metavar="NAME",
+                   help="how arrivals are spread over the replicas: round-robin (default), least-outstanding-requests, "
+                        "least-kv-usage, prefix-affinity (needs --prefix-caching)")
+    c.add_argument("--router-slack", type=float, default=None, metavar="S",
+                   help="prefix-affinity's load bound: a replica holding the prefix is passed over when its "
+                        "outstanding requests exceed (1 + S) x the mean (default 0.5)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", default=None, help="folder for summary.json, requests.csv, steps.csv")
     o.add_argument("--requests-format", choices=["csv", "parquet"], default="csv")
@@ -47,6 +60,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: the core and the model presets (numba, about 0.6 s) that ``simulate --help`` need not load
+    from pagesim.sim.cluster import DEFAULT_SLACK, check_cluster, run_cluster
     from pagesim.sim.limits import check_synthetic_workload
     from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
@@ -58,9 +72,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.trace:
         duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
+    clustered = args.replicas != 1 or args.router is not None or args.router_slack is not None
+    if clustered:
+        router = args.router or "round-robin"
+        slack = DEFAULT_SLACK if args.router_slack is None else args.router_slack
+        check_cluster(args.replicas, router, slack, cfg)
+        if args.report:
+            raise ConfigError("--report draws one engine; it is not available with --replicas or --router")
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    result = run_simulation(cfg, trace, progress=args.progress and not args.json,
-                            summary_options=summary_options)
+    if clustered:
+        result = run_cluster(cfg, trace, args.replicas, router, slack, summary_options=summary_options)
+    else:
+        result = run_simulation(cfg, trace, progress=args.progress and not args.json,
+                                summary_options=summary_options)
     result.summary["workload"] = workload
     result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
@@ -76,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print_summary(result.summary, sys.stdout, summary_options)
         if args.out:
             print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
-                  + (", report.html" if args.report else ""))
+                  + (", replicas.json" if clustered else "") + (", report.html" if args.report else ""))
     return 0
 
 
@@ -114,6 +138,10 @@ def print_summary(s: dict, f, options) -> None:
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
     if "cost_model" in s:
         rows.append(("cost model", describe_band(s, s["gpu"])))
+    if "replicas" in s:  # a cluster (sim/cluster.py)
+        rows += [("replicas / router", f"{s['replicas']} / {s['router']}"),
+                 ("routed per replica", " ".join(map(str, s["routed_per_replica"]))),
+                 ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -175,6 +175,16 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     s, pool = run.state, run.pool
     run.table.reject_reason[:] = reject_reasons(s, pool, run.limits, cfg)
     records = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
+    end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
+    summary = engine_summary(cfg, run, run.table, records, wall_time_s, end_s, summary_options)
+    return SimResult(summary, request_frame(run.table), records.frame(), cfg)
+
+
+def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, wall_time_s: float, end_s: float,
+                   summary_options: SummaryOptions) -> dict:
+    """The summary of one engine (``run.state``) over the requests of ``table`` (all of the
+    run's, or a cluster replica's own: sim/cluster.py)."""
+    s, pool = run.state, run.pool
     extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
              "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_budget": run.budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
@@ -184,11 +194,10 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     counters = manager_counters(s, pool)
     for k, v in counters.items():
         extra[f"mgr_{k}"] = v
-    end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
-    summary = summarize(run.table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
+    summary = summarize(table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options)
     if pool.kind == "paged" and cfg.prefix_caching:  # the other managers ignore the setting
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())
-    return SimResult(summary, request_frame(run.table), records.frame(), cfg)
+    return summary

@@ -15,6 +15,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import replay
+from pagesim.sim.core.state import BEAM_CHURN
+from pagesim.sim.run import prepare, result
+
 #: Fig. 15's configuration (experiments/configs/fig15.toml's [base])
 FIG15_CONFIG = dict(model="opt-13b", gpu="a100-40gb", kv_gib=12, max_seq_len=2048, system="vllm", seed=0)
 #: seconds between arrivals: longer than any request here runs, so each runs alone
@@ -33,10 +38,6 @@ def lengths_trace(lengths: Sequence[tuple[int, int]], width: int) -> pd.DataFram
 def core_saving(lengths: Sequence[tuple[int, int]], width: int, churn: float, seed: int = 0) -> float:
     """The core's ``blocks_shared_saving`` on these requests at beam width ``width`` with the
     beam model's churn probability set to ``churn`` (the run's own, ``clock[BEAM_CHURN]``)."""
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.core import replay
-    from pagesim.sim.core.state import BEAM_CHURN
-    from pagesim.sim.run import prepare, result
 
     cfg = SimConfig(**{**FIG15_CONFIG, "seed": seed})
     run = prepare(cfg, lengths_trace(lengths, width))

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.errors import ConfigError
+from pagesim.traces import beam_search as bs
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
                                  add_trace_file_args)
 from pagesim.traces.loaders import load_trace, write_trace
 from pagesim.traces.names import WORKLOADS
 from pagesim.traces.stats import format_stats, trace_stats
-from pagesim.traces.synth import make_workload
+from pagesim.traces.synth import make_workload, paper_lengths
 
 SHARED = "../shared/traces"
 
@@ -66,11 +70,6 @@ def cmd_convert(args) -> int:
 
 
 def cmd_beam_search(args) -> int:
-    import numpy as np
-
-    from pagesim.sim.errors import ConfigError
-    from pagesim.traces import beam_search as bs
-    from pagesim.traces.synth import paper_lengths
     if args.corpus:
         try:
             text = open(args.corpus, encoding="utf-8").read()
@@ -99,8 +98,10 @@ def cmd_beam_search(args) -> int:
               f"p10 / p50 / p90 {q}; distinct ancestors at lag {', '.join(map(str, bs.LAGS))}: "
               f"{' '.join(f'{x:.2f}' for x in st.lineages_by_lag)}; block saving {100 * st.block_saving:.1f}%")
     if args.fit_core:
+        # here: the compiled core (numba), which the other trace commands do not load
         from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
         from pagesim.traces.beam_fit import best_churn, churn_for_saving, core_saving
+
         for st in studies:
             now = core_saving(lengths, st.width, BEAM_CHURN_PROBABILITY, args.seed)
             at_rate = core_saving(lengths, st.width, st.churn, args.seed)

@@ -29,12 +29,16 @@ external fragmentation and others.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 import pandas as pd
 
-from pagesim.experiments.figures.common import categories, window_mean, MEM_COLS, WARMUP_FRAC
+from pagesim.experiments.figures.common import MEM_COLS, WARMUP_FRAC, categories, window_mean
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import replay
+from pagesim.sim.core.state import PREDICTOR_ERROR
+from pagesim.sim.run import prepare, result
+from pagesim.traces.synth import make_workload
 
 #: reading -> R as a function of (prompt P, output O) arrays (before the max_seq_len cap)
 READINGS = {
@@ -59,11 +63,6 @@ def predictor_draws_for(reserve: np.ndarray, prompt: np.ndarray, output: np.ndar
 
 def run_reading(reading: str, placement: str, trace: pd.DataFrame, base: dict, t0: float, t1: float) -> dict:
     """Fig. 2's four categories (percent) for Orca under ``reading`` and ``placement``."""
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.core import replay
-    from pagesim.sim.core.state import PREDICTOR_ERROR
-    from pagesim.sim.run import prepare, result
-
     share = 1.0  # of the whole pool the run's pool is
     if placement == "buddy-arenas":
         whole = prepare(SimConfig.for_system("orca-pow2", **base), trace)
@@ -95,8 +94,6 @@ def table(duration_s: float = 3600.0, rate: float = 4.0, seed: int = 0,
     """Every reading x placement on Fig. 2's workload (fig2.toml: ShareGPT, OPT-13B, A100-40GB,
     12 GiB of KV, max_seq_len 2048, 4 req/s), measured over Fig. 2's window (the arrivals
     after the first ``WARMUP_FRAC``)."""
-    from pagesim.traces.synth import make_workload
-
     base = dict(model="opt-13b", gpu="a100-40gb", kv_gib=12, max_seq_len=2048, seed=seed, max_len_policy="drop")
     trace = make_workload("sharegpt", rate, duration_s=duration_s, seed=seed)  # as experiments/run_spec.py builds it
     t0, t1 = WARMUP_FRAC * duration_s, duration_s

@@ -77,17 +77,19 @@ if COMPILED:
     _load_numpy_support_without_scipy()
 
 
-def njit(fn=None, *, inline: bool = False):
+def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
     """Compile ``fn`` with numba, or return it. No Python object, exception or allocation
     inside (errors are return codes; arrays are made by the caller), so the functions are
     compiled without numba's reference counting (``_nrt=False``): with it, every call would
     count references to each of the ~40 arrays of the state, several times slower.
-    ``inline=True`` for the small functions of the hot path."""
+    ``inline=True`` for the small functions of the hot path. ``refcounted=True`` keeps numba's
+    reference counting, which its typed containers need (the cluster's list of replicas,
+    ``sim/core/cluster.py``); the functions it calls keep theirs off."""
     if fn is None:
-        return lambda f: njit(f, inline=inline)
+        return lambda f: njit(f, inline=inline, refcounted=refcounted)
     if numba is None:
         return fn
-    return numba.njit(cache=True, nogil=True, _nrt=False, inline="always" if inline else "never")(fn)
+    return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never")(fn)
 
 
 _INTERPRETED: dict = {}

@@ -39,9 +39,11 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import SCHEDULER_KIND, STATIC
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
+from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
+HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
 
@@ -184,7 +186,7 @@ def run(s):
         code = start_step(s, clock[STEP_S])
         if code != GO_ON:
             return code
-    if not c[STARTED]:
+    if not c[STARTED] and not s.config[ROUTED]:  # a replica's router hands over its arrivals
         c[NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
         hand_over_arrivals(s)
     while True:
@@ -203,8 +205,12 @@ def run(s):
                 wake_engine(s)
                 hand_over_arrivals(s)
                 continue
+            if s.config[ROUTED] and c[ENGINE_PENDING] and not (
+                    clock[ENGINE_TIME] < clock[HORIZON_S]
+                    or (clock[ENGINE_TIME] == clock[HORIZON_S] and c[ENGINE_EVENT_ID] < c[HORIZON_EVENT_ID])):
+                return HORIZON  # the cluster's next arrival fires first (sim/core/cluster.py)
             if not c[ENGINE_PENDING]:
-                clock[END_S] = clock[NOW]  # not reached: the engine ends the run
+                clock[END_S] = clock[NOW]  # a replica waits for its router; else not reached: the engine ends the run
                 return DONE
             c[ENGINE_PENDING] = 0
             clock[NOW] = clock[ENGINE_TIME]

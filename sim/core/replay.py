@@ -61,30 +61,42 @@ def run(s: state.Core, executor=None, progress=None) -> tuple[state.Core, float]
         elif code == loop.STEPPED:  # --check
             last_now = checked(s, last_now)
         elif code == loop.ROWS_FULL:  # grow the step table and go on
-            s = s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
-                           row_ints=np.concatenate([s.row_ints, np.zeros_like(s.row_ints)]))
+            s = grow_rows(s)
         elif code == loop.PROGRESS:
             report(progress, s, t0)
         else:
             break
     wall_time_s = time.perf_counter() - t0
-    if code == loop.EMPTY_POOL:
-        head = int(s.waiting[c[state.WAITING_HEAD]])
-        raise InvariantError(f"request {head} waits for memory in an empty pool "
-                             "(the manager should have answered NEVER)")
-    if code == loop.STALLED:
-        raise InvariantError("scheduler stalled with swapped requests and nothing running")
-    if code == loop.NO_TOKEN:
-        raise InvariantError(live_lock_message(float(s.clock[state.NOW]), int(c[state.STEPS_WITHOUT_TOKEN]),
-                                               int(c[state.WAITING_LEN]), int(c[state.SWAPPED_LEN]),
-                                               int(c[state.NUM_RUNNING]), int(c[state.NUM_PREEMPTIONS])))
-    if code == loop.STEP_NOT_POSITIVE:
-        raise InvariantError("executor returned a non-positive step time")
+    raise_for(code, s)
     if progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
         report(progress, s, t0)
     if executor is not None:
         executor.finish(s)
     return s, wall_time_s
+
+
+def raise_for(code: int, s: state.Core, where: str = "") -> None:
+    """The run's error in words (InvariantError) for the loop's error codes; nothing for the others.
+    ``where``: words put first (a cluster's replica)."""
+    c = s.count
+    if code == loop.EMPTY_POOL:
+        head = int(s.waiting[c[state.WAITING_HEAD]])
+        raise InvariantError(f"{where}request {head} waits for memory in an empty pool "
+                             "(the manager should have answered NEVER)")
+    if code == loop.STALLED:
+        raise InvariantError(f"{where}scheduler stalled with swapped requests and nothing running")
+    if code == loop.NO_TOKEN:
+        raise InvariantError(where + live_lock_message(float(s.clock[state.NOW]), int(c[state.STEPS_WITHOUT_TOKEN]),
+                                                       int(c[state.WAITING_LEN]), int(c[state.SWAPPED_LEN]),
+                                                       int(c[state.NUM_RUNNING]), int(c[state.NUM_PREEMPTIONS])))
+    if code == loop.STEP_NOT_POSITIVE:
+        raise InvariantError(f"{where}executor returned a non-positive step time")
+
+
+def grow_rows(s: state.Core) -> state.Core:
+    """``s`` with its step table twice as long (the loop returned ROWS_FULL)."""
+    return s._replace(row_floats=np.concatenate([s.row_floats, np.zeros_like(s.row_floats)]),
+                      row_ints=np.concatenate([s.row_ints, np.zeros_like(s.row_ints)]))
 
 
 def report(progress, s: state.Core, t0: float) -> None:

@@ -37,7 +37,7 @@ REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, NUM_CONFIG) = range(35)
+ EXTERNAL_STEPS, ROUTED, NUM_CONFIG) = range(36)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -64,7 +64,7 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
  NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS,
  STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS, STEP_NUM_FINISHED, AWAITING_STEP_TIME, STEP_SWAP_OUT_EARLY,
- SCHEDULE_ON_RESUME, NUM_COUNTS) = range(73)
+ SCHEDULE_ON_RESUME, HORIZON_EVENT_ID, NUM_COUNTS) = range(74)
 # STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS: rows of step_swap_out / step_swap_in this iteration
 # (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
 # requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
@@ -82,7 +82,8 @@ WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_
 BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (read only; see BEAM_SEARCH)
 PREDICTOR_ERROR = 19  # the predicted reservation's relative error (read only)
 STEP_S = 20  # EXTERNAL_STEPS: the duration of the iteration just scheduled, as its executor measured it
-NUM_CLOCK = 21
+HORIZON_S = 21  # config[ROUTED]: the time of the cluster's next arrival (its event id: count[HORIZON_EVENT_ID])
+NUM_CLOCK = 22
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight

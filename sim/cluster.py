@@ -1,0 +1,290 @@
+"""A cluster run: ``run_cluster(cfg, trace, replicas=K, router=NAME) -> ClusterResult``.
+
+K replicas of one configuration (each its own KV pool, prefix cache, scheduler and cost model)
+behind a global router, simulated as one discrete-event run by the compiled cluster loop
+(``sim/core/cluster.py``, whose docstring states the design and the routers' rules). This file
+builds the replicas' states, runs the loop to its end (growing what Python grows) and writes the
+records: the request table with a ``replica`` column, the step table with one, a summary per
+replica (the keys of a single run's summary) and the cluster's summary (throughput and latency
+over all requests, load balance, prefix hit rate).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import cluster as core_cluster
+from pagesim.sim.core import loop, replay, state
+from pagesim.sim.core.build import UNLIMITED
+from pagesim.sim.core.jit import COMPILED, njit
+from pagesim.sim.core.outcome import reject_reasons
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
+                                 request_frame, summarize)
+from pagesim.sim.outdir import naming
+from pagesim.sim.run import SimResult, engine_summary, jsonable, prepare
+
+ROUTERS = tuple(core_cluster.ROUTERS)
+DEFAULT_SLACK = 0.5  # prefix-affinity's load bound: (1 + slack) x the mean outstanding requests
+FIRST_RING = 1024  # a replica's queues' first capacity (grown as its outstanding requests need)
+
+# the arrays each replica has for itself; every other array of the state is shared (the request
+# columns: each request is written by the replica it was routed to; the cost model's constants)
+OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist", "buddy_bits", "buddy_orders",
+       "holes", "block_info", "key_entries", "placement_saved", "step_copies", "step_swap_out", "step_swap_in")
+
+
+def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> None:
+    """Bad cluster settings, refused in one line (ConfigError)."""
+    if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 1:
+        raise ConfigError(f"--replicas must be a whole number >= 1, got {replicas!r}")
+    if router not in core_cluster.ROUTERS:
+        raise ConfigError(f"--router: unknown router {router!r}; valid: {', '.join(ROUTERS)}")
+    if not (slack >= 0 and np.isfinite(slack)):
+        raise ConfigError(f"--router-slack must be a finite number >= 0, got {slack!r}")
+    if router == "prefix-affinity" and not (cfg.prefix_caching and cfg.manager == "paged"):
+        raise ConfigError("--router prefix-affinity routes by the replicas' prefix caches: it needs "
+                          "--prefix-caching on a paged system (vllm)")
+    if cfg.check and replicas > 1:
+        raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
+
+
+def replica_states(s0: state.Core, k: int, seed: int, rows: int) -> list[state.Core]:
+    """``k`` replicas of the state ``s0`` before its first event: each with its own pool, queues,
+    step arrays, counters (rows of shared 2-D arrays) and random stream (replica 0's is ``s0``'s);
+    the request columns shared."""
+    configs = np.repeat(s0.config[None, :], k, axis=0)
+    configs[:, state.ROUTED] = 1
+    counts = np.repeat(s0.count[None, :], k, axis=0)
+    clocks = np.repeat(s0.clock[None, :], k, axis=0)
+    n = int(s0.config[state.NUM_REQUESTS])
+    bound = min(n, int(s0.config[state.MAX_NUM_SEQS]))  # running requests never outnumber max_num_seqs
+    if s0.config[state.MANAGER_KIND] == state.PAGED:
+        bound = min(bound, int(s0.count[state.NUM_FREE_SLOTS]))  # nor the running slots
+    bound, ring = max(bound, 1), max(min(n, FIRST_RING), 1)
+    i64 = np.int64
+    out = []
+    for r in range(k):
+        own = {name: getattr(s0, name).copy() for name in OWN}
+        out.append(s0._replace(
+            config=configs[r], count=counts[r], clock=clocks[r], **own,
+            waiting=np.zeros(ring, i64), swapped=np.zeros(ring, i64), running=np.zeros(bound, i64),
+            step_prefill_ids=np.zeros(bound, i64), step_prefill_tokens=np.zeros(bound, i64),
+            step_finished=np.zeros(bound, i64), step_prefill_context=np.zeros(bound, i64),
+            row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
+            rng=s0.rng if r == 0 else np.random.default_rng([seed, r])))
+    return out
+
+
+def grow_rings(s: state.Core, need: int) -> state.Core:
+    """``s`` with queues (the waiting and swapped rings) of at least ``need`` places, their
+    requests in order from place 0."""
+    size = max(need, 2 * len(s.waiting))
+    c = s.count
+
+    def grown(ring, head, length):
+        order = ring[(c[head] + np.arange(c[length])) % len(ring)]
+        out = np.zeros(size, np.int64)
+        out[:len(order)] = order
+        c[head] = 0
+        return out
+
+    return s._replace(waiting=grown(s.waiting, state.WAITING_HEAD, state.WAITING_LEN),
+                      swapped=grown(s.swapped, state.SWAPPED_HEAD, state.SWAPPED_LEN))
+
+
+class Cluster:
+    """The cluster's arrays: the replicas (a numba typed list), their config/count/clock rows,
+    the requests routed to each, each request's replica, and the loop's own counters."""
+
+    def __init__(self, states: list[state.Core], router: str, slack: float, arrival_s: np.ndarray):
+        self.states = states
+        self.configs = states[0].config.base
+        self.counts = states[0].count.base
+        self.clocks = states[0].clock.base
+        k = len(states)
+        self.routed = np.zeros(k, np.int64)
+        self.replica_of = np.full(len(arrival_s), -1, np.int64)
+        self.cc = np.zeros(core_cluster.NUM_CLUSTER_COUNTS, np.int64)
+        self.cc[core_cluster.C_ROUTER] = core_cluster.ROUTERS[router]
+        self.ck = np.zeros(core_cluster.NUM_CLUSTER_CLOCK)
+        self.ck[core_cluster.K_SLACK] = slack
+        self.arrival_s = arrival_s
+        self.replicas = replica_list(states)
+
+    def run(self) -> float:
+        """Run to the end; returns the wall time."""
+        t0 = time.perf_counter()
+        while True:
+            code = core_cluster.run(self.replicas, self.configs, self.counts, self.clocks, self.routed,
+                                    self.replica_of, self.cc, self.ck, self.arrival_s)
+            if code == loop.DONE:
+                break
+            r = int(self.cc[core_cluster.C_STOPPED_REPLICA])
+            if code == core_cluster.RINGS_FULL:
+                self.replace(r, grow_rings(self.states[r], int(self.cc[core_cluster.C_RING_CAPACITY_NEEDED])))
+            elif code == loop.ROWS_FULL:
+                self.replace(r, replay.grow_rows(self.states[r]))
+            else:
+                replay.raise_for(code, self.states[r], f"replica {r}: ")
+                raise AssertionError(f"replica {r}: the loop returned {code}")  # not reached
+        return time.perf_counter() - t0
+
+    def replace(self, r: int, s: state.Core) -> None:
+        self.states[r] = s
+        put(self.replicas, r, s)
+
+
+# The replicas' typed list is made and changed by compiled functions, cached with the core: made
+# from Python, numba compiles the list's own methods for the state's type in every process
+# (seconds), and nothing caches them.
+if COMPILED:
+    from numba.typed import List as TypedList
+
+    @njit(refcounted=True)
+    def new_list(s):
+        out = TypedList()
+        out.append(s)
+        return out
+
+    @njit(refcounted=True)
+    def append(replicas, s):
+        replicas.append(s)
+
+    @njit(refcounted=True)
+    def put(replicas, r, s):
+        replicas[r] = s
+else:
+    def new_list(s):
+        return [s]
+
+    def append(replicas, s):
+        replicas.append(s)
+
+    def put(replicas, r, s):
+        replicas[r] = s
+
+
+def replica_list(states: list[state.Core]):
+    """The replicas as the cluster loop takes them: a numba typed list (a Python list without numba)."""
+    out = new_list(states[0])
+    for s in states[1:]:
+        append(out, s)
+    return out
+
+
+@dataclass
+class ClusterResult(SimResult):
+    replica_summaries: list = field(default_factory=list)
+
+    def save(self, out_dir, requests_format: str = "csv") -> Path:
+        out = super().save(out_dir, requests_format)
+        with naming(out / "replicas.json"):
+            (out / "replicas.json").write_text(
+                json.dumps([jsonable(s) for s in self.replica_summaries], indent=2) + "\n")
+        return out
+
+
+class RequestSubset:
+    """The columns of a request table the summary reads, for the rows of ``mask``."""
+
+    def __init__(self, t, mask: np.ndarray):
+        for name in ("status", "output", "width", "prompt", "first_token_s", "finish_s", "arrival_s"):
+            setattr(self, name, getattr(t, name)[mask])
+        self.arrival_offset_s = t.arrival_offset_s
+
+
+class ClusterRecords:
+    """The replicas' step records together, as the summary reads them: memory as the share of
+    all replicas' slot-seconds (each replica over its own run), batch size over the replicas'
+    busy time, steps and busy / idle seconds summed (replica-seconds)."""
+
+    def __init__(self, records: list[StepRecords]):
+        self.records = records
+        self.capacity = sum(r.capacity for r in records)
+        self.num_steps = sum(r.num_steps for r in records)
+        self.busy_s = sum(r.busy_s for r in records)
+        self.idle_s = sum(r.idle_s for r in records)
+        self.running_weighted = sum(r.running_weighted for r in records)
+
+    def memory_fractions(self) -> dict[str, float]:
+        total = sum((r.busy_s + r.idle_s) * r.capacity for r in self.records)
+        weighted = sum(r.mem_weighted for r in self.records)
+        keys = self.records[0].memory_fractions().keys()
+        return {k: float(v / total) if total > 0 else 0.0 for k, v in zip(keys, weighted)}
+
+
+def run_cluster(cfg: SimConfig, trace: pd.DataFrame, replicas: int, router: str, slack: float = DEFAULT_SLACK,
+                summary_options: SummaryOptions = SummaryOptions()) -> ClusterResult:
+    """Run ``trace`` through ``replicas`` replicas of ``cfg`` behind ``router``."""
+    check_cluster(replicas, router, slack, cfg)
+    run = prepare(cfg, trace)
+    s0, n = run.state, run.table.size
+    rows = max(1024, 8 * n // replicas) if cfg.record_steps else 0
+    states = replica_states(s0, replicas, cfg.seed, rows)
+    for s in states:
+        s.config[state.PROGRESS_EVERY] = UNLIMITED
+    c = Cluster(states, router, slack, run.state.arrival_s)
+    wall_time_s = c.run()
+    return cluster_result(cfg, run, c, router, wall_time_s, summary_options)
+
+
+def cluster_result(cfg, run, c: Cluster, router: str, wall_time_s: float, options: SummaryOptions) -> ClusterResult:
+    """The cluster's records: each replica's summary (a single engine's keys, over the requests
+    routed to it and its own run, to its own end) and step rows, the request table with each
+    request's replica, and the cluster's summary."""
+    table, pool = run.table, run.pool
+    table.reject_reason[:] = reject_reasons(c.states[0], pool, run.limits, cfg)  # the columns are shared
+    summaries, steps, records = [], [], []
+    for r, s in enumerate(c.states):
+        rec = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
+        summary = engine_summary(cfg, run._replace(state=s), RequestSubset(table, c.replica_of == r), rec,
+                                 wall_time_s, float(s.clock[state.END_S]), options)
+        summary["replica"] = r
+        summary["routed"] = int(c.routed[r])
+        summaries.append(summary)
+        frame = rec.frame()
+        frame.insert(0, "replica", r)
+        steps.append(frame)
+        records.append(rec)
+    requests = request_frame(table)
+    requests.insert(1, "replica", c.replica_of)
+    end_s = max(float(s.clock[state.END_S]) for s in c.states)
+    extra = {k: summaries[0][k] for k in ("system", "model", "gpu", "tensor_parallel", "kv_bytes_per_token",
+                                          "kv_budget", "block_size", "seed", "engine", "cpu_overhead")}
+    summary = summarize(table, ClusterRecords(records), merged_itl(c.states),
+                        sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.states),
+                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options)
+    summary.update(balance(c, summaries, router))
+    if pool.kind == "paged" and cfg.prefix_caching:
+        hits = sum(s["mgr_prefix_hit_tokens"] for s in summaries)
+        lookups = sum(s["mgr_prefix_lookup_tokens"] for s in summaries)
+        summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(hits, lookups)
+    return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), cfg, replica_summaries=summaries)
+
+
+def merged_itl(states: list[state.Core]) -> InterTokenLatencies:
+    first = InterTokenLatencies.of(states[0])
+    return InterTokenLatencies(sum(float(s.clock[state.ITL_SUM]) for s in states),
+                               sum(int(s.count[state.ITL_COUNT]) for s in states),
+                               sum(s.itl_hist for s in states), first.edges)
+
+
+def balance(c: Cluster, summaries: list[dict], router: str) -> dict:
+    """How evenly the router spread the load: requests routed to each replica, completed by
+    each, and the largest over the mean (1.0: perfectly even)."""
+    routed = c.routed.astype(float)
+    busy = np.array([s["busy_s"] for s in summaries])
+    return {"replicas": len(c.states), "router": router,
+            "routed_per_replica": c.routed.tolist(),
+            "completed_per_replica": [int(s["completed"]) for s in summaries],
+            "busy_s_per_replica": busy.tolist(),
+            "routed_max_over_mean": float(routed.max() / routed.mean()) if routed.mean() > 0 else float("nan"),
+            "busy_max_over_mean": float(busy.max() / busy.mean()) if busy.mean() > 0 else float("nan")}

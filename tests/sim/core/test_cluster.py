@@ -1,0 +1,215 @@
+"""The cluster loop (sim/core/cluster.py): one replica is a single run, event for event; each
+router's choice worked by hand on a tiny trace."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pagesim.sim import cluster as sim_cluster
+from pagesim.sim.cluster import run_cluster
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import run_simulation
+from tests.sim.helpers import cfg_for, rand_trace
+
+
+def same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@pytest.mark.parametrize("system, settings, trace", [
+    ("vllm", {}, dict(seed=1)),
+    ("vllm", {"prefix_caching": True}, dict(seed=2, prefix=True)),
+    ("vllm", {"preemption": "swap"}, dict(seed=3, rate=300.0)),
+    ("vllm", {"chunked_prefill": True}, dict(seed=4, rate=300.0)),
+    ("vllm", {}, dict(seed=5, width={"n": [1, 2, 3]})),
+    ("orca-pow2", {}, dict(seed=6)),
+    ("static", {}, dict(seed=7, n=60)),
+])
+def test_one_replica_is_a_single_run(system, settings, trace):
+    """With one replica every router hands every request to it at its arrival, and the event
+    order is SimPy's as in a single run: summary, request and step tables are the same, bit for
+    bit (the request table gains the replica column, the steps table too)."""
+    cfg = cfg_for(system, slots=1500, **settings)
+    t = rand_trace(n=trace.pop("n", 120), **trace)
+    single = run_simulation(cfg, t)
+    for router in ("round-robin", "least-outstanding-requests", "least-kv-usage") + (
+            ("prefix-affinity",) if settings.get("prefix_caching") else ()):
+        one = run_cluster(cfg, t, 1, router)
+        replica = one.replica_summaries[0]
+        assert [k for k in single.summary if k != "wall_time_s" and not same(single.summary[k], replica[k])] == []
+        assert (one.requests["replica"] == 0).all()
+        pd.testing.assert_frame_equal(single.requests, one.requests.drop(columns="replica"))
+        pd.testing.assert_frame_equal(single.steps, one.steps.drop(columns="replica"))
+        for key in ("completed", "mean_ttft_ms", "p99_e2el_ms", "mean_itl_ms", "num_preemptions"):
+            assert same(one.summary[key], single.summary[key])
+
+
+def tie_trace(step: int) -> pd.DataFrame:
+    """r0 at 0 s, r1 at x (during r0's prefill), and r2 exactly when step ``step`` (1: r0's
+    prefill; 2: r1's prefill, scheduled at the end of step 1) ends: its arrival event was made at
+    x, after the engine event of step 1's end (made at 0 s) and before step 2's (made at step 1's
+    end). The end times are the loop's own, read from a run without r2 (r2 changes nothing before
+    it arrives)."""
+    rows = [(0.0, 60, 40), (None, 30, 40), (None, 20, 5)]
+    probe = trace_of([rows[0]])
+    first_end = float(run_simulation(cfg_for(), probe).steps["dt_s"][0])
+    x = first_end / 2
+    two = run_simulation(cfg_for(), trace_of([rows[0], (x, 30, 40)])).steps
+    end = float(two["start_s"][step - 1] + two["dt_s"][step - 1])
+    assert x + (end - x) == end  # the arrival fires at x + (end - x): exactly then
+    return trace_of([rows[0], (x, 30, 40), (end, 20, 5)])
+
+
+@pytest.mark.parametrize("step, r2_in_the_next_step", [(1, False), (2, True)])
+def test_an_arrival_and_a_step_end_at_one_instant_fire_in_creation_order(step, r2_in_the_next_step):
+    """SimPy's rule across the cluster's and the replica's events: at one instant the older event
+    fires first. Step 1's end (made at 0 s) is older than r2's arrival (made at x): the replica
+    schedules step 2 without r2 (only r1's 30-token prompt). Step 2's end (made at step 1's end)
+    is younger: r2 is waiting when step 3 is scheduled, which prefills it (prefill-first)."""
+    t = tie_trace(step)
+    single = run_simulation(cfg_for(), t).steps
+    one = run_cluster(cfg_for(), t, 1, "least-outstanding-requests").steps.drop(columns="replica")
+    pd.testing.assert_frame_equal(single, one)
+    assert one["num_prefill_tokens"][step] == (20 if r2_in_the_next_step else 30)
+
+
+def trace_of(rows, prefix=False) -> pd.DataFrame:
+    """Requests as (arrival_s, prompt, output[, prefix hashes])."""
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [r[0] for r in rows],
+                       "prompt_tokens": [r[1] for r in rows], "output_tokens": [r[2] for r in rows]})
+    if prefix:
+        df["prefix_hashes"] = [r[3] for r in rows]
+        df.attrs["hash_block_tokens"] = 16
+    return df
+
+
+def test_round_robin_takes_turns():
+    """Request j goes to replica j mod K, whatever the replicas hold."""
+    t = trace_of([(0.0, 50, 200), (0.0, 10, 1), (0.0, 10, 1), (0.5, 10, 1), (0.6, 10, 1), (0.7, 10, 1), (0.8, 10, 1)])
+    assert run_cluster(cfg_for(), t, 2, "round-robin").requests["replica"].tolist() == [0, 1, 0, 1, 0, 1, 0]
+    assert run_cluster(cfg_for(), t, 3, "round-robin").requests["replica"].tolist() == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_least_outstanding_counts_routed_and_unfinished():
+    """r0 (long) -> 0 (a tie: the lowest index); r1 -> 1 (0 holds r0); r2 -> 0 (1 each: the
+    tie); r1 finishes after its one token, so at 1.0 s r3 -> 1 (2 against 0) and r4 -> 1 (2
+    against 1)."""
+    t = trace_of([(0.0, 50, 200), (0.0, 10, 1), (0.0, 50, 200), (1.0, 10, 200), (1.0, 10, 200)])
+    out = run_cluster(cfg_for(), t, 2, "least-outstanding-requests")
+    r = out.requests
+    assert r["finish_s"][1] < 1.0 < min(r["finish_s"][0], r["finish_s"][2])  # the premises
+    assert r["replica"].tolist() == [0, 1, 0, 1, 1]
+    assert out.summary["routed_per_replica"] == [2, 3]
+    assert run_cluster(cfg_for(), t, 2, "round-robin").requests["replica"].tolist() == [0, 1, 0, 1, 0]
+
+
+def test_least_kv_usage_compares_the_pools_in_use():
+    """At 0 s no request holds memory yet: r0 -> 0 (a tie), r1 -> 1 (a tie in memory, then fewer
+    outstanding). At 1 s replica 0 holds r0's 100-token prompt and replica 1 r1's 20-token one:
+    r2 -> 1, where least-outstanding would pick 0 (1 each)."""
+    t = trace_of([(0.0, 100, 150), (0.0, 20, 200), (1.0, 10, 10)])
+    out = run_cluster(cfg_for(), t, 2, "least-kv-usage")
+    r = out.requests
+    assert 1.0 < min(r["finish_s"][0], r["finish_s"][1])  # both still hold their blocks at 1 s
+    assert r["replica"].tolist() == [0, 1, 1]
+    assert run_cluster(cfg_for(), t, 2, "least-outstanding-requests").requests["replica"].tolist() == [0, 1, 0]
+
+
+A, B = (1, 2, 3, 4), (5, 6, 7, 8)  # two prompts' prefix hashes: four blocks of 16 tokens each
+
+
+def test_least_kv_usage_counts_cached_blocks_nobody_holds_as_free():
+    """r0 -> 0 and r1 -> 1 (ties at 0 s). r0 finishes after its one token: its six prompt
+    blocks stay cached, held by nobody, so replica 0 uses nothing at 1 s while replica 1 holds
+    r1's blocks: r2 -> 0 (counting the cached blocks as used would send it to 1)."""
+    t = trace_of([(0.0, 100, 1, tuple(range(10, 16))), (0.0, 20, 200, ()), (1.0, 10, 10, ())], prefix=True)
+    out = run_cluster(cfg_for(prefix_caching=True, block_size=16), t, 2, "least-kv-usage")
+    r = out.requests
+    assert r["finish_s"][0] < 1.0 < r["finish_s"][1]  # the premises
+    assert out.replica_summaries[0]["mgr_prefix_hit_tokens"] == 0
+    assert r["replica"].tolist() == [0, 1, 0]
+
+
+def test_prefix_affinity_follows_the_cached_prefix_within_the_load_bound():
+    """r0 (prefix A) and r1 (prefix B) find nothing cached: least-outstanding, 0 and 1. At 1 s
+    their prompts' blocks are cached: r2 (B) -> 1, where B's blocks are (1 outstanding, not over
+    the mean 1); r3 (B) finds B on 1 too, but 1's 2 outstanding exceed (1 + slack) x the mean 1.5
+    with slack 0 -> least-outstanding, 0; with slack 0.5 (bound 2.25) it stays on 1; r4 (A)
+    -> 0, where A is."""
+    t = trace_of([(0.0, 64, 150, A), (0.0, 64, 150, B), (1.0, 64, 100, B), (1.0, 64, 100, B), (1.0, 64, 100, A)],
+                 prefix=True)
+    cfg = cfg_for(prefix_caching=True, block_size=16)
+    tight = run_cluster(cfg, t, 2, "prefix-affinity", slack=0.0).requests
+    assert 1.0 < min(tight["finish_s"][0], tight["finish_s"][1])
+    assert tight["replica"].tolist() == [0, 1, 1, 0, 0]
+    loose = run_cluster(cfg, t, 2, "prefix-affinity", slack=0.5).requests
+    assert loose["replica"].tolist() == [0, 1, 1, 1, 0]
+    # least-outstanding alone spreads them: 0, 1, then ties to 0, 1, 0
+    assert run_cluster(cfg, t, 2, "least-outstanding-requests").requests["replica"].tolist() == [0, 1, 0, 1, 0]
+
+
+def test_prefix_affinity_breaks_a_tie_in_hits_by_fewer_outstanding():
+    """r0 and r1 (prefix A, one token each) -> 0 and 1 (nothing cached yet: least-outstanding),
+    and both finish, leaving A cached on both replicas; r2 (B) finds B nowhere: least-outstanding,
+    0. At 1 s r3 (A) finds A's three blocks on both replicas: the one with fewer outstanding, 1
+    (a slack of 10 keeps the bound out of it)."""
+    t = trace_of([(0.0, 64, 1, A), (0.0, 64, 1, A), (0.5, 64, 150, B), (1.0, 64, 10, A)], prefix=True)
+    r = run_cluster(cfg_for(prefix_caching=True, block_size=16), t, 2, "prefix-affinity", slack=10.0).requests
+    assert max(r["finish_s"][0], r["finish_s"][1]) < 0.5 and r["finish_s"][2] > 1.0  # the premises
+    assert r["replica"].tolist() == [0, 1, 0, 1]
+
+
+def test_prefix_affinity_hits_are_cache_hits():
+    """Routed by prefix, the requests that share one find it cached: a higher hit rate than
+    round-robin's on a trace of three prefixes taking turns over four replicas (round-robin
+    sends each prefix to every replica)."""
+    prefixes = (A, B, (9, 10, 11, 12))
+    rows = [(0.1 * j, 64, 20, prefixes[j % 3]) for j in range(40)]
+    cfg = cfg_for(prefix_caching=True, block_size=16)
+    t = trace_of(rows, prefix=True)
+    affinity = run_cluster(cfg, t, 4, "prefix-affinity").summary["prefix_cache_hit_rate"]
+    spread = run_cluster(cfg, t, 4, "round-robin").summary["prefix_cache_hit_rate"]
+    assert affinity > spread
+
+
+def test_queues_grow_as_a_replica_needs_them(monkeypatch):
+    """A replica's queues start small and grow when a routing would overflow them; the run is
+    the same as with queues that never grow."""
+    cfg = cfg_for(slots=600)
+    t = rand_trace(11, n=120, rate=400.0)
+    big = run_cluster(cfg, t, 2, "least-outstanding-requests")
+    monkeypatch.setattr(sim_cluster, "FIRST_RING", 1)
+    small = run_cluster(cfg, t, 2, "least-outstanding-requests")
+    pd.testing.assert_frame_equal(big.requests, small.requests)
+    pd.testing.assert_frame_equal(big.steps, small.steps)
+
+
+def test_every_request_ends_on_its_replica():
+    """Three replicas: each request is routed once, to one replica, and finished there; the
+    replicas' summaries add up to the cluster's."""
+    cfg = cfg_for(slots=1500)
+    t = rand_trace(12, n=150, rate=100.0)
+    out = run_cluster(cfg, t, 3, "least-outstanding-requests")
+    assert (out.requests["status"] == "finished").all()
+    counts = np.bincount(out.requests["replica"], minlength=3).tolist()
+    assert counts == out.summary["routed_per_replica"]
+    assert [s["completed"] for s in out.replica_summaries] == counts
+    assert sum(s["total_output_tokens"] for s in out.replica_summaries) == out.summary["total_output_tokens"]
+    assert out.summary["duration_s"] == max(s["duration_s"] for s in out.replica_summaries)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(replicas=0, router="round-robin"), "--replicas"),
+    (dict(replicas=2, router="random"), "--router"),
+    (dict(replicas=2, router="round-robin", slack=-1.0), "--router-slack"),
+    (dict(replicas=2, router="prefix-affinity"), "--prefix-caching"),
+])
+def test_bad_settings_are_refused(kw, words):
+    with pytest.raises(ConfigError, match=words):
+        run_cluster(cfg_for(), rand_trace(1, n=5), **kw)

@@ -1,0 +1,68 @@
+"""`pagesim simulate --replicas K --router NAME`: the cluster's files and summaries, and bad
+values refused in one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pagesim.sim.cli import main
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+COMMON = ("simulate", "--workload", "sharegpt", "--rate", "8", "--duration", "20", "--kv-gib", "2", "--seed", "3",
+          "--no-progress")
+
+
+def test_cluster_writes_replica_and_cluster_summaries(tmp_path, capsys):
+    out = tmp_path / "cluster"
+    rc, stdout, err = run_cli(capsys, *COMMON, "--replicas", "3", "--router", "least-outstanding-requests",
+                              "--out", str(out))
+    assert rc == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    replicas = json.loads((out / "replicas.json").read_text())
+    req = pd.read_csv(out / "requests.csv")
+    steps = pd.read_csv(out / "steps.csv")
+    assert summary["replicas"] == 3 and summary["router"] == "least-outstanding-requests"
+    assert [r["replica"] for r in replicas] == [0, 1, 2]
+    assert req["replica"].value_counts().sort_index().tolist() == summary["routed_per_replica"]
+    assert sum(r["completed"] for r in replicas) == summary["completed"] == (req["status"] == "finished").sum()
+    assert set(steps["replica"]) == {0, 1, 2}
+    assert [len(steps[steps["replica"] == r]) for r in range(3)] == [r["num_steps"] for r in replicas]
+    single = set(json.loads(json.dumps(replicas[0])))  # a replica's summary has a single run's keys
+    rc, stdout_single, _ = run_cli(capsys, *COMMON, "--json")
+    assert set(json.loads(stdout_single)) - {"workload", "cost_model", "cost_error"} <= single
+    assert "replicas / router" in stdout
+
+
+def test_one_replica_with_a_router_is_the_single_run(capsys):
+    rc, one, err = run_cli(capsys, *COMMON, "--replicas", "1", "--router", "round-robin", "--json")
+    assert rc == 0, err
+    rc, single, _ = run_cli(capsys, *COMMON, "--json")
+    one, single = json.loads(one), json.loads(single)
+    for key in ("completed", "duration_s", "mean_ttft_ms", "p99_e2el_ms", "mean_itl_ms", "mem_token_states"):
+        assert one[key] == single[key], key
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--replicas", "0"), "--replicas must be a whole number >= 1"),
+    (("--replicas", "two"), "--replicas"),
+    (("--replicas", "2", "--router", "random"), "unknown router 'random'"),
+    (("--replicas", "2", "--router-slack", "-1"), "--router-slack"),
+    (("--replicas", "2", "--router", "prefix-affinity"), "needs --prefix-caching"),
+    (("--replicas", "2", "--check"), "--check"),
+])
+def test_bad_cluster_values_are_one_line_and_exit_2(capsys, argv, words):
+    with pytest.raises(SystemExit) as e:
+        rc = main([*COMMON, *argv])
+        raise SystemExit(rc)
+    _, err = capsys.readouterr()
+    assert e.value.code == 2
+    assert words in err and len(err.strip().splitlines()) == 1, err
