@@ -5,25 +5,25 @@ One iteration is one token budget, ``max_num_batched_tokens``, with no prefill o
 phase (scheduler.py:701-709): every request is owed the tokens between its computed ones
 and its length, and the budget is handed out
 
-1. to the running list first, in its order (scheduler.py:794-1001): each running request gets
+1. to the running list first, in its order (scheduler.py:793-1001): each running request gets
    ``min(its remaining tokens, the budget left)`` (scheduler.py:836-848; a prefilling request
    the rest of its prompt, chunk by chunk, a decoding one its next token), and its blocks grow
    to hold them (``allocate_slots``, kv_cache_manager.py:380). When they cannot, the *last*
    request of the running list is preempted (``self.running.pop()``, scheduler.py:970) and
    recomputed (``_preempt_request``, scheduler.py:1799: its blocks freed, its computed tokens
    0, back at the front of the waiting queue), and the allocation is tried again; a request
-   that preempts itself ends the running pass (scheduler.py:977-994). The budget may run out
+   that preempts itself ends the running pass (scheduler.py:978-994). The budget may run out
    before the end of the list: the requests it did not reach compute nothing this step;
-2. then to waiting requests, FCFS, only if nobody was preempted this step (scheduler.py:1048),
+2. then to waiting requests, FCFS, only if nobody was preempted this step (scheduler.py:1050),
    while the budget lasts and fewer than ``max_num_seqs`` run (scheduler.py:1062-1073): the
    prefix cache's hits first (``get_computed_blocks``, kv_cache_manager.py:266: full blocks
    only, at most ``num_tokens - 1`` tokens, so a prompt found whole recomputes its last
-   block), then as many of the rest as the budget holds (scheduler.py:1315-1346). Its whole
+   block), then as many of the rest as the budget holds (scheduler.py:1297-1346). Its whole
    sequence must fit the free blocks, hits that nobody holds counting as taken
    (``scheduler_reserve_full_isl``, True by default: kv_cache_manager.py:531-548,
    config/scheduler.py:190), less the watermark when something runs (kv_cache_manager.py:518-525;
    ``watermark`` is 0.0 by default, config/scheduler.py:196); only the chunk's blocks are
-   taken now. The first request that does not fit ends the pass (scheduler.py:1460-1467).
+   taken now. The first request that does not fit ends the pass (scheduler.py:1454-1461).
 
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's

@@ -14,8 +14,9 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig, v1_batch_defaults
+from pagesim.sim.core import kv_cache, scheduler, scheduler_v1, state
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import run_simulation
+from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
 
 BS = 4
@@ -101,6 +102,45 @@ def test_the_last_running_request_is_preempted_and_a_request_that_would_preempt_
     assert column(result, "num_prefill_tokens")[:4] == [12, 0, 0, 5]
     assert column(result, "num_waiting")[:4] == [0, 2, 2, 1]
     assert result.summary["completed"] == 3
+
+
+def test_a_request_that_preempts_itself_preempts_nobody_before_it():
+    """Worked on the core's state (scheduler_v1.schedule_running): 4 blocks of 4, a budget of
+    8. A holds 3 blocks (11 prompt tokens, its first token out: it decodes); Z, after it in the
+    running list, holds 1 block (4 of its 12 prompt tokens). A's 12th token needs no block.
+    Z's next 7 tokens need 2 more blocks, none is free: Z, the last request, preempts itself,
+    and the pass ends there (scheduler.py:978-994): its block comes free, and A, before it,
+    keeps running, although Z's 7 tokens would still not fit the 1 free block."""
+    s = initial_state(v1(16, max_num_batched_tokens=8), trace((0, 11, 4), (0, 12, 1)))
+    A, Z = 0, 1
+    for i in (A, Z):
+        scheduler.add_arrival(s, i)
+    scheduler_v1.admit_waiting(s, 11)
+    s.step_prefill_ids[0], s.count[state.STEP_PREFILL_SEQS] = A, 1
+    scheduler.complete_step(s, 1.0)  # A's prompt is done: its first token
+    scheduler.pop_waiting(s)  # Z, as though admitted before A took its 3 blocks
+    kv_cache.allocate(s, Z, 0, 0)
+    kv_cache.grow(s, Z, 4)
+    scheduler.start_running(s, Z)
+    kv_cache.compute_tokens(s, Z, 4)
+    s.num_prompt_computed[Z] = 4
+    assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1
+    budget, preempted, _ = scheduler_v1.schedule_running(s)
+    assert preempted and s.num_preemptions.tolist() == [0, 1]
+    assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [A] and s.status[Z] == state.WAITING
+    assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 7  # A decoded; Z took nothing
+    assert kv_cache.num_free_blocks(s) == 1
+
+
+def test_the_watermark_holds_back_admissions_only_while_something_runs():
+    """4 blocks of 4, ``--watermark 0.25``: 1 block kept free at an admission while something
+    runs (kv_cache_manager.py:518-525). A (prompt 2) runs alone in its block; B (prompt 12, 3
+    blocks) arrives during A's first step: 3 blocks free, 3 + 1 needed: it waits until A is
+    done (3 tokens), then comes in with nothing running: 3 <= 4. C (prompt 15: the whole pool)
+    arrives later, with nothing running: admitted."""
+    result = run_simulation(v1(16, watermark=0.25), trace((0, 2, 3), (0.001, 12, 1), (5, 15, 1)))
+    assert column(result, "num_prefill_tokens") == [2, 0, 0, 12, 15]
+    assert column(result, "num_waiting") == [0, 1, 1, 0, 0]
 
 
 def test_nobody_is_admitted_in_a_step_that_preempted():
