@@ -16,12 +16,14 @@
    512-token block hashes, ../shared/traces/) on Llama-3.1-8B / A100-80GB (target: engine
    under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes.
 4. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``).
+5. ``--system vllm-v1`` against ``--system vllm`` on the Azure conv trace, in the same process.
 
 Every engine figure is also given as a multiple of a reference measured in the same run (numpy
 sorting 10^7 float64), so that figures taken on different machines can be compared. The
 process pins itself to one CPU first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
-[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process]``.
+[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process |
+--only-vllm-v1]``.
 Prints figures; asserts nothing.
 """
 
@@ -185,6 +187,25 @@ def cost_models(trace) -> None:
                   f"{s['num_steps']} steps")
 
 
+def vllm_v1(trace) -> None:
+    """Section 5: ``--system vllm-v1`` (vLLM v1's scheduler: one token budget per step, chunked
+    prefill, prefix caching on; its batch defaults on an A100: 2048 tokens, 256 sequences)
+    against ``--system vllm`` (v0) on the Azure conv trace, OPT-13B / A100-80GB, engine seconds
+    (best of 3 each, interleaved, in this process)."""
+    best = {}
+    for _ in range(3):
+        for system in ("vllm", "vllm-v1"):
+            cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_len_policy="error")
+            timed(cfg, trace.iloc[:20])  # numba's cache loaded
+            _, s = timed(cfg, trace)
+            if s["wall_time_s"] < best.get(system, (float("inf"),))[0]:
+                best[system] = (s["wall_time_s"], s)
+    for system, (engine, s) in best.items():
+        print(f"azure conv ({len(trace)} requests <= 2048 tokens) --system {system} opt-13b a100-80gb: engine "
+              f"{engine:.3f} s ({pace(engine)}), {s['num_steps']} steps, {s['num_preemptions']} preemptions")
+    print(f"vllm-v1 / vllm engine time: x{best['vllm-v1'][0] / best['vllm'][0]:.2f}")
+
+
 def beam_search() -> None:
     """Section 4: Fig. 15's beam-search runs (``pagesim reproduce fig15``: Alpaca and ShareGPT,
     beam width 2, 4, 6, with sharing), engine seconds (``summary['wall_time_s']``)."""
@@ -242,6 +263,7 @@ def main() -> None:
     ap.add_argument("--only-whole-process", action="store_true",
                     help="the whole `pagesim simulate` process on the Azure conv trace against a bare start")
     ap.add_argument("--only-beam-search", action="store_true", help="section 5 only")
+    ap.add_argument("--only-vllm-v1", action="store_true", help="vllm-v1 against vllm on the Azure conv trace only")
     ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -258,6 +280,12 @@ def main() -> None:
         return
     if args.only_beam_search:
         beam_search()
+        return
+    if args.only_vllm_v1:
+        from pagesim.traces import load_trace
+        from pagesim.traces.transform import apply_max_len_policy
+
+        vllm_v1(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
         return
 
     if not args.skip_azure and AZURE.exists():
@@ -288,6 +316,7 @@ def main() -> None:
             label = system + "".join(f" --{k.replace('_', '-')} {v}" for k, v in kw.items())
             print(f"  same trace, --system {label}: engine {s2['wall_time_s']:.3f} s ({pace(s2['wall_time_s'])}; "
                   f"{w:.2f} s wall), {s2['num_steps']} steps (target: engine < 0.3 s)")
+        vllm_v1(trace)
         whole_process(trace)
     elif not args.skip_azure:
         print(f"azure conv trace not found at {AZURE}: skipped")

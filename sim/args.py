@@ -18,7 +18,7 @@ SIM_FLAGS = {
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
     "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),
     "manager": dict(choices=["static", "contiguous", "paged", "vattention"], help="override the system's memory manager"),
-    "scheduler": dict(choices=["static", "orca", "vllm"], help="override the system's scheduler"),
+    "scheduler": dict(choices=["static", "orca", "vllm", "vllm-v1"], help="override the system's scheduler"),
     "block_size": dict(type=int, help="paged block size in tokens (default 16; token: 1)"),
     "reservation": dict(choices=RESERVATIONS, help="contiguous reservation policy"),
     "placement": dict(choices=PLACEMENTS, help="contiguous placement policy (default buddy)"),

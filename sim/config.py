@@ -12,7 +12,13 @@ orca-oracle   contiguous           oracle / buddy               orca
 vllm          paged (block 16)     on demand                    vllm
 token         paged (block 1)      on demand (TokenAttention)   vllm
 vattention    vattention pages     on demand, 64 KiB pages      vllm
+vllm-v1       paged (block 16)     on demand, prefix caching    vllm-v1
 ============  ===================  ===========================  ==========
+
+``vllm`` is vLLM v0 (the 2023 paper's system); ``vllm-v1`` is vLLM v1's scheduler as of vLLM
+0.33.0 (``sim/core/scheduler_v1.py``): one token budget per step, chunked prefill always,
+prefix caching on, no watermark, recompute preemption, and its batch defaults by GPU
+(:func:`v1_batch_defaults`).
 """
 
 from __future__ import annotations
@@ -40,10 +46,14 @@ SYSTEMS: dict[str, dict[str, Any]] = {
     "vllm": dict(manager="paged", scheduler="vllm", block_size=16),
     "token": dict(manager="paged", scheduler="vllm", block_size=1),
     "vattention": dict(manager="vattention", scheduler="vllm"),
+    # vLLM 0.33.0's defaults: block size 16 (config/cache.py:185), prefix caching on
+    # (config/cache.py:257), watermark 0.0 (config/scheduler.py:196); the batch limits are
+    # the GPU's (v1_batch_defaults)
+    "vllm-v1": dict(manager="paged", scheduler="vllm-v1", block_size=16, prefix_caching=True, watermark=0.0),
 }
 
 MANAGERS = ("static", "contiguous", "paged", "vattention")
-SCHEDULERS = ("static", "orca", "vllm")
+SCHEDULERS = ("static", "orca", "vllm", "vllm-v1")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
@@ -143,12 +153,29 @@ class SimConfig:
             raise ConfigError("the static manager needs scheduler 'static'")
         if self.scheduler == "static" and self.manager != "static":
             raise ConfigError("scheduler 'static' needs manager 'static'")
+        if self.scheduler == "vllm-v1":
+            self.check_v1()
+
+    def check_v1(self) -> None:
+        """What vLLM v1 (0.33.0) has not, or refuses: one line each."""
+        if self.manager != "paged":
+            raise ConfigError(f"scheduler 'vllm-v1' needs manager 'paged' (vLLM v1's block pool), got '{self.manager}'")
+        if self.preemption != "recompute":
+            raise ConfigError("vllm-v1 preempts by recompute only (vLLM v1 has no swap preemption); "
+                              "drop --preemption swap")
+        if self.waiting_served_ratio is not None:
+            raise ConfigError("waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1")
+        budget = self.max_num_batched_tokens
+        if budget is not None and budget < self.max_num_seqs:  # vllm/config/scheduler.py:331
+            raise ConfigError(f"max_num_batched_tokens={budget} must be >= max_num_seqs={self.max_num_seqs} "
+                              "(vLLM v1 refuses it)")
 
     def check_batched_tokens(self, max_seq_len: int) -> None:
         """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,
         so ``max_num_batched_tokens`` below ``max_seq_len`` would reject every longer request."""
         budget = self.max_num_batched_tokens
-        if budget is not None and not self.chunked_prefill and budget < max_seq_len:
+        chunked = self.chunked_prefill or self.scheduler == "vllm-v1"  # v1 always chunks
+        if budget is not None and not chunked and budget < max_seq_len:
             raise ConfigError(f"max_num_batched_tokens={budget} is smaller than max_seq_len={max_seq_len}: "
                               f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
                               f"{max_seq_len} or chunked_prefill")
@@ -192,6 +219,10 @@ class SimConfig:
             raise ConfigError(f"unknown setting(s) {', '.join(bad)}; valid: {', '.join(sorted(fields))}")
         values = dict(SYSTEMS[system])
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("scheduler") == "vllm-v1":
+            gpu = values.get("gpu", cls.gpu)
+            for name, default in zip(("max_num_batched_tokens", "max_num_seqs"), v1_batch_defaults(gpu)):
+                values.setdefault(name, default)
         return cls(system=matching_system(system, values), **values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,6 +230,20 @@ class SimConfig:
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)
+
+
+def v1_batch_defaults(gpu: str) -> tuple[int, int]:
+    """vLLM v1's ``max_num_batched_tokens`` and ``max_num_seqs`` when the user sets neither, for
+    the OpenAI API server (``vllm serve``) on ``gpu`` (vLLM 0.33.0, vllm/engine/arg_utils.py:2973-3006,
+    ``EngineArgs.get_batch_defaults``): 16384 and 1024 from 160 GiB of memory; 8192 and 1024
+    from 70 GiB but on an A100; else 2048 and 256."""
+    from pagesim.sim.specs import GiB, get_gpu
+    spec = get_gpu(gpu)
+    if spec.mem_bytes >= 160 * GiB:
+        return 16384, 1024
+    if spec.mem_bytes >= 70 * GiB and "a100" not in spec.name:
+        return 8192, 1024
+    return 2048, 256
 
 
 def matching_system(requested: str, values: dict[str, Any]) -> str:

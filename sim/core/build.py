@@ -141,6 +141,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
+    if cfg.scheduler == "vllm-v1":
+        config[state.SCHEDULER_KIND] = state.V1
     cost_code, cost_scaled, cost_constants, cost_data = cost
     config[state.COST_MODEL] = cost_code
     config[state.COST_SCALED] = int(cost_scaled)

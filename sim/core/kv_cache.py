@@ -88,15 +88,23 @@ def allocate_seq(s, i, j, num_tokens, num_computed):
     return num_computed
 
 
-@njit
+@njit(inline=True)
 def allocate_cached(s, i, j, num_tokens):
     """Prefix caching: a slot and the blocks for ``num_tokens`` tokens of request ``i``'s
     sequence ``j``, the leading cache hits first (revived from the LRU when nobody holds
     them), then fresh blocks for the rest. Returns the tokens the hits hold, which are
     computed; the caller computes the rest (:func:`compute_tokens`), registering keys as
     blocks fill."""
+    return allocate_cached_blocks(s, i, j, num_tokens, blocks_for(s, num_tokens))
+
+
+@njit
+def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
+    """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
+    blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
+    admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    need = blocks_for(s, num_tokens)
+    need = num_blocks
     slot = take_slot(s)
     s.seq_slot[i, j] = slot
     s.num_keys[i] = prefix_cache.keyable_blocks(s, i, num_tokens)
@@ -112,6 +120,7 @@ def allocate_cached(s, i, j, num_tokens):
             c[DEMAND_SLOTS] += bs
         s.block_info[b, REF] += 1
         s.block_table[slot, k] = b
+    need = max(need, hits)
     take_blocks(s, slot, hits, need - hits)
     cached = hits * bs
     s.num_blocks[i] = need
@@ -181,10 +190,29 @@ def take_decode_slot(s, i):
         take_decode_slots(s, i)
         return
     if crosses_block(s, i):
-        take_blocks(s, s.slot[i], s.num_blocks[i], 1)
-        s.count[DEMAND_SLOTS] += min(s.final_len[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE])
-        s.num_blocks[i] += 1
-        s.count[LOGICAL_BLOCKS] += 1
+        grow(s, i, s.num_computed_tokens[i] + 1)
+
+
+@njit(inline=True)
+def can_grow(s, i, num_tokens):
+    """Whether request ``i`` (one sequence) can hold ``num_tokens`` tokens: the blocks it lacks
+    are available (vLLM v1's ``allocate_slots`` for a running request: no new prefix hits)."""
+    return blocks_for(s, num_tokens) - s.num_blocks[i] <= num_free_blocks(s)
+
+
+@njit(inline=True)
+def grow(s, i, num_tokens):
+    """Request ``i``'s blocks (one sequence) grow to hold ``num_tokens`` tokens: fresh blocks
+    at the end of its table, and the demand of their slots it will use (the caller counts
+    the tokens computed)."""
+    old = s.num_blocks[i]
+    need = blocks_for(s, num_tokens) - old
+    if need > 0:
+        bs = s.config[BLOCK_SIZE]
+        take_blocks(s, s.slot[i], old, need)
+        s.count[DEMAND_SLOTS] += min(s.final_len[i], (old + need) * bs) - min(s.final_len[i], old * bs)
+        s.num_blocks[i] = old + need
+        s.count[LOGICAL_BLOCKS] += need
 
 
 @njit

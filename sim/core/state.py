@@ -102,8 +102,9 @@ EXTENT_PROMPT, EXTENT_COLUMNS = 3, 5  # the tokens it held at admission (P of a 
 EXTENT_JOINED = 4  # when it joined the decode set (a count): re-reservations go in this order
 ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
 HOLE_START, HOLE_SIZE = 0, 1
-# config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static)
-CONTINUOUS, STATIC = 0, 1
+# config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static);
+# V1: vLLM v1's one token budget over running then waiting requests (sim/core/scheduler_v1.py)
+CONTINUOUS, STATIC, V1 = 0, 1, 2
 
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2

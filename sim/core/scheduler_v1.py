@@ -1,0 +1,151 @@
+"""vLLM v1's scheduler (``--system vllm-v1``) over the core's arrays, as of vLLM 0.33.0
+(``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``; file:line below are of that release).
+
+One iteration is one token budget, ``max_num_batched_tokens``, with no prefill or decode
+phase (scheduler.py:701-709): every request is owed the tokens between its computed ones
+and its length, and the budget is handed out
+
+1. to the running list first, in its order (scheduler.py:793-1001): each running request gets
+   ``min(its remaining tokens, the budget left)`` (scheduler.py:836-848; a prefilling request
+   the rest of its prompt, chunk by chunk, a decoding one its next token), and its blocks grow
+   to hold them (``allocate_slots``, kv_cache_manager.py:380). When they cannot, the *last*
+   request of the running list is preempted (``self.running.pop()``, scheduler.py:970) and
+   recomputed (``_preempt_request``, scheduler.py:1799: its blocks freed, its computed tokens
+   0, back at the front of the waiting queue), and the allocation is tried again; a request
+   that preempts itself ends the running pass (scheduler.py:978-994). The budget may run out
+   before the end of the list: the requests it did not reach compute nothing this step;
+2. then to waiting requests, FCFS, only if nobody was preempted this step (scheduler.py:1050),
+   while the budget lasts and fewer than ``max_num_seqs`` run (scheduler.py:1062-1073): the
+   prefix cache's hits first (``get_computed_blocks``, kv_cache_manager.py:266: full blocks
+   only, at most ``num_tokens - 1`` tokens, so a prompt found whole recomputes its last
+   block), then as many of the rest as the budget holds (scheduler.py:1297-1346). Its whole
+   sequence must fit the free blocks, hits that nobody holds counting as taken
+   (``scheduler_reserve_full_isl``, True by default: kv_cache_manager.py:531-548,
+   config/scheduler.py:190), less the watermark when something runs (kv_cache_manager.py:518-525;
+   ``watermark`` is 0.0 by default, config/scheduler.py:196); only the chunk's blocks are
+   taken now. The first request that does not fit ends the pass (scheduler.py:1454-1461).
+
+Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
+whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
+blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
+first and hashed ones to the free queue's end (block_pool.py:816-847); a hit takes its block
+out of the free queue (block_pool.py:792-810); a new block comes from the queue's front,
+evicting its hash (block_pool.py:706-733); free blocks include cached unreferenced ones
+(block_pool.py:912, kv_cache_utils.py:258-274). Tokens are handed out by
+``scheduler.complete_step``: one to each request that decoded, and one to each whose chunk
+completed its prompt; a request stops at its output length (sched/utils.py:114-119).
+"""
+
+from __future__ import annotations
+
+from pagesim.sim.core import kv_cache
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
+                                        start_running, waiting_head)
+from pagesim.sim.core.state import (DECODE_SET_SIZE, DEMAND_WAITING, MAX_BATCHED_TOKENS,
+                                    MAX_NUM_SEQS, MAX_SEQ_LEN, NUM_BLOCKS, NUM_RUNNING, PREFIX_CACHING,
+                                    REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING, STEP_DECODE_SEQS,
+                                    WAITING_LEN, WATERMARK_BLOCKS)
+
+
+@njit
+def schedule(s):
+    """One iteration: the running list, then (nobody preempted) the waiting queue, within one
+    token budget. Returns the decode context sum (the cost model's)."""
+    c = s.count
+    begin_iteration(s)
+    c[DEMAND_WAITING] = 0
+    budget, preempted, context_sum = schedule_running(s)
+    if not preempted:
+        admit_waiting(s, budget)
+    if not c[WAITING_LEN]:
+        c[DEMAND_WAITING] = 0
+    return context_sum
+
+
+@njit
+def schedule_running(s):
+    """The running list, in order, while the budget lasts: each request's next tokens (the rest
+    of its prompt within the budget, or one decode token), its blocks grown for them, the last
+    running request preempted while they cannot be. Returns (the budget left, whether anyone
+    was preempted, the decode context sum). ``in_decode`` marks the requests that decode in
+    this step (``scheduler.complete_step`` hands each a token), so it is cleared for those
+    the budget does not reach."""
+    c = s.count
+    budget = s.config[MAX_BATCHED_TOKENS]
+    preempted = False
+    context_sum = 0
+    k = 0
+    while k < c[NUM_RUNNING] and budget > 0:
+        i = s.running[k]
+        todo = s.prompt_target[i] - s.num_prompt_computed[i]
+        n = min(todo, budget) if todo > 0 else 1
+        while not kv_cache.can_grow(s, i, s.num_computed_tokens[i] + n):
+            preempted = True
+            last = s.running[c[NUM_RUNNING] - 1]
+            preempt_latest(s)  # self.running.pop(): recompute (swap preemption is refused for vllm-v1)
+            if last == i:
+                break
+        if s.status[i] != RUNNING:  # it preempted itself: nobody after it is left
+            break
+        kv_cache.grow(s, i, s.num_computed_tokens[i] + n)
+        if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
+            prefill(s, i, n)
+        else:
+            if not s.in_decode[i]:
+                s.in_decode[i] = 1
+                c[DECODE_SET_SIZE] += 1
+            kv_cache.compute_tokens(s, i, 1)
+            context_sum += s.num_computed_tokens[i]
+        budget -= n
+        k += 1
+    for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
+        i = s.running[m]
+        if s.in_decode[i]:
+            s.in_decode[i] = 0
+            c[DECODE_SET_SIZE] -= 1
+    c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
+    return budget, preempted, context_sum
+
+
+@njit(inline=True)
+def blocks_to_admit(s, i, num_tokens):
+    """The available blocks admitting request ``i`` with ``num_tokens`` tokens (its whole
+    sequence) consumes: its blocks, less the hits, plus the hits nobody holds (taken out of
+    the free queue); vLLM v1's ``get_num_blocks_to_allocate``
+    (single_type_kv_cache_manager.py:214-266)."""
+    if s.config[PREFIX_CACHING]:
+        return kv_cache.blocks_to_allocate(s, i, num_tokens)
+    return kv_cache.blocks_for(s, num_tokens)
+
+
+@njit
+def admit_waiting(s, budget):
+    """Waiting requests, FCFS, while the budget lasts and fewer than ``max_num_seqs`` run:
+    the prefix cache's hits and the first chunk of the rest, if the whole sequence fits."""
+    c = s.count
+    while budget > 0 and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
+        i = waiting_head(s)
+        target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
+        if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
+            reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            continue
+        if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
+            reject_head(s, i, REJECT_NEVER_FITS)
+            continue
+        watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
+        if blocks_to_admit(s, i, target) + watermark > kv_cache.num_free_blocks(s):
+            c[DEMAND_WAITING] = 1
+            break
+        pop_waiting(s)
+        if s.config[PREFIX_CACHING]:
+            cached = kv_cache.allocate_cached_blocks(s, i, 0, target, 0)
+        else:
+            cached = kv_cache.allocate(s, i, 0, 0)
+        n = min(target - cached, budget)
+        kv_cache.grow(s, i, cached + n)
+        s.num_prompt_computed[i] = cached
+        start_running(s, i)
+        prefill(s, i, n)
+        budget -= n
+    return budget
