@@ -53,8 +53,8 @@ from pagesim.sim.errors import ConfigError
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
-#: (2: entries carry a manifest of their files' sizes and hashes)
-CACHE_FORMAT = 2
+#: (2: entries carry a manifest of their files' sizes and hashes; 3: tables are Arrow files)
+CACHE_FORMAT = 3
 #: SimConfig settings that may name a file (a model's config.json, a measured profile): the
 #: file's contents are part of a run's cache key
 FILE_SETTINGS = ("model", "profile")

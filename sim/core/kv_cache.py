@@ -187,7 +187,7 @@ def take_decode_slot(s, i):
         s.count[LOGICAL_BLOCKS] += 1
 
 
-@njit
+@njit(inline=True)
 def take_decode_slots(s, i):
     """:func:`take_decode_slot` for a group of sequences: each takes a fresh block at a
     block boundary; otherwise each writing into a tail it shares copies it first
