@@ -83,9 +83,11 @@ def njit(fn=None, *, inline: bool = False):
     compiled without numba's reference counting (``_nrt=False``): with it, every call would
     count references to each of the ~60 arrays of the state, several times slower.
     ``inline=True`` (numba inlines the function's code into its caller's) for the small
-    functions of the hot path and for every function called once per iteration: a call passes
-    each array of the state field by field, ~420 machine words (a few hundred nanoseconds, more
-    than an iteration's own bookkeeping), so the iteration's path makes none."""
+    functions of the hot path and for the functions an iteration calls from one place: a call
+    passes each array of the state field by field, ~420 machine words (a few hundred
+    nanoseconds, more than an iteration's own bookkeeping). A function called from several
+    places stays a call (inlined, it would be compiled once per place: numba's compile time
+    grows with the inlined code)."""
     if fn is None:
         return lambda f: njit(f, inline=inline)
     if numba is None:

@@ -151,7 +151,7 @@ def may_admit(s):
     return c[WAITING_LEN] / c[NUM_RUNNING] >= s.clock[WAITING_SERVED_RATIO]
 
 
-@njit(inline=True)
+@njit  # called from two places: inlined it would be compiled twice
 def admit_waiting(s, budget):
     """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
     prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
@@ -303,7 +303,7 @@ def restart(s, i):
     push_waiting(s, i, True)
 
 
-@njit(inline=True)
+@njit  # called from two places: inlined it would be compiled twice
 def decode(s):
     """Make room, then one token for every request in the decode set; returns their context
     sum. Each member crosses at most one block boundary, so with as many free blocks as
