@@ -18,9 +18,10 @@
 4. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``).
 5. ``--system vllm-v1`` against ``--system vllm`` on the Azure conv trace, in the same process.
 
-Every engine figure is also given as a multiple of a reference measured in the same run (numpy
-sorting 10^7 float64), so that figures taken on different machines can be compared. The
-process pins itself to one CPU first (Linux), so "one core" is literal.
+Each figure is the best of 3 runs in this process (``REPEATS``). Every engine figure is also
+given as a multiple of a reference measured in the same run (numpy sorting 10^7 float64), so
+that figures taken on different machines can be compared. The process pins itself to one CPU
+first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
 [--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process |
 --only-vllm-v1]``.
@@ -52,11 +53,22 @@ MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.json
 MEASURED = ROOT.parent / "shared" / "measured"
 
 
-def timed(cfg, trace):
-    """(wall seconds of the whole call, its summary: ``wall_time_s`` is the engine's)."""
-    t0 = time.perf_counter()
-    res = run_simulation(cfg, trace)
-    return time.perf_counter() - t0, res.summary
+REPEATS = 3
+
+
+def timed(cfg, trace, repeats: int = REPEATS):
+    """(wall seconds of the whole call, its summary; ``wall_time_s`` is the engine's), the best
+    of ``repeats`` runs in this process, as issue #13's table measures: a run's first touch of
+    its fresh arrays and the neighbours' bursts on a shared machine only ever add time."""
+    best_wall, best = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        summary = run_simulation(cfg, trace).summary
+        wall = time.perf_counter() - t0
+        best_wall = min(best_wall, wall)
+        if best is None or summary["wall_time_s"] < best["wall_time_s"]:
+            best = summary
+    return best_wall, best
 
 
 def reference_seconds() -> float:
@@ -155,10 +167,10 @@ def prefix_caching() -> None:
                  SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", prefix_caching=True,
                                       record_steps=False)))
     for name, trace, cfg in runs:
-        timed(cfg, trace.iloc[:20])  # numba's cache loaded
+        timed(cfg, trace.iloc[:20], repeats=1)  # numba's cache loaded
         cpu0 = time.process_time()  # CPU seconds too: on a shared machine wall time measures the neighbours
         wall, s = timed(cfg, trace)
-        cpu = time.process_time() - cpu0
+        cpu = (time.process_time() - cpu0) / REPEATS  # per run
         print(f"{name}, --prefix-caching, {cfg.model} {cfg.gpu}: {wall:.2f} s wall, {cpu:.2f} s CPU "
               f"(engine {s['wall_time_s']:.2f} s wall, {pace(s['wall_time_s'])}), {s['num_steps']:,} steps, hit rate "
               f"{s['prefix_cache_hit_rate']:.3f}, {s['mgr_evictions']:,} evictions (target: engine < 1 s)")
@@ -181,7 +193,7 @@ def cost_models(trace) -> None:
             print(f"  measured timings not found at {MEASURED}: --profile skipped")
         for label, kw in runs:
             cfg = SimConfig.for_system("vllm", model="opt-13b", gpu="a100-80gb", max_len_policy="error", **kw)
-            timed(cfg, trace.iloc[:20])  # the model's first call (numba's cache) aside
+            timed(cfg, trace.iloc[:20], repeats=1)  # the model's first call (numba's cache) aside
             _, s = timed(cfg, trace)
             print(f"  same trace, {label}: engine {s['wall_time_s']:.3f} s ({pace(s['wall_time_s'])}), "
                   f"{s['num_steps']} steps")
@@ -216,7 +228,7 @@ def beam_search() -> None:
     total = 0.0
     for sp in specs:
         trace, cfg = make_workload(sp.workload, **sp.workload_kwargs()), sp.sim_config()
-        timed(cfg, trace.iloc[:20])  # numba's cache loaded
+        timed(cfg, trace.iloc[:20], repeats=1)  # numba's cache loaded
         _, s = timed(cfg, trace)
         total += s["wall_time_s"]
         print(f"fig15 {sp.workload} beam_width {sp.beam_width} ({len(trace)} requests, {s['num_steps']:,} steps): "
@@ -297,7 +309,7 @@ def main() -> None:
 
         trace, _ = apply_max_len_policy(trace, 2048, "drop")
         t0 = time.perf_counter()  # numba loads the compiled core from its cache at the first call
-        timed(cfg, trace.iloc[:20])
+        timed(cfg, trace.iloc[:20], repeats=1)
         print(f"loading the compiled core (first call in this process): {time.perf_counter() - t0:.2f} s")
         wall, s = timed(cfg, trace)
         print(f"azure conv ({len(trace)} requests <= 2048 tokens) vllm opt-13b a100-80gb: {wall:.3f} s wall "

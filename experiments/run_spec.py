@@ -63,8 +63,8 @@ WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", 
 #: keys that make a run a cluster (sim/cluster.py): replicas behind a router
 CLUSTER_KEYS = ("replicas", "router")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
-#: (2: entries carry a manifest of their files' sizes and hashes)
-CACHE_FORMAT = 2
+#: (2: entries carry a manifest of their files' sizes and hashes; 3: tables are Arrow files)
+CACHE_FORMAT = 3
 #: SimConfig settings that may name a file (a model's config.json, a measured profile): the
 #: file's contents are part of a run's cache key
 FILE_SETTINGS = ("model", "profile")

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import GiB, get_gpu
 
 SYSTEMS: dict[str, dict[str, Any]] = {
     "static": dict(manager="static", scheduler="static"),
@@ -237,7 +238,6 @@ def v1_batch_defaults(gpu: str) -> tuple[int, int]:
     the OpenAI API server (``vllm serve``) on ``gpu`` (vLLM 0.33.0, vllm/engine/arg_utils.py:2973-3006,
     ``EngineArgs.get_batch_defaults``): 16384 and 1024 from 160 GiB of memory; 8192 and 1024
     from 70 GiB but on an A100; else 2048 and 256."""
-    from pagesim.sim.specs import GiB, get_gpu
     spec = get_gpu(gpu)
     if spec.mem_bytes >= 160 * GiB:
         return 16384, 1024

@@ -29,7 +29,7 @@ from pagesim.sim.core.state import BEAM_CHURN, FREE_EPOCH, NUM_RUNNING
 BEAM_CHURN_PROBABILITY = 0.38
 
 
-@njit
+@njit(inline=True)
 def churn(s):
     """After a decode step (its finished requests gone): every running request whose beams
     have forked churns them ."""
@@ -39,7 +39,7 @@ def churn(s):
             churn_beams(s, i)
 
 
-@njit
+@njit(inline=True)
 def churn_beams(s, i):
     """Request ``i``'s beams: each dies with probability ``clock[BEAM_CHURN]``, one at random
     lives if none would; the dead let their blocks go, and each is replaced by a fork of a

@@ -206,13 +206,17 @@ def next_overflowing(s, after):
     return found
 
 
-@njit
+@njit(inline=True)
 def decode_fits(s):
     """Whether every decoding request's next token fits: those that overflow re-reserve, in
     join order (one: asked directly; several: tried in that order on the placement, which is
-    restored after). Only a predicted reservation overflows."""
-    if s.config[RESERVATION_KIND] != RESERVE_PREDICTED:
-        return True
+    restored after). Only a predicted reservation overflows (asked here, every step: a call
+    passing the state costs more than the step's other work)."""
+    return s.config[RESERVATION_KIND] != RESERVE_PREDICTED or predicted_decode_fits(s)
+
+
+@njit
+def predicted_decode_fits(s):
     i = next_overflowing(s, -1)
     if i < 0:
         return True
@@ -230,12 +234,16 @@ def decode_fits(s):
     return fits
 
 
-@njit
+@njit(inline=True)
 def rereserve_overflowing(s):
     """Re-reserve, in join order, every decoding request whose next token overflows
-    (``decode_fits`` said they fit)."""
-    if s.config[RESERVATION_KIND] != RESERVE_PREDICTED:
-        return
+    (``decode_fits`` said they fit). Only a predicted reservation overflows."""
+    if s.config[RESERVATION_KIND] == RESERVE_PREDICTED:
+        rereserve_predicted(s)
+
+
+@njit
+def rereserve_predicted(s):
     i = next_overflowing(s, -1)
     while i >= 0:
         rereserve(s, i)

@@ -215,7 +215,7 @@ def grow(s, i, num_tokens):
         s.count[LOGICAL_BLOCKS] += need
 
 
-@njit
+@njit(inline=True)
 def take_decode_slots(s, i):
     """:func:`take_decode_slot` for a group of sequences: each takes a fresh block at a
     block boundary; otherwise each writing into a tail it shares copies it first

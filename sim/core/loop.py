@@ -139,7 +139,7 @@ def wake_engine(s):
         c[ENGINE_EVENT_ID] = new_event(s)
 
 
-@njit
+@njit(inline=True)
 def hand_over_arrivals(s):
     """The arrivals process: hand over every request due now, then wait for the next."""
     c, now = s.count, s.clock[NOW]

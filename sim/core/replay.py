@@ -112,14 +112,32 @@ def report(progress, s: state.Core, t0: float) -> None:
     s.config[state.PROGRESS_EVERY] = progress_every(progress)
 
 
+_ENTRIES: dict = {}
+
+
 def compiled_entry(fn, s: state.Core):
     """``fn``'s machine code for the types of ``s``, to call directly: numba's dispatcher works
-    out the types of the state's ~60 arrays at every call (about a millisecond), and the loop
-    returns at every progress report (a plan probe's watcher hears up to a few hundred times a
-    run). The step table grown on ROWS_FULL keeps its types. ``fn`` itself without numba."""
+    out the types of the state's ~60 arrays at every call (1-3 ms), and the loop returns at
+    every progress report (a plan probe's watcher hears up to a few hundred times a run). The
+    entry is kept per array kinds (what numba's types of arrays depend on), so that a sweep's
+    hundreds of runs type a state once. The step table grown on ROWS_FULL keeps its types.
+    ``fn`` itself without numba."""
     if not COMPILED:
         return fn
-    return fn.compile((fn.typeof_pyval(s),))  # loaded from numba's cache (or compiled) once
+    key = (fn, *(array_kind(a) for a in s))
+    entry = _ENTRIES.get(key)
+    if entry is None:  # loaded from numba's cache (or compiled) once
+        entry = _ENTRIES[key] = fn.compile((fn.typeof_pyval(s),))
+    return entry
+
+
+def array_kind(a):
+    """What numba's type of ``a`` depends on: an array's dtype, dimensions, layout, and whether
+    it is writeable and aligned; any other field's type."""
+    if not isinstance(a, np.ndarray):
+        return type(a)
+    flags = a.flags
+    return a.dtype.str, a.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
 
 
 def checked(s: state.Core, last_now: float) -> float:

@@ -151,7 +151,7 @@ def may_admit(s):
     return c[WAITING_LEN] / c[NUM_RUNNING] >= s.clock[WAITING_SERVED_RATIO]
 
 
-@njit
+@njit  # called from two places: inlined it would be compiled twice
 def admit_waiting(s, budget):
     """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
     prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
@@ -195,7 +195,7 @@ def admit_waiting(s, budget):
     return budget
 
 
-@njit
+@njit(inline=True)
 def resume_swapped(s):
     """Swap requests back in, FCFS; True when none is left out."""
     c = s.count
@@ -303,7 +303,7 @@ def restart(s, i):
     push_waiting(s, i, True)
 
 
-@njit
+@njit  # called from two places: inlined it would be compiled twice
 def decode(s):
     """Make room, then one token for every request in the decode set; returns their context
     sum. Each member crosses at most one block boundary, so with as many free blocks as
@@ -364,25 +364,28 @@ def begin_iteration(s):
     c[STEP_SWAP_OUT_EARLY] = 0
 
 
-@njit
+@njit(inline=True)
 def schedule(s):
     """One iteration's memory operations; returns the decode context sum."""
     c = s.count
     begin_iteration(s)
     preemptions = c[NUM_PREEMPTIONS]
-    context_sum = schedule_pass(s)
-    if (not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS]) and c[NUM_PREEMPTIONS] != preemptions
-            and (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
-        # the decode step preempted every running request: vLLM's empty iteration and its
-        # next one, at the same instant, are this one iteration
-        c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
+    context_sum = 0
+    for attempt in range(2):  # one call of the pass (inlined: one copy of its code)
+        if attempt and (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[NUM_PREEMPTIONS] == preemptions
+                        or not (c[WAITING_LEN] or c[SWAPPED_LEN] or c[NUM_RUNNING])):
+            break
+        if attempt:
+            # the decode step preempted every running request: vLLM's empty iteration and its
+            # next one, at the same instant, are this one iteration
+            c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         context_sum = schedule_pass(s)
     if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits
         c[DEMAND_WAITING] = 0
     return context_sum
 
 
-@njit
+@njit(inline=True)
 def schedule_pass(s):
     c = s.count
     c[DEMAND_WAITING] = 0
@@ -430,7 +433,7 @@ def add_itl(s, v, bin_index):
     s.count[ITL_COUNT] += 1
 
 
-@njit
+@njit(inline=True)
 def complete_step(s, now):
     """Hand out the tokens the iteration produced; finish and free whoever is done."""
     c = s.count
@@ -492,7 +495,7 @@ def complete_step(s, now):
         beam.churn(s)
 
 
-@njit
+@njit(inline=True)
 def finish(s, now, num_done):
     """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
     c = s.count

@@ -48,7 +48,7 @@ from pagesim.sim.core.state import (DECODE_SET_SIZE, DEMAND_WAITING, MAX_BATCHED
                                     WAITING_LEN, WATERMARK_BLOCKS)
 
 
-@njit
+@njit(inline=True)
 def schedule(s):
     """One iteration: the running list, then (nobody preempted) the waiting queue, within one
     token budget. Returns the decode context sum (the cost model's)."""
@@ -63,7 +63,7 @@ def schedule(s):
     return context_sum
 
 
-@njit
+@njit(inline=True)
 def schedule_running(s):
     """The running list, in order, while the budget lasts: each request's next tokens (the rest
     of its prompt within the budget, or one decode token), its blocks grown for them, the last
@@ -119,7 +119,7 @@ def blocks_to_admit(s, i, num_tokens):
     return kv_cache.blocks_for(s, num_tokens)
 
 
-@njit
+@njit(inline=True)
 def admit_waiting(s, budget):
     """Waiting requests, FCFS, while the budget lasts and fewer than ``max_num_seqs`` run:
     the prefix cache's hits and the first chunk of the rest, if the whole sequence fits."""

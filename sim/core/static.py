@@ -61,7 +61,7 @@ def start_batch(s):
     c[STATIC_CONTEXT_SUM] = context_sum
 
 
-@njit
+@njit(inline=True)
 def schedule(s):
     """One iteration: a new batch's prefill, or a decode step of the running batch; returns
     the decode context sum (every member's, after this step's token where it gets one)."""
@@ -78,7 +78,7 @@ def schedule(s):
     return c[STATIC_CONTEXT_SUM]
 
 
-@njit
+@njit(inline=True)
 def complete_step(s, now):
     """Hand out the tokens; when every member is done, finish the whole batch at ``now``."""
     c = s.count

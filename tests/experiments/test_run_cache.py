@@ -132,17 +132,17 @@ def _entry(tmp_path, spec):
 
 
 def _damage_truncate(d):
-    p = d / "steps.parquet"
+    p = d / "steps.feather"
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
 
 def _damage_garbage(d):
-    p = d / "steps.parquet"
+    p = d / "steps.feather"
     p.write_bytes(b"\x00garbage" * (p.stat().st_size // 8 + 1))
 
 
 def _damage_missing(d):
-    (d / "steps.parquet").unlink()
+    (d / "steps.feather").unlink()
 
 
 def _damage_empty_summary(d):
@@ -156,7 +156,7 @@ def _damage_no_manifest(d):
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_garbage, _damage_missing, _damage_empty_summary,
                                     _damage_no_manifest])
 def test_damaged_entries_are_recomputed(tmp_path, damage):
-    """A truncated or garbage steps.parquet, a missing one, summary.json = {} or a missing
+    """A truncated or garbage steps.feather, a missing one, summary.json = {} or a missing
     manifest: a miss (not a pyarrow traceback, not a summary without its steps, not an empty
     hit), the run is redone, and the entry is whole again."""
     spec = spec_for()
@@ -175,7 +175,7 @@ def test_reproduce_recomputes_a_run_whose_steps_went_missing(tmp_path, fake_opts
     were gone ('measured_over' run): fig2.csv changed silently. Now the run is redone."""
     from pagesim.experiments.figures import fig2
     first = fig2.run(fake_opts, quick=True)
-    for steps in (tmp_path / "cache").rglob("steps.parquet"):
+    for steps in (tmp_path / "cache").rglob("steps.feather"):
         steps.unlink()
     fake_opts.use_cache = True
     again = fig2.run(fake_opts, quick=True)
@@ -192,8 +192,8 @@ def test_full_disk_names_the_file(tmp_path, monkeypatch, capsys):
     def full(self, path, *a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    monkeypatch.setattr(pd.DataFrame, "to_feather", full)
     with pytest.raises(OSError) as e:
         C.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={}, steps=pd.DataFrame({"a": [1]})))
-    assert e.value.filename.endswith("steps.parquet") and e.value.errno == errno.ENOSPC
+    assert e.value.filename.endswith("steps.feather") and e.value.errno == errno.ENOSPC
     assert not (tmp_path / "ab" / KEY).exists() and list((tmp_path / "ab").iterdir()) == []

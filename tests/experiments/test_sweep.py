@@ -161,20 +161,20 @@ def test_identical_specs_run_once_and_tables_are_cached(tmp_path):
     assert run_cache.load_cached(RunSpec(rate=99.0), tmp_path, run_fn=fake_run) is None
 
 
-def test_parquet_tables_without_pyarrow_are_a_cache_miss(tmp_path, monkeypatch):
-    """A cache shared by two environments: an entry whose tables were written as parquet where
+def test_arrow_tables_without_pyarrow_are_a_cache_miss(tmp_path, monkeypatch):
+    """A cache shared by two environments: an entry whose tables were written as Arrow files where
     pyarrow was installed is a miss where it is not (rerun and rewritten as csv.gz), never an
     ImportError and never a summary without its tables."""
     pytest.importorskip("pyarrow")
     spec = small_specs(1)[0]
     run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
-    assert list(tmp_path.rglob("steps.parquet"))
-    monkeypatch.setattr(run_cache, "_has_parquet", lambda: False)
+    assert list(tmp_path.rglob("steps.feather"))
+    monkeypatch.setattr(run_cache, "_has_arrow", lambda: False)
     assert run_cache.load_cached(spec, tmp_path, run_fn=fake_run) is None
     fakes.CALLS.clear()
     run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
     assert len(fakes.CALLS) == 1  # redone
-    assert not list(tmp_path.rglob("*.parquet")) and list(tmp_path.rglob("steps.csv.gz"))
+    assert not list(tmp_path.rglob("*.feather")) and list(tmp_path.rglob("steps.csv.gz"))
     out = run_cache.load_cached(spec, tmp_path, run_fn=fake_run)
     assert isinstance(out.steps, pd.DataFrame) and len(out.steps) == 200
 
