@@ -13,10 +13,11 @@ import argparse
 import configparser
 import importlib
 import sys
+import warnings
 from pathlib import Path
 
 from pagesim.sim import __version__
-from pagesim.sim.errors import PagesimError
+from pagesim.sim.errors import PagesimError, PagesimWarning
 
 COMMANDS_GROUP = "pagesim.commands"
 SOURCE_SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
@@ -77,8 +78,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+PYTHON_FORMAT_WARNING = warnings.formatwarning
+
+
+def format_warning(message, category, filename, lineno, line=None) -> str:
+    """A :class:`PagesimWarning` as one line without Python's source line; other warnings as Python prints them."""
+    if issubclass(category, PagesimWarning):
+        return f"pagesim: warning: {message}\n"
+    return PYTHON_FORMAT_WARNING(message, category, filename, lineno, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    warnings.formatwarning = format_warning  # the command owns its process's stderr; a library import changes nothing
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in subcommands() else None)
     args = parser.parse_args(argv)

@@ -81,8 +81,21 @@ def prefill_sums(batch: StepBatch) -> tuple[float, int]:
     return float(np.dot(new, 2 * before + new)) * 0.5, int(before.sum())
 
 
+class CpuOverhead:
+    """A cost model's CPU time per iteration (``overhead_s``) and per scheduled sequence
+    (``per_seq_overhead_s``), with where they come from; ``--step-overhead-ms`` and
+    ``--per-seq-overhead-ms`` set them (:meth:`set_cpu_overhead`, the model's own verb)."""
+
+    def set_cpu_overhead(self, overhead_s: float | None = None, per_seq_overhead_s: float | None = None) -> None:
+        if overhead_s is not None:
+            self.overhead_s = overhead_s
+        if per_seq_overhead_s is not None:
+            self.per_seq_overhead_s = per_seq_overhead_s
+        self.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
+
+
 @dataclass
-class RooflineCostModel:
+class RooflineCostModel(CpuOverhead):
     model: ModelSpec
     gpu: GPUSpec
     tensor_parallel: int = 1
@@ -149,7 +162,7 @@ class RooflineCostModel:
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token)
 
-class TableCostModel:
+class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
     calls it for every batch."""

@@ -49,7 +49,7 @@ from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.core import cost_calibrated as core
 from pagesim.sim.core.cost import swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost import CpuOverhead, RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
@@ -98,7 +98,7 @@ def check_dense(model: ModelSpec) -> None:
                           f"{', '.join(other)}: use --cost-model roofline")
 
 
-class CalibratedCostModel:
+class CalibratedCostModel(CpuOverhead):
     """Prices a step with a :class:`~sim.calibration.Calibration` (the shipped one of ``gpu``
     unless given). ``step_time`` hands the interpreted step function the constants and GEMM
     shapes as tuples of Python floats (indexing those costs microseconds per step where numpy

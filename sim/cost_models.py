@@ -29,12 +29,9 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
         cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
-    if step_overhead_ms is not None:
-        cm.overhead_s = step_overhead_ms * 1e-3
-    if per_seq_overhead_ms is not None:
-        cm.per_seq_overhead_s = per_seq_overhead_ms * 1e-3
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
-        cm.cpu_overhead_source = "set by --step-overhead-ms / --per-seq-overhead-ms"
+        cm.set_cpu_overhead(None if step_overhead_ms is None else step_overhead_ms * 1e-3,
+                            None if per_seq_overhead_ms is None else per_seq_overhead_ms * 1e-3)
     if cost_scale != 1.0:
         cm = ScaledCostModel(cm, cost_scale)
     return cm

@@ -14,6 +14,11 @@ class PagesimError(Exception):
     exit_code = 2
 
 
+class PagesimWarning(UserWarning):
+    """A warning about the user's input that the run goes on from (a trace's unsorted rows):
+    ``pagesim`` prints it as one line, ``pagesim: warning: <message>`` (``sim.cli``)."""
+
+
 class ConfigError(PagesimError, ValueError):
     """An impossible or unknown configuration; the message names the parameter and a value that works."""
 

@@ -9,32 +9,20 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.errors import TraceError
+from pagesim.sim.errors import PagesimWarning, TraceError
 
 CANONICAL_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("n", "beam_width", "prefix_hashes")
 INT_COLUMNS = ("prompt_tokens", "output_tokens", "n", "beam_width")
 
 
-class TraceWarning(UserWarning):
+class TraceWarning(PagesimWarning):
     """A trace the loader repaired (re-sorted) or doubts (implausible units); printed as one line."""
 
 
 def warn(message: str) -> None:
     """Warn about a trace: ``pagesim: warning: <message>`` on one line, without a source line."""
     warnings.warn(message, TraceWarning, stacklevel=2)
-
-
-_format_warning = warnings.formatwarning
-
-
-def _one_line(message, category, filename, lineno, line=None):
-    if issubclass(category, TraceWarning):
-        return f"pagesim: warning: {message}\n"
-    return _format_warning(message, category, filename, lineno, line)
-
-
-warnings.formatwarning = _one_line  # other warnings keep Python's format
 
 
 def _source(df: pd.DataFrame, source: str | None) -> str:

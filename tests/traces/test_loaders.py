@@ -272,3 +272,12 @@ def test_loader_warning_prints_one_line(tmp_path):
     assert out.returncode == 0
     assert out.stderr.splitlines() == [f"pagesim: warning: {path}: timestamps not sorted: 1 of 3 rows out of "
                                        f"order; sorted by arrival"]
+
+
+def test_importing_the_library_leaves_pythons_warning_format():
+    """Only the command line prints warnings its way: a library import changes no global state."""
+    import subprocess
+    import sys
+    code = ("import warnings; before = warnings.formatwarning; import pagesim.traces.schema, pagesim.traces.loaders; "
+            "assert warnings.formatwarning is before")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
