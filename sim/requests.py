@@ -63,10 +63,13 @@ class RequestTable:
         arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
         self.arrival_offset_s = float(arrival.min()) if n else 0.0
         self.arrival_s = arrival - self.arrival_offset_s
-        self.prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
-        self.output = trace["output_tokens"].to_numpy(dtype=np.int64)
-        self.n = (trace["n"].to_numpy(dtype=np.int64) if "n" in trace else np.ones(n, np.int64))
-        self.beam = (trace["beam_width"].to_numpy(dtype=np.int64) if "beam_width" in trace
+        # own, writeable copies: pandas hands out read-only views (copy-on-write), numba types a
+        # read-only array apart from a writeable one, and each distinct type of the core's state
+        # is a separate compile of the whole loop (~2 min)
+        self.prompt = np.array(trace["prompt_tokens"], dtype=np.int64)
+        self.output = np.array(trace["output_tokens"], dtype=np.int64)
+        self.n = np.array(trace["n"], dtype=np.int64) if "n" in trace else np.ones(n, np.int64)
+        self.beam = (np.array(trace["beam_width"], dtype=np.int64) if "beam_width" in trace
                      else np.ones(n, np.int64))
         check_counts(trace, self)
         self.width = np.maximum(self.n, self.beam)  # sequences the request runs

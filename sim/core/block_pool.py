@@ -7,6 +7,8 @@ block ids between the free stack and a slot's row of ``block_table`` (the int32
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.prefix_cache import evict_oldest
 from pagesim.sim.core.state import NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, REF, SHARED_BLOCKS
@@ -25,7 +27,9 @@ def take_blocks(s, slot, first, n):
     then (prefix caching) the oldest cached blocks, evicted."""
     top = s.count[NUM_FREE_BLOCK_IDS]
     if top < n:
-        take_blocks_evicting(s, slot, first, n)
+        # np.int64: numba compiles a called function once per constant it is passed (it types
+        # a literal by its value); these callers pass 0 and 1
+        take_blocks_evicting(s, np.int64(slot), np.int64(first), np.int64(n))
         return
     for k in range(n):
         top -= 1

@@ -183,7 +183,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
         num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,
-        slot=seq_slot[:n, 0], in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
+        in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
         waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
         free_block_ids=np.arange(num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, blocks_per_seq), np.int32),

@@ -36,6 +36,8 @@ request waits for memory, else free.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core import placement
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
@@ -217,7 +219,8 @@ def decode_fits(s):
 
 @njit
 def predicted_decode_fits(s):
-    i = next_overflowing(s, -1)
+    # np.int64(-1): a constant would compile a second next_overflowing (numba types it by value)
+    i = next_overflowing(s, np.int64(-1))
     if i < 0:
         return True
     if next_overflowing(s, s.extent[i, EXTENT_JOINED]) < 0:
@@ -244,7 +247,7 @@ def rereserve_overflowing(s):
 
 @njit
 def rereserve_predicted(s):
-    i = next_overflowing(s, -1)
+    i = next_overflowing(s, np.int64(-1))
     while i >= 0:
         rereserve(s, i)
         i = next_overflowing(s, s.extent[i, EXTENT_JOINED])

@@ -17,6 +17,8 @@ vLLM v0's watermark: an admission must leave ``watermark_blocks`` free
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
@@ -95,7 +97,8 @@ def allocate_cached(s, i, j, num_tokens):
     them), then fresh blocks for the rest. Returns the tokens the hits hold, which are
     computed; the caller computes the rest (:func:`compute_tokens`), registering keys as
     blocks fill."""
-    return allocate_cached_blocks(s, i, j, num_tokens, blocks_for(s, num_tokens))
+    # np.int64: one compile of the callee, not one per constant a caller passes (block_pool.take_blocks)
+    return allocate_cached_blocks(s, np.int64(i), np.int64(j), np.int64(num_tokens), blocks_for(s, num_tokens))
 
 
 @njit
@@ -209,7 +212,7 @@ def grow(s, i, num_tokens):
     need = blocks_for(s, num_tokens) - old
     if need > 0:
         bs = s.config[BLOCK_SIZE]
-        take_blocks(s, s.slot[i], old, need)
+        take_blocks(s, s.seq_slot[i, 0], old, need)
         s.count[DEMAND_SLOTS] += min(s.final_len[i], (old + need) * bs) - min(s.final_len[i], old * bs)
         s.num_blocks[i] = old + need
         s.count[LOGICAL_BLOCKS] += need
@@ -283,13 +286,13 @@ def free(s, i):
         s.num_blocks[i] = 0
         return
     s.count[LOGICAL_BLOCKS] -= s.num_blocks[i]
-    return_blocks(s, s.slot[i], s.num_blocks[i])
-    return_slot(s, s.slot[i])
+    return_blocks(s, s.seq_slot[i, 0], s.num_blocks[i])
+    return_slot(s, s.seq_slot[i, 0])
     s.count[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
     s.count[DEMAND_SLOTS] -= min(s.final_len[i], s.num_blocks[i] * s.config[BLOCK_SIZE])
     s.num_computed_tokens[i] = 0
     s.num_blocks[i] = 0
-    s.slot[i] = -1
+    s.seq_slot[i, 0] = -1
     s.count[NUM_FREES] += 1
 
 

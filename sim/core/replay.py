@@ -136,8 +136,9 @@ def array_kind(a):
     it is writeable and aligned; any other field's type."""
     if not isinstance(a, np.ndarray):
         return type(a)
-    flags = a.flags
-    return a.dtype.str, a.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
+    flags = a.flags  # numba's layout: C before F (an (n, 1) table is both), else any
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    return a.dtype.str, a.ndim, layout, flags.writeable, flags.aligned
 
 
 def checked(s: state.Core, last_now: float) -> float:

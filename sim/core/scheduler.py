@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from pagesim.sim.core import beam, extent, kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
@@ -248,7 +250,7 @@ def resume_swapped(s):
         c[SWAP_USED_TOKENS] -= n * w
         c[STEP_SWAP_IN] += n * w
         if s.config[EXTERNAL_STEPS] and not contiguous:
-            kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
+            kv_cache.record_swap(s, i, np.bool_(False))  # the blocks its K/V come back into
         start_running(s, i)
         s.in_decode[i] = 1  # it left mid-decode and comes back as it was
         c[DECODE_SET_SIZE] += w
@@ -277,7 +279,8 @@ def preempt_latest(s):
     if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
             and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
-            kv_cache.record_swap(s, i, True)  # the blocks its K/V leave from, before they are freed
+            # np.bool_: one compile of record_swap, not one per constant (numba types it by value)
+            kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
         memory.free(s, i)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += n * w

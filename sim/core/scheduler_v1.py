@@ -38,6 +38,8 @@ completed its prompt; a request stops at its output length (sched/utils.py:114-1
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core import kv_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
@@ -139,7 +141,8 @@ def admit_waiting(s, budget):
             break
         pop_waiting(s)
         if s.config[PREFIX_CACHING]:
-            cached = kv_cache.allocate_cached_blocks(s, i, 0, target, 0)
+            # np.int64: the compile kv_cache.allocate_cached makes, not one for these constants
+            cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
         else:
             cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget)

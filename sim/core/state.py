@@ -5,11 +5,11 @@ state of a run is a :class:`Core` of arrays:
 
 * per request (row ``i`` of the trace): the :class:`~sim.requests.RequestTable`'s own
   columns (written in place: status, tokens generated, times), plus the core's
-  ``num_computed_tokens``, ``num_blocks``, ``final_len``, ``slot``, ``in_decode`` and
+  ``num_computed_tokens``, ``num_blocks``, ``final_len``, ``in_decode`` and
   ``swapped_tokens``;
 * per running slot (one per running sequence): the block table ``block_table[slot, k]``, the
   int32 table the GPU kernel reads, and the free slot ids; a request's sequences' slots are
-  the row ``seq_slot[i]`` (``slot[i]`` its first);
+  the row ``seq_slot[i]`` (``seq_slot[i, 0]`` its first);
 * the block pool: ``free_block_ids`` (a stack), and the waiting and swapped queues (rings);
 * the contiguous manager's extents (start, reservation R, placed size A, the tokens held at
   admission P and when it joined the decode set, per request) and its placement: the buddy's
@@ -136,7 +136,6 @@ class Core(NamedTuple):
     num_computed_tokens: np.ndarray  # tokens whose K/V are in the pool
     num_blocks: np.ndarray
     final_len: np.ndarray  # prompt + output: the accounting's F
-    slot: np.ndarray
     in_decode: np.ndarray  # prefill done, generating
     swapped_tokens: np.ndarray
     # queues (rings over request ids) and the running list (admission order)
@@ -179,7 +178,8 @@ class Core(NamedTuple):
     num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission
     # parallel sampling (n): a request runs width[i] sequences after its prefill, in lockstep
     # (the same tokens and blocks count); sequence j's block-table row is seq_slot[i, j]
-    # (``slot`` is seq_slot's column 0, a view: the request's first sequence)
+    # (no separate column-0 view: in a beam run it would be strided, a second machine-code
+    # variant of the whole loop for numba to compile)
     width: np.ndarray
     num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
     seq_slot: np.ndarray

@@ -40,6 +40,10 @@ def test_dry_run_every_step_passes(dry):
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s1
     assert "listed 48 instantiations with --std=c++14 -lineinfo" in s1
     assert re.search(r"\d+ tests? collected", s1), s1  # the GPU tests collect
+    for phase in (3, 4):  # numba's compile of the core is a step of its own, before the validations
+        text = (out / tag / f"summary{phase}.txt").read_text()
+        assert re.search(r"^warm_core\s+rc=0 .*\n.*core compiled or loaded from numba's cache", text, re.M), text
+        assert text.index("warm_core") < text.index("val_")
 
 
 def test_what_comes_back_fits_the_device_limits(dry):

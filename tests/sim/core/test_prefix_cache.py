@@ -46,7 +46,7 @@ def admit(s, i, tokens):
 
 
 def blocks(s, i):
-    return s.block_table[s.slot[i], :s.num_blocks[i]].tolist()
+    return s.block_table[s.seq_slot[i, 0], :s.num_blocks[i]].tolist()
 
 
 def lru(s):
