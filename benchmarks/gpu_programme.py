@@ -210,6 +210,7 @@ fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
 
 #: numba compiles the simulator's core once per machine (minutes on a cold cache, under a second
 #: after): a step of its own with room for that, so no validation's deadline pays it
+WARM_CORE_S = 160  # 100-150 s cold on a 2-core CPU machine; fits phase 4's deadline
 WARM_CORE = r"""
 import time
 t = time.perf_counter()
@@ -318,7 +319,8 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
                               cli("gpu", "calibrate", "--model", m, "--out", out), 140))
         return steps
     if phase == 3:  # the copy-on-write and swap run first: a phase cut short loses a model's run, not it
-        steps = [Step("warm_core", py(WARM_CORE), 240), _val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP)]
+        steps = [Step("warm_core", py(WARM_CORE), WARM_CORE_S),
+                 _val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP)]
         for m in MODELS:
             prof = prev / f"profile_{m}.csv"
             if not prof.exists():  # a cold machine: phase 2's folder is gone
@@ -329,7 +331,7 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
         return steps
     if phase == 4:
-        steps = [Step("warm_core", py(WARM_CORE), 240)]  # a fresh machine compiles the core again
+        steps = [Step("warm_core", py(WARM_CORE), WARM_CORE_S)]  # a fresh machine compiles the core again
         steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1)
                   for L in (4, 32)]
         steps += [Step("layer_scaling", py(LAYERS) + [str(work)], 30), Step("summary", py(SUMMARIZE) + [str(work)], 30)]
