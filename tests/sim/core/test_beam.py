@@ -22,9 +22,16 @@ except ImportError:  # the interpreted core
     numba = None
 
 from pagesim.sim.core import beam, jit, kv_cache, scheduler, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.rng import below
 from pagesim.sim.run import initial_state
+
 from tests.sim.helpers import cfg_for
+
+# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
+# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
+schedule = interpreted(scheduler.schedule)
+complete_step = interpreted(scheduler.complete_step)
 
 A, C, B = 0, 1, 2
 
@@ -138,14 +145,14 @@ def test_only_forked_beams_churn_and_only_after_a_decode_step(core):
     s, twin = with_seed(core, 2)
     scheduler.add_arrival(s, A)
     scheduler.add_arrival(s, C)
-    scheduler.schedule(s)
+    schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 2
-    scheduler.complete_step(s, 1.0)
+    complete_step(s, 1.0)
     assert s.num_seqs[A] == 3 and s.num_seqs[C] == 2
     assert s.rng.bit_generator.state == twin.bit_generator.state
-    scheduler.schedule(s)
+    schedule(s)
     assert s.count[state.STEP_DECODE_SEQS] == 5
-    scheduler.complete_step(s, 2.0)
+    complete_step(s, 2.0)
     twin.random(3)
     assert s.rng.bit_generator.state == twin.bit_generator.state
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.core import extent, kv_cache, placement, scheduler, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
 
@@ -51,10 +52,12 @@ def holes(s):
 
 
 def buddy_free_blocks(s):
-    """{size: [starts]} of the buddy's free blocks, read from its bitmaps."""
+    """{size: [starts]} of the buddy's free blocks, read from its bitmaps (by CPython: a compiled
+    call from Python types the whole state, ~1 ms, and a pool of 15,728 asks ~30,000 times)."""
+    is_free = interpreted(placement.buddy_is_free)
     blocks = {}
     for k in range(len(s.buddy_orders)):
-        starts = [b << k for b in range(int(s.config[state.CAPACITY]) >> k) if placement.buddy_is_free(s, k, b << k)]
+        starts = [b << k for b in range(int(s.config[state.CAPACITY]) >> k) if is_free(s, k, b << k)]
         if starts:
             blocks[1 << k] = starts
     return blocks

@@ -16,10 +16,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from pagesim.sim.core import kv_cache, prefix_cache, scheduler, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
+
 from tests.sim.helpers import cfg_for
+
+# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
+# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
+resume_swapped = interpreted(scheduler.resume_swapped)
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3
@@ -200,7 +205,7 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
     c[state.SWAPPED_LEN] += 1
     c[state.SWAP_USED_TOKENS] = 12
-    assert scheduler.resume_swapped(s)
+    assert resume_swapped(s)
     b = blocks(s, B)
     assert b[:2] == a[:2] and s.num_computed_tokens[B] == 12
     assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0

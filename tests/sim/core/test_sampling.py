@@ -7,10 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from pagesim.sim.core import kv_cache, loop, scheduler, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
+
 from tests.sim.helpers import cfg_for
+
+# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
+# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
+schedule = interpreted(scheduler.schedule)
+complete_step = interpreted(scheduler.complete_step)
 
 A = 0
 
@@ -99,9 +105,9 @@ def test_a_group_counts_all_its_sequences_against_max_num_seqs(core):
     scheduler.add_arrival(s, 1)
     assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_TOO_WIDE
     scheduler.add_arrival(s, A)
-    scheduler.schedule(s)
+    schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 1 and s.count[state.NUM_RUNNING_SEQS] == 1
-    scheduler.complete_step(s, 1.0)  # prefill done: forked
+    complete_step(s, 1.0)  # prefill done: forked
     assert s.num_seqs[A] == 3 and s.count[state.NUM_RUNNING_SEQS] == 3
     assert s.count[state.DECODE_SET_SIZE] == 3
 
@@ -111,10 +117,10 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
     blocked by max_num_seqs, and the step decodes C."""
     s = core
     scheduler.add_arrival(s, 2)
-    scheduler.schedule(s)
-    scheduler.complete_step(s, 1.0)
+    schedule(s)
+    complete_step(s, 1.0)
     scheduler.add_arrival(s, A)
-    scheduler.schedule(s)
+    schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 0 and s.count[state.STEP_DECODE_SEQS] == 1
     assert s.status[A] == state.WAITING and s.count[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
 
@@ -126,11 +132,11 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     s = core
     c = s.count
     scheduler.add_arrival(s, A)
-    scheduler.schedule(s)
-    scheduler.complete_step(s, 1.0)
-    assert scheduler.schedule(s) == 21
+    schedule(s)
+    complete_step(s, 1.0)
+    assert schedule(s) == 21
     assert c[state.STEP_DECODE_SEQS] == 3 and c[state.STEP_COPIED_BLOCKS] == 2
-    scheduler.complete_step(s, 2.0)
+    complete_step(s, 2.0)
     assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3
     assert s.num_generated[A] == 2
     scheduler.preempt_latest(s)

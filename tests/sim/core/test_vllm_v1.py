@@ -11,13 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig, v1_batch_defaults
 from pagesim.sim.core import kv_cache, scheduler, scheduler_v1, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
+
 from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
+
+# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
+# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
+complete_step = interpreted(scheduler.complete_step)
+admit_waiting_v1 = interpreted(scheduler_v1.admit_waiting)
+schedule_running_v1 = interpreted(scheduler_v1.schedule_running)
 
 BS = 4
 
@@ -115,9 +122,9 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     A, Z = 0, 1
     for i in (A, Z):
         scheduler.add_arrival(s, i)
-    scheduler_v1.admit_waiting(s, 11)
+    admit_waiting_v1(s, 11)
     s.step_prefill_ids[0], s.count[state.STEP_PREFILL_SEQS] = A, 1
-    scheduler.complete_step(s, 1.0)  # A's prompt is done: its first token
+    complete_step(s, 1.0)  # A's prompt is done: its first token
     scheduler.pop_waiting(s)  # Z, as though admitted before A took its 3 blocks
     kv_cache.allocate(s, Z, 0, 0)
     kv_cache.grow(s, Z, 4)
@@ -125,7 +132,7 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     kv_cache.compute_tokens(s, Z, 4)
     s.num_prompt_computed[Z] = 4
     assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1
-    budget, preempted, _ = scheduler_v1.schedule_running(s)
+    budget, preempted, _ = schedule_running_v1(s)
     assert preempted and s.num_preemptions.tolist() == [0, 1]
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [A] and s.status[Z] == state.WAITING
     assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 7  # A decoded; Z took nothing
