@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -129,15 +128,11 @@ atexit.register(_drop_pool, True)
 
 def warm_up_core() -> float:
     """Compile the simulation core in this process when numba's cache lacks it (once per
-    install, tens of seconds), before workers start, which then load it rather than each
-    compiling it; says how long it took when that is worth a line. Returns the seconds."""
+    install, minutes; the log says so, sim/core/replay.py), before workers start, which then
+    load it rather than each compiling it. Returns the seconds."""
     t0 = time.perf_counter()
     run_simulation(SimConfig(), make_workload("sharegpt", rate=2, num_requests=4, seed=0))
-    seconds = time.perf_counter() - t0
-    if seconds > 5:
-        print(f"compiled the simulation core in {seconds:.0f} s (numba, once per install; later runs load it)",
-              file=sys.stderr)
-    return seconds
+    return time.perf_counter() - t0
 
 
 def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import importlib
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -91,6 +92,8 @@ def format_warning(message, category, filename, lineno, line=None) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     warnings.formatwarning = format_warning  # the command owns its process's stderr; a library import changes nothing
+    logging.basicConfig(format="pagesim: %(message)s")  # the library's notices (numba compiling the core)
+    logging.getLogger("pagesim").setLevel(logging.INFO)
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in subcommands() else None)
     args = parser.parse_args(argv)

@@ -10,6 +10,8 @@ missing: the same functions, interpreted).
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import numpy as np
@@ -19,6 +21,10 @@ from pagesim.sim.core.jit import COMPILED
 from pagesim.sim.errors import InvariantError
 
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
+#: numba loads the compiled core from its cache in under a second; past this it is compiling
+#: (1-3 minutes, once per machine and version), which the log says while it happens
+COMPILE_NOTICE_S = 2.0
+LOG = logging.getLogger(__name__)
 
 
 class StopRun(Exception):
@@ -127,7 +133,18 @@ def compiled_entry(fn, s: state.Core):
     key = (fn, *(array_kind(a) for a in s))
     entry = _ENTRIES.get(key)
     if entry is None:  # loaded from numba's cache (or compiled) once
-        entry = _ENTRIES[key] = fn.compile((fn.typeof_pyval(s),))
+        t0 = time.perf_counter()
+        notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
+                                                              "machine and version, 1-3 minutes",))
+        notice.daemon = True
+        notice.start()
+        try:
+            entry = _ENTRIES[key] = fn.compile((fn.typeof_pyval(s),))
+        finally:
+            notice.cancel()
+        if time.perf_counter() - t0 > COMPILE_NOTICE_S:
+            LOG.info("compiled the simulator's core in %.0f s (numba's cache keeps it for later runs)",
+                     time.perf_counter() - t0)
     return entry
 
 
