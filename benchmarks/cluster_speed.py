@@ -40,7 +40,7 @@ def mooncake(replicas: int = 8) -> None:
     """Section 1: the Mooncake conversation trace over ``replicas`` replicas, each router."""
     from pagesim.sim.cluster import run_cluster
     from pagesim.sim.run import run_simulation
-    from pagesim.traces import load_trace
+    from pagesim.traces.loaders import load_trace
 
     if not MOONCAKE.exists():
         print(f"mooncake trace not found at {MOONCAKE}: skipped")

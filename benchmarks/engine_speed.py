@@ -294,7 +294,7 @@ def main() -> None:
         beam_search()
         return
     if args.only_vllm_v1:
-        from pagesim.traces import load_trace
+        from pagesim.traces.loaders import load_trace
         from pagesim.traces.transform import apply_max_len_policy
 
         vllm_v1(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
