@@ -241,7 +241,6 @@ def cluster_result(cfg, run, c: Cluster, router: str, wall_time_s: float, option
     routed to it and its own run, to its own end) and step rows, the request table with each
     request's replica, and the cluster's summary."""
     table, pool = run.table, run.pool
-    table.reject_reason[:] = reject_reasons(c.states[0], pool, run.limits, cfg)  # the columns are shared
     summaries, steps, records = [], [], []
     for r, s in enumerate(c.states):
         rec = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
@@ -254,7 +253,7 @@ def cluster_result(cfg, run, c: Cluster, router: str, wall_time_s: float, option
         frame.insert(0, "replica", r)
         steps.append(frame)
         records.append(rec)
-    requests = request_frame(table)
+    requests = request_frame(table, reject_reasons(c.states[0], pool, run.limits, cfg))  # the columns are shared
     requests.insert(1, "replica", c.replica_of)
     end_s = max(float(s.clock[state.END_S]) for s in c.states)
     extra = {k: summaries[0][k] for k in ("system", "model", "gpu", "tensor_parallel", "kv_bytes_per_token",

@@ -127,7 +127,9 @@ def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return ttft, tpot, e2el, norm
 
 
-def request_frame(table) -> pd.DataFrame:
+def request_frame(table, reject_reason: np.ndarray) -> pd.DataFrame:
+    """One row per request: the table's columns as the run left them, its latencies, and why it
+    was rejected (``reject_reason``, in words: ``sim.core.outcome.reject_reasons``)."""
     t = table
     status = np.where(t.status == Status.FINISHED, "finished",
                       np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
@@ -135,7 +137,7 @@ def request_frame(table) -> pd.DataFrame:
     return pd.DataFrame({
         "request_id": t.request_id.astype(str), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
         "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
-        "reject_reason": t.reject_reason.astype(str), "first_token_s": t.first_token_s,
+        "reject_reason": reject_reason.astype(str), "first_token_s": t.first_token_s,
         "finish_s": t.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el,
         "normalized_latency_s": norm, "preemptions": t.preemptions,
     })

@@ -87,7 +87,6 @@ class RequestTable:
         self.finish_s = np.full(n, np.nan)
         self.last_token_s = np.full(n, np.nan)
         self.preemptions = np.zeros(n, np.int64)
-        self.reject_reason = np.full(n, "", dtype=object)  # why, in words (sim.core.outcome)
 
     def prefix_hashes(self, i: int):
         if self.hashes is None:

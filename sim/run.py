@@ -173,11 +173,10 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     """The records and summary of ``run`` as its state stands (at its end, or where a progress
     hook stopped it: ``duration_s`` then says up to when)."""
     s, pool = run.state, run.pool
-    run.table.reject_reason[:] = reject_reasons(s, pool, run.limits, cfg)
     records = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
     end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
     summary = engine_summary(cfg, run, run.table, records, wall_time_s, end_s, summary_options)
-    return SimResult(summary, request_frame(run.table), records.frame(), cfg)
+    return SimResult(summary, request_frame(run.table, reject_reasons(s, pool, run.limits, cfg)), records.frame(), cfg)
 
 
 def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, wall_time_s: float, end_s: float,

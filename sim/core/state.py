@@ -26,7 +26,7 @@ import numpy as np
 
 # request status: the values of sim.requests.Status
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
-# why a request was rejected (RequestTable.reject_reason is written from these in Python)
+# why a request was rejected (sim.core.outcome puts each in words for the request table)
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 
