@@ -89,11 +89,28 @@ def format_warning(message, category, filename, lineno, line=None) -> str:
     return PYTHON_FORMAT_WARNING(message, category, filename, lineno, line)
 
 
+class NoticeHandler(logging.StreamHandler):
+    """A notice as its own line on stderr, above a progress bar that is showing (tqdm's write
+    clears and redraws the bar; plain stderr where tqdm is missing, as on the GPU device)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:  # imported here: a notice is rare, and tqdm's import is 25-70 ms of every command
+            from tqdm import tqdm
+        except ImportError:
+            super().emit(record)
+            return
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     warnings.formatwarning = format_warning  # the command owns its process's stderr; a library import changes nothing
-    logging.basicConfig(format="pagesim: %(message)s")  # the library's notices (numba compiling the core)
-    logging.getLogger("pagesim").setLevel(logging.INFO)
+    notices = logging.getLogger("pagesim")  # the library's notices (numba compiling the core)
+    if not notices.handlers:
+        handler = NoticeHandler()
+        handler.setFormatter(logging.Formatter("pagesim: %(message)s"))
+        notices.addHandler(handler)
+        notices.setLevel(logging.INFO)
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in subcommands() else None)
     args = parser.parse_args(argv)

@@ -1,0 +1,24 @@
+"""The command line prints the library's notices (sim/core/replay.py: numba compiling the core)
+as 'pagesim: ...' lines of their own on stderr, above a progress bar that is showing."""
+
+from __future__ import annotations
+
+import logging
+
+from tqdm import tqdm
+
+from pagesim.sim import cli
+
+
+def test_a_notice_is_a_line_of_its_own_above_the_bar(capsys):
+    handler = cli.NoticeHandler()
+    handler.setFormatter(logging.Formatter("pagesim: %(message)s"))
+    bar = tqdm(total=3, desc="sweep")  # drawn on stderr
+    try:
+        handler.emit(logging.LogRecord("pagesim.sim.core.replay", logging.INFO, __file__, 1,
+                                       "compiling the simulator's core", None, None))
+    finally:
+        bar.close()
+    err = capsys.readouterr().err
+    lines = err.replace("\r", "\n").split("\n")
+    assert "pagesim: compiling the simulator's core" in lines  # a whole line, not glued to the bar's
