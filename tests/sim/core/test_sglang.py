@@ -18,7 +18,7 @@ from pagesim.sim.core import radix_cache, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
-from tests.sim.helpers import OPT13B_SLOT
+from tests.sim.helpers import OPT13B_SLOT, ConstExecutor
 
 H = 4
 match_prefix = interpreted(radix_cache.match_prefix)
@@ -161,6 +161,18 @@ def test_eviction_frees_unlocked_leaves_only_and_a_parent_once_it_is_a_leaf():
     assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.RADIX_EVICTABLE] == 0
 
 
+def test_a_parent_is_evicted_only_after_its_children():
+    """A, then B (splitting A's leaf: [0, 8) accessed with B's leaf, A's [8, 12) keeping its older
+    time). Evicting 1 token frees A's [8, 12); the next, B's leaf (as recent as [0, 8), which is
+    not a leaf yet); then [0, 8)."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, B, 12)
+    assert evict(s, 1) == 4 and nodes(s) == [(0, 8, A, 0, 0), (8, 12, B, 0, 0)]
+    assert evict(s, 1) == 4 and nodes(s) == [(0, 8, A, 0, 0)]
+    assert evict(s, 1) == 8 and nodes(s) == []
+
+
 def test_prefill_first_and_a_finished_request_is_cached_for_the_next():
     """Pool 64, page 1. A (8 tokens (1, 2), 2 out) at 0; B (the same 8 tokens, 2 out) at 10.
 
@@ -291,3 +303,54 @@ def test_cli_runs_sglang(capsys):
                "--rate", "2", "--kv-gib", "2", "--json", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and '"sglang"' in out and '"block_size": 4' in out
+
+
+def test_retraction_takes_the_fewest_generated_before_the_longest_prompt():
+    """Every step takes 1 s. Pool 44, conservativeness 0.01. A (6 tokens, 30 out) at 0 decodes
+    alone in steps 1 and 2 (3 tokens); B (4, 30) arrives at 2.5 and is prefilled at step 3
+    (4 + 30 below 44 - 8 - A's 27 x 0.007). Both decode; before their j-th step they hold
+    12 + 2(j - 1): the 17th cannot grow. A has 19 tokens, B 17: B is retracted though A's
+    prompt is longer."""
+    result = run_simulation(sglang(44, schedule_conservativeness=0.01), trace((0, 6, 30), (2.5, 4, 30)),
+                            executor=ConstExecutor())
+    assert result.requests["preemptions"].tolist() == [0, 1]
+    assert column(result, "num_decode_tokens")[:22] == [0, 1, 1, 0] + [2] * 16 + [1, 1]
+
+
+def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
+    """As the retraction test with prompts 4 and 4 (pool 40, 1 s steps: A prefilled in step 0,
+    B in 1, both decode in steps 2-17, B retracted in 18), and C (4 tokens, 4 out) arriving at
+    17.5 with the pool full. B goes behind C. new_token_ratio becomes min(1, (A's 18 + 20 x 1)
+    / 30) = 1: from step 19 C's 4 + 4 is not below (40 - A's 21 - m) - (12 - m) x 1 = 7, so
+    C waits (at the old 0.007 it would be taken at once) until A finishes; then C, ahead of B,
+    is prefilled first (4 tokens), B's 21 only after."""
+    result = run_simulation(sglang(40, schedule_conservativeness=0.01),
+                            trace((0, 4, 30), (0, 4, 30), (17.5, 4, 4)), executor=ConstExecutor())
+    prefill = column(result, "num_prefill_tokens")
+    assert result.requests["preemptions"].tolist() == [0, 1, 0]
+    assert prefill[:19] == [4, 4] + [0] * 17
+    a_done = result.requests["finish_s"][0]
+    assert result.requests["first_token_s"][2] > a_done
+    later = [n for n in prefill[19:] if n]
+    assert later[:2] == [4, 21]
+
+
+def test_new_token_ratio_decays_while_decodes_fit():
+    """Pool 1200. A (10 tokens, 1000 out) runs; B (100, 400 out) waits: its 500 must be below
+    (1191 - g) - (1000 - g) x ratio. At 0.7 that is 491 - 0.3 g: never; decaying by
+    (0.7 - 0.098) / 600 a step it is 504 by g = 20, so B starts long before A ends."""
+    result = run_simulation(sglang(1200, check=False), trace((0, 10, 1000), (0, 100, 400)))
+    first_b = result.requests["first_token_s"][1]
+    assert first_b < result.requests["finish_s"][0]
+    assert column(result, "num_prefill_tokens").index(100) < 30
+
+
+def test_the_budget_is_checked_again_once_the_prefix_is_locked():
+    """1 s steps, pool 64. X (20 tokens, 1 out) and Z (10, 10 out, unshared) at 0: X is cached
+    (20 evictable). Y (X's 20, 35 out) at 0.5 matches 19: before the lock its 1 + 35 is below
+    64 - Z's 10 - 9 x 0.7; locked, the 19 are not evictable: 36 is not below 35 - 6.3, so Y
+    waits until Z has finished (without the second check it would start at step 1)."""
+    result = run_simulation(sglang(64), trace((0, 20, 1), (0, 10, 10), (0.5, 20, 35),
+                                              hashes=((1, 2, 3, 4, 5), (), (1, 2, 3, 4, 5))),
+                            executor=ConstExecutor())
+    assert result.requests["first_token_s"][2] > result.requests["finish_s"][1]
