@@ -53,7 +53,7 @@ def named_tokens(s, r):
     return min(s.prompt_tokens[r], num_hashes * s.config[HASH_BLOCK_TOKENS])
 
 
-@njit
+@njit(inline=True)
 def same_tokens(s, owner, r, depth, limit):
     """How many tokens from ``depth`` (up to ``limit``) request ``r`` shares with ``owner``:
     all of them if it is ``owner``; else those both name with the same chain hash, up to the
@@ -79,7 +79,7 @@ def length(s, x):
     return s.radix_nodes[x, NODE_END] - s.radix_nodes[x, NODE_START]
 
 
-@njit
+@njit(inline=True)
 def new_node(s, parent, start, end, owner, lock_ref):
     """A node ``[start, end)`` of ``owner``'s tokens, the first child of ``parent``."""
     c, nodes = s.count, s.radix_nodes
@@ -124,7 +124,7 @@ def unlink_child(s, x):
         nodes[n, NODE_PREV_SIBLING] = p
 
 
-@njit
+@njit(inline=True)
 def split(s, x, at):
     """``_split_node``: node ``x`` becomes ``[at, end)`` under a new node ``[start, at)`` that
     takes its place (same owner, lock and access time). Returns the new node."""
@@ -167,11 +167,9 @@ def walk(s, r, limit):
     return node, depth
 
 
-@njit
-def match_prefix(s, r, limit):
-    """``match_prefix``: the node request ``r``'s cached prefix (of its first ``limit`` tokens)
-    ends at, and its length."""
-    return walk(s, r, limit)
+#: ``match_prefix``: the node request ``r``'s cached prefix (of its first ``limit`` tokens) ends
+#: at, and its length (the walk itself: one compiled function)
+match_prefix = walk
 
 
 @njit
@@ -224,7 +222,7 @@ def available(s):
     return capacity(s) - c[RADIX_TREE_TOKENS] - c[RADIX_PRIVATE_PAGES] * s.config[BLOCK_SIZE]
 
 
-@njit
+@njit(inline=True)
 def evict(s, num_tokens):
     """``evict``: free at least ``num_tokens`` tokens (or every evictable one), least recently
     accessed unlocked leaf first (ties: the lower node row); a parent left an unlocked leaf is a
@@ -286,7 +284,7 @@ def release(s, i):
     s.num_computed_tokens[i] = 0
 
 
-@njit
+@njit(inline=True)
 def cache_finished_req(s, i):
     """``cache_finished_req``: request ``i``'s computed tokens, whole pages, go into the tree
     (those it already held there are freed as duplicates, the unaligned tail freed), then its
@@ -296,7 +294,7 @@ def cache_finished_req(s, i):
     release(s, i)
 
 
-@njit
+@njit(inline=True)
 def cache_unfinished_req(s, i):
     """``cache_unfinished_req``: the chunked request ``i``'s computed tokens, whole pages, go
     into the tree; it locks their node instead of its old one and holds only the tail."""

@@ -92,7 +92,7 @@ def free_and_evictable(s):
     return radix_cache.available(s) + s.count[RADIX_EVICTABLE]
 
 
-@njit
+@njit(inline=True)
 def sort_by_longest_prefix(s):
     """``_sort_by_longest_prefix``: the waiting queue by its cached prefix, longest first, stable
     (each request is matched, as ``_compute_prefix_matches`` does)."""
@@ -211,14 +211,14 @@ def get_new_batch_prefill(s):
     return True
 
 
-@njit
+@njit(inline=True)
 def extend_request(s, i):
     n = s.radix_request[i, EXTEND_LEN]
     radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
     prefill(s, i, n)
 
 
-@njit
+@njit(inline=True)
 def decode(s):
     """The decode step (module docstring, 2); returns its context sum."""
     c, page = s.count, s.config[BLOCK_SIZE]
@@ -243,7 +243,7 @@ def decode(s):
     return context_sum
 
 
-@njit
+@njit(inline=True)
 def retract_decode(s):
     """``retract_decode``: retract the request sorted last by (generated tokens, -prompt)
     descending, Python's stable sort (the fewest generated, then the longest prompt, then the
@@ -281,7 +281,7 @@ def retract_decode(s):
     s.clock[NEW_TOKEN_RATIO] = min(1.0, (decoded + RETRACT_DECODE_STEPS * remaining) / max(max_new, 1))
 
 
-@njit
+@njit(inline=True)
 def retract(s, i):
     """Request ``i`` leaves the batch: its tokens outside the tree freed, its prefix unlocked,
     and it waits at the end of the queue to be recomputed with its generated tokens."""
