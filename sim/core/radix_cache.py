@@ -79,7 +79,7 @@ def length(s, x):
     return s.radix_nodes[x, NODE_END] - s.radix_nodes[x, NODE_START]
 
 
-@njit(inline=True)
+@njit  # called from two places
 def new_node(s, parent, start, end, owner, lock_ref):
     """A node ``[start, end)`` of ``owner``'s tokens, the first child of ``parent``."""
     c, nodes = s.count, s.radix_nodes

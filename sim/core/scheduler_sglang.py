@@ -211,7 +211,7 @@ def get_new_batch_prefill(s):
     return True
 
 
-@njit(inline=True)
+@njit  # called from two places
 def extend_request(s, i):
     n = s.radix_request[i, EXTEND_LEN]
     radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
