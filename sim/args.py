@@ -18,7 +18,7 @@ SIM_FLAGS = {
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
     "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),
     "manager": dict(choices=["static", "contiguous", "paged", "vattention"], help="override the system's memory manager"),
-    "scheduler": dict(choices=["static", "orca", "vllm", "vllm-v1"], help="override the system's scheduler"),
+    "scheduler": dict(choices=["static", "orca", "vllm", "vllm-v1", "sglang"], help="override the system's scheduler"),
     "block_size": dict(type=int, help="paged block size in tokens (default 16; token: 1)"),
     "reservation": dict(choices=RESERVATIONS, help="contiguous reservation policy"),
     "placement": dict(choices=PLACEMENTS, help="contiguous placement policy (default buddy)"),
@@ -37,6 +37,9 @@ SIM_FLAGS = {
     "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
     "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
+    "schedule_policy": dict(choices=["fcfs", "lpm"], help="sglang: waiting-queue order, fcfs (SGLang's default) or "
+                                                        "lpm (longest cached prefix first while <= 128 wait)"),
+    "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated"],
                        help="roofline (default) or calibrated: the roofline with constants fitted on measured "
                             "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40)"),
@@ -60,6 +63,8 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
         flag = spec.pop("flag", "--" + name.replace("_", "-"))
         spec.setdefault("default", None)
         g.add_argument(flag, dest=name, **spec)
+    g.add_argument("--page-size", dest="block_size", type=int, default=None,
+                   help="sglang: the radix cache's page size in tokens (default 1; the same setting as --block-size)")
     g.add_argument("--config", metavar="FILE.toml", default=None,
                    help="TOML file with any of these settings (command-line flags win)")
 

@@ -13,12 +13,18 @@ vllm          paged (block 16)     on demand                    vllm
 token         paged (block 1)      on demand (TokenAttention)   vllm
 vattention    vattention pages     on demand, 64 KiB pages      vllm
 vllm-v1       paged (block 16)     on demand, prefix caching    vllm-v1
+sglang        token pool (page 1)  on demand, radix cache       sglang
 ============  ===================  ===========================  ==========
 
 ``vllm`` is vLLM v0 (the 2023 paper's system); ``vllm-v1`` is vLLM v1's scheduler as of vLLM
 0.33.0 (``sim/core/scheduler_v1.py``): one token budget per step, chunked prefill always,
 prefix caching on, no watermark, recompute preemption, and its batch defaults by GPU
-(:func:`v1_batch_defaults`).
+(:func:`v1_batch_defaults`). ``sglang`` is SGLang's RadixAttention serving (v0.5 line;
+``sim/core/radix_cache.py``, ``sim/core/scheduler_sglang.py``): a radix tree of cached tokens
+(page 1 by default: ``block_size`` is its ``page_size``), prefill first, its PrefillAdder's budgets
+(``max_num_batched_tokens`` is its ``max_prefill_tokens``, ``chunk_budget`` its
+``chunked_prefill_size``, ``max_num_seqs`` its ``max_running_requests``; :func:`sglang_defaults`)
+and retraction of decoding requests when memory runs out.
 """
 
 from __future__ import annotations
@@ -51,10 +57,14 @@ SYSTEMS: dict[str, dict[str, Any]] = {
     # (config/cache.py:257), watermark 0.0 (config/scheduler.py:196); the batch limits are
     # the GPU's (v1_batch_defaults)
     "vllm-v1": dict(manager="paged", scheduler="vllm-v1", block_size=16, prefix_caching=True, watermark=0.0),
+    # SGLang: page_size 1 (server_args.py), its radix cache always on (not the block-hash cache)
+    "sglang": dict(manager="paged", scheduler="sglang", block_size=1, watermark=0.0),
 }
 
 MANAGERS = ("static", "contiguous", "paged", "vattention")
-SCHEDULERS = ("static", "orca", "vllm", "vllm-v1")
+SCHEDULERS = ("static", "orca", "vllm", "vllm-v1", "sglang")
+#: SGLang's schedule_policy: fcfs (server_args.py's default) or lpm (longest prefix match)
+SCHEDULE_POLICIES = ("fcfs", "lpm")
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
@@ -72,7 +82,7 @@ MAX_INT_SETTING = 2**62
 CHOICES: dict[str, tuple] = {
     "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
     "placement": PLACEMENTS, "preemption": PREEMPTIONS, "append_rule": APPEND_RULES, "max_len_policy": MAX_LEN_POLICIES,
-    "cost_model": COST_MODELS,
+    "cost_model": COST_MODELS, "schedule_policy": SCHEDULE_POLICIES,
     "vattention_page_kib": VATTENTION_PAGE_KIB,
 }
 #: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
@@ -82,7 +92,7 @@ RANGES: dict[str, tuple] = {
     "max_num_batched_tokens": (1, None, True, 2048), "seed": (0, None, True, 0), "kv_gib": (0, None, False, 12),
     "swap_gib": (0, None, True, 4), "activation_reserve_gib": (0, None, True, 2),
     "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
-    "step_overhead_ms": (0, None, True, 3), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
+    "step_overhead_ms": (0, None, True, 3), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
 }
 
 
@@ -121,6 +131,8 @@ class SimConfig:
     chunked_prefill: bool = False
     chunk_budget: int = 512  # chunked prefill: tokens per iteration (decodes + prefill chunks)
     waiting_served_ratio: float | None = None
+    schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
+    schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
 
     # cost model
     cost_model: str = "roofline"  # or "calibrated" (sim/cost_calibrated.py); a profile means the table model
@@ -156,6 +168,21 @@ class SimConfig:
             raise ConfigError("scheduler 'static' needs manager 'static'")
         if self.scheduler == "vllm-v1":
             self.check_v1()
+        if self.scheduler == "sglang":
+            self.check_sglang()
+
+    def check_sglang(self) -> None:
+        """What SGLang's scheduler here has not: one line each."""
+        if self.manager != "paged":
+            raise ConfigError(f"scheduler 'sglang' needs manager 'paged' (its token pool), got '{self.manager}'")
+        if self.preemption != "recompute":
+            raise ConfigError("sglang retracts requests for recompute (no swap preemption); drop --preemption swap")
+        if self.prefix_caching:
+            raise ConfigError("sglang caches prefixes in its radix tree, always; drop --prefix-caching "
+                              "(vLLM's block-hash cache)")
+        if self.waiting_served_ratio is not None or self.chunked_prefill:
+            raise ConfigError("waiting_served_ratio and --chunked-prefill are not SGLang settings (it always "
+                              "chunks by chunk_budget, its chunked_prefill_size); drop them with sglang")
 
     def check_v1(self) -> None:
         """What vLLM v1 (0.33.0) has not, or refuses: one line each."""
@@ -175,7 +202,7 @@ class SimConfig:
         """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,
         so ``max_num_batched_tokens`` below ``max_seq_len`` would reject every longer request."""
         budget = self.max_num_batched_tokens
-        chunked = self.chunked_prefill or self.scheduler == "vllm-v1"  # v1 always chunks
+        chunked = self.chunked_prefill or self.scheduler in ("vllm-v1", "sglang")  # they always chunk
         if budget is not None and not chunked and budget < max_seq_len:
             raise ConfigError(f"max_num_batched_tokens={budget} is smaller than max_seq_len={max_seq_len}: "
                               f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
@@ -224,6 +251,10 @@ class SimConfig:
             gpu = values.get("gpu", cls.gpu)
             for name, default in zip(("max_num_batched_tokens", "max_num_seqs"), v1_batch_defaults(gpu)):
                 values.setdefault(name, default)
+        if values.get("scheduler") == "sglang":
+            gpu = values.get("gpu", cls.gpu)
+            for name, default in zip(("max_num_batched_tokens", "chunk_budget", "max_num_seqs"), sglang_defaults(gpu)):
+                values.setdefault(name, default)
         return cls(system=matching_system(system, values), **values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,6 +275,17 @@ def v1_batch_defaults(gpu: str) -> tuple[int, int]:
     if spec.mem_bytes >= 70 * GiB and "a100" not in spec.name:
         return 8192, 1024
     return 2048, 256
+
+
+def sglang_defaults(gpu: str) -> tuple[int, int, int]:
+    """SGLang's ``max_prefill_tokens`` (16384, server_args.py), ``chunked_prefill_size`` by the
+    GPU's memory (server_args.py ``_handle_gpu_memory_settings``: 2048 below 35 GB, 4096 below
+    60 GB, 8192 below 160 GB, else 16384) and ``max_running_requests``: 4096, what SGLang derives
+    (model_runner.py: ``min(max(pool tokens / context length * 512, 2048), 4096)``) for any pool
+    of eight or more full contexts."""
+    mem_gb = get_gpu(gpu).mem_bytes / 1e9
+    chunk = 2048 if mem_gb < 35 else 4096 if mem_gb < 60 else 8192 if mem_gb < 160 else 16384
+    return 16384, chunk, 4096
 
 
 def matching_system(requested: str, values: dict[str, Any]) -> str:

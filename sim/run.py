@@ -195,7 +195,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         extra[f"mgr_{k}"] = v
     summary = summarize(table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options)
-    if pool.kind == "paged" and cfg.prefix_caching:  # the other managers ignore the setting
+    if pool.kind == "paged" and (cfg.prefix_caching or cfg.scheduler == "sglang"):  # sglang: its radix cache
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())

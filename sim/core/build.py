@@ -143,6 +143,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.EXTERNAL_STEPS] = int(external)
     if cfg.scheduler == "vllm-v1":
         config[state.SCHEDULER_KIND] = state.V1
+    sglang = cfg.scheduler == "sglang"
     cost_code, cost_scaled, cost_constants, cost_data = cost
     config[state.COST_MODEL] = cost_code
     config[state.COST_SCALED] = int(cost_scaled)
@@ -161,7 +162,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
     i64 = np.int64
     shared = prefix_caching or max_width > 1
-    caching = prefix_caching_arrays(num_blocks, t, prefix_caching, shared)
+    caching = prefix_caching_arrays(num_blocks, t, prefix_caching, shared, radix=sglang)
     seq_slot = np.full((max(n, 1), max_width), -1, i64)
     config[state.PREFIX_CACHING] = int(prefix_caching)
     config[state.SHARED_BLOCKS] = int(shared)  # reference counts kept
@@ -176,6 +177,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
     clock[state.BEAM_CHURN] = BEAM_CHURN_PROBABILITY
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
+    radix = radix_arrays(config, count, clock, cfg, n, num_blocks) if sglang else dict(
+        radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
         arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
@@ -195,8 +198,40 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
-            external, num_blocks, num_slots * blocks_per_seq))
+            external, num_blocks, num_slots * blocks_per_seq), **radix)
     return s if paged else with_extents(cfg, pool, limits, s, t)
+
+
+#: SGLang's new_token_ratio constants (environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,
+#: SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600)
+INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR, NEW_TOKEN_RATIO_DECAY_STEPS = 0.7, 0.14, 600
+
+
+def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
+    """``--system sglang``: the radix cache's flags and arrays (sim/core/radix_cache.py) and the
+    scheduler's new_token_ratio (scheduler.py: init = min(0.7 x schedule_conservativeness, 1),
+    min = min(init x 0.14, 1), decay = (init - min) / 600). Nodes: the root and at most one per
+    page of the pool (every other node holds at least a page), and one a split may add."""
+    i64 = np.int64
+    config[state.SCHEDULER_KIND] = state.SGLANG
+    config[state.MANAGER_KIND] = state.RADIX
+    config[state.SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
+    count[state.CHUNKED_REQUEST] = -1
+    count[state.RADIX_FREE_NODE] = -1
+    count[state.RADIX_NODES_USED] = 1  # the root
+    init = min(INIT_NEW_TOKEN_RATIO * cfg.schedule_conservativeness, 1.0)
+    floor = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    clock[state.NEW_TOKEN_RATIO] = clock[state.INIT_NEW_TOKEN_RATIO] = init
+    clock[state.MIN_NEW_TOKEN_RATIO] = floor
+    clock[state.NEW_TOKEN_RATIO_DECAY] = (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
+    nodes = np.zeros((num_pages + 3, state.NODE_COLUMNS), i64)
+    nodes[:, state.NODE_FIRST_CHILD] = -1
+    nodes[0, state.NODE_PARENT] = -1
+    nodes[0, state.NODE_OWNER] = -1
+    nodes[0, state.NODE_LOCK_REF] = 1  # radix_cache.py: the root is never evicted
+    request = np.zeros((max(n, 1), state.RADIX_REQUEST_COLUMNS), i64)
+    request[:, state.LOCKED_NODE] = -1
+    return dict(radix_nodes=nodes, radix_request=request)
 
 
 def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dict:
@@ -268,17 +303,17 @@ def predictor_draws(seed: int, t) -> np.ndarray:
                     dtype=np.float64)
 
 
-def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool) -> dict:
+def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool, radix: bool = False) -> dict:
     """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's (also where blocks are
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
-    every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`). One-element
-    arrays where not needed."""
+    every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`; also for the
+    radix cache: ``radix``). One-element arrays where not needed."""
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
     cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1
     chain_start = np.zeros(n + 1, i64)
     chains: list[int] = []
-    if prefix_caching and t.hashes is not None:
+    if (prefix_caching or radix) and t.hashes is not None:
         hash_block_tokens = t.hash_block_tokens
         for i in range(n):
             h = t.prefix_hashes(i)

@@ -16,6 +16,10 @@ What is recomputed:
 * the contiguous pool: extents of running requests inside the address space, apart, sized
   ``A >= R``, buddy extents aligned powers of two, fit holes sorted, apart, coalesced and,
   with the extents, tiling the address space; the four sums;
+* the radix cache (``--system sglang``): the tree's nodes each start where their parent ends, its
+  token and evictable counts are the sums over its live nodes, each node's lock count is the
+  running requests whose locked node lies below it, a request's prefix is its node's depth, and
+  the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``;
 * the six memory categories sum to the capacity, none negative; time never goes back;
 * the waiting head the scheduler skips as blocked does not fit.
 
@@ -38,6 +42,8 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_PARENT, NODE_START, PREFIX_LEN, RADIX,
+                                    RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 
 def check(s) -> None:
@@ -45,6 +51,8 @@ def check(s) -> None:
     check_queues(s)
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         check_extents(s)
+    elif s.config[MANAGER_KIND] == RADIX:
+        check_radix(s)
     else:
         check_blocks(s)
     check_categories(s)
@@ -167,6 +175,33 @@ def check_extents(s) -> None:
             assert not (kind == previous == "hole"), f"two holes side by side at slot {start}"
             at, previous = start + size, kind
         assert at == space, "the holes and extents do not cover the address space"
+
+
+def check_radix(s) -> None:
+    c, nodes, page = s.count, s.radix_nodes, int(s.config[BLOCK_SIZE])
+    live = [x for x in range(1, int(c[RADIX_NODES_USED])) if nodes[x, NODE_PARENT] != -2]
+    locks = {x: 0 for x in live}
+    pages = 0
+    for i in s.running[:c[NUM_RUNNING]].tolist():
+        x = int(s.radix_request[i, LOCKED_NODE])
+        assert x >= 0, f"running request {i} locks no node"
+        depth = int(nodes[x, NODE_END]) if x else 0
+        assert s.radix_request[i, PREFIX_LEN] == depth, f"request {i}'s prefix is not its node's depth"
+        while x:
+            locks[x] += 1
+            x = int(nodes[x, NODE_PARENT])
+        pages += -(-(int(s.num_computed_tokens[i]) - depth) // page)
+        assert s.num_blocks[i] == -(-(int(s.num_computed_tokens[i]) - depth) // page), f"request {i}'s pages drifted"
+    for x in live:
+        parent = int(nodes[x, NODE_PARENT])
+        start = int(nodes[parent, NODE_END]) if parent else 0
+        assert nodes[x, NODE_START] == start and nodes[x, NODE_END] > start, f"node {x} does not follow its parent"
+        assert nodes[x, NODE_START] % page == 0 and nodes[x, NODE_END] % page == 0, f"node {x} is not whole pages"
+        assert nodes[x, NODE_LOCK_REF] == locks[x], f"node {x}'s lock count drifted"
+    lengths = {x: int(nodes[x, NODE_END] - nodes[x, NODE_START]) for x in live}
+    assert c[RADIX_TREE_TOKENS] == sum(lengths.values()), "the tree's token count drifted"
+    assert c[RADIX_EVICTABLE] == sum(n for x, n in lengths.items() if locks[x] == 0), "evictable tokens drifted"
+    assert c[RADIX_PRIVATE_PAGES] == pages, "the pages held outside the tree drifted"
 
 
 def check_categories(s) -> None:

@@ -21,7 +21,7 @@ being in the arrays.
 
 from __future__ import annotations
 
-from pagesim.sim.core import scheduler, scheduler_v1, static
+from pagesim.sim.core import scheduler, scheduler_sglang, scheduler_v1, static
 from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
@@ -37,7 +37,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from pagesim.sim.core.state import SCHEDULER_KIND, STATIC, V1
+from pagesim.sim.core.state import SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
 
@@ -238,6 +238,8 @@ def run(s):
             decode_context_sum = static.schedule(s)
         elif s.config[SCHEDULER_KIND] == V1:
             decode_context_sum = scheduler_v1.schedule(s)
+        elif s.config[SCHEDULER_KIND] == SGLANG:
+            decode_context_sum = scheduler_sglang.schedule(s)
         else:
             decode_context_sum = scheduler.schedule(s)
         if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):

@@ -4,9 +4,9 @@ read-only flag per call: the scheduler is written once for both."""
 
 from __future__ import annotations
 
-from pagesim.sim.core import extent, kv_cache
+from pagesim.sim.core import extent, kv_cache, radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND
+from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND, RADIX
 
 
 @njit(inline=True)
@@ -37,6 +37,8 @@ def take_decode_slot(s, i):
 def free(s, i):
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         extent.free(s, i)
+    elif s.config[MANAGER_KIND] == RADIX:  # --system sglang: a finished request's tokens go into the tree
+        radix_cache.cache_finished_req(s, i)
     else:
         kv_cache.free(s, i)
 
@@ -46,4 +48,6 @@ def memory_categories(s, demand_waiting, out):
     """The six categories into ``out``; returns the blocks in use (paged)."""
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         return extent.memory_categories(s, demand_waiting, out)
+    if s.config[MANAGER_KIND] == RADIX:
+        return radix_cache.memory_categories(s, demand_waiting, out)
     return kv_cache.memory_categories(s, demand_waiting, out)

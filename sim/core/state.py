@@ -37,7 +37,7 @@ REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, ROUTED, NUM_CONFIG) = range(36)
+ EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, NUM_CONFIG) = range(37)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -64,7 +64,13 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
  NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
  NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS,
  STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS, STEP_NUM_FINISHED, AWAITING_STEP_TIME, STEP_SWAP_OUT_EARLY,
- SCHEDULE_ON_RESUME, HORIZON_EVENT_ID, NUM_COUNTS) = range(74)
+ SCHEDULE_ON_RESUME, HORIZON_EVENT_ID,
+ CHUNKED_REQUEST, RADIX_TREE_TOKENS, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_ACCESS_CLOCK, RADIX_FREE_NODE,
+ RADIX_NODES_USED, NUM_COUNTS) = range(81)
+# the radix cache (sim/core/radix_cache.py, --system sglang): the request whose prefill is chunked
+# (-1: none); the tokens the tree holds, those of them no running request locks (evictable), the
+# pages the running requests hold outside the tree; the access clock (a node's last access is a
+# tick of it); the free node list's head and the nodes ever used (evictions scan these)
 # STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS: rows of step_swap_out / step_swap_in this iteration
 # (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
 # requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
@@ -83,7 +89,10 @@ BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (re
 PREDICTOR_ERROR = 19  # the predicted reservation's relative error (read only)
 STEP_S = 20  # EXTERNAL_STEPS: the duration of the iteration just scheduled, as its executor measured it
 HORIZON_S = 21  # config[ROUTED]: the time of the cluster's next arrival (its event id: count[HORIZON_EVENT_ID])
-NUM_CLOCK = 22
+# --system sglang: the scheduler's new_token_ratio (SGLang's estimate of the share of max_new_tokens a
+# running request still decodes) now, at its start, its floor and its decay per decode step
+NEW_TOKEN_RATIO, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = 22, 23, 24, 25
+NUM_CLOCK = 26
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
@@ -105,6 +114,14 @@ HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static);
 # V1: vLLM v1's one token budget over running then waiting requests (sim/core/scheduler_v1.py)
 CONTINUOUS, STATIC, V1 = 0, 1, 2
+SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/scheduler_sglang.py)
+RADIX = 2  # config[MANAGER_KIND] of --system sglang: the radix cache's token pool (sim/core/radix_cache.py)
+FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
+# columns of Core.radix_nodes (a tree node: a run of tokens [START, END) of every path through it,
+# named by the tokens of request OWNER; free nodes have PARENT -2) and of Core.radix_request
+(NODE_PARENT, NODE_FIRST_CHILD, NODE_NEXT_SIBLING, NODE_PREV_SIBLING, NODE_START, NODE_END, NODE_OWNER,
+ NODE_LOCK_REF, NODE_LAST_ACCESS, NODE_COLUMNS) = range(10)
+LOCKED_NODE, PREFIX_LEN, MATCH_LEN, MATCH_NODE, EXTEND_LEN, RADIX_REQUEST_COLUMNS = range(6)
 
 # what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
@@ -201,3 +218,8 @@ class Core(NamedTuple):
     step_copies: np.ndarray
     step_swap_out: np.ndarray
     step_swap_in: np.ndarray
+    # the radix cache (--system sglang; one row each elsewhere): the tree's nodes (NODE_* columns)
+    # and per request: the node it locks, its prefix in the tree, its last match (node and
+    # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
+    radix_nodes: np.ndarray
+    radix_request: np.ndarray

@@ -20,6 +20,7 @@ from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
     ("orca-max", dict(slots=1000, reservation="predicted", placement="best-fit"), dict(rate=200.0)),
     ("static", dict(slots=1200), dict(rate=5.0)),
     ("vllm-v1", dict(slots=1200, max_num_batched_tokens=64, max_num_seqs=16), dict(rate=200.0, prefix=True)),
+    ("sglang", dict(slots=600, chunk_budget=64, block_size=4, schedule_policy="lpm"), dict(rate=200.0, prefix=True)),
 ])
 def test_the_simpy_model_leaves_the_loops_records(system, kw, tkw):
     kw = dict(kw)

@@ -29,6 +29,7 @@ CONFIGS = [
     ("vllm", {}, {"record_steps": False}),
     ("vllm", {}, {"cost_model": "calibrated"}),
     ("vllm-v1", {}, {}),
+    ("sglang", {}, {}),
     ("orca-max", {}, {}),
     ("orca-pow2", {}, {}),
     ("orca-oracle", {}, {}),
@@ -40,6 +41,12 @@ CONFIGS = [
 def test_every_configuration_has_the_default_runs_state_types(system, columns, options):
     trace = rand_trace(0, n=40, width=columns, prefix=options.get("prefix_caching", False))
     assert kinds(cfg_for(system, **options), trace) == kinds(cfg_for("vllm"), rand_trace(0, n=40))
+
+
+def test_sglang_over_prefix_hashes_has_the_default_runs_state_types():
+    trace = rand_trace(0, n=40, prefix=True)  # the radix cache reads the chains; pages of 4, lpm
+    assert kinds(cfg_for("sglang", block_size=4, schedule_policy="lpm"), trace) == kinds(cfg_for("vllm"),
+                                                                                         rand_trace(0, n=40))
 
 
 def test_a_trace_of_read_only_or_strided_columns_changes_nothing():

@@ -1,0 +1,299 @@
+"""SGLang's scheduler (``--system sglang``) over the core's arrays and the radix cache (``radix_cache.py``).
+
+As of the SGLang sources read for it (sgl-project/sglang, the v0.5 line: ``managers/scheduler.py``,
+``managers/schedule_policy.py``, ``managers/schedule_batch.py``, ``environ.py``, ``server_args.py``),
+without overlap scheduling, mixed chunks, priorities or speculative decoding. One iteration is
+either a prefill batch or a decode step, prefill first (``Scheduler.get_next_batch_to_run``):
+
+1. ``get_new_batch_prefill``: the chunked request's computed tokens go into the tree first
+   (``cache_unfinished_req``); then, unless ``max_running_requests`` decode already, the waiting
+   queue is ordered by the policy (``SchedulePolicy.calc_priority``: ``fcfs``, the default
+   ``schedule_policy`` of ``server_args.py``, keeps arrival order; ``lpm`` sorts by the longest
+   cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``) and a
+   ``PrefillAdder`` takes requests in that order while its budgets last:
+
+   * ``rem_total_tokens``: available + evictable tokens, less every running request's future
+     tokens estimated as ``min(max_new_tokens - generated, 4096) * new_token_ratio``
+     (``_get_running_request_total_token_offset``; ``CLIP_MAX_NEW_TOKENS`` 4096), less each
+     admitted request's extend tokens and ``min(max_new_tokens, 4096)``
+     (``_update_prefill_budget``); a request whose extend + ``min(max_new - generated, 4096)``
+     is not below it ends the pass (``add_one_req``: ``NO_TOKEN``), checked again after its
+     prefix is locked;
+   * ``rem_input_tokens``: ``max_prefill_tokens`` (16384) per batch, a request after the first
+     that would reach it ends the pass;
+   * ``rem_chunk_tokens``: ``chunked_prefill_size``: a prompt longer than what is left is
+     truncated to it (whole pages) and becomes the one chunked request, whose next chunk comes
+     first in the next prefill (``add_chunked_req``); the budget then is 0 and the pass ends.
+
+   A request's cached prefix is matched on its tokens but the last (``init_next_round_input``),
+   whole pages, and locked while it runs. The batch's tokens are allocated after the pass
+   (``prepare_for_extend``), evicting as needed.
+2. else decode one token for every running request (``update_running_batch``): when the
+   available and evictable tokens cannot hold the step (``check_decode_mem``), requests are
+   retracted (``retract_decode``) fewest generated tokens first, then longest prompt, at least
+   one and until the available tokens hold ``20`` steps of the rest (``SGLANG_RETRACT_DECODE_STEPS``);
+   a retracted request frees its tokens outside the tree, unlocks its prefix and goes to the end
+   of the waiting queue to be recomputed, and ``new_token_ratio`` becomes
+   ``min(1, (generated + 20 * running) / max_new_tokens)`` of those left. Otherwise
+   ``new_token_ratio`` decays by ``(init - min) / 600`` towards ``min``: ``init`` is
+   ``0.7 * schedule_conservativeness`` (1.0), ``min`` ``0.14 * init`` (``SGLANG_INIT_NEW_TOKEN_RATIO``,
+   ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``); an idle engine
+   resets it to ``init``.
+
+A request's ``max_new_tokens`` is its output length (the trace's): the simulator knows it, as a
+request with ``ignore_eos`` does. Finished requests are inserted into the tree (``radix_cache.
+cache_finished_req``, from ``scheduler.finish`` through ``memory.free``).
+"""
+
+from __future__ import annotations
+
+from pagesim.sim.core import radix_cache
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.scheduler import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
+from pagesim.sim.core.state import (BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE, DEMAND_WAITING,
+                                    EXTEND_LEN, FREE_EPOCH, INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM, MATCH_LEN,
+                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO,
+                                    NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS, NUM_RUNNING,
+                                    NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
+                                    RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
+                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, WAITING, WAITING_HEAD, WAITING_LEN)
+
+CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
+RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
+LPM_QUEUE_LIMIT = 128  # schedule_policy.py _determine_active_policy: beyond it lpm falls back to fcfs
+
+
+@njit(inline=True)
+def schedule(s):
+    """One iteration: a prefill batch if the adder takes anything, else a decode step. Returns
+    the decode context sum (the cost model's)."""
+    c = s.count
+    begin_iteration(s)
+    c[DEMAND_WAITING] = 0
+    context_sum = 0
+    if not get_new_batch_prefill(s):
+        if c[DECODE_SET_SIZE]:
+            context_sum = decode(s)
+        else:  # idle: scheduler.py resets the estimate (self_check_during_idle)
+            s.clock[NEW_TOKEN_RATIO] = s.clock[INIT_NEW_TOKEN_RATIO]
+    if not c[WAITING_LEN]:
+        c[DEMAND_WAITING] = 0
+    return context_sum
+
+
+@njit(inline=True)
+def ceil_page(s, n):
+    page = s.config[BLOCK_SIZE]
+    return (n + page - 1) // page * page
+
+
+@njit(inline=True)
+def free_and_evictable(s):
+    return radix_cache.available(s) + s.count[RADIX_EVICTABLE]
+
+
+@njit(inline=True)
+def sort_by_longest_prefix(s):
+    """``_sort_by_longest_prefix``: the waiting queue by its cached prefix, longest first, stable
+    (each request is matched, as ``_compute_prefix_matches`` does)."""
+    c, n = s.count, len(s.waiting)
+    head, size = c[WAITING_HEAD], c[WAITING_LEN]
+    for k in range(size):
+        i = s.waiting[(head + k) % n]
+        _, s.radix_request[i, MATCH_LEN] = radix_cache.match_prefix(s, i, max(s.prompt_target[i] - 1, 0))
+    for k in range(1, size):  # insertion sort: stable, and the queue is at most 128 long here
+        i = s.waiting[(head + k) % n]
+        m = k
+        while m > 0 and s.radix_request[s.waiting[(head + m - 1) % n], MATCH_LEN] < s.radix_request[i, MATCH_LEN]:
+            s.waiting[(head + m) % n] = s.waiting[(head + m - 1) % n]
+            m -= 1
+        s.waiting[(head + m) % n] = i
+
+
+@njit
+def get_new_batch_prefill(s):
+    """The prefill batch (module docstring, 1); False when it is empty."""
+    c, page = s.count, s.config[BLOCK_SIZE]
+    chunked = c[CHUNKED_REQUEST]
+    if chunked >= 0:
+        radix_cache.cache_unfinished_req(s, chunked)
+    running_bs = c[DECODE_SET_SIZE]
+    if chunked < 0 and (c[WAITING_LEN] == 0 or running_bs >= s.config[MAX_NUM_SEQS]):
+        return False
+    if s.config[SCHEDULE_POLICY] == LPM and c[WAITING_LEN] <= LPM_QUEUE_LIMIT:
+        sort_by_longest_prefix(s)
+    ratio = s.clock[NEW_TOKEN_RATIO]
+    total_offset = 0.0  # PrefillAdder: rem_total_token_offset, cur_rem_token_offset and the budgets
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.in_decode[i]:
+            total_offset += min(s.output_tokens[i] - s.num_generated[i], CLIP_MAX_NEW_TOKENS) * ratio
+    cur_offset = 0
+    rem_input = s.config[MAX_BATCHED_TOKENS]
+    rem_chunk = s.config[CHUNK_BUDGET]
+    num_can_run = 0
+    new_chunked = -1
+    if chunked >= 0:  # add_chunked_req: its next chunk first
+        todo = s.prompt_target[chunked] - s.num_prompt_computed[chunked]
+        room = min(rem_chunk, int(free_and_evictable(s) - total_offset))
+        extend = min(todo, room)
+        s.radix_request[chunked, EXTEND_LEN] = max(extend, 0)
+        if extend > 0:
+            num_can_run += 1
+            tokens = ceil_page(s, extend)
+            total_offset += tokens + (0 if todo > room else min(s.output_tokens[chunked], CLIP_MAX_NEW_TOKENS))
+            cur_offset += tokens
+            rem_input -= tokens
+            rem_chunk -= tokens
+        if todo > room:
+            new_chunked = chunked
+    first_new = c[NUM_RUNNING]
+    while c[WAITING_LEN] and running_bs + num_can_run < s.config[MAX_NUM_SEQS]:
+        i = s.waiting[c[WAITING_HEAD]]
+        target = s.prompt_target[i]
+        left = min(max(s.output_tokens[i] - s.num_generated[i], 0), CLIP_MAX_NEW_TOKENS)
+        if s.width[i] > 1:  # one sequence per request (SGLang fans n out into requests)
+            reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            continue
+        if s.final_len[i] > s.config[MAX_SEQ_LEN] or target + left >= radix_cache.capacity(s):
+            reject_head(s, i, REJECT_NEVER_FITS)  # not even an empty pool's budget takes it
+            continue
+        node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
+        extend = target - prefix
+        total = extend + left
+        tokens = ceil_page(s, extend)
+        if total >= free_and_evictable(s) - total_offset:  # add_one_req: NO_TOKEN
+            c[DEMAND_WAITING] = 1
+            break
+        if tokens >= rem_input and num_can_run:
+            break
+        radix_cache.inc_lock_ref(s, node)
+        if total >= free_and_evictable(s) - total_offset:  # the lock took evictable tokens
+            radix_cache.dec_lock_ref(s, node)
+            c[DEMAND_WAITING] = 1
+            break
+        if tokens > rem_chunk:  # chunked prefill: what the chunk budget holds, whole pages
+            extend = rem_chunk // page * page
+            if extend <= 0:
+                radix_cache.dec_lock_ref(s, node)
+                break
+            new_chunked = i
+            total_offset += extend
+            tokens = extend
+        else:
+            total_offset += tokens + min(s.output_tokens[i], CLIP_MAX_NEW_TOKENS)
+        cur_offset += tokens
+        rem_input -= tokens
+        rem_chunk -= tokens
+        pop_waiting(s)
+        s.radix_request[i, LOCKED_NODE] = node
+        s.radix_request[i, PREFIX_LEN] = prefix
+        s.radix_request[i, EXTEND_LEN] = extend
+        s.num_computed_tokens[i] = prefix
+        s.num_prompt_computed[i] = prefix
+        c[PREFIX_HIT_TOKENS] += prefix
+        c[PREFIX_LOOKUP_TOKENS] += target
+        start_running(s, i)
+        num_can_run += 1
+        free = free_and_evictable(s)
+        if free - total_offset <= 0 or free - cur_offset <= 0:  # budget_state: NO_TOKEN
+            break
+        if rem_input <= 0 or rem_chunk <= 0:  # budget_state: OTHER
+            break
+    c[CHUNKED_REQUEST] = new_chunked
+    if num_can_run == 0:
+        return False
+    # prepare_for_extend: the batch's tokens, after every lock was taken
+    if chunked >= 0 and s.radix_request[chunked, EXTEND_LEN] > 0:
+        extend_request(s, chunked)
+    for k in range(first_new, c[NUM_RUNNING]):
+        extend_request(s, s.running[k])
+    return True
+
+
+@njit  # called from two places
+def extend_request(s, i):
+    n = s.radix_request[i, EXTEND_LEN]
+    radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
+    prefill(s, i, n)
+
+
+@njit(inline=True)
+def decode(s):
+    """The decode step (module docstring, 2); returns its context sum."""
+    c, page = s.count, s.config[BLOCK_SIZE]
+    need = 0  # check_decode_mem: a page for each request whose last page is full
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.in_decode[i] and (s.num_computed_tokens[i] - s.radix_request[i, PREFIX_LEN]) % page == 0:
+            need += page
+    clock = s.clock
+    if free_and_evictable(s) < need:
+        retract_decode(s)
+    else:
+        clock[NEW_TOKEN_RATIO] = max(clock[NEW_TOKEN_RATIO] - clock[NEW_TOKEN_RATIO_DECAY], clock[MIN_NEW_TOKEN_RATIO])
+    context_sum = 0
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.in_decode[i]:
+            radix_cache.hold(s, i, s.num_computed_tokens[i] + 1)
+            s.num_computed_tokens[i] += 1
+            context_sum += s.num_computed_tokens[i]
+    c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
+    return context_sum
+
+
+@njit(inline=True)
+def retract_decode(s):
+    """``retract_decode``: retract the request sorted last by (generated tokens, -prompt)
+    descending, Python's stable sort (the fewest generated, then the longest prompt, then the
+    latest in the batch), at least one, until the available tokens hold
+    ``RETRACT_DECODE_STEPS`` steps of the rest (each retraction evicts towards that:
+    ``release_req``); then ``new_token_ratio`` from the rest."""
+    c = s.count
+    remaining = c[DECODE_SET_SIZE]
+    first = True
+    while first or radix_cache.available(s) < RETRACT_DECODE_STEPS * remaining:
+        if remaining <= 1:
+            break
+        first = False
+        victim = -1
+        for k in range(c[NUM_RUNNING]):
+            i = s.running[k]
+            if s.in_decode[i] and (victim < 0 or s.num_generated[i] < s.num_generated[victim] or (
+                    s.num_generated[i] == s.num_generated[victim] and s.prompt_tokens[i] >= s.prompt_tokens[victim])):
+                victim = i
+        retract(s, victim)
+        remaining -= 1
+        radix_cache.make_room(s, RETRACT_DECODE_STEPS * remaining)
+    kept = 0  # the running list without them, in order
+    decoded = 0
+    max_new = 0
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.status[i] == RUNNING:
+            s.running[kept] = i
+            kept += 1
+            if s.in_decode[i]:
+                decoded += s.num_generated[i]
+                max_new += s.output_tokens[i]
+    c[NUM_RUNNING] = kept
+    s.clock[NEW_TOKEN_RATIO] = min(1.0, (decoded + RETRACT_DECODE_STEPS * remaining) / max(max_new, 1))
+
+
+@njit(inline=True)
+def retract(s, i):
+    """Request ``i`` leaves the batch: its tokens outside the tree freed, its prefix unlocked,
+    and it waits at the end of the queue to be recomputed with its generated tokens."""
+    c = s.count
+    s.in_decode[i] = 0
+    c[DECODE_SET_SIZE] -= 1
+    c[NUM_RUNNING_SEQS] -= 1
+    radix_cache.release(s, i)
+    s.num_preemptions[i] += 1
+    c[NUM_PREEMPTIONS] += 1
+    c[FREE_EPOCH] += 1
+    s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
+    s.num_prompt_computed[i] = 0
+    s.status[i] = WAITING
+    push_waiting(s, i, False)

@@ -1,0 +1,356 @@
+"""SGLang's RadixAttention serving (``--system sglang``: sim/core/radix_cache.py and
+sim/core/scheduler_sglang.py), pinned by tiny cases worked out by hand.
+
+Prompts name their tokens by prefix hashes, one per 4 tokens (``H = 4``): two requests share a
+token when they share the chain of hashes up to its block. The tree's functions are called in
+CPython (``interpreted``) on a state built for a few requests; the scheduler's rules are read
+off the records of tiny runs (one row per iteration, every iteration's state checked: ``--check``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pagesim.sim.cli import main
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import radix_cache, state
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import initial_state, run_simulation
+from tests.sim.helpers import OPT13B_SLOT, ConstExecutor
+
+H = 4
+match_prefix = interpreted(radix_cache.match_prefix)
+insert = interpreted(radix_cache.insert)
+inc_lock_ref = interpreted(radix_cache.inc_lock_ref)
+dec_lock_ref = interpreted(radix_cache.dec_lock_ref)
+evict = interpreted(radix_cache.evict)
+
+
+def sglang(slots: int, **settings) -> SimConfig:
+    """sglang for OPT-13B with a pool of exactly ``slots`` tokens, every iteration checked."""
+    settings.setdefault("max_seq_len", slots)
+    settings.setdefault("check", True)
+    return SimConfig.for_system("sglang", model="opt-13b", gpu="a100-40gb", kv_gib=slots * OPT13B_SLOT / 2**30,
+                                **settings)
+
+
+def trace(*rows, hashes=None) -> pd.DataFrame:
+    """rows: (arrival_s, prompt_tokens, output_tokens); hashes: one tuple per row (4 tokens each)."""
+    arrival, prompt, output = zip(*rows)
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [float(a) for a in arrival],
+                       "prompt_tokens": list(prompt), "output_tokens": list(output)})
+    if hashes is not None:
+        df["prefix_hashes"] = [tuple(h) for h in hashes]
+        df.attrs["hash_block_tokens"] = H
+    return df
+
+
+def column(result, name):
+    return result.steps[name].tolist()
+
+
+def nodes(s):
+    """The live nodes as (start, end, owner, lock_ref, parent's start), sorted."""
+    n = s.radix_nodes
+    return sorted((int(n[x, state.NODE_START]), int(n[x, state.NODE_END]), int(n[x, state.NODE_OWNER]),
+                   int(n[x, state.NODE_LOCK_REF]), int(n[n[x, state.NODE_PARENT], state.NODE_START]))
+                  for x in range(1, int(s.count[state.RADIX_NODES_USED])) if n[x, state.NODE_PARENT] != -2)
+
+
+# A: 12 tokens (1, 2, 3); B: 12 tokens (1, 2, 9), sharing A's first 8; C: 6 tokens (5, 6);
+# E: 10 tokens of which the hashes (1, 2) name 8, its last 2 its own
+ROWS = ((0, 12, 1), (0, 12, 1), (0, 6, 1), (0, 10, 1))
+HASHES = ((1, 2, 3), (1, 2, 9), (5, 6), (1, 2))
+A, B, C, E = 0, 1, 2, 3
+
+
+def tree(page: int = 1):
+    return initial_state(sglang(64, block_size=page), trace(*ROWS, hashes=HASHES))
+
+
+def test_insert_then_match_splits_the_node_at_the_first_block_whose_hashes_differ():
+    """A's 12 tokens make one leaf. B matches its first 8 (blocks 0 and 1 agree, block 2 not):
+    the leaf is split into [0, 8) and [8, 12); inserting B adds its own leaf [8, 12) under
+    [0, 8), of which 8 tokens were there already."""
+    s = tree()
+    assert insert(s, A, 12)[1] == 0
+    assert nodes(s) == [(0, 12, A, 0, 0)]
+    node, depth = match_prefix(s, B, 11)  # its tokens but the last
+    assert depth == 8 and s.radix_nodes[node, state.NODE_END] == 8
+    assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0)]
+    assert insert(s, B, 12)[1] == 8
+    assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0), (8, 12, B, 0, 0)]
+    assert s.count[state.RADIX_TREE_TOKENS] == 16 and s.count[state.RADIX_EVICTABLE] == 16
+    assert match_prefix(s, C, 5)[1] == 0  # nothing shared with (5, 6)
+
+
+def test_a_match_stops_at_its_limit_and_where_the_named_tokens_end():
+    """A match is at most its limit (a request's tokens but the last), and a request's tokens
+    past its hashes are its own: A matches 8 of E's 10 (E's last 2 are E's), E 8 of A's (the same
+    rule the other way); A matches 11 of its own 12 (its limit)."""
+    s = tree()
+    insert(s, E, 10)
+    assert match_prefix(s, A, 11)[1] == 8
+    s = tree()
+    insert(s, A, 12)
+    assert match_prefix(s, E, 9)[1] == 8
+    assert match_prefix(s, A, 11)[1] == 11
+
+
+def test_pages_match_and_split_whole_pages_only():
+    """Page 4: A's 11-token limit matches 8 of its cached 12 (two pages), not 11 (page 1)."""
+    s = tree(page=4)
+    insert(s, A, 12)
+    node, depth = match_prefix(s, A, 11)
+    assert depth == 8 and nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0)]
+
+
+def test_locks_run_from_the_node_to_the_root_and_take_tokens_out_of_the_evictable():
+    """Locking B's leaf locks it and [0, 8): 12 of the 16 tokens are protected, A's leaf (4)
+    evictable; unlocking gives them back."""
+    s = tree()
+    insert(s, A, 12)
+    leaf, _ = insert(s, B, 12)
+    inc_lock_ref(s, leaf)
+    assert nodes(s) == [(0, 8, A, 1, 0), (8, 12, A, 0, 0), (8, 12, B, 1, 0)]
+    assert s.count[state.RADIX_EVICTABLE] == 4
+    inc_lock_ref(s, leaf)
+    dec_lock_ref(s, leaf)
+    assert s.count[state.RADIX_EVICTABLE] == 4
+    dec_lock_ref(s, leaf)
+    assert s.count[state.RADIX_EVICTABLE] == 16 and nodes(s)[0][3] == 0
+
+
+def test_eviction_takes_the_least_recently_accessed_unlocked_leaf_first():
+    """Inserted A (12), then C (6), then A's whole path matched again: C's leaf is now the least
+    recently accessed, so evicting 1 token frees C's 6, and the next eviction A's 12."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, C, 6)
+    match_prefix(s, A, 12)  # a whole node: no split
+    assert evict(s, 1) == 6
+    assert nodes(s) == [(0, 12, A, 0, 0)]
+    assert evict(s, 1) == 12 and nodes(s) == []
+    assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.NUM_EVICTIONS] == 2
+
+
+def test_a_split_node_keeps_its_access_time_below_the_matched_part():
+    """A match that ends inside a node splits it; the part below keeps the node's old access
+    time, so it goes before a leaf inserted after A (C) though A's path was just matched."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, C, 6)
+    match_prefix(s, A, 11)  # [0, 11) accessed now, [11, 12) as when A was inserted
+    assert evict(s, 1) == 1
+    assert nodes(s) == [(0, 6, C, 0, 0), (0, 11, A, 0, 0)]
+
+
+def test_eviction_frees_unlocked_leaves_only_and_a_parent_once_it_is_a_leaf():
+    """A and B share [0, 8); B's leaf locked: evicting everything frees A's leaf (4) only: the
+    shared [0, 8) is locked through B. Unlocked, [0, 8) goes once B's leaf has gone."""
+    s = tree()
+    insert(s, A, 12)
+    leaf, _ = insert(s, B, 12)
+    inc_lock_ref(s, leaf)
+    assert evict(s, 100) == 4
+    assert nodes(s) == [(0, 8, A, 1, 0), (8, 12, B, 1, 0)]
+    dec_lock_ref(s, leaf)
+    assert evict(s, 100) == 12 and nodes(s) == []
+    assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.RADIX_EVICTABLE] == 0
+
+
+def test_a_parent_is_evicted_only_after_its_children():
+    """A, then B (splitting A's leaf: [0, 8) accessed with B's leaf, A's [8, 12) keeping its older
+    time). Evicting 1 token frees A's [8, 12); the next, B's leaf (as recent as [0, 8), which is
+    not a leaf yet); then [0, 8)."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, B, 12)
+    assert evict(s, 1) == 4 and nodes(s) == [(0, 8, A, 0, 0), (8, 12, B, 0, 0)]
+    assert evict(s, 1) == 4 and nodes(s) == [(0, 8, A, 0, 0)]
+    assert evict(s, 1) == 8 and nodes(s) == []
+
+
+def test_prefill_first_and_a_finished_request_is_cached_for_the_next():
+    """Pool 64, page 1. A (8 tokens (1, 2), 2 out) at 0; B (the same 8 tokens, 2 out) at 10.
+
+    step 0  prefill A (8): token states 8, free 56
+    step 1  decode A (its 9th token's K/V; its 2nd and last token): 9, free 55. A finishes: its
+            9 tokens go into the tree, unlocked (free: cached, nobody's)
+    step 2  B matches 7 (its tokens but the last): locked, 1 to compute: token states 7 + 1,
+            free 54 available + the 2 tokens of A's evictable leaf
+    step 3  decode B: 9, free 55"""
+    result = run_simulation(sglang(64), trace((0, 8, 2), (10, 8, 2), hashes=((1, 2), (1, 2))))
+    assert column(result, "num_prefill_tokens") == [8, 0, 1, 0]
+    assert column(result, "num_decode_tokens") == [0, 1, 0, 1]
+    assert column(result, "mem_token_states") == [8, 9, 8, 9]
+    assert column(result, "mem_free_idle") == [56, 55, 56, 55]
+    assert result.summary["mgr_prefix_hit_tokens"] == 7
+    assert result.summary["prefix_cache_hit_rate"] == 7 / 16
+
+
+def test_pages_leave_internal_fragmentation_and_cache_whole_pages():
+    """Page 4: A's 10 prompt tokens take 3 pages (2 slots unfilled); B, the same 10 tokens
+    later, finds A's 2 whole pages (8 tokens: the tree holds whole pages only) and computes 2."""
+    result = run_simulation(sglang(64, block_size=4),
+                            trace((0, 10, 1), (10, 10, 1), hashes=((1, 2, 3), (1, 2, 3))))
+    assert column(result, "num_prefill_tokens") == [10, 2]
+    assert column(result, "mem_token_states") == [10, 10]
+    assert column(result, "mem_internal_frag") == [2, 2]
+    assert column(result, "mem_free_idle") == [52, 52]
+
+
+def test_a_long_prompt_is_chunked_and_its_chunks_are_cached_as_they_go():
+    """chunk 4 (chunked_prefill_size), pool 64. A (10 tokens) at 0; B (A's tokens) during A's
+    first chunk.
+
+    step 0  A's first chunk: 4
+    step 1  A's computed 4 go into the tree (cache_unfinished_req); its next chunk, 4, spends
+            the budget: B matches A's 4 but its 6 do not fit the chunk budget left (0)
+    step 2  A's 8 are in the tree; its last 2 (its first token), then B: it matches 8 (its limit
+            is 9, A's 9th is not computed yet) and computes its last 2 within the budget's 2"""
+    result = run_simulation(sglang(64, chunk_budget=4),
+                            trace((0, 10, 1), (0.001, 10, 1), hashes=((1, 2, 3), (1, 2, 3))))
+    assert column(result, "num_prefill_tokens") == [4, 4, 2 + 2]
+    assert column(result, "batch_size") == [1, 1, 2]
+    assert result.summary["mgr_prefix_hit_tokens"] == 8
+
+
+def test_admission_counts_the_running_requests_future_tokens():
+    """Pool 64. A (10 tokens, 40 out) and B (20 tokens, 10 out) arrive together.
+
+    step 0  the adder takes A (10 + 40 < 64) and charges 10 + min(40, 4096) = 50: B's 20 + 10
+            is not below 64 - 50, so B waits (NO_TOKEN)
+    later   A decodes; B needs 30 below (64 - A's tokens) - A's remaining 40 - g tokens x
+            new_token_ratio (0.7, decaying ~0.001 a step): 55 - g - (40 - g) x ~0.7 < 30 all
+            along, so B waits for A to finish (without the estimate it would be taken at once)"""
+    result = run_simulation(sglang(64), trace((0, 10, 40), (0, 20, 10)))
+    prefill = column(result, "num_prefill_tokens")
+    assert prefill == [10] + [0] * 39 + [20] + [0] * 9
+    assert column(result, "mem_external_frag")[1] > 0  # B waits for memory
+    assert result.requests["first_token_s"][1] >= result.requests["finish_s"][0]
+
+
+def test_schedule_conservativeness_scales_the_estimate():
+    """The same with conservativeness 0.01 (ratio 0.007): at step 1 B's 30 is below
+    (64 - 10) - 39 x 0.007, so it is taken at once."""
+    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0, 20, 10)))
+    assert column(result, "num_prefill_tokens")[:2] == [10, 20]
+
+
+@pytest.mark.parametrize("prompt_a, prompt_b, pool, retracted", [(4, 4, 40, 1), (6, 4, 42, 0)])
+def test_out_of_memory_retracts_the_fewest_generated_then_the_longest_prompt(prompt_a, prompt_b, pool, retracted):
+    """conservativeness 0.01 (ratio 0.007: the adder all but ignores future tokens). A and B
+    (30 out each) arrive together; A is taken at step 0 (its own 30 future tokens are charged
+    in full, so B is not), B at step 1 (its 4 + 30 below the pool less A's tokens). Both decode
+    16 steps, filling the pool; at the 17th neither can grow: equal tokens generated (17), so
+    the longer prompt is retracted, or, prompts equal, the later in the batch (B). The other
+    decodes on to its end; then the retracted one is recomputed (its prompt and 17 tokens) and
+    decodes its last 12."""
+    result = run_simulation(sglang(pool, schedule_conservativeness=0.01),
+                            trace((0, prompt_a, 30), (0, prompt_b, 30)))
+    prompts = (prompt_a, prompt_b)
+    assert result.requests["preemptions"].tolist() == [int(retracted == 0), int(retracted == 1)]
+    assert column(result, "num_prefill_tokens") == list(prompts) + [0] * 29 + [prompts[retracted] + 17] + [0] * 12
+    assert column(result, "num_decode_tokens") == [0, 0] + [2] * 16 + [1] * 13 + [0] + [1] * 12
+    assert result.summary["completed"] == 2
+
+
+@pytest.mark.parametrize("policy, prefill", [("fcfs", [12, 12, 1]), ("lpm", [12, 1, 12])])
+def test_lpm_takes_the_longest_cached_prefix_first_fcfs_the_arrival_order(policy, prefill):
+    """R (12 tokens (1, 2, 3)) runs and is cached. X (7, 8, 9) then Y (R's tokens) arrive together;
+    max_prefill_tokens 12 lets one 12-token prompt into a batch. fcfs: X, then Y (11 hits,
+    1 computed); lpm: Y (1 computed) with X turned away by the input budget, then X."""
+    result = run_simulation(sglang(64, schedule_policy=policy, max_num_batched_tokens=12),
+                            trace((0, 12, 1), (1, 12, 1), (1, 12, 1), hashes=((1, 2, 3), (7, 8, 9), (1, 2, 3))))
+    assert column(result, "num_prefill_tokens") == prefill
+    assert result.summary["mgr_prefix_hit_tokens"] == 11
+
+
+def test_lpm_falls_back_to_fcfs_beyond_128_waiting():
+    from pagesim.sim.core.scheduler_sglang import LPM_QUEUE_LIMIT
+    assert LPM_QUEUE_LIMIT == 128
+
+
+def test_requests_that_never_fit_are_rejected():
+    """A request whose prompt and output reach the pool, or that runs n > 1 sequences, is
+    rejected; the others run."""
+    df = trace((0, 40, 30), (0, 4, 2), (0, 4, 2))
+    df["n"] = [1, 1, 2]
+    result = run_simulation(sglang(64), df)
+    assert result.requests["status"].tolist() == ["rejected", "finished", "rejected"]
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(prefix_caching=True), "radix tree"), (dict(preemption="swap"), "swap"),
+    (dict(chunked_prefill=True), "chunked_prefill_size")])
+def test_settings_sglang_has_not_are_refused(settings, words):
+    with pytest.raises(ConfigError, match=words):
+        SimConfig.for_system("sglang", **settings)
+
+
+def test_defaults_follow_the_gpu():
+    h100 = SimConfig.for_system("sglang", gpu="h100-80gb")
+    assert (h100.block_size, h100.schedule_policy, h100.max_num_batched_tokens, h100.chunk_budget,
+            h100.max_num_seqs) == (1, "fcfs", 16384, 8192, 4096)
+    assert SimConfig.for_system("sglang", gpu="a100-40gb").chunk_budget == 4096
+
+
+def test_cli_runs_sglang(capsys):
+    rc = main(["simulate", "--system", "sglang", "--page-size", "4", "--schedule-policy", "lpm", "--duration", "5",
+               "--rate", "2", "--kv-gib", "2", "--json", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and '"sglang"' in out and '"block_size": 4' in out
+
+
+def test_retraction_takes_the_fewest_generated_before_the_longest_prompt():
+    """Every step takes 1 s. Pool 44, conservativeness 0.01. A (6 tokens, 30 out) at 0 decodes
+    alone in steps 1 and 2 (3 tokens); B (4, 30) arrives at 2.5 and is prefilled at step 3
+    (4 + 30 below 44 - 8 - A's 27 x 0.007). Both decode; before their j-th step they hold
+    12 + 2(j - 1): the 17th cannot grow. A has 19 tokens, B 17: B is retracted though A's
+    prompt is longer."""
+    result = run_simulation(sglang(44, schedule_conservativeness=0.01), trace((0, 6, 30), (2.5, 4, 30)),
+                            executor=ConstExecutor())
+    assert result.requests["preemptions"].tolist() == [0, 1]
+    assert column(result, "num_decode_tokens")[:22] == [0, 1, 1, 0] + [2] * 16 + [1, 1]
+
+
+def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
+    """As the retraction test with prompts 4 and 4 (pool 40, 1 s steps: A prefilled in step 0,
+    B in 1, both decode in steps 2-17, B retracted in 18), and C (4 tokens, 4 out) arriving at
+    17.5 with the pool full. B goes behind C. new_token_ratio becomes min(1, (A's 18 + 20 x 1)
+    / 30) = 1: from step 19 C's 4 + 4 is not below (40 - A's 21 - m) - (12 - m) x 1 = 7, so
+    C waits (at the old 0.007 it would be taken at once) until A finishes; then C, ahead of B,
+    is prefilled first (4 tokens), B's 21 only after."""
+    result = run_simulation(sglang(40, schedule_conservativeness=0.01),
+                            trace((0, 4, 30), (0, 4, 30), (17.5, 4, 4)), executor=ConstExecutor())
+    prefill = column(result, "num_prefill_tokens")
+    assert result.requests["preemptions"].tolist() == [0, 1, 0]
+    assert prefill[:19] == [4, 4] + [0] * 17
+    a_done = result.requests["finish_s"][0]
+    assert result.requests["first_token_s"][2] > a_done
+    later = [n for n in prefill[19:] if n]
+    assert later[:2] == [4, 21]
+
+
+def test_new_token_ratio_decays_while_decodes_fit():
+    """Pool 1200. A (10 tokens, 1000 out) runs; B (100, 400 out) waits: its 500 must be below
+    (1191 - g) - (1000 - g) x ratio. At 0.7 that is 491 - 0.3 g: never; decaying by
+    (0.7 - 0.098) / 600 a step it is 504 by g = 20, so B starts long before A ends."""
+    result = run_simulation(sglang(1200, check=False), trace((0, 10, 1000), (0, 100, 400)))
+    first_b = result.requests["first_token_s"][1]
+    assert first_b < result.requests["finish_s"][0]
+    assert column(result, "num_prefill_tokens").index(100) < 30
+
+
+def test_the_budget_is_checked_again_once_the_prefix_is_locked():
+    """1 s steps, pool 64. X (20 tokens, 1 out) and Z (10, 10 out, unshared) at 0: X is cached
+    (20 evictable). Y (X's 20, 35 out) at 0.5 matches 19: before the lock its 1 + 35 is below
+    64 - Z's 10 - 9 x 0.7; locked, the 19 are not evictable: 36 is not below 35 - 6.3, so Y
+    waits until Z has finished (without the second check it would start at step 1)."""
+    result = run_simulation(sglang(64), trace((0, 20, 1), (0, 10, 10), (0.5, 20, 35),
+                                              hashes=((1, 2, 3, 4, 5), (), (1, 2, 3, 4, 5))),
+                            executor=ConstExecutor())
+    assert result.requests["first_token_s"][2] > result.requests["finish_s"][1]
