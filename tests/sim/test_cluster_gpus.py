@@ -115,3 +115,15 @@ def test_a_configuration_error_names_the_gpu():
     small = cfg_for(slots=100).replace(gpu=FAST)
     with pytest.raises(ConfigError, match=f"--replica-gpus {FAST}: .*less than one max_seq_len"):
         run_cluster(cfg_for(), rand_trace(1, n=5), [(cfg_for(), 1), (small, 1)], "round-robin")
+
+
+def test_a_rejected_request_is_explained_by_its_own_replicas_limits():
+    """Round-robin: r0 (3 parallel samples) -> replica 0 (max_num_seqs 256) runs; r1 (the same)
+    -> replica 1 (max_num_seqs 2) can never run its 3 sequences together: rejected, and the
+    reason names replica 1's limit, not replica 0's."""
+    t = trace_of([(0.0, 20, 10), (0.0, 20, 10)])
+    t["n"] = [3, 3]
+    groups = [(cfg_for(), 1), (cfg_for(max_num_seqs=2).replace(gpu=FAST), 1)]
+    r = run_cluster(cfg_for(), t, groups, "round-robin").requests
+    assert r["status"].tolist() == ["finished", "rejected"]
+    assert r["reject_reason"].tolist() == ["", "its 3 sequences (n / beam_width) exceed max_num_seqs=2"]
