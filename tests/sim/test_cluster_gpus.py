@@ -127,3 +127,17 @@ def test_a_rejected_request_is_explained_by_its_own_replicas_limits():
     r = run_cluster(cfg_for(), t, groups, "round-robin").requests
     assert r["status"].tolist() == ["finished", "rejected"]
     assert r["reject_reason"].tolist() == ["", "its 3 sequences (n / beam_width) exceed max_num_seqs=2"]
+
+
+def test_least_kv_usage_compares_fractions_of_contiguous_pools_too():
+    """Orca with oracle reservations placed first-fit: a request holds exactly its final length.
+    r0 -> 0 (3000 slots) holds 250, r1 -> 1 (1000 slots) holds 150 (ties at 0 s). At 0.5 s:
+    250 / 3000 < 150 / 1000, r2 -> 0, where comparing slots would send it to 1."""
+    t = trace_of([(0.0, 100, 150), (0.0, 40, 110), (0.5, 10, 10)])
+    orca = dict(system="orca-oracle", placement="first-fit")
+    groups = [(cfg_for(slots=3000, **orca), 1), (cfg_for(slots=1000, **orca), 1)]
+    out = run_cluster(groups[0][0], t, groups, "least-kv-usage")
+    r = out.requests
+    assert 0.5 < min(r["finish_s"][0], r["finish_s"][1])  # the premise: both hold their extents at 0.5 s
+    assert out.summary["kv_capacity_tokens_per_replica"] == [3000, 1000]
+    assert r["replica"].tolist() == [0, 1, 0]
