@@ -1,13 +1,14 @@
 """A cluster run: ``run_cluster(cfg, trace, replicas=K, router=NAME) -> ClusterResult``.
 
-K replicas of one configuration (each its own KV pool, prefix cache, scheduler and cost model)
-behind a global router, or replicas on different GPUs (``replicas`` as groups of (configuration,
-count), one configuration per GPU: ``--replica-gpus h100-80gb:2,a100-80gb:6``), simulated as one discrete-event run by the compiled cluster loop
-(``sim/core/cluster.py``, whose docstring states the design and the routers' rules). This file
-builds the replicas' states, runs the loop to its end (growing what Python grows) and writes the
-records: the request table with a ``replica`` column, the step table with one, a summary per
-replica (the keys of a single run's summary) and the cluster's summary (throughput and latency
-over all requests, load balance, prefix hit rate).
+K replicas of one configuration (each its own KV pool, prefix cache, scheduler and cost model),
+or replicas on different GPUs (``replicas`` as (configuration, count) groups, one configuration
+per GPU: ``--replica-gpus h100-80gb:2,a100-80gb:6``), behind a global router, simulated as one
+discrete-event run by the compiled cluster loop (``sim/core/cluster.py``, whose docstring states
+the design and the routers' rules). This file builds the replicas' states, runs the loop to its
+end (growing what Python grows) and writes the records: the request table with a ``replica``
+column, the step table with one, a summary per replica (the keys of a single run's summary,
+naming its GPU and KV capacity) and the cluster's summary (throughput and latency over all
+requests, load balance, prefix hit rate, the replicas' GPUs).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def replica_groups(cfg: SimConfig, replicas) -> list[tuple[SimConfig, int]]:
     """The replicas as (configuration, count) groups in replica order: ``replicas`` copies of
     ``cfg`` (a whole number), or the groups given (checked: counts >= 1, and each configuration
     the same as ``cfg`` but in PER_REPLICA_SETTINGS)."""
-    if isinstance(replicas, (list, tuple)):
+    if by_gpu(replicas):
         if not replicas:
             raise ConfigError("replica groups: give at least one (configuration, count)")
         for group_cfg, count in replicas:
@@ -104,20 +105,21 @@ def replica_groups(cfg: SimConfig, replicas) -> list[tuple[SimConfig, int]]:
     return [(cfg, int(replicas))]
 
 
+def by_gpu(replicas) -> bool:
+    """The replicas were given as (configuration, count) groups, one per GPU (not K copies)."""
+    return isinstance(replicas, (list, tuple))
+
+
 @contextmanager
-def naming_gpu(group_cfg: SimConfig, groups: list):
+def naming_gpu(group_cfg: SimConfig, named: bool):
     """A configuration error of one GPU's replicas (a model that does not fit it, a pool too
-    small), named by its GPU when the replicas were given by GPU."""
+    small), named by that GPU when ``named`` (the replicas were given by GPU)."""
     try:
         yield
     except ConfigError as e:
-        if groups_given(groups):
+        if named:
             raise ConfigError(f"--replica-gpus {group_cfg.gpu}: {e}") from None
         raise
-
-
-def groups_given(groups) -> bool:
-    return isinstance(groups, (list, tuple))
 
 
 def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[tuple[SimConfig, int]]:
@@ -134,9 +136,9 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
                           "--prefix-caching on a paged system (vllm)")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
-    if groups_given(replicas):
+    if by_gpu(replicas):
         for group_cfg, _ in groups:
-            with naming_gpu(group_cfg, replicas):
+            with naming_gpu(group_cfg, True):
                 resolve_budget(group_cfg)
     return groups
 
@@ -319,7 +321,7 @@ def run_cluster(cfg: SimConfig, trace: pd.DataFrame, replicas, router: str, slac
     groups = check_cluster(replicas, router, slack, cfg)
     runs = []  # one prepared state per group: its pool, limits and cost model
     for group_cfg, _ in groups:
-        with naming_gpu(group_cfg, replicas):
+        with naming_gpu(group_cfg, by_gpu(replicas)):
             runs.append(prepare(group_cfg, trace))
     n, k = runs[0].table.size, sum(count for _, count in groups)
     rows = max(1024, 8 * n // k) if cfg.record_steps else 0
