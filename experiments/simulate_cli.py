@@ -29,14 +29,20 @@ def register(sub) -> None:
                        "pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv "
                        "--model llama-2-13b --gpu a100-80gb --system orca-pow2 --max-len-policy drop --out out/azure --report",
                        "pagesim simulate --workload sharegpt --rate 20 --duration 600 --system vllm --prefix-caching "
-                       "--replicas 8 --router prefix-affinity --out out/cluster"))
+                       "--replicas 8 --router prefix-affinity --out out/cluster",
+                       "pagesim simulate --workload sharegpt --rate 8 --num-requests 200 --model llama-2-13b "
+                       "--replica-gpus h100-80gb:1,a100-80gb:2 --router least-outstanding-requests"))
 
     add_workload_args(p)
     add_sim_args(p)
     c = p.add_argument_group("cluster (sim/core/cluster.py)")
-    c.add_argument("--replicas", type=int, default=1, metavar="K",
+    c.add_argument("--replicas", type=int, default=None, metavar="K",
                    help="K replicas of the system, each its own KV pool, scheduler and cost model, behind a router "
                         "(default 1: a single engine)")
+    c.add_argument("--replica-gpus", default=None, metavar="GPU:COUNT,...",
+                   help="each replica its own GPU, e.g. h100-80gb:2,a100-80gb:6 (replicas 0-1 on H100s, 2-7 on "
+                        "A100s): each GPU's KV pool, cost model and vLLM v1 batch defaults; the same model and "
+                        "settings everywhere. Replaces --gpu; the counts make --replicas (if given, it must agree)")
     c.add_argument("--router", default=None, metavar="NAME",
                    help="how arrivals are spread over the replicas: round-robin (default), least-outstanding-requests, "
                         "least-kv-usage, prefix-affinity (needs --prefix-caching)")
@@ -64,29 +70,37 @@ def run(args: argparse.Namespace) -> int:
     from pagesim.sim.limits import check_synthetic_workload
     from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
-    cfg = config_from_args(args)
+    fixed = {"record_steps": False} if args.no_steps else {}
+    cfg = config_from_args(args, **fixed)
     summary_options = summary_options_from_args(args)
-    if args.no_steps:
-        cfg = cfg.replace(record_steps=False)
+    replicas = 1 if args.replicas is None else args.replicas
+    if args.replica_gpus is not None:
+        replicas = replica_groups_from_args(args, fixed)
+        cfg = replicas[0][0]
+    clustered = replicas != 1 or args.router is not None or args.router_slack is not None
+    if clustered:
+        router = args.router or "round-robin"
+        slack = DEFAULT_SLACK if args.router_slack is None else args.router_slack
+        check_cluster(replicas, router, slack, cfg)
+        if args.report:
+            raise ConfigError("--report draws one engine; it is not available with --replicas or --router")
     model, _gpu, _budget = resolve_budget(cfg)
     if not args.trace:
         duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
-    clustered = args.replicas != 1 or args.router is not None or args.router_slack is not None
-    if clustered:
-        router = args.router or "round-robin"
-        slack = DEFAULT_SLACK if args.router_slack is None else args.router_slack
-        check_cluster(args.replicas, router, slack, cfg)
-        if args.report:
-            raise ConfigError("--report draws one engine; it is not available with --replicas or --router")
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
     if clustered:
-        result = run_cluster(cfg, trace, args.replicas, router, slack, summary_options=summary_options)
+        result = run_cluster(cfg, trace, replicas, router, slack, summary_options=summary_options)
+        for s in result.replica_summaries:  # each replica's cost model is its GPU's
+            s.update(error_band(cfg.cost_model, s["gpu"], cfg.profile))
     else:
         result = run_simulation(cfg, trace, progress=args.progress and not args.json,
                                 summary_options=summary_options)
     result.summary["workload"] = workload
-    result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
+    if clustered and len(set(result.summary["gpu_per_replica"])) > 1:  # each replica's summary has its GPU's
+        result.summary.update(cost_model=cfg.cost_model, cost_error="per GPU: see replicas.json")
+    else:
+        result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
     if args.out:
         with staged_folder(args.out) as staged:
             result.save(staged, args.requests_format)
@@ -102,6 +116,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
                   + (", replicas.json" if clustered else "") + (", report.html" if args.report else ""))
     return 0
+
+
+def replica_groups_from_args(args: argparse.Namespace, fixed: dict) -> list:
+    """``--replica-gpus``: one configuration per GPU (the same flags, that GPU: its own vLLM v1
+    batch defaults follow), with its count; refused in one line where it contradicts a flag."""
+    from pagesim.sim.cluster import parse_replica_gpus
+
+    if args.gpu is not None:
+        raise ConfigError("give --gpu or --replica-gpus, not both (--replica-gpus names every replica's GPU)")
+    gpus = parse_replica_gpus(args.replica_gpus)
+    total = sum(count for _, count in gpus)
+    if args.replicas is not None and args.replicas != total:
+        raise ConfigError(f"--replica-gpus {args.replica_gpus} makes {total} replicas, but --replicas is "
+                          f"{args.replicas}; leave --replicas out or make them agree")
+    return [(config_from_args(args, **fixed, gpu=gpu), count) for gpu, count in gpus]
 
 
 #: the latency rows of the printed summary: (metric, label)
@@ -140,6 +169,8 @@ def print_summary(s: dict, f, options) -> None:
         rows.append(("cost model", describe_band(s, s["gpu"])))
     if "replicas" in s:  # a cluster (sim/cluster.py)
         rows += [("replicas / router", f"{s['replicas']} / {s['router']}"),
+                 ("GPUs (KV tokens) per replica", " ".join(f"{g} ({kv})" for g, kv in zip(
+                     s["gpu_per_replica"], s["kv_capacity_tokens_per_replica"]))),
                  ("routed per replica", " ".join(map(str, s["routed_per_replica"]))),
                  ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))

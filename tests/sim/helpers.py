@@ -11,6 +11,16 @@ from pagesim.sim.config import SimConfig
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
 
 
+def trace_of(rows, prefix=False) -> pd.DataFrame:
+    """Requests as (arrival_s, prompt, output[, prefix hashes])."""
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [r[0] for r in rows],
+                       "prompt_tokens": [r[1] for r in rows], "output_tokens": [r[2] for r in rows]})
+    if prefix:
+        df["prefix_hashes"] = [r[3] for r in rows]
+        df.attrs["hash_block_tokens"] = 16
+    return df
+
+
 def rand_trace(seed: int, n: int = 160, rate: float = 40.0, max_len: int = 256, width: dict | None = None,
                prefix: bool = False) -> pd.DataFrame:
     rng = np.random.default_rng(seed)

@@ -66,3 +66,42 @@ def test_bad_cluster_values_are_one_line_and_exit_2(capsys, argv, words):
     _, err = capsys.readouterr()
     assert e.value.code == 2
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+GPUS = ("simulate", "--workload", "sharegpt", "--rate", "8", "--num-requests", "40", "--seed", "3", "--no-progress")
+
+
+def test_replica_gpus_give_each_replica_its_gpus_pool(tmp_path, capsys):
+    """OPT-13B's KV pool is what is left of 90 % of the GPU after the weights: the H100-80GB
+    replica's is larger than the A100-40GB replicas'; the summaries name each replica's GPU and
+    pool, the cluster's the mix and their sum."""
+    out = tmp_path / "mixed"
+    rc, stdout, err = run_cli(capsys, *GPUS, "--replica-gpus", "h100-80gb:1,a100-40gb:2", "--replicas", "3",
+                              "--router", "least-kv-usage", "--out", str(out))
+    assert rc == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    replicas = json.loads((out / "replicas.json").read_text())
+    assert [r["gpu"] for r in replicas] == ["h100-80gb", "a100-40gb", "a100-40gb"]
+    pools = [r["kv_capacity_tokens"] for r in replicas]
+    assert pools[0] > pools[1] == pools[2]
+    assert summary["kv_capacity_tokens_per_replica"] == pools and summary["kv_capacity_tokens"] == sum(pools)
+    assert summary["gpu"] == summary["replica_gpus"] == "h100-80gb:1,a100-40gb:2"
+    assert all(isinstance(r["cost_error"], str) and "a100-40gb" in r["cost_error"] for r in replicas[1:])
+    assert f"h100-80gb ({pools[0]}) a100-40gb ({pools[1]})" in stdout
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--replica-gpus", "b100:2"), "--replica-gpus: unknown GPU 'b100'"),
+    (("--replica-gpus", "h100-80gb:0"), "GPU:COUNT pairs, each count a whole number >= 1"),
+    (("--replica-gpus", "h100-80gb:two"), "got 'h100-80gb:two'"),
+    (("--replica-gpus", "h100-80gb"), "got 'h100-80gb'"),
+    (("--replica-gpus", "h100:1,h100-80gb:1"), "names h100-80gb twice"),
+    (("--replica-gpus", "h100-80gb:2,a100-80gb:1", "--replicas", "4"), "makes 3 replicas, but --replicas is 4"),
+    (("--replica-gpus", "h100-80gb:2", "--gpu", "a100-80gb"), "give --gpu or --replica-gpus, not both"),
+    (("--replica-gpus", "h200-141gb:1,a100-80gb:1", "--model", "mixtral-8x7b"),
+     "--replica-gpus a100-80gb: mixtral-8x7b weights"),
+])
+def test_bad_replica_gpus_are_one_line_and_exit_2(capsys, argv, words):
+    rc, _, err = run_cli(capsys, *GPUS, *argv)
+    assert rc == 2
+    assert words in err and len(err.strip().splitlines()) == 1, err

@@ -13,7 +13,7 @@ from pagesim.sim import cluster as sim_cluster
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
-from tests.sim.helpers import cfg_for, rand_trace
+from tests.sim.helpers import cfg_for, rand_trace, trace_of
 
 
 def same(a, b) -> bool:
@@ -77,16 +77,6 @@ def test_an_arrival_and_a_step_end_at_one_instant_fire_in_creation_order(step, r
     one = run_cluster(cfg_for(), t, 1, "least-outstanding-requests").steps.drop(columns="replica")
     pd.testing.assert_frame_equal(single, one)
     assert one["num_prefill_tokens"][step] == (20 if r2_in_the_next_step else 30)
-
-
-def trace_of(rows, prefix=False) -> pd.DataFrame:
-    """Requests as (arrival_s, prompt, output[, prefix hashes])."""
-    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [r[0] for r in rows],
-                       "prompt_tokens": [r[1] for r in rows], "output_tokens": [r[2] for r in rows]})
-    if prefix:
-        df["prefix_hashes"] = [r[3] for r in rows]
-        df.attrs["hash_block_tokens"] = 16
-    return df
 
 
 def test_round_robin_takes_turns():
