@@ -42,7 +42,8 @@ FIRST_RING = 1024  # a replica's queues' first capacity (grown as its outstandin
 # Every array of a replica's state is one of four kinds (a test checks they cover state.Core):
 # its own copy of its GPU's state's (the pool, its block tables and bookkeeping, step scratch)
 OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist", "buddy_bits", "buddy_orders",
-       "holes", "block_info", "key_entries", "placement_saved", "step_copies", "step_swap_out", "step_swap_in")
+       "holes", "block_info", "key_entries", "placement_saved", "step_copies", "step_swap_out", "step_swap_in",
+       "radix_nodes")
 # made here for it (its config/count/clock rows of the cluster's 2-D arrays, queues sized to its
 # outstanding requests, step table, random stream)
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "step_prefill_ids", "step_prefill_tokens",
@@ -55,7 +56,7 @@ REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "status", "rej
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "chains", "num_keys", "width", "num_seqs", "seq_slot", "beam",
-                   "predictor_draw")
+                   "predictor_draw", "radix_request")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
 # and vLLM v1's batch limits, which default per GPU: sim.config.v1_batch_defaults); every other
@@ -136,6 +137,8 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
                           "--prefix-caching on a paged system (vllm)")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
+    if cfg.scheduler == "sglang":  # the routers read block pools; the radix cache's tokens are not one yet
+        raise ConfigError("--system sglang runs one engine: --replicas / --replica-gpus are not available for it yet")
     if by_gpu(replicas):
         for group_cfg, _ in groups:
             with naming_gpu(group_cfg, True):
