@@ -27,8 +27,7 @@ def take_blocks(s, slot, first, n):
     then (prefix caching) the oldest cached blocks, evicted."""
     top = s.count[NUM_FREE_BLOCK_IDS]
     if top < n:
-        # np.int64: numba compiles a called function once per constant it is passed (it types
-        # a literal by its value); these callers pass 0 and 1
+        # np.int64: these callers pass constants 0 and 1 (jit.njit: one compile, not one per value)
         take_blocks_evicting(s, np.int64(slot), np.int64(first), np.int64(n))
         return
     for k in range(n):

@@ -219,7 +219,7 @@ def decode_fits(s):
 
 @njit
 def predicted_decode_fits(s):
-    # np.int64(-1): a constant would compile a second next_overflowing (numba types it by value)
+    # np.int64(-1), not -1: jit.njit's note on constants
     i = next_overflowing(s, np.int64(-1))
     if i < 0:
         return True

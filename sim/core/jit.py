@@ -87,7 +87,9 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
     passes each array of the state field by field, ~420 machine words (a few hundred
     nanoseconds, more than an iteration's own bookkeeping). A function called from several
     places stays a call (inlined, it would be compiled once per place: numba's compile time
-    grows with the inlined code). ``refcounted=True`` keeps numba's reference counting, which
+    grows with the inlined code). A constant passed to a function that stays a call is typed
+    ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
+    would compile the callee once per constant. ``refcounted=True`` keeps numba's reference counting, which
     its typed containers need (the cluster's list of replicas, ``sim/core/cluster.py``); the
     functions it calls keep theirs off."""
     if fn is None:

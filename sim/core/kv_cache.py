@@ -97,7 +97,7 @@ def allocate_cached(s, i, j, num_tokens):
     them), then fresh blocks for the rest. Returns the tokens the hits hold, which are
     computed; the caller computes the rest (:func:`compute_tokens`), registering keys as
     blocks fill."""
-    # np.int64: one compile of the callee, not one per constant a caller passes (block_pool.take_blocks)
+    # np.int64: callers pass constants (jit.njit: one compile of the callee, not one per value)
     return allocate_cached_blocks(s, np.int64(i), np.int64(j), np.int64(num_tokens), blocks_for(s, num_tokens))
 
 

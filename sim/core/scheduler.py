@@ -279,7 +279,7 @@ def preempt_latest(s):
     if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
             and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
-            # np.bool_: one compile of record_swap, not one per constant (numba types it by value)
+            # np.bool_: jit.njit's note on constants
             kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
         memory.free(s, i)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n

@@ -141,7 +141,7 @@ def admit_waiting(s, budget):
             break
         pop_waiting(s)
         if s.config[PREFIX_CACHING]:
-            # np.int64: the compile kv_cache.allocate_cached makes, not one for these constants
+            # np.int64: jit.njit's note on constants
             cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
         else:
             cached = kv_cache.allocate(s, i, 0, 0)
