@@ -215,11 +215,18 @@ class Cluster:
         self.replicas = replica_list(states)
 
     def run(self) -> float:
-        """Run to the end; returns the wall time."""
+        """Run to the end; returns the wall time of the loop (numba's load, or first compile, of
+        the cluster's code comes before, with the log's notice when it compiles)."""
+        run = core_cluster.run
+        if COMPILED:
+            args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
+                    self.ck, self.arrival_s)
+            with replay.compile_notice():
+                run = run.compile(tuple(run.typeof_pyval(a) for a in args))
         t0 = time.perf_counter()
         while True:
-            code = core_cluster.run(self.replicas, self.configs, self.counts, self.clocks, self.routed,
-                                    self.replica_of, self.cc, self.ck, self.arrival_s)
+            code = run(self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
+                       self.ck, self.arrival_s)
             if code == loop.DONE:
                 break
             r = int(self.cc[core_cluster.C_STOPPED_REPLICA])

@@ -10,6 +10,7 @@ missing: the same functions, interpreted).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -57,9 +58,9 @@ def run(s: state.Core, executor=None, progress=None) -> tuple[state.Core, float]
         s.config[state.PROGRESS_EVERY] = progress_every(progress)
     if executor is not None:
         executor.start(s)
+    run_loop = compiled_entry(loop.run, s)  # before the clock: the engine's time is the loop's
     t0 = time.perf_counter()
     last_now = 0.0
-    run_loop = compiled_entry(loop.run, s)
     while True:
         code = run_loop(s)
         if code == loop.SCHEDULED:  # an executor outside the core runs the iteration and times it
@@ -133,19 +134,27 @@ def compiled_entry(fn, s: state.Core):
     key = (fn, *(array_kind(a) for a in s))
     entry = _ENTRIES.get(key)
     if entry is None:  # loaded from numba's cache (or compiled) once
-        t0 = time.perf_counter()
-        notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
-                                                              "machine and version, 1-3 minutes",))
-        notice.daemon = True
-        notice.start()
-        try:
+        with compile_notice():
             entry = _ENTRIES[key] = fn.compile((fn.typeof_pyval(s),))
-        finally:
-            notice.cancel()
-        if time.perf_counter() - t0 > COMPILE_NOTICE_S:
-            LOG.info("compiled the simulator's core in %.0f s (numba's cache keeps it for later runs)",
-                     time.perf_counter() - t0)
     return entry
+
+
+@contextlib.contextmanager
+def compile_notice():
+    """Around a load of compiled code from numba's cache: past ``COMPILE_NOTICE_S`` numba is
+    compiling (minutes, once per machine), which the log says while it happens, then how long it took."""
+    t0 = time.perf_counter()
+    notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
+                                                          "machine and version, 1-3 minutes",))
+    notice.daemon = True
+    notice.start()
+    try:
+        yield
+    finally:
+        notice.cancel()
+    if time.perf_counter() - t0 > COMPILE_NOTICE_S:
+        LOG.info("compiled the simulator's core in %.0f s (numba's cache keeps it for later runs)",
+                 time.perf_counter() - t0)
 
 
 def array_kind(a):
