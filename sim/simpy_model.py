@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from pagesim.sim.core import loop, scheduler, scheduler_sglang, scheduler_v1, state, static
+from pagesim.sim.core import loop, scheduler, state, static
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.replay import live_lock_message
 from pagesim.sim.errors import InvariantError
@@ -34,9 +34,7 @@ def run(s: state.Core) -> state.Core:
     c, clock = s.count, s.clock
     static_batching = s.config[state.SCHEDULER_KIND] == state.STATIC
     add_arrival = interpreted(scheduler.add_arrival)
-    kind = s.config[state.SCHEDULER_KIND]
-    schedule = interpreted(static.schedule if static_batching else scheduler_v1.schedule if kind == state.V1
-                           else scheduler_sglang.schedule if kind == state.SGLANG else scheduler.schedule)
+    schedule = interpreted(loop.schedule_iteration)
     complete_step = interpreted(static.complete_step if static_batching else scheduler.complete_step)
     step_time, record = interpreted(loop.step_time), interpreted(loop.record)
     steps_without_token_limit = interpreted(scheduler.steps_without_token_limit)

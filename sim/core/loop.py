@@ -21,7 +21,12 @@ being in the arrays.
 
 from __future__ import annotations
 
-from pagesim.sim.core import scheduler, scheduler_sglang, scheduler_v1, static
+from pagesim.sim.core import scheduler, static
+# the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
+from pagesim.sim.core.scheduler import schedule as schedule_vllm
+from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
+from pagesim.sim.core.scheduler_v1 import schedule as schedule_v1
+from pagesim.sim.core.static import schedule as schedule_static
 from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
@@ -46,6 +51,20 @@ DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STE
 HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
+
+
+@njit(inline=True)
+def schedule_iteration(s):
+    """One iteration's scheduling by the configured scheduler (``config[SCHEDULER_KIND]``);
+    returns the decode context sum."""
+    kind = s.config[SCHEDULER_KIND]
+    if kind == STATIC:
+        return schedule_static(s)
+    if kind == V1:
+        return schedule_v1(s)
+    if kind == SGLANG:
+        return schedule_sglang(s)
+    return schedule_vllm(s)
 
 
 @njit(inline=True)
@@ -234,14 +253,7 @@ def run(s):
         c[STARTED] = 1
         c[SCHEDULE_ON_RESUME] = 0
         # the engine: schedule an iteration, price it, let it run
-        if request_level:
-            decode_context_sum = static.schedule(s)
-        elif s.config[SCHEDULER_KIND] == V1:
-            decode_context_sum = scheduler_v1.schedule(s)
-        elif s.config[SCHEDULER_KIND] == SGLANG:
-            decode_context_sum = scheduler_sglang.schedule(s)
-        else:
-            decode_context_sum = scheduler.schedule(s)
+        decode_context_sum = schedule_iteration(s)
         if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):
             if c[ARRIVALS_DONE] and not (c[WAITING_LEN] or c[NUM_RUNNING] or c[SWAPPED_LEN]):
                 clock[END_S] = clock[NOW]
