@@ -203,7 +203,7 @@ def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched req
                       row=1, col=i)
         for j, (ms, h) in enumerate(g.groupby(setting[g.index], sort=False, dropna=False)):
             ours = h.groupby("system", sort=False)["avg_batch_size"].first().reindex(systems)
-            name = "pagesim" if pd.isna(ms) else f"pagesim, {ms:g} ms CPU/sequence"
+            name = "pagesim, the cost model's CPU time" if pd.isna(ms) else f"pagesim, {ms:g} ms CPU/sequence"
             fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name=name, marker_color=shades[j % len(shades)],
                                  legendgroup=name, showlegend=i == 1, text=[_label(v) for v in ours],
                                  textposition="outside"), row=1, col=i)

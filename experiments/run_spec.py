@@ -254,7 +254,8 @@ def expand_grid(config: dict[str, Any]) -> list[RunSpec]:
 
     A list value inside a case is a grid dimension of that case only (e.g. per-workload rates).
     Precedence: base < case < grid. Order: cases outermost, then the case's list keys, then grid
-    keys in the order written (last varies fastest).
+    keys in the order written (last varies fastest). A value ``"default"`` leaves its setting
+    at the run's default (:func:`spec_from_settings`).
     """
     sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
     base = dict(config.get("base", {}))
@@ -279,7 +280,9 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
     if sim_fields is None:
         sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
-    values = {k.replace("-", "_"): v for k, v in values.items()}
+    # "default" leaves a setting to the run's defaults: a grid can hold the cost model's own CPU
+    # time beside a number (fig13.toml's per_seq_overhead_ms = ["default", 0.3])
+    values = {k.replace("-", "_"): v for k, v in values.items() if v != "default"}
     system = values.pop("system", "vllm")
     wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
     cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}

@@ -42,7 +42,8 @@ SIM_FLAGS = {
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated"],
                        help="roofline (default) or calibrated: the roofline with constants fitted on measured "
-                            "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40)"),
+                            "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40; a100-40gb and "
+                            "h200-141gb take their same chip's)"),
     "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
                                         "how plan's error band reruns at 1 -/+ the measured p90 error (default 1)"),
     "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "

@@ -146,38 +146,62 @@ def calibrated_gpus() -> list[str]:
     return sorted(p.stem for p in DATA_DIR.glob("*.toml"))
 
 
+#: GPUs with no measurements of their own that share a measured GPU's chip, SM count and clocks
+#: and differ from it only in memory: size, and bandwidth (1,555 against 2,039 GB/s; 4.8 against
+#: 3.35 TB/s), a preset peak that the fitted efficiencies are fractions of. They are priced with
+#: that GPU's constants, and their error band says it was measured on the other GPU.
+SAME_CHIP = {"a100-40gb": "a100-80gb", "h200-141gb": "h100-80gb"}
+
+
+def calibration_gpu(gpu: str) -> str | None:
+    """The GPU whose fitted constants price ``gpu``: its own, else its :data:`SAME_CHIP`
+    sibling's; None where neither was measured."""
+    for name in (gpu, SAME_CHIP.get(gpu)):
+        if name and calibration_path(name).exists():
+            return name
+    return None
+
+
 @lru_cache(maxsize=None)
 def load_calibration(gpu: str) -> Calibration:
-    """The shipped constants of GPU preset ``gpu`` (ConfigError naming the calibrated GPUs)."""
-    path = calibration_path(gpu)
-    if not path.exists():
+    """The constants that price GPU preset ``gpu`` (:func:`calibration_gpu`; ConfigError naming
+    the calibrated GPUs where there are none)."""
+    source = calibration_gpu(gpu)
+    if source is None:
         raise ConfigError(f"no calibration for GPU '{gpu}' (calibrated: {', '.join(calibrated_gpus()) or 'none'}); "
                           "use --cost-model roofline, or fit one: pagesim cost fit --measured DIR --gpu GPU --out FILE")
-    return Calibration.from_toml(path)
+    return Calibration.from_toml(calibration_path(source))
 
 
 def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
     report it: ``{"cost_model": ..., "cost_error": {"median", "p90", "max", "cells", "method",
-    "source"}}``, or ``"cost_error": "uncalibrated: ..."`` where ``gpu`` has no measurements."""
+    "source", "measured_on"}}``, or ``"cost_error": "uncalibrated: ..."`` where neither ``gpu``
+    nor its :data:`SAME_CHIP` sibling has measurements. ``measured_on`` names the sibling when
+    ``gpu`` borrows its constants: the band was measured there, not on ``gpu``."""
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
-    path = calibration_path(gpu)
-    if not path.exists():
+    source = calibration_gpu(gpu)
+    if source is None:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: no measured timings for {gpu}"}
+    path = calibration_path(source)
     err = load_calibration(gpu).error.get(cost_model, {})
     band = dict(err.get("all", {}))
     if not band:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: {path.name} has no [error.{cost_model}]"}
     band["method"] = err.get("method", "")
     band["source"] = f"sim/data/calibration/{path.name}"
+    band["measured_on"] = source
     return {"cost_model": cost_model, "cost_error": band}
 
 
 def describe_band(band: dict, gpu: str) -> str:
-    """One line for a printed summary: ``calibrated (a100-80gb: median 2.3 %, p90 7.8 % ...)``."""
+    """One line for a printed summary: ``calibrated (a100-80gb: median 2.3 %, p90 7.8 % ...)``;
+    a borrowed band names the GPU it was measured on."""
     err = band["cost_error"]
     if isinstance(err, str):
         return f"{band['cost_model']} ({err})"
-    return (f"{band['cost_model']} (GPU time per iteration vs measured on {gpu}: median {100 * err['median']:.1f} %, "
-            f"p90 {100 * err['p90']:.1f} %, {err['method']})")
+    measured_on = err.get("measured_on", gpu)
+    borrowed = f"; {gpu} itself unmeasured: the same chip as {measured_on}" if measured_on != gpu else ""
+    return (f"{band['cost_model']} (GPU time per iteration vs measured on {measured_on}: median "
+            f"{100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %, {err['method']}{borrowed})")

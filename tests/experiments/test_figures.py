@@ -54,8 +54,9 @@ def test_fig13_layout_and_deltas(fake_opts):
     both = X.fig13.run(fake_opts, quick=True)
     assert list(both.columns[:8]) == ["workload", "rate", "system", "per_seq_overhead_ms", "avg_batch_size",
                                       "paper_avg_batch_size", "delta", "delta_pct"]
-    assert len(both) == 16 and sorted(set(both.per_seq_overhead_ms)) == [0.02, 0.3]  # two CPU-cost settings
-    df = both[both.per_seq_overhead_ms == 0.02]
+    # two CPU-cost settings: the cost model's own (NaN: no override) and 0.3 ms per sequence
+    assert len(both) == 16 and both.per_seq_overhead_ms.isna().sum() == 8 and (both.per_seq_overhead_ms == 0.3).sum() == 8
+    df = both[both.per_seq_overhead_ms.isna()]
     r = df[(df.workload == "sharegpt") & (df.system == "vllm")].iloc[0]
     assert r.rate == 2.0 and r.avg_batch_size == pytest.approx(33.0) and r.paper_avg_batch_size == 30.42
     assert r.delta == pytest.approx(2.58) and r.delta_pct == pytest.approx(100 * 2.58 / 30.42)
@@ -65,6 +66,9 @@ def test_fig13_layout_and_deltas(fake_opts):
     m = df[(df.workload == "alpaca") & (df.system == "orca-max")].iloc[0]
     assert m.delta == pytest.approx(0.0) and m.note == ""
     assert "Orca (Oracle)" in X.fig13.explain(both) and "0.3 ms/sequence" in X.fig13.explain(both)
+    assert "sharegpt (the cost model's CPU time)" in X.fig13.explain(both)
+    charged = both.assign(cpu_overhead="1 ms + 50 us/sequence (measured)")
+    assert "sharegpt (the cost model's CPU time: 1 ms + 50 us/sequence (measured))" in X.fig13.explain(charged)
 
 
 def test_fig15_layout_and_savings(fake_opts):

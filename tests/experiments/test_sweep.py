@@ -39,6 +39,12 @@ def test_expand_grid_cases_with_list_values_and_precedence():
         ("alpaca", 2.0, 4, 1, True), ("sharegpt", 9.0, 1, 2, False), ("sharegpt", 9.0, 1, 2, True)]
 
 
+def test_expand_grid_default_leaves_a_setting_unset():
+    cfg = {"base": {"per_seq_overhead_ms": 0.1}, "grid": {"per_seq_overhead_ms": ["default", 0.3]}}
+    unset, set_ = expand_grid(cfg)
+    assert "per_seq_overhead_ms" not in unset.sim and set_.sim["per_seq_overhead_ms"] == 0.3
+
+
 def test_expand_grid_errors():
     with pytest.raises(ConfigError, match="unknown setting"):
         expand_grid({"base": {"bogus": 1}})

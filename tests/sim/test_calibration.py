@@ -433,10 +433,41 @@ def test_simulate_says_which_cost_model_ran(tmp_path, capsys):
     assert s["cost_model"] == "calibrated" and s["cost_error"]["p90"] == band["p90"]
     assert s["cost_error"]["method"] == "leave-one-model-out"
     assert main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--out", str(out),
-                 "--no-progress"]) == 0
-    assert "roofline (uncalibrated: no measured timings for a100-40gb)" in capsys.readouterr().out
+                 "--gpu", "l40s", "--no-progress"]) == 0
+    assert "roofline (uncalibrated: no measured timings for l40s)" in capsys.readouterr().out
     s = json.loads((out / "summary.json").read_text())
     assert s["cost_model"] == "roofline" and s["cost_error"].startswith("uncalibrated")
+
+
+def test_a_same_chip_gpu_borrows_the_measured_ones_constants_and_says_so(tmp_path, capsys):
+    """The A100-40GB (the default, unmeasured) is the A100-80GB's chip with slower HBM: priced with
+    the 80 GB's fitted constants at its own datasheet bandwidth, its band labelled as measured on
+    the 80 GB, the CPU time the 80 GB's measured one."""
+    from pagesim.sim.calibration import load_calibration
+    from pagesim.sim.core import cost_calibrated as core
+    from pagesim.sim.cost_calibrated import CalibratedCostModel
+    from pagesim.sim.specs import get_gpu, get_model
+
+    measured = load_calibration("a100-80gb")
+    assert load_calibration("a100-40gb") == measured and load_calibration("h200-141gb") == load_calibration("h100-80gb")
+    model = get_model("opt-13b")
+    small, large = CalibratedCostModel(model, get_gpu("a100-40gb")), CalibratedCostModel(model, get_gpu("a100-80gb"))
+    assert small.calibration == measured
+    assert small.constants()[core.MEMORY_BANDWIDTH] == 1555e9 and large.constants()[core.MEMORY_BANDWIDTH] == 2039e9
+    assert (small.overhead_s, small.per_seq_overhead_s) == (large.overhead_s, large.per_seq_overhead_s)
+    # a decode step of 8 sequences at 1,000 tokens each moves the same bytes at 1,555 instead of 2,039 GB/s
+    assert small.step_time(decode_batch(8, 8000)) > large.step_time(decode_batch(8, 8000))
+    band = measured.error["calibrated"]["all"]
+    out = tmp_path / "run"
+    assert main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--cost-model", "calibrated",
+                 "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert (f"calibrated (GPU time per iteration vs measured on a100-80gb: median {100 * band['median']:.1f} %, "
+            f"p90 {100 * band['p90']:.1f} %, leave-one-model-out; a100-40gb itself unmeasured: the same chip as "
+            "a100-80gb)") in text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["gpu"] == "a100-40gb" and s["cost_error"]["measured_on"] == "a100-80gb"
+    assert s["cost_error"]["p90"] == band["p90"]
 
 
 def test_calibrated_refuses_what_was_not_measured(capsys):
@@ -448,9 +479,9 @@ def test_calibrated_refuses_what_was_not_measured(capsys):
 
 def test_calibrated_on_an_uncalibrated_gpu_is_one_line(capsys):
     rc = main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--cost-model", "calibrated",
-               "--no-progress"])
+               "--gpu", "l40s", "--no-progress"])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "no calibration for GPU 'a100-40gb'" in err
+    assert rc == 2 and err.count("\n") == 1 and "no calibration for GPU 'l40s'" in err
 
 
 def test_calibrated_cuts_the_error_on_the_shared_measurements():
