@@ -42,9 +42,8 @@ STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "
 
 
 class StepRecords:
-    """The run's iterations as the core recorded them (``sim/core/loop.py`` ``record``): one row
-    each (``cfg.record_steps``), or, without rows, their time-weighted sums; and the totals the
-    summary reads. ``blocks``: the pool has blocks (paged managers), whose used and logical
+    """The run's iterations as the core recorded them (``sim/core/loop.py`` ``record``): their
+    time-weighted sums, which the summary reads, and with ``cfg.record_steps`` one row each. ``blocks``: the pool has blocks (paged managers), whose used and logical
     counts are recorded too (the sharing saving of the paper's Fig. 15)."""
 
     def __init__(self, s: state.Core, capacity: int, blocks: bool):
@@ -55,20 +54,16 @@ class StepRecords:
         self.idle_s = float(clock[state.IDLE_S])
         self.blocks = blocks
         self.keep_rows = bool(s.config[state.KEEP_ROWS])
+        # the loop's time-weighted sums (sim/core/loop.py record), with or without rows
+        self.busy_s = float(clock[state.BUSY_S])
+        self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + 6].tolist(), np.float64)
+        self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
+        self.block_sums = [float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])]
         if self.keep_rows:
             f, i = s.row_floats[:n], s.row_ints[:n]
             self.rows = (f, i[:, :11], i[:, 11:])
-            dt = f[:, 1]
-            self.busy_s = float(dt.sum())
-            self.mem_weighted = i[:, 5:11].T.astype(np.float64) @ dt
-            self.running_weighted = float(i[:, 4] @ dt)
-            self.block_sums = (i[:, 11:].T.astype(np.float64) @ dt).tolist()
         else:
             self.rows = None
-            self.busy_s = float(clock[state.BUSY_S])
-            self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + 6].tolist(), np.float64)
-            self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
-            self.block_sums = [float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])]
         self.mem_weighted[5] += self.capacity * self.idle_s  # idle time: every slot is free
 
     def frame(self) -> pd.DataFrame:

@@ -39,7 +39,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
                             PROGRESS_EVERY, RUNNING_WEIGHTED, SCHEDULE_ON_RESUME, STARTED, STEP_DECODE_SEQS,
                             STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
-                            STEPS_WITHOUT_TOKEN, SUM_DECODE_TOKENS, SUM_PREFILL_TOKENS, SWAPPED_LEN, WAITING_LEN,
+                            STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import SCHEDULER_KIND, SGLANG, STATIC, V1
@@ -108,11 +108,20 @@ def step_time(s, decode_context_sum):
 
 @njit(inline=True)
 def record(s, start, dt):
-    """One step-table row (or, without rows, the time-weighted sums in sim.metrics' order)."""
+    """The time-weighted sums the summary reads (in sim.metrics' order), and with rows the
+    step-table row. The summary reads the sums either way: one statement of each average, the
+    same float with or without a step table."""
     c = s.count
     memory = s.step_memory
     used = memory_categories(s, c[DEMAND_WAITING], memory)
     logical = c[LOGICAL_BLOCKS]  # the tables' lengths: more than used when prefix hits share blocks
+    clock = s.clock
+    clock[BLOCKS_SUM] += used * dt
+    clock[LOGICAL_SUM] += logical * dt
+    clock[BUSY_S] += dt
+    for k in range(6):
+        clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
+    clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, 0] = start
@@ -127,16 +136,6 @@ def record(s, start, dt):
             row[r, 5 + k] = memory[k]
         row[r, 11] = used
         row[r, 12] = logical
-    else:
-        clock = s.clock
-        clock[BLOCKS_SUM] += used * dt
-        clock[LOGICAL_SUM] += logical * dt
-        clock[BUSY_S] += dt
-        for k in range(6):
-            clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
-        clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
-        c[SUM_PREFILL_TOKENS] += c[STEP_PREFILL_TOKENS]
-        c[SUM_DECODE_TOKENS] += c[STEP_DECODE_SEQS]
     c[NUM_ROWS] += 1
 
 

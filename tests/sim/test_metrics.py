@@ -105,3 +105,21 @@ def test_one_output_token_has_no_tpot(simulate, opt13b_config, tiny_trace, opt13
     assert np.isnan(request["tpot_s"])
     assert np.isnan(result.summary["mean_tpot_ms"])
     assert request["normalized_latency_s"] == pytest.approx(opt13b_a100.step(prefills=[(16, 0)]), rel=1e-12)
+
+
+@pytest.mark.parametrize("system", ["vllm", "orca-oracle", "static", "sglang"])
+def test_summary_is_the_same_float_with_or_without_a_step_table(system):
+    """The time-weighted averages (batch, memory categories, blocks) are summed once, in the
+    loop, whether or not the run keeps its step table: a ``--no-steps`` run's summary is the
+    same, bit for bit."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.run import run_simulation
+    from pagesim.traces.synth import make_workload
+
+    trace = make_workload("sharegpt", rate=8.0, num_requests=300, seed=3)
+    with_rows, without = (run_simulation(SimConfig.for_system(system, kv_gib=6.0, record_steps=keep), trace).summary
+                          for keep in (True, False))
+    for s in (with_rows, without):
+        s.pop("wall_time_s")
+    assert with_rows == without
+    assert with_rows["avg_batch_size"] > 1 and with_rows["mem_token_states"] > 0
