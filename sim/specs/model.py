@@ -58,9 +58,10 @@ Parameters (biases and norms are not counted: under 0.1 % of any model here)::
     MoE MLP          E * 3*h*i_expert + 3*h*i_shared + E*h      (experts, shared expert, router)
     active MoE MLP   k * 3*h*i_expert + 3*h*i_shared + E*h      (the k experts a token visits)
 
-Memory holds every expert (``num_params``, ``weight_bytes``); a token's work reads and
-multiplies only the active ones (``active_params``, ``active_weight_bytes``, what the cost
-model reads). ``num_params`` adds the embedding, an untied LM head and a vision encoder;
+Memory holds every expert (``num_params``, ``weight_bytes``); a token's work multiplies only
+the active ones (``active_params``). A step reads the weights outside the routed experts
+(``unrouted_weight_bytes``) and each routed expert any of its tokens visits
+(``routed_expert_weight_bytes`` per distinct expert; the expectation is in ``sim/cost.py``). ``num_params`` adds the embedding, an untied LM head and a vision encoder;
 ``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a lookup,
 not a GEMM).
 
@@ -232,16 +233,20 @@ class ModelSpec:
         kv = self.num_kv_heads * self.head_dim
         return h * q + 2 * h * kv + q * h
 
-    def _mlp_params(self, layer: int, active: bool) -> int:
+    def _mlp_params(self, layer: int, routed_experts: int) -> int:
         h, moe = self.hidden_size, self.moe
         if moe is not None and layer in moe.layers:
-            experts = moe.experts_per_token if active else moe.num_experts
-            return (experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
+            return (routed_experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
                     + moe.num_experts * h)
         return (3 if self.gated_mlp else 2) * h * self.intermediate_size
 
-    def _layer_params(self, active: bool) -> int:
-        return sum(self._mixer_params(kind) + self._mlp_params(i, active) for i, kind in enumerate(self.kinds))
+    def _layer_params(self, active: bool, routed_experts: int | None = None) -> int:
+        """The layers' parameters with every expert (``active=False``), a token's ``k``
+        (``active=True``), or ``routed_experts`` routed experts per MoE layer when given."""
+        moe = self.moe
+        if routed_experts is None:
+            routed_experts = 0 if moe is None else moe.experts_per_token if active else moe.num_experts
+        return sum(self._mixer_params(kind) + self._mlp_params(i, routed_experts) for i, kind in enumerate(self.kinds))
 
     def _layer_weight_bytes(self, params: int) -> int:
         q = self.quantization
@@ -273,6 +278,28 @@ class ModelSpec:
         """Bytes of weights one token's forward pass reads (the whole TP group)."""
         return (self._layer_weight_bytes(self._layer_params(active=True))
                 + self.vocab_size * self.hidden_size * self.dtype_bytes)
+
+    @property
+    def num_moe_layers(self) -> int:
+        moe = self.moe
+        return 0 if moe is None else sum(i in moe.layers for i in range(self.num_layers))
+
+    @property
+    def unrouted_weight_bytes(self) -> int:
+        """Bytes of weights every forward pass reads whatever its tokens' routing (the whole TP
+        group): all but the routed experts (attention, dense MLPs, shared experts, routers, LM
+        head). ``active_weight_bytes`` for a dense model."""
+        return (self._layer_weight_bytes(self._layer_params(active=True, routed_experts=0))
+                + self.vocab_size * self.hidden_size * self.dtype_bytes)
+
+    @property
+    def routed_expert_weight_bytes(self) -> int:
+        """Bytes of one routed expert (a gated MLP of ``expert_intermediate_size``) in each MoE
+        layer, summed over those layers (the whole TP group); 0 for a dense model."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return self.num_moe_layers * self._layer_weight_bytes(3 * self.hidden_size * moe.expert_intermediate_size)
 
 
 def with_max_seq_len(model: ModelSpec, max_seq_len: int | None) -> ModelSpec:
