@@ -188,6 +188,9 @@ class TableCostModel(CpuOverhead):
                  swap_block_tokens: int = 0):
         from pagesim.sim.profile_format import read_profile  # only --profile runs load it (7 ms of every run's start)
 
+        if model.kv_cache_dtype != "auto":  # profile_format's dtype: float16 or bfloat16, K and V included
+            raise ConfigError(f"{path}: a profile's attention is measured on a 16-bit KV cache; --kv-cache-dtype "
+                              f"{model.kv_cache_dtype} needs the roofline (drop --profile)")
         df = read_profile(path)
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)

@@ -17,11 +17,12 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import cost as C
-from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.cost_calibrated import CalibratedCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import resolve_budget
 from pagesim.sim.specs import GiB, MODELS, get_gpu, get_model, kv_capacity, with_kv_cache_dtype
+from tests.sim.helpers import write_table_profile
 
 BW = 1555e9 * 0.8
 LLAMA = get_model("llama-2-7b")
@@ -88,6 +89,16 @@ def test_decode_attention_and_swaps_halve_the_rest_stays():
 def test_calibrated_model_refuses_an_fp8_cache():
     with pytest.raises(ConfigError, match="an fp8 KV cache: use --cost-model roofline"):
         CalibratedCostModel(LLAMA_FP8, get_gpu("a100-80gb"))
+
+
+def test_table_model_refuses_an_fp8_cache(tmp_path):
+    # a profile's dtype is float16 or bfloat16: its attention rows read a 16-bit cache
+    path = write_table_profile(tmp_path / "p.csv")
+    opt = get_model("opt-13b")
+    TableCostModel(path, opt, get_gpu("a100-80gb"))  # the same profile, a 16-bit cache: accepted
+    with pytest.raises(ConfigError, match="measured on a 16-bit KV cache; --kv-cache-dtype fp8_e5m2 needs the "
+                                          "roofline"):
+        TableCostModel(path, with_kv_cache_dtype(opt, "fp8_e5m2"), get_gpu("a100-80gb"))
 
 
 RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--num-requests", "5", "--model", "llama-2-7b",
