@@ -22,8 +22,8 @@ visits, plus the LM head), ``W_lin`` the bytes of those weights at the checkpoin
 it in 4-bit AWQ/GPTQ), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode attention reads
 every cached K and V once: the vLLM paper's point that decoding is memory-bound; for
 multi-head latent attention one latent per token and layer; one byte per element under
-``--kv-cache-dtype fp8``, which halves these reads and the swaps' bytes of a 16-bit model), and ``F_prefill = A *
-sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
+``--kv-cache-dtype fp8``, which halves these reads and the swaps' bytes of a 16-bit model),
+and ``F_prefill = A * sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
 with ``A = ModelSpec.attention_flops_per_pair`` (``4 * L * heads * head_dim``: QK^T and PV,
 causal half, over the attention layers only). GEMMs of W8A8 FP8 checkpoints run at the GPU's
 FP8 peak where it has one (``GPUSpec.peak_fp8_flops``). For a dense 16-bit model these are the

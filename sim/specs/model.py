@@ -25,8 +25,8 @@ KV bytes per token, per GPU of a tensor-parallel group of ``tp`` (vLLM's cache l
 
 ``kv_cache_dtype_bytes`` is the model's ``dtype_bytes`` under vLLM's default ``--kv-cache-dtype
 auto`` and 1 under ``fp8`` (``fp8_e4m3``, ``fp8_e5m2``: ``STR_DTYPE_TO_TORCH_DTYPE`` in
-vllm/utils/__init__.py maps each to a one-byte uint8 cache); activations, all-reduces and recurrent states keep
-``dtype_bytes``.
+vllm/utils/__init__.py maps each to a one-byte uint8 cache); activations, all-reduces and
+recurrent states keep ``dtype_bytes``.
 
 KV heads are replicated when ``tp`` exceeds them: each GPU keeps at least one (vLLM's
 ``ModelConfig.get_num_kv_heads`` in ``vllm/config.py``: ``max(1, total_num_kv_heads //
@@ -66,7 +66,8 @@ Parameters (biases and norms are not counted: under 0.1 % of any model here)::
 Memory holds every expert (``num_params``, ``weight_bytes``); a token's work multiplies only
 the active ones (``active_params``). A step reads the weights outside the routed experts
 (``unrouted_weight_bytes``) and each routed expert any of its tokens visits
-(``routed_expert_weight_bytes`` per distinct expert; the expectation is in ``sim/cost.py``). ``num_params`` adds the embedding, an untied LM head and a vision encoder;
+(``routed_expert_weight_bytes`` per distinct expert; the expectation is in ``sim/cost.py``).
+``num_params`` adds the embedding, an untied LM head and a vision encoder;
 ``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a lookup,
 not a GEMM).
 
