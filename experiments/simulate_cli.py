@@ -160,7 +160,8 @@ def print_summary(s: dict, f, options) -> None:
         ("normalized latency", f"{s['normalized_latency_s_per_token']:.4f} s/token"),
         ("peak concurrent requests", s["max_concurrent_requests"]),
         ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
-        ("KV capacity", f"{s['kv_capacity_tokens']} tokens"),
+        ("KV capacity", f"{s['kv_capacity_tokens']} tokens"
+                        + (f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else "")),
     ]
     if "prefix_cache_hit_rate" in s:
         rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))

@@ -199,6 +199,9 @@ class GPUExecutor:
 
     def __init__(self, model, backend, *, host_blocks: int | None = None, include_prep: bool = True,
                  on_step: Callable | None = None, check: bool = True):
+        if model.kv_cache_dtype != "auto":  # the kernels (gpu/kernels) read and write a 16-bit cache
+            raise ConfigError(f"the GPU mode keeps the KV cache at the model's 16-bit dtype; --kv-cache-dtype "
+                              f"{model.kv_cache_dtype} is simulated only (drop it, or run pagesim simulate)")
         self.model = model
         self.backend = backend
         self.host_blocks_asked = host_blocks

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from pagesim.sim.config import APPEND_RULES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS, SimConfig, load_toml
+from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS,
+                                SimConfig, load_toml)
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
@@ -17,6 +18,8 @@ SIM_FLAGS = {
     "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
     "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),
+    "kv_cache_dtype": dict(choices=KV_CACHE_DTYPES, help="as vLLM's: auto (default, the model's dtype) or fp8 "
+                                                         "(fp8_e4m3, fp8_e5m2): one byte per cached element"),
     "manager": dict(choices=["static", "contiguous", "paged", "vattention"], help="override the system's memory manager"),
     "scheduler": dict(choices=["static", "orca", "vllm", "vllm-v1", "sglang"], help="override the system's scheduler"),
     "block_size": dict(type=int, help="paged block size in tokens (default 16; token: 1)"),

@@ -44,6 +44,7 @@ import numpy as np
 
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GiB, get_gpu
+from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
 SYSTEMS: dict[str, dict[str, Any]] = {
     "static": dict(manager="static", scheduler="static"),
@@ -83,7 +84,7 @@ CHOICES: dict[str, tuple] = {
     "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
     "placement": PLACEMENTS, "preemption": PREEMPTIONS, "append_rule": APPEND_RULES, "max_len_policy": MAX_LEN_POLICIES,
     "cost_model": COST_MODELS, "schedule_policy": SCHEDULE_POLICIES,
-    "vattention_page_kib": VATTENTION_PAGE_KIB,
+    "vattention_page_kib": VATTENTION_PAGE_KIB, "kv_cache_dtype": KV_CACHE_DTYPES,
 }
 #: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
 RANGES: dict[str, tuple] = {
@@ -108,6 +109,7 @@ class SimConfig:
     gpu_memory_utilization: float = 0.9
     activation_reserve_gib: float = 2.0
     max_seq_len: int | None = None  # None: the model's max_position_embeddings
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 (1 byte)
 
     # system (memory manager + scheduler)
     system: str = "vllm"

@@ -5,7 +5,9 @@ Roofline model (default)
 For a step with T = prefill + decode tokens on one GPU of a TP group of size ``tp``::
 
     linear   = max(2 * T * P_lin / tp / (peak_flops * eff_flops),      # compute-bound (prefill)
-                   W_lin / tp / (mem_bw * eff_bw))                       # weight reads (decode)
+                   W(T) / tp / (mem_bw * eff_bw))                        # weight reads (decode)
+    W(T)     = W_lin                                                     # dense
+             = W_unrouted + E * (1 - (1 - k/E)^T) * W_expert             # mixture of experts
     attn     = KV_read / (mem_bw * eff_bw)                               # decode: memory-bound
              + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
     allreduce= 2 * L * [ 2 (tp-1)/tp * T * hidden * dtype / link_bw + ar_latency ]   (tp > 1)
@@ -19,16 +21,24 @@ visits, plus the LM head), ``W_lin`` the bytes of those weights at the checkpoin
 (``ModelSpec.active_weight_bytes``: ``2 P_lin`` in fp16, about ``P_lin`` in FP8, a quarter of
 it in 4-bit AWQ/GPTQ), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode attention reads
 every cached K and V once: the vLLM paper's point that decoding is memory-bound; for
-multi-head latent attention one latent per token and layer), and ``F_prefill = A *
-sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
+multi-head latent attention one latent per token and layer; one byte per element under
+``--kv-cache-dtype fp8``, which halves these reads and the swaps' bytes of a 16-bit model),
+and ``F_prefill = A * sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
 with ``A = ModelSpec.attention_flops_per_pair`` (``4 * L * heads * head_dim``: QK^T and PV,
 causal half, over the attention layers only). GEMMs of W8A8 FP8 checkpoints run at the GPU's
 FP8 peak where it has one (``GPUSpec.peak_fp8_flops``). For a dense 16-bit model these are the
 same numbers, bit for bit, as before MoE and quantization were modelled.
 
-A mixture of experts' weight reads are those of one token's experts: exact for a batch of one,
-a lower bound for larger batches, whose tokens visit more distinct experts (up to all of them);
-the step-time function (``sim/core/cost.py``) would need the batch size in that term to do better.
+A mixture of experts' step reads each routed expert that at least one of its T tokens visits,
+once (vLLM's fused_moe runs one block of tokens per expert): with ``E`` routed experts per MoE
+layer, ``k`` visited per token, routing taken as uniform and independent, that is ``E * (1 -
+(1 - k/E)^T)`` distinct experts per layer, ``k`` for one token and towards all ``E`` for a
+large batch. ``W_unrouted`` is every weight but the routed experts (attention, dense MLPs,
+shared experts, routers, LM head: ``ModelSpec.unrouted_weight_bytes``), ``W_expert`` one
+routed expert's bytes summed over the MoE layers (``ModelSpec.routed_expert_weight_bytes``);
+each GPU holds 1/tp of every expert, as vLLM shards them under TP. Memory holds every expert
+(``ModelSpec.weight_bytes``, ``sim/specs/capacity.py``). The rule is stated in
+``sim/core/cost.py`` (``weight_read_seconds``).
 
 Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
 (``sim/specs/gpus.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
@@ -57,7 +67,7 @@ import numpy as np
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core import cost_table
-from pagesim.sim.core.cost import roofline_step_time, swap_copy_seconds_per_token
+from pagesim.sim.core.cost import roofline_step_time, swap_copy_seconds_per_token, weight_read_seconds
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -66,6 +76,7 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 # Python's engine prices one batch at a time: the interpreted function avoids numba's call
 # overhead (the same source, so the same float)
 _step_time = interpreted(roofline_step_time)
+_weight_read_seconds = interpreted(weight_read_seconds)
 
 
 def prefill_sums(batch: StepBatch) -> tuple[float, int]:
@@ -112,7 +123,11 @@ class RooflineCostModel(CpuOverhead):
         m, tp = self.model, self.tensor_parallel
         h = m.hidden_size
         self._lin_flops_per_token = 2.0 * m.active_params / tp
-        self._lin_weight_time = m.active_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
+        self._lin_weight_time = m.unrouted_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
+        # a mixture of experts' routed experts, read as the step's tokens visit them (sim.core.cost)
+        self._routed_experts = float(m.moe.num_experts) if m.moe is not None else 0.0
+        self._experts_per_token = float(m.moe.experts_per_token) if m.moe is not None else 0.0
+        self._expert_weight_time = m.routed_expert_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         fp8 = m.quantization is not None and m.quantization.fp8_compute and self.gpu.peak_fp8_flops
         self._flops = (self.gpu.peak_fp8_flops if fp8 else self.gpu.peak_flops) * self.eff_flops
         self._kv_bytes_per_token = m.kv_bytes_per_token(tp)
@@ -129,7 +144,8 @@ class RooflineCostModel(CpuOverhead):
             self._ar_fixed = 0.0
 
     def linear_time(self, num_tokens: int) -> float:
-        return max(num_tokens * self._lin_flops_per_token / self._flops, self._lin_weight_time)
+        return max(num_tokens * self._lin_flops_per_token / self._flops,
+                   _weight_read_seconds(self.constants(), num_tokens))
 
     def decode_attention_time(self, total_context: int) -> float:
         return total_context * self._kv_bytes_per_token / self._bw
@@ -160,7 +176,8 @@ class RooflineCostModel(CpuOverhead):
         """The model's constants in the order :mod:`sim.core.cost` indexes them."""
         return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
-                self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token)
+                self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
+                self._routed_experts, self._experts_per_token, self._expert_weight_time)
 
 class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for
@@ -171,6 +188,9 @@ class TableCostModel(CpuOverhead):
                  swap_block_tokens: int = 0):
         from pagesim.sim.profile_format import read_profile  # only --profile runs load it (7 ms of every run's start)
 
+        if model.kv_cache_dtype != "auto":  # profile_format's dtype: float16 or bfloat16, K and V included
+            raise ConfigError(f"{path}: a profile's attention is measured on a 16-bit KV cache; --kv-cache-dtype "
+                              f"{model.kv_cache_dtype} needs the roofline (drop --profile)")
         df = read_profile(path)
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)

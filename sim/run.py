@@ -30,7 +30,7 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
                                  request_frame, summarize)
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
-from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_max_seq_len
+from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
 
 
 @dataclass
@@ -93,7 +93,7 @@ def jsonable(d: dict) -> dict:
 
 
 def resolve_budget(cfg: SimConfig):
-    model = with_max_seq_len(get_model(cfg.model), cfg.max_seq_len)
+    model = with_kv_cache_dtype(with_max_seq_len(get_model(cfg.model), cfg.max_seq_len), cfg.kv_cache_dtype)
     gpu = get_gpu(cfg.gpu)
     budget: KVBudget = kv_capacity(
         model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
@@ -185,7 +185,8 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
     run's, or a cluster replica's own: sim/cluster.py)."""
     s, pool = run.state, run.pool
     extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
-             "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_budget": run.budget.how,
+             "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_cache_dtype": cfg.kv_cache_dtype,
+             "kv_budget": run.budget.how,
              "block_size": cfg.block_size if cfg.manager == "paged" else None,
              "num_swap_fallbacks": int(s.count[core_state.NUM_SWAP_FALLBACKS]), "seed": cfg.seed,
              "engine": replay.engine_name(),

@@ -14,7 +14,7 @@ OVERHEAD_S = 0  # fixed CPU cost per iteration
 PER_SEQ_OVERHEAD_S = 1  # CPU cost per scheduled sequence
 LINEAR_FLOPS_PER_TOKEN = 2  # 2 * linear parameters / TP
 FLOPS = 3  # achieved FLOP/s of the GEMMs
-LINEAR_WEIGHT_TIME_S = 4  # reading the linear weights once
+LINEAR_WEIGHT_TIME_S = 4  # reading the linear weights once (a mixture of experts': all but its routed experts)
 ALLREDUCE_FIXED_S = 5  # TP all-reduce latency per iteration
 ALLREDUCE_S_PER_TOKEN = 6
 KV_BYTES_PER_TOKEN = 7  # per GPU
@@ -23,7 +23,10 @@ ATTENTION_FLOPS_COEF = 9  # 4 * layers * heads * head_dim / TP
 ATTENTION_FLOPS = 10  # achieved FLOP/s of prefill attention
 PCIE_BANDWIDTH = 11
 SWAP_COPY_S_PER_TOKEN = 12  # the per-copy latency of swapping, per token (swap_copy_seconds_per_token)
-NUM_CONSTANTS = 13
+ROUTED_EXPERTS = 13  # E, routed experts per MoE layer (0: a dense model)
+EXPERTS_PER_TOKEN = 14  # k, the routed experts each token visits
+EXPERT_WEIGHT_TIME_S = 15  # reading one routed expert of every MoE layer once
+NUM_CONSTANTS = 16
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -45,13 +48,34 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
     t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
     if num_tokens:
         compute_bound = num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS]
-        t += max(compute_bound, c[LINEAR_WEIGHT_TIME_S])
+        t += max(compute_bound, weight_read_seconds(c, num_tokens))
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
     if num_prefill_seqs:
         t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
     return plus_transfers(c, t, swapped_tokens, copied_tokens)
+
+
+@njit(inline=True)
+def weight_read_seconds(c, num_tokens):
+    """Reading the weights a step of ``num_tokens`` tokens multiplies, once each. A dense
+    model reads them all. A mixture of experts reads its unrouted weights and, in each MoE
+    layer, every routed expert that at least one token of the step visits: vLLM's fused_moe
+    sorts the step's (token, expert) pairs by expert and runs one block of tokens per program,
+    each block reading its expert's weights (``fused_moe_kernel`` and ``moe_align_block_size``
+    in vllm/model_executor/layers/fused_moe/: an expert with no token gets no block), so an
+    expert costs one read whether 1 or 100 tokens visit it. With the ``k`` of ``E`` experts a
+    token visits taken as uniform and independent, an expert is missed by all T tokens with
+    probability (1 - k/E)^T: E * (1 - (1 - k/E)^T) distinct experts per layer (k at T = 1,
+    towards E as T grows). Each GPU of a TP group holds 1/tp of every expert (FusedMoE's
+    ``intermediate_size_per_partition = intermediate_size // tp_size``, layer.py), which the
+    constants carry."""
+    experts = c[ROUTED_EXPERTS]
+    if experts == 0.0:  # dense: never touches the expectation, so its float is as before
+        return c[LINEAR_WEIGHT_TIME_S]
+    distinct = experts * (1.0 - (1.0 - c[EXPERTS_PER_TOKEN] / experts) ** float(num_tokens))
+    return c[LINEAR_WEIGHT_TIME_S] + distinct * c[EXPERT_WEIGHT_TIME_S]
 
 
 # the table model (sim.core.cost_table) prices prefill without attn_prefill rows, and transfers,

@@ -15,9 +15,10 @@ from pagesim.sim.specs.capacity import KVBudget, kv_capacity
 from pagesim.sim.specs.gpus import GPU_ALIASES, GPUS, GiB, GPUSpec, get_gpu
 from pagesim.sim.specs.hf_config import model_from_hf_config
 from pagesim.sim.specs.model import (LatentAttention, MambaMixer, MixtureOfExperts, ModelSpec, Quantization,
-                             with_max_seq_len)
+                             with_kv_cache_dtype, with_max_seq_len)
 from pagesim.sim.specs.presets import MODEL_ALIASES, MODELS, get_model
 
 __all__ = ["GPU_ALIASES", "GPUS", "GPUSpec", "GiB", "KVBudget", "LatentAttention", "MODELS", "MODEL_ALIASES",
            "MambaMixer", "MixtureOfExperts", "ModelSpec", "Quantization", "get_gpu",
-           "get_model", "kv_capacity", "model_from_hf_config", "with_max_seq_len"]
+           "get_model", "kv_capacity", "model_from_hf_config", "with_kv_cache_dtype",
+           "with_max_seq_len"]

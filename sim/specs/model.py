@@ -19,9 +19,14 @@ linear_attention    lightning attention (MiniMax-Text-01)                 a fixe
 
 KV bytes per token, per GPU of a tensor-parallel group of ``tp`` (vLLM's cache layout)::
 
-    attention layer:  2 * max(1, kv_heads // tp) * head_dim * dtype_bytes     (K and V)
-    latent (MLA):     (kv_lora_rank + qk_rope_head_dim) * dtype_bytes          (one latent, every GPU)
+    attention layer:  2 * max(1, kv_heads // tp) * head_dim * kv_cache_dtype_bytes     (K and V)
+    latent (MLA):     (kv_lora_rank + qk_rope_head_dim) * kv_cache_dtype_bytes          (one latent, every GPU)
     kv_bytes_per_token = sum over the attention layers (full and sliding)
+
+``kv_cache_dtype_bytes`` is the model's ``dtype_bytes`` under vLLM's default ``--kv-cache-dtype
+auto`` and 1 under ``fp8`` (``fp8_e4m3``, ``fp8_e5m2``: ``STR_DTYPE_TO_TORCH_DTYPE`` in
+vllm/utils/__init__.py maps each to a one-byte uint8 cache); activations, all-reduces and
+recurrent states keep ``dtype_bytes``.
 
 KV heads are replicated when ``tp`` exceeds them: each GPU keeps at least one (vLLM's
 ``ModelConfig.get_num_kv_heads`` in ``vllm/config.py``: ``max(1, total_num_kv_heads //
@@ -58,9 +63,11 @@ Parameters (biases and norms are not counted: under 0.1 % of any model here)::
     MoE MLP          E * 3*h*i_expert + 3*h*i_shared + E*h      (experts, shared expert, router)
     active MoE MLP   k * 3*h*i_expert + 3*h*i_shared + E*h      (the k experts a token visits)
 
-Memory holds every expert (``num_params``, ``weight_bytes``); a token's work reads and
-multiplies only the active ones (``active_params``, ``active_weight_bytes``, what the cost
-model reads). ``num_params`` adds the embedding, an untied LM head and a vision encoder;
+Memory holds every expert (``num_params``, ``weight_bytes``); a token's work multiplies only
+the active ones (``active_params``). A step reads the weights outside the routed experts
+(``unrouted_weight_bytes``) and each routed expert any of its tokens visits
+(``routed_expert_weight_bytes`` per distinct expert; the expectation is in ``sim/cost.py``).
+``num_params`` adds the embedding, an untied LM head and a vision encoder;
 ``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a lookup,
 not a GEMM).
 
@@ -75,12 +82,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pagesim.sim.errors import ConfigError
+
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 MAMBA = "mamba"
 LINEAR_ATTENTION = "linear_attention"
 LAYER_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, MAMBA, LINEAR_ATTENTION)
 ATTENTION_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION)  # the layers that keep K and V per token
+#: vLLM's --kv-cache-dtype values simulated: "auto" (the model's dtype) and FP8 under its names
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def interleaved_sliding(num_layers: int, full_every: int) -> tuple[str, ...]:
@@ -160,7 +171,7 @@ class ModelSpec:
     vocab_size: int
     max_seq_len: int
     gated_mlp: bool = True  # LLaMA-style SwiGLU (3 matrices) vs OPT-style (2 matrices)
-    dtype_bytes: int = 2  # activations and KV cache (vLLM's default kv_cache_dtype "auto")
+    dtype_bytes: int = 2  # activations, and the KV cache under kv_cache_dtype "auto"
     tie_word_embeddings: bool = True  # False: the LM head is a second vocab x hidden matrix
     layer_kinds: tuple[str, ...] = ()  # one of LAYER_KINDS per layer; () = all full attention
     sliding_window: int | None = None  # tokens a sliding_attention layer attends to
@@ -169,6 +180,12 @@ class ModelSpec:
     mamba: MambaMixer | None = None
     quantization: Quantization | None = None
     vision_params: int = 0  # a multimodal model's vision encoder (memory only)
+    kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES (vLLM's --kv-cache-dtype)
+
+    @property
+    def kv_cache_dtype_bytes(self) -> int:
+        """Bytes of one cached K, V or latent element: ``dtype_bytes`` under "auto", 1 under fp8."""
+        return self.dtype_bytes if self.kv_cache_dtype == "auto" else 1
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -185,8 +202,8 @@ class ModelSpec:
         """Bytes one token keeps in one attention layer on one GPU of the TP group."""
         mla = self.latent_attention
         if mla is not None:
-            return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.dtype_bytes)
-        return float(2 * self.kv_heads_per_gpu(tensor_parallel) * self.head_dim * self.dtype_bytes)
+            return float((mla.kv_lora_rank + mla.qk_rope_head_dim) * self.kv_cache_dtype_bytes)
+        return float(2 * self.kv_heads_per_gpu(tensor_parallel) * self.head_dim * self.kv_cache_dtype_bytes)
 
     def kv_bytes_per_token(self, tensor_parallel: int = 1) -> float:
         """Bytes of KV for one token across all attention layers on one GPU of a TP group."""
@@ -232,16 +249,20 @@ class ModelSpec:
         kv = self.num_kv_heads * self.head_dim
         return h * q + 2 * h * kv + q * h
 
-    def _mlp_params(self, layer: int, active: bool) -> int:
+    def _mlp_params(self, layer: int, routed_experts: int) -> int:
         h, moe = self.hidden_size, self.moe
         if moe is not None and layer in moe.layers:
-            experts = moe.experts_per_token if active else moe.num_experts
-            return (experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
+            return (routed_experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
                     + moe.num_experts * h)
         return (3 if self.gated_mlp else 2) * h * self.intermediate_size
 
-    def _layer_params(self, active: bool) -> int:
-        return sum(self._mixer_params(kind) + self._mlp_params(i, active) for i, kind in enumerate(self.kinds))
+    def _layer_params(self, active: bool, routed_experts: int | None = None) -> int:
+        """The layers' parameters with every expert (``active=False``), a token's ``k``
+        (``active=True``), or ``routed_experts`` routed experts per MoE layer when given."""
+        moe = self.moe
+        if routed_experts is None:
+            routed_experts = 0 if moe is None else moe.experts_per_token if active else moe.num_experts
+        return sum(self._mixer_params(kind) + self._mlp_params(i, routed_experts) for i, kind in enumerate(self.kinds))
 
     def _layer_weight_bytes(self, params: int) -> int:
         q = self.quantization
@@ -274,6 +295,37 @@ class ModelSpec:
         return (self._layer_weight_bytes(self._layer_params(active=True))
                 + self.vocab_size * self.hidden_size * self.dtype_bytes)
 
+    @property
+    def num_moe_layers(self) -> int:
+        moe = self.moe
+        return 0 if moe is None else sum(i in moe.layers for i in range(self.num_layers))
+
+    @property
+    def unrouted_weight_bytes(self) -> int:
+        """Bytes of weights every forward pass reads whatever its tokens' routing (the whole TP
+        group): all but the routed experts (attention, dense MLPs, shared experts, routers, LM
+        head). ``active_weight_bytes`` for a dense model."""
+        return (self._layer_weight_bytes(self._layer_params(active=True, routed_experts=0))
+                + self.vocab_size * self.hidden_size * self.dtype_bytes)
+
+    @property
+    def routed_expert_weight_bytes(self) -> int:
+        """Bytes of one routed expert (a gated MLP of ``expert_intermediate_size``) in each MoE
+        layer, summed over those layers (the whole TP group); 0 for a dense model."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return self.num_moe_layers * self._layer_weight_bytes(3 * self.hidden_size * moe.expert_intermediate_size)
+
 
 def with_max_seq_len(model: ModelSpec, max_seq_len: int | None) -> ModelSpec:
     return model if max_seq_len is None else replace(model, max_seq_len=int(max_seq_len))
+
+
+def with_kv_cache_dtype(model: ModelSpec, kv_cache_dtype: str | None) -> ModelSpec:
+    """``model`` caching K and V as ``kv_cache_dtype`` (None or "auto": at its dtype)."""
+    if kv_cache_dtype in (None, "auto"):
+        return model
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ConfigError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+    return replace(model, kv_cache_dtype=kv_cache_dtype)

@@ -28,7 +28,7 @@ from pagesim.sim.core import state
 from pagesim.sim.cost import RooflineCostModel
 from pagesim.sim.cost_models import swap_block_tokens
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import run_simulation
+from pagesim.sim.run import resolve_budget, run_simulation
 from pagesim.sim.specs import ModelSpec, get_gpu, get_model
 
 I64 = np.int64
@@ -112,6 +112,15 @@ def test_needs_a_paged_manager():
     cfg = SimConfig.for_system("orca-max", model="llama-2-7b", gpu="h200", kv_gib=0.25, max_seq_len=512)
     with pytest.raises(ConfigError, match="paged"):
         run_simulation(cfg, make_trace(5), executor=GPUExecutor(TINY, FakeBackend()))
+
+
+def test_refuses_an_fp8_kv_cache():
+    # the GPU mode's kernels keep a 16-bit cache: --kv-cache-dtype fp8 is simulated only
+    fp8 = SimConfig.for_system("vllm", model="llama-2-7b", gpu="h200", kv_gib=0.25, max_seq_len=512,
+                               kv_cache_dtype="fp8")
+    with pytest.raises(ConfigError, match="the GPU mode keeps the KV cache at the model's 16-bit dtype; "
+                                          "--kv-cache-dtype fp8 is simulated only"):
+        GPUExecutor(resolve_budget(fp8)[0], FakeBackend())
 
 
 # ------------------------------------------------------------------ hand-checked small cases

@@ -184,6 +184,13 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     assert "median_step_error" in json.loads(capsys.readouterr().out)
 
 
+def test_cli_refuses_an_fp8_kv_cache_in_one_line(tmp_path, capsys):
+    assert main(ARGS + ["--backend", "fake", "--kv-cache-dtype", "fp8", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--kv-cache-dtype fp8 is simulated only" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_fake_backend_with_profile(tmp_path, capsys):
     prof = profile_csv(tmp_path / "p.csv")
     assert main(ARGS + ["--backend", "fake", "--profile", prof, "--out", str(tmp_path / "o")]) == 0

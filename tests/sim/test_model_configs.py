@@ -474,9 +474,17 @@ def test_cost_model_reads_active_experts_and_fp8_peak(tmp_path):
     mixtral = get_model(write(tmp_path, MIXTRAL))
     h100 = get_gpu("h100-80gb")
     c = RooflineCostModel(mixtral, h100, 2).constants()
-    # FLOPs and weight reads of the 2 active experts: 12,748,587,008 params, 2 B each, over TP 2
+    # FLOPs of the 2 active experts: 12,748,587,008 params, over TP 2
     assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2.0 * 12_748_587_008 / 2
-    assert c[C.LINEAR_WEIGHT_TIME_S] == 25_497_174_016 / 2 / (3350e9 * 0.8)
+    # weight reads: every step the unrouted weights, (41,943,040 attention + 32,768 router) x 32
+    # + head 131,072,000 = 1,474,297,856 params x 2 B; then per distinct expert one expert of
+    # each of the 32 layers, 3 x 4096 x 14336 x 32 x 2 B = 11,274,289,152 B; over TP 2
+    assert c[C.LINEAR_WEIGHT_TIME_S] == 2_948_595_712 / 2 / (3350e9 * 0.8)
+    assert c[C.EXPERT_WEIGHT_TIME_S] == 11_274_289_152 / 2 / (3350e9 * 0.8)
+    assert (c[C.ROUTED_EXPERTS], c[C.EXPERTS_PER_TOKEN]) == (8.0, 2.0)
+    # one token reads its 2 experts: the active weights, 25,497,174,016 B
+    assert RooflineCostModel(mixtral, h100, 2).linear_time(1) == pytest.approx(25_497_174_016 / 2 / (3350e9 * 0.8),
+                                                                                rel=1e-12)
     # W8A8 FP8 runs its GEMMs at H100's FP8 peak (1,979 TFLOP/s); A100 has none: 312 TFLOP/s
     fp8 = get_model(write(tmp_path, llama(quantization_config={"quant_method": "fp8"}), "fp8"))
     assert RooflineCostModel(fp8, h100).constants()[C.FLOPS] == 1979e12 * 0.65

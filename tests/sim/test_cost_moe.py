@@ -1,0 +1,94 @@
+"""A mixture of experts' weight reads grow with the step's tokens (``sim.core.cost.weight_read_seconds``),
+worked by hand for a small MoE on an A100-40GB.
+
+The model: 2 layers, hidden 64, 4 heads of 16 (full multi-head attention), vocabulary 100 with a
+tied LM head, fp16; both layers MoE with E = 8 routed experts of intermediate 32, k = 2 per
+token, no shared expert.
+
+* attention per layer: 4 x 64 x 64 = 16,384 parameters; router 8 x 64 = 512
+* one routed expert: 3 x 64 x 32 = 6,144 parameters (gate, up, down)
+* unrouted weights: 2 x (16,384 + 512) + LM head 100 x 64 = 40,192 parameters = 80,384 B
+* one routed expert in each of the 2 layers: 2 x 6,144 x 2 B = 24,576 B
+* memory: 2 x (16,384 + 8 x 6,144 + 512) + embedding 6,400 = 138,496 parameters = 276,992 B
+
+A100-40GB streams at 1555e9 x 0.8 = 1.244e12 B/s. Distinct experts per layer for T tokens,
+routing uniform: 8 x (1 - (3/4)^T):
+
+* T = 1:  8 x 1/4 = 2 (a token's k): 80,384 + 2 x 24,576 = 129,536 B (the old lower bound, exact here)
+* T = 2:  8 x (1 - 9/16) = 3.5: 80,384 + 3.5 x 24,576 = 166,400 B
+* T = 64: (3/4)^64 = 1.0e-8, all 8 within 1e-7: 80,384 + 8 x 24,576 = 276,992 B, every
+  weight in memory (the LM head is the tied embedding)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.core import cost as C
+from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.specs import get_gpu, kv_capacity
+from pagesim.sim.specs.model import MixtureOfExperts, ModelSpec
+
+BW = 1555e9 * 0.8
+TINY_MOE = ModelSpec(name="tiny-moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
+                     intermediate_size=128, vocab_size=100, max_seq_len=4096,
+                     moe=MixtureOfExperts(num_experts=8, experts_per_token=2, expert_intermediate_size=32,
+                                          layers=(0, 1)))
+
+
+def test_spec_splits_the_weights_into_unrouted_and_one_expert():
+    assert TINY_MOE.unrouted_weight_bytes == 80_384
+    assert TINY_MOE.routed_expert_weight_bytes == 24_576
+    assert TINY_MOE.active_weight_bytes == 129_536
+    assert TINY_MOE.weight_bytes == 276_992
+
+
+@pytest.mark.parametrize("tokens, read_bytes", [(1, 129_536), (2, 166_400), (64, 276_992)])
+def test_weight_reads_grow_with_the_distinct_experts_the_tokens_visit(tokens, read_bytes):
+    cm = RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"))
+    # memory-bound at every T here: 64 tokens x 129,536 FLOPs at 2.028e14 FLOP/s = 0.04 us
+    assert cm.linear_time(tokens) == pytest.approx(read_bytes / BW, rel=1e-7)
+
+
+def test_tensor_parallel_reads_a_slice_of_every_expert():
+    # TP 2: each GPU holds half of every expert (and half of the rest): half of each read above
+    one, two = (RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"), tp) for tp in (1, 2))
+    for tokens in (1, 2, 64):
+        assert two.linear_time(tokens) == pytest.approx(one.linear_time(tokens) / 2, rel=1e-12)
+    assert two.linear_time(2) == pytest.approx(166_400 / 2 / BW, rel=1e-7)
+
+
+def test_decode_step_prices_the_expected_experts():
+    # 2 sequences decoding, 100 + 300 tokens of context: 3 ms + 2 x 20 us, the weights of
+    # T = 2 (166,400 B), and the KV: 2 layers x 2 x 64 x 2 B = 512 B per token, 400 tokens
+    cm = RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"))
+    batch = StepBatch(decode_seq_ids=np.arange(2), decode_context=np.array([100, 300]))
+    expected = 3e-3 + 2 * 20e-6 + 166_400 / BW + 400 * 512 / BW
+    assert cm.step_time(batch) == pytest.approx(expected, rel=1e-9)
+    # the compiled step function (the core's loop) gives the same float as the engine's
+    c = np.array(cm.constants(), dtype=np.float64)
+    for tokens in (1, 2, 3, 17, 64, 1000):
+        assert roofline_step_time(c, tokens, tokens, 0, 0, 0.0, 0, 0, 0) == \
+            cm.step_time(StepBatch(decode_seq_ids=np.arange(tokens), decode_context=np.zeros(tokens, np.int64)))
+
+
+def test_dense_model_reads_every_weight_whatever_the_batch():
+    # a dense model has no routed expert: the constants say so and the weight read is one
+    # constant at any T (the pre-MoE term, bit for bit)
+    from pagesim.sim.specs import get_model
+
+    cm = RooflineCostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
+    c = cm.constants()
+    assert (c[C.ROUTED_EXPERTS], c[C.EXPERTS_PER_TOKEN], c[C.EXPERT_WEIGHT_TIME_S]) == (0.0, 0.0, 0.0)
+    for tokens in (1, 8, 100):
+        assert cm.linear_time(tokens) == c[C.LINEAR_WEIGHT_TIME_S] == 2 * 12_840_304_640 / (1555e9 * 0.8)
+
+
+def test_memory_holds_every_expert():
+    # the KV pool is what is left after all 8 experts' weights (276,992 B), not a token's 2
+    gpu = get_gpu("a100-40gb")
+    budget = kv_capacity(TINY_MOE, gpu, activation_reserve_bytes=0)
+    assert budget.kv_bytes == int(gpu.mem_bytes * 0.9 - 276_992)
