@@ -40,15 +40,15 @@ class RunOutput:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def normalize_output(result: Any) -> RunOutput:
-    """Accept a SimResult-like object (``.summary/.steps/.requests``), a RunOutput, or a plain dict."""
+def normalize_output(result: Any, tables: Iterable[str] = ("steps", "requests")) -> RunOutput:
+    """Accept a SimResult-like object (``.summary/.steps/.requests``), a RunOutput, or a plain
+    dict; of a SimResult only ``tables`` are read (its request table is built when read)."""
     if isinstance(result, RunOutput):
         out = result
     elif isinstance(result, dict):
         out = RunOutput(summary=dict(result))
     else:
-        out = RunOutput(summary=dict(result.summary), steps=getattr(result, "steps", None),
-                        requests=getattr(result, "requests", None))
+        out = RunOutput(summary=dict(result.summary), **{t: getattr(result, t, None) for t in tables})
     summary = json.loads(canonical_json(out.summary))  # the same JSON round trip as the cache
     meta = dict(out.meta)
     for k in NONDETERMINISTIC_KEYS:
@@ -138,17 +138,45 @@ def entry_is_complete(d: Path) -> bool:
         files = json.loads((d / MANIFEST).read_text())["files"]
         if "summary.json" not in files or (not _has_arrow() and any(n.endswith(".feather") for n in files)):
             return False
-        return all((d / name).stat().st_size == f["bytes"] and file_digest(d / name) == f["sha256"]
-                   for name, f in files.items())
+        stats = tuple((name, *_identity((d / name).stat())) for name in [MANIFEST, *files])
+        if _VERIFIED.get(d) == stats:  # checked by this process, and no file replaced since
+            return True
+        whole = all(st[0] == files[name]["bytes"] and file_digest(d / name) == files[name]["sha256"]
+                    for name, *st in stats[1:])
+        if whole:
+            _VERIFIED[d] = stats
+        return whole
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
-def read_cached_summary(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
+#: entries whose files this process has hashed, by the files' identities then: a figure reads its
+#: runs' summaries, then their step tables, and each read checks the entry (hundreds of MB of
+#: step tables hashed once, not twice)
+_VERIFIED: dict[Path, tuple] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What changes when a file is rewritten or replaced: its size, mtime and inode."""
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def entry_lacks(d: Path, tables: Iterable[str]) -> bool:
+    """Whether the entry ``d`` exists without one of ``tables`` (``steps``, ``requests``)
+    because the sweep that wrote it did not keep it (its ``meta.json``'s ``dropped_tables``:
+    ``run_sweep``'s ``tables``); a table its run function never made is not lacking."""
+    try:
+        dropped = json.loads((d / "meta.json").read_text()).get("dropped_tables", [])
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(t in dropped for t in tables)
+
+
+def read_cached_summary(cache_dir: str | Path, key: str, tables: Iterable[str] = ()) -> dict[str, Any] | None:
     """The cached summary of ``key``, or None (a miss, also for an entry that is not complete:
-    :func:`entry_is_complete`)."""
+    :func:`entry_is_complete`, or that lacks one of ``tables``: :func:`entry_lacks`)."""
     d = cache_path(cache_dir, key)
-    if not entry_is_complete(d):
+    if not entry_is_complete(d) or entry_lacks(d, tables):
         return None
     try:
         summary = json.loads((d / "summary.json").read_text())

@@ -316,17 +316,26 @@ def unshare_trace(trace: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+@lru_cache(maxsize=2)
+def spec_workload(workload: str, rate: float, duration_s: float | None, num_requests: int | None, seed: int,
+                  n: int, beam_width: int) -> pd.DataFrame:
+    """The synthetic trace a run spec names. Kept for the next run (a worker's runs come
+    sorted by size, so the systems of one grid point follow each other: one synthesis for
+    all four); a run reads its trace and never writes it."""
+    if workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
+        if n > 1 or beam_width > 1:
+            raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={n}, beam_width={beam_width}")
+        return chatbot_workload(rate, duration_s, num_requests, seed)
+    kwargs = dict(rate=rate, duration_s=duration_s, num_requests=num_requests, seed=seed, n=n, beam_width=beam_width)
+    if workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
+        return shared_prefix.make_workload(workload, **kwargs)
+    return make_workload(workload, **kwargs)
+
+
 def simulate_spec(spec: RunSpec):
     """The default run function: build the synthetic trace, run the engine, return its SimResult."""
-    if spec.workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
-        if spec.n > 1 or spec.beam_width > 1:
-            raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={spec.n}, "
-                              f"beam_width={spec.beam_width}")
-        trace = chatbot_workload(spec.rate, spec.duration_s, spec.num_requests, spec.seed)
-    elif spec.workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
-        trace = shared_prefix.make_workload(spec.workload, **spec.workload_kwargs())
-    else:
-        trace = make_workload(spec.workload, **spec.workload_kwargs())
+    trace = spec_workload(spec.workload, spec.rate, spec.duration_s, spec.num_requests, spec.seed, spec.n,
+                          spec.beam_width)
     if spec.unshare:
         trace = unshare_trace(trace)
     if spec.replicas != 1 or spec.router is not None:

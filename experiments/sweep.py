@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pagesim.experiments.run_cache import (RunOutput, default_cache_dir, normalize_output, read_cached_summary, runner_name,
-                                           write_cache)
+from pagesim.experiments.run_cache import (RunOutput, cache_path, default_cache_dir, entry_lacks, normalize_output,
+                                           read_cached_summary, runner_name, write_cache)
 from pagesim.experiments.run_spec import RunFn, RunSpec, simulate_spec
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
@@ -23,26 +23,38 @@ from pagesim.sim.run import run_simulation
 from pagesim.traces.synth import make_workload
 
 
-def _execute(spec: RunSpec, run_fn: RunFn) -> RunOutput:
+#: the tables a run's cache entry keeps by default (``run_sweep``'s ``tables``)
+ALL_TABLES = ("steps", "requests")
+
+
+def _execute(spec: RunSpec, run_fn: RunFn, tables: tuple[str, ...] = ALL_TABLES) -> RunOutput:
     t0 = time.perf_counter()
-    out = normalize_output(run_fn(spec))
+    made = run_fn(spec)
+    out = normalize_output(made, tables)
+    for name in ALL_TABLES:
+        if name not in tables:  # nobody downstream reads it: not stored (for a SimResult, not built)
+            setattr(out, name, None)
+            if not isinstance(made, dict) and (not isinstance(made, RunOutput) or getattr(made, name) is not None):
+                out.meta.setdefault("dropped_tables", []).append(name)  # run_cache.entry_lacks
     out.meta.setdefault("wall_time_s", time.perf_counter() - t0)
     out.meta["label"] = spec.label()
     return out
 
 
-def _execute_and_store(spec: RunSpec, run_fn: RunFn, cache_dir: Path, key: str, replace: bool) -> RunOutput:
+def _execute_and_store(spec: RunSpec, run_fn: RunFn, cache_dir: Path, key: str, replace: bool,
+                       tables: tuple[str, ...]) -> RunOutput:
     """A pool worker's job: run ``spec`` and store its cache entry there, so that the workers
     write their entries side by side and the step tables (up to ~100 MB for a 1-hour run) never
     travel back through the pool's pipe; returns the summary and meta only."""
-    out = _execute(spec, run_fn)
+    out = _execute(spec, run_fn, tables)
     write_cache(cache_dir, key, spec, out, replace=replace)
     return RunOutput(summary=out.summary, meta=out.meta)
 
 
 def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None = None,
               cache_dir: str | Path | None = None, progress: bool = True, address: str | None = None,
-              *, run_fn: RunFn | None = None, use_cache: bool = True) -> list[dict[str, Any]]:
+              *, run_fn: RunFn | None = None, use_cache: bool = True,
+              tables: tuple[str, ...] = ALL_TABLES) -> list[dict[str, Any]]:
     """Run ``specs`` and return their summaries in spec order.
 
     executor: ``"local"`` (a ``ProcessPoolExecutor``; ``workers=1`` runs in this process) or
@@ -52,6 +64,9 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
         are not rerun. ``use_cache=False`` reruns everything and overwrites the entries.
     run_fn: ``spec -> SimResult-like | RunOutput | summary dict`` (default :func:`simulate_spec`);
         it must be picklable (a module-level function) unless ``workers=1``.
+    tables: the run's tables its cache entry keeps (``steps``, ``requests``); a figure that reads
+        only steps stores no request table (hundreds of MB for ``reproduce all``). A sweep that
+        needs a table an entry lacks reruns that run and replaces the entry.
     """
     if executor not in ("local", "ray"):
         raise ConfigError(f"unknown executor '{executor}'; valid: local, ray")
@@ -63,18 +78,21 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     keys = [s.key(runner=runner) for s in specs]
     results: list[dict[str, Any] | None] = [None] * len(specs)
     todo: dict[str, list[int]] = {}  # key -> indices (identical specs run once)
+    replace: set[str] = set()  # entries to overwrite: all with use_cache=False, else those short of tables
     for i, k in enumerate(keys):
-        cached = read_cached_summary(cache_dir, k) if use_cache else None
+        cached = read_cached_summary(cache_dir, k, tables) if use_cache else None
         if cached is not None:
             results[i] = cached
         else:
             todo.setdefault(k, []).append(i)
+            if not use_cache or entry_lacks(cache_path(cache_dir, k), tables):
+                replace.add(k)
 
-    bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress)
+    bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress and bool(todo))
 
     def finish(key: str, out: RunOutput, stored: bool = False) -> None:
         if not stored:
-            write_cache(cache_dir, key, specs[todo[key][0]], out, replace=not use_cache)
+            write_cache(cache_dir, key, specs[todo[key][0]], out, replace=key in replace)
         for i in todo[key]:
             results[i] = out.summary
         bar.update(len(todo[key]))
@@ -84,12 +102,12 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
         if todo:
             n = workers or min(os.cpu_count() or 1, len(todo))
             if executor == "ray":
-                _run_ray(todo, specs, run_fn, n, address, finish)
+                _run_ray(todo, specs, run_fn, n, address, finish, tables)
             elif n == 1 or len(todo) == 1:
                 for key, idx in todo.items():
-                    finish(key, _execute(specs[idx[0]], run_fn))
+                    finish(key, _execute(specs[idx[0]], run_fn, tables))
             else:
-                _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace=not use_cache)
+                _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace, tables)
     finally:
         bar.close()
     return results  # type: ignore[return-value]
@@ -118,6 +136,17 @@ def _shared_pool(n: int) -> cf.ProcessPoolExecutor:
     return pool
 
 
+def map_local(fn, items: list, workers: int | None) -> list:
+    """``[fn(x) for x in items]``, side by side on the shared pool of local workers (in this
+    process with one worker): ``reproduce all`` builds its figures' tables from the run cache
+    at once (``fn`` and ``items`` must pickle)."""
+    n = workers or min(os.cpu_count() or 1, len(items))
+    if n <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    pool = _shared_pool(n)
+    return [f.result() for f in [pool.submit(fn, x) for x in items]]
+
+
 def _drop_pool(wait: bool) -> None:
     while _POOL:
         _POOL.pop()[1].shutdown(wait=wait, cancel_futures=not wait)
@@ -135,10 +164,10 @@ def warm_up_core() -> float:
     return time.perf_counter() - t0
 
 
-def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace) -> None:
+def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace, tables) -> None:
     pool = _shared_pool(n)
     try:
-        futures = {pool.submit(_execute_and_store, specs[idx[0]], run_fn, cache_dir, key, replace): key
+        futures = {pool.submit(_execute_and_store, specs[idx[0]], run_fn, cache_dir, key, key in replace, tables): key
                    for key, idx in todo.items()}
         for fut in cf.as_completed(futures):
             finish(futures[fut], fut.result(), stored=True)
@@ -148,7 +177,7 @@ def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace) -> None:
         raise
 
 
-def _run_ray(todo, specs, run_fn, n, address, finish) -> None:
+def _run_ray(todo, specs, run_fn, n, address, finish, tables) -> None:
     try:
         import ray
     except ImportError:
@@ -160,7 +189,7 @@ def _run_ray(todo, specs, run_fn, n, address, finish) -> None:
         else:
             ray.init(num_cpus=n, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     remote = ray.remote(_execute)
-    pending = {remote.remote(specs[idx[0]], run_fn): key for key, idx in todo.items()}
+    pending = {remote.remote(specs[idx[0]], run_fn, tables): key for key, idx in todo.items()}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:

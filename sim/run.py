@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,11 +35,22 @@ from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, wi
 
 @dataclass
 class SimResult:
+    """A run's summary, request table and step table. The request table may be given as the
+    function that builds it (``request_table``): :attr:`requests` builds it on first use, since
+    building it costs a sweep that never reads it (``reproduce``'s figures) a sixth of each run."""
+
     summary: dict
-    requests: pd.DataFrame
+    request_table: pd.DataFrame | Callable[[], pd.DataFrame]
     steps: pd.DataFrame
     config: SimConfig | None = None
     extra: dict = field(default_factory=dict)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (:func:`sim.metrics.request_frame`)."""
+        if callable(self.request_table):
+            self.request_table = self.request_table()
+        return self.request_table
 
     def save(self, out_dir: str | Path, requests_format: str = "csv") -> Path:
         """Write the run's files into ``out_dir``; a write error names its file (``pagesim
@@ -176,7 +187,8 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     records = StepRecords(s, pool.capacity, blocks=pool.has_blocks)
     end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
     summary = engine_summary(cfg, run, run.table, records, wall_time_s, end_s, summary_options)
-    return SimResult(summary, request_frame(run.table, reject_reasons(s, pool, run.limits, cfg)), records.frame(), cfg)
+    reasons = reject_reasons(s, pool, run.limits, cfg)
+    return SimResult(summary, lambda: request_frame(run.table, reasons), records.frame(), cfg)
 
 
 def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, wall_time_s: float, end_s: float,

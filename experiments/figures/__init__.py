@@ -25,6 +25,7 @@ figures (fig2's four runs in fig2_sensitivity) are simulated once.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -32,17 +33,25 @@ import pandas as pd
 
 from pagesim.experiments.figures import fig2, fig12, fig13, fig14, fig15, fig16, fig17, fig18b, fig19
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
+from pagesim.experiments.sweep import map_local
 from pagesim.sim.errors import ConfigError
 
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
                                    "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19}
+#: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
+EXTRA_RUNS = {"fig14": fig14.distinct_runs}
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 #: the order of the figures' sections in the reproduce report (each module's ``section(rep, table, read)``
 #: writes its own; they import the plots, and with them plotly, only when called, so that this
 #: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)
 REPORT_ORDER = ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17", "fig16", "fig19")
+
+
+def figure_tables(fig: str, opts: SweepOptions, quick: bool, scale: float) -> dict[str, pd.DataFrame]:
+    """Figure ``fig``'s tables (``map_local`` runs it in a worker: a module-level function)."""
+    return FIGURES[fig].tables(opts, quick=quick, scale=scale)
 
 
 def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *, quick: bool = False,
@@ -60,11 +69,14 @@ def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *
         # figures (no pool draining at the end of each), then each figure reads its runs back
         specs = [s for f in figs for name in FIGURES[f].EXPERIMENTS
                  for s in figure_specs(name, quick, scale, **opts.base)]
+        specs += [s for f in figs if f in EXTRA_RUNS for s in EXTRA_RUNS[f](quick, scale, opts.base)]
         opts.run(sorted(specs, key=expected_requests, reverse=True))
         opts.after_first_sweep()
     tables: dict[str, pd.DataFrame] = {}
-    for f in figs:
-        tables.update(FIGURES[f].tables(opts, quick=quick, scale=scale))
+    # every figure's tables from the run cache, side by side on the sweep's local workers
+    build = partial(figure_tables, opts=opts, quick=quick, scale=scale)
+    for t in (map_local(build, figs, opts.workers) if opts.executor == "local" else map(build, figs)):
+        tables.update(t)
     for name, t in tables.items():
         t.to_csv(out / f"{name}.csv", index=False)
     return tables

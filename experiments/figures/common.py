@@ -38,11 +38,13 @@ class SweepOptions:
     address: str | None = None
     run_fn: Callable | None = None
     base: dict[str, Any] = field(default_factory=dict)  # settings every run takes (``--cost-model``)
+    # the figures read summaries and step tables (:meth:`load`), never a run's request table
+    tables: tuple[str, ...] = ("steps",)
 
     def run(self, specs: list[RunSpec]) -> list[dict[str, Any]]:
         return run_sweep(specs, executor=self.executor, workers=self.workers, cache_dir=self.cache_dir,
                          progress=self.progress, address=self.address, run_fn=self.run_fn,
-                         use_cache=True if self.use_cache else False)
+                         use_cache=True if self.use_cache else False, tables=self.tables)
 
     def load(self, spec: RunSpec, what=("steps",)) -> RunOutput | None:
         return load_cached(spec, self.cache_dir, run_fn=self.run_fn, what=what)

@@ -27,8 +27,9 @@ from pagesim.experiments.figures.common import SweepOptions, figure_specs, rate_
 from pagesim.experiments.run_spec import RunSpec, canonical_json, results_frame
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
-#: up front, in one sweep with the other figures' (see figures/__init__.py)
-# its Orca points run as their unshared parallel twins (orca_unshared), in a sweep of its own
+#: up front, in one sweep with the other figures' (see figures/__init__.py): none as they are,
+#: since its Orca points run as their unshared parallel twins (orca_unshared): figures/__init__.py
+#: sweeps :func:`distinct_runs` instead
 EXPERIMENTS = ()
 #: the columns of fig14.csv after mode, width, system, rate, num_requests
 FIG14_COLS = ("normalized_latency_s_per_token", "mean_ttft_ms", "mean_e2el_ms", "request_throughput",
@@ -46,6 +47,13 @@ def orca_unshared(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, n=width, beam_width=1, unshare=True)
 
 
+def distinct_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """The runs behind the figure's points, each once (``reproduce all`` sweeps them with the
+    other figures' runs: figures/__init__.py)."""
+    specs = [orca_unshared(s) for s in figure_specs("fig14", quick, scale, **base)]
+    return list({canonical_json(s.canonical()): s for s in specs}.values())
+
+
 def _mode_width(spec: RunSpec) -> tuple[str, int]:
     return ("beam", spec.beam_width) if spec.beam_width > 1 else ("parallel", spec.n)
 
@@ -58,8 +66,8 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     opts = opts or SweepOptions()
     points = figure_specs("fig14", quick, scale, **opts.base)
     specs = [orca_unshared(s) for s in points]
-    distinct = {canonical_json(s.canonical()): s for s in specs}  # each distinct run once
-    done = dict(zip(distinct, opts.run(list(distinct.values()))))
+    distinct = distinct_runs(quick, scale, opts.base)
+    done = dict(zip((canonical_json(s.canonical()) for s in distinct), opts.run(distinct)))
     df = results_frame(specs, [done[canonical_json(s.canonical())] for s in specs])
     opts.after_first_sweep()
     mw = [_mode_width(s) for s in points]

@@ -213,10 +213,13 @@ def test_expected_requests():
 
 
 def test_reproduce_all_runs_each_run_once_longest_first(fake_opts, tmp_path):
-    """``reproduce all`` runs every figure's runs in one sweep, the longest first; the figures
-    then read them from the cache (fig2_sensitivity repeats fig2's four runs: run once)."""
+    """``reproduce all`` runs every figure's runs in one sweep, the longest first, fig14's unshared
+    Orca twins among them; the figures then read them from the cache (fig2_sensitivity repeats
+    fig2's four runs: run once)."""
     from tests.experiments.fakes import fake_run
     specs = {s.key(): s for f in X.FIGURES for name in X.FIGURES[f].EXPERIMENTS for s in X.common.figure_specs(name, True, 1.0)}
+    specs.update({s.key(): s for s in X.fig14.distinct_runs(True, 1.0, {})})
+    assert any(s.unshare for s in specs.values())
     ran = []
 
     def recording(spec):
@@ -225,9 +228,8 @@ def test_reproduce_all_runs_each_run_once_longest_first(fake_opts, tmp_path):
 
     fake_opts.run_fn = recording
     X.reproduce("all", tmp_path / "out", fake_opts, quick=True)
-    first = ran[:len(specs)]  # the one sweep; then fig14's own (its Orca points unshared)
-    assert sorted(s.key() for s in first) == sorted(specs)  # every run once
-    assert len({s.key() for s in ran}) == len(ran)
+    first = ran[:len(specs)]  # the one sweep
+    assert sorted(s.key() for s in first) == sorted(specs) and len(ran) == len(specs)  # every run once
     sizes = [X.common.expected_requests(s) for s in first]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
 

@@ -197,3 +197,18 @@ def test_full_disk_names_the_file(tmp_path, monkeypatch, capsys):
         C.write_cache(tmp_path, KEY, RunSpec(), RunOutput(summary={}, steps=pd.DataFrame({"a": [1]})))
     assert e.value.filename.endswith("steps.feather") and e.value.errno == errno.ENOSPC
     assert not (tmp_path / "ab" / KEY).exists() and list((tmp_path / "ab").iterdir()) == []
+
+
+def test_an_entry_is_hashed_once_per_process_until_a_file_changes(tmp_path, monkeypatch):
+    """A figure reads a run's summary, then its steps: the entry's files are hashed once; a file
+    rewritten since (another size, mtime or inode) is hashed again and found damaged."""
+    spec = spec_for()
+    run_sweep([spec], workers=1, cache_dir=tmp_path, progress=False, run_fn=fake_run)
+    d = _entry(tmp_path, spec)
+    hashed = []
+    real = C.file_digest
+    monkeypatch.setattr(C, "file_digest", lambda p: hashed.append(p.name) or real(p))
+    assert C.entry_is_complete(d) and C.entry_is_complete(d)
+    assert sorted(hashed) == sorted(p.name for p in d.iterdir() if p.name != C.MANIFEST)  # once each
+    _damage_garbage(d)
+    assert not C.entry_is_complete(d)

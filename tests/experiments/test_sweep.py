@@ -105,6 +105,32 @@ def test_cache_resume_zero_new_runs(tmp_path):
     assert len(calls) == 12
 
 
+def test_a_sweep_stores_only_the_tables_it_is_asked_for(tmp_path, monkeypatch):
+    """Figures store no request table; a later sweep that needs one reruns the run and replaces
+    the entry; a sweep that needs fewer tables than an entry has reuses it."""
+    from pagesim.experiments import sweep
+
+    calls = []
+
+    def counting(spec):
+        calls.append(spec.label())
+        return fake_run(spec)
+
+    counting.__qualname__ = "counting_tables"
+    specs = small_specs(2)
+    run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting, tables=("steps",))
+    out = run_cache.load_cached(specs[0], tmp_path, run_fn=counting)
+    assert len(calls) == 2 and out.steps is not None and out.requests is None
+    run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting, tables=("steps",))
+    assert len(calls) == 2  # what it stored is what it needs
+    run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting)  # every table
+    out = run_cache.load_cached(specs[0], tmp_path, run_fn=counting)
+    assert len(calls) == 4 and out.requests is not None and out.steps is not None
+    run_sweep(specs, workers=1, cache_dir=tmp_path, progress=False, run_fn=counting, tables=("steps",))
+    assert len(calls) == 4
+    assert sweep.ALL_TABLES == ("steps", "requests")
+
+
 def test_killed_sweep_resumes_where_it_stopped(tmp_path):
     calls = []
 
@@ -258,3 +284,35 @@ def test_shared_prefix_workloads_run_through_the_sweep():
     assert first == result.requests["prompt_tokens"].iloc[0]
     # 100 s apart: each later request finds the prefix cached and prefills only its own tokens
     assert (later.to_numpy() == result.requests["prompt_tokens"].iloc[1:].to_numpy() - 336).all()
+
+
+def test_a_run_whose_request_table_is_not_stored_never_builds_it(monkeypatch):
+    """``SimResult.requests`` is built on first read: a sweep that stores no request table (the
+    figures') does not pay for it."""
+    from pagesim.experiments import sweep
+    from pagesim.experiments.run_spec import simulate_spec
+    from pagesim.sim import run as sim_run
+
+    built = []
+    real = sim_run.request_frame
+    monkeypatch.setattr(sim_run, "request_frame", lambda *a: built.append(1) or real(*a))
+    spec = RunSpec(system="vllm", workload="sharegpt", rate=2.0, num_requests=20, sim={"kv_gib": 12})
+    out = sweep._execute(spec, simulate_spec, ("steps",))
+    assert built == [] and out.requests is None and out.meta["dropped_tables"] == ["requests"]
+    out = sweep._execute(spec, simulate_spec)
+    assert built == [1] and len(out.requests) == 20
+
+
+def test_runs_share_a_synthesized_trace_and_leave_it_as_it_was():
+    """Consecutive runs of one grid point read one synthesized trace (``spec_workload`` keeps
+    it): a run must not write it, and the second run's result is the first's."""
+    from pagesim.experiments.run_spec import simulate_spec, spec_workload
+    from pagesim.traces.synth import make_workload
+
+    spec = RunSpec(system="vllm", workload="sharegpt", rate=4.0, num_requests=50, sim={"kv_gib": 2})
+    first = simulate_spec(spec)
+    second = simulate_spec(spec)
+    assert spec_workload.cache_info().hits >= 1
+    fresh = make_workload("sharegpt", **spec.workload_kwargs())
+    assert spec_workload(spec.workload, spec.rate, spec.duration_s, spec.num_requests, spec.seed, 1, 1).equals(fresh)
+    assert first.requests.equals(second.requests) and first.steps.equals(second.steps)
