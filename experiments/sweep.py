@@ -29,13 +29,12 @@ ALL_TABLES = ("steps", "requests")
 
 def _execute(spec: RunSpec, run_fn: RunFn, tables: tuple[str, ...] = ALL_TABLES) -> RunOutput:
     t0 = time.perf_counter()
-    made = run_fn(spec)
-    out = normalize_output(made, tables)
-    for name in ALL_TABLES:
-        if name not in tables:  # nobody downstream reads it: not stored (for a SimResult, not built)
-            setattr(out, name, None)
-            if not isinstance(made, dict) and (not isinstance(made, RunOutput) or getattr(made, name) is not None):
-                out.meta.setdefault("dropped_tables", []).append(name)  # run_cache.entry_lacks
+    out = normalize_output(run_fn(spec), tables)
+    dropped = [name for name in ALL_TABLES if name not in tables]  # nobody downstream reads them
+    for name in dropped:  # not stored (and a SimResult's request table is never built)
+        setattr(out, name, None)
+    if dropped:
+        out.meta["dropped_tables"] = dropped  # run_cache.entry_lacks
     out.meta.setdefault("wall_time_s", time.perf_counter() - t0)
     out.meta["label"] = spec.label()
     return out
