@@ -17,10 +17,11 @@ system): OPT-13B, A100-40GB, ``kv_gib=12`` (15,728 slots), ``max_seq_len=2048``,
 for vLLM, buddy placement for Orca. A new figure is a module with these names, its TOML, and a
 line in :data:`FIGURES`.
 
-Default cost: fig2 and its rate sensitivity replay 1-hour ShareGPT traces (most of the work);
-the sweeps of fig12/fig15/fig18b use shorter traces (minutes, or a fixed request count), so
-``pagesim reproduce all`` takes about 40 s of CPU (README, Performance). Runs shared between
-figures (fig2's four runs in fig2_sensitivity) are simulated once.
+Default cost: fig2, its rate sensitivity, fig13 and fig12 replay 1-hour traces (fig12's
+overloaded Alpaca probes are most of the work); the other figures use shorter traces or a fixed
+request count, so ``pagesim reproduce all`` takes about 35 s of CPU, ~19 s on two workers
+(README, Performance). Runs shared between figures (fig2's four runs in fig2_sensitivity) are
+simulated once.
 """
 
 from __future__ import annotations
