@@ -47,7 +47,7 @@ from pagesim.experiments.slo import LITTLE_TOL, SLO
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import resolve_budget
-from pagesim.sim.specs import GiB, get_gpu, get_model, with_kv_cache_dtype
+from pagesim.sim.specs import GiB, get_gpu, get_model
 
 #: illustrative on-demand $/GPU-hour (not quotes; override with --dollars-per-gpu-hour)
 GPU_HOURLY_USD = {"a100-40gb": 1.50, "a100-80gb": 2.00, "h100-80gb": 3.00, "h200-141gb": 4.00, "l40s": 1.00}
@@ -503,8 +503,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         if y is None:
             row["note"] = f"no KV size up to {kv_max_gib:g} GiB meets the SLO at {rate:g} req/s"
         else:
-            model = with_kv_cache_dtype(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("kv_cache_dtype"))
-            row["min_kv_tokens"] = int(row["min_kv_gib"] * GiB // model.kv_bytes_per_token(base_tp))
+            # the configuration's own KV bytes per token (its model, cache dtype and TP: resolve_budget)
+            per_token = check_fits(s, setup.sim, setup.seed)[2].kv_bytes_per_token
+            row["min_kv_tokens"] = int(row["min_kv_gib"] * GiB // per_token)
         kv_rows.append(row)
 
     # verification probes: one replica at rate / replicas, for throughput and cost
