@@ -26,7 +26,7 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import cluster as core_cluster
 from pagesim.sim.core import loop, replay, state
 from pagesim.sim.core.build import UNLIMITED
-from pagesim.sim.core.jit import COMPILED, njit
+from pagesim.sim.core.jit import COMPILED, compiled, njit, on_numba_load
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
@@ -217,7 +217,7 @@ class Cluster:
     def run(self) -> float:
         """Run to the end; returns the wall time of the loop (numba's load, or first compile, of
         the cluster's code comes before, with the log's notice when it compiles)."""
-        run = core_cluster.run
+        run = compiled(core_cluster.run)
         if COMPILED:
             args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
                     self.ck, self.arrival_s)
@@ -241,44 +241,44 @@ class Cluster:
 
     def replace(self, r: int, s: state.Core) -> None:
         self.states[r] = s
-        put(self.replicas, r, s)
+        compiled(put)(self.replicas, r, s)
 
 
 # The replicas' typed list is made and changed by compiled functions, cached with the core: made
 # from Python, numba compiles the list's own methods for the state's type in every process
-# (seconds), and nothing caches them.
-if COMPILED:
+# (seconds), and nothing caches them. Without numba the list is a Python list.
+TypedList = list
+
+
+@on_numba_load
+def _typed_list():
+    global TypedList
     from numba.typed import List as TypedList
 
-    @njit(refcounted=True)
-    def new_list(s):
-        out = TypedList()
-        out.append(s)
-        return out
 
-    @njit(refcounted=True)
-    def append(replicas, s):
-        replicas.append(s)
+@njit(refcounted=True)
+def new_list(s):
+    out = TypedList()
+    out.append(s)
+    return out
 
-    @njit(refcounted=True)
-    def put(replicas, r, s):
-        replicas[r] = s
-else:
-    def new_list(s):
-        return [s]
 
-    def append(replicas, s):
-        replicas.append(s)
+@njit(refcounted=True)
+def append(replicas, s):
+    replicas.append(s)
 
-    def put(replicas, r, s):
-        replicas[r] = s
+
+@njit(refcounted=True)
+def put(replicas, r, s):
+    replicas[r] = s
 
 
 def replica_list(states: list[state.Core]):
     """The replicas as the cluster loop takes them: a numba typed list (a Python list without numba)."""
-    out = new_list(states[0])
+    new, add = compiled(new_list), compiled(append)
+    out = new(states[0])
     for s in states[1:]:
-        append(out, s)
+        add(out, s)
     return out
 
 

@@ -4,46 +4,60 @@ The core's functions are plain Python over numpy arrays and integers. Under numb
 compiled to machine code once (``cache=True`` keeps the result in ``__pycache__``); without
 numba, or with ``PAGESIM_JIT=0``, the very same functions run in CPython: that is the
 readable specification, and ``tests/sim/core/`` compares the two on random runs.
+
+numba is imported when something first needs a compiled function (:func:`use_numba`), not when
+the core is imported: its import and set-up cost every process ~0.5 s, and a run whose loop is
+already compiled into an extension module (``sim/core/aot.py``) needs none of it. Until then
+``njit`` only registers a function; :func:`use_numba` makes each registered function's
+dispatcher and binds it, in the module of every registered function, where the plain function
+was (numba resolves the names a function calls in its module when it compiles it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import types
 
-try:
-    if os.environ.get("PAGESIM_JIT", "1") == "0":
-        raise ImportError("PAGESIM_JIT=0")
-    import numba
-except ImportError:  # CPython runs the same functions
-    numba = None
-
-COMPILED = numba is not None
-
+#: numba is installed and not turned off (``PAGESIM_JIT=0``): the core runs compiled
+COMPILED = os.environ.get("PAGESIM_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
+numba = None  # the module, once use_numba() imported it
 
 #: the core's Python-only files: what builds its state, runs the compiled functions, checks and reads the state
-NOT_COMPILED = ("__init__.py", "replay.py", "check.py", "build.py", "outcome.py")
+NOT_COMPILED = ("__init__.py", "replay.py", "check.py", "build.py", "outcome.py", "aot.py")
+
+_OPTIONS: dict = {}  # each function given to njit -> (inline, refcounted)
+_DISPATCHERS: dict = {}  # each function given to njit -> its numba dispatcher, once numba is loaded
+_ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made (on_numba_load)
 
 
-def _drop_stale_cache(here=None) -> None:
-    """numba's cache checks only the modification time of a function's own file, not of the
-    files whose functions it inlined, nor this file's flags: after any edit of the core a
-    cached function could be stale. The cache is therefore keyed by a hash of every core
-    source numba reads (functions, and the constants it freezes into them: all but the
-    Python-only glue in :data:`NOT_COMPILED`, whose edits need no recompile), and dropped when
-    that changes."""
+def sources_digest(here=None) -> str:
+    """A hash of every core source numba reads: its functions, and the constants it freezes into
+    them (all but the Python-only glue in :data:`NOT_COMPILED`, whose edits need no recompile)."""
     import hashlib
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     sources = [p.read_bytes() for p in sorted(here.glob("*.py")) if p.name not in NOT_COMPILED]
-    digest = hashlib.sha256(b"".join(sources)).hexdigest()
+    return hashlib.sha256(b"".join(sources)).hexdigest()
+
+
+def _drop_stale_cache(here=None) -> None:
+    """numba's cache checks only the modification time of a function's own file, not of the
+    files whose functions it inlined, nor this file's flags: after any edit of the core a
+    cached function could be stale. The cache is therefore keyed by :func:`sources_digest`,
+    and dropped when that changes (with the extension modules built from it: ``aot.py``)."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    digest = sources_digest(here)
     cache = here / "__pycache__"
     stamp = cache / "core-sources.sha256"
     try:
         if stamp.exists() and stamp.read_text() == digest:
             return
-        for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc")]:
+        for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*")]:
             f.unlink()
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest)
@@ -72,13 +86,39 @@ def _load_numpy_support_without_scipy() -> None:
     arraymath._HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 
 
-if COMPILED:
+def on_numba_load(fn):
+    """Run ``fn`` as numba loads (at once if it has): where the core extends numba
+    (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
+    if numba is not None:
+        fn()
+    else:
+        _ON_LOAD.append(fn)
+    return fn
+
+
+def use_numba() -> None:
+    """Import numba and put every registered function's dispatcher in its place (see the module
+    docstring); nothing without numba or once done."""
+    global numba
+    if numba is not None or not COMPILED:
+        return
+    import numba as loaded
+
+    numba = loaded
     _drop_stale_cache()
     _load_numpy_support_without_scipy()
+    for fn in _ON_LOAD:
+        fn()
+    for fn in list(_OPTIONS):
+        _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn])
+    for module in {sys.modules[fn.__module__] for fn in _OPTIONS}:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType) and value in _DISPATCHERS:
+                setattr(module, name, _DISPATCHERS[value])
 
 
 def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
-    """Compile ``fn`` with numba, or return it. No Python object, exception or allocation
+    """Compile ``fn`` with numba (once :func:`use_numba` has run), or return it. No Python object, exception or allocation
     inside (errors are return codes; arrays are made by the caller), so the functions are
     compiled without numba's reference counting (``_nrt=False``): with it, every call would
     count references to each of the ~60 arrays of the state, several times slower.
@@ -94,9 +134,24 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
     functions it calls keep theirs off."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted)
+    if not COMPILED:
+        return fn
+    _OPTIONS[fn] = (inline, refcounted)
     if numba is None:
         return fn
+    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted)
+    return _DISPATCHERS[fn]
+
+
+def _dispatcher(fn, inline: bool, refcounted: bool):
     return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never")(fn)
+
+
+def compiled(fn):
+    """The dispatcher of the core function ``fn`` (numba loaded first); ``fn`` itself when it
+    is not one (or without numba)."""
+    use_numba()
+    return _DISPATCHERS.get(getattr(fn, "py_func", fn), fn)
 
 
 _INTERPRETED: dict = {}
@@ -104,17 +159,18 @@ _INTERPRETED: dict = {}
 
 def interpreted(fn):
     """The plain Python function behind a core function, calling the plain Python functions
-    behind the core functions it calls: the same source, run by CPython. For numpy array
-    arguments (compiled, the core's functions allocate nothing, so they take scalars and
+    behind the core functions it calls: the same source, run by CPython whether numba has
+    loaded or not. For numpy array arguments (compiled, the core's functions allocate nothing, so they take scalars and
     existing arrays only), and where a call from Python costs more than the arithmetic."""
-    py = getattr(fn, "py_func", None)
-    if py is None:
+    py = getattr(fn, "py_func", fn)
+    if py not in _OPTIONS:
         return fn
-    if fn in _INTERPRETED:  # made already, or being made (a name may lead back: co_names holds
-        return _INTERPRETED[fn]  # attribute names too, kv_cache.memory_categories in memory_categories)
-    names = dict(py.__globals__)  # a copy: the module's own names stay numba's
-    _INTERPRETED[fn] = plain = types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)
+    if py in _INTERPRETED:  # made already, or being made (a name may lead back: co_names holds
+        return _INTERPRETED[py]  # attribute names too, kv_cache.memory_categories in memory_categories)
+    names = dict(py.__globals__)  # a copy: the module's own names become numba's when it loads
+    _INTERPRETED[py] = plain = types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)
     for name in py.__code__.co_names:
-        if hasattr(names.get(name), "py_func"):
-            names[name] = interpreted(names[name])
+        callee = getattr(names.get(name), "py_func", names.get(name))
+        if isinstance(callee, types.FunctionType) and callee in _OPTIONS:
+            names[name] = interpreted(callee)
     return plain

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from pagesim.sim.core import loop, state
-from pagesim.sim.core.jit import COMPILED
+from pagesim.sim.core import aot, loop, state
+from pagesim.sim.core.jit import COMPILED, compiled
 from pagesim.sim.errors import InvariantError
 
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
@@ -123,19 +123,27 @@ _ENTRIES: dict = {}
 
 
 def compiled_entry(fn, s: state.Core):
-    """``fn``'s machine code for the types of ``s``, to call directly: numba's dispatcher works
-    out the types of the state's ~60 arrays at every call (1-3 ms), and the loop returns at
-    every progress report (a plan probe's watcher hears up to a few hundred times a run). The
-    entry is kept per array kinds (what numba's types of arrays depend on), so that a sweep's
-    hundreds of runs type a state once. The step table grown on ROWS_FULL keeps its types.
-    ``fn`` itself without numba."""
+    """``fn``'s machine code for the types of ``s``, to call directly: the extension module
+    built ahead of time where it holds ``fn`` (``aot.py``: no numba in the process), else
+    numba's. numba's dispatcher works out the types of the state's ~60 arrays at every call
+    (1-3 ms), and the loop returns at every progress report (a plan probe's watcher hears up
+    to a few hundred times a run), so the entry is kept per array kinds (what numba's types of
+    arrays depend on), and a sweep's hundreds of runs type a state once. The step table grown
+    on ROWS_FULL keeps its types. ``fn`` itself without numba."""
     if not COMPILED:
         return fn
-    key = (fn, *(array_kind(a) for a in s))
+    kinds = tuple(array_kind(a) for a in s)
+    key = (getattr(fn, "py_func", fn), *kinds)
     entry = _ENTRIES.get(key)
+    if entry is None:
+        entry = aot.load(kinds) if aot.holds(fn) else None
     if entry is None:  # loaded from numba's cache (or compiled) once
+        dispatcher = compiled(fn)
         with compile_notice():
-            entry = _ENTRIES[key] = fn.compile((fn.typeof_pyval(s),))
+            entry = dispatcher.compile((dispatcher.typeof_pyval(s),))
+        if aot.holds(fn):
+            aot.build(s, kinds)
+    _ENTRIES[key] = entry
     return entry
 
 

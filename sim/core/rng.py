@@ -11,7 +11,7 @@ bounded draw (Lemire's method over 32-bit words for ``n`` < 2**32; none for ``n`
 
 from __future__ import annotations
 
-from pagesim.sim.core.jit import COMPILED
+from pagesim.sim.core.jit import on_numba_load
 
 
 def below(rng, n):
@@ -19,7 +19,8 @@ def below(rng, n):
     return int(rng.integers(n))
 
 
-if COMPILED:
+@on_numba_load
+def _compiled_below():
     import numpy as np
     from numba.extending import overload
     from numba.np.random.random_methods import buffered_bounded_lemire_uint32

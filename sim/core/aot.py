@@ -1,0 +1,138 @@
+"""The core's loop compiled ahead of time into an extension module, so that a run needs no numba.
+
+numba compiles the loop (``loop.run`` and all it calls) the first time; later processes load
+that machine code from numba's cache, but only after importing numba and setting up its
+compiler (~0.5 s, a third of a whole ``pagesim simulate``). So once numba has compiled the
+loop, the same function is also written by numba's own ahead-of-time compiler
+(``numba.pycc``) into a Python extension module beside numba's cache; a later process imports
+it (milliseconds) and never imports numba unless it needs another compiled function (a
+cluster's loop). One source, compiled by the same compiler: the module's results are numba's,
+bit for bit (``tests/sim/core/test_aot.py``).
+
+The module is named by a hash of the core's sources (``jit.sources_digest``), this file and
+the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
+is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
+``$NUMBA_CACHE_DIR/pagesim_core``). Its machine code is for the generic x86-64 (pycc's
+default), not this CPU, so a cache shared between machines stays valid. Building it needs a C
+compiler and setuptools; where either is missing, or the cache is read-only, runs load
+numba's cache as before (a debug line says why). ``PAGESIM_JIT=numba`` skips the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from pagesim.sim.core import jit, loop
+
+LOG = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """Beside numba's cache: ``__pycache__`` here, or ``$NUMBA_CACHE_DIR/pagesim_core``."""
+    numba_cache = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(numba_cache) / "pagesim_core" if numba_cache else Path(__file__).resolve().parent / "__pycache__"
+
+
+_LOADED: dict = {}  # module name -> its run (None: absent)
+
+
+def run(s):
+    """The exported function: the loop, for the state's types."""
+    return loop.run(s)
+
+
+def holds(fn) -> bool:
+    """Whether the module compiles ``fn`` (the core's loop, plain or numba's dispatcher)."""
+    return getattr(fn, "py_func", fn) is getattr(loop.run, "py_func", loop.run)
+
+
+def module_name(kinds: tuple) -> str:
+    digest = hashlib.sha256(f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{kinds!r}".encode())
+    return "pagesim_core_" + digest.hexdigest()[:20]
+
+
+def module_path(name: str) -> Path:
+    return cache_dir() / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
+
+
+def load(kinds: tuple):
+    """The module's loop for states of ``kinds`` if it has been built, else None."""
+    if os.environ.get("PAGESIM_JIT") == "numba":
+        return None
+    name = module_name(kinds)
+    if name not in _LOADED:
+        path = module_path(name)
+        entry = None
+        if path.exists():
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            entry = module.run
+        _LOADED[name] = entry
+    return _LOADED[name]
+
+
+def build(s, kinds: tuple) -> None:
+    """Write the module for states of ``kinds`` (numba loaded, the loop compiled for ``s``'s
+    types: pycc links numba's machine code of it, ~10 s). One process builds it at a time; a
+    failure is logged (debug) and remembered beside it, so that it is not retried every run."""
+    name = module_name(kinds)
+    path = module_path(name)
+    failed = cache_dir() / (name + ".failed")  # delete it to try again
+    if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists():
+        return
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        with _build_lock(name) as mine:
+            if mine and not path.exists():
+                _compile(s, name, path)
+    except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
+        LOG.debug("the core's extension module was not built (%s: %s); runs load numba's cache", type(e).__name__, e)
+        with contextlib.suppress(OSError):
+            failed.write_text(f"{type(e).__name__}: {e}\n")
+
+
+@contextlib.contextmanager
+def _build_lock(name: str):
+    """Yields whether this process holds the build (another one building: False at once)."""
+    import fcntl
+
+    with open(cache_dir() / (name + ".lock"), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+def _compile(s, name: str, path: Path) -> None:
+    import warnings
+
+    t0 = time.perf_counter()
+    numba = jit.numba
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pycc's pending deprecation
+        from numba.pycc import CC
+
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            cc = CC(name)
+            cc.output_dir = tmp
+            cc.export("run", numba.int64(numba.typeof(s)))(run)
+            cc.compile()
+            built = Path(tmp) / path.name
+            os.replace(built, path)
+    for stale in path.parent.glob("pagesim_core_*"):
+        if not stale.name.startswith(name):  # one module at a time: every configuration has the same kinds
+            stale.unlink(missing_ok=True)
+    LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",
+             time.perf_counter() - t0)
+

@@ -1,0 +1,6 @@
+"""The core's tests call its functions directly, compiled as a run's loop is: numba is loaded
+here, where a run would load it only when it needs it (``sim/core/jit.py``)."""
+
+from pagesim.sim.core import jit
+
+jit.use_numba()

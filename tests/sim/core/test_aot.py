@@ -1,0 +1,168 @@
+"""The core's loop written ahead of time into an extension module (sim/core/aot.py): the same
+records as numba's dispatcher, a run that finds it imports no numba, and a module that is stale,
+failed or being built by another process is never loaded or rebuilt."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pagesim.sim.core import aot, jit, loop, replay
+from pagesim.sim.core.replay import array_kind
+from pagesim.sim.run import initial_state, run_simulation
+from tests.sim.helpers import cfg_for, rand_trace, write_table_profile
+
+OPT13B_SLOT = 2 * 40 * 40 * 128 * 2
+ROOT = Path(__file__).resolve().parents[3]
+
+CAN_BUILD = (jit.COMPILED and importlib.util.find_spec("setuptools") is not None
+             and shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc"))
+
+
+def kinds_of(cfg, trace):
+    return tuple(array_kind(a) for a in initial_state(cfg, trace))
+
+
+@pytest.fixture(scope="module")
+def module_built():
+    """The module for the default state's kinds, built by a run as a first run builds it."""
+    if not CAN_BUILD:
+        pytest.skip("numba, setuptools or a C compiler missing: runs load numba's cache instead")
+    kinds = kinds_of(cfg_for("vllm"), rand_trace(0, n=20))
+    if aot.load(kinds) is None:
+        replay._ENTRIES.clear()
+        run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
+        aot._LOADED.clear()
+    assert aot.load(kinds) is not None, (aot.cache_dir() / (aot.module_name(kinds) + ".failed")).read_text()
+    return kinds
+
+
+def from_the_module(entry) -> bool:
+    """Whether ``entry`` is the extension module's function (numba's names the core's module)."""
+    return entry.__module__.startswith("pagesim_core_")
+
+
+def tables(cfg, trace):
+    r = run_simulation(cfg, trace)
+    return r.requests, r.steps
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(slots=1200, prefix_caching=True),
+    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width={"beam_width": [1, 2, 3]}),
+    dict(slots=1200, preemption="swap", swap_gib=2000 * OPT13B_SLOT / 2**30, width={"n": [1, 2, 3]}),
+    dict(slots=1200, chunked_prefill=True, chunk_budget=64, block_size=8, cost_model="calibrated"),
+    dict(slots=1200, profile=True, cost_scale=0.5),
+    dict(system="orca-max", slots=1000, reservation="predicted"),
+    dict(system="orca-pow2", slots=1200),
+    dict(system="static", slots=1200),
+    dict(system="sglang", slots=1200, block_size=4, schedule_policy="lpm"),
+])
+def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path):
+    kw = dict(kw)
+    if kw.get("profile"):
+        kw["profile"] = str(write_table_profile(tmp_path / "profile.csv"))
+    width = kw.pop("width", None)
+    cfg = cfg_for(kw.pop("system", "vllm"), seed=0, **kw)
+    trace = rand_trace(0, rate=200.0, prefix=True, width=width)
+    assert kinds_of(cfg, trace) == module_built  # the module runs it
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    ahead = tables(cfg, trace)
+    assert aot.holds(next(iter(replay._ENTRIES))[0])
+    assert from_the_module(next(iter(replay._ENTRIES.values())))
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    monkeypatch.setenv("PAGESIM_JIT", "numba")  # numba's dispatcher
+    jitted = tables(cfg, trace)
+    assert not from_the_module(next(iter(replay._ENTRIES.values())))
+    for a, b in zip(ahead, jitted):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+RUN = """
+import sys
+from pagesim.sim.run import run_simulation
+from tests.sim.helpers import cfg_for, rand_trace
+assert "numba" not in sys.modules, "importing the simulator imported numba"
+r = run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
+print(r.summary["engine"], "numba" in sys.modules)
+"""
+
+
+def test_a_run_that_finds_the_module_imports_no_numba(module_built):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p))
+    env.pop("PAGESIM_JIT", None)
+    out = subprocess.run([sys.executable, "-c", RUN], check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.split() == ["core", "False"]
+
+
+def test_a_module_of_other_sources_or_kinds_is_not_loaded(module_built, monkeypatch):
+    monkeypatch.setattr(aot, "_LOADED", {})
+    assert aot.load(module_built) is not None
+    other_kinds = module_built[:-1] + (("<f8", 1, "C", True, True),)
+    assert aot.module_name(other_kinds) != aot.module_name(module_built) and aot.load(other_kinds) is None
+    with monkeypatch.context() as m:
+        m.setattr(jit, "sources_digest", lambda: "an edited core")
+        assert aot.load(module_built) is None
+    monkeypatch.setenv("PAGESIM_JIT", "numba")
+    assert aot.load(module_built) is None  # PAGESIM_JIT=numba skips it
+
+
+@pytest.fixture
+def builds(monkeypatch, tmp_path):
+    """aot's cache in ``tmp_path``, its compile replaced by one that records each call (and
+    fails while ``builds.failing``)."""
+    calls = types.SimpleNamespace(names=[], failing=False)
+
+    def compile_(s, name, path):
+        calls.names.append(name)
+        if calls.failing:
+            raise RuntimeError("no C compiler")
+        path.write_text("built")
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "_compile", compile_)
+    monkeypatch.delenv("PAGESIM_JIT", raising=False)
+    return calls
+
+
+KINDS = (("<i8", 1, "C", True, True),)
+
+
+def test_a_failed_build_is_remembered_not_retried(builds, tmp_path):
+    builds.failing = True
+    aot.build(None, KINDS)
+    aot.build(None, KINDS)
+    assert len(builds.names) == 1
+    assert (tmp_path / "pagesim_core" / (aot.module_name(KINDS) + ".failed")).read_text() == "RuntimeError: no C compiler\n"
+    assert not aot.module_path(aot.module_name(KINDS)).exists()
+
+
+def test_a_build_happens_once_and_not_while_another_process_builds(builds):
+    name = aot.module_name(KINDS)
+    with aot._build_lock(name) as mine:
+        assert mine
+        aot.build(None, KINDS)  # another holds the lock: skipped, not waited for
+        assert builds.names == []
+    aot.build(None, KINDS)
+    aot.build(None, KINDS)  # built already
+    assert builds.names == [name]
+
+
+def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
+    """``jit.interpreted`` is the specification run by CPython: the core functions it calls are
+    the plain ones even once numba's dispatchers have taken their names (``jit.use_numba``)."""
+    jit.use_numba()
+    assert hasattr(loop.start_step, "py_func")  # the module's name is numba's now
+    plain = jit.interpreted(loop.run)
+    assert isinstance(plain, types.FunctionType) and plain.__code__ is loop.run.py_func.__code__
+    assert isinstance(plain.__globals__["start_step"], types.FunctionType)
