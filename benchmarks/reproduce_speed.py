@@ -45,7 +45,9 @@ def this_path() -> str:
 
 
 def env_for(path: str) -> dict:
-    env = dict(os.environ)
+    """Python's default bytecode caching in every child (this project's sandbox sets
+    PYTHONDONTWRITEBYTECODE, which recompiles pagesim's sources in every worker)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = path
     return env
 
