@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from pagesim.sim.core import jit, loop
 
 LOG = logging.getLogger(__name__)
@@ -55,8 +57,10 @@ def holds(fn) -> bool:
 
 
 def module_name(kinds: tuple) -> str:
-    digest = hashlib.sha256(f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{kinds!r}".encode())
-    return "pagesim_core_" + digest.hexdigest()[:20]
+    """Named by what its machine code depends on: the core's sources, this file, the state's
+    array kinds, and numpy's version (the module is built against numpy's C interface)."""
+    key = f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{kinds!r}|{np.__version__}"
+    return "pagesim_core_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def module_path(name: str) -> Path:
@@ -72,10 +76,15 @@ def load(kinds: tuple):
         path = module_path(name)
         entry = None
         if path.exists():
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            entry = module.run
+            try:
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                entry = module.run
+            except Exception as e:  # noqa: BLE001 - a broken module: numba's cache now, a new module next
+                LOG.debug("the core's extension module %s did not load (%s: %s)", path, type(e).__name__, e)
+                with contextlib.suppress(OSError):
+                    path.unlink()
         _LOADED[name] = entry
     return _LOADED[name]
 
@@ -90,7 +99,6 @@ def build(s, kinds: tuple) -> None:
     if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists():
         return
     try:
-        cache_dir().mkdir(parents=True, exist_ok=True)
         with _build_lock(name) as mine:
             if mine and not path.exists():
                 _compile(s, name, path)
@@ -105,6 +113,7 @@ def _build_lock(name: str):
     """Yields whether this process holds the build (another one building: False at once)."""
     import fcntl
 
+    cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / (name + ".lock"), "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -118,10 +118,10 @@ def use_numba() -> None:
 
 
 def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
-    """Compile ``fn`` with numba (once :func:`use_numba` has run), or return it. No Python object, exception or allocation
-    inside (errors are return codes; arrays are made by the caller), so the functions are
-    compiled without numba's reference counting (``_nrt=False``): with it, every call would
-    count references to each of the ~60 arrays of the state, several times slower.
+    """Compile ``fn`` with numba (from :func:`use_numba` on), or return it. No Python object,
+    exception or allocation inside (errors are return codes; arrays are made by the caller), so
+    the functions are compiled without numba's reference counting (``_nrt=False``): with it,
+    every call would count references to each of the ~60 arrays of the state, several times slower.
     ``inline=True`` (numba inlines the function's code into its caller's) for the small
     functions of the hot path and for the functions an iteration calls from one place: a call
     passes each array of the state field by field, ~420 machine words (a few hundred
@@ -160,8 +160,9 @@ _INTERPRETED: dict = {}
 def interpreted(fn):
     """The plain Python function behind a core function, calling the plain Python functions
     behind the core functions it calls: the same source, run by CPython whether numba has
-    loaded or not. For numpy array arguments (compiled, the core's functions allocate nothing, so they take scalars and
-    existing arrays only), and where a call from Python costs more than the arithmetic."""
+    loaded or not. For numpy array arguments (compiled, the core's functions allocate nothing,
+    so they take scalars and existing arrays only), and where a call from Python costs more
+    than the arithmetic."""
     py = getattr(fn, "py_func", fn)
     if py not in _OPTIONS:
         return fn

@@ -113,6 +113,9 @@ def test_a_module_of_other_sources_or_kinds_is_not_loaded(module_built, monkeypa
     with monkeypatch.context() as m:
         m.setattr(jit, "sources_digest", lambda: "an edited core")
         assert aot.load(module_built) is None
+    with monkeypatch.context() as m:
+        m.setattr(aot.np, "__version__", "another numpy")  # built against numpy's C interface
+        assert aot.load(module_built) is None
     monkeypatch.setenv("PAGESIM_JIT", "numba")
     assert aot.load(module_built) is None  # PAGESIM_JIT=numba skips it
 
@@ -166,3 +169,13 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     plain = jit.interpreted(loop.run)
     assert isinstance(plain, types.FunctionType) and plain.__code__ is loop.run.py_func.__code__
     assert isinstance(plain.__globals__["start_step"], types.FunctionType)
+
+
+def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
+    monkeypatch.setattr(aot, "_LOADED", {})
+    path = aot.module_path(aot.module_name(KINDS))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not an extension module")
+    assert aot.load(KINDS) is None and not path.exists()
+    aot.build(None, KINDS)
+    assert builds.names == [aot.module_name(KINDS)]
