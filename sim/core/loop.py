@@ -21,6 +21,8 @@ being in the arrays.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core import scheduler, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler import schedule as schedule_vllm
@@ -75,10 +77,11 @@ def step_time(s, decode_context_sum):
     (``step_prefill_context``; ``b`` = context - n were cached before) are as the scheduler
     scheduled them: a static batch's padded prefill is n = context = the longest prompt."""
     c = s.count
-    pair_sum = 0  # sum(n * (2b + n)), twice the causal pairs: an integer, exact in any order
-    cached_sum = 0
-    cross_sum = 0  # sum(n * b) and sum(n * n): the calibrated model's
-    square_sum = 0
+    # np.int64(0), not 0: the sums are passed to the step prices (jit.njit's note on constants)
+    pair_sum = np.int64(0)  # sum(n * (2b + n)), twice the causal pairs: an integer, exact in any order
+    cached_sum = np.int64(0)
+    cross_sum = np.int64(0)  # sum(n * b) and sum(n * n): the calibrated model's
+    square_sum = np.int64(0)
     for k in range(c[STEP_PREFILL_SEQS]):
         n = s.step_prefill_tokens[k]
         before = s.step_prefill_context[k] - n

@@ -34,6 +34,8 @@ the pool's pages (every node but the root holds at least a page), so nothing is 
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, LEFTOVER_SLOTS, NUM_RUNNING, LOCKED_NODE, NODE_END, NODE_FIRST_CHILD,
                                     NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_OWNER, NODE_PARENT,
@@ -180,7 +182,7 @@ def insert(s, r, num_tokens):
     node, depth = walk(s, r, num_tokens)
     if depth < num_tokens:
         c = s.count
-        node = new_node(s, node, depth, num_tokens, r, 0)
+        node = new_node(s, node, depth, num_tokens, r, np.int64(0))  # not 0: jit.njit's note on constants
         c[RADIX_TREE_TOKENS] += num_tokens - depth
         c[RADIX_EVICTABLE] += num_tokens - depth
     return node, depth

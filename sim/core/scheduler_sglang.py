@@ -47,6 +47,8 @@ cache_finished_req``, from ``scheduler.finish`` through ``memory.free``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.scheduler import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
@@ -257,7 +259,7 @@ def retract_decode(s):
         if remaining <= 1:
             break
         first = False
-        victim = -1
+        victim = np.int64(-1)  # not -1: jit.njit's note on constants
         for k in range(c[NUM_RUNNING]):
             i = s.running[k]
             if s.in_decode[i] and (victim < 0 or s.num_generated[i] < s.num_generated[victim] or (
