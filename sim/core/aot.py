@@ -15,7 +15,7 @@ is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
 ``$NUMBA_CACHE_DIR/pagesim_core``). Its machine code is for the generic x86-64 (pycc's
 default), not this CPU, so a cache shared between machines stays valid. Building it needs a C
 compiler and setuptools; where either is missing, or the cache is read-only, runs load
-numba's cache as before (a debug line says why). ``PAGESIM_JIT=numba`` skips the module.
+numba's cache as before (the log says so once). ``PAGESIM_JIT=numba`` skips the module.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def load(kinds: tuple):
 def build(s, kinds: tuple) -> None:
     """Write the module for states of ``kinds`` (numba loaded, the loop compiled for ``s``'s
     types: pycc links numba's machine code of it, ~10 s). One process builds it at a time; a
-    failure is logged (debug) and remembered beside it, so that it is not retried every run."""
+    failure is said once and remembered beside it, so that it is not retried every run."""
     name = module_name(kinds)
     path = module_path(name)
     failed = cache_dir() / (name + ".failed")  # delete it to try again
@@ -103,9 +103,14 @@ def build(s, kinds: tuple) -> None:
             if mine and not path.exists():
                 _compile(s, name, path)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
-        LOG.debug("the core's extension module was not built (%s: %s); runs load numba's cache", type(e).__name__, e)
-        with contextlib.suppress(OSError):
-            failed.write_text(f"{type(e).__name__}: {e}\n")
+        why = f"{type(e).__name__}: {e}"
+        try:  # said once per machine (where the failure can be remembered), else quietly
+            failed.write_text(why + "\n")
+            say = LOG.info
+        except OSError:
+            say = LOG.debug
+        say("the compiled core was not written into an extension module (%s); runs load numba's cache, ~0.5 s "
+            "more each (%s says why)", why.splitlines()[0][:200], failed)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ failed or being built by another process is never loaded or rebuilt."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -141,11 +142,14 @@ def builds(monkeypatch, tmp_path):
 KINDS = (("<i8", 1, "C", True, True),)
 
 
-def test_a_failed_build_is_remembered_not_retried(builds, tmp_path):
+def test_a_failed_build_is_said_once_remembered_and_not_retried(builds, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="pagesim")
     builds.failing = True
     aot.build(None, KINDS)
     aot.build(None, KINDS)
     assert len(builds.names) == 1
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "not written into an extension module (RuntimeError: no C compiler)" in line
     assert (tmp_path / "pagesim_core" / (aot.module_name(KINDS) + ".failed")).read_text() == "RuntimeError: no C compiler\n"
     assert not aot.module_path(aot.module_name(KINDS)).exists()
 
