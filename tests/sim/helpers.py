@@ -3,12 +3,22 @@ live in conftest.py). Test modules import from here, never from each other."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B
+TESTS_ROOT = Path(__file__).resolve().parents[2]  # the checkout the tests run from
+
+
+def subprocess_path(root: Path = TESTS_ROOT) -> str:
+    """A child's import path: the tests' root, after the caller's PYTHONPATH (a worktree's
+    ``pagesim`` link), so that the child imports the same ``pagesim`` as this process."""
+    return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(root)) if p)
 
 
 def trace_of(rows, prefix=False) -> pd.DataFrame:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import sysconfig
 import types
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,10 +19,7 @@ import pytest
 from pagesim.sim.core import aot, jit, loop, replay
 from pagesim.sim.core.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
-from tests.sim.helpers import cfg_for, rand_trace, write_table_profile
-
-OPT13B_SLOT = 2 * 40 * 40 * 128 * 2
-ROOT = Path(__file__).resolve().parents[3]
+from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
 CAN_BUILD = (jit.COMPILED and importlib.util.find_spec("setuptools") is not None
              and shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc"))
@@ -100,9 +96,10 @@ print(r.summary["engine"], "numba" in sys.modules)
 
 
 def test_a_run_that_finds_the_module_imports_no_numba(module_built):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p))
+    env = dict(os.environ, PYTHONPATH=subprocess_path())
     env.pop("PAGESIM_JIT", None)
-    out = subprocess.run([sys.executable, "-c", RUN], check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", RUN], check=True, env=env, cwd=TESTS_ROOT, capture_output=True,
+                         text=True)
     assert out.stdout.split() == ["core", "False"]
 
 

@@ -19,7 +19,8 @@ import pytest
 from pagesim.sim.core import jit, replay
 from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
-from tests.sim.helpers import OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, trace, write_table_profile
+from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, subprocess_path, trace,
+                               write_table_profile)
 
 
 CASES = [
@@ -362,12 +363,6 @@ def test_numba_is_there_to_compile_the_core():
     """numba is a dependency: without it every run would silently take the interpreted core
     (the same results, many times slower)."""
     assert jit.COMPILED, "numba is not importable: pip install numba (or PAGESIM_JIT=0 is set)"
-
-
-def subprocess_path(root: Path) -> str:
-    """The child's import path: the tests' root, after the caller's PYTHONPATH (a worktree's
-    ``pagesim`` link), so that the child imports the same ``pagesim`` as this process."""
-    return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(root)) if p)
 
 
 INTERPRETED = """
