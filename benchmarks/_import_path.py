@@ -10,6 +10,7 @@ folder holding a link named ``pagesim`` to the repository root goes first on ``s
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -29,3 +30,14 @@ def import_path() -> str:
     if str(base) not in sys.path:
         sys.path.insert(0, str(base))
     return str(base)
+
+
+def child_env(path: str | None = None, **extra: str) -> dict:
+    """The environment of a timed child: ``PYTHONPATH`` = ``path`` (this tree by default), and
+    Python's default bytecode caching (this project's sandbox sets PYTHONDONTWRITEBYTECODE,
+    which would recompile pagesim's sources in every child while numpy's and pandas' come
+    precompiled)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = import_path() if path is None else path
+    env.update(extra)
+    return env

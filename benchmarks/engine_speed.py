@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _import_path import import_path  # noqa: E402
+from _import_path import child_env, import_path  # noqa: E402
 
 import_path()  # `import pagesim` works from this working tree, installed or not
 
@@ -110,11 +110,8 @@ def whole_process(trace) -> None:
     """The whole command against a bare interpreter with numpy and pandas, in the same run: as
     it runs by default (the core's loop from its extension module, ``sim/core/aot.py``) and
     with ``PAGESIM_JIT=numba`` (loaded from numba's cache, the baseline); then numba's compile,
-    cold and warm, in fresh processes. Python caches bytecode in every child (its default;
-    this project's sandbox sets ``PYTHONDONTWRITEBYTECODE``, which would recompile pagesim's
-    sources in every process while numpy's and pandas' come precompiled)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = import_path()
+    cold and warm, in fresh processes (every child caching bytecode: ``child_env``)."""
+    env = child_env()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "azure_le_2048.csv"
         trace.to_csv(path, index=False)
@@ -123,7 +120,7 @@ def whole_process(trace) -> None:
                "--model", "opt-13b", "--gpu", "a100-80gb", "--no-progress", "--out", str(Path(tmp) / "out")]
         first = seconds(cmd, env)  # writes the bytecode (and the module, were it missing)
         whole = min(seconds(cmd, env) for _ in range(3))
-        numba_env = dict(env, PAGESIM_JIT="numba")
+        numba_env = child_env(PAGESIM_JIT="numba")
         baseline = min(seconds(cmd, numba_env) for _ in range(3))
         print(f"  whole `pagesim simulate` process (load, run, write outputs): {whole:.2f} s (first {first:.2f} s); "
               f"bare `import numpy, pandas` {bare:.2f} s: x{whole / bare:.2f} (target x2); "
@@ -131,7 +128,7 @@ def whole_process(trace) -> None:
         small = [sys.executable, "-c", "from pagesim.sim.run import run_simulation; from pagesim.sim.config import SimConfig; "
                  "from pagesim.traces.synth import make_workload; run_simulation(SimConfig(), "
                  "make_workload('sharegpt', rate=2, num_requests=20))"]
-        cache_env = dict(env, NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
+        cache_env = child_env(NUMBA_CACHE_DIR=str(Path(tmp) / "numba"))
         cold = seconds(small, cache_env)
         warm = seconds(small, cache_env)
         warm_numba = seconds(small, dict(cache_env, PAGESIM_JIT="numba"))

@@ -34,27 +34,18 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _import_path import child_env, import_path  # noqa: E402
 
 
 def this_path() -> str:
     """A PYTHONPATH entry under which ``import pagesim`` is this working tree."""
-    sys.path.insert(0, str(HERE))
-    from _import_path import import_path
-
     return import_path()
-
-
-def env_for(path: str) -> dict:
-    """Python's default bytecode caching in every child (this project's sandbox sets
-    PYTHONDONTWRITEBYTECODE, which recompiles pagesim's sources in every worker)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = path
-    return env
 
 
 def warm(path: str) -> None:
     subprocess.run([sys.executable, "-c", "from pagesim.experiments.sweep import warm_up_core; warm_up_core()"],
-                   env=env_for(path), check=True)
+                   env=child_env(path), check=True)
 
 
 def timed(path: str, out: Path, workers: int, quick: bool) -> tuple[float, float, float]:
@@ -64,7 +55,7 @@ def timed(path: str, out: Path, workers: int, quick: bool) -> tuple[float, float
            "--cache-dir", str(cache), "--no-progress", "--workers", str(workers)] + (["--quick"] if quick else [])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env_for(path), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, env=child_env(path), check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,8 +18,8 @@ import pytest
 from pagesim.sim.core import jit, replay
 from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
-from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, subprocess_path, trace,
-                               write_table_profile)
+from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, subprocess_path, TESTS_ROOT,
+                               trace, write_table_profile)
 
 
 CASES = [
@@ -409,9 +408,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and
     compiled by numba give the same records."""
-    root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
-    subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=root)
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path())
+    subprocess.run([sys.executable, "-c", INTERPRETED, repr(kw), str(tmp_path)], check=True, env=env, cwd=TESTS_ROOT)
     kw = dict(kw)
     if kw.get("profile"):
         kw["profile"] = str(tmp_path / "profile.csv")
@@ -442,9 +440,8 @@ def test_core_ends_a_run_that_stops_producing_tokens():
     """The core's loop stops a run once ``steps_without_token_limit`` iterations in a row
     produced no token, with an error naming it (tests/sim/core/test_preempt_everyone.py
     pins the bound and the live lock it catches); interpreted, so the bound can be lowered."""
-    root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path(root))
-    subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=root)
+    env = dict(os.environ, PAGESIM_JIT="0", PYTHONPATH=subprocess_path())
+    subprocess.run([sys.executable, "-c", LIVE_LOCK], check=True, env=env, cwd=TESTS_ROOT)
 
 
 def test_beam_cases_reach_what_they_test():
