@@ -16,7 +16,7 @@ from pagesim.experiments.figures import EXPLAIN, FIGURES, SweepOptions, reproduc
 from pagesim.experiments.run_spec import load_experiment
 from pagesim.sim.calibration import describe_band, error_band, load_calibration
 from pagesim.sim.cli import HelpFormatter, example
-from pagesim.sim.config import SimConfig
+from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import get_gpu
 
@@ -59,7 +59,7 @@ def run(args) -> int:
     base = {"cost_model": args.cost_model} if args.cost_model else {}
     gpus = sorted({get_gpu(load_experiment(f).get("base", {}).get("gpu") or SimConfig.gpu).name
                    for f in (list(FIGURES) if args.figure == "all" else [args.figure])})
-    cost_model = args.cost_model or SimConfig.cost_model
+    cost_model = args.cost_model or default_cost_model("vllm")  # the paper's engines (vLLM v0, Orca, static)
     if cost_model == "calibrated":
         for g in gpus:
             load_calibration(g)  # no constants for the figures' GPU: one line and exit 2, before any run

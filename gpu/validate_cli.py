@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
@@ -28,7 +27,6 @@ from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.sim.args import add_sim_args, config_from_args
-from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 from pagesim.sim.run import jsonable, resolve_budget
@@ -67,6 +65,9 @@ def make_backend(args, cfg=None):
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise ConfigError("pagesim validate runs a trace on the GPU into --out DIR (or replays a real run: "
+                          "--against PATH)")
     if args.backend != "fake":
         _require_gpu()  # before any heavy work
 
@@ -120,18 +121,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser(
-        "validate", help="Run a trace on the GPU and validate the simulator (needs CUDA)",
-        formatter_class=HelpFormatter, description=__doc__.split("\n\n", 1)[1],
-        epilog=example(
-            "pagesim gpu calibrate --model llama-2-7b --out prof.csv",
+#: the command line's examples of a GPU run (``experiments/validate_cli.py`` registers the command)
+EXAMPLES = ("pagesim gpu calibrate --model llama-2-7b --out prof.csv",
             "pagesim validate --workload sharegpt --rate 2 --duration 120 --model llama-2-7b --gpu h200 "
             "--system vllm --kv-gib 40 --profile prof.csv --out out/val",
             "pagesim validate --workload sharegpt --rate 2 --num-requests 50 --model llama-2-7b --gpu h200 "
-            "--backend fake --out out/dry"))
+            "--backend fake --out out/dry")
 
-    add_workload_args(p)
+
+def add_arguments(p: argparse.ArgumentParser) -> tuple[argparse._ArgumentGroup, argparse._ArgumentGroup]:
+    """A GPU run's settings on ``p``; returns the workload's and the GPU run's argument groups
+    (``--against`` refuses what it would ignore)."""
+    workload = add_workload_args(p)
     add_sim_args(p)
     g = p.add_argument_group("GPU run")
     g.add_argument("--layers", type=int, default=None, metavar="N",
@@ -145,7 +146,8 @@ def register(sub) -> None:
                    help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline for testing "
                         "(step time = roofline price x (1 +- 10 %%), says nothing about a GPU)")
     o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", required=True, help="folder for steps.csv, validation.json, report.html")
+    o.add_argument("--out", metavar="DIR", help="folder for steps.csv, validation.json, report.html (a GPU run: "
+                                               "required)")
     o.add_argument("--check", action="store_true", default=None, help="assert engine invariants every step")
     g.add_argument("--check-kv", dest="check_kv", action=argparse.BooleanOptionalAction, default=True,
                    help="after each copy-on-write and swap, read the destination blocks back and compare them "
@@ -153,9 +155,4 @@ def register(sub) -> None:
     o.add_argument("--json", action="store_true", help="print validation.json's numbers as one JSON object")
     o.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bar")
-    p.set_defaults(func=run)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from pagesim.sim.cli import main
-    sys.exit(main(["validate"] + sys.argv[1:]))
+    return workload, g

@@ -42,11 +42,14 @@ SIM_FLAGS = {
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
     "schedule_policy": dict(choices=["fcfs", "lpm"], help="sglang: waiting-queue order, fcfs (SGLang's default) or "
                                                         "lpm (longest cached prefix first while <= 128 wait)"),
+    "async_scheduling": dict(action=argparse.BooleanOptionalAction, default=None,
+                             help="vllm-v1: schedule step N+1 while step N runs, as vLLM does by default: a request "
+                                  "arriving during a step waits one more (default on for vllm-v1)"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
-    "cost_model": dict(choices=["roofline", "calibrated"],
-                       help="roofline (default) or calibrated: the roofline with constants fitted on measured "
-                            "GPU timings (sim/data/calibration/<gpu>.toml: a100-80gb, h100-80gb, a40; a100-40gb and "
-                            "h200-141gb take their same chip's)"),
+    "cost_model": dict(choices=["roofline", "calibrated", "serving"],
+                       help="roofline (default); calibrated: the roofline with constants fitted on measured "
+                            "GPU timings per operation (sim/data/calibration/<gpu>.toml); serving: fitted end to "
+                            "end on real vLLM serving runs (sim/data/serving/<gpu>.toml: h100-80gb)"),
     "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
                                         "how plan's error band reruns at 1 -/+ the measured p90 error (default 1)"),
     "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "

@@ -181,6 +181,10 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     ``gpu`` borrows its constants: the band was measured there, not on ``gpu``."""
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
+    if cost_model == "serving":
+        from pagesim.sim.cost_serving import serving_band  # its own file, its own runs
+
+        return {"cost_model": cost_model, "cost_error": serving_band(gpu)}
     source = calibration_gpu(gpu)
     if source is None:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: no measured timings for {gpu}"}
@@ -202,6 +206,12 @@ def describe_band(band: dict, gpu: str) -> str:
     if isinstance(err, str):
         return f"{band['cost_model']} ({err})"
     measured_on = err.get("measured_on", gpu)
-    borrowed = f"; {gpu} itself unmeasured: the same chip as {measured_on}" if measured_on != gpu else ""
-    return (f"{band['cost_model']} (GPU time per iteration vs measured on {measured_on}: median "
+    if measured_on == gpu:
+        borrowed = ""
+    elif err.get("same_chip", True):
+        borrowed = f"; {gpu} itself unmeasured: the same chip as {measured_on}"
+    else:
+        borrowed = f"; {gpu} itself unmeasured"
+    what = err.get("what", "GPU time per iteration")
+    return (f"{band['cost_model']} ({what} vs measured on {measured_on}: median "
             f"{100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %, {err['method']}{borrowed})")

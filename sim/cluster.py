@@ -300,7 +300,7 @@ class RequestSubset:
     def __init__(self, t, mask: np.ndarray):
         for name in ("status", "output", "width", "prompt", "first_token_s", "finish_s", "arrival_s"):
             setattr(self, name, getattr(t, name)[mask])
-        self.arrival_offset_s = t.arrival_offset_s
+        self.arrival_offset_s, self.frontend_s = t.arrival_offset_s, t.frontend_s
 
 
 class ClusterRecords:

@@ -72,7 +72,7 @@ PREEMPTIONS = ("recompute", "swap")
 #: what a decode step needs free in the paged manager: vLLM v0's one free block per running
 #: sequence (block_manager_v1.py, can_append_slots), or exactly the blocks the step takes
 APPEND_RULES = ("free-block-per-seq", "exact")
-COST_MODELS = ("roofline", "calibrated")
+COST_MODELS = ("roofline", "calibrated", "serving")
 #: what happens to a request longer than max_seq_len (applied by traces/transform.py)
 MAX_LEN_POLICIES = ("error", "drop", "truncate", "clip-prompt")
 #: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
@@ -135,9 +135,14 @@ class SimConfig:
     waiting_served_ratio: float | None = None
     schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
     schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
+    # vllm-v1: schedule step N+1 while step N runs (vLLM's --async-scheduling, on by default in
+    # vLLM; sim/core/scheduler_v1.py). None: the system's default (on for vllm-v1)
+    async_scheduling: bool | None = None
 
     # cost model
-    cost_model: str = "roofline"  # or "calibrated" (sim/cost_calibrated.py); a profile means the table model
+    # roofline, calibrated (sim/cost_calibrated.py) or serving (sim/cost_serving.py); a profile means
+    # the table model. None: the scheduler's default (default_cost_model)
+    cost_model: str | None = None
     cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: 1 -/+ its p90 error)
     profile: str | None = None  # profile CSV for the table cost model
     step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
@@ -153,6 +158,8 @@ class SimConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.cost_model is None:
+            self.cost_model = default_cost_model(self.scheduler, self.profile)
         for f in dataclasses.fields(self):
             problem = setting_problem(f.name, getattr(self, f.name))
             if problem:
@@ -170,6 +177,9 @@ class SimConfig:
             raise ConfigError("scheduler 'static' needs manager 'static'")
         if self.scheduler == "vllm-v1":
             self.check_v1()
+        elif self.async_scheduling:
+            raise ConfigError(f"async scheduling is vLLM v1's (--system vllm-v1); scheduler '{self.scheduler}' "
+                              "schedules each step after the last: drop --async-scheduling")
         if self.scheduler == "sglang":
             self.check_sglang()
 
@@ -344,6 +354,15 @@ def setting_type_problem(name: str, value: Any) -> str | None:
     if base is int and abs(value) > MAX_INT_SETTING:
         return f"{name} must be at most {MAX_INT_SETTING:.3g}, got {value}"
     return None
+
+
+def default_cost_model(scheduler: str, profile: str | None = None) -> str:
+    """The cost model a run gets unless it names one: the one measured closest to real runs of
+    its engine. vLLM v1: ``serving``, fitted on real vLLM v1 serving runs (README, "How accurate
+    is the time?": its error against them is a third of the roofline's). The paper's engines
+    (vLLM v0, Orca, static batching) and SGLang have no real runs to choose by: the roofline,
+    as the paper's figures have always run. A profile selects the table model."""
+    return "serving" if scheduler == "vllm-v1" and not profile else "roofline"
 
 
 def setting_problem(name: str, value: Any) -> str | None:

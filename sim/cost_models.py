@@ -11,6 +11,7 @@ from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
 from pagesim.sim.cost import RooflineCostModel, TableCostModel
 from pagesim.sim.cost_calibrated import CalibratedCostModel
+from pagesim.sim.cost_serving import ServingCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
 
@@ -18,8 +19,9 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
                     cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
                     swap_block_tokens: int = 0):
-    """``cost_model``: ``roofline`` or ``calibrated`` (``sim/cost_calibrated.py``; ``calibration``
-    overrides the GPU's shipped constants); a ``profile`` selects the table model. ``cost_scale``
+    """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost_calibrated.py``) or ``serving``
+    (``sim/cost_serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
+    a ``profile`` selects the table model. ``cost_scale``
     multiplies the GPU time (:class:`ScaledCostModel`). ``swap_block_tokens``: the
     tokens one swap copy moves, the KV block size of a paged cache (``sim.core.cost``'s copy
     latency); 0 leaves swapping priced by its bytes alone."""
@@ -27,6 +29,8 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
         cm = TableCostModel(profile, model, gpu, tensor_parallel, swap_block_tokens)
     elif cost_model == "calibrated":
         cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
+    elif cost_model == "serving":
+        cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
@@ -54,6 +58,12 @@ class ScaledCostModel:
         return self._scaled(self.inner.step_time(batch), batch.num_seqs)
 
 
+def frontend_seconds(cost_model) -> float:
+    """What a request spends outside the engine under ``cost_model`` (None: an executor times the
+    steps, and nothing outside them): the serving model's fitted front end, 0 for the others."""
+    return float(getattr(getattr(cost_model, "inner", cost_model), "frontend_s", 0.0))
+
+
 def swap_block_tokens(cfg) -> int:
     """The tokens one swap copy moves in ``cfg``'s cache (``make_cost_model``'s
     ``swap_block_tokens``): a paged cache's block size; 0 for the others (one extent per
@@ -79,7 +89,8 @@ def core_cost(cost_model) -> tuple[int, bool, np.ndarray, np.ndarray]:
     model's GEMM shapes, the table model's tables; empty for the roofline)."""
     scaled = type(cost_model) is ScaledCostModel
     inner = cost_model.inner if scaled else cost_model
-    code = {RooflineCostModel: ROOFLINE, CalibratedCostModel: CALIBRATED, TableCostModel: TABLE}[type(inner)]
+    code = {RooflineCostModel: ROOFLINE, ServingCostModel: ROOFLINE, CalibratedCostModel: CALIBRATED,
+            TableCostModel: TABLE}[type(inner)]
     data = (inner.gemm_shapes() if code == CALIBRATED else inner.tables() if code == TABLE else np.zeros(0))
     constants = np.array([*inner.constants(), cost_model.scale if scaled else 1.0], dtype=np.float64)
     return code, scaled, constants, np.ascontiguousarray(data, dtype=np.float64)

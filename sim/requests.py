@@ -63,6 +63,9 @@ class RequestTable:
         arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
         self.arrival_offset_s = float(arrival.min()) if n else 0.0
         self.arrival_s = arrival - self.arrival_offset_s
+        # what each request spends outside the engine (the serving front end), counted in its
+        # TTFT and E2EL (sim.metrics.request_latencies); the cost model's, set by sim.run.prepare
+        self.frontend_s = 0.0
         # own, writeable copies: pandas hands out read-only views (copy-on-write), numba types a
         # read-only array apart from a writeable one, and each distinct type of the core's state
         # is a separate compile of the whole loop (~2 min)

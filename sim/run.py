@@ -21,7 +21,8 @@ from pagesim.sim.core import replay
 from pagesim.sim.core import state as core_state
 from pagesim.sim.core.build import Limits, Pool, build, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
-from pagesim.sim.cost_models import NO_COST, core_cost, cpu_overhead_note, make_cost_model, swap_block_tokens
+from pagesim.sim.cost_models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
+                                     swap_block_tokens)
 from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.executor import is_external
 from pagesim.sim.errors import ConfigError
@@ -135,9 +136,10 @@ class Prepared(NamedTuple):
     cost_model: object | None  # None: an executor outside the core times the steps
 
 
-def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> Prepared:
+def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None) -> Prepared:
     """Everything a run of ``cfg`` over ``trace`` needs before its first event; ConfigError for
-    a configuration that cannot run, TraceError for a request that cannot be one."""
+    a configuration that cannot run, TraceError for a request that cannot be one. ``cost_model``:
+    a built cost model instead of the configuration's (a fit prices its candidates so)."""
     model, gpu, budget = resolve_budget(cfg)
     pool = pool_for(cfg, budget.capacity_tokens, model)
     limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
@@ -145,10 +147,12 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> Prepared:
     external = executor is not None
     if external and not is_external(executor):
         raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")
-    cost_model = None if external else make_cost_model(
-        model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms, cfg.cost_model,
-        cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg))
+    if cost_model is None and not external:
+        cost_model = make_cost_model(
+            model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
+            cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg))
     cost = NO_COST if external else core_cost(cost_model)
+    table.frontend_s = frontend_seconds(cost_model)
     s = build(cfg, pool, limits, table, cost, external=external)
     return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
 
@@ -160,7 +164,7 @@ def initial_state(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> core_st
 
 
 def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, executor=None,
-                   summary_options: SummaryOptions = SummaryOptions()) -> SimResult:
+                   summary_options: SummaryOptions = SummaryOptions(), cost_model=None) -> SimResult:
     """Run ``cfg`` over ``trace`` on the core (``sim/core/``). ``executor``: None prices steps
     with the configuration's cost model; an executor outside the core
     (``sim.executor.is_external``: the GPU mode's ``gpu.executor.GPUExecutor``) runs every
@@ -170,7 +174,7 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
-    run = prepare(cfg, trace, executor)
+    run = prepare(cfg, trace, executor, cost_model)
     try:
         s, wall_time_s = replay.run(run.state, executor, bar)
     finally:

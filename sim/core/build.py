@@ -143,6 +143,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.EXTERNAL_STEPS] = int(external)
     if cfg.scheduler == "vllm-v1":
         config[state.SCHEDULER_KIND] = state.V1
+        config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on
     sglang = cfg.scheduler == "sglang"
     cost_code, cost_scaled, cost_constants, cost_data = cost
     config[state.COST_MODEL] = cost_code

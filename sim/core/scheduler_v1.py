@@ -25,6 +25,17 @@ and its length, and the budget is handed out
    ``watermark`` is 0.0 by default, config/scheduler.py:196); only the chunk's blocks are
    taken now. The first request that does not fit ends the pass (scheduler.py:1454-1461).
 
+**Async scheduling** (``--async-scheduling``, on by default as in vLLM: config/vllm.py:1685-1719
+turns it on unless something is incompatible). The engine core keeps two steps in flight
+(``step_with_batch_queue``, v1/engine/core.py:708-769): it schedules step N+1 as soon as step N is
+submitted, then blocks on step N's result, then takes the requests that arrived meanwhile
+(``_process_input_queue``) and schedules N+2. So a request arriving while step N runs is first
+scheduled in step N+2: here, waiting requests are admitted only if they arrived by the previous
+scheduling decision (``clock[LAST_SCHEDULE_S]``, the start of the step that just ended), unless
+nothing was running (an idle engine schedules at once). The CPU time it overlaps with the GPU
+is the cost model's to price (``--cost-model serving``). Not modelled: a request that stops on
+its own (EOS) is scheduled for one more step before the engine learns it stopped.
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
@@ -44,10 +55,10 @@ from pagesim.sim.core import kv_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
                                         start_running, waiting_head)
-from pagesim.sim.core.state import (DECODE_SET_SIZE, DEMAND_WAITING, MAX_BATCHED_TOKENS,
-                                    MAX_NUM_SEQS, MAX_SEQ_LEN, NUM_BLOCKS, NUM_RUNNING, PREFIX_CACHING,
-                                    REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING, STEP_DECODE_SEQS,
-                                    WAITING_LEN, WATERMARK_BLOCKS)
+from pagesim.sim.core.state import (ASYNC_SCHEDULING, DECODE_SET_SIZE, DEMAND_WAITING, LAST_SCHEDULE_S,
+                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS, NUM_RUNNING,
+                                    PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
+                                    STEP_DECODE_SEQS, WAITING_LEN, WATERMARK_BLOCKS)
 
 
 @njit(inline=True)
@@ -62,6 +73,7 @@ def schedule(s):
         admit_waiting(s, budget)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
+    s.clock[LAST_SCHEDULE_S] = s.clock[NOW]
     return context_sum
 
 
@@ -124,10 +136,16 @@ def blocks_to_admit(s, i, num_tokens):
 @njit(inline=True)
 def admit_waiting(s, budget):
     """Waiting requests, FCFS, while the budget lasts and fewer than ``max_num_seqs`` run:
-    the prefix cache's hits and the first chunk of the rest, if the whole sequence fits."""
+    the prefix cache's hits and the first chunk of the rest, if the whole sequence fits. Under
+    async scheduling with a step in flight (someone running: nobody was preempted, or this pass
+    would not run), only those that arrived by the previous scheduling decision (the queue is
+    in arrival order: the first later one ends the pass)."""
     c = s.count
+    in_flight = c[NUM_RUNNING] > 0
     while budget > 0 and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
         i = waiting_head(s)
+        if s.config[ASYNC_SCHEDULING] and in_flight and s.arrival_s[i] > s.clock[LAST_SCHEDULE_S]:
+            break
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
             reject_head(s, i, REJECT_WIDTH_UNSHARED)

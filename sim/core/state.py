@@ -37,7 +37,7 @@ REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, NUM_CONFIG) = range(37)
+ EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, NUM_CONFIG) = range(38)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -92,7 +92,10 @@ HORIZON_S = 21  # config[ROUTED]: the time of the cluster's next arrival (its ev
 # --system sglang: the scheduler's new_token_ratio (SGLang's estimate of the share of max_new_tokens a
 # running request still decodes) now, at its start, its floor and its decay per decode step
 NEW_TOKEN_RATIO, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = 22, 23, 24, 25
-NUM_CLOCK = 26
+# --system vllm-v1 under config[ASYNC_SCHEDULING]: when the scheduler last scheduled a step
+# (sim/core/scheduler_v1.py: a request arriving after it waits one more step)
+LAST_SCHEDULE_S = 26
+NUM_CLOCK = 27
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight

@@ -37,6 +37,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, 4096),
         ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 8192),
         ModelSpec("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 8192),
+        ModelSpec("codellama-34b", 48, 8192, 64, 8, 128, 22016, 32000, 16384, tie_word_embeddings=False),
         ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768,
                   layer_kinds=(SLIDING_ATTENTION,) * 32, sliding_window=4096),
         ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, tie_word_embeddings=False),
@@ -62,13 +63,36 @@ MODEL_ALIASES = {"llama2-7b": "llama-2-7b", "llama2-13b": "llama-2-13b", "llama2
                  "llama3.1-70b": "llama-3.1-70b", "llama3.1-405b": "llama-3.1-405b"}
 
 
+#: what a Hugging Face model id's name carries beyond the architecture (its weights' variant)
+HF_NAME_SUFFIXES = ("-hf", "-instruct", "-chat", "-base", "-v0.1")
+
+
+def preset_of_hf_id(model_id: str) -> str | None:
+    """The preset a Hugging Face model id (``meta-llama/Llama-2-7b-hf``,
+    ``codellama/CodeLlama-34b-Instruct-hf``, ``mistralai/Mixtral-8x7B-v0.1``) names, or None: its
+    name lower-cased, less the variant suffixes of :data:`HF_NAME_SUFFIXES` (an instruct or chat
+    model has its base model's architecture)."""
+    key = model_id.rsplit("/", 1)[-1].lower()
+    changed = True
+    while changed:
+        changed = False
+        for suffix in HF_NAME_SUFFIXES:
+            if key.endswith(suffix):
+                key, changed = key[:-len(suffix)], True
+    key = MODEL_ALIASES.get(key, key)
+    return key if key in MODELS else None
+
+
 def get_model(name_or_path: str) -> ModelSpec:
-    """A preset by name, or a Hugging Face ``config.json`` (or the folder holding it) by path."""
+    """A preset by name or by Hugging Face model id (:func:`preset_of_hf_id`), or a Hugging Face
+    ``config.json`` (or the folder holding it) by path."""
     key = name_or_path.lower()
     key = MODEL_ALIASES.get(key, key)
     if key in MODELS:
         return MODELS[key]
     p = Path(name_or_path)
+    if "/" in name_or_path and not p.exists() and preset_of_hf_id(name_or_path):
+        return MODELS[preset_of_hf_id(name_or_path)]
     if p.is_dir():  # a checkpoint folder: its config.json
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():

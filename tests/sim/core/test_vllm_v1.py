@@ -31,7 +31,13 @@ BS = 4
 
 def v1(slots: int, **settings) -> SimConfig:
     """vllm-v1 for OPT-13B on an A100-40GB with a pool of exactly ``slots`` token slots in blocks
-    of 4, every iteration's state checked (``--check``)."""
+    of 4, every iteration's state checked (``--check``). Without async scheduling unless asked:
+    these tests work ``Scheduler.schedule``'s rules step by step, each step seeing every arrival
+    before it (the engine core's async scheduling, which delays arrivals a step, is tested apart),
+    priced by the roofline (the rules hold whatever a step costs; the fitted models' constants
+    are tested apart)."""
+    settings.setdefault("async_scheduling", False)
+    settings.setdefault("cost_model", "roofline")
     settings.setdefault("max_seq_len", slots)
     settings.setdefault("max_num_seqs", 4)
     settings.setdefault("check", True)
@@ -321,3 +327,37 @@ def test_parallel_sampling_is_rejected_with_a_reason():
     assert len(wide) and (wide["status"] == "rejected").all()
     assert wide["reject_reason"].str.contains("one sequence per request").all()
     assert result.summary["completed"] + result.summary["rejected"] == 20
+
+
+def test_async_scheduling_delays_an_arrival_during_a_step_by_one_step():
+    """Async scheduling (vLLM's default; v1/engine/core.py step_with_batch_queue): step N+1 is
+    scheduled as step N starts, so a request that arrives while step N runs is first scheduled
+    in step N+2. A (prompt 4, output 4) arrives at 0 into an idle engine: scheduled at once
+    (step 1). B (prompt 4) arrives during step 1. Synchronously B joins step 2; with async
+    scheduling step 2 was scheduled when step 1 started (A's decode alone) and B joins step 3."""
+    rows = ((0, 4, 4), (0.001, 4, 2))
+    sync = run_simulation(v1(32, async_scheduling=False), trace(*rows))
+    both = run_simulation(v1(32, async_scheduling=True), trace(*rows))
+    assert column(sync, "num_prefill_tokens")[:3] == [4, 4, 0]
+    assert column(both, "num_prefill_tokens")[:3] == [4, 0, 4]
+    assert column(both, "num_decode_tokens")[:3] == [0, 1, 1]
+    ends = step_ends(both)
+    assert both.requests["first_token_s"].tolist()[1] == pytest.approx(ends[2])  # B's prompt: step 3
+
+
+def test_async_scheduling_admits_at_once_into_an_idle_engine():
+    """With nothing in flight there is no scheduled step to wait behind: a request arriving
+    while the engine is idle is scheduled at once, async or not. A finishes (prompt 4,
+    output 1: one step); B arrives long after: its TTFT is one step in both."""
+    rows = ((0, 4, 1), (5.0, 4, 1))
+    for flag in (False, True):
+        result = run_simulation(v1(32, async_scheduling=flag), trace(*rows))
+        assert column(result, "num_prefill_tokens") == [4, 4]
+        assert result.requests["ttft_s"].tolist()[1] == pytest.approx(result.steps["dt_s"].tolist()[1])
+
+
+def test_async_scheduling_is_vllm_v1s_alone():
+    """--async-scheduling on another scheduler would change nothing: refused in one line."""
+    with pytest.raises(ConfigError, match="async scheduling is vLLM v1's"):
+        SimConfig.for_system("vllm", async_scheduling=True)
+    assert SimConfig.for_system("vllm", async_scheduling=False).async_scheduling is False

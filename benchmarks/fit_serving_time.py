@@ -1,0 +1,213 @@
+"""Fit the serving cost model's constants (``sim/cost_serving.py``) on real serving runs, and
+measure its error leave-one-model-out.
+
+The runs are replayed end to end (``pagesim validate --against``'s replay: ``vllm-v1``, prefix
+caching and async scheduling as vLLM serves) with candidate constants, and the constants that
+minimise the squared log errors of each stage's mean TTFT, TPOT and E2E are kept (Nelder-Mead
+over their logarithms). Runs where the client gave up on any request are left
+out of the fit: the client's 300 s timeout aborted them, which the replay does not model (they
+are still scored). To fit faster, each stage is replayed for ``--fit-seconds`` at its own rate
+(its latencies reach their steady state within seconds); scoring replays the whole run.
+
+Writes ``sim/data/serving/<gpu>.toml``: the constants fitted on every model, their provenance,
+and ``[error]``: each run's errors with its own model held out of the fit, and their medians.
+
+    python benchmarks/fit_serving_time.py --out sim/data/serving/h100-80gb.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import math
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from _import_path import ROOT, import_path
+
+import_path()
+
+from pagesim.experiments.real_validate import replay_config, validate_run  # noqa: E402
+from pagesim.sim.cost_models import swap_block_tokens  # noqa: E402
+from pagesim.sim.cost_serving import ServingConstants, ServingCostModel  # noqa: E402
+from pagesim.sim.run import resolve_budget  # noqa: E402
+from pagesim.traces.real_runs import read_real_runs  # noqa: E402
+
+DEFAULT_FACTS = ROOT / "experiments" / "data" / "real_runs_h100.csv"
+NAMES = ("bandwidth_eff", "kv_bandwidth_eff", "compute_eff", "layer_s", "per_seq_s", "allreduce_s", "frontend_s")
+START = (0.85, 0.85, 0.6, 20e-6, 15e-6, 20e-6, 8e-3)
+#: the figures a stage is scored on, as the fit weighs them
+FIGURES = ("ttft_mean", "tpot_mean", "e2e_mean")
+#: the client gave up on more than this share of a run's requests: not fitted on (any: a request
+#: near the client's 300 s timeout means a queue the whole run's length, which a shortened
+#: replay cannot build)
+MAX_FAILED = 0.0
+
+
+def model_of(run) -> str:
+    return str(run.engine.get("model", "?")).rsplit("/", 1)[-1]
+
+
+def fittable(run) -> bool:
+    m = run.measured["overall"]
+    return m.get("failures", 0) <= MAX_FAILED * (m.get("count", 0) + m.get("failures", 0))
+
+
+def shortened(run, seconds: float | None):
+    """``run`` with each stage sent for ``seconds`` at its own rate (None: as it ran)."""
+    if not seconds:
+        return run
+    short = copy.deepcopy(run)
+    for s in range(run.num_stages):
+        key = f"stage.{s}.duration"
+        short.workload[key] = min(float(run.workload[key]), seconds)
+    return short
+
+
+def errors_of(args) -> pd.DataFrame:
+    """One run replayed with constants ``theta`` (a worker's task)."""
+    run, theta = args
+    constants = ServingConstants(*theta)
+    cfg = replay_config(run, None, {"cost_model": "serving"})
+    model, gpu, _ = resolve_budget(cfg)
+    cm = ServingCostModel(model, gpu, cfg.tensor_parallel, constants, swap_block_tokens(cfg))
+    v = validate_run(run, cfg, cost_model=cm)
+    err = v.errors()
+    err["run"], err["model"], err["unfinished"] = run.name, model_of(run), v.unfinished
+    return err
+
+
+def replay_all(pool, runs, theta) -> pd.DataFrame:
+    return pd.concat(list(pool.map(errors_of, [(r, tuple(theta)) for r in runs])), ignore_index=True)
+
+
+def loss(err: pd.DataFrame) -> float:
+    per_stage = err[(err["scope"] != "overall") | ~err["run"].isin(err.loc[err["scope"] != "overall", "run"])]
+    e = per_stage[per_stage["metric"].isin(FIGURES)]
+    return float(np.mean(np.log1p(e["error"].to_numpy()) ** 2))
+
+
+def nelder_mead(f, x0, steps, iterations: int, tol: float = 1e-4):
+    """Minimise ``f`` from ``x0`` (the textbook method: reflect, expand, contract, shrink)."""
+    n = len(x0)
+    simplex = [np.asarray(x0, float)] + [np.asarray(x0, float) + np.eye(n)[i] * steps[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < tol * max(abs(values[0]), 1e-12):
+            break
+        centre = np.mean(simplex[:-1], axis=0)
+        reflected = centre + (centre - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centre + 2 * (centre - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centre + 0.5 * (simplex[-1] - centre)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                for i in range(1, n + 1):
+                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
+                    values[i] = f(simplex[i])
+    best = int(np.argmin(values))
+    return simplex[best], values[best]
+
+
+def fit(pool, runs, iterations: int, log=print) -> tuple[np.ndarray, float]:
+    evaluations = [0]
+
+    def f(x):
+        evaluations[0] += 1
+        theta = np.exp(x)
+        # fractions of a datasheet peak; a decode attention kernel reaches 0.69-0.98 of copy
+        # bandwidth on an H100 (benchmarks/results/2026-11-23-h100-80gb-hbm3: GQA, MHA)
+        if not (0.3 < theta[0] <= 1.2 and 0.5 <= theta[1] <= 1.0 and 0.1 < theta[2] <= 1.0):
+            return 1e9
+        return loss(replay_all(pool, runs, theta))
+
+    x, value = nelder_mead(f, np.log(START), [0.3] * len(START), iterations)
+    log(f"  fitted on {len(runs)} runs in {evaluations[0]} replays: loss {value:.5f}, "
+        + ", ".join(f"{n} {v:.4g}" for n, v in zip(NAMES, np.exp(x))))
+    return np.exp(x), value
+
+
+def medians(err: pd.DataFrame, q: float = 50) -> dict:
+    """The ``q``-th percentile of |error| over the runs' whole-run figures."""
+    overall = err[err["scope"] == "overall"]
+    return {m: float(np.percentile(np.abs(overall.loc[overall["metric"] == m, "error"]), q))
+            for m in ("e2e_mean", "ttft_mean", "tpot_mean", "requests_per_s")}
+
+
+def toml_value(v) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--facts", default=str(DEFAULT_FACTS))
+    p.add_argument("--gpu", default="h100-80gb")
+    p.add_argument("--out", help="write the constants and their errors here (TOML)")
+    p.add_argument("--iterations", type=int, default=120)
+    p.add_argument("--fit-seconds", type=float, default=150.0)
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    runs = [r for r in read_real_runs(args.facts) if r.info.get("gpu", args.gpu) == args.gpu]
+    fit_runs = [shortened(r, args.fit_seconds) for r in runs if fittable(r)]
+    models = sorted({model_of(r) for r in runs})
+    print(f"{len(runs)} runs on {args.gpu} ({len(fit_runs)} fitted on), models: {', '.join(models)}")
+    held_out = []
+    with ProcessPoolExecutor(args.workers) as pool:
+        for m in models:
+            print(f"without {m}:")
+            theta, _ = fit(pool, [r for r in fit_runs if model_of(r) != m], args.iterations)
+            held_out.append(replay_all(pool, [r for r in runs if model_of(r) == m], theta))
+        print("on every model:")
+        theta, value = fit(pool, fit_runs, args.iterations)
+        in_sample = replay_all(pool, runs, theta)
+    held = pd.concat(held_out, ignore_index=True)
+    lomo, ins = medians(held), medians(in_sample)
+    print("\nmedian |error| over the runs' whole-run means (16 runs; leave-one-model-out / in-sample):")
+    for k in lomo:
+        print(f"  {k:<16} {100 * lomo[k]:6.1f} %   {100 * ins[k]:6.1f} %")
+    print(f"took {time.perf_counter() - started:.0f} s")
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        lines = ["# The serving cost model's constants (sim/cost_serving.py): written by", "# " + " ".join(
+            ["python benchmarks/fit_serving_time.py"] + (argv if argv is not None else sys.argv[1:])), "",
+                 "[constants]"] + [f"{n} = {toml_value(float(v))}" for n, v in zip(NAMES, theta)]
+        lines += ["", "[provenance]", f"facts = {toml_value(Path(args.facts).name)}",
+                  f"runs = {len(runs)}", f"fitted_on_runs = {len(fit_runs)}",
+                  f"models = [{', '.join(toml_value(m) for m in models)}]",
+                  f"fit_seconds_per_stage = {args.fit_seconds}", f"loss = {value:.6g}",
+                  f"pagesim_commit = {toml_value(commit)}", f"date = {toml_value(str(datetime.date.today()))}"]
+        lines += ["", "[error]", 'method = "leave-one-model-out"', f"runs = {len(runs)}"]
+        lines += [f"median_{k} = {v:.6g}" for k, v in lomo.items()]
+        lines += [f"p90_{k} = {v:.6g}" for k, v in medians(held, 90).items()]
+        lines += [f"in_sample_median_{k} = {v:.6g}" for k, v in ins.items()]
+        for (run, metric), e in held[held["scope"] == "overall"].set_index(["run", "metric"])["error"].items():
+            if metric in ("e2e_mean", "ttft_mean", "tpot_mean"):
+                lines.append(f'"{run}.{metric}" = {e:.6g}')
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

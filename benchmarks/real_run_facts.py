@@ -1,0 +1,50 @@
+"""Write the fact table of real serving runs that ``benchmarks/real_run_accuracy.py`` replays.
+
+Reads run folders (inference-perf format, ``traces.real_runs``) and writes their engine settings,
+workload and measured figures as rows ``run, section, key, value`` with a header naming where they
+came from. Only figures are taken (facts), none of the runs' files.
+
+    git clone https://github.com/inference-sim/training && \\
+    python benchmarks/real_run_facts.py training/default_args/* \\
+        --source "inference-sim/training@ed5c1d2 default_args/ (16 vLLM runs, H100 SXM)" \\
+        --gpu h100-80gb --out experiments/data/real_runs_h100.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from _import_path import import_path
+
+import_path()
+
+from pagesim.traces.real_runs import read_real_run  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="inference-perf run folders")
+    p.add_argument("--source", required=True, help="where the runs came from (repository, commit, folder)")
+    p.add_argument("--gpu", required=True, help="the GPU preset the runs were served on (their files do not say)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    rows = []
+    for folder in sorted(args.runs):
+        run = read_real_run(folder)
+        run.info.update(gpu=args.gpu, source=args.source)
+        rows += run.facts()
+    out = Path(args.out)
+    with out.open("w", newline="") as f:
+        f.write(f"# real serving runs' figures, taken from {args.source} by benchmarks/real_run_facts.py\n")
+        w = csv.writer(f)
+        w.writerow(["run", "section", "key", "value"])
+        w.writerows(rows)
+    print(f"wrote {out}: {len(args.runs)} runs, {len(rows)} facts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""A real serving run replayed: the same workload on the same engine settings, simulated, and
+the client's measurements beside the simulator's (``pagesim validate --against``).
+
+The run's files (``traces.real_runs``) give the engine's settings (model, TP, ``max_model_len``,
+``max_num_batched_tokens``, ``max_num_seqs``) and the workload; the caller gives what the files
+do not (the GPU; the system, ``vllm-v1`` with prefix caching by default, as vLLM serves today)
+and may override any setting. Per scope (each stage, and the whole run) the comparison reads
+what the client reported, by its own definitions (inference-perf's ``reportgen/base.py``
+``summarize_requests``; vLLM's ``calculate_metrics``): TTFT, TPOT = (last token - first token) /
+(tokens - 1) per request, ITL = all of a scope's token gaps pooled (their mean: summed decode
+time over summed gaps), E2E, and requests per second = requests / (last finish - first send).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import SimResult, run_simulation
+from pagesim.traces.inference_perf import inference_perf_trace, stage_starts
+from pagesim.traces.real_runs import LATENCY_STATS, RealRun
+
+#: exp-config.yaml's names -> SimConfig's
+ENGINE_SETTINGS = {"tensor_parallelism": "tensor_parallel", "max_model_len": "max_seq_len",
+                   "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs"}
+#: the metrics compared, in the table's order: (key prefix, label)
+METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+#: the system a run replays on unless the caller names another: vLLM as it serves today
+DEFAULT_SYSTEM = "vllm-v1"
+
+
+@dataclass
+class Validation:
+    """A replay's outcome: per scope, the measured and simulated figures (``measured[scope][key]``,
+    ``simulated[scope][key]``, seconds and requests per second); the config that ran; the
+    simulation's own result; requests the simulation did not finish."""
+
+    run: RealRun
+    config: SimConfig
+    measured: dict
+    simulated: dict
+    result: SimResult
+    unfinished: int
+
+    def errors(self) -> pd.DataFrame:
+        """One row per scope and figure both sides have: real, sim, and sim / real - 1."""
+        rows = []
+        for scope, real in self.measured.items():
+            sim = self.simulated.get(scope, {})
+            for key, value in real.items():
+                if key in sim and key not in ("count", "failures") and value > 0:
+                    rows.append({"scope": scope, "metric": key, "real": value, "sim": sim[key],
+                                 "error": sim[key] / value - 1.0})
+        return pd.DataFrame(rows, columns=["scope", "metric", "real", "sim", "error"])
+
+
+def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -> SimConfig:
+    """The SimConfig that replays ``run``: its engine's stated settings, then ``settings`` (the
+    caller's, which win), on ``gpu``."""
+    settings = dict(settings or {})
+    gpu = gpu or run.info.get("gpu")
+    if not (gpu or settings.get("gpu")):
+        raise ConfigError(f"{run.source}: the run's files do not name its GPU; give --gpu (e.g. h100-80gb)")
+    stated = {ours: run.engine[theirs] for theirs, ours in ENGINE_SETTINGS.items() if theirs in run.engine}
+    if "model" in run.engine:
+        stated["model"] = run.engine["model"]
+    if "model" not in stated and "model" not in settings:
+        raise ConfigError(f"{run.source}: the run's files do not name its model; give --model")
+    merged = {**stated, **{k: v for k, v in settings.items() if v is not None}}
+    if gpu:
+        merged["gpu"] = gpu
+    system = merged.pop("system", None) or DEFAULT_SYSTEM
+    return SimConfig.for_system(system, **merged)
+
+
+def scope_figures(frame: pd.DataFrame) -> dict:
+    """A scope's figures by the clients' definitions (module docstring) over its finished rows of
+    a request table (``ttft_s``, ``tpot_s``, ``e2el_s``, ``arrival_s``, ``finish_s``,
+    ``first_token_s``, ``output_tokens``)."""
+    done = frame[np.isfinite(frame["finish_s"].to_numpy(dtype=np.float64))]
+    out = {"count": len(done)}
+    if not len(done):
+        return out
+    gaps = done["output_tokens"].to_numpy() - 1
+    decode = (done["finish_s"] - done["first_token_s"]).to_numpy()
+    values = {"ttft": done["ttft_s"].to_numpy(), "tpot": done["tpot_s"].dropna().to_numpy(),
+              "e2e": done["e2el_s"].to_numpy()}
+    for name, v in values.items():
+        if len(v):
+            out.update({f"{name}_mean": float(np.mean(v)), f"{name}_median": float(np.median(v)),
+                        f"{name}_p90": float(np.percentile(v, 90)), f"{name}_p99": float(np.percentile(v, 99))})
+    if gaps.sum() > 0:
+        out["itl_mean"] = float(decode.sum() / gaps.sum())
+    span = float((done["arrival_s"] + done["e2el_s"]).max() - frame["arrival_s"].min())  # as the client saw
+    if span > 0:
+        out["requests_per_s"] = len(done) / span
+    return out
+
+
+def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = False,
+                 cost_model=None) -> Validation:
+    """Replay ``run`` on ``cfg`` and compare (module docstring); ``cost_model``: a built one
+    instead of ``cfg``'s (``benchmarks/fit_serving_time.py`` prices its candidates so)."""
+    if run.fmt == "vllm-bench":
+        trace = run.requests[run.requests["succeeded"]].drop(columns="succeeded").reset_index(drop=True)
+        trace["stage"] = 0
+    else:
+        trace = inference_perf_trace(run, seed)
+    result = run_simulation(cfg, trace.drop(columns="stage"), progress=progress, cost_model=cost_model)
+    table = result.requests.copy()
+    table["stage"] = table["request_id"].map(dict(zip(trace["request_id"].astype(str), trace["stage"])))
+    finished = np.isfinite(table["finish_s"].to_numpy(dtype=np.float64))
+    if "first_token_s" not in table:
+        table["first_token_s"] = table["arrival_s"] + table["ttft_s"]
+    simulated = {}
+    if run.num_stages > 1:
+        # the stages as the client ran them: each after the previous one drained
+        # the request table counts from the first arrival (sim.requests.RequestTable): so do these
+        offset = float(trace["arrival_s"].min())
+        clock = [start - offset for start in trace.attrs["stage_starts"]]
+        seen = table["arrival_s"] + table["e2el_s"]  # each finish as the client saw it (the front end's too)
+        last = [float(seen[(table["stage"] == s) & finished].max()) for s in range(run.num_stages)]
+        starts = stage_starts(run, last, clock)
+        shift = table["stage"].map({s: starts[s] - clock[s] for s in range(run.num_stages)})
+        for col in ("arrival_s", "finish_s", "first_token_s"):
+            table[col] = table[col] + shift
+        for s in range(run.num_stages):
+            simulated[f"stage {s}"] = scope_figures(table[table["stage"] == s])
+    simulated["overall"] = scope_figures(table)
+    return Validation(run, cfg, run.measured, simulated, result, int((~finished).sum()))
+
+
+def error_lines(v: Validation, width: int = 100) -> list[str]:
+    """The comparison as a table of at most ``width`` columns: per scope and metric, the real and
+    simulated mean and the error of each statistic."""
+    err = v.errors()
+    lines = [f"{'scope':<8} {'metric':<6} {'real mean':>10} {'sim mean':>10} "
+             + " ".join(f"{'err ' + s:>10}" for s in LATENCY_STATS)]
+    for scope in v.measured:
+        e = err[err["scope"] == scope].set_index("metric")
+        for key, label in METRICS:
+            if f"{key}_mean" not in e.index:
+                continue
+            cells = [f"{100 * e.loc[f'{key}_{s}', 'error']:+9.1f}%" if f"{key}_{s}" in e.index else f"{'':>10}"
+                     for s in LATENCY_STATS]
+            lines.append(f"{scope:<8} {label:<6} {1e3 * e.loc[f'{key}_mean', 'real']:>7.2f} ms "
+                         f"{1e3 * e.loc[f'{key}_mean', 'sim']:>7.2f} ms " + " ".join(cells))
+        if "requests_per_s" in e.index:
+            lines.append(f"{scope:<8} {'req/s':<6} {e.loc['requests_per_s', 'real']:>10.3f} "
+                         f"{e.loc['requests_per_s', 'sim']:>10.3f} {100 * e.loc['requests_per_s', 'error']:+9.1f}%")
+    return [line[:width] for line in lines]
+
+
+#: the whole-run figures a table of many runs shows, and their labels
+HEADLINE = (("e2e_mean", "E2E"), ("ttft_mean", "TTFT"), ("tpot_mean", "TPOT"), ("requests_per_s", "req/s"))
+
+
+def runs_table_lines(errors: pd.DataFrame, width: int = 100) -> list[str]:
+    """Many runs' comparisons (:meth:`Validation.errors` rows with a ``run`` column) as a table of
+    at most ``width`` columns: a row per run, sim / real - 1 of its whole-run means, then the
+    median |error| over the runs and over their stages."""
+    overall = errors[errors["scope"] == "overall"].pivot_table(index="run", columns="metric", values="error",
+                                                             sort=False)
+    cols = [(key, label) for key, label in HEADLINE if key in overall]
+    name_width = width - 1 - 9 * len(cols)
+    lines = [f"{'run':<{name_width}} " + "".join(f"{label:>9}" for _, label in cols)]
+    for run, row in overall.iterrows():
+        lines.append(f"{str(run)[-name_width:]:<{name_width}} " + "".join(f"{100 * row[k]:>+8.1f}%" for k, _ in cols))
+    for label, scope in (("median |error| over the runs", errors["scope"] == "overall"),
+                         ("median |error| over their stages", errors["scope"] != "overall")):
+        med = errors[scope].groupby("metric")["error"].apply(lambda e: float(np.median(np.abs(e))))
+        lines.append(f"{label:<{name_width}} " + "".join(f"{100 * med[k]:>8.1f}%" if k in med else f"{'':>9}"
+                                                         for k, _ in cols))
+    return lines

@@ -1,0 +1,140 @@
+"""``pagesim validate``: how far the simulator is from a real run, in either of two ways.
+
+- ``--against PATH`` (no GPU): a real serving run (an inference-perf run folder, or a
+  ``vllm bench serve --save-result --save-detailed`` JSON) replayed on the simulator with the
+  run's own engine settings and workload; prints measured vs simulated TTFT, TPOT, ITL, E2E and
+  requests per second, per stage and overall, with sim / real - 1 (``experiments/real_validate.py``).
+- Without it: a trace run on the GPU for real through the simulator's own scheduler and block
+  tables, and simulated beside it (``gpu/validate_cli.py``; needs CUDA, or ``--backend fake``).
+
+It lives at the top of the layers because ``--against`` joins a trace reader (``traces``), the
+simulator (``sim``) and a run's comparison."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pagesim.gpu import validate_cli as gpu_validate
+from pagesim.sim.args import SIM_FLAGS
+from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.specs import get_gpu
+from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import jsonable
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "validate", help="compare the simulator with a real serving run (--against), or run a trace on the GPU",
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n", 1)[1].split("\n\nIt lives")[0],
+        epilog=example(
+            "pagesim validate --against runs/20260217-231439-llama-2-7b-tp1-general --gpu h100-80gb",
+            "pagesim validate --against bench.json --gpu h100-80gb --tp 1 --max-num-seqs 256",
+            *gpu_validate.EXAMPLES))
+    workload, gpu_run = gpu_validate.add_arguments(p)
+    r = p.add_argument_group("a real run (--against)")
+    r.add_argument("--against", metavar="PATH",
+                   help="an inference-perf run folder (results/config.yaml, results/*_lifecycle_metrics.json, "
+                        "exp-config.yaml), a vllm bench serve --save-detailed JSON, or a fact table of runs (CSV: "
+                        "experiments/data/real_runs_h100.csv ships 16): replay and compare")
+    r.add_argument("--run", metavar="TEXT", help="of a fact table, only the runs whose name holds TEXT")
+    p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
+
+
+def refused_flags(args: argparse.Namespace, parser_defaults: dict) -> list[str]:
+    """The workload and GPU-run flags ``args`` sets away from their defaults: ``--against`` takes
+    its workload from the run and runs no GPU, so each would be ignored."""
+    flags = []
+    for group in args._refused_with_against:
+        for action in group._group_actions:
+            if getattr(args, action.dest, None) != parser_defaults.get(action.dest, action.default):
+                flags.append(action.option_strings[0])
+    return flags
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.against:
+        return gpu_validate.run(args)
+    from pagesim.experiments.real_validate import error_lines, replay_config, validate_run
+    from pagesim.traces.real_runs import read_real_runs
+
+    defaults = {a.dest: a.default for g in args._refused_with_against for a in g._group_actions}
+    defaults["seed"] = args.seed  # the seed draws the replay's arrivals and prompt order
+    refused = [f for f in refused_flags(args, defaults) if f not in ("--progress", "--no-progress")]
+    if refused:
+        raise ConfigError(f"--against replays the run's own workload on the simulator: drop {', '.join(refused)}")
+    runs = read_real_runs(args.against)
+    if args.run:
+        runs = [r for r in runs if args.run in r.name]
+        if not runs:
+            raise ConfigError(f"--run {args.run}: no run of {args.against} has it in its name")
+    settings = {name: getattr(args, name, None) for name in SIM_FLAGS}
+    settings["system"] = args.system
+    if args.check:
+        settings["check"] = True
+    gpu = settings.pop("gpu")
+    if len(runs) > 1:
+        return run_many(args, runs, gpu, settings)
+    real = runs[0]
+    cfg = replay_config(real, gpu, settings)
+    v = validate_run(real, cfg, seed=args.seed, progress=args.progress and not args.json)
+    report = {"run": real.source, "format": real.fmt, "config": cfg.to_dict(), "unfinished": v.unfinished,
+              "errors": v.errors().to_dict(orient="records")}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+        v.result.save(out / "sim")
+    if args.json:
+        print(json.dumps(jsonable(report)))
+        return 0
+    stages = f", {real.num_stages} stages" if real.num_stages > 1 else ""
+    count = int(real.measured["overall"].get("count", 0))
+    print(f"real run   {Path(real.source).name} ({real.fmt}{stages}, {count:,} requests measured)")
+    print(f"replayed   {cfg.system} on {cfg.gpu}, {cfg.model}, TP {cfg.tensor_parallel}, "
+          f"max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
+          f"cost model {cfg.cost_model}"[:100])
+    if v.unfinished:
+        print(f"unfinished {v.unfinished} requests the simulation did not finish (see sim/requests.csv)")
+    print()
+    for line in error_lines(v):
+        print(line)
+    print("\nerror = sim / real - 1 of each statistic; ITL = a scope's token gaps pooled")
+    print(f"cost model: {describe_band(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)}"[:100])
+    if args.out:
+        print(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}")
+    return 0
+
+
+def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:
+    """Every run of a fact table replayed: a row per run (its whole-run means), and the medians."""
+    import pandas as pd
+
+    from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run
+
+    frames, configs = [], []
+    for real in runs:
+        cfg = replay_config(real, gpu, settings)
+        v = validate_run(real, cfg, seed=args.seed)
+        frames.append(v.errors().assign(run=real.name))
+        configs.append(cfg)
+    errors = pd.concat(frames, ignore_index=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        errors.to_csv(out / "errors.csv", index=False)
+    if args.json:
+        print(json.dumps({"runs": [r.name for r in runs], "errors": errors.to_dict(orient="records")}))
+        return 0
+    print(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}; sim / real - 1 of the "
+          f"whole run's means\n"[:101])
+    for line in runs_table_lines(errors):
+        print(line)
+    bands = sorted({describe_band(error_band(c.cost_model, get_gpu(c.gpu).name, c.profile), c.gpu) for c in configs})
+    for band in bands:
+        print(f"cost model: {band}"[:100])
+    if args.out:
+        print(f"wrote {Path(args.out) / 'errors.csv'}")
+    return 0

@@ -1,0 +1,121 @@
+"""The step time of today's serving engines, fitted on real serving runs (``--cost-model serving``).
+
+The physics is the roofline's (``sim/cost.py``, one statement in ``sim.core.cost``): a step
+reads the weights once and the batch's cached K/V once, computes 2 x parameters FLOPs per
+token, prefill attention's causal pairs, and two all-reduces per layer at TP > 1. What the
+roofline guesses, this model fits on what real engines did end to end, per GPU:
+
+- ``bandwidth_eff``, ``kv_bandwidth_eff`` and ``compute_eff``: the fractions of the datasheet's
+  HBM bandwidth that a step's weight reads (GEMMs) and its K/V reads (attention kernels, and
+  copies) reach, and of its dense 16-bit FLOP/s that its GEMMs reach (prefill attention is priced
+  at ``compute_eff`` too). Weights and K/V are read by different kernels: a GEMM streams one
+  matrix, a decode attention kernel gathers each sequence's blocks;
+- ``layer_s`` and ``per_seq_s``: what a step costs beyond them, per layer (the gaps between a
+  layer's kernels and their minimum durations, inside the CUDA graph: a step of L layers pays
+  L x ``layer_s``) and per sequence (sampling, and the scheduler's CPU time the engine does not
+  overlap with the GPU);
+- ``allreduce_s``: one all-reduce's latency at TP > 1 (two per layer), beside its bytes over the
+  GPU's interconnect;
+- ``frontend_s``: what a request spends outside the engine loop (the HTTP server, tokenizing the
+  prompt, detokenizing and streaming the tokens): added to its TTFT and E2E as its client sees
+  them (``sim.metrics.request_latencies``), not to any step.
+
+Today's engines capture decode steps in CUDA graphs and overlap the scheduler with the GPU; the
+engine's other half of that, async scheduling (a request arriving during step N is first
+scheduled in step N+2), is the scheduler's: ``sim/core/scheduler_v1.py``.
+
+The constants live in ``sim/data/serving/<gpu>.toml``, written by
+``benchmarks/fit_serving_time.py`` with their provenance and the model's error on each real run
+leave-one-model-out (each model's runs priced by constants fitted without them). A GPU without
+a file takes the fractions of a fitted GPU (:data:`FITTED_ON`) and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+from pagesim.sim.config import read_toml
+from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.specs import GPUSpec, ModelSpec
+
+DATA_DIR = Path(__file__).resolve().parent / "data" / "serving"
+#: the GPU whose fitted fractions a GPU without its own file takes (the only one with real runs)
+FITTED_ON = "h100-80gb"
+
+
+@dataclass(frozen=True)
+class ServingConstants:
+    """One GPU's fitted constants (fractions of its datasheet peaks; seconds)."""
+
+    bandwidth_eff: float
+    kv_bandwidth_eff: float
+    compute_eff: float
+    layer_s: float
+    per_seq_s: float
+    allreduce_s: float
+    frontend_s: float
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str) -> "ServingConstants":
+        missing = [f.name for f in fields(cls) if f.name not in d]
+        if missing:
+            raise ConfigError(f"{source}: [constants] lacks {', '.join(missing)}")
+        return cls(**{f.name: float(d[f.name]) for f in fields(cls)})
+
+
+def serving_path(gpu: str) -> Path:
+    return DATA_DIR / f"{gpu}.toml"
+
+
+@lru_cache(maxsize=None)
+def load_serving(gpu: str) -> tuple[ServingConstants, str, dict]:
+    """``gpu``'s constants, the GPU they were fitted on, and the file's ``[error]`` table; a GPU
+    without a file gets :data:`FITTED_ON`'s."""
+    source = gpu if serving_path(gpu).exists() else FITTED_ON
+    path = serving_path(source)
+    if not path.exists():
+        raise ConfigError(f"no fitted serving constants ({path}); run benchmarks/fit_serving_time.py")
+    data = read_toml(path, "serving constants")
+    return ServingConstants.from_dict(data.get("constants", {}), str(path)), source, data.get("error", {})
+
+
+def serving_band(gpu: str) -> dict | str:
+    """The serving model's error against real runs, as ``sim.calibration.error_band`` hands it
+    on: the runs' mean E2E, leave-one-model-out (median and p90 of |sim / real - 1|), with the
+    runs' TTFT and TPOT medians beside it; where it was measured."""
+    try:
+        _, fitted_on, err = load_serving(gpu)
+    except ConfigError as e:
+        return f"unfitted: {e}"
+    if "median_e2e_mean" not in err:
+        return f"unscored: {serving_path(fitted_on).name} has no [error]"
+    same_chip = {"a100-40gb": "a100-80gb", "h200-141gb": "h100-80gb"}.get(gpu) == fitted_on
+    return {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
+            "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
+            "runs": err.get("runs", 0), "method": err.get("method", ""),
+            "what": f"mean E2E of {err.get('runs', 0)} real vLLM runs", "source": f"sim/data/serving/{fitted_on}.toml",
+            "measured_on": fitted_on, "same_chip": same_chip}
+
+
+class ServingCostModel(RooflineCostModel):
+    """The roofline with constants fitted on real serving runs (module docstring). ``constants``
+    overrides the GPU's file (the fit prices candidates through it)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
+                 constants: ServingConstants | None = None, swap_block_tokens: int = 0):
+        fitted_on = FITTED_ON
+        if constants is None:
+            constants, fitted_on, _ = load_serving(gpu.name)
+        self.serving = constants
+        self.fitted_on = fitted_on
+        super().__init__(model, gpu, tensor_parallel, eff_flops=constants.compute_eff,
+                         eff_bw=constants.bandwidth_eff, eff_attn=constants.compute_eff,
+                         overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
+                         allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens)
+        self.frontend_s = constants.frontend_s
+        self._bw = gpu.mem_bw * constants.kv_bandwidth_eff  # K/V reads and copies (the weights' is eff_bw)
+        self.cpu_overhead_source = (f"fitted on real serving runs on {fitted_on}"
+                                    + ("" if fitted_on == gpu.name else f"; {gpu.name} itself has none"))

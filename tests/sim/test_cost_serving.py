@@ -1,0 +1,88 @@
+"""The serving cost model (sim/cost_serving.py): its constants in the roofline's formula, the
+front end's latency in what a client sees, its error band, and the default per engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from pagesim.sim.batch import StepBatch
+from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.config import SimConfig, default_cost_model
+from pagesim.sim.core import cost as c
+from pagesim.sim.cost_serving import ServingConstants, ServingCostModel, load_serving, serving_band
+from pagesim.sim.run import run_simulation
+from pagesim.sim.specs import get_gpu, get_model
+
+CONSTANTS = ServingConstants(bandwidth_eff=0.8, kv_bandwidth_eff=0.5, compute_eff=0.6, layer_s=20e-6,
+                             per_seq_s=10e-6, allreduce_s=30e-6, frontend_s=0.007)
+
+
+def test_constants_are_fractions_of_the_datasheet_in_the_roofline_formula():
+    """Llama-2-70B at TP 4 on an H100 (3.35 TB/s, 989 TFLOP/s): weights read at 0.8 of the
+    bandwidth, K/V at 0.5, GEMMs at 0.6 of the FLOP/s; the step's fixed cost is 80 layers x
+    20 us; two all-reduces per layer of 30 us each."""
+    model, gpu = get_model("llama-2-70b"), get_gpu("h100-80gb")
+    k = ServingCostModel(model, gpu, 4, CONSTANTS).constants()
+    assert k[c.OVERHEAD_S] == pytest.approx(80 * 20e-6)
+    assert k[c.PER_SEQ_OVERHEAD_S] == 10e-6
+    assert k[c.MEMORY_BANDWIDTH] == pytest.approx(3350e9 * 0.5)
+    assert k[c.LINEAR_WEIGHT_TIME_S] == pytest.approx(model.unrouted_weight_bytes / 4 / (3350e9 * 0.8))
+    assert k[c.FLOPS] == pytest.approx(989e12 * 0.6)
+    assert k[c.ALLREDUCE_FIXED_S] == pytest.approx(2 * 80 * 30e-6)
+
+
+def test_one_decode_step_by_hand():
+    """Llama-2-7B, TP 1, one sequence decoding at 100 tokens of context: 32 x 20 us + 10 us +
+    the weights at 0.8 x 3.35 TB/s (memory-bound: 2 x 6.7e9 FLOPs take 23 us at 0.6 x 989
+    TFLOP/s) + 100 tokens x 512 KiB of K/V at 0.5 x 3.35 TB/s."""
+    model, gpu = get_model("llama-2-7b"), get_gpu("h100-80gb")
+    cm = ServingCostModel(model, gpu, 1, CONSTANTS)
+    batch = StepBatch(decode_seq_ids=np.array([0]), decode_context=np.array([100]))
+    weights = model.unrouted_weight_bytes / (3350e9 * 0.8)
+    kv = 100 * 2 * 32 * 4096 * 2 / (3350e9 * 0.5)
+    assert cm.step_time(batch) == pytest.approx(32 * 20e-6 + 10e-6 + weights + kv, rel=1e-12)
+
+
+def test_the_front_end_adds_to_ttft_and_e2e_not_to_tpot():
+    """A request's time outside the engine (HTTP, tokenizing, streaming) is in the latencies its
+    client sees, TTFT and E2E, and in no step: the same run with frontend_s = 0 has the same
+    steps, and TTFT and E2E 7 ms shorter; TPOT (between its tokens) is the same."""
+    trace = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 0.5], "prompt_tokens": [100, 50],
+                          "output_tokens": [10, 5]})
+    cfg = SimConfig.for_system("vllm-v1", model="llama-2-7b", gpu="h100-80gb")
+    model, gpu = get_model("llama-2-7b"), get_gpu("h100-80gb")
+    none = ServingConstants(**{**CONSTANTS.__dict__, "frontend_s": 0.0})
+    with_front = run_simulation(cfg, trace, cost_model=ServingCostModel(model, gpu, 1, CONSTANTS))
+    without = run_simulation(cfg, trace, cost_model=ServingCostModel(model, gpu, 1, none))
+    pd.testing.assert_frame_equal(with_front.steps, without.steps)
+    for col in ("ttft_s", "e2el_s"):
+        assert (with_front.requests[col] - without.requests[col]).tolist() == pytest.approx([0.007, 0.007])
+    assert with_front.requests["tpot_s"].tolist() == without.requests["tpot_s"].tolist()
+    assert with_front.summary["mean_ttft_ms"] == pytest.approx(without.summary["mean_ttft_ms"] + 7.0)
+
+
+def test_the_band_is_the_files_held_out_error():
+    """simulate, plan and reproduce print the serving model's error against real runs as its
+    file states it (leave-one-model-out), and say where it was measured."""
+    _, fitted_on, err = load_serving("h100-80gb")
+    band = serving_band("h100-80gb")
+    assert fitted_on == "h100-80gb"
+    assert (band["median"], band["p90"]) == (err["median_e2e_mean"], err["p90_e2e_mean"])
+    line = describe_band(error_band("serving", "h100-80gb"), "h100-80gb")
+    assert "real vLLM runs" in line and "leave-one-model-out" in line and "itself" not in line
+    other = describe_band(error_band("serving", "a100-80gb"), "a100-80gb")
+    assert "a100-80gb itself unmeasured" in other and "same chip" not in other
+    assert "the same chip as h100-80gb" in describe_band(error_band("serving", "h200-141gb"), "h200-141gb")
+
+
+def test_default_cost_model_per_engine():
+    """vLLM v1 runs on the model fitted on real v1 runs; the paper's engines and SGLang on the
+    roofline; a profile means the table model; a named model is kept."""
+    assert default_cost_model("vllm-v1") == "serving"
+    assert default_cost_model("vllm-v1", profile="p.csv") == "roofline"
+    for scheduler in ("vllm", "orca", "static", "sglang"):
+        assert default_cost_model(scheduler) == "roofline"
+    assert SimConfig.for_system("vllm-v1").cost_model == "serving"
+    assert SimConfig.for_system("vllm").cost_model == "roofline"
+    assert SimConfig.for_system("vllm-v1", cost_model="roofline").cost_model == "roofline"
