@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
@@ -93,19 +94,25 @@ def run(args: argparse.Namespace) -> int:
     stages = f", {real.num_stages} stages" if real.num_stages > 1 else ""
     count = int(real.measured["overall"].get("count", 0))
     print(f"real run   {Path(real.source).name} ({real.fmt}{stages}, {count:,} requests measured)")
-    print(f"replayed   {cfg.system} on {cfg.gpu}, {cfg.model}, TP {cfg.tensor_parallel}, "
-          f"max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
-          f"cost model {cfg.cost_model}"[:100])
+    print(f"replayed   {cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}"[:100])
+    print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
+          f"max_model_len {cfg.max_seq_len}")
     if v.unfinished:
         print(f"unfinished {v.unfinished} requests the simulation did not finish (see sim/requests.csv)")
     print()
     for line in error_lines(v):
         print(line)
     print("\nerror = sim / real - 1 of each statistic; ITL = a scope's token gaps pooled")
-    print(f"cost model: {describe_band(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)}"[:100])
+    print(band_line(cfg))
     if args.out:
         print(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}")
     return 0
+
+
+def band_line(cfg) -> str:
+    """The cost model that ran and its measured error band, wrapped to 100 columns."""
+    band = describe_band(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)
+    return textwrap.fill(f"cost model: {band}", width=100, subsequent_indent="  ")
 
 
 def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:
@@ -128,13 +135,12 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
     if args.json:
         print(json.dumps({"runs": [r.name for r in runs], "errors": errors.to_dict(orient="records")}))
         return 0
-    print(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}; sim / real - 1 of the "
-          f"whole run's means\n"[:101])
+    print(textwrap.fill(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}: sim / real - 1 "
+                        "of each run's means", width=100) + "\n")
     for line in runs_table_lines(errors):
         print(line)
-    bands = sorted({describe_band(error_band(c.cost_model, get_gpu(c.gpu).name, c.profile), c.gpu) for c in configs})
-    for band in bands:
-        print(f"cost model: {band}"[:100])
+    for line in sorted({band_line(c) for c in configs}):
+        print(line)
     if args.out:
         print(f"wrote {Path(args.out) / 'errors.csv'}")
     return 0

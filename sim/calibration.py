@@ -212,6 +212,6 @@ def describe_band(band: dict, gpu: str) -> str:
         borrowed = f"; {gpu} itself unmeasured: the same chip as {measured_on}"
     else:
         borrowed = f"; {gpu} itself unmeasured"
-    what = err.get("what", "GPU time per iteration")
-    return (f"{band['cost_model']} ({what} vs measured on {measured_on}: median "
-            f"{100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %, {err['method']}{borrowed})")
+    what = err.get("what", f"GPU time per iteration vs measured on {measured_on}")
+    return (f"{band['cost_model']} ({what}: median {100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %, "
+            f"{err['method']}{borrowed})")

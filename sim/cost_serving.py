@@ -5,11 +5,12 @@ reads the weights once and the batch's cached K/V once, computes 2 x parameters 
 token, prefill attention's causal pairs, and two all-reduces per layer at TP > 1. What the
 roofline guesses, this model fits on what real engines did end to end, per GPU:
 
-- ``bandwidth_eff``, ``kv_bandwidth_eff`` and ``compute_eff``: the fractions of the datasheet's
-  HBM bandwidth that a step's weight reads (GEMMs) and its K/V reads (attention kernels, and
-  copies) reach, and of its dense 16-bit FLOP/s that its GEMMs reach (prefill attention is priced
-  at ``compute_eff`` too). Weights and K/V are read by different kernels: a GEMM streams one
-  matrix, a decode attention kernel gathers each sequence's blocks;
+- ``bandwidth_eff`` and ``compute_eff``: the fractions of the datasheet's HBM bandwidth that a
+  step's weight and K/V reads reach, and of its dense 16-bit FLOP/s that its GEMMs reach (prefill
+  attention is priced at ``compute_eff`` too). One bandwidth for the weights' GEMMs and the K/V's
+  attention kernels: with a second for the K/V, only Llama-2-7B (MHA: 512 KiB of K/V per token,
+  4x the others') could fit it, and the held-out error grew (E2E 13.0 % against 9.4 %, TPOT
+  12.3 % against 8.8 %, median over the 16 runs);
 - ``layer_s`` and ``per_seq_s``: what a step costs beyond them, per layer (the gaps between a
   layer's kernels and their minimum durations, inside the CUDA graph: a step of L layers pays
   L x ``layer_s``) and per sequence (sampling, and the scheduler's CPU time the engine does not
@@ -51,7 +52,6 @@ class ServingConstants:
     """One GPU's fitted constants (fractions of its datasheet peaks; seconds)."""
 
     bandwidth_eff: float
-    kv_bandwidth_eff: float
     compute_eff: float
     layer_s: float
     per_seq_s: float
@@ -96,7 +96,8 @@ def serving_band(gpu: str) -> dict | str:
     return {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
             "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
             "runs": err.get("runs", 0), "method": err.get("method", ""),
-            "what": f"mean E2E of {err.get('runs', 0)} real vLLM runs", "source": f"sim/data/serving/{fitted_on}.toml",
+            "what": f"mean E2E vs {err.get('runs', 0)} real vLLM runs on {fitted_on}",
+            "source": f"sim/data/serving/{fitted_on}.toml",
             "measured_on": fitted_on, "same_chip": same_chip}
 
 
@@ -116,6 +117,5 @@ class ServingCostModel(RooflineCostModel):
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens)
         self.frontend_s = constants.frontend_s
-        self._bw = gpu.mem_bw * constants.kv_bandwidth_eff  # K/V reads and copies (the weights' is eff_bw)
         self.cpu_overhead_source = (f"fitted on real serving runs on {fitted_on}"
                                     + ("" if fitted_on == gpu.name else f"; {gpu.name} itself has none"))

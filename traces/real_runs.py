@@ -240,7 +240,7 @@ def _lifecycle(path: Path) -> dict:
 def per_token_figures(scope: dict, output_tokens: int) -> dict:
     """A scope's time per output token where every request generated ``output_tokens``: vLLM's
     TPOT, (E2E - TTFT) / (tokens - 1) per request, whose mean is then exactly (mean E2E - mean
-    TTFT) / (tokens - 1); ITL pooled over the scope's gaps is the same figure. inference-perf's own
+    TTFT) / (tokens - 1) (ITL pooled over the scope's gaps is the same figure). inference-perf's own
     ``time_per_output_token`` and ``inter_token_latency`` time the stream's chunks, not tokens
     (``reportgen/base.py``: one gap per received chunk); in the public H100 runs a token arrives
     as two chunks 30 us apart (chunk gaps: median 31 us, p90 8.7 ms for 8.2 ms per token), which
@@ -251,7 +251,7 @@ def per_token_figures(scope: dict, output_tokens: int) -> dict:
     for stat in LATENCY_STATS:
         scope.pop(f"tpot_{stat}", None)
         scope.pop(f"itl_{stat}", None)
-    return {"tpot_mean": tpot, "itl_mean": tpot}
+    return {"tpot_mean": tpot}
 
 
 def read_inference_perf(folder: Path) -> RealRun:

@@ -14,19 +14,19 @@ from pagesim.sim.cost_serving import ServingConstants, ServingCostModel, load_se
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_gpu, get_model
 
-CONSTANTS = ServingConstants(bandwidth_eff=0.8, kv_bandwidth_eff=0.5, compute_eff=0.6, layer_s=20e-6,
-                             per_seq_s=10e-6, allreduce_s=30e-6, frontend_s=0.007)
+CONSTANTS = ServingConstants(bandwidth_eff=0.8, compute_eff=0.6, layer_s=20e-6, per_seq_s=10e-6,
+                             allreduce_s=30e-6, frontend_s=0.007)
 
 
 def test_constants_are_fractions_of_the_datasheet_in_the_roofline_formula():
-    """Llama-2-70B at TP 4 on an H100 (3.35 TB/s, 989 TFLOP/s): weights read at 0.8 of the
-    bandwidth, K/V at 0.5, GEMMs at 0.6 of the FLOP/s; the step's fixed cost is 80 layers x
-    20 us; two all-reduces per layer of 30 us each."""
+    """Llama-2-70B at TP 4 on an H100 (3.35 TB/s, 989 TFLOP/s): weights and K/V read at 0.8 of
+    the bandwidth, GEMMs at 0.6 of the FLOP/s; the step's fixed cost is 80 layers x 20 us; two
+    all-reduces per layer of 30 us each."""
     model, gpu = get_model("llama-2-70b"), get_gpu("h100-80gb")
     k = ServingCostModel(model, gpu, 4, CONSTANTS).constants()
     assert k[c.OVERHEAD_S] == pytest.approx(80 * 20e-6)
     assert k[c.PER_SEQ_OVERHEAD_S] == 10e-6
-    assert k[c.MEMORY_BANDWIDTH] == pytest.approx(3350e9 * 0.5)
+    assert k[c.MEMORY_BANDWIDTH] == pytest.approx(3350e9 * 0.8)
     assert k[c.LINEAR_WEIGHT_TIME_S] == pytest.approx(model.unrouted_weight_bytes / 4 / (3350e9 * 0.8))
     assert k[c.FLOPS] == pytest.approx(989e12 * 0.6)
     assert k[c.ALLREDUCE_FIXED_S] == pytest.approx(2 * 80 * 30e-6)
@@ -35,12 +35,12 @@ def test_constants_are_fractions_of_the_datasheet_in_the_roofline_formula():
 def test_one_decode_step_by_hand():
     """Llama-2-7B, TP 1, one sequence decoding at 100 tokens of context: 32 x 20 us + 10 us +
     the weights at 0.8 x 3.35 TB/s (memory-bound: 2 x 6.7e9 FLOPs take 23 us at 0.6 x 989
-    TFLOP/s) + 100 tokens x 512 KiB of K/V at 0.5 x 3.35 TB/s."""
+    TFLOP/s) + 100 tokens x 512 KiB of K/V at 0.8 x 3.35 TB/s."""
     model, gpu = get_model("llama-2-7b"), get_gpu("h100-80gb")
     cm = ServingCostModel(model, gpu, 1, CONSTANTS)
     batch = StepBatch(decode_seq_ids=np.array([0]), decode_context=np.array([100]))
     weights = model.unrouted_weight_bytes / (3350e9 * 0.8)
-    kv = 100 * 2 * 32 * 4096 * 2 / (3350e9 * 0.5)
+    kv = 100 * 2 * 32 * 4096 * 2 / (3350e9 * 0.8)
     assert cm.step_time(batch) == pytest.approx(32 * 20e-6 + 10e-6 + weights + kv, rel=1e-12)
 
 

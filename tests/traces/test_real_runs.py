@@ -143,8 +143,8 @@ def test_inference_perf_every_field_read(run_dir):
     assert overall["ttft_p99"] == pytest.approx(0.023)
     assert overall["e2e_mean"] == pytest.approx(0.080) and overall["e2e_p90"] == pytest.approx(0.082)
     assert overall["tpot_mean"] == pytest.approx((0.080 - 0.020) / 7)
-    assert overall["itl_mean"] == pytest.approx((0.080 - 0.020) / 7)
-    assert sorted(overall) == sorted(["count", "failures", "requests_per_s", "tpot_mean", "itl_mean"]
+    assert "itl_mean" not in overall  # the same figure as TPOT's mean here: compared once
+    assert sorted(overall) == sorted(["count", "failures", "requests_per_s", "tpot_mean"]
                                      + [f"{m}_{s}" for m in ("ttft", "e2e") for s in STEP])
     stage0, stage1 = run.measured["stage 0"], run.measured["stage 1"]
     assert (stage0["count"], stage0["failures"], stage0["requests_per_s"]) == (10, 0, 2.0)
@@ -152,7 +152,7 @@ def test_inference_perf_every_field_read(run_dir):
     assert stage0["ttft_mean"] == pytest.approx(0.010) and stage1["ttft_mean"] == pytest.approx(0.030)
     assert stage1["e2e_p99"] == pytest.approx(0.103)
     assert stage0["tpot_mean"] == pytest.approx((0.060 - 0.010) / 7)
-    assert stage1["itl_mean"] == pytest.approx((0.100 - 0.030) / 7)
+    assert stage1["tpot_mean"] == pytest.approx((0.100 - 0.030) / 7)
     assert sorted(stage1) == sorted(overall)  # no length quantiles, no min/max in any scope
 
 
