@@ -13,6 +13,7 @@ a bare ``import numpy, pandas`` as the baseline in the same run (``--time``).
 
     python benchmarks/real_run_accuracy.py
     python benchmarks/real_run_accuracy.py --cost-models roofline calibrated --csv out/real.csv
+    python benchmarks/real_run_accuracy.py --cost-models serving --time 231439-llama-2-7b-tp1-general
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ def print_tables(df: pd.DataFrame) -> None:
         print("\n".join(runs_table_lines(d)))
 
 
-def time_validate(run_path: str, repeats: int) -> None:
-    """One ``pagesim validate --against`` as a whole process, against ``import numpy, pandas``."""
+def time_validate(against: list[str], repeats: int) -> None:
+    """One ``pagesim validate --against ...`` as a whole process, against ``import numpy, pandas``."""
     env = child_env()
-    cmd = [sys.executable, "-m", "pagesim.sim.cli", "validate", "--against", run_path, "--no-progress"]
+    cmd = [sys.executable, "-m", "pagesim.sim.cli", "validate", "--against", *against, "--no-progress"]
     base = [sys.executable, "-c", "import numpy, pandas"]
     times = {"validate --against": [], "import numpy, pandas": []}
     for _ in range(repeats):
@@ -89,7 +90,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default=None, help="the GPU of --runs (a fact table names its own)")
     p.add_argument("--cost-models", nargs="+", default=["serving", "roofline", "calibrated"])
     p.add_argument("--csv", help="write every figure here")
-    p.add_argument("--time", metavar="RUN", help="also time pagesim validate --against RUN as a whole process")
+    p.add_argument("--time", metavar="RUN", help="also time pagesim validate --against on one run as a whole process: "
+                                                "a run folder or JSON, or the name of a run of the first fact table")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     runs = load_runs(args.facts, args.runs)
@@ -103,7 +105,8 @@ def main(argv=None) -> int:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.csv, index=False)
     if args.time:
-        time_validate(args.time, args.repeats)
+        against = [args.time] if Path(args.time).exists() else [args.facts[0], "--run", args.time]
+        time_validate(against, args.repeats)
     return 0
 
 
