@@ -76,7 +76,8 @@ def run(args) -> int:
             print(t.to_string(index=False))
             fig = name.split("_")[0]
             if fig == name and fig in EXPLAIN:
-                text = EXPLAIN[fig](t, tables.get("fig12_ratios")) if fig == "fig12" else EXPLAIN[fig](t)
+                companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro"}.get(fig)  # a second table it reads
+                text = EXPLAIN[fig](t, tables.get(companion)) if companion else EXPLAIN[fig](t)
                 print(f"\nreading: {text}")
     for g in gpus:
         print(f"\ncost model: {describe_band(error_band(cost_model, g), g)}")

@@ -195,6 +195,23 @@ def test_fig19_microbenchmark_by_hand():
     assert list(micro["within_paper_limit"]) == [True, True, False]  # 1.2x: the paper's limit
 
 
+def test_fig19_microbenchmark_prices_with_the_cost_model_reproduce_names(fake_opts):
+    """`reproduce fig19 --cost-model calibrated` prices Fig. 19a's recompute with the calibrated
+    model, as its runs are priced, not with the roofline: the table says which, and the
+    recompute it charges is the calibrated model's prefill (swap bytes and copies are priced
+    alike by both)."""
+    import dataclasses
+
+    roofline = X.fig19.tables(fake_opts, quick=True)["fig19_micro"]
+    calibrated = X.fig19.tables(dataclasses.replace(fake_opts, base={"cost_model": "calibrated"}),
+                                quick=True)["fig19_micro"]
+    assert set(roofline["cost_model"]) == {"roofline"} and set(calibrated["cost_model"]) == {"calibrated"}
+    assert (calibrated["recompute_ms"] != roofline["recompute_ms"]).all()
+    assert calibrated["recompute_ms"].tolist() == pytest.approx(
+        X.fig19.microbenchmark(cost_model="calibrated")["recompute_ms"].tolist())
+    assert "the calibrated cost model prices a 1024-token prefill" in X.fig19.explain(None, calibrated)
+
+
 def test_reproduce_writes_csvs(fake_opts, tmp_path):
     tables = X.reproduce("all", tmp_path / "out", fake_opts, quick=True)
     for name in ("fig2", "fig2_sensitivity", "fig2_timeline", "fig13", "fig15", "fig12", "fig12_ratios", "fig18b",
