@@ -157,29 +157,21 @@ def read_real_runs(path: str | Path) -> list[RealRun]:
 # inference-perf
 
 
-def _load_yaml(path: Path) -> dict:
+def _load(path: Path) -> dict:
+    """A YAML (``.yaml``) or JSON file holding a mapping; TraceError naming it otherwise."""
     import yaml
 
+    yaml_file = path.suffix in (".yaml", ".yml")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text()) if yaml_file else json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(f"cannot read: {e}", path=str(path)) from None
     except yaml.YAMLError as e:
         raise TraceError(f"not YAML: {str(e).splitlines()[0]}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise TraceError("expected a mapping at the top", path=str(path))
-    return data
-
-
-def _load_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"cannot read: {e}", path=str(path)) from None
     except json.JSONDecodeError as e:
         raise TraceError(f"not JSON: {e.msg} at line {e.lineno}", path=str(path)) from None
     if not isinstance(data, dict):
-        raise TraceError("expected a JSON object at the top", path=str(path))
+        raise TraceError(f"expected a {'mapping' if yaml_file else 'JSON object'} at the top", path=str(path))
     return data
 
 
@@ -221,7 +213,7 @@ def _get(data: dict, dotted: str, path: Path, kind=float, required: bool = True,
 
 def _lifecycle(path: Path) -> dict:
     """One lifecycle metrics file's figures the comparison reads (seconds; requests per second)."""
-    data = _load_json(path)
+    data = _load(path)
     out = {"count": _get(data, "successes.count", path, int, minimum=0),
            "failures": _get(data, "failures.count", path, int, minimum=0)}
     for theirs, ours in INFERENCE_PERF_LATENCIES.items():
@@ -260,7 +252,7 @@ def read_inference_perf(folder: Path) -> RealRun:
     config_path = results / "config.yaml"
     if not config_path.is_file():
         raise TraceError("missing: an inference-perf run folder holds results/config.yaml", path=str(config_path))
-    config = _load_yaml(config_path)
+    config = _load(config_path)
     data_type = _get(config, "data.type", config_path, str)
     if data_type != "shared_prefix":
         raise TraceError(f"data type {data_type!r} is not replayable here (shared_prefix is: its lengths are in "
@@ -325,7 +317,7 @@ def read_inference_perf(folder: Path) -> RealRun:
     server_path = folder / "exp-config.yaml"
     engine: dict = {}
     if server_path.is_file():
-        server = _load_yaml(server_path)
+        server = _load(server_path)
         for key, kind in SERVER_KEYS.items():
             value = _get(server, key, server_path, kind, required=False, minimum=1 if kind is int else None)
             if value is not None:
@@ -341,7 +333,7 @@ def read_inference_perf(folder: Path) -> RealRun:
 
 def read_vllm_bench(path: Path) -> RealRun:
     """A ``vllm bench serve --save-result --save-detailed`` JSON file."""
-    data = _load_json(path)
+    data = _load(path)
     for key in VLLM_BENCH_ARRAYS:
         if key not in data:
             raise TraceError("missing (save the run with --save-result --save-detailed)", path=str(path), field=key)
