@@ -114,8 +114,6 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
     table = result.requests.copy()
     table["stage"] = table["request_id"].map(dict(zip(trace["request_id"].astype(str), trace["stage"])))
     finished = np.isfinite(table["finish_s"].to_numpy(dtype=np.float64))
-    if "first_token_s" not in table:
-        table["first_token_s"] = table["arrival_s"] + table["ttft_s"]
     simulated = {}
     if run.num_stages > 1:
         # the stages as the client ran them: each after the previous one drained

@@ -47,7 +47,8 @@ SIM_FLAGS = {
                                   "arriving during a step waits one more (default on for vllm-v1)"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated", "serving"],
-                       help="roofline (default); calibrated: the roofline with constants fitted on measured "
+                       help="roofline (the default, but for vllm-v1: serving); calibrated: the roofline with "
+                            "constants fitted on measured "
                             "GPU timings per operation (sim/data/calibration/<gpu>.toml); serving: fitted end to "
                             "end on real vLLM serving runs (sim/data/serving/<gpu>.toml: h100-80gb)"),
     "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
