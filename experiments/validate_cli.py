@@ -31,15 +31,16 @@ def register(sub) -> None:
         "validate", help="compare the simulator with a real serving run (--against), or run a trace on the GPU",
         formatter_class=HelpFormatter, description=__doc__.split("\n\n", 1)[1].split("\n\nIt lives")[0],
         epilog=example(
-            "pagesim validate --against runs/20260217-231439-llama-2-7b-tp1-general --gpu h100-80gb",
+            "pagesim validate --against real_runs_h100 --run llama-2-7b-tp1-general",
+            "pagesim validate --against training/default_args/20260217-231439-llama-2-7b-tp1-general --gpu h100-80gb",
             "pagesim validate --against bench.json --gpu h100-80gb --tp 1 --max-num-seqs 256",
             *gpu_validate.EXAMPLES))
     workload, gpu_run = gpu_validate.add_arguments(p)
     r = p.add_argument_group("a real run (--against)")
     r.add_argument("--against", metavar="PATH",
                    help="an inference-perf run folder (results/config.yaml, results/*_lifecycle_metrics.json, "
-                        "exp-config.yaml), a vllm bench serve --save-detailed JSON, or a fact table of runs (CSV: "
-                        "experiments/data/real_runs_h100.csv ships 16): replay and compare")
+                        "exp-config.yaml), a vllm bench serve --save-detailed JSON, or a fact table of runs (CSV; "
+                        "real_runs_h100 names the one shipped: 16 vLLM runs on H100): replay and compare")
     r.add_argument("--run", metavar="TEXT", help="of a fact table, only the runs whose name holds TEXT")
     p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     refused = [f for f in refused_flags(args, defaults) if f not in ("--progress", "--no-progress")]
     if refused:
         raise ConfigError(f"--against replays the run's own workload on the simulator: drop {', '.join(refused)}")
-    runs = read_real_runs(args.against)
+    runs = read_real_runs(shipped_table(args.against))
     if args.run:
         runs = [r for r in runs if args.run in r.name]
         if not runs:
@@ -107,6 +108,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}")
     return 0
+
+
+def shipped_table(against: str) -> str:
+    """``against``, or the shipped fact table it names (``real_runs_h100``: experiments/data/)
+    where no such file exists."""
+    shipped = Path(__file__).resolve().parent / "data" / f"{against}.csv"
+    return str(shipped) if not Path(against).exists() and "/" not in against and shipped.exists() else against
 
 
 def band_line(cfg) -> str:

@@ -312,3 +312,15 @@ def test_realrun_without_model_needs_model():
     run = RealRun("b", "vllm-bench", "b.json")
     with pytest.raises(ConfigError, match="give --model"):
         replay_config(run, GPU)
+
+
+def test_cli_shipped_fact_table_by_name(capsys):
+    """`--against real_runs_h100` names the shipped fact table (experiments/data/): one run
+    (--run picks it) prints its stages; several print a row each and the medians."""
+    assert main(["validate", "--against", "real_runs_h100", "--run", "70b-tp4-roleplay", "--no-progress"]) == 0
+    one = capsys.readouterr().out
+    assert "20260218-084319-llama-2-70b-tp4-roleplay" in one and "TTFT" in one
+    assert main(["validate", "--against", "real_runs_h100", "--run", "codegen", "--no-progress"]) == 0
+    many = capsys.readouterr().out
+    assert "4 real runs of real_runs_h100" in many and "median |error| over the runs" in many
+    assert max(len(line) for line in many.splitlines()) <= 100
