@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     stages = f", {real.num_stages} stages" if real.num_stages > 1 else ""
     count = int(real.measured["overall"].get("count", 0))
-    print(f"real run   {Path(real.source).name} ({real.fmt}{stages}, {count:,} requests measured)")
+    print(f"real run   {real.name} ({real.fmt}{stages}, {count:,} requests measured)")
     print(f"replayed   {cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}"[:100])
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
           f"max_model_len {cfg.max_seq_len}")
