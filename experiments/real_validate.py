@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.run import SimResult, run_simulation
 from pagesim.traces.inference_perf import inference_perf_trace, stage_starts
 from pagesim.traces.real_runs import LATENCY_STATS, RealRun
@@ -122,10 +122,15 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
         clock = [start - offset for start in trace.attrs["stage_starts"]]
         seen = table["arrival_s"] + table["e2el_s"]  # each finish as the client saw it (the front end's too)
         last = [float(seen[(table["stage"] == s) & finished].max()) for s in range(run.num_stages)]
+        for s in range(1, run.num_stages):  # the replay's idle gap must outlast each stage's drain
+            if last[s - 1] >= clock[s]:
+                raise InvariantError(f"{run.source}: stage {s - 1}'s replay ran into stage {s}'s "
+                                     "(traces.inference_perf's idle gap is too short for this run)")
         starts = stage_starts(run, last, clock)
         shift = table["stage"].map({s: starts[s] - clock[s] for s in range(run.num_stages)})
         for col in ("arrival_s", "finish_s", "first_token_s"):
             table[col] = table[col] + shift
+    if run.fmt == "inference-perf":  # its client reports each stage, a run of one stage too
         for s in range(run.num_stages):
             simulated[f"stage {s}"] = scope_figures(table[table["stage"] == s])
     simulated["overall"] = scope_figures(table)
