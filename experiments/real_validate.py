@@ -74,6 +74,8 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     if gpu:
         merged["gpu"] = gpu
     system = merged.pop("system", None) or DEFAULT_SYSTEM
+    if "client_timeout_s" in run.workload and SimConfig.for_system(system).scheduler == "vllm-v1":
+        merged.setdefault("client_timeout_s", float(run.workload["client_timeout_s"]))  # the client's patience
     return SimConfig.for_system(system, **merged)
 
 

@@ -45,6 +45,9 @@ SIM_FLAGS = {
     "async_scheduling": dict(action=argparse.BooleanOptionalAction, default=None,
                              help="vllm-v1: schedule step N+1 while step N runs, as vLLM does by default: a request "
                                   "arriving during a step waits one more (default on for vllm-v1)"),
+    "client_timeout_s": dict(flag="--client-timeout", type=float, metavar="S",
+                             help="vllm-v1: a client gives up on its request after S seconds, and vLLM aborts it "
+                                  "(counted as rejected; default: clients wait forever)"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated", "serving"],
                        help="roofline (the default, but for vllm-v1: serving); calibrated: the roofline with "

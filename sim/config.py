@@ -93,7 +93,7 @@ RANGES: dict[str, tuple] = {
     "max_num_batched_tokens": (1, None, True, 2048), "seed": (0, None, True, 0), "kv_gib": (0, None, False, 12),
     "swap_gib": (0, None, True, 4), "activation_reserve_gib": (0, None, True, 2),
     "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
-    "step_overhead_ms": (0, None, True, 3), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
+    "step_overhead_ms": (0, None, True, 3), "client_timeout_s": (0, None, False, 300), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
 }
 
 
@@ -138,6 +138,9 @@ class SimConfig:
     # vllm-v1: schedule step N+1 while step N runs (vLLM's --async-scheduling, on by default in
     # vLLM; sim/core/scheduler_v1.py). None: the system's default (on for vllm-v1)
     async_scheduling: bool | None = None
+    # vllm-v1: a client gives up on its request after this many seconds, and the engine aborts it
+    # (sim/core/scheduler_v1.py). None: clients wait forever
+    client_timeout_s: float | None = None
 
     # cost model
     # roofline, calibrated (sim/cost_calibrated.py) or serving (sim/cost_serving.py); a profile means
@@ -180,6 +183,9 @@ class SimConfig:
         elif self.async_scheduling:
             raise ConfigError(f"async scheduling is vLLM v1's (--system vllm-v1); scheduler '{self.scheduler}' "
                               "schedules each step after the last: drop --async-scheduling")
+        elif self.client_timeout_s is not None:
+            raise ConfigError(f"--client-timeout is modelled for vllm-v1 only, not scheduler '{self.scheduler}': "
+                              "drop it")
         if self.scheduler == "sglang":
             self.check_sglang()
 

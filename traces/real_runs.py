@@ -45,6 +45,10 @@ INFERENCE_PERF_LATENCIES = {"time_to_first_token": "ttft", "time_per_output_toke
 #: exp-config.yaml's keys -> the engine settings we read (vLLM's own names)
 SERVER_KEYS = {"model": str, "tensor_parallelism": int, "max_model_len": int, "max_num_batched_tokens": int,
                "max_num_seqs": int}
+#: aiohttp's default total timeout of a request (aiohttp client.py DEFAULT_TIMEOUT: 5 x 60 s)
+AIOHTTP_DEFAULT_TIMEOUT_S = 300.0
+#: vllm bench serve's client timeout (vllm/benchmarks/lib/endpoint_request_func.py:20: 6 h)
+VLLM_BENCH_TIMEOUT_S = 6 * 60 * 60.0
 #: vllm bench serve's per-request arrays, all required
 VLLM_BENCH_ARRAYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "latencies")
 
@@ -287,6 +291,10 @@ def read_inference_perf(folder: Path) -> RealRun:
             raise TraceError("length distributions are not replayable here (fixed lengths are)",
                              path=str(config_path), field=f"data.shared_prefix.{key}")
     workload["ignore_eos"] = bool(_get(config, "server.ignore_eos", config_path, bool, required=False))
+    # the client gives up after load.request_timeout (main.py:187), unset: aiohttp's own default
+    # total timeout, 5 x 60 s (client/modelserver/openai_client.py:139 passes aiohttp's sentinel)
+    workload["client_timeout_s"] = (_get(config, "load.request_timeout", config_path, required=False, minimum=0)
+                                    or AIOHTTP_DEFAULT_TIMEOUT_S)
 
     measured = {}
     summary_path = results / "summary_lifecycle_metrics.json"
@@ -392,4 +400,5 @@ def read_vllm_bench(path: Path) -> RealRun:
     engine = {"model": str(data.get("model_id") or data.get("tokenizer_id") or "")}
     if not engine["model"]:
         engine.pop("model")
-    return RealRun(path.stem, "vllm-bench", str(path), engine, {}, requests, {"overall": measured})
+    return RealRun(path.stem, "vllm-bench", str(path), engine, {"client_timeout_s": VLLM_BENCH_TIMEOUT_S}, requests,
+                   {"overall": measured})

@@ -20,6 +20,8 @@ def reject_reasons(s: state.Core, pool: Pool, limits: Limits, cfg) -> np.ndarray
 
 def reject_reason(s: state.Core, code: int, i: int, pool: Pool, limits: Limits, cfg) -> str:
     width = int(s.width[i])
+    if code == state.REJECT_CLIENT_TIMEOUT:
+        return f"its client gave up after {cfg.client_timeout_s:g} s (--client-timeout)"
     if code == state.REJECT_TOO_WIDE:  # its sequences run together: it could never be admitted
         return f"its {width} sequences (n / beam_width) exceed max_num_seqs={limits.max_num_seqs}"
     if code == state.REJECT_WIDTH_UNSHARED:

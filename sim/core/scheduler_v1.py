@@ -36,6 +36,12 @@ nothing was running (an idle engine schedules at once). The CPU time it overlaps
 is the cost model's to price (``--cost-model serving``). Not modelled: a request that stops on
 its own (EOS) is scheduled for one more step before the engine learns it stopped.
 
+**Client timeouts** (``--client-timeout S``): a client that has waited ``S`` seconds for its
+whole answer gives up and closes the stream, and vLLM aborts the request wherever it is
+(``AsyncLLM.abort`` on the disconnect: waiting, it leaves the queue; running, its blocks are
+freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
+ago; it counts as rejected, with that reason.
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
@@ -51,14 +57,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache
+from pagesim.sim.core import kv_cache, memory
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
                                         start_running, waiting_head)
-from pagesim.sim.core.state import (ASYNC_SCHEDULING, DECODE_SET_SIZE, DEMAND_WAITING, LAST_SCHEDULE_S,
-                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS, NUM_RUNNING,
-                                    PREFIX_CACHING, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    STEP_DECODE_SEQS, WAITING_LEN, WATERMARK_BLOCKS)
+from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
+                                    FREE_EPOCH, LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW,
+                                    NUM_BLOCKS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_CACHING,
+                                    REJECT_CLIENT_TIMEOUT, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED,
+                                    RUNNING, STEP_DECODE_SEQS, WAITING_LEN, WATERMARK_BLOCKS)
 
 
 @njit(inline=True)
@@ -68,6 +75,8 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
+    if s.clock[CLIENT_TIMEOUT_S] < np.inf:
+        abort_timed_out(s)
     budget, preempted, context_sum = schedule_running(s)
     if not preempted:
         admit_waiting(s, budget)
@@ -75,6 +84,33 @@ def schedule(s):
         c[DEMAND_WAITING] = 0
     s.clock[LAST_SCHEDULE_S] = s.clock[NOW]
     return context_sum
+
+
+@njit
+def abort_timed_out(s):
+    """Abort the requests whose client has given up (module docstring): the waiting queue is in
+    arrival order (a preempted request returns to its front, before everyone who arrived after
+    it was admitted), so they are its first; running ones are freed where they stand."""
+    c, clock = s.count, s.clock
+    deadline = clock[NOW] - clock[CLIENT_TIMEOUT_S]  # sent at or before it: given up
+    while c[WAITING_LEN] and s.arrival_s[waiting_head(s)] <= deadline:
+        reject_head(s, waiting_head(s), REJECT_CLIENT_TIMEOUT)
+    kept = 0
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.arrival_s[i] > deadline:
+            s.running[kept] = i
+            kept += 1
+            continue
+        c[FREE_EPOCH] += 1
+        memory.free(s, i)
+        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+        c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
+        s.in_decode[i] = 0
+        s.status[i] = REJECTED
+        s.reject_code[i] = REJECT_CLIENT_TIMEOUT
+        c[NUM_REJECTED] += 1
+    c[NUM_RUNNING] = kept
 
 
 @njit(inline=True)

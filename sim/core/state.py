@@ -29,6 +29,7 @@ PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 # why a request was rejected (sim.core.outcome puts each in words for the request table)
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
+REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
 
 # config: int64, the policy as data
 (NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
@@ -95,7 +96,9 @@ NEW_TOKEN_RATIO, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECA
 # --system vllm-v1 under config[ASYNC_SCHEDULING]: when the scheduler last scheduled a step
 # (sim/core/scheduler_v1.py: a request arriving after it waits one more step)
 LAST_SCHEDULE_S = 26
-NUM_CLOCK = 27
+# --system vllm-v1: how long a client waits for its whole answer before it gives up (inf: forever)
+CLIENT_TIMEOUT_S = 27
+NUM_CLOCK = 28
 
 # prefix caching: the columns of block_info (a block's row: the running requests holding it, its
 # neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight

@@ -361,3 +361,39 @@ def test_async_scheduling_is_vllm_v1s_alone():
     with pytest.raises(ConfigError, match="async scheduling is vLLM v1's"):
         SimConfig.for_system("vllm", async_scheduling=True)
     assert SimConfig.for_system("vllm", async_scheduling=False).async_scheduling is False
+
+
+def test_client_timeout_aborts_a_waiting_request():
+    """--client-timeout 0.05: max_num_seqs 1, so B (sent with A at 0) waits while A (prompt 4,
+    output 400) runs. Both clients give up at 0.05 s: the first step that starts at or after it
+    aborts A where it runs and B where it waits (rejected, with the reason, B without a single
+    token), and nothing is left to run: that step is the run's last."""
+    rows = ((0, 4, 400), (0, 4, 2))
+    result = run_simulation(v1(2048, max_num_seqs=1, client_timeout_s=0.05), trace(*rows))
+    r = result.requests.set_index("request_id")
+    assert (r["status"] == "rejected").all()
+    assert r["reject_reason"].str.contains("client gave up after 0.05 s").all()
+    assert np.isnan(r.loc["r1", "first_token_s"]) and not np.isnan(r.loc["r0", "first_token_s"])
+    ends = step_ends(result)
+    assert ends[-2] < 0.05 <= ends[-1]
+    assert (result.steps["num_waiting"] == 1).all()  # B waited from the first step to the last
+
+
+def test_client_timeout_aborts_a_running_request_and_frees_its_blocks():
+    """A (prompt 4, output 400) runs alone; its client gives up after 0.05 s: the first step
+    at or after it aborts A, its blocks come free (the pool's used blocks drop to 0), and the
+    run ends with A rejected, not finished."""
+    result = run_simulation(v1(1024, client_timeout_s=0.05), trace((0, 4, 400)))
+    r = result.requests.iloc[0]
+    assert r["status"] == "rejected" and np.isnan(r["finish_s"]) and not np.isnan(r["first_token_s"])
+    ends = step_ends(result)
+    assert ends[-2] < 0.05 <= ends[-1]  # the last step ran across the deadline; nothing after it
+    assert result.summary["completed"] == 0
+    assert (result.summary["mgr_frees"], result.summary["mgr_used_blocks"], result.summary["mgr_free_blocks"]) == \
+        (1, 0, 256)
+
+
+def test_client_timeout_is_vllm_v1s_alone():
+    """On another scheduler --client-timeout would change nothing: refused in one line."""
+    with pytest.raises(ConfigError, match="client-timeout is modelled for vllm-v1 only"):
+        SimConfig.for_system("vllm", client_timeout_s=300.0)
