@@ -38,8 +38,8 @@ its own (EOS) is scheduled for one more step before the engine learns it stopped
 
 **Client timeouts** (``--client-timeout S``): a client that has waited ``S`` seconds for its
 whole answer gives up and closes the stream, and vLLM aborts the request wherever it is
-(``AsyncLLM.abort`` on the disconnect: waiting, it leaves the queue; running, its blocks are
-freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
+(v1/engine/async_llm.py:804-809, the disconnect; ``finish_requests``, sched/scheduler.py:2964-3000:
+waiting, it leaves the queue; running, it leaves the running list and its blocks are freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
 ago; it counts as rejected, with that reason.
 
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),

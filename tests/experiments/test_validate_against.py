@@ -324,3 +324,18 @@ def test_cli_shipped_fact_table_by_name(capsys):
     many = capsys.readouterr().out
     assert "4 real runs of real_runs_h100" in many and "median |error| over the runs" in many
     assert max(len(line) for line in many.splitlines()) <= 100
+
+
+def test_replay_takes_the_clients_timeout(run_dir, tmp_path):
+    """inference-perf's client gives up after load.request_timeout, unset: aiohttp's default
+    total timeout of 300 s; the replay's vllm-v1 aborts requests then. A system that does not
+    model it replays without it."""
+    run = read_real_run(run_dir)
+    assert run.workload["client_timeout_s"] == 300.0
+    assert replay_config(run, GPU).client_timeout_s == 300.0
+    assert replay_config(run, GPU, {"client_timeout_s": 20.0}).client_timeout_s == 20.0
+    assert replay_config(run, GPU, {"system": "vllm", "chunked_prefill": True}).client_timeout_s is None
+    config = yaml.safe_load((run_dir / "results/config.yaml").read_text())
+    config["load"]["request_timeout"] = 60.0
+    (run_dir / "results/config.yaml").write_text(yaml.safe_dump(config))
+    assert read_real_run(run_dir).workload["client_timeout_s"] == 60.0

@@ -128,7 +128,7 @@ def test_inference_perf_every_field_read(run_dir):
         "stage.0.rate": 2.0, "stage.0.duration": 5.0, "stage.1.rate": 4.0, "stage.1.duration": 5.0,
         "shared_prefix.num_groups": 2, "shared_prefix.num_prompts_per_group": 2,
         "shared_prefix.system_prompt_len": 32, "shared_prefix.question_len": 40, "shared_prefix.output_len": 8,
-        "ignore_eos": True,
+        "ignore_eos": True, "client_timeout_s": 300.0,  # no load.request_timeout: aiohttp's 5 x 60 s
         **{f"prompt_len.{q}": float(v) for q, v in PROMPT_LEN.items()},
         **{f"output_len.{q}": 7.0 for q in OUTPUT_LEN}}
     dotted = {"prompt_len.p0.1", "prompt_len.p99.9", "output_len.p0.1", "output_len.p99.9"}  # see below
@@ -256,7 +256,7 @@ def test_vllm_bench_requests_sorted_from_zero(bench_file):
     """The requests start at 0 (start_times less their least) in send order, each keeping its own
     lengths; the failed ones (an error, or output 0) are kept but marked succeeded False."""
     run = read_real_run(bench_file)
-    assert (run.name, run.fmt, run.workload) == ("bench", "vllm-bench", {})
+    assert (run.name, run.fmt, run.workload) == ("bench", "vllm-bench", {"client_timeout_s": 6 * 3600.0})
     assert run.engine == {"model": "meta-llama/Llama-2-7b-hf"}
     r = run.requests
     # start_times - 100.0 = 0.5, 0, 1.0, 0.25, 2.0, 1.5 -> order r1, r3, r0, r2, r5, r4
