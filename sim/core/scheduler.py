@@ -499,16 +499,25 @@ def complete_step(s, now):
 
 
 @njit(inline=True)
+def release(s, i):
+    """Running request ``i`` is done with (finished, or aborted: scheduler_v1.abort_timed_out):
+    its memory goes, its sequences leave the counts. The caller sets its status and drops it
+    from the running list."""
+    c = s.count
+    c[FREE_EPOCH] += 1
+    memory.free(s, i)
+    c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+    c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
+    s.in_decode[i] = 0
+
+
+@njit(inline=True)
 def finish(s, now, num_done):
     """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
     c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
-        c[FREE_EPOCH] += 1
-        memory.free(s, i)
-        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
-        c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
-        s.in_decode[i] = 0
+        release(s, i)
         s.status[i] = FINISHED
         s.finish_s[i] = now
     kept = 0  # drop them from the running list, keeping admission order

@@ -57,15 +57,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core import kv_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
-                                        start_running, waiting_head)
+                                        release, start_running, waiting_head)
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
-                                    FREE_EPOCH, LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW,
-                                    NUM_BLOCKS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_CACHING,
-                                    REJECT_CLIENT_TIMEOUT, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED,
-                                    RUNNING, STEP_DECODE_SEQS, WAITING_LEN, WATERMARK_BLOCKS)
+                                    LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
+                                    NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
+                                    REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_DECODE_SEQS,
+                                    WAITING_LEN, WATERMARK_BLOCKS)
 
 
 @njit(inline=True)
@@ -102,11 +102,7 @@ def abort_timed_out(s):
             s.running[kept] = i
             kept += 1
             continue
-        c[FREE_EPOCH] += 1
-        memory.free(s, i)
-        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
-        c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
-        s.in_decode[i] = 0
+        release(s, i)
         s.status[i] = REJECTED
         s.reject_code[i] = REJECT_CLIENT_TIMEOUT
         c[NUM_REJECTED] += 1
