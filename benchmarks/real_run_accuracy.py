@@ -44,12 +44,12 @@ def model_of(run) -> str:
     return str(run.engine.get("model", "?")).rsplit("/", 1)[-1]
 
 
-def replay_all(runs, cost_models: list[str], gpu: str | None) -> pd.DataFrame:
+def replay_all(runs, cost_models: list[str], gpu: str | None, settings: dict | None = None) -> pd.DataFrame:
     rows = []
     for cost_model in cost_models:
         for run in runs:
             try:
-                cfg = replay_config(run, gpu, {"cost_model": cost_model})
+                cfg = replay_config(run, gpu, {**(settings or {}), "cost_model": cost_model})
                 v = validate_run(run, cfg)
             except PagesimError as e:  # a model the cost model refuses: said, not hidden
                 print(f"  {cost_model} {run.name}: {e}")
@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", nargs="*", default=[], help="run folders or vllm bench JSON files")
     p.add_argument("--gpu", default=None, help="the GPU of --runs (a fact table names its own)")
     p.add_argument("--cost-models", nargs="+", default=["serving", "roofline", "calibrated"])
+    p.add_argument("--no-async-scheduling", action="store_true",
+                   help="replay with vllm-v1's async scheduling off (what it changes: README)")
     p.add_argument("--csv", help="write every figure here")
     p.add_argument("--time", metavar="RUN", help="also time pagesim validate --against on one run as a whole process: "
                                                 "a run folder or JSON, or the name of a run of the first fact table")
@@ -97,7 +99,8 @@ def main(argv=None) -> int:
     runs = load_runs(args.facts, args.runs)
     print(f"{len(runs)} real runs: {', '.join(sorted({model_of(r) for r in runs}))}")
     started = time.perf_counter()
-    df = replay_all(runs, args.cost_models, args.gpu)
+    df = replay_all(runs, args.cost_models, args.gpu,
+                    {"async_scheduling": False} if args.no_async_scheduling else None)
     print_tables(df)
     print(f"\nreplayed {len(runs)} runs x {len(args.cost_models)} cost models in "
           f"{time.perf_counter() - started:.1f} s")

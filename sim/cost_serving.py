@@ -10,7 +10,8 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
   attention is priced at ``compute_eff`` too). One bandwidth for the weights' GEMMs and the K/V's
   attention kernels: with a second for the K/V, only Llama-2-7B (MHA: 512 KiB of K/V per token,
   4x the others') could fit it, and the held-out error grew (E2E 13.0 % against 9.4 %, TPOT
-  12.3 % against 8.8 %, median over the 16 runs);
+  12.3 % against 8.8 %, median over the 16 runs, both fits with efficiencies up to 1.2:
+  ``benchmarks/results/fit_serving_time_variant_kv_2026-11-24.txt`` and ``..._bound12_...``);
 - ``layer_s`` and ``per_seq_s``: what a step costs beyond them, per layer (the gaps between a
   layer's kernels and their minimum durations, inside the CUDA graph: a step of L layers pays
   L x ``layer_s``) and per sequence (sampling, and the scheduler's CPU time the engine does not
@@ -92,7 +93,9 @@ def serving_band(gpu: str) -> dict | str:
         return f"unfitted: {e}"
     if "median_e2e_mean" not in err:
         return f"unscored: {serving_path(fitted_on).name} has no [error]"
-    same_chip = {"a100-40gb": "a100-80gb", "h200-141gb": "h100-80gb"}.get(gpu) == fitted_on
+    from pagesim.sim.calibration import SAME_CHIP  # which presets share a chip: stated there
+
+    same_chip = SAME_CHIP.get(gpu) == fitted_on
     return {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
             "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
             "runs": err.get("runs", 0), "method": err.get("method", ""),
