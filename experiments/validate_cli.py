@@ -45,15 +45,12 @@ def register(sub) -> None:
     p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
 
 
-def refused_flags(args: argparse.Namespace, parser_defaults: dict) -> list[str]:
+def refused_flags(args: argparse.Namespace) -> list[str]:
     """The workload and GPU-run flags ``args`` sets away from their defaults: ``--against`` takes
-    its workload from the run and runs no GPU, so each would be ignored."""
-    flags = []
-    for group in args._refused_with_against:
-        for action in group._group_actions:
-            if getattr(args, action.dest, None) != parser_defaults.get(action.dest, action.default):
-                flags.append(action.option_strings[0])
-    return flags
+    its workload from the run and runs no GPU, so each would be ignored (``--seed`` is kept: it
+    draws the replay's arrivals and prompt order)."""
+    return [action.option_strings[0] for group in args._refused_with_against for action in group._group_actions
+            if action.dest != "seed" and getattr(args, action.dest, None) != action.default]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from pagesim.experiments.real_validate import error_lines, replay_config, validate_run
     from pagesim.traces.real_runs import read_real_runs
 
-    defaults = {a.dest: a.default for g in args._refused_with_against for a in g._group_actions}
-    defaults["seed"] = args.seed  # the seed draws the replay's arrivals and prompt order
-    refused = [f for f in refused_flags(args, defaults) if f not in ("--progress", "--no-progress")]
+    refused = refused_flags(args)
     if refused:
         raise ConfigError(f"--against replays the run's own workload on the simulator: drop {', '.join(refused)}")
     runs = read_real_runs(shipped_table(args.against))
