@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.config import SimConfig
+from pagesim.sim.config import SYSTEMS, SimConfig
 from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.run import SimResult, run_simulation
 from pagesim.traces.inference_perf import inference_perf_trace, stage_starts
@@ -74,7 +74,8 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     if gpu:
         merged["gpu"] = gpu
     system = merged.pop("system", None) or DEFAULT_SYSTEM
-    if "client_timeout_s" in run.workload and SimConfig.for_system(system).scheduler == "vllm-v1":
+    scheduler = merged.get("scheduler") or SYSTEMS.get(system, {}).get("scheduler")
+    if "client_timeout_s" in run.workload and scheduler == "vllm-v1":
         merged.setdefault("client_timeout_s", float(run.workload["client_timeout_s"]))  # the client's patience
     return SimConfig.for_system(system, **merged)
 
