@@ -184,7 +184,10 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     if cost_model == "serving":
         from pagesim.sim.cost_serving import serving_band  # its own file, its own runs
 
-        return {"cost_model": cost_model, "cost_error": serving_band(gpu)}
+        band = serving_band(gpu)
+        if isinstance(band, dict):  # borrowed from the same chip, or from another GPU altogether
+            band["same_chip"] = SAME_CHIP.get(gpu) == band["measured_on"]
+        return {"cost_model": cost_model, "cost_error": band}
     source = calibration_gpu(gpu)
     if source is None:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: no measured timings for {gpu}"}

@@ -93,15 +93,12 @@ def serving_band(gpu: str) -> dict | str:
         return f"unfitted: {e}"
     if "median_e2e_mean" not in err:
         return f"unscored: {serving_path(fitted_on).name} has no [error]"
-    from pagesim.sim.calibration import SAME_CHIP  # which presets share a chip: stated there
-
-    same_chip = SAME_CHIP.get(gpu) == fitted_on
     return {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
             "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
             "runs": err.get("runs", 0), "method": err.get("method", ""),
             "what": f"mean E2E vs {err.get('runs', 0)} real vLLM runs on {fitted_on}",
             "source": f"sim/data/serving/{fitted_on}.toml",
-            "measured_on": fitted_on, "same_chip": same_chip}
+            "measured_on": fitted_on}
 
 
 class ServingCostModel(RooflineCostModel):
