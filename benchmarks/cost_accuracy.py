@@ -6,7 +6,8 @@ For each measured GPU, in the same run: the roofline (``sim/cost.py``, unfitted)
 measured cell of every model (``sim/measured.py``), and the calibrated roofline
 (``sim/cost_calibrated.py``) leave-one-model-out: every model priced with constants fitted
 (``sim/calibration_fit.py``) on the other models only. Prints |predicted/measured - 1| as
-median / p90 / max per GPU and phase (before -> after), then per held-out model, as the
+median / p90 / max per GPU and phase (before -> after), and over the decode-sized cells
+(at most 256 tokens, where serving runs), then per held-out model, as the
 markdown tables of README's "How accurate is the time?". ``DIR`` defaults to
 ``$PAGESIM_SHARED/measured`` or ``../shared/measured``. Asserts nothing.
 """
@@ -32,6 +33,10 @@ from pagesim.sim.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 
+#: decode-sized steps: a cell of at most this many tokens (decode batch, prefill chunk or layer tokens)
+DECODE_SIZED = 256
+
+
 def band(s: dict) -> str:
     return f"{100 * s['median']:.1f} / {100 * s['p90']:.1f} / {100 * s['max']:.0f}"
 
@@ -54,6 +59,10 @@ def main() -> None:
         for phase in ("all", "decode", "prefill", "layers"):
             if phase in c:
                 per_gpu.append((gpu.name, phase, c[phase]["cells"], band(r[phase]), band(c[phase])))
+        # the steps serving runs at: every cell of at most DECODE_SIZED tokens (issue #33's target)
+        small_r, small_c = roof[roof["tokens"] <= DECODE_SIZED], lomo[lomo["tokens"] <= DECODE_SIZED]
+        per_gpu.append((gpu.name, f"<= {DECODE_SIZED} tokens", len(small_c), band(cost_error.stats(small_r["error"])),
+                        band(cost_error.stats(small_c["error"]))))
         rm = roof.groupby("model")
         for model, g in lomo.groupby("model", sort=True):
             per_model.append((gpu.name, model, len(g), band(cost_error.stats(rm.get_group(model)["error"])),

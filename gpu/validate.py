@@ -266,7 +266,7 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
     if check_kv and hasattr(backend, "read_blocks"):
         backend = KVContentCheck(backend)
     roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
-                           swap_block_tokens=swap_block_tokens(cfg))
+                           swap_block_tokens=swap_block_tokens(cfg), kernel_block_tokens=cfg.kernel_block_tokens)
     tab = (make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms,
                            swap_block_tokens=swap_block_tokens(cfg)) if profile else None)
     log = _StepLog(roof, tab, budget.kv_bytes_per_token, check_memory,

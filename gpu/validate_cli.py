@@ -49,7 +49,8 @@ def make_backend(args, cfg=None):
 
             model, gpu, _ = resolve_budget(cfg)
             roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
-                                   cfg.per_seq_overhead_ms, swap_block_tokens=swap_block_tokens(cfg))
+                                   cfg.per_seq_overhead_ms, swap_block_tokens=swap_block_tokens(cfg),
+                                   kernel_block_tokens=cfg.kernel_block_tokens)
 
             def time_fn(plan):  # the device share: the price less its host term
                 return (roof.step_time(plan.batch) - cpu_term(roof, plan.batch.num_seqs)) * (1.0 + 0.1 * math.sin(plan.step))

@@ -245,6 +245,15 @@ class SimConfig:
                               f"below 2**63); use a max_seq_len below {2**62 // tokens} or fewer tokens per iteration")
 
     @property
+    def kernel_block_tokens(self) -> int:
+        """The block the decode attention kernel reads K/V in, block by block: vLLM v0's
+        PagedAttention kernel under the vllm scheduler on a paged cache (``sim.core.cost``:
+        whole blocks, and work per block). 0 for the other kernels: FasterTransformer's over a
+        contiguous cache, and today's FlashAttention / FlashInfer of vllm-v1 and SGLang, which
+        read each cached token once and are priced per token."""
+        return self.block_size if self.manager == "paged" and self.scheduler == "vllm" else 0
+
+    @property
     def label(self) -> str:
         """What ran, in words: the preset's name, or the parts of a custom combination."""
         if self.system != "custom":

@@ -8,7 +8,7 @@ For a step with T = prefill + decode tokens on one GPU of a TP group of size ``t
                    W(T) / tp / (mem_bw * eff_bw))                        # weight reads (decode)
     W(T)     = W_lin                                                     # dense
              = W_unrouted + E * (1 - (1 - k/E)^T) * W_expert             # mixture of experts
-    attn     = KV_read / (mem_bw * eff_bw)                               # decode: memory-bound
+    attn     = KV_read / (mem_bw * eff_bw) * (1 + o / B)                 # decode: memory-bound
              + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
     allreduce= 2 * L * [ 2 (tp-1)/tp * T * hidden * dtype / link_bw + ar_latency ]   (tp > 1)
     swap     = swapped_tokens * kv_bytes_per_token / pcie_bw
@@ -23,6 +23,11 @@ it in 4-bit AWQ/GPTQ), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode a
 every cached K and V once: the vLLM paper's point that decoding is memory-bound; for
 multi-head latent attention one latent per token and layer; one byte per element under
 ``--kv-cache-dtype fp8``, which halves these reads and the swaps' bytes of a 16-bit model),
+vLLM v0's PagedAttention kernel (``--system vllm``, ``SimConfig.kernel_block_tokens``) reads
+each sequence's K/V in whole blocks of ``B`` tokens, its last block too (``KV_read`` counts
+``ceil(ctx / B) * B`` tokens), and works per block as much as reading ``o = 3.68`` more tokens:
+the paper's Fig. 18a overhead, 23 % at its default ``B = 16``, taken as work per block
+(``sim.core.cost``: the source lines; ``o / B = 0`` for the other kernels),
 and ``F_prefill = A * sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
 with ``A = ModelSpec.attention_flops_per_pair`` (``4 * L * heads * head_dim``: QK^T and PV,
 causal half, over the attention layers only). GEMMs of W8A8 FP8 checkpoints run at the GPU's
@@ -67,7 +72,8 @@ import numpy as np
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core import cost_table
-from pagesim.sim.core.cost import roofline_step_time, swap_copy_seconds_per_token, weight_read_seconds
+from pagesim.sim.core.cost import (kernel_read_tokens, paged_kernel_overhead, roofline_step_time,
+                                   swap_copy_seconds_per_token, weight_read_seconds)
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -77,6 +83,7 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 # overhead (the same source, so the same float)
 _step_time = interpreted(roofline_step_time)
 _weight_read_seconds = interpreted(weight_read_seconds)
+_kernel_read_tokens = interpreted(kernel_read_tokens)
 
 
 def prefill_sums(batch: StepBatch) -> tuple[float, int]:
@@ -90,6 +97,15 @@ def prefill_sums(batch: StepBatch) -> tuple[float, int]:
     new = batch.prefill_tokens
     before = batch.prefill_context - new
     return float(np.dot(new, 2 * before + new)) * 0.5, int(before.sum())
+
+
+def decode_read_sum(batch: StepBatch, kernel_block_tokens: int) -> int:
+    """The cached tokens ``batch``'s decode attention reads, as the core's scheduler sums them:
+    each context in whole blocks under a paged kernel (``sim.core.cost.kernel_read_tokens``),
+    else ``decode_context_sum`` (which may come without the per-sequence array)."""
+    if kernel_block_tokens and len(batch.decode_context):
+        return int(_kernel_read_tokens(batch.decode_context, kernel_block_tokens).sum())
+    return batch.decode_context_sum
 
 
 class CpuOverhead:
@@ -118,6 +134,7 @@ class RooflineCostModel(CpuOverhead):
     cpu_overhead_source = "the roofline's default (not measured)"
     allreduce_latency_s: float = 10e-6
     swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
+    kernel_block_tokens: int = 0  # the paged kernel's block (vLLM v0's; SimConfig.kernel_block_tokens), 0: none
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
@@ -135,6 +152,7 @@ class RooflineCostModel(CpuOverhead):
         self._attn_flops_coef = m.attention_flops_per_pair / tp
         self._attn_flops = self.gpu.peak_flops * self.eff_attn
         self._swap_copy_s_per_token = swap_copy_seconds_per_token(m.num_attention_layers, self.swap_block_tokens)
+        self._paged_kernel_overhead = paged_kernel_overhead(self.kernel_block_tokens)
         if tp > 1:
             self._ar_time_per_token = (2 * m.num_layers * 2 * (tp - 1) / tp * h * m.dtype_bytes
                                        / self.gpu.interconnect_bw)
@@ -169,7 +187,7 @@ class RooflineCostModel(CpuOverhead):
         num_prefill = len(batch.prefill_tokens)
         flop_sum, cached_sum = prefill_sums(batch)
         return _step_time(self.constants(), batch.num_seqs, batch.num_prefill_tokens + batch.num_decode_tokens,
-                          batch.decode_context_sum, num_prefill, flop_sum, cached_sum,
+                          decode_read_sum(batch, self.kernel_block_tokens), num_prefill, flop_sum, cached_sum,
                           batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)
 
     def constants(self) -> tuple[float, ...]:
@@ -177,7 +195,7 @@ class RooflineCostModel(CpuOverhead):
         return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
-                self._routed_experts, self._experts_per_token, self._expert_weight_time)
+                self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead)
 
 class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for

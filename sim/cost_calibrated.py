@@ -47,9 +47,9 @@ import numpy as np
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.core import cost_calibrated as core
-from pagesim.sim.core.cost import swap_copy_seconds_per_token
+from pagesim.sim.core.cost import paged_kernel_overhead, swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost import CpuOverhead, RooflineCostModel
+from pagesim.sim.cost import CpuOverhead, RooflineCostModel, decode_read_sum
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
@@ -107,10 +107,11 @@ class CalibratedCostModel(CpuOverhead):
     the float64 arrays a compiled loop takes."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
-                 calibration: Calibration | None = None, swap_block_tokens: int = 0):
+                 calibration: Calibration | None = None, swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
         check_dense(model)
         c = calibration if calibration is not None else load_calibration(gpu.name)
         self.model, self.gpu, self.tensor_parallel, self.calibration = model, gpu, tensor_parallel, c
+        self.kernel_block_tokens = kernel_block_tokens
         tp = tensor_parallel
         measured_cpu = c.cpu_overhead(tp)
         if measured_cpu is None:  # no CPU time measured on this GPU: the roofline's default
@@ -148,7 +149,8 @@ class CalibratedCostModel(CpuOverhead):
             core.PREFILL_COMPUTE_EFF: c.prefill_compute_eff, core.PREFILL_CAUSAL_FRACTION: c.prefill_causal_fraction,
             core.PCIE_BANDWIDTH: gpu.pcie_bw,
             core.SWAP_COPY_S_PER_TOKEN: swap_copy_seconds_per_token(model.num_attention_layers, swap_block_tokens),
-            core.COPY_BANDWIDTH: gpu.mem_bw * c.elementwise_memory_eff[ELEMENTWISE.index("add")]}
+            core.COPY_BANDWIDTH: gpu.mem_bw * c.elementwise_memory_eff[ELEMENTWISE.index("add")],
+            core.PAGED_KERNEL_OVERHEAD: paged_kernel_overhead(kernel_block_tokens)}
         self._fixed = [0.0] * core.NUM_CONSTANTS
         for i, v in values.items():
             self._fixed[i] = float(v)
@@ -179,5 +181,5 @@ class CalibratedCostModel(CpuOverhead):
             cross, square = int(np.dot(new, batch.prefill_context - new)), int(np.dot(new, new))
         return _step_time(self._py_constants(), self._gemms, batch.num_seqs,
                           batch.num_prefill_tokens + batch.num_decode_tokens, batch.num_decode_tokens,
-                          batch.decode_context_sum, num_prefill, cross, square,
+                          decode_read_sum(batch, self.kernel_block_tokens), num_prefill, cross, square,
                           batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)

@@ -18,21 +18,25 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
                     cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
-                    swap_block_tokens: int = 0):
+                    swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
     """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost_calibrated.py``) or ``serving``
     (``sim/cost_serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
     a ``profile`` selects the table model. ``cost_scale``
     multiplies the GPU time (:class:`ScaledCostModel`). ``swap_block_tokens``: the
     tokens one swap copy moves, the KV block size of a paged cache (``sim.core.cost``'s copy
-    latency); 0 leaves swapping priced by its bytes alone."""
+    latency); 0 leaves swapping priced by its bytes alone. ``kernel_block_tokens``: the block of
+    vLLM v0's paged decode kernel (``SimConfig.kernel_block_tokens``; 0: none), whose work per
+    block the roofline, calibrated and serving models add to their decode attention (the table
+    model's profile measured its own kernel and takes none)."""
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel, swap_block_tokens)
     elif cost_model == "calibrated":
-        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
+        cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens)
     elif cost_model == "serving":
-        cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens)
+        cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens)
     else:
-        cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
+        cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens,
+                               kernel_block_tokens=kernel_block_tokens)
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
         cm.set_cpu_overhead(None if step_overhead_ms is None else step_overhead_ms * 1e-3,
                             None if per_seq_overhead_ms is None else per_seq_overhead_ms * 1e-3)

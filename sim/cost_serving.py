@@ -106,7 +106,7 @@ class ServingCostModel(RooflineCostModel):
     overrides the GPU's file (the fit prices candidates through it)."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
-                 constants: ServingConstants | None = None, swap_block_tokens: int = 0):
+                 constants: ServingConstants | None = None, swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
         fitted_on = FITTED_ON
         if constants is None:
             constants, fitted_on, _ = load_serving(gpu.name)
@@ -115,7 +115,8 @@ class ServingCostModel(RooflineCostModel):
         super().__init__(model, gpu, tensor_parallel, eff_flops=constants.compute_eff,
                          eff_bw=constants.bandwidth_eff, eff_attn=constants.compute_eff,
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
-                         allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens)
+                         allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
+                         kernel_block_tokens=kernel_block_tokens)
         self.frontend_s = constants.frontend_s
         self.cpu_overhead_source = (f"fitted on real serving runs on {fitted_on}"
                                     + ("" if fitted_on == gpu.name else f"; {gpu.name} itself has none"))

@@ -150,7 +150,8 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     if cost_model is None and not external:
         cost_model = make_cost_model(
             model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
-            cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg))
+            cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg),
+            kernel_block_tokens=cfg.kernel_block_tokens)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
     s = build(cfg, pool, limits, table, cost, external=external)

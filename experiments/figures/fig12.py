@@ -94,7 +94,7 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
                      "grid in fig12.toml for exact ratios.")
     lines.append("Each probe replays a 1-hour trace, as the paper's (fig12.toml); with 2-10-minute traces the knees "
                  "came later, since a queue past a system's capacity grows with the trace's length (ShareGPT: vLLM "
-                 "over Orca-Oracle 2.5x then, 1.68x now, just under the paper's 1.7-2.7x). The paper's ranges span "
+                 "over Orca-Oracle 2.5x then, against the paper's 1.7-2.7x). The paper's ranges span "
                  "OPT-13B/66B/175B; we simulate OPT-13B only.")
     return " ".join(lines)
 

@@ -102,19 +102,19 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     return pd.DataFrame(rows)
 
 
-#: the reading of the basic-sampling miss and of the flat growth (measured 2026-11-23 on the
-#: n = 1 case's trace, rates 16-80 req/s, as fig14.toml; the beam points at the beam model's p 0.38)
+#: the reading of the basic-sampling miss and of the flat growth (measured 2026-11-24 by
+#: benchmarks/paper_cpu_readings.py: fig14.toml's runs, default CPU cost and 0.3 ms per sequence)
 CPU_READING = (
-    "Basic sampling (n = 1) is Alpaca at Fig. 12's setting, and our 1.82x against the paper's 1.3x is Fig. 13's "
+    "Basic sampling (n = 1) is Alpaca at Fig. 12's setting, and our 1.69x against the paper's 1.3x is Fig. 13's "
     "CPU cost again: with the roofline's default 0.02 ms of CPU per sequence per iteration vLLM's larger batches "
-    "cost it almost nothing, so it sustains 75 req/s to Orca-Oracle's 41; with the 0.3 ms per sequence that the "
-    "paper's own batch sizes imply (Fig. 13's reading), for both systems, they sustain 31.2 and 23.1 req/s: "
-    "1.35x, the paper's 1.3x. The advantage then grows little with n because Alpaca's prompts are short: "
-    "parallel samples share only their prompt, 5-9 % of the blocks (Fig. 15a), so vLLM's edge stays about 2x "
-    "from n = 1 to 6; beam search shares 40-67 % (Fig. 15b) and lifts it to 2.4-2.6x (2.64x at width 6 against "
+    "cost it almost nothing, so it sustains 70 req/s to Orca-Oracle's 41; with the 0.3 ms per sequence that the "
+    "paper's own batch sizes imply (Fig. 13's reading), for both systems, they sustain 30.1 and 23.1 req/s: "
+    "1.30x, the paper's 1.3x. The advantage then grows little with n because Alpaca's prompts are short: "
+    "parallel samples share only their prompt, 5-9 % of the blocks (Fig. 15a), so vLLM's edge stays 1.7-1.9x "
+    "from n = 1 to 6; beam search shares 40-67 % (Fig. 15b) and lifts it to 2.1-2.4x (2.44x at width 6 against "
     "the paper's 2.3x, the same excess as at n = 1 plus the beam model's extra sharing, Fig. 15's reading). The "
-    "wiggles (parallel 2.00 -> 1.94, beam 2.44 -> 2.40) are within the rate grid's resolution: the sustainable "
-    "rate is interpolated between grid points 25-40 % apart.")
+    "wiggle (beam 2.18 -> 2.13) is within the rate grid's resolution: the sustainable rate is interpolated "
+    "between grid points 25-40 % apart.")
 
 
 def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> str:

@@ -126,6 +126,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config = np.zeros(state.NUM_CONFIG, np.int64)
     config[state.NUM_REQUESTS] = n
     config[state.BLOCK_SIZE] = block_size
+    config[state.KERNEL_BLOCK] = max(cfg.kernel_block_tokens, 1)
     config[state.NUM_BLOCKS] = num_blocks
     config[state.LEFTOVER_SLOTS] = pool.leftover
     config[state.WATERMARK_BLOCKS] = pool.watermark_blocks

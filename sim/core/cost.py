@@ -26,7 +26,8 @@ SWAP_COPY_S_PER_TOKEN = 12  # the per-copy latency of swapping, per token (swap_
 ROUTED_EXPERTS = 13  # E, routed experts per MoE layer (0: a dense model)
 EXPERTS_PER_TOKEN = 14  # k, the routed experts each token visits
 EXPERT_WEIGHT_TIME_S = 15  # reading one routed expert of every MoE layer once
-NUM_CONSTANTS = 16
+PAGED_KERNEL_OVERHEAD = 16  # a paged kernel's work per block, as a fraction of the block's K/V reads (0: none)
+NUM_CONSTANTS = 17
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -37,11 +38,24 @@ NUM_CONSTANTS = 16
 # the low end. This is what makes small blocks expensive to swap (the vLLM paper, sec. 7.3).
 PCIE_COPY_LATENCY_S = 5e-6
 
+# vLLM v0's PagedAttention kernel works block by block: each warp reads a block's number from the
+# block table, then the block's keys (csrc/attention/attention_kernels.cu of vLLM 0.4.2, lines
+# 202-206), and again for its values (335-337). The vLLM paper measures the kernel 20-26 % slower
+# than FasterTransformer's contiguous one (Fig. 18a, sec. 7.1: "accessing the block table,
+# executing extra branches, and handling variable sequence lengths") at its default block size,
+# 16. We take that overhead whole as work per block, at its midpoint: each block costs as much
+# again as reading 0.23 x 16 = 3.68 tokens of K/V. Per token that is 3.68 / block_size of the
+# reads: 23 % at 16, 3.7x at block size 1, 1.4 % at 256, so small blocks are slow to attend,
+# as the paper's Fig. 18b finds. Today's kernels (FlashAttention, FlashInfer) are not priced so.
+PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS = 0.23 * 16
+
 
 @njit
 def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_seqs,
                        prefill_flop_sum, prefill_cached_sum, swapped_tokens, copied_tokens):
-    """Seconds for one iteration. ``prefill_flop_sum`` is sum(n * (b + n / 2)) over the
+    """Seconds for one iteration. ``decode_context_sum`` is the cached tokens the decode
+    attention reads, over the decoding sequences (:func:`kernel_read_tokens` of each context).
+    ``prefill_flop_sum`` is sum(n * (b + n / 2)) over the
     prefilling sequences (n new tokens after b cached ones: the causal QK^T and PV work),
     ``prefill_cached_sum`` is sum(b) (their cached K/V is read once). The order of the
     operations is fixed: every engine gets the same float."""
@@ -52,9 +66,29 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
+        if c[PAGED_KERNEL_OVERHEAD]:  # and a paged kernel works per block on top
+            t += decode_context_sum * c[KV_BYTES_PER_TOKEN] * c[PAGED_KERNEL_OVERHEAD] / c[MEMORY_BANDWIDTH]
     if num_prefill_seqs:
         t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
     return plus_transfers(c, t, swapped_tokens, copied_tokens)
+
+
+@njit(inline=True)
+def kernel_read_tokens(context, kernel_block):
+    """The cached tokens a decode attention kernel reads for a sequence of ``context`` tokens
+    when it reads K/V in whole blocks of ``kernel_block`` tokens (1: each token once). vLLM v0's
+    PagedAttention kernel loads every key slot of a block and masks only the logits past the
+    sequence (attention_kernels.cu of vLLM 0.4.2, lines 213-254), and every value slot, zeroing
+    those past it (lines 367-375): a partly filled last block is read whole."""
+    return -(-context // kernel_block) * kernel_block
+
+
+def paged_kernel_overhead(kernel_block_tokens: int) -> float:
+    """``c[PAGED_KERNEL_OVERHEAD]`` for a paged kernel of ``kernel_block_tokens``-token blocks
+    (:data:`PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS` per block); 0 for a kernel that is not paged (0)."""
+    if kernel_block_tokens <= 0:
+        return 0.0
+    return PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS / kernel_block_tokens
 
 
 @njit(inline=True)

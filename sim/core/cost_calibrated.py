@@ -47,7 +47,8 @@ PREFILL_CAUSAL_FRACTION = 27
 PCIE_BANDWIDTH = 28
 COPY_BANDWIDTH = 29
 SWAP_COPY_S_PER_TOKEN = 30  # sim.core.cost.swap_copy_seconds_per_token
-NUM_CONSTANTS = 31
+PAGED_KERNEL_OVERHEAD = 31  # sim.core.cost.paged_kernel_overhead: vLLM v0's kernel's work per block
+NUM_CONSTANTS = 32
 
 
 @njit
@@ -125,12 +126,15 @@ def tokens_seconds(c, gemms, num_tokens, num_seqs):
 
 @njit
 def decode_seconds(c, num_decode, decode_context_sum):
-    """Every layer's decode attention for ``num_decode`` sequences holding ``decode_context_sum``
-    tokens."""
+    """Every layer's decode attention for ``num_decode`` sequences whose kernel reads
+    ``decode_context_sum`` tokens (``sim.core.cost.kernel_read_tokens``)."""
     bw = decode_bandwidth(num_decode * c[HEADS_PER_GPU], c[MEMORY_BANDWIDTH], c[DECODE_BW_COEF],
                           c[DECODE_BW_EXPONENT])
     base = decode_attention_seconds(num_decode, 0.0, bw, c[DECODE_FIXED_S], c[DECODE_PER_SEQ_S])
-    return c[LAYERS] * (base + decode_context_sum * c[KV_LAYER_BYTES_PER_TOKEN] / bw)
+    reads = decode_context_sum * c[KV_LAYER_BYTES_PER_TOKEN] / bw
+    if c[PAGED_KERNEL_OVERHEAD]:  # vLLM v0's paged kernel works per block on top (sim.core.cost)
+        reads += reads * c[PAGED_KERNEL_OVERHEAD]
+    return c[LAYERS] * (base + reads)
 
 
 @njit

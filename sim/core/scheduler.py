@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from pagesim.sim.core import beam, extent, kv_cache, memory
+from pagesim.sim.core.cost import kernel_read_tokens
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                             BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, DECODE_SET_SIZE,
@@ -50,7 +51,7 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                             SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS,
                             SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN,
                             WAITING_SERVED_RATIO, STEPS_WITHOUT_TOKEN)
-from pagesim.sim.core.state import BEAM_SEARCH, CONTIGUOUS, MANAGER_KIND, PAGED
+from pagesim.sim.core.state import BEAM_SEARCH, CONTIGUOUS, KERNEL_BLOCK, MANAGER_KIND, PAGED
 from pagesim.sim.core.state import (EXTERNAL_STEPS, STEP_NUM_FINISHED, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS,
                                    STEP_SWAP_OUT_EARLY)
 
@@ -345,7 +346,7 @@ def decode(s):
         if in_decode[i]:
             memory.take_decode_slot(s, i)
             num_computed_tokens[i] += 1
-            context_sum += num_computed_tokens[i] * s.num_seqs[i]
+            context_sum += kernel_read_tokens(num_computed_tokens[i], s.config[KERNEL_BLOCK]) * s.num_seqs[i]
     c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
     c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
     return context_sum

@@ -38,11 +38,14 @@ REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, NUM_CONFIG) = range(38)
+ EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, KERNEL_BLOCK, NUM_CONFIG) = range(39)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
+# config[KERNEL_BLOCK]: the tokens the decode attention kernel reads a sequence's KV in: the block
+# size under vLLM v0's PagedAttention kernel (it reads whole blocks, sim.core.cost.kernel_read_tokens),
+# 1 for a kernel that reads each cached token once (SimConfig.kernel_block_tokens)
 # config[CHECK_STEPS]: 1 under --check: the loop returns after every iteration (sim/core/check.py)
 # config[EXTERNAL_STEPS]: 1 when an executor outside the core runs the steps (the GPU mode): the
 # loop returns SCHEDULED after scheduling an iteration, Python puts its duration in

@@ -142,6 +142,12 @@ def test_fig18b_layout(fake_opts):
     assert (sg["paper_best_low"] == 16).all() and (sg["paper_best_high"] == 128).all()
     assert sg.loc[16, "in_paper_range"] and not sg.loc[256, "in_paper_range"]
     assert "best block size 16" in X.fig18b.explain(df)
+    # block 1 is 19 % slower than the best: small blocks cost, whatever the best one is (here 8,
+    # below the paper's 16); only a smallest block within 10 % of the best costs "nothing"
+    best_8 = df.assign(block_size=df["block_size"].replace(16, 8))
+    assert "Small blocks lose to the paged kernel's work per block" in X.fig18b.explain(best_8)
+    assert "Unlike the paper" not in X.fig18b.explain(best_8)
+    assert "Unlike the paper, blocks smaller than 16 cost" in X.fig18b.explain(df.assign(near_best=True))
 
 
 def test_fig16_layout(fake_opts):

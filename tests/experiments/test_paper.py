@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from pagesim.experiments import paper
 
 
@@ -58,3 +60,14 @@ def test_fig19_numbers():
 def test_fig16_numbers():
     assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-1shot") == 1.67
     assert paper.paper_value("fig16", "throughput_ratio_vs_orca-oracle", workload="wmt16-5shot") == 3.58
+
+
+def test_the_paged_kernels_work_per_block_is_fig_18a_at_block_16():
+    # sim.core.cost charges vLLM v0's kernel the midpoint of Fig. 18a's 20-26 % at block 16,
+    # as work per block: 0.23 x 16 = 3.68 tokens of K/V reads per block
+    from pagesim.sim.core.cost import PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS
+
+    low = paper.paper_value("fig18b", "kernel_overhead_low", system="vllm")
+    high = paper.paper_value("fig18b", "kernel_overhead_high", system="vllm")
+    assert (low, high) == (0.20, 0.26)
+    assert PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS == pytest.approx(16 * (low + high) / 2, rel=1e-12)

@@ -74,8 +74,8 @@ def test_same_records_as_simulation(name, width):
     cfg = cfg_for(name)
     trace = make_trace(width=width)
     sim = run_simulation(cfg, trace)
-    roof = RooflineCostModel(get_model("llama-2-7b"), get_gpu("h200"), 1,
-                             swap_block_tokens=swap_block_tokens(cfg))  # the simulation's price
+    roof = RooflineCostModel(get_model("llama-2-7b"), get_gpu("h200"), 1, swap_block_tokens=swap_block_tokens(cfg),
+                             kernel_block_tokens=cfg.kernel_block_tokens)  # the simulation's price
     copies_per_step = []
     real, ex = run(cfg, trace, FakeBackend(lambda plan: roof.step_time(plan.batch)),
                    on_step=lambda b, p, dt: copies_per_step.append(len(p.copies)))

@@ -56,7 +56,7 @@ def profile_csv(path):
 
 
 def test_fake_at_roofline_cost_matches_simulation_exactly(tmp_path):
-    roof = RooflineCostModel(MODEL, GPU)
+    roof = RooflineCostModel(MODEL, GPU, kernel_block_tokens=cfg().kernel_block_tokens)  # the simulation's price
     res = validate(cfg(), trace(width=True), FakeBackend(lambda p: roof.step_time(p.batch)))
     m = res.metrics
     assert m["roofline_median_step_error"] == 0 and m["roofline_p90_step_error"] == 0
@@ -68,7 +68,7 @@ def test_fake_at_roofline_cost_matches_simulation_exactly(tmp_path):
 
 
 def test_twice_the_roofline_gives_half_error_and_files(tmp_path):
-    roof = RooflineCostModel(MODEL, GPU)
+    roof = RooflineCostModel(MODEL, GPU, kernel_block_tokens=cfg().kernel_block_tokens)  # the simulation's price
     res = validate(cfg(), trace(), FakeBackend(lambda p: 2 * roof.step_time(p.batch)), workload={"name": "unit"})
     out = res.save(tmp_path / "v")
     m = json.loads((out / "validation.json").read_text())
@@ -276,7 +276,7 @@ def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
     host fit recovers 1 ms and 0.1 ms, and each whole-step error is
     |(gpu + 3 + 0.02 n) - (gpu + 1 + 0.1 n)| / (gpu + 1 + 0.1 n) (ms)."""
     from pagesim.gpu.validate import cpu_term, error_breakdown
-    roof = RooflineCostModel(MODEL, GPU)
+    roof = RooflineCostModel(MODEL, GPU, kernel_block_tokens=cfg().kernel_block_tokens)  # the simulation's price
 
     def gpu(p):
         return roof.step_time(p.batch) - cpu_term(roof, p.batch.num_seqs)

@@ -79,7 +79,10 @@ class HandRoofline:
     * swapping: 819,200 B per token over PCIe at 25e9 B/s = 32.768 us per token, plus one
       5 us copy per block for K and for V of each of the 40 layers: 400 us per block of the
       paged cache (``block_size`` tokens), spread over its tokens;
-    * fixed: 3 ms per iteration and 20 us per scheduled sequence.
+    * fixed: 3 ms per iteration and 20 us per scheduled sequence;
+    * vLLM v0's paged kernel (``kernel_block`` B: the vllm system's block size) reads each
+      decoding sequence's K/V in whole blocks, ceil(context / B) x B tokens, and works per
+      block as much as reading 0.23 x 16 = 3.68 tokens (the paper's Fig. 18a overhead at 16).
     """
 
     LINEAR_WEIGHT_READ_S = 2 * 12_840_304_640 / 1.244e12
@@ -91,19 +94,23 @@ class HandRoofline:
     SWAP_COPY_S_PER_BLOCK = 2 * 40 * 5e-6
     STEP_OVERHEAD_S = 3e-3
     PER_SEQ_OVERHEAD_S = 20e-6
+    PAGED_BLOCK_OVERHEAD_TOKENS = 0.23 * 16
 
-    def step(self, *, decode_contexts=(), prefills=(), swapped_tokens=0, block_size=0) -> float:
+    def step(self, *, decode_contexts=(), prefills=(), swapped_tokens=0, block_size=0, kernel_block=0) -> float:
         """Seconds for an iteration decoding sequences whose contexts (including this step's
         token) are ``decode_contexts`` and prefilling ``prefills``, (new, cached) token pairs,
         with ``swapped_tokens`` moved over PCIe in blocks of ``block_size`` (0: one extent,
-        no copy latency)."""
+        no copy latency), under vLLM v0's paged kernel of ``kernel_block`` tokens (0: none)."""
+        read = sum(decode_contexts)
+        if kernel_block:
+            read = sum(-(-c // kernel_block) for c in decode_contexts) * (kernel_block + self.PAGED_BLOCK_OVERHEAD_TOKENS)
         num_seqs = len(decode_contexts) + len(prefills)
         num_tokens = len(decode_contexts) + sum(n for n, _ in prefills)
         pairs = sum(n * (b + n / 2) for n, b in prefills)
         cached = sum(b for _, b in prefills)
         return (self.STEP_OVERHEAD_S + self.PER_SEQ_OVERHEAD_S * num_seqs
                 + max(self.LINEAR_WEIGHT_READ_S, self.LINEAR_S_PER_TOKEN * num_tokens)
-                + sum(decode_contexts) * self.KV_READ_S_PER_TOKEN
+                + read * self.KV_READ_S_PER_TOKEN
                 + pairs * self.ATTENTION_FLOPS_PER_PAIR / self.PREFILL_ATTENTION_FLOPS_PER_S
                 + cached * self.KV_READ_S_PER_TOKEN
                 + swapped_tokens * self.SWAP_S_PER_TOKEN

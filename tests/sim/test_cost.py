@@ -100,3 +100,67 @@ def test_tensor_parallel_decode_batch():
     cost_model = make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), tensor_parallel=2)
     batch = StepBatch(decode_seq_ids=ids(8), decode_context=np.full(8, 1024, np.int64))
     assert cost_model.step_time(batch) == pytest.approx(17.000934e-3, rel=1e-7)
+
+
+def test_paged_kernel_reads_whole_blocks_and_works_per_block():
+    # vLLM v0's PagedAttention kernel (sim.core.cost) at block size 16, two decoding sequences
+    # of 17 and 40 tokens: it reads 2 + 3 = 5 whole blocks, 80 tokens (not 57), and works per
+    # block as much again as reading 0.23 x 16 = 3.68 tokens (Fig. 18a's overhead at block 16):
+    #   fixed            3 ms + 2 x 0.02 ms                         =  3.04 ms
+    #   linear           2 tokens, weight-bound                     = 20.643577 ms
+    #   decode attention 80 tokens x 0.658521 us                    =  0.052682 ms
+    #   per block        5 blocks x 3.68 tokens x 0.658521 us       =  0.012117 ms
+    #                                                               = 23.748376 ms
+    # at block size 1 it reads the 57 tokens, each a block: 57 x 4.68 x 0.658521 us = 0.175668 ms
+    # (23.859245 ms); a kernel that is not paged (0) reads the 57: 0.037536 ms (23.721113 ms)
+    model, gpu = get_model("opt-13b"), get_gpu("a100-40gb")
+    batch = StepBatch(decode_seq_ids=ids(2), decode_context=np.array([17, 40]))
+
+    def price(kernel_block):
+        return make_cost_model(model, gpu, kernel_block_tokens=kernel_block).step_time(batch)
+
+    assert price(16) == pytest.approx(23.748376e-3, rel=1e-7)
+    assert price(1) == pytest.approx(23.859245e-3, rel=1e-7)
+    assert price(0) == pytest.approx(23.721113e-3, rel=1e-7)
+
+
+def test_the_paged_kernel_is_vllm_v0s_on_a_paged_cache():
+    # whole-block reads and per-block work are vLLM v0's kernel's; FasterTransformer's (Orca's
+    # contiguous cache) and today's FlashAttention / FlashInfer (vllm-v1, SGLang) read per token
+    from pagesim.sim.config import SimConfig
+
+    assert SimConfig.for_system("vllm", block_size=32).kernel_block_tokens == 32
+    assert SimConfig.for_system("token").kernel_block_tokens == 1
+    for system in ("orca-max", "orca-oracle", "static", "vllm-v1", "sglang", "vattention"):
+        assert SimConfig.for_system(system).kernel_block_tokens == 0, system
+
+
+def test_a_vllm_run_prices_its_decode_steps_with_the_paged_kernel():
+    # one request on a block-4 cache, prompt 5, 3 tokens out: the decode steps hold 6 and 7
+    # tokens, 2 blocks = 8 token slots read each, and 2 blocks' work at 3.68 / 4 of a read:
+    #   3.02 ms + 20.643577 ms + 8 x 0.658521 us x (1 + 0.92) = 23.673692 ms per decode step
+    # (a kernel reading the 6 or 7 tokens alone: 23.667528 / 23.668188 ms)
+    from pagesim.sim.run import run_simulation
+    from tests.sim.helpers import small_cfg, trace
+
+    res = run_simulation(small_cfg("vllm", record_steps=True, gpu="a100-40gb"), trace([(0.0, 5, 3)]))
+    decode = res.steps[res.steps["num_decode_tokens"] == 1]
+    assert len(decode) == 2
+    assert decode["dt_s"].to_numpy() == pytest.approx([23.673692e-3] * 2, rel=1e-7)
+
+
+@pytest.mark.parametrize("cost_model", ["calibrated", "serving"])
+def test_every_fitted_model_prices_the_paged_kernel_alike(cost_model):
+    # the batch above under the calibrated and serving models: their decode attention is linear
+    # in the tokens read at a fixed batch (slope s per token), so vLLM v0's kernel at block 16
+    # costs s x (80 x 1.23 - 57) more than a kernel reading the 57 tokens once
+    model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")
+    batch = StepBatch(decode_seq_ids=ids(2), decode_context=np.array([17, 40]))
+
+    def price(kernel_block, b=batch):
+        return make_cost_model(model, gpu, cost_model=cost_model, kernel_block_tokens=kernel_block).step_time(b)
+
+    one_more = StepBatch(decode_seq_ids=ids(2), decode_context=np.array([17, 41]))
+    slope = price(0, one_more) - price(0)
+    assert slope > 0
+    assert price(16) - price(0) == pytest.approx(slope * (80 * 1.23 - 57), rel=1e-6)

@@ -8,9 +8,12 @@ hand-worked roofline (``conftest.py``), the iterations are::
     0     t0 = 0  A's prefill (16 tokens)                3.02 + 20.6436 ms + attention 16 x 8 pairs
     1     t1      B's prefill (8); B arrived during 0,   3.02 + 20.6436 ms + attention 8 x 4 pairs
                   and prefill-first holds A's decode
-    2     t2      decode A (context 17) and B (9)        3.04 + 20.6436 ms + 26 x 0.658521 us
-    3     t3      decode A (18); B finished at t3        3.02 + 20.6436 ms + 18 x 0.658521 us
-    4     t4      decode A (19); A finishes at t5        3.02 + 20.6436 ms + 19 x 0.658521 us
+    2     t2      decode A (context 17) and B (9)        3.04 + 20.6436 ms + 3 blocks x 19.68 x 0.658521 us
+    3     t3      decode A (18); B finished at t3        3.02 + 20.6436 ms + 2 blocks x 19.68 x 0.658521 us
+    4     t4      decode A (19); A finishes at t5        3.02 + 20.6436 ms + 2 blocks x 19.68 x 0.658521 us
+
+(a decode reads whole 16-token blocks, each also costing 3.68 tokens' reads of work: vLLM v0's
+paged kernel, ``HandRoofline``)
 
 A's tokens come at t1 (its prefill), t3, t4, t5; B's at t2 and t3. So, by definition:
 
@@ -38,8 +41,8 @@ def two_requests(opt13b_config, tiny_trace):
 def hand_times(opt13b_a100):
     """(d, t): the five step prices and the step boundaries t0 .. t5 of the table above."""
     d = [opt13b_a100.step(prefills=[(16, 0)]), opt13b_a100.step(prefills=[(8, 0)]),
-         opt13b_a100.step(decode_contexts=[17, 9]), opt13b_a100.step(decode_contexts=[18]),
-         opt13b_a100.step(decode_contexts=[19])]
+         opt13b_a100.step(decode_contexts=[17, 9], kernel_block=16),
+         opt13b_a100.step(decode_contexts=[18], kernel_block=16), opt13b_a100.step(decode_contexts=[19], kernel_block=16)]
     return d, np.concatenate([[0.0], np.cumsum(d)])
 
 

@@ -43,7 +43,7 @@ def test_preempting_every_request_admits_again_in_the_same_iteration(simulate, o
     assert steps["batch_size"].tolist() == [1, 1, 1, 1]  # no step without a sequence
     swapped = [0, 0, 9, 10] if preemption == "swap" else [0, 0, 0, 0]  # out, then recomputed
     assert result.summary["num_swap_fallbacks"] == (2 if preemption == "swap" else 0)
-    hand = [opt13b_a100.step(prefills=[(8, 0)]), opt13b_a100.step(decode_contexts=[9]),
+    hand = [opt13b_a100.step(prefills=[(8, 0)]), opt13b_a100.step(decode_contexts=[9], kernel_block=4),
             opt13b_a100.step(prefills=[(10, 0)], swapped_tokens=swapped[2], block_size=4),
             opt13b_a100.step(prefills=[(11, 0)], swapped_tokens=swapped[3], block_size=4)]
     assert steps["dt_s"].to_numpy() == pytest.approx(hand, rel=1e-12)

@@ -127,14 +127,15 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
 
 def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     """Through the scheduler: A's prefill (one sequence), the fork, a decode step of its 3
-    sequences (context 7 each: 21; 2 copies of the shared tail; 3 inter-token latencies),
+    sequences (context 7 each, which vLLM v0's kernel reads as 2 whole blocks of 4: 3 x 8 = 24
+    tokens read; 2 copies of the shared tail; 3 inter-token latencies),
     then preempted for recompute: it restarts as one sequence, every block free."""
     s = core
     c = s.count
     scheduler.add_arrival(s, A)
     schedule(s)
     complete_step(s, 1.0)
-    assert schedule(s) == 21
+    assert schedule(s) == 24
     assert c[state.STEP_DECODE_SEQS] == 3 and c[state.STEP_COPIED_BLOCKS] == 2
     complete_step(s, 2.0)
     assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3

@@ -13,7 +13,7 @@ def test_the_run_is_measured_from_the_first_arrival(simulate, opt13b_config, tin
     # A (prompt 8, output 2) arrives at the offset, B (prompt 8, output 1) 0.5 s later, each to
     # an idle engine: A prefills and decodes (context 9); B prefills. 1e15 + 0.5 is a float.
     result = simulate(opt13b_config(1024, max_seq_len=64), tiny_trace((offset, 8, 2), (offset + 0.5, 8, 1)))
-    prefill, decode = opt13b_a100.step(prefills=[(8, 0)]), opt13b_a100.step(decode_contexts=[9])
+    prefill, decode = opt13b_a100.step(prefills=[(8, 0)]), opt13b_a100.step(decode_contexts=[9], kernel_block=16)
     summary, requests = result.summary, result.requests
     assert summary["arrival_offset_s"] == offset
     assert requests["arrival_s"].tolist() == [0.0, 0.5]  # the run's clock

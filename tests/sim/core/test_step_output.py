@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from pagesim.sim.core import loop, state
+from pagesim.sim.core.cost import kernel_read_tokens
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
@@ -47,7 +49,8 @@ class Recorder:
         # from the arrays as the executor sees them
         running = core.running[:c[state.NUM_RUNNING]]
         decoding = running[core.in_decode[running] != 0] if c[state.STEP_DECODE_SEQS] else running[:0]
-        context_sum = int((core.num_computed_tokens[decoding] * core.num_seqs[decoding]).sum())
+        read = interpreted(kernel_read_tokens)(core.num_computed_tokens[decoding], core.config[state.KERNEL_BLOCK])
+        context_sum = int((read * core.num_seqs[decoding]).sum())
         cost, cost_data = self.cost
         return loop.step_time(core._replace(cost=cost, cost_data=cost_data), context_sum)
 

@@ -42,8 +42,8 @@ def test_swapped_in_sequence_counts_its_cached_prefix_once(opt13b_config, opt13b
     assert steps["mem_token_states"].tolist() == [4 + 2, 5, 6, 6 + 1, 6 + 2]
     assert steps["used_blocks"].tolist() == [2, 2, 2, 2, 2]
     hand = [opt13b_a100.step(prefills=[(4, 0), (2, 4)]),
-            opt13b_a100.step(decode_contexts=[5], swapped_tokens=6, block_size=4),
-            opt13b_a100.step(decode_contexts=[6]),
-            opt13b_a100.step(decode_contexts=[7], swapped_tokens=6, block_size=4),
-            opt13b_a100.step(decode_contexts=[8])]
+            opt13b_a100.step(decode_contexts=[5], swapped_tokens=6, block_size=4, kernel_block=4),
+            opt13b_a100.step(decode_contexts=[6], kernel_block=4),
+            opt13b_a100.step(decode_contexts=[7], swapped_tokens=6, block_size=4, kernel_block=4),
+            opt13b_a100.step(decode_contexts=[8], kernel_block=4)]
     assert steps["dt_s"].to_numpy() == pytest.approx(hand, rel=1e-12)

@@ -80,10 +80,10 @@ def test_swap_out_and_back_in(simulate, tight_pool, a_and_b, swap_gib_for, opt13
     assert column(result, "mem_token_states")[3] == 6 + 1
     # PCIe time: 6 tokens out in step 1, 6 back in step 3
     hand = [opt13b_a100.step(prefills=[(4, 0), (6, 0)]),
-            opt13b_a100.step(decode_contexts=[5], swapped_tokens=6, block_size=4),
-            opt13b_a100.step(decode_contexts=[6]),
-            opt13b_a100.step(decode_contexts=[7], swapped_tokens=6, block_size=4),
-            opt13b_a100.step(decode_contexts=[8])]
+            opt13b_a100.step(decode_contexts=[5], swapped_tokens=6, block_size=4, kernel_block=4),
+            opt13b_a100.step(decode_contexts=[6], kernel_block=4),
+            opt13b_a100.step(decode_contexts=[7], swapped_tokens=6, block_size=4, kernel_block=4),
+            opt13b_a100.step(decode_contexts=[8], kernel_block=4)]
     assert result.steps["dt_s"].to_numpy() == pytest.approx(hand, rel=1e-12)
     b = result.requests.iloc[1]
     assert b["first_token_s"] == pytest.approx(hand[0], rel=1e-12)

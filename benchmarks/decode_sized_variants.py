@@ -1,0 +1,133 @@
+"""Variants of the calibrated roofline tried on decode-sized cells (at most 256 tokens), held out.
+
+    python benchmarks/decode_sized_variants.py [--measured DIR]
+
+For each measured GPU, leave-one-model-out as ``benchmarks/cost_accuracy.py``:
+
+* GEMMs alone (qkv, o, up, down of every layer cell), median / p90 of |error| over the
+  held-out model's GEMM timings of at most 256 tokens, for the shipped formula
+  (``sim.core.cost_calibrated.gemm_seconds``: rows padded to a whole tile) and two variants:
+  rows padded by a fitted fraction of the tile (``half``: a fitted weight on the padding) and
+  every extra tile of rows re-reading a fitted fraction of the weights from HBM (``reread``);
+* the decode-sized cells' p90 with the all-reduce priced as the cheaper of two fitted
+  latency + size / bandwidth lines per TP degree (NCCL picks the protocol it predicts fastest)
+  instead of one line, the rest of each cell as shipped.
+
+The variants are written here, not in the simulator: none is kept. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _import_path import import_path  # noqa: E402
+
+import_path()  # `import pagesim` works from this working tree, installed or not
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pagesim.sim import calibration_fit as fit  # noqa: E402
+from pagesim.sim.cost_calibrated import layer_gemm_shapes  # noqa: E402
+from pagesim.sim.measured import measured_gpus, read_measured  # noqa: E402
+from pagesim.sim.specs import get_gpu  # noqa: E402
+
+DECODE_SIZED = 256
+
+
+def gemm(tokens, k, n, dtype, peak, bw, fixed, compute_eff, memory_eff, overlap, tile, pad_weight, reread):
+    """``sim.core.cost_calibrated.gemm_seconds`` with the two variants' knobs (1, 0: as shipped)."""
+    tiles = -(-tokens // tile)
+    rows = tokens + pad_weight * (tiles * tile - tokens)
+    compute = 2.0 * rows * k * n / (peak * compute_eff)
+    memory = dtype * (k * n * (1 + reread * (tiles - 1)) + tokens * (k + n)) / (bw * memory_eff)
+    return fixed + (1 + overlap) * 0.5 * (compute + memory) + (1 - overlap) * 0.5 * abs(compute - memory)
+
+
+def gemm_rows(measured, models):
+    return fit._stack(measured, models, lambda spec, tp: [
+        (op, (*shape, spec.dtype_bytes)) for op, shape in zip(fit.GEMM_OPS, layer_gemm_shapes(spec, tp))])
+
+
+def gemm_variant(measured, gpu, variant: str) -> np.ndarray:
+    """|error| of the held-out GEMM timings of at most 256 tokens, every model held out in turn."""
+    errors = []
+    for held in sorted(measured.models):
+        tokens, k, n, dtype, y = gemm_rows(measured, [m for m in sorted(measured.models) if m != held])
+        best = None
+        for tile in fit.TILE_TOKENS:
+            if variant == "shipped":
+                price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p, tile, 1.0, 0.0)  # noqa: E731
+                x0 = [5e-6, 0.7, 0.8, 0.3]
+            elif variant == "half":
+                price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p, tile, 0.0)  # noqa: E731
+                x0 = [5e-6, 0.7, 0.8, 0.3, 0.5]
+            else:
+                price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, 1.0, p[4])  # noqa: E731
+                x0 = [5e-6, 0.7, 0.8, 0.3, 0.3]
+            p, loss = fit.robust_fit(price, y, x0)
+            if best is None or loss < best[0]:
+                best = (loss, tile, list(p))
+        _, tile, p = best
+        p = p + [1.0, 0.0] if variant == "shipped" else (p + [0.0] if variant == "half" else p[:4] + [1.0, p[4]])
+        t2, k2, n2, d2, y2 = gemm_rows(measured, [held])
+        e = gemm(t2, k2, n2, d2, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, p[4], p[5]) / y2 - 1
+        errors.append(np.abs(e[t2 <= DECODE_SIZED]))
+    return np.concatenate(errors)
+
+
+def two_lines(size, p):
+    return np.minimum(p[0] + size / p[1], p[2] + size / p[3])
+
+
+def allreduce_variant(measured, gpu, lomo: pd.DataFrame) -> tuple[float, float]:
+    """The decode-sized cells' p90 as shipped, and with the all-reduce as the cheaper of two lines."""
+    one = fit.fit_allreduce(measured)
+    cells = lomo[lomo["tokens"] <= DECODE_SIZED].copy()
+    for i, tp in enumerate(one["allreduce_tp"]):
+        t = measured.allreduce[measured.allreduce["tp"] == tp]
+        size, y = t["size"].to_numpy(float), t["ms"].to_numpy(float) * 1e-3
+        lat, bw = one["allreduce_latency_s"][i], one["allreduce_bytes_per_s"][i]
+        best = None
+        for x0 in ([5e-6, 2e10, lat, bw], [1.5e-5, 5e10, 4e-5, 1.5e11]):
+            p, loss = fit.robust_fit(lambda p: two_lines(size, p), y, x0)
+            if best is None or loss < best[1]:
+                best = (p, loss)
+        for model in cells.loc[cells["tp"] == tp, "model"].unique():
+            spec = measured.models[model].spec
+            sel = (cells["tp"] == tp) & (cells["model"] == model) & (cells["phase"] == "layers")
+            s = cells.loc[sel, "tokens"].to_numpy() * spec.hidden_size * spec.dtype_bytes
+            cells.loc[sel, "predicted_s"] += 2 * (two_lines(s, best[0]) - (lat + s / bw))
+    shipped = np.quantile(np.abs(cells["error"]), 0.9)
+    variant = np.quantile(np.abs(cells["predicted_s"] / cells["measured_s"] - 1), 0.9)
+    return shipped, variant
+
+
+def main() -> None:
+    shared = Path(os.environ.get("PAGESIM_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measured", default=str(shared / "measured"))
+    args = ap.parse_args()
+    print("| GPU | GEMMs shipped | rows padded by a fitted weight | extra tiles re-read weights "
+          "| cells, one all-reduce line | two lines |")
+    print("|---|---|---|---|---:|---:|")
+    for name in measured_gpus(args.measured):
+        gpu = get_gpu(name)
+        measured = read_measured(args.measured, gpu.name)
+        row = [gpu.name]
+        for variant in ("shipped", "half", "reread"):
+            e = gemm_variant(measured, gpu, variant)
+            row.append(f"{100 * np.median(e):.1f} / {100 * np.quantile(e, 0.9):.1f}")
+        lomo = fit.leave_one_model_out(measured, gpu, fit.attention_source(args.measured, measured))
+        shipped, variant = allreduce_variant(measured, gpu, lomo)
+        row += [f"{100 * shipped:.1f}", f"{100 * variant:.1f}"]
+        print("| " + " | ".join(row) + " |")
+    print("\n(median / p90 of |error| in %, held out; the last two columns: p90 over every decode-sized cell)")
+
+
+if __name__ == "__main__":
+    main()
