@@ -65,9 +65,8 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
         t += max(compute_bound, weight_read_seconds(c, num_tokens))
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
     if decode_context_sum:  # decode attention reads every cached K and V once
-        t += decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]
-        if c[PAGED_KERNEL_OVERHEAD]:  # and a paged kernel works per block on top
-            t += decode_context_sum * c[KV_BYTES_PER_TOKEN] * c[PAGED_KERNEL_OVERHEAD] / c[MEMORY_BANDWIDTH]
+        t += paged_kernel_seconds(decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH],
+                                  c[PAGED_KERNEL_OVERHEAD])
     if num_prefill_seqs:
         t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
     return plus_transfers(c, t, swapped_tokens, copied_tokens)
@@ -81,6 +80,16 @@ def kernel_read_tokens(context, kernel_block):
     sequence (attention_kernels.cu of vLLM 0.4.2, lines 213-254), and every value slot, zeroing
     those past it (lines 367-375): a partly filled last block is read whole."""
     return -(-context // kernel_block) * kernel_block
+
+
+@njit(inline=True)
+def paged_kernel_seconds(read_seconds, overhead):
+    """A decode kernel's ``read_seconds`` of K/V reads, with a paged kernel's work per block on
+    top: ``overhead`` (``PAGED_KERNEL_OVERHEAD``, :func:`paged_kernel_overhead`) of the reads;
+    0 leaves the float as it is. Every cost model's decode attention goes through it."""
+    if overhead:
+        return read_seconds + read_seconds * overhead
+    return read_seconds
 
 
 def paged_kernel_overhead(kernel_block_tokens: int) -> float:

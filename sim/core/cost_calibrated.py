@@ -11,7 +11,7 @@ with ``abs`` and ``ceil`` with integer division, so one statement serves scalars
 
 from __future__ import annotations
 
-from pagesim.sim.core.cost import swap_seconds
+from pagesim.sim.core.cost import paged_kernel_seconds, swap_seconds
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array (CalibratedCostModel.constants()); the CPU overheads come
@@ -131,9 +131,7 @@ def decode_seconds(c, num_decode, decode_context_sum):
     bw = decode_bandwidth(num_decode * c[HEADS_PER_GPU], c[MEMORY_BANDWIDTH], c[DECODE_BW_COEF],
                           c[DECODE_BW_EXPONENT])
     base = decode_attention_seconds(num_decode, 0.0, bw, c[DECODE_FIXED_S], c[DECODE_PER_SEQ_S])
-    reads = decode_context_sum * c[KV_LAYER_BYTES_PER_TOKEN] / bw
-    if c[PAGED_KERNEL_OVERHEAD]:  # vLLM v0's paged kernel works per block on top (sim.core.cost)
-        reads += reads * c[PAGED_KERNEL_OVERHEAD]
+    reads = paged_kernel_seconds(decode_context_sum * c[KV_LAYER_BYTES_PER_TOKEN] / bw, c[PAGED_KERNEL_OVERHEAD])
     return c[LAYERS] * (base + reads)
 
 
