@@ -22,7 +22,7 @@ from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
 from pagesim.sim.args import SIM_FLAGS, add_sim_args, parse_goodput
-from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
@@ -341,7 +341,7 @@ def print_result(r: dict, f) -> None:
     print(f"SLO: {r['slo']['description']}", file=f)
     print(f"workload: {describe_workload(r['workload']['spec'])}, rate-scaled per probe", file=f)
     for gpu, band in r.get("cost_model", {}).items():
-        print(f"cost model: {describe_band(band, gpu)}", file=f)
+        print(band_line(band, gpu), file=f)
     if r["mode"] == "max-rate":
         print("\nmax rate under the SLO", file=f)
         band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []

@@ -14,7 +14,7 @@ import pandas as pd
 
 from pagesim.experiments.figures import EXPLAIN, FIGURES, SweepOptions, reproduce
 from pagesim.experiments.run_spec import load_experiment
-from pagesim.sim.calibration import describe_band, error_band, load_calibration
+from pagesim.sim.calibration import band_line, error_band, load_calibration
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.errors import ConfigError
@@ -80,7 +80,7 @@ def run(args) -> int:
                 text = EXPLAIN[fig](t, tables.get(companion)) if companion else EXPLAIN[fig](t)
                 print(f"\nreading: {text}")
     for g in gpus:
-        print(f"\ncost model: {describe_band(error_band(cost_model, g), g)}")
+        print("\n" + band_line(error_band(cost_model, g), g))
     path = reproduce_report(out, out / "report.html")
     print(f"\nwrote {path}")
     return 0

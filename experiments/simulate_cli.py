@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
@@ -176,5 +177,8 @@ def print_summary(s: dict, f, options) -> None:
                  ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
     w = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{w}}  {v}", file=f)
+    for k, v in rows:  # a long value (the cost model's band) wraps under itself, within 100 columns
+        line = f"{k:<{w}}  {v}"
+        print(line if len(line) <= 100 else textwrap.fill(str(v), width=100, initial_indent=f"{k:<{w}}  ",
+                                                          subsequent_indent=" " * (w + 2), break_on_hyphens=False),
+              file=f)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
 from pagesim.sim.args import SIM_FLAGS
-from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.specs import get_gpu
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for line in error_lines(v):
         print(line)
     print("\nerror = sim / real - 1 of each statistic; ITL = a scope's token gaps pooled")
-    print(band_line(cfg))
+    print(run_band_line(cfg))
     if args.out:
         print(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}")
     return 0
@@ -112,10 +112,9 @@ def shipped_table(against: str) -> str:
     return str(shipped) if not Path(against).exists() and "/" not in against and shipped.exists() else against
 
 
-def band_line(cfg) -> str:
+def run_band_line(cfg) -> str:
     """The cost model that ran and its measured error band, wrapped to 100 columns."""
-    band = describe_band(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)
-    return textwrap.fill(f"cost model: {band}", width=100, subsequent_indent="  ")
+    return band_line(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)
 
 
 def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:
@@ -142,7 +141,7 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
                         "of each run's means", width=100) + "\n")
     for line in runs_table_lines(errors):
         print(line)
-    for line in sorted({band_line(c) for c in configs}):
+    for line in sorted({run_band_line(c) for c in configs}):
         print(line)
     if args.out:
         print(f"wrote {Path(args.out) / 'errors.csv'}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -200,6 +201,12 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     band["source"] = f"sim/data/calibration/{path.name}"
     band["measured_on"] = source
     return {"cost_model": cost_model, "cost_error": band}
+
+
+def band_line(band: dict, gpu: str) -> str:
+    """``cost model: <describe_band>`` wrapped to 100 columns, as the commands print it."""
+    return textwrap.fill(f"cost model: {describe_band(band, gpu)}", width=100, subsequent_indent="  ",
+                         break_on_hyphens=False)
 
 
 def describe_band(band: dict, gpu: str) -> str:

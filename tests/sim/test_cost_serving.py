@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.calibration import describe_band, error_band
+from pagesim.sim.calibration import band_line, describe_band, error_band
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.core import cost as c
 from pagesim.sim.cost_serving import ServingConstants, ServingCostModel, load_serving, serving_band
@@ -86,3 +86,12 @@ def test_default_cost_model_per_engine():
     assert SimConfig.for_system("vllm-v1").cost_model == "serving"
     assert SimConfig.for_system("vllm").cost_model == "roofline"
     assert SimConfig.for_system("vllm-v1", cost_model="roofline").cost_model == "roofline"
+
+
+def test_the_printed_band_line_wraps_to_100_columns():
+    # plan, reproduce and validate print the band as "cost model: ..." wrapped under itself
+    line = band_line(error_band("serving", "h200-141gb"), "h200-141gb")
+    assert line.startswith("cost model: serving (") and "\n  " in line
+    assert max(len(part) for part in line.splitlines()) <= 100
+    assert " ".join(part.strip() for part in line.splitlines()) == \
+        "cost model: " + describe_band(error_band("serving", "h200-141gb"), "h200-141gb")
