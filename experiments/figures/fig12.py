@@ -24,8 +24,9 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     rate for the four systems on ShareGPT and Alpaca. Columns: ``workload, system, rate,
     normalized_latency_s_per_token, mean_ttft_ms, ...`` (see :data:`FIG12_COLS`)."""
     opts, specs, summaries = run_figure("fig12", opts, quick, scale)
-    df = results_frame(specs, summaries)
-    cols = ["workload", "system", "rate", "duration_s"] + [c for c in FIG12_COLS if c in df]
+    df = results_frame(specs, summaries)  # duration_s: the run's own, from its summary
+    df["trace_s"] = [spec.duration_s for spec in specs]  # the arrivals' window it replayed
+    cols = ["workload", "system", "rate", "duration_s", "trace_s"] + [c for c in FIG12_COLS if c in df]
     return df[cols].sort_values(["workload", "system", "rate"], kind="stable").reset_index(drop=True)
 
 
@@ -92,10 +93,19 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
     if table["note"].fillna("").str.contains("censored|lowest").any():
         lines.append("Some systems never (or always) crossed the threshold within the probed rates: widen the rate "
                      "grid in fig12.toml for exact ratios.")
-    lines.append("Each probe replays a 1-hour trace, as the paper's (fig12.toml); with 2-10-minute traces the knees "
-                 "came later, since a queue past a system's capacity grows with the trace's length (ShareGPT: vLLM "
-                 "over Orca-Oracle 2.5x then, against the paper's 1.7-2.7x). The paper's ranges span "
-                 "OPT-13B/66B/175B; we simulate OPT-13B only.")
+    # the trace each probe replayed, as run: fig12.toml's hour, times --scale (--quick: short ones)
+    traces = sorted(set(curves["trace_s"].dropna())) if "trace_s" in curves else []
+    if traces == [3600.0]:
+        length = "a 1-hour trace, as the paper's (fig12.toml)"
+    elif traces:
+        length = ("a " + " or ".join(f"{t:,.0f}-s" for t in traces) + " trace (the paper's, and fig12.toml's at "
+                  "--scale 1, are 1 hour)")
+    else:  # --quick's traces are request counts, no duration
+        length = "a fixed number of requests (--quick), where the paper's traces are 1 hour"
+    lines.append(f"Each probe replays {length}; with 2-10-minute traces the knees came later, since a queue past a "
+                 "system's capacity grows with the trace's length (ShareGPT: vLLM over Orca-Oracle 2.5x then, "
+                 "against the paper's 1.7-2.7x). The paper's ranges span OPT-13B/66B/175B; we simulate OPT-13B "
+                 "only.")
     return " ".join(lines)
 
 

@@ -130,6 +130,11 @@ def test_fig12_layout(fake_opts):
     ratios = X.fig12.ratios(df)
     assert set(ratios["workload"]) == {"sharegpt", "alpaca"}
     assert "vLLM sustains" in X.fig12.explain(df, ratios)
+    # the reading names the trace each probe replayed as run, not always the paper's hour
+    assert df["trace_s"].isna().all()  # --quick replays request counts
+    assert "Each probe replays a fixed number of requests (--quick)" in X.fig12.explain(df, ratios)
+    assert "Each probe replays a 1,800-s trace" in X.fig12.explain(df.assign(trace_s=1800.0), ratios)
+    assert "Each probe replays a 1-hour trace" in X.fig12.explain(df.assign(trace_s=3600.0), ratios)
     assert X.fig12.explain(df) == X.fig12.explain(df, ratios)  # the ratios computed when not given
 
 
