@@ -67,8 +67,8 @@ SIM_FLAGS = {
 def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
     g = p.add_argument_group("system and hardware")
     if system:
-        g.add_argument("--system", default=None, choices=list(SYSTEMS),
-                       help="named combination of manager + scheduler (default vllm)")
+        g.add_argument("--system", default=None, choices=list(SYSTEMS), metavar="SYSTEM",
+                       help="named combination of manager + scheduler: " + ", ".join(SYSTEMS) + " (default vllm)")
     for name, spec in SIM_FLAGS.items():
         spec = dict(spec)
         flag = spec.pop("flag", "--" + name.replace("_", "-"))

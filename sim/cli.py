@@ -14,6 +14,7 @@ import configparser
 import importlib
 import logging
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -39,7 +40,26 @@ def subcommands() -> dict[str, str]:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keep examples' line breaks; show defaults that say something (not None/False)."""
+    """Keep examples' line breaks, but no line past the terminal (argparse's width: ``COLUMNS``
+    less 2): a long paragraph wraps under its own indent, a long example command wraps into
+    shell continuation lines that still paste and run. Show defaults that say something (not
+    None/False)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if len(indent + line) <= width:
+                out.append(indent + line)
+                continue
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            if line.lstrip().startswith("pagesim "):  # a runnable example: " \" continuations
+                parts = textwrap.wrap(line.strip(), width=width - 2, initial_indent=lead, subsequent_indent=lead + "    ",
+                                      break_long_words=False, break_on_hyphens=False)
+                out += [p + " \\" for p in parts[:-1]] + parts[-1:]
+            else:
+                out += textwrap.wrap(line.strip(), width=width, initial_indent=lead, subsequent_indent=lead,
+                                     break_long_words=False, break_on_hyphens=False)
+        return "\n".join(out)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False or "%(default)" in (action.help or ""):

@@ -3,6 +3,7 @@ the installed metadata otherwise; both name the same registers."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 
 import pytest
@@ -21,3 +22,34 @@ def test_installed_metadata_names_the_same(monkeypatch, tmp_path):
     source = cli.subcommands()
     monkeypatch.setattr(cli, "SOURCE_SETUP_CFG", tmp_path / "setup.cfg")  # as an installed wheel
     assert cli.subcommands() == source
+
+
+def _helps(parser, prefix=()):
+    """Every (sub)command's help text: the parser's, then its subparsers' in turn."""
+    yield prefix, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _helps(sub, (*prefix, name))
+
+
+def test_every_help_fits_100_columns_and_its_examples_still_run(monkeypatch):
+    # argparse wraps to COLUMNS - 2; a long description or example wraps too (cli.HelpFormatter),
+    # an example into " \" continuation lines that join back into the very command
+    monkeypatch.setenv("COLUMNS", "100")
+    wrapped = 0
+    for command in cli.subcommands():
+        for where, text in _helps(cli.build_parser(command)):
+            lines = text.splitlines()
+            assert max(map(len, lines)) <= 100, (where, max(lines, key=len))
+            for i, line in enumerate(lines):
+                if line.startswith("  pagesim ") and line.endswith(" \\"):
+                    wrapped += 1
+                    assert lines[i + 1].startswith("      "), where  # continued under the command
+    assert wrapped >= 3  # simulate's own examples are longer than 100 columns
+    formatter = cli.HelpFormatter("pagesim")
+    example = ("  pagesim simulate --workload sharegpt --rate 20 --duration 600 --system vllm --prefix-caching "
+               "--replicas 8 --router prefix-affinity --out out/cluster")
+    text = formatter._fill_text(example, 98, "")
+    assert len(text.splitlines()) == 2 and all(len(line) <= 98 for line in text.splitlines())
+    assert " ".join(part.rstrip(" \\").strip() for part in text.splitlines()) == example.strip()
