@@ -13,6 +13,7 @@ import argparse
 import configparser
 import importlib
 import logging
+import shlex
 import sys
 import textwrap
 import warnings
@@ -39,6 +40,20 @@ def subcommands() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)}
 
 
+def shell_lines(command: str, width: int, lead: str) -> list[str]:
+    """``command`` as shell lines of at most ``width`` columns, broken between its words (a quoted
+    argument stays whole) with " \\" continuations indented under it."""
+    words = [shlex.quote(word) for word in shlex.split(command)]
+    lines = [lead + words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) + 2 > width:
+            lines[-1] += " \\"
+            lines.append(lead + "    " + word)
+        else:
+            lines[-1] += " " + word
+    return lines
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keep examples' line breaks, but no line past the terminal (argparse's width: ``COLUMNS``
     less 2): a long paragraph wraps under its own indent, a long example command wraps into
@@ -53,9 +68,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
                 continue
             lead = indent + line[:len(line) - len(line.lstrip())]
             if line.lstrip().startswith("pagesim "):  # a runnable example: " \" continuations
-                parts = textwrap.wrap(line.strip(), width=width - 2, initial_indent=lead, subsequent_indent=lead + "    ",
-                                      break_long_words=False, break_on_hyphens=False)
-                out += [p + " \\" for p in parts[:-1]] + parts[-1:]
+                out += shell_lines(line.strip(), width, lead)
             else:
                 out += textwrap.wrap(line.strip(), width=width, initial_indent=lead, subsequent_indent=lead,
                                      break_long_words=False, break_on_hyphens=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import shlex
 
 import pytest
 
@@ -48,8 +49,12 @@ def test_every_help_fits_100_columns_and_its_examples_still_run(monkeypatch):
                     assert lines[i + 1].startswith("      "), where  # continued under the command
     assert wrapped >= 3  # simulate's own examples are longer than 100 columns
     formatter = cli.HelpFormatter("pagesim")
-    example = ("  pagesim simulate --workload sharegpt --rate 20 --duration 600 --system vllm --prefix-caching "
-               "--replicas 8 --router prefix-affinity --out out/cluster")
+    # 98 columns fall inside the quoted argument: a break between words, not inside the quotes
+    example = ("  pagesim simulate --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv --model llama-2-13b "
+               "--gpu a100-80gb --system vllm --seed 1 --max-len-policy drop --goodput 'ttft:2000 tpot:100' "
+               "--out out/run")
     text = formatter._fill_text(example, 98, "")
-    assert len(text.splitlines()) == 2 and all(len(line) <= 98 for line in text.splitlines())
-    assert " ".join(part.rstrip(" \\").strip() for part in text.splitlines()) == example.strip()
+    assert len(text.splitlines()) == 3 and all(len(line) <= 98 for line in text.splitlines())
+    # the shell reads the continued lines as the very command, the quoted argument whole
+    assert shlex.split(text.replace(" \\\n", " ")) == shlex.split(example)
+    assert "'ttft:2000 tpot:100'" in text
