@@ -341,12 +341,13 @@ def decode(s):
         extent.rereserve_overflowing(s)
     context_sum = 0
     running, in_decode, num_computed_tokens = s.running, s.in_decode, s.num_computed_tokens
+    kernel_block = s.config[KERNEL_BLOCK]  # read once, not per member
     for k in range(c[NUM_RUNNING]):
         i = running[k]
         if in_decode[i]:
             memory.take_decode_slot(s, i)
             num_computed_tokens[i] += 1
-            context_sum += kernel_read_tokens(num_computed_tokens[i], s.config[KERNEL_BLOCK]) * s.num_seqs[i]
+            context_sum += kernel_read_tokens(num_computed_tokens[i], kernel_block) * s.num_seqs[i]
     c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
     c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
     return context_sum
