@@ -8,7 +8,7 @@ measured cell of every model (``sim/measured.py``), and the calibrated roofline
 (``sim/calibration_fit.py``) on the other models only. Prints |predicted/measured - 1| as
 median / p90 / max per GPU and phase (before -> after), and over the decode-sized cells
 (at most 256 tokens, where serving runs), then per held-out model, as the
-markdown tables of README's "How accurate is the time?". ``DIR`` defaults to
+markdown tables of docs/accuracy.md. ``DIR`` defaults to
 ``$PAGESIM_SHARED/measured`` or ``../shared/measured``. Asserts nothing.
 """
 

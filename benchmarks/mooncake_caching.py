@@ -1,4 +1,4 @@
-"""Prefix caching and routing on the Mooncake conversation trace (issue #19's README tables).
+"""Prefix caching and routing on the Mooncake conversation trace (issue #19's tables, docs/guide/clusters.md).
 
 1. One engine, each caching system with its own defaults: ``sglang`` (RadixAttention, fcfs, its
    default, and ``--schedule-policy lpm``), ``vllm --prefix-caching`` (vLLM v0's block-hash

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default=None, help="the GPU of --runs (a fact table names its own)")
     p.add_argument("--cost-models", nargs="+", default=["serving", "roofline", "calibrated"])
     p.add_argument("--no-async-scheduling", action="store_true",
-                   help="replay with vllm-v1's async scheduling off (what it changes: README)")
+                   help="replay with vllm-v1's async scheduling off (what it changes: docs/accuracy.md)")
     p.add_argument("--csv", help="write every figure here")
     p.add_argument("--time", metavar="RUN", help="also time pagesim validate --against on one run as a whole process: "
                                                 "a run folder or JSON, or the name of a run of the first fact table")

@@ -1,5 +1,5 @@
 """Data flows one way: no module imports one of a higher layer, and no modules import each
-other in a circle (README, "How it works": the layers). Every import counts, at a module's top
+other in a circle (docs/design.md, "How it works": the layers). Every import counts, at a module's top
 or inside a function."""
 
 from __future__ import annotations

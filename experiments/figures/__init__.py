@@ -20,7 +20,7 @@ line in :data:`FIGURES`.
 Default cost: fig2, its rate sensitivity, fig13 and fig12 replay 1-hour traces (fig12's
 overloaded Alpaca probes are most of the work); the other figures use shorter traces or a fixed
 request count, so ``pagesim reproduce all`` takes about 35 s of CPU, ~19 s on two workers
-(README, Performance). Runs shared between figures (fig2's four runs in fig2_sensitivity) are
+(docs/performance.md). Runs shared between figures (fig2's four runs in fig2_sensitivity) are
 simulated once.
 """
 

@@ -58,7 +58,7 @@ def test_a_failure_keeps_the_previous_folder_untouched(tmp_path):
 
 
 @pytest.mark.parametrize("flags, label", [
-    # README's example: no preset is contiguous + orca with a predicted reservation and first-fit placement
+    # docs/guide/simulate.md's example: no preset is contiguous + orca with a predicted reservation and first-fit placement
     (["--manager", "contiguous", "--scheduler", "orca", "--reservation", "predicted", "--placement", "first-fit"],
      "custom: contiguous manager, orca scheduler, predicted reservation, first-fit placement"),
     # contiguous + orca with the defaults (max reservation, buddy placement) is the orca-max preset

@@ -1,4 +1,4 @@
-"""External fragmentation is free memory while a request waits for it (README, "Where every
+"""External fragmentation is free memory while a request waits for it (docs/design.md, "Where every
 slot goes"): a step after which nobody waits records its free slots as ``free_idle``, even when
 its decode preempted a request for memory that the same iteration took back (chunked prefill
 admits it again at once). It used to keep the preemption's "someone waits" for the step."""

@@ -1,5 +1,5 @@
 """The run (sim/run.py, the core's request arrays) starts the run's clock at the first arrival: the
-duration and the time-weighted averages are measured from it (README: "from the first
+duration and the time-weighted averages are measured from it (docs/guide/simulate.md: "from the first
 arrival to the last finish"), and absolute trace times (epoch seconds, or a slice late in a
 trace) cost no precision. The summary keeps the offset (``arrival_offset_s``)."""
 
