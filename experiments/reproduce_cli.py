@@ -1,18 +1,21 @@
 """`pagesim reproduce`: rerun the vLLM paper's figures and compare with its numbers.
 
 Writes DIR/<fig>.csv (plus fig2_sensitivity.csv, fig2_timeline.csv, fig12_ratios.csv) and
-DIR/report.html, and prints the tables. Runs are cached on disk (see --cache-dir), so an
-interrupted reproduction resumes where it stopped and figures sharing runs compute them once.
+DIR/report.html. One figure prints its tables and its reading; `all` prints one line per
+figure (matches the paper or differs, and where), the details being in the report and the
+CSVs. Runs are cached on disk (see --cache-dir), so an interrupted reproduction resumes where
+it stopped and figures sharing runs compute them once.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from pagesim.experiments.figures import EXPLAIN, FIGURES, SweepOptions, reproduce
+from pagesim.experiments.figures import EXPLAIN, FIGURES, TITLES, SweepOptions, misses, reproduce
 from pagesim.experiments.run_spec import load_experiment
 from pagesim.sim.calibration import band_line, error_band, load_calibration
 from pagesim.sim.cli import HelpFormatter, example
@@ -67,20 +70,53 @@ def run(args) -> int:
                         use_cache=not args.no_cache, progress=not args.no_progress, address=args.address, base=base)
     out = Path(args.out)
     tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
-    with pd.option_context("display.max_columns", 30, "display.width", 200, "display.max_rows", 200,
-                           "display.float_format", "{:.4g}".format):
-        for name, t in tables.items():
-            if name.endswith("_timeline"):
-                continue
-            print(f"\n== {name} ({out / (name + '.csv')})")
-            print(t.to_string(index=False))
-            fig = name.split("_")[0]
-            if fig == name and fig in EXPLAIN:
-                companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro"}.get(fig)  # a second table it reads
-                text = EXPLAIN[fig](t, tables.get(companion)) if companion else EXPLAIN[fig](t)
-                print(f"\nreading: {text}")
+    figures = list(FIGURES) if args.figure == "all" else [args.figure]
+    if args.figure != "all":
+        print_tables(tables)
+    print()
+    print("\n".join(closing_table(tables, figures)))
     for g in gpus:
         print("\n" + band_line(error_band(cost_model, g), g))
     path = reproduce_report(out, out / "report.html")
     print(f"\nwrote {path}")
+    if args.figure == "all":
+        print("  every figure's tables, charts and reading; the rows in <figure>.csv beside it")
     return 0
+
+
+#: the widest line printed (a terminal of 100 columns)
+WIDTH = 100
+
+
+def print_tables(tables: dict) -> None:
+    """A figure's tables, each wrapped into blocks of columns within :data:`WIDTH` (long text
+    cells cut; the CSV has them whole), and its reading wrapped."""
+    with pd.option_context("display.max_rows", 200, "display.float_format", "{:.4g}".format):
+        for name, table in tables.items():
+            if name.endswith("_timeline"):
+                continue
+            print(f"\n== {name} ({name}.csv, beside the report)")
+            print(table.to_string(index=False, line_width=WIDTH, max_colwidth=40))
+            fig = name.split("_")[0]
+            if fig == name and fig in EXPLAIN:
+                companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro"}.get(fig)  # a second table it reads
+                text = EXPLAIN[fig](table, tables.get(companion)) if companion else EXPLAIN[fig](table)
+                print()
+                print(textwrap.fill(text, WIDTH, initial_indent="reading: ", subsequent_indent="  ",
+                                    break_long_words=False, break_on_hyphens=False))
+
+
+def closing_table(tables: dict, figures: list[str]) -> list[str]:
+    """One line per figure: what it shows, whether it matches the paper within its tolerance
+    (``figures.misses``), how many compared rows miss, and the first miss, cut to fit."""
+    rows = [("figure", "shows", "paper", "misses", "first miss (all of them: the report)")]
+    for fig in figures:
+        compared, found = misses(fig, tables)
+        rows.append((fig, TITLES[fig], "differs" if found else "matches", f"{len(found)} of {compared}",
+                     found[0] if found else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for row in rows:
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4]
+        lines.append(line if len(line) <= WIDTH else line[:WIDTH - 3] + "...")
+    return lines

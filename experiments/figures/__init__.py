@@ -44,6 +44,11 @@ FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, 
 EXTRA_RUNS = {"fig14": fig14.distinct_runs}
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
+#: what each figure shows, in a few words (``reproduce all``'s closing table)
+TITLES = {name: module.TITLE for name, module in FIGURES.items()}
+#: the columns that name a compared row (in this order), and how each is written
+ROW_KEYS = {"workload": "{}", "mode": "{}", "width": "width {}", "system": "{}", "block_size": "block {}",
+            "per_seq_overhead_ms": "{} ms/seq"}
 #: the order of the figures' sections in the reproduce report (each module's ``section(rep, table, read)``
 #: writes its own; they import the plots, and with them plotly, only when called, so that this
 #: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)
@@ -81,3 +86,22 @@ def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *
     for name, t in tables.items():
         t.to_csv(out / f"{name}.csv", index=False)
     return tables
+
+
+def misses(fig: str, tables: dict[str, pd.DataFrame]) -> tuple[int, list[str]]:
+    """How figure ``fig`` compares with the paper: the rows compared, and what each row that
+    misses by more than the figure's own tolerance says (its ``note``), named by its keys
+    (``sharegpt vllm: -22% vs paper (> 10%)``). A figure's compared tables are its
+    ``COMPARED`` (default: its main table)."""
+    compared, found = 0, []
+    for name in getattr(FIGURES[fig], "COMPARED", (fig,)):
+        table = tables[name]
+        compared += len(table)
+        if "note" not in table:
+            continue
+        for _, row in table[table["note"].map(lambda note: isinstance(note, str) and note != "")].iterrows():
+            label = " ".join(form.format(f"{row[key]:g}" if isinstance(row[key], float) else row[key])
+                             for key, form in ROW_KEYS.items() if key in table and pd.notna(row[key]))
+            found.append(f"{label}: {row['note']}" if label else row["note"])
+    return compared, found
+

@@ -135,6 +135,17 @@ def categories(f: dict[str, float]) -> dict[str, float]:
     }
 
 
+#: a ratio of vLLM over a baseline further than this (relative) from the paper's gets a note
+RATIO_TOLERANCE = 0.10
+
+
+def ratio_miss(ratio: float, paper_ratio: float) -> str:
+    """The note of a ratio that misses the paper's by more than :data:`RATIO_TOLERANCE`, else ''."""
+    if math.isnan(ratio) or math.isnan(paper_ratio) or abs(ratio - paper_ratio) <= RATIO_TOLERANCE * paper_ratio:
+        return ""
+    return f"{ratio:.2f}x against the paper's {paper_ratio:g}x"
+
+
 def expected_requests(spec: RunSpec) -> float:
     """About how many sequences a run simulates (its cost, to start the longest runs first)."""
     n = spec.num_requests if spec.num_requests is not None else spec.rate * (spec.duration_s or 0.0)

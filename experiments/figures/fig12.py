@@ -10,6 +10,11 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, run_figure
 from pagesim.experiments.run_spec import results_frame
 
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "sustainable rate"
+#: the tables that hold its rows compared with the paper's (``note``: where we miss); default its own
+COMPARED = ("fig12_ratios",)
+
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig12",)
 #: a rate is sustainable while normalized latency stays at or under this (s/token)

@@ -9,6 +9,9 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, arrival_window, number, run_figure, window_mean
 
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "batch sizes"
+
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig13",)
 #: a batch size missing the paper by more than this (relative) gets a note

@@ -10,6 +10,9 @@ import pandas as pd
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "sharing saves memory"
+
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig15",)
 #: percentage points

@@ -19,8 +19,13 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, run_figure
+from pagesim.experiments.figures.common import SweepOptions, ratio_miss, run_figure
 from pagesim.experiments.run_spec import results_frame
+
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "shared prefix"
+#: the tables that hold its rows compared with the paper's (``note``: where we miss); default its own
+COMPARED = ("fig16_ratios",)
 
 #: the experiment configs (experiments/configs/<name>.toml) whose runs ``reproduce all`` runs
 #: up front, in one sweep with the other figures' (see figures/__init__.py)
@@ -50,9 +55,7 @@ def ratios(curves: pd.DataFrame) -> pd.DataFrame:
         o = float(top.loc[BASELINE, "request_throughput"]) if BASELINE in top.index else math.nan
         ratio = v / o if o else math.nan
         want = paper.paper_value("fig16", f"throughput_ratio_vs_{BASELINE}", workload=wl)
-        note = ""
-        if not math.isnan(want) and abs(ratio - want) > 0.1 * want:
-            note = f"{ratio:.2f}x against the paper's {want:g}x"
+        note = ratio_miss(ratio, want)
         rows.append({"workload": wl, "rate": float(g["rate"].max()), "vllm_throughput": v,
                      "orca_oracle_throughput": o, "throughput_ratio": ratio, "paper_ratio": want,
                      "delta_ratio": ratio - want, "note": note})

@@ -9,6 +9,9 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.run_spec import results_frame
 
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "block size"
+
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig18b",)
 #: block sizes within this of the best latency count as "near best"

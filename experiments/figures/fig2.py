@@ -14,6 +14,9 @@ from pagesim.experiments.figures.common import (MEM_COLS, SweepOptions, arrival_
                                                memory_breakdown_pct, number, run_figure, window_mean)
 from pagesim.sim.metrics import downsample_steps
 
+#: what the figure shows, in ``reproduce all``'s closing table
+TITLE = "memory waste"
+
 #: the experiment configs (experiments/configs/<name>.toml) whose runs it reads
 EXPERIMENTS = ("fig2", "fig2_sensitivity")
 #: a category missing the paper by more than this (percentage points) gets a note
