@@ -3,9 +3,11 @@
 ``python3 docs/examples.py`` runs each shell block of every page as a user would paste it: one
 ``bash -e`` script per block, in page order, in a scratch folder that has the real traces at
 ``../shared`` (as a checkout beside ``shared/`` has), so a block that writes a file a later
-line reads works as written. It prints one line per block (ok, failed, or skipped with the
-reason: a block needing a CUDA GPU where there is none, one cloning from the network) and
-exits 1 if any failed. It takes minutes (every example at its full size), so CI runs the quick
+line reads works as written, and in a terminal of 100 columns (``COLUMNS=100``): a block
+fails if it exits non-zero or prints a line wider than that (data for programs, a ``--json``
+line, is exempt). It prints one line per block (ok,
+failed, or skipped with the reason: a block needing a CUDA GPU where there is none, one cloning
+from the network) and exits 1 if any failed. It takes minutes (every example at its full size), so CI runs the quick
 check instead: ``tests/test_docs.py`` parses every ``pagesim`` command shown with the real
 parser. Run this one when the examples or the options change, and before a release.
 """
@@ -13,6 +15,8 @@ parser. Run this one when the examples or the options change, and before a relea
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shlex
 import shutil
@@ -80,6 +84,15 @@ def commands(path: Path) -> list[tuple[str, list[str]]]:
     return found
 
 
+def is_json(line: str) -> bool:
+    """A line of data for programs (``--json``), which the width rule leaves as it is."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def skip_reason(lines: list[str], has_gpu: bool) -> str | None:
     """Why a block is not run here: it says so on its first line (``# needs: ...``, for a file
     only the user has), it clones or installs, or it needs a GPU this machine lacks."""
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run only the pages whose path contains this")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per block")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--width", type=int, default=100, help="the terminal's columns: no line wider")
     args = parser.parse_args(argv)
     has_gpu = shutil.which("nvidia-smi") is not None
     scratch = Path(tempfile.mkdtemp(prefix="pagesim-examples-"))
@@ -119,8 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             try:
                 p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", "\n".join(lines)], cwd=work,
-                                   capture_output=True, text=True, timeout=args.timeout)
+                                   capture_output=True, text=True, timeout=args.timeout,
+                                   env={**os.environ, "COLUMNS": str(args.width)})
                 ok, detail = p.returncode == 0, (p.stderr.strip().splitlines() or [""])[-1]
+                wide = [line for line in (p.stdout + p.stderr).splitlines()
+                        if len(line) > args.width and not is_json(line)]
+                if ok and wide:
+                    ok, detail = False, f"{len(wide)} lines wider than {args.width}: {max(wide, key=len)[:80]}..."
             except subprocess.TimeoutExpired:
                 ok, detail = False, f"still running after {args.timeout:.0f} s"
             failed += not ok

@@ -29,6 +29,7 @@ from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
+from pagesim.sim.terminal import fill, table_lines
 from pagesim.traces.args import _positive_float, add_workload_args
 
 MODES = ("max-rate", "resources", "compare-gpus")
@@ -274,14 +275,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_result(result, sys.stdout)
         if args.out:
-            print(f"\nwrote {Path(args.out) / 'plan.json'} and CSV tables" + (", report.html" if args.report else ""))
+            print("\n" + fill(f"wrote {Path(args.out) / 'plan.json'} and CSV tables" + (", report.html" if args.report else "")))
     for w in result.get("warnings", []):
-        print(f"pagesim plan: warning: {w}", file=sys.stderr)
+        print(fill(w, first="pagesim plan: warning: "), file=sys.stderr)
     if not feasible:
         msgs = list(result.get("infeasible", {}).values()) or ["no probed setting meets the SLO"]
         if args.json:  # the tables already said it
             for m in msgs:
-                print(f"pagesim plan: {m}", file=sys.stderr)
+                print(fill(m, first="pagesim plan: "), file=sys.stderr)
         return 2
     return 0
 
@@ -322,14 +323,18 @@ def _fmt(v: Any, spec: str = ".3g") -> str:
     return str(v)
 
 
-def _table(rows: list[dict], cols: list[tuple[str, str]], f) -> None:
+#: columns of sentences: listed under their table, beside their row's keys (sim.terminal)
+TEXT_COLUMNS = ("note", "fail_reason")
+
+
+def _table(rows: list[dict], cols: list[tuple[str, str]], f, keys: int = 1) -> None:
+    """``rows`` as a table within the terminal's 100 columns, the first ``keys`` columns naming
+    each row (:func:`sim.terminal.table_lines`)."""
     if not rows:
         return
     cells = [[_fmt(r.get(k)) for k, _h in cols] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_k, h) in enumerate(cols)]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, ((_k, h), w) in enumerate(zip(cols, widths))), file=f)
-    for c in cells:
-        print("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(c, widths))), file=f)
+    text = tuple(i for i, (k, _h) in enumerate(cols) if k in TEXT_COLUMNS)
+    print("\n".join(table_lines([h for _k, h in cols], cells, keys=keys, text=text)), file=f)
 
 
 POINT_COLS = [("search", "search"), ("rate", "rate"), ("passed", "pass"), ("p99_ttft_s", "p99 TTFT s"),
@@ -363,7 +368,7 @@ def print_result(r: dict, f) -> None:
         _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
                            ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), ("output_throughput", "out tok/s"),
                            ("dollars_per_gpu_hour", "$/GPU-h"), ("dollars_per_1m_output_tokens", "$/1M tok"),
-                           ("steady", "steady"), ("note", "note")], f)
+                           ("steady", "steady"), ("note", "note")], f, keys=2)
     else:
         print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),
@@ -376,7 +381,7 @@ def print_result(r: dict, f) -> None:
                                *routed,
                                ("gpus", "GPUs"), ("verified", "verified"), ("dollars_per_hour", "$/h"),
                                ("dollars_per_1m_output_tokens", "$/1M tok"), ("steady", "steady"),
-                               ("note", "note")], f)
+                               ("note", "note")], f, keys=2)
         if r.get("cheapest"):
             ch = r["cheapest"]
             print(f"cheapest: {ch['system']} TP {ch['tensor_parallel']} x {ch['replicas']} replicas "
@@ -385,11 +390,11 @@ def print_result(r: dict, f) -> None:
             print("\nwhat-if: max rate per variant", file=f)
             _table(r["what_if"], [("system", "system"), ("variant", "variant"), ("max_rate_rps", "max req/s"),
                                   ("vs_baseline", "x baseline"), ("meets_target", f"meets {r['rate']:g}"),
-                                  ("steady", "steady")], f)
+                                  ("steady", "steady")], f, keys=2)
     print("\nprobed points", file=f)
     cols = list(POINT_COLS)
     if any(p.get("kv_gib") is not None for p in r["points"]):
         cols.insert(2, ("kv_gib", "KV GiB"))
-    _table(sorted(r["points"], key=lambda p: (p["search"], p["x"])), cols, f)
+    _table(sorted(r["points"], key=lambda p: (p["search"], p["x"])), cols, f, keys=2)
     for name, msg in r.get("infeasible", {}).items():
-        print(f"\n{msg}", file=f)
+        print("\n" + fill(msg), file=f)

@@ -47,6 +47,7 @@ from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
 from pagesim.sim.limits import check_synthetic_workload
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
+from pagesim.sim.terminal import bar_columns
 from pagesim.traces import args as workload_args
 from pagesim.traces.args import workload_from_args
 
@@ -365,7 +366,7 @@ def run_searches(tasks: Sequence[SearchTask], runner: Runner, *, desc: str = "pl
     bar = None
     if runner.progress:
         from tqdm.auto import tqdm
-        bar = tqdm(desc=desc, unit="probe", dynamic_ncols=True, leave=False)
+        bar = tqdm(desc=desc, unit="probe", ncols=bar_columns(), leave=False)
     try:
         while True:
             active = [t for t in tasks if not t.search.done]

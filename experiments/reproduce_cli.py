@@ -10,7 +10,6 @@ it stopped and figures sharing runs compute them once.
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +21,7 @@ from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import get_gpu
+from pagesim.sim.terminal import WIDTH, fill
 
 
 def register(sub) -> None:
@@ -84,10 +84,6 @@ def run(args) -> int:
     return 0
 
 
-#: the widest line printed (a terminal of 100 columns)
-WIDTH = 100
-
-
 def print_tables(tables: dict) -> None:
     """A figure's tables, each wrapped into blocks of columns within :data:`WIDTH` (long text
     cells cut; the CSV has them whole), and its reading wrapped."""
@@ -102,8 +98,7 @@ def print_tables(tables: dict) -> None:
                 companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro"}.get(fig)  # a second table it reads
                 text = EXPLAIN[fig](table, tables.get(companion)) if companion else EXPLAIN[fig](table)
                 print()
-                print(textwrap.fill(text, WIDTH, initial_indent="reading: ", subsequent_indent="  ",
-                                    break_long_words=False, break_on_hyphens=False))
+                print(fill(text, first="reading: "))
 
 
 def closing_table(tables: dict, figures: list[str]) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
@@ -17,6 +16,7 @@ from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import percentile_word
 from pagesim.sim.outdir import staged_folder
+from pagesim.sim.terminal import WIDTH, fill
 from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, add_workload_args, workload_from_args
 
 
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_summary(result.summary, sys.stdout, summary_options)
         if args.out:
-            print(f"\nwrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
-                  + (", replicas.json" if clustered else "") + (", report.html" if args.report else ""))
+            print("\n" + fill(f"wrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
+                              + (", replicas.json" if clustered else "") + (", report.html" if args.report else "")))
     return 0
 
 
@@ -179,6 +179,4 @@ def print_summary(s: dict, f, options) -> None:
     w = max(len(k) for k, _ in rows)
     for k, v in rows:  # a long value (the cost model's band) wraps under itself, within 100 columns
         line = f"{k:<{w}}  {v}"
-        print(line if len(line) <= 100 else textwrap.fill(str(v), width=100, initial_indent=f"{k:<{w}}  ",
-                                                          subsequent_indent=" " * (w + 2), break_on_hyphens=False),
-              file=f)
+        print(line if len(line) <= WIDTH else fill(str(v), first=f"{k:<{w}}  ", rest=" " * (w + 2)), file=f)

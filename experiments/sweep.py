@@ -20,6 +20,7 @@ from pagesim.experiments.run_spec import RunFn, RunSpec, simulate_spec
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
+from pagesim.sim.terminal import bar_columns
 from pagesim.traces.synth import make_workload
 
 
@@ -115,7 +116,7 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
 def _progress_bar(total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
     return tqdm(total=total, initial=initial, disable=not enabled, unit="run", desc="sweep",
-                dynamic_ncols=True, leave=True)
+                ncols=bar_columns(), leave=True)
 
 
 _POOL: list = []  # (workers, ProcessPoolExecutor): one pool serves every sweep of a process

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
 from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
@@ -24,6 +23,7 @@ from pagesim.sim.specs import get_gpu
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import jsonable
+from pagesim.sim.terminal import fill
 
 
 def register(sub) -> None:
@@ -89,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     stages = f", {real.num_stages} stages" if real.num_stages > 1 else ""
     count = int(real.measured["overall"].get("count", 0))
-    print(f"real run   {real.name} ({real.fmt}{stages}, {count:,} requests measured)")
-    print(f"replayed   {cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}"[:100])
+    print(fill(f"{real.name} ({real.fmt}{stages}, {count:,} requests measured)", first="real run   ",
+               rest=" " * 11))
+    print(fill(f"{cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}", first="replayed   ", rest=" " * 11))
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
           f"max_model_len {cfg.max_seq_len}")
     if v.unfinished:
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     print("\nerror = sim / real - 1 of each statistic; ITL = a scope's token gaps pooled")
     print(run_band_line(cfg))
     if args.out:
-        print(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}")
+        print(fill(f"wrote {Path(args.out) / 'validation.json'} and the simulation's files in {Path(args.out) / 'sim'}"))
     return 0
 
 
@@ -137,8 +138,8 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
     if args.json:
         print(json.dumps({"runs": [r.name for r in runs], "errors": errors.to_dict(orient="records")}))
         return 0
-    print(textwrap.fill(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}: sim / real - 1 "
-                        "of each run's means", width=100) + "\n")
+    print(fill(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}: sim / real - 1 "
+               "of each run's means", rest="") + "\n")
     for line in runs_table_lines(errors):
         print(line)
     for line in sorted({run_band_line(c) for c in configs}):

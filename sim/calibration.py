@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from pagesim.sim.config import read_toml
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.terminal import fill
 
 #: elementwise kernel kinds, in the order of the per-kind constants
 ELEMENTWISE = ("norm", "rope", "act", "add")
@@ -205,8 +205,7 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
 
 def band_line(band: dict, gpu: str) -> str:
     """``cost model: <describe_band>`` wrapped to 100 columns, as the commands print it."""
-    return textwrap.fill(f"cost model: {describe_band(band, gpu)}", width=100, subsequent_indent="  ",
-                         break_on_hyphens=False)
+    return fill(f"cost model: {describe_band(band, gpu)}")
 
 
 def describe_band(band: dict, gpu: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pagesim.sim import __version__
 from pagesim.sim.errors import PagesimError, PagesimWarning
+from pagesim.sim.terminal import fill
 
 COMMANDS_GROUP = "pagesim.commands"
 SOURCE_SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
@@ -116,9 +117,10 @@ PYTHON_FORMAT_WARNING = warnings.formatwarning
 
 
 def format_warning(message, category, filename, lineno, line=None) -> str:
-    """A :class:`PagesimWarning` as one line without Python's source line; other warnings as Python prints them."""
+    """A :class:`PagesimWarning` without Python's source line, wrapped within the terminal's 100
+    columns; other warnings as Python prints them."""
     if issubclass(category, PagesimWarning):
-        return f"pagesim: warning: {message}\n"
+        return fill(str(message), first="pagesim: warning: ") + "\n"
     return PYTHON_FORMAT_WARNING(message, category, filename, lineno, line)
 
 

@@ -25,6 +25,7 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.measured import check_model, measured_profile_rows, read_measured, source_commit
 from pagesim.sim.profile_format import write_profile
 from pagesim.sim.specs import MODELS, get_gpu
+from pagesim.sim.terminal import fill
 
 SHARED = "../shared/measured"
 
@@ -227,5 +228,5 @@ def run_import(args: argparse.Namespace) -> int:
         raise ConfigError(f"--layers: {model} has no preset; give its number of layers (>= 1)")
     rows = measured_profile_rows(measured, model, args.tp, layers)
     path = write_profile(rows, args.out)
-    print(f"wrote {path}: {len(rows)} rows ({model}, {gpu.name}, tp {args.tp}, {layers} layers)")
+    print(fill(f"wrote {path}: {len(rows)} rows ({model}, {gpu.name}, tp {args.tp}, {layers} layers)"))
     return 0

@@ -32,6 +32,7 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
+from pagesim.sim.terminal import bar_columns
 
 
 @dataclass
@@ -174,7 +175,8 @@ def run_simulation(cfg: SimConfig, trace: pd.DataFrame, progress: bool = False, 
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False)
+        bar = tqdm(total=len(trace), unit="req", desc=f"simulate {cfg.system}", delay=2.0, leave=False,
+                   ncols=bar_columns())
     run = prepare(cfg, trace, executor, cost_model)
     try:
         s, wall_time_s = replay.run(run.state, executor, bar)

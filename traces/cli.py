@@ -8,6 +8,7 @@ import numpy as np
 
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.terminal import fill
 from pagesim.traces import beam_search as bs
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
                                  add_trace_file_args)
@@ -55,7 +56,7 @@ def cmd_synth(args) -> int:
                        n=args.n or 1, beam_width=args.beam_width or 1,
                        prompt_dist=args.prompt_dist, output_dist=args.output_dist)
     out = write_trace(df, args.out)
-    print(f"wrote {len(df):,} requests ({args.workload}) to {out}")
+    print(fill(f"wrote {len(df):,} requests ({args.workload}) to {out}"))
     return 0
 
 
@@ -64,8 +65,8 @@ def cmd_convert(args) -> int:
     out = write_trace(df, args.out)
     rep = df.attrs.get("load_report", {})
     dropped = sum(rep.get("rows_dropped", {}).values())
-    print(f"wrote {len(df):,} requests to {out} (read {rep.get('rows_read', len(df)):,}, dropped {dropped}, "
-          f"out of order {rep.get('rows_resorted', 0)})")
+    print(fill(f"wrote {len(df):,} requests to {out} (read {rep.get('rows_read', len(df)):,}, dropped {dropped}, "
+               f"out of order {rep.get('rows_resorted', 0)})"))
     return 0
 
 

@@ -261,8 +261,9 @@ def test_rows_out_of_order_is_len_minus_longest_sorted_subsequence(values):
     assert rows_out_of_order(a) == len(values) - max(best, default=0)
 
 
-def test_loader_warning_prints_one_line(tmp_path):
-    """From the command line a loader warning is one line on stderr, without Python's source line."""
+def test_loader_warning_prints_one_warning_within_100_columns(tmp_path):
+    """From the command line a loader warning is one warning on stderr, without Python's source
+    line, wrapped within 100 columns under its first line."""
     import subprocess
     import sys
     path = tmp_path / "u.csv"
@@ -270,8 +271,10 @@ def test_loader_warning_prints_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pagesim.sim.cli", "trace", "stats", str(path), "--columns",
                           "prompt=p,output=o,arrival=t"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
-    assert out.stderr.splitlines() == [f"pagesim: warning: {path}: timestamps not sorted: 1 of 3 rows out of "
-                                       f"order; sorted by arrival"]
+    lines = out.stderr.splitlines()
+    assert len(lines) > 1 and all(len(line) <= 100 for line in lines) and lines[1].startswith("  ")
+    assert " ".join(line.strip() for line in lines) == (f"pagesim: warning: {path}: timestamps not sorted: 1 of 3 "
+                                                        f"rows out of order; sorted by arrival")
 
 
 def test_importing_the_library_leaves_pythons_warning_format():
