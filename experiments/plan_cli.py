@@ -21,7 +21,7 @@ from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner
                                        early_stop_options, encode_workload)
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
-from pagesim.sim.args import SIM_FLAGS, add_sim_args, parse_goodput
+from pagesim.sim.args import SIM_FLAGS, add_sim_args, check_settings_apply, parse_goodput
 from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, example
@@ -184,8 +184,10 @@ def setup_from_args(args: argparse.Namespace):
     if args.report and not args.out:
         raise ConfigError("--report needs --out DIR")
     sim = _sim_settings(args)
-    for s in args.systems:
-        SimConfig.for_system(s, seed=args.seed, **sim)  # validate every setting early
+    configs = [SimConfig.for_system(s, seed=args.seed, **sim) for s in args.systems]  # every setting checked early
+    flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
+    from_file = set(load_toml(args.config)) - flags if getattr(args, "config", None) else set()
+    check_settings_apply(configs, flags, from_file, getattr(args, "config", None))
     opts = {k: getattr(args, k, None) for k in WORKLOAD_OPTS}
     opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:

@@ -138,14 +138,31 @@ def replica_groups_from_args(args: argparse.Namespace, fixed: dict) -> list:
 LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 
 
+def workload_rows(workload: dict) -> list[tuple[str, str]]:
+    """What happened to the trace's requests before the run, said where the summary is read:
+    rows a loader dropped (a failed request in BurstGPT), requests the max-length policy dropped
+    or clipped, each with the setting that would keep them."""
+    rows = []
+    for why, count in workload.get("load_report", {}).get("rows_dropped", {}).items():
+        rows.append(("dropped by the loader", f"{count:,} rows: {why}"))
+    cut = workload.get("max_len", {})
+    if cut.get("affected"):
+        total = workload.get("rows", 0) + cut["dropped"]
+        done = "dropped" if cut["dropped"] else "clipped"
+        keep = ("a model with a longer context runs them, or --max-len-policy truncate or clip-prompt keeps "
+                "them shortened" if cut["dropped"] else "a model with a longer context runs them whole")
+        rows.append((f"{done} as too long", f"{cut['affected']:,} of {total:,} requests over {cut['max_seq_len']:,} "
+                                           f"tokens (--max-len-policy {cut['policy']}): {keep}"))
+    return rows
+
+
 def print_summary(s: dict, f, options) -> None:
     """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
     mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
            ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
            ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]
-    rows = [
-        ("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
-        ("duration (sim)", f"{s['duration_s']:.1f} s"),
+    rows = [("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
+            *workload_rows(s.get("workload", {})), ("duration (sim)", f"{s['duration_s']:.1f} s"),
         ("tokens in / out", f"{s['total_input_tokens']} / {s['total_output_tokens']}"),
         ("request throughput", f"{s['request_throughput']:.3f} req/s"),
     ]

@@ -26,10 +26,12 @@ from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
 from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
 from pagesim.gpu.validate import cpu_term, validate
+from pagesim.gpu.validate_report import measured_word
 from pagesim.sim.args import add_sim_args, config_from_args
 from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 from pagesim.sim.run import jsonable, resolve_budget
+from pagesim.sim.terminal import fill
 from pagesim.traces.args import add_workload_args, workload_from_args
 
 
@@ -86,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(jsonable(m), default=str))
         return 0
-    rows = [("model / gpu", f"{m['model']} on {m['gpu_name']} ({m['backend']})"),
+    fake = m["backend"] == "fake"
+    measured = measured_word(m)
+    rows = [("model / gpu", f"{m['model']} on {m['gpu_name']}"
+                            + ("" if m["backend"] in m["gpu_name"] else f" ({m['backend']})")),
             ("steps", m["num_steps"]),
             (f"step error ({m['step_error_model']}) median / p90",
              f"{100 * m['median_step_error']:.1f} % / {100 * m['p90_step_error']:.1f} %"),
@@ -95,13 +100,14 @@ def run(args: argparse.Namespace) -> int:
              f" (host share of the measured time {100 * m.get('measured_host_share', float('nan')):.1f} %)"),
             ("roofline step error median / p90",
              f"{100 * m['roofline_median_step_error']:.1f} % / {100 * m['roofline_p90_step_error']:.1f} %"),
-            ("output throughput real / sim",
+            (f"output throughput {measured} / sim",
              f"{m['real_output_throughput']:.1f} / {m['sim_output_throughput']:.1f} tok/s"
              f" ({100 * m['throughput_error']:.1f} %)"),
-            ("mean TTFT real / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
+            (f"mean TTFT {measured} / sim", f"{m['real_mean_ttft_ms']:.1f} / {m['sim_mean_ttft_ms']:.1f} ms"
                                      f" ({100 * m['ttft_error']:.1f} %)"),
-            ("K/V after copies and swaps", f"{m['kv_check']} ({m['kv_checked_blocks']} blocks compared)"),
-            ("mean TPOT real / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
+            ("K/V after copies and swaps", f"{m['kv_check']} ({m['kv_checked_blocks']} blocks compared)"
+             if m["kv_checked_blocks"] else "nothing to compare: no copy-on-write or swap in this run"),
+            (f"mean TPOT {measured} / sim", f"{m['real_mean_tpot_ms']:.2f} / {m['sim_mean_tpot_ms']:.2f} ms"
                                      f" ({100 * m['tpot_error']:.1f} %)")]
     if "steps_with_launch_gaps" in m:  # device timing: how many steps the hold did not cover
         rows.append(("timing", f"{m.get('timing')}: kernels back to back; launching them took "
@@ -117,8 +123,11 @@ def run(args: argparse.Namespace) -> int:
                      f"{max(f['per_seq_ms'], 0):.4f})"))
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
-        print(f"{k:<{w}}  {v}")
-    print(f"\nwrote {Path(out) / 'validation.json'}, steps.csv, step_errors.csv, report.html")
+        print(fill(str(v), first=f"{k:<{w}}  ", rest=" " * (w + 2)))
+    if fake:
+        print(fill("(fake backend: the steps ran on the CPU's stand-in for a GPU; a dry run of the pipeline, "
+                   "not a measurement)", rest=" "))
+    print("\n" + fill(f"wrote {Path(out) / 'validation.json'}, steps.csv, step_errors.csv, report.html"))
     return 0
 
 

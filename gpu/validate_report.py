@@ -19,6 +19,12 @@ import numpy as np
 _MEM = ("token_states", "reservation", "internal_frag", "allocator_slack")
 
 
+def measured_word(metrics: dict) -> str:
+    """What the measured side is called: "real" on a GPU, "fake" under the CPU's stand-in
+    (``--backend fake``, a dry run), which is never called real."""
+    return "fake" if metrics.get("backend") == "fake" else "real"
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         if math.isnan(v):
@@ -60,7 +66,8 @@ def figures(res) -> list:
     figs.append(("hist", f))
 
     f = go.Figure()
-    runs = [("real", res.real), ("sim (roofline)", res.sim_roofline)]
+    word = measured_word(res.metrics)
+    runs = [(word, res.real), ("sim (roofline)", res.sim_roofline)]
     if res.sim_table is not None:
         runs.append(("sim (table)", res.sim_table))
     for name, r in runs:
@@ -74,9 +81,9 @@ def figures(res) -> list:
     x = s["start_s"]
     for c in _MEM:
         f.add_trace(go.Scatter(x=x, y=s[f"mem_{c}"] * kvb / 2**30, mode="lines", stackgroup="sim", name=c))
-    f.add_trace(go.Scatter(x=x, y=s["pool_occupied_bytes"] / 2**30, mode="lines", name="real pool occupied",
+    f.add_trace(go.Scatter(x=x, y=s["pool_occupied_bytes"] / 2**30, mode="lines", name=f"{word} pool occupied",
                            line=dict(color="black", dash="dot", width=2)))
-    f.update_layout(title="KV memory: real pool (block tables) vs simulator categories",
+    f.update_layout(title=f"KV memory: {word} pool (block tables) vs simulator categories",
                     xaxis_title="time (s)", yaxis_title="GiB")
     figs.append(("memory", f))
     return figs
@@ -89,14 +96,14 @@ def _table(title: str, header: list[str], body: list[list]) -> str:
 
 
 def _end_to_end(m: dict) -> str:
-    """Output throughput, mean TTFT and TPOT: real, the main simulation, the roofline simulation."""
-    body = []
+    """Output throughput, mean TTFT and TPOT: measured, the main simulation, the roofline simulation."""
+    word, body = measured_word(m), []
     for label, key, err in (("output throughput (tok/s)", "output_throughput", "throughput_error"),
                             ("mean TTFT (ms)", "mean_ttft_ms", "ttft_error"),
                             ("mean TPOT (ms)", "mean_tpot_ms", "tpot_error")):
         body.append([label, m.get(f"real_{key}"), m.get(f"sim_{key}"), m.get(err), m.get(f"roofline_sim_{key}"),
                      m.get(f"roofline_{err}")])
-    return _table("End to end: real vs simulated", ["", "real", f"sim ({m.get('sim_model')})", "error",
+    return _table(f"End to end: {word} vs simulated", ["", word, f"sim ({m.get('sim_model')})", "error",
                                                     "sim (roofline)", "error"], body)
 
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS,
                                 SimConfig, load_toml)
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
@@ -64,6 +65,45 @@ SIM_FLAGS = {
 }
 
 
+#: where a setting does something, stated once: a setting given for a configuration where it does
+#: nothing is refused when it is a flag and warned about when it comes from a --config file (a
+#: file shared between systems may carry it). Each "nothing" is checked by running both values
+#: (tests/sim/test_settings_apply.py).
+APPLIES: dict[str, tuple[Callable[[SimConfig], bool], str]] = {
+    "block_size": (lambda c: c.manager == "paged", "the paged manager's blocks (vllm, token, vllm-v1, sglang); "
+                                                   "static slots, Orca extents and vAttention pages have none"),
+    "reservation": (lambda c: c.manager == "contiguous", "the contiguous manager (orca-*)"),
+    "placement": (lambda c: c.manager == "contiguous", "the contiguous manager (orca-*)"),
+    "predictor_error": (lambda c: c.manager == "contiguous" and c.reservation == "predicted",
+                        "--reservation predicted"),
+    "prefix_caching": (lambda c: c.manager == "paged", "the paged manager's blocks (vllm, token, vllm-v1)"),
+    "static_batch_size": (lambda c: c.scheduler == "static", "static batching (--system static)"),
+    "vattention_page_kib": (lambda c: c.manager == "vattention", "--system vattention"),
+    "swap_gib": (lambda c: c.preemption == "swap", "--preemption swap"),
+    "chunked_prefill": (lambda c: c.scheduler in ("vllm", "orca"),
+                        "the vllm and orca schedulers (vllm-v1 always chunks, by --max-num-batched-tokens)"),
+    "chunk_budget": (lambda c: (c.chunked_prefill and c.scheduler in ("vllm", "orca")) or c.scheduler == "sglang",
+                     "--chunked-prefill with the vllm or orca scheduler, or sglang"),
+    "schedule_policy": (lambda c: c.scheduler == "sglang", "--system sglang"),
+    "schedule_conservativeness": (lambda c: c.scheduler == "sglang", "--system sglang"),
+}
+
+
+def check_settings_apply(configs: list[SimConfig], flags: set[str], from_file: set[str], file: str | None) -> None:
+    """Refuse a flag in ``flags`` that does nothing for any of ``configs`` (one per system a
+    command runs: ``plan`` compares several, and a setting for some of them is fine), in one line
+    naming it and where it applies; warn about such a setting in ``from_file`` (the --config
+    file ``file``)."""
+    for name, (applies, where) in APPLIES.items():
+        if name not in flags | from_file or any(applies(c) or getattr(c, name) is False for c in configs):
+            continue  # (False: a feature turned off applies anywhere)
+        systems = ", ".join(f"'{c.system}' (manager {c.manager}, scheduler {c.scheduler})" for c in configs)
+        what = f"{name.replace('_', '-')} does nothing for system {systems}: it applies to {where}"
+        if name in flags:
+            raise ConfigError(f"--{what}; drop it")
+        warn(f"{file}: {what}; ignored")
+
+
 def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
     g = p.add_argument_group("system and hardware")
     if system:
@@ -85,10 +125,10 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     settings: dict = {}
     if getattr(args, "config", None):
         settings.update(load_toml(args.config))
-    for name in SIM_FLAGS:
-        v = getattr(args, name, None)
-        if v is not None:
-            settings[name] = v
+    from_file = set(settings)
+    flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
+    for name in flags:
+        settings[name] = getattr(args, name)
     for k in ("seed", "check", "max_len_policy"):
         if getattr(args, k, None) is not None:
             settings[k] = getattr(args, k)
@@ -98,7 +138,9 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     # workload settings may sit in the same TOML file; keep only the simulation's own
     from dataclasses import fields
     names = {f.name for f in fields(SimConfig)}
-    return SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
+    cfg = SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
+    check_settings_apply([cfg], flags - set(fixed), from_file - flags - set(fixed), getattr(args, "config", None))
+    return cfg
 
 
 def add_summary_args(p: argparse.ArgumentParser) -> None:

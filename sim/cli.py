@@ -75,6 +75,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
                                      break_long_words=False, break_on_hyphens=False)
         return "\n".join(out)
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """An option's help wrapped as argparse does, but never at a hyphen: ``--num-requests``
+        and ``leave-one-model-out`` stay whole."""
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False or "%(default)" in (action.help or ""):
             return action.help

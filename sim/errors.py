@@ -7,6 +7,8 @@ in ``sim.cli.main`` and prints ``pagesim: error: <message>``.
 
 from __future__ import annotations
 
+import warnings
+
 
 class PagesimError(Exception):
     """Base class of user-facing errors. ``exit_code`` is what the CLI returns."""
@@ -17,6 +19,12 @@ class PagesimError(Exception):
 class PagesimWarning(UserWarning):
     """A warning about the user's input that the run goes on from (a trace's unsorted rows):
     ``pagesim`` prints it as one line, ``pagesim: warning: <message>`` (``sim.cli``)."""
+
+
+def warn(message: str) -> None:
+    """Tell the user something was ignored or looks wrong: ``pagesim: warning: <message>`` from
+    the command line (``sim.cli``), a :class:`PagesimWarning` to a library caller."""
+    warnings.warn(message, PagesimWarning, stacklevel=2)
 
 
 class ConfigError(PagesimError, ValueError):

@@ -101,11 +101,14 @@ PLAUSIBLE_MIN_ROWS = 1000
 class Layout:
     """A named format: its columns (``--columns`` keys -> file columns), the default unit of a
     numeric arrival column, the default tokens per prefix hash, whether times are re-zeroed to
-    the first request, and the keys whose 0 marks a failed request (dropped and counted)."""
+    the first request, and the keys whose 0 marks a failed request (dropped and counted).
+    ``stated_unit``: the format's documentation states its times' unit (a ``--time-unit`` that
+    differs is warned about: the file may be a converted one, but more likely the flag is wrong)."""
 
     columns: dict = field(default_factory=dict)
     optional: tuple = ()
     time_unit: str = "s"
+    stated_unit: bool = False
     hash_block_tokens: int | None = None
     rezero: bool = True
     failed_if_zero: tuple = ()
@@ -114,10 +117,10 @@ class Layout:
 LAYOUTS = {
     "azure": Layout({"prompt": "ContextTokens", "output": "GeneratedTokens", "timestamp": "TIMESTAMP"}),
     "mooncake": Layout({"prompt": "input_length", "output": "output_length", "arrival": "timestamp",
-                        "hashes": "hash_ids"}, optional=("hashes",), time_unit="ms",
-                       hash_block_tokens=MOONCAKE_BLOCK_TOKENS),
+                        "hashes": "hash_ids"}, optional=("hashes",), time_unit="ms", stated_unit=True,
+                       hash_block_tokens=MOONCAKE_BLOCK_TOKENS),  # FAST'25 release: milliseconds
     "burstgpt": Layout({"prompt": "Request tokens", "output": "Response tokens", "arrival": "Timestamp"},
-                       failed_if_zero=("output", "prompt")),
+                       failed_if_zero=("output", "prompt"), stated_unit=True),  # BurstGPT's README: seconds
     "lengths": Layout({"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}),
     "canonical": Layout({"prompt": "prompt_tokens", "output": "output_tokens", "arrival": "arrival_s",
                          "id": "request_id", "n": "n", "beam_width": "beam_width", "hashes": "prefix_hashes"},
@@ -216,6 +219,8 @@ def _time_column(fmt: str, layout: Layout, cols: dict, time_unit: str | None, pa
         return TimeColumn(name, "ms")
     if not layout.rezero and time_unit not in (None, "s"):
         raise TraceError(f"{given}: the canonical arrival_s is in seconds", path=path, field=name)
+    if layout.stated_unit and time_unit not in (None, layout.time_unit):
+        warn(f"{path}: {fmt} traces state their times in {layout.time_unit}; {given} reads {name} in {time_unit}")
     return TimeColumn(name, time_unit or layout.time_unit, rezeroed=layout.rezero)
 
 

@@ -57,6 +57,12 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
     if kv_bytes is not None:
         if kv_bytes <= 0:
             raise ConfigError(f"kv memory must be positive, got {kv_bytes} bytes")
+        if gpu is not None and kv_bytes + model.weight_bytes / tensor_parallel > gpu.mem_bytes:
+            room = (gpu.mem_bytes - model.weight_bytes / tensor_parallel) / GiB
+            raise ConfigError(f"--kv-gib {kv_bytes / GiB:g} does not fit on {gpu.name}: its {gpu.mem_bytes / GiB:.1f} "
+                              f"GiB hold {model.name}'s weights ({model.weight_bytes / tensor_parallel / GiB:.1f} GiB "
+                              f"per GPU at TP={tensor_parallel}) and at most {max(room, 0):.1f} GiB of KV; give less, "
+                              "a larger --gpu or a higher --tp")
         how = f"given: {kv_bytes / GiB:.2f} GiB of KV"
     else:
         if gpu is None:

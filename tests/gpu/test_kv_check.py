@@ -4,6 +4,7 @@ contents before the step (FakeBackend's tag pool as the device; hand-built steps
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -118,7 +119,7 @@ def test_validate_cow_and_swap_run_checks_kv(tmp_path, capsys):
     assert main(args) == 0
     m = json.loads((out / "validation.json").read_text())
     assert m["kv_check"] == "passed" and m["kv_checked_blocks"] >= m["executor_copies"] > 0
-    assert "K/V after copies and swaps" in capsys.readouterr().out
+    assert re.search(r"K/V after copies and swaps\s+passed \(\d+ blocks compared\)", capsys.readouterr().out)
     assert main(args[:-2] + ["--no-check-kv", "--out", str(tmp_path / "n")]) == 0
     assert json.loads((tmp_path / "n" / "validation.json").read_text())["kv_check"] == "skipped"
 

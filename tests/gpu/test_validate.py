@@ -171,6 +171,11 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     assert main(ARGS + ["--backend", "fake", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "step error" in text and "validation.json" in text
+    # the CPU's stand-in is called fake, never real; a run without copies or swaps compares no K/V
+    assert "output throughput fake / sim" in text and "mean TTFT fake / sim" in text
+    assert not re.search(r"\breal\b", text) and "not a measurement" in " ".join(text.split())
+    assert re.search(r"K/V after copies and swaps\s+nothing to compare: no copy-on-write or swap", text)
+    assert "fake pool occupied" in (out / "report.html").read_text()
     # the dry run's host share is the roofline's host term (3 ms + 20 us per sequence, +-10 %): the fit finds it
     fit = re.search(r"host term fitted on this run\s+([\d.]+) ms \+ ([\d.]+) ms/seq", text)
     assert fit and abs(float(fit[1]) - 3.0) < 0.3 and abs(float(fit[2]) - 0.02) < 0.005, text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import shlex
 
 import pytest
@@ -43,6 +44,8 @@ def test_every_help_fits_100_columns_and_its_examples_still_run(monkeypatch):
         for where, text in _helps(cli.build_parser(command)):
             lines = text.splitlines()
             assert max(map(len, lines)) <= 100, (where, max(lines, key=len))
+            # an option's help never breaks at a hyphen: no line ends in "--num-" or "leave-"
+            assert not [line for line in lines if re.search(r"\w-$", line)], where
             for i, line in enumerate(lines):
                 if line.startswith("  pagesim ") and line.endswith(" \\"):
                     wrapped += 1

@@ -284,3 +284,17 @@ def test_importing_the_library_leaves_pythons_warning_format():
     code = ("import warnings; before = warnings.formatwarning; import pagesim.traces.schema, pagesim.traces.loaders; "
             "assert warnings.formatwarning is before")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_a_time_unit_against_the_one_the_format_states_is_warned_about(tmp_path):
+    """Mooncake's release states milliseconds: --time-unit s stretches its 6 s into 6,000 s, which
+    no plausibility bound catches on a short file, so the contradiction itself is said."""
+    p = tmp_path / "m.jsonl"
+    p.write_text(MOONCAKE)
+    with pytest.warns(TraceWarning, match="mooncake traces state their times in ms; --time-unit s reads timestamp"):
+        df = load_trace(p, time_unit="s")
+    assert df["arrival_s"].max() == 6000.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the stated unit, given or not: silent
+        assert load_trace(p, time_unit="ms")["arrival_s"].max() == 6.0
+        assert load_trace(p)["arrival_s"].max() == 6.0
