@@ -134,7 +134,7 @@ def run_error(args: argparse.Namespace) -> int:
         title = f"{args.cost_model} cost model vs measured {model} on {gpu.name} ({args.measured})"
         cost_error.print_report(frame, title, sys.stdout, args.worst)
     if note:
-        print(note, file=sys.stderr)
+        print(fill(note), file=sys.stderr)
     return 0
 
 

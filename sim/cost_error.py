@@ -16,6 +16,7 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.cost_models import make_cost_model
 from pagesim.sim.measured import PHASES
 from pagesim.sim.specs import GPUSpec, ModelSpec
+from pagesim.sim.terminal import fill, table_lines
 
 #: bucket upper edges: a value v falls in the first bucket with v <= edge (the last is open)
 TOKEN_EDGES = (1, 8, 32, 128, 512, 2048)
@@ -112,16 +113,11 @@ def print_report(frame: pd.DataFrame, title: str, f, worst_n: int = 10) -> None:
         cols = keys + ["median", "p90", "max", "cells"]
         cells = [[str(r[k]) for k in keys] + [pct(r["median"]), pct(r["p90"]), pct(r["max"]), str(r["cells"])]
                  for r in t.to_dict("records")]
-        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-        print("  ".join(c.ljust(w) if i < len(keys) else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))),
-              file=f)
-        for row in cells:
-            print("  ".join(c.ljust(w) if i < len(keys) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))),
-                  file=f)
+        print("\n".join(table_lines(cols, cells, keys=len(keys))), file=f)
 
     rank = frame["phase"].map({p: i for i, p in enumerate(PHASES)})
     frame = frame.assign(_rank=rank).sort_values(["_rank", "tokens", "context"], kind="stable")
-    print(title, file=f)
+    print(fill(title), file=f)
     print("|predicted / measured - 1| of the GPU time per iteration (one layer; LM head and CPU left out)\n", file=f)
     overall = pd.DataFrame([{"phase": "all", **stats(frame["error"])}])
     table(pd.concat([overall, by(frame, "phase")], ignore_index=True), ["phase"])

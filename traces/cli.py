@@ -87,17 +87,18 @@ def cmd_beam_search(args) -> int:
     output = np.minimum(output, args.max_output)
     requests = bs.draw_requests(model, model.ids(tokens), prompt, output, rng)
     lengths = [(len(p), o) for p, o in requests]
-    print(f"beam search over a Kneser-Ney trigram model ({len(tokens):,} tokens, {len(model.vocab):,} types), "
-          f"{args.num_requests} {args.workload} requests (seed {args.seed}); lags in steps, shares of beams")
+    print(fill(f"beam search over a Kneser-Ney trigram model ({len(tokens):,} tokens, {len(model.vocab):,} types), "
+               f"{args.num_requests} {args.workload} requests (seed {args.seed}); lags in steps, shares of beams"))
     studies = [bs.study(model, requests, w, args.block_size) for w in args.width]
     bins = " ".join(f"{lo}-{hi if hi < 10 ** 9 else ''}" for lo, hi in bs.STEP_BINS)
     for st in studies:
         q = " / ".join(f"{x:.2f}" for x in st.shared_prefix_quantiles)
-        print(f"width {st.width}: death rate {st.death_rate:.3f} per beam-step -> churn p {st.churn:.3f}; by step "
-              f"({bins}): {' '.join(f'{x:.2f}' for x in st.death_rate_by_step)}")
-        print(f"  shared generated prefix (all beams) / generated: mean {st.shared_prefix_fraction:.2f}, "
-              f"p10 / p50 / p90 {q}; distinct ancestors at lag {', '.join(map(str, bs.LAGS))}: "
-              f"{' '.join(f'{x:.2f}' for x in st.lineages_by_lag)}; block saving {100 * st.block_saving:.1f}%")
+        print(fill(f"width {st.width}: death rate {st.death_rate:.3f} per beam-step -> churn p {st.churn:.3f}; by "
+                   f"step ({bins}): {' '.join(f'{x:.2f}' for x in st.death_rate_by_step)}"))
+        print(fill(f"shared generated prefix (all beams) / generated: mean {st.shared_prefix_fraction:.2f}, "
+                   f"p10 / p50 / p90 {q}; distinct ancestors at lag {', '.join(map(str, bs.LAGS))}: "
+                   f"{' '.join(f'{x:.2f}' for x in st.lineages_by_lag)}; block saving {100 * st.block_saving:.1f}%",
+                   first="  ", rest="    "))
     if args.fit_core:
         # here: the compiled core (numba), which the other trace commands do not load
         from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
@@ -106,9 +107,10 @@ def cmd_beam_search(args) -> int:
         for st in studies:
             now = core_saving(lengths, st.width, BEAM_CHURN_PROBABILITY, args.seed)
             at_rate = core_saving(lengths, st.width, st.churn, args.seed)
-            print(f"width {st.width}: core saving {100 * now:.1f}% at p {BEAM_CHURN_PROBABILITY:g} (the model's), "
-                  f"{100 * at_rate:.1f}% at p {st.churn:.3f} (the death rate's), beam search's "
-                  f"{100 * st.block_saving:.1f}%; p matching it {churn_for_saving(lengths, st.width, st.block_saving, args.seed):.3f}")
+            matching = churn_for_saving(lengths, st.width, st.block_saving, args.seed)
+            print(fill(f"width {st.width}: core saving {100 * now:.1f}% at p {BEAM_CHURN_PROBABILITY:g} (the model's), "
+                       f"{100 * at_rate:.1f}% at p {st.churn:.3f} (the death rate's), beam search's "
+                       f"{100 * st.block_saving:.1f}%; p matching it {matching:.3f}"))
         if len(studies) > 1:
             p, err = best_churn(lengths, [st.width for st in studies], [st.block_saving for st in studies], args.seed)
             print(f"one p for widths {', '.join(str(st.width) for st in studies)}: {p:.2f} (RMS saving error {100 * err:.1f} pp)")
