@@ -21,6 +21,8 @@ The fit is deterministic: same tables, same constants.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
@@ -32,6 +34,9 @@ from pagesim.sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.measured import MeasuredGPU, cells, measured_gpus, read_measured
 from pagesim.sim.specs import GPUSpec, get_gpu
+
+#: a line per phase of a fit (``pagesim cost fit`` takes minutes): the command line prints them
+LOG = logging.getLogger(__name__)
 
 # the formulas over numpy arrays of measured rows: their interpreted form (the same source)
 gemm_seconds = interpreted(formulas.gemm_seconds)
@@ -229,7 +234,8 @@ def leave_one_model_out(measured: MeasuredGPU, gpu: GPUSpec, attention_from=None
     """Every model's cells scored under constants fitted on the other models (attention constants
     always from all attention rows: only one model has them)."""
     parts = []
-    for held in sorted(measured.models):
+    for i, held in enumerate(sorted(measured.models), 1):
+        LOG.info("leave-one-model-out: fitting without %s (%d of %d)", held, i, len(measured.models))
         cal = fit_calibration(measured, gpu, [m for m in sorted(measured.models) if m != held], attention_from)
         parts.append(score(measured, held, gpu, "calibrated", cal))
     return pd.concat(parts, ignore_index=True)

@@ -12,6 +12,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ from pagesim.sim.measured import check_model, measured_profile_rows, read_measur
 from pagesim.sim.profile_format import write_profile
 from pagesim.sim.specs import MODELS, get_gpu
 from pagesim.sim.terminal import fill
+
+LOG = logging.getLogger(__name__)  # a line per phase of a fit
 
 SHARED = "../shared/measured"
 
@@ -157,6 +160,12 @@ def run_fit(args: argparse.Namespace) -> int:
     import pandas as pd
 
     gpu = get_gpu(args.gpu)
+    # the CPU-overhead table is read and fitted first: a missing or malformed file is one line at
+    # once, not after the minutes the GPU fit takes
+    cpu = fit_cpu_overheads(read_cpu_overheads(args.cpu_overheads)) if args.cpu_overheads else None
+    if cpu is not None and min(cpu["fixed_s"] + cpu["per_seq_s"]) <= 0:
+        raise ConfigError(f"{args.cpu_overheads}: the fitted CPU time is not positive at every TP degree "
+                          f"(fixed {cpu['fixed_s']}, per sequence {cpu['per_seq_s']})")
     root = Path(args.measured)
     measured = read_measured(root, gpu.name)
     excluded = {check_model(measured, m) for m in args.exclude_model}
@@ -166,6 +175,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if not measured.models:
         raise ConfigError("--exclude-model left no model to fit")
     source = attention_source(root, measured)
+    LOG.info("fitting %s's constants on %s", gpu.name, ", ".join(sorted(measured.models)))
     cal = fit_calibration(measured, gpu, attention_from=source)
     lomo = leave_one_model_out(measured, gpu, source)
     roof = [score(measured, m, gpu, "roofline") for m in sorted(measured.models)]
@@ -191,11 +201,7 @@ def run_fit(args: argparse.Namespace) -> int:
                              *(f"--exclude-model {m}" for m in args.exclude_model)]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }
-    if args.cpu_overheads:
-        cpu = fit_cpu_overheads(read_cpu_overheads(args.cpu_overheads))
-        if min(cpu["fixed_s"] + cpu["per_seq_s"]) <= 0:
-            raise ConfigError(f"{args.cpu_overheads}: the fitted CPU time is not positive at every TP degree "
-                              f"(fixed {cpu['fixed_s']}, per sequence {cpu['per_seq_s']})")
+    if cpu is not None:
         cal = replace(cal, cpu_tp=tuple(cpu["tp"]), cpu_fixed_s=tuple(cpu["fixed_s"]),
                       cpu_per_seq_s=tuple(cpu["per_seq_s"]))
         path = Path(args.cpu_overheads)
@@ -212,7 +218,7 @@ def run_fit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(cal.to_toml())
-    print(f"fitted {gpu.name} on {', '.join(sorted(measured.models))}; attention {att}")
+    print(fill(f"fitted {gpu.name} on {', '.join(sorted(measured.models))}; attention {att}"))
     for name, frame in (("calibrated, leave-one-model-out", lomo), ("roofline", pd.concat(roof))):
         s = cost_error.summary(frame)
         print(f"  {name:32s} " + "  ".join(f"{k} median {cost_error.pct(v['median'])} p90 {cost_error.pct(v['p90'])}"

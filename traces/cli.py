@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 
@@ -16,6 +17,8 @@ from pagesim.traces.loaders import load_trace, write_trace
 from pagesim.traces.names import WORKLOADS
 from pagesim.traces.stats import format_stats, trace_stats
 from pagesim.traces.synth import make_workload, paper_lengths
+
+LOG = logging.getLogger(__name__)  # a line per phase of the long commands (beam-search)
 
 SHARED = "../shared/traces"
 
@@ -89,7 +92,10 @@ def cmd_beam_search(args) -> int:
     lengths = [(len(p), o) for p, o in requests]
     print(fill(f"beam search over a Kneser-Ney trigram model ({len(tokens):,} tokens, {len(model.vocab):,} types), "
                f"{args.num_requests} {args.workload} requests (seed {args.seed}); lags in steps, shares of beams"))
-    studies = [bs.study(model, requests, w, args.block_size) for w in args.width]
+    studies = []
+    for w in args.width:  # a minute or two each at the default size: a line per width
+        LOG.info("beam search at width %d over %d requests", w, len(requests))
+        studies.append(bs.study(model, requests, w, args.block_size))
     bins = " ".join(f"{lo}-{hi if hi < 10 ** 9 else ''}" for lo, hi in bs.STEP_BINS)
     for st in studies:
         q = " / ".join(f"{x:.2f}" for x in st.shared_prefix_quantiles)
@@ -105,6 +111,7 @@ def cmd_beam_search(args) -> int:
         from pagesim.traces.beam_fit import best_churn, churn_for_saving, core_saving
 
         for st in studies:
+            LOG.info("the core's beam model at width %d", st.width)
             now = core_saving(lengths, st.width, BEAM_CHURN_PROBABILITY, args.seed)
             at_rate = core_saving(lengths, st.width, st.churn, args.seed)
             matching = churn_for_saving(lengths, st.width, st.block_saving, args.seed)

@@ -240,6 +240,20 @@ def test_fit_command_writes_provenance_and_leave_one_model_out_error(tmp_path, c
     assert set(cal.error["calibrated"]["models"]) == {"llama-2-7b", "plain-1b", "tiny-2b"}
 
 
+def test_fit_says_each_phase_and_checks_the_cpu_table_before_fitting(tmp_path, caplog, monkeypatch):
+    root = write_measured(tmp_path / "measured")
+    with caplog.at_level("INFO", logger="pagesim"):
+        assert main(["cost", "fit", "--measured", str(root), "--gpu", "a100-80gb", "--out", str(tmp_path / "a.toml")]) == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "fitting a100-80gb's constants on llama-2-7b, plain-1b, tiny-2b",
+        *(f"leave-one-model-out: fitting without {m} ({i} of 3)" for i, m in
+          enumerate(["llama-2-7b", "plain-1b", "tiny-2b"], 1))]
+    import pagesim.sim.cost_cli as cost_cli  # a missing CPU table: one line before any fit starts
+    monkeypatch.setattr(cost_cli, "fit_calibration", lambda *a, **k: pytest.fail("fitted before reading the table"))
+    assert main(["cost", "fit", "--measured", str(root), "--gpu", "a100-80gb", "--out", str(tmp_path / "b.toml"),
+                 "--cpu-overheads", str(tmp_path / "missing.csv")]) == 2
+
+
 def test_fit_excluding_a_model(tmp_path, capsys):
     root = write_measured(tmp_path / "measured")
     out = tmp_path / "a100.toml"
