@@ -7,6 +7,8 @@ Every function takes a DataFrame in the layout its CSV has and returns a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -109,6 +111,18 @@ def latency_vs_rate(curves: pd.DataFrame, title: str = "Fig. 12: normalized late
     return fig
 
 
+def log_band(fig: go.Figure, low: float, high: float, text: str, col: int) -> None:
+    """The paper's range ``low``..``high`` shaded on panel ``col``'s log x axis, widened to the
+    neighbouring half-octave, with ``text`` at its top left. The label is an annotation of its
+    own: plotly places a shape on a log axis by value but an annotation by log10 of it, so the
+    label ``add_vrect`` attaches (at x = 11) sat at 10^11 and squeezed the panel's points into its
+    left edge."""
+    x0, x1 = low / 2 ** 0.5, high * 2 ** 0.5
+    fig.add_vrect(x0=x0, x1=x1, fillcolor=PAPER_COLOR, opacity=0.35, line_width=0, row=1, col=col)
+    fig.add_annotation(x=math.log10(x0), y=1, yref="y domain", text=text, showarrow=False, xanchor="left",
+                       yanchor="top", row=1, col=col)  # inside the panel, below its title
+
+
 def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latency vs block size (vLLM)") -> go.Figure:
     """One panel per workload (``fig18b.csv``): our latency per block size, and the paper's best
     block sizes (``paper_best_low``..``paper_best_high``) as a shaded band."""
@@ -121,10 +135,7 @@ def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latenc
                                  line=dict(color=SYSTEM_COLORS["vllm"])), row=1, col=i)
         low, high = (g[c].iloc[0] if c in g else np.nan for c in ("paper_best_low", "paper_best_high"))
         if pd.notna(low) and pd.notna(high):
-            # a band on a log axis: the paper's best range, widened to the neighbouring half-octave
-            fig.add_vrect(x0=low / 2 ** 0.5, x1=high * 2 ** 0.5, fillcolor=PAPER_COLOR, opacity=0.35, line_width=0,
-                          annotation_text=f"paper: best {low:g}-{high:g}", annotation_position="top left",
-                          row=1, col=i)
+            log_band(fig, low, high, f"paper: best {low:g}-{high:g}", col=i)
         fig.update_xaxes(type="log", tickvals=sorted(g["block_size"].unique()), title_text="block size (tokens)",
                          row=1, col=i)
     fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=1)
@@ -150,9 +161,7 @@ def recompute_vs_swap(df: pd.DataFrame, micro: pd.DataFrame | None = None,
         fig.add_trace(go.Scatter(x=df["block_size"], y=df[col], mode="lines+markers", name=name), row=1, col=2)
     low, high = (df[c].iloc[0] if c in df else np.nan for c in ("paper_comparable_low", "paper_comparable_high"))
     if pd.notna(low) and pd.notna(high):
-        fig.add_vrect(x0=low / 2 ** 0.5, x1=high * 2 ** 0.5, fillcolor=PAPER_COLOR, opacity=0.35, line_width=0,
-                      annotation_text=f"paper: comparable {low:g}-{high:g}", annotation_position="top left",
-                      row=1, col=2)
+        log_band(fig, low, high, f"paper: comparable {low:g}-{high:g}", col=2)
     fig.update_xaxes(type="log", tickvals=sorted(df["block_size"].unique()), title_text="block size (tokens)",
                      row=1, col=2)
     fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=2)

@@ -27,11 +27,15 @@ SMALL = ["--workload", "sharegpt", "--duration", "30", "--no-progress"]
 
 
 def render(path: Path) -> str:
-    """The page's DOM after its scripts ran (plotly replaces each chart's div by SVG)."""
+    """The page's DOM after its scripts ran (plotly replaces each chart's div by SVG); a script
+    error on the page (Chromium's console, logged to stderr) fails the test."""
     p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--virtual-time-budget=10000", "--dump-dom", path.resolve().as_uri()],
-                       capture_output=True, text=True, timeout=180)
+                        "--enable-logging=stderr", "--v=0", "--window-size=1280,900",  # a laptop's browser
+                        "--virtual-time-budget=10000", "--dump-dom",
+                        path.resolve().as_uri()], capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
+    console = [line for line in p.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
+    assert not console, console[:3]
     return p.stdout
 
 
@@ -55,12 +59,30 @@ def x_ticks(chunk: str) -> list[str]:
     return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r'<g class="x\d*tick\d*"><text[^>]*>(.*?)</text>', chunk)]
 
 
+def crowded_ticks(chunk: str) -> list[str]:
+    """The x axes whose tick labels plotly had to turn (it rotates them when they would overlap),
+    sit under 12 px apart, or (3 or more) spread over less than half the panel's width: an axis
+    range far wider than its data, as a label placed at 10^11 on a log axis made it."""
+    widths = {m[0]: float(m[1]) for m in re.findall(
+        r'<rect class="nsewdrag drag" data-subplot="(x\d*)y\d*"[^>]*width="([\d.]+)"', chunk)}
+    crowded = []
+    for axis in sorted(set(re.findall(r'<g class="(x\d*)tick"', chunk))):
+        labels = re.findall(rf'<g class="{axis}tick"><text[^>]*transform="translate\(([\d.]+),[^"]*"[^>]*>', chunk)
+        xs = sorted(float(x) for x in labels)
+        turned = re.search(rf'<g class="{axis}tick"><text[^>]*transform="[^"]*rotate\(', chunk)
+        narrow = len(xs) >= 3 and axis in widths and xs[-1] - xs[0] < 0.5 * widths[axis]
+        if turned or narrow or any(b - a < 12 for a, b in zip(xs, xs[1:])):
+            crowded.append(axis)
+    return crowded
+
+
 def check_page(path: Path, min_charts: int) -> dict[str, str]:
     dom = render(path)
     found = charts(dom)
     assert len(found) >= min_charts, list(found)
     for title, chunk in found.items():
         assert 'class="main-svg"' in chunk, f"{title}: not drawn"  # plotly.js ran, from the page itself
+        assert not crowded_ticks(chunk), f"{title}: crowded x ticks on {crowded_ticks(chunk)}"
     shown = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
     bad = re.findall(r">\s*(NaN|nan|undefined|null|None|inf)\s*<", shown)
     assert not bad, f"{path.name} shows {bad[:5]}"
