@@ -446,18 +446,22 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
     base_tp = int(setup.sim.get("tensor_parallel") or 1)
 
     # 1) minimum KV memory at the target rate: search over y = 1 / kv_gib (pass for small y)
-    kv_tasks, base_errors = [], {}
+    kv_tasks, base_errors, kv_caps = [], {}, {}
     spec_on: dict[str, Callable[[PlanSetup, float], RunSpec]] = {}  # task -> (setup, x) -> its probe
     for s in systems:
         try:
-            _m, _g, budget = check_fits(s, setup.sim, setup.seed)
+            model, gpu_spec, budget = check_fits(s, setup.sim, setup.seed)
         except ConfigError as e:  # the model does not fit at the base TP: only replicas x TP can answer
             base_errors[s] = str(e)
             continue
         start = budget.kv_bytes / GiB
+        # no more than the GPU holds beside the weights (a larger --kv-gib is refused: sim.specs.capacity)
+        room = (gpu_spec.mem_bytes - model.weight_bytes / base_tp) / GiB
+        kv_caps[s] = (room, f"all {gpu_spec.name} holds beside the weights") if room < kv_max_gib else \
+            (kv_max_gib, "--kv-max-gib")
         spec_on[f"kv/{s}"] = lambda stp, y, s=s: stp.spec(s, rate, kv_gib=_round_sig(1.0 / y))
         kv_tasks.append(SearchTask(
-            f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_max_gib, x_max=1.0 / 0.25),
+            f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_caps[s][0], x_max=1.0 / 0.25),
             functools.partial(spec_on[f"kv/{s}"], setup), x_name="1/kv_gib"))
 
     # 2) replicas x TP: each TP degree's max rate per replica
@@ -501,7 +505,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         row = {"system": s, "rate": rate, "min_kv_gib": None if y is None else _round_sig(1.0 / y),
                "probes": len(t.points), "steady": steady.get(t.name, {}).get("steady")}
         if y is None:
-            row["note"] = f"no KV size up to {kv_max_gib:g} GiB meets the SLO at {rate:g} req/s"
+            cap, why = kv_caps[s]
+            row["note"] = f"no KV size up to {cap:.4g} GiB ({why}) meets the SLO at {rate:g} req/s"
         else:
             # the configuration's own KV bytes per token (its model, cache dtype and TP: resolve_budget)
             per_token = check_fits(s, setup.sim, setup.seed)[2].kv_bytes_per_token

@@ -30,8 +30,13 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-b
 .meta{color:#666;font-size:.9em} .reading{background:#f6f8fa;border-left:4px solid #d62728;padding:.6em 1em}
 table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0} table.data td,table.data th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 table.data th{background:#f0f0f0} table.data td:first-child{text-align:left}
-.note{color:#b00} .scroll{overflow-x:auto}
+table.data td.text{text-align:left;min-width:24em}
+.note{color:#b00} .warn{color:#b00} .scroll{overflow-x:auto}
 """
+
+#: a column of text whose longest cell is longer than this is given room (CSS ``td.text``), so
+#: its sentences wrap to a few lines instead of a narrow column's ten
+TEXT_CELL_CHARS = 40
 
 
 def fmt(x: Any) -> str:
@@ -55,6 +60,25 @@ def fmt(x: Any) -> str:
     return str(x)
 
 
+def table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
+    """``df`` as a scrollable HTML table: numbers through :func:`fmt`, a ``note`` in red, a text
+    column with long cells (:data:`TEXT_CELL_CHARS`) wide enough to read."""
+    d = df.head(max_rows)
+    cells = [[html.escape(fmt(v.item() if hasattr(v, "item") else v)) for v in r] for r in d.itertuples(index=False)]
+    wide = {i for i in range(len(d.columns)) if max((len(row[i]) for row in cells), default=0) > TEXT_CELL_CHARS}
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in d.columns)
+    rows = []
+    for row in cells:
+        tds = []
+        for i, (c, s) in enumerate(zip(d.columns, row)):
+            classes = " ".join(k for k, on in (("note", c == "note" and s), ("text", i in wide)) if on)
+            tds.append(f'<td class="{classes}">{s}</td>' if classes else f"<td>{s}</td>")
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    more = f"<p class='meta'>({len(df) - max_rows} more rows in the CSV)</p>" if len(df) > max_rows else ""
+    return (f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>{more}')
+
+
 class HtmlReport:
     """Collects headings, text, tables and figures; :meth:`render` embeds plotly.js once."""
 
@@ -74,20 +98,8 @@ class HtmlReport:
         self.parts.append(f'<div class="reading"><b>Reading.</b> {html.escape(text)}</div>')
 
     def table(self, df: pd.DataFrame, max_rows: int = 200) -> None:
-        if df is None or df.empty:
-            return
-        d = df.head(max_rows)
-        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in d.columns)
-        rows = []
-        for r in d.itertuples(index=False):
-            cells = []
-            for c, v in zip(d.columns, r):
-                s = html.escape(fmt(v.item() if hasattr(v, "item") else v))
-                cells.append(f'<td class="note">{s}</td>' if c == "note" and s else f"<td>{s}</td>")
-            rows.append("<tr>" + "".join(cells) + "</tr>")
-        more = f"<p class='meta'>({len(df) - max_rows} more rows in the CSV)</p>" if len(df) > max_rows else ""
-        self.parts.append(f'<div class="scroll"><table class="data"><thead><tr>{head}</tr></thead>'
-                          f'<tbody>{"".join(rows)}</tbody></table></div>{more}')
+        if df is not None and not df.empty:
+            self.parts.append(table_html(df, max_rows))
 
     def figure(self, fig) -> None:
         self._figs += 1

@@ -9,44 +9,16 @@ marked), the answer bars, and the tables of the mode.
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
-h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-.meta{color:#666;font-size:.9em} .warn{color:#b00}
-table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0} table.data td,table.data th{border:1px solid #ddd;padding:3px 7px;text-align:right}
-table.data th{background:#f0f0f0} table.data td:first-child{text-align:left}
-"""
+from pagesim.reports.html import CSS, fmt, table_html
 
-
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return ""
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
-    return html.escape(str(x))
-
-
-def _table(rows: list[dict], cols: list[tuple[str, str]] | None = None) -> str:
-    if not rows:
-        return "<p class='meta'>(none)</p>"
-    if cols is None:
-        keys: list[str] = []
-        for r in rows:
-            keys += [k for k in r if k not in keys]
-        cols = [(k, k) for k in keys]
-    head = "".join(f"<th>{html.escape(h)}</th>" for _k, h in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k, _h in cols) + "</tr>" for r in rows)
-    return f"<table class='data'><tr>{head}</tr>{body}</table>"
+def _table(rows: list[dict]) -> str:
+    return table_html(pd.DataFrame(rows), max_rows=len(rows)) if rows else "<p class='meta'>(none)</p>"
 
 
 #: legend of probes stopped early: their figures cover only the requests simulated before the stop
@@ -54,10 +26,13 @@ EARLY_STOP_LABEL = "stopped early (partial figures)"
 
 
 def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None] | None = None,
-                  title: str = "Probed points: latency, SLO attainment and throughput against request rate") -> go.Figure:
+                  title: str = "Probed points: latency, SLO attainment and throughput against request rate",
+                  x: str = "rate", x_title: str = "request rate (req/s)", log_x: bool = False) -> go.Figure:
     """2x2 panels per search (one colour each): pass = dot, fail = cross, stopped early = a faint open
     cross off the line (its p99s and throughput are those of the requests simulated before the stop,
-    so they would draw a curve falling as the rate rises); SLO lines dashed."""
+    so they would draw a curve falling as the rate rises); SLO lines dashed. ``x``: the points'
+    column the search moved (a KV search's is ``kv_gib``: against the rate, all its probes sit on
+    one vertical line)."""
     df = pd.DataFrame(points)
     fig = make_subplots(rows=2, cols=2, subplot_titles=("p99 TTFT (s)", "p99 TPOT (s)", "SLO attainment (fraction of requests)",
                                                         "output throughput (tokens/s)"))
@@ -67,7 +42,7 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
                "#bcbd22", "#17becf"]
     panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("slo_attainment", 2, 1), ("output_throughput", 2, 2)]
     stopped = df["stopped_early"].fillna(False).astype(bool) if "stopped_early" in df else pd.Series(False, df.index)
-    for i, (name, g) in enumerate(df.sort_values("rate").groupby("search", sort=False)):
+    for i, (name, g) in enumerate(df.sort_values(x).groupby("search", sort=False)):
         color = palette[i % len(palette)]
         complete = g[~stopped[g.index]]
         for j, (col, r, c) in enumerate(panels):
@@ -75,7 +50,7 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
                 continue
             # the line joins completed probes only: an early-stopped probe's figures cover the requests
             # simulated before it stopped, below what the full run would show
-            fig.add_trace(go.Scatter(x=complete["rate"], y=complete[col], mode="lines", line=dict(color=color, width=1),
+            fig.add_trace(go.Scatter(x=complete[x], y=complete[col], mode="lines", line=dict(color=color, width=1),
                                      name=name, legendgroup=name, showlegend=False, hoverinfo="skip"), row=r, col=c)
             legend_done = False
             for label, h, symbol in (("pass", complete[complete["passed"] == True], "circle"),  # noqa: E712
@@ -86,11 +61,11 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
                 show = j == 0 and not legend_done and label != EARLY_STOP_LABEL
                 legend_done = legend_done or show
                 fig.add_trace(go.Scatter(
-                    x=h["rate"], y=h[col], mode="markers",
+                    x=h[x], y=h[col], mode="markers",
                     marker=dict(color=color, symbol=symbol, size=8, opacity=0.5 if label == EARLY_STOP_LABEL else 1),
                     name=name if label != EARLY_STOP_LABEL else f"{name}: {EARLY_STOP_LABEL}",
                     legendgroup=name, showlegend=show or (j == 0 and label == EARLY_STOP_LABEL),
-                    text=h.get("fail_reason"), hovertemplate=f"{name}<br>rate %{{x:.3g}} req/s<br>{col} %{{y:.3g}}"
+                    text=h.get("fail_reason"), hovertemplate=f"{name}<br>{x_title} %{{x:.3g}}<br>{col} %{{y:.3g}}"
                                                             f"<br>{label} %{{text}}<extra></extra>"),
                     row=r, col=c)
         if answers and answers.get(name) is not None:
@@ -102,7 +77,7 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
         if lines.get(col):
             fig.add_hline(y=lines[col], line=dict(color="#444", dash="dash"), row=r, col=c)
     for r, c in ((1, 1), (1, 2), (2, 1), (2, 2)):
-        fig.update_xaxes(title_text="request rate (req/s)", row=r, col=c)
+        fig.update_xaxes(title_text=x_title, type="log" if log_x else None, row=r, col=c)
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_layout(title=title, height=700, template="plotly_white")
@@ -117,10 +92,10 @@ def bars_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color
     df = df[df[y].notna()]
     if color and color in df:
         for name, g in df.groupby(color, sort=False):
-            fig.add_trace(go.Bar(x=g[x], y=g[y], name=str(name), text=[_fmt(v) for v in g[y]], textposition="outside"))
+            fig.add_trace(go.Bar(x=g[x], y=g[y], name=str(name), text=[fmt(v) for v in g[y]], textposition="outside"))
         fig.update_layout(barmode="group")
     else:
-        fig.add_trace(go.Bar(x=df[x], y=df[y], text=[_fmt(v) for v in df[y]], textposition="outside"))
+        fig.add_trace(go.Bar(x=df[x], y=df[y], text=[fmt(v) for v in df[y]], textposition="outside"))
     fig.update_layout(title=title, yaxis_title=ytitle, template="plotly_white", height=420)
     return fig
 
@@ -155,7 +130,17 @@ def plan_report(result: dict, path: str | Path) -> Path:
                                                 f"Max rate per variant (target {result['rate']:g} req/s)", "req/s",
                                                 color="system")))
         answers = {}
-    figs.append(("Probed curves", curves_figure(result.get("points", []), slo, answers)))
+    points = result.get("points", [])
+    kv = [p for p in points if str(p.get("search", "")).startswith("kv/")]  # the resources mode's KV searches
+    by_rate = [p for p in points if not str(p.get("search", "")).startswith("kv/")]
+    if by_rate or not kv:
+        figs.append(("Probed curves", curves_figure(by_rate, slo, answers)))
+    if kv:
+        figs.append(("KV memory search", curves_figure(
+            kv, slo, {f"kv/{r['system']}": r.get("min_kv_gib") for r in result.get("kv", [])},
+            title=f"Probed points of the KV memory search at {result.get('rate', 0):g} req/s: latency, SLO "
+                  "attainment and throughput against KV memory", x="kv_gib", x_title="KV memory (GiB)",
+            log_x=True)))  # the search halves and doubles the KV memory
     parts = []
     for i, (name, fig) in enumerate(figs):
         parts.append(f"<h2>{html.escape(name)}</h2>" + fig.to_html(full_html=False, include_plotlyjs=(i == 0)))

@@ -66,3 +66,14 @@ def test_cli_refuses_an_unknown_router(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown router 'random'" in err and len(err.strip().splitlines()) == 1
 
+
+
+def test_the_kv_search_stays_within_what_the_gpu_holds_beside_the_weights(tmp_path, capsys):
+    # OPT-13B's 23.9 GiB of weights leave 16.08 GiB of an A100-40GB's 40 GiB for KV: the search
+    # probes no more (a larger --kv-gib is refused) and says so when even that misses the SLO
+    rc = main(CLI + ["--rate", "20", "--cache-dir", str(tmp_path), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    kv = [p["kv_gib"] for p in result["points"] if p["search"] == "kv/vllm"]
+    assert rc == 0 and kv and max(kv) <= 16.09
+    assert result["kv"][0]["note"] == ("no KV size up to 16.08 GiB (all a100-40gb holds beside the weights) meets "
+                                       "the SLO at 20 req/s")
