@@ -3,7 +3,10 @@ live in conftest.py). Test modules import from here, never from each other."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +57,28 @@ def cfg_for(system="vllm", slots=3000, **kw):
     kw.setdefault("max_seq_len", 256)
     return SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", kv_gib=slots * OPT13B_SLOT / 2**30,
                                 **kw)
+
+
+#: a one-layer Llama with one 64-wide KV head: 256 B of KV per token, so a pool of 3 x 2**26
+#: tokens (48 GiB) fits on a real GPU beside its weights, as a larger --kv-gib is refused
+TINY_SLOT = 256
+TINY_CONFIG = {"_name_or_path": "tiny-test", "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+               "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": 1, "vocab_size": 1000,
+               "max_position_embeddings": 1 << 28, "tie_word_embeddings": True, "torch_dtype": "float16"}
+
+
+@functools.cache
+def tiny_model() -> str:
+    """The path of :data:`TINY_CONFIG` as a Hugging Face config.json (``--model PATH``)."""
+    path = Path(tempfile.mkdtemp(prefix="pagesim-tiny-")) / "config.json"
+    path.write_text(json.dumps(TINY_CONFIG))
+    return str(path)
+
+
+def huge_cfg_for(system="vllm", slots=3000, **kw):
+    """:func:`cfg_for` with :func:`tiny_model`: pools of hundreds of millions of token slots."""
+    kw.setdefault("max_seq_len", 256)
+    return SimConfig.for_system(system, model=tiny_model(), gpu="a100-80gb", kv_gib=slots * TINY_SLOT / 2**30, **kw)
 
 
 class ConstExecutor:

@@ -18,8 +18,8 @@ import pytest
 from pagesim.sim.core import jit, replay
 from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
-from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, rand_trace, subprocess_path, TESTS_ROOT,
-                               trace, write_table_profile)
+from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, huge_cfg_for, rand_trace, subprocess_path,
+                               TESTS_ROOT, trace, write_table_profile)
 
 
 CASES = [
@@ -282,7 +282,7 @@ def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
     """Token budgets and max_seq_len of 2**26 and more run (the core refused these once): the
     core's block tables are as wide as the trace's longest request needs, not max_seq_len."""
     kw = dict(kw)
-    cfg = cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
+    cfg = huge_cfg_for(system, slots=kw.pop("slots", 3000), seed=0, **kw)
     c = run_simulation(cfg, rand_trace(0, n=60, rate=200.0))
     assert c.summary["completed"] == 60
 
@@ -290,7 +290,7 @@ def test_huge_budgets_and_max_seq_len_run_on_the_core(system, kw):
 def test_the_block_table_is_as_wide_as_the_longest_request():
     """max_seq_len 2**26 in blocks of 16: a row of 4,194,304 blocks per running slot; the trace's
     longest request (40 + 9 tokens) needs ceil(49 / 16) = 4."""
-    s = initial_state(cfg_for(max_seq_len=HUGE, slots=HUGE + 64), trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
+    s = initial_state(huge_cfg_for(max_seq_len=HUGE, slots=HUGE + 64), trace([(0, 10, 5), (0, 40, 9), (0, 3, 30)]))
     assert s.block_table.shape == (3, 4)
 
 
