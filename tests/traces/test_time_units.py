@@ -31,12 +31,14 @@ def test_each_format_takes_its_default_unit_and_an_override(write):
             '{"timestamp": 1500, "input_length": 5, "output_length": 5, "hash_ids": [2]}\n')
     path = write("m.jsonl", moon)
     assert load_trace(path)["arrival_s"].tolist() == [0.0, 1.5]  # Mooncake: ms
-    assert load_trace(path, time_unit="s")["arrival_s"].tolist() == [0.0, 1500.0]
+    with pytest.warns(TraceWarning, match="mooncake traces state their times in ms"):  # overridden, and said
+        assert load_trace(path, time_unit="s")["arrival_s"].tolist() == [0.0, 1500.0]
     burst = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
              "10,ChatGPT,4,5,9,x\n2010,ChatGPT,4,5,9,x\n")
     path = write("b.csv", burst)
     assert load_trace(path)["arrival_s"].tolist() == [0.0, 2000.0]  # BurstGPT: s
-    assert load_trace(path, time_unit="ms")["arrival_s"].tolist() == [0.0, 2.0]
+    with pytest.warns(TraceWarning, match="burstgpt traces state their times in s"):
+        assert load_trace(path, time_unit="ms")["arrival_s"].tolist() == [0.0, 2.0]
     generic = write("g.csv", "t,p,o\n4,1,1\n6,1,1\n")
     assert load_trace(generic, columns="prompt=p,output=o,arrival=t")["arrival_s"].tolist() == [0.0, 2.0]
     assert load_trace(generic, columns="prompt=p,output=o,arrival=t",
