@@ -30,12 +30,13 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-b
 .meta{color:#666;font-size:.9em} .reading{background:#f6f8fa;border-left:4px solid #d62728;padding:.6em 1em}
 table.data{border-collapse:collapse;font-size:.85em;margin:.6em 0} table.data td,table.data th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 table.data th{background:#f0f0f0} table.data td:first-child{text-align:left}
-table.data td.text{text-align:left;min-width:24em}
+table.data td{white-space:nowrap} table.data td.text{text-align:left;min-width:24em;white-space:normal}
 .note{color:#b00} .warn{color:#b00} .scroll{overflow-x:auto}
 """
 
-#: a column of text whose longest cell is longer than this is given room (CSS ``td.text``), so
-#: its sentences wrap to a few lines instead of a narrow column's ten
+#: a column of text whose longest cell is longer than this is given room to wrap in (CSS
+#: ``td.text``), a few lines instead of a narrow column's ten; every other cell stays on one line
+#: (``orca-max`` never breaks at its hyphen) and a wide table scrolls
 TEXT_CELL_CHARS = 40
 
 

@@ -18,4 +18,5 @@ def test_long_text_columns_get_room_short_ones_do_not():
     rows = re.findall(r"<tr>(.*?)</tr>", page)
     assert rows[1] == '<td>vllm</td><td>1.25</td><td class="text"></td><td></td>'
     assert rows[2] == f'<td>vllm</td><td>1,312</td><td class="text">{reason}</td><td class="note">-22% vs paper</td>'
-    assert "td.text{text-align:left;min-width:24em}" in CSS
+    assert "table.data td{white-space:nowrap} table.data td.text{text-align:left;min-width:24em;white-space:normal}" \
+        in CSS
