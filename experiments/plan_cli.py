@@ -277,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_result(result, sys.stdout)
         if args.out:
-            print("\n" + fill(f"wrote {Path(args.out) / 'plan.json'} and CSV tables" + (", report.html" if args.report else "")))
+            report = ", report.html" if args.report else ""
+            print("\n" + fill(f"wrote {Path(args.out) / 'plan.json'} and CSV tables{report}"))
     for w in result.get("warnings", []):
         print(fill(w, first="pagesim plan: warning: "), file=sys.stderr)
     if not feasible:

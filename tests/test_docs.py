@@ -2,8 +2,8 @@
 mode, where a warning, a link to a missing page or a missing anchor fails the build; README
 stays one screen that links into the site; every ``pagesim`` command shown in a code block is
 one the command line accepts (its subcommand, flags and their values parse: the check that
-keeps an example from going stale when an option is renamed); the Python API page's example
-runs."""
+keeps an example from going stale when an option is renamed; ``python3 docs/examples.py`` runs
+them all, which takes minutes); the Python API page's example runs."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def test_readme_is_one_screen_of_essentials_with_links_into_the_site():
 
 
 def test_the_api_example_runs():
-    [example] = [lines for _, language, lines in examples.code_blocks(DOCS / "reference" / "api.md") if language == "python"]
+    blocks = examples.code_blocks(DOCS / "reference" / "api.md")
+    [example] = [lines for _, language, lines in blocks if language == "python"]
     source = "\n".join(example).replace('duration_s=600', 'duration_s=30')  # the same calls, a shorter trace
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
