@@ -24,7 +24,7 @@ from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_
 from pagesim.sim.args import SIM_FLAGS, add_sim_args, check_settings_apply, parse_goodput
 from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.cluster import ROUTERS
-from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.cli import HelpFormatter, Parser, example
 from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
@@ -56,10 +56,52 @@ def _pos(s: str) -> float:
     return _positive_float(s)
 
 
+#: each mode's own help (``pagesim plan MODE --help``): what it answers, and an example
+MODE_HELP = {
+    "max-rate": ("The highest request rate meeting the SLO for each system of --systems (doubling from the start "
+                 "rate, then bisecting to --rtol), with the band the cost model's measured error implies and "
+                 "every probe's figures.",
+                 "pagesim plan max-rate --workload sharegpt --duration 3600 --model opt-13b --gpu a100-40gb "
+                 "--slo-ttft-p99 2 --slo-tpot-p99 0.1 --systems orca-max,orca-pow2,orca-oracle,vllm"),
+    "resources": ("For a target --rate: the least KV memory meeting the SLO per system (searched up to what "
+                  "the GPU holds beside the weights, or --kv-max-gib), the replicas x TP it takes and their "
+                  "cost, and what-if variants (block size, chunked prefill, ...).",
+                  "pagesim plan resources --rate 2 --workload sharegpt --duration 3600 --slo-ttft-p99 2 "
+                  "--slo-tpot-p99 0.1 --tp-options 1,2 --what-if block_size=32,chunked_prefill --out out/plan-res "
+                  "--report"),
+    "compare-gpus": ("For each GPU of --gpus: its KV capacity, the highest rate meeting the SLO per system, "
+                     "and $ per 1M output tokens at that rate.",
+                     "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
+                     "--duration 3600 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"),
+}
+
+
+class ModeHelp(argparse.Action):
+    """``-h``: after a mode (``pagesim plan resources --help``) that mode's own options; else all."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        mode = getattr(namespace, "mode", None)
+        (mode_parser(mode) if mode in MODE_HELP else parser).print_help()
+        parser.exit()
+
+
+def mode_parser(mode: str) -> argparse.ArgumentParser:
+    """The parser ``pagesim plan MODE --help`` prints: the mode's question, its SLO, search, cost and
+    output options (the workload and simulation options are plan's, listed by ``pagesim plan --help``)."""
+    what, command = MODE_HELP[mode]
+    p = Parser(prog=f"pagesim plan {mode}", formatter_class=HelpFormatter, epilog=example(command),
+               description=what + " Every workload and simulation option of 'pagesim plan --help' applies too.")
+    add_plan_args(p, mode)
+    return p
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "plan", help="capacity planning: max rate under an SLO, resources for a rate, cost, GPU comparison",
-        formatter_class=HelpFormatter,
+        formatter_class=HelpFormatter, add_help=False,
         description=(
             "Answer capacity questions with full simulations (probes) run through the sweep runner "
             "(parallel, cached on disk).\n\n"
@@ -81,16 +123,24 @@ def register(sub) -> None:
             f"are illustrative ({', '.join(f'{g} ${v:.2f}' for g, v in P.GPU_HOURLY_USD.items())}).\n"
             "Exit code 2 (no traceback) when the model does not fit or no probed rate meets the SLO."),
         epilog=example(
-            "pagesim plan --workload sharegpt --model opt-13b --gpu a100-40gb --slo-ttft-p99 2 --slo-tpot-p99 0.1 "
-            "--systems orca-max,orca-pow2,orca-oracle,vllm --json",
-            "pagesim plan resources --rate 2 --workload sharegpt --duration 120 --slo-ttft-p99 2 "
-            "--slo-tpot-p99 0.1 --tp-options 1,2 --what-if block_size=32,chunked_prefill --out out/plan-res --report",
-            "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
-            "--duration 120 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"))
-    p.add_argument("mode", nargs="?", choices=MODES, default="max-rate", help="question to answer")
-
+            "pagesim plan --workload sharegpt --duration 3600 --model opt-13b --gpu a100-40gb --slo-ttft-p99 2 "
+            "--slo-tpot-p99 0.1 --systems orca-max,orca-pow2,orca-oracle,vllm",
+            MODE_HELP["resources"][1], MODE_HELP["compare-gpus"][1]))
+    p.add_argument("-h", "--help", action=ModeHelp, help="show this help; after a mode, that mode's own")
+    p.add_argument("mode", nargs="?", choices=MODES, default=None,  # None: max-rate, named or not (run)
+                   help="question to answer (default max-rate; pagesim plan MODE --help: its own options)")
     add_workload_args(p)
     add_sim_args(p, system=False)
+    add_plan_args(p, None)
+    p.set_defaults(func=run)
+
+
+def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
+    """plan's own options on ``p``: SLO, search, cost and output; ``mode``: only that mode's cost
+    options (None: every mode's)."""
+    def only(*modes: str) -> bool:
+        return mode is None or mode in modes
+
     g = p.add_argument_group("SLO (seconds)")
     g.add_argument("--slo-ttft-p99", type=_pos, metavar="S", help="p99 time to first token")
     g.add_argument("--slo-tpot-p99", type=_pos, metavar="S", help="p99 time per output token (after the first)")
@@ -119,19 +169,21 @@ def register(sub) -> None:
     c = p.add_argument_group("cost, resources, GPUs")
     c.add_argument("--dollars-per-gpu-hour", type=_pos, default=None,
                    help="price of one GPU-hour (default: illustrative preset of --gpu)")
-    c.add_argument("--gpus", type=_csv_list, default=None, metavar="A,B",
-                   help="compare-gpus: GPU presets (default a100-40gb,a100-80gb,h100-80gb,h200-141gb)")
-    c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
-                   help="resources: tensor-parallel degrees to try for replicas x TP")
-    c.add_argument("--what-if", default="all", metavar="LIST",
-                   help="resources: variants (all, none, or a list of: "
-                        + ", ".join(n for n, _o, _m in P.WHAT_IFS) + ")")
-    c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
-    c.add_argument("--router", default=None, metavar="NAME",
-                   help="resources: search the replicas behind this router (a cluster run at the whole rate: "
-                        "round-robin, least-outstanding-requests, least-kv-usage, prefix-affinity) instead of "
-                        "rate / k; the rate/k estimate is kept beside it")
-    c.add_argument("--max-replicas", type=int, default=256, help="resources with --router: most replicas tried")
+    if only("compare-gpus"):
+        c.add_argument("--gpus", type=_csv_list, default=None, metavar="A,B",
+                       help="compare-gpus: GPU presets (default a100-40gb,a100-80gb,h100-80gb,h200-141gb)")
+    if only("resources"):
+        c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
+                       help="resources: tensor-parallel degrees to try for replicas x TP")
+        c.add_argument("--what-if", default="all", metavar="LIST",
+                       help="resources: variants (all, none, or a list of: "
+                            + ", ".join(n for n, _o, _m in P.WHAT_IFS) + ")")
+        c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
+        c.add_argument("--router", default=None, metavar="NAME",
+                       help="resources: search the replicas behind this router (a cluster run at the whole rate: "
+                            "round-robin, least-outstanding-requests, least-kv-usage, prefix-affinity) instead of "
+                            "rate / k; the rate/k estimate is kept beside it")
+        c.add_argument("--max-replicas", type=int, default=256, help="resources with --router: most replicas tried")
     e = p.add_argument_group("execution and output")
     e.add_argument("--executor", choices=["local", "ray"], default="local", help="where probes run")
     e.add_argument("--workers", type=int, default=None, help="parallel probes (default: CPU count)")
@@ -141,10 +193,11 @@ def register(sub) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
-    e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
-                   help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost model's "
-                        "measured error on the GPU (sim/data/calibration) and report the rates between; "
-                        "nothing where the GPU is uncalibrated")
+    if only("max-rate"):
+        e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
+                       help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost "
+                            "model's measured error on the GPU (sim/data/calibration) and report the rates "
+                            "between; nothing where the GPU is uncalibrated")
     e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
                    help=f"probe each answer's neighbours (rate / (1 + rtol) and rate x (1 + rtol)) on a "
                         f"{P.STEADY_FACTOR:g}x longer workload and warn when the answer moves by more than --rtol "
@@ -153,7 +206,6 @@ def register(sub) -> None:
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
     e.add_argument("--report", action="store_true", help="also write DIR/report.html (needs --out)")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    p.set_defaults(func=run)
 
 
 def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,6 +283,7 @@ def slo_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    args.mode = args.mode or "max-rate"  # the default only here: --help tells a named mode from none
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))

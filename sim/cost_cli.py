@@ -221,8 +221,8 @@ def run_fit(args: argparse.Namespace) -> int:
     print(fill(f"fitted {gpu.name} on {', '.join(sorted(measured.models))}; attention {att}"))
     for name, frame in (("calibrated, leave-one-model-out", lomo), ("roofline", pd.concat(roof))):
         s = cost_error.summary(frame)
-        print(f"  {name:32s} " + "  ".join(f"{k} median {cost_error.pct(v['median'])} p90 {cost_error.pct(v['p90'])}"
-                                            for k, v in s.items()))
+        print(fill(", ".join(f"{k} median {cost_error.pct(v['median'])} p90 {cost_error.pct(v['p90'])}"
+                             for k, v in s.items()), first=f"  {name:32s} ", rest=" " * 35))
     print(f"wrote {out}")
     return 0
 

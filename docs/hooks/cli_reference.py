@@ -33,8 +33,14 @@ def reference() -> str:
     lines = ["# Command line", "",
              "Every command and its options, as `pagesim ... --help` prints them (this page is generated",
              "from the parser when the site is built).", ""]
+    from pagesim.experiments.plan_cli import MODE_HELP, mode_parser
+
     for path, parser in commands(build_parser()):
         lines += [f"## `{' '.join(path)}`", "", "```text", parser.format_help().rstrip(), "```", ""]
+        if path == ("pagesim", "plan"):  # plan's modes are a positional, each with its own help
+            for mode in MODE_HELP:
+                lines += [f"### `pagesim plan {mode}`", "", "```text", mode_parser(mode).format_help().rstrip(),
+                          "```", ""]
     return "\n".join(lines)
 
 
