@@ -129,6 +129,13 @@ def format_warning(message, category, filename, lineno, line=None) -> str:
     return PYTHON_FORMAT_WARNING(message, category, filename, lineno, line)
 
 
+class NoticeFormatter(logging.Formatter):
+    """A notice within the terminal's 100 columns, its later lines indented (sim.terminal)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return fill(super().format(record))
+
+
 class NoticeHandler(logging.StreamHandler):
     """A notice as its own line on stderr, above a progress bar that is showing (tqdm's write
     clears and redraws the bar; plain stderr where tqdm is missing, as on the GPU device)."""
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     notices = logging.getLogger("pagesim")  # the library's notices (numba compiling the core)
     if not notices.handlers:
         handler = NoticeHandler()
-        handler.setFormatter(logging.Formatter("pagesim: %(message)s"))
+        handler.setFormatter(NoticeFormatter("pagesim: %(message)s"))
         notices.addHandler(handler)
         notices.setLevel(logging.INFO)
     first = next((a for a in argv if not a.startswith("-")), None)
