@@ -32,7 +32,7 @@ def table_lines(header: list[str], rows: list[list[str]], *, keys: int = 1, text
     go into as few blocks as fit. Columns at the indices ``text`` (long text: a note, a reason)
     are not columns but lines under the table, ``<keys>: <text>``, for the rows that have one."""
     shown = [i for i in range(len(header)) if i not in text]
-    widths = {i: max(len(header[i]), *(len(row[i]) for row in rows)) for i in shown}
+    widths = {i: max([len(header[i])] + [len(row[i]) for row in rows]) for i in shown}
     lead = [i for i in shown if i < keys]
     blocks, current = [], list(lead)
     for i in shown[len(lead):]:

@@ -46,3 +46,4 @@ def test_sentences_go_under_the_table_beside_their_rows_keys():
     assert lines[4] == "  vllm rate 2: stopped at t=96 s: 25 of 1225 requests"  # 61 with "already"
     assert all(line.startswith("    ") for line in lines[5:]) and all(len(line) <= 60 for line in lines)
     assert table_lines(header, rows[:1], keys=2, text=(3,)) == ["search  rate  pass", "vllm    1      yes"]
+    assert table_lines(header, [], keys=2, text=(3,)) == ["search  rate  pass"]  # no rows: the header
