@@ -16,7 +16,7 @@ from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import percentile_word
 from pagesim.sim.outdir import staged_folder
-from pagesim.sim.terminal import WIDTH, fill
+from pagesim.sim.terminal import fill, key_value_lines
 from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, add_workload_args, workload_from_args
 
 
@@ -193,7 +193,4 @@ def print_summary(s: dict, f, options) -> None:
                  ("routed per replica", " ".join(map(str, s["routed_per_replica"]))),
                  ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:  # a long value (the cost model's band) wraps under itself, within 100 columns
-        line = f"{k:<{w}}  {v}"
-        print(line if len(line) <= WIDTH else fill(str(v), first=f"{k:<{w}}  ", rest=" " * (w + 2)), file=f)
+    print("\n".join(key_value_lines(rows)), file=f)  # a long value (the cost model's band) wraps under itself

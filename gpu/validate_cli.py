@@ -31,7 +31,7 @@ from pagesim.sim.args import add_sim_args, config_from_args
 from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 from pagesim.sim.run import jsonable, resolve_budget
-from pagesim.sim.terminal import fill
+from pagesim.sim.terminal import fill, key_value_lines
 from pagesim.traces.args import add_workload_args, workload_from_args
 
 
@@ -121,9 +121,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{100 * m['p90_step_error_host_fitted_in_sample']:.1f} % (in-sample; price another trace "
                      f"with --step-overhead-ms {max(f['intercept_ms'], 0):.3f} --per-seq-overhead-ms "
                      f"{max(f['per_seq_ms'], 0):.4f})"))
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(fill(str(v), first=f"{k:<{w}}  ", rest=" " * (w + 2)))
+    print("\n".join(key_value_lines(rows)))
     if fake:
         print(fill("(fake backend: the steps ran on the CPU's stand-in for a GPU; a dry run of the pipeline, "
                    "not a measurement)", rest=" "))

@@ -25,6 +25,14 @@ def fill(text: str, first: str = "", rest: str = "  ", width: int = WIDTH) -> st
                          break_long_words=False, break_on_hyphens=False)
 
 
+def key_value_lines(rows: list[tuple[str, object]], width: int = WIDTH) -> list[str]:
+    """``key  value`` lines, the values in one column after the longest key, a long value
+    wrapped under itself (a summary: ``simulate``'s, ``validate``'s)."""
+    w = max((len(key) for key, _ in rows), default=0)
+    return [line for key, value in rows
+            for line in fill(str(value), first=f"{key:<{w}}  ", rest=" " * (w + 2), width=width).splitlines()]
+
+
 def table_lines(header: list[str], rows: list[list[str]], *, keys: int = 1, text: tuple[int, ...] = (),
                 width: int = WIDTH) -> list[str]:
     """A table of strings as lines within ``width``. The first ``keys`` columns name a row (left

@@ -47,3 +47,14 @@ def test_sentences_go_under_the_table_beside_their_rows_keys():
     assert all(line.startswith("    ") for line in lines[5:]) and all(len(line) <= 60 for line in lines)
     assert table_lines(header, rows[:1], keys=2, text=(3,)) == ["search  rate  pass", "vllm    1      yes"]
     assert table_lines(header, [], keys=2, text=(3,)) == ["search  rate  pass"]  # no rows: the header
+
+
+def test_key_value_lines_align_values_and_wrap_a_long_one_under_itself():
+    from pagesim.sim.terminal import key_value_lines
+
+    rows = [("system", "vllm"), ("cost model", "roofline (GPU time per iteration vs measured on a100-80gb: "
+                                              "median 12.0 %, p90 36.7 %, all measured models)")]
+    lines = key_value_lines(rows, width=60)
+    assert lines[0] == "system      vllm"
+    assert lines[1].startswith("cost model  roofline") and all(line.startswith(" " * 12) for line in lines[2:])
+    assert len(lines) == 4 and max(map(len, lines)) <= 60
