@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from pagesim.reports.html import CSS, fmt, table_html
 
+
 def _table(rows: list[dict]) -> str:
     return table_html(pd.DataFrame(rows), max_rows=len(rows)) if rows else "<p class='meta'>(none)</p>"
 
