@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
                                     BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
                                     DEMAND_SLOTS, DEMAND_WAITING, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START,
@@ -204,9 +205,15 @@ def check_radix(s) -> None:
     assert c[RADIX_PRIVATE_PAGES] == pages, "the pages held outside the tree drifted"
 
 
+#: the core's own functions the checks call, run by CPython: a call from Python into numba's
+#: machine code types the state's ~60 arrays each time (1-3 ms), ten times a checked step's own work
+memory_categories = interpreted(memory.memory_categories)
+can_allocate = interpreted(memory.can_allocate)
+
+
 def check_categories(s) -> None:
     out = np.zeros(6, np.int64)
-    memory.memory_categories(s, s.count[DEMAND_WAITING], out)
+    memory_categories(s, s.count[DEMAND_WAITING], out)
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         capacity = int(s.config[CAPACITY])
     else:
@@ -227,5 +234,5 @@ def check_blocked_head(s) -> None:
         assert c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS], \
             f"queue head {i} is skipped as blocked on max_num_seqs but would fit"
         return
-    fits = memory.can_allocate(s, i, int(s.prompt_target[i]))
+    fits = can_allocate(s, i, int(s.prompt_target[i]))
     assert fits != kv_cache.CAN_ALLOCATE, f"queue head {i} is skipped as blocked but would be admitted"

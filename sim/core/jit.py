@@ -171,7 +171,22 @@ def interpreted(fn):
     names = dict(py.__globals__)  # a copy: the module's own names become numba's when it loads
     _INTERPRETED[py] = plain = types.FunctionType(py.__code__, names, py.__name__, py.__defaults__, py.__closure__)
     for name in py.__code__.co_names:
-        callee = getattr(names.get(name), "py_func", names.get(name))
+        value = names.get(name)
+        callee = getattr(value, "py_func", value)
         if isinstance(callee, types.FunctionType) and callee in _OPTIONS:
             names[name] = interpreted(callee)
+        elif isinstance(value, types.ModuleType) and value.__name__.startswith(__package__ + "."):
+            names[name] = InterpretedModule(value)  # extent.memory_categories: a core module's function
     return plain
+
+
+class InterpretedModule:
+    """A core module seen by :func:`interpreted` code: its functions interpreted too, the rest
+    (constants, classes) as they are."""
+
+    def __init__(self, module: types.ModuleType):
+        self._module = module
+
+    def __getattr__(self, name: str):
+        value = getattr(self._module, name)
+        return interpreted(value) if isinstance(getattr(value, "py_func", value), types.FunctionType) else value

@@ -170,6 +170,18 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     plain = jit.interpreted(loop.run)
     assert isinstance(plain, types.FunctionType) and plain.__code__ is loop.run.py_func.__code__
     assert isinstance(plain.__globals__["start_step"], types.FunctionType)
+    # a core module's functions reached as attributes (extent.memory_categories) are the plain
+    # ones too: --check's categories after every step typed the state's ~60 arrays for numba
+    # at each call, ten times the check's own work
+    from pagesim.sim.core import extent, kv_cache, memory
+
+    categories = jit.interpreted(memory.memory_categories)
+    assert hasattr(extent.memory_categories, "py_func")
+    reached = categories.__globals__["extent"]
+    assert isinstance(reached, jit.InterpretedModule)
+    assert reached.memory_categories is jit.interpreted(extent.memory_categories)
+    assert isinstance(reached.memory_categories, types.FunctionType)
+    assert categories.__globals__["kv_cache"].CAN_ALLOCATE == kv_cache.CAN_ALLOCATE  # constants as they are
 
 
 def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
