@@ -21,11 +21,11 @@ from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner
                                        early_stop_options, encode_workload)
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
-from pagesim.sim.args import SIM_FLAGS, add_sim_args, check_settings_apply, parse_goodput
+from pagesim.sim.args import add_sim_args, check_settings_apply, given_settings, parse_goodput
 from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, Parser, example
-from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
+from pagesim.sim.config import SYSTEMS, SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
@@ -208,23 +208,19 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     e.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def _sim_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The explicitly set SimConfig settings (TOML file, then flags); presets fill the rest."""
+def _sim_settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str], set[str]]:
+    """The explicitly set SimConfig settings (TOML file, then flags; presets fill the rest), and
+    the names given as flags and only in the file (``sim.args.given_settings``)."""
     from dataclasses import fields
 
     names = {f.name for f in fields(SimConfig)}
-    settings: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        settings.update({k: v for k, v in load_toml(args.config).items() if k in names})
-    for name in SIM_FLAGS:
-        v = getattr(args, name, None)
-        if v is not None:
-            settings[name] = v
+    given, flags, from_file = given_settings(args)
+    settings = {k: v for k, v in given.items() if k in names}
     if getattr(args, "max_len_policy", None) is not None:
         settings["max_len_policy"] = args.max_len_policy
     settings.pop("system", None)
     settings.pop("seed", None)
-    return settings
+    return settings, flags, from_file
 
 
 def setup_from_args(args: argparse.Namespace):
@@ -235,10 +231,8 @@ def setup_from_args(args: argparse.Namespace):
         raise ConfigError("--rate-scale has no meaning in plan (the search sets the rate); use --start-rate")
     if args.report and not args.out:
         raise ConfigError("--report needs --out DIR")
-    sim = _sim_settings(args)
+    sim, flags, from_file = _sim_settings(args)
     configs = [SimConfig.for_system(s, seed=args.seed, **sim) for s in args.systems]  # every setting checked early
-    flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
-    from_file = set(load_toml(args.config)) - flags if getattr(args, "config", None) else set()
     check_settings_apply(configs, flags, from_file, getattr(args, "config", None))
     opts = {k: getattr(args, k, None) for k in WORKLOAD_OPTS}
     opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy

@@ -120,15 +120,19 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
                    help="TOML file with any of these settings (command-line flags win)")
 
 
+def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
+    """The settings given: the --config file's, then the flags given (they win); with the names
+    given as flags and those only the file gave (``check_settings_apply`` treats them apart)."""
+    settings: dict = load_toml(args.config) if getattr(args, "config", None) else {}
+    flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
+    from_file = set(settings) - flags
+    settings.update({name: getattr(args, name) for name in flags})
+    return settings, flags, from_file
+
+
 def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     """Preset of --system, then the TOML file, then explicit flags, then ``fixed``."""
-    settings: dict = {}
-    if getattr(args, "config", None):
-        settings.update(load_toml(args.config))
-    from_file = set(settings)
-    flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
-    for name in flags:
-        settings[name] = getattr(args, name)
+    settings, flags, from_file = given_settings(args)
     for k in ("seed", "check", "max_len_policy"):
         if getattr(args, k, None) is not None:
             settings[k] = getattr(args, k)
@@ -139,7 +143,7 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     from dataclasses import fields
     names = {f.name for f in fields(SimConfig)}
     cfg = SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
-    check_settings_apply([cfg], flags - set(fixed), from_file - flags - set(fixed), getattr(args, "config", None))
+    check_settings_apply([cfg], flags - set(fixed), from_file - set(fixed), getattr(args, "config", None))
     return cfg
 
 

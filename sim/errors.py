@@ -21,10 +21,11 @@ class PagesimWarning(UserWarning):
     ``pagesim`` prints it as one line, ``pagesim: warning: <message>`` (``sim.cli``)."""
 
 
-def warn(message: str) -> None:
+def warn(message: str, category: type | None = None, stacklevel: int = 2) -> None:
     """Tell the user something was ignored or looks wrong: ``pagesim: warning: <message>`` from
-    the command line (``sim.cli``), a :class:`PagesimWarning` to a library caller."""
-    warnings.warn(message, PagesimWarning, stacklevel=2)
+    the command line (``sim.cli``), a :class:`PagesimWarning` (or ``category``, one of its kinds)
+    to a library caller."""
+    warnings.warn(message, category or PagesimWarning, stacklevel=stacklevel)
 
 
 class ConfigError(PagesimError, ValueError):

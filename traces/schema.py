@@ -4,11 +4,11 @@ the one-line warnings loaders give about what they repaired or doubt."""
 from __future__ import annotations
 
 import bisect
-import warnings
 
 import numpy as np
 import pandas as pd
 
+from pagesim.sim import errors
 from pagesim.sim.errors import PagesimWarning, TraceError
 
 CANONICAL_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
@@ -22,7 +22,7 @@ class TraceWarning(PagesimWarning):
 
 def warn(message: str) -> None:
     """Warn about a trace: ``pagesim: warning: <message>`` on one line, without a source line."""
-    warnings.warn(message, TraceWarning, stacklevel=2)
+    errors.warn(message, TraceWarning, stacklevel=3)
 
 
 def _source(df: pd.DataFrame, source: str | None) -> str:
