@@ -181,6 +181,11 @@ def print_summary(s: dict, f, options) -> None:
         ("KV capacity", f"{s['kv_capacity_tokens']} tokens"
                         + (f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else "")),
     ]
+    for level in s.get("by_priority", []):  # the trace's priority levels (sim.metrics.priority_classes)
+        rows.append((f"priority {level['priority']}: TTFT / E2EL",
+                     f"mean {level['mean_ttft_ms']:.1f} / {level['mean_e2el_ms']:.1f} ms, p99 {level['p99_ttft_ms']:.1f} / "
+                     f"{level['p99_e2el_ms']:.1f} ms; {level['completed']} of {level['requests']} done, "
+                     f"{level['preemptions']} preemptions"))
     if "prefix_cache_hit_rate" in s:
         rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]

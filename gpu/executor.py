@@ -7,7 +7,7 @@ executor mode), and :meth:`GPUExecutor.step` reads the step's contract from the 
 runs it on the backend and returns its measured duration, which the core's clock takes as the
 step's length (time stays the loop's: the same event order as a simulation). Per iteration::
 
-    scheduler.schedule()  (core)  admit / swap in / preempt / decode / copy-on-write, recording
+    scheduler_vllm.schedule()  (core)  admit / swap in / preempt / decode / copy-on-write, recording
                                   the step's data movement where it happens
     step(core)            (here)  1. the contract: prefilling sequences (step_prefill_ids,
                                      _tokens, _context), decoding ones (the running requests in
@@ -18,7 +18,7 @@ step's length (time stays the loop's: the same event order as a simulation). Per
                                   2. a StepPlan: swap pairs (with the host blocks this executor
                                      keeps), copies, slot mappings, dense int32 tables
                                   3. backend.execute(plan) -> device seconds (synchronized)
-    scheduler.complete_step()  (core)  tokens, finishes, forks
+    lifecycle.complete_step()  (core)  tokens, finishes, forks
 
 Nothing is observed or inferred: every block the plan moves is one the core recorded as it
 acted (``sim/core/state.py``: ``Core.step_copies``, ``step_swap_out``, ``step_swap_in``).
@@ -40,7 +40,7 @@ destinations were free when ``schedule`` resumed the request (before any preempt
 swap-out sources were in use until the preemption, and copy destinations may be blocks just
 freed by a swap-out, so they are written last; freed blocks reused in the same step are only
 written after every copy that reads them. One exception: when a decode preempts every running
-request, the core schedules a second pass at the same instant (``scheduler.schedule``), whose
+request, the core schedules a second pass at the same instant (``scheduler_vllm.schedule``), whose
 swap-ins may take the blocks the first pass swapped out (or bring a request just swapped out
 back); the first pass's swap-outs (``count[STEP_SWAP_OUT_EARLY]`` rows) then run first, as a
 swap-only plan of their own (``StepPlan.first``) executed before the step's plan.

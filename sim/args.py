@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, PLACEMENTS, PREEMPTIONS, RESERVATIONS, SYSTEMS,
-                                SimConfig, load_toml)
+from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEMENTS, PREEMPTIONS, RESERVATIONS,
+                                SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SYSTEMS, SimConfig, load_toml)
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
@@ -21,8 +21,8 @@ SIM_FLAGS = {
     "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),
     "kv_cache_dtype": dict(choices=KV_CACHE_DTYPES, help="as vLLM's: auto (default, the model's dtype) or fp8 "
                                                          "(fp8_e4m3, fp8_e5m2): one byte per cached element"),
-    "manager": dict(choices=["static", "contiguous", "paged", "vattention"], help="override the system's memory manager"),
-    "scheduler": dict(choices=["static", "orca", "vllm", "vllm-v1", "sglang"], help="override the system's scheduler"),
+    "manager": dict(choices=MANAGERS, help="override the system's memory manager"),
+    "scheduler": dict(choices=SCHEDULERS, help="override the system's scheduler"),
     "block_size": dict(type=int, help="paged block size in tokens (default 16; token: 1)"),
     "reservation": dict(choices=RESERVATIONS, help="contiguous reservation policy"),
     "placement": dict(choices=PLACEMENTS, help="contiguous placement policy (default buddy)"),
@@ -41,8 +41,12 @@ SIM_FLAGS = {
     "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
     "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
-    "schedule_policy": dict(choices=["fcfs", "lpm"], help="sglang: waiting-queue order, fcfs (SGLang's default) or "
+    "schedule_policy": dict(choices=SCHEDULE_POLICIES, help="sglang: waiting-queue order, fcfs (SGLang's default) or "
                                                         "lpm (longest cached prefix first while <= 128 wait)"),
+    "scheduling_policy": dict(choices=SCHEDULING_POLICIES,
+                              help="vllm-v1: fcfs (vLLM's default) or priority: requests wait by the trace's "
+                                   "priority column (lower first), then arrival, and a preemption takes the running "
+                                   "request with the largest (priority, arrival)"),
     "async_scheduling": dict(action=argparse.BooleanOptionalAction, default=None,
                              help="vllm-v1: schedule step N+1 while step N runs, as vLLM does by default: a request "
                                   "arriving during a step waits one more (default on for vllm-v1)"),

@@ -52,7 +52,7 @@ MADE = ("config", "count", "clock", "waiting", "swapped", "running", "step_prefi
 PER_GPU = ("cost", "cost_data", "itl_edges")
 # the request columns, ONE set for the whole cluster (the first GPU's state's, over the request
 # table the records read): each request is written by the replica it was routed to
-REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "status", "reject_code", "num_generated",
+REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "status", "reject_code", "num_generated",
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "chains", "num_keys", "width", "num_seqs", "seq_slot", "beam",

@@ -1,27 +1,13 @@
 """One dataclass holds a simulation's whole configuration; ``--system`` names fill it in.
 
-Systems (what users think in) and what each sets; any field can still be set separately:
-
-============  ===================  ===========================  ==========
-system        memory manager       reservation / placement      scheduler
-============  ===================  ===========================  ==========
-static        static slots         max_seq_len per slot         static
-orca-max      contiguous           max / buddy                  orca
-orca-pow2     contiguous           pow2 / buddy                 orca
-orca-oracle   contiguous           oracle / buddy               orca
-vllm          paged (block 16)     on demand                    vllm
-token         paged (block 1)      on demand (TokenAttention)   vllm
-vattention    vattention pages     on demand, 64 KiB pages      vllm
-vllm-v1       paged (block 16)     on demand, prefix caching    vllm-v1
-sglang        token pool (page 1)  on demand, radix cache       sglang
-============  ===================  ===========================  ==========
-
-``vllm`` is vLLM v0 (the 2023 paper's system); ``vllm-v1`` is vLLM v1's scheduler as of vLLM
-0.33.0 (``sim/core/scheduler_v1.py``): one token budget per step, chunked prefill always,
-prefix caching on, no watermark, recompute preemption, and its batch defaults by GPU
-(:func:`v1_batch_defaults`). ``sglang`` is SGLang's RadixAttention serving (v0.5 line;
-``sim/core/radix_cache.py``, ``sim/core/scheduler_sglang.py``): a radix tree of cached tokens
-(page 1 by default: ``block_size`` is its ``page_size``), prefill first, its PrefillAdder's budgets
+The systems, their schedulers and memory managers are ``sim/systems.py``'s registry (its
+``markdown_table`` is the docs' table of them). ``vllm`` is vLLM v0 (the 2023 paper's system);
+``vllm-v1`` is vLLM v1's scheduler as of vLLM 0.33.0 (``sim/core/scheduler_v1.py``): one token
+budget per step, chunked prefill always, prefix caching on, no watermark, recompute preemption,
+FCFS or priority scheduling, and its batch defaults by GPU (:func:`v1_batch_defaults`). ``sglang``
+is SGLang's RadixAttention serving (v0.5 line; ``sim/core/radix_cache.py``,
+``sim/core/scheduler_sglang.py``): a radix tree of cached tokens (page 1 by default:
+``block_size`` is its ``page_size``), prefill first, its PrefillAdder's budgets
 (``max_num_batched_tokens`` is its ``max_prefill_tokens``, ``chunk_budget`` its
 ``chunked_prefill_size``, ``max_num_seqs`` its ``max_running_requests``; :func:`sglang_defaults`)
 and retraction of decoding requests when memory runs out.
@@ -42,30 +28,20 @@ from typing import Any
 
 import numpy as np
 
+from pagesim.sim import systems
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GiB, get_gpu
 from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
-SYSTEMS: dict[str, dict[str, Any]] = {
-    "static": dict(manager="static", scheduler="static"),
-    "orca-max": dict(manager="contiguous", scheduler="orca", reservation="max", placement="buddy"),
-    "orca-pow2": dict(manager="contiguous", scheduler="orca", reservation="pow2", placement="buddy"),
-    "orca-oracle": dict(manager="contiguous", scheduler="orca", reservation="oracle", placement="buddy"),
-    "vllm": dict(manager="paged", scheduler="vllm", block_size=16),
-    "token": dict(manager="paged", scheduler="vllm", block_size=1),
-    "vattention": dict(manager="vattention", scheduler="vllm"),
-    # vLLM 0.33.0's defaults: block size 16 (config/cache.py:185), prefix caching on
-    # (config/cache.py:257), watermark 0.0 (config/scheduler.py:196); the batch limits are
-    # the GPU's (v1_batch_defaults)
-    "vllm-v1": dict(manager="paged", scheduler="vllm-v1", block_size=16, prefix_caching=True, watermark=0.0),
-    # SGLang: page_size 1 (server_args.py), its radix cache always on (not the block-hash cache)
-    "sglang": dict(manager="paged", scheduler="sglang", block_size=1, watermark=0.0),
-}
-
-MANAGERS = ("static", "contiguous", "paged", "vattention")
-SCHEDULERS = ("static", "orca", "vllm", "vllm-v1", "sglang")
+#: each system's settings (sim.systems.System.settings): what --system NAME fills in
+SYSTEMS: dict[str, dict[str, Any]] = {name: system.settings() for name, system in systems.SYSTEMS.items()}
+MANAGERS = systems.MANAGERS
+SCHEDULERS = tuple(systems.SCHEDULERS)
 #: SGLang's schedule_policy: fcfs (server_args.py's default) or lpm (longest prefix match)
 SCHEDULE_POLICIES = ("fcfs", "lpm")
+#: vLLM's --scheduling-policy (vllm-v1): fcfs (its default) or priority (the trace's priority column,
+#: lower first; sim/core/policy_priority.py)
+SCHEDULING_POLICIES = tuple(systems.SCHEDULING_POLICIES)
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
 PREEMPTIONS = ("recompute", "swap")
@@ -83,7 +59,7 @@ MAX_INT_SETTING = 2**62
 CHOICES: dict[str, tuple] = {
     "system": (*SYSTEMS, "custom"), "manager": MANAGERS, "scheduler": SCHEDULERS, "reservation": RESERVATIONS,
     "placement": PLACEMENTS, "preemption": PREEMPTIONS, "append_rule": APPEND_RULES, "max_len_policy": MAX_LEN_POLICIES,
-    "cost_model": COST_MODELS, "schedule_policy": SCHEDULE_POLICIES,
+    "cost_model": COST_MODELS, "schedule_policy": SCHEDULE_POLICIES, "scheduling_policy": SCHEDULING_POLICIES,
     "vattention_page_kib": VATTENTION_PAGE_KIB, "kv_cache_dtype": KV_CACHE_DTYPES,
 }
 #: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
@@ -134,6 +110,7 @@ class SimConfig:
     chunk_budget: int = 512  # chunked prefill: tokens per iteration (decodes + prefill chunks)
     waiting_served_ratio: float | None = None
     schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
+    scheduling_policy: str = "fcfs"  # vllm-v1: fcfs or priority (SCHEDULING_POLICIES)
     schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
     # vllm-v1: schedule step N+1 while step N runs (vLLM's --async-scheduling, on by default in
     # vLLM; sim/core/scheduler_v1.py). None: the system's default (on for vllm-v1)
@@ -186,6 +163,9 @@ class SimConfig:
         elif self.client_timeout_s is not None:
             raise ConfigError(f"--client-timeout is modelled for vllm-v1 only, not scheduler '{self.scheduler}': "
                               "drop it")
+        elif self.scheduling_policy != "fcfs":
+            raise ConfigError(f"--scheduling-policy {self.scheduling_policy} is vLLM v1's (--system vllm-v1); "
+                              f"scheduler '{self.scheduler}' serves first come first served: drop it")
         if self.scheduler == "sglang":
             self.check_sglang()
 

@@ -137,6 +137,7 @@ def request_frame(table, reject_reason: np.ndarray) -> pd.DataFrame:
         "reject_reason": reject_reason.astype(str), "first_token_s": t.first_token_s,
         "finish_s": t.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el,
         "normalized_latency_s": norm, "preemptions": t.preemptions,
+        **({"priority": t.priority} if getattr(t, "has_priority", False) else {}),
     })
 
 
@@ -298,6 +299,8 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     s["normalized_latency_s_per_token"] = float(np.mean(norm)) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(num_preemptions)
+    if getattr(t, "has_priority", False):
+        s["by_priority"] = priority_classes(t)
     s.update(rec.memory_fractions())
     s["kv_capacity_tokens"] = int(rec.capacity)
     s["num_steps"] = int(rec.num_steps)
@@ -307,6 +310,24 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     if extra:
         s.update(extra)
     return s
+
+
+def priority_classes(t) -> list[dict]:
+    """Per priority level of the trace (lower first): its requests, how many finished, their mean
+    and p99 TTFT and E2EL in ms, and their preemptions: whom ``--scheduling-policy priority``
+    served first, and at whose cost (the same table under FCFS is the comparison)."""
+    ttft, _tpot, e2el, _norm = request_latencies(t)
+    out = []
+    for level in np.unique(t.priority):
+        mine = t.priority == level
+        fin = mine & (t.status == Status.FINISHED)
+        row = {"priority": int(level), "requests": int(mine.sum()), "completed": int(fin.sum()),
+               "preemptions": int(t.preemptions[mine].sum())}
+        for name, v in (("ttft", ttft[fin] * 1e3), ("e2el", e2el[fin] * 1e3)):
+            row[f"mean_{name}_ms"] = float(v.mean()) if len(v) else float("nan")
+            row[f"p99_{name}_ms"] = float(np.percentile(v, 99)) if len(v) else float("nan")
+        out.append(row)
+    return out
 
 
 def downsample_steps(steps: pd.DataFrame | None, max_points: int = 5000) -> pd.DataFrame | None:

@@ -76,6 +76,10 @@ class RequestTable:
                      else np.ones(n, np.int64))
         check_counts(trace, self)
         self.width = np.maximum(self.n, self.beam)  # sequences the request runs
+        # the order of the waiting queue under --scheduling-policy priority (lower first); a trace
+        # that has the column gets it in its records and its summary by priority
+        self.has_priority = "priority" in trace
+        self.priority = np.array(trace["priority"], dtype=np.int64) if self.has_priority else np.zeros(n, np.int64)
         if "prefix_hashes" in trace:
             self.hashes = trace["prefix_hashes"].to_numpy(dtype=object)
             self.hash_block_tokens = int(trace.attrs.get("hash_block_tokens", 512))

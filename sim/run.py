@@ -25,7 +25,7 @@ from pagesim.sim.cost_models import (NO_COST, core_cost, cpu_overhead_note, fron
                                      swap_block_tokens)
 from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.executor import is_external
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
                                  request_frame, summarize)
@@ -145,6 +145,9 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     pool = pool_for(cfg, budget.capacity_tokens, model)
     limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
     table = RequestTable(trace)
+    if cfg.scheduling_policy != "priority" and table.priority.any():
+        warn(f"{cfg.label} serves the trace's requests first come first served, whatever their priority "
+             "(--system vllm-v1 --scheduling-policy priority orders them by it); the summary groups them by it")
     external = executor is not None
     if external and not is_external(executor):
         raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")

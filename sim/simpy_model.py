@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from pagesim.sim.core import loop, scheduler, state, static
+from pagesim.sim.core import lifecycle, loop, state, static
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.replay import live_lock_message
 from pagesim.sim.errors import InvariantError
@@ -33,11 +33,11 @@ def run(s: state.Core) -> state.Core:
     final state, its records as the compiled loop leaves them (``sim.core.replay.run``)."""
     c, clock = s.count, s.clock
     static_batching = s.config[state.SCHEDULER_KIND] == state.STATIC
-    add_arrival = interpreted(scheduler.add_arrival)
+    add_arrival = interpreted(lifecycle.add_arrival)
     schedule = interpreted(loop.schedule_iteration)
-    complete_step = interpreted(static.complete_step if static_batching else scheduler.complete_step)
+    complete_step = interpreted(static.complete_step if static_batching else lifecycle.complete_step)
     step_time, record = interpreted(loop.step_time), interpreted(loop.record)
-    steps_without_token_limit = interpreted(scheduler.steps_without_token_limit)
+    steps_without_token_limit = interpreted(lifecycle.steps_without_token_limit)
     env = simpy.Environment()
     sleeping: list[simpy.Event] = []  # the engine's wake-up call while it sleeps
 

@@ -17,6 +17,8 @@ column              dtype        meaning
 ``output_tokens``   int64 >= 1   tokens to generate (per sequence)
 ``n``               int64 >= 1   optional (default 1): parallel samples per request
 ``beam_width``      int64 >= 1   optional (default 1): beam-search width
+``priority``        int64        optional (default 0): vLLM's request priority, lower served
+                                 first under ``--scheduling-policy priority`` (vllm-v1)
 ``prefix_hashes``   object       optional: tuple of ints per row, Mooncake-style prefix block
                                  hashes, one per ``df.attrs['hash_block_tokens']`` (e.g. 512)
                                  prompt tokens; equal ids mean a shareable KV prefix

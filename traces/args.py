@@ -78,6 +78,17 @@ def parse_time_slice(s: str) -> tuple[float | None, float | None]:
     return start, end
 
 
+def _weights(s: str) -> tuple[float, ...]:
+    """``"W0,W1,..."``: one weight >= 0 per priority level, some above 0."""
+    try:
+        weights = tuple(float(w) for w in s.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected weights W0,W1,... (numbers), got {s!r}") from None
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
+        raise argparse.ArgumentTypeError(f"weights must be finite, >= 0 and not all 0, got {s}")
+    return weights
+
+
 def _fraction_or_count(s: str) -> float:
     v = _positive_float(s)
     if v > 1 and v != int(v):
@@ -151,6 +162,9 @@ def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
                    help="keep a seeded random subset: a fraction in (0, 1] or a count > 1")
     g.add_argument("--n", type=_positive_int, default=None, help="parallel samples per request (unset: the trace's, else 1)")
     g.add_argument("--beam-width", type=_positive_int, default=None, help="beam width per request (unset: the trace's, else 1)")
+    g.add_argument("--priority-weights", type=_weights, metavar="W0,W1,...",
+                   help="give each request a priority, 0, 1, ... with these relative weights (seeded draw), "
+                        "replacing the trace's: what --scheduling-policy priority orders by (lower first)")
     g.add_argument("--max-len-policy", choices=MAX_LEN_POLICIES, default=None,
                    help="requests with prompt+output > max_seq_len: fail, drop them, truncate the output "
                         "(prompt to max-1 if it alone is too long), or clip-prompt (keep the prompt's end "
@@ -235,6 +249,9 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int,
     if g("n") is not None or g("beam_width") is not None:
         df = step("parallel", tf.set_parallel(df, n=g("n"), beam_width=g("beam_width")), n=g("n"),
                   beam_width=g("beam_width"))
+    if g("priority_weights"):
+        weights = g("priority_weights")
+        df = step("priority", tf.draw_priorities(df, weights, seed=g("seed", 0)), weights=list(weights))
     if len(df) == 0:
         raise ConfigError(f"the workload from {info['source']} has no requests left after "
                           f"{', '.join(s['step'] for s in steps) or 'loading'}")

@@ -175,7 +175,7 @@ def register(sub) -> None:
     c = tsub.add_parser("convert", help="Convert any supported trace to canonical CSV / Parquet / JSONL",
                         formatter_class=HelpFormatter,
                         description="Read a trace (any format) and write the canonical columns request_id, arrival_s, "
-                                    "prompt_tokens, output_tokens[, n, beam_width, prefix_hashes]; the output format "
+                                    "prompt_tokens, output_tokens[, n, beam_width, priority, prefix_hashes]; the output format "
                                     "follows the extension (.parquet, .jsonl, else CSV with prefix_hashes as "
                                     "space-separated ints).",
                         epilog=example(f"pagesim trace convert {SHARED}/mooncake_conversation_trace.jsonl "

@@ -28,14 +28,14 @@ entries may override:
                given synthetic arrivals: ``arrival`` (``poisson``/``gamma``), ``rate`` (req/s,
                default 2.0) and ``cv`` (gamma burstiness), seeded with ``seed``. File order kept.
 ``canonical``  What :func:`write_trace` writes (CSV/Parquet/JSONL with ``request_id,arrival_s,
-               prompt_tokens,output_tokens[,n,beam_width,prefix_hashes]``; in CSV,
+               prompt_tokens,output_tokens[,n,beam_width,priority,prefix_hashes]``; in CSV,
                ``prefix_hashes`` is space-separated ints). Arrivals are kept as they are.
 ``generic``    Any CSV / JSONL / Parquet plus a column map (``columns=`` dict or the string
                ``prompt=COL,output=COL[,arrival=COL]``). Keys: ``prompt``, ``output`` (required),
                at most one of ``arrival`` (numbers, in seconds or ``--time-unit``),
                ``arrival_ms`` (numbers in milliseconds) or ``timestamp`` (date-time strings; with
                ``--time-unit``, numbers in that unit), and optional ``id``, ``n``,
-               ``beam_width`` and ``hashes`` (prefix-block hash ids; needs ``--hash-block-tokens``).
+               ``beam_width``, ``priority`` and ``hashes`` (prefix-block hash ids; needs ``--hash-block-tokens``).
                Without a time column the rows get synthetic arrivals as for ``lengths``. Times
                are re-zeroed to the first request. A file with vidur's columns ``arrived_at,
                num_prefill_tokens,num_decode_tokens`` needs no map.
@@ -83,10 +83,11 @@ from pagesim.sim.errors import TraceError
 from pagesim.traces.arrivals import arrivals, describe
 from pagesim.traces.names import FORMATS, TIME_UNITS
 from pagesim.traces.reading import TimeColumn, Window, file_kind, header, read
-from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, row_number, sort_by_arrival, to_tokens,
-                           validate_canonical, warn)
+from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, row_number, sort_by_arrival, to_integers,
+                           to_tokens, validate_canonical, warn)
 
-COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width", "hashes")
+COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width", "priority",
+               "hashes")
 TIME_KEYS = ("arrival", "arrival_ms", "timestamp")
 DEFAULT_LENGTHS_RATE = 2.0
 MOONCAKE_BLOCK_TOKENS = 512
@@ -123,8 +124,9 @@ LAYOUTS = {
                        failed_if_zero=("output", "prompt"), stated_unit=True),  # BurstGPT's README: seconds
     "lengths": Layout({"prompt": "num_prefill_tokens", "output": "num_decode_tokens"}),
     "canonical": Layout({"prompt": "prompt_tokens", "output": "output_tokens", "arrival": "arrival_s",
-                         "id": "request_id", "n": "n", "beam_width": "beam_width", "hashes": "prefix_hashes"},
-                        optional=("id", "n", "beam_width", "hashes"), rezero=False,
+                         "id": "request_id", "n": "n", "beam_width": "beam_width", "priority": "priority",
+                         "hashes": "prefix_hashes"},
+                        optional=("id", "n", "beam_width", "priority", "hashes"), rezero=False,
                         hash_block_tokens=MOONCAKE_BLOCK_TOKENS),
     "generic": Layout(),
 }
@@ -448,6 +450,8 @@ def load_trace(path: str | Path, format: str | None = None, columns: str | dict 
 
     data: dict[str, Any] = {k: to_tokens(raw[cols[k]], path=p, field=cols[k], rows=rows)
                             for k in ("prompt", "output", "n", "beam_width") if k in cols}
+    if "priority" in cols:
+        data["priority"] = to_integers(raw[cols["priority"]], path=p, field=cols["priority"], rows=rows)
     if time is None:
         r = DEFAULT_LENGTHS_RATE if rate is None else rate
         arrival_s = arrivals(arrival, r, num_requests=len(raw), cv=cv, rng=np.random.default_rng(seed))
@@ -470,7 +474,7 @@ def load_trace(path: str | Path, format: str | None = None, columns: str | dict 
         ids = ids_for(len(raw)) if rows is None else pd.Series(rows - 1).astype(str)
     frame = {"request_id": ids.reset_index(drop=True).astype(str), "arrival_s": np.asarray(arrival_s, dtype=np.float64),
              "prompt_tokens": data["prompt"], "output_tokens": data["output"]}
-    for k in ("n", "beam_width"):
+    for k in ("n", "beam_width", "priority"):
         if k in data:
             frame[k] = data[k]
     if "hashes" in cols:
@@ -492,7 +496,7 @@ def write_trace(df: pd.DataFrame, path: str | Path) -> Path:
     """
     path = Path(path)
     validate_canonical(df)
-    cols = [c for c in (*CANONICAL_COLUMNS, "n", "beam_width", "prefix_hashes") if c in df.columns]
+    cols = [c for c in (*CANONICAL_COLUMNS, "n", "beam_width", "priority", "prefix_hashes") if c in df.columns]
     out = df[cols].copy()
     out.attrs = {k: v for k, v in df.attrs.items() if k == "hash_block_tokens"}
     kind = file_kind(path)

@@ -12,7 +12,7 @@ from pagesim.sim import errors
 from pagesim.sim.errors import PagesimWarning, TraceError
 
 CANONICAL_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
-OPTIONAL_COLUMNS = ("n", "beam_width", "prefix_hashes")
+OPTIONAL_COLUMNS = ("n", "beam_width", "priority", "prefix_hashes")
 INT_COLUMNS = ("prompt_tokens", "output_tokens", "n", "beam_width")
 
 
@@ -60,6 +60,22 @@ def to_tokens(values, *, path: str, field: str, rows: np.ndarray | None = None) 
         why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
                else f"must be a whole number >= 1, got {raw!r}")
         raise TraceError(f"token count {why}", path=path, row=row_number(rows, i), field=field)
+    return num.astype(np.int64)
+
+
+def to_integers(values, *, path: str, field: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Parse a column of whole numbers of any sign (a priority) to int64, raising TraceError at the
+    first value that is missing, not a number or not whole."""
+    s = values if isinstance(values, pd.Series) else pd.Series(values)
+    if pd.api.types.is_integer_dtype(s.dtype) and not s.hasnans:
+        return s.to_numpy(dtype=np.int64)
+    num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    i = first_true(~np.isfinite(num) | (num != np.floor(num)) | (np.abs(num) >= 2.0**62))
+    if i is not None:
+        raw = s.iloc[i]
+        why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
+               else f"must be a whole number, got {raw!r}")
+        raise TraceError(why, path=path, row=row_number(rows, i), field=field)
     return num.astype(np.int64)
 
 
@@ -122,7 +138,7 @@ def validate_canonical(df: pd.DataFrame, source: str | None = None, *, unique_id
 
     Raises :class:`~sim.errors.TraceError` naming ``source`` (default ``df.attrs['source']``),
     the first offending 1-based row and the field: a missing column, a token count or
-    ``n``/``beam_width`` that is not an integer >= 1, a non-finite or negative or decreasing
+    ``n``/``beam_width`` that is not an integer >= 1, a ``priority`` that is not an integer, a non-finite or negative or decreasing
     ``arrival_s``, a duplicate ``request_id``, a ``prefix_hashes`` cell that is not a tuple.
     ``unique_ids=True`` skips the duplicate check, for ids the caller made unique (a loader's
     row numbers: the check costs seconds on tens of millions of rows).
@@ -162,6 +178,8 @@ def validate_canonical(df: pd.DataFrame, source: str | None = None, *, unique_id
         i = first_true(ids.duplicated().to_numpy())
         if i is not None:
             raise TraceError(f"duplicate request_id {ids.iloc[i]!r}", path=src, row=i + 1, field="request_id")
+    if "priority" in df.columns and not pd.api.types.is_integer_dtype(df["priority"].dtype):
+        raise TraceError(f"must be an integer column, got dtype {df['priority'].dtype}", path=src, field="priority")
     if "prefix_hashes" in df.columns:
         ok = df["prefix_hashes"].map(lambda t: isinstance(t, tuple)).to_numpy(dtype=bool)
         i = first_true(~ok)

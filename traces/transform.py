@@ -71,6 +71,18 @@ def set_parallel(df: pd.DataFrame, n: int | None = None, beam_width: int | None 
     return _with_attrs(out, df)
 
 
+def draw_priorities(df: pd.DataFrame, weights, seed: int = 0) -> pd.DataFrame:
+    """Every request's ``priority``: level k with probability ``weights[k] / sum(weights)``, drawn
+    with ``seed`` (its own stream: the draws do not move the trace's other seeded choices)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or not len(w) or not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+        raise ConfigError(f"priority weights must be finite, >= 0 and not all 0, got {list(weights)}")
+    out = df.copy()
+    rng = np.random.default_rng([seed, 0x9A1])  # a stream apart from the trace's
+    out["priority"] = rng.choice(len(w), size=len(df), p=w / w.sum()).astype(np.int64)
+    return _with_attrs(out, df)
+
+
 def apply_max_len_policy(df: pd.DataFrame, max_seq_len: int, policy: str = "error") -> tuple[pd.DataFrame, dict]:
     """Handle requests whose ``prompt_tokens + output_tokens > max_seq_len``.
 

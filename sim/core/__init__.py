@@ -8,14 +8,22 @@ same CPython functions otherwise (``sim/core/jit.py``).
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
     extent.py       the contiguous (Orca) manager: reservations (max, pow2, oracle, predicted), accounting
     placement.py    where its extents go: buddy, first-fit, best-fit
+    radix_cache.py  SGLang's radix tree over a token pool (--system sglang)
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
-    scheduler.py    vLLM's policy: swap-in, FCFS admission, prefill-first or chunked, preemption
+    lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics, a step's end
+    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py): where a
+                    request waits, which running request a preemption takes
+    scheduler_vllm.py   vLLM v0's iteration: swap-in, FCFS admission, prefill-first or chunked, preemption
+    scheduler_orca.py   what the contiguous manager changes in it (Orca)
+    scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)
+    scheduler_sglang.py SGLang's: prefill-first adder, retraction (--system sglang)
     static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost's model calls it too), and
                     the scale of any model's GPU time (sim.cost_models.ScaledCostModel's)
     cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
     cost_table.py   a measured profile, interpolated (sim.cost.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step
+    cluster.py      replicas behind a router: the loop of each, the router's choice at each arrival
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     replay.py       runs the loop to its end: progress, --check, an executor outside the core
     jit.py, aot.py  numba, loaded when first needed; the loop as an extension module (runs need no numba)
@@ -26,7 +34,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
 size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,
 first-fit or best-fit), and static batching (``--system static``); prefill-first or chunked,
-preemption by recompute or swap, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
+preemption by recompute or swap, FCFS or priority scheduling, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
 copy-on-write), beam search, and every cost model (roofline, calibrated, a measured profile; scaled
 or not).
 """

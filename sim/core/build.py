@@ -20,6 +20,7 @@ from pagesim.sim.core import placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
@@ -142,8 +143,9 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
+    config[state.SCHEDULER_KIND] = SCHEDULERS[cfg.scheduler].core_kind
+    config[state.SCHEDULING_POLICY] = SCHEDULING_POLICIES[cfg.scheduling_policy]
     if cfg.scheduler == "vllm-v1":
-        config[state.SCHEDULER_KIND] = state.V1
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on
     sglang = cfg.scheduler == "sglang"
     cost_code, cost_scaled, cost_constants, cost_data = cost
@@ -184,7 +186,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
-        arrival_s=np.ascontiguousarray(t.arrival_s), prompt_tokens=t.prompt, output_tokens=t.output,
+        arrival_s=np.ascontiguousarray(t.arrival_s), priority=t.priority, prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
@@ -216,7 +218,6 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     min = min(init x 0.14, 1), decay = (init - min) / 600). Nodes: the root and at most one per
     page of the pool (every other node holds at least a page), and one a split may add."""
     i64 = np.int64
-    config[state.SCHEDULER_KIND] = state.SGLANG
     config[state.MANAGER_KIND] = state.RADIX
     config[state.SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
     count[state.CHUNKED_REQUEST] = -1
@@ -241,7 +242,7 @@ def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dic
     """The step's data movement (state.Core.step_copies, step_swap_out, step_swap_in), sized for
     the most a step can record (one row each when nobody reads them): a copy takes a free block;
     a scheduling pass swaps out (and in) at most every cell of the block tables, and an iteration
-    is at most two passes (scheduler.schedule)."""
+    is at most two passes (scheduler_vllm.schedule)."""
     if not external:
         num_blocks = table_cells = 0
     i64 = np.int64
@@ -266,7 +267,6 @@ def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Cor
     config[state.CAPACITY] = pool.capacity
     config[state.ADDRESS_SPACE] = pool.capacity
     if pool.kind == "static":
-        config[state.SCHEDULER_KIND] = state.STATIC
         config[state.STATIC_BATCH_LIMIT] = limits.static_batch_limit
         config[state.RESERVATION_KIND] = state.RESERVE_MAX
         config[state.PLACEMENT_KIND] = state.FIRST_FIT

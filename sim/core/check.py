@@ -43,6 +43,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_PARENT, NODE_START, PREFIX_LEN, RADIX,
                                     RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
@@ -73,6 +74,10 @@ def check_queues(s) -> None:
         assert len(set(members)) == len(members), f"a request is twice in the {name} list"
         assert set(members) == set(np.flatnonzero(status == want).tolist()), \
             f"the {name} list is not the requests of that status"
+    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py
+        waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
+        keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in waiting]
+        assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
     assert c[NUM_FINISHED] == int((status == FINISHED).sum()), "finished count drifted"
     assert c[NUM_REJECTED] == int((status == REJECTED).sum()), "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]
@@ -223,7 +228,7 @@ def check_categories(s) -> None:
 
 
 def check_blocked_head(s) -> None:
-    """The head the next iteration will skip without trying (``scheduler.head_still_blocked``)
+    """The head the next iteration will skip without trying (``scheduler_vllm.head_still_blocked``)
     must not fit."""
     c = s.count
     if (c[BLOCKED_KIND] == NOT_BLOCKED or c[WAITING_LEN] == 0 or c[BLOCKED_EPOCH] != c[FREE_EPOCH]

@@ -9,7 +9,7 @@ the replicas held in a numba typed list (one type for every K: no recompile per 
 
 1. an arrival fires (at ``now + (at - now)``, SimPy's timeout, as ``loop.hand_over_arrivals``);
    every request due now is routed in trace order, one at a time, on the replicas' state at
-   that instant, and handed to its replica (``scheduler.add_arrival``, ``loop.wake_engine``);
+   that instant, and handed to its replica (``lifecycle.add_arrival``, ``loop.wake_engine``);
    the next arrival's event is made;
 2. every replica whose next engine event comes before that arrival is advanced to it
    (``loop.run`` until ``HORIZON``): replicas share nothing but the router's view, so they
@@ -47,7 +47,7 @@ an error: ``STOPPED_REPLICA`` names it) or a ring must grow, and resumes where i
 
 from __future__ import annotations
 
-from pagesim.sim.core import loop, prefix_cache, scheduler
+from pagesim.sim.core import lifecycle, loop, prefix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ARRIVALS_DONE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING, ENGINE_TIME,
                                     HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW, NUM_BLOCKS,
@@ -173,7 +173,7 @@ def hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s):
             return RINGS_FULL
         s.clock[NOW] = now
         s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
-        scheduler.add_arrival(s, i)
+        lifecycle.add_arrival(s, i)
         loop.wake_engine(s)
         cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
         routed[r] += 1

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import scheduler, static
+from pagesim.sim.core import lifecycle, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
-from pagesim.sim.core.scheduler import schedule as schedule_vllm
+from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
 from pagesim.sim.core.scheduler_v1 import schedule as schedule_v1
 from pagesim.sim.core.static import schedule as schedule_static
@@ -176,7 +176,7 @@ def hand_over_arrivals(s):
             s.clock[ARRIVAL_TIME] = now + (at - now)  # SimPy's timeout(at - now)
             c[ARRIVAL_EVENT_ID] = new_event(s)
             return
-        scheduler.add_arrival(s, i)
+        lifecycle.add_arrival(s, i)
         c[NEXT_ARRIVAL] = i + 1
         wake_engine(s)
 
@@ -221,7 +221,7 @@ def run(s):
             if take_arrival:
                 c[ARRIVAL_PENDING] = 0
                 clock[NOW] = clock[ARRIVAL_TIME]
-                scheduler.add_arrival(s, c[NEXT_ARRIVAL])
+                lifecycle.add_arrival(s, c[NEXT_ARRIVAL])
                 c[NEXT_ARRIVAL] += 1
                 wake_engine(s)
                 hand_over_arrivals(s)
@@ -239,9 +239,9 @@ def run(s):
                 static.complete_step(s, clock[NOW])
                 c[IN_STEP] = 0
             elif c[IN_STEP]:
-                scheduler.complete_step(s, clock[NOW])
+                lifecycle.complete_step(s, clock[NOW])
                 c[IN_STEP] = 0
-                if c[STEPS_WITHOUT_TOKEN] > scheduler.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
+                if c[STEPS_WITHOUT_TOKEN] > lifecycle.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
                     return NO_TOKEN
             else:  # woken from sleep
                 c[IDLE] = 0

@@ -34,6 +34,14 @@ def take_decode_slot(s, i):
 
 
 @njit(inline=True)
+def joined_decode(s, i):
+    """Request ``i`` joined the decode set: a contiguous extent notes when (its re-reservations
+    go in that order); nothing for the others."""
+    if s.config[MANAGER_KIND] == CONTIGUOUS:
+        extent.joined(s, i)
+
+
+@njit(inline=True)
 def free(s, i):
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         extent.free(s, i)

@@ -191,7 +191,7 @@ def checked(s: state.Core, last_now: float) -> float:
 
 
 def live_lock_message(now: float, steps: int, waiting: int, swapped: int, running: int, preemptions: int) -> str:
-    """The words for a run that stopped producing tokens (``scheduler.steps_without_token_limit``)."""
+    """The words for a run that stopped producing tokens (``lifecycle.steps_without_token_limit``)."""
     return (f"t={now:.6g} s: no request produced a token in {steps} iterations in a row ({waiting} waiting, "
             f"{swapped} swapped, {running} running, {preemptions} preemptions so far): the scheduler is "
             "live-locked; please report it with the command line")

@@ -51,7 +51,7 @@ import numpy as np
 
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.scheduler import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
+from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import (BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE, DEMAND_WAITING,
                                     EXTEND_LEN, FREE_EPOCH, INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM, MATCH_LEN,
                                     MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO,
@@ -298,4 +298,4 @@ def retract(s, i):
     s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
     s.num_prompt_computed[i] = 0
     s.status[i] = WAITING
-    push_waiting(s, i, False)
+    push_waiting(s, i, np.bool_(False))  # at the end: SGLang retracts to the queue's back

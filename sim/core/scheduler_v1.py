@@ -8,15 +8,18 @@ and its length, and the budget is handed out
 1. to the running list first, in its order (scheduler.py:793-1001): each running request gets
    ``min(its remaining tokens, the budget left)`` (scheduler.py:836-848; a prefilling request
    the rest of its prompt, chunk by chunk, a decoding one its next token), and its blocks grow
-   to hold them (``allocate_slots``, kv_cache_manager.py:380). When they cannot, the *last*
-   request of the running list is preempted (``self.running.pop()``, scheduler.py:970) and
-   recomputed (``_preempt_request``, scheduler.py:1799: its blocks freed, its computed tokens
-   0, back at the front of the waiting queue), and the allocation is tried again; a request
-   that preempts itself ends the running pass (scheduler.py:978-994). The budget may run out
-   before the end of the list: the requests it did not reach compute nothing this step;
-2. then to waiting requests, FCFS, only if nobody was preempted this step (scheduler.py:1050),
-   while the budget lasts and fewer than ``max_num_seqs`` run (scheduler.py:1062-1073): the
-   prefix cache's hits first (``get_computed_blocks``, kv_cache_manager.py:266: full blocks
+   to hold them (``allocate_slots``, kv_cache_manager.py:380). When they cannot, the policy's
+   victim (``policies.victim``: under FCFS the *last* request of the running list,
+   ``self.running.pop()``, scheduler.py:970; under priority the largest (priority, arrival),
+   scheduler.py:932-936) is preempted and recomputed (``_preempt_request``, scheduler.py:1799:
+   its blocks freed, its computed tokens 0, back in the waiting queue where the policy puts
+   it), and the allocation is tried again; a request that preempts itself computes nothing,
+   and the pass goes on after it (under FCFS it was the last: scheduler.py:978-994). The
+   budget may run out before the end of the list: the requests it did not reach compute
+   nothing this step;
+2. then to waiting requests, in the policy's order, only if nobody was preempted this step
+   (scheduler.py:1050), while the budget lasts and fewer than ``max_num_seqs`` run
+   (scheduler.py:1062-1073): the prefix cache's hits first (``get_computed_blocks``, kv_cache_manager.py:266: full blocks
    only, at most ``num_tokens - 1`` tokens, so a prompt found whole recomputes its last
    block), then as many of the rest as the budget holds (scheduler.py:1297-1346). Its whole
    sequence must fit the free blocks, hits that nobody holds counting as taken
@@ -57,15 +60,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache
+from pagesim.sim.core import kv_cache, policies
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.scheduler import (begin_iteration, pop_waiting, preempt_latest, prefill, reject_head,
-                                        release, start_running, waiting_head)
+from pagesim.sim.core.lifecycle import (begin_iteration, preempt, prefill, reject_waiting, release, start_running,
+                                        take_waiting, waiting_at)
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
                                     REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_DECODE_SEQS,
-                                    WAITING_LEN, WATERMARK_BLOCKS)
+                                    STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN, WATERMARK_BLOCKS)
 
 
 @njit(inline=True)
@@ -88,13 +91,21 @@ def schedule(s):
 
 @njit
 def abort_timed_out(s):
-    """Abort the requests whose client has given up (module docstring): the waiting queue is in
-    arrival order (a preempted request returns to its front, before everyone who arrived after
-    it was admitted), so they are its first; running ones are freed where they stand."""
+    """Abort the requests whose client has given up (module docstring): waiting ones leave the
+    queue (in arrival order under FCFS, a preempted request returning to its front before
+    everyone who arrived after it was admitted, so they are its first), running ones are freed
+    where they stand."""
     c, clock = s.count, s.clock
     deadline = clock[NOW] - clock[CLIENT_TIMEOUT_S]  # sent at or before it: given up
-    while c[WAITING_LEN] and s.arrival_s[waiting_head(s)] <= deadline:
-        reject_head(s, waiting_head(s), REJECT_CLIENT_TIMEOUT)
+    p = 0
+    while p < c[WAITING_LEN]:
+        i = waiting_at(s, p)
+        if s.arrival_s[i] <= deadline:
+            reject_waiting(s, p, i, REJECT_CLIENT_TIMEOUT)
+        elif policies.arrival_ordered(s):
+            break  # everyone after it was sent later
+        else:
+            p += 1
     kept = 0
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]
@@ -112,11 +123,16 @@ def abort_timed_out(s):
 @njit(inline=True)
 def schedule_running(s):
     """The running list, in order, while the budget lasts: each request's next tokens (the rest
-    of its prompt within the budget, or one decode token), its blocks grown for them, the last
-    running request preempted while they cannot be. Returns (the budget left, whether anyone
-    was preempted, the decode context sum). ``in_decode`` marks the requests that decode in
-    this step (``scheduler.complete_step`` hands each a token), so it is cleared for those
-    the budget does not reach."""
+    of its prompt within the budget, or one decode token), its blocks grown for them, the
+    policy's victim preempted while they cannot be (scheduler.py:926-980). Returns (the budget
+    left, whether anyone was preempted, the decode context sum). ``in_decode`` marks the
+    requests that decode in this step (``lifecycle.complete_step`` hands each a token), so it
+    is cleared for those the budget does not reach.
+
+    A victim scheduled earlier in this step gives its tokens back to the budget
+    (scheduler.py:944-966; only the priority policy's victim can be one); a request that
+    preempted itself computes nothing and the list goes on after it (scheduler.py:982-994:
+    under FCFS it was the last, so the pass ends)."""
     c = s.count
     budget = s.config[MAX_BATCHED_TOKENS]
     preempted = False
@@ -128,12 +144,17 @@ def schedule_running(s):
         n = min(todo, budget) if todo > 0 else 1
         while not kv_cache.can_grow(s, i, s.num_computed_tokens[i] + n):
             preempted = True
-            last = s.running[c[NUM_RUNNING] - 1]
-            preempt_latest(s)  # self.running.pop(): recompute (swap preemption is refused for vllm-v1)
-            if last == i:
+            v = policies.victim(s)
+            if v < k:  # scheduled already in this step
+                given_back, context = unschedule(s, s.running[v])
+                budget += given_back
+                context_sum -= context
+                k -= 1
+            # recompute (swap preemption is refused for vllm-v1)
+            if preempt(s, v) == i:
                 break
-        if s.status[i] != RUNNING:  # it preempted itself: nobody after it is left
-            break
+        if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
+            continue
         kv_cache.grow(s, i, s.num_computed_tokens[i] + n)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
             prefill(s, i, n)
@@ -154,6 +175,26 @@ def schedule_running(s):
     return budget, preempted, context_sum
 
 
+@njit
+def unschedule(s, i):
+    """Running request ``i``, scheduled earlier in this step, is about to be preempted: its
+    prefill chunk leaves the step (the chunks after it keep their order), or its decode token's
+    context leaves the sum. Returns (its tokens this step, its decode context)."""
+    c = s.count
+    for k in range(c[STEP_PREFILL_SEQS]):
+        if s.step_prefill_ids[k] != i:
+            continue
+        n = s.step_prefill_tokens[k]
+        for m in range(k, c[STEP_PREFILL_SEQS] - 1):
+            s.step_prefill_ids[m] = s.step_prefill_ids[m + 1]
+            s.step_prefill_tokens[m] = s.step_prefill_tokens[m + 1]
+            s.step_prefill_context[m] = s.step_prefill_context[m + 1]
+        c[STEP_PREFILL_SEQS] -= 1
+        c[STEP_PREFILL_TOKENS] -= n
+        return n, 0
+    return 1, s.num_computed_tokens[i]  # a decode: its context sum term (schedule_running)
+
+
 @njit(inline=True)
 def blocks_to_admit(s, i, num_tokens):
     """The available blocks admitting request ``i`` with ``num_tokens`` tokens (its whole
@@ -166,30 +207,48 @@ def blocks_to_admit(s, i, num_tokens):
 
 
 @njit(inline=True)
+def first_visible(s, in_flight):
+    """The waiting queue's first position this pass may admit from, -1 for none. Under async
+    scheduling with a step in flight, a request that arrived after the previous scheduling
+    decision is not in vLLM's queue yet (module docstring): FCFS's queue is in arrival order,
+    so if its head is not visible nobody is; under priority later arrivals may stand anywhere."""
+    c = s.count
+    if not (s.config[ASYNC_SCHEDULING] and in_flight):
+        return 0
+    for p in range(c[WAITING_LEN]):
+        if s.arrival_s[waiting_at(s, p)] <= s.clock[LAST_SCHEDULE_S]:
+            return p
+        if policies.arrival_ordered(s):
+            break
+    return -1
+
+
+@njit(inline=True)
 def admit_waiting(s, budget):
-    """Waiting requests, FCFS, while the budget lasts and fewer than ``max_num_seqs`` run:
-    the prefix cache's hits and the first chunk of the rest, if the whole sequence fits. Under
-    async scheduling with a step in flight (someone running: nobody was preempted, or this pass
-    would not run), only those that arrived by the previous scheduling decision (the queue is
-    in arrival order: the first later one ends the pass)."""
+    """Waiting requests, in the policy's order, while the budget lasts and fewer than
+    ``max_num_seqs`` run: the prefix cache's hits and the first chunk of the rest, if the whole
+    sequence fits; the first that does not ends the pass. Under async scheduling with a step in
+    flight (someone running: nobody was preempted, or this pass would not run), only those that
+    arrived by the previous scheduling decision (:func:`first_visible`)."""
     c = s.count
     in_flight = c[NUM_RUNNING] > 0
     while budget > 0 and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
-        i = waiting_head(s)
-        if s.config[ASYNC_SCHEDULING] and in_flight and s.arrival_s[i] > s.clock[LAST_SCHEDULE_S]:
+        p = first_visible(s, in_flight)
+        if p < 0:
             break
+        i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
-            reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            reject_waiting(s, p, i, REJECT_WIDTH_UNSHARED)
             continue
         if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
-            reject_head(s, i, REJECT_NEVER_FITS)
+            reject_waiting(s, p, i, REJECT_NEVER_FITS)
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
         if blocks_to_admit(s, i, target) + watermark > kv_cache.num_free_blocks(s):
             c[DEMAND_WAITING] = 1
             break
-        pop_waiting(s)
+        take_waiting(s, p)
         if s.config[PREFIX_CACHING]:
             # np.int64: jit.njit's note on constants
             cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))

@@ -38,7 +38,7 @@ REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the 
  MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
  PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, KERNEL_BLOCK, NUM_CONFIG) = range(39)
+ EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, KERNEL_BLOCK, SCHEDULING_POLICY, NUM_CONFIG) = range(40)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
 # config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
 # being the last entry of ``cost``
@@ -79,7 +79,7 @@ ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 # (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
 # requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
 # returned SCHEDULED and resumes with clock[STEP_S]; STEP_SWAP_OUT_EARLY: the rows of step_swap_out
-# made by an iteration's first scheduling pass when it had to take a second (scheduler.schedule):
+# made by an iteration's first scheduling pass when it had to take a second (scheduler_vllm.schedule):
 # they come before the second pass's swap-ins, which may take their blocks
 # count[SCHEDULE_ON_RESUME]: 1 when run() returned PROGRESS as a step ended, before the next
 # iteration was scheduled (sim/core/loop.py): the next call schedules it first
@@ -126,6 +126,9 @@ CONTINUOUS, STATIC, V1 = 0, 1, 2
 SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/scheduler_sglang.py)
 RADIX = 2  # config[MANAGER_KIND] of --system sglang: the radix cache's token pool (sim/core/radix_cache.py)
 FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
+# config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): the waiting queue's order and the victim of a
+# preemption (sim/core/policies.py): by arrival, the latest admitted preempted; or by (priority, arrival)
+POLICY_FCFS, POLICY_PRIORITY = 0, 1
 # columns of Core.radix_nodes (a tree node: a run of tokens [START, END) of every path through it,
 # named by the tokens of request OWNER; free nodes have PARENT -2) and of Core.radix_request
 (NODE_PARENT, NODE_FIRST_CHILD, NODE_NEXT_SIBLING, NODE_PREV_SIBLING, NODE_START, NODE_END, NODE_OWNER,
@@ -147,6 +150,7 @@ class Core(NamedTuple):
     cost: np.ndarray  # the cost model's constants (sim.core.cost, cost_calibrated, cost_table); then the scale
     # requests (RequestTable columns, written in place)
     arrival_s: np.ndarray
+    priority: np.ndarray  # the trace's priority column (lower served first; 0 without one)
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     status: np.ndarray

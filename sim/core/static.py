@@ -13,7 +13,7 @@ padded shape this module writes.
 from __future__ import annotations
 
 
-from pagesim.sim.core import extent, kv_cache, scheduler
+from pagesim.sim.core import extent, kv_cache, lifecycle
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED,
@@ -29,23 +29,23 @@ def start_batch(s):
     c = s.count
     longest = 0
     while c[WAITING_LEN] and c[NUM_RUNNING] < s.config[STATIC_BATCH_LIMIT]:
-        i = scheduler.waiting_head(s)
+        i = lifecycle.waiting_head(s)
         if s.width[i] > 1:  # one sequence per request (sim.core.outcome says why)
-            scheduler.reject_head(s, i, REJECT_WIDTH_UNSHARED)
+            lifecycle.reject_head(s, i, REJECT_WIDTH_UNSHARED)
             continue
         prompt = s.prompt_tokens[i]
         fits = extent.can_allocate(s, i, prompt)
         if fits == kv_cache.NEVER_FITS:
-            scheduler.reject_head(s, i, REJECT_NEVER_FITS)
+            lifecycle.reject_head(s, i, REJECT_NEVER_FITS)
             continue
         if fits == kv_cache.ALLOCATE_LATER:
             c[DEMAND_WAITING] = 1
             break
-        scheduler.pop_waiting(s)
+        lifecycle.pop_waiting(s)
         extent.allocate(s, i, prompt, 0)
         kv_cache.compute_tokens(s, i, prompt)
         s.num_prompt_computed[i] = prompt
-        scheduler.start_running(s, i)
+        lifecycle.start_running(s, i)
         longest = max(longest, prompt)
     c[STEP_PREFILL_SEQS] = c[NUM_RUNNING]
     c[STEP_PREFILL_TOKENS] = c[NUM_RUNNING] * longest
@@ -67,7 +67,7 @@ def schedule(s):
     the decode context sum (every member's, after this step's token where it gets one)."""
     c = s.count
     c[DEMAND_WAITING] = 0
-    scheduler.begin_iteration(s)
+    lifecycle.begin_iteration(s)
     if c[NUM_RUNNING] == 0:
         start_batch(s)
         return 0
@@ -106,7 +106,7 @@ def complete_step(s, now):
                 last_token_s[i] = now
                 if num_generated[i] < output_tokens[i]:
                     still_live += 1
-        s.itl_hist[scheduler.itl_bin(s.itl_edges, latency)] += live
+        s.itl_hist[lifecycle.itl_bin(s.itl_edges, latency)] += live
         s.clock[ITL_SUM] += latency * live
         c[ITL_COUNT] += live
         c[STATIC_CONTEXT_SUM] += live

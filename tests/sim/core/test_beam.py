@@ -21,7 +21,7 @@ try:
 except ImportError:  # the interpreted core
     numba = None
 
-from pagesim.sim.core import beam, jit, kv_cache, scheduler, state
+from pagesim.sim.core import beam, jit, kv_cache, lifecycle, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.rng import below
 from pagesim.sim.run import initial_state
@@ -30,8 +30,8 @@ from tests.sim.helpers import cfg_for
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-schedule = interpreted(scheduler.schedule)
-complete_step = interpreted(scheduler.complete_step)
+schedule = interpreted(scheduler_vllm.schedule)
+complete_step = interpreted(lifecycle.complete_step)
 
 A, C, B = 0, 1, 2
 
@@ -143,8 +143,8 @@ def test_only_forked_beams_churn_and_only_after_a_decode_step(core):
     """Through the scheduler: A and C prefill (no draw: nothing decoded), both fork; then a
     decode step of A's 3 beams and C's 2 samples: A alone draws (C's samples do not churn)."""
     s, twin = with_seed(core, 2)
-    scheduler.add_arrival(s, A)
-    scheduler.add_arrival(s, C)
+    lifecycle.add_arrival(s, A)
+    lifecycle.add_arrival(s, C)
     schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 2
     complete_step(s, 1.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, kv_cache, placement, scheduler, state
+from pagesim.sim.core import extent, kv_cache, lifecycle, placement, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
@@ -180,8 +180,8 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         s = core_state(system, [(0, 3, 2), (0, 4, 2), (0, 2, 2)], slots=slots, max_seq_len=16)
         s.width[1] = 2
         for i in range(3):
-            scheduler.add_arrival(s, i)
-        scheduler.admit_waiting(s, 1 << 20)
+            lifecycle.add_arrival(s, i)
+        scheduler_vllm.admit_waiting(s, 1 << 20)
         assert s.status[:3].tolist() == [state.RUNNING, state.REJECTED, state.RUNNING], system
         assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
         assert s.config[state.FORKS_SHARE_BLOCKS] == 0
@@ -451,7 +451,7 @@ def test_a_move_frees_its_old_place_for_a_blocked_head():
     A at 3 tokens overflows: R' = max(3 + 1, 2 + 2 x (3 - 2)) = 4; B follows it, so it cannot
     grow in place and moves to [12, 16). Its old place joins the filler's hole, [0, 6), and
     the head fits: the move counts as a free (FREE_EPOCH), so the scheduler retries a head
-    blocked on memory (scheduler.head_still_blocked)."""
+    blocked on memory (scheduler_vllm.head_still_blocked)."""
     s = predicted_state([(0, 2, 1), (0, 2, 5), (0, 5, 1), (0, 5, 1)], [0.0, -1.5, 0.0, 0.0], slots=16,
                         placement="first-fit")
     assert admit(s, 0) == OK and extent_of(s, 0) == (0, 3, 3)

@@ -422,13 +422,13 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
 
 LIVE_LOCK = """
 import pytest
-from pagesim.sim.core import jit, scheduler
+from pagesim.sim.core import jit, lifecycle
 assert not jit.COMPILED
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, trace
 # the bound lowered to 3 iterations: a prompt in 1-token chunks then goes 4 without a token
-scheduler.steps_without_token_limit = lambda max_seq_len: 3
+lifecycle.steps_without_token_limit = lambda max_seq_len: 3
 cfg = cfg_for(chunked_prefill=True, chunk_budget=1)
 with pytest.raises(InvariantError, match=r"no request produced a token in 4 iterations in a row "
                                          r"\\(0 waiting, 0 swapped, 1 running, 0 preemptions"):

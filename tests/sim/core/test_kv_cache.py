@@ -42,7 +42,7 @@ def admitted(s, i, computed=None):
 
 
 def decoded(s, i):
-    """One decode token of request ``i`` (as scheduler.decode: room, then the token)."""
+    """One decode token of request ``i`` (as scheduler_vllm.decode: room, then the token)."""
     kv_cache.take_decode_slot(s, i)
     s.num_computed_tokens[i] += 1
     s.count[state.COMPUTED_SLOTS] += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import kv_cache, prefix_cache, scheduler, state
+from pagesim.sim.core import kv_cache, prefix_cache, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
@@ -24,7 +24,7 @@ from tests.sim.helpers import cfg_for
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-resume_swapped = interpreted(scheduler.resume_swapped)
+resume_swapped = interpreted(scheduler_vllm.resume_swapped)
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3

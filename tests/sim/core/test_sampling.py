@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import kv_cache, loop, scheduler, state
+from pagesim.sim.core import kv_cache, lifecycle, loop, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
@@ -15,8 +15,8 @@ from tests.sim.helpers import cfg_for
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-schedule = interpreted(scheduler.schedule)
-complete_step = interpreted(scheduler.complete_step)
+schedule = interpreted(scheduler_vllm.schedule)
+complete_step = interpreted(lifecycle.complete_step)
 
 A = 0
 
@@ -102,9 +102,9 @@ def test_a_group_counts_all_its_sequences_against_max_num_seqs(core):
     """max_num_seqs = 3: B (n = 4) is rejected at arrival; A (n = 3) is admitted when no
     sequence runs, and blocks admission while running."""
     s = core
-    scheduler.add_arrival(s, 1)
+    lifecycle.add_arrival(s, 1)
     assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_TOO_WIDE
-    scheduler.add_arrival(s, A)
+    lifecycle.add_arrival(s, A)
     schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 1 and s.count[state.NUM_RUNNING_SEQS] == 1
     complete_step(s, 1.0)  # prefill done: forked
@@ -116,10 +116,10 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
     """C (one sequence) runs: A's 3 sequences would make 4 > max_num_seqs = 3, so A waits,
     blocked by max_num_seqs, and the step decodes C."""
     s = core
-    scheduler.add_arrival(s, 2)
+    lifecycle.add_arrival(s, 2)
     schedule(s)
     complete_step(s, 1.0)
-    scheduler.add_arrival(s, A)
+    lifecycle.add_arrival(s, A)
     schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 0 and s.count[state.STEP_DECODE_SEQS] == 1
     assert s.status[A] == state.WAITING and s.count[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
@@ -132,7 +132,7 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     then preempted for recompute: it restarts as one sequence, every block free."""
     s = core
     c = s.count
-    scheduler.add_arrival(s, A)
+    lifecycle.add_arrival(s, A)
     schedule(s)
     complete_step(s, 1.0)
     assert schedule(s) == 24
@@ -140,7 +140,7 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     complete_step(s, 2.0)
     assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3
     assert s.num_generated[A] == 2
-    scheduler.preempt_latest(s)
+    interpreted(lifecycle.preempt)(s, c[state.NUM_RUNNING] - 1)
     assert s.status[A] == state.WAITING and s.num_seqs[A] == 1 and s.prompt_target[A] == 8
     assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
     assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3

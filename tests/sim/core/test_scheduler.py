@@ -1,11 +1,11 @@
-"""The core's scheduler rules worked by hand (sim/core/scheduler.py), calling its functions
+"""The core's scheduler rules worked by hand (sim/core/scheduler_vllm.py), calling its functions
 directly on the core's state before a run (sim.run.initial_state)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-from pagesim.sim.core import scheduler, state
+from pagesim.sim.core import lifecycle, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
@@ -13,8 +13,8 @@ from tests.sim.helpers import cfg_for
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-schedule = interpreted(scheduler.schedule)
-complete_step = interpreted(scheduler.complete_step)
+schedule = interpreted(scheduler_vllm.schedule)
+complete_step = interpreted(lifecycle.complete_step)
 
 
 def core_for(n, **kw):
@@ -30,17 +30,17 @@ def test_waiting_served_ratio_holds_admission_until_the_queue_grows(chunked):
     (prefill-first, or chunked with a budget that holds them)."""
     s = core_for(4, waiting_served_ratio=1.0, chunked_prefill=chunked, chunk_budget=128)
     c = s.count
-    scheduler.add_arrival(s, 0)
-    scheduler.add_arrival(s, 1)
+    lifecycle.add_arrival(s, 0)
+    lifecycle.add_arrival(s, 1)
     schedule(s)
     assert c[state.STEP_PREFILL_SEQS] == 2 and c[state.NUM_RUNNING] == 2
     complete_step(s, 1.0)
-    scheduler.add_arrival(s, 2)
+    lifecycle.add_arrival(s, 2)
     schedule(s)
     assert c[state.STEP_PREFILL_SEQS] == 0 and c[state.STEP_DECODE_SEQS] == 2
     assert c[state.WAITING_LEN] == 1 and s.status[2] == state.WAITING
     complete_step(s, 2.0)
-    scheduler.add_arrival(s, 3)
+    lifecycle.add_arrival(s, 3)
     schedule(s)
     assert c[state.STEP_PREFILL_SEQS] == 2 and c[state.NUM_RUNNING] == 4 and c[state.WAITING_LEN] == 0
 
@@ -48,10 +48,10 @@ def test_waiting_served_ratio_holds_admission_until_the_queue_grows(chunked):
 def test_without_a_ratio_a_waiting_request_is_admitted_at_once():
     s = core_for(3)
     c = s.count
-    scheduler.add_arrival(s, 0)
-    scheduler.add_arrival(s, 1)
+    lifecycle.add_arrival(s, 0)
+    lifecycle.add_arrival(s, 1)
     schedule(s)
     complete_step(s, 1.0)
-    scheduler.add_arrival(s, 2)
+    lifecycle.add_arrival(s, 2)
     schedule(s)
     assert c[state.STEP_PREFILL_SEQS] == 1 and c[state.NUM_RUNNING] == 3

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pagesim.sim.core import extent, scheduler, state, static
+from pagesim.sim.core import extent, lifecycle, state, static
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
 
@@ -18,7 +18,7 @@ def core_state(rows, slots=56, max_seq_len=16, width=None, **kw):
     cfg = cfg_for("static", slots=slots, max_seq_len=max_seq_len, **kw)
     s = initial_state(cfg, trace(rows, **({} if width is None else {"n": width})))
     for i in range(len(rows)):
-        scheduler.add_arrival(s, i)
+        lifecycle.add_arrival(s, i)
     return s
 
 

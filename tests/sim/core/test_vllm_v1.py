@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig, v1_batch_defaults
-from pagesim.sim.core import kv_cache, scheduler, scheduler_v1, state
+from pagesim.sim.core import kv_cache, lifecycle, scheduler_v1, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
@@ -22,7 +22,7 @@ from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-complete_step = interpreted(scheduler.complete_step)
+complete_step = interpreted(lifecycle.complete_step)
 admit_waiting_v1 = interpreted(scheduler_v1.admit_waiting)
 schedule_running_v1 = interpreted(scheduler_v1.schedule_running)
 
@@ -127,14 +127,14 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     s = initial_state(v1(16, max_num_batched_tokens=8), trace((0, 11, 4), (0, 12, 1)))
     A, Z = 0, 1
     for i in (A, Z):
-        scheduler.add_arrival(s, i)
+        lifecycle.add_arrival(s, i)
     admit_waiting_v1(s, 11)
     s.step_prefill_ids[0], s.count[state.STEP_PREFILL_SEQS] = A, 1
     complete_step(s, 1.0)  # A's prompt is done: its first token
-    scheduler.pop_waiting(s)  # Z, as though admitted before A took its 3 blocks
+    lifecycle.pop_waiting(s)  # Z, as though admitted before A took its 3 blocks
     kv_cache.allocate(s, Z, 0, 0)
     kv_cache.grow(s, Z, 4)
-    scheduler.start_running(s, Z)
+    lifecycle.start_running(s, Z)
     kv_cache.compute_tokens(s, Z, 4)
     s.num_prompt_computed[Z] = 4
     assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1

@@ -1,0 +1,313 @@
+"""A request's life in the engine: the verbs every scheduler shares (vLLM v0 and v1, Orca, SGLang,
+static batching), apart from any one system's policy.
+
+* the waiting queue, a ring over request ids: its head, where a request joins it (the policy's
+  :func:`sim.core.policies.waiting_position`), taking a request out of it;
+* an arrival, an admission (``start_running``), a prefill chunk, a rejection;
+* preemption's mechanics (:func:`preempt`): the victim leaves the running list and is swapped
+  out or freed for recompute. *Which* request is the victim is each policy's choice
+  (``policies.victim``), not this file's;
+* the end of a step (:func:`complete_step`): the tokens it produced, inter-token latencies,
+  finished requests and their memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pagesim.sim.core import beam, kv_cache, memory, policies
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import (BEAM_SEARCH, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
+                                    FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
+                                    NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
+                                    NUM_SWAP_FALLBACKS, PAGED, REJECT_TOO_WIDE, REJECTED, RUNNING,
+                                    STEP_COPIED_BLOCKS, STEP_DECODE_SEQS, STEP_NUM_FINISHED, STEP_PREFILL_SEQS,
+                                    STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT,
+                                    STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
+                                    SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
+                                    SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+
+
+# Every run ends: a correct schedule produces a token (a first one or a decode) at least once
+# every ceil(max_seq_len / chunk_budget) iterations (the longest chunked prefill; every other
+# iteration decodes or completes a prompt), so this many iterations in a row without one are
+# a live lock (a request preempted before it ever decodes, again and again) and end the run
+# with an error naming it.
+@njit(inline=True)
+def steps_without_token_limit(max_seq_len: int) -> int:
+    return max_seq_len + 1000
+
+
+# -- the queues: rings over request ids ---------------------------------------------------
+@njit(inline=True)
+def waiting_head(s):
+    return s.waiting[s.count[WAITING_HEAD]]
+
+
+@njit(inline=True)
+def waiting_at(s, p):
+    """The request at position ``p`` of the waiting queue (0: its head)."""
+    return s.waiting[(s.count[WAITING_HEAD] + p) % len(s.waiting)]
+
+
+@njit(inline=True)
+def push_waiting(s, i, returning):
+    """Request ``i`` joins the waiting queue where the policy puts it (``returning``: it was
+    preempted); the requests from there on move one place back."""
+    c, n = s.count, len(s.waiting)
+    p = policies.waiting_position(s, i, returning)
+    if p == 0:  # the front: the head moves back instead
+        c[WAITING_HEAD] = (c[WAITING_HEAD] + n - 1) % n
+    else:
+        for k in range(c[WAITING_LEN], p, -1):
+            s.waiting[(c[WAITING_HEAD] + k) % n] = s.waiting[(c[WAITING_HEAD] + k - 1) % n]
+    s.waiting[(c[WAITING_HEAD] + p) % n] = i
+    c[WAITING_LEN] += 1
+
+
+@njit(inline=True)
+def pop_waiting(s):
+    s.count[WAITING_HEAD] = (s.count[WAITING_HEAD] + 1) % len(s.waiting)
+    s.count[WAITING_LEN] -= 1
+
+
+@njit
+def take_waiting(s, p):
+    """Request ``waiting_at(s, p)`` leaves the waiting queue; those after it move up."""
+    c, n = s.count, len(s.waiting)
+    if p == 0:
+        pop_waiting(s)
+        return
+    for k in range(p, c[WAITING_LEN] - 1):
+        s.waiting[(c[WAITING_HEAD] + k) % n] = s.waiting[(c[WAITING_HEAD] + k + 1) % n]
+    c[WAITING_LEN] -= 1
+
+
+@njit(inline=True)
+def add_arrival(s, i):
+    if s.width[i] > s.config[MAX_NUM_SEQS]:  # its sequences run together: it could never be admitted
+        s.status[i] = REJECTED
+        s.reject_code[i] = REJECT_TOO_WIDE
+        s.count[NUM_REJECTED] += 1
+        return
+    s.status[i] = WAITING
+    push_waiting(s, i, np.bool_(False))
+
+
+@njit(inline=True)
+def prefill(s, i, n):
+    """``n`` more prompt tokens of request ``i`` this iteration."""
+    kv_cache.compute_tokens(s, i, n)
+    s.num_prompt_computed[i] += n
+    k = s.count[STEP_PREFILL_SEQS]
+    s.step_prefill_ids[k] = i
+    s.step_prefill_tokens[k] = n
+    s.step_prefill_context[k] = s.num_prompt_computed[i]  # its context after the chunk (loop.step_time)
+    s.count[STEP_PREFILL_SEQS] = k + 1
+    s.count[STEP_PREFILL_TOKENS] += n
+
+
+@njit(inline=True)
+def reject_head(s, i, reason):
+    reject_waiting(s, 0, i, reason)
+
+
+@njit(inline=True)
+def reject_waiting(s, p, i, reason):
+    """Request ``i``, at position ``p`` of the waiting queue, is refused for ``reason``."""
+    take_waiting(s, p)
+    s.status[i] = REJECTED
+    s.reject_code[i] = reason
+    s.count[NUM_REJECTED] += 1
+
+
+@njit(inline=True)
+def start_running(s, i):
+    s.status[i] = RUNNING
+    s.running[s.count[NUM_RUNNING]] = i
+    s.count[NUM_RUNNING] += 1
+    s.count[NUM_RUNNING_SEQS] += s.num_seqs[i]
+
+
+# -- preemption: the mechanics (the victim is the policy's choice: policies.victim) ------------
+@njit
+def preempt(s, k):
+    """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
+    swapped out while swap space lasts and its prompt is done, else freed for recompute.
+    Returns its request id."""
+    c = s.count
+    i = s.running[k]
+    for m in range(k, c[NUM_RUNNING] - 1):  # none to move when it is the latest admitted
+        s.running[m] = s.running[m + 1]
+    c[NUM_RUNNING] -= 1
+    w = s.num_seqs[i]
+    c[NUM_RUNNING_SEQS] -= w
+    c[DECODE_SET_SIZE] -= s.in_decode[i] * w
+    s.in_decode[i] = 0
+    c[FREE_EPOCH] += 1
+    s.num_preemptions[i] += 1
+    c[NUM_PREEMPTIONS] += 1
+    c[DEMAND_WAITING] = 1
+    n = s.num_computed_tokens[i]  # per sequence
+    if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
+            and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
+        if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
+            # np.bool_: jit.njit's note on constants
+            kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
+        memory.free(s, i)  # its K/V go to the host; it comes back as it was
+        s.swapped_tokens[i] = n
+        c[SWAP_USED_TOKENS] += n * w
+        c[STEP_SWAP_OUT] += n * w
+        s.status[i] = SWAPPED
+        s.swapped[(c[SWAPPED_HEAD] + c[SWAPPED_LEN]) % len(s.swapped)] = i
+        c[SWAPPED_LEN] += 1
+        return i
+    if s.config[SWAP_PREEMPTION]:
+        c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
+    memory.free(s, i)
+    restart(s, i)
+    return i
+
+
+@njit
+def restart(s, i):
+    """Request ``i`` (holding no memory) waits to be recomputed, where the policy puts a
+    returning request (FCFS: the queue's front)."""
+    s.num_seqs[i] = 1  # a group restarts as one sequence and forks again after its prefill
+    if s.num_generated[i] > 0:  # the generated tokens become prompt
+        s.prompt_target[i] = s.prompt_tokens[i] + s.num_generated[i]
+    s.num_prompt_computed[i] = 0
+    s.status[i] = WAITING
+    push_waiting(s, i, np.bool_(True))  # np.bool_: jit.njit's note on constants
+
+
+@njit(inline=True)
+def begin_iteration(s):
+    """An iteration's counts from zero: what it prefills, decodes, swaps and copies (both
+    schedulers, this one and sim/core/static.py)."""
+    c = s.count
+    c[STEP_PREFILL_SEQS] = 0
+    c[STEP_PREFILL_TOKENS] = 0
+    c[STEP_DECODE_SEQS] = 0
+    c[STEP_SWAP_IN] = 0
+    c[STEP_SWAP_OUT] = 0
+    c[STEP_COPIED_BLOCKS] = 0
+    c[STEP_SWAP_OUT_BLOCKS] = 0
+    c[STEP_SWAP_IN_BLOCKS] = 0
+    c[STEP_SWAP_OUT_EARLY] = 0
+
+
+# -- after the iteration --------------------------------------------------------------------
+@njit(inline=True)
+def itl_bin(edges, v):
+    """np.searchsorted(edges, v) (side left): the number of edges below v; NaN past the end."""
+    lo, hi = 0, len(edges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if not edges[mid] >= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(inline=True)
+def add_itl(s, v, bin_index):
+    s.itl_hist[bin_index] += 1
+    s.clock[ITL_SUM] += v
+    s.count[ITL_COUNT] += 1
+
+
+@njit(inline=True)
+def complete_step(s, now):
+    """Hand out the tokens the iteration produced; finish and free whoever is done."""
+    c = s.count
+    num_done = 0
+    c[STEPS_WITHOUT_TOKEN] += 1  # back to 0 below with the first token handed out
+    if c[STEP_DECODE_SEQS]:
+        c[STEPS_WITHOUT_TOKEN] = 0
+        # most members got their last token at the same time (the last decode step): one
+        # latency and one bin lookup for each run of them
+        # (sums kept in locals and stored once: a store per member costs)
+        previous = math.nan
+        latency = 0.0
+        bin_index = 0
+        itl_sum = s.clock[ITL_SUM]
+        running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
+        for k in range(c[NUM_RUNNING]):
+            i = running[k]
+            if not in_decode[i]:
+                continue
+            if last_token_s[i] != previous:
+                previous = last_token_s[i]
+                latency = now - previous
+                bin_index = itl_bin(s.itl_edges, latency)
+            w = s.num_seqs[i]  # one inter-token latency per sequence
+            s.itl_hist[bin_index] += w
+            itl_sum += latency * w
+            last_token_s[i] = now
+            num_generated[i] += 1
+            if num_generated[i] >= s.output_tokens[i]:
+                s.step_finished[num_done] = i
+                num_done += 1
+        s.clock[ITL_SUM] = itl_sum
+        c[ITL_COUNT] += c[STEP_DECODE_SEQS]
+    for k in range(c[STEP_PREFILL_SEQS]):
+        i = s.step_prefill_ids[k]
+        if s.num_prompt_computed[i] < s.prompt_target[i]:
+            continue  # a chunk, not the prompt's last
+        c[STEPS_WITHOUT_TOKEN] = 0
+        s.num_generated[i] += 1
+        if math.isnan(s.first_token_s[i]):
+            s.first_token_s[i] = now
+        else:  # a recompute: the gap since its last token
+            add_itl(s, now - s.last_token_s[i], itl_bin(s.itl_edges, now - s.last_token_s[i]))
+        s.last_token_s[i] = now
+        if s.num_generated[i] >= s.output_tokens[i]:
+            s.step_finished[num_done] = i
+            num_done += 1
+        else:
+            if s.width[i] > 1 and s.num_seqs[i] == 1:  # parallel sampling: prefilled once, then forked
+                kv_cache.fork(s, i)
+            s.in_decode[i] = 1
+            c[DECODE_SET_SIZE] += s.num_seqs[i]
+            memory.joined_decode(s, i)
+    c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
+    if num_done:
+        finish(s, now, num_done)
+    if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn
+        beam.churn(s)
+
+
+@njit(inline=True)
+def release(s, i):
+    """Running request ``i`` is done with (finished, or aborted: scheduler_v1.abort_timed_out):
+    its memory goes, its sequences leave the counts. The caller sets its status and drops it
+    from the running list."""
+    c = s.count
+    c[FREE_EPOCH] += 1
+    memory.free(s, i)
+    c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+    c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
+    s.in_decode[i] = 0
+
+
+@njit(inline=True)
+def finish(s, now, num_done):
+    """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
+    c = s.count
+    for k in range(num_done):
+        i = s.step_finished[k]
+        release(s, i)
+        s.status[i] = FINISHED
+        s.finish_s[i] = now
+    kept = 0  # drop them from the running list, keeping admission order
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.status[i] != FINISHED:
+            s.running[kept] = i
+            kept += 1
+    c[NUM_RUNNING] = kept
+    c[NUM_FINISHED] += num_done

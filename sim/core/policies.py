@@ -1,0 +1,31 @@
+"""The scheduling policies, one file each, dispatched on ``config[SCHEDULING_POLICY]``: where a
+request joins the waiting queue and which running request a preemption takes. A new policy is
+a file with these two functions and a line in each below (and its name in
+``sim.systems.SCHEDULING_POLICIES``)."""
+
+from __future__ import annotations
+
+from pagesim.sim.core import policy_fcfs, policy_priority
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
+
+
+@njit(inline=True)
+def waiting_position(s, i, returning):
+    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+        return policy_priority.waiting_position(s, i, returning)
+    return policy_fcfs.waiting_position(s, i, returning)
+
+
+@njit(inline=True)
+def victim(s):
+    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+        return policy_priority.victim(s)
+    return policy_fcfs.victim(s)
+
+
+@njit(inline=True)
+def arrival_ordered(s):
+    """Whether the waiting queue is in arrival order (a preempted request arrived before
+    everyone still waiting): FCFS's is, priority's is not."""
+    return s.config[SCHEDULING_POLICY] != POLICY_PRIORITY

@@ -1,0 +1,47 @@
+"""Priority scheduling (vLLM's ``--scheduling-policy priority``), as vLLM 0.33.0 has it: requests
+wait ordered by (priority, arrival time), a lower priority value first (``Request.__lt__``,
+``vllm/v1/request.py:357-367``, ties then by request id: here by trace row, the order of ids
+``r000001``..), a preempted request rejoining by the same key (``PriorityRequestQueue``,
+``vllm/v1/core/sched/request_queue.py:131-172``: "no concept of prepending"); the victim of a
+preemption is the running request with the largest (priority, arrival time), the first of
+equals in the running list (``max(self.running, key=lambda r: (r.priority, r.arrival_time))``,
+``vllm/v1/core/sched/scheduler.py:932-936``). What the scheduler does around a victim (one
+scheduled earlier in the step gives its tokens back; one that preempts itself lets the requests
+after it try) is ``scheduler_v1.py``'s."""
+
+from __future__ import annotations
+
+from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import NUM_RUNNING, WAITING_HEAD, WAITING_LEN
+
+
+@njit(inline=True)
+def served_before(s, a, b):
+    """Whether request ``a`` comes before request ``b`` in the waiting queue."""
+    if s.priority[a] != s.priority[b]:
+        return s.priority[a] < s.priority[b]
+    if s.arrival_s[a] != s.arrival_s[b]:
+        return s.arrival_s[a] < s.arrival_s[b]
+    return a < b
+
+
+@njit(inline=True)
+def waiting_position(s, i, returning):
+    """After every waiting request served before ``i`` (``returning`` changes nothing): found
+    from the back, where a new arrival of the usual priority belongs."""
+    c, n = s.count, len(s.waiting)
+    p = c[WAITING_LEN]
+    while p > 0 and served_before(s, i, s.waiting[(c[WAITING_HEAD] + p - 1) % n]):
+        p -= 1
+    return p
+
+
+@njit(inline=True)
+def victim(s):
+    """The running list's position of the request to preempt: the largest (priority, arrival)."""
+    worst = 0
+    for k in range(1, s.count[NUM_RUNNING]):
+        i, j = s.running[k], s.running[worst]
+        if s.priority[i] > s.priority[j] or (s.priority[i] == s.priority[j] and s.arrival_s[i] > s.arrival_s[j]):
+            worst = k
+    return worst

@@ -1,0 +1,94 @@
+"""pagesim's ``--system vllm-v1`` over a peer workload, one ``Step`` record per iteration.
+
+An executor outside the core (``sim/executor.py``) reads each iteration as the core scheduled it,
+before it completes, and says it lasts ``STEP_S``: the prefill chunks (``step_prefill_ids``,
+``step_prefill_tokens``), the running requests that decode one token (``in_decode``), who was
+preempted while scheduling it (``num_preemptions`` went up) and the free blocks. A request's
+finish is seen at the next step (or the run's end): it is set when the step completes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pandas as pd
+
+from tests.peers.workloads import STEP_S, Step, Workload
+
+os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: no compile, and none beside another's
+
+from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
+from pagesim.sim.core import kv_cache, state  # noqa: E402
+from pagesim.sim.core.jit import interpreted  # noqa: E402
+from pagesim.sim.run import run_simulation  # noqa: E402
+
+OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
+
+
+def config(workload: Workload) -> SimConfig:
+    settings = dict(model="opt-13b", gpu="a100-40gb", block_size=workload.block_size,
+                    kv_gib=workload.num_blocks * workload.block_size * OPT13B_SLOT / 2**30,
+                    max_seq_len=workload.max_model_len, max_num_seqs=workload.max_num_seqs,
+                    max_num_batched_tokens=workload.max_num_batched_tokens, prefix_caching=workload.prefix_caching,
+                    watermark=0.0, async_scheduling=False, cost_model="roofline")
+    return SimConfig.for_system("vllm-v1", scheduling_policy=workload.policy, **settings)
+
+
+def trace(workload: Workload) -> pd.DataFrame:
+    rows = workload.requests
+    df = pd.DataFrame({"request_id": [f"r{i:06d}" for i in range(len(rows))],
+                       "arrival_s": [r.arrival_s for r in rows], "prompt_tokens": [r.prompt for r in rows],
+                       "output_tokens": [r.output for r in rows]})
+    if workload.policy != "fcfs":
+        df["priority"] = [r.priority for r in rows]
+    if any(r.hashes for r in rows):
+        df["prefix_hashes"] = [tuple(r.hashes) for r in rows]
+        df.attrs["hash_block_tokens"] = workload.block_size
+    return df
+
+
+class Recorder:
+    """The executor: one ``Step`` per iteration."""
+
+    def __init__(self, workload: Workload):
+        self.workload = workload
+        self.steps: list[Step] = []
+        self.free_blocks = interpreted(kv_cache.num_free_blocks)
+
+    def start(self, core):
+        blocks = core.config[state.NUM_BLOCKS]
+        assert blocks == self.workload.num_blocks, f"pagesim's pool has {blocks} blocks, not {self.workload.num_blocks}"
+        self.preemptions = core.num_preemptions.copy()
+        self.finished = set()
+
+    def newly_finished(self, core):
+        done = set(np.flatnonzero(core.status == state.FINISHED).tolist())
+        new, self.finished = frozenset(done - self.finished), done
+        return new
+
+    def step(self, core):
+        if self.steps:  # what the previous step finished
+            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
+        c = core.count
+        scheduled = {int(core.step_prefill_ids[k]): int(core.step_prefill_tokens[k])
+                     for k in range(c[state.STEP_PREFILL_SEQS])}
+        for i in core.running[:c[state.NUM_RUNNING]]:
+            if core.in_decode[i]:
+                assert int(i) not in scheduled, f"request {i} both prefills and decodes"
+                scheduled[int(i)] = 1
+        preempted = frozenset(np.flatnonzero(core.num_preemptions > self.preemptions).tolist())
+        self.preemptions = core.num_preemptions.copy()
+        self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core))))
+        return STEP_S
+
+    def finish(self, core):
+        if self.steps:
+            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
+
+
+def run(workload: Workload) -> list[Step]:
+    recorder = Recorder(workload)
+    run_simulation(config(workload), trace(workload), executor=recorder)
+    return recorder.steps

@@ -1,0 +1,333 @@
+"""vLLM 0.33.0's own v1 ``Scheduler``, run on CPU step by step beside pagesim.
+
+Executed from vLLM's source (fetched by ``python -m tests.peers.fetch``): the scheduler
+(``v1/core/sched/scheduler.py``, ``request_queue.py``, ``output.py``, ``utils.py``), the KV cache
+manager, its coordinator, single-type managers and block pool (``v1/core/``), the request
+(``v1/request.py``), ``ModelRunnerOutput`` (``v1/outputs.py``) and the KV cache specs
+(``v1/kv_cache_interface.py``). Every other vLLM module they import is a stub (``STUBS``): the
+names it must provide, most of them placeholders that raise if the run ever calls them, so a
+stub can never decide anything silently. The engine's settings are ``Settings`` objects that
+raise on any setting not given here: each one the scheduler reads is written below with
+vLLM's default for it (config/scheduler.py, config/cache.py).
+
+Each step: the requests that have arrived by the step's start (pagesim's clock) are added,
+``schedule()`` runs, the step's record is taken, and a ``ModelRunnerOutput`` hands one token
+to every request whose scheduled tokens reach the end of its sequence (a prompt's last chunk,
+or a decode), as the GPU would; ``update_from_output`` then stops a request at its
+``max_tokens`` (sched/utils.py:114-117, ``check_stop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import logging
+import pickle
+import sys
+import types
+
+from tests.peers import fetch
+from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
+
+# vLLM's modules executed as they are
+REAL = (
+    "vllm.utils.math_utils",
+    "vllm.v1.kv_cache_layout", "vllm.v1.kv_cache_spec_registry", "vllm.v1.kv_cache_interface",
+    "vllm.v1.request", "vllm.v1.outputs",
+    "vllm.v1.core.kv_cache_metrics", "vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool",
+    "vllm.v1.core.single_type_kv_cache_manager", "vllm.v1.core.kv_cache_coordinator",
+    "vllm.v1.core.kv_cache_manager", "vllm.v1.core.encoder_cache_manager",
+    "vllm.v1.core.sched.output", "vllm.v1.core.sched.utils", "vllm.v1.core.sched.request_queue",
+    "vllm.v1.core.sched.interface", "vllm.v1.core.sched.scheduler",
+)
+
+
+class Placeholder(type):
+    """A stubbed name: a class that may be named (an annotation, an isinstance, a default
+    argument, an enum member read at import) but never called."""
+
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(f"the peer called the stub {cls.__module__}.{cls.__name__}")
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Placeholder(f"{cls.__name__}.{name}", (), {"__module__": cls.__module__})
+
+
+def placeholders(*names):
+    return {name: None for name in names}  # None: a Placeholder of that name
+
+
+class Anything:
+    """A record that takes any fields: the engine-core outputs and events the scheduler builds
+    for the front end (``vllm/v1/engine``: msgspec structs), which the peer never reads."""
+
+    def __init__(self, *args, **kwargs):
+        self.__dict__.update(kwargs)
+
+    @classmethod
+    def new_event(cls, *args, **kwargs):
+        return cls()
+
+
+class Sink(Anything):
+    """Statistics the scheduler keeps for the front end (``PrefillStats``): every call a no-op."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+class ConstantList:
+    """``vllm.v1.utils.ConstantList``: a read-only view of a list that grows under it."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def copy(self):
+        return list(self.items)
+
+
+class NoStructuredOutput:
+    """``StructuredOutputRequest.from_sampling_params``: no grammar for these requests."""
+
+    @staticmethod
+    def from_sampling_params(sampling_params):
+        return None
+
+
+def no_mm_features(*args, **kwargs):
+    return []  # multimodal features in a block's window: none (text-only requests)
+
+
+def prompt_length(prompt_token_ids, prompt_embeds):
+    return len(prompt_token_ids)
+
+
+# module -> {name: value, or None for a Placeholder}: what the real modules import
+STUBS = {
+    "vllm.logger": {"init_logger": lambda name: logging.getLogger(name)},
+    "vllm.envs": {},
+    # no current engine config: kv_cache_spec_registry.py:49-56 then registers vLLM's built-in specs
+    "vllm.config": {**placeholders("VllmConfig", "KVEventsConfig"), "get_current_vllm_config_or_none": lambda: None},
+    "vllm.config.ec_manager_config": placeholders("EncoderCacheManagerMetadata"),
+    "vllm.compilation.cuda_graph": placeholders("CUDAGraphStat"),
+    "vllm.distributed.aux_output_connector.connector": placeholders("AuxOutputSchedulerConnector"),
+    "vllm.distributed.ec_transfer.ec_connector.base": placeholders(
+        "ECConnectorBase", "ECConnectorMetadata", "ECConnectorRole"),
+    "vllm.distributed.ec_transfer.ec_connector.factory": placeholders("ECConnectorFactory"),
+    "vllm.distributed.ec_transfer.ec_connector.metrics": placeholders("ECConnectorStats"),
+    # no KV events are configured: the publisher is a no-op (EventPublisherFactory.create)
+    "vllm.distributed.kv_events": {**placeholders(
+        "AllBlocksCleared", "BlockRemoved", "BlockStored", "KVCacheEvent", "KVEventBatch"),
+        "MEDIUM_GPU": "GPU", "MEDIUM_CPU": "CPU",
+        "EventPublisherFactory": type("EventPublisherFactory", (), {"create": staticmethod(
+            lambda *args, **kwargs: types.SimpleNamespace(publish=lambda *a: None, shutdown=lambda: None))})},
+    "vllm.distributed.kv_transfer.kv_connector.factory": placeholders("KVConnectorFactory"),
+    "vllm.distributed.kv_transfer.kv_connector.v1": placeholders(
+        "KVConnectorBase_V1", "KVConnectorRole", "SupportsHMA"),
+    "vllm.distributed.kv_transfer.kv_connector.v1.base": placeholders("KVConnectorMetadata"),
+    "vllm.distributed.kv_transfer.kv_connector.v1.metrics": placeholders("KVConnectorStats"),
+    "vllm.multimodal": placeholders("MultiModalRegistry", "MULTIMODAL_REGISTRY"),
+    "vllm.multimodal.encoder_budget": placeholders("MultiModalBudget"),
+    "vllm.multimodal.inputs": placeholders("MultiModalKwargsItem", "MultiModalFeatureSpec"),
+    "vllm.multimodal.utils": {"get_mm_features_in_window": no_mm_features,
+                              "strip_covered_mm_data": no_mm_features},
+    "vllm.outputs": placeholders("RequestError"),
+    # CUDA platform detection, skipped: a platform may add its own KV cache specs
+    # (single_type_kv_cache_manager.py:2728-2730); none here
+    "vllm.platforms": {"current_platform": types.SimpleNamespace(register_custom_kv_cache_specs=lambda config: None)},
+    "vllm.utils": {"length_from_prompt_token_ids_or_embeds": prompt_length},
+    "vllm.utils.hashing": placeholders("xxhash", "xxhash_cbor"),  # the peer's own block_hash is used
+    "vllm.utils.torch_utils": {**placeholders("get_dtype_size"), "PIN_MEMORY": False},
+    "vllm.v1.attention.backends.registry": placeholders("MambaAttentionBackendEnum"),
+    "vllm.v1.engine": {"EngineCoreOutput": Anything, "EngineCoreOutputs": Anything, "EngineCoreEvent": Anything,
+                       **placeholders("EngineCoreEventType", "EngineCoreRequest", "FinishReason")},
+    "vllm.v1.hisparse.block_pool": placeholders("SharedEventQueueBlockPool"),
+    "vllm.v1.kv_hints": placeholders("KvHintsEnvelope"),
+    "vllm.v1.metrics.perf": placeholders("ModelMetrics", "PerfStats"),
+    # no KV connector: no async KV fetch stages to count (scheduler.py:500)
+    "vllm.v1.metrics.stats": {
+        "PrefillStats": Sink, "KV_FETCH_STAGES": (), "KV_FETCH_COMPLETED_WAITING": "done",
+        "KV_FETCH_IN_PROGRESS": "loading", "KV_FETCH_WAITING_TO_START": "queued",
+        **placeholders("KVCacheEvictionEvent", "PrefixCacheStats", "SchedulerStats", "RequestSpecDecodeMetrics")},
+    "vllm.v1.spec_decode.dynamic.utils": placeholders("build_dynamic_sd_schedule_lookup"),
+    "vllm.v1.spec_decode.metrics": placeholders("SpecDecodingStats"),
+    "vllm.v1.structured_output": placeholders("StructuredOutputManager"),
+    "vllm.v1.structured_output.request": {"StructuredOutputRequest": NoStructuredOutput},
+    "vllm.v1.structured_output.utils": placeholders("strip_speculative_padding"),
+    "vllm.v1.utils": {"record_function_or_nullcontext": lambda name: contextlib.nullcontext(),
+                      **placeholders("tensor_data"), "ConstantList": ConstantList},
+    "vllm.pooling_params": placeholders("PoolingParams"),
+    "vllm.sampling_params": placeholders("SamplingParams", "RepetitionDetectionParams"),
+}
+
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``vllm.*``: the packages above ``REAL`` and ``STUBS`` modules as bare packages (their
+    ``__init__`` pulls in the whole engine: not run), ``STUBS`` as stubs, ``REAL`` from source;
+    anything else is an error naming the module, for ``STUBS`` to list."""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] != "vllm" or name in REAL:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        name = spec.name
+        module = types.ModuleType(name)
+        module.__path__ = [str(fetch.source_folder().joinpath(*name.split(".")))]
+        if name in STUBS:
+            for attribute, value in STUBS[name].items():
+                setattr(module, attribute, Placeholder(attribute, (), {"__module__": name}) if value is None else value)
+        elif not any(known.startswith(name + ".") for known in (*REAL, *STUBS)):
+            raise ImportError(f"vLLM module {name} is neither run nor stubbed (tests/peers/vllm_v1.py STUBS)")
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def load() -> types.SimpleNamespace:
+    """vLLM 0.33.0's scheduler and what drives it, imported once from the cache folder."""
+    if "vllm.v1.core.sched.scheduler" not in sys.modules:
+        if not fetch.unpacked():
+            raise ImportError("vLLM 0.33.0 is not fetched: python -m tests.peers.fetch")
+        if any(name.split(".")[0] == "vllm" for name in sys.modules):
+            raise ImportError("another vllm is already imported")
+        sys.path.insert(0, str(fetch.source_folder()))
+        sys.meta_path.insert(0, Finder())
+    import torch
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    return types.SimpleNamespace(Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec,
+                                 KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
+                                 ModelRunnerOutput=ModelRunnerOutput, Request=Request,
+                                 init_none_hash=init_none_hash, get_request_block_hasher=get_request_block_hasher,
+                                 float16=torch.float16)
+
+
+class Settings:
+    """One of vLLM's config objects, holding only the settings given: reading any other raises,
+    so every setting the scheduler reads is one written in ``build`` (with vLLM's default)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"vLLM read the setting {name!r}, which the peer does not give (vllm_v1.build)")
+
+
+def block_hash(obj) -> bytes:
+    return hashlib.sha256(pickle.dumps(obj)).digest()
+
+
+def build(vllm, workload: Workload):
+    """A ``Scheduler`` over ``workload``'s pool: one full-attention group of ``num_blocks`` blocks
+    (plus vLLM's null block, which BlockPool keeps out of use: block_pool.py:191, ``null_block``)."""
+    spec = vllm.FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float16)
+    kv_cache_config = vllm.KVCacheConfig(num_blocks=workload.num_blocks + 1, kv_cache_tensors=[],
+                                         kv_cache_groups=[vllm.KVCacheGroupSpec(["layer"], spec)])
+    scheduler_config = Settings(  # config/scheduler.py:48-216's defaults, but the workload's limits and policy
+        max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
+        policy=workload.policy, max_num_active_seqs=None, max_num_scheduled_tokens=None,
+        long_prefill_token_threshold=0, long_prefill_token_threshold_adaptive=False,
+        enable_chunked_prefill=True, scheduler_reserve_full_isl=True, watermark=0.0,
+        prefill_schedule_interval=1, async_scheduling=False)
+    # the options sched/scheduler.py:98-497 reads to decide mamba, LoRA, spec decode, connectors: all off
+    cache_config = Settings(num_gpu_blocks=workload.num_blocks + 1, enable_prefix_caching=workload.prefix_caching,
+                            enable_mamba_shared_prefix_checkpoint=False, mamba_cache_mode="none")
+    model_config = Settings(max_model_len=workload.max_model_len, uses_mrope=False, is_encoder_decoder=False,
+                            runner_type="generate", is_diffusion=False, supports_multimodal_inputs=False,
+                            return_sampling_mask=False)
+    vllm_config = Settings(
+        scheduler_config=scheduler_config, cache_config=cache_config, model_config=model_config,
+        lora_config=None, kv_events_config=None, kv_transfer_config=None, ec_transfer_config=None,
+        speculative_config=None, is_mm_encoder_only=False, use_v2_model_runner=False,
+        parallel_config=Settings(data_parallel_index=0, data_parallel_size=1, pipeline_parallel_size=1,
+                                 decode_context_parallel_size=1, prefill_context_parallel_size=1),
+        observability_config=Settings(per_request_spec_decode_metrics="none", kv_cache_metrics=False),
+        ec_manager_config=Settings(get_encoder_cache_manager_obj=lambda: None),
+        aux_output_config=Settings(enabled=False),
+        num_speculative_tokens=0, num_lookahead_tokens=0, num_prefill_lookahead_tokens=0,
+        num_hash_lookahead_tokens=0, max_concurrent_batches=1,
+        max_in_flight_tokens=workload.max_num_batched_tokens)  # config/vllm.py:601-609, one batch in flight
+    vllm.init_none_hash(block_hash)
+    # no grammars: every token is accepted (scheduler.py:2432)
+    no_grammar = types.SimpleNamespace(accept_tokens=lambda request, token_ids: True)
+    return vllm.Scheduler(vllm_config, kv_cache_config, structured_output_manager=no_grammar,
+                          block_size=workload.block_size, log_stats=False)
+
+
+def make_request(vllm, workload: Workload, index: int, prefix_hashes_only: bool = False):
+    """``prefix_hashes_only``: vLLM's block hasher (the engine hands it to each request) names only
+    the blocks the trace's prefix hashes cover, pagesim's rule (sim/core/prefix_cache.py), to
+    check that nothing else differs."""
+    row = workload.requests[index]
+    sampling = Settings(max_tokens=row.output, ignore_eos=True, eos_token_id=None, stop_token_ids=[],
+                        min_tokens=0, repetition_detection=None, extra_args=None,
+                        skip_reading_prefix_cache=None, num_logprobs=None)
+    hasher = vllm.get_request_block_hasher(workload.block_size, block_hash) if workload.prefix_caching else None
+    if hasher is not None and prefix_hashes_only:
+        full = hasher
+        hasher = lambda request: full(request)[:max(0, len(row.hashes) - len(request.block_hashes))]  # noqa: E731
+    return vllm.Request(request_id=request_id(index), prompt_token_ids=workload.prompt_token_ids(index),
+                        sampling_params=sampling, pooling_params=None, arrival_time=row.arrival_s,
+                        priority=row.priority, block_hasher=hasher)
+
+
+def request_id(index: int) -> str:
+    return f"r{index:06d}"  # zero-padded: vLLM's tie-break on request_id (request.py:357-368) is trace order
+
+
+def run(workload: Workload, max_steps: int = 100_000, prefix_hashes_only: bool = False) -> list[Step]:
+    """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
+    as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
+    arrival."""
+    vllm = load()
+    scheduler = build(vllm, workload)
+    requests = {}
+    steps: list[Step] = []
+    pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))
+    now = 0.0
+    while (pending or scheduler.get_num_unfinished_requests()) and len(steps) < max_steps:
+        while pending and workload.requests[pending[0]].arrival_s <= now:
+            index = pending.pop(0)
+            requests[index] = make_request(vllm, workload, index, prefix_hashes_only)
+            scheduler.add_request(requests[index])
+        output = scheduler.schedule()
+        if not output.num_scheduled_tokens:
+            if not pending:
+                raise RuntimeError(f"vLLM scheduled nothing at {now} with nothing left to arrive")
+            now = workload.requests[pending[0]].arrival_s
+            continue
+        scheduled = {int(rid[1:]): n for rid, n in output.num_scheduled_tokens.items()}
+        preempted = frozenset(int(rid[1:]) for rid in output.preempted_req_ids)
+        free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        # The GPU samples a token for each request whose scheduled tokens reach its end (a
+        # prompt's last chunk, or a decode); a partial prefill chunk's sample is discarded
+        # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865).
+        ids = list(output.num_scheduled_tokens)
+        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] for rid in ids]
+        scheduler.update_from_output(output, vllm.ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled))
+        finished = frozenset(i for i in scheduled if requests[i].is_finished())
+        steps.append(Step(now, scheduled, preempted, free, finished))
+        now += STEP_S
+    return steps

@@ -1,0 +1,43 @@
+"""The registry (sim/systems.py) is where the systems are stated: the docs' table, the command
+line's choices, the configuration's presets and the core's scheduler kind all read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pagesim.sim import systems
+from pagesim.sim.cli import build_parser
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import state
+from pagesim.sim.run import initial_state
+
+from tests.sim.helpers import rand_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_docs_systems_table_is_the_registrys():
+    assert systems.markdown_table() in (ROOT / "docs/guide/simulate.md").read_text()
+
+
+def simulate_choices(dest: str) -> tuple:
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["simulate"]
+    return tuple(next(a for a in sub._actions if a.dest == dest).choices)
+
+
+def test_the_command_line_offers_the_registrys_names():
+    assert simulate_choices("system") == tuple(systems.SYSTEMS)
+    assert simulate_choices("scheduler") == tuple(systems.SCHEDULERS)
+    assert simulate_choices("manager") == systems.MANAGERS
+    assert simulate_choices("scheduling_policy") == tuple(systems.SCHEDULING_POLICIES)
+
+
+@pytest.mark.parametrize("name", list(systems.SYSTEMS))
+def test_each_system_runs_its_registered_scheduler_and_presets(name):
+    entry = systems.SYSTEMS[name]
+    cfg = SimConfig.for_system(name, model="opt-13b", max_seq_len=512)
+    for key, value in entry.settings().items():
+        assert getattr(cfg, key) == value
+    s = initial_state(cfg, rand_trace(0, n=4, max_len=64))
+    assert s.config[state.SCHEDULER_KIND] == systems.SCHEDULERS[entry.scheduler].core_kind
