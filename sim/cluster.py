@@ -217,7 +217,7 @@ class Cluster:
     def run(self) -> float:
         """Run to the end; returns the wall time of the loop (numba's load, or first compile, of
         the cluster's code comes before, with the log's notice when it compiles)."""
-        run = compiled(core_cluster.run)
+        run = compiled(core_cluster.run_for(self.states[0].config[state.SCHEDULER_KIND]))
         if COMPILED:
             args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
                     self.ck, self.arrival_s)

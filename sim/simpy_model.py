@@ -63,7 +63,7 @@ def run(s: state.Core) -> state.Core:
     def engine(env):
         while True:
             clock[state.NOW] = env.now
-            decode_context_sum = schedule(s)
+            decode_context_sum = schedule(s, s.config[state.SCHEDULER_KIND])
             if not (c[state.STEP_PREFILL_SEQS] or c[state.STEP_DECODE_SEQS] or c[state.STEP_SWAP_IN]
                     or c[state.STEP_SWAP_OUT]):
                 if c[state.ARRIVALS_DONE] and not (c[state.WAITING_LEN] or c[state.NUM_RUNNING] or c[state.SWAPPED_LEN]):

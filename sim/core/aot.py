@@ -1,16 +1,16 @@
 """The core's loop compiled ahead of time into an extension module, so that a run needs no numba.
 
-numba compiles the loop (``loop.run`` and all it calls) the first time; later processes load
-that machine code from numba's cache, but only after importing numba and setting up its
+numba compiles a scheduler family's loop (``loop.loop_for``: the family's ``run`` and all it
+calls) the first time it runs; later processes load that machine code from numba's cache, but only after importing numba and setting up its
 compiler (~0.5 s, a third of a whole ``pagesim simulate``). So once numba has compiled the
-loop, the same function is also written by numba's own ahead-of-time compiler
+loop, the same function is also written, one module per family, by numba's own ahead-of-time compiler
 (``numba.pycc``) into a Python extension module beside numba's cache; a later process imports
 it (milliseconds) and never imports numba unless it needs another compiled function (a
 cluster's loop). One source, compiled by the same compiler: the module's results are numba's,
 bit for bit (``tests/sim/core/test_aot.py``).
 
-The module is named by a hash of the core's sources (``jit.sources_digest``), this file and
-the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
+The module is named by its family and a hash of the core's sources (``jit.sources_digest``),
+this file, the family and the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
 is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
 ``$NUMBA_CACHE_DIR/pagesim_core``). Its machine code is for the generic x86-64 (pycc's
 default), not this CPU, so a cache shared between machines stays valid. Building it needs a C
@@ -46,32 +46,44 @@ def cache_dir() -> Path:
 _LOADED: dict = {}  # module name -> its run (None: absent)
 
 
-def run(s):
-    """The exported function: the loop, for the state's types."""
-    return loop.run(s)
+def exported(family: int):
+    """The module's function: a call of the family's loop as numba compiled it (the loop's own
+    flags: no reference counting; pycc compiling the loop's source itself would count
+    references at each of its calls, several times slower)."""
+
+    def run(s):
+        return loop.run_family(s, family)
+
+    return run
 
 
-def holds(fn) -> bool:
-    """Whether the module compiles ``fn`` (the core's loop, plain or numba's dispatcher)."""
-    return getattr(fn, "py_func", fn) is getattr(loop.run, "py_func", loop.run)
+def family_of(fn):
+    """The scheduler family whose loop ``fn`` is (plain or numba's dispatcher), or None: a
+    module holds one family's loop (``loop.loop_for``)."""
+    plain = getattr(fn, "py_func", fn)
+    for kind in loop.FAMILIES:
+        run = loop.run_for(kind)
+        if plain is getattr(run, "py_func", run):
+            return kind
+    return None
 
 
-def module_name(kinds: tuple) -> str:
-    """Named by what its machine code depends on: the core's sources, this file, the state's
-    array kinds, and numpy's version (the module is built against numpy's C interface)."""
-    key = f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{kinds!r}|{np.__version__}"
-    return "pagesim_core_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+def module_name(kinds: tuple, family: int) -> str:
+    """Named by what its machine code depends on: the core's sources, this file, the family,
+    the state's array kinds, and numpy's version (the module is built against numpy's C interface)."""
+    key = f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{family}|{kinds!r}|{np.__version__}"
+    return f"pagesim_core_{loop.FAMILIES[family]}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def module_path(name: str) -> Path:
     return cache_dir() / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
-def load(kinds: tuple):
-    """The module's loop for states of ``kinds`` if it has been built, else None."""
+def load(kinds: tuple, family: int):
+    """The module's loop of ``family`` for states of ``kinds`` if it has been built, else None."""
     if os.environ.get("PAGESIM_JIT") == "numba":
         return None
-    name = module_name(kinds)
+    name = module_name(kinds, family)
     if name not in _LOADED:
         path = module_path(name)
         entry = None
@@ -89,11 +101,12 @@ def load(kinds: tuple):
     return _LOADED[name]
 
 
-def build(s, kinds: tuple) -> None:
-    """Write the module for states of ``kinds`` (numba loaded, the loop compiled for ``s``'s
-    types: pycc links numba's machine code of it, ~10 s). One process builds it at a time; a
-    failure is said once and remembered beside it, so that it is not retried every run."""
-    name = module_name(kinds)
+def build(s, kinds: tuple, family: int) -> None:
+    """Write the module of ``family``'s loop for states of ``kinds`` (numba loaded, the loop
+    compiled for ``s``'s types: pycc links numba's machine code of it, ~10 s). One process
+    builds it at a time; a failure is said once and remembered beside it, so that it is not
+    retried every run."""
+    name = module_name(kinds, family)
     path = module_path(name)
     failed = cache_dir() / (name + ".failed")  # delete it to try again
     if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists():
@@ -101,7 +114,7 @@ def build(s, kinds: tuple) -> None:
     try:
         with _build_lock(name) as mine:
             if mine and not path.exists():
-                _compile(s, name, path)
+                _compile(s, name, path, family)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
         why = f"{type(e).__name__}: {e}"
         try:  # said once per machine (where the failure can be remembered), else quietly
@@ -128,7 +141,7 @@ def _build_lock(name: str):
         yield True
 
 
-def _compile(s, name: str, path: Path) -> None:
+def _compile(s, name: str, path: Path, family: int) -> None:
     import warnings
 
     t0 = time.perf_counter()
@@ -140,12 +153,12 @@ def _compile(s, name: str, path: Path) -> None:
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             cc = CC(name)
             cc.output_dir = tmp
-            cc.export("run", numba.int64(numba.typeof(s)))(run)
+            cc.export("run", numba.int64(numba.typeof(s)))(exported(family))
             cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
-    for stale in path.parent.glob("pagesim_core_*"):
-        if not stale.name.startswith(name):  # one module at a time: every configuration has the same kinds
+    for stale in path.parent.glob(f"pagesim_core_{loop.FAMILIES[family]}_*"):
+        if not stale.name.startswith(name):  # one module a family: every configuration has the same kinds
             stale.unlink(missing_ok=True)
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",
              time.perf_counter() - t0)

@@ -41,7 +41,7 @@ its running list to its ``max_num_seqs`` (``sim/cluster.py`` builds them). The r
 count and clock arrays are rows of three 2-D arrays, so the router and the horizon test read
 every replica's counters without fetching its state from the list.
 
-:func:`run` returns to Python when a replica needs it (its step table is full, ``--check``,
+The loop (one per scheduler family, :func:`cluster_loop_for`) returns to Python when a replica needs it (its step table is full, ``--check``,
 an error: ``STOPPED_REPLICA`` names it) or a ring must grow, and resumes where it stopped.
 """
 
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from pagesim.sim.core import lifecycle, loop, prefix_cache
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import (ARRIVALS_DONE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING, ENGINE_TIME,
                                     HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW, NUM_BLOCKS,
                                     NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED, PLACED_SLOTS,
@@ -196,36 +197,54 @@ def due(counts, clocks, r, horizon_s, horizon_id):
     return at < horizon_s or (at == horizon_s and counts[r, ENGINE_EVENT_ID] < horizon_id)
 
 
-@njit(refcounted=True)
-def run(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
-    """Run the cluster until its end (``loop.DONE``) or until Python is needed (a replica's
-    code, ``C_STOPPED_REPLICA`` naming it, or ``RINGS_FULL``)."""
-    if not cc[C_STARTED]:
-        cc[C_STARTED] = 1
-        cc[C_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
-        cc[C_HANDING_OVER] = 1
-    while True:
-        if cc[C_HANDING_OVER]:
-            code = hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s)
-            if code != loop.DONE:
-                return code
-        horizon_s, horizon_id = ck[K_ARRIVAL_TIME], cc[C_ARRIVAL_EVENT_ID]
-        if not cc[C_ARRIVAL_PENDING]:
-            horizon_s, horizon_id = float(NO_HORIZON), NO_HORIZON
-        for r in range(len(routed)):
-            while due(counts, clocks, r, horizon_s, horizon_id):
-                s = replicas[r]
-                s.clock[HORIZON_S] = horizon_s
-                s.count[HORIZON_EVENT_ID] = horizon_id
-                s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
-                code = loop.run(s)
-                cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
-                if code == loop.HORIZON or code == loop.DONE:
-                    break
-                cc[C_STOPPED_REPLICA] = r
-                return code
-        if not cc[C_ARRIVAL_PENDING]:
-            return loop.DONE  # every replica ran to its end
-        cc[C_ARRIVAL_PENDING] = 0  # the arrival fires
-        ck[K_NOW] = ck[K_ARRIVAL_TIME]
-        cc[C_HANDING_OVER] = 1
+def cluster_loop_for(family):
+    """The cluster's loop over replicas of one scheduler family (``loop.loop_for``: each family
+    compiled apart, ``family`` a constant of the closure)."""
+
+    def run(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
+        """Run the cluster until its end (``loop.DONE``) or until Python is needed (a replica's
+        code, ``C_STOPPED_REPLICA`` naming it, or ``RINGS_FULL``)."""
+        if not cc[C_STARTED]:
+            cc[C_STARTED] = 1
+            cc[C_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
+            cc[C_HANDING_OVER] = 1
+        while True:
+            if cc[C_HANDING_OVER]:
+                code = hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s)
+                if code != loop.DONE:
+                    return code
+            horizon_s, horizon_id = ck[K_ARRIVAL_TIME], cc[C_ARRIVAL_EVENT_ID]
+            if not cc[C_ARRIVAL_PENDING]:
+                horizon_s, horizon_id = float(NO_HORIZON), NO_HORIZON
+            for r in range(len(routed)):
+                while due(counts, clocks, r, horizon_s, horizon_id):
+                    s = replicas[r]
+                    s.clock[HORIZON_S] = horizon_s
+                    s.count[HORIZON_EVENT_ID] = horizon_id
+                    s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
+                    code = loop.run_family(s, family)
+                    cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
+                    if code == loop.HORIZON or code == loop.DONE:
+                        break
+                    cc[C_STOPPED_REPLICA] = r
+                    return code
+            if not cc[C_ARRIVAL_PENDING]:
+                return loop.DONE  # every replica ran to its end
+            cc[C_ARRIVAL_PENDING] = 0  # the arrival fires
+            ck[K_NOW] = ck[K_ARRIVAL_TIME]
+            cc[C_HANDING_OVER] = 1
+
+
+    return run
+
+
+# each family's cluster loop (jit.use_numba makes each a dispatcher in its place)
+run_continuous = njit(cluster_loop_for(CONTINUOUS), refcounted=True)
+run_static = njit(cluster_loop_for(STATIC), refcounted=True)
+run_v1 = njit(cluster_loop_for(V1), refcounted=True)
+run_sglang = njit(cluster_loop_for(SGLANG), refcounted=True)
+
+
+def run_for(kind):
+    """The cluster's loop for replicas of scheduler family ``kind``, as bound now."""
+    return globals()["run_" + loop.FAMILIES[int(kind)]]

@@ -220,7 +220,8 @@ def add_itl(s, v, bin_index):
     s.count[ITL_COUNT] += 1
 
 
-@njit(inline=True)
+# once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit
 def complete_step(s, now):
     """Hand out the tokens the iteration produced; finish and free whoever is done."""
     c = s.count

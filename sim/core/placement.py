@@ -276,11 +276,8 @@ def release(s, start, placed):
 def can_grow(s, start, placed, size):
     """Whether the extent ``[start, start + placed)`` can grow in place to hold ``size`` slots."""
     if s.config[PLACEMENT_KIND] != BUDDY:
-        extra = size - placed
-        if extra <= 0:
-            return True
-        h = hole_at(s, start + placed)
-        return h >= 0 and s.holes[h, HOLE_SIZE] >= extra
+        extra, h = fit_growth(s, start, placed, size)
+        return extra <= 0 or (h >= 0 and s.holes[h, HOLE_SIZE] >= extra)
     k, want = order_of(placed), order_of(next_pow2(size))
     while k < want:
         # the lower half of a pair inside the pool (one chunk), with its upper half free and whole
@@ -295,10 +292,9 @@ def can_grow(s, start, placed, size):
 def grow(s, start, placed, size):
     """Grow the extent at ``start`` in place (``can_grow`` said yes); returns its new placed size."""
     if s.config[PLACEMENT_KIND] != BUDDY:
-        extra = size - placed
+        extra, h = fit_growth(s, start, placed, size)
         if extra <= 0:
             return placed
-        h = hole_at(s, start + placed)
         if s.holes[h, HOLE_SIZE] > extra:  # its front is taken: the hole keeps its place in the order
             s.holes[h, HOLE_START] += extra
             s.holes[h, HOLE_SIZE] -= extra
@@ -309,6 +305,14 @@ def grow(s, start, placed, size):
     for order in range(k, want):
         buddy_mark_taken(s, order, start + (1 << order))
     return max(placed, 1 << want)
+
+
+@njit(inline=True)
+def fit_growth(s, start, placed, size):
+    """A fit placement's growth of ``[start, start + placed)`` to ``size`` slots: the slots it
+    needs more (<= 0: none) and the hole right after it that they would come from (-1: none)."""
+    extra = size - placed
+    return extra, (hole_at(s, start + placed) if extra > 0 else -1)
 
 
 @njit(inline=True)

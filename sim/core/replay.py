@@ -58,7 +58,7 @@ def run(s: state.Core, executor=None, progress=None) -> tuple[state.Core, float]
         s.config[state.PROGRESS_EVERY] = progress_every(progress)
     if executor is not None:
         executor.start(s)
-    run_loop = compiled_entry(loop.run, s)  # before the clock: the engine's time is the loop's
+    run_loop = compiled_entry(loop.run_for(s.config[state.SCHEDULER_KIND]), s)  # before the clock: the loop's time
     t0 = time.perf_counter()
     last_now = 0.0
     while True:
@@ -135,14 +135,15 @@ def compiled_entry(fn, s: state.Core):
     kinds = tuple(array_kind(a) for a in s)
     key = (getattr(fn, "py_func", fn), *kinds)
     entry = _ENTRIES.get(key)
+    family = aot.family_of(fn)
     if entry is None:
-        entry = aot.load(kinds) if aot.holds(fn) else None
+        entry = aot.load(kinds, family) if family is not None else None
     if entry is None:  # loaded from numba's cache (or compiled) once
         dispatcher = compiled(fn)
         with compile_notice():
             entry = dispatcher.compile((dispatcher.typeof_pyval(s),))
-        if aot.holds(fn):
-            aot.build(s, kinds)
+        if family is not None:
+            aot.build(s, kinds, family)
     _ENTRIES[key] = entry
     return entry
 

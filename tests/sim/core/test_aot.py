@@ -16,11 +16,13 @@ import types
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import aot, jit, loop, replay
+from pagesim.sim.core import aot, jit, loop, replay, state
 from pagesim.sim.core.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
+from pagesim.sim.systems import SCHEDULERS
 from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
+F = state.CONTINUOUS  # vllm's family: the module the default run builds (loop.loop_for)
 CAN_BUILD = (jit.COMPILED and importlib.util.find_spec("setuptools") is not None
              and shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc"))
 
@@ -35,11 +37,11 @@ def module_built():
     if not CAN_BUILD:
         pytest.skip("numba, setuptools or a C compiler missing: runs load numba's cache instead")
     kinds = kinds_of(cfg_for("vllm"), rand_trace(0, n=20))
-    if aot.load(kinds) is None:
+    if aot.load(kinds, F) is None:
         replay._ENTRIES.clear()
         run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
         aot._LOADED.clear()
-    assert aot.load(kinds) is not None, (aot.cache_dir() / (aot.module_name(kinds) + ".failed")).read_text()
+    assert aot.load(kinds, F) is not None, (aot.cache_dir() / (aot.module_name(kinds, F) + ".failed")).read_text()
     return kinds
 
 
@@ -72,10 +74,13 @@ def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path
     width = kw.pop("width", None)
     cfg = cfg_for(kw.pop("system", "vllm"), seed=0, **kw)
     trace = rand_trace(0, rate=200.0, prefix=True, width=width)
-    assert kinds_of(cfg, trace) == module_built  # the module runs it
+    assert kinds_of(cfg, trace) == module_built  # the module of its family runs it
     monkeypatch.setattr(replay, "_ENTRIES", {})
+    tables(cfg, trace)  # builds its family's module where the default run's is the only one yet
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    monkeypatch.setattr(aot, "_LOADED", {})
     ahead = tables(cfg, trace)
-    assert aot.holds(next(iter(replay._ENTRIES))[0])
+    assert aot.family_of(next(iter(replay._ENTRIES))[0]) == SCHEDULERS[cfg.scheduler].core_kind
     assert from_the_module(next(iter(replay._ENTRIES.values())))
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setenv("PAGESIM_JIT", "numba")  # numba's dispatcher
@@ -105,17 +110,18 @@ def test_a_run_that_finds_the_module_imports_no_numba(module_built):
 
 def test_a_module_of_other_sources_or_kinds_is_not_loaded(module_built, monkeypatch):
     monkeypatch.setattr(aot, "_LOADED", {})
-    assert aot.load(module_built) is not None
+    assert aot.load(module_built, F) is not None
     other_kinds = module_built[:-1] + (("<f8", 1, "C", True, True),)
-    assert aot.module_name(other_kinds) != aot.module_name(module_built) and aot.load(other_kinds) is None
+    assert aot.module_name(other_kinds, F) != aot.module_name(module_built, F) and aot.load(other_kinds, F) is None
+    assert aot.module_name(module_built, state.V1) != aot.module_name(module_built, F)  # another family's loop
     with monkeypatch.context() as m:
         m.setattr(jit, "sources_digest", lambda: "an edited core")
-        assert aot.load(module_built) is None
+        assert aot.load(module_built, F) is None
     with monkeypatch.context() as m:
         m.setattr(aot.np, "__version__", "another numpy")  # built against numpy's C interface
-        assert aot.load(module_built) is None
+        assert aot.load(module_built, F) is None
     monkeypatch.setenv("PAGESIM_JIT", "numba")
-    assert aot.load(module_built) is None  # PAGESIM_JIT=numba skips it
+    assert aot.load(module_built, F) is None  # PAGESIM_JIT=numba skips it
 
 
 @pytest.fixture
@@ -124,7 +130,7 @@ def builds(monkeypatch, tmp_path):
     fails while ``builds.failing``)."""
     calls = types.SimpleNamespace(names=[], failing=False)
 
-    def compile_(s, name, path):
+    def compile_(s, name, path, family):
         calls.names.append(name)
         if calls.failing:
             raise RuntimeError("no C compiler")
@@ -142,23 +148,23 @@ KINDS = (("<i8", 1, "C", True, True),)
 def test_a_failed_build_is_said_once_remembered_and_not_retried(builds, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="pagesim")
     builds.failing = True
-    aot.build(None, KINDS)
-    aot.build(None, KINDS)
+    aot.build(None, KINDS, F)
+    aot.build(None, KINDS, F)
     assert len(builds.names) == 1
     [line] = [r.getMessage() for r in caplog.records]
     assert "not written into an extension module (RuntimeError: no C compiler)" in line
-    assert (tmp_path / "pagesim_core" / (aot.module_name(KINDS) + ".failed")).read_text() == "RuntimeError: no C compiler\n"
-    assert not aot.module_path(aot.module_name(KINDS)).exists()
+    assert (tmp_path / "pagesim_core" / (aot.module_name(KINDS, F) + ".failed")).read_text() == "RuntimeError: no C compiler\n"
+    assert not aot.module_path(aot.module_name(KINDS, F)).exists()
 
 
 def test_a_build_happens_once_and_not_while_another_process_builds(builds):
-    name = aot.module_name(KINDS)
+    name = aot.module_name(KINDS, F)
     with aot._build_lock(name) as mine:
         assert mine
-        aot.build(None, KINDS)  # another holds the lock: skipped, not waited for
+        aot.build(None, KINDS, F)  # another holds the lock: skipped, not waited for
         assert builds.names == []
-    aot.build(None, KINDS)
-    aot.build(None, KINDS)  # built already
+    aot.build(None, KINDS, F)
+    aot.build(None, KINDS, F)  # built already
     assert builds.names == [name]
 
 
@@ -167,8 +173,8 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     the plain ones even once numba's dispatchers have taken their names (``jit.use_numba``)."""
     jit.use_numba()
     assert hasattr(loop.start_step, "py_func")  # the module's name is numba's now
-    plain = jit.interpreted(loop.run)
-    assert isinstance(plain, types.FunctionType) and plain.__code__ is loop.run.py_func.__code__
+    plain = jit.interpreted(loop.run_continuous)
+    assert isinstance(plain, types.FunctionType) and plain.__code__ is loop.run_continuous.py_func.__code__
     assert isinstance(plain.__globals__["start_step"], types.FunctionType)
     # a core module's functions reached as attributes (extent.memory_categories) are the plain
     # ones too: --check's categories after every step typed the state's ~60 arrays for numba
@@ -186,9 +192,9 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
 
 def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
     monkeypatch.setattr(aot, "_LOADED", {})
-    path = aot.module_path(aot.module_name(KINDS))
+    path = aot.module_path(aot.module_name(KINDS, F))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not an extension module")
-    assert aot.load(KINDS) is None and not path.exists()
-    aot.build(None, KINDS)
-    assert builds.names == [aot.module_name(KINDS)]
+    assert aot.load(KINDS, F) is None and not path.exists()
+    aot.build(None, KINDS, F)
+    assert builds.names == [aot.module_name(KINDS, F)]
