@@ -173,6 +173,27 @@ def test_a_parent_is_evicted_only_after_its_children():
     assert evict(s, 1) == 8 and nodes(s) == []
 
 
+def test_one_eviction_takes_leaves_by_access_time_then_row():
+    """Eight leaves under the root (requests 0..7, 4 tokens each, rows 1..8 in insertion order),
+    their access times set by hand to 5, 2, 7, 2, 1, 9, 2, 4. One eviction of 20 tokens frees five
+    leaves, least recently accessed first and ties by the lower row: rows 5 (1), 2, 4, 7 (2 each),
+    8 (4); rows 1, 3 and 6 stay. Freed rows go to the head of the free list, the last first."""
+    s = initial_state(sglang(64), trace(*[(0, 4, 1)] * 8, hashes=[(10 + k,) for k in range(8)]))
+    for k in range(8):
+        insert(s, k, 4)
+    access = (5, 2, 7, 2, 1, 9, 2, 4)
+    for row, t in enumerate(access, start=1):
+        s.radix_nodes[row, state.NODE_LAST_ACCESS] = t
+    assert evict(s, 20) == 20
+    assert sorted(int(s.radix_nodes[x, state.NODE_OWNER]) for x in (1, 3, 6)) == [0, 2, 5]
+    assert [start for start, *_ in nodes(s)] == [0, 0, 0] and len(nodes(s)) == 3
+    freed, x = [], int(s.count[state.RADIX_FREE_NODE])
+    while x >= 0:
+        freed.append(x)
+        x = int(s.radix_nodes[x, state.NODE_NEXT_SIBLING])
+    assert freed == [8, 7, 4, 2, 5]
+
+
 def test_prefill_first_and_a_finished_request_is_cached_for_the_next():
     """Pool 64, page 1. A (8 tokens (1, 2), 2 out) at 0; B (the same 8 tokens, 2 out) at 10.
 
