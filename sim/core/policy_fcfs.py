@@ -1,9 +1,10 @@
 """First come, first served (vLLM's ``--scheduling-policy fcfs``, its default; vLLM v0's only
 policy; Orca's): requests wait in arrival order, a preempted one goes back to the front
 (vLLM 0.33.0 ``FCFSRequestQueue.prepend_request``, ``vllm/v1/core/sched/request_queue.py:92``;
-vLLM 0.4.2 ``Scheduler._preempt``: ``self.waiting.appendleft``), and the victim of a preemption
-is the latest admitted (v1: ``self.running.pop()``, ``vllm/v1/core/sched/scheduler.py:970``;
-v0: ``running_queue.pop()``, ``vllm/core/scheduler.py``; nano-vllm: ``self.running.pop()``)."""
+vLLM 0.4.2 ``self.waiting.extendleft(running_scheduled.preempted)``, ``vllm/core/scheduler.py:773``),
+and the victim of a preemption is the latest admitted (v1: ``self.running.pop()``,
+``vllm/v1/core/sched/scheduler.py:970``; v0: ``running_queue.pop()``, ``vllm/core/scheduler.py:430``;
+nano-vllm: ``self.running.pop()``)."""
 
 from __future__ import annotations
 
