@@ -24,7 +24,7 @@ that figures taken on different machines can be compared. The process pins itsel
 first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
 [--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process |
---only-vllm-v1]``.
+--only-vllm-v1 | --only-systems]``.
 Prints figures; asserts nothing.
 """
 
@@ -275,6 +275,30 @@ def growth(max_requests: int, system: str) -> None:
         print(f"growth {n0:,} -> {n:,} requests: x{n / n0:.0f} requests, x{w / w0:.1f} time")
 
 
+def systems() -> None:
+    """Each system's engine seconds on the Azure conv trace (``--only-systems``), and SGLang's radix
+    cache under pressure on the Mooncake conversation trace (page 16, lpm, 2 GiB of KV: ~12k
+    evictions): a check that a change of the core slows no system (run it in both checkouts)."""
+    from pagesim.traces.loaders import load_trace
+    from pagesim.traces.transform import apply_max_len_policy
+
+    trace = apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0]
+    for system in ("vllm", "orca-max", "static", "vllm-v1", "sglang"):
+        cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_seq_len=2048)
+        timed(cfg, trace.iloc[:20], repeats=1)  # numba's cache loaded
+        _, s = timed(cfg, trace, repeats=5)
+        print(f"azure conv, {system}: engine {s['wall_time_s']:.3f} s ({pace(s['wall_time_s'])}), "
+              f"{s['num_steps']} steps")
+    if MOONCAKE.exists():
+        cfg = SimConfig.for_system("sglang", model="llama-3.1-8b", gpu="a100-80gb", kv_gib=2, max_seq_len=16384,
+                                   block_size=16, schedule_policy="lpm", max_len_policy="drop")
+        mooncake = apply_max_len_policy(load_trace(MOONCAKE), 16384, "drop")[0]
+        timed(cfg, mooncake.iloc[:20], repeats=1)
+        _, s = timed(cfg, mooncake)
+        print(f"mooncake conversation, sglang page 16 lpm, 2 GiB KV: engine {s['wall_time_s']:.3f} s "
+              f"({pace(s['wall_time_s'])}), {s['mgr_evictions']:,} evictions")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-requests", type=int, default=1_000_000)
@@ -284,6 +308,8 @@ def main() -> None:
                     help="the whole `pagesim simulate` process on the Azure conv trace against a bare start")
     ap.add_argument("--only-beam-search", action="store_true", help="section 5 only")
     ap.add_argument("--only-vllm-v1", action="store_true", help="vllm-v1 against vllm on the Azure conv trace only")
+    ap.add_argument("--only-systems", action="store_true",
+                    help="each system's engine seconds on the Azure conv trace, and sglang's evictions on Mooncake")
     ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -291,6 +317,9 @@ def main() -> None:
         print(f"pinned to CPU {min(os.sched_getaffinity(0))}")
     if args.only_prefix_caching:
         prefix_caching()
+        return
+    if args.only_systems:
+        systems()
         return
     if args.only_whole_process:
         from pagesim.traces.loaders import load_trace

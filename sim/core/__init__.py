@@ -10,10 +10,11 @@ same CPython functions otherwise (``sim/core/jit.py``).
     placement.py    where its extents go: buddy, first-fit, best-fit
     radix_cache.py  SGLang's radix tree over a token pool (--system sglang)
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
-    lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics, a step's end
-    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py): where a
-                    request waits, which running request a preemption takes
-    scheduler_vllm.py   vLLM v0's iteration: swap-in, FCFS admission, prefill-first or chunked, preemption
+    lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics,
+                    a step's end
+    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py):
+                    where a request waits, which running request a preemption takes
+    scheduler_vllm.py   vLLM v0's iteration: swap-in, admission, prefill-first or chunked, preemption
     scheduler_orca.py   what the contiguous manager changes in it (Orca)
     scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)
     scheduler_sglang.py SGLang's: prefill-first adder, retraction (--system sglang)
@@ -34,7 +35,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
 size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,
 first-fit or best-fit), and static batching (``--system static``); prefill-first or chunked,
-preemption by recompute or swap, FCFS or priority scheduling, prefix caching, ``waiting_served_ratio``, parallel sampling (``n``: fork,
-copy-on-write), beam search, and every cost model (roofline, calibrated, a measured profile; scaled
-or not).
+preemption by recompute or swap, FCFS or priority scheduling, prefix caching,
+``waiting_served_ratio``, parallel sampling (``n``: fork, copy-on-write), beam search, and every
+cost model (roofline, calibrated, a measured profile; scaled or not).
 """

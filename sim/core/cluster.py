@@ -41,8 +41,9 @@ its running list to its ``max_num_seqs`` (``sim/cluster.py`` builds them). The r
 count and clock arrays are rows of three 2-D arrays, so the router and the horizon test read
 every replica's counters without fetching its state from the list.
 
-The loop (one per scheduler family, :func:`cluster_loop_for`) returns to Python when a replica needs it (its step table is full, ``--check``,
-an error: ``STOPPED_REPLICA`` names it) or a ring must grow, and resumes where it stopped.
+The loop (one per scheduler family, :func:`cluster_loop_for`) returns to Python when a replica
+needs it (its step table is full, ``--check``, an error: ``STOPPED_REPLICA`` names it) or a ring
+must grow, and resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -233,7 +234,6 @@ def cluster_loop_for(family):
             cc[C_ARRIVAL_PENDING] = 0  # the arrival fires
             ck[K_NOW] = ck[K_ARRIVAL_TIME]
             cc[C_HANDING_OVER] = 1
-
 
     return run
 

@@ -73,7 +73,7 @@ def pop_waiting(s):
     s.count[WAITING_LEN] -= 1
 
 
-@njit
+@njit(inline=True)  # each admission takes one: a call would pass the state's ~60 arrays
 def take_waiting(s, p):
     """Request ``waiting_at(s, p)`` leaves the waiting queue; those after it move up."""
     c, n = s.count, len(s.waiting)
