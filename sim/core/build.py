@@ -183,8 +183,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     clock[state.CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
     radix = radix_arrays(config, count, clock, cfg, n, num_blocks) if sglang else dict(
-        radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64),
-        radix_heap=np.zeros(1, i64))
+        radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
         arrival_s=np.ascontiguousarray(t.arrival_s), priority=t.priority, prompt_tokens=t.prompt, output_tokens=t.output,
@@ -236,7 +235,7 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     nodes[0, state.NODE_LOCK_REF] = 1  # radix_cache.py: the root is never evicted
     request = np.zeros((max(n, 1), state.RADIX_REQUEST_COLUMNS), i64)
     request[:, state.LOCKED_NODE] = -1
-    return dict(radix_nodes=nodes, radix_request=request, radix_heap=np.zeros(len(nodes), i64))
+    return dict(radix_nodes=nodes, radix_request=request)
 
 
 def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dict:

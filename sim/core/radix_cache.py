@@ -228,66 +228,27 @@ def available(s):
 def evict(s, num_tokens):
     """``evict``: free at least ``num_tokens`` tokens (or every evictable one), least recently
     accessed unlocked leaf first (ties: the lower node row); a parent left an unlocked leaf is a
-    candidate in turn. The unlocked leaves are put in a heap once (``radix_heap``, keyed by
-    (last access, row)), not scanned for again at each victim: only a victim's parent can
-    become one while it evicts. Returns the tokens freed."""
-    c, nodes, heap = s.count, s.radix_nodes, s.radix_heap
-    size = 0
-    for x in range(1, c[RADIX_NODES_USED]):
-        if nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0:
-            size = heap_push(nodes, heap, size, x)
+    candidate in turn. Returns the tokens freed."""
+    c, nodes = s.count, s.radix_nodes
     freed = 0
-    while freed < num_tokens and size > 0:
-        victim = heap[0]
-        size -= 1
-        heap[0] = heap[size]
-        heap_sift_down(nodes, heap, size, 0)
+    while freed < num_tokens:
+        victim = -1
+        for x in range(1, c[RADIX_NODES_USED]):
+            if (nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
+                    and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS])):
+                victim = x
+        if victim < 0:
+            break
         n = length(s, victim)
         freed += n
         c[RADIX_TREE_TOKENS] -= n
         c[RADIX_EVICTABLE] -= n
         c[NUM_EVICTIONS] += 1
-        parent = nodes[victim, NODE_PARENT]
         unlink_child(s, victim)
         nodes[victim, NODE_PARENT] = FREE_NODE
         nodes[victim, NODE_NEXT_SIBLING] = c[RADIX_FREE_NODE]
         c[RADIX_FREE_NODE] = victim
-        if nodes[parent, NODE_FIRST_CHILD] < 0 and nodes[parent, NODE_LOCK_REF] == 0:  # (the root is locked)
-            size = heap_push(nodes, heap, size, parent)
     return freed
-
-
-@njit(inline=True)
-def evicted_before(nodes, x, y):
-    """Whether leaf ``x`` goes before leaf ``y``: less recently accessed, then the lower row."""
-    return nodes[x, NODE_LAST_ACCESS] < nodes[y, NODE_LAST_ACCESS] or (
-        nodes[x, NODE_LAST_ACCESS] == nodes[y, NODE_LAST_ACCESS] and x < y)
-
-
-@njit(inline=True)
-def heap_push(nodes, heap, size, x):
-    """``x`` into the heap of ``size`` entries; returns the new size."""
-    k = size
-    while k > 0 and evicted_before(nodes, x, heap[(k - 1) // 2]):
-        heap[k] = heap[(k - 1) // 2]
-        k = (k - 1) // 2
-    heap[k] = x
-    return size + 1
-
-
-@njit(inline=True)
-def heap_sift_down(nodes, heap, size, k):
-    x = heap[k]
-    while 2 * k + 1 < size:
-        child = 2 * k + 1
-        if child + 1 < size and evicted_before(nodes, heap[child + 1], heap[child]):
-            child += 1
-        if not evicted_before(nodes, heap[child], x):
-            break
-        heap[k] = heap[child]
-        k = child
-    if size > 0:
-        heap[k] = x
 
 
 @njit

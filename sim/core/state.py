@@ -236,4 +236,3 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
-    radix_heap: np.ndarray  # scratch of radix_cache.evict: its heap of evictable leaves (a row per node)
