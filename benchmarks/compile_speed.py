@@ -10,17 +10,30 @@ ones reuse the functions the earlier compiled (the core's functions called, not 
 Baseline, in the same run: a fresh process that imports numba and compiles a reference function
 (a loop with a few branches over an array), so that figures taken on other machines compare.
 Targets (#35): one family <= 40 s of CPU, every family together <= 90 s, on 2 cores.
-Run: ``python benchmarks/compile_speed.py``. Prints figures; asserts nothing.
+
+``--edit``: a contributor's cycle instead. In a copy of the checkout, a policy file's tests run
+once (numba's cache warm, not timed); then the file is edited (a comment appended) and its tests
+rerun, timed by the wall clock: compiled as the test command runs them, and interpreted
+(``PAGESIM_JIT=0``, the same functions in CPython). Target (#35): <= 60 s.
+``--wheel``: what an installed pagesim's first run costs. The checkout is built into a wheel
+(``pip wheel .``: ``setup.py`` compiles every family into it), installed into a fresh virtual
+environment, and each family's first run there (an empty numba cache) is timed, with whether it
+compiled (its notice) and whether it imported numba. Target (#35): a wheel's first run compiles
+nothing.
+Run: ``python benchmarks/compile_speed.py [--edit | --wheel]``. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import _import_path  # noqa: F401  (the checkout's pagesim)
 
@@ -60,7 +73,87 @@ def simulate(system: str, cache: str) -> tuple[float, float]:
     return child_cpu(argv, env)
 
 
+#: (the policy file edited, its tests)
+EDITS = (("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"),
+         ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"))
+
+
+def edit_cycle() -> None:
+    root = Path(__file__).resolve().parent.parent
+    print(f"{'policy file edited':<30} {'its tests':<34} {'warm: wall s':>12} {'compiled':>9} {'interpreted':>12}")
+    for policy, tests in EDITS:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp, "pagesim")
+            shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", ".git", "site", "out", "*.egg-info",
+                                                                    ".pytest_cache", ".hypothesis"))
+            env = dict(os.environ, PYTHONPATH=tmp)  # `import pagesim` is the copy
+            env.pop("NUMBA_CACHE_DIR", None)  # the copy's own cache, in its sim/core/__pycache__
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests]
+
+            def run(extra: dict) -> float:
+                t0 = time.perf_counter()
+                subprocess.run(argv, cwd=copy, env=dict(env, **extra), check=True, stdout=subprocess.DEVNULL)
+                return time.perf_counter() - t0
+
+            warm = run({})
+            with open(copy / policy, "a") as f:
+                f.write("# an edit\n")
+            compiled = run({})
+            interpreted = run({"PAGESIM_JIT": "0"})
+        print(f"{policy:<30} {tests:<34} {warm:>12.1f} {compiled:>9.1f} {interpreted:>12.1f}")
+    print("target (#35): edit one system's policy file and rerun its tests <= 60 s of wall time")
+
+
+FIRST_RUN = """
+import sys, time
+from pagesim.sim.cli import main
+t0 = time.process_time()
+rc = main(["simulate", "--system", sys.argv[1], "--workload", "sharegpt", "--num-requests", "20", "--no-progress",
+           "--out", sys.argv[2]])
+print(rc, time.process_time() - t0, "numba" in sys.modules)
+"""
+
+
+def wheel_install() -> None:
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        build_cpu, _ = child_cpu([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", f"{tmp}/wheels",
+                                  str(root)], dict(os.environ))
+        build_wall = time.perf_counter() - t0
+        wheel = next(Path(tmp, "wheels").glob("pagesim-*.whl"))
+        import zipfile
+        modules = [n for n in zipfile.ZipFile(wheel).namelist() if "/compiled/pagesim_core_" in n]
+        print(f"wheel {wheel.name}: built in {build_wall:.0f} s wall ({build_cpu:.0f} s of CPU), "
+              f"{len(modules)} compiled families in it")
+        subprocess.run([sys.executable, "-m", "venv", f"{tmp}/venv"], check=True)
+        python = f"{tmp}/venv/bin/python"
+        subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True)
+        print(f"{'first run of (system)':<24} {'CPU s':>7} {'compiled?':>10} {'numba imported?':>16}")
+        for name, system in FAMILIES:
+            env = dict(os.environ, NUMBA_CACHE_DIR=f"{tmp}/cache-{system}")
+            env.pop("PYTHONPATH", None)
+            env.pop("PAGESIM_JIT", None)
+            out = subprocess.run([python, "-c", FIRST_RUN, system, f"{tmp}/out-{system}"], cwd=tmp, env=env,
+                                 capture_output=True, text=True, check=True)
+            rc, cpu, numba = out.stdout.split()
+            compiled = "compil" in out.stderr
+            print(f"{system:<24} {float(cpu):>7.2f} {'yes' if compiled else 'no':>10} {numba:>16}")
+        print("target (#35): a wheel install's first run does not compile")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--edit", action="store_true", help="time an edit of a policy file and a rerun of its tests")
+    mode.add_argument("--wheel", action="store_true", help="build a wheel, install it, time each family's first run")
+    args = ap.parse_args()
+    if args.edit:
+        edit_cycle()
+        return
+    if args.wheel:
+        wheel_install()
+        return
     with tempfile.TemporaryDirectory() as cache:
         base, _ = child_cpu([sys.executable, "-c", REFERENCE], dict(os.environ, NUMBA_CACHE_DIR=cache))
     print(f"baseline: numba's import and a reference function's compile: {base:.1f} s of CPU")

@@ -44,6 +44,7 @@ from pagesim.experiments.run_spec import RunSpec
 from pagesim.experiments.search import (DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE,
                                         BoundarySearch, _round_sig)
 from pagesim.experiments.slo import LITTLE_TOL, SLO
+from pagesim.sim import systems
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import resolve_budget
@@ -371,17 +372,19 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
             "illustrative_prices": dollars_per_gpu_hour is None}
 
 
-#: what-if variants of ``plan resources``: (label, SimConfig overrides, applies to managers)
-WHAT_IFS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-    ("block_size=8", {"block_size": 8}, ("paged",)),
-    ("block_size=32", {"block_size": 32}, ("paged",)),
-    ("max_num_seqs=64", {"max_num_seqs": 64}, ("contiguous", "paged", "vattention")),
-    ("max_num_seqs=128", {"max_num_seqs": 128}, ("contiguous", "paged", "vattention")),
-    ("reservation=max", {"reservation": "max"}, ("contiguous",)),
-    ("reservation=pow2", {"reservation": "pow2"}, ("contiguous",)),
-    ("reservation=oracle", {"reservation": "oracle"}, ("contiguous",)),
-    ("chunked_prefill", {"chunked_prefill": True}, ("contiguous", "paged", "vattention")),
-    ("preemption=swap", {"preemption": "swap"}, ("paged",)),
+#: what-if variants of ``plan resources``: (label, SimConfig overrides); each is tried on the
+#: systems whose configuration takes it (sim/systems.py: where a setting applies, what a scheduler
+#: refuses)
+WHAT_IFS: list[tuple[str, dict[str, Any]]] = [
+    ("block_size=8", {"block_size": 8}),
+    ("block_size=32", {"block_size": 32}),
+    ("max_num_seqs=64", {"max_num_seqs": 64}),
+    ("max_num_seqs=128", {"max_num_seqs": 128}),
+    ("reservation=max", {"reservation": "max"}),
+    ("reservation=pow2", {"reservation": "pow2"}),
+    ("reservation=oracle", {"reservation": "oracle"}),
+    ("chunked_prefill", {"chunked_prefill": True}),
+    ("preemption=swap", {"preemption": "swap"}),
 ]
 
 
@@ -413,18 +416,20 @@ def routed_replicas(runner: Runner, spec_of: Callable[[int], RunSpec], estimate:
 def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | None = None) -> list[tuple[str, dict]]:
     """The applicable what-if variants for ``system`` (skipping ones equal to the base setting)."""
     cfg = SimConfig.for_system(system, **{k: v for k, v in base.items() if v is not None})
-    known = {n for n, _o, _m in WHAT_IFS}
+    known = {n for n, _o in WHAT_IFS}
     if names is not None:
         bad = [n for n in names if n not in known]
         if bad:
             raise ConfigError(f"unknown what-if variant(s) {', '.join(bad)}; valid: {', '.join(known)}")
     out = [("baseline", {})]
-    for label, over, managers in WHAT_IFS:
+    for label, over in WHAT_IFS:
         if names is not None and label not in names:
             continue
-        if cfg.manager not in managers:
+        if all(getattr(cfg, k) == v for k, v in over.items()) or not all(systems.applies(cfg, k) for k in over):
             continue
-        if all(getattr(cfg, k) == v for k, v in over.items()):
+        try:
+            cfg.replace(**over)
+        except ConfigError:  # the system cannot run it (vllm-v1 and sglang: no swap preemption)
             continue
         out.append((label, over))
     return out

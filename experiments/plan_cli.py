@@ -177,7 +177,7 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                        help="resources: tensor-parallel degrees to try for replicas x TP")
         c.add_argument("--what-if", default="all", metavar="LIST",
                        help="resources: variants (all, none, or a list of: "
-                            + ", ".join(n for n, _o, _m in P.WHAT_IFS) + ")")
+                            + ", ".join(n for n, _o in P.WHAT_IFS) + ")")
         c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
         c.add_argument("--router", default=None, metavar="NAME",
                        help="resources: search the replicas behind this router (a cluster run at the whole rate: "

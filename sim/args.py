@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable
 
 from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEMENTS, PREEMPTIONS, RESERVATIONS,
                                 SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SYSTEMS, SimConfig, load_toml)
+from pagesim.sim import systems
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
@@ -69,28 +69,9 @@ SIM_FLAGS = {
 }
 
 
-#: where a setting does something, stated once: a setting given for a configuration where it does
-#: nothing is refused when it is a flag and warned about when it comes from a --config file (a
-#: file shared between systems may carry it). Each "nothing" is checked by running both values
-#: (tests/sim/test_settings_apply.py).
-APPLIES: dict[str, tuple[Callable[[SimConfig], bool], str]] = {
-    "block_size": (lambda c: c.manager == "paged", "the paged manager's blocks (vllm, token, vllm-v1, sglang); "
-                                                   "static slots, Orca extents and vAttention pages have none"),
-    "reservation": (lambda c: c.manager == "contiguous", "the contiguous manager (orca-*)"),
-    "placement": (lambda c: c.manager == "contiguous", "the contiguous manager (orca-*)"),
-    "predictor_error": (lambda c: c.manager == "contiguous" and c.reservation == "predicted",
-                        "--reservation predicted"),
-    "prefix_caching": (lambda c: c.manager == "paged", "the paged manager's blocks (vllm, token, vllm-v1)"),
-    "static_batch_size": (lambda c: c.scheduler == "static", "static batching (--system static)"),
-    "vattention_page_kib": (lambda c: c.manager == "vattention", "--system vattention"),
-    "swap_gib": (lambda c: c.preemption == "swap", "--preemption swap"),
-    "chunked_prefill": (lambda c: c.scheduler in ("vllm", "orca"),
-                        "the vllm and orca schedulers (vllm-v1 always chunks, by --max-num-batched-tokens)"),
-    "chunk_budget": (lambda c: (c.chunked_prefill and c.scheduler in ("vllm", "orca")) or c.scheduler == "sglang",
-                     "--chunked-prefill with the vllm or orca scheduler, or sglang"),
-    "schedule_policy": (lambda c: c.scheduler == "sglang", "--system sglang"),
-    "schedule_conservativeness": (lambda c: c.scheduler == "sglang", "--system sglang"),
-}
+def flag_of(setting: str) -> str:
+    """The command-line flag that gives ``setting``."""
+    return SIM_FLAGS.get(setting, {}).get("flag", "--" + setting.replace("_", "-"))
 
 
 def check_settings_apply(configs: list[SimConfig], flags: set[str], from_file: set[str], file: str | None) -> None:
@@ -98,11 +79,12 @@ def check_settings_apply(configs: list[SimConfig], flags: set[str], from_file: s
     command runs: ``plan`` compares several, and a setting for some of them is fine), in one line
     naming it and where it applies; warn about such a setting in ``from_file`` (the --config
     file ``file``)."""
-    for name, (applies, where) in APPLIES.items():
-        if name not in flags | from_file or any(applies(c) or getattr(c, name) is False for c in configs):
+    for name in systems.placed_settings():  # where each applies: the registry's (sim/systems.py)
+        if name not in flags | from_file or any(systems.applies(c, name) or getattr(c, name) is False
+                                                for c in configs):
             continue  # (False: a feature turned off applies anywhere)
-        systems = ", ".join(f"'{c.system}' (manager {c.manager}, scheduler {c.scheduler})" for c in configs)
-        what = f"{name.replace('_', '-')} does nothing for system {systems}: it applies to {where}"
+        ran = ", ".join(f"'{c.system}' (manager {c.manager}, scheduler {c.scheduler})" for c in configs)
+        what = f"{flag_of(name)[2:]} does nothing for system {ran}: it applies to {systems.where_it_applies(name)}"
         if name in flags:
             raise ConfigError(f"--{what}; drop it")
         warn(f"{file}: {what}; ignored")
@@ -115,7 +97,7 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
                        help="named combination of manager + scheduler: " + ", ".join(SYSTEMS) + " (default vllm)")
     for name, spec in SIM_FLAGS.items():
         spec = dict(spec)
-        flag = spec.pop("flag", "--" + name.replace("_", "-"))
+        flag = spec.pop("flag", flag_of(name))
         spec.setdefault("default", None)
         g.add_argument(flag, dest=name, **spec)
     g.add_argument("--page-size", dest="block_size", type=int, default=None,

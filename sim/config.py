@@ -35,7 +35,7 @@ from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
 #: each system's settings (sim.systems.System.settings): what --system NAME fills in
 SYSTEMS: dict[str, dict[str, Any]] = {name: system.settings() for name, system in systems.SYSTEMS.items()}
-MANAGERS = systems.MANAGERS
+MANAGERS = tuple(systems.MANAGERS)
 SCHEDULERS = tuple(systems.SCHEDULERS)
 #: SGLang's schedule_policy: fcfs (server_args.py's default) or lpm (longest prefix match)
 SCHEDULE_POLICIES = ("fcfs", "lpm")
@@ -151,50 +151,25 @@ class SimConfig:
                               "or the profile")
         if self.max_seq_len is not None:
             self.check_batched_tokens(self.max_seq_len)
-        if self.manager == "static" and self.scheduler != "static":
-            raise ConfigError("the static manager needs scheduler 'static'")
-        if self.scheduler == "static" and self.manager != "static":
-            raise ConfigError("scheduler 'static' needs manager 'static'")
-        if self.scheduler == "vllm-v1":
-            self.check_v1()
-        elif self.async_scheduling:
-            raise ConfigError(f"async scheduling is vLLM v1's (--system vllm-v1); scheduler '{self.scheduler}' "
-                              "schedules each step after the last: drop --async-scheduling")
-        elif self.client_timeout_s is not None:
-            raise ConfigError(f"--client-timeout is modelled for vllm-v1 only, not scheduler '{self.scheduler}': "
-                              "drop it")
-        elif self.scheduling_policy != "fcfs":
-            raise ConfigError(f"--scheduling-policy {self.scheduling_policy} is vLLM v1's (--system vllm-v1); "
-                              f"scheduler '{self.scheduler}' serves first come first served: drop it")
-        if self.scheduler == "sglang":
-            self.check_sglang()
+        self.check_scheduler()
 
-    def check_sglang(self) -> None:
-        """What SGLang's scheduler here has not: one line each."""
-        if self.manager != "paged":
-            raise ConfigError(f"scheduler 'sglang' needs manager 'paged' (its token pool), got '{self.manager}'")
-        if self.preemption != "recompute":
-            raise ConfigError("sglang retracts requests for recompute (no swap preemption); drop --preemption swap")
-        if self.prefix_caching:
-            raise ConfigError("sglang caches prefixes in its radix tree, always; drop --prefix-caching "
-                              "(vLLM's block-hash cache)")
-        if self.waiting_served_ratio is not None or self.chunked_prefill:
-            raise ConfigError("waiting_served_ratio and --chunked-prefill are not SGLang settings (it always "
-                              "chunks by chunk_budget, its chunked_prefill_size); drop them with sglang")
-
-    def check_v1(self) -> None:
-        """What vLLM v1 (0.33.0) has not, or refuses: one line each."""
-        if self.manager != "paged":
-            raise ConfigError(f"scheduler 'vllm-v1' needs manager 'paged' (vLLM v1's block pool), got '{self.manager}'")
-        if self.preemption != "recompute":
-            raise ConfigError("vllm-v1 preempts by recompute only (vLLM v1 has no swap preemption); "
-                              "drop --preemption swap")
-        if self.waiting_served_ratio is not None:
-            raise ConfigError("waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1")
-        budget = self.max_num_batched_tokens
-        if budget is not None and budget < self.max_num_seqs:  # vllm/config/scheduler.py:331
-            raise ConfigError(f"max_num_batched_tokens={budget} must be >= max_num_seqs={self.max_num_seqs} "
-                              "(vLLM v1 refuses it)")
+    def check_scheduler(self) -> None:
+        """What the scheduler cannot run (``sim.systems``' registry states it): one line each."""
+        scheduler = systems.SCHEDULERS[self.scheduler]
+        if self.manager not in scheduler.managers:
+            needs = repr(scheduler.managers[0]) if len(scheduler.managers) == 1 else \
+                "one of " + ", ".join(map(repr, scheduler.managers))
+            raise ConfigError(f"scheduler '{self.scheduler}' needs manager {needs}, got '{self.manager}'")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for other in systems.SCHEDULERS.values():
+            for name in other.exclusive:
+                value = getattr(self, name)
+                if other is not scheduler and value not in (None, False, defaults[name]):
+                    raise ConfigError(f"{name}={value!r} applies to {systems.where_it_applies(name)} alone; "
+                                      f"scheduler '{self.scheduler}' has none: drop it")
+        for refusal in scheduler.refuses:
+            if refusal.refused(self):
+                raise ConfigError(refusal.why.format(c=self))
 
     def check_batched_tokens(self, max_seq_len: int) -> None:
         """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,

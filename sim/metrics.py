@@ -56,27 +56,23 @@ class StepRecords:
         self.keep_rows = bool(s.config[state.KEEP_ROWS])
         # the loop's time-weighted sums (sim/core/loop.py record), with or without rows
         self.busy_s = float(clock[state.BUSY_S])
-        self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + 6].tolist(), np.float64)
+        self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + state.MEMORY_CATEGORIES].tolist(), np.float64)
         self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
         self.block_sums = [float(clock[state.BLOCKS_SUM]), float(clock[state.LOGICAL_SUM])]
-        if self.keep_rows:
-            f, i = s.row_floats[:n], s.row_ints[:n]
-            self.rows = (f, i[:, :11], i[:, 11:])
-        else:
-            self.rows = None
+        self.rows = (s.row_floats[:n], s.row_ints[:n]) if self.keep_rows else None
         self.mem_weighted[5] += self.capacity * self.idle_s  # idle time: every slot is free
 
     def frame(self) -> pd.DataFrame:
         n = self.num_steps if self.keep_rows else 0
-        f, i, blk = self.rows if self.keep_rows else (np.zeros((0, 2)), np.zeros((0, 11), np.int64),
-                                                      np.zeros((0, 2), np.int64))
-        df = pd.DataFrame(i[:n], columns=STEP_COLUMNS[3:])
+        none = (np.zeros((0, state.ROW_FLOATS)), np.zeros((0, state.ROW_INTS), np.int64))
+        f, i = self.rows if self.keep_rows else none
+        df = pd.DataFrame(i[:n, :state.ROW_USED_BLOCKS], columns=STEP_COLUMNS[3:])
         df.insert(0, "step", np.arange(n, dtype=np.int64))
-        df.insert(1, "start_s", f[:n, 0])
-        df.insert(2, "dt_s", f[:n, 1])
+        df.insert(1, "start_s", f[:n, state.ROW_START])
+        df.insert(2, "dt_s", f[:n, state.ROW_DT])
         if self.blocks:
-            df["used_blocks"] = blk[:n, 0]
-            df["logical_blocks"] = blk[:n, 1]
+            df["used_blocks"] = i[:n, state.ROW_USED_BLOCKS]
+            df["logical_blocks"] = i[:n, state.ROW_LOGICAL_BLOCKS]
         return df
 
     def sharing(self) -> dict[str, float]:

@@ -1,30 +1,64 @@
-"""The registry: every system ``--system`` names, its scheduler and memory manager, stated once.
+"""The registry: every system ``--system`` names, its scheduler and memory manager, and the
+settings each takes or refuses, stated once.
 
-The command line's choices, the configuration's validation (``sim.config``), the core's scheduler
-kind (``sim.core.build``) and the systems table of the docs (``docs/guide/simulate.md``, checked
-against :func:`markdown_table`) read it. A new system is an entry in :data:`SYSTEMS`; a new
-scheduler, its policy file under ``sim/core/`` and an entry in :data:`SCHEDULERS`, with its
-``schedule`` in ``sim.core.loop.schedule_iteration``.
+The command line's choices and its refusal of a flag that does nothing (``sim.args``), the
+configuration's validation (``sim.config``), the core's scheduler kind (``sim.core.build``), the
+planner's what-if variants (``experiments.plan``) and the systems table of the docs
+(``docs/guide/simulate.md``, checked against :func:`markdown_table`) read it. A new system is an
+entry in :data:`SYSTEMS`; a new scheduler, its policy file under ``sim/core/`` and an entry in
+:data:`SCHEDULERS`, with its ``schedule`` in ``sim.core.loop.schedule_iteration``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pagesim.sim.core import state
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A configuration a scheduler cannot run: the test, and the one line that says why (its
+    ``{c.name}`` the configuration's values)."""
+
+    refused: Callable[[Any], bool]  # of the SimConfig
+    why: str
+
+
+@dataclass(frozen=True)
 class Scheduler:
     """An iteration's policy: the core's function for it (``config[SCHEDULER_KIND]``), where its
-    rules live and whose they are."""
+    rules live and whose they are, the managers it runs over, and its settings: ``settings`` are
+    its own (a flag giving one to another scheduler is refused: it would do nothing there),
+    ``exclusive`` its own that the configuration refuses elsewhere even from Python (ignored, they
+    would change what a run measures unseen), ``refuses`` what it cannot run."""
 
     name: str
     core_kind: int
     files: str  # its policy under sim/core/
     follows: str  # the engine and release its rules are read from
     words: str  # the systems table's words
+    managers: tuple[str, ...]
+    settings: tuple[str, ...] = ()
+    exclusive: tuple[str, ...] = ()
+    refuses: tuple[Refusal, ...] = ()
+
+    @property
+    def owned(self) -> tuple[str, ...]:
+        return self.settings + self.exclusive
+
+
+@dataclass(frozen=True)
+class Manager:
+    """A memory manager (sim/core/memory.py dispatches to each) and the settings it alone takes."""
+
+    name: str
+    settings: tuple[str, ...] = ()
+
+    @property
+    def owned(self) -> tuple[str, ...]:
+        return self.settings
 
 
 @dataclass(frozen=True)
@@ -43,19 +77,91 @@ class System:
         return dict(manager=self.manager, scheduler=self.scheduler, **self.presets)
 
 
+def _recompute_only(scheduler: str, why: str) -> Refusal:
+    return Refusal(lambda c: c.preemption != "recompute", f"{scheduler} {why}; drop --preemption swap")
+
+
+ITERATION_MANAGERS = ("contiguous", "paged", "vattention")
+
 SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
     Scheduler("static", state.STATIC, "static.py", "FasterTransformer's request-level batching",
-              "static (request-level)"),
+              "static (request-level)", managers=("static",), settings=("static_batch_size",),
+              refuses=(_recompute_only("static batching", "never preempts (a batch holds its slots to its end)"),)),
     Scheduler("orca", state.CONTINUOUS, "scheduler_vllm.py, scheduler_orca.py", "Orca (OSDI '22) as the vLLM paper ran it",
-              "orca (iteration-level)"),
-    Scheduler("vllm", state.CONTINUOUS, "scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)"),
-    Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)"),
+              "orca (iteration-level)", ITERATION_MANAGERS, settings=("chunked_prefill",)),
+    Scheduler("vllm", state.CONTINUOUS, "scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)", ITERATION_MANAGERS,
+              settings=("chunked_prefill",)),
+    Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
+              ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy"), refuses=(
+                  _recompute_only("vllm-v1", "preempts by recompute only (vLLM v1 has no swap preemption)"),
+                  Refusal(lambda c: c.waiting_served_ratio is not None,
+                          "waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1"),
+                  # vllm/config/scheduler.py:331
+                  Refusal(lambda c: c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs,
+                          "max_num_batched_tokens={c.max_num_batched_tokens} must be >= "
+                          "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)"))),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
-              "sglang (prefill first, PrefillAdder budgets, retraction)"),
+              "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
+              settings=("schedule_policy", "schedule_conservativeness"), refuses=(
+                  _recompute_only("sglang", "retracts requests for recompute (no swap preemption)"),
+                  Refusal(lambda c: c.prefix_caching,
+                          "sglang caches prefixes in its radix tree, always; drop --prefix-caching "
+                          "(vLLM's block-hash cache)"),
+                  Refusal(lambda c: c.waiting_served_ratio is not None or c.chunked_prefill,
+                          "waiting_served_ratio and --chunked-prefill are not SGLang settings (it always chunks "
+                          "by chunk_budget, its chunked_prefill_size); drop them with sglang"))),
 )}
 
 #: the memory managers (sim/core/memory.py dispatches to each)
-MANAGERS = ("static", "contiguous", "paged", "vattention")
+MANAGERS: dict[str, Manager] = {m.name: m for m in (
+    Manager("static"),
+    Manager("contiguous", settings=("reservation", "placement")),
+    Manager("paged", settings=("block_size", "prefix_caching")),
+    Manager("vattention", settings=("vattention_page_kib",)),
+)}
+
+#: settings that take effect only with another's value: (the test, where it applies in words)
+CONDITIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "predictor_error": (lambda c: c.manager == "contiguous" and c.reservation == "predicted",
+                        "--reservation predicted"),
+    "swap_gib": (lambda c: c.preemption == "swap", "--preemption swap"),
+    "chunk_budget": (lambda c: (c.chunked_prefill and "chunked_prefill" in SCHEDULERS[c.scheduler].settings)
+                     or c.scheduler == "sglang", "--chunked-prefill with the vllm or orca scheduler, or sglang"),
+}
+
+
+def owners(setting: str) -> tuple[str, list[str]] | None:
+    """``("manager" | "scheduler", names)`` for a setting some managers or schedulers alone take."""
+    for kind, table in (("manager", MANAGERS), ("scheduler", SCHEDULERS)):
+        names = [x.name for x in table.values() if setting in x.owned]
+        if names:
+            return kind, names
+    return None
+
+
+def applies(cfg, setting: str) -> bool:
+    """Whether ``setting`` does something for the configuration ``cfg`` (every setting not
+    named by the registry does)."""
+    if setting in CONDITIONAL:
+        return CONDITIONAL[setting][0](cfg)
+    owned = owners(setting)
+    return owned is None or getattr(cfg, owned[0]) in owned[1]
+
+
+def where_it_applies(setting: str) -> str:
+    """Where ``setting`` applies, in words: its owners and the systems built on them."""
+    if setting in CONDITIONAL:
+        return CONDITIONAL[setting][1]
+    kind, names = owners(setting)
+    systems = ", ".join(s.name for s in SYSTEMS.values() if getattr(s, kind) in names)
+    return f"the {' or '.join(names)} {kind} (--system {systems})"
+
+
+def placed_settings() -> list[str]:
+    """The settings that apply somewhere only (``sim.args`` refuses such a flag elsewhere)."""
+    owned = {name for table in (MANAGERS, SCHEDULERS) for x in table.values() for name in x.owned}
+    return sorted(owned | set(CONDITIONAL))
+
 
 #: vLLM's --scheduling-policy (vllm-v1): the waiting queue's order and a preemption's victim,
 #: one file each (sim/core/policies.py)

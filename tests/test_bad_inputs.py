@@ -101,7 +101,7 @@ CASES = [
     (sim("--trace", "{garbage_csv}"), "garbage.csv"),
     (sim("--trace", "{negative_tokens}"), "negative.csv"),
     (sim("--trace", "{text_tokens}"), "text_tokens.csv"),
-    # --- settings that do nothing for the system (sim.args.APPLIES; each checked in tests/sim/test_settings_apply.py)
+    # --- settings that do nothing for the system (sim/systems.py; each checked in tests/sim/test_settings_apply.py)
     (sim("--system", "orca-max", "--block-size", "32"), "--block-size does nothing for system 'orca-max'"),
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
     (sim("--swap-gib", "8"), "--swap-gib does nothing .* it applies to --preemption swap"),

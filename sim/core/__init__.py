@@ -2,7 +2,7 @@
 plain functions over numpy arrays, compiled by numba where it is installed and run as the
 same CPython functions otherwise (``sim/core/jit.py``).
 
-    state.py        the run's arrays and their named indices
+    state.py        the run's arrays, and tables of the names that index them (constants made from them)
     block_pool.py   free block ids and the running slots' block tables
     prefix_cache.py prefix caching: the key -> block map, reference counts, the LRU of cached blocks
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting

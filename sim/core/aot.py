@@ -12,7 +12,9 @@ bit for bit (``tests/sim/core/test_aot.py``).
 The module is named by its family and a hash of the core's sources (``jit.sources_digest``),
 this file, the family and the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
 is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
-``$NUMBA_CACHE_DIR/pagesim_core``). Its machine code is for the generic x86-64 (pycc's
+``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package (``sim/precompile.py``, which
+``setup.py`` runs for a wheel or ``pip install .``), in ``sim/core/compiled/``, where a first
+run finds every family's. Its machine code is for the generic x86-64 (pycc's
 default), not this CPU, so a cache shared between machines stays valid. Building it needs a C
 compiler and setuptools; where either is missing, or the cache is read-only, runs load
 numba's cache as before (the log says so once). ``PAGESIM_JIT=numba`` skips the module.
@@ -42,6 +44,9 @@ def cache_dir() -> Path:
     numba_cache = os.environ.get("NUMBA_CACHE_DIR")
     return Path(numba_cache) / "pagesim_core" if numba_cache else Path(__file__).resolve().parent / "__pycache__"
 
+
+#: the modules built with the package (read only: a stale one is passed over, never deleted)
+SHIPPED = Path(__file__).resolve().parent / "compiled"
 
 _LOADED: dict = {}  # module name -> its run (None: absent)
 
@@ -85,18 +90,20 @@ def load(kinds: tuple, family: int):
         return None
     name = module_name(kinds, family)
     if name not in _LOADED:
-        path = module_path(name)
+        built = module_path(name)
         entry = None
-        if path.exists():
-            try:
-                spec = importlib.util.spec_from_file_location(name, path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                entry = module.run
-            except Exception as e:  # noqa: BLE001 - a broken module: numba's cache now, a new module next
-                LOG.debug("the core's extension module %s did not load (%s: %s)", path, type(e).__name__, e)
-                with contextlib.suppress(OSError):
-                    path.unlink()
+        for path in (SHIPPED / built.name, built):
+            if entry is None and path.exists():
+                try:
+                    spec = importlib.util.spec_from_file_location(name, path)
+                    module = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(module)
+                    entry = module.run
+                except Exception as e:  # noqa: BLE001 - a broken module: numba's cache now, a new module next
+                    LOG.debug("the core's extension module %s did not load (%s: %s)", path, type(e).__name__, e)
+                    if path == built:
+                        with contextlib.suppress(OSError):
+                            path.unlink()
         _LOADED[name] = entry
     return _LOADED[name]
 
@@ -109,7 +116,7 @@ def build(s, kinds: tuple, family: int) -> None:
     name = module_name(kinds, family)
     path = module_path(name)
     failed = cache_dir() / (name + ".failed")  # delete it to try again
-    if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists():
+    if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists() or (SHIPPED / path.name).exists():
         return
     try:
         with _build_lock(name) as mine:

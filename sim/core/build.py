@@ -196,7 +196,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         free_block_ids=np.arange(num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
-        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(6, i64),
+        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(state.MEMORY_CATEGORIES, i64),
         itl_edges=ITL_EDGES, itl_hist=np.zeros(len(ITL_EDGES) + 1, i64),
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
@@ -254,7 +254,8 @@ def no_extents() -> dict:
     """The contiguous manager's arrays, empty (a paged run never reads them)."""
     i64 = np.int64
     return dict(extent=np.zeros((0, state.EXTENT_COLUMNS), i64), buddy_bits=np.zeros(0, i64),
-                buddy_orders=np.zeros((0, 3), i64), holes=np.zeros((0, 2), i64))
+                buddy_orders=np.zeros((0, state.ORDER_COLUMNS), i64),
+                holes=np.zeros((0, state.HOLE_COLUMNS), i64))
 
 
 def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Core:
@@ -282,14 +283,14 @@ def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Cor
     space = int(config[state.ADDRESS_SPACE])
     orders = max(space.bit_length(), 1) if config[state.PLACEMENT_KIND] == state.BUDDY else 0
     words = [max(1, -(-(space >> k) // placement.WORD_BITS)) for k in range(orders)]
-    buddy_orders = np.zeros((orders, 3), i64)
+    buddy_orders = np.zeros((orders, state.ORDER_COLUMNS), i64)
     buddy_orders[:, state.ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
     # holes never outnumber the extents + 1, and extents the running requests
     holes = min(int(config[state.MAX_NUM_SEQS]), n, pool.capacity) + 2
     extent = np.zeros((n, state.EXTENT_COLUMNS), i64)
     extent[:, state.EXTENT_START] = -1
     s = s._replace(extent=extent, buddy_bits=np.zeros(sum(words), i64), buddy_orders=buddy_orders,
-                   holes=np.zeros((holes, 2), i64))
+                   holes=np.zeros((holes, state.HOLE_COLUMNS), i64))
     if config[state.RESERVATION_KIND] == state.RESERVE_PREDICTED:
         s = s._replace(predictor_draw=predictor_draws(cfg.seed, t),
                        placement_saved=np.zeros(placement.saved_size(sum(words), orders, holes), i64))

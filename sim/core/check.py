@@ -43,7 +43,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_PARENT, NODE_START, PREFIX_LEN, RADIX,
                                     RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
@@ -217,7 +217,7 @@ can_allocate = interpreted(memory.can_allocate)
 
 
 def check_categories(s) -> None:
-    out = np.zeros(6, np.int64)
+    out = np.zeros(MEMORY_CATEGORIES, np.int64)
     memory_categories(s, s.count[DEMAND_WAITING], out)
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         capacity = int(s.config[CAPACITY])

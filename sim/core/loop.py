@@ -56,6 +56,9 @@ from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCA
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
+from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
+                                    ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
+                                    ROW_USED_BLOCKS)
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
@@ -133,23 +136,23 @@ def record(s, start, dt):
     clock[BLOCKS_SUM] += used * dt
     clock[LOGICAL_SUM] += logical * dt
     clock[BUSY_S] += dt
-    for k in range(6):
+    for k in range(MEMORY_CATEGORIES):
         clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
     clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
-        s.row_floats[r, 0] = start
-        s.row_floats[r, 1] = dt
+        s.row_floats[r, ROW_START] = start
+        s.row_floats[r, ROW_DT] = dt
         row = s.row_ints
-        row[r, 0] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
-        row[r, 1] = c[STEP_PREFILL_TOKENS]
-        row[r, 2] = c[STEP_DECODE_SEQS]
-        row[r, 3] = c[WAITING_LEN] + c[SWAPPED_LEN]
-        row[r, 4] = c[NUM_RUNNING]
-        for k in range(6):
-            row[r, 5 + k] = memory[k]
-        row[r, 11] = used
-        row[r, 12] = logical
+        row[r, ROW_BATCH] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
+        row[r, ROW_PREFILL_TOKENS] = c[STEP_PREFILL_TOKENS]
+        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS]
+        row[r, ROW_QUEUED] = c[WAITING_LEN] + c[SWAPPED_LEN]
+        row[r, ROW_RUNNING] = c[NUM_RUNNING]
+        for k in range(MEMORY_CATEGORIES):
+            row[r, ROW_MEMORY + k] = memory[k]
+        row[r, ROW_USED_BLOCKS] = used
+        row[r, ROW_LOGICAL_BLOCKS] = logical
     c[NUM_ROWS] += 1
 
 

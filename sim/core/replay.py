@@ -11,6 +11,7 @@ missing: the same functions, interpreted).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import threading
 import time
@@ -120,6 +121,7 @@ def report(progress, s: state.Core, t0: float) -> None:
 
 
 _ENTRIES: dict = {}
+_SAID_CPYTHON: list = []  # the notice that the core runs in CPython, said once a process
 
 
 def compiled_entry(fn, s: state.Core):
@@ -131,6 +133,10 @@ def compiled_entry(fn, s: state.Core):
     arrays depend on), and a sweep's hundreds of runs type a state once. The step table grown
     on ROWS_FULL keeps its types. ``fn`` itself without numba."""
     if not COMPILED:
+        if not _SAID_CPYTHON and importlib.util.find_spec("numba") is None:
+            _SAID_CPYTHON.append(True)
+            LOG.info("numba is not installed: the simulator's core runs in CPython, tens of times slower "
+                     "(pip install numba)")
         return fn
     kinds = tuple(array_kind(a) for a in s)
     key = (getattr(fn, "py_func", fn), *kinds)

@@ -15,14 +15,65 @@ state of a run is a :class:`Core` of arrays:
   admission P and when it joined the decode set, per request) and its placement: the buddy's
   free-block bitmaps per order, or the holes by address;
 * scalars: ``config`` (int64, the policy as numbers and flags, read only), ``count`` (int64
-  counters) and ``clock`` (float64 times and sums), indexed by the constants below.
+  counters) and ``clock`` (float64 times and sums).
+
+The entries of ``config``, ``count`` and ``clock`` and the columns of the 2-D arrays are
+declared once, in the tables below (:func:`table`: a line per name, with what it holds); each
+name becomes the constant that indexes it (``count[NUM_RUNNING]``), numbered in the table's
+order, and each table's size a constant too (``NUM_COUNTS``). A new counter is one line in its
+table. numba reads the constants as it compiles, as literals.
 """
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import NamedTuple
 
 import numpy as np
+
+class Field(NamedTuple):
+    """One named index of a table below: ``width`` consecutive entries from ``index``."""
+    name: str
+    index: int
+    width: int
+    meaning: str
+
+
+#: each table's fields in order, by the table's name: the state's layout, stated once (its
+#: index constants below are made from it; ``tests/sim/core/test_state_layout.py`` reads it)
+TABLES: dict[str, tuple[Field, ...]] = {}
+
+
+def table(name: str, text: str, size: str, columns: int = 0) -> int:
+    """Read ``text``, one field a line: ``NAME`` or ``NAME[width]``, then what it holds (a
+    deeper-indented line goes on the meaning above it). Each ``NAME`` becomes a constant of this
+    module, its index, in the order of the lines; so does ``size``, the entries of them all
+    (``columns`` when given: a row padded to a cache line). A name already taken is an error."""
+    fields: list[Field] = []
+    index = 0
+    for line in textwrap.dedent(text).strip("\n").splitlines():
+        if line.startswith(" "):  # more of the meaning above
+            fields[-1] = fields[-1]._replace(meaning=fields[-1].meaning + " " + line.strip())
+            continue
+        head, _, meaning = line.partition(" ")
+        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)(?:\[(\d+)\])?", head)
+        if match is None:
+            raise ValueError(f"state table {name}: {line!r} does not start with NAME or NAME[width]")
+        width = int(match[2] or 1)
+        fields.append(Field(match[1], index, width, meaning.strip()))
+        index += width
+    if columns and columns < index:
+        raise ValueError(f"state table {name}: {index} entries do not fit in {columns} columns")
+    names = [f.name for f in fields] + [size]
+    taken = sorted({n for n in names if n in globals() or names.count(n) > 1})
+    if taken:  # a constant made twice would index two things at once
+        raise ValueError(f"state table {name}: {', '.join(taken)} named twice")
+    made = {f.name: f.index for f in fields} | {size: columns or index}
+    globals().update(made)
+    TABLES[name] = tuple(fields)
+    return made[size]
+
 
 # request status: the values of sim.requests.Status
 PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
@@ -30,117 +81,264 @@ PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
+MEMORY_CATEGORIES = 6  # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order
 
-# config: int64, the policy as data
-(NUM_REQUESTS, BLOCK_SIZE, NUM_BLOCKS, LEFTOVER_SLOTS, WATERMARK_BLOCKS, MAX_SEQ_LEN, MAX_NUM_SEQS,
- MAX_BATCHED_TOKENS, KEEP_ROWS, PROGRESS_EVERY, CHUNKED_PREFILL, CHUNK_BUDGET, SWAP_PREEMPTION,
- SWAP_CAPACITY_TOKENS, FREE_BLOCK_PER_SEQ, COST_MODEL, COST_SCALED,
- MANAGER_KIND, CAPACITY, RESERVATION_KIND, PLACEMENT_KIND, LARGEST_EXTENT,
- PREFIX_CACHING, HASH_BLOCK_TOKENS, TABLE_MASK, HAS_WAITING_SERVED_RATIO,
- SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
- EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, KERNEL_BLOCK, SCHEDULING_POLICY, NUM_CONFIG) = range(40)
-# config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
-# config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
-# being the last entry of ``cost``
+# Core.config: int64, the policy as data (read only; sim/core/build.py writes it)
+table("config", """
+    NUM_REQUESTS        the trace's requests
+    BLOCK_SIZE          tokens a KV block holds
+    NUM_BLOCKS          the pool's blocks
+    LEFTOVER_SLOTS      token slots of the KV memory too few to make a block
+    WATERMARK_BLOCKS    free blocks an admission must leave (vLLM v0's watermark)
+    MAX_SEQ_LEN         the longest sequence the engine takes (prompt + output)
+    MAX_NUM_SEQS        the most sequences running at once
+    MAX_BATCHED_TOKENS  the tokens one iteration may compute
+    KEEP_ROWS           1: write a step-table row per iteration
+    PROGRESS_EVERY      the loop returns PROGRESS after this many more finished requests
+    CHUNKED_PREFILL     1: a prompt's prefill may be split over iterations
+    CHUNK_BUDGET        the prefill tokens of a chunk (sglang: of a step)
+    SWAP_PREEMPTION     1: preempt by swapping out to host memory, not by recomputing
+    SWAP_CAPACITY_TOKENS  the host swap space, in tokens
+    FREE_BLOCK_PER_SEQ  1: vLLM v0's append rule, a free block for each decoding sequence
+    COST_MODEL          which step price the loop calls: ROOFLINE, CALIBRATED or TABLE
+        (sim.core.cost, cost_calibrated, cost_table)
+    COST_SCALED         1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the
+        scale being the last entry of Core.cost
+    MANAGER_KIND        which manager the memory verbs go to (PAGED, CONTIGUOUS, RADIX)
+    CAPACITY            the KV memory's token slots (the categories sum to it)
+    RESERVATION_KIND    the contiguous manager's reservation (RESERVE_*)
+    PLACEMENT_KIND      the contiguous manager's placement (BUDDY, FIRST_FIT, BEST_FIT)
+    LARGEST_EXTENT      the largest reservation the contiguous manager places
+    PREFIX_CACHING      1: full prompt blocks are cached by their prefix's hash
+    HASH_BLOCK_TOKENS   the tokens a prefix key covers
+    TABLE_MASK          the prefix keys' hash table size less one (a power of two)
+    HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
+    SCHEDULER_KIND      the scheduler family (CONTINUOUS, STATIC, V1, SGLANG)
+    STATIC_BATCH_LIMIT  static batching: the requests of a batch
+    ADDRESS_SPACE       the contiguous manager's address space, in token slots
+    SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)
+    CHECK_STEPS         1 under --check: the loop returns after every iteration (sim/core/check.py)
+    BEAM_SEARCH         1: some request has beams (sim/core/beam.py)
+    FORKS_SHARE_BLOCKS  1: a request's sequences share their prompt's blocks
+    EXTERNAL_STEPS      1 when an executor outside the core runs the steps (the GPU mode): the
+        loop returns SCHEDULED after scheduling an iteration, Python puts its duration in
+        clock[STEP_S], and the core records the step's data movement (Core.step_copies,
+        step_swap_out, step_swap_in) as it acts
+    ROUTED              1: a cluster's replica, whose router hands it its arrivals
+    SCHEDULE_POLICY     sglang's waiting order (FCFS, LPM)
+    ASYNC_SCHEDULING    1: vLLM v1 schedules the next step while this one runs
+    KERNEL_BLOCK        the tokens the decode attention kernel reads a sequence's KV in: the
+        block size under vLLM v0's PagedAttention kernel (it reads whole blocks,
+        sim.core.cost.kernel_read_tokens), 1 for a kernel that reads each cached token once
+        (SimConfig.kernel_block_tokens)
+    SCHEDULING_POLICY   vLLM's --scheduling-policy (POLICY_FCFS, POLICY_PRIORITY): the waiting
+        order and the victim of a preemption (sim/core/policies.py)
+""", size="NUM_CONFIG")
+
+# Core.count: int64 counters
+table("count", """
+    USED_BLOCKS         blocks allocated
+    COMPUTED_SLOTS      token slots holding computed K/V (the token-state category)
+    DEMAND_SLOTS        token slots the running requests need now
+    LOGICAL_BLOCKS      the block tables' lengths: more than USED_BLOCKS when blocks are shared
+    NUM_ALLOCATIONS     allocations by the manager
+    NUM_FREES           frees by the manager
+    NUM_FREE_BLOCK_IDS  the free block stack's height (Core.free_block_ids)
+    NUM_FREE_SLOTS      the free running slots (Core.free_slots)
+    NUM_RUNNING         requests running
+    DECODE_SET_SIZE     running requests past their prefill
+    WAITING_HEAD        the waiting ring's head (Core.waiting)
+    WAITING_LEN         requests waiting
+    SWAPPED_HEAD        the swapped ring's head (Core.swapped)
+    SWAPPED_LEN         requests swapped out
+    SWAP_USED_TOKENS    the swap space's tokens in use
+    NUM_SWAP_FALLBACKS  swap preemptions that recomputed instead (no space left, or mid-prefill)
+    FREE_EPOCH          bumped at each free: a waiting head blocked on memory may fit now
+    BLOCKED_REQUEST     the waiting head that did not fit (-1: none)
+    BLOCKED_EPOCH       FREE_EPOCH when it did not fit: not retried until something is freed
+    BLOCKED_KIND        what blocked it (NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS)
+    DEMAND_WAITING      1: the memory categories count the waiting head's demand
+    NUM_PREEMPTIONS     preemptions
+    NUM_REJECTED        requests rejected
+    NUM_FINISHED        requests finished
+    NUM_FINISHED_REPORTED  NUM_FINISHED when the loop last returned PROGRESS
+    STEP_PREFILL_SEQS   this iteration's prefilling sequences
+    STEP_PREFILL_TOKENS  this iteration's prefill tokens
+    STEP_DECODE_SEQS    this iteration's decoding sequences
+    STEP_SWAP_IN        this iteration's blocks swapped in
+    STEP_SWAP_OUT       this iteration's blocks swapped out
+    NUM_ROWS            iterations recorded (step-table rows)
+    ITL_COUNT           inter-token latencies counted (clock[ITL_SUM] is their sum)
+    NEXT_EVENT_ID       the next event's id: events at the same time run in the order made
+    NEXT_ARRIVAL        the next request to arrive (a trace row)
+    ARRIVAL_PENDING     1: an arrival event is scheduled
+    ARRIVAL_EVENT_ID    its id
+    ENGINE_PENDING      1: an engine event (a step's end or a wake-up) is scheduled
+    ENGINE_EVENT_ID     its id
+    ARRIVALS_DONE       1: every request has arrived
+    IDLE                1: the engine has nothing to run and waits for an arrival
+    WAKE_TRIGGERED      1: an arrival has woken the idle engine
+    IN_STEP             1: an iteration is running
+    STARTED             1: the loop has begun
+    RESERVED_SLOTS      the contiguous manager: token slots reserved
+    PLACED_SLOTS        the contiguous manager: token slots placed (reserved and rounded up)
+    NUM_HOLES           the fit placements' holes (Core.holes' rows in use)
+    NUM_LRU             prefix caching: cached blocks no running request holds
+    LRU_HEAD            their LRU list's head (evicted first)
+    LRU_TAIL            its tail
+    NUM_EVICTIONS       cached blocks (sglang: tree leaves) evicted
+    PREFIX_HIT_TOKENS   prompt tokens found cached
+    PREFIX_LOOKUP_TOKENS  prompt tokens looked up
+    NUM_CACHED_KEYS     prefix keys held
+    STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
+    STATIC_LIVE         static batching: the batch's requests still generating
+    STATIC_CONTEXT_SUM  static batching: the batch's context tokens
+    NUM_RUNNING_SEQS    sequences running (a request's forks each count)
+    NUM_FORKS           forks made (parallel sampling, beams)
+    NUM_COW_COPIES      copy-on-write block copies
+    STEP_COPIED_BLOCKS  this iteration's rows of Core.step_copies
+    NUM_OVERFLOWS       the contiguous manager: requests that outgrew their reservation
+    NUM_GROWS_IN_PLACE  reservations grown where they lie
+    NUM_MOVES           reservations moved to grow
+    NUM_JOINS           requests that joined the decode set (their order: Core.extent's JOINED)
+    STEP_SWAP_OUT_BLOCKS  this iteration's rows of Core.step_swap_out (under EXTERNAL_STEPS)
+    STEP_SWAP_IN_BLOCKS  this iteration's rows of Core.step_swap_in
+    STEP_NUM_FINISHED   the requests the last completed step finished (Core.step_finished[:n])
+    AWAITING_STEP_TIME  1: the loop returned SCHEDULED and resumes with clock[STEP_S]
+    STEP_SWAP_OUT_EARLY  the rows of step_swap_out made by an iteration's first scheduling pass
+        when it had to take a second (scheduler_vllm.schedule): they come before the second
+        pass's swap-ins, which may take their blocks
+    SCHEDULE_ON_RESUME  1 when the loop returned PROGRESS as a step ended, before the next
+        iteration was scheduled (sim/core/loop.py): the next call schedules it first
+    HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
+    CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
+    RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
+    RADIX_EVICTABLE     those of them no running request locks
+    RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree
+    RADIX_ACCESS_CLOCK  the access clock: a node's last access is a tick of it
+    RADIX_FREE_NODE     the free node list's head
+    RADIX_NODES_USED    the nodes ever used (evictions scan these)
+""", size="NUM_COUNTS")
+
+# Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
+table("clock", f"""
+    NOW                 the simulated time
+    ARRIVAL_TIME        the scheduled arrival event's time
+    ENGINE_TIME         the scheduled engine event's time
+    IDLE_FROM           when the engine last went idle
+    IDLE_S              seconds idle
+    BUSY_S              seconds running iterations
+    END_S               when the run ended
+    ITL_SUM             the inter-token latencies' sum
+    RUNNING_WEIGHTED    running requests x seconds
+    MEM_SUM[{MEMORY_CATEGORIES}]          the memory categories' slot-seconds, in sim.metrics' order
+    BLOCKS_SUM          allocated blocks x seconds
+    LOGICAL_SUM         the block tables' blocks x seconds
+    WAITING_SERVED_RATIO  vLLM v0's waiting-served ratio (see HAS_WAITING_SERVED_RATIO)
+    BEAM_CHURN          beam search: the chance that a beam dies at a decode step
+    PREDICTOR_ERROR     the predicted reservation's relative error
+    STEP_S              EXTERNAL_STEPS: the duration of the iteration just scheduled, as its
+        executor measured it
+    HORIZON_S           a replica: the time of the cluster's next arrival
+    NEW_TOKEN_RATIO     sglang: the share of max_new_tokens a running request is taken to
+        still decode (the scheduler's new_token_ratio), now
+    INIT_NEW_TOKEN_RATIO  its start
+    MIN_NEW_TOKEN_RATIO  its floor
+    NEW_TOKEN_RATIO_DECAY  its decay per decode step
+    LAST_SCHEDULE_S     vLLM v1 under ASYNC_SCHEDULING: when the scheduler last scheduled a step
+        (a request arriving after it waits one more step)
+    CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
+""", size="NUM_CLOCK")
+
+# Core.block_info (prefix caching): a block's row, eight int64 so that a row is one cache line
+table("block_info", """
+    REF                 the running requests holding it
+    PREV                its neighbour towards the LRU list's head
+    NEXT                its neighbour towards the tail
+    KEY_END             its key's end token (0: no key)
+    KEY_SLOT            its key's row in Core.key_entries
+""", size="BLOCK_INFO_COLUMNS", columns=8)
+# Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
+table("key_entries", """
+    ENTRY_END           the key's end token
+    ENTRY_CHAIN         the prefix chain's hash
+    ENTRY_BLOCK         the block
+""", size="ENTRY_COLUMNS", columns=4)
+# Core.extent: the contiguous manager's reservation of each request
+table("extent", """
+    EXTENT_START        its first slot
+    EXTENT_RESERVED     R, the slots it asked for
+    EXTENT_PLACED       A >= R, the slots placed
+    EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
+    EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
+""", size="EXTENT_COLUMNS")
+# Core.buddy_orders: per order of the buddy placement
+table("buddy_orders", """
+    ORDER_ROW           its first word of Core.buddy_bits
+    ORDER_FREE          its free blocks
+    ORDER_FIRST_WORD    the first word that may hold one
+""", size="ORDER_COLUMNS")
+# Core.holes: the fit placements' holes, by address
+table("holes", """
+    HOLE_START          its first slot
+    HOLE_SIZE           its slots
+""", size="HOLE_COLUMNS")
+# Core.radix_nodes (--system sglang): a tree node, a run of tokens [START, END) of every path
+# through it, named by the tokens of request OWNER; free nodes have PARENT -2
+table("radix_nodes", """
+    NODE_PARENT         its parent
+    NODE_FIRST_CHILD    its first child
+    NODE_NEXT_SIBLING   its next sibling
+    NODE_PREV_SIBLING   its previous sibling
+    NODE_START          its first token in OWNER's tokens
+    NODE_END            its end
+    NODE_OWNER          the request whose tokens name it
+    NODE_LOCK_REF       the running requests locking it
+    NODE_LAST_ACCESS    its last access (a tick of count[RADIX_ACCESS_CLOCK])
+""", size="NODE_COLUMNS")
+# Core.radix_request: per request
+table("radix_request", """
+    LOCKED_NODE         the node it locks
+    PREFIX_LEN          its prefix in the tree
+    MATCH_LEN           its last match's length
+    MATCH_NODE          and node
+    EXTEND_LEN          this step's extend length
+""", size="RADIX_REQUEST_COLUMNS")
+# Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
+table("row_floats", """
+    ROW_START           when it started
+    ROW_DT              how long it took
+""", size="ROW_FLOATS")
+table("row_ints", f"""
+    ROW_BATCH           its sequences
+    ROW_PREFILL_TOKENS  its prefill tokens
+    ROW_DECODE_SEQS     its decoding sequences
+    ROW_QUEUED          requests waiting or swapped out
+    ROW_RUNNING         requests running
+    ROW_MEMORY[{MEMORY_CATEGORIES}]       the memory categories at its start
+    ROW_USED_BLOCKS     blocks allocated
+    ROW_LOGICAL_BLOCKS  the block tables' blocks
+""", size="ROW_INTS")
+
+# config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table)
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
-# config[KERNEL_BLOCK]: the tokens the decode attention kernel reads a sequence's KV in: the block
-# size under vLLM v0's PagedAttention kernel (it reads whole blocks, sim.core.cost.kernel_read_tokens),
-# 1 for a kernel that reads each cached token once (SimConfig.kernel_block_tokens)
-# config[CHECK_STEPS]: 1 under --check: the loop returns after every iteration (sim/core/check.py)
-# config[EXTERNAL_STEPS]: 1 when an executor outside the core runs the steps (the GPU mode): the
-# loop returns SCHEDULED after scheduling an iteration, Python puts its duration in
-# clock[STEP_S], and the core records the step's data movement (Core.step_copies,
-# step_swap_out, step_swap_in) as it acts
-
-# count: int64 counters
-(USED_BLOCKS, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS, NUM_FREES,
- NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_RUNNING, DECODE_SET_SIZE,
- WAITING_HEAD, WAITING_LEN, SWAPPED_HEAD, SWAPPED_LEN, SWAP_USED_TOKENS, NUM_SWAP_FALLBACKS,
- FREE_EPOCH, BLOCKED_REQUEST, BLOCKED_EPOCH, BLOCKED_KIND, DEMAND_WAITING,
- NUM_PREEMPTIONS, NUM_REJECTED, NUM_FINISHED, NUM_FINISHED_REPORTED,
- STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_DECODE_SEQS, STEP_SWAP_IN, STEP_SWAP_OUT,
- NUM_ROWS, ITL_COUNT,
- NEXT_EVENT_ID, NEXT_ARRIVAL, ARRIVAL_PENDING, ARRIVAL_EVENT_ID, ENGINE_PENDING, ENGINE_EVENT_ID,
- ARRIVALS_DONE, IDLE, WAKE_TRIGGERED, IN_STEP, STARTED,
- RESERVED_SLOTS, PLACED_SLOTS, NUM_HOLES,
- NUM_LRU, LRU_HEAD, LRU_TAIL, NUM_EVICTIONS, PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, NUM_CACHED_KEYS,
- STEPS_WITHOUT_TOKEN, STATIC_LIVE, STATIC_CONTEXT_SUM,
- NUM_RUNNING_SEQS, NUM_FORKS, NUM_COW_COPIES, STEP_COPIED_BLOCKS,
- NUM_OVERFLOWS, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_JOINS,
- STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS, STEP_NUM_FINISHED, AWAITING_STEP_TIME, STEP_SWAP_OUT_EARLY,
- SCHEDULE_ON_RESUME, HORIZON_EVENT_ID,
- CHUNKED_REQUEST, RADIX_TREE_TOKENS, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_ACCESS_CLOCK, RADIX_FREE_NODE,
- RADIX_NODES_USED, NUM_COUNTS) = range(79)
-# the radix cache (sim/core/radix_cache.py, --system sglang): the request whose prefill is chunked
-# (-1: none); the tokens the tree holds, those of them no running request locks (evictable), the
-# pages the running requests hold outside the tree; the access clock (a node's last access is a
-# tick of it); the free node list's head and the nodes ever used (evictions scan these)
-# STEP_SWAP_OUT_BLOCKS, STEP_SWAP_IN_BLOCKS: rows of step_swap_out / step_swap_in this iteration
-# (under EXTERNAL_STEPS; STEP_COPIED_BLOCKS counts step_copies' rows); STEP_NUM_FINISHED: the
-# requests the last completed step finished (step_finished[:n]); AWAITING_STEP_TIME: the loop
-# returned SCHEDULED and resumes with clock[STEP_S]; STEP_SWAP_OUT_EARLY: the rows of step_swap_out
-# made by an iteration's first scheduling pass when it had to take a second (scheduler_vllm.schedule):
-# they come before the second pass's swap-ins, which may take their blocks
-# count[SCHEDULE_ON_RESUME]: 1 when run() returned PROGRESS as a step ended, before the next
-# iteration was scheduled (sim/core/loop.py): the next call schedules it first
-
-# clock: float64 times and time-weighted sums
-(NOW, ARRIVAL_TIME, ENGINE_TIME, IDLE_FROM, IDLE_S, BUSY_S, END_S, ITL_SUM, RUNNING_WEIGHTED) = range(9)
-MEM_SUM = 9  # six slots: the memory categories' slot-seconds, in sim.metrics' order
-BLOCKS_SUM, LOGICAL_SUM = 15, 16
-WAITING_SERVED_RATIO = 17  # the policy's one float (read only; see HAS_WAITING_SERVED_RATIO)
-BEAM_CHURN = 18  # beam search: the chance that a beam dies at a decode step (read only; see BEAM_SEARCH)
-PREDICTOR_ERROR = 19  # the predicted reservation's relative error (read only)
-STEP_S = 20  # EXTERNAL_STEPS: the duration of the iteration just scheduled, as its executor measured it
-HORIZON_S = 21  # config[ROUTED]: the time of the cluster's next arrival (its event id: count[HORIZON_EVENT_ID])
-# --system sglang: the scheduler's new_token_ratio (SGLang's estimate of the share of max_new_tokens a
-# running request still decodes) now, at its start, its floor and its decay per decode step
-NEW_TOKEN_RATIO, INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY = 22, 23, 24, 25
-# --system vllm-v1 under config[ASYNC_SCHEDULING]: when the scheduler last scheduled a step
-# (sim/core/scheduler_v1.py: a request arriving after it waits one more step)
-LAST_SCHEDULE_S = 26
-# --system vllm-v1: how long a client waits for its whole answer before it gives up (inf: forever)
-CLIENT_TIMEOUT_S = 27
-NUM_CLOCK = 28
-
-# prefix caching: the columns of block_info (a block's row: the running requests holding it, its
-# neighbours in the LRU list, its key's end token (0: no key) and its row in key_entries), eight
-# int64 to a row so that a row is one cache line; and of key_entries (ENTRY_BLOCK -1: empty)
-REF, PREV, NEXT, KEY_END, KEY_SLOT, BLOCK_INFO_COLUMNS = 0, 1, 2, 3, 4, 8
-ENTRY_END, ENTRY_CHAIN, ENTRY_BLOCK, ENTRY_COLUMNS = 0, 1, 2, 4
 
 # config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
 PAGED, CONTIGUOUS = 0, 1
+RADIX = 2  # --system sglang: the radix cache's token pool (sim/core/radix_cache.py)
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
 RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE, RESERVE_PREDICTED = 0, 1, 2, 3
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
-# columns of Core.extent, Core.buddy_orders and Core.holes
-EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED = 0, 1, 2
-EXTENT_PROMPT, EXTENT_COLUMNS = 3, 5  # the tokens it held at admission (P of a re-reservation)
-EXTENT_JOINED = 4  # when it joined the decode set (a count): re-reservations go in this order
-ORDER_ROW, ORDER_FREE, ORDER_FIRST_WORD = 0, 1, 2
-HOLE_START, HOLE_SIZE = 0, 1
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static);
 # V1: vLLM v1's one token budget over running then waiting requests (sim/core/scheduler_v1.py)
 CONTINUOUS, STATIC, V1 = 0, 1, 2
 SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/scheduler_sglang.py)
-RADIX = 2  # config[MANAGER_KIND] of --system sglang: the radix cache's token pool (sim/core/radix_cache.py)
 FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
-# config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): the waiting queue's order and the victim of a
-# preemption (sim/core/policies.py): by arrival, the latest admitted preempted; or by (priority, arrival)
+# config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): by arrival, the latest admitted
+# preempted; or by (priority, arrival)
 POLICY_FCFS, POLICY_PRIORITY = 0, 1
-# columns of Core.radix_nodes (a tree node: a run of tokens [START, END) of every path through it,
-# named by the tokens of request OWNER; free nodes have PARENT -2) and of Core.radix_request
-(NODE_PARENT, NODE_FIRST_CHILD, NODE_NEXT_SIBLING, NODE_PREV_SIBLING, NODE_START, NODE_END, NODE_OWNER,
- NODE_LOCK_REF, NODE_LAST_ACCESS, NODE_COLUMNS) = range(10)
-LOCKED_NODE, PREFIX_LEN, MATCH_LEN, MATCH_NODE, EXTEND_LEN, RADIX_REQUEST_COLUMNS = range(6)
-
-# what blocked the waiting queue's head (it is not retried until something is freed)
+# count[BLOCKED_KIND]: what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
-
-# step-table columns: two floats (start_s, dt_s) and thirteen ints per iteration
-ROW_FLOATS = 2
-ROW_INTS = 13  # batch, prefill tokens, decode seqs, waiting, running, 6 memory categories, blocks, logical
 
 
 class Core(NamedTuple):

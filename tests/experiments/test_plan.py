@@ -290,3 +290,21 @@ def test_early_stop_gives_the_same_answer(tmp_path):
         stopped = [p for p in t.points if p.get("stopped_early")]
         assert bool(stopped) == (stop is not None)
     assert answers[0] == answers[1]
+
+
+def test_a_what_if_is_tried_where_the_system_takes_it():
+    """The registry decides (sim/systems.py): a setting that does nothing there, or that the
+    scheduler refuses, is no variant of that system."""
+    from pagesim.experiments.plan import what_if_variants
+
+    labels = {system: [label for label, _ in what_if_variants(system, {})]
+              for system in ("vllm", "orca-max", "static", "vllm-v1", "sglang")}
+    assert labels["vllm"] == ["baseline", "block_size=8", "block_size=32", "max_num_seqs=64", "max_num_seqs=128",
+                              "chunked_prefill", "preemption=swap"]
+    # Orca: no blocks; its reservation is the base's (max) so only the two others
+    assert labels["orca-max"] == ["baseline", "max_num_seqs=64", "max_num_seqs=128", "reservation=pow2",
+                                  "reservation=oracle", "chunked_prefill", "preemption=swap"]
+    assert labels["static"] == ["baseline", "max_num_seqs=64", "max_num_seqs=128"]  # never preempts
+    # vLLM v1 and SGLang always chunk and preempt by recompute only
+    assert labels["vllm-v1"] == labels["sglang"] == ["baseline", "block_size=8", "block_size=32", "max_num_seqs=64",
+                                                     "max_num_seqs=128"]

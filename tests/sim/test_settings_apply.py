@@ -1,15 +1,17 @@
 """A setting given where it does nothing is refused (a flag) or warned about (a --config file's
-leftover): ``sim.args.APPLIES`` states once where each applies. Each "does nothing" is checked
-here by running the simulation with two values of the setting where it does not apply: the
-records are the same. A stale entry (a setting that came to matter there) fails this test."""
+leftover): the registry (``sim/systems.py``) states once where each applies. Each "does nothing"
+is checked here by running the simulation with two values of the setting where it does not
+apply: the records are the same. A stale entry (a setting that came to matter there) fails this
+test. A scheduler's exclusive settings are refused elsewhere from Python too (checked below)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pagesim.sim.args import APPLIES
+from pagesim.sim import systems
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
 from pagesim.traces.synth import make_workload
 
@@ -39,15 +41,28 @@ def trace():
     return make_workload("sharegpt", rate=16.0, duration_s=30, seed=1)  # preempts in a 2 GiB pool
 
 
-def test_every_setting_in_the_table_is_checked_here():
-    assert {name for name, *_ in CASES} == set(APPLIES)
+#: a scheduler's exclusive settings, each with a value another scheduler refuses
+EXCLUSIVE = [("async_scheduling", "vllm", True), ("client_timeout_s", "sglang", 5.0),
+             ("scheduling_policy", "orca-max", "priority")]
+
+
+def test_every_setting_the_registry_places_is_checked_here():
+    assert {name for name, *_ in CASES} | {name for name, *_ in EXCLUSIVE} == set(systems.placed_settings())
+
+
+@pytest.mark.parametrize("name, system, value", EXCLUSIVE)
+def test_an_exclusive_setting_is_refused_elsewhere_from_python(name, system, value):
+    assert not systems.applies(SimConfig.for_system(system), name)
+    with pytest.raises(ConfigError, match=f"{name}=.* applies to the vllm-v1 scheduler .* alone; "
+                                          f"scheduler '{SimConfig.for_system(system).scheduler}' has none"):
+        SimConfig.for_system(system, **{name: value})
+    SimConfig.for_system("vllm-v1", **{name: value})  # where it applies, taken
 
 
 @pytest.mark.parametrize("name, system, extra, values", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_a_setting_does_nothing_where_the_table_says_so(trace, name, system, extra, values):
     configs = [SimConfig.for_system(system, kv_gib=2, max_seq_len=2048, **extra, **{name: v}) for v in values]
-    applies, _where = APPLIES[name]
-    assert not any(applies(cfg) for cfg in configs)
+    assert not any(systems.applies(cfg, name) for cfg in configs)
     first, second = ([run_simulation(cfg, trace).summary[k] for k in KEYS] for cfg in configs)
     assert first == second
 
@@ -57,7 +72,7 @@ def test_where_it_applies_it_changes_the_run(trace):
     for name, system, extra, values in [("block_size", "vllm", {}, (8, 64)),
                                         ("swap_gib", "vllm", {"preemption": "swap"}, (0.05, 8.0))]:
         configs = [SimConfig.for_system(system, kv_gib=2, max_seq_len=2048, **extra, **{name: v}) for v in values]
-        assert all(APPLIES[name][0](cfg) for cfg in configs)
+        assert all(systems.applies(cfg, name) for cfg in configs)
         first, second = ([run_simulation(cfg, trace).summary[k] for k in KEYS] for cfg in configs)
         assert first != second, name
 
@@ -67,6 +82,6 @@ def test_a_flag_that_does_nothing_is_refused_in_one_line(capsys):
     assert main([*argv, "--system", "vllm", "--schedule-policy", "lpm"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("pagesim: error: --schedule-policy does nothing for system 'vllm' (manager paged, scheduler "
-                   "vllm): it applies to --system sglang; drop it")
+                   "vllm): it applies to the sglang scheduler (--system sglang); drop it")
     assert main([*argv, "--system", "sglang", "--schedule-policy", "lpm"]) == 0
     assert main([*argv, "--system", "vllm", "--preemption", "swap", "--swap-gib", "8"]) == 0

@@ -3,12 +3,14 @@ line's choices, the configuration's presets and the core's scheduler kind all re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from pagesim.sim import systems
 from pagesim.sim.cli import build_parser
 from pagesim.sim.config import SimConfig
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.core import state
 from pagesim.sim.run import initial_state
 
@@ -29,7 +31,7 @@ def simulate_choices(dest: str) -> tuple:
 def test_the_command_line_offers_the_registrys_names():
     assert simulate_choices("system") == tuple(systems.SYSTEMS)
     assert simulate_choices("scheduler") == tuple(systems.SCHEDULERS)
-    assert simulate_choices("manager") == systems.MANAGERS
+    assert simulate_choices("manager") == tuple(systems.MANAGERS)
     assert simulate_choices("scheduling_policy") == tuple(systems.SCHEDULING_POLICIES)
 
 
@@ -41,3 +43,24 @@ def test_each_system_runs_its_registered_scheduler_and_presets(name):
         assert getattr(cfg, key) == value
     s = initial_state(cfg, rand_trace(0, n=4, max_len=64))
     assert s.config[state.SCHEDULER_KIND] == systems.SCHEDULERS[entry.scheduler].core_kind
+
+
+@pytest.mark.parametrize("system, settings, words", [
+    ("vllm", dict(manager="static"), "scheduler 'vllm' needs manager one of 'contiguous', 'paged', 'vattention'"),
+    ("static", dict(manager="paged"), "scheduler 'static' needs manager 'static', got 'paged'"),
+    ("static", dict(preemption="swap"), "static batching never preempts"),
+    ("sglang", dict(prefix_caching=True), "radix tree, always"),
+    ("vllm-v1", dict(max_num_batched_tokens=100, max_num_seqs=128),
+     "max_num_batched_tokens=100 must be >= max_num_seqs=128"),
+])
+def test_what_a_scheduler_cannot_run_is_refused_in_its_registry_line(system, settings, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        SimConfig.for_system(system, **settings)
+
+
+def test_where_a_setting_applies_is_read_from_its_owner():
+    cfg = SimConfig.for_system("orca-max")
+    assert systems.applies(cfg, "reservation") and not systems.applies(cfg, "block_size")
+    assert systems.applies(cfg, "max_num_seqs")  # named by nobody: applies everywhere
+    assert not systems.applies(cfg, "swap_gib") and systems.applies(cfg.replace(preemption="swap"), "swap_gib")
+    assert systems.where_it_applies("block_size") == "the paged manager (--system vllm, token, vllm-v1, sglang)"

@@ -198,3 +198,26 @@ def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
     assert aot.load(KINDS, F) is None and not path.exists()
     aot.build(None, KINDS, F)
     assert builds.names == [aot.module_name(KINDS, F)]
+
+
+def test_a_module_shipped_with_the_package_is_loaded_first(module_built, monkeypatch, tmp_path):
+    """``sim/core/compiled/`` (a wheel's, sim/precompile.py) is read before numba's cache, and a
+    family found there is not built again."""
+    built = aot.module_path(aot.module_name(module_built, F))
+    shipped = tmp_path / "compiled"
+    shipped.mkdir()
+    shutil.copy2(built, shipped / built.name)
+    monkeypatch.setattr(aot, "SHIPPED", shipped)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # aot.cache_dir(): an empty one
+    monkeypatch.setattr(aot, "_LOADED", {})
+    entry = aot.load(module_built, F)
+    assert entry is not None and from_the_module(entry)
+    aot.build(None, module_built, F)  # the shipped one stands: nothing is compiled or written
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_package_build_compiles_a_system_of_every_family():
+    from pagesim.sim import precompile
+
+    assert sorted(precompile.families()) == sorted(loop.FAMILIES)
+    assert precompile.main([]) == 2  # usage

@@ -349,6 +349,8 @@ def test_every_command_line_system_runs_on_the_core(system):
         variants = [dict(), dict(max_num_batched_tokens=64, max_num_seqs=64), dict(check=True)]
     if system == "sglang":  # recompute only, chunks by its own chunk_budget (chunked_prefill_size)
         variants = [dict(), dict(chunk_budget=64, block_size=4, schedule_policy="lpm"), dict(check=True)]
+    if system == "static":  # never preempts (its config refuses swap)
+        variants = [dict(), dict(check=True)]
     if system.startswith("orca"):
         variants += [dict(reservation=r, placement=p) for r in RESERVATIONS for p in PLACEMENTS]
     width = {"n": [1, 2], "beam_width": [1, 3]} if system in ("vllm", "token") else None

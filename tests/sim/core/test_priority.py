@@ -256,7 +256,7 @@ def test_the_policy_is_vllm_v1s_only(capsys):
     """A system other than vllm-v1 refuses the flag in one line (exit 2)."""
     assert main(["simulate", "--system", "vllm", "--scheduling-policy", "priority", "--num-requests", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--scheduling-policy" in err[0] and "vllm-v1" in err[0]
+    assert len(err) == 1 and "scheduling_policy='priority' applies to the vllm-v1 scheduler" in err[0]
 
 
 def write_csv(tmp_path, priorities) -> str:
