@@ -40,7 +40,7 @@ REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the 
  SCHEDULER_KIND, STATIC_BATCH_LIMIT, ADDRESS_SPACE, SHARED_BLOCKS, CHECK_STEPS, BEAM_SEARCH, FORKS_SHARE_BLOCKS,
  EXTERNAL_STEPS, ROUTED, SCHEDULE_POLICY, ASYNC_SCHEDULING, KERNEL_BLOCK, SCHEDULING_POLICY, NUM_CONFIG) = range(40)
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table);
-# config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the scale
+# config[COST_SCALED]: 1 when its GPU time is scaled (sim.cost.models.ScaledCostModel), the scale
 # being the last entry of ``cost``
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 # config[KERNEL_BLOCK]: the tokens the decode attention kernel reads a sequence's KV in: the block
