@@ -2,10 +2,10 @@
 
     python benchmarks/cost_accuracy.py [--measured DIR] [--gpus a100-80gb,h100-80gb,a40]
 
-For each measured GPU, in the same run: the roofline (``sim/cost.py``, unfitted) on every
-measured cell of every model (``sim/measured.py``), and the calibrated roofline
-(``sim/cost_calibrated.py``) leave-one-model-out: every model priced with constants fitted
-(``sim/calibration_fit.py``) on the other models only. Prints |predicted/measured - 1| as
+For each measured GPU, in the same run: the roofline (``sim/cost/roofline.py``, unfitted) on every
+measured cell of every model (``sim/cost/measured.py``), and the calibrated roofline
+(``sim/cost/calibrated.py``) leave-one-model-out: every model priced with constants fitted
+(``sim/cost/calibration_fit.py``) on the other models only. Prints |predicted/measured - 1| as
 median / p90 / max per GPU and phase (before -> after), and over the decode-sized cells
 (at most 256 tokens, where serving runs), then per held-out model, as the
 markdown tables of docs/accuracy.md. ``DIR`` defaults to
@@ -27,9 +27,10 @@ import_path()  # `import pagesim` works from this working tree, installed or not
 
 import pandas as pd  # noqa: E402
 
-from pagesim.sim import cost_error  # noqa: E402
-from pagesim.sim.calibration_fit import attention_source, leave_one_model_out, score  # noqa: E402
-from pagesim.sim.measured import measured_gpus, read_measured  # noqa: E402
+from pagesim.sim.cost import error as cost_error  # noqa: E402
+from pagesim.sim.cost.calibration_fit import (attention_source, leave_one_model_out,  # noqa: E402
+                                              score)
+from pagesim.sim.cost.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 
@@ -44,7 +45,8 @@ def band(s: dict) -> str:
 def main() -> None:
     shared = Path(os.environ.get("PAGESIM_SHARED") or Path(__file__).resolve().parents[2] / "shared")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--measured", default=str(shared / "measured"), help="measured folder (sim/measured.py)")
+    ap.add_argument("--measured", default=str(shared / "measured"),
+                    help="measured folder (sim/cost/measured.py)")
     ap.add_argument("--gpus", default=None, help="comma-separated GPU presets (default: every measured one)")
     args = ap.parse_args()
     gpus = args.gpus.split(",") if args.gpus else measured_gpus(args.measured)

@@ -31,9 +31,9 @@ import_path()  # `import pagesim` works from this working tree, installed or not
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pagesim.sim import calibration_fit as fit  # noqa: E402
-from pagesim.sim.cost_calibrated import layer_gemm_shapes  # noqa: E402
-from pagesim.sim.measured import measured_gpus, read_measured  # noqa: E402
+from pagesim.sim.cost import calibration_fit as fit  # noqa: E402
+from pagesim.sim.cost.calibrated import layer_gemm_shapes  # noqa: E402
+from pagesim.sim.cost.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 DECODE_SIZED = 256

@@ -1,4 +1,4 @@
-"""Fit the serving cost model's constants (``sim/cost_serving.py``) on real serving runs, and
+"""Fit the serving cost model's constants (``sim/cost/serving.py``) on real serving runs, and
 measure its error leave-one-model-out.
 
 The runs are replayed end to end (``pagesim validate --against``'s replay: ``vllm-v1``, prefix
@@ -34,8 +34,8 @@ from _import_path import ROOT, import_path
 import_path()
 
 from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run  # noqa: E402
-from pagesim.sim.cost_models import swap_block_tokens  # noqa: E402
-from pagesim.sim.cost_serving import ServingConstants, ServingCostModel  # noqa: E402
+from pagesim.sim.cost.models import swap_block_tokens  # noqa: E402
+from pagesim.sim.cost.serving import ServingConstants, ServingCostModel  # noqa: E402
 from pagesim.sim.run import resolve_budget  # noqa: E402
 from pagesim.traces.real_runs import read_real_runs  # noqa: E402
 
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip():
             commit += " with changes not committed"
-        lines = ["# The serving cost model's constants (sim/cost_serving.py): written by", "# " + " ".join(
+        lines = ["# The serving cost model's constants (sim/cost/serving.py): written by", "# " + " ".join(
             ["python benchmarks/fit_serving_time.py"] + (argv if argv is not None else sys.argv[1:])), "",
                  "[constants]"] + [f"{n} = {toml_value(float(v))}" for n, v in zip(NAMES, theta)]
         lines += ["", "[provenance]", f"facts = {toml_value(Path(args.facts).name)}",

@@ -26,8 +26,8 @@ import_path()
 
 from pagesim.gpu.validate import cpu_term  # noqa: E402
 from pagesim.sim.batch import StepBatch  # noqa: E402
-from pagesim.sim.cost import RooflineCostModel  # noqa: E402
-from pagesim.sim.cost_calibrated import CalibratedCostModel  # noqa: E402
+from pagesim.sim.cost.calibrated import CalibratedCostModel  # noqa: E402
+from pagesim.sim.cost.roofline import RooflineCostModel  # noqa: E402
 from pagesim.sim.specs import get_gpu, get_model  # noqa: E402
 
 

@@ -22,10 +22,10 @@ from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
 from pagesim.sim.args import add_sim_args, check_settings_apply, given_settings, parse_goodput
-from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, Parser, example
 from pagesim.sim.config import SYSTEMS, SimConfig
+from pagesim.sim.cost.calibration import band_line, error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len

@@ -16,9 +16,9 @@ import pandas as pd
 
 from pagesim.experiments.figures import EXPLAIN, FIGURES, TITLES, SweepOptions, misses, reproduce
 from pagesim.experiments.run_spec import load_experiment
-from pagesim.sim.calibration import band_line, error_band, load_calibration
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
+from pagesim.sim.cost.calibration import band_line, error_band, load_calibration
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import get_gpu
 from pagesim.sim.terminal import WIDTH, fill

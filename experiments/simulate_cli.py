@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
-from pagesim.sim.calibration import describe_band, error_band
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.cost.calibration import describe_band, error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import percentile_word
 from pagesim.sim.outdir import staged_folder

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
 from pagesim.sim.args import SIM_FLAGS
-from pagesim.sim.calibration import band_line, error_band
 from pagesim.sim.specs import get_gpu
 from pagesim.sim.cli import HelpFormatter, example
+from pagesim.sim.cost.calibration import band_line, error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import jsonable
 from pagesim.sim.terminal import fill

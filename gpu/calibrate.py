@@ -2,7 +2,7 @@
 
 ``pagesim gpu calibrate --model llama-2-7b --out profile.csv [--quick] [--tp 1] [--dtype float16]``
 
-Profile format (read by the table cost model through :func:`sim.profile_format.read_profile`)::
+Profile format (read by the table cost model through :func:`sim.cost.profile_format.read_profile`)::
 
     component,num_tokens,batch,context,time_us,model,gpu,dtype,tp
 
@@ -50,9 +50,9 @@ import numpy as np
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.bench import Timer, random_fill
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
-from pagesim.sim.cost import RooflineCostModel, TableCostModel
+from pagesim.sim.cost.profile_format import write_profile
+from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import ConfigError, NeedsGPUError
-from pagesim.sim.profile_format import write_profile
 from pagesim.sim.specs import get_gpu, get_model
 
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)

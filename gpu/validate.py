@@ -77,7 +77,7 @@ from pagesim.gpu.kv_check import KVContentCheck
 from pagesim.gpu.validate_report import write_report
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
-from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
+from pagesim.sim.cost.models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
@@ -189,7 +189,7 @@ class _StepLog:
 
 def cpu_term(model, num_seqs: int) -> float:
     """The cost model's host (CPU) share of a step: its fixed and per-sequence overheads, the part
-    ``sim.cost_models.ScaledCostModel`` leaves unscaled; the rest of its price is device time."""
+    ``sim.cost.models.ScaledCostModel`` leaves unscaled; the rest of its price is device time."""
     return float(getattr(model, "overhead_s", 0.0)) + float(getattr(model, "per_seq_overhead_s", 0.0)) * num_seqs
 
 

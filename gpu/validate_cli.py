@@ -28,7 +28,7 @@ from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.gpu.validate_report import measured_word
 from pagesim.sim.args import add_sim_args, config_from_args
-from pagesim.sim.cost_models import make_cost_model, swap_block_tokens
+from pagesim.sim.cost.models import make_cost_model, swap_block_tokens
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 from pagesim.sim.run import jsonable, resolve_budget
 from pagesim.sim.terminal import fill, key_value_lines

@@ -120,7 +120,7 @@ class SimConfig:
     client_timeout_s: float | None = None
 
     # cost model
-    # roofline, calibrated (sim/cost_calibrated.py) or serving (sim/cost_serving.py); a profile means
+    # roofline, calibrated (sim/cost/calibrated.py) or serving (sim/cost/serving.py); a profile means
     # the table model. None: the scheduler's default (default_cost_model)
     cost_model: str | None = None
     cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: 1 -/+ its p90 error)

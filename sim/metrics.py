@@ -109,7 +109,7 @@ class InterTokenLatencies(NamedTuple):
 def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each request's TTFT, TPOT, E2EL and normalized latency in seconds (NaN where it did not
     finish), as its client sees them: TTFT and E2EL include ``t.frontend_s``, the time it spends
-    outside the engine (the cost model's: ``sim/cost_serving.py``; 0 for the others). TPOT is
+    outside the engine (the cost model's: ``sim/cost/serving.py``; 0 for the others). TPOT is
     vLLM's: the time after the first token over the ``output - 1`` tokens that follow it (NaN
     for one-token outputs); normalized latency is E2EL per output token."""
     ttft = t.first_token_s - t.arrival_s + t.frontend_s

@@ -21,7 +21,7 @@ from pagesim.sim.core import replay
 from pagesim.sim.core import state as core_state
 from pagesim.sim.core.build import Limits, Pool, build, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
-from pagesim.sim.cost_models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
+from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
                                      swap_block_tokens)
 from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.executor import is_external

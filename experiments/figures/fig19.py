@@ -24,7 +24,7 @@ from pagesim.experiments.figures.common import SweepOptions, run_figure
 from pagesim.experiments.run_spec import results_frame
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.config import default_cost_model
-from pagesim.sim.cost_models import make_cost_model
+from pagesim.sim.cost.models import make_cost_model
 from pagesim.sim.specs import get_gpu, get_model
 
 #: what the figure shows, in ``reproduce all``'s closing table

@@ -19,10 +19,10 @@ same CPython functions otherwise (``sim/core/jit.py``).
     scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)
     scheduler_sglang.py SGLang's: prefill-first adder, retraction (--system sglang)
     static.py       request-level (static) batching: padded batches in fixed slots
-    cost.py         the roofline's price of an iteration (sim.cost's model calls it too), and
-                    the scale of any model's GPU time (sim.cost_models.ScaledCostModel's)
-    cost_calibrated.py  the calibrated roofline's price (sim.cost_calibrated's model calls it)
-    cost_table.py   a measured profile, interpolated (sim.cost.TableCostModel calls it)
+    cost.py         the roofline's price of an iteration (sim.cost.roofline's model calls it
+                    too), and the scale of any model's GPU time (sim.cost.models.ScaledCostModel's)
+    cost_calibrated.py  the calibrated roofline's price (sim.cost.calibrated's model calls it)
+    cost_table.py   a measured profile, interpolated (sim.cost.roofline.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step
     cluster.py      replicas behind a router: the loop of each, the router's choice at each arrival
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run

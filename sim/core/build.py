@@ -116,7 +116,7 @@ PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": st
 def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False) -> state.Core:
     """The state of a run of ``table`` (:class:`sim.requests.RequestTable`, whose columns the
     core writes in place) before its first event. ``cost``: (``state.ROOFLINE``/``CALIBRATED``/
-    ``TABLE``, scaled, constants, data) from ``sim.cost_models.core_cost``; ``external``: an
+    ``TABLE``, scaled, constants, data) from ``sim.cost.models.core_cost``; ``external``: an
     executor outside the core times the steps (the GPU mode), which then records each step's
     block copies and swaps."""
     t = table

@@ -1,7 +1,7 @@
 """The roofline's price of one iteration, stated once; and the scale of any model's GPU time.
 
-``sim.cost.RooflineCostModel`` derives the constants (formulas and their sources are in its
-docstring) and calls :func:`roofline_step_time` for every batch; the core's loop calls it
+``sim.cost.roofline.RooflineCostModel`` derives the constants (formulas and their sources are in
+its docstring) and calls :func:`roofline_step_time` for every batch; the core's loop calls it
 too. The constants travel as one float64 array in the order of the indices below.
 """
 
@@ -164,7 +164,7 @@ def plus_transfers(c, t, swapped_tokens, copied_tokens):
 @njit(inline=True)
 def scaled_step_time(t, scale, overhead_s, per_seq_overhead_s, num_seqs):
     """``t`` with its GPU time (everything but the CPU overheads) times ``scale``: what
-    :class:`sim.cost_models.ScaledCostModel` does to any model (the core reads the overheads at
+    :class:`sim.cost.models.ScaledCostModel` does to any model (the core reads the overheads at
     indices 0 and 1 of every model's constants). Scalars, or interpreted numpy arrays."""
     cpu = overhead_s + per_seq_overhead_s * num_seqs
     return cpu + scale * (t - cpu)

@@ -1,12 +1,13 @@
 """The calibrated roofline's price of one iteration, each formula stated once.
 
-The formulas, their terms and where the constants come from are in ``sim/cost_calibrated.py``'s
-docstring; :class:`sim.cost_calibrated.CalibratedCostModel` derives the constants (one float64
+The formulas, their terms and where the constants come from are in ``sim/cost/calibrated.py``'s
+docstring; :class:`sim.cost.calibrated.CalibratedCostModel` derives the constants (one float64
 array, the indices below) and the layer's GEMM shapes (a second array: K, N of qkv, o, up,
 down) and calls :func:`calibrated_step_time`, which the core's loop calls too. The fit
-(``sim/calibration_fit.py``) evaluates the per-kernel functions over numpy arrays of measured
-rows through their interpreted form (``sim.core.jit.interpreted``): ``max``/``min`` are written
-with ``abs`` and ``ceil`` with integer division, so one statement serves scalars and arrays.
+(``sim/cost/calibration_fit.py``) evaluates the per-kernel functions over numpy arrays of
+measured rows through their interpreted form (``sim.core.jit.interpreted``): ``max``/``min``
+are written with ``abs`` and ``ceil`` with integer division, so one statement serves scalars
+and arrays.
 """
 
 from __future__ import annotations

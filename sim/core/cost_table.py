@@ -1,7 +1,7 @@
 """The table model's price of one iteration: a measured profile, interpolated, stated once.
 
-:class:`sim.cost.TableCostModel` reads the profile (``sim/profile_format.py``) and packs it for
-:func:`table_step_time`, which the core's loop calls too:
+:class:`sim.cost.roofline.TableCostModel` reads the profile (``sim/cost/profile_format.py``) and
+packs it for :func:`table_step_time`, which the core's loop calls too:
 
 * the constants array: the roofline's (``sim.core.cost``; the table prices prefill without
   ``attn_prefill`` rows, swap and copy-on-write as the roofline does), with the profile's

@@ -102,7 +102,7 @@ def step_time(s, decode_context_sum):
         cached_sum += before
         cross_sum += n * before
         square_sum += n * n
-    flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.prefill_sums)
+    flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.roofline.prefill_sums)
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
     num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]

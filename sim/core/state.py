@@ -102,7 +102,7 @@ table("config", """
     FREE_BLOCK_PER_SEQ  1: vLLM v0's append rule, a free block for each decoding sequence
     COST_MODEL          which step price the loop calls: ROOFLINE, CALIBRATED or TABLE
         (sim.core.cost, cost_calibrated, cost_table)
-    COST_SCALED         1 when its GPU time is scaled (sim.cost_models.ScaledCostModel), the
+    COST_SCALED         1 when its GPU time is scaled (sim.cost.models.ScaledCostModel), the
         scale being the last entry of Core.cost
     MANAGER_KIND        which manager the memory verbs go to (PAGED, CONTIGUOUS, RADIX)
     CAPACITY            the KV memory's token slots (the categories sum to it)

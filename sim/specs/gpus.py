@@ -31,7 +31,7 @@ Sources (vendor datasheets):
   64 GB/s per direction (448 GB/s in all), PCIe 5.0.
 - A40: NVIDIA A40 datasheet (2020): 149.7 TFLOPS FP16 tensor dense (299.4 sparse), 48 GB GDDR6
   (nvidia-smi 46,068 MiB = 45 GiB), 696 GB/s, NVLink bridge 112.5 GB/s bidirectional, PCIe 4.0;
-  the GPU of Vidur's A40 profiling tables (sim/measured.py).
+  the GPU of Vidur's A40 profiling tables (sim/cost/measured.py).
 - H20: NVIDIA H20 product brief (China-market Hopper, 2023; NVIDIA publishes no web
   datasheet): 148 TFLOPS FP16/BF16 dense, 296 FP8 dense, 96 GB HBM3 (nvidia-smi 97,871 MiB),
   4.0 TB/s, NVLink 900 GB/s, PCIe 5.0.

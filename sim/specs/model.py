@@ -66,10 +66,10 @@ Parameters (biases and norms are not counted: under 0.1 % of any model here)::
 Memory holds every expert (``num_params``, ``weight_bytes``); a token's work multiplies only
 the active ones (``active_params``). A step reads the weights outside the routed experts
 (``unrouted_weight_bytes``) and each routed expert any of its tokens visits
-(``routed_expert_weight_bytes`` per distinct expert; the expectation is in ``sim/cost.py``).
-``num_params`` adds the embedding, an untied LM head and a vision encoder;
-``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a lookup,
-not a GEMM).
+(``routed_expert_weight_bytes`` per distinct expert; the expectation is in
+``sim/cost/roofline.py``). ``num_params`` adds the embedding, an untied LM head and a vision
+encoder; ``active_params`` adds the LM head (``vocab * h``, tied or not) and no embedding (a
+lookup, not a GEMM).
 
 Weight bytes: the layers' weights at the checkpoint's quantized width (``Quantization``);
 embedding, LM head and vision encoder at ``dtype_bytes`` (AWQ, GPTQ and FP8 checkpoints leave

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pagesim.gpu.calibrate import check_profile, decode_bytes, decode_grid, fake_profile, grids
-from pagesim.sim.cost import TableCostModel
+from pagesim.sim.cost.roofline import TableCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import get_gpu, get_model
 

@@ -25,8 +25,8 @@ from pagesim.gpu.kv_check import KVContentCheck
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
-from pagesim.sim.cost import RooflineCostModel
-from pagesim.sim.cost_models import swap_block_tokens
+from pagesim.sim.cost.models import swap_block_tokens
+from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import resolve_budget, run_simulation
 from pagesim.sim.specs import ModelSpec, get_gpu, get_model

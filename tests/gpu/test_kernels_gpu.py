@@ -309,7 +309,7 @@ def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
     assert row["time_us"] > 0 and row["contiguous_time_us"] > 0 and 0 < row["frac_of_copy"]
     if torch_cuda_available():
         from pagesim.gpu.calibrate import run
-        from pagesim.sim.profile_format import read_profile
+        from pagesim.sim.cost.profile_format import read_profile
         import pagesim.gpu.calibrate as cal
         for k, v in dict(batch=(1, 4), context=(128,), tokens=(1, 16), prefill=(64,)).items():
             monkeypatch.setitem(cal.QUICK, k, v)

@@ -9,7 +9,7 @@ import pytest
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import coalesce_runs
 from pagesim.gpu.kernels_src import HEAD_DIMS, HEADS_PER_BLOCK, heads_per_block
-from pagesim.sim.profile_format import COLUMNS, read_profile, write_profile
+from pagesim.sim.cost.profile_format import COLUMNS, read_profile, write_profile
 from pagesim.sim.errors import ConfigError
 
 

@@ -13,12 +13,12 @@ import pytest
 from pagesim.gpu.device import cuda_available
 from pagesim.gpu.executor import StepPlan
 from pagesim.gpu.fake_backend import FakeBackend
-from pagesim.sim.profile_format import write_profile
 from pagesim.gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare, rel_errors, validate
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.cost import RooflineCostModel, TableCostModel
+from pagesim.sim.cost.profile_format import write_profile
+from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.specs import get_gpu, get_model

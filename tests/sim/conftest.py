@@ -56,7 +56,7 @@ def swap_gib_for():
 
 
 class HandRoofline:
-    """The roofline price of one iteration (sim/cost.py's docstring) for OPT-13B on one
+    """The roofline price of one iteration (sim/cost/roofline.py's docstring) for OPT-13B on one
     A100-40GB, every constant worked out by hand from the public shapes and datasheet:
 
     OPT-13B (facebook/opt-13b config.json): 40 layers, hidden 5120, 40 heads of 128, FFN

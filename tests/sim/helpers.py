@@ -133,11 +133,11 @@ def small_cfg(system="vllm", **kw) -> SimConfig:
 
 
 def write_table_profile(path, prefill: bool = True, overhead_us: float | None = 3000.0):
-    """A small measured profile (``sim/profile_format.py``) for the table cost model: linear at
+    """A small measured profile (``sim/cost/profile_format.py``) for the table cost model: linear at
     1-256 tokens, decode on a 3 x 3 grid (batch 1-32, context 16-256), prefill at 16-64 tokens
     (``prefill=False``: none, the roofline prices prefill), so runs of ``rand_trace`` fall inside,
     below and beyond every table. Returns ``path``."""
-    from pagesim.sim.profile_format import write_profile
+    from pagesim.sim.cost.profile_format import write_profile
 
     common = dict(model="opt-13b", gpu="a100-80gb", dtype="float16", tp=1)
     rows = [dict(component="linear", num_tokens=n, batch=None, context=None, time_us=t, **common)

@@ -1,6 +1,6 @@
 """The calibrated roofline, its fit, the measured tables and ``pagesim cost``.
 
-Measured folders are written by the tests in Vidur's layout (``sim/measured.py``) from known
+Measured folders are written by the tests in Vidur's layout (``sim/cost/measured.py``) from known
 constants through the cost model's own formulas, so the fit must find those constants again,
 and the error of a cell is whatever factor the test put into it.
 """
@@ -18,11 +18,13 @@ import pandas as pd
 import pytest
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.calibration import Calibration
 from pagesim.sim.cli import main
-from pagesim.sim.calibration_fit import elementwise_seconds, gemm_seconds  # the formulas, over numpy arrays
-from pagesim.sim.cost_calibrated import CalibratedCostModel, elementwise_bytes_per_token, layer_gemm_shapes
-from pagesim.sim.measured import read_measured
+from pagesim.sim.cost.calibrated import (CalibratedCostModel, elementwise_bytes_per_token,
+                                         layer_gemm_shapes)
+from pagesim.sim.cost.calibration import Calibration
+# the formulas, over numpy arrays
+from pagesim.sim.cost.calibration_fit import elementwise_seconds, gemm_seconds
+from pagesim.sim.cost.measured import read_measured
 from tests.sim.helpers import vidur_table
 from pagesim.sim.specs import GPUS, GPUSpec, ModelSpec
 
@@ -197,7 +199,7 @@ def test_compiled_step_time_is_the_same_float():
 # -- the fit ---------------------------------------------------------------------------------------
 
 def test_robust_fit_is_not_dragged_by_an_outlier():
-    from pagesim.sim.calibration_fit import robust_fit
+    from pagesim.sim.cost.calibration_fit import robust_fit
 
     # y = 2 + 3x measured at 20 points, one of them 4x too slow (a slow kernel choice)
     x = np.arange(1.0, 21.0)
@@ -208,7 +210,7 @@ def test_robust_fit_is_not_dragged_by_an_outlier():
 
 
 def test_fit_recovers_known_constants(tmp_path):
-    from pagesim.sim.calibration_fit import fit_calibration
+    from pagesim.sim.cost.calibration_fit import fit_calibration
 
     m = read_measured(write_measured(tmp_path), "a100-80gb")
     got = fit_calibration(m, A100)
@@ -248,7 +250,7 @@ def test_fit_says_each_phase_and_checks_the_cpu_table_before_fitting(tmp_path, c
         "fitting a100-80gb's constants on llama-2-7b, plain-1b, tiny-2b",
         *(f"leave-one-model-out: fitting without {m} ({i} of 3)" for i, m in
           enumerate(["llama-2-7b", "plain-1b", "tiny-2b"], 1))]
-    import pagesim.sim.cost_cli as cost_cli  # a missing CPU table: one line before any fit starts
+    import pagesim.sim.cost.cli as cost_cli  # a missing CPU table: one line before any fit starts
     monkeypatch.setattr(cost_cli, "fit_calibration", lambda *a, **k: pytest.fail("fitted before reading the table"))
     assert main(["cost", "fit", "--measured", str(root), "--gpu", "a100-80gb", "--out", str(tmp_path / "b.toml"),
                  "--cpu-overheads", str(tmp_path / "missing.csv")]) == 2
@@ -266,7 +268,7 @@ def test_fit_excluding_a_model(tmp_path, capsys):
 # -- the error command -------------------------------------------------------------------------------
 
 def test_stats_by_hand():
-    from pagesim.sim.cost_error import bucket_labels, stats
+    from pagesim.sim.cost.error import bucket_labels, stats
 
     # |e| sorted: 0 .01 .02 .04 .05 .08 .10 .15 .20 .30 .50 (11 values): the median is the 6th,
     # the 90th percentile sits at rank 0.9 * 10 = 9 (0-based), exactly 0.30; max 0.50
@@ -311,8 +313,8 @@ def test_error_command_roofline_says_where_it_misses(tmp_path, capsys):
 # -- measured tables and the importer ------------------------------------------------------------------
 
 def test_importer_round_trip(tmp_path, capsys):
-    from pagesim.sim.cost import TableCostModel
-    from pagesim.sim.profile_format import read_profile
+    from pagesim.sim.cost.roofline import TableCostModel
+    from pagesim.sim.cost.profile_format import read_profile
 
     root = write_measured(tmp_path / "m")
     out = tmp_path / "p.csv"
@@ -348,7 +350,7 @@ def test_import_without_attention_is_one_line(tmp_path, capsys):
 
 
 def test_measured_cells(tmp_path):
-    from pagesim.sim.measured import cells
+    from pagesim.sim.cost.measured import cells
 
     m = read_measured(write_measured(tmp_path), "a100-80gb")
     c = cells(m, "llama-2-7b")
@@ -363,7 +365,7 @@ def test_measured_cells(tmp_path):
 
 
 def test_attention_rows_keep_the_first_measurement(tmp_path):
-    from pagesim.sim.measured import read_attention
+    from pagesim.sim.cost.measured import read_attention
 
     path = tmp_path / "a100_x_attention_rows.csv"
     path.write_text("kind,kv,n,median_ms\ndecode,32,1,0.009\ndecode_dup,32,1,0.5\nprefill,0,64,0.015\n"
@@ -372,7 +374,7 @@ def test_attention_rows_keep_the_first_measurement(tmp_path):
 
 
 def test_running_median_keeps_a_line_and_drops_a_spike():
-    from pagesim.sim.measured import running_median
+    from pagesim.sim.cost.measured import running_median
 
     line = np.arange(10.0)
     assert running_median(line, 5).tolist() == line.tolist()
@@ -435,7 +437,7 @@ def test_bad_calibration_file_is_one_line(tmp_path, capsys, edit, msg):
 
 
 def test_simulate_says_which_cost_model_ran(tmp_path, capsys):
-    from pagesim.sim.calibration import load_calibration
+    from pagesim.sim.cost.calibration import load_calibration
 
     band = load_calibration("a100-80gb").error["calibrated"]["all"]
     out = tmp_path / "run"
@@ -457,9 +459,9 @@ def test_a_same_chip_gpu_borrows_the_measured_ones_constants_and_says_so(tmp_pat
     """The A100-40GB (the default, unmeasured) is the A100-80GB's chip with slower HBM: priced with
     the 80 GB's fitted constants at its own datasheet bandwidth, its band labelled as measured on
     the 80 GB, the CPU time the 80 GB's measured one."""
-    from pagesim.sim.calibration import load_calibration
+    from pagesim.sim.cost.calibration import load_calibration
     from pagesim.sim.core import cost_calibrated as core
-    from pagesim.sim.cost_calibrated import CalibratedCostModel
+    from pagesim.sim.cost.calibrated import CalibratedCostModel
     from pagesim.sim.specs import get_gpu, get_model
 
     measured = load_calibration("a100-80gb")
@@ -504,8 +506,8 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
     root = Path(shared) / "measured"
     if not root.is_dir():
         pytest.skip("../shared/measured is absent (set PAGESIM_SHARED)")
-    from pagesim.sim.calibration import load_calibration
-    from pagesim.sim.calibration_fit import score
+    from pagesim.sim.cost.calibration import load_calibration
+    from pagesim.sim.cost.calibration_fit import score
 
     m = read_measured(root, "a100-80gb")
     cal = load_calibration("a100-80gb")
@@ -519,7 +521,7 @@ def test_calibrated_cuts_the_error_on_the_shared_measurements():
 # -- plan's error band ---------------------------------------------------------------------------------
 
 def test_scaled_cost_model_scales_the_gpu_time_only():
-    from pagesim.sim.cost_models import make_cost_model
+    from pagesim.sim.cost.models import make_cost_model
 
     # the toy decode step: CPU 0.13, GPU 51.864 + 15.8333; x1.5 -> 0.13 + 1.5 * 67.69733
     cm = make_cost_model(TOY, TOY_GPU, 1, None, 100.0, 10.0, "calibrated", TOY_CAL, cost_scale=1.5)
@@ -536,7 +538,7 @@ def test_bad_cost_scale_is_one_line(tmp_path, capsys):
 
 
 def test_plan_reports_the_band_of_the_cost_error(tmp_path, capsys):
-    from pagesim.sim.calibration import load_calibration
+    from pagesim.sim.cost.calibration import load_calibration
 
     p90 = load_calibration("a100-80gb").error["calibrated"]["all"]["p90"]
     argv = ["plan", "--workload", "sharegpt", "--duration", "30", "--model", "llama-2-7b", "--gpu", "a100-80gb",

@@ -29,7 +29,7 @@ def test_a_long_notice_wraps_within_100_columns():
 
     from pagesim.sim.cli import NoticeFormatter
 
-    record = logging.LogRecord("pagesim.sim.cost_cli", logging.INFO, __file__, 1,
+    record = logging.LogRecord("pagesim.sim.cost.cli", logging.INFO, __file__, 1,
                                "fitting a100-80gb's constants on " + ", ".join(["codellama-34b-instruct"] * 6), None, None)
     lines = NoticeFormatter("pagesim: %(message)s").format(record).splitlines()
     assert len(lines) == 2 and lines[0].startswith("pagesim: fitting") and lines[1].startswith("  ")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.cost_models import make_cost_model
+from pagesim.sim.cost.models import make_cost_model
 from pagesim.sim.specs import get_gpu, get_model
 
 

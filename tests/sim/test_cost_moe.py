@@ -28,7 +28,7 @@ import pytest
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core import cost as C
 from pagesim.sim.core.cost import roofline_step_time
-from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import get_gpu, kv_capacity
 from pagesim.sim.specs.model import MixtureOfExperts, ModelSpec
 

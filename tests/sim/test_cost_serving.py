@@ -1,4 +1,4 @@
-"""The serving cost model (sim/cost_serving.py): its constants in the roofline's formula, the
+"""The serving cost model (sim/cost/serving.py): its constants in the roofline's formula, the
 front end's latency in what a client sees, its error band, and the default per engine."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.calibration import band_line, describe_band, error_band
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.core import cost as c
-from pagesim.sim.cost_serving import ServingConstants, ServingCostModel, load_serving, serving_band
+from pagesim.sim.cost.calibration import band_line, describe_band, error_band
+from pagesim.sim.cost.serving import ServingConstants, ServingCostModel, load_serving, serving_band
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_gpu, get_model
 

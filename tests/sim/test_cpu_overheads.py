@@ -1,4 +1,4 @@
-"""vLLM's measured CPU time per iteration (``sim/cpu_overheads.py``): Vidur's table read and
+"""vLLM's measured CPU time per iteration (``sim/cost/cpu_overheads.py``): Vidur's table read and
 fitted per TP degree, carried by the calibration file, charged by the calibrated model.
 
 Tables are written by the tests from known lines, split over Vidur's columns, with the
@@ -12,9 +12,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from pagesim.sim.calibration import Calibration, load_calibration
 from pagesim.sim.config import SimConfig
-from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+from pagesim.sim.cost.calibration import Calibration, load_calibration
+from pagesim.sim.cost.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import rand_trace, vidur_table
@@ -66,7 +66,8 @@ def test_the_calibrated_model_charges_the_measured_cpu_time():
     r = run_simulation(SimConfig.for_system("vllm", model="llama-2-7b", gpu="a100-80gb", cost_model="calibrated"),
                        trace)
     assert r.summary["cpu_overhead"] == (f"{fixed * 1e3:.4g} ms + {per_seq * 1e6:.4g} us/sequence (vLLM's, "
-                                         "measured on a100-80gb at TP 1 (Vidur; sim/cpu_overheads.py))")
+                                         "measured on a100-80gb at TP 1 "
+                                         "(Vidur; sim/cost/cpu_overheads.py))")
     one = r.steps.iloc[0]  # the first step: one prefill, priced CPU + GPU
     without = run_simulation(SimConfig.for_system("vllm", model="llama-2-7b", gpu="a100-80gb",
                                                   cost_model="calibrated", step_overhead_ms=0.0,

@@ -171,7 +171,7 @@ def test_copy_on_write_copies_reach_the_executor_and_the_cost():
     assert copies[1] == 2 and all(c == 0 for c in copies[2:])
     assert res.summary["mgr_cow_copies"] == 2
     from pagesim.sim.batch import StepBatch
-    from pagesim.sim.cost import RooflineCostModel
+    from pagesim.sim.cost.roofline import RooflineCostModel
     from pagesim.sim.specs import get_gpu, get_model
 
     cm = RooflineCostModel(get_model("opt-13b"), get_gpu("a100-40gb"))

@@ -17,8 +17,8 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import cost as C
-from pagesim.sim.cost import RooflineCostModel, TableCostModel
-from pagesim.sim.cost_calibrated import CalibratedCostModel
+from pagesim.sim.cost.calibrated import CalibratedCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import resolve_budget
 from pagesim.sim.specs import GiB, MODELS, get_gpu, get_model, kv_capacity, with_kv_cache_dtype

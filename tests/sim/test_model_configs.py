@@ -15,7 +15,7 @@ import pytest
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.core import cost as C
-from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity

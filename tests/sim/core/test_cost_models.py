@@ -12,8 +12,8 @@ from pagesim.sim.batch import StepBatch
 from pagesim.sim.core.cost import scaled_step_time
 from pagesim.sim.core.cost_table import decode_seconds, interp_extrap
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost_models import make_cost_model
-from pagesim.sim.profile_format import write_profile
+from pagesim.sim.cost.models import make_cost_model
+from pagesim.sim.cost.profile_format import write_profile
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_gpu, get_model
 from tests.sim.helpers import cfg_for
@@ -158,13 +158,13 @@ HALF_PAIRS = 157593599762635968.0
 
 def test_the_prefill_pair_sum_is_exact_in_any_order():
     """The core prices prefill from half the integer pair sum, rounded once: three huge
-    prompts in each of their orders give the same flop sum (sim.cost.prefill_sums) and the
+    prompts in each of their orders give the same flop sum (sim.cost.roofline.prefill_sums) and the
     same step time from the core's loop (loop.step_time), that of the exact sum."""
     import itertools
 
     from pagesim.sim.core import loop, state
     from pagesim.sim.core.cost import roofline_step_time
-    from pagesim.sim.cost import prefill_sums
+    from pagesim.sim.cost.roofline import prefill_sums
     from pagesim.sim.run import initial_state
     from tests.sim.helpers import trace
 

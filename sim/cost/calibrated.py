@@ -1,8 +1,8 @@
 """Calibrated roofline: the roofline's physics plus the terms real GPU timings show it lacks.
 
-The roofline (``sim/cost.py``) prices a step from FLOPs, bytes and two datasheet ceilings with
-guessed efficiencies. Measured per-operation timings (``sim/measured.py``) show what it misses:
-every kernel has a fixed launch-and-tail cost (a per-layer fixed cost that dominates small
+The roofline (``sim/cost/roofline.py``) prices a step from FLOPs, bytes and two datasheet ceilings
+with guessed efficiencies. Measured per-operation timings (``sim/cost/measured.py``) show what it
+misses: every kernel has a fixed launch-and-tail cost (a per-layer fixed cost that dominates small
 batches and tensor-parallel shards), GEMMs near the weight-bound/compute-bound ridge are slower
 than either bound (both limits bite at once) and jump where the token count spills into one
 more tile of rows, decode attention streams KV at close to peak bandwidth once enough sequences
@@ -28,12 +28,12 @@ measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each
 sequence's last token), the CPU time per iteration (``overhead_s + per_seq_overhead_s`` x
 sequences: vLLM's, measured by Vidur and fitted per TP degree where the calibration file has
-it, ``sim/cpu_overheads.py``; else the roofline's default), and swap (PCIe) and
+it, ``sim/cost/cpu_overheads.py``; else the roofline's default), and swap (PCIe) and
 copy-on-write (HBM, at the residual add's rate) traffic. A tensor-parallel degree without a
 measured collective table takes the roofline's ring all-reduce.
 
-The constants are fitted per GPU by ``pagesim cost fit`` (``sim/calibration_fit.py``) and read
-from ``sim/data/calibration/<gpu>.toml`` (``sim/calibration.py``). Each formula is one function
+The constants are fitted per GPU by ``pagesim cost fit`` (``sim/cost/calibration_fit.py``) and read
+from ``sim/data/calibration/<gpu>.toml`` (``sim/cost/calibration.py``). Each formula is one function
 of plain numbers, stated once in ``sim/core/cost_calibrated.py``: compiled by numba (the core's
 loop, and this module's model for every batch) or interpreted (the fit calls them on numpy
 arrays of measured rows); the step function reads only a float64 constants array and the GEMM
@@ -45,15 +45,15 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.core import cost_calibrated as core
 from pagesim.sim.core.cost import paged_kernel_overhead, swap_copy_seconds_per_token
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost import CpuOverhead, RooflineCostModel, decode_read_sum
+from pagesim.sim.cost.calibration import ELEMENTWISE, Calibration, load_calibration
+from pagesim.sim.cost.roofline import CpuOverhead, RooflineCostModel, decode_read_sum
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
-#: how many kernels of each elementwise kind (sim.calibration.ELEMENTWISE) one layer runs
+#: how many kernels of each elementwise kind (sim.cost.calibration.ELEMENTWISE) one layer runs
 ELEMENTWISE_PER_LAYER = (2, 1, 1, 1)
 
 # a batch priced outside a run (step_time: the GPU executor's plans, the cost-error tables):
@@ -100,7 +100,7 @@ def check_dense(model: ModelSpec) -> None:
 
 
 class CalibratedCostModel(CpuOverhead):
-    """Prices a step with a :class:`~sim.calibration.Calibration` (the shipped one of ``gpu``
+    """Prices a step with a :class:`~sim.cost.calibration.Calibration` (the shipped one of ``gpu``
     unless given). ``step_time`` hands the interpreted step function the constants and GEMM
     shapes as tuples of Python floats (indexing those costs microseconds per step where numpy
     scalars cost a hundred); :meth:`constants` and :meth:`gemm_shapes` are the same numbers as
@@ -117,9 +117,10 @@ class CalibratedCostModel(CpuOverhead):
         if measured_cpu is None:  # no CPU time measured on this GPU: the roofline's default
             self.overhead_s, self.per_seq_overhead_s = RooflineCostModel.overhead_s, RooflineCostModel.per_seq_overhead_s
             self.cpu_overhead_source = f"the roofline's default: no CPU time measured on {c.gpu}"
-        else:  # vLLM's, measured by Vidur (sim/cpu_overheads.py)
+        else:  # vLLM's, measured by Vidur (sim/cost/cpu_overheads.py)
             self.overhead_s, self.per_seq_overhead_s, measured_tp = measured_cpu
-            self.cpu_overhead_source = f"vLLM's, measured on {c.gpu} at TP {measured_tp} (Vidur; sim/cpu_overheads.py)"
+            self.cpu_overhead_source = (f"vLLM's, measured on {c.gpu} at TP {measured_tp} "
+                                        "(Vidur; sim/cost/cpu_overheads.py)")
         self._gemms = tuple(float(x) for shape in layer_gemm_shapes(model, tp) for x in shape)
         ew = elementwise_bytes_per_token(model, tp)
         per_token = [n * _elementwise_seconds(1, b, gpu.mem_bw, 0.0, e)

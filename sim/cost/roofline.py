@@ -56,7 +56,7 @@ profile (``--profile``) replaces the guesswork.
 Table model
 -----------
 ``TableCostModel`` reads the profile CSV written by ``pagesim gpu calibrate`` (format in
-``sim/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
+``sim/cost/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
 interpolates linearly: ``linear(T)``, ``attn_decode(batch, mean context)`` (bilinear),
 ``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``; beyond a table the
 last segment's slope extends it (``sim/core/cost_table.py`` states the interpolation, which the
@@ -198,13 +198,14 @@ class RooflineCostModel(CpuOverhead):
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead)
 
 class TableCostModel(CpuOverhead):
-    """Interpolates a measured profile (see ``sim/profile_format.py``): packs it for
+    """Interpolates a measured profile (see ``sim/cost/profile_format.py``): packs it for
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
     calls it for every batch."""
 
     def __init__(self, path: str | Path, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  swap_block_tokens: int = 0):
-        from pagesim.sim.profile_format import read_profile  # only --profile runs load it (7 ms of every run's start)
+        # only --profile runs load it (7 ms of every run's start)
+        from pagesim.sim.cost.profile_format import read_profile
 
         if model.kv_cache_dtype != "auto":  # profile_format's dtype: float16 or bfloat16, K and V included
             raise ConfigError(f"{path}: a profile's attention is measured on a 16-bit KV cache; --kv-cache-dtype "

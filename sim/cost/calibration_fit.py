@@ -26,13 +26,13 @@ import logging
 import numpy as np
 import pandas as pd
 
-from pagesim.sim import cost_error
-from pagesim.sim.calibration import ELEMENTWISE, Calibration
 from pagesim.sim.core import cost_calibrated as formulas
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.cost_calibrated import elementwise_bytes_per_token, layer_gemm_shapes
+from pagesim.sim.cost import error as cost_error
+from pagesim.sim.cost.calibrated import elementwise_bytes_per_token, layer_gemm_shapes
+from pagesim.sim.cost.calibration import ELEMENTWISE, Calibration
+from pagesim.sim.cost.measured import MeasuredGPU, cells, measured_gpus, read_measured
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.measured import MeasuredGPU, cells, measured_gpus, read_measured
 from pagesim.sim.specs import GPUSpec, get_gpu
 
 #: a line per phase of a fit (``pagesim cost fit`` takes minutes): the command line prints them
@@ -224,7 +224,7 @@ def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec]
 
 
 def score(measured: MeasuredGPU, model: str, gpu: GPUSpec, cost_model: str, calibration=None) -> pd.DataFrame:
-    """``model``'s measured cells scored under ``cost_model`` (``sim.cost_error.scored``, plus ``model``)."""
+    """``model``'s measured cells scored under ``cost_model`` (``sim.cost.error.scored``, plus ``model``)."""
     c = cells(measured, model)
     pred = cost_error.predict(c, measured.models[model].spec, gpu, cost_model, calibration)
     return cost_error.scored(c, pred).assign(model=model)
@@ -242,7 +242,7 @@ def leave_one_model_out(measured: MeasuredGPU, gpu: GPUSpec, attention_from=None
 
 
 def error_table(frame: pd.DataFrame) -> dict:
-    """What a calibration file stores of a scored frame: :func:`sim.cost_error.summary` overall and
+    """What a calibration file stores of a scored frame: :func:`sim.cost.error.summary` overall and
     per model."""
     out = cost_error.summary(frame)
     out["models"] = {m: cost_error.summary(g) for m, g in frame.groupby("model", sort=True)}

@@ -9,9 +9,9 @@ import numpy as np
 from pagesim.sim.core.cost import scaled_step_time
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
-from pagesim.sim.cost import RooflineCostModel, TableCostModel
-from pagesim.sim.cost_calibrated import CalibratedCostModel
-from pagesim.sim.cost_serving import ServingCostModel
+from pagesim.sim.cost.calibrated import CalibratedCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
+from pagesim.sim.cost.serving import ServingCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
 
@@ -19,8 +19,8 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
                     cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
                     swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
-    """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost_calibrated.py``) or ``serving``
-    (``sim/cost_serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
+    """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost/calibrated.py``) or ``serving``
+    (``sim/cost/serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
     a ``profile`` selects the table model. ``cost_scale``
     multiplies the GPU time (:class:`ScaledCostModel`). ``swap_block_tokens``: the
     tokens one swap copy moves, the KV block size of a paged cache (``sim.core.cost``'s copy

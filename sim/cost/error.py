@@ -1,10 +1,11 @@
 """How far a cost model's GPU time is from measured iterations (``pagesim cost error``).
 
-Each measured cell (``sim.measured.cells``: one layer's operations plus attention or all-reduces)
-is priced by the cost model as a step of one layer with no LM head and no CPU overhead, so both
-sides count the same work; the error of a cell is ``predicted / measured - 1``. Statistics are
-over ``|error|``: the median, the 90th percentile (numpy's linear interpolation between order
-statistics) and the maximum, by phase, token-count bucket, context bucket and TP degree.
+Each measured cell (``sim.cost.measured.cells``: one layer's operations plus attention or
+all-reduces) is priced by the cost model as a step of one layer with no LM head and no CPU
+overhead, so both sides count the same work; the error of a cell is
+``predicted / measured - 1``. Statistics are over ``|error|``: the median, the 90th percentile
+(numpy's linear interpolation between order statistics) and the maximum, by phase, token-count
+bucket, context bucket and TP degree.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.cost_models import make_cost_model
-from pagesim.sim.measured import PHASES
+from pagesim.sim.cost.measured import PHASES
+from pagesim.sim.cost.models import make_cost_model
 from pagesim.sim.specs import GPUSpec, ModelSpec
 from pagesim.sim.terminal import fill, table_lines
 

@@ -314,12 +314,12 @@ def check_model(measured: MeasuredGPU, model: str) -> str:
 
 
 def measured_profile_rows(measured: MeasuredGPU, model: str, tp: int, layers: int) -> list[dict]:
-    """``model``'s measurements as profile rows (``sim/profile_format.py``) for ``layers`` layers at ``tp``:
-    ``linear`` per token count (the layers cells), ``attn_decode`` on a full batch x context grid (the
-    contexts measured from batch 1 up; the batches measured at any of them that the operation table
-    has too, as the decode cells take them; a batch past a context's measured range extends its last
-    segment, as the table model extrapolates), ``attn_prefill`` for chunks with nothing cached.
-    ConfigError where attention is not measured."""
+    """``model``'s measurements as profile rows (``sim/cost/profile_format.py``) for ``layers``
+    layers at ``tp``: ``linear`` per token count (the layers cells), ``attn_decode`` on a full
+    batch x context grid (the contexts measured from batch 1 up; the batches measured at any of
+    them that the operation table has too, as the decode cells take them; a batch past a
+    context's measured range extends its last segment, as the table model extrapolates),
+    ``attn_prefill`` for chunks with nothing cached. ConfigError where attention is not measured."""
     interp = interpreted(interp_extrap)
     c = cells(measured, model)
     lin = c[(c["phase"] == "layers") & (c["tp"] == tp)]

@@ -1,6 +1,6 @@
 """The step time of today's serving engines, fitted on real serving runs (``--cost-model serving``).
 
-The physics is the roofline's (``sim/cost.py``, one statement in ``sim.core.cost``): a step
+The physics is the roofline's (``sim/cost/roofline.py``, one statement in ``sim.core.cost``): a step
 reads the weights once and the batch's cached K/V once, computes 2 x parameters FLOPs per
 token, prefill attention's causal pairs, and two all-reduces per layer at TP > 1. What the
 roofline guesses, this model fits on what real engines did end to end, per GPU:
@@ -39,11 +39,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from pagesim.sim.config import read_toml
-from pagesim.sim.cost import RooflineCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
-DATA_DIR = Path(__file__).resolve().parent / "data" / "serving"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "serving"  # sim/data/serving/
 #: the GPU whose fitted fractions a GPU without its own file takes (the only one with real runs)
 FITTED_ON = "h100-80gb"
 
@@ -84,7 +84,7 @@ def load_serving(gpu: str) -> tuple[ServingConstants, str, dict]:
 
 
 def serving_band(gpu: str) -> dict | str:
-    """The serving model's error against real runs, as ``sim.calibration.error_band`` hands it
+    """The serving model's error against real runs, as ``sim.cost.calibration.error_band`` hands it
     on: the runs' mean E2E, leave-one-model-out (median and p90 of |sim / real - 1|), with the
     runs' TTFT and TPOT medians beside it; where it was measured."""
     try:

@@ -3,11 +3,11 @@
 Each file (written by ``pagesim cost fit``, never by hand) holds three tables:
 
 * ``[constants]``: the fields of :class:`Calibration` (seconds; efficiencies as fractions of
-  the GPU preset's datasheet peaks in ``sim/specs.py``), read by ``sim/cost_calibrated.py``;
+  the GPU preset's datasheet peaks in ``sim/specs.py``), read by ``sim/cost/calibrated.py``;
 * ``[provenance]``: the measured source (folder, upstream commit and license, each file's
   sha256), the models fitted on, where the attention constants come from, pagesim's commit,
   the command that wrote the file and the date;
-* ``[error]``: the cost models' measured error on this GPU (``sim/cost_error.py``): the
+* ``[error]``: the cost models' measured error on this GPU (``sim/cost/error.py``): the
   calibrated model leave-one-model-out, the roofline on every measured model, overall, per
   phase and per model. :func:`error_band` hands it to ``simulate``, ``plan`` and ``reproduce``.
 """
@@ -28,13 +28,13 @@ from pagesim.sim.terminal import fill
 
 #: elementwise kernel kinds, in the order of the per-kind constants
 ELEMENTWISE = ("norm", "rope", "act", "add")
-DATA_DIR = Path(__file__).resolve().parent / "data" / "calibration"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "calibration"  # sim/data/calibration/
 
 
 @dataclass(frozen=True)
 class Calibration:
     """Fitted constants of one GPU (seconds, fractions of the datasheet peaks), their provenance
-    and the measured error of the model they make (formulas: ``sim/cost_calibrated.py``)."""
+    and the measured error of the model they make (formulas: ``sim/cost/calibrated.py``)."""
 
     gpu: str
     gemm_fixed_s: float
@@ -55,7 +55,7 @@ class Calibration:
     allreduce_latency_s: tuple[float, ...] = ()
     allreduce_bytes_per_s: tuple[float, ...] = ()
     # vLLM's CPU time per iteration, fixed_s + per_seq_s x sequences per TP degree, fitted on
-    # Vidur's measurements (sim/cpu_overheads.py); empty where the GPU has none
+    # Vidur's measurements (sim/cost/cpu_overheads.py); empty where the GPU has none
     cpu_tp: tuple[int, ...] = ()
     cpu_fixed_s: tuple[float, ...] = ()
     cpu_per_seq_s: tuple[float, ...] = ()
@@ -64,7 +64,7 @@ class Calibration:
 
     def to_toml(self) -> str:
         d = asdict(self)
-        head = [f"# Calibrated roofline constants for {self.gpu} (read by sim/cost_calibrated.py).",
+        head = [f"# Calibrated roofline constants for {self.gpu} (read by sim/cost/calibrated.py).",
                 "# Written by `pagesim cost fit`; rerun the command in [provenance] instead of editing.",
                 "# Seconds; efficiencies are fractions of the GPU preset's datasheet peaks (sim/specs.py).",
                 "# elementwise_* lists follow the kinds " + ", ".join(ELEMENTWISE) + "."]
@@ -183,7 +183,7 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
     if cost_model == "serving":
-        from pagesim.sim.cost_serving import serving_band  # its own file, its own runs
+        from pagesim.sim.cost.serving import serving_band  # its own file, its own runs
 
         band = serving_band(gpu)
         if isinstance(band, dict):  # borrowed from the same chip, or from another GPU altogether

@@ -1,9 +1,10 @@
 """``pagesim cost``: cost models against measured GPU timings.
 
-* ``error``: a cost model's error against a measured table (``sim/cost_error.py``);
+* ``error``: a cost model's error against a measured table (``sim/cost/error.py``);
 * ``fit``: the calibrated roofline's constants of one GPU, with provenance and measured error
-  (``sim/calibration_fit.py``), written as ``sim/data/calibration/<gpu>.toml`` is;
-* ``import``: measured tables as a profile CSV for the table cost model (``sim/profile_format.py``).
+  (``sim/cost/calibration_fit.py``), written as ``sim/data/calibration/<gpu>.toml`` is;
+* ``import``: measured tables as a profile CSV for the table cost model
+  (``sim/cost/profile_format.py``).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pagesim.sim import cost_error
-from pagesim.sim.calibration import Calibration, calibration_path, load_calibration
-from pagesim.sim.calibration_fit import attention_source, error_table, fit_calibration, leave_one_model_out, score
 from pagesim.sim.cli import HelpFormatter, example
-from pagesim.sim.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+from pagesim.sim.cost import error as cost_error
+from pagesim.sim.cost.calibration import Calibration, calibration_path, load_calibration
+from pagesim.sim.cost.calibration_fit import (attention_source, error_table, fit_calibration,
+                                              leave_one_model_out, score)
+from pagesim.sim.cost.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
+from pagesim.sim.cost.measured import (check_model, measured_profile_rows, read_measured,
+                                       source_commit)
+from pagesim.sim.cost.profile_format import write_profile
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.measured import check_model, measured_profile_rows, read_measured, source_commit
-from pagesim.sim.profile_format import write_profile
 from pagesim.sim.specs import MODELS, get_gpu
 from pagesim.sim.terminal import fill
 
@@ -43,10 +46,10 @@ def register(sub) -> None:
     cs = p.add_subparsers(dest="cost_command", metavar="COMMAND", required=True)
 
     e = _subcommand(cs, "error", run_error, "a cost model's error against measured iterations",
-                    "Price every measured iteration cell (sim/measured.py: layers at every token count and TP "
-                    "degree, decode and prefill iterations where attention is measured) and print median, p90 and "
-                    "max of |predicted/measured - 1| by phase, token count, context and TP degree, and the worst "
-                    "cells.",
+                    "Price every measured iteration cell (sim/cost/measured.py: layers at every "
+                    "token count and TP degree, decode and prefill iterations where attention is "
+                    "measured) and print median, p90 and max of |predicted/measured - 1| by phase, "
+                    "token count, context and TP degree, and the worst cells.",
                     f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
                     "--cost-model calibrated",
                     f"pagesim cost error --measured {SHARED} --model llama-2-70b --gpu h100-80gb --tp 4 --json")
@@ -59,26 +62,29 @@ def register(sub) -> None:
     e.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
 
     f = _subcommand(cs, "fit", run_fit, "fit the calibrated roofline's constants of one GPU",
-                    "Fit the constants (sim/calibration_fit.py) on every measured model of the GPU, score them "
-                    "leave-one-model-out (each model priced with constants fitted on the others) and the roofline on "
-                    "all, and write the constants, their provenance and both error tables as TOML. The shipped files "
-                    "are sim/data/calibration/<gpu>.toml.",
+                    "Fit the constants (sim/cost/calibration_fit.py) on every measured model of "
+                    "the GPU, score them leave-one-model-out (each model priced with constants "
+                    "fitted on the others) and the roofline on all, and write the constants, their "
+                    "provenance and both error tables as TOML. The shipped files are "
+                    "sim/data/calibration/<gpu>.toml.",
                     f"pagesim cost fit --measured {SHARED} --gpu a100-80gb --out sim/data/calibration/a100-80gb.toml",
                     with_model=False)
     f.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the constants")
     f.add_argument("--exclude-model", action="append", default=[], metavar="M",
                    help="leave this model out of the fit (repeatable)")
     f.add_argument("--cpu-overheads", metavar="FILE.csv", default=None,
-                   help="Vidur's cpu_overheads.csv for this GPU (vLLM's CPU time per iteration, measured; "
-                        "sim/cpu_overheads.py): fits the calibrated model's CPU overhead per TP degree, else the "
-                        "roofline's default stays")
+                   help="Vidur's cpu_overheads.csv for this GPU (vLLM's CPU time per iteration, "
+                        "measured; sim/cost/cpu_overheads.py): fits the calibrated model's CPU "
+                        "overhead per TP degree, else the roofline's default stays")
 
     i = _subcommand(cs, "import", run_import, "measured tables as a profile CSV for --profile",
-                    "Write the table cost model's profile (sim/profile_format.py) from measured tables: linear = L x "
-                    "(one layer's measured operations + 2 all-reduces at tp > 1) per token count; attn_decode (a full "
-                    "batch x context grid: each measured context's batches interpolated, and extended linearly past "
-                    "its measured range) and attn_prefill (chunks after no cached tokens) x L where attention is "
-                    "measured. No overhead row: the CPU side is not measured (use --step-overhead-ms).",
+                    "Write the table cost model's profile (sim/cost/profile_format.py) from "
+                    "measured tables: linear = L x (one layer's measured operations + 2 "
+                    "all-reduces at tp > 1) per token count; attn_decode (a full batch x context "
+                    "grid: each measured context's batches interpolated, and extended linearly "
+                    "past its measured range) and attn_prefill (chunks after no cached tokens) x L "
+                    "where attention is measured. No overhead row: the CPU side is not measured "
+                    "(use --step-overhead-ms).",
                     f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb --out llama-2-7b.csv",
                     "pagesim simulate --workload sharegpt --rate 2 --duration 300 --model llama-2-7b "
                     "--gpu a100-80gb --profile llama-2-7b.csv --step-overhead-ms 3")
@@ -94,7 +100,8 @@ def _subcommand(cs, name: str, func, help_: str, description: str, *examples: st
     and ``--model`` unless ``with_model`` is false)."""
     p = cs.add_parser(name, help=help_, formatter_class=HelpFormatter, description=description,
                       epilog=example(*examples))
-    p.add_argument("--measured", required=True, metavar="DIR", help="measured folder (layout in sim/measured.py)")
+    p.add_argument("--measured", required=True, metavar="DIR",
+                   help="measured folder (layout in sim/cost/measured.py)")
     if with_model:
         p.add_argument("--model", required=True, help="measured model: llama-2-7b, llama-2-70b, llama-3-70b, "
                                                       "codellama-34b-instruct, qwen-72b, phi-2")
@@ -180,7 +187,8 @@ def run_fit(args: argparse.Namespace) -> int:
     lomo = leave_one_model_out(measured, gpu, source)
     roof = [score(measured, m, gpu, "roofline") for m in sorted(measured.models)]
     error = {"scope": "GPU time per iteration: one layer's measured operations + attention where measured + "
-                      "tensor-parallel all-reduces; LM head and CPU left out (sim/measured.py, sim/cost_error.py)",
+                      "tensor-parallel all-reduces; LM head and CPU left out "
+                      "(sim/cost/measured.py, sim/cost/error.py)",
              "calibrated": {"method": "leave-one-model-out", **error_table(lomo)},
              "roofline": {"method": "all measured models", **error_table(pd.concat(roof))}}
     if measured.attention:
