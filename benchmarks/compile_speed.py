@@ -136,7 +136,7 @@ def wheel_install() -> None:
             env.pop("PAGESIM_JIT", None)
             out = subprocess.run([python, "-c", FIRST_RUN, system, f"{tmp}/out-{system}"], cwd=tmp, env=env,
                                  capture_output=True, text=True, check=True)
-            rc, cpu, numba = out.stdout.split()
+            rc, cpu, numba = out.stdout.strip().splitlines()[-1].split()  # after the run's own summary
             compiled = "compil" in out.stderr
             print(f"{system:<24} {float(cpu):>7.2f} {'yes' if compiled else 'no':>10} {numba:>16}")
         print("target (#35): a wheel install's first run does not compile")

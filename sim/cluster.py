@@ -59,7 +59,7 @@ REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "s
                    "predictor_draw", "radix_request")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
-# and vLLM v1's batch limits, which default per GPU: sim.config.v1_batch_defaults); every other
+# and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other
 # setting (model, system, policies, seed) is the cluster's, the same on every replica
 PER_REPLICA_SETTINGS = ("gpu", "kv_gib", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
 

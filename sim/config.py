@@ -4,12 +4,12 @@ The systems, their schedulers and memory managers are ``sim/systems.py``'s regis
 ``markdown_table`` is the docs' table of them). ``vllm`` is vLLM v0 (the 2023 paper's system);
 ``vllm-v1`` is vLLM v1's scheduler as of vLLM 0.33.0 (``sim/core/scheduler_v1.py``): one token
 budget per step, chunked prefill always, prefix caching on, no watermark, recompute preemption,
-FCFS or priority scheduling, and its batch defaults by GPU (:func:`v1_batch_defaults`). ``sglang``
+FCFS or priority scheduling, and its batch defaults by GPU (``systems.v1_batch_defaults``). ``sglang``
 is SGLang's RadixAttention serving (v0.5 line; ``sim/core/radix_cache.py``,
 ``sim/core/scheduler_sglang.py``): a radix tree of cached tokens (page 1 by default:
 ``block_size`` is its ``page_size``), prefill first, its PrefillAdder's budgets
 (``max_num_batched_tokens`` is its ``max_prefill_tokens``, ``chunk_budget`` its
-``chunked_prefill_size``, ``max_num_seqs`` its ``max_running_requests``; :func:`sglang_defaults`)
+``chunked_prefill_size``, ``max_num_seqs`` its ``max_running_requests``; ``systems.sglang_defaults``)
 and retraction of decoding requests when memory runs out.
 """
 
@@ -30,7 +30,6 @@ import numpy as np
 
 from pagesim.sim import systems
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.specs import GiB, get_gpu
 from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
 #: each system's settings (sim.systems.System.settings): what --system NAME fills in
@@ -175,7 +174,7 @@ class SimConfig:
         """vLLM's rule: without chunked prefill a prompt must fit in one iteration's token budget,
         so ``max_num_batched_tokens`` below ``max_seq_len`` would reject every longer request."""
         budget = self.max_num_batched_tokens
-        chunked = self.chunked_prefill or self.scheduler in ("vllm-v1", "sglang")  # they always chunk
+        chunked = self.chunked_prefill or systems.SCHEDULERS[self.scheduler].always_chunks
         if budget is not None and not chunked and budget < max_seq_len:
             raise ConfigError(f"max_num_batched_tokens={budget} is smaller than max_seq_len={max_seq_len}: "
                               f"longer prompts could never be scheduled; use max_num_batched_tokens >= "
@@ -229,13 +228,9 @@ class SimConfig:
             raise ConfigError(f"unknown setting(s) {', '.join(bad)}; valid: {', '.join(sorted(fields))}")
         values = dict(SYSTEMS[system])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if values.get("scheduler") == "vllm-v1":
-            gpu = values.get("gpu", cls.gpu)
-            for name, default in zip(("max_num_batched_tokens", "max_num_seqs"), v1_batch_defaults(gpu)):
-                values.setdefault(name, default)
-        if values.get("scheduler") == "sglang":
-            gpu = values.get("gpu", cls.gpu)
-            for name, default in zip(("max_num_batched_tokens", "chunk_budget", "max_num_seqs"), sglang_defaults(gpu)):
+        scheduler = systems.SCHEDULERS.get(values.get("scheduler"))
+        if scheduler is not None and scheduler.batch_defaults is not None:  # the engine's, by GPU
+            for name, default in scheduler.batch_defaults(values.get("gpu", cls.gpu)).items():
                 values.setdefault(name, default)
         return cls(system=matching_system(system, values), **values)
 
@@ -244,30 +239,6 @@ class SimConfig:
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)
-
-
-def v1_batch_defaults(gpu: str) -> tuple[int, int]:
-    """vLLM v1's ``max_num_batched_tokens`` and ``max_num_seqs`` when the user sets neither, for
-    the OpenAI API server (``vllm serve``) on ``gpu`` (vLLM 0.33.0, vllm/engine/arg_utils.py:2973-3006,
-    ``EngineArgs.get_batch_defaults``): 16384 and 1024 from 160 GiB of memory; 8192 and 1024
-    from 70 GiB but on an A100; else 2048 and 256."""
-    spec = get_gpu(gpu)
-    if spec.mem_bytes >= 160 * GiB:
-        return 16384, 1024
-    if spec.mem_bytes >= 70 * GiB and "a100" not in spec.name:
-        return 8192, 1024
-    return 2048, 256
-
-
-def sglang_defaults(gpu: str) -> tuple[int, int, int]:
-    """SGLang's ``max_prefill_tokens`` (16384, server_args.py), ``chunked_prefill_size`` by the
-    GPU's memory (server_args.py ``_handle_gpu_memory_settings``: 2048 below 35 GB, 4096 below
-    60 GB, 8192 below 160 GB, else 16384) and ``max_running_requests``: 4096, what SGLang derives
-    (model_runner.py: ``min(max(pool tokens / context length * 512, 2048), 4096)``) for any pool
-    of eight or more full contexts."""
-    mem_gb = get_gpu(gpu).mem_bytes / 1e9
-    chunk = 2048 if mem_gb < 35 else 4096 if mem_gb < 60 else 8192 if mem_gb < 160 else 16384
-    return 16384, chunk, 4096
 
 
 def matching_system(requested: str, values: dict[str, Any]) -> str:
@@ -332,7 +303,8 @@ def default_cost_model(scheduler: str, profile: str | None = None) -> str:
     median |error| of their mean E2E 5.1 % held out, the roofline's 21.5 %). The
     paper's engines (vLLM v0, Orca, static batching) and SGLang have no real runs to choose by:
     the roofline, as the paper's figures have always run. A profile selects the table model."""
-    return "serving" if scheduler == "vllm-v1" and not profile else "roofline"
+    known = systems.SCHEDULERS.get(scheduler)  # (an unknown one is refused with the other settings)
+    return known.cost_model if known is not None and not profile else "roofline"
 
 
 def setting_problem(name: str, value: Any) -> str | None:

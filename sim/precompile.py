@@ -4,8 +4,9 @@
 The package build runs it (``setup.py``, for a wheel or ``pip install .``) into the package's
 ``sim/core/compiled/``, so that an installed pagesim's first run loads machine code instead of
 compiling it (a minute or two per family). Each family is compiled by a small run of a system of
-its own, with numba's cache in a temporary folder, and the extension module that run writes
-(``sim/core/aot.py``) is copied into ``DIR``. Where this cannot be done (numba, setuptools or a
+its own, in a process of its own (as many at once as there are cores) with numba's cache in a
+temporary folder, and the extension module that run writes (``sim/core/aot.py``) is copied into
+``DIR``. Where this cannot be done (numba, setuptools or a
 C compiler missing), it says why in one line and exits 1: the package is built without the
 modules, and its runs compile, or run in CPython, as they would have.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,46 +32,69 @@ def families() -> dict[int, str]:
     return first
 
 
-def build(into: Path) -> list[Path]:
-    """Compile each family's loop and write its extension module into ``into``; returns them."""
+def build_one(system: str, into: Path) -> Path:
+    """Compile the loop of ``system``'s family and copy its extension module into ``into``
+    (numba's cache: ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
     import pandas as pd
 
     from pagesim.sim.config import SimConfig
     from pagesim.sim.core import aot, jit, loop
     from pagesim.sim.run import run_simulation
+    from pagesim.sim.systems import SCHEDULERS, SYSTEMS
 
     if not jit.COMPILED:
         raise RuntimeError("numba is not installed (or PAGESIM_JIT=0)")
-    into.mkdir(parents=True, exist_ok=True)
     # a few requests that preempt nothing: the machine code is the same for every run of a family
     trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(8)], "arrival_s": [0.1 * i for i in range(8)],
                           "prompt_tokens": [64 + 16 * i for i in range(8)], "output_tokens": [8 + i for i in range(8)]})
-    for kind, system in families().items():
-        t0 = time.perf_counter()
-        run_simulation(SimConfig.for_system(system), trace)
-        built = sorted(aot.cache_dir().glob(f"pagesim_core_{loop.FAMILIES[kind]}_*{aot.module_path('').name}"))
-        if not built:
-            failed = sorted(aot.cache_dir().glob("*.failed"))
-            raise RuntimeError(failed[-1].read_text().strip() if failed else f"no module was written for {system}")
-        shutil.copy2(built[-1], into / built[-1].name)
-        print(f"pagesim: compiled the core for {system}'s family in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return sorted(into.glob("pagesim_core_*"))
+    run_simulation(SimConfig.for_system(system), trace)
+    family = loop.FAMILIES[SCHEDULERS[SYSTEMS[system].scheduler].core_kind]
+    built = sorted(aot.cache_dir().glob(f"pagesim_core_{family}_*{aot.module_path('').name}"))
+    if not built:
+        failed = sorted(aot.cache_dir().glob("*.failed"))
+        raise RuntimeError(failed[-1].read_text().strip() if failed else f"no module was written for {system}")
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built[-1], into / built[-1].name)
+    return into / built[-1].name
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every family at once, one process each (a family's compile is single-threaded), as many
+    at a time as there are cores; with ``--system S``, the family of ``S`` in this process."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m pagesim.sim.precompile DIR", file=sys.stderr)
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--system"):
+        print("usage: python -m pagesim.sim.precompile DIR [--system SYSTEM]", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["NUMBA_CACHE_DIR"] = cache  # read by numba at its import, and by aot.cache_dir
-        os.environ.pop("PAGESIM_JIT", None)
-        try:
-            build(Path(argv[0]))
-        except Exception as e:  # noqa: BLE001 - any failure: the package is built without the modules
-            print(f"pagesim: the compiled core was not built ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                  "runs will compile it on first use", file=sys.stderr)
-            return 1
+    into = Path(argv[0])
+    if len(argv) == 3:
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["NUMBA_CACHE_DIR"] = cache  # read by numba at its import, and by aot.cache_dir
+            os.environ.pop("PAGESIM_JIT", None)
+            try:
+                build_one(argv[2], into)
+            except Exception as e:  # noqa: BLE001 - any failure: the package is built without the modules
+                print(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+                return 1
+        return 0
+    t0 = time.perf_counter()
+    jobs = list(families().values())
+    running: list[tuple[str, subprocess.Popen]] = []
+    failures: list[str] = []
+    while jobs or running:
+        while jobs and len(running) < max(1, os.cpu_count() or 1):
+            system = jobs.pop(0)
+            running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", str(into),
+                                                      "--system", system], stderr=subprocess.PIPE, text=True)))
+        system, process = running.pop(0)
+        _, err = process.communicate()
+        if process.returncode:
+            failures.append(f"{system}: {err.strip().splitlines()[-1] if err.strip() else process.returncode}")
+    if failures:
+        print(f"pagesim: the compiled core was not built ({failures[0]}); runs will compile it on first use",
+              file=sys.stderr)
+        return 1
+    print(f"pagesim: compiled the core of every scheduler family in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr)
     return 0
 
 

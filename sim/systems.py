@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pagesim.sim.core import state
+from pagesim.sim.specs import GiB, get_gpu
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Scheduler:
     settings: tuple[str, ...] = ()
     exclusive: tuple[str, ...] = ()
     refuses: tuple[Refusal, ...] = ()
+    batch_defaults: Callable[[str], dict[str, int]] | None = None  # the engine's, by GPU, where unset
+    cost_model: str = "roofline"  # its default (sim.config.default_cost_model)
+    always_chunks: bool = False  # prompts are chunked by a token budget whatever --chunked-prefill says
 
     @property
     def owned(self) -> tuple[str, ...]:
@@ -77,6 +81,32 @@ class System:
         return dict(manager=self.manager, scheduler=self.scheduler, **self.presets)
 
 
+def v1_batch_defaults(gpu: str) -> dict[str, int]:
+    """vLLM v1's ``max_num_batched_tokens`` and ``max_num_seqs`` when the user sets neither, for
+    the OpenAI API server (``vllm serve``) on ``gpu`` (vLLM 0.33.0, vllm/engine/arg_utils.py:2973-3006,
+    ``EngineArgs.get_batch_defaults``): 16384 and 1024 from 160 GiB of memory; 8192 and 1024
+    from 70 GiB but on an A100; else 2048 and 256."""
+    spec = get_gpu(gpu)
+    if spec.mem_bytes >= 160 * GiB:
+        tokens, seqs = 16384, 1024
+    elif spec.mem_bytes >= 70 * GiB and "a100" not in spec.name:
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    return dict(max_num_batched_tokens=tokens, max_num_seqs=seqs)
+
+
+def sglang_defaults(gpu: str) -> dict[str, int]:
+    """SGLang's ``max_prefill_tokens`` (16384, server_args.py), ``chunked_prefill_size`` by the
+    GPU's memory (server_args.py ``_handle_gpu_memory_settings``: 2048 below 35 GB, 4096 below
+    60 GB, 8192 below 160 GB, else 16384) and ``max_running_requests``: 4096, what SGLang derives
+    (model_runner.py: ``min(max(pool tokens / context length * 512, 2048), 4096)``) for any pool
+    of eight or more full contexts."""
+    mem_gb = get_gpu(gpu).mem_bytes / 1e9
+    chunk = 2048 if mem_gb < 35 else 4096 if mem_gb < 60 else 8192 if mem_gb < 160 else 16384
+    return dict(max_num_batched_tokens=16384, chunk_budget=chunk, max_num_seqs=4096)
+
+
 def _recompute_only(scheduler: str, why: str) -> Refusal:
     return Refusal(lambda c: c.preemption != "recompute", f"{scheduler} {why}; drop --preemption swap")
 
@@ -99,7 +129,9 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                   # vllm/config/scheduler.py:331
                   Refusal(lambda c: c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs,
                           "max_num_batched_tokens={c.max_num_batched_tokens} must be >= "
-                          "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)"))),
+                          "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)")),
+              # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
+              batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
               "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
               settings=("schedule_policy", "schedule_conservativeness"), refuses=(
@@ -109,7 +141,8 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                           "(vLLM's block-hash cache)"),
                   Refusal(lambda c: c.waiting_served_ratio is not None or c.chunked_prefill,
                           "waiting_served_ratio and --chunked-prefill are not SGLang settings (it always chunks "
-                          "by chunk_budget, its chunked_prefill_size); drop them with sglang"))),
+                          "by chunk_budget, its chunked_prefill_size); drop them with sglang")),
+              batch_defaults=sglang_defaults, always_chunks=True),
 )}
 
 #: the memory managers (sim/core/memory.py dispatches to each)
@@ -180,7 +213,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("vattention", "vattention", "vllm", memory="on-demand 64 KiB pages", taken="on demand"),
     # vLLM 0.33.0's defaults: block size 16 (config/cache.py:185), prefix caching on
     # (config/cache.py:257), watermark 0.0 (config/scheduler.py:196); the batch limits are
-    # the GPU's (sim.config.v1_batch_defaults)
+    # the GPU's (v1_batch_defaults)
     System("vllm-v1", "paged", "vllm-v1", dict(block_size=16, prefix_caching=True, watermark=0.0),
            "paged, block 16, prefix caching on", "on demand, chunk by chunk"),
     # SGLang: page_size 1 (server_args.py), its radix cache always on (not the block-hash cache)

@@ -49,3 +49,21 @@ def bare_imports(path: Path) -> list[str]:
 def test_no_module_imports_our_folders_as_top_level_names():
     offenders = [line for d in SOURCE_DIRS for p in sorted((ROOT / d).rglob("*.py")) for line in bare_imports(p)]
     assert offenders == []
+
+
+def test_a_wheel_build_asks_for_what_compiling_the_core_needs(monkeypatch):
+    """A wheel carries the compiled core (setup.py runs sim/precompile.py, which imports these);
+    an editable install compiles nothing at build time and asks for nothing more."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("pagesim_build_backend", ROOT / "build_backend.py")
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    monkeypatch.setattr(backend.build_meta, "get_requires_for_build_wheel", lambda config_settings=None: ["wheel"])
+
+    def names(requirements):
+        return {re.match(r"[A-Za-z0-9_.-]+", r)[0] for r in requirements}
+
+    assert names(backend.get_requires_for_build_wheel()) >= {"wheel", "numba", "numpy", "pandas", "pyarrow"}
+    assert backend.get_requires_for_build_editable is backend.build_meta.get_requires_for_build_editable

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from pagesim.sim.cli import main
-from pagesim.sim.config import SimConfig, v1_batch_defaults
+from pagesim.sim.config import SimConfig
+from pagesim.sim.systems import v1_batch_defaults
 from pagesim.sim.core import kv_cache, lifecycle, scheduler_v1, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
@@ -242,7 +243,7 @@ def test_whole_sequence_must_fit_at_admission():
     ("h20-96gb", (8192, 1024)), ("b200-180gb", (16384, 1024)), ("mi300x-192gb", (16384, 1024)),
 ])
 def test_batch_defaults_of_the_openai_server_by_gpu(gpu, expected):
-    assert v1_batch_defaults(gpu) == expected
+    assert v1_batch_defaults(gpu) == dict(max_num_batched_tokens=expected[0], max_num_seqs=expected[1])
     cfg = SimConfig.for_system("vllm-v1", gpu=gpu)
     assert (cfg.max_num_batched_tokens, cfg.max_num_seqs) == expected
 
