@@ -232,3 +232,10 @@ def markdown_table() -> str:
         seen.add(system.scheduler)
         rows.append(f"| `{system.name}` | {system.memory} | {system.taken} | {scheduler} |")
     return "\n".join(rows)
+
+
+def settings_table() -> str:
+    """The docs' table of where each setting applies (``docs/guide/simulate.md``), from the registry."""
+    rows = ["| setting | applies to |", "|---|---|"]
+    rows += [f"| `{name}` | {where_it_applies(name)} |" for name in placed_settings()]
+    return "\n".join(rows)

@@ -9,7 +9,7 @@ it (milliseconds) and never imports numba unless it needs another compiled funct
 cluster's loop). One source, compiled by the same compiler: the module's results are numba's,
 bit for bit (``tests/sim/core/test_aot.py``).
 
-The module is named by its family and a hash of the core's sources (``jit.sources_digest``),
+The module is named by its family and a hash of the sources of its family's loop (``jit.sources_digest``),
 this file, the family and the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
 is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
 ``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package (``sim/precompile.py``, which
@@ -74,9 +74,10 @@ def family_of(fn):
 
 
 def module_name(kinds: tuple, family: int) -> str:
-    """Named by what its machine code depends on: the core's sources, this file, the family,
+    """Named by what its machine code depends on: its family's sources, this file, the family,
     the state's array kinds, and numpy's version (the module is built against numpy's C interface)."""
-    key = f"{jit.sources_digest()}|{Path(__file__).read_bytes()!r}|{family}|{kinds!r}|{np.__version__}"
+    group = loop.FAMILIES[family]  # the sources of this family's loop (jit.cache_group)
+    key = f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{family}|{kinds!r}|{np.__version__}"
     return f"pagesim_core_{loop.FAMILIES[family]}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 

@@ -32,35 +32,75 @@ _DISPATCHERS: dict = {}  # each function given to njit -> its numba dispatcher, 
 _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made (on_numba_load)
 
 
-def sources_digest(here=None) -> str:
-    """A hash of every core source numba reads: its functions, and the constants it freezes into
-    them (all but the Python-only glue in :data:`NOT_COMPILED`, whose edits need no recompile)."""
+#: a cache group's name -> the core files only its functions compile (``cache_group``)
+_GROUP_FILES: dict = {}
+_GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
+
+
+def cache_group(name: str, files) -> None:
+    """Declare the cache group ``name``: the functions given to ``njit(cache_group=name)``, which
+    alone compile ``files`` (a scheduler family's loops and its scheduler's files,
+    ``sim/core/loop.py``). The group is cached apart, keyed by the shared sources and its own:
+    an edit of its files recompiles it alone."""
+    _GROUP_FILES[name] = tuple(files)
+
+
+def sources_digest(here=None, group: str | None = None) -> str:
+    """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
+    function's): their functions and the constants frozen into them. Those are every file but
+    the Python-only glue in :data:`NOT_COMPILED` (its edits need no recompile) and the files the
+    groups keep to themselves, plus ``group``'s own."""
     import hashlib
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    sources = [p.read_bytes() for p in sorted(here.glob("*.py")) if p.name not in NOT_COMPILED]
+    kept = {name for files in _GROUP_FILES.values() for name in files}
+    own = set(_GROUP_FILES.get(group, ()))
+    sources = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(here.glob("*.py"))
+               if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)]
     return hashlib.sha256(b"".join(sources)).hexdigest()
+
+
+def group_cache_dir(group: str, here=None):
+    """Where cache ``group``'s functions are cached: ``$NUMBA_CACHE_DIR/pagesim-<group>``, or
+    ``sim/core/__pycache__/family-<group>``."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(user) / f"pagesim-{group}" if user else here / "__pycache__" / f"family-{group}"
 
 
 def _drop_stale_cache(here=None) -> None:
     """numba's cache checks only the modification time of a function's own file, not of the
-    files whose functions it inlined, nor this file's flags: after any edit of the core a
-    cached function could be stale. The cache is therefore keyed by :func:`sources_digest`,
-    and dropped when that changes (with the extension modules built from it: ``aot.py``)."""
+    files whose functions it inlined or calls, nor this file's flags: after an edit of the core
+    a cached function could be stale. The cache is therefore keyed by :func:`sources_digest`:
+    the shared functions' (in ``__pycache__``) dropped when a shared source changes, each cache
+    group's (its own folder) when a shared source or one of its own files does; each with the
+    extension modules built from it (``aot.py``)."""
+    import shutil
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    digest = sources_digest(here)
     cache = here / "__pycache__"
-    stamp = cache / "core-sources.sha256"
     try:
-        if stamp.exists() and stamp.read_text() == digest:
-            return
-        for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*")]:
-            f.unlink()
-        cache.mkdir(exist_ok=True)
-        stamp.write_text(digest)
+        stamp = cache / "core-sources.sha256"
+        digest = sources_digest(here)
+        if not (stamp.exists() and stamp.read_text() == digest):
+            for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*")]:
+                f.unlink()
+            cache.mkdir(exist_ok=True)
+            stamp.write_text(digest)
+        for group in _GROUP_FILES:
+            folder = group_cache_dir(group, here)
+            stamp, digest = folder / "sources.sha256", sources_digest(here, group)
+            if stamp.exists() and stamp.read_text() == digest:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            for f in cache.glob(f"pagesim_core_{group}_*"):
+                f.unlink()
+            folder.mkdir(parents=True)
+            stamp.write_text(digest)
     except OSError:  # a read-only install: numba then caches elsewhere or not at all
         pass
 
@@ -102,6 +142,8 @@ def use_numba() -> None:
     global numba
     if numba is not None or not COMPILED:
         return
+    from pagesim.sim.core import loop  # noqa: F401 - registers the loops and declares their cache groups
+
     import numba as loaded
 
     numba = loaded
@@ -110,14 +152,14 @@ def use_numba() -> None:
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
-        _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn])
+        _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn], _GROUPS.get(fn))
     for module in {sys.modules[fn.__module__] for fn in _OPTIONS}:
         for name, value in list(vars(module).items()):
             if isinstance(value, types.FunctionType) and value in _DISPATCHERS:
                 setattr(module, name, _DISPATCHERS[value])
 
 
-def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
+def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group: str | None = None):
     """Compile ``fn`` with numba (from :func:`use_numba` on), or return it. No Python object,
     exception or allocation inside (errors are return codes; arrays are made by the caller), so
     the functions are compiled without numba's reference counting (``_nrt=False``): with it,
@@ -131,20 +173,30 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False):
     ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
     would compile the callee once per constant. ``refcounted=True`` keeps numba's reference counting, which
     its typed containers need (the cluster's list of replicas, ``sim/core/cluster.py``); the
-    functions it calls keep theirs off."""
+    functions it calls keep theirs off. ``cache_group``: see :func:`cache_group`."""
     if fn is None:
-        return lambda f: njit(f, inline=inline, refcounted=refcounted)
+        return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)
     if not COMPILED:
         return fn
     _OPTIONS[fn] = (inline, refcounted)
+    if cache_group is not None:
+        _GROUPS[fn] = cache_group
     if numba is None:
         return fn
-    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted)
+    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, cache_group)
     return _DISPATCHERS[fn]
 
 
-def _dispatcher(fn, inline: bool, refcounted: bool):
-    return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never")(fn)
+def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
+    from numba.core import config
+
+    saved = config.CACHE_DIR
+    if group is not None:  # numba's cache locator reads it as the dispatcher is made
+        config.CACHE_DIR = str(group_cache_dir(group))
+    try:
+        return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never")(fn)
+    finally:
+        config.CACHE_DIR = saved
 
 
 def compiled(fn):

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_docs_systems_table_is_the_registrys():
     assert systems.markdown_table() in (ROOT / "docs/guide/simulate.md").read_text()
+    assert systems.settings_table() in (ROOT / "docs/guide/simulate.md").read_text()
 
 
 def simulate_choices(dest: str) -> tuple:

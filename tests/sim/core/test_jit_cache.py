@@ -30,3 +30,58 @@ def test_editing_the_python_only_glue_keeps_it(tmp_path):
         (tmp_path / name).write_text("# edited\n")
     jit._drop_stale_cache(tmp_path)
     assert compiled.exists()
+
+
+def grouped_core(tmp_path, monkeypatch):
+    """A core of a shared file and two families' scheduler files, each family's loop cached."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(jit, "_GROUP_FILES", {"a": ("scheduler_a.py",), "b": ("scheduler_b.py",)})
+    for name in ("loop.py", "scheduler_a.py", "scheduler_b.py", "replay.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    jit._drop_stale_cache(tmp_path)
+    cached = {"shared": tmp_path / "__pycache__" / "loop.step-1.nbi"}
+    for group in ("a", "b"):
+        cached[group] = jit.group_cache_dir(group, tmp_path) / "loop.run-1.nbi"
+        (tmp_path / "__pycache__" / f"pagesim_core_{group}_0123.so").write_text("module")
+    for f in cached.values():
+        f.write_text("compiled")
+    return cached
+
+
+def test_editing_one_familys_scheduler_drops_that_family_alone(tmp_path, monkeypatch):
+    cached = grouped_core(tmp_path, monkeypatch)
+    (tmp_path / "scheduler_b.py").write_text("# edited\n")
+    jit._drop_stale_cache(tmp_path)
+    assert cached["shared"].exists() and cached["a"].exists() and not cached["b"].exists()
+    modules = sorted(f.name for f in (tmp_path / "__pycache__").glob("pagesim_core_*"))
+    assert modules == ["pagesim_core_a_0123.so"]  # b's extension module went with its cache
+    assert jit.sources_digest(tmp_path, "a") != jit.sources_digest(tmp_path, "b")
+
+
+def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch):
+    cached = grouped_core(tmp_path, monkeypatch)
+    (tmp_path / "loop.py").write_text("# edited\n")
+    jit._drop_stale_cache(tmp_path)
+    assert not any(f.exists() for f in cached.values())
+
+
+def test_only_the_loop_imports_a_familys_own_files():
+    """What makes a family's files its own: no other core file imports them (a shared function
+    calling into one would keep stale machine code when that file changed)."""
+    import ast
+    from pathlib import Path
+
+    from pagesim.sim.core import loop
+
+    here = Path(jit.__file__).parent
+    own = {kind: {name[:-3] for name in files} for kind, files in loop.FAMILY_FILES.items()}
+    for path in sorted(here.glob("*.py")):
+        if path.name in jit.NOT_COMPILED or path.name == "loop.py":
+            continue
+        family = next((k for k, names in own.items() if path.stem in names), None)
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pagesim.sim.core"):
+                imported |= {node.module.rsplit(".", 1)[-1], *(a.name for a in node.names)}
+        for kind, names in own.items():
+            assert kind == family or not imported & names, f"{path.name} imports {imported & names}"
