@@ -73,14 +73,17 @@ def simulate(system: str, cache: str) -> tuple[float, float]:
     return child_cpu(argv, env)
 
 
-#: (the policy file edited, its tests)
-EDITS = (("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"),
-         ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"))
+#: (the policy file edited, its tests): two systems' scheduler files (their family recompiles
+#: alone), and a scheduling policy shared by vLLM v0 and v1 (every family recompiles)
+EDITS = (("sim/core/scheduler_v1.py", "tests/sim/core/test_vllm_v1.py tests/sim/core/test_priority.py"),
+         ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"),
+         ("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"))
 
 
 def edit_cycle() -> None:
     root = Path(__file__).resolve().parent.parent
-    print(f"{'policy file edited':<30} {'its tests':<34} {'warm: wall s':>12} {'compiled':>9} {'interpreted':>12}")
+    print(f"{'policy file edited':<30} {'its tests (tests/sim/core/)':<34} {'warm: wall s':>12} {'compiled':>9} "
+          f"{'interpreted':>12}")
     for policy, tests in EDITS:
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp, "pagesim")
@@ -88,7 +91,7 @@ def edit_cycle() -> None:
                                                                     ".pytest_cache", ".hypothesis"))
             env = dict(os.environ, PYTHONPATH=tmp)  # `import pagesim` is the copy
             env.pop("NUMBA_CACHE_DIR", None)  # the copy's own cache, in its sim/core/__pycache__
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests]
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests.split()]
 
             def run(extra: dict) -> float:
                 t0 = time.perf_counter()
@@ -100,7 +103,8 @@ def edit_cycle() -> None:
                 f.write("# an edit\n")
             compiled = run({})
             interpreted = run({"PAGESIM_JIT": "0"})
-        print(f"{policy:<30} {tests:<34} {warm:>12.1f} {compiled:>9.1f} {interpreted:>12.1f}")
+        names = " ".join(t.rsplit("/", 1)[-1] for t in tests.split())
+        print(f"{policy.rsplit('/', 1)[-1]:<30} {names:<34} {warm:>12.1f} {compiled:>9.1f} {interpreted:>12.1f}")
     print("target (#35): edit one system's policy file and rerun its tests <= 60 s of wall time")
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from pagesim.sim import systems
 from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEMENTS, PREEMPTIONS, RESERVATIONS,
                                 SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SYSTEMS, SimConfig, load_toml)
-from pagesim.sim import systems
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 

@@ -65,3 +65,14 @@ def test_where_a_setting_applies_is_read_from_its_owner():
     assert systems.applies(cfg, "max_num_seqs")  # named by nobody: applies everywhere
     assert not systems.applies(cfg, "swap_gib") and systems.applies(cfg.replace(preemption="swap"), "swap_gib")
     assert systems.where_it_applies("block_size") == "the paged manager (--system vllm, token, vllm-v1, sglang)"
+
+
+def test_each_familys_own_files_are_its_schedulers_files():
+    """The core caches each family apart by its scheduler files (loop.FAMILY_FILES); the registry
+    names the same files per scheduler."""
+    from pagesim.sim.core import loop
+
+    files: dict[int, set[str]] = {}
+    for scheduler in systems.SCHEDULERS.values():
+        files.setdefault(scheduler.core_kind, set()).update(f.strip() for f in scheduler.files.split(","))
+    assert files == {kind: set(names) for kind, names in loop.FAMILY_FILES.items()}
