@@ -24,6 +24,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     cost_calibrated.py  the calibrated roofline's price (sim.cost.calibrated's model calls it)
     cost_table.py   a measured profile, interpolated (sim.cost.roofline.TableCostModel calls it)
     loop.py         time: the next arrival or the end of the running step
+    families.py     the scheduler families, each with its own loop, and the files only each compiles
     cluster.py      replicas behind a router: the loop of each, the router's choice at each arrival
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     replay.py       runs the loop to its end: progress, --check, an executor outside the core

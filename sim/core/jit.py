@@ -20,6 +20,8 @@ import os
 import sys
 import types
 
+from pagesim.sim.core.families import FAMILIES, FAMILY_FILES
+
 #: numba is installed and not turned off (``PAGESIM_JIT=0``): the core runs compiled
 COMPILED = os.environ.get("PAGESIM_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
 numba = None  # the module, once use_numba() imported it
@@ -32,17 +34,11 @@ _DISPATCHERS: dict = {}  # each function given to njit -> its numba dispatcher, 
 _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made (on_numba_load)
 
 
-#: a cache group's name -> the core files only its functions compile (``cache_group``)
-_GROUP_FILES: dict = {}
+#: a cache group's name -> the core files only its functions compile: the functions given to
+#: ``njit(cache_group=name)``, a scheduler family's loops (``sim/core/families.py``). A group is
+#: cached apart, keyed by the shared sources and its own: an edit of its files recompiles it alone
+_GROUP_FILES = {FAMILIES[kind]: files for kind, files in FAMILY_FILES.items()}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
-
-
-def cache_group(name: str, files) -> None:
-    """Declare the cache group ``name``: the functions given to ``njit(cache_group=name)``, which
-    alone compile ``files`` (a scheduler family's loops and its scheduler's files,
-    ``sim/core/loop.py``). The group is cached apart, keyed by the shared sources and its own:
-    an edit of its files recompiles it alone."""
-    _GROUP_FILES[name] = tuple(files)
 
 
 def sources_digest(here=None, group: str | None = None) -> str:
@@ -142,8 +138,6 @@ def use_numba() -> None:
     global numba
     if numba is not None or not COMPILED:
         return
-    from pagesim.sim.core import loop  # noqa: F401 - registers the loops and declares their cache groups
-
     import numba as loaded
 
     numba = loaded
@@ -173,7 +167,7 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
     would compile the callee once per constant. ``refcounted=True`` keeps numba's reference counting, which
     its typed containers need (the cluster's list of replicas, ``sim/core/cluster.py``); the
-    functions it calls keep theirs off. ``cache_group``: see :func:`cache_group`."""
+    functions it calls keep theirs off. ``cache_group``: see :data:`_GROUP_FILES`."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)
     if not COMPILED:

@@ -41,7 +41,8 @@ from pagesim.sim.core.static import schedule as schedule_static
 from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
-from pagesim.sim.core.jit import cache_group, njit
+from pagesim.sim.core.families import FAMILIES
+from pagesim.sim.core.jit import njit
 from pagesim.sim.core.memory import memory_categories
 from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
@@ -297,15 +298,7 @@ def loop_for(family):
 
 
 #: each family's loop, by the name its functions' module binds it under (jit.use_numba makes each
-#: a dispatcher in its place)
-FAMILIES = {CONTINUOUS: "continuous", STATIC: "static", V1: "v1", SGLANG: "sglang"}
-#: the files only one family's loop compiles: its scheduler's, which no other core file imports
-#: (tests/sim/core/test_jit_cache.py checks). Each family's loops are cached apart (a cache group,
-#: jit.cache_group), so that an edit of these files recompiles their family alone
-FAMILY_FILES = {CONTINUOUS: ("scheduler_vllm.py", "scheduler_orca.py"), STATIC: ("static.py",),
-                V1: ("scheduler_v1.py",), SGLANG: ("scheduler_sglang.py",)}
-for _kind, _name in FAMILIES.items():
-    cache_group(_name, FAMILY_FILES[_kind])
+#: a dispatcher in its place), cached with its family (sim/core/families.py)
 run_continuous = njit(loop_for(CONTINUOUS), cache_group=FAMILIES[CONTINUOUS])
 run_static = njit(loop_for(STATIC), cache_group=FAMILIES[STATIC])
 run_v1 = njit(loop_for(V1), cache_group=FAMILIES[V1])

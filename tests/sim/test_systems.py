@@ -68,11 +68,11 @@ def test_where_a_setting_applies_is_read_from_its_owner():
 
 
 def test_each_familys_own_files_are_its_schedulers_files():
-    """The core caches each family apart by its scheduler files (loop.FAMILY_FILES); the registry
-    names the same files per scheduler."""
-    from pagesim.sim.core import loop
+    """The core caches each family apart by its scheduler files (sim/core/families.py); the
+    registry names the same files per scheduler."""
+    from pagesim.sim.core import families
 
     files: dict[int, set[str]] = {}
     for scheduler in systems.SCHEDULERS.values():
         files.setdefault(scheduler.core_kind, set()).update(f.strip() for f in scheduler.files.split(","))
-    assert files == {kind: set(names) for kind, names in loop.FAMILY_FILES.items()}
+    assert files == {kind: set(names) for kind, names in families.FAMILY_FILES.items()}

@@ -71,10 +71,10 @@ def test_only_the_loop_imports_a_familys_own_files():
     import ast
     from pathlib import Path
 
-    from pagesim.sim.core import loop
+    from pagesim.sim.core import families
 
     here = Path(jit.__file__).parent
-    own = {kind: {name[:-3] for name in files} for kind, files in loop.FAMILY_FILES.items()}
+    own = {kind: {name[:-3] for name in files} for kind, files in families.FAMILY_FILES.items()}
     for path in sorted(here.glob("*.py")):
         if path.name in jit.NOT_COMPILED or path.name == "loop.py":
             continue
