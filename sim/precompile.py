@@ -6,9 +6,9 @@ The package build runs it (``setup.py``, for a wheel or ``pip install .``) into 
 compiling it (a minute or two per family). Each family is compiled by a small run of a system of
 its own, in a process of its own (as many at once as there are cores) with numba's cache in a
 temporary folder, and the extension module that run writes (``sim/core/aot.py``) is copied into
-``DIR``. Where this cannot be done (numba, setuptools or a
-C compiler missing), it says why in one line and exits 1: the package is built without the
-modules, and its runs compile, or run in CPython, as they would have.
+``DIR``. Where this cannot be done (numba, setuptools or a C compiler missing), it says why in
+one line and exits 1: the package is built without the modules, and its runs compile, or run in
+CPython, as they would have.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 
 
 def families() -> dict[int, str]:
-    """A system of each scheduler family (the registry's first), by the core's kind."""
+    """A system of each scheduler family (``sim/core/families.py``; the registry's first), by the
+    core's kind."""
     from pagesim.sim import systems
 
     first: dict[int, str] = {}

@@ -76,7 +76,7 @@ def family_of(fn):
 def module_name(kinds: tuple, family: int) -> str:
     """Named by what its machine code depends on: its family's sources, this file, the family,
     the state's array kinds, and numpy's version (the module is built against numpy's C interface)."""
-    group = loop.FAMILIES[family]  # the sources of this family's loop (jit.cache_group)
+    group = loop.FAMILIES[family]  # the sources of this family's loop (sim/core/families.py)
     key = f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{family}|{kinds!r}|{np.__version__}"
     return f"pagesim_core_{loop.FAMILIES[family]}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 

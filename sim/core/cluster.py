@@ -239,7 +239,7 @@ def cluster_loop_for(family):
 
 
 # each family's cluster loop (jit.use_numba makes each a dispatcher in its place)
-# cached with their family's loops (jit.cache_group): they compile the family's scheduler too
+# cached with their family's loops (sim/core/families.py): they compile the family's scheduler too
 run_continuous = njit(cluster_loop_for(CONTINUOUS), refcounted=True, cache_group=loop.FAMILIES[CONTINUOUS])
 run_static = njit(cluster_loop_for(STATIC), refcounted=True, cache_group=loop.FAMILIES[STATIC])
 run_v1 = njit(cluster_loop_for(V1), refcounted=True, cache_group=loop.FAMILIES[V1])
