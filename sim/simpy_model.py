@@ -34,7 +34,10 @@ def run(s: state.Core) -> state.Core:
     c, clock = s.count, s.clock
     static_batching = s.config[state.SCHEDULER_KIND] == state.STATIC
     add_arrival = interpreted(lifecycle.add_arrival)
-    schedule = interpreted(loop.schedule_iteration)
+    # the family's scheduler, as the loop chooses it (sim/core/loop.py, in the loop's own code)
+    schedule = interpreted({state.STATIC: loop.schedule_static, state.V1: loop.schedule_v1,
+                            state.SGLANG: loop.schedule_sglang}.get(int(s.config[state.SCHEDULER_KIND]),
+                                                                     loop.schedule_vllm))
     complete_step = interpreted(static.complete_step if static_batching else lifecycle.complete_step)
     step_time, record = interpreted(loop.step_time), interpreted(loop.record)
     steps_without_token_limit = interpreted(lifecycle.steps_without_token_limit)
@@ -63,7 +66,7 @@ def run(s: state.Core) -> state.Core:
     def engine(env):
         while True:
             clock[state.NOW] = env.now
-            decode_context_sum = schedule(s, s.config[state.SCHEDULER_KIND])
+            decode_context_sum = schedule(s)
             if not (c[state.STEP_PREFILL_SEQS] or c[state.STEP_DECODE_SEQS] or c[state.STEP_SWAP_IN]
                     or c[state.STEP_SWAP_OUT]):
                 if c[state.ARRIVALS_DONE] and not (c[state.WAITING_LEN] or c[state.NUM_RUNNING] or c[state.SWAPPED_LEN]):

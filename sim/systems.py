@@ -6,7 +6,7 @@ configuration's validation (``sim.config``), the core's scheduler kind (``sim.co
 planner's what-if variants (``experiments.plan``) and the systems table of the docs
 (``docs/guide/simulate.md``, checked against :func:`markdown_table`) read it. A new system is an
 entry in :data:`SYSTEMS`; a new scheduler, its policy file under ``sim/core/`` and an entry in
-:data:`SCHEDULERS`, with its ``schedule`` in ``sim.core.loop.schedule_iteration``.
+:data:`SCHEDULERS`, with its ``schedule`` chosen in ``sim.core.loop.loop_for``'s loop.
 """
 
 from __future__ import annotations

@@ -167,7 +167,8 @@ def resize_extent(s, i, r):
     return new, placement.placed_size(s, r), 2
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def rereserve(s, i):
     """Re-reserve request ``i``'s overflowing extent (``can_rereserve`` said yes)."""
     r2 = reservation_after_overflow(s, i)

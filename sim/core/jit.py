@@ -122,6 +122,28 @@ def _load_numpy_support_without_scipy() -> None:
     arraymath._HAVE_BLAS = importlib.util.find_spec("scipy") is not None
 
 
+def _one_llvm_optimization() -> None:
+    """numba optimizes each compiled function's LLVM code twice: alone, by LLVM's function
+    passes, as the function is added to its library (``CPUCodeLibrary._optimize_functions``),
+    then with the code of every function it calls linked in, by LLVM's module passes at the same
+    level (``_optimize_final_module``), whose inlining and scalar passes redo the first's work.
+    For the core, whose loop is one function of a few thousand lines with its callees linked in
+    under it, the first pass is a fifth of a cold compile and changes no engine time (measured:
+    ``benchmarks/compile_speed.py``, ``benchmarks/engine_speed.py --only-systems``, both ways),
+    so it is skipped: each function's code is optimized once, with its callees. The data layout
+    the first pass set is still set. Left as numba has it where its library class differs."""
+    from numba.core import codegen
+
+    library = getattr(codegen, "CPUCodeLibrary", None)
+    if library is None or not hasattr(library, "_optimize_functions"):
+        return
+
+    def _optimize_functions(self, ll_module):
+        ll_module.data_layout = self._codegen._data_layout
+
+    library._optimize_functions = _optimize_functions
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -143,6 +165,7 @@ def use_numba() -> None:
     numba = loaded
     _drop_stale_cache()
     _load_numpy_support_without_scipy()
+    _one_llvm_optimization()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
@@ -163,7 +186,8 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     passes each array of the state field by field, ~420 machine words (a few hundred
     nanoseconds, more than an iteration's own bookkeeping). A function called from several
     places stays a call (inlined, it would be compiled once per place: numba's compile time
-    grows with the inlined code). A constant passed to a function that stays a call is typed
+    grows with the inlined code); which is which, measured both ways: ``sim/core/loop.py``'s
+    docstring, "Compiled per family". A constant passed to a function that stays a call is typed
     ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
     would compile the callee once per constant. ``refcounted=True`` keeps numba's reference counting, which
     its typed containers need (the cluster's list of replicas, ``sim/core/cluster.py``); the

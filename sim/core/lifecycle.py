@@ -111,10 +111,11 @@ def prefill(s, i, n):
 
 @njit(inline=True)
 def reject_head(s, i, reason):
-    reject_waiting(s, 0, i, reason)
+    reject_waiting(s, np.int64(0), i, np.int64(reason))  # np.int64: jit.njit's note on constants
 
 
-@njit(inline=True)
+# per rejection: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit
 def reject_waiting(s, p, i, reason):
     """Request ``i``, at position ``p`` of the waiting queue, is refused for ``reason``."""
     take_waiting(s, p)

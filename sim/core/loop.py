@@ -26,6 +26,23 @@ its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is 
 inlined: one compiled copy shared by the families' loops rather than one in each (measured:
 about 55 s less CPU to compile every family, for 0-20 % more engine time on the Azure conv
 trace, within every engine target; ``benchmarks/compile_speed.py``).
+
+What else is inlined follows from what each costs (``benchmarks/compile_speed.py``, and
+``benchmarks/engine_speed.py --only-systems`` run in both checkouts). numba inlines a function
+by building its code again at every place that calls it, nested (each level built again by the
+levels above), before it prunes the branches the inlined code cannot take: the family's
+scheduler is therefore chosen in the loop's own code, where ``family`` is a constant and its
+branches are pruned first (chosen in a function inlined with ``family`` an argument, all four
+schedulers were built into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its
+signature over the state's arrays) and, at run time, the state's ~60 arrays passed field by
+field: on the Azure conv trace one more call per request (arrival, admission or finish) costs
+vLLM and Orca 2-4 % of their engine time, one per iteration (a family's scheduler) 8-50 %, and
+a new call in the loop's own code has moved SGLang's by 4-15 % through the machine code around
+it. So what runs per running request, per iteration or per request stays inlined; what runs
+on a rare or configured path only and would be inlined in several places or into the loop is a
+call (a rejection, a swap-in, a preemption's victim, priority scheduling's place in the queue);
+and a function with one caller that is itself a call off the hot path is inlined there rather
+than compiled apart (placement's buddy and fit functions, ``extent.rereserve``).
 """
 
 from __future__ import annotations
@@ -66,20 +83,6 @@ DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STE
 HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
-
-
-@njit(inline=True)
-def schedule_iteration(s, family):
-    """One iteration's scheduling by the scheduler of ``family`` (``config[SCHEDULER_KIND]``);
-    returns the decode context sum. Each family's loop passes its own, a constant: numba then
-    compiles only that family's scheduler into it."""
-    if family == STATIC:
-        return schedule_static(s)
-    if family == V1:
-        return schedule_v1(s)
-    if family == SGLANG:
-        return schedule_sglang(s)
-    return schedule_vllm(s)
 
 
 # once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
@@ -274,7 +277,17 @@ def loop_for(family):
             c[STARTED] = 1
             c[SCHEDULE_ON_RESUME] = 0
             # the engine: schedule an iteration, price it, let it run
-            decode_context_sum = schedule_iteration(s, family)
+            # the family's scheduler, chosen here, in the loop's own code, where ``family`` is a
+            # constant: numba prunes the other three before it inlines (in a function inlined with
+            # ``family`` an argument, it would build all four into each family's loop first)
+            if family == STATIC:
+                decode_context_sum = schedule_static(s)
+            elif family == V1:
+                decode_context_sum = schedule_v1(s)
+            elif family == SGLANG:
+                decode_context_sum = schedule_sglang(s)
+            else:
+                decode_context_sum = schedule_vllm(s)
             if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):
                 if c[ARRIVALS_DONE] and not (c[WAITING_LEN] or c[NUM_RUNNING] or c[SWAPPED_LEN]):
                     clock[END_S] = clock[NOW]
@@ -290,7 +303,9 @@ def loop_for(family):
             if s.config[EXTERNAL_STEPS]:  # its executor runs it (the row's room was checked above)
                 c[AWAITING_STEP_TIME] = 1
                 return SCHEDULED
-            code = start_step(s, step_time(s, decode_context_sum))
+            # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
+            # and the cost models a second time (jit.njit's note on constants)
+            code = start_step(s, step_time(s, np.int64(decode_context_sum)))
             if code != GO_ON:
                 return code
 

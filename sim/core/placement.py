@@ -115,7 +115,8 @@ def lowest_bit(word):
     return k
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def buddy_lowest_free(s, k):
     """The lowest-addressed free block of order k (one must exist)."""
     row = s.buddy_orders[k, ORDER_ROW]
@@ -148,7 +149,8 @@ def buddy_init(s):
         left -= chunk
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def buddy_alloc(s, size):
     k = buddy_order_for(s, size)
     want = order_of(next_pow2(size))
@@ -160,7 +162,8 @@ def buddy_alloc(s, size):
     return start
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def buddy_release(s, start, size):
     k = order_of(size)
     capacity = s.config[ADDRESS_SPACE]
@@ -204,7 +207,8 @@ def fit_init(s):
     s.holes[0, HOLE_SIZE] = s.config[ADDRESS_SPACE]
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def fit_alloc(s, size, best):
     h = fit_find(s, size, best)
     start = s.holes[h, HOLE_START]
@@ -216,7 +220,8 @@ def fit_alloc(s, size, best):
     return start
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def fit_release(s, start, size):
     num = s.count[NUM_HOLES]
     h = 0  # the first hole after the extent
@@ -288,7 +293,8 @@ def can_grow(s, start, placed, size):
     return True
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def grow(s, start, placed, size):
     """Grow the extent at ``start`` in place (``can_grow`` said yes); returns its new placed size."""
     if s.config[PLACEMENT_KIND] != BUDDY:
@@ -325,7 +331,8 @@ def hole_at(s, start):
 
 
 # -- a trial on the placement itself, undone after ----------------------------------------------
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def save(s):
     """Copy the placement's state (free blocks, or holes) into ``placement_saved``."""
     saved = s.placement_saved
@@ -343,7 +350,8 @@ def save(s):
         saved[2 + 2 * h] = s.holes[h, HOLE_SIZE]
 
 
-@njit
+# inlined into its one caller, itself a call (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def restore(s):
     """The placement as :func:`save` left it."""
     saved = s.placement_saved

@@ -17,7 +17,8 @@ def waiting_position(s, i, returning):
     return policy_fcfs.waiting_position(s, i, returning)
 
 
-@njit(inline=True)
+# per preemption: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit
 def victim(s):
     if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
         return policy_priority.victim(s)

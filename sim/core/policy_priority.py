@@ -25,7 +25,8 @@ def served_before(s, a, b):
     return a < b
 
 
-@njit(inline=True)
+# priority scheduling's (per arrival): a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit
 def waiting_position(s, i, returning):
     """After every waiting request served before ``i`` (``returning`` changes nothing): found
     from the back, where a new arrival of the usual priority belongs."""

@@ -25,7 +25,8 @@ def make_decode_room(s):
     extent.rereserve_overflowing(s)
 
 
-@njit(inline=True)
+# per swap-in: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit
 def swap_in(s, i, n):
     """Whether request ``i`` came back with its ``n`` tokens (its extent reserved)."""
     fits = extent.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE

@@ -101,7 +101,8 @@ def abort_timed_out(s):
     while p < c[WAITING_LEN]:
         i = waiting_at(s, p)
         if s.arrival_s[i] <= deadline:
-            reject_waiting(s, p, i, REJECT_CLIENT_TIMEOUT)
+            # np.int64: jit.njit's note on constants (p starts as the constant 0)
+            reject_waiting(s, np.int64(p), i, np.int64(REJECT_CLIENT_TIMEOUT))
         elif policies.arrival_ordered(s):
             break  # everyone after it was sent later
         else:
@@ -239,10 +240,10 @@ def admit_waiting(s, budget):
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
-            reject_waiting(s, p, i, REJECT_WIDTH_UNSHARED)
+            reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
             continue
         if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
-            reject_waiting(s, p, i, REJECT_NEVER_FITS)
+            reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
         if blocks_to_admit(s, i, target) + watermark > kv_cache.num_free_blocks(s):

@@ -3,6 +3,8 @@ Python-only glue does (sim/core/jit.py: _drop_stale_cache)."""
 
 from __future__ import annotations
 
+import pytest
+
 from pagesim.sim.core import jit
 
 
@@ -85,3 +87,34 @@ def test_only_the_loop_imports_a_familys_own_files():
                 imported |= {node.module.rsplit(".", 1)[-1], *(a.name for a in node.names)}
         for kind, names in own.items():
             assert kind == family or not imported & names, f"{path.name} imports {imported & names}"
+
+
+def test_a_function_is_optimized_once_with_its_callees_not_alone_first():
+    """jit._one_llvm_optimization: a function's code added to its library is left as written (its
+    data layout set); the library's module passes, after its callees are linked in, optimize it."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    import llvmlite.binding as ll
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+
+    written = """
+        define i64 @twice(i64 %x) {
+          %a = alloca i64
+          store i64 %x, i64* %a
+          %y = load i64, i64* %a
+          %z = add i64 %y, %y
+          ret i64 %z
+        }"""
+    library = cpu_target.target_context.codegen().create_library("twice")
+    module = ll.parse_assembly(written)
+    library._optimize_functions(module)
+    text = str(module)
+    assert "alloca" in text and "store" in text  # LLVM's function passes would have made it a register
+    assert str(module.data_layout) == str(library._codegen._data_layout)
+    library.add_llvm_module(module)
+    with global_compiler_lock:
+        library.finalize()  # the module passes: optimized now
+    assert "alloca" not in str(library.get_function("twice"))
