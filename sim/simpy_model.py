@@ -32,13 +32,18 @@ def run(s: state.Core) -> state.Core:
     """Run the simulation ``s`` describes (``sim.run.initial_state``) to its end; returns the
     final state, its records as the compiled loop leaves them (``sim.core.replay.run``)."""
     c, clock = s.count, s.clock
-    static_batching = s.config[state.SCHEDULER_KIND] == state.STATIC
+    family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant (sim/core/memory.py)
     add_arrival = interpreted(lifecycle.add_arrival)
     # the family's scheduler, as the loop chooses it (sim/core/loop.py, in the loop's own code)
     schedule = interpreted({state.STATIC: loop.schedule_static, state.V1: loop.schedule_v1,
-                            state.SGLANG: loop.schedule_sglang}.get(int(s.config[state.SCHEDULER_KIND]),
-                                                                     loop.schedule_vllm))
-    complete_step = interpreted(static.complete_step if static_batching else lifecycle.complete_step)
+                            state.SGLANG: loop.schedule_sglang}.get(family, loop.schedule_vllm))
+    if family == state.STATIC:  # request-level (static) batching: sim/core/static.py
+        complete_step = interpreted(static.complete_step)
+    else:
+        complete_running = interpreted(lifecycle.complete_step)
+
+        def complete_step(s, now):
+            complete_running(s, now, family)
     step_time, record = interpreted(loop.step_time), interpreted(loop.record)
     steps_without_token_limit = interpreted(lifecycle.steps_without_token_limit)
     env = simpy.Environment()
@@ -85,7 +90,7 @@ def run(s: state.Core) -> state.Core:
             dt = step_time(s, decode_context_sum)
             if s.config[state.KEEP_ROWS] and c[state.NUM_ROWS] == len(s.row_floats):
                 grow_step_table()
-            record(s, env.now, dt)
+            record(s, env.now, dt, family)
             yield env.timeout(dt)
             clock[state.NOW] = env.now
             complete_step(s, env.now)

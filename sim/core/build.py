@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pagesim.sim.core import placement, state
+from pagesim.sim.core import memory, placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
@@ -204,7 +204,9 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix)
-    return s if paged else with_extents(cfg, pool, limits, s, t)
+    s = s if paged else with_extents(cfg, pool, limits, s, t)
+    memory.check_family(s.config)
+    return s
 
 
 #: SGLang's new_token_ratio constants (environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,

@@ -218,7 +218,7 @@ can_allocate = interpreted(memory.can_allocate)
 
 def check_categories(s) -> None:
     out = np.zeros(MEMORY_CATEGORIES, np.int64)
-    memory_categories(s, s.count[DEMAND_WAITING], out)
+    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         capacity = int(s.config[CAPACITY])
     else:

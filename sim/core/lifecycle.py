@@ -134,10 +134,10 @@ def start_running(s, i):
 
 # -- preemption: the mechanics (the victim is the policy's choice: policies.victim) ------------
 @njit
-def preempt(s, k):
+def preempt(s, k, family):
     """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
     swapped out while swap space lasts and its prompt is done, else freed for recompute.
-    Returns its request id."""
+    Returns its request id. ``family``: the caller's scheduler family (``memory.py``)."""
     c = s.count
     i = s.running[k]
     for m in range(k, c[NUM_RUNNING] - 1):  # none to move when it is the latest admitted
@@ -157,7 +157,7 @@ def preempt(s, k):
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
             # np.bool_: jit.njit's note on constants
             kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
-        memory.free(s, i)  # its K/V go to the host; it comes back as it was
+        memory.free(s, i, family)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += n * w
         c[STEP_SWAP_OUT] += n * w
@@ -167,7 +167,7 @@ def preempt(s, k):
         return i
     if s.config[SWAP_PREEMPTION]:
         c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
-    memory.free(s, i)
+    memory.free(s, i, family)
     restart(s, i)
     return i
 
@@ -223,8 +223,9 @@ def add_itl(s, v, bin_index):
 
 # once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
 @njit
-def complete_step(s, now):
-    """Hand out the tokens the iteration produced; finish and free whoever is done."""
+def complete_step(s, now, family):
+    """Hand out the tokens the iteration produced; finish and free whoever is done. ``family``:
+    the loop's scheduler family, a constant there (``memory.py``)."""
     c = s.count
     num_done = 0
     c[STEPS_WITHOUT_TOKEN] += 1  # back to 0 below with the first token handed out
@@ -275,34 +276,34 @@ def complete_step(s, now):
                 kv_cache.fork(s, i)
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += s.num_seqs[i]
-            memory.joined_decode(s, i)
+            memory.joined_decode(s, i, family)
     c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
     if num_done:
-        finish(s, now, num_done)
+        finish(s, now, num_done, family)
     if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn
         beam.churn(s)
 
 
 @njit(inline=True)
-def release(s, i):
+def release(s, i, family):
     """Running request ``i`` is done with (finished, or aborted: scheduler_v1.abort_timed_out):
     its memory goes, its sequences leave the counts. The caller sets its status and drops it
     from the running list."""
     c = s.count
     c[FREE_EPOCH] += 1
-    memory.free(s, i)
+    memory.free(s, i, family)
     c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
     c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
     s.in_decode[i] = 0
 
 
 @njit(inline=True)
-def finish(s, now, num_done):
+def finish(s, now, num_done, family):
     """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
     c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
-        release(s, i)
+        release(s, i, family)
         s.status[i] = FINISHED
         s.finish_s[i] = now
     kept = 0  # drop them from the running list, keeping admission order

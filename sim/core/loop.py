@@ -128,13 +128,13 @@ def step_time(s, decode_context_sum):
 
 # once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
 @njit
-def record(s, start, dt):
+def record(s, start, dt, family):
     """The time-weighted sums the summary reads (in sim.metrics' order), and with rows the
     step-table row. The summary reads the sums either way: one statement of each average, the
-    same float with or without a step table."""
+    same float with or without a step table. ``family``: the loop's (``memory.py``)."""
     c = s.count
     memory = s.step_memory
-    used = memory_categories(s, c[DEMAND_WAITING], memory)
+    used = memory_categories(s, c[DEMAND_WAITING], memory, family)
     logical = c[LOGICAL_BLOCKS]  # the tables' lengths: more than used when prefix hits share blocks
     clock = s.clock
     clock[BLOCKS_SUM] += used * dt
@@ -200,12 +200,12 @@ def hand_over_arrivals(s):
 
 
 @njit(inline=True)
-def start_step(s, dt):
+def start_step(s, dt, family):
     """The iteration just scheduled runs for ``dt``: its row, and the event of its end."""
     c, clock = s.count, s.clock
     if not dt > 0:
         return STEP_NOT_POSITIVE
-    record(s, clock[NOW], dt)
+    record(s, clock[NOW], dt, family)
     c[ENGINE_PENDING] = 1
     clock[ENGINE_TIME] = clock[NOW] + dt
     c[ENGINE_EVENT_ID] = new_event(s)
@@ -226,7 +226,7 @@ def loop_for(family):
         c, clock = s.count, s.clock
         if c[AWAITING_STEP_TIME]:  # back from the executor outside the core with the step's duration
             c[AWAITING_STEP_TIME] = 0
-            code = start_step(s, clock[STEP_S])
+            code = start_step(s, clock[STEP_S], family)
             if code != GO_ON:
                 return code
         if not c[STARTED] and not s.config[ROUTED]:  # a replica's router hands over its arrivals
@@ -262,7 +262,7 @@ def loop_for(family):
                     if family == STATIC:  # request-level (static) batching: sim/core/static.py
                         static.complete_step(s, clock[NOW])
                     else:
-                        lifecycle.complete_step(s, clock[NOW])
+                        lifecycle.complete_step(s, clock[NOW], family)
                         if c[STEPS_WITHOUT_TOKEN] > lifecycle.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
                             return NO_TOKEN
                 else:  # woken from sleep
@@ -305,7 +305,7 @@ def loop_for(family):
                 return SCHEDULED
             # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
             # and the cost models a second time (jit.njit's note on constants)
-            code = start_step(s, step_time(s, np.int64(decode_context_sum)))
+            code = start_step(s, step_time(s, np.int64(decode_context_sum)), family)
             if code != GO_ON:
                 return code
 

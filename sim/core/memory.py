@@ -1,12 +1,33 @@
 """The manager the config names (``config[MANAGER_KIND]``): the scheduler's memory verbs go to
 the paged manager (``kv_cache.py``) or the contiguous one (``extent.py``). One branch on a
-read-only flag per call: the scheduler is written once for both."""
+read-only flag per call: the scheduler is written once for both.
+
+The verbs the families share (a request's end, a preemption, the memory categories: the callers
+in ``lifecycle.py`` and ``loop.py``) also take ``family``, the loop's scheduler family: a
+constant in each family's loop, so numba drops the managers that family never runs before it
+compiles them (SGLang's radix cache is SGLang's alone; static batching runs the contiguous
+manager, vLLM v1 the paged one; vLLM v0 and Orca either, as the config says): each test is
+written out, ``family == STATIC or (family == CONTINUOUS and ...)``, as numba prunes a branch by
+a constant it sees in the condition, not through a function's returned value. Called from Python,
+``family`` is ``config[SCHEDULER_KIND]``; ``sim/core/build.py`` sets both, and checks them
+against :data:`MANAGERS`."""
 
 from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache, radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import CONTIGUOUS, MANAGER_KIND, RADIX
+from pagesim.sim.core.state import CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG, STATIC, V1
+
+#: the managers each scheduler family runs: what the ``family`` tests below assume
+MANAGERS = {CONTINUOUS: (PAGED, CONTIGUOUS), STATIC: (CONTIGUOUS,), V1: (PAGED,), SGLANG: (RADIX,)}
+
+
+def check_family(config) -> None:
+    """A state's manager is one its family runs (:data:`MANAGERS`): else the family's loop
+    would have compiled it out."""
+    family, manager = int(config[SCHEDULER_KIND]), int(config[MANAGER_KIND])
+    if manager not in MANAGERS[family]:
+        raise ValueError(f"scheduler family {family} does not run manager {manager} (sim/core/memory.py MANAGERS)")
 
 
 @njit(inline=True)
@@ -34,28 +55,28 @@ def take_decode_slot(s, i):
 
 
 @njit(inline=True)
-def joined_decode(s, i):
+def joined_decode(s, i, family):
     """Request ``i`` joined the decode set: a contiguous extent notes when (its re-reservations
     go in that order); nothing for the others."""
-    if s.config[MANAGER_KIND] == CONTIGUOUS:
+    if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         extent.joined(s, i)
 
 
 @njit(inline=True)
-def free(s, i):
-    if s.config[MANAGER_KIND] == CONTIGUOUS:
-        extent.free(s, i)
-    elif s.config[MANAGER_KIND] == RADIX:  # --system sglang: a finished request's tokens go into the tree
+def free(s, i, family):
+    if family == SGLANG:  # a finished request's tokens go into the radix tree
         radix_cache.cache_finished_req(s, i)
+    elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+        extent.free(s, i)
     else:
         kv_cache.free(s, i)
 
 
 @njit(inline=True)
-def memory_categories(s, demand_waiting, out):
+def memory_categories(s, demand_waiting, out, family):
     """The six categories into ``out``; returns the blocks in use (paged)."""
-    if s.config[MANAGER_KIND] == CONTIGUOUS:
-        return extent.memory_categories(s, demand_waiting, out)
-    if s.config[MANAGER_KIND] == RADIX:
+    if family == SGLANG:
         return radix_cache.memory_categories(s, demand_waiting, out)
+    if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+        return extent.memory_categories(s, demand_waiting, out)
     return kv_cache.memory_categories(s, demand_waiting, out)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from pagesim.sim.core import extent, kv_cache, policies
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import preempt
-from pagesim.sim.core.state import DECODE_SET_SIZE
+from pagesim.sim.core.state import CONTINUOUS, DECODE_SET_SIZE
 
 
 @njit(inline=True)
 def make_decode_room(s):
     while s.count[DECODE_SET_SIZE] and not extent.decode_fits(s):
-        preempt(s, policies.victim(s))
+        preempt(s, policies.victim(s), CONTINUOUS)
     extent.rereserve_overflowing(s)
 
 

@@ -64,6 +64,7 @@ from pagesim.sim.core import kv_cache, policies
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, preempt, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
+from pagesim.sim.core.state import V1
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -114,7 +115,7 @@ def abort_timed_out(s):
             s.running[kept] = i
             kept += 1
             continue
-        release(s, i)
+        release(s, i, V1)
         s.status[i] = REJECTED
         s.reject_code[i] = REJECT_CLIENT_TIMEOUT
         c[NUM_REJECTED] += 1
@@ -152,7 +153,7 @@ def schedule_running(s):
                 context_sum -= context
                 k -= 1
             # recompute (swap preemption is refused for vllm-v1)
-            if preempt(s, v) == i:
+            if preempt(s, v, V1) == i:
                 break
         if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
             continue

@@ -39,6 +39,7 @@ from pagesim.sim.core.cost import kernel_read_tokens
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt, prefill, reject_head, restart,
                                         start_running, waiting_head)
+from pagesim.sim.core.state import CONTINUOUS
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                                     BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, CONTIGUOUS,
                                     DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS, FORKS_SHARE_BLOCKS,
@@ -173,7 +174,7 @@ def resume_swapped(s):
         start_running(s, i)
         s.in_decode[i] = 1  # it left mid-decode and comes back as it was
         c[DECODE_SET_SIZE] += w
-        memory.joined_decode(s, i)
+        memory.joined_decode(s, i, CONTINUOUS)
     return True
 
 
@@ -203,7 +204,7 @@ def decode(s):
         needed = crossing - last_takes + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
         if needed <= kv_cache.num_free_blocks(s):
             break
-        preempt(s, policies.victim(s))
+        preempt(s, policies.victim(s), CONTINUOUS)
     if not paged:
         scheduler_orca.make_decode_room(s)
     context_sum = 0

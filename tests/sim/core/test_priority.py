@@ -200,7 +200,7 @@ def test_a_returning_request_rejoins_by_its_key_and_arrivals_are_placed_among_th
         for i in (W1, W3, R):
             add_arrival(s, i)
         admitted(s, R, 4, True)
-        interpreted(lifecycle.preempt)(s, 0)
+        interpreted(lifecycle.preempt)(s, 0, s.config[state.SCHEDULER_KIND])
         add_arrival(s, N)
         add_arrival(s, M)
         assert [lifecycle.waiting_at(s, p) for p in range(s.count[state.WAITING_LEN])] == want, policy
@@ -300,7 +300,7 @@ def test_a_victim_leaves_the_running_list_the_rest_in_admission_order():
         add_arrival(s, i)
     for i in range(4):
         admitted(s, i, 4, True)
-    assert interpreted(lifecycle.preempt)(s, 1) == 1
+    assert interpreted(lifecycle.preempt)(s, 1, s.config[state.SCHEDULER_KIND]) == 1
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2, 3] and s.status[1] == state.WAITING
 
 

@@ -16,7 +16,11 @@ from tests.sim.helpers import cfg_for
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
 schedule = interpreted(scheduler_vllm.schedule)
-complete_step = interpreted(lifecycle.complete_step)
+
+
+def complete_step(s, now):
+    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 A = 0
 
@@ -140,7 +144,7 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     complete_step(s, 2.0)
     assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3
     assert s.num_generated[A] == 2
-    interpreted(lifecycle.preempt)(s, c[state.NUM_RUNNING] - 1)
+    interpreted(lifecycle.preempt)(s, c[state.NUM_RUNNING] - 1, s.config[state.SCHEDULER_KIND])
     assert s.status[A] == state.WAITING and s.num_seqs[A] == 1 and s.prompt_target[A] == 8
     assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
     assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3

@@ -14,7 +14,11 @@ from tests.sim.helpers import cfg_for
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
 schedule = interpreted(scheduler_vllm.schedule)
-complete_step = interpreted(lifecycle.complete_step)
+
+
+def complete_step(s, now):
+    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 
 def core_for(n, **kw):

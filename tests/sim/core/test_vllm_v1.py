@@ -23,7 +23,13 @@ from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-complete_step = interpreted(lifecycle.complete_step)
+
+
+def complete_step(s, now):
+    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
+
+
 admit_waiting_v1 = interpreted(scheduler_v1.admit_waiting)
 schedule_running_v1 = interpreted(scheduler_v1.schedule_running)
 
