@@ -23,7 +23,8 @@ static, vLLM v1, SGLang) has a loop of its own, :func:`loop_for` with ``family``
 the closure: numba prunes the other families' schedulers before it types them, so a run
 compiles its own family's loop only, each cached apart. What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is a call, not
-inlined: one compiled copy shared by the families' loops rather than one in each (measured:
+inlined: one compiled copy rather than one per place (the record and the end take the family,
+so that each holds its family's managers alone, ``memory.py``: a copy per family; measured:
 about 55 s less CPU to compile every family, for 0-20 % more engine time on the Azure conv
 trace, within every engine target; ``benchmarks/compile_speed.py``).
 
@@ -33,12 +34,12 @@ by building its code again at every place that calls it, nested (each level buil
 levels above), before it prunes the branches the inlined code cannot take: the family's
 scheduler is therefore chosen in the loop's own code, where ``family`` is a constant and its
 branches are pruned first (chosen in a function inlined with ``family`` an argument, all four
-schedulers were built into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its
-signature over the state's arrays) and, at run time, the state's ~60 arrays passed field by
-field: on the Azure conv trace one more call per request (arrival, admission or finish) costs
-vLLM and Orca 2-4 % of their engine time, one per iteration (a family's scheduler) 8-50 %, and
-a new call in the loop's own code has moved SGLang's by 4-15 % through the machine code around
-it. So what runs per running request, per iteration or per request stays inlined; what runs
+schedulers were built into every family's loop: a third of its compile). A call costs its own
+compile (~0.5 s: its signature over the state's arrays) and, at run time, the state's ~60
+arrays passed field by field: on the Azure conv trace one more call per request (arrival,
+admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
+family's scheduler) 8-50 %, and a new call in the loop's own code has moved SGLang's by 4-15 %
+through the machine code around it. So what runs per running request, per iteration or per request stays inlined; what runs
 on a rare or configured path only and would be inlined in several places or into the loop is a
 call (a rejection, a swap-in, a preemption's victim, priority scheduling's place in the queue);
 and a function with one caller that is itself a call off the hot path is inlined there rather
