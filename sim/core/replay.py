@@ -24,7 +24,7 @@ from pagesim.sim.errors import InvariantError
 
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
 #: numba loads the compiled core from its cache in under a second; past this it is compiling
-#: (1-3 minutes, once per machine and version), which the log says while it happens
+#: (20-60 s a scheduler family on 2 cores, once per machine and version), which the log says while it happens
 COMPILE_NOTICE_S = 2.0
 LOG = logging.getLogger(__name__)
 
@@ -157,10 +157,10 @@ def compiled_entry(fn, s: state.Core):
 @contextlib.contextmanager
 def compile_notice():
     """Around a load of compiled code from numba's cache: past ``COMPILE_NOTICE_S`` numba is
-    compiling (minutes, once per machine), which the log says while it happens, then how long it took."""
+    compiling (up to a minute, once per machine), which the log says while it happens, then how long it took."""
     t0 = time.perf_counter()
     notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
-                                                          "machine and version, 1-3 minutes",))
+                                                          "machine and version, up to a minute",))
     notice.daemon = True
     notice.start()
     try:
