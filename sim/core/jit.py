@@ -128,8 +128,9 @@ def _one_llvm_optimization() -> None:
     then with the code of every function it calls linked in, by LLVM's module passes at the same
     level (``_optimize_final_module``), whose inlining and scalar passes redo the first's work.
     For the core, whose loop is one function of a few thousand lines with its callees linked in
-    under it, the first pass is a fifth of a cold compile and changes no engine time (measured:
-    ``benchmarks/compile_speed.py``, ``benchmarks/engine_speed.py --only-systems``, both ways),
+    under it, the first pass is a fifth of a cold compile and changes no engine time (measured
+    by ``benchmarks/engine_speed.py --only-systems`` run with and without it, each compiling
+    every family first),
     so it is skipped: each function's code is optimized once, with its callees. The data layout
     the first pass set is still set. Left as numba has it where its library class differs."""
     from numba.core import codegen
@@ -190,9 +191,10 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     docstring, "Compiled per family". A constant passed to a function that stays a call is typed
     ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
     would compile the callee once per constant (the one constant passed as such on purpose is a
-    scheduler family, ``sim/core/memory.py``: one copy per family). ``refcounted=True`` keeps numba's reference counting, which
-    its typed containers need (the cluster's list of replicas, ``sim/core/cluster.py``); the
-    functions it calls keep theirs off. ``cache_group``: see :data:`_GROUP_FILES`."""
+    scheduler family, ``sim/core/memory.py``: one copy per family). ``refcounted=True`` keeps
+    numba's reference counting, which its typed containers need (the cluster's list of
+    replicas, ``sim/core/cluster.py``); the functions it calls keep theirs off.
+    ``cache_group``: see :data:`_GROUP_FILES`."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)
     if not COMPILED:

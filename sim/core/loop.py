@@ -39,11 +39,12 @@ compile (~0.5 s: its signature over the state's arrays) and, at run time, the st
 arrays passed field by field: on the Azure conv trace one more call per request (arrival,
 admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
 family's scheduler) 8-50 %, and a new call in the loop's own code has moved SGLang's by 4-15 %
-through the machine code around it. So what runs per running request, per iteration or per request stays inlined; what runs
-on a rare or configured path only and would be inlined in several places or into the loop is a
-call (a rejection, a swap-in, a preemption's victim, priority scheduling's place in the queue);
-and a function with one caller that is itself a call off the hot path is inlined there rather
-than compiled apart (placement's buddy and fit functions, ``extent.rereserve``).
+through the machine code around it. So what runs per running request, per iteration or per
+request stays inlined; what runs on a rare or configured path only and would be inlined in
+several places or into the loop is a call (a rejection, a swap-in, a preemption's victim,
+priority scheduling's place in the queue); and a function with one caller that is itself a
+call off the hot path is inlined there rather than compiled apart (placement's buddy and fit
+functions, ``extent.rereserve``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache, radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG, STATIC, V1
+from pagesim.sim.core.state import (CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG,
+                                    STATIC, V1)
 
 #: the managers each scheduler family runs: what the ``family`` tests below assume
 MANAGERS = {CONTINUOUS: (PAGED, CONTIGUOUS), STATIC: (CONTIGUOUS,), V1: (PAGED,), SGLANG: (RADIX,)}
@@ -27,7 +28,8 @@ def check_family(config) -> None:
     would have compiled it out."""
     family, manager = int(config[SCHEDULER_KIND]), int(config[MANAGER_KIND])
     if manager not in MANAGERS[family]:
-        raise ValueError(f"scheduler family {family} does not run manager {manager} (sim/core/memory.py MANAGERS)")
+        raise ValueError(f"scheduler family {family} does not run manager {manager} "
+                         "(sim/core/memory.py MANAGERS)")
 
 
 @njit(inline=True)
