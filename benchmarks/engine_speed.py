@@ -11,7 +11,7 @@
 2. Linear growth: synthetic ShareGPT traces of growing size up to 1,000,000 requests with
    ``record_steps=False`` (target: under 10 s and peak memory under 1 GB), each size in a fresh
    process so that its peak RSS is its own; ``--synthetic-system`` picks the system (``vllm``;
-   ``orca-oracle`` for the Orca target).
+   ``orca-oracle`` for the Orca target; ``all``: each registered system in turn).
 3. Prefix caching (``--prefix-caching``): the Mooncake conversation trace (12,031 requests,
    512-token block hashes, ../shared/traces/) on Llama-3.1-8B / A100-80GB (target: engine
    under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes.
@@ -23,8 +23,8 @@ given as a multiple of a reference measured in the same run (numpy sorting 10^7 
 that figures taken on different machines can be compared. The process pins itself to one CPU
 first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
-[--synthetic-system orca-oracle] [--only-prefix-caching | --only-beam-search | --only-whole-process |
---only-vllm-v1 | --only-systems]``.
+[--synthetic-system orca-oracle | all] [--only-prefix-caching | --only-beam-search | --only-whole-process |
+--only-vllm-v1 | --only-systems | --only-growth]``.
 Prints figures; asserts nothing.
 """
 
@@ -47,6 +47,7 @@ import_path()  # `import pagesim` works from this working tree, installed or not
 
 from pagesim.sim.config import SimConfig  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
+from pagesim.sim.systems import SYSTEMS  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -310,13 +311,19 @@ def main() -> None:
     ap.add_argument("--only-vllm-v1", action="store_true", help="vllm-v1 against vllm on the Azure conv trace only")
     ap.add_argument("--only-systems", action="store_true",
                     help="each system's engine seconds on the Azure conv trace, and sglang's evictions on Mooncake")
-    ap.add_argument("--synthetic-system", default="vllm", help="system of the growth runs (vllm, orca-oracle, ...)")
+    ap.add_argument("--synthetic-system", default="vllm",
+                    help="system of the growth runs (vllm, orca-oracle, ...; all: every registered system)")
+    ap.add_argument("--only-growth", action="store_true", help="section 2 only")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         print(f"pinned to CPU {min(os.sched_getaffinity(0))}")
     if args.only_prefix_caching:
         prefix_caching()
+        return
+    if args.only_growth:
+        for system in SYSTEMS if args.synthetic_system == "all" else (args.synthetic_system,):
+            growth(args.max_requests, system)
         return
     if args.only_systems:
         systems()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -26,7 +27,6 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import cluster as core_cluster
 from pagesim.sim.core import loop, replay, state
 from pagesim.sim.core.build import UNLIMITED
-from pagesim.sim.core.jit import COMPILED, compiled, njit, on_numba_load
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
@@ -34,6 +34,7 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
 from pagesim.sim.outdir import naming
 from pagesim.sim.run import SimResult, engine_summary, jsonable, prepare, resolve_budget
 from pagesim.sim.specs import get_gpu
+from pagesim.sim.systems import SCHEDULERS
 
 ROUTERS = tuple(core_cluster.ROUTERS)
 DEFAULT_SLACK = 0.5  # prefix-affinity's load bound: (1 + slack) x the mean outstanding requests
@@ -137,8 +138,9 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
                           "--prefix-caching on a paged system (vllm)")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
-    if cfg.scheduler == "sglang":  # the routers read block pools; the radix cache's tokens are not one yet
-        raise ConfigError("--system sglang runs one engine: --replicas / --replica-gpus are not available for it yet")
+    if not SCHEDULERS[cfg.scheduler].clusters:  # the routers read block pools (SGLang's radix cache is none)
+        raise ConfigError(f"--system {cfg.system} runs one engine: --replicas / --replica-gpus are not available "
+                          "for it yet")
     if by_gpu(replicas):
         for group_cfg, _ in groups:
             with naming_gpu(group_cfg, True):
@@ -196,11 +198,12 @@ def grow_rings(s: state.Core, need: int) -> state.Core:
 
 
 class Cluster:
-    """The cluster's arrays: the replicas (a numba typed list), their config/count/clock rows,
-    the requests routed to each, each request's replica, and the loop's own counters."""
+    """The cluster's arrays: the replicas' states (a Python list: numba's reflected list in the
+    loop, which only reads it), their config/count/clock rows, the requests routed to each,
+    each request's replica, and the loop's own counters."""
 
     def __init__(self, states: list[state.Core], router: str, slack: float, arrival_s: np.ndarray):
-        self.states = states
+        self.replicas = states
         self.configs = states[0].config.base
         self.counts = states[0].count.base
         self.clocks = states[0].clock.base
@@ -212,74 +215,29 @@ class Cluster:
         self.ck = np.zeros(core_cluster.NUM_CLUSTER_CLOCK)
         self.ck[core_cluster.K_SLACK] = slack
         self.arrival_s = arrival_s
-        self.replicas = replica_list(states)
 
     def run(self) -> float:
-        """Run to the end; returns the wall time of the loop (numba's load, or first compile, of
-        the cluster's code comes before, with the log's notice when it compiles)."""
-        run = compiled(core_cluster.run_for(self.states[0].config[state.SCHEDULER_KIND]))
-        if COMPILED:
-            args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
-                    self.ck, self.arrival_s)
-            with replay.compile_notice():
-                run = run.compile(tuple(run.typeof_pyval(a) for a in args))
+        """Run to the end; returns the wall time of the loop (the load of the cluster's machine
+        code, or its first compile, comes before, with the log's notice when it compiles)."""
+        args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc, self.ck,
+                self.arrival_s)
+        with warnings.catch_warnings():  # numba's notice that reflected lists will go (in its 0.44)
+            warnings.filterwarnings("ignore", message=r"(?s).*type .reflected list. found")
+            run = replay.compiled_entry(core_cluster.run_for(self.replicas[0].config[state.SCHEDULER_KIND]), *args)
         t0 = time.perf_counter()
         while True:
-            code = run(self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc,
-                       self.ck, self.arrival_s)
+            code = run(*args)
             if code == loop.DONE:
                 break
             r = int(self.cc[core_cluster.C_STOPPED_REPLICA])
             if code == core_cluster.RINGS_FULL:
-                self.replace(r, grow_rings(self.states[r], int(self.cc[core_cluster.C_RING_CAPACITY_NEEDED])))
+                self.replicas[r] = grow_rings(self.replicas[r], int(self.cc[core_cluster.C_RING_CAPACITY_NEEDED]))
             elif code == loop.ROWS_FULL:
-                self.replace(r, replay.grow_rows(self.states[r]))
+                self.replicas[r] = replay.grow_rows(self.replicas[r])
             else:
-                replay.raise_for(code, self.states[r], f"replica {r}: ")
+                replay.raise_for(code, self.replicas[r], f"replica {r}: ")
                 raise AssertionError(f"replica {r}: the loop returned {code}")  # not reached
         return time.perf_counter() - t0
-
-    def replace(self, r: int, s: state.Core) -> None:
-        self.states[r] = s
-        compiled(put)(self.replicas, r, s)
-
-
-# The replicas' typed list is made and changed by compiled functions, cached with the core: made
-# from Python, numba compiles the list's own methods for the state's type in every process
-# (seconds), and nothing caches them. Without numba the list is a Python list.
-TypedList = list
-
-
-@on_numba_load
-def _typed_list():
-    global TypedList
-    from numba.typed import List as TypedList
-
-
-@njit(refcounted=True)
-def new_list(s):
-    out = TypedList()
-    out.append(s)
-    return out
-
-
-@njit(refcounted=True)
-def append(replicas, s):
-    replicas.append(s)
-
-
-@njit(refcounted=True)
-def put(replicas, r, s):
-    replicas[r] = s
-
-
-def replica_list(states: list[state.Core]):
-    """The replicas as the cluster loop takes them: a numba typed list (a Python list without numba)."""
-    new, add = compiled(new_list), compiled(append)
-    out = new(states[0])
-    for s in states[1:]:
-        add(out, s)
-    return out
 
 
 @dataclass
@@ -352,7 +310,7 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
     the cluster's summary. ``replica_runs``: each replica's (configuration, prepared run of its GPU)."""
     summaries, steps, records = [], [], []
     reasons = np.full(table.size, "", dtype=object)  # why a request was rejected, by its own replica's pool
-    for r, (s, (replica_cfg, run)) in enumerate(zip(c.states, replica_runs)):
+    for r, (s, (replica_cfg, run)) in enumerate(zip(c.replicas, replica_runs)):
         mine = c.replica_of == r
         reasons[mine] = reject_reasons(s, run.pool, run.limits, replica_cfg)[mine]
         rec = StepRecords(s, run.pool.capacity, blocks=run.pool.has_blocks)
@@ -367,12 +325,12 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
         records.append(rec)
     requests = request_frame(table, reasons)
     requests.insert(1, "replica", c.replica_of)
-    end_s = max(float(s.clock[state.END_S]) for s in c.states)
+    end_s = max(float(s.clock[state.END_S]) for s in c.replicas)
     extra = {k: summaries[0][k] for k in ("system", "model", "gpu", "tensor_parallel", "kv_bytes_per_token",
                                           "kv_cache_dtype", "kv_budget", "block_size", "seed", "engine", "cpu_overhead")}
     extra.update(gpu_mix(summaries))
-    summary = summarize(table, ClusterRecords(records), merged_itl(c.states),
-                        sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.states),
+    summary = summarize(table, ClusterRecords(records), merged_itl(c.replicas),
+                        sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.replicas),
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options)
     summary.update(balance(c, summaries, router))
     if replica_runs[0][1].pool.kind == "paged" and cfg.prefix_caching:
@@ -413,7 +371,7 @@ def balance(c: Cluster, summaries: list[dict], router: str) -> dict:
     each, and the largest over the mean (1.0: perfectly even)."""
     routed = c.routed.astype(float)
     busy = np.array([s["busy_s"] for s in summaries])
-    return {"replicas": len(c.states), "router": router,
+    return {"replicas": len(c.replicas), "router": router,
             "routed_per_replica": c.routed.tolist(),
             "completed_per_replica": [int(s["completed"]) for s in summaries],
             "busy_s_per_replica": busy.tolist(),

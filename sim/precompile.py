@@ -3,12 +3,13 @@
 
 The package build runs it (``setup.py``, for a wheel or ``pip install .``) into the package's
 ``sim/core/compiled/``, so that an installed pagesim's first run loads machine code instead of
-compiling it (a minute or two per family). Each family is compiled by a small run of a system of
-its own, in a process of its own (as many at once as there are cores) with numba's cache in a
-temporary folder, and the extension module that run writes (``sim/core/aot.py``) is copied into
-``DIR``. Where this cannot be done (numba, setuptools or a C compiler missing), it says why in
-one line and exits 1: the package is built without the modules, and its runs compile, or run in
-CPython, as they would have.
+compiling it (up to a minute per family). Each family is compiled by a small run of a system of its
+own, and a small cluster of two of its replicas (``--replicas``; not SGLang's, which runs one
+engine), in a process of its own (as many at once as there are cores) with numba's cache in a
+temporary folder, and the extension modules those runs write (``sim/core/aot.py``: the engine's loop
+and the cluster's) are copied into ``DIR``. Where this cannot be done (numba, setuptools or a C
+compiler missing), it says why in one line and exits 1: the package is built without the modules,
+and its runs compile, or run in CPython, as they would have.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ def families() -> dict[int, str]:
     return first
 
 
-def build_one(system: str, into: Path) -> Path:
-    """Compile the loop of ``system``'s family and copy its extension module into ``into``
-    (numba's cache: ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
+def build_one(system: str, into: Path) -> list[Path]:
+    """Compile the loops of ``system``'s family, the engine's and (where it runs in a cluster)
+    the cluster's, and copy their extension modules into ``into`` (numba's cache:
+    ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
     import pandas as pd
 
+    from pagesim.sim.cluster import run_cluster
     from pagesim.sim.config import SimConfig
     from pagesim.sim.core import aot, jit, loop
     from pagesim.sim.run import run_simulation
@@ -48,15 +51,24 @@ def build_one(system: str, into: Path) -> Path:
     # a few requests that preempt nothing: the machine code is the same for every run of a family
     trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(8)], "arrival_s": [0.1 * i for i in range(8)],
                           "prompt_tokens": [64 + 16 * i for i in range(8)], "output_tokens": [8 + i for i in range(8)]})
-    run_simulation(SimConfig.for_system(system), trace)
+    cfg = SimConfig.for_system(system)
+    run_simulation(cfg, trace)
+    loops = [aot.CORE]
+    if SCHEDULERS[SYSTEMS[system].scheduler].clusters:
+        run_cluster(cfg, trace, 2, "round-robin")
+        loops.append(aot.CLUSTER)
     family = loop.FAMILIES[SCHEDULERS[SYSTEMS[system].scheduler].core_kind]
-    built = sorted(aot.cache_dir().glob(f"pagesim_core_{family}_*{aot.module_path('').name}"))
-    if not built:
-        failed = sorted(aot.cache_dir().glob("*.failed"))
-        raise RuntimeError(failed[-1].read_text().strip() if failed else f"no module was written for {system}")
-    into.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(built[-1], into / built[-1].name)
-    return into / built[-1].name
+    copied = []
+    for entry in loops:
+        built = sorted(aot.cache_dir().glob(f"pagesim_{entry}_{family}_*{aot.module_path('').name}"))
+        if not built:
+            failed = sorted(aot.cache_dir().glob("*.failed"))
+            raise RuntimeError(failed[-1].read_text().strip() if failed else f"no {entry} module was written for "
+                               f"{system}")
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built[-1], into / built[-1].name)
+        copied.append(into / built[-1].name)
+    return copied
 
 
 def main(argv: list[str] | None = None) -> int:

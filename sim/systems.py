@@ -47,6 +47,7 @@ class Scheduler:
     batch_defaults: Callable[[str], dict[str, int]] | None = None  # the engine's, by GPU, where unset
     cost_model: str = "roofline"  # its default (sim.config.default_cost_model)
     always_chunks: bool = False  # prompts are chunked by a token budget whatever --chunked-prefill says
+    clusters: bool = True  # runs behind the cluster's router (--replicas), which reads block pools
 
     @property
     def owned(self) -> tuple[str, ...]:
@@ -133,7 +134,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
               batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
-              "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
+              "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",), clusters=False,
               settings=("schedule_policy", "schedule_conservativeness"), refuses=(
                   _recompute_only("sglang", "retracts requests for recompute (no swap preemption)"),
                   Refusal(lambda c: c.prefix_caching,

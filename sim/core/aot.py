@@ -1,24 +1,28 @@
-"""The core's loop compiled ahead of time into an extension module, so that a run needs no numba.
+"""The core's loops compiled ahead of time into extension modules, so that a run needs no numba.
 
 numba compiles a scheduler family's loop (``loop.loop_for``: the family's ``run`` and all it
-calls) the first time it runs; later processes load that machine code from numba's cache, but only after importing numba and setting up its
-compiler (~0.5 s, a third of a whole ``pagesim simulate``). So once numba has compiled the
-loop, the same function is also written, one module per family, by numba's own ahead-of-time compiler
-(``numba.pycc``) into a Python extension module beside numba's cache; a later process imports
-it (milliseconds) and never imports numba unless it needs another compiled function (a
-cluster's loop). One source, compiled by the same compiler: the module's results are numba's,
-bit for bit (``tests/sim/core/test_aot.py``).
+calls) the first time it runs; later processes load that machine code from numba's cache, but
+only after importing numba and setting up its compiler (~0.5 s, a third of a whole ``pagesim
+simulate``). So once numba has compiled a loop, the same function is also written by numba's
+own ahead-of-time compiler (``numba.pycc``) into a Python extension module beside numba's
+cache, one module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
+``cluster.py``: K engines behind a router). A later process imports it (milliseconds) and
+never imports numba for an engine's run (a cluster's imports it, not its compiler: numba's
+check of the replicas' list calls ``numba.typeof``). One source, compiled by the same
+compiler: the module's results are numba's, bit for bit (``tests/sim/core/test_aot.py``).
 
-The module is named by its family and a hash of the sources of its family's loop (``jit.sources_digest``),
-this file, the family and the state's array kinds (``replay.array_kind``: what numba's types depend on), so a stale one
-is never loaded; it lies beside numba's cache (``sim/core/__pycache__``, or
-``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package (``sim/precompile.py``, which
-``setup.py`` runs for a wheel or ``pip install .``), in ``sim/core/compiled/``, where a first
-run finds every family's. Its machine code is for the generic x86-64 (pycc's
-default), not this CPU, so a cache shared between machines stays valid. Building it needs a C
-compiler and setuptools; where either is missing, or the cache is read-only, runs load
-numba's cache as before (the log says so once). ``PAGESIM_JIT=numba`` skips the module.
+The module is named by its loop, its family and a hash of the sources of its family's loops
+(``jit.sources_digest``), this file and the arguments' array kinds (``replay.array_kind``:
+what numba's types depend on), so a stale one is never loaded; it lies beside numba's cache
+(``sim/core/__pycache__``, or ``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package
+(``sim/precompile.py``, which ``setup.py`` runs for a wheel or ``pip install .``), in
+``sim/core/compiled/``, where a first run finds every family's. Its machine code is for the
+generic x86-64 (pycc's default), not this CPU, so a cache shared between machines stays valid.
+Building it needs a C compiler and setuptools; where either is missing, or the cache is
+read-only, runs load numba's cache as before (the log says so once). ``PAGESIM_JIT=numba``
+skips the modules.
 """
+
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pagesim.sim.core import jit, loop
+from pagesim.sim.core import cluster, jit, loop
 
 LOG = logging.getLogger(__name__)
 
@@ -51,10 +55,25 @@ SHIPPED = Path(__file__).resolve().parent / "compiled"
 _LOADED: dict = {}  # module name -> its run (None: absent)
 
 
-def exported(family: int):
-    """The module's function: a call of the family's loop as numba compiled it (the loop's own
-    flags: no reference counting; pycc compiling the loop's source itself would count
-    references at each of its calls, several times slower)."""
+#: what a module holds: a family's engine loop (``loop.run_for``) or its cluster loop
+#: (``cluster.run_for``, K engines of that family behind a router)
+CORE, CLUSTER = "core", "cluster"
+_RUN_FOR = {CORE: loop.run_for, CLUSTER: cluster.run_for}
+
+
+def exported(which: tuple[str, int]):
+    """The module's function: a call of the family's loop (``which``: (CORE or CLUSTER, family))
+    as numba compiled it, with the loop's own flags (the engine loop counts no references;
+    pycc compiling the loop's source itself would count them at each of its calls, several
+    times slower)."""
+    entry, family = which
+    if entry == CLUSTER:
+        target = cluster.run_for(family)
+
+        def run_cluster(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
+            return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s)
+
+        return run_cluster
 
     def run(s):
         return loop.run_family(s, family)
@@ -62,34 +81,38 @@ def exported(family: int):
     return run
 
 
-def family_of(fn):
-    """The scheduler family whose loop ``fn`` is (plain or numba's dispatcher), or None: a
-    module holds one family's loop (``loop.loop_for``)."""
+def entry_of(fn):
+    """(CORE or CLUSTER, family) when ``fn`` (plain or numba's dispatcher) is a family's engine
+    or cluster loop, else None: a module holds one of them."""
     plain = getattr(fn, "py_func", fn)
-    for kind in loop.FAMILIES:
-        run = loop.run_for(kind)
-        if plain is getattr(run, "py_func", run):
-            return kind
+    for entry, run_for in _RUN_FOR.items():
+        for family in loop.FAMILIES:
+            run = run_for(family)
+            if plain is getattr(run, "py_func", run):
+                return entry, family
     return None
 
 
-def module_name(kinds: tuple, family: int) -> str:
-    """Named by what its machine code depends on: its family's sources, this file, the family,
-    the state's array kinds, and numpy's version (the module is built against numpy's C interface)."""
-    group = loop.FAMILIES[family]  # the sources of this family's loop (sim/core/families.py)
-    key = f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{family}|{kinds!r}|{np.__version__}"
-    return f"pagesim_core_{loop.FAMILIES[family]}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+def module_name(kinds: tuple, which: tuple[str, int]) -> str:
+    """Named by what its machine code depends on: its family's sources, this file, the loop it
+    holds, the arrays' kinds, and numpy's version (the module is built against numpy's C
+    interface)."""
+    entry, family = which
+    group = loop.FAMILIES[family]  # the sources of this family's loops (sim/core/families.py)
+    key = (f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|"
+           f"{np.__version__}")
+    return f"pagesim_{entry}_{group}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def module_path(name: str) -> Path:
     return cache_dir() / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
-def load(kinds: tuple, family: int):
-    """The module's loop of ``family`` for states of ``kinds`` if it has been built, else None."""
+def load(kinds: tuple, which: tuple[str, int]):
+    """The module's loop ``which`` for arguments of ``kinds`` if it has been built, else None."""
     if os.environ.get("PAGESIM_JIT") == "numba":
         return None
-    name = module_name(kinds, family)
+    name = module_name(kinds, which)
     if name not in _LOADED:
         built = module_path(name)
         entry = None
@@ -109,12 +132,12 @@ def load(kinds: tuple, family: int):
     return _LOADED[name]
 
 
-def build(s, kinds: tuple, family: int) -> None:
-    """Write the module of ``family``'s loop for states of ``kinds`` (numba loaded, the loop
-    compiled for ``s``'s types: pycc links numba's machine code of it, ~10 s). One process
+def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
+    """Write the module of the loop ``which`` for arguments of ``kinds`` (numba loaded, the loop
+    compiled for the types of ``args``: pycc links numba's machine code of it, ~10 s). One process
     builds it at a time; a failure is said once and remembered beside it, so that it is not
     retried every run."""
-    name = module_name(kinds, family)
+    name = module_name(kinds, which)
     path = module_path(name)
     failed = cache_dir() / (name + ".failed")  # delete it to try again
     if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists() or (SHIPPED / path.name).exists():
@@ -122,7 +145,7 @@ def build(s, kinds: tuple, family: int) -> None:
     try:
         with _build_lock(name) as mine:
             if mine and not path.exists():
-                _compile(s, name, path, family)
+                _compile(args, name, path, which)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
         why = f"{type(e).__name__}: {e}"
         try:  # said once per machine (where the failure can be remembered), else quietly
@@ -149,7 +172,7 @@ def _build_lock(name: str):
         yield True
 
 
-def _compile(s, name: str, path: Path, family: int) -> None:
+def _compile(args: tuple, name: str, path: Path, which: tuple[str, int]) -> None:
     import warnings
 
     t0 = time.perf_counter()
@@ -161,11 +184,11 @@ def _compile(s, name: str, path: Path, family: int) -> None:
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             cc = CC(name)
             cc.output_dir = tmp
-            cc.export("run", numba.int64(numba.typeof(s)))(exported(family))
+            cc.export("run", numba.int64(*(numba.typeof(a) for a in args)))(exported(which))
             cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
-    for stale in path.parent.glob(f"pagesim_core_{loop.FAMILIES[family]}_*"):
+    for stale in path.parent.glob(f"pagesim_{which[0]}_{loop.FAMILIES[which[1]]}_*"):
         if not stale.name.startswith(name):  # one module a family: every configuration has the same kinds
             stale.unlink(missing_ok=True)
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",

@@ -5,7 +5,7 @@ prefix cache, queues, scheduler limits, cost model, step records, counters and c
 one loop a single engine runs (``loop.run``) with ``config[ROUTED]`` set: its own arrival process
 is off, and the loop returns ``HORIZON`` instead of taking an engine event that comes after the
 cluster's next arrival. This file is the cluster's arrival process and its router, compiled, over
-the replicas held in a numba typed list (one type for every K: no recompile per K):
+the replicas held in a list (numba's reflected list: one type for every K, no recompile per K):
 
 1. an arrival fires (at ``now + (at - now)``, SimPy's timeout, as ``loop.hand_over_arrivals``);
    every request due now is routed in trace order, one at a time, on the replicas' state at

@@ -124,32 +124,33 @@ _ENTRIES: dict = {}
 _SAID_CPYTHON: list = []  # the notice that the core runs in CPython, said once a process
 
 
-def compiled_entry(fn, s: state.Core):
-    """``fn``'s machine code for the types of ``s``, to call directly: the extension module
-    built ahead of time where it holds ``fn`` (``aot.py``: no numba in the process), else
-    numba's. numba's dispatcher works out the types of the state's ~60 arrays at every call
-    (1-3 ms), and the loop returns at every progress report (a plan probe's watcher hears up
-    to a few hundred times a run), so the entry is kept per array kinds (what numba's types of
-    arrays depend on), and a sweep's hundreds of runs type a state once. The step table grown
-    on ROWS_FULL keeps its types. ``fn`` itself without numba."""
+def compiled_entry(fn, *args):
+    """``fn``'s machine code for the types of ``args`` (a state; or the cluster loop's replicas
+    and arrays), to call directly: the extension module built ahead of time where it holds
+    ``fn`` (``aot.py``: no numba compiler in the process), else numba's. numba's dispatcher
+    works out the types of the state's ~60 arrays at every call (1-3 ms), and the loop returns
+    at every progress report (a plan probe's watcher hears up to a few hundred times a run),
+    so the entry is kept per array kinds (what numba's types of arrays depend on), and a
+    sweep's hundreds of runs type a state once. The step table grown on ROWS_FULL keeps its
+    types. ``fn`` itself without numba."""
     if not COMPILED:
         if not _SAID_CPYTHON and importlib.util.find_spec("numba") is None:
             _SAID_CPYTHON.append(True)
             LOG.info("numba is not installed: the simulator's core runs in CPython, tens of times slower "
                      "(pip install numba)")
         return fn
-    kinds = tuple(array_kind(a) for a in s)
+    kinds = tuple(array_kind(a) for a in args)
     key = (getattr(fn, "py_func", fn), *kinds)
     entry = _ENTRIES.get(key)
-    family = aot.family_of(fn)
+    which = aot.entry_of(fn)
     if entry is None:
-        entry = aot.load(kinds, family) if family is not None else None
+        entry = aot.load(kinds, which) if which is not None else None
     if entry is None:  # loaded from numba's cache (or compiled) once
         dispatcher = compiled(fn)
         with compile_notice():
-            entry = dispatcher.compile((dispatcher.typeof_pyval(s),))
-        if family is not None:
-            aot.build(s, kinds, family)
+            entry = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+        if which is not None:
+            aot.build(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
 
@@ -174,7 +175,12 @@ def compile_notice():
 
 def array_kind(a):
     """What numba's type of ``a`` depends on: an array's dtype, dimensions, layout, and whether
-    it is writeable and aligned; any other field's type."""
+    it is writeable and aligned; a state's, its fields'; a list's, its first item's (numba
+    checks the others against it); any other field's type."""
+    if isinstance(a, tuple):
+        return tuple(array_kind(field) for field in a)
+    if isinstance(a, list):
+        return "list", array_kind(a[0]) if a else None
     if not isinstance(a, np.ndarray):
         return type(a)
     flags = a.flags  # numba's layout: C before F (an (n, 1) table is both), else any

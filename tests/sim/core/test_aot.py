@@ -1,6 +1,7 @@
-"""The core's loop written ahead of time into an extension module (sim/core/aot.py): the same
-records as numba's dispatcher, a run that finds it imports no numba, and a module that is stale,
-failed or being built by another process is never loaded or rebuilt."""
+"""The core's loops written ahead of time into extension modules (sim/core/aot.py): the same
+records as numba's dispatcher, the engine's and the cluster's, a run that finds the engine's
+imports no numba, and a module that is stale, failed or being built by another process is
+never loaded or rebuilt."""
 
 from __future__ import annotations
 
@@ -13,22 +14,24 @@ import sys
 import sysconfig
 import types
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from pagesim.sim.cluster import run_cluster
 from pagesim.sim.core import aot, jit, loop, replay, state
 from pagesim.sim.core.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
 from pagesim.sim.systems import SCHEDULERS
 from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
-F = state.CONTINUOUS  # vllm's family: the module the default run builds (loop.loop_for)
+F = (aot.CORE, state.CONTINUOUS)  # vllm's family's engine loop: the module the default run builds
 CAN_BUILD = (jit.COMPILED and importlib.util.find_spec("setuptools") is not None
              and shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC") else "cc"))
 
 
 def kinds_of(cfg, trace):
-    return tuple(array_kind(a) for a in initial_state(cfg, trace))
+    return (array_kind(initial_state(cfg, trace)),)  # the loop's one argument
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +48,9 @@ def module_built():
     return kinds
 
 
-def from_the_module(entry) -> bool:
-    """Whether ``entry`` is the extension module's function (numba's names the core's module)."""
-    return entry.__module__.startswith("pagesim_core_")
+def from_the_module(entry, loop_kind=aot.CORE) -> bool:
+    """Whether ``entry`` is an extension module's function (numba's names the core's module)."""
+    return entry.__module__.startswith(f"pagesim_{loop_kind}_")
 
 
 def tables(cfg, trace):
@@ -80,12 +83,37 @@ def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setattr(aot, "_LOADED", {})
     ahead = tables(cfg, trace)
-    assert aot.family_of(next(iter(replay._ENTRIES))[0]) == SCHEDULERS[cfg.scheduler].core_kind
+    assert aot.entry_of(next(iter(replay._ENTRIES))[0]) == (aot.CORE, SCHEDULERS[cfg.scheduler].core_kind)
     assert from_the_module(next(iter(replay._ENTRIES.values())))
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setenv("PAGESIM_JIT", "numba")  # numba's dispatcher
     jitted = tables(cfg, trace)
     assert not from_the_module(next(iter(replay._ENTRIES.values())))
+    for a, b in zip(ahead, jitted):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_the_cluster_module_gives_numbas_records(module_built, monkeypatch):
+    """A cluster's loop (sim/core/cluster.py, over a list of the replicas' states) is written into
+    a module of its own after its first compile, and gives numba's records."""
+    cfg = cfg_for("vllm", seed=0, slots=1200, prefix_caching=True)
+    trace = rand_trace(0, rate=200.0, prefix=True)
+
+    def cluster_tables():
+        monkeypatch.setattr(replay, "_ENTRIES", {})
+        r = run_cluster(cfg, trace, 3, "prefix-affinity")
+        [(fn, *_)] = [key for key in replay._ENTRIES if aot.entry_of(key[0]) != F]
+        return r.requests, r.steps, aot.entry_of(fn), replay._ENTRIES
+
+    cluster_tables()  # builds the cluster's module where none was
+    monkeypatch.setattr(aot, "_LOADED", {})
+    *ahead, which, entries = cluster_tables()
+    assert which == (aot.CLUSTER, state.CONTINUOUS)
+    assert [from_the_module(entry, aot.CLUSTER) for entry in entries.values()].count(True) == 1
+    monkeypatch.setenv("PAGESIM_JIT", "numba")  # numba's dispatcher
+    *jitted, _, entries = cluster_tables()
+    assert not any(from_the_module(entry, aot.CLUSTER) for entry in entries.values())
+    assert ahead[0]["replica"].nunique() == 3
     for a, b in zip(ahead, jitted):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
@@ -100,6 +128,14 @@ print(r.summary["engine"], "numba" in sys.modules)
 """
 
 
+def test_the_kinds_of_a_list_are_its_first_items_and_of_a_state_its_fields():
+    """The cluster loop's replicas: numba types a list by its first item (and checks the others
+    against it), so its module is named by that item's kinds; a state by each of its fields."""
+    ints, floats = (np.zeros(2, np.int64), np.zeros((2, 3))), (np.zeros(2), np.zeros((2, 3)))
+    assert array_kind(ints) == (("<i8", 1, "C", True, True), ("<f8", 2, "C", True, True))
+    assert array_kind([ints, floats]) == ("list", array_kind(ints)) != array_kind([floats])
+
+
 def test_a_run_that_finds_the_module_imports_no_numba(module_built):
     env = dict(os.environ, PYTHONPATH=subprocess_path())
     env.pop("PAGESIM_JIT", None)
@@ -111,9 +147,10 @@ def test_a_run_that_finds_the_module_imports_no_numba(module_built):
 def test_a_module_of_other_sources_or_kinds_is_not_loaded(module_built, monkeypatch):
     monkeypatch.setattr(aot, "_LOADED", {})
     assert aot.load(module_built, F) is not None
-    other_kinds = module_built[:-1] + (("<f8", 1, "C", True, True),)
+    other_kinds = (module_built[0][:-1] + (("<f8", 1, "C", True, True),),)
     assert aot.module_name(other_kinds, F) != aot.module_name(module_built, F) and aot.load(other_kinds, F) is None
-    assert aot.module_name(module_built, state.V1) != aot.module_name(module_built, F)  # another family's loop
+    assert aot.module_name(module_built, (aot.CORE, state.V1)) != aot.module_name(module_built, F)  # another family's
+    assert aot.module_name(module_built, (aot.CLUSTER, state.CONTINUOUS)) != aot.module_name(module_built, F)
     with monkeypatch.context() as m:
         m.setattr(jit, "sources_digest", lambda here=None, group=None: "an edited core")
         assert aot.load(module_built, F) is None
@@ -130,7 +167,7 @@ def builds(monkeypatch, tmp_path):
     fails while ``builds.failing``)."""
     calls = types.SimpleNamespace(names=[], failing=False)
 
-    def compile_(s, name, path, family):
+    def compile_(args, name, path, which):
         calls.names.append(name)
         if calls.failing:
             raise RuntimeError("no C compiler")
