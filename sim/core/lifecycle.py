@@ -221,8 +221,8 @@ def add_itl(s, v, bin_index):
     s.count[ITL_COUNT] += 1
 
 
-# once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit
+# once a step: inlined (sim/core/loop.py's docstring, "Compiled per family")
+@njit(inline=True)
 def complete_step(s, now, family):
     """Hand out the tokens the iteration produced; finish and free whoever is done. ``family``:
     the loop's scheduler family, a constant there (``memory.py``)."""

@@ -22,11 +22,14 @@ being in the arrays.
 static, vLLM v1, SGLang) has a loop of its own, :func:`loop_for` with ``family`` a constant of
 the closure: numba prunes the other families' schedulers before it types them, so a run
 compiles its own family's loop only, each cached apart. What a step calls once (its price,
-its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is a call, not
-inlined: one compiled copy rather than one per place (the record and the end take the family,
-so that each holds its family's managers alone, ``memory.py``: a copy per family; measured:
-about 55 s less CPU to compile every family, for 0-20 % more engine time on the Azure conv
-trace, within every engine target; ``benchmarks/compile_speed.py``).
+its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
+record and the end with their family's managers alone (``memory.py``). As calls (compiled
+once each), measured against inlined (2026-11-25, paired, ``benchmarks/engine_speed.py
+--only-systems`` and cold compiles on 2 cores), they made most engines slower, by up to a third
+(SGLang on Mooncake 0.59 s against 0.44 s, ~100 ns a step over 1.5M steps; on the Azure conv
+trace vLLM 0.065 s against 0.057 s, Orca 0.065 s against 0.051 s) and saved no compile time for
+a family alone (each compiled its own record and end anyway), ~5 s of CPU over every family in
+turn.
 
 What else is inlined follows from what each costs (``benchmarks/compile_speed.py``, and
 ``benchmarks/engine_speed.py --only-systems`` run in both checkouts). numba inlines a function
@@ -87,8 +90,8 @@ SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor
 GO_ON = -1  # (start_step: the loop goes on)
 
 
-# once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit
+# once a step: inlined (the module's docstring, "Compiled per family")
+@njit(inline=True)
 def step_time(s, decode_context_sum):
     """The cost model's price of the iteration just scheduled, by either scheduler (``config[COST_MODEL]``
     says which model, ``config[COST_SCALED]`` whether its GPU time is scaled). Each prefilling
@@ -128,8 +131,8 @@ def step_time(s, decode_context_sum):
     return t
 
 
-# once a step: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit
+# once a step: inlined (the module's docstring, "Compiled per family")
+@njit(inline=True)
 def record(s, start, dt, family):
     """The time-weighted sums the summary reads (in sim.metrics' order), and with rows the
     step-table row. The summary reads the sums either way: one statement of each average, the
