@@ -19,7 +19,7 @@ import numpy as np
 
 from pagesim.sim.core import beam, kv_cache, memory, policies
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BEAM_SEARCH, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
+from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
                                     NUM_SWAP_FALLBACKS, PAGED, REJECT_TOO_WIDE, REJECTED, RUNNING,
@@ -27,7 +27,7 @@ from pagesim.sim.core.state import (BEAM_SEARCH, DECODE_SET_SIZE, DEMAND_WAITING
                                     STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT,
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
                                     SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
-                                    SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+                                    SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once
@@ -133,7 +133,7 @@ def start_running(s, i):
 
 
 # -- preemption: the mechanics (the victim is the policy's choice: policies.victim) ------------
-@njit
+@njit(inline=True)
 def preempt(s, k, family):
     """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
     swapped out while swap space lasts and its prompt is done, else freed for recompute.
@@ -170,6 +170,23 @@ def preempt(s, k, family):
     memory.free(s, i, family)
     restart(s, i)
     return i
+
+
+def preempt_for(family):
+    """:func:`preempt` for one scheduler family's callers, ``family`` a constant of the closure.
+    A preemption is a call, not inlined (sim/core/loop.py's docstring, "Compiled per family"),
+    and numba prunes branches by a constant it sees, not by a literal argument's value: with
+    ``family`` an argument of the call, each family compiled every manager's release into it
+    (the vLLM family SGLang's radix tree too, ~3 s of its compile)."""
+
+    def preempt_family(s, k):
+        return preempt(s, k, family)
+
+    return preempt_family
+
+
+preempt_continuous = njit(preempt_for(CONTINUOUS))  # vLLM v0 and Orca (scheduler_vllm.py, scheduler_orca.py)
+preempt_v1 = njit(preempt_for(V1))  # vLLM v1 (scheduler_v1.py)
 
 
 @njit

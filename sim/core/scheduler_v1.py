@@ -62,7 +62,7 @@ import numpy as np
 
 from pagesim.sim.core import kv_cache, policies
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.lifecycle import (begin_iteration, preempt, prefill, reject_waiting, release, start_running,
+from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
 from pagesim.sim.core.state import V1
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
@@ -153,7 +153,7 @@ def schedule_running(s):
                 context_sum -= context
                 k -= 1
             # recompute (swap preemption is refused for vllm-v1)
-            if preempt(s, v, V1) == i:
+            if preempt_v1(s, v) == i:
                 break
         if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
             continue

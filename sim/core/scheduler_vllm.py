@@ -37,7 +37,7 @@ import numpy as np
 from pagesim.sim.core import kv_cache, memory, policies, scheduler_orca
 from pagesim.sim.core.cost import kernel_read_tokens
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt, prefill, reject_head, restart,
+from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head, restart,
                                         start_running, waiting_head)
 from pagesim.sim.core.state import CONTINUOUS
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
@@ -204,7 +204,7 @@ def decode(s):
         needed = crossing - last_takes + 1 if s.config[FREE_BLOCK_PER_SEQ] else crossing
         if needed <= kv_cache.num_free_blocks(s):
             break
-        preempt(s, policies.victim(s), CONTINUOUS)
+        preempt_continuous(s, policies.victim(s))
     if not paged:
         scheduler_orca.make_decode_room(s)
     context_sum = 0
