@@ -221,7 +221,7 @@ class Cluster:
         code, or its first compile, comes before, with the log's notice when it compiles)."""
         args = (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of, self.cc, self.ck,
                 self.arrival_s)
-        with warnings.catch_warnings():  # numba's notice that reflected lists will go (in its 0.44)
+        with warnings.catch_warnings():  # numba's pending deprecation of reflected lists (since its 0.44)
             warnings.filterwarnings("ignore", message=r"(?s).*type .reflected list. found")
             run = replay.compiled_entry(core_cluster.run_for(self.replicas[0].config[state.SCHEDULER_KIND]), *args)
         t0 = time.perf_counter()

@@ -23,7 +23,6 @@ read-only, runs load numba's cache as before (the log says so once). ``PAGESIM_J
 skips the modules.
 """
 
-
 from __future__ import annotations
 
 import contextlib
