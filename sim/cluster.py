@@ -237,7 +237,9 @@ class Cluster:
             else:
                 replay.raise_for(code, self.replicas[r], f"replica {r}: ")
                 raise AssertionError(f"replica {r}: the loop returned {code}")  # not reached
-        return time.perf_counter() - t0
+        wall_time_s = time.perf_counter() - t0
+        replay.require_every_request_ended(self.replicas)
+        return wall_time_s
 
 
 @dataclass

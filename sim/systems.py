@@ -142,7 +142,12 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                           "(vLLM's block-hash cache)"),
                   Refusal(lambda c: c.waiting_served_ratio is not None or c.chunked_prefill,
                           "waiting_served_ratio and --chunked-prefill are not SGLang settings (it always chunks "
-                          "by chunk_budget, its chunked_prefill_size); drop them with sglang")),
+                          "by chunk_budget, its chunked_prefill_size); drop them with sglang"),
+                  # sglang 0.5.23 python/sglang/srt/arg_groups/validation_hook.py:244: a chunk is cut to
+                  # whole pages (schedule_policy.py:1665), so a smaller one would never be scheduled
+                  Refusal(lambda c: c.chunk_budget is not None and c.chunk_budget % c.block_size != 0,
+                          "sglang: --chunk-budget {c.chunk_budget} (its chunked_prefill_size) must be a multiple "
+                          "of --page-size {c.block_size}, as SGLang requires")),
               batch_defaults=sglang_defaults, always_chunks=True),
 )}
 

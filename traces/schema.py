@@ -41,24 +41,34 @@ def row_number(rows: np.ndarray | None, i: int) -> int:
     return int(rows[i]) if rows is not None else i + 1
 
 
+#: the largest token count a trace may give: 2^40, far beyond any context, so that a request's
+#: prompt plus output and the slots and blocks made from them stay exact in int64
+MAX_TOKENS = 2**40
+
+
 def to_tokens(values, *, path: str, field: str, rows: np.ndarray | None = None) -> np.ndarray:
     """Parse a token-count column to int64, raising TraceError at the first value that is not a
-    whole number >= 1 (non-numeric, NaN, zero, negative, fractional)."""
+    whole number from 1 to :data:`MAX_TOKENS` (non-numeric, NaN, zero, negative, fractional, or
+    one that would overflow the counts made from it)."""
     s = values if isinstance(values, pd.Series) else pd.Series(values)
     if pd.api.types.is_integer_dtype(s.dtype) and not isinstance(s.dtype, pd.CategoricalDtype):
-        arr = s.to_numpy(dtype=np.int64, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int64)
-        bad = arr < 1
-        i = first_true(bad)
+        if s.dtype == np.uint64 and not s.hasnans:  # above int64's range, read as unsigned
+            arr = np.minimum(s.to_numpy(), MAX_TOKENS + 1).astype(np.int64)
+        else:
+            arr = s.to_numpy(dtype=np.int64, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int64)
+        i = first_true((arr < 1) | (arr > MAX_TOKENS))
         if i is not None:
-            raise TraceError(f"token count must be >= 1, got {arr[i]}", path=path, row=row_number(rows, i), field=field)
+            raise TraceError(f"token count must be a whole number from 1 to {MAX_TOKENS:,} (2^40), got {s.iloc[i]}",
+                             path=path, row=row_number(rows, i), field=field)
         return arr
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(num) | (num < 1) | (num != np.floor(num))
+    bad = ~np.isfinite(num) | (num < 1) | (num != np.floor(num)) | (num > MAX_TOKENS)
     i = first_true(bad)
     if i is not None:
         raw = s.iloc[i]
+        raw = raw.item() if isinstance(raw, np.generic) else raw  # 1e+20, not np.float64(1e+20)
         why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
-               else f"must be a whole number >= 1, got {raw!r}")
+               else f"must be a whole number from 1 to {MAX_TOKENS:,} (2^40), got {raw!r}")
         raise TraceError(f"token count {why}", path=path, row=row_number(rows, i), field=field)
     return num.astype(np.int64)
 

@@ -76,6 +76,7 @@ def run(s: state.Core, executor=None, progress=None) -> tuple[state.Core, float]
             break
     wall_time_s = time.perf_counter() - t0
     raise_for(code, s)
+    require_every_request_ended([s])
     if progress is not None and c[state.NUM_FINISHED] > c[state.NUM_FINISHED_REPORTED]:
         report(progress, s, t0)
     if executor is not None:
@@ -99,6 +100,21 @@ def raise_for(code: int, s: state.Core, where: str = "") -> None:
                                                        int(c[state.NUM_RUNNING]), int(c[state.NUM_PREEMPTIONS])))
     if code == loop.STEP_NOT_POSITIVE:
         raise InvariantError(f"{where}executor returned a non-positive step time")
+
+
+def require_every_request_ended(states: list) -> None:
+    """Every run ends with each request finished or rejected with a reason: a loop that ran out
+    of events with requests still waiting, running or swapped (its scheduler found nothing it
+    could schedule, and nothing was left to wake it) is an error naming them, not a quiet end.
+    ``states``: the run's, or a cluster's replicas (sharing the request columns)."""
+    total = len(states[0].arrival_s)
+    ended = sum(int(s.count[state.NUM_FINISHED]) + int(s.count[state.NUM_REJECTED]) for s in states)
+    if ended != total:
+        waiting, running, swapped = (sum(int(s.count[k]) for s in states)
+                                     for k in (state.WAITING_LEN, state.NUM_RUNNING, state.SWAPPED_LEN))
+        raise InvariantError(f"the run ended with {total - ended} of {total} requests neither finished nor "
+                             f"rejected ({waiting} waiting, {running} running, {swapped} swapped): the scheduler "
+                             "found nothing it could schedule")
 
 
 def grow_rows(s: state.Core) -> state.Core:

@@ -53,10 +53,18 @@ def test_each_system_runs_its_registered_scheduler_and_presets(name):
     ("sglang", dict(prefix_caching=True), "radix tree, always"),
     ("vllm-v1", dict(max_num_batched_tokens=100, max_num_seqs=128),
      "max_num_batched_tokens=100 must be >= max_num_seqs=128"),
+    # SGLang's own check (validation_hook.py:244): a chunk below a page was never scheduled
+    ("sglang", dict(block_size=16, chunk_budget=8),
+     "--chunk-budget 8 (its chunked_prefill_size) must be a multiple of --page-size 16"),
+    ("sglang", dict(block_size=16, chunk_budget=40), "--chunk-budget 40"),
 ])
 def test_what_a_scheduler_cannot_run_is_refused_in_its_registry_line(system, settings, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
         SimConfig.for_system(system, **settings)
+
+
+def test_a_chunk_of_whole_pages_runs_with_sglang():
+    assert SimConfig.for_system("sglang", block_size=16, chunk_budget=32).chunk_budget == 32
 
 
 def test_where_a_setting_applies_is_read_from_its_owner():

@@ -27,6 +27,14 @@ CASES = [
                        '{"timestamp": -4, "input_length": 5, "output_length": 5, "hash_ids": [2]}\n', None, 2,
      "timestamp", "-4"),
     ("generic_missing.csv", "p,o\n1,2\n", None, None, "t", "missing column"),
+    # token counts that would overflow the counts made from them (int64's largest; beyond uint64,
+    # read as a float; one past 2^40), each refused with its own value, not a wrapped one
+    ("int64_max.csv", H + OK + "2023-11-16 18:17:05.0,9223372036854775807,3\n", None, 2, "ContextTokens",
+     "from 1 to 1,099,511,627,776 (2^40), got 9223372036854775807"),
+    ("beyond_uint64.csv", H + "2023-11-16 18:17:05.0,3,99999999999999999999\n" + OK, None, 1, "GeneratedTokens",
+     "got 1e+20"),
+    ("past_2_40.csv", H + OK + OK + "2023-11-16 18:17:05.0,1099511627777,3\n", None, 3, "ContextTokens",
+     "got 1099511627777"),
 ]
 
 
@@ -117,3 +125,16 @@ def test_row_numbers_after_dropping_failed_burstgpt_rows(write):
     with pytest.raises(TraceError) as ei:
         load_trace(write("b.csv", text))
     assert ei.value.row == 2 and ei.value.field == "Request tokens"
+
+
+def test_token_counts_up_to_2_40_pass_and_uint64_ones_are_refused_with_their_value():
+    import numpy as np
+    import pandas as pd
+
+    from pagesim.traces.schema import MAX_TOKENS, to_tokens
+
+    assert MAX_TOKENS == 1_099_511_627_776
+    assert to_tokens(pd.Series([1, 2**40]), path="p", field="f").tolist() == [1, 2**40]
+    assert to_tokens(pd.Series([1.0, 2.0**40]), path="p", field="f").tolist() == [1, 2**40]
+    with pytest.raises(TraceError, match=r"row 2, field 'f': .* got 18446744073709551615$"):
+        to_tokens(pd.Series([7, 2**64 - 1], dtype=np.uint64), path="p", field="f")
