@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,27 @@ def _shared_pool(n: int) -> cf.ProcessPoolExecutor:
     _drop_pool(wait=True)
     if n > 1:
         warm_up_core()  # compiled once here, loaded from numba's cache by every worker
-    pool = cf.ProcessPoolExecutor(max_workers=n)
+    pool = cf.ProcessPoolExecutor(max_workers=n, initializer=end_with_parent, initargs=(os.getpid(),))
     _POOL.append((n, pool))
     return pool
+
+
+#: how often a worker looks whether its parent still runs (seconds)
+PARENT_WATCH_S = 1.0
+
+
+def end_with_parent(parent: int) -> None:
+    """A pool worker's start: it ends when the process that made the pool does. Killed outright
+    (SIGKILL), the parent runs no exit handler, and its workers would wait for work forever; an
+    orphan is handed to another parent, which a thread of each worker notices within
+    :data:`PARENT_WATCH_S`."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pagesim-parent-watch", daemon=True).start()
 
 
 def map_local(fn, items: list, workers: int | None) -> list:

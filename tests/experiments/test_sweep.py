@@ -1,9 +1,12 @@
 import json
+import os
+import sys
+import time
 
 import pandas as pd
 import pytest
 
-from pagesim.experiments import run_cache
+from pagesim.experiments import run_cache, sweep
 from pagesim.experiments.run_spec import (CODE_SALT, RunSpec, apply_overrides, canonical_json, expand_grid, load_experiment,
                                           results_frame, unshare_trace)
 from pagesim.experiments.sweep import run_sweep
@@ -316,3 +319,45 @@ def test_runs_share_a_synthesized_trace_and_leave_it_as_it_was():
     fresh = make_workload("sharegpt", **spec.workload_kwargs())
     assert spec_workload(spec.workload, spec.rate, spec.duration_s, spec.num_requests, spec.seed, 1, 1).equals(fresh)
     assert first.requests.equals(second.requests) and first.steps.equals(second.steps)
+
+
+PARENT = """
+import os, sys, time
+from pagesim.experiments import sweep
+pool = sweep._shared_pool(2)
+print(*sorted(pool.submit(os.getpid).result() for _ in range(4)), flush=True)
+print(*sorted(p for p in pool._processes), flush=True)
+time.sleep(60)  # killed before it wakes
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_sweeps_workers_end_when_their_parent_is_killed():
+    """``reproduce`` killed outright mid-sweep (SIGKILL: no exit handler runs) leaves no worker
+    behind: each watches its parent (``sweep.end_with_parent``) and ends within a second or two."""
+    import signal
+    import subprocess
+
+    from tests.sim.helpers import TESTS_ROOT, subprocess_path
+
+    env = dict(os.environ, PYTHONPATH=subprocess_path())
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=TESTS_ROOT, env=env, stdout=subprocess.PIPE,
+                              text=True)
+    parent.stdout.readline()  # the workers ran a task
+    workers = [int(p) for p in parent.stdout.readline().split()]
+    assert len(workers) == 2 and all(alive(w) for w in workers)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10 * sweep.PARENT_WATCH_S
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(w) for w in workers)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has ended (its new parent reaps it)
+        return f.read().split(") ")[1][0] != "Z"
