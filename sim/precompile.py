@@ -42,7 +42,7 @@ def build_one(system: str, into: Path) -> list[Path]:
 
     from pagesim.sim.cluster import run_cluster
     from pagesim.sim.config import SimConfig
-    from pagesim.sim.core import aot, jit, loop
+    from pagesim.sim.core import aot, jit
     from pagesim.sim.run import run_simulation
     from pagesim.sim.systems import SCHEDULERS, SYSTEMS
 
@@ -57,10 +57,10 @@ def build_one(system: str, into: Path) -> list[Path]:
     if SCHEDULERS[SYSTEMS[system].scheduler].clusters:
         run_cluster(cfg, trace, 2, "round-robin")
         loops.append(aot.CLUSTER)
-    family = loop.FAMILIES[SCHEDULERS[SYSTEMS[system].scheduler].core_kind]
+    family = SCHEDULERS[SYSTEMS[system].scheduler].core_kind
     copied = []
     for entry in loops:
-        built = sorted(aot.cache_dir().glob(f"pagesim_{entry}_{family}_*{aot.module_path('').name}"))
+        built = sorted(aot.cache_dir().glob(f"{aot.module_prefix((entry, family))}*{aot.module_path('').name}"))
         if not built:
             failed = sorted(aot.cache_dir().glob("*.failed"))
             raise RuntimeError(failed[-1].read_text().strip() if failed else f"no {entry} module was written for "

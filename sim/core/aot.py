@@ -92,6 +92,11 @@ def entry_of(fn):
     return None
 
 
+def module_prefix(which: tuple[str, int]) -> str:
+    """What every module of the loop ``which`` is named by first (the rest: a hash)."""
+    return f"pagesim_{which[0]}_{loop.FAMILIES[which[1]]}_"
+
+
 def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     """Named by what its machine code depends on: its family's sources, this file, the loop it
     holds, the arrays' kinds, and numpy's version (the module is built against numpy's C
@@ -100,7 +105,7 @@ def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     group = loop.FAMILIES[family]  # the sources of this family's loops (sim/core/families.py)
     key = (f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|"
            f"{np.__version__}")
-    return f"pagesim_{entry}_{group}_" + hashlib.sha256(key.encode()).hexdigest()[:20]
+    return module_prefix(which) + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def module_path(name: str) -> Path:
@@ -187,7 +192,7 @@ def _compile(args: tuple, name: str, path: Path, which: tuple[str, int]) -> None
             cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
-    for stale in path.parent.glob(f"pagesim_{which[0]}_{loop.FAMILIES[which[1]]}_*"):
+    for stale in path.parent.glob(module_prefix(which) + "*"):
         if not stale.name.startswith(name):  # one module a family: every configuration has the same kinds
             stale.unlink(missing_ok=True)
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",

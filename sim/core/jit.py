@@ -190,10 +190,11 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     grows with the inlined code); which is which, measured both ways: ``sim/core/loop.py``'s
     docstring, "Compiled per family". A constant passed to a function that stays a call is typed
     ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
-    would compile the callee once per constant (the one constant passed as such on purpose is a
-    scheduler family, ``sim/core/memory.py``: one copy per family). ``refcounted=True`` keeps
-    numba's reference counting, which its typed containers need (the cluster's list of
-    replicas, ``sim/core/cluster.py``); the functions it calls keep theirs off.
+    would compile the callee once per constant (a scheduler family reaches a call as a constant
+    of its closure instead, ``lifecycle.preempt_for``: numba prunes branches by a constant it
+    sees, not by a literal argument). ``refcounted=True`` keeps numba's reference counting,
+    which its lists need (the cluster's list of replicas, ``sim/core/cluster.py``); the
+    functions it calls keep theirs off.
     ``cache_group``: see :data:`_GROUP_FILES`."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)

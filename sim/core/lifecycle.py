@@ -178,7 +178,8 @@ def preempt_for(family):
     and numba prunes branches by a constant it sees, not by a literal argument's value: with
     ``family`` an argument of the call, each family compiled every manager's release into it
     (vLLM's SGLang's radix tree, vLLM v1's the contiguous manager too: its family alone took
-    37 s of CPU to compile, 33 s since; ``tests/sim/core/test_family_managers.py`` checks)."""
+    37 s of CPU to compile, 33 s since, paired by hand; ``tests/sim/core/test_family_managers.py``
+    checks)."""
 
     def preempt_family(s, k):
         return preempt(s, k, family)
