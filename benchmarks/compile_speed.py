@@ -120,7 +120,6 @@ print(rc, time.process_time() - t0, "numba" in sys.modules)
 
 def wheel_install() -> None:
     from pagesim.sim.core import aot
-    from pagesim.sim.systems import SCHEDULERS, SYSTEMS
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,10 +137,9 @@ def wheel_install() -> None:
         python = f"{tmp}/venv/bin/python"
         subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True)
         print(f"{'first run of (system)':<24} {'CPU s':>7} {'compiled?':>10} {'numba imported?':>16}")
-        # each family's first run, then (where it runs in a cluster) its first run of two replicas
+        # each family's first run, then its first run of two replicas
         runs = [(system, ()) for _, system in FAMILIES]
-        runs += [(system, ("--replicas", "2")) for _, system in FAMILIES
-                 if SCHEDULERS[SYSTEMS[system].scheduler].clusters]
+        runs += [(system, ("--replicas", "2")) for _, system in FAMILIES]
         for system, extra in runs:
             env = dict(os.environ, NUMBA_CACHE_DIR=f"{tmp}/cache-{system}-{len(extra)}")
             env.pop("PYTHONPATH", None)

@@ -35,15 +35,16 @@ Swaps: the core lists the device blocks of each sequence it swaps out (in table 
 they are freed) and of each it swaps back in (the blocks just allocated); this executor maps
 each swapped sequence to host blocks of its own (taken at swap-out, given back at swap-in, or
 when the core recomputes a swapped request instead). Order within a step: swap-in, swap-out,
-copy-on-write copies, then the model (writes, reads). Why that order is safe: swap-in
-destinations were free when ``schedule`` resumed the request (before any preemption),
+copy-on-write copies, then the model (writes, reads). Why that order is safe: a scheduling
+pass that swaps in preempts nobody (vLLM 0.4.2's rule), so swap-in destinations were free,
 swap-out sources were in use until the preemption, and copy destinations may be blocks just
 freed by a swap-out, so they are written last; freed blocks reused in the same step are only
-written after every copy that reads them. One exception: when a decode preempts every running
-request, the core schedules a second pass at the same instant (``scheduler_vllm.schedule``), whose
-swap-ins may take the blocks the first pass swapped out (or bring a request just swapped out
-back); the first pass's swap-outs (``count[STEP_SWAP_OUT_EARLY]`` rows) then run first, as a
-swap-only plan of their own (``StepPlan.first``) executed before the step's plan.
+written after every copy that reads them. One exception: when a pass schedules nothing but
+preempts (every running request), the core schedules another pass at the same instant
+(``scheduler_vllm.schedule``), whose swap-ins may take the blocks an earlier pass swapped out
+(or bring a request just swapped out back); the earlier passes' swap-outs
+(``count[STEP_SWAP_OUT_EARLY]`` rows) then run first, as a swap-only plan of their own
+(``StepPlan.first``) executed before the step's plan.
 
 Time: ``step`` returns the backend's measured time plus (``include_prep=True`` and a backend
 that measures real time) the host time spent building the plan, like a real engine's
@@ -228,7 +229,9 @@ class GPUExecutor:
         host_blocks = self.host_blocks_asked
         if host_blocks is None:
             host_blocks = 0
-            if config[state.SWAP_PREEMPTION]:  # the swap space, in blocks, and room for rounding up
+            # the swap space, in blocks, and room for rounding up (a request of several sequences is
+            # swapped under recompute too: sim/core/lifecycle.py's preempt)
+            if config[state.SWAP_CAPACITY_TOKENS]:
                 host_blocks = -(-int(config[state.SWAP_CAPACITY_TOKENS]) // self.block_size) + 64
         self.host_blocks = int(host_blocks)
         self._host_free = list(range(self.host_blocks - 1, -1, -1))

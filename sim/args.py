@@ -37,7 +37,8 @@ SIM_FLAGS = {
     "max_num_seqs": dict(type=int, help="maximum running sequences (default 256)"),
     "max_num_batched_tokens": dict(type=int, help="prompt tokens per iteration (default max(max_seq_len, 2048))"),
     "preemption": dict(choices=PREEMPTIONS, help="vLLM preemption: recompute (default) or swap"),
-    "swap_gib": dict(type=float, help="CPU swap space in GiB (default 4)"),
+    "swap_gib": dict(type=float, help="CPU swap space in GiB (default 4): --preemption swap, and requests of "
+                                      "several sequences (vllm and orca swap them whatever --preemption says)"),
     "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
     "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),

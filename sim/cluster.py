@@ -34,7 +34,6 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
 from pagesim.sim.outdir import naming
 from pagesim.sim.run import SimResult, engine_summary, jsonable, prepare, resolve_budget
 from pagesim.sim.specs import get_gpu
-from pagesim.sim.systems import SCHEDULERS
 
 ROUTERS = tuple(core_cluster.ROUTERS)
 DEFAULT_SLACK = 0.5  # prefix-affinity's load bound: (1 + slack) x the mean outstanding requests
@@ -133,14 +132,12 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
         raise ConfigError(f"--router: unknown router {router!r}; valid: {', '.join(ROUTERS)}")
     if not (slack >= 0 and np.isfinite(slack)):
         raise ConfigError(f"--router-slack must be a finite number >= 0, got {slack!r}")
-    if router == "prefix-affinity" and not (cfg.prefix_caching and cfg.manager == "paged"):
+    caches = (cfg.prefix_caching and cfg.manager == "paged") or cfg.scheduler == "sglang"
+    if router == "prefix-affinity" and not caches:
         raise ConfigError("--router prefix-affinity routes by the replicas' prefix caches: it needs "
-                          "--prefix-caching on a paged system (vllm)")
+                          "--prefix-caching on a paged system (vllm), or sglang's radix cache")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
-    if not SCHEDULERS[cfg.scheduler].clusters:  # the routers read block pools (SGLang's radix cache is none)
-        raise ConfigError(f"--system {cfg.system} runs one engine: --replicas / --replica-gpus are not available "
-                          "for it yet")
     if by_gpu(replicas):
         for group_cfg, _ in groups:
             with naming_gpu(group_cfg, True):

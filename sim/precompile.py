@@ -53,10 +53,8 @@ def build_one(system: str, into: Path) -> list[Path]:
                           "prompt_tokens": [64 + 16 * i for i in range(8)], "output_tokens": [8 + i for i in range(8)]})
     cfg = SimConfig.for_system(system)
     run_simulation(cfg, trace)
-    loops = [aot.CORE]
-    if SCHEDULERS[SYSTEMS[system].scheduler].clusters:
-        run_cluster(cfg, trace, 2, "round-robin")
-        loops.append(aot.CLUSTER)
+    run_cluster(cfg, trace, 2, "round-robin")
+    loops = [aot.CORE, aot.CLUSTER]
     family = SCHEDULERS[SYSTEMS[system].scheduler].core_kind
     copied = []
     for entry in loops:

@@ -47,11 +47,17 @@ class Scheduler:
     batch_defaults: Callable[[str], dict[str, int]] | None = None  # the engine's, by GPU, where unset
     cost_model: str = "roofline"  # its default (sim.config.default_cost_model)
     always_chunks: bool = False  # prompts are chunked by a token budget whatever --chunked-prefill says
-    clusters: bool = True  # runs behind the cluster's router (--replicas), which reads block pools
 
     @property
     def owned(self) -> tuple[str, ...]:
         return self.settings + self.exclusive
+
+    @property
+    def swaps(self) -> bool:
+        """Whether it swaps preempted requests to the CPU: with ``--preemption swap``, and a
+        request of several sequences whatever the setting (vLLM 0.4.2 cannot recompute a
+        group: ``vllm/core/scheduler.py:1047-1060``), into ``--swap-gib``."""
+        return self.core_kind == state.CONTINUOUS
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
               batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
-              "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",), clusters=False,
+              "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
               settings=("schedule_policy", "schedule_conservativeness"), refuses=(
                   _recompute_only("sglang", "retracts requests for recompute (no swap preemption)"),
                   Refusal(lambda c: c.prefix_caching,
@@ -163,7 +169,7 @@ MANAGERS: dict[str, Manager] = {m.name: m for m in (
 CONDITIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "predictor_error": (lambda c: c.manager == "contiguous" and c.reservation == "predicted",
                         "--reservation predicted"),
-    "swap_gib": (lambda c: c.preemption == "swap", "--preemption swap"),
+    "swap_gib": (lambda c: SCHEDULERS[c.scheduler].swaps, "the vllm and orca schedulers"),
     "chunk_budget": (lambda c: (c.chunked_prefill and "chunked_prefill" in SCHEDULERS[c.scheduler].settings)
                      or c.scheduler == "sglang", "--chunked-prefill with the vllm or orca scheduler, or sglang"),
 }

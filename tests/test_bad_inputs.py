@@ -104,7 +104,8 @@ CASES = [
     # --- settings that do nothing for the system (sim/systems.py; each checked in tests/sim/test_settings_apply.py)
     (sim("--system", "orca-max", "--block-size", "32"), "--block-size does nothing for system 'orca-max'"),
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
-    (sim("--swap-gib", "8"), "--swap-gib does nothing .* it applies to --preemption swap"),
+    (sim("--system", "vllm-v1", "--swap-gib", "8"), "--swap-gib does nothing .* it applies to the vllm and orca "
+                                                     "schedulers"),
     # --- --config TOML files
     (sim("--config", "{toml_typo}"), "typo.toml: unknown setting 'blok_size'; did you mean 'block_size'\\?"),
     (sim("--config", "{toml_kv_gb}"), "kv_gb.toml: unknown setting 'kv_gb'; did you mean 'kv_gib'\\?"),

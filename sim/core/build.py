@@ -101,7 +101,7 @@ class Limits(NamedTuple):
 
 
 def limits_for(cfg, pool: Pool, kv_bytes_per_token: float) -> Limits:
-    swap = cfg.preemption == "swap"
+    swap = SCHEDULERS[cfg.scheduler].swaps
     max_num_seqs = min(cfg.max_num_seqs, UNLIMITED)
     static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
     return Limits(max_num_seqs, cfg.max_num_batched_tokens or max(pool.max_seq_len, 2048),

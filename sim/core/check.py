@@ -81,7 +81,7 @@ def check_queues(s) -> None:
     assert c[NUM_FINISHED] == int((status == FINISHED).sum()), "finished count drifted"
     assert c[NUM_REJECTED] == int((status == REJECTED).sum()), "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]
-    assert c[NUM_RUNNING_SEQS] == int(s.num_seqs[running].sum()), "running sequences drifted"
+    assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
     assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
     swapped = np.flatnonzero(status == SWAPPED)

@@ -27,9 +27,12 @@ Routers (``ROUND_ROBIN`` .. ``PREFIX_AFFINITY``; ties go to the lowest replica i
 * least-outstanding-requests: the fewest requests routed to it and not yet finished or rejected;
 * least-kv-usage: the lowest fraction of its KV pool in use (paged: blocks held by a request,
   cached unreferenced blocks counting free as in the memory categories; contiguous: the slots
-  its extents hold), compared exactly (cross-multiplied); ties by fewer outstanding;
+  its extents hold; SGLang's radix pool: slots, the tree's locked tokens and the running
+  requests' pages, its evictable tokens counting free), compared exactly (cross-multiplied);
+  ties by fewer outstanding;
 * prefix-affinity: the replica whose prefix cache holds the most leading blocks of the
-  request's prompt (``prefix_cache.count_hits``, the hits its admission would find now), ties by
+  request's prompt (``prefix_cache.count_hits``, the hits its admission would find now; SGLang:
+  the tokens its tree holds, ``radix_cache.cached_prefix``, which leaves the tree as it is), ties by
   fewer outstanding; unless no replica holds any, or that replica's outstanding requests exceed
   ``(1 + slack) x`` the mean over the replicas: then least-outstanding.
 
@@ -48,13 +51,14 @@ must grow, and resumes where it stopped.
 
 from __future__ import annotations
 
-from pagesim.sim.core import lifecycle, loop, prefix_cache
+from pagesim.sim.core import lifecycle, loop, prefix_cache, radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
-from pagesim.sim.core.state import (ARRIVALS_DONE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING, ENGINE_TIME,
-                                    HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW, NUM_BLOCKS,
-                                    NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED, PLACED_SLOTS,
-                                    PREFIX_CACHING, SCHEDULE_ON_RESUME, STARTED)
+from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING,
+                                    ENGINE_TIME, HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW,
+                                    NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED, PLACED_SLOTS,
+                                    PREFIX_CACHING, RADIX, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
+                                    SCHEDULE_ON_RESUME, STARTED)
 
 # routers
 ROUND_ROBIN, LEAST_OUTSTANDING, LEAST_KV_USAGE, PREFIX_AFFINITY = 0, 1, 2, 3
@@ -82,6 +86,10 @@ def kv_used(configs, counts, r):
     """Replica ``r``'s KV pool in use, as (used, total) in its own unit (blocks or slots)."""
     if configs[r, MANAGER_KIND] == CONTIGUOUS:
         return counts[r, PLACED_SLOTS], configs[r, CAPACITY]
+    if configs[r, MANAGER_KIND] == RADIX:  # slots: the tree's locked tokens and the running's pages
+        total = configs[r, NUM_BLOCKS] * configs[r, BLOCK_SIZE]
+        return counts[r, RADIX_TREE_TOKENS] - counts[r, RADIX_EVICTABLE] + counts[r, RADIX_PRIVATE_PAGES] * \
+            configs[r, BLOCK_SIZE], total
     total = configs[r, NUM_BLOCKS]
     return total - counts[r, NUM_FREE_BLOCK_IDS] - counts[r, NUM_LRU], total
 
@@ -117,7 +125,9 @@ def prefix_affinity(replicas, counts, routed, i, slack):
         total += load
         s = replicas[r]
         hits = 0
-        if s.config[PREFIX_CACHING]:
+        if s.config[MANAGER_KIND] == RADIX:  # tokens, not blocks: both compare within one cluster
+            hits = radix_cache.cached_prefix(s, i, s.prompt_target[i] - 1)
+        elif s.config[PREFIX_CACHING]:
             hits = prefix_cache.count_hits(s, i, s.prompt_target[i])[0]
         if hits > best_hits or (hits == best_hits and load < outstanding(counts, routed, best)):
             best, best_hits = r, hits

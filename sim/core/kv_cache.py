@@ -24,7 +24,7 @@ from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_s
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
                             KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
-                            NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, NUM_RUNNING_SEQS, PREFIX_CACHING,
+                            NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
@@ -49,7 +49,9 @@ def can_allocate(s, i, num_tokens):
     if (s.final_len[i] > s.config[MAX_SEQ_LEN] or num_tokens > s.config[MAX_SEQ_LEN]
             or need > s.config[NUM_BLOCKS] - watermark):
         return NEVER_FITS
-    return CAN_ALLOCATE if num_free_blocks(s) - blocks_to_allocate(s, i, num_tokens) >= watermark else ALLOCATE_LATER
+    # every block of the prompt, cache hits too, against the free ones (cached unheld ones
+    # included): vLLM 0.4.2 (block_manager_v1.py:259-276, CachedBlockAllocator.get_num_free_blocks :134-136)
+    return CAN_ALLOCATE if num_free_blocks(s) - need >= watermark else ALLOCATE_LATER
 
 
 @njit(inline=True)
@@ -73,8 +75,8 @@ def allocate(s, i, num_tokens, num_computed):
 
 @njit(inline=True)
 def allocate_seq(s, i, j, num_tokens, num_computed):
-    """:func:`allocate` for sequence ``j`` of request ``i`` (a swap-in brings every sequence
-    of a group back in blocks of its own; the request's counts are the same for each)."""
+    """:func:`allocate` for sequence ``j`` of request ``i`` (the request's counts are the same
+    for each of its sequences)."""
     if s.config[PREFIX_CACHING]:
         return allocate_cached(s, i, j, num_tokens)
     need = blocks_for(s, num_tokens)
@@ -161,14 +163,13 @@ def crosses_block(s, i):
 
 @njit(inline=True)
 def decode_blocks_needed(s, i):
-    """Blocks request ``i``'s next decode token takes (a fresh one per sequence at a block
-    boundary, else a copy per sequence writing into a shared tail but the last), and
-    whether its last sequence takes one (vLLM v0's rule asks that one of it)."""
+    """Blocks request ``i``'s next decode token takes: a fresh one per sequence at a block
+    boundary, else a copy per sequence writing into a shared tail but the last."""
     w = s.num_seqs[i]
     if crosses_block(s, i):
-        return w, 1
+        return w
     if w == 1:
-        return 0, 0
+        return 0
     # a partly filled tail is shared only within the group (one tail by all right after the
     # fork; any sequences after beams fork from survivors): a sequence copies its tail when a
     # later one in the group holds it too (take_decode_slots: the last holder finds it private)
@@ -181,8 +182,7 @@ def decode_blocks_needed(s, i):
                 if s.block_table[s.seq_slot[i, later], tail] == b:
                     copies += 1
                     break
-    last = 1 if s.block_info[s.block_table[s.seq_slot[i, w - 1], tail], REF] > 1 else 0
-    return copies, last
+    return copies
 
 
 @njit(inline=True)
@@ -256,8 +256,7 @@ def fork(s, i):
     w = s.width[i]
     for j in range(1, w):
         fork_seq(s, i, 0, j)
-    s.count[NUM_RUNNING_SEQS] += w - 1
-    s.num_seqs[i] = w
+    s.num_seqs[i] = w  # (max_num_seqs counted them from its admission: lifecycle.start_running)
 
 
 @njit(inline=True)
@@ -274,6 +273,26 @@ def fork_seq(s, i, parent, j):
         s.block_info[b, REF] += 1
     s.count[LOGICAL_BLOCKS] += nb
     s.count[NUM_FORKS] += 1
+
+
+@njit  # per swap-in: a call (sim/core/loop.py's docstring, "Compiled per family")
+def swap_in(s, i, n, shared):
+    """Request ``i``'s sequences come back with ``n`` tokens each: the first in blocks of its
+    own (prefix caching: past its hits, and only what the cache does not hold is computed
+    again), the others holding its first ``shared`` blocks, as when they went out, and blocks
+    of their own past them."""
+    bs = s.config[BLOCK_SIZE]
+    cached = allocate_seq(s, i, 0, n, n)
+    if cached < n:
+        compute_tokens_seq(s, i, 0, n - cached)
+    for j in range(1, s.num_seqs[i]):
+        fork_seq(s, i, 0, j)
+        slot = s.seq_slot[i, j]
+        for k in range(shared, s.num_blocks[i]):
+            s.block_info[s.block_table[slot, k], REF] -= 1
+            take_blocks(s, slot, k, 1)
+            s.count[COMPUTED_SLOTS] += min(max(n - k * bs, 0), bs)
+            s.count[DEMAND_SLOTS] += min(max(s.final_len[i] - k * bs, 0), bs)
 
 
 @njit(inline=True)

@@ -126,17 +126,21 @@ def reject_waiting(s, p, i, reason):
 
 @njit(inline=True)
 def start_running(s, i):
+    """Request ``i`` joins the running list. It takes ``width`` of ``max_num_seqs`` from now on,
+    before its fork too (vLLM 0.4.2 counts a group's ``best_of`` at its prompt stage:
+    ``SequenceGroup.get_max_num_running_seqs``, ``vllm/sequence.py:479-494``)."""
     s.status[i] = RUNNING
     s.running[s.count[NUM_RUNNING]] = i
     s.count[NUM_RUNNING] += 1
-    s.count[NUM_RUNNING_SEQS] += s.num_seqs[i]
+    s.count[NUM_RUNNING_SEQS] += s.width[i]
 
 
 # -- preemption: the mechanics (the victim is the policy's choice: policies.victim) ------------
 @njit(inline=True)
 def preempt(s, k, family):
     """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
-    swapped out while swap space lasts and its prompt is done, else freed for recompute.
+    swapped out (``--preemption swap``, or it runs several sequences) while swap space lasts
+    and its prompt is done, else freed for recompute.
     Returns its request id. ``family``: the caller's scheduler family (``memory.py``)."""
     c = s.count
     i = s.running[k]
@@ -144,7 +148,7 @@ def preempt(s, k, family):
         s.running[m] = s.running[m + 1]
     c[NUM_RUNNING] -= 1
     w = s.num_seqs[i]
-    c[NUM_RUNNING_SEQS] -= w
+    c[NUM_RUNNING_SEQS] -= s.width[i]
     c[DECODE_SET_SIZE] -= s.in_decode[i] * w
     s.in_decode[i] = 0
     c[FREE_EPOCH] += 1
@@ -152,7 +156,10 @@ def preempt(s, k, family):
     c[NUM_PREEMPTIONS] += 1
     c[DEMAND_WAITING] = 1
     n = s.num_computed_tokens[i]  # per sequence
-    if (s.config[SWAP_PREEMPTION] and s.num_prompt_computed[i] >= s.prompt_target[i]
+    # a request running several sequences is swapped whatever the setting: vLLM 0.4.2 cannot
+    # recompute a group (``Scheduler._preempt``, ``vllm/core/scheduler.py:1047-1060``)
+    swap = s.config[SWAP_PREEMPTION] or w > 1
+    if (swap and s.num_prompt_computed[i] >= s.prompt_target[i]
             and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
             # np.bool_: jit.njit's note on constants
@@ -162,14 +169,28 @@ def preempt(s, k, family):
         c[SWAP_USED_TOKENS] += n * w
         c[STEP_SWAP_OUT] += n * w
         s.status[i] = SWAPPED
-        s.swapped[(c[SWAPPED_HEAD] + c[SWAPPED_LEN]) % len(s.swapped)] = i
-        c[SWAPPED_LEN] += 1
+        push_swapped(s, i)
         return i
-    if s.config[SWAP_PREEMPTION]:
+    if swap:
         c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
     memory.free(s, i, family)
     restart(s, i)
     return i
+
+
+@njit(inline=True)
+def push_swapped(s, i):
+    """Request ``i`` joins the swapped queue at its place by arrival, after those that arrived
+    with it: vLLM 0.4.2 sorts that queue by arrival before each swap-in (stable, FCFS:
+    ``vllm/core/scheduler.py:518``), so the earliest arrival comes back first, not the first
+    swapped out."""
+    c, n = s.count, len(s.swapped)
+    k = c[SWAPPED_LEN]
+    while k > 0 and s.arrival_s[s.swapped[(c[SWAPPED_HEAD] + k - 1) % n]] > s.arrival_s[i]:
+        s.swapped[(c[SWAPPED_HEAD] + k) % n] = s.swapped[(c[SWAPPED_HEAD] + k - 1) % n]
+        k -= 1
+    s.swapped[(c[SWAPPED_HEAD] + k) % n] = i
+    c[SWAPPED_LEN] += 1
 
 
 def preempt_for(family):
@@ -312,7 +333,7 @@ def release(s, i, family):
     c[FREE_EPOCH] += 1
     memory.free(s, i, family)
     c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
-    c[NUM_RUNNING_SEQS] -= s.num_seqs[i]
+    c[NUM_RUNNING_SEQS] -= s.width[i]
     s.in_decode[i] = 0
 
 

@@ -97,6 +97,9 @@ def new_node(s, parent, start, end, owner, lock_ref):
     nodes[x, NODE_END] = end
     nodes[x, NODE_OWNER] = owner
     nodes[x, NODE_LOCK_REF] = lock_ref
+    # a new node reads the clock (SGLang's TreeNode.__init__, radix_cache.py:259): it is newer
+    # than the walk that made it and every node before it
+    c[RADIX_ACCESS_CLOCK] += 1
     nodes[x, NODE_LAST_ACCESS] = c[RADIX_ACCESS_CLOCK]
     link_child(s, parent, x)
     return x
@@ -129,15 +132,29 @@ def unlink_child(s, x):
 @njit(inline=True)
 def split(s, x, at):
     """``_split_node``: node ``x`` becomes ``[at, end)`` under a new node ``[start, at)`` that
-    takes its place (same owner, lock and access time). Returns the new node."""
+    takes its place (same owner and lock; its access time a new node's). Returns the new node."""
     nodes = s.radix_nodes
     parent = nodes[x, NODE_PARENT]
     unlink_child(s, x)
     top = new_node(s, parent, nodes[x, NODE_START], at, nodes[x, NODE_OWNER], nodes[x, NODE_LOCK_REF])
-    nodes[top, NODE_LAST_ACCESS] = nodes[x, NODE_LAST_ACCESS]
     nodes[x, NODE_START] = at
     link_child(s, top, x)
     return top
+
+
+@njit(inline=True)
+def matching_child(s, node, r, depth, limit):
+    """The child of ``node`` that shares request ``r``'s next page, and how many of its tokens
+    (whole pages, up to ``limit``) it shares; (-1, 0) if none does."""
+    nodes, page = s.radix_nodes, s.config[BLOCK_SIZE]
+    child = nodes[node, NODE_FIRST_CHILD]
+    while child >= 0:  # at most one child shares the next page (children differ in their first page)
+        m = same_tokens(s, nodes[child, NODE_OWNER], r, depth, min(limit, nodes[child, NODE_END]))
+        m = m // page * page
+        if m > 0:
+            return child, m
+        child = nodes[child, NODE_NEXT_SIBLING]
+    return -1, 0
 
 
 @njit
@@ -145,28 +162,39 @@ def walk(s, r, limit):
     """From the root along request ``r``'s first ``limit`` tokens, whole pages only, splitting
     the node the match ends inside; every node on the path is accessed now. Returns (the
     deepest node reached, its depth: the matched tokens)."""
-    nodes, page = s.radix_nodes, s.config[BLOCK_SIZE]
+    nodes = s.radix_nodes
     s.count[RADIX_ACCESS_CLOCK] += 1
     now = s.count[RADIX_ACCESS_CLOCK]
     node, depth = ROOT, 0
     while depth < limit:
-        child = nodes[node, NODE_FIRST_CHILD]
-        m = 0
-        while child >= 0:  # at most one child shares the next page (children differ in their first page)
-            m = same_tokens(s, nodes[child, NODE_OWNER], r, depth, min(limit, nodes[child, NODE_END]))
-            m = m // page * page
-            if m > 0:
-                break
-            child = nodes[child, NODE_NEXT_SIBLING]
+        child, m = matching_child(s, node, r, depth, limit)
         if child < 0:
             break
+        # the node is accessed now; one the match ends inside is stamped before it is split, so
+        # its lower half keeps this time and the upper one is a new node, newer still (SGLang:
+        # radix_cache.py:660 then :663 in _match_prefix_helper, :728 then :735 in _insert_helper)
+        nodes[child, NODE_LAST_ACCESS] = now
         if depth + m < nodes[child, NODE_END]:
             child = split(s, child, depth + m)
-        nodes[child, NODE_LAST_ACCESS] = now
         node, depth = child, depth + m
         if nodes[node, NODE_END] != depth:
             break
     return node, depth
+
+
+@njit
+def cached_prefix(s, r, limit):
+    """How many of request ``r``'s first ``limit`` tokens the tree holds (whole pages): the walk
+    without its side effects (no split, no access time), what a router reads."""
+    node, depth = ROOT, 0
+    while depth < limit:
+        child, m = matching_child(s, node, r, depth, limit)
+        if child < 0:
+            break
+        node, depth = child, depth + m
+        if s.radix_nodes[node, NODE_END] != depth:
+            break
+    return depth
 
 
 #: ``match_prefix``: the node request ``r``'s cached prefix (of its first ``limit`` tokens) ends

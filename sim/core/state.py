@@ -193,7 +193,7 @@ table("count", """
     STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
     STATIC_LIVE         static batching: the batch's requests still generating
     STATIC_CONTEXT_SUM  static batching: the batch's context tokens
-    NUM_RUNNING_SEQS    sequences running (a request's forks each count)
+    NUM_RUNNING_SEQS    sequences the running requests run or will run once forked (width each)
     NUM_FORKS           forks made (parallel sampling, beams)
     NUM_COW_COPIES      copy-on-write block copies
     STEP_COPIED_BLOCKS  this iteration's rows of Core.step_copies

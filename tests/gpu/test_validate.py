@@ -17,6 +17,7 @@ from pagesim.gpu.validate import REQUIRED_KEYS, STEP_COLUMNS, _StepLog, compare,
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
+from pagesim.sim.cost.models import swap_block_tokens
 from pagesim.sim.cost.profile_format import write_profile
 from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import InvariantError
@@ -56,8 +57,12 @@ def profile_csv(path):
 
 
 def test_fake_at_roofline_cost_matches_simulation_exactly(tmp_path):
-    roof = RooflineCostModel(MODEL, GPU, kernel_block_tokens=cfg().kernel_block_tokens)  # the simulation's price
-    res = validate(cfg(), trace(width=True), FakeBackend(lambda p: roof.step_time(p.batch)))
+    # the simulation's price, swaps included (its groups of 2 are swapped when preempted)
+    roof = RooflineCostModel(MODEL, GPU, kernel_block_tokens=cfg().kernel_block_tokens,
+                             swap_block_tokens=swap_block_tokens(cfg()))
+    # a swap-only plan run first has no batch: the step's plan prices all its swaps (test_executor.py)
+    res = validate(cfg(), trace(width=True), FakeBackend(lambda p: roof.step_time(p.batch) if p.batch is not None
+                                                         else 0.0))
     m = res.metrics
     assert m["roofline_median_step_error"] == 0 and m["roofline_p90_step_error"] == 0
     assert m["step_error_model"] == "roofline" and m["median_step_error"] == 0

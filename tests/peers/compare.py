@@ -1,17 +1,21 @@
-"""pagesim against vLLM 0.33.0, step by step: ``python -m tests.peers.compare [--prefix-hashes-only] [WORKLOAD...]``.
+"""pagesim against vLLM, step by step: ``python -m tests.peers.compare [--v0] [--prefix-hashes-only] [WORKLOAD...]``.
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
-that differs, with both records. ``--prefix-hashes-only``: vLLM names only the blocks the trace's
-prefix hashes cover, as pagesim does (vllm_v1.make_request).
+that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
+vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``).
+``--prefix-hashes-only`` (v1): vLLM names only the blocks the trace's prefix hashes cover, as
+pagesim does (vllm_v1.make_request).
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.peers import pagesim_steps, vllm_v1
-from tests.peers.workloads import WORKLOADS
+import functools
+
+from tests.peers import pagesim_steps, vllm_v0, vllm_v1
+from tests.peers.workloads import V0_WORKLOADS, WORKLOADS
 
 
 def identical_steps(ours, theirs) -> int:
@@ -32,8 +36,11 @@ def describe(k: int, ours, theirs) -> str:
         for j in (k - 1, k):
             if 0 <= j < len(steps):
                 s = steps[j]
+                swaps = (f" swapped out {sorted(s.swapped_out)} in {sorted(s.swapped_in)}"
+                         if s.swapped_out or s.swapped_in else "")
                 lines.append(f"  {label} step {j} t={s.start_s}: scheduled {dict(sorted(s.scheduled.items()))} "
-                             f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}")
+                             f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}"
+                             + swaps)
             elif j == k:
                 lines.append(f"  {label} step {j}: none (its run ended after {len(steps)} steps)")
     return "\n".join(lines)
@@ -42,14 +49,17 @@ def describe(k: int, ours, theirs) -> str:
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     prefix_hashes_only = "--prefix-hashes-only" in args
-    names = [a for a in args if a != "--prefix-hashes-only"] or list(WORKLOADS)
+    v0 = "--v0" in args
+    workloads = V0_WORKLOADS if v0 else WORKLOADS
+    peer = vllm_v0.run if v0 else functools.partial(vllm_v1.run, prefix_hashes_only=prefix_hashes_only)
+    names = [a for a in args if not a.startswith("--")] or list(workloads)
     print(f"{'workload':<18} {'steps vLLM':>10} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
     for name in names:
-        workload = WORKLOADS[name]
-        theirs = vllm_v1.run(workload, prefix_hashes_only=prefix_hashes_only)
+        workload = workloads[name]
+        theirs = peer(workload)
         try:
-            ours = pagesim_steps.run(workload)
+            ours = pagesim_steps.run(workload, "vllm" if v0 else "vllm-v1")
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
             print(f"{name:<18} {len(theirs):>10} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
             continue

@@ -1,66 +1,81 @@
-"""Fetch vLLM 0.33.0 for the peer tests: ``python -m tests.peers.fetch [--wheel PATH]``.
+"""Fetch the peer engines: ``python -m tests.peers.fetch [--wheel PATH ...]``.
 
-Downloads the wheel with pip (``--no-deps``: the peers import vLLM's scheduler alone, with stubs
-for the rest, vllm_v1.py) into the cache folder, ``~/.cache/pagesim-peers`` or ``$PAGESIM_PEERS``,
-and unpacks its Python sources there (``vllm-0.33.0/vllm/...``). The compiled extensions (~780 MB
-of the wheel's 840) are left out: nothing the scheduler runs on CPU loads them. ``--wheel`` takes
-a wheel already on disk (offline). A no-op once unpacked.
+Downloads each vLLM release the peers drive (0.4.2: ``vllm_v0.py``; 0.33.0: ``vllm_v1.py``) with
+pip (``--no-deps``: the peers import vLLM's scheduler alone, with stubs for the rest) into the
+cache folder, ``~/.cache/pagesim-peers`` or ``$PAGESIM_PEERS``, and unpacks its Python sources
+there (``vllm-<version>/vllm/...``). The compiled extensions (most of each wheel) are left out:
+nothing a scheduler runs on CPU loads them. ``--wheel`` takes a wheel already on disk (offline).
+A no-op for a release already unpacked.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-VERSION = "0.33.0"
-# one platform's wheel, whatever this machine's: the Python sources are the same in every one
-PLATFORM = "manylinux_2_28_x86_64"
+# release -> one platform's wheel, whatever this machine's: the Python sources are the same in
+# every one (0.4.2's source archive cannot be downloaded without building it: its build needs CUDA)
+RELEASES = {"0.4.2": "manylinux1_x86_64", "0.33.0": "manylinux_2_28_x86_64"}
 
 
 def cache_folder() -> Path:
     return Path(os.environ.get("PAGESIM_PEERS") or Path.home() / ".cache" / "pagesim-peers")
 
 
-def source_folder() -> Path:
-    """Where ``import vllm`` finds the unpacked package (vllm_v1.py puts it on sys.path)."""
-    return cache_folder() / f"vllm-{VERSION}"
+def source_folder(version: str) -> Path:
+    """Where ``import vllm`` finds release ``version``'s unpacked package (importing.Peer)."""
+    return cache_folder() / f"vllm-{version}"
 
 
-def unpacked() -> bool:
+def unpacked(version: str) -> bool:
     # written last: a half-unpacked folder (an interrupted run) is not taken for a finished one
-    return (source_folder() / ".unpacked").exists()
+    return (source_folder(version) / ".unpacked").exists()
 
 
-def download(folder: Path) -> Path:
+def download(version: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", PLATFORM, "--python-version", "3.11", f"vllm=={VERSION}", "-d", str(folder)],
-                   check=True)
-    return next(folder.glob(f"vllm-{VERSION}-*.whl"))
+                    "--platform", RELEASES[version], "--python-version", "3.11", f"vllm=={version}",
+                    "-d", str(folder)], check=True)
+    return next(folder.glob(f"vllm-{version}-*.whl"))
 
 
-def unpack(wheel: Path) -> None:
-    target = source_folder()
+def unpack(version: str, wheel: Path) -> None:
+    target = source_folder(version)
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".py") or ".dist-info/" in n]
         archive.extractall(target, names)
     (target / ".unpacked").write_text(f"{wheel.name}\n")
 
 
+def wheel_version(wheel: Path) -> str:
+    found = re.match(r"vllm-([^-]+)-", wheel.name)
+    if not found or found.group(1) not in RELEASES:
+        raise SystemExit(f"--wheel {wheel}: not a wheel of a vLLM release the peers drive ({', '.join(RELEASES)})")
+    return found.group(1)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, help="a vllm-0.33.0 wheel already downloaded (no network)")
+    parser.add_argument("--wheel", type=Path, action="append", default=[],
+                        help="a vLLM wheel already downloaded (no network); may be given once per release")
     args = parser.parse_args(argv)
-    if unpacked():
-        print(f"vLLM {VERSION} already in {source_folder()}")
-        return 0
-    wheel = args.wheel or next(cache_folder().glob(f"vllm-{VERSION}-*.whl"), None) or download(cache_folder())
-    unpack(wheel)
-    print(f"vLLM {VERSION} unpacked in {source_folder()}")
+    given = {wheel_version(wheel): wheel for wheel in args.wheel}
+    for version in RELEASES:
+        if unpacked(version):
+            print(f"vLLM {version} already in {source_folder(version)}")
+            continue
+        if args.wheel and version not in given:
+            continue  # offline: only the releases whose wheels were given
+        wheel = (given.get(version) or next(cache_folder().glob(f"vllm-{version}-*.whl"), None)
+                 or download(version, cache_folder()))
+        unpack(version, wheel)
+        print(f"vLLM {version} unpacked in {source_folder(version)}")
     return 0
 
 

@@ -1,9 +1,10 @@
-"""pagesim's ``--system vllm-v1`` over a peer workload, one ``Step`` record per iteration.
+"""pagesim over a peer workload (``--system vllm-v1`` or ``vllm``), one ``Step`` record per iteration.
 
 An executor outside the core (``sim/executor.py``) reads each iteration as the core scheduled it,
 before it completes, and says it lasts ``STEP_S``: the prefill chunks (``step_prefill_ids``,
-``step_prefill_tokens``), the running requests that decode one token (``in_decode``), who was
-preempted while scheduling it (``num_preemptions`` went up) and the free blocks. A request's
+``step_prefill_tokens``), the running requests that decode a token per sequence (``in_decode``),
+who was preempted while scheduling it (``num_preemptions`` went up), who was swapped out or in
+(its status) and the free blocks. A request's
 finish is seen at the next step (or the run's end): it is set when the step completes.
 """
 
@@ -27,13 +28,26 @@ from pagesim.sim.run import run_simulation  # noqa: E402
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
 
-def config(workload: Workload) -> SimConfig:
+def gib(blocks: int, workload: Workload) -> float:
+    return blocks * workload.block_size * OPT13B_SLOT / 2**30
+
+
+def config(workload: Workload, system: str) -> SimConfig:
     settings = dict(model="opt-13b", gpu="a100-40gb", block_size=workload.block_size,
-                    kv_gib=workload.num_blocks * workload.block_size * OPT13B_SLOT / 2**30,
-                    max_seq_len=workload.max_model_len, max_num_seqs=workload.max_num_seqs,
-                    max_num_batched_tokens=workload.max_num_batched_tokens, prefix_caching=workload.prefix_caching,
-                    watermark=0.0, async_scheduling=False, cost_model="roofline")
-    return SimConfig.for_system("vllm-v1", scheduling_policy=workload.policy, **settings)
+                    kv_gib=gib(workload.num_blocks, workload), max_seq_len=workload.max_model_len,
+                    max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
+                    prefix_caching=workload.prefix_caching, cost_model="roofline")
+    if system == "vllm-v1":
+        return SimConfig.for_system(system, scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False,
+                                    **settings)
+    # vLLM 0.4.2: a watermark of 1 % (block_manager_v1.py:219); both its block managers' decode
+    # rule is one free block per running sequence (block_manager_v1.py:308-318; v2's "touched
+    # blocks", block_manager_v2.py:136-163, are one per sequence for a one-token step)
+    if workload.chunked_prefill:
+        settings.update(chunked_prefill=True, chunk_budget=workload.max_num_batched_tokens)
+    return SimConfig.for_system(system, watermark=0.01, preemption=workload.preemption,
+                                swap_gib=gib(workload.cpu_blocks, workload), append_rule="free-block-per-seq",
+                                **settings)
 
 
 def trace(workload: Workload) -> pd.DataFrame:
@@ -43,6 +57,8 @@ def trace(workload: Workload) -> pd.DataFrame:
                        "output_tokens": [r.output for r in rows]})
     if workload.policy != "fcfs":
         df["priority"] = [r.priority for r in rows]
+    if any(r.n > 1 for r in rows):
+        df["n"] = [r.n for r in rows]
     if any(r.hashes for r in rows):
         df["prefix_hashes"] = [tuple(r.hashes) for r in rows]
         df.attrs["hash_block_tokens"] = workload.block_size
@@ -61,6 +77,7 @@ class Recorder:
         blocks = core.config[state.NUM_BLOCKS]
         assert blocks == self.workload.num_blocks, f"pagesim's pool has {blocks} blocks, not {self.workload.num_blocks}"
         self.preemptions = core.num_preemptions.copy()
+        self.status = core.status.copy()
         self.finished = set()
 
     def newly_finished(self, core):
@@ -74,13 +91,17 @@ class Recorder:
         c = core.count
         scheduled = {int(core.step_prefill_ids[k]): int(core.step_prefill_tokens[k])
                      for k in range(c[state.STEP_PREFILL_SEQS])}
-        for i in core.running[:c[state.NUM_RUNNING]]:
+        for i in core.running[:c[state.NUM_RUNNING]] if c[state.STEP_DECODE_SEQS] else ():  # v0: not in a prefill step
             if core.in_decode[i]:
                 assert int(i) not in scheduled, f"request {i} both prefills and decodes"
-                scheduled[int(i)] = 1
+                scheduled[int(i)] = int(core.num_seqs[i])
         preempted = frozenset(np.flatnonzero(core.num_preemptions > self.preemptions).tolist())
-        self.preemptions = core.num_preemptions.copy()
-        self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core))))
+        swapped = core.status == state.SWAPPED
+        swapped_out = frozenset(np.flatnonzero(swapped & (self.status != state.SWAPPED)).tolist())
+        swapped_in = frozenset(np.flatnonzero(~swapped & (self.status == state.SWAPPED)).tolist())
+        self.preemptions, self.status = core.num_preemptions.copy(), core.status.copy()
+        self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core)),
+                               swapped_out=swapped_out, swapped_in=swapped_in))
         return STEP_S
 
     def finish(self, core):
@@ -88,7 +109,7 @@ class Recorder:
             self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
 
 
-def run(workload: Workload) -> list[Step]:
+def run(workload: Workload, system: str = "vllm-v1") -> list[Step]:
     recorder = Recorder(workload)
-    run_simulation(config(workload), trace(workload), executor=recorder)
+    run_simulation(config(workload, system), trace(workload), executor=recorder)
     return recorder.steps

@@ -11,20 +11,12 @@ import os
 
 import pytest
 
-from tests.peers import fetch
+from tests.peers.importing import driver_or_skip
 
 os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
 
 pytestmark = pytest.mark.peers
-
-if not fetch.unpacked():
-    pytest.skip(f"vLLM 0.33.0 is not in {fetch.cache_folder()}: python -m tests.peers.fetch",
-                allow_module_level=True)
-try:
-    from tests.peers import vllm_v1
-    vllm_v1.load()
-except Exception as error:  # torch missing, or a vLLM module the stubs do not cover
-    pytest.skip(f"vLLM 0.33.0's scheduler does not import here: {error}", allow_module_level=True)
+vllm_v1 = driver_or_skip("0.33.0", "tests.peers.vllm_v1")
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import describe, first_divergence  # noqa: E402

@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import logging
 import pickle
-import sys
 import types
 
-from tests.peers import fetch
+from tests.peers.importing import Peer, placeholders
 from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
 
 # vLLM's modules executed as they are
@@ -42,23 +39,6 @@ REAL = (
     "vllm.v1.core.sched.output", "vllm.v1.core.sched.utils", "vllm.v1.core.sched.request_queue",
     "vllm.v1.core.sched.interface", "vllm.v1.core.sched.scheduler",
 )
-
-
-class Placeholder(type):
-    """A stubbed name: a class that may be named (an annotation, an isinstance, a default
-    argument, an enum member read at import) but never called."""
-
-    def __call__(cls, *args, **kwargs):
-        raise RuntimeError(f"the peer called the stub {cls.__module__}.{cls.__name__}")
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Placeholder(f"{cls.__name__}.{name}", (), {"__module__": cls.__module__})
-
-
-def placeholders(*names):
-    return {name: None for name in names}  # None: a Placeholder of that name
 
 
 class Anything:
@@ -174,48 +154,18 @@ STUBS = {
     "vllm.pooling_params": placeholders("PoolingParams"),
     "vllm.sampling_params": placeholders("SamplingParams", "RepetitionDetectionParams"),
 }
-
-
-class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of ``vllm.*``: the packages above ``REAL`` and ``STUBS`` modules as bare packages (their
-    ``__init__`` pulls in the whole engine: not run), ``STUBS`` as stubs, ``REAL`` from source;
-    anything else is an error naming the module, for ``STUBS`` to list."""
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] != "vllm" or name in REAL:
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        name = spec.name
-        module = types.ModuleType(name)
-        module.__path__ = [str(fetch.source_folder().joinpath(*name.split(".")))]
-        if name in STUBS:
-            for attribute, value in STUBS[name].items():
-                setattr(module, attribute, Placeholder(attribute, (), {"__module__": name}) if value is None else value)
-        elif not any(known.startswith(name + ".") for known in (*REAL, *STUBS)):
-            raise ImportError(f"vLLM module {name} is neither run nor stubbed (tests/peers/vllm_v1.py STUBS)")
-        return module
-
-    def exec_module(self, module):
-        pass
+PEER = Peer("0.33.0", REAL, STUBS, "tests/peers/vllm_v1.py")
 
 
 def load() -> types.SimpleNamespace:
-    """vLLM 0.33.0's scheduler and what drives it, imported once from the cache folder."""
-    if "vllm.v1.core.sched.scheduler" not in sys.modules:
-        if not fetch.unpacked():
-            raise ImportError("vLLM 0.33.0 is not fetched: python -m tests.peers.fetch")
-        if any(name.split(".")[0] == "vllm" for name in sys.modules):
-            raise ImportError("another vllm is already imported")
-        sys.path.insert(0, str(fetch.source_folder()))
-        sys.meta_path.insert(0, Finder())
-    import torch
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    """vLLM 0.33.0's scheduler and what drives it, imported from the cache folder."""
+    with PEER.active():
+        import torch
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
     return types.SimpleNamespace(Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec,
                                  KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
                                  ModelRunnerOutput=ModelRunnerOutput, Request=Request,
@@ -301,6 +251,11 @@ def run(workload: Workload, max_steps: int = 100_000, prefix_hashes_only: bool =
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
     arrival."""
     vllm = load()
+    with PEER.active():
+        return drive(vllm, workload, max_steps, prefix_hashes_only)
+
+
+def drive(vllm, workload: Workload, max_steps: int, prefix_hashes_only: bool) -> list[Step]:
     scheduler = build(vllm, workload)
     requests = {}
     steps: list[Step] = []

@@ -22,6 +22,7 @@ class Row:
     output: int
     priority: int = 0
     hashes: tuple = ()  # one per full block of the prompt's prefix, a chain: block k's key is hashes[:k + 1]
+    n: int = 1  # parallel sampling: sequences of this request (vLLM v0 only)
 
 
 @dataclass
@@ -36,6 +37,11 @@ class Workload:
     prefix_caching: bool = False
     policy: str = "fcfs"
     description: str = ""
+    # vLLM v0 (vllm_v0.py) only
+    preemption: str = "recompute"
+    cpu_blocks: int = 4096  # swap space: ample, vLLM 0.4.2 stops the engine when it runs out
+    block_manager: str = "v1"
+    chunked_prefill: bool = False  # its budget: max_num_batched_tokens
 
     def __post_init__(self):
         if self.max_model_len is None:
@@ -55,15 +61,17 @@ class Workload:
 
 @dataclass(frozen=True)
 class Step:
-    """One step that scheduled tokens: its start, tokens per request (trace index), the requests
-    preempted while scheduling it, the free blocks once it is scheduled, and the requests that
-    finished with it."""
+    """One step that scheduled tokens: its start, tokens per request (trace index; a decode, one
+    per running sequence), the requests preempted while scheduling it, the free blocks once it
+    is scheduled, the requests that finished with it, and those swapped out and in."""
 
     start_s: float
     scheduled: dict = field(default_factory=dict)
     preempted: frozenset = frozenset()
     free_blocks: int = 0
     finished: frozenset = frozenset()
+    swapped_out: frozenset = frozenset()  # of the preempted, those swapped out (vLLM v0)
+    swapped_in: frozenset = frozenset()
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -122,4 +130,48 @@ WORKLOADS = {
                            description="a prefix, 2 unshared prompts, the prefix again: which blocks are evicted"),
     "prefix-pressure": Workload("prefix-pressure", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
                                 prefix_caching=True, description="the preemption workload with prefix caching on"),
+}
+
+
+def parallel_rows(seed: int, n: int, widths: tuple) -> list:
+    """``rows`` whose requests sample ``n`` sequences each, drawn from ``widths``."""
+    rng = random.Random(seed)
+    return [dataclasses.replace(row, n=rng.randint(*widths)) for row in rows(seed, n, (16, 120), (8, 60))]
+
+
+# vLLM 0.4.2 (vllm_v0.py): prefill-first iterations, a watermark of 1 %
+V0_WORKLOADS = {
+    "preemption": Workload("preemption", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
+                           description="20 requests, 48 blocks of 16: recompute preemption"),
+    "arrivals": Workload("arrivals", rows(5, 30, (16, 200), (8, 120), spread_s=60), num_blocks=48,
+                         description="30 requests arriving over 60 steps, 48 blocks"),
+    "watermark": Workload("watermark", rows(6, 40, (50, 600), (20, 300), spread_s=40), num_blocks=200, block_size=32,
+                          max_model_len=2048, description="block 32, 200 blocks (a watermark of 2), long prompts"),
+    "budget": Workload("budget", rows(7, 60, (100, 700), (4, 40), spread_s=20), num_blocks=512,
+                       max_num_batched_tokens=1024, max_num_seqs=8, max_model_len=1024,
+                       description="prompts up to 700 tokens at a budget of 1024, max_num_seqs 8"),
+    "manager-v2": Workload("manager-v2", rows(1, 20, (16, 200), (8, 120)), num_blocks=48, block_manager="v2",
+                           description="the preemption workload under block_manager_v2"),
+    "swap": Workload("swap", rows(1, 20, (16, 200), (8, 120)), num_blocks=48, preemption="swap",
+                     description="the preemption workload, swapped instead of recomputed"),
+    "swap-arrivals": Workload("swap-arrivals", rows(5, 30, (16, 200), (8, 120), spread_s=60), num_blocks=48,
+                              preemption="swap", description="arrivals over 60 steps, swap preemption"),
+    "parallel": Workload("parallel", parallel_rows(8, 30, (2, 4)), num_blocks=96, preemption="swap",
+                         description="n = 2-4, 96 blocks"),
+    "parallel-tight": Workload("parallel-tight", parallel_rows(8, 30, (2, 4)), num_blocks=40, preemption="swap",
+                               description="n = 2-4, 40 blocks: groups swapped out and in"),
+    "parallel-default": Workload("parallel-default", parallel_rows(9, 30, (1, 3)), num_blocks=40,
+                                 description="n = 1-3, 40 blocks, vLLM's own choice: a group swapped, one "
+                                             "sequence recomputed"),
+    "swap-watermark": Workload("swap-watermark", rows(6, 40, (50, 600), (20, 300), spread_s=40), num_blocks=200,
+                               block_size=32, max_model_len=2048, preemption="swap",
+                               description="the watermark workload, swap preemption"),
+    "chunked": Workload("chunked", rows(2, 12, (100, 900), (4, 60), spread_s=20), num_blocks=256,
+                        max_num_batched_tokens=256, chunked_prefill=True,
+                        description="chunked prefill: prompts of 100-900 tokens, a budget of 256"),
+    "chunked-preemption": Workload("chunked-preemption", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
+                                   max_num_batched_tokens=64, chunked_prefill=True,
+                                   description="chunked prefill, a budget of 64, 48 blocks: preemption"),
+    "prefix": Workload("prefix", shared_prefix_rows(3, 24, 16), num_blocks=40, prefix_caching=True,
+                       description="shared prefixes, 40 blocks: prefix caching under pressure"),
 }

@@ -25,7 +25,7 @@ CASES = [
     ("prefix_caching", "orca-oracle", {}, (False, True)), ("prefix_caching", "vattention", {}, (False, True)),
     ("static_batch_size", "vllm", {}, (2, 8)),
     ("vattention_page_kib", "vllm", {}, (64, 2048)),
-    ("swap_gib", "vllm", {}, (0.05, 8.0)),
+    ("swap_gib", "vllm-v1", {}, (0.05, 8.0)),
     ("chunked_prefill", "vllm-v1", {"chunk_budget": 256}, (False, True)),
     ("chunked_prefill", "static", {"chunk_budget": 256}, (False, True)),
     ("chunk_budget", "vllm", {}, (256, 1024)), ("chunk_budget", "vllm-v1", {"chunked_prefill": True}, (256, 1024)),

@@ -108,10 +108,9 @@ def test_bad_replica_gpus_are_one_line_and_exit_2(capsys, argv, words):
     assert words in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_sglang_is_refused_in_a_cluster(capsys):
-    """The routers read block pools (least-kv-usage, prefix-affinity); SGLang's radix cache is not
-    one, so a cluster of it is refused in one line rather than routed on a wrong reading."""
+def test_sglang_runs_in_a_cluster(capsys):
+    """SGLang's replicas are routed by their radix trees (tests/sim/core/test_cluster.py)."""
     rc = main(["simulate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "20", "--system", "sglang",
-                   "--replicas", "2", "--no-progress"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "--system sglang runs one engine" in err[0]
+               "--replicas", "2", "--router", "prefix-affinity", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "2 / prefix-affinity" in out

@@ -71,7 +71,8 @@ def test_where_a_setting_applies_is_read_from_its_owner():
     cfg = SimConfig.for_system("orca-max")
     assert systems.applies(cfg, "reservation") and not systems.applies(cfg, "block_size")
     assert systems.applies(cfg, "max_num_seqs")  # named by nobody: applies everywhere
-    assert not systems.applies(cfg, "swap_gib") and systems.applies(cfg.replace(preemption="swap"), "swap_gib")
+    # swap space: the schedulers that swap (a request of several sequences under recompute too)
+    assert systems.applies(cfg, "swap_gib") and not systems.applies(SimConfig.for_system("vllm-v1"), "swap_gib")
     assert systems.where_it_applies("block_size") == "the paged manager (--system vllm, token, vllm-v1, sglang)"
 
 

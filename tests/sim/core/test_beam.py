@@ -104,10 +104,10 @@ def test_a_dead_beam_lets_its_tail_go_and_is_replaced_by_a_fork_of_a_survivor(co
     assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
     assert s.count[state.LOGICAL_BLOCKS] == 6 and s.count[state.NUM_FORKS] == 3
     assert s.count[state.NUM_FREES] == frees + 1 and s.count[state.FREE_EPOCH] == epoch + 1
-    assert s.num_seqs[A] == 3 and s.count[state.NUM_RUNNING_SEQS] == 2  # unchanged (A was never started here)
+    assert s.num_seqs[A] == 3 and s.count[state.NUM_RUNNING_SEQS] == 0  # A was never started here
     # the next token: beam 2 shares its tail with the new beam, so it copies it (into c0, the
     # block the dead beam freed); the new beam, its last holder, writes in place
-    assert kv_cache.decode_blocks_needed(s, A) == (1, 1)
+    assert kv_cache.decode_blocks_needed(s, A) == 1
     cow = s.count[state.NUM_COW_COPIES]
     kv_cache.take_decode_slots(s, A)
     assert rows(s, A) == [[a0, c1], [a0, c0], [a0, a1]]
@@ -128,7 +128,7 @@ def test_when_every_beam_would_die_one_drawn_at_random_lives(core):
     assert s.count[state.NUM_FREE_BLOCK_IDS] == 4 and s.free_block_ids[2:4].tolist() == [c0, c1]
     assert memory(s) == (2, [7, 1, 0, 0, 0, 16])
     assert s.count[state.NUM_FORKS] == 4 and s.count[state.LOGICAL_BLOCKS] == 6
-    assert kv_cache.decode_blocks_needed(s, A) == (2, 1)  # as right after the first fork
+    assert kv_cache.decode_blocks_needed(s, A) == 2  # as right after the first fork
 
 
 def test_beams_that_all_live_change_nothing(core):
@@ -144,8 +144,11 @@ def test_beams_that_all_live_change_nothing(core):
 
 
 def test_only_forked_beams_churn_and_only_after_a_decode_step(core):
-    """Through the scheduler: A and C prefill (no draw: nothing decoded), both fork; then a
-    decode step of A's 3 beams and C's 2 samples: A alone draws (C's samples do not churn)."""
+    """Through the scheduler: A and C prefill (no draw: nothing decoded), both fork, 3 of 6
+    blocks free; then a decode step: A's 3 beams, at their turn, find 3 free blocks and take
+    2 (copies of their shared tail), which leaves 1 for C's 2 samples: vLLM's rule asks 2
+    (one per sequence), so C, the last running, is preempted (swapped out: a group), and A
+    alone decodes and draws (C's samples would not churn)."""
     s, twin = with_seed(core, 2)
     lifecycle.add_arrival(s, A)
     lifecycle.add_arrival(s, C)
@@ -155,7 +158,7 @@ def test_only_forked_beams_churn_and_only_after_a_decode_step(core):
     assert s.num_seqs[A] == 3 and s.num_seqs[C] == 2
     assert s.rng.bit_generator.state == twin.bit_generator.state
     schedule(s)
-    assert s.count[state.STEP_DECODE_SEQS] == 5
+    assert s.count[state.STEP_DECODE_SEQS] == 3 and s.status[C] == state.SWAPPED and s.num_preemptions[C] == 1
     complete_step(s, 2.0)
     twin.random(3)
     assert s.rng.bit_generator.state == twin.bit_generator.state
@@ -178,7 +181,7 @@ def test_tails_shared_in_pairs_copy_once_per_pair(core):
     kv_cache.fork_seq(s, B, 0, 1)
     kv_cache.fork_seq(s, B, 2, 3)
     assert rows(s, B) == [[c0], [c0], [c2], [c2]]
-    assert kv_cache.decode_blocks_needed(s, B) == (2, 1)
+    assert kv_cache.decode_blocks_needed(s, B) == 2
     cow = s.count[state.NUM_COW_COPIES]
     kv_cache.take_decode_slots(s, B)
     r = rows(s, B)

@@ -30,6 +30,7 @@ def same(a, b) -> bool:
     ("vllm", {}, dict(seed=5, width={"n": [1, 2, 3]})),
     ("orca-pow2", {}, dict(seed=6)),
     ("static", {}, dict(seed=7, n=60)),
+    ("sglang", {}, dict(seed=8, prefix=True)),
 ])
 def test_one_replica_is_a_single_run(system, settings, trace):
     """With one replica every router hands every request to it at its arrival, and the event
@@ -39,7 +40,7 @@ def test_one_replica_is_a_single_run(system, settings, trace):
     t = rand_trace(n=trace.pop("n", 120), **trace)
     single = run_simulation(cfg, t)
     for router in ("round-robin", "least-outstanding-requests", "least-kv-usage") + (
-            ("prefix-affinity",) if settings.get("prefix_caching") else ()):
+            ("prefix-affinity",) if settings.get("prefix_caching") or system == "sglang" else ()):
         one = run_cluster(cfg, t, 1, router)
         replica = one.replica_summaries[0]
         assert [k for k in single.summary if k != "wall_time_s" and not same(single.summary[k], replica[k])] == []
@@ -166,6 +167,26 @@ def test_prefix_affinity_hits_are_cache_hits():
     affinity = run_cluster(cfg, t, 4, "prefix-affinity").summary["prefix_cache_hit_rate"]
     spread = run_cluster(cfg, t, 4, "round-robin").summary["prefix_cache_hit_rate"]
     assert affinity > spread
+
+
+def test_sglang_replicas_are_routed_by_their_radix_trees():
+    """SGLang's pool is its radix tree's token slots. least-kv-usage: r0 (100 tokens) -> 0 and
+    r1 (20) -> 1 (ties at 0 s); at 1 s replica 0 holds r0's tokens and replica 1 r1's: r2 -> 1.
+    With r0 done after one token, its tokens stay in the tree, evictable, held by nobody:
+    replica 0 uses nothing, r2 -> 0. prefix-affinity: r0 (prefix A) -> 0 and r1 (B) -> 1, both
+    done after one token, their prompts in their replicas' trees; at 1 s r2 (B) finds B's 63
+    tokens (its match limit: all but its last) on replica 1 and goes there, where
+    least-outstanding (a tie: 0 each) picks 0."""
+    cfg = cfg_for("sglang", slots=1500)
+    held = trace_of([(0.0, 100, 150), (0.0, 20, 200), (1.0, 10, 10)])
+    assert run_cluster(cfg, held, 2, "least-kv-usage").requests["replica"].tolist() == [0, 1, 1]
+    done = trace_of([(0.0, 100, 1, ()), (0.0, 20, 200, ()), (1.0, 10, 10, ())], prefix=True)
+    r = run_cluster(cfg, done, 2, "least-kv-usage").requests
+    assert r["finish_s"][0] < 1.0 < r["finish_s"][1] and r["replica"].tolist() == [0, 1, 0]
+    prefixes = trace_of([(0.0, 64, 1, A), (0.0, 64, 1, B), (1.0, 64, 10, B)], prefix=True)
+    r = run_cluster(cfg, prefixes, 2, "prefix-affinity").requests
+    assert max(r["finish_s"][0], r["finish_s"][1]) < 1.0 and r["replica"].tolist() == [0, 1, 1]
+    assert run_cluster(cfg, prefixes, 2, "least-outstanding-requests").requests["replica"].tolist() == [0, 1, 0]
 
 
 def test_queues_grow_as_a_replica_needs_them(monkeypatch):

@@ -152,20 +152,19 @@ def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core):
     assert cached(s, B, 1) == blocks(s, B)[1]  # recomputed, and cached again under its key
 
 
-def test_admission_counts_hits_and_revivals_against_the_watermark(core):
-    """can_allocate: need = prompt blocks - hits + revived hits, against free + LRU."""
+def test_admission_counts_every_prompt_block_hits_included(core):
+    """can_allocate: every block of the prompt, hits or not, against free + LRU (vLLM 0.4.2's
+    ``can_allocate`` counts ``len(seq.logical_token_blocks)``); the allocation then takes only
+    what the hits do not hold."""
     s = core
     admit(s, A, 10)
     admit(s, D, 8)  # 2 blocks: 1 free block left
     assert kv_cache.num_free_blocks(s) == 1
-    # B needs 3 blocks, 2 of them hits A holds: 1 new block, which is there
+    # B: 3 blocks, 2 of them hits A holds: 3 > 1 free
+    assert kv_cache.can_allocate(s, B, 10) == kv_cache.ALLOCATE_LATER
+    kv_cache.free(s, D)  # 3 free
     assert kv_cache.can_allocate(s, B, 10) == kv_cache.CAN_ALLOCATE
-    kv_cache.free(s, D)
-    kv_cache.free(s, A)  # LRU: a1, a0; free: 4
-    admit(s, D, 20)  # 5 blocks: 4 free + a1 evicted; LRU: a0
-    assert kv_cache.num_free_blocks(s) == 1
-    # C (8 tokens): 1 hit (a0, unreferenced: reviving it uses it) + 1 new block = 2 > 1
-    assert kv_cache.can_allocate(s, C, 8) == kv_cache.ALLOCATE_LATER
+    assert admit(s, B, 10) == 8 and kv_cache.num_free_blocks(s) == 2  # the hits took no block
 
 
 def test_the_key_map_survives_deletions_in_probe_runs(core):
@@ -193,10 +192,12 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
 
 def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     """B comes back from the CPU with 12 tokens (10 prompt + 2 generated) while A holds the
-    prompt's first two blocks: they are hits, only its third block's 4 tokens come in (and,
-    full and keyable, it is cached); the swap is priced for all 12."""
+    prompt's first two blocks (8 of A's tokens), with 4 blocks free: B's 3 blocks and one for
+    its next token (vLLM's can_swap_in). A's blocks are hits, only B's third block's 4 tokens
+    come in (and, full and keyable, it is cached); the swap is priced for all 12. B then
+    decodes its 13th token in a 4th block."""
     s = core
-    admit(s, A, 10)
+    admit(s, A, 8)
     a = blocks(s, A)
     c = s.count
     s.status[B] = state.SWAPPED
@@ -205,14 +206,14 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
     c[state.SWAPPED_LEN] += 1
     c[state.SWAP_USED_TOKENS] = 12
-    assert resume_swapped(s)
+    assert resume_swapped(s) == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
     b = blocks(s, B)
-    assert b[:2] == a[:2] and s.num_computed_tokens[B] == 12
-    assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0
+    assert b[:2] == a and len(b) == 4 and s.num_computed_tokens[B] == 13
+    assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0 and c[state.STEP_DECODE_SEQS] == 1
     assert cached(s, B, 2) == b[2]
-    assert c[state.PREFIX_HIT_TOKENS] == 8 and c[state.PREFIX_LOOKUP_TOKENS] == 10 + 12
-    # A: 10 tokens, demand 12; B's own block: 4 tokens, demand min(14 - 8, 4); 4 blocks used
-    assert memory(s) == (4, [14, 2, 0, 0, 0, 8])
+    assert c[state.PREFIX_HIT_TOKENS] == 8 and c[state.PREFIX_LOOKUP_TOKENS] == 8 + 12
+    # 13 tokens (8 shared); B's 4th block: its 14th slot to come, 2 never filled; 2 blocks free
+    assert memory(s) == (4, [13, 1, 2, 0, 0, 8])
 
 
 def hashed_core(rows, hashes, slots, max_seq_len=24, hash_block_tokens=BS):

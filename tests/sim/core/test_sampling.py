@@ -4,6 +4,8 @@ scheduler's groups), worked by hand on a pool of 6 blocks of 4 tokens: request A
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,7 +62,7 @@ def test_fork_shares_every_block_and_changes_no_token_count(core):
     # 6 tokens, demand min(F, 8) = 8, 2 blocks used; 6 logical blocks (3 tables of 2)
     assert memory(s) == (2, [6, 2, 0, 0, 0, 16])
     assert s.count[state.LOGICAL_BLOCKS] == 6 and s.count[state.NUM_FORKS] == 2
-    assert s.count[state.NUM_RUNNING_SEQS] == 2  # the children join at the fork
+    assert s.count[state.NUM_RUNNING_SEQS] == 0  # none added: a request counts its width from its admission
 
 
 def test_writing_into_the_shared_tail_copies_it_first_but_for_the_last_writer(core):
@@ -68,7 +70,7 @@ def test_writing_into_the_shared_tail_copies_it_first_but_for_the_last_writer(co
     prefilled_and_forked(s)
     a0, a1 = rows(s, A)[0]
     # 3 writers into a1 (3 references): 2 copies; the last sequence takes one too (a copy)
-    assert kv_cache.decode_blocks_needed(s, A) == (2, 1)
+    assert kv_cache.decode_blocks_needed(s, A) == 2
     kv_cache.take_decode_slots(s, A)
     r = rows(s, A)
     assert [t[0] for t in r] == [a0] * 3 and r[2][1] == a1 and len({t[1] for t in r}) == 3
@@ -79,10 +81,10 @@ def test_writing_into_the_shared_tail_copies_it_first_but_for_the_last_writer(co
     assert memory(s) == (4, [10, 6, 0, 0, 0, 8])
     s.num_computed_tokens[A] += 1
     s.count[state.COMPUTED_SLOTS] += 3
-    assert kv_cache.decode_blocks_needed(s, A) == (0, 0)  # private tails with room
+    assert kv_cache.decode_blocks_needed(s, A) == 0  # private tails with room
     s.num_computed_tokens[A] += 1
     s.count[state.COMPUTED_SLOTS] += 3
-    assert kv_cache.decode_blocks_needed(s, A) == (3, 1)  # 8 tokens: every sequence crosses
+    assert kv_cache.decode_blocks_needed(s, A) == 3  # 8 tokens: every sequence crosses
     kv_cache.free(s, A)  # every sequence lets its blocks go: all six are free again
     assert s.count[state.NUM_FREE_BLOCK_IDS] == 6 and s.count[state.NUM_FREES] == 3
     assert memory(s) == (0, [0, 0, 0, 0, 0, 24])
@@ -104,13 +106,14 @@ def test_copies_are_priced_as_the_roofline_copied_tokens_term(core):
 
 def test_a_group_counts_all_its_sequences_against_max_num_seqs(core):
     """max_num_seqs = 3: B (n = 4) is rejected at arrival; A (n = 3) is admitted when no
-    sequence runs, and blocks admission while running."""
+    sequence runs and takes all 3 from its admission, before its fork (vLLM 0.4.2 counts a
+    group's best_of at its prompt stage, sequence.py:479-494)."""
     s = core
     lifecycle.add_arrival(s, 1)
     assert s.status[1] == state.REJECTED and s.reject_code[1] == state.REJECT_TOO_WIDE
     lifecycle.add_arrival(s, A)
     schedule(s)
-    assert s.count[state.STEP_PREFILL_SEQS] == 1 and s.count[state.NUM_RUNNING_SEQS] == 1
+    assert s.count[state.STEP_PREFILL_SEQS] == 1 and s.count[state.NUM_RUNNING_SEQS] == 3
     complete_step(s, 1.0)  # prefill done: forked
     assert s.num_seqs[A] == 3 and s.count[state.NUM_RUNNING_SEQS] == 3
     assert s.count[state.DECODE_SET_SIZE] == 3
@@ -132,8 +135,9 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
 def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     """Through the scheduler: A's prefill (one sequence), the fork, a decode step of its 3
     sequences (context 7 each, which vLLM v0's kernel reads as 2 whole blocks of 4: 3 x 8 = 24
-    tokens read; 2 copies of the shared tail; 3 inter-token latencies),
-    then preempted for recompute: it restarts as one sequence, every block free."""
+    tokens read; 2 copies of the shared tail; 3 inter-token latencies), then preempted as one:
+    swapped out (vLLM 0.4.2 cannot recompute a group: its 3 x 7 tokens go to the CPU), every
+    block free; with no swap space left it restarts for recompute as one sequence."""
     s = core
     c = s.count
     lifecycle.add_arrival(s, A)
@@ -144,7 +148,13 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     complete_step(s, 2.0)
     assert s.itl_hist.sum() == 3 and c[state.ITL_COUNT] == 3
     assert s.num_generated[A] == 2
-    interpreted(lifecycle.preempt)(s, c[state.NUM_RUNNING] - 1, s.config[state.SCHEDULER_KIND])
-    assert s.status[A] == state.WAITING and s.num_seqs[A] == 1 and s.prompt_target[A] == 8
-    assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
-    assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3
+    no_swap_space = copy.deepcopy(s)
+    no_swap_space.config[state.SWAP_CAPACITY_TOKENS] = 0
+    for core, status, seqs in ((s, state.SWAPPED, 3), (no_swap_space, state.WAITING, 1)):
+        c = core.count
+        interpreted(lifecycle.preempt)(core, c[state.NUM_RUNNING] - 1, core.config[state.SCHEDULER_KIND])
+        assert core.status[A] == status and core.num_seqs[A] == seqs
+        assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
+        assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3
+    assert s.count[state.SWAP_USED_TOKENS] == 21 and s.count[state.NUM_SWAP_FALLBACKS] == 0
+    assert no_swap_space.prompt_target[A] == 8 and no_swap_space.count[state.NUM_SWAP_FALLBACKS] == 1

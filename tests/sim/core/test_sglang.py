@@ -26,6 +26,7 @@ insert = interpreted(radix_cache.insert)
 inc_lock_ref = interpreted(radix_cache.inc_lock_ref)
 dec_lock_ref = interpreted(radix_cache.dec_lock_ref)
 evict = interpreted(radix_cache.evict)
+cached_prefix = interpreted(radix_cache.cached_prefix)
 
 
 def sglang(slots: int, **settings) -> SimConfig:
@@ -136,15 +137,48 @@ def test_eviction_takes_the_least_recently_accessed_unlocked_leaf_first():
     assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.NUM_EVICTIONS] == 2
 
 
-def test_a_split_node_keeps_its_access_time_below_the_matched_part():
-    """A match that ends inside a node splits it; the part below keeps the node's old access
-    time, so it goes before a leaf inserted after A (C) though A's path was just matched."""
+def test_a_node_is_stamped_before_it_is_split_and_a_new_node_is_newer():
+    """SGLang stamps a node its walk reaches, then splits it (radix_cache.py:660, :663): the
+    part below keeps the walk's time, the part above is a new node, newer still. A match that
+    ends inside A's leaf leaves both parts newer than C's leaf: C goes first, then A's lower
+    part [11, 12) (its parent is no leaf)."""
     s = tree()
     insert(s, A, 12)
     insert(s, C, 6)
-    match_prefix(s, A, 11)  # [0, 11) accessed now, [11, 12) as when A was inserted
-    assert evict(s, 1) == 1
-    assert nodes(s) == [(0, 6, C, 0, 0), (0, 11, A, 0, 0)]
+    match_prefix(s, A, 11)
+    assert evict(s, 1) == 6
+    assert nodes(s) == [(0, 11, A, 0, 0), (11, 12, A, 0, 0)]
+    assert evict(s, 1) == 1 and nodes(s) == [(0, 11, A, 0, 0)]
+
+
+def test_an_inserted_leaf_is_newer_than_the_part_split_off_beside_it():
+    """Inserting B splits A's leaf at 8: A's lower part [8, 12) is stamped by the walk, B's new
+    leaf after it (TreeNode reads the clock: radix_cache.py:259), so A's part is evicted first,
+    whatever rows they sit in: here X's and Y's, evicted before, are reused (the split's upper
+    part takes Y's, B's leaf X's, below A's row); the shared [0, 8) stays while B's leaf holds it."""
+    x, y, a, b = range(4)
+    s = initial_state(sglang(64), trace((0, 4, 1), (0, 4, 1), (0, 12, 1), (0, 12, 1),
+                                        hashes=((7,), (8,), (1, 2, 3), (1, 2, 9))))
+    insert(s, x, 4)
+    insert(s, y, 4)
+    insert(s, a, 12)
+    assert evict(s, 8) == 8 and nodes(s) == [(0, 12, a, 0, 0)]
+    insert(s, b, 12)
+    assert evict(s, 1) == 4
+    assert nodes(s) == [(0, 8, a, 0, 0), (8, 12, b, 0, 0)]
+
+
+def test_a_routers_reading_of_the_tree_changes_nothing():
+    """cached_prefix (a cluster's prefix-affinity router): the match's length, whole pages,
+    without the match's split or access times."""
+    s = tree()
+    insert(s, A, 12)
+    before, clock = s.radix_nodes.copy(), s.count[state.RADIX_ACCESS_CLOCK]
+    assert cached_prefix(s, B, 11) == 8 and cached_prefix(s, A, 11) == 11 and cached_prefix(s, C, 5) == 0
+    assert (s.radix_nodes == before).all() and s.count[state.RADIX_ACCESS_CLOCK] == clock
+    s = tree(page=4)
+    insert(s, A, 12)
+    assert cached_prefix(s, A, 11) == 8
 
 
 def test_eviction_frees_unlocked_leaves_only_and_a_parent_once_it_is_a_leaf():

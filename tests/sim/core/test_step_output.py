@@ -65,16 +65,15 @@ def tiny(rows, **kw):
 
 
 def test_copy_on_write_at_a_forks_first_decode():
-    """A (6 prompt tokens, 3 output tokens, n = 2) prefills into blocks 3 (4 tokens) and 2 (2
+    """A (6 prompt tokens, 2 output tokens, n = 2) prefills into blocks 3 (4 tokens) and 2 (2
     tokens), then forks: both sequences share 2 as their tail. At the first decode, sequence 0
     writes into the shared tail: it takes a fresh block (1, the stack's top) and block 2 is
-    copied into it; sequence 1 then finds 2 private and writes in place. The second decode
-    copies nothing; A finishes there."""
-    trace, cfg = tiny([(0.0, 6, 3, 2)])
+    copied into it; sequence 1 then finds 2 private and writes in place. A finishes there."""
+    trace, cfg = tiny([(0.0, 6, 2, 2)])
     rec = Recorder()
     run_simulation(cfg, trace, executor=rec)
-    assert [st["copies"] for st in rec.steps] == [[], [[2, 1]], []]
-    assert [st["swap_out"] + st["swap_in"] for st in rec.steps] == [[], [], []]
+    assert [st["copies"] for st in rec.steps] == [[], [[2, 1]]]
+    assert [st["swap_out"] + st["swap_in"] for st in rec.steps] == [[], []]
     assert rec.finished_at_end == [0]
 
 
@@ -98,17 +97,18 @@ def test_swap_out_lists_the_blocks_before_they_are_freed_and_swap_in_the_new_one
     assert res.summary["num_preemptions"] == 1 and rec.finished_at_end == [B]
 
 
-def test_a_group_swaps_each_sequence_out_and_back_in_blocks_of_its_own():
+def test_a_group_swaps_out_and_back_in_sharing_its_prompt_block():
     """B (4 + 10 tokens) and A (4 + 3, n = 2) arrive together. Step 0 prefills B in block 3, A
-    in 2; A forks (both sequences hold 2). Step 1: all three sequences cross a block boundary
-    and free-block-per-seq asks 3 of the 2 free: A, the latest, goes out, each sequence with
-    its 4 tokens in the block it holds (2, listed once per sequence); the last holder frees it
-    and B takes it. A needs a block per sequence and one more each to come back, so it waits
-    until B, which takes 1 and 0 as it grows, finishes after step 9 (its blocks pushed tail
-    first: stack 0, 1, 2, 3). Step 10 swaps A's sequences back in, each in a block of its own:
-    3, then 2, and decodes them across the boundary into 1 and 0: none is free. Step 11 swaps A
-    out again, 5 tokens per sequence in [3, 1] and [2, 0] (nothing else runs: it will be
-    recomputed, a swap fallback, as it cannot come back with a free block per sequence)."""
+    in 2; A forks (both sequences hold 2). Step 1: B, at its turn, has the 2 free blocks its
+    one sequence asks and takes 1 to cross; A's 2 sequences then find 1: A, the latest, goes out
+    (each sequence listed with its 4 tokens in the block it holds, 2); the last holder frees it
+    and B takes it. A comes back holding its one block shared, as it left (vLLM swaps a group's
+    blocks as they are), with one more per sequence: 3 free blocks, so it waits until B, which
+    takes 1 and 0 as it grows, finishes after step 9 (its blocks pushed tail first: stack 0, 1,
+    2, 3). Step 10: nothing runs, so A swaps back in: both sequences hold 3, and they decode
+    across the boundary into 2 and 1. Step 11: A's 2 sequences find 1 free block: A goes out
+    again, 5 tokens per sequence in [3, 2] and [3, 1] (nothing else runs: it is recomputed, a
+    swap fallback, as its 3 blocks and one per sequence exceed the pool)."""
     trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
     rec = Recorder()
     run_simulation(cfg, trace, executor=rec)
@@ -117,9 +117,9 @@ def test_a_group_swaps_each_sequence_out_and_back_in_blocks_of_its_own():
     assert st[1]["swap_out"] == [[A, 0, 2], [A, 1, 2]] and st[1]["swap_tokens"] == (8, 0)
     assert [k for k, s in enumerate(st) if s["swap_out"]] == [1, 11]
     assert [k for k, s in enumerate(st) if s["swap_in"]] == [10]
-    assert st[10]["swap_in"] == [[A, 0, 3], [A, 1, 2]] and st[10]["swap_tokens"] == (0, 8)
+    assert st[10]["swap_in"] == [[A, 0, 3], [A, 1, 3]] and st[10]["swap_tokens"] == (0, 8)
     assert st[10]["finished"] == [B]
-    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 1], [A, 1, 2], [A, 1, 0]] and st[11]["swap_tokens"] == (10, 0)
+    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 2], [A, 1, 3], [A, 1, 1]] and st[11]["swap_tokens"] == (10, 0)
 
 
 def test_a_second_pass_swaps_in_after_the_first_ones_swap_outs():

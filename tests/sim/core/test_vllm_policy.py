@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import pytest
 
+from pagesim.sim.run import run_simulation
+from tests.sim.helpers import ConstExecutor, cfg_for, trace_of
+
 TIGHT_POOL = dict(kv_slots=12, max_seq_len=12, block_size=4)
 
 
@@ -100,15 +103,16 @@ def test_swap_falls_back_to_recompute_without_swap_space(simulate, tight_pool, a
 @pytest.mark.parametrize("preemption,prefill_tokens,preemptions", [
     # C (prompt 3, output 2) arrives at 1 ms and waits behind the full pool. In step 2 one
     # block is free, enough for C, but B is still out (needs 2): nobody new is admitted.
-    # Step 3: recompute: B (7, at the queue's head) and C (3) are admitted together;
-    # swap: B comes back first and C is admitted in the same step, its prefill running alone.
-    # Step 4 decodes B and C with no block free and none crossing: vLLM's one free block per
-    # sequence preempts C, the latest (recompute: step 5 prefills its 3 + 1 tokens and it
-    # finishes; swap: in step 5 C's block is free but would leave none for its next token, so
-    # it stays out (vLLM's can_swap_in) while B finishes, and C comes back and decodes its
-    # last token in step 6)
+    # Recompute: step 3 admits B (7, at the queue's head) and C (3) together; step 4 decodes
+    # B and C with no block free and none crossing: vLLM's one free block per sequence
+    # preempts C, the latest arrival; step 5 prefills its 3 + 1 tokens and it finishes.
+    # Swap: while B is out nobody is admitted, and B comes back only after the decodes of a
+    # step that preempted nobody (vLLM 0.4.2): step 3 (nothing runs) swaps B in, and it
+    # decodes; step 4 admits C, its prefill running alone; step 5 preempts C as above (B
+    # finishes); step 6 swaps C in (its block and one for its next token are free) and it
+    # decodes its last token
     ("recompute", [10, 0, 0, 7 + 3, 0, 3 + 1], [0, 1, 1]),
-    ("swap", [10, 0, 0, 3, 0, 0, 0], [0, 1, 1]),
+    ("swap", [10, 0, 0, 0, 3, 0, 0], [0, 1, 1]),
 ], ids=["recompute", "swap"])
 def test_no_admission_while_a_preempted_request_waits(simulate, tight_pool, tiny_trace, preemption,
                                                       prefill_tokens, preemptions):
@@ -172,3 +176,58 @@ def test_a_decode_step_needs_a_free_block_per_sequence(simulate, tight_pool, tin
     assert column(result, "num_decode_tokens") == decode_tokens
     assert result.requests["preemptions"].tolist() == [0, b_preemptions]
     assert result.requests["status"].tolist() == ["finished", "finished"]
+
+
+def test_swapped_requests_come_back_by_arrival_after_the_decodes():
+    # Pool: 7 blocks of 4, swap preemption, steps of 1 s. A (prompt 4, output 12) and B (4, 5)
+    # at 0, C (6, 12) at 0.5 s, D (4, 12) at 0.6 s. Running order is arrival order (vLLM 0.4.2
+    # sorts its queues by arrival every step), and each request at its turn needs a free block
+    # per sequence:
+    #   step 0  A, B prefill (1 block each): 5 free
+    #   step 1  C (2 blocks), D (1) prefill: 2 free
+    #   step 2  A and B cross and take the 2 free blocks; C then finds none: the last, D, is
+    #           swapped out (1 block back) and C decodes: 1 free
+    #   step 5  A, at its turn, finds no free block (C crossed in step 4): C is swapped out
+    #           (3 blocks), A and B decode; B finishes
+    #   step 6  A takes a block (4 free left); after the decodes, with nobody preempted, the
+    #           swapped come back by arrival: C first (its 3 blocks and 1 for its next token),
+    #           which leaves 1, too few for D (swapped out first, but arrived later)
+    #   step 10 A crosses with no block free: C, the later arrival, goes out again (4 blocks)
+    #   steps 11-12: C, the swapped queue's head, needs 5 of the 3 free: D, behind it, waits
+    #           too, though it would fit; A finishes in step 12
+    #   step 13 C and D come back (5 + 2 of 7) and decode
+    #   step 16 C crosses into the last free block; D finds none and, the last, goes out
+    cfg = cfg_for("vllm", slots=28, block_size=4, max_seq_len=28, watermark=0.0, preemption="swap",
+                  max_num_batched_tokens=64, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 4, 12), (0.0, 4, 5), (0.5, 6, 12), (0.6, 4, 12)]),
+                            executor=executor)
+    decoding = [batch[2] for batch in executor.batches]
+    A, B, C, D = range(4)
+    assert decoding[2:7] == [[A, B, C]] * 3 + [[A, B], [A, C]]
+    assert decoding[10:14] == [[A]] * 3 + [[C, D]]
+    assert decoding[16:18] == [[C], [D]]
+    assert result.requests["preemptions"].tolist() == [0, 0, 2, 2]
+
+
+def test_chunked_prefill_admits_while_a_request_is_swapped_out():
+    # Chunked prefill (budget 16), swap preemption, the pool of 3 blocks of 4, steps of 1 s;
+    # A (4, 3) and B (6, 3) at 0, C (3, 2) at 0.5 s:
+    #   step 0  A (1 block) and B (2) prefill: no block free
+    #   step 1  A crosses with no block free: B, the last, is swapped out (2 blocks back) and A
+    #           takes one. A preemption: nobody swaps in; but new prompts are still scheduled
+    #           (vLLM 0.4.2's chunked pass does not hold them back for a swapped request,
+    #           scheduler.py:848-850): C (1 block) prefills
+    #   step 2  A and C decode with no block free: C, the last, is swapped out and A decodes
+    #           its last token
+    #   step 3  B (arrived first) comes back with 2 blocks and 1 for its next token, and
+    #           decodes; C's block and 1 more do not fit the 1 left
+    #   step 4  B decodes its last token; step 5: C comes back and decodes its last
+    cfg = cfg_for("vllm", slots=12, block_size=4, max_seq_len=12, watermark=0.0, preemption="swap",
+                  chunked_prefill=True, chunk_budget=16, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 4, 3), (0.0, 6, 3), (0.5, 3, 2)]), executor=executor)
+    A, B, C = range(3)
+    assert [batch[0] for batch in executor.batches] == [[A, B], [C], [], [], [], []]  # prompts
+    assert [batch[2] for batch in executor.batches] == [[], [A], [A], [B], [B], [C]]  # decodes
+    assert result.requests["preemptions"].tolist() == [0, 1, 1]

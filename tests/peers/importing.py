@@ -1,0 +1,122 @@
+"""A peer engine's own modules, imported from the cache folder (``fetch.py``) with stubs.
+
+``Peer(version, real, stubs)``: the modules in ``real`` are executed from vLLM's source as they
+are; every other module they import must be in ``stubs``: the names it provides, ``None`` for a
+``Placeholder`` (a class that may be named, never called), so that a stub can never decide
+anything silently. A module in neither is an error naming it. A stub of a top-level package
+other than ``vllm`` (``psutil``, ``transformers``) is used only where that package is not
+installed.
+
+Both vLLM releases are the package ``vllm``: a peer's modules are in ``sys.modules`` only while
+it is ``active()`` (its import, and each run: a vLLM function may import lazily), so the two can
+run in one process, one after the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+from tests.peers import fetch
+
+
+class Placeholder(type):
+    """A stubbed name: a class that may be named (an annotation, an isinstance, a default
+    argument, an enum member read at import) but never called."""
+
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(f"the peer called the stub {cls.__module__}.{cls.__name__}")
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Placeholder(f"{cls.__name__}.{name}", (), {"__module__": cls.__module__})
+
+
+def placeholders(*names):
+    return {name: None for name in names}  # None: a Placeholder of that name
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``vllm.*`` (and of stubbed packages): the packages above ``real`` and ``stubs``
+    modules as bare packages (their ``__init__`` pulls in the whole engine: not run), stubs as
+    stubs, ``real`` from source; anything else is an error naming the module."""
+
+    def __init__(self, peer: "Peer"):
+        self.peer = peer
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] not in self.peer.packages or name in self.peer.real:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        name, peer = spec.name, self.peer
+        module = types.ModuleType(name)
+        module.__path__ = [str(peer.folder.joinpath(*name.split(".")))]
+        if name in peer.stubs:
+            for attribute, value in peer.stubs[name].items():
+                setattr(module, attribute, Placeholder(attribute, (), {"__module__": name}) if value is None else value)
+        elif not any(known.startswith(name + ".") for known in (*peer.real, *peer.stubs)):
+            raise ImportError(f"vLLM {peer.version} module {name} is neither run nor stubbed ({peer.driver} STUBS)")
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+class Peer:
+    """One vLLM release's modules: ``real`` run from source, ``stubs`` as given (``driver``:
+    the file that lists them, for error messages)."""
+
+    def __init__(self, version: str, real: tuple, stubs: dict, driver: str):
+        self.version, self.real, self.driver = version, real, driver
+        self.stubs = {name: names for name, names in stubs.items()
+                      if name.split(".")[0] == "vllm" or not installed(name.split(".")[0])}
+        self.packages = {"vllm", *(name.split(".")[0] for name in self.stubs)}
+        self.folder = fetch.source_folder(version)
+        self.modules: dict = {}  # its modules while it is not active
+
+    @contextlib.contextmanager
+    def active(self):
+        if not fetch.unpacked(self.version):
+            raise ImportError(f"vLLM {self.version} is not fetched: python -m tests.peers.fetch")
+        others = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in self.packages}
+        sys.modules.update(self.modules)
+        finder = Finder(self)
+        sys.path.insert(0, str(self.folder))
+        sys.meta_path.insert(0, finder)
+        try:
+            yield
+        finally:
+            sys.meta_path.remove(finder)
+            sys.path.remove(str(self.folder))
+            self.modules = {name: sys.modules.pop(name) for name in list(sys.modules)
+                            if name.split(".")[0] in self.packages}
+            sys.modules.update(others)
+
+
+def driver_or_skip(version: str, module: str):
+    """The peer driver ``module`` (``tests.peers.vllm_v0``, ...), its release imported, or the
+    calling test module skipped, saying why: not fetched, or its code does not import here
+    (torch or pydantic missing, or a module the driver's stubs do not cover)."""
+    import pytest
+
+    if not fetch.unpacked(version):
+        pytest.skip(f"vLLM {version} is not in {fetch.cache_folder()}: python -m tests.peers.fetch",
+                    allow_module_level=True)
+    try:
+        driver = importlib.import_module(module)
+        driver.load()
+    except Exception as error:
+        pytest.skip(f"vLLM {version}'s scheduler does not import here: {error}", allow_module_level=True)
+    return driver

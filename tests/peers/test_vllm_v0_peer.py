@@ -1,0 +1,60 @@
+"""pagesim's ``--system vllm`` against vLLM 0.4.2's own scheduler, step by step (tests/peers/README.md).
+
+Skipped unless ``python -m tests.peers.fetch`` has put vLLM 0.4.2 in the cache folder and its
+scheduler imports here (torch and pydantic are needed: ``vllm/sampling_params.py`` imports them).
+Each workload (workloads.py ``V0_WORKLOADS``) runs on both sides; every step's record must be
+the same.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.peers.importing import driver_or_skip
+
+os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
+
+pytestmark = pytest.mark.peers
+vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")
+
+from tests.peers import pagesim_steps  # noqa: E402
+from tests.peers.compare import describe, first_divergence  # noqa: E402
+from tests.peers.workloads import V0_WORKLOADS  # noqa: E402
+
+# the known divergences, each with its cause in vLLM's source
+MARKS = {
+    # chunked prefill: vLLM 0.4.2 runs its running queue in one pass, in its order (new prompts,
+    # decodes, then continuing prompts, re-sorted by arrival with ties kept: scheduler.py:409,
+    # :857-870), each taking what the budget has left; the first that finds it spent ends the
+    # pass (:412-416), so a continuing prompt ahead of decodes can starve them. pagesim decodes
+    # every running request first, then continues prompts
+    "chunked-preemption": [pytest.mark.xfail(reason="vLLM 0.4.2's chunked pass runs its queue in order, decodes "
+                                             "not first", strict=True)],
+    # vLLM 0.4.2 marks a block computed (a hit that skips compute) only once the block after it
+    # is full too (compute_full_blocks_in_seq, block_manager_v1.py: range(max_full_block)), and
+    # never the last block of a table (get_all_computed_blocks); pagesim's hits are every full
+    # cached block: the memory is the same, the tokens computed differ
+    "prefix": [pytest.mark.xfail(reason="vLLM 0.4.2 counts a cached block as computed one block late",
+                                 strict=True)],
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=MARKS.get(name, [])) for name in V0_WORKLOADS])
+def test_every_step_is_vllms(name):
+    workload = V0_WORKLOADS[name]
+    theirs = vllm_v0.run(workload)
+    ours = pagesim_steps.run(workload, "vllm")
+    k = first_divergence(ours, theirs)
+    assert k is None, f"{name} ({workload.description}): {len(ours)} pagesim steps, {len(theirs)} vLLM's\n" + \
+        describe(k, ours, theirs)
+
+
+def test_the_workloads_reach_what_they_test():
+    """Recompute and swap preemptions, swap-ins and groups are all exercised (a workload that
+    never preempts would compare nothing of those rules)."""
+    reached = {name: vllm_v0.run(V0_WORKLOADS[name]) for name in ("preemption", "swap", "parallel-tight")}
+    assert sum(len(step.preempted) for step in reached["preemption"]) > 10
+    assert sum(len(step.swapped_in) for step in reached["swap"]) > 10
+    assert sum(len(step.swapped_out) for step in reached["parallel-tight"]) > 10
