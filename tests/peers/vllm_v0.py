@@ -150,13 +150,12 @@ def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
             cached = len(meta.computed_block_nums or ()) * workload.block_size
             running = group.num_seqs(status=vllm.SequenceStatus.RUNNING)
             scheduled[group_index(group)] = item.token_chunk_size - cached if group.is_prefill() else running
-        step = Step(now, scheduled, preempted=frozenset((running_before - {group_index(g) for g in scheduler.running})
-                                                        - scheduled.keys()),
-                    free_blocks=scheduler.block_manager.get_num_free_gpu_blocks(),
-                    swapped_out=frozenset(swapped - swapped_before), swapped_in=frozenset(swapped_before - swapped))
+        preempted = running_before - {group_index(g) for g in scheduler.running} - scheduled.keys()
+        free_blocks = scheduler.block_manager.get_num_free_gpu_blocks()  # once scheduled, as pagesim's
         complete(vllm, scheduler, processor, output, metadata)
-        finished = frozenset(i for i in scheduled if scheduler_group_finished(scheduler, i))
-        steps.append(Step(**{**step.__dict__, "finished": finished}))
+        steps.append(Step(now, scheduled, frozenset(preempted), free_blocks,
+                          finished=frozenset(i for i in scheduled if scheduler_group_finished(scheduler, i)),
+                          swapped_out=frozenset(swapped - swapped_before), swapped_in=frozenset(swapped_before - swapped)))
         now += STEP_S
     return steps
 
