@@ -276,12 +276,19 @@ def fork_seq(s, i, parent, j):
 
 
 @njit  # per swap-in: a call (sim/core/loop.py's docstring, "Compiled per family")
-def swap_in(s, i, n, shared):
-    """Request ``i``'s sequences come back with ``n`` tokens each: the first in blocks of its
+def swap_in(s, i, n):
+    """Whether request ``i``'s sequences came back with ``n`` tokens each. vLLM's can_swap_in
+    (block_manager_v1.py:455-472): its blocks, a group's shared ones once, and one more per
+    sequence (its next token's) must leave the watermark free. A group's sequences share the
+    blocks of the tokens before their fork (and, not decoded since, its tail), and come back
+    so, as vLLM swaps each block out and in once (swap_out/swap_in): the first in blocks of its
     own (prefix caching: past its hits, and only what the cache does not hold is computed
-    again), the others holding its first ``shared`` blocks, as when they went out, and blocks
-    of their own past them."""
-    bs = s.config[BLOCK_SIZE]
+    again), the others holding its shared blocks and blocks of their own past them."""
+    bs, w = s.config[BLOCK_SIZE], s.num_seqs[i]
+    own = blocks_for(s, n)
+    shared = own if n == s.prompt_target[i] else s.prompt_target[i] // bs
+    if num_free_blocks(s) - own - (w - 1) * (own - shared) - w < s.config[WATERMARK_BLOCKS]:
+        return False
     cached = allocate_seq(s, i, 0, n, n)
     if cached < n:
         compute_tokens_seq(s, i, 0, n - cached)
@@ -293,6 +300,7 @@ def swap_in(s, i, n, shared):
             take_blocks(s, slot, k, 1)
             s.count[COMPUTED_SLOTS] += min(max(n - k * bs, 0), bs)
             s.count[DEMAND_SLOTS] += min(max(s.final_len[i] - k * bs, 0), bs)
+    return True
 
 
 @njit(inline=True)

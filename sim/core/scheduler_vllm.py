@@ -41,7 +41,7 @@ from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head, restart,
                                         start_running, waiting_head)
 from pagesim.sim.core.state import CONTINUOUS
-from pagesim.sim.core.state import (BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
+from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                                     BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, CONTIGUOUS,
                                     DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS, FORKS_SHARE_BLOCKS,
                                     FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
@@ -50,7 +50,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLO
                                     REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
                                     STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_SWAP_IN,
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS, SWAPPED_HEAD,
-                                    SWAPPED_LEN, WAITING_LEN, WAITING_SERVED_RATIO, WATERMARK_BLOCKS)
+                                    SWAPPED_LEN, WAITING_LEN, WAITING_SERVED_RATIO)
 
 
 # -- admission ------------------------------------------------------------------------------
@@ -136,32 +136,19 @@ def resume_swapped(s):
         if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:
             break
         n = s.swapped_tokens[i]
-        # vLLM's can_swap_in (block_manager_v1.py:455-472): its blocks, a group's shared ones
-        # once, and one more per sequence (its next token's, taken in this step) leave the
-        # watermark free. A group's sequences share the blocks of the tokens before their fork
-        # (and, not decoded since, its tail): vLLM swaps them out and in as they are
-        # (swap_out/swap_in map each block once). A contiguous extent is Orca's (scheduler_orca.swap_in)
-        if contiguous:
-            fits = scheduler_orca.swap_in(s, i, n)
-        else:
-            own = kv_cache.blocks_for(s, n)
-            shared = own if n == s.prompt_target[i] else s.prompt_target[i] // s.config[BLOCK_SIZE]
-            fits = kv_cache.num_free_blocks(s) - own - (w - 1) * (own - shared) - w >= s.config[WATERMARK_BLOCKS]
-            if fits:
-                kv_cache.swap_in(s, i, n, shared)
-        if not fits:
-            if c[NUM_RUNNING] == 0:  # nothing else holds memory: it can never come back
-                c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
-                c[SWAPPED_LEN] -= 1
-                c[SWAP_USED_TOKENS] -= n * w
-                c[NUM_SWAP_FALLBACKS] += 1
-                restart(s, i)
-                continue
+        # its blocks come back if they fit (vLLM's can_swap_in: kv_cache.swap_in; a contiguous
+        # extent is Orca's, scheduler_orca.swap_in)
+        fits = scheduler_orca.swap_in(s, i, n) if contiguous else kv_cache.swap_in(s, i, n)
+        if not fits and c[NUM_RUNNING]:
             c[DEMAND_WAITING] = 1
             break
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
         c[SWAP_USED_TOKENS] -= n * w
+        if not fits:  # nothing else holds memory: it can never come back
+            c[NUM_SWAP_FALLBACKS] += 1
+            restart(s, i)
+            continue
         c[STEP_SWAP_IN] += n * w
         if s.config[EXTERNAL_STEPS] and not contiguous:
             kv_cache.record_swap(s, i, np.bool_(False))  # the blocks its K/V come back into
