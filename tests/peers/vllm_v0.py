@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
+import os
 import types
 
 from tests.peers.importing import Peer, placeholders
 from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
 
 REAL = (
-    "vllm.envs", "vllm.logger", "vllm.logging", "vllm.logging.formatter", "vllm.utils", "vllm.block",
+    "vllm.envs", "vllm.logger", "vllm.utils", "vllm.block",
     "vllm.sequence", "vllm.sampling_params", "vllm.lora.request",
     "vllm.core.interfaces", "vllm.core.policy", "vllm.core.scheduler", "vllm.core.evictor_v1", "vllm.core.evictor_v2",
     "vllm.core.block_manager_v1", "vllm.core.block_manager_v2", "vllm.core.block.interfaces",
@@ -57,14 +57,23 @@ PEER = Peer("0.4.2", REAL, STUBS, "tests/peers/vllm_v0.py")
 
 def load() -> types.SimpleNamespace:
     """vLLM 0.4.2's scheduler and what drives it, imported from the cache folder."""
-    with PEER.active():
-        logging.getLogger("vllm").setLevel(logging.WARNING)
-        from vllm.core.scheduler import PreemptionMode, Scheduler
-        from vllm.engine.output_processor.single_step import SingleStepOutputProcessor
-        from vllm.engine.output_processor.stop_checker import StopChecker
-        from vllm.sampling_params import SamplingParams
-        from vllm.sequence import (Logprob, Sequence, SequenceGroup, SequenceGroupOutput, SequenceOutput,
-                                   SequenceStatus)
+    # vllm/logger.py would otherwise configure logging at import (dictConfig), disabling every
+    # logger made before it, pagesim's included, for the rest of the process
+    configure = os.environ.get("VLLM_CONFIGURE_LOGGING")
+    os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
+    try:
+        with PEER.active():
+            from vllm.core.scheduler import PreemptionMode, Scheduler
+            from vllm.engine.output_processor.single_step import SingleStepOutputProcessor
+            from vllm.engine.output_processor.stop_checker import StopChecker
+            from vllm.sampling_params import SamplingParams
+            from vllm.sequence import (Logprob, Sequence, SequenceGroup, SequenceGroupOutput, SequenceOutput,
+                                       SequenceStatus)
+    finally:
+        if configure is None:
+            del os.environ["VLLM_CONFIGURE_LOGGING"]
+        else:
+            os.environ["VLLM_CONFIGURE_LOGGING"] = configure
     return types.SimpleNamespace(PreemptionMode=PreemptionMode, Scheduler=Scheduler,
                                  SingleStepOutputProcessor=SingleStepOutputProcessor, StopChecker=StopChecker,
                                  SamplingParams=SamplingParams, Logprob=Logprob, Sequence=Sequence,
