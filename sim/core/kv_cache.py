@@ -277,7 +277,8 @@ def fork_seq(s, i, parent, j):
 
 @njit  # per swap-in: a call (sim/core/loop.py's docstring, "Compiled per family")
 def swap_in(s, i, n):
-    """Whether request ``i``'s sequences came back with ``n`` tokens each. vLLM's can_swap_in
+    """Whether request ``i``'s sequences came back with ``n`` computed tokens each (and a
+    prompt's blocks all, like its admission, when it left mid-prompt). vLLM's can_swap_in
     (block_manager_v1.py:455-472): its blocks, a group's shared ones once, and one more per
     sequence (its next token's) must leave the watermark free. A group's sequences share the
     blocks of the tokens before their fork (and, not decoded since, its tail), and come back
@@ -285,11 +286,12 @@ def swap_in(s, i, n):
     own (prefix caching: past its hits, and only what the cache does not hold is computed
     again), the others holding its shared blocks and blocks of their own past them."""
     bs, w = s.config[BLOCK_SIZE], s.num_seqs[i]
-    own = blocks_for(s, n)
+    held = max(n, s.prompt_target[i])  # swapped out mid-prompt: the blocks its whole prompt took
+    own = blocks_for(s, held)
     shared = own if n == s.prompt_target[i] else s.prompt_target[i] // bs
     if num_free_blocks(s) - own - (w - 1) * (own - shared) - w < s.config[WATERMARK_BLOCKS]:
         return False
-    cached = allocate_seq(s, i, 0, n, n)
+    cached = allocate_seq(s, i, 0, held, n)
     if cached < n:
         compute_tokens_seq(s, i, 0, n - cached)
     for j in range(1, s.num_seqs[i]):

@@ -139,8 +139,8 @@ def start_running(s, i):
 @njit(inline=True)
 def preempt(s, k, family):
     """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
-    swapped out (``--preemption swap``, or it runs several sequences) while swap space lasts
-    and its prompt is done, else freed for recompute.
+    swapped out (``--preemption swap``, or it runs several sequences) while swap space lasts,
+    else freed for recompute.
     Returns its request id. ``family``: the caller's scheduler family (``memory.py``)."""
     c = s.count
     i = s.running[k]
@@ -158,9 +158,10 @@ def preempt(s, k, family):
     n = s.num_computed_tokens[i]  # per sequence
     # a request running several sequences is swapped whatever the setting: vLLM 0.4.2 cannot
     # recompute a group (``Scheduler._preempt``, ``vllm/core/scheduler.py:1047-1060``)
+    # a request mid-prompt (chunked prefill) too: it comes back to prefill the rest
+    # (``swapped_in.prefill_seq_groups``, ``vllm/core/scheduler.py:564-567``)
     swap = s.config[SWAP_PREEMPTION] or w > 1
-    if (swap and s.num_prompt_computed[i] >= s.prompt_target[i]
-            and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]):
+    if swap and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]:
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
             # np.bool_: jit.njit's note on constants
             kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
@@ -172,7 +173,7 @@ def preempt(s, k, family):
         push_swapped(s, i)
         return i
     if swap:
-        c[NUM_SWAP_FALLBACKS] += 1  # no swap space left, or mid-prefill: recompute
+        c[NUM_SWAP_FALLBACKS] += 1  # no swap space left: recompute
     memory.free(s, i, family)
     restart(s, i)
     return i

@@ -29,7 +29,8 @@ def make_decode_room(s):
 @njit
 def swap_in(s, i, n):
     """Whether request ``i`` came back with its ``n`` tokens (its extent reserved)."""
-    fits = extent.can_allocate(s, i, n) == kv_cache.CAN_ALLOCATE
+    held = max(n, s.prompt_target[i])  # swapped out mid-prompt: its whole prompt, as admitted
+    fits = extent.can_allocate(s, i, held) == kv_cache.CAN_ALLOCATE
     if fits:
-        extent.allocate(s, i, n, n)
+        extent.allocate(s, i, held, n)
     return fits

@@ -10,9 +10,11 @@ One iteration (:func:`schedule`):
    the policy's victim (FCFS: the latest arrival, ``policy_fcfs.py``) while a request at its
    turn lacks a free block per sequence (:func:`decode`); then, if nobody was preempted,
    swapped requests come back by arrival and decode too (:func:`resume_swapped`);
-2. chunked prefill: decode first, then ongoing prefills, then swap-ins (if nobody was
-   preempted), then new prompts, all within the token budget ``chunk_budget`` (vLLM runs its
-   running queue in one pass instead: ``docs/guide/systems.md`` says where they differ).
+2. chunked prefill: one token budget (``chunk_budget``); the running requests by arrival, each
+   its decode or its prompt's next chunk while the budget lasts, preempting the latest arrival
+   while one at its turn lacks room (:func:`run_in_order`); then, if nobody was preempted,
+   swap-ins; then new prompts, not those this step preempted; the running list then in vLLM's
+   order (:func:`arrival_order`).
 
 With prefix caching an admission starts past the prompt's cached blocks; whether it fits
 counts every block of its prompt, hits too (vLLM 0.4.2's ``can_allocate``).
@@ -24,7 +26,7 @@ lockstep and are preempted, swapped (back sharing their prompt's blocks, as they
 finished together. A request with more sequences than ``max_num_seqs`` is rejected at arrival.
 
 A preempted request is swapped to the CPU (``--preemption swap``, or it runs several
-sequences; while swap space lasts and its prompt is done) or recomputed: its blocks are freed
+sequences; while swap space lasts; mid-prompt too) or recomputed: its blocks are freed
 and it goes back to the front of the queue with its generated tokens as prompt. A waiting
 head that did not fit is not retried until something is freed (it cannot fit before). What
 every scheduler shares (the queues, preemption's mechanics, the end of a step) is
@@ -50,7 +52,7 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                                     REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
                                     STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_SWAP_IN,
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS, SWAPPED_HEAD,
-                                    SWAPPED_LEN, WAITING_LEN, WAITING_SERVED_RATIO)
+                                    SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
 
 
 # -- admission ------------------------------------------------------------------------------
@@ -122,18 +124,25 @@ def admit_waiting(s, budget):
 
 
 @njit  # called from two places, and only while a request is swapped out: a call
-def resume_swapped(s):
+def resume_swapped(s, budget):
     """Swap requests back in, by arrival (the swapped queue's order, ``lifecycle.preempt``),
-    while each fits; each decodes its next token in this step, as it left mid-decode. Called
-    after the step's decodes, in a step that preempted nobody (vLLM 0.4.2: ``scheduler.py:757-766``,
-    ``:838-846``; its swap-ins are decodes, ``:565-571``). Returns their decode context."""
+    while each fits, in memory, in ``max_num_seqs`` and in the token budget left (a token per
+    sequence, or the rest of its prompt, unchunked: ``_schedule_swapped``,
+    ``scheduler.py:547-558``); each runs in this step as it left, its next token or (swapped
+    out mid-prompt under chunked prefill) the rest of its prompt (``:564-571``). Called after the
+    running requests' turn, in a step that preempted nobody (``:757-766``, ``:838-846``).
+    Returns their decode context and the budget left."""
     c = s.count
     contiguous = s.config[MANAGER_KIND] == CONTIGUOUS
     context_sum = 0
     while c[SWAPPED_LEN]:
         i = s.swapped[c[SWAPPED_HEAD]]
         w = s.num_seqs[i]
-        if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:
+        todo = s.prompt_target[i] - s.num_prompt_computed[i]
+        # a rest of prompt longer than the whole budget comes back a chunk at a time: vLLM 0.4.2
+        # would never swap it back in, nor anyone swapped after it (pagesim's rule)
+        need = w if todo <= 0 else todo if todo <= s.config[CHUNK_BUDGET] else 1
+        if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS] or need > budget:
             break
         n = s.swapped_tokens[i]
         # its blocks come back if they fit (vLLM's can_swap_in: kv_cache.swap_in; a contiguous
@@ -152,18 +161,25 @@ def resume_swapped(s):
         c[STEP_SWAP_IN] += n * w
         if s.config[EXTERNAL_STEPS] and not contiguous:
             kv_cache.record_swap(s, i, np.bool_(False))  # the blocks its K/V come back into
-        # at the running list's end, which keeps it in arrival order as vLLM sorts it every
-        # step (scheduler.py:409): the victims go latest arrival first and nobody is admitted
-        # while a request is out, so nobody who arrived after it runs (prefill-first; chunked
-        # prefill's order is not vLLM's: docs/guide/systems.md)
+        # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts
+        # it every step (scheduler.py:409): the victims go latest arrival first and nobody is
+        # admitted while a request is out, so nobody who arrived after it runs (chunked
+        # prefill sorts the list after its pass: arrival_order)
         start_running(s, i)
+        if todo > 0:
+            s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
+            todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
+            prefill(s, i, todo)
+            budget -= todo
+            continue
         s.in_decode[i] = 1
         c[DECODE_SET_SIZE] += w
         memory.joined_decode(s, i, CONTINUOUS)
         context_sum += decode_token(s, i, s.config[KERNEL_BLOCK])
         c[COMPUTED_SLOTS] += w
         c[STEP_DECODE_SEQS] += w
-    return context_sum
+        budget -= w
+    return context_sum, budget
 
 
 @njit(inline=True)
@@ -234,8 +250,6 @@ def schedule(s):
             c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         changes = c[NUM_PREEMPTIONS] + c[NUM_SWAP_FALLBACKS]
         context_sum = schedule_pass(s)
-    if not (c[WAITING_LEN] or c[SWAPPED_LEN]):  # the preempted may be back already: nobody waits
-        c[DEMAND_WAITING] = 0
     return context_sum
 
 
@@ -254,24 +268,146 @@ def schedule_pass(s):
             return 0
         context_sum = decode(s)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-            context_sum += resume_swapped(s)
+            context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS])[0]
         return context_sum
-    # chunked: decodes, ongoing prefills, swap-ins, then new prompts (scheduler.py:832-851)
-    context_sum = decode(s)
-    budget = s.config[CHUNK_BUDGET] - c[STEP_DECODE_SEQS]
-    for k in range(c[NUM_RUNNING]):  # ongoing prefills, in admission order
-        if budget <= 0:
-            break
-        i = s.running[k]
-        todo = s.prompt_target[i] - s.num_prompt_computed[i]
-        if todo > 0:
-            n = min(todo, budget)
-            prefill(s, i, n)
-            budget -= n
+    # chunked: one pass over the running requests, swap-ins (if nobody was preempted), then new
+    # prompts, within one token budget (vLLM 0.4.2 ``_schedule_chunked_prefill``, scheduler.py:807-851)
+    waiting_before = c[WAITING_LEN]
+    budget, context_sum, reached = run_in_order(s, s.config[CHUNK_BUDGET])
+    swapped_in = c[NUM_RUNNING]
     if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-        decoding = c[STEP_DECODE_SEQS]
-        context_sum += resume_swapped(s)
-        budget -= c[STEP_DECODE_SEQS] - decoding
+        swapped_context, budget = resume_swapped(s, budget)
+        context_sum += swapped_context
+    admitted = c[NUM_RUNNING]
+    # this pass's recomputed requests rejoin the waiting queue's front after its admissions
+    # (``self.waiting.extendleft(running_scheduled.preempted)``, scheduler.py:857-858): not
+    # admitted in the step that preempted them
+    returned, hidden_at = c[WAITING_LEN] - waiting_before, c[WAITING_HEAD]
+    hide_waiting_front(s, returned)
     if may_admit(s) and not head_still_blocked(s):
         admit_waiting(s, budget)
+    unhide_waiting_front(s, returned, hidden_at)
+    arrival_order(s, reached, swapped_in, admitted)
     return context_sum
+
+
+@njit  # a chunked iteration's: a call
+def run_in_order(s, budget):
+    """vLLM 0.4.2's running pass under chunked prefill (``_schedule_running`` with
+    ``enable_chunking``, ``scheduler.py:366-479``): the running requests by arrival, each its
+    decode (a token per sequence) or its prompt's next chunk, the least of what is left and the
+    budget left; the first that finds nothing left of the budget ends the pass, and the requests
+    after it do not run this step (``in_decode`` is this step's decode set: theirs waits). A
+    group of several sequences decodes all of them whatever is left (``_get_num_new_tokens``,
+    ``:1139-1163``: only one sequence is chunked). At its turn a request needs room
+    (:func:`room_at_turn`), else the latest arrival is preempted, itself when it is the last.
+    Returns the budget left, the decode context sum and how many requests ran (the first of the
+    running list)."""
+    c = s.count
+    paged = s.config[MANAGER_KIND] == PAGED
+    for k in range(c[NUM_RUNNING]):  # a decode that waited last step is looked at anew
+        i = s.running[k]
+        if not s.in_decode[i] and s.num_prompt_computed[i] >= s.prompt_target[i]:
+            s.in_decode[i] = 1
+            c[DECODE_SET_SIZE] += s.num_seqs[i]
+    if not paged:
+        scheduler_orca.make_decode_room(s)
+    kernel_block = s.config[KERNEL_BLOCK]
+    context_sum = 0
+    k = 0
+    while k < c[NUM_RUNNING]:
+        i = s.running[k]
+        w = s.num_seqs[i]
+        n = w if s.in_decode[i] else s.prompt_target[i] - s.num_prompt_computed[i]
+        if w == 1:
+            n = min(n, budget)
+        if n <= 0 or (paged and not room_at_turn(s, k)):
+            break
+        if s.in_decode[i]:
+            context_sum += decode_token(s, i, kernel_block)
+            c[COMPUTED_SLOTS] += w
+            c[STEP_DECODE_SEQS] += w
+        else:
+            prefill(s, i, n)
+        budget -= n
+        k += 1
+    for m in range(k, c[NUM_RUNNING]):  # not reached: no decode this step
+        i = s.running[m]
+        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+        s.in_decode[i] = 0
+    return budget, context_sum, k
+
+
+@njit(inline=True)
+def room_at_turn(s, k):
+    """Whether ``running[k]`` may run its step, after preempting the latest arrivals while it
+    lacks room (itself, when it is the last: then it may not). Room (``append_rule``):
+    ``free-block-per-seq``, vLLM's ``can_append_slots``, a free block per running sequence,
+    asked of a prompt's chunk too (its blocks were all taken at admission;
+    ``block_manager_v1.py:308-318``, asked at ``scheduler.py:420``); ``exact``, the blocks the
+    step takes. A prompt's chunk alone in the list goes on without the free block (pagesim's
+    rule: vLLM 0.4.2 preempts it, admits it again and so on for ever when its prompt's blocks
+    leave none free, which a pool with a watermark of 0 blocks allows)."""
+    i = s.running[k]
+    while True:
+        if s.config[FREE_BLOCK_PER_SEQ]:
+            needed = s.num_seqs[i]
+        else:
+            needed = kv_cache.decode_blocks_needed(s, i) if s.in_decode[i] else 0
+        if needed <= kv_cache.num_free_blocks(s) or (s.count[NUM_RUNNING] == 1 and not s.in_decode[i]):
+            return True
+        victim = policies.victim(s)
+        preempt_continuous(s, victim)
+        if victim == k:
+            return False
+
+
+@njit(inline=True)
+def hide_waiting_front(s, n):
+    """The waiting queue's first ``n`` leave it for a while (:func:`unhide_waiting_front`)."""
+    c = s.count
+    c[WAITING_HEAD] = (c[WAITING_HEAD] + n) % len(s.waiting)
+    c[WAITING_LEN] -= n
+
+
+@njit(inline=True)
+def unhide_waiting_front(s, n, hidden_at):
+    """The ``n`` hidden from ring position ``hidden_at`` go back to the front, in their order
+    (the queue's head has moved on past them by what was admitted since)."""
+    c, size = s.count, len(s.waiting)
+    for j in range(n - 1, -1, -1):
+        c[WAITING_HEAD] = (c[WAITING_HEAD] + size - 1) % size
+        s.waiting[c[WAITING_HEAD]] = s.waiting[(hidden_at + j) % size]
+    c[WAITING_LEN] += n
+
+
+@njit  # a chunked iteration's: a call
+def arrival_order(s, reached, swapped_in, admitted):
+    """The running list as vLLM 0.4.2 leaves it (``scheduler.py:860-870``) and sorts it at the
+    next step (stable, by arrival: ``:409``): the requests the pass did not reach, the admitted,
+    the decodes, the prompts' chunks, the swapped in decoding then prefilling, then by arrival, those groups' order
+    standing among equal arrivals (it decides the victim among them). The list's positions on
+    entry: ``[0, reached)`` ran, up to ``swapped_in`` did not, up to ``admitted`` came back
+    from swap, the rest were admitted."""
+    c = s.count
+    n = c[NUM_RUNNING]
+    group = np.empty(n, np.int8)
+    for k in range(n):
+        if k < reached:
+            group[k] = 2 if s.in_decode[s.running[k]] else 3
+        elif k < swapped_in:
+            group[k] = 0
+        elif k < admitted:
+            group[k] = 4 if s.in_decode[s.running[k]] else 5
+        else:
+            group[k] = 1
+    for k in range(1, n):  # insertion sort: stable, and the list is nearly in order
+        i, g = s.running[k], group[k]
+        m = k
+        while m > 0 and (s.arrival_s[s.running[m - 1]] > s.arrival_s[i]
+                         or (s.arrival_s[s.running[m - 1]] == s.arrival_s[i] and group[m - 1] > g)):
+            s.running[m] = s.running[m - 1]
+            group[m] = group[m - 1]
+            m -= 1
+        s.running[m] = i
+        group[m] = g

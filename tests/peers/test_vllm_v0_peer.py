@@ -25,13 +25,6 @@ from tests.peers.workloads import V0_WORKLOADS  # noqa: E402
 
 # the known divergences, each with its cause in vLLM's source
 MARKS = {
-    # chunked prefill: vLLM 0.4.2 runs its running queue in one pass, in its order (new prompts,
-    # decodes, then continuing prompts, re-sorted by arrival with ties kept: scheduler.py:409,
-    # :857-870), each taking what the budget has left; the first that finds it spent ends the
-    # pass (:412-416), so a continuing prompt ahead of decodes can starve them. pagesim decodes
-    # every running request first, then continues prompts
-    "chunked-preemption": [pytest.mark.xfail(reason="vLLM 0.4.2's chunked pass runs its queue in order, decodes "
-                                             "not first", strict=True)],
     # vLLM 0.4.2 marks a block computed (a hit that skips compute) only once the block after it
     # is full too (compute_full_blocks_in_seq, block_manager_v1.py: range(max_full_block)), and
     # never the last block of a table (get_all_computed_blocks); pagesim's hits are every full

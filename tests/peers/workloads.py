@@ -133,10 +133,10 @@ WORKLOADS = {
 }
 
 
-def parallel_rows(seed: int, n: int, widths: tuple) -> list:
+def parallel_rows(seed: int, n: int, widths: tuple, spread_s: float = 0.0) -> list:
     """``rows`` whose requests sample ``n`` sequences each, drawn from ``widths``."""
     rng = random.Random(seed)
-    return [dataclasses.replace(row, n=rng.randint(*widths)) for row in rows(seed, n, (16, 120), (8, 60))]
+    return [dataclasses.replace(row, n=rng.randint(*widths)) for row in rows(seed, n, (16, 120), (8, 60), spread_s)]
 
 
 # vLLM 0.4.2 (vllm_v0.py): prefill-first iterations, a watermark of 1 %
@@ -172,6 +172,18 @@ V0_WORKLOADS = {
     "chunked-preemption": Workload("chunked-preemption", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
                                    max_num_batched_tokens=64, chunked_prefill=True,
                                    description="chunked prefill, a budget of 64, 48 blocks: preemption"),
+    "chunked-arrivals": Workload("chunked-arrivals", rows(5, 30, (16, 300), (8, 120), spread_s=60), num_blocks=48,
+                                 max_num_batched_tokens=48, chunked_prefill=True,
+                                 description="chunked prefill, arrivals over 60 steps, a budget of 48"),
+    "chunked-swap": Workload("chunked-swap", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
+                             max_num_batched_tokens=64, chunked_prefill=True, preemption="swap",
+                             description="the chunked-preemption workload, swap preemption"),
+    # arrivals apart: with equal ones vLLM 0.4.2 runs new prompts' chunks before the decodes of
+    # groups that arrived with them, whose several tokens then overrun the budget and fail its
+    # own assertion (scheduler.py:852-853)
+    "chunked-parallel": Workload("chunked-parallel", parallel_rows(8, 30, (2, 4), spread_s=40), num_blocks=40,
+                                 max_num_batched_tokens=64, chunked_prefill=True, preemption="swap",
+                                 description="chunked prefill, n = 2-4, arrivals over 40 steps, 40 blocks"),
     "prefix": Workload("prefix", shared_prefix_rows(3, 24, 16), num_blocks=40, prefix_caching=True,
                        description="shared prefixes, 40 blocks: prefix caching under pressure"),
 }

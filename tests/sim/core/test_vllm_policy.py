@@ -231,3 +231,179 @@ def test_chunked_prefill_admits_while_a_request_is_swapped_out():
     assert [batch[0] for batch in executor.batches] == [[A, B], [C], [], [], [], []]  # prompts
     assert [batch[2] for batch in executor.batches] == [[], [A], [A], [B], [B], [C]]  # decodes
     assert result.requests["preemptions"].tolist() == [0, 1, 1]
+
+
+# -- chunked prefill: vLLM 0.4.2's one pass over the running requests (scheduler_vllm.run_in_order)
+def test_chunked_pass_runs_by_arrival_and_the_request_that_finds_the_budget_spent_ends_it():
+    # Budget 16, a big pool. A (prompt 16, output 4) and C (prompt 31, output 1) arrive together:
+    #   step 0  A's prompt takes the whole budget; C waits for budget
+    #   step 1  A decodes (1), C is admitted with the 15 left
+    #   step 2  the running list as vLLM leaves it, new prompts before decodes among equal
+    #           arrivals (scheduler.py:860-870, then its stable sort by arrival): C's chunk comes
+    #           first and takes all 16, the rest of its prompt (its token: C finishes); A, at its
+    #           turn, finds no budget and the pass ends: A does not decode this step
+    #   steps 3 and 4  A decodes
+    cfg = cfg_for("vllm", chunked_prefill=True, chunk_budget=16, check=True)
+    executor = ConstExecutor(1.0)
+    run_simulation(cfg, trace_of([(0.0, 16, 4), (0.0, 31, 1)]), executor=executor)
+    A, C = range(2)
+    assert [batch[0] for batch in executor.batches] == [[A], [C], [C], [], []]
+    assert [batch[1] for batch in executor.batches] == [[16], [15], [16], [], []]
+    assert [batch[2] for batch in executor.batches] == [[], [A], [], [A], [A]]
+
+
+def test_chunked_step_does_not_readmit_whom_it_preempted_but_admits_who_waits_behind():
+    # 3 blocks of 4 and 2 leftover slots, budget 16. A (3, 3) and B (6, 3) at 0, C (3, 1) at 0.5:
+    #   step 0  A (1 block) and B (2) prefill: no block free
+    #   step 1  A's turn needs a free block: B, the last, is preempted (2 free). B would fit
+    #           again, but vLLM puts the step's preempted back in its queue after the step's
+    #           admissions (scheduler.py:857-858): C (1 block) is admitted and prefills (and
+    #           finishes: its one token)
+    #   step 2  A's 3rd token takes a block and A finishes; B (7 tokens, 2 blocks) does not fit
+    #           the 1 block left before that
+    #   step 3  B prefills 6 + 1 tokens; step 4 it decodes its last
+    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=16, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 3, 3), (0.0, 6, 3), (0.5, 3, 1)]), executor=executor)
+    A, B, C = range(3)
+    assert [batch[0] for batch in executor.batches] == [[A, B], [C], [], [B], []]
+    assert [batch[2] for batch in executor.batches] == [[], [A], [A], [], [B]]
+    assert result.requests["preemptions"].tolist() == [0, 1, 0]
+
+
+def test_chunked_swap_out_mid_prompt_comes_back_to_prefill_the_rest():
+    # 3 blocks of 4 and 2 leftover slots, budget 7, swap preemption. A (3, 3), B (6, 3) at 0:
+    #   step 0  A prefills 3; B is admitted (2 blocks: its whole prompt's) and prefills 4
+    #   step 1  A's turn needs a free block: B, mid-prompt, is swapped out (vLLM 0.4.2 swaps a
+    #           group mid-prompt too, scheduler.py:564-567), its 4 tokens; A decodes
+    #   step 2  A's 3rd token takes a block (1 left) and A finishes; B needs its whole
+    #           prompt's 2 blocks back (1 would hold its 4 tokens) and 1 for its sequence: it
+    #           stays out
+    #   step 3  B comes back into 2 blocks with its 4 tokens and prefills the 2 left
+    #           (unchunked, within the budget), its first token; steps 4 and 5 it decodes
+    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=7, preemption="swap", check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 3, 3), (0.0, 6, 3)]), executor=executor)
+    A, B = range(2)
+    assert [batch[0] for batch in executor.batches] == [[A, B], [], [], [B], [], []]
+    assert [batch[1] for batch in executor.batches] == [[3, 4], [], [], [2], [], []]
+    assert [batch[2] for batch in executor.batches] == [[], [A], [A], [], [B], [B]]
+    assert result.steps["used_blocks"].tolist()[3] == 2
+    assert result.summary["num_swap_fallbacks"] == 0
+    assert result.requests["preemptions"].tolist() == [0, 1]
+
+
+def test_chunked_prompt_chunk_needs_a_free_block_at_its_turn():
+    # 4 blocks of 4 and 2 leftover slots, budget 6. A (prompt 4, output 5), B (8, 2) at 0:
+    #   step 0  A prefills 4 (1 block); B is admitted (2 blocks) and prefills 2: 1 block free
+    #   step 1  A decodes: its 5th slot takes the free block. B's chunk at its turn asks a free
+    #           block too (vLLM's can_append_slots, asked of every running group,
+    #           block_manager_v1.py:308-318), though its blocks were all taken at admission:
+    #           none, so the latest arrival, B itself, is preempted (recomputed)
+    #   step 2  A decodes (2 blocks free); B, not admitted in the step that preempted it, is
+    #           now: its 8 tokens' 2 blocks, a chunk of 5
+    cfg = cfg_for("vllm", slots=18, block_size=4, max_seq_len=16, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=6, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 4, 5), (0.0, 8, 2)]), executor=executor)
+    A, B = range(2)
+    assert [batch[0] for batch in executor.batches][:3] == [[A, B], [], [B]]
+    assert [batch[1] for batch in executor.batches][:3] == [[4, 2], [], [5]]
+    assert [batch[2] for batch in executor.batches][:3] == [[], [A], [A]]
+    assert result.requests["preemptions"].tolist()[1] >= 1
+
+
+def test_chunked_step_leaves_decodes_before_prompt_chunks_among_equal_arrivals():
+    # 7 blocks of 4 and 2 leftover slots, budget 8. A (prompt 8, output 8), B (9, 6) at 0:
+    #   step 0  A prefills 8 (2 blocks); B waits for budget
+    #   step 1  A decodes (its 9th slot, a 3rd block); B is admitted (3 blocks) with a chunk of
+    #           7: 1 block free. vLLM leaves new prompts before decodes: [B, A]
+    #   step 2  B's last 2 prompt tokens, then A's decode; vLLM leaves decodes before prompt
+    #           chunks (scheduler.py:860-870): [A, B], and sorts by arrival, stable
+    #   steps 3-4  both decode (slots 11, 12 of A; 10, 11 of B), no block taken
+    #   step 5  A's 13th slot takes the free block; B, after A, finds none free and, the
+    #           latest arrival, preempts itself. In the other order ([B, A]) both would fit
+    cfg = cfg_for("vllm", slots=30, block_size=4, max_seq_len=28, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=8, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 8, 8), (0.0, 9, 6)]), executor=executor)
+    A, B = range(2)
+    assert [batch[0] for batch in executor.batches][:3] == [[A], [B], [B]]
+    assert [batch[1] for batch in executor.batches][:3] == [[8], [7], [2]]
+    assert [batch[2] for batch in executor.batches][:6] == [[], [A], [A], [A, B], [A, B], [A]]
+    assert result.requests["preemptions"].tolist()[1] >= 1
+
+
+def test_chunked_group_decodes_all_its_sequences_past_the_budget():
+    # Budget 16, a big pool. A (prompt 16, output 4, n = 2) and C (prompt 30, output 1) at 0:
+    #   step 0  A's prompt takes the budget; step 1 A forks and decodes 2, C prefills 14
+    #   step 2  C's chunk comes first (a new prompt before decodes among equal arrivals) and
+    #           takes all 16; A's turn: a group of several sequences is not chunked
+    #           (_get_num_new_tokens, scheduler.py:1158-1162), so it decodes both, 18 tokens in
+    #           all (vLLM 0.4.2 itself then fails its assertion, scheduler.py:852-853)
+    cfg = cfg_for("vllm", chunked_prefill=True, chunk_budget=16, check=True)
+    executor = ConstExecutor(1.0)
+    trace = trace_of([(0.0, 16, 4), (0.0, 30, 1)])
+    trace["n"] = [2, 1]
+    run_simulation(cfg, trace, executor=executor)
+    A, C = range(2)
+    assert [batch[1] for batch in executor.batches][:3] == [[16], [14], [16]]
+    assert [batch[2] for batch in executor.batches][:3] == [[], [A], [A]]
+
+
+def test_chunked_swap_in_waits_for_budget():
+    # 5 blocks of 4 and 2 leftover slots, budget 3, swap. A (8, 2) at 0, B (7, 5) at 0.5, C (7, 3)
+    # at 1.5:
+    #   steps 0-2  A's prompt in chunks of 3, 3, 2 (2 blocks); step 2 admits B (2 blocks) with 1
+    #   step 3  A decodes its 9th slot (a 3rd block: none free after); B's chunk at its turn finds
+    #           no free block and B, the latest arrival, is swapped out mid-prompt (2 blocks
+    #           free); C is admitted (2 blocks) with the 2 left. A finishes (3 blocks free)
+    #   step 4  C's chunk takes the whole budget; B would fit in memory but has to wait for
+    #           budget: its rest of prompt (6) is more than the budget (3), so it comes back a
+    #           chunk at a time, and needs one token of budget left (vLLM asks its whole rest,
+    #           scheduler.py:547-558, and would never bring it back)
+    cfg = cfg_for("vllm", slots=22, block_size=4, max_seq_len=20, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=3, preemption="swap", check=True)
+    executor = ConstExecutor(1.0)
+    run_simulation(cfg, trace_of([(0.0, 8, 2), (0.5, 7, 5), (1.5, 7, 3)]), executor=executor)
+    A, B, C = range(3)
+    assert [batch[0] for batch in executor.batches][:5] == [[A], [A], [A, B], [C], [C]]
+    assert [batch[1] for batch in executor.batches][:5] == [[3], [3], [2, 1], [2], [3]]
+    assert [batch[2] for batch in executor.batches][:5] == [[], [], [], [A], []]
+
+
+def test_chunked_swap_ins_rejoin_decodes_before_prompts_among_equal_arrivals():
+    # 3 blocks of 4 and 2 leftover slots, budget 9, swap. A (4, 3), B (4, 3), C (4, 4) at 0, D (9, 1)
+    # at 0.5:
+    #   step 0  A and B prefill 4 (1 block each), C 1 of its 4 (1 block): none free
+    #   step 1  A's 5th slot needs a block: C, the last, is swapped out mid-prompt, and A takes its
+    #           block; B then finds none free and swaps itself out. Swapped: [C, B] (equal
+    #           arrivals, in the order they left)
+    #   step 2  A decodes its last token; C's block and one more do not fit the 1 free
+    #   step 3  C comes back and prefills its last 3; B comes back and decodes (a new block):
+    #           none free. vLLM lists swapped-in decodes before swapped-in prompts
+    #           (scheduler.py:866-869): [B, C]
+    #   step 4  B's turn needs a free block: C, the last, is swapped out and B decodes its last
+    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=9, preemption="swap", check=True)
+    executor = ConstExecutor(1.0)
+    run_simulation(cfg, trace_of([(0.0, 4, 3), (0.0, 4, 3), (0.0, 4, 4), (0.5, 9, 1)]), executor=executor)
+    A, B, C, D = range(4)
+    assert [batch[0] for batch in executor.batches][:5] == [[A, B, C], [], [], [C], []]
+    assert [batch[1] for batch in executor.batches][:5] == [[4, 4, 1], [], [], [3], []]
+    assert [batch[2] for batch in executor.batches][:5] == [[], [A], [A], [B], [B]]
+
+
+def test_chunked_prompt_alone_goes_on_though_its_blocks_fill_the_pool():
+    # 3 blocks of 4 and 2 leftover slots, budget 4. A (prompt 12, output 1) takes all 3 blocks at
+    # admission. vLLM 0.4.2 asks a free block for each later chunk, preempts A, admits it again,
+    # and so on for ever; pagesim lets a prompt's chunk alone in the running list go on
+    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
+                  chunk_budget=4, check=True)
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace_of([(0.0, 12, 1)]), executor=executor)
+    assert [batch[1] for batch in executor.batches] == [[4], [4], [4]]
+    assert result.requests["status"].tolist() == ["finished"]
+    assert result.requests["preemptions"].tolist() == [0]
