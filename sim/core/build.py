@@ -331,4 +331,4 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
     key_entries[:, state.ENTRY_BLOCK] = -1
     return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
-                chains=np.array(chains if chains else [0], dtype=i64), num_keys=np.zeros(max(n, 1), i64))
+                chains=np.array(chains if chains else [0], dtype=i64))

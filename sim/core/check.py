@@ -39,7 +39,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     FINISHED, FREE_EPOCH, HOLE_SIZE, HOLE_START, KEY_END, LEFTOVER_SLOTS,
                                     LOGICAL_BLOCKS, LRU_HEAD, MANAGER_KIND, MAX_NUM_SEQS, NEXT, NOT_BLOCKED,
                                     NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_HOLES,
-                                    NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PLACED_SLOTS,
+                                    NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PLACED_SLOTS,
                                     PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
@@ -125,9 +125,9 @@ def check_blocks(s) -> None:
     assert not (held & set(free)) and not (held & set(cached)) and not (set(free) & set(cached)), \
         "a block is held, free or cached at once"
     assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
-    if s.config[PREFIX_CACHING]:
-        assert all(s.block_info[b, KEY_END] for b in cached), "an LRU block has no key"
+    if s.config[PREFIX_CACHING]:  # the LRU: full blocks, keyed or copies of a key cached already
         assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
+        assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
     assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
     assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"

@@ -23,7 +23,7 @@ from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
-                            KEY_END, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
+                            MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
@@ -112,7 +112,6 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     need = num_blocks
     slot = take_slot(s)
     s.seq_slot[i, j] = slot
-    s.num_keys[i] = prefix_cache.keyable_blocks(s, i, num_tokens)
     hits = 0
     for k in range(prefix_cache.hit_limit(s, i, num_tokens)):  # before the fresh blocks: they must not evict a hit
         b = prefix_cache.lookup(s, (k + 1) * bs, prefix_cache.key_chain(s, i, k))
@@ -194,6 +193,9 @@ def take_decode_slot(s, i):
         return
     if crosses_block(s, i):
         grow(s, i, s.num_computed_tokens[i] + 1)
+    if s.config[PREFIX_CACHING]:  # a block its token fills is cached
+        prefix_cache.register_full_blocks(s, i, s.seq_slot[i, 0], s.num_computed_tokens[i],
+                                          s.num_computed_tokens[i] + 1)
 
 
 @njit(inline=True)
@@ -330,8 +332,10 @@ def release_seq(s, i, j):
     """Blocks may be shared (prefix caching, forks): sequence ``j`` of request ``i`` lets its
     blocks go, tail first; a block nobody holds any more leaves the accounting (a shared block
     is at the same index in every table that holds it, full or a group's tail, so the
-    request's counts give its tokens and demand) and goes to the LRU's tail if it is cached
-    (tails are then evicted first), else to the free stack."""
+    request's counts give its tokens and demand) and goes, with prefix caching and full, to the
+    LRU's tail (tails are then evicted first), keyed or a copy of a block cached already (vLLM
+    hashes both, ``block_pool.py:36-56``), else to the free stack, reused first (vLLM 0.33.0
+    ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py:816-847``)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     slot = s.seq_slot[i, j]
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
@@ -342,7 +346,7 @@ def release_seq(s, i, j):
             continue
         c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
-        if s.block_info[b, KEY_END]:
+        if s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
             prefix_cache.lru_append(s, b)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b

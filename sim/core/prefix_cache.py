@@ -1,9 +1,14 @@
 """Prefix caching (vLLM v0's automatic prefix caching) over the core's arrays.
 
-A full prompt block is named by a key ``(end, chain)``: ``end = (k + 1) * block_size``
-is the token its block ``k`` ends at, ``chain`` the chain hash of the request's prefix up to
-the hash block holding token ``end - 1`` (``chains``, computed in Python by
-:func:`prefix_chain` once per request). Three structures, none allocating:
+Every full block is named by a key ``(end, chain)``, as vLLM hashes every full block of a
+request, its own tokens and its generated ones too (v1 ``hash_block_tokens`` over
+``request.all_token_ids``, ``vllm/v1/core/kv_cache_utils.py``; 0.4.2 ``hash_of_block``):
+``end = (k + 1) * block_size`` is the token its block ``k`` ends at, ``chain`` the chain hash
+of the request's prefix up to the hash block holding token ``end - 1`` (``chains``, computed
+in Python by :func:`prefix_chain` once per request) where the trace's ``prefix_hashes`` cover
+it, else the request's own (:func:`own_chain`: its tokens past its shared prefix are its own,
+so only the request itself, recomputed after a preemption, finds them). Three structures,
+none allocating:
 
 * the key -> block map: open addressing with linear probing over the rows of
   ``key_entries`` (end, chain, block; a power of two, at least twice the pool, so at most
@@ -15,14 +20,14 @@ the hash block holding token ``end - 1`` (``chains``, computed in Python by
   from the middle, or evict the head); ``KEY_END``, its key's end (0: none), and
   ``KEY_SLOT``, its row in the map (kept when rows move: an eviction finds it without a probe).
 
-Rules: block ``k`` of
-a request admitted with ``P`` prompt tokens is keyable when ``end <= min(P, hashes * H)``;
-an admission reuses the longest run of leading keyable blocks found in the map, at most
-``P - 1`` tokens (the last prompt token is always computed); a keyable block is registered
-when its last token is computed, unless its key is there already; a request's blocks go back
-tail first, those with a key to the LRU's tail (tails are evicted first), the others to the
-free stack; a block for new use comes from the free stack, else the LRU's head is evicted
-(its key dropped). Cached unreferenced blocks count as free in the memory categories.
+Rules: an admission of ``P`` prompt tokens reuses the longest run of leading blocks found in
+the map, at most ``P - 1`` tokens (the last prompt token is always computed); a block is
+registered when its last token is computed (a decode's too, for a request of one sequence),
+unless its key is there already; a request's blocks go back tail first, the full ones to the
+LRU's tail (tails are evicted first), keyed or a copy of a key cached already, the others to
+the free stack, reused first (vLLM 0.33.0 ``BlockPool.free_blocks``); a block for new use comes
+from the free stack, else the LRU's head is taken, its key dropped if it has one. Cached
+unreferenced blocks count as free in the memory categories.
 """
 
 from __future__ import annotations
@@ -139,34 +144,43 @@ def lru_remove(s, b):
 
 @njit(inline=True)
 def evict_oldest(s):
-    """The least recently released cached block, its key dropped, for new use."""
+    """The least recently released block, its key dropped if it has one, for new use."""
     b = s.count[LRU_HEAD]
     lru_remove(s, b)
-    unregister(s, b)
-    s.count[NUM_EVICTIONS] += 1
+    if s.block_info[b, KEY_END]:
+        unregister(s, b)
+        s.count[NUM_EVICTIONS] += 1
     return b
 
 
 # -- a request's keys --------------------------------------------------------------------------
+# the chains of requests' own blocks: negative and apart from one another (Python's hashes of the
+# trace's chains are as likely negative; a clash is a 2**-64 chance)
+OWN_MIX = 0x9E3779B97F4A7C
+
+
 @njit(inline=True)
-def keyable_blocks(s, i, prompt_len):
-    """How many leading blocks of request ``i`` admitted with ``prompt_len`` tokens have a key."""
-    num_hashes = s.chain_start[i + 1] - s.chain_start[i]
-    return min(prompt_len, num_hashes * s.config[HASH_BLOCK_TOKENS]) // s.config[BLOCK_SIZE]
+def own_chain(i):
+    """The chain in the keys of request ``i``'s own blocks (past its shared prefix)."""
+    return -(i + 1) * OWN_MIX - 1
 
 
 @njit(inline=True)
 def key_chain(s, i, k):
-    """The chain hash in block ``k``'s key (the hash block holding its last token)."""
+    """The chain hash in block ``k``'s key: the trace's chain of the hash block holding its last
+    token where its prefix hashes cover it, else the request's own."""
     end = (k + 1) * s.config[BLOCK_SIZE]
-    return s.chains[s.chain_start[i] + (end - 1) // s.config[HASH_BLOCK_TOKENS]]
+    num_hashes = s.chain_start[i + 1] - s.chain_start[i]
+    if end <= num_hashes * s.config[HASH_BLOCK_TOKENS]:
+        return s.chains[s.chain_start[i] + (end - 1) // s.config[HASH_BLOCK_TOKENS]]
+    return own_chain(i)
 
 
 @njit(inline=True)
 def hit_limit(s, i, prompt_len):
-    """At most this many leading blocks can be hits: keyable, and short of the last prompt
-    token (always computed, as vLLM's)."""
-    return min(keyable_blocks(s, i, prompt_len), max(prompt_len - 1, 0) // s.config[BLOCK_SIZE])
+    """At most this many leading blocks can be hits: short of the last prompt token (always
+    computed, as vLLM's)."""
+    return max(prompt_len - 1, 0) // s.config[BLOCK_SIZE]
 
 
 @njit
@@ -189,8 +203,7 @@ def count_hits(s, i, prompt_len):
 @njit
 def register_full_blocks(s, i, slot, old_len, new_len):
     """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
-    the keyable blocks they filled are cached, unless their key is there already."""
+    the blocks they filled are cached, unless their key is there already."""
     bs = s.config[BLOCK_SIZE]
-    last = min(new_len // bs, s.num_keys[i])
-    for k in range(old_len // bs, last):
+    for k in range(old_len // bs, new_len // bs):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))

@@ -403,7 +403,6 @@ class Core(NamedTuple):
     key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
     chains: np.ndarray
-    num_keys: np.ndarray  # per request: its keyable prompt blocks in this admission
     # parallel sampling (n): a request runs width[i] sequences after its prefill, in lockstep
     # (the same tokens and blocks count); sequence j's block-table row is seq_slot[i, j]
     # (no separate column-0 view: in a beam run it would be strided, a second machine-code

@@ -1,18 +1,14 @@
-"""pagesim against vLLM, step by step: ``python -m tests.peers.compare [--v0] [--prefix-hashes-only] [WORKLOAD...]``.
+"""pagesim against vLLM, step by step: ``python -m tests.peers.compare [--v0] [WORKLOAD...]``.
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
 vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``).
-``--prefix-hashes-only`` (v1): vLLM names only the blocks the trace's prefix hashes cover, as
-pagesim does (vllm_v1.make_request).
 """
 
 from __future__ import annotations
 
 import sys
-
-import functools
 
 from tests.peers import pagesim_steps, vllm_v0, vllm_v1
 from tests.peers.workloads import V0_WORKLOADS, WORKLOADS
@@ -48,10 +44,9 @@ def describe(k: int, ours, theirs) -> str:
 
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
-    prefix_hashes_only = "--prefix-hashes-only" in args
     v0 = "--v0" in args
     workloads = V0_WORKLOADS if v0 else WORKLOADS
-    peer = vllm_v0.run if v0 else functools.partial(vllm_v1.run, prefix_hashes_only=prefix_hashes_only)
+    peer = vllm_v0.run if v0 else vllm_v1.run
     names = [a for a in args if not a.startswith("--")] or list(workloads)
     print(f"{'workload':<18} {'steps vLLM':>10} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []

@@ -225,18 +225,12 @@ def build(vllm, workload: Workload):
                           block_size=workload.block_size, log_stats=False)
 
 
-def make_request(vllm, workload: Workload, index: int, prefix_hashes_only: bool = False):
-    """``prefix_hashes_only``: vLLM's block hasher (the engine hands it to each request) names only
-    the blocks the trace's prefix hashes cover, pagesim's rule (sim/core/prefix_cache.py), to
-    check that nothing else differs."""
+def make_request(vllm, workload: Workload, index: int):
     row = workload.requests[index]
     sampling = Settings(max_tokens=row.output, ignore_eos=True, eos_token_id=None, stop_token_ids=[],
                         min_tokens=0, repetition_detection=None, extra_args=None,
                         skip_reading_prefix_cache=None, num_logprobs=None)
     hasher = vllm.get_request_block_hasher(workload.block_size, block_hash) if workload.prefix_caching else None
-    if hasher is not None and prefix_hashes_only:
-        full = hasher
-        hasher = lambda request: full(request)[:max(0, len(row.hashes) - len(request.block_hashes))]  # noqa: E731
     return vllm.Request(request_id=request_id(index), prompt_token_ids=workload.prompt_token_ids(index),
                         sampling_params=sampling, pooling_params=None, arrival_time=row.arrival_s,
                         priority=row.priority, block_hasher=hasher)
@@ -246,16 +240,16 @@ def request_id(index: int) -> str:
     return f"r{index:06d}"  # zero-padded: vLLM's tie-break on request_id (request.py:357-368) is trace order
 
 
-def run(workload: Workload, max_steps: int = 100_000, prefix_hashes_only: bool = False) -> list[Step]:
+def run(workload: Workload, max_steps: int = 100_000) -> list[Step]:
     """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
     arrival."""
     vllm = load()
     with PEER.active():
-        return drive(vllm, workload, max_steps, prefix_hashes_only)
+        return drive(vllm, workload, max_steps)
 
 
-def drive(vllm, workload: Workload, max_steps: int, prefix_hashes_only: bool) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
     scheduler = build(vllm, workload)
     requests = {}
     steps: list[Step] = []
@@ -264,7 +258,7 @@ def drive(vllm, workload: Workload, max_steps: int, prefix_hashes_only: bool) ->
     while (pending or scheduler.get_num_unfinished_requests()) and len(steps) < max_steps:
         while pending and workload.requests[pending[0]].arrival_s <= now:
             index = pending.pop(0)
-            requests[index] = make_request(vllm, workload, index, prefix_hashes_only)
+            requests[index] = make_request(vllm, workload, index)
             scheduler.add_request(requests[index])
         output = scheduler.schedule()
         if not output.num_scheduled_tokens:

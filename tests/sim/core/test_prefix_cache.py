@@ -2,10 +2,10 @@
 hand on a pool of 6 blocks of 4 tokens, hashes over 4-token blocks (so block k's key is the
 chain of hashes 0..k).
 
-    A: 10 prompt tokens, hashes (1, 2, 3)   keyable blocks 0, 1 (token 12 > 10: block 2 is not)
+    A: 10 prompt tokens, hashes (1, 2, 3)   full blocks 0, 1 (block 2 holds 2 tokens: no key)
     B: 10 prompt tokens, hashes (1, 2, 9)   the same keys for blocks 0, 1 (4 output tokens)
-    C:  8 prompt tokens, hashes (1, 2)      keyable 0, 1; block 1 would be its last token: not a hit
-    D: 20 prompt tokens, no hashes          nothing keyable (it forces evictions)
+    C:  8 prompt tokens, hashes (1, 2)      keys for 0, 1; block 1 would be its last token: not a hit
+    D: 20 prompt tokens, no hashes          its own keys, nobody else's (it forces evictions)
 
 Each test calls the core's functions directly (the scheduler is not involved) and checks
 the counters by hand.
@@ -77,9 +77,8 @@ def test_a_full_prompt_block_is_cached_and_shared(core):
     s = core
     assert admit(s, A, 10) == 0
     a = blocks(s, A)
-    assert s.num_keys[A] == 2  # min(10, 3 * 4) // 4
     assert cached(s, A, 0) == a[0] and cached(s, A, 1) == a[1]
-    assert s.block_info[a[2], state.KEY_END] == 0  # block 2 (tokens 8..11) is past the prompt's keyable reach
+    assert s.block_info[a[2], state.KEY_END] == 0  # block 2 (tokens 8..11) is not full
     # A: 10 tokens computed, demand min(F = 12, 3 blocks) = 12, 3 blocks used of 6
     assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
     # B hits A's two blocks (8 tokens), both held: only its third block is new
@@ -105,7 +104,7 @@ def test_released_blocks_wait_in_lru_tail_first_and_count_as_free(core):
     kv_cache.free(s, A)  # A's third block goes free; blocks 0, 1 are still B's
     assert lru(s) == [] and s.count[state.NUM_FREE_BLOCK_IDS] == 3
     assert memory(s) == (3, [10, 2, 0, 0, 0, 12])
-    kv_cache.free(s, B)  # tail first: B's block 2 (no key) to the free stack, then a1, then a0
+    kv_cache.free(s, B)  # tail first: B's block 2 (not full) to the free stack, then a1, then a0
     assert lru(s) == [a[1], a[0]]
     assert b2 in s.free_block_ids[:s.count[state.NUM_FREE_BLOCK_IDS]].tolist()
     # nothing is held: the two cached blocks count as free (6 blocks x 4 slots)
@@ -130,27 +129,39 @@ def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core):
     assert s.count[state.NUM_CACHED_KEYS] == 2
     # 8 tokens held (4 revived + 4 computed), demand min(10, 8) = 8, 2 used; a1 counts free
     assert memory(s) == (2, [8, 0, 0, 0, 0, 16])
+    # freed, C's block 1, full, goes to the LRU's tail as the cached ones do (vLLM hashes it:
+    # a second copy), not to the free stack; taken, it drops no key: D's 5 blocks are the 3 of
+    # the stack, a1 (evicted) and C's copy
+    kv_cache.free(s, C)
+    assert lru(s) == [a[1], c[1], a[0]]
+    assert admit(s, D, 20) == 0
+    assert blocks(s, D)[3:] == [a[1], c[1]]
+    assert s.count[state.NUM_EVICTIONS] == 1
+    assert s.count[state.NUM_CACHED_KEYS] == 1 + 5 and cached(s, A, 0) == a[0]  # a0's key and D's own
 
 
 def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core):
     s = core
     admit(s, A, 10)
     a = blocks(s, A)
-    kv_cache.free(s, A)  # free stack: 4 blocks; LRU: a1, a0
+    kv_cache.free(s, A)  # free stack: 4 blocks (A's tail, not full, among them); LRU: a1, a0
     # D needs 5 blocks: 4 from the free stack, then a1 evicted (the LRU's head, A's tail)
     assert admit(s, D, 20) == 0
     assert s.count[state.NUM_EVICTIONS] == 1
-    assert a[1] in blocks(s, D) and a[0] not in blocks(s, D)
-    assert lru(s) == [a[0]] and s.count[state.NUM_CACHED_KEYS] == 1
+    d = blocks(s, D)
+    assert a[1] in d and a[0] not in d
     assert cached(s, A, 1) == -1 and cached(s, A, 0) == a[0]
-    kv_cache.free(s, D)  # no key: all five to the free stack
-    assert lru(s) == [a[0]] and s.count[state.NUM_FREE_BLOCK_IDS] == 5
-    # B finds block 0 only (block 1's key was evicted) and revives it
+    # D's 5 full blocks are cached under its own keys: 1 of A's + 5
+    assert lru(s) == [a[0]] and s.count[state.NUM_CACHED_KEYS] == 1 + 5
+    kv_cache.free(s, D)  # all full and keyed: all five to the LRU's tail, D's tail first
+    assert lru(s) == [a[0]] + d[::-1] and s.count[state.NUM_FREE_BLOCK_IDS] == 0
+    # B finds block 0 only (block 1's key was evicted) and revives it; its 2 fresh blocks are
+    # the LRU's head now, D's tail blocks: 2 more evictions
     assert prefix_cache.count_hits(s, B, 10) == (1, 1)
     assert admit(s, B, 10) == 4
-    assert blocks(s, B)[0] == a[0]
+    assert blocks(s, B) == [a[0], d[4], d[3]]
+    assert s.count[state.NUM_EVICTIONS] == 3
     assert cached(s, B, 1) == blocks(s, B)[1]  # recomputed, and cached again under its key
-
 
 def test_admission_counts_every_prompt_block_hits_included(core):
     """can_allocate: every block of the prompt, hits or not, against free + LRU (vLLM 0.4.2's
@@ -194,7 +205,7 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     """B comes back from the CPU with 12 tokens (10 prompt + 2 generated) while A holds the
     prompt's first two blocks (8 of A's tokens), with 4 blocks free: B's 3 blocks and one for
     its next token (vLLM's can_swap_in). A's blocks are hits, only B's third block's 4 tokens
-    come in (and, full and keyable, it is cached); the swap is priced for all 12. B then
+    come in (and, full, it is cached); the swap is priced for all 12. B then
     decodes its 13th token in a 4th block."""
     s = core
     admit(s, A, 8)
@@ -202,11 +213,12 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     c = s.count
     s.status[B] = state.SWAPPED
     s.num_generated[B] = 2
+    s.num_prompt_computed[B] = 10  # it left mid-decode
     s.swapped_tokens[B] = 12
     s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
     c[state.SWAPPED_LEN] += 1
     c[state.SWAP_USED_TOKENS] = 12
-    assert resume_swapped(s) == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
+    assert resume_swapped(s, 100)[0] == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
     b = blocks(s, B)
     assert b[:2] == a and len(b) == 4 and s.num_computed_tokens[B] == 13
     assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0 and c[state.STEP_DECODE_SEQS] == 1
@@ -227,8 +239,8 @@ def hashed_core(rows, hashes, slots, max_seq_len=24, hash_block_tokens=BS):
 
 
 def test_a_hit_refreshes_its_block_in_the_lru():
-    """4 blocks of 4. r0 (hashes p, t) and r1 (q, t), 5-token prompts: one keyable block each
-    (min(5, 2 x 4) // 4 = 1). Each runs and leaves: its tail (no key) to the free stack, its
+    """4 blocks of 4. r0 (hashes p, t) and r1 (q, t), 5-token prompts: one full block each
+    (its tail holds 1 token). Each runs and leaves: its tail (not full) to the free stack, its
     keyed block to the LRU's tail: LRU p, q. r2 (p, t) hits p (revived) and leaves: p is the
     most recently freed: LRU q, p. r3 (11 tokens, 3 blocks, no hashes) finds 2 blocks free
     and evicts 1: the least recently freed, q; p stays cached."""
@@ -266,8 +278,29 @@ def test_hashes_coarser_than_blocks():
 
 
 def test_no_hashes_no_sharing():
-    """Prompts without hashes have no keys: nothing is cached or shared."""
+    """Prompts without hashes are each its own: their full blocks are cached under their own
+    keys (2 each), and nothing is shared."""
     s = hashed_core([(8, 1), (8, 1)], [(), ()], slots=64)
     assert admit(s, 0, 8) == 0
     assert admit(s, 1, 8) == 0
-    assert s.count[state.NUM_CACHED_KEYS] == 0 and not set(blocks(s, 0)) & set(blocks(s, 1))
+    assert s.count[state.NUM_CACHED_KEYS] == 4 and not set(blocks(s, 0)) & set(blocks(s, 1))
+
+
+def test_a_recomputed_request_finds_its_own_blocks_generated_ones_too():
+    """vLLM hashes every full block, a request's own and generated tokens' too: r0 (6 prompt
+    tokens, no hashes) decodes 2 tokens, filling its 2nd block (cached as the decode fills it),
+    is freed (preempted) and comes back with 8 tokens: both blocks are hits (7 // 4 = 2 at
+    most, the last token computed). r1, the same lengths, finds none of them."""
+    s = hashed_core([(6, 4), (6, 4)], [(), ()], slots=64)
+    assert admit(s, 0, 6) == 0
+    first = blocks(s, 0)
+    assert cached(s, 0, 0) == first[0] and cached(s, 0, 1) == -1
+    for _ in range(2):  # as the scheduler decodes (scheduler_vllm.decode_token)
+        kv_cache.take_decode_slot(s, 0)
+        s.num_computed_tokens[0] += 1
+        s.count[state.COMPUTED_SLOTS] += 1
+    assert cached(s, 0, 1) == first[1]
+    kv_cache.free(s, 0)
+    assert prefix_cache.count_hits(s, 1, 8) == (0, 0)
+    assert prefix_cache.count_hits(s, 0, 8) == (1, 1)  # 8 tokens: block 1 holds the last
+    assert admit(s, 0, 9) == 8 and blocks(s, 0)[:2] == first
