@@ -62,7 +62,8 @@ def main(argv=None) -> int:
         label, workloads, system, overrides = "vLLM", WORKLOADS, "vllm-v1", {}
         peer = functools.partial(vllm_v1.run, prefix_hashes_only=prefix_hashes_only)
     names = [a for a in args if not a.startswith("--")] or list(workloads)
-    print(f"{'workload':<18} {'steps ' + label:>10} {'pagesim':>8} {'identical':>10}  first diverging step")
+    width = max(10, len("steps " + label))  # the peer's steps column
+    print(f"{'workload':<18} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
     for name in names:
         workload = workloads[name]
@@ -70,11 +71,11 @@ def main(argv=None) -> int:
         try:
             ours = pagesim_steps.run(workload, system, **overrides)
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
-            print(f"{name:<18} {len(theirs):>10} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
+            print(f"{name:<18} {len(theirs):>{width}} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
             continue
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
-        print(f"{name:<18} {len(theirs):>10} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        print(f"{name:<18} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
     for text in details:
