@@ -22,8 +22,8 @@ nano-vllm's rules, and what the workloads must respect (``check_workload``):
 * prefill first: a step runs new prompts alone while the waiting head fits, decodes otherwise
   (scheduler.py:29-55); no swap: preemption recomputes, the latest in the running queue first,
   the sequence itself when it is the last (:58-65, :75-79); one sequence per request;
-* a prompt fits when the free blocks cover every block it does not find cached
-  (block_manager.py:58-73); no watermark;
+* a prompt fits when the free blocks cover its blocks that no running sequence holds (a cached
+  block that is free counts as a new one: block_manager.py:58-73); no watermark;
 * a decode takes a block exactly when its token starts one (``len(seq) % block_size == 1``,
   block_manager.py:103-108): pagesim's ``append_rule="exact"``;
 * chunked prefill of the waiting head alone, when it is the step's first and exceeds the budget
