@@ -1,17 +1,18 @@
-"""pagesim against vLLM, step by step: ``python -m tests.peers.compare [--v0] [WORKLOAD...]``.
+"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--v0 | --nano] [WORKLOAD...]``.
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
-vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``).
+vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
+nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.peers import pagesim_steps, vllm_v0, vllm_v1
-from tests.peers.workloads import V0_WORKLOADS, WORKLOADS
+from tests.peers import nano_vllm, pagesim_steps, vllm_v0, vllm_v1
+from tests.peers.workloads import NANO_WORKLOADS, V0_WORKLOADS, WORKLOADS
 
 
 def identical_steps(ours, theirs) -> int:
@@ -25,10 +26,11 @@ def first_divergence(ours, theirs) -> int | None:
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
-def describe(k: int, ours, theirs) -> str:
+def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
     """Both sides' records at step ``k`` (and the one before, for context)."""
     lines = [f"first diverging step: {k}"]
-    for label, steps in (("pagesim", ours), ("vLLM   ", theirs)):
+    width = max(len("pagesim"), len(peer))
+    for label, steps in (("pagesim".ljust(width), ours), (peer.ljust(width), theirs)):
         for j in (k - 1, k):
             if 0 <= j < len(steps):
                 s = steps[j]
@@ -44,25 +46,31 @@ def describe(k: int, ours, theirs) -> str:
 
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
-    v0 = "--v0" in args
-    workloads = V0_WORKLOADS if v0 else WORKLOADS
-    peer = vllm_v0.run if v0 else vllm_v1.run
+    # the peer, its workloads, and pagesim's system and settings for it
+    if "--nano" in args:
+        label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run
+        system, overrides = "vllm", nano_vllm.PAGESIM_SETTINGS
+    elif "--v0" in args:
+        label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
+    else:
+        label, workloads, peer, system, overrides = "vLLM", WORKLOADS, vllm_v1.run, "vllm-v1", {}
     names = [a for a in args if not a.startswith("--")] or list(workloads)
-    print(f"{'workload':<18} {'steps vLLM':>10} {'pagesim':>8} {'identical':>10}  first diverging step")
+    width = max(10, len("steps " + label))  # the peer's steps column
+    print(f"{'workload':<18} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
     for name in names:
         workload = workloads[name]
         theirs = peer(workload)
         try:
-            ours = pagesim_steps.run(workload, "vllm" if v0 else "vllm-v1")
+            ours = pagesim_steps.run(workload, system, **overrides)
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
-            print(f"{name:<18} {len(theirs):>10} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
+            print(f"{name:<18} {len(theirs):>{width}} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
             continue
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
-        print(f"{name:<18} {len(theirs):>10} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        print(f"{name:<18} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
         if k is not None:
-            details.append(f"{name}: {describe(k, ours, theirs)}")
+            details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
     for text in details:
         print("\n" + text)
     return 0

@@ -6,15 +6,23 @@ cache folder, ``~/.cache/pagesim-peers`` or ``$PAGESIM_PEERS``, and unpacks its 
 there (``vllm-<version>/vllm/...``). The compiled extensions (most of each wheel) are left out:
 nothing a scheduler runs on CPU loads them. ``--wheel`` takes a wheel already on disk (offline).
 A no-op for a release already unpacked.
+
+nano-vllm (``nano_vllm.py``): its ``nanovllm/`` package at one commit (``NANO_VLLM_COMMIT``), from
+GitHub's archive of that commit, or (offline) ``--nano-vllm DIR``, a checkout or ``git archive``
+export of it, into ``nano-vllm-<short commit>/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -60,22 +68,71 @@ def wheel_version(wheel: Path) -> str:
     return found.group(1)
 
 
+# nano-vllm's commit the peer drives (nano_vllm.py cites its source lines at it)
+NANO_VLLM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
+NANO_VLLM_ARCHIVE = "https://codeload.github.com/GeeeekExplorer/nano-vllm/tar.gz/{commit}"
+
+
+def nano_vllm_folder() -> Path:
+    """Where ``import nanovllm`` finds the pinned commit's package (nano_vllm.PEER)."""
+    return cache_folder() / f"nano-vllm-{NANO_VLLM_COMMIT[:7]}"
+
+
+def fetch_nano_vllm(checkout: Path | None, offline: bool) -> None:
+    """nano-vllm's ``nanovllm/`` at ``NANO_VLLM_COMMIT``: copied from ``checkout`` (a git checkout
+    of that commit, or an export of it), else downloaded unless ``offline``."""
+    target = nano_vllm_folder()
+    if (target / ".unpacked").exists():  # written last, as for vLLM's releases
+        print(f"nano-vllm {NANO_VLLM_COMMIT[:7]} already in {target}")
+        return
+    if checkout is not None:
+        if not (checkout / "nanovllm" / "engine" / "scheduler.py").is_file():
+            raise SystemExit(f"--nano-vllm {checkout}: no nanovllm/engine/scheduler.py there")
+        if (checkout / ".git").exists():  # an export cannot say its commit; a checkout can
+            head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+            if head != NANO_VLLM_COMMIT:
+                raise SystemExit(f"--nano-vllm {checkout} is at {head}, not {NANO_VLLM_COMMIT}: git checkout it")
+        shutil.copytree(checkout / "nanovllm", target / "nanovllm", dirs_exist_ok=True)
+        source = str(checkout)
+    elif offline:
+        return  # offline, and no checkout given: only what was given
+    else:
+        source = NANO_VLLM_ARCHIVE.format(commit=NANO_VLLM_COMMIT)
+        with urllib.request.urlopen(source, timeout=120) as response:
+            archive = tarfile.open(fileobj=io.BytesIO(response.read()))
+        # its one top folder (nano-vllm-<commit>/) dropped: the package lands at target/nanovllm
+        members = []
+        for member in archive.getmembers():
+            parts = Path(member.name).parts
+            if len(parts) > 1 and parts[1] == "nanovllm" and (member.isfile() or member.isdir()):
+                member.name = str(Path(*parts[1:]))
+                members.append(member)
+        archive.extractall(target, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    (target / ".unpacked").write_text(f"{NANO_VLLM_COMMIT} {source}\n")
+    print(f"nano-vllm {NANO_VLLM_COMMIT[:7]} in {target}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", type=Path, action="append", default=[],
                         help="a vLLM wheel already downloaded (no network); may be given once per release")
+    parser.add_argument("--nano-vllm", type=Path, metavar="DIR",
+                        help=f"a checkout or export of nano-vllm at {NANO_VLLM_COMMIT[:7]} (no network)")
     args = parser.parse_args(argv)
+    offline = bool(args.wheel or args.nano_vllm)  # a source given: fetch only what was given
     given = {wheel_version(wheel): wheel for wheel in args.wheel}
     for version in RELEASES:
         if unpacked(version):
             print(f"vLLM {version} already in {source_folder(version)}")
             continue
-        if args.wheel and version not in given:
+        if offline and version not in given:
             continue  # offline: only the releases whose wheels were given
         wheel = (given.get(version) or next(cache_folder().glob(f"vllm-{version}-*.whl"), None)
                  or download(version, cache_folder()))
         unpack(version, wheel)
         print(f"vLLM {version} unpacked in {source_folder(version)}")
+    fetch_nano_vllm(args.nano_vllm, offline)
     return 0
 
 

@@ -5,7 +5,8 @@ are; every other module they import must be in ``stubs``: the names it provides,
 ``Placeholder`` (a class that may be named, never called), so that a stub can never decide
 anything silently. A module in neither is an error naming it. A stub of a top-level package
 other than ``vllm`` (``psutil``, ``transformers``) is used only where that package is not
-installed.
+installed. Another engine's package (nano-vllm's ``nanovllm``) is ``Peer(..., package=,
+folder=)``.
 
 Both vLLM releases are the package ``vllm``: a peer's modules are in ``sys.modules`` only while
 it is ``active()`` (its import, and each run: a vLLM function may import lazily), so the two can
@@ -21,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from pathlib import Path
 
 from tests.peers import fetch
 
@@ -47,9 +49,10 @@ def installed(package: str) -> bool:
 
 
 class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of ``vllm.*`` (and of stubbed packages): the packages above ``real`` and ``stubs``
-    modules as bare packages (their ``__init__`` pulls in the whole engine: not run), stubs as
-    stubs, ``real`` from source; anything else is an error naming the module."""
+    """Imports of the peer's package (``vllm.*``, ``nanovllm.*``) and of stubbed packages: the
+    packages above ``real`` and ``stubs`` modules as bare packages (their ``__init__`` pulls in
+    the whole engine: not run), stubs as stubs, ``real`` from source; anything else is an error
+    naming the module."""
 
     def __init__(self, peer: "Peer"):
         self.peer = peer
@@ -67,7 +70,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             for attribute, value in peer.stubs[name].items():
                 setattr(module, attribute, Placeholder(attribute, (), {"__module__": name}) if value is None else value)
         elif not any(known.startswith(name + ".") for known in (*peer.real, *peer.stubs)):
-            raise ImportError(f"vLLM {peer.version} module {name} is neither run nor stubbed ({peer.driver} STUBS)")
+            raise ImportError(f"{peer.name} module {name} is neither run nor stubbed ({peer.driver} STUBS)")
         return module
 
     def exec_module(self, module):
@@ -76,20 +79,27 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 class Peer:
     """One vLLM release's modules: ``real`` run from source, ``stubs`` as given (``driver``:
-    the file that lists them, for error messages)."""
+    the file that lists them, for error messages); or another engine's, its top-level
+    ``package`` in ``folder`` (``name``: the engine and its version, for messages)."""
 
-    def __init__(self, version: str, real: tuple, stubs: dict, driver: str):
+    def __init__(self, version: str, real: tuple, stubs: dict, driver: str, package: str = "vllm",
+                 folder: Path | None = None, name: str = ""):
         self.version, self.real, self.driver = version, real, driver
-        self.stubs = {name: names for name, names in stubs.items()
-                      if name.split(".")[0] == "vllm" or not installed(name.split(".")[0])}
-        self.packages = {"vllm", *(name.split(".")[0] for name in self.stubs)}
-        self.folder = fetch.source_folder(version)
+        self.name = name or f"vLLM {version}"
+        self.stubs = {module: names for module, names in stubs.items()
+                      if module.split(".")[0] == package or not installed(module.split(".")[0])}
+        self.packages = {package, *(module.split(".")[0] for module in self.stubs)}
+        self.folder = folder or fetch.source_folder(version)
         self.modules: dict = {}  # its modules while it is not active
+
+    def fetched(self) -> bool:
+        # fetch.py writes it last: a half-unpacked folder (an interrupted run) is not taken for one
+        return (self.folder / ".unpacked").exists()
 
     @contextlib.contextmanager
     def active(self):
-        if not fetch.unpacked(self.version):
-            raise ImportError(f"vLLM {self.version} is not fetched: python -m tests.peers.fetch")
+        if not self.fetched():
+            raise ImportError(f"{self.name} is not fetched: python -m tests.peers.fetch")
         others = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in self.packages}
         sys.modules.update(self.modules)
         finder = Finder(self)
@@ -106,17 +116,19 @@ class Peer:
 
 
 def driver_or_skip(version: str, module: str):
-    """The peer driver ``module`` (``tests.peers.vllm_v0``, ...), its release imported, or the
-    calling test module skipped, saying why: not fetched, or its code does not import here
-    (torch or pydantic missing, or a module the driver's stubs do not cover)."""
+    """The peer driver ``module`` (``tests.peers.vllm_v0``, ...), its release ``version`` (as
+    its ``PEER`` has it) imported, or the calling test module skipped, saying why: not fetched,
+    or its code does not import here (torch or pydantic missing, or a module the driver's stubs
+    do not cover)."""
     import pytest
 
-    if not fetch.unpacked(version):
-        pytest.skip(f"vLLM {version} is not in {fetch.cache_folder()}: python -m tests.peers.fetch",
-                    allow_module_level=True)
+    driver = importlib.import_module(module)  # a driver imports its peer's code in load() alone
+    peer = driver.PEER
+    assert peer.version == version, f"{module} drives {peer.name}, not {version}"
+    if not peer.fetched():
+        pytest.skip(f"{peer.name} is not in {peer.folder}: python -m tests.peers.fetch", allow_module_level=True)
     try:
-        driver = importlib.import_module(module)
         driver.load()
     except Exception as error:
-        pytest.skip(f"vLLM {version}'s scheduler does not import here: {error}", allow_module_level=True)
+        pytest.skip(f"{peer.name}'s scheduler does not import here: {error}", allow_module_level=True)
     return driver

@@ -32,22 +32,24 @@ def gib(blocks: int, workload: Workload) -> float:
     return blocks * workload.block_size * OPT13B_SLOT / 2**30
 
 
-def config(workload: Workload, system: str) -> SimConfig:
+def config(workload: Workload, system: str, **overrides) -> SimConfig:
+    """pagesim's settings for ``workload`` as ``system`` models its vLLM release; ``overrides``
+    replace them where a peer on the same system differs (nano-vllm: ``nano_vllm.PAGESIM_SETTINGS``)."""
     settings = dict(model="opt-13b", gpu="a100-40gb", block_size=workload.block_size,
                     kv_gib=gib(workload.num_blocks, workload), max_seq_len=workload.max_model_len,
                     max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
                     prefix_caching=workload.prefix_caching, cost_model="roofline")
     if system == "vllm-v1":
-        return SimConfig.for_system(system, scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False,
-                                    **settings)
-    # vLLM 0.4.2: a watermark of 1 % (block_manager_v1.py:219); both its block managers' decode
-    # rule is one free block per running sequence (block_manager_v1.py:308-318; v2's "touched
-    # blocks", block_manager_v2.py:136-163, are one per sequence for a one-token step)
-    if workload.chunked_prefill:
-        settings.update(chunked_prefill=True, chunk_budget=workload.max_num_batched_tokens)
-    return SimConfig.for_system(system, watermark=0.01, preemption=workload.preemption,
-                                swap_gib=gib(workload.cpu_blocks, workload), append_rule="free-block-per-seq",
-                                **settings)
+        settings.update(scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False)
+    else:
+        # vLLM 0.4.2: a watermark of 1 % (block_manager_v1.py:219); both its block managers' decode
+        # rule is one free block per running sequence (block_manager_v1.py:308-318; v2's "touched
+        # blocks", block_manager_v2.py:136-163, are one per sequence for a one-token step)
+        if workload.chunked_prefill:
+            settings.update(chunked_prefill=True, chunk_budget=workload.max_num_batched_tokens)
+        settings.update(watermark=0.01, preemption=workload.preemption, swap_gib=gib(workload.cpu_blocks, workload),
+                        append_rule="free-block-per-seq")
+    return SimConfig.for_system(system, **{**settings, **overrides})
 
 
 def trace(workload: Workload) -> pd.DataFrame:
@@ -109,7 +111,8 @@ class Recorder:
             self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
 
 
-def run(workload: Workload, system: str = "vllm-v1") -> list[Step]:
+def run(workload: Workload, system: str = "vllm-v1", **overrides) -> list[Step]:
+    """pagesim's steps over ``workload`` as ``system`` (``overrides``: as ``config``'s)."""
     recorder = Recorder(workload)
-    run_simulation(config(workload, system), trace(workload), executor=recorder)
+    run_simulation(config(workload, system, **overrides), trace(workload), executor=recorder)
     return recorder.steps

@@ -187,3 +187,61 @@ V0_WORKLOADS = {
     "prefix": Workload("prefix", shared_prefix_rows(3, 24, 16), num_blocks=40, prefix_caching=True,
                        description="shared prefixes, 40 blocks: prefix caching under pressure"),
 }
+
+
+def edge_rows(block_size: int) -> list:
+    """Prompts one token short of, at and one past 1-3 block edges, each with outputs that stop
+    just before, at and just after the next edges: the tokens at which a sequence takes a block."""
+    lengths = [k * block_size + d for k in (1, 2, 3) for d in (-1, 0, 1)]
+    outputs = (1, 2, block_size - 1, block_size, block_size + 1)
+    return first_at_zero([Row(arrival_s=i // 4 + 0.5, prompt=lengths[i % len(lengths)], output=outputs[i % 5])
+                          for i in range(45)])
+
+
+def random_workload(seed: int) -> Workload:
+    """A workload drawn from ``seed``: block size, pool, request count, lengths and arrivals. A
+    request's final length is at most half the pool (alone, it always fits); ``max_num_seqs``
+    never binds (nano-vllm caps a step's sequences, pagesim the running ones)."""
+    rng = random.Random(seed)
+    block_size = rng.choice((8, 16, 32))
+    num_blocks = rng.randint(24, 96)
+    pool = num_blocks * block_size
+    n = rng.randint(15, 40)
+    prompt_high = rng.randint(block_size, pool // 3)
+    requests = rows(seed, n, (1, prompt_high), (1, pool // 2 - prompt_high), spread_s=rng.randint(1, 80))
+    return Workload(f"random-{seed}", requests, num_blocks=num_blocks, block_size=block_size, max_num_seqs=n,
+                    max_num_batched_tokens=max(2048, pool),
+                    description=f"drawn from seed {seed}: {n} requests, {num_blocks} blocks of {block_size}")
+
+
+# nano-vllm (nano_vllm.py): prefill first, recompute preemption, no watermark, a block taken at a
+# block edge; max_num_seqs caps one step's sequences (kept from binding but in max-seqs), and a
+# budget at least max_model_len (it never chunks)
+NANO_WORKLOADS = {
+    "preemption": V0_WORKLOADS["preemption"],
+    "arrivals": V0_WORKLOADS["arrivals"],
+    "budget": Workload("budget", rows(7, 60, (300, 960), (4, 60), spread_s=30), num_blocks=400,
+                       max_num_batched_tokens=1024, max_num_seqs=64, max_model_len=1024,
+                       description="prompts of 300-960 tokens at a budget of 1024: one or two a step"),
+    "no-watermark": Workload("no-watermark", rows(6, 40, (50, 600), (20, 300), spread_s=40), num_blocks=200,
+                             block_size=32, max_model_len=2048, max_num_seqs=64,
+                             description="V0's watermark workload, max_num_seqs 64: nano-vllm keeps no block back"),
+    "block-edges": Workload("block-edges", edge_rows(16), num_blocks=16, max_num_seqs=64,
+                            description="prompts and outputs at block edges +-1, 16 blocks of 16"),
+    "block-256": Workload("block-256", rows(11, 30, (100, 1500), (20, 300), spread_s=40), num_blocks=12,
+                          block_size=256, max_model_len=2048, max_num_seqs=64,
+                          description="nano-vllm's own block size, 256: 12 blocks, preemption"),
+    "random-2": random_workload(2),  # blocks of 8
+    "random-6": random_workload(6),  # of 32
+    "random-7": random_workload(7),  # of 16
+    "prefix": Workload("prefix", shared_prefix_rows(3, 24, 16), num_blocks=512, max_model_len=2048,
+                       prefix_caching=True, description="prefix caching on: 3 system prompts, no memory pressure"),
+    # known divergences (test_nano_vllm_peer.py KNOWN)
+    "max-seqs": Workload("max-seqs", rows(10, 12, (16, 64), (20, 40)), num_blocks=256, max_num_seqs=4,
+                         max_model_len=2048,
+                         description="max_num_seqs 4, a big pool: nano-vllm runs more than 4"),
+    "prefix-held": Workload("prefix-held", shared_prefix_rows(3, 24, 16), num_blocks=40, prefix_caching=True,
+                            description="prefix caching on, 40 blocks: a prompt's hits held by others"),
+    "prefix-pressure": Workload("prefix-pressure", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
+                                prefix_caching=True, description="the preemption workload, prefix caching on"),
+}
