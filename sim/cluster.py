@@ -46,8 +46,8 @@ OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist",
        "radix_nodes")
 # made here for it (its config/count/clock rows of the cluster's 2-D arrays, queues sized to its
 # outstanding requests, step table, random stream)
-MADE = ("config", "count", "clock", "waiting", "swapped", "running", "step_prefill_ids", "step_prefill_tokens",
-        "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng")
+MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",
+        "step_prefill_tokens", "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng")
 # its GPU's, read only, shared by the replicas on that GPU (the cost model's constants and data)
 PER_GPU = ("cost", "cost_data", "itl_edges")
 # the request columns, ONE set for the whole cluster (the first GPU's state's, over the request
@@ -170,6 +170,7 @@ def replica_states(groups: list[tuple[state.Core, int]], seed: int, rows: int) -
             out.append(s0._replace(
                 config=configs[r], count=counts[r], clock=clocks[r], **own, **shared,
                 waiting=np.zeros(ring, i64), swapped=np.zeros(ring, i64), running=np.zeros(bound, i64),
+                running_group=np.zeros(bound, np.int8),
                 step_prefill_ids=np.zeros(bound, i64), step_prefill_tokens=np.zeros(bound, i64),
                 step_finished=np.zeros(bound, i64), step_prefill_context=np.zeros(bound, i64),
                 row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),

@@ -22,8 +22,8 @@ import numpy as np
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS, LOGICAL_BLOCKS,
-                            MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS,
+                            LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
@@ -135,6 +135,33 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     c[PREFIX_HIT_TOKENS] += cached
     c[PREFIX_LOOKUP_TOKENS] += num_tokens
     return cached
+
+
+# vLLM 0.4.2's computed blocks (block_manager_v1.py:585-620): what a prompt that hits the
+# cache skips is not its hits but the leading blocks marked computed, short of its table's last
+@njit  # once per scheduled request of a prefix-caching v0 step: a call
+def mark_computed(s, i):
+    """Request ``i`` was scheduled: each of its sequences' full blocks but the last full one are
+    computed, marked from there back to the first marked already (``compute_full_blocks_in_seq``,
+    after each step is scheduled: ``scheduler.py:986-991``)."""
+    for j in range(s.num_seqs[i]):
+        slot = s.seq_slot[i, j]
+        for k in range(s.num_computed_tokens[i] // s.config[BLOCK_SIZE] - 2, -1, -1):
+            b = s.block_table[slot, k]
+            if s.block_info[b, COMPUTED]:
+                break
+            s.block_info[b, COMPUTED] = 1
+
+
+@njit(inline=True)
+def computed_prefix_tokens(s, i):
+    """The tokens of request ``i``'s leading blocks marked computed, its table's last block
+    aside (``get_all_computed_blocks``): those its prompt skips."""
+    slot = s.seq_slot[i, 0]
+    k = 0
+    while k < s.num_blocks[i] - 1 and s.block_info[s.block_table[slot, k], COMPUTED]:
+        k += 1
+    return k * s.config[BLOCK_SIZE]
 
 
 @njit(inline=True)

@@ -33,9 +33,10 @@ unreferenced blocks count as free in the memory categories.
 from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS, KEY_END,
-                            KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU,
-                            PREV, REF, TABLE_MASK)
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS,
+                                    KEY_END, KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS,
+                                    NUM_LRU, PREV, REF, TABLE_MASK)
+
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
     """The chain ``c_j = hash((c_{j-1}, h_j))`` over a request's prefix hashes (a trace's
@@ -147,6 +148,7 @@ def evict_oldest(s):
     """The least recently released block, its key dropped if it has one, for new use."""
     b = s.count[LRU_HEAD]
     lru_remove(s, b)
+    s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:
         unregister(s, b)
         s.count[NUM_EVICTIONS] += 1

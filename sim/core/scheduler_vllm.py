@@ -48,9 +48,9 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                                     DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS, FORKS_SHARE_BLOCKS,
                                     FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
                                     MANAGER_KIND, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
-                                    NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PAGED,
+                                    NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PAGED, PREFIX_CACHING,
                                     REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
-                                    STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_SWAP_IN,
+                                    STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS, SWAPPED_HEAD,
                                     SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
 
@@ -106,13 +106,21 @@ def admit_waiting(s, budget):
                 continue
             if fits == kv_cache.CAN_ALLOCATE:
                 pop_waiting(s)
-                cached = memory.allocate(s, i, target, 0)  # prefix-cache hits are computed
+                cached = memory.allocate(s, i, target, 0)  # prefix-cache hits hold their K/V
                 s.num_prompt_computed[i] = cached
                 start_running(s, i)
                 todo = target - cached
                 n = budget if chunked and budget < todo else todo
                 prefill(s, i, n)
                 budget -= n
+                if s.config[PREFIX_CACHING] and not chunked:
+                    # vLLM 0.4.2 computes again the hits not marked computed (its model runner
+                    # skips computed_block_nums only: worker/model_runner.py:271-275), and its
+                    # budget counts the whole prompt (scheduler.py:701)
+                    again = cached - kv_cache.computed_prefix_tokens(s, i)
+                    s.step_prefill_tokens[c[STEP_PREFILL_SEQS] - 1] += again
+                    c[STEP_PREFILL_TOKENS] += again
+                    budget -= cached
                 continue
             c[DEMAND_WAITING] = 1
             blocked = BLOCKED_ON_MEMORY
@@ -250,7 +258,22 @@ def schedule(s):
             c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         changes = c[NUM_PREEMPTIONS] + c[NUM_SWAP_FALLBACKS]
         context_sum = schedule_pass(s)
+    if s.config[PREFIX_CACHING]:
+        mark_scheduled_computed(s)
     return context_sum
+
+
+@njit  # prefix caching's, once a step: a call
+def mark_scheduled_computed(s):
+    """Every request this step runs marks its blocks computed (vLLM 0.4.2, once a step is
+    scheduled: ``scheduler.py:986-991``; kv_cache.mark_computed)."""
+    c = s.count
+    for k in range(c[STEP_PREFILL_SEQS]):
+        kv_cache.mark_computed(s, s.step_prefill_ids[k])
+    if c[STEP_DECODE_SEQS]:
+        for k in range(c[NUM_RUNNING]):
+            if s.in_decode[s.running[k]]:
+                kv_cache.mark_computed(s, s.running[k])
 
 
 @njit(inline=True)
@@ -391,7 +414,7 @@ def arrival_order(s, reached, swapped_in, admitted):
     from swap, the rest were admitted."""
     c = s.count
     n = c[NUM_RUNNING]
-    group = np.empty(n, np.int8)
+    group = s.running_group
     for k in range(n):
         if k < reached:
             group[k] = 2 if s.in_decode[s.running[k]] else 3

@@ -257,6 +257,8 @@ table("block_info", """
     NEXT                its neighbour towards the tail
     KEY_END             its key's end token (0: no key)
     KEY_SLOT            its key's row in Core.key_entries
+    COMPUTED            vLLM 0.4.2: a later prompt that hits it need not compute it (marked one
+        full block behind a scheduled sequence: kv_cache.mark_computed)
 """, size="BLOCK_INFO_COLUMNS", columns=8)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
@@ -370,6 +372,7 @@ class Core(NamedTuple):
     waiting: np.ndarray
     swapped: np.ndarray
     running: np.ndarray
+    running_group: np.ndarray  # scratch beside running: scheduler_vllm.arrival_order's groups (int8)
     # the block pool and the running slots' block tables
     free_block_ids: np.ndarray
     free_slots: np.ndarray

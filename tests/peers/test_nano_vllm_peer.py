@@ -38,6 +38,11 @@ KNOWN = {
     # holds (block_manager.py:62-72, num_new_blocks); pagesim counts every block of the prompt,
     # hits too, against the free ones (sim/core/kv_cache.py:42-54), as vLLM 0.4.2 does
     "prefix-held": "nano-vllm does not count a prompt's cache hits that others hold",
+    # nano-vllm skips every hit at once (block_manager.py:92, num_cached_tokens; its budget counts
+    # the rest only, scheduler.py:41); vLLM 0.4.2, whose rules --system vllm follows, skips only
+    # the hits marked computed, one full block behind the sequences that filled them, and its
+    # budget counts the whole prompt (sim/core/kv_cache.py mark_computed, computed_prefix_tokens)
+    "prefix": "nano-vllm skips every prefix-cache hit; vLLM 0.4.2 only those marked computed",
 }
 
 

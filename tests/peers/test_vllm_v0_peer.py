@@ -23,18 +23,8 @@ from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import describe, first_divergence  # noqa: E402
 from tests.peers.workloads import V0_WORKLOADS  # noqa: E402
 
-# the known divergences, each with its cause in vLLM's source
-MARKS = {
-    # vLLM 0.4.2 marks a block computed (a hit that skips compute) only once the block after it
-    # is full too (compute_full_blocks_in_seq, block_manager_v1.py: range(max_full_block)), and
-    # never the last block of a table (get_all_computed_blocks); pagesim's hits are every full
-    # cached block: the memory is the same, the tokens computed differ
-    "prefix": [pytest.mark.xfail(reason="vLLM 0.4.2 counts a cached block as computed one block late",
-                                 strict=True)],
-}
 
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=MARKS.get(name, [])) for name in V0_WORKLOADS])
+@pytest.mark.parametrize("name", list(V0_WORKLOADS))
 def test_every_step_is_vllms(name):
     workload = V0_WORKLOADS[name]
     theirs = vllm_v0.run(workload)

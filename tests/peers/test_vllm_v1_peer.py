@@ -22,6 +22,7 @@ from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import describe, first_divergence  # noqa: E402
 from tests.peers.workloads import WORKLOADS  # noqa: E402
 
+
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_every_step_is_vllms(name):
     workload = WORKLOADS[name]

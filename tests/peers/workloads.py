@@ -133,6 +133,12 @@ WORKLOADS = {
 }
 
 
+def bursts(requests: list, size: int) -> list:
+    """The requests arriving ``size`` at a time, 4 steps apart (at half steps)."""
+    return first_at_zero([dataclasses.replace(row, arrival_s=4.0 * (k // size) + 0.5)
+                          for k, row in enumerate(requests)])
+
+
 def parallel_rows(seed: int, n: int, widths: tuple, spread_s: float = 0.0) -> list:
     """``rows`` whose requests sample ``n`` sequences each, drawn from ``widths``."""
     rng = random.Random(seed)
@@ -186,6 +192,14 @@ V0_WORKLOADS = {
                                  description="chunked prefill, n = 2-4, arrivals over 40 steps, 40 blocks"),
     "prefix": Workload("prefix", shared_prefix_rows(3, 24, 16), num_blocks=40, prefix_caching=True,
                        description="shared prefixes, 40 blocks: prefix caching under pressure"),
+    "prefix-preemption": Workload("prefix-preemption", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
+                                  prefix_caching=True,
+                                  description="the preemption workload with prefix caching: recomputed requests "
+                                              "hit their own blocks"),
+    "prefix-budget": Workload("prefix-budget", bursts(shared_prefix_rows(4, 40, 16), 4), num_blocks=200,
+                              prefix_caching=True, max_num_batched_tokens=160, max_model_len=160,
+                              description="shared prefixes in bursts of 4 at a budget of 160 tokens: the whole "
+                                          "prompt counts"),
 }
 
 

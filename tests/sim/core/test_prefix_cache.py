@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 from pagesim.sim.core import kv_cache, prefix_cache, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.run import initial_state
+from pagesim.sim.run import initial_state, run_simulation
 
-from tests.sim.helpers import cfg_for
+from tests.sim.helpers import ConstExecutor, cfg_for
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
@@ -163,6 +163,7 @@ def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core):
     assert s.count[state.NUM_EVICTIONS] == 3
     assert cached(s, B, 1) == blocks(s, B)[1]  # recomputed, and cached again under its key
 
+
 def test_admission_counts_every_prompt_block_hits_included(core):
     """can_allocate: every block of the prompt, hits or not, against free + LRU (vLLM 0.4.2's
     ``can_allocate`` counts ``len(seq.logical_token_blocks)``); the allocation then takes only
@@ -304,3 +305,28 @@ def test_a_recomputed_request_finds_its_own_blocks_generated_ones_too():
     assert prefix_cache.count_hits(s, 1, 8) == (0, 0)
     assert prefix_cache.count_hits(s, 0, 8) == (1, 1)  # 8 tokens: block 1 holds the last
     assert admit(s, 0, 9) == 8 and blocks(s, 0)[:2] == first
+
+
+def test_vllm_v0_skips_only_the_hits_marked_computed_and_its_budget_counts_the_whole_prompt():
+    """vLLM 0.4.2 (``--system vllm``), prefill-first steps, a budget of 20 tokens. A (prompt 8,
+    hashes 1, 2; output 3) at 0; B and C (prompt 12, hashes 1, 2, 3; output 1) at 1.5 s.
+
+    step 0  A prefills 8 (2 full blocks, both cached); once scheduled, its blocks are marked
+            computed up to its last full block, not it: block 0 only
+    step 1  A decodes its 9th token (marks nothing more: 9 // 4 - 1 = 1 block, marked)
+    step 2  B hits blocks 0 and 1 (8 tokens; its last token's block is computed anyway) but
+            skips only block 0, the one marked: it computes 8 tokens. The budget counts B's
+            whole prompt, 12: C's 12 do not fit the 8 left
+    step 3  C hits blocks 0 and 1, both marked now (B marked block 1): it computes 4
+    """
+    trace = pd.DataFrame({"request_id": ["A", "B", "C"], "arrival_s": [0.0, 1.5, 1.5],
+                          "prompt_tokens": [8, 12, 12], "output_tokens": [3, 1, 1],
+                          "prefix_hashes": [(1, 2), (1, 2, 3), (1, 2, 3)]})
+    trace.attrs["hash_block_tokens"] = 4
+    cfg = cfg_for("vllm", slots=400, block_size=BS, max_seq_len=20, max_num_batched_tokens=20,
+                  prefix_caching=True, check=True)
+    executor = ConstExecutor(1.0)
+    run_simulation(cfg, trace, executor=executor)
+    A, B, C = range(3)
+    assert [batch[0] for batch in executor.batches][:4] == [[A], [], [B], [C]]
+    assert [batch[1] for batch in executor.batches][:4] == [[8], [], [8], [4]]

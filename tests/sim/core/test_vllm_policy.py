@@ -397,13 +397,13 @@ def test_chunked_swap_ins_rejoin_decodes_before_prompts_among_equal_arrivals():
 
 
 def test_chunked_prompt_alone_goes_on_though_its_blocks_fill_the_pool():
-    # 3 blocks of 4 and 2 leftover slots, budget 4. A (prompt 12, output 1) takes all 3 blocks at
+    # 3 blocks of 4 and 2 leftover slots, budget 4. A (prompt 11, output 1) takes all 3 blocks at
     # admission. vLLM 0.4.2 asks a free block for each later chunk, preempts A, admits it again,
     # and so on for ever; pagesim lets a prompt's chunk alone in the running list go on
     cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
                   chunk_budget=4, check=True)
     executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 12, 1)]), executor=executor)
-    assert [batch[1] for batch in executor.batches] == [[4], [4], [4]]
+    result = run_simulation(cfg, trace_of([(0.0, 11, 1)]), executor=executor)
+    assert [batch[1] for batch in executor.batches] == [[4], [4], [3]]
     assert result.requests["status"].tolist() == ["finished"]
     assert result.requests["preemptions"].tolist() == [0]
