@@ -85,7 +85,8 @@ def check_queues(s) -> None:
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
     assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
     swapped = np.flatnonzero(status == SWAPPED)
-    assert c[SWAP_USED_TOKENS] == int((s.swapped_tokens[swapped] * s.num_seqs[swapped]).sum()), \
+    swapped_size = interpreted(kv_cache.swapped_size)
+    assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
         "swap space in use drifted"
     assert (s.num_computed_tokens[status != RUNNING] == 0).all(), "a request not running holds K/V"
 

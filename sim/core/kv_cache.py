@@ -304,6 +304,24 @@ def fork_seq(s, i, parent, j):
     s.count[NUM_FORKS] += 1
 
 
+@njit(inline=True)
+def shared_swap_blocks(s, i, n):
+    """The leading blocks request ``i``'s sequences, ``n`` tokens each, share: its prompt's full
+    ones, or all of them while none has decoded since the fork (0 for one sequence)."""
+    if s.num_seqs[i] == 1:
+        return 0
+    return blocks_for(s, n) if n == s.prompt_target[i] else s.prompt_target[i] // s.config[BLOCK_SIZE]
+
+
+@njit(inline=True)
+def swapped_size(s, i, n):
+    """The tokens request ``i``'s sequences, ``n`` each, move to or from the host: the blocks
+    they share once, as vLLM 0.4.2 swaps a block a group's sequences share once
+    (``block_manager_v1.py:474-533``, its ``mapping``)."""
+    shared = min(shared_swap_blocks(s, i, n) * s.config[BLOCK_SIZE], n)
+    return n + (s.num_seqs[i] - 1) * (n - shared)
+
+
 @njit  # per swap-in: a call (sim/core/loop.py's docstring, "Compiled per family")
 def swap_in(s, i, n):
     """Whether request ``i``'s sequences came back with ``n`` computed tokens each (and a
@@ -317,7 +335,7 @@ def swap_in(s, i, n):
     bs, w = s.config[BLOCK_SIZE], s.num_seqs[i]
     held = max(n, s.prompt_target[i])  # swapped out mid-prompt: the blocks its whole prompt took
     own = blocks_for(s, held)
-    shared = own if n == s.prompt_target[i] else s.prompt_target[i] // bs
+    shared = shared_swap_blocks(s, i, n)
     if num_free_blocks(s) - own - (w - 1) * (own - shared) - w < s.config[WATERMARK_BLOCKS]:
         return False
     cached = allocate_seq(s, i, 0, held, n)
@@ -405,15 +423,17 @@ def memory_categories(s, demand_waiting, out):
 @njit
 def record_swap(s, i, out):
     """The device blocks of request ``i``'s sequences, in table order, as swapped out (``out``:
-    before they are freed) or in (after they are allocated): the executor moves exactly these
-    (config[EXTERNAL_STEPS]; the host blocks are its own)."""
+    before they are freed) or in (after they are allocated), the blocks they share listed once,
+    with the first: the executor moves exactly these (config[EXTERNAL_STEPS]; the host blocks are
+    its own)."""
     c = s.count
     rows, at = (s.step_swap_out, STEP_SWAP_OUT_BLOCKS) if out else (s.step_swap_in, STEP_SWAP_IN_BLOCKS)
     n = c[at]
     nb = blocks_for(s, s.num_computed_tokens[i])
+    shared = shared_swap_blocks(s, i, s.num_computed_tokens[i])
     for j in range(s.num_seqs[i]):
         slot = s.seq_slot[i, j]
-        for k in range(nb):
+        for k in range(shared if j else 0, nb):  # a shared block once, with the first sequence
             rows[n, 0] = i
             rows[n, 1] = j
             rows[n, 2] = s.block_table[slot, k]

@@ -161,14 +161,15 @@ def preempt(s, k, family):
     # a request mid-prompt (chunked prefill) too: it comes back to prefill the rest
     # (``swapped_in.prefill_seq_groups``, ``vllm/core/scheduler.py:564-567``)
     swap = s.config[SWAP_PREEMPTION] or w > 1
-    if swap and c[SWAP_USED_TOKENS] + n * w <= s.config[SWAP_CAPACITY_TOKENS]:
+    moved = kv_cache.swapped_size(s, i, n)
+    if swap and c[SWAP_USED_TOKENS] + moved <= s.config[SWAP_CAPACITY_TOKENS]:
         if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
             # np.bool_: jit.njit's note on constants
             kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
         memory.free(s, i, family)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
-        c[SWAP_USED_TOKENS] += n * w
-        c[STEP_SWAP_OUT] += n * w
+        c[SWAP_USED_TOKENS] += moved
+        c[STEP_SWAP_OUT] += moved
         s.status[i] = SWAPPED
         push_swapped(s, i)
         return i

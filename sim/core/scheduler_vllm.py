@@ -161,12 +161,13 @@ def resume_swapped(s, budget):
             break
         c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
         c[SWAPPED_LEN] -= 1
-        c[SWAP_USED_TOKENS] -= n * w
+        moved = kv_cache.swapped_size(s, i, n)
+        c[SWAP_USED_TOKENS] -= moved
         if not fits:  # nothing else holds memory: it can never come back
             c[NUM_SWAP_FALLBACKS] += 1
             restart(s, i)
             continue
-        c[STEP_SWAP_IN] += n * w
+        c[STEP_SWAP_IN] += moved
         if s.config[EXTERNAL_STEPS] and not contiguous:
             kv_cache.record_swap(s, i, np.bool_(False))  # the blocks its K/V come back into
         # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts

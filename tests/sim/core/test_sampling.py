@@ -136,8 +136,9 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     """Through the scheduler: A's prefill (one sequence), the fork, a decode step of its 3
     sequences (context 7 each, which vLLM v0's kernel reads as 2 whole blocks of 4: 3 x 8 = 24
     tokens read; 2 copies of the shared tail; 3 inter-token latencies), then preempted as one:
-    swapped out (vLLM 0.4.2 cannot recompute a group: its 3 x 7 tokens go to the CPU), every
-    block free; with no swap space left it restarts for recompute as one sequence."""
+    swapped out (vLLM 0.4.2 cannot recompute a group: its 3 x 7 tokens go to the CPU, the
+    prompt's full block they share once: 7 + 2 x 3 = 13), every block free; with no swap space
+    left it restarts for recompute as one sequence."""
     s = core
     c = s.count
     lifecycle.add_arrival(s, A)
@@ -156,5 +157,5 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
         assert core.status[A] == status and core.num_seqs[A] == seqs
         assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
         assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3
-    assert s.count[state.SWAP_USED_TOKENS] == 21 and s.count[state.NUM_SWAP_FALLBACKS] == 0
+    assert s.count[state.SWAP_USED_TOKENS] == 13 and s.count[state.NUM_SWAP_FALLBACKS] == 0
     assert no_swap_space.prompt_target[A] == 8 and no_swap_space.count[state.NUM_SWAP_FALLBACKS] == 1

@@ -101,43 +101,45 @@ def test_a_group_swaps_out_and_back_in_sharing_its_prompt_block():
     """B (4 + 10 tokens) and A (4 + 3, n = 2) arrive together. Step 0 prefills B in block 3, A
     in 2; A forks (both sequences hold 2). Step 1: B, at its turn, has the 2 free blocks its
     one sequence asks and takes 1 to cross; A's 2 sequences then find 1: A, the latest, goes out
-    (each sequence listed with its 4 tokens in the block it holds, 2); the last holder frees it
-    and B takes it. A comes back holding its one block shared, as it left (vLLM swaps a group's
+    (the block both sequences hold, 2, listed and moved once with the first: 4 tokens, as vLLM
+    swaps a shared block once); the last holder frees it and B takes it. A comes back holding its one block shared, as it left (vLLM swaps a group's
     blocks as they are), with one more per sequence: 3 free blocks, so it waits until B, which
     takes 1 and 0 as it grows, finishes after step 9 (its blocks pushed tail first: stack 0, 1,
     2, 3). Step 10: nothing runs, so A swaps back in: both sequences hold 3, and they decode
     across the boundary into 2 and 1. Step 11: A's 2 sequences find 1 free block: A goes out
-    again, 5 tokens per sequence in [3, 2] and [3, 1] (nothing else runs: it is recomputed, a
-    swap fallback, as its 3 blocks and one per sequence exceed the pool)."""
+    again, 5 tokens per sequence in [3, 2] and [3, 1], the prompt's block 3 once: 5 + 1 tokens
+    (nothing else runs: it is recomputed, a swap fallback, as its 3 blocks and one per sequence
+    exceed the pool)."""
     trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
     rec = Recorder()
     run_simulation(cfg, trace, executor=rec)
     B, A = 0, 1
     st = rec.steps
-    assert st[1]["swap_out"] == [[A, 0, 2], [A, 1, 2]] and st[1]["swap_tokens"] == (8, 0)
+    assert st[1]["swap_out"] == [[A, 0, 2]] and st[1]["swap_tokens"] == (4, 0)
     assert [k for k, s in enumerate(st) if s["swap_out"]] == [1, 11]
     assert [k for k, s in enumerate(st) if s["swap_in"]] == [10]
-    assert st[10]["swap_in"] == [[A, 0, 3], [A, 1, 3]] and st[10]["swap_tokens"] == (0, 8)
+    assert st[10]["swap_in"] == [[A, 0, 3]] and st[10]["swap_tokens"] == (0, 4)
     assert st[10]["finished"] == [B]
-    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 2], [A, 1, 3], [A, 1, 1]] and st[11]["swap_tokens"] == (10, 0)
+    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 2], [A, 1, 1]] and st[11]["swap_tokens"] == (6, 0)
 
 
 def test_a_second_pass_swaps_in_after_the_first_ones_swap_outs():
     """X (4 + 10 tokens, n = 4) prefills in block 3, Y (5 + 10) in [2, 1]; X forks (its 4
     sequences hold 3). Step 1: X's 4 sequences cross a block boundary and free-block-per-seq asks
     5 blocks of the 1 free: Y, the latest, goes out (its blocks freed tail first: stack 0, 1,
-    2), then X, still 4 > 3 (3 pushed last). Nothing runs, so the core schedules again at the
-    same instant: Y, first in the swapped queue, comes back into 3 (X's block, swapped out
-    just before) and 2, and decodes; X (a free block per sequence and one more each) waits.
-    The first pass's 6 swapped-out rows are marked early: they must run before the swap-in."""
+    2), then X, still 4 > 3 (3 pushed last; its block, shared, listed once). Nothing runs, so the
+    core schedules again at the same instant: Y, first in the swapped queue, comes back into 3
+    (X's block, swapped out just before) and 2, and decodes; X (a free block per sequence and
+    one more each) waits.
+    The first pass's 3 swapped-out rows are marked early: they must run before the swap-in."""
     trace, cfg = tiny([(0.0, 4, 10, 4), (0.0, 5, 10, 1)], preemption="swap", swap_gib=1.0)
     rec = Recorder()
     run_simulation(cfg, trace, executor=rec)
     X, Y = 0, 1
     st = rec.steps[1]
-    assert st["swap_out"] == [[Y, 0, 2], [Y, 0, 1], [X, 0, 3], [X, 1, 3], [X, 2, 3], [X, 3, 3]]
-    assert st["early"] == 6 and st["swap_in"] == [[Y, 0, 3], [Y, 0, 2]]
-    assert st["swap_tokens"] == (5 + 4 * 4, 5)
+    assert st["swap_out"] == [[Y, 0, 2], [Y, 0, 1], [X, 0, 3]]
+    assert st["early"] == 3 and st["swap_in"] == [[Y, 0, 3], [Y, 0, 2]]
+    assert st["swap_tokens"] == (5 + 4, 5)
     # later steps preempt everyone again (X alone can never decode with a free block per
     # sequence; it is recomputed), with no swap-in after
     assert [k for k, s in enumerate(rec.steps) if s["early"] and s["swap_in"]] == [1]

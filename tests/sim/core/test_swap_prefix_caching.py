@@ -5,7 +5,9 @@ A pool of 3 blocks of 4 slots (OPT-13B, no watermark), 4-token hash blocks. A (p
 output 3) and B (prompt 6, output 3) arrive together and share their first block's hash::
 
     step 0  admit A (1 block, hash h) and B: h is a hit (A's block, shared), so B takes one
-            new block and prefills 6 - 4 = 2 tokens. 2 blocks used, 1 free; 4 + 2 tokens held
+            new block, but computes all 6 tokens: vLLM 0.4.2 skips only blocks marked computed,
+            which a step marks once scheduled (kv_cache.mark_computed). 2 blocks used, 1 free;
+            4 + 2 tokens held
     step 1  decode. A needs a free block (its 5th token crosses), takes the last one; B, the
             latest, finds none (vLLM's one free block per sequence) and is swapped out: its
             6 tokens go to the CPU; its own block is freed, h stays with A. A holds 5 tokens
@@ -38,10 +40,10 @@ def test_swapped_in_sequence_counts_its_cached_prefix_once(opt13b_config, opt13b
     steps = result.steps
     assert result.requests["status"].tolist() == ["finished", "finished"]
     assert result.requests["preemptions"].tolist() == [0, 1]
-    assert steps["num_prefill_tokens"].tolist() == [6, 0, 0, 0, 0]
+    assert steps["num_prefill_tokens"].tolist() == [4 + 6, 0, 0, 0, 0]
     assert steps["mem_token_states"].tolist() == [4 + 2, 5, 6, 6 + 1, 6 + 2]
     assert steps["used_blocks"].tolist() == [2, 2, 2, 2, 2]
-    hand = [opt13b_a100.step(prefills=[(4, 0), (2, 4)]),
+    hand = [opt13b_a100.step(prefills=[(4, 0), (6, 0)]),
             opt13b_a100.step(decode_contexts=[5], swapped_tokens=6, block_size=4, kernel_block=4),
             opt13b_a100.step(decode_contexts=[6], kernel_block=4),
             opt13b_a100.step(decode_contexts=[7], swapped_tokens=6, block_size=4, kernel_block=4),
