@@ -39,8 +39,9 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     FINISHED, FREE_EPOCH, HOLE_SIZE, HOLE_START, KEY_END, LEFTOVER_SLOTS,
                                     LOGICAL_BLOCKS, LRU_HEAD, MANAGER_KIND, MAX_NUM_SEQS, NEXT, NOT_BLOCKED,
                                     NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_HOLES,
-                                    NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS, PLACED_SLOTS,
-                                    PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS, RUNNING, SCHEDULER_KIND, STATIC,
+                                    NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
+                                    PLACED_SLOTS, PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS,
+                                    RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY

@@ -16,8 +16,10 @@ One iteration (:func:`schedule`):
    swap-ins; then new prompts, not those this step preempted; the running list then in vLLM's
    order (:func:`arrival_order`).
 
-With prefix caching an admission starts past the prompt's cached blocks; whether it fits
-counts every block of its prompt, hits too (vLLM 0.4.2's ``can_allocate``).
+With prefix caching an admission holds the prompt's cached blocks and computes past those of
+them marked computed (vLLM 0.4.2 marks a block one full block behind: ``kv_cache.mark_computed``);
+whether it fits counts every block of its prompt, hits too (vLLM 0.4.2's ``can_allocate``), and so
+does the token budget.
 
 Parallel sampling (``n``): a request is admitted when its ``n`` sequences fit
 ``max_num_seqs`` (and takes ``n`` of it from then on, its prompt phase too, as a vLLM v0
@@ -407,12 +409,12 @@ def unhide_waiting_front(s, n, hidden_at):
 
 @njit  # a chunked iteration's: a call
 def arrival_order(s, reached, swapped_in, admitted):
-    """The running list as vLLM 0.4.2 leaves it (``scheduler.py:860-870``) and sorts it at the
+    """The running list as vLLM 0.4.2 leaves it (``scheduler.py:860-869``) and sorts it at the
     next step (stable, by arrival: ``:409``): the requests the pass did not reach, the admitted,
-    the decodes, the prompts' chunks, the swapped in decoding then prefilling, then by arrival, those groups' order
-    standing among equal arrivals (it decides the victim among them). The list's positions on
-    entry: ``[0, reached)`` ran, up to ``swapped_in`` did not, up to ``admitted`` came back
-    from swap, the rest were admitted."""
+    the decodes, the prompts' chunks, the swapped in decoding, then prefilling; then by arrival,
+    those groups' order standing among equal arrivals (it decides the victim among them). The
+    list's positions on entry: ``[0, reached)`` ran, up to ``swapped_in`` did not, up to
+    ``admitted`` came back from swap, the rest were admitted."""
     c = s.count
     n = c[NUM_RUNNING]
     group = s.running_group
