@@ -71,8 +71,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.core import kv_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError, PagesimError
 
 _I64 = np.int64
@@ -315,15 +314,21 @@ class GPUExecutor:
         plan.swap_in_tokens, plan.swap_out_tokens = int(c[state.STEP_SWAP_IN]), int(c[state.STEP_SWAP_OUT])
         if self.check:
             bs = self.block_size
-            shared_blocks, swapped_size = interpreted(kv_cache.shared_swap_blocks), interpreted(kv_cache.swapped_size)
             for name, parts in (("in", [swap_in_rows]), ("out", [swap_out_rows[:early], swap_out_rows[early:]])):
-                # each request moves the blocks of its tokens (swapped_tokens: per sequence), those
-                # its sequences share once
-                requests = [i for rows in parts for i, j, _ in swap_groups(rows) if j == 0]
-                sizes = [(int(core.swapped_tokens[i]), int(core.num_seqs[i])) for i in requests]
-                blocks = sum(-(-n // bs) * w - (w - 1) * shared_blocks(core, i, n)
-                             for i, (n, w) in zip(requests, sizes))
-                tokens = sum(swapped_size(core, i, n) for i, (n, _) in zip(requests, sizes))
+                # each request moves the blocks of its tokens (swapped_tokens: per sequence), the
+                # first sequence all of them, each other only the blocks past those it shares
+                blocks, tokens = 0, 0
+                for rows in parts:
+                    first = 0
+                    for i, j, dev in swap_groups(rows):
+                        n = int(core.swapped_tokens[i])
+                        if j == 0:
+                            first = len(dev)
+                            blocks += -(-n // bs)
+                            tokens += n
+                        else:
+                            blocks += len(dev)
+                            tokens += n - (first - len(dev)) * bs
                 rows = swap_in_rows if name == "in" else swap_out_rows
                 got = plan.swap_in_tokens if name == "in" else plan.swap_out_tokens
                 if blocks != len(rows) or tokens != got:

@@ -178,26 +178,27 @@ def test_a_swapped_group_recomputed_gives_its_host_blocks_back():
     """B (4 + 10) and A (4 + 3, n = 2): A is swapped out twice (the second time with nothing
     else running, so the core recomputes it instead of swapping it back in: a swap fallback).
     Its sequences' host blocks go back to the free list then, and the run ends with none held.
-    Step 1: its shared block 2 goes out once per sequence, to host 0 and 1; step 10: both come
-    back into device block 3, which the sequences share again (tests/sim/core/test_step_output.py
-    works the schedule out); step 11: host 1, 0 (given back at step 10, 1 on top), then 2 and 3
-    take sequence 0's [3, 2] and sequence 1's [3, 1]."""
+    Step 1: its shared block 2 goes out once, with sequence 0, to host 0; step 10: it comes back
+    into device block 3, which the sequences share again (tests/sim/core/test_step_output.py
+    works the schedule out); step 11: host 0 (given back at step 10) and 1 take sequence 0's
+    [3, 2], host 2 sequence 1's own block 1 (block 3, shared, goes once)."""
     trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
     fb = FakeBackend()
     res, ex = run(cfg, trace, fb, host_blocks=8)
     outs = [k for k, p in enumerate(fb.plans) if len(p.swap_out)]
-    assert outs == [1, 11] and fb.plans[1].swap_out.tolist() == [[2, 0], [2, 1]]
-    assert fb.plans[10].swap_in.tolist() == [[0, 3], [1, 3]]
-    assert fb.plans[11].swap_out.tolist() == [[3, 1], [2, 0], [3, 2], [1, 3]]
+    assert outs == [1, 11] and fb.plans[1].swap_out.tolist() == [[2, 0]]
+    assert fb.plans[10].swap_in.tolist() == [[0, 3]]
+    assert fb.plans[11].swap_out.tolist() == [[3, 0], [2, 1], [1, 2]]
     assert res.summary["num_swap_fallbacks"] >= 1 and ex.host == {} and len(ex._host_free) == 8
 
 
 def test_swap_outs_of_a_first_pass_run_before_the_second_passs_swap_in():
     """X (4 + 10, n = 4) and Y (5 + 10): step 1's first scheduling pass swaps out Y from [2, 1]
-    and X's 4 sequences from 3, then a second pass at the same instant swaps Y back into 3 and 2
-    (tests/sim/core/test_step_output.py works it out). Those swap-outs run first, as a plan of
-    their own: Y to host 0, 1 and X to host 2-5; then the step's plan brings Y's host 0, 1 into
-    3, 2, where its reads of positions 0-5 find what it wrote (the fake checks every read).
+    and X (its 4 sequences share block 3), then a second pass at the same instant swaps Y back
+    into 3 and 2 (tests/sim/core/test_step_output.py works it out). Those swap-outs run first, as
+    a plan of their own: Y to host 0, 1 and X's shared block, once, to host 2; then the step's
+    plan brings Y's host 0, 1 into 3, 2, where its reads of positions 0-5 find what it wrote
+    (the fake checks every read).
     Later steps swap X out and recompute it at once (a second pass's swap fallback): it holds no
     host block after any step."""
     trace, cfg = tiny([(0.0, 4, 10, 4), (0.0, 5, 10, 1)], preemption="swap", swap_gib=1.0)
@@ -213,10 +214,10 @@ def test_swap_outs_of_a_first_pass_run_before_the_second_passs_swap_in():
     assert held == [[]] * len(held) and res.summary["num_swap_fallbacks"] >= 5
     first, main = fb.plans[1], fb.plans[2]
     assert main.first is first and first.num_tokens == 0 and len(first.swap_in) == len(first.copies) == 0
-    assert first.swap_out.tolist() == [[2, 0], [1, 1], [3, 2], [3, 3], [3, 4], [3, 5]]
+    assert first.swap_out.tolist() == [[2, 0], [1, 1], [3, 2]]
     assert main.swap_in.tolist() == [[0, 3], [1, 2]] and len(main.swap_out) == 0
     assert main.decode_tables.tolist() == [[3, 2]] and main.decode_slots.tolist() == [9]
-    assert chk.checked_blocks >= 6 + 2 and ex.host == {} and len(ex._host_free) == ex.host_blocks
+    assert chk.checked_blocks >= 3 + 2 and ex.host == {} and len(ex._host_free) == ex.host_blocks
     assert res.summary["num_preemptions"] >= 2
 
 
