@@ -62,13 +62,13 @@ def ratios(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-#: the CPU cost's share of the miss (measured 2026-11-24 by benchmarks/paper_cpu_readings.py:
+#: the CPU cost's share of the miss (measured 2026-11-25 by benchmarks/paper_cpu_readings.py:
 #: fig16.toml's runs with 0.3 ms of CPU per sequence)
 CPU_READING = (
     "Part of the excess is Fig. 13's CPU cost: with the 0.3 ms of CPU per sequence per iteration that the paper's "
     "own batch sizes imply (Fig. 13's reading) for both systems instead of the roofline's 0.02 ms, vLLM's larger "
-    "batches cost it more and the ratios are 1.68x and 2.95x (41.4 / 24.7 and 31.5 / 10.7 req/s; paper 1.67x and "
-    "3.58x): the 1-shot case then lands on the paper, the 5-shot one 0.6 below it, which leaves the 5-shot gap "
+    "batches cost it more and the ratios are 1.68x and 2.84x (41.4 / 24.7 and 30.4 / 10.7 req/s; paper 1.67x and "
+    "3.58x): the 1-shot case then lands on the paper, the 5-shot one 0.7 below it, which leaves the 5-shot gap "
     "to the estimated sentence lengths and the buddy's rounding of Orca-Oracle's longer extents.")
 
 
