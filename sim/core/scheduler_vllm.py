@@ -180,13 +180,13 @@ def resume_swapped(s, budget):
         if todo > 0:
             s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
             todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
-            prefill(s, i, todo)
+            prefill_call(s, i, todo)
             budget -= todo
             continue
         s.in_decode[i] = 1
         c[DECODE_SET_SIZE] += w
         memory.joined_decode(s, i, CONTINUOUS)
-        context_sum += decode_token(s, i, s.config[KERNEL_BLOCK])
+        context_sum += decode_token_call(s, i, s.config[KERNEL_BLOCK])
         c[COMPUTED_SLOTS] += w
         c[STEP_DECODE_SEQS] += w
         budget -= w
@@ -199,6 +199,18 @@ def decode_token(s, i, kernel_block):
     memory.take_decode_slot(s, i)
     s.num_computed_tokens[i] += 1
     return kernel_read_tokens(s.num_computed_tokens[i], kernel_block) * s.num_seqs[i]
+
+
+# the chunked pass's and the swap-ins' (colder than decode's loop): calls, not more inlined copies
+# of a token's and a chunk's memory paths for numba to compile
+@njit
+def decode_token_call(s, i, kernel_block):
+    return decode_token(s, i, kernel_block)
+
+
+@njit
+def prefill_call(s, i, n):
+    prefill(s, i, n)
 
 
 @njit  # called from two places: inlined it would be compiled twice
@@ -350,11 +362,11 @@ def run_in_order(s, budget):
         if n <= 0 or (paged and not room_at_turn(s, k)):
             break
         if s.in_decode[i]:
-            context_sum += decode_token(s, i, kernel_block)
+            context_sum += decode_token_call(s, i, kernel_block)
             c[COMPUTED_SLOTS] += w
             c[STEP_DECODE_SEQS] += w
         else:
-            prefill(s, i, n)
+            prefill_call(s, i, n)
         budget -= n
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # not reached: no decode this step
