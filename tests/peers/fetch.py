@@ -6,6 +6,9 @@ cache folder, ``~/.cache/pagesim-peers`` or ``$PAGESIM_PEERS``, and unpacks its 
 there (``vllm-<version>/vllm/...``). The compiled extensions (most of each wheel) are left out:
 nothing a scheduler runs on CPU loads them. ``--wheel`` takes a wheel already on disk (offline).
 A no-op for a release already unpacked.
+
+SGLang 0.5.23 (``sglang_radix.py``: its radix cache) the same way: ``sglang-<version>/sglang/...``;
+``--wheel`` takes its wheel too.
 """
 
 from __future__ import annotations
@@ -27,14 +30,14 @@ def cache_folder() -> Path:
     return Path(os.environ.get("PAGESIM_PEERS") or Path.home() / ".cache" / "pagesim-peers")
 
 
-def source_folder(version: str) -> Path:
-    """Where ``import vllm`` finds release ``version``'s unpacked package (importing.Peer)."""
-    return cache_folder() / f"vllm-{version}"
+def source_folder(version: str, package: str = "vllm") -> Path:
+    """Where ``import vllm`` (or ``package``) finds release ``version``'s unpacked package (importing.Peer)."""
+    return cache_folder() / f"{package}-{version}"
 
 
-def unpacked(version: str) -> bool:
+def unpacked(version: str, package: str = "vllm") -> bool:
     # written last: a half-unpacked folder (an interrupted run) is not taken for a finished one
-    return (source_folder(version) / ".unpacked").exists()
+    return (source_folder(version, package) / ".unpacked").exists()
 
 
 def download(version: str, folder: Path) -> Path:
@@ -45,8 +48,8 @@ def download(version: str, folder: Path) -> Path:
     return next(folder.glob(f"vllm-{version}-*.whl"))
 
 
-def unpack(version: str, wheel: Path) -> None:
-    target = source_folder(version)
+def unpack(version: str, wheel: Path, package: str = "vllm") -> None:
+    target = source_folder(version, package)
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".py") or ".dist-info/" in n]
         archive.extractall(target, names)
@@ -60,12 +63,47 @@ def wheel_version(wheel: Path) -> str:
     return found.group(1)
 
 
+# -- SGLang: its radix cache (sglang_radix.py) ------------------------------------------------------
+SGLANG_RELEASES = {"0.5.23": "manylinux_2_34_x86_64"}  # its only wheels are CPython 3.11 ones
+
+
+def sglang_download(version: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--platform", SGLANG_RELEASES[version], "--python-version", "3.11", f"sglang=={version}",
+                    "-d", str(folder)], check=True)
+    return next(folder.glob(f"sglang-{version}-*.whl"))
+
+
+def sglang_fetch(wheels: list) -> None:
+    """Every SGLang release the peers drive, from the wheels given (offline: only those) or pip."""
+    given = {}
+    for wheel in wheels:
+        found = re.match(r"sglang-([^-]+)-", wheel.name)
+        if found and found.group(1) in SGLANG_RELEASES:
+            given[found.group(1)] = wheel
+    for version in SGLANG_RELEASES:
+        if unpacked(version, "sglang"):
+            print(f"SGLang {version} already in {source_folder(version, 'sglang')}")
+            continue
+        if wheels and version not in given:
+            continue
+        wheel = (given.get(version) or next(cache_folder().glob(f"sglang-{version}-*.whl"), None)
+                 or sglang_download(version, cache_folder()))
+        unpack(version, wheel, "sglang")
+        print(f"SGLang {version} unpacked in {source_folder(version, 'sglang')}")
+
+
+def is_sglang(wheel: Path) -> bool:
+    return wheel.name.startswith("sglang-")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", type=Path, action="append", default=[],
-                        help="a vLLM wheel already downloaded (no network); may be given once per release")
+                        help="a vLLM (or SGLang) wheel already downloaded (no network); may be given once per release")
     args = parser.parse_args(argv)
-    given = {wheel_version(wheel): wheel for wheel in args.wheel}
+    given = {wheel_version(wheel): wheel for wheel in args.wheel if not is_sglang(wheel)}
     for version in RELEASES:
         if unpacked(version):
             print(f"vLLM {version} already in {source_folder(version)}")
@@ -76,6 +114,7 @@ def main(argv=None) -> int:
                  or download(version, cache_folder()))
         unpack(version, wheel)
         print(f"vLLM {version} unpacked in {source_folder(version)}")
+    sglang_fetch(args.wheel)
     return 0
 
 

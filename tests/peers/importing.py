@@ -9,7 +9,7 @@ installed.
 
 Both vLLM releases are the package ``vllm``: a peer's modules are in ``sys.modules`` only while
 it is ``active()`` (its import, and each run: a vLLM function may import lazily), so the two can
-run in one process, one after the other.
+run in one process, one after the other. SGLang's (``package="sglang"``) are the same.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def installed(package: str) -> bool:
 
 
 class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of ``vllm.*`` (and of stubbed packages): the packages above ``real`` and ``stubs``
+    """Imports of ``vllm.*`` (the peer's package; and of stubbed packages): the packages above ``real`` and ``stubs``
     modules as bare packages (their ``__init__`` pulls in the whole engine: not run), stubs as
     stubs, ``real`` from source; anything else is an error naming the module."""
 
@@ -67,29 +67,34 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             for attribute, value in peer.stubs[name].items():
                 setattr(module, attribute, Placeholder(attribute, (), {"__module__": name}) if value is None else value)
         elif not any(known.startswith(name + ".") for known in (*peer.real, *peer.stubs)):
-            raise ImportError(f"vLLM {peer.version} module {name} is neither run nor stubbed ({peer.driver} STUBS)")
+            raise ImportError(f"{peer.label} module {name} is neither run nor stubbed ({peer.driver} STUBS)")
         return module
 
     def exec_module(self, module):
         pass
 
 
-class Peer:
-    """One vLLM release's modules: ``real`` run from source, ``stubs`` as given (``driver``:
-    the file that lists them, for error messages)."""
+def label(package: str, version: str) -> str:
+    return f"{dict(vllm='vLLM', sglang='SGLang').get(package, package)} {version}"
 
-    def __init__(self, version: str, real: tuple, stubs: dict, driver: str):
-        self.version, self.real, self.driver = version, real, driver
+
+class Peer:
+    """One vLLM (or ``package``) release's modules: ``real`` run from source, ``stubs`` as given
+    (``driver``: the file that lists them, for error messages)."""
+
+    def __init__(self, version: str, real: tuple, stubs: dict, driver: str, package: str = "vllm"):
+        self.version, self.real, self.driver, self.package = version, real, driver, package
+        self.label = label(package, version)
         self.stubs = {name: names for name, names in stubs.items()
-                      if name.split(".")[0] == "vllm" or not installed(name.split(".")[0])}
-        self.packages = {"vllm", *(name.split(".")[0] for name in self.stubs)}
-        self.folder = fetch.source_folder(version)
+                      if name.split(".")[0] == package or not installed(name.split(".")[0])}
+        self.packages = {package, *(name.split(".")[0] for name in self.stubs)}
+        self.folder = fetch.source_folder(version, package)
         self.modules: dict = {}  # its modules while it is not active
 
     @contextlib.contextmanager
     def active(self):
-        if not fetch.unpacked(self.version):
-            raise ImportError(f"vLLM {self.version} is not fetched: python -m tests.peers.fetch")
+        if not fetch.unpacked(self.version, self.package):
+            raise ImportError(f"{self.label} is not fetched: python -m tests.peers.fetch")
         others = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in self.packages}
         sys.modules.update(self.modules)
         finder = Finder(self)
@@ -105,18 +110,19 @@ class Peer:
             sys.modules.update(others)
 
 
-def driver_or_skip(version: str, module: str):
+def driver_or_skip(version: str, module: str, package: str = "vllm"):
     """The peer driver ``module`` (``tests.peers.vllm_v0``, ...), its release imported, or the
     calling test module skipped, saying why: not fetched, or its code does not import here
     (torch or pydantic missing, or a module the driver's stubs do not cover)."""
     import pytest
 
-    if not fetch.unpacked(version):
-        pytest.skip(f"vLLM {version} is not in {fetch.cache_folder()}: python -m tests.peers.fetch",
+    name = label(package, version)
+    if not fetch.unpacked(version, package):
+        pytest.skip(f"{name} is not in {fetch.cache_folder()}: python -m tests.peers.fetch",
                     allow_module_level=True)
     try:
         driver = importlib.import_module(module)
         driver.load()
     except Exception as error:
-        pytest.skip(f"vLLM {version}'s scheduler does not import here: {error}", allow_module_level=True)
+        pytest.skip(f"{name}'s code does not import here: {error}", allow_module_level=True)
     return driver
