@@ -13,7 +13,8 @@ pagesim does (vllm_v1.make_request).
 trees after it), the share whose results alone agree, the share after which the whole trees
 were compared (the others: a match's path, sglang_radix.Twin) and the first call that differs,
 with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trace's first N
-requests (200 by default, the tests').
+requests (200 by default, the tests'). ``--checkpoint``: pagesim's inserts made on SGLang's side
+as its ``RadixCache.checkpoint`` makes them (a known divergence: sglang_radix.py, Checkpoints).
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def describe(k: int, ours, theirs) -> str:
     return "\n".join(lines)
 
 
-def sglang(names: list, mooncake_requests: int = 200) -> int:
+def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) -> int:
     """The ``--sglang`` table (sglang_radix.WORKLOADS; the Mooncake ones over the trace's first
-    ``mooncake_requests``)."""
+    ``mooncake_requests``; ``checkpoint``: inserts as SGLang's RadixCache.checkpoint makes them)."""
     from tests.peers import sglang_radix
 
     workloads = sglang_radix.workloads(mooncake_requests)
@@ -68,7 +69,7 @@ def sglang(names: list, mooncake_requests: int = 200) -> int:
         if workload.needs is not None and not workload.needs.exists():
             print(f"{name:<24} {'-':>10} {'-':>10} {'-':>8} {'-':>8}  skipped: {workload.needs} is not here")
             continue
-        run = sglang_radix.run(workload)
+        run = sglang_radix.run(workload, checkpoint)
         n = max(len(run.operations), 1)
         first = "-" if run.first is None else f"operation {run.first[0].index} ({run.first[0].kind})"
         print(f"{name:<24} {len(run.operations):>10} {run.identical / n:>10.2%} {run.same_results / n:>8.2%} "
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     if "--sglang" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
-        return sglang([a for a in args if not a.startswith("--")], *requests)
+        return sglang([a for a in args if not a.startswith("--")], *(requests or [200]), "--checkpoint" in args)
     prefix_hashes_only = "--prefix-hashes-only" in args
     v0 = "--v0" in args
     workloads = V0_WORKLOADS if v0 else WORKLOADS

@@ -40,6 +40,16 @@ node SGLang's same call returned: both walks end at the same node when they agre
 keeps the lower half in the old node on both sides (``_split_node``, :677). Once the trees
 differ the calls go on (each is counted), an SGLang call that raises counting as different.
 
+**Checkpoints** (``run(..., checkpoint=True)``). SGLang 0.5.23 inserts a finished request's
+tokens, and a chunk's, through ``RadixCache.checkpoint`` (``mem_cache/common.py:431``, ``:278``),
+whose ``_insert_cache(split_prompt=True)`` inserts the prompt's key again when the insert goes
+past it (``radix_cache.py:485-502``): the leaf is split at the prompt's end. With ``checkpoint``
+pagesim's inserts are made that way on SGLang's side (its own ``_insert_cache``, a request's row
+of token ids for its pool row), the node found without stamping it; checkpoint then matches the
+key (:524), which stamps the new leaf with its path (a new leaf against its own ancestors only,
+an order no eviction reads: left out, so what differs is the split). pagesim's
+``cache_finished_req`` inserts once (``sim/core/radix_cache.py:318-325``): a known divergence.
+
 Not compared: SGLang 0.5.23's server builds a ``UnifiedRadixCache`` by default
 (``mem_cache/registry.py:146``), whose tree core stamps differently
 (``unified_cache/unified_tree_core.py:1030-1033``, ``:1524``); ``RadixCache`` is the tree pagesim
@@ -483,6 +493,20 @@ class Raised(str):
     """SGLang's result where its call raised (after a divergence: ``Twin.theirs``)."""
 
 
+class Rows:
+    """``req_to_token_pool.req_to_token`` for ``_insert_cache``: request ``r``'s row holds its token
+    ids (the values the tree keeps, as an insert without a value keeps them, :441-443)."""
+
+    def __init__(self, tokens: Tokens):
+        self.tokens = tokens
+
+    def __getitem__(self, index):
+        import torch
+
+        r, columns = index
+        return torch.tensor(self.tokens.of(r)[columns], dtype=torch.int64)
+
+
 class Twin:
     """SGLang's cache beside pagesim's: each wrapped pagesim call is made on both, then compared.
 
@@ -494,13 +518,16 @@ class Twin:
     ``_split_node``) changes the last access of the nodes on its path alone (radix_cache.py:651-675).
     """
 
-    def __init__(self, workload: Workload, trace: pd.DataFrame):
+    def __init__(self, workload: Workload, trace: pd.DataFrame, checkpoint: bool = False):
+        self.checkpoint = checkpoint
+        self.requests: dict = {}  # request -> what _insert_cache reads of it (checkpoint)
         self.clock = Counter()
         SGLANG.module.time = types.SimpleNamespace(monotonic=self.clock, perf_counter=time.perf_counter)
         self.pool = Pool()
         self.cache = SGLANG.RadixCache.create_simulated(mock_allocator=self.pool, page_size=workload.page_size)
         self.handles = {radix_cache.ROOT: self.cache.root_node}  # pagesim's node row -> SGLang's node
         self.tokens = Tokens(trace)
+        self.cache.req_to_token_pool = types.SimpleNamespace(req_to_token=Rows(self.tokens))
         self.keys: dict = {}
         self.ours_stamps, self.theirs_stamps = Stamps(), Stamps()
         self.same = True  # the trees after the last call
@@ -589,10 +616,28 @@ class Twin:
                     ends=(int(node), result.last_device_node))
         return node, depth
 
+    def checkpointed(self, r: int, n: int):
+        """``checkpoint``'s insert of request ``r``'s first ``n`` tokens (module docstring,
+        Checkpoints): the tokens it held already, and the node the key ends at."""
+        if r not in self.requests:
+            self.requests[r] = types.SimpleNamespace(
+                extra_key=None, cache_salt=None, priority=None,
+                origin_input_ids=self.tokens.of(r)[:int(self.tokens.prompt[r])],
+                kv=types.SimpleNamespace(req_pool_idx=r, cache_inserted_len=0, cache_protected_len=0))
+        key, _, prefix = self.cache._insert_cache(self.requests[r], self.tokens.of(r)[:n], split_prompt=True)
+        node, depth = self.cache.root_node, 0
+        while depth < len(key):
+            node = node.children[key.child_key_at(depth, self.cache.page_size)]
+            depth += len(node.key)
+        return types.SimpleNamespace(prefix_len=prefix, last_device_node=node)
+
     def insert(self, original, s, r, num_tokens):
         before = self.before(s)
         node, depth = original(s, r, num_tokens)
-        result = self.theirs(lambda: self.cache.insert(SGLANG.InsertParams(key=self.key(r, int(num_tokens)))))
+        if self.checkpoint:
+            result = self.theirs(lambda: self.checkpointed(int(r), int(num_tokens)))
+        else:
+            result = self.theirs(lambda: self.cache.insert(SGLANG.InsertParams(key=self.key(r, int(num_tokens)))))
         if not isinstance(result, Raised):
             self.handles[int(node)] = result.last_device_node
         self.settle(s, before, "insert", int(r), int(num_tokens), int(depth),
@@ -624,15 +669,16 @@ class Twin:
 WRAPPED = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
 
 
-def run(workload: Workload) -> Run:
-    """pagesim's ``--system sglang`` over the workload, each radix call made on SGLang's cache too."""
+def run(workload: Workload, checkpoint: bool = False) -> Run:
+    """pagesim's ``--system sglang`` over the workload, each radix call made on SGLang's cache too
+    (``checkpoint``: its inserts as ``RadixCache.checkpoint`` makes them, module docstring)."""
     if jit.COMPILED:  # compiled, the core's functions call each other directly: nothing could be wrapped
         raise RuntimeError("the SGLang radix peer needs the interpreted core: PAGESIM_JIT=0 before pagesim loads")
     load()
     trace = workload.make()
     originals = {name: getattr(radix_cache, name) for name in WRAPPED}
     with PEER.active():
-        twin = Twin(workload, trace)
+        twin = Twin(workload, trace, checkpoint)
         wrapped = {
             "match_prefix": lambda s, r, limit: twin.match_prefix(originals["match_prefix"], s, r, limit),
             "insert": lambda s, r, n: twin.insert(originals["insert"], s, r, n),
