@@ -65,8 +65,8 @@ requests' tokens agree exactly where their hash chains do, which is what pagesim
 **The clock.** SGLang stamps a node's last access with ``time.monotonic()`` (a new node
 ``TreeNode.__init__``, :259; a match ``_match_prefix_helper``, :652; an insert ``_insert_helper``,
 :716). Its module is given a counter for ``monotonic`` instead: strictly increasing, it orders the
-stamps as the real clock does without ties at the timer's resolution, and the LRU ranks compared
-do not depend on the machine's speed (``Counter``).
+stamps as the real clock does without ties at the timer's resolution, and the LRU order compared
+does not depend on the machine's speed (``Counter``).
 """
 
 from __future__ import annotations
@@ -501,7 +501,7 @@ class Rows:
         self.tokens = tokens
 
     def __getitem__(self, index):
-        import torch
+        import torch  # SGLang's own dependency, loaded with its modules (load)
 
         r, columns = index
         return torch.tensor(self.tokens.of(r)[columns], dtype=torch.int64)
