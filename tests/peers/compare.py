@@ -1,10 +1,18 @@
-"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--v0 | --nano] [WORKLOAD...]``.
+"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--v0 | --nano] [WORKLOAD...]``
+(or against SGLang's radix cache, call by call: ``--sglang [WORKLOAD...]``).
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
 vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
+``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
+(sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
+trees after it), the share whose results alone agree, the share after which the whole trees
+were compared (the others: a match's path, sglang_radix.Twin) and the first call that differs,
+with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trace's first N
+requests (200 by default, the tests'). ``--checkpoint``: pagesim's inserts made on SGLang's side
+as its ``RadixCache.checkpoint`` makes them (a known divergence: sglang_radix.py, Checkpoints).
 """
 
 from __future__ import annotations
@@ -44,8 +52,37 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
     return "\n".join(lines)
 
 
+def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) -> int:
+    """The ``--sglang`` table (sglang_radix.WORKLOADS; the Mooncake ones over the trace's first
+    ``mooncake_requests``; ``checkpoint``: inserts as SGLang's RadixCache.checkpoint makes them)."""
+    from tests.peers import sglang_radix
+
+    workloads = sglang_radix.workloads(mooncake_requests)
+    names = names or list(workloads)
+    print(f"{'workload':<24} {'operations':>10} {'identical':>10} {'results':>8} {'whole':>8}  first divergence")
+    details = []
+    for name in names:
+        workload = workloads[name]
+        if workload.needs is not None and not workload.needs.exists():
+            print(f"{name:<24} {'-':>10} {'-':>10} {'-':>8} {'-':>8}  skipped: {workload.needs} is not here")
+            continue
+        run = sglang_radix.run(workload, checkpoint)
+        n = max(len(run.operations), 1)
+        first = "-" if run.first is None else f"operation {run.first[0].index} ({run.first[0].kind})"
+        print(f"{name:<24} {len(run.operations):>10} {run.identical / n:>10.2%} {run.same_results / n:>8.2%} "
+              f"{(len(run.operations) - run.path_only) / n:>8.1%}  {first}")
+        if run.first is not None:
+            details.append(f"{name}: {run.divergence()}")
+    for text in details:
+        print("\n" + text)
+    return 0
+
+
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
+    if "--sglang" in args:
+        requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
+        return sglang([a for a in args if not a.startswith("--")], *(requests or [200]), "--checkpoint" in args)
     # the peer, its workloads, and pagesim's system and settings for it
     if "--nano" in args:
         label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run

@@ -10,6 +10,8 @@ A no-op for a release already unpacked.
 nano-vllm (``nano_vllm.py``): its ``nanovllm/`` package at one commit (``NANO_VLLM_COMMIT``), from
 GitHub's archive of that commit, or (offline) ``--nano-vllm DIR``, a checkout or ``git archive``
 export of it, into ``nano-vllm-<short commit>/``.
+SGLang 0.5.23 (``sglang_radix.py``: its radix cache) the same way: ``sglang-<version>/sglang/...``;
+``--wheel`` takes its wheel too.
 """
 
 from __future__ import annotations
@@ -35,14 +37,14 @@ def cache_folder() -> Path:
     return Path(os.environ.get("PAGESIM_PEERS") or Path.home() / ".cache" / "pagesim-peers")
 
 
-def source_folder(version: str) -> Path:
-    """Where ``import vllm`` finds release ``version``'s unpacked package (importing.Peer)."""
-    return cache_folder() / f"vllm-{version}"
+def source_folder(version: str, package: str = "vllm") -> Path:
+    """Where ``import vllm`` (or ``package``) finds release ``version``'s unpacked package (importing.Peer)."""
+    return cache_folder() / f"{package}-{version}"
 
 
-def unpacked(version: str) -> bool:
+def unpacked(version: str, package: str = "vllm") -> bool:
     # written last: a half-unpacked folder (an interrupted run) is not taken for a finished one
-    return (source_folder(version) / ".unpacked").exists()
+    return (source_folder(version, package) / ".unpacked").exists()
 
 
 def download(version: str, folder: Path) -> Path:
@@ -53,8 +55,8 @@ def download(version: str, folder: Path) -> Path:
     return next(folder.glob(f"vllm-{version}-*.whl"))
 
 
-def unpack(version: str, wheel: Path) -> None:
-    target = source_folder(version)
+def unpack(version: str, wheel: Path, package: str = "vllm") -> None:
+    target = source_folder(version, package)
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".py") or ".dist-info/" in n]
         archive.extractall(target, names)
@@ -113,15 +115,50 @@ def fetch_nano_vllm(checkout: Path | None, offline: bool) -> None:
     print(f"nano-vllm {NANO_VLLM_COMMIT[:7]} in {target}")
 
 
+# -- SGLang: its radix cache (sglang_radix.py) ------------------------------------------------------
+SGLANG_RELEASES = {"0.5.23": "manylinux_2_34_x86_64"}  # its only wheels are CPython 3.11 ones
+
+
+def sglang_download(version: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--platform", SGLANG_RELEASES[version], "--python-version", "3.11", f"sglang=={version}",
+                    "-d", str(folder)], check=True)
+    return next(folder.glob(f"sglang-{version}-*.whl"))
+
+
+def sglang_fetch(wheels: list, offline: bool) -> None:
+    """Every SGLang release the peers drive, from the wheels given (``offline``: only those) or pip."""
+    given = {}
+    for wheel in wheels:
+        found = re.match(r"sglang-([^-]+)-", wheel.name)
+        if found and found.group(1) in SGLANG_RELEASES:
+            given[found.group(1)] = wheel
+    for version in SGLANG_RELEASES:
+        if unpacked(version, "sglang"):
+            print(f"SGLang {version} already in {source_folder(version, 'sglang')}")
+            continue
+        if offline and version not in given:
+            continue
+        wheel = (given.get(version) or next(cache_folder().glob(f"sglang-{version}-*.whl"), None)
+                 or sglang_download(version, cache_folder()))
+        unpack(version, wheel, "sglang")
+        print(f"SGLang {version} unpacked in {source_folder(version, 'sglang')}")
+
+
+def is_sglang(wheel: Path) -> bool:
+    return wheel.name.startswith("sglang-")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", type=Path, action="append", default=[],
-                        help="a vLLM wheel already downloaded (no network); may be given once per release")
+                        help="a vLLM or SGLang wheel already downloaded (no network); once per release")
     parser.add_argument("--nano-vllm", type=Path, metavar="DIR",
                         help=f"a checkout or export of nano-vllm at {NANO_VLLM_COMMIT[:7]} (no network)")
     args = parser.parse_args(argv)
     offline = bool(args.wheel or args.nano_vllm)  # a source given: fetch only what was given
-    given = {wheel_version(wheel): wheel for wheel in args.wheel}
+    given = {wheel_version(wheel): wheel for wheel in args.wheel if not is_sglang(wheel)}
     for version in RELEASES:
         if unpacked(version):
             print(f"vLLM {version} already in {source_folder(version)}")
@@ -133,6 +170,7 @@ def main(argv=None) -> int:
         unpack(version, wheel)
         print(f"vLLM {version} unpacked in {source_folder(version)}")
     fetch_nano_vllm(args.nano_vllm, offline)
+    sglang_fetch(args.wheel, offline)
     return 0
 
 

@@ -10,7 +10,7 @@ folder=)``.
 
 Both vLLM releases are the package ``vllm``: a peer's modules are in ``sys.modules`` only while
 it is ``active()`` (its import, and each run: a vLLM function may import lazily), so the two can
-run in one process, one after the other.
+run in one process, one after the other. SGLang's (``package="sglang"``) are the same.
 """
 
 from __future__ import annotations
