@@ -47,12 +47,13 @@ def unpacked(version: str, package: str = "vllm") -> bool:
     return (source_folder(version, package) / ".unpacked").exists()
 
 
-def download(version: str, folder: Path) -> Path:
+def download(version: str, folder: Path, package: str = "vllm") -> Path:
+    platform = (SGLANG_RELEASES if package == "sglang" else RELEASES)[version]
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", RELEASES[version], "--python-version", "3.11", f"vllm=={version}",
+                    "--platform", platform, "--python-version", "3.11", f"{package}=={version}",
                     "-d", str(folder)], check=True)
-    return next(folder.glob(f"vllm-{version}-*.whl"))
+    return next(folder.glob(f"{package}-{version}-*.whl"))
 
 
 def unpack(version: str, wheel: Path, package: str = "vllm") -> None:
@@ -119,14 +120,6 @@ def fetch_nano_vllm(checkout: Path | None, offline: bool) -> None:
 SGLANG_RELEASES = {"0.5.23": "manylinux_2_34_x86_64"}  # its only wheels are CPython 3.11 ones
 
 
-def sglang_download(version: str, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--platform", SGLANG_RELEASES[version], "--python-version", "3.11", f"sglang=={version}",
-                    "-d", str(folder)], check=True)
-    return next(folder.glob(f"sglang-{version}-*.whl"))
-
-
 def sglang_fetch(wheels: list, offline: bool) -> None:
     """Every SGLang release the peers drive, from the wheels given (``offline``: only those) or pip."""
     given = {}
@@ -141,7 +134,7 @@ def sglang_fetch(wheels: list, offline: bool) -> None:
         if offline and version not in given:
             continue
         wheel = (given.get(version) or next(cache_folder().glob(f"sglang-{version}-*.whl"), None)
-                 or sglang_download(version, cache_folder()))
+                 or download(version, cache_folder(), "sglang"))
         unpack(version, wheel, "sglang")
         print(f"SGLang {version} unpacked in {source_folder(version, 'sglang')}")
 

@@ -234,6 +234,22 @@ def test_chunked_prefill_admits_while_a_request_is_swapped_out():
 
 
 # -- chunked prefill: vLLM 0.4.2's one pass over the running requests (scheduler_vllm.run_in_order)
+def chunked_run(rows, budget, blocks=None, n=None, **settings):
+    """``--system vllm`` with chunked prefill over ``rows`` (arrival, prompt, output; ``n``: each
+    row's sequences), steps of 1 s, ``--check``, on ``blocks`` blocks of 4 and 2 leftover slots
+    (no watermark) or a big pool: the result, and per step the prompts run, their tokens and the
+    decoding requests."""
+    pool = {} if blocks is None else dict(slots=blocks * 4 + 2, block_size=4, max_seq_len=blocks * 4, watermark=0.0)
+    cfg = cfg_for("vllm", chunked_prefill=True, chunk_budget=budget, check=True, **pool, **settings)
+    trace = trace_of(rows)
+    if n is not None:
+        trace["n"] = n
+    executor = ConstExecutor(1.0)
+    result = run_simulation(cfg, trace, executor=executor)
+    steps = executor.batches
+    return result, [b[0] for b in steps], [b[1] for b in steps], [b[2] for b in steps]
+
+
 def test_chunked_pass_runs_by_arrival_and_the_request_that_finds_the_budget_spent_ends_it():
     # Budget 16, a big pool. A (prompt 16, output 4) and C (prompt 31, output 1) arrive together:
     #   step 0  A's prompt takes the whole budget; C waits for budget
@@ -243,13 +259,11 @@ def test_chunked_pass_runs_by_arrival_and_the_request_that_finds_the_budget_spen
     #           first and takes all 16, the rest of its prompt (its token: C finishes); A, at its
     #           turn, finds no budget and the pass ends: A does not decode this step
     #   steps 3 and 4  A decodes
-    cfg = cfg_for("vllm", chunked_prefill=True, chunk_budget=16, check=True)
-    executor = ConstExecutor(1.0)
-    run_simulation(cfg, trace_of([(0.0, 16, 4), (0.0, 31, 1)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 16, 4), (0.0, 31, 1)], 16)
     A, C = range(2)
-    assert [batch[0] for batch in executor.batches] == [[A], [C], [C], [], []]
-    assert [batch[1] for batch in executor.batches] == [[16], [15], [16], [], []]
-    assert [batch[2] for batch in executor.batches] == [[], [A], [], [A], [A]]
+    assert prompts == [[A], [C], [C], [], []]
+    assert tokens == [[16], [15], [16], [], []]
+    assert decoding == [[], [A], [], [A], [A]]
 
 
 def test_chunked_step_does_not_readmit_whom_it_preempted_but_admits_who_waits_behind():
@@ -262,13 +276,10 @@ def test_chunked_step_does_not_readmit_whom_it_preempted_but_admits_who_waits_be
     #   step 2  A's 3rd token takes a block and A finishes; B (7 tokens, 2 blocks) does not fit
     #           the 1 block left before that
     #   step 3  B prefills 6 + 1 tokens; step 4 it decodes its last
-    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=16, check=True)
-    executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 3, 3), (0.0, 6, 3), (0.5, 3, 1)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 3, 3), (0.0, 6, 3), (0.5, 3, 1)], 16, blocks=3)
     A, B, C = range(3)
-    assert [batch[0] for batch in executor.batches] == [[A, B], [C], [], [B], []]
-    assert [batch[2] for batch in executor.batches] == [[], [A], [A], [], [B]]
+    assert prompts == [[A, B], [C], [], [B], []]
+    assert decoding == [[], [A], [A], [], [B]]
     assert result.requests["preemptions"].tolist() == [0, 1, 0]
 
 
@@ -282,14 +293,11 @@ def test_chunked_swap_out_mid_prompt_comes_back_to_prefill_the_rest():
     #           stays out
     #   step 3  B comes back into 2 blocks with its 4 tokens and prefills the 2 left
     #           (unchunked, within the budget), its first token; steps 4 and 5 it decodes
-    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=7, preemption="swap", check=True)
-    executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 3, 3), (0.0, 6, 3)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 3, 3), (0.0, 6, 3)], 7, blocks=3, preemption="swap")
     A, B = range(2)
-    assert [batch[0] for batch in executor.batches] == [[A, B], [], [], [B], [], []]
-    assert [batch[1] for batch in executor.batches] == [[3, 4], [], [], [2], [], []]
-    assert [batch[2] for batch in executor.batches] == [[], [A], [A], [], [B], [B]]
+    assert prompts == [[A, B], [], [], [B], [], []]
+    assert tokens == [[3, 4], [], [], [2], [], []]
+    assert decoding == [[], [A], [A], [], [B], [B]]
     assert result.steps["used_blocks"].tolist()[3] == 2
     assert result.summary["num_swap_fallbacks"] == 0
     assert result.requests["preemptions"].tolist() == [0, 1]
@@ -304,14 +312,11 @@ def test_chunked_prompt_chunk_needs_a_free_block_at_its_turn():
     #           none, so the latest arrival, B itself, is preempted (recomputed)
     #   step 2  A decodes (2 blocks free); B, not admitted in the step that preempted it, is
     #           now: its 8 tokens' 2 blocks, a chunk of 5
-    cfg = cfg_for("vllm", slots=18, block_size=4, max_seq_len=16, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=6, check=True)
-    executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 4, 5), (0.0, 8, 2)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 4, 5), (0.0, 8, 2)], 6, blocks=4)
     A, B = range(2)
-    assert [batch[0] for batch in executor.batches][:3] == [[A, B], [], [B]]
-    assert [batch[1] for batch in executor.batches][:3] == [[4, 2], [], [5]]
-    assert [batch[2] for batch in executor.batches][:3] == [[], [A], [A]]
+    assert prompts[:3] == [[A, B], [], [B]]
+    assert tokens[:3] == [[4, 2], [], [5]]
+    assert decoding[:3] == [[], [A], [A]]
     assert result.requests["preemptions"].tolist()[1] >= 1
 
 
@@ -325,14 +330,11 @@ def test_chunked_step_leaves_decodes_before_prompt_chunks_among_equal_arrivals()
     #   steps 3-4  both decode (slots 11, 12 of A; 10, 11 of B), no block taken
     #   step 5  A's 13th slot takes the free block; B, after A, finds none free and, the
     #           latest arrival, preempts itself. In the other order ([B, A]) both would fit
-    cfg = cfg_for("vllm", slots=30, block_size=4, max_seq_len=28, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=8, check=True)
-    executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 8, 8), (0.0, 9, 6)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 8, 8), (0.0, 9, 6)], 8, blocks=7)
     A, B = range(2)
-    assert [batch[0] for batch in executor.batches][:3] == [[A], [B], [B]]
-    assert [batch[1] for batch in executor.batches][:3] == [[8], [7], [2]]
-    assert [batch[2] for batch in executor.batches][:6] == [[], [A], [A], [A, B], [A, B], [A]]
+    assert prompts[:3] == [[A], [B], [B]]
+    assert tokens[:3] == [[8], [7], [2]]
+    assert decoding[:6] == [[], [A], [A], [A, B], [A, B], [A]]
     assert result.requests["preemptions"].tolist()[1] >= 1
 
 
@@ -343,14 +345,10 @@ def test_chunked_group_decodes_all_its_sequences_past_the_budget():
     #           takes all 16; A's turn: a group of several sequences is not chunked
     #           (_get_num_new_tokens, scheduler.py:1158-1162), so it decodes both, 18 tokens in
     #           all (vLLM 0.4.2 itself then fails its assertion, scheduler.py:852-853)
-    cfg = cfg_for("vllm", chunked_prefill=True, chunk_budget=16, check=True)
-    executor = ConstExecutor(1.0)
-    trace = trace_of([(0.0, 16, 4), (0.0, 30, 1)])
-    trace["n"] = [2, 1]
-    run_simulation(cfg, trace, executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 16, 4), (0.0, 30, 1)], 16, n=[2, 1])
     A, C = range(2)
-    assert [batch[1] for batch in executor.batches][:3] == [[16], [14], [16]]
-    assert [batch[2] for batch in executor.batches][:3] == [[], [A], [A]]
+    assert tokens[:3] == [[16], [14], [16]]
+    assert decoding[:3] == [[], [A], [A]]
 
 
 def test_chunked_swap_in_waits_for_budget():
@@ -364,14 +362,12 @@ def test_chunked_swap_in_waits_for_budget():
     #           budget: its rest of prompt (6) is more than the budget (3), so it comes back a
     #           chunk at a time, and needs one token of budget left (vLLM asks its whole rest,
     #           scheduler.py:547-558, and would never bring it back)
-    cfg = cfg_for("vllm", slots=22, block_size=4, max_seq_len=20, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=3, preemption="swap", check=True)
-    executor = ConstExecutor(1.0)
-    run_simulation(cfg, trace_of([(0.0, 8, 2), (0.5, 7, 5), (1.5, 7, 3)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 8, 2), (0.5, 7, 5), (1.5, 7, 3)], 3, blocks=5,
+                                                    preemption="swap")
     A, B, C = range(3)
-    assert [batch[0] for batch in executor.batches][:5] == [[A], [A], [A, B], [C], [C]]
-    assert [batch[1] for batch in executor.batches][:5] == [[3], [3], [2, 1], [2], [3]]
-    assert [batch[2] for batch in executor.batches][:5] == [[], [], [], [A], []]
+    assert prompts[:5] == [[A], [A], [A, B], [C], [C]]
+    assert tokens[:5] == [[3], [3], [2, 1], [2], [3]]
+    assert decoding[:5] == [[], [], [], [A], []]
 
 
 def test_chunked_swap_ins_rejoin_decodes_before_prompts_among_equal_arrivals():
@@ -386,24 +382,19 @@ def test_chunked_swap_ins_rejoin_decodes_before_prompts_among_equal_arrivals():
     #           none free. vLLM lists swapped-in decodes before swapped-in prompts
     #           (scheduler.py:866-869): [B, C]
     #   step 4  B's turn needs a free block: C, the last, is swapped out and B decodes its last
-    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=9, preemption="swap", check=True)
-    executor = ConstExecutor(1.0)
-    run_simulation(cfg, trace_of([(0.0, 4, 3), (0.0, 4, 3), (0.0, 4, 4), (0.5, 9, 1)]), executor=executor)
+    result, prompts, tokens, decoding = chunked_run([(0.0, 4, 3), (0.0, 4, 3), (0.0, 4, 4), (0.5, 9, 1)], 9,
+                                                    blocks=3, preemption="swap")
     A, B, C, D = range(4)
-    assert [batch[0] for batch in executor.batches][:5] == [[A, B, C], [], [], [C], []]
-    assert [batch[1] for batch in executor.batches][:5] == [[4, 4, 1], [], [], [3], []]
-    assert [batch[2] for batch in executor.batches][:5] == [[], [A], [A], [B], [B]]
+    assert prompts[:5] == [[A, B, C], [], [], [C], []]
+    assert tokens[:5] == [[4, 4, 1], [], [], [3], []]
+    assert decoding[:5] == [[], [A], [A], [B], [B]]
 
 
 def test_chunked_prompt_alone_goes_on_though_its_blocks_fill_the_pool():
     # 3 blocks of 4 and 2 leftover slots, budget 4. A (prompt 11, output 1) takes all 3 blocks at
     # admission. vLLM 0.4.2 asks a free block for each later chunk, preempts A, admits it again,
     # and so on for ever; pagesim lets a prompt's chunk alone in the running list go on
-    cfg = cfg_for("vllm", slots=14, block_size=4, max_seq_len=12, watermark=0.0, chunked_prefill=True,
-                  chunk_budget=4, check=True)
-    executor = ConstExecutor(1.0)
-    result = run_simulation(cfg, trace_of([(0.0, 11, 1)]), executor=executor)
-    assert [batch[1] for batch in executor.batches] == [[4], [4], [3]]
+    result, prompts, tokens, decoding = chunked_run([(0.0, 11, 1)], 4, blocks=3)
+    assert tokens == [[4], [4], [3]]
     assert result.requests["status"].tolist() == ["finished"]
     assert result.requests["preemptions"].tolist() == [0]
