@@ -156,9 +156,10 @@ def evict_oldest(s):
 
 
 # -- a request's keys --------------------------------------------------------------------------
-# the chains of requests' own blocks: negative and apart from one another (Python's hashes of the
-# trace's chains are as likely negative; a clash is a 2**-64 chance)
-OWN_MIX = 0x9E3779B97F4A7C
+# the chains of requests' own blocks: negative and apart from one another, within int64 for any
+# request count below 3 x 10**9 (interpreted, Python's ints would not wrap); a trace's chains are
+# Python's 64-bit hashes, as likely negative: a clash is a 2**-64 chance
+OWN_MIX = 0x9E3779B1
 
 
 @njit(inline=True)

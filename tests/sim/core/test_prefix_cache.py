@@ -330,3 +330,11 @@ def test_vllm_v0_skips_only_the_hits_marked_computed_and_its_budget_counts_the_w
     A, B, C = range(3)
     assert [batch[0] for batch in executor.batches][:4] == [[A], [], [B], [C]]
     assert [batch[1] for batch in executor.batches][:4] == [[8], [], [8], [4]]
+
+
+def test_own_chains_are_apart_and_fit_int64_uninterpreted_too():
+    """A request's own chain is stored in the int64 key map: it must fit without wrapping (run
+    interpreted, Python's ints do not wrap) for any request count a trace may have."""
+    own = interpreted(prefix_cache.own_chain)
+    chains = [own(i) for i in (0, 1, 2, 10**6, 3 * 10**9 - 1)]
+    assert len(set(chains)) == len(chains) and all(-2**63 <= c < 0 for c in chains)
