@@ -39,7 +39,9 @@ SIM_FLAGS = {
     "preemption": dict(choices=PREEMPTIONS, help="vLLM preemption: recompute (default) or swap"),
     "swap_gib": dict(type=float, help="CPU swap space in GiB (default 4): --preemption swap, and requests of "
                                       "several sequences (vllm and orca swap them whatever --preemption says)"),
-    "chunked_prefill": dict(action="store_true", default=None, help="Sarathi-Serve chunked prefill"),
+    "chunked_prefill": dict(action="store_true", default=None,
+                            help="chunked prefill (Sarathi-Serve), as vLLM 0.4.2 schedules it: the running requests by "
+                                 "arrival, then swap-ins, then new prompts, in one --chunk-budget"),
     "chunk_budget": dict(type=int, help="chunked prefill: tokens per iteration (default 512)"),
     "waiting_served_ratio": dict(type=float, help="admit new prompts only when waiting/running reaches this"),
     "schedule_policy": dict(choices=SCHEDULE_POLICIES, help="sglang: waiting-queue order, fcfs (SGLang's default) or "
