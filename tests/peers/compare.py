@@ -78,6 +78,13 @@ def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) 
     return 0
 
 
+def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> None:
+    """The peer tests' check: every step of ``workload`` identical, else where they part."""
+    k = first_divergence(ours, theirs)
+    assert k is None, f"{name} ({workload.description}): {len(ours)} pagesim steps, {len(theirs)} {peer}'s\n" + \
+        describe(k, ours, theirs, peer=peer)
+
+
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     if "--sglang" in args:

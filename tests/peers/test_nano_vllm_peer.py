@@ -22,7 +22,7 @@ pytestmark = pytest.mark.peers
 nano_vllm = driver_or_skip(fetch.NANO_VLLM_COMMIT[:7], "tests.peers.nano_vllm")
 
 from tests.peers import pagesim_steps  # noqa: E402
-from tests.peers.compare import describe, first_divergence  # noqa: E402
+from tests.peers.compare import assert_same_steps  # noqa: E402
 from tests.peers.workloads import NANO_WORKLOADS  # noqa: E402
 
 # the known divergences, each with its cause in nano-vllm's source (at fetch.NANO_VLLM_COMMIT)
@@ -52,9 +52,7 @@ def test_every_step_is_nano_vllms(name):
     workload = NANO_WORKLOADS[name]
     theirs = nano_vllm.run(workload)
     ours = pagesim_steps.run(workload, "vllm", **nano_vllm.PAGESIM_SETTINGS)
-    k = first_divergence(ours, theirs)
-    assert k is None, f"{name} ({workload.description}): {len(ours)} pagesim steps, {len(theirs)} nano-vllm's\n" + \
-        describe(k, ours, theirs, peer="nano-vllm")
+    assert_same_steps(name, workload, ours, theirs, peer="nano-vllm")
 
 
 def test_the_workloads_reach_what_they_test():

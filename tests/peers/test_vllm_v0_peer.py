@@ -20,7 +20,7 @@ pytestmark = pytest.mark.peers
 vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")
 
 from tests.peers import pagesim_steps  # noqa: E402
-from tests.peers.compare import describe, first_divergence  # noqa: E402
+from tests.peers.compare import assert_same_steps  # noqa: E402
 from tests.peers.workloads import V0_WORKLOADS  # noqa: E402
 
 
@@ -29,9 +29,7 @@ def test_every_step_is_vllms(name):
     workload = V0_WORKLOADS[name]
     theirs = vllm_v0.run(workload)
     ours = pagesim_steps.run(workload, "vllm")
-    k = first_divergence(ours, theirs)
-    assert k is None, f"{name} ({workload.description}): {len(ours)} pagesim steps, {len(theirs)} vLLM's\n" + \
-        describe(k, ours, theirs)
+    assert_same_steps(name, workload, ours, theirs)
 
 
 def test_the_workloads_reach_what_they_test():

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.peers
 vllm_v1 = driver_or_skip("0.33.0", "tests.peers.vllm_v1")
 
 from tests.peers import pagesim_steps  # noqa: E402
-from tests.peers.compare import describe, first_divergence  # noqa: E402
+from tests.peers.compare import assert_same_steps  # noqa: E402
 from tests.peers.workloads import WORKLOADS  # noqa: E402
 
 
@@ -28,6 +28,4 @@ def test_every_step_is_vllms(name):
     workload = WORKLOADS[name]
     theirs = vllm_v1.run(workload)
     ours = pagesim_steps.run(workload)
-    k = first_divergence(ours, theirs)
-    assert k is None, f"{name} ({workload.description}): {len(ours)} pagesim steps, {len(theirs)} vLLM's\n" + \
-        describe(k, ours, theirs)
+    assert_same_steps(name, workload, ours, theirs)
