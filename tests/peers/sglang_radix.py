@@ -73,6 +73,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 import types
 from array import array
@@ -675,7 +679,7 @@ def run(workload: Workload, checkpoint: bool = False) -> Run:
     """pagesim's ``--system sglang`` over the workload, each radix call made on SGLang's cache too
     (``checkpoint``: its inserts as ``RadixCache.checkpoint`` makes them, module docstring)."""
     if jit.COMPILED:  # compiled, the core's functions call each other directly: nothing could be wrapped
-        raise RuntimeError("the SGLang radix peer needs the interpreted core: PAGESIM_JIT=0 before pagesim loads")
+        return run_interpreted(workload, checkpoint)
     load()
     trace = workload.make()
     originals = {name: getattr(radix_cache, name) for name in WRAPPED}
@@ -696,3 +700,29 @@ def run(workload: Workload, checkpoint: bool = False) -> Run:
             for name, function in originals.items():
                 setattr(radix_cache, name, function)
     return twin.run
+
+
+CHILD = """import pickle, sys
+from tests.peers import sglang_radix
+done = sglang_radix.run(sglang_radix.WORKLOADS[sys.argv[1]], sys.argv[2] == "checkpoint")
+done.workload = None  # its trace's maker is a closure: the parent puts its own workload back
+with open(sys.argv[3], "wb") as out:
+    pickle.dump(done, out)
+"""
+
+
+def run_interpreted(workload: Workload, checkpoint: bool) -> Run:
+    """``run`` made by a child Python with the interpreted core, for a process that loaded pagesim
+    compiled (the whole test suite: other modules imported it before this one could set
+    ``PAGESIM_JIT``). The child builds the workload by its name from ``WORKLOADS``."""
+    if workload.name not in WORKLOADS or WORKLOADS[workload.name].description != workload.description:
+        raise ValueError(f"{workload.name}: only WORKLOADS' own workloads run in a child (the core here is compiled)")
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "run.pickle"
+        subprocess.run([sys.executable, "-c", CHILD, workload.name, "checkpoint" if checkpoint else "once",
+                        str(result)], env={**os.environ, "PAGESIM_JIT": "0"}, check=True,
+                       cwd=Path(__file__).resolve().parents[2])
+        with result.open("rb") as handle:
+            done = pickle.load(handle)
+    done.workload = workload
+    return done
