@@ -8,7 +8,8 @@ node up to the root (``inc_lock_ref`` / ``dec_lock_ref``: a node with ``lock_ref
 protected, else evictable); a finished request's tokens are inserted (``cache_finished_req``:
 its tokens already in the tree are freed, the new ones become a leaf, its lock is dropped); a
 request whose prefill is chunked inserts what it has computed before its next chunk
-(``cache_unfinished_req``: it then locks the new node instead of the old); ``evict`` frees the
+(``cache_unfinished_req``: it then locks the new node instead of the old); both insert as SGLang
+0.5.23's ``checkpoint`` does, splitting the node at the prompt's end where the tokens go past it; ``evict`` frees the
 least recently accessed unlocked leaves first, a parent becoming an unlocked leaf joining them.
 With ``page_size`` > 1 matches and insertions are whole pages (``RadixKey`` page alignment: the
 unaligned tail of a finished request is freed, not cached).
@@ -216,6 +217,22 @@ def insert(s, r, num_tokens):
     return node, depth
 
 
+@njit
+def checkpoint(s, r, num_tokens):
+    """SGLang 0.5.23's ``RadixCache.checkpoint`` of request ``r``'s first ``num_tokens`` tokens (a
+    multiple of the page), a finished request's or a chunk's: ``insert``, then, when they go past
+    its prompt's whole pages, the prompt's again (``_insert_cache(split_prompt=True)``,
+    radix_cache.py:485-502), which adds no token but splits the node the prompt ends inside, so
+    that eviction can free the output's tokens and keep the prompt's. Returns ``insert``'s.
+    (checkpoint then matches the key, :524: it stamps the path just stamped, an order no
+    eviction reads, as only a leaf is evicted and its ancestors come after it.)"""
+    node, depth = insert(s, r, num_tokens)
+    prompt = s.prompt_tokens[r] // s.config[BLOCK_SIZE] * s.config[BLOCK_SIZE]
+    if 0 < prompt < num_tokens:
+        insert(s, r, prompt)  # the node ``insert`` returned keeps its row: a split keeps the lower half
+    return node, depth
+
+
 # -- locks ---------------------------------------------------------------------------------------
 @njit
 def inc_lock_ref(s, x):
@@ -317,20 +334,21 @@ def release(s, i):
 @njit(inline=True)
 def cache_finished_req(s, i):
     """``cache_finished_req``: request ``i``'s computed tokens, whole pages, go into the tree
-    (those it already held there are freed as duplicates, the unaligned tail freed), then its
-    memory is released."""
+    (``checkpoint``: those it already held there are freed as duplicates, the unaligned tail
+    freed), then its memory is released."""
     page = s.config[BLOCK_SIZE]
-    insert(s, i, s.num_computed_tokens[i] // page * page)
+    checkpoint(s, i, s.num_computed_tokens[i] // page * page)
     release(s, i)
 
 
 @njit(inline=True)
 def cache_unfinished_req(s, i):
     """``cache_unfinished_req``: the chunked request ``i``'s computed tokens, whole pages, go
-    into the tree; it locks their node instead of its old one and holds only the tail."""
+    into the tree (``checkpoint``); it locks their node instead of its old one and holds only
+    the tail."""
     page = s.config[BLOCK_SIZE]
     aligned = s.num_computed_tokens[i] // page * page
-    node, _ = insert(s, i, aligned)
+    node, _ = checkpoint(s, i, aligned)
     inc_lock_ref(s, node)
     if s.radix_request[i, LOCKED_NODE] >= 0:
         dec_lock_ref(s, s.radix_request[i, LOCKED_NODE])

@@ -11,8 +11,8 @@ nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NAN
 trees after it), the share whose results alone agree, the share after which the whole trees
 were compared (the others: a match's path, sglang_radix.Twin) and the first call that differs,
 with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trace's first N
-requests (200 by default, the tests'). ``--checkpoint``: pagesim's inserts made on SGLang's side
-as its ``RadixCache.checkpoint`` makes them (a known divergence: sglang_radix.py, Checkpoints).
+requests (200 by default, the tests'). ``--checkpoint``: pagesim's checkpoints (each two inserts)
+made on SGLang's side as its ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
 
 def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) -> int:
     """The ``--sglang`` table (sglang_radix.WORKLOADS; the Mooncake ones over the trace's first
-    ``mooncake_requests``; ``checkpoint``: inserts as SGLang's RadixCache.checkpoint makes them)."""
+    ``mooncake_requests``; ``checkpoint``: checkpoints as SGLang's RadixCache.checkpoint makes them)."""
     from tests.peers import sglang_radix
 
     workloads = sglang_radix.workloads(mooncake_requests)

@@ -43,12 +43,13 @@ differ the calls go on (each is counted), an SGLang call that raises counting as
 **Checkpoints** (``run(..., checkpoint=True)``). SGLang 0.5.23 inserts a finished request's
 tokens, and a chunk's, through ``RadixCache.checkpoint`` (``mem_cache/common.py:431``, ``:278``),
 whose ``_insert_cache(split_prompt=True)`` inserts the prompt's key again when the insert goes
-past it (``radix_cache.py:485-502``): the leaf is split at the prompt's end. With ``checkpoint``
-pagesim's inserts are made that way on SGLang's side (its own ``_insert_cache``, a request's row
-of token ids for its pool row), the node found without stamping it; checkpoint then matches the
-key (:524), which stamps the new leaf with its path (a new leaf against its own ancestors only,
-an order no eviction reads: left out, so what differs is the split). pagesim's
-``cache_finished_req`` inserts once (``sim/core/radix_cache.py:318-325``): a known divergence.
+past it (``radix_cache.py:485-502``): the leaf is split at the prompt's end. pagesim's
+``radix_cache.checkpoint`` is the same two inserts, and by default each is replayed as the
+``insert`` it is. With ``checkpoint`` the driver wraps pagesim's ``checkpoint`` instead and makes
+it on SGLang's side as SGLang makes it: its own ``_insert_cache`` (a request's row of token ids
+for its pool row), the node found without stamping it; checkpoint then matches the key (:524),
+which stamps the new leaf with its path (a new leaf against its own ancestors only, an order no
+eviction reads: left out).
 
 Not compared: SGLang 0.5.23's server builds a ``UnifiedRadixCache`` by default
 (``mem_cache/registry.py:146``), whose tree core stamps differently
@@ -672,12 +673,12 @@ class Twin:
         return freed
 
 
-WRAPPED = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict")
+WRAPPED = ("match_prefix", "insert", "checkpoint", "inc_lock_ref", "dec_lock_ref", "evict")
 
 
 def run(workload: Workload, checkpoint: bool = False) -> Run:
     """pagesim's ``--system sglang`` over the workload, each radix call made on SGLang's cache too
-    (``checkpoint``: its inserts as ``RadixCache.checkpoint`` makes them, module docstring)."""
+    (``checkpoint``: its checkpoints as ``RadixCache.checkpoint`` makes them, module docstring)."""
     if jit.COMPILED:  # compiled, the core's functions call each other directly: nothing could be wrapped
         return run_interpreted(workload, checkpoint)
     load()
@@ -687,7 +688,10 @@ def run(workload: Workload, checkpoint: bool = False) -> Run:
         twin = Twin(workload, trace, checkpoint)
         wrapped = {
             "match_prefix": lambda s, r, limit: twin.match_prefix(originals["match_prefix"], s, r, limit),
-            "insert": lambda s, r, n: twin.insert(originals["insert"], s, r, n),
+            # a checkpoint is two inserts (replayed as they are), or with ``checkpoint`` one call,
+            # replayed as SGLang's, its inserts inside it not replayed again
+            "checkpoint" if checkpoint else "insert":
+                lambda s, r, n: twin.insert(originals["checkpoint" if checkpoint else "insert"], s, r, n),
             "inc_lock_ref": lambda s, x: twin.lock(originals["inc_lock_ref"], "inc_lock_ref", s, x),
             "dec_lock_ref": lambda s, x: twin.lock(originals["dec_lock_ref"], "dec_lock_ref", s, x),
             "evict": lambda s, n: twin.evict(originals["evict"], s, n),

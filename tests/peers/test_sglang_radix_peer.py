@@ -53,16 +53,13 @@ def test_the_workloads_exercise_what_they_claim():
     assert any(op.kind == "inc_lock_ref" and op.ours == 0 for op in shared.operations)  # a node locked already
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "SGLang 0.5.23 inserts a finished request's tokens (and a chunk's) through RadixCache.checkpoint "
-    "(mem_cache/common.py:431, :278), whose _insert_cache(split_prompt=True) inserts the prompt's key again "
-    "(radix_cache.py:485-502): the leaf is split at the prompt's end and its output part, the older, is "
-    "evicted alone; pagesim's cache_finished_req inserts once (sim/core/radix_cache.py:318-325)"))
-def test_every_insert_is_sglangs_checkpoint():
-    """pagesim's inserts made on SGLang's side as RadixCache.checkpoint makes them (sglang_radix.py,
-    Checkpoints): the first finished request's tree differs (compare.py --sglang --checkpoint)."""
-    name = "three-levels-p16-lpm"
+@pytest.mark.parametrize("name", ["three-levels-p16-lpm", "pressure-p16"])
+def test_every_checkpoint_is_sglangs_checkpoint(name):
+    """pagesim's checkpoints (a finished request's tokens, a chunk's) made on SGLang's side as its
+    RadixCache.checkpoint makes them, inserts and the split at the prompt's end (sglang_radix.py,
+    Checkpoints; compare.py --sglang --checkpoint)."""
     workload = sglang_radix.WORKLOADS[name]
     run = sglang_radix.run(workload, checkpoint=True)
+    assert any(op.kind == "insert" and op.argument > 0 for op in run.operations)
     assert run.first is None, (f"{name}: {run.identical} of {len(run.operations)} calls identical, "
                                f"{run.same_results} with the same results\n" + run.divergence())

@@ -27,6 +27,7 @@ inc_lock_ref = interpreted(radix_cache.inc_lock_ref)
 dec_lock_ref = interpreted(radix_cache.dec_lock_ref)
 evict = interpreted(radix_cache.evict)
 cached_prefix = interpreted(radix_cache.cached_prefix)
+checkpoint = interpreted(radix_cache.checkpoint)
 
 
 def sglang(slots: int, **settings) -> SimConfig:
@@ -168,6 +169,36 @@ def test_an_inserted_leaf_is_newer_than_the_part_split_off_beside_it():
     assert nodes(s) == [(0, 8, a, 0, 0), (8, 12, b, 0, 0)]
 
 
+def test_a_checkpoint_past_the_prompt_splits_the_leaf_at_the_prompts_end():
+    """SGLang 0.5.23's checkpoint (radix_cache.py:485-502) inserts A's 15 tokens (its prompt of 12
+    and 3 generated), then its prompt's 12 again: no token more, but the leaf is split at 12, the
+    prompt's part above (a new node, stamped after the output's part). C's 6 come after. Evicting
+    1 token then frees the output's 3 alone; the next, the prompt's 12 (older than C); then C."""
+    s = tree()
+    assert checkpoint(s, A, 15)[1] == 0
+    assert nodes(s) == [(0, 12, A, 0, 0), (12, 15, A, 0, 0)]
+    assert s.count[state.RADIX_TREE_TOKENS] == 15 and s.count[state.RADIX_EVICTABLE] == 15
+    insert(s, C, 6)
+    assert evict(s, 1) == 3 and nodes(s) == [(0, 6, C, 0, 0), (0, 12, A, 0, 0)]
+    assert evict(s, 1) == 12 and evict(s, 1) == 6
+
+
+def test_a_checkpoint_within_the_prompt_or_its_pages_is_one_insert():
+    """No second insert where the tokens end within the prompt (a chunk: 8 of A's 12) or at its
+    whole pages' end (page 4: E's 10-token prompt has 8 in whole pages; 8 tokens checkpointed):
+    one node, and the clock ticks as one insert's (its walk and its new node). Past the whole
+    pages (12 of E's tokens at page 4) the split is at 8, not 10."""
+    s = tree()
+    checkpoint(s, A, 8)
+    assert nodes(s) == [(0, 8, A, 0, 0)] and s.count[state.RADIX_ACCESS_CLOCK] == 2
+    s = tree(page=4)
+    checkpoint(s, E, 8)
+    assert nodes(s) == [(0, 8, E, 0, 0)] and s.count[state.RADIX_ACCESS_CLOCK] == 2
+    s = tree(page=4)
+    checkpoint(s, E, 12)
+    assert nodes(s) == [(0, 8, E, 0, 0), (8, 12, E, 0, 0)]
+
+
 def test_a_routers_reading_of_the_tree_changes_nothing():
     """cached_prefix (a cluster's prefix-affinity router): the match's length, whole pages,
     without the match's split or access times."""
@@ -244,6 +275,16 @@ def test_prefill_first_and_a_finished_request_is_cached_for_the_next():
     assert column(result, "mem_free_idle") == [56, 55, 56, 55]
     assert result.summary["mgr_prefix_hit_tokens"] == 7
     assert result.summary["prefix_cache_hit_rate"] == 7 / 16
+
+
+def test_a_finished_request_is_evicted_output_first_and_its_prompt_still_hits():
+    """Pool 64, page 1. A (8 tokens (1, 2), 4 out) finishes with 11 tokens computed: checkpointed
+    as its prompt's 8 and its output's 3, split (SGLang 0.5.23, radix_cache.py:485-502). B (55
+    of its own tokens, 1 out) at 5 s finds 53 available: 2 short, the least recent leaf, A's
+    output's 3, is evicted alone. C (A's 8 prompt tokens, 1 out) at 10 s still matches 7 of them."""
+    result = run_simulation(sglang(64), trace((0, 8, 4), (5, 55, 1), (10, 8, 1), hashes=((1, 2), (9,), (1, 2))))
+    assert result.summary["mgr_prefix_hit_tokens"] == 7
+    assert result.summary["mgr_evictions"] == 1
 
 
 def test_pages_leave_internal_fragmentation_and_cache_whole_pages():
