@@ -55,7 +55,7 @@ PER_GPU = ("cost", "cost_data", "itl_edges")
 REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "status", "reject_code", "num_generated",
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
-                   "extent", "chain_start", "chains", "width", "num_seqs", "seq_slot", "beam",
+                   "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
                    "predictor_draw", "radix_request")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,

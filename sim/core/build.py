@@ -314,7 +314,8 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's (also where blocks are
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
     every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`; also for the
-    radix cache: ``radix``). One-element arrays where not needed."""
+    radix cache: ``radix``) and the step it was last scheduled in (vLLM 0.4.2's evictor).
+    One-element arrays where not needed."""
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
     cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1
@@ -332,4 +333,5 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
     key_entries[:, state.ENTRY_BLOCK] = -1
     return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
+                last_scheduled_step=np.zeros(n if prefix_caching else 1, i64),
                 chains=np.array(chains if chains else [0], dtype=i64))

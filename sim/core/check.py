@@ -127,7 +127,7 @@ def check_blocks(s) -> None:
     assert not (held & set(free)) and not (held & set(cached)) and not (set(free) & set(cached)), \
         "a block is held, free or cached at once"
     assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
-    if s.config[PREFIX_CACHING]:  # the LRU: full blocks, keyed or copies of a key cached already
+    if s.config[PREFIX_CACHING]:  # the LRU: keyed blocks, copies of a key cached already, vLLM 0.4.2's partial ones
         assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"

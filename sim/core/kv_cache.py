@@ -22,8 +22,8 @@ import numpy as np
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, LEFTOVER_SLOTS,
-                            LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, HASHED_TOKENS,
+                            LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
@@ -380,18 +380,27 @@ def release_seq(s, i, j):
     request's counts give its tokens and demand) and goes, with prefix caching and full, to the
     LRU's tail (tails are then evicted first), keyed or a copy of a block cached already (vLLM
     hashes both, ``block_pool.py:36-56``), else to the free stack, reused first (vLLM 0.33.0
-    ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py:816-847``)."""
+    ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py:816-847``). vLLM 0.4.2's evictor
+    takes every block let go, full or not (``CachedBlockAllocator.free``, ``block_manager_v1.py:
+    123-133``: each has a hash, a partial one a counter's), with its last access and its depth
+    (``prefix_cache.evict_oldest``)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     slot = s.seq_slot[i, j]
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
+    v0 = s.config[PREFIX_CACHING] and prefix_cache.v0_evictor(s)
     for k in range(s.num_blocks[i] - 1, -1, -1):
         b = s.block_table[slot, k]
         s.block_info[b, REF] -= 1
+        if v0:  # accessed whenever a holder is scheduled (``access_all_blocks_in_seq``, :573-583)
+            s.block_info[b, ACCESS_STEP] = max(s.block_info[b, ACCESS_STEP], s.last_scheduled_step[i])
         if s.block_info[b, REF]:
             continue
         c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
-        if s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
+        if v0:
+            s.block_info[b, HASHED_TOKENS] = (k + 1) * bs  # ``num_hashed_tokens_of_block``, sequence.py:257-258
+            prefix_cache.lru_append(s, b)
+        elif s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
             prefix_cache.lru_append(s, b)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b

@@ -26,16 +26,20 @@ registered when its last token is computed (a decode's too, for a request of one
 unless its key is there already; a request's blocks go back tail first, the full ones to the
 LRU's tail (tails are evicted first), keyed or a copy of a key cached already, the others to
 the free stack, reused first (vLLM 0.33.0 ``BlockPool.free_blocks``); a block for new use comes
-from the free stack, else the LRU's head is taken, its key dropped if it has one. Cached
-unreferenced blocks count as free in the memory categories.
+from the free stack, else the LRU's head is taken, its key dropped if it has one. vLLM 0.4.2
+(:func:`v0_evictor`) differs in two: every block let go joins the LRU (the free stack holds the
+blocks never used), and the one evicted is the deepest of the least recently accessed
+(:func:`evict_oldest`; ``ACCESS_STEP``, ``HASHED_TOKENS``). Cached unreferenced blocks count as
+free in the memory categories.
 """
 
 from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END, HASH_BLOCK_TOKENS,
-                                    KEY_END, KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS,
-                                    NUM_LRU, PREV, REF, TABLE_MASK)
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
+                                    ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
+                                    LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF,
+                                    SCHEDULER_KIND, TABLE_MASK)
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -144,9 +148,26 @@ def lru_remove(s, b):
 
 
 @njit(inline=True)
+def v0_evictor(s):
+    """vLLM 0.4.2's cache (the v0 scheduler's): every block let go is evictable, full or not,
+    and the evictor takes the deepest of the least recently accessed (:func:`evict_oldest`);
+    vLLM v1's frees a partial block to be reused first and evicts the least recently freed."""
+    return s.config[SCHEDULER_KIND] == CONTINUOUS
+
+
+@njit(inline=True)
 def evict_oldest(s):
-    """The least recently released block, its key dropped if it has one, for new use."""
+    """The block to evict for new use, its key dropped if it has one: vLLM v1's least recently
+    released (the head); vLLM 0.4.2's ``LRUEvictor.evict`` (``evictor_v1.py:66-84``): from the
+    head, in the order released, while no block was accessed later than the one chosen, the one
+    of the most hashed tokens (the first of equals)."""
     b = s.count[LRU_HEAD]
+    if v0_evictor(s):
+        x = s.block_info[b, NEXT]
+        while x >= 0 and s.block_info[x, ACCESS_STEP] <= s.block_info[b, ACCESS_STEP]:
+            if s.block_info[x, HASHED_TOKENS] > s.block_info[b, HASHED_TOKENS]:
+                b = x
+            x = s.block_info[x, NEXT]
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:

@@ -52,9 +52,9 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                                     MANAGER_KIND, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PAGED, PREFIX_CACHING,
                                     REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
-                                    STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
-                                    STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS, SWAPPED_HEAD,
-                                    SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
+                                    SCHEDULED_STEPS, STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS,
+                                    STEP_SWAP_IN, STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS,
+                                    SWAPPED_HEAD, SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
 
 
 # -- admission ------------------------------------------------------------------------------
@@ -280,14 +280,19 @@ def schedule(s):
 
 @njit  # prefix caching's, once a step: a call
 def mark_scheduled_computed(s):
-    """Every request this step runs marks its blocks computed (vLLM 0.4.2, once a step is
-    scheduled: ``scheduler.py:986-991``; kv_cache.mark_computed)."""
+    """Every request this step runs accesses its blocks and marks them computed (vLLM 0.4.2,
+    once a step is scheduled: ``access_all_blocks_in_seq``, ``scheduler.py:942``, and
+    ``scheduler.py:986-991``; kv_cache.mark_computed). The access is the request's: its blocks
+    take its step as they are let go (kv_cache.release_seq), not each one every step."""
     c = s.count
+    c[SCHEDULED_STEPS] += 1
     for k in range(c[STEP_PREFILL_SEQS]):
+        s.last_scheduled_step[s.step_prefill_ids[k]] = c[SCHEDULED_STEPS]
         kv_cache.mark_computed(s, s.step_prefill_ids[k])
     if c[STEP_DECODE_SEQS]:
         for k in range(c[NUM_RUNNING]):
             if s.in_decode[s.running[k]]:
+                s.last_scheduled_step[s.running[k]] = c[SCHEDULED_STEPS]
                 kv_cache.mark_computed(s, s.running[k])
 
 

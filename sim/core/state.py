@@ -190,6 +190,8 @@ table("count", """
     PREFIX_HIT_TOKENS   prompt tokens found cached
     PREFIX_LOOKUP_TOKENS  prompt tokens looked up
     NUM_CACHED_KEYS     prefix keys held
+    SCHEDULED_STEPS     vLLM 0.4.2 with prefix caching: the steps scheduled so far (the clock of
+        its blocks' last access, Core.last_scheduled_step, block_info ACCESS_STEP)
     STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
     STATIC_LIVE         static batching: the batch's requests still generating
     STATIC_CONTEXT_SUM  static batching: the batch's context tokens
@@ -259,6 +261,10 @@ table("block_info", """
     KEY_SLOT            its key's row in Core.key_entries
     COMPUTED            vLLM 0.4.2: a later prompt that hits it need not compute it (marked one
         full block behind a scheduled sequence: kv_cache.mark_computed)
+    ACCESS_STEP         vLLM 0.4.2: the last step a request holding it was scheduled in
+        (count[SCHEDULED_STEPS]), brought up to date as each holder lets it go: its evictor's order
+    HASHED_TOKENS       vLLM 0.4.2: the tokens up to its end in the table that let it go last: its
+        evictor takes the deepest of the least recently accessed
 """, size="BLOCK_INFO_COLUMNS", columns=8)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
@@ -405,6 +411,7 @@ class Core(NamedTuple):
     block_info: np.ndarray  # [block, REF..KEY_SLOT]: one row (one cache line) per block
     key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
+    last_scheduled_step: np.ndarray  # per request (vLLM 0.4.2): count[SCHEDULED_STEPS] when it was last scheduled
     chains: np.ndarray
     # parallel sampling (n): a request runs width[i] sequences after its prefill, in lockstep
     # (the same tokens and blocks count); sequence j's block-table row is seq_slot[i, j]

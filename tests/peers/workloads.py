@@ -200,6 +200,13 @@ V0_WORKLOADS = {
                               prefix_caching=True, max_num_batched_tokens=160, max_model_len=160,
                               description="shared prefixes in bursts of 4 at a budget of 160 tokens: the whole "
                                           "prompt counts"),
+    "prefix-evictor": Workload("prefix-evictor", bursts(shared_prefix_rows(7, 60, 16), 4), num_blocks=24,
+                               prefix_caching=True,
+                               description="60 requests over 3 shared prefixes in bursts of 4, 24 blocks: which "
+                                           "cached block is evicted (evictor_v1.py:66-84)"),
+    "prefix-pairs": Workload("prefix-pairs", bursts(shared_prefix_rows(5, 60, 16), 2),
+                             num_blocks=24, prefix_caching=True,
+                             description="the same over other prefixes, in pairs"),
 }
 
 

@@ -8,7 +8,10 @@ chain of hashes 0..k).
     D: 20 prompt tokens, no hashes          its own keys, nobody else's (it forces evictions)
 
 Each test calls the core's functions directly (the scheduler is not involved) and checks
-the counters by hand.
+the counters by hand. ``core`` is vLLM 0.4.2's (``--system vllm``), ``core_v1`` vLLM v1's: they
+differ in what a block let go becomes (v1: a partial one is reused first; 0.4.2: every one is
+evictable) and in which evictable block is evicted (v1: the least recently freed; 0.4.2: the
+deepest of the least recently accessed).
 """
 
 from __future__ import annotations
@@ -25,21 +28,33 @@ from tests.sim.helpers import ConstExecutor, cfg_for
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
 resume_swapped = interpreted(scheduler_vllm.resume_swapped)
+evict_oldest = interpreted(prefix_cache.evict_oldest)
+mark_scheduled_computed = interpreted(scheduler_vllm.mark_scheduled_computed)
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3
 
 
-@pytest.fixture
-def core():
+def make_core(system):
     trace = pd.DataFrame({"request_id": ["A", "B", "C", "D"], "arrival_s": [0.0, 0.0, 0.0, 0.0],
                           "prompt_tokens": [10, 10, 8, 20], "output_tokens": [2, 4, 2, 2],
                           "prefix_hashes": [(1, 2, 3), (1, 2, 9), (1, 2), ()]})
     trace.attrs["hash_block_tokens"] = 4
-    cfg = cfg_for(slots=24, block_size=BS, max_seq_len=24, watermark=0.0, prefix_caching=True)
+    settings = dict(watermark=0.0) if system == "vllm" else {}
+    cfg = cfg_for(system, slots=24, block_size=BS, max_seq_len=24, prefix_caching=True, **settings)
     s = initial_state(cfg, trace)
     assert s.config[state.NUM_BLOCKS] == 6 and s.config[state.LEFTOVER_SLOTS] == 0
     return s
+
+
+@pytest.fixture
+def core():
+    return make_core("vllm")
+
+
+@pytest.fixture
+def core_v1():
+    return make_core("vllm-v1")
 
 
 def admit(s, i, tokens):
@@ -95,8 +110,8 @@ def test_a_full_prompt_block_is_cached_and_shared(core):
     assert s.count[state.PREFIX_HIT_TOKENS] == 8 and s.count[state.PREFIX_LOOKUP_TOKENS] == 20
 
 
-def test_released_blocks_wait_in_lru_tail_first_and_count_as_free(core):
-    s = core
+def test_released_blocks_wait_in_lru_tail_first_and_count_as_free(core_v1):
+    s = core_v1
     admit(s, A, 10)
     a = blocks(s, A)
     admit(s, B, 10)
@@ -112,8 +127,8 @@ def test_released_blocks_wait_in_lru_tail_first_and_count_as_free(core):
     assert kv_cache.num_free_blocks(s) == 6
 
 
-def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core):
-    s = core
+def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core_v1):
+    s = core_v1
     admit(s, A, 10)
     a = blocks(s, A)
     kv_cache.free(s, A)
@@ -140,8 +155,67 @@ def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core):
     assert s.count[state.NUM_CACHED_KEYS] == 1 + 5 and cached(s, A, 0) == a[0]  # a0's key and D's own
 
 
-def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core):
+def test_vllm_v0_lets_every_block_go_to_its_evictor_partial_ones_too(core):
+    """vLLM 0.4.2 (``CachedBlockAllocator.free``, block_manager_v1.py:123-133): A (blocks a0, a1
+    full, a2 holding 2 tokens) and B (a0, a1 shared, b2) let go: A's a2 first (a0, a1 are still
+    B's), then B's, tail first: b2, a1, a0, each with its depth (HASHED_TOKENS) and the latest
+    step a holder of it was scheduled in (ACCESS_STEP: A's 7, B's 4, so a0 and a1 keep 7). The
+    free stack keeps the 2 blocks never used, taken before any is evicted."""
     s = core
+    admit(s, A, 10)
+    admit(s, B, 10)
+    a, b2 = blocks(s, A), blocks(s, B)[2]
+    s.last_scheduled_step[A], s.last_scheduled_step[B] = 7, 4
+    kv_cache.free(s, A)
+    assert lru(s) == [a[2]] and s.count[state.NUM_FREE_BLOCK_IDS] == 2
+    kv_cache.free(s, B)
+    assert lru(s) == [a[2], b2, a[1], a[0]] and s.count[state.NUM_FREE_BLOCK_IDS] == 2
+    info = s.block_info
+    assert [int(info[x, state.HASHED_TOKENS]) for x in lru(s)] == [12, 12, 8, 4]
+    assert [int(info[x, state.ACCESS_STEP]) for x in lru(s)] == [7, 4, 7, 7]
+    assert memory(s) == (0, [0, 0, 0, 0, 0, 24])
+    assert admit(s, D, 8) == 0 and s.count[state.NUM_EVICTIONS] == 0  # the 2 never used
+
+
+def test_vllm_v0_a_step_stamps_the_requests_it_schedules(core):
+    """Each scheduled step counts (SCHEDULED_STEPS) and its requests take its number as their
+    last (``access_all_blocks_in_seq``, scheduler.py:942): a step prefilling A stamps A alone (B
+    runs but is not scheduled in a prefill step); a decode step, both."""
+    s = core
+    admit(s, A, 10)
+    admit(s, B, 10)
+    c = s.count
+    s.running[:2] = A, B
+    c[state.NUM_RUNNING] = 2
+    s.step_prefill_ids[0] = A
+    c[state.STEP_PREFILL_SEQS], c[state.STEP_DECODE_SEQS] = 1, 0
+    mark_scheduled_computed(s)
+    assert c[state.SCHEDULED_STEPS] == 1 and s.last_scheduled_step[[A, B]].tolist() == [1, 0]
+    s.in_decode[[A, B]] = 1
+    c[state.STEP_PREFILL_SEQS], c[state.STEP_DECODE_SEQS] = 0, 2
+    mark_scheduled_computed(s)
+    assert c[state.SCHEDULED_STEPS] == 2 and s.last_scheduled_step[[A, B]].tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("system, order", [("vllm", [2, 1, 0, 4, 5, 3]), ("vllm-v1", [0, 1, 2, 3, 4, 5])])
+def test_which_evictable_block_is_evicted(system, order):
+    """Blocks 0-5 let go in that order, last accessed in steps 5, 5, 3, 6, 2, 2, of depths 16, 48,
+    64, 80, 96, 96 tokens. vLLM v1 evicts the least recently freed: 0 to 5. vLLM 0.4.2
+    (``LRUEvictor.evict``, evictor_v1.py:66-84) goes from the head, in the order let go, while no
+    block was accessed later than its choice, and chooses the deepest, the first of equals: 0
+    (5, 16), then 1 (5, 48), 2 (3, 64), then 3 was accessed later (6): 2. Then 1; then 0; of 3
+    (6, 80), 4 and 5 (2, 96), 4, then 5, then 3."""
+    s = make_core(system)
+    for x, (step, depth) in enumerate([(5, 16), (5, 48), (3, 64), (6, 80), (2, 96), (2, 96)]):
+        prefix_cache.lru_append(s, x)
+        s.block_info[x, state.ACCESS_STEP], s.block_info[x, state.HASHED_TOKENS] = step, depth
+    assert [int(evict_oldest(s)) for _ in range(6)] == order
+    assert lru(s) == []
+
+
+def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core_v1):
+    """vLLM v1: the least recently freed cached block is evicted."""
+    s = core_v1
     admit(s, A, 10)
     a = blocks(s, A)
     kv_cache.free(s, A)  # free stack: 4 blocks (A's tail, not full, among them); LRU: a1, a0
@@ -229,25 +303,26 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     assert memory(s) == (4, [13, 1, 2, 0, 0, 8])
 
 
-def hashed_core(rows, hashes, slots, max_seq_len=24, hash_block_tokens=BS):
+def hashed_core(rows, hashes, slots, max_seq_len=24, hash_block_tokens=BS, system="vllm"):
     """The core's state for ``rows`` (prompt, output) with prefix hashes, blocks of 4."""
     trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [0.0] * len(rows),
                           "prompt_tokens": [p for p, _ in rows], "output_tokens": [o for _, o in rows],
                           "prefix_hashes": hashes})
     trace.attrs["hash_block_tokens"] = hash_block_tokens
-    cfg = cfg_for(slots=slots, block_size=BS, max_seq_len=max_seq_len, watermark=0.0, prefix_caching=True)
+    settings = dict(watermark=0.0) if system == "vllm" else {}
+    cfg = cfg_for(system, slots=slots, block_size=BS, max_seq_len=max_seq_len, prefix_caching=True, **settings)
     return initial_state(cfg, trace)
 
 
 def test_a_hit_refreshes_its_block_in_the_lru():
-    """4 blocks of 4. r0 (hashes p, t) and r1 (q, t), 5-token prompts: one full block each
+    """vLLM v1. 4 blocks of 4. r0 (hashes p, t) and r1 (q, t), 5-token prompts: one full block each
     (its tail holds 1 token). Each runs and leaves: its tail (not full) to the free stack, its
     keyed block to the LRU's tail: LRU p, q. r2 (p, t) hits p (revived) and leaves: p is the
     most recently freed: LRU q, p. r3 (11 tokens, 3 blocks, no hashes) finds 2 blocks free
     and evicts 1: the least recently freed, q; p stays cached."""
     P, Q, T = 1, 2, 3
     s = hashed_core([(5, 1), (5, 1), (5, 1), (11, 1)], [(P, T), (Q, T), (P, T), ()], slots=16,
-                   max_seq_len=16)
+                    max_seq_len=16, system="vllm-v1")
     assert admit(s, 0, 5) == 0
     p = blocks(s, 0)[0]
     kv_cache.free(s, 0)
