@@ -46,6 +46,14 @@ requests that have arrived by a step's start join the queue first; an idle engin
 next arrival. The workloads' arrivals are whole steps, so an arrival never lands inside a step
 (where pagesim's event order, not the time, would decide whether it is in).
 
+**PAGESIM_TREE** (``run(..., pagesim_tree=True)``, ``compare --sglang-scheduler --pagesim-tree``):
+SGLang's tree used as pagesim's radix cache uses it today, to see the scheduler's divergences past
+the tree's: no insert after a prefill (SGLang checkpoints every unfinished prefill,
+``checkpoint_kv_cache``, mem_cache/common.py:271-280, from batch_result_processor.py:393-394) and
+a finished request's leaf not split at its prompt (``RadixCache._insert_cache(split_prompt=True)``,
+radix_cache.py:485-502, called with ``split_prompt=False``; sglang_radix.py, Checkpoints). Both
+are the radix cache's divergences, not the scheduler's.
+
 **The record** (``SglangStep``), per step that runs a batch: prefill or decode, the tokens each
 request computes (a prefill's extend length, 1 for a decode), the retracted requests, the
 ``new_token_ratio`` after the step is scheduled, the free (``available_size``) and evictable tokens
@@ -554,9 +562,9 @@ def workloads(mooncake_requests: int = 200) -> dict[str, Workload]:
                  chunk_budget=64, description="a prompt of 300 in chunks of 64, others arriving behind it"),
         Workload("chunked-p16", hand([(0, 300, 4, ()), (1, 20, 3, ()), (3, 150, 5, ())]), pool_tokens=4096,
                  page_size=16, chunk_budget=64, description="the chunked workload with pages of 16"),
-        Workload("retract", hand([(0, 40, 60, ()), (0, 40, 60, ()), (0, 40, 60, ()), (0, 40, 60, ())]),
-                 pool_tokens=300, description="4 requests of 40 + 60 in 300 tokens: admitted on the ratio, "
-                                              "then retracted"),
+        Workload("retract", hand([(0, 20, 100, ()), (1, 20, 100, ()), (2, 20, 100, ()), (3, 20, 100, ())]),
+                 pool_tokens=300, description="requests of 20 + 100 a step apart in 300 tokens: three admitted "
+                                              "on the ratio, then retracted"),
         Workload("shared-prefix", hand([(0, 18, 4, (1, 2, 3, 4)), (2, 18, 4, (1, 2, 3, 4)),
                                         (2, 14, 3, (1, 2, 5)), (9, 18, 2, (1, 2, 3, 4))]),
                  pool_tokens=4096, policy="lpm", description="shared prefixes, lpm: the tree's hits"),
