@@ -1,12 +1,17 @@
 """SGLang's scheduler (``--system sglang``) over the core's arrays and the radix cache (``radix_cache.py``).
 
-As of the SGLang sources read for it (sgl-project/sglang, the v0.5 line: ``managers/scheduler.py``,
-``managers/schedule_policy.py``, ``managers/schedule_batch.py``, ``environ.py``, ``server_args.py``),
-without overlap scheduling, mixed chunks, priorities or speculative decoding. One iteration is
+As of the SGLang sources read for it (sgl-project/sglang 0.5.23: ``managers/scheduler.py``,
+``managers/schedule_policy.py``, ``managers/schedule_batch.py``, ``mem_cache/prefill_budget.py``,
+``environ.py``, ``server_args.py``), without overlap scheduling, mixed chunks, priorities or
+speculative decoding; compared step by step with SGLang's own code by
+tests/peers/sglang_scheduler.py. One iteration is
 either a prefill batch or a decode step, prefill first (``Scheduler.get_next_batch_to_run``):
 
 1. ``get_new_batch_prefill``: the chunked request's computed tokens go into the tree first
-   (``cache_unfinished_req``); then, unless ``max_running_requests`` decode already, the waiting
+   (``cache_unfinished_req``); then, unless ``max_running_requests`` decode already or the batch
+   is full (``batch_is_full``: set when a pass ran short of memory, NO_TOKEN, with a request
+   admitted or running, or at ``max_running_requests``; cleared when a request leaves the batch,
+   a chunk ran or nothing runs; scheduler.py:4098-4101, :4279-4284, :3939-3966), the waiting
    queue is ordered by the policy (``SchedulePolicy.calc_priority``: ``fcfs``, the default
    ``schedule_policy`` of ``server_args.py``, keeps arrival order; ``lpm`` sorts by the longest
    cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``) and a
@@ -15,27 +20,31 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    * ``rem_total_tokens``: available + evictable tokens, less every running request's future
      tokens estimated as ``min(max_new_tokens - generated, 4096) * new_token_ratio``
      (``_get_running_request_total_token_offset``; ``CLIP_MAX_NEW_TOKENS`` 4096), less each
-     admitted request's extend tokens and ``min(max_new_tokens, 4096)``
-     (``_update_prefill_budget``); a request whose extend + ``min(max_new - generated, 4096)``
-     is not below it ends the pass (``add_one_req``: ``NO_TOKEN``), checked again after its
-     prefix is locked;
-   * ``rem_input_tokens``: ``max_prefill_tokens`` (16384) per batch, a request after the first
-     that would reach it ends the pass;
+     admitted request's extend tokens (whole pages), a page and ``min(max_new_tokens, 4096)``
+     (``_update_prefill_budget``, ``PrefillBudget.reserve``); a request whose extend +
+     ``min(max_new - generated, 4096)`` + a page (``per_req_token_overhead``) is not below it,
+     checked with its prefix locked, ends the pass (``add_one_req``: ``NO_TOKEN``);
+   * ``rem_input_tokens``: ``max_prefill_tokens`` (16384) per batch: spent, it ends the pass
+     (with chunked prefill, always on here, it turns no request away before);
    * ``rem_chunk_tokens``: ``chunked_prefill_size``: a prompt longer than what is left is
      truncated to it (whole pages) and becomes the one chunked request, whose next chunk comes
-     first in the next prefill (``add_chunked_req``); the budget then is 0 and the pass ends.
+     first in the next prefill (``add_chunked_req``: what ``rem_total_tokens`` and the chunk
+     budget hold, the whole chunk budget when memory holds nothing); the budget then is 0 and
+     the pass ends.
 
    A request's cached prefix is matched on its tokens but the last (``init_next_round_input``),
    whole pages, and locked while it runs. The batch's tokens are allocated after the pass
-   (``prepare_for_extend``), evicting as needed.
+   (``prepare_for_extend``), evicting first for the batch's extend tokens (paged: and a page per
+   request).
 2. else decode one token for every running request (``update_running_batch``): when the
    available and evictable tokens cannot hold the step (``check_decode_mem``), requests are
    retracted (``retract_decode``) fewest generated tokens first, then longest prompt, at least
-   one and until the available tokens hold ``20`` steps of the rest (``SGLANG_RETRACT_DECODE_STEPS``);
-   a retracted request frees its tokens outside the tree, unlocks its prefix and goes to the end
-   of the waiting queue to be recomputed, and ``new_token_ratio`` becomes
-   ``min(1, (generated + 20 * running) / max_new_tokens)`` of those left. Otherwise
-   ``new_token_ratio`` decays by ``(init - min) / 600`` towards ``min``: ``init`` is
+   one and until the rest's step fits; each retraction evicts towards ``20`` steps of the rest
+   (``SGLANG_RETRACT_DECODE_STEPS``); a retracted request frees its tokens outside the tree,
+   unlocks its prefix and goes to the end of the waiting queue to be recomputed, and
+   ``new_token_ratio`` becomes ``min(1, (generated + 20 * running) / (max_new_tokens + 1))`` of
+   those left. The step's slots are taken after evicting a slot (paged: a page) per request.
+   Otherwise ``new_token_ratio`` decays by ``(init - min) / 600`` towards ``min``: ``init`` is
    ``0.7 * schedule_conservativeness`` (1.0), ``min`` ``0.14 * init`` (``SGLANG_INIT_NEW_TOKEN_RATIO``,
    ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``); an idle engine
    resets it to ``init``.
@@ -52,17 +61,20 @@ import numpy as np
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
-from pagesim.sim.core.state import (BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE, DEMAND_WAITING,
-                                    EXTEND_LEN, FREE_EPOCH, INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM, MATCH_LEN,
-                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO,
+from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
+                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM,
+                                    MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO,
                                     NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS, NUM_RUNNING,
                                     NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, WAITING, WAITING_HEAD, WAITING_LEN)
+                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
+                                    WAITING_LEN)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
 LPM_QUEUE_LIMIT = 128  # schedule_policy.py _determine_active_policy: beyond it lpm falls back to fcfs
+FULL = 1  # BATCH_IS_FULL: no request slot left (max_running_requests)
+NO_TOKEN = 2  # BATCH_IS_FULL: a request did not fit the memory budget (the waiting head's demand)
 
 
 @njit(inline=True)
@@ -117,11 +129,22 @@ def get_new_batch_prefill(s):
     """The prefill batch (module docstring, 1); False when it is empty."""
     c, page = s.count, s.config[BLOCK_SIZE]
     chunked = c[CHUNKED_REQUEST]
+    # batch_is_full holds until a request leaves the batch: one finished (scheduler.py:3939-3940,
+    # :3963-3966), the last prefill ran a chunk (filtered out of that batch, :3911-3940), or
+    # nothing runs (:4093-4096)
+    if c[STEP_NUM_FINISHED] or chunked >= 0 or c[DECODE_SET_SIZE] == 0:
+        c[BATCH_IS_FULL] = 0
     if chunked >= 0:
         radix_cache.cache_unfinished_req(s, chunked)
     running_bs = c[DECODE_SET_SIZE]
-    if chunked < 0 and (c[WAITING_LEN] == 0 or running_bs >= s.config[MAX_NUM_SEQS]):
-        return False
+    if chunked < 0:
+        if c[WAITING_LEN] and c[BATCH_IS_FULL] == NO_TOKEN:  # the waiting head waits for memory
+            c[DEMAND_WAITING] = 1
+        if c[BATCH_IS_FULL] or c[WAITING_LEN] == 0:  # :4098-4101
+            return False
+        if running_bs >= s.config[MAX_NUM_SEQS]:  # no request slot left (:4119-4126)
+            c[BATCH_IS_FULL] = FULL
+            return False
     if s.config[SCHEDULE_POLICY] == LPM and c[WAITING_LEN] <= LPM_QUEUE_LIMIT:
         sort_by_longest_prefix(s)
     ratio = s.clock[NEW_TOKEN_RATIO]
@@ -138,19 +161,27 @@ def get_new_batch_prefill(s):
     if chunked >= 0:  # add_chunked_req: its next chunk first
         todo = s.prompt_target[chunked] - s.num_prompt_computed[chunked]
         room = min(rem_chunk, int(free_and_evictable(s) - total_offset))
+        if room <= 0:  # available_chunk_tokens: a continuing chunk makes progress (prefill_budget.py:142-145)
+            room = rem_chunk
         extend = min(todo, room)
-        s.radix_request[chunked, EXTEND_LEN] = max(extend, 0)
-        if extend > 0:
-            num_can_run += 1
-            tokens = ceil_page(s, extend)
-            total_offset += tokens + (0 if todo > room else min(s.output_tokens[chunked], CLIP_MAX_NEW_TOKENS))
-            cur_offset += tokens
-            rem_input -= tokens
-            rem_chunk -= tokens
+        s.radix_request[chunked, EXTEND_LEN] = extend
+        num_can_run += 1
+        tokens = ceil_page(s, extend)
+        # _update_prefill_budget -> PrefillBudget.reserve (schedule_policy.py:895-933,
+        # prefill_budget.py:156-169): the paged extend and a page, its output if this is the last chunk
+        total_offset += tokens + page + (0 if todo > room else min(s.output_tokens[chunked], CLIP_MAX_NEW_TOKENS))
+        cur_offset += tokens + page
+        rem_input -= tokens
+        rem_chunk -= tokens
         if todo > room:
             new_chunked = chunked
     first_new = c[NUM_RUNNING]
-    while c[WAITING_LEN] and running_bs + num_can_run < s.config[MAX_NUM_SEQS]:
+    while c[WAITING_LEN]:
+        if rem_input <= 0 or rem_chunk <= 0:  # budget_state: OTHER, before each candidate (scheduler.py:4202-4203)
+            break
+        if running_bs + num_can_run >= s.config[MAX_NUM_SEQS]:  # :4215-4226
+            c[BATCH_IS_FULL] = FULL
+            break
         i = s.waiting[c[WAITING_HEAD]]
         target = s.prompt_target[i]
         left = min(max(s.output_tokens[i] - s.num_generated[i], 0), CLIP_MAX_NEW_TOKENS)
@@ -162,29 +193,31 @@ def get_new_batch_prefill(s):
             continue
         node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
         extend = target - prefix
-        total = extend + left
         tokens = ceil_page(s, extend)
-        if total >= free_and_evictable(s) - total_offset:  # add_one_req: NO_TOKEN
-            c[DEMAND_WAITING] = 1
-            break
-        if tokens >= rem_input and num_can_run:
-            break
+        # add_one_req: the extend, the output left and a page for the paged allocator's rounding
+        # (per_req_token_overhead, schedule_policy.py:1403-1412), checked with the prefix locked
+        # (_lock_node, :1431; check_prefill, prefill_budget.py:114-131)
         radix_cache.inc_lock_ref(s, node)
-        if total >= free_and_evictable(s) - total_offset:  # the lock took evictable tokens
+        if extend + left + page >= free_and_evictable(s) - total_offset:  # NO_TOKEN
             radix_cache.dec_lock_ref(s, node)
             c[DEMAND_WAITING] = 1
+            if num_can_run or running_bs:  # scheduler.py:4279-4284
+                c[BATCH_IS_FULL] = NO_TOKEN
             break
-        if tokens > rem_chunk:  # chunked prefill: what the chunk budget holds, whole pages
+        # max_prefill_tokens (rem_input_tokens) turns a request away only without chunked prefill
+        # (schedule_policy.py:1627-1633); chunked, it spends the budget and ends the pass (budget_state)
+        if tokens > rem_chunk:  # chunked prefill: what the chunk budget holds, whole pages (:1650-1675)
             extend = rem_chunk // page * page
             if extend <= 0:
                 radix_cache.dec_lock_ref(s, node)
                 break
             new_chunked = i
-            total_offset += extend
+            total_offset += extend + page  # reserve: the chunk and a page, no output (prefill_budget.py:166-169)
+            cur_offset += extend + page
             tokens = extend
         else:
-            total_offset += tokens + min(s.output_tokens[i], CLIP_MAX_NEW_TOKENS)
-        cur_offset += tokens
+            total_offset += tokens + page + min(s.output_tokens[i], CLIP_MAX_NEW_TOKENS)
+            cur_offset += tokens + page
         rem_input -= tokens
         rem_chunk -= tokens
         pop_waiting(s)
@@ -198,15 +231,22 @@ def get_new_batch_prefill(s):
         start_running(s, i)
         num_can_run += 1
         free = free_and_evictable(s)
-        if free - total_offset <= 0 or free - cur_offset <= 0:  # budget_state: NO_TOKEN
-            break
-        if rem_input <= 0 or rem_chunk <= 0:  # budget_state: OTHER
+        if free - total_offset <= 0 or free - cur_offset <= 0:  # budget_state: NO_TOKEN (scheduler.py:4279-4284)
+            c[BATCH_IS_FULL] = NO_TOKEN
             break
     c[CHUNKED_REQUEST] = new_chunked
     if num_can_run == 0:
         return False
-    # prepare_for_extend: the batch's tokens, after every lock was taken
-    if chunked >= 0 and s.radix_request[chunked, EXTEND_LEN] > 0:
+    # prepare_for_extend: the batch's tokens, after every lock was taken; the allocator evicts for
+    # the batch's extend tokens first (alloc_token_slots, allocation.py:157), paged with a page more
+    # per request (alloc_paged_token_slots_extend, :190-201)
+    extend_tokens = 0
+    for k in range(first_new, c[NUM_RUNNING]):
+        extend_tokens += s.radix_request[s.running[k], EXTEND_LEN]
+    if chunked >= 0:
+        extend_tokens += s.radix_request[chunked, EXTEND_LEN]
+    radix_cache.make_room(s, extend_tokens + (num_can_run * page if page > 1 else 0))
+    if chunked >= 0:
         extend_request(s, chunked)
     for k in range(first_new, c[NUM_RUNNING]):
         extend_request(s, s.running[k])
@@ -221,19 +261,39 @@ def extend_request(s, i):
 
 
 @njit(inline=True)
-def decode(s):
-    """The decode step (module docstring, 2); returns its context sum."""
+def decode_tokens(s):
+    """``new_tokens_required_next_decode``: a page for each decoding request whose last page is
+    full (schedule_batch.py:3403-3419)."""
     c, page = s.count, s.config[BLOCK_SIZE]
-    need = 0  # check_decode_mem: a page for each request whose last page is full
+    need = 0
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]
         if s.in_decode[i] and (s.num_computed_tokens[i] - s.radix_request[i, PREFIX_LEN]) % page == 0:
             need += page
+    return need
+
+
+@njit(inline=True)
+def decode_fits(s):
+    """``check_decode_mem`` -> ``check_decode_capacity``: evict what the step is short of, then
+    whether it fits (schedule_batch.py:3432-3449, mem_cache/allocator/base.py:171-185)."""
+    need = decode_tokens(s)
+    radix_cache.make_room(s, need)
+    return radix_cache.available(s) >= need
+
+
+@njit(inline=True)
+def decode(s):
+    """The decode step (module docstring, 2); returns its context sum."""
+    c, page = s.count, s.config[BLOCK_SIZE]
     clock = s.clock
-    if free_and_evictable(s) < need:
+    if not decode_fits(s):
         retract_decode(s)
+        c[BATCH_IS_FULL] = 0  # the batch shrank (scheduler.py:4544-4545)
     else:
         clock[NEW_TOKEN_RATIO] = max(clock[NEW_TOKEN_RATIO] - clock[NEW_TOKEN_RATIO_DECAY], clock[MIN_NEW_TOKEN_RATIO])
+    # alloc_for_decode evicts a slot (paged: a page) per request first (allocation.py:157, :582-585)
+    radix_cache.make_room(s, c[DECODE_SET_SIZE] * page)
     context_sum = 0
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]
@@ -249,13 +309,13 @@ def decode(s):
 def retract_decode(s):
     """``retract_decode``: retract the request sorted last by (generated tokens, -prompt)
     descending, Python's stable sort (the fewest generated, then the longest prompt, then the
-    latest in the batch), at least one, until the available tokens hold
-    ``RETRACT_DECODE_STEPS`` steps of the rest (each retraction evicts towards that:
-    ``release_req``); then ``new_token_ratio`` from the rest."""
+    latest in the batch), at least one, until the rest's decode step fits (``check_decode_mem``,
+    schedule_batch.py:3458-3461; each retraction evicts towards ``RETRACT_DECODE_STEPS`` steps of
+    the rest: ``release_req``, :2389-2392); then ``new_token_ratio`` from the rest."""
     c = s.count
     remaining = c[DECODE_SET_SIZE]
     first = True
-    while first or radix_cache.available(s) < RETRACT_DECODE_STEPS * remaining:
+    while first or not decode_fits(s):
         if remaining <= 1:
             break
         first = False
@@ -280,7 +340,8 @@ def retract_decode(s):
                 decoded += s.num_generated[i]
                 max_new += s.output_tokens[i]
     c[NUM_RUNNING] = kept
-    s.clock[NEW_TOKEN_RATIO] = min(1.0, (decoded + RETRACT_DECODE_STEPS * remaining) / max(max_new, 1))
+    # estimate_new_token_ratio_after_retract (new_token_ratio_tracker.py:41-49): + 1 against a zero
+    s.clock[NEW_TOKEN_RATIO] = min(1.0, (decoded + RETRACT_DECODE_STEPS * remaining) / (max_new + 1))
 
 
 @njit(inline=True)

@@ -214,6 +214,7 @@ table("count", """
         iteration was scheduled (sim/core/loop.py): the next call schedules it first
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
     CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
+    BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
     RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
     RADIX_EVICTABLE     those of them no running request locks
     RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree

@@ -13,6 +13,10 @@ were compared (the others: a match's path, sglang_radix.Twin) and the first call
 with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trace's first N
 requests (200 by default, the tests'). ``--checkpoint``: pagesim's checkpoints (each two inserts)
 made on SGLang's side as its ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
+``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
+sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
+identical steps and the first that differs; ``--pagesim-tree``: SGLang's tree used as pagesim's is
+(sglang_scheduler.py, PAGESIM_TREE).
 """
 
 from __future__ import annotations
@@ -78,6 +82,29 @@ def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) 
     return 0
 
 
+def sglang_scheduler(names: list, mooncake_requests: int = 200, pagesim_tree: bool = False) -> int:
+    """The ``--sglang-scheduler`` table (sglang_scheduler.WORKLOADS)."""
+    from tests.peers import sglang_scheduler as driver
+
+    workloads = driver.workloads(mooncake_requests)
+    names = names or list(workloads)
+    print(f"{'workload':<22} {'steps SGLang':>12} {'pagesim':>8} {'identical':>10}  first diverging step")
+    details = []
+    for name in names:
+        workload = workloads[name]
+        if workload.needs is not None and not workload.needs.exists():
+            print(f"{name:<22} {'-':>12} {'-':>8} {'-':>10}  skipped: {workload.needs} is not here")
+            continue
+        run = driver.run(workload, pagesim_tree)
+        print(f"{name:<22} {len(run.theirs):>12} {len(run.ours):>8} {run.share:>10.1%}  "
+              f"{'-' if run.first is None else run.first}")
+        if run.first is not None:
+            details.append(f"{name}: {run.describe()}")
+    for text in details:
+        print("\n" + text)
+    return 0
+
+
 def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> None:
     """The peer tests' check: every step of ``workload`` identical, else where they part."""
     k = first_divergence(ours, theirs)
@@ -87,6 +114,10 @@ def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> 
 
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
+    if "--sglang-scheduler" in args:
+        requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
+        return sglang_scheduler([a for a in args if not a.startswith("--")], *(requests or [200]),
+                                "--pagesim-tree" in args)
     if "--sglang" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
         return sglang([a for a in args if not a.startswith("--")], *(requests or [200]), "--checkpoint" in args)

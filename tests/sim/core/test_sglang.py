@@ -315,14 +315,13 @@ def test_a_long_prompt_is_chunked_and_its_chunks_are_cached_as_they_go():
 
 
 def test_admission_counts_the_running_requests_future_tokens():
-    """Pool 64. A (10 tokens, 40 out) and B (20 tokens, 10 out) arrive together.
+    """1 s steps, pool 64. A (10 tokens, 40 out) at 0, B (20 tokens, 10 out) at 0.5.
 
-    step 0  the adder takes A (10 + 40 < 64) and charges 10 + min(40, 4096) = 50: B's 20 + 10
-            is not below 64 - 50, so B waits (NO_TOKEN)
-    later   A decodes; B needs 30 below (64 - A's tokens) - A's remaining 40 - g tokens x
-            new_token_ratio (0.7, decaying ~0.001 a step): 55 - g - (40 - g) x ~0.7 < 30 all
-            along, so B waits for A to finish (without the estimate it would be taken at once)"""
-    result = run_simulation(sglang(64), trace((0, 10, 40), (0, 20, 10)))
+    step 0  the adder takes A (10 + 40 + a page of 1 < 64)
+    step 1  B needs 20 + 10 + 1 below (64 - A's 10) - A's remaining 39 tokens x new_token_ratio
+            0.7: 31 is not below 26.7 (NO_TOKEN): the batch is full until a request leaves
+            (without the estimate it would be taken at once), so B waits for A to finish"""
+    result = run_simulation(sglang(64), trace((0, 10, 40), (0.5, 20, 10)), executor=ConstExecutor())
     prefill = column(result, "num_prefill_tokens")
     assert prefill == [10] + [0] * 39 + [20] + [0] * 9
     assert column(result, "mem_external_frag")[1] > 0  # B waits for memory
@@ -330,23 +329,45 @@ def test_admission_counts_the_running_requests_future_tokens():
 
 
 def test_schedule_conservativeness_scales_the_estimate():
-    """The same with conservativeness 0.01 (ratio 0.007): at step 1 B's 30 is below
+    """The same with conservativeness 0.01 (ratio 0.007): at step 1 B's 31 is below
     (64 - 10) - 39 x 0.007, so it is taken at once."""
-    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0, 20, 10)))
+    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0.5, 20, 10)),
+                            executor=ConstExecutor())
     assert column(result, "num_prefill_tokens")[:2] == [10, 20]
+
+
+def test_a_request_reserves_a_page_beyond_its_tokens():
+    """Pool 64, page 1. A (10, 20 out) and B (12, 20 out) arrive together. The adder charges A
+    10 + 20 and a page (per_req_token_overhead, schedule_policy.py:1412; PrefillBudget.reserve,
+    prefill_budget.py:166): 31, leaving 33; B's 12 + 20 + 1 is not below 33, so B waits for A
+    (without the page: A 30, leaving 34, and B's 32 below it: both at step 0)."""
+    result = run_simulation(sglang(64), trace((0, 10, 20), (0, 12, 20)))
+    assert column(result, "num_prefill_tokens")[:2] == [10, 0]
+    assert result.requests["first_token_s"][1] > result.requests["finish_s"][0]
+
+
+def test_a_pass_short_of_memory_keeps_the_batch_full_until_a_request_leaves():
+    """Conservativeness 0.01, pool 64. A (10, 40 out) and B (20, 10 out) arrive together: at
+    step 0 B's 20 + 10 + 1 is not below 64 - A's 51 (NO_TOKEN) and the batch is marked full
+    (scheduler.py:4279-4284). At step 1 B would fit (31 below 54 - 39 x 0.007, as in the
+    conservativeness test), but a full batch tries no one (:4098-4101) until a request leaves:
+    B waits for A to finish."""
+    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0, 20, 10)),
+                            executor=ConstExecutor())
+    assert column(result, "num_prefill_tokens") == [10] + [0] * 39 + [20] + [0] * 9
 
 
 @pytest.mark.parametrize("prompt_a, prompt_b, pool, retracted", [(4, 4, 40, 1), (6, 4, 42, 0)])
 def test_out_of_memory_retracts_the_fewest_generated_then_the_longest_prompt(prompt_a, prompt_b, pool, retracted):
-    """conservativeness 0.01 (ratio 0.007: the adder all but ignores future tokens). A and B
-    (30 out each) arrive together; A is taken at step 0 (its own 30 future tokens are charged
-    in full, so B is not), B at step 1 (its 4 + 30 below the pool less A's tokens). Both decode
+    """conservativeness 0.01 (ratio 0.007: the adder all but ignores future tokens), 1 s steps.
+    A (30 out) at 0 is taken at step 0; B (30 out) at 0.5 at step 1 (its 4 + 30 + 1 below the
+    pool less A's tokens and 29 x 0.007). Both decode
     16 steps, filling the pool; at the 17th neither can grow: equal tokens generated (17), so
     the longer prompt is retracted, or, prompts equal, the later in the batch (B). The other
     decodes on to its end; then the retracted one is recomputed (its prompt and 17 tokens) and
     decodes its last 12."""
     result = run_simulation(sglang(pool, schedule_conservativeness=0.01),
-                            trace((0, prompt_a, 30), (0, prompt_b, 30)))
+                            trace((0, prompt_a, 30), (0.5, prompt_b, 30)), executor=ConstExecutor())
     prompts = (prompt_a, prompt_b)
     assert result.requests["preemptions"].tolist() == [int(retracted == 0), int(retracted == 1)]
     assert column(result, "num_prefill_tokens") == list(prompts) + [0] * 29 + [prompts[retracted] + 17] + [0] * 12
@@ -354,11 +375,12 @@ def test_out_of_memory_retracts_the_fewest_generated_then_the_longest_prompt(pro
     assert result.summary["completed"] == 2
 
 
-@pytest.mark.parametrize("policy, prefill", [("fcfs", [12, 12, 1]), ("lpm", [12, 1, 12])])
+@pytest.mark.parametrize("policy, prefill", [("fcfs", [12, 12, 1]), ("lpm", [12, 1 + 12])])
 def test_lpm_takes_the_longest_cached_prefix_first_fcfs_the_arrival_order(policy, prefill):
     """R (12 tokens (1, 2, 3)) runs and is cached. X (7, 8, 9) then Y (R's tokens) arrive together;
-    max_prefill_tokens 12 lets one 12-token prompt into a batch. fcfs: X, then Y (11 hits,
-    1 computed); lpm: Y (1 computed) with X turned away by the input budget, then X."""
+    max_prefill_tokens 12. fcfs: X spends the input budget (the pass ends), then Y (11 hits, 1
+    computed); lpm: Y (1 computed), then X: with chunked prefill the input budget turns no
+    request away (schedule_policy.py:1627-1633), X spends it and the pass ends after it."""
     result = run_simulation(sglang(64, schedule_policy=policy, max_num_batched_tokens=12),
                             trace((0, 12, 1), (1, 12, 1), (1, 12, 1), hashes=((1, 2, 3), (7, 8, 9), (1, 2, 3))))
     assert column(result, "num_prefill_tokens") == prefill
@@ -417,11 +439,11 @@ def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
     """As the retraction test with prompts 4 and 4 (pool 40, 1 s steps: A prefilled in step 0,
     B in 1, both decode in steps 2-17, B retracted in 18), and C (4 tokens, 4 out) arriving at
     17.5 with the pool full. B goes behind C. new_token_ratio becomes min(1, (A's 18 + 20 x 1)
-    / 30) = 1: from step 19 C's 4 + 4 is not below (40 - A's 21 - m) - (12 - m) x 1 = 7, so
-    C waits (at the old 0.007 it would be taken at once) until A finishes; then C, ahead of B,
+    / (30 + 1)) = 1: at step 19 C's 4 + 4 + 1 is not below (40 - A's 21) - 12 x 1 = 7, so C
+    waits (at the old 0.007 it would be taken at once) until A finishes; then C, ahead of B,
     is prefilled first (4 tokens), B's 21 only after."""
     result = run_simulation(sglang(40, schedule_conservativeness=0.01),
-                            trace((0, 4, 30), (0, 4, 30), (17.5, 4, 4)), executor=ConstExecutor())
+                            trace((0, 4, 30), (0.5, 4, 30), (17.5, 4, 4)), executor=ConstExecutor())
     prefill = column(result, "num_prefill_tokens")
     assert result.requests["preemptions"].tolist() == [0, 1, 0]
     assert prefill[:19] == [4, 4] + [0] * 17
@@ -432,13 +454,27 @@ def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
 
 
 def test_new_token_ratio_decays_while_decodes_fit():
-    """Pool 1200. A (10 tokens, 1000 out) runs; B (100, 400 out) waits: its 500 must be below
-    (1191 - g) - (1000 - g) x ratio. At 0.7 that is 491 - 0.3 g: never; decaying by
-    (0.7 - 0.098) / 600 a step it is 504 by g = 20, so B starts long before A ends."""
-    result = run_simulation(sglang(1200, check=False), trace((0, 10, 1000), (0, 100, 400)))
-    first_b = result.requests["first_token_s"][1]
-    assert first_b < result.requests["finish_s"][0]
-    assert column(result, "num_prefill_tokens").index(100) < 30
+    """1 s steps, pool 1200. A (10 tokens, 1000 out) and C (10, 30 out) at 0, B (100, 400 out)
+    at 0.5. Step 1: B's 501 is not below 1180 - (999 + 29) x 0.7 (NO_TOKEN: the batch is full).
+    C's 30th token comes at step 29; at step 30 B is tried again, the ratio decayed 29 times
+    by (0.7 - 0.098) / 600 to 0.6709: 501 is below (1200 - A's 39) - 970 x 0.6709 = 510.2 (at
+    0.7, 482: B would wait for A's end)."""
+    result = run_simulation(sglang(1200, check=False), trace((0, 10, 1000), (0, 10, 30), (0.5, 100, 400)),
+                            executor=ConstExecutor())
+    assert result.requests["first_token_s"][2] < result.requests["finish_s"][0]
+    assert column(result, "num_prefill_tokens").index(100) == 30
+
+
+def test_retraction_stops_once_the_rest_decodes():
+    """Conservativeness 0.01, pool 66, 1 s steps: A, B, C (4 tokens, 30 out) at 0, 0.5 and 1.5
+    are prefilled in steps 0-2, then decode together: 12 + 3k tokens after k steps fill the
+    pool at k = 18. The 19th cannot grow: all have 19 tokens generated and equal prompts, so
+    C (the latest) is retracted, freeing 22; A and B's step needs 2: it fits, and the
+    retraction stops (check_decode_mem, schedule_batch.py:3458-3461), where holding 20 steps of
+    the rest (40) would have taken B too. A and B end in the pool's 66 (33 tokens each)."""
+    result = run_simulation(sglang(66, schedule_conservativeness=0.01),
+                            trace((0, 4, 30), (0.5, 4, 30), (1.5, 4, 30)), executor=ConstExecutor())
+    assert result.requests["preemptions"].tolist() == [0, 0, 1]
 
 
 def test_the_budget_is_checked_again_once_the_prefix_is_locked():
