@@ -59,8 +59,12 @@ def take_decode_slot(s, i):
 @njit(inline=True)
 def joined_decode(s, i, family):
     """Request ``i`` joined the decode set: a contiguous extent notes when (its re-reservations
-    go in that order); nothing for the others."""
-    if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+    go in that order); SGLang puts the prompt it computed into the tree and holds it there
+    (``checkpoint_kv_cache`` after its prefill batch, batch_result_processor.py:393-394,
+    mem_cache/common.py:271-280); nothing for the others."""
+    if family == SGLANG:
+        radix_cache.cache_unfinished_req(s, i)
+    elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         extent.joined(s, i)
 
 

@@ -287,6 +287,15 @@ def test_a_finished_request_is_evicted_output_first_and_its_prompt_still_hits():
     assert result.summary["mgr_evictions"] == 1
 
 
+def test_a_prompt_is_cached_once_prefilled_and_hits_while_its_request_runs():
+    """SGLang 0.5.23 puts a prompt into the tree after its prefill batch, locked by its request
+    (``checkpoint_kv_cache``, batch_result_processor.py:393-394): B (A's 8 tokens) arrives while A
+    still decodes and matches 7 of them, computing 1."""
+    result = run_simulation(sglang(128), trace((0, 8, 50), (0.2, 8, 2), hashes=((1, 2), (1, 2))))
+    assert result.summary["mgr_prefix_hit_tokens"] == 7
+    assert column(result, "num_prefill_tokens")[:3] == [8, 0, 0] and 1 in column(result, "num_prefill_tokens")
+
+
 def test_pages_leave_internal_fragmentation_and_cache_whole_pages():
     """Page 4: A's 10 prompt tokens take 3 pages (2 slots unfilled); B, the same 10 tokens
     later, finds A's 2 whole pages (8 tokens: the tree holds whole pages only) and computes 2."""
