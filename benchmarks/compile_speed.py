@@ -20,13 +20,25 @@ rerun, timed by the wall clock: compiled as the test command runs them, and inte
 environment, and each family's first run there (an empty numba cache) is timed, with whether it
 compiled (its notice) and whether it imported numba; then each family's first cluster run
 (``--replicas 2``). Target (#35): a wheel's first run compiles nothing.
-Run: ``python benchmarks/compile_speed.py [--edit | --wheel]``. Prints figures; asserts nothing.
+``--base REV``: the same figures for git revision ``REV`` (checked out into a temporary worktree,
+``git worktree add --detach``) and for this checkout, measured in turn (each family alone: the
+revision, then the checkout; then every family in turn, the same), so that a before/after claim
+is paired on a shared machine; prints both and their ratio. ``--repeats N`` measures each figure
+``N`` times, the order swapped every other round (the median is printed, and every run);
+``--systems`` picks families by a system of each (``vllm,sglang``); ``--alone`` skips the run of
+every family in turn.
+Each child imports the tree it measures (``PYTHONPATH``: ``_import_path``), its bytecode compiled
+beforehand (not timed).
+Run: ``python benchmarks/compile_speed.py [--edit | --wheel | --base REV [--repeats N]
+[--systems vllm,...] [--alone]]``. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
+import statistics
 import resource
 import shutil
 import subprocess
@@ -35,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _import_path  # noqa: F401  (the checkout's pagesim)
+from _import_path import ROOT, child_env, import_path  # the checkout's pagesim
 
 FAMILIES = (("vllm v0 and Orca", "vllm"), ("vLLM v1", "vllm-v1"), ("SGLang", "sglang"), ("static", "static"))
 
@@ -66,8 +78,10 @@ def child_cpu(argv: list[str], env: dict) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
-def simulate(system: str, cache: str) -> tuple[float, float]:
-    env = dict(os.environ, PAGESIM_JIT="numba", NUMBA_CACHE_DIR=cache)
+def simulate(system: str, cache: str, path: str | None = None) -> tuple[float, float]:
+    """A tiny run of ``system`` with numba's cache in ``cache``: the pagesim of import folder
+    ``path`` (a folder holding a link ``pagesim``; this checkout's by default)."""
+    env = child_env(path, PAGESIM_JIT="numba", NUMBA_CACHE_DIR=cache)
     argv = [sys.executable, "-m", "pagesim.sim.cli", "simulate", "--system", system, "--workload", "sharegpt",
             "--num-requests", "20", "--no-progress"]
     return child_cpu(argv, env)
@@ -153,11 +167,142 @@ def wheel_install() -> None:
         print("target (#35): a wheel install's first run compiles nothing (a cluster's imports numba)")
 
 
+def reference_cpu() -> float:
+    with tempfile.TemporaryDirectory() as cache:
+        base, _ = child_cpu([sys.executable, "-c", REFERENCE], dict(os.environ, NUMBA_CACHE_DIR=cache))
+    return base
+
+
+def precompile_bytecode(tree: Path) -> None:
+    """Python's bytecode of a tree, written before anything is timed (a fresh worktree has none)."""
+    for folder in ("sim", "traces", "gpu"):
+        if (tree / folder).is_dir():
+            compileall.compile_dir(str(tree / folder), quiet=1)
+
+
+def families(systems: str | None) -> tuple:
+    if not systems:
+        return FAMILIES
+    wanted = systems.split(",")
+    unknown = set(wanted) - {system for _, system in FAMILIES}
+    if unknown:
+        raise SystemExit(f"--systems: not a family's system here: {', '.join(sorted(unknown))} "
+                         f"(one of {', '.join(system for _, system in FAMILIES)})")
+    return tuple((name, system) for name, system in FAMILIES if system in wanted)
+
+
+def measure(chosen: tuple, with_turn: bool = True) -> tuple[dict, dict]:
+    """Each family's cold compile alone (an empty cache each), then every family in turn over
+    one cache: (alone, in turn), CPU seconds by family name."""
+    alone, turn = {}, {}
+    for name, system in chosen:
+        with tempfile.TemporaryDirectory() as cache:
+            alone[name], _ = simulate(system, cache)
+    if not with_turn:
+        return alone, turn
+    with tempfile.TemporaryDirectory() as shared:
+        for name, system in chosen:
+            turn[name], _ = simulate(system, shared)
+    return alone, turn
+
+
+def single(chosen: tuple, with_turn: bool) -> None:
+    precompile_bytecode(ROOT)
+    base = reference_cpu()
+    print(f"baseline: numba's import and a reference function's compile: {base:.1f} s of CPU")
+    print(f"{'family (system)':<28} {'alone: CPU s':>13} {'x base':>7} {'in turn: CPU s':>15} {'x base':>7}")
+    alone, turn = measure(chosen, with_turn)
+    for name, system in chosen:
+        in_turn = f"{turn[name]:>15.1f} {turn[name] / base:>7.1f}" if with_turn else ""
+        print(f"{name + ' (' + system + ')':<28} {alone[name]:>13.1f} {alone[name] / base:>7.1f} {in_turn}".rstrip())
+    line = f"targets (#35, 2 cores): a family alone <= 40 s (worst here {max(alone.values()):.0f} s)"
+    if with_turn:
+        total = sum(turn.values())
+        print(f"{'every family, in turn':<28} {'':>13} {'':>7} {total:>15.1f} {total / base:>7.1f}")
+        if len(chosen) == len(FAMILIES):
+            line += f"; every family <= 90 s (here {total:.0f} s)"
+    print(line)
+
+
+def git(*argv: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *argv], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def paired(rev: str, chosen: tuple, repeats: int, with_turn: bool) -> None:
+    """The figures for revision ``rev`` and for this checkout, measured in turn (see the module
+    docstring): each family alone, revision then checkout (swapped every other round), then
+    every family in turn, the same."""
+    commit = git("rev-parse", "--verify", rev + "^{commit}")
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp, "base")
+        git("worktree", "add", "--detach", str(tree), commit)
+        try:
+            folder = Path(tmp, "import")  # the revision's import folder: a link `pagesim` to its tree
+            folder.mkdir()
+            (folder / "pagesim").symlink_to(tree, target_is_directory=True)
+            paths = {"base": str(folder), "this": import_path()}
+            for path in (tree, ROOT):
+                precompile_bytecode(path)
+            print(f"base: {rev} ({commit[:10]}), a worktree; this: the checkout ({head}{dirty})")
+            reference = reference_cpu()
+            print(f"baseline: numba's import and a reference function's compile: {reference:.1f} s of CPU")
+            runs = {side: {"alone": {name: [] for name, _ in chosen}, "turn": {name: [] for name, _ in chosen}}
+                    for side in paths}
+            for round_ in range(repeats):
+                order = ("base", "this") if round_ % 2 == 0 else ("this", "base")
+                for name, system in chosen:
+                    for side in order:
+                        with tempfile.TemporaryDirectory() as cache:
+                            runs[side]["alone"][name].append(simulate(system, cache, paths[side])[0])
+                if with_turn:
+                    for side in order:
+                        with tempfile.TemporaryDirectory() as shared:
+                            for name, system in chosen:
+                                runs[side]["turn"][name].append(simulate(system, shared, paths[side])[0])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+    def median(values):
+        return statistics.median(values) if values else float("nan")
+
+    def runs_of(values):
+        return " ".join(f"{v:.1f}" for v in values) if len(values) > 1 else ""
+
+    print(f"CPU seconds: the median of {repeats} run(s) of each, every run listed where more than one; "
+          f"ratio: this / base")
+    print(f"{'family (system)':<28} {'':<8} {'base':>7} {'this':>7} {'ratio':>6}   runs (base | this)")
+    totals = {}
+    for kind, label in (("alone", "alone"), ("turn", "in turn")) if with_turn else (("alone", "alone"),):
+        for name, system in chosen:
+            base, this = (median(runs[side][kind][name]) for side in ("base", "this"))
+            print(f"{name + ' (' + system + ')':<28} {label:<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
+                  f"{runs_of(runs['base'][kind][name])} | {runs_of(runs['this'][kind][name])}".rstrip(" |"))
+        if kind == "turn":
+            # each round's sum over the families, then the median of those sums
+            for side in paths:
+                totals[side] = [sum(runs[side]["turn"][name][r] for name, _ in chosen) for r in range(repeats)]
+            base, this = median(totals["base"]), median(totals["this"])
+            print(f"{'every family, in turn':<28} {'':<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
+                  f"{runs_of(totals['base'])} | {runs_of(totals['this'])}".rstrip(" |"))
+    worst = {side: max(median(runs[side]["alone"][name]) for name, _ in chosen) for side in paths}
+    line = f"targets (#35, 2 cores): a family alone <= 40 s (worst: base {worst['base']:.0f} s, this {worst['this']:.0f} s)"
+    if with_turn and len(chosen) == len(FAMILIES):
+        line += (f"; every family <= 90 s (base {median(totals['base']):.0f} s, "
+                 f"this {median(totals['this']):.0f} s)")
+    print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--edit", action="store_true", help="time an edit of a policy file and a rerun of its tests")
     mode.add_argument("--wheel", action="store_true", help="build a wheel, install it, time each family's first run")
+    mode.add_argument("--base", metavar="REV", help="the same figures for git revision REV and this checkout, paired")
+    ap.add_argument("--repeats", type=int, default=1, help="with --base: each figure this many times (median)")
+    ap.add_argument("--systems", help="families by a system of each, comma-separated (default: every family)")
+    ap.add_argument("--alone", action="store_true", help="each family alone only (not every family in turn)")
     args = ap.parse_args()
     if args.edit:
         edit_cycle()
@@ -165,24 +310,11 @@ def main() -> None:
     if args.wheel:
         wheel_install()
         return
-    with tempfile.TemporaryDirectory() as cache:
-        base, _ = child_cpu([sys.executable, "-c", REFERENCE], dict(os.environ, NUMBA_CACHE_DIR=cache))
-    print(f"baseline: numba's import and a reference function's compile: {base:.1f} s of CPU")
-    print(f"{'family (system)':<28} {'alone: CPU s':>13} {'x base':>7} {'in turn: CPU s':>15} {'x base':>7}")
-    alone, turn = {}, {}
-    for name, system in FAMILIES:
-        with tempfile.TemporaryDirectory() as cache:
-            alone[name], _ = simulate(system, cache)
-    with tempfile.TemporaryDirectory() as shared:
-        for name, system in FAMILIES:
-            turn[name], _ = simulate(system, shared)
-    for name, system in FAMILIES:
-        print(f"{name + ' (' + system + ')':<28} {alone[name]:>13.1f} {alone[name] / base:>7.1f} "
-              f"{turn[name]:>15.1f} {turn[name] / base:>7.1f}")
-    total = sum(turn.values())
-    print(f"{'every family, in turn':<28} {'':>13} {'':>7} {total:>15.1f} {total / base:>7.1f}")
-    print(f"targets (#35, 2 cores): a family alone <= 40 s (worst here {max(alone.values()):.0f} s); "
-          f"every family <= 90 s (here {total:.0f} s)")
+    chosen = families(args.systems)
+    if args.base:
+        paired(args.base, chosen, max(1, args.repeats), not args.alone)
+        return
+    single(chosen, not args.alone)
 
 
 if __name__ == "__main__":

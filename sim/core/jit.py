@@ -11,6 +11,13 @@ already compiled into an extension module (``sim/core/aot.py``) needs none of it
 ``njit`` only registers a function; :func:`use_numba` makes each registered function's
 dispatcher and binds it, in the module of every registered function, where the plain function
 was (numba resolves the names a function calls in its module when it compiles it).
+
+:func:`use_numba` also trims numba's work on a cold compile where the machine code of the core's
+functions themselves stays the same (issue #35; ``benchmarks/compile_speed.py --base``): one LLVM
+optimization per function (:func:`_one_llvm_optimization`), each inlined function's untyped
+code built once (:func:`_untyped_ir_once_per_function`), the Python wrappers of functions only
+compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and no C wrappers
+(``no_cfunc_wrapper`` in :func:`_dispatcher`).
 """
 
 from __future__ import annotations
@@ -145,6 +152,73 @@ def _one_llvm_optimization() -> None:
     library._optimize_functions = _optimize_functions
 
 
+def _python_wrappers_unoptimized() -> None:
+    """numba compiles, with every function, a wrapper that Python calls it through: it unpacks
+    the Python arguments, for the core's functions the state's ~60 arrays one by one, a larger
+    function than most of the core's own (2,300 LLVM instructions before optimization, against
+    1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group or
+    reference counting) is called from Python in a run; every other function is called by
+    compiled code, which calls the function itself, not its wrapper (a test, or the set-up's
+    ``placement.init``, calls some from Python, once a call). Those other wrappers are marked
+    for LLVM not to optimize (``optnone``, which asks ``noinline`` with it): LLVM's optimization
+    and machine code of the wrappers were about half of each small function's. The function
+    itself, and the loops' wrappers, are optimized as before. Left as numba has it where its
+    library class differs."""
+    from numba.core import codegen
+
+    library = getattr(codegen, "CPUCodeLibrary", None)
+    optimize = getattr(library, "_optimize_final_module", None)
+    if optimize is None or getattr(optimize, "pagesim_wrappers", False):
+        return
+
+    def _optimize_final_module(self):
+        entries = {fn.__qualname__ for fn, (_, refcounted) in _OPTIONS.items() if refcounted or fn in _GROUPS}
+        if self.name not in entries:
+            for fn in self._final_module.functions:
+                if fn.name.startswith("_ZN7cpython") and not fn.is_declaration:
+                    fn.add_function_attribute("noinline")
+                    fn.add_function_attribute("optnone")
+        optimize(self)
+
+    _optimize_final_module.pagesim_wrappers = True
+    library._optimize_final_module = _optimize_final_module
+
+
+def _untyped_ir_once_per_function() -> None:
+    """numba inlines a function (``inline="always"``) by running its whole untyped pipeline
+    (bytecode to IR, rewrites, branch pruning, and the inlining of its own inlined callees, each
+    by the same route) at every place that calls it, then copying that IR in; nested inlining
+    thus builds a function's IR once per path to it from the loop (``InlineWorker.
+    run_untyped_passes``, called by ``inline_function``). That IR depends on the function and the
+    compile's flags only (the pipeline sees no argument's type or value: the caller prunes the
+    inlined copy by its own constants after), and the inliner deep-copies it before it changes
+    it, so the core's functions' IR is built once per function and flags and copied at each
+    place: the same IR, under a fresh identity each time as numba gives it (the inlined
+    variables' names carry it). Numba's own functions take numba's route. Left as numba has it
+    where its inliner differs."""
+    from numba.core import bytecode, inline_closurecall
+
+    worker = getattr(inline_closurecall, "InlineWorker", None)
+    built = getattr(worker, "run_untyped_passes", None)
+    if built is None or getattr(built, "pagesim_once", False):
+        return
+    memo: dict = {}
+
+    def run_untyped_passes(self, func, enable_ssa=False):
+        if func not in _OPTIONS or self.flags is None:
+            return built(self, func, enable_ssa)
+        self.flags.enable_ssa = enable_ssa  # as numba's does to the flags it shares with its caller
+        key = (func, self.flags.summary())
+        if key not in memo:
+            memo[key] = built(self, func, enable_ssa)
+        ir = memo[key].copy()  # the blocks' list of statements copied; the inliner deep-copies them
+        ir.func_id = bytecode.FunctionIdentity.from_function(func)
+        return ir
+
+    run_untyped_passes.pagesim_once = True
+    worker.run_untyped_passes = run_untyped_passes
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -167,6 +241,8 @@ def use_numba() -> None:
     _drop_stale_cache()
     _load_numpy_support_without_scipy()
     _one_llvm_optimization()
+    _untyped_ir_once_per_function()
+    _python_wrappers_unoptimized()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
@@ -216,7 +292,11 @@ def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
     if group is not None:  # numba's cache locator reads it as the dispatcher is made
         config.CACHE_DIR = str(group_cache_dir(group))
     try:
-        return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never")(fn)
+        # no_cfunc_wrapper: numba would also compile each function a C-callable wrapper (for
+        # its ``.address`` or a first-class function value), which nothing of the core uses: in
+        # LLVM's work on a small function it weighs a seventh (the state's ~60 arrays unpacked)
+        return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never",
+                          no_cfunc_wrapper=True)(fn)
     finally:
         config.CACHE_DIR = saved
 

@@ -33,12 +33,14 @@ turn.
 
 What else is inlined follows from what each costs (``benchmarks/compile_speed.py``, and
 ``benchmarks/engine_speed.py --only-systems`` run in both checkouts). numba inlines a function
-by building its code again at every place that calls it, nested (each level built again by the
-levels above), before it prunes the branches the inlined code cannot take: the family's
-scheduler is therefore chosen in the loop's own code, where ``family`` is a constant and its
-branches are pruned first (chosen in a function inlined with ``family`` an argument, all four
-schedulers were built into every family's loop: a third of its compile). A call costs its own
-compile (~0.5 s: its signature over the state's arrays) and, at run time, the state's ~60
+by copying its code in at every place that calls it, nested (each level copied into the levels
+above; ``jit.py`` builds each function's untyped code once, where numba built it again at each
+place), and prunes the branches the inlined code cannot take only then, before it types, lowers
+and optimizes every copy: the family's scheduler is therefore chosen in the loop's own code,
+where ``family`` is a constant and its branches are pruned first (chosen in a function inlined
+with ``family`` an argument, all four schedulers were built into every family's loop: a third
+of its compile). A call costs its own compile (~0.5 s: its signature over the state's arrays;
+less since ``jit.py`` leaves its Python wrapper unoptimized) and, at run time, the state's ~60
 arrays passed field by field: on the Azure conv trace one more call per request (arrival,
 admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
 family's scheduler) 8-50 %, and a new call in the loop's own code has moved SGLang's by 4-15 %
