@@ -14,7 +14,9 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    a chunk ran or nothing runs; scheduler.py:4098-4101, :4279-4284, :3939-3966), the waiting
    queue is ordered by the policy (``SchedulePolicy.calc_priority``: ``fcfs``, the default
    ``schedule_policy`` of ``server_args.py``, keeps arrival order; ``lpm`` sorts by the longest
-   cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``) and a
+   cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``; fcfs, and
+   lpm past 128, walk the first 128 waiting requests' tokens from the tree one pass in 32, the
+   head last, which refreshes their prefixes' LRU times, ``_touch_waiting_prefixes``) and a
    ``PrefillAdder`` takes requests in that order while its budgets last:
 
    * ``rem_total_tokens``: available + evictable tokens, less every running request's future
@@ -68,11 +70,12 @@ from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHU
                                     NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
                                     SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
-                                    WAITING_LEN)
+                                    WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
 LPM_QUEUE_LIMIT = 128  # schedule_policy.py _determine_active_policy: beyond it lpm falls back to fcfs
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py:139: an fcfs pass in so many touches the queue
 FULL = 1  # BATCH_IS_FULL: no request slot left (max_running_requests)
 NO_TOKEN = 2  # BATCH_IS_FULL: a request did not fit the memory budget (the waiting head's demand)
 
@@ -124,6 +127,25 @@ def sort_by_longest_prefix(s):
         s.waiting[(head + m) % n] = i
 
 
+@njit(inline=True)
+def touch_waiting_prefixes(s):
+    """``_touch_waiting_prefixes`` (schedule_policy.py:281-302, called at the end of every
+    ``calc_priority``): under a policy that matches no prefix (fcfs, or lpm past 128 waiting),
+    one pass in 32 over a non-empty queue walks the first 128 waiting requests' tokens from the
+    tree, the head last, so that LRU evicts their prefixes last and in reverse admission order
+    (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, on by default, environ.py:645). The walks split
+    nodes as a match does, where a waiting prompt ends inside one."""
+    c, n = s.count, len(s.waiting)
+    if c[WAITING_LEN] == 0:  # :287: an empty queue is no pass
+        return
+    refresh = c[WAITING_REFRESHES] % WAITING_PREFIX_REFRESH_INTERVAL == 0
+    c[WAITING_REFRESHES] += 1
+    if not refresh:
+        return
+    for k in range(min(c[WAITING_LEN], LPM_QUEUE_LIMIT) - 1, -1, -1):  # reversed(waiting_queue[:128])
+        radix_cache.touch_prefix(s, s.waiting[(c[WAITING_HEAD] + k) % n])
+
+
 @njit
 def get_new_batch_prefill(s):
     """The prefill batch (module docstring, 1); False when it is empty."""
@@ -147,6 +169,8 @@ def get_new_batch_prefill(s):
             return False
     if s.config[SCHEDULE_POLICY] == LPM and c[WAITING_LEN] <= LPM_QUEUE_LIMIT:
         sort_by_longest_prefix(s)
+    else:
+        touch_waiting_prefixes(s)
     ratio = s.clock[NEW_TOKEN_RATIO]
     total_offset = 0.0  # PrefillAdder: rem_total_token_offset, cur_rem_token_offset and the budgets
     for k in range(c[NUM_RUNNING]):

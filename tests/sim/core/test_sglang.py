@@ -14,7 +14,7 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import radix_cache, state
+from pagesim.sim.core import radix_cache, scheduler_sglang, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
@@ -28,6 +28,7 @@ dec_lock_ref = interpreted(radix_cache.dec_lock_ref)
 evict = interpreted(radix_cache.evict)
 cached_prefix = interpreted(radix_cache.cached_prefix)
 checkpoint = interpreted(radix_cache.checkpoint)
+touch_waiting_prefixes = interpreted(scheduler_sglang.touch_waiting_prefixes)
 
 
 def sglang(slots: int, **settings) -> SimConfig:
@@ -197,6 +198,47 @@ def test_a_checkpoint_within_the_prompt_or_its_pages_is_one_insert():
     s = tree(page=4)
     checkpoint(s, E, 12)
     assert nodes(s) == [(0, 8, E, 0, 0), (8, 12, E, 0, 0)]
+
+
+def waiting(s, *requests):
+    """The waiting queue holds ``requests``, the first at its head."""
+    for k, r in enumerate(requests):
+        s.waiting[k] = r
+    s.count[state.WAITING_HEAD], s.count[state.WAITING_LEN] = 0, len(requests)
+
+
+@pytest.mark.parametrize("queue, first_evicted", [((B, C), 6), ((C, B), 4)])
+def test_fcfs_touches_the_waiting_prefixes_head_last(queue, first_evicted):
+    """SGLang's fcfs pass walks the waiting requests' tokens from the tree, the head last
+    (_touch_waiting_prefixes, schedule_policy.py:281-302). A inserted, then C: A is the older.
+    With B and C waiting, B at the head: C's walk, then B's, which shares A's first 8 tokens and
+    splits A's leaf there, A's [8, 12) stamped by B's walk: C's leaf is now the least recently
+    accessed (6 tokens go first; untouched, A's 12 would). With C at the head, B's walk comes
+    first: A's [8, 12) goes first (4)."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, C, 6)
+    waiting(s, *queue)
+    touch_waiting_prefixes(s)
+    assert nodes(s) == [(0, 6, C, 0, 0), (0, 8, A, 0, 0), (8, 12, A, 0, 0)]
+    assert evict(s, 1) == first_evicted
+
+
+def test_fcfs_touches_the_waiting_prefixes_one_pass_in_32():
+    """The first pass over a waiting queue touches it, the next 31 do not, the 33rd does
+    (WAITING_PREFIX_REFRESH_INTERVAL, schedule_policy.py:139, :295-300); a pass over an empty
+    queue is not counted (:287)."""
+    s = tree()
+    insert(s, A, 12)
+    touch_waiting_prefixes(s)  # nobody waits: not a pass
+    assert s.count[state.WAITING_REFRESHES] == 0
+    waiting(s, A)
+    clocks = []
+    for _ in range(33):
+        before = int(s.count[state.RADIX_ACCESS_CLOCK])
+        touch_waiting_prefixes(s)
+        clocks.append(int(s.count[state.RADIX_ACCESS_CLOCK]) - before)
+    assert clocks == [1] + [0] * 31 + [1] and s.count[state.WAITING_REFRESHES] == 33
 
 
 def test_a_routers_reading_of_the_tree_changes_nothing():
