@@ -203,15 +203,6 @@ def cached_prefix(s, r, limit):
 match_prefix = walk
 
 
-@njit(inline=True)
-def touch_prefix(s, r):
-    """``touch_prefix`` (SGLang 0.5.23 radix_cache.py:419-426): the walk along request ``r``'s
-    tokens so far, its prompt (and a retracted request's output: ``origin_input_ids +
-    output_ids``, common.py:214-217), whole pages, all of them (a match for admission leaves the
-    last one out); its splits and access times, nothing locked."""
-    walk(s, r, s.prompt_target[r])
-
-
 @njit
 def insert(s, r, num_tokens):
     """``insert``: request ``r``'s first ``num_tokens`` tokens (a multiple of the page) into the

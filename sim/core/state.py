@@ -313,6 +313,8 @@ table("radix_request", """
     PREFIX_LEN          its prefix in the tree
     MATCH_LEN           its last match's length
     MATCH_NODE          and node
+    IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
+        prefix caching: scheduler_sglang.sort_by_longest_prefix)
     EXTEND_LEN          this step's extend length
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)

@@ -20,13 +20,7 @@ os.environ.setdefault("PAGESIM_JIT", "0")  # alone, no compile; in a compiled se
 pytestmark = pytest.mark.peers
 driver = driver_or_skip("0.5.23", "tests.peers.sglang_scheduler")
 
-IN_BATCH = ("SGLang's lpm puts last a waiting request whose tree match is at most 32 tokens but that shares "
-            "32 or more with a request ahead of it in the queue (in-batch prefix caching: "
-            "schedule_policy.py:346-397 _compute_prefix_matches, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and "
-            "_DEPRIORITIZE_THRESHOLD :110-120, _sort_by_longest_prefix :441-451); pagesim sorts by the tree "
-            "match alone (sim/core/scheduler_sglang.py sort_by_longest_prefix)")
-
-KNOWN = {name: IN_BATCH for name in ("pressure-p1", "pressure-p16")}  # workload -> why it diverges
+KNOWN: dict = {}  # workload -> why it diverges (an xfail, strict, citing SGLang's lines): none today
 
 
 def cases():
