@@ -14,8 +14,12 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    a chunk ran or nothing runs; scheduler.py:4098-4101, :4279-4284, :3939-3966), the waiting
    queue is ordered by the policy (``SchedulePolicy.calc_priority``: ``fcfs``, the default
    ``schedule_policy`` of ``server_args.py``, keeps arrival order; ``lpm`` sorts by the longest
-   cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``) and a
-   ``PrefillAdder`` takes requests in that order while its budgets last:
+   cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``, and puts
+   last a request that matches at most 32 tokens but shares 32 with one ahead of it, in-batch
+   prefix caching; fcfs, and lpm past 128, walk the first 128 waiting requests' tokens from the
+   tree one pass in 32, the head last, which refreshes their prefixes' LRU times,
+   ``_touch_waiting_prefixes``) and a ``PrefillAdder`` takes requests in that order while its
+   budgets last:
 
    * ``rem_total_tokens``: available + evictable tokens, less every running request's future
      tokens estimated as ``min(max_new_tokens - generated, 4096) * new_token_ratio``
@@ -62,17 +66,20 @@ from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
-                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM,
-                                    MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO,
-                                    NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS, NUM_RUNNING,
-                                    NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
+                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
+                                    LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
+                                    MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
+                                    NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
                                     SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
-                                    WAITING_LEN)
+                                    WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
 LPM_QUEUE_LIMIT = 128  # schedule_policy.py _determine_active_policy: beyond it lpm falls back to fcfs
+IN_BATCH_CHECK_THRESHOLD = 32  # schedule_policy.py:110-112: a tree match at most this is checked in-batch
+IN_BATCH_DEPRIORITIZE_THRESHOLD = 32  # :117-119: so many shared with a request ahead puts it last
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py:139: an fcfs pass in so many touches the queue
 FULL = 1  # BATCH_IS_FULL: no request slot left (max_running_requests)
 NO_TOKEN = 2  # BATCH_IS_FULL: a request did not fit the memory budget (the waiting head's demand)
 
@@ -108,13 +115,34 @@ def free_and_evictable(s):
 
 @njit(inline=True)
 def sort_by_longest_prefix(s):
-    """``_sort_by_longest_prefix``: the waiting queue by its cached prefix, longest first, stable
-    (each request is matched, as ``_compute_prefix_matches`` does)."""
+    """``_compute_prefix_matches`` then ``_sort_by_longest_prefix`` (schedule_policy.py:346-397,
+    :441-451): each waiting request, in queue order, is matched on all its tokens
+    (``match_kv_cache`` without a limit, :353-354: the walk splits there) and keyed by the match,
+    at most its tokens but the last (``num_matched_prefix_tokens``, common.py:260-261). In-batch
+    prefix caching: one whose match is at most 32 tokens (IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD,
+    :110-112) and that shares 32 or more (``_DEPRIORITIZE_THRESHOLD``, :117-119) with a request
+    ahead of it in the waiting-queue tree goes last (key -1), else its tokens join that tree.
+    That tree holds the requests that joined it, and a match in it is the longest prefix shared
+    with one of them (page 1: ``create_simulated``, radix_cache.py:320-339): ``same_tokens``
+    with each. Then the queue is sorted by key, longest first, stable."""
     c, n = s.count, len(s.waiting)
     head, size = c[WAITING_HEAD], c[WAITING_LEN]
     for k in range(size):
         i = s.waiting[(head + k) % n]
-        _, s.radix_request[i, MATCH_LEN] = radix_cache.match_prefix(s, i, max(s.prompt_target[i] - 1, 0))
+        target = s.prompt_target[i]
+        _, matched = radix_cache.match_prefix(s, i, target)
+        s.radix_request[i, MATCH_LEN] = min(matched, max(target - 1, 0))
+        s.radix_request[i, IN_WAITING_TREE] = 0
+        if matched <= IN_BATCH_CHECK_THRESHOLD:
+            shared = 0
+            for m in range(k):
+                q = s.waiting[(head + m) % n]
+                if s.radix_request[q, IN_WAITING_TREE]:
+                    shared = max(shared, radix_cache.same_tokens(s, q, i, 0, IN_BATCH_DEPRIORITIZE_THRESHOLD))
+            if shared >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
+                s.radix_request[i, MATCH_LEN] = -1  # after every other (their keys are 0 or more)
+            else:
+                s.radix_request[i, IN_WAITING_TREE] = 1
     for k in range(1, size):  # insertion sort: stable, and the queue is at most 128 long here
         i = s.waiting[(head + k) % n]
         m = k
@@ -122,6 +150,28 @@ def sort_by_longest_prefix(s):
             s.waiting[(head + m) % n] = s.waiting[(head + m - 1) % n]
             m -= 1
         s.waiting[(head + m) % n] = i
+
+
+@njit(inline=True)
+def touch_waiting_prefixes(s):
+    """``_touch_waiting_prefixes`` (schedule_policy.py:281-302, called at the end of every
+    ``calc_priority``): under a policy that matches no prefix (fcfs, or lpm past 128 waiting),
+    one pass in 32 over a non-empty queue walks the first 128 waiting requests' tokens from the
+    tree, the head last, so that LRU evicts their prefixes last and in reverse admission order
+    (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, on by default, environ.py:645). The walks split
+    nodes as a match does, where a waiting prompt ends inside one."""
+    c, n = s.count, len(s.waiting)
+    if c[WAITING_LEN] == 0:  # :287: an empty queue is no pass
+        return
+    refresh = c[WAITING_REFRESHES] % WAITING_PREFIX_REFRESH_INTERVAL == 0
+    c[WAITING_REFRESHES] += 1
+    if not refresh:
+        return
+    for k in range(min(c[WAITING_LEN], LPM_QUEUE_LIMIT) - 1, -1, -1):  # reversed(waiting_queue[:128])
+        # touch_prefix (radix_cache.py:419-426) is match_prefix's walk, on all the request's tokens
+        # so far (origin_input_ids + output_ids, common.py:214-217), its result unused
+        i = s.waiting[(c[WAITING_HEAD] + k) % n]
+        radix_cache.match_prefix(s, i, s.prompt_target[i])
 
 
 @njit
@@ -147,6 +197,8 @@ def get_new_batch_prefill(s):
             return False
     if s.config[SCHEDULE_POLICY] == LPM and c[WAITING_LEN] <= LPM_QUEUE_LIMIT:
         sort_by_longest_prefix(s)
+    else:
+        touch_waiting_prefixes(s)
     ratio = s.clock[NEW_TOKEN_RATIO]
     total_offset = 0.0  # PrefillAdder: rem_total_token_offset, cur_rem_token_offset and the budgets
     for k in range(c[NUM_RUNNING]):

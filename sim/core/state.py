@@ -215,6 +215,8 @@ table("count", """
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
     CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
     BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
+    WAITING_REFRESHES   sglang: the fcfs passes over a waiting queue so far (every 32nd touches
+        the queue's prefixes: scheduler_sglang.touch_waiting_prefixes)
     RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
     RADIX_EVICTABLE     those of them no running request locks
     RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree
@@ -311,6 +313,8 @@ table("radix_request", """
     PREFIX_LEN          its prefix in the tree
     MATCH_LEN           its last match's length
     MATCH_NODE          and node
+    IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
+        prefix caching: scheduler_sglang.sort_by_longest_prefix)
     EXTEND_LEN          this step's extend length
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)

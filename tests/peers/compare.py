@@ -15,8 +15,7 @@ requests (200 by default, the tests'). ``--checkpoint``: pagesim's checkpoints (
 made on SGLang's side as its ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
-identical steps and the first that differs; ``--pagesim-tree``: SGLang's tree used as pagesim's is
-(sglang_scheduler.py, PAGESIM_TREE).
+identical steps and the first that differs.
 """
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) 
     return 0
 
 
-def sglang_scheduler(names: list, mooncake_requests: int = 200, pagesim_tree: bool = False) -> int:
+def sglang_scheduler(names: list, mooncake_requests: int = 200) -> int:
     """The ``--sglang-scheduler`` table (sglang_scheduler.WORKLOADS)."""
     from tests.peers import sglang_scheduler as driver
 
@@ -95,7 +94,7 @@ def sglang_scheduler(names: list, mooncake_requests: int = 200, pagesim_tree: bo
         if workload.needs is not None and not workload.needs.exists():
             print(f"{name:<22} {'-':>12} {'-':>8} {'-':>10}  skipped: {workload.needs} is not here")
             continue
-        run = driver.run(workload, pagesim_tree)
+        run = driver.run(workload)
         print(f"{name:<22} {len(run.theirs):>12} {len(run.ours):>8} {run.share:>10.1%}  "
               f"{'-' if run.first is None else run.first}")
         if run.first is not None:
@@ -116,8 +115,7 @@ def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     if "--sglang-scheduler" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
-        return sglang_scheduler([a for a in args if not a.startswith("--")], *(requests or [200]),
-                                "--pagesim-tree" in args)
+        return sglang_scheduler([a for a in args if not a.startswith("--")], *(requests or [200]))
     if "--sglang" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
         return sglang([a for a in args if not a.startswith("--")], *(requests or [200]), "--checkpoint" in args)

@@ -46,13 +46,10 @@ requests that have arrived by a step's start join the queue first; an idle engin
 next arrival. The workloads' arrivals are whole steps, so an arrival never lands inside a step
 (where pagesim's event order, not the time, would decide whether it is in).
 
-**PAGESIM_TREE** (``run(..., pagesim_tree=True)``, ``compare --sglang-scheduler --pagesim-tree``):
-SGLang's tree used as pagesim's radix cache uses it today, to see the scheduler's divergences past
-the tree's: no insert after a prefill (SGLang checkpoints every unfinished prefill,
-``checkpoint_kv_cache``, mem_cache/common.py:271-280, from batch_result_processor.py:393-394) and
-a finished request's leaf not split at its prompt (``RadixCache._insert_cache(split_prompt=True)``,
-radix_cache.py:485-502, called with ``split_prompt=False``; sglang_radix.py, Checkpoints). Both
-are the radix cache's divergences, not the scheduler's.
+**Tokens and the clock** as ``sglang_radix`` gives them (its docstring): a prompt's tokens agree
+with another's where their prefix-hash chains do, and every token a request generates is its own
+(``Engine.complete``), as pagesim's tree assumes (``radix_cache.same_tokens``); the radix cache's
+access stamps come from a counter (``sglang_radix.Counter``), not ``time.monotonic``.
 
 **The record** (``SglangStep``), per step that runs a batch: prefill or decode, the tokens each
 request computes (a prefill's extend length, 1 for a decode), the retracted requests, the
@@ -67,6 +64,7 @@ import dataclasses
 import importlib
 import math
 import os
+import time
 import types
 from array import array
 from dataclasses import dataclass, field
@@ -598,20 +596,19 @@ WORKLOADS = workloads()
 class Engine:
     """SGLang's ``Scheduler`` loop, transcribed (module docstring), over SGLang's own policy code."""
 
-    def __init__(self, sglang, workload: Workload, trace: pd.DataFrame, pagesim_tree: bool = False):
+    def __init__(self, sglang, workload: Workload, trace: pd.DataFrame):
         self.sglang, self.workload, self.trace = sglang, workload, trace
-        self.pagesim_tree = pagesim_tree
         self.page = workload.page_size
         self.allocator = sglang.Allocator(workload.pool_tokens, workload.page_size)
         self.rows = Rows(workload.max_running_requests + 1)
         params = sglang.cache_init_params.CacheInitParams(
             disable=False, req_to_token_pool=self.rows, token_to_kv_pool_allocator=self.allocator,
             page_size=workload.page_size)
+        # a node's access stamps from a counter, as sglang_radix gives them (its docstring, The
+        # clock): LRU's order without ties at the timer's resolution, whatever the machine's speed
+        sglang.radix_cache.time = types.SimpleNamespace(monotonic=sglang_radix.Counter(),
+                                                        perf_counter=time.perf_counter)
         self.tree_cache = sglang.radix_cache.RadixCache(params)
-        if pagesim_tree:  # a finished request inserted once, its leaf not split at its prompt (PAGESIM_TREE)
-            insert_cache = self.tree_cache._insert_cache
-            self.tree_cache._insert_cache = lambda req, token_ids, **keywords: insert_cache(
-                req, token_ids, **{**keywords, "split_prompt": False})
         self.policy = sglang.schedule_policy.SchedulePolicy(workload.policy, self.tree_cache, False, False, False)
         self.ratio = sglang.new_token_ratio_tracker.NewTokenRatioTracker.from_config()
         self.tokens = sglang_radix.Tokens(trace)
@@ -763,27 +760,29 @@ class Engine:
         a prefill's requests whose prompt is done and every decode sample a token (:363, :~1020),
         finished at max_new_tokens (Req.update_finish_state, schedule_batch.py:2035-2040), and a
         finished request's tokens go into the tree (release_kv_cache, checkpoint: :387-391); a
-        prefill's unfinished one is checkpointed (:394); a middle chunk samples nothing (:424-427)."""
+        prefill's unfinished one is checkpointed (:394); a middle chunk samples nothing (:424-427).
+        The token sampled is the request's own next one (``sglang_radix.Tokens``: a generated
+        token is nobody else's, as in pagesim's tree), so two requests with the same prompt do
+        not share their outputs in the tree (``_insert_cache`` would free one's as duplicates)."""
         finished = set()
         common = self.sglang.common
         for r in reqs:
             if kind == "prefill" and r.inflight_middle_chunks > 0:
                 r.inflight_middle_chunks -= 1
                 continue
-            r.output_ids.append(7)
+            r.output_ids.append(self.tokens.of(r.index)[len(r.origin_input_ids) + len(r.output_ids)])
             if len(r.output_ids) >= r.sampling_params.max_new_tokens:
                 r.finished_reason = self.sglang.schedule_batch.FINISH_LENGTH(length=r.sampling_params.max_new_tokens)
                 r.finished_len = r.sampling_params.max_new_tokens
                 common.release_kv_cache(r, self.tree_cache, checkpoint=True)
                 finished.add(r.index)
-            elif kind == "prefill" and not self.pagesim_tree:
+            elif kind == "prefill":
                 common.checkpoint_kv_cache(r, self.tree_cache)
         return frozenset(finished)
 
 
-def drive(sglang, workload: Workload, trace: pd.DataFrame, pagesim_tree: bool = False,
-          max_steps: int = 200_000) -> list[SglangStep]:
-    engine = Engine(sglang, workload, trace, pagesim_tree)
+def drive(sglang, workload: Workload, trace: pd.DataFrame, max_steps: int = 200_000) -> list[SglangStep]:
+    engine = Engine(sglang, workload, trace)
     arrivals = trace["arrival_s"].tolist()
     pending = sorted(range(len(arrivals)), key=lambda i: (arrivals[i], i))
     steps: list[SglangStep] = []
@@ -814,13 +813,13 @@ def drive(sglang, workload: Workload, trace: pd.DataFrame, pagesim_tree: bool = 
     return steps
 
 
-def run_sglang(workload: Workload, pagesim_tree: bool = False) -> list[SglangStep]:
+def run_sglang(workload: Workload) -> list[SglangStep]:
     sglang = load(workload.policy)
     with sglang.peer.active():
         if not hasattr(sglang, "Request"):
             sglang.Request = request_class(sglang)
             sglang.Batch = batch_class(sglang)
-        return drive(sglang, workload, workload.trace(), pagesim_tree)
+        return drive(sglang, workload, workload.trace())
 
 
 # -- pagesim's side ---------------------------------------------------------------------------------
@@ -911,7 +910,6 @@ class Comparison:
         return "\n".join(lines)
 
 
-def run(workload: Workload, pagesim_tree: bool = False) -> Comparison:
-    """Both sides over ``workload`` (``pagesim_tree``: SGLang's tree used as pagesim's is, module
-    docstring, PAGESIM_TREE)."""
-    return Comparison(workload, run_pagesim(workload), run_sglang(workload, pagesim_tree))
+def run(workload: Workload) -> Comparison:
+    """Both sides over ``workload``."""
+    return Comparison(workload, run_pagesim(workload), run_sglang(workload))

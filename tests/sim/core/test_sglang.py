@@ -14,7 +14,7 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import radix_cache, state
+from pagesim.sim.core import radix_cache, scheduler_sglang, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
@@ -28,6 +28,8 @@ dec_lock_ref = interpreted(radix_cache.dec_lock_ref)
 evict = interpreted(radix_cache.evict)
 cached_prefix = interpreted(radix_cache.cached_prefix)
 checkpoint = interpreted(radix_cache.checkpoint)
+touch_waiting_prefixes = interpreted(scheduler_sglang.touch_waiting_prefixes)
+sort_by_longest_prefix = interpreted(scheduler_sglang.sort_by_longest_prefix)
 
 
 def sglang(slots: int, **settings) -> SimConfig:
@@ -197,6 +199,83 @@ def test_a_checkpoint_within_the_prompt_or_its_pages_is_one_insert():
     s = tree(page=4)
     checkpoint(s, E, 12)
     assert nodes(s) == [(0, 8, E, 0, 0), (8, 12, E, 0, 0)]
+
+
+def waiting(s, *requests):
+    """The waiting queue holds ``requests``, the first at its head."""
+    for k, r in enumerate(requests):
+        s.waiting[k] = r
+    s.count[state.WAITING_HEAD], s.count[state.WAITING_LEN] = 0, len(requests)
+
+
+@pytest.mark.parametrize("queue, first_evicted", [((B, C), 6), ((C, B), 4)])
+def test_fcfs_touches_the_waiting_prefixes_head_last(queue, first_evicted):
+    """SGLang's fcfs pass walks the waiting requests' tokens from the tree, the head last
+    (_touch_waiting_prefixes, schedule_policy.py:281-302). A inserted, then C: A is the older.
+    With B and C waiting, B at the head: C's walk, then B's, which shares A's first 8 tokens and
+    splits A's leaf there, A's [8, 12) stamped by B's walk: C's leaf is now the least recently
+    accessed (6 tokens go first; untouched, A's 12 would). With C at the head, B's walk comes
+    first: A's [8, 12) goes first (4)."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, C, 6)
+    waiting(s, *queue)
+    touch_waiting_prefixes(s)
+    assert nodes(s) == [(0, 6, C, 0, 0), (0, 8, A, 0, 0), (8, 12, A, 0, 0)]
+    assert evict(s, 1) == first_evicted
+
+
+def test_fcfs_touches_the_waiting_prefixes_one_pass_in_32():
+    """The first pass over a waiting queue touches it, the next 31 do not, the 33rd does
+    (WAITING_PREFIX_REFRESH_INTERVAL, schedule_policy.py:139, :295-300); a pass over an empty
+    queue is not counted (:287)."""
+    s = tree()
+    insert(s, A, 12)
+    touch_waiting_prefixes(s)  # nobody waits: not a pass
+    assert s.count[state.WAITING_REFRESHES] == 0
+    waiting(s, A)
+    clocks = []
+    for _ in range(33):
+        before = int(s.count[state.RADIX_ACCESS_CLOCK])
+        touch_waiting_prefixes(s)
+        clocks.append(int(s.count[state.RADIX_ACCESS_CLOCK]) - before)
+    assert clocks == [1] + [0] * 31 + [1] and s.count[state.WAITING_REFRESHES] == 33
+
+
+# 40-token prompts (10 hashes): P; V shares P's first 36 tokens, W and Y its first 32 (and W's
+# next blocks differ from Y's); Z shares nothing; P2 is P again
+IN_BATCH_HASHES = (tuple(range(1, 11)), tuple(range(1, 10)) + (40,), tuple(range(1, 9)) + (60, 61),
+                   tuple(range(1, 9)) + (70, 71), tuple(range(80, 90)), tuple(range(1, 11)))
+P, V, W, Y, Z, P2 = range(6)
+
+
+def in_batch_tree():
+    return initial_state(sglang(256), trace(*[(0, 40, 1)] * 6, hashes=IN_BATCH_HASHES))
+
+
+def test_lpm_puts_last_a_request_sharing_32_tokens_with_one_ahead_in_the_queue():
+    """P's 40 tokens cached; V, W, Y, Z wait in that order. V matches 36 of the tree: more than 32,
+    so it is neither checked nor put in the waiting-queue tree (schedule_policy.py:365). W matches
+    32, at most 32: checked, it shares 32 with V but V is not in that tree: W joins it. Y matches
+    32: it shares 32 with W ahead of it, so it goes last (:376-382). Z matches nothing and shares
+    nothing: it joins. Sorted (keys V 36, W 32, Z 0, Y last): V, W, Z, Y."""
+    s = in_batch_tree()
+    insert(s, P, 40)
+    waiting(s, V, W, Y, Z)
+    sort_by_longest_prefix(s)
+    assert [int(s.waiting[k]) for k in range(4)] == [V, W, Z, Y]
+    assert [int(s.radix_request[r, state.MATCH_LEN]) for r in (V, W, Y, Z)] == [36, 32, -1, 0]
+
+
+def test_lpm_matches_a_waiting_request_on_all_its_tokens_and_keys_it_by_all_but_the_last():
+    """P's 40 tokens cached; P2 (the same 40) waits: lpm's match takes all 40 (match_kv_cache
+    without a limit, schedule_policy.py:353-354), so P's leaf is not split, and the key is 39,
+    the tokens but the last (num_matched_prefix_tokens, common.py:260-261)."""
+    s = in_batch_tree()
+    insert(s, P, 40)
+    waiting(s, P2)
+    sort_by_longest_prefix(s)
+    assert int(s.radix_request[P2, state.MATCH_LEN]) == 39 and nodes(s) == [(0, 40, P, 0, 0)]
 
 
 def test_a_routers_reading_of_the_tree_changes_nothing():
