@@ -574,3 +574,111 @@ def test_the_budget_is_checked_again_once_the_prefix_is_locked():
                                               hashes=((1, 2, 3, 4, 5), (), (1, 2, 3, 4, 5))),
                             executor=ConstExecutor())
     assert result.requests["first_token_s"][2] > result.requests["finish_s"][1]
+
+
+class Watch(ConstExecutor):
+    """1 s steps, and after each iteration is scheduled (before it completes) the core's
+    ``new_token_ratio`` and its count of tree leaves evicted so far; ``at``: {step: f(core)}, run
+    on the core then."""
+
+    def __init__(self, at=None):
+        super().__init__()
+        self.ratio, self.evictions, self.at = [], [], at or {}
+
+    def step(self, core) -> float:
+        self.ratio.append(float(core.clock[state.NEW_TOKEN_RATIO]))
+        self.evictions.append(int(core.count[state.NUM_EVICTIONS]))
+        if len(self.ratio) - 1 in self.at:
+            self.at[len(self.ratio) - 1](core)
+        return super().step(core)
+
+
+def test_the_ratio_after_a_retraction_is_over_max_new_plus_one():
+    """Conservativeness 0.01 (ratio 0.007), pool 70, 1 s steps. A (4 tokens, 60 out) at 0 is
+    prefilled in step 0, B (40, 20 out) at 0.5 in step 1 (its 40 + 20 + 1 below 70 - 4 - 59 x
+    0.007). Both decode from step 2: before step k they hold 44 + 2(k - 2) tokens, so steps 2-14
+    fit (70 after step 14) and step 15 cannot grow. Each has generated 1 + 13 = 14 tokens: B, the
+    longer prompt, is retracted. A is left: new_token_ratio = min(1, (A's 14 generated + 20 x 1
+    running) / (A's max_new 60 + 1)) = 34 / 61 = 0.5574 (estimate_new_token_ratio_after_retract,
+    new_token_ratio_tracker.py:41-49; over 60 it would be 0.5667), then it decays from there."""
+    watch = Watch()
+    result = run_simulation(sglang(70, schedule_conservativeness=0.01), trace((0, 4, 60), (0.5, 40, 20)),
+                            executor=watch)
+    assert result.requests["preemptions"].tolist() == [0, 1]
+    assert column(result, "num_decode_tokens")[:17] == [0, 0] + [2] * 13 + [1, 1]
+    assert watch.ratio[14] == pytest.approx(0.007 - 13 * (0.007 - 0.00098) / 600)
+    assert watch.ratio[15] == pytest.approx(34 / 61, rel=1e-12)
+
+
+def test_a_continuing_chunk_takes_the_whole_chunk_budget_when_memory_holds_nothing():
+    """Pool 110, chunks of 8, 1 s steps. A (4 tokens, 100 out) is prefilled in step 0 (4 + 100 +
+    1 below 110); B (20 tokens, 1 out) at 0.5 is admitted in step 1 (20 + 1 + 1 below 110 - 4 -
+    A's 99 x 0.7 = 36.7) and chunked: 8. A natural run does not reach memory holding nothing
+    for the continuing chunk (B was admitted against the same estimate and nothing decodes
+    between its chunks), so here the ratio is raised to 1 after step 1 (as a retraction's can
+    be). Step 2: free + evictable = 110 - A's 4 - B's 8 = 98, less A's 99 x 1 = -1: no room,
+    so the chunk takes the whole budget, 8 (available_chunk_tokens, prefill_budget.py:142-145);
+    step 3: B's last 4 (98 - 8 - 99 < 0 again: the budget, 8, of which 4 are left to do)."""
+
+    def raise_ratio(core):
+        core.clock[state.NEW_TOKEN_RATIO] = 1.0
+
+    watch = Watch(at={1: raise_ratio})
+    result = run_simulation(sglang(110, chunk_budget=8), trace((0, 4, 100), (0.5, 20, 1)), executor=watch)
+    assert column(result, "num_prefill_tokens")[:5] == [4, 8, 8, 4, 0]
+    assert watch.ratio[:4] == [0.7, 0.7, 1.0, 1.0]
+    assert result.summary["completed"] == 2
+
+
+@pytest.mark.parametrize("page, evicted", [(4, 2), (1, 0)])
+def test_the_allocator_evicts_for_a_prefill_batch_and_a_page_per_request(page, evicted):
+    """Pool 64, 1 s steps. Twelve 4-token requests (1 out, unshared) at 0, 1, ..., 11 are each
+    prefilled and finished in their step: 12 leaves of 4 in the tree (48 evictable), 16
+    available. X and Y (8 tokens each, unshared) at 12 are admitted together (8 + 1 + page below
+    64, then below 64 - (8 + page + 1)). Before allocating, the batch's 16 extend tokens and,
+    paged, a page per request: make_room(16 + 2 x 4 = 24) at page 4 is 8 short, two leaves
+    (alloc_paged_token_slots_extend, allocation.py:190-201); make_room(16) at page 1 is not
+    short (alloc_token_slots, :157). (Without the pages: none; with one page: one leaf.)"""
+    rows = [(k, 4, 1) for k in range(12)] + [(12, 8, 1), (12, 8, 1)]
+    hashes = [(100 + k,) for k in range(12)] + [(1, 2), (3, 4)]
+    watch = Watch()
+    result = run_simulation(sglang(64, block_size=page), trace(*rows, hashes=hashes), executor=watch)
+    assert column(result, "num_prefill_tokens") == [4] * 12 + [16]
+    assert watch.evictions == [0] * 12 + [evicted]
+
+
+def test_the_allocator_evicts_a_page_per_decoding_request():
+    """Page 4, pool 32 (8 pages), 1 s steps. Seven 4-token requests C1-C7 (1 out, unshared) at
+    0-6, each prefilled and finished in its step: 7 leaves of 4 (28 evictable), 4 available. D
+    (5 tokens, 10 out) at 6.5, step 7: make_room(5 + a page) is 5 short: C1 and C2 go (12
+    available); D takes 2 pages (4 available), its first page into the tree, locked.
+    Decode: step 8 D's 6th token, 9 the 7th, 10 the 8th (its second page full), 11 the 9th in a
+    new page (check_decode_mem's make_room(4): 4 available, none short; 0 left). Step 12, the
+    10th token needs no new page, but alloc_for_decode evicts a page per decoding request first
+    (allocation.py:582-585): make_room(4) with 0 available takes C3. Steps 13-14 (tokens 11, 12)
+    have the page; step 15 (the 13th) a new one, 0 left; step 16 (the 14th, D's last) takes C4.
+    (Without the decode eviction: none after step 7.)"""
+    rows = [(k, 4, 1) for k in range(7)] + [(6.5, 5, 10)]
+    hashes = [(100 + k,) for k in range(7)] + [(1,)]
+    watch = Watch()
+    result = run_simulation(sglang(32, block_size=4), trace(*rows, hashes=hashes), executor=watch)
+    assert column(result, "num_prefill_tokens") == [4] * 7 + [5] + [0] * 9
+    assert watch.evictions == [0] * 7 + [2] * 5 + [3] * 4 + [4]
+
+
+def test_an_fcfs_pass_touches_the_waiting_prefixes_before_it_admits():
+    """fcfs, pool 64, chunks of 48, 1 s steps. F0-F29 (4 tokens (9,), 1 out) at 0-29, one pass
+    each (passes 0-29): F's leaf was last touched in pass 29. A (12 tokens (1, 2, 3), 1 out) at
+    30 (pass 30), C (6 tokens (5, 6), 1 out) at 31 (pass 31): the tree holds F (4), A (12), C (6),
+    least recent first; 42 available. X (48 of its own, 1 out) and W (A's 12 and 4 more) at 32:
+    pass 32 is a touching one (one in 32, schedule_policy.py:295-300): W's walk stamps A's leaf,
+    then X's, the head last. X takes the chunk budget; its 48 are 6 short: F's two nodes (split
+    at 3 by the fillers' matches: 4 tokens) and then the least recent, C (the untouched order
+    would take A). Step 33: W matches A's 12 and computes 4 (A evicted: 16)."""
+    rows = [(k, 4, 1) for k in range(30)] + [(30, 12, 1), (31, 6, 1), (32, 48, 1), (32, 16, 1)]
+    hashes = [(9,)] * 30 + [(1, 2, 3), (5, 6), tuple(range(20, 32)), (1, 2, 3, 4)]
+    watch = Watch()
+    result = run_simulation(sglang(64, chunk_budget=48), trace(*rows, hashes=hashes), executor=watch)
+    assert column(result, "num_prefill_tokens") == [4] + [1] * 29 + [12, 6, 48, 4]
+    assert watch.evictions[32] == 3
+    assert result.summary["mgr_prefix_hit_tokens"] == 29 * 3 + 12
