@@ -11,8 +11,9 @@ nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NAN
 trees after it), the share whose results alone agree, the share after which the whole trees
 were compared (the others: a match's path, sglang_radix.Twin) and the first call that differs,
 with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trace's first N
-requests (200 by default, the tests'). ``--checkpoint``: pagesim's checkpoints (each two inserts)
-made on SGLang's side as its ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
+requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS).
+``--checkpoint``: pagesim's checkpoints (each two inserts) made on SGLang's side as its
+``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.

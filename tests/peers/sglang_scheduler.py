@@ -589,7 +589,7 @@ def workloads(mooncake_requests: int = 200) -> dict[str, Workload]:
     return {w.name: w for w in out}
 
 
-WORKLOADS = workloads()
+WORKLOADS = workloads(sglang_radix.TEST_MOONCAKE_REQUESTS)  # the tests' (sglang_radix.TEST_MOONCAKE_REQUESTS)
 
 
 # -- SGLang's side ---------------------------------------------------------------------------------
