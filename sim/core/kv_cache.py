@@ -22,8 +22,8 @@ import numpy as np
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, HASHED_TOKENS,
-                            LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, EVICTOR_RUNS,
+                            HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, RUN, RUN_LAST, MAX_SEQ_LEN, NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES,
                             NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, SHARED_BLOCKS, STEP_COPIED_BLOCKS,
                             WATERMARK_BLOCKS)
@@ -388,6 +388,7 @@ def release_seq(s, i, j):
     slot = s.seq_slot[i, j]
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
     v0 = s.config[PREFIX_CACHING] and prefix_cache.v0_evictor(s)
+    run_access = -1
     for k in range(s.num_blocks[i] - 1, -1, -1):
         b = s.block_table[slot, k]
         s.block_info[b, REF] -= 1
@@ -399,12 +400,24 @@ def release_seq(s, i, j):
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
         if v0:
             s.block_info[b, HASHED_TOKENS] = (k + 1) * bs  # ``num_hashed_tokens_of_block``, sequence.py:257-258
+            if s.block_info[b, ACCESS_STEP] != run_access:  # a run: one last access, deeper first
+                run_access = s.block_info[b, ACCESS_STEP]
+                c[EVICTOR_RUNS] += 1
+            s.block_info[b, RUN] = c[EVICTOR_RUNS]
             prefix_cache.lru_append(s, b)
         elif s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
             prefix_cache.lru_append(s, b)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b
             c[NUM_FREE_BLOCK_IDS] += 1
+    if v0:  # each run's blocks learn its last (the shallowest: the first met from the table's start)
+        run, last = -1, -1
+        for k in range(s.num_blocks[i]):
+            b = s.block_table[slot, k]
+            if s.block_info[b, REF] == 0:
+                if s.block_info[b, RUN] != run:
+                    run, last = s.block_info[b, RUN], b
+                s.block_info[b, RUN_LAST] = last
     c[LOGICAL_BLOCKS] -= s.num_blocks[i]
     return_slot(s, slot)
     s.seq_slot[i, j] = -1

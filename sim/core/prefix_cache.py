@@ -38,8 +38,8 @@ from __future__ import annotations
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
                                     ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
-                                    LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF,
-                                    SCHEDULER_KIND, TABLE_MASK)
+                                    LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN,
+                                    RUN_LAST, SCHEDULER_KIND, TABLE_MASK)
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -163,17 +163,43 @@ def evict_oldest(s):
     of the most hashed tokens (the first of equals)."""
     b = s.count[LRU_HEAD]
     if v0_evictor(s):
-        x = s.block_info[b, NEXT]
-        while x >= 0 and s.block_info[x, ACCESS_STEP] <= s.block_info[b, ACCESS_STEP]:
-            if s.block_info[x, HASHED_TOKENS] > s.block_info[b, HASHED_TOKENS]:
-                b = x
-            x = s.block_info[x, NEXT]
+        b = v0_victim(s, b)
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:
         unregister(s, b)
         s.count[NUM_EVICTIONS] += 1
     return b
+
+
+@njit  # vLLM 0.4.2's, once an eviction: a call
+def v0_victim(s, head):
+    """``LRUEvictor.evict``'s scan from ``head``, a run at a time: the blocks a request let go
+    together with one last access lie one after another, deeper first (``kv_cache.release_seq``),
+    so none after a run's first can be chosen over it or end the scan (the same access), and
+    the scan goes from a run's first block to the block after its last (``RUN_LAST``, found
+    again by walking the run where that one has left the list, revived or evicted)."""
+    info = s.block_info
+    chosen = head
+    x = head
+    while x >= 0:
+        if info[x, ACCESS_STEP] > info[chosen, ACCESS_STEP]:
+            break
+        if info[x, HASHED_TOKENS] > info[chosen, HASHED_TOKENS]:
+            chosen = x
+        last = info[x, RUN_LAST]
+        if info[last, REF] != 0 or info[last, RUN] != info[x, RUN]:  # it left the list: walk the run
+            last = x
+            while info[last, NEXT] >= 0 and info[info[last, NEXT], RUN] == info[x, RUN]:
+                last = info[last, NEXT]
+            y = x
+            while True:  # the run's blocks learn their last again
+                info[y, RUN_LAST] = last
+                if y == last:
+                    break
+                y = info[y, NEXT]
+        x = info[last, NEXT]
+    return chosen
 
 
 # -- a request's keys --------------------------------------------------------------------------

@@ -192,6 +192,7 @@ table("count", """
     NUM_CACHED_KEYS     prefix keys held
     SCHEDULED_STEPS     vLLM 0.4.2 with prefix caching: the steps scheduled so far (the clock of
         its blocks' last access, Core.last_scheduled_step, block_info ACCESS_STEP)
+    EVICTOR_RUNS        vLLM 0.4.2 with prefix caching: the runs of blocks let go so far (block_info RUN)
     STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
     STATIC_LIVE         static batching: the batch's requests still generating
     STATIC_CONTEXT_SUM  static batching: the batch's context tokens
@@ -255,7 +256,8 @@ table("clock", f"""
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
 """, size="NUM_CLOCK")
 
-# Core.block_info (prefix caching): a block's row, eight int64 so that a row is one cache line
+# Core.block_info (prefix caching): a block's row, sixteen int64 so that a row is two whole cache
+# lines (the first, REF to HASHED_TOKENS, is what every prefix-caching path reads)
 table("block_info", """
     REF                 the running requests holding it
     PREV                its neighbour towards the LRU list's head
@@ -268,7 +270,12 @@ table("block_info", """
         (count[SCHEDULED_STEPS]), brought up to date as each holder lets it go: its evictor's order
     HASHED_TOKENS       vLLM 0.4.2: the tokens up to its end in the table that let it go last: its
         evictor takes the deepest of the least recently accessed
-""", size="BLOCK_INFO_COLUMNS", columns=8)
+    RUN                 vLLM 0.4.2: the run of blocks it was let go with, one after another in the
+        LRU list, of one last access and deeper first (count[EVICTOR_RUNS] then): the evictor's scan
+        passes a run at its first block (prefix_cache.evict_oldest)
+    RUN_LAST            vLLM 0.4.2: the last block of its run when it was let go (found again by the
+        scan once that one has left the list)
+""", size="BLOCK_INFO_COLUMNS", columns=16)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
     ENTRY_END           the key's end token

@@ -30,6 +30,7 @@ from tests.sim.helpers import ConstExecutor, cfg_for
 resume_swapped = interpreted(scheduler_vllm.resume_swapped)
 evict_oldest = interpreted(prefix_cache.evict_oldest)
 mark_scheduled_computed = interpreted(scheduler_vllm.mark_scheduled_computed)
+v0_victim = interpreted(prefix_cache.v0_victim)
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3
@@ -209,8 +210,49 @@ def test_which_evictable_block_is_evicted(system, order):
     for x, (step, depth) in enumerate([(5, 16), (5, 48), (3, 64), (6, 80), (2, 96), (2, 96)]):
         prefix_cache.lru_append(s, x)
         s.block_info[x, state.ACCESS_STEP], s.block_info[x, state.HASHED_TOKENS] = step, depth
+        s.block_info[x, state.RUN], s.block_info[x, state.RUN_LAST] = x + 1, x  # each let go alone
     assert [int(evict_oldest(s)) for _ in range(6)] == order
     assert lru(s) == []
+
+
+def vllm_scan(s):
+    """``LRUEvictor.evict`` (evictor_v1.py:66-84) over the LRU list as written there: from the
+    head, while no block was accessed later than the one chosen, the deepest (the first of equals)."""
+    info = s.block_info
+    chosen = x = int(s.count[state.LRU_HEAD])
+    while x >= 0 and info[x, state.ACCESS_STEP] <= info[chosen, state.ACCESS_STEP]:
+        if info[x, state.HASHED_TOKENS] > info[chosen, state.HASHED_TOKENS]:
+            chosen = x
+        x = int(info[x, state.NEXT])
+    return chosen
+
+
+def test_the_evictors_scan_by_runs_chooses_as_vllms_scan_does():
+    """The scan passes a run of blocks let go together at its first (prefix_cache.v0_victim):
+    over 600 random admissions (shared prefixes: hits revive blocks from the middle of runs;
+    a full pool: evictions) and frees, each at a step of its own, the block it would evict is
+    vLLM's scan's every time."""
+    import random
+
+    rng = random.Random(5)
+    n = 600
+    systems = [(1,), (1, 2, 3), (7, 8), (7, 9, 10, 11)]
+    rows = [(rng.randint(5, 30), 1) for _ in range(n)]
+    hashes = [systems[rng.randrange(4)] + tuple(1000 + 10 * i + k for k in range(rng.randint(0, 3))) for i in range(n)]
+    s = hashed_core(rows, hashes, slots=40 * BS, max_seq_len=32)
+    live, checked = [], 0
+    for step, i in enumerate(range(n), start=1):
+        while kv_cache.can_allocate(s, i, rows[i][0]) != kv_cache.CAN_ALLOCATE:
+            j = live.pop(rng.randrange(len(live)))
+            s.last_scheduled_step[j] = step - rng.randint(0, 12)
+            kv_cache.free(s, j)
+        if s.count[state.NUM_LRU]:
+            assert int(v0_victim(s, s.count[state.LRU_HEAD])) == vllm_scan(s)
+            checked += 1
+        admit(s, i, rows[i][0])
+        s.last_scheduled_step[i] = step
+        live.append(i)
+    assert checked > n // 2 and s.count[state.NUM_EVICTIONS] > 100
 
 
 def test_the_oldest_cached_block_is_evicted_when_the_free_stack_is_empty(core_v1):
