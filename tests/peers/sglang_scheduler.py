@@ -73,7 +73,7 @@ from typing import Callable
 
 import pandas as pd
 
-from tests.peers import fetch, sglang_radix
+from tests.peers import fetch, pagesim_steps, sglang_radix
 from tests.peers.importing import Peer, placeholders
 from tests.peers.workloads import STEP_S
 
@@ -497,21 +497,11 @@ LLAMA_SLOT = sglang_radix.LLAMA_SLOT
 
 
 @dataclass(frozen=True)
-class Workload:
-    """A trace (``make``: request_id, arrival_s, prompt_tokens, output_tokens, prefix_hashes;
-    ``attrs['hash_block_tokens']``) and SGLang's settings for it: the pool in tokens, the page,
-    ``schedule_policy``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``max_running_requests``."""
+class Workload(sglang_radix.Workload):
+    """``sglang_radix.Workload`` with SGLang's ``max_prefill_tokens`` and ``max_running_requests``."""
 
-    name: str
-    make: Callable[[], pd.DataFrame]
-    pool_tokens: int
-    page_size: int = 1
-    policy: str = "fcfs"
-    chunk_budget: int = 2048
     max_prefill_tokens: int = 16384
     max_running_requests: int = 4096
-    description: str = ""
-    needs: Path | None = None
 
     def config(self) -> SimConfig:
         return SimConfig.for_system("sglang", model="llama-3.1-8b", gpu="h100-80gb", cost_model="roofline",
@@ -823,8 +813,9 @@ def run_sglang(workload: Workload) -> list[SglangStep]:
 
 
 # -- pagesim's side ---------------------------------------------------------------------------------
-class Recorder:
-    """The executor (``sim/executor.py``): one ``SglangStep`` per iteration pagesim's core scheduled."""
+class Recorder(pagesim_steps.Recorder):
+    """The executor (``sim/executor.py``): one ``SglangStep`` per iteration pagesim's core
+    scheduled (the finishes as ``pagesim_steps.Recorder`` finds them)."""
 
     def __init__(self, workload: Workload):
         self.workload = workload
@@ -836,13 +827,6 @@ class Recorder:
         assert capacity == self.workload.pool_tokens, f"pagesim's pool holds {capacity} tokens"
         self.preemptions = core.num_preemptions.copy()
         self.finished = set()
-
-    def newly_finished(self, core):
-        import numpy as np
-
-        done = set(np.flatnonzero(core.status == state.FINISHED).tolist())
-        new, self.finished = frozenset(done - self.finished), done
-        return new
 
     def step(self, core):
         import numpy as np
@@ -862,10 +846,6 @@ class Recorder:
                                      retracted, float(core.clock[state.NEW_TOKEN_RATIO]), int(self.available(core)),
                                      int(c[state.RADIX_EVICTABLE])))
         return STEP_S
-
-    def finish(self, core):
-        if self.steps:
-            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
 
 
 def run_pagesim(workload: Workload) -> list[SglangStep]:
