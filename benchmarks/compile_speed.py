@@ -287,7 +287,8 @@ def paired(rev: str, chosen: tuple, repeats: int, with_turn: bool) -> None:
             print(f"{'every family, in turn':<28} {'':<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
                   f"{runs_of(totals['base'])} | {runs_of(totals['this'])}".rstrip(" |"))
     worst = {side: max(median(runs[side]["alone"][name]) for name, _ in chosen) for side in paths}
-    line = f"targets (#35, 2 cores): a family alone <= 40 s (worst: base {worst['base']:.0f} s, this {worst['this']:.0f} s)"
+    line = (f"targets (#35, 2 cores): a family alone <= 40 s (worst: base {worst['base']:.0f} s, "
+            f"this {worst['this']:.0f} s)")
     if with_turn and len(chosen) == len(FAMILIES):
         line += (f"; every family <= 90 s (base {median(totals['base']):.0f} s, "
                  f"this {median(totals['this']):.0f} s)")
