@@ -240,8 +240,8 @@ def get_new_batch_prefill(s):
         if s.width[i] > 1:  # one sequence per request (SGLang fans n out into requests)
             reject_head(s, i, REJECT_WIDTH_UNSHARED)
             continue
-        if s.final_len[i] > s.config[MAX_SEQ_LEN] or target + left >= radix_cache.capacity(s):
-            reject_head(s, i, REJECT_NEVER_FITS)  # not even an empty pool's budget takes it
+        if s.final_len[i] > s.config[MAX_SEQ_LEN] or target + left + page >= radix_cache.capacity(s):
+            reject_head(s, i, REJECT_NEVER_FITS)  # no empty pool's budget (add_one_req's, below) takes it
             continue
         node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
         extend = target - prefix

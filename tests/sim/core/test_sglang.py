@@ -481,12 +481,13 @@ def test_lpm_falls_back_to_fcfs_beyond_128_waiting():
 
 
 def test_requests_that_never_fit_are_rejected():
-    """A request whose prompt and output reach the pool, or that runs n > 1 sequences, is
-    rejected; the others run."""
-    df = trace((0, 40, 30), (0, 4, 2), (0, 4, 2))
-    df["n"] = [1, 1, 2]
+    """A request whose prompt, output and a page (add_one_req's check in an empty pool) reach the
+    pool, or that runs n > 1 sequences, is rejected; the others run. Pool 64, page 1: 40 + 30 + 1
+    and 40 + 23 + 1 reach it; 40 + 22 + 1 = 63 runs (the budget's check is ``>=``)."""
+    df = trace((0, 40, 30), (0, 4, 2), (0, 4, 2), (0, 40, 23), (1, 40, 22))
+    df["n"] = [1, 1, 2, 1, 1]
     result = run_simulation(sglang(64), df)
-    assert result.requests["status"].tolist() == ["rejected", "finished", "rejected"]
+    assert result.requests["status"].tolist() == ["rejected", "finished", "rejected", "rejected", "finished"]
 
 
 @pytest.mark.parametrize("settings, words", [
