@@ -56,53 +56,57 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
     return "\n".join(lines)
 
 
+def sglang_table(workloads: dict, names: list, header: str, skipped: str, row) -> int:
+    """Print a SGLang peer's table: ``header``, then each workload's line (``skipped`` and why,
+    where it needs a file that is not here) from ``row(workload) -> (line, divergence or None)``,
+    then each divergence in full."""
+    print(header)
+    details = []
+    for name in names or list(workloads):
+        workload = workloads[name]
+        if workload.needs is not None and not workload.needs.exists():
+            print(f"{skipped.format(name)}  skipped: {workload.needs} is not here")
+            continue
+        line, divergence = row(workload)
+        print(line)
+        if divergence is not None:
+            details.append(f"{name}: {divergence}")
+    for text in details:
+        print("\n" + text)
+    return 0
+
+
 def sglang(names: list, mooncake_requests: int = 200, checkpoint: bool = False) -> int:
     """The ``--sglang`` table (sglang_radix.WORKLOADS; the Mooncake ones over the trace's first
     ``mooncake_requests``; ``checkpoint``: checkpoints as SGLang's RadixCache.checkpoint makes them)."""
     from tests.peers import sglang_radix
 
-    workloads = sglang_radix.workloads(mooncake_requests)
-    names = names or list(workloads)
-    print(f"{'workload':<24} {'operations':>10} {'identical':>10} {'results':>8} {'whole':>8}  first divergence")
-    details = []
-    for name in names:
-        workload = workloads[name]
-        if workload.needs is not None and not workload.needs.exists():
-            print(f"{name:<24} {'-':>10} {'-':>10} {'-':>8} {'-':>8}  skipped: {workload.needs} is not here")
-            continue
+    def row(workload):
         run = sglang_radix.run(workload, checkpoint)
         n = max(len(run.operations), 1)
         first = "-" if run.first is None else f"operation {run.first[0].index} ({run.first[0].kind})"
-        print(f"{name:<24} {len(run.operations):>10} {run.identical / n:>10.2%} {run.same_results / n:>8.2%} "
-              f"{(len(run.operations) - run.path_only) / n:>8.1%}  {first}")
-        if run.first is not None:
-            details.append(f"{name}: {run.divergence()}")
-    for text in details:
-        print("\n" + text)
-    return 0
+        line = (f"{workload.name:<24} {len(run.operations):>10} {run.identical / n:>10.2%} "
+                f"{run.same_results / n:>8.2%} {(len(run.operations) - run.path_only) / n:>8.1%}  {first}")
+        return line, None if run.first is None else run.divergence()
+
+    return sglang_table(sglang_radix.workloads(mooncake_requests), names,
+                        f"{'workload':<24} {'operations':>10} {'identical':>10} {'results':>8} {'whole':>8}  "
+                        f"first divergence", "{:<24}" + f" {'-':>10} {'-':>10} {'-':>8} {'-':>8}", row)
 
 
 def sglang_scheduler(names: list, mooncake_requests: int = 200) -> int:
     """The ``--sglang-scheduler`` table (sglang_scheduler.WORKLOADS)."""
     from tests.peers import sglang_scheduler as driver
 
-    workloads = driver.workloads(mooncake_requests)
-    names = names or list(workloads)
-    print(f"{'workload':<22} {'steps SGLang':>12} {'pagesim':>8} {'identical':>10}  first diverging step")
-    details = []
-    for name in names:
-        workload = workloads[name]
-        if workload.needs is not None and not workload.needs.exists():
-            print(f"{name:<22} {'-':>12} {'-':>8} {'-':>10}  skipped: {workload.needs} is not here")
-            continue
+    def row(workload):
         run = driver.run(workload)
-        print(f"{name:<22} {len(run.theirs):>12} {len(run.ours):>8} {run.share:>10.1%}  "
-              f"{'-' if run.first is None else run.first}")
-        if run.first is not None:
-            details.append(f"{name}: {run.describe()}")
-    for text in details:
-        print("\n" + text)
-    return 0
+        line = (f"{workload.name:<22} {len(run.theirs):>12} {len(run.ours):>8} {run.share:>10.1%}  "
+                f"{'-' if run.first is None else run.first}")
+        return line, None if run.first is None else run.describe()
+
+    return sglang_table(driver.workloads(mooncake_requests), names,
+                        f"{'workload':<22} {'steps SGLang':>12} {'pagesim':>8} {'identical':>10}  first diverging step",
+                        "{:<22}" + f" {'-':>12} {'-':>8} {'-':>10}", row)
 
 
 def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> None:
