@@ -5,7 +5,9 @@
 - ``hf_config.py``: reading a Hugging Face ``config.json`` (``--model path/to/config.json``);
 - ``presets.py``: the model presets and ``get_model``;
 - ``gpus.py``: :class:`GPUSpec`, the GPU presets with their datasheet sources, ``get_gpu``;
-- ``capacity.py``: ``kv_capacity``, the KV pool's token slots on one GPU.
+- ``capacity.py``: ``kv_capacity``, the KV pool's token slots on one GPU;
+- ``links.py``: the links that carry KV between a prefill and a decode GPU (RDMA NICs, NVLink,
+  PCIe), their rates and latencies with sources.
 
 Example, OPT-13B fp16: 2 * 40 layers * 40 heads * 128 * 2 B = 819,200 B per token (800 KiB, the
 vLLM paper's number); 12 GiB of KV hold 15,728 tokens.
