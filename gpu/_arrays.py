@@ -66,3 +66,10 @@ def torch_stream(w: Wrapped):
     import cupy as cp
     import torch
     return cp.cuda.ExternalStream(torch.cuda.current_stream(w.torch_device).cuda_stream)
+
+
+def stream_ctx(w: Wrapped):
+    """A context that launches on torch's current stream for torch input (a no-op for CuPy's)."""
+    import contextlib
+    s = torch_stream(w)
+    return s if s is not None else contextlib.nullcontext()

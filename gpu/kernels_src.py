@@ -65,6 +65,19 @@ def copy_blocks_name(unit: str) -> str:
     return f"copy_blocks_kernel<{unit}>"
 
 
+def fused_add_rms_norm_name(dtype: str) -> str:
+    return f"fused_add_rms_norm_kernel<{CTYPES[dtype]}>"
+
+
+def rotary_cache_name(dtype: str, index: str) -> str:
+    """index: the slot mapping's 'int' or 'long long'."""
+    return f"rotary_cache_kernel<{CTYPES[dtype]}, {index}>"
+
+
+def silu_and_mul_name(dtype: str) -> str:
+    return f"silu_and_mul_kernel<{CTYPES[dtype]}>"
+
+
 UNITS = ("uint4", "unsigned short")
 INDEX_TYPES = ("int", "long long")
 
@@ -75,7 +88,9 @@ def all_instantiations() -> dict[str, list[str]]:
     attn += [reduce_kernel_name(dt) for dt in CTYPES]
     cache = [reshape_and_cache_name(u, i) for u in UNITS for i in INDEX_TYPES]
     cache += [copy_blocks_name(u) for u in UNITS]
-    return {"paged_attention.cu": attn, "cache_ops.cu": cache}
+    fused = [f(dt) for dt in CTYPES for f in (fused_add_rms_norm_name, silu_and_mul_name)]
+    fused += [rotary_cache_name(dt, i) for dt in CTYPES for i in INDEX_TYPES]
+    return {"paged_attention.cu": attn, "cache_ops.cu": cache, "fused_ops.cu": fused}
 
 
 def instantiation_unit(source: str, names: list[str]) -> str:
