@@ -300,6 +300,7 @@ def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
         "dtype": getattr(backend, "dtype_name", None),
         "layers_run": getattr(backend, "L_run", None),
         "timing": getattr(backend, "timing", None),
+        "ops": getattr(backend, "ops", None),
         "system": cfg.system, "block_size": cfg.block_size, "profile": str(profile) if profile else None,
         "workload": workload if workload is not None else {"rows": len(trace)},
         "num_requests": int(len(trace)),

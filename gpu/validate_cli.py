@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
 from pagesim.gpu.fake_backend import FakeBackend
+from pagesim.gpu.layer_ops import OPS
 from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.gpu.validate_report import measured_word
@@ -63,7 +64,7 @@ def make_backend(args, cfg=None):
                            record=False, host_fn=host_fn, device_name="cpu (fake backend, dry run)")
     import torch
 
-    return TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing,
+    return TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing, ops=args.ops,
                             device_name=torch.cuda.get_device_name())
 
 
@@ -150,6 +151,10 @@ def add_arguments(p: argparse.ArgumentParser) -> tuple[argparse._ArgumentGroup, 
                    help="device (default): each step's kernels queued behind a hold kernel and timed back to "
                         "back, as a serving engine's CUDA graphs run them; eager: as this Python runner "
                         "launches them, launch gaps included")
+    g.add_argument("--ops", choices=list(OPS), default="fused",
+                   help="fused (default): RMSNorm with the residual add, rotary with the KV-cache write and "
+                        "SiLU-and-mul as one kernel each, as engines run them; eager: torch ops one by one "
+                        "(the reference)")
     g.add_argument("--backend", choices=["gpu", "fake"], default="gpu",
                    help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline for testing "
                         "(step time = roofline price x (1 +- 10 %%), says nothing about a GPU)")
