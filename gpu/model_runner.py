@@ -68,6 +68,7 @@ from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_cache, swap_blocks
 from pagesim.gpu.device import require_cupy
 from pagesim.gpu.executor import slots_for
+from pagesim.gpu.graphs import DecodeGraphs, capture_sizes
 from pagesim.gpu.layer_ops import OPS, RMS_EPS, layer_ops
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
@@ -101,7 +102,8 @@ class TorchCupyBackend:
     def __init__(self, *, dtype: str = "float16", num_layers_run: int | None = None, device: str = "cuda",
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
                  memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None,
-                 ops: str | None = None):
+                 ops: str | None = None, cuda_graphs: bool | None = None, max_num_seqs: int = 256,
+                 graph_sizes: list[int] | None = None):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -123,6 +125,15 @@ class TorchCupyBackend:
             raise ConfigError(f"ops must be one of {', '.join(OPS)}, got {self.ops!r}")
         if self.ops == "fused" and dtype == "float32":
             raise ConfigError("the fused kernels take fp16 or bf16 (ops='eager' runs float32)")
+        if cuda_graphs is None:
+            cuda_graphs = not cpu and self.ops == "fused" and self.attention == "kernel"
+        if cuda_graphs and (self.ops != "fused" or self.attention != "kernel"):
+            raise ConfigError("CUDA graphs capture the fused kernels and the attention kernel "
+                              "(ops='fused', attention='kernel')")
+        self.cuda_graphs = bool(cuda_graphs)
+        self.graph_sizes = list(graph_sizes) if graph_sizes else capture_sizes(max_num_seqs)
+        self._graphs = None  # DecodeGraphs after setup
+        self.graph_error = None  # why capturing failed (the run goes on eagerly), if it did
         if timing not in TIMINGS:
             raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
         self.timing = timing
@@ -218,6 +229,30 @@ class TorchCupyBackend:
                 import warnings
                 warnings.warn(f"the GPU backend's warm-up failed ({type(e).__name__}: {e}); "
                               "steps may lose their hold (gaps_hidden=False)", stacklevel=2)
+        if self.cuda_graphs:
+            self._capture_graphs()
+
+    def _capture_graphs(self) -> None:
+        """Capture the decode graphs (gpu/graphs.py); a failure is reported (``graph_error``, a
+        warning) and the run goes on with every step eager."""
+        try:
+            graphs = DecodeGraphs(self, self.graph_sizes)
+            graphs.capture_all()
+            self._graphs = graphs
+        except Exception as e:
+            if not self.device.startswith("cuda"):
+                raise
+            import warnings
+            self.graph_error = f"{type(e).__name__}: {e}"
+            warnings.warn(f"capturing the decode CUDA graphs failed ({self.graph_error}); every step runs eagerly",
+                          stacklevel=2)
+            self._sync()
+
+    def _as_torch(self, arr, like):
+        """A CuPy array (the attention plan's output) as a torch tensor of ``like``'s dtype."""
+        torch = self.torch
+        t = torch.from_dlpack(arr) if self.device.startswith("cuda") else torch.from_numpy(np.asarray(arr))
+        return t if t.dtype == like.dtype else t.view(like.dtype)
 
     def _warm_up(self) -> None:
         """Run the step's kernels once, here, at token counts 1, 2, 4 ... RESERVE_TOKENS and decode
@@ -446,8 +481,11 @@ class TorchCupyBackend:
         sample = np.concatenate([np.cumsum(plan.prefill_tokens) - 1, P + np.arange(nd)]).astype(np.int64)
         sample_t = torch.as_tensor(sample, device=dev)
         ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
-        x = self.emb[ids] if T else None
-        hold = cuda and self.timing == "device"
+        graph_size = None  # a decode-only step replays the graph of its padded batch (gpu/graphs.py)
+        if self._graphs is not None and P == 0 and nd:
+            graph_size = self._graphs.load(plan, ids)
+        x = self.emb[ids] if T and graph_size is None else None
+        hold = cuda and self.timing == "device" and graph_size is None
         if cuda:
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if hold:  # the GPU waits here until every kernel of the step is queued (see TIMINGS)
@@ -461,10 +499,10 @@ class TorchCupyBackend:
         self._copy_and_swap(plan)
         H, D = self.H, self.D
         ops = self._layer_ops
-        state = ops.start(x) if T else None
-        for l, w in enumerate(self.layers):
-            if not T:
-                break
+        state = ops.start(x) if x is not None else None
+        if graph_size is not None:
+            state = self._graphs.replay(graph_size)
+        for l, w in enumerate(self.layers if x is not None else ()):
             kc, vc = self.kv[l, 0], self.kv[l, 1]
             state, q, k, v = ops.qkv(state, w, pos, kc, vc, slots)
             att = torch.empty((T, H, D), device=dev, dtype=self.tdtype)
@@ -490,8 +528,8 @@ class TorchCupyBackend:
         if cuda:
             ev_end.record()
         hidden = None
+        launch_s = time.perf_counter() - tl0
         if hold:
-            launch_s = time.perf_counter() - tl0
             hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
             self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
         self._sync()
@@ -499,15 +537,17 @@ class TorchCupyBackend:
         wall = time.perf_counter() - t0
         span = ev0.elapsed_time(ev1) * 1e-3 if cuda else (tl1 - tl0)
         scale = self.L / self.L_run
-        if hold:
+        if hold or (cuda and graph_size is not None):
             # device time without the hold: the uploads before it, the layers (scaled) and the LM
-            # head, back to back; the host share is the preparation before the first launch
-            head = ev_start.elapsed_time(ev_hold) * 1e-3
+            # head, back to back (a replayed graph runs them so with no hold); the host share is the
+            # preparation before the first launch (a graph's input copies included)
+            head = ev_start.elapsed_time(ev_hold if hold else ev0) * 1e-3
             tail = ev1.elapsed_time(ev_end) * 1e-3
             gpu = head + scale * span + tail
             t = prep_s + scale * span + tail
             self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                                "host_s": t - gpu, "launch_s": scale * launch_s, "gaps_hidden": hidden}
+                                "host_s": t - gpu, "launch_s": scale * launch_s,
+                                "gaps_hidden": True if graph_size is not None else hidden, "graph_size": graph_size}
             return t
         whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         t = wall + (scale - 1.0) * span
@@ -515,7 +555,7 @@ class TorchCupyBackend:
         # the host are inside it (the eager timing), so the host share below is a lower bound
         gpu = min(whole + (scale - 1.0) * span, t)
         self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                            "host_s": t - gpu}
+                            "host_s": t - gpu, "graph_size": graph_size}
         return t
 
     def _hold_estimate(self, num_prefill: int) -> float:

@@ -42,3 +42,33 @@ def cp(emu, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # restored (or removed) after the test
     yield install_fake_cupy(emu, monkeypatch.setattr)
     pagesim.gpu._loader.get_kernel.cache_clear()
+
+
+@pytest.fixture
+def cpu_kernels(cp, monkeypatch):
+    """The GPU wrappers take torch CPU tensors: their memory viewed as fake-CuPy arrays (kind
+    "torch-cpu"), results handed back as torch tensors over the same memory; the kernels run in the
+    emulation. Lets TorchCupyBackend(device="cpu") run its kernel paths."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from pagesim.gpu import _arrays, cache_ops, fused_ops, paged_attention
+    real_wrap, real_unwrap = _arrays.wrap, _arrays.unwrap
+
+    def wrap(x, name, dtype=None, allow_host=False):
+        if isinstance(x, torch.Tensor) and not x.is_cuda:
+            bf16 = x.dtype == torch.bfloat16
+            arr = (x.detach().view(torch.int16) if bf16 else x.detach()).numpy().view(cp.ndarray)
+            return _arrays.Wrapped(arr, "torch-cpu", "bfloat16" if bf16 else str(arr.dtype))
+        return real_wrap(x, name, dtype, allow_host)
+
+    def unwrap(arr, like):
+        if like.kind == "torch-cpu":
+            t = torch.from_numpy(np.asarray(arr).view(np.ndarray))
+            return t.view(torch.bfloat16) if like.dtype == "bfloat16" else t
+        return real_unwrap(arr, like)
+
+    for mod in (fused_ops, cache_ops, paged_attention):
+        monkeypatch.setattr(mod, "wrap", wrap)
+    monkeypatch.setattr(paged_attention, "unwrap", unwrap)
+    return cp

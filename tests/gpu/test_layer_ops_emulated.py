@@ -17,25 +17,6 @@ torch = pytest.importorskip("torch")
 TINY = ModelSpec("tiny-fused", 2, 96, 4, 2, 64, 160, 300, 256)
 
 
-@pytest.fixture
-def cpu_kernels(cp, monkeypatch):
-    """The GPU wrappers take torch CPU tensors: their memory, viewed as fake CuPy arrays."""
-    from pagesim.gpu import _arrays, cache_ops, fused_ops, paged_attention
-
-    real_wrap = _arrays.wrap
-
-    def wrap(x, name, dtype=None, allow_host=False):
-        if isinstance(x, torch.Tensor) and not x.is_cuda:
-            bf16 = x.dtype == torch.bfloat16
-            arr = (x.detach().view(torch.int16) if bf16 else x.detach()).numpy().view(cp.ndarray)
-            return _arrays.Wrapped(arr, "cupy", "bfloat16" if bf16 else str(arr.dtype))
-        return real_wrap(x, name, dtype, allow_host)
-
-    for mod in (fused_ops, cache_ops, paged_attention):
-        monkeypatch.setattr(mod, "wrap", wrap)
-    return cp
-
-
 def run_steps(ops, dtype="float16", **kw):
     """(hidden states per sampled position, the KV pool) after a prefill of two prompts and three
     decode steps of both."""

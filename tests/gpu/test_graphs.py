@@ -1,0 +1,68 @@
+"""Decode steps in CUDA graphs (gpu/graphs.py): vLLM's capture sizes and padding rule worked by hand,
+and the runner's capture/replay path on the CPU (``CPUGraph``, the kernels in the emulation):
+padded batches replay the right graph, give the eager step's hidden states and KV pool (padding
+rows write nothing), and a batch above the largest size runs eagerly."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagesim.gpu.graphs import capture_sizes, padded_size
+from pagesim.gpu.testing import HandSteps
+from pagesim.sim.specs import ModelSpec
+
+TINY = ModelSpec("tiny-graphs", 2, 96, 4, 2, 64, 160, 300, 128)
+
+
+def test_capture_sizes_by_hand():
+    # max_num_seqs 256: the ceiling 512 = min(2 x 256, 512); 1 2 4, 8..248 by 8 (31), 256..512 by 16 (17)
+    sizes = capture_sizes(256)
+    assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[33:36] == [248, 256, 272] and sizes[-1] == 512
+    assert len(sizes) == 3 + 31 + 17
+    assert capture_sizes(3) == [1, 2, 4]  # ceiling 6: no 8
+    assert capture_sizes(12) == [1, 2, 4, 8, 16, 24]
+    assert capture_sizes(128)[-1] == 256 and capture_sizes(1000)[-1] == 512
+
+
+def test_padded_size_by_hand():
+    sizes = [1, 2, 4, 8, 16]
+    assert [padded_size(b, sizes) for b in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    assert padded_size(17, sizes) is None  # above the largest: eager
+
+
+def run_steps(graphs: bool, batches=(3, 3, 2, 5, 1)):
+    """Prefill of 5 prompts, then one decode step per batch size (the first sequences of the five)."""
+    torch = pytest.importorskip("torch")
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    be = TorchCupyBackend(dtype="float16", device="cpu", ops="fused", attention="kernel", cache_ops="kernel",
+                          cuda_graphs=graphs, graph_sizes=[1, 2, 4])
+    steps = HandSteps(TINY, be, num_blocks=48, block_size=16)
+    steps.prefill(list(range(5)), [19, 7, 33, 2, 16])
+    out = []
+    for b in batches:
+        steps.decode(list(range(b)))
+        out.append((be.last_timing["graph_size"], be.last_outputs[2].float().clone()))
+    return be, out, be.kv.float().clone(), torch
+
+
+def test_replayed_decode_equals_eager(cpu_kernels):
+    be, graphed, kv_graphed, torch = run_steps(True)
+    _, eager, kv_eager, _ = run_steps(False)
+    # batch 3 pads to 4, 2 replays 2, 5 is above the largest (4): eager, 1 replays 1
+    assert [g for g, _ in graphed] == [4, 4, 2, None, 1]
+    assert be._graphs.replays == {4: 2, 2: 1, 1: 1}
+    assert all(g is None for g, _ in eager)
+    for (_, a), (_, b) in zip(graphed, eager):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)  # split-K partitions differ: rounding only
+    assert torch.equal(kv_graphed != 0, kv_eager != 0)  # the padding rows wrote no slot
+    torch.testing.assert_close(kv_graphed, kv_eager, atol=2e-3, rtol=2e-3)
+
+
+def test_graphs_need_the_fused_kernels_and_the_attention_kernel():
+    pytest.importorskip("torch")
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    from pagesim.sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="CUDA graphs capture the fused kernels"):
+        TorchCupyBackend(dtype="float16", device="cpu", ops="eager", cuda_graphs=True)
+    assert not TorchCupyBackend(dtype="float16", device="cpu").cuda_graphs  # off by default on a CPU
