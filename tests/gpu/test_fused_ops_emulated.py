@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pagesim.gpu import reference as ref
+from pagesim.gpu.device import cuda_available
 
 
 def rand(rng, shape, dtype, scale=1.0):
@@ -25,10 +26,10 @@ def check_rms(cp, dtype, n, hidden, add, strided=False, seed=0):
     want_x, want_r = ref.fused_add_rms_norm_ref(wide[:, :hidden], res, w, 1e-6, dtype, add=add)
     dx, dr = cp.asarray(wide), cp.asarray(res)
     fused_add_rms_norm(dx[:, :hidden], dr, cp.asarray(w), 1e-6, add=add)
-    ref.assert_fused_close(np.asarray(dr), want_r, dtype)
-    ref.assert_fused_close(np.asarray(dx)[:, :hidden], want_x, dtype)
+    ref.assert_fused_close(cp.asnumpy(dr), want_r, dtype)
+    ref.assert_fused_close(cp.asnumpy(dx)[:, :hidden], want_x, dtype)
     if strided:  # the columns past the row were not touched
-        np.testing.assert_array_equal(np.asarray(dx)[:, hidden:], wide[:, hidden:])
+        np.testing.assert_array_equal(cp.asnumpy(dx)[:, hidden:], wide[:, hidden:])
 
 
 def check_rotary(cp, dtype, heads, kv_heads, head_dim, index=np.int64, seed=0):
@@ -46,9 +47,9 @@ def check_rotary(cp, dtype, heads, kv_heads, head_dim, index=np.int64, seed=0):
     want = ref.rotary_cache_ref(qkv, pos, cos, sin, heads, kv_heads, kc, vc, slots, dtype)
     rotary_and_cache(dqkv, cp.asarray(pos), cp.asarray(cos), cp.asarray(sin), heads, kv_heads, dkc, dvc,
                      cp.asarray(slots), check=True)
-    ref.assert_fused_close(np.asarray(dqkv), want, dtype)
-    ref.assert_fused_close(np.asarray(dkc), kc, dtype)
-    np.testing.assert_array_equal(np.asarray(dvc), vc)  # v moves unchanged
+    ref.assert_fused_close(cp.asnumpy(dqkv), want, dtype)
+    ref.assert_fused_close(cp.asnumpy(dkc), kc, dtype)
+    np.testing.assert_array_equal(cp.asnumpy(dvc), vc)  # v moves unchanged
 
 
 def check_silu(cp, dtype, n, d, seed=0):
@@ -57,10 +58,24 @@ def check_silu(cp, dtype, n, d, seed=0):
     x = rand(rng, (n, 2 * d), dtype, 3.0)
     out = cp.asarray(np.zeros((n, d), x.dtype))
     silu_and_mul(cp.asarray(x), out)
-    ref.assert_fused_close(np.asarray(out), ref.silu_and_mul_ref(x, dtype), dtype)
+    ref.assert_fused_close(cp.asnumpy(out), ref.silu_and_mul_ref(x, dtype), dtype)
 
 
 DTYPES = ["float16", "bfloat16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_fused_kernels(dtype):
+    """The same checks on a GPU, the kernels compiled by NVRTC (real CuPy)."""
+    import cupy
+    for n, hidden, add, strided in ((5, 100, True, True), (3, 33, False, False), (64, 4096, True, False)):
+        check_rms(cupy, dtype, n, hidden, add, strided)
+    for heads, kv_heads, head_dim, index in ((3, 1, 34, np.int32), (32, 8, 128, np.int64)):
+        check_rotary(cupy, dtype, heads, kv_heads, head_dim, index)
+    for n, d in ((7, 33), (64, 11008)):
+        check_silu(cupy, dtype, n, d)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from pagesim.gpu.device import cuda_available, torch_cuda_available
 from pagesim.gpu.graphs import capture_sizes, padded_size
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.specs import ModelSpec
@@ -66,3 +67,29 @@ def test_graphs_need_the_fused_kernels_and_the_attention_kernel():
     with pytest.raises(ConfigError, match="CUDA graphs capture the fused kernels"):
         TorchCupyBackend(dtype="float16", device="cpu", ops="eager", cuda_graphs=True)
     assert not TorchCupyBackend(dtype="float16", device="cpu").cuda_graphs  # off by default on a CPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (cuda_available() and torch_cuda_available()), reason="needs CuPy and torch with CUDA")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_replayed_decode_equals_eager(dtype):
+    """On a GPU: torch.cuda.CUDAGraph captures the decode forward (the fused kernels, the attention
+    plans), replays give the eager step's hidden states, and no step fell back to eager by a
+    failed capture (graph_error)."""
+    import torch
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    model = ModelSpec("mid-graphs", 4, 1024, 16, 4, 128, 2816, 32000, 1024)
+    outs = []
+    for graphs in (True, False):
+        be = TorchCupyBackend(dtype=dtype, cuda_graphs=graphs, graph_sizes=[1, 2, 4, 8])
+        steps = HandSteps(model, be, num_blocks=256, block_size=16)
+        steps.prefill(list(range(10)), [300, 17, 64, 5, 129, 33, 2, 90, 250, 1])
+        got = []
+        for b in (3, 8, 10, 1):
+            steps.decode(list(range(b)))
+            got.append((be.last_timing["graph_size"], be.last_outputs[2].float().clone()))
+        assert be.graph_error is None
+        outs.append(got)
+    assert [g for g, _ in outs[0]] == [4, 8, None, 1]
+    for (_, a), (_, b) in zip(*outs):
+        torch.testing.assert_close(a, b, atol=3e-2, rtol=3e-2)
