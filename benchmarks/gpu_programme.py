@@ -294,14 +294,14 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
             (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
              if os.path.exists(p)), None)
         if not dry and sanitizer and "fc" in platform.release():
-            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "-m", "gpu", "-q", "-x",
-                    "-p", "no:cacheprovider"]
+            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "tests/gpu/test_fused_ops_emulated.py",
+                    "-m", "gpu", "-q", "-x", "-p", "no:cacheprovider"]
             steps.append(Step("memcheck", [sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
                                            "--print-limit", "20", *base, "-k",
                                            "not torch and not sdpa and not bench and not (split_k and bfloat16)"],
                               170))
             steps.append(Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
-                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache"],
+                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache or fused_kernels"],
                               80))
         else:
             why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 #: vLLM's default ceiling of the capture sizes (1024 on data-centre Blackwell, config/vllm.py:2403)
 CAPTURE_CEILING = 512
 
@@ -43,6 +45,43 @@ def padded_size(batch: int, sizes: list[int]) -> int | None:
     return sizes[i] if i < len(sizes) else None
 
 
+def graph_size_for(plan, sizes: list[int], max_blocks: int) -> int | None:
+    """The graph a step replays: a decode-only step whose tables fit the static buffers, padded
+    (``padded_size``); None: the step runs eagerly (a prefill in it, a batch above the largest size)."""
+    n = len(plan.decode_seq_ids)
+    if not sizes or len(plan.prefill_seq_ids) or not n or plan.decode_tables.shape[1] > max_blocks:
+        return None
+    return padded_size(n, sizes)
+
+
+def max_blocks_for(max_context: int, block_size: int) -> int:
+    """Block-table columns of the static buffers: the longest context a graph takes."""
+    return -(-int(max_context) // int(block_size))
+
+
+def sizes_to_capture(sizes: list[int], max_num_seqs: int) -> list[int]:
+    """The capture sizes a decode batch of at most ``max_num_seqs`` can pad to (the larger ones
+    would never replay: not captured, which saves their memory and capture time)."""
+    top = padded_size(max_num_seqs, sizes) or sizes[-1]
+    return [s for s in sizes if s <= top]
+
+
+def padded_inputs(plan, size: int, max_blocks: int) -> dict[str, np.ndarray]:
+    """A decode-only plan's inputs padded to ``size`` rows (numpy): ``pos`` (padding 0), ``slots``
+    (-1: no KV write), ``tables`` [size, max_blocks] (0 past each row's entries; never read), ``lens``
+    (0: the attention kernel writes zeros)."""
+    n = len(plan.decode_seq_ids)
+    pos = np.zeros(size, np.int64)
+    pos[:n] = plan.decode_context.astype(np.int64) - 1
+    slots = np.full(size, -1, np.int64)
+    slots[:n] = plan.slot_mapping
+    tables = np.zeros((size, max_blocks), np.int32)
+    tables[:n, :plan.decode_tables.shape[1]] = plan.decode_tables
+    lens = np.zeros(size, np.int32)
+    lens[:n] = plan.decode_context
+    return {"pos": pos, "slots": slots, "tables": tables, "lens": lens}
+
+
 class CPUGraph:
     """A CPU device's stand-in for ``torch.cuda.CUDAGraph``: capture runs the function once and keeps
     it, replay runs it again over the same static buffers."""
@@ -58,18 +97,18 @@ class CPUGraph:
 class DecodeGraphs:
     """The decode graphs of one ``TorchCupyBackend`` after its setup (ops "fused", attention "kernel")."""
 
-    def __init__(self, be, sizes: list[int]):
+    def __init__(self, be, sizes: list[int], max_context: int):
         torch = be.torch
         self.be, self.sizes = be, sorted(sizes)
         dev = be.device
         top = self.sizes[-1]
-        self.max_blocks = -(-int(be.model.max_seq_len) // be.block_size)
+        self.max_blocks = max_blocks_for(max_context, be.block_size)
         self.ids = torch.zeros(top, dtype=torch.int64, device=dev)
         self.pos = torch.zeros(top, dtype=torch.int64, device=dev)
         self.slots = torch.full((top,), -1, dtype=torch.int64, device=dev)
         self.tables = torch.zeros((top, self.max_blocks), dtype=torch.int32, device=dev)
         self.lens = torch.zeros(top, dtype=torch.int32, device=dev)
-        self.graphs: dict[int, tuple] = {}  # size -> (graph, the final state's tensors, attention plans)
+        self.graphs: dict[int, tuple] = {}  # size -> (graph, the final state's tensors, attention plan)
         self.replays: dict[int, int] = {}  # size -> times replayed (the tests read it)
 
     # ------------------------------------------------------------------ capture
@@ -81,7 +120,7 @@ class DecodeGraphs:
 
     def _capture(self, size: int, pool):
         be, torch = self.be, self.be.torch
-        plans, outs, qbuf = self._plans(size)
+        plan, out, qbuf = self._plan(size)
 
         def forward():
             ops = be._layer_ops
@@ -89,13 +128,13 @@ class DecodeGraphs:
             for l, w in enumerate(be.layers):
                 state, q, _k, _v = ops.qkv(state, w, self.pos[:size], be.kv[l, 0], be.kv[l, 1], self.slots[:size])
                 qbuf.copy_(q)
-                plans[l].launch()
-                state = ops.finish(state, outs[l], w)
+                plan.rebind(qbuf, be.kv[l, 0], be.kv[l, 1]).launch()  # each layer's launch, recorded
+                state = ops.finish(state, out, w)
             return state
 
         if not be.device.startswith("cuda"):
             graph = CPUGraph()
-            return graph, graph.capture(forward), plans
+            return graph, graph.capture(forward), plan
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -104,42 +143,32 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             state = forward()
-        return graph, state, plans
+        return graph, state, plan
 
-    def _plans(self, size: int):
-        """One attention plan per layer run, over a static query buffer and the static tables and
-        lengths, planned for the model's longest context (the launch geometry is frozen in the
-        graph; partitions past a sequence's length exit at once)."""
+    def _plan(self, size: int):
+        """The attention plan of a size, over a static query buffer and the static tables and
+        lengths, planned for the longest context a graph takes (the launch geometry is frozen in
+        the graph; partitions past a sequence's length exit at once), rebound to each layer's
+        caches as the forward records them: one output and one set of partial buffers a size."""
         from pagesim.gpu import paged_attention as pa
         be, torch = self.be, self.be.torch
         qbuf = torch.zeros((size, be.H, be.D), dtype=be.tdtype, device=be.device)
-        plans = [pa.prepare(qbuf, be.kv[l, 0], be.kv[l, 1], self.tables[:size], self.lens[:size], be.block_size,
-                            int(be.model.max_seq_len), check=False) for l in range(be.L_run)]
-        outs = [be._as_torch(p.out, qbuf) for p in plans]
-        return plans, outs, qbuf
+        plan = pa.prepare(qbuf, be.kv[0, 0], be.kv[0, 1], self.tables[:size], self.lens[:size], be.block_size,
+                          self.max_blocks * be.block_size, check=False)
+        return plan, be._as_torch(plan.out, qbuf), qbuf
 
     # ------------------------------------------------------------------ replay
     def load(self, plan, ids) -> int | None:
         """Copy a decode-only step's inputs into the static buffers (padding past the batch); the
         size to replay, or None when the batch is above the largest (run it eagerly)."""
-        torch = self.be.torch
         n = len(plan.decode_seq_ids)
-        size = padded_size(n, self.sizes)
-        width = plan.decode_tables.shape[1]
-        if size is None or width > self.max_blocks:
+        size = graph_size_for(plan, self.sizes, self.max_blocks)
+        if size is None:
             return None
-        dev = self.be.device
         self.ids[:n].copy_(ids)
         self.ids[n:size].zero_()
-        self.pos[:n].copy_(torch.as_tensor(plan.decode_context.astype("int64") - 1, device=dev))
-        self.pos[n:size].zero_()
-        self.slots[:n].copy_(torch.as_tensor(plan.slot_mapping, device=dev))
-        self.slots[n:size].fill_(-1)
-        self.tables[:n, :width].copy_(torch.as_tensor(plan.decode_tables, device=dev))
-        self.tables[:size, width:].zero_()
-        self.tables[n:size].zero_()
-        self.lens[:n].copy_(torch.as_tensor(plan.decode_context, device=dev))
-        self.lens[n:size].zero_()
+        for name, arr in padded_inputs(plan, size, self.max_blocks).items():
+            getattr(self, name)[:size].copy_(self.be.torch.as_tensor(arr, device=self.be.device))
         return size
 
     def replay(self, size: int):

@@ -68,7 +68,7 @@ from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_cache, swap_blocks
 from pagesim.gpu.device import require_cupy
 from pagesim.gpu.executor import slots_for
-from pagesim.gpu.graphs import DecodeGraphs, capture_sizes
+from pagesim.gpu.graphs import DecodeGraphs, capture_sizes, sizes_to_capture
 from pagesim.gpu.layer_ops import OPS, RMS_EPS, layer_ops
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
@@ -103,7 +103,7 @@ class TorchCupyBackend:
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
                  memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None,
                  ops: str | None = None, cuda_graphs: bool | None = None, max_num_seqs: int = 256,
-                 graph_sizes: list[int] | None = None):
+                 graph_sizes: list[int] | None = None, graph_max_context: int | None = None):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -131,7 +131,9 @@ class TorchCupyBackend:
             raise ConfigError("CUDA graphs capture the fused kernels and the attention kernel "
                               "(ops='fused', attention='kernel')")
         self.cuda_graphs = bool(cuda_graphs)
-        self.graph_sizes = list(graph_sizes) if graph_sizes else capture_sizes(max_num_seqs)
+        self.graph_sizes = list(graph_sizes) if graph_sizes else sizes_to_capture(capture_sizes(max_num_seqs),
+                                                                                 max_num_seqs)
+        self.graph_max_context = graph_max_context  # None: the model's longest context
         self._graphs = None  # DecodeGraphs after setup
         self.graph_error = None  # why capturing failed (the run goes on eagerly), if it did
         if timing not in TIMINGS:
@@ -236,7 +238,7 @@ class TorchCupyBackend:
         """Capture the decode graphs (gpu/graphs.py); a failure is reported (``graph_error``, a
         warning) and the run goes on with every step eager."""
         try:
-            graphs = DecodeGraphs(self, self.graph_sizes)
+            graphs = DecodeGraphs(self, self.graph_sizes, self.graph_max_context or int(self.model.max_seq_len))
             graphs.capture_all()
             self._graphs = graphs
         except Exception as e:
@@ -482,7 +484,7 @@ class TorchCupyBackend:
         sample_t = torch.as_tensor(sample, device=dev)
         ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
         graph_size = None  # a decode-only step replays the graph of its padded batch (gpu/graphs.py)
-        if self._graphs is not None and P == 0 and nd:
+        if self._graphs is not None:
             graph_size = self._graphs.load(plan, ids)
         x = self.emb[ids] if T and graph_size is None else None
         hold = cuda and self.timing == "device" and graph_size is None

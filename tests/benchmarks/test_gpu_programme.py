@@ -45,7 +45,9 @@ def test_dry_run_every_step_passes(dry):
         assert not re.search(r"^\S+\s+skipped: \d+ s left", text, re.M), text
     s1 = (out / tag / "summary1.txt").read_text()
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s1
-    assert "listed 48 instantiations with --std=c++14 -lineinfo" in s1
+    # 40 attention (2 dtypes x 5 head dims x 4 heads) + 2 reduce + 4 reshape_and_cache + 2 copy_blocks
+    # + 8 fused (2 dtypes x (norm, silu, rotary with int and long long slots))
+    assert "listed 56 instantiations with --std=c++14 -lineinfo" in s1
     assert re.search(r"\d+ tests? collected", s1), s1  # the GPU tests collect
     for phase in (3, 4):  # numba's compile of the core is a step of its own, before the validations
         text = (out / tag / f"summary{phase}.txt").read_text()
@@ -107,3 +109,11 @@ def test_a_phase_past_its_deadline_skips_steps_and_says_so(tmp_path):
     text = summary.read_text()
     assert rc == 5 and re.search(r"calibrate_llama-3-8b\s+skipped: \d+ s left", text), text
     assert list((tmp_path / "o").rglob("phase2.tgz"))
+
+
+def test_the_kernel_sweep_covers_block_sizes_8_to_128_for_mha_and_gqa():
+    from pagesim.gpu.bench import sweep
+    pts = sweep()
+    for heads in ((32, 32), (32, 8)):
+        sizes = {p.block_size for p in pts if (p.num_heads, p.num_kv_heads) == heads}
+        assert {8, 16, 32, 64, 128} <= sizes, (heads, sizes)

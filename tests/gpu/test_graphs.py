@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available
-from pagesim.gpu.graphs import capture_sizes, padded_size
+from pagesim.gpu.graphs import capture_sizes, padded_size, sizes_to_capture
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.specs import ModelSpec
 
@@ -23,6 +23,13 @@ def test_capture_sizes_by_hand():
     assert capture_sizes(3) == [1, 2, 4]  # ceiling 6: no 8
     assert capture_sizes(12) == [1, 2, 4, 8, 16, 24]
     assert capture_sizes(128)[-1] == 256 and capture_sizes(1000)[-1] == 512
+
+
+def test_sizes_to_capture_by_hand():
+    # a batch of at most 256 sequences pads to 256 at most: 1 2 4, 8..248 (31), 256
+    assert sizes_to_capture(capture_sizes(256), 256) == [1, 2, 4] + list(range(8, 257, 8))
+    assert sizes_to_capture([1, 2, 4, 8], 3) == [1, 2, 4]
+    assert sizes_to_capture([1, 2, 4], 100) == [1, 2, 4]  # above the largest: all of them
 
 
 def test_padded_size_by_hand():
@@ -93,3 +100,58 @@ def test_gpu_replayed_decode_equals_eager(dtype):
     assert [g for g, _ in outs[0]] == [4, 8, None, 1]
     for (_, a), (_, b) in zip(*outs):
         torch.testing.assert_close(a, b, atol=3e-2, rtol=3e-2)
+
+
+def fake_steps(graph_sizes, batches, monkeypatch=None):
+    from pagesim.gpu.fake_backend import FakeBackend
+    fb = FakeBackend(graph_sizes=graph_sizes)
+    steps = HandSteps(TINY, fb, num_blocks=64, block_size=16)
+    steps.prefill(list(range(10)), [19, 7, 33, 2, 16, 1, 40, 3, 9, 20])
+    sizes = []
+    for b in batches:
+        steps.decode(list(range(b)))
+        sizes.append(fb.last_timing["graph_size"])
+    return fb, sizes
+
+
+def test_fake_backend_replays_padded_graphs_and_checks_the_padding():
+    """The fake backend runs a replayed step on the padded inputs (gpu/graphs.padded_inputs): its tag
+    pool sees the padding rows' slots and lengths, so padding that writes or reads K/V fails."""
+    fb, sizes = fake_steps([1, 2, 4, 8], (3, 6, 9, 8, 1))
+    assert sizes == [4, 8, None, 8, 1]  # 9 is above the largest size: eager
+    assert fb.graph_replays == {4: 1, 8: 2, 1: 1}
+    assert ("graph_replay", 4) in fb.calls
+    _, eager = fake_steps([], (3, 6))
+    assert eager == [None, None]
+
+
+@pytest.mark.parametrize("field,value,error", [("slots", 0, r"reads K/V written by \[-1\]"), ("lens", 1, "padding row")])
+def test_fake_backend_catches_wrong_padding(monkeypatch, field, value, error):
+    from pagesim.gpu import fake_backend, graphs
+    from pagesim.gpu.executor import ExecutorError
+    real = graphs.padded_inputs
+
+    def wrong(plan, size, max_blocks):  # padding rows given a real slot / a context
+        out = real(plan, size, max_blocks)
+        out[field][len(plan.decode_seq_ids):] = value
+        return out
+
+    monkeypatch.setattr(fake_backend, "padded_inputs", wrong)
+    with pytest.raises(ExecutorError, match=error):
+        fake_steps([4], (3,))
+
+
+def test_only_decode_steps_whose_tables_fit_replay_a_graph():
+    import numpy as np
+
+    from pagesim.gpu.executor import plan_step
+    from pagesim.gpu.graphs import graph_size_for
+    dec = dict(decode_seq_ids=np.array([0]), decode_context=np.array([5]), decode_tables=np.array([[0]], np.int32))
+    pre = dict(prefill_seq_ids=np.array([1]), prefill_tokens=np.array([3]), prefill_context=np.array([3]),
+               prefill_tables=np.array([[1]], np.int32))
+    assert graph_size_for(plan_step(0, 16, 8, **dec), [1, 2], 8) == 1
+    assert graph_size_for(plan_step(0, 16, 8, **dec, **pre), [1, 2], 8) is None  # a prefill in it: eager
+    assert graph_size_for(plan_step(0, 16, 8, **pre), [1, 2], 8) is None
+    wide = dict(dec, decode_tables=np.array([[0] + [7] * 8], np.int32))  # 9 columns > the buffers' 8
+    assert graph_size_for(plan_step(0, 16, 8, **wide), [1, 2], 8) is None
+    assert graph_size_for(plan_step(0, 16, 8, **dec), [], 8) is None  # no graphs captured
