@@ -301,7 +301,8 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
                                            "not torch and not sdpa and not bench and not (split_k and bfloat16)"],
                               170))
             steps.append(Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
-                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache or fused_kernels"],
+                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache"
+                                            " or fused_kernels"],
                               80))
         else:
             why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer

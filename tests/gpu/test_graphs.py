@@ -125,7 +125,8 @@ def test_fake_backend_replays_padded_graphs_and_checks_the_padding():
     assert eager == [None, None]
 
 
-@pytest.mark.parametrize("field,value,error", [("slots", 0, r"reads K/V written by \[-1\]"), ("lens", 1, "padding row")])
+@pytest.mark.parametrize("field,value,error", [("slots", 0, r"reads K/V written by \[-1\]"),
+                                               ("lens", 1, "padding row")])
 def test_fake_backend_catches_wrong_padding(monkeypatch, field, value, error):
     from pagesim.gpu import fake_backend, graphs
     from pagesim.gpu.executor import ExecutorError
