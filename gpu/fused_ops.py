@@ -29,7 +29,7 @@ import numpy as np
 
 from pagesim.gpu._arrays import stream_ctx, wrap
 from pagesim.gpu._loader import get_kernel
-from pagesim.gpu.kernels_src import fused_add_rms_norm_name, rotary_cache_name, silu_and_mul_name
+from pagesim.gpu.kernels_src import fused_kernel_name
 
 SRC = "fused_ops.cu"
 #: threads per block: one block per token, as many threads as elements up to this (vLLM launches
@@ -67,7 +67,7 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, add: bool = Tr
     if n == 0:
         return
     with stream_ctx(xw):
-        get_kernel(SRC, fused_add_rms_norm_name(dtype))(
+        get_kernel(SRC, fused_kernel_name("fused_add_rms_norm", dtype))(
             (n,), (_threads(hidden),), (xw.arr, rw.arr, ww.arr, np.float32(eps), np.int32(hidden), np.int64(xs),
                                         np.int64(rs), np.int32(int(add))))
 
@@ -106,7 +106,7 @@ def rotary_and_cache(qkv, positions, cos, sin, num_heads: int, num_kv_heads: int
             raise ValueError(f"positions: {int(pos.max())} is outside the rotary tables' {cw.arr.shape[0]} rows")
     index = "int" if slw.dtype == "int32" else "long long"
     with stream_ctx(qw):
-        get_kernel(SRC, rotary_cache_name(dtype, index))(
+        get_kernel(SRC, fused_kernel_name("rotary_cache", dtype, index))(
             (n,), (_threads((num_heads + num_kv_heads) * head_dim // 2),),
             (qw.arr, np.int64(qs), pw.arr, cw.arr, sw.arr, np.int32(num_heads), np.int32(num_kv_heads),
              np.int32(head_dim), kw.arr, vw.arr, slw.arr))
@@ -122,5 +122,5 @@ def silu_and_mul(x, out) -> None:
     if n == 0:
         return
     with stream_ctx(xw):
-        get_kernel(SRC, silu_and_mul_name(dtype))(
+        get_kernel(SRC, fused_kernel_name("silu_and_mul", dtype))(
             (n,), (_threads(two_d // 2),), (ow.arr, xw.arr, np.int32(two_d // 2), np.int64(xs), np.int64(os_)))

@@ -65,17 +65,10 @@ def copy_blocks_name(unit: str) -> str:
     return f"copy_blocks_kernel<{unit}>"
 
 
-def fused_add_rms_norm_name(dtype: str) -> str:
-    return f"fused_add_rms_norm_kernel<{CTYPES[dtype]}>"
-
-
-def rotary_cache_name(dtype: str, index: str) -> str:
-    """index: the slot mapping's 'int' or 'long long'."""
-    return f"rotary_cache_kernel<{CTYPES[dtype]}, {index}>"
-
-
-def silu_and_mul_name(dtype: str) -> str:
-    return f"silu_and_mul_kernel<{CTYPES[dtype]}>"
+def fused_kernel_name(kernel: str, dtype: str, index: str | None = None) -> str:
+    """kernel: 'fused_add_rms_norm', 'silu_and_mul', or 'rotary_cache' with its slot mapping's index
+    type ('int' or 'long long')."""
+    return f"{kernel}_kernel<{CTYPES[dtype]}{f', {index}' if index else ''}>"
 
 
 UNITS = ("uint4", "unsigned short")
@@ -88,8 +81,8 @@ def all_instantiations() -> dict[str, list[str]]:
     attn += [reduce_kernel_name(dt) for dt in CTYPES]
     cache = [reshape_and_cache_name(u, i) for u in UNITS for i in INDEX_TYPES]
     cache += [copy_blocks_name(u) for u in UNITS]
-    fused = [f(dt) for dt in CTYPES for f in (fused_add_rms_norm_name, silu_and_mul_name)]
-    fused += [rotary_cache_name(dt, i) for dt in CTYPES for i in INDEX_TYPES]
+    fused = [fused_kernel_name(k, dt) for dt in CTYPES for k in ("fused_add_rms_norm", "silu_and_mul")]
+    fused += [fused_kernel_name("rotary_cache", dt, i) for dt in CTYPES for i in INDEX_TYPES]
     return {"paged_attention.cu": attn, "cache_ops.cu": cache, "fused_ops.cu": fused}
 
 

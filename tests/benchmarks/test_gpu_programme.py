@@ -110,10 +110,3 @@ def test_a_phase_past_its_deadline_skips_steps_and_says_so(tmp_path):
     assert rc == 5 and re.search(r"calibrate_llama-3-8b\s+skipped: \d+ s left", text), text
     assert list((tmp_path / "o").rglob("phase2.tgz"))
 
-
-def test_the_kernel_sweep_covers_block_sizes_8_to_128_for_mha_and_gqa():
-    from pagesim.gpu.bench import sweep
-    pts = sweep()
-    for heads in ((32, 32), (32, 8)):
-        sizes = {p.block_size for p in pts if (p.num_heads, p.num_kv_heads) == heads}
-        assert {8, 16, 32, 64, 128} <= sizes, (heads, sizes)
