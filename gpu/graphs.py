@@ -120,30 +120,33 @@ class DecodeGraphs:
 
     def _capture(self, size: int, pool):
         be, torch = self.be, self.be.torch
-        plan, out, qbuf = self._plan(size)
-
-        def forward():
-            ops = be._layer_ops
-            state = ops.start(be.emb[self.ids[:size]])
-            for l, w in enumerate(be.layers):
-                state, q, _k, _v = ops.qkv(state, w, self.pos[:size], be.kv[l, 0], be.kv[l, 1], self.slots[:size])
-                qbuf.copy_(q)
-                plan.rebind(qbuf, be.kv[l, 0], be.kv[l, 1]).launch()  # each layer's launch, recorded
-                state = ops.finish(state, out, w)
-            return state
-
         if not be.device.startswith("cuda"):
-            graph = CPUGraph()
-            return graph, graph.capture(forward), plan
+            graph, plan = CPUGraph(), self._plan(size)
+            return graph, graph.capture(lambda: self._forward(size, plan)), plan[0]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            forward()  # a run outside the capture: modules loaded, the allocator grown
+            # the plan binds the current stream when it is made: the capture's, so its launches are recorded
+            plan = self._plan(size)
+            self._forward(size, plan)  # a run outside the capture: modules loaded, the allocator grown
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=stream):
-            state = forward()
-        return graph, state, plan
+            state = self._forward(size, plan)
+        return graph, state, plan[0]
+
+    def _forward(self, size: int, planned):
+        """The decode forward over the static buffers' first ``size`` rows (what a graph records)."""
+        be = self.be
+        plan, out, qbuf = planned
+        ops = be._layer_ops
+        state = ops.start(be.emb[self.ids[:size]])
+        for l, w in enumerate(be.layers):
+            state, q, _k, _v = ops.qkv(state, w, self.pos[:size], be.kv[l, 0], be.kv[l, 1], self.slots[:size])
+            qbuf.copy_(q)
+            plan.rebind(qbuf, be.kv[l, 0], be.kv[l, 1]).launch()  # each layer's launch, recorded
+            state = ops.finish(state, out, w)
+        return state
 
     def _plan(self, size: int):
         """The attention plan of a size, over a static query buffer and the static tables and
