@@ -49,6 +49,8 @@ def test_dry_run_every_step_passes(dry):
     # + 8 fused (2 dtypes x (norm, silu, rotary with int and long long slots))
     assert "listed 56 instantiations with --std=c++14 -lineinfo" in s1
     assert re.search(r"\d+ tests? collected", s1), s1  # the GPU tests collect
+    s4 = (out / tag / "summary4.txt").read_text()  # the decode paths' command line works (its cases listed)
+    assert re.search(r"^decode_paths\s+rc=0 ", s4, re.M) and "dry run: 3 paths" in s4, s4
     for phase in (3, 4):  # numba's compile of the core is a step of its own, before the validations
         text = (out / tag / f"summary{phase}.txt").read_text()
         assert re.search(r"^warm_core\s+rc=0 ", text, re.M) and "core compiled or loaded from numba's cache" in text
