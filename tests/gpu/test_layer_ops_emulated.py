@@ -54,3 +54,20 @@ def test_fused_refuses_float32():
     with pytest.raises(ConfigError, match="ops must be one of fused, eager"):
         TorchCupyBackend(dtype="float16", device="cpu", ops="graph")
     assert np.all([TorchCupyBackend(device="cpu").ops == "eager"])
+
+
+def test_calibration_times_the_fused_kernels_of_a_layer(cpu_kernels):
+    """gpu/calibrate.fused_layer_fn (timed with the linear layers) launches the runner's fused kernels:
+    on the CPU through the emulation, the norms change x and the residual, rotary writes one cache
+    slot per token, SiLU-and-mul fills its output."""
+    from pagesim.gpu.calibrate import fused_layer_fn
+    run = fused_layer_fn(TINY, 20, 1, torch.float16, "cpu")
+    cells = {id(c.cell_contents): c.cell_contents for c in run.__closure__ if isinstance(c.cell_contents,
+                                                                                         torch.Tensor)}
+    before = {k: v.clone() for k, v in cells.items()}
+    run()
+    changed = [k for k in cells if not torch.equal(cells[k], before[k])]
+    kc = [v for v in cells.values() if v.dim() == 4][0]
+    assert (kc.reshape(-1, kc.shape[-2] * kc.shape[-1]).abs().sum(1) > 0).sum() == 20  # slots 0..19
+    # x, residual, qkv (rotated), both caches and the SiLU output: weights, positions and tables unchanged
+    assert len(changed) == 6
