@@ -531,6 +531,8 @@ class TorchCupyBackend:
             ev_end.record()
         hidden = None
         launch_s = time.perf_counter() - tl0
+        if graph_size is not None:  # back to back by construction, unless copies or swaps were launched before it
+            hidden = not (len(plan.copies) or len(plan.swap_in) or len(plan.swap_out))
         if hold:
             hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
             self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
@@ -549,7 +551,7 @@ class TorchCupyBackend:
             t = prep_s + scale * span + tail
             self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
                                 "host_s": t - gpu, "launch_s": scale * launch_s,
-                                "gaps_hidden": True if graph_size is not None else hidden, "graph_size": graph_size}
+                                "gaps_hidden": hidden, "graph_size": graph_size}
             return t
         whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         t = wall + (scale - 1.0) * span
