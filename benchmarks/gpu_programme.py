@@ -19,7 +19,9 @@ without it ``validate`` writes report.html as tables only. Phases (expected devi
     3  the simulator's core compiled by numba (a step of its own: minutes on a cold cache), one
        run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then validation
        of both models against their profiles (4 of 32 layers run, time scaled x8)
-    4  the core (again on a fresh machine), the layer-scaling check: one trace with 4 and with all 32 layers run
+    4  decode steps three ways (benchmarks/gpu_decode_paths.py: eager, fused kernels, fused + CUDA
+       graphs, ratios against eager), the core (again on a fresh machine), the layer-scaling check:
+       one trace with 4 and with all 32 layers run
 
 Each phase writes its files under ``out/gpu_programme/<date>-<device>/phaseN/`` in the working
 tree (git-ignored; it survives between calls while the machine stays warm, so phase 3 finds
@@ -78,8 +80,10 @@ LAYER_RUN = ("--num-requests", "16", "--max-seq-len", "512", "--max-len-policy",
 #: ../shared/gpu-plan (48 NVRTC compiles ~30 s, GPU tests 2.5-4 min, memcheck 2-3 min, racecheck ~1 min,
 #: bench 1.5-3 min, calibrate 1-1.5 min per model, validate --layers 4 0.7-1.5 min per run, a 32-layer
 #: step 15-20 ms). The worst is also the phase's deadline: no step starts that could end past it.
+#: Phase 4 adds the decode paths (eager, fused, fused + graphs: about a minute) to its 1.5 / 3 minutes,
+#: phase 2 gives it half a minute of its slack (the first H100 run took 1.0 of its 7 minutes).
 #: Sum of the worst: 24 min; a fresh machine adds about a minute to the first call.
-PHASES = {1: (330, 510), 2: (270, 420), 3: (180, 330), 4: (90, 180)}
+PHASES = {1: (330, 510), 2: (270, 390), 3: (180, 330), 4: (150, 210)}
 
 
 @dataclass
@@ -294,14 +298,15 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
             (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
              if os.path.exists(p)), None)
         if not dry and sanitizer and "fc" in platform.release():
-            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "-m", "gpu", "-q", "-x",
-                    "-p", "no:cacheprovider"]
+            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "tests/gpu/test_fused_ops_emulated.py",
+                    "-m", "gpu", "-q", "-x", "-p", "no:cacheprovider"]
             steps.append(Step("memcheck", [sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
                                            "--print-limit", "20", *base, "-k",
                                            "not torch and not sdpa and not bench and not (split_k and bfloat16)"],
                               170))
             steps.append(Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
-                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache"],
+                                            "head_dims and float16 or v1_and_v2 or copy_blocks or reshape_and_cache"
+                                            " or fused_kernels"],
                               80))
         else:
             why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer
@@ -331,7 +336,9 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
         return steps
     if phase == 4:
-        steps = [Step("warm_core", py(WARM_CORE), WARM_CORE_S)]  # a fresh machine compiles the core again
+        paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
+        steps = [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90),
+                 Step("warm_core", py(WARM_CORE), WARM_CORE_S)]  # a fresh machine compiles the core again
         steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1)
                   for L in (4, 32)]
         steps += [Step("layer_scaling", py(LAYERS) + [str(work)], 30), Step("summary", py(SUMMARIZE) + [str(work)], 30)]

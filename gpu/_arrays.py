@@ -35,9 +35,12 @@ def wrap(x, name: str, dtype: str | None = None, allow_host: bool = False) -> Wr
         import torch
         if not x.is_cuda:
             raise TypeError(f"{name}: expected a CUDA tensor, got one on {x.device}")
+        # inside a CUDA graph capture DLPack's stream handshake (an event on torch's stream that
+        # CuPy's stream waits on) would pull another stream into the capture: a plain view instead
+        view = _cupy_view if torch.cuda.is_current_stream_capturing() else cp.from_dlpack
         if x.dtype == torch.bfloat16:
-            return Wrapped(cp.from_dlpack(x.view(torch.int16)), "torch", "bfloat16", x.device)
-        arr = cp.from_dlpack(x)
+            return Wrapped(view(x.view(torch.int16)), "torch", "bfloat16", x.device)
+        arr = view(x)
         return Wrapped(arr, "torch", str(arr.dtype), x.device)
     if isinstance(x, cp.ndarray):
         dt = str(x.dtype)
@@ -48,6 +51,16 @@ def wrap(x, name: str, dtype: str | None = None, allow_host: bool = False) -> Wr
             dt = "bfloat16"
         return Wrapped(x, "cupy", dt)
     raise TypeError(f"{name}: expected a CuPy array or a torch CUDA tensor, got {type(x).__name__}")
+
+
+def _cupy_view(t):
+    """A CuPy array over a torch CUDA tensor's memory, without DLPack (no stream work)."""
+    import cupy as cp
+    item = t.element_size()
+    span = (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * item if t.numel() else 0
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), span, t, t.device.index)
+    return cp.ndarray(tuple(t.shape), str(t.dtype).split(".")[-1], cp.cuda.MemoryPointer(mem, 0),
+                      strides=tuple(st * item for st in t.stride()))
 
 
 def unwrap(arr, like: Wrapped):
@@ -66,3 +79,10 @@ def torch_stream(w: Wrapped):
     import cupy as cp
     import torch
     return cp.cuda.ExternalStream(torch.cuda.current_stream(w.torch_device).cuda_stream)
+
+
+def stream_ctx(w: Wrapped):
+    """A context that launches on torch's current stream for torch input (a no-op for CuPy's)."""
+    import contextlib
+    s = torch_stream(w)
+    return s if s is not None else contextlib.nullcontext()

@@ -67,8 +67,9 @@ def sweep(quick: bool = False) -> list[Point]:
     pts = [Point(b, c, 16, h, kv, 128, dt)
            for b, c, (h, kv), dt in itertools.product([1, 4, 16, 64, 256], [128, 512, 2048, 8192, 32768], heads,
                                                       ["float16", "bfloat16"])]
+    # engines' block sizes 8 to 128 (16 above), MHA and GQA: the time model's block-size cost against the kernel
     pts += [Point(b, c, bs, h, kv, 128, "float16")
-            for bs, b, c, (h, kv) in itertools.product([1, 32, 128], [16, 64], [512, 8192], heads)]
+            for bs, b, c, (h, kv) in itertools.product([8, 32, 64, 128], [16, 64], [512, 8192], heads)]
     return pts
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pagesim.gpu._arrays import stream_ctx as _stream_ctx
 from pagesim.gpu._arrays import torch_stream, wrap
 from pagesim.gpu._loader import get_kernel
 from pagesim.gpu.kernels_src import copy_blocks_name, reshape_and_cache_name
@@ -33,12 +34,6 @@ THREADS = 128
 
 def _kernel(name):
     return get_kernel(SRC, name)
-
-
-def _stream_ctx(w):
-    import contextlib
-    s = torch_stream(w)
-    return s if s is not None else contextlib.nullcontext()
 
 
 def _unit(row_bytes: int, *ptrs: int) -> tuple[str, int]:

@@ -17,8 +17,11 @@ How each is measured (median of repeats, CUDA events, random fp16/bf16 data):
   (qkv [h, (H + 2 KVH) D / tp], o [H D / tp, h], gated MLP gate+up [h, 2 I / tp] and down
   [I / tp, h], or up/down for OPT-style MLPs), timed as one sequence of torch matmuls and
   multiplied by num_layers, plus the lm head [h, vocab / tp] for all num_tokens tokens (an upper
-  bound for prefill, where vLLM only projects the last token). Norms, activations, rotary,
-  all-reduce and sampling are not included.
+  bound for prefill, where vLLM only projects the last token). With them, in the same timed
+  sequence, the runner's fused element-wise kernels of a layer (``fused_layer_fn``: the two
+  norms with their residual adds, rotary with the KV-cache write, SiLU-and-mul; what
+  ``validate --ops fused`` runs), so that the table model prices the runner's own steps.
+  All-reduce and sampling are not included.
 * attn_decode: our PagedAttention kernel (block size 16, shuffled tables) for one layer with
   H / tp query heads and max(1, KVH / tp) KV heads, times num_layers. The L2 is flushed (a
   write of max(2 x L2, 256 MiB), ``gpu.bench.Timer``) before every timed launch: a layer's K/V
@@ -151,15 +154,50 @@ def linear_time_us(model, n: int, tp: int, tdtype, reps: int) -> float:
     a = torch.randn(n, H * D, device=dev, dtype=tdtype)
     m = torch.randn(n, inter, device=dev, dtype=tdtype)
 
+    fused = fused_layer_fn(model, n, tp, tdtype, dev)
+
     def layer():
         torch.matmul(x, w_qkv)
         torch.matmul(a, w_o)
         torch.matmul(x, w_up)
         torch.matmul(m, w_down)
+        fused()
 
     t_layer = _time_cuda(layer, reps)
     t_lm = _time_cuda(lambda: torch.matmul(x, w_lm), reps)
     return t_layer * model.num_layers + t_lm
+
+
+def fused_layer_fn(model, n: int, tp: int, tdtype, dev: str):
+    """One layer's fused element-wise kernels for ``n`` tokens, as gpu/layer_ops.FusedLayers launches
+    them: RMSNorm with the residual add before attention, rotary with the KV-cache write (a slot
+    per token), RMSNorm with the residual add before the MLP, SiLU-and-mul (gated MLPs)."""
+    import torch
+
+    from pagesim.gpu.fused_ops import fused_add_rms_norm, rotary_and_cache, silu_and_mul
+    from pagesim.gpu.layer_ops import RMS_EPS
+    h, D = model.hidden_size, model.head_dim
+    H, KVH = per_gpu_heads(model, tp)
+    inter = model.intermediate_size // tp
+    x, residual = torch.randn(n, h, device=dev, dtype=tdtype), torch.randn(n, h, device=dev, dtype=tdtype)
+    weight = torch.ones(h, device=dev, dtype=tdtype)
+    qkv = torch.randn(n, (H + 2 * KVH) * D, device=dev, dtype=tdtype)
+    pos = torch.arange(n, device=dev, dtype=torch.int64)
+    angle = torch.rand(n, D // 2, device=dev) * 6.28
+    cos, sin = angle.cos().to(tdtype), angle.sin().to(tdtype)
+    kc = torch.zeros(-(-n // 16), 16, KVH, D, device=dev, dtype=tdtype)
+    vc = torch.zeros_like(kc)
+    gate_up = torch.randn(n, 2 * inter, device=dev, dtype=tdtype)
+    act = torch.zeros(n, inter, device=dev, dtype=tdtype)
+
+    def run():
+        fused_add_rms_norm(x, residual, weight, RMS_EPS)
+        rotary_and_cache(qkv, pos, cos, sin, H, KVH, kc, vc, pos)
+        fused_add_rms_norm(x, residual, weight, RMS_EPS)
+        if model.gated_mlp:
+            silu_and_mul(gate_up, act)
+
+    return run
 
 
 def decode_time_us(cp, model, batch: int, context: int, tp: int, dtype: str, reps: int, timer=None) -> float:

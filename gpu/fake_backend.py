@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from pagesim.gpu.executor import ExecutorError, StepPlan, slots_for
+from pagesim.gpu.graphs import graph_size_for, max_blocks_for, padded_inputs
 
 _I64 = np.int64
 
@@ -38,7 +39,11 @@ class FakeBackend:
     def __init__(self, time_fn: Callable[[StepPlan], float] | None = None, *, base_s: float = 1e-3,
                  per_token_s: float = 2e-5, per_context_s: float = 1e-8, per_copy_s: float = 1e-6,
                  sleep: bool = False, verify: bool = True, check_writers: bool = True, record: bool = True,
-                 host_fn: Callable[[StepPlan], float] | None = None, device_name: str | None = None):
+                 host_fn: Callable[[StepPlan], float] | None = None, device_name: str | None = None,
+                 graph_sizes: list[int] | None = None, graph_max_context: int | None = None):
+        self.graph_sizes = list(graph_sizes or [])
+        self.graph_max_context = graph_max_context
+        self.graph_replays: dict[int, int] = {}  # size -> steps that replayed it
         self.time_fn = time_fn
         self.device_name = device_name  # what validation reports as the GPU (None: the backend's name)
         self.host_fn = host_fn
@@ -62,6 +67,7 @@ class FakeBackend:
         self.host_blocks = int(host_blocks)
         self.host_writer = np.full((max(host_blocks, 1), block_size), -1, _I64)
         self.host_pos = np.full((max(host_blocks, 1), block_size), -1, _I64)
+        self.max_blocks = max_blocks_for(self.graph_max_context or model.max_seq_len, block_size)
         self.calls.append(("setup", (num_blocks, block_size, host_blocks)))
 
     def read_blocks(self, where: str, block_ids) -> np.ndarray:
@@ -108,9 +114,23 @@ class FakeBackend:
                 raise ExecutorError(f"step {plan.step}: copy destinations repeat or are also sources")
             self.writer[dst], self.pos[dst] = self.writer[src], self.pos[src]
         slots = plan.slot_mapping
+        writers = np.concatenate([np.repeat(plan.prefill_seq_ids, plan.prefill_tokens), plan.decode_seq_ids])
+        positions = np.concatenate([plan.prefill_positions, plan.decode_context.astype(_I64) - 1])
+        decode_tables, decode_context = plan.decode_tables, plan.decode_context.astype(_I64)
+        graph_size = graph_size_for(plan, self.graph_sizes, self.max_blocks)
+        if graph_size is not None:  # the padded inputs a replayed graph reads (gpu/graphs.py)
+            self.calls.append(("graph_replay", graph_size))
+            self.graph_replays[graph_size] = self.graph_replays.get(graph_size, 0) + 1
+            padded = padded_inputs(plan, graph_size, self.max_blocks)
+            slots, positions = padded["slots"], padded["pos"]
+            writers = np.concatenate([writers, np.full(graph_size - len(writers), -1, _I64)])
+            n = len(plan.decode_seq_ids)
+            if padded["lens"][n:].any():
+                raise ExecutorError(f"step {plan.step}: a padding row of the graph reads a context")
+            decode_tables, decode_context = padded["tables"][:n], padded["lens"][:n].astype(_I64)
+        keep = slots >= 0  # a negative slot is not written (graph padding), as the kernels skip it
+        slots, writers, positions = slots[keep], writers[keep], positions[keep]
         if len(slots):
-            writers = np.concatenate([np.repeat(plan.prefill_seq_ids, plan.prefill_tokens), plan.decode_seq_ids])
-            positions = np.concatenate([plan.prefill_positions, plan.decode_context.astype(_I64) - 1])
             if len(np.unique(slots)) != len(slots):
                 raise ExecutorError(f"step {plan.step}: two new tokens map to the same slot")
             self.calls.append(("reshape_and_cache", slots))
@@ -122,9 +142,9 @@ class FakeBackend:
             self.calls.append(("decode_attention", (plan.decode_tables, plan.decode_context)))
         if self.verify:
             seqs = np.concatenate([plan.prefill_seq_ids, plan.decode_seq_ids]).tolist()
-            ctxs = np.concatenate([plan.prefill_context, plan.decode_context.astype(_I64)]).tolist()
+            ctxs = np.concatenate([plan.prefill_context, decode_context]).tolist()
             rows = [plan.prefill_tables[i] for i in range(len(plan.prefill_seq_ids))] + \
-                   [plan.decode_tables[i] for i in range(len(plan.decode_seq_ids))]
+                   [decode_tables[i] for i in range(len(plan.decode_seq_ids))]
             for s, c, row in zip(seqs, ctxs, rows):
                 sl = slots_for(row, 0, c, bs)
                 pos = self.pos.reshape(-1)[sl]
@@ -140,7 +160,7 @@ class FakeBackend:
                                             f"{sorted(set(w.tolist()) - anc)}, not itself or an ancestor")
         t = self.step_time(plan)
         host = float(self.host_fn(plan)) if self.host_fn is not None else 0.0
-        self.last_timing = {"gpu_s": t, "host_s": host}
+        self.last_timing = {"gpu_s": t, "host_s": host, "graph_size": graph_size}
         if self.sleep:
             time.sleep(t + host)
         return t + host

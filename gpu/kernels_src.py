@@ -65,6 +65,12 @@ def copy_blocks_name(unit: str) -> str:
     return f"copy_blocks_kernel<{unit}>"
 
 
+def fused_kernel_name(kernel: str, dtype: str, index: str | None = None) -> str:
+    """kernel: 'fused_add_rms_norm', 'silu_and_mul', or 'rotary_cache' with its slot mapping's index
+    type ('int' or 'long long')."""
+    return f"{kernel}_kernel<{CTYPES[dtype]}{f', {index}' if index else ''}>"
+
+
 UNITS = ("uint4", "unsigned short")
 INDEX_TYPES = ("int", "long long")
 
@@ -75,7 +81,9 @@ def all_instantiations() -> dict[str, list[str]]:
     attn += [reduce_kernel_name(dt) for dt in CTYPES]
     cache = [reshape_and_cache_name(u, i) for u in UNITS for i in INDEX_TYPES]
     cache += [copy_blocks_name(u) for u in UNITS]
-    return {"paged_attention.cu": attn, "cache_ops.cu": cache}
+    fused = [fused_kernel_name(k, dt) for dt in CTYPES for k in ("fused_add_rms_norm", "silu_and_mul")]
+    fused += [fused_kernel_name("rotary_cache", dt, i) for dt in CTYPES for i in INDEX_TYPES]
+    return {"paged_attention.cu": attn, "cache_ops.cu": cache, "fused_ops.cu": fused}
 
 
 def instantiation_unit(source: str, names: list[str]) -> str:

@@ -9,7 +9,8 @@ layout of ``gpu.paged_attention``). ``execute(plan)`` runs one iteration::
     swap-in, swap-out       gpu.cache_ops.swap_blocks  per layer, pinned host pool
     copy-on-write           gpu.cache_ops.copy_blocks  per layer
     embedding of the step's tokens (prefill chunks first, then one token per decode sequence)
-    per layer (LLaMA-style; OPT-style ReLU MLP when the model is not gated):
+    per layer (LLaMA-style; OPT-style ReLU MLP when the model is not gated; ``ops``: the norms,
+    rotary and SiLU-and-mul as fused kernels or torch ops one by one, see gpu/layer_ops.py):
         RMSNorm -> fused QKV matmul -> rotary -> reshape_and_cache(new K/V -> their slots)
         prefill attention: torch SDPA per sequence (causal; with cached context, i.e. chunked
                            prefill or prefix hits, over the context gathered from the pool)
@@ -67,6 +68,8 @@ from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_cache, swap_blocks
 from pagesim.gpu.device import require_cupy
 from pagesim.gpu.executor import slots_for
+from pagesim.gpu.graphs import DecodeGraphs, capture_sizes, sizes_to_capture
+from pagesim.gpu.layer_ops import OPS, RMS_EPS, layer_ops
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
 _TORCH_DTYPES = ("float16", "bfloat16", "float32")
@@ -98,7 +101,9 @@ class TorchCupyBackend:
 
     def __init__(self, *, dtype: str = "float16", num_layers_run: int | None = None, device: str = "cuda",
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
-                 memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None):
+                 memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None,
+                 ops: str | None = None, cuda_graphs: bool | None = None, max_num_seqs: int = 256,
+                 graph_sizes: list[int] | None = None, graph_max_context: int | None = None):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -115,6 +120,22 @@ class TorchCupyBackend:
         self.cache_ops = cache_ops or ("torch" if cpu else "kernel")
         if self.attention not in ("kernel", "torch") or self.cache_ops not in ("kernel", "torch"):
             raise ConfigError("attention and cache_ops must be 'kernel' or 'torch'")
+        self.ops = ops or ("eager" if cpu else "fused")
+        if self.ops not in OPS:
+            raise ConfigError(f"ops must be one of {', '.join(OPS)}, got {self.ops!r}")
+        if self.ops == "fused" and dtype == "float32":
+            raise ConfigError("the fused kernels take fp16 or bf16 (ops='eager' runs float32)")
+        if cuda_graphs is None:
+            cuda_graphs = not cpu and self.ops == "fused" and self.attention == "kernel"
+        if cuda_graphs and (self.ops != "fused" or self.attention != "kernel"):
+            raise ConfigError("CUDA graphs capture the fused kernels and the attention kernel "
+                              "(ops='fused', attention='kernel')")
+        self.cuda_graphs = bool(cuda_graphs)
+        self.graph_sizes = list(graph_sizes) if graph_sizes else sizes_to_capture(capture_sizes(max_num_seqs),
+                                                                                 max_num_seqs)
+        self.graph_max_context = graph_max_context  # None: the model's longest context
+        self._graphs = None  # DecodeGraphs after setup
+        self.graph_error = None  # why capturing failed (the run goes on eagerly), if it did
         if timing not in TIMINGS:
             raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
         self.timing = timing
@@ -141,7 +162,7 @@ class TorchCupyBackend:
         torch = _torch()
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise NeedsGPUError("the GPU backend needs torch with CUDA (torch.cuda.is_available() is False)")
-        if self.attention == "kernel" or self.cache_ops == "kernel":
+        if "kernel" in (self.attention, self.cache_ops) or self.ops == "fused":
             require_cupy("the GPU backend")
         self.torch = torch
         self.model = model
@@ -200,6 +221,7 @@ class TorchCupyBackend:
             else:
                 self.host = torch.zeros((self.L_run, 2) + shape, dtype=dt)
         self._gqa = self._probe_gqa()
+        self._layer_ops = layer_ops(self.ops, self)
         self.pool_bytes = pool_bytes
         self.weight_bytes = weight_bytes
         if self.device.startswith("cuda") and self.timing == "device":
@@ -209,6 +231,30 @@ class TorchCupyBackend:
                 import warnings
                 warnings.warn(f"the GPU backend's warm-up failed ({type(e).__name__}: {e}); "
                               "steps may lose their hold (gaps_hidden=False)", stacklevel=2)
+        if self.cuda_graphs:
+            self._capture_graphs()
+
+    def _capture_graphs(self) -> None:
+        """Capture the decode graphs (gpu/graphs.py); a failure is reported (``graph_error``, a
+        warning) and the run goes on with every step eager."""
+        try:
+            graphs = DecodeGraphs(self, self.graph_sizes, self.graph_max_context or int(self.model.max_seq_len))
+            graphs.capture_all()
+            self._graphs = graphs
+        except Exception as e:
+            if not self.device.startswith("cuda"):
+                raise
+            import warnings
+            self.graph_error = f"{type(e).__name__}: {e}"
+            warnings.warn(f"capturing the decode CUDA graphs failed ({self.graph_error}); every step runs eagerly",
+                          stacklevel=2)
+            self._sync()
+
+    def _as_torch(self, arr, like):
+        """A CuPy array (the attention plan's output) as a torch tensor of ``like``'s dtype."""
+        torch = self.torch
+        t = torch.from_dlpack(arr) if self.device.startswith("cuda") else torch.from_numpy(np.asarray(arr))
+        return t if t.dtype == like.dtype else t.view(like.dtype)
 
     def _warm_up(self) -> None:
         """Run the step's kernels once, here, at token counts 1, 2, 4 ... RESERVE_TOKENS and decode
@@ -222,18 +268,17 @@ class TorchCupyBackend:
         dev, dt = self.device, self.tdtype
         H, D = self.H, self.D
         w = self.layers[0]
+        ops = self._layer_ops
         T = 1
         while T <= RESERVE_TOKENS:
-            x = torch.randn(T, self.h, device=dev, dtype=dt)
             pos = torch.arange(T, device=dev) % self.cos.shape[0]
-            q, k, v = self._qkv(x, w, pos)
-            if self.cache_ops == "kernel":
-                self._write(self.kv[0, 0], self.kv[0, 1], k, v, torch.full((T,), -1, device=dev, dtype=torch.int64))
+            nowhere = torch.full((T,), -1, device=dev, dtype=torch.int64)
+            state, q, k, v = ops.qkv(ops.start(torch.randn(T, self.h, device=dev, dtype=dt)), w, pos,
+                                     self.kv[0, 0], self.kv[0, 1], nowhere)
             att = self._sdpa(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], causal=True)
-            x = x + att[0].transpose(0, 1).reshape(T, H * D) @ w["o"]
-            x = self._mlp(x, w)
-            n = min(T, 256)  # the LM head runs on the sampled positions only
-            (self._rms(x[:n], self.ln_f) @ self.lm_head).argmax(-1)
+            state = ops.finish(state, att[0].transpose(0, 1), w)
+            rows = torch.arange(min(T, 256), device=dev)  # the LM head runs on the sampled positions only
+            (ops.final(state, rows) @ self.lm_head).argmax(-1)
             T *= 2
         if self.attention == "kernel":
             kc, vc = self.kv[0, 0], self.kv[0, 1]
@@ -269,7 +314,7 @@ class TorchCupyBackend:
     def _rms(self, x, w):
         torch = self.torch
         xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + RMS_EPS)).to(x.dtype) * w
 
     def _rope(self, x, pos):
         half = self.D // 2
@@ -338,9 +383,10 @@ class TorchCupyBackend:
     def _write(self, kc, vc, k, v, slots) -> None:
         if self.cache_ops == "kernel":
             reshape_and_cache(k, v, kc, vc, slots, check=False)  # the executor checked the plan's slots
-        else:
-            kc.view(-1, self.KVH, self.D)[slots] = k
-            vc.view(-1, self.KVH, self.D)[slots] = v
+        else:  # negative slots are skipped, as the kernel skips them (padding, the warm-up)
+            keep = slots >= 0
+            kc.view(-1, self.KVH, self.D)[slots[keep]] = k[keep]
+            vc.view(-1, self.KVH, self.D)[slots[keep]] = v[keep]
 
     def _copy_and_swap(self, plan) -> None:
         torch = self.torch
@@ -437,8 +483,11 @@ class TorchCupyBackend:
         sample = np.concatenate([np.cumsum(plan.prefill_tokens) - 1, P + np.arange(nd)]).astype(np.int64)
         sample_t = torch.as_tensor(sample, device=dev)
         ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
-        x = self.emb[ids] if T else None
-        hold = cuda and self.timing == "device"
+        graph_size = None  # a decode-only step replays the graph of its padded batch (gpu/graphs.py)
+        if self._graphs is not None:
+            graph_size = self._graphs.load(plan, ids)
+        x = self.emb[ids] if T and graph_size is None else None
+        hold = cuda and self.timing == "device" and graph_size is None
         if cuda:
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if hold:  # the GPU waits here until every kernel of the step is queued (see TIMINGS)
@@ -451,12 +500,13 @@ class TorchCupyBackend:
         prep_s = tl0 - t0
         self._copy_and_swap(plan)
         H, D = self.H, self.D
-        for l, w in enumerate(self.layers):
-            if not T:
-                break
+        ops = self._layer_ops
+        state = ops.start(x) if x is not None else None
+        if graph_size is not None:
+            state = self._graphs.replay(graph_size)
+        for l, w in enumerate(self.layers if x is not None else ()):
             kc, vc = self.kv[l, 0], self.kv[l, 1]
-            q, k, v = self._qkv(x, w, pos)
-            self._write(kc, vc, k, v, slots)
+            state, q, k, v = ops.qkv(state, w, pos, kc, vc, slots)
             att = torch.empty((T, H, D), device=dev, dtype=self.tdtype)
             for (o, n, c, gs, mask) in pre:
                 qq = q[o:o + n].transpose(0, 1)[None]
@@ -469,20 +519,21 @@ class TorchCupyBackend:
             if nd:
                 att[P:] = self._decode_attention(q[P:].contiguous(), kc, vc, dev_tables, dev_lens, plan,
                                                  dec_slots_all)
-            x = x + att.view(T, H * D) @ w["o"]
-            x = self._mlp(x, w)
+            state = ops.finish(state, att, w)
         if cuda:
             ev1.record()
         tl1 = time.perf_counter()
         if T:
-            hs = self._rms(x.index_select(0, sample_t), self.ln_f)
+            hs = ops.final(state, sample_t)
             tokens = (hs @ self.lm_head).argmax(-1)
             self.last_outputs = (pos_np[sample], tokens, hs)
         if cuda:
             ev_end.record()
         hidden = None
+        launch_s = time.perf_counter() - tl0
+        if graph_size is not None:  # back to back by construction, unless copies or swaps were launched before it
+            hidden = not (len(plan.copies) or len(plan.swap_in) or len(plan.swap_out))
         if hold:
-            launch_s = time.perf_counter() - tl0
             hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
             self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
         self._sync()
@@ -490,15 +541,17 @@ class TorchCupyBackend:
         wall = time.perf_counter() - t0
         span = ev0.elapsed_time(ev1) * 1e-3 if cuda else (tl1 - tl0)
         scale = self.L / self.L_run
-        if hold:
+        if hold or (cuda and graph_size is not None):
             # device time without the hold: the uploads before it, the layers (scaled) and the LM
-            # head, back to back; the host share is the preparation before the first launch
-            head = ev_start.elapsed_time(ev_hold) * 1e-3
+            # head, back to back (a replayed graph runs them so with no hold); the host share is the
+            # preparation before the first launch (a graph's input copies included)
+            head = ev_start.elapsed_time(ev_hold if hold else ev0) * 1e-3
             tail = ev1.elapsed_time(ev_end) * 1e-3
             gpu = head + scale * span + tail
             t = prep_s + scale * span + tail
             self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                                "host_s": t - gpu, "launch_s": scale * launch_s, "gaps_hidden": hidden}
+                                "host_s": t - gpu, "launch_s": scale * launch_s,
+                                "gaps_hidden": hidden, "graph_size": graph_size}
             return t
         whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         t = wall + (scale - 1.0) * span
@@ -506,7 +559,7 @@ class TorchCupyBackend:
         # the host are inside it (the eager timing), so the host share below is a lower bound
         gpu = min(whole + (scale - 1.0) * span, t)
         self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                            "host_s": t - gpu}
+                            "host_s": t - gpu, "graph_size": graph_size}
         return t
 
     def _hold_estimate(self, num_prefill: int) -> float:

@@ -8,6 +8,8 @@ Everything here is CPU-only and is what the GPU tests compare against:
   max logit m_p, the exp sum l_p and the normalized partial output o_p; combined as
   M = max m_p, w_p = l_p exp(m_p - M), out = sum w_p o_p / sum w_p (what the reduce kernel does).
 * ``reshape_and_cache_ref``, ``copy_blocks_ref``, ``swap_blocks_ref``.
+* ``fused_add_rms_norm_ref``, ``rotary_cache_ref``, ``silu_and_mul_ref``: the fused element-wise
+  kernels, compared within two units in the last place (``assert_fused_close``).
 * bf16 helpers: numpy has no bfloat16, bf16 values travel as uint16 bits
   (``f32_to_bf16_bits`` rounds to nearest even, like the kernel and torch).
 * ``sdpa_ref``: the same attention with ``torch.nn.functional.scaled_dot_product_attention``
@@ -188,6 +190,59 @@ def copy_blocks_ref(key_cache, value_cache, block_mapping) -> None:
 def swap_blocks_ref(src, dst, block_mapping) -> None:
     for s, d in np.asarray(block_mapping, dtype=np.int64).reshape(-1, 2):
         dst[d] = src[s]
+
+
+# ---- fused element-wise kernels (gpu/kernels/fused_ops.cu) -----------------------------------
+#: two units in the last place of the storage type, relative: the fused kernels and these references
+#: do the same fp32 arithmetic and round at the same points, so they differ where fp32 summation
+#: order or expf moved a value across a rounding boundary (one unit), carried through a second
+#: rounding (the norm's weight: two units, seen in the emulation at hidden 33)
+FUSED_RTOL = {"float16": 2.0 ** -9, "bfloat16": 2.0 ** -6}
+
+
+def assert_fused_close(got, want, dtype: str) -> None:
+    """Storage-type outputs (float16, or bf16 bits) within two units in the last place."""
+    g, w = as_f32(got, dtype), as_f32(want, dtype)
+    assert not np.isnan(g).any(), "NaN in the kernel's output"
+    np.testing.assert_allclose(g, w, rtol=FUSED_RTOL[dtype], atol=1e-6)
+
+
+def fused_add_rms_norm_ref(x, residual, weight, eps: float, dtype: str, add: bool = True):
+    """(normed, new residual), storage dtype: z = x + residual rounded (the new residual), then
+    (z / rms(z)) rounded, times weight, rounded (vLLM's roundings; see fused_ops.cu)."""
+    z = as_f32(x, dtype) + (as_f32(residual, dtype) if add else 0.0)
+    z = as_f32(round_to(z, dtype), dtype)
+    inv = 1.0 / np.sqrt((z.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)
+    normed = as_f32(round_to(z * inv, dtype), dtype)
+    return round_to(normed * as_f32(weight, dtype), dtype), round_to(z, dtype)
+
+
+def rotary_cache_ref(qkv, positions, cos, sin, num_heads: int, num_kv_heads: int, key_cache, value_cache,
+                     slot_mapping, dtype: str):
+    """The rotated qkv rows (storage dtype); the caches are written in place (rotated k, v)."""
+    T = len(qkv)
+    D = key_cache.shape[-1]
+    half = D // 2
+    f = as_f32(qkv, dtype).reshape(T, num_heads + 2 * num_kv_heads, D).copy()
+    c = as_f32(cos, dtype)[np.asarray(positions)][:, None, :]
+    s = as_f32(sin, dtype)[np.asarray(positions)][:, None, :]
+    rot = slice(0, num_heads + num_kv_heads)
+    x, y = f[:, rot, :half].copy(), f[:, rot, half:].copy()
+    f[:, rot, :half], f[:, rot, half:] = x * c - y * s, y * c + x * s
+    out = round_to(f.reshape(T, -1), dtype)
+    heads = out.reshape(T, num_heads + 2 * num_kv_heads, D)
+    k, v = heads[:, num_heads:num_heads + num_kv_heads], heads[:, num_heads + num_kv_heads:]
+    reshape_and_cache_ref(k, v, key_cache, value_cache, slot_mapping)
+    return out
+
+
+def silu_and_mul_ref(x, dtype: str):
+    """silu(gate) rounded, times up, rounded; x = [gate | up] along the last axis."""
+    f = as_f32(x, dtype)
+    d = f.shape[-1] // 2
+    g = f[..., :d].astype(np.float64)
+    act = as_f32(round_to(g / (1.0 + np.exp(-g)), dtype), dtype)
+    return round_to(act * f[..., d:], dtype)
 
 
 # ---- torch SDPA as a second reference --------------------------------------------------------

@@ -89,7 +89,7 @@ STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "n
                 + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running",
                    "step_type", "batch_size", "measured_gpu_s", "measured_host_s", "predicted_roofline_gpu_s",
                    "predicted_table_gpu_s", "rel_error_roofline_gpu", "rel_error_table_gpu", "measured_launch_s",
-                   "gaps_hidden"])
+                   "gaps_hidden", "graph_size"])
 #: batch-size buckets of the error breakdown (sequences in the step)
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1 << 30))
 
@@ -184,7 +184,8 @@ class _StepLog:
                           int(batch.decode_context_sum), len(plan.copies), int(batch.swap_in_tokens),
                           int(batch.swap_out_tokens), measured, pr, pt, occ_blocks,
                           occ_blocks * plan.block_size * self.kvb, kind, n_seqs, gpu, measured - gpu,
-                          pr_gpu, pt_gpu, float(timing.get("launch_s", np.nan)), timing.get("gaps_hidden")))
+                          pr_gpu, pt_gpu, float(timing.get("launch_s", np.nan)), timing.get("gaps_hidden"),
+                          timing.get("graph_size")))
 
 
 def cpu_term(model, num_seqs: int) -> float:
@@ -300,6 +301,9 @@ def validate(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
         "dtype": getattr(backend, "dtype_name", None),
         "layers_run": getattr(backend, "L_run", None),
         "timing": getattr(backend, "timing", None),
+        "ops": getattr(backend, "ops", None),
+        "cuda_graphs": bool(getattr(backend, "cuda_graphs", None) or getattr(backend, "graph_sizes", None)),
+        "graph_error": getattr(backend, "graph_error", None),
         "system": cfg.system, "block_size": cfg.block_size, "profile": str(profile) if profile else None,
         "workload": workload if workload is not None else {"rows": len(trace)},
         "num_requests": int(len(trace)),
@@ -345,6 +349,11 @@ def compare(real: SimResult, sim_roof: SimResult, sim_tab: SimResult | None, ste
         m["median_launch_ms"] = 1e3 * float(steps["measured_launch_s"].median())
     if "measured_host_s" in steps and len(steps):
         m["measured_host_share"] = float(steps["measured_host_s"].sum() / steps["measured_s"].sum())
+        # each step's host time (preparation, a graph's input copies) apart from its device time
+        m["median_host_ms"] = 1e3 * float(steps["measured_host_s"].median())
+        m["median_gpu_ms"] = 1e3 * float(steps["measured_gpu_s"].median())
+        replayed = steps["graph_size"].notna() if "graph_size" in steps else pd.Series(False, index=steps.index)
+        m["steps_replayed_from_graphs"] = int(replayed.sum())
         fit = host_fit(steps)
         m["host_fit"] = fit
         priced = steps[f"predicted_{name}_gpu_s"] + 1e-3 * (fit["intercept_ms"] + fit["per_seq_ms"] * steps["batch_size"])

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
 from pagesim.gpu.fake_backend import FakeBackend
+from pagesim.gpu.graphs import capture_sizes, sizes_to_capture
+from pagesim.gpu.layer_ops import OPS
 from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.gpu.validate_report import measured_word
@@ -59,11 +61,17 @@ def make_backend(args, cfg=None):
 
             def host_fn(plan):  # the host share: the price's host term (same wobble: the sum is unchanged)
                 return cpu_term(roof, plan.batch.num_seqs) * (1.0 + 0.1 * math.sin(plan.step))
+        sizes = sizes_to_capture(capture_sizes(cfg.max_num_seqs), cfg.max_num_seqs) \
+            if cfg is not None and args.cuda_graphs else None
         return FakeBackend(time_fn, verify=True, check_writers=not bool(getattr(args, "prefix_caching", False)),
-                           record=False, host_fn=host_fn, device_name="cpu (fake backend, dry run)")
+                           record=False, host_fn=host_fn, device_name="cpu (fake backend, dry run)",
+                           graph_sizes=sizes, graph_max_context=cfg.max_seq_len if cfg is not None else None)
     import torch
 
-    return TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing,
+    return TorchCupyBackend(dtype=args.dtype, num_layers_run=args.layers, timing=args.timing, ops=args.ops,
+                            cuda_graphs=args.cuda_graphs and args.ops == "fused",
+                            max_num_seqs=cfg.max_num_seqs if cfg is not None else 256,
+                            graph_max_context=cfg.max_seq_len if cfg is not None else None,
                             device_name=torch.cuda.get_device_name())
 
 
@@ -113,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("timing", f"{m.get('timing')}: kernels back to back; launching them took "
                                f"{m['median_launch_ms']:.2f} ms a step (median, not in the step time); "
                                f"{m['steps_with_launch_gaps']} steps with gaps"))
+    if "median_host_ms" in m:  # each step's host time apart from its device time
+        rows.append(("step time, host / device (median)",
+                     f"{m['median_host_ms']:.3f} / {m['median_gpu_ms']:.3f} ms; "
+                     f"{m['steps_replayed_from_graphs']} of {m['num_steps']} steps replayed from CUDA graphs"))
     if "host_fit" in m:  # the measured host time as the cost model's own term, for the next run
         f = m["host_fit"]
         rows.append(("host term fitted on this run",
@@ -150,6 +162,14 @@ def add_arguments(p: argparse.ArgumentParser) -> tuple[argparse._ArgumentGroup, 
                    help="device (default): each step's kernels queued behind a hold kernel and timed back to "
                         "back, as a serving engine's CUDA graphs run them; eager: as this Python runner "
                         "launches them, launch gaps included")
+    g.add_argument("--ops", choices=list(OPS), default="fused",
+                   help="fused (default): RMSNorm with the residual add, rotary with the KV-cache write and "
+                        "SiLU-and-mul as one kernel each, as engines run them; eager: torch ops one by one "
+                        "(the reference)")
+    g.add_argument("--cuda-graphs", dest="cuda_graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="replay decode steps from CUDA graphs captured at vLLM's padded batch sizes (1, 2, 4, "
+                        "multiples of 8, then of 16 up to min(2 x max-num-seqs, 512)); a batch above the largest, "
+                        "and every step with a prefill, runs eagerly. Needs --ops fused")
     g.add_argument("--backend", choices=["gpu", "fake"], default="gpu",
                    help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline for testing "
                         "(step time = roofline price x (1 +- 10 %%), says nothing about a GPU)")

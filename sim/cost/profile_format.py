@@ -6,7 +6,8 @@ One row per measurement::
 
     component     meaning of time_us                                         keys (others empty)
     linear        all layers' linear layers (qkv, o, mlp) + lm head for      num_tokens
-                  ``num_tokens`` tokens batched in one iteration
+                  ``num_tokens`` tokens batched in one iteration (``pagesim
+                  gpu calibrate``: with the runner's fused element-wise kernels)
     attn_decode   all layers' decode attention for ``batch`` sequences,      batch, context
                   each attending to ``context`` tokens
     attn_prefill  all layers' causal prefill attention for one sequence     num_tokens

@@ -45,8 +45,12 @@ def test_dry_run_every_step_passes(dry):
         assert not re.search(r"^\S+\s+skipped: \d+ s left", text, re.M), text
     s1 = (out / tag / "summary1.txt").read_text()
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s1
-    assert "listed 48 instantiations with --std=c++14 -lineinfo" in s1
+    # 40 attention (2 dtypes x 5 head dims x 4 heads) + 2 reduce + 4 reshape_and_cache + 2 copy_blocks
+    # + 8 fused (2 dtypes x (norm, silu, rotary with int and long long slots))
+    assert "listed 56 instantiations with --std=c++14 -lineinfo" in s1
     assert re.search(r"\d+ tests? collected", s1), s1  # the GPU tests collect
+    s4 = (out / tag / "summary4.txt").read_text()  # the decode paths' command line works (its cases listed)
+    assert re.search(r"^decode_paths\s+rc=0 ", s4, re.M) and "dry run: 3 paths" in s4, s4
     for phase in (3, 4):  # numba's compile of the core is a step of its own, before the validations
         text = (out / tag / f"summary{phase}.txt").read_text()
         assert re.search(r"^warm_core\s+rc=0 ", text, re.M) and "core compiled or loaded from numba's cache" in text
@@ -107,3 +111,4 @@ def test_a_phase_past_its_deadline_skips_steps_and_says_so(tmp_path):
     text = summary.read_text()
     assert rc == 5 and re.search(r"calibrate_llama-3-8b\s+skipped: \d+ s left", text), text
     assert list((tmp_path / "o").rglob("phase2.tgz"))
+

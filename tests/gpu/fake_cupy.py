@@ -116,6 +116,15 @@ class _Kernel:
         if m:
             self.lib.emu_copy_blocks(int(m.group(1) == "uint4"), grid[0], threads, *c)
             return
+        m = re.fullmatch(r"(fused_add_rms_norm|silu_and_mul|rotary_cache)_kernel<(\w+)(, (int|long long))?>",
+                         self.name)
+        if m:
+            dt = 0 if m.group(2) == "fp16_t" else 1
+            if m.group(1) == "rotary_cache":
+                self.lib.emu_rotary_cache(dt, int(m.group(4) == "long long"), grid[0], threads, *c)
+            else:
+                getattr(self.lib, f"emu_{m.group(1)}")(dt, grid[0], threads, *c)
+            return
         raise NotImplementedError(self.name)
 
 

@@ -44,8 +44,9 @@ def test_gpu_slug():
 def test_bench_sweep_and_bytes():
     from pagesim.gpu.bench import COLUMNS, Point, sweep
     full, quick = sweep(False), sweep(True)
-    assert len(full) == 5 * 5 * 2 * 2 + 3 * 2 * 2 * 2 and len(quick) < 15
-    assert {p.block_size for p in full} == {1, 16, 32, 128}
+    assert len(full) == 5 * 5 * 2 * 2 + 4 * 2 * 2 * 2 and len(quick) < 15
+    for heads in ((32, 32), (32, 8)):  # engines' block sizes 8 to 128, MHA and GQA
+        assert {p.block_size for p in full if (p.num_heads, p.num_kv_heads) == heads} == {8, 16, 32, 64, 128}
     assert {(p.num_heads, p.num_kv_heads) for p in full} == {(32, 32), (32, 8)}
     assert {p.dtype for p in full} == {"float16", "bfloat16"}
     assert Point(2, 1000, 16, 32, 8, 128, "float16").kv_bytes == 2 * 2 * 1000 * 8 * 128 * 2

@@ -55,12 +55,14 @@ def test_nvcc_compiles_every_instantiation(tmp_path):
     jobs = [("paged_attention.cu", [n for n in attn if "fp16_t" in n], "sm_90", ()),
             ("paged_attention.cu", [n for n in attn if "bf16_t" in n], "sm_90", ()),
             ("cache_ops.cu", inst["cache_ops.cu"], "sm_90", ()),
+            ("fused_ops.cu", inst["fused_ops.cu"], "sm_90", ()),
             ("paged_attention.cu", _representative(attn), "sm_80", ()),
+            ("fused_ops.cu", inst["fused_ops.cu"], "sm_80", ("-DPAGESIM_NO_CUDA_BF16",)),
             ("cache_ops.cu", inst["cache_ops.cu"], "sm_80", ()),
             # the storage-only bf16 type used when NVRTC cannot find <cuda_bf16.h>
             ("paged_attention.cu", [n for n in _representative(attn) if "bf16_t" in n], "sm_80",
              ("-DPAGESIM_NO_CUDA_BF16",))]
-    assert sorted(n for j in jobs[:3] for n in j[1]) == sorted(attn + inst["cache_ops.cu"])
+    assert sorted(n for j in jobs[:4] for n in j[1]) == sorted(n for names in inst.values() for n in names)
     with ThreadPoolExecutor(max_workers=4) as ex:
         results = list(ex.map(lambda ij: (ij[1], _compile(*ij[1][:3], tmp_path, ij[1][3], tag=str(ij[0]))),
                               enumerate(jobs)))

@@ -7,29 +7,11 @@ real device memory, streams and timing.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
 from pagesim.gpu import reference as ref
 from pagesim.gpu.testing import make_case
-from tests.gpu import fake_cupy
-
-
-@pytest.fixture
-def cp(emu, monkeypatch):
-    fake = fake_cupy.make(emu)
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    import pagesim.gpu.device
-    import pagesim.gpu._loader
-    import pagesim.gpu.paged_attention as pa
-    monkeypatch.setattr(pagesim.gpu.device, "_probe", lambda: (True, ""))
-    pagesim.gpu._loader.get_kernel.cache_clear()
-    monkeypatch.setattr(pa, "_SM_COUNT", {})
-    monkeypatch.setattr(pa, "_SMEM_OPTIN", {})
-    yield fake
-    pagesim.gpu._loader.get_kernel.cache_clear()
 
 
 def dev(cp, case):

@@ -192,6 +192,15 @@ def test_cli_fake_backend_end_to_end(tmp_path, capsys):
     assert (out / "steps.csv").exists() and (out / "report.html").exists()
     assert main(ARGS + ["--backend", "fake", "--out", str(tmp_path / "j"), "--json"]) == 0
     assert "median_step_error" in json.loads(capsys.readouterr().out)
+    # decode steps replay the fake's padded graphs (gpu/graphs.py), none without --cuda-graphs
+    steps = pd.read_csv(out / "steps.csv")
+    replayed = steps["graph_size"].notna()
+    assert m["steps_replayed_from_graphs"] == replayed.sum() > 0 and m["cuda_graphs"]
+    assert (steps.loc[replayed, "graph_size"] >= steps.loc[replayed, "num_decode_seqs"]).all()
+    assert (steps.loc[replayed, "num_prefill_seqs"] == 0).all()
+    assert re.search(rf"host / device \(median\)\s+[\d.]+ / [\d.]+ ms; {replayed.sum()} of {len(steps)} steps", text)
+    assert main(ARGS + ["--backend", "fake", "--out", str(tmp_path / "n"), "--no-cuda-graphs"]) == 0
+    assert json.loads((tmp_path / "n" / "validation.json").read_text())["steps_replayed_from_graphs"] == 0
 
 
 def test_cli_refuses_an_fp8_kv_cache_in_one_line(tmp_path, capsys):
@@ -304,6 +313,9 @@ def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
     assert s["rel_error_roofline"].to_numpy() == pytest.approx(want)
     assert m["host_fit"]["intercept_ms"] == pytest.approx(1.0) and m["host_fit"]["per_seq_ms"] == pytest.approx(0.1)
     assert m["median_step_error_host_fitted_in_sample"] < 1e-9  # the fitted host term prices it exactly
+    # each step's host time reported apart from its device time
+    assert m["median_host_ms"] == pytest.approx(1e3 * np.median(1e-3 + 1e-4 * n))
+    assert m["median_gpu_ms"] == pytest.approx(1e3 * s["measured_gpu_s"].median())
     assert set(s["step_type"]) >= {"prefill", "decode"}
     br = error_breakdown(s, "roofline")
     assert br["steps"].sum() == len(s) and list(br.columns)[:3] == ["step_type", "batch_size", "steps"]

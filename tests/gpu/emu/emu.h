@@ -50,6 +50,9 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
 }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float expf_emu(float x) { return std::exp(x); }
+#define expf expf_emu
 inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }

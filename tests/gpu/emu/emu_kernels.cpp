@@ -4,6 +4,7 @@
 #include "emu.h"
 #include "paged_attention.cu"
 #include "cache_ops.cu"
+#include "fused_ops.cu"
 
 template <typename T, int D, int H>
 static void attn(int gx, int gy, int gz, int smem, void* out, float* es, float* ml, float* tmp, const void* q,
@@ -85,5 +86,53 @@ extern "C" int emu_copy_blocks(int unit16, int n, int threads, void* kc, void* v
         emu_launch(dim3(n, 1, 1), threads, 0, [&] {
             copy_blocks_kernel<unsigned short>((unsigned short*)kc, (unsigned short*)vc, mapping, block_units);
         });
+    return 0;
+}
+
+// ---- fused element-wise kernels (fused_ops.cu); dtype: 0 = fp16, 1 = bf16
+template <typename T>
+static void rms(int n, int threads, void* x, void* r, const void* w, float eps, int hidden, long long xs, long long rs,
+                int add) {
+    emu_launch(dim3(n, 1, 1), threads, 0, [&] {
+        fused_add_rms_norm_kernel<T>((T*)x, (T*)r, (const T*)w, eps, hidden, xs, rs, add);
+    });
+}
+
+extern "C" int emu_fused_add_rms_norm(int dtype, int n, int threads, void* x, void* r, const void* w, float eps,
+                                      int hidden, long long xs, long long rs, int add) {
+    if (dtype == 0) rms<fp16_t>(n, threads, x, r, w, eps, hidden, xs, rs, add);
+    else rms<bf16_t>(n, threads, x, r, w, eps, hidden, xs, rs, add);
+    return 0;
+}
+
+template <typename T, typename I>
+static void rope(int n, int threads, void* qkv, long long stride, const long long* pos, const void* c, const void* s,
+                 int nh, int nkvh, int hd, void* kc, void* vc, const void* slots) {
+    emu_launch(dim3(n, 1, 1), threads, 0, [&] {
+        rotary_cache_kernel<T, I>((T*)qkv, stride, pos, (const T*)c, (const T*)s, nh, nkvh, hd, (T*)kc, (T*)vc,
+                                  (const I*)slots);
+    });
+}
+
+// idx64: 1 = long long slots, 0 = int
+extern "C" int emu_rotary_cache(int dtype, int idx64, int n, int threads, void* qkv, long long stride,
+                                const long long* pos, const void* c, const void* s, int nh, int nkvh, int hd, void* kc,
+                                void* vc, const void* slots) {
+    if (dtype == 0 && idx64) rope<fp16_t, long long>(n, threads, qkv, stride, pos, c, s, nh, nkvh, hd, kc, vc, slots);
+    else if (dtype == 0) rope<fp16_t, int>(n, threads, qkv, stride, pos, c, s, nh, nkvh, hd, kc, vc, slots);
+    else if (idx64) rope<bf16_t, long long>(n, threads, qkv, stride, pos, c, s, nh, nkvh, hd, kc, vc, slots);
+    else rope<bf16_t, int>(n, threads, qkv, stride, pos, c, s, nh, nkvh, hd, kc, vc, slots);
+    return 0;
+}
+
+template <typename T>
+static void silu(int n, int threads, void* out, const void* x, int d, long long xs, long long os) {
+    emu_launch(dim3(n, 1, 1), threads, 0, [&] { silu_and_mul_kernel<T>((T*)out, (const T*)x, d, xs, os); });
+}
+
+extern "C" int emu_silu_and_mul(int dtype, int n, int threads, void* out, const void* x, int d, long long xs,
+                                long long os) {
+    if (dtype == 0) silu<fp16_t>(n, threads, out, x, d, xs, os);
+    else silu<bf16_t>(n, threads, out, x, d, xs, os);
     return 0;
 }
