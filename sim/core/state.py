@@ -323,6 +323,8 @@ table("radix_request", """
     IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
         prefix caching: scheduler_sglang.sort_by_longest_prefix)
     EXTEND_LEN          this step's extend length
+    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and no
+        token its prefix hashes name, a walk from the root matches nothing (radix_cache.match_prefix)
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
 table("row_floats", """
