@@ -41,13 +41,14 @@ def take_blocks(s, slot, first, n):
 
 @njit
 def take_blocks_evicting(s, slot, first, n):
+    known = np.int64(-1)  # the block the next eviction takes, where the one before found it (evict_oldest)
     for k in range(n):
         top = s.count[NUM_FREE_BLOCK_IDS]
         if top:
             b = s.free_block_ids[top - 1]
             s.count[NUM_FREE_BLOCK_IDS] = top - 1
         else:
-            b = evict_oldest(s)
+            b, known = evict_oldest(s, known)
         s.block_table[slot, first + k] = b
         s.block_info[b, REF] = 1
 
