@@ -41,14 +41,14 @@ def take_blocks(s, slot, first, n):
 
 @njit
 def take_blocks_evicting(s, slot, first, n):
-    known = np.int64(-1)  # the block the next eviction takes, where the one before found it (evict_oldest)
+    run_end = np.int64(-1)  # vLLM 0.4.2: the head's run's end, while evicting it in order (evict_oldest)
     for k in range(n):
         top = s.count[NUM_FREE_BLOCK_IDS]
         if top:
             b = s.free_block_ids[top - 1]
             s.count[NUM_FREE_BLOCK_IDS] = top - 1
         else:
-            b, known = evict_oldest(s, known)
+            b, run_end = evict_oldest(s, run_end)
         s.block_table[slot, first + k] = b
         s.block_info[b, REF] = 1
 

@@ -35,8 +35,6 @@ free in the memory categories.
 
 from __future__ import annotations
 
-import numpy as np
-
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
                                     ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
@@ -158,32 +156,27 @@ def v0_evictor(s):
 
 
 @njit(inline=True)
-def evict_oldest(s, known):
+def evict_oldest(s, run_end):
     """The block to evict for new use, its key dropped if it has one: vLLM v1's least recently
     released (the head); vLLM 0.4.2's ``LRUEvictor.evict`` (``evictor_v1.py:66-84``): from the
     head, in the order released, while no block was accessed later than the one chosen, the one
-    of the most hashed tokens (the first of equals). ``known``: the block that scan takes, where
-    the eviction just before found it (else -1). Returns the block and the one the scan takes
-    next, where known (else -1): when a scan passed the head's run alone, it took the run's first
-    block (the deepest), and, the list changed by nothing but that eviction, the next scan passes
-    the same run alone (the same access, the same block after it) and takes its next block."""
+    of the most hashed tokens (the first of equals). ``run_end``: where the eviction just before
+    found that scan to pass the head's run alone, that run's last block (else -1): the scan then
+    takes the head, the run's deepest, and so again, the list changed by nothing but these
+    evictions, until the run is spent (:func:`v0_victim`). Returns the block and the next
+    eviction's ``run_end``."""
     b = s.count[LRU_HEAD]
-    after = np.int64(-1)
     if v0_evictor(s):
-        head_run_alone = True
-        if known >= 0:
-            b = known
-        else:
-            b, head_run_alone = v0_victim(s, b)
-        following = s.block_info[b, NEXT]
-        if head_run_alone and following >= 0 and s.block_info[following, RUN] == s.block_info[b, RUN]:
-            after = following
+        if run_end < 0:
+            b, run_end = v0_victim(s, b)
+        if b == run_end:  # the run spent
+            run_end = -1
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:
         unregister(s, b)
         s.count[NUM_EVICTIONS] += 1
-    return b, after
+    return b, run_end
 
 
 @njit  # vLLM 0.4.2's, once an eviction: a call
@@ -193,15 +186,14 @@ def v0_victim(s, head):
     so none after a run's first can be chosen over it or end the scan (the same access), and
     the scan goes from a run's first block to the block after its last (``RUN_LAST``, found
     again by walking the run where that one has left the list, revived or evicted). Returns the
-    block chosen and whether the scan passed the head's run alone."""
+    block chosen and, where the scan passed the head's run alone, that run's last block (else -1)."""
     info = s.block_info
     chosen = head
     x = head
-    runs = 0
+    head_run_end = -1
     while x >= 0:
         if info[x, ACCESS_STEP] > info[chosen, ACCESS_STEP]:
             break
-        runs += 1
         if info[x, HASHED_TOKENS] > info[chosen, HASHED_TOKENS]:
             chosen = x
         last = info[x, RUN_LAST]
@@ -215,8 +207,9 @@ def v0_victim(s, head):
                 if y == last:
                     break
                 y = info[y, NEXT]
+        head_run_end = last if x == head else -1
         x = info[last, NEXT]
-    return chosen, runs == 1
+    return chosen, head_run_end
 
 
 # -- a request's keys --------------------------------------------------------------------------
