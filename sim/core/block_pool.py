@@ -41,7 +41,8 @@ def take_blocks(s, slot, first, n):
 
 @njit
 def take_blocks_evicting(s, slot, first, n):
-    run_end = np.int64(-1)  # vLLM 0.4.2: the head's run's end, while evicting it in order (evict_oldest)
+    # vLLM 0.4.2: the head run's end while it is evicted in order (prefix_cache.evict_oldest)
+    run_end = np.int64(-1)
     for k in range(n):
         top = s.count[NUM_FREE_BLOCK_IDS]
         if top:

@@ -186,7 +186,8 @@ def v0_victim(s, head):
     so none after a run's first can be chosen over it or end the scan (the same access), and
     the scan goes from a run's first block to the block after its last (``RUN_LAST``, found
     again by walking the run where that one has left the list, revived or evicted). Returns the
-    block chosen and, where the scan passed the head's run alone, that run's last block (else -1)."""
+    block chosen and, where the scan passed the head's run alone, that run's last block (else
+    -1)."""
     info = s.block_info
     chosen = head
     x = head

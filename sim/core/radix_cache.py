@@ -150,7 +150,7 @@ def matching_child(s, node, r, depth, limit):
     (whole pages, up to ``limit``) it shares; (-1, 0) if none does."""
     nodes, page = s.radix_nodes, s.config[BLOCK_SIZE]
     # past its named tokens ``r`` shares tokens only with nodes of its own: the others are passed
-    # without reading their owners' hashes (a node per request under the root: a walk reads them all)
+    # without reading their owners' hashes (a node per request under the root: a walk meets all)
     named = named_tokens(s, r) > depth
     child = nodes[node, NODE_FIRST_CHILD]
     while child >= 0:  # at most one child shares the next page (children differ in their first page)

@@ -136,7 +136,7 @@ def sort_by_longest_prefix(s):
         if matched <= IN_BATCH_CHECK_THRESHOLD:
             shares = False
             # a request shares no more tokens with another than it names by hashes (same_tokens):
-            # one naming fewer than the threshold is not compared, and the first one sharing it ends the scan
+            # one naming fewer than the threshold is not compared; the first sharing them ends it
             if radix_cache.named_tokens(s, i) >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
                 for m in range(k):
                     q = s.waiting[(head + m) % n]

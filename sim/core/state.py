@@ -257,8 +257,8 @@ table("clock", f"""
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
-# lines, cost the Mooncake v0 prefix-caching run ~14 % more CPU: perf samples). Every value is a block
-# or key row, a token count, a step or a run number; runs number at most the blocks let go, which stay
+# lines, cost the Mooncake v0 prefix-caching run ~14 % more CPU: perf samples). Every value is a
+# block or key row, a token count, a step or a run number; runs number at most the blocks let go,
 # under 2^31 for any trace below ~4 M requests of 500 blocks
 table("block_info", """
     REF                 the running requests holding it
@@ -325,8 +325,9 @@ table("radix_request", """
     IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
         prefix caching: scheduler_sglang.sort_by_longest_prefix)
     EXTEND_LEN          this step's extend length
-    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and no
-        token its prefix hashes name, a walk from the root matches nothing (radix_cache.match_prefix)
+    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and
+        no token its prefix hashes name, a walk from the root matches nothing
+        (radix_cache.match_prefix)
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
 table("row_floats", """
