@@ -165,10 +165,8 @@ def matching_child(s, node, r, depth, limit):
 
 
 @njit
-def walk(s, r, limit):
-    """From the root along request ``r``'s first ``limit`` tokens, whole pages only, splitting
-    the node the match ends inside; every node on the path is accessed now. Returns (the
-    deepest node reached, its depth: the matched tokens)."""
+def descend(s, r, limit):
+    """:func:`walk`'s way down from the root (a call)."""
     nodes = s.radix_nodes
     s.count[RADIX_ACCESS_CLOCK] += 1
     now = s.count[RADIX_ACCESS_CLOCK]
@@ -189,6 +187,20 @@ def walk(s, r, limit):
     return node, depth
 
 
+@njit(inline=True)
+def walk(s, r, limit):
+    """From the root along request ``r``'s first ``limit`` tokens, whole pages only, splitting
+    the node the match ends inside; every node on the path is accessed now. Returns (the
+    deepest node reached, its depth: the matched tokens). Where no node can match (``r`` names
+    no token by a hash and owns no node: on a trace without hashes, a request whose tokens are
+    not in the tree yet), only the walk's tick of the clock, without the call down the tree (a
+    walk is one, at each admission, insertion and touch of a waiting request)."""
+    if limit <= 0 or (named_tokens(s, r) == 0 and s.radix_request[r, OWNED_NODES] == 0):
+        s.count[RADIX_ACCESS_CLOCK] += 1
+        return ROOT, np.int64(0)
+    return descend(s, r, limit)
+
+
 @njit
 def cached_prefix(s, r, limit):
     """How many of request ``r``'s first ``limit`` tokens the tree holds (whole pages): the walk
@@ -204,17 +216,9 @@ def cached_prefix(s, r, limit):
     return depth
 
 
-@njit(inline=True)
-def match_prefix(s, r, limit):
-    """``match_prefix``: the node request ``r``'s cached prefix (of its first ``limit`` tokens)
-    ends at, and its length: :func:`walk`, or, where no node can match (``r`` names no token by
-    a hash and owns no node: on a trace without hashes, a request whose tokens are not in the
-    tree yet), only the walk's tick of the clock, without the call (a walk is a call, at each
-    admission, insertion and touch of a waiting request)."""
-    if limit <= 0 or (named_tokens(s, r) == 0 and s.radix_request[r, OWNED_NODES] == 0):
-        s.count[RADIX_ACCESS_CLOCK] += 1
-        return ROOT, np.int64(0)
-    return walk(s, r, limit)
+#: ``match_prefix``: the node request ``r``'s cached prefix (of its first ``limit`` tokens) ends
+#: at, and its length (the walk itself: one compiled function)
+match_prefix = walk
 
 
 @njit
@@ -222,7 +226,7 @@ def insert(s, r, num_tokens):
     """``insert``: request ``r``'s first ``num_tokens`` tokens (a multiple of the page) into the
     tree: the path its cached prefix takes, and a new unlocked leaf for the rest. Returns (the
     node they end at, how many of them the tree held already)."""
-    node, depth = match_prefix(s, r, num_tokens)
+    node, depth = walk(s, r, num_tokens)
     if depth < num_tokens:
         c = s.count
         node = new_node(s, node, depth, num_tokens, r, np.int64(0))  # not 0: jit.njit's note on constants
