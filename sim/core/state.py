@@ -257,9 +257,9 @@ table("clock", f"""
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
-# lines, cost the Mooncake v0 prefix-caching run ~14 % more CPU: perf samples). Every value is a
-# block or key row, a token count, a step or a run number; runs number at most the blocks let go,
-# under 2^31 for any trace below ~4 M requests of 500 blocks
+# lines, left the Mooncake v0 prefix-caching engine ~4 % slower). Every value is a block or key row,
+# a token count, a step or a run number; runs number at most the blocks let go, under 2^31 for any
+# trace below ~4 M requests of 500 blocks
 table("block_info", """
     REF                 the running requests holding it
     PREV                its neighbour towards the LRU list's head
