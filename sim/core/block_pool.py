@@ -41,13 +41,15 @@ def take_blocks(s, slot, first, n):
 
 @njit
 def take_blocks_evicting(s, slot, first, n):
+    # vLLM 0.4.2: the head run's end while it is evicted in order (prefix_cache.evict_oldest)
+    run_end = np.int64(-1)
     for k in range(n):
         top = s.count[NUM_FREE_BLOCK_IDS]
         if top:
             b = s.free_block_ids[top - 1]
             s.count[NUM_FREE_BLOCK_IDS] = top - 1
         else:
-            b = evict_oldest(s)
+            b, run_end = evict_oldest(s, run_end)
         s.block_table[slot, first + k] = b
         s.block_info[b, REF] = 1
 

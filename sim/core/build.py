@@ -328,7 +328,7 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
             if h:
                 chains.extend(prefix_chain(h, hash_block_tokens))
             chain_start[i + 1] = len(chains)
-    block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), i64)
+    block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), np.int32)  # a row a cache line (state.py)
     block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
     key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
     key_entries[:, state.ENTRY_BLOCK] = -1

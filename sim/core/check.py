@@ -19,7 +19,8 @@ What is recomputed:
 * the radix cache (``--system sglang``): the tree's nodes each start where their parent ends, its
   token and evictable counts are the sums over its live nodes, each node's lock count is the
   running requests whose locked node lies below it, a request's prefix is its node's depth, and
-  the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``;
+  the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``,
+  and each request's count of the nodes it owns is theirs;
 * the six memory categories sum to the capacity, none negative; time never goes back;
 * the waiting head the scheduler skips as blocked does not fit.
 
@@ -45,8 +46,9 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
-from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_PARENT, NODE_START, PREFIX_LEN, RADIX,
-                                    RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
+from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
+                                    OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
+                                    RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 
 def check(s) -> None:
@@ -210,6 +212,8 @@ def check_radix(s) -> None:
     assert c[RADIX_TREE_TOKENS] == sum(lengths.values()), "the tree's token count drifted"
     assert c[RADIX_EVICTABLE] == sum(n for x, n in lengths.items() if locks[x] == 0), "evictable tokens drifted"
     assert c[RADIX_PRIVATE_PAGES] == pages, "the pages held outside the tree drifted"
+    owners = np.bincount(nodes[live, NODE_OWNER], minlength=len(s.radix_request)) if live else 0
+    assert (s.radix_request[:, OWNED_NODES] == owners).all(), "the nodes each request owns drifted"
 
 
 #: the core's own functions the checks call, run by CPython: a call from Python into numba's

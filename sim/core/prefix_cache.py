@@ -156,20 +156,27 @@ def v0_evictor(s):
 
 
 @njit(inline=True)
-def evict_oldest(s):
+def evict_oldest(s, run_end):
     """The block to evict for new use, its key dropped if it has one: vLLM v1's least recently
     released (the head); vLLM 0.4.2's ``LRUEvictor.evict`` (``evictor_v1.py:66-84``): from the
     head, in the order released, while no block was accessed later than the one chosen, the one
-    of the most hashed tokens (the first of equals)."""
+    of the most hashed tokens (the first of equals). ``run_end``: where the eviction just before
+    found that scan to pass the head's run alone, that run's last block (else -1): the scan then
+    takes the head, the run's deepest, and so again, the list changed by nothing but these
+    evictions, until the run is spent (:func:`v0_victim`). Returns the block and the next
+    eviction's ``run_end``."""
     b = s.count[LRU_HEAD]
     if v0_evictor(s):
-        b = v0_victim(s, b)
+        if run_end < 0:
+            b, run_end = v0_victim(s, b)
+        if b == run_end:  # the run spent
+            run_end = -1
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:
         unregister(s, b)
         s.count[NUM_EVICTIONS] += 1
-    return b
+    return b, run_end
 
 
 @njit  # vLLM 0.4.2's, once an eviction: a call
@@ -178,10 +185,13 @@ def v0_victim(s, head):
     together with one last access lie one after another, deeper first (``kv_cache.release_seq``),
     so none after a run's first can be chosen over it or end the scan (the same access), and
     the scan goes from a run's first block to the block after its last (``RUN_LAST``, found
-    again by walking the run where that one has left the list, revived or evicted)."""
+    again by walking the run where that one has left the list, revived or evicted). Returns the
+    block chosen and, where the scan passed the head's run alone, that run's last block (else
+    -1)."""
     info = s.block_info
     chosen = head
     x = head
+    head_run_end = -1
     while x >= 0:
         if info[x, ACCESS_STEP] > info[chosen, ACCESS_STEP]:
             break
@@ -198,8 +208,9 @@ def v0_victim(s, head):
                 if y == last:
                     break
                 y = info[y, NEXT]
+        head_run_end = last if x == head else -1
         x = info[last, NEXT]
-    return chosen
+    return chosen, head_run_end
 
 
 # -- a request's keys --------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import numpy as np
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, LEFTOVER_SLOTS, NUM_RUNNING, LOCKED_NODE, NODE_END, NODE_FIRST_CHILD,
                                     NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_OWNER, NODE_PARENT,
-                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, PREFIX_LEN,
+                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, OWNED_NODES, PREFIX_LEN,
                                     RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
@@ -97,6 +97,7 @@ def new_node(s, parent, start, end, owner, lock_ref):
     nodes[x, NODE_START] = start
     nodes[x, NODE_END] = end
     nodes[x, NODE_OWNER] = owner
+    s.radix_request[owner, OWNED_NODES] += 1
     nodes[x, NODE_LOCK_REF] = lock_ref
     # a new node reads the clock (SGLang's TreeNode.__init__, radix_cache.py:259): it is newer
     # than the walk that made it and every node before it
@@ -148,21 +149,24 @@ def matching_child(s, node, r, depth, limit):
     """The child of ``node`` that shares request ``r``'s next page, and how many of its tokens
     (whole pages, up to ``limit``) it shares; (-1, 0) if none does."""
     nodes, page = s.radix_nodes, s.config[BLOCK_SIZE]
+    # past its named tokens ``r`` shares tokens only with nodes of its own: the others are passed
+    # without reading their owners' hashes (a node per request under the root: a walk meets all)
+    named = named_tokens(s, r) > depth
     child = nodes[node, NODE_FIRST_CHILD]
     while child >= 0:  # at most one child shares the next page (children differ in their first page)
-        m = same_tokens(s, nodes[child, NODE_OWNER], r, depth, min(limit, nodes[child, NODE_END]))
-        m = m // page * page
-        if m > 0:
-            return child, m
+        owner = nodes[child, NODE_OWNER]
+        if named or owner == r:
+            m = same_tokens(s, owner, r, depth, min(limit, nodes[child, NODE_END]))
+            m = m // page * page
+            if m > 0:
+                return child, m
         child = nodes[child, NODE_NEXT_SIBLING]
     return -1, 0
 
 
 @njit
-def walk(s, r, limit):
-    """From the root along request ``r``'s first ``limit`` tokens, whole pages only, splitting
-    the node the match ends inside; every node on the path is accessed now. Returns (the
-    deepest node reached, its depth: the matched tokens)."""
+def descend(s, r, limit):
+    """:func:`walk`'s way down from the root (a call)."""
     nodes = s.radix_nodes
     s.count[RADIX_ACCESS_CLOCK] += 1
     now = s.count[RADIX_ACCESS_CLOCK]
@@ -181,6 +185,20 @@ def walk(s, r, limit):
         if nodes[node, NODE_END] != depth:
             break
     return node, depth
+
+
+@njit(inline=True)
+def walk(s, r, limit):
+    """From the root along request ``r``'s first ``limit`` tokens, whole pages only, splitting
+    the node the match ends inside; every node on the path is accessed now. Returns (the
+    deepest node reached, its depth: the matched tokens). Where no node can match (``r`` names
+    no token by a hash and owns no node: on a trace without hashes, a request whose tokens are
+    not in the tree yet), only the walk's tick of the clock, without the call down the tree (a
+    walk is one, at each admission, insertion and touch of a waiting request)."""
+    if limit <= 0 or (named_tokens(s, r) == 0 and s.radix_request[r, OWNED_NODES] == 0):
+        s.count[RADIX_ACCESS_CLOCK] += 1
+        return ROOT, np.int64(0)
+    return descend(s, r, limit)
 
 
 @njit
@@ -289,6 +307,7 @@ def evict(s, num_tokens):
         c[RADIX_TREE_TOKENS] -= n
         c[RADIX_EVICTABLE] -= n
         c[NUM_EVICTIONS] += 1
+        s.radix_request[nodes[victim, NODE_OWNER], OWNED_NODES] -= 1
         unlink_child(s, victim)
         nodes[victim, NODE_PARENT] = FREE_NODE
         nodes[victim, NODE_NEXT_SIBLING] = c[RADIX_FREE_NODE]

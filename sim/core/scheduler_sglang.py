@@ -134,12 +134,17 @@ def sort_by_longest_prefix(s):
         s.radix_request[i, MATCH_LEN] = min(matched, max(target - 1, 0))
         s.radix_request[i, IN_WAITING_TREE] = 0
         if matched <= IN_BATCH_CHECK_THRESHOLD:
-            shared = 0
-            for m in range(k):
-                q = s.waiting[(head + m) % n]
-                if s.radix_request[q, IN_WAITING_TREE]:
-                    shared = max(shared, radix_cache.same_tokens(s, q, i, 0, IN_BATCH_DEPRIORITIZE_THRESHOLD))
-            if shared >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
+            shares = False
+            # a request shares no more tokens with another than it names by hashes (same_tokens):
+            # one naming fewer than the threshold is not compared; the first sharing them ends it
+            if radix_cache.named_tokens(s, i) >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
+                for m in range(k):
+                    q = s.waiting[(head + m) % n]
+                    if (s.radix_request[q, IN_WAITING_TREE] and radix_cache.same_tokens(
+                            s, q, i, 0, IN_BATCH_DEPRIORITIZE_THRESHOLD) >= IN_BATCH_DEPRIORITIZE_THRESHOLD):
+                        shares = True
+                        break
+            if shares:
                 s.radix_request[i, MATCH_LEN] = -1  # after every other (their keys are 0 or more)
             else:
                 s.radix_request[i, IN_WAITING_TREE] = 1

@@ -256,8 +256,10 @@ table("clock", f"""
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
 """, size="NUM_CLOCK")
 
-# Core.block_info (prefix caching): a block's row, sixteen int64 so that a row is two whole cache
-# lines (the first, REF to HASHED_TOKENS, is what every prefix-caching path reads)
+# Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
+# lines, left the Mooncake v0 prefix-caching engine ~4 % slower). Every value is a block or key row,
+# a token count, a step or a run number; runs number at most the blocks let go, under 2^31 for any
+# trace below ~4 M requests of 500 blocks
 table("block_info", """
     REF                 the running requests holding it
     PREV                its neighbour towards the LRU list's head
@@ -323,6 +325,9 @@ table("radix_request", """
     IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
         prefix caching: scheduler_sglang.sort_by_longest_prefix)
     EXTEND_LEN          this step's extend length
+    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and
+        no token its prefix hashes name, a walk from the root matches nothing
+        (radix_cache.match_prefix)
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
 table("row_floats", """
@@ -420,7 +425,7 @@ class Core(NamedTuple):
     buddy_orders: np.ndarray
     holes: np.ndarray
     # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
-    block_info: np.ndarray  # [block, REF..KEY_SLOT]: one row (one cache line) per block
+    block_info: np.ndarray  # [block, REF..RUN_LAST], int32: one row (one cache line) per block
     key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
     last_scheduled_step: np.ndarray  # per request (vLLM 0.4.2): count[SCHEDULED_STEPS] when it was last scheduled

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import kv_cache, prefix_cache, scheduler_vllm, state
+from pagesim.sim.core import block_pool, kv_cache, prefix_cache, scheduler_vllm, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 
@@ -31,6 +31,7 @@ resume_swapped = interpreted(scheduler_vllm.resume_swapped)
 evict_oldest = interpreted(prefix_cache.evict_oldest)
 mark_scheduled_computed = interpreted(scheduler_vllm.mark_scheduled_computed)
 v0_victim = interpreted(prefix_cache.v0_victim)
+take_blocks_evicting = interpreted(block_pool.take_blocks_evicting)
 
 BS = 4
 A, B, C, D = 0, 1, 2, 3
@@ -211,7 +212,38 @@ def test_which_evictable_block_is_evicted(system, order):
         prefix_cache.lru_append(s, x)
         s.block_info[x, state.ACCESS_STEP], s.block_info[x, state.HASHED_TOKENS] = step, depth
         s.block_info[x, state.RUN], s.block_info[x, state.RUN_LAST] = x + 1, x  # each let go alone
-    assert [int(evict_oldest(s)) for _ in range(6)] == order
+    assert [int(evict_oldest(s, -1)[0]) for _ in range(6)] == order
+    assert lru(s) == []
+
+
+@pytest.mark.parametrize("runs, order", [
+    # A: 0 (access 5, 48 tokens deep), 1 (5, 16); B: 2 (5, 32). The first scan passes both runs and
+    # takes 0 (B's 2 is not deeper); the next, from 1, takes B's 2 (deeper), not A's next block
+    ([[(5, 48), (5, 16)], [(5, 32)]], [0, 2, 1]),
+    # A: 0 (5, 32), 1 (5, 16); B: 2 (7, 80), 3 (7, 64); C: 4 (6, 96). The first scan passes A alone
+    # (B was accessed later): 0, then A's next, 1; A ended, the scan from B's 2 passes C, deeper: 4;
+    # then B alone: 2, then B's next, 3
+    ([[(5, 32), (5, 16)], [(7, 80), (7, 64)], [(6, 96)]], [0, 1, 4, 2, 3]),
+])
+def test_vllm_v0_evictions_in_a_row_take_a_run_in_order_only_when_the_scan_passed_it_alone(runs, order):
+    """The blocks an allocation evicts one after another (block_pool.take_blocks_evicting): after
+    a scan that passed the head's run alone, the next eviction takes that run's next block without
+    a scan (prefix_cache.evict_oldest), as vLLM's scan would; after one that passed several runs,
+    or once the run is spent, it scans again. Runs are given as (last access, depth) per block,
+    deepest first, let go in that order."""
+    s = make_core("vllm")
+    x = 0
+    for run, blocks_of_run in enumerate(runs, start=1):
+        first = x
+        for step, depth in blocks_of_run:
+            prefix_cache.lru_append(s, x)
+            s.block_info[x, state.ACCESS_STEP], s.block_info[x, state.HASHED_TOKENS] = step, depth
+            s.block_info[x, state.RUN] = run
+            x += 1
+        s.block_info[first:x, state.RUN_LAST] = x - 1
+    s.count[state.NUM_FREE_BLOCK_IDS] = 0
+    take_blocks_evicting(s, 0, 0, len(order))
+    assert s.block_table[0, :len(order)].tolist() == order
     assert lru(s) == []
 
 
@@ -247,7 +279,7 @@ def test_the_evictors_scan_by_runs_chooses_as_vllms_scan_does():
             s.last_scheduled_step[j] = step - rng.randint(0, 12)
             kv_cache.free(s, j)
         if s.count[state.NUM_LRU]:
-            assert int(v0_victim(s, s.count[state.LRU_HEAD])) == vllm_scan(s)
+            assert int(v0_victim(s, s.count[state.LRU_HEAD])[0]) == vllm_scan(s)
             checked += 1
         admit(s, i, rows[i][0])
         s.last_scheduled_step[i] = step

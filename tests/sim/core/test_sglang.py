@@ -103,6 +103,33 @@ def test_a_match_stops_at_its_limit_and_where_the_named_tokens_end():
     assert match_prefix(s, A, 11)[1] == 11
 
 
+def test_a_request_matches_its_own_tokens_past_its_hashes():
+    """A's 12 tokens cached, then E's 10: E shares A's first 8 (its hashes name no more), so A's
+    leaf is split at 8 and E's last 2 are a leaf of E's own beside A's [8, 12). E then matches
+    all 10: past its hashes only its own node can match, and that one does."""
+    s = tree()
+    insert(s, A, 12)
+    insert(s, E, 10)
+    assert nodes(s) == [(0, 8, A, 0, 0), (8, 10, E, 0, 0), (8, 12, A, 0, 0)]
+    assert match_prefix(s, E, 10)[1] == 10
+
+
+def test_a_request_without_hashes_matches_only_its_own_nodes_and_counts_them():
+    """Requests F (12 tokens) and G (8), no hashes: each names its tokens alone. F's 12 inserted:
+    F owns one node (OWNED_NODES), and matches its 11 (split at 11: it owns two); G, owning none,
+    matches nothing, the walk's tick of the clock all the same. Evicting 1 token takes F's leaf
+    [11, 12): F owns one again."""
+    s = initial_state(sglang(64), trace((0, 12, 1), (0, 8, 1), hashes=((), ())))
+    F, G = 0, 1
+    insert(s, F, 12)
+    assert s.radix_request[F, state.OWNED_NODES] == 1
+    assert match_prefix(s, F, 11)[1] == 11 and s.radix_request[F, state.OWNED_NODES] == 2
+    clock = int(s.count[state.RADIX_ACCESS_CLOCK])
+    assert match_prefix(s, G, 7)[1] == 0 and s.count[state.RADIX_ACCESS_CLOCK] == clock + 1
+    evict(s, 1)
+    assert nodes(s) == [(0, 11, F, 0, 0)] and s.radix_request[F, state.OWNED_NODES] == 1
+
+
 def test_pages_match_and_split_whole_pages_only():
     """Page 4: A's 11-token limit matches 8 of its cached 12 (two pages), not 11 (page 1)."""
     s = tree(page=4)
@@ -265,6 +292,20 @@ def test_lpm_puts_last_a_request_sharing_32_tokens_with_one_ahead_in_the_queue()
     sort_by_longest_prefix(s)
     assert [int(s.waiting[k]) for k in range(4)] == [V, W, Z, Y]
     assert [int(s.radix_request[r, state.MATCH_LEN]) for r in (V, W, Y, Z)] == [36, 32, -1, 0]
+
+
+def test_lpm_puts_last_a_request_whose_hashes_name_exactly_the_32_tokens_it_shares():
+    """P's 40 tokens cached; W, X, Z wait. X's hashes name 32 tokens (P's first 32, its last 8 its
+    own): it matches 32 of the tree, is checked, and shares all 32 it names with W ahead of it
+    (in that tree): last. Sorted (keys W 32, Z 0, X last): W, Z, X."""
+    x_hashes = tuple(range(1, 9))
+    s = initial_state(sglang(256), trace(*[(0, 40, 1)] * 6, hashes=IN_BATCH_HASHES[:5] + (x_hashes,)))
+    X = 5
+    insert(s, P, 40)
+    waiting(s, W, X, Z)
+    sort_by_longest_prefix(s)
+    assert [int(s.waiting[k]) for k in range(3)] == [W, Z, X]
+    assert [int(s.radix_request[r, state.MATCH_LEN]) for r in (W, X, Z)] == [32, -1, 0]
 
 
 def test_lpm_matches_a_waiting_request_on_all_its_tokens_and_keys_it_by_all_but_the_last():
