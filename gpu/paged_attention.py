@@ -105,7 +105,7 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
 
 def tc_stages(head_dim: int) -> int:
     """K/V pipeline stages of the tensor kernel (PATcGeometry::STAGES)."""
-    return 3 if head_dim <= 128 else 2
+    return 3 if head_dim < 128 else 2
 
 
 def tc_smem_bytes(head_dim: int) -> int:
