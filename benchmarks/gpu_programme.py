@@ -15,7 +15,8 @@ without it ``validate`` writes report.html as tables only. Phases (expected devi
     1  environment report, every kernel instantiation compiled through NVRTC (fills CuPy's
        cache for the later steps), the GPU tests (-m gpu), compute-sanitizer memcheck and
        racecheck (Firecracker kernels only; a clear "skipped" line elsewhere)
-    2  the kernel sweep (`pagesim gpu bench`), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8)
+    2  the kernel sweep (`pagesim gpu bench`: the tensor-core GQA kernel and the simple one beside
+       it, copy bandwidth, SDPA; summarized against the targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8)
     3  the simulator's core compiled by numba (a step of its own: minutes on a cold cache), one
        run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then validation
        of both models against their profiles (4 of 32 layers run, time scaled x8)
@@ -206,6 +207,12 @@ print(f"bench: {len(pts)} points, the largest needs {need / 2**30:.1f} GiB; colu
 open(sys.argv[1], "w").write(",".join(COLUMNS) + "\n")
 """
 
+KERNEL_SUMMARY = r"""
+import sys
+from pagesim.gpu.bench import summarize
+print("\n".join(summarize(sys.argv[1])))
+"""
+
 CALIBRATE_DRY = r"""
 import sys
 from pagesim.gpu.calibrate import fake_profile
@@ -318,6 +325,8 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
             steps = [Step("bench", py(BENCH_DRY) + [str(work / "gpu_kernel.csv")], 60)]
         else:
             steps = [Step("bench", cli("gpu", "bench", "--out", str(work / "gpu_kernel.csv")), 240)]
+        # MHA / GQA x kernel against the targets, in summary2.txt (a step named summary shows 12 lines)
+        steps.append(Step("summary", py(KERNEL_SUMMARY) + [str(work / "gpu_kernel.csv")], 20))
         for m in MODELS:
             out = str(work / f"profile_{m}.csv")
             steps.append(Step(f"calibrate_{m}", py(CALIBRATE_DRY) + [m, preset, out] if dry else

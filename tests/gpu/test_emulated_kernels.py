@@ -244,7 +244,8 @@ def test_injected_chunk_mapping_bug_is_caught(emu, tmp_path, bug, fix):
     assert text.count(bug) == 1
     (src / "paged_attention.cu").write_text(text.replace(bug, fix))
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(root))
+    # the tree under test first, then whatever made `pagesim` importable here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
 
     def run(heads, kv_heads, timeout_s):
         """The case's exit code; a run past ``timeout_s`` (the bug reads past the heads: undefined
