@@ -37,6 +37,9 @@ API::
   split-K partitions are sized from its occupancy and the real context lengths
   (``tc_partition_size``).
 
+``host_context_lens``: the lengths on the host where the caller has them and passes device ones
+(``check=False``), so the tensor kernel's partitions follow the real lengths without a copy back.
+
 ``prepare(...)`` returns a :class:`PagedAttentionPlan` whose ``run()`` only launches (the
 benchmark and the executor use it to keep Python overhead out of the timed region).
 """
@@ -254,7 +257,8 @@ class PagedAttentionPlan:
 
     def __init__(self, query, key_cache, value_cache, block_tables, context_lens, block_size: int,
                  max_context_len: int, scale: float | None = None, num_partitions: int | None = None, *,
-                 dtype: str | None = None, check: bool = True, contiguous: bool = False, kernel: str | None = None):
+                 dtype: str | None = None, check: bool = True, contiguous: bool = False, kernel: str | None = None,
+                 host_context_lens=None):
         import contextlib
         q = wrap(query, "query", dtype)
         self._dtype = dtype
@@ -262,10 +266,10 @@ class PagedAttentionPlan:
         self._stream = torch_stream(q)
         with self._stream if self._stream is not None else contextlib.nullcontext():
             self._setup(q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-                        num_partitions, dtype, check, contiguous, kernel)
+                        num_partitions, dtype, check, contiguous, kernel, host_context_lens)
 
     def _setup(self, q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-               num_partitions, dtype, check, contiguous, kernel):
+               num_partitions, dtype, check, contiguous, kernel, host_context_lens):
         import cupy as cp
         k = wrap(key_cache, "key_cache", dtype)
         v = wrap(value_cache, "value_cache", dtype)
@@ -313,7 +317,11 @@ class PagedAttentionPlan:
             raise ValueError(f"context_lens: expected shape ({num_seqs},), got {cl_arr.shape}")
         cl_arr = cp.ascontiguousarray(cl_arr, dtype=cp.int32)
         # the real lengths on the host where they cost no device->host copy (or check makes one)
-        host_lens = np.asarray(context_lens) if isinstance(context_lens, (np.ndarray, list, tuple)) else None
+        # (``host_context_lens``: a caller's host copy of device lengths; else every row at max_context_len)
+        on_host = isinstance(context_lens, (np.ndarray, list, tuple)) and not isinstance(context_lens, cp.ndarray)
+        host_lens = np.asarray(context_lens) if on_host else None
+        if host_context_lens is not None:
+            host_lens = np.asarray(host_context_lens)
         if check:
             lens = host_lens = cp.asnumpy(cl_arr)
             if len(lens) and lens.min() < 0:

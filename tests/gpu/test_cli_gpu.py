@@ -95,3 +95,12 @@ def test_bench_summary_against_the_targets(tmp_path):
     assert all(len(x) <= 100 for x in lines)
     path.write_text(",".join(COLUMNS) + "\n")  # the dry run's header-only file
     assert summarize(path) == [f"kernel sweep: no point with >= 256 MiB of KV in {path}"]
+
+
+def test_a_bad_attention_kernel_variable_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    from pagesim.sim.cli import main
+    monkeypatch.setenv("PAGESIM_ATTENTION_KERNEL", "fast")
+    assert main(["validate", "--workload", "sharegpt", "--rate", "2", "--num-requests", "3", "--model",
+                 "llama-2-7b", "--gpu", "h100", "--backend", "fake", "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pagesim: error: PAGESIM_ATTENTION_KERNEL must be one of auto, simple, tensor, got 'fast'"]

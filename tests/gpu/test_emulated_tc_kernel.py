@@ -186,3 +186,17 @@ def test_injected_tc_bug_is_caught(emu, tmp_path, bug, fix):
     assert text.count(bug) == 1
     (src / "paged_attention_tc.cu").write_text(text.replace(bug, fix))
     assert run(src).returncode == 1
+
+
+def test_plan_sizes_from_the_host_lengths_it_is_given(cp):
+    """Device lengths with check=False: without a host copy every row counts as max_context_len
+    (80,000 tokens / 198 a wave = 405 -> 448); with ``host_context_lens`` the real 40,003 tokens
+    (203 -> 256). 198 = 132 SMs x 3 (the fake occupancy) / 2 KV heads."""
+    case = make_case(np.random.default_rng(6), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
+                     block_size=16, lens=[40000, 3])
+    args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
+            cp.asarray(case.block_tables), cp.asarray(case.context_lens), 16, case.max_context_len)
+    assert pa.prepare(*args, check=False, kernel="tensor").partition_size == 448
+    assert pa.prepare(*args, check=False, kernel="tensor",
+                      host_context_lens=case.context_lens).partition_size == 256
+    assert pa.prepare(*args, kernel="tensor").partition_size == 256  # check=True copies them back
