@@ -49,14 +49,16 @@ template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b);
 
 template <>
-__device__ __forceinline__ void mma_m16n8k16<fp16_t>(float* d, const unsigned int* a, const unsigned int* b) {
+__device__ __forceinline__ void mma_m16n8k16<fp16_t>(float* d, const unsigned int* a,
+                                                     const unsigned int* b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 template <>
-__device__ __forceinline__ void mma_m16n8k16<bf16_t>(float* d, const unsigned int* a, const unsigned int* b) {
+__device__ __forceinline__ void mma_m16n8k16<bf16_t>(float* d, const unsigned int* a,
+                                                     const unsigned int* b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -68,13 +70,18 @@ __device__ __forceinline__ void mma_m16n8k16<bf16_t>(float* d, const unsigned in
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
     const unsigned int dst = (unsigned int)__cvta_generic_to_shared(smem_dst);
     const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
                  : "memory");
 }
 // Close the group of this thread's cp.async issued since the last commit.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 // Wait until at most N of this thread's committed groups are still in flight (the newest ones).
 // Other threads' copies are visible only after a __syncthreads() that follows.
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 #endif

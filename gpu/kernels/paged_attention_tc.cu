@@ -39,7 +39,7 @@ struct PATcGeometry {
     static_assert(HEAD_DIM % 16 == 0, "HEAD_DIM must be a multiple of 16 (the mma's K)");
     // 2 stages from head_dim 128: 74.5 KB at 128, under the 99 KB of an sm_86 / sm_89 (L4, A10, 4090)
     static constexpr int STAGES = HEAD_DIM < 128 ? 3 : 2;
-    static constexpr int PITCH = HEAD_DIM + 8;  // elements per shared row: 16-byte aligned, banks skewed
+    static constexpr int PITCH = HEAD_DIM + 8;  // elements a shared row: 16-byte aligned, banks skewed
     static constexpr int VECS = HEAD_DIM / 8;   // 16-byte vectors per K/V row
     static constexpr int KSTEPS = HEAD_DIM / 16;
     static constexpr int NTILES = HEAD_DIM / 8;  // 8-wide output tiles of P V
@@ -134,7 +134,8 @@ paged_attention_tc_kernel(T* __restrict__ out,
         const int last_tok = start + min((x + 1) * PA_TC_TILE, n) - 1;
         const int last = block_shift >= 0 ? (last_tok >> block_shift) : (last_tok / block_size);
         const int b0 = first_block(x);
-        for (int i = tid; i <= last - b0; i += PA_TC_THREADS) table_s[(x % G::STAGES) * G::TABLE + i] = __ldg(bt + b0 + i);
+        for (int i = tid; i <= last - b0; i += PA_TC_THREADS)
+            table_s[(x % G::STAGES) * G::TABLE + i] = __ldg(bt + b0 + i);
     };
     // Issue tile x's K/V copies into stage x % STAGES (its table entries staged and visible).
     auto load_tile = [&](int x) {
@@ -168,7 +169,8 @@ paged_attention_tc_kernel(T* __restrict__ out,
     for (int i = tid; i < PA_TC_ROWS * HEAD_DIM; i += PA_TC_THREADS) {
         const int g = i / HEAD_DIM, d = i - g * HEAD_DIM;
         const T* src = q + ((long long)seq * num_heads + head0 + g) * HEAD_DIM + d;
-        q_s[g * G::PITCH + d] = g < nh ? *reinterpret_cast<const unsigned short*>(src) : (unsigned short)0;
+        const unsigned short bits = g < nh ? *reinterpret_cast<const unsigned short*>(src) : 0;
+        q_s[g * G::PITCH + d] = bits;
     }
     // prologue: tables of tiles 0 .. STAGES - 1, copies of tiles 0 .. STAGES - 2 (one group each,
     // empty groups included, so that wait_group<STAGES - 2> below always means "tile it landed")
@@ -257,7 +259,8 @@ paged_attention_tc_kernel(T* __restrict__ out,
             o_acc[jn][2] *= alpha[1];
             o_acc[jn][3] *= alpha[1];
             const unsigned short* vb = vs + (2 * tig) * G::PITCH + jn * 8 + gid;
-            unsigned int b[2] = {pair_of(vb[0], vb[G::PITCH]), pair_of(vb[8 * G::PITCH], vb[9 * G::PITCH])};
+            unsigned int b[2] = {pair_of(vb[0], vb[G::PITCH]),
+                                 pair_of(vb[8 * G::PITCH], vb[9 * G::PITCH])};
             mma_m16n8k16<T>(o_acc[jn], p_hi, b);
             mma_m16n8k16<T>(o_acc[jn], p_lo, b);
         }
@@ -282,7 +285,8 @@ paged_attention_tc_kernel(T* __restrict__ out,
     for (int jn = 0; jn < G::NTILES; ++jn)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            red_o[(warp * PA_TC_ROWS + gid + 8 * (e >> 1)) * HEAD_DIM + jn * 8 + 2 * tig + (e & 1)] = o_acc[jn][e];
+            red_o[(warp * PA_TC_ROWS + gid + 8 * (e >> 1)) * HEAD_DIM + jn * 8 + 2 * tig + (e & 1)] =
+                o_acc[jn][e];
     __syncthreads();
     for (int i = tid; i < nh * HEAD_DIM; i += PA_TC_THREADS) {
         const int g = i / HEAD_DIM, d = i - g * HEAD_DIM;

@@ -29,7 +29,8 @@ def test_every_tc_instantiation(emu, dtype, head_dim):
     case = make_case(np.random.default_rng(head_dim), num_seqs=3, num_heads=heads, num_kv_heads=kv_heads,
                      head_dim=head_dim, block_size=16, lens=[299, 0, 45], dtype=dtype)
     cfg = check(emu, case, kernel="tensor", num_partitions=2)
-    assert (cfg.kernel, cfg.heads, cfg.max_parts, cfg.chunks) == ("tensor", TC_ROWS, 2, -(-heads // kv_heads // 16))
+    chunks = -(-heads // kv_heads // 16)
+    assert (cfg.kernel, cfg.heads, cfg.max_parts, cfg.chunks) == ("tensor", TC_ROWS, 2, chunks)
 
 
 @pytest.mark.parametrize("block_size", [8, 16, 32, 64, 128, 5])
@@ -62,8 +63,8 @@ def test_tc_contiguous_variant(emu):
         k[s, :n] = ref.gather_kv(case.key_cache, case.block_tables[s], n, 16)
         v[s, :n] = ref.gather_kv(case.value_cache, case.block_tables[s], n, 16)
     got, _ = emu_attention(emu, case, contiguous=(k, v), kernel="tensor", num_partitions=2)
-    ref.assert_attention_close(got, ref.contiguous_attention_ref(case.query, k, v, case.context_lens, case.scale),
-                               "float16")
+    want = ref.contiguous_attention_ref(case.query, k, v, case.context_lens, case.scale)
+    ref.assert_attention_close(got, want, "float16")
 
 
 def test_tc_partition_size_worked_by_hand():
@@ -126,7 +127,8 @@ def test_plan_forces_either_kernel(cp, monkeypatch):
     plan = pa.prepare(*args)
     # fake occupancy: 228 KiB // (58,380 + 1,024) = 3 blocks an SM; 132 x 3 / 2 = 198 a wave;
     # ceil(703 / 198) = 4 -> 64 -> 256: 3 partitions for the 700-token row
-    assert (plan.kernel_kind, plan.blocks_per_sm, plan.partition_size, plan.max_parts) == ("tensor", 3, 256, 3)
+    got = (plan.kernel_kind, plan.blocks_per_sm, plan.partition_size, plan.max_parts)
+    assert got == ("tensor", 3, 256, 3)
     ref.assert_attention_close(np.asarray(plan.run()).astype(np.float32), want, "float16")
     monkeypatch.setenv(pa.KERNEL_ENV, "simple")
     assert pa.prepare(*args).kernel_kind == "simple"
