@@ -8,8 +8,8 @@
 #include "common.cuh"
 
 // ---- fragments of mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 -------------
-// PTX ISA, "Warp-level matrix fragments for mma.m16n8k16" (section 9.7.14.5.8, floating point
-// types). With groupID = lane >> 2 and tig = lane % 4 (thread in group):
+// PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (the warp-level matrix
+// instructions' mma section; the same layout as CUTLASS's SM80_16x8x16 traits). With groupID = lane >> 2 and tig = lane % 4 (thread in group):
 //   A (16 x 16, row-major), 4 .b32 registers of two 16-bit values each (lower index in the low half):
 //     a[0] = A[groupID    ][2 tig, 2 tig + 1]      a[1] = A[groupID + 8][2 tig, 2 tig + 1]
 //     a[2] = A[groupID    ][2 tig + 8, + 9]        a[3] = A[groupID + 8][2 tig + 8, + 9]
@@ -65,7 +65,7 @@ __device__ __forceinline__ void mma_m16n8k16<bf16_t>(float* d, const unsigned in
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// ---- cp.async (PTX ISA 9.7.9.25): 16 bytes global -> shared, bypassing L1 (.cg) -------------
+// ---- cp.async (PTX ISA, data movement: cp.async): 16 bytes global -> shared, bypassing L1 (.cg)
 // `valid` false: no global read, the 16 shared bytes are zero-filled (src-size 0).
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
     const unsigned int dst = (unsigned int)__cvta_generic_to_shared(smem_dst);
