@@ -7,6 +7,8 @@ context; tables are shuffled (physical blocks in random order). ``--quick``: a h
 
 Per point (one layer):
   kv_bytes      = 2 * sum(context) * num_kv_heads * head_dim * dtype_bytes   (K and V read once)
+  kernel        the kernel ``time_us`` measured: the default choice (``paged_attention.choose_kernel``:
+                "tensor", the tensor-core kernel, for GQA; "simple" for MHA)
   time_us       median over repeats of the paged kernel (incl. the split-K reduce), CUDA events
                 around the launch only (plan prepared beforehand). Before every repeat the L2 is
                 flushed by writing a buffer of max(2 x L2, 256 MiB) when kv_bytes < 4 x L2; that
@@ -18,6 +20,9 @@ Per point (one layer):
   frac_of_copy  = achieved_gbps / copy_gbps
   contiguous_time_us  same kernel on [batch, context, kv_heads, head_dim] KV (no table)
   sdpa_time_us  torch SDPA (q [B, H, 1, D]) on the contiguous KV (empty without torch+CUDA)
+  simple_time_us  GQA points: the simple kernel (CUDA cores) on the same paged KV, so one run
+                compares both kernels against the copy and SDPA (empty for MHA, where it is time_us)
+  simple_partitions  its split-K partitions (the two kernels size them differently)
 Points whose memory (paged + contiguous KV) exceeds ``--mem-budget-gib`` (default: 70% of
 free memory; a point needs about 2.5 x kv_bytes) are skipped and logged.
 """
@@ -39,7 +44,7 @@ from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_a
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
            "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
-           "num_partitions", "partition_size", "gpu"]
+           "num_partitions", "partition_size", "gpu", "kernel", "simple_time_us", "simple_partitions"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,13 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
     plan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
                       dtype=p.dtype, check=False)
     t_paged = timer.time_us(plan.launch, reps=reps, flush=flush)
-    part, nparts = plan.partition_size, plan.max_parts
+    part, nparts, kind = plan.partition_size, plan.max_parts, plan.kernel_kind
+    t_simple, simple_parts = "", ""
+    if kind != "simple":
+        splan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
+                           dtype=p.dtype, check=False, kernel="simple")
+        t_simple, simple_parts = round(timer.time_us(splan.launch, reps=reps, flush=flush), 3), splan.max_parts
+        del splan
     # the same K/V rows, contiguous: [batch, context, kv_heads, head_dim]
     order = cp.asarray(tables.reshape(-1))
     kcont = kc[order].reshape(p.batch, nblk * p.block_size, p.num_kv_heads, p.head_dim)[:, :p.context]
@@ -179,7 +190,8 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
                copy_gbps=round(copy_bw, 2), frac_of_copy=round(ach / copy_bw, 4),
                contiguous_time_us=round(t_cont, 3),
                sdpa_time_us=round(t_sdpa, 3) if t_sdpa != "" else "", num_partitions=nparts,
-               partition_size=part, gpu=gpu)
+               partition_size=part, gpu=gpu, kernel=kind, simple_time_us=t_simple,
+               simple_partitions=simple_parts)
     return row
 
 
@@ -217,6 +229,45 @@ def run(quick: bool = False, out: str | Path | None = None, reps: int | None = N
             log(f"  b={p.batch:<4} ctx={p.context:<6} bs={p.block_size:<4} h={p.num_heads}/{p.num_kv_heads} "
                 f"{p.dtype:<8} {row['time_us']:>10.1f} us {row['achieved_gbps']:>8.0f} GB/s "
                 f"({row['frac_of_copy']:.0%} of copy) contiguous {row['contiguous_time_us']:.1f} us "
-                f"sdpa {row['sdpa_time_us']}")
+                f"sdpa {row['sdpa_time_us']} {row['kernel']}"
+                + (f" (simple {row['simple_time_us']} us)" if row["simple_time_us"] != "" else ""))
     log(f"wrote {len(rows)} points to {out} ({skipped} skipped for memory)")
     return out
+
+
+#: the points the targets are judged on: enough KV that the kernel streams (the 2026-11-23 README)
+BIG_KV_BYTES = 256 << 20
+TARGET_FRAC, TARGET_SDPA = 0.8, 1.0
+
+
+def summarize(path: str | Path) -> list[str]:
+    """Per kernel and head layout, over the points with >= 256 MiB of KV: the median (and lowest)
+    fraction of the copy bandwidth and of SDPA's speed (SDPA time / ours), against the targets
+    (>= 0.8 of the copy, >= 1.0x SDPA). GQA points give two lines: the tensor-core kernel
+    (``time_us``) and the simple one beside it (``simple_time_us``)."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["kv_bytes"] and int(r["kv_bytes"]) >= BIG_KV_BYTES]
+    groups: dict[str, list[tuple[float, float | None]]] = {}
+    for r in rows:
+        layout = "MHA" if r["num_heads"] == r["num_kv_heads"] else "GQA"
+        timed = [(r.get("kernel") or "simple", r["time_us"])]
+        if r.get("simple_time_us"):
+            timed.append(("simple", r["simple_time_us"]))
+        for kernel, t in timed:
+            t = float(t)
+            frac = int(r["kv_bytes"]) / (t * 1e-6) / 1e9 / float(r["copy_gbps"])
+            sdpa = float(r["sdpa_time_us"]) / t if r["sdpa_time_us"] else None
+            groups.setdefault(f"{layout} {kernel}", []).append((frac, sdpa))
+    if not groups:
+        return [f"kernel sweep: no point with >= {BIG_KV_BYTES >> 20} MiB of KV in {path}"]
+    lines = [f"kernel sweep, points with >= {BIG_KV_BYTES >> 20} MiB of KV: median (min); "
+             f"targets >= {TARGET_FRAC} of copy, >= {TARGET_SDPA}x SDPA"]
+    for name in sorted(groups):
+        fr = [a for a, _ in groups[name]]
+        sd = [b for _, b in groups[name] if b is not None]
+        frac_med = statistics.median(fr)
+        sdpa = (f"SDPA/ours {statistics.median(sd):.2f} ({min(sd):.2f})" if sd else "SDPA not measured")
+        met = frac_med >= TARGET_FRAC and bool(sd) and statistics.median(sd) >= TARGET_SDPA
+        lines.append(f"  {name:<12} {len(fr):>3} points  copy {frac_med:.2f} ({min(fr):.2f})  {sdpa}  "
+                     f"{'met' if met else 'NOT met'}")
+    return lines

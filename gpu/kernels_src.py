@@ -21,6 +21,10 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 #: query heads per thread block (a KV head's group is split in chunks of at most 8)
 HEADS_PER_BLOCK = (1, 2, 4, 8)
 NUM_THREADS = 128
+#: the tensor-core GQA kernel (paged_attention_tc.cu): query heads per block (the mma's 16 rows),
+#: tokens per pipelined tile (16 per warp, 4 warps); its head dims are HEAD_DIMS (multiples of 16)
+TC_ROWS = 16
+TC_TILE = 64
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 
@@ -50,6 +54,10 @@ def heads_per_block(group: int) -> int:
 
 def attention_kernel_name(dtype: str, head_dim: int, heads: int) -> str:
     return f"paged_attention_kernel<{CTYPES[dtype]}, {int(head_dim)}, {int(heads)}>"
+
+
+def tc_kernel_name(dtype: str, head_dim: int) -> str:
+    return f"paged_attention_tc_kernel<{CTYPES[dtype]}, {int(head_dim)}>"
 
 
 def reduce_kernel_name(dtype: str) -> str:
@@ -83,7 +91,8 @@ def all_instantiations() -> dict[str, list[str]]:
     cache += [copy_blocks_name(u) for u in UNITS]
     fused = [fused_kernel_name(k, dt) for dt in CTYPES for k in ("fused_add_rms_norm", "silu_and_mul")]
     fused += [fused_kernel_name("rotary_cache", dt, i) for dt in CTYPES for i in INDEX_TYPES]
-    return {"paged_attention.cu": attn, "cache_ops.cu": cache, "fused_ops.cu": fused}
+    tc = [tc_kernel_name(dt, d) for dt in CTYPES for d in HEAD_DIMS]
+    return {"paged_attention.cu": attn, "paged_attention_tc.cu": tc, "cache_ops.cu": cache, "fused_ops.cu": fused}
 
 
 def instantiation_unit(source: str, names: list[str]) -> str:

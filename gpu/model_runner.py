@@ -423,7 +423,8 @@ class TorchCupyBackend:
             # layer's query and caches: the host work of planning is paid once, not once per layer
             if self._attention_plan is None:
                 self._attention_plan = pa.prepare(q, kc, vc, dev_tables, dev_lens, self.block_size,
-                                                  plan.decode_max_context, check=False)
+                                                  plan.decode_max_context, check=False,
+                                                  host_context_lens=plan.decode_context)
             else:
                 self._attention_plan.rebind(q, kc, vc)
             return self._attention_plan.run()

@@ -27,6 +27,19 @@ API::
   minimum: partitions are halved further if their logits would not fit in shared memory,
   e.g. num_partitions=1 on a very long context).
 
+* Two kernels (``kernel=``): ``"simple"`` (``paged_attention.cu``: query heads on CUDA cores, up
+  to 8 per block; the reference, and MHA's kernel) and ``"tensor"`` (``paged_attention_tc.cu``:
+  the query heads of a KV head's group as the 16 rows of ``mma.m16n8k16`` tensor-core fragments,
+  a cp.async K/V pipeline; needs compute capability 8.0). ``"auto"`` (default; see
+  ``choose_kernel``) takes the tensor kernel for GQA/MQA (group >= 2) where it fits, the simple one
+  otherwise. The environment variable ``PAGESIM_ATTENTION_KERNEL`` (auto / simple / tensor) sets
+  the default, so a whole validation run can be forced to either kernel. The tensor kernel's
+  split-K partitions are sized from its occupancy and the real context lengths
+  (``tc_partition_size``).
+
+``host_context_lens``: the lengths on the host where the caller has them and passes device ones
+(``check=False``), so the tensor kernel's partitions follow the real lengths without a copy back.
+
 ``prepare(...)`` returns a :class:`PagedAttentionPlan` whose ``run()`` only launches (the
 benchmark and the executor use it to keep Python overhead out of the timed region).
 """
@@ -40,10 +53,20 @@ import numpy as np
 
 from pagesim.gpu._arrays import torch_stream, unwrap, wrap
 from pagesim.gpu._loader import get_kernel
-from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, attention_kernel_name, heads_per_block,
-                             reduce_kernel_name)
+import os
+
+from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, TC_ROWS, TC_TILE, attention_kernel_name,
+                                     heads_per_block, reduce_kernel_name, tc_kernel_name)
 
 SRC = "paged_attention.cu"
+TC_SRC = "paged_attention_tc.cu"
+KERNELS = ("auto", "simple", "tensor")
+KERNEL_ENV = "PAGESIM_ATTENTION_KERNEL"
+#: the tensor kernel's smallest partition: a block's fixed work (16 query rows in, a 16-row partial
+#: output of fp32 out: 16 * head_dim * 4 B) stays <= 1/16 of the K/V it reads (256 tokens * head_dim
+#: * 2 * 2 B = 64 * head_dim B), and it is 4 pipelined tiles of 64 tokens
+TC_MIN_PARTITION = 256
+TC_MIN_CAPABILITY = 80  # mma.m16n8k16 with bf16, cp.async: sm_80 and newer
 DEFAULT_PARTITION = 512
 MIN_PARTITION = 64
 MAX_SEQS = 65535  # CUDA's limit on gridDim.y
@@ -83,22 +106,106 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
     return p
 
 
+def tc_stages(head_dim: int) -> int:
+    """K/V pipeline stages of the tensor kernel (PATcGeometry::STAGES)."""
+    return 3 if head_dim < 128 else 2
+
+
+def tc_smem_bytes(head_dim: int) -> int:
+    """Dynamic shared memory of the tensor kernel (pa_tc_smem_bytes in paged_attention_tc.cu; the
+    emulation refuses a launch with less): per stage a tile's K and V rows (64 tokens, rows padded by
+    8 elements), the 16 padded query rows, per stage the table entries a tile spans (65 ints)."""
+    pitch = head_dim + 8
+    return 2 * (tc_stages(head_dim) * 2 * TC_TILE * pitch + TC_ROWS * pitch) + 4 * tc_stages(head_dim) * (TC_TILE + 1)
+
+
+def choose_kernel(group: int, head_dim: int, smem_optin: int, capability: int, kernel: str = "auto") -> str:
+    """"simple" or "tensor" for a group of ``group`` query heads per KV head.
+
+    auto: the tensor kernel when group >= 2, the device has mma.m16n8k16 for fp16 and bf16
+    (capability >= 8.0) and its shared memory fits. Why group >= 2: the simple kernel does one
+    CUDA-core dot product per query head for each K/V element it reads, so its arithmetic grows with
+    the group and it fell behind memory at groups 4-8 (H100, 2026-11-23: GQA 0.69 of copy bandwidth,
+    MHA 0.98); one mma instruction covers up to 16 heads for the same bytes. For MHA (group 1) 15 of
+    the 16 fragment rows would be padding and the simple kernel already streams at the copy's speed.
+    A forced "tensor" that the device cannot run is an error, not a silent fallback."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    fits = capability >= TC_MIN_CAPABILITY and tc_smem_bytes(head_dim) <= smem_optin
+    if kernel == "tensor" and not fits:
+        raise ValueError(f"kernel='tensor' needs compute capability >= 8.0 and {tc_smem_bytes(head_dim)} B of "
+                         f"shared memory (device: {capability / 10:.1f}, {smem_optin} B)")
+    if kernel == "auto":
+        return "tensor" if group >= 2 and fits else "simple"
+    return kernel
+
+
+def default_kernel() -> str:
+    """The kernel choice when a caller names none: ``PAGESIM_ATTENTION_KERNEL`` or "auto"."""
+    k = os.environ.get(KERNEL_ENV, "auto") or "auto"
+    if k not in KERNELS:
+        raise ValueError(f"{KERNEL_ENV} must be one of {', '.join(KERNELS)}, got {k!r}")
+    return k
+
+
+def tc_partition_size(context_lens, grid_x: int, blocks_per_sm: int, sm_count: int) -> int:
+    """Tokens per split-K partition of the tensor kernel (pure).
+
+    One wave holds ``blocks_per_sm * sm_count`` blocks (blocks_per_sm: the occupancy query on the
+    compiled kernel); ``grid_x`` of them share a partition's tokens (one per KV head and chunk), so a
+    wave has ``slots // grid_x`` partitions to give. The real context lengths are cut so that their
+    partitions fill about one wave: ceil(sum(lens) / that), rounded up to whole 64-token tiles, at
+    least TC_MIN_PARTITION, and at most the longest context (rounded up to a tile: one partition,
+    no reduce, when the batch alone fills the GPU)."""
+    lens = [max(int(x), 0) for x in context_lens]
+    longest = max(lens, default=0)
+    slots = max(1, int(blocks_per_sm)) * max(1, int(sm_count))
+    per_wave = max(1, slots // max(1, int(grid_x)))
+    p = -(-max(sum(lens), 1) // per_wave)
+    p = max(TC_MIN_PARTITION, -(-p // TC_TILE) * TC_TILE)
+    return max(TC_TILE, min(p, -(-max(longest, 1) // TC_TILE) * TC_TILE))
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    heads: int  # query heads per thread block (template HEADS)
+    heads: int  # query heads per thread block (template HEADS; 16 for the tensor kernel)
     chunks: int  # thread blocks per KV head
     grid_x: int  # num_kv_heads * chunks
     partition_size: int
     max_parts: int  # grid z; 1 = single pass (v1), > 1 = split-K + reduce (v2)
     smem_bytes: int
+    kernel: str = "simple"  # "simple" (paged_attention.cu) or "tensor" (paged_attention_tc.cu)
 
 
 def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, max_context_len: int,
-                  sm_count: int, smem_optin: int, num_partitions: int | None = None) -> LaunchConfig:
-    """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too)."""
+                  sm_count: int, smem_optin: int, num_partitions: int | None = None, *, kernel: str = "simple",
+                  blocks_per_sm: int = 1, context_lens=None) -> LaunchConfig:
+    """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too).
+    ``kernel``: "simple" or "tensor" (resolved: see choose_kernel). The tensor kernel's partitions
+    come from ``tc_partition_size`` over ``context_lens`` (every sequence at ``max_context_len``
+    when not given) and ``blocks_per_sm``."""
     if num_seqs > MAX_SEQS:  # grid y of both kernels is the sequence
         raise ValueError(f"num_seqs {num_seqs} exceeds {MAX_SEQS}, the grid's y limit; split the batch")
     group = num_heads // num_kv_heads
+    if kernel == "tensor":
+        chunks = -(-group // TC_ROWS)
+        grid_x = num_kv_heads * chunks
+        max_ctx = max(int(max_context_len), 1)
+        if num_partitions is not None:
+            p = choose_partition_size(num_seqs, grid_x, max_ctx, sm_count, num_partitions)
+        else:
+            lens = [max_ctx] * num_seqs if context_lens is None else context_lens
+            p = tc_partition_size(lens, grid_x, blocks_per_sm, sm_count)
+        smem = tc_smem_bytes(head_dim)
+        if smem > smem_optin:
+            raise ValueError(f"the tensor kernel at head_dim {head_dim} needs {smem} B of shared memory "
+                             f"(> {smem_optin})")
+        max_parts = max(1, math.ceil(max_ctx / p))
+        if max_parts > 12288:
+            raise ValueError(f"{max_parts} partitions exceed the limit of 12288; use fewer")
+        return LaunchConfig(TC_ROWS, chunks, grid_x, p, max_parts, smem, "tensor")
+    if kernel != "simple":
+        raise ValueError(f"launch_config: kernel must be 'simple' or 'tensor', got {kernel!r}")
     heads = heads_per_block(group)
     chunks = -(-group // heads)
     grid_x = num_kv_heads * chunks
@@ -116,6 +223,8 @@ def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: in
 
 _SM_COUNT: dict[int, int] = {}
 _SMEM_OPTIN: dict[int, int] = {}
+_CAPABILITY: dict[int, int] = {}
+_BLOCKS_PER_SM: dict[tuple[str, int], int] = {}
 
 
 def _device_limits(cp) -> tuple[int, int]:
@@ -124,7 +233,23 @@ def _device_limits(cp) -> tuple[int, int]:
         props = cp.cuda.runtime.getDeviceProperties(dev)
         _SM_COUNT[dev] = int(props["multiProcessorCount"])
         _SMEM_OPTIN[dev] = int(props.get("sharedMemPerBlockOptin", _DEFAULT_SMEM))
+        _CAPABILITY[dev] = 10 * int(props.get("major", 0)) + int(props.get("minor", 0))
     return _SM_COUNT[dev], _SMEM_OPTIN[dev]
+
+
+def _capability(cp) -> int:
+    _device_limits(cp)
+    return _CAPABILITY[cp.cuda.Device().id]
+
+
+def _blocks_per_sm(cp, name: str, kernel, smem: int) -> int:
+    """Resident blocks per SM of the compiled kernel at ``smem`` dynamic bytes: the driver's
+    occupancy query (it accounts for the kernel's registers and static shared memory)."""
+    key = (name, smem)
+    if key not in _BLOCKS_PER_SM:
+        n = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, NUM_THREADS, smem)
+        _BLOCKS_PER_SM[key] = max(1, int(n))
+    return _BLOCKS_PER_SM[key]
 
 
 class PagedAttentionPlan:
@@ -132,7 +257,8 @@ class PagedAttentionPlan:
 
     def __init__(self, query, key_cache, value_cache, block_tables, context_lens, block_size: int,
                  max_context_len: int, scale: float | None = None, num_partitions: int | None = None, *,
-                 dtype: str | None = None, check: bool = True, contiguous: bool = False):
+                 dtype: str | None = None, check: bool = True, contiguous: bool = False, kernel: str | None = None,
+                 host_context_lens=None):
         import contextlib
         q = wrap(query, "query", dtype)
         self._dtype = dtype
@@ -140,10 +266,10 @@ class PagedAttentionPlan:
         self._stream = torch_stream(q)
         with self._stream if self._stream is not None else contextlib.nullcontext():
             self._setup(q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-                        num_partitions, dtype, check, contiguous)
+                        num_partitions, dtype, check, contiguous, kernel, host_context_lens)
 
     def _setup(self, q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-               num_partitions, dtype, check, contiguous):
+               num_partitions, dtype, check, contiguous, kernel, host_context_lens):
         import cupy as cp
         k = wrap(key_cache, "key_cache", dtype)
         v = wrap(value_cache, "value_cache", dtype)
@@ -190,8 +316,14 @@ class PagedAttentionPlan:
         if cl_arr.shape != (num_seqs,):
             raise ValueError(f"context_lens: expected shape ({num_seqs},), got {cl_arr.shape}")
         cl_arr = cp.ascontiguousarray(cl_arr, dtype=cp.int32)
+        # the real lengths on the host where they cost no device->host copy (or check makes one)
+        # (``host_context_lens``: a caller's host copy of device lengths; else every row at max_context_len)
+        on_host = isinstance(context_lens, (np.ndarray, list, tuple)) and not isinstance(context_lens, cp.ndarray)
+        host_lens = np.asarray(context_lens) if on_host else None
+        if host_context_lens is not None:
+            host_lens = np.asarray(host_context_lens)
         if check:
-            lens = cp.asnumpy(cl_arr)
+            lens = host_lens = cp.asnumpy(cl_arr)
             if len(lens) and lens.min() < 0:
                 raise ValueError("context_lens: negative length")
             if len(lens) and lens.max() > max_context_len:
@@ -211,15 +343,22 @@ class PagedAttentionPlan:
 
         self.scale = float(1.0 / math.sqrt(head_dim) if scale is None else scale)
         sm_count, smem_optin = _device_limits(cp)
+        which = choose_kernel(num_heads // num_kv_heads, head_dim, smem_optin, _capability(cp),
+                              default_kernel() if kernel is None else kernel)
+        blocks_per_sm = 1
+        if which == "tensor":
+            name = tc_kernel_name(q.dtype, head_dim)
+            self.kernel = get_kernel(TC_SRC, name)
+            _raise_smem_limit(self.kernel, tc_smem_bytes(head_dim))
+            blocks_per_sm = _blocks_per_sm(cp, name, self.kernel, tc_smem_bytes(head_dim))
         cfg = launch_config(num_seqs, num_heads, num_kv_heads, head_dim, max_context_len, sm_count, smem_optin,
-                            num_partitions)
+                            num_partitions, kernel=which, blocks_per_sm=blocks_per_sm, context_lens=host_lens)
         heads, grid_x, p, max_parts, smem = (cfg.heads, cfg.grid_x, cfg.partition_size, cfg.max_parts,
                                              cfg.smem_bytes)
-
-        self.kernel = _kernel(attention_kernel_name(q.dtype, head_dim, heads))
-        # the kernel object is shared by all plans: only ever raise its opt-in limit
-        if smem > _DEFAULT_SMEM and smem > int(self.kernel.max_dynamic_shared_size_bytes or 0):
-            self.kernel.max_dynamic_shared_size_bytes = smem
+        if which == "simple":
+            self.kernel = _kernel(attention_kernel_name(q.dtype, head_dim, heads))
+            _raise_smem_limit(self.kernel, smem)
+        self.kernel_kind, self.blocks_per_sm = which, blocks_per_sm
         self.partition_size, self.max_parts, self.heads_per_block = p, max_parts, heads
         self.num_seqs, self.num_heads, self.head_dim = num_seqs, num_heads, head_dim
         self.out = cp.empty((num_seqs, num_heads, head_dim), dtype=q.arr.dtype)
@@ -293,6 +432,12 @@ def _kernel(name: str):
     return get_kernel(SRC, name)
 
 
+def _raise_smem_limit(kernel, smem: int) -> None:
+    """The kernel object is shared by all plans: only ever raise its opt-in limit."""
+    if smem > _DEFAULT_SMEM and smem > int(kernel.max_dynamic_shared_size_bytes or 0):
+        kernel.max_dynamic_shared_size_bytes = smem
+
+
 def prepare(query, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len,
             scale=None, num_partitions=None, **kw) -> PagedAttentionPlan:
     return PagedAttentionPlan(query, key_cache, value_cache, block_tables, context_lens, block_size,
@@ -300,10 +445,11 @@ def prepare(query, key_cache, value_cache, block_tables, context_lens, block_siz
 
 
 def forward(query, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len,
-            scale=None, num_partitions=None, *, dtype: str | None = None, check: bool = True):
+            scale=None, num_partitions=None, *, dtype: str | None = None, check: bool = True,
+            kernel: str | None = None):
     """Decode attention over a paged KV cache; see the module docstring."""
     return prepare(query, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len,
-                   scale, num_partitions, dtype=dtype, check=check).run()
+                   scale, num_partitions, dtype=dtype, check=check, kernel=kernel).run()
 
 
 def prepare_contiguous(query, key, value, context_lens, max_context_len=None, scale=None, num_partitions=None,
@@ -316,7 +462,7 @@ def prepare_contiguous(query, key, value, context_lens, max_context_len=None, sc
 
 
 def forward_contiguous(query, key, value, context_lens, max_context_len=None, scale=None, num_partitions=None,
-                       *, dtype: str | None = None, check: bool = True):
+                       *, dtype: str | None = None, check: bool = True, kernel: str | None = None):
     """The same kernel reading a contiguous KV layout (no block table): measures paged overhead."""
     return prepare_contiguous(query, key, value, context_lens, max_context_len, scale, num_partitions,
-                              dtype=dtype, check=check).run()
+                              dtype=dtype, check=check, kernel=kernel).run()

@@ -27,6 +27,7 @@ from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.graphs import capture_sizes, sizes_to_capture
 from pagesim.gpu.layer_ops import OPS
 from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
+from pagesim.gpu.paged_attention import default_kernel
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.gpu.validate_report import measured_word
 from pagesim.sim.args import add_sim_args, config_from_args
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise ConfigError("pagesim validate runs a trace on the GPU into --out DIR (or replays a real run: "
                           "--against PATH)")
+    try:  # the decode-attention kernel the runner's plans default to (PAGESIM_ATTENTION_KERNEL)
+        default_kernel()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if args.backend != "fake":
         _require_gpu()  # before any heavy work
 

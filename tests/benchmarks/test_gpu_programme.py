@@ -46,9 +46,12 @@ def test_dry_run_every_step_passes(dry):
     s1 = (out / tag / "summary1.txt").read_text()
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s1
     # 40 attention (2 dtypes x 5 head dims x 4 heads) + 2 reduce + 4 reshape_and_cache + 2 copy_blocks
-    # + 8 fused (2 dtypes x (norm, silu, rotary with int and long long slots))
-    assert "listed 56 instantiations with --std=c++14 -lineinfo" in s1
+    # + 8 fused (2 dtypes x (norm, silu, rotary with int and long long slots)) + 10 tensor-core
+    # attention (2 dtypes x 5 head dims)
+    assert "listed 66 instantiations with --std=c++14 -lineinfo" in s1
     assert re.search(r"\d+ tests? collected", s1), s1  # the GPU tests collect
+    s2 = (out / tag / "summary2.txt").read_text()  # the sweep's summary against the targets runs
+    assert re.search(r"^summary\s+rc=0 ", s2, re.M) and "kernel sweep: no point with >= 256 MiB" in s2, s2
     s4 = (out / tag / "summary4.txt").read_text()  # the decode paths' command line works (its cases listed)
     assert re.search(r"^decode_paths\s+rc=0 ", s4, re.M) and "dry run: 3 paths" in s4, s4
     for phase in (3, 4):  # numba's compile of the core is a step of its own, before the validations

@@ -30,6 +30,8 @@ def install_fake_cupy(lib, patch):
     pagesim.gpu._loader.get_kernel.cache_clear()
     patch(pa, "_SM_COUNT", {})
     patch(pa, "_SMEM_OPTIN", {})
+    patch(pa, "_CAPABILITY", {})
+    patch(pa, "_BLOCKS_PER_SM", {})
     return fake
 
 

@@ -73,6 +73,7 @@ class _Kernel:
         self.lib, self.name = lib, name
         self.max_dynamic_shared_size_bytes = 0
         self.calls = []
+        self.kernel = types.SimpleNamespace(ptr=0)  # CuPy's Function (the occupancy query takes its ptr)
 
     @staticmethod
     def _c(a):
@@ -99,6 +100,12 @@ class _Kernel:
             rc = self.lib.emu_attention_main(dt, int(m.group(2)), int(m.group(3)), *grid, threads, shared_mem, *c)
             if rc == 1:
                 raise NotImplementedError(f"{self.name} not instantiated in the emulation")
+            assert rc == 0, rc
+            return
+        m = re.fullmatch(r"paged_attention_tc_kernel<(\w+), (\d+)>", self.name)
+        if m:
+            dt = 0 if m.group(1) == "fp16_t" else 1
+            rc = self.lib.emu_attention_tc(dt, int(m.group(2)), *grid, threads, shared_mem, *c)
             assert rc == 0, rc
             return
         m = re.fullmatch(r"paged_attention_reduce_kernel<(\w+)>", self.name)
@@ -170,6 +177,9 @@ def make(lib, sm_count=132, smem_optin=227 * 1024) -> types.ModuleType:
         runtime=types.SimpleNamespace(
             getDeviceCount=lambda: 1, memcpyDefault=4, memcpyAsync=memcpy_async,
             getDeviceProperties=lambda i: {"multiProcessorCount": sm_count, "sharedMemPerBlockOptin": smem_optin,
-                                           "name": b"Fake GPU"}),
+                                           "name": b"Fake GPU", "major": 9, "minor": 0}),
+        # an H100's 228 KiB of shared memory per SM, 1 KiB reserved per block; registers not modelled
+        driver=types.SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda f, threads, smem:
+                                     min(16, 228 * 1024 // (smem + 1024))),
     )
     return mod

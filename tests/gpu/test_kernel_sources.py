@@ -1,6 +1,6 @@
 """CPU tests of the CUDA sources: includes inline, and nvcc compiles every instantiation the
 Python side can launch for sm_90 (to a cubin: front end + ptxas, -Werror all-warnings), plus a
-representative set for sm_80 (to PTX) and with the NVRTC fallback bf16 type
+representative set for sm_80 (to PTX; the tensor-core kernel's mma.m16n8k16 bf16 and cp.async need it) and with the NVRTC fallback bf16 type
 (-DPAGESIM_NO_CUDA_BF16). Skipped without nvcc. The jobs run in parallel (about 20 s of CPU)."""
 
 from __future__ import annotations
@@ -52,17 +52,21 @@ def _representative(names: list[str]) -> list[str]:
 def test_nvcc_compiles_every_instantiation(tmp_path):
     inst = all_instantiations()
     attn = inst["paged_attention.cu"]
+    tc = inst["paged_attention_tc.cu"]
     jobs = [("paged_attention.cu", [n for n in attn if "fp16_t" in n], "sm_90", ()),
             ("paged_attention.cu", [n for n in attn if "bf16_t" in n], "sm_90", ()),
             ("cache_ops.cu", inst["cache_ops.cu"], "sm_90", ()),
             ("fused_ops.cu", inst["fused_ops.cu"], "sm_90", ()),
+            ("paged_attention_tc.cu", tc, "sm_90", ()),
             ("paged_attention.cu", _representative(attn), "sm_80", ()),
             ("fused_ops.cu", inst["fused_ops.cu"], "sm_80", ("-DPAGESIM_NO_CUDA_BF16",)),
             ("cache_ops.cu", inst["cache_ops.cu"], "sm_80", ()),
             # the storage-only bf16 type used when NVRTC cannot find <cuda_bf16.h>
             ("paged_attention.cu", [n for n in _representative(attn) if "bf16_t" in n], "sm_80",
              ("-DPAGESIM_NO_CUDA_BF16",))]
-    assert sorted(n for j in jobs[:4] for n in j[1]) == sorted(n for names in inst.values() for n in names)
+    jobs += [("paged_attention_tc.cu", [n for n in tc if ", 128>" in n], "sm_80", ()),
+             ("paged_attention_tc.cu", [n for n in tc if "bf16_t, 128>" in n], "sm_80", ("-DPAGESIM_NO_CUDA_BF16",))]
+    assert sorted(n for j in jobs[:5] for n in j[1]) == sorted(n for names in inst.values() for n in names)
     with ThreadPoolExecutor(max_workers=4) as ex:
         results = list(ex.map(lambda ij: (ij[1], _compile(*ij[1][:3], tmp_path, ij[1][3], tag=str(ij[0]))),
                               enumerate(jobs)))

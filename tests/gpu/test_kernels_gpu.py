@@ -27,6 +27,9 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 HEADS = [(4, 4), (8, 2), (32, 4), (8, 1), (10, 2), (16, 1), (32, 1)]
 HEAD_IDS = ["mha", "gqa4", "gqa8", "mqa8", "g5", "g16", "mqa32"]
 DTYPES = ("float16", "bfloat16")
+# the default choice is the tensor-core kernel for GQA (group >= 2) and the simple one for MHA, so
+# the block-size grid runs both; the head-dim and split-K grids force each kernel on every case
+KERNELS = ("simple", "tensor")
 
 
 @pytest.fixture(scope="module")
@@ -67,21 +70,23 @@ def test_block_sizes_heads_dtypes(cp, block_size, heads, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads", [(4, 4), (8, 2), (8, 1), (10, 2)], ids=["mha", "gqa4", "mqa8", "g5"])
 @pytest.mark.parametrize("head_dim", (64, 80, 96, 128, 256))
-def test_head_dims(cp, head_dim, heads, dtype):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_head_dims(cp, kernel, head_dim, heads, dtype):
     rng = np.random.default_rng(head_dim + heads[1])
     case = make_case(rng, num_seqs=5, num_heads=heads[0], num_kv_heads=heads[1], head_dim=head_dim,
                      block_size=16, max_ctx=300, dtype=dtype)
-    check_attention(cp, case)
+    check_attention(cp, case, kernel=kernel)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("num_partitions", [None, 2, 7, 64])
 @pytest.mark.parametrize("heads", [(8, 8), (32, 8), (8, 1)], ids=["mha", "gqa4", "mqa8"])
-def test_split_k_long_context(cp, heads, num_partitions, dtype):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_split_k_long_context(cp, kernel, heads, num_partitions, dtype):
     rng = np.random.default_rng(11)
     case = make_case(rng, num_seqs=3, num_heads=heads[0], num_kv_heads=heads[1], head_dim=128, block_size=16,
                      lens=[20000, 777, 4097], dtype=dtype)
-    got = check_attention(cp, case, num_partitions)
+    got = check_attention(cp, case, num_partitions, kernel=kernel)
     # the check would see a kernel that drops the last 1,024 tokens of the 20,000-token row
     short = case.context_lens.copy()
     short[0] -= 1024
@@ -110,9 +115,10 @@ def test_forced_single_partition_on_long_context_still_fits(cp):
     from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(25)
     case = make_case(rng, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=128, block_size=16, lens=[60000, 3])
-    plan = pa.prepare(*upload(cp, case), 16, case.max_context_len, num_partitions=1)
+    plan = pa.prepare(*upload(cp, case), 16, case.max_context_len, num_partitions=1, kernel="simple")
     assert plan.max_parts > 1  # split further: 8 heads x 60000 logits do not fit in shared memory
-    check_attention(cp, case, num_partitions=1)
+    check_attention(cp, case, num_partitions=1, kernel="simple")
+    check_attention(cp, case, num_partitions=1, kernel="tensor")  # online softmax: one partition of 60000
 
 
 def test_default_partitioning_small_batch_long_context(cp):
@@ -307,6 +313,8 @@ def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
     timer = bench.Timer(cp, 1 << 20)
     row = bench.run_point(cp, p, timer, bench.copy_gbps(cp, timer, 1 << 26), 3, "test")
     assert row["time_us"] > 0 and row["contiguous_time_us"] > 0 and 0 < row["frac_of_copy"]
+    # GQA (8/2): the tensor-core kernel measured, the simple one beside it
+    assert row["kernel"] == "tensor" and row["simple_time_us"] > 0 and row["simple_partitions"] >= 1
     if torch_cuda_available():
         from pagesim.gpu.calibrate import run
         from pagesim.sim.cost.profile_format import read_profile
@@ -316,3 +324,16 @@ def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
         out = run("llama-2-7b", tmp_path / "p.csv", quick=True, reps=2, log=lambda *a: None)
         df = read_profile(out)
         assert set(df["component"]) == {"linear", "attn_decode", "attn_prefill", "overhead"}
+
+
+def test_tensor_kernel_occupancy_and_split_k_sizing(cp):
+    """The tensor plan asks the driver how many of its blocks an SM holds (registers and shared
+    memory of the compiled kernel) and sizes its partitions with tc_partition_size from that."""
+    from pagesim.gpu import paged_attention as pa
+    case = make_case(np.random.default_rng(26), num_seqs=4, num_heads=32, num_kv_heads=8, head_dim=128,
+                     block_size=16, lens=[8000, 100, 100, 100])
+    plan = pa.prepare(*upload(cp, case), 16, case.max_context_len, kernel="tensor")
+    sm_count = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    assert 1 <= plan.blocks_per_sm <= 16
+    assert plan.partition_size == pa.tc_partition_size(case.context_lens, 8, plan.blocks_per_sm, sm_count)
+    check_attention(cp, case, kernel="tensor")

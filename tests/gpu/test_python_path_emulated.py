@@ -22,12 +22,18 @@ def dev(cp, case):
 @pytest.mark.parametrize("heads,dtype,block_size,num_partitions", [
     ((8, 1), "float16", 16, None), ((8, 2), "float16", 1, None), ((8, 2), "float16", 32, 5),
     ((4, 4), "bfloat16", 64, None), ((16, 2), "bfloat16", 16, 3), ((8, 1), "float16", 256, 1)])
-def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
+@pytest.mark.parametrize("kernel", ["simple", "auto"])
+def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions, kernel):
+    """Both kernels; "auto" is the tensor-core one for every GQA case here (group >= 2, the fake
+    device is an sm_90), the simple one for MHA."""
     from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(block_size)
     case = make_case(rng, num_seqs=4, num_heads=heads[0], num_kv_heads=heads[1], head_dim=64,
                      block_size=block_size, max_ctx=min(3 * block_size + 11, 400), dtype=dtype)
-    plan = pa.prepare(*dev(cp, case), block_size, case.max_context_len, None, num_partitions, dtype=dtype)
+    plan = pa.prepare(*dev(cp, case), block_size, case.max_context_len, None, num_partitions, dtype=dtype,
+                      kernel=kernel)
+    tensor = kernel == "auto" and heads[0] > heads[1]
+    assert plan.kernel_kind == ("tensor" if tensor else "simple")
     out = plan.run()
     assert isinstance(out, cp.ndarray) and out.dtype == case.query.dtype
     if num_partitions:
@@ -39,7 +45,8 @@ def test_forward_end_to_end(cp, heads, dtype, block_size, num_partitions):
     ref.assert_attention_close(ref.as_f32(np.asarray(out), dtype), want, dtype)
     # the module compiled exactly the instantiation it launched, without local includes
     names = [n for n, _ in cp.compiled]
-    assert any(n[0].startswith("paged_attention_kernel<") for n in names)
+    prefix = "paged_attention_tc_kernel<" if tensor else "paged_attention_kernel<"
+    assert any(n[0].startswith(prefix) for n in names)
     # NVRTC gets -lineinfo, so compute-sanitizer and ncu name the source line of a fault
     assert all("-lineinfo" in opts and "--std=c++14" in opts for _, opts in cp.compiled)
 
@@ -48,7 +55,7 @@ def test_forward_shared_memory_opt_in_and_split(cp):
     from pagesim.gpu import paged_attention as pa
     rng = np.random.default_rng(3)
     case = make_case(rng, num_seqs=2, num_heads=8, num_kv_heads=1, head_dim=64, block_size=16, lens=[1500, 7])
-    plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, num_partitions=1)
+    plan = pa.prepare(*dev(cp, case), 16, case.max_context_len, num_partitions=1, kernel="simple")
     assert plan.max_parts == 1 and plan._smem > 48 * 1024  # 8 heads x 1500 logits: needs the opt-in
     out = plan.run()
     assert plan.kernel.max_dynamic_shared_size_bytes == plan._smem

@@ -39,7 +39,7 @@ def build(out_dir: Path, kernel_dir: Path = KERNEL_DIR, defines: tuple[str, ...]
             return None, "g++ without C++20 <barrier>"
         raise RuntimeError(f"emulation build failed:\n{r.stderr[-4000:]}")
     lib = ctypes.CDLL(str(so))
-    for f in ("emu_attention_main", "emu_attention_reduce", "emu_reshape_and_cache", "emu_copy_blocks",
+    for f in ("emu_attention_main", "emu_attention_tc", "emu_attention_reduce", "emu_reshape_and_cache", "emu_copy_blocks",
               "emu_fused_add_rms_norm", "emu_rotary_cache", "emu_silu_and_mul"):
         getattr(lib, f).restype = ctypes.c_int
     return lib, ""

@@ -4,7 +4,11 @@
 // warp shuffles exchange through a buffer between two warp barriers (every lane of a warp must
 // reach them, which is also what CUDA requires of __shfl_xor_sync with a full mask).
 // Not a performance model; only semantics: indexing, synchronization, reductions, partitions.
+// The PTX wrappers of gpu/kernels/mma.cuh are replaced here (PAGESIM_EMULATED_PTX): mma.sync as a
+// warp-collective exchange of the 32 lanes' fragment registers (decoded exactly as the PTX ISA
+// lays them out), cp.async as a copy deferred to the wait_group that must cover it.
 #pragma once
+#define PAGESIM_EMULATED_PTX
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <vector_types.h>
@@ -14,7 +18,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <deque>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #undef __launch_bounds__
@@ -33,7 +39,8 @@ struct EmuBlock {
     std::barrier<> block;
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     std::vector<float> shfl;
-    explicit EmuBlock(int threads) : block(threads), shfl(threads) {
+    std::vector<unsigned int> frag_a, frag_b;  // each lane's mma fragments: 4 and 2 registers
+    explicit EmuBlock(int threads) : block(threads), shfl(threads), frag_a(4 * threads), frag_b(2 * threads) {
         for (int w = 0; w < threads / 32; ++w) warps.emplace_back(new std::barrier<>(32));
     }
 };
@@ -48,6 +55,81 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
     emu_block->warps[w]->arrive_and_wait();
     return r;
 }
+
+// ---- mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the layouts of gpu/kernels/mma.cuh --------
+template <typename T> inline float emu_half_bits_to_float(unsigned short bits) {
+    if constexpr (std::is_same_v<T, __half>) {
+        __half_raw r;
+        r.x = bits;
+        return __half2float(__half(r));
+    } else {
+        unsigned int u = (unsigned int)bits << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+}
+template <typename T> inline float emu_elem(unsigned int reg, int k) {  // k & 1: the high half
+    return emu_half_bits_to_float<T>((unsigned short)((k & 1) ? reg >> 16 : reg & 0xffffu));
+}
+// A[r][k] of the warp's 16 x 16 A operand, from the lane and register the PTX ISA puts it in
+template <typename T> inline float emu_a(const unsigned int* a, int r, int k) {
+    const int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return emu_elem<T>(a[4 * lane + reg], k);
+}
+// B[k][n] of the 16 x 8 B operand
+template <typename T> inline float emu_b(const unsigned int* b, int k, int n) {
+    const int lane = n * 4 + (k % 8) / 2, reg = k >= 8 ? 1 : 0;
+    return emu_elem<T>(b[2 * lane + reg], k);
+}
+template <typename T>
+inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b) {
+    const int t = threadIdx.x, lane = t % 32, w = t / 32;
+    unsigned int* fa = emu_block->frag_a.data() + 4 * 32 * w;
+    unsigned int* fb = emu_block->frag_b.data() + 2 * 32 * w;
+    for (int i = 0; i < 4; ++i) fa[4 * lane + i] = a[i];
+    for (int i = 0; i < 2; ++i) fb[2 * lane + i] = b[i];
+    emu_block->warps[w]->arrive_and_wait();  // every lane's fragments are in
+    const int gid = lane >> 2, tig = lane & 3;
+    for (int e = 0; e < 4; ++e) {  // d[e] = D[gid + 8 (e >> 1)][2 tig + (e & 1)], fp32 products and sums
+        const int r = gid + 8 * (e >> 1), n = 2 * tig + (e & 1);
+        float acc = 0.f;
+        for (int k = 0; k < 16; ++k) acc += emu_a<T>(fa, r, k) * emu_b<T>(fb, k, n);
+        d[e] += acc;
+    }
+    emu_block->warps[w]->arrive_and_wait();  // nobody overwrites the fragments before all read them
+}
+
+// ---- cp.async: a copy deferred to the cp.async.wait_group that covers it (the latest moment the
+// hardware may complete it), so a read of shared memory without the wait sees the old bytes.
+struct EmuCopy {
+    void* dst;
+    const void* src;
+    bool valid;
+};
+inline thread_local std::vector<EmuCopy> emu_open_group;
+inline thread_local std::deque<std::vector<EmuCopy>> emu_committed;
+inline void emu_async_reset() {  // a new block: copies a previous block left in flight are dropped
+    emu_open_group.clear();
+    emu_committed.clear();
+}
+inline void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
+    emu_open_group.push_back({smem_dst, gmem_src, valid});
+}
+inline void cp_async_commit() {
+    emu_committed.push_back(std::move(emu_open_group));
+    emu_open_group.clear();
+}
+template <int N> inline void cp_async_wait() {
+    while ((int)emu_committed.size() > N) {
+        for (const EmuCopy& c : emu_committed.front()) {
+            if (c.valid) std::memcpy(c.dst, c.src, 16);
+            else std::memset(c.dst, 0, 16);
+        }
+        emu_committed.pop_front();
+    }
+}
+
 template <typename T> inline T __ldg(const T* p) { return *p; }
 inline float __expf(float x) { return std::exp(x); }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
@@ -82,6 +164,7 @@ void emu_launch(dim3 grid, int threads, size_t smem, F&& body) {
                             std::memset(dyn.data(), 0xFF, dyn.size() * sizeof(float4));
                         }
                         emu_block->block.arrive_and_wait();  // block (x, y, z) starts
+                        emu_async_reset();
                         body();
                         emu_block->block.arrive_and_wait();  // every thread left the block
                     }
