@@ -1,8 +1,16 @@
-"""The whole GPU programme in four offline phases, each one `device run` call of under 10 minutes.
+"""The whole GPU programme in three offline phases, each one `device run` call of under 10 minutes.
 
     python3 benchmarks/gpu_programme.py prepare            # here, once: any wheel the device lacks, into .whl/
-    python3 benchmarks/gpu_programme.py 1 --out "$OUT"     # on the GPU machine, phases 1..4 in turn
+    python3 benchmarks/gpu_programme.py session --out "$OUT"  # on the GPU machine: phases 1 and 2, one call
+    python3 benchmarks/gpu_programme.py 3 --out "$OUT"     # a later call or session: phase 3
     python3 benchmarks/gpu_programme.py all --dry-run --out /tmp/dry   # every step on the CPU (CI)
+
+**The budget.** A task lent a GPU has 15 minutes of device time in all, the machine's start (a
+minute or two) and every idle wait included. Phases 1 and 2 are that session's programme: their
+deadlines add up to 9.5 minutes, so with the start they end inside 12 and leave a little for a
+rerun. Phase 3 (the sanitizers, the decode paths, the 4-vs-32-layer check) is a later lent
+session's, or runs with what phases 1-2 left (``3 --limit-s N``: the steps that do not fit are
+skipped, each with a line saying so).
 
 Nothing is fetched on the device: the project runs from the working tree (``PYTHONPATH``, no
 ``pip install -e``, whose build isolation needs the network), the trace is the built-in synthetic
@@ -10,23 +18,26 @@ ShareGPT workload (``../shared`` does not travel), and a package the device imag
 that a step needs would come as a wheel in the git-ignored ``.whl/`` folder (``prepare`` downloads
 them; name ``.whl`` in the call's ``carry``): none today, the simulator's clock being the core's
 own loop (simpy only tells the same loop as a model, in the tests). plotly is not carried:
-without it ``validate`` writes report.html as tables only. Phases (expected device time, see ``PHASES``)::
+without it ``validate`` writes report.html as tables only. The validations run the simulator's
+core interpreted (``PAGESIM_JIT=0``: the same functions in CPython, about half a millisecond of
+host time a step for these sizes), so no call pays numba's compile of the core (100-150 s cold);
+device timing queues each step's kernels behind a hold, so the host's scheduling is not in the
+measured step. Phases (expected device time, see ``PHASES``)::
 
-    1  environment report, every kernel instantiation compiled through NVRTC (fills CuPy's
-       cache for the later steps), the GPU tests (-m gpu), compute-sanitizer memcheck and
-       racecheck (Firecracker kernels only; a clear "skipped" line elsewhere)
-    2  the kernel sweep (`pagesim gpu bench`: the tensor-core GQA kernel and the simple one beside
-       it, copy bandwidth, SDPA; summarized against the targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8)
-    3  the simulator's core compiled by numba (a step of its own: minutes on a cold cache), one
-       run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then validation
-       of both models against their profiles (4 of 32 layers run, time scaled x8)
-    4  decode steps three ways (benchmarks/gpu_decode_paths.py: eager, fused kernels, fused + CUDA
-       graphs, ratios against eager), the core (again on a fresh machine), the layer-scaling check:
-       one trace with 4 and with all 32 layers run
+    1  kernels: environment report, every kernel instantiation compiled through NVRTC (fills
+       CuPy's cache for the later steps), the kernel sweep (`pagesim gpu bench`: the tensor-core
+       GQA kernel and the simple one beside it, copy bandwidth, SDPA; summarized against the
+       targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8), the GPU tests (-m gpu)
+    2  validation: both models against their profiles (4 of 32 layers run, time scaled x8), then
+       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool)
+    3  later: compute-sanitizer memcheck and racecheck (Firecracker kernels only; a clear
+       "skipped" line elsewhere), decode steps three ways (benchmarks/gpu_decode_paths.py: eager,
+       fused kernels, fused + CUDA graphs, ratios against eager), the layer-scaling check: one
+       trace with 4 and with all 32 layers run
 
 Each phase writes its files under ``out/gpu_programme/<date>-<device>/phaseN/`` in the working
-tree (git-ignored; it survives between calls while the machine stays warm, so phase 3 finds
-phase 2's profiles; on a cold machine it calibrates quickly instead) and sends back two files,
+tree (git-ignored; it survives between calls while the machine stays warm, so phase 2 finds
+phase 1's profiles; on a cold machine it calibrates quickly instead) and sends back two files,
 ``$OUT/<date>-<device>/summaryN.txt`` and ``$OUT/<date>-<device>/phaseN.tgz`` (the device returns
 8 files, 2 folders deep): unpack the tarballs into ``benchmarks/results/<date>-<device>/``.
 
@@ -72,19 +83,21 @@ COW_SWAP = ("--n", "2", "--kv-gib", "2", "--max-seq-len", "2048", "--preemption"
 #: sizes of the validations. Device timing (the default) runs each step's kernels back to back, so a
 #: trace second takes many more steps than the eager runner's host-bound ones, and each step's wall
 #: time is its hold (2x the launch time) plus its kernels: on the H100 of 2026-11-23, 24 ShareGPT
-#: requests were 1995 steps of 4 layers (~25 ms each). Requests are counted and their length capped
-#: (output truncated) so a run ends inside its 150 s.
+#: requests were 1995 steps of 4 layers (~25 ms each; 34 s in all). Requests are counted and their
+#: length capped (output truncated) so a run ends inside its 90 s (150 s at 32 layers).
 MODEL_RUN = ("--num-requests", "32", "--max-seq-len", "1024", "--max-len-policy", "truncate")
 LAYER_RUN = ("--num-requests", "16", "--max-seq-len", "512", "--max-len-policy", "truncate")
 
-#: expected device seconds per phase (typical, worst), from the timings measured by others in
-#: ../shared/gpu-plan (48 NVRTC compiles ~30 s, GPU tests 2.5-4 min, memcheck 2-3 min, racecheck ~1 min,
-#: bench 1.5-3 min, calibrate 1-1.5 min per model, validate --layers 4 0.7-1.5 min per run, a 32-layer
-#: step 15-20 ms). The worst is also the phase's deadline: no step starts that could end past it.
-#: Phase 4 adds the decode paths (eager, fused, fused + graphs: about a minute) to its 1.5 / 3 minutes,
-#: phase 2 gives it half a minute of its slack (the first H100 run took 1.0 of its 7 minutes).
-#: Sum of the worst: 24 min; a fresh machine adds about a minute to the first call.
-PHASES = {1: (330, 510), 2: (270, 390), 3: (180, 330), 4: (150, 210)}
+#: expected device seconds per phase (typical, worst), from the H100 run of 2026-11-23
+#: (benchmarks/results/2026-11-23-h100-80gb-hbm3: 48 NVRTC compiles 19.6 s, 193 GPU tests 91 s, the
+#: 116-point sweep 35 s, a calibration 10-11 s, a device-timed validation of 24 requests at 4 layers
+#: 34 s, 32 layers 101 s, racecheck 12 s) scaled to today's counts (66 instantiations, 261 GPU tests,
+#: 132 points with the simple kernel timed beside the tensor one on GQA) and memcheck's 2-3 min from
+#: ../shared/gpu-plan. The worst is also the phase's deadline: no step starts that could end past it.
+#: Phases 1 + 2, the 15-minute session's programme: 9.5 min at worst, a machine's start on top.
+PHASES = {1: (240, 300), 2: (150, 270), 3: (400, 560)}
+#: the phases a 15-minute session runs (the module's docstring, "The budget")
+SESSION_PHASES = (1, 2)
 
 
 @dataclass
@@ -219,19 +232,6 @@ from pagesim.gpu.calibrate import fake_profile
 fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
-#: numba compiles the simulator's core once per machine (minutes on a cold cache, under a second
-#: after): a step of its own with room for that, so no validation's deadline pays it
-WARM_CORE_S = 160  # 100-150 s cold on a 2-core CPU machine; fits phase 4's deadline
-WARM_CORE = r"""
-import time
-t = time.perf_counter()
-from pagesim.sim.config import SimConfig
-from pagesim.sim.run import run_simulation
-from pagesim.traces.synth import make_workload
-run_simulation(SimConfig(), make_workload("sharegpt", rate=2.0, num_requests=8))
-print(f"the simulator's core compiled or loaded from numba's cache in {time.perf_counter() - t:.1f} s")
-"""
-
 SUMMARIZE = r"""
 import glob, json, sys, os
 import pandas as pd
@@ -274,7 +274,8 @@ json.dump({"runs": rows, "relative_difference": res}, open(os.path.join(sys.argv
 
 
 def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str, profile: str | None = None,
-         layers: int = 4, size: tuple[str, ...] = MODEL_RUN, seed: int = 0) -> Step:
+         layers: int = 4, size: tuple[str, ...] = MODEL_RUN, seed: int = 0, timeout_s: int = 90) -> Step:
+    """A validation, its simulator interpreted (the module's docstring: no call compiles the core)."""
     if dry:  # the same options, fewer requests
         size = ("--num-requests", "16") + tuple(size[2:])
     if "--num-requests" in extra:
@@ -288,75 +289,77 @@ def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str,
         args += ["--profile", profile]
     if dry:
         args += ["--backend", "fake"]
-    return Step(name, cli(*args), 150)
+    return Step(name, cli(*args), timeout_s, env={"PAGESIM_JIT": "0"})
+
+
+def _gpu_tests(dry: bool) -> Step:
+    if dry:  # the GPU tests must collect (no simpy/plotly needed); running them needs the device
+        return Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "--collect-only", "-q",
+                                  "-p", "no:cacheprovider"], 120)
+    return Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-ra",
+                              "-p", "no:cacheprovider"], 150)
+
+
+def _sanitizers(dry: bool) -> list[Step]:
+    sanitizer = shutil.which("compute-sanitizer") or next(
+        (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
+         if os.path.exists(p)), None)
+    if not dry and sanitizer and "fc" in platform.release():
+        base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "tests/gpu/test_fused_ops_emulated.py",
+                "-m", "gpu", "-q", "-x", "-p", "no:cacheprovider"]
+        # the head-dim and split-K grids run both attention kernels since the tensor-core one: their
+        # bf16 halves (the same addresses as fp16) stay out so memcheck keeps its size; racecheck
+        # takes the tensor kernel (cp.async stages, the warps' combine) and the simple one's MHA
+        # (its GQA paths had 0 hazards on 2026-11-23 and are unchanged)
+        return [Step("memcheck", [sanitizer, "--tool", "memcheck", "--error-exitcode", "9", "--print-limit", "20",
+                                  *base, "-k", "not torch and not sdpa and not bench and not (split_k and bfloat16)"
+                                               " and not (head_dims and bfloat16)"], 170),
+                Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
+                                   "head_dims and float16 and (tensor or mha) or v1_and_v2 or copy_blocks"
+                                   " or reshape_and_cache or fused_kernels"], 80)]
+    why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer
+           else f"kernel {platform.release()} is not Firecracker (gVisor refuses the device)")
+    return [Step("sanitizer", py(f"print('compute-sanitizer memcheck/racecheck skipped: {why}')"), 10)]
+
+
+def _calibrate(model: str, preset: str, out: str, dry: bool, quick: bool = False) -> Step:
+    name = f"calibrate_{'quick_' if quick else ''}{model}"
+    if dry:
+        return Step(name, py(CALIBRATE_DRY) + [model, preset, out], 30)
+    return Step(name, cli("gpu", "calibrate", "--model", model, *(["--quick"] if quick else []), "--out", out), 30)
 
 
 def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> list[Step]:
+    """Phase ``phase``'s steps, most wanted first (a phase cut short loses its last ones); ``prev``
+    is phase 1's folder, where phase 2 finds the profiles on a warm machine."""
     mode = "dry" if dry else "gpu"
     if phase == 1:
-        steps = [Step("env", py(ENV_REPORT), 60), Step("compile_all", py(COMPILE_ALL) + [mode], 120)]
-        if dry:  # the GPU tests must collect (no simpy/plotly needed); running them needs the device
-            steps.append(Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "--collect-only",
-                                            "-q", "-p", "no:cacheprovider"], 120))
-        else:
-            steps.append(Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-ra",
-                                            "-p", "no:cacheprovider"], 270))
-        sanitizer = shutil.which("compute-sanitizer") or next(
-            (p for p in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer")
-             if os.path.exists(p)), None)
-        if not dry and sanitizer and "fc" in platform.release():
-            base = [python(), "-m", "pytest", "tests/gpu/test_kernels_gpu.py", "tests/gpu/test_fused_ops_emulated.py",
-                    "-m", "gpu", "-q", "-x", "-p", "no:cacheprovider"]
-            # the head-dim and split-K grids run both attention kernels since the tensor-core one: their
-            # bf16 halves (the same addresses as fp16) stay out so memcheck keeps its size; racecheck
-            # takes the tensor kernel (cp.async stages, the warps' combine) and the simple one's MHA
-            # (its GQA paths had 0 hazards on 2026-11-23 and are unchanged)
-            steps.append(Step("memcheck", [sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
-                                           "--print-limit", "20", *base, "-k",
-                                           "not torch and not sdpa and not bench and not (split_k and bfloat16)"
-                                           " and not (head_dims and bfloat16)"],
-                              170))
-            steps.append(Step("racecheck", [sanitizer, "--tool", "racecheck", "--error-exitcode", "9", *base, "-k",
-                                            "head_dims and float16 and (tensor or mha) or v1_and_v2 or copy_blocks"
-                                            " or reshape_and_cache or fused_kernels"],
-                              80))
-        else:
-            why = ("dry run" if dry else "compute-sanitizer not found" if not sanitizer
-                   else f"kernel {platform.release()} is not Firecracker (gVisor refuses the device)")
-            steps.append(Step("sanitizer", py(f"print('compute-sanitizer memcheck/racecheck skipped: {why}')"), 10))
-        return steps
-    if phase == 2:
+        steps = [Step("env", py(ENV_REPORT), 30), Step("compile_all", py(COMPILE_ALL) + [mode], 60)]
         if dry:
-            steps = [Step("bench", py(BENCH_DRY) + [str(work / "gpu_kernel.csv")], 60)]
+            steps.append(Step("bench", py(BENCH_DRY) + [str(work / "gpu_kernel.csv")], 60))
         else:
-            steps = [Step("bench", cli("gpu", "bench", "--out", str(work / "gpu_kernel.csv")), 240)]
-        # MHA / GQA x kernel against the targets, in summary2.txt (a step named summary shows 12 lines)
+            steps.append(Step("bench", cli("gpu", "bench", "--out", str(work / "gpu_kernel.csv")), 90))
+        # MHA / GQA x kernel against the targets, in summary1.txt (a step named summary shows 12 lines)
         steps.append(Step("summary", py(KERNEL_SUMMARY) + [str(work / "gpu_kernel.csv")], 20))
-        for m in MODELS:
-            out = str(work / f"profile_{m}.csv")
-            steps.append(Step(f"calibrate_{m}", py(CALIBRATE_DRY) + [m, preset, out] if dry else
-                              cli("gpu", "calibrate", "--model", m, "--out", out), 140))
-        return steps
-    if phase == 3:  # the copy-on-write and swap run first: a phase cut short loses a model's run, not it
-        steps = [Step("warm_core", py(WARM_CORE), WARM_CORE_S),
-                 _val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP)]
-        for m in MODELS:
+        steps += [_calibrate(m, preset, str(work / f"profile_{m}.csv"), dry) for m in MODELS]
+        return steps + [_gpu_tests(dry)]
+    if phase == 2:  # the models first (the validation's target), then copy-on-write and swap
+        steps = []
+        for m in MODELS[::-1]:  # llama-3-8b (GQA: the tensor-core kernel) first
             prof = prev / f"profile_{m}.csv"
-            if not prof.exists():  # a cold machine: phase 2's folder is gone
+            if not prof.exists():  # a cold machine: phase 1's folder is gone
                 prof = work / f"profile_{m}_quick.csv"
-                steps.append(Step(f"calibrate_quick_{m}", py(CALIBRATE_DRY) + [m, preset, str(prof)] if dry else
-                                  cli("gpu", "calibrate", "--model", m, "--quick", "--out", str(prof)), 70))
+                steps.append(_calibrate(m, preset, str(prof), dry, quick=True))
             steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
-        steps.append(Step("summary", py(SUMMARIZE) + [str(work)], 30))
-        return steps
-    if phase == 4:
+        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP))
+        return steps + [Step("summary", py(SUMMARIZE) + [str(work)], 20)]
+    if phase == 3:
         paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
-        steps = [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90),
-                 Step("warm_core", py(WARM_CORE), WARM_CORE_S)]  # a fresh machine compiles the core again
-        steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1)
-                  for L in (4, 32)]
-        steps += [Step("layer_scaling", py(LAYERS) + [str(work)], 30), Step("summary", py(SUMMARIZE) + [str(work)], 30)]
-        return steps
+        steps = _sanitizers(dry) + [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90)]
+        steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1,
+                       timeout_s=60 if L == 4 else 150) for L in (4, 32)]
+        return steps + [Step("layer_scaling", py(LAYERS) + [str(work)], 20),
+                        Step("summary", py(SUMMARIZE) + [str(work)], 20)]
     raise ValueError(phase)
 
 
@@ -388,7 +391,7 @@ def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, l
     env["PYTHONPATH"] = os.pathsep.join(p for p in (site, IMPORT_PATH, str(ROOT), os.environ.get("PYTHONPATH", ""))
                                         if p)
     worst = 0
-    for st in steps_for(phase, work, dry, preset, base / "phase2"):
+    for st in steps_for(phase, work, dry, preset, base / "phase1"):
         left = limit_s - (time.monotonic() - t_start)
         timeout = min(st.timeout_s, left - 10)
         if timeout < min(st.timeout_s, 15):
@@ -430,9 +433,10 @@ def prepare(dest: Path = ROOT / ".whl") -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("phase", choices=["prepare", "1", "2", "3", "4", "all", "plan"],
-                    help="prepare: wheels into .whl/ (here); 1-4: one device call each; all: 1-4 in turn; "
-                         "plan: print each phase's steps and expected time")
+    ap.add_argument("phase", choices=["prepare", *map(str, PHASES), "session", "all", "plan"],
+                    help="prepare: wheels into .whl/ (here); 1-3: one device call each; session: 1 and 2 in one "
+                         "call (a 15-minute session's programme); all: 1-3 in turn; plan: each phase's steps "
+                         "and expected time")
     ap.add_argument("--dry-run", action="store_true", help="every step on the CPU (fake backend); no GPU needed")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "out" / "gpu_programme_out"),
                     help="where summaryN.txt and phaseN.tgz go (default: $OUT)")
@@ -444,16 +448,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.phase == "prepare":
         return prepare()
     if a.phase == "plan":
-        for p in (1, 2, 3, 4):
+        for p in PHASES:
             lo, hi = PHASES[p]
             print(f"phase {p}: {lo / 60:.1f}-{hi / 60:.1f} min")
             for st in steps_for(p, Path("out/gpu_programme/<date>-<device>") / f"phase{p}", a.dry_run, "h200",
-                                Path("out/gpu_programme/<date>-<device>/phase2")):
+                                Path("out/gpu_programme/<date>-<device>/phase1")):
                 print(f"  {st.name:26s} <= {st.timeout_s:4d} s  {shlex.join(shown(st.argv))}")
-        print(f"total: {sum(v[0] for v in PHASES.values()) / 60:.0f}-{sum(v[1] for v in PHASES.values()) / 60:.0f} "
-              "min of device time plus the machine's start")
+        session = [PHASES[p] for p in SESSION_PHASES]
+        print(f"phases {', '.join(map(str, SESSION_PHASES))}: {sum(lo for lo, _ in session) / 60:.1f}-"
+              f"{sum(hi for _, hi in session) / 60:.1f} min of device time plus the machine's start (a session "
+              "lent a GPU has 15 min); phase 3 another session's")
         return 0
-    phases = [1, 2, 3, 4] if a.phase == "all" else [int(a.phase)]
+    phases = list(PHASES) if a.phase == "all" else list(SESSION_PHASES) if a.phase == "session" else [int(a.phase)]
     rc = 0
     for p in phases:
         rc = max(rc, run_phase(p, Path(a.out), a.dry_run, Path(a.work), a.limit_s))
