@@ -166,6 +166,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     # a sequence holds at most its request's final length, and no request longer than
     # max_seq_len is admitted: the table is as wide as the trace's longest request needs
     longest = int((t.prompt + t.output).max()) if n else 1
+    # speculative decoding: the drafts and lookahead slots past the final length (speculative.py)
+    longest += int(cfg.num_speculative_tokens) * (1 if cfg.speculative_method == "ngram" else 2)
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
     i64 = np.int64
     shared = prefix_caching or max_width > 1

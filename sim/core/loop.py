@@ -187,7 +187,7 @@ def record(s, start, dt, family):
         row = s.row_ints
         row[r, ROW_BATCH] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
         row[r, ROW_PREFILL_TOKENS] = c[STEP_PREFILL_TOKENS]
-        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS]
+        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS] + c[STEP_SPEC_TOKENS]  # and the drafts verified
         row[r, ROW_QUEUED] = c[WAITING_LEN] + c[SWAPPED_LEN]
         row[r, ROW_RUNNING] = c[NUM_RUNNING]
         for k in range(MEMORY_CATEGORIES):

@@ -360,7 +360,7 @@ table("row_floats", """
 table("row_ints", f"""
     ROW_BATCH           its sequences
     ROW_PREFILL_TOKENS  its prefill tokens
-    ROW_DECODE_SEQS     its decoding sequences
+    ROW_DECODE_SEQS     its decode tokens: a token per decoding sequence and the drafts they verify
     ROW_QUEUED          requests waiting or swapped out
     ROW_RUNNING         requests running
     ROW_MEMORY[{MEMORY_CATEGORIES}]       the memory categories at its start
