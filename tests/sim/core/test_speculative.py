@@ -89,6 +89,9 @@ def test_rate_1_gives_k_plus_1_tokens_a_step_up_to_the_output_length():
     assert (s["spec_draft_tokens"], s["spec_accepted_tokens"]) == (9, 9)
     assert (s["spec_acceptance_rate"], s["spec_accepted_per_step"], s["spec_tokens_per_step"]) == (1.0, 3.0, 4.0)
     assert s["total_output_tokens"] == 10
+    # the trimmed drafts are not computed: its 13 computed tokens' 3 full blocks stay cached
+    # after it (prefix caching, vllm-v1's default); with them, 16 tokens would leave 4
+    assert s["mgr_cached_blocks"] == 3
 
 
 def test_eagle_allocates_k_lookahead_slots_past_the_scheduled_tokens():
@@ -135,16 +138,21 @@ def test_a_table_of_rates_accepts_position_by_position():
 
 
 def test_a_verification_step_is_priced_with_k_plus_1_query_tokens_and_the_drafter():
-    """Step 1 of the EAGLE run above: one decode of 1 + 2 query tokens after 4 computed, its
-    contexts 5 + 6 + 7 = 18 (speculative.verify_context); the drafter: K / layers (2 / 40) of a
-    decode step of that request, one token over its 5."""
-    cfg = v1(num_speculative_tokens=2, speculative_method="eagle", spec_acceptance_rate=0.0)
-    result = run_simulation(cfg, trace((0, 4, 3)))
-    c = initial_state(cfg, trace((0, 4, 3))).cost
+    """EAGLE, K = 7: 40 requests (prompt 4, output 3) arrive together and are prefilled in step
+    0. Step 1: 40 decodes of 1 + 7 query tokens (320 tokens: enough that the GEMMs, not the
+    weights' reads, set the roofline's price), each after 4 computed, its contexts
+    5 + 6 + ... + 12 = 68 (speculative.verify_context): 2720 in all. The drafter: K / layers =
+    7 / 40 of a decode step of the 40 requests, one token each over their 5."""
+    cfg = v1(1024, max_num_seqs=64, num_speculative_tokens=7, speculative_method="eagle", spec_acceptance_rate=0.0)
+    rows = [(0, 4, 3)] * 40
+    result = run_simulation(cfg, trace(*rows))
+    assert column(result, "num_decode_tokens")[1] == 320
+    c = initial_state(cfg, trace(*rows)).cost
     zero = np.int64(0)
-    target = roofline_step_time(c, 1, 3, 18, 0, 0.0, zero, 0, 0)
-    drafter = roofline_step_time(c, 1, 1, 5, 0, 0.0, zero, 0, 0)
-    assert result.steps["dt_s"][1] == pytest.approx(target + 2 / 40 * drafter, rel=1e-12)
+    target = roofline_step_time(c, 40, 320, 2720, 0, 0.0, zero, 0, 0)
+    drafter = roofline_step_time(c, 40, 40, 200, 0, 0.0, zero, 0, 0)
+    assert target > roofline_step_time(c, 40, 40, 2720, 0, 0.0, zero, 0, 0)  # the query tokens count
+    assert result.steps["dt_s"][1] == pytest.approx(target + 7 / 40 * drafter, rel=1e-12)
 
 
 def test_same_seed_same_draws_and_the_rate_is_geometric():
