@@ -30,7 +30,7 @@ from pagesim.sim.core.build import UNLIMITED
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
-                                 request_frame, summarize)
+                                 request_frame, speculative_summary, summarize)
 from pagesim.sim.outdir import naming
 from pagesim.sim.run import SimResult, engine_summary, jsonable, prepare, resolve_budget
 from pagesim.sim.specs import get_gpu
@@ -337,6 +337,9 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
         hits = sum(s["mgr_prefix_hit_tokens"] for s in summaries)
         lookups = sum(s["mgr_prefix_lookup_tokens"] for s in summaries)
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(hits, lookups)
+    if cfg.num_speculative_tokens:  # the replicas' counts summed (sim/core/speculative.py)
+        summary.update(speculative_summary(*(sum(int(s.count[k]) for s in c.replicas)
+                                             for k in (state.SPEC_DRAFTED, state.SPEC_ACCEPTED, state.SPEC_VERIFIED))))
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), cfg, replica_summaries=summaries)
 
 

@@ -1,7 +1,7 @@
 """Per-iteration records, per-request records, and the run summary.
 
 Memory averages are time-weighted over the whole run, from the first arrival to the last
-finish: each iteration's six categories weigh by its duration, and idle time (nothing to
+finish: each iteration's memory categories weigh by its duration, and idle time (nothing to
 run) counts as ``free_idle``. ``avg_batch_size`` is the time-weighted number of requests
 holding KV memory (admitted and not finished) while the engine is busy: the quantity of the
 vLLM paper's Fig. 13.

@@ -427,7 +427,7 @@ class Core(NamedTuple):
     step_prefill_ids: np.ndarray
     step_prefill_tokens: np.ndarray
     step_finished: np.ndarray
-    step_memory: np.ndarray  # the six memory categories at the step's start
+    step_memory: np.ndarray  # the memory categories at the step's start
     # inter-token latency histogram (its edges: sim.core.build.ITL_EDGES)
     itl_edges: np.ndarray
     itl_hist: np.ndarray
