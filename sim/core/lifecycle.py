@@ -282,6 +282,7 @@ def complete_step(s, now, family):
         bin_index = 0
         itl_sum = s.clock[ITL_SUM]
         running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
+        speculating = family == V1 and s.config[SPEC_TOKENS] > 0
         for k in range(c[NUM_RUNNING]):
             i = running[k]
             if not in_decode[i]:
@@ -294,7 +295,7 @@ def complete_step(s, now, family):
             s.itl_hist[bin_index] += w
             itl_sum += latency * w
             last_token_s[i] = now
-            if family == V1 and s.config[SPEC_TOKENS]:  # its accepted drafts too (speculative.py)
+            if speculating:  # its accepted drafts too (speculative.py)
                 num_generated[i] += speculative.accept(s, i)
             num_generated[i] += 1
             if num_generated[i] >= s.output_tokens[i]:

@@ -89,6 +89,6 @@ def memory_categories(s, demand_waiting, out, family):
     if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         return extent.memory_categories(s, demand_waiting, out)
     used = kv_cache.memory_categories(s, demand_waiting, out)
-    if family == V1:  # the speculative slack, its own (0 without speculation)
+    if family == V1 and s.config[SPEC_TOKENS]:  # the speculative slack, its own
         speculative.split_categories(s, out)
     return used

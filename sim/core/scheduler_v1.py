@@ -148,8 +148,15 @@ def schedule_running(s):
     while k < c[NUM_RUNNING] and budget > draft_slots:
         i = s.running[k]
         todo = s.prompt_target[i] - s.num_prompt_computed[i]
-        n = min(todo, budget - draft_slots) if todo > 0 else speculative.decode_tokens(s, i, budget)
-        while not kv_cache.can_grow(s, i, speculative.slots_needed(s, i, n)):
+        if todo > 0:
+            n = min(todo, budget - draft_slots)
+        elif spec:  # its last sampled token and its drafts (speculative.py)
+            n = speculative.decode_tokens(s, i, budget)
+        else:
+            n = 1
+        # the tokens its blocks hold after this step's (and the lookahead slots: speculative.py)
+        high = speculative.slots_needed(s, i, n) if spec else s.num_computed_tokens[i] + n
+        while not kv_cache.can_grow(s, i, high):
             preempted = True
             v = policies.victim(s)
             if v < k:  # scheduled already in this step
@@ -162,7 +169,6 @@ def schedule_running(s):
                 break
         if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
             continue
-        high = speculative.slots_needed(s, i, n)
         kv_cache.grow(s, i, high)
         if spec:
             speculative.leave(s, i)
@@ -173,7 +179,8 @@ def schedule_running(s):
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += 1
             kv_cache.compute_tokens(s, i, 1)
-            context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1)
+            context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
+                s.num_computed_tokens[i]
         if spec:  # its drafts: the query tokens beyond the first of a decode
             speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
         budget -= n + draft_slots
@@ -285,12 +292,13 @@ def admit_waiting(s, budget):
         else:
             cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget - draft_slots)
-        high = speculative.slots_needed(s, i, n)
+        spec = s.config[SPEC_TOKENS]
+        high = speculative.slots_needed(s, i, n) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
         start_running(s, i)
         prefill(s, i, n)
-        if s.config[SPEC_TOKENS]:
+        if spec:
             speculative.scheduled(s, i, high, 0)
         budget -= n + draft_slots
     return budget
