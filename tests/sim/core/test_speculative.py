@@ -127,6 +127,30 @@ def test_a_draft_model_takes_a_slot_of_the_budget_per_request():
     assert column(result, "num_decode_tokens") == [0, 4, 6, 4]
 
 
+def test_drafts_are_cut_to_max_model_len():
+    """n-gram, K = 3, rate 0, max_seq_len 12. A: prompt 4, output 8 (F 12). A decode after L
+    computed tokens schedules min(1 + 3, 12 - L - 1) (scheduler.py:852-857): L = 4..7 give 4,
+    L = 8 gives 3 (2 drafts), 9 gives 2, 10 gives 1 (no draft)."""
+    result = run_simulation(v1(48, max_seq_len=12, num_speculative_tokens=3, spec_acceptance_rate=0.0),
+                            trace((0, 4, 8)))
+    assert column(result, "num_decode_tokens") == [0, 4, 4, 4, 4, 3, 2, 1]
+    assert result.summary["spec_draft_tokens"] == 4 * 3 + 2 + 1
+
+
+def test_an_admission_needs_room_for_its_lookahead_slots():
+    """EAGLE, K = 2, a pool of 3 blocks. A and B (prompt 4, output 1) arrive together.
+
+    step 0  A: its whole sequence fits (1 block), and its prompt with 2 lookahead slots needs
+            2 blocks (kv_cache_manager.py:548-585): admitted, 1 block left. B: its sequence
+            would fit the 1 left, its 4 + 2 slots would not: it waits. A's token: done
+    step 1  B admitted
+    """
+    result = run_simulation(v1(12, max_seq_len=12, num_speculative_tokens=2, speculative_method="eagle"),
+                            trace((0, 4, 1), (0, 4, 1)))
+    assert column(result, "num_prefill_tokens") == [4, 4]
+    assert column(result, "num_waiting") == [1, 0]
+
+
 def test_a_table_of_rates_accepts_position_by_position():
     """Rates 1, 0, 1: the first draft is always accepted, the second never, so the third is
     never reached (the sampler stops at the first rejection). A: prompt 4, output 5: its 1st
