@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from pagesim.sim.cli import main
+from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
 from pagesim.sim.core.cost import roofline_step_time
@@ -149,6 +150,14 @@ def test_an_admission_needs_room_for_its_lookahead_slots():
                             trace((0, 4, 1), (0, 4, 1)))
     assert column(result, "num_prefill_tokens") == [4, 4]
     assert column(result, "num_waiting") == [1, 0]
+
+
+def test_a_cluster_sums_its_replicas_drafts():
+    """Two replicas, round robin, each given one request of the rate-1 run above (3
+    verifications of 3 drafts, all accepted): the cluster's summary counts 18 and 18."""
+    cfg = v1(num_speculative_tokens=3, spec_acceptance_rate=1.0, check=False)
+    s = run_cluster(cfg, trace((0, 4, 10), (0, 4, 10)), 2, "round-robin").summary
+    assert (s["spec_draft_tokens"], s["spec_accepted_tokens"], s["spec_tokens_per_step"]) == (18, 18, 4.0)
 
 
 def test_a_table_of_rates_accepts_position_by_position():
