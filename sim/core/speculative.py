@@ -39,7 +39,9 @@ Not modelled: async scheduling's placeholders for drafts not yet known (``num_ou
 here a step's drafts are counted once the previous step's acceptance is known, while async
 scheduling still delays admissions as ``scheduler_v1.py`` says); n-gram's proposer finding no
 match (it always proposes K here: fold a miss into the acceptance rate); padding a resumed
-request's single token to ``1 + K`` (``scheduler.py:1308-1330``); dynamic K by batch size.
+request's single token to ``1 + K`` (``scheduler.py:1308-1330``); dynamic K by batch size;
+EAGLE's and MTP's block hashes covering the token after each block (``config/vllm.py:677-693``)
+and multi-module MTP's chunk boundary rule (``scheduler.py:678-697``).
 """
 
 from __future__ import annotations

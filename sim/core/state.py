@@ -483,8 +483,8 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
-    # speculative decoding (sim/core/speculative.py; one row elsewhere): per request its
-    # speculative high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS), and the chance
-    # that draft position j is accepted once those before it were
-    speculative: np.ndarray
+    # speculative decoding (sim/core/speculative.py; one row elsewhere): the chance that draft
+    # position j is accepted once those before it were, and per request its speculative
+    # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
     spec_acceptance: np.ndarray
+    speculative: np.ndarray
