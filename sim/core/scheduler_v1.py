@@ -45,6 +45,10 @@ whole answer gives up and closes the stream, and vLLM aborts the request whereve
 waiting, it leaves the queue; running, it leaves the running list and its blocks are freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
 ago; it counts as rejected, with that reason.
 
+**Speculative decoding** (``--num-speculative-tokens K``): a decode's tokens are its last sampled
+one and its K drafts, each scheduled request takes the method's draft slots of the budget too,
+and blocks grow for the lookahead slots as well (``speculative.py``, with its sources).
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
