@@ -160,7 +160,8 @@ def print_summary(s: dict, f, options) -> None:
     """The summary as a table; ``options`` (:class:`SummaryOptions`) name the percentiles it holds."""
     mem = [("token states", "mem_token_states"), ("reservation", "mem_reservation"),
            ("internal frag", "mem_internal_frag"), ("allocator slack", "mem_allocator_slack"),
-           ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle")]
+           ("external frag", "mem_external_frag"), ("free (idle)", "mem_free_idle"),
+           ("speculative slack", "mem_speculative_slack")]
     rows = [("system", s.get("system")), ("completed / rejected", f"{s['completed']} / {s['rejected']}"),
             *workload_rows(s.get("workload", {})), ("duration (sim)", f"{s['duration_s']:.1f} s"),
         ("tokens in / out", f"{s['total_input_tokens']} / {s['total_output_tokens']}"),
@@ -188,6 +189,10 @@ def print_summary(s: dict, f, options) -> None:
                      f"{level['preemptions']} preemptions"))
     if "prefix_cache_hit_rate" in s:
         rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
+    if "spec_acceptance_rate" in s:  # speculative decoding (sim/core/speculative.py)
+        rows.append(("drafts accepted / per step", f"{100 * s['spec_acceptance_rate']:.1f} % / "
+                                                   f"{s['spec_accepted_per_step']:.2f} "
+                                                   f"({s['spec_tokens_per_step']:.2f} tokens per step)"))
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
     if "cost_model" in s:
         rows.append(("cost model", describe_band(s, s["gpu"])))

@@ -15,12 +15,13 @@ from plotly.subplots import make_subplots
 
 from pagesim.sim.metrics import downsample_steps as downsample
 
-#: the engine's six slot categories (steps.csv)
+#: the engine's seven slot categories (steps.csv; a run's plot shows those its steps have)
 MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
-            "mem_external_frag", "mem_free_idle")
+            "mem_speculative_slack", "mem_external_frag", "mem_free_idle")
 MEM_COLORS = {
     "mem_token_states": "#2ca02c", "mem_reservation": "#f2c12e", "mem_internal_frag": "#d62728",
     "mem_allocator_slack": "#ff9896", "mem_external_frag": "#7f7f7f", "mem_free_idle": "#d9d9d9",
+    "mem_speculative_slack": "#9467bd",
 }
 SYSTEM_COLORS = {"orca-max": "#1f77b4", "orca-pow2": "#ff7f0e", "orca-oracle": "#9467bd", "vllm": "#d62728",
                  "static": "#8c564b", "token": "#e377c2", "vattention": "#17becf"}
@@ -32,7 +33,7 @@ LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), heig
 
 
 def memory_timeline(steps: pd.DataFrame, title: str = "KV-cache slots over time", max_points: int = 5000) -> go.Figure:
-    """Stacked areas of the six slot categories (percent of capacity) over simulated time."""
+    """Stacked areas of the slot categories (percent of capacity) over simulated time."""
     s = downsample(steps, max_points)
     cols = [c for c in MEM_COLS if c in s]
     cap = s[cols].sum(axis=1).replace(0, np.nan)

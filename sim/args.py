@@ -7,7 +7,8 @@ import argparse
 
 from pagesim.sim import systems
 from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEMENTS, PREEMPTIONS, RESERVATIONS,
-                                SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SYSTEMS, SimConfig, load_toml)
+                                SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SPECULATIVE_METHODS, SYSTEMS,
+                                SimConfig, load_toml)
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 
@@ -56,6 +57,18 @@ SIM_FLAGS = {
     "client_timeout_s": dict(flag="--client-timeout", type=float, metavar="S",
                              help="vllm-v1: a client gives up on its request after S seconds, and vLLM aborts it "
                                   "(counted as rejected; default: clients wait forever)"),
+    "num_speculative_tokens": dict(type=int, metavar="K",
+                                   help="vllm-v1: speculative decoding, K drafts verified per decode step "
+                                        "(default 0: off)"),
+    "speculative_method": dict(choices=SPECULATIVE_METHODS,
+                               help="vllm-v1 with K > 0: how drafts are proposed, as it prices the drafter and "
+                                    "allocates its lookahead slots (default ngram)"),
+    "spec_acceptance_rate": dict(type=float, metavar="A",
+                                 help="vllm-v1 with K > 0: the chance each draft is accepted once those before "
+                                      "it were (default 0.7)"),
+    "spec_acceptance_rates": dict(metavar="A1,A2,...",
+                                  help="vllm-v1 with K > 0: one acceptance rate per draft position instead"),
+    "draft_model": dict(metavar="MODEL", help="vllm-v1 --speculative-method draft-model: the draft's model preset"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated", "serving"],
                        help="roofline (the default, but for vllm-v1: serving); calibrated: the roofline with "

@@ -30,7 +30,7 @@ from pagesim.sim.core.build import UNLIMITED
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
-                                 request_frame, summarize)
+                                 request_frame, speculative_summary, summarize)
 from pagesim.sim.outdir import naming
 from pagesim.sim.run import SimResult, engine_summary, jsonable, prepare, resolve_budget
 from pagesim.sim.specs import get_gpu
@@ -49,14 +49,14 @@ OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist",
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",
         "step_prefill_tokens", "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng")
 # its GPU's, read only, shared by the replicas on that GPU (the cost model's constants and data)
-PER_GPU = ("cost", "cost_data", "itl_edges")
+PER_GPU = ("cost", "cost_data", "itl_edges", "spec_acceptance")
 # the request columns, ONE set for the whole cluster (the first GPU's state's, over the request
 # table the records read): each request is written by the replica it was routed to
 REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "status", "reject_code", "num_generated",
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
-                   "predictor_draw", "radix_request")
+                   "predictor_draw", "radix_request", "speculative")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
 # and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other
@@ -337,6 +337,9 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
         hits = sum(s["mgr_prefix_hit_tokens"] for s in summaries)
         lookups = sum(s["mgr_prefix_lookup_tokens"] for s in summaries)
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(hits, lookups)
+    if cfg.num_speculative_tokens:  # the replicas' counts summed (sim/core/speculative.py)
+        summary.update(speculative_summary(*(sum(int(s.count[k]) for s in c.replicas)
+                                             for k in (state.SPEC_DRAFTED, state.SPEC_ACCEPTED, state.SPEC_VERIFIED))))
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), cfg, replica_summaries=summaries)
 
 

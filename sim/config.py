@@ -52,6 +52,8 @@ COST_MODELS = ("roofline", "calibrated", "serving")
 MAX_LEN_POLICIES = ("error", "drop", "truncate", "clip-prompt")
 #: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
 VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
+#: vLLM v1's speculative decoding methods modelled (sim/core/speculative.py)
+SPECULATIVE_METHODS = ("ngram", "draft-model", "eagle", "mtp")
 #: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps
 MAX_INT_SETTING = 2**62
 #: the settings that take one of a few values
@@ -60,6 +62,7 @@ CHOICES: dict[str, tuple] = {
     "placement": PLACEMENTS, "preemption": PREEMPTIONS, "append_rule": APPEND_RULES, "max_len_policy": MAX_LEN_POLICIES,
     "cost_model": COST_MODELS, "schedule_policy": SCHEDULE_POLICIES, "scheduling_policy": SCHEDULING_POLICIES,
     "vattention_page_kib": VATTENTION_PAGE_KIB, "kv_cache_dtype": KV_CACHE_DTYPES,
+    "speculative_method": SPECULATIVE_METHODS,
 }
 #: numeric settings' ranges: (lowest, highest or None, whether the lowest itself is allowed, a value that works)
 RANGES: dict[str, tuple] = {
@@ -69,6 +72,7 @@ RANGES: dict[str, tuple] = {
     "swap_gib": (0, None, True, 4), "activation_reserve_gib": (0, None, True, 2),
     "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
     "step_overhead_ms": (0, None, True, 3), "client_timeout_s": (0, None, False, 300), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
+    "num_speculative_tokens": (0, None, True, 3), "spec_acceptance_rate": (0, 1, True, 0.7),
 }
 
 
@@ -117,6 +121,14 @@ class SimConfig:
     # vllm-v1: a client gives up on its request after this many seconds, and the engine aborts it
     # (sim/core/scheduler_v1.py). None: clients wait forever
     client_timeout_s: float | None = None
+    # vllm-v1 speculative decoding (sim/core/speculative.py): drafts per step (0: off), how they
+    # are proposed, and the chance each draft position is accepted once those before it were (one
+    # rate, or one per position: "0.8,0.6,0.5"); a draft model's preset for the draft-model method
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
+    spec_acceptance_rate: float = 0.7
+    spec_acceptance_rates: str | None = None
+    draft_model: str | None = None
 
     # cost model
     # roofline, calibrated (sim/cost/calibrated.py) or serving (sim/cost/serving.py); a profile means
@@ -151,6 +163,28 @@ class SimConfig:
         if self.max_seq_len is not None:
             self.check_batched_tokens(self.max_seq_len)
         self.check_scheduler()
+        self.check_speculative()
+
+    def check_speculative(self) -> None:
+        """Speculative decoding's settings between themselves (vllm-v1 alone takes them: the
+        registry's refusal, ``check_scheduler``)."""
+        k = self.num_speculative_tokens
+        if self.spec_acceptance_rates is not None:
+            try:
+                rates = [float(x) for x in self.spec_acceptance_rates.split(",")]
+            except ValueError:
+                rates = []
+            if len(rates) != k or not all(0 <= r <= 1 for r in rates):
+                raise ConfigError(f"spec_acceptance_rates takes {k} comma-separated rates in [0, 1], one per "
+                                  f"draft position (num_speculative_tokens={k}), got '{self.spec_acceptance_rates}'")
+        if (self.speculative_method == "draft-model") != (self.draft_model is not None) and k:
+            raise ConfigError("speculative_method draft-model needs --draft-model PRESET (the draft's model), "
+                              "and --draft-model needs --speculative-method draft-model")
+        budget = self.max_num_batched_tokens
+        if k and self.speculative_method != "ngram" and budget is not None and budget <= k:
+            # vllm/config/vllm.py:2369-2377: a token and the lookahead slots must fit
+            raise ConfigError(f"max_num_batched_tokens={budget} must exceed num_speculative_tokens={k} (the "
+                              "drafter's lookahead slots), as vLLM requires")
 
     def check_scheduler(self) -> None:
         """What the scheduler cannot run (``sim.systems``' registry states it): one line each."""

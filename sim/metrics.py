@@ -1,7 +1,7 @@
 """Per-iteration records, per-request records, and the run summary.
 
 Memory averages are time-weighted over the whole run, from the first arrival to the last
-finish: each iteration's six categories weigh by its duration, and idle time (nothing to
+finish: each iteration's memory categories weigh by its duration, and idle time (nothing to
 run) counts as ``free_idle``. ``avg_batch_size`` is the time-weighted number of requests
 holding KV memory (admitted and not finished) while the engine is busy: the quantity of the
 vLLM paper's Fig. 13.
@@ -36,7 +36,10 @@ from pagesim.sim.requests import Status
 #: where every KV slot is at every instant (they sum to the pool's capacity): the vLLM paper's
 #: Fig. 2 (token states, reservation, internal fragmentation) with external fragmentation split
 #: into the allocator's rounding slack (a buddy block's unused part) and holes between extents
-MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle")
+#: and, last, speculative decoding's slack (slots of drafts being verified or rejected, lookahead
+#: slots: sim/core/speculative.py)
+MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle",
+                     "speculative_slack")
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
@@ -240,6 +243,19 @@ def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:
     130-140). vLLM counts the lookups of requests resumed after a preemption apart; here every
     admission counts, so the two agree on runs without preemptions."""
     return hit_tokens / queried_tokens if queried_tokens else float("nan")
+
+
+def speculative_summary(drafted: int, accepted: int, verified: int) -> dict[str, float]:
+    """Speculative decoding's counts as vLLM's spec-decode metrics put them
+    (``vllm/v1/spec_decode/metrics.py``): the acceptance rate (accepted / drafted tokens), the
+    mean accepted drafts per verification (a decoding request's step with drafts) and the tokens
+    such a step emits, its accepted drafts and one more (the mean acceptance length); NaN before
+    any verification."""
+    nan = float("nan")
+    return {"spec_acceptance_rate": accepted / drafted if drafted else nan,
+            "spec_accepted_per_step": accepted / verified if verified else nan,
+            "spec_tokens_per_step": 1 + accepted / verified if verified else nan,
+            "spec_draft_tokens": drafted, "spec_accepted_tokens": accepted}
 
 
 def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions: int, *, duration_s: float,

@@ -19,7 +19,7 @@ import pandas as pd
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import replay
 from pagesim.sim.core import state as core_state
-from pagesim.sim.core.build import Limits, Pool, build, limits_for, pool_for
+from pagesim.sim.core.build import Limits, Pool, build, draft_cost, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
                                      swap_block_tokens)
@@ -28,7 +28,7 @@ from pagesim.sim.executor import is_external
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
-                                 request_frame, summarize)
+                                 request_frame, speculative_summary, summarize)
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
@@ -158,8 +158,20 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
             kernel_block_tokens=cfg.kernel_block_tokens)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
-    s = build(cfg, pool, limits, table, cost, external=external)
+    if cfg.num_speculative_tokens:
+        check_speculative_run(table, external)
+    s = build(cfg, pool, limits, table, cost, external=external, draft_cost=draft_cost(cfg, model))
     return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
+
+
+def check_speculative_run(table: RequestTable, external: bool) -> None:
+    """What speculative decoding is not modelled with (sim/core/speculative.py), in one line."""
+    if external:
+        raise ConfigError("--num-speculative-tokens is not run on the GPU (its executor verifies no drafts); "
+                          "drop it with validate")
+    if table.size and int(table.width.max()) > 1:
+        raise ConfigError("--num-speculative-tokens with the trace's n / beam_width > 1 (parallel sampling, beam "
+                          "search) is not modelled; drop one of them")
 
 
 def initial_state(cfg: SimConfig, trace: pd.DataFrame, executor=None) -> core_state.Core:
@@ -222,4 +234,8 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())
+    if cfg.num_speculative_tokens:
+        c = s.count
+        summary.update(speculative_summary(int(c[core_state.SPEC_DRAFTED]), int(c[core_state.SPEC_ACCEPTED]),
+                                           int(c[core_state.SPEC_VERIFIED])))
     return summary

@@ -87,7 +87,7 @@ def run(s: state.Core) -> state.Core:
                 sleeping.clear()
                 clock[state.IDLE_S] += env.now - idle_from
                 continue
-            dt = step_time(s, decode_context_sum)
+            dt = step_time(s, decode_context_sum, family)
             if s.config[state.KEEP_ROWS] and c[state.NUM_ROWS] == len(s.row_floats):
                 grow_step_table()
             record(s, env.now, dt, family)

@@ -119,6 +119,9 @@ def _recompute_only(scheduler: str, why: str) -> Refusal:
 
 
 ITERATION_MANAGERS = ("contiguous", "paged", "vattention")
+#: vllm-v1's speculative decoding (sim/core/speculative.py): K, then what applies once K > 0
+SPECULATIVE_SETTINGS = ("num_speculative_tokens", "speculative_method", "spec_acceptance_rate",
+                        "spec_acceptance_rates", "draft_model")
 
 SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
     Scheduler("static", state.STATIC, "static.py", "FasterTransformer's request-level batching",
@@ -129,7 +132,8 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
     Scheduler("vllm", state.CONTINUOUS, "scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)", ITERATION_MANAGERS,
               settings=("chunked_prefill",)),
     Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
-              ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy"), refuses=(
+              ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy",
+                                     *SPECULATIVE_SETTINGS), refuses=(
                   _recompute_only("vllm-v1", "preempts by recompute only (vLLM v1 has no swap preemption)"),
                   Refusal(lambda c: c.waiting_served_ratio is not None,
                           "waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1"),
@@ -172,6 +176,8 @@ CONDITIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "swap_gib": (lambda c: SCHEDULERS[c.scheduler].swaps, "the vllm and orca schedulers"),
     "chunk_budget": (lambda c: (c.chunked_prefill and "chunked_prefill" in SCHEDULERS[c.scheduler].settings)
                      or c.scheduler == "sglang", "--chunked-prefill with the vllm or orca scheduler, or sglang"),
+    **{name: (lambda c: c.scheduler == "vllm-v1" and c.num_speculative_tokens > 0,
+              "--num-speculative-tokens > 0 with vllm-v1") for name in SPECULATIVE_SETTINGS[1:]},
 }
 
 

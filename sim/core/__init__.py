@@ -18,6 +18,8 @@ same CPython functions otherwise (``sim/core/jit.py``).
     scheduler_orca.py   what the contiguous manager changes in it (Orca)
     scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)
     scheduler_sglang.py SGLang's: prefill-first adder, retraction (--system sglang)
+    speculative.py  vLLM v1's speculative decoding: drafts per decode, lookahead slots, acceptance,
+                    the speculative slack (--num-speculative-tokens)
     static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost.roofline's model calls it
                     too), and the scale of any model's GPU time (sim.cost.models.ScaledCostModel's)

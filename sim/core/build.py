@@ -22,6 +22,7 @@ from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
+from pagesim.sim.specs.presets import get_model
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
@@ -113,12 +114,14 @@ RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": 
 PLACEMENTS = {"buddy": state.BUDDY, "first-fit": state.FIRST_FIT, "best-fit": state.BEST_FIT}
 
 
-def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False) -> state.Core:
+def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool = False,
+          draft_cost: float = 0.0) -> state.Core:
     """The state of a run of ``table`` (:class:`sim.requests.RequestTable`, whose columns the
     core writes in place) before its first event. ``cost``: (``state.ROOFLINE``/``CALIBRATED``/
     ``TABLE``, scaled, constants, data) from ``sim.cost.models.core_cost``; ``external``: an
     executor outside the core times the steps (the GPU mode), which then records each step's
-    block copies and swaps."""
+    block copies and swaps; ``draft_cost``: speculative decoding's drafter price per step, as a
+    fraction of a decode step (``sim.core.speculative.draft_cost``)."""
     t = table
     n = t.size
     paged = pool.has_blocks
@@ -163,6 +166,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     # a sequence holds at most its request's final length, and no request longer than
     # max_seq_len is admitted: the table is as wide as the trace's longest request needs
     longest = int((t.prompt + t.output).max()) if n else 1
+    # speculative decoding: the drafts and lookahead slots past the final length (speculative.py)
+    longest += int(cfg.num_speculative_tokens) * (1 if cfg.speculative_method == "ngram" else 2)
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
     i64 = np.int64
     shared = prefix_caching or max_width > 1
@@ -204,7 +209,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
-            external, num_blocks, num_slots * blocks_per_seq), **radix)
+            external, num_blocks, num_slots * blocks_per_seq), **radix,
+        **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
     memory.check_family(s.config)
     return s
@@ -239,6 +245,46 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     request = np.zeros((max(n, 1), state.RADIX_REQUEST_COLUMNS), i64)
     request[:, state.LOCKED_NODE] = -1
     return dict(radix_nodes=nodes, radix_request=request)
+
+
+def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost: float) -> dict:
+    """Speculative decoding (``--num-speculative-tokens``, vllm-v1; sim/core/speculative.py): K,
+    the lookahead slots and input slots its method takes (vLLM 0.33.0 config/vllm.py:625-652,
+    config/speculative.py:2057-2098), the drafter's price, each request's high-water mark and
+    drafts (one row without it), and the acceptance rate of each draft position."""
+    k = int(cfg.num_speculative_tokens)
+    if k:
+        config[state.SPEC_TOKENS] = k
+        config[state.SPEC_LOOKAHEAD] = k if cfg.speculative_method != "ngram" else 0
+        config[state.SPEC_DRAFT_SLOTS] = 1 if cfg.speculative_method == "draft-model" else 0
+        clock[state.SPEC_DRAFT_COST] = draft_cost
+    rates = acceptance_rates(cfg)
+    return dict(speculative=np.zeros((max(n, 1) if k else 1, state.SPEC_COLUMNS), np.int64),
+                spec_acceptance=np.array(rates if k else [0.0], np.float64))
+
+
+def draft_cost(cfg, model) -> float:
+    """The drafter's price per step as a fraction of a decode step of the same requests (the
+    loop's ``draft_time``): K autoregressive passes, each costing the draft's share of the
+    target's work. n-gram: 0 (its proposer matches on the CPU, not priced here); EAGLE and MTP:
+    one decoder layer of the target's shape, 1 / its layers (the EAGLE head and an MTP module
+    are one layer each; their LM head is not counted); a draft model: its weights over the
+    target's (a decode step reads the weights once: small batches are bound by those reads)."""
+    k = int(cfg.num_speculative_tokens)
+    if not k or cfg.speculative_method == "ngram":
+        return 0.0
+    if cfg.speculative_method == "draft-model":
+        return k * get_model(cfg.draft_model).weight_bytes / model.weight_bytes
+    return k / model.num_layers
+
+
+def acceptance_rates(cfg) -> list[float]:
+    """The chance that each draft position is accepted once those before it were:
+    ``--spec-acceptance-rates`` (one per position), else ``--spec-acceptance-rate`` at every one."""
+    k = int(cfg.num_speculative_tokens)
+    if cfg.spec_acceptance_rates:
+        return [float(x) for x in cfg.spec_acceptance_rates.split(",")]
+    return [float(cfg.spec_acceptance_rate)] * k
 
 
 def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dict:

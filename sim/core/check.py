@@ -21,7 +21,9 @@ What is recomputed:
   running requests whose locked node lies below it, a request's prefix is its node's depth, and
   the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``,
   and each request's count of the nodes it owns is theirs;
-* the six memory categories sum to the capacity, none negative; time never goes back;
+* speculative decoding's slack: each running request's mark between its computed tokens and its
+  blocks' slots, and the counters its sums;
+* the seven memory categories sum to the capacity, none negative; time never goes back;
 * the waiting head the scheduler skips as blocked does not fit.
 
 A broken invariant raises :class:`AssertionError` naming it (``replay.run`` turns it into an
@@ -46,6 +48,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
@@ -62,6 +65,29 @@ def check(s) -> None:
         check_blocks(s)
     check_categories(s)
     check_blocked_head(s)
+    if s.config[SPEC_TOKENS]:
+        check_speculative(s)
+
+
+def check_speculative(s) -> None:
+    """Speculative decoding (sim/core/speculative.py): each running request's high-water mark
+    lies between its computed tokens and its blocks' slots, nobody else holds one, and the
+    slack counters are the sums over the running requests."""
+    c, bs = s.count, int(s.config[BLOCK_SIZE])
+    slots = demand = 0
+    running = set(s.running[:c[NUM_RUNNING]].tolist())
+    for i in range(len(s.status)):
+        high = int(s.speculative[i, SPEC_HIGH])
+        if i not in running:
+            assert high == 0, f"request {i} is not running but holds a speculative mark"
+            continue
+        held = int(s.num_computed_tokens[i])
+        if high:
+            assert held <= high <= int(s.num_blocks[i]) * bs, \
+                f"request {i}: speculative mark {high} outside [{held}, {int(s.num_blocks[i]) * bs}]"
+            slots += high - held
+            demand += min(high, int(s.final_len[i])) - held
+    assert (c[SPEC_SLOTS], c[SPEC_DEMAND_SLOTS]) == (slots, demand), "speculative slack counters drifted"
 
 
 def ring(entries: np.ndarray, head: int, length: int) -> list[int]:

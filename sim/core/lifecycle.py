@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from pagesim.sim.core import beam, kv_cache, memory, policies
+from pagesim.sim.core import beam, kv_cache, memory, policies, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
@@ -28,6 +28,7 @@ from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DE
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
                                     SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
                                     SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import SPEC_TOKENS
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once
@@ -281,6 +282,7 @@ def complete_step(s, now, family):
         bin_index = 0
         itl_sum = s.clock[ITL_SUM]
         running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
+        speculating = family == V1 and s.config[SPEC_TOKENS] > 0
         for k in range(c[NUM_RUNNING]):
             i = running[k]
             if not in_decode[i]:
@@ -293,6 +295,8 @@ def complete_step(s, now, family):
             s.itl_hist[bin_index] += w
             itl_sum += latency * w
             last_token_s[i] = now
+            if speculating:  # its accepted drafts too (speculative.py)
+                num_generated[i] += speculative.accept(s, i)
             num_generated[i] += 1
             if num_generated[i] >= s.output_tokens[i]:
                 s.step_finished[num_done] = i

@@ -81,6 +81,7 @@ from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCA
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
+from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -94,9 +95,10 @@ GO_ON = -1  # (start_step: the loop goes on)
 
 # once a step: inlined (the module's docstring, "Compiled per family")
 @njit(inline=True)
-def step_time(s, decode_context_sum):
+def step_time(s, decode_context_sum, family):
     """The cost model's price of the iteration just scheduled, by either scheduler (``config[COST_MODEL]``
-    says which model, ``config[COST_SCALED]`` whether its GPU time is scaled). Each prefilling
+    says which model, ``config[COST_SCALED]`` whether its GPU time is scaled), and under vLLM v1's
+    speculative decoding its drafter's (``family``: the loop's). Each prefilling
     sequence's ``n`` new tokens (``step_prefill_tokens``) and its context after them
     (``step_prefill_context``; ``b`` = context - n were cached before) are as the scheduler
     scheduled them: a static batch's padded prefill is n = context = the longest prompt."""
@@ -115,22 +117,50 @@ def step_time(s, decode_context_sum):
         square_sum += n * n
     flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.roofline.prefill_sums)
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
-    num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS]
+    # a decode's query tokens: one, and under speculative decoding its drafts (STEP_SPEC_TOKENS)
+    num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS] + c[STEP_SPEC_TOKENS]
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]
     copied = c[STEP_COPIED_BLOCKS] * s.config[BLOCK_SIZE]  # copy-on-write of shared tails
+    t = price(s, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
+              cached_sum, cross_sum, square_sum, swapped, copied)
+    if family == V1 and s.clock[SPEC_DRAFT_COST] > 0:  # a drafter with a forward pass (speculative.py)
+        t += draft_time(s)
+    return t
+
+
+@njit(inline=True)
+def price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs, flop_sum, cached_sum, cross_sum,
+          square_sum, swapped, copied):
+    """The cost model's price of a batch (``config[COST_MODEL]`` says which model,
+    ``config[COST_SCALED]`` whether its GPU time is scaled)."""
     model = s.config[COST_MODEL]
     if model == CALIBRATED:
-        t = calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
-                                 c[STEP_PREFILL_SEQS], cross_sum, square_sum, swapped, copied)
+        t = calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
+                                 prefill_seqs, cross_sum, square_sum, swapped, copied)
     elif model == TABLE:
-        t = table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum,
-                            c[STEP_PREFILL_SEQS], s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
+        t = table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
+                            prefill_seqs, s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
     else:
-        t = roofline_step_time(s.cost, num_seqs, num_tokens, decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
+        t = roofline_step_time(s.cost, num_seqs, num_tokens, decode_context_sum, prefill_seqs, flop_sum,
                                cached_sum, swapped, copied)
     if s.config[COST_SCALED]:
         t = scaled_step_time(t, s.cost[len(s.cost) - 1], s.cost[OVERHEAD_S], s.cost[PER_SEQ_OVERHEAD_S], num_seqs)
     return t
+
+
+# per step of a speculative run whose drafter has a forward pass: a call (off the other runs' path)
+@njit
+def draft_time(s):
+    """The drafter's price for the step just scheduled (``sim/core/speculative.py``): a decode
+    step of the step's decoding requests, one token each over their contexts, times
+    ``clock[SPEC_DRAFT_COST]`` (its passes per step times its share of the target's work)."""
+    c = s.count
+    seqs = c[STEP_DECODE_SEQS]
+    if seqs == 0:
+        return 0.0
+    zero = np.int64(0)  # np.int64: jit.njit's note on constants
+    return s.clock[SPEC_DRAFT_COST] * price(s, seqs, seqs, seqs, c[STEP_DRAFT_CONTEXT], zero, 0.0, zero, zero, zero,
+                                             zero, zero)
 
 
 # once a step: inlined (the module's docstring, "Compiled per family")
@@ -157,7 +187,7 @@ def record(s, start, dt, family):
         row = s.row_ints
         row[r, ROW_BATCH] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
         row[r, ROW_PREFILL_TOKENS] = c[STEP_PREFILL_TOKENS]
-        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS]
+        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS] + c[STEP_SPEC_TOKENS]  # and the drafts verified
         row[r, ROW_QUEUED] = c[WAITING_LEN] + c[SWAPPED_LEN]
         row[r, ROW_RUNNING] = c[NUM_RUNNING]
         for k in range(MEMORY_CATEGORIES):
@@ -312,7 +342,7 @@ def loop_for(family):
                 return SCHEDULED
             # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
             # and the cost models a second time (jit.njit's note on constants)
-            code = start_step(s, step_time(s, np.int64(decode_context_sum)), family)
+            code = start_step(s, step_time(s, np.int64(decode_context_sum), family), family)
             if code != GO_ON:
                 return code
 

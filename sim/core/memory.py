@@ -14,10 +14,11 @@ against :data:`MANAGERS`."""
 
 from __future__ import annotations
 
-from pagesim.sim.core import extent, kv_cache, radix_cache
+from pagesim.sim.core import extent, kv_cache, radix_cache, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG,
                                     STATIC, V1)
+from pagesim.sim.core.state import SPEC_TOKENS
 
 #: the managers each scheduler family runs: what the ``family`` tests below assume
 MANAGERS = {CONTINUOUS: (PAGED, CONTIGUOUS), STATIC: (CONTIGUOUS,), V1: (PAGED,), SGLANG: (RADIX,)}
@@ -75,14 +76,19 @@ def free(s, i, family):
     elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         extent.free(s, i)
     else:
+        if family == V1 and s.config[SPEC_TOKENS]:  # its speculative slack goes with its blocks
+            speculative.clear(s, i)
         kv_cache.free(s, i)
 
 
 @njit(inline=True)
 def memory_categories(s, demand_waiting, out, family):
-    """The six categories into ``out``; returns the blocks in use (paged)."""
+    """The seven categories into ``out``; returns the blocks in use (paged)."""
     if family == SGLANG:
         return radix_cache.memory_categories(s, demand_waiting, out)
     if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         return extent.memory_categories(s, demand_waiting, out)
-    return kv_cache.memory_categories(s, demand_waiting, out)
+    used = kv_cache.memory_categories(s, demand_waiting, out)
+    if family == V1 and s.config[SPEC_TOKENS]:  # the speculative slack, its own
+        speculative.split_categories(s, out)
+    return used

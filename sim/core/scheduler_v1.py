@@ -45,6 +45,10 @@ whole answer gives up and closes the stream, and vLLM aborts the request whereve
 waiting, it leaves the queue; running, it leaves the running list and its blocks are freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
 ago; it counts as rejected, with that reason.
 
+**Speculative decoding** (``--num-speculative-tokens K``): a decode's tokens are its last sampled
+one and its K drafts, each scheduled request takes the method's draft slots of the budget too,
+and blocks grow for the lookahead slots as well (``speculative.py``, with its sources).
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
@@ -60,11 +64,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, policies
+from pagesim.sim.core import kv_cache, policies, prefix_cache, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
-from pagesim.sim.core.state import V1
+from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
+                                    STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -79,6 +84,8 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
+    c[STEP_SPEC_TOKENS] = 0
+    c[STEP_DRAFT_CONTEXT] = 0
     if s.clock[CLIENT_TIMEOUT_S] < np.inf:
         abort_timed_out(s)
     budget, preempted, context_sum = schedule_running(s)
@@ -137,19 +144,28 @@ def schedule_running(s):
     under FCFS it was the last, so the pass ends)."""
     c = s.count
     budget = s.config[MAX_BATCHED_TOKENS]
+    spec = s.config[SPEC_TOKENS]
+    draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
     preempted = False
     context_sum = 0
     k = 0
-    while k < c[NUM_RUNNING] and budget > 0:
+    while k < c[NUM_RUNNING] and budget > draft_slots:
         i = s.running[k]
         todo = s.prompt_target[i] - s.num_prompt_computed[i]
-        n = min(todo, budget) if todo > 0 else 1
-        while not kv_cache.can_grow(s, i, s.num_computed_tokens[i] + n):
+        if todo > 0:
+            n = min(todo, budget - draft_slots)
+        elif spec:  # its last sampled token and its drafts (speculative.py)
+            n = speculative.decode_tokens(s, i, budget)
+        else:
+            n = 1
+        # the tokens its blocks hold after this step's (and the lookahead slots: speculative.py)
+        high = speculative.slots_needed(s, i, n) if spec else s.num_computed_tokens[i] + n
+        while not kv_cache.can_grow(s, i, high):
             preempted = True
             v = policies.victim(s)
             if v < k:  # scheduled already in this step
                 given_back, context = unschedule(s, s.running[v])
-                budget += given_back
+                budget += given_back + draft_slots
                 context_sum -= context
                 k -= 1
             # recompute (swap preemption is refused for vllm-v1)
@@ -157,7 +173,9 @@ def schedule_running(s):
                 break
         if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
             continue
-        kv_cache.grow(s, i, s.num_computed_tokens[i] + n)
+        kv_cache.grow(s, i, high)
+        if spec:
+            speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
             prefill(s, i, n)
         else:
@@ -165,8 +183,11 @@ def schedule_running(s):
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += 1
             kv_cache.compute_tokens(s, i, 1)
-            context_sum += s.num_computed_tokens[i]
-        budget -= n
+            context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
+                s.num_computed_tokens[i]
+        if spec:  # its drafts: the query tokens beyond the first of a decode
+            speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
+        budget -= n + draft_slots
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
@@ -194,7 +215,9 @@ def unschedule(s, i):
         c[STEP_PREFILL_SEQS] -= 1
         c[STEP_PREFILL_TOKENS] -= n
         return n, 0
-    return 1, s.num_computed_tokens[i]  # a decode: its context sum term (schedule_running)
+    drafts = speculative.unscheduled(s, i) if s.config[SPEC_TOKENS] else 0
+    # a decode: its tokens and context sum term (schedule_running)
+    return 1 + drafts, speculative.verify_context(s.num_computed_tokens[i], drafts)
 
 
 @njit(inline=True)
@@ -225,6 +248,18 @@ def first_visible(s, in_flight):
     return -1
 
 
+@njit
+def lookahead_end(s, i, target, budget):
+    """Speculative decoding with lookahead slots: the tokens admitting request ``i`` grows its
+    blocks to hold (kv_cache_manager.py:548-551, after the whole-sequence test :530-546): its
+    prefix-cache hits, its first chunk within ``budget``, and the lookahead slots."""
+    cached = 0
+    if s.config[PREFIX_CACHING]:
+        hits, _ = prefix_cache.count_hits(s, i, target)
+        cached = hits * s.config[BLOCK_SIZE]
+    return min(cached + min(target - cached, budget) + s.config[SPEC_LOOKAHEAD], s.config[MAX_SEQ_LEN])
+
+
 @njit(inline=True)
 def admit_waiting(s, budget):
     """Waiting requests, in the policy's order, while the budget lasts and fewer than
@@ -234,7 +269,8 @@ def admit_waiting(s, budget):
     arrived by the previous scheduling decision (:func:`first_visible`)."""
     c = s.count
     in_flight = c[NUM_RUNNING] > 0
-    while budget > 0 and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
+    draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
+    while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
         p = first_visible(s, in_flight)
         if p < 0:
             break
@@ -247,7 +283,10 @@ def admit_waiting(s, budget):
             reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
-        if blocks_to_admit(s, i, target) + watermark > kv_cache.num_free_blocks(s):
+        need = blocks_to_admit(s, i, target)
+        if s.config[SPEC_LOOKAHEAD]:  # and the first chunk's slots with the lookahead ones
+            need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots)))
+        if need + watermark > kv_cache.num_free_blocks(s):
             c[DEMAND_WAITING] = 1
             break
         take_waiting(s, p)
@@ -256,10 +295,14 @@ def admit_waiting(s, budget):
             cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
         else:
             cached = kv_cache.allocate(s, i, 0, 0)
-        n = min(target - cached, budget)
-        kv_cache.grow(s, i, cached + n)
+        n = min(target - cached, budget - draft_slots)
+        spec = s.config[SPEC_TOKENS]
+        high = speculative.slots_needed(s, i, n) if spec else cached + n  # (and its lookahead slots)
+        kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
         start_running(s, i)
         prefill(s, i, n)
-        budget -= n
+        if spec:
+            speculative.scheduled(s, i, high, 0)
+        budget -= n + draft_slots
     return budget

@@ -81,7 +81,7 @@ PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
-MEMORY_CATEGORIES = 6  # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order
+MEMORY_CATEGORIES = 7  # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order
 
 # Core.config: int64, the policy as data (read only; sim/core/build.py writes it)
 table("config", """
@@ -133,6 +133,12 @@ table("config", """
         (SimConfig.kernel_block_tokens)
     SCHEDULING_POLICY   vLLM's --scheduling-policy (POLICY_FCFS, POLICY_PRIORITY): the waiting
         order and the victim of a preemption (sim/core/policies.py)
+    SPEC_TOKENS         vLLM v1 speculative decoding: the drafts a decoding request verifies per
+        step (num_speculative_tokens; 0: off; sim/core/speculative.py)
+    SPEC_LOOKAHEAD      the slots allocated past a request's scheduled tokens for its drafter
+        (vLLM's num_lookahead_tokens)
+    SPEC_DRAFT_SLOTS    the input slots each scheduled request takes from the budget beyond its
+        tokens (vLLM's max_num_new_slots_for_drafting)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -224,6 +230,15 @@ table("count", """
     RADIX_ACCESS_CLOCK  the access clock: a node's last access is a tick of it
     RADIX_FREE_NODE     the free node list's head
     RADIX_NODES_USED    the nodes ever used (evictions scan these)
+    SPEC_SLOTS          speculative decoding: the running requests' slots past their computed
+        tokens up to their speculative high-water mark (the speculative slack category)
+    SPEC_DEMAND_SLOTS   those of them below their request's final length
+    STEP_SPEC_TOKENS    this iteration's draft tokens verified (query tokens beyond one per decode)
+    STEP_DRAFT_CONTEXT  the contexts' sum of this iteration's decodes that verify drafts (the
+        drafter's attention reads)
+    SPEC_DRAFTED        draft tokens verified so far
+    SPEC_ACCEPTED       of them accepted
+    SPEC_VERIFIED       request-steps that verified drafts
 """, size="NUM_COUNTS")
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
@@ -254,6 +269,8 @@ table("clock", f"""
     LAST_SCHEDULE_S     vLLM v1 under ASYNC_SCHEDULING: when the scheduler last scheduled a step
         (a request arriving after it waits one more step)
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
+    SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
+        decode step of the drafting requests (sim/core/speculative.py)
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
@@ -329,6 +346,12 @@ table("radix_request", """
         no token its prefix hashes name, a walk from the root matches nothing
         (radix_cache.match_prefix)
 """, size="RADIX_REQUEST_COLUMNS")
+# Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
+table("speculative", """
+    SPEC_HIGH           the tokens its blocks were grown to hold when last scheduled: computed,
+        drafts and lookahead slots (0: none held)
+    SPEC_DRAFTS         the drafts it verifies in this step
+""", size="SPEC_COLUMNS")
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
 table("row_floats", """
     ROW_START           when it started
@@ -337,7 +360,7 @@ table("row_floats", """
 table("row_ints", f"""
     ROW_BATCH           its sequences
     ROW_PREFILL_TOKENS  its prefill tokens
-    ROW_DECODE_SEQS     its decoding sequences
+    ROW_DECODE_SEQS     its decode tokens: a token per decoding sequence and the drafts they verify
     ROW_QUEUED          requests waiting or swapped out
     ROW_RUNNING         requests running
     ROW_MEMORY[{MEMORY_CATEGORIES}]       the memory categories at its start
@@ -404,7 +427,7 @@ class Core(NamedTuple):
     step_prefill_ids: np.ndarray
     step_prefill_tokens: np.ndarray
     step_finished: np.ndarray
-    step_memory: np.ndarray  # the six memory categories at the step's start
+    step_memory: np.ndarray  # the memory categories at the step's start
     # inter-token latency histogram (its edges: sim.core.build.ITL_EDGES)
     itl_edges: np.ndarray
     itl_hist: np.ndarray
@@ -460,3 +483,8 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
+    # speculative decoding (sim/core/speculative.py; one row elsewhere): the chance that draft
+    # position j is accepted once those before it were, and per request its speculative
+    # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
+    spec_acceptance: np.ndarray
+    speculative: np.ndarray

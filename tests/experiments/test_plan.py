@@ -305,6 +305,6 @@ def test_a_what_if_is_tried_where_the_system_takes_it():
     assert labels["orca-max"] == ["baseline", "max_num_seqs=64", "max_num_seqs=128", "reservation=pow2",
                                   "reservation=oracle", "chunked_prefill", "preemption=swap"]
     assert labels["static"] == ["baseline", "max_num_seqs=64", "max_num_seqs=128"]  # never preempts
-    # vLLM v1 and SGLang always chunk and preempt by recompute only
-    assert labels["vllm-v1"] == labels["sglang"] == ["baseline", "block_size=8", "block_size=32", "max_num_seqs=64",
-                                                     "max_num_seqs=128"]
+    # vLLM v1 and SGLang always chunk and preempt by recompute only; vLLM v1 alone speculates
+    assert labels["sglang"] == ["baseline", "block_size=8", "block_size=32", "max_num_seqs=64", "max_num_seqs=128"]
+    assert labels["vllm-v1"] == labels["sglang"] + ["num_speculative_tokens=3"]

@@ -31,6 +31,7 @@ def same(a, b) -> bool:
     ("orca-pow2", {}, dict(seed=6)),
     ("static", {}, dict(seed=7, n=60)),
     ("sglang", {}, dict(seed=8, prefix=True)),
+    ("vllm-v1", {"num_speculative_tokens": 3, "speculative_method": "eagle"}, dict(seed=9, rate=300.0)),
 ])
 def test_one_replica_is_a_single_run(system, settings, trace):
     """With one replica every router hands every request to it at its arrival, and the event
