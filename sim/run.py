@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -32,6 +32,7 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
+from pagesim.sim.specs.kv_groups import kv_cache_groups
 from pagesim.sim.terminal import bar_columns
 
 
@@ -117,10 +118,29 @@ def resolve_budget(cfg: SimConfig):
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
             f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
+    groups = hybrid_groups(cfg, model)
+    if groups is not None:  # a slot of the pool is one token of one group's layers
+        per_slot = groups.layers_per_group * model.kv_bytes_per_layer_token(cfg.tensor_parallel)
+        budget = replace(budget, capacity_tokens=int(budget.kv_bytes // per_slot), kv_bytes_per_token=per_slot,
+                         how=f"{budget.how}; vLLM v1 groups: {groups.words()}")
     cfg.check_batched_tokens(model.max_seq_len)
     cfg.check_token_pairs(model.max_seq_len, budget.capacity_tokens)
     check_pool(cfg, model, budget.capacity_tokens, budget.how)
     return model, gpu, budget
+
+
+def hybrid_groups(cfg: SimConfig, model):
+    """vLLM v1's KV cache groups for ``model`` when some slide (``sim.specs.kv_groups``), else
+    None: one group, every layer sized as full attention (vLLM v0 always: it has no groups)."""
+    if cfg.scheduler != "vllm-v1":
+        return None
+    groups = kv_cache_groups(model)
+    if not groups.hybrid:
+        return None
+    if cfg.prefix_caching:
+        raise ConfigError(f"{model.name}: prefix caching over sliding-window KV cache groups is not modelled yet; "
+                          "add --no-prefix-caching (or run --system vllm: full-attention sizing)")
+    return groups
 
 
 class Prepared(NamedTuple):
@@ -142,7 +162,7 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     a configuration that cannot run, TraceError for a request that cannot be one. ``cost_model``:
     a built cost model instead of the configuration's (a fit prices its candidates so)."""
     model, gpu, budget = resolve_budget(cfg)
-    pool = pool_for(cfg, budget.capacity_tokens, model)
+    pool = pool_for(cfg, budget.capacity_tokens, model, hybrid_groups(cfg, model))
     limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
     table = RequestTable(trace)
     if cfg.scheduling_policy != "priority" and table.priority.any():

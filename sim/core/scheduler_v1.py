@@ -65,6 +65,7 @@ from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
 from pagesim.sim.core.state import V1
+from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -144,6 +145,9 @@ def schedule_running(s):
         i = s.running[k]
         todo = s.prompt_target[i] - s.num_prompt_computed[i]
         n = min(todo, budget) if todo > 0 else 1
+        if s.config[SLIDING_GROUPS]:  # allocate_slots frees what left the window first (kv_cache_manager.py:557-567)
+            kv_cache.remove_skipped(s, i, kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING]))
+            s.window[i, WINDOW_IN_FLIGHT] = n
         while not kv_cache.can_grow(s, i, s.num_computed_tokens[i] + n):
             preempted = True
             v = policies.victim(s)
@@ -170,6 +174,8 @@ def schedule_running(s):
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
+        if s.config[SLIDING_GROUPS]:  # nothing of it in flight
+            s.window[i, WINDOW_IN_FLIGHT] = 0
         if s.in_decode[i]:
             s.in_decode[i] = 0
             c[DECODE_SET_SIZE] -= 1
@@ -205,7 +211,7 @@ def blocks_to_admit(s, i, num_tokens):
     (single_type_kv_cache_manager.py:214-266)."""
     if s.config[PREFIX_CACHING]:
         return kv_cache.blocks_to_allocate(s, i, num_tokens)
-    return kv_cache.blocks_for(s, num_tokens)
+    return kv_cache.blocks_for_sequence(s, num_tokens)
 
 
 @njit(inline=True)
@@ -243,7 +249,7 @@ def admit_waiting(s, budget):
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
             reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
             continue
-        if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
+        if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
             reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
@@ -259,6 +265,8 @@ def admit_waiting(s, budget):
         n = min(target - cached, budget)
         kv_cache.grow(s, i, cached + n)
         s.num_prompt_computed[i] = cached
+        if s.config[SLIDING_GROUPS]:
+            s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
         budget -= n

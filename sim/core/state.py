@@ -133,6 +133,14 @@ table("config", """
         (SimConfig.kernel_block_tokens)
     SCHEDULING_POLICY   vLLM's --scheduling-policy (POLICY_FCFS, POLICY_PRIORITY): the waiting
         order and the victim of a preemption (sim/core/policies.py)
+    FULL_GROUPS         vLLM v1's full-attention KV cache groups beside SLIDING_GROUPS
+        (sim/specs/kv_groups.py; both 0: one group, the plain pool). Each group has its own
+        block table: columns [g * M, (g + 1) * M) of Core.block_table, M its width / groups,
+        the full groups first
+    SLIDING_GROUPS      the sliding-window groups, which free the blocks out of their window
+        (kv_cache.remove_skipped)
+    SLIDING_WINDOW      their window, in tokens
+    WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -224,6 +232,9 @@ table("count", """
     RADIX_ACCESS_CLOCK  the access clock: a node's last access is a tick of it
     RADIX_FREE_NODE     the free node list's head
     RADIX_NODES_USED    the nodes ever used (evictions scan these)
+    SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
+        over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
+        it kept every block; kv_cache.memory_categories)
 """, size="NUM_COUNTS")
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
@@ -254,6 +265,7 @@ table("clock", f"""
     LAST_SCHEDULE_S     vLLM v1 under ASYNC_SCHEDULING: when the scheduler last scheduled a step
         (a request arriving after it waits one more step)
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
+    SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
@@ -292,6 +304,13 @@ table("extent", """
     EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
     EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
 """, size="EXTENT_COLUMNS")
+# Core.window: per request, its sliding-window groups' state (SLIDING_GROUPS; one row elsewhere)
+table("window", """
+    WINDOW_SKIPPED      the leading blocks each sliding-window group freed (null in its table)
+    WINDOW_IN_FLIGHT    the tokens it was scheduled in the last step: under async scheduling they
+        are not processed yet when the next step is scheduled, and blocks are freed on the
+        processed tokens (kv_cache_manager.py:557-567)
+""", size="WINDOW_COLUMNS")
 # Core.buddy_orders: per order of the buddy placement
 table("buddy_orders", """
     ORDER_ROW           its first word of Core.buddy_bits
@@ -460,3 +479,5 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
+    # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
+    window: np.ndarray
