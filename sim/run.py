@@ -242,4 +242,28 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())
+    if pool.groups is not None:
+        summary["kv_groups"] = group_split(s, pool.groups, records)
     return summary
+
+
+def group_split(s, groups, records: StepRecords) -> dict:
+    """The token states, reservation and internal fragmentation of the full-attention and the
+    sliding-window groups (each kind's groups together), as shares of the pool like the summary's
+    ``mem_*`` (their sums). Per group, the reservation and fragmentation are the same (a block
+    a sliding group freed was full and computed); its token states lack what it freed
+    (``clock[SKIPPED_SUM]``); the full groups keep every token."""
+    total = (records.busy_s + records.idle_s) * records.capacity
+    n, g_full, g_sliding = groups.num_groups, groups.full_groups, groups.sliding_groups
+    tokens, reservation, fragmentation = (float(v) for v in records.mem_weighted[:3])
+    skipped = float(s.clock[core_state.SKIPPED_SUM])
+    per_group_tokens = (tokens + g_sliding * skipped) / n  # a full group's
+    shares = {"full": (g_full, g_full * per_group_tokens), "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped))}
+    out = {}
+    for kind, (count, kind_tokens) in shares.items():
+        out[kind] = {"groups": count, "token_states": kind_tokens / total if total > 0 else 0.0,
+                     "reservation": count / n * reservation / total if total > 0 else 0.0,
+                     "internal_frag": count / n * fragmentation / total if total > 0 else 0.0}
+    out["sliding"]["window"] = groups.window
+    out["layers_per_group"] = groups.layers_per_group
+    return out
