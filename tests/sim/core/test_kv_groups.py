@@ -9,7 +9,8 @@ import dataclasses
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import state
+from pagesim.sim.core import kv_cache, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 from pagesim.sim.specs import presets
@@ -140,3 +141,19 @@ def test_categories_per_group_and_summed_in_the_summary():
 def test_prefix_caching_over_sliding_groups_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="--no-prefix-caching"):
         run_simulation(v1(64, prefix_caching=True), trace((0, 10, 6)))
+
+
+def test_a_request_needs_its_blocks_in_every_group_and_a_sliding_one_at_most_its_cap():
+    """16 blocks of 4 (64 slots), 2 groups. Growing a request from 0 to 8 tokens lacks 2 blocks
+    in each group: 4 (kv_cache_coordinator.py:199-262 sums the groups), so 3 free blocks are too
+    few and 4 enough. Admitting a whole sequence of 32 tokens: 8 full-attention blocks and
+    min(8, cap) sliding ones, cap = cdiv(min(6 - 1 + 16, 32), 4) + 1 = 7: 15 blocks."""
+    s = initial_state(v1(64), trace((0, 8, 1)))
+    can_grow, blocks_for_sequence = interpreted(kv_cache.can_grow), interpreted(kv_cache.blocks_for_sequence)
+    s.count[state.NUM_FREE_BLOCK_IDS] = 3
+    assert not can_grow(s, 0, 8)
+    s.count[state.NUM_FREE_BLOCK_IDS] = 4
+    assert can_grow(s, 0, 8)
+    assert s.config[state.WINDOW_CAP_BLOCKS] == 7
+    assert blocks_for_sequence(s, 32) == 8 + 7
+    assert blocks_for_sequence(s, 12) == 3 + 3
