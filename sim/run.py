@@ -138,8 +138,8 @@ def hybrid_groups(cfg: SimConfig, model):
     if not groups.hybrid:
         return None
     if cfg.prefix_caching:
-        raise ConfigError(f"{model.name}: prefix caching over sliding-window KV cache groups is not modelled yet; "
-                          "add --no-prefix-caching (or run --system vllm: full-attention sizing)")
+        raise ConfigError(f"{model.name}: prefix caching over sliding-window KV cache groups is not modelled; "
+                          "add --no-prefix-caching")
     return groups
 
 
