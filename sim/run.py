@@ -258,7 +258,8 @@ def group_split(s, groups, records: StepRecords) -> dict:
     tokens, reservation, fragmentation = (float(v) for v in records.mem_weighted[:3])
     skipped = float(s.clock[core_state.SKIPPED_SUM])
     per_group_tokens = (tokens + g_sliding * skipped) / n  # a full group's
-    shares = {"full": (g_full, g_full * per_group_tokens), "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped))}
+    shares = {"full": (g_full, g_full * per_group_tokens),
+              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped))}
     out = {}
     for kind, (count, kind_tokens) in shares.items():
         out[kind] = {"groups": count, "token_states": kind_tokens / total if total > 0 else 0.0,

@@ -45,6 +45,12 @@ whole answer gives up and closes the stream, and vLLM aborts the request whereve
 waiting, it leaves the queue; running, it leaves the running list and its blocks are freed). Here each step first aborts every waiting or running request sent ``S`` or more seconds
 ago; it counts as rejected, with that reason.
 
+**KV cache groups** (a model with sliding-window layers: ``sim/specs/kv_groups.py``): each
+request's blocks are taken in every group, and each time it is scheduled its sliding-window
+groups first free the blocks its window has left (``kv_cache.remove_skipped``, as
+``allocate_slots`` does, kv_cache_manager.py:557-567); a waiting request's sequence counts in a
+sliding group at most the group's admission cap. Prefix caching over such groups is refused.
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
@@ -249,7 +255,8 @@ def admit_waiting(s, budget):
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
             reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
             continue
-        if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
+        if (s.final_len[i] > s.config[MAX_SEQ_LEN]
+                or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
             reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
