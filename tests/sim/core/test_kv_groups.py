@@ -12,7 +12,8 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import kv_cache, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import initial_state, run_simulation
+from pagesim.sim.core.build import set_groups
+from pagesim.sim.run import initial_state, prepare, run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import KVCacheGroups, kv_cache_groups, window_cap_blocks
 from pagesim.sim.specs.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec, interleaved_sliding
@@ -157,3 +158,12 @@ def test_a_request_needs_its_blocks_in_every_group_and_a_sliding_one_at_most_its
     assert s.config[state.WINDOW_CAP_BLOCKS] == 7
     assert blocks_for_sequence(s, 32) == 8 + 7
     assert blocks_for_sequence(s, 12) == 3 + 3
+
+
+def test_the_gpu_mode_refuses_sliding_window_groups_in_one_line():
+    """An executor outside the core would read one block table per sequence: refused."""
+    run = prepare(v1(64), trace((0, 4, 1)))
+    config = run.state.config.copy()
+    with pytest.raises(ConfigError, match="not modelled in the GPU mode"):
+        set_groups(config, run.pool, run.limits, v1(64), external=True)
+    assert set_groups(config, run.pool, run.limits, v1(64), external=False) == 2
