@@ -180,7 +180,8 @@ def print_summary(s: dict, f, options) -> None:
         ("peak concurrent requests", s["max_concurrent_requests"]),
         ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
         ("KV capacity", f"{s['kv_capacity_tokens']} tokens"
-                        + (f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else "")),
+                        + (f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else "")
+                        + (" (slots: a token of one group)" if "kv_groups" in s else "")),
     ]
     for level in s.get("by_priority", []):  # the trace's priority levels (sim.metrics.priority_classes)
         rows.append((f"priority {level['priority']}: TTFT / E2EL",
@@ -194,6 +195,11 @@ def print_summary(s: dict, f, options) -> None:
                                                    f"{s['spec_accepted_per_step']:.2f} "
                                                    f"({s['spec_tokens_per_step']:.2f} tokens per step)"))
     rows += [(f"KV {name}", f"{100 * s[key]:.1f} %") for name, key in mem]
+    for kind, split in s.get("kv_groups", {}).items():  # vllm-v1's KV cache groups (sim/run.py group_split)
+        if isinstance(split, dict) and split["groups"]:
+            rows.append((f"KV {kind} groups", f"{split['groups']}: token states {100 * split['token_states']:.1f} %, "
+                         f"reservation {100 * split['reservation']:.1f} %, "
+                         f"internal frag {100 * split['internal_frag']:.1f} %"))
     if "cost_model" in s:
         rows.append(("cost model", describe_band(s, s["gpu"])))
     if "replicas" in s:  # a cluster (sim/cluster.py)

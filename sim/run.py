@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -32,6 +32,7 @@ from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOption
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
+from pagesim.sim.specs.kv_groups import kv_cache_groups
 from pagesim.sim.terminal import bar_columns
 
 
@@ -117,10 +118,32 @@ def resolve_budget(cfg: SimConfig):
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
             f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
+    groups = hybrid_groups(cfg, model)
+    if groups is not None:  # a slot of the pool is one token of one group's layers
+        per_slot = groups.layers_per_group * model.kv_bytes_per_layer_token(cfg.tensor_parallel)
+        budget = replace(budget, capacity_tokens=int(budget.kv_bytes // per_slot), kv_bytes_per_token=per_slot,
+                         how=f"{budget.how}; vLLM v1 groups: {groups.words()}")
     cfg.check_batched_tokens(model.max_seq_len)
     cfg.check_token_pairs(model.max_seq_len, budget.capacity_tokens)
     check_pool(cfg, model, budget.capacity_tokens, budget.how)
     return model, gpu, budget
+
+
+def hybrid_groups(cfg: SimConfig, model):
+    """vLLM v1's KV cache groups for ``model`` when some slide (``sim.specs.kv_groups``), else
+    None: one group, every layer sized as full attention (vLLM v0 always: it has no groups)."""
+    if cfg.scheduler != "vllm-v1":
+        return None
+    groups = kv_cache_groups(model)
+    if not groups.hybrid:
+        return None
+    if cfg.prefix_caching:
+        raise ConfigError(f"{model.name}: prefix caching over sliding-window KV cache groups is not modelled; "
+                          "add --no-prefix-caching")
+    if cfg.num_speculative_tokens:  # the window's freeing against the drafts' slots: not worked out
+        raise ConfigError(f"{model.name}: speculative decoding over sliding-window KV cache groups is not "
+                          "modelled; drop --num-speculative-tokens")
+    return groups
 
 
 class Prepared(NamedTuple):
@@ -142,7 +165,7 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     a configuration that cannot run, TraceError for a request that cannot be one. ``cost_model``:
     a built cost model instead of the configuration's (a fit prices its candidates so)."""
     model, gpu, budget = resolve_budget(cfg)
-    pool = pool_for(cfg, budget.capacity_tokens, model)
+    pool = pool_for(cfg, budget.capacity_tokens, model, hybrid_groups(cfg, model))
     limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
     table = RequestTable(trace)
     if cfg.scheduling_policy != "priority" and table.priority.any():
@@ -238,4 +261,29 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         c = s.count
         summary.update(speculative_summary(int(c[core_state.SPEC_DRAFTED]), int(c[core_state.SPEC_ACCEPTED]),
                                            int(c[core_state.SPEC_VERIFIED])))
+    if pool.groups is not None:
+        summary["kv_groups"] = group_split(s, pool.groups, records)
     return summary
+
+
+def group_split(s, groups, records: StepRecords) -> dict:
+    """The token states, reservation and internal fragmentation of the full-attention and the
+    sliding-window groups (each kind's groups together), as shares of the pool like the summary's
+    ``mem_*`` (their sums). Per group, the reservation and fragmentation are the same (a block
+    a sliding group freed was full and computed); its token states lack what it freed
+    (``clock[SKIPPED_SUM]``); the full groups keep every token."""
+    total = (records.busy_s + records.idle_s) * records.capacity
+    n, g_full, g_sliding = groups.num_groups, groups.full_groups, groups.sliding_groups
+    tokens, reservation, fragmentation = (float(v) for v in records.mem_weighted[:3])
+    skipped = float(s.clock[core_state.SKIPPED_SUM])
+    per_group_tokens = (tokens + g_sliding * skipped) / n  # a full group's
+    shares = {"full": (g_full, g_full * per_group_tokens),
+              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped))}
+    out = {}
+    for kind, (count, kind_tokens) in shares.items():
+        out[kind] = {"groups": count, "token_states": kind_tokens / total if total > 0 else 0.0,
+                     "reservation": count / n * reservation / total if total > 0 else 0.0,
+                     "internal_frag": count / n * fragmentation / total if total > 0 else 0.0}
+    out["sliding"]["window"] = groups.window
+    out["layers_per_group"] = groups.layers_per_group
+    return out

@@ -104,6 +104,8 @@ CASES = [
     # --- settings that do nothing for the system (sim/systems.py; each checked in tests/sim/test_settings_apply.py)
     (sim("--system", "orca-max", "--block-size", "32"), "--block-size does nothing for system 'orca-max'"),
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100"),
+     "prefix caching over sliding-window KV cache groups is not modelled; add --no-prefix-caching"),
     (sim("--system", "vllm-v1", "--swap-gib", "8"), "--swap-gib does nothing .* it applies to the vllm and orca "
                                                      "schedulers"),
     # --- --config TOML files

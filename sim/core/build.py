@@ -23,6 +23,7 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs.presets import get_model
+from pagesim.sim.specs.kv_groups import window_cap_blocks
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
@@ -44,6 +45,7 @@ class Pool(NamedTuple):
     watermark_blocks: int = 0
     largest_extent: int = 0  # contiguous: the largest extent an empty pool can place
     num_slots: int = 0  # static: B slots of max_seq_len
+    groups: object = None  # vllm-v1: the KV cache groups when some slides (sim.specs.kv_groups), else None
 
     @property
     def has_blocks(self) -> bool:
@@ -56,9 +58,11 @@ class Pool(NamedTuple):
         return self.kind == "paged"
 
 
-def pool_for(cfg, capacity_tokens: int, model) -> Pool:
+def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
     """How ``cfg``'s manager divides ``capacity_tokens`` slots; ConfigError when one
-    ``max_seq_len`` request cannot fit."""
+    ``max_seq_len`` request cannot fit. ``groups``: vLLM v1's KV cache groups when some slide
+    (``sim.specs.kv_groups``): a slot is then one token of one group's layers, and every group
+    takes its blocks from the pool."""
     capacity, max_seq_len = int(capacity_tokens), int(model.max_seq_len)
     if capacity < max_seq_len:
         raise ConfigError(f"KV pool of {capacity} slots is smaller than one max_seq_len={max_seq_len} "
@@ -88,8 +92,11 @@ def pool_for(cfg, capacity_tokens: int, model) -> Pool:
         raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "
                           f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * block_size} "
                           "or a larger pool (kv_gib)")
+    if groups is not None and num_blocks < groups.full_groups * -(-max_seq_len // block_size):
+        raise ConfigError(f"KV pool of {num_blocks} blocks cannot hold one max_seq_len={max_seq_len} request in its "
+                          f"{groups.full_groups} full-attention groups; use a smaller max_seq_len or a larger pool")
     return Pool("paged" if cfg.manager == "paged" else "vattention", capacity, max_seq_len, block_size, num_blocks,
-                capacity - num_blocks * block_size, int(cfg.watermark * num_blocks))
+                capacity - num_blocks * block_size, int(cfg.watermark * num_blocks), groups=groups)
 
 
 class Limits(NamedTuple):
@@ -169,6 +176,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     # speculative decoding: the drafts and lookahead slots past the final length (speculative.py)
     longest += int(cfg.num_speculative_tokens) * (1 if cfg.speculative_method == "ngram" else 2)
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
+    table_groups = set_groups(config, pool, limits, cfg, external)
     i64 = np.int64
     shared = prefix_caching or max_width > 1
     caching = prefix_caching_arrays(num_blocks, t, prefix_caching, shared, radix=sglang)
@@ -200,7 +208,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
         running_group=np.zeros(max(n, 1), np.int8),
         free_block_ids=np.arange(num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
-        block_table=np.zeros((num_slots, blocks_per_seq), np.int32),
+        block_table=np.zeros((num_slots, table_groups * blocks_per_seq), np.int32),
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(state.MEMORY_CATEGORIES, i64),
         itl_edges=ITL_EDGES, itl_hist=np.zeros(len(ITL_EDGES) + 1, i64),
@@ -210,10 +218,27 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
-        **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost))
+        **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
+        window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
     memory.check_family(s.config)
     return s
+
+
+def set_groups(config, pool: Pool, limits: Limits, cfg, external: bool) -> int:
+    """vLLM v1's KV cache groups into ``config`` when some slide (``Pool.groups``); returns the
+    block tables per running sequence (1: the plain pool)."""
+    groups = pool.groups
+    if groups is None:
+        return 1
+    if external:
+        raise ConfigError("sliding-window KV cache groups are not modelled in the GPU mode; run the simulator")
+    in_flight = (2 if config[state.ASYNC_SCHEDULING] else 1) * limits.max_batched_tokens  # config/vllm.py:588-609
+    config[state.FULL_GROUPS] = groups.full_groups
+    config[state.SLIDING_GROUPS] = groups.sliding_groups
+    config[state.SLIDING_WINDOW] = groups.window
+    config[state.WINDOW_CAP_BLOCKS] = window_cap_blocks(groups.window, pool.block_size, in_flight, pool.max_seq_len)
+    return groups.num_groups
 
 
 #: SGLang's new_token_ratio constants (environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,

@@ -36,6 +36,7 @@ import numpy as np
 
 from pagesim.sim.core import kv_cache, memory
 from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
                                     BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
                                     DEMAND_SLOTS, DEMAND_WAITING, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START,
@@ -122,6 +123,9 @@ def check_queues(s) -> None:
 
 def check_blocks(s) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
+    if s.config[SLIDING_GROUPS]:
+        check_groups(s)
+        return
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
     for i in s.running[:c[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
@@ -161,6 +165,60 @@ def check_blocks(s) -> None:
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
     assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
     assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
+
+
+def group_categories(s) -> np.ndarray:
+    """Each KV cache group's token states, reservation and internal fragmentation (rows: the
+    groups, full first), recomputed from its block table: a held block at index k holds
+    ``min(max(L - k * block_size, 0), block_size)`` tokens; they sum to its held slots."""
+    bs, full = int(s.config[BLOCK_SIZE]), int(s.config[FULL_GROUPS])
+    groups = full + int(s.config[SLIDING_GROUPS])
+    width = s.block_table.shape[1] // groups
+    out = np.zeros((groups, 3), np.int64)
+    for i in s.running[:s.count[NUM_RUNNING]].tolist():
+        n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
+        slot, skipped = int(s.seq_slot[i, 0]), int(s.window[i, WINDOW_SKIPPED])
+        for g in range(groups):
+            row = s.block_table[slot, g * width:g * width + n]
+            k = np.flatnonzero(row >= 0)
+            tokens, demand = np.clip(L - k * bs, 0, bs).sum(), np.clip(F - k * bs, 0, bs).sum()
+            out[g] += (tokens, demand - tokens, len(k) * bs - demand)
+    return out
+
+
+def check_groups(s) -> None:
+    """vLLM v1's KV cache groups: each group's table holds its blocks, a sliding group's first
+    ``WINDOW_SKIPPED`` null and no more than its window has left; every block is held once or
+    free; the counters are their sums; each group's categories sum to its held slots."""
+    c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
+    full, window = int(s.config[FULL_GROUPS]), int(s.config[SLIDING_WINDOW])
+    groups = full + int(s.config[SLIDING_GROUPS])
+    width = s.block_table.shape[1] // groups
+    blocks, tokens, demand, skipped_slots = [], 0, 0, 0
+    for i in s.running[:c[NUM_RUNNING]].tolist():
+        n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
+        slot, skipped = int(s.seq_slot[i, 0]), int(s.window[i, WINDOW_SKIPPED])
+        assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
+        assert skipped <= max(0, L - window + 1) // bs, f"request {i} freed blocks still in its window"
+        for g in range(groups):
+            row = s.block_table[slot, g * width:g * width + n].astype(np.int64)
+            first = skipped if g >= full else 0
+            assert (row[:first] == -1).all() and (row[first:] >= 0).all(), \
+                f"request {i}: group {g}'s table is not {first} null blocks then held ones"
+            blocks.extend(row[first:].tolist())
+        tokens, demand, skipped_slots = tokens + L, demand + min(F, n * bs), skipped_slots + skipped * bs
+    free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
+    assert len(set(blocks)) == len(blocks), "a block is held twice (in one group or two)"
+    assert not set(blocks) & set(free) and len(set(free)) == len(free), "a block is held and free, or free twice"
+    assert len(blocks) + len(free) == nb, "held + free blocks != the pool"
+    assert (c[COMPUTED_SLOTS], c[DEMAND_SLOTS]) == (tokens, demand), "token / demand counters drifted"
+    assert c[SKIPPED_SLOTS] == skipped_slots, "skipped-slot counter drifted"
+    assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
+    per_group = group_categories(s)
+    assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"
+    out = np.zeros(MEMORY_CATEGORIES, np.int64)
+    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
+    assert (per_group.sum(axis=0) == out[:3]).all(), "the groups' categories do not sum to the pool's"
 
 
 def lru_blocks(s) -> list[int]:

@@ -28,6 +28,8 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
                             STEP_COPIED_BLOCKS, WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
+from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
+                                    SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -228,8 +230,14 @@ def take_decode_slot(s, i):
 @njit(inline=True)
 def can_grow(s, i, num_tokens):
     """Whether request ``i`` (one sequence) can hold ``num_tokens`` tokens: the blocks it lacks
-    are available (vLLM v1's ``allocate_slots`` for a running request: no new prefix hits)."""
-    return blocks_for(s, num_tokens) - s.num_blocks[i] <= num_free_blocks(s)
+    are available (vLLM v1's ``allocate_slots`` for a running request: no new prefix hits), in
+    every KV cache group (``get_num_blocks_to_allocate`` summed over the groups,
+    kv_cache_coordinator.py:199-262: a group's table keeps its freed blocks' places, so each
+    lacks as many, single_type_kv_cache_manager.py:229-234)."""
+    need = blocks_for(s, num_tokens) - s.num_blocks[i]
+    if s.config[SLIDING_GROUPS]:
+        need *= s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    return need <= num_free_blocks(s)
 
 
 @njit(inline=True)
@@ -245,6 +253,109 @@ def grow(s, i, num_tokens):
         s.count[DEMAND_SLOTS] += min(s.final_len[i], (old + need) * bs) - min(s.final_len[i], old * bs)
         s.num_blocks[i] = old + need
         s.count[LOGICAL_BLOCKS] += need
+        if s.config[SLIDING_GROUPS]:
+            take_group_blocks(s, s.seq_slot[i, 0], old, need)
+
+
+# vLLM v1's KV cache groups (sim/specs/kv_groups.py): with config[SLIDING_GROUPS], each group
+# has a block table (group g: columns [g * M, (g + 1) * M) of the slot's row, the full groups
+# first) and takes its blocks from the one pool. Group 0's table is the one the plain manager
+# keeps; COMPUTED_SLOTS and DEMAND_SLOTS count one group as if it kept every block, and a
+# sliding-window group holds count[SKIPPED_SLOTS] fewer (memory_categories).
+
+
+@njit
+def take_group_blocks(s, slot, first, n):
+    """Groups 1.. take ``n`` blocks each at table index ``first`` (group 0 took its own)."""
+    groups = s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    width = s.block_table.shape[1] // groups
+    for g in range(1, groups):
+        for k in range(n):
+            top = s.count[FREE_TOP] - 1
+            b = s.free_block_ids[top]
+            s.count[FREE_TOP] = top
+            s.block_table[slot, g * width + first + k] = b
+            if s.config[SHARED_BLOCKS]:
+                s.block_info[b, REF] = 1
+    s.count[LOGICAL_BLOCKS] += (groups - 1) * n
+
+
+@njit(inline=True)
+def give_back(s, slot, column):
+    """The block at ``column`` of ``slot``'s row back to the free stack."""
+    b = s.block_table[slot, column]
+    s.free_block_ids[s.count[FREE_TOP]] = b
+    s.count[FREE_TOP] += 1
+    if s.config[SHARED_BLOCKS]:
+        s.block_info[b, REF] = 0
+
+
+@njit(inline=True)
+def processed_tokens(s, i, async_scheduling):
+    """Request ``i``'s tokens whose step has ended: under async scheduling the step scheduled
+    last is still in flight when the next is scheduled (kv_cache_manager.py:557-567)."""
+    if async_scheduling:
+        return s.num_computed_tokens[i] - s.window[i, WINDOW_IN_FLIGHT]
+    return s.num_computed_tokens[i]
+
+
+@njit
+def remove_skipped(s, i, processed):
+    """The sliding-window groups free request ``i``'s blocks that every later token's window
+    has left: ``max(0, processed - window + 1)`` tokens are skipped (``SlidingWindowManager.
+    get_num_skipped_tokens``, single_type_kv_cache_manager.py:1148-1183), their whole blocks
+    freed, last first, and nulled in the table (``remove_skipped_blocks``, :682-720,
+    ``_remove_blocks_in_range``, :655-680). vLLM calls it from ``allocate_slots`` each time a
+    request is scheduled, before its new blocks are counted (kv_cache_manager.py:557-567)."""
+    bs = s.config[BLOCK_SIZE]
+    skipped = min(max(0, processed - s.config[SLIDING_WINDOW] + 1) // bs, s.num_blocks[i])
+    old = s.window[i, WINDOW_SKIPPED]
+    if skipped <= old:
+        return
+    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    width = s.block_table.shape[1] // groups
+    slot = s.seq_slot[i, 0]
+    for g in range(full, groups):
+        for k in range(skipped - 1, old - 1, -1):
+            give_back(s, slot, g * width + k)
+            s.block_table[slot, g * width + k] = -1  # vLLM's null block
+    s.window[i, WINDOW_SKIPPED] = skipped
+    s.count[SKIPPED_SLOTS] += (skipped - old) * bs
+    s.count[LOGICAL_BLOCKS] -= (skipped - old) * (groups - full)
+
+
+@njit
+def free_groups(s, i):
+    """:func:`free` over the groups: each group's blocks (a sliding one's past those it freed)."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    width = s.block_table.shape[1] // groups
+    slot, nb, skipped = s.seq_slot[i, 0], s.num_blocks[i], s.window[i, WINDOW_SKIPPED]
+    for g in range(groups):
+        for k in range(skipped if g >= full else 0, nb):
+            give_back(s, slot, g * width + k)
+    c[LOGICAL_BLOCKS] -= groups * nb - (groups - full) * skipped
+    c[SKIPPED_SLOTS] -= skipped * bs
+    c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
+    c[DEMAND_SLOTS] -= min(s.final_len[i], nb * bs)
+    return_slot(s, slot)
+    s.window[i, WINDOW_SKIPPED] = 0
+    s.window[i, WINDOW_IN_FLIGHT] = 0
+    s.num_computed_tokens[i] = 0
+    s.num_blocks[i] = 0
+    s.seq_slot[i, 0] = -1
+    c[NUM_FREES] += 1
+
+
+@njit(inline=True)
+def blocks_for_sequence(s, num_tokens):
+    """The blocks ``num_tokens`` tokens of one request take in all the groups at their most: a
+    sliding-window group at most its admission cap (``get_num_blocks_to_allocate`` with
+    ``apply_admission_cap``, single_type_kv_cache_manager.py:214-227)."""
+    need = blocks_for(s, num_tokens)
+    if s.config[SLIDING_GROUPS]:
+        return s.config[FULL_GROUPS] * need + s.config[SLIDING_GROUPS] * min(need, s.config[WINDOW_CAP_BLOCKS])
+    return need
 
 
 @njit(inline=True)
@@ -355,6 +466,9 @@ def swap_in(s, i, n):
 @njit(inline=True)
 def free(s, i):
     """Request ``i`` lets its memory go (every sequence of it)."""
+    if s.config[SLIDING_GROUPS]:
+        free_groups(s, i)
+        return
     if s.config[SHARED_BLOCKS]:
         for j in range(s.num_seqs[i]):
             release_seq(s, i, j)
@@ -433,9 +547,14 @@ def memory_categories(s, demand_waiting, out):
     block_size = s.config[BLOCK_SIZE]
     used = s.config[NUM_BLOCKS] - num_free_blocks(s)
     free_slots = num_free_blocks(s) * block_size + s.config[LEFTOVER_SLOTS]
-    out[0] = s.count[COMPUTED_SLOTS]
-    out[1] = s.count[DEMAND_SLOTS] - s.count[COMPUTED_SLOTS]
-    out[2] = used * block_size - s.count[DEMAND_SLOTS]
+    tokens, demand = s.count[COMPUTED_SLOTS], s.count[DEMAND_SLOTS]
+    if s.config[SLIDING_GROUPS]:  # every group's, less what the sliding ones freed
+        groups = s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+        skipped = s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS]
+        tokens, demand = groups * tokens - skipped, groups * demand - skipped
+    out[0] = tokens
+    out[1] = demand - tokens
+    out[2] = used * block_size - demand
     out[3] = 0
     out[4] = free_slots if demand_waiting else 0
     out[5] = 0 if demand_waiting else free_slots

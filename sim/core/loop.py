@@ -82,6 +82,7 @@ from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
+from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -180,6 +181,7 @@ def record(s, start, dt, family):
     for k in range(MEMORY_CATEGORIES):
         clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
     clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
+    clock[SKIPPED_SUM] += c[SKIPPED_SLOTS] * dt  # (0 without sliding-window groups)
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, ROW_START] = start

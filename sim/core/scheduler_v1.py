@@ -49,6 +49,12 @@ ago; it counts as rejected, with that reason.
 one and its K drafts, each scheduled request takes the method's draft slots of the budget too,
 and blocks grow for the lookahead slots as well (``speculative.py``, with its sources).
 
+**KV cache groups** (a model with sliding-window layers: ``sim/specs/kv_groups.py``): each
+request's blocks are taken in every group, and each time it is scheduled its sliding-window
+groups first free the blocks its window has left (``kv_cache.remove_skipped``, as
+``allocate_slots`` does, kv_cache_manager.py:557-567); a waiting request's sequence counts in a
+sliding group at most the group's admission cap. Prefix caching over such groups is refused.
+
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
 blocks are freed tail first (single_type_kv_cache_manager.py:598), unhashed ones to be reused
@@ -70,6 +76,7 @@ from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, re
                                         take_waiting, waiting_at)
 from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
+from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -158,6 +165,9 @@ def schedule_running(s):
             n = speculative.decode_tokens(s, i, budget)
         else:
             n = 1
+        if s.config[SLIDING_GROUPS]:  # allocate_slots frees what left the window first (kv_cache_manager.py:557-567)
+            kv_cache.remove_skipped(s, i, kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING]))
+            s.window[i, WINDOW_IN_FLIGHT] = n
         # the tokens its blocks hold after this step's (and the lookahead slots: speculative.py)
         high = speculative.slots_needed(s, i, n) if spec else s.num_computed_tokens[i] + n
         while not kv_cache.can_grow(s, i, high):
@@ -191,6 +201,8 @@ def schedule_running(s):
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
+        if s.config[SLIDING_GROUPS]:  # nothing of it in flight
+            s.window[i, WINDOW_IN_FLIGHT] = 0
         if s.in_decode[i]:
             s.in_decode[i] = 0
             c[DECODE_SET_SIZE] -= 1
@@ -228,7 +240,7 @@ def blocks_to_admit(s, i, num_tokens):
     (single_type_kv_cache_manager.py:214-266)."""
     if s.config[PREFIX_CACHING]:
         return kv_cache.blocks_to_allocate(s, i, num_tokens)
-    return kv_cache.blocks_for(s, num_tokens)
+    return kv_cache.blocks_for_sequence(s, num_tokens)
 
 
 @njit(inline=True)
@@ -279,7 +291,8 @@ def admit_waiting(s, budget):
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
             reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
             continue
-        if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
+        if (s.final_len[i] > s.config[MAX_SEQ_LEN]
+                or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
             reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
@@ -300,6 +313,8 @@ def admit_waiting(s, budget):
         high = speculative.slots_needed(s, i, n) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
+        if s.config[SLIDING_GROUPS]:
+            s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
         if spec:

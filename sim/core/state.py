@@ -139,6 +139,14 @@ table("config", """
         (vLLM's num_lookahead_tokens)
     SPEC_DRAFT_SLOTS    the input slots each scheduled request takes from the budget beyond its
         tokens (vLLM's max_num_new_slots_for_drafting)
+    FULL_GROUPS         vLLM v1's full-attention KV cache groups beside SLIDING_GROUPS
+        (sim/specs/kv_groups.py; both 0: one group, the plain pool). Each group has its own
+        block table: columns [g * M, (g + 1) * M) of Core.block_table, M its width / groups,
+        the full groups first
+    SLIDING_GROUPS      the sliding-window groups, which free the blocks out of their window
+        (kv_cache.remove_skipped)
+    SLIDING_WINDOW      their window, in tokens
+    WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -239,6 +247,9 @@ table("count", """
     SPEC_DRAFTED        draft tokens verified so far
     SPEC_ACCEPTED       of them accepted
     SPEC_VERIFIED       request-steps that verified drafts
+    SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
+        over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
+        it kept every block; kv_cache.memory_categories)
 """, size="NUM_COUNTS")
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
@@ -271,6 +282,7 @@ table("clock", f"""
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
     SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
         decode step of the drafting requests (sim/core/speculative.py)
+    SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
@@ -309,6 +321,13 @@ table("extent", """
     EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
     EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
 """, size="EXTENT_COLUMNS")
+# Core.window: per request, its sliding-window groups' state (SLIDING_GROUPS; one row elsewhere)
+table("window", """
+    WINDOW_SKIPPED      the leading blocks each sliding-window group freed (null in its table)
+    WINDOW_IN_FLIGHT    the tokens it was scheduled in the last step: under async scheduling they
+        are not processed yet when the next step is scheduled, and blocks are freed on the
+        processed tokens (kv_cache_manager.py:557-567)
+""", size="WINDOW_COLUMNS")
 # Core.buddy_orders: per order of the buddy placement
 table("buddy_orders", """
     ORDER_ROW           its first word of Core.buddy_bits
@@ -488,3 +507,5 @@ class Core(NamedTuple):
     # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
     spec_acceptance: np.ndarray
     speculative: np.ndarray
+    # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
+    window: np.ndarray

@@ -38,9 +38,10 @@ holds no separate V, hence no factor 2).
 Sliding-window layers are counted as if they kept the whole context, which is what vLLM v0
 does for models that interleave sliding and full layers ("the scheduler and the model treat
 it as full attention (i.e., not dropping any tokens outside the window)", ``ModelConfig``
-in ``vllm/config.py``). The memory managers do not free blocks that fall out of a window, so
-beyond ``sliding_window`` tokens the KV memory and the decode reads are upper bounds; the
-spec records the window and each layer's kind for a manager that will.
+in ``vllm/config.py``). vLLM v1 (``--system vllm-v1``) keeps them in KV cache groups and frees
+their blocks as they leave the window (``sim/specs/kv_groups.py``, ``sim/core/kv_cache.py``);
+the other systems do not, so beyond ``sliding_window`` tokens their KV memory is an upper
+bound; decode reads are priced as full attention everywhere.
 
 Recurrent state per sequence (Mamba and linear-attention layers), per GPU::
 

@@ -75,7 +75,8 @@ def test_every_table_is_contiguous_and_sized():
              "extent": state.EXTENT_COLUMNS, "buddy_orders": state.ORDER_COLUMNS, "holes": state.HOLE_COLUMNS,
              "radix_nodes": state.NODE_COLUMNS, "radix_request": state.RADIX_REQUEST_COLUMNS,
              "speculative": state.SPEC_COLUMNS,
-             "row_floats": state.ROW_FLOATS, "row_ints": state.ROW_INTS}
+             "row_floats": state.ROW_FLOATS, "row_ints": state.ROW_INTS,
+             "window": state.WINDOW_COLUMNS}
     assert set(sizes) == set(state.TABLES)
     for name, fields in state.TABLES.items():
         at = 0
