@@ -204,7 +204,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
-            external, num_blocks, num_slots * blocks_per_seq), **radix)
+            external, num_blocks, num_slots * blocks_per_seq), **radix,
+        admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
     memory.check_family(s.config)
     return s

@@ -21,7 +21,10 @@ What is recomputed:
   running requests whose locked node lies below it, a request's prefix is its node's depth, and
   the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``,
   and each request's count of the nodes it owns is theirs;
-* the six memory categories sum to the capacity, none negative; time never goes back;
+* the memory categories sum to the capacity, none negative; time never goes back;
+* a disaggregated replica (``mine``: its own requests): the blocks held by in-flight transfers
+  (a finished prefill's, a loading request's) are held, their slots the in-transfer count; a
+  decode replica's loaded requests hold their prompt and are its waiting queue's front;
 * the waiting head the scheduler skips as blocked does not fit.
 
 A broken invariant raises :class:`AssertionError` naming it (``replay.run`` turns it into an
@@ -46,20 +49,24 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE, TRANSFER_SLOTS
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 
-def check(s) -> None:
-    """Every invariant of the state ``s`` (a :class:`~sim.core.state.Core`) after an iteration."""
-    check_queues(s)
+def check(s, mine=None) -> None:
+    """Every invariant of the state ``s`` (a :class:`~sim.core.state.Core`) after an iteration.
+    ``mine``: the requests this state owns, where replicas share the request columns (a
+    disaggregated cluster's replica, sim/disagg.py); None: all."""
+    mine = np.ones(len(s.status), bool) if mine is None else mine
+    check_queues(s, mine)
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         check_extents(s)
     elif s.config[MANAGER_KIND] == RADIX:
         check_radix(s)
     else:
-        check_blocks(s)
+        check_blocks(s, mine)
     check_categories(s)
     check_blocked_head(s)
 
@@ -68,21 +75,39 @@ def ring(entries: np.ndarray, head: int, length: int) -> list[int]:
     return [int(entries[(head + k) % len(entries)]) for k in range(length)]
 
 
-def check_queues(s) -> None:
+def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
+    """A disaggregated replica's requests holding blocks outside its running list
+    (sim/core/remote_kv.py): those whose blocks are in transfer (a prefill replica's finished
+    prefills, a decode replica's loading requests), and a decode replica's loaded requests
+    waiting to run."""
+    role, held = s.config[DISAGG_ROLE], mine & (s.num_blocks > 0)
+    none = np.zeros(0, np.int64)
+    if role == PREFILL_SIDE:
+        return np.flatnonzero(held & (s.status == FINISHED)), none
+    if role == DECODE_SIDE:
+        return np.flatnonzero(held & (s.status == LOADING)), np.flatnonzero(held & (s.status == WAITING))
+    return none, none
+
+
+def check_queues(s, mine) -> None:
     c, status = s.count, s.status
     for name, members, want in (
             ("waiting", ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN]), WAITING),
             ("swapped", ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), SWAPPED),
             ("running", s.running[:c[NUM_RUNNING]].tolist(), RUNNING)):
         assert len(set(members)) == len(members), f"a request is twice in the {name} list"
-        assert set(members) == set(np.flatnonzero(status == want).tolist()), \
+        assert set(members) == set(np.flatnonzero((status == want) & mine).tolist()), \
             f"the {name} list is not the requests of that status"
+    loaded = transfer_holders(s, mine)[1]
+    waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
+    assert set(waiting[:c[KV_HOLDING_WAITING]]) == set(loaded.tolist()), \
+        "the loaded requests are not the waiting queue's front"
     if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py
         waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
         keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in waiting]
         assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
-    assert c[NUM_FINISHED] == int((status == FINISHED).sum()), "finished count drifted"
-    assert c[NUM_REJECTED] == int((status == REJECTED).sum()), "rejected count drifted"
+    assert c[NUM_FINISHED] == int(((status == FINISHED) & mine).sum()), "finished count drifted"
+    assert c[NUM_REJECTED] == int(((status == REJECTED) & mine).sum()), "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]
     assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
@@ -91,13 +116,22 @@ def check_queues(s) -> None:
     swapped_size = interpreted(kv_cache.swapped_size)
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
         "swap space in use drifted"
-    assert (s.num_computed_tokens[status != RUNNING] == 0).all(), "a request not running holds K/V"
+    idle = mine & (status != RUNNING)
+    idle[loaded] = False
+    assert (s.num_computed_tokens[idle] == 0).all(), "a request not running holds K/V"
 
 
-def check_blocks(s) -> None:
+def check_blocks(s, mine) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
-    for i in s.running[:c[NUM_RUNNING]].tolist():
+    in_transfer, loaded = transfer_holders(s, mine)
+    for i in in_transfer.tolist():  # their blocks' slots are in transfer: no tokens or demand
+        held_slots.append(int(s.seq_slot[i, 0]))
+        rows.append(s.block_table[s.seq_slot[i, 0], :s.num_blocks[i]].astype(np.int64))
+        tokens.append(np.zeros(int(s.num_blocks[i]), np.int64))
+        demand.append(np.zeros(int(s.num_blocks[i]), np.int64))
+    assert c[TRANSFER_SLOTS] == int(s.num_blocks[in_transfer].sum()) * bs, "in-transfer slots drifted"
+    for i in s.running[:c[NUM_RUNNING]].tolist() + loaded.tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
         k = np.arange(n)

@@ -27,7 +27,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
                             STEP_COPIED_BLOCKS, WATERMARK_BLOCKS)
-from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
+from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -428,17 +428,20 @@ def release_seq(s, i, j):
 def memory_categories(s, demand_waiting, out):
     """Where every slot goes (sim.metrics.MEMORY_CATEGORIES, in order): token states,
     reservation, internal fragmentation, allocator slack, external fragmentation (free while
-    a request waits for memory), free and idle. They sum to the capacity. Cached blocks that
-    no request holds count as free (they are reclaimable)."""
+    a request waits for memory), free and idle, then the slots of blocks in transfer
+    (disaggregated, ``remote_kv.py``). They sum to the capacity. Cached blocks that no request
+    holds count as free (they are reclaimable)."""
     block_size = s.config[BLOCK_SIZE]
     used = s.config[NUM_BLOCKS] - num_free_blocks(s)
     free_slots = num_free_blocks(s) * block_size + s.config[LEFTOVER_SLOTS]
+    in_transfer = s.count[TRANSFER_SLOTS]  # disaggregated: held by in-flight transfers (remote_kv.py)
     out[0] = s.count[COMPUTED_SLOTS]
     out[1] = s.count[DEMAND_SLOTS] - s.count[COMPUTED_SLOTS]
-    out[2] = used * block_size - s.count[DEMAND_SLOTS]
+    out[2] = used * block_size - s.count[DEMAND_SLOTS] - in_transfer
     out[3] = 0
     out[4] = free_slots if demand_waiting else 0
     out[5] = 0 if demand_waiting else free_slots
+    out[6] = in_transfer
     return used
 
 

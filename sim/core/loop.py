@@ -80,7 +80,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
-from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
+from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, NUM_EXCHANGE, ROUTED, TRANSFER_SLOTS
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -217,7 +217,7 @@ def start_step(s, dt, family):
     clock[ENGINE_TIME] = clock[NOW] + dt
     c[ENGINE_EVENT_ID] = new_event(s)
     c[IN_STEP] = 1
-    if s.config[CHECK_STEPS]:
+    if s.config[CHECK_STEPS] or c[NUM_EXCHANGE]:  # or a disaggregated cluster's loop has work (disagg.py)
         return STEPPED
     return GO_ON
 
@@ -301,8 +301,8 @@ def loop_for(family):
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
-                if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING]:
-                    return EMPTY_POOL
+                if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]:
+                    return EMPTY_POOL  # (in-flight transfers free or load blocks: disagg.py)
                 c[IDLE] = 1
                 c[WAKE_TRIGGERED] = 0
                 clock[IDLE_FROM] = clock[NOW]

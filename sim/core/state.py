@@ -81,7 +81,14 @@ PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
-MEMORY_CATEGORIES = 6  # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order
+# a decode replica's request whose blocks are allocated and whose prompt KV is on the wire
+# (vLLM's WAITING_FOR_REMOTE_KVS: sim/core/remote_kv.py)
+LOADING = 6
+# the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order, then the blocks held by
+# in-flight KV transfers (sim/core/remote_kv.py), a category of disaggregated runs only
+MEMORY_CATEGORIES = 7
+# config[DISAGG_ROLE]: a replica of a disaggregated cluster (sim/core/disagg.py), or neither
+NOT_DISAGGREGATED, PREFILL_SIDE, DECODE_SIDE = 0, 1, 2
 
 # Core.config: int64, the policy as data (read only; sim/core/build.py writes it)
 table("config", """
@@ -133,6 +140,8 @@ table("config", """
         (SimConfig.kernel_block_tokens)
     SCHEDULING_POLICY   vLLM's --scheduling-policy (POLICY_FCFS, POLICY_PRIORITY): the waiting
         order and the victim of a preemption (sim/core/policies.py)
+    DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
+        DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -224,6 +233,10 @@ table("count", """
     RADIX_ACCESS_CLOCK  the access clock: a node's last access is a tick of it
     RADIX_FREE_NODE     the free node list's head
     RADIX_NODES_USED    the nodes ever used (evictions scan these)
+    TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
+        (sim/core/remote_kv.py)
+    KV_HOLDING_WAITING  a decode replica: the loaded requests at the waiting queue's front
+    NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
 """, size="NUM_COUNTS")
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
@@ -460,3 +473,9 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
+    # disaggregated (sim/core/disagg.py; one entry elsewhere): per request, when it was first
+    # admitted (NaN before); per replica, the requests its last run left for the cluster's loop
+    # (count[NUM_EXCHANGE] of them: a prefill replica's finished prefills to hand over, a decode
+    # replica's admissions whose transfer is to be priced, or refusals whose blocks to free)
+    admitted_s: np.ndarray
+    exchange: np.ndarray
