@@ -29,7 +29,8 @@ SIM_FLAGS = {
     "predictor_error": dict(type=float, help="relative error of the 'predicted' reservation's length predictor"),
     "vattention_page_kib": dict(type=int, help="vAttention physical page size per layer in KiB (64 or 2048)"),
     "watermark": dict(type=float, help="paged: fraction of blocks kept free at admission (default 0.01)"),
-    "prefix_caching": dict(action="store_true", default=None, help="paged: share prompt blocks by hash"),
+    "prefix_caching": dict(action=argparse.BooleanOptionalAction, default=None,
+                           help="paged: share prompt blocks by hash (vllm-v1's default: on)"),
     "append_rule": dict(choices=APPEND_RULES,
                         help="paged: what a decode step needs free; free-block-per-seq (default): vLLM v0's one "
                              "free block per running sequence (can_append_slots); exact: the blocks it takes"),

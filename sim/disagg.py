@@ -242,7 +242,8 @@ def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, route
     decode_gpus = (len(c.replicas) - c.prefill) * decode_cfg.tensor_parallel
     extra = {k: summaries[c.prefill][k] for k in ("system", "model", "kv_bytes_per_token", "kv_cache_dtype",
                                                    "block_size", "seed", "engine", "cpu_overhead")}
-    extra["gpu"] = f"prefill {summaries[0]['gpu']} x{prefill_gpus}, decode {summaries[c.prefill]['gpu']} x{decode_gpus}"
+    gpus = (summaries[0]["gpu"], summaries[c.prefill]["gpu"])  # as --replica-gpus names a mix
+    extra["gpu"] = gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]}:{c.prefill},{gpus[1]}:{len(c.replicas) - c.prefill}"
     decode_states = c.replicas[c.prefill:]
     summary = summarize(view, ClusterRecords(records), merged_itl(decode_states),
                         sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.replicas),
@@ -252,6 +253,24 @@ def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, route
         summary["request_goodput_per_gpu"] = summary["request_goodput"] / (prefill_gpus + decode_gpus)
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), decode_cfg,
                          replica_summaries=summaries)
+
+
+def in_transfer_shares(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame, end_s: float) -> dict:
+    """Each pool's share of its KV slots held by in-flight transfers over the whole run, from
+    the requests' timelines: the prefill side holds a request's blocks from its handoff to its
+    transfer's end, the decode side from its admission (the transfer's ask) to that end. (The
+    replicas' ``mem_*`` keys weigh each step's categories by its duration and count idle time
+    free, as any engine's: an idle replica's blocks in transfer are seen here only.)"""
+    block = summaries[0]["block_size"]
+    slots = np.ceil(requests["prompt_tokens"].to_numpy() / block) * block
+    handoff = c.timeline[:len(requests), core_disagg.T_HANDOFF]
+    asked, end = c.timeline[:len(requests), core_disagg.T_ASKED], c.timeline[:len(requests), core_disagg.T_END]
+    out = {}
+    for side, start, group in (("prefill", handoff, summaries[:c.prefill]), ("decode", asked, summaries[c.prefill:])):
+        held = np.nansum(slots * (end - start))
+        capacity = sum(s["kv_capacity_tokens"] for s in group)
+        out[f"{side}_kv_in_transfer"] = float(held / (capacity * end_s)) if end_s > 0 else 0.0
+    return out
 
 
 def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame, router: str, kv_link,
@@ -271,8 +290,8 @@ def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFra
         out[f"{side}_routed_per_replica"] = [s["routed"] for s in group]
         out[f"{side}_utilization"] = float(np.mean([s["busy_s"] for s in group])) / end_s if end_s > 0 else 0.0
         out[f"{side}_kv_used"] = float(1.0 - np.mean(free))
-        out[f"{side}_kv_in_transfer"] = float(np.mean([s["mem_in_transfer"] for s in group]))
         out[f"{side}_kv_capacity_tokens"] = group[0]["kv_capacity_tokens"]
+    out.update(in_transfer_shares(c, summaries, requests, end_s))
     queue = {"prefill": "prefill_queue_s", "decode": "decode_admit_wait_s"}
     for side, column in queue.items():
         out[f"mean_{side}_queue_ms"] = float(requests.loc[finished, column].mean() * 1e3)
