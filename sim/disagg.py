@@ -96,6 +96,7 @@ class Disaggregated:
         self.dk[core_disagg.E_LATENCY] = link.latency
         self.dk[core_disagg.E_BYTES_PER_TOKEN] = bytes_per_token
         self.arrival_s = arrival_s
+        self.checked_now = [0.0] * len(states)  # each replica's time at its last check
 
     def mine(self, r: int) -> np.ndarray:
         """The requests replica ``r`` owns (its pool's columns)."""
@@ -112,7 +113,6 @@ class Disaggregated:
             warnings.filterwarnings("ignore", message=r"(?s).*type .reflected list. found")
             run = replay.compiled_entry(core_disagg.run_v1, *args())
         t0 = time.perf_counter()
-        last_now = 0.0
         while True:
             code = run(*args())
             if code == loop.DONE:
@@ -121,7 +121,7 @@ class Disaggregated:
             if code == loop.ROWS_FULL:
                 self.replicas[r] = replay.grow_rows(self.replicas[r])
             elif code == loop.STEPPED:  # --check: this replica, over its own requests
-                last_now = self.checked(r, last_now)
+                self.checked(r)
             else:
                 replay.raise_for(code, self.replicas[r], f"replica {r}: ")
                 raise AssertionError(f"replica {r}: the loop returned {code}")  # not reached
@@ -135,16 +135,20 @@ class Disaggregated:
                                  "pool neither finished nor rejected there")
         return wall_time_s
 
-    def checked(self, r: int, last_now: float) -> float:
+    def checked(self, r: int) -> None:
+        """``--check`` after replica ``r``'s step: its state over its own requests (check.py),
+        and its time's order."""
         from pagesim.sim.core import check
 
         s = self.replicas[r]
         now = float(s.clock[state.NOW])
+        if now < self.checked_now[r]:
+            raise InvariantError(f"replica {r}: simulated time went backwards: {now} < {self.checked_now[r]}")
+        self.checked_now[r] = now
         try:
             check.check(s, self.mine(r))
         except AssertionError as e:
             raise InvariantError(f"t={now:.6f}: replica {r}: core state inconsistent: {e}") from None
-        return max(now, last_now)
 
 
 def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.DataFrame, prefill: int,

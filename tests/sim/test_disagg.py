@@ -9,6 +9,7 @@ OPT-13B at fp16 holds 819,200 B of KV per token; blocks of 16 tokens; a prompt o
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pagesim.sim.core import disagg as core_disagg
@@ -20,8 +21,8 @@ PROMPT_BYTES = 7 * 16 * 819_200  # 100 tokens in 7 whole blocks
 NDR = 50e9
 
 
-def cfg(slots=3000, **kw):
-    return cfg_for("vllm-v1", slots=slots, prefix_caching=False, check=True, **kw)
+def cfg(slots=3000, check=True, **kw):
+    return cfg_for("vllm-v1", slots=slots, prefix_caching=False, check=check, **kw)
 
 
 def steps_of(result, replica):
@@ -106,6 +107,25 @@ def test_backpressure_decode_full_holds_prefill_blocks():
     assert result.summary["prefill_kv_in_transfer"] > 0
 
 
+def test_a_loaded_request_goes_before_those_waiting_for_room():
+    """The decode pool holds 8 blocks. A (60 prompt tokens: 4 blocks) is admitted and its KV
+    crawls over a 10 MB/s link (4 x 16 x 819,200 B: 5.24288 s); B (70 tokens: 5 blocks) is
+    handed over meanwhile and does not fit the 4 left, so it waits at the queue's head. When
+    A's KV lands, A goes in front of B (vLLM drains the requests holding KV first) and runs at
+    once; B is admitted when A finishes and frees its blocks."""
+    trace = trace_of([(0.0, 60, 2), (0.001, 70, 2)])
+    small = cfg(slots=128, max_seq_len=128)
+    result = run_disaggregated(cfg(max_seq_len=128), small, trace, 1, 1, link_gbps=0.08)
+    a, b = result.requests.iloc[0], result.requests.iloc[1]
+    decode = steps_of(result, 1)
+    assert a["transfer_s"] == pytest.approx(4 * 16 * 819_200 / 1e7 + 2e-6, rel=1e-12)
+    a_end = a["prefill_s"] + a["transfer_s"]
+    assert decode["start_s"][0] == pytest.approx(a_end, rel=1e-12) and decode["num_prefill_tokens"][0] == 1
+    assert a["decode_first_step_s"] == pytest.approx(decode["dt_s"][0], rel=1e-12)
+    b_asked = 0.001 + b["prefill_queue_s"] + b["prefill_s"] + b["decode_admit_wait_s"]
+    assert b_asked == pytest.approx(a["finish_s"], rel=1e-12)
+
+
 def test_refused_on_the_decode_side_frees_the_prefill_blocks():
     """A request the decode pool can never hold (its 100 + 40 tokens need 9 blocks of 8) is
     rejected there, and the prefill side lets its blocks go at once: the next request, which
@@ -132,6 +152,18 @@ def test_a_busy_cluster_checks_and_ends():
     np.testing.assert_allclose(total, r["first_token_s"] - r["arrival_s"], rtol=1e-9)
     s = result.summary
     assert s["completed"] == 80 and s["prefill_replicas"] == 2 and s["decode_replicas"] == 3
+
+
+@pytest.mark.parametrize("seed, prefill, decode", [(4, 1, 1), (5, 2, 2), (6, 3, 1)])
+def test_time_is_the_earliest_event_anywhere(seed, prefill, decode):
+    """Under --check each replica takes one event per turn of the loop; without it, a replica
+    runs on to the earliest event of the others (the horizon). Both make the same run, bit for
+    bit: a replica that ran past another's handoff or a transfer's end would see it late."""
+    trace = rand_trace(seed=seed, n=60, rate=150.0)
+    runs = [run_disaggregated(cfg(slots=900, check=check), cfg(slots=700, check=check), trace, prefill, decode)
+            for check in (True, False)]
+    pd.testing.assert_frame_equal(runs[0].requests, runs[1].requests)
+    pd.testing.assert_frame_equal(runs[0].steps, runs[1].steps)
 
 
 @pytest.mark.parametrize("system, settings, message", [
