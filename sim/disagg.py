@@ -49,9 +49,6 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
         if cfg.scheduler != "vllm-v1" or cfg.manager != "paged":
             raise ConfigError(f"--prefill-replicas/--decode-replicas model vLLM v1's KV connector: "
                               f"--system vllm-v1 only (got {cfg.label})")
-        if cfg.prefix_caching:
-            raise ConfigError("--prefill-replicas: prefix caching is not modelled with disaggregation yet; "
-                              "add --no-prefix-caching")
         if cfg.scheduling_policy != "fcfs":
             raise ConfigError("--prefill-replicas: --scheduling-policy priority is not modelled with "
                               "disaggregation yet")

@@ -49,7 +49,8 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
-from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE, TRANSFER_SLOTS
+from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
+                                    TRANSFER_SLOTS, TRANSFERS)
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
@@ -116,7 +117,7 @@ def check_queues(s, mine) -> None:
     swapped_size = interpreted(kv_cache.swapped_size)
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
         "swap space in use drifted"
-    idle = mine & (status != RUNNING)
+    idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
     idle[loaded] = False
     assert (s.num_computed_tokens[idle] == 0).all(), "a request not running holds K/V"
 
@@ -125,12 +126,16 @@ def check_blocks(s, mine) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
     in_transfer, loaded = transfer_holders(s, mine)
-    for i in in_transfer.tolist():  # their blocks' slots are in transfer: no tokens or demand
-        held_slots.append(int(s.seq_slot[i, 0]))
-        rows.append(s.block_table[s.seq_slot[i, 0], :s.num_blocks[i]].astype(np.int64))
-        tokens.append(np.zeros(int(s.num_blocks[i]), np.int64))
-        demand.append(np.zeros(int(s.num_blocks[i]), np.int64))
-    assert c[TRANSFER_SLOTS] == int(s.num_blocks[in_transfer].sum()) * bs, "in-transfer slots drifted"
+    transfer_rows = [np.zeros(0, np.int64)]  # the blocks transfers hold (remote_kv.py)
+    for i in in_transfer.tolist():
+        slot, n = int(s.seq_slot[i, 0]), int(s.num_blocks[i])
+        held_slots.append(slot)
+        # a loading request's local prefix hits (its computed tokens) are in use; the rest in transfer
+        h = int(s.num_computed_tokens[i]) // bs
+        rows.append(s.block_table[slot, :h].astype(np.int64))
+        tokens.append(np.full(h, bs, np.int64))
+        demand.append(np.full(h, bs, np.int64))
+        transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
     for i in s.running[:c[NUM_RUNNING]].tolist() + loaded.tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
@@ -145,17 +150,24 @@ def check_blocks(s, mine) -> None:
     blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     tokens = np.concatenate(tokens) if rows else blocks
     demand = np.concatenate(demand) if rows else blocks
+    by_transfers = np.concatenate(transfer_rows)
     assert len(set(held_slots)) == len(held_slots), "a block-table row is held twice"
     assert not set(s.free_slots[:c[NUM_FREE_SLOTS]].tolist()) & set(held_slots), \
         "a held block-table row is on the free list"
-    refs = np.bincount(blocks, minlength=nb)
+    refs = np.bincount(np.concatenate([blocks, by_transfers]), minlength=nb)
     if s.config[SHARED_BLOCKS]:
         assert (s.block_info[:, REF] == refs).all(), "reference counts differ from the tables' references"
+        prefill_side = by_transfers if s.config[DISAGG_ROLE] == PREFILL_SIDE else by_transfers[:0]
+        assert (s.block_info[:nb, TRANSFERS] == np.bincount(prefill_side, minlength=nb)).all(), \
+            "transfer counts differ from the transfers' references"
     else:
         assert refs.max(initial=0) <= 1, "an unshared block is held twice"
+    only_transfers = set(by_transfers.tolist()) - set(blocks.tolist())
+    assert c[TRANSFER_SLOTS] == len(only_transfers) * bs, "in-transfer slots drifted"
     held_ids, first = np.unique(blocks, return_index=True)
     assert (tokens == tokens[first][np.searchsorted(held_ids, blocks)]).all(), \
         "a shared block holds different tokens for different holders"
+    held_ids = np.union1d(held_ids, by_transfers)
     held = set(held_ids.tolist())
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
     cached = lru_blocks(s)
@@ -168,7 +180,7 @@ def check_blocks(s, mine) -> None:
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
     assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
-    assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
+    assert c[LOGICAL_BLOCKS] == len(blocks) + len(by_transfers), "logical block counter drifted"
 
 
 def lru_blocks(s) -> list[int]:

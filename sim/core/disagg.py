@@ -146,7 +146,9 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
             timeline[i, T_HANDOFF] = now
             dc[D_HANDED] += 1
         elif s.status[i] == LOADING:  # the decode side asks for the prompt's KV
-            num_bytes = transfer.transfer_bytes(s.prompt_tokens[i], s.config[BLOCK_SIZE], dk[E_BYTES_PER_TOKEN])
+            # the prompt less the local prefix hits (remote_kv.allocate_for_transfer)
+            num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE],
+                                                dk[E_BYTES_PER_TOKEN])
             bandwidth = transfer.pair_bandwidth(dk[E_BANDWIDTH], tp[replica_of[i]], tp[r])
             flow, end = transfer.start_transfer(free_at, r - P, now, num_bytes, bandwidth, dk[E_LATENCY])
             timeline[i, T_ASKED] = now

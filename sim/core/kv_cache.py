@@ -26,7 +26,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS,
                             NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
-                            STEP_COPIED_BLOCKS, WATERMARK_BLOCKS)
+                            STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
@@ -120,6 +120,10 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
         hits += 1
         if s.block_info[b, REF] == 0:
             prefix_cache.lru_remove(s, b)
+            c[COMPUTED_SLOTS] += bs
+            c[DEMAND_SLOTS] += bs
+        elif s.block_info[b, REF] == s.block_info[b, TRANSFERS]:  # held by KV transfers alone until now
+            c[TRANSFER_SLOTS] -= bs
             c[COMPUTED_SLOTS] += bs
             c[DEMAND_SLOTS] += bs
         s.block_info[b, REF] += 1
@@ -395,6 +399,8 @@ def release_seq(s, i, j):
         if v0:  # accessed whenever a holder is scheduled (``access_all_blocks_in_seq``, :573-583)
             s.block_info[b, ACCESS_STEP] = max(s.block_info[b, ACCESS_STEP], s.last_scheduled_step[i])
         if s.block_info[b, REF]:
+            if s.block_info[b, REF] == s.block_info[b, TRANSFERS]:  # held by KV transfers alone now
+                remote_kv_only(s, num_tokens, final_len, k)
             continue
         c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
@@ -422,6 +428,17 @@ def release_seq(s, i, j):
     return_slot(s, slot)
     s.seq_slot[i, j] = -1
     c[NUM_FREES] += 1
+
+
+@njit(inline=True)
+def remote_kv_only(s, num_tokens, final_len, k):
+    """Block ``k`` of a request with ``num_tokens`` tokens and final length ``final_len`` is
+    now held by in-flight KV transfers alone (disaggregated, ``remote_kv.py``): its tokens and
+    demand leave their categories, its slots are in transfer."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
+    c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
+    c[TRANSFER_SLOTS] += bs
 
 
 @njit(inline=True)

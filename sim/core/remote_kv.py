@@ -16,18 +16,23 @@ the default; file:line of that wheel):
   ``sched/scheduler.py:3467-3517``: ``num_computed_tokens = num_tokens - 1``): they become the
   request's token states (:func:`transfer_loaded`).
 
-``count[TRANSFER_SLOTS]``: the slots of every block held by an in-flight transfer, a memory
-category of its own (``kv_cache.memory_categories``), so the categories still sum to the
-capacity on both sides. Blocks are private here (prefix caching is not offered with
-disaggregation yet), so each block is counted once by its one holder.
+``count[TRANSFER_SLOTS]``: the slots of every block held by in-flight transfers alone, a
+memory category of its own (``kv_cache.memory_categories``), so the categories still sum to
+the capacity on both sides. With prefix caching a block may be shared: ``block_info``'s
+``TRANSFERS`` counts the transfers among its holders (``REF``), and it is in transfer while
+they are all of them; a decode replica's local prefix hits are in use from its admission.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from pagesim.sim.core import kv_cache, prefix_cache
 from pagesim.sim.core.block_pool import return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS,
-                                    NUM_EXCHANGE, NUM_FREES, TRANSFER_SLOTS)
+                                    NUM_EXCHANGE, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING, REF,
+                                    SHARED_BLOCKS, TRANSFER_SLOTS, TRANSFERS)
 
 
 @njit(inline=True)
@@ -37,14 +42,25 @@ def push_exchange(s, i):
     s.count[NUM_EXCHANGE] += 1
 
 
-@njit(inline=True)
+@njit
 def hold_for_transfer(s, i):
-    """Prefill side: finished request ``i`` keeps its blocks for the decode side to read; its
-    tokens and demand leave their categories and its blocks' slots are in transfer."""
+    """Prefill side: finished request ``i`` keeps its blocks for the decode side to read; those
+    it held alone (all of them without prefix caching) leave the token states and their slots
+    are in transfer. A block shared with a running request (a prefix hit) stays in use until
+    the transfers are its last holders (``kv_cache.release_seq``); one a later prompt hits
+    comes back into use (``kv_cache.allocate_cached_blocks``)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
-    c[DEMAND_SLOTS] -= min(s.final_len[i], s.num_blocks[i] * bs)
-    c[TRANSFER_SLOTS] += s.num_blocks[i] * bs
+    if s.config[SHARED_BLOCKS]:
+        slot = s.seq_slot[i, 0]
+        for k in range(s.num_blocks[i]):
+            b = s.block_table[slot, k]
+            s.block_info[b, TRANSFERS] += 1
+            if s.block_info[b, REF] == s.block_info[b, TRANSFERS]:
+                kv_cache.remote_kv_only(s, s.num_computed_tokens[i], s.final_len[i], k)
+    else:
+        c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
+        c[DEMAND_SLOTS] -= min(s.final_len[i], s.num_blocks[i] * bs)
+        c[TRANSFER_SLOTS] += s.num_blocks[i] * bs
     s.num_computed_tokens[i] = 0  # no K/V of a request that runs here any more: only held blocks
     push_exchange(s, i)
 
@@ -52,23 +68,48 @@ def hold_for_transfer(s, i):
 @njit
 def release_transfer(s, i):
     """Prefill side: the transfer of request ``i`` ended (or the decode side refused it): its
-    blocks go back to the free stack."""
-    c = s.count
-    c[TRANSFER_SLOTS] -= s.num_blocks[i] * s.config[BLOCK_SIZE]
+    blocks are let go, tail first; one nobody holds any more leaves the in-transfer slots and
+    goes, full with prefix caching, to the cache's LRU (cached, as ``kv_cache.release_seq``
+    lets a finished request's go), else to the free stack."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    slot = s.seq_slot[i, 0]
+    if s.config[SHARED_BLOCKS]:
+        for k in range(s.num_blocks[i] - 1, -1, -1):
+            b = s.block_table[slot, k]
+            s.block_info[b, TRANSFERS] -= 1
+            s.block_info[b, REF] -= 1
+            if s.block_info[b, REF]:
+                continue
+            c[TRANSFER_SLOTS] -= bs
+            if s.config[PREFIX_CACHING] and (k + 1) * bs <= s.num_prompt_computed[i]:
+                prefix_cache.lru_append(s, b)
+            else:
+                s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b
+                c[NUM_FREE_BLOCK_IDS] += 1
+    else:
+        c[TRANSFER_SLOTS] -= s.num_blocks[i] * bs
+        return_blocks(s, slot, s.num_blocks[i])
     c[LOGICAL_BLOCKS] -= s.num_blocks[i]
-    return_blocks(s, s.seq_slot[i, 0], s.num_blocks[i])
-    return_slot(s, s.seq_slot[i, 0])
+    return_slot(s, slot)
     s.seq_slot[i, 0] = -1
     s.num_blocks[i] = 0
     c[NUM_FREES] += 1
 
 
-@njit(inline=True)
+@njit
 def allocate_for_transfer(s, i, num_tokens):
-    """Decode side: blocks for request ``i``'s ``num_tokens`` prompt tokens, to be loaded (the
-    caller has checked they fit): all in transfer until the load ends."""
+    """Decode side: blocks for request ``i``'s ``num_tokens`` prompt tokens (the caller has
+    checked they fit): with prefix caching its local hits first (in use, computed), then fresh
+    blocks for the rest, which the connector loads (``count = actual - num_computed_tokens``,
+    pull_scheduler.py:62-65): those are in transfer until the load ends. ``num_computed_tokens``
+    holds the hits' tokens meanwhile."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = (num_tokens + bs - 1) // bs
+    if s.config[PREFIX_CACHING]:
+        cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), num_tokens, need)  # jit.njit's constants
+        c[DEMAND_SLOTS] -= min(s.final_len[i], need * bs) - cached  # the fresh blocks': back at the load's end
+        c[TRANSFER_SLOTS] += need * bs - cached
+        return
     slot = take_slot(s)
     take_blocks(s, slot, 0, need)
     s.seq_slot[i, 0] = slot
@@ -81,11 +122,15 @@ def allocate_for_transfer(s, i, num_tokens):
 
 @njit
 def transfer_loaded(s, i, num_tokens):
-    """Decode side: request ``i``'s ``num_tokens`` prompt tokens are loaded; all but the last,
-    which it recomputes, count as computed (module docstring), and its blocks' demand as any
-    holder's."""
+    """Decode side: request ``i``'s ``num_tokens`` prompt tokens are loaded; the loaded blocks
+    are cached (``cache_blocks``, sched/scheduler.py:3498-3501) and all tokens but the last,
+    which it recomputes, count as computed (module docstring); its fresh blocks' demand is
+    any holder's."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    c[TRANSFER_SLOTS] -= s.num_blocks[i] * bs
+    cached = s.num_computed_tokens[i]
+    c[TRANSFER_SLOTS] -= s.num_blocks[i] * bs - cached
+    if s.config[PREFIX_CACHING]:
+        prefix_cache.register_full_blocks(s, i, s.seq_slot[i, 0], cached, num_tokens)
     s.num_computed_tokens[i] = num_tokens - 1
-    c[COMPUTED_SLOTS] += num_tokens - 1
-    c[DEMAND_SLOTS] += min(s.final_len[i], s.num_blocks[i] * bs)
+    c[COMPUTED_SLOTS] += num_tokens - 1 - cached
+    c[DEMAND_SLOTS] += min(s.final_len[i], s.num_blocks[i] * bs) - cached

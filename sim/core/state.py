@@ -290,6 +290,8 @@ table("block_info", """
         passes a run at its first block (prefix_cache.evict_oldest)
     RUN_LAST            vLLM 0.4.2: the last block of its run when it was let go (found again by the
         scan once that one has left the list)
+    TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
+        them alone, its slots are in transfer (sim/core/remote_kv.py)
 """, size="BLOCK_INFO_COLUMNS", columns=16)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """

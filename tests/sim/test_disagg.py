@@ -21,8 +21,8 @@ PROMPT_BYTES = 7 * 16 * 819_200  # 100 tokens in 7 whole blocks
 NDR = 50e9
 
 
-def cfg(slots=3000, check=True, **kw):
-    return cfg_for("vllm-v1", slots=slots, prefix_caching=False, check=check, **kw)
+def cfg(slots=3000, check=True, prefix_caching=False, **kw):
+    return cfg_for("vllm-v1", slots=slots, prefix_caching=prefix_caching, check=check, **kw)
 
 
 def steps_of(result, replica):
@@ -126,6 +126,26 @@ def test_a_loaded_request_goes_before_those_waiting_for_room():
     assert b_asked == pytest.approx(a["finish_s"], rel=1e-12)
 
 
+def test_prefix_hits_on_both_sides():
+    """Prefix caching on both pools; A and B share a 64-token prompt (4 full blocks; a hit
+    stops a token short: 3 blocks, 48 tokens). B is prefilled while A's blocks are in transfer:
+    its 3 hits bring A's first 3 blocks back into use, so that step's row has only A's last
+    block in transfer (16 slots) beside B's 64 tokens in 5 blocks. A's load caches its blocks on
+    the decode side, where B then hits 3 too: B's transfer moves 1 block, 13,107,200 B."""
+    hashes = [11, 12, 13, 14]
+    trace = trace_of([(0.0, 64, 2, hashes), (0.001, 64, 2, hashes)], prefix=True)
+    c = cfg(prefix_caching=True)
+    result = run_disaggregated(c, c, trace, 1, 1)
+    prefill = steps_of(result, 0)
+    a, b = result.requests.iloc[0], result.requests.iloc[1]
+    assert prefill["num_prefill_tokens"].tolist() == [64, 16]
+    row = prefill.iloc[1]
+    assert (row["mem_token_states"], row["mem_reservation"], row["mem_internal_frag"],
+            row["mem_in_transfer"]) == (64, 0, 0, 16)
+    assert a["transfer_bytes"] == 4 * 16 * 819_200 and b["transfer_bytes"] == 16 * 819_200
+    assert [s["mgr_prefix_hit_tokens"] for s in result.replica_summaries] == [48, 48]
+
+
 def test_refused_on_the_decode_side_frees_the_prefill_blocks():
     """A request the decode pool can never hold (its 100 + 40 tokens need 9 blocks of 8) is
     rejected there, and the prefill side lets its blocks go at once: the next request, which
@@ -154,21 +174,25 @@ def test_a_busy_cluster_checks_and_ends():
     assert s["completed"] == 80 and s["prefill_replicas"] == 2 and s["decode_replicas"] == 3
 
 
-@pytest.mark.parametrize("seed, prefill, decode", [(4, 1, 1), (5, 2, 2), (6, 3, 1)])
-def test_time_is_the_earliest_event_anywhere(seed, prefill, decode):
+@pytest.mark.parametrize("seed, prefill, decode, prefix", [(4, 1, 1, False), (5, 2, 2, False), (6, 3, 1, False),
+                                                          (7, 2, 2, True), (8, 1, 3, True)])
+def test_time_is_the_earliest_event_anywhere(seed, prefill, decode, prefix):
     """Under --check each replica takes one event per turn of the loop; without it, a replica
     runs on to the earliest event of the others (the horizon). Both make the same run, bit for
-    bit: a replica that ran past another's handoff or a transfer's end would see it late."""
-    trace = rand_trace(seed=seed, n=60, rate=150.0)
-    runs = [run_disaggregated(cfg(slots=900, check=check), cfg(slots=700, check=check), trace, prefill, decode)
+    bit: a replica that ran past another's handoff or a transfer's end would see it late.
+    (With prefix caching, the checks cover the blocks transfers share with running requests.)"""
+    trace = rand_trace(seed=seed, n=60, rate=150.0, prefix=prefix)
+    runs = [run_disaggregated(cfg(slots=900, check=check, prefix_caching=prefix),
+                              cfg(slots=700, check=check, prefix_caching=prefix), trace, prefill, decode)
             for check in (True, False)]
+    assert (runs[0].requests["status"] == "finished").all()
     pd.testing.assert_frame_equal(runs[0].requests, runs[1].requests)
     pd.testing.assert_frame_equal(runs[0].steps, runs[1].steps)
 
 
 @pytest.mark.parametrize("system, settings, message", [
     ("vllm", {}, "--system vllm-v1 only"),
-    ("vllm-v1", {"prefix_caching": True}, "prefix caching is not modelled with disaggregation yet"),
+    ("vllm-v1", {"scheduling_policy": "priority"}, "priority is not modelled with disaggregation yet"),
 ])
 def test_other_systems_are_refused(system, settings, message):
     c = cfg_for(system, **settings)
