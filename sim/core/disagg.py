@@ -40,12 +40,12 @@ from pagesim.sim.core import cluster, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID, ENGINE_PENDING,
                                     ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING,
-                                    LOADING, NEXT_EVENT_ID, NOW, NUM_EXCHANGE, NUM_REJECTED, SCHEDULE_ON_RESUME,
+                                    LOADING, NEXT_EVENT_ID, NOW, NUM_EXCHANGE, SCHEDULE_ON_RESUME,
                                     STARTED, V1, WAITING)
 
 # the loop's counters (int64) and times (float64)
 (D_STARTED, D_NEXT_ARRIVAL, D_NEXT_EVENT_ID, D_ARRIVAL_PENDING, D_ARRIVAL_EVENT_ID, D_ARRIVALS_DONE,
- D_ROUTER, D_STOPPED_REPLICA, D_PREFILL, D_IN_FLIGHT, D_HANDED, NUM_DISAGG_COUNTS) = range(12)
+ D_ROUTER, D_STOPPED_REPLICA, D_PREFILL, D_IN_FLIGHT, NUM_DISAGG_COUNTS) = range(11)
 (E_ARRIVAL_TIME, E_BANDWIDTH, E_LATENCY, E_BYTES_PER_TOKEN, NUM_DISAGG_CLOCK) = range(5)
 # timeline columns, per request
 (T_HANDOFF, T_ASKED, T_FLOW, T_END, T_BYTES, NUM_TIMELINE) = range(6)
@@ -144,7 +144,6 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
             routed[P + d] += 1
             decode_of[i] = d
             timeline[i, T_HANDOFF] = now
-            dc[D_HANDED] += 1
         elif s.status[i] == LOADING:  # the decode side asks for the prompt's KV
             # the prompt less the local prefix hits (remote_kv.allocate_for_transfer)
             num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE],

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import disagg as core_disagg
 from pagesim.sim.disagg import PHASES, run_disaggregated
 from pagesim.sim.errors import ConfigError
 from tests.sim.helpers import cfg_for, rand_trace, trace_of
@@ -198,7 +197,3 @@ def test_other_systems_are_refused(system, settings, message):
     c = cfg_for(system, **settings)
     with pytest.raises(ConfigError, match=message):
         run_disaggregated(c, c, trace_of([(0.0, 10, 2)]), 1, 1)
-
-
-def test_timeline_columns_are_stated_once():
-    assert core_disagg.NUM_TIMELINE == 5
