@@ -22,7 +22,9 @@ connector, pull mode: ``sim/core/remote_kv.py`` gives the rules of its blocks):
 
 **Time.** Replicas interact both ways (a handoff at a prefill step's end, a release at a
 transfer's end), so a replica is advanced only up to the earliest event anywhere else: the next
-arrival, another replica's next engine event, an in-flight transfer's end. Each turn takes the
+arrival, another replica's next engine event, an in-flight transfer's end. Even a replica of its
+own pool counts: a decode step may admit a request whose transfer's end frees a prefill replica's
+blocks, whose next step then hands a request to another decode replica. Each turn takes the
 earliest event of all (ties in creation order: every event id comes from the one counter kept
 here, as the cluster's) and acts on it: an arrival is routed; a transfer's end frees and loads;
 a replica's event runs that replica until the horizon (``loop.run`` returns ``HORIZON``), or
@@ -36,11 +38,12 @@ ask, its bytes' start and its end, its bytes), from which the records decompose 
 
 from __future__ import annotations
 
-from pagesim.sim.core import cluster, lifecycle, loop, remote_kv, transfer
+from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID, ENGINE_PENDING,
                                     ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING,
-                                    LOADING, NEXT_EVENT_ID, NOW, NUM_EXCHANGE, SCHEDULE_ON_RESUME,
+                                    LOADING, MAX_SEQ_LEN, NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
+                                    REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME,
                                     STARTED, V1, WAITING)
 
 # the loop's counters (int64) and times (float64)
@@ -140,10 +143,16 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
             d = route_pool(configs[P:], counts[P:], routed[P:], dc[D_ROUTER], i)
             sd = replicas[P + d]
             sd.arrival_s[i] = now  # the decode pool's own arrival column: when it was handed over
-            give(sd, dc, i, now)
             routed[P + d] += 1
             decode_of[i] = d
             timeline[i, T_HANDOFF] = now
+            if never_fits(sd, i):  # refused by its serving layer; the prefill side frees its blocks
+                sd.status[i] = REJECTED
+                sd.reject_code[i] = REJECT_NEVER_FITS
+                sd.count[NUM_REJECTED] += 1
+                release_prefill(s, dc, i, now)
+            else:
+                give(sd, dc, i, now)
         elif s.status[i] == LOADING:  # the decode side asks for the prompt's KV
             # the prompt less the local prefix hits (remote_kv.allocate_for_transfer)
             num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE],
@@ -157,9 +166,16 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
             in_flight[dc[D_IN_FLIGHT], 0] = i
             in_flight[dc[D_IN_FLIGHT], 1] = new_event(dc)
             dc[D_IN_FLIGHT] += 1
-        else:  # refused by the decode side: the prefill side lets its blocks go now
-            release_prefill(replicas[replica_of[i]], dc, i, now)
     s.count[NUM_EXCHANGE] = 0
+
+
+@njit(inline=True)
+def never_fits(s, i):
+    """Decode replica ``s`` can never hold request ``i`` (``scheduler_v1.admit_waiting``'s test
+    of a request too long): the decode side's serving layer refuses it as it arrives, and the
+    connector frees the prefill side's blocks (``request_finished`` of a request never
+    scheduled: nixl/pull_scheduler.py:216-230)."""
+    return s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]
 
 
 @njit(inline=True)
@@ -201,8 +217,9 @@ def replica_event(counts, clocks, r):
 
 
 @njit(refcounted=True)
-def next_event(counts, clocks, dc, dk, in_flight, timeline, skip):
-    """The earliest event of all but replica ``skip``'s: (kind, index, time, id)."""
+def next_event(counts, clocks, dc, dk, in_flight, timeline, skip_from, skip_to):
+    """The earliest event of all but those of replicas ``skip_from .. skip_to - 1``: (kind,
+    index, time, id)."""
     kind, index, best_t, best_id = NONE, -1, FOREVER, cluster.NO_HORIZON
     if dc[D_ARRIVAL_PENDING]:
         kind, best_t, best_id = ARRIVAL, dk[E_ARRIVAL_TIME], dc[D_ARRIVAL_EVENT_ID]
@@ -211,7 +228,7 @@ def next_event(counts, clocks, dc, dk, in_flight, timeline, skip):
         if earlier(t, eid, best_t, best_id):
             kind, index, best_t, best_id = TRANSFER_END, k, t, eid
     for r in range(len(counts)):
-        if r == skip:
+        if skip_from <= r < skip_to:
             continue
         pending, t, eid = replica_event(counts, clocks, r)
         if pending and earlier(t, eid, best_t, best_id):
@@ -232,7 +249,7 @@ def disagg_loop_for(family):
             dc[D_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
             hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, arrival_s, 0.0)
         while True:
-            kind, index, t, eid = next_event(counts, clocks, dc, dk, in_flight, timeline, -1)
+            kind, index, t, eid = next_event(counts, clocks, dc, dk, in_flight, timeline, 0, 0)
             if kind == NONE:
                 return loop.DONE
             if kind == ARRIVAL:
@@ -243,7 +260,8 @@ def disagg_loop_for(family):
                 end_transfer(replicas, replica_of, decode_of, dc, index, in_flight, timeline)
                 continue
             r = index
-            _, _, horizon_s, horizon_id = next_event(counts, clocks, dc, dk, in_flight, timeline, r)
+            # its horizon: the earliest event anywhere else (module docstring)
+            _, _, horizon_s, horizon_id = next_event(counts, clocks, dc, dk, in_flight, timeline, r, r + 1)
             s = replicas[r]
             s.clock[HORIZON_S] = horizon_s
             s.count[HORIZON_EVENT_ID] = horizon_id

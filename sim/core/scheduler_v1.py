@@ -278,8 +278,6 @@ def admit_waiting(s, budget):
             continue
         if s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]:
             reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
-            if decode_side:  # the prefill side's blocks are let go (pull_scheduler.py:216-230)
-                remote_kv.push_exchange(s, i)
             continue
         watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
         if blocks_to_admit(s, i, target) + watermark > kv_cache.num_free_blocks(s):
