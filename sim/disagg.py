@@ -19,8 +19,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.cluster import (REQUEST_COLUMNS, ClusterRecords, ClusterResult, RequestSubset, grow_rings,
-                                 merged_itl, replica_states)
+from pagesim.sim.cluster import (REQUEST_COLUMNS, ClusterRecords, ClusterResult, RequestSubset,
+                                 grow_rings, merged_itl, replica_states)
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import disagg as core_disagg
 from pagesim.sim.core import loop, replay, state
@@ -39,8 +39,8 @@ PHASES = ("prefill_queue_s", "prefill_s", "decode_admit_wait_s", "transfer_wait_
           "decode_first_step_s")
 
 
-def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, decode: int, router: str,
-                 link: str) -> None:
+def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, decode: int,
+                 router: str, link: str) -> None:
     """What a disaggregated run cannot take, refused in one line each (ConfigError)."""
     for name, count in (("--prefill-replicas", prefill), ("--decode-replicas", decode)):
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
@@ -50,19 +50,19 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
             raise ConfigError(f"--prefill-replicas/--decode-replicas model vLLM v1's KV connector: "
                               f"--system vllm-v1 only (got {cfg.label})")
         if cfg.scheduling_policy != "fcfs":
-            raise ConfigError("--prefill-replicas: --scheduling-policy priority is not modelled with "
-                              "disaggregation yet")
+            raise ConfigError("--prefill-replicas: --scheduling-policy priority is not modelled "
+                              "with disaggregation yet")
         if cfg.client_timeout_s is not None:
-            raise ConfigError("--prefill-replicas: --client-timeout is not modelled with disaggregation yet")
+            raise ConfigError("--prefill-replicas: --client-timeout is not modelled with "
+                              "disaggregation yet")
     differ = [f for f in ("model", "system", "block_size", "kv_cache_dtype", "seed")
               if getattr(prefill_cfg, f) != getattr(decode_cfg, f)]
     if differ:
-        raise ConfigError(f"--prefill-replicas/--decode-replicas: both pools run one model and system; "
-                          f"{differ[0]} differs")
+        raise ConfigError("--prefill-replicas/--decode-replicas: both pools run one model and "
+                          f"system; {differ[0]} differs")
     if router not in DISAGG_ROUTERS:
-        known = router in ROUTERS
-        raise ConfigError(f"--router {router!r}" + (" is not offered with disaggregation" if known else
-                                                     " is unknown") + f"; valid: {', '.join(DISAGG_ROUTERS)}")
+        why = " is not offered with disaggregation" if router in ROUTERS else " is unknown"
+        raise ConfigError(f"--router {router!r}{why}; valid: {', '.join(DISAGG_ROUTERS)}")
     if link not in LINKS:
         raise ConfigError(f"--kv-link: unknown link {link!r} (choose from {', '.join(LINKS)})")
 
@@ -72,12 +72,13 @@ class Disaggregated:
     requests routed to each, each request's prefill and decode replica, its timeline (the
     phases' ends), the in-flight transfers, each decode link's queue, each replica's TP."""
 
-    def __init__(self, states: list, prefill: int, router: str, link, bytes_per_token: float, tps: list[int],
-                 arrival_s: np.ndarray):
+    def __init__(self, states: list, prefill: int, router: str, link, bytes_per_token: float,
+                 tps: list[int], arrival_s: np.ndarray):
         n = len(arrival_s)
         self.replicas = states
         self.prefill = prefill
-        self.configs, self.counts, self.clocks = (getattr(states[0], a).base for a in ("config", "count", "clock"))
+        self.configs, self.counts, self.clocks = (getattr(states[0], a).base
+                                                  for a in ("config", "count", "clock"))
         self.routed = np.zeros(len(states), np.int64)
         self.replica_of = np.full(n, -1, np.int64)
         self.decode_of = np.full(n, -1, np.int64)
@@ -103,10 +104,12 @@ class Disaggregated:
 
     def run(self) -> float:
         """Run to the end; returns the loop's wall time."""
-        args = lambda: (self.replicas, self.configs, self.counts, self.clocks, self.routed, self.replica_of,  # noqa: E731
-                        self.decode_of, self.timeline, self.in_flight, self.free_at, self.tp, self.dc, self.dk,
-                        self.arrival_s)
-        with warnings.catch_warnings():  # numba's pending deprecation of reflected lists (since its 0.44)
+        def args():
+            return (self.replicas, self.configs, self.counts, self.clocks, self.routed,
+                    self.replica_of, self.decode_of, self.timeline, self.in_flight, self.free_at,
+                    self.tp, self.dc, self.dk, self.arrival_s)
+
+        with warnings.catch_warnings():  # numba's pending deprecation of reflected lists (its 0.44)
             warnings.filterwarnings("ignore", message=r"(?s).*type .reflected list. found")
             run = replay.compiled_entry(core_disagg.run_v1, *args())
         t0 = time.perf_counter()
@@ -128,8 +131,9 @@ class Disaggregated:
         ended = sum(int(s.count[state.NUM_FINISHED] + s.count[state.NUM_REJECTED])
                     for s in self.replicas[self.prefill:])
         if ended != int(handed.sum()):
-            raise InvariantError(f"the run ended with {int(handed.sum()) - ended} requests handed to the decode "
-                                 "pool neither finished nor rejected there")
+            left = int(handed.sum()) - ended
+            raise InvariantError(f"the run ended with {left} requests handed to the decode pool "
+                                 "neither finished nor rejected there")
         return wall_time_s
 
     def checked(self, r: int) -> None:
@@ -140,16 +144,18 @@ class Disaggregated:
         s = self.replicas[r]
         now = float(s.clock[state.NOW])
         if now < self.checked_now[r]:
-            raise InvariantError(f"replica {r}: simulated time went backwards: {now} < {self.checked_now[r]}")
+            raise InvariantError(f"replica {r}: simulated time went backwards: {now} < "
+                                 f"{self.checked_now[r]}")
         self.checked_now[r] = now
         try:
             check.check(s, self.mine(r))
         except AssertionError as e:
-            raise InvariantError(f"t={now:.6f}: replica {r}: core state inconsistent: {e}") from None
+            raise InvariantError(f"t={now:.6f}: replica {r}: core state inconsistent: {e}") \
+                from None
 
 
-def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.DataFrame, prefill: int,
-                      decode: int, router: str = "round-robin", link: str = "ib-ndr",
+def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.DataFrame,
+                      prefill: int, decode: int, router: str = "round-robin", link: str = "ib-ndr",
                       link_gbps: float | None = None,
                       summary_options: SummaryOptions = SummaryOptions()) -> ClusterResult:
     """Run ``trace`` through ``prefill`` replicas of ``prefill_cfg`` and ``decode`` of
@@ -170,7 +176,8 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
     for r, s in enumerate(states):
         if r >= prefill:
             s = s._replace(**decode_columns)
-        s = grow_rings(s, max(n, 1)) if len(s.waiting) < n else s  # every request fits: no ring to grow
+        # every request fits in its queues: no ring to grow
+        s = grow_rings(s, max(n, 1)) if len(s.waiting) < n else s
         s = s._replace(exchange=np.zeros(max(n, 1), np.int64))
         s.config[state.PROGRESS_EVERY] = UNLIMITED
         s.config[state.DISAGG_ROLE] = state.PREFILL_SIDE if r < prefill else state.DECODE_SIDE
@@ -179,7 +186,8 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
     c = Disaggregated(states, prefill, router, kv_link, float(run_p.budget.kv_bytes_per_token), tps,
                       run_p.state.arrival_s)
     wall_time_s = c.run()
-    return disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c, router, kv_link, wall_time_s, summary_options)
+    return disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c, router, kv_link, wall_time_s,
+                         summary_options)
 
 
 def client_table(run_p, run_d, c: Disaggregated):
@@ -204,25 +212,27 @@ def phases(run_p, run_d, c: Disaggregated) -> dict[str, np.ndarray]:
     handoff, asked, flow, end = (tl[:, k] for k in (core_disagg.T_HANDOFF, core_disagg.T_ASKED,
                                                     core_disagg.T_FLOW, core_disagg.T_END))
     return {"prefill_queue_s": prefill_admitted - arrival, "prefill_s": handoff - prefill_admitted,
-            "decode_admit_wait_s": asked - handoff, "transfer_wait_s": flow - asked, "transfer_s": end - flow,
-            "decode_first_step_s": run_d.table.first_token_s - end}
+            "decode_admit_wait_s": asked - handoff, "transfer_wait_s": flow - asked,
+            "transfer_s": end - flow, "decode_first_step_s": run_d.table.first_token_s - end}
 
 
-def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, router: str, kv_link, wall_time_s: float,
-                  options: SummaryOptions) -> ClusterResult:
+def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, router: str, kv_link,
+                  wall_time_s: float, options: SummaryOptions) -> ClusterResult:
     """The records: each replica's summary and steps (its pool's requests), the request table
     (the client's view, each request's replicas, its TTFT's phases and transfer), the summary."""
     summaries, steps, records = [], [], []
     n = run_p.table.size
     reasons = np.full(n, "", dtype=object)
     for r, s in enumerate(c.replicas):
-        side, run, cfg = ("prefill", run_p, prefill_cfg) if r < c.prefill else ("decode", run_d, decode_cfg)
+        prefill_side = r < c.prefill
+        side, run, cfg = (("prefill", run_p, prefill_cfg) if prefill_side
+                          else ("decode", run_d, decode_cfg))
         mine = c.mine(r)
         why = reject_reasons(s, run.pool, run.limits, cfg)[mine]  # by the side that refused it
         reasons[mine] = np.where(reasons[mine] == "", why, reasons[mine])
         rec = StepRecords(s, run.pool.capacity, blocks=True, in_transfer=True)
-        summary = engine_summary(cfg, run._replace(state=s), RequestSubset(run.table, mine), rec, wall_time_s,
-                                 float(s.clock[state.END_S]), options)
+        summary = engine_summary(cfg, run._replace(state=s), RequestSubset(run.table, mine), rec,
+                                 wall_time_s, float(s.clock[state.END_S]), options)
         summary.update(replica=r, pool=side, routed=int(c.routed[r]))
         summaries.append(summary)
         frame = rec.frame()
@@ -241,22 +251,26 @@ def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, route
     end_s = max(float(s.clock[state.END_S]) for s in c.replicas)
     prefill_gpus = c.prefill * prefill_cfg.tensor_parallel
     decode_gpus = (len(c.replicas) - c.prefill) * decode_cfg.tensor_parallel
-    extra = {k: summaries[c.prefill][k] for k in ("system", "model", "kv_bytes_per_token", "kv_cache_dtype",
-                                                   "block_size", "seed", "engine", "cpu_overhead")}
+    extra = {k: summaries[c.prefill][k] for k in ("system", "model", "kv_bytes_per_token",
+                                                   "kv_cache_dtype", "block_size", "seed", "engine",
+                                                   "cpu_overhead")}
     gpus = (summaries[0]["gpu"], summaries[c.prefill]["gpu"])  # as --replica-gpus names a mix
-    extra["gpu"] = gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]}:{c.prefill},{gpus[1]}:{len(c.replicas) - c.prefill}"
+    decode = len(c.replicas) - c.prefill
+    extra["gpu"] = gpus[0] if gpus[0] == gpus[1] else f"{gpus[0]}:{c.prefill},{gpus[1]}:{decode}"
     decode_states = c.replicas[c.prefill:]
     summary = summarize(view, ClusterRecords(records), merged_itl(decode_states),
                         sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.replicas),
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options)
-    summary.update(disagg_summary(c, summaries, requests, router, kv_link, prefill_gpus + decode_gpus, end_s))
+    num_gpus = prefill_gpus + decode_gpus
+    summary.update(disagg_summary(c, summaries, requests, router, kv_link, num_gpus, end_s))
     if "request_goodput" in summary:
-        summary["request_goodput_per_gpu"] = summary["request_goodput"] / (prefill_gpus + decode_gpus)
+        summary["request_goodput_per_gpu"] = summary["request_goodput"] / num_gpus
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), decode_cfg,
                          replica_summaries=summaries)
 
 
-def in_transfer_shares(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame, end_s: float) -> dict:
+def in_transfer_shares(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame,
+                       end_s: float) -> dict:
     """Each pool's share of its KV slots held by in-flight transfers over the whole run, from
     the requests' timelines: the prefill side holds a request's blocks from its handoff to its
     transfer's end, the decode side from its admission (the transfer's ask) to that end. (The
@@ -264,24 +278,26 @@ def in_transfer_shares(c: Disaggregated, summaries: list[dict], requests: pd.Dat
     free, as any engine's: an idle replica's blocks in transfer are seen here only.)"""
     block = summaries[0]["block_size"]
     slots = np.ceil(requests["prompt_tokens"].to_numpy() / block) * block
-    handoff = c.timeline[:len(requests), core_disagg.T_HANDOFF]
-    asked, end = c.timeline[:len(requests), core_disagg.T_ASKED], c.timeline[:len(requests), core_disagg.T_END]
+    tl = c.timeline[:len(requests)]
+    handoff, asked = tl[:, core_disagg.T_HANDOFF], tl[:, core_disagg.T_ASKED]
+    end = tl[:, core_disagg.T_END]
     out = {}
-    for side, start, group in (("prefill", handoff, summaries[:c.prefill]), ("decode", asked, summaries[c.prefill:])):
+    for side, start, group in (("prefill", handoff, summaries[:c.prefill]),
+                               ("decode", asked, summaries[c.prefill:])):
         held = np.nansum(slots * (end - start))
         capacity = sum(s["kv_capacity_tokens"] for s in group)
         out[f"{side}_kv_in_transfer"] = float(held / (capacity * end_s)) if end_s > 0 else 0.0
     return out
 
 
-def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame, router: str, kv_link,
-                   num_gpus: int, end_s: float) -> dict:
+def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFrame, router: str,
+                   kv_link, num_gpus: int, end_s: float) -> dict:
     """The cluster's own keys: each pool's replicas, GPUs, use (busy share of the run), KV use
     (the in-use share of its slots over the run) and queueing; the transfers; the TTFT's
     phases (means, ms)."""
     out = {"disaggregated": True, "router": router, "kv_link": kv_link.name,
-           "kv_link_gbytes_per_s": kv_link.bandwidth / 1e9, "kv_link_latency_us": kv_link.latency * 1e6,
-           "gpus": num_gpus}
+           "kv_link_gbytes_per_s": kv_link.bandwidth / 1e9,
+           "kv_link_latency_us": kv_link.latency * 1e6, "gpus": num_gpus}
     finished = requests["status"] == "finished"
     for side, group in (("prefill", summaries[:c.prefill]), ("decode", summaries[c.prefill:])):
         free = [s["mem_free_idle"] + s["mem_external_frag"] for s in group]
@@ -289,7 +305,8 @@ def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFra
         out[f"{side}_gpu"] = group[0]["gpu"]
         out[f"{side}_tensor_parallel"] = group[0]["tensor_parallel"]
         out[f"{side}_routed_per_replica"] = [s["routed"] for s in group]
-        out[f"{side}_utilization"] = float(np.mean([s["busy_s"] for s in group])) / end_s if end_s > 0 else 0.0
+        busy = float(np.mean([s["busy_s"] for s in group]))
+        out[f"{side}_utilization"] = busy / end_s if end_s > 0 else 0.0
         out[f"{side}_kv_used"] = float(1.0 - np.mean(free))
         out[f"{side}_kv_capacity_tokens"] = group[0]["kv_capacity_tokens"]
     out.update(in_transfer_shares(c, summaries, requests, end_s))
@@ -302,5 +319,6 @@ def disagg_summary(c: Disaggregated, summaries: list[dict], requests: pd.DataFra
     out["transfers"] = int(len(moved))
     out["transfer_bytes_total"] = float(moved.sum())
     out["mean_transfer_bytes"] = float(moved.mean()) if len(moved) else float("nan")
-    out["mean_transfer_ms"] = float((requests["transfer_wait_s"] + requests["transfer_s"]).dropna().mean() * 1e3)
+    with_queue = (requests["transfer_wait_s"] + requests["transfer_s"]).dropna()
+    out["mean_transfer_ms"] = float(with_queue.mean() * 1e3)
     return out
