@@ -40,11 +40,12 @@ from __future__ import annotations
 
 from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID, ENGINE_PENDING,
-                                    ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING,
-                                    LOADING, MAX_SEQ_LEN, NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
-                                    REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME,
-                                    STARTED, V1, WAITING)
+from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
+                                    ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID,
+                                    HORIZON_S, KV_HOLDING_WAITING, LOADING, MAX_SEQ_LEN,
+                                    NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
+                                    REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME, STARTED, V1,
+                                    WAITING)
 
 # the loop's counters (int64) and times (float64)
 (D_STARTED, D_NEXT_ARRIVAL, D_NEXT_EVENT_ID, D_ARRIVAL_PENDING, D_ARRIVAL_EVENT_ID, D_ARRIVALS_DONE,
@@ -129,8 +130,8 @@ def wake(s, dc, now):
 
 
 @njit(refcounted=True)
-def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline, in_flight, free_at,
-                  tp, dc, dk, r):
+def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline, in_flight,
+                  free_at, tp, dc, dk, r):
     """The work replica ``r``'s run left (``Core.exchange``), at its clock: a prefill replica's
     finished prefills are handed to decode replicas; a decode replica's admissions are priced
     on its link (their ends become events), its refusals free the prefill side's blocks."""
@@ -155,10 +156,11 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
                 give(sd, dc, i, now)
         elif s.status[i] == LOADING:  # the decode side asks for the prompt's KV
             # the prompt less the local prefix hits (remote_kv.allocate_for_transfer)
-            num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i], s.config[BLOCK_SIZE],
-                                                dk[E_BYTES_PER_TOKEN])
+            num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i],
+                                                s.config[BLOCK_SIZE], dk[E_BYTES_PER_TOKEN])
             bandwidth = transfer.pair_bandwidth(dk[E_BANDWIDTH], tp[replica_of[i]], tp[r])
-            flow, end = transfer.start_transfer(free_at, r - P, now, num_bytes, bandwidth, dk[E_LATENCY])
+            flow, end = transfer.start_transfer(free_at, r - P, now, num_bytes, bandwidth,
+                                                dk[E_LATENCY])
             timeline[i, T_ASKED] = now
             timeline[i, T_FLOW] = flow
             timeline[i, T_END] = end
@@ -175,7 +177,8 @@ def never_fits(s, i):
     of a request too long): the decode side's serving layer refuses it as it arrives, and the
     connector frees the prefill side's blocks (``request_finished`` of a request never
     scheduled: nixl/pull_scheduler.py:216-230)."""
-    return s.final_len[i] > s.config[MAX_SEQ_LEN] or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS]
+    return (s.final_len[i] > s.config[MAX_SEQ_LEN]
+            or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS])
 
 
 @njit(inline=True)
@@ -200,7 +203,7 @@ def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
     sd = replicas[P + decode_of[i]]
     remote_kv.transfer_loaded(sd, i, sd.prompt_target[i])
     sd.status[i] = WAITING
-    lifecycle.push_waiting(sd, i, True)  # behind the loaded requests before it (lifecycle.push_waiting)
+    lifecycle.push_waiting(sd, i, True)  # behind the loaded requests before it (push_waiting)
     sd.count[KV_HOLDING_WAITING] += 1
     wake(sd, dc, now)
 
@@ -217,51 +220,60 @@ def replica_event(counts, clocks, r):
 
 
 @njit(refcounted=True)
-def next_event(counts, clocks, dc, dk, in_flight, timeline, skip_from, skip_to):
-    """The earliest event of all but those of replicas ``skip_from .. skip_to - 1``: (kind,
-    index, time, id)."""
-    kind, index, best_t, best_id = NONE, -1, FOREVER, cluster.NO_HORIZON
+def next_events(counts, clocks, dc, dk, in_flight, timeline):
+    """The earliest event of all, (kind, index, time, id), and the time and id of the earliest
+    after it: where the first is a replica's, its horizon (a replica has one event)."""
+    kind, index = NONE, -1
+    best_t, best_id = FOREVER, cluster.NO_HORIZON
+    next_t, next_id = FOREVER, cluster.NO_HORIZON
     if dc[D_ARRIVAL_PENDING]:
         kind, best_t, best_id = ARRIVAL, dk[E_ARRIVAL_TIME], dc[D_ARRIVAL_EVENT_ID]
     for k in range(dc[D_IN_FLIGHT]):
         t, eid = timeline[in_flight[k, 0], T_END], in_flight[k, 1]
         if earlier(t, eid, best_t, best_id):
+            next_t, next_id = best_t, best_id
             kind, index, best_t, best_id = TRANSFER_END, k, t, eid
+        elif earlier(t, eid, next_t, next_id):
+            next_t, next_id = t, eid
     for r in range(len(counts)):
-        if skip_from <= r < skip_to:
-            continue
         pending, t, eid = replica_event(counts, clocks, r)
-        if pending and earlier(t, eid, best_t, best_id):
+        if not pending:
+            continue
+        if earlier(t, eid, best_t, best_id):
+            next_t, next_id = best_t, best_id
             kind, index, best_t, best_id = REPLICA, r, t, eid
-    return kind, index, best_t, best_id
+        elif earlier(t, eid, next_t, next_id):
+            next_t, next_id = t, eid
+    return kind, index, best_t, best_id, next_t, next_id
 
 
 def disagg_loop_for(family):
     """The disaggregated cluster's loop over replicas of one scheduler family (``vllm-v1``'s
     only, for now), ``family`` a constant of the closure as in ``cluster.cluster_loop_for``."""
 
-    def run(replicas, configs, counts, clocks, routed, replica_of, decode_of, timeline, in_flight, free_at, tp,
-            dc, dk, arrival_s):
+    def run(replicas, configs, counts, clocks, routed, replica_of, decode_of, timeline, in_flight,
+            free_at, tp, dc, dk, arrival_s):
         """Run to the end (``loop.DONE``) or until Python is needed (a replica's code,
         ``D_STOPPED_REPLICA`` naming it: its step table is full, ``--check``, an error)."""
         if not dc[D_STARTED]:
             dc[D_STARTED] = 1
             dc[D_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
-            hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, arrival_s, 0.0)
+            hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, arrival_s,
+                               0.0)
         while True:
-            kind, index, t, eid = next_event(counts, clocks, dc, dk, in_flight, timeline, 0, 0)
+            kind, index, t, eid, horizon_s, horizon_id = next_events(counts, clocks, dc, dk,
+                                                                     in_flight, timeline)
             if kind == NONE:
                 return loop.DONE
             if kind == ARRIVAL:
                 dc[D_ARRIVAL_PENDING] = 0
-                hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, arrival_s, t)
+                hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk,
+                                   arrival_s, t)
                 continue
             if kind == TRANSFER_END:
                 end_transfer(replicas, replica_of, decode_of, dc, index, in_flight, timeline)
                 continue
-            r = index
-            # its horizon: the earliest event anywhere else (module docstring)
-            _, _, horizon_s, horizon_id = next_event(counts, clocks, dc, dk, in_flight, timeline, r, r + 1)
+            r = index  # its horizon: the earliest event anywhere else (module docstring)
             s = replicas[r]
             s.clock[HORIZON_S] = horizon_s
             s.count[HORIZON_EVENT_ID] = horizon_id
@@ -269,8 +281,8 @@ def disagg_loop_for(family):
             code = loop.run_family(s, family)
             dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
             if s.count[NUM_EXCHANGE]:
-                take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline, in_flight,
-                              free_at, tp, dc, dk, r)
+                take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline,
+                              in_flight, free_at, tp, dc, dk, r)
             if code == loop.HORIZON or code == loop.DONE or (code == loop.STEPPED and not s.config[
                     CHECK_STEPS]):
                 continue

@@ -30,9 +30,9 @@ import numpy as np
 from pagesim.sim.core import kv_cache, prefix_cache
 from pagesim.sim.core.block_pool import return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS, NUM_ALLOCATIONS,
-                                    NUM_EXCHANGE, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING, REF,
-                                    SHARED_BLOCKS, TRANSFER_SLOTS, TRANSFERS)
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS,
+                                    NUM_ALLOCATIONS, NUM_EXCHANGE, NUM_FREE_BLOCK_IDS, NUM_FREES,
+                                    PREFIX_CACHING, REF, SHARED_BLOCKS, TRANSFER_SLOTS, TRANSFERS)
 
 
 @njit(inline=True)
@@ -106,8 +106,10 @@ def allocate_for_transfer(s, i, num_tokens):
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = (num_tokens + bs - 1) // bs
     if s.config[PREFIX_CACHING]:
-        cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), num_tokens, need)  # jit.njit's constants
-        c[DEMAND_SLOTS] -= min(s.final_len[i], need * bs) - cached  # the fresh blocks': back at the load's end
+        # np.int64: jit.njit's note on constants
+        cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), num_tokens, need)
+        # the fresh blocks' demand: back at the load's end
+        c[DEMAND_SLOTS] -= min(s.final_len[i], need * bs) - cached
         c[TRANSFER_SLOTS] += need * bs - cached
         return
     slot = take_slot(s)
