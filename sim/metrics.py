@@ -37,6 +37,9 @@ from pagesim.sim.requests import Status
 #: Fig. 2 (token states, reservation, internal fragmentation) with external fragmentation split
 #: into the allocator's rounding slack (a buddy block's unused part) and holes between extents
 MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle")
+#: a disaggregated replica's (sim/disagg.py): then the slots of blocks held by in-flight KV
+#: transfers (sim/core/remote_kv.py), in its records alone
+DISAGG_MEMORY_CATEGORIES = MEMORY_CATEGORIES + ("in_transfer",)
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
@@ -73,7 +76,7 @@ class StepRecords:
         df.insert(1, "start_s", f[:n, state.ROW_START])
         df.insert(2, "dt_s", f[:n, state.ROW_DT])
         if self.in_transfer:
-            df["mem_in_transfer"] = i[:n, last]
+            df[f"mem_{DISAGG_MEMORY_CATEGORIES[-1]}"] = i[:n, last]
         if self.blocks:
             df["used_blocks"] = i[:n, state.ROW_USED_BLOCKS]
             df["logical_blocks"] = i[:n, state.ROW_LOGICAL_BLOCKS]
@@ -91,7 +94,7 @@ class StepRecords:
 
     def memory_fractions(self) -> dict[str, float]:
         total = (self.busy_s + self.idle_s) * self.capacity
-        names = MEMORY_CATEGORIES + (("in_transfer",) if self.in_transfer else ())
+        names = DISAGG_MEMORY_CATEGORIES if self.in_transfer else MEMORY_CATEGORIES
         if total <= 0:
             return {f"mem_{c}": 0.0 for c in names}
         return {f"mem_{c}": float(v / total) for c, v in zip(names, self.mem_weighted)}
