@@ -22,9 +22,12 @@ connector, pull mode: ``sim/core/remote_kv.py`` gives the rules of its blocks):
 
 **Time.** Replicas interact both ways (a handoff at a prefill step's end, a release at a
 transfer's end), so a replica is advanced only up to the earliest event anywhere else: the next
-arrival, another replica's next engine event, an in-flight transfer's end. Even a replica of its
-own pool counts: a decode step may admit a request whose transfer's end frees a prefill replica's
-blocks, whose next step then hands a request to another decode replica. Each turn takes the
+arrival, another replica's next engine event, an in-flight transfer's end. A decode replica's
+events touch another decode replica only through a prefill replica that a transfer's end wakes
+(a decode step admits a request, its transfer's end frees a prefill replica's blocks, whose next
+step hands a request over); while no prefill replica waits idle with requests (a release then
+wakes none, and one busy takes what it frees at its next step, an event counted), a decode
+replica runs on past the other decode replicas' events. Each turn takes the
 earliest event of all (ties in creation order: every event id comes from the one counter kept
 here, as the cluster's) and acts on it: an arrival is routed; a transfer's end frees and loads;
 a replica's event runs that replica until the horizon (``loop.run`` returns ``HORIZON``), or
@@ -45,7 +48,7 @@ from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGI
                                     HORIZON_S, KV_HOLDING_WAITING, LOADING, MAX_SEQ_LEN,
                                     NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
                                     REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME, STARTED, V1,
-                                    WAITING)
+                                    WAITING, WAITING_LEN)
 
 # the loop's counters (int64) and times (float64)
 (D_STARTED, D_NEXT_ARRIVAL, D_NEXT_EVENT_ID, D_ARRIVAL_PENDING, D_ARRIVAL_EVENT_ID, D_ARRIVALS_DONE,
@@ -221,29 +224,41 @@ def replica_event(counts, clocks, r):
 
 @njit(refcounted=True)
 def next_events(counts, clocks, dc, dk, in_flight, timeline):
-    """The earliest event of all, (kind, index, time, id), and the time and id of the earliest
-    after it: where the first is a replica's, its horizon (a replica has one event)."""
+    """The earliest event of all, (kind, index, time, id), and its replica's horizon (time, id):
+    the earliest event after it, or, for a decode replica while no prefill replica waits idle
+    for memory, the earliest but the decode replicas' (module docstring, "Time")."""
+    P = dc[D_PREFILL]
     kind, index = NONE, -1
     best_t, best_id = FOREVER, cluster.NO_HORIZON
-    next_t, next_id = FOREVER, cluster.NO_HORIZON
+    next_t, next_id = FOREVER, cluster.NO_HORIZON  # the earliest after the best
+    other_t, other_id = FOREVER, cluster.NO_HORIZON  # the earliest but the decode replicas'
     if dc[D_ARRIVAL_PENDING]:
         kind, best_t, best_id = ARRIVAL, dk[E_ARRIVAL_TIME], dc[D_ARRIVAL_EVENT_ID]
+        other_t, other_id = best_t, best_id
     for k in range(dc[D_IN_FLIGHT]):
         t, eid = timeline[in_flight[k, 0], T_END], in_flight[k, 1]
+        if earlier(t, eid, other_t, other_id):
+            other_t, other_id = t, eid
         if earlier(t, eid, best_t, best_id):
             next_t, next_id = best_t, best_id
             kind, index, best_t, best_id = TRANSFER_END, k, t, eid
         elif earlier(t, eid, next_t, next_id):
             next_t, next_id = t, eid
+    blocked = False  # a prefill replica idle with requests waiting: a release would wake it
     for r in range(len(counts)):
         pending, t, eid = replica_event(counts, clocks, r)
         if not pending:
+            blocked = blocked or (r < P and counts[r, WAITING_LEN] > 0)
             continue
+        if r < P and earlier(t, eid, other_t, other_id):
+            other_t, other_id = t, eid
         if earlier(t, eid, best_t, best_id):
             next_t, next_id = best_t, best_id
             kind, index, best_t, best_id = REPLICA, r, t, eid
         elif earlier(t, eid, next_t, next_id):
             next_t, next_id = t, eid
+    if kind == REPLICA and index >= P and not blocked:
+        return kind, index, best_t, best_id, other_t, other_id
     return kind, index, best_t, best_id, next_t, next_id
 
 

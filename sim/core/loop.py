@@ -80,7 +80,8 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
-from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, NUM_EXCHANGE, ROUTED, TRANSFER_SLOTS
+from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
+                                    TRANSFER_SLOTS)
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -301,6 +302,11 @@ def loop_for(family):
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
+                if not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]:
+                    # a decode replica's pass preempted every running request, as its loaded ones
+                    # hold blocks: vLLM's next step admits them (scheduler.py:1050; disagg.py)
+                    c[SCHEDULE_ON_RESUME] = 1
+                    continue
                 if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]:
                     return EMPTY_POOL  # (in-flight transfers free or load blocks: disagg.py)
                 c[IDLE] = 1

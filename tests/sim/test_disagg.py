@@ -189,6 +189,18 @@ def test_time_is_the_earliest_event_anywhere(seed, prefill, decode, prefix):
     pd.testing.assert_frame_equal(runs[0].steps, runs[1].steps)
 
 
+def test_a_decode_pass_that_preempts_everyone_admits_the_loaded_next():
+    """A decode pool of 25 blocks whose loaded requests (waiting to run) hold blocks: the last
+    running request cannot grow and preempts itself, so the pass admits nobody (vLLM admits no
+    waiting request in a step that preempted: scheduler.py:1050); the next pass, at once,
+    admits the loaded ones, and every request ends (this trace has four loaded requests
+    holding 15 blocks when it happens)."""
+    trace = rand_trace(seed=22, n=50, rate=200.0, prefix=True)
+    result = run_disaggregated(cfg(slots=2000, prefix_caching=True), cfg(slots=400, prefix_caching=True), trace, 1, 3)
+    assert (result.requests["status"] == "finished").all()
+    assert result.summary["num_preemptions"] > 0
+
+
 @pytest.mark.parametrize("system, settings, message", [
     ("vllm", {}, "--system vllm-v1 only"),
     ("vllm-v1", {"scheduling_policy": "priority"}, "priority is not modelled with disaggregation yet"),
