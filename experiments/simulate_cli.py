@@ -50,6 +50,22 @@ def register(sub) -> None:
     c.add_argument("--router-slack", type=float, default=None, metavar="S",
                    help="prefix-affinity's load bound: a replica holding the prefix is passed over when its "
                         "outstanding requests exceed (1 + S) x the mean (default 0.5)")
+    d = p.add_argument_group("disaggregated prefill and decode (sim/core/disagg.py)")
+    d.add_argument("--prefill-replicas", type=int, default=None, metavar="P",
+                   help="P prefill replicas and --decode-replicas D decode replicas (vllm-v1): each request is "
+                        "prefilled on one, its KV moved over --kv-link, and decoded on the other")
+    d.add_argument("--decode-replicas", type=int, default=None, metavar="D", help="D decode replicas")
+    d.add_argument("--prefill-gpu", default=None, metavar="GPU", help="the prefill replicas' GPU (default --gpu)")
+    d.add_argument("--decode-gpu", default=None, metavar="GPU", help="the decode replicas' GPU (default --gpu)")
+    d.add_argument("--prefill-tp", type=int, default=None, metavar="N",
+                   help="the prefill replicas' tensor parallelism (default --tp)")
+    d.add_argument("--decode-tp", type=int, default=None, metavar="N",
+                   help="the decode replicas' tensor parallelism (default --tp)")
+    d.add_argument("--kv-link", default=None, metavar="NAME",
+                   help="what carries the KV to each decode replica: ib-ndr (default), ib-hdr, roce-400, "
+                        "roce-200, roce-100, nvlink, pcie (sim/specs/links.py)")
+    d.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS",
+                   help="the link's rate per GPU in Gb/s instead of the preset's (a measured one)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", default=None, help="folder for summary.json, requests.csv, steps.csv")
     o.add_argument("--requests-format", choices=["csv", "parquet"], default="csv")
@@ -72,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
     fixed = {"record_steps": False} if args.no_steps else {}
-    cfg = config_from_args(args, **fixed)
     summary_options = summary_options_from_args(args)
+    if disaggregated(args):
+        return run_disaggregated_from_args(args, fixed, summary_options)
+    cfg = config_from_args(args, **fixed)
     replicas = 1 if args.replicas is None else args.replicas
     if args.replica_gpus is not None:
         replicas = replica_groups_from_args(args, fixed)
@@ -117,6 +135,77 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + fill(f"wrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, steps.csv"
                               + (", replicas.json" if clustered else "") + (", report.html" if args.report else "")))
     return 0
+
+
+#: the flags of a disaggregated run alone
+DISAGG_FLAGS = ("prefill_replicas", "decode_replicas", "prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp",
+                "kv_link", "kv_link_gbps")
+
+
+def disaggregated(args: argparse.Namespace) -> bool:
+    """A disaggregated run was asked for; its flags without one refused in one line."""
+    given = [f for f in DISAGG_FLAGS if getattr(args, f) is not None]
+    if not given:
+        return False
+    if args.prefill_replicas is None or args.decode_replicas is None:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} is for a disaggregated run: give both --prefill-replicas and --decode-replicas")
+    for flag, value in (("--replicas", args.replicas), ("--replica-gpus", args.replica_gpus),
+                        ("--router-slack", args.router_slack), ("--report", args.report or None)):
+        if value is not None:
+            raise ConfigError(f"{flag} is not available with --prefill-replicas/--decode-replicas "
+                              "(each pool's replicas and GPU are given by the --prefill-*/--decode-* flags)")
+    return True
+
+
+def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_options) -> int:
+    """``simulate --prefill-replicas P --decode-replicas D``: the two pools' configurations
+    (--gpu/--tp unless --prefill-*/--decode-* say otherwise), run and reported."""
+    from pagesim.sim.disagg import check_disagg, run_disaggregated
+
+    pools = []
+    for side in ("prefill", "decode"):
+        pool = dict(fixed)
+        gpu, tp = getattr(args, f"{side}_gpu"), getattr(args, f"{side}_tp")
+        if gpu is not None:
+            pool["gpu"] = gpu
+        if tp is not None:
+            pool["tensor_parallel"] = tp
+        pools.append(config_from_args(args, **pool))
+    prefill_cfg, decode_cfg = pools
+    router, link = args.router or "round-robin", args.kv_link or "ib-ndr"
+    check_disagg(prefill_cfg, decode_cfg, args.prefill_replicas, args.decode_replicas, router, link)
+    trace, workload = workload_from_args(args, min(resolve_model(prefill_cfg), resolve_model(decode_cfg)),
+                                         prefill_cfg.max_len_policy)
+    result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,
+                               router, link, args.kv_link_gbps, summary_options)
+    for s in result.replica_summaries:  # each replica's cost model is its GPU's
+        s.update(error_band(prefill_cfg.cost_model, s["gpu"], prefill_cfg.profile))
+    result.summary["workload"] = workload
+    if prefill_cfg.gpu == decode_cfg.gpu:
+        result.summary.update(error_band(prefill_cfg.cost_model, result.summary["prefill_gpu"], prefill_cfg.profile))
+    else:
+        result.summary.update(cost_model=prefill_cfg.cost_model, cost_error="per GPU: see replicas.json")
+    if args.out:
+        with staged_folder(args.out) as staged:
+            result.save(staged, args.requests_format)
+    if args.json:
+        from pagesim.sim.run import jsonable
+
+        print(json.dumps(jsonable(result.summary)))
+    else:
+        print_summary(result.summary, sys.stdout, summary_options)
+        if args.out:
+            print("\n" + fill(f"wrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, "
+                              "steps.csv, replicas.json"))
+    return 0
+
+
+def resolve_model(cfg) -> int:
+    """The longest sequence ``cfg``'s model takes (a pool's budget checked on the way)."""
+    from pagesim.sim.run import resolve_budget
+
+    return resolve_budget(cfg)[0].max_seq_len
 
 
 def replica_groups_from_args(args: argparse.Namespace, fixed: dict) -> list:
@@ -208,5 +297,27 @@ def print_summary(s: dict, f, options) -> None:
                      s["gpu_per_replica"], s["kv_capacity_tokens_per_replica"]))),
                  ("routed per replica", " ".join(map(str, s["routed_per_replica"]))),
                  ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
+    if s.get("disaggregated"):  # sim/disagg.py
+        rows += disaggregated_rows(s)
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
     print("\n".join(key_value_lines(rows)), file=f)  # a long value (the cost model's band) wraps under itself
+
+
+def disaggregated_rows(s: dict) -> list[tuple[str, str]]:
+    """A disaggregated run's own rows: each pool, the link and transfers, the TTFT's phases."""
+    rows = []
+    for side in ("prefill", "decode"):
+        rows.append((f"{side} pool", f"{s[side + '_replicas']} x {s[side + '_gpu']} TP {s[side + '_tensor_parallel']}: "
+                                     f"busy {100 * s[side + '_utilization']:.1f} %, KV used "
+                                     f"{100 * s[side + '_kv_used']:.1f} % (in transfer "
+                                     f"{100 * s[side + '_kv_in_transfer']:.1f} %), mean queue "
+                                     f"{s['mean_' + side + '_queue_ms']:.1f} ms"))
+    rows.append(("KV link / transfers", f"{s['kv_link']} {s['kv_link_gbytes_per_s']:g} GB/s per GPU: "
+                                         f"{s['transfers']} of mean {s['mean_transfer_bytes'] / 1e6:.1f} MB, "
+                                         f"{s['mean_transfer_ms']:.2f} ms"))
+    phases = ("prefill_queue", "prefill", "decode_admit_wait", "transfer_wait", "transfer", "decode_first_step")
+    rows.append(("mean TTFT in phases", " + ".join(f"{s[f'mean_ttft_{p}_ms']:.1f}" for p in phases) + " ms ("
+                 + ", ".join(p.replace("_", " ") for p in phases) + ")"))
+    if "request_goodput_per_gpu" in s:
+        rows.append(("goodput per GPU", f"{s['request_goodput_per_gpu']:.3f} req/s over {s['gpus']} GPUs"))
+    return rows

@@ -47,7 +47,8 @@ OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist",
 # made here for it (its config/count/clock rows of the cluster's 2-D arrays, queues sized to its
 # outstanding requests, step table, random stream)
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",
-        "step_prefill_tokens", "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng")
+        "step_prefill_tokens", "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng",
+        "exchange")
 # its GPU's, read only, shared by the replicas on that GPU (the cost model's constants and data)
 PER_GPU = ("cost", "cost_data", "itl_edges", "spec_acceptance")
 # the request columns, ONE set for the whole cluster (the first GPU's state's, over the request
@@ -56,7 +57,7 @@ REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "s
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
-                   "predictor_draw", "radix_request", "speculative", "window")
+                   "predictor_draw", "radix_request", "speculative", "window", "admitted_s")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
 # and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other
@@ -174,7 +175,7 @@ def replica_states(groups: list[tuple[state.Core, int]], seed: int, rows: int) -
                 step_prefill_ids=np.zeros(bound, i64), step_prefill_tokens=np.zeros(bound, i64),
                 step_finished=np.zeros(bound, i64), step_prefill_context=np.zeros(bound, i64),
                 row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
-                rng=s0.rng if r == 0 else np.random.default_rng([seed, r])))
+                rng=s0.rng if r == 0 else np.random.default_rng([seed, r]), exchange=np.zeros(1, i64)))
     return out
 
 

@@ -40,6 +40,9 @@ from pagesim.sim.requests import Status
 #: slots: sim/core/speculative.py)
 MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle",
                      "speculative_slack")
+#: a disaggregated replica's (sim/disagg.py): then the slots of blocks held by in-flight KV
+#: transfers (sim/core/remote_kv.py), in its records alone
+DISAGG_MEMORY_CATEGORIES = MEMORY_CATEGORIES + ("in_transfer",)
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
@@ -49,8 +52,9 @@ class StepRecords:
     time-weighted sums, which the summary reads, and with ``cfg.record_steps`` one row each. ``blocks``: the pool has blocks (paged managers), whose used and logical
     counts are recorded too (the sharing saving of the paper's Fig. 15)."""
 
-    def __init__(self, s: state.Core, capacity: int, blocks: bool):
+    def __init__(self, s: state.Core, capacity: int, blocks: bool, in_transfer: bool = False):
         c, clock = s.count, s.clock
+        self.in_transfer = in_transfer  # a disaggregated replica: its in-transfer category too
         n = int(c[state.NUM_ROWS])
         self.capacity = capacity
         self.num_steps = n
@@ -69,10 +73,13 @@ class StepRecords:
         n = self.num_steps if self.keep_rows else 0
         none = (np.zeros((0, state.ROW_FLOATS)), np.zeros((0, state.ROW_INTS), np.int64))
         f, i = self.rows if self.keep_rows else none
-        df = pd.DataFrame(i[:n, :state.ROW_USED_BLOCKS], columns=STEP_COLUMNS[3:])
+        last = state.ROW_MEMORY + len(MEMORY_CATEGORIES)
+        df = pd.DataFrame(i[:n, :last], columns=STEP_COLUMNS[3:])
         df.insert(0, "step", np.arange(n, dtype=np.int64))
         df.insert(1, "start_s", f[:n, state.ROW_START])
         df.insert(2, "dt_s", f[:n, state.ROW_DT])
+        if self.in_transfer:
+            df[f"mem_{DISAGG_MEMORY_CATEGORIES[-1]}"] = i[:n, last]
         if self.blocks:
             df["used_blocks"] = i[:n, state.ROW_USED_BLOCKS]
             df["logical_blocks"] = i[:n, state.ROW_LOGICAL_BLOCKS]
@@ -90,9 +97,10 @@ class StepRecords:
 
     def memory_fractions(self) -> dict[str, float]:
         total = (self.busy_s + self.idle_s) * self.capacity
+        names = DISAGG_MEMORY_CATEGORIES if self.in_transfer else MEMORY_CATEGORIES
         if total <= 0:
-            return {f"mem_{c}": 0.0 for c in MEMORY_CATEGORIES}
-        return {f"mem_{c}": float(v / total) for c, v in zip(MEMORY_CATEGORIES, self.mem_weighted)}
+            return {f"mem_{c}": 0.0 for c in names}
+        return {f"mem_{c}": float(v / total) for c, v in zip(names, self.mem_weighted)}
 
 
 class InterTokenLatencies(NamedTuple):

@@ -106,6 +106,14 @@ CASES = [
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100"),
      "prefix caching over sliding-window KV cache groups is not modelled; add --no-prefix-caching"),
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
+         "--num-speculative-tokens", "3"),
+     "speculative decoding over sliding-window KV cache groups is not modelled; drop --num-speculative-tokens"),
+    (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--num-speculative-tokens", "3"),
+     "--num-speculative-tokens is not modelled with disaggregation yet"),
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
+         "--prefill-replicas", "1", "--decode-replicas", "1"),
+     "sliding-window KV cache groups are not modelled with disaggregation yet"),
     (sim("--system", "vllm-v1", "--swap-gib", "8"), "--swap-gib does nothing .* it applies to the vllm and orca "
                                                      "schedulers"),
     # --- --config TOML files

@@ -219,7 +219,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
         **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
-        window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64))
+        window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64),
+        admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
     memory.check_family(s.config)
     return s

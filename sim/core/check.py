@@ -23,7 +23,10 @@ What is recomputed:
   and each request's count of the nodes it owns is theirs;
 * speculative decoding's slack: each running request's mark between its computed tokens and its
   blocks' slots, and the counters its sums;
-* the seven memory categories sum to the capacity, none negative; time never goes back;
+* the memory categories sum to the capacity, none negative; time never goes back;
+* a disaggregated replica (``mine``: its own requests): the blocks held by in-flight transfers
+  (a finished prefill's, a loading request's) are held, their slots the in-transfer count; a
+  decode replica's loaded requests hold their prompt and are its waiting queue's front;
 * the waiting head the scheduler skips as blocked does not fit.
 
 A broken invariant raises :class:`AssertionError` naming it (``replay.run`` turns it into an
@@ -50,20 +53,25 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
+from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
+                                    TRANSFER_SLOTS, TRANSFERS)
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 
-def check(s) -> None:
-    """Every invariant of the state ``s`` (a :class:`~sim.core.state.Core`) after an iteration."""
-    check_queues(s)
+def check(s, mine=None) -> None:
+    """Every invariant of the state ``s`` (a :class:`~sim.core.state.Core`) after an iteration.
+    ``mine``: the requests this state owns, where replicas share the request columns (a
+    disaggregated cluster's replica, sim/disagg.py); None: all."""
+    mine = np.ones(len(s.status), bool) if mine is None else mine
+    check_queues(s, mine)
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         check_extents(s)
     elif s.config[MANAGER_KIND] == RADIX:
         check_radix(s)
     else:
-        check_blocks(s)
+        check_blocks(s, mine)
     check_categories(s)
     check_blocked_head(s)
     if s.config[SPEC_TOKENS]:
@@ -95,21 +103,39 @@ def ring(entries: np.ndarray, head: int, length: int) -> list[int]:
     return [int(entries[(head + k) % len(entries)]) for k in range(length)]
 
 
-def check_queues(s) -> None:
+def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
+    """A disaggregated replica's requests holding blocks outside its running list
+    (sim/core/remote_kv.py): those whose blocks are in transfer (a prefill replica's finished
+    prefills, a decode replica's loading requests), and a decode replica's loaded requests
+    waiting to run."""
+    role, held = s.config[DISAGG_ROLE], mine & (s.num_blocks > 0)
+    none = np.zeros(0, np.int64)
+    if role == PREFILL_SIDE:
+        return np.flatnonzero(held & (s.status == FINISHED)), none
+    if role == DECODE_SIDE:
+        return np.flatnonzero(held & (s.status == LOADING)), np.flatnonzero(held & (s.status == WAITING))
+    return none, none
+
+
+def check_queues(s, mine) -> None:
     c, status = s.count, s.status
     for name, members, want in (
             ("waiting", ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN]), WAITING),
             ("swapped", ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), SWAPPED),
             ("running", s.running[:c[NUM_RUNNING]].tolist(), RUNNING)):
         assert len(set(members)) == len(members), f"a request is twice in the {name} list"
-        assert set(members) == set(np.flatnonzero(status == want).tolist()), \
+        assert set(members) == set(np.flatnonzero((status == want) & mine).tolist()), \
             f"the {name} list is not the requests of that status"
+    loaded = transfer_holders(s, mine)[1]
+    waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
+    assert set(waiting[:c[KV_HOLDING_WAITING]]) == set(loaded.tolist()), \
+        "the loaded requests are not the waiting queue's front"
     if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py
         waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
         keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in waiting]
         assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
-    assert c[NUM_FINISHED] == int((status == FINISHED).sum()), "finished count drifted"
-    assert c[NUM_REJECTED] == int((status == REJECTED).sum()), "rejected count drifted"
+    assert c[NUM_FINISHED] == int(((status == FINISHED) & mine).sum()), "finished count drifted"
+    assert c[NUM_REJECTED] == int(((status == REJECTED) & mine).sum()), "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]
     assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
@@ -118,16 +144,29 @@ def check_queues(s) -> None:
     swapped_size = interpreted(kv_cache.swapped_size)
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
         "swap space in use drifted"
-    assert (s.num_computed_tokens[status != RUNNING] == 0).all(), "a request not running holds K/V"
+    idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
+    idle[loaded] = False
+    assert (s.num_computed_tokens[idle] == 0).all(), "a request not running holds K/V"
 
 
-def check_blocks(s) -> None:
+def check_blocks(s, mine) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
     if s.config[SLIDING_GROUPS]:
         check_groups(s)
         return
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
-    for i in s.running[:c[NUM_RUNNING]].tolist():
+    in_transfer, loaded = transfer_holders(s, mine)
+    transfer_rows = [np.zeros(0, np.int64)]  # the blocks transfers hold (remote_kv.py)
+    for i in in_transfer.tolist():
+        slot, n = int(s.seq_slot[i, 0]), int(s.num_blocks[i])
+        held_slots.append(slot)
+        # a loading request's local prefix hits (its computed tokens) are in use; the rest in transfer
+        h = int(s.num_computed_tokens[i]) // bs
+        rows.append(s.block_table[slot, :h].astype(np.int64))
+        tokens.append(np.full(h, bs, np.int64))
+        demand.append(np.full(h, bs, np.int64))
+        transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
+    for i in s.running[:c[NUM_RUNNING]].tolist() + loaded.tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
         k = np.arange(n)
@@ -141,17 +180,24 @@ def check_blocks(s) -> None:
     blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     tokens = np.concatenate(tokens) if rows else blocks
     demand = np.concatenate(demand) if rows else blocks
+    by_transfers = np.concatenate(transfer_rows)
     assert len(set(held_slots)) == len(held_slots), "a block-table row is held twice"
     assert not set(s.free_slots[:c[NUM_FREE_SLOTS]].tolist()) & set(held_slots), \
         "a held block-table row is on the free list"
-    refs = np.bincount(blocks, minlength=nb)
+    refs = np.bincount(np.concatenate([blocks, by_transfers]), minlength=nb)
     if s.config[SHARED_BLOCKS]:
         assert (s.block_info[:, REF] == refs).all(), "reference counts differ from the tables' references"
+        prefill_side = by_transfers if s.config[DISAGG_ROLE] == PREFILL_SIDE else by_transfers[:0]
+        assert (s.block_info[:nb, TRANSFERS] == np.bincount(prefill_side, minlength=nb)).all(), \
+            "transfer counts differ from the transfers' references"
     else:
         assert refs.max(initial=0) <= 1, "an unshared block is held twice"
+    only_transfers = set(by_transfers.tolist()) - set(blocks.tolist())
+    assert c[TRANSFER_SLOTS] == len(only_transfers) * bs, "in-transfer slots drifted"
     held_ids, first = np.unique(blocks, return_index=True)
     assert (tokens == tokens[first][np.searchsorted(held_ids, blocks)]).all(), \
         "a shared block holds different tokens for different holders"
+    held_ids = np.union1d(held_ids, by_transfers)
     held = set(held_ids.tolist())
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
     cached = lru_blocks(s)
@@ -164,7 +210,7 @@ def check_blocks(s) -> None:
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
     assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
-    assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
+    assert c[LOGICAL_BLOCKS] == len(blocks) + len(by_transfers), "logical block counter drifted"
 
 
 def group_categories(s) -> np.ndarray:

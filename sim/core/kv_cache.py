@@ -26,8 +26,9 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS,
                             NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
-                            STEP_COPIED_BLOCKS, WATERMARK_BLOCKS)
-from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS
+                            STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
+from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
+from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
 
@@ -122,6 +123,10 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
         hits += 1
         if s.block_info[b, REF] == 0:
             prefix_cache.lru_remove(s, b)
+            c[COMPUTED_SLOTS] += bs
+            c[DEMAND_SLOTS] += bs
+        elif s.block_info[b, REF] == s.block_info[b, TRANSFERS]:  # held by KV transfers alone until now
+            c[TRANSFER_SLOTS] -= bs
             c[COMPUTED_SLOTS] += bs
             c[DEMAND_SLOTS] += bs
         s.block_info[b, REF] += 1
@@ -509,6 +514,8 @@ def release_seq(s, i, j):
         if v0:  # accessed whenever a holder is scheduled (``access_all_blocks_in_seq``, :573-583)
             s.block_info[b, ACCESS_STEP] = max(s.block_info[b, ACCESS_STEP], s.last_scheduled_step[i])
         if s.block_info[b, REF]:
+            if s.block_info[b, REF] == s.block_info[b, TRANSFERS]:  # held by KV transfers alone now
+                remote_kv_only(s, num_tokens, final_len, k)
             continue
         c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
         c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
@@ -539,14 +546,28 @@ def release_seq(s, i, j):
 
 
 @njit(inline=True)
+def remote_kv_only(s, num_tokens, final_len, k):
+    """Block ``k`` of a request with ``num_tokens`` tokens and final length ``final_len`` is
+    now held by in-flight KV transfers alone (disaggregated, ``remote_kv.py``): its tokens and
+    demand leave their categories, its slots are in transfer."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
+    c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
+    c[TRANSFER_SLOTS] += bs
+
+
+@njit(inline=True)
 def memory_categories(s, demand_waiting, out):
     """Where every slot goes (sim.metrics.MEMORY_CATEGORIES, in order): token states,
     reservation, internal fragmentation, allocator slack, external fragmentation (free while
-    a request waits for memory), free and idle. They sum to the capacity. Cached blocks that
-    no request holds count as free (they are reclaimable)."""
+    a request waits for memory), free and idle, speculative slack (``speculative.py`` moves it out
+    of 1 and 2), then the slots of blocks in transfer (disaggregated, ``remote_kv.py``). They sum
+    to the capacity. Cached blocks that no request
+    holds count as free (they are reclaimable)."""
     block_size = s.config[BLOCK_SIZE]
     used = s.config[NUM_BLOCKS] - num_free_blocks(s)
     free_slots = num_free_blocks(s) * block_size + s.config[LEFTOVER_SLOTS]
+    in_transfer = s.count[TRANSFER_SLOTS]  # disaggregated: held by in-flight transfers (remote_kv.py)
     tokens, demand = s.count[COMPUTED_SLOTS], s.count[DEMAND_SLOTS]
     if s.config[SLIDING_GROUPS]:  # every group's, less what the sliding ones freed
         groups = s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
@@ -554,10 +575,12 @@ def memory_categories(s, demand_waiting, out):
         tokens, demand = groups * tokens - skipped, groups * demand - skipped
     out[0] = tokens
     out[1] = demand - tokens
-    out[2] = used * block_size - demand
+    out[2] = used * block_size - demand - in_transfer
     out[3] = 0
     out[4] = free_slots if demand_waiting else 0
     out[5] = 0 if demand_waiting else free_slots
+    out[SPECULATIVE_SLACK] = 0  # speculative.split_categories takes its slots from 1 and 2
+    out[IN_TRANSFER] = in_transfer
     return used
 
 

@@ -17,8 +17,9 @@ import math
 
 import numpy as np
 
-from pagesim.sim.core import beam, kv_cache, memory, policies, speculative
+from pagesim.sim.core import beam, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, PREFILL_SIDE
 from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
@@ -58,7 +59,9 @@ def push_waiting(s, i, returning):
     """Request ``i`` joins the waiting queue where the policy puts it (``returning``: it was
     preempted); the requests from there on move one place back."""
     c, n = s.count, len(s.waiting)
-    p = policies.waiting_position(s, i, returning)
+    # a decode replica's loaded requests stay in front: vLLM drains them first
+    # (``kv_holding_waiting``, sched/scheduler.py:1062-1067); 0 elsewhere
+    p = max(policies.waiting_position(s, i, returning), s.count[KV_HOLDING_WAITING])
     if p == 0:  # the front: the head moves back instead
         c[WAITING_HEAD] = (c[WAITING_HEAD] + n - 1) % n
     else:
@@ -349,7 +352,11 @@ def finish(s, now, num_done, family):
     c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
-        release(s, i, family)
+        if family == V1 and s.config[DISAGG_ROLE] == PREFILL_SIDE:  # its KV waits for the decode side
+            c[NUM_RUNNING_SEQS] -= s.width[i]
+            remote_kv.hold_for_transfer(s, i)
+        else:
+            release(s, i, family)
         s.status[i] = FINISHED
         s.finish_s[i] = now
     kept = 0  # drop them from the running list, keeping admission order

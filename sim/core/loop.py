@@ -80,7 +80,8 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
-from pagesim.sim.core.state import HORIZON_EVENT_ID, HORIZON_S, ROUTED
+from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
+                                    TRANSFER_SLOTS)
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
@@ -249,7 +250,7 @@ def start_step(s, dt, family):
     clock[ENGINE_TIME] = clock[NOW] + dt
     c[ENGINE_EVENT_ID] = new_event(s)
     c[IN_STEP] = 1
-    if s.config[CHECK_STEPS]:
+    if s.config[CHECK_STEPS] or c[NUM_EXCHANGE]:  # or a disaggregated cluster's loop has work (disagg.py)
         return STEPPED
     return GO_ON
 
@@ -333,8 +334,13 @@ def loop_for(family):
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
-                if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING]:
-                    return EMPTY_POOL
+                if not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]:
+                    # a decode replica's pass preempted every running request, as its loaded ones
+                    # hold blocks: vLLM's next step admits them (scheduler.py:1050; disagg.py)
+                    c[SCHEDULE_ON_RESUME] = 1
+                    continue
+                if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]:
+                    return EMPTY_POOL  # (in-flight transfers free or load blocks: disagg.py)
                 c[IDLE] = 1
                 c[WAKE_TRIGGERED] = 0
                 clock[IDLE_FROM] = clock[NOW]

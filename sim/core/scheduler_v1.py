@@ -68,15 +68,18 @@ completed its prompt; a request stops at its output length (sched/utils.py:114-1
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from pagesim.sim.core import kv_cache, policies, prefix_cache, speculative
+from pagesim.sim.core import kv_cache, policies, prefix_cache, remote_kv, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
 from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
+from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -272,6 +275,33 @@ def lookahead_end(s, i, target, budget):
     return min(cached + min(target - cached, budget) + s.config[SPEC_LOOKAHEAD], s.config[MAX_SEQ_LEN])
 
 
+@njit
+def admit_remote(s, i, target):
+    """A decode replica admits request ``i``, whose prompt the prefill side computed: blocks for
+    the whole prompt now (the caller's fit test was any admission's), which the connector loads
+    asynchronously while the request waits computing nothing and taking no budget
+    (``WAITING_FOR_REMOTE_KVS``: sched/scheduler.py:1514-1541); the cluster's loop prices the
+    transfer (``sim/core/disagg.py``). A request preempted here later is recomputed here: one
+    transfer per request (``do_remote_prefill`` cleared, nixl/pull_scheduler.py:187-188)."""
+    remote_kv.allocate_for_transfer(s, i, target)
+    s.status[i] = LOADING
+    remote_kv.push_exchange(s, i)
+
+
+@njit
+def admit_loaded(s, p, i, budget):
+    """A decode replica admits request ``i``, at waiting position ``p``, whose prompt's KV is
+    loaded into the blocks it holds: it recomputes the prompt's last token to sample the first
+    one (``num_computed_tokens = num_tokens - 1``, sched/scheduler.py:3512-3516), one token of
+    the budget, no new block. Returns the budget left."""
+    take_waiting(s, p)
+    s.count[KV_HOLDING_WAITING] -= 1
+    s.num_prompt_computed[i] = s.prompt_target[i] - 1
+    start_running(s, i)
+    prefill(s, i, np.int64(1))  # np.int64: jit.njit's note on constants
+    return budget - 1
+
+
 @njit(inline=True)
 def admit_waiting(s, budget):
     """Waiting requests, in the policy's order, while the budget lasts and fewer than
@@ -288,6 +318,10 @@ def admit_waiting(s, budget):
             break
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
+        decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
+        if decode_side and s.num_blocks[i] > 0:  # its prompt's KV loaded: admit_loaded's turn
+            budget = admit_loaded(s, p, i, budget)
+            continue
         if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
             reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
             continue
@@ -303,6 +337,11 @@ def admit_waiting(s, budget):
             c[DEMAND_WAITING] = 1
             break
         take_waiting(s, p)
+        if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
+            s.admitted_s[i] = s.clock[NOW]
+        if decode_side and s.num_preemptions[i] == 0:  # its prompt's KV is the prefill side's
+            admit_remote(s, i, target)
+            continue
         if s.config[PREFIX_CACHING]:
             # np.int64: jit.njit's note on constants
             cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))

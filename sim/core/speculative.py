@@ -51,9 +51,7 @@ from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOTS, SPEC_DRAFT_SLOTS, SPEC_DRAFTED,
                                     SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS, SPEC_VERIFIED,
                                     STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
-
-#: the memory category's index (sim.metrics.MEMORY_CATEGORIES' last)
-SPECULATIVE_SLACK = 6
+from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
 
 
 @njit(inline=True)

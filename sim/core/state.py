@@ -81,7 +81,17 @@ PENDING, WAITING, RUNNING, SWAPPED, FINISHED, REJECTED = 0, 1, 2, 3, 4, 5
 REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
-MEMORY_CATEGORIES = 7  # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order
+# a decode replica's request whose blocks are allocated and whose prompt KV is on the wire
+# (vLLM's WAITING_FOR_REMOTE_KVS: sim/core/remote_kv.py)
+LOADING = 6
+# the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order: the six of every manager,
+# speculative decoding's slack (SPECULATIVE_SLACK: sim/core/speculative.py), then the blocks held
+# by in-flight KV transfers (IN_TRANSFER: sim/core/remote_kv.py), a category of disaggregated
+# runs only (sim.metrics.DISAGG_MEMORY_CATEGORIES)
+MEMORY_CATEGORIES = 8
+SPECULATIVE_SLACK, IN_TRANSFER = 6, 7
+# config[DISAGG_ROLE]: a replica of a disaggregated cluster (sim/core/disagg.py), or neither
+NOT_DISAGGREGATED, PREFILL_SIDE, DECODE_SIDE = 0, 1, 2
 
 # Core.config: int64, the policy as data (read only; sim/core/build.py writes it)
 table("config", """
@@ -147,6 +157,8 @@ table("config", """
         (kv_cache.remove_skipped)
     SLIDING_WINDOW      their window, in tokens
     WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
+    DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
+        DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -250,6 +262,10 @@ table("count", """
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
+    TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
+        (sim/core/remote_kv.py)
+    KV_HOLDING_WAITING  a decode replica: the loaded requests at the waiting queue's front
+    NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
 """, size="NUM_COUNTS")
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
@@ -306,6 +322,8 @@ table("block_info", """
         passes a run at its first block (prefix_cache.evict_oldest)
     RUN_LAST            vLLM 0.4.2: the last block of its run when it was let go (found again by the
         scan once that one has left the list)
+    TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
+        them alone, its slots are in transfer (sim/core/remote_kv.py)
 """, size="BLOCK_INFO_COLUMNS", columns=16)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
@@ -509,3 +527,9 @@ class Core(NamedTuple):
     speculative: np.ndarray
     # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
     window: np.ndarray
+    # disaggregated (sim/core/disagg.py; one entry elsewhere): per request, when it was first
+    # admitted (NaN before); per replica, the requests its last run left for the cluster's loop
+    # (count[NUM_EXCHANGE] of them: a prefill replica's finished prefills to hand over, a decode
+    # replica's admissions whose transfer is to be priced, or refusals whose blocks to free)
+    admitted_s: np.ndarray
+    exchange: np.ndarray

@@ -21,9 +21,9 @@ def core_state(system, rows, slots, max_seq_len=16, **kw):
 
 
 def categories(s, demand_waiting):
-    out = np.zeros(6, np.int64)
+    out = np.zeros(state.MEMORY_CATEGORIES, np.int64)  # the six, speculative slack, in transfer
     kv_cache.memory_categories(s, demand_waiting, out)
-    return out.tolist()
+    return out[:6].tolist()
 
 
 def both(s, token_states, reservation, internal, free):

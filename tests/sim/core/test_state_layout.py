@@ -101,10 +101,13 @@ def test_no_constant_of_the_module_rebinds_a_table_name():
 
 
 def test_the_step_table_and_the_sums_hold_every_memory_category():
-    assert state.MEMORY_CATEGORIES == len(metrics.MEMORY_CATEGORIES)
+    # every engine's six, then a disaggregated replica's in-transfer slots (its records alone)
+    assert state.MEMORY_CATEGORIES == len(metrics.MEMORY_CATEGORIES) + 1
+    assert metrics.DISAGG_MEMORY_CATEGORIES == metrics.MEMORY_CATEGORIES + ("in_transfer",)
     widths = {f.name: f.width for fields in state.TABLES.values() for f in fields}
     assert widths["MEM_SUM"] == widths["ROW_MEMORY"] == state.MEMORY_CATEGORIES
-    # the step table's integer columns are metrics.STEP_COLUMNS after step, start_s and dt_s
-    assert state.ROW_USED_BLOCKS == len(metrics.STEP_COLUMNS) - 3
+    # the step table's integer columns are metrics.STEP_COLUMNS after step, start_s and dt_s, then
+    # the in-transfer slots
+    assert state.ROW_USED_BLOCKS == len(metrics.STEP_COLUMNS) - 3 + 1
     assert metrics.STEP_COLUMNS[3 + state.ROW_MEMORY] == "mem_token_states"
     assert metrics.STEP_COLUMNS[3 + state.ROW_RUNNING] == "num_running"

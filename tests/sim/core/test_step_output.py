@@ -52,7 +52,8 @@ class Recorder:
         read = interpreted(kernel_read_tokens)(core.num_computed_tokens[decoding], core.config[state.KERNEL_BLOCK])
         context_sum = int((read * core.num_seqs[decoding]).sum())
         cost, cost_data = self.cost
-        return loop.step_time(core._replace(cost=cost, cost_data=cost_data), context_sum)
+        return loop.step_time(core._replace(cost=cost, cost_data=cost_data), context_sum,
+                              core.config[state.SCHEDULER_KIND])
 
     def finish(self, core):
         self.finished_at_end = core.step_finished[:core.count[state.STEP_NUM_FINISHED]].tolist()
