@@ -37,6 +37,11 @@ class Workload:
     prefix_caching: bool = False
     policy: str = "fcfs"
     description: str = ""
+    # speculative decoding (v1 only): drafts per step (0: off), the drafter (pagesim's
+    # --speculative-method: ngram, eagle, mtp, draft-model) and the acceptance rate of its draws
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
+    spec_acceptance_rate: float = 0.7
     # vLLM v0 (vllm_v0.py) only
     preemption: str = "recompute"
     cpu_blocks: int = 4096  # swap space: ample, vLLM 0.4.2 stops the engine when it runs out
@@ -63,7 +68,10 @@ class Workload:
 class Step:
     """One step that scheduled tokens: its start, tokens per request (trace index; a decode, one
     per running sequence), the requests preempted while scheduling it, the free blocks once it
-    is scheduled, the requests that finished with it, and those swapped out and in."""
+    is scheduled, the requests that finished with it, and those swapped out and in. With
+    speculative decoding (v1), ``scheduled`` counts a decode's drafts too, and the record adds
+    the drafts each request verifies (``scheduled_spec_decode_tokens``), the blocks each running
+    request holds once the step is scheduled, and the drafts each verifying request accepted."""
 
     start_s: float
     scheduled: dict = field(default_factory=dict)
@@ -72,6 +80,9 @@ class Step:
     finished: frozenset = frozenset()
     swapped_out: frozenset = frozenset()  # of the preempted, those swapped out (vLLM v0)
     swapped_in: frozenset = frozenset()
+    drafts: dict = field(default_factory=dict)  # speculative decoding: request -> drafts verified
+    blocks: dict = field(default_factory=dict)  # request -> blocks held once scheduled
+    accepted: dict = field(default_factory=dict)  # request -> of its drafts, those accepted
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -132,6 +143,50 @@ WORKLOADS = {
                                 prefix_caching=True, description="the preemption workload with prefix caching on"),
 }
 
+
+
+def to_the_limit(seed: int, n: int, max_model_len: int) -> list:
+    """``n`` requests whose prompt and output fill ``max_model_len`` exactly, arriving over 20
+    steps: their last decodes' drafts are cut by it (scheduler.py:852-857)."""
+    return [dataclasses.replace(row, output=max_model_len - row.prompt)
+            for row in rows(seed, n, (8, max_model_len - 8), (1, 1), spread_s=20)]
+
+
+def speculative(name: str, requests: list, k: int, method: str = "ngram", **settings) -> Workload:
+    """A workload with ``k`` drafts a step by ``method`` (pagesim's names), accepted at 0.7 unless given."""
+    return Workload(name, requests, num_speculative_tokens=k, speculative_method=method, **settings)
+
+
+# speculative decoding (vLLM 0.33.0 only): pagesim's acceptance draws replayed into vLLM
+SPECULATIVE_WORKLOADS = {
+    "spec-k1": speculative("spec-k1", rows(12, 16, (16, 200), (8, 120), spread_s=20), 1, num_blocks=256,
+                           description="n-gram, K = 1, 16 requests over 20 steps, no memory pressure"),
+    "spec-k3": speculative("spec-k3", rows(12, 16, (16, 200), (8, 120), spread_s=20), 3, num_blocks=256,
+                           description="n-gram, K = 3"),
+    "spec-k5": speculative("spec-k5", rows(12, 16, (16, 200), (8, 120), spread_s=20), 5, num_blocks=256,
+                           description="n-gram, K = 5"),
+    "spec-eagle": speculative("spec-eagle", rows(12, 16, (16, 200), (8, 120), spread_s=20), 3, "eagle",
+                              num_blocks=256, description="EAGLE, K = 3: 3 lookahead slots a request"),
+    "spec-mtp": speculative("spec-mtp", rows(13, 16, (16, 200), (8, 120), spread_s=20), 2, "mtp", num_blocks=256,
+                            description="MTP (one module), K = 2: 2 lookahead slots"),
+    "spec-draft-model": speculative("spec-draft-model", rows(14, 16, (16, 200), (8, 120), spread_s=20), 3,
+                                    "draft-model", num_blocks=256, max_num_batched_tokens=64,
+                                    description="a draft model, K = 3, a budget of 64: a slot of it a request"),
+    "spec-budget": speculative("spec-budget", rows(15, 16, (16, 120), (8, 60)), 5, num_blocks=256,
+                               max_num_batched_tokens=32,
+                               description="n-gram, K = 5, a budget of 32: drafts cut by the budget"),
+    "spec-pressure": speculative("spec-pressure", rows(1, 20, (16, 200), (8, 120)), 3, num_blocks=48,
+                                 description="n-gram, K = 3, 48 blocks: recompute preemption"),
+    "spec-eagle-pressure": speculative("spec-eagle-pressure", rows(1, 20, (16, 200), (8, 120)), 3, "eagle",
+                                       num_blocks=48, description="EAGLE, K = 3, 48 blocks: preemption"),
+    "spec-max-len": speculative("spec-max-len", to_the_limit(16, 16, 128), 5, "eagle", num_blocks=256,
+                                max_model_len=128, spec_acceptance_rate=0.9,
+                                description="EAGLE, K = 5, prompt + output = max_model_len 128: the drafts' cut"),
+    "spec-prefix-pressure": speculative("spec-prefix-pressure", rows(1, 20, (16, 200), (8, 120)), 3,
+                                        num_blocks=48, prefix_caching=True,
+                                        description="n-gram, K = 3, 48 blocks, prefix caching on"),
+}
+WORKLOADS.update(SPECULATIVE_WORKLOADS)
 
 def bursts(requests: list, size: int) -> list:
     """The requests arriving ``size`` at a time, 4 steps apart (at half steps)."""
