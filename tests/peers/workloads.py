@@ -172,9 +172,10 @@ SPECULATIVE_WORKLOADS = {
     "spec-draft-model": speculative("spec-draft-model", rows(14, 16, (16, 200), (8, 120), spread_s=20), 3,
                                     "draft-model", num_blocks=256, max_num_batched_tokens=64,
                                     description="a draft model, K = 3, a budget of 64: a slot of it a request"),
-    "spec-budget": speculative("spec-budget", rows(15, 16, (16, 120), (8, 60)), 5, num_blocks=256,
-                               max_num_batched_tokens=32,
-                               description="n-gram, K = 5, a budget of 32: drafts cut by the budget"),
+    "spec-budget": speculative("spec-budget", rows(15, 12, (4, 12), (20, 60)), 5, num_blocks=256,
+                               max_num_batched_tokens=20,
+                               description="n-gram, K = 5, short prompts, a budget of 20: the last decodes' "
+                                           "drafts cut by the budget"),
     "spec-pressure": speculative("spec-pressure", rows(1, 20, (16, 200), (8, 120)), 3, num_blocks=48,
                                  description="n-gram, K = 3, 48 blocks: recompute preemption"),
     "spec-eagle-pressure": speculative("spec-eagle-pressure", rows(1, 20, (16, 200), (8, 120)), 3, "eagle",
