@@ -186,6 +186,12 @@ SPECULATIVE_WORKLOADS = {
     "spec-prefix-pressure": speculative("spec-prefix-pressure", rows(1, 20, (16, 200), (8, 120)), 3,
                                         num_blocks=48, prefix_caching=True,
                                         description="n-gram, K = 3, 48 blocks, prefix caching on"),
+    "spec-priority": speculative("spec-priority", rows(4, 20, (16, 200), (8, 120), priorities=4), 3, "eagle",
+                                 num_blocks=48, policy="priority",
+                                 description="EAGLE, K = 3, priorities 0-3, 48 blocks: preemption by priority"),
+    "spec-chunked": speculative("spec-chunked", rows(2, 6, (1500, 5000), (4, 40), spread_s=20), 3, "eagle",
+                                num_blocks=1024, max_num_batched_tokens=512,
+                                description="EAGLE, K = 3, prompts of 1.5k-5k tokens chunked by a budget of 512"),
     # a known divergence (test_vllm_v1_peer.py KNOWN): a rule pagesim does not model
     "spec-prefix-resume": speculative("spec-prefix-resume", rows(13, 20, (16, 200), (8, 120)), 3, num_blocks=48,
                                       prefix_caching=True,
