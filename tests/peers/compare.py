@@ -148,20 +148,21 @@ def main(argv=None) -> int:
         label, workloads, peer, system, overrides = "vLLM", WORKLOADS, vllm_v1.run, "vllm-v1", {}
     names = [a for a in args if not a.startswith("--")] or list(workloads)
     width = max(10, len("steps " + label))  # the peer's steps column
-    print(f"{'workload':<18} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
+    wide = max(18, *map(len, names))  # the workloads' column
+    print(f"{'workload':<{wide}} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
     for name in names:
         workload = workloads[name]
         try:
             ours = pagesim_steps.run(workload, system, **overrides)
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
-            print(f"{name:<18} {len(peer(workload)):>{width}} {'-':>8} {'-':>10}  "
+            print(f"{name:<{wide}} {len(peer(workload)):>{width}} {'-':>8} {'-':>10}  "
                   f"pagesim: {type(error).__name__}: {error}")
             continue
         theirs = peer_steps(peer, workload, ours)
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
-        print(f"{name:<18} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        print(f"{name:<{wide}} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
     for text in details:
