@@ -5,8 +5,8 @@ Prints, per workload (tests/peers/workloads.py), the steps each side took, the s
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
 vllm-v1``; ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
-step's drafts, blocks held and accepted drafts compared too, pagesim's acceptance draws replayed
-into vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
+step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
+vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
 ``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
 (sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
@@ -51,7 +51,7 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
                 swaps = (f" swapped out {sorted(s.swapped_out)} in {sorted(s.swapped_in)}"
                          if s.swapped_out or s.swapped_in else "")
                 speculation = (f" drafts {dict(sorted(s.drafts.items()))} blocks {dict(sorted(s.blocks.items()))} "
-                               f"accepted {dict(sorted(s.accepted.items()))}" if s.blocks else "")
+                               f"kept {dict(sorted(s.kept.items()))}" if s.blocks else "")
                 lines.append(f"  {label} step {j} t={s.start_s}: scheduled {dict(sorted(s.scheduled.items()))} "
                              f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}"
                              + swaps + speculation)
@@ -117,7 +117,7 @@ def peer_steps(peer, workload, ours: list) -> list:
     """The peer's steps over ``workload``; with speculative decoding, vLLM is given the drafts
     pagesim's run accepted at each step (``ours``: its steps), so both see the same acceptance."""
     if workload.num_speculative_tokens:
-        return peer(workload, accepted=[step.accepted for step in ours])
+        return peer(workload, replay=ours)
     return peer(workload)
 
 

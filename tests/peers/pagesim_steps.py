@@ -76,7 +76,7 @@ def trace(workload: Workload) -> pd.DataFrame:
 class Recorder:
     """The executor: one ``Step`` per iteration. With speculative decoding it only times the
     steps (``times_drafts``): the core draws which drafts each accepts, and the record takes
-    them from the tokens each verifying request gained by the next step (``accepted``)."""
+    those kept from the tokens each verifying request gained by the next step (``kept``)."""
 
     times_drafts = True
 
@@ -98,17 +98,17 @@ class Recorder:
         new, self.finished = frozenset(done - self.finished), done
         return new
 
-    def accepted(self, core) -> dict:
-        """The drafts each request that verified some in the step before accepted: the tokens it
-        gained, less the one every decode gives. A request that reached its output length keeps
-        only what it lacked (scheduler.py:2752-2764 trims the rest), so that is what vLLM is given."""
+    def kept(self, core) -> dict:
+        """The drafts each request that verified some in the step before kept: the tokens it
+        gained, less the one every decode gives (its accepted drafts, less any past its output
+        length: ``speculative.accept``)."""
         return {i: int(core.num_generated[i]) - before - 1 for i, before in self.verifying.items()}
 
     def ended(self, core):
-        """The previous step's outcome, known now: who finished, what each verification accepted."""
+        """The previous step's outcome, known now: who finished, what each verification kept."""
         if self.steps:
             self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core),
-                                                 accepted=self.accepted(core))
+                                                 kept=self.kept(core))
 
     def step(self, core):
         self.ended(core)

@@ -4,7 +4,7 @@ Skipped unless ``python -m tests.peers.fetch`` has put vLLM 0.33.0 in the cache 
 scheduler imports here (torch is needed: ``vllm/v1/request.py`` imports it). Each workload
 (workloads.py) runs on both sides; every step's record must be the same. With speculative
 decoding (``SPECULATIVE_WORKLOADS``) vLLM is given the drafts pagesim's run accepted at each
-step (``compare.peer_steps``).
+step (``compare.peer_steps``, ``vllm_v1.drive``).
 """
 
 from __future__ import annotations
@@ -74,5 +74,5 @@ def test_the_speculative_workloads_reach_what_they_test():
     assert [step.scheduled for step in eagle] == [step.scheduled for step in ngram]
     assert any(sum(a.blocks.values()) > sum(b.blocks.values()) for a, b in zip(eagle, ngram))
     assert sum(len(step.preempted) for step in runs["spec-pressure"]) > 5
-    accepted = {n for step in pagesim_steps.run(SPECULATIVE_WORKLOADS["spec-k3"]) for n in step.accepted.values()}
-    assert accepted == {0, 1, 2, 3}
+    kept = {n for step in pagesim_steps.run(SPECULATIVE_WORKLOADS["spec-k3"]) for n in step.kept.values()}
+    assert kept == {0, 1, 2, 3}

@@ -285,17 +285,17 @@ def request_id(index: int) -> str:
     return f"r{index:06d}"  # zero-padded: vLLM's tie-break on request_id (request.py:357-368) is trace order
 
 
-def run(workload: Workload, max_steps: int = 100_000, accepted: list | None = None) -> list[Step]:
+def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None) -> list[Step]:
     """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
-    arrival. With speculative decoding, ``accepted``: per step, the drafts each request accepts
-    (pagesim's draws, ``Step.accepted`` of its run: both sides see the same acceptance)."""
+    arrival. With speculative decoding, ``replay``: pagesim's steps, whose drafts kept are the
+    drafts vLLM's verifications accept (``drive``): both sides see the same acceptance."""
     vllm = load()
     with PEER.active():
-        return drive(vllm, workload, max_steps, accepted or [])
+        return drive(vllm, workload, max_steps, replay or [])
 
 
-def drive(vllm, workload: Workload, max_steps: int, accepted: list) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int, replay: list) -> list[Step]:
     scheduler = build(vllm, workload)
     speculating = bool(workload.num_speculative_tokens)
     blocks_of = scheduler.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
@@ -324,15 +324,19 @@ def drive(vllm, workload: Workload, max_steps: int, accepted: list) -> list[Step
         # prompt's last chunk, or a decode); a partial prefill chunk's sample is discarded
         # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865). A verification
         # gives its accepted drafts and one token more (the rejection sampler's correction or
-        # bonus token): pagesim's count for that step and request, at most the drafts vLLM
-        # scheduled (after a divergence the two may differ).
-        draws = accepted[len(steps)] if len(steps) < len(accepted) else {}
-        took = {i: min(draws.get(i, 0), n) for i, n in drafts.items()}
+        # bonus token): as many as pagesim's request kept in that step, but all of them for a
+        # request pagesim's step finished (its draws past its output length are not kept:
+        # vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM scheduled (the
+        # two may differ after a divergence).
+        ours = replay[len(steps)] if len(steps) < len(replay) else Step(now)
+        accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
         ids = list(output.num_scheduled_tokens)
-        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + took.get(int(rid[1:]), 0))
+        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
                    for rid in ids]
         scheduler.update_from_output(output, vllm.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled))
+        # update_from_output trims a stopped request's tokens in place (scheduler.py:2758-2764)
+        kept = {int(rid[1:]): len(tokens) - 1 for rid, tokens in zip(ids, sampled) if int(rid[1:]) in drafts}
         if speculating:
             # The engine then hands the scheduler the drafts the drafter proposed for each request
             # of the step (engine/core.py:699-706, post_step; gpu_model_runner.py:4593-4597): K
@@ -343,6 +347,6 @@ def drive(vllm, workload: Workload, max_steps: int, accepted: list) -> list[Step
             k = workload.num_speculative_tokens
             scheduler.update_draft_token_ids(vllm.DraftTokenIds(ids, [[TOKEN] * k for _ in ids]))
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
-        steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, accepted=took))
+        steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept))
         now += STEP_S
     return steps

@@ -71,7 +71,8 @@ class Step:
     is scheduled, the requests that finished with it, and those swapped out and in. With
     speculative decoding (v1), ``scheduled`` counts a decode's drafts too, and the record adds
     the drafts each request verifies (``scheduled_spec_decode_tokens``), the blocks each running
-    request holds once the step is scheduled, and the drafts each verifying request accepted."""
+    request holds once the step is scheduled, and the drafts each verifying request kept: those
+    accepted, less any past its output length (trimmed: scheduler.py:2744-2770)."""
 
     start_s: float
     scheduled: dict = field(default_factory=dict)
@@ -82,7 +83,7 @@ class Step:
     swapped_in: frozenset = frozenset()
     drafts: dict = field(default_factory=dict)  # speculative decoding: request -> drafts verified
     blocks: dict = field(default_factory=dict)  # request -> blocks held once scheduled
-    accepted: dict = field(default_factory=dict)  # request -> of its drafts, those accepted
+    kept: dict = field(default_factory=dict)  # request -> of its drafts, those accepted and kept
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
