@@ -52,6 +52,14 @@ def test_every_speculative_step_is_vllms(name):
     assert_same_steps(name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
+def test_the_known_divergence_is_the_padding_alone():
+    """spec-prefix-resume is identical on every step once vLLM's padding of a resumed request
+    is turned off (``vllm_v1.run(pad_resumed=False)``): nothing else of it differs."""
+    workload = SPECULATIVE_WORKLOADS["spec-prefix-resume"]
+    ours = pagesim_steps.run(workload)
+    assert_same_steps("spec-prefix-resume", workload, ours, vllm_v1.run(workload, replay=ours, pad_resumed=False))
+
+
 def test_the_speculative_workloads_reach_what_they_test():
     """On vLLM's side: drafts cut by max_model_len and by the budget, a draft model's slot
     binding the budget, EAGLE's lookahead slots holding blocks n-gram's drafts do not, and

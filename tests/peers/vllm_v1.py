@@ -285,18 +285,25 @@ def request_id(index: int) -> str:
     return f"r{index:06d}"  # zero-padded: vLLM's tie-break on request_id (request.py:357-368) is trace order
 
 
-def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None) -> list[Step]:
+def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None,
+        pad_resumed: bool = True) -> list[Step]:
     """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
     arrival. With speculative decoding, ``replay``: pagesim's steps, whose drafts kept are the
-    drafts vLLM's verifications accept (``drive``): both sides see the same acceptance."""
+    drafts vLLM's verifications accept (``drive``): both sides see the same acceptance.
+    ``pad_resumed=False`` (a diagnosis: pagesim does not model the padding) turns off vLLM's
+    padding of a resumed request's one token to 1 + K (scheduler.py:1308-1330, only without a
+    dynamic-K lookup): its lookup is set to K at every batch size, which changes nothing else
+    (the drafts the step asks for, :1710-1714, stay K)."""
     vllm = load()
     with PEER.active():
-        return drive(vllm, workload, max_steps, replay or [])
+        return drive(vllm, workload, max_steps, replay or [], pad_resumed)
 
 
-def drive(vllm, workload: Workload, max_steps: int, replay: list) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: bool = True) -> list[Step]:
     scheduler = build(vllm, workload)
+    if not pad_resumed:
+        scheduler.dynamic_sd_lookup = [workload.num_speculative_tokens] * (workload.max_num_seqs + 1)
     speculating = bool(workload.num_speculative_tokens)
     blocks_of = scheduler.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
     requests = {}
