@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_v0, vllm_v1
-from tests.peers.workloads import NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS
+from tests.peers.workloads import NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_speculative
 
 
 def identical_steps(ours, theirs) -> int:
@@ -140,8 +140,12 @@ def main(argv=None) -> int:
     if "--nano" in args:
         label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run
         system, overrides = "vllm", nano_vllm.PAGESIM_SETTINGS
-    elif "--spec" in args:
-        label, workloads, peer, system, overrides = "vLLM", SPECULATIVE_WORKLOADS, vllm_v1.run, "vllm-v1", {}
+    elif "--spec" in args or any(a.startswith("--spec-random=") for a in args):
+        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--spec-random=")]
+        workloads = {w.name: w for w in map(random_speculative, range(drawn[0]))} if drawn else SPECULATIVE_WORKLOADS
+        label, system, overrides = "vLLM", "vllm-v1", {}
+        pad = "--no-padding" not in args
+        peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
     else:
@@ -151,6 +155,7 @@ def main(argv=None) -> int:
     wide = max(18, *map(len, names))  # the workloads' column
     print(f"{'workload':<{wide}} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
+    same = 0
     for name in names:
         workload = workloads[name]
         try:
@@ -163,8 +168,11 @@ def main(argv=None) -> int:
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
         print(f"{name:<{wide}} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        same += k is None
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
+    if any(a.startswith("--spec-random=") for a in args):
+        print(f"{same} of {len(names)} identical on every step")
     for text in details:
         print("\n" + text)
     return 0

@@ -158,6 +158,32 @@ def speculative(name: str, requests: list, k: int, method: str = "ngram", **sett
     return Workload(name, requests, num_speculative_tokens=k, speculative_method=method, **settings)
 
 
+def random_speculative(seed: int) -> Workload:
+    """A speculative workload drawn from ``seed``: the method, K (1-7), blocks (4-16 slots, 20-120
+    of them), ``max_model_len``, the budget (from K + 2), ``max_num_seqs``, prefix caching (on
+    for about a third), the policy (priority for about a third), the acceptance rate (0-1) and
+    8-30 requests that fit ``max_model_len``."""
+    rng = random.Random(seed)
+    method = rng.choice(["ngram", "eagle", "mtp", "draft-model"])
+    k = rng.choice([1, 2, 3, 5, 7])
+    block_size = rng.choice([4, 8, 16])
+    num_blocks = rng.randint(20, 120)
+    pool = num_blocks * block_size
+    max_model_len = rng.choice([pool, min(pool, rng.randint(64, 512))])
+    n = rng.randint(8, 30)
+    prompt_high = rng.randint(8, max(9, max_model_len // 2))
+    requests = rows(seed, n, (4, prompt_high), (1, max(2, max_model_len - prompt_high)),
+                    spread_s=rng.choice([0, 10, 40]))
+    requests = [r for r in requests if r.prompt + r.output <= max_model_len] or requests[:1]
+    budget = max(k + 1, rng.choice([k + 2, 16, 32, 64, 256, 2048]))
+    return speculative(f"spec-random-{seed}", requests, k, method, num_blocks=num_blocks, block_size=block_size,
+                       max_model_len=max_model_len, max_num_batched_tokens=budget,
+                       max_num_seqs=min(budget, rng.choice([4, 16, 64])), prefix_caching=rng.random() < 0.3,
+                       policy=rng.choice(["fcfs", "fcfs", "priority"]),
+                       spec_acceptance_rate=rng.choice([0.0, 0.5, 0.8, 1.0]),
+                       description=f"drawn from seed {seed}")
+
+
 # speculative decoding (vLLM 0.33.0 only): pagesim's acceptance draws replayed into vLLM
 SPECULATIVE_WORKLOADS = {
     "spec-k1": speculative("spec-k1", rows(12, 16, (16, 200), (8, 120), spread_s=20), 1, num_blocks=256,
