@@ -105,10 +105,11 @@ class Recorder:
         return {i: int(core.num_generated[i]) - before - 1 for i, before in self.verifying.items()}
 
     def ended(self, core):
-        """The previous step's outcome, known now: who finished, what each verification kept."""
+        """The previous step's outcome, known now: who finished, what each verification kept
+        (a record without speculation has no ``kept``: sglang_scheduler.SglangStep)."""
         if self.steps:
-            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core),
-                                                 kept=self.kept(core))
+            kept = dict(kept=self.kept(core)) if self.verifying else {}
+            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core), **kept)
 
     def step(self, core):
         self.ended(core)
