@@ -15,6 +15,12 @@ Each step: the requests that have arrived by the step's start (pagesim's clock) 
 to every request whose scheduled tokens reach the end of its sequence (a prompt's last chunk,
 or a decode), as the GPU would; ``update_from_output`` then stops a request at its
 ``max_tokens`` (sched/utils.py:114-117, ``check_stop``).
+
+With speculative decoding (a workload's ``num_speculative_tokens``) the scheduler gets a
+``SpeculativeConfig`` whose rules are vLLM's own methods (``SpeculativeSettings``,
+``EngineSettings``); a verification returns the drafts pagesim's run accepted and one token
+more, and after each step the engine's drafter proposes K drafts for every request of the step
+(``update_draft_token_ids``, as ``EngineCore.post_step`` does): ``drive``.
 """
 
 from __future__ import annotations
