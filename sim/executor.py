@@ -10,3 +10,11 @@ def is_external(executor) -> bool:
     the core's arrays say what it computes and which blocks it copies and swaps), ``finish(core)``
     after the run. It has no cost model: the core's loop keeps time with the durations it returns."""
     return callable(getattr(executor, "step", None)) and callable(getattr(executor, "start", None))
+
+
+def times_drafts(executor) -> bool:
+    """Whether ``executor`` may run speculative decoding's steps: it only times them, and the
+    core's own draws decide which drafts each step accepts (``sim/core/speculative.py``), as
+    the peer tests' recorder does (``tests/peers/pagesim_steps.py``: ``times_drafts = True``).
+    The GPU mode's executor runs a model that verifies no drafts, so it is refused."""
+    return bool(getattr(executor, "times_drafts", False))

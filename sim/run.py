@@ -24,7 +24,7 @@ from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
                                      swap_block_tokens)
 from pagesim.sim.csv_writer import write_csv
-from pagesim.sim.executor import is_external
+from pagesim.sim.executor import is_external, times_drafts
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
@@ -182,14 +182,15 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
     if cfg.num_speculative_tokens:
-        check_speculative_run(table, external)
+        check_speculative_run(table, executor)
     s = build(cfg, pool, limits, table, cost, external=external, draft_cost=draft_cost(cfg, model))
     return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
 
 
-def check_speculative_run(table: RequestTable, external: bool) -> None:
-    """What speculative decoding is not modelled with (sim/core/speculative.py), in one line."""
-    if external:
+def check_speculative_run(table: RequestTable, executor) -> None:
+    """What speculative decoding is not modelled with (sim/core/speculative.py), in one line.
+    An executor outside the core must only time the steps (``sim.executor.times_drafts``)."""
+    if executor is not None and not times_drafts(executor):
         raise ConfigError("--num-speculative-tokens is not run on the GPU (its executor verifies no drafts); "
                           "drop it with validate")
     if table.size and int(table.width.max()) > 1:

@@ -1,10 +1,12 @@
-"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--v0 | --nano] [WORKLOAD...]``
-(or against SGLang's radix cache, call by call: ``--sglang [WORKLOAD...]``).
+"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--spec | --v0 | --nano]
+[WORKLOAD...]`` (or against SGLang's radix cache, call by call: ``--sglang [WORKLOAD...]``).
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
-vllm-v1``; ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
+vllm-v1``; ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
+step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
+vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
 ``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
 (sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
@@ -24,7 +26,7 @@ from __future__ import annotations
 import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_v0, vllm_v1
-from tests.peers.workloads import NANO_WORKLOADS, V0_WORKLOADS, WORKLOADS
+from tests.peers.workloads import NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_speculative
 
 
 def identical_steps(ours, theirs) -> int:
@@ -48,9 +50,11 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
                 s = steps[j]
                 swaps = (f" swapped out {sorted(s.swapped_out)} in {sorted(s.swapped_in)}"
                          if s.swapped_out or s.swapped_in else "")
+                speculation = (f" drafts {dict(sorted(s.drafts.items()))} blocks {dict(sorted(s.blocks.items()))} "
+                               f"kept {dict(sorted(s.kept.items()))}" if s.blocks else "")
                 lines.append(f"  {label} step {j} t={s.start_s}: scheduled {dict(sorted(s.scheduled.items()))} "
                              f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}"
-                             + swaps)
+                             + swaps + speculation)
             elif j == k:
                 lines.append(f"  {label} step {j}: none (its run ended after {len(steps)} steps)")
     return "\n".join(lines)
@@ -109,6 +113,14 @@ def sglang_scheduler(names: list, mooncake_requests: int = 200) -> int:
                         "{:<22}" + f" {'-':>12} {'-':>8} {'-':>10}", row)
 
 
+def peer_steps(peer, workload, ours: list) -> list:
+    """The peer's steps over ``workload``; with speculative decoding, vLLM is given the drafts
+    pagesim's run accepted at each step (``ours``: its steps), so both see the same acceptance."""
+    if workload.num_speculative_tokens:
+        return peer(workload, replay=ours)
+    return peer(workload)
+
+
 def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> None:
     """The peer tests' check: every step of ``workload`` identical, else where they part."""
     k = first_divergence(ours, theirs)
@@ -128,27 +140,39 @@ def main(argv=None) -> int:
     if "--nano" in args:
         label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run
         system, overrides = "vllm", nano_vllm.PAGESIM_SETTINGS
+    elif "--spec" in args or any(a.startswith("--spec-random=") for a in args):
+        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--spec-random=")]
+        workloads = {w.name: w for w in map(random_speculative, range(drawn[0]))} if drawn else SPECULATIVE_WORKLOADS
+        label, system, overrides = "vLLM", "vllm-v1", {}
+        pad = "--no-padding" not in args
+        peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
     else:
         label, workloads, peer, system, overrides = "vLLM", WORKLOADS, vllm_v1.run, "vllm-v1", {}
     names = [a for a in args if not a.startswith("--")] or list(workloads)
     width = max(10, len("steps " + label))  # the peer's steps column
-    print(f"{'workload':<18} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
+    wide = max(18, *map(len, names))  # the workloads' column
+    print(f"{'workload':<{wide}} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
+    same = 0
     for name in names:
         workload = workloads[name]
-        theirs = peer(workload)
         try:
             ours = pagesim_steps.run(workload, system, **overrides)
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
-            print(f"{name:<18} {len(theirs):>{width}} {'-':>8} {'-':>10}  pagesim: {type(error).__name__}: {error}")
+            print(f"{name:<{wide}} {len(peer(workload)):>{width}} {'-':>8} {'-':>10}  "
+                  f"pagesim: {type(error).__name__}: {error}")
             continue
+        theirs = peer_steps(peer, workload, ours)
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
-        print(f"{name:<18} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        print(f"{name:<{wide}} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        same += k is None
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
+    if any(a.startswith("--spec-random=") for a in args):
+        print(f"{same} of {len(names)} identical on every step")
     for text in details:
         print("\n" + text)
     return 0

@@ -132,3 +132,28 @@ def driver_or_skip(version: str, module: str):
     except Exception as error:
         pytest.skip(f"{peer.name}'s scheduler does not import here: {error}", allow_module_level=True)
     return driver
+
+
+def members(peer: Peer, module: str, class_name: str, names: tuple) -> dict:
+    """Methods and properties ``names`` of class ``class_name`` in the peer's ``module``, compiled
+    from its source alone (the module is not imported: vLLM's configuration classes pull in
+    transformers and the platform), to be set on a class of the driver's: the peer's own rules,
+    called on the driver's settings. Each keeps vLLM's file and line numbers for tracebacks."""
+    import __future__
+    import ast
+
+    path = peer.folder.joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text(), str(path))
+    body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name).body
+    found = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
+            node.decorator_list = []
+            namespace: dict = {}
+            code = compile(ast.Module([node], []), str(path), "exec", flags=__future__.annotations.compiler_flag)
+            exec(code, namespace)
+            found[node.name] = property(namespace[node.name]) if is_property else namespace[node.name]
+    missing = set(names) - set(found)
+    assert not missing, f"{peer.name}'s {module}.{class_name} has no {sorted(missing)}"
+    return found

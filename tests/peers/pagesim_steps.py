@@ -41,6 +41,12 @@ def config(workload: Workload, system: str, **overrides) -> SimConfig:
                     prefix_caching=workload.prefix_caching, cost_model="roofline")
     if system == "vllm-v1":
         settings.update(scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False)
+        if workload.num_speculative_tokens:
+            settings.update(num_speculative_tokens=workload.num_speculative_tokens,
+                            speculative_method=workload.speculative_method,
+                            spec_acceptance_rate=workload.spec_acceptance_rate)
+            if workload.speculative_method == "draft-model":
+                settings.update(draft_model="opt-13b")  # its price only: the peer times the steps itself
     else:
         # vLLM 0.4.2: a watermark of 1 % (block_manager_v1.py:219); both its block managers' decode
         # rule is one free block per running sequence (block_manager_v1.py:308-318; v2's "touched
@@ -68,12 +74,17 @@ def trace(workload: Workload) -> pd.DataFrame:
 
 
 class Recorder:
-    """The executor: one ``Step`` per iteration."""
+    """The executor: one ``Step`` per iteration. With speculative decoding it only times the
+    steps (``times_drafts``): the core draws which drafts each accepts, and the record takes
+    those kept from the tokens each verifying request gained by the next step (``kept``)."""
+
+    times_drafts = True
 
     def __init__(self, workload: Workload):
         self.workload = workload
         self.steps: list[Step] = []
         self.free_blocks = interpreted(kv_cache.num_free_blocks)
+        self.verifying: dict = {}  # request -> its tokens generated before the step's verification
 
     def start(self, core):
         blocks = core.config[state.NUM_BLOCKS]
@@ -87,28 +98,47 @@ class Recorder:
         new, self.finished = frozenset(done - self.finished), done
         return new
 
+    def kept(self, core) -> dict:
+        """The drafts each request that verified some in the step before kept: the tokens it
+        gained, less the one every decode gives (its accepted drafts, less any past its output
+        length: ``speculative.accept``)."""
+        return {i: int(core.num_generated[i]) - before - 1 for i, before in self.verifying.items()}
+
+    def ended(self, core):
+        """The previous step's outcome, known now: who finished, what each verification kept
+        (a record without speculation has no ``kept``: sglang_scheduler.SglangStep)."""
+        if self.steps:
+            kept = dict(kept=self.kept(core)) if self.verifying else {}
+            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core), **kept)
+
     def step(self, core):
-        if self.steps:  # what the previous step finished
-            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
+        self.ended(core)
         c = core.count
+        speculating = bool(core.config[state.SPEC_TOKENS])
         scheduled = {int(core.step_prefill_ids[k]): int(core.step_prefill_tokens[k])
                      for k in range(c[state.STEP_PREFILL_SEQS])}
+        drafts, self.verifying = {}, {}
         for i in core.running[:c[state.NUM_RUNNING]] if c[state.STEP_DECODE_SEQS] else ():  # v0: not in a prefill step
             if core.in_decode[i]:
                 assert int(i) not in scheduled, f"request {i} both prefills and decodes"
                 scheduled[int(i)] = int(core.num_seqs[i])
+                if speculating and core.speculative[i, state.SPEC_DRAFTS]:
+                    drafts[int(i)] = int(core.speculative[i, state.SPEC_DRAFTS])
+                    scheduled[int(i)] += drafts[int(i)]
+                    # num_generated counts the decode's own token only when the step completes
+                    self.verifying[int(i)] = int(core.num_generated[i])
+        blocks = {int(i): int(core.num_blocks[i]) for i in core.running[:c[state.NUM_RUNNING]]} if speculating else {}
         preempted = frozenset(np.flatnonzero(core.num_preemptions > self.preemptions).tolist())
         swapped = core.status == state.SWAPPED
         swapped_out = frozenset(np.flatnonzero(swapped & (self.status != state.SWAPPED)).tolist())
         swapped_in = frozenset(np.flatnonzero(~swapped & (self.status == state.SWAPPED)).tolist())
         self.preemptions, self.status = core.num_preemptions.copy(), core.status.copy()
         self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core)),
-                               swapped_out=swapped_out, swapped_in=swapped_in))
+                               swapped_out=swapped_out, swapped_in=swapped_in, drafts=drafts, blocks=blocks))
         return STEP_S
 
     def finish(self, core):
-        if self.steps:
-            self.steps[-1] = dataclasses.replace(self.steps[-1], finished=self.newly_finished(core))
+        self.ended(core)
 
 
 def run(workload: Workload, system: str = "vllm-v1", **overrides) -> list[Step]:

@@ -818,7 +818,7 @@ class Recorder(pagesim_steps.Recorder):
     scheduled (the finishes as ``pagesim_steps.Recorder`` finds them)."""
 
     def __init__(self, workload: Workload):
-        self.workload = workload
+        super().__init__(workload)
         self.steps: list[SglangStep] = []
         self.available = interpreted(radix_cache.available)
 

@@ -15,6 +15,12 @@ Each step: the requests that have arrived by the step's start (pagesim's clock) 
 to every request whose scheduled tokens reach the end of its sequence (a prompt's last chunk,
 or a decode), as the GPU would; ``update_from_output`` then stops a request at its
 ``max_tokens`` (sched/utils.py:114-117, ``check_stop``).
+
+With speculative decoding (a workload's ``num_speculative_tokens``) the scheduler gets a
+``SpeculativeConfig`` whose rules are vLLM's own methods (``SpeculativeSettings``,
+``EngineSettings``); a verification returns the drafts pagesim's run accepted and one token
+more, and after each step the engine's drafter proposes K drafts for every request of the step
+(``update_draft_token_ids``, as ``EngineCore.post_step`` does): ``drive``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import logging
 import pickle
 import types
 
-from tests.peers.importing import Peer, placeholders
+from tests.peers.importing import Peer, members, placeholders
 from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
 
 # vLLM's modules executed as they are
@@ -164,11 +170,11 @@ def load() -> types.SimpleNamespace:
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
         from vllm.v1.request import Request
     return types.SimpleNamespace(Scheduler=Scheduler, FullAttentionSpec=FullAttentionSpec,
                                  KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
-                                 ModelRunnerOutput=ModelRunnerOutput, Request=Request,
+                                 ModelRunnerOutput=ModelRunnerOutput, DraftTokenIds=DraftTokenIds, Request=Request,
                                  init_none_hash=init_none_hash, get_request_block_hasher=get_request_block_hasher,
                                  float16=torch.float16)
 
@@ -182,6 +188,49 @@ class Settings:
 
     def __getattr__(self, name):
         raise AttributeError(f"vLLM read the setting {name!r}, which the peer does not give (vllm_v1.build)")
+
+
+class EngineSettings(Settings):
+    """``VllmConfig``: the settings given, and the properties the scheduler reads that vLLM
+    derives from the speculative configuration, compiled from vLLM's own source
+    (config/vllm.py:612-693: the drafts per step, the lookahead slots, the prefill lookahead,
+    the block hashes' lookahead)."""
+
+
+class SpeculativeSettings(Settings):
+    """``SpeculativeConfig`` (config/speculative.py): its fields as given, and its methods the
+    scheduler and ``EngineSettings`` call, compiled from vLLM's source: ``use_eagle`` (EAGLE and
+    MTP: the lookahead slots), the draft model's input slots (``max_num_new_slots_for_drafting``,
+    :2057-2098), the trailing-block drop of EAGLE and MTP under prefix caching."""
+
+
+for settings, module, name, names in (
+        (EngineSettings, "vllm.config.vllm", "VllmConfig", (
+            "num_speculative_tokens", "num_lookahead_tokens", "num_prefill_lookahead_tokens",
+            "num_hash_lookahead_tokens")),
+        (SpeculativeSettings, "vllm.config.speculative", "SpeculativeConfig", (
+            "max_num_new_slots_for_drafting", "use_eagle", "needs_eagle_block_drop", "use_eagle_block_drop",
+            "use_dflash", "use_dspark", "uses_draft_model", "use_multi_module_mtp"))):
+    for member_name, member in members(PEER, module, name, names).items():
+        setattr(settings, member_name, member)
+
+
+#: pagesim's --speculative-method -> vLLM's ``SpeculativeConfig.method``
+METHODS = {"ngram": "ngram", "eagle": "eagle", "mtp": "mtp", "draft-model": "draft_model"}
+
+
+def speculative_config(workload: Workload) -> SpeculativeSettings | None:
+    """vLLM's ``SpeculativeConfig`` for ``workload``'s drafts (None: no speculation), with its
+    defaults (config/speculative.py) for the fields the rules read: no dynamic K, no parallel
+    drafting, EAGLE's block drop and lookahead hashes as configured by default. No draft model
+    configuration: a multi-module MTP drafter is not driven (``use_multi_module_mtp`` False)."""
+    if not workload.num_speculative_tokens:
+        return None
+    return SpeculativeSettings(method=METHODS[workload.speculative_method],
+                               num_speculative_tokens=workload.num_speculative_tokens,
+                               num_speculative_tokens_per_batch_size=None, parallel_drafting=False,
+                               disable_eagle_block_drop=False, disable_lookahead_block_hashes=False,
+                               draft_model_config=None)
 
 
 def block_hash(obj) -> bytes:
@@ -206,21 +255,23 @@ def build(vllm, workload: Workload):
     model_config = Settings(max_model_len=workload.max_model_len, uses_mrope=False, is_encoder_decoder=False,
                             runner_type="generate", is_diffusion=False, supports_multimodal_inputs=False,
                             return_sampling_mask=False)
-    vllm_config = Settings(
+    vllm_config = EngineSettings(
         scheduler_config=scheduler_config, cache_config=cache_config, model_config=model_config,
         lora_config=None, kv_events_config=None, kv_transfer_config=None, ec_transfer_config=None,
-        speculative_config=None, is_mm_encoder_only=False, use_v2_model_runner=False,
+        speculative_config=speculative_config(workload), diffusion_config=None, is_mm_encoder_only=False,
+        use_v2_model_runner=False,
         parallel_config=Settings(data_parallel_index=0, data_parallel_size=1, pipeline_parallel_size=1,
                                  decode_context_parallel_size=1, prefill_context_parallel_size=1),
         observability_config=Settings(per_request_spec_decode_metrics="none", kv_cache_metrics=False),
         ec_manager_config=Settings(get_encoder_cache_manager_obj=lambda: None),
         aux_output_config=Settings(enabled=False),
-        num_speculative_tokens=0, num_lookahead_tokens=0, num_prefill_lookahead_tokens=0,
-        num_hash_lookahead_tokens=0, max_concurrent_batches=1,
+        max_concurrent_batches=1,
         max_in_flight_tokens=workload.max_num_batched_tokens)  # config/vllm.py:601-609, one batch in flight
     vllm.init_none_hash(block_hash)
-    # no grammars: every token is accepted (scheduler.py:2432)
-    no_grammar = types.SimpleNamespace(accept_tokens=lambda request, token_ids: True)
+    # no grammars: every token is accepted (scheduler.py:2432), every draft kept as proposed
+    # (structured_output/__init__.py:362-365: a request without a grammar gets its drafts back)
+    no_grammar = types.SimpleNamespace(accept_tokens=lambda request, token_ids: True,
+                                       validate_tokens=lambda request, spec_tokens: spec_tokens)
     return vllm.Scheduler(vllm_config, kv_cache_config, structured_output_manager=no_grammar,
                           block_size=workload.block_size, log_stats=False)
 
@@ -240,17 +291,27 @@ def request_id(index: int) -> str:
     return f"r{index:06d}"  # zero-padded: vLLM's tie-break on request_id (request.py:357-368) is trace order
 
 
-def run(workload: Workload, max_steps: int = 100_000) -> list[Step]:
+def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None,
+        pad_resumed: bool = True) -> list[Step]:
     """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
-    arrival."""
+    arrival. With speculative decoding, ``replay``: pagesim's steps, whose drafts kept are the
+    drafts vLLM's verifications accept (``drive``): both sides see the same acceptance.
+    ``pad_resumed=False`` (a diagnosis: pagesim does not model the padding) turns off vLLM's
+    padding of a resumed request's one token to 1 + K (scheduler.py:1308-1330, only without a
+    dynamic-K lookup): its lookup is set to K at every batch size, which changes nothing else
+    (the drafts the step asks for, :1710-1714, stay K)."""
     vllm = load()
     with PEER.active():
-        return drive(vllm, workload, max_steps)
+        return drive(vllm, workload, max_steps, replay or [], pad_resumed)
 
 
-def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: bool = True) -> list[Step]:
     scheduler = build(vllm, workload)
+    if not pad_resumed:
+        scheduler.dynamic_sd_lookup = [workload.num_speculative_tokens] * (workload.max_num_seqs + 1)
+    speculating = bool(workload.num_speculative_tokens)
+    blocks_of = scheduler.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
     requests = {}
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))
@@ -269,14 +330,36 @@ def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
         scheduled = {int(rid[1:]): n for rid, n in output.num_scheduled_tokens.items()}
         preempted = frozenset(int(rid[1:]) for rid in output.preempted_req_ids)
         free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        drafts = {int(rid[1:]): len(ids) for rid, ids in output.scheduled_spec_decode_tokens.items()}
+        blocks = {int(r.request_id[1:]): len(blocks_of.get(r.request_id, ())) for r in scheduler.running} \
+            if speculating else {}
         # The GPU samples a token for each request whose scheduled tokens reach its end (a
         # prompt's last chunk, or a decode); a partial prefill chunk's sample is discarded
-        # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865).
+        # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865). A verification
+        # gives its accepted drafts and one token more (the rejection sampler's correction or
+        # bonus token): as many as pagesim's request kept in that step, but all of them for a
+        # request pagesim's step finished (its draws past its output length are not kept:
+        # vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM scheduled (the
+        # two may differ after a divergence).
+        ours = replay[len(steps)] if len(steps) < len(replay) else Step(now)
+        accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
         ids = list(output.num_scheduled_tokens)
-        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] for rid in ids]
+        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
+                   for rid in ids]
         scheduler.update_from_output(output, vllm.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled))
+        # update_from_output trims a stopped request's tokens in place (scheduler.py:2758-2764)
+        kept = {int(rid[1:]): len(tokens) - 1 for rid, tokens in zip(ids, sampled) if int(rid[1:]) in drafts}
+        if speculating:
+            # The engine then hands the scheduler the drafts the drafter proposed for each request
+            # of the step (engine/core.py:699-706, post_step; gpu_model_runner.py:4593-4597): K
+            # each here; it keeps them for a request that sampled and is not mid-prompt, and drops
+            # the finished' (scheduler.py:2862-2881). n-gram's proposer may find fewer (not
+            # modelled, sim/core/speculative.py); its cut at max_model_len (ngram_proposer.py:228)
+            # never binds below the scheduler's (scheduler.py:852-857).
+            k = workload.num_speculative_tokens
+            scheduler.update_draft_token_ids(vllm.DraftTokenIds(ids, [[TOKEN] * k for _ in ids]))
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
-        steps.append(Step(now, scheduled, preempted, free, finished))
+        steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept))
         now += STEP_S
     return steps

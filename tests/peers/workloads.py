@@ -37,6 +37,11 @@ class Workload:
     prefix_caching: bool = False
     policy: str = "fcfs"
     description: str = ""
+    # speculative decoding (v1 only): drafts per step (0: off), the drafter (pagesim's
+    # --speculative-method: ngram, eagle, mtp, draft-model) and the acceptance rate of its draws
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
+    spec_acceptance_rate: float = 0.7
     # vLLM v0 (vllm_v0.py) only
     preemption: str = "recompute"
     cpu_blocks: int = 4096  # swap space: ample, vLLM 0.4.2 stops the engine when it runs out
@@ -63,7 +68,11 @@ class Workload:
 class Step:
     """One step that scheduled tokens: its start, tokens per request (trace index; a decode, one
     per running sequence), the requests preempted while scheduling it, the free blocks once it
-    is scheduled, the requests that finished with it, and those swapped out and in."""
+    is scheduled, the requests that finished with it, and those swapped out and in. With
+    speculative decoding (v1), ``scheduled`` counts a decode's drafts too, and the record adds
+    the drafts each request verifies (``scheduled_spec_decode_tokens``), the blocks each running
+    request holds once the step is scheduled, and the drafts each verifying request kept: those
+    accepted, less any past its output length (trimmed: scheduler.py:2744-2770)."""
 
     start_s: float
     scheduled: dict = field(default_factory=dict)
@@ -72,6 +81,9 @@ class Step:
     finished: frozenset = frozenset()
     swapped_out: frozenset = frozenset()  # of the preempted, those swapped out (vLLM v0)
     swapped_in: frozenset = frozenset()
+    drafts: dict = field(default_factory=dict)  # speculative decoding: request -> drafts verified
+    blocks: dict = field(default_factory=dict)  # request -> blocks held once scheduled
+    kept: dict = field(default_factory=dict)  # request -> of its drafts, those accepted and kept
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -132,6 +144,87 @@ WORKLOADS = {
                                 prefix_caching=True, description="the preemption workload with prefix caching on"),
 }
 
+
+
+def to_the_limit(seed: int, n: int, max_model_len: int) -> list:
+    """``n`` requests whose prompt and output fill ``max_model_len`` exactly, arriving over 20
+    steps: their last decodes' drafts are cut by it (scheduler.py:852-857)."""
+    return [dataclasses.replace(row, output=max_model_len - row.prompt)
+            for row in rows(seed, n, (8, max_model_len - 8), (1, 1), spread_s=20)]
+
+
+def speculative(name: str, requests: list, k: int, method: str = "ngram", **settings) -> Workload:
+    """A workload with ``k`` drafts a step by ``method`` (pagesim's names), accepted at 0.7 unless given."""
+    return Workload(name, requests, num_speculative_tokens=k, speculative_method=method, **settings)
+
+
+def random_speculative(seed: int) -> Workload:
+    """A speculative workload drawn from ``seed``: the method, K (1-7), blocks (4-16 slots, 20-120
+    of them), ``max_model_len``, the budget (from K + 2), ``max_num_seqs``, prefix caching (on
+    for about a third), the policy (priority for about a third), the acceptance rate (0-1) and
+    8-30 requests that fit ``max_model_len``."""
+    rng = random.Random(seed)
+    method = rng.choice(["ngram", "eagle", "mtp", "draft-model"])
+    k = rng.choice([1, 2, 3, 5, 7])
+    block_size = rng.choice([4, 8, 16])
+    num_blocks = rng.randint(20, 120)
+    pool = num_blocks * block_size
+    max_model_len = rng.choice([pool, min(pool, rng.randint(64, 512))])
+    n = rng.randint(8, 30)
+    prompt_high = rng.randint(8, max(9, max_model_len // 2))
+    requests = rows(seed, n, (4, prompt_high), (1, max(2, max_model_len - prompt_high)),
+                    spread_s=rng.choice([0, 10, 40]))
+    requests = [r for r in requests if r.prompt + r.output <= max_model_len] or requests[:1]
+    budget = max(k + 1, rng.choice([k + 2, 16, 32, 64, 256, 2048]))
+    return speculative(f"spec-random-{seed}", requests, k, method, num_blocks=num_blocks, block_size=block_size,
+                       max_model_len=max_model_len, max_num_batched_tokens=budget,
+                       max_num_seqs=min(budget, rng.choice([4, 16, 64])), prefix_caching=rng.random() < 0.3,
+                       policy=rng.choice(["fcfs", "fcfs", "priority"]),
+                       spec_acceptance_rate=rng.choice([0.0, 0.5, 0.8, 1.0]),
+                       description=f"drawn from seed {seed}")
+
+
+# speculative decoding (vLLM 0.33.0 only): pagesim's acceptance draws replayed into vLLM
+SPECULATIVE_WORKLOADS = {
+    "spec-k1": speculative("spec-k1", rows(12, 16, (16, 200), (8, 120), spread_s=20), 1, num_blocks=256,
+                           description="n-gram, K = 1, 16 requests over 20 steps, no memory pressure"),
+    "spec-k3": speculative("spec-k3", rows(12, 16, (16, 200), (8, 120), spread_s=20), 3, num_blocks=256,
+                           description="n-gram, K = 3"),
+    "spec-k5": speculative("spec-k5", rows(12, 16, (16, 200), (8, 120), spread_s=20), 5, num_blocks=256,
+                           description="n-gram, K = 5"),
+    "spec-eagle": speculative("spec-eagle", rows(12, 16, (16, 200), (8, 120), spread_s=20), 3, "eagle",
+                              num_blocks=256, description="EAGLE, K = 3: 3 lookahead slots a request"),
+    "spec-mtp": speculative("spec-mtp", rows(13, 16, (16, 200), (8, 120), spread_s=20), 2, "mtp", num_blocks=256,
+                            description="MTP (one module), K = 2: 2 lookahead slots"),
+    "spec-draft-model": speculative("spec-draft-model", rows(14, 16, (8, 40), (20, 80), spread_s=10), 3,
+                                    "draft-model", num_blocks=256, max_num_batched_tokens=24,
+                                    description="a draft model, K = 3, a budget of 24: a slot of it a request"),
+    "spec-budget": speculative("spec-budget", rows(15, 12, (4, 12), (20, 60)), 5, num_blocks=256,
+                               max_num_batched_tokens=20,
+                               description="n-gram, K = 5, short prompts, a budget of 20: the last decodes' "
+                                           "drafts cut by the budget"),
+    "spec-pressure": speculative("spec-pressure", rows(1, 20, (16, 200), (8, 120)), 3, num_blocks=48,
+                                 description="n-gram, K = 3, 48 blocks: recompute preemption"),
+    "spec-eagle-pressure": speculative("spec-eagle-pressure", rows(1, 20, (16, 200), (8, 120)), 3, "eagle",
+                                       num_blocks=48, description="EAGLE, K = 3, 48 blocks: preemption"),
+    "spec-max-len": speculative("spec-max-len", to_the_limit(16, 16, 128), 5, "eagle", num_blocks=256,
+                                max_model_len=128, spec_acceptance_rate=0.9,
+                                description="EAGLE, K = 5, prompt + output = max_model_len 128: the drafts' cut"),
+    "spec-prefix-pressure": speculative("spec-prefix-pressure", rows(1, 20, (16, 200), (8, 120)), 3,
+                                        num_blocks=48, prefix_caching=True,
+                                        description="n-gram, K = 3, 48 blocks, prefix caching on"),
+    "spec-priority": speculative("spec-priority", rows(4, 20, (16, 200), (8, 120), priorities=4), 3, "eagle",
+                                 num_blocks=48, policy="priority",
+                                 description="EAGLE, K = 3, priorities 0-3, 48 blocks: preemption by priority"),
+    "spec-chunked": speculative("spec-chunked", rows(2, 6, (1500, 5000), (4, 40), spread_s=20), 3, "eagle",
+                                num_blocks=1024, max_num_batched_tokens=512,
+                                description="EAGLE, K = 3, prompts of 1.5k-5k tokens chunked by a budget of 512"),
+    # a known divergence (test_vllm_v1_peer.py KNOWN): a rule pagesim does not model
+    "spec-prefix-resume": speculative("spec-prefix-resume", rows(13, 20, (16, 200), (8, 120)), 3, num_blocks=48,
+                                      prefix_caching=True,
+                                      description="n-gram, K = 3, 48 blocks, prefix caching: a preempted request "
+                                                  "resumes with one token to compute"),
+}
 
 def bursts(requests: list, size: int) -> list:
     """The requests arriving ``size`` at a time, 4 steps apart (at half steps)."""
