@@ -29,6 +29,8 @@ same CPython functions otherwise (``sim/core/jit.py``).
     families.py     the scheduler families, each with its own loop, and the files only each compiles
     cluster.py      replicas behind a router: the loop of each, the router's choice at each arrival
     transfer.py     KV transfers from a prefill to a decode replica: bytes as whole blocks, a link's queue
+    remote_kv.py    the blocks a KV transfer holds on both sides (in transfer), a loaded prompt's own
+    disagg.py       two pools (prefill, decode) in one loop: handoffs, transfers, the earliest event
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     replay.py       runs the loop to its end: progress, --check, an executor outside the core
     jit.py, aot.py  numba, loaded when first needed; the loop as an extension module (runs need no numba)

@@ -31,6 +31,10 @@ CASES = [
     ("chunk_budget", "vllm", {}, (256, 1024)), ("chunk_budget", "vllm-v1", {"chunked_prefill": True}, (256, 1024)),
     ("schedule_policy", "vllm", {}, ("fcfs", "lpm")),
     ("schedule_conservativeness", "vllm-v1", {}, (0.3, 2.0)),
+    # speculative decoding's settings without drafts (num_speculative_tokens 0)
+    ("speculative_method", "vllm-v1", {}, ("ngram", "eagle")),
+    ("spec_acceptance_rate", "vllm-v1", {}, (0.1, 0.9)),
+    ("draft_model", "vllm-v1", {"speculative_method": "draft-model"}, ("llama-2-7b", "opt-125m")),
 ]
 KEYS = ("completed", "duration_s", "mean_ttft_ms", "mean_tpot_ms", "mem_token_states", "mem_external_frag",
         "num_preemptions")
@@ -43,11 +47,24 @@ def trace():
 
 #: a scheduler's exclusive settings, each with a value another scheduler refuses
 EXCLUSIVE = [("async_scheduling", "vllm", True), ("client_timeout_s", "sglang", 5.0),
-             ("scheduling_policy", "orca-max", "priority")]
+             ("scheduling_policy", "orca-max", "priority"), ("num_speculative_tokens", "vllm", 3)]
+
+
+#: settings whose value where they do nothing cannot even be given: refused by the configuration
+#: itself (a rate per draft position, with no drafts)
+REFUSED = [("spec_acceptance_rates", "vllm-v1", "0.5", "takes 0 comma-separated rates")]
 
 
 def test_every_setting_the_registry_places_is_checked_here():
-    assert {name for name, *_ in CASES} | {name for name, *_ in EXCLUSIVE} == set(systems.placed_settings())
+    checked = {name for name, *_ in CASES} | {name for name, *_ in EXCLUSIVE} | {name for name, *_ in REFUSED}
+    assert checked == set(systems.placed_settings())
+
+
+@pytest.mark.parametrize("name, system, value, why", REFUSED)
+def test_a_setting_that_cannot_apply_is_refused_by_the_configuration(name, system, value, why):
+    assert not systems.applies(SimConfig.for_system(system), name)
+    with pytest.raises(ConfigError, match=why):
+        SimConfig.for_system(system, **{name: value})
 
 
 @pytest.mark.parametrize("name, system, value", EXCLUSIVE)

@@ -32,7 +32,7 @@ def categories(s):
     """(token states, reservation, internal fragmentation, in transfer, free), in slots."""
     out = np.zeros(state.MEMORY_CATEGORIES, np.int64)
     kv_cache.memory_categories(s, 0, out)
-    return int(out[0]), int(out[1]), int(out[2]), int(out[6]), int(out[5])
+    return int(out[0]), int(out[1]), int(out[2]), int(out[state.IN_TRANSFER]), int(out[5])
 
 
 def test_blocks_held_by_a_transfer_with_prefix_caching():

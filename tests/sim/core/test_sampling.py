@@ -95,13 +95,13 @@ def test_copies_are_priced_as_the_roofline_copied_tokens_term(core):
     s = core
     c = s.count
     c[state.STEP_DECODE_SEQS] = 3
-    plain = loop.step_time(s, 30)
+    plain = loop.step_time(s, 30, s.config[state.SCHEDULER_KIND])
     c[state.STEP_COPIED_BLOCKS] = 2
     from pagesim.sim.core import cost
 
     k = s.cost
     extra = 2 * 8 * k[cost.KV_BYTES_PER_TOKEN] / k[cost.MEMORY_BANDWIDTH]
-    assert loop.step_time(s, 30) == pytest.approx(plain + extra, rel=1e-12)
+    assert loop.step_time(s, 30, s.config[state.SCHEDULER_KIND]) == pytest.approx(plain + extra, rel=1e-12)
 
 
 def test_a_group_counts_all_its_sequences_against_max_num_seqs(core):
