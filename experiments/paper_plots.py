@@ -278,9 +278,9 @@ def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame,
         g = goodputs[goodputs["design"] == design]
         if len(g) and pd.notna(g["goodput_per_gpu"].iloc[0]):
             x, target = float(g["goodput_per_gpu"].iloc[0]), 100 * float(g["target"].iloc[0])
+            hover = f"{design} goodput {x:.2f} req/s/GPU<extra></extra>"
             fig.add_trace(go.Scatter(x=[x, x], y=[0, target], mode="lines", showlegend=False,
-                                     line=dict(color=colour, dash="dash"),
-                                     hovertemplate=f"{design} goodput {x:.2f} req/s/GPU<extra></extra>"))
+                                     line=dict(color=colour, dash="dash"), hovertemplate=hover))
     if len(goodputs):
         fig.add_hline(y=100 * float(goodputs["target"].iloc[0]), line_dash="dot", line_color="grey")
     d = goodputs[goodputs["design"] == "disaggregated"]

@@ -312,7 +312,7 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     goodput = values.pop("goodput", {})
     bad = [k for k in values if k not in sim_fields]
     if bad:
-        valid = set(sim_fields) | set(WORKLOAD_KEYS) | set(CLUSTER_KEYS) | set(DISAGG_KEYS) | {"goodput"}
+        valid = {*sim_fields, *WORKLOAD_KEYS, *CLUSTER_KEYS, *DISAGG_KEYS, "goodput"}
         raise ConfigError(f"unknown setting(s) {', '.join(sorted(bad))} in experiment config; "
                           f"valid: {', '.join(sorted(valid))}")
     if disagg and not {"prefill_replicas", "decode_replicas"} <= set(disagg):

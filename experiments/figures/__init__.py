@@ -33,8 +33,8 @@ from types import ModuleType
 
 import pandas as pd
 
-from pagesim.experiments.figures import (distserve, fig2, fig12, fig13, fig14, fig15, fig16, fig17, fig18b,
-                                         fig19)
+from pagesim.experiments.figures import (distserve, fig2, fig12, fig13, fig14, fig15, fig16, fig17,
+                                         fig18b, fig19)
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 from pagesim.experiments.sweep import map_local
 from pagesim.sim.errors import ConfigError

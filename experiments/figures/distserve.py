@@ -9,7 +9,8 @@ Inputs (``experiments/configs/distserve.toml``), from the authors' artifact
 (one prefill instance at TP 2, one decode instance at TP 1: 3 GPUs). Ours: the colocated design is
 three ``vllm-v1`` replicas (TP 1) behind round-robin, the same 3 GPUs (the paper runs one vLLM GPU
 at a third of the rate: the same per-GPU load); the disaggregated one is ``sim/disagg.py``'s two
-pools with their KV over NVLink (the three GPUs in one node, as DistServe places OPT-13B). A
+pools with their KV over NVLink (the three GPUs in one node, as DistServe places OPT-13B). The
+requests are Fig. 17's chatbot trace (ShareGPT conversations, the history as the prompt). A
 request meets the SLO when it finished with TTFT <= 0.25 s and TPOT <= 0.1 s
 (:func:`sim.metrics.meets_slos`, the summary's ``request_goodput``); rejected or unfinished
 requests miss, as in the artifact (its ``get_attainment`` counts over every request sent).
@@ -73,7 +74,8 @@ def goodput_per_gpu(per_gpu_rates, attainments, target: float) -> tuple[float, s
     return sustainable_rate(per_gpu_rates, [1.0 - a for a in attainments], 1.0 - target)
 
 
-def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float = 1.0) -> pd.DataFrame:
+def run(opts: SweepOptions | None = None, *, quick: bool = False,
+        scale: float = 1.0) -> pd.DataFrame:
     """The attainment curves. Columns: :data:`COLUMNS` (``mean_transfer_ms`` NaN where
     colocated)."""
     opts, specs, summaries = run_figure("distserve", opts, quick, scale)
@@ -133,26 +135,27 @@ def explain(curves: pd.DataFrame, goodput_table: pd.DataFrame | None = None) -> 
     lines = []
     if {"disaggregated", "colocated"} <= set(by.index):
         d, c = by.loc["disaggregated"], by.loc["colocated"]
-        lines.append(f"Goodput (per-GPU rate at {100 * d['target']:.0f} % attainment of TTFT <= 0.25 s "
-                     f"and TPOT <= 0.1 s): disaggregated {d['goodput_per_gpu']:.2f}, colocated "
-                     f"{c['goodput_per_gpu']:.2f} req/s per GPU, a ratio of "
+        lines.append(f"Goodput (per-GPU rate at {100 * d['target']:.0f} % attainment of TTFT "
+                     f"<= 0.25 s and TPOT <= 0.1 s): disaggregated {d['goodput_per_gpu']:.2f}, "
+                     f"colocated {c['goodput_per_gpu']:.2f} req/s per GPU, a ratio of "
                      f"{d['ratio_vs_colocated']:.2f}x; the paper gives {d['paper_ratio_low']:g}-"
                      f"{d['paper_ratio_high']:g}x over its three chatbot models (its section 6.2 "
                      "text; the OPT-13B curve's own crossings are read from no table, as the paper "
                      "prints none).")
     lines.append(shape(curves))
-    lines.append("Inputs the paper does not give, chosen here: the lengths are pagesim's ShareGPT "
-                 "synthesis (log-normal, the vLLM paper's means of 161 prompt and 338 output "
-                 "tokens; prompt + output over 2,048 dropped as the artifact does), not the "
-                 "artifact's multi-turn prompts (a conversation's turns joined, OPT tokenizer), "
-                 "whose prompts are longer; Poisson arrivals as the artifact's; KV over NVLink "
-                 "(the A100's 300 GB/s per direction; DistServe places OPT-13B's two stages in "
-                 "one node); both designs are vLLM 0.33.0's v1 engine as pagesim models it "
-                 "(chunked prefill, a 16,384-token budget, max_num_seqs 1,024, no prefix "
-                 "caching), where the paper's colocated baseline is vLLM 0.2 (prefill-first, no "
-                 "chunking) and its disaggregated side DistServe's own engine (prefill batches "
-                 "of at most 8,192 tokens and 128 requests); the step times are pagesim's cost "
-                 "model for the A100-80GB, not the artifact's profiled kernels.")
+    lines.append("Inputs the paper does not give, chosen here: the lengths are ShareGPT "
+                 "conversations with their history as the prompt (Fig. 17's chatbot trace: the "
+                 "etalon length file, Llama-2 tokenizer, prompts cut to their last 1,024 tokens, "
+                 "mean 780; outputs at most 1,024, mean 430), where the artifact joins a random "
+                 "number of a conversation's turns (OPT tokenizer, prompt + output under 2,048); "
+                 "Poisson arrivals as the artifact's; KV over NVLink (the A100's 300 GB/s per "
+                 "direction; DistServe places OPT-13B's two stages in one node); both designs "
+                 "are vLLM 0.33.0's v1 engine as pagesim models it (chunked prefill, a "
+                 "16,384-token budget, max_num_seqs 1,024, no prefix caching), where the paper's "
+                 "colocated baseline is vLLM 0.2 (prefill-first, no chunking) and its "
+                 "disaggregated side DistServe's own engine (prefill batches of at most 8,192 "
+                 "tokens and 128 requests); the step times are pagesim's cost model for the "
+                 "A100-80GB, not the artifact's profiled kernels.")
     return " ".join(lines)
 
 
@@ -163,19 +166,32 @@ def shape(curves: pd.DataFrame) -> str:
         return "One design only: no comparison."
     diff = (wide["disaggregated"] - wide["colocated"]).dropna()
     lead = diff.map(lambda x: "disaggregated" if x > 0 else ("colocated" if x < 0 else "tie"))
-    changes = [f"{r:g}" for r, prev, now in zip(lead.index[1:], lead.values[:-1], lead.values[1:])
+    changes = [f"{r:g} ({now} ahead)" if now != "tie" else f"{r:g} (a tie)"
+               for r, prev, now in zip(lead.index[1:], lead.values[:-1], lead.values[1:])
                if prev != now]
     parts = [f"{r:g}: {100 * wide.loc[r, 'disaggregated']:.0f} % vs "
              f"{100 * wide.loc[r, 'colocated']:.0f} %" for r in diff.index]
     text = ("Attainment, disaggregated vs colocated, by per-GPU rate: " + "; ".join(parts) + ". ")
     if changes:
-        text += f"The lead changes at per-GPU rate {', '.join(changes)}."
+        text += f"The lead changes at per-GPU rate {', '.join(changes)}. "
+    elif lead.iloc[0] == "tie":
+        text += "The two designs tie at every probed rate. "
     else:
-        text += f"{lead.iloc[0].capitalize()} leads at every probed rate."
+        text += f"{lead.iloc[0].capitalize()} leads at every probed rate. "
+    top = curves[curves["per_gpu_rate"] == curves["per_gpu_rate"].max()].set_index("design")
+    if {"disaggregated", "colocated"} <= set(top.index):
+        d, c = top.loc["disaggregated"], top.loc["colocated"]
+        text += (f"At {top['per_gpu_rate'].iloc[0]:g} req/s per GPU the mean TTFT is "
+                 f"{d['mean_ttft_ms']:.0f} ms disaggregated against {c['mean_ttft_ms']:.0f} ms "
+                 f"colocated, the p99 TPOT {d['p99_tpot_ms']:.0f} against {c['p99_tpot_ms']:.0f} "
+                 "ms (SLOs 250 and 100 ms): the misses are "
+                 + ("first tokens" if max(d["p99_tpot_ms"], c["p99_tpot_ms"]) <= 100
+                    else "first tokens and token pace") + ".")
     return text
 
 
-def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> dict[str, pd.DataFrame]:
+def tables(opts: SweepOptions, *, quick: bool = False,
+           scale: float = 1.0) -> dict[str, pd.DataFrame]:
     """What ``reproduce distserve`` writes: the attainment curves and each design's goodput."""
     curves = run(opts, quick=quick, scale=scale)
     return {"distserve": curves, "distserve_goodput": goodputs(curves)}

@@ -97,4 +97,4 @@ def test_quick_run_layout_and_goodputs(tmp_path):
     text = distserve.explain(curves, tables["distserve_goodput"])
     assert "a ratio of 1.11x" in text and "Disaggregated leads" not in text
     assert "0.5: 100 % vs 100 %; 3: 25 % vs 0 %" in text  # a tie, then disaggregated ahead
-    assert "The lead changes at per-GPU rate 3." in text
+    assert "The lead changes at per-GPU rate 3 (disaggregated ahead)." in text
