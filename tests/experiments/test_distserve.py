@@ -10,7 +10,7 @@ from pagesim.experiments import figures as X
 from pagesim.experiments import paper
 from pagesim.experiments.figures import distserve
 from pagesim.experiments.run_cache import RunOutput
-from pagesim.experiments.run_spec import RunSpec, expand_grid, load_experiment
+from pagesim.experiments.run_spec import RunSpec, expand_grid, load_experiment, simulate_spec
 
 
 def test_slo_attainment_counts_every_request():
@@ -18,9 +18,10 @@ def test_slo_attainment_counts_every_request():
     # -> 8 / 12 (a rejected or unfinished request misses, as the artifact's get_attainment)
     s = {"request_goodput": 2.0, "duration_s": 4.0, "completed": 10, "rejected": 1, "unfinished": 1}
     assert distserve.slo_attainment(s) == pytest.approx(8 / 12)
-    # 1/3 req/s over 3 s is 0.999... good requests: rounded to the 1 it counts
-    assert distserve.slo_attainment({"request_goodput": 1 / 3, "duration_s": 3.0, "completed": 2,
-                                     "rejected": 0, "unfinished": 0}) == 0.5
+    # 3 good requests over 0.7 s: (3 / 0.7) * 0.7 is 2.9999999999999996 in floating point,
+    # rounded back to the 3 it counts: 3 / 4 exactly
+    assert distserve.slo_attainment({"request_goodput": 3 / 0.7, "duration_s": 0.7, "completed": 4,
+                                     "rejected": 0, "unfinished": 0}) == 0.75
     assert math.isnan(distserve.slo_attainment({"duration_s": 4.0, "completed": 10}))  # no SLO
 
 
@@ -98,3 +99,17 @@ def test_quick_run_layout_and_goodputs(tmp_path):
     assert "a ratio of 1.11x" in text and "Disaggregated leads" not in text
     assert "0.5: 100 % vs 100 %; 3: 25 % vs 0 %" in text  # a tie, then disaggregated ahead
     assert "The lead changes at per-GPU rate 3 (disaggregated ahead)." in text
+
+
+def test_spec_runs_each_pool_at_its_tensor_parallelism():
+    # a disaggregated spec reaches sim/disagg.py with each pool's TP, its link and the SLOs
+    spec = RunSpec(system="vllm-v1", sim={"model": "opt-13b", "gpu": "a100-80gb",
+                                          "record_steps": False},
+                   workload="sharegpt", rate=1.0, num_requests=4, goodput={"ttft": 250, "tpot": 100},
+                   disagg={"prefill_replicas": 1, "decode_replicas": 1, "prefill_tp": 2,
+                           "decode_tp": 1, "kv_link": "nvlink"})
+    s = simulate_spec(spec).summary
+    assert (s["prefill_tensor_parallel"], s["decode_tensor_parallel"], s["gpus"]) == (2, 1, 3)
+    assert s["kv_link"] == "nvlink" and s["completed"] == 4
+    assert "request_goodput" in s and distserve.slo_attainment(s) >= 0
+    assert "disagg" not in RunSpec().canonical()  # a single engine's cache key is unchanged
