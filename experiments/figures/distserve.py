@@ -15,8 +15,8 @@ request meets the SLO when it finished with TTFT <= 0.25 s and TPOT <= 0.1 s
 (:func:`sim.metrics.meets_slos`, the summary's ``request_goodput``); rejected or unfinished
 requests miss, as in the artifact (its ``get_attainment`` counts over every request sent).
 
-Cost: 16 runs of 300 requests (two designs x 8 rates): seconds once the core is compiled
-(``--quick``: 4 runs of 30 requests).
+Cost: 16 runs of 300 requests (two designs x 8 rates): 1.7 s of wall time on two workers once
+the core is compiled (2026-11-25; ``--quick``: 4 runs of 30 requests).
 """
 
 from __future__ import annotations
