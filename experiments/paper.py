@@ -1,4 +1,5 @@
-"""The vLLM paper's numbers (Kwon et al., SOSP'23) that ``pagesim reproduce`` compares against.
+"""The vLLM paper's numbers (Kwon et al., SOSP'23) that ``pagesim reproduce`` compares against,
+and DistServe's (Zhong et al., OSDI '24) for the ``distserve`` figure.
 
 All of them live in one file, ``experiments/data/paper_numbers.csv``, one number per row with
 where it comes from::
@@ -21,6 +22,10 @@ where it comes from::
 * ``fig19``: recompute vs swap: recompute's spread over block sizes, its largest ratio to swap
   in+out (the paper's "never higher than 20 %", read as at most 1.2x) and the block sizes where
   both give comparable end-to-end latency (``comparable_block_size_low/_high``).
+* ``distserve``: DistServe's per-GPU goodput over vLLM's on its chatbot workload
+  (``rate_ratio_vs_vllm_low/_high``, §6.2's range over three models) and the SLOs and target of
+  its OPT-13B panel, from the authors' artifact (``slo_ttft_s``, ``slo_tpot_s``,
+  ``slo_attainment_target``).
 """
 
 from __future__ import annotations

@@ -256,3 +256,39 @@ def rate_sensitivity(df: pd.DataFrame, title: str = "Fig. 2 sensitivity: token-s
                                  line=dict(color=SYSTEM_COLORS.get(s))))
     fig.update_layout(title=title, xaxis_title="request rate (req/s)", yaxis_title="token states (% of KV)", **LAYOUT)
     return fig
+
+
+#: the DistServe figure's two designs (DistServe's blue, vLLM's orange, as its Fig. 8)
+DESIGN_COLORS = {"disaggregated": "#1f77b4", "colocated": "#ff7f0e"}
+
+
+def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame,
+                       title: str = "DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs "
+                                    "per-GPU rate") -> go.Figure:
+    """From ``distserve.csv``: attainment (percent) per design against per-GPU rate, the target
+    as a grey line and each design's goodput (``distserve_goodput.csv``) as a dashed drop line,
+    as the paper draws them; the paper's ratio range in the legend's title."""
+    fig = go.Figure()
+    for design, colour in DESIGN_COLORS.items():
+        h = curves[curves["design"] == design].sort_values("per_gpu_rate")
+        if h.empty:
+            continue
+        fig.add_trace(go.Scatter(x=h["per_gpu_rate"], y=100 * h["slo_attainment"], name=design,
+                                 mode="lines+markers", line=dict(color=colour)))
+        g = goodputs[goodputs["design"] == design]
+        if len(g) and pd.notna(g["goodput_per_gpu"].iloc[0]):
+            x, target = float(g["goodput_per_gpu"].iloc[0]), 100 * float(g["target"].iloc[0])
+            hover = f"{design} goodput {x:.2f} req/s/GPU<extra></extra>"
+            fig.add_trace(go.Scatter(x=[x, x], y=[0, target], mode="lines", showlegend=False,
+                                     line=dict(color=colour, dash="dash"), hovertemplate=hover))
+    if len(goodputs):
+        fig.add_hline(y=100 * float(goodputs["target"].iloc[0]), line_dash="dot", line_color="grey")
+    d = goodputs[goodputs["design"] == "disaggregated"]
+    legend = ""
+    if len(d) and pd.notna(d["paper_ratio_low"].iloc[0]):
+        legend = (f"paper: {d['paper_ratio_low'].iloc[0]:g}-{d['paper_ratio_high'].iloc[0]:g}x; "
+                  f"ours {d['ratio_vs_colocated'].iloc[0]:.2f}x")
+    fig.update_xaxes(title_text="per-GPU rate (req/s)")
+    fig.update_yaxes(title_text="SLO attainment (%)", range=[0, 105])
+    fig.update_layout(title=title, legend_title_text=legend, **LAYOUT)
+    return fig

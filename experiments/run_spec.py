@@ -24,8 +24,11 @@ An experiment is a TOML config plus a small Python module (``experiments/figures
     duration_s = 60
 
 Keys are routed by name: :data:`WORKLOAD_KEYS` go to the workload (``traces.synth.make_workload``),
-:data:`CLUSTER_KEYS` (``replicas``, ``router``) make each run a cluster (``sim/cluster.py``), and
-everything else must be a :class:`sim.config.SimConfig` field (``seed`` goes to both).
+:data:`CLUSTER_KEYS` (``replicas``, ``router``) make each run a cluster (``sim/cluster.py``),
+:data:`DISAGG_KEYS` (``prefill_replicas``, ``decode_replicas``, ...) a disaggregated one
+(``sim/disagg.py``), ``goodput`` (``{ttft = 250, tpot = 100}``, milliseconds, as ``simulate
+--goodput``) adds ``request_goodput`` to the summary, and everything else must be a
+:class:`sim.config.SimConfig` field (``seed`` goes to both).
 
 A :class:`RunSpec` is one run; :meth:`RunSpec.key` names it in the run cache
 (``experiments/run_cache.py``): a hash over the canonical JSON of the full spec, the contents of
@@ -53,6 +56,7 @@ from pagesim.sim import __version__
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.run import run_simulation
 from pagesim.traces import shared_prefix
 from pagesim.traces.chatbot import chatbot_workload
@@ -62,6 +66,8 @@ from pagesim.traces.synth import make_workload
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
 #: keys that make a run a cluster (sim/cluster.py): replicas behind a router
 CLUSTER_KEYS = ("replicas", "router")
+#: keys that make a run disaggregated (sim/disagg.py): two pools of vllm-v1 replicas and a KV link
+DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp", "kv_link")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
 #: (2: entries carry a manifest of their files' sizes and hashes; 3: tables are Arrow files)
 CACHE_FORMAT = 3
@@ -98,11 +104,20 @@ class RunSpec:
     # the params while 1 replica without a router (a single engine's runs keep their keys)
     replicas: int = 1
     router: str | None = None
+    # a disaggregated run (:data:`DISAGG_KEYS`), and SLOs in ms (``simulate --goodput``); each
+    # left out of the key and the params while empty
+    disagg: dict[str, Any] = field(default_factory=dict)
+    goodput: dict[str, float] = field(default_factory=dict)
 
     def canonical(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         if self.replicas == 1 and self.router is None:
             del d["replicas"], d["router"]
+        for name in ("disagg", "goodput"):
+            if not d[name]:
+                del d[name]
+            else:
+                d[name] = {k: d[name][k] for k in sorted(d[name])}
         d["sim"] = {k: d["sim"][k] for k in sorted(d["sim"])}
         d["rate"] = float(d["rate"])
         if d["duration_s"] is not None:
@@ -139,15 +154,22 @@ class RunSpec:
              "n": self.n, "beam_width": self.beam_width, "unshare": self.unshare}
         if self.replicas != 1 or self.router is not None:
             d.update(replicas=self.replicas, router=self.router)
+        d.update(self.disagg)
+        d.update({f"goodput_{m}_ms": v for m, v in self.goodput.items()})
         d.update(self.sim)
         return d
+
+    def summary_options(self) -> SummaryOptions:
+        """The summary's options: the ``goodput`` SLOs (ms here, seconds there)."""
+        return SummaryOptions(goodput_slo_s=tuple((m, v / 1e3) for m, v in self.goodput.items()))
 
     def label(self) -> str:
         extra = "".join(f" {k}={v}" for k, v in sorted(self.sim.items()) if k not in _BASE_HIDE)
         w = f" n={self.n}" if self.n > 1 else ""
         w += f" beam={self.beam_width}" if self.beam_width > 1 else ""
         w += " unshared" if self.unshare else ""
-        return f"{self.system} {self.workload}@{self.rate:g}{w}{extra}"
+        pools = "".join(f" {k}={v}" for k, v in sorted(self.disagg.items()))
+        return f"{self.system} {self.workload}@{self.rate:g}{w}{pools}{extra}"
 
 
 _BASE_HIDE = {"model", "gpu", "kv_gib", "max_seq_len", "max_len_policy"}
@@ -286,17 +308,27 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     system = values.pop("system", "vllm")
     wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
     cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}
+    disagg = {k: values.pop(k) for k in DISAGG_KEYS if k in values}
+    goodput = values.pop("goodput", {})
     bad = [k for k in values if k not in sim_fields]
     if bad:
+        valid = {*sim_fields, *WORKLOAD_KEYS, *CLUSTER_KEYS, *DISAGG_KEYS, "goodput"}
         raise ConfigError(f"unknown setting(s) {', '.join(sorted(bad))} in experiment config; "
-                          f"valid: {', '.join(sorted(set(sim_fields) | set(WORKLOAD_KEYS) | set(CLUSTER_KEYS)))}")
+                          f"valid: {', '.join(sorted(valid))}")
+    if disagg and not {"prefill_replicas", "decode_replicas"} <= set(disagg):
+        raise ConfigError("experiment config: a disaggregated run needs both prefill_replicas and "
+                          "decode_replicas")
+    if not isinstance(goodput, dict):
+        raise ConfigError(f"experiment config: goodput is a table of SLOs in ms "
+                          f"({{ttft = 250, tpot = 100}}), got {goodput!r}")
     values.pop("seed", None)
     return RunSpec(system=system, sim=values, workload=wl.get("workload", "sharegpt"),
                    rate=float(wl.get("rate", 1.0)), duration_s=wl.get("duration_s"),
                    num_requests=wl.get("num_requests"), seed=int(wl.get("seed", 0)),
                    n=int(wl.get("n", 1)), beam_width=int(wl.get("beam_width", 1)),
                    unshare=bool(wl.get("unshare", False)), replicas=int(cluster.get("replicas", 1)),
-                   router=cluster.get("router"))
+                   router=cluster.get("router"), disagg=disagg,
+                   goodput={m: float(v) for m, v in goodput.items()})
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,9 +370,33 @@ def simulate_spec(spec: RunSpec):
                           spec.beam_width)
     if spec.unshare:
         trace = unshare_trace(trace)
+    options = spec.summary_options()
+    if spec.disagg:
+        return simulate_disaggregated(spec, trace, options)
     if spec.replicas != 1 or spec.router is not None:
-        return run_cluster(spec.sim_config(), trace, spec.replicas, spec.router or "round-robin")
-    return run_simulation(spec.sim_config(), trace, progress=False)
+        return run_cluster(spec.sim_config(), trace, spec.replicas, spec.router or "round-robin",
+                           summary_options=options)
+    return run_simulation(spec.sim_config(), trace, progress=False, summary_options=options)
+
+
+def simulate_disaggregated(spec: RunSpec, trace: pd.DataFrame, options: SummaryOptions):
+    """A disaggregated run (``sim/disagg.py``): the spec's settings on both pools, each pool's
+    tensor parallelism its ``prefill_tp`` / ``decode_tp`` (default the spec's)."""
+    from pagesim.sim.disagg import run_disaggregated
+
+    d = spec.disagg
+    if spec.replicas != 1:
+        raise ConfigError("experiment config: replicas is not taken by a disaggregated run "
+                          "(prefill_replicas, decode_replicas)")
+    pools = []
+    for side in ("prefill", "decode"):
+        sim = dict(spec.sim)
+        if d.get(f"{side}_tp") is not None:
+            sim["tensor_parallel"] = d[f"{side}_tp"]
+        pools.append(SimConfig.for_system(spec.system, seed=spec.seed, **sim))
+    return run_disaggregated(pools[0], pools[1], trace, d["prefill_replicas"], d["decode_replicas"],
+                             spec.router or "round-robin", d.get("kv_link", "ib-ndr"),
+                             summary_options=options)
 
 
 

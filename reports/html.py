@@ -142,7 +142,8 @@ def is_run_dir(d: str | Path) -> bool:
 
 
 def is_reproduce_dir(d: str | Path) -> bool:
-    return any(Path(d).glob("fig*.csv"))
+    """A folder ``pagesim reproduce`` wrote: the vLLM paper's ``fig*.csv`` or DistServe's."""
+    return any(Path(d).glob("fig*.csv")) or (Path(d) / "distserve.csv").exists()
 
 
 def load_run(result) -> tuple[dict, pd.DataFrame | None, pd.DataFrame | None, dict]:

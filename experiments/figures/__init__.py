@@ -15,7 +15,8 @@ injectable run function), ``quick`` tiny grids and traces (tests and smoke runs)
 multiplies every trace duration. Settings are the same for every system (never tuned per
 system): OPT-13B, A100-40GB, ``kv_gib=12`` (15,728 slots), ``max_seq_len=2048``, block size 16
 for vLLM, buddy placement for Orca. A new figure is a module with these names, its TOML, and a
-line in :data:`FIGURES`.
+line in :data:`FIGURES`. ``distserve`` is another paper's figure (DistServe, OSDI '24: disaggregated
+against colocated serving, ``vllm-v1`` on OPT-13B, A100-80GB), built the same way.
 
 Default cost: fig2, its rate sensitivity, fig13 and fig12 replay 1-hour traces (fig12's
 overloaded Alpaca probes are most of the work); the other figures use shorter traces or a fixed
@@ -32,14 +33,16 @@ from types import ModuleType
 
 import pandas as pd
 
-from pagesim.experiments.figures import fig2, fig12, fig13, fig14, fig15, fig16, fig17, fig18b, fig19
+from pagesim.experiments.figures import (distserve, fig2, fig12, fig13, fig14, fig15, fig16, fig17,
+                                         fig18b, fig19)
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 from pagesim.experiments.sweep import map_local
 from pagesim.sim.errors import ConfigError
 
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
-                                   "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19}
+                                   "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19,
+                                   "distserve": distserve}
 #: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
 EXTRA_RUNS = {"fig14": fig14.distinct_runs}
 #: each figure's written reading of its main table
@@ -48,11 +51,12 @@ EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 TITLES = {name: module.TITLE for name, module in FIGURES.items()}
 #: the columns that name a compared row (in this order), and how each is written
 ROW_KEYS = {"workload": "{}", "mode": "{}", "width": "width {}", "system": "{}", "block_size": "block {}",
-            "per_seq_overhead_ms": "{} ms/seq"}
+            "per_seq_overhead_ms": "{} ms/seq", "design": "{}"}
 #: the order of the figures' sections in the reproduce report (each module's ``section(rep, table, read)``
 #: writes its own; they import the plots, and with them plotly, only when called, so that this
 #: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)
-REPORT_ORDER = ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17", "fig16", "fig19")
+REPORT_ORDER = ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17", "fig16", "fig19",
+                "distserve")
 
 
 def figure_tables(fig: str, opts: SweepOptions, quick: bool, scale: float) -> dict[str, pd.DataFrame]:

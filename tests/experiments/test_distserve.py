@@ -1,0 +1,115 @@
+"""The DistServe figure: SLO attainment and goodput by hand, and its quick run's layout with a
+stand-in engine (each design's summary worked out below)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from pagesim.experiments import figures as X
+from pagesim.experiments import paper
+from pagesim.experiments.figures import distserve
+from pagesim.experiments.run_cache import RunOutput
+from pagesim.experiments.run_spec import RunSpec, expand_grid, load_experiment, simulate_spec
+
+
+def test_slo_attainment_counts_every_request():
+    # 8 good requests over a 4 s run: request_goodput 2.0/s; 10 finished, 1 rejected, 1 unfinished
+    # -> 8 / 12 (a rejected or unfinished request misses, as the artifact's get_attainment)
+    s = {"request_goodput": 2.0, "duration_s": 4.0, "completed": 10, "rejected": 1, "unfinished": 1}
+    assert distserve.slo_attainment(s) == pytest.approx(8 / 12)
+    # 3 good requests over 0.7 s: (3 / 0.7) * 0.7 is 2.9999999999999996 in floating point,
+    # rounded back to the 3 it counts: 3 / 4 exactly
+    assert distserve.slo_attainment({"request_goodput": 3 / 0.7, "duration_s": 0.7, "completed": 4,
+                                     "rejected": 0, "unfinished": 0}) == 0.75
+    assert math.isnan(distserve.slo_attainment({"duration_s": 4.0, "completed": 10}))  # no SLO
+
+
+def test_goodput_interpolates_the_crossing_of_the_target():
+    # attainment 1.0, 0.95, 0.80 at 1, 2, 3 req/s/GPU: misses 0, 0.05, 0.20 against 0.1;
+    # crossing between 2 and 3 at 2 + (0.1 - 0.05) / (0.20 - 0.05) = 2 + 1/3
+    rate, how = distserve.goodput_per_gpu([1, 2, 3], [1.0, 0.95, 0.80], 0.9)
+    assert rate == pytest.approx(2 + 1 / 3) and how == "interpolated"
+    # exactly 90 % at 2 counts as meeting it; then 0.5 at 3: 2 + (0.1 - 0.1) / 0.4 = 2
+    assert distserve.goodput_per_gpu([1, 2, 3], [1.0, 0.9, 0.5], 0.9)[0] == pytest.approx(2.0)
+    rate, how = distserve.goodput_per_gpu([1, 2], [0.99, 0.95], 0.9)
+    assert rate == 2 and "censored" in how
+    rate, how = distserve.goodput_per_gpu([1, 2], [0.5, 0.2], 0.9)
+    assert math.isnan(rate) and "lowest" in how
+
+
+def test_design_and_gpus():
+    colocated = RunSpec(system="vllm-v1", replicas=3)
+    disagg = RunSpec(system="vllm-v1", disagg={"prefill_replicas": 1, "decode_replicas": 1,
+                                               "prefill_tp": 2, "decode_tp": 1})
+    assert distserve.design_and_gpus(colocated) == ("colocated", 3)
+    assert distserve.design_and_gpus(disagg) == ("disaggregated", 3)  # 1 x TP 2 + 1 x TP 1
+
+
+def test_config_runs_the_artifact_placement_and_slos():
+    specs = expand_grid(load_experiment("distserve"))
+    assert len(specs) == 16
+    colocated = [s for s in specs if not s.disagg]
+    disagg = [s for s in specs if s.disagg]
+    assert {s.replicas for s in colocated} == {3}
+    assert {tuple(sorted(s.disagg.items())) for s in disagg} == {
+        (("decode_replicas", 1), ("decode_tp", 1), ("kv_link", "nvlink"), ("prefill_replicas", 1),
+         ("prefill_tp", 2))}
+    assert {s.rate / 3 for s in specs} == {0.25, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 3.0}  # per GPU
+    assert all(s.goodput == {"ttft": 250.0, "tpot": 100.0} for s in specs)
+    assert specs[0].summary_options().goodput_slo_s == (("ttft", 0.25), ("tpot", 0.1))
+    # the same SLOs as the paper numbers' (the artifact's _plot.py)
+    assert paper.paper_value("distserve", "slo_ttft_s", workload="sharegpt") == 0.25
+    assert paper.paper_value("distserve", "slo_tpot_s", workload="sharegpt") == 0.1
+
+
+def stand_in(spec: RunSpec) -> RunOutput:
+    """Attainment falling linearly past a knee: disaggregated holds 100 % up to 1.5 req/s per
+    GPU, colocated up to 0.5, each losing 0.5 (50 points) per req/s/GPU beyond; 40 requests
+    over a 10 s run, so request_goodput = 40 * attainment / 10 (whole requests at the rates
+    probed)."""
+    design, gpus = distserve.design_and_gpus(spec)
+    knee = 1.5 if design == "disaggregated" else 0.5
+    attainment = max(0.0, 1.0 - 0.5 * max(0.0, spec.rate / gpus - knee))
+    return RunOutput(summary={"completed": 40, "rejected": 0, "unfinished": 0, "duration_s": 10.0,
+                              "request_goodput": 40 * attainment / 10, "mean_ttft_ms": 100.0})
+
+
+def test_quick_run_layout_and_goodputs(tmp_path):
+    opts = X.SweepOptions(workers=1, cache_dir=tmp_path / "cache", progress=False, run_fn=stand_in)
+    tables = X.reproduce("distserve", tmp_path, opts, quick=True)
+    curves = pd.read_csv(tmp_path / "distserve.csv")
+    assert list(curves.columns) == list(distserve.COLUMNS)
+    assert list(curves["design"]) == ["disaggregated"] * 2 + ["colocated"] * 2
+    assert list(curves["per_gpu_rate"]) == [0.5, 3.0, 0.5, 3.0]
+    # disaggregated: 1.0 at 0.5, 1 - 0.5 * 1.5 = 0.25 at 3; colocated: 1.0, 1 - 0.5 * 2.5 = -> 0
+    assert list(curves["slo_attainment"]) == pytest.approx([1.0, 0.25, 1.0, 0.0])
+    g = pd.read_csv(tmp_path / "distserve_goodput.csv")
+    assert list(g.columns) == list(tables["distserve_goodput"].columns)
+    g = g.set_index("design")
+    # disaggregated: misses 0 at 0.5, 0.75 at 3 -> 0.5 + 2.5 * 0.1 / 0.75 = 5/6;
+    # colocated: misses 0, 1 -> 0.5 + 2.5 * 0.1 = 0.75; ratio (5/6) / 0.75 = 10/9
+    assert g.loc["disaggregated", "goodput_per_gpu"] == pytest.approx(5 / 6)
+    assert g.loc["colocated", "goodput_per_gpu"] == pytest.approx(0.75)
+    assert g.loc["disaggregated", "ratio_vs_colocated"] == pytest.approx(10 / 9)
+    assert g.loc["disaggregated", "paper_ratio_low"] == 2.0
+    assert g.loc["disaggregated", "paper_ratio_high"] == 4.6
+    assert "outside the paper's 2-4.6x" in g.loc["disaggregated", "note"]
+    text = distserve.explain(curves, tables["distserve_goodput"])
+    assert "a ratio of 1.11x" in text and "Disaggregated leads" not in text
+    assert "0.5: 100 % vs 100 %; 3: 25 % vs 0 %" in text  # a tie, then disaggregated ahead
+    assert "The lead changes at per-GPU rate 3 (disaggregated ahead)." in text
+
+
+def test_spec_runs_each_pool_at_its_tensor_parallelism():
+    # a disaggregated spec reaches sim/disagg.py with each pool's TP, its link and the SLOs
+    spec = RunSpec(system="vllm-v1", sim={"model": "opt-13b", "gpu": "a100-80gb",
+                                          "record_steps": False},
+                   workload="sharegpt", rate=1.0, num_requests=4, goodput={"ttft": 250, "tpot": 100},
+                   disagg={"prefill_replicas": 1, "decode_replicas": 1, "prefill_tp": 2,
+                           "decode_tp": 1, "kv_link": "nvlink"})
+    s = simulate_spec(spec).summary
+    assert (s["prefill_tensor_parallel"], s["decode_tensor_parallel"], s["gpus"]) == (2, 1, 3)
+    assert s["kv_link"] == "nvlink" and s["completed"] == 4
+    assert "request_goodput" in s and distserve.slo_attainment(s) >= 0
+    assert "disagg" not in RunSpec().canonical()  # a single engine's cache key is unchanged
