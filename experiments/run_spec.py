@@ -98,11 +98,22 @@ class RunSpec:
     # the params while 1 replica without a router (a single engine's runs keep their keys)
     replicas: int = 1
     router: str | None = None
+    # disaggregated (sim/disagg.py): prefill_replicas + decode_replicas replicas, their KV over
+    # kv_link; left out of the key and the params while 0 (every other run keeps its key)
+    prefill_replicas: int = 0
+    decode_replicas: int = 0
+    kv_link: str | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_replicas > 0
 
     def canonical(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         if self.replicas == 1 and self.router is None:
             del d["replicas"], d["router"]
+        if not self.disaggregated:
+            del d["prefill_replicas"], d["decode_replicas"], d["kv_link"]
         d["sim"] = {k: d["sim"][k] for k in sorted(d["sim"])}
         d["rate"] = float(d["rate"])
         if d["duration_s"] is not None:
@@ -139,6 +150,9 @@ class RunSpec:
              "n": self.n, "beam_width": self.beam_width, "unshare": self.unshare}
         if self.replicas != 1 or self.router is not None:
             d.update(replicas=self.replicas, router=self.router)
+        if self.disaggregated:
+            d.update(prefill_replicas=self.prefill_replicas, decode_replicas=self.decode_replicas,
+                     kv_link=self.kv_link)
         d.update(self.sim)
         return d
 
@@ -147,6 +161,7 @@ class RunSpec:
         w = f" n={self.n}" if self.n > 1 else ""
         w += f" beam={self.beam_width}" if self.beam_width > 1 else ""
         w += " unshared" if self.unshare else ""
+        w += f" {self.prefill_replicas}:{self.decode_replicas}" if self.disaggregated else ""
         return f"{self.system} {self.workload}@{self.rate:g}{w}{extra}"
 
 
