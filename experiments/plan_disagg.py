@@ -115,7 +115,8 @@ def best_split(designs: Designs, units: int, runner: Runner, share: float,
     for i in range(0, len(order), step):
         chunk = order[i:i + step]
         points = runner.evaluate([designs.disaggregated(p, d, sim) for p, d in chunk])
-        rows = [row_of(f"{p}:{d}", p, d, units * designs.tp, pt) for (p, d), pt in zip(chunk, points)]
+        rows = [row_of(f"{p}:{d}", p, d, units * designs.tp, pt)
+                for (p, d), pt in zip(chunk, points)]
         best = choose(rows)
         if best is not None:
             return best
@@ -124,13 +125,15 @@ def best_split(designs: Designs, units: int, runner: Runner, share: float,
 
 def fewest_each_way(designs: Designs, units: int, most: int, runner: Runner, share: float,
                     sim: dict[str, Any] | None = None,
-                    start: dict[str, int | None] | None = None) -> dict[str, tuple[int | None, dict | None]]:
+                    start: dict[str, int | None] | None = None) -> dict[str, tuple]:
     """The fewest replicas meeting the SLO aggregated (from 1) and disaggregated (from 2), each
-    searched from ``start``'s count for it (default ``units``) by :func:`experiments.plan.fewest`."""
+    searched from ``start``'s count for it (default ``units``) by
+    :func:`experiments.plan.fewest`: per way, (replicas or None, the passing row or None)."""
     start = start or {}
 
     def aggregated(k: int) -> dict | None:
-        row = row_of("aggregated", 0, 0, k * designs.tp, runner.evaluate([designs.aggregated(k, sim)])[0])
+        point = runner.evaluate([designs.aggregated(k, sim)])[0]
+        row = row_of("aggregated", 0, 0, k * designs.tp, point)
         return row if row["passed"] else None
 
     return {"aggregated": fewest(aggregated, start.get("aggregated") or units, most),
@@ -138,8 +141,9 @@ def fewest_each_way(designs: Designs, units: int, most: int, runner: Runner, sha
                                     start.get("disaggregated") or units, most, least=2)}
 
 
-def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *, max_gpus: int | None = None,
-                   router: str = "round-robin", kv_link: str = "ib-ndr", quick: bool = False,
+def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
+                   max_gpus: int | None = None, router: str = "round-robin",
+                   kv_link: str = "ib-ndr", quick: bool = False,
                    p90: float | None = None) -> dict[str, Any]:
     """Aggregated or disaggregated at ``gpus`` GPUs for ``rate`` (req/s), and the fewest GPUs
     meeting the SLO each way up to ``max_gpus`` (default twice ``gpus``); ``p90``: the cost
@@ -158,7 +162,9 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *, 
     rows = compare_at(designs, units, runner, quick)
     chosen = choose(rows)
     split_rows = [r for r in rows if r["prefill"] and r["passed"]]
-    share = max(split_rows, key=lambda r: r["request_goodput"])["prefill"] / units if split_rows else 0.5
+    share = 0.5  # the best passing split's prefill share, else half
+    if split_rows:
+        share = max(split_rows, key=lambda r: r["request_goodput"])["prefill"] / units
     found = fewest_each_way(designs, units, most, runner, share)
     band = None
     if p90 is not None:
@@ -180,8 +186,9 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *, 
         row = {"way": way, "gpus": None if k is None else k * tp,
                "design": point["design"] if point else None}
         if point:
-            row.update({key: point.get(key) for key in ("slo_attainment", "request_goodput", "goodput_per_gpu",
-                                                        "p99_ttft_s", "p99_tpot_s")})
+            keys = ("slo_attainment", "request_goodput", "goodput_per_gpu", "p99_ttft_s",
+                    "p99_tpot_s")
+            row.update({key: point.get(key) for key in keys})
         else:
             row["note"] = f"no {way} design of up to {max_gpus} GPUs meets the SLO"
         if band and "fewest_slow" in band:

@@ -39,8 +39,9 @@ class RuleRunner:
                 self.num_simulated += 1
                 ok = self.rule(s, key[3])
                 goodput = s.decode_replicas if s.disaggregated else 0.5 * s.replicas
-                self.memo[key] = {"passed": ok, "request_goodput": float(goodput), "slo_attainment": 1.0 if ok
-                                  else 0.5, "p99_ttft_s": 0.1, "p99_tpot_s": 0.01, "fail_reason": "" if ok else "x"}
+                self.memo[key] = {"passed": ok, "request_goodput": float(goodput),
+                                  "slo_attainment": 1.0 if ok else 0.5, "p99_ttft_s": 0.1,
+                                  "p99_tpot_s": 0.01, "fail_reason": "" if ok else "x"}
             out.append(dict(self.memo[key]))
         return out
 
@@ -120,9 +121,9 @@ def test_no_design_meets():
 def run_plan(tmp_path, capsys, trace: str, *args: str) -> dict:
     path = tmp_path / "trace.csv"
     path.write_text("request_id,arrival_s,prompt_tokens,output_tokens\n" + trace)
-    rc = main(["plan", "disaggregation", "--trace", str(path), "--model", "llama-2-7b", "--gpu", "a100-80gb",
-               "--workers", "1", "--no-steady-check", "--no-error-band", "--cache-dir", str(tmp_path / "cache"),
-               "--json", *args])
+    rc = main(["plan", "disaggregation", "--trace", str(path), "--model", "llama-2-7b",
+               "--gpu", "a100-80gb", "--workers", "1", "--no-steady-check", "--no-error-band",
+               "--cache-dir", str(tmp_path / "cache"), "--json", *args])
     assert rc == 0
     return json.loads(capsys.readouterr().out)
 
@@ -134,8 +135,9 @@ def test_decode_memory_forces_the_aggregated_design_at_two_gpus(tmp_path, capsys
     # (600 tokens, ~0.05 s). 1:1: the decode replica admits b only when a has finished, its
     # 399 decode steps each >= 13.5 GB of weights / 2.04 TB/s = 6.6 ms: b's TTFT >= 2.6 s > 1 s.
     # 3 GPUs as 1:2 give b its own decode replica; one aggregated replica repeats the wait.
-    r = run_plan(tmp_path, capsys, "a,0.0,600,400\nb,0.01,600,400\n", "--rate", "100", "--gpus", "2",
-                 "--max-gpus", "3", "--kv-gib", "0.5", "--max-seq-len", "1024", "--slo-ttft-p99", "1")
+    r = run_plan(tmp_path, capsys, "a,0.0,600,400\nb,0.01,600,400\n", "--rate", "100",
+                 "--gpus", "2", "--max-gpus", "3", "--kv-gib", "0.5", "--max-seq-len", "1024",
+                 "--slo-ttft-p99", "1")
     designs = {d["design"]: d for d in r["designs"]}
     assert designs["aggregated"]["passed"] and designs["aggregated"]["p99_ttft_s"] < 1
     assert not designs["1:1"]["passed"] and designs["1:1"]["p99_ttft_s"] > 2.6
@@ -156,7 +158,8 @@ def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsy
     trace = load_trace(path)
     cfg = SimConfig.for_system("vllm-v1", model="llama-2-7b", gpu="a100-80gb", max_seq_len=8192)
     tpot = [res.requests.set_index("request_id").loc["a", "tpot_s"]
-            for res in (run_cluster(cfg, trace, 2, "round-robin"), run_disaggregated(cfg, cfg, trace, 1, 1))]
+            for res in (run_cluster(cfg, trace, 2, "round-robin"),
+                        run_disaggregated(cfg, cfg, trace, 1, 1))]
     assert tpot[0] >= tpot[1] + 6 * 0.17 / 399
     # the plan at a p99 TPOT of 10 ms: between the two (a's TPOT is the aggregated run's highest)
     r = run_plan(tmp_path, capsys, rows, "--rate", "4", "--gpus", "2", "--max-gpus", "2",
@@ -171,13 +174,16 @@ def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsy
     (["--gpus", "4"], "needs the target rate: --rate R"),
     (["--rate", "2"], "needs the GPU count: --gpus N"),
     (["--rate", "2", "--gpus", "a100-80gb"], "needs the GPU count: --gpus N"),
-    (["--rate", "2", "--gpus", "4", "--systems", "sglang"], "--systems: 'plan disaggregation' plans vllm-v1"),
+    (["--rate", "2", "--gpus", "4", "--systems", "sglang"],
+     "--systems: 'plan disaggregation' plans vllm-v1"),
     (["--rate", "2", "--gpus", "4", "--kv-link", "carrier-pigeon"], "--kv-link: unknown link"),
-    (["--rate", "2", "--gpus", "4", "--router", "prefix-affinity"], "not offered with disaggregation"),
+    (["--rate", "2", "--gpus", "4", "--router", "prefix-affinity"],
+     "not offered with disaggregation"),
     (["--rate", "2", "--gpus", "4", "--max-gpus", "3"], "--max-gpus 3 is below --gpus 4"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, args, message):
-    rc = main(["plan", "disaggregation", "--workload", "sharegpt", "--num-requests", "20", "--model", "llama-2-7b",
-               "--gpu", "a100-80gb", "--slo-ttft-p99", "1", "--cache-dir", str(tmp_path), *args])
+    rc = main(["plan", "disaggregation", "--workload", "sharegpt", "--num-requests", "20",
+               "--model", "llama-2-7b", "--gpu", "a100-80gb", "--slo-ttft-p99", "1",
+               "--cache-dir", str(tmp_path), *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
