@@ -517,14 +517,14 @@ def print_disaggregation(r: dict, f) -> None:
     band and the number of runs."""
     band = r.get("error_band")
     meets = [("meets_slow", "slow"), ("meets_fast", "fast")] if band else []
-    print(f"\nat {r['gpus']} GPUs, {r['rate']:g} req/s (P:D = prefill:decode replicas, KV over "
+    print(f"\nat {r['gpu_count']} GPUs, {r['rate']:g} req/s (P:D = prefill:decode replicas, KV over "
           f"{r['kv_link']}, {r['router']} per pool)", file=f)
     _table(r["designs"], [("design", "design"), ("passed", "meets"), *meets, ("slo_attainment", "SLO attain."),
                           ("request_goodput", "good req/s"), ("goodput_per_gpu", "good/GPU"),
                           ("p99_ttft_s", "p99 TTFT s"), ("p99_tpot_s", "p99 TPOT s"),
                           ("fail_reason", "why not")], f)
     choice = r["choice"]
-    print(fill(f"choice at {r['gpus']} GPUs: " + (f"{choice} (the most goodput meeting the SLO)" if choice
+    print(fill(f"choice at {r['gpu_count']} GPUs: " + (f"{choice} (the most goodput meeting the SLO)" if choice
                                                   else "none: no design meets the SLO")), file=f)
     print("\nfewest GPUs meeting the SLO", file=f)
     gpus_band = [("gpus_slow", "slow"), ("gpus_fast", "fast")] if band and "fewest_slow" in band else []

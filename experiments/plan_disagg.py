@@ -194,7 +194,7 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
         if band and "fewest_slow" in band:
             row["gpus_slow"], row["gpus_fast"] = band["fewest_slow"][way], band["fewest_fast"][way]
         fewest_rows.append(row)
-    return {"mode": "disaggregation", "rate": float(rate), "gpus": gpus, "max_gpus": max_gpus,
+    return {"mode": "disaggregation", "rate": float(rate), "gpu_count": gpus, "max_gpus": max_gpus,
             "router": router, "kv_link": kv_link, "quick": quick,
             "designs": [{k: _clean(v) for k, v in r.items()} for r in rows],
             "choice": chosen["design"] if chosen else None,

@@ -146,6 +146,17 @@ def test_decode_memory_forces_the_aggregated_design_at_two_gpus(tmp_path, capsys
         "aggregated": (2, "aggregated"), "disaggregated": (3, "1:2")}
 
 
+def test_out_and_report_write_the_designs(tmp_path, capsys):
+    # the same two requests as above: at 2 GPUs the designs are aggregated and 1:1
+    run_plan(tmp_path, capsys, "a,0.0,600,400\nb,0.01,600,400\n", "--rate", "100", "--gpus", "2",
+             "--max-gpus", "3", "--kv-gib", "0.5", "--max-seq-len", "1024", "--slo-ttft-p99", "1",
+             "--out", str(tmp_path / "out"), "--report")
+    designs = (tmp_path / "out" / "designs.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in designs] == ["design", "aggregated", "1:1"]
+    assert (tmp_path / "out" / "fewest_gpus.csv").is_file()
+    assert "Goodput per GPU" in (tmp_path / "out" / "report.html").read_text()
+
+
 def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsys):
     # a: 16 prompt tokens, 400 out, at 0; b1..b12: 4000-token prompts, 2 out, every 0.25 s.
     # Aggregated (round-robin): a shares replica 0 with b2, b4, ..., b12, whose prefills (each
