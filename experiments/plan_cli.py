@@ -382,6 +382,12 @@ def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, p90: flo
     if args.gpus is None or len(args.gpus) != 1 or not args.gpus[0].isdigit() or int(args.gpus[0]) < 2:
         raise ConfigError("'plan disaggregation' needs the GPU count: --gpus N, a whole number >= 2 "
                           f"(got {','.join(args.gpus) if args.gpus else 'none'})")
+    unused = [flag for flag, given in (("--start-rate", args.start_rate is not None),
+                                       ("--min-rate", args.min_rate != DEFAULT_MIN_RATE),
+                                       ("--max-rate", args.max_rate != DEFAULT_MAX_RATE),
+                                       ("--rtol", args.rtol != DEFAULT_RTOL)) if given]
+    if unused:
+        raise ConfigError(f"{unused[0]} has no meaning in 'plan disaggregation': every design runs at --rate")
     router = args.router or "round-robin"
     if router not in DISAGG_ROUTERS:
         raise ConfigError(f"--router {router!r} is not offered with disaggregation; valid: {', '.join(DISAGG_ROUTERS)}")

@@ -191,6 +191,8 @@ def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsy
     (["--rate", "2", "--gpus", "4", "--router", "prefix-affinity"],
      "not offered with disaggregation"),
     (["--rate", "2", "--gpus", "4", "--max-gpus", "3"], "--max-gpus 3 is below --gpus 4"),
+    (["--rate", "2", "--gpus", "4", "--start-rate", "3"], "--start-rate has no meaning"),
+    (["--rate", "2", "--gpus", "4", "--rtol", "0.1"], "--rtol has no meaning"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, args, message):
     rc = main(["plan", "disaggregation", "--workload", "sharegpt", "--num-requests", "20",
