@@ -8,12 +8,14 @@ disaggregated one does (prefills in the decode steps).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from pagesim.experiments import plan_disagg as PD
 from pagesim.experiments.plan import PlanSetup
+from pagesim.experiments.run_spec import RunSpec
 from pagesim.sim.cli import main
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
@@ -200,3 +202,18 @@ def test_bad_input_is_one_line(tmp_path, capsys, args, message):
                "--cache-dir", str(tmp_path), *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_disaggregated_probe_has_its_own_key_and_others_keep_theirs():
+    plain = RunSpec(system="vllm-v1")
+    cluster = RunSpec(system="vllm-v1", replicas=4, router="round-robin")
+    split = RunSpec(system="vllm-v1", replicas=1, router="round-robin", prefill_replicas=1,
+                    decode_replicas=3, kv_link="ib-ndr")
+    # the pools' fields are in the key of a disaggregated probe only: a plain run's canonical
+    # form (and so its cache key) is what it was before they existed
+    assert "prefill_replicas" not in plain.canonical() and "kv_link" not in cluster.canonical()
+    assert split.canonical()["prefill_replicas"] == 1 and split.canonical()["decode_replicas"] == 3
+    other_split = dataclasses.replace(split, prefill_replicas=2, decode_replicas=2)
+    other_link = dataclasses.replace(split, kv_link="pcie")
+    keys = {s.key(salt="x") for s in (plain, cluster, split, other_split, other_link)}
+    assert len(keys) == 5
