@@ -168,13 +168,15 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     s = p.add_argument_group("search")
     s.add_argument("--systems", type=_csv_list, default=DEFAULT_SYSTEMS, metavar="A,B",
                    help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
-    s.add_argument("--start-rate", type=_pos, default=None,
-                   help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
-                        "in 'resources' --rate is the target rate instead")
-    s.add_argument("--min-rate", type=_pos, default=DEFAULT_MIN_RATE,
-                   help="lowest rate probed; failing there means no rate meets the SLO")
-    s.add_argument("--max-rate", type=_pos, default=DEFAULT_MAX_RATE, help="highest rate probed")
-    s.add_argument("--rtol", type=_pos, default=DEFAULT_RTOL, help="stop bisecting when (fail - pass) <= rtol x pass")
+    if mode != "disaggregation":  # its designs all run at --rate (given: refused, run_disaggregation)
+        s.add_argument("--start-rate", type=_pos, default=None,
+                       help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
+                            "in 'resources' --rate is the target rate instead")
+        s.add_argument("--min-rate", type=_pos, default=DEFAULT_MIN_RATE,
+                       help="lowest rate probed; failing there means no rate meets the SLO")
+        s.add_argument("--max-rate", type=_pos, default=DEFAULT_MAX_RATE, help="highest rate probed")
+        s.add_argument("--rtol", type=_pos, default=DEFAULT_RTOL,
+                       help="stop bisecting when (fail - pass) <= rtol x pass")
     s.add_argument("--keepup-frac", type=_pos, default=KEEPUP_FRAC,
                    help="kept up: drain (last finish - last arrival) <= max(this x arrival span, --keepup-min-s)")
     s.add_argument("--keepup-min-s", type=_pos, default=KEEPUP_MIN_S, help="floor of the drain allowance (s)")
@@ -219,7 +221,8 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
     if only("max-rate", "disaggregation"):
         e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
-                       help="max-rate, disaggregation: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost "
+                       help="max-rate, disaggregation: search again with the GPU time x (1 - p90) and "
+                            "x (1 + p90) of the cost "
                             "model's measured error on the GPU (sim/data/calibration) and report the rates "
                             "between; nothing where the GPU is uncalibrated")
     e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
