@@ -393,22 +393,33 @@ WHAT_IFS: list[tuple[str, dict[str, Any]]] = [
 def routed_replicas(runner: Runner, spec_of: Callable[[int], RunSpec], estimate: int,
                     max_replicas: int) -> tuple[int | None, dict | None]:
     """The fewest replicas ``k`` whose cluster (``spec_of(k)``, the whole rate behind the router)
-    meets the SLO, and its point: from the ``estimate`` (rate/k) down while the next fewer
-    passes, or up while it fails (to ``max_replicas``; (None, None) when none passes). Assumes
-    more replicas never fail where fewer pass."""
-    points: dict[int, dict] = {}
+    meets the SLO, and its point (:func:`fewest`)."""
+    def passing(k: int) -> dict | None:
+        p = runner.evaluate([spec_of(k)])[0]
+        return p if p["passed"] else None
+
+    return fewest(passing, estimate, max_replicas)
+
+
+def fewest(passing: Callable[[int], dict | None], estimate: int, most: int,
+           least: int = 1) -> tuple[int | None, dict | None]:
+    """The fewest ``k`` in ``[least, most]`` for which ``passing(k)`` gives a point (None: it
+    fails), and that point: from the ``estimate`` down while the next fewer passes, or up while
+    it fails ((None, None) when none up to ``most`` passes). Assumes more never fail where fewer
+    pass; each ``k`` is asked once."""
+    points: dict[int, dict | None] = {}
 
     def passes(k: int) -> bool:
         if k not in points:
-            points[k] = runner.evaluate([spec_of(k)])[0]
-        return bool(points[k]["passed"])
+            points[k] = passing(k)
+        return points[k] is not None
 
-    k = max(1, min(estimate, max_replicas))
+    k = max(least, min(estimate, most))
     if passes(k):
-        while k > 1 and passes(k - 1):
+        while k > least and passes(k - 1):
             k -= 1
         return k, points[k]
-    while k < max_replicas:
+    while k < most:
         k += 1
         if passes(k):
             return k, points[k]

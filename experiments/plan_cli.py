@@ -6,6 +6,8 @@ Modes (an optional first word; default ``max-rate``):
 * ``resources --rate R``: the minimum KV memory for R; replicas x TP (and cost) for R; a what-if
   table (block size, max_num_seqs, reservation, chunked prefill, swap) of max rates.
 * ``compare-gpus --gpus A,B``: per GPU: KV capacity, max rate under the SLO, $ per 1M output tokens.
+* ``disaggregation --rate R --gpus N``: aggregated vllm-v1 replicas beside every prefill:decode
+  split of N GPUs, and the fewest GPUs meeting the SLO each way (:mod:`experiments.plan_disagg`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.experiments import plan as P
+from pagesim.experiments import plan_disagg as PD
 from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner, build_workload, describe_workload,
                                        early_stop_options, encode_workload)
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
@@ -32,7 +35,8 @@ from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
 from pagesim.sim.terminal import fill, table_lines
 from pagesim.traces.args import _positive_float, add_workload_args
 
-MODES = ("max-rate", "resources", "compare-gpus")
+MODES = ("max-rate", "resources", "compare-gpus", "disaggregation")
+DEFAULT_SYSTEMS = ["vllm"]  # --systems' default (disaggregation plans vllm-v1 unless told otherwise)
 
 
 def _csv_list(s: str) -> list[str]:
@@ -73,6 +77,13 @@ MODE_HELP = {
                      "and $ per 1M output tokens at that rate.",
                      "pagesim plan compare-gpus --gpus a100-40gb,a100-80gb,h100-80gb,h200-141gb --model llama-2-13b "
                      "--duration 3600 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out out/plan-gpus"),
+    "disaggregation": ("For a target --rate at --gpus N: N aggregated vllm-v1 replicas beside every "
+                       "prefill:decode split P:D of the N GPUs, each run over the same workload (SLO "
+                       "attainment, goodput and goodput per GPU, p99 TTFT and TPOT, which meets the SLO), "
+                       "the choice, and the fewest GPUs meeting the SLO each way (up to --max-gpus), "
+                       "each with the cost model's error band.",
+                       "pagesim plan disaggregation --workload sharegpt --num-requests 200 --rate 6 --gpus 4 "
+                       "--model llama-2-7b --gpu a100-80gb --slo-ttft-p99 1 --slo-tpot-p99 0.05 --quick"),
 }
 
 
@@ -107,7 +118,8 @@ def register(sub) -> None:
             "(parallel, cached on disk).\n\n"
             "  pagesim plan [max-rate] ...      highest rate meeting the SLO per --systems (+ the probed curve)\n"
             "  pagesim plan resources --rate R  min KV memory, replicas x TP and cost for R; what-if table\n"
-            "  pagesim plan compare-gpus --gpus A,B,...  KV capacity, max rate and $/1M tokens per GPU\n\n"
+            "  pagesim plan compare-gpus --gpus A,B,...  KV capacity, max rate and $/1M tokens per GPU\n"
+            "  pagesim plan disaggregation --rate R --gpus N  aggregated or prefill:decode, how many\n\n"
             "A probe passes when every request finishes, the system keeps up (last finish - last arrival <= "
             "max(keepup-frac x span, keepup-min-s)) and the SLO holds (p99s over finished requests; with "
             "--slo-attainment F, the thresholds apply per request and that fraction of all requests must meet "
@@ -125,7 +137,7 @@ def register(sub) -> None:
         epilog=example(
             "pagesim plan --workload sharegpt --duration 3600 --model opt-13b --gpu a100-40gb --slo-ttft-p99 2 "
             "--slo-tpot-p99 0.1 --systems orca-max,orca-pow2,orca-oracle,vllm",
-            MODE_HELP["resources"][1], MODE_HELP["compare-gpus"][1]))
+            MODE_HELP["resources"][1], MODE_HELP["compare-gpus"][1], MODE_HELP["disaggregation"][1]))
     p.add_argument("-h", "--help", action=ModeHelp, help="show this help; after a mode, that mode's own")
     p.add_argument("mode", nargs="?", choices=MODES, default=None,  # None: max-rate, named or not (run)
                    help="question to answer (default max-rate; pagesim plan MODE --help: its own options)")
@@ -154,24 +166,42 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                    help="vllm bench serve's per-request SLOs in milliseconds (ttft:2000 tpot:100 e2el:20000), "
                         f"met by --slo-attainment of the requests (default {DEFAULT_SLO_ATTAINMENT:g}, DistServe's)")
     s = p.add_argument_group("search")
-    s.add_argument("--systems", type=_csv_list, default=["vllm"], metavar="A,B",
+    s.add_argument("--systems", type=_csv_list, default=DEFAULT_SYSTEMS, metavar="A,B",
                    help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
-    s.add_argument("--start-rate", type=_pos, default=None,
-                   help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
-                        "in 'resources' --rate is the target rate instead")
-    s.add_argument("--min-rate", type=_pos, default=DEFAULT_MIN_RATE,
-                   help="lowest rate probed; failing there means no rate meets the SLO")
-    s.add_argument("--max-rate", type=_pos, default=DEFAULT_MAX_RATE, help="highest rate probed")
-    s.add_argument("--rtol", type=_pos, default=DEFAULT_RTOL, help="stop bisecting when (fail - pass) <= rtol x pass")
+    if mode != "disaggregation":  # its designs all run at --rate (given: refused, run_disaggregation)
+        s.add_argument("--start-rate", type=_pos, default=None,
+                       help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
+                            "in 'resources' --rate is the target rate instead")
+        s.add_argument("--min-rate", type=_pos, default=DEFAULT_MIN_RATE,
+                       help="lowest rate probed; failing there means no rate meets the SLO")
+        s.add_argument("--max-rate", type=_pos, default=DEFAULT_MAX_RATE, help="highest rate probed")
+        s.add_argument("--rtol", type=_pos, default=DEFAULT_RTOL,
+                       help="stop bisecting when (fail - pass) <= rtol x pass")
     s.add_argument("--keepup-frac", type=_pos, default=KEEPUP_FRAC,
                    help="kept up: drain (last finish - last arrival) <= max(this x arrival span, --keepup-min-s)")
     s.add_argument("--keepup-min-s", type=_pos, default=KEEPUP_MIN_S, help="floor of the drain allowance (s)")
     c = p.add_argument_group("cost, resources, GPUs")
     c.add_argument("--dollars-per-gpu-hour", type=_pos, default=None,
                    help="price of one GPU-hour (default: illustrative preset of --gpu)")
-    if only("compare-gpus"):
+    if only("compare-gpus", "disaggregation"):
         c.add_argument("--gpus", type=_csv_list, default=None, metavar="A,B",
-                       help="compare-gpus: GPU presets (default a100-40gb,a100-80gb,h100-80gb,h200-141gb)")
+                       help="compare-gpus: GPU presets (default a100-40gb,a100-80gb,h100-80gb,h200-141gb); "
+                            "disaggregation: the GPU count N the designs share")
+    if only("disaggregation"):
+        c.add_argument("--max-gpus", type=int, default=None, metavar="M",
+                       help="disaggregation: most GPUs searched for the fewest meeting the SLO (default 2 N)")
+        c.add_argument("--kv-link", default="ib-ndr", metavar="NAME",
+                       help="disaggregation: what carries the KV to each decode replica (ib-ndr, ib-hdr, "
+                            "roce-400, roce-200, roce-100, nvlink, pcie: sim/specs/links.py)")
+        c.add_argument("--quick", action="store_true",
+                       help="disaggregation: splits with the prefill pool at about 1/4, 1/2 and 3/4 of N only, "
+                            "and no error band on the fewest GPUs")
+    if only("resources", "disaggregation"):
+        c.add_argument("--router", default=None, metavar="NAME",
+                       help="resources: search the replicas behind this router (a cluster run at the whole rate: "
+                            "round-robin, least-outstanding-requests, least-kv-usage, prefix-affinity) instead of "
+                            "rate / k; the rate/k estimate is kept beside it. disaggregation: each pool's router "
+                            "(default round-robin; not prefix-affinity)")
     if only("resources"):
         c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
                        help="resources: tensor-parallel degrees to try for replicas x TP")
@@ -179,10 +209,6 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                        help="resources: variants (all, none, or a list of: "
                             + ", ".join(n for n, _o in P.WHAT_IFS) + ")")
         c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
-        c.add_argument("--router", default=None, metavar="NAME",
-                       help="resources: search the replicas behind this router (a cluster run at the whole rate: "
-                            "round-robin, least-outstanding-requests, least-kv-usage, prefix-affinity) instead of "
-                            "rate / k; the rate/k estimate is kept beside it")
         c.add_argument("--max-replicas", type=int, default=256, help="resources with --router: most replicas tried")
     e = p.add_argument_group("execution and output")
     e.add_argument("--executor", choices=["local", "ray"], default="local", help="where probes run")
@@ -193,9 +219,10 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
-    if only("max-rate"):
+    if only("max-rate", "disaggregation"):
         e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
-                       help="max-rate: search again with the GPU time x (1 - p90) and x (1 + p90) of the cost "
+                       help="max-rate, disaggregation: search again with the GPU time x (1 - p90) and "
+                            "x (1 + p90) of the cost "
                             "model's measured error on the GPU (sim/data/calibration) and report the rates "
                             "between; nothing where the GPU is uncalibrated")
     e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
@@ -224,6 +251,11 @@ def _sim_settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str], s
 
 
 def setup_from_args(args: argparse.Namespace):
+    if args.mode == "disaggregation":
+        if args.systems is not DEFAULT_SYSTEMS and args.systems != [PD.SYSTEM]:
+            raise ConfigError(f"--systems: 'plan disaggregation' plans {PD.SYSTEM} only (its KV connector), "
+                              f"got {','.join(args.systems)}")
+        args.systems = [PD.SYSTEM]
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
         raise ConfigError(f"unknown system(s) {', '.join(bad)}; valid systems: {', '.join(SYSTEMS)}")
@@ -283,7 +315,8 @@ def run(args: argparse.Namespace) -> int:
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
-    gpus = args.gpus or ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
+    gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
+                                                                     "h200-141gb"]
     bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
              for g in (gpus if args.mode == "compare-gpus" else [cfg.gpu])}
     if args.mode == "max-rate":
@@ -292,6 +325,11 @@ def run(args: argparse.Namespace) -> int:
         err = bands[get_gpu(cfg.gpu).name]["cost_error"]
         if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1:
             add_error_band(result, setup, args.systems, runner, err["p90"])
+    elif args.mode == "disaggregation":
+        err = bands[get_gpu(cfg.gpu).name]["cost_error"]
+        p90 = err["p90"] if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1 else None
+        result = run_disaggregation(args, setup, runner, p90)
+        feasible = any(r.get("gpus") is not None for r in result["fewest"]) or result["choice"] is not None
     elif args.mode == "compare-gpus":
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
@@ -337,6 +375,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, p90: float | None) -> dict:
+    """'plan disaggregation': its options checked (one line each), then :func:`PD.disaggregation`."""
+    from pagesim.sim.disagg import DISAGG_ROUTERS, check_disagg
+    from pagesim.sim.specs.links import LINKS
+
+    if args.rate is None:
+        raise ConfigError("'plan disaggregation' needs the target rate: --rate R (req/s)")
+    if args.gpus is None or len(args.gpus) != 1 or not args.gpus[0].isdigit() or int(args.gpus[0]) < 2:
+        raise ConfigError("'plan disaggregation' needs the GPU count: --gpus N, a whole number >= 2 "
+                          f"(got {','.join(args.gpus) if args.gpus else 'none'})")
+    unused = [flag for flag, given in (("--start-rate", args.start_rate is not None),
+                                       ("--min-rate", args.min_rate != DEFAULT_MIN_RATE),
+                                       ("--max-rate", args.max_rate != DEFAULT_MAX_RATE),
+                                       ("--rtol", args.rtol != DEFAULT_RTOL)) if given]
+    if unused:
+        raise ConfigError(f"{unused[0]} has no meaning in 'plan disaggregation': every design runs at --rate")
+    router = args.router or "round-robin"
+    if router not in DISAGG_ROUTERS:
+        raise ConfigError(f"--router {router!r} is not offered with disaggregation; valid: {', '.join(DISAGG_ROUTERS)}")
+    if args.kv_link not in LINKS:
+        raise ConfigError(f"--kv-link: unknown link {args.kv_link!r} (choose from {', '.join(LINKS)})")
+    if args.max_gpus is not None and args.max_gpus < 2:
+        raise ConfigError(f"--max-gpus must be a whole number >= 2, got {args.max_gpus}")
+    cfg = SimConfig.for_system(PD.SYSTEM, seed=setup.seed, **setup.sim)
+    check_disagg(cfg, cfg, 1, 1, router, args.kv_link)  # what a disaggregated run cannot take
+    return PD.disaggregation(setup, args.rate, int(args.gpus[0]), runner, max_gpus=args.max_gpus, router=router,
+                             kv_link=args.kv_link, quick=args.quick, p90=p90)
+
+
 def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
     """Each answer's max rate again with the GPU time x (1 + p90) (``max_rate_low_rps``) and
     x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
@@ -355,7 +422,8 @@ def write_outputs(result: dict, out: Path, report: bool = False) -> None:
     (out / "plan.json").write_text(json.dumps(result, indent=2, default=str, allow_nan=False) + "\n")
     pd.DataFrame(result["points"]).to_csv(out / "points.csv", index=False)
     for key, name in (("answers", "max_rate.csv"), ("gpus", "gpus.csv"), ("kv", "kv.csv"),
-                      ("replicas", "replicas.csv"), ("what_if", "what_if.csv")):
+                      ("replicas", "replicas.csv"), ("what_if", "what_if.csv"), ("designs", "designs.csv"),
+                      ("fewest", "fewest_gpus.csv")):
         if result.get(key):
             pd.DataFrame(result[key]).to_csv(out / name, index=False)
     if report:
@@ -413,6 +481,9 @@ def print_result(r: dict, f) -> None:
         c = r["cost"]
         print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
               + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)
+    elif r["mode"] == "disaggregation":
+        print_disaggregation(r, f)
+        return
     elif r["mode"] == "compare-gpus":
         print("\nGPUs side by side", file=f)
         _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
@@ -448,3 +519,30 @@ def print_result(r: dict, f) -> None:
     _table(sorted(r["points"], key=lambda p: (p["search"], p["x"])), cols, f, keys=2)
     for name, msg in r.get("infeasible", {}).items():
         print("\n" + fill(msg), file=f)
+
+
+def print_disaggregation(r: dict, f) -> None:
+    """'plan disaggregation': the designs at N GPUs, the choice, the fewest GPUs each way, the
+    band and the number of runs."""
+    band = r.get("error_band")
+    meets = [("meets_slow", "slow"), ("meets_fast", "fast")] if band else []
+    print(f"\nat {r['gpu_count']} GPUs, {r['rate']:g} req/s (P:D = prefill:decode replicas, KV over "
+          f"{r['kv_link']}, {r['router']} per pool)", file=f)
+    _table(r["designs"], [("design", "design"), ("passed", "meets"), *meets, ("slo_attainment", "SLO attain."),
+                          ("request_goodput", "good req/s"), ("goodput_per_gpu", "good/GPU"),
+                          ("p99_ttft_s", "p99 TTFT s"), ("p99_tpot_s", "p99 TPOT s"),
+                          ("fail_reason", "why not")], f)
+    choice = r["choice"]
+    print(fill(f"choice at {r['gpu_count']} GPUs: " + (f"{choice} (the most goodput meeting the SLO)" if choice
+                                                  else "none: no design meets the SLO")), file=f)
+    print("\nfewest GPUs meeting the SLO", file=f)
+    gpus_band = [("gpus_slow", "slow"), ("gpus_fast", "fast")] if band and "fewest_slow" in band else []
+    _table(r["fewest"], [("way", "way"), ("gpus", "GPUs"), *gpus_band, ("design", "design"),
+                         ("slo_attainment", "SLO attain."), ("goodput_per_gpu", "good/GPU"),
+                         ("p99_ttft_s", "p99 TTFT s"), ("p99_tpot_s", "p99 TPOT s"), ("note", "note")], f)
+    if band:
+        scales = band["gpu_time_scales"]
+        print(fill(f"band: slow / fast = the same with the GPU time x {scales[0]:.3f} / x {scales[1]:.3f}, the "
+                   f"cost model's p90 error; the choice slow / fast: {band['choice_slow'] or 'none'} / "
+                   f"{band['choice_fast'] or 'none'}"), file=f)
+    print(f"\n{r['num_simulated']} runs" + (" (--quick)" if r["quick"] else ""), file=f)

@@ -37,11 +37,12 @@ import numpy as np
 import pandas as pd
 
 from pagesim.experiments.run_cache import RunOutput, load_cached, runner_name
-from pagesim.experiments.run_spec import RunSpec, file_digest
+from pagesim.experiments.run_spec import RunSpec, file_digest, simulate_disaggregated
 from pagesim.experiments.search import BoundarySearch
 from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, evaluate_point
 from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.cluster import run_cluster
+from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.core import replay
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
@@ -252,9 +253,12 @@ def run_point(spec: RunSpec) -> RunOutput:
         trace, _info = build_workload(spec.workload, spec.rate, spec.seed, model.max_seq_len)
     except ConfigError as e:  # e.g. no request arrives at a very low rate in a short duration
         return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
-    if spec.replicas != 1 or spec.router is not None:  # a cluster runs to its end (no early stop)
-        try:
-            res = run_cluster(cfg, trace, spec.replicas, spec.router or "round-robin")
+    if spec.disaggregated or spec.replicas != 1 or spec.router is not None:
+        try:  # a cluster, aggregated or not, runs to its end (no early stop)
+            if spec.disaggregated:
+                res = simulate_disaggregated(spec, trace, SummaryOptions())
+            else:
+                res = run_cluster(cfg, trace, spec.replicas, spec.router or "round-robin")
         except ConfigError as e:
             return RunOutput(summary={"error": str(e), "system": spec.system}, requests=_empty_requests())
         summary, requests = res.summary, res.requests

@@ -109,6 +109,10 @@ class RunSpec:
     disagg: dict[str, Any] = field(default_factory=dict)
     goodput: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.disagg)
+
     def canonical(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         if self.replicas == 1 and self.router is None:

@@ -122,6 +122,15 @@ def plan_report(result: dict, path: str | Path) -> Path:
                                                  "$ per 1M output tokens", "$ / 1M tokens", color="system")))
         sections.append("<h2>GPUs</h2>" + _table(result["gpus"]))
         answers = {f"{r['gpu']}/{r['system']}": r.get("max_rate_rps") for r in result["gpus"]}
+    elif mode == "disaggregation":
+        n = result["gpu_count"]
+        figs.append(("Goodput per GPU", bars_figure(result["designs"], "design", "goodput_per_gpu",
+                                                    f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s",
+                                                    "requests meeting the SLO / s / GPU")))
+        sections.append(f"<h2>Designs at {n} GPUs (choice: {html.escape(str(result['choice']))})</h2>"
+                        + _table(result["designs"]))
+        sections.append("<h2>Fewest GPUs meeting the SLO</h2>" + _table(result["fewest"]))
+        answers = {}
     else:
         sections.append(f"<h2>Minimum KV memory at {result['rate']:g} req/s</h2>" + _table(result["kv"]))
         sections.append(f"<h2>Replicas x TP for {result['rate']:g} req/s</h2>" + _table(result["replicas"]))
@@ -134,7 +143,7 @@ def plan_report(result: dict, path: str | Path) -> Path:
     points = result.get("points", [])
     kv = [p for p in points if str(p.get("search", "")).startswith("kv/")]  # the resources mode's KV searches
     by_rate = [p for p in points if not str(p.get("search", "")).startswith("kv/")]
-    if by_rate or not kv:
+    if (by_rate or not kv) and mode != "disaggregation":  # its probes are all at one rate
         figs.append(("Probed curves", curves_figure(by_rate, slo, answers)))
     if kv:
         figs.append(("KV memory search", curves_figure(

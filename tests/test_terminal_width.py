@@ -26,6 +26,9 @@ COMMANDS = {
     "plan resources": ["plan", "resources", "--rate", "2", "--workload", "sharegpt", "--tp-options", "1",
                        "--what-if", "block_size=32", *PLAN],
     "plan compare-gpus": ["plan", "compare-gpus", "--gpus", "a100-40gb,h100-80gb", "--model", "llama-2-13b", *PLAN],
+    "plan disaggregation": ["plan", "disaggregation", "--rate", "4", "--gpus", "2", "--workload", "sharegpt",
+                            "--model", "llama-2-7b", "--gpu", "a100-80gb", "--slo-tpot-p99", "0.001", "--quick",
+                            "--max-gpus", "3", *PLAN[2:]],
     "validate one real run": ["validate", "--against", "real_runs_h100", "--run", "llama-2-7b-tp1-general"],
     "cost error": ["cost", "error", "--measured", str(MEASURED), "--model", "llama-2-7b", "--gpu", "a100-80gb"],
 }
