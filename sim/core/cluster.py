@@ -150,6 +150,20 @@ def route(replicas, configs, counts, routed, cc, ck, i):
 
 
 @njit(refcounted=True)
+def arrivals_done(replicas, count, now, next_event_id):
+    """The first ``count`` replicas are told, at ``now``, that no request will arrive any more,
+    and woken (each wake takes the next event ids from ``next_event_id``); returns the next id."""
+    for r in range(count):
+        s = replicas[r]
+        s.clock[NOW] = now
+        s.count[ARRIVALS_DONE] = 1
+        s.count[NEXT_EVENT_ID] = next_event_id
+        loop.wake_engine(s)
+        next_event_id = s.count[NEXT_EVENT_ID]
+    return next_event_id
+
+
+@njit(refcounted=True)
 def hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s):
     """The arrivals process: route and hand over every request due now, then make the next
     arrival's event (or tell every replica that arrivals are done). Returns RINGS_FULL (with
@@ -161,13 +175,7 @@ def hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s):
         i = cc[C_NEXT_ARRIVAL]
         if i >= len(arrival_s):
             cc[C_ARRIVALS_DONE] = 1
-            for r in range(len(routed)):
-                s = replicas[r]
-                s.clock[NOW] = now
-                s.count[ARRIVALS_DONE] = 1
-                s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
-                loop.wake_engine(s)
-                cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
+            cc[C_NEXT_EVENT_ID] = arrivals_done(replicas, len(routed), now, cc[C_NEXT_EVENT_ID])
             break
         at = arrival_s[i]
         if at > now:

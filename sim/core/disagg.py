@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
+from pagesim.sim.core.state import (BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
                                     ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID,
                                     HORIZON_S, KV_HOLDING_WAITING, LOADING, MAX_SEQ_LEN,
                                     NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
@@ -92,14 +92,8 @@ def hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, ar
     while True:
         i = dc[D_NEXT_ARRIVAL]
         if i >= len(arrival_s):
-            dc[D_ARRIVALS_DONE] = 1
-            for r in range(P):
-                s = replicas[r]
-                s.clock[NOW] = now
-                s.count[ARRIVALS_DONE] = 1
-                s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
-                loop.wake_engine(s)
-                dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
+            dc[D_ARRIVALS_DONE] = 1  # the prefill pool's replicas come first in the list
+            dc[D_NEXT_EVENT_ID] = cluster.arrivals_done(replicas, P, now, dc[D_NEXT_EVENT_ID])
             return
         at = arrival_s[i]
         if at > now:
