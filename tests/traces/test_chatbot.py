@@ -44,7 +44,7 @@ def test_sweep_builds_the_chatbot_trace(monkeypatch):
     # patched where simulate_spec looks them up (run_spec imports both at its top)
     monkeypatch.setattr(run_spec, "chatbot_workload", lambda *a, **k: real(*a, **k, lengths=lengths))
     seen = {}
-    monkeypatch.setattr(run_spec, "run_simulation", lambda cfg, trace, progress=False: seen.setdefault("trace", trace))
+    monkeypatch.setattr(run_spec, "run_simulation", lambda cfg, trace, progress=False, **k: seen.setdefault("trace", trace))
     simulate_spec(RunSpec(system="vllm", workload="chatbot", rate=1.0, num_requests=4))
     assert seen["trace"]["prompt_tokens"].tolist() == [1024] * 4 and seen["trace"]["output_tokens"].tolist() == [7] * 4
     with pytest.raises(ConfigError, match="one sequence per request"):
