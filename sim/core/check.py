@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core import kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
@@ -49,6 +49,9 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
+                                    HOST_LRU_HEAD, HOST_LRU_TAIL, HOST_NEXT, HOST_PREV, HOST_TABLE_MASK, HOST_USED,
+                                    NUM_LOADING, OFFLOAD_LOADING, STORE_LINK_FREE_S)
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
@@ -68,6 +71,8 @@ def check(s) -> None:
     check_blocked_head(s)
     if s.config[SPEC_TOKENS]:
         check_speculative(s)
+    if s.config[HOST_BLOCKS]:
+        check_host_tier(s)
 
 
 def check_speculative(s) -> None:
@@ -118,7 +123,49 @@ def check_queues(s) -> None:
     swapped_size = interpreted(kv_cache.swapped_size)
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
         "swap space in use drifted"
-    assert (s.num_computed_tokens[status != RUNNING] == 0).all(), "a request not running holds K/V"
+    loading = s.offload[:, OFFLOAD_LOADING] > 0 if s.config[HOST_BLOCKS] else np.zeros(len(status), bool)
+    assert (s.num_computed_tokens[(status != RUNNING) & ~loading[:len(status)]] == 0).all(), \
+        "a request not running or loading holds K/V"
+    if s.config[HOST_BLOCKS]:
+        assert (status[loading] == WAITING).all(), "a request loading host blocks is not waiting"
+        assert c[NUM_LOADING] == int(loading.sum()), "the count of requests loading drifted"
+
+
+def holders(s) -> list[int]:
+    """The requests holding blocks: the running ones, and those waiting for a load from the host
+    tier (sim/core/host_tier.py: their blocks are theirs while the load runs)."""
+    held = s.running[:s.count[NUM_RUNNING]].tolist()
+    if s.config[HOST_BLOCKS]:
+        held += np.flatnonzero(s.offload[:, OFFLOAD_LOADING] > 0).tolist()
+    return held
+
+
+def check_host_tier(s) -> None:
+    """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each in the
+    LRU list once (walked both ways), each key in the map at its row naming its block, the map
+    holding those keys alone, and every store landed by the link's last."""
+    c, cap = s.count, int(s.config[HOST_BLOCKS])
+    used = int(c[HOST_USED])
+    assert 0 <= used <= cap, f"host tier holds {used} blocks of {cap}"
+    order, b = [], int(c[HOST_LRU_HEAD])
+    while b >= 0 and len(order) <= used:
+        order.append(b)
+        b = int(s.host_blocks[b, HOST_NEXT])
+    assert sorted(order) == list(range(used)), "the host LRU list is not the blocks in use, each once"
+    back, b = [], int(c[HOST_LRU_TAIL])
+    while b >= 0 and len(back) <= used:
+        back.append(b)
+        b = int(s.host_blocks[b, HOST_PREV])
+    assert back == order[::-1], "the host LRU list's links differ both ways"
+    rows = np.flatnonzero(s.host_entries[:, ENTRY_BLOCK] >= 0)
+    assert len(rows) == used, "the host key map holds other keys than its blocks'"
+    lookup = interpreted(prefix_cache.map_lookup)
+    for b in order:
+        row = int(s.host_blocks[b, HOST_KEY_SLOT])
+        assert s.host_entries[row, ENTRY_BLOCK] == b, f"host block {b}'s key row names another block"
+        assert lookup(s.host_entries, int(s.config[HOST_TABLE_MASK]), int(s.host_blocks[b, HOST_KEY_END]),
+                      int(s.host_blocks[b, HOST_KEY_CHAIN])) == b, f"host block {b}'s key does not find it"
+        assert s.host_ready_s[b] <= s.clock[STORE_LINK_FREE_S], f"host block {b} lands after the link's last store"
 
 
 def check_blocks(s) -> None:
@@ -127,7 +174,7 @@ def check_blocks(s) -> None:
         check_groups(s)
         return
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
-    for i in s.running[:c[NUM_RUNNING]].tolist():
+    for i in holders(s):
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
         k = np.arange(n)

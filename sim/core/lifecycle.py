@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from pagesim.sim.core import beam, kv_cache, memory, policies, speculative
+from pagesim.sim.core import beam, host_tier, kv_cache, memory, policies, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
@@ -28,7 +28,7 @@ from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DE
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
                                     SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
                                     SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import SPEC_TOKENS
+from pagesim.sim.core.state import HOST_BLOCKS, SPEC_TOKENS
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once
@@ -349,6 +349,8 @@ def finish(s, now, num_done, family):
     c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
+        if family == V1 and s.config[HOST_BLOCKS]:  # its blocks in the host tier touched (host_tier.py)
+            host_tier.finished(s, i)
         release(s, i, family)
         s.status[i] = FINISHED
         s.finish_s[i] = now
