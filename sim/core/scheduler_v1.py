@@ -290,8 +290,11 @@ def admit_waiting(s, budget):
         p = first_visible(s, in_flight)
         if p < 0:
             break
-        if s.config[HOST_BLOCKS]:  # past the requests still loading (host_tier.py)
+        if s.config[HOST_BLOCKS]:  # a request whose load is over first, past those still loading (host_tier.py)
             p = past_loading(s, p, in_flight)
+            if c[NUM_LOADING]:
+                loaded = first_loaded(s)
+                p = loaded if loaded >= 0 else p
             if p < 0:
                 break
         i = waiting_at(s, p)
@@ -350,6 +353,17 @@ def admit_waiting(s, budget):
             speculative.scheduled(s, i, high, 0)
         budget -= n + draft_slots
     return budget
+
+
+@njit
+def first_loaded(s):
+    """The waiting queue's first request whose host blocks have loaded, -1 for none: vLLM admits
+    the requests holding blocks before the others (``kv_holding_waiting``, v1 scheduler.py:1063-1067)."""
+    for p in range(s.count[WAITING_LEN]):
+        i = waiting_at(s, p)
+        if s.offload[i, OFFLOAD_LOADING] and s.load_ready_s[i] <= s.clock[NOW]:
+            return p
+    return -1
 
 
 @njit
