@@ -387,7 +387,7 @@ table("host_blocks", """
     HOST_KEY_SLOT       its key's row in Core.host_entries
     HOST_KEY_END        its key's end token
     HOST_KEY_CHAIN      its key's chain
-""", size="HOST_BLOCK_COLUMNS", columns=8)
+""", size="HOST_BLOCK_COLUMNS")
 # Core.offload (the host tier; one row elsewhere): per request
 table("offload", """
     OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
