@@ -168,3 +168,18 @@ def test_refused_in_one_line(argv, words, capsys):
 def test_refused_with_a_client_timeout():
     with pytest.raises(ConfigError, match="is not modelled"):
         v1(64, 4, client_timeout_s=10)
+
+
+def test_a_loaded_request_is_admitted_before_the_queue_ahead_of_it():
+    """vLLM admits the requests holding blocks (their loads over) before the others
+    (``kv_holding_waiting``). ShareGPT at 8 req/s on a 2 GiB pool that preempts again and again:
+    the preempted requests' recomputes load their prompts from the host tier; were the queue's
+    head admitted first, a head that does not fit would leave a loaded request behind it holding
+    blocks in a pool nobody runs in (the run ends: 'waits for memory in an empty pool')."""
+    from pagesim.traces.synth import make_workload
+
+    t = make_workload("sharegpt", rate=8, duration_s=60, seed=0)
+    cfg = SimConfig.for_system("vllm-v1", model="llama-2-13b", gpu="a100-40gb", kv_gib=2, max_seq_len=2048,
+                               kv_offload_gib=16, check=False)
+    s = run_simulation(cfg, t).summary
+    assert s["completed"] == len(t) and s["host_prefix_hit_rate"] > 0
