@@ -536,9 +536,9 @@ class Core(NamedTuple):
     # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
     spec_acceptance: np.ndarray
     speculative: np.ndarray
-    # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each elsewhere):
-    # its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), when each block's store is on the host, and per request
-    # its OFFLOAD_* columns and when its load ends
+    # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
+    # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), when each
+    # block's store is on the host, and per request its OFFLOAD_* columns and when its load ends
     host_entries: np.ndarray
     host_blocks: np.ndarray
     host_ready_s: np.ndarray
