@@ -282,6 +282,10 @@ def print_summary(s: dict, f, options) -> None:
                      f"{level['preemptions']} preemptions"))
     if "prefix_cache_hit_rate" in s:
         rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
+    if "host_prefix_hit_rate" in s:  # the CPU offload tier (sim/core/host_tier.py)
+        rows.append(("host tier hit rate", f"{100 * s['host_prefix_hit_rate']:.1f} % past the GPU's"))
+        rows.append(("host loaded / stored", f"{s['host_loaded_gib']:.2f} / {s['host_stored_gib']:.2f} GiB; "
+                                             f"{s['host_blocks_used']} of {s['host_blocks']} blocks in use"))
     if "spec_acceptance_rate" in s:  # speculative decoding (sim/core/speculative.py)
         rows.append(("drafts accepted / per step", f"{100 * s['spec_acceptance_rate']:.1f} % / "
                                                    f"{s['spec_accepted_per_step']:.2f} "

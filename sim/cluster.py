@@ -43,7 +43,7 @@ FIRST_RING = 1024  # a replica's queues' first capacity (grown as its outstandin
 # its own copy of its GPU's state's (the pool, its block tables and bookkeeping, step scratch)
 OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist", "buddy_bits", "buddy_orders",
        "holes", "block_info", "key_entries", "placement_saved", "step_copies", "step_swap_out", "step_swap_in",
-       "radix_nodes")
+       "radix_nodes", "host_entries", "host_blocks", "host_ready_s")
 # made here for it (its config/count/clock rows of the cluster's 2-D arrays, queues sized to its
 # outstanding requests, step table, random stream)
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",
@@ -57,7 +57,8 @@ REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "s
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
-                   "predictor_draw", "radix_request", "speculative", "window", "admitted_s")
+                   "predictor_draw", "radix_request", "speculative", "offload", "load_ready_s", "window",
+                   "admitted_s")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
 # and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other

@@ -73,6 +73,7 @@ RANGES: dict[str, tuple] = {
     "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
     "step_overhead_ms": (0, None, True, 3), "client_timeout_s": (0, None, False, 300), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
     "num_speculative_tokens": (0, None, True, 3), "spec_acceptance_rate": (0, 1, True, 0.7),
+    "kv_offload_gib": (0, None, True, 64),
 }
 
 
@@ -129,6 +130,9 @@ class SimConfig:
     spec_acceptance_rate: float = 0.7
     spec_acceptance_rates: str | None = None
     draft_model: str | None = None
+    # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/host_tier.py): host memory
+    # in GiB for KV blocks, over the tensor-parallel GPUs (0: none)
+    kv_offload_gib: float = 0.0
 
     # cost model
     # roofline, calibrated (sim/cost/calibrated.py) or serving (sim/cost/serving.py); a profile means

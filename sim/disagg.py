@@ -60,6 +60,9 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
         if cfg.num_speculative_tokens:
             raise ConfigError("--prefill-replicas: --num-speculative-tokens is not modelled with "
                               "disaggregation yet")
+        if cfg.kv_offload_gib:  # both hold blocks while a connector loads (host_tier.py, remote_kv.py)
+            raise ConfigError("--prefill-replicas: --kv-offload-gib is not modelled with "
+                              "disaggregation yet")
         if kv_cache_groups(get_model(cfg.model)).hybrid:  # the transfer moves one group's blocks
             raise ConfigError(f"--prefill-replicas: {cfg.model}'s sliding-window KV cache groups are "
                               "not modelled with disaggregation yet")

@@ -253,6 +253,20 @@ def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:
     return hit_tokens / queried_tokens if queried_tokens else float("nan")
 
 
+def host_tier_summary(gpu_hits: int, host_hits: int, lookups: int, loaded: int, stored: int, evicted: int,
+                      used: int, capacity: int, block_bytes: float) -> dict[str, float]:
+    """vllm-v1's CPU offload tier (sim/core/host_tier.py): the share of prompt tokens looked up
+    that each tier supplied (the GPU prefix cache first, the host tier past it; vLLM counts the
+    connector's hits apart, ``connector_prefix_cache_stats``, v1/core/sched/scheduler.py:1486-1505),
+    the bytes loaded and stored over the host link, its evictions, and its blocks in use at the end."""
+    nan = float("nan")
+    return {"gpu_prefix_hit_rate": gpu_hits / lookups if lookups else nan,
+            "host_prefix_hit_rate": host_hits / lookups if lookups else nan,
+            "host_loaded_gib": loaded * block_bytes / (1 << 30), "host_stored_gib": stored * block_bytes / (1 << 30),
+            "host_evicted_blocks": evicted, "host_blocks_used": used, "host_blocks": capacity,
+            "host_occupancy": used / capacity if capacity else nan}
+
+
 def speculative_summary(drafted: int, accepted: int, verified: int) -> dict[str, float]:
     """Speculative decoding's counts as vLLM's spec-decode metrics put them
     (``vllm/v1/spec_decode/metrics.py``): the acceptance rate (accepted / drafted tokens), the

@@ -29,6 +29,7 @@ from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
                                  request_frame, speculative_summary, summarize)
+from pagesim.sim.metrics import host_tier_summary
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
@@ -262,6 +263,13 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         c = s.count
         summary.update(speculative_summary(int(c[core_state.SPEC_DRAFTED]), int(c[core_state.SPEC_ACCEPTED]),
                                            int(c[core_state.SPEC_VERIFIED])))
+    if cfg.kv_offload_gib:
+        c = s.count
+        summary.update(host_tier_summary(
+            int(c[core_state.PREFIX_HIT_TOKENS]), int(c[core_state.HOST_HIT_TOKENS]),
+            int(c[core_state.PREFIX_LOOKUP_TOKENS]), int(c[core_state.HOST_LOADED_BLOCKS]),
+            int(c[core_state.HOST_STORED_BLOCKS]), int(c[core_state.HOST_EVICTIONS]), int(c[core_state.HOST_USED]),
+            int(s.config[core_state.HOST_BLOCKS]), pool.block_size * run.budget.kv_bytes_per_token))
     if pool.groups is not None:
         summary["kv_groups"] = group_split(s, pool.groups, records)
     return summary

@@ -133,14 +133,21 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               settings=("chunked_prefill",)),
     Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
               ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy",
-                                     *SPECULATIVE_SETTINGS), refuses=(
+                                     *SPECULATIVE_SETTINGS, "kv_offload_gib"), refuses=(
                   _recompute_only("vllm-v1", "preempts by recompute only (vLLM v1 has no swap preemption)"),
                   Refusal(lambda c: c.waiting_served_ratio is not None,
                           "waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1"),
                   # vllm/config/scheduler.py:331
                   Refusal(lambda c: c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs,
                           "max_num_batched_tokens={c.max_num_batched_tokens} must be >= "
-                          "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)")),
+                          "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)"),
+                  # the CPU offload tier (sim/core/host_tier.py) is keyed by the prefix cache's hashes
+                  Refusal(lambda c: c.kv_offload_gib and not c.prefix_caching,
+                          "--kv-offload-gib needs prefix caching (the host tier is keyed by its block "
+                          "hashes); drop --no-prefix-caching or the tier"),
+                  Refusal(lambda c: c.kv_offload_gib and (c.num_speculative_tokens or c.client_timeout_s),
+                          "--kv-offload-gib with speculative decoding or --client-timeout is not modelled; "
+                          "drop one")),
               # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
               batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",

@@ -114,6 +114,11 @@ CASES = [
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
          "--prefill-replicas", "1", "--decode-replicas", "1"),
      "sliding-window KV cache groups are not modelled with disaggregation yet"),
+    (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--kv-offload-gib", "8"),
+     "--kv-offload-gib is not modelled with disaggregation yet"),
+    # the host tier is keyed by prefix-cache hashes, which sliding-window groups refuse: never both
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
+         "--kv-offload-gib", "8"), "--kv-offload-gib needs prefix caching"),
     (sim("--system", "vllm-v1", "--swap-gib", "8"), "--swap-gib does nothing .* it applies to the vllm and orca "
                                                      "schedulers"),
     # --- --config TOML files

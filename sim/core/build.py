@@ -18,10 +18,13 @@ import numpy as np
 
 from pagesim.sim.core import memory, placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
+from pagesim.sim.core.cost import swap_seconds
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
+from pagesim.sim.specs.gpus import get_gpu
 from pagesim.sim.specs.presets import get_model
 from pagesim.sim.specs.kv_groups import window_cap_blocks
 
@@ -106,14 +109,36 @@ class Limits(NamedTuple):
     max_batched_tokens: int
     swap_capacity_tokens: int
     static_batch_limit: int
+    host_blocks: int = 0  # vllm-v1's CPU offload tier (--kv-offload-gib): its blocks (0: none)
+    host_block_s: float = 0.0  # the seconds a block takes over the GPU's host link, either way
 
 
 def limits_for(cfg, pool: Pool, kv_bytes_per_token: float) -> Limits:
     swap = SCHEDULERS[cfg.scheduler].swaps
     max_num_seqs = min(cfg.max_num_seqs, UNLIMITED)
     static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
+    host_blocks, host_block_s = host_tier_size(cfg, pool, kv_bytes_per_token)
     return Limits(max_num_seqs, cfg.max_num_batched_tokens or max(pool.max_seq_len, 2048),
-                  min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit)
+                  min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit,
+                  host_blocks, host_block_s)
+
+
+def host_tier_size(cfg, pool: Pool, kv_bytes_per_token: float) -> tuple[int, float]:
+    """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks, ``kv_offload_gib`` over the
+    tensor-parallel GPUs (vLLM's ``kv_offloading_size`` is their total, config/cache.py:383-387)
+    in whole blocks of each GPU's KV bytes (cpu/spec.py:111-123), and the seconds a block takes
+    over a GPU's host link (``GPUSpec.pcie_bw``), priced as a swap's bytes are
+    (``sim.core.cost.swap_seconds``, with no per-copy latency: the offload worker copies a
+    transfer's blocks in one kernel, v1/kv_offload/cpu/swap_blocks_triton.py)."""
+    if not cfg.kv_offload_gib:
+        return 0, 0.0
+    block_bytes = pool.block_size * kv_bytes_per_token
+    blocks = int(cfg.kv_offload_gib * (1 << 30) / cfg.tensor_parallel // block_bytes)
+    if blocks < 1:
+        raise ConfigError(f"kv_offload_gib={cfg.kv_offload_gib} holds no block of {block_bytes:.0f} bytes "
+                          f"per GPU; use kv_offload_gib >= {block_bytes * cfg.tensor_parallel / (1 << 30):.4f}")
+    return blocks, float(interpreted(swap_seconds)(pool.block_size, kv_bytes_per_token, get_gpu(cfg.gpu).pcie_bw,
+                                                   0.0))
 
 
 RESERVATIONS = {"max": state.RESERVE_MAX, "pow2": state.RESERVE_POW2, "oracle": state.RESERVE_ORACLE,
@@ -219,6 +244,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
         **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
+        **host_tier_arrays(config, count, clock, limits, n),
         window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64),
         admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
@@ -271,6 +297,24 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     request = np.zeros((max(n, 1), state.RADIX_REQUEST_COLUMNS), i64)
     request[:, state.LOCKED_NODE] = -1
     return dict(radix_nodes=nodes, radix_request=request)
+
+
+def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
+    """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
+    of two, at least twice the blocks, as the GPU's), the link's price per block, the per-request
+    columns; one row each without it."""
+    blocks = limits.host_blocks
+    config[state.HOST_BLOCKS] = blocks
+    clock[state.HOST_BLOCK_S] = limits.host_block_s
+    count[state.HOST_LRU_HEAD] = count[state.HOST_LRU_TAIL] = -1
+    rows = 1 << max(2 * blocks - 1, 1).bit_length() if blocks else 1
+    config[state.HOST_TABLE_MASK] = rows - 1
+    entries = np.zeros((rows, state.ENTRY_COLUMNS), np.int64)
+    entries[:, state.ENTRY_BLOCK] = -1
+    per_request = max(n, 1) if blocks else 1
+    return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
+                host_ready_s=np.zeros(max(blocks, 1)), offload=np.zeros((per_request, state.OFFLOAD_COLUMNS), np.int64),
+                load_ready_s=np.zeros(per_request))
 
 
 def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost: float) -> dict:

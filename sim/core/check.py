@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, memory
+from pagesim.sim.core import kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
@@ -52,6 +52,9 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
+                                    HOST_LRU_HEAD, HOST_LRU_TAIL, HOST_NEXT, HOST_PREV, HOST_TABLE_MASK, HOST_USED,
+                                    NUM_LOADING, OFFLOAD_LOADING, STORE_LINK_FREE_S)
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
                                     TRANSFER_SLOTS, TRANSFERS)
@@ -76,6 +79,8 @@ def check(s, mine=None) -> None:
     check_blocked_head(s)
     if s.config[SPEC_TOKENS]:
         check_speculative(s)
+    if s.config[HOST_BLOCKS]:
+        check_host_tier(s)
 
 
 def check_speculative(s) -> None:
@@ -146,7 +151,51 @@ def check_queues(s, mine) -> None:
         "swap space in use drifted"
     idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
     idle[loaded] = False
-    assert (s.num_computed_tokens[idle] == 0).all(), "a request not running holds K/V"
+    loading = np.zeros(len(status), bool)  # requests loading host blocks (host_tier.py) hold K/V too
+    if s.config[HOST_BLOCKS]:
+        loading = mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)
+    assert (s.num_computed_tokens[idle & ~loading] == 0).all(), \
+        "a request not running or loading holds K/V"
+    if s.config[HOST_BLOCKS]:
+        assert (status[loading] == WAITING).all(), "a request loading host blocks is not waiting"
+        assert c[NUM_LOADING] == int(loading.sum()), "the count of requests loading drifted"
+
+
+def holders(s, mine) -> list[int]:
+    """The requests holding blocks: the running ones, and those waiting for a load from the host
+    tier (sim/core/host_tier.py: their blocks are theirs while the load runs)."""
+    held = s.running[:s.count[NUM_RUNNING]].tolist()
+    if s.config[HOST_BLOCKS]:
+        held += np.flatnonzero(mine & (s.offload[:len(s.status), OFFLOAD_LOADING] > 0)).tolist()
+    return held
+
+
+def check_host_tier(s) -> None:
+    """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each in the
+    LRU list once (walked both ways), each key in the map at its row naming its block, the map
+    holding those keys alone, and every store landed by the link's last."""
+    c, cap = s.count, int(s.config[HOST_BLOCKS])
+    used = int(c[HOST_USED])
+    assert 0 <= used <= cap, f"host tier holds {used} blocks of {cap}"
+    order, b = [], int(c[HOST_LRU_HEAD])
+    while b >= 0 and len(order) <= used:
+        order.append(b)
+        b = int(s.host_blocks[b, HOST_NEXT])
+    assert sorted(order) == list(range(used)), "the host LRU list is not the blocks in use, each once"
+    back, b = [], int(c[HOST_LRU_TAIL])
+    while b >= 0 and len(back) <= used:
+        back.append(b)
+        b = int(s.host_blocks[b, HOST_PREV])
+    assert back == order[::-1], "the host LRU list's links differ both ways"
+    rows = np.flatnonzero(s.host_entries[:, ENTRY_BLOCK] >= 0)
+    assert len(rows) == used, "the host key map holds other keys than its blocks'"
+    lookup = interpreted(prefix_cache.map_lookup)
+    for b in order:
+        row = int(s.host_blocks[b, HOST_KEY_SLOT])
+        assert s.host_entries[row, ENTRY_BLOCK] == b, f"host block {b}'s key row names another block"
+        assert lookup(s.host_entries, int(s.config[HOST_TABLE_MASK]), int(s.host_blocks[b, HOST_KEY_END]),
+                      int(s.host_blocks[b, HOST_KEY_CHAIN])) == b, f"host block {b}'s key does not find it"
+        assert s.host_ready_s[b] <= s.clock[STORE_LINK_FREE_S], f"host block {b} lands after the link's last store"
 
 
 def check_blocks(s, mine) -> None:
@@ -166,7 +215,7 @@ def check_blocks(s, mine) -> None:
         tokens.append(np.full(h, bs, np.int64))
         demand.append(np.full(h, bs, np.int64))
         transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
-    for i in s.running[:c[NUM_RUNNING]].tolist() + loaded.tolist():
+    for i in holders(s, mine) + loaded.tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
         k = np.arange(n)

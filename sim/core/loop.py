@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import lifecycle, static
+from pagesim.sim.core import host_tier, lifecycle, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -84,6 +84,7 @@ from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAIT
                                     TRANSFER_SLOTS)
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM
+from pagesim.sim.core.state import NUM_LOADING
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -339,11 +340,18 @@ def loop_for(family):
                     # hold blocks: vLLM's next step admits them (scheduler.py:1050; disagg.py)
                     c[SCHEDULE_ON_RESUME] = 1
                     continue
-                if not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]:
-                    return EMPTY_POOL  # (in-flight transfers free or load blocks: disagg.py)
+                # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)
+                wake = host_tier.next_load_end(s) if family == V1 and c[NUM_LOADING] else np.inf
+                if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
+                        and wake == np.inf):
+                    return EMPTY_POOL  # (in-flight transfers and host loads free or load blocks)
                 c[IDLE] = 1
                 c[WAKE_TRIGGERED] = 0
                 clock[IDLE_FROM] = clock[NOW]
+                if wake < np.inf:
+                    c[ENGINE_PENDING] = 1
+                    clock[ENGINE_TIME] = wake
+                    c[ENGINE_EVENT_ID] = new_event(s)
                 continue
             if s.config[EXTERNAL_STEPS]:  # its executor runs it (the row's room was checked above)
                 c[AWAITING_STEP_TIME] = 1

@@ -59,17 +59,29 @@ END_MIX = 0x9E3779B1
 
 @njit(inline=True)
 def home(s, end, chain):
-    return (chain ^ (chain >> 31) ^ (end * END_MIX)) & s.config[TABLE_MASK]
+    return home_in(s.config[TABLE_MASK], end, chain)
+
+
+@njit(inline=True)
+def home_in(mask, end, chain):
+    """A key's home row in a map of ``mask + 1`` rows (this one, and the host tier's:
+    ``host_tier.py``, whose rows are (end, chain, block) as well)."""
+    return (chain ^ (chain >> 31) ^ (end * END_MIX)) & mask
 
 
 @njit(inline=True)
 def lookup(s, end, chain):
     """The block cached under ``(end, chain)``, or -1."""
-    mask = s.config[TABLE_MASK]
-    j = home(s, end, chain)
-    while s.key_entries[j, ENTRY_BLOCK] >= 0:
-        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
-            return s.key_entries[j, ENTRY_BLOCK]
+    return map_lookup(s.key_entries, s.config[TABLE_MASK], end, chain)
+
+
+@njit(inline=True)
+def map_lookup(entries, mask, end, chain):
+    """The block under ``(end, chain)`` in the map ``entries`` (rows of end, chain, block), or -1."""
+    j = home_in(mask, end, chain)
+    while entries[j, ENTRY_BLOCK] >= 0:
+        if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain:
+            return entries[j, ENTRY_BLOCK]
         j = (j + 1) & mask
     return -1
 
@@ -77,44 +89,58 @@ def lookup(s, end, chain):
 @njit(inline=True)
 def register(s, b, end, chain):
     """Cache block ``b`` under ``(end, chain)`` unless the key is there already (one probe)."""
-    mask = s.config[TABLE_MASK]
-    j = home(s, end, chain)
-    while s.key_entries[j, ENTRY_BLOCK] >= 0:
-        if s.key_entries[j, ENTRY_END] == end and s.key_entries[j, ENTRY_CHAIN] == chain:
-            return
-        j = (j + 1) & mask
-    s.key_entries[j, ENTRY_END] = end
-    s.key_entries[j, ENTRY_CHAIN] = chain
-    s.key_entries[j, ENTRY_BLOCK] = b
+    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain)
+    if j < 0:
+        return
     s.block_info[b, KEY_END] = end
     s.block_info[b, KEY_SLOT] = j
     s.count[NUM_CACHED_KEYS] += 1
 
 
 @njit(inline=True)
+def map_insert(entries, mask, b, end, chain):
+    """Put block ``b`` under ``(end, chain)`` in the map ``entries`` unless the key is there
+    already (-1); returns its row."""
+    j = home_in(mask, end, chain)
+    while entries[j, ENTRY_BLOCK] >= 0:
+        if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain:
+            return -1
+        j = (j + 1) & mask
+    entries[j, ENTRY_END] = end
+    entries[j, ENTRY_CHAIN] = chain
+    entries[j, ENTRY_BLOCK] = b
+    return j
+
+
+@njit(inline=True)
 def unregister(s, b):
-    """Drop block ``b``'s key from the map: its entry is emptied and the entries after it in
-    the probe run move back where their probe would now stop short (backward shift)."""
-    mask = s.config[TABLE_MASK]
-    i = s.block_info[b, KEY_SLOT]
+    """Drop block ``b``'s key from the map (:func:`map_delete`)."""
     s.block_info[b, KEY_END] = 0
     s.count[NUM_CACHED_KEYS] -= 1
+    map_delete(s.key_entries, s.config[TABLE_MASK], s.block_info[b, KEY_SLOT], s.block_info, KEY_SLOT)
+
+
+@njit(inline=True)
+def map_delete(entries, mask, i, rows, slot_column):
+    """Empty row ``i`` of the map ``entries``; the entries after it in the probe run move back
+    where their probe would now stop short (backward shift), each block's row in ``rows`` (its
+    ``slot_column``) following its entry."""
     j = i
     while True:
-        s.key_entries[i, ENTRY_BLOCK] = -1
+        entries[i, ENTRY_BLOCK] = -1
         while True:
             j = (j + 1) & mask
-            if s.key_entries[j, ENTRY_BLOCK] < 0:
+            if entries[j, ENTRY_BLOCK] < 0:
                 return
-            h = home(s, s.key_entries[j, ENTRY_END], s.key_entries[j, ENTRY_CHAIN])
+            h = home_in(mask, entries[j, ENTRY_END], entries[j, ENTRY_CHAIN])
             # the entry at j stays when its home lies cyclically in (i, j]
             if (h > i and h <= j) if i <= j else (h > i or h <= j):
                 continue
             break
-        s.key_entries[i, ENTRY_END] = s.key_entries[j, ENTRY_END]
-        s.key_entries[i, ENTRY_CHAIN] = s.key_entries[j, ENTRY_CHAIN]
-        s.key_entries[i, ENTRY_BLOCK] = s.key_entries[j, ENTRY_BLOCK]
-        s.block_info[s.key_entries[j, ENTRY_BLOCK], KEY_SLOT] = i
+        entries[i, ENTRY_END] = entries[j, ENTRY_END]
+        entries[i, ENTRY_CHAIN] = entries[j, ENTRY_CHAIN]
+        entries[i, ENTRY_BLOCK] = entries[j, ENTRY_BLOCK]
+        rows[entries[j, ENTRY_BLOCK], slot_column] = i
         i = j
 
 

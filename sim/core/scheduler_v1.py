@@ -72,7 +72,7 @@ import math
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, policies, prefix_cache, remote_kv, speculative
+from pagesim.sim.core import host_tier, kv_cache, policies, prefix_cache, remote_kv, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
                                         take_waiting, waiting_at)
@@ -80,6 +80,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
+from pagesim.sim.core.state import HOST_BLOCKS, NUM_LOADING, OFFLOAD_LOADING, OFFLOAD_OFFERED
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -191,6 +192,8 @@ def schedule_running(s):
             speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
             prefill(s, i, n)
+            if s.config[HOST_BLOCKS]:  # the prompt blocks it fills go to the host tier
+                host_tier.offer(s, i)
         else:
             if not s.in_decode[i]:
                 s.in_decode[i] = 1
@@ -312,41 +315,68 @@ def admit_waiting(s, budget):
     c = s.count
     in_flight = c[NUM_RUNNING] > 0
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
-    while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] < s.config[MAX_NUM_SEQS]:
+    # (requests loading host blocks hold a block-table row: they count against max_num_seqs here)
+    while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] + c[NUM_LOADING] < s.config[MAX_NUM_SEQS]:
         p = first_visible(s, in_flight)
         if p < 0:
             break
+        if s.config[HOST_BLOCKS]:  # a request whose load is over first, past those still loading (host_tier.py)
+            p = past_loading(s, p, in_flight)
+            if c[NUM_LOADING]:
+                loaded = first_loaded(s)
+                p = loaded if loaded >= 0 else p
+            if p < 0:
+                break
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
         decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
         if decode_side and s.num_blocks[i] > 0:  # its prompt's KV loaded: admit_loaded's turn
             budget = admit_loaded(s, p, i, budget)
             continue
-        if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
-            reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
-            continue
-        if (s.final_len[i] > s.config[MAX_SEQ_LEN]
-                or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
-            reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
-            continue
-        watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
-        need = blocks_to_admit(s, i, target)
-        if s.config[SPEC_LOOKAHEAD]:  # and the first chunk's slots with the lookahead ones
-            need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots)))
-        if need + watermark > kv_cache.num_free_blocks(s):
-            c[DEMAND_WAITING] = 1
-            break
-        take_waiting(s, p)
-        if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
-            s.admitted_s[i] = s.clock[NOW]
-        if decode_side and s.num_preemptions[i] == 0:  # its prompt's KV is the prefill side's
-            admit_remote(s, i, target)
-            continue
-        if s.config[PREFIX_CACHING]:
-            # np.int64: jit.njit's note on constants
-            cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
+        if s.config[HOST_BLOCKS] and s.offload[i, OFFLOAD_LOADING]:  # its load is over
+            if kv_cache.blocks_for(s, target) - s.num_blocks[i] + (s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING]
+                                                                   else 0) > kv_cache.num_free_blocks(s):
+                c[DEMAND_WAITING] = 1
+                break
+            take_waiting(s, p)
+            cached = host_tier.end_load(s, i)
         else:
-            cached = kv_cache.allocate(s, i, 0, 0)
+            if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
+                reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
+                continue
+            if (s.final_len[i] > s.config[MAX_SEQ_LEN]
+                    or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
+                reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
+                continue
+            watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
+            need = blocks_to_admit(s, i, target)
+            if s.config[SPEC_LOOKAHEAD]:  # and the first chunk's slots with the lookahead ones
+                need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots)))
+            if need + watermark > kv_cache.num_free_blocks(s):
+                c[DEMAND_WAITING] = 1
+                break
+            if s.config[HOST_BLOCKS]:
+                gpu_hits, _ = prefix_cache.count_hits(s, i, target)
+                host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
+                s.offload[i, OFFLOAD_OFFERED] = 0  # its offers start again (scheduler.py:1241-1244)
+                if host_hits and need + watermark + host_tier.reserved_blocks(s) > kv_cache.num_free_blocks(s):
+                    c[DEMAND_WAITING] = 1
+                    break
+                if host_hits:  # its blocks taken, it waits in the queue for the load
+                    kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
+                    host_tier.start_load(s, i, gpu_hits, host_hits)
+                    continue
+            take_waiting(s, p)
+            if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
+                s.admitted_s[i] = s.clock[NOW]
+            if decode_side and s.num_preemptions[i] == 0:  # its prompt's KV is the prefill side's
+                admit_remote(s, i, target)
+                continue
+            if s.config[PREFIX_CACHING]:
+                # np.int64: jit.njit's note on constants
+                cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
+            else:
+                cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget - draft_slots)
         spec = s.config[SPEC_TOKENS]
         high = speculative.slots_needed(s, i, n) if spec else cached + n  # (and its lookahead slots)
@@ -356,7 +386,36 @@ def admit_waiting(s, budget):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
+        if s.config[HOST_BLOCKS]:
+            host_tier.offer(s, i)
         if spec:
             speculative.scheduled(s, i, high, 0)
         budget -= n + draft_slots
     return budget
+
+
+@njit
+def first_loaded(s):
+    """The waiting queue's first request whose host blocks have loaded, -1 for none: vLLM admits
+    the requests holding blocks before the others (``kv_holding_waiting``, v1 scheduler.py:1063-1067)."""
+    for p in range(s.count[WAITING_LEN]):
+        i = waiting_at(s, p)
+        if s.offload[i, OFFLOAD_LOADING] and s.load_ready_s[i] <= s.clock[NOW]:
+            return p
+    return -1
+
+
+@njit
+def past_loading(s, p, in_flight):
+    """The waiting queue's first position from ``p`` that is not a request still loading its host
+    blocks (vLLM skips those: ``_handle_blocked_waiting_request``), -1 for none; one that arrived
+    after the previous scheduling decision ends it (:func:`first_visible`)."""
+    c = s.count
+    while p < c[WAITING_LEN]:
+        i = waiting_at(s, p)
+        if not (s.offload[i, OFFLOAD_LOADING] and s.load_ready_s[i] > s.clock[NOW]):
+            if s.config[ASYNC_SCHEDULING] and in_flight and s.arrival_s[i] > s.clock[LAST_SCHEDULE_S]:
+                return -1
+            return p
+        p += 1
+    return -1

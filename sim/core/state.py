@@ -159,6 +159,9 @@ table("config", """
     WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
     DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
         DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
+    HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
+        memory's blocks (0: no tier)
+    HOST_TABLE_MASK     its keys' hash table size less one (a power of two)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -259,6 +262,15 @@ table("count", """
     SPEC_DRAFTED        draft tokens verified so far
     SPEC_ACCEPTED       of them accepted
     SPEC_VERIFIED       request-steps that verified drafts
+    HOST_USED           the host tier's blocks holding a key (its occupancy)
+    HOST_LRU_HEAD       its LRU list's head (evicted first; -1: empty)
+    HOST_LRU_TAIL       its tail (the most recently used)
+    NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue,
+        holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
+    HOST_HIT_TOKENS     prompt tokens found in the host tier past the GPU's hits
+    HOST_LOADED_BLOCKS  blocks loaded host -> GPU
+    HOST_STORED_BLOCKS  blocks stored GPU -> host
+    HOST_EVICTIONS      host blocks evicted for a store
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
@@ -299,6 +311,9 @@ table("clock", f"""
     SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
         decode step of the drafting requests (sim/core/speculative.py)
     SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
+    HOST_BLOCK_S        the host tier: the seconds one block takes over the host link, either way
+    LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
+    STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it
 """, size="NUM_CLOCK")
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
@@ -383,6 +398,20 @@ table("radix_request", """
         no token its prefix hashes name, a walk from the root matches nothing
         (radix_cache.match_prefix)
 """, size="RADIX_REQUEST_COLUMNS")
+# Core.host_blocks (the host tier): a host block's row
+table("host_blocks", """
+    HOST_PREV           its neighbour towards the LRU list's head
+    HOST_NEXT           its neighbour towards the tail
+    HOST_KEY_SLOT       its key's row in Core.host_entries
+    HOST_KEY_END        its key's end token
+    HOST_KEY_CHAIN      its key's chain
+""", size="HOST_BLOCK_COLUMNS")
+# Core.offload (the host tier; one row elsewhere): per request
+table("offload", """
+    OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
+    OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue meanwhile)
+    OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
+""", size="OFFLOAD_COLUMNS")
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
 table("speculative", """
     SPEC_HIGH           the tokens its blocks were grown to hold when last scheduled: computed,
@@ -525,6 +554,14 @@ class Core(NamedTuple):
     # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
     spec_acceptance: np.ndarray
     speculative: np.ndarray
+    # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
+    # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), when each
+    # block's store is on the host, and per request its OFFLOAD_* columns and when its load ends
+    host_entries: np.ndarray
+    host_blocks: np.ndarray
+    host_ready_s: np.ndarray
+    offload: np.ndarray
+    load_ready_s: np.ndarray
     # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
     window: np.ndarray
     # disaggregated (sim/core/disagg.py; one entry elsewhere): per request, when it was first

@@ -47,7 +47,8 @@ def trace():
 
 #: a scheduler's exclusive settings, each with a value another scheduler refuses
 EXCLUSIVE = [("async_scheduling", "vllm", True), ("client_timeout_s", "sglang", 5.0),
-             ("scheduling_policy", "orca-max", "priority"), ("num_speculative_tokens", "vllm", 3)]
+             ("scheduling_policy", "orca-max", "priority"), ("num_speculative_tokens", "vllm", 3),
+             ("kv_offload_gib", "sglang", 8.0)]
 
 
 #: settings whose value where they do nothing cannot even be given: refused by the configuration

@@ -1,0 +1,185 @@
+"""vLLM v1's CPU offload tier (``--kv-offload-gib``, sim/core/host_tier.py, as of vLLM 0.33.0),
+pinned by tiny runs worked out by hand.
+
+OPT-13B (819,200 KV bytes a token), blocks of 4 tokens: a block is 3,276,800 bytes, and over an
+A100's host link (``pcie_bw`` 25e9 B/s) it takes 3,276,800 / 25e9 = 131.072 us either way. Prefix
+hashes name every 4 tokens (``hash_block_tokens`` 4), so a block's key is its prefix's hashes.
+No async scheduling, the roofline, every step checked (``--check``: the host tier's own
+bookkeeping too).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from pagesim.sim.cli import main
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import replay, state
+from pagesim.sim.core.prefix_cache import prefix_chain
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import prepare, run_simulation
+
+from tests.sim.helpers import OPT13B_SLOT, rand_trace
+
+BS = 4
+BLOCK_BYTES = BS * OPT13B_SLOT  # 3,276,800
+BLOCK_S = BLOCK_BYTES / 25e9  # 131.072 us
+
+
+def v1(slots: int, host_blocks: int, **settings) -> SimConfig:
+    settings.setdefault("async_scheduling", False)
+    settings.setdefault("cost_model", "roofline")
+    settings.setdefault("max_seq_len", slots)
+    settings.setdefault("max_num_seqs", 4)
+    settings.setdefault("check", True)
+    return SimConfig.for_system("vllm-v1", model="opt-13b", gpu="a100-40gb", kv_gib=slots * OPT13B_SLOT / 2**30,
+                                block_size=BS, kv_offload_gib=host_blocks * BLOCK_BYTES / 2**30, **settings)
+
+
+def trace(*rows) -> pd.DataFrame:
+    """rows: (arrival_s, prompt_tokens, output_tokens, prefix hashes: one per 4 prompt tokens)."""
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": [float(r[0]) for r in rows],
+                       "prompt_tokens": [r[1] for r in rows], "output_tokens": [r[2] for r in rows],
+                       "prefix_hashes": [tuple(r[3]) for r in rows]})
+    df.attrs["hash_block_tokens"] = BS
+    return df
+
+
+def key(hashes) -> tuple[int, int]:
+    """The key (end token, chain) of the block ending a prefix of these hashes."""
+    return len(hashes) * BS, prefix_chain(hashes, BS)[-1]
+
+
+def host_lru(s) -> list[tuple[int, int]]:
+    """The host tier's keys, least recently used first."""
+    out, b = [], int(s.count[state.HOST_LRU_HEAD])
+    while b >= 0:
+        out.append((int(s.host_blocks[b, state.HOST_KEY_END]), int(s.host_blocks[b, state.HOST_KEY_CHAIN])))
+        b = int(s.host_blocks[b, state.HOST_NEXT])
+    return out
+
+
+def run_core(cfg, t):
+    s, _ = replay.run(prepare(cfg, t).state, None, None)
+    return s
+
+
+def test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier():
+    """A pool of 8 blocks (32 slots), a host tier of 16.
+
+    A (t 0): prompt 12, hashes 1 2 3, output 1: one step prefills its 3 blocks, each offered to
+        the host as the step fills it (3 stored); done, its blocks cached on the GPU, let go tail
+        first (A2 the GPU's least recent, then A1, A0).
+    B (t 1): prompt 28, hashes 11..17, output 1: 7 blocks, the 5 free and 2 cached: A2 and A1 are
+        evicted on the GPU; 7 stored.
+    C (t 2): prompt 12, hashes 1 2 3: at most (12 - 1) // 4 = 2 blocks can be hits: the GPU holds
+        A0 (4 tokens), the host A1: 1 loaded (3,276,800 bytes, 131.072 us). C waits in the queue
+        holding 2 blocks (A0, and the one loaded into, computed), the engine idle, until
+        2 + 131.072 us, then computes its last 4 tokens (block 2 is in the host already: touched,
+        not stored). Its TTFT is the load and that step.
+    D (t 3): prompt 12, hashes 1 2 3: the loaded block was cached on the GPU as C was admitted: 2
+        GPU hits (8 tokens), nothing from the host.
+    Lookups 12 + 28 + 12 + 12 = 64 tokens: GPU hits 4 + 8 = 12, host hits 4; stored 3 + 7 = 10."""
+    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (3, 12, 1, (1, 2, 3)))
+    result = run_simulation(v1(32, 16), t)
+    s = result.summary
+    assert s["host_prefix_hit_rate"] == 4 / 64
+    assert s["gpu_prefix_hit_rate"] == 12 / 64
+    assert s["host_loaded_gib"] == BLOCK_BYTES / 2**30
+    assert s["host_stored_gib"] == 10 * BLOCK_BYTES / 2**30
+    assert (s["host_blocks_used"], s["host_evicted_blocks"]) == (10, 0)
+    steps, requests = result.steps, result.requests.set_index("request_id")
+    load_end = 2 + BLOCK_S
+    c_step = steps[steps["start_s"] == load_end]
+    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 4  # 12 - 4 from the GPU - 4 loaded
+    assert requests.loc["r2", "ttft_s"] == pytest.approx(BLOCK_S + c_step["dt_s"].iloc[0], abs=1e-12)
+    d_step = steps[steps["start_s"] == 3]
+    assert d_step["num_prefill_tokens"].iloc[0] == 4  # D: 8 GPU hits
+    assert requests.loc["r3", "ttft_s"] == pytest.approx(d_step["dt_s"].iloc[0], abs=1e-12)
+
+
+def test_the_host_tier_evicts_its_least_recently_used_block():
+    """A host tier of 3 blocks, a pool large enough that the GPU evicts nothing.
+
+    A (t 0): prompt 8, hashes 1 2: stores A0 A1 -> [A0 A1]; done: touched deepest first, so its
+        first block is the most recent -> [A1 A0].
+    B (t 1): prompt 8, hashes 3 4: B0 takes the third block -> [A1 A0 B0]; B1 evicts the head A1
+        -> [A0 B0 B1]; done -> [A0 B1 B0].
+    C (t 2): prompt 8, hashes 1 2: A0 held: touched -> [B1 B0 A0]; A1 stored, evicting B1 ->
+        [B0 A0 A1]; done -> [B0 A1 A0]. Two evictions, 5 blocks stored."""
+    t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (3, 4)), (2, 8, 1, (1, 2)))
+    s = run_core(v1(64, 3), t)
+    assert host_lru(s) == [key((3,)), key((1, 2)), key((1,))]
+    assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (2, 5)
+
+
+def test_only_prompt_blocks_are_stored():
+    """vLLM offloads prompt blocks only (``offload_prompt_only``, True by default). A: prompt 8,
+    output 6: its prefill fills blocks 0 and 1 (2 stored); its decodes compute tokens 8..12 (13
+    tokens at its end), filling block 2 with generated tokens: not stored."""
+    s = run_core(v1(64, 8), trace((0, 8, 6, (1, 2))))
+    assert s.count[state.HOST_STORED_BLOCKS] == 2
+    assert host_lru(s) == [key((1, 2)), key((1,))]
+
+
+def test_a_tier_that_finds_nothing_changes_nothing():
+    """Requests that share no prefix (no hashes): the tier stores their prompt blocks but never
+    finds one for another request, so the request and step tables are the tier-off run's, bit
+    for bit (stores overlap the steps; a request's own blocks found again after a preemption
+    would load: none is preempted in a pool this large)."""
+    t = rand_trace(5, n=60, max_len=128)
+    off = run_simulation(v1(4096, 0, max_seq_len=128, check=False), t)
+    on = run_simulation(v1(4096, 64, max_seq_len=128, check=False), t)
+    assert on.summary["host_stored_gib"] > 0 and on.summary["host_prefix_hit_rate"] == 0
+    pd.testing.assert_frame_equal(off.steps, on.steps)
+    pd.testing.assert_frame_equal(off.requests, on.requests)
+
+
+def test_invariants_hold_under_pressure():
+    """A small pool with shared prefixes and preemptions, a tier that evicts: --check after
+    every step (the categories sum to the capacity with loading requests holding blocks; the
+    host tier's list, map and capacity)."""
+    t = rand_trace(11, n=120, rate=60, max_len=128, prefix=True)
+    t.attrs["hash_block_tokens"] = 16
+    result = run_simulation(v1(300, 12, max_seq_len=128, max_num_seqs=16), t)
+    s = result.summary
+    assert s["host_prefix_hit_rate"] > 0 and s["host_evicted_blocks"] > 0 and s["num_preemptions"] > 0
+    assert s["completed"] == 120
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--system", "sglang", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
+    (["--system", "vllm", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
+    (["--system", "vllm-v1", "--no-prefix-caching", "--kv-offload-gib", "8"], "needs prefix caching"),
+    (["--system", "vllm-v1", "--kv-offload-gib", "8", "--num-speculative-tokens", "2"], "is not modelled"),
+    (["--system", "vllm-v1", "--kv-offload-gib", "-1"], "kv_offload_gib must be >= 0"),
+    (["--system", "vllm-v1", "--kv-offload-gib", "0.00001"], "holds no block"),
+])
+def test_refused_in_one_line(argv, words, capsys):
+    try:
+        rc = main(["simulate", "--num-requests", "2", "--no-progress", *argv])
+    except SystemExit as e:  # argparse's usage errors exit through SystemExit
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
+
+
+def test_refused_with_a_client_timeout():
+    with pytest.raises(ConfigError, match="is not modelled"):
+        v1(64, 4, client_timeout_s=10)
+
+
+def test_a_loaded_request_is_admitted_before_the_queue_ahead_of_it():
+    """vLLM admits the requests holding blocks (their loads over) before the others
+    (``kv_holding_waiting``). ShareGPT at 8 req/s on a 2 GiB pool that preempts again and again:
+    the preempted requests' recomputes load their prompts from the host tier; were the queue's
+    head admitted first, a head that does not fit would leave a loaded request behind it holding
+    blocks in a pool nobody runs in (the run ends: 'waits for memory in an empty pool')."""
+    from pagesim.traces.synth import make_workload
+
+    t = make_workload("sharegpt", rate=8, duration_s=60, seed=0)
+    cfg = SimConfig.for_system("vllm-v1", model="llama-2-13b", gpu="a100-40gb", kv_gib=2, max_seq_len=2048,
+                               kv_offload_gib=16, check=False)
+    s = run_simulation(cfg, t).summary
+    assert s["completed"] == len(t) and s["host_prefix_hit_rate"] > 0
