@@ -209,3 +209,15 @@ def vidur_table(path, lines=LINES, upper=False):
                       for c in df.columns]
     df.to_csv(path)
     return path
+
+
+def assert_simulate_refuses(argv, words, capsys):
+    """``pagesim simulate`` over two requests with ``argv`` exits 2 with one line holding ``words``."""
+    from pagesim.sim.cli import main
+    try:
+        rc = main(["simulate", "--num-requests", "2", "--no-progress", *argv])
+    except SystemExit as e:  # argparse's usage errors exit through SystemExit
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1

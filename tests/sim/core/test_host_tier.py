@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import replay, state
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import prepare, run_simulation
 
-from tests.sim.helpers import OPT13B_SLOT, rand_trace
+from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, rand_trace
 
 BS = 4
 BLOCK_BYTES = BS * OPT13B_SLOT  # 3,276,800
@@ -156,13 +155,7 @@ def test_invariants_hold_under_pressure():
     (["--system", "vllm-v1", "--kv-offload-gib", "0.00001"], "holds no block"),
 ])
 def test_refused_in_one_line(argv, words, capsys):
-    try:
-        rc = main(["simulate", "--num-requests", "2", "--no-progress", *argv])
-    except SystemExit as e:  # argparse's usage errors exit through SystemExit
-        rc = e.code
-    assert rc == 2
-    err = capsys.readouterr().err.strip()
-    assert words in err and len(err.splitlines()) == 1
+    assert_simulate_refuses(argv, words, capsys)
 
 
 def test_refused_with_a_client_timeout():

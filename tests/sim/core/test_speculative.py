@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.cli import main
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
@@ -21,7 +20,7 @@ from pagesim.sim.core.cost import roofline_step_time
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 
-from tests.sim.helpers import OPT13B_SLOT, ConstExecutor, rand_trace
+from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, ConstExecutor, rand_trace
 
 BS = 4
 
@@ -226,13 +225,7 @@ def test_the_categories_sum_to_capacity_under_preemption(method):
      "spec_acceptance_rates takes 2"),
 ])
 def test_refused_in_one_line(argv, words, capsys):
-    try:
-        rc = main(["simulate", "--num-requests", "2", "--no-progress", *argv])
-    except SystemExit as e:  # argparse's usage errors exit through SystemExit
-        rc = e.code
-    assert rc == 2
-    err = capsys.readouterr().err.strip()
-    assert words in err and len(err.splitlines()) == 1
+    assert_simulate_refuses(argv, words, capsys)
 
 
 def test_refused_with_parallel_sampling():
