@@ -18,6 +18,7 @@ from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import prepare, run_simulation
 
+from tests.sim.core.test_vllm_v1 import v1 as plain_v1
 from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, rand_trace
 
 BS = 4
@@ -26,13 +27,8 @@ BLOCK_S = BLOCK_BYTES / 25e9  # 131.072 us
 
 
 def v1(slots: int, host_blocks: int, **settings) -> SimConfig:
-    settings.setdefault("async_scheduling", False)
-    settings.setdefault("cost_model", "roofline")
-    settings.setdefault("max_seq_len", slots)
-    settings.setdefault("max_num_seqs", 4)
-    settings.setdefault("check", True)
-    return SimConfig.for_system("vllm-v1", model="opt-13b", gpu="a100-40gb", kv_gib=slots * OPT13B_SLOT / 2**30,
-                                block_size=BS, kv_offload_gib=host_blocks * BLOCK_BYTES / 2**30, **settings)
+    """test_vllm_v1's configuration (its step-by-step defaults) with a host tier of ``host_blocks``."""
+    return plain_v1(slots, kv_offload_gib=host_blocks * BLOCK_BYTES / 2**30, **settings)
 
 
 def trace(*rows) -> pd.DataFrame:
