@@ -139,11 +139,9 @@ def hybrid_groups(cfg: SimConfig, model):
     if not groups.hybrid:
         return None
     if cfg.prefix_caching:
-        raise ConfigError(f"{model.name}: prefix caching over sliding-window KV cache groups is not modelled; "
-                          "add --no-prefix-caching")
+        raise ConfigError(f"{model.name}: sliding-window groups need --no-prefix-caching (not modelled with it)")
     if cfg.num_speculative_tokens:  # the window's freeing against the drafts' slots: not worked out
-        raise ConfigError(f"{model.name}: speculative decoding over sliding-window KV cache groups is not "
-                          "modelled; drop --num-speculative-tokens")
+        raise ConfigError(f"{model.name}: --num-speculative-tokens over sliding-window groups is not modelled")
     return groups
 
 

@@ -143,8 +143,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                           "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)"),
                   # the CPU offload tier (sim/core/host_tier.py) is keyed by the prefix cache's hashes
                   Refusal(lambda c: c.kv_offload_gib and not c.prefix_caching,
-                          "--kv-offload-gib needs prefix caching (the host tier is keyed by its block "
-                          "hashes); drop --no-prefix-caching or the tier"),
+                          "--kv-offload-gib needs prefix caching (its tier is keyed by block hash)"),
                   Refusal(lambda c: c.kv_offload_gib and (c.num_speculative_tokens or c.client_timeout_s),
                           "--kv-offload-gib with speculative decoding or --client-timeout is not modelled; "
                           "drop one")),
