@@ -7,7 +7,8 @@ meta-llama/Llama-2-{7,13,70}b-hf; meta-llama/Meta-Llama-3-{8,70}B;
 mistralai/Mistral-7B-v0.1; meta-llama/Llama-3.1-{8,70,405}B-Instruct;
 Qwen/Qwen2.5-{7,72}B-Instruct (32,768 tokens without YaRN); mistralai/Mistral-7B-Instruct-v0.3;
 mistralai/Mixtral-8x7B-Instruct-v0.1; deepseek-ai/DeepSeek-V3 (its FP8 checkpoint, 128x128
-block scales); google/gemma-2-27b.
+block scales); google/gemma-2-27b; ai21labs/AI21-Jamba-1.5-Mini (Jamba-v0.1's shapes: 4 attention
+layers, at 4, 12, 20 and 28, among 28 Mamba layers; 16 experts on the odd layers).
 
 The Llama-2, Llama-3 and Mistral-7B (v0.1) presets count the LM head as tied to the embedding,
 as pagesim always has; their released checkpoints untie it (``tie_word_embeddings: false``:
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.hf_config import model_from_hf_config
-from pagesim.sim.specs.model import (SLIDING_ATTENTION, LatentAttention, MixtureOfExperts, ModelSpec, Quantization,
-                             interleaved_sliding)
+from pagesim.sim.specs.model import (FULL_ATTENTION, MAMBA, SLIDING_ATTENTION, LatentAttention, MambaMixer,
+                                     MixtureOfExperts, ModelSpec, Quantization, interleaved_sliding)
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -55,6 +56,10 @@ MODELS: dict[str, ModelSpec] = {
                   quantization=Quantization("fp8", 8, fp8_compute=True)),
         ModelSpec("gemma-2-27b", 46, 4608, 32, 16, 128, 36864, 256000, 8192,
                   layer_kinds=interleaved_sliding(46, 2), sliding_window=4096),
+        ModelSpec("jamba-1.5-mini", 32, 4096, 32, 8, 128, 14336, 65536, 262144, tie_word_embeddings=False,
+                  layer_kinds=tuple(FULL_ATTENTION if i % 8 == 4 else MAMBA for i in range(32)),
+                  mamba=MambaMixer(d_inner=8192, d_state=16, d_conv=4, dt_rank=256),
+                  moe=MixtureOfExperts(16, 2, 14336, tuple(range(1, 32, 2)))),
     ]
 }
 

@@ -509,3 +509,10 @@ def test_new_gpu_presets_size_the_pool_from_their_datasheets():
 def test_vattention_page_follows_the_latent_size():
     # one page holds one layer: 64 KiB / (512 + 64) x 2 B = 56 tokens of DeepSeek-V3's latent
     assert vattention_page_tokens(MODELS["deepseek-v3"], 64 * 1024, tensor_parallel=8) == 56
+
+
+def test_jamba_preset_is_its_config(tmp_path):
+    # the preset states AI21-Jamba-1.5-Mini's config.json (Jamba-v0.1's shapes) field by field
+    from dataclasses import replace
+    read = get_model(write(tmp_path, JAMBA))
+    assert replace(read, name="jamba-1.5-mini") == get_model("jamba-1.5-mini")
