@@ -64,8 +64,8 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
             raise ConfigError("--prefill-replicas: --kv-offload-gib is not modelled with "
                               "disaggregation yet")
         if kv_cache_groups(get_model(cfg.model)).hybrid:  # the transfer moves one group's blocks
-            raise ConfigError(f"--prefill-replicas: {cfg.model}'s sliding-window KV cache groups are "
-                              "not modelled with disaggregation yet")
+            raise ConfigError(f"--prefill-replicas: {cfg.model}'s hybrid KV cache groups (sliding-window or "
+                              "Mamba state) are not modelled with disaggregation yet")
     differ = [f for f in ("model", "system", "block_size", "kv_cache_dtype", "seed")
               if getattr(prefill_cfg, f) != getattr(decode_cfg, f)]
     if differ:

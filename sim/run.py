@@ -110,16 +110,17 @@ def jsonable(d: dict) -> dict:
 def resolve_budget(cfg: SimConfig):
     model = with_kv_cache_dtype(with_max_seq_len(get_model(cfg.model), cfg.max_seq_len), cfg.kv_cache_dtype)
     gpu = get_gpu(cfg.gpu)
+    groups = hybrid_groups(cfg, model)
     budget: KVBudget = kv_capacity(
         model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
-        activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs)
+        activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs,
+        states_in_pool=groups is not None and groups.state_groups > 0)
     if budget.capacity_tokens < model.max_seq_len:
         raise ConfigError(
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
             f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
-    groups = hybrid_groups(cfg, model)
     if groups is not None:  # a slot of the pool is one token of one group's layers
         per_slot = groups.layers_per_group * model.kv_bytes_per_layer_token(cfg.tensor_parallel)
         budget = replace(budget, capacity_tokens=int(budget.kv_bytes // per_slot), kv_bytes_per_token=per_slot,
@@ -131,17 +132,19 @@ def resolve_budget(cfg: SimConfig):
 
 
 def hybrid_groups(cfg: SimConfig, model):
-    """vLLM v1's KV cache groups for ``model`` when some slide (``sim.specs.kv_groups``), else
-    None: one group, every layer sized as full attention (vLLM v0 always: it has no groups)."""
+    """vLLM v1's KV cache groups for ``model`` when some slide or keep a state
+    (``sim.specs.kv_groups``), else None: one group, every layer sized as full attention (vLLM
+    v0 always: it has no groups; its states are reserved outside the pool)."""
     if cfg.scheduler != "vllm-v1":
         return None
-    groups = kv_cache_groups(model)
+    groups = kv_cache_groups(model, int(cfg.block_size), cfg.tensor_parallel)
     if not groups.hybrid:
         return None
-    if cfg.prefix_caching:
-        raise ConfigError(f"{model.name}: sliding-window groups need --no-prefix-caching (not modelled with it)")
-    if cfg.num_speculative_tokens:  # the window's freeing against the drafts' slots: not worked out
-        raise ConfigError(f"{model.name}: --num-speculative-tokens over sliding-window groups is not modelled")
+    kind = "sliding-window" if groups.sliding_groups else "Mamba-state"
+    if cfg.prefix_caching:  # (Mamba's: vLLM's "align" mode, not modelled)
+        raise ConfigError(f"{model.name}: {kind} groups need --no-prefix-caching (not modelled with it)")
+    if cfg.num_speculative_tokens:  # the window's freeing, the states' blocks against the drafts': not worked out
+        raise ConfigError(f"{model.name}: --num-speculative-tokens over {kind} groups is not modelled")
     return groups
 
 
@@ -274,23 +277,32 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
 
 
 def group_split(s, groups, records: StepRecords) -> dict:
-    """The token states, reservation and internal fragmentation of the full-attention and the
-    sliding-window groups (each kind's groups together), as shares of the pool like the summary's
-    ``mem_*`` (their sums). Per group, the reservation and fragmentation are the same (a block
-    a sliding group freed was full and computed); its token states lack what it freed
-    (``clock[SKIPPED_SUM]``); the full groups keep every token."""
+    """The token states, reservation and internal fragmentation of the full-attention, the
+    sliding-window and the state groups (each kind's groups together), as shares of the pool like
+    the summary's ``mem_*`` (their sums). Per attention group, the reservation and fragmentation
+    are the same (a block a sliding group freed was full and computed); its token states lack
+    what it freed (``clock[SKIPPED_SUM]``); the full groups keep every token. A state block holds
+    ``STATE_SLOTS`` slots of state, the rest padding (``clock[STATE_BLOCKS_SUM]``)."""
     total = (records.busy_s + records.idle_s) * records.capacity
-    n, g_full, g_sliding = groups.num_groups, groups.full_groups, groups.sliding_groups
+    g_full, g_sliding = groups.full_groups, groups.sliding_groups
+    n = g_full + g_sliding  # the attention groups
     tokens, reservation, fragmentation = (float(v) for v in records.mem_weighted[:3])
+    state_blocks, bs = float(s.clock[core_state.STATE_BLOCKS_SUM]), int(s.config[core_state.BLOCK_SIZE])
+    state_slots = int(s.config[core_state.STATE_SLOTS])
+    state_tokens, state_padding = state_slots * state_blocks, (bs - state_slots) * state_blocks
+    tokens, fragmentation = tokens - state_tokens, fragmentation - state_padding
     skipped = float(s.clock[core_state.SKIPPED_SUM])
     per_group_tokens = (tokens + g_sliding * skipped) / n  # a full group's
-    shares = {"full": (g_full, g_full * per_group_tokens),
-              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped))}
+    # kind: its groups, token states, reservation, internal fragmentation (slot-seconds)
+    shares = {"full": (g_full, g_full * per_group_tokens, g_full / n * reservation, g_full / n * fragmentation),
+              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped), g_sliding / n * reservation,
+                          g_sliding / n * fragmentation),
+              "state": (groups.state_groups, state_tokens, 0.0, state_padding)}
     out = {}
-    for kind, (count, kind_tokens) in shares.items():
+    for kind, (count, kind_tokens, kind_reserved, kind_fragmented) in shares.items():
         out[kind] = {"groups": count, "token_states": kind_tokens / total if total > 0 else 0.0,
-                     "reservation": count / n * reservation / total if total > 0 else 0.0,
-                     "internal_frag": count / n * fragmentation / total if total > 0 else 0.0}
+                     "reservation": kind_reserved / total if total > 0 else 0.0,
+                     "internal_frag": kind_fragmented / total if total > 0 else 0.0}
     out["sliding"]["window"] = groups.window
     out["layers_per_group"] = groups.layers_per_group
     return out

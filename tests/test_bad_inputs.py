@@ -113,7 +113,7 @@ CASES = [
      "--num-speculative-tokens is not modelled with disaggregation yet"),
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
          "--prefill-replicas", "1", "--decode-replicas", "1"),
-     "sliding-window KV cache groups are not modelled with disaggregation yet"),
+     "hybrid KV cache groups \\(sliding-window or Mamba state\\) are not modelled with disaggregation yet"),
     (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--kv-offload-gib", "8"),
      "--kv-offload-gib is not modelled with disaggregation yet"),
     # the host tier is keyed by prefix-cache hashes, which sliding-window groups refuse: never both

@@ -88,6 +88,8 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
         return Pool("contiguous", capacity, max_seq_len, largest_extent=largest)
     if cfg.manager == "vattention":
         block_size = vattention_page_tokens(model, cfg.vattention_page_kib * 1024, cfg.tensor_parallel)
+    elif groups is not None and groups.block_size:  # raised so a page holds a Mamba state (kv_groups.py)
+        block_size = groups.block_size
     else:
         block_size = int(cfg.block_size)  # in 1..256 (sim.config.RANGES)
     num_blocks = capacity // block_size
@@ -95,9 +97,10 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
         raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "
                           f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * block_size} "
                           "or a larger pool (kv_gib)")
-    if groups is not None and num_blocks < groups.full_groups * -(-max_seq_len // block_size):
+    if groups is not None and num_blocks < groups.full_groups * -(-max_seq_len // block_size) + groups.state_groups:
         raise ConfigError(f"KV pool of {num_blocks} blocks cannot hold one max_seq_len={max_seq_len} request in its "
-                          f"{groups.full_groups} full-attention groups; use a smaller max_seq_len or a larger pool")
+                          f"{groups.full_groups} full-attention groups (and a block per state group); use a "
+                          "smaller max_seq_len or a larger pool")
     return Pool("paged" if cfg.manager == "paged" else "vattention", capacity, max_seq_len, block_size, num_blocks,
                 capacity - num_blocks * block_size, int(cfg.watermark * num_blocks), groups=groups)
 
@@ -259,12 +262,14 @@ def set_groups(config, pool: Pool, limits: Limits, cfg, external: bool) -> int:
     if groups is None:
         return 1
     if external:
-        raise ConfigError("sliding-window KV cache groups are not modelled in the GPU mode; run the simulator")
+        raise ConfigError("hybrid KV cache groups (sliding-window, Mamba state) are not modelled in the GPU mode")
     in_flight = (2 if config[state.ASYNC_SCHEDULING] else 1) * limits.max_batched_tokens  # config/vllm.py:588-609
     config[state.FULL_GROUPS] = groups.full_groups
     config[state.SLIDING_GROUPS] = groups.sliding_groups
     config[state.SLIDING_WINDOW] = groups.window
     config[state.WINDOW_CAP_BLOCKS] = window_cap_blocks(groups.window, pool.block_size, in_flight, pool.max_seq_len)
+    config[state.STATE_GROUPS] = groups.state_groups
+    config[state.STATE_SLOTS] = groups.state_slots
     return groups.num_groups
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from pagesim.sim.core import kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
+from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
                                     BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
                                     DEMAND_SLOTS, DEMAND_WAITING, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START,
@@ -200,7 +201,7 @@ def check_host_tier(s) -> None:
 
 def check_blocks(s, mine) -> None:
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
-    if s.config[SLIDING_GROUPS]:
+    if s.config[SLIDING_GROUPS] or s.config[STATE_GROUPS]:
         check_groups(s)
         return
     rows, tokens, demand, held_slots = [], [], [], []  # one entry per table reference
@@ -264,32 +265,36 @@ def check_blocks(s, mine) -> None:
 
 def group_categories(s) -> np.ndarray:
     """Each KV cache group's token states, reservation and internal fragmentation (rows: the
-    groups, full first), recomputed from its block table: a held block at index k holds
-    ``min(max(L - k * block_size, 0), block_size)`` tokens; they sum to its held slots."""
-    bs, full = int(s.config[BLOCK_SIZE]), int(s.config[FULL_GROUPS])
+    groups, full first, state ones last), recomputed from its block table: a held block at index
+    k holds ``min(max(L - k * block_size, 0), block_size)`` tokens; a state block its state's
+    ``STATE_SLOTS``, the rest padding; they sum to its held slots."""
+    bs, full, states = int(s.config[BLOCK_SIZE]), int(s.config[FULL_GROUPS]), int(s.config[STATE_GROUPS])
     groups = full + int(s.config[SLIDING_GROUPS])
-    width = s.block_table.shape[1] // groups
-    out = np.zeros((groups, 3), np.int64)
+    width = s.block_table.shape[1] // (groups + states)
+    out = np.zeros((groups + states, 3), np.int64)
     for i in s.running[:s.count[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
-        slot, skipped = int(s.seq_slot[i, 0]), int(s.window[i, WINDOW_SKIPPED])
+        slot = int(s.seq_slot[i, 0])
         for g in range(groups):
             row = s.block_table[slot, g * width:g * width + n]
             k = np.flatnonzero(row >= 0)
             tokens, demand = np.clip(L - k * bs, 0, bs).sum(), np.clip(F - k * bs, 0, bs).sum()
             out[g] += (tokens, demand - tokens, len(k) * bs - demand)
+        if n:
+            out[groups:] += (int(s.config[STATE_SLOTS]), 0, bs - int(s.config[STATE_SLOTS]))
     return out
 
 
 def check_groups(s) -> None:
     """vLLM v1's KV cache groups: each group's table holds its blocks, a sliding group's first
     ``WINDOW_SKIPPED`` null and no more than its window has left; every block is held once or
-    free; the counters are their sums; each group's categories sum to its held slots."""
+    free; a holder holds one block in each state group; the counters are their sums; each
+    group's categories sum to its held slots."""
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
     full, window = int(s.config[FULL_GROUPS]), int(s.config[SLIDING_WINDOW])
-    groups = full + int(s.config[SLIDING_GROUPS])
-    width = s.block_table.shape[1] // groups
-    blocks, tokens, demand, skipped_slots = [], 0, 0, 0
+    groups, states = full + int(s.config[SLIDING_GROUPS]), int(s.config[STATE_GROUPS])
+    width = s.block_table.shape[1] // (groups + states)
+    blocks, tokens, demand, skipped_slots, holders = [], 0, 0, 0, 0
     for i in s.running[:c[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         slot, skipped = int(s.seq_slot[i, 0]), int(s.window[i, WINDOW_SKIPPED])
@@ -301,6 +306,9 @@ def check_groups(s) -> None:
             assert (row[:first] == -1).all() and (row[first:] >= 0).all(), \
                 f"request {i}: group {g}'s table is not {first} null blocks then held ones"
             blocks.extend(row[first:].tolist())
+        if n:
+            blocks.extend(s.block_table[slot, (groups + np.arange(states)) * width].tolist())
+            holders += 1
         tokens, demand, skipped_slots = tokens + L, demand + min(F, n * bs), skipped_slots + skipped * bs
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
     assert len(set(blocks)) == len(blocks), "a block is held twice (in one group or two)"
@@ -308,6 +316,7 @@ def check_groups(s) -> None:
     assert len(blocks) + len(free) == nb, "held + free blocks != the pool"
     assert (c[COMPUTED_SLOTS], c[DEMAND_SLOTS]) == (tokens, demand), "token / demand counters drifted"
     assert c[SKIPPED_SLOTS] == skipped_slots, "skipped-slot counter drifted"
+    assert c[STATE_BLOCKS] == holders * states, "state-block counter drifted"
     assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
     per_group = group_categories(s)
     assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"

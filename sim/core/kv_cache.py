@@ -31,6 +31,7 @@ from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWA
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
+from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -240,8 +241,8 @@ def can_grow(s, i, num_tokens):
     kv_cache_coordinator.py:199-262: a group's table keeps its freed blocks' places, so each
     lacks as many, single_type_kv_cache_manager.py:229-234)."""
     need = blocks_for(s, num_tokens) - s.num_blocks[i]
-    if s.config[SLIDING_GROUPS]:
-        need *= s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    if grouped(s):  # and a first allocation's state blocks
+        need = need * attention_groups(s) + (s.config[STATE_GROUPS] if s.num_blocks[i] == 0 < need else 0)
     return need <= num_free_blocks(s)
 
 
@@ -258,31 +259,64 @@ def grow(s, i, num_tokens):
         s.count[DEMAND_SLOTS] += min(s.final_len[i], (old + need) * bs) - min(s.final_len[i], old * bs)
         s.num_blocks[i] = old + need
         s.count[LOGICAL_BLOCKS] += need
-        if s.config[SLIDING_GROUPS]:
+        if grouped(s):
             take_group_blocks(s, s.seq_slot[i, 0], old, need)
 
 
-# vLLM v1's KV cache groups (sim/specs/kv_groups.py): with config[SLIDING_GROUPS], each group
-# has a block table (group g: columns [g * M, (g + 1) * M) of the slot's row, the full groups
-# first) and takes its blocks from the one pool. Group 0's table is the one the plain manager
-# keeps; COMPUTED_SLOTS and DEMAND_SLOTS count one group as if it kept every block, and a
-# sliding-window group holds count[SKIPPED_SLOTS] fewer (memory_categories).
+# vLLM v1's KV cache groups (sim/specs/kv_groups.py): with config[SLIDING_GROUPS] or
+# config[STATE_GROUPS], each group has a block table (group g: columns [g * M, (g + 1) * M) of
+# the slot's row: the full groups, the sliding ones, then the state ones) and takes its blocks
+# from the one pool. Group 0's table is the one the plain manager keeps; COMPUTED_SLOTS and
+# DEMAND_SLOTS count one attention group as if it kept every block, a sliding-window group holds
+# count[SKIPPED_SLOTS] fewer, and a state group one block per holder, count[STATE_BLOCKS] in
+# all (memory_categories).
+
+
+@njit(inline=True)
+def grouped(s):
+    """Whether the pool serves several KV cache groups (else: one table, the plain manager)."""
+    return s.config[SLIDING_GROUPS] + s.config[STATE_GROUPS] > 0
+
+
+@njit(inline=True)
+def attention_groups(s):
+    """The groups whose blocks hold tokens (full and sliding-window attention)."""
+    return s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+
+
+@njit(inline=True)
+def table_width(s):
+    """The columns of one group's block table (M)."""
+    return s.block_table.shape[1] // (attention_groups(s) + s.config[STATE_GROUPS])
+
+
+@njit(inline=True)
+def take_free_block(s, slot, column):
+    """The free stack's top block into ``slot``'s row at ``column``."""
+    top = s.count[FREE_TOP] - 1
+    b = s.free_block_ids[top]
+    s.count[FREE_TOP] = top
+    s.block_table[slot, column] = b
+    if s.config[SHARED_BLOCKS]:
+        s.block_info[b, REF] = 1
 
 
 @njit
 def take_group_blocks(s, slot, first, n):
-    """Groups 1.. take ``n`` blocks each at table index ``first`` (group 0 took its own)."""
-    groups = s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
-    width = s.block_table.shape[1] // groups
+    """Attention groups 1.. take ``n`` blocks each at table index ``first`` (group 0 took its
+    own); at a request's first allocation each state group takes its one block (a Mamba state
+    covers ``max_model_len`` tokens: ``cdiv(num_tokens, block_size)`` is 1 in the base
+    ``get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:214, kv_groups.py)."""
+    groups, width = attention_groups(s), table_width(s)
     for g in range(1, groups):
         for k in range(n):
-            top = s.count[FREE_TOP] - 1
-            b = s.free_block_ids[top]
-            s.count[FREE_TOP] = top
-            s.block_table[slot, g * width + first + k] = b
-            if s.config[SHARED_BLOCKS]:
-                s.block_info[b, REF] = 1
+            take_free_block(s, slot, g * width + first + k)
     s.count[LOGICAL_BLOCKS] += (groups - 1) * n
+    if first == 0 < n:
+        for g in range(groups, groups + s.config[STATE_GROUPS]):
+            take_free_block(s, slot, g * width)
+        s.count[STATE_BLOCKS] += s.config[STATE_GROUPS]
+        s.count[LOGICAL_BLOCKS] += s.config[STATE_GROUPS]
 
 
 @njit(inline=True)
@@ -317,8 +351,7 @@ def remove_skipped(s, i, processed):
     old = s.window[i, WINDOW_SKIPPED]
     if skipped <= old:
         return
-    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
-    width = s.block_table.shape[1] // groups
+    full, groups, width = s.config[FULL_GROUPS], attention_groups(s), table_width(s)
     slot = s.seq_slot[i, 0]
     for g in range(full, groups):
         for k in range(skipped - 1, old - 1, -1):
@@ -331,15 +364,20 @@ def remove_skipped(s, i, processed):
 
 @njit
 def free_groups(s, i):
-    """:func:`free` over the groups: each group's blocks (a sliding one's past those it freed)."""
+    """:func:`free` over the groups: each group's blocks (a sliding one's past those it freed, a
+    state one's block)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
-    width = s.block_table.shape[1] // groups
+    full, groups, width = s.config[FULL_GROUPS], attention_groups(s), table_width(s)
     slot, nb, skipped = s.seq_slot[i, 0], s.num_blocks[i], s.window[i, WINDOW_SKIPPED]
     for g in range(groups):
         for k in range(skipped if g >= full else 0, nb):
             give_back(s, slot, g * width + k)
     c[LOGICAL_BLOCKS] -= groups * nb - (groups - full) * skipped
+    if nb:  # a holder: its states too
+        for g in range(groups, groups + s.config[STATE_GROUPS]):
+            give_back(s, slot, g * width)
+        c[STATE_BLOCKS] -= s.config[STATE_GROUPS]
+        c[LOGICAL_BLOCKS] -= s.config[STATE_GROUPS]
     c[SKIPPED_SLOTS] -= skipped * bs
     c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
     c[DEMAND_SLOTS] -= min(s.final_len[i], nb * bs)
@@ -356,10 +394,11 @@ def free_groups(s, i):
 def blocks_for_sequence(s, num_tokens):
     """The blocks ``num_tokens`` tokens of one request take in all the groups at their most: a
     sliding-window group at most its admission cap (``get_num_blocks_to_allocate`` with
-    ``apply_admission_cap``, single_type_kv_cache_manager.py:214-227)."""
+    ``apply_admission_cap``, single_type_kv_cache_manager.py:214-227), a state group one."""
     need = blocks_for(s, num_tokens)
-    if s.config[SLIDING_GROUPS]:
-        return s.config[FULL_GROUPS] * need + s.config[SLIDING_GROUPS] * min(need, s.config[WINDOW_CAP_BLOCKS])
+    if grouped(s):
+        return (s.config[FULL_GROUPS] * need + s.config[SLIDING_GROUPS] * min(need, s.config[WINDOW_CAP_BLOCKS])
+                + s.config[STATE_GROUPS])
     return need
 
 
@@ -471,7 +510,7 @@ def swap_in(s, i, n):
 @njit(inline=True)
 def free(s, i):
     """Request ``i`` lets its memory go (every sequence of it)."""
-    if s.config[SLIDING_GROUPS]:
+    if grouped(s):
         free_groups(s, i)
         return
     if s.config[SHARED_BLOCKS]:
@@ -569,10 +608,11 @@ def memory_categories(s, demand_waiting, out):
     free_slots = num_free_blocks(s) * block_size + s.config[LEFTOVER_SLOTS]
     in_transfer = s.count[TRANSFER_SLOTS]  # disaggregated: held by in-flight transfers (remote_kv.py)
     tokens, demand = s.count[COMPUTED_SLOTS], s.count[DEMAND_SLOTS]
-    if s.config[SLIDING_GROUPS]:  # every group's, less what the sliding ones freed
-        groups = s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    if grouped(s):  # every attention group's, less what the sliding ones freed, and the states
+        groups = attention_groups(s)
         skipped = s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS]
-        tokens, demand = groups * tokens - skipped, groups * demand - skipped
+        states = s.config[STATE_SLOTS] * s.count[STATE_BLOCKS]  # (their padding: internal fragmentation)
+        tokens, demand = groups * tokens - skipped + states, groups * demand - skipped + states
     out[0] = tokens
     out[1] = demand - tokens
     out[2] = used * block_size - demand - in_transfer

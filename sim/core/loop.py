@@ -83,7 +83,7 @@ from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
-from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM
+from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
 from pagesim.sim.core.state import NUM_LOADING
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
@@ -184,6 +184,7 @@ def record(s, start, dt, family):
         clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
     clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
     clock[SKIPPED_SUM] += c[SKIPPED_SLOTS] * dt  # (0 without sliding-window groups)
+    clock[STATE_BLOCKS_SUM] += c[STATE_BLOCKS] * dt  # (0 without state groups)
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, ROW_START] = start

@@ -157,6 +157,11 @@ table("config", """
         (kv_cache.remove_skipped)
     SLIDING_WINDOW      their window, in tokens
     WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
+    STATE_GROUPS        vLLM v1's Mamba / linear-attention groups, after the attention groups: a
+        request holds one block of each from its first allocation to its end (its state);
+        column g * M of Core.block_table
+    STATE_SLOTS         the slots of such a block its state fills (the rest pads it to the page:
+        internal fragmentation; kv_cache.memory_categories)
     DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
         DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
     HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
@@ -274,6 +279,7 @@ table("count", """
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
+    STATE_BLOCKS        STATE_GROUPS: the state blocks the running requests hold
     TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
         (sim/core/remote_kv.py)
     KV_HOLDING_WAITING  a decode replica: the loaded requests at the waiting queue's front
@@ -311,6 +317,7 @@ table("clock", f"""
     SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
         decode step of the drafting requests (sim/core/speculative.py)
     SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
+    STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
     HOST_BLOCK_S        the host tier: the seconds one block takes over the host link, either way
     LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
     STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it

@@ -43,11 +43,13 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
 
 def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float | None = None,
                 tensor_parallel: int = 1, gpu_memory_utilization: float = 0.9,
-                activation_reserve_bytes: float = 2 * GiB, max_num_seqs: int | None = None) -> KVBudget:
+                activation_reserve_bytes: float = 2 * GiB, max_num_seqs: int | None = None,
+                states_in_pool: bool = False) -> KVBudget:
     """Token slots of the KV pool on one GPU of the TP group.
 
     Either ``kv_bytes`` is given, or it is derived from the GPU's memory as vLLM does
-    (``max_num_seqs`` is needed then for models with a recurrent state).
+    (``max_num_seqs`` is needed then for models with a recurrent state, unless
+    ``states_in_pool``: vLLM v1 keeps the states in the pool's blocks, ``sim/specs/kv_groups.py``).
     Raises ConfigError when the weights do not fit or no slot is left.
     """
     check_tensor_parallel(model, tensor_parallel)
@@ -75,7 +77,7 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
         how = (f"derived: {gpu.name} {gpu.mem_bytes / GiB:.1f} GiB x {gpu_memory_utilization:.2f} - weights "
                f"{weights / GiB:.1f} GiB - activations {activation_reserve_bytes / GiB:.1f} GiB")
         reserves = f"the {activation_reserve_bytes / GiB:.1f} GiB activation reserve"
-        state = model.state_bytes_per_seq(tensor_parallel)
+        state = 0 if states_in_pool else model.state_bytes_per_seq(tensor_parallel)
         if state:
             if max_num_seqs is None:
                 raise ConfigError(f"{model.name} keeps a recurrent state per sequence: give max_num_seqs "

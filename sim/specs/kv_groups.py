@@ -21,6 +21,21 @@ sliding, 10 full) 7 groups of 10 (6 sliding, 8 padding layers, and 1 full). A re
 tokens take a block in every group; a sliding-window group frees the blocks that fall out of
 its window (``sim/core/kv_cache.py``, ``remove_skipped``). vLLM v0 (``--system vllm``) knows
 no groups: all attention layers in one table, as full attention.
+
+Mamba and linear-attention layers (a recurrent state per request, ``MambaSpec``) are buckets
+too, grouped by the same rule, and their states live in the same pool (vLLM v1; v0 reserved
+``max_num_seqs`` states outside it, ``sim/specs/capacity.py``). Without prefix caching
+(``mamba_cache_mode`` "none", ``model_executor/models/config.py:780-787``) a state group's block
+covers ``max_model_len`` tokens: a request holds one block per state group from its first
+allocation to its end (``MambaManager``, single_type_kv_cache_manager.py:1428, through the base
+``get_num_blocks_to_allocate``, :214). One layer's state must fit one layer's page, so vLLM
+raises the attention block size: the smallest multiple of the kernel's block alignment (16,
+FlashAttention's ``MultipleOf(16)``, ``v1/attention/backends/flash_attn.py:367``, or the
+configured block size if larger) whose page holds the state, and pads the state to that page
+(``Platform._align_hybrid_block_size``, platforms/interface.py:1096-1130). Jamba-1.5-Mini at
+TP 1: a Mamba layer keeps 311,296 B, a token of one attention layer 4,096 B, so blocks of 80
+tokens (327,680 B pages, the state padded by 5.3 %); 4 attention and 28 Mamba layers make 1
+full group and 7 state groups of 4 layers.
 """
 
 from __future__ import annotations
@@ -29,6 +44,10 @@ from dataclasses import dataclass
 
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.model import ATTENTION_KINDS, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+
+#: the kernel block alignment vLLM raises a hybrid model's attention block size in: FlashAttention's
+#: supported kernel block sizes, ``[MultipleOf(16)]`` (v1/attention/backends/flash_attn.py:367)
+KERNEL_BLOCK_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)
@@ -40,15 +59,18 @@ class KVCacheGroups:
     sliding_groups: int
     layers_per_group: int
     window: int  # 0: no sliding-window group
+    state_groups: int = 0  # Mamba / linear-attention groups: one block per request each
+    block_size: int = 0  # with state groups, the attention block size vLLM raised (0: as configured)
+    state_slots: int = 0  # the tokens' worth of one layer's page its state fills, the rest padding
 
     @property
     def num_groups(self) -> int:
-        return self.full_groups + self.sliding_groups
+        return self.full_groups + self.sliding_groups + self.state_groups
 
     @property
     def hybrid(self) -> bool:
-        """Whether some group frees blocks out of its window (else: one table, as before)."""
-        return self.sliding_groups > 0
+        """Whether some group frees blocks out of its window or keeps a state (else: one table)."""
+        return self.sliding_groups > 0 or self.state_groups > 0
 
     def bytes_per_block(self, model: ModelSpec, block_size: int, tensor_parallel: int = 1) -> float:
         """One block of the pool: ``block_size`` tokens of one group's layers (padding included)."""
@@ -58,29 +80,59 @@ class KVCacheGroups:
         return self.num_groups * self.layers_per_group - model.num_attention_layers
 
     def words(self) -> str:
-        """``1 full + 1 sliding(4096) x 23 layers``: the groups in a line."""
+        """``1 full + 1 sliding(4096) x 23 layers``, ``1 full + 7 state x 4 layers``: the groups in a line."""
         parts = [f"{self.full_groups} full"] if self.full_groups else []
         if self.sliding_groups:
             parts.append(f"{self.sliding_groups} sliding({self.window})")
+        if self.state_groups:
+            parts.append(f"{self.state_groups} state")
         return f"{' + '.join(parts)} x {self.layers_per_group} layers"
 
 
-def kv_cache_groups(model: ModelSpec) -> KVCacheGroups:
-    """vLLM v1's groups for ``model`` (module docstring). A model with recurrent (Mamba,
-    linear-attention) layers beside sliding ones is refused: not modelled."""
+def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int = 1) -> KVCacheGroups:
+    """vLLM v1's groups for ``model`` (module docstring) at a configured ``block_size``. A model
+    with recurrent (Mamba, linear-attention) layers beside sliding ones is refused: not modelled."""
     kinds = model.kinds
     full = sum(k == FULL_ATTENTION for k in kinds)
-    sliding = sum(k == SLIDING_ATTENTION for k in kinds)
-    if not sliding or not model.sliding_window:
-        return KVCacheGroups(1, 0, full + sliding, 0)
-    if any(k not in ATTENTION_KINDS for k in kinds):
-        raise ConfigError(f"{model.name}: sliding-window groups beside Mamba or linear-attention layers are not "
-                          "modelled with vllm-v1; use --system vllm (full-attention sizing)")
+    sliding = sum(k == SLIDING_ATTENTION for k in kinds) if model.sliding_window else 0
+    recurrent = [k for k in kinds if k not in ATTENTION_KINDS]
+    if recurrent:
+        if sliding:
+            raise ConfigError(f"{model.name}: sliding-window groups beside Mamba or linear-attention layers are not "
+                              "modelled with vllm-v1; use --system vllm (full-attention sizing)")
+        # one bucket per kind of state (its own MambaSpec); the page fits the largest state
+        buckets = [full] + [recurrent.count(k) for k in sorted(set(recurrent))]
+        state = max(model.state_bytes_per_layer(k, tensor_parallel) for k in recurrent)
+        size = group_size(buckets)
+        return KVCacheGroups(-(-full // size), 0, size, 0, sum(-(-n // size) for n in buckets[1:]),
+                             state_block_size(model, state, block_size, tensor_parallel),
+                             int(state // model.kv_bytes_per_layer_token(tensor_parallel)))
+    full += sum(k == SLIDING_ATTENTION for k in kinds) - sliding  # no window given: full attention
+    if not sliding:
+        return KVCacheGroups(1, 0, full, 0)
     if not full:  # one bucket, one group (kv_cache_planning.py:1146-1150)
         return KVCacheGroups(0, 1, sliding, model.sliding_window)
-    smallest, largest = min(full, sliding), max(full, sliding)
-    size = largest if largest < smallest * 1.5 else smallest  # kv_cache_planning.py:522-533
+    size = group_size([full, sliding])
     return KVCacheGroups(-(-full // size), -(-sliding // size), size, model.sliding_window)
+
+
+def group_size(buckets: list[int]) -> int:
+    """Layers per group over buckets of these layer counts: the smallest bucket's, or the
+    largest's when that is under 1.5 times the smallest (kv_cache_planning.py:522-533)."""
+    smallest, largest = min(buckets), max(buckets)
+    return largest if largest < smallest * 1.5 else smallest
+
+
+def state_block_size(model: ModelSpec, state_bytes: int, block_size: int, tensor_parallel: int) -> int:
+    """The attention block size vLLM raises a hybrid model's to, so one layer's page holds one
+    layer's state (``_align_hybrid_block_size``, platforms/interface.py:1066-1109): the alignment
+    is the kernel's (16) or the configured size if larger, the block the fewest aligned units
+    whose page holds the state; a configured size larger still stays."""
+    alignment = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+    per_token = int(model.kv_bytes_per_layer_token(tensor_parallel))
+    raised = alignment * -(-state_bytes // (alignment * per_token))
+    raised = KERNEL_BLOCK_ALIGNMENT * -(-raised // KERNEL_BLOCK_ALIGNMENT)
+    return max(block_size, raised)
 
 
 def window_cap_blocks(window: int, block_size: int, max_in_flight_tokens: int, max_model_len: int) -> int:

@@ -212,14 +212,16 @@ class ModelSpec:
 
     def state_bytes_per_seq(self, tensor_parallel: int = 1) -> int:
         """Recurrent state one sequence keeps on one GPU (Mamba and linear-attention layers)."""
-        total = 0
-        for kind in self.kinds:
-            if kind == MAMBA:
-                m = self.mamba
-                total += m.d_inner // tensor_parallel * (m.d_conv - 1 + m.d_state) * self.dtype_bytes
-            elif kind == LINEAR_ATTENTION:
-                total += self.num_heads // tensor_parallel * self.head_dim * self.head_dim * self.dtype_bytes
-        return total
+        return sum(self.state_bytes_per_layer(kind, tensor_parallel) for kind in self.kinds)
+
+    def state_bytes_per_layer(self, kind: str, tensor_parallel: int = 1) -> int:
+        """Recurrent state one sequence keeps in one layer of ``kind`` on one GPU (0: attention)."""
+        if kind == MAMBA:
+            m = self.mamba
+            return m.d_inner // tensor_parallel * (m.d_conv - 1 + m.d_state) * self.dtype_bytes
+        if kind == LINEAR_ATTENTION:
+            return self.num_heads // tensor_parallel * self.head_dim * self.head_dim * self.dtype_bytes
+        return 0
 
     @property
     def attention_flops_per_pair(self) -> int:
