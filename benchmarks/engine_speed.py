@@ -17,7 +17,7 @@
    under 1 s), and 100,000 synthetic ShareGPT requests given Mooncake-like hashes.
 4. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``).
 5. ``--system vllm-v1`` against ``--system vllm`` on the Azure conv trace, in the same process.
-6. vLLM v1's sliding-window KV cache groups against one group (``--only-sliding-window``).
+6. vLLM v1's sliding-window and Mamba KV cache groups against one group (``--only-sliding-window``).
 
 Each figure is the best of 3 runs in this process (``REPEATS``). Every engine figure is also
 given as a multiple of a reference measured in the same run (numpy sorting 10^7 float64), so
@@ -230,30 +230,36 @@ def vllm_v1(trace) -> None:
 
 def sliding_window(trace) -> None:
     """Issue #37's speed target for vLLM v1's KV cache groups (``--only-sliding-window``): the
-    Azure conv trace on Gemma-2-27B / H100, ``--system vllm-v1`` without prefix caching (refused
-    over groups), engine seconds, best of 3 each, interleaved, in this process: the plain engine
-    (the same model with every layer full attention: one group), the preset's two groups (window
-    4,096: no request of this trace leaves it) and a window of 512 tokens (blocks freed all the
-    time). Target: each grouped run within 2x the plain one."""
+    Azure conv trace, ``--system vllm-v1`` without prefix caching (refused over groups), engine
+    seconds, best of 3 each, interleaved, in this process. Gemma-2-27B on an H100: the plain
+    engine (the same model with every layer full attention: one group), the preset's two groups
+    (window 4,096: no request of this trace leaves it) and a window of 512 tokens (blocks freed
+    all the time). Jamba-1.5-Mini at TP 2: the same model with every layer full attention (one
+    group) against its 1 full and 7 Mamba-state groups. Target: each grouped run within 2x its
+    plain one."""
     from dataclasses import replace
 
     from pagesim.sim.specs import presets
 
-    gemma = presets.MODELS["gemma-2-27b"]
-    variants = {"gemma-2-27b-full": replace(gemma, name="gemma-2-27b-full", layer_kinds=(), sliding_window=None),
-                "gemma-2-27b": gemma, "gemma-2-27b-w512": replace(gemma, name="gemma-2-27b-w512", sliding_window=512)}
-    presets.MODELS.update(variants)
+    gemma, jamba = presets.MODELS["gemma-2-27b"], presets.MODELS["jamba-1.5-mini"]
+    # name: (model, tensor parallel, the plain run it is measured against)
+    variants = {"gemma-2-27b-full": (replace(gemma, layer_kinds=(), sliding_window=None), 1, "gemma-2-27b-full"),
+                "gemma-2-27b": (gemma, 1, "gemma-2-27b-full"),
+                "gemma-2-27b-w512": (replace(gemma, sliding_window=512), 1, "gemma-2-27b-full"),
+                "jamba-1.5-mini-full": (replace(jamba, layer_kinds=(), mamba=None), 2, "jamba-1.5-mini-full"),
+                "jamba-1.5-mini": (jamba, 2, "jamba-1.5-mini-full")}
+    presets.MODELS.update({name: replace(model, name=name) for name, (model, _, _) in variants.items()})
     best = {}
     for _ in range(3):
-        for name in variants:
-            cfg = SimConfig.for_system("vllm-v1", model=name, gpu="h100", prefix_caching=False,
+        for name, (_, tp, _) in variants.items():
+            cfg = SimConfig.for_system("vllm-v1", model=name, gpu="h100", tensor_parallel=tp, prefix_caching=False,
                                        max_len_policy="error")
             timed(cfg, trace.iloc[:20])  # numba's cache loaded
             _, s = timed(cfg, trace)
             if s["wall_time_s"] < best.get(name, (float("inf"),))[0]:
                 best[name] = (s["wall_time_s"], s)
-    plain = best["gemma-2-27b-full"][0]
     for name, (engine, s) in best.items():
+        plain = best[variants[name][2]][0]
         print(f"azure conv ({len(trace)} requests) vllm-v1 {name} h100: engine {engine:.3f} s ({pace(engine)}), "
               f"{s['num_steps']} steps, x{engine / plain:.2f} the one-group engine")
 
@@ -341,7 +347,7 @@ def main() -> None:
     ap.add_argument("--only-beam-search", action="store_true", help="section 5 only")
     ap.add_argument("--only-vllm-v1", action="store_true", help="vllm-v1 against vllm on the Azure conv trace only")
     ap.add_argument("--only-sliding-window", action="store_true",
-                    help="vllm-v1's sliding-window KV cache groups against one group on the Azure conv trace")
+                    help="vllm-v1's sliding-window and Mamba KV cache groups against one group, Azure conv")
     ap.add_argument("--only-systems", action="store_true",
                     help="each system's engine seconds on the Azure conv trace, and sglang's evictions on Mooncake")
     ap.add_argument("--synthetic-system", default="vllm",
