@@ -91,3 +91,16 @@ def window_cap_blocks(window: int, block_size: int, max_in_flight_tokens: int, m
     batches in flight (2 under async scheduling: config/vllm.py:588-609)."""
     tokens = min(window - 1 + max_in_flight_tokens, max_model_len)
     return -(-tokens // block_size) + 1
+
+
+def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens: int, max_model_len: int) -> int:
+    """One ``max_model_len`` request's blocks summed over the attention layers, as vLLM 0.33.0
+    checks at start that the pool holds one (``check_enough_kv_cache_memory``,
+    kv_cache_planning.py:151-184; ``max_memory_usage_bytes``, :90-94): a full-attention layer
+    ``cdiv(max_model_len, block_size)`` (kv_cache_interface.py:643-648), a sliding one its
+    admission cap (:946-955). Per layer, so padding layers count nothing; the pool must hold
+    this many blocks of one layer: ``layers_per_group`` of them per block."""
+    full = sum(k == FULL_ATTENTION for k in model.kinds)
+    sliding = sum(k == SLIDING_ATTENTION for k in model.kinds)
+    cap = window_cap_blocks(model.sliding_window, block_size, max_in_flight_tokens, max_model_len)
+    return full * -(-max_model_len // block_size) + sliding * cap
