@@ -151,7 +151,7 @@ def growth_in_one_group(kv_cache):
                                               ("can_grow", "gemma3-pressure", 253)])
 def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, rule, name, step):
     """pagesim's group rules, each broken at run time (interpreted core), diverge from vLLM at
-    a known step: a window one token longer (single_type_kv_cache_manager.py:1178-1183's + 1),
+    a known step: a window one token longer (single_type_kv_cache_manager.py:1148-1183's + 1),
     no admission cap (kv_cache_interface.py:918-944), a running request's growth counted in one
     group instead of all (kv_cache_coordinator.py:194-263)."""
     from pagesim.sim.core import kv_cache
