@@ -12,9 +12,11 @@ def is_external(executor) -> bool:
     return callable(getattr(executor, "step", None)) and callable(getattr(executor, "start", None))
 
 
-def times_drafts(executor) -> bool:
-    """Whether ``executor`` may run speculative decoding's steps: it only times them, and the
-    core's own draws decide which drafts each step accepts (``sim/core/speculative.py``), as
-    the peer tests' recorder does (``tests/peers/pagesim_steps.py``: ``times_drafts = True``).
-    The GPU mode's executor runs a model that verifies no drafts, so it is refused."""
-    return bool(getattr(executor, "times_drafts", False))
+def only_times(executor) -> bool:
+    """Whether ``executor`` only times the core's steps, as the peer tests' recorder does
+    (``tests/peers/pagesim_steps.py``: ``only_times = True``): it may then run speculative
+    decoding (the core's own draws decide which drafts each step accepts:
+    ``sim/core/speculative.py``) and sliding-window KV cache groups (it reads no block table).
+    The GPU mode's executor runs a model that verifies no drafts and reads one block table per
+    sequence, so both are refused with it."""
+    return bool(getattr(executor, "only_times", False))

@@ -24,7 +24,7 @@ from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
                                      swap_block_tokens)
 from pagesim.sim.csv_writer import write_csv
-from pagesim.sim.executor import is_external, times_drafts
+from pagesim.sim.executor import is_external, only_times
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
@@ -116,7 +116,7 @@ def resolve_budget(cfg: SimConfig):
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs,
         states_in_pool=groups is not None and groups.state_groups > 0)
-    if budget.capacity_tokens < model.max_seq_len:
+    if groups is None and budget.capacity_tokens < model.max_seq_len:  # (groups: build.check_groups_hold_a_request)
         raise ConfigError(
             f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
             f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
@@ -185,14 +185,16 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     table.frontend_s = frontend_seconds(cost_model)
     if cfg.num_speculative_tokens:
         check_speculative_run(table, executor)
+    if pool.groups is not None and external and not only_times(executor):
+        raise ConfigError("hybrid KV cache groups (sliding-window, Mamba state) are not modelled in the GPU mode")
     s = build(cfg, pool, limits, table, cost, external=external, draft_cost=draft_cost(cfg, model))
     return Prepared(model, gpu, budget, pool, limits, table, s, cost_model)
 
 
 def check_speculative_run(table: RequestTable, executor) -> None:
     """What speculative decoding is not modelled with (sim/core/speculative.py), in one line.
-    An executor outside the core must only time the steps (``sim.executor.times_drafts``)."""
-    if executor is not None and not times_drafts(executor):
+    An executor outside the core must only time the steps (``sim.executor.only_times``)."""
+    if executor is not None and not only_times(executor):
         raise ConfigError("--num-speculative-tokens is not run on the GPU (its executor verifies no drafts); "
                           "drop it with validate")
     if table.size and int(table.width.max()) > 1:

@@ -26,7 +26,7 @@ from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs.gpus import get_gpu
 from pagesim.sim.specs.presets import get_model
-from pagesim.sim.specs.kv_groups import window_cap_blocks
+from pagesim.sim.specs.kv_groups import request_layer_blocks, window_cap_blocks
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
@@ -67,7 +67,7 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
     (``sim.specs.kv_groups``): a slot is then one token of one group's layers, and every group
     takes its blocks from the pool."""
     capacity, max_seq_len = int(capacity_tokens), int(model.max_seq_len)
-    if capacity < max_seq_len:
+    if capacity < max_seq_len and groups is None:  # (groups: check_groups_hold_a_request)
         raise ConfigError(f"KV pool of {capacity} slots is smaller than one max_seq_len={max_seq_len} "
                           f"request; use max_seq_len <= {capacity} or a larger pool (kv_gib)")
     if cfg.manager == "static":
@@ -93,16 +93,36 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
     else:
         block_size = int(cfg.block_size)  # in 1..256 (sim.config.RANGES)
     num_blocks = capacity // block_size
-    if num_blocks < -(-max_seq_len // block_size):
+    if groups is not None:
+        check_groups_hold_a_request(cfg, model, groups, block_size, num_blocks)
+    elif num_blocks < -(-max_seq_len // block_size):
         raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "
                           f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * block_size} "
                           "or a larger pool (kv_gib)")
-    if groups is not None and num_blocks < groups.full_groups * -(-max_seq_len // block_size) + groups.state_groups:
-        raise ConfigError(f"KV pool of {num_blocks} blocks cannot hold one max_seq_len={max_seq_len} request in its "
-                          f"{groups.full_groups} full-attention groups (and a block per state group); use a "
-                          "smaller max_seq_len or a larger pool")
     return Pool("paged" if cfg.manager == "paged" else "vattention", capacity, max_seq_len, block_size, num_blocks,
                 capacity - num_blocks * block_size, int(cfg.watermark * num_blocks), groups=groups)
+
+
+def check_groups_hold_a_request(cfg, model, groups, block_size: int, num_blocks: int) -> None:
+    """vLLM v1 starts only if its pool holds one ``max_seq_len`` request, a sliding-window
+    layer counting its admission cap (``kv_groups.request_layer_blocks``); ConfigError if not."""
+    max_seq_len = int(model.max_seq_len)
+    need = request_layer_blocks(model, block_size, in_flight_tokens(cfg, max_seq_len), max_seq_len)
+    if need > num_blocks * groups.layers_per_group:
+        need = -(-need // groups.layers_per_group)
+        raise ConfigError(f"{num_blocks} KV blocks cannot hold one max_seq_len={max_seq_len} request ({need}); "
+                          "lower it or raise --kv-gib")
+
+
+def batched_tokens(cfg, max_seq_len: int) -> int:
+    """An iteration's token budget: ``max_num_batched_tokens``, or max(max_seq_len, 2048)."""
+    return cfg.max_num_batched_tokens or max(max_seq_len, 2048)
+
+
+def in_flight_tokens(cfg, max_seq_len: int) -> int:
+    """vLLM v1's tokens scheduled but not yet settled: one budget per step in flight, 2 under
+    async scheduling (``VllmConfig.max_in_flight_tokens``, config/vllm.py:588-609)."""
+    return (2 if cfg.async_scheduling is not False else 1) * batched_tokens(cfg, max_seq_len)
 
 
 class Limits(NamedTuple):
@@ -121,7 +141,7 @@ def limits_for(cfg, pool: Pool, kv_bytes_per_token: float) -> Limits:
     max_num_seqs = min(cfg.max_num_seqs, UNLIMITED)
     static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
     host_blocks, host_block_s = host_tier_size(cfg, pool, kv_bytes_per_token)
-    return Limits(max_num_seqs, cfg.max_num_batched_tokens or max(pool.max_seq_len, 2048),
+    return Limits(max_num_seqs, batched_tokens(cfg, pool.max_seq_len),
                   min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit,
                   host_blocks, host_block_s)
 
@@ -204,7 +224,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     # speculative decoding: the drafts and lookahead slots past the final length (speculative.py)
     longest += int(cfg.num_speculative_tokens) * (1 if cfg.speculative_method == "ngram" else 2)
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
-    table_groups = set_groups(config, pool, limits, cfg, external)
+    table_groups = set_groups(config, pool, cfg)
     i64 = np.int64
     shared = prefix_caching or max_width > 1
     caching = prefix_caching_arrays(num_blocks, t, prefix_caching, shared, radix=sglang)
@@ -255,15 +275,14 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     return s
 
 
-def set_groups(config, pool: Pool, limits: Limits, cfg, external: bool) -> int:
+def set_groups(config, pool: Pool, cfg) -> int:
     """vLLM v1's KV cache groups into ``config`` when some slide (``Pool.groups``); returns the
-    block tables per running sequence (1: the plain pool)."""
+    block tables per running sequence (1: the plain pool). (An executor that reads the block
+    tables is refused them: ``sim.run.prepare``.)"""
     groups = pool.groups
     if groups is None:
         return 1
-    if external:
-        raise ConfigError("hybrid KV cache groups (sliding-window, Mamba state) are not modelled in the GPU mode")
-    in_flight = (2 if config[state.ASYNC_SCHEDULING] else 1) * limits.max_batched_tokens  # config/vllm.py:588-609
+    in_flight = in_flight_tokens(cfg, pool.max_seq_len)
     config[state.FULL_GROUPS] = groups.full_groups
     config[state.SLIDING_GROUPS] = groups.sliding_groups
     config[state.SLIDING_WINDOW] = groups.window

@@ -1,10 +1,13 @@
-"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--spec | --v0 | --nano]
+"""pagesim against a peer, step by step: ``python -m tests.peers.compare [--groups | --spec | --v0 | --nano]
 [WORKLOAD...]`` (or against SGLang's radix cache, call by call: ``--sglang [WORKLOAD...]``).
 
 Prints, per workload (tests/peers/workloads.py), the steps each side took, the share of steps
 whose records are identical (position by position, over the longer run) and the first step
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
-vllm-v1``; ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
+vllm-v1``; ``--groups``: the same over models whose sliding-window layers make several KV
+cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group compared too;
+``--groups-random=N``: over workloads drawn from seeds 0..N-1, ``workloads.random_grouped``);
+``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
@@ -26,7 +29,8 @@ from __future__ import annotations
 import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_v0, vllm_v1
-from tests.peers.workloads import NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_speculative
+from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS,
+                                  random_grouped, random_speculative)
 
 
 def identical_steps(ours, theirs) -> int:
@@ -52,6 +56,7 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
                          if s.swapped_out or s.swapped_in else "")
                 speculation = (f" drafts {dict(sorted(s.drafts.items()))} blocks {dict(sorted(s.blocks.items()))} "
                                f"kept {dict(sorted(s.kept.items()))}" if s.blocks else "")
+                speculation += f" group blocks {dict(sorted(s.group_blocks.items()))}" if s.group_blocks else ""
                 lines.append(f"  {label} step {j} t={s.start_s}: scheduled {dict(sorted(s.scheduled.items()))} "
                              f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}"
                              + swaps + speculation)
@@ -146,6 +151,10 @@ def main(argv=None) -> int:
         label, system, overrides = "vLLM", "vllm-v1", {}
         pad = "--no-padding" not in args
         peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
+    elif "--groups" in args or any(a.startswith("--groups-random=") for a in args):
+        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--groups-random=")]
+        workloads = {w.name: w for w in map(random_grouped, range(drawn[0]))} if drawn else GROUP_WORKLOADS
+        label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
     else:
@@ -161,8 +170,13 @@ def main(argv=None) -> int:
         try:
             ours = pagesim_steps.run(workload, system, **overrides)
         except Exception as error:  # e.g. a setting this pagesim has not (priority, before it lands)
-            print(f"{name:<{wide}} {len(peer(workload)):>{width}} {'-':>8} {'-':>10}  "
-                  f"pagesim: {type(error).__name__}: {error}")
+            try:
+                theirs, what = f"{len(peer(workload))}", f"pagesim: {type(error).__name__}: {error}"
+            except ValueError as refusal:  # vLLM refuses to start too (vllm_v1.kv_cache_config_of)
+                theirs, what = "-", "both refuse to start"
+                same += type(error).__name__ == "ConfigError"
+                details.append(f"{name}: pagesim: {error}\n  vLLM: {str(refusal)[:90]}")
+            print(f"{name:<{wide}} {theirs:>{width}} {'-':>8} {'-':>10}  {what}")
             continue
         theirs = peer_steps(peer, workload, ours)
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
@@ -171,7 +185,7 @@ def main(argv=None) -> int:
         same += k is None
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
-    if any(a.startswith("--spec-random=") for a in args):
+    if any(a.startswith(("--spec-random=", "--groups-random=")) for a in args):
         print(f"{same} of {len(names)} identical on every step")
     for text in details:
         print("\n" + text)

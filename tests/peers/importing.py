@@ -15,6 +15,8 @@ run in one process, one after the other. SGLang's (``package="sglang"``) are the
 
 from __future__ import annotations
 
+import __future__
+import ast
 import contextlib
 import importlib
 import importlib.abc
@@ -139,21 +141,34 @@ def members(peer: Peer, module: str, class_name: str, names: tuple) -> dict:
     from its source alone (the module is not imported: vLLM's configuration classes pull in
     transformers and the platform), to be set on a class of the driver's: the peer's own rules,
     called on the driver's settings. Each keeps vLLM's file and line numbers for tracebacks."""
-    import __future__
-    import ast
-
-    path = peer.folder.joinpath(*module.split(".")).with_suffix(".py")
-    tree = ast.parse(path.read_text(), str(path))
+    path, tree = source(peer, module)
     body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name).body
+    return compiled(peer, path, f"{module}.{class_name}", body, names, {})
+
+
+def functions(peer: Peer, module: str, names: tuple, namespace: dict) -> dict:
+    """Module-level functions ``names`` of the peer's ``module``, compiled from its source alone
+    (the module imports what a CPU run cannot: ``torch_utils``' custom ops, ``hisparse``' kernels),
+    over ``namespace`` (the globals they read; one they read that is not there raises)."""
+    path, tree = source(peer, module)
+    return compiled(peer, path, module, tree.body, names, namespace)
+
+
+def source(peer: Peer, module: str):
+    path = peer.folder.joinpath(*module.split(".")).with_suffix(".py")
+    return path, ast.parse(path.read_text(), str(path))
+
+
+def compiled(peer: Peer, path, where: str, body: list, names: tuple, namespace: dict) -> dict:
     found = {}
     for node in body:
         if isinstance(node, ast.FunctionDef) and node.name in names:
             is_property = any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
             node.decorator_list = []
-            namespace: dict = {}
+            scope = dict(namespace)
             code = compile(ast.Module([node], []), str(path), "exec", flags=__future__.annotations.compiler_flag)
-            exec(code, namespace)
-            found[node.name] = property(namespace[node.name]) if is_property else namespace[node.name]
+            exec(code, scope)
+            found[node.name] = property(scope[node.name]) if is_property else scope[node.name]
     missing = set(names) - set(found)
-    assert not missing, f"{peer.name}'s {module}.{class_name} has no {sorted(missing)}"
+    assert not missing, f"{peer.name}'s {where} has no {sorted(missing)}"
     return found

@@ -10,26 +10,63 @@ finish is seen at the next step (or the run's end): it is set when the step comp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
 import numpy as np
 import pandas as pd
 
-from tests.peers.workloads import STEP_S, Step, Workload
+from tests.peers.workloads import STEP_S, Layers, Step, Workload
 
 os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: no compile, and none beside another's
 
 from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
 from pagesim.sim.core import kv_cache, state  # noqa: E402
 from pagesim.sim.core.jit import interpreted  # noqa: E402
+from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
+from pagesim.sim.specs import presets  # noqa: E402
+from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
+from pagesim.sim.specs.model import ModelSpec  # noqa: E402
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
 
 def gib(blocks: int, workload: Workload) -> float:
     return blocks * workload.block_size * OPT13B_SLOT / 2**30
+
+
+def model_of(layers: Layers) -> ModelSpec:
+    """pagesim's model of ``layers``: its preset, or a tiny model of those layers (its other
+    shapes only price steps, which the executor times itself)."""
+    if layers.preset:
+        return presets.MODELS[layers.preset]
+    return ModelSpec(layers.name, len(layers.kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
+                     64, 100, 8192, layer_kinds=layers.kinds, sliding_window=layers.window)
+
+
+@contextlib.contextmanager
+def registered(workload: Workload):
+    """A tiny model of ``workload.layers`` known to pagesim's presets while its run lasts."""
+    layers = workload.layers
+    if layers is None or layers.preset:
+        yield
+        return
+    presets.MODELS[layers.name] = model_of(layers)
+    try:
+        yield
+    finally:
+        del presets.MODELS[layers.name]
+
+
+def group_settings(workload: Workload) -> dict:
+    """The model and KV memory of ``num_blocks`` blocks of ``workload.layers``' groups (pagesim's
+    grouping: one block is ``block_size`` tokens of one group's layers)."""
+    model = model_of(workload.layers)
+    per_block = kv_cache_groups(model).bytes_per_block(model, workload.block_size)
+    return dict(model=model.name, kv_gib=workload.num_blocks * per_block / 2**30,
+                gpu="h100-80gb" if workload.layers.preset else "a100-40gb")
 
 
 def config(workload: Workload, system: str, **overrides) -> SimConfig:
@@ -39,6 +76,8 @@ def config(workload: Workload, system: str, **overrides) -> SimConfig:
                     kv_gib=gib(workload.num_blocks, workload), max_seq_len=workload.max_model_len,
                     max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
                     prefix_caching=workload.prefix_caching, cost_model="roofline")
+    if workload.layers is not None:
+        settings.update(group_settings(workload))
     if system == "vllm-v1":
         settings.update(scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False)
         if workload.num_speculative_tokens:
@@ -73,12 +112,27 @@ def trace(workload: Workload) -> pd.DataFrame:
     return df
 
 
+def group_blocks(core) -> dict:
+    """With KV cache groups: each running request's blocks held in each group's table (full
+    groups first), read from the tables (a block a sliding group freed is -1 there)."""
+    if not core.config[SLIDING_GROUPS]:
+        return {}
+    groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
+    width = core.block_table.shape[1] // groups
+    held = {}
+    for i in core.running[:core.count[state.NUM_RUNNING]]:
+        row = core.block_table[core.seq_slot[i, 0]]
+        held[int(i)] = tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
+                             for g in range(groups))
+    return held
+
+
 class Recorder:
     """The executor: one ``Step`` per iteration. With speculative decoding it only times the
-    steps (``times_drafts``): the core draws which drafts each accepts, and the record takes
+    steps (``only_times``): the core draws which drafts each accepts, and the record takes
     those kept from the tokens each verifying request gained by the next step (``kept``)."""
 
-    times_drafts = True
+    only_times = True
 
     def __init__(self, workload: Workload):
         self.workload = workload
@@ -134,7 +188,8 @@ class Recorder:
         swapped_in = frozenset(np.flatnonzero(~swapped & (self.status == state.SWAPPED)).tolist())
         self.preemptions, self.status = core.num_preemptions.copy(), core.status.copy()
         self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core)),
-                               swapped_out=swapped_out, swapped_in=swapped_in, drafts=drafts, blocks=blocks))
+                               swapped_out=swapped_out, swapped_in=swapped_in, drafts=drafts, blocks=blocks,
+                               group_blocks=group_blocks(core)))
         return STEP_S
 
     def finish(self, core):
@@ -144,5 +199,6 @@ class Recorder:
 def run(workload: Workload, system: str = "vllm-v1", **overrides) -> list[Step]:
     """pagesim's steps over ``workload`` as ``system`` (``overrides``: as ``config``'s)."""
     recorder = Recorder(workload)
-    run_simulation(config(workload, system, **overrides), trace(workload), executor=recorder)
+    with registered(workload):
+        run_simulation(config(workload, system, **overrides), trace(workload), executor=recorder)
     return recorder.steps

@@ -4,7 +4,8 @@ Skipped unless ``python -m tests.peers.fetch`` has put vLLM 0.33.0 in the cache 
 scheduler imports here (torch is needed: ``vllm/v1/request.py`` imports it). Each workload
 (workloads.py) runs on both sides; every step's record must be the same. With speculative
 decoding (``SPECULATIVE_WORKLOADS``) vLLM is given the drafts pagesim's run accepted at each
-step (``compare.peer_steps``, ``vllm_v1.drive``).
+step (``compare.peer_steps``, ``vllm_v1.drive``). Models with sliding-window layers
+(``GROUP_WORKLOADS``) run vLLM's own KV cache groups beside pagesim's.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpr
 pytestmark = pytest.mark.peers
 vllm_v1 = driver_or_skip("0.33.0", "tests.peers.vllm_v1")
 
+from pagesim.sim.core import state  # noqa: E402
+from pagesim.sim.errors import ConfigError  # noqa: E402
+from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
+
 from tests.peers import pagesim_steps  # noqa: E402
-from tests.peers.compare import assert_same_steps, peer_steps  # noqa: E402
-from tests.peers.workloads import SPECULATIVE_WORKLOADS, WORKLOADS  # noqa: E402
+from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
+from tests.peers.workloads import (FULL, GROUP_WORKLOADS, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
+                                   random_grouped)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -84,3 +90,75 @@ def test_the_speculative_workloads_reach_what_they_test():
     assert sum(len(step.preempted) for step in runs["spec-pressure"]) > 5
     kept = {n for step in pagesim_steps.run(SPECULATIVE_WORKLOADS["spec-k3"]) for n in step.kept.values()}
     assert kept == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("name", list(GROUP_WORKLOADS))
+def test_every_group_step_is_vllms(name):
+    """KV cache groups of sliding-window and full-attention layers: each step's tokens,
+    preemptions, free blocks and every running request's blocks in each group."""
+    workload = GROUP_WORKLOADS[name]
+    assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+
+
+@pytest.mark.parametrize("layers", sorted({w.layers for w in GROUP_WORKLOADS.values()}, key=lambda l: l.name),
+                         ids=lambda layers: layers.name)
+def test_the_groups_are_vllms(layers):
+    """vLLM's own grouping of the layers (kv_cache_planning.py:1113-1200) against pagesim's
+    (sim/specs/kv_groups.py): the full and sliding groups, the layers a group holds (padding
+    included) and the bytes of a block of the pool."""
+    workload = next(w for w in GROUP_WORKLOADS.values() if w.layers == layers)
+    theirs, per_block = vllm_v1.groups_of(vllm_v1.load(), workload)
+    model = pagesim_steps.model_of(layers)
+    ours = kv_cache_groups(model)
+    kinds = [kind for kind, _ in theirs]
+    assert (kinds.count(FULL), kinds.count(SLIDING)) == (ours.full_groups, ours.sliding_groups)
+    assert max(count for _, count in theirs) == ours.layers_per_group
+    assert per_block == ours.bytes_per_block(model, workload.block_size)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
+    """Workloads drawn from ``seed`` (workloads.random_grouped): every step identical, or both
+    refuse to start (vLLM's check_enough_kv_cache_memory, pagesim's check_groups_hold_a_request)."""
+    workload = random_grouped(seed)
+    try:
+        ours = pagesim_steps.run(workload)
+    except ConfigError:
+        with pytest.raises(ValueError, match="To serve at least one request"):
+            vllm_v1.run(workload)
+        return
+    assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
+
+
+def window_edge_late(remove_skipped):
+    """remove_skipped as if the window kept one token more (``processed - window`` skipped)."""
+    return lambda s, i, processed: remove_skipped(s, i, processed - 1)
+
+
+def no_admission_cap(kv_cache):
+    """blocks_for_sequence with every sliding group counting the whole sequence."""
+    return lambda s, num_tokens: (s.config[state.FULL_GROUPS] + s.config[state.SLIDING_GROUPS]) * \
+        kv_cache.blocks_for(s, num_tokens)
+
+
+def growth_in_one_group(kv_cache):
+    """can_grow that counts the blocks a request lacks in one group only."""
+    return lambda s, i, num_tokens: kv_cache.blocks_for(s, num_tokens) - s.num_blocks[i] <= kv_cache.num_free_blocks(s)
+
+
+@pytest.mark.parametrize("rule, name, step", [("remove_skipped", "gemma2-preemption", 6),
+                                              ("blocks_for_sequence", "gemma2-arrivals", 18),
+                                              ("can_grow", "gemma3-pressure", 253)])
+def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, rule, name, step):
+    """pagesim's group rules, each broken at run time (interpreted core), diverge from vLLM at
+    a known step: a window one token longer (single_type_kv_cache_manager.py:1148-1183's + 1),
+    no admission cap (kv_cache_interface.py:918-944), a running request's growth counted in one
+    group instead of all (kv_cache_coordinator.py:194-263)."""
+    from pagesim.sim.core import kv_cache
+
+    broken = {"remove_skipped": window_edge_late(kv_cache.remove_skipped),
+              "blocks_for_sequence": no_admission_cap(kv_cache), "can_grow": growth_in_one_group(kv_cache)}
+    workload = GROUP_WORKLOADS[name]
+    theirs = vllm_v1.run(workload)
+    monkeypatch.setattr(kv_cache, rule, broken[rule])
+    assert first_divergence(pagesim_steps.run(workload), theirs) == step

@@ -31,8 +31,8 @@ import logging
 import pickle
 import types
 
-from tests.peers.importing import Peer, members, placeholders
-from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
+from tests.peers.importing import Peer, functions, members, placeholders
+from tests.peers.workloads import FULL, SLIDING, STEP_S, TOKEN, Step, Workload
 
 # vLLM's modules executed as they are
 REAL = (
@@ -40,6 +40,7 @@ REAL = (
     "vllm.v1.kv_cache_layout", "vllm.v1.kv_cache_spec_registry", "vllm.v1.kv_cache_interface",
     "vllm.v1.request", "vllm.v1.outputs",
     "vllm.v1.core.kv_cache_metrics", "vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool",
+    "vllm.v1.core.kv_cache_config_builder", "vllm.v1.core.kv_cache_planning",
     "vllm.v1.core.single_type_kv_cache_manager", "vllm.v1.core.kv_cache_coordinator",
     "vllm.v1.core.kv_cache_manager", "vllm.v1.core.encoder_cache_manager",
     "vllm.v1.core.sched.output", "vllm.v1.core.sched.utils", "vllm.v1.core.sched.request_queue",
@@ -108,7 +109,8 @@ STUBS = {
     "vllm.logger": {"init_logger": lambda name: logging.getLogger(name)},
     "vllm.envs": {},
     # no current engine config: kv_cache_spec_registry.py:49-56 then registers vLLM's built-in specs
-    "vllm.config": {**placeholders("VllmConfig", "KVEventsConfig"), "get_current_vllm_config_or_none": lambda: None},
+    "vllm.config": {**placeholders("VllmConfig", "KVEventsConfig", "SpeculativeConfig"),
+                    "get_current_vllm_config_or_none": lambda: None},
     "vllm.config.ec_manager_config": placeholders("EncoderCacheManagerMetadata"),
     "vllm.compilation.cuda_graph": placeholders("CUDAGraphStat"),
     "vllm.distributed.aux_output_connector.connector": placeholders("AuxOutputSchedulerConnector"),
@@ -138,7 +140,15 @@ STUBS = {
     "vllm.platforms": {"current_platform": types.SimpleNamespace(register_custom_kv_cache_specs=lambda config: None)},
     "vllm.utils": {"length_from_prompt_token_ids_or_embeds": prompt_length},
     "vllm.utils.hashing": placeholders("xxhash", "xxhash_cbor"),  # the peer's own block_hash is used
-    "vllm.utils.torch_utils": {**placeholders("get_dtype_size"), "PIN_MEMORY": False},
+    # get_dtype_size: compiled from torch_utils.py below (the module registers custom ops)
+    "vllm.utils.torch_utils": {"PIN_MEMORY": False},
+    "vllm.utils.mem_utils": {},  # format_gib (a refusal's message): compiled from mem_utils.py below
+    "vllm.utils.import_utils": placeholders("resolve_obj_by_qualname"),  # a platform's config builder: none
+    # HiSparse (sparse MLA offload): its grouping, compiled from layout.py below, finds no MLA
+    # layer and returns None; the rest is never reached (no hisparse_config)
+    "vllm.v1.hisparse.layout": placeholders("get_hisparse_host_pool_bytes", "get_hisparse_kv_cache_config"),
+    # a backend's kernel block size (MultipleOf): none is given, a spec's stride alignment is 1
+    "vllm.v1.attention.backend": placeholders("MultipleOf"),
     "vllm.v1.attention.backends.registry": placeholders("MambaAttentionBackendEnum"),
     "vllm.v1.engine": {"EngineCoreOutput": Anything, "EngineCoreOutputs": Anything, "EngineCoreEvent": Anything,
                        **placeholders("EngineCoreEventType", "EngineCoreRequest", "FinishReason")},
@@ -163,11 +173,32 @@ STUBS = {
 PEER = Peer("0.33.0", REAL, STUBS, "tests/peers/vllm_v1.py")
 
 
+def compile_stubs() -> None:
+    """The stubs that are vLLM's own functions, compiled from their modules' source (which a
+    CPU run cannot import): the bytes of a KV element (torch_utils.py:347-349: a page's size,
+    ``AttentionSpec.page_size_bytes``), HiSparse's grouping (hisparse/layout.py:48-57), and the
+    GiB a refusal to start prints (mem_utils.py:30-31)."""
+    import torch
+
+    STUBS["vllm.utils.torch_utils"].update(functions(PEER, "vllm.utils.torch_utils", ("get_dtype_size",),
+                                                     {"torch": torch}))
+    STUBS["vllm.v1.hisparse.layout"].update(functions(PEER, "vllm.v1.hisparse.layout",
+                                                      ("get_hisparse_kv_cache_groups",), {}))
+    STUBS["vllm.utils.mem_utils"].update(functions(PEER, "vllm.utils.mem_utils", ("format_gib",),
+                                                   {"GiB_bytes": 1 << 30}))  # mem_constants.py
+
+
 def load() -> types.SimpleNamespace:
     """vLLM 0.33.0's scheduler and what drives it, imported from the cache folder."""
+    if PEER.fetched() and "get_dtype_size" not in STUBS["vllm.utils.torch_utils"]:
+        compile_stubs()
     with PEER.active():
         import torch
+        from vllm.v1.core.kv_cache_planning import (_get_kv_cache_bytes_per_block, check_enough_kv_cache_memory,
+                                                    get_kv_cache_config_from_groups, get_kv_cache_groups)
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.kv_cache_interface import SlidingWindowSpec
+        from vllm.v1.kv_cache_layout import KVCacheLayout
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
@@ -176,7 +207,11 @@ def load() -> types.SimpleNamespace:
                                  KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
                                  ModelRunnerOutput=ModelRunnerOutput, DraftTokenIds=DraftTokenIds, Request=Request,
                                  init_none_hash=init_none_hash, get_request_block_hasher=get_request_block_hasher,
-                                 float16=torch.float16)
+                                 float16=torch.float16, SlidingWindowSpec=SlidingWindowSpec,
+                                 get_kv_cache_groups=get_kv_cache_groups,
+                                 check_enough_kv_cache_memory=check_enough_kv_cache_memory,
+                                 get_kv_cache_config_from_groups=get_kv_cache_config_from_groups,
+                                 bytes_per_block=_get_kv_cache_bytes_per_block, KVCacheLayout=KVCacheLayout)
 
 
 class Settings:
@@ -238,20 +273,23 @@ def block_hash(obj) -> bytes:
 
 
 def build(vllm, workload: Workload):
-    """A ``Scheduler`` over ``workload``'s pool: one full-attention group of ``num_blocks`` blocks
-    (plus vLLM's null block, which BlockPool keeps out of use: block_pool.py:191, ``null_block``)."""
-    spec = vllm.FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float16)
-    kv_cache_config = vllm.KVCacheConfig(num_blocks=workload.num_blocks + 1, kv_cache_tensors=[],
-                                         kv_cache_groups=[vllm.KVCacheGroupSpec(["layer"], spec)])
+    """A ``Scheduler`` over ``workload``'s pool of ``num_blocks`` blocks (plus vLLM's null block,
+    which BlockPool keeps out of use: block_pool.py:191, ``null_block``): one full-attention
+    group, or with ``workload.layers`` the groups vLLM makes of them (``kv_cache_config``)."""
     scheduler_config = Settings(  # config/scheduler.py:48-216's defaults, but the workload's limits and policy
         max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
         policy=workload.policy, max_num_active_seqs=None, max_num_scheduled_tokens=None,
         long_prefill_token_threshold=0, long_prefill_token_threshold_adaptive=False,
         enable_chunked_prefill=True, scheduler_reserve_full_isl=True, watermark=0.0,
-        prefill_schedule_interval=1, async_scheduling=False)
-    # the options sched/scheduler.py:98-497 reads to decide mamba, LoRA, spec decode, connectors: all off
+        prefill_schedule_interval=1, async_scheduling=False,
+        # as config/vllm.py:2228-2280 resolves it on a GPU without a KV connector: hybrid manager on
+        disable_hybrid_kv_cache_manager=False)
+    # the options sched/scheduler.py:98-497 reads to decide mamba, LoRA, spec decode, connectors: all off;
+    # the layout: FlashAttention's NHD (config/cache.py:26-29), as the engine core resolves it
     cache_config = Settings(num_gpu_blocks=workload.num_blocks + 1, enable_prefix_caching=workload.prefix_caching,
-                            enable_mamba_shared_prefix_checkpoint=False, mamba_cache_mode="none")
+                            enable_mamba_shared_prefix_checkpoint=False, mamba_cache_mode="none",
+                            num_gpu_blocks_override=None, prefix_cache_retention_interval=0,
+                            get_resolved_kv_cache_layout=lambda: vllm.KVCacheLayout.LBNHC)
     model_config = Settings(max_model_len=workload.max_model_len, uses_mrope=False, is_encoder_decoder=False,
                             runner_type="generate", is_diffusion=False, supports_multimodal_inputs=False,
                             return_sampling_mask=False)
@@ -266,7 +304,9 @@ def build(vllm, workload: Workload):
         ec_manager_config=Settings(get_encoder_cache_manager_obj=lambda: None),
         aux_output_config=Settings(enabled=False),
         max_concurrent_batches=1,
-        max_in_flight_tokens=workload.max_num_batched_tokens)  # config/vllm.py:601-609, one batch in flight
+        max_in_flight_tokens=workload.max_num_batched_tokens,  # config/vllm.py:601-609, one batch in flight
+        attention_config=Settings(hisparse_config=None))
+    kv_cache_config = kv_cache_config_of(vllm, vllm_config, workload)
     vllm.init_none_hash(block_hash)
     # no grammars: every token is accepted (scheduler.py:2432), every draft kept as proposed
     # (structured_output/__init__.py:362-365: a request without a grammar gets its drafts back)
@@ -274,6 +314,51 @@ def build(vllm, workload: Workload):
                                        validate_tokens=lambda request, spec_tokens: spec_tokens)
     return vllm.Scheduler(vllm_config, kv_cache_config, structured_output_manager=no_grammar,
                           block_size=workload.block_size, log_stats=False)
+
+
+def layer_specs(vllm, workload: Workload) -> dict:
+    """Each attention layer's KV cache spec, as the model runner reports them
+    (``get_kv_cache_spec``): a full-attention or sliding-window layer of the workload's heads,
+    head size and window, at 2 bytes an element; one full-attention layer without ``layers``."""
+    layers = workload.layers
+    if layers is None:
+        return {"layer": vllm.FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=1,
+                                                dtype=vllm.float16)}
+    shape = dict(block_size=workload.block_size, num_kv_heads=layers.num_kv_heads, head_size=layers.head_size,
+                 dtype=vllm.float16)
+    return {f"model.layers.{k}.self_attn.attn": vllm.SlidingWindowSpec(**shape, sliding_window=layers.window)
+            if kind == SLIDING else vllm.FullAttentionSpec(**shape) for k, kind in enumerate(layers.kinds)}
+
+
+def kv_cache_config_of(vllm, vllm_config, workload: Workload):
+    """vLLM's ``KVCacheConfig`` for the workload's layers: grouped by its own
+    ``get_kv_cache_groups`` (kv_cache_planning.py:1113-1200), the pool sized by
+    ``get_kv_cache_config_from_groups`` (:642-741) from the memory of ``num_blocks`` + 1 blocks
+    of its own size (``_get_kv_cache_bytes_per_block``, :574-605), once its start check passes:
+    the pool, less the null block, holds one ``max_model_len`` request, a sliding-window layer
+    counting its admission cap (``check_enough_kv_cache_memory``, :151-184: ValueError if not,
+    as the engine refuses to start)."""
+    specs = layer_specs(vllm, workload)
+    groups = vllm.get_kv_cache_groups(vllm_config, dict(specs))
+    layout = vllm_config.cache_config.get_resolved_kv_cache_layout()
+    memory = (workload.num_blocks + 1) * vllm.bytes_per_block(groups, layout)
+    vllm.check_enough_kv_cache_memory(vllm_config, specs, memory)
+    config = vllm.get_kv_cache_config_from_groups(vllm_config, groups, memory)
+    assert config.num_blocks == workload.num_blocks + 1, (config.num_blocks, workload.num_blocks)
+    return config
+
+
+def groups_of(vllm, workload: Workload) -> tuple[list, int]:
+    """vLLM's KV cache groups for ``workload.layers`` ((kind, layers) per group, in its order)
+    and the bytes of one block of its pool."""
+    vllm_config = Settings(scheduler_config=Settings(disable_hybrid_kv_cache_manager=False),
+                           attention_config=Settings(hisparse_config=None),
+                           cache_config=Settings(get_resolved_kv_cache_layout=lambda: vllm.KVCacheLayout.LBNHC))
+    with PEER.active():
+        groups = vllm.get_kv_cache_groups(vllm_config, layer_specs(vllm, workload))
+        per_block = vllm.bytes_per_block(groups, vllm_config.cache_config.get_resolved_kv_cache_layout())
+    return [(SLIDING if isinstance(g.kv_cache_spec, vllm.SlidingWindowSpec) else FULL, len(g.layer_names))
+            for g in groups], per_block
 
 
 def make_request(vllm, workload: Workload, index: int):
@@ -311,7 +396,12 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
     if not pad_resumed:
         scheduler.dynamic_sd_lookup = [workload.num_speculative_tokens] * (workload.max_num_seqs + 1)
     speculating = bool(workload.num_speculative_tokens)
-    blocks_of = scheduler.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+    managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+    blocks_of = managers[0].req_to_blocks
+    # with several groups, the blocks each group holds for a request (its table less the null
+    # blocks a sliding window left), full-attention groups first, each kind in vLLM's order
+    sliding_last = sorted(managers, key=lambda m: isinstance(m.kv_cache_spec, vllm.SlidingWindowSpec))
+    tables = [m.req_to_blocks for m in sliding_last]
     requests = {}
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))
@@ -333,6 +423,8 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
         drafts = {int(rid[1:]): len(ids) for rid, ids in output.scheduled_spec_decode_tokens.items()}
         blocks = {int(r.request_id[1:]): len(blocks_of.get(r.request_id, ())) for r in scheduler.running} \
             if speculating else {}
+        held = {int(r.request_id[1:]): tuple(sum(not b.is_null for b in t.get(r.request_id, ())) for t in tables)
+                for r in scheduler.running} if workload.layers else {}
         # The GPU samples a token for each request whose scheduled tokens reach its end (a
         # prompt's last chunk, or a decode); a partial prefill chunk's sample is discarded
         # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865). A verification
@@ -360,6 +452,7 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
             k = workload.num_speculative_tokens
             scheduler.update_draft_token_ids(vllm.DraftTokenIds(ids, [[TOKEN] * k for _ in ids]))
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
-        steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept))
+        steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept,
+                          group_blocks=held))
         now += STEP_S
     return steps

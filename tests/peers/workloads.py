@@ -25,6 +25,28 @@ class Row:
     n: int = 1  # parallel sampling: sequences of this request (vLLM v0 only)
 
 
+FULL, SLIDING = "full_attention", "sliding_attention"  # a layer's kind: Hugging Face's layer_types
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A model's attention layers, for vLLM v1's KV cache groups: each layer's kind, the sliding
+    window (tokens), and the KV heads and head size that size a block (2-byte elements).
+    ``preset``: pagesim's model preset of these layers ("": a tiny model of them, ``name``)."""
+
+    name: str
+    kinds: tuple
+    window: int
+    num_kv_heads: int = 1
+    head_size: int = 4
+    preset: str = ""
+
+
+def every_nth_full(num_layers: int, n: int) -> tuple:
+    """Every ``n``-th layer full attention, the rest sliding (Gemma-2: 2, Gemma-3: 6)."""
+    return tuple(FULL if (k + 1) % n == 0 else SLIDING for k in range(num_layers))
+
+
 @dataclass
 class Workload:
     name: str
@@ -42,6 +64,7 @@ class Workload:
     num_speculative_tokens: int = 0
     speculative_method: str = "ngram"
     spec_acceptance_rate: float = 0.7
+    layers: Layers | None = None  # v1: KV cache groups of these layers (None: one full-attention group)
     # vLLM v0 (vllm_v0.py) only
     preemption: str = "recompute"
     cpu_blocks: int = 4096  # swap space: ample, vLLM 0.4.2 stops the engine when it runs out
@@ -84,6 +107,9 @@ class Step:
     drafts: dict = field(default_factory=dict)  # speculative decoding: request -> drafts verified
     blocks: dict = field(default_factory=dict)  # request -> blocks held once scheduled
     kept: dict = field(default_factory=dict)  # request -> of its drafts, those accepted and kept
+    # several KV cache groups: running request -> blocks each group holds once the step is
+    # scheduled (full-attention groups first; a sliding group's are those in its window)
+    group_blocks: dict = field(default_factory=dict)
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -144,6 +170,78 @@ WORKLOADS = {
                                 prefix_caching=True, description="the preemption workload with prefix caching on"),
 }
 
+
+
+# vLLM v1's KV cache groups (vllm_v1.kv_cache_config_of): layer mixes, each grouped by vLLM's
+# kv_cache_planning.py and by pagesim's sim/specs/kv_groups.py; windows that start inside a block
+GEMMA2_LIKE = Layers("gemma2-like", every_nth_full(8, 2), window=40)  # 4 + 4: 2 groups of 4 layers
+GEMMA3_LIKE = Layers("gemma3-like", every_nth_full(12, 6), window=64)  # 10 + 2: 5 sliding + 1 full of 2
+MISTRAL_LIKE = Layers("mistral-like", (SLIDING,) * 4, window=48)  # every layer slides: one group
+UNEVEN = Layers("uneven", every_nth_full(24, 2) + (FULL,), window=24)  # 12 + 13 < 1.5 x 12: groups of 13
+GEMMA2_27B = Layers("gemma-2-27b", every_nth_full(46, 2), window=4096, num_kv_heads=16, head_size=128,
+                    preset="gemma-2-27b")
+
+
+def grouped(name: str, layers: Layers, requests: list, **settings) -> Workload:
+    """A workload over ``layers``' groups; its ``max_model_len`` at most the pool's blocks over
+    the groups (pagesim refuses a longer one: sim/run.py's budget)."""
+    return Workload(name, requests, layers=layers, **settings)
+
+
+GROUP_WORKLOADS = {
+    "gemma2-preemption": grouped("gemma2-preemption", GEMMA2_LIKE, rows(1, 20, (16, 200), (8, 120)), num_blocks=96,
+                                 max_num_batched_tokens=64, max_model_len=768,
+                                 description="Gemma-2-like (window 40), 96 blocks, a budget of 64: a cap of 8"),
+    "gemma2-priority": grouped("gemma2-priority", GEMMA2_LIKE, rows(4, 20, (16, 200), (8, 120), priorities=4),
+                               num_blocks=96, max_num_batched_tokens=64, max_model_len=768, policy="priority",
+                               description="the same, priorities 0-3"),
+    "gemma2-arrivals": grouped("gemma2-arrivals", GEMMA2_LIKE, rows(5, 30, (16, 300), (8, 200), spread_s=60),
+                               num_blocks=120, max_num_batched_tokens=128, max_model_len=960,
+                               description="Gemma-2-like, 30 requests over 60 steps, a budget of 128"),
+    "gemma2-chunked": grouped("gemma2-chunked", GEMMA2_LIKE, rows(2, 6, (1500, 5000), (4, 40), spread_s=20),
+                              num_blocks=700, max_num_batched_tokens=256, max_model_len=5600,
+                              description="Gemma-2-like, prompts of 1.5k-5k chunked by 256: windows move mid-prompt"),
+    "gemma3-pressure": grouped("gemma3-pressure", GEMMA3_LIKE, rows(4, 20, (16, 400), (8, 150)), num_blocks=240,
+                               max_num_batched_tokens=128, max_model_len=640,
+                               description="Gemma-3-like (window 64): 1 full + 5 sliding groups, 240 blocks"),
+    "mistral-long": grouped("mistral-long", MISTRAL_LIKE, rows(6, 16, (100, 600), (50, 300)), num_blocks=64,
+                            max_num_batched_tokens=512, max_model_len=1024,
+                            description="Mistral-like (window 48): one sliding group, 64 blocks, a cap of 36"),
+    "uneven": grouped("uneven", UNEVEN, rows(8, 20, (16, 200), (8, 120)), num_blocks=80, max_num_batched_tokens=64,
+                      max_model_len=640,
+                      description="13 full + 12 sliding layers (window 24): 2 groups of 13, 80 blocks"),
+    "gemma-2-27b": grouped("gemma-2-27b", GEMMA2_27B, rows(7, 12, (3000, 7000), (20, 200), spread_s=20),
+                           num_blocks=1500, description="Gemma-2-27B's layers (window 4096), 1500 blocks of 16"),
+}
+
+
+def random_grouped(seed: int) -> Workload:
+    """A workload over KV cache groups drawn from ``seed``: the layer mix (Gemma-2-like, Gemma-3-
+    like, every layer sliding, or one full layer more than sliding ones), 2-12 layers, the
+    window (4-200 tokens), blocks of 4-16 (20-240 of them), the budget, ``max_num_seqs``, the
+    policy (priority for about a third), arrivals, and 6-30 requests within ``max_model_len``
+    (the pool's tokens over the layers, or half: some too long for vLLM's start check, which
+    both sides must then refuse)."""
+    rng = random.Random(seed)
+    mix = rng.choice(["gemma2", "gemma3", "sliding", "uneven"])
+    n = rng.randint(1, 6)
+    kinds = {"gemma2": every_nth_full(2 * n, 2), "gemma3": every_nth_full(6 * rng.randint(1, 2), 6),
+             "sliding": (SLIDING,) * n, "uneven": every_nth_full(2 * n, 2) + (FULL,)}[mix]
+    layers = Layers(f"random-{mix}", kinds, window=rng.randint(4, 200))
+    block_size = rng.choice([4, 8, 16])
+    num_blocks = rng.randint(20, 240)
+    max_model_len = max(8, num_blocks * block_size // len(kinds) // rng.choice([1, 2]))
+    budget = rng.choice([8, 16, 32, 64, 256, 2048])
+    count = rng.randint(6, 30)
+    requests = rows(seed, count, (1, max(2, max_model_len * 2 // 3)), (1, max(2, max_model_len // 2)),
+                    spread_s=rng.choice([0, 10, 40]), priorities=4)
+    requests = first_at_zero([r for r in requests if r.prompt + r.output <= max_model_len] or
+                             [Row(0.0, 1, 1)])
+    return grouped(f"groups-random-{seed}", layers, requests, num_blocks=num_blocks, block_size=block_size,
+                   max_model_len=max_model_len, max_num_batched_tokens=budget,
+                   max_num_seqs=min(budget, rng.choice([4, 16, 64])),
+                   policy=rng.choice(["fcfs", "fcfs", "priority"]),
+                   description=f"drawn from seed {seed}: {mix}, {len(kinds)} layers, window {layers.window}")
 
 
 def to_the_limit(seed: int, n: int, max_model_len: int) -> list:

@@ -12,11 +12,12 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.core import kv_cache, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.core.build import set_groups
 from pagesim.sim.run import initial_state, prepare, run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import KVCacheGroups, kv_cache_groups, window_cap_blocks
 from pagesim.sim.specs.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec, interleaved_sliding
+
+from tests.sim.helpers import ConstExecutor
 
 GiB = 2**30
 # a 2-layer model, layer 0 sliding (window 6), layer 1 full; one KV head of 4 at 2 bytes:
@@ -64,12 +65,13 @@ def v1(slots: int, system: str = "vllm-v1", **settings) -> SimConfig:
     settings.setdefault("async_scheduling", False)
     settings.setdefault("prefix_caching", False)
     settings.setdefault("max_num_batched_tokens", 16)
+    settings.setdefault("max_seq_len", 32)
     if system == "vllm":  # v0: neither setting; a whole prompt in one step
         settings.pop("async_scheduling")
         settings.pop("prefix_caching")
         settings["max_num_batched_tokens"] = 32
     return SimConfig.for_system(system, model=TINY.name, gpu="a100-40gb", kv_gib=slots * LAYER_TOKEN / GiB,
-                                block_size=4, max_seq_len=32, max_num_seqs=4,
+                                block_size=4, max_num_seqs=4,
                                 cost_model="roofline", check=True, **settings)
 
 
@@ -118,8 +120,9 @@ def test_under_async_scheduling_the_last_step_is_in_flight_and_frees_a_step_late
     """The same request, async scheduling: processed = computed - the tokens scheduled in the
     step before (kv_cache_manager.py:557-567). Step 1: 10 - 10 = 0 (nothing skipped); step 2:
     11 - 1 = 10 -> 1 block; step 3: 11 -> 1; step 4: 12 -> 1 (2 when synchronous); step 5: 13 -> 2.
-    held: 6, 6, 5, 4 + 3 = 7, 4 + 3 = 7, 4 + 2 = 6."""
-    result = run_simulation(v1(64, async_scheduling=True), trace((0, 10, 6)))
+    held: 6, 6, 5, 4 + 3 = 7, 4 + 3 = 7, 4 + 2 = 6. (17 blocks: with 32 tokens in flight one
+    request of 32 needs 8 + cdiv(min(5 + 32, 32), 4) + 1 = 17, the test below.)"""
+    result = run_simulation(v1(68, async_scheduling=True), trace((0, 10, 6)))
     assert memory(result)[1] == [4 * 6, 4 * 6, 4 * 5, 4 * 7, 4 * 7, 4 * 6]
 
 
@@ -137,6 +140,24 @@ def test_categories_per_group_and_summed_in_the_summary():
     dt = result.steps["dt_s"].to_numpy()
     full, sliding = dt @ [10, 11, 12, 13, 14, 15], dt @ [10, 7, 8, 9, 6, 7]
     assert split["sliding"]["token_states"] / split["full"]["token_states"] == pytest.approx(sliding / full)
+
+
+def test_the_pool_must_hold_one_request_with_its_sliding_layers_at_their_cap():
+    """vLLM's start check (kv_cache_planning.py:151-184), per layer: the full layer cdiv(L, 4),
+    the sliding one its cap cdiv(min(6 - 1 + 16, L), 4) + 1. L = 32: 8 + 7 = 15 blocks of one
+    layer (a group is one layer): 60 slots (15 blocks) run, 56 (14) are refused, though both
+    hold under 32 tokens of both layers (30, 28). L = 12: 3 + 4 = 7 blocks: 24 slots (6 blocks,
+    12 tokens of both layers) are refused, 28 (7) run. Under async scheduling 32 tokens are in
+    flight: L = 32 needs 8 + 9 = 17 blocks."""
+    def starts(slots, max_seq_len, **settings):
+        try:
+            initial_state(v1(slots, max_seq_len=max_seq_len, **settings), trace((0, 4, 1)))
+        except ConfigError as error:
+            assert "cannot hold one max_seq_len" in str(error) and len(str(error)) <= 100
+            return False
+        return True
+    assert [starts(60, 32), starts(56, 32), starts(24, 12), starts(28, 12)] == [True, False, False, True]
+    assert [starts(64, 32, async_scheduling=True), starts(68, 32, async_scheduling=True)] == [False, True]
 
 
 def test_prefix_caching_over_sliding_groups_is_refused_in_one_line():
@@ -161,9 +182,13 @@ def test_a_request_needs_its_blocks_in_every_group_and_a_sliding_one_at_most_its
 
 
 def test_the_gpu_mode_refuses_sliding_window_groups_in_one_line():
-    """An executor outside the core would read one block table per sequence: refused."""
-    run = prepare(v1(64), trace((0, 4, 1)))
-    config = run.state.config.copy()
+    """An executor outside the core that runs the steps would read one block table per sequence:
+    refused; one that only times them (sim.executor.only_times: the peer tests' recorder) runs
+    them as the core does: prompt 4 (one block in each of the 2 groups), output 1: one step."""
     with pytest.raises(ConfigError, match="not modelled in the GPU mode"):
-        set_groups(config, run.pool, run.limits, v1(64), external=True)
-    assert set_groups(config, run.pool, run.limits, v1(64), external=False) == 2
+        prepare(v1(64), trace((0, 4, 1)), executor=ConstExecutor())
+    timer = ConstExecutor()
+    timer.only_times = True
+    assert prepare(v1(64), trace((0, 4, 1)), executor=timer).pool.groups.num_groups == 2
+    run_simulation(v1(64), trace((0, 4, 1)), executor=timer)
+    assert len(timer.batches) == 1

@@ -238,13 +238,13 @@ def test_refused_with_parallel_sampling():
 def test_an_executor_outside_the_core_runs_speculation_only_if_it_only_times_the_steps():
     """The rate-1 run above (A: prompt 4, output 10: 4 steps) under an executor of 1 s steps
     (tests/peers' recorder is one): refused unless it says it only times them
-    (sim.executor.times_drafts; the GPU's verifies no drafts); with it, the core's draws decide
+    (sim.executor.only_times; the GPU's verifies no drafts); with it, the core's draws decide
     as without one: 4 steps, at 0, 1, 2 and 3 s, 9 drafts accepted."""
     cfg = v1(num_speculative_tokens=3, spec_acceptance_rate=1.0)
     with pytest.raises(ConfigError, match="verifies no drafts"):
         run_simulation(cfg, trace((0, 4, 10)), executor=ConstExecutor())
     timer = ConstExecutor()
-    timer.times_drafts = True
+    timer.only_times = True
     result = run_simulation(cfg, trace((0, 4, 10)), executor=timer)
     assert column(result, "start_s") == [0.0, 1.0, 2.0, 3.0]
     assert result.summary["spec_accepted_tokens"] == 9

@@ -152,3 +152,13 @@ def test_a_preempted_request_gives_its_states_back():
     preempted, and both finish."""
     result = run_simulation(v1(112), trace((0, 12, 12), (0, 12, 12)))
     assert result.summary["completed"] == 2 and result.summary["num_preemptions"] > 0
+
+
+def test_the_pool_must_hold_one_request_with_a_page_per_state_layer():
+    """vLLM starts only if its pool holds one max_model_len request, layer by layer
+    (kv_cache_planning.py:151-184): the full layer cdiv(32, 16) = 2 blocks, each Mamba layer one
+    page (MambaSpec.max_memory_usage_bytes): 2 + 2 = 4 blocks of one layer. 64 slots (4 blocks)
+    start; 48 (3 blocks) are refused in one line."""
+    assert run_simulation(v1(64), trace((0, 10, 3))).summary["completed"] == 1
+    with pytest.raises(ConfigError, match="cannot hold one max_seq_len=32 request"):
+        run_simulation(v1(48), trace((0, 10, 3)))
