@@ -24,11 +24,11 @@ os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: no compile, and none b
 from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
 from pagesim.sim.core import kv_cache, state  # noqa: E402
 from pagesim.sim.core.jit import interpreted  # noqa: E402
-from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS  # noqa: E402
+from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
 from pagesim.sim.specs import presets  # noqa: E402
 from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
-from pagesim.sim.specs.model import ModelSpec  # noqa: E402
+from pagesim.sim.specs.model import MambaMixer, ModelSpec  # noqa: E402
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
@@ -42,8 +42,9 @@ def model_of(layers: Layers) -> ModelSpec:
     shapes only price steps, which the executor times itself)."""
     if layers.preset:
         return presets.MODELS[layers.preset]
+    mamba = MambaMixer(layers.mamba_inner, layers.mamba_state, 4, 4) if layers.mamba_inner else None
     return ModelSpec(layers.name, len(layers.kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
-                     64, 100, 8192, layer_kinds=layers.kinds, sliding_window=layers.window)
+                     64, 100, 8192, layer_kinds=layers.kinds, sliding_window=layers.window or None, mamba=mamba)
 
 
 @contextlib.contextmanager
@@ -114,16 +115,19 @@ def trace(workload: Workload) -> pd.DataFrame:
 
 def group_blocks(core) -> dict:
     """With KV cache groups: each running request's blocks held in each group's table (full
-    groups first), read from the tables (a block a sliding group freed is -1 there)."""
-    if not core.config[SLIDING_GROUPS]:
+    groups first, state ones last), read from the tables (a block a sliding group freed is -1
+    there; a state group's one block is its first column)."""
+    attention, states = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS]), int(core.config[STATE_GROUPS])
+    if not (core.config[SLIDING_GROUPS] or states):
         return {}
-    groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
-    width = core.block_table.shape[1] // groups
+    width = core.block_table.shape[1] // (attention + states)
     held = {}
     for i in core.running[:core.count[state.NUM_RUNNING]]:
         row = core.block_table[core.seq_slot[i, 0]]
-        held[int(i)] = tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
-                             for g in range(groups))
+        held[int(i)] = (tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
+                              for g in range(attention))
+                        + tuple(int(core.num_blocks[i] > 0 and row[g * width] >= 0)
+                                for g in range(attention, attention + states)))
     return held
 
 

@@ -27,7 +27,7 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
-from tests.peers.workloads import (FULL, GROUP_WORKLOADS, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
+from tests.peers.workloads import (FULL, GROUP_WORKLOADS, MAMBA, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
                                    random_grouped)
 
 
@@ -94,7 +94,7 @@ def test_the_speculative_workloads_reach_what_they_test():
 
 @pytest.mark.parametrize("name", list(GROUP_WORKLOADS))
 def test_every_group_step_is_vllms(name):
-    """KV cache groups of sliding-window and full-attention layers: each step's tokens,
+    """KV cache groups of sliding-window, Mamba-state and full-attention layers: each step's tokens,
     preemptions, free blocks and every running request's blocks in each group."""
     workload = GROUP_WORKLOADS[name]
     assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
@@ -111,7 +111,8 @@ def test_the_groups_are_vllms(layers):
     model = pagesim_steps.model_of(layers)
     ours = kv_cache_groups(model)
     kinds = [kind for kind, _ in theirs]
-    assert (kinds.count(FULL), kinds.count(SLIDING)) == (ours.full_groups, ours.sliding_groups)
+    assert ((kinds.count(FULL), kinds.count(SLIDING), kinds.count(MAMBA))
+            == (ours.full_groups, ours.sliding_groups, ours.state_groups))
     assert max(count for _, count in theirs) == ours.layers_per_group
     assert per_block == ours.bytes_per_block(model, workload.block_size)
 
@@ -162,3 +163,16 @@ def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, rule, name, s
     theirs = vllm_v1.run(workload)
     monkeypatch.setattr(kv_cache, rule, broken[rule])
     assert first_divergence(pagesim_steps.run(workload), theirs) == step
+
+
+def test_the_mamba_workloads_catch_the_state_blocks_left_out_of_admission(monkeypatch):
+    """Admission counting no block for the state groups (MambaManager's one block per request,
+    single_type_kv_cache_manager.py:214 with a block of max_model_len tokens) admits too early:
+    ``jamba-arrivals`` diverges from vLLM at step 26."""
+    from pagesim.sim.core import kv_cache
+
+    workload, whole = GROUP_WORKLOADS["jamba-arrivals"], kv_cache.blocks_for_sequence
+    theirs = vllm_v1.run(workload)
+    monkeypatch.setattr(kv_cache, "blocks_for_sequence",
+                        lambda s, num_tokens: whole(s, num_tokens) - s.config[state.STATE_GROUPS])
+    assert first_divergence(pagesim_steps.run(workload), theirs) == 26

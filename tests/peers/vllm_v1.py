@@ -32,7 +32,7 @@ import pickle
 import types
 
 from tests.peers.importing import Peer, functions, members, placeholders
-from tests.peers.workloads import FULL, SLIDING, STEP_S, TOKEN, Step, Workload
+from tests.peers.workloads import FULL, MAMBA, SLIDING, STEP_S, TOKEN, Step, Workload
 
 # vLLM's modules executed as they are
 REAL = (
@@ -104,9 +104,22 @@ def prompt_length(prompt_token_ids, prompt_embeds):
     return len(prompt_token_ids)
 
 
+class OnceLogger(logging.LoggerAdapter):
+    """vLLM's logger: a standard one with its ``*_once`` methods (vllm/logger.py), logging each."""
+
+    def info_once(self, msg, *args, **kwargs):
+        self.info(msg, *args)
+
+    def warning_once(self, msg, *args, **kwargs):
+        self.warning(msg, *args)
+
+    def debug_once(self, msg, *args, **kwargs):
+        self.debug(msg, *args)
+
+
 # module -> {name: value, or None for a Placeholder}: what the real modules import
 STUBS = {
-    "vllm.logger": {"init_logger": lambda name: logging.getLogger(name)},
+    "vllm.logger": {"init_logger": lambda name: OnceLogger(logging.getLogger(name))},
     "vllm.envs": {},
     # no current engine config: kv_cache_spec_registry.py:49-56 then registers vLLM's built-in specs
     "vllm.config": {**placeholders("VllmConfig", "KVEventsConfig", "SpeculativeConfig"),
@@ -196,8 +209,8 @@ def load() -> types.SimpleNamespace:
         import torch
         from vllm.v1.core.kv_cache_planning import (_get_kv_cache_bytes_per_block, check_enough_kv_cache_memory,
                                                     get_kv_cache_config_from_groups, get_kv_cache_groups)
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-        from vllm.v1.kv_cache_interface import SlidingWindowSpec
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
+        from vllm.v1.kv_cache_interface import MambaSpec, SlidingWindowSpec
         from vllm.v1.kv_cache_layout import KVCacheLayout
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -207,11 +220,12 @@ def load() -> types.SimpleNamespace:
                                  KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec,
                                  ModelRunnerOutput=ModelRunnerOutput, DraftTokenIds=DraftTokenIds, Request=Request,
                                  init_none_hash=init_none_hash, get_request_block_hasher=get_request_block_hasher,
-                                 float16=torch.float16, SlidingWindowSpec=SlidingWindowSpec,
+                                 float16=torch.float16, SlidingWindowSpec=SlidingWindowSpec, MambaSpec=MambaSpec,
                                  get_kv_cache_groups=get_kv_cache_groups,
                                  check_enough_kv_cache_memory=check_enough_kv_cache_memory,
                                  get_kv_cache_config_from_groups=get_kv_cache_config_from_groups,
-                                 bytes_per_block=_get_kv_cache_bytes_per_block, KVCacheLayout=KVCacheLayout)
+                                 bytes_per_block=_get_kv_cache_bytes_per_block, KVCacheLayout=KVCacheLayout,
+                                 resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes)
 
 
 class Settings:
@@ -289,6 +303,7 @@ def build(vllm, workload: Workload):
     cache_config = Settings(num_gpu_blocks=workload.num_blocks + 1, enable_prefix_caching=workload.prefix_caching,
                             enable_mamba_shared_prefix_checkpoint=False, mamba_cache_mode="none",
                             num_gpu_blocks_override=None, prefix_cache_retention_interval=0,
+                            block_size=workload.block_size, prefix_match_unit=None,
                             get_resolved_kv_cache_layout=lambda: vllm.KVCacheLayout.LBNHC)
     model_config = Settings(max_model_len=workload.max_model_len, uses_mrope=False, is_encoder_decoder=False,
                             runner_type="generate", is_diffusion=False, supports_multimodal_inputs=False,
@@ -312,8 +327,11 @@ def build(vllm, workload: Workload):
     # (structured_output/__init__.py:362-365: a request without a grammar gets its drafts back)
     no_grammar = types.SimpleNamespace(accept_tokens=lambda request, token_ids: True,
                                        validate_tokens=lambda request, spec_tokens: spec_tokens)
+    # the engine core's scheduler block size: the groups' LCM (a Mamba group's is max_model_len;
+    # kv_cache_utils.py:816-873, v1/engine/core.py:176-186)
+    block_size, _ = vllm.resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     return vllm.Scheduler(vllm_config, kv_cache_config, structured_output_manager=no_grammar,
-                          block_size=workload.block_size, log_stats=False)
+                          block_size=block_size, log_stats=False)
 
 
 def layer_specs(vllm, workload: Workload) -> dict:
@@ -326,8 +344,15 @@ def layer_specs(vllm, workload: Workload) -> dict:
                                                 dtype=vllm.float16)}
     shape = dict(block_size=workload.block_size, num_kv_heads=layers.num_kv_heads, head_size=layers.head_size,
                  dtype=vllm.float16)
+    # a Mamba layer (mamba/abstract.py:72-90 without prefix caching): one block of max_model_len
+    # tokens, its page padded to the attention page (platforms/interface.py:1115-1130)
+    page = vllm.FullAttentionSpec(**shape).page_size_bytes
+    state = dict(shapes=((layers.mamba_inner, 3), (layers.mamba_inner, layers.mamba_state)),
+                 dtypes=(vllm.float16, vllm.float16), block_size=workload.max_model_len, page_size_padded=page,
+                 mamba_cache_mode="none")
     return {f"model.layers.{k}.self_attn.attn": vllm.SlidingWindowSpec(**shape, sliding_window=layers.window)
-            if kind == SLIDING else vllm.FullAttentionSpec(**shape) for k, kind in enumerate(layers.kinds)}
+            if kind == SLIDING else vllm.MambaSpec(**state) if kind == MAMBA else vllm.FullAttentionSpec(**shape)
+            for k, kind in enumerate(layers.kinds)}
 
 
 def kv_cache_config_of(vllm, vllm_config, workload: Workload):
@@ -357,7 +382,8 @@ def groups_of(vllm, workload: Workload) -> tuple[list, int]:
     with PEER.active():
         groups = vllm.get_kv_cache_groups(vllm_config, layer_specs(vllm, workload))
         per_block = vllm.bytes_per_block(groups, vllm_config.cache_config.get_resolved_kv_cache_layout())
-    return [(SLIDING if isinstance(g.kv_cache_spec, vllm.SlidingWindowSpec) else FULL, len(g.layer_names))
+    return [(SLIDING if isinstance(g.kv_cache_spec, vllm.SlidingWindowSpec)
+             else MAMBA if isinstance(g.kv_cache_spec, vllm.MambaSpec) else FULL, len(g.layer_names))
             for g in groups], per_block
 
 
@@ -400,7 +426,8 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
     blocks_of = managers[0].req_to_blocks
     # with several groups, the blocks each group holds for a request (its table less the null
     # blocks a sliding window left), full-attention groups first, each kind in vLLM's order
-    sliding_last = sorted(managers, key=lambda m: isinstance(m.kv_cache_spec, vllm.SlidingWindowSpec))
+    sliding_last = sorted(managers, key=lambda m: (isinstance(m.kv_cache_spec, vllm.SlidingWindowSpec),
+                                                   isinstance(m.kv_cache_spec, vllm.MambaSpec)))
     tables = [m.req_to_blocks for m in sliding_last]
     requests = {}
     steps: list[Step] = []

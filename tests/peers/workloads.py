@@ -26,13 +26,16 @@ class Row:
 
 
 FULL, SLIDING = "full_attention", "sliding_attention"  # a layer's kind: Hugging Face's layer_types
+MAMBA = "mamba"  # a Mamba layer: a recurrent state per request (Layers.mamba_inner, mamba_state)
 
 
 @dataclass(frozen=True)
 class Layers:
     """A model's attention layers, for vLLM v1's KV cache groups: each layer's kind, the sliding
     window (tokens), and the KV heads and head size that size a block (2-byte elements).
-    ``preset``: pagesim's model preset of these layers ("": a tiny model of them, ``name``)."""
+    ``preset``: pagesim's model preset of these layers ("": a tiny model of them, ``name``).
+    A Mamba layer keeps a conv state of ``mamba_inner`` x 3 and an SSM state of ``mamba_inner`` x
+    ``mamba_state`` elements (Mamba-1's shapes at d_conv 4, ``mamba_utils.py:171-183``)."""
 
     name: str
     kinds: tuple
@@ -40,6 +43,8 @@ class Layers:
     num_kv_heads: int = 1
     head_size: int = 4
     preset: str = ""
+    mamba_inner: int = 0
+    mamba_state: int = 0
 
 
 def every_nth_full(num_layers: int, n: int) -> tuple:
@@ -178,6 +183,11 @@ GEMMA2_LIKE = Layers("gemma2-like", every_nth_full(8, 2), window=40)  # 4 + 4: 2
 GEMMA3_LIKE = Layers("gemma3-like", every_nth_full(12, 6), window=64)  # 10 + 2: 5 sliding + 1 full of 2
 MISTRAL_LIKE = Layers("mistral-like", (SLIDING,) * 4, window=48)  # every layer slides: one group
 UNEVEN = Layers("uneven", every_nth_full(24, 2) + (FULL,), window=24)  # 12 + 13 < 1.5 x 12: groups of 13
+# Mamba hybrids: a Jamba-like 1 full + 3 Mamba layers (one group each: 3 < 1.5 x 1 fails, size 1);
+# the state 8 x (3 + 9) x 2 B = 192 B fits a page of 16 tokens x 16 B (blocks of 16: not raised)
+JAMBA_LIKE = Layers("jamba-like", (MAMBA, FULL, MAMBA, MAMBA), window=0, mamba_inner=8, mamba_state=9)
+# 2 full + 6 Mamba layers: groups of 2, 1 full + 3 state groups
+JAMBA_WIDE = Layers("jamba-wide", (MAMBA, MAMBA, MAMBA, FULL) * 2, window=0, mamba_inner=8, mamba_state=9)
 GEMMA2_27B = Layers("gemma-2-27b", every_nth_full(46, 2), window=4096, num_kv_heads=16, head_size=128,
                     preset="gemma-2-27b")
 
@@ -210,6 +220,12 @@ GROUP_WORKLOADS = {
     "uneven": grouped("uneven", UNEVEN, rows(8, 20, (16, 200), (8, 120)), num_blocks=80, max_num_batched_tokens=64,
                       max_model_len=640,
                       description="13 full + 12 sliding layers (window 24): 2 groups of 13, 80 blocks"),
+    "jamba-preemption": grouped("jamba-preemption", JAMBA_LIKE, rows(1, 20, (16, 200), (8, 120)), num_blocks=120,
+                                max_num_batched_tokens=64, max_model_len=768,
+                                description="1 full + 3 Mamba groups, 120 blocks of 16: preemptions free the states"),
+    "jamba-arrivals": grouped("jamba-arrivals", JAMBA_WIDE, rows(5, 30, (16, 300), (8, 200), spread_s=60),
+                              num_blocks=150, max_num_batched_tokens=128, max_model_len=960, policy="priority",
+                              description="1 full + 3 state groups of 2 layers, 30 arrivals, priorities"),
     "gemma-2-27b": grouped("gemma-2-27b", GEMMA2_27B, rows(7, 12, (3000, 7000), (20, 200), spread_s=20),
                            num_blocks=1500, description="Gemma-2-27B's layers (window 4096), 1500 blocks of 16"),
 }
