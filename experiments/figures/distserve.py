@@ -17,8 +17,10 @@ request meets the SLO when it finished with TTFT <= 0.25 s and TPOT <= 0.1 s
 (:func:`sim.metrics.meets_slos`, the summary's ``request_goodput``); rejected or unfinished
 requests miss, as in the artifact (its ``get_attainment`` counts over every request sent).
 
-Cost: 16 runs of 300 requests (two designs x 8 rates): 1.7 s of wall time on two workers once
-the core is compiled (2026-11-25; ``--quick``: 4 runs of 30 requests).
+Cost: 16 runs of 300 requests (two designs x 8 rates): 14 s of wall time with ``--no-cache`` on
+the shared 2-core machine once the core is compiled (2026-11-25; ``--quick``: 4 runs of 30
+requests). The reading (:func:`explain`) says where ours departs from the paper and, from the
+disaggregated pools' columns, why (:func:`bottleneck`, :func:`colocated_misses`).
 """
 
 from __future__ import annotations
