@@ -67,7 +67,8 @@ WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", 
 #: keys that make a run a cluster (sim/cluster.py): replicas behind a router
 CLUSTER_KEYS = ("replicas", "router")
 #: keys that make a run disaggregated (sim/disagg.py): two pools of vllm-v1 replicas and a KV link
-DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp", "kv_link")
+DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp", "kv_link",
+               "first_token")
 #: bump to invalidate every cache entry when the cache layout or the run semantics change
 #: (2: entries carry a manifest of their files' sizes and hashes; 3: tables are Arrow files)
 CACHE_FORMAT = 3
@@ -400,7 +401,7 @@ def simulate_disaggregated(spec: RunSpec, trace: pd.DataFrame, options: SummaryO
         pools.append(SimConfig.for_system(spec.system, seed=spec.seed, **sim))
     return run_disaggregated(pools[0], pools[1], trace, d["prefill_replicas"], d["decode_replicas"],
                              spec.router or "round-robin", d.get("kv_link", "ib-ndr"),
-                             summary_options=options)
+                             summary_options=options, first_token=d.get("first_token", "decode"))
 
 
 

@@ -66,6 +66,9 @@ def register(sub) -> None:
                         "roce-200, roce-100, nvlink, pcie (sim/specs/links.py)")
     d.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS",
                    help="the link's rate per GPU in Gb/s instead of the preset's (a measured one)")
+    d.add_argument("--first-token", default=None, choices=["decode", "prefill"],
+                   help="whose token the client sees first: decode (default; vLLM's proxy) or "
+                        "prefill (DistServe's: the prefill side streams it, sim/disagg.py)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", default=None, help="folder for summary.json, requests.csv, steps.csv")
     o.add_argument("--requests-format", choices=["csv", "parquet"], default="csv")
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 #: the flags of a disaggregated run alone
 DISAGG_FLAGS = ("prefill_replicas", "decode_replicas", "prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp",
-                "kv_link", "kv_link_gbps")
+                "kv_link", "kv_link_gbps", "first_token")
 
 
 def disaggregated(args: argparse.Namespace) -> bool:
@@ -174,11 +177,13 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
         pools.append(config_from_args(args, **pool))
     prefill_cfg, decode_cfg = pools
     router, link = args.router or "round-robin", args.kv_link or "ib-ndr"
-    check_disagg(prefill_cfg, decode_cfg, args.prefill_replicas, args.decode_replicas, router, link)
+    first_token = args.first_token or "decode"
+    check_disagg(prefill_cfg, decode_cfg, args.prefill_replicas, args.decode_replicas, router, link,
+                 first_token)
     trace, workload = workload_from_args(args, min(resolve_model(prefill_cfg), resolve_model(decode_cfg)),
                                          prefill_cfg.max_len_policy)
     result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,
-                               router, link, args.kv_link_gbps, summary_options)
+                               router, link, args.kv_link_gbps, summary_options, first_token)
     for s in result.replica_summaries:  # each replica's cost model is its GPU's
         s.update(error_band(prefill_cfg.cost_model, s["gpu"], prefill_cfg.profile))
     result.summary["workload"] = workload

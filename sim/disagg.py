@@ -36,14 +36,23 @@ from pagesim.sim.run import engine_summary, prepare
 from pagesim.sim.specs.links import LINKS, get_link
 
 DISAGG_ROUTERS = ("round-robin", "least-outstanding-requests", "least-kv-usage")
+# which side's token the client sees first. decode: vLLM's disaggregated proxy streams the decode
+# side's tokens (it recomputes the prompt's last token to sample the first: remote_kv.py) and
+# drops the prefill's one-token reply. prefill: DistServe's context stage streams the token it
+# samples as its prefill ends, before the KV moves (LLMServe/DistServe 82831f1,
+# distserve/single_stage_engine.py:373-385); the decode side's waits then fall in the TPOT.
+FIRST_TOKEN_SOURCES = ("decode", "prefill")
 # the per-request phases of the TTFT, in order (they sum to the engine's TTFT: requests.csv)
 PHASES = ("prefill_queue_s", "prefill_s", "decode_admit_wait_s", "transfer_wait_s", "transfer_s",
           "decode_first_step_s")
 
 
 def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, decode: int,
-                 router: str, link: str) -> None:
+                 router: str, link: str, first_token: str = "decode") -> None:
     """What a disaggregated run cannot take, refused in one line each (ConfigError)."""
+    if first_token not in FIRST_TOKEN_SOURCES:
+        raise ConfigError(f"--first-token {first_token!r} is unknown; valid: "
+                          f"{', '.join(FIRST_TOKEN_SOURCES)}")
     for name, count in (("--prefill-replicas", prefill), ("--decode-replicas", decode)):
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise ConfigError(f"{name} must be a whole number >= 1, got {count!r}")
@@ -168,11 +177,13 @@ class Disaggregated:
 def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.DataFrame,
                       prefill: int, decode: int, router: str = "round-robin", link: str = "ib-ndr",
                       link_gbps: float | None = None,
-                      summary_options: SummaryOptions = SummaryOptions()) -> ClusterResult:
+                      summary_options: SummaryOptions = SummaryOptions(),
+                      first_token: str = "decode") -> ClusterResult:
     """Run ``trace`` through ``prefill`` replicas of ``prefill_cfg`` and ``decode`` of
     ``decode_cfg`` behind ``router`` (one per pool), their KV over ``link`` (a preset of
-    ``sim/specs/links.py``, the decode GPU's; ``link_gbps``: a measured rate instead)."""
-    check_disagg(prefill_cfg, decode_cfg, prefill, decode, router, link)
+    ``sim/specs/links.py``, the decode GPU's; ``link_gbps``: a measured rate instead);
+    ``first_token``: the side whose token the client sees first (:data:`FIRST_TOKEN_SOURCES`)."""
+    check_disagg(prefill_cfg, decode_cfg, prefill, decode, router, link, first_token)
     one_token = trace.copy()
     one_token["output_tokens"] = 1  # the proxy's prefill request: max_tokens=1
     one_token.attrs = dict(trace.attrs)
@@ -198,14 +209,17 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
                       run_p.state.arrival_s)
     wall_time_s = c.run()
     return disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c, router, kv_link, wall_time_s,
-                         summary_options)
+                         summary_options, first_token)
 
 
-def client_table(run_p, run_d, c: Disaggregated):
-    """The requests as their clients see them: the trace's arrival, the decode side's first
-    token and end; refused where either side refused them."""
+def client_table(run_p, run_d, c: Disaggregated, first_token: str = "decode"):
+    """The requests as their clients see them: the trace's arrival, the first token of the side
+    ``first_token`` names (:data:`FIRST_TOKEN_SOURCES`), the decode side's end; refused where
+    either side refused them."""
     t = run_d.table
     view = RequestSubset(t, np.ones(t.size, bool))
+    if first_token == "prefill":
+        view.first_token_s = run_p.table.first_token_s.copy()
     view.status = t.status.copy()
     view.status[run_p.table.status == Status.REJECTED] = Status.REJECTED
     view.arrival_s = run_p.table.arrival_s
@@ -217,7 +231,8 @@ def client_table(run_p, run_d, c: Disaggregated):
 
 def phases(run_p, run_d, c: Disaggregated) -> dict[str, np.ndarray]:
     """Each request's TTFT in phases (seconds; NaN where it did not get there): they sum to its
-    engine TTFT (the decode side's first token less the trace's arrival)."""
+    engine TTFT (the decode side's first token less the trace's arrival; the client's TTFT
+    unless its first token is the prefill side's, ``first_token="prefill"``: the first two)."""
     tl = c.timeline[:run_p.table.size]
     arrival, prefill_admitted = run_p.table.arrival_s, run_p.state.admitted_s
     handoff, asked, flow, end = (tl[:, k] for k in (core_disagg.T_HANDOFF, core_disagg.T_ASKED,
@@ -228,7 +243,8 @@ def phases(run_p, run_d, c: Disaggregated) -> dict[str, np.ndarray]:
 
 
 def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, router: str, kv_link,
-                  wall_time_s: float, options: SummaryOptions) -> ClusterResult:
+                  wall_time_s: float, options: SummaryOptions,
+                  first_token: str = "decode") -> ClusterResult:
     """The records: each replica's summary and steps (its pool's requests), the request table
     (the client's view, each request's replicas, its TTFT's phases and transfer), the summary."""
     summaries, steps, records = [], [], []
@@ -251,7 +267,7 @@ def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, route
         frame.insert(1, "pool", side)
         steps.append(frame)
         records.append(rec)
-    view = client_table(run_p, run_d, c)
+    view = client_table(run_p, run_d, c, first_token)
     requests = request_frame(view, reasons)
     requests.insert(1, "prefill_replica", c.replica_of)
     requests.insert(2, "decode_replica", np.where(c.decode_of >= 0, c.decode_of + c.prefill, -1))
@@ -274,6 +290,7 @@ def disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c: Disaggregated, route
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options)
     num_gpus = prefill_gpus + decode_gpus
     summary.update(disagg_summary(c, summaries, requests, router, kv_link, num_gpus, end_s))
+    summary["first_token"] = first_token
     if "request_goodput" in summary:
         summary["request_goodput_per_gpu"] = summary["request_goodput"] / num_gpus
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), decode_cfg,

@@ -53,9 +53,14 @@ def test_config_runs_the_artifact_placement_and_slos():
     disagg = [s for s in specs if s.disagg]
     assert {s.replicas for s in colocated} == {3}
     assert {tuple(sorted(s.disagg.items())) for s in disagg} == {
-        (("decode_replicas", 1), ("decode_tp", 1), ("kv_link", "nvlink"), ("prefill_replicas", 1),
-         ("prefill_tp", 2))}
+        (("decode_replicas", 1), ("decode_tp", 1), ("first_token", "prefill"), ("kv_link", "nvlink"),
+         ("prefill_replicas", 1), ("prefill_tp", 2))}
     assert {s.rate / 3 for s in specs} == {0.25, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 3.0}  # per GPU
+    # the artifact's baseline is vLLM 0.1.7 (prefill first, no chunking): pagesim's vLLM v0;
+    # DistServe streams the prefill's token; one cost model for both designs
+    assert {s.system for s in colocated} == {"vllm"} and {s.system for s in disagg} == {"vllm-v1"}
+    assert {s.disagg["first_token"] for s in disagg} == {"prefill"}
+    assert {s.sim["cost_model"] for s in specs} == {"roofline"}
     assert all(s.goodput == {"ttft": 250.0, "tpot": 100.0} for s in specs)
     assert specs[0].summary_options().goodput_slo_s == (("ttft", 0.25), ("tpot", 0.1))
     # the same SLOs as the paper numbers' (the artifact's _plot.py)
@@ -99,6 +104,49 @@ def test_quick_run_layout_and_goodputs(tmp_path):
     assert "a ratio of 1.11x" in text and "Disaggregated leads" not in text
     assert "0.5: 100 % vs 100 %; 3: 25 % vs 0 %" in text  # a tie, then disaggregated ahead
     assert "The lead changes at per-GPU rate 3 (disaggregated ahead)." in text
+
+
+def probe(design, rate, attainment, **pools):
+    """One row of distserve.csv: the columns the reading reads, the rest NaN."""
+    row = dict.fromkeys(distserve.COLUMNS, math.nan)
+    row.update(design=design, per_gpu_rate=rate, slo_attainment=attainment, **pools)
+    return row
+
+
+def test_bottleneck_names_the_decode_pool_from_the_pools_columns():
+    # disaggregated 95 % at 0.5, 60 % at 1 (the first probe under 90 %): there the prefill pool
+    # is busy 12 %, the decode pool holds 77 % of 65,644 slots and requests wait 6,878 ms for it,
+    # over the 250 ms TTFT SLO: the decode pool is named. The artifact's capacity: 66,144.
+    pools = dict(prefill_utilization=0.12, decode_kv_used=0.77, decode_kv_capacity_tokens=65644,
+                 mean_decode_admit_wait_ms=6878.0, mean_ttft_ms=65.0, mean_tpot_ms=207.0)
+    curves = pd.DataFrame([probe("disaggregated", 0.5, 0.95, **pools),
+                           probe("disaggregated", 1.0, 0.60, **pools),
+                           probe("disaggregated", 2.0, 0.30, **{**pools, "decode_kv_used": 0.9})])
+    text = distserve.bottleneck(curves, 0.9)
+    assert text.startswith("At 1 req/s per GPU, the first probe where the disaggregated design "
+                           "falls below 90 %, its prefill pool is busy 12 % of the run and its "
+                           "decode pool holds 77 % of its 65,644 KV slots on average (DistServe's "
+                           "own engine: 66,144")
+    assert "wait 6878 ms" in text and "(mean TTFT 65 ms, mean TPOT 207 ms)" in text
+    assert text.endswith("The decode pool sets the rate: its KV cache has no room for more "
+                         "requests while the prefill pool idles.")
+    # a wait within the TTFT SLO (200 <= 250 ms) names nothing; a busy prefill pool neither
+    for change in ({"mean_decode_admit_wait_ms": 200.0}, {"prefill_utilization": 0.6}):
+        rows = [probe("disaggregated", 1.0, 0.6, **{**pools, **change})]
+        assert "sets the rate" not in distserve.bottleneck(pd.DataFrame(rows), 0.9)
+    assert distserve.bottleneck(curves.iloc[:1], 0.9) == ""  # never below 90 %
+    assert distserve.bottleneck(pd.DataFrame([probe("disaggregated", 1.0, 0.5)]), 0.9) == ""
+
+
+def test_colocated_misses_weighs_its_worst_p99_tpot_against_the_slo():
+    rows = [probe("colocated", 1.0, 1.0, p99_tpot_ms=42.0), probe("colocated", 3.0, 0.9,
+                                                                   p99_tpot_ms=88.0)]
+    text = distserve.colocated_misses(pd.DataFrame(rows))
+    assert "stays within the 100 ms SLO at every probe (at most 88 ms)" in text
+    rows[1]["p99_tpot_ms"] = 140.0
+    assert distserve.colocated_misses(pd.DataFrame(rows)).startswith(
+        "The colocated design's p99 TPOT reaches 140 ms, over the 100 ms SLO")
+    assert distserve.colocated_misses(pd.DataFrame([probe("disaggregated", 1.0, 1.0)])) == ""
 
 
 def test_spec_runs_each_pool_at_its_tensor_parallelism():

@@ -59,6 +59,31 @@ def test_one_request_worked_by_hand():
     assert s["transfers"] == 1 and s["transfer_bytes_total"] == PROMPT_BYTES and s["gpus"] == 2
 
 
+def test_first_token_from_the_prefill_side_worked_by_hand():
+    """DistServe's client takes its first token from the prefill side (sim/disagg.py,
+    FIRST_TOKEN_SOURCES). One request (100 prompt tokens, 3 out) at 0 s, as above: the prefill
+    step [0, p] samples it, so its first token is at p, not the decode side's; its TTFT is p plus
+    the frontend's time (the cost model's, the same in both); its TPOT is the rest over the 2
+    tokens after it: (finish - p) / 2, the transfer and the decode side's first step in it. The
+    engine runs alike: the same steps, finish and phases."""
+    trace = trace_of([(0.0, 100, 3)])
+    vllm = run_disaggregated(cfg(), cfg(), trace, 1, 1, link="ib-ndr")
+    distserve = run_disaggregated(cfg(), cfg(), trace, 1, 1, link="ib-ndr", first_token="prefill")
+    p = steps_of(distserve, 0)["dt_s"][0]
+    r, v = distserve.requests.iloc[0], vllm.requests.iloc[0]
+    frontend = v["ttft_s"] - v["first_token_s"]
+    assert r["first_token_s"] == p and v["first_token_s"] > p
+    assert r["ttft_s"] == pytest.approx(p + frontend, rel=1e-12)
+    assert r["finish_s"] == v["finish_s"]
+    assert r["tpot_s"] == pytest.approx((r["finish_s"] - p) / 2, rel=1e-12)
+    assert [r[name] for name in PHASES] == [v[name] for name in PHASES]
+    s = distserve.summary
+    assert s["mean_ttft_ms"] == pytest.approx(1e3 * (p + frontend), rel=1e-12)
+    assert (s["first_token"], vllm.summary["first_token"]) == ("prefill", "decode")
+    with pytest.raises(ConfigError, match="--first-token 'context' is unknown"):
+        run_disaggregated(cfg(), cfg(), trace, 1, 1, first_token="context")
+
+
 def test_transfer_holds_blocks_and_one_link_is_a_queue():
     """A slow link (10 MB/s: --kv-link-gbps 0.08) keeps A's 7 blocks in transfer on the prefill
     side while B (20 tokens: 2 blocks, 21 of demand) prefills: that step's row has 112 slots in

@@ -58,6 +58,7 @@ def test_disaggregated_run_writes_pools_and_phases(tmp_path, capsys):
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--router", "prefix-affinity"),
      "is not offered with disaggregation"),
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "0"), "--kv-link-gbps must be positive"),
+    (("--first-token", "prefill"), "--first-token is for a disaggregated run"),
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--client-timeout", "5"),
      "--client-timeout is not modelled with disaggregation yet"),
 ])
