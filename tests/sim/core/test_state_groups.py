@@ -18,6 +18,7 @@ from pagesim.sim.run import initial_state, resolve_budget, run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import KVCacheGroups, kv_cache_groups, state_block_size
 from pagesim.sim.specs.model import FULL_ATTENTION, MAMBA, MambaMixer, ModelSpec
+from tests.sim.helpers import trace_of
 
 GiB = 2**30
 # 3 layers: 1 full attention, 2 Mamba. One KV head of 4 at 2 bytes: 2 * 1 * 4 * 2 = 16 bytes per
@@ -45,9 +46,7 @@ def v1(slots: int, system: str = "vllm-v1", **settings) -> SimConfig:
 
 
 def trace(*rows) -> pd.DataFrame:
-    arrival, prompt, output = zip(*rows)
-    return pd.DataFrame({"request_id": [f"r{i}" for i in range(len(rows))], "arrival_s": list(map(float, arrival)),
-                         "prompt_tokens": list(prompt), "output_tokens": list(output)})
+    return trace_of(rows)
 
 
 def test_state_layers_group_by_the_same_rule_and_raise_the_block_size():
