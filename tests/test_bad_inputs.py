@@ -106,6 +106,8 @@ CASES = [
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100"),
      "sliding-window groups need --no-prefix-caching \\(not modelled with it\\)"),
+    (sim("--system", "vllm-v1", "--model", "jamba-1.5-mini", "--gpu", "h100", "--tp", "2"),
+     "Mamba-state groups need --no-prefix-caching \\(not modelled with it\\)"),
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
          "--num-speculative-tokens", "3"),
      "--num-speculative-tokens over sliding-window groups is not modelled"),
