@@ -6,7 +6,8 @@ whose records are identical (position by position, over the longer run) and the 
 that differs, with both records. By default vLLM 0.33.0's v1 scheduler against ``--system
 vllm-v1``; ``--groups``: the same over models whose sliding-window layers make several KV
 cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group compared too;
-``--groups-random=N``: over workloads drawn from seeds 0..N-1, ``workloads.random_grouped``);
+``--groups-random=N``: over workloads drawn from seeds 0..N-1, ``workloads.random_grouped``;
+``--mamba-random=N``: the same over Mamba hybrids);
 ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
@@ -151,9 +152,12 @@ def main(argv=None) -> int:
         label, system, overrides = "vLLM", "vllm-v1", {}
         pad = "--no-padding" not in args
         peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
-    elif "--groups" in args or any(a.startswith("--groups-random=") for a in args):
+    elif "--groups" in args or any(a.startswith(("--groups-random=", "--mamba-random=")) for a in args):
         drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--groups-random=")]
-        workloads = {w.name: w for w in map(random_grouped, range(drawn[0]))} if drawn else GROUP_WORKLOADS
+        mamba = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mamba-random=")]
+        workloads = ({w.name: w for w in map(random_grouped, range(drawn[0]))} if drawn
+                     else {w.name: w for w in (random_grouped(k, mamba=True) for k in range(mamba[0]))} if mamba
+                     else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
@@ -185,7 +189,7 @@ def main(argv=None) -> int:
         same += k is None
         if k is not None:
             details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
-    if any(a.startswith(("--spec-random=", "--groups-random=")) for a in args):
+    if any(a.startswith(("--spec-random=", "--groups-random=", "--mamba-random=")) for a in args):
         print(f"{same} of {len(names)} identical on every step")
     for text in details:
         print("\n" + text)

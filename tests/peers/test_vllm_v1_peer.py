@@ -131,6 +131,14 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
     assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_mamba_workloads_are_vllms(seed):
+    """Mamba hybrids drawn from ``seed`` (workloads.random_grouped with ``mamba``): every step
+    identical, each request's state blocks included."""
+    workload = random_grouped(seed, mamba=True)
+    assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+
+
 def window_edge_late(remove_skipped):
     """remove_skipped as if the window kept one token more (``processed - window`` skipped)."""
     return lambda s, i, processed: remove_skipped(s, i, processed - 1)

@@ -231,20 +231,29 @@ GROUP_WORKLOADS = {
 }
 
 
-def random_grouped(seed: int) -> Workload:
+def random_grouped(seed: int, mamba: bool = False) -> Workload:
     """A workload over KV cache groups drawn from ``seed``: the layer mix (Gemma-2-like, Gemma-3-
     like, every layer sliding, or one full layer more than sliding ones), 2-12 layers, the
     window (4-200 tokens), blocks of 4-16 (20-240 of them), the budget, ``max_num_seqs``, the
     policy (priority for about a third), arrivals, and 6-30 requests within ``max_model_len``
     (the pool's tokens over the layers, or half: some too long for vLLM's start check, which
-    both sides must then refuse)."""
+    both sides must then refuse). ``mamba``: the mix is 1-3 full-attention and 1-8 Mamba layers
+    in a drawn order, blocks of 16-48, each Mamba state one the block's page holds (not raised)."""
     rng = random.Random(seed)
-    mix = rng.choice(["gemma2", "gemma3", "sliding", "uneven"])
+    mix = "mamba" if mamba else rng.choice(["gemma2", "gemma3", "sliding", "uneven"])
     n = rng.randint(1, 6)
-    kinds = {"gemma2": every_nth_full(2 * n, 2), "gemma3": every_nth_full(6 * rng.randint(1, 2), 6),
-             "sliding": (SLIDING,) * n, "uneven": every_nth_full(2 * n, 2) + (FULL,)}[mix]
-    layers = Layers(f"random-{mix}", kinds, window=rng.randint(4, 200))
-    block_size = rng.choice([4, 8, 16])
+    # (a hybrid's blocks are at least FlashAttention's 16, a multiple of it: platforms/interface.py:1066-1100)
+    block_size = rng.choice([16, 32, 48]) if mamba else 0
+    if mamba:  # a state of 2 x (3 + d_state) x 2 bytes within the page's block_size x 16 bytes
+        kinds = [FULL] * rng.randint(1, 3) + [MAMBA] * rng.randint(1, 8)
+        rng.shuffle(kinds)
+        layers = Layers("random-mamba", tuple(kinds), window=0, mamba_inner=2,
+                        mamba_state=rng.randint(1, 4 * block_size - 3))
+    else:
+        kinds = {"gemma2": every_nth_full(2 * n, 2), "gemma3": every_nth_full(6 * rng.randint(1, 2), 6),
+                 "sliding": (SLIDING,) * n, "uneven": every_nth_full(2 * n, 2) + (FULL,)}[mix]
+        layers = Layers(f"random-{mix}", kinds, window=rng.randint(4, 200))
+        block_size = rng.choice([4, 8, 16])
     num_blocks = rng.randint(20, 240)
     max_model_len = max(8, num_blocks * block_size // len(kinds) // rng.choice([1, 2]))
     budget = rng.choice([8, 16, 32, 64, 256, 2048])
@@ -253,7 +262,7 @@ def random_grouped(seed: int) -> Workload:
                     spread_s=rng.choice([0, 10, 40]), priorities=4)
     requests = first_at_zero([r for r in requests if r.prompt + r.output <= max_model_len] or
                              [Row(0.0, 1, 1)])
-    return grouped(f"groups-random-{seed}", layers, requests, num_blocks=num_blocks, block_size=block_size,
+    return grouped(f"{'mamba' if mamba else 'groups'}-random-{seed}", layers, requests, num_blocks=num_blocks, block_size=block_size,
                    max_model_len=max_model_len, max_num_batched_tokens=budget,
                    max_num_seqs=min(budget, rng.choice([4, 16, 64])),
                    policy=rng.choice(["fcfs", "fcfs", "priority"]),
