@@ -80,13 +80,15 @@ class KVCacheGroups:
         return self.num_groups * self.layers_per_group - model.num_attention_layers
 
     def words(self) -> str:
-        """``1 full + 1 sliding(4096) x 23 layers``, ``1 full + 7 state x 4 layers``: the groups in a line."""
+        """``1 full + 1 sliding(4096) x 23 layers``, ``1 full + 7 state x 4 layers, blocks of 80
+        tokens`` (the block size a state raised it to): the groups in a line."""
         parts = [f"{self.full_groups} full"] if self.full_groups else []
         if self.sliding_groups:
             parts.append(f"{self.sliding_groups} sliding({self.window})")
         if self.state_groups:
             parts.append(f"{self.state_groups} state")
-        return f"{' + '.join(parts)} x {self.layers_per_group} layers"
+        raised = f", blocks of {self.block_size} tokens" if self.state_groups else ""
+        return f"{' + '.join(parts)} x {self.layers_per_group} layers{raised}"
 
 
 def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int = 1) -> KVCacheGroups:

@@ -67,7 +67,7 @@ def test_state_layers_group_by_the_same_rule_and_raise_the_block_size():
     assert kv_cache_groups(jamba, 16, 2) == KVCacheGroups(1, 0, 4, 0, 7, 80, 76)
     assert state_block_size(jamba, 311_296, 32, 1) == 96
     assert state_block_size(jamba, 311_296, 128, 1) == 128
-    assert kv_cache_groups(jamba).words() == "1 full + 7 state x 4 layers"
+    assert kv_cache_groups(jamba).words() == "1 full + 7 state x 4 layers, blocks of 80 tokens"
 
 
 def test_v1_keeps_the_states_in_the_pool_and_v0_reserves_them_outside():
@@ -103,7 +103,7 @@ def test_a_request_holds_one_block_per_state_group_from_its_first_allocation_to_
     assert held_slots == [48, 48, 48]
     assert result.steps["mem_internal_frag"].tolist() == [3 + 8] * 3
     split = result.summary["kv_groups"]
-    assert split["state"]["groups"] == 2
+    assert split["state"]["groups"] == 2 and result.summary["block_size"] == 16  # raised from 4
     # each step: 24 of the 64 slots state, 8 padding, for the same time
     assert (split["state"]["token_states"], split["state"]["internal_frag"]) == pytest.approx((24 / 64, 8 / 64))
     for category in ("token_states", "reservation", "internal_frag"):
