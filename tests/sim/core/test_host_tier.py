@@ -13,12 +13,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay, state
+from pagesim.sim.core import lifecycle, replay, state
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import prepare, run_simulation
+from pagesim.sim.run import initial_state, prepare, run_simulation
 
-from tests.sim.core.test_vllm_v1 import v1 as plain_v1
+from tests.sim.core.test_vllm_v1 import admit_waiting_v1, v1 as plain_v1
 from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, rand_trace
 
 BS = 4
@@ -115,6 +115,23 @@ def test_only_prompt_blocks_are_stored():
     s = run_core(v1(64, 8), trace((0, 8, 6, (1, 2))))
     assert s.count[state.HOST_STORED_BLOCKS] == 2
     assert host_lru(s) == [key((1, 2)), key((1,))]
+
+
+def test_a_recompute_stores_its_prompt_blocks_only():
+    """The cap is the prompt the request came with (``_calc_num_offloadable_tokens``,
+    offloading/scheduler.py:762-771: ``num_prompt_tokens``). Decodes offer nothing here (only
+    prefill chunks do), so the cap shows in a recompute. Worked on the core's state: A (prompt 8,
+    hashes 1 2, output 6) was preempted with 4 tokens generated (``lifecycle.restart``: they
+    become prompt, 12 tokens to compute); admitted with a budget of 16 it computes the 12 in one
+    chunk, filling 3 blocks: its 2 prompt blocks are stored, the third (generated tokens) is not."""
+    s = initial_state(v1(64, 8), trace((0, 8, 6, (1, 2))))
+    A = 0
+    s.num_generated[A] = 4
+    lifecycle.restart(s, A)
+    admit_waiting_v1(s, 16)
+    assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
+    assert s.count[state.HOST_STORED_BLOCKS] == 2
+    assert host_lru(s) == [key((1,)), key((1, 2))]
 
 
 def test_the_queue_passes_a_request_loading_until_its_load_ends():
