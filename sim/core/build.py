@@ -326,7 +326,7 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
 def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
     """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
     of two, at least twice the blocks, as the GPU's), the link's price per block, the per-request
-    columns; one row each without it."""
+    columns (one row each without it), and when each request's KV load ends, whatever loads it."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
@@ -338,7 +338,7 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
     per_request = max(n, 1) if blocks else 1
     return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
                 host_ready_s=np.zeros(max(blocks, 1)), offload=np.zeros((per_request, state.OFFLOAD_COLUMNS), np.int64),
-                load_ready_s=np.zeros(per_request))
+                load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
 
 
 def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost: float) -> dict:

@@ -134,12 +134,15 @@ def check_queues(s, mine) -> None:
             f"the {name} list is not the requests of that status"
     loaded = transfer_holders(s, mine)[1]
     waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
-    assert set(waiting[:c[KV_HOLDING_WAITING]]) == set(loaded.tolist()), \
-        "the loaded requests are not the waiting queue's front"
-    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py
-        waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
-        keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in waiting]
-        assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
+    holding = set(loaded.tolist())  # lifecycle.hold_waiting: a transfer's, a host load's
+    if s.config[HOST_BLOCKS]:
+        holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
+    assert set(waiting[:c[KV_HOLDING_WAITING]]) == holding, \
+        "the requests holding blocks for their KV are not the waiting queue's front"
+    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py, each part apart
+        for part in (waiting[:c[KV_HOLDING_WAITING]], waiting[c[KV_HOLDING_WAITING]:]):
+            keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in part]
+            assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
     assert c[NUM_FINISHED] == int(((status == FINISHED) & mine).sum()), "finished count drifted"
     assert c[NUM_REJECTED] == int(((status == REJECTED) & mine).sum()), "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]

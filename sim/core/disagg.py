@@ -44,8 +44,8 @@ from __future__ import annotations
 from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
-                                    ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID,
-                                    HORIZON_S, KV_HOLDING_WAITING, LOADING, MAX_SEQ_LEN,
+                                    ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH,
+                                    LOADING, MAX_SEQ_LEN,
                                     NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
                                     REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME, STARTED, V1,
                                     WAITING, WAITING_LEN)
@@ -188,7 +188,8 @@ def release_prefill(sp, dc, i, now):
 @njit(refcounted=True)
 def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
     """In-flight transfer ``k`` ends: the prefill side frees its blocks, the decode side's hold
-    the prompt and the request joins its queue behind the loaded requests at the front."""
+    the prompt and the request, its KV arrived, joins its queue's holding part
+    (``lifecycle.hold_waiting``)."""
     P = dc[D_PREFILL]
     i = in_flight[k, 0]
     now = timeline[i, T_END]
@@ -200,8 +201,8 @@ def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
     sd = replicas[P + decode_of[i]]
     remote_kv.transfer_loaded(sd, i, sd.prompt_target[i])
     sd.status[i] = WAITING
-    lifecycle.push_waiting(sd, i, True)  # behind the loaded requests before it (push_waiting)
-    sd.count[KV_HOLDING_WAITING] += 1
+    sd.load_ready_s[i] = now
+    lifecycle.hold_waiting(sd, i)
     wake(sd, dc, now)
 
 
@@ -284,11 +285,7 @@ def disagg_loop_for(family):
                 continue
             r = index  # its horizon: the earliest event anywhere else (module docstring)
             s = replicas[r]
-            s.clock[HORIZON_S] = horizon_s
-            s.count[HORIZON_EVENT_ID] = horizon_id
-            s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
-            code = loop.run_family(s, family)
-            dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
+            code = cluster.run_to_horizon(s, family, horizon_s, horizon_id, dc, D_NEXT_EVENT_ID)
             if s.count[NUM_EXCHANGE]:
                 take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline,
                               in_flight, free_at, tp, dc, dk, r)

@@ -30,14 +30,15 @@ ready extend the prefix (``_maximal_prefix_lookup``, scheduler.py:773-803), with
 of ``prompt - 1`` tokens (see "not modelled"). The request's GPU blocks for the whole hit are taken
 (``allocate_slots`` with the external tokens, scheduler (v1/core/sched) scheduler.py:1425-1441;
 the whole sequence must fit, as any admission), the hit's tokens count as computed
-(scheduler.py:1514-1537), and it waits in the queue, holding them, while they load
-(``WAITING_FOR_REMOTE_KVS``: the load is asynchronous, ``sync_load_budget_bytes`` 0 by default,
-offloading scheduler.py:1279-1302): its bytes go host -> GPU from the step's start
-(``start_kv_transfers``, worker.py) on the load direction, in order. The first scheduling pass at
-or after their end admits it (``_handle_blocked_waiting_request``, v1 scheduler.py:3519-3535),
-caching the loaded blocks (``_update_waiting_for_remote_kv``: ``cache_blocks``, :3467-3517), its
-blocks held in its place in the queue meanwhile; no step waits for a load (they overlap compute),
-so the time shows in its TTFT, not in a step's price.
+(scheduler.py:1514-1537), and it waits, holding them, while they load (``WAITING_FOR_REMOTE_KVS``:
+the load is asynchronous, ``sync_load_budget_bytes`` 0 by default, offloading
+scheduler.py:1279-1302), in the waiting queue's holding part, ahead of the rest
+(``lifecycle.hold_waiting``: the rule every connector's loads share): its bytes go host -> GPU from
+the step's start (``start_kv_transfers``, worker.py) on the load direction, in order. The first
+scheduling pass at or after their end admits it before any request without blocks
+(``_handle_blocked_waiting_request``, v1 scheduler.py:3519-3535), caching the loaded blocks
+(``_update_waiting_for_remote_kv``: ``cache_blocks``, :3467-3517); no step waits for a load (they
+overlap compute), so the time shows in its TTFT, not in a step's price.
 
 **LRU order** (cpu/policies/lru.py): a block stored or loaded goes to the most recent end; when a
 request finishes its blocks in the tier are touched from its deepest to its first, so its first
@@ -65,7 +66,8 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HO
                                     HOST_LRU_HEAD, HOST_LRU_TAIL, HOST_NEXT, HOST_PREV, HOST_STORED_BLOCKS,
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
                                     OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, STORE_LINK_FREE_S,
-                                    WAITING_HEAD, WAITING_LEN)
+                                    WAITING_HEAD)
+from pagesim.sim.core.state import KV_HOLDING_WAITING
 
 
 @njit(inline=True)
@@ -203,10 +205,11 @@ def finished(s, i):
 
 @njit
 def next_load_end(s):
-    """When the first load in flight past now ends (inf: none), of the waiting requests'."""
+    """When the first load in flight past now ends (inf: none), of the waiting requests' (in the
+    waiting queue's holding part: ``lifecycle.hold_waiting``)."""
     c = s.count
     first = np.inf
-    for p in range(c[WAITING_LEN]):
+    for p in range(c[KV_HOLDING_WAITING]):
         i = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
         if s.offload[i, OFFLOAD_LOADING] and s.clock[NOW] < s.load_ready_s[i] < first:
             first = s.load_ready_s[i]
@@ -220,7 +223,7 @@ def reserved_blocks(s):
     3432-3436)."""
     c = s.count
     need = 0
-    for p in range(c[WAITING_LEN]):
+    for p in range(c[KV_HOLDING_WAITING]):
         i = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
         if s.offload[i, OFFLOAD_LOADING]:
             need += (s.prompt_target[i] + s.config[BLOCK_SIZE] - 1) // s.config[BLOCK_SIZE] - s.num_blocks[i]

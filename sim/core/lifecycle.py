@@ -19,7 +19,7 @@ import numpy as np
 
 from pagesim.sim.core import beam, host_tier, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, PREFILL_SIDE
+from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE
 from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
@@ -57,11 +57,15 @@ def waiting_at(s, p):
 @njit(inline=True)
 def push_waiting(s, i, returning):
     """Request ``i`` joins the waiting queue where the policy puts it (``returning``: it was
-    preempted); the requests from there on move one place back."""
+    preempted), behind the requests holding KV blocks (:func:`hold_waiting`)."""
+    insert_waiting(s, i, max(policies.waiting_position(s, i, returning), s.count[KV_HOLDING_WAITING]))
+
+
+@njit(inline=True)
+def insert_waiting(s, i, p):
+    """Request ``i`` joins the waiting queue at position ``p``; those from there on move one
+    place back."""
     c, n = s.count, len(s.waiting)
-    # a decode replica's loaded requests stay in front: vLLM drains them first
-    # (``kv_holding_waiting``, sched/scheduler.py:1062-1067); 0 elsewhere
-    p = max(policies.waiting_position(s, i, returning), s.count[KV_HOLDING_WAITING])
     if p == 0:  # the front: the head moves back instead
         c[WAITING_HEAD] = (c[WAITING_HEAD] + n - 1) % n
     else:
@@ -87,6 +91,52 @@ def take_waiting(s, p):
     for k in range(p, c[WAITING_LEN] - 1):
         s.waiting[(c[WAITING_HEAD] + k) % n] = s.waiting[(c[WAITING_HEAD] + k + 1) % n]
     c[WAITING_LEN] -= 1
+
+
+# -- requests holding KV blocks while their KV arrives (vLLM v1's WAITING_FOR_REMOTE_KVS) ------
+# One rule for every connector that loads a request's KV asynchronously (a decode replica's
+# transfer from the prefill side, sim/core/disagg.py; the CPU offload tier's load, host_tier.py),
+# as vLLM 0.33.0 has it (v1/core/sched/scheduler.py): a waiting request holding KV blocks is in a
+# queue of its own, ``kv_holding_waiting`` (``_enqueue_waiting_request``, :2709-2714, by
+# ``_holds_kv_blocks``, :2697-2707), which each pass goes through before the others (:1062-1067),
+# in its order, skipping those whose KV has not arrived (``_handle_blocked_waiting_request``,
+# :3519-3535; ``skip_request``, :1053-1060, puts them back in their order ahead of the rest,
+# :1606-1610). Here that queue is the waiting queue's first ``count[KV_HOLDING_WAITING]``
+# places. A request that starts a load joins it behind those already in it (``skip_request``
+# at :1544 once those before it were visited; by (priority, arrival) under the priority policy,
+# whose queue that one is too). A decode replica's request joins it as its transfer ends
+# (the transfer runs in the cluster's loop, out of the replica's queue: disagg.py), a host load's
+# as the load starts (host_tier.py): both in the order vLLM has, but for transfers that end out
+# of the order they started in.
+@njit
+def hold_waiting(s, i):
+    """Request ``i``, holding KV blocks that a connector loads, joins the waiting queue's
+    holding part, behind those there before it (in the policy's order)."""
+    insert_waiting(s, i, policies.holding_position(s, i))
+    s.count[KV_HOLDING_WAITING] += 1
+
+
+@njit(inline=True)
+def kv_arrived(s, i):
+    """Whether holding request ``i``'s KV is in its blocks (``load_ready_s``: when it is, or will be)."""
+    return s.load_ready_s[i] <= s.clock[NOW]
+
+
+@njit
+def first_arrived(s):
+    """The first position of the waiting queue's holding part whose KV has arrived, -1 for none:
+    the next request a pass admits (the rest of the queue waits behind it)."""
+    for p in range(s.count[KV_HOLDING_WAITING]):
+        if kv_arrived(s, waiting_at(s, p)):
+            return p
+    return -1
+
+
+@njit(inline=True)
+def take_holding(s, p):
+    """Holding request ``waiting_at(s, p)`` leaves the waiting queue (admitted)."""
+    take_waiting(s, p)
+    s.count[KV_HOLDING_WAITING] -= 1
 
 
 @njit(inline=True)

@@ -60,7 +60,7 @@ from pagesim.sim.core import host_tier, lifecycle, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
-from pagesim.sim.core.scheduler_v1 import schedule as schedule_v1
+from pagesim.sim.core.scheduler_v1 import holding_admissible, schedule as schedule_v1
 from pagesim.sim.core.static import schedule as schedule_static
 from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
@@ -336,9 +336,10 @@ def loop_for(family):
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
-                if not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]:
-                    # a decode replica's pass preempted every running request, as its loaded ones
-                    # hold blocks: vLLM's next step admits them (scheduler.py:1050; disagg.py)
+                if family == V1 and not c[NUM_RUNNING] and c[KV_HOLDING_WAITING] and holding_admissible(s):
+                    # the pass preempted every running request (none admitted: scheduler.py:1050)
+                    # while a request holding blocks has its KV: vLLM's next step admits it
+                    # (lifecycle.hold_waiting)
                     c[SCHEDULE_ON_RESUME] = 1
                     continue
                 # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)

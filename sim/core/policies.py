@@ -1,7 +1,7 @@
 """The scheduling policies, one file each, dispatched on ``config[SCHEDULING_POLICY]``: where a
-request joins the waiting queue and which running request a preemption takes. A new policy is
-a file with these two functions and a line in each below (and its name in
-``sim.systems.SCHEDULING_POLICIES``)."""
+request joins the waiting queue (and its holding part: ``lifecycle.hold_waiting``) and which
+running request a preemption takes. A new policy is a file with these functions and a line in
+each below (and its name in ``sim.systems.SCHEDULING_POLICIES``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,13 @@ def waiting_position(s, i, returning):
     if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
         return policy_priority.waiting_position(s, i, returning)
     return policy_fcfs.waiting_position(s, i, returning)
+
+
+@njit(inline=True)
+def holding_position(s, i):
+    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+        return policy_priority.holding_position(s, i)
+    return policy_fcfs.holding_position(s, i)
 
 
 # per preemption: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")

@@ -9,7 +9,7 @@ nano-vllm: ``self.running.pop()``)."""
 from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import NUM_RUNNING, WAITING_LEN
+from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_LEN
 
 
 @njit(inline=True)
@@ -17,6 +17,13 @@ def waiting_position(s, i, returning):
     """Where request ``i`` joins the waiting queue: the front when it comes back from a
     preemption (it arrived before everyone waiting), else the back."""
     return 0 if returning else s.count[WAITING_LEN]
+
+
+@njit(inline=True)
+def holding_position(s, i):
+    """Where request ``i`` joins the waiting queue's holding part (``lifecycle.hold_waiting``):
+    behind those there before it."""
+    return s.count[KV_HOLDING_WAITING]
 
 
 @njit(inline=True)

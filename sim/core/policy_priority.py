@@ -12,7 +12,7 @@ after it try) is ``scheduler_v1.py``'s."""
 from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import NUM_RUNNING, WAITING_HEAD, WAITING_LEN
+from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_HEAD, WAITING_LEN
 
 
 @njit(inline=True)
@@ -30,8 +30,21 @@ def served_before(s, a, b):
 def waiting_position(s, i, returning):
     """After every waiting request served before ``i`` (``returning`` changes nothing): found
     from the back, where a new arrival of the usual priority belongs."""
+    return position_before(s, i, s.count[WAITING_LEN])
+
+
+@njit
+def holding_position(s, i):
+    """Where request ``i`` joins the waiting queue's holding part (``lifecycle.hold_waiting``):
+    by the same key, among those there (``kv_holding_waiting`` is a priority queue too)."""
+    return position_before(s, i, s.count[KV_HOLDING_WAITING])
+
+
+@njit(inline=True)
+def position_before(s, i, end):
+    """The position of the queue's first ``end`` places after every one served before ``i``."""
     c, n = s.count, len(s.waiting)
-    p = c[WAITING_LEN]
+    p = end
     while p > 0 and served_before(s, i, s.waiting[(c[WAITING_HEAD] + p - 1) % n]):
         p -= 1
     return p

@@ -74,13 +74,13 @@ import numpy as np
 
 from pagesim.sim.core import host_tier, kv_cache, policies, prefix_cache, remote_kv, speculative
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.lifecycle import (begin_iteration, preempt_v1, prefill, reject_waiting, release, start_running,
-                                        take_waiting, waiting_at)
+from pagesim.sim.core.lifecycle import (begin_iteration, first_arrived, hold_waiting, preempt_v1, prefill,
+                                        reject_waiting, release, start_running, take_holding, take_waiting, waiting_at)
 from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HOST_BLOCKS, NUM_LOADING, OFFLOAD_LOADING, OFFLOAD_OFFERED
+from pagesim.sim.core.state import HOST_BLOCKS, NUM_LOADING, OFFLOAD_OFFERED
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -251,14 +251,15 @@ def blocks_to_admit(s, i, num_tokens):
 
 @njit(inline=True)
 def first_visible(s, in_flight):
-    """The waiting queue's first position this pass may admit from, -1 for none. Under async
-    scheduling with a step in flight, a request that arrived after the previous scheduling
-    decision is not in vLLM's queue yet (module docstring): FCFS's queue is in arrival order,
-    so if its head is not visible nobody is; under priority later arrivals may stand anywhere."""
+    """The first position past the waiting queue's holding part (``lifecycle.hold_waiting``) this
+    pass may admit from, -1 for none. Under async scheduling with a step in flight, a request that
+    arrived after the previous scheduling decision is not in vLLM's queue yet (module docstring):
+    FCFS's queue is in arrival order, so if its first is not visible nobody is; under priority
+    later arrivals may stand anywhere."""
     c = s.count
     if not (s.config[ASYNC_SCHEDULING] and in_flight):
-        return 0
-    for p in range(c[WAITING_LEN]):
+        return c[KV_HOLDING_WAITING] if c[KV_HOLDING_WAITING] < c[WAITING_LEN] else -1
+    for p in range(c[KV_HOLDING_WAITING], c[WAITING_LEN]):
         if s.arrival_s[waiting_at(s, p)] <= s.clock[LAST_SCHEDULE_S]:
             return p
         if policies.arrival_ordered(s):
@@ -284,62 +285,60 @@ def admit_remote(s, i, target):
     the whole prompt now (the caller's fit test was any admission's), which the connector loads
     asynchronously while the request waits computing nothing and taking no budget
     (``WAITING_FOR_REMOTE_KVS``: sched/scheduler.py:1514-1541); the cluster's loop prices the
-    transfer (``sim/core/disagg.py``). A request preempted here later is recomputed here: one
+    transfer (``sim/core/disagg.py``), at whose end it joins the queue's holding part
+    (``lifecycle.hold_waiting``). A request preempted here later is recomputed here: one
     transfer per request (``do_remote_prefill`` cleared, nixl/pull_scheduler.py:187-188)."""
     remote_kv.allocate_for_transfer(s, i, target)
     s.status[i] = LOADING
     remote_kv.push_exchange(s, i)
 
 
+@njit(inline=True)
+def holding_fits(s, i):
+    """Whether request ``i``, holding blocks whose KV has arrived, may be admitted: its whole
+    sequence fits the free blocks with those it holds, less the watermark while something runs
+    (a promoted request is WAITING to ``allocate_slots``: kv_cache_manager.py:518-548)."""
+    watermark = s.config[WATERMARK_BLOCKS] if s.count[NUM_RUNNING] else 0
+    return kv_cache.blocks_for(s, s.prompt_target[i]) - s.num_blocks[i] + watermark <= kv_cache.num_free_blocks(s)
+
+
 @njit
-def admit_loaded(s, p, i, budget):
-    """A decode replica admits request ``i``, at waiting position ``p``, whose prompt's KV is
-    loaded into the blocks it holds: it recomputes the prompt's last token to sample the first
-    one (``num_computed_tokens = num_tokens - 1``, sched/scheduler.py:3512-3516), one token of
-    the budget, no new block. Returns the budget left."""
-    take_waiting(s, p)
-    s.count[KV_HOLDING_WAITING] -= 1
-    s.num_prompt_computed[i] = s.prompt_target[i] - 1
-    start_running(s, i)
-    prefill(s, i, np.int64(1))  # np.int64: jit.njit's note on constants
-    return budget - 1
+def holding_admissible(s):
+    """Whether the next pass would admit a request holding blocks, its KV arrived (the loop's
+    question when a pass scheduled nothing: ``sim/core/loop.py``)."""
+    p = first_arrived(s)
+    return p >= 0 and holding_fits(s, waiting_at(s, p))
 
 
 @njit(inline=True)
 def admit_waiting(s, budget):
-    """Waiting requests, in the policy's order, while the budget lasts and fewer than
-    ``max_num_seqs`` run: the prefix cache's hits and the first chunk of the rest, if the whole
+    """Waiting requests, while the budget lasts and fewer than ``max_num_seqs`` run: those
+    holding KV blocks whose KV has arrived first (``lifecycle.hold_waiting``), then the rest in
+    the policy's order: the prefix cache's hits and the first chunk of the rest, if the whole
     sequence fits; the first that does not ends the pass. Under async scheduling with a step in
     flight (someone running: nobody was preempted, or this pass would not run), only those that
     arrived by the previous scheduling decision (:func:`first_visible`)."""
     c = s.count
     in_flight = c[NUM_RUNNING] > 0
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
-    # (requests loading host blocks hold a block-table row: they count against max_num_seqs here)
+    decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
+    # (requests loading host blocks hold a block-table row, of max_num_seqs: they count against it
+    # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074)
     while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] + c[NUM_LOADING] < s.config[MAX_NUM_SEQS]:
-        p = first_visible(s, in_flight)
+        p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
+        if p < 0:
+            p = first_visible(s, in_flight)
         if p < 0:
             break
-        if s.config[HOST_BLOCKS]:  # a request whose load is over first, past those still loading (host_tier.py)
-            p = past_loading(s, p, in_flight)
-            if c[NUM_LOADING]:
-                loaded = first_loaded(s)
-                p = loaded if loaded >= 0 else p
-            if p < 0:
-                break
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
-        decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
-        if decode_side and s.num_blocks[i] > 0:  # its prompt's KV loaded: admit_loaded's turn
-            budget = admit_loaded(s, p, i, budget)
-            continue
-        if s.config[HOST_BLOCKS] and s.offload[i, OFFLOAD_LOADING]:  # its load is over
-            if kv_cache.blocks_for(s, target) - s.num_blocks[i] + (s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING]
-                                                                   else 0) > kv_cache.num_free_blocks(s):
+        if p < c[KV_HOLDING_WAITING]:  # its KV has arrived: admitted as any request, its blocks held
+            if not holding_fits(s, i):
                 c[DEMAND_WAITING] = 1
                 break
-            take_waiting(s, p)
-            cached = host_tier.end_load(s, i)
+            take_holding(s, p)
+            # a host load's blocks are cached now; a transfer's were at its end (remote_kv.transfer_loaded)
+            cached = host_tier.end_load(s, i) if s.config[HOST_BLOCKS] else s.num_computed_tokens[i]
         else:
             if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
                 reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
@@ -362,9 +361,11 @@ def admit_waiting(s, budget):
                 if host_hits and need + watermark + host_tier.reserved_blocks(s) > kv_cache.num_free_blocks(s):
                     c[DEMAND_WAITING] = 1
                     break
-                if host_hits:  # its blocks taken, it waits in the queue for the load
+                if host_hits:  # its blocks taken, it waits in the queue's holding part for the load
                     kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
                     host_tier.start_load(s, i, gpu_hits, host_hits)
+                    take_waiting(s, p)
+                    hold_waiting(s, i)
                     continue
             take_waiting(s, p)
             if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
@@ -392,30 +393,3 @@ def admit_waiting(s, budget):
             speculative.scheduled(s, i, high, 0)
         budget -= n + draft_slots
     return budget
-
-
-@njit
-def first_loaded(s):
-    """The waiting queue's first request whose host blocks have loaded, -1 for none: vLLM admits
-    the requests holding blocks before the others (``kv_holding_waiting``, v1 scheduler.py:1063-1067)."""
-    for p in range(s.count[WAITING_LEN]):
-        i = waiting_at(s, p)
-        if s.offload[i, OFFLOAD_LOADING] and s.load_ready_s[i] <= s.clock[NOW]:
-            return p
-    return -1
-
-
-@njit
-def past_loading(s, p, in_flight):
-    """The waiting queue's first position from ``p`` that is not a request still loading its host
-    blocks (vLLM skips those: ``_handle_blocked_waiting_request``), -1 for none; one that arrived
-    after the previous scheduling decision ends it (:func:`first_visible`)."""
-    c = s.count
-    while p < c[WAITING_LEN]:
-        i = waiting_at(s, p)
-        if not (s.offload[i, OFFLOAD_LOADING] and s.load_ready_s[i] > s.clock[NOW]):
-            if s.config[ASYNC_SCHEDULING] and in_flight and s.arrival_s[i] > s.clock[LAST_SCHEDULE_S]:
-                return -1
-            return p
-        p += 1
-    return -1

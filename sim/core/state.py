@@ -270,8 +270,8 @@ table("count", """
     HOST_USED           the host tier's blocks holding a key (its occupancy)
     HOST_LRU_HEAD       its LRU list's head (evicted first; -1: empty)
     HOST_LRU_TAIL       its tail (the most recently used)
-    NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue,
-        holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
+    NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
+        holding part, holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
     HOST_HIT_TOKENS     prompt tokens found in the host tier past the GPU's hits
     HOST_LOADED_BLOCKS  blocks loaded host -> GPU
     HOST_STORED_BLOCKS  blocks stored GPU -> host
@@ -282,7 +282,8 @@ table("count", """
     STATE_BLOCKS        STATE_GROUPS: the state blocks the running requests hold
     TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
         (sim/core/remote_kv.py)
-    KV_HOLDING_WAITING  a decode replica: the loaded requests at the waiting queue's front
+    KV_HOLDING_WAITING  the waiting queue's first places: its requests holding KV blocks while
+        a connector loads them, or loaded (a transfer's, a host load's: lifecycle.hold_waiting)
     NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
 """, size="NUM_COUNTS")
 
@@ -416,7 +417,7 @@ table("host_blocks", """
 # Core.offload (the host tier; one row elsewhere): per request
 table("offload", """
     OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
-    OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue meanwhile)
+    OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)
     OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
 """, size="OFFLOAD_COLUMNS")
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
@@ -563,7 +564,8 @@ class Core(NamedTuple):
     speculative: np.ndarray
     # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
     # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), when each
-    # block's store is on the host, and per request its OFFLOAD_* columns and when its load ends
+    # block's store is on the host, and per request its OFFLOAD_* columns; and, per request in
+    # every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
     host_ready_s: np.ndarray

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay, state
+from pagesim.sim.core import lifecycle, replay, state
 from pagesim.sim.core.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.run import prepare, run_simulation
+from pagesim.sim.run import initial_state, prepare, run_simulation
 
-from tests.sim.core.test_vllm_v1 import v1 as plain_v1
+from tests.sim.core.test_vllm_v1 import admit_waiting_v1, v1 as plain_v1
 from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, rand_trace
 
 BS = 4
@@ -115,6 +115,44 @@ def test_only_prompt_blocks_are_stored():
     s = run_core(v1(64, 8), trace((0, 8, 6, (1, 2))))
     assert s.count[state.HOST_STORED_BLOCKS] == 2
     assert host_lru(s) == [key((1, 2)), key((1,))]
+
+
+def test_a_recompute_stores_its_prompt_blocks_only():
+    """The cap is the prompt the request came with (``_calc_num_offloadable_tokens``,
+    offloading/scheduler.py:762-771: ``num_prompt_tokens``). Decodes offer nothing here (only
+    prefill chunks do), so the cap shows in a recompute. Worked on the core's state: A (prompt 8,
+    hashes 1 2, output 6) was preempted with 4 tokens generated (``lifecycle.restart``: they
+    become prompt, 12 tokens to compute); admitted with a budget of 16 it computes the 12 in one
+    chunk, filling 3 blocks: its 2 prompt blocks are stored, the third (generated tokens) is not."""
+    s = initial_state(v1(64, 8), trace((0, 8, 6, (1, 2))))
+    A = 0
+    s.num_generated[A] = 4
+    lifecycle.restart(s, A)
+    admit_waiting_v1(s, 16)
+    assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
+    assert s.count[state.HOST_STORED_BLOCKS] == 2
+    assert host_lru(s) == [key((1,)), key((1, 2))]
+
+
+def test_the_queue_passes_a_request_loading_until_its_load_ends():
+    """The rule every connector's loads share (``lifecycle.hold_waiting``): a request loading waits
+    ahead of the queue, skipped until its KV is there, then admitted first. A, B, C as in the
+    first test (C loads 1 block from 2 s to 2 s + 131.072 us); max_num_seqs 2 (C's load takes one:
+    here a request loading holds a block-table row). D (t 2 s + 10 us, prompt 4, hash 9, output 1)
+    passes C and runs its one step at once; C's load ends during it, and at its end D leaves and
+    C is admitted: its 4 tokens (12 - 4 from the GPU - 4 loaded), its TTFT from 2 s to there."""
+    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (2.00001, 4, 1, (9,)))
+    result = run_simulation(v1(32, 16, max_num_seqs=2), t)
+    assert result.summary["host_prefix_hit_rate"] == 4 / 56
+    steps, requests = result.steps, result.requests.set_index("request_id")
+    d_step = steps[steps["start_s"] == 2.00001]
+    assert len(d_step) == 1 and d_step["num_prefill_tokens"].iloc[0] == 4
+    d_end = 2.00001 + d_step["dt_s"].iloc[0]
+    assert d_end > 2 + BLOCK_S
+    c_step = steps[steps["start_s"] == d_end]
+    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 4
+    assert requests.loc["r3", "ttft_s"] == pytest.approx(d_step["dt_s"].iloc[0], abs=1e-12)
+    assert requests.loc["r2", "ttft_s"] == pytest.approx(d_end - 2 + c_step["dt_s"].iloc[0], abs=1e-12)
 
 
 def test_a_tier_that_finds_nothing_changes_nothing():

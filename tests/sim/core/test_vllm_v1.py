@@ -165,6 +165,39 @@ def test_the_watermark_holds_back_admissions_only_while_something_runs():
     assert column(result, "num_waiting") == [0, 1, 1, 0, 0]
 
 
+def test_requests_holding_kv_go_first_once_it_has_arrived():
+    """The rule every connector that loads KV asynchronously shares (``lifecycle.hold_waiting``:
+    vLLM's ``kv_holding_waiting``, WAITING_FOR_REMOTE_KVS, sched/scheduler.py:1062-1067,
+    3519-3535). Worked on the core's state: 8 blocks of 4, a budget of 16. H1, H2, H3 (prompts 8)
+    each hold 2 blocks with 7 tokens computed into them, as a load leaves a prompt (its last
+    token to compute), and join the holding part in that order, their KV there at 0.5 s, 2 s and
+    0.5 s. W (prompt 4), back from a preemption, joins the queue's front: behind them.
+    At 0.6 s H1 is admitted (1 token), H2 skipped (its KV not there), H3 admitted (1 token), then
+    W (4 tokens, a fresh block); H2 waits alone. At 2 s H2 is admitted (1 token)."""
+    s = initial_state(v1(32, max_num_batched_tokens=16), trace((0, 8, 2), (0, 8, 2), (0, 8, 2), (0, 4, 2)))
+    H1, H2, H3, W = 0, 1, 2, 3
+    for i, ready in ((H1, 0.5), (H2, 2.0), (H3, 0.5)):
+        s.status[i] = state.WAITING
+        interpreted(kv_cache.allocate)(s, i, 0, 0)
+        interpreted(kv_cache.grow)(s, i, 8)
+        interpreted(kv_cache.compute_tokens)(s, i, 7)
+        s.load_ready_s[i] = ready
+        interpreted(lifecycle.hold_waiting)(s, i)
+    s.status[W] = state.WAITING
+    interpreted(lifecycle.push_waiting)(s, W, True)
+    waiting = interpreted(lifecycle.waiting_at)
+    assert [waiting(s, p) for p in range(s.count[state.WAITING_LEN])] == [H1, H2, H3, W]
+    s.clock[state.NOW] = 0.6
+    assert admit_waiting_v1(s, 16) == 16 - 1 - 1 - 4
+    assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [H1, H3, W]
+    assert s.step_prefill_tokens[:3].tolist() == [1, 1, 4]
+    assert (s.count[state.WAITING_LEN], s.count[state.KV_HOLDING_WAITING], waiting(s, 0)) == (1, 1, H2)
+    s.clock[state.NOW] = 2.0
+    admit_waiting_v1(s, 16)
+    assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [H1, H3, W, H2]
+    assert s.count[state.KV_HOLDING_WAITING] == 0 and s.num_prompt_computed[H2] == 8
+
+
 def test_nobody_is_admitted_in_a_step_that_preempted():
     """4 blocks of 4; A and C have the same 8-token prompt (hashes 1, 2), outputs 5.
 
