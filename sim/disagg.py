@@ -200,6 +200,7 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
             s = s._replace(**decode_columns)
         # every request fits in its queues: no ring to grow
         s = grow_rings(s, max(n, 1)) if len(s.waiting) < n else s
+        s = with_holding_rows(s, n)
         s = s._replace(exchange=np.zeros(max(n, 1), np.int64))
         s.config[state.PROGRESS_EVERY] = UNLIMITED
         s.config[state.DISAGG_ROLE] = state.PREFILL_SIDE if r < prefill else state.DECODE_SIDE
@@ -210,6 +211,21 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
     wall_time_s = c.run()
     return disagg_result(prefill_cfg, decode_cfg, run_p, run_d, c, router, kv_link, wall_time_s,
                          summary_options, first_token)
+
+
+def with_holding_rows(s: state.Core, num_requests: int) -> state.Core:
+    """``s`` with a block-table row for ``max_num_seqs`` requests holding KV beyond those running:
+    a prefill replica's finished prompts until their transfers end, a decode replica's requests
+    loading or loaded. vLLM keeps a request's blocks in a table of its own; pagesim keeps them in
+    a row, so a replica with no row left admits no new request until a transfer frees one
+    (``scheduler_v1.admit_waiting``): past ``max_num_seqs`` such requests a replica waits where
+    vLLM would not."""
+    rows = min(2 * int(s.config[state.MAX_NUM_SEQS]), max(num_requests, 1))
+    if rows <= len(s.free_slots):
+        return s
+    s.count[state.NUM_FREE_SLOTS] = rows
+    return s._replace(free_slots=np.arange(rows, dtype=np.int64),
+                      block_table=np.zeros((rows, s.block_table.shape[1]), np.int32))
 
 
 def client_table(run_p, run_d, c: Disaggregated, first_token: str = "decode"):

@@ -80,7 +80,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HOST_BLOCKS, NUM_LOADING, OFFLOAD_OFFERED
+from pagesim.sim.core.state import HOST_BLOCKS, NUM_FREE_SLOTS, NUM_LOADING, OFFLOAD_OFFERED
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -340,6 +340,8 @@ def admit_waiting(s, budget):
             # a host load's blocks are cached now; a transfer's were at its end (remote_kv.transfer_loaded)
             cached = host_tier.end_load(s, i) if s.config[HOST_BLOCKS] else s.num_computed_tokens[i]
         else:
+            if s.config[DISAGG_ROLE] and c[NUM_FREE_SLOTS] == 0:  # no block-table row (sim/disagg.py)
+                break
             if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
                 reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
                 continue

@@ -234,3 +234,19 @@ def test_other_systems_are_refused(system, settings, message):
     c = cfg_for(system, **settings)
     with pytest.raises(ConfigError, match=message):
         run_disaggregated(c, c, trace_of([(0.0, 10, 2)]), 1, 1)
+
+
+def test_a_replica_with_no_row_left_admits_no_one_until_a_transfer_ends():
+    """max_num_seqs 1: each replica has 2 block-table rows (sim/disagg.with_holding_rows). A
+    slow link (10 MB/s) keeps A's 7 blocks in transfer on the prefill side for 9.17504 s; B is
+    prefilled once A's step is over (the second row) and waits on the link behind A. C, at 2 ms, finds no row
+    left: it waits on the prefill side until A's transfer ends and frees A's row, and only then
+    is prefilled. (Without the rule two requests shared a row: --check stopped the run.)"""
+    trace = trace_of([(0.0, 100, 2), (0.001, 20, 2), (0.002, 20, 2)])
+    one = cfg(max_num_seqs=1)
+    result = run_disaggregated(one, one, trace, 1, 1, link="ib-ndr", link_gbps=0.08)
+    a, b, c = (result.requests.iloc[k] for k in range(3))
+    a_end = a["prefill_s"] + a["transfer_s"]  # A arrived at 0 and waited for nothing
+    assert b["prefill_queue_s"] == pytest.approx(a["prefill_s"] - 0.001, rel=1e-12)  # A's step over
+    assert c["prefill_queue_s"] == pytest.approx(a_end - 0.002, rel=1e-12)
+    assert (result.requests["status"] == "finished").all()
