@@ -292,3 +292,25 @@ def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame,
     fig.update_yaxes(title_text="SLO attainment (%)", range=[0, 105])
     fig.update_layout(title=title, legend_title_text=legend, **LAYOUT)
     return fig
+
+
+def hybrid_memory_bars(memory: pd.DataFrame,
+                       title: str = "Hybrid models: where the KV memory goes (GiB per GPU)") -> go.Figure:
+    """From ``hybrid_memory.csv``: one stacked bar per run (grouped by model and workload,
+    ``vllm`` beside ``vllm-v1``), one segment per category in its order of appearance (the slots
+    in use by kind of group green shades, the rest of the pool as Fig. 2's colours, the state
+    outside the pool blue)."""
+    runs = memory[["model", "workload", "system"]].drop_duplicates()
+    x = [[f"{m} {w}" for m, w in zip(runs["model"], runs["workload"])], list(runs["system"])]
+    rest = {"reservation": CATEGORY_COLORS["reservation"], "internal fragmentation": CATEGORY_COLORS["internal_frag"],
+            "free and other": CATEGORY_COLORS["external_frag_and_others"]}
+    greens = iter(("#2ca02c", "#98df8a", "#1b5e20", "#66bb6a"))
+    fig = go.Figure()
+    for category in dict.fromkeys(memory["category"]):
+        c = memory[memory["category"] == category].set_index(["model", "workload", "system"])["gib"]
+        ys = [float(c.get((m, w, s), float("nan"))) for m, w, s in runs.itertuples(index=False)]
+        colour = rest.get(category) or ("#1f77b4" if not category.startswith("in use") else next(greens, None))
+        fig.add_trace(go.Bar(name=category, x=x, y=ys, marker_color=colour,
+                             hovertemplate="%{x}<br>" + category + ": %{y:.2f} GiB<extra></extra>"))
+    fig.update_layout(barmode="stack", title=title, yaxis_title="GiB per GPU (time-weighted)", **LAYOUT)
+    return fig

@@ -95,7 +95,8 @@ def print_tables(tables: dict) -> None:
             print(table.to_string(index=False, line_width=WIDTH, max_colwidth=40))
             fig = name.split("_")[0]
             if fig == name and fig in EXPLAIN:
-                companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro"}.get(fig)  # a second table it reads
+                # a second table it reads
+                companion = {"fig12": "fig12_ratios", "fig19": "fig19_micro", "hybrid": "hybrid_memory"}.get(fig)
                 text = EXPLAIN[fig](table, tables.get(companion)) if companion else EXPLAIN[fig](table)
                 print()
                 print(fill(text, first="reading: "))
@@ -103,11 +104,13 @@ def print_tables(tables: dict) -> None:
 
 def closing_table(tables: dict, figures: list[str]) -> list[str]:
     """One line per figure: what it shows, whether it matches the paper within its tolerance
-    (``figures.misses``), how many compared rows miss, and the first miss, cut to fit."""
+    (``figures.misses``; ``none``: a figure no paper has, comparing no row), how many compared
+    rows miss, and the first miss, cut to fit."""
     rows = [("figure", "shows", "paper", "misses", "first miss (all of them: the report)")]
     for fig in figures:
         compared, found = misses(fig, tables)
-        rows.append((fig, TITLES[fig], "differs" if found else "matches", f"{len(found)} of {compared}",
+        verdict = "differs" if found else ("matches" if compared else "none")
+        rows.append((fig, TITLES[fig], verdict, f"{len(found)} of {compared}",
                      found[0] if found else ""))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []

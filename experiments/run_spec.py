@@ -58,9 +58,12 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.run import run_simulation
-from pagesim.traces import shared_prefix
+from pagesim.sim.specs import get_model
+from pagesim.sim.specs.model import with_max_seq_len
+from pagesim.traces import long_context, shared_prefix
 from pagesim.traces.chatbot import chatbot_workload
 from pagesim.traces.synth import make_workload
+from pagesim.traces.transform import apply_max_len_policy
 
 #: keys that describe the workload rather than the simulated system
 WORKLOAD_KEYS = ("workload", "rate", "duration_s", "num_requests", "seed", "n", "beam_width", "unshare")
@@ -366,6 +369,8 @@ def spec_workload(workload: str, rate: float, duration_s: float | None, num_requ
     kwargs = dict(rate=rate, duration_s=duration_s, num_requests=num_requests, seed=seed, n=n, beam_width=beam_width)
     if workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
         return shared_prefix.make_workload(workload, **kwargs)
+    if workload in long_context.WORKLOADS:  # the hybrid figure's Mooncake-shaped lengths
+        return long_context.make_workload(workload, **kwargs)
     return make_workload(workload, **kwargs)
 
 
@@ -375,6 +380,7 @@ def simulate_spec(spec: RunSpec):
                           spec.beam_width)
     if spec.unshare:
         trace = unshare_trace(trace)
+    trace = within_context(trace, spec)
     options = spec.summary_options()
     if spec.disagg:
         return simulate_disaggregated(spec, trace, options)
@@ -382,6 +388,15 @@ def simulate_spec(spec: RunSpec):
         return run_cluster(spec.sim_config(), trace, spec.replicas, spec.router or "round-robin",
                            summary_options=options)
     return run_simulation(spec.sim_config(), trace, progress=False, summary_options=options)
+
+
+def within_context(trace: pd.DataFrame, spec: RunSpec) -> pd.DataFrame:
+    """The trace under the run's ``max_len_policy``, as ``simulate`` applies it: requests longer
+    than the model's context (``max_seq_len``) refused (``error``), dropped, or cut
+    (``traces.transform.apply_max_len_policy``)."""
+    cfg = spec.sim_config()
+    max_seq_len = with_max_seq_len(get_model(cfg.model), cfg.max_seq_len).max_seq_len
+    return apply_max_len_policy(trace, max_seq_len, cfg.max_len_policy)[0]
 
 
 def simulate_disaggregated(spec: RunSpec, trace: pd.DataFrame, options: SummaryOptions):

@@ -142,8 +142,9 @@ def is_run_dir(d: str | Path) -> bool:
 
 
 def is_reproduce_dir(d: str | Path) -> bool:
-    """A folder ``pagesim reproduce`` wrote: the vLLM paper's ``fig*.csv`` or DistServe's."""
-    return any(Path(d).glob("fig*.csv")) or (Path(d) / "distserve.csv").exists()
+    """A folder ``pagesim reproduce`` wrote: the vLLM paper's ``fig*.csv``, DistServe's or the
+    hybrid models' figure's."""
+    return any(Path(d).glob("fig*.csv")) or any((Path(d) / f"{name}.csv").exists() for name in ("distserve", "hybrid"))
 
 
 def load_run(result) -> tuple[dict, pd.DataFrame | None, pd.DataFrame | None, dict]:

@@ -248,7 +248,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
     s, pool = run.state, run.pool
     extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
              "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_cache_dtype": cfg.kv_cache_dtype,
-             "kv_budget": run.budget.how,
+             "kv_budget": run.budget.how, "state_reserved_bytes": run.budget.state_bytes,
              "block_size": pool.block_size if cfg.manager == "paged" else None,  # (raised for a Mamba state)
              "num_swap_fallbacks": int(s.count[core_state.NUM_SWAP_FALLBACKS]), "seed": cfg.seed,
              "engine": replay.engine_name(),

@@ -16,7 +16,9 @@ multiplies every trace duration. Settings are the same for every system (never t
 system): OPT-13B, A100-40GB, ``kv_gib=12`` (15,728 slots), ``max_seq_len=2048``, block size 16
 for vLLM, buddy placement for Orca. A new figure is a module with these names, its TOML, and a
 line in :data:`FIGURES`. ``distserve`` is another paper's figure (DistServe, OSDI '24: disaggregated
-against colocated serving, ``vllm-v1`` on OPT-13B, A100-80GB), built the same way.
+against colocated serving, ``vllm-v1`` on OPT-13B, A100-80GB), built the same way; ``hybrid`` is
+in no paper (where the KV memory goes in a sliding-window and a Mamba hybrid model, vLLM v0 vs
+v1 on H100-80GB): its ``COMPARED`` is empty, and it states its own inputs.
 
 Default cost: fig2, its rate sensitivity, fig13 and fig12 replay 1-hour traces (fig12's
 overloaded Alpaca probes are most of the work); the other figures use shorter traces or a fixed
@@ -34,7 +36,7 @@ from types import ModuleType
 import pandas as pd
 
 from pagesim.experiments.figures import (distserve, fig2, fig12, fig13, fig14, fig15, fig16, fig17,
-                                         fig18b, fig19)
+                                         fig18b, fig19, hybrid)
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 from pagesim.experiments.sweep import map_local
 from pagesim.sim.errors import ConfigError
@@ -42,7 +44,7 @@ from pagesim.sim.errors import ConfigError
 #: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
 FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
                                    "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19,
-                                   "distserve": distserve}
+                                   "distserve": distserve, "hybrid": hybrid}
 #: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
 EXTRA_RUNS = {"fig14": fig14.distinct_runs}
 #: each figure's written reading of its main table
@@ -56,7 +58,7 @@ ROW_KEYS = {"workload": "{}", "mode": "{}", "width": "width {}", "system": "{}",
 #: writes its own; they import the plots, and with them plotly, only when called, so that this
 #: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)
 REPORT_ORDER = ("fig2", "fig13", "fig15", "fig12", "fig18b", "fig14", "fig17", "fig16", "fig19",
-                "distserve")
+                "distserve", "hybrid")
 
 
 def figure_tables(fig: str, opts: SweepOptions, quick: bool, scale: float) -> dict[str, pd.DataFrame]:

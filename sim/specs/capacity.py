@@ -28,6 +28,9 @@ class KVBudget:
     kv_bytes: int
     kv_bytes_per_token: float
     how: str
+    #: recurrent-state slots (Mamba, linear attention) reserved outside the pool, taken from the
+    #: memory before ``kv_bytes`` (0: none, or ``kv_bytes`` given)
+    state_bytes: int = 0
 
 
 def check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
@@ -54,6 +57,7 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
     """
     check_tensor_parallel(model, tensor_parallel)
     per_tok = model.kv_bytes_per_token(tensor_parallel)
+    state_bytes = 0
     if per_tok == 0:
         raise ConfigError(f"{model.name} has no attention layer: no KV cache to simulate")
     if kv_bytes is not None:
@@ -82,9 +86,10 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
             if max_num_seqs is None:
                 raise ConfigError(f"{model.name} keeps a recurrent state per sequence: give max_num_seqs "
                                   "to size its slots")
-            kv_bytes -= state * max_num_seqs
+            state_bytes = int(state * max_num_seqs)
+            kv_bytes -= state_bytes
             how += f" - state {max_num_seqs} x {state / (1 << 20):.1f} MiB"
-            reserves += f" and {max_num_seqs} state slots ({state * max_num_seqs / GiB:.1f} GiB)"
+            reserves += f" and {max_num_seqs} state slots ({state_bytes / GiB:.1f} GiB)"
         if kv_bytes <= 0:
             need_tp = math.ceil(model.weight_bytes / max(usable - activation_reserve_bytes, 1))
             raise ConfigError(
@@ -95,7 +100,7 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
     cap = int(kv_bytes // per_tok)
     if cap < 1:
         raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")
-    return KVBudget(cap, int(kv_bytes), per_tok, how)
+    return KVBudget(cap, int(kv_bytes), per_tok, how, state_bytes)
 
 
 def vattention_page_tokens(model, page_bytes: int, tensor_parallel: int = 1) -> int:

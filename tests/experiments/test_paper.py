@@ -10,7 +10,10 @@ def test_file_has_source_columns_and_all_figures():
     for c in ("figure", "section", "workload", "system", "metric", "value", "unit", "note"):
         assert c in df.columns
     from pagesim.experiments.figures import FIGURES
-    assert set(df["figure"]) == set(FIGURES)  # every registered figure has the paper's numbers, none other
+    # every registered figure that compares with a paper has its numbers, none other (hybrid
+    # compares nothing: no paper has it)
+    assert set(df["figure"]) == {f for f, module in FIGURES.items() if getattr(module, "COMPARED", (f,))}
+    assert "hybrid" in FIGURES and "hybrid" not in set(df["figure"])
     assert df["note"].notna().all()
 
 

@@ -103,9 +103,10 @@ def test_reproduce_report(reproduce_dir):
                   "Fig. 17: chatbot, normalized latency vs request rate",
                   "Fig. 19: recompute vs swap against block size",
                   "Fig. 16: normalized latency vs request rate, shared prefix",
-                  "DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs per-GPU rate"):
+                  "DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs per-GPU rate",
+                  "Hybrid models: where the KV memory goes (GiB per GPU)"):
         assert title in text, title
-    assert text.count("Reading.") == 10
+    assert text.count("Reading.") == 11
     assert "table class=\"data\"" in text
 
 
