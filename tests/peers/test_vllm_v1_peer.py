@@ -11,6 +11,9 @@ step (``compare.peer_steps``, ``vllm_v1.drive``). Models with sliding-window lay
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +142,21 @@ def test_random_mamba_workloads_are_vllms(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
 
 
+def in_a_child_if_compiled(request) -> bool:
+    """A rule put back at run time only takes in the interpreted core: in a process whose core is
+    compiled (the whole test suite), the test runs again in a child Python with
+    ``PAGESIM_JIT=0``, which must pass; True when it did (the caller returns)."""
+    from pagesim.sim.core.jit import COMPILED
+
+    if not COMPILED:
+        return False
+    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "peers", "-p", "no:cacheprovider",
+                            request.node.nodeid], env={**os.environ, "PAGESIM_JIT": "0"},
+                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True)
+    assert child.returncode == 0, child.stdout[-2000:]
+    return True
+
+
 def window_edge_late(remove_skipped):
     """remove_skipped as if the window kept one token more (``processed - window`` skipped)."""
     return lambda s, i, processed: remove_skipped(s, i, processed - 1)
@@ -158,11 +176,13 @@ def growth_in_one_group(kv_cache):
 @pytest.mark.parametrize("rule, name, step", [("remove_skipped", "gemma2-preemption", 6),
                                               ("blocks_for_sequence", "gemma2-arrivals", 18),
                                               ("can_grow", "gemma3-pressure", 253)])
-def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, rule, name, step):
+def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, request, rule, name, step):
     """pagesim's group rules, each broken at run time (interpreted core), diverge from vLLM at
     a known step: a window one token longer (single_type_kv_cache_manager.py:1148-1183's + 1),
     no admission cap (kv_cache_interface.py:918-944), a running request's growth counted in one
     group instead of all (kv_cache_coordinator.py:194-263)."""
+    if in_a_child_if_compiled(request):
+        return
     from pagesim.sim.core import kv_cache
 
     broken = {"remove_skipped": window_edge_late(kv_cache.remove_skipped),
@@ -173,10 +193,12 @@ def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, rule, name, s
     assert first_divergence(pagesim_steps.run(workload), theirs) == step
 
 
-def test_the_mamba_workloads_catch_the_state_blocks_left_out_of_admission(monkeypatch):
+def test_the_mamba_workloads_catch_the_state_blocks_left_out_of_admission(monkeypatch, request):
     """Admission counting no block for the state groups (MambaManager's one block per request,
     single_type_kv_cache_manager.py:214 with a block of max_model_len tokens) admits too early:
     ``jamba-arrivals`` diverges from vLLM at step 26."""
+    if in_a_child_if_compiled(request):
+        return
     from pagesim.sim.core import kv_cache
 
     workload, whole = GROUP_WORKLOADS["jamba-arrivals"], kv_cache.blocks_for_sequence
