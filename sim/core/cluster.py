@@ -216,19 +216,6 @@ def due(counts, clocks, r, horizon_s, horizon_id):
     return at < horizon_s or (at == horizon_s and counts[r, ENGINE_EVENT_ID] < horizon_id)
 
 
-@njit(inline=True)
-def run_to_horizon(s, family, horizon_s, horizon_id, events, k):
-    """Run replica ``s`` (of scheduler family ``family``, a constant of the caller) until its
-    next event would come after the horizon (``horizon_s``, ``horizon_id``) or Python is needed,
-    the cluster's event counter ``events[k]`` lent to it (module docstring); returns its code."""
-    s.clock[HORIZON_S] = horizon_s
-    s.count[HORIZON_EVENT_ID] = horizon_id
-    s.count[NEXT_EVENT_ID] = events[k]
-    code = loop.run_family(s, family)
-    events[k] = s.count[NEXT_EVENT_ID]
-    return code
-
-
 def cluster_loop_for(family):
     """The cluster's loop over replicas of one scheduler family (``loop.loop_for``: each family
     compiled apart, ``family`` a constant of the closure)."""
@@ -250,7 +237,12 @@ def cluster_loop_for(family):
                 horizon_s, horizon_id = float(NO_HORIZON), NO_HORIZON
             for r in range(len(routed)):
                 while due(counts, clocks, r, horizon_s, horizon_id):
-                    code = run_to_horizon(replicas[r], family, horizon_s, horizon_id, cc, C_NEXT_EVENT_ID)
+                    s = replicas[r]
+                    s.clock[HORIZON_S] = horizon_s
+                    s.count[HORIZON_EVENT_ID] = horizon_id
+                    s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
+                    code = loop.run_family(s, family)
+                    cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
                     if code == loop.HORIZON or code == loop.DONE:
                         break
                     cc[C_STOPPED_REPLICA] = r

@@ -44,8 +44,8 @@ from __future__ import annotations
 from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
-                                    ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH,
-                                    LOADING, MAX_SEQ_LEN,
+                                    ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID,
+                                    HORIZON_S, LOADING, MAX_SEQ_LEN,
                                     NEXT_EVENT_ID, NOW, NUM_BLOCKS, NUM_EXCHANGE, NUM_REJECTED,
                                     REJECT_NEVER_FITS, REJECTED, SCHEDULE_ON_RESUME, STARTED, V1,
                                     WAITING, WAITING_LEN)
@@ -285,7 +285,11 @@ def disagg_loop_for(family):
                 continue
             r = index  # its horizon: the earliest event anywhere else (module docstring)
             s = replicas[r]
-            code = cluster.run_to_horizon(s, family, horizon_s, horizon_id, dc, D_NEXT_EVENT_ID)
+            s.clock[HORIZON_S] = horizon_s
+            s.count[HORIZON_EVENT_ID] = horizon_id
+            s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
+            code = loop.run_family(s, family)
+            dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
             if s.count[NUM_EXCHANGE]:
                 take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline,
                               in_flight, free_at, tp, dc, dk, r)
