@@ -31,7 +31,8 @@ def register(sub) -> None:
                                       "pagesim reproduce all --out out/paper --workers 8",
                                       "pagesim reproduce fig12 --out out/fig12 --executor ray --address auto",
                                       "pagesim reproduce all --out out/smoke --quick"))
-    p.add_argument("figure", choices=[*FIGURES, "all"], help="which figure (all: every one)")
+    p.add_argument("figure", choices=[*FIGURES, "all"], metavar="FIGURE",
+                   help=f"which figure: {', '.join(FIGURES)}, or all")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes, or Ray (pip install 'pagesim[dist]')")
