@@ -89,11 +89,11 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> tuple[float, ...]:
 def check_dense(model: ModelSpec) -> None:
     """The calibrated model prices dense fp16/bf16 decoders with full (or sliding) attention and
     a 16-bit KV cache, the kind of model measured; ConfigError for the rest."""
-    other = [what for what, present in (("mixture of experts", model.moe), ("latent attention", model.latent_attention),
-                                        ("Mamba layers", model.mamba), ("quantized weights", model.quantization),
-                                        ("linear-attention layers", "linear_attention" in model.kinds),
-                                        (f"an {model.kv_cache_dtype} KV cache", model.kv_cache_dtype != "auto"))
-             if present]
+    other = [what for what, present in (
+        ("mixture of experts", model.moe), ("latent attention", model.latent_attention),
+        ("Mamba layers", model.mamba or model.mamba2), ("quantized weights", model.quantization),
+        ("linear-attention layers", model.delta_net or "linear_attention" in model.kinds),
+        (f"an {model.kv_cache_dtype} KV cache", model.kv_cache_dtype != "auto")) if present]
     if other:
         raise ConfigError(f"the calibrated cost model was measured on dense fp16 models only; {model.name} has "
                           f"{', '.join(other)}: use --cost-model roofline")

@@ -10,7 +10,10 @@ FLOPs live in ``model.py``). What it reads, family by family (``model_type``):
   ``deepseek_v3`` (multi-head latent attention when ``kv_lora_rank`` is set);
 - hybrid: ``jamba`` (Mamba layers, ``attn_layer_period/offset`` or ``layers_block_type``),
   ``minimax_text_01`` / ``minimax_m1`` / ``minimax`` (lightning-attention layers,
-  ``attn_type_list``: 0 linear, 1 softmax);
+  ``attn_type_list``: 0 linear, 1 softmax), ``nemotron_h`` (Mamba-2, attention and MLP layers,
+  ``hybrid_override_pattern``: ``M``, ``*``, ``-``), ``granitemoehybrid`` (Granite-4.0-H: Mamba-2
+  and attention layers, ``layer_types``), ``qwen3_next`` (gated-delta-net and gated attention
+  layers, ``layer_types`` or every ``full_attention_interval``-th layer full);
 - multimodal: any config with a ``text_config`` is read from it (vLLM's
   ``get_hf_text_config``), its ``vision_config`` counted as a ViT in memory.
 
@@ -41,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.specs.model import (FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, LatentAttention,
-                             MambaMixer, MixtureOfExperts, ModelSpec, Quantization, interleaved_sliding)
+from pagesim.sim.specs.model import (FULL_ATTENTION, GATED_DELTA_NET, LINEAR_ATTENTION, MAMBA, MAMBA2, MLP_ONLY,
+                                    SLIDING_ATTENTION, GatedDeltaNet, LatentAttention, Mamba2Mixer, MambaMixer,
+                                    MixtureOfExperts, ModelSpec, Quantization, interleaved_sliding)
 
 
 @dataclass(frozen=True)
@@ -92,12 +96,19 @@ FAMILIES: dict[str, Family] = {
     "minimax_text_01": _MINIMAX,
     "minimax_m1": _MINIMAX,
     "minimax": _MINIMAX,
+    "nemotron_h": Family(gated_mlp=False, tie_word_embeddings=False),  # up and down projections, relu2
+    "granitemoehybrid": Family(True, False),
+    "qwen3_next": Family(True, False),
 }
 FALCONS = ("falcon", "refinedweb", "refinedwebmodel")  # the Hugging Face format, then the first two
-QWEN_MOES = ("qwen2_moe", "qwen3_moe")
+QWEN_MOES = ("qwen2_moe", "qwen3_moe", "qwen3_next")
 QWENS = ("qwen2", "qwen3") + QWEN_MOES
 DEEPSEEKS = ("deepseek_v2", "deepseek_v3")
 MINIMAXES = ("minimax_text_01", "minimax_m1", "minimax")
+#: Nemotron-H's layer letters (``ALL_DECODER_LAYER_TYPES``, model_executor/models/nemotron_h.py:548-553)
+NEMOTRON_LAYERS = {"M": MAMBA2, "*": FULL_ATTENTION, "-": MLP_ONLY}
+#: the bytes of a recurrent state's dtype as vLLM names it (``STR_DTYPE_TO_TORCH_DTYPE``)
+STATE_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 UNIFORM_SLIDING = ("mistral", "mixtral", "phi3")  # sliding_window applies to every layer
 
 # vLLM's _get_and_verify_max_len: the smallest of these is the model's length
@@ -211,13 +222,20 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"{path}: num_attention_heads={heads} is not a multiple of the {kv_heads} KV heads")
     kinds, window = _layer_kinds(text, mt, num_layers)
     mamba = _mamba(text, hidden) if MAMBA in kinds else None
+    moe = _moe(text, mt, num_layers)
+    if mt == "granitemoehybrid" and moe is None:  # no experts: the shared MLP is the layer's MLP
+        intermediate = text.int("shared_intermediate_size")
     name = cfg.get("_name_or_path") or cfg.get("model_type") or model_type
     return ModelSpec(
         str(name), num_layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, _max_len(text, mt),
         gated_mlp=family.gated_mlp, dtype_bytes=_dtype_bytes(text, top),
         tie_word_embeddings=text.flag("tie_word_embeddings", family.tie_word_embeddings),
-        layer_kinds=kinds, sliding_window=window, latent_attention=latent, moe=_moe(text, mt, num_layers),
-        mamba=mamba, quantization=_quantization(top, text), vision_params=_vision_params(top))
+        layer_kinds=kinds, sliding_window=window, latent_attention=latent, moe=moe,
+        mamba=mamba, mamba2=_mamba2(text, mt, hidden) if MAMBA2 in kinds else None,
+        delta_net=_delta_net(text) if GATED_DELTA_NET in kinds else None,
+        mlp_layers=tuple(i for i, k in enumerate(kinds) if k == MLP_ONLY) if mt == "nemotron_h" else None,
+        attention_output_gate=mt == "qwen3_next" and text.flag("attn_output_gate", True),
+        quantization=_quantization(top, text), vision_params=_vision_params(top))
 
 
 def _latent_attention(f: _Fields) -> LatentAttention:
@@ -258,6 +276,18 @@ def _layer_kinds(f: _Fields, mt: str, num_layers: int) -> tuple[tuple[str, ...],
         names[0] = names["linear_attention"] = LINEAR_ATTENTION
         if listed is None:
             key, listed = f.list("attn_type_list", "decoder_attention_types")
+    elif mt == "nemotron_h":  # a letter a layer
+        key, pattern = f.raw("hybrid_override_pattern")
+        if not isinstance(pattern, str):
+            raise f.fail("hybrid_override_pattern", "missing" if key is None else f"must be a string, got {pattern!r}")
+        listed, names = list(pattern), dict(NEMOTRON_LAYERS)
+    elif mt == "granitemoehybrid":
+        names = {"attention": FULL_ATTENTION, "mamba": MAMBA2}
+    elif mt == "qwen3_next":  # without a list, transformers' Qwen3NextConfig makes one from the interval
+        names = {"full_attention": FULL_ATTENTION, "linear_attention": GATED_DELTA_NET}
+        if listed is None:
+            every = f.int("full_attention_interval")
+            kinds = tuple(FULL_ATTENTION if (i + 1) % every == 0 else GATED_DELTA_NET for i in range(num_layers))
     elif listed is None and mt == "gemma2":
         kinds = interleaved_sliding(num_layers, 2)
     elif listed is None and mt == "gemma3_text":
@@ -291,6 +321,11 @@ def _moe(f: _Fields, mt: str, num_layers: int) -> MixtureOfExperts | None:
     every = tuple(range(num_layers))
     if mt == "mixtral":
         experts, inner, shared, layers = f.int("num_local_experts"), f.int("intermediate_size"), 0, every
+    elif mt == "granitemoehybrid":  # every layer: experts of intermediate_size, a shared gated MLP
+        if f.int("num_local_experts", default=0, minimum=0) == 0:
+            return None
+        experts, inner, layers = f.int("num_local_experts"), f.int("intermediate_size"), every
+        shared = f.int("shared_intermediate_size", default=0, minimum=0)
     elif mt in QWEN_MOES:  # Hugging Face Qwen2MoeDecoderLayer's rule for which layers are sparse
         experts, inner = f.int("num_experts"), f.int("moe_intermediate_size")
         shared = f.int("shared_expert_intermediate_size", default=0, minimum=0)
@@ -326,6 +361,31 @@ def _mamba(f: _Fields, hidden: int) -> MambaMixer:
     dt_rank = math.ceil(hidden / 16) if dt == "auto" else f.int("mamba_dt_rank")
     return MambaMixer(d_inner=f.int("mamba_expand") * hidden, d_state=f.int("mamba_d_state"),
                       d_conv=f.int("mamba_d_conv"), dt_rank=dt_rank)
+
+
+def _mamba2(f: _Fields, mt: str, hidden: int) -> Mamba2Mixer:
+    """Nemotron-H's and Granite-4.0-H's Mamba-2 keys, as vLLM passes them to
+    ``mamba2_state_shape`` (nemotron_h.py:796-819: inner width heads x head size, the SSM state
+    in float32 unless the config names a dtype, config.py:812-832; granitemoehybrid.py:619-640:
+    ``mamba_expand x hidden_size``, the model's dtype)."""
+    if mt == "nemotron_h":
+        heads, head_dim = f.int("mamba_num_heads"), f.int("mamba_head_dim")
+        key, ssm = f.raw("mamba_ssm_cache_dtype")
+        ssm = "float32" if key is None else ssm
+        if ssm not in STATE_DTYPE_BYTES:
+            raise f.fail("mamba_ssm_cache_dtype", f"'{ssm}' is not modelled (modelled: {', '.join(STATE_DTYPE_BYTES)})")
+        return Mamba2Mixer(heads * head_dim, heads, head_dim, f.int("n_groups"), f.int("ssm_state_size"),
+                           f.int("conv_kernel"), STATE_DTYPE_BYTES[ssm])
+    return Mamba2Mixer(f.int("mamba_expand") * hidden, f.int("mamba_n_heads"), f.int("mamba_d_head"),
+                       f.int("mamba_n_groups"), f.int("mamba_d_state"), f.int("mamba_d_conv"))
+
+
+def _delta_net(f: _Fields) -> GatedDeltaNet:
+    """Qwen3-Next's gated-delta-net keys (``gated_delta_net_state_shape``, qwen3_next.py:882-912;
+    the state at the model's dtype)."""
+    return GatedDeltaNet(f.int("linear_num_key_heads"), f.int("linear_num_value_heads"),
+                         f.int("linear_key_head_dim"), f.int("linear_value_head_dim"),
+                         f.int("linear_conv_kernel_dim"))
 
 
 def _max_len(f: _Fields, mt: str) -> int:

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.specs.model import ATTENTION_KINDS, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+from pagesim.sim.specs.model import ATTENTION_KINDS, FULL_ATTENTION, RECURRENT_KINDS, SLIDING_ATTENTION, ModelSpec
 
 #: the kernel block alignment vLLM raises a hybrid model's attention block size in: FlashAttention's
 #: supported kernel block sizes, ``[MultipleOf(16)]`` (v1/attention/backends/flash_attn.py:367)
@@ -97,7 +97,7 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int
     kinds = model.kinds
     full = sum(k == FULL_ATTENTION for k in kinds)
     sliding = sum(k == SLIDING_ATTENTION for k in kinds) if model.sliding_window else 0
-    recurrent = [k for k in kinds if k not in ATTENTION_KINDS]
+    recurrent = [k for k in kinds if k in RECURRENT_KINDS]
     if recurrent:
         if sliding:
             raise ConfigError(f"{model.name}: sliding-window groups beside Mamba or linear-attention layers are not "
@@ -159,6 +159,6 @@ def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens
         full, sliding = sum(k in ATTENTION_KINDS for k in model.kinds), 0
     else:
         full, sliding = sum(k == FULL_ATTENTION for k in model.kinds), sum(k == SLIDING_ATTENTION for k in model.kinds)
-    states = sum(k not in ATTENTION_KINDS for k in model.kinds)
+    states = sum(k in RECURRENT_KINDS for k in model.kinds)
     cap = window_cap_blocks(model.sliding_window, block_size, max_in_flight_tokens, max_model_len) if sliding else 0
     return full * -(-max_model_len // block_size) + sliding * cap + states

@@ -14,8 +14,14 @@ kind                mixer                                                 keeps 
 full_attention      softmax attention                                     K and V per token
 sliding_attention   softmax attention over the last ``sliding_window``    K and V per token
 mamba               Mamba selective scan (Jamba)                          a fixed-size state
+mamba2              Mamba-2 state-space duality (Nemotron-H, Granite-4)   a fixed-size state
+gated_delta_net     gated delta rule (Qwen3-Next's linear attention)      a fixed-size state
 linear_attention    lightning attention (MiniMax-Text-01)                 a fixed-size state
+mlp                 none: the layer is an MLP alone (Nemotron-H's ``-``)  nothing
 ==================  ====================================================  ====================
+
+A layer has an MLP unless ``mlp_layers`` lists the layers that do (Nemotron-H's mixers have
+none: each of its layers is a mixer or an MLP, ``hybrid_override_pattern``).
 
 KV bytes per token, per GPU of a tensor-parallel group of ``tp`` (vLLM's cache layout)::
 
@@ -46,7 +52,17 @@ bound; decode reads are priced as full attention everywhere.
 Recurrent state per sequence (Mamba and linear-attention layers), per GPU::
 
     mamba:            d_inner / tp * (d_conv - 1 + d_state) * dtype_bytes   (conv + SSM state)
+    mamba2:           (d_inner + 2 * groups * d_state) / tp * (d_conv - 1) * dtype_bytes     (conv)
+                      + heads / tp * head_dim * d_state * ssm_bytes                         (SSM)
+    gated_delta_net:  (2 * k_heads * k_dim + v_heads * v_dim) / tp * (d_conv - 1) * dtype_bytes
+                      + v_heads / tp * v_dim * k_dim * ssm_bytes
     linear_attention: heads / tp * head_dim * head_dim * dtype_bytes        (the KV outer-product state)
+
+(vLLM 0.33.0's ``MambaStateShapeCalculator``, model_executor/layers/mamba/mamba_utils.py:171-294:
+``mamba2_state_shape`` widens the groups to ``tp`` when ``tp`` does not divide them, each head
+shard keeping its group; ``ssm_bytes`` is the SSM state's dtype, the model's unless the model
+sets it: Nemotron-H keeps it in float32, ``NemotronHForCausalLMConfig``,
+model_executor/models/config.py:812-832.)
 
 vLLM reserves one state slot per ``max_num_seqs`` before sizing the KV pool (``MambaCacheManager``
 in ``vllm/model_executor/models/jamba.py``, ``MinimaxCacheManager`` in ``minimax_text_01.py``:
@@ -60,6 +76,11 @@ Parameters (biases and norms are not counted: under 0.1 % of any model here)::
     mamba            h*2*d_inner + d_inner*d_conv + d_inner*(dt_rank + 2*d_state)
                      + dt_rank*d_inner + d_inner*d_state + d_inner*h
     linear attention 3*h*q + h*q + q*h            (qkv, output gate, output projection)
+    mamba2           h*(2*d_inner + 2*groups*d_state + heads) + conv_dim*d_conv + d_inner*h
+                     (in_proj: z, x, B, C, dt; the causal conv over x, B, C; out_proj)
+    gated_delta_net  h*(2*k + 2*v) + h*2*v_heads + conv_dim*d_conv + v*h
+                     (in_proj_qkvz, in_proj_ba, the conv over q, k, v, out_proj; k = k_heads*k_dim)
+    gated attention  attention with q doubled (Qwen3-Next's output gate, ``attn_output_gate``)
     dense MLP        (3 if gated else 2) * h * intermediate
     MoE MLP          E * 3*h*i_expert + 3*h*i_shared + E*h      (experts, shared expert, router)
     active MoE MLP   k * 3*h*i_expert + 3*h*i_shared + E*h      (the k experts a token visits)
@@ -88,9 +109,13 @@ from pagesim.sim.errors import ConfigError
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 MAMBA = "mamba"
+MAMBA2 = "mamba2"
+GATED_DELTA_NET = "gated_delta_net"
 LINEAR_ATTENTION = "linear_attention"
-LAYER_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, MAMBA, LINEAR_ATTENTION)
+MLP_ONLY = "mlp"
+LAYER_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, MAMBA, MAMBA2, GATED_DELTA_NET, LINEAR_ATTENTION, MLP_ONLY)
 ATTENTION_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION)  # the layers that keep K and V per token
+RECURRENT_KINDS = (MAMBA, MAMBA2, GATED_DELTA_NET, LINEAR_ATTENTION)  # the layers that keep a state
 #: vLLM's --kv-cache-dtype values simulated: "auto" (the model's dtype) and FP8 under its names
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -132,6 +157,63 @@ class MambaMixer:
     d_state: int
     d_conv: int
     dt_rank: int
+
+
+@dataclass(frozen=True)
+class Mamba2Mixer:
+    """A Mamba-2 layer's dimensions (``d_inner``: the conv's and the projections' inner width,
+    ``heads * head_dim`` in every model here); ``ssm_dtype_bytes`` 0: the SSM state at the
+    model's dtype."""
+
+    d_inner: int
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    d_state: int
+    d_conv: int
+    ssm_dtype_bytes: int = 0
+
+    def state_bytes(self, tensor_parallel: int, dtype_bytes: int) -> int:
+        """One sequence's conv and SSM state in one layer on one GPU (module docstring)."""
+        groups = self.n_groups if self.n_groups % tensor_parallel == 0 else tensor_parallel
+        conv = _divide(self.d_inner + 2 * groups * self.d_state, tensor_parallel) * (self.d_conv - 1)
+        ssm = _divide(self.num_heads, tensor_parallel) * self.head_dim * self.d_state
+        return conv * dtype_bytes + ssm * (self.ssm_dtype_bytes or dtype_bytes)
+
+    def params(self, hidden: int) -> int:
+        conv_dim = self.d_inner + 2 * self.n_groups * self.d_state
+        return hidden * (conv_dim + self.d_inner + self.num_heads) + conv_dim * self.d_conv + self.d_inner * hidden
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    """A gated-delta-rule linear-attention layer's dimensions (Qwen3-Next's ``linear_*`` keys)."""
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    d_conv: int
+    ssm_dtype_bytes: int = 0
+
+    def state_bytes(self, tensor_parallel: int, dtype_bytes: int) -> int:
+        conv_dim = 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+        conv = _divide(conv_dim, tensor_parallel) * (self.d_conv - 1)
+        recurrent = _divide(self.num_v_heads, tensor_parallel) * self.head_v_dim * self.head_k_dim
+        return conv * dtype_bytes + recurrent * (self.ssm_dtype_bytes or dtype_bytes)
+
+    def params(self, hidden: int) -> int:
+        k, v = self.num_k_heads * self.head_k_dim, self.num_v_heads * self.head_v_dim
+        return hidden * (2 * k + 2 * v) + hidden * 2 * self.num_v_heads + (2 * k + v) * self.d_conv + v * hidden
+
+
+def _divide(numerator: int, denominator: int) -> int:
+    """vLLM's ``divide``: a state's dimension splits evenly over the TP group, or the model does
+    not run at that TP."""
+    if numerator % denominator:
+        raise ConfigError(f"a recurrent state's dimension {numerator} does not split over tensor parallel "
+                          f"{denominator}")
+    return numerator // denominator
 
 
 @dataclass(frozen=True)
@@ -179,6 +261,10 @@ class ModelSpec:
     latent_attention: LatentAttention | None = None
     moe: MixtureOfExperts | None = None
     mamba: MambaMixer | None = None
+    mamba2: Mamba2Mixer | None = None
+    delta_net: GatedDeltaNet | None = None
+    mlp_layers: tuple[int, ...] | None = None  # the layers with an MLP (None: every layer)
+    attention_output_gate: bool = False  # q_proj doubled for a gate (Qwen3-Next)
     quantization: Quantization | None = None
     vision_params: int = 0  # a multimodal model's vision encoder (memory only)
     kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES (vLLM's --kv-cache-dtype)
@@ -219,6 +305,10 @@ class ModelSpec:
         if kind == MAMBA:
             m = self.mamba
             return m.d_inner // tensor_parallel * (m.d_conv - 1 + m.d_state) * self.dtype_bytes
+        if kind == MAMBA2:
+            return self.mamba2.state_bytes(tensor_parallel, self.dtype_bytes)
+        if kind == GATED_DELTA_NET:
+            return self.delta_net.state_bytes(tensor_parallel, self.dtype_bytes)
         if kind == LINEAR_ATTENTION:
             return self.num_heads // tensor_parallel * self.head_dim * self.head_dim * self.dtype_bytes
         return 0
@@ -239,6 +329,12 @@ class ModelSpec:
             m = self.mamba
             return (h * 2 * m.d_inner + m.d_inner * m.d_conv + m.d_inner * (m.dt_rank + 2 * m.d_state)
                     + m.dt_rank * m.d_inner + m.d_inner * m.d_state + m.d_inner * h)
+        if kind == MAMBA2:
+            return self.mamba2.params(h)
+        if kind == GATED_DELTA_NET:
+            return self.delta_net.params(h)
+        if kind == MLP_ONLY:
+            return 0
         q = self.num_heads * self.head_dim
         if kind == LINEAR_ATTENTION:
             return 3 * h * q + h * q + q * h
@@ -250,10 +346,12 @@ class ModelSpec:
                     + mla.kv_lora_rank * self.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
                     + self.num_heads * mla.v_head_dim * h)
         kv = self.num_kv_heads * self.head_dim
-        return h * q + 2 * h * kv + q * h
+        return h * q * (2 if self.attention_output_gate else 1) + 2 * h * kv + q * h
 
     def _mlp_params(self, layer: int, routed_experts: int) -> int:
         h, moe = self.hidden_size, self.moe
+        if self.mlp_layers is not None and layer not in self.mlp_layers:
+            return 0
         if moe is not None and layer in moe.layers:
             return (routed_experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
                     + moe.num_experts * h)
