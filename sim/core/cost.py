@@ -27,7 +27,8 @@ ROUTED_EXPERTS = 13  # E, routed experts per MoE layer (0: a dense model)
 EXPERTS_PER_TOKEN = 14  # k, the routed experts each token visits
 EXPERT_WEIGHT_TIME_S = 15  # reading one routed expert of every MoE layer once
 PAGED_KERNEL_OVERHEAD = 16  # a paged kernel's work per block, as a fraction of the block's K/V reads (0: none)
-NUM_CONSTANTS = 17
+STATE_BYTES_PER_SEQ = 17  # a sequence's recurrent state (Mamba, linear attention) on one GPU (0: none)
+NUM_CONSTANTS = 18
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -67,6 +68,8 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += paged_kernel_seconds(decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH],
                                   c[PAGED_KERNEL_OVERHEAD])
+    if c[STATE_BYTES_PER_SEQ]:  # each sequence's recurrent states read and written back once
+        t += num_seqs * 2 * c[STATE_BYTES_PER_SEQ] / c[MEMORY_BANDWIDTH]
     if num_prefill_seqs:
         t += prefill_attention_seconds(c, prefill_flop_sum, prefill_cached_sum)
     return plus_transfers(c, t, swapped_tokens, copied_tokens)

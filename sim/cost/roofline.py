@@ -10,10 +10,11 @@ For a step with T = prefill + decode tokens on one GPU of a TP group of size ``t
              = W_unrouted + E * (1 - (1 - k/E)^T) * W_expert             # mixture of experts
     attn     = KV_read / (mem_bw * eff_bw) * (1 + o / B)                 # decode: memory-bound
              + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
+    state    = num_seqs * 2 * S / (mem_bw * eff_bw)                     # recurrent states (hybrids)
     allreduce= 2 * L * [ 2 (tp-1)/tp * T * hidden * dtype / link_bw + ar_latency ]   (tp > 1)
     swap     = swapped_tokens * kv_bytes_per_token / pcie_bw
              + swapped_tokens * 2 * L * copy_latency / block_size   # one copy per block, layer, K/V
-    step     = overhead + per_seq_overhead * num_seqs + linear + attn + allreduce + swap
+    step     = overhead + per_seq_overhead * num_seqs + linear + attn + state + allreduce + swap
 
 with ``P_lin`` the parameters one token multiplies (``ModelSpec.active_params``: every layer's
 projections and MLP, for a mixture of experts only the ``num_experts_per_tok`` experts a token
@@ -28,6 +29,11 @@ each sequence's K/V in whole blocks of ``B`` tokens, its last block too (``KV_re
 ``ceil(ctx / B) * B`` tokens), and works per block as much as reading ``o = 3.68`` more tokens:
 the paper's Fig. 18a overhead, 23 % at its default ``B = 16``, taken as work per block
 (``sim.core.cost``: the source lines; ``o / B = 0`` for the other kernels),
+``S`` a sequence's recurrent state over its Mamba and linear-attention layers on one GPU
+(``ModelSpec.state_bytes_per_seq``: 0 for a transformer), which each step that schedules the
+sequence reads and writes back once (a decode token's ``selective_state_update``, vLLM's
+model_executor/layers/mamba/ops/mamba_ssm.py; a prefill chunk's scan from its initial state to
+its final one, ops/ssd_combined.py; the conv state beside it),
 and ``F_prefill = A * sum_i c_i (p_i + c_i / 2) / tp`` for a chunk of ``c_i`` new tokens after ``p_i`` cached ones,
 with ``A = ModelSpec.attention_flops_per_pair`` (``4 * L * heads * head_dim``: QK^T and PV,
 causal half, over the attention layers only). GEMMs of W8A8 FP8 checkpoints run at the GPU's
@@ -153,6 +159,7 @@ class RooflineCostModel(CpuOverhead):
         self._attn_flops = self.gpu.peak_flops * self.eff_attn
         self._swap_copy_s_per_token = swap_copy_seconds_per_token(m.num_attention_layers, self.swap_block_tokens)
         self._paged_kernel_overhead = paged_kernel_overhead(self.kernel_block_tokens)
+        self._state_bytes_per_seq = float(m.state_bytes_per_seq(tp))
         if tp > 1:
             self._ar_time_per_token = (2 * m.num_layers * 2 * (tp - 1) / tp * h * m.dtype_bytes
                                        / self.gpu.interconnect_bw)
@@ -195,7 +202,8 @@ class RooflineCostModel(CpuOverhead):
         return (self.overhead_s, self.per_seq_overhead_s, self._lin_flops_per_token, self._flops,
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
-                self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead)
+                self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
+                self._state_bytes_per_seq)
 
 class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/cost/profile_format.py``): packs it for

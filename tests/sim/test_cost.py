@@ -164,3 +164,18 @@ def test_every_fitted_model_prices_the_paged_kernel_alike(cost_model):
     slope = price(0, one_more) - price(0)
     assert slope > 0
     assert price(16) - price(0) == pytest.approx(slope * (80 * 1.23 - 57), rel=1e-6)
+
+
+def test_a_hybrids_recurrent_states_are_read_and_written_once_a_step():
+    # Jamba-1.5-Mini at TP 2 on an H100: each sequence keeps 28 Mamba layers x 155,648 B = 4,358,144 B
+    # of state per GPU (tests/sim/test_model_configs.py). 4 decoding sequences read and write theirs:
+    # 4 x 2 x 4,358,144 B at 3,350e9 x 0.8 B/s = 13.0094 us on top of the transformer's terms
+    model = get_model("jamba-1.5-mini")
+    cost_model = make_cost_model(model, get_gpu("h100-80gb"), tensor_parallel=2, cost_model="roofline")
+    batch = StepBatch(decode_seq_ids=ids(4), decode_context=np.full(4, 512, np.int64))
+    stateless = make_cost_model(model, get_gpu("h100-80gb"), tensor_parallel=2, cost_model="roofline")
+    stateless._state_bytes_per_seq = 0.0  # the same step without the states' traffic
+    assert cost_model.step_time(batch) - stateless.step_time(batch) == pytest.approx(13.00939e-6, rel=1e-5)
+    # a prefill chunk's sequence reads its initial state and writes its final one: the same bytes
+    prefill = StepBatch(prefill_seq_ids=ids(1), prefill_tokens=np.array([256]), prefill_context=np.array([256]))
+    assert cost_model.step_time(prefill) - stateless.step_time(prefill) == pytest.approx(13.00939e-6 / 4, rel=1e-5)
