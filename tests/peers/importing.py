@@ -154,6 +154,24 @@ def functions(peer: Peer, module: str, names: tuple, namespace: dict) -> dict:
     return compiled(peer, path, module, tree.body, names, namespace)
 
 
+def constants(peer: Peer, module: str, names: tuple, namespace: dict) -> dict:
+    """Module-level assignments ``names`` of the peer's ``module`` (``STR_DTYPE_TO_TORCH_DTYPE``),
+    evaluated from its source alone over ``namespace``, for the same reason as ``functions``."""
+    path, tree = source(peer, module)
+    found = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id in names:
+                code = compile(ast.Expression(node.value), str(path), "eval")
+                found[target.id] = eval(code, dict(namespace))  # noqa: S307 - vLLM's own source, fetched
+    missing = set(names) - set(found)
+    assert not missing, f"{peer.name}'s {module} has no {sorted(missing)}"
+    return found
+
+
 def source(peer: Peer, module: str):
     path = peer.folder.joinpath(*module.split(".")).with_suffix(".py")
     return path, ast.parse(path.read_text(), str(path))
