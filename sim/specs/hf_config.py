@@ -233,7 +233,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         layer_kinds=kinds, sliding_window=window, latent_attention=latent, moe=moe,
         mamba=mamba, mamba2=_mamba2(text, mt, hidden) if MAMBA2 in kinds else None,
         delta_net=_delta_net(text) if GATED_DELTA_NET in kinds else None,
-        mlp_layers=tuple(i for i, k in enumerate(kinds) if k == MLP_ONLY) if mt == "nemotron_h" else None,
+        mixers_have_mlp=mt != "nemotron_h",
         attention_output_gate=mt == "qwen3_next" and text.flag("attn_output_gate", True),
         quantization=_quantization(top, text), vision_params=_vision_params(top))
 

@@ -20,8 +20,8 @@ linear_attention    lightning attention (MiniMax-Text-01)                 a fixe
 mlp                 none: the layer is an MLP alone (Nemotron-H's ``-``)  nothing
 ==================  ====================================================  ====================
 
-A layer has an MLP unless ``mlp_layers`` lists the layers that do (Nemotron-H's mixers have
-none: each of its layers is a mixer or an MLP, ``hybrid_override_pattern``).
+A layer has an MLP beside its mixer unless ``mixers_have_mlp`` is false: then each layer is a
+mixer or an MLP alone (Nemotron-H's ``hybrid_override_pattern``).
 
 KV bytes per token, per GPU of a tensor-parallel group of ``tp`` (vLLM's cache layout)::
 
@@ -263,7 +263,7 @@ class ModelSpec:
     mamba: MambaMixer | None = None
     mamba2: Mamba2Mixer | None = None
     delta_net: GatedDeltaNet | None = None
-    mlp_layers: tuple[int, ...] | None = None  # the layers with an MLP (None: every layer)
+    mixers_have_mlp: bool = True  # False: a layer is a mixer or (kind "mlp") an MLP alone (Nemotron-H)
     attention_output_gate: bool = False  # q_proj doubled for a gate (Qwen3-Next)
     quantization: Quantization | None = None
     vision_params: int = 0  # a multimodal model's vision encoder (memory only)
@@ -348,9 +348,9 @@ class ModelSpec:
         kv = self.num_kv_heads * self.head_dim
         return h * q * (2 if self.attention_output_gate else 1) + 2 * h * kv + q * h
 
-    def _mlp_params(self, layer: int, routed_experts: int) -> int:
+    def _mlp_params(self, layer: int, kind: str, routed_experts: int) -> int:
         h, moe = self.hidden_size, self.moe
-        if self.mlp_layers is not None and layer not in self.mlp_layers:
+        if kind != MLP_ONLY and not self.mixers_have_mlp:
             return 0
         if moe is not None and layer in moe.layers:
             return (routed_experts * 3 * h * moe.expert_intermediate_size + 3 * h * moe.shared_intermediate_size
@@ -363,7 +363,8 @@ class ModelSpec:
         moe = self.moe
         if routed_experts is None:
             routed_experts = 0 if moe is None else moe.experts_per_token if active else moe.num_experts
-        return sum(self._mixer_params(kind) + self._mlp_params(i, routed_experts) for i, kind in enumerate(self.kinds))
+        return sum(self._mixer_params(kind) + self._mlp_params(i, kind, routed_experts)
+                   for i, kind in enumerate(self.kinds))
 
     def _layer_weight_bytes(self, params: int) -> int:
         q = self.quantization

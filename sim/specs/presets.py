@@ -8,7 +8,12 @@ mistralai/Mistral-7B-v0.1; meta-llama/Llama-3.1-{8,70,405}B-Instruct;
 Qwen/Qwen2.5-{7,72}B-Instruct (32,768 tokens without YaRN); mistralai/Mistral-7B-Instruct-v0.3;
 mistralai/Mixtral-8x7B-Instruct-v0.1; deepseek-ai/DeepSeek-V3 (its FP8 checkpoint, 128x128
 block scales); google/gemma-2-27b; ai21labs/AI21-Jamba-1.5-Mini (Jamba-v0.1's shapes: 4 attention
-layers, at 4, 12, 20 and 28, among 28 Mamba layers; 16 experts on the odd layers).
+layers, at 4, 12, 20 and 28, among 28 Mamba layers; 16 experts on the odd layers);
+nvidia/NVIDIA-Nemotron-Nano-9B-v2 (27 Mamba-2, 4 attention and 25 MLP layers, a letter each);
+ibm-granite/granite-4.0-h-tiny (36 Mamba-2 and 4 attention layers, at 5, 15, 25 and 35; 64
+experts of which 6 a token, and a shared MLP); Qwen/Qwen3-Next-80B-A3B-Instruct (36 gated-delta-net
+layers, every 4th layer gated attention; 512 experts, 10 a token, one shared). Where those three
+were read, and which of their keys are uncertain: ``tests/sim/hybrid_configs.py``.
 
 The Llama-2, Llama-3 and Mistral-7B (v0.1) presets count the LM head as tied to the embedding,
 as pagesim always has; their released checkpoints untie it (``tie_word_embeddings: false``:
@@ -23,8 +28,13 @@ from pathlib import Path
 
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.hf_config import model_from_hf_config
-from pagesim.sim.specs.model import (FULL_ATTENTION, MAMBA, SLIDING_ATTENTION, LatentAttention, MambaMixer,
-                                     MixtureOfExperts, ModelSpec, Quantization, interleaved_sliding)
+from pagesim.sim.specs.hf_config import NEMOTRON_LAYERS
+from pagesim.sim.specs.model import (FULL_ATTENTION, GATED_DELTA_NET, MAMBA, MAMBA2, SLIDING_ATTENTION, GatedDeltaNet,
+                                     LatentAttention, Mamba2Mixer, MambaMixer, MixtureOfExperts, ModelSpec,
+                                     Quantization, interleaved_sliding)
+
+#: NVIDIA-Nemotron-Nano-9B-v2's layers, a letter each (M Mamba-2, * attention, - MLP)
+NEMOTRON_NANO_PATTERN = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -60,6 +70,17 @@ MODELS: dict[str, ModelSpec] = {
                   layer_kinds=tuple(FULL_ATTENTION if i % 8 == 4 else MAMBA for i in range(32)),
                   mamba=MambaMixer(d_inner=8192, d_state=16, d_conv=4, dt_rank=256),
                   moe=MixtureOfExperts(16, 2, 14336, tuple(range(1, 32, 2)))),
+        ModelSpec("nemotron-nano-9b-v2", 56, 4480, 40, 8, 128, 15680, 131072, 131072, gated_mlp=False,
+                  tie_word_embeddings=False, layer_kinds=tuple(NEMOTRON_LAYERS[c] for c in NEMOTRON_NANO_PATTERN),
+                  mamba2=Mamba2Mixer(10240, 128, 80, 8, 128, 4, ssm_dtype_bytes=4), mixers_have_mlp=False),
+        ModelSpec("granite-4.0-h-tiny", 40, 1536, 12, 4, 128, 512, 100352, 131072,
+                  layer_kinds=tuple(FULL_ATTENTION if i % 10 == 5 else MAMBA2 for i in range(40)),
+                  mamba2=Mamba2Mixer(3072, 48, 64, 1, 128, 4),
+                  moe=MixtureOfExperts(64, 6, 512, tuple(range(40)), shared_intermediate_size=1024)),
+        ModelSpec("qwen3-next-80b-a3b", 48, 2048, 16, 2, 256, 5120, 151936, 262144, tie_word_embeddings=False,
+                  layer_kinds=tuple(FULL_ATTENTION if (i + 1) % 4 == 0 else GATED_DELTA_NET for i in range(48)),
+                  delta_net=GatedDeltaNet(16, 32, 128, 128, 4), attention_output_gate=True,
+                  moe=MixtureOfExperts(512, 10, 512, tuple(range(48)), shared_intermediate_size=512)),
     ]
 }
 
@@ -88,9 +109,10 @@ def preset_of_hf_id(model_id: str) -> str | None:
     return key if key in MODELS else None
 
 
-def get_model(name_or_path: str) -> ModelSpec:
+def get_model(name_or_path: str | Path) -> ModelSpec:
     """A preset by name or by Hugging Face model id (:func:`preset_of_hf_id`), or a Hugging Face
     ``config.json`` (or the folder holding it) by path."""
+    name_or_path = str(name_or_path)
     key = name_or_path.lower()
     key = MODEL_ALIASES.get(key, key)
     if key in MODELS:

@@ -33,7 +33,7 @@ QWEN_NEXT = {"model_type": "qwen3_next", "hidden_size": 256, "num_attention_head
 
 def test_nemotron_h_pattern_state_and_parameters(tmp_path):
     m = get_model(write(tmp_path, NEMOTRON))
-    assert m.kinds == ("mamba2", "mlp", "mamba2", "full_attention", "mlp") and m.mlp_layers == (1, 4)
+    assert m.kinds == ("mamba2", "mlp", "mamba2", "full_attention", "mlp") and not m.mixers_have_mlp
     assert m.num_attention_layers == 1 and m.kv_bytes_per_token() == 2 * 2 * 64 * 2
     # conv: (d_inner 8 x 32 = 256 + 2 groups x 2 x 16) = 320 x (4 - 1) x 2 B = 1,920; SSM in float32
     # (vLLM's default for Nemotron-H): 8 heads x 32 x 16 x 4 B = 16,384 -> 18,304 a layer, 2 layers
@@ -57,7 +57,7 @@ def test_nemotron_h_pattern_state_and_parameters(tmp_path):
 
 def test_granite_4_h_layers_experts_and_a_dense_variant(tmp_path):
     m = get_model(write(tmp_path, GRANITE))
-    assert m.kinds == ("mamba2", "full_attention", "mamba2") and m.mlp_layers is None
+    assert m.kinds == ("mamba2", "full_attention", "mamba2") and m.mixers_have_mlp
     # d_inner = mamba_expand x hidden = 512; conv (512 + 2 x 1 x 16) x 3 x 2 = 3,264 + SSM in the
     # model's dtype 16 x 32 x 16 x 2 = 16,384
     assert m.state_bytes_per_layer("mamba2") == 19_648
@@ -114,3 +114,23 @@ def test_nemotron_h_refusals(tmp_path, change, words):
     cfg = {k: v for k, v in dict(NEMOTRON, **change).items() if v is not None}
     with pytest.raises(ConfigError, match=words):
         get_model(write(tmp_path, cfg))
+
+
+@pytest.mark.parametrize("preset, config", [("nemotron-nano-9b-v2", "nemotron-h"), ("granite-4.0-h-tiny", "granite-4-h"),
+                                            ("qwen3-next-80b-a3b", "qwen3-next")])
+def test_the_presets_are_their_configs(tmp_path, preset, config):
+    # each preset states its config.json (tests/sim/hybrid_configs.py: where each was read) field by field
+    from dataclasses import replace
+    from tests.sim.hybrid_configs import HYBRID_CONFIGS
+    read = get_model(write(tmp_path, HYBRID_CONFIGS[config]))
+    assert replace(read, name=preset) == get_model(preset)
+
+
+def test_the_presets_against_their_published_sizes():
+    # the round sizes their makers publish: "9 billion parameters" (NVIDIA), "80B" total with "3B
+    # activated" (Qwen; here 3.25B without the LM head's 0.31B), "7B" (IBM's granite-4.0-h-tiny)
+    assert get_model("nemotron-nano-9b-v2").num_params == pytest.approx(9e9, rel=0.02)
+    qwen = get_model("qwen3-next-80b-a3b")
+    assert qwen.num_params == pytest.approx(80e9, rel=0.01)
+    assert qwen.active_params - qwen.vocab_size * qwen.hidden_size == pytest.approx(3e9, rel=0.1)
+    assert get_model("granite-4.0-h-tiny").num_params == pytest.approx(7e9, rel=0.02)
