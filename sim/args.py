@@ -11,10 +11,12 @@ from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEME
                                 SimConfig, load_toml)
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
+from pagesim.sim.specs import MODELS
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
-    "model": dict(help="model preset or path to a Hugging Face config.json (default opt-13b)"),
+    "model": dict(help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face config.json "
+                       "(default opt-13b)"),
     "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb)"),
     "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
     "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),

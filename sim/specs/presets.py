@@ -124,5 +124,4 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
         return model_from_hf_config(p)
-    raise ConfigError(f"unknown model '{name_or_path}'; valid models: {', '.join(MODELS)} "
-                      "(or a path to a Hugging Face config.json)")
+    raise ConfigError(f"unknown model '{name_or_path}' (presets: pagesim simulate --help; or a config.json path)")

@@ -67,7 +67,7 @@ def test_toml_config_then_flags_win(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--model", "gpt-9"], "valid models"),
+    (["--model", "gpt-9"], "unknown model 'gpt-9' (presets: pagesim simulate --help"),
     (["--gpu", "tpu"], "valid GPUs"),
     (["--model", "llama-2-70b", "--gpu", "a100-40gb"], "--tp"),
     (["--block-size", "0"], "block_size"),
