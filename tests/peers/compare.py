@@ -94,7 +94,10 @@ def offload_cause(ours, theirs, k: int) -> str:
         return "other"
     a, b = ours[k], theirs[k]
     if a.admitted != b.admitted:
-        return "reserved" if set(b.admitted) > set(a.admitted) else "other"
+        if set(b.admitted) > set(a.admitted):
+            return "reserved"
+        # a hit on chunks another request is loading: vLLM defers it (offloading/scheduler.py:1022-1045)
+        return "being-loaded" if any(h[1] and i not in b.admitted for i, h in a.admitted.items()) else "other"
     if a.host_blocks == b.host_blocks:
         return "other"
     before = theirs[k - 1].host_blocks if k else frozenset()
