@@ -12,6 +12,10 @@ cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group c
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
+``--offload``: vLLM 0.33.0 with its CPU offload tier (``OFFLOAD_WORKLOADS``, vllm_offload.py: each step's
+host blocks and admissions' hits compared too; ``--offload-random=N``: over ``workloads.random_offload``
+drawn from seeds 0..N-1; ``--deferred-stores``: vLLM's worker submits a step's stores at the next
+step's start, which pagesim does not model).
 ``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
 (sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
 trees after it), the share whose results alone agree, the share after which the whole trees
@@ -27,11 +31,12 @@ identical steps and the first that differs.
 
 from __future__ import annotations
 
+import collections
 import sys
 
-from tests.peers import nano_vllm, pagesim_steps, vllm_v0, vllm_v1
-from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS,
-                                  random_grouped, random_speculative)
+from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
+from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_WORKLOADS, SPECULATIVE_WORKLOADS,
+                                  V0_WORKLOADS, WORKLOADS, random_grouped, random_offload, random_speculative)
 
 
 def identical_steps(ours, theirs) -> int:
@@ -58,12 +63,50 @@ def describe(k: int, ours, theirs, peer: str = "vLLM") -> str:
                 speculation = (f" drafts {dict(sorted(s.drafts.items()))} blocks {dict(sorted(s.blocks.items()))} "
                                f"kept {dict(sorted(s.kept.items()))}" if s.blocks else "")
                 speculation += f" group blocks {dict(sorted(s.group_blocks.items()))}" if s.group_blocks else ""
+                speculation += host_tier(s, steps[j - 1] if j > 0 else None)
                 lines.append(f"  {label} step {j} t={s.start_s}: scheduled {dict(sorted(s.scheduled.items()))} "
                              f"preempted {sorted(s.preempted)} free {s.free_blocks} finished {sorted(s.finished)}"
                              + swaps + speculation)
             elif j == k:
                 lines.append(f"  {label} step {j}: none (its run ended after {len(steps)} steps)")
     return "\n".join(lines)
+
+
+def host_tier(step, before) -> str:
+    """A step's CPU offload tier record (vllm_offload.py): the admissions' (GPU, host) hit tokens,
+    its blocks (those it gained and lost since ``before``, or all), its eviction order if kept."""
+    if not (step.host_blocks or step.admitted):
+        return ""
+    def names(blocks, ordered=False) -> str:
+        shown = list(blocks) if ordered else sorted(blocks)
+        return "[" + ", ".join(f"{i}.{k}" for i, k in shown[:6]) + (", ..." if len(shown) > 6 else "") + "]"
+
+    gained, lost = step.host_blocks - (before.host_blocks if before else frozenset()), \
+        (before.host_blocks if before else frozenset()) - step.host_blocks
+    text = f" admitted {dict(sorted(step.admitted.items()))} host {len(step.host_blocks)} +{names(gained)}"
+    return text + (f" -{names(lost)}" if lost else "") + (f" order {names(step.host_order, True)}" if step.host_order else "")
+
+
+def offload_cause(ours, theirs, k: int) -> str:
+    """The likely cause of a CPU offload tier workload's first divergence at step ``k``, read from
+    the two records (a heuristic: README.md, "CPU offload tier", says which rules each names)."""
+    if k >= min(len(ours), len(theirs)):
+        return "other"
+    a, b = ours[k], theirs[k]
+    if a.admitted != b.admitted:
+        if set(b.admitted) > set(a.admitted):
+            return "reserved"
+        # a hit on chunks another request is loading: vLLM defers it (offloading/scheduler.py:1022-1045)
+        return "being-loaded" if any(h[1] and i not in b.admitted for i, h in a.admitted.items()) else "other"
+    if a.host_blocks == b.host_blocks:
+        return "other"
+    before = theirs[k - 1].host_blocks if k else frozenset()
+    if (b.host_blocks - before) - a.host_blocks or len(b.host_blocks) < len(a.host_blocks):
+        return "pinned"  # a block stored in the step that pagesim evicted in it, or a store vLLM refused
+    finished = theirs[k - 1].finished if k else frozenset()
+    if any(i in finished for i, _ in (b.host_blocks ^ a.host_blocks)):
+        return "finish-timing"
+    return "running-lru"
 
 
 def sglang_table(workloads: dict, names: list, header: str, skipped: str, row) -> int:
@@ -159,6 +202,12 @@ def main(argv=None) -> int:
                      else {w.name: w for w in (random_grouped(k, mamba=True) for k in range(mamba[0]))} if mamba
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
+    elif "--offload" in args or any(a.startswith("--offload-random=") for a in args):
+        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--offload-random=")]
+        workloads = {w.name: w for w in map(random_offload, range(drawn[0]))} if drawn else OFFLOAD_WORKLOADS
+        label, system, overrides = "vLLM", "vllm-v1", {}
+        deferred = "--deferred-stores" in args
+        peer = lambda workload: vllm_offload.run(workload, deferred_stores=deferred)  # noqa: E731
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
     else:
@@ -169,6 +218,7 @@ def main(argv=None) -> int:
     print(f"{'workload':<{wide}} {'steps ' + label:>{width}} {'pagesim':>8} {'identical':>10}  first diverging step")
     details = []
     same = 0
+    causes = collections.Counter()
     for name in names:
         workload = workloads[name]
         try:
@@ -188,9 +238,13 @@ def main(argv=None) -> int:
         print(f"{name:<{wide}} {len(theirs):>{width}} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
         same += k is None
         if k is not None:
-            details.append(f"{name}: {describe(k, ours, theirs, peer=label)}")
-    if any(a.startswith(("--spec-random=", "--groups-random=", "--mamba-random=")) for a in args):
+            cause = f" (likely: {offload_cause(ours, theirs, k)})" if workload.host_blocks else ""
+            details.append(f"{name}{cause}: {describe(k, ours, theirs, peer=label)}")
+            causes[offload_cause(ours, theirs, k) if workload.host_blocks else "-"] += 1
+    if any(a.startswith(("--spec-random=", "--groups-random=", "--mamba-random=", "--offload-random=")) for a in args):
         print(f"{same} of {len(names)} identical on every step")
+        if any(w.host_blocks for w in workloads.values()) and causes:
+            print("the others' likely causes: " + ", ".join(f"{c} {n}" for c, n in causes.most_common()))
     for text in details:
         print("\n" + text)
     return 0

@@ -136,14 +136,15 @@ def driver_or_skip(version: str, module: str):
     return driver
 
 
-def members(peer: Peer, module: str, class_name: str, names: tuple) -> dict:
+def members(peer: Peer, module: str, class_name: str, names: tuple, namespace: dict | None = None) -> dict:
     """Methods and properties ``names`` of class ``class_name`` in the peer's ``module``, compiled
     from its source alone (the module is not imported: vLLM's configuration classes pull in
     transformers and the platform), to be set on a class of the driver's: the peer's own rules,
-    called on the driver's settings. Each keeps vLLM's file and line numbers for tracebacks."""
+    called on the driver's settings, over ``namespace`` (the module globals they read, as
+    ``functions``'). Each keeps vLLM's file and line numbers for tracebacks."""
     path, tree = source(peer, module)
     body = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name).body
-    return compiled(peer, path, f"{module}.{class_name}", body, names, {})
+    return compiled(peer, path, f"{module}.{class_name}", body, names, namespace or {})
 
 
 def functions(peer: Peer, module: str, names: tuple, namespace: dict) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import types
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ from tests.peers.workloads import STEP_S, Layers, Step, Workload
 os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: no compile, and none beside another's
 
 from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
-from pagesim.sim.core import kv_cache, state  # noqa: E402
+from pagesim.sim.core import kv_cache, prefix_cache, state  # noqa: E402
 from pagesim.sim.core.jit import interpreted  # noqa: E402
 from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
@@ -79,6 +80,8 @@ def config(workload: Workload, system: str, **overrides) -> SimConfig:
                     prefix_caching=workload.prefix_caching, cost_model="roofline")
     if workload.layers is not None:
         settings.update(group_settings(workload))
+    if workload.host_blocks:  # the CPU offload tier of that many blocks (vllm_offload.py)
+        settings.update(kv_offload_gib=gib(workload.host_blocks, workload))
     if system == "vllm-v1":
         settings.update(scheduling_policy=workload.policy, watermark=0.0, async_scheduling=False)
         if workload.num_speculative_tokens:
@@ -200,9 +203,79 @@ class Recorder:
         self.ended(core)
 
 
-def run(workload: Workload, system: str = "vllm-v1", **overrides) -> list[Step]:
-    """pagesim's steps over ``workload`` as ``system`` (``overrides``: as ``config``'s)."""
-    recorder = Recorder(workload)
+class OffloadRecorder(Recorder):
+    """``Recorder`` with the CPU offload tier's record (sim/core/host_tier.py; vllm_offload.py):
+    the host blocks once the step is scheduled, named by the first (request, block index) whose
+    prompt key (end token, chain: ``prefix_cache.key_chain``) is theirs, and the hits of each
+    admission since the last record: a request admitted since (it was neither running nor
+    loading then, or has been preempted since) holds GPU hits and host hits its load started
+    with (``OFFLOAD_GPU_HITS``, ``OFFLOAD_LOADING``, while it loads; a load started since, over
+    by this step, is told by its new ``load_ready_s``), or the tokens it had computed before
+    this step's chunk. ``order``: the LRU list from its head, too."""
+
+    def __init__(self, workload: Workload, order: bool = False):
+        super().__init__(workload)
+        self.order = order
+
+    def start(self, core):
+        super().start(core)
+        assert core.config[state.HOST_BLOCKS] == self.workload.host_blocks, \
+            f"pagesim's host tier has {core.config[state.HOST_BLOCKS]} blocks, not {self.workload.host_blocks}"
+        key_chain, bs = interpreted(prefix_cache.key_chain), self.workload.block_size
+        self.names = {}
+        for i, row in enumerate(self.workload.requests):
+            for k in range(row.prompt // bs):
+                self.names.setdefault(((k + 1) * bs, int(key_chain(core, i, k))), (i, k))
+        self.was_admitted = np.zeros(len(self.workload.requests), bool)
+        self.load_ready = core.load_ready_s.copy()
+
+    def host_order(self, core) -> tuple:
+        """The tier's blocks from its LRU list's head (the next evicted)."""
+        blocks, b = [], int(core.count[state.HOST_LRU_HEAD])
+        while b >= 0:
+            row = core.host_blocks[b]
+            blocks.append(self.names[(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))])
+            b = int(row[state.HOST_NEXT])
+        return tuple(blocks)
+
+    def step(self, core):
+        before = core.num_preemptions > self.preemptions  # preempted since the last record
+        duration = super().step(core)
+        record = self.steps[-1]
+        loading = core.offload[:, state.OFFLOAD_LOADING] > 0
+        admitted_now = (core.status == state.RUNNING) | loading
+        new_load = core.load_ready_s != self.load_ready
+        bs = self.workload.block_size
+        admitted = {}
+        for i in np.flatnonzero(admitted_now & (~self.was_admitted | before)).tolist():
+            gpu = int(core.offload[i, state.OFFLOAD_GPU_HITS]) * bs
+            if loading[i]:
+                admitted[i] = (gpu, int(core.offload[i, state.OFFLOAD_LOADING]) * bs)
+                continue
+            computed = int(core.num_prompt_computed[i]) - record.scheduled.get(i, 0)
+            admitted[i] = (gpu, computed - gpu) if new_load[i] else (computed, 0)
+        self.was_admitted, self.load_ready = admitted_now, core.load_ready_s.copy()
+        order = self.host_order(core)
+        self.steps[-1] = dataclasses.replace(record, host_blocks=frozenset(order), admitted=admitted,
+                                             host_order=order if self.order else ())
+        return duration
+
+
+def host_block_seconds(workload: Workload) -> float:
+    """The seconds pagesim prices a block at over the host link for ``workload`` (its
+    ``HOST_BLOCK_S``: sim/core/build.py's ``host_tier_size``), which vllm_offload.Worker takes."""
+    from pagesim.sim.core.build import host_tier_size
+
+    cfg = config(workload, "vllm-v1")
+    blocks, seconds = host_tier_size(cfg, types.SimpleNamespace(block_size=workload.block_size), OPT13B_SLOT)
+    assert blocks == workload.host_blocks, (blocks, workload.host_blocks)
+    return seconds
+
+
+def run(workload: Workload, system: str = "vllm-v1", order: bool = False, **overrides) -> list[Step]:
+    """pagesim's steps over ``workload`` as ``system`` (``overrides``: as ``config``'s; with a
+    host tier, its record too, ``order``: its LRU order)."""
+    recorder = OffloadRecorder(workload, order) if workload.host_blocks else Recorder(workload)
     with registered(workload):
         run_simulation(config(workload, system, **overrides), trace(workload), executor=recorder)
     return recorder.steps

@@ -201,11 +201,12 @@ def compile_stubs() -> None:
                                                    {"GiB_bytes": 1 << 30}))  # mem_constants.py
 
 
-def load() -> types.SimpleNamespace:
-    """vLLM 0.33.0's scheduler and what drives it, imported from the cache folder."""
+def load(peer: Peer | None = None) -> types.SimpleNamespace:
+    """vLLM 0.33.0's scheduler and what drives it, imported from the cache folder (``peer``: a
+    driver's larger set of vLLM's modules around the same scheduler, vllm_offload.py)."""
     if PEER.fetched() and "get_dtype_size" not in STUBS["vllm.utils.torch_utils"]:
         compile_stubs()
-    with PEER.active():
+    with (peer or PEER).active():
         import torch
         from vllm.v1.core.kv_cache_planning import (_get_kv_cache_bytes_per_block, check_enough_kv_cache_memory,
                                                     get_kv_cache_config_from_groups, get_kv_cache_groups)
@@ -287,10 +288,12 @@ def block_hash(obj) -> bytes:
     return hashlib.sha256(pickle.dumps(obj)).digest()
 
 
-def build(vllm, workload: Workload):
+def build(vllm, workload: Workload, configure=None):
     """A ``Scheduler`` over ``workload``'s pool of ``num_blocks`` blocks (plus vLLM's null block,
     which BlockPool keeps out of use: block_pool.py:191, ``null_block``): one full-attention
-    group, or with ``workload.layers`` the groups vLLM makes of them (``kv_cache_config``)."""
+    group, or with ``workload.layers`` the groups vLLM makes of them (``kv_cache_config``).
+    ``configure(vllm_config)``: a driver's settings added before the scheduler is built (a KV
+    connector's: vllm_offload.py)."""
     scheduler_config = Settings(  # config/scheduler.py:48-216's defaults, but the workload's limits and policy
         max_num_seqs=workload.max_num_seqs, max_num_batched_tokens=workload.max_num_batched_tokens,
         policy=workload.policy, max_num_active_seqs=None, max_num_scheduled_tokens=None,
@@ -322,6 +325,8 @@ def build(vllm, workload: Workload):
         max_concurrent_batches=1,
         max_in_flight_tokens=workload.max_num_batched_tokens,  # config/vllm.py:601-609, one batch in flight
         attention_config=Settings(hisparse_config=None))
+    if configure is not None:
+        configure(vllm_config)
     kv_cache_config = kv_cache_config_of(vllm, vllm_config, workload)
     vllm.init_none_hash(block_hash)
     # no grammars: every token is accepted (scheduler.py:2432), every draft kept as proposed

@@ -70,6 +70,7 @@ class Workload:
     speculative_method: str = "ngram"
     spec_acceptance_rate: float = 0.7
     layers: Layers | None = None  # v1: KV cache groups of these layers (None: one full-attention group)
+    host_blocks: int = 0  # v1: the CPU offload tier's blocks (vllm_offload.py; 0: none)
     # vLLM v0 (vllm_v0.py) only
     preemption: str = "recompute"
     cpu_blocks: int = 4096  # swap space: ample, vLLM 0.4.2 stops the engine when it runs out
@@ -115,6 +116,12 @@ class Step:
     # several KV cache groups: running request -> blocks each group holds once the step is
     # scheduled (full-attention groups first; a sliding group's are those in its window)
     group_blocks: dict = field(default_factory=dict)
+    # the CPU offload tier (vllm_offload.py): the blocks it holds once the step is scheduled (each
+    # named by the first (request, block index) whose prompt has it), the GPU and host hit
+    # tokens of each admission looked up since the last record, the blocks in eviction order
+    host_blocks: frozenset = frozenset()
+    admitted: dict = field(default_factory=dict)
+    host_order: tuple = ()
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -482,3 +489,68 @@ NANO_WORKLOADS = {
     "prefix-pressure": Workload("prefix-pressure", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
                                 prefix_caching=True, description="the preemption workload, prefix caching on"),
 }
+
+
+def spaced(requests: list, gap: float) -> list:
+    """The requests arriving one every ``gap`` steps (at half steps), in their order."""
+    return first_at_zero([dataclasses.replace(row, arrival_s=k * gap + 0.5) for k, row in enumerate(requests)])
+
+
+def offload(name: str, requests: list, num_blocks: int, host_blocks: int, **settings) -> Workload:
+    """A workload with prefix caching and a CPU offload tier of ``host_blocks`` blocks
+    (vllm_offload.py; pagesim's ``--kv-offload-gib`` of as many); max_num_seqs 64, out of reach
+    (pagesim counts the requests loading against it, vLLM does not: docs/guide/offload.md)."""
+    return Workload(name, requests, num_blocks=num_blocks, prefix_caching=True, host_blocks=host_blocks,
+                    **{"max_num_seqs": 64, **settings})
+
+
+# vLLM 0.33.0 with its CPU offload tier (vllm_offload.py)
+OFFLOAD_WORKLOADS = {
+    "offload-preemption": offload("offload-preemption", rows(1, 20, (16, 200), (8, 120)), 48, 200,
+                                  description="20 requests, 48 blocks of 16, 200 host blocks: preempted "
+                                              "requests load their prompts back"),
+    "offload-chunked": offload("offload-chunked", rows(1, 20, (16, 200), (8, 120)), 48, 200,
+                               max_num_batched_tokens=64,
+                               description="the same, prompts chunked by a budget of 64"),
+    "offload-lru": offload("offload-lru", spaced(shared_prefix_rows(6, 30, 16), 16), 12, 12,
+                           description="30 requests over 3 system prompts one at a time, 12 blocks, 12 "
+                                       "host blocks: the GPU forgets, the tier evicts its LRU"),
+    # known divergences (test_vllm_offload_peer.py KNOWN)
+    "offload-reserved": offload("offload-reserved", [Row(0.0, 14, 1, hashes=(1, 2, 3)), Row(1.5, 10, 1, hashes=(4, 5)),
+                                                     Row(3.5, 23, 1), Row(5.5, 14, 6, hashes=(1, 2, 3)),
+                                                     Row(5.5, 10, 2, hashes=(4, 5))], 6, 16, block_size=4,
+                                description="two prompts stored, a third evicts them from the GPU, both "
+                                            "again: the second loads while the first does"),
+    "offload-finish-touch": offload("offload-finish-touch", spaced(shared_prefix_rows(3, 30, 16), 16), 12, 12,
+                                    description="offload-lru's kind, seed 3: a load's GPU hits at its finish"),
+    "offload-pinned": offload("offload-pinned", rows(1, 20, (16, 200), (8, 120)), 48, 32,
+                              description="offload-preemption with 32 host blocks: one step stores more"),
+    "offload-running-lru": offload("offload-running-lru", shared_prefix_rows(3, 24, 16), 40, 24,
+                                   description="3 system prompts, requests overlapping, 40 blocks, 24 host "
+                                               "blocks: a running request's blocks evicted"),
+}
+
+
+def random_offload(seed: int) -> Workload:
+    """A workload with a CPU offload tier drawn from ``seed``: blocks of 4-16 slots (16-96 of
+    them), a tier of 4-64 blocks, 8-30 requests over 1-3 shared prefixes of 1-6 blocks with
+    0-3 blocks and a partial one of their own, outputs of 1-40 tokens, arrivals over 0-60
+    steps, a budget of 64-2048 (chunks) and max_num_seqs 64 (out of reach: ``offload``)."""
+    rng = random.Random(seed)
+    block_size = rng.choice([4, 8, 16])
+    num_blocks = rng.randint(16, 96)
+    prefixes = [tuple(range(100 * p, 100 * p + rng.randint(1, 6))) for p in range(rng.randint(1, 3))]
+    spread = rng.choice([0, 10, 30, 60])
+    requests = []
+    for i in range(rng.randint(8, 30)):
+        hashes = rng.choice(prefixes) + tuple(10_000 + 100 * i + k for k in range(rng.randint(0, 3)))
+        prompt = len(hashes) * block_size + rng.randint(1, block_size - 1)
+        output = rng.randint(1, 40)
+        if prompt + output > num_blocks * block_size // 2:  # alone, it always fits
+            continue
+        requests.append(Row(arrival_s=rng.randrange(spread) + 0.5 if spread else 0.0, prompt=prompt, output=output,
+                            hashes=hashes))
+    requests = first_at_zero(sorted(requests or [Row(0.0, block_size + 1, 1)], key=lambda r: r.arrival_s))
+    return offload(f"offload-random-{seed}", requests, num_blocks, rng.randint(4, 64),
+                   block_size=block_size, max_num_batched_tokens=rng.choice([64, 256, 2048]),
+                   description=f"drawn from seed {seed}")
