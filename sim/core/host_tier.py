@@ -29,7 +29,8 @@ there (a chunk is not ready before ``complete_store``, cpu/manager.py:197-205, 3
 ready extend the prefix (``_maximal_prefix_lookup``, scheduler.py:773-803), within the GPU's limit
 of ``prompt - 1`` tokens (see "not modelled"). The request's GPU blocks for the whole hit are taken
 (``allocate_slots`` with the external tokens, scheduler (v1/core/sched) scheduler.py:1425-1441;
-the whole sequence must fit, as any admission), the hit's tokens count as computed
+the whole sequence must fit, as any admission, and the hit's blocks leave free those the prefills
+in flight still need: ``reserved_blocks``), the hit's tokens count as computed
 (scheduler.py:1514-1537), and it waits, holding them, while they load (``WAITING_FOR_REMOTE_KVS``:
 the load is asynchronous, ``sync_load_budget_bytes`` 0 by default, offloading
 scheduler.py:1279-1302), in the waiting queue's holding part, ahead of the rest
@@ -67,7 +68,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HO
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
                                     OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, STORE_LINK_FREE_S,
                                     WAITING_HEAD)
-from pagesim.sim.core.state import KV_HOLDING_WAITING
+from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING
 
 
 @njit(inline=True)
@@ -218,13 +219,25 @@ def next_load_end(s):
 
 @njit
 def reserved_blocks(s):
-    """The blocks the requests loading still need for their whole sequence: an admission that
-    loads must leave them free (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:1406-1415,
-    3432-3436)."""
+    """The blocks the prefills in flight still need for their whole sequence, which an admission
+    that loads must leave free (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,
+    :1420-1430): the running requests whose prompt is not all scheduled (:1590-1593, dropped once
+    it is, :1862-1871) and the requests loading (:1542), each the blocks its ``num_tokens`` lack
+    (``_request_remaining_blocks``, :3404-3420)."""
     c = s.count
     need = 0
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if s.num_prompt_computed[i] < s.prompt_target[i]:
+            need += remaining_blocks(s, i)
     for p in range(c[KV_HOLDING_WAITING]):
         i = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
         if s.offload[i, OFFLOAD_LOADING]:
-            need += (s.prompt_target[i] + s.config[BLOCK_SIZE] - 1) // s.config[BLOCK_SIZE] - s.num_blocks[i]
+            need += remaining_blocks(s, i)
     return need
+
+
+@njit(inline=True)
+def remaining_blocks(s, i):
+    """The blocks request ``i`` lacks for its ``prompt_target`` tokens (a prefill's whole sequence)."""
+    return max((s.prompt_target[i] + s.config[BLOCK_SIZE] - 1) // s.config[BLOCK_SIZE] - s.num_blocks[i], 0)

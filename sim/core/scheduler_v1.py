@@ -357,10 +357,14 @@ def admit_waiting(s, budget):
                 c[DEMAND_WAITING] = 1
                 break
             if s.config[HOST_BLOCKS]:
-                gpu_hits, _ = prefix_cache.count_hits(s, i, target)
+                gpu_hits, revived = prefix_cache.count_hits(s, i, target)
                 host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
                 s.offload[i, OFFLOAD_OFFERED] = 0  # its offers start again (scheduler.py:1241-1244)
-                if host_hits and need + watermark + host_tier.reserved_blocks(s) > kv_cache.num_free_blocks(s):
+                # a load computes nothing now: it takes its hits' blocks (a fresh one per host hit, a
+                # GPU hit nobody holds out of the free queue), leaving the prefills in flight theirs
+                # (allocate_slots' reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1285-1288)
+                available = kv_cache.num_free_blocks(s) - host_tier.reserved_blocks(s)
+                if host_hits and host_hits + revived + watermark > available:
                     c[DEMAND_WAITING] = 1
                     break
                 if host_hits:  # its blocks taken, it waits in the queue's holding part for the load

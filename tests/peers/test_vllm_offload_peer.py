@@ -25,14 +25,6 @@ from tests.peers.workloads import OFFLOAD_WORKLOADS, random_offload  # noqa: E40
 
 # the known divergences: the first step that differs and why (README.md, "CPU offload tier")
 KNOWN = {
-    # pagesim's rule differs (sim/core/scheduler_v1.py admit_waiting, host_tier.reserved_blocks):
-    # vLLM tests the blocks in-flight prefills still need against the blocks an admission that
-    # loads allocates now (its hit's: kv_cache_manager.py:579-588, reserved_blocks from
-    # scheduler.py:1420-1455), its whole sequence against the free blocks alone (:529-546);
-    # pagesim adds them to its whole sequence. Here r4 (2 blocks hit, 3 in all) while r3 loads
-    # (1 block still to take), 3 free: vLLM loads both, pagesim r3 alone
-    "offload-reserved": (3, "vLLM reserves in-flight prefills' blocks against an admission's hit blocks "
-                            "(kv_cache_manager.py:579-588), pagesim against its whole sequence"),
     # pagesim's rule differs (host_tier.finished): a request that finishes touches, in vLLM, the
     # keys it offered or loaded (cpu/manager.py:163-189, :422-452); one that loaded skipped its
     # GPU hits' chunks in its offers (offloading/scheduler.py:1471-1472), which are not touched.
@@ -144,3 +136,23 @@ def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, ru
     theirs = vllm_offload.run(workload)
     monkeypatch.setattr(host_tier, rule, broken)
     assert first_divergence(pagesim_steps.run(workload), theirs) == step
+
+
+def test_a_load_leaves_the_prefills_in_flight_their_blocks(monkeypatch, request):
+    """offload-reserve-binds: at step 3 r3 loads 3 host blocks of its 5 (2 still to take) and r4
+    would load 2 of its 3 into the 3 blocks left. vLLM keeps r3's 2 free (reserved_blocks,
+    scheduler.py:1420-1430, kv_cache_manager.py:579-588): 2 > 3 - 2, so r4 waits until r3 is done
+    (step 5). Without the reservation r4 loads at once and r3 can never grow: pagesim's run stops
+    on its invariant, the deadlock vLLM's reservation is there to avoid."""
+    if in_a_child_if_compiled(request):
+        return
+    from pagesim.sim.core import host_tier
+    from pagesim.sim.errors import InvariantError
+
+    workload = OFFLOAD_WORKLOADS["offload-reserve-binds"]
+    theirs = vllm_offload.run(workload)
+    assert [sorted(step.admitted) for step in theirs if step.admitted] == [[0], [1], [2], [3], [4]]
+    assert 4 in theirs[5].admitted and first_divergence(pagesim_steps.run(workload), theirs) is None
+    monkeypatch.setattr(host_tier, "reserved_blocks", lambda s: 0)
+    with pytest.raises(InvariantError, match="waits for memory in an empty pool"):
+        pagesim_steps.run(workload)

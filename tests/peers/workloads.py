@@ -515,7 +515,12 @@ OFFLOAD_WORKLOADS = {
     "offload-lru": offload("offload-lru", spaced(shared_prefix_rows(6, 30, 16), 16), 12, 12,
                            description="30 requests over 3 system prompts one at a time, 12 blocks, 12 "
                                        "host blocks: the GPU forgets, the tier evicts its LRU"),
-    # known divergences (test_vllm_offload_peer.py KNOWN)
+    "offload-reserve-binds": offload("offload-reserve-binds",
+                                     [Row(0.0, 14, 1, hashes=(1, 2, 3)), Row(1.5, 10, 1, hashes=(4, 5)),
+                                      Row(3.5, 23, 1), Row(5.5, 20, 2, hashes=(1, 2, 3, 7)),
+                                      Row(5.5, 10, 2, hashes=(4, 5))], 6, 16, block_size=4,
+                                     description="offload-reserved with r4 needing 2 blocks more than its "
+                                                 "3 hits: r5 must leave them free"),
     "offload-reserved": offload("offload-reserved", [Row(0.0, 14, 1, hashes=(1, 2, 3)), Row(1.5, 10, 1, hashes=(4, 5)),
                                                      Row(3.5, 23, 1), Row(5.5, 14, 6, hashes=(1, 2, 3)),
                                                      Row(5.5, 10, 2, hashes=(4, 5))], 6, 16, block_size=4,
