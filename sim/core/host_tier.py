@@ -193,11 +193,21 @@ def offer(s, i):
     s.offload[i, OFFLOAD_OFFERED] = max(end, s.offload[i, OFFLOAD_OFFERED])
 
 
+@njit(inline=True)
+def admitted(s, i):
+    """Request ``i`` is admitted: its offers start again from its first block, its GPU hits'
+    included (scheduler.py:1241-1244); a load (:func:`start_load`) moves them past its hits."""
+    s.offload[i, OFFLOAD_OFFERED] = 0
+    s.offload[i, OFFLOAD_GPU_HITS] = 0
+
+
 @njit
 def finished(s, i):
-    """Request ``i`` finished: its blocks in the tier are touched from its deepest offered to its
-    first (``on_request_finished``: its first block the most recent)."""
-    for k in range(s.offload[i, OFFLOAD_OFFERED] - 1, -1, -1):
+    """Request ``i`` finished: the keys it offered or loaded are touched, its deepest first (its
+    first the most recent: ``on_request_finished``, cpu/manager.py:163-189, 422-452); a request
+    admitted with a load offered none of its GPU hits (offloading/scheduler.py:1471-1472), so
+    those are not touched."""
+    for k in range(s.offload[i, OFFLOAD_OFFERED] - 1, s.offload[i, OFFLOAD_GPU_HITS] - 1, -1):
         b = find(s, i, k)
         if b >= 0:
             touch(s, b)

@@ -80,7 +80,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HOST_BLOCKS, NUM_FREE_SLOTS, NUM_LOADING, OFFLOAD_OFFERED
+from pagesim.sim.core.state import HOST_BLOCKS, NUM_FREE_SLOTS, NUM_LOADING
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -359,7 +359,7 @@ def admit_waiting(s, budget):
             if s.config[HOST_BLOCKS]:
                 gpu_hits, revived = prefix_cache.count_hits(s, i, target)
                 host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
-                s.offload[i, OFFLOAD_OFFERED] = 0  # its offers start again (scheduler.py:1241-1244)
+                host_tier.admitted(s, i)
                 # a load computes nothing now: it takes its hits' blocks (a fresh one per host hit, a
                 # GPU hit nobody holds out of the free queue), leaving the prefills in flight theirs
                 # (allocate_slots' reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1285-1288)

@@ -25,13 +25,6 @@ from tests.peers.workloads import OFFLOAD_WORKLOADS, random_offload  # noqa: E40
 
 # the known divergences: the first step that differs and why (README.md, "CPU offload tier")
 KNOWN = {
-    # pagesim's rule differs (host_tier.finished): a request that finishes touches, in vLLM, the
-    # keys it offered or loaded (cpu/manager.py:163-189, :422-452); one that loaded skipped its
-    # GPU hits' chunks in its offers (offloading/scheduler.py:1471-1472), which are not touched.
-    # pagesim touches every block below its offers' end. Here r4 (4 GPU hits, 2 loaded) finishes;
-    # r5's store then evicts r1's first block in vLLM, r3's last in pagesim
-    "offload-finish-touch": (32, "a finished request touches the keys it offered or loaded "
-                                 "(cpu/manager.py:430-452), not its GPU hits a load skipped"),
     # not modelled (host_tier.py): a chunk being stored is pinned (ref_cnt -1 until
     # complete_store), and a request's store fails whole when the tier lacks free and evictable
     # chunks for it (cpu/manager.py:321-327; offloading/scheduler.py:1988-1999, retried next
@@ -113,6 +106,18 @@ def touched_head_first(host_tier):
     return finished
 
 
+def touching_the_gpu_hits(host_tier):
+    """host_tier.finished touching every block below its offers' end, the GPU hits a load
+    skipped included (vLLM touches the keys offered or loaded: cpu/manager.py:163-189)."""
+    def finished(s, i):
+        for k in range(s.offload[i, host_tier.OFFLOAD_OFFERED] - 1, -1, -1):
+            b = host_tier.find(s, i, k)
+            if b >= 0:
+                host_tier.touch(s, b)
+        s.offload[i, host_tier.OFFLOAD_OFFERED] = 0
+    return finished
+
+
 def one_block_short(host_tier):
     """host_tier.count_hits finding one host block fewer than the consecutive ready ones
     (offloading/scheduler.py:773-803 extends the prefix by every one)."""
@@ -121,7 +126,8 @@ def one_block_short(host_tier):
 
 
 @pytest.mark.parametrize("rule, name, step", [("finished", "offload-lru", 20),
-                                              ("count_hits", "offload-preemption", 20)])
+                                              ("count_hits", "offload-preemption", 20),
+                                              ("finished-gpu-hits", "offload-finish-touch", 32)])
 def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, rule, name, step):
     """pagesim's host tier rules, each broken at run time (interpreted core), diverge from vLLM
     at a known step: a finished request's blocks touched head first (its first block then
@@ -131,10 +137,11 @@ def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, ru
         return
     from pagesim.sim.core import host_tier
 
-    broken = {"finished": touched_head_first, "count_hits": one_block_short}[rule](host_tier)
+    broken = {"finished": touched_head_first, "count_hits": one_block_short,
+              "finished-gpu-hits": touching_the_gpu_hits}[rule](host_tier)
     workload = OFFLOAD_WORKLOADS[name]
     theirs = vllm_offload.run(workload)
-    monkeypatch.setattr(host_tier, rule, broken)
+    monkeypatch.setattr(host_tier, rule.split("-")[0], broken)
     assert first_divergence(pagesim_steps.run(workload), theirs) == step
 
 
