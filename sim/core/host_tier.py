@@ -228,6 +228,24 @@ def next_load_end(s):
 
 
 @njit
+def being_loaded(s, i, gpu_hits, host_hits):
+    """Whether a block of request ``i``'s host hits (past its ``gpu_hits``) is being loaded for
+    another request: vLLM then delays it, and the requests behind it may be admitted
+    (``_chunks_being_loaded``, offloading/scheduler.py:1020-1045; the lookup's None,
+    v1 scheduler.py:1146-1151: ``skip_request``)."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    for p in range(c[KV_HOLDING_WAITING]):
+        j = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
+        if not s.offload[j, OFFLOAD_LOADING] or s.load_ready_s[j] <= s.clock[NOW]:
+            continue
+        first = s.offload[j, OFFLOAD_GPU_HITS]
+        for k in range(max(gpu_hits, first), min(gpu_hits + host_hits, first + s.offload[j, OFFLOAD_LOADING])):
+            if prefix_cache.key_chain(s, j, k) == prefix_cache.key_chain(s, i, k):  # the same key: the same end
+                return True
+    return False
+
+
+@njit
 def reserved_blocks(s):
     """The blocks the prefills in flight still need for their whole sequence, which an admission
     that loads must leave free (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,

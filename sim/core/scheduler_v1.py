@@ -250,16 +250,17 @@ def blocks_to_admit(s, i, num_tokens):
 
 
 @njit(inline=True)
-def first_visible(s, in_flight):
-    """The first position past the waiting queue's holding part (``lifecycle.hold_waiting``) this
-    pass may admit from, -1 for none. Under async scheduling with a step in flight, a request that
-    arrived after the previous scheduling decision is not in vLLM's queue yet (module docstring):
-    FCFS's queue is in arrival order, so if its first is not visible nobody is; under priority
-    later arrivals may stand anywhere."""
+def first_visible(s, in_flight, skipped):
+    """The first position past the waiting queue's holding part (``lifecycle.hold_waiting``) and
+    the ``skipped`` positions after it this pass may admit from, -1 for none. Under async
+    scheduling with a step in flight, a request that arrived after the previous scheduling
+    decision is not in vLLM's queue yet (module docstring): FCFS's queue is in arrival order, so
+    if its first is not visible nobody is; under priority later arrivals may stand anywhere."""
     c = s.count
+    start = c[KV_HOLDING_WAITING] + skipped
     if not (s.config[ASYNC_SCHEDULING] and in_flight):
-        return c[KV_HOLDING_WAITING] if c[KV_HOLDING_WAITING] < c[WAITING_LEN] else -1
-    for p in range(c[KV_HOLDING_WAITING], c[WAITING_LEN]):
+        return start if start < c[WAITING_LEN] else -1
+    for p in range(start, c[WAITING_LEN]):
         if s.arrival_s[waiting_at(s, p)] <= s.clock[LAST_SCHEDULE_S]:
             return p
         if policies.arrival_ordered(s):
@@ -324,10 +325,11 @@ def admit_waiting(s, budget):
     decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
     # (requests loading host blocks hold a block-table row, of max_num_seqs: they count against it
     # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074)
+    skipped = 0  # the positions past the holding part this pass passes over (skip_request: they keep them)
     while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] + c[NUM_LOADING] < s.config[MAX_NUM_SEQS]:
         p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
         if p < 0:
-            p = first_visible(s, in_flight)
+            p = first_visible(s, in_flight, skipped)
         if p < 0:
             break
         i = waiting_at(s, p)
@@ -349,6 +351,14 @@ def admit_waiting(s, budget):
                     or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
                 reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
                 continue
+            gpu_hits, revived, host_hits = 0, 0, 0
+            if s.config[HOST_BLOCKS]:  # the connector's lookup, before any block is counted
+                gpu_hits, revived = prefix_cache.count_hits(s, i, target)
+                host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
+                host_tier.admitted(s, i)
+                if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
+                    skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
+                    continue
             watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
             need = blocks_to_admit(s, i, target)
             if s.config[SPEC_LOOKAHEAD]:  # and the first chunk's slots with the lookahead ones
@@ -356,23 +366,19 @@ def admit_waiting(s, budget):
             if need + watermark > kv_cache.num_free_blocks(s):
                 c[DEMAND_WAITING] = 1
                 break
-            if s.config[HOST_BLOCKS]:
-                gpu_hits, revived = prefix_cache.count_hits(s, i, target)
-                host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
-                host_tier.admitted(s, i)
+            if host_hits:
                 # a load computes nothing now: it takes its hits' blocks (a fresh one per host hit, a
                 # GPU hit nobody holds out of the free queue), leaving the prefills in flight theirs
                 # (allocate_slots' reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1285-1288)
-                available = kv_cache.num_free_blocks(s) - host_tier.reserved_blocks(s)
-                if host_hits and host_hits + revived + watermark > available:
+                if host_hits + revived + watermark > kv_cache.num_free_blocks(s) - host_tier.reserved_blocks(s):
                     c[DEMAND_WAITING] = 1
                     break
-                if host_hits:  # its blocks taken, it waits in the queue's holding part for the load
-                    kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
-                    host_tier.start_load(s, i, gpu_hits, host_hits)
-                    take_waiting(s, p)
-                    hold_waiting(s, i)
-                    continue
+                # its blocks taken, it waits in the queue's holding part for the load
+                kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
+                host_tier.start_load(s, i, gpu_hits, host_hits)
+                take_waiting(s, p)
+                hold_waiting(s, i)
+                continue
             take_waiting(s, p)
             if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
                 s.admitted_s[i] = s.clock[NOW]

@@ -163,3 +163,20 @@ def test_a_load_leaves_the_prefills_in_flight_their_blocks(monkeypatch, request)
     monkeypatch.setattr(host_tier, "reserved_blocks", lambda s: 0)
     with pytest.raises(InvariantError, match="waits for memory in an empty pool"):
         pagesim_steps.run(workload)
+
+
+@pytest.mark.parametrize("seed, step", [(10, 57), (28, 24)])
+def test_a_hit_on_blocks_being_loaded_waits_for_them(monkeypatch, request, seed, step):
+    """Seeds 10 and 28: a request whose host hits include blocks another request is loading is
+    passed over (vLLM's ``_chunks_being_loaded``, offloading/scheduler.py:1020-1045; the lookup's
+    None, v1 scheduler.py:1146-1151), those behind it may be admitted: identical on every step.
+    Loading the same blocks a second time instead diverges at the step measured."""
+    if in_a_child_if_compiled(request):
+        return
+    from pagesim.sim.core import host_tier
+
+    workload = random_offload(seed)
+    theirs = vllm_offload.run(workload)
+    assert first_divergence(pagesim_steps.run(workload), theirs) is None
+    monkeypatch.setattr(host_tier, "being_loaded", lambda s, i, gpu_hits, host_hits: False)
+    assert first_divergence(pagesim_steps.run(workload), theirs) == step
