@@ -94,23 +94,14 @@ def test_random_offload_workloads_are_vllms(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
 
 
-def touched_head_first(host_tier):
-    """host_tier.finished touching a finished request's blocks from its first to its deepest
-    (its deepest the most recent), not from its deepest (cpu/policies/lru.py:155-166)."""
+def touching_every_block(host_tier, head_first):
+    """host_tier.finished touching every block below a finished request's offers' end, its GPU
+    hits a load skipped included (vLLM touches the keys offered or loaded: cpu/manager.py:163-189),
+    deepest first, or ``head_first`` (its deepest then the most recent, not its first:
+    cpu/policies/lru.py:155-166)."""
     def finished(s, i):
-        for k in range(s.offload[i, host_tier.OFFLOAD_OFFERED]):
-            b = host_tier.find(s, i, k)
-            if b >= 0:
-                host_tier.touch(s, b)
-        s.offload[i, host_tier.OFFLOAD_OFFERED] = 0
-    return finished
-
-
-def touching_the_gpu_hits(host_tier):
-    """host_tier.finished touching every block below its offers' end, the GPU hits a load
-    skipped included (vLLM touches the keys offered or loaded: cpu/manager.py:163-189)."""
-    def finished(s, i):
-        for k in range(s.offload[i, host_tier.OFFLOAD_OFFERED] - 1, -1, -1):
+        offered = s.offload[i, host_tier.OFFLOAD_OFFERED]
+        for k in (range(offered) if head_first else range(offered - 1, -1, -1)):
             b = host_tier.find(s, i, k)
             if b >= 0:
                 host_tier.touch(s, b)
@@ -137,8 +128,8 @@ def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, ru
         return
     from pagesim.sim.core import host_tier
 
-    broken = {"finished": touched_head_first, "count_hits": one_block_short,
-              "finished-gpu-hits": touching_the_gpu_hits}[rule](host_tier)
+    broken = {"finished": lambda tier: touching_every_block(tier, head_first=True), "count_hits": one_block_short,
+              "finished-gpu-hits": lambda tier: touching_every_block(tier, head_first=False)}[rule](host_tier)
     workload = OFFLOAD_WORKLOADS[name]
     theirs = vllm_offload.run(workload)
     monkeypatch.setattr(host_tier, rule.split("-")[0], broken)
