@@ -68,7 +68,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HO
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
                                     OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, STORE_LINK_FREE_S,
                                     WAITING_HEAD)
-from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING
+from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
 
 
 @njit(inline=True)
@@ -212,6 +212,17 @@ def finished(s, i):
         if b >= 0:
             touch(s, b)
     s.offload[i, OFFLOAD_OFFERED] = 0
+
+
+@njit
+def touch_finished(s):
+    """The requests the last completed step finished touch their keys (:func:`finished`), after
+    this scheduling pass's stores: vLLM signals them in the next ``build_connector_meta``, once its
+    store jobs are prepared (offloading/scheduler.py:2167-2184). Once each: it clears the offers."""
+    for k in range(s.count[STEP_NUM_FINISHED]):
+        i = s.step_finished[k]
+        if s.status[i] == FINISHED and s.offload[i, OFFLOAD_OFFERED]:
+            finished(s, i)
 
 
 @njit

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from pagesim.sim.core import beam, host_tier, kv_cache, memory, policies, remote_kv, speculative
+from pagesim.sim.core import beam, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE
 from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
@@ -29,7 +29,7 @@ from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DE
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
                                     SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
                                     SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import HOST_BLOCKS, SPEC_TOKENS
+from pagesim.sim.core.state import SPEC_TOKENS
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once
@@ -405,9 +405,7 @@ def finish(s, now, num_done, family):
         if family == V1 and s.config[DISAGG_ROLE] == PREFILL_SIDE:  # its KV waits for the decode side
             c[NUM_RUNNING_SEQS] -= s.width[i]
             remote_kv.hold_for_transfer(s, i)
-        else:
-            if family == V1 and s.config[HOST_BLOCKS]:  # its host tier blocks touched (host_tier.py)
-                host_tier.finished(s, i)
+        else:  # (its host tier blocks are touched by the next scheduling pass: host_tier.touch_finished)
             release(s, i, family)
         s.status[i] = FINISHED
         s.finish_s[i] = now

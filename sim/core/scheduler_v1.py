@@ -102,6 +102,8 @@ def schedule(s):
     budget, preempted, context_sum = schedule_running(s)
     if not preempted:
         admit_waiting(s, budget)
+    if s.config[HOST_BLOCKS]:
+        host_tier.touch_finished(s)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
     s.clock[LAST_SCHEDULE_S] = s.clock[NOW]

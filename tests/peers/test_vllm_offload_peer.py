@@ -72,11 +72,11 @@ def test_the_offload_workloads_reach_what_they_test():
 
 # workloads drawn from seeds (workloads.random_offload) that diverge, and why (README.md)
 RANDOM_KNOWN = {
-    # vLLM touches a finished request's keys in the next step's build_connector_meta, after that
-    # step's store jobs (offloading/scheduler.py:2167-2184); pagesim as the step ends
-    # (lifecycle.py -> host_tier.finished): r12 finishes at step 55, step 56's stores evict its
-    # block in vLLM, not in pagesim
-    0: "step 56: a finish's LRU touch comes after the next step's stores (offloading/scheduler.py:2167-2184)",
+    # vLLM touches the requests a step finished in the order of a Python set (SchedulerOutput.
+    # finished_req_ids, offloading/scheduler.py:2176-2182): the order of PYTHONHASHSEED. Under
+    # some seeds (1) identical on every step; under others (0, 2, 3) step 56 evicts in another
+    # order (pagesim touches them in finishing order). Not strict: it depends on the process
+    0: "step 56 under most hash seeds: co-finishers touched in a set's order (offloading/scheduler.py:2176-2182)",
     # not modelled: running r10's deepest blocks evicted first in vLLM (cpu/policies/lru.py:133-153)
     3: "step 54: a running request's blocks rank by the request, deepest first (cpu/policies/lru.py:133-153)",
     # not modelled: blocks stored earlier in step 1 are pinned in vLLM, evicted in pagesim
@@ -87,7 +87,7 @@ RANDOM_KNOWN = {
 
 
 @pytest.mark.parametrize("seed", [pytest.param(seed, marks=[pytest.mark.xfail(reason=RANDOM_KNOWN[seed],
-                                                                              strict=True)]
+                                                                              strict=seed != 0)]
                                                if seed in RANDOM_KNOWN else []) for seed in range(8)])
 def test_random_offload_workloads_are_vllms(seed):
     workload = random_offload(seed)
