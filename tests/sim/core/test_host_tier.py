@@ -210,3 +210,19 @@ def test_a_loaded_request_is_admitted_before_the_queue_ahead_of_it():
                                kv_offload_gib=16, check=False)
     s = run_simulation(cfg, t).summary
     assert s["completed"] == len(t) and s["host_prefix_hit_rate"] > 0
+
+
+def test_a_finished_request_touches_its_blocks_after_the_next_passs_stores():
+    """vLLM signals a finished request to the offloading manager in the next scheduling pass's
+    connector metadata, after that pass's stores (offloading/scheduler.py:2167-2184). One request
+    runs at a time (max_num_seqs 1), a host tier of 2 blocks.
+
+    A (t 0): prompt 8, hashes 1 2, 2 tokens out: stores A0 A1 -> [A0 A1]; finishes at step 1.
+    C (t 0, waiting behind A): prompt 5, hash 3: admitted in the pass after A's finish, stores C0,
+        evicting the head A0 -> [A1 C0]; then A is touched, A1 -> [C0 A1]; C finishes, and the
+        pass after touches C0 -> [A1 C0].
+    Touched as A finishes instead, [A1 A0], C0 would evict A1 -> [A0 C0]."""
+    t = trace((0, 8, 2, (1, 2)), (0, 5, 1, (3,)))
+    s = run_core(v1(64, 2, max_num_seqs=1), t)
+    assert host_lru(s) == [key((1, 2)), key((3,))]
+    assert s.count[state.HOST_EVICTIONS] == 1
