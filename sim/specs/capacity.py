@@ -44,6 +44,19 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
         raise ConfigError(f"tensor_parallel={tensor_parallel} does not divide num_kv_heads={model.num_kv_heads}")
 
 
+def runnable_tensor_parallel(model: ModelSpec, at_least: int) -> int:
+    """The smallest tensor parallelism from ``at_least`` up that ``model`` runs at (its heads and
+    its recurrent states split evenly), for a suggestion; ``at_least`` when none does."""
+    for t in range(at_least, model.num_heads + 1):
+        try:
+            check_tensor_parallel(model, t)
+            model.state_bytes_per_seq(t)
+        except ConfigError:
+            continue
+        return t
+    return at_least
+
+
 def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float | None = None,
                 tensor_parallel: int = 1, gpu_memory_utilization: float = 0.9,
                 activation_reserve_bytes: float = 2 * GiB, max_num_seqs: int | None = None,
@@ -96,7 +109,7 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
                 f"{model.name} weights ({weights / GiB:.1f} GiB per GPU at TP={tensor_parallel}) plus "
                 f"{reserves} do not fit in "
                 f"{gpu.name} x {gpu_memory_utilization:.2f} = {usable / GiB:.1f} GiB; "
-                f"try --tp {max(need_tp, tensor_parallel * 2)} or a larger GPU")
+                f"try --tp {runnable_tensor_parallel(model, max(need_tp, tensor_parallel * 2))} or a larger GPU")
     cap = int(kv_bytes // per_tok)
     if cap < 1:
         raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")

@@ -134,3 +134,11 @@ def test_the_presets_against_their_published_sizes():
     assert qwen.num_params == pytest.approx(80e9, rel=0.01)
     assert qwen.active_params - qwen.vocab_size * qwen.hidden_size == pytest.approx(3e9, rel=0.1)
     assert get_model("granite-4.0-h-tiny").num_params == pytest.approx(7e9, rel=0.02)
+
+
+def test_a_model_too_large_is_told_a_tensor_parallelism_it_runs_at():
+    # Qwen3-Next-80B: 148.4 GiB of weights over 70 GiB (an H100 x 0.9 less 2 GiB) needs 3 GPUs, but 3
+    # divides neither its 16 heads nor its delta-net heads: the suggestion is 4
+    from pagesim.sim.specs import get_gpu, kv_capacity
+    with pytest.raises(ConfigError, match="try --tp 4 or a larger GPU"):
+        kv_capacity(get_model("qwen3-next-80b-a3b"), get_gpu("h100-80gb"), tensor_parallel=1, states_in_pool=True)
