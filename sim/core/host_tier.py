@@ -244,7 +244,7 @@ def being_loaded(s, i, gpu_hits, host_hits):
     another request: vLLM then delays it, and the requests behind it may be admitted
     (``_chunks_being_loaded``, offloading/scheduler.py:1020-1045; the lookup's None,
     v1 scheduler.py:1146-1151: ``skip_request``)."""
-    c, bs = s.count, s.config[BLOCK_SIZE]
+    c = s.count
     for p in range(c[KV_HOLDING_WAITING]):
         j = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
         if not s.offload[j, OFFLOAD_LOADING] or s.load_ready_s[j] <= s.clock[NOW]:
