@@ -93,7 +93,6 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
         kv_bytes = usable - weights - activation_reserve_bytes
         how = (f"derived: {gpu.name} {gpu.mem_bytes / GiB:.1f} GiB x {gpu_memory_utilization:.2f} - weights "
                f"{weights / GiB:.1f} GiB - activations {activation_reserve_bytes / GiB:.1f} GiB")
-        reserves = f"the {activation_reserve_bytes / GiB:.1f} GiB activation reserve"
         state = 0 if states_in_pool else model.state_bytes_per_seq(tensor_parallel)
         if state:
             if max_num_seqs is None:
@@ -102,14 +101,14 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
             state_bytes = int(state * max_num_seqs)
             kv_bytes -= state_bytes
             how += f" - state {max_num_seqs} x {state / (1 << 20):.1f} MiB"
-            reserves += f" and {max_num_seqs} state slots ({state_bytes / GiB:.1f} GiB)"
-        if kv_bytes <= 0:
+        if kv_bytes <= 0:  # one line within 100 columns: what it needs, of what, and a TP it runs at
             need_tp = math.ceil(model.weight_bytes / max(usable - activation_reserve_bytes, 1))
-            raise ConfigError(
-                f"{model.name} weights ({weights / GiB:.1f} GiB per GPU at TP={tensor_parallel}) plus "
-                f"{reserves} do not fit in "
-                f"{gpu.name} x {gpu_memory_utilization:.2f} = {usable / GiB:.1f} GiB; "
-                f"try --tp {runnable_tensor_parallel(model, max(need_tp, tensor_parallel * 2))} or a larger GPU")
+            needed = (weights + activation_reserve_bytes + state_bytes) / GiB
+            states = f" ({state_bytes / GiB:.1f} states)" if state_bytes else ""
+            tp = runnable_tensor_parallel(model, max(need_tp, tensor_parallel * 2))
+            at = f" at TP={tensor_parallel}" if tensor_parallel > 1 else ""
+            raise ConfigError(f"{model.name}{at} needs {needed:.1f} GiB{states} of {gpu.name}'s "
+                              f"{usable / GiB:.1f}: try --tp {tp}")
     cap = int(kv_bytes // per_tok)
     if cap < 1:
         raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")

@@ -228,7 +228,7 @@ def test_cli_model_too_big(tmp_path, capsys):
                "--cache-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "do not fit" in err and "--tp" in err and "Traceback" not in err
+    assert "opt-66b needs" in err and "try --tp" in err and "Traceback" not in err
 
 
 def test_cli_bad_system(capsys):

@@ -140,5 +140,5 @@ def test_a_model_too_large_is_told_a_tensor_parallelism_it_runs_at():
     # Qwen3-Next-80B: 148.4 GiB of weights over 70 GiB (an H100 x 0.9 less 2 GiB) needs 3 GPUs, but 3
     # divides neither its 16 heads nor its delta-net heads: the suggestion is 4
     from pagesim.sim.specs import get_gpu, kv_capacity
-    with pytest.raises(ConfigError, match="try --tp 4 or a larger GPU"):
+    with pytest.raises(ConfigError, match="qwen3-next-80b-a3b needs 150.4 GiB of h100-80gb.s 72.0: try --tp 4"):
         kv_capacity(get_model("qwen3-next-80b-a3b"), get_gpu("h100-80gb"), tensor_parallel=1, states_in_pool=True)
