@@ -100,7 +100,7 @@ def test_replica_gpus_give_each_replica_its_gpus_pool(tmp_path, capsys):
     (("--replica-gpus", "h100-80gb:2,a100-80gb:1", "--replicas", "4"), "makes 3 replicas, but --replicas is 4"),
     (("--replica-gpus", "h100-80gb:2", "--gpu", "a100-80gb"), "give --gpu or --replica-gpus, not both"),
     (("--replica-gpus", "h200-141gb:1,a100-80gb:1", "--model", "mixtral-8x7b"),
-     "--replica-gpus a100-80gb: mixtral-8x7b weights"),
+     "--replica-gpus a100-80gb: mixtral-8x7b needs 89.0 GiB of a100-80gb"),
 ])
 def test_bad_replica_gpus_are_one_line_and_exit_2(capsys, argv, words):
     rc, _, err = run_cli(capsys, *GPUS, *argv)
