@@ -20,6 +20,9 @@ rerun, timed by the wall clock: compiled as the test command runs them, and inte
 environment, and each family's first run there (an empty numba cache) is timed, with whether it
 compiled (its notice) and whether it imported numba; then each family's first cluster run
 (``--replicas 2``). Target (#35): a wheel's first run compiles nothing.
+``--clusters``: each family's cluster loops instead (``--replicas 2``; vLLM v1's disaggregated
+pools too): the CPU seconds of a cluster's first run, its family's engine loop cached by an
+engine run first (not timed), as a test run meets them. With ``--base``, paired as below.
 ``--base REV``: the same figures for git revision ``REV`` (checked out into a temporary worktree,
 ``git worktree add --detach``) and for this checkout, measured in turn (each family alone: the
 revision, then the checkout; then every family in turn, the same), so that a before/after claim
@@ -29,8 +32,8 @@ is paired on a shared machine; prints both and their ratio. ``--repeats N`` meas
 every family in turn.
 Each child imports the tree it measures (``PYTHONPATH``: ``_import_path``), its bytecode compiled
 beforehand (not timed).
-Run: ``python benchmarks/compile_speed.py [--edit | --wheel | --base REV [--repeats N]
-[--systems vllm,...] [--alone]]``. Prints figures; asserts nothing.
+Run: ``python benchmarks/compile_speed.py [--edit | --wheel | [--clusters] [--base REV]
+[--repeats N] [--systems vllm,...] [--alone]]``. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -78,13 +81,69 @@ def child_cpu(argv: list[str], env: dict) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
-def simulate(system: str, cache: str, path: str | None = None) -> tuple[float, float]:
+def simulate(system: str, cache: str, path: str | None = None, *extra: str) -> tuple[float, float]:
     """A tiny run of ``system`` with numba's cache in ``cache``: the pagesim of import folder
-    ``path`` (a folder holding a link ``pagesim``; this checkout's by default)."""
+    ``path`` (a folder holding a link ``pagesim``; this checkout's by default); ``extra``: more
+    of ``simulate``'s options."""
     env = child_env(path, PAGESIM_JIT="numba", NUMBA_CACHE_DIR=cache)
     argv = [sys.executable, "-m", "pagesim.sim.cli", "simulate", "--system", system, "--workload", "sharegpt",
-            "--num-requests", "20", "--no-progress"]
+            "--num-requests", "20", "--no-progress", *extra]
     return child_cpu(argv, env)
+
+
+#: a cluster's loops: (what, simulate's options), each compiled over its family's engine loop
+CLUSTERS = (("2 replicas", ("--replicas", "2")), ("disaggregated 1+1", ("--prefill-replicas", "1",
+                                                                        "--decode-replicas", "1")))
+
+
+def clusters_cpu(system: str, path: str | None = None) -> dict:
+    """The CPU seconds of each of ``system``'s cluster loops' first run (:data:`CLUSTERS`; the
+    disaggregated one for ``vllm-v1`` only), its family's engine loop compiled first (not
+    timed), each over a cache of its own."""
+    cpu = {}
+    for what, extra in CLUSTERS:
+        if extra[0] == "--prefill-replicas" and system != "vllm-v1":
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            simulate(system, cache, path)
+            cpu[what], _ = simulate(system, cache, path, *extra)
+    return cpu
+
+
+def clusters(rev: str | None, chosen: tuple, repeats: int) -> None:
+    """``--clusters``: each family's cluster loops' first compile (:func:`clusters_cpu`), for this
+    checkout, or paired with revision ``rev`` (its worktree and this in turn, the order swapped
+    every other round; the median of ``repeats`` rounds)."""
+    precompile_bytecode(ROOT)
+    sides = {"this": import_path()}
+    with tempfile.TemporaryDirectory() as tmp:
+        if rev:
+            commit = git("rev-parse", "--verify", rev + "^{commit}")
+            tree = Path(tmp, "base")
+            git("worktree", "add", "--detach", str(tree), commit)
+            Path(tmp, "import").mkdir()
+            Path(tmp, "import", "pagesim").symlink_to(tree, target_is_directory=True)
+            precompile_bytecode(tree)
+            sides = {"base": str(Path(tmp, "import")), **sides}
+            print(f"base: {rev} ({commit[:10]}), a worktree; this: the checkout")
+        try:
+            runs = {side: {} for side in sides}
+            for round_ in range(repeats):
+                for name, system in chosen:
+                    for side in (list(sides) if round_ % 2 == 0 else list(sides)[::-1]):
+                        for what, cpu in clusters_cpu(system, sides[side]).items():
+                            runs[side].setdefault((name, what), []).append(cpu)
+        finally:
+            if rev:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    print(f"a cluster loop's first run, its family's engine loop cached: CPU s, the median of {repeats}")
+    print(f"{'family (system)':<28} {'cluster':<18} " + " ".join(f"{side:>7}" for side in sides)
+          + ("  ratio" if rev else ""))
+    for (name, what), this in runs["this"].items():
+        system = dict(chosen)[name]
+        values = [statistics.median(runs[side][(name, what)]) for side in sides]
+        ratio = f"  {values[-1] / values[0]:5.2f}" if rev else ""
+        print(f"{name + ' (' + system + ')':<28} {what:<18} " + " ".join(f"{v:>7.1f}" for v in values) + ratio)
 
 
 #: (the policy file edited, its tests): two systems' scheduler files (their family recompiles
@@ -300,11 +359,15 @@ def main() -> None:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--edit", action="store_true", help="time an edit of a policy file and a rerun of its tests")
     mode.add_argument("--wheel", action="store_true", help="build a wheel, install it, time each family's first run")
-    mode.add_argument("--base", metavar="REV", help="the same figures for git revision REV and this checkout, paired")
+    mode.add_argument("--clusters", action="store_true",
+                      help="each family's cluster loops' first compile, its engine loop cached (with --base: paired)")
+    ap.add_argument("--base", metavar="REV", help="the same figures for git revision REV and this checkout, paired")
     ap.add_argument("--repeats", type=int, default=1, help="with --base: each figure this many times (median)")
     ap.add_argument("--systems", help="families by a system of each, comma-separated (default: every family)")
     ap.add_argument("--alone", action="store_true", help="each family alone only (not every family in turn)")
     args = ap.parse_args()
+    if args.base and (args.edit or args.wheel):
+        ap.error("--base pairs the compile figures or --clusters, not --edit or --wheel")
     if args.edit:
         edit_cycle()
         return
@@ -312,6 +375,9 @@ def main() -> None:
         wheel_install()
         return
     chosen = families(args.systems)
+    if args.clusters:
+        clusters(args.base, chosen, max(1, args.repeats))
+        return
     if args.base:
         paired(args.base, chosen, max(1, args.repeats), not args.alone)
         return

@@ -54,6 +54,7 @@ def build_one(system: str, into: Path) -> list[Path]:
     cfg = SimConfig.for_system(system)
     run_simulation(cfg, trace)
     run_cluster(cfg, trace, 2, "round-robin")
+    aot.wait_for_builds()  # each run's module, written by a process of its own
     loops = [aot.CORE, aot.CLUSTER]
     family = SCHEDULERS[SYSTEMS[system].scheduler].core_kind
     copied = []

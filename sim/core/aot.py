@@ -4,8 +4,9 @@ numba compiles a scheduler family's loop (``loop.loop_for``: the family's ``run`
 calls) the first time it runs; later processes load that machine code from numba's cache, but
 only after importing numba and setting up its compiler (~0.5 s, a third of a whole ``pagesim
 simulate``). So once numba has compiled a loop, the same function is also written by numba's
-own ahead-of-time compiler (``numba.pycc``) into a Python extension module beside numba's
-cache, one module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
+own ahead-of-time compiler (``numba.pycc``), in a process of its own that the run does not wait
+for (:func:`build_in_background`), into a Python extension module beside numba's cache, one
+module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
 ``cluster.py``: K engines behind a router). A later process imports it (milliseconds) and
 never imports numba for an engine's run (a cluster's imports it, not its compiler: numba's
 check of the replicas' list calls ``numba.typeof``). One source, compiled by the same
@@ -136,20 +137,77 @@ def load(kinds: tuple, which: tuple[str, int]):
     return _LOADED[name]
 
 
+_BACKGROUND: list = []  # the processes build_in_background started
+
+
+def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
+    """:func:`build`, in a process of its own at a lower priority, which goes on after this one
+    ends: the run that compiled the loop does not wait the 10-25 s the module takes (the tests
+    neither, on a machine's other core). The process loads the loop from numba's cache, which
+    the compile just wrote. A failure is said by the next run that would build it."""
+    name = module_name(kinds, which)
+    if not _wanted(name):
+        _say_failure_once(name)
+        return
+    import pickle
+    import subprocess
+    import sys
+
+    request = pickle.dumps((tuple(jit.numba.typeof(a) for a in args), kinds, which))
+    try:
+        child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        child.stdin.write(request)
+        child.stdin.close()
+    except OSError as e:  # no process to be had: runs load numba's cache
+        LOG.debug("the extension module's build did not start (%s)", e)
+        return
+    _BACKGROUND.append(child)
+    LOG.info("writing the compiled core into an extension module in the background (later runs load it)")
+
+
+def wait_for_builds() -> None:
+    """Until every build this process started in the background has ended."""
+    while _BACKGROUND:
+        _BACKGROUND.pop().wait()
+
+
+def _wanted(name: str) -> bool:
+    """Whether module ``name`` is to be built: neither built, shipped, failed before
+    (``.failed``: delete it to try again) nor turned off (``PAGESIM_JIT=numba``)."""
+    path = module_path(name)
+    return not (os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or (SHIPPED / path.name).exists()
+                or (cache_dir() / (name + ".failed")).exists())
+
+
+def _say_failure_once(name: str) -> None:
+    """A background build's failure, said by the first run after it (``.said`` beside it)."""
+    failed, said = cache_dir() / (name + ".failed"), cache_dir() / (name + ".said")
+    if failed.exists() and not said.exists():
+        with contextlib.suppress(OSError):
+            said.touch()
+            LOG.info("the compiled core was not written into an extension module (%s); runs load numba's cache, "
+                     "~0.5 s more each (%s says why)", failed.read_text().splitlines()[0][:200], failed)
+
+
 def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
     """Write the module of the loop ``which`` for arguments of ``kinds`` (numba loaded, the loop
-    compiled for the types of ``args``: pycc links numba's machine code of it, ~10 s). One process
-    builds it at a time; a failure is said once and remembered beside it, so that it is not
-    retried every run."""
+    compiled for the types of ``args``: pycc links numba's machine code of it, 10-25 s)."""
+    _build(tuple(jit.numba.typeof(a) for a in args) if args is not None else None, kinds, which)
+
+
+def _build(types: tuple, kinds: tuple, which: tuple[str, int]) -> None:
+    """:func:`build` for arguments of numba's ``types``. One process builds it at a time; a
+    failure is said once and remembered beside it, so that it is not retried every run."""
     name = module_name(kinds, which)
     path = module_path(name)
-    failed = cache_dir() / (name + ".failed")  # delete it to try again
-    if os.environ.get("PAGESIM_JIT") == "numba" or path.exists() or failed.exists() or (SHIPPED / path.name).exists():
+    failed = cache_dir() / (name + ".failed")
+    if not _wanted(name):
         return
     try:
         with _build_lock(name) as mine:
             if mine and not path.exists():
-                _compile(args, name, path, which)
+                _compile(types, name, path, which)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
         why = f"{type(e).__name__}: {e}"
         try:  # said once per machine (where the failure can be remembered), else quietly
@@ -176,7 +234,7 @@ def _build_lock(name: str):
         yield True
 
 
-def _compile(args: tuple, name: str, path: Path, which: tuple[str, int]) -> None:
+def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> None:
     import warnings
 
     t0 = time.perf_counter()
@@ -188,7 +246,7 @@ def _compile(args: tuple, name: str, path: Path, which: tuple[str, int]) -> None
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             cc = CC(name)
             cc.output_dir = tmp
-            cc.export("run", numba.int64(*(numba.typeof(a) for a in args)))(exported(which))
+            cc.export("run", numba.int64(*types))(exported(which))
             cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
@@ -198,3 +256,11 @@ def _compile(args: tuple, name: str, path: Path, which: tuple[str, int]) -> None
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",
              time.perf_counter() - t0)
 
+
+if __name__ == "__main__":  # build_in_background's process: (types, kinds, which) pickled on stdin
+    import pickle
+    import sys
+
+    os.nice(10)
+    jit.use_numba()
+    _build(*pickle.loads(sys.stdin.buffer.read()))

@@ -116,19 +116,25 @@ def least_kv_usage(configs, counts, routed):
     return best
 
 
-@njit(refcounted=True)
+@njit
+def prefix_hits(s, i):
+    """What replica ``s``'s prefix cache holds of request ``i``'s prompt: its leading blocks that
+    an admission would find now (SGLang: the tokens its tree holds, leaving the tree as it is)."""
+    if s.config[MANAGER_KIND] == RADIX:  # tokens, not blocks: both compare within one cluster
+        return radix_cache.cached_prefix(s, i, s.prompt_target[i] - 1)
+    if s.config[PREFIX_CACHING]:
+        return prefix_cache.count_hits(s, i, s.prompt_target[i])[0]
+    return 0
+
+
+@njit(inline=True, refcounted=True)
 def prefix_affinity(replicas, counts, routed, i, slack):
     best, best_hits = 0, -1
     total = 0
     for r in range(len(routed)):
         load = outstanding(counts, routed, r)
         total += load
-        s = replicas[r]
-        hits = 0
-        if s.config[MANAGER_KIND] == RADIX:  # tokens, not blocks: both compare within one cluster
-            hits = radix_cache.cached_prefix(s, i, s.prompt_target[i] - 1)
-        elif s.config[PREFIX_CACHING]:
-            hits = prefix_cache.count_hits(s, i, s.prompt_target[i])[0]
+        hits = prefix_hits(replicas[r], i)
         if hits > best_hits or (hits == best_hits and load < outstanding(counts, routed, best)):
             best, best_hits = r, hits
     if best_hits <= 0 or outstanding(counts, routed, best) > (1.0 + slack) * total / len(routed):
@@ -136,7 +142,7 @@ def prefix_affinity(replicas, counts, routed, i, slack):
     return best
 
 
-@njit(refcounted=True)
+@njit(inline=True, refcounted=True)
 def route(replicas, configs, counts, routed, cc, ck, i):
     """The replica request ``i`` goes to (the module docstring's rules)."""
     router = cc[C_ROUTER]
@@ -149,21 +155,41 @@ def route(replicas, configs, counts, routed, cc, ck, i):
     return i % len(routed)
 
 
-@njit(refcounted=True)
+@njit
+def end_arrivals(s, now, next_event_id):
+    """Replica ``s`` is told, at ``now``, that no request will arrive any more, and woken (its
+    wake takes the next event ids from ``next_event_id``); returns the next id."""
+    s.clock[NOW] = now
+    s.count[ARRIVALS_DONE] = 1
+    s.count[NEXT_EVENT_ID] = next_event_id
+    loop.wake_engine(s)
+    return s.count[NEXT_EVENT_ID]
+
+
+@njit
+def hand_to(s, i, now, next_event_id, need):
+    """Request ``i`` is handed, at ``now``, to replica ``s``, which is woken (its wake takes the
+    next event ids from ``next_event_id``); returns the next id, or -1 (nothing done) when its
+    queues' rings hold fewer than ``need`` requests."""
+    if need > len(s.waiting) or need > len(s.swapped):
+        return -1
+    s.clock[NOW] = now
+    s.count[NEXT_EVENT_ID] = next_event_id
+    lifecycle.add_arrival(s, i)
+    loop.wake_engine(s)
+    return s.count[NEXT_EVENT_ID]
+
+
+@njit(inline=True, refcounted=True)
 def arrivals_done(replicas, count, now, next_event_id):
     """The first ``count`` replicas are told, at ``now``, that no request will arrive any more,
-    and woken (each wake takes the next event ids from ``next_event_id``); returns the next id."""
+    and woken; returns the next event id."""
     for r in range(count):
-        s = replicas[r]
-        s.clock[NOW] = now
-        s.count[ARRIVALS_DONE] = 1
-        s.count[NEXT_EVENT_ID] = next_event_id
-        loop.wake_engine(s)
-        next_event_id = s.count[NEXT_EVENT_ID]
+        next_event_id = end_arrivals(replicas[r], now, next_event_id)
     return next_event_id
 
 
-@njit(refcounted=True)
+@njit(inline=True, refcounted=True)
 def hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s):
     """The arrivals process: route and hand over every request due now, then make the next
     arrival's event (or tell every replica that arrivals are done). Returns RINGS_FULL (with
@@ -185,17 +211,13 @@ def hand_over(replicas, configs, counts, routed, replica_of, cc, ck, arrival_s):
             cc[C_NEXT_EVENT_ID] += 1
             break
         r = route(replicas, configs, counts, routed, cc, ck, i)
-        s = replicas[r]
         need = outstanding(counts, routed, r) + 1  # its queues hold at most its outstanding requests
-        if need > len(s.waiting) or need > len(s.swapped):
+        next_event_id = hand_to(replicas[r], i, now, cc[C_NEXT_EVENT_ID], need)
+        if next_event_id < 0:
             cc[C_STOPPED_REPLICA] = r
             cc[C_RING_CAPACITY_NEEDED] = need
             return RINGS_FULL
-        s.clock[NOW] = now
-        s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
-        lifecycle.add_arrival(s, i)
-        loop.wake_engine(s)
-        cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
+        cc[C_NEXT_EVENT_ID] = next_event_id
         routed[r] += 1
         replica_of[i] = r
         cc[C_NEXT_ARRIVAL] = i + 1

@@ -84,7 +84,7 @@ def new_event(dc):
     return eid
 
 
-@njit(refcounted=True)
+@njit(inline=True, refcounted=True)
 def hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, arrival_s, now):
     """Every request due at ``now`` is routed to a prefill replica; then the next arrival's
     event, or every prefill replica is told that arrivals are done."""
@@ -108,7 +108,7 @@ def hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, ar
         dc[D_NEXT_ARRIVAL] = i + 1
 
 
-@njit(inline=True)
+@njit
 def give(s, dc, i, now):
     """Request ``i`` joins replica ``s``'s waiting queue at ``now``, waking it."""
     s.clock[NOW] = now
@@ -118,7 +118,7 @@ def give(s, dc, i, now):
     dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
 
 
-@njit(inline=True)
+@njit
 def wake(s, dc, now):
     s.clock[NOW] = now
     s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
@@ -126,7 +126,7 @@ def wake(s, dc, now):
     dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
 
 
-@njit(refcounted=True)
+@njit(inline=True, refcounted=True)
 def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline, in_flight,
                   free_at, tp, dc, dk, r):
     """The work replica ``r``'s run left (``Core.exchange``), at its clock: a prefill replica's
@@ -134,38 +134,52 @@ def take_exchange(replicas, configs, counts, routed, replica_of, decode_of, time
     on its link (their ends become events), its refusals free the prefill side's blocks."""
     P = dc[D_PREFILL]
     s = replicas[r]
-    now = s.clock[NOW]
     for k in range(s.count[NUM_EXCHANGE]):
         i = s.exchange[k]
         if r < P:  # a finished prefill: to the decode pool
             d = route_pool(configs[P:], counts[P:], routed[P:], dc[D_ROUTER], i)
-            sd = replicas[P + d]
-            sd.arrival_s[i] = now  # the decode pool's own arrival column: when it was handed over
             routed[P + d] += 1
             decode_of[i] = d
-            timeline[i, T_HANDOFF] = now
-            if never_fits(sd, i):  # refused by its serving layer; the prefill side frees its blocks
-                sd.status[i] = REJECTED
-                sd.reject_code[i] = REJECT_NEVER_FITS
-                sd.count[NUM_REJECTED] += 1
-                release_prefill(s, dc, i, now)
-            else:
-                give(sd, dc, i, now)
+            hand_off(s, replicas[P + d], dc, timeline, i)
         elif s.status[i] == LOADING:  # the decode side asks for the prompt's KV
-            # the prompt less the local prefix hits (remote_kv.allocate_for_transfer)
-            num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i],
-                                                s.config[BLOCK_SIZE], dk[E_BYTES_PER_TOKEN])
-            bandwidth = transfer.pair_bandwidth(dk[E_BANDWIDTH], tp[replica_of[i]], tp[r])
-            flow, end = transfer.start_transfer(free_at, r - P, now, num_bytes, bandwidth,
-                                                dk[E_LATENCY])
-            timeline[i, T_ASKED] = now
-            timeline[i, T_FLOW] = flow
-            timeline[i, T_END] = end
-            timeline[i, T_BYTES] = num_bytes
-            in_flight[dc[D_IN_FLIGHT], 0] = i
-            in_flight[dc[D_IN_FLIGHT], 1] = new_event(dc)
-            dc[D_IN_FLIGHT] += 1
+            ask_transfer(s, r - P, tp[replica_of[i]], tp[r], free_at, dc, dk, timeline, in_flight, i)
     s.count[NUM_EXCHANGE] = 0
+
+
+@njit
+def hand_off(s, sd, dc, timeline, i):
+    """Prefill replica ``s``'s finished prefill ``i`` is handed to decode replica ``sd``, at
+    ``s``'s clock: it joins ``sd``'s queue, or ``sd``'s serving layer refuses it and ``s`` frees
+    its blocks."""
+    now = s.clock[NOW]
+    sd.arrival_s[i] = now  # the decode pool's own arrival column: when it was handed over
+    timeline[i, T_HANDOFF] = now
+    if never_fits(sd, i):  # refused by its serving layer; the prefill side frees its blocks
+        sd.status[i] = REJECTED
+        sd.reject_code[i] = REJECT_NEVER_FITS
+        sd.count[NUM_REJECTED] += 1
+        release_prefill(s, dc, i, now)
+    else:
+        give(sd, dc, i, now)
+
+
+@njit
+def ask_transfer(s, link, prefill_tp, decode_tp, free_at, dc, dk, timeline, in_flight, i):
+    """Decode replica ``s`` (on ``link``) admitted ``i`` and asks, at its clock, for the
+    prompt's KV less its local prefix hits (``remote_kv.allocate_for_transfer``): the transfer
+    is priced on the link, and its end becomes an event."""
+    now = s.clock[NOW]
+    num_bytes = transfer.transfer_bytes(s.prompt_tokens[i] - s.num_computed_tokens[i],
+                                        s.config[BLOCK_SIZE], dk[E_BYTES_PER_TOKEN])
+    bandwidth = transfer.pair_bandwidth(dk[E_BANDWIDTH], prefill_tp, decode_tp)
+    flow, end = transfer.start_transfer(free_at, link, now, num_bytes, bandwidth, dk[E_LATENCY])
+    timeline[i, T_ASKED] = now
+    timeline[i, T_FLOW] = flow
+    timeline[i, T_END] = end
+    timeline[i, T_BYTES] = num_bytes
+    in_flight[dc[D_IN_FLIGHT], 0] = i
+    in_flight[dc[D_IN_FLIGHT], 1] = new_event(dc)
+    dc[D_IN_FLIGHT] += 1
 
 
 @njit(inline=True)
@@ -178,18 +192,17 @@ def never_fits(s, i):
             or kv_cache.blocks_for(s, s.final_len[i]) > s.config[NUM_BLOCKS])
 
 
-@njit(inline=True)
+@njit
 def release_prefill(sp, dc, i, now):
     remote_kv.release_transfer(sp, i)
     sp.count[FREE_EPOCH] += 1
     wake(sp, dc, now)
 
 
-@njit(refcounted=True)
+@njit(inline=True, refcounted=True)
 def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
     """In-flight transfer ``k`` ends: the prefill side frees its blocks, the decode side's hold
-    the prompt and the request, its KV arrived, joins its queue's holding part
-    (``lifecycle.hold_waiting``)."""
+    the prompt and the request, its KV arrived, joins its queue's holding part."""
     P = dc[D_PREFILL]
     i = in_flight[k, 0]
     now = timeline[i, T_END]
@@ -198,7 +211,13 @@ def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
     in_flight[k, 1] = in_flight[last, 1]
     dc[D_IN_FLIGHT] = last
     release_prefill(replicas[replica_of[i]], dc, i, now)
-    sd = replicas[P + decode_of[i]]
+    arrive(replicas[P + decode_of[i]], dc, i, now)
+
+
+@njit
+def arrive(sd, dc, i, now):
+    """Request ``i``'s KV arrived at decode replica ``sd`` at ``now``: its blocks hold the
+    prompt, and the request joins its queue's holding part (``lifecycle.hold_waiting``)."""
     remote_kv.transfer_loaded(sd, i, sd.prompt_target[i])
     sd.status[i] = WAITING
     sd.load_ready_s[i] = now
@@ -217,7 +236,7 @@ def replica_event(counts, clocks, r):
     return False, 0.0, 0
 
 
-@njit(refcounted=True)
+@njit
 def next_events(counts, clocks, dc, dk, in_flight, timeline):
     """The earliest event of all, (kind, index, time, id), and its replica's horizon (time, id):
     the earliest event after it, or, for a decode replica while no prefill replica waits idle

@@ -22,6 +22,7 @@ compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -47,6 +48,10 @@ _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made
 _GROUP_FILES = {FAMILIES[kind]: files for kind, files in FAMILY_FILES.items()}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 
+#: the cache of the core's functions as Python calls them (:func:`_called_from_compiled_code`):
+#: keyed by every compiled source, as any of them may be called so
+PYTHON_CALLS = "python-calls"
+
 
 def sources_digest(here=None, group: str | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
@@ -58,7 +63,7 @@ def sources_digest(here=None, group: str | None = None) -> str:
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     kept = {name for files in _GROUP_FILES.values() for name in files}
-    own = set(_GROUP_FILES.get(group, ()))
+    own = kept if group == PYTHON_CALLS else set(_GROUP_FILES.get(group, ()))
     sources = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(here.glob("*.py"))
                if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)]
     return hashlib.sha256(b"".join(sources)).hexdigest()
@@ -80,7 +85,8 @@ def _drop_stale_cache(here=None) -> None:
     a cached function could be stale. The cache is therefore keyed by :func:`sources_digest`:
     the shared functions' (in ``__pycache__``) dropped when a shared source changes, each cache
     group's (its own folder) when a shared source or one of its own files does; each with the
-    extension modules built from it (``aot.py``)."""
+    extension modules built from it (``aot.py``); the functions as Python calls them
+    (:data:`PYTHON_CALLS`) when any compiled source does."""
     import shutil
     from pathlib import Path
 
@@ -94,7 +100,7 @@ def _drop_stale_cache(here=None) -> None:
                 f.unlink()
             cache.mkdir(exist_ok=True)
             stamp.write_text(digest)
-        for group in _GROUP_FILES:
+        for group in [*_GROUP_FILES, PYTHON_CALLS]:
             folder = group_cache_dir(group, here)
             stamp, digest = folder / "sources.sha256", sources_digest(here, group)
             if stamp.exists() and stamp.read_text() == digest:
@@ -156,8 +162,8 @@ def _python_wrappers_unoptimized() -> None:
     """numba compiles, with every function, a wrapper that Python calls it through: it unpacks
     the Python arguments, for the core's functions the state's ~60 arrays one by one, a larger
     function than most of the core's own (2,300 LLVM instructions before optimization, against
-    1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group or
-    reference counting) is called from Python in a run; every other function is called by
+    1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group) is
+    called from Python in a run; every other function is called by
     compiled code, which calls the function itself, not its wrapper (a test, or the set-up's
     ``placement.init``, calls some from Python, once a call). Those other wrappers are marked
     for LLVM not to optimize (``optnone``, which asks ``noinline`` with it): LLVM's optimization
@@ -172,7 +178,7 @@ def _python_wrappers_unoptimized() -> None:
         return
 
     def _optimize_final_module(self):
-        entries = {fn.__qualname__ for fn, (_, refcounted) in _OPTIONS.items() if refcounted or fn in _GROUPS}
+        entries = {fn.__qualname__ for fn in _GROUPS}
         if self.name not in entries:
             for fn in self._final_module.functions:
                 if fn.name.startswith("_ZN7cpython") and not fn.is_declaration:
@@ -270,7 +276,11 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     of its closure instead, ``lifecycle.preempt_for``: numba prunes branches by a constant it
     sees, not by a literal argument). ``refcounted=True`` keeps numba's reference counting,
     which its lists need (the cluster's list of replicas, ``sim/core/cluster.py``); the
-    functions it calls keep theirs off.
+    functions it calls keep theirs off. Such a function is best inlined into its loop and kept
+    short, its work done by calls that take one replica: numba counts references to each of a
+    replica's ~80 arrays wherever a replica is bound to a name, and compiles, with each function
+    that takes the list, a Python wrapper that unboxes and reflects back every array of every
+    replica (the static family's cluster loop: 74 s of CPU to compile cold, 19 s so).
     ``cache_group``: see :data:`_GROUP_FILES`."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)
@@ -286,19 +296,63 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
 
 
 def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
+    # no_cfunc_wrapper: numba would also compile each function a C-callable wrapper (for its
+    # ``.address`` or a first-class function value), which nothing of the core uses: in LLVM's
+    # work on a small function it weighs a seventh (the state's ~80 arrays unpacked)
+    options = dict(nogil=True, _nrt=refcounted, inline="always" if inline else "never", no_cfunc_wrapper=True)
+    with _cached_in(group):
+        if inline or refcounted or group is not None:
+            # an inlined function is compiled only when Python calls it; a loop is called by Python
+            return numba.njit(cache=True, **options)(fn)
+        return _called_from_compiled_code(fn, options)
+
+
+@contextlib.contextmanager
+def _cached_in(group: str | None):
+    """Dispatchers made here cache in cache group ``group``'s folder (None: numba's own)."""
     from numba.core import config
 
     saved = config.CACHE_DIR
     if group is not None:  # numba's cache locator reads it as the dispatcher is made
         config.CACHE_DIR = str(group_cache_dir(group))
     try:
-        # no_cfunc_wrapper: numba would also compile each function a C-callable wrapper (for
-        # its ``.address`` or a first-class function value), which nothing of the core uses: in
-        # LLVM's work on a small function it weighs a seventh (the state's ~60 arrays unpacked)
-        return numba.njit(cache=True, nogil=True, _nrt=refcounted, inline="always" if inline else "never",
-                          no_cfunc_wrapper=True)(fn)
+        yield
     finally:
         config.CACHE_DIR = saved
+
+
+_CalledFromCompiledCode = None  # the dispatcher class below, made once numba is loaded
+
+
+def _called_from_compiled_code(fn, options: dict):
+    """The dispatcher of a function that compiled code calls (every core function but the loops
+    and the inlined): compiled without the Python wrapper numba compiles with each function by
+    default, which unboxes the Python arguments (for the core's, the state's ~80 arrays one by
+    one) and is a large part of a small function's compile: the v1 family's cold compile, 148 s
+    of CPU with them, 123 s without (``benchmarks/compile_speed.py``). Compiled callers call the
+    function itself. A call from Python (a test; the set-up's ``placement.init``) goes to a twin
+    compiled with the wrapper on the first such call, cached apart (:data:`PYTHON_CALLS`): the
+    same source and machine code, and a compile only for what Python calls."""
+    global _CalledFromCompiledCode
+    if _CalledFromCompiledCode is None:
+        from numba.core.registry import CPUDispatcher
+
+        class CalledFromCompiledCode(CPUDispatcher):
+            _python_twin = None
+
+            def __call__(self, *args, **kwargs):
+                if self._python_twin is None:
+                    with _cached_in(PYTHON_CALLS):
+                        self._python_twin = numba.njit(cache=True, **self._twin_options)(self.py_func)
+                return self._python_twin(*args, **kwargs)
+
+        _CalledFromCompiledCode = CalledFromCompiledCode
+    dispatcher = _CalledFromCompiledCode(py_func=fn, locals={},
+                                         targetoptions=dict(options, nopython=True, boundscheck=None,
+                                                            no_cpython_wrapper=True))
+    dispatcher._twin_options = options
+    dispatcher.enable_caching()
+    return dispatcher
 
 
 def compiled(fn):

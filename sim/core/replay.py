@@ -166,7 +166,7 @@ def compiled_entry(fn, *args):
         with compile_notice():
             entry = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
         if which is not None:
-            aot.build(args, kinds, which)
+            aot.build_in_background(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
 

@@ -43,6 +43,7 @@ def module_built():
     if aot.load(kinds, F) is None:
         replay._ENTRIES.clear()
         run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
+        aot.wait_for_builds()  # the run writes it in a process of its own
         aot._LOADED.clear()
     assert aot.load(kinds, F) is not None, (aot.cache_dir() / (aot.module_name(kinds, F) + ".failed")).read_text()
     return kinds
@@ -80,6 +81,7 @@ def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path
     assert kinds_of(cfg, trace) == module_built  # the module of its family runs it
     monkeypatch.setattr(replay, "_ENTRIES", {})
     tables(cfg, trace)  # builds its family's module where the default run's is the only one yet
+    aot.wait_for_builds()
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setattr(aot, "_LOADED", {})
     ahead = tables(cfg, trace)
@@ -106,6 +108,7 @@ def test_the_cluster_module_gives_numbas_records(module_built, monkeypatch):
         return r.requests, r.steps, aot.entry_of(fn), replay._ENTRIES
 
     cluster_tables()  # builds the cluster's module where none was
+    aot.wait_for_builds()
     monkeypatch.setattr(aot, "_LOADED", {})
     *ahead, which, entries = cluster_tables()
     assert which == (aot.CLUSTER, state.CONTINUOUS)
@@ -192,6 +195,20 @@ def test_a_failed_build_is_said_once_remembered_and_not_retried(builds, tmp_path
     assert "not written into an extension module (RuntimeError: no C compiler)" in line
     assert (tmp_path / "pagesim_core" / (aot.module_name(KINDS, F) + ".failed")).read_text() == "RuntimeError: no C compiler\n"
     assert not aot.module_path(aot.module_name(KINDS, F)).exists()
+
+
+def test_a_failed_background_build_is_said_by_the_next_run_once(builds, tmp_path, caplog):
+    """A build in a process of its own (aot.build_in_background) fails unheard: the next run that
+    would build the module says why, once, and starts none."""
+    caplog.set_level(logging.INFO, logger="pagesim")
+    name = aot.module_name(KINDS, F)
+    aot.cache_dir().mkdir(parents=True)
+    (aot.cache_dir() / (name + ".failed")).write_text("RuntimeError: no C compiler\n")
+    aot.build_in_background(None, KINDS, F)
+    aot.build_in_background(None, KINDS, F)
+    assert aot._BACKGROUND == [] and builds.names == []
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "not written into an extension module (RuntimeError: no C compiler)" in line
 
 
 def test_a_build_happens_once_and_not_while_another_process_builds(builds):

@@ -118,3 +118,38 @@ def test_a_function_is_optimized_once_with_its_callees_not_alone_first():
     with global_compiler_lock:
         library.finalize()  # the module passes: optimized now
     assert "alloca" not in str(library.get_function("twice"))
+
+
+def test_the_functions_python_calls_are_dropped_when_any_compiled_source_changes(tmp_path, monkeypatch):
+    """Python may call any core function, a family's own included: their cache (jit.PYTHON_CALLS)
+    is keyed by every compiled source."""
+    for edited in ("scheduler_a.py", "loop.py"):
+        cached = grouped_core(tmp_path, monkeypatch)
+        twin = jit.group_cache_dir(jit.PYTHON_CALLS, tmp_path) / "kv_cache.free-1.nbi"
+        twin.write_text("compiled")
+        (tmp_path / "replay.py").write_text("# the glue edited\n")
+        jit._drop_stale_cache(tmp_path)
+        assert twin.exists()
+        (tmp_path / edited).write_text("# edited\n")
+        jit._drop_stale_cache(tmp_path)
+        assert not twin.exists(), edited
+        assert cached["b"].exists() == (edited == "scheduler_a.py")  # family a's file: b's kept
+
+
+def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_calls_its_twin():
+    """jit._called_from_compiled_code: the function compiled code calls is compiled without the
+    Python wrapper; a call from Python compiles and calls a twin with it, the same source."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    import numpy as np
+
+    from pagesim.sim.core import cost_table
+
+    dispatcher = jit.compiled(cost_table.interp_extrap)
+    assert dispatcher.targetoptions["no_cpython_wrapper"]
+    xs, ys = np.array([1.0, 3.0]), np.array([10.0, 30.0])
+    assert dispatcher(2.0, xs, ys) == 20.0  # from Python: the twin
+    assert dispatcher._python_twin is not None and not dispatcher._python_twin.targetoptions.get("no_cpython_wrapper")
+    assert dispatcher._python_twin.py_func is dispatcher.py_func
