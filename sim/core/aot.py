@@ -162,7 +162,7 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> No
     except OSError as e:  # no process to be had: runs load numba's cache
         LOG.debug("the extension module's build did not start (%s)", e)
         return
-    _BACKGROUND.append(child)
+    _BACKGROUND[:] = [*(p for p in _BACKGROUND if p.poll() is None), child]  # the ended ones reaped
     LOG.info("writing the compiled core into an extension module in the background (later runs load it)")
 
 
@@ -196,8 +196,10 @@ def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
     _build(tuple(jit.numba.typeof(a) for a in args) if args is not None else None, kinds, which)
 
 
-def _build(types: tuple, kinds: tuple, which: tuple[str, int]) -> None:
-    """:func:`build` for arguments of numba's ``types``. One process builds it at a time; a
+def _build(types: tuple, kinds: tuple, which: tuple[str, int], wait: bool = False) -> None:
+    """:func:`build` for arguments of numba's ``types``. One process builds it at a time: while
+    another does, nothing is done, or, with ``wait`` (a background build), that one is waited
+    for, so that :func:`wait_for_builds` returns with the module written whoever wrote it. A
     failure is said once and remembered beside it, so that it is not retried every run."""
     name = module_name(kinds, which)
     path = module_path(name)
@@ -205,8 +207,8 @@ def _build(types: tuple, kinds: tuple, which: tuple[str, int]) -> None:
     if not _wanted(name):
         return
     try:
-        with _build_lock(name) as mine:
-            if mine and not path.exists():
+        with _build_lock(name, wait) as mine:
+            if mine and _wanted(name):  # not written, nor failed, by a build waited for
                 _compile(types, name, path, which)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
         why = f"{type(e).__name__}: {e}"
@@ -220,14 +222,15 @@ def _build(types: tuple, kinds: tuple, which: tuple[str, int]) -> None:
 
 
 @contextlib.contextmanager
-def _build_lock(name: str):
-    """Yields whether this process holds the build (another one building: False at once)."""
+def _build_lock(name: str, wait: bool = False):
+    """Yields whether this process holds the build (another one building: False at once, or,
+    with ``wait``, True once that one has ended)."""
     import fcntl
 
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / (name + ".lock"), "w") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return
@@ -263,4 +266,4 @@ if __name__ == "__main__":  # build_in_background's process: (types, kinds, whic
 
     os.nice(10)
     jit.use_numba()
-    _build(*pickle.loads(sys.stdin.buffer.read()))
+    _build(*pickle.loads(sys.stdin.buffer.read()), wait=True)

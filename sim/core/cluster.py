@@ -170,7 +170,7 @@ def end_arrivals(s, now, next_event_id):
 def hand_to(s, i, now, next_event_id, need):
     """Request ``i`` is handed, at ``now``, to replica ``s``, which is woken (its wake takes the
     next event ids from ``next_event_id``); returns the next id, or -1 (nothing done) when its
-    queues' rings hold fewer than ``need`` requests."""
+    queues' rings hold fewer than ``need`` requests (0: rings sized for every request)."""
     if need > len(s.waiting) or need > len(s.swapped):
         return -1
     s.clock[NOW] = now

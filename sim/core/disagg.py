@@ -102,20 +102,10 @@ def hand_over_arrivals(replicas, configs, counts, routed, replica_of, dc, dk, ar
             dc[D_ARRIVAL_EVENT_ID] = new_event(dc)
             return
         r = route_pool(configs[:P], counts[:P], routed[:P], dc[D_ROUTER], i)
-        give(replicas[r], dc, i, now)
+        dc[D_NEXT_EVENT_ID] = cluster.hand_to(replicas[r], i, now, dc[D_NEXT_EVENT_ID], 0)
         routed[r] += 1
         replica_of[i] = r
         dc[D_NEXT_ARRIVAL] = i + 1
-
-
-@njit
-def give(s, dc, i, now):
-    """Request ``i`` joins replica ``s``'s waiting queue at ``now``, waking it."""
-    s.clock[NOW] = now
-    s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
-    lifecycle.add_arrival(s, i)
-    loop.wake_engine(s)
-    dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
 
 
 @njit
@@ -160,7 +150,7 @@ def hand_off(s, sd, dc, timeline, i):
         sd.count[NUM_REJECTED] += 1
         release_prefill(s, dc, i, now)
     else:
-        give(sd, dc, i, now)
+        dc[D_NEXT_EVENT_ID] = cluster.hand_to(sd, i, now, dc[D_NEXT_EVENT_ID], 0)
 
 
 @njit

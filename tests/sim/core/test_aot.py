@@ -222,6 +222,33 @@ def test_a_build_happens_once_and_not_while_another_process_builds(builds):
     assert builds.names == [name]
 
 
+def test_a_background_build_waits_for_another_process_building_the_same_module(builds):
+    """A run's background build that finds the module being built by another process (a
+    command a moment before, whose builder goes on) waits for it and builds nothing: so that
+    aot.wait_for_builds returns with the module written."""
+    import threading
+    import time
+
+    name = aot.module_name(KINDS, F)
+    held = threading.Event()
+
+    def other_process():
+        with aot._build_lock(name) as mine:  # another open file: flock sees another holder
+            assert mine
+            held.set()
+            time.sleep(0.3)
+            aot.module_path(name).write_text("built by the other")
+
+    other = threading.Thread(target=other_process)
+    other.start()
+    held.wait()
+    t0 = time.perf_counter()
+    aot._build(None, KINDS, F, wait=True)
+    assert time.perf_counter() - t0 >= 0.2 and builds.names == []
+    other.join()
+    assert aot.module_path(name).read_text() == "built by the other"
+
+
 def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     """``jit.interpreted`` is the specification run by CPython: the core functions it calls are
     the plain ones even once numba's dispatchers have taken their names (``jit.use_numba``)."""
