@@ -368,6 +368,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.base and (args.edit or args.wheel):
         ap.error("--base pairs the compile figures or --clusters, not --edit or --wheel")
+    if args.alone and (args.clusters or args.edit or args.wheel):
+        ap.error("--alone is for the families' compile figures")
     if args.edit:
         edit_cycle()
         return
