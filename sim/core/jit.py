@@ -163,11 +163,13 @@ def _python_wrappers_unoptimized() -> None:
     the Python arguments, for the core's functions the state's ~60 arrays one by one, a larger
     function than most of the core's own (2,300 LLVM instructions before optimization, against
     1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group) is
-    called from Python in a run; every other function is called by
-    compiled code, which calls the function itself, not its wrapper (a test, or the set-up's
-    ``placement.init``, calls some from Python, once a call). Those other wrappers are marked
-    for LLVM not to optimize (``optnone``, which asks ``noinline`` with it): LLVM's optimization
-    and machine code of the wrappers were about half of each small function's. The function
+    called from Python in a run; every other function is called by compiled code, which calls
+    the function itself, not its wrapper (a test, or the set-up's ``placement.init``, calls some
+    from Python, once a call): most are compiled with no wrapper at all
+    (:func:`_called_from_compiled_code`); their twins for Python's calls, and the inlined
+    functions a test calls, have one. Those other wrappers are marked for LLVM not to optimize
+    (``optnone``, which asks ``noinline`` with it): LLVM's optimization and machine code of the
+    wrappers were about half of each small function's. The function
     itself, and the loops' wrappers, are optimized as before. Left as numba has it where its
     library class differs."""
     from numba.core import codegen
