@@ -144,7 +144,12 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> No
     """:func:`build`, in a process of its own at a lower priority, which goes on after this one
     ends: the run that compiled the loop does not wait the 10-25 s the module takes (the tests
     neither, on a machine's other core). The process loads the loop from numba's cache, which
-    the compile just wrote. A failure is said by the next run that would build it."""
+    the compile just wrote. A failure is said by the next run that would build it.
+    ``PAGESIM_AOT_WAIT=1``: the run builds it itself and waits (``benchmarks/``: a build beside
+    a timed run would share its core)."""
+    if os.environ.get("PAGESIM_AOT_WAIT") == "1":  # the benchmarks' runs: none goes on beside a timing
+        build(args, kinds, which)
+        return
     name = module_name(kinds, which)
     if not _wanted(name):
         _say_failure_once(name)

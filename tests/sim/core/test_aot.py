@@ -179,6 +179,7 @@ def builds(monkeypatch, tmp_path):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(aot, "_compile", compile_)
     monkeypatch.delenv("PAGESIM_JIT", raising=False)
+    monkeypatch.delenv("PAGESIM_AOT_WAIT", raising=False)
     return calls
 
 
@@ -220,6 +221,14 @@ def test_a_build_happens_once_and_not_while_another_process_builds(builds):
     aot.build(None, KINDS, F)
     aot.build(None, KINDS, F)  # built already
     assert builds.names == [name]
+
+
+def test_the_benchmarks_runs_build_the_module_themselves(builds, monkeypatch):
+    """PAGESIM_AOT_WAIT=1 (benchmarks/_import_path.py sets it): no process beside, the run
+    builds it."""
+    monkeypatch.setenv("PAGESIM_AOT_WAIT", "1")
+    aot.build_in_background(None, KINDS, F)
+    assert aot._BACKGROUND == [] and builds.names == [aot.module_name(KINDS, F)]
 
 
 def test_a_background_build_waits_for_another_process_building_the_same_module(builds):
