@@ -191,8 +191,7 @@ def _say_failure_once(name: str) -> None:
     if failed.exists() and not said.exists():
         with contextlib.suppress(OSError):
             said.touch()
-            LOG.info("the compiled core was not written into an extension module (%s); runs load numba's cache, "
-                     "~0.5 s more each (%s says why)", failed.read_text().splitlines()[0][:200], failed)
+            _say_not_written(LOG.info, failed.read_text(), failed)
 
 
 def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
@@ -222,8 +221,13 @@ def _build(types: tuple, kinds: tuple, which: tuple[str, int], wait: bool = Fals
             say = LOG.info
         except OSError:
             say = LOG.debug
-        say("the compiled core was not written into an extension module (%s); runs load numba's cache, ~0.5 s "
-            "more each (%s says why)", why.splitlines()[0][:200], failed)
+        _say_not_written(say, why, failed)
+
+
+def _say_not_written(say, why: str, failed: Path) -> None:
+    """A build's failure, as the run that met it or the next one says it (``say``: a log level's)."""
+    say("the compiled core was not written into an extension module (%s); runs load numba's cache, ~0.5 s "
+        "more each (%s says why)", why.splitlines()[0][:200], failed)
 
 
 @contextlib.contextmanager
