@@ -45,8 +45,7 @@ LOG = logging.getLogger(__name__)
 
 def cache_dir() -> Path:
     """Beside numba's cache: ``__pycache__`` here, or ``$NUMBA_CACHE_DIR/pagesim_core``."""
-    numba_cache = os.environ.get("NUMBA_CACHE_DIR")
-    return Path(numba_cache) / "pagesim_core" if numba_cache else Path(__file__).resolve().parent / "__pycache__"
+    return jit.modules_dir()
 
 
 #: the modules built with the package (read only: a stale one is passed over, never deleted)

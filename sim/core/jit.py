@@ -15,9 +15,11 @@ was (numba resolves the names a function calls in its module when it compiles it
 :func:`use_numba` also trims numba's work on a cold compile where the machine code of the core's
 functions themselves stays the same (issue #35; ``benchmarks/compile_speed.py --base``): one LLVM
 optimization per function (:func:`_one_llvm_optimization`), each inlined function's untyped
-code built once (:func:`_untyped_ir_once_per_function`), the Python wrappers of functions only
-compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and no C wrappers
-(``no_cfunc_wrapper`` in :func:`_dispatcher`).
+code built once (:func:`_untyped_ir_once_per_function`) and its scope copied once per inlined
+copy (:func:`_inlined_scope_copied_once`), the compile's flags compared without reading each
+option through its property (:func:`_compile_flags_compared_quickly`), the Python wrappers of
+functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
+no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`).
 """
 
 from __future__ import annotations
@@ -79,14 +81,25 @@ def group_cache_dir(group: str, here=None):
     return Path(user) / f"pagesim-{group}" if user else here / "__pycache__" / f"family-{group}"
 
 
+def modules_dir(here=None):
+    """Where the extension modules of the core's loops lie (``sim/core/aot.py``), beside numba's
+    cache: ``$NUMBA_CACHE_DIR/pagesim_core``, or ``sim/core/__pycache__``."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(user) / "pagesim_core" if user else here / "__pycache__"
+
+
 def _drop_stale_cache(here=None) -> None:
     """numba's cache checks only the modification time of a function's own file, not of the
     files whose functions it inlined or calls, nor this file's flags: after an edit of the core
     a cached function could be stale. The cache is therefore keyed by :func:`sources_digest`:
     the shared functions' (in ``__pycache__``) dropped when a shared source changes, each cache
     group's (its own folder) when a shared source or one of its own files does; each with the
-    extension modules built from it (``aot.py``); the functions as Python calls them
-    (:data:`PYTHON_CALLS`) when any compiled source does."""
+    extension modules built from it (``aot.py``; a group's, in :func:`modules_dir`, beside the
+    group's folder: a process with a cache of its own leaves the others' alone); the functions
+    as Python calls them (:data:`PYTHON_CALLS`) when any compiled source does."""
     import shutil
     from pathlib import Path
 
@@ -96,7 +109,8 @@ def _drop_stale_cache(here=None) -> None:
         stamp = cache / "core-sources.sha256"
         digest = sources_digest(here)
         if not (stamp.exists() and stamp.read_text() == digest):
-            for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*")]:
+            for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*"),
+                      *cache.glob("pagesim_cluster_*")]:
                 f.unlink()
             cache.mkdir(exist_ok=True)
             stamp.write_text(digest)
@@ -106,7 +120,8 @@ def _drop_stale_cache(here=None) -> None:
             if stamp.exists() and stamp.read_text() == digest:
                 continue
             shutil.rmtree(folder, ignore_errors=True)
-            for f in cache.glob(f"pagesim_core_{group}_*"):
+            for f in [*modules_dir(here).glob(f"pagesim_core_{group}_*"),
+                      *modules_dir(here).glob(f"pagesim_cluster_{group}_*")]:
                 f.unlink()
             folder.mkdir(parents=True)
             stamp.write_text(digest)
@@ -227,6 +242,80 @@ def _untyped_ir_once_per_function() -> None:
     worker.run_untyped_passes = run_untyped_passes
 
 
+def _inlined_scope_copied_once() -> None:
+    """numba copies a function's IR into each place that inlines it (``InlineWorker.inline_ir``,
+    twice: the second copy is returned as "the original", and both of numba's callers drop it)
+    one block at a time, each block deep-copied on its own: each copy takes with it the
+    function's variable scope, every variable of the function, so inlining a function of B
+    blocks and V variables copies B x V variables, and numba then finds the one scope of the
+    inlined blocks by comparing those B scopes' dictionaries (``_get_all_scopes``). The core's
+    loops inline ~260 places (deep copies were a fifth of the vLLM family's cold compile,
+    comparisons of the copied scopes more): within one ``inline_ir`` each scope is copied once,
+    and its blocks share that copy, as the function's own blocks share their one scope. The
+    copied blocks, statements and variables are as before. Left as numba has it where its
+    inliner or IR differs."""
+    import copy
+
+    from numba.core import inline_closurecall, ir
+
+    worker = getattr(inline_closurecall, "InlineWorker", None)
+    inline_ir = getattr(worker, "inline_ir", None)
+    if inline_ir is None or getattr(inline_ir, "pagesim_scope_once", False) or "__deepcopy__" in vars(ir.Scope):
+        return
+    copies: list = [None]  # the scopes copied so far in the inline_ir running (None: none running)
+
+    def __deepcopy__(self, memo):
+        done = copies[0]
+        if done is not None and id(self) in done:
+            out = memo[id(self)] = done[id(self)][1]
+            return out
+        out = copy._reconstruct(self, memo, *self.__reduce_ex__(4))  # what deepcopy does without this
+        if done is not None:
+            done[id(self)] = (self, out)  # the scope kept alive: its id is not reused meanwhile
+        return out
+
+    def once(self, *args, **kwargs):
+        saved, copies[0] = copies[0], {}
+        try:
+            return inline_ir(self, *args, **kwargs)
+        finally:
+            copies[0] = saved
+
+    ir.Scope.__deepcopy__ = __deepcopy__
+    once.pagesim_scope_once = True
+    worker.inline_ir = once
+
+
+def _compile_flags_compared_quickly() -> None:
+    """numba keys its cache of each overloaded function's implementations by the compile's
+    flags (``templates._get_impl``), and a flags object hashes and compares by ``values()``, a
+    dictionary of its ~20 options each read through a property: typing the vLLM family's loop
+    looked that cache up ~350,000 times (a tenth of its cold compile). ``values()`` is read
+    here from the set values and the options' defaults directly, the same dictionary; the hash,
+    which is numba's of the sorted option names (``sorted`` of a dictionary sorts its keys), is
+    computed once per class. Left as numba has it where its flags differ."""
+    from numba.core import targetconfig
+
+    config = getattr(targetconfig, "TargetConfig", None)
+    if config is None or getattr(config.values, "pagesim_quick", False) or "_values" not in config.__slots__:
+        return
+    hashes: dict = {}
+
+    def values(self):
+        own = self._values
+        return {name: own[name] if name in own else option.default for name, option in self.options.items()}
+
+    def __hash__(self):
+        kind = type(self)
+        if kind not in hashes:
+            hashes[kind] = hash(tuple(sorted(kind.options)))
+        return hashes[kind]
+
+    values.pagesim_quick = True
+    config.values = values
+    config.__hash__ = __hash__
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -250,6 +339,8 @@ def use_numba() -> None:
     _load_numpy_support_without_scipy()
     _one_llvm_optimization()
     _untyped_ir_once_per_function()
+    _inlined_scope_copied_once()
+    _compile_flags_compared_quickly()
     _python_wrappers_unoptimized()
     for fn in _ON_LOAD:
         fn()

@@ -60,6 +60,23 @@ def test_editing_one_familys_scheduler_drops_that_family_alone(tmp_path, monkeyp
     assert jit.sources_digest(tmp_path, "a") != jit.sources_digest(tmp_path, "b")
 
 
+def test_a_process_with_a_cache_of_its_own_drops_its_own_modules_alone(tmp_path, monkeypatch):
+    """With NUMBA_CACHE_DIR, a family's folder and its extension modules lie there: finding that
+    folder new drops the modules there (the engine's and the cluster's), not those beside the
+    checkout's cache, which other processes load."""
+    grouped_core(tmp_path, monkeypatch)
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(mine))
+    jit.modules_dir(tmp_path).mkdir(parents=True)
+    for loop_kind in ("core", "cluster"):
+        (jit.modules_dir(tmp_path) / f"pagesim_{loop_kind}_a_4567.so").write_text("module")
+    jit._drop_stale_cache(tmp_path)  # mine/pagesim-a: new, no stamp
+    assert jit.modules_dir(tmp_path) == mine / "pagesim_core"
+    assert not list(jit.modules_dir(tmp_path).glob("pagesim_*"))
+    kept = sorted(f.name for f in (tmp_path / "__pycache__").glob("pagesim_core_*"))
+    assert kept == ["pagesim_core_a_0123.so", "pagesim_core_b_0123.so"]
+
+
 def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch):
     cached = grouped_core(tmp_path, monkeypatch)
     (tmp_path / "loop.py").write_text("# edited\n")
@@ -153,3 +170,77 @@ def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_calls_i
     assert dispatcher(2.0, xs, ys) == 20.0  # from Python: the twin
     assert dispatcher._python_twin is not None and not dispatcher._python_twin.targetoptions.get("no_cpython_wrapper")
     assert dispatcher._python_twin.py_func is dispatcher.py_func
+
+
+def _numba_loaded():
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    return jit.numba
+
+
+def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monkeypatch):
+    """jit._inlined_scope_copied_once: numba copies an inlined function's blocks (twice, in
+    inline_ir), and its variable scope once with each copy, not once per block: a function of
+    four blocks costs as many copies of its scope as one of a single block; both compute as
+    before."""
+    import copy
+
+    from numba.core import ir
+
+    numba = _numba_loaded()
+    scopes = []
+    reconstruct = copy._reconstruct
+
+    def counted(x, memo, *args, **kwargs):
+        if isinstance(x, ir.Scope):
+            scopes.append(x)
+        return reconstruct(x, memo, *args, **kwargs)
+
+    monkeypatch.setattr(copy, "_reconstruct", counted)
+
+    @numba.njit(inline="always")
+    def sign(x):  # four blocks: the test, two branches, their join
+        if x > 0:
+            y = 1
+        else:
+            y = -1
+        return y
+
+    @numba.njit(inline="always")
+    def tenfold(x):  # one block
+        return x * 10
+
+    @numba.njit
+    def branching(x):
+        return sign(x)
+
+    @numba.njit
+    def straight(x):
+        return tenfold(x)
+
+    assert branching(3) == 1 and branching(-3) == -1
+    copies_of_four_blocks = len(scopes)
+    scopes.clear()
+    assert straight(3) == 30
+    assert copies_of_four_blocks == len(scopes) > 0
+
+
+def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
+    """jit._compile_flags_compared_quickly: a flags object's values() is every option as its
+    property reads it, set or default, and its hash numba's (of the sorted option names)."""
+    _numba_loaded()
+    from numba.core.compiler import Flags
+
+    flags = Flags()
+    flags.nrt = True
+    flags.inline = "always"
+    assert flags.values() == {name: getattr(flags, name) for name in Flags.options}
+    assert flags.values()["nrt"] is True  # set
+    assert flags.values()["boundscheck"] == Flags.options["boundscheck"].default  # not set
+    assert hash(flags) == hash(tuple(sorted(Flags.options))) == hash(Flags())
+    assert flags == Flags(flags) and flags != Flags()
+    other = Flags(flags)
+    other.nrt = False
+    assert other != flags
