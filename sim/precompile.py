@@ -10,10 +10,16 @@ temporary folder, and the extension modules those runs write (``sim/core/aot.py`
 and the cluster's) are copied into ``DIR``. Where this cannot be done (numba, setuptools or a C
 compiler missing), it says why in one line and exits 1: the package is built without the modules,
 and its runs compile, or run in CPython, as they would have.
+
+``python -m pagesim.sim.precompile --warm`` compiles the same loops into this machine's own cache
+instead (numba's, ``$NUMBA_CACHE_DIR`` or ``sim/core/__pycache__``, and the modules beside it):
+what a first run of each family would compile, done at once on every core. The test suite starts
+so (``tests/conftest.py``), before its workers share the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -34,15 +40,27 @@ def families() -> dict[int, str]:
     return first
 
 
-def build_one(system: str, into: Path) -> list[Path]:
+def _compile_order(system: str) -> int:
+    """The longest compiles first (vLLM v1's family, then vLLM v0's: 1.5-2.5 min of CPU each on
+    this project's machine, SGLang's and static's about one), so that the cores finish together."""
+    from pagesim.sim import systems
+    from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
+
+    longest_first = [V1, CONTINUOUS, SGLANG, STATIC]
+    kind = systems.SCHEDULERS[systems.SYSTEMS[system].scheduler].core_kind
+    return longest_first.index(kind) if kind in longest_first else len(longest_first)
+
+
+def build_one(system: str, into: Path | None) -> list[Path]:
     """Compile the loops of ``system``'s family, the engine's and (where it runs in a cluster)
-    the cluster's, and copy their extension modules into ``into`` (numba's cache:
-    ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
+    the cluster's, and copy their extension modules into ``into`` (None: left in the cache;
+    numba's cache: ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
     import pandas as pd
 
     from pagesim.sim.cluster import run_cluster
     from pagesim.sim.config import SimConfig
     from pagesim.sim.core import aot, jit
+    from pagesim.sim.disagg import run_disaggregated
     from pagesim.sim.run import run_simulation
     from pagesim.sim.systems import SCHEDULERS, SYSTEMS
 
@@ -55,6 +73,10 @@ def build_one(system: str, into: Path) -> list[Path]:
     run_simulation(cfg, trace)
     run_cluster(cfg, trace, 2, "round-robin")
     aot.wait_for_builds()  # each run's module, written by a process of its own
+    if into is None:  # this machine's cache: its disaggregated pools' loop too (vLLM v1's), not shipped
+        if SYSTEMS[system].scheduler == "vllm-v1":
+            run_disaggregated(cfg, cfg, trace, 1, 1)
+        return []
     loops = [aot.CORE, aot.CLUSTER]
     family = SCHEDULERS[SYSTEMS[system].scheduler].core_kind
     copied = []
@@ -72,16 +94,19 @@ def build_one(system: str, into: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Every family at once, one process each (a family's compile is single-threaded), as many
-    at a time as there are cores; with ``--system S``, the family of ``S`` in this process."""
+    at a time as there are cores; with ``--system S``, the family of ``S`` in this process.
+    ``DIR``: into a temporary cache, the modules copied into ``DIR``; ``--warm``: into this
+    machine's cache."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--system"):
-        print("usage: python -m pagesim.sim.precompile DIR [--system SYSTEM]", file=sys.stderr)
+        print("usage: python -m pagesim.sim.precompile (DIR | --warm) [--system SYSTEM]", file=sys.stderr)
         return 2
-    into = Path(argv[0])
+    into = None if argv[0] == "--warm" else Path(argv[0])
     if len(argv) == 3:
-        with tempfile.TemporaryDirectory() as cache:
-            os.environ["NUMBA_CACHE_DIR"] = cache  # read by numba at its import, and by aot.cache_dir
-            os.environ.pop("PAGESIM_JIT", None)
+        with contextlib.ExitStack() as stack:
+            if into is not None:  # the package's build: a cache of its own, read by numba at its import
+                os.environ["NUMBA_CACHE_DIR"] = stack.enter_context(tempfile.TemporaryDirectory())
+                os.environ.pop("PAGESIM_JIT", None)
             try:
                 build_one(argv[2], into)
             except Exception as e:  # noqa: BLE001 - any failure: the package is built without the modules
@@ -89,18 +114,24 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         return 0
     t0 = time.perf_counter()
-    jobs = list(families().values())
-    running: list[tuple[str, subprocess.Popen]] = []
+    jobs = sorted(families().values(), key=_compile_order)
+    running: list[tuple[str, subprocess.Popen, object]] = []
     failures: list[str] = []
     while jobs or running:
         while jobs and len(running) < max(1, os.cpu_count() or 1):
-            system = jobs.pop(0)
-            running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", str(into),
-                                                      "--system", system], stderr=subprocess.PIPE, text=True)))
-        system, process = running.pop(0)
-        _, err = process.communicate()
-        if process.returncode:
-            failures.append(f"{system}: {err.strip().splitlines()[-1] if err.strip() else process.returncode}")
+            system, said = jobs.pop(0), tempfile.TemporaryFile("w+")
+            running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", argv[0],
+                                                      "--system", system], stderr=said, text=True), said))
+        ended = [job for job in running if job[1].poll() is not None]  # the next family starts at once
+        if not ended:
+            time.sleep(0.1)
+        for system, process, said in ended:
+            running.remove((system, process, said))
+            said.seek(0)
+            err = said.read().strip()
+            said.close()
+            if process.returncode:
+                failures.append(f"{system}: {err.splitlines()[-1] if err else process.returncode}")
     if failures:
         print(f"pagesim: the compiled core was not built ({failures[0]}); runs will compile it on first use",
               file=sys.stderr)

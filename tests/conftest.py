@@ -1,0 +1,32 @@
+"""The whole suite's start: every scheduler family's loops compiled at once, one per core, before
+any test runs (``python -m pagesim.sim.precompile --warm``), so that the tests' workers
+(README's ``-n auto``) find them in the cache rather than each compiling the same loop (a
+family's loop takes 1-2.5 min of CPU to compile cold, and every worker's first tests would).
+Only where the whole suite runs, from its controller: a run of chosen tests compiles only what
+they run, as before."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, "workerinput") or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return  # a worker (its controller warmed the cache), or chosen tests
+    from pagesim.sim.core import jit
+
+    if jit.COMPILED:  # a failure is the tests' to meet: they compile as they go
+        subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], check=False)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Each file's tests to one worker (xdist's ``--dist loadfile``): a file's tests share what
+    they compile (the core's functions a test calls from Python) and its fixtures."""
+    from xdist.scheduler import LoadFileScheduling
+
+    return LoadFileScheduling(config, log)
