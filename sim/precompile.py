@@ -41,8 +41,9 @@ def families() -> dict[int, str]:
 
 
 def _compile_order(system: str) -> int:
-    """The longest compiles first (vLLM v1's family, then vLLM v0's: 1.5-2.5 min of CPU each on
-    this project's machine, SGLang's and static's about one), so that the cores finish together."""
+    """The longest jobs first, so that the cores finish together: vLLM v1's (its engine's,
+    cluster's and, warming, disaggregated pools' loops), vLLM v0's and Orca's (each 2-3 min of CPU
+    on this project's machine), then SGLang's and static's (about one)."""
     from pagesim.sim import systems
     from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
 

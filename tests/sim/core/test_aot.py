@@ -311,3 +311,32 @@ def test_the_package_build_compiles_a_system_of_every_family():
 
     assert sorted(precompile.families()) == sorted(loop.FAMILIES)
     assert precompile.main([]) == 2  # usage
+
+
+def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch):
+    """``precompile --warm`` (the test suite's start): a process per family, vLLM v1's first (its
+    engine's, cluster's and disaggregated pools' loops), each compiling into the cache this
+    process uses (NUMBA_CACHE_DIR untouched) and copying no module anywhere."""
+    from pagesim.sim import precompile
+
+    started, built = [], []
+
+    class Ended:
+        returncode = 0
+
+        def __init__(self, argv, **kwargs):
+            started.append(argv[3:])
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(precompile.subprocess, "Popen", Ended)
+    assert precompile.main(["--warm"]) == 0
+    systems = [argv[2] for argv in started]
+    assert all(argv[:2] == ["--warm", "--system"] for argv in started)
+    assert systems[0] == "vllm-v1" and sorted(systems) == sorted(precompile.families().values())
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/the/users/cache")
+    monkeypatch.setattr(precompile, "build_one", lambda system, into: built.append((system, into,
+                                                                                    os.environ["NUMBA_CACHE_DIR"])))
+    assert precompile.main(["--warm", "--system", "static"]) == 0
+    assert built == [("static", None, "/the/users/cache")]
