@@ -8,7 +8,10 @@ import pytest
 from pagesim.sim.core import jit
 
 
-def cached_core(tmp_path):
+def cached_core(tmp_path, monkeypatch):
+    """A core in ``tmp_path``, its loop cached there (NUMBA_CACHE_DIR unset: set, the cache of
+    every group would be the user's own, which a drop here would empty)."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     for name in ("loop.py", "state.py", "check.py", "replay.py"):
         (tmp_path / name).write_text(f"# {name}\n")
     jit._drop_stale_cache(tmp_path)  # the first stamp
@@ -16,9 +19,9 @@ def cached_core(tmp_path):
     return tmp_path / "__pycache__" / "loop.run-1.nbi"
 
 
-def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path):
+def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path, monkeypatch):
     for name in ("loop.py", "state.py"):
-        compiled = cached_core(tmp_path)
+        compiled = cached_core(tmp_path, monkeypatch)
         jit._drop_stale_cache(tmp_path)
         assert compiled.exists()  # nothing changed
         (tmp_path / name).write_text("# edited\n")
@@ -26,8 +29,8 @@ def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path):
         assert not compiled.exists(), name
 
 
-def test_editing_the_python_only_glue_keeps_it(tmp_path):
-    compiled = cached_core(tmp_path)
+def test_editing_the_python_only_glue_keeps_it(tmp_path, monkeypatch):
+    compiled = cached_core(tmp_path, monkeypatch)
     for name in jit.NOT_COMPILED:
         (tmp_path / name).write_text("# edited\n")
     jit._drop_stale_cache(tmp_path)
