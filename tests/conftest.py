@@ -12,6 +12,13 @@ import sys
 
 import pytest
 
+# the simulator imported first, from where this interpreter finds it (the install, or
+# PYTHONPATH's link), as the warm-up's process imports it: the benchmarks' modules that
+# tests/benchmarks imports put a link to the checkout first on sys.path
+# (benchmarks/_import_path.py), and sim/ imported through it has other file paths, by which
+# numba names its cache folders: every worker missed the loops compiled first
+import pagesim.sim  # noqa: E402,F401  (a regular package: its modules' paths are fixed now)
+
 
 def pytest_sessionstart(session):
     config = session.config

@@ -33,3 +33,16 @@ def test_score_by_hand():
     assert r["median"] == pytest.approx(0.5) and r["bias"] == pytest.approx(0.0)
     assert r["gpu_median"] == pytest.approx(0.25) and r["gpu_bias"] == pytest.approx(0.0)
     assert r["p90"] == pytest.approx(0.5)  # |errors| 0.5, 0.5, 0: the 90th percentile is 0.5
+
+
+def test_the_tests_import_the_simulator_where_its_warm_up_does():
+    """This module put the benchmarks' link to the checkout first on sys.path as it was imported
+    (benchmarks/_import_path.py); the simulator's modules still come from where the suite's
+    warm-up imports them (tests/conftest.py), so numba's cache folders, named by the modules'
+    paths, are the ones the warm-up filled."""
+    import sys
+
+    from pagesim.sim.core import loop
+
+    assert any("pagesim-import-" in entry for entry in sys.path)
+    assert "pagesim-import-" not in loop.__file__
