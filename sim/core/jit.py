@@ -19,7 +19,9 @@ code built once (:func:`_untyped_ir_once_per_function`) and its scope copied onc
 copy (:func:`_inlined_scope_copied_once`), the compile's flags compared without reading each
 option through its property (:func:`_compile_flags_compared_quickly`), the Python wrappers of
 functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
-no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`).
+no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). And it names each compiled
+function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
+families' loops compiled by different processes, then loaded together, ran each other's code.
 """
 
 from __future__ import annotations
@@ -286,6 +288,36 @@ def _inlined_scope_copied_once() -> None:
     worker.inline_ir = once
 
 
+class _ProcessUniqueIds:
+    """numba's ids of compiled functions drawn at random (see :func:`_function_ids_unique_across_processes`)."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        return int.from_bytes(os.urandom(8), "little") >> 2  # os.urandom: a forked child draws its own
+
+
+def _function_ids_unique_across_processes() -> None:
+    """numba names a compiled function's machine code by its module, qualified name, argument
+    types and an id (``FunctionIdentity.from_function``: ``next(_unique_ids)``, a counter from 1
+    in every process). The families' loops are closures of one qualified name
+    (``loop_for.<locals>.run``, the cluster's and the disaggregated pools' likewise), so two
+    processes that compile two families each from a new cache (two runs, or the suite's
+    warm-up, a process a family) can name different code alike. numba links a function into
+    each caller's code as a weak symbol, and a later process that loads both families from the
+    cache links the second's calls to the first's code: seen, vLLM v1's disaggregated pools run
+    after a vLLM run in one process left every request unfinished, and a cluster's loop ran
+    forever (numba's issue #10486, where forked processes collide so). The ids are drawn at
+    random here instead (62 bits), so no two processes name two functions alike."""
+    from numba.core import bytecode
+
+    identity = getattr(bytecode, "FunctionIdentity", None)
+    if identity is None or isinstance(getattr(identity, "_unique_ids", None), _ProcessUniqueIds):
+        return
+    identity._unique_ids = _ProcessUniqueIds()
+
+
 def _compile_flags_compared_quickly() -> None:
     """numba keys its cache of each overloaded function's implementations by the compile's
     flags (``templates._get_impl``), and a flags object hashes and compares by ``values()``, a
@@ -336,6 +368,7 @@ def use_numba() -> None:
 
     numba = loaded
     _drop_stale_cache()
+    _function_ids_unique_across_processes()
     _load_numpy_support_without_scipy()
     _one_llvm_optimization()
     _untyped_ir_once_per_function()

@@ -3,9 +3,14 @@ Python-only glue does (sim/core/jit.py: _drop_stale_cache)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from pagesim.sim.core import jit
+from tests.sim.helpers import subprocess_path
 
 
 def cached_core(tmp_path, monkeypatch):
@@ -247,3 +252,42 @@ def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
     other = Flags(flags)
     other.nrt = False
     assert other != flags
+
+
+
+def closures_source() -> str:
+    """Two functions of one qualified name, closures of different constants (as the families'
+    loops are), each called by a function of its own: 40 branches, too large for LLVM to
+    inline it into its caller, so that the caller calls it by its name."""
+    maths = ["np.sin", "np.cos", "np.exp", "np.sqrt", "np.log1p", "np.tanh", "np.arctan"]
+    branches = "".join(f"            {'if' if b == 0 else 'elif'} v > {5 - b / 8}:\n"
+                       f"                t += {maths[b % 7]}(abs(v) * {b + 1}) * (k + {b}) - t / (k + {b + 2})\n"
+                       for b in range(40))
+    return ("import numba\nimport numpy as np\n\n\ndef make(k):\n    def f(a):\n        t = 0.0\n"
+            "        for i in range(a.size):\n            v = a[i]\n" + branches +
+            "        return t\n    return f\n\n\n"
+            "f1 = numba.njit(make(1), cache=True)\nf2 = numba.njit(make(2), cache=True)\n\n\n"
+            "@numba.njit(cache=True)\ndef g1(a):\n    return f1(a) + f1(a[1:]) + f1(a[2:])\n\n\n"
+            "@numba.njit(cache=True)\ndef g2(a):\n    return f2(a) + f2(a[1:]) + f2(a[2:])\n")
+
+@pytest.mark.skipif(not jit.COMPILED, reason="numba not installed")
+def test_two_processes_never_give_two_functions_one_name(tmp_path):
+    """Each of two processes compiles one of two closures of one qualified name into one cache;
+    a third loads both and gets each one's own result. With numba's counter of ids, which starts
+    at 1 in every process, both had one name, and the third ran the first loaded for both."""
+    (tmp_path / "closures.py").write_text(closures_source())
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join((str(tmp_path), subprocess_path()))}
+    start = ("from pagesim.sim.core import jit; jit.use_numba(); import numpy as np, closures; "
+             "a = np.linspace(0, 5, 50)")
+
+    def run(code: str) -> list[float]:
+        out = subprocess.run([sys.executable, "-c", f"{start}; print({code})"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [float(x) for x in out.stdout.split()]
+
+    [alone_1], [alone_2] = run("closures.g1(a)"), run("closures.g2(a)")
+    assert alone_1 != alone_2
+    assert run("closures.g1(a), closures.g2(a)") == [alone_1, alone_2]  # both loaded from the cache
+    assert run("closures.g2(a), closures.g1(a)") == [alone_2, alone_1]
