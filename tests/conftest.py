@@ -30,6 +30,14 @@ def pytest_sessionstart(session):
         subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], check=False)
 
 
+def pytest_configure(config):
+    """A worker that crashes (a test past setup.cfg's ``faulthandler_timeout``) ends the run
+    with that test's name, unless ``--max-worker-restart`` says otherwise: xdist's scheduling
+    by file gives the crashed test again to each new worker, which would each wait as long."""
+    if getattr(config.option, "numprocesses", None) and config.option.maxworkerrestart is None:
+        config.option.maxworkerrestart = "0"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Each file's tests to one worker (xdist's ``--dist loadfile``): a file's tests share what
