@@ -7,6 +7,7 @@ they run, as before."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -19,6 +20,10 @@ import pytest
 # numba names its cache folders: every worker missed the loops compiled first
 import pagesim.sim  # noqa: E402,F401  (a regular package: its modules' paths are fixed now)
 
+#: the user's PAGESIM_JIT, which the peers' modules set as they are collected (each runs
+#: interpreted when alone); put back once every module is collected (pytest_collection_finish)
+USERS_JIT = os.environ.get("PAGESIM_JIT")
+
 
 def pytest_sessionstart(session):
     config = session.config
@@ -28,6 +33,16 @@ def pytest_sessionstart(session):
 
     if jit.COMPILED:  # a failure is the tests' to meet: they compile as they go
         subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], check=False)
+
+
+def pytest_collection_finish(session):
+    """The user's PAGESIM_JIT back in the environment: the processes the tests start inherit
+    it, and with the peers' "0" every command a test ran in a child ran interpreted, not the
+    compiled code the suite compiled first (and numba's patches in ``jit.use_numba`` unmade)."""
+    if USERS_JIT is None:
+        os.environ.pop("PAGESIM_JIT", None)
+    else:
+        os.environ["PAGESIM_JIT"] = USERS_JIT
 
 
 def pytest_configure(config):

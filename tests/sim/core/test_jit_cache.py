@@ -278,6 +278,7 @@ def test_two_processes_never_give_two_functions_one_name(tmp_path):
     (tmp_path / "closures.py").write_text(closures_source())
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join((str(tmp_path), subprocess_path()))}
+    env.pop("PAGESIM_JIT", None)  # compiled, as this process is
     start = ("from pagesim.sim.core import jit; jit.use_numba(); import numpy as np, closures; "
              "a = np.linspace(0, 5, 50)")
 

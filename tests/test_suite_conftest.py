@@ -1,8 +1,11 @@
-"""The suite ends when a test hangs in code that holds the GIL (a compiled loop that never
+"""tests/conftest.py's rules for the whole suite.
+
+The suite ends when a test hangs in code that holds the GIL (a compiled loop that never
 returns: CI's suite once waited so to its 90-minute limit): setup.cfg has pytest print the
 test's tracebacks and end its process past ``faulthandler_timeout``, and tests/conftest.py
 ends the run at that first crash, naming the test, where xdist would give it to a new worker
-again and again."""
+again and again. And the processes the tests start inherit the user's ``PAGESIM_JIT``, not
+the "0" the peers' modules set as they are collected."""
 
 from __future__ import annotations
 
@@ -55,3 +58,36 @@ def test_a_test_holding_the_gil_ends_the_run_once_named(tmp_path):
     assert "Timeout (0:00:02)!" in text and "in test_hangs" in text  # the hung test's traceback
     assert text.count("crashed while running 'test_hangs.py::test_hangs'") == 1, text[-3000:]
     assert time.monotonic() - t0 < 120
+
+
+SETS_JIT = """
+import os
+
+os.environ.setdefault("PAGESIM_JIT", "0")  # as the peers' modules do
+
+
+def test_nothing():
+    pass
+"""
+
+READS_JIT = """
+import subprocess
+import sys
+
+
+def test_a_child_inherits_the_users_setting():
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('PAGESIM_JIT'))"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None"
+"""
+
+
+def test_the_peers_setting_is_not_inherited(tmp_path):
+    (tmp_path / "test_a_peer.py").write_text(SETS_JIT)
+    (tmp_path / "test_b_runs_a_child.py").write_text(READS_JIT)
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_collection_finish\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {k: v for k, v in os.environ.items() if k != "PAGESIM_JIT"} | {"PYTHONPATH": subprocess_path()}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
