@@ -254,7 +254,6 @@ def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
     assert other != flags
 
 
-
 def closures_source() -> str:
     """Two functions of one qualified name, closures of different constants (as the families'
     loops are), each called by a function of its own: 40 branches, too large for LLVM to
@@ -269,6 +268,7 @@ def closures_source() -> str:
             "f1 = numba.njit(make(1), cache=True)\nf2 = numba.njit(make(2), cache=True)\n\n\n"
             "@numba.njit(cache=True)\ndef g1(a):\n    return f1(a) + f1(a[1:]) + f1(a[2:])\n\n\n"
             "@numba.njit(cache=True)\ndef g2(a):\n    return f2(a) + f2(a[1:]) + f2(a[2:])\n")
+
 
 @pytest.mark.skipif(not jit.COMPILED, reason="numba not installed")
 def test_two_processes_never_give_two_functions_one_name(tmp_path):
