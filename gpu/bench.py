@@ -41,6 +41,7 @@ import numpy as np
 
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
+from pagesim.gpu.hold_timing import device_time_us
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
            "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
@@ -92,7 +93,8 @@ def random_fill(cp, arr, dtype: str, seed: int = 0) -> None:
 
 
 class Timer:
-    """CUDA-event timing of a launch function, with an optional L2 flush before each repeat."""
+    """Device time of a launch function (gpu/hold_timing.py), with an optional L2 flush before
+    each repeat."""
 
     def __init__(self, cp, l2_bytes: int):
         self.cp = cp
@@ -100,21 +102,7 @@ class Timer:
         self.l2_bytes = l2_bytes
 
     def time_us(self, fn, reps: int = 20, warmup: int = 3, flush: bool = True) -> float:
-        cp = self.cp
-        for _ in range(warmup):
-            fn()
-        cp.cuda.get_current_stream().synchronize()
-        ts = []
-        for _ in range(reps):
-            if flush:
-                self.flush_buf.fill(1)
-            s, e = cp.cuda.Event(), cp.cuda.Event()
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(s, e) * 1e3)
-        return float(statistics.median(ts))
+        return device_time_us(self.cp, fn, reps, warmup, before=(lambda: self.flush_buf.fill(1)) if flush else None)
 
 
 def copy_gbps(cp, timer: Timer, nbytes: int = 1 << 30) -> float:

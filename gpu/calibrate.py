@@ -53,6 +53,7 @@ import numpy as np
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.bench import Timer, random_fill
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
+from pagesim.gpu.hold_timing import device_time_us
 from pagesim.sim.cost.profile_format import write_profile
 from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import ConfigError, NeedsGPUError
@@ -124,19 +125,9 @@ def per_gpu_heads(model, tp: int) -> tuple[int, int]:
 
 
 def _time_cuda(fn, reps: int, warmup: int = 2) -> float:
-    import torch
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return float(statistics.median(ts))
+    """Device time of torch launches (gpu/hold_timing.py): the kernels, not the host's launches."""
+    import cupy as cp
+    return device_time_us(cp, fn, reps, warmup)
 
 
 def linear_time_us(model, n: int, tp: int, tdtype, reps: int) -> float:

@@ -69,6 +69,7 @@ from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_c
 from pagesim.gpu.device import require_cupy
 from pagesim.gpu.executor import slots_for
 from pagesim.gpu.graphs import DecodeGraphs, capture_sizes, sizes_to_capture
+from pagesim.gpu import hold_timing
 from pagesim.gpu.layer_ops import OPS, RMS_EPS, layer_ops
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
@@ -80,8 +81,6 @@ _TORCH_DTYPES = ("float16", "bfloat16", "float32")
 TIMINGS = ("device", "eager")
 #: the largest token count the warm-up runs (device timing, _warm_up)
 RESERVE_TOKENS = 8192
-#: the hold is this many times the launch time expected for the step (see _hold_estimate)
-HOLD_MARGIN = 2.0
 
 
 def _torch():
@@ -494,7 +493,7 @@ class TorchCupyBackend:
             if hold:  # the GPU waits here until every kernel of the step is queued (see TIMINGS)
                 ev_hold = torch.cuda.Event(enable_timing=True)
                 ev_hold.record()
-                torch.cuda._sleep(int(HOLD_MARGIN * self._hold_estimate(num_prefill_seqs) * self._clock_hz()))
+                hold_timing.hold(self._hold_estimate(num_prefill_seqs))
                 gc.disable()  # a collection inside the launches would outlast the hold
             ev0.record()
         tl0 = time.perf_counter()
@@ -571,16 +570,3 @@ class TorchCupyBackend:
         if not self._launch_per_group:
             return 0.02
         return min(float(np.median(self._launch_per_group)) * (num_prefill + 1), 2.0)
-
-    def _clock_hz(self) -> float:
-        """The SM clock the hold kernel counts cycles of, at its nominal rate (a hold cut short by a
-        faster actual clock shows as gaps_hidden=False)."""
-        if getattr(self, "_clock", None) is None:
-            rate_khz = None
-            try:
-                import cupy as cp
-                rate_khz = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["clockRate"]
-            except Exception:  # no CuPy: H100/H200 boost clocks are about 2 GHz
-                pass
-            self._clock = 1e3 * float(rate_khz or 2.0e6)
-        return self._clock
