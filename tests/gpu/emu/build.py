@@ -31,12 +31,10 @@ def build(out_dir: Path, kernel_dir: Path = KERNEL_DIR, defines: tuple[str, ...]
     if gxx is None or inc is None:
         return None, "needs g++ and the CUDA headers (cuda_fp16.h)"
     so = Path(out_dir) / "emu.so"
-    cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc}", f"-I{kernel_dir}",
+    cmd = [gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-w", f"-I{inc}", f"-I{kernel_dir}",
            *(f"-D{d}" for d in defines), str(HERE / "emu_kernels.cpp"), "-o", str(so)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode:
-        if "barrier" in r.stderr and "No such file" in r.stderr:
-            return None, "g++ without C++20 <barrier>"
         raise RuntimeError(f"emulation build failed:\n{r.stderr[-4000:]}")
     lib = ctypes.CDLL(str(so))
     for f in ("emu_attention_main", "emu_attention_tc", "emu_attention_reduce", "emu_reshape_and_cache", "emu_copy_blocks",

@@ -1,8 +1,12 @@
 // CPU emulation of the small CUDA subset the pagesim kernels use, so the *real* kernel source
-// runs on a machine without a GPU (tests/gpu/test_emulated_kernels.py). One std::thread per
-// CUDA thread, thread blocks run one after another; __syncthreads is a block barrier and the
-// warp shuffles exchange through a buffer between two warp barriers (every lane of a warp must
-// reach them, which is also what CUDA requires of __shfl_xor_sync with a full mask).
+// runs on a machine without a GPU (tests/gpu/test_emulated_kernels.py). One fiber (a ucontext
+// with its own stack) per CUDA thread, all on the caller's OS thread and switched round-robin at
+// each barrier, thread blocks one after another; __syncthreads is a block barrier and the warp
+// shuffles exchange through a buffer between two warp barriers (every lane of a warp must reach
+// them, which is also what CUDA requires of __shfl_xor_sync with a full mask). Fibers, not OS
+// threads: a barrier is a switch in user space, so a launch costs the same on a loaded machine
+// (256 OS threads meeting at futex barriers took 6x longer on CI's 2 busy cores), and the order
+// the threads run in is the same every run.
 // Not a performance model; only semantics: indexing, synchronization, reductions, partitions.
 // The PTX wrappers of gpu/kernels/mma.cuh are replaced here (PAGESIM_EMULATED_PTX): mma.sync as a
 // warp-collective exchange of the 32 lanes' fragment registers (decoded exactly as the PTX ISA
@@ -13,13 +17,14 @@
 #include <cuda_bf16.h>
 #include <vector_types.h>
 
+#include <ucontext.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <deque>
-#include <thread>
+#include <functional>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -30,18 +35,60 @@
 #define PAGESIM_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(emu_dynamic_smem)
 
 inline unsigned char* emu_dynamic_smem = nullptr;
-inline thread_local uint3 threadIdx;
+inline uint3 threadIdx;  // the running fiber's: set by the scheduler before it switches to one
 inline uint3 blockIdx;  // written by thread 0 between two block barriers
 inline dim3 blockDim;
 inline dim3 gridDim;
 
+// ---- fibers: one per CUDA thread, run on one OS thread, switched at barriers --------------------
+struct EmuCopy {
+    void* dst;
+    const void* src;
+    bool valid;
+};
+struct EmuFiber {
+    ucontext_t context;
+    std::unique_ptr<char[]> stack;
+    bool done = false;
+    std::vector<EmuCopy> open_group;  // cp.async copies issued since the last commit
+    std::deque<std::vector<EmuCopy>> committed;  // committed groups, oldest first
+};
+inline std::vector<EmuFiber>* emu_fibers = nullptr;
+inline int emu_current = 0;
+inline ucontext_t emu_scheduler;
+inline const std::function<void(int)>* emu_fiber_body = nullptr;
+inline constexpr size_t EMU_STACK_BYTES = 256 * 1024;
+
+inline void emu_yield() { swapcontext(&(*emu_fibers)[emu_current].context, &emu_scheduler); }
+inline void emu_fiber_entry() {
+    (*emu_fiber_body)(emu_current);
+    (*emu_fibers)[emu_current].done = true;  // uc_link returns to the scheduler
+}
+
+// Every one of `count` fibers must arrive before any leaves; the last to arrive goes on at once.
+struct EmuBarrier {
+    int count;
+    int arrived = 0;
+    unsigned phase = 0;
+    explicit EmuBarrier(int n) : count(n) {}
+    void arrive_and_wait() {
+        const unsigned mine = phase;
+        if (++arrived == count) {
+            arrived = 0;
+            ++phase;
+            return;
+        }
+        while (phase == mine) emu_yield();
+    }
+};
+
 struct EmuBlock {
-    std::barrier<> block;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    EmuBarrier block;
+    std::vector<std::unique_ptr<EmuBarrier>> warps;
     std::vector<float> shfl;
     std::vector<unsigned int> frag_a, frag_b;  // each lane's mma fragments: 4 and 2 registers
     explicit EmuBlock(int threads) : block(threads), shfl(threads), frag_a(4 * threads), frag_b(2 * threads) {
-        for (int w = 0; w < threads / 32; ++w) warps.emplace_back(new std::barrier<>(32));
+        for (int w = 0; w < threads / 32; ++w) warps.emplace_back(new EmuBarrier(32));
     }
 };
 inline EmuBlock* emu_block = nullptr;
@@ -102,31 +149,26 @@ inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b)
 
 // ---- cp.async: a copy deferred to the cp.async.wait_group that covers it (the latest moment the
 // hardware may complete it), so a read of shared memory without the wait sees the old bytes.
-struct EmuCopy {
-    void* dst;
-    const void* src;
-    bool valid;
-};
-inline thread_local std::vector<EmuCopy> emu_open_group;
-inline thread_local std::deque<std::vector<EmuCopy>> emu_committed;
+inline EmuFiber& emu_me() { return (*emu_fibers)[emu_current]; }
 inline void emu_async_reset() {  // a new block: copies a previous block left in flight are dropped
-    emu_open_group.clear();
-    emu_committed.clear();
+    emu_me().open_group.clear();
+    emu_me().committed.clear();
 }
 inline void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
-    emu_open_group.push_back({smem_dst, gmem_src, valid});
+    emu_me().open_group.push_back({smem_dst, gmem_src, valid});
 }
 inline void cp_async_commit() {
-    emu_committed.push_back(std::move(emu_open_group));
-    emu_open_group.clear();
+    emu_me().committed.push_back(std::move(emu_me().open_group));
+    emu_me().open_group.clear();
 }
 template <int N> inline void cp_async_wait() {
-    while ((int)emu_committed.size() > N) {
-        for (const EmuCopy& c : emu_committed.front()) {
+    auto& committed = emu_me().committed;
+    while ((int)committed.size() > N) {
+        for (const EmuCopy& c : committed.front()) {
             if (c.valid) std::memcpy(c.dst, c.src, 16);
             else std::memset(c.dst, 0, 16);
         }
-        emu_committed.pop_front();
+        committed.pop_front();
     }
 }
 
@@ -142,7 +184,7 @@ using std::fmaxf;
 using std::min;
 
 // Launch: grid of blocks, `threads` threads each, `smem` bytes of dynamic shared memory.
-// The same `threads` OS threads run every block in turn; a block barrier separates blocks so
+// The same `threads` fibers run every block in turn; a block barrier separates blocks so
 // (static) shared memory is never used by two blocks at once. Shared memory starts as NaNs.
 template <typename F>
 void emu_launch(dim3 grid, int threads, size_t smem, F&& body) {
@@ -152,22 +194,40 @@ void emu_launch(dim3 grid, int threads, size_t smem, F&& body) {
     blockDim = dim3(threads, 1, 1);
     EmuBlock blk(threads);
     emu_block = &blk;
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-        ts.emplace_back([t, &body, &dyn, grid] {
-            threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;
-            for (unsigned z = 0; z < grid.z; ++z)
-                for (unsigned y = 0; y < grid.y; ++y)
-                    for (unsigned x = 0; x < grid.x; ++x) {
-                        if (t == 0) {
-                            blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;
-                            std::memset(dyn.data(), 0xFF, dyn.size() * sizeof(float4));
-                        }
-                        emu_block->block.arrive_and_wait();  // block (x, y, z) starts
-                        emu_async_reset();
-                        body();
-                        emu_block->block.arrive_and_wait();  // every thread left the block
+    const std::function<void(int)> run = [&body, &dyn, grid](int t) {
+        for (unsigned z = 0; z < grid.z; ++z)
+            for (unsigned y = 0; y < grid.y; ++y)
+                for (unsigned x = 0; x < grid.x; ++x) {
+                    if (t == 0) {
+                        blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;
+                        std::memset(dyn.data(), 0xFF, dyn.size() * sizeof(float4));
                     }
-        });
-    for (auto& th : ts) th.join();
+                    emu_block->block.arrive_and_wait();  // block (x, y, z) starts
+                    emu_async_reset();
+                    body();
+                    emu_block->block.arrive_and_wait();  // every thread left the block
+                }
+    };
+    std::vector<EmuFiber> fibers(threads);
+    emu_fibers = &fibers;
+    emu_fiber_body = &run;
+    for (auto& f : fibers) {
+        f.stack.reset(new char[EMU_STACK_BYTES]);
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = f.stack.get();
+        f.context.uc_stack.ss_size = EMU_STACK_BYTES;
+        f.context.uc_link = &emu_scheduler;
+        makecontext(&f.context, emu_fiber_entry, 0);
+    }
+    for (int left = threads; left > 0;) {  // round-robin until every fiber has returned
+        left = 0;
+        for (int t = 0; t < threads; ++t) {
+            if (fibers[t].done) continue;
+            emu_current = t;
+            threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;
+            swapcontext(&emu_scheduler, &fibers[t].context);
+            left += fibers[t].done ? 0 : 1;
+        }
+    }
+    emu_fibers = nullptr;
 }
