@@ -20,7 +20,7 @@ import pytest
 # numba names its cache folders: every worker missed the loops compiled first
 import pagesim.sim  # noqa: E402,F401  (a regular package: its modules' paths are fixed now)
 
-#: the user's PAGESIM_JIT, which the peers' modules set as they are collected (each runs
+#: the user's PAGESIM_JIT, which tests/peers/__init__.py sets as the peers are collected (each runs
 #: interpreted when alone); put back once every module is collected (pytest_collection_finish)
 USERS_JIT = os.environ.get("PAGESIM_JIT")
 

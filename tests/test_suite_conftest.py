@@ -5,7 +5,7 @@ returns: CI's suite once waited so to its 90-minute limit): setup.cfg has pytest
 test's tracebacks and end its process past ``faulthandler_timeout``, and tests/conftest.py
 ends the run at that first crash, naming the test, where xdist would give it to a new worker
 again and again. And the processes the tests start inherit the user's ``PAGESIM_JIT``, not
-the "0" the peers' modules set as they are collected."""
+the "0" tests/peers/__init__.py sets as the peers are collected."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_a_test_holding_the_gil_ends_the_run_once_named(tmp_path):
 SETS_JIT = """
 import os
 
-os.environ.setdefault("PAGESIM_JIT", "0")  # as the peers' modules do
+os.environ.setdefault("PAGESIM_JIT", "0")  # as tests/peers/__init__.py does
 
 
 def test_nothing():

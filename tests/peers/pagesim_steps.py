@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import types
 
 import numpy as np
@@ -20,16 +19,14 @@ import pandas as pd
 
 from tests.peers.workloads import STEP_S, Layers, Step, Workload
 
-os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: no compile, and none beside another's
-
-from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
-from pagesim.sim.core import kv_cache, prefix_cache, state  # noqa: E402
-from pagesim.sim.core.jit import interpreted  # noqa: E402
-from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS  # noqa: E402
-from pagesim.sim.run import run_simulation  # noqa: E402
-from pagesim.sim.specs import presets  # noqa: E402
-from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
-from pagesim.sim.specs.model import MambaMixer, ModelSpec  # noqa: E402
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import kv_cache, prefix_cache, state
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS
+from pagesim.sim.run import run_simulation
+from pagesim.sim.specs import presets
+from pagesim.sim.specs.kv_groups import kv_cache_groups
+from pagesim.sim.specs.model import MambaMixer, ModelSpec
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 

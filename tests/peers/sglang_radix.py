@@ -90,11 +90,9 @@ import pandas as pd
 from tests.peers import fetch
 from tests.peers.importing import Peer, placeholders
 
-os.environ.setdefault("PAGESIM_JIT", "0")  # interpreted: the radix calls are plain module attributes
-
-from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
-from pagesim.sim.core import jit, radix_cache, state  # noqa: E402
-from pagesim.sim.run import run_simulation  # noqa: E402
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import jit, radix_cache, state
+from pagesim.sim.run import run_simulation
 
 VERSION = "0.5.23"
 

@@ -63,7 +63,6 @@ import ast
 import dataclasses
 import importlib
 import math
-import os
 import time
 import types
 from array import array
@@ -77,12 +76,10 @@ from tests.peers import fetch, pagesim_steps, sglang_radix
 from tests.peers.importing import Peer, placeholders
 from tests.peers.workloads import STEP_S
 
-os.environ.setdefault("PAGESIM_JIT", "0")  # no compile when run alone (an executor works compiled too)
-
-from pagesim.sim.config import SimConfig  # noqa: E402  (after PAGESIM_JIT)
-from pagesim.sim.core import radix_cache, state  # noqa: E402
-from pagesim.sim.core.jit import interpreted  # noqa: E402
-from pagesim.sim.run import run_simulation  # noqa: E402
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import radix_cache, state
+from pagesim.sim.core.jit import interpreted
+from pagesim.sim.run import run_simulation
 
 VERSION = sglang_radix.VERSION
 FOLDER = fetch.source_folder(VERSION, "sglang")

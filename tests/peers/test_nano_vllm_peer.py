@@ -9,14 +9,10 @@ folder and its scheduler imports here (``xxhash`` and numpy are needed:
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers import fetch
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
 
 pytestmark = pytest.mark.peers
 nano_vllm = driver_or_skip(fetch.NANO_VLLM_COMMIT[:7], "tests.peers.nano_vllm")

@@ -9,13 +9,9 @@ made on SGLang's cache too, and every call's result and the trees after it must 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, the radix calls wrapped
 
 pytestmark = pytest.mark.peers
 sglang_radix = driver_or_skip("0.5.23", "tests.peers.sglang_radix")

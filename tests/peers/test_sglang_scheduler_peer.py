@@ -9,13 +9,9 @@ shared traces folder does not hold the trace. pagesim runs through an executor o
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # alone, no compile; in a compiled session the executor works too
 
 pytestmark = pytest.mark.peers
 driver = driver_or_skip("0.5.23", "tests.peers.sglang_scheduler")

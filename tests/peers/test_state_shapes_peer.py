@@ -12,13 +12,9 @@ attention, as recurrent and as an MLP alone must be pagesim's count of each.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
 
 pytestmark = pytest.mark.peers
 vllm_shapes = driver_or_skip("0.33.0", "tests.peers.vllm_state_shapes")

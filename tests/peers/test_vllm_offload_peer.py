@@ -7,13 +7,9 @@ record adds the host tier's blocks and each admission's GPU and host hit tokens.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
 
 pytestmark = pytest.mark.peers
 vllm_offload = driver_or_skip("0.33.0", "tests.peers.vllm_offload")

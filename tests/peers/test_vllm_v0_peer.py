@@ -8,13 +8,9 @@ the same.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.peers.importing import driver_or_skip
-
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
 
 pytestmark = pytest.mark.peers
 vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")

@@ -19,8 +19,6 @@ import pytest
 
 from tests.peers.importing import driver_or_skip
 
-os.environ.setdefault("PAGESIM_JIT", "0")  # before pagesim is imported: interpreted, no compile
-
 pytestmark = pytest.mark.peers
 vllm_v1 = driver_or_skip("0.33.0", "tests.peers.vllm_v1")
 
