@@ -15,7 +15,8 @@ Outputs (``ValidationResult.save(dir)``)::
 
     step_errors.csv  errors by step type and batch size (see below)
     steps.csv        one row per real iteration: step, start_s, num_prefill_seqs,
-                     num_prefill_tokens, num_decode_seqs, sum_decode_context, num_copies,
+                     num_prefill_tokens, num_decode_seqs, sum_decode_context,
+                     max_decode_context (the longest: it sizes the attention kernel's grid), num_copies,
                      swap_in_tokens, swap_out_tokens, measured_s, predicted_roofline_s,
                      predicted_table_s, rel_error_roofline, rel_error_table, mem_<category>
                      (slots), pool_occupied_blocks, pool_occupied_bytes, sim_occupied_bytes,
@@ -83,7 +84,8 @@ from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
 
 STEP_COLUMNS = (["step", "start_s", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
-                 "sum_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens", "measured_s",
+                 "sum_decode_context", "max_decode_context", "num_copies", "swap_in_tokens", "swap_out_tokens",
+                 "measured_s",
                  "predicted_roofline_s", "predicted_table_s", "rel_error_roofline", "rel_error_table"]
                 + [f"mem_{c}" for c in MEMORY_CATEGORIES]
                 + ["pool_occupied_blocks", "pool_occupied_bytes", "sim_occupied_bytes", "num_waiting", "num_running",
@@ -181,8 +183,8 @@ class _StepLog:
         kind = "mixed" if len(batch.prefill_seq_ids) and len(batch.decode_seq_ids) else \
             "prefill" if len(batch.prefill_seq_ids) else "decode"
         self.rows.append((plan.step, len(batch.prefill_seq_ids), batch.num_prefill_tokens, len(batch.decode_seq_ids),
-                          int(batch.decode_context_sum), len(plan.copies), int(batch.swap_in_tokens),
-                          int(batch.swap_out_tokens), measured, pr, pt, occ_blocks,
+                          int(batch.decode_context_sum), plan.decode_max_context, len(plan.copies),
+                          int(batch.swap_in_tokens), int(batch.swap_out_tokens), measured, pr, pt, occ_blocks,
                           occ_blocks * plan.block_size * self.kvb, kind, n_seqs, gpu, measured - gpu,
                           pr_gpu, pt_gpu, float(timing.get("launch_s", np.nan)), timing.get("gaps_hidden"),
                           timing.get("graph_size")))

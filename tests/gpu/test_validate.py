@@ -164,7 +164,7 @@ def test_memory_mismatch_raises():
         log(b, StepPlan(0, 4, 16), 0.01)
     count[state.NUM_FREE_BLOCK_IDS] = 14
     log(b, StepPlan(0, 4, 16), 0.01)
-    assert log.rows[-1][11:13] == (2, 8.0)  # pool_occupied_blocks, _bytes (2 x 4 slots x 1 byte)
+    assert log.rows[-1][12:14] == (2, 8.0)  # pool_occupied_blocks, _bytes (2 x 4 slots x 1 byte)
 
 
 ARGS = ["validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "12", "--model", "llama-2-7b",
@@ -352,3 +352,16 @@ def test_device_timing_counts_the_steps_with_gaps(tmp_path):
     s, m = res.steps, res.metrics
     assert m["steps_with_launch_gaps"] == -(-len(s) // 3) and m["median_launch_ms"] == pytest.approx(2.0)
     assert m["timing"] == "device" and list(s["gaps_hidden"][:4]) == [False, True, True, False]
+
+
+def test_steps_name_the_longest_decode_context(tmp_path):
+    """Worked by hand: prompts of 10 and 30 tokens, 3 output tokens each, both at 0 s. Step 0
+    prefills both; steps 1 and 2 decode both at contexts (the new token included) 11 and 31, then
+    12 and 32: sums 42 and 44, the longest 31 and 32 (it sizes the attention kernel's grid)."""
+    tr = pd.DataFrame({"request_id": ["a", "b"], "arrival_s": [0.0, 0.0], "prompt_tokens": [10, 30],
+                       "output_tokens": [3, 3]})
+    res = validate(cfg(), tr, FakeBackend(lambda p: 1e-3))
+    s = res.steps
+    assert s["num_decode_seqs"].tolist() == [0, 2, 2]
+    assert s["sum_decode_context"].tolist() == [0, 42, 44]
+    assert s["max_decode_context"].tolist() == [0, 31, 32]
