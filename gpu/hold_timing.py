@@ -1,8 +1,8 @@
 """Device time of a launch function: its kernels queued behind a hold kernel, then timed back to back.
 
 Timed as launched, a function of many small kernels measures the host: on the H100 of 2026-11-26
-one llama-2-7b layer's four matmuls and four fused element-wise kernels took 0.68 ms between CUDA
-events at 1 to 1024 tokens (benchmarks/results/2026-11-26-h100-80gb-hbm3, phase1 calibration),
+one llama-2-7b layer's four matmuls and four fused element-wise kernels took 0.67-0.75 ms between
+CUDA events at 1 to 1024 tokens (benchmarks/results/2026-11-26-h100-80gb-hbm3, phase1 calibration),
 against 0.18 ms for the matmuls alone on 2026-11-23: the difference was the launches of the
 CuPy kernels, the GPU idle between them. A hold kernel (``torch.cuda._sleep``) keeps the GPU busy
 until every kernel is queued, so the events time the kernels alone, as a serving engine's CUDA

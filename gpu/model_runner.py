@@ -64,12 +64,12 @@ import time
 
 import numpy as np
 
+from pagesim.gpu import hold_timing
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.cache_ops import copy_blocks, empty_pinned_cache, reshape_and_cache, swap_blocks
 from pagesim.gpu.device import require_cupy
 from pagesim.gpu.executor import slots_for
 from pagesim.gpu.graphs import DecodeGraphs, capture_sizes, sizes_to_capture
-from pagesim.gpu import hold_timing
 from pagesim.gpu.layer_ops import OPS, RMS_EPS, layer_ops
 from pagesim.sim.errors import ConfigError, NeedsGPUError
 
