@@ -3,11 +3,11 @@
 
 The package build runs it (``setup.py``, for a wheel or ``pip install .``) into the package's
 ``sim/core/compiled/``, so that an installed pagesim's first run loads machine code instead of
-compiling it (up to a minute per family). Each family is compiled by a small run of a system of its
-own, and a small cluster of two of its replicas (``--replicas``; not SGLang's, which runs one
-engine), in a process of its own (as many at once as there are cores) with numba's cache in a
-temporary folder, and the extension modules those runs write (``sim/core/aot.py``: the engine's loop
-and the cluster's) are copied into ``DIR``. Where this cannot be done (numba, setuptools or a C
+compiling it (1-2 minutes of CPU per family, cold). Each family is compiled by a small run of a
+system of its own, and a small cluster of two of its replicas (``--replicas``; not SGLang's, which
+runs one engine), in a process of its own (as many at once as there are cores) with numba's cache in
+a temporary folder, and the extension modules those runs write (``sim/core/aot.py``: the engine's
+loop and the cluster's) are copied into ``DIR``. Where this cannot be done (numba, setuptools or a C
 compiler missing), it says why in one line and exits 1: the package is built without the modules,
 and its runs compile, or run in CPython, as they would have.
 
