@@ -5,8 +5,8 @@
 // shuffles exchange through a buffer between two warp barriers (every lane of a warp must reach
 // them, which is also what CUDA requires of __shfl_xor_sync with a full mask). Fibers, not OS
 // threads: a barrier is a switch in user space, so a launch costs the same on a loaded machine
-// (256 OS threads meeting at futex barriers took 6x longer on 2 cores busy with the suite), and the order
-// the threads run in is the same every run.
+// (256 OS threads meeting at futex barriers took 6x longer on 2 cores busy with the suite), and
+// the order the threads run in is the same every run.
 // Not a performance model; only semantics: indexing, synchronization, reductions, partitions.
 // The PTX wrappers of gpu/kernels/mma.cuh are replaced here (PAGESIM_EMULATED_PTX): mma.sync as a
 // warp-collective exchange of the 32 lanes' fragment registers (decoded exactly as the PTX ISA
