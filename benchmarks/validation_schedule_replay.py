@@ -69,8 +69,8 @@ def fits(steps: pd.DataFrame) -> list[str]:
             X = np.c_[np.ones(len(d)), *[feats[n] for n in names]]
             coef, *_ = np.linalg.lstsq(X, y, rcond=None)
             resid = np.abs(y - X @ coef)
-            lines.append(f"  {what:8s} a={coef[0]:.3f} " + " ".join(f"{n}={c:+.4f}" for n, c in zip(names, coef[1:]))
-                         + f"  |residual| median {np.median(resid):.3f} p90 {np.percentile(resid, 90):.3f}")
+            lines.append(f"  {what:8s} a={coef[0]:.2f} " + " ".join(f"{n}={c:+.3f}" for n, c in zip(names, coef[1:]))
+                         + f"  |resid| med {np.median(resid):.3f} p90 {np.percentile(resid, 90):.3f}")
     return lines
 
 

@@ -174,8 +174,8 @@ def compiled_entry(fn, *args):
 @contextlib.contextmanager
 def compile_notice():
     """Around a load of compiled code from numba's cache: past ``COMPILE_NOTICE_S`` numba is
-    compiling (1-2 minutes on 2 cores, once per machine), which the log says while it happens, then how long
-    it took."""
+    compiling (1-2 minutes on 2 cores, once per machine), which the log says while it happens,
+    then how long it took."""
     t0 = time.perf_counter()
     notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
                                                           "machine and version, 1-2 minutes",))
