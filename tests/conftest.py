@@ -20,19 +20,30 @@ import pytest
 # numba names its cache folders: every worker missed the loops compiled first
 import pagesim.sim  # noqa: E402,F401  (a regular package: its modules' paths are fixed now)
 
-#: the user's PAGESIM_JIT, which tests/peers/__init__.py sets as the peers are collected (each runs
-#: interpreted when alone); put back once every module is collected (pytest_collection_finish)
+#: the user's PAGESIM_JIT (the whole suite's, where the user set none: pytest_sessionstart), which
+#: tests/peers/__init__.py sets as the peers are collected (each runs interpreted when alone); put
+#: back once every module is collected (pytest_collection_finish)
 USERS_JIT = os.environ.get("PAGESIM_JIT")
 
 
 def pytest_sessionstart(session):
+    global USERS_JIT
     config = session.config
     if hasattr(config, "workerinput") or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
         return  # a worker (its controller warmed the cache), or chosen tests
     from pagesim.sim.core import jit
 
-    if jit.COMPILED:  # a failure is the tests' to meet: they compile as they go
-        subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], check=False)
+    if not jit.COMPILED:
+        return
+    if USERS_JIT is None:
+        # numba's dispatcher, no extension module written (sim/core/aot.py): each module is
+        # another 10-25 s of CPU linking the same machine code, and the suite runs the core
+        # in its own processes, where numba is loaded anyway; tests/sim/core/test_aot.py
+        # builds and checks the modules itself. The workers, the warm-up and every process
+        # a test starts inherit it (and pytest_collection_finish puts it back)
+        os.environ["PAGESIM_JIT"] = USERS_JIT = "numba"
+    # a failure is the tests' to meet: they compile as they go
+    subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], check=False)
 
 
 def pytest_collection_finish(session):

@@ -94,3 +94,28 @@ def test_the_peers_setting_is_not_inherited(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("users, suites", [(None, "numba"), ("1", "1")])
+def test_the_whole_suite_writes_no_extension_module_unless_the_user_said(users, suites, monkeypatch):
+    """Where the user set no PAGESIM_JIT, the whole suite runs numba's dispatcher with no
+    extension module written (``PAGESIM_JIT=numba``), its warm-up included; a user's setting
+    stands. pytest_collection_finish keeps the suite's setting."""
+    from pagesim.sim.core import jit
+    from tests import conftest
+
+    if not jit.COMPILED:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0): no warm-up")
+    seen = []
+    monkeypatch.setattr(conftest.subprocess, "run", lambda cmd, **kw: seen.append((cmd[-1], os.environ.get(
+        "PAGESIM_JIT"))))
+    monkeypatch.setattr(conftest, "USERS_JIT", users)
+    monkeypatch.delenv("PAGESIM_JIT", raising=False)
+    if users is not None:
+        monkeypatch.setenv("PAGESIM_JIT", users)
+    config = type("Config", (), {"args_source": pytest.Config.ArgsSource.TESTPATHS})()
+    conftest.pytest_sessionstart(type("Session", (), {"config": config})())
+    assert seen == [("--warm", suites)]
+    monkeypatch.setenv("PAGESIM_JIT", "0")  # as tests/peers/__init__.py sets it while collecting
+    conftest.pytest_collection_finish(None)
+    assert os.environ["PAGESIM_JIT"] == suites

@@ -34,18 +34,27 @@ def kinds_of(cfg, trace):
     return (array_kind(initial_state(cfg, trace)),)  # the loop's one argument
 
 
+@pytest.fixture(autouse=True)
+def modules_on(monkeypatch):
+    """The modules loaded and written, as a user's runs do: not the whole suite's
+    ``PAGESIM_JIT=numba`` (tests/conftest.py)."""
+    monkeypatch.delenv("PAGESIM_JIT", raising=False)
+
+
 @pytest.fixture(scope="module")
 def module_built():
     """The module for the default state's kinds, built by a run as a first run builds it."""
     if not CAN_BUILD:
         pytest.skip("numba, setuptools or a C compiler missing: runs load numba's cache instead")
-    kinds = kinds_of(cfg_for("vllm"), rand_trace(0, n=20))
-    if aot.load(kinds, F) is None:
-        replay._ENTRIES.clear()
-        run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
-        aot.wait_for_builds()  # the run writes it in a process of its own
-        aot._LOADED.clear()
-    assert aot.load(kinds, F) is not None, (aot.cache_dir() / (aot.module_name(kinds, F) + ".failed")).read_text()
+    with pytest.MonkeyPatch.context() as m:
+        m.delenv("PAGESIM_JIT", raising=False)
+        kinds = kinds_of(cfg_for("vllm"), rand_trace(0, n=20))
+        if aot.load(kinds, F) is None:
+            replay._ENTRIES.clear()
+            run_simulation(cfg_for("vllm"), rand_trace(0, n=20))
+            aot.wait_for_builds()  # the run writes it in a process of its own
+            aot._LOADED.clear()
+        assert aot.load(kinds, F) is not None, (aot.cache_dir() / (aot.module_name(kinds, F) + ".failed")).read_text()
     return kinds
 
 
