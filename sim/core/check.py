@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import kv_cache, memory, prefix_cache
+from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
@@ -54,8 +54,9 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
 from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
-                                    HOST_LRU_HEAD, HOST_LRU_TAIL, HOST_NEXT, HOST_PREV, HOST_TABLE_MASK, HOST_USED,
-                                    NUM_LOADING, OFFLOAD_LOADING, STORE_LINK_FREE_S)
+                                    HEAP_BLOCK, HEAP_RANK, HOST_HEAP_SIZE, HOST_LAST_RANK, HOST_PENDING,
+                                    HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_RANK, HOST_TABLE_MASK, HOST_USED,
+                                    NUM_LOADING, OFFLOAD_LOADING, PENDING_BLOCK, STORE_LINK_FREE_S)
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
                                     TRANSFER_SLOTS, TRANSFERS)
@@ -175,26 +176,34 @@ def holders(s, mine) -> list[int]:
 
 
 def check_host_tier(s) -> None:
-    """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each in the
-    LRU list once (walked both ways), each key in the map at its row naming its block, the map
-    holding those keys alone, and every store landed by the link's last."""
+    """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each with a
+    rank of the numbers given so far, no two alike; the LRU's heap a heap, one entry for each
+    block whose store landed, at most its rank; the blocks being stored in the ring, in the order
+    they land; each key in the map at its row naming its block, the map holding those keys alone,
+    and every store landed by the link's last."""
     c, cap = s.count, int(s.config[HOST_BLOCKS])
     used = int(c[HOST_USED])
     assert 0 <= used <= cap, f"host tier holds {used} blocks of {cap}"
-    order, b = [], int(c[HOST_LRU_HEAD])
-    while b >= 0 and len(order) <= used:
-        order.append(b)
-        b = int(s.host_blocks[b, HOST_NEXT])
-    assert sorted(order) == list(range(used)), "the host LRU list is not the blocks in use, each once"
-    back, b = [], int(c[HOST_LRU_TAIL])
-    while b >= 0 and len(back) <= used:
-        back.append(b)
-        b = int(s.host_blocks[b, HOST_PREV])
-    assert back == order[::-1], "the host LRU list's links differ both ways"
+    ranks = s.host_blocks[:used, HOST_RANK]
+    assert (ranks > 0).all() and (ranks // host_tier.RANK_SPAN <= c[HOST_LAST_RANK]).all(), \
+        "a host block's rank was not given"
+    assert len(set(ranks.tolist())) == used, "two host blocks share a rank"
+    rank_of, block_of = (s.host_heap[column, :int(c[HOST_HEAP_SIZE])] for column in (HEAP_RANK, HEAP_BLOCK))
+    assert all(rank_of[(k - 1) // host_tier.HEAP_ARITY] <= rank_of[k] for k in range(1, len(rank_of))), \
+        "the host LRU's heap is not a heap"
+    pending = s.host_blocks[:used, HOST_PENDING] == 1
+    assert sorted(block_of.tolist()) == np.flatnonzero(~pending).tolist(), \
+        "the LRU's heap does not hold one entry for each block whose store landed"
+    assert all(rank_of <= ranks[block_of]), "an entry of the LRU's heap ranks above its block"
+    ring = [int(s.host_heap[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + k) % cap])
+            for k in range(int(c[HOST_PENDING_LEN]))]
+    assert sorted(ring) == np.flatnonzero(pending).tolist(), "the blocks being stored are not the ring's"
+    assert all(s.host_ready_s[a] <= s.host_ready_s[b] for a, b in zip(ring, ring[1:])), \
+        "the blocks being stored land out of their order"
     rows = np.flatnonzero(s.host_entries[:, ENTRY_BLOCK] >= 0)
     assert len(rows) == used, "the host key map holds other keys than its blocks'"
     lookup = interpreted(prefix_cache.map_lookup)
-    for b in order:
+    for b in range(used):
         row = int(s.host_blocks[b, HOST_KEY_SLOT])
         assert s.host_entries[row, ENTRY_BLOCK] == b, f"host block {b}'s key row names another block"
         assert lookup(s.host_entries, int(s.config[HOST_TABLE_MASK]), int(s.host_blocks[b, HOST_KEY_END]),

@@ -41,19 +41,29 @@ scheduling pass at or after their end admits it before any request without block
 (``_update_waiting_for_remote_kv``: ``cache_blocks``, :3467-3517); no step waits for a load (they
 overlap compute), so the time shows in its TTFT, not in a step's price.
 
-**LRU order** (cpu/policies/lru.py): a block stored or loaded goes to the most recent end; when a
-request finishes its blocks in the tier are touched from its deepest to its first, so its first
-block is the most recent (``on_request_finished``, lru.py:157-166, ``order_request_keys``,
-policies/base.py:8-20; cpu/manager.py:430-452).
+**LRU order** (cpu/policies/lru.py): each block has a rank, the lowest evicted first. A request
+takes a number from the tier's one counter at its first store or load, kept for its life; a block
+it stores ranks (its number, -the block's end token), and one it reads (a ready block it offers
+again, or loads) rises to that rank where it was lower (``insert``, ``on_request_access``,
+lru.py:108-153): a running request's blocks rank together, its deepest first. When a request
+finishes, the blocks it offered or loaded in its life are touched from its deepest to its first,
+each a new number, so its first block is the most recent (``on_request_finished``, lru.py:155-166,
+``order_request_keys``, policies/base.py:8-20; cpu/manager.py:422-452). A block whose store has
+not landed, or being loaded, is pinned (``ref_cnt``, cpu/manager.py:213-261, 362-380), and the
+blocks of the offer being stored are protected; a request's offer is stored whole or, where too
+few blocks can be evicted, not at all, and made again at its next step and as it finishes
+(cpu/manager.py:321-340; offloading/scheduler.py:1821-1836, 1988-1999).
 
-**Not modelled** (approximations, each small against a store or load of many blocks): vLLM ranks a
-running request's blocks by when the request first touched the tier (lru.py:136-155), here by when
-each block is touched; a block being stored or loaded is not pinned against eviction
-(cpu/manager.py:225-236); a block whose store has not landed ends the hit where vLLM defers the
-request a step (``HIT_PENDING``, scheduler.py:786-802); a store counts from the step that computes
-it where vLLM submits it at the next step's start (worker.py ``prepare_store_kv``); a full-prompt
-host hit stops one block short as a GPU hit does, where vLLM loads it and recomputes the last token
-(scheduler.py:3510-3512).
+**Not modelled** (approximations, each small against a store or load of many blocks): a block
+whose store has not landed ends the hit where vLLM defers the request a step (``HIT_PENDING``,
+scheduler.py:786-802); a store counts from the step that computes it where vLLM submits it at the
+next step's start (worker.py ``prepare_store_kv``); a full-prompt host hit stops one block short as
+a GPU hit does, where vLLM loads it and recomputes the last token (scheduler.py:3510-3512); the
+blocks a request offered or loaded in its life are counted as one range (vLLM keeps the set: a
+block whose store had not landed when it offered it is touched here at its finish, not there); the
+requests one step finished touch their blocks in finishing order (vLLM: a Python set's); a finished
+request's last store is made from blocks its release already freed (vLLM holds them until it
+lands).
 """
 
 from __future__ import annotations
@@ -63,12 +73,14 @@ import numpy as np
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HOST_BLOCKS, HOST_EVICTIONS,
-                                    HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, HOST_LOADED_BLOCKS,
-                                    HOST_LRU_HEAD, HOST_LRU_TAIL, HOST_NEXT, HOST_PREV, HOST_STORED_BLOCKS,
+                                    HOST_HEAP_SIZE, HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
+                                    HOST_LAST_RANK, HOST_LOADED_BLOCKS, HOST_RANK, HOST_STORED_BLOCKS,
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
-                                    OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, STORE_LINK_FREE_S,
-                                    WAITING_HEAD)
+                                    OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, OFFLOAD_RANK,
+                                    OFFLOAD_SEEN_END, OFFLOAD_SEEN_FROM, STORE_LINK_FREE_S, WAITING_HEAD)
 from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
+from pagesim.sim.core.state import (CHOSEN_BLOCK, HEAP_BLOCK, HEAP_RANK, HOST_PENDING, HOST_PENDING_HEAD,
+                                    HOST_PENDING_LEN, KEPT_BLOCK, KEPT_RANK, NEW_BLOCK, PENDING_BLOCK)
 
 
 @njit(inline=True)
@@ -78,39 +90,194 @@ def find(s, i, k):
                                    prefix_cache.key_chain(s, i, k))
 
 
-# -- the LRU list, oldest first ----------------------------------------------------------------
-@njit(inline=True)
-def lru_append(s, b):
-    c = s.count
-    s.host_blocks[b, HOST_PREV] = c[HOST_LRU_TAIL]
-    s.host_blocks[b, HOST_NEXT] = -1
-    if c[HOST_LRU_TAIL] >= 0:
-        s.host_blocks[c[HOST_LRU_TAIL], HOST_NEXT] = b
-    else:
-        c[HOST_LRU_HEAD] = b
-    c[HOST_LRU_TAIL] = b
+# -- the LRU: ranks, and a heap of them -------------------------------------------------------
+#: a rank is (a request's or a touch's number) x RANK_SPAN - (the block's end token): vLLM's
+#: (rank, -position) pairs (lru.py:108-121) in one integer, the end token below RANK_SPAN
+RANK_SPAN = 1 << 31
+
+
+def heap_capacity(blocks: int) -> int:
+    """Core.host_heap's entries: one for each block (:func:`heap_push`)."""
+    return blocks
 
 
 @njit(inline=True)
-def lru_remove(s, b):
+def next_rank(s):
+    """The next number of the tier's one counter (lru.py ``_next_rank``)."""
+    s.count[HOST_LAST_RANK] += 1
+    return s.count[HOST_LAST_RANK]
+
+
+@njit(inline=True)
+def request_rank(s, i):
+    """Request ``i``'s number, taken at its first store or load and kept for its life
+    (``_get_request_rank``, lru.py:50-60): its blocks rank together, by it."""
+    r = s.offload[i, OFFLOAD_RANK]
+    if r == 0:
+        r = next_rank(s)
+        s.offload[i, OFFLOAD_RANK] = r
+    return r
+
+
+#: children per node: a 4-ary heap is half as deep as a binary one, a node's children side by side
+HEAP_ARITY = 4
+
+
+# The heap holds one entry for each block that can be evicted (its store landed), pushed as it
+# lands at its rank then. Ranks only rise, and a rise moves no entry: an entry's rank is at most
+# its block's, and :func:`evict` pushes a block whose rank rose since back at its rank when its
+# entry comes out first. The lowest entry whose rank is its block's is then the lowest rank of
+# all (vLLM pushes an entry at each rise and passes over the stale ones, lru.py:62-86: the same
+# order, more entries). The heap's functions take its arrays: a call passes the state's one by one.
+@njit
+def heap_push(heap, c, rank, b):
+    """(rank, block) into the min-heap ``heap`` (``c``: the counters)."""
+    k = c[HOST_HEAP_SIZE]
+    c[HOST_HEAP_SIZE] = k + 1
+    while k > 0:  # the parents above it move down until one ranks below it
+        parent = (k - 1) // HEAP_ARITY
+        if heap[HEAP_RANK, parent] <= rank:
+            break
+        heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = heap[HEAP_RANK, parent], heap[HEAP_BLOCK, parent]
+        k = parent
+    heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = rank, b
+
+
+@njit
+def heap_pop(heap, c):
+    """The lowest entry out of the heap: (rank, block)."""
+    rank, b = heap[HEAP_RANK, 0], heap[HEAP_BLOCK, 0]
+    n = c[HOST_HEAP_SIZE] - 1
+    c[HOST_HEAP_SIZE] = n
+    last_rank, last_block = heap[HEAP_RANK, n], heap[HEAP_BLOCK, n]
+    k = 0
+    while True:  # the lowest child moves up until the last entry ranks below them all
+        first = HEAP_ARITY * k + 1
+        if first >= n:
+            break
+        low = first
+        for child in range(first + 1, min(first + HEAP_ARITY, n)):
+            if heap[HEAP_RANK, child] < heap[HEAP_RANK, low]:
+                low = child
+        if heap[HEAP_RANK, low] >= last_rank:
+            break
+        heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = heap[HEAP_RANK, low], heap[HEAP_BLOCK, low]
+        k = low
+    heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = last_rank, last_block
+    return rank, b
+
+
+@njit(inline=True)
+def set_rank(s, b, rank):
+    s.host_blocks[b, HOST_RANK] = rank  # (its entry, if it has one, is pushed again as it comes out)
+
+
+@njit(inline=True)
+def pend(s, b):
+    """Host block ``b``'s store is queued: it cannot be evicted until it lands (``ref_cnt`` -1)."""
     c = s.count
-    p, n = s.host_blocks[b, HOST_PREV], s.host_blocks[b, HOST_NEXT]
-    if p >= 0:
-        s.host_blocks[p, HOST_NEXT] = n
-    else:
-        c[HOST_LRU_HEAD] = n
-    if n >= 0:
-        s.host_blocks[n, HOST_PREV] = p
-    else:
-        c[HOST_LRU_TAIL] = p
+    s.host_blocks[b, HOST_PENDING] = 1
+    s.host_heap[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + c[HOST_PENDING_LEN]) % s.config[HOST_BLOCKS]] = b
+    c[HOST_PENDING_LEN] += 1
+
+
+@njit(inline=True)
+def land(s):
+    """The stores landed by now: their blocks can be evicted, each entering the LRU's heap at its
+    rank then (``complete_store``, ``mark_evictable``: cpu/manager.py:362-380, lru.py:220-228).
+    The link stores one block after another, so they land in the order they were stored."""
+    c, heap = s.count, s.host_heap
+    while c[HOST_PENDING_LEN]:
+        b = heap[PENDING_BLOCK, c[HOST_PENDING_HEAD]]
+        if s.host_ready_s[b] > s.clock[NOW]:
+            return
+        c[HOST_PENDING_HEAD] = (c[HOST_PENDING_HEAD] + 1) % s.config[HOST_BLOCKS]
+        c[HOST_PENDING_LEN] -= 1
+        s.host_blocks[b, HOST_PENDING] = 0
+        heap_push(heap, c, s.host_blocks[b, HOST_RANK], b)
 
 
 @njit(inline=True)
 def touch(s, b):
-    """Host block ``b`` becomes the most recently used."""
-    if s.count[HOST_LRU_TAIL] != b:
-        lru_remove(s, b)
-        lru_append(s, b)
+    """Host block ``b`` becomes the most recently used: a number of its own
+    (``_assign_new_rank``, lru.py:62-67)."""
+    set_rank(s, b, next_rank(s) * RANK_SPAN)
+
+
+@njit(inline=True)
+def access(s, i, b, k):
+    """Request ``i`` reads or offers host block ``b``, its block ``k``: the block ranks at least by
+    the request, its deeper blocks first (``on_request_access``, lru.py:133-153)."""
+    rank = request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE]
+    if rank > s.host_blocks[b, HOST_RANK]:
+        set_rank(s, b, rank)
+
+
+@njit(inline=True)
+def seen(s, i, first, end):
+    """Request ``i`` has offered or loaded its blocks ``first..end``: the keys its finish touches
+    are those it used in its whole life, over its admissions (``_RequestCacheAccess``,
+    cpu/manager.py:36-47, 152-185)."""
+    if s.offload[i, OFFLOAD_SEEN_END] == 0 or first < s.offload[i, OFFLOAD_SEEN_FROM]:
+        s.offload[i, OFFLOAD_SEEN_FROM] = first
+    s.offload[i, OFFLOAD_SEEN_END] = max(end, s.offload[i, OFFLOAD_SEEN_END])
+
+
+@njit(inline=True)
+def pinned(s, b):
+    """Whether host block ``b`` cannot be evicted now: its store has not landed (``ref_cnt`` -1
+    until ``complete_store``) or a request is loading it (``ref_cnt`` > 0 until
+    ``complete_load``: cpu/manager.py:213-261, 362-380)."""
+    if s.host_blocks[b, HOST_PENDING]:
+        return True
+    end, chain = s.host_blocks[b, HOST_KEY_END], s.host_blocks[b, HOST_KEY_CHAIN]
+    k = end // s.config[BLOCK_SIZE] - 1
+    c = s.count
+    for p in range(c[KV_HOLDING_WAITING]):
+        j = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
+        first = s.offload[j, OFFLOAD_GPU_HITS]
+        if (s.offload[j, OFFLOAD_LOADING] and s.load_ready_s[j] > s.clock[NOW]
+                and first <= k < first + s.offload[j, OFFLOAD_LOADING] and prefix_cache.key_chain(s, j, k) == chain):
+            return True
+    return False
+
+
+@njit(inline=True)
+def offered_by(s, i, b, first, end):
+    """Whether host block ``b`` holds one of request ``i``'s blocks ``first..end``."""
+    k = s.host_blocks[b, HOST_KEY_END] // s.config[BLOCK_SIZE] - 1
+    return first <= k < end and prefix_cache.key_chain(s, i, k) == s.host_blocks[b, HOST_KEY_CHAIN]
+
+
+@njit
+def evict(s, n, i, first, end):
+    """The ``n`` lowest-ranked blocks that can be evicted, passed over request ``i``'s offer
+    (blocks ``first..end``: ``protected``), into ``host_heap[CHOSEN_BLOCK, :n]``; where fewer are,
+    none is taken and False is returned (``evict``, lru.py:178-218; cpu/manager.py:321-340)."""
+    c, heap = s.count, s.host_heap
+    kept = 0  # entries taken out and put back after (KEPT_*: no more than the heap held)
+    found = 0
+    while c[HOST_HEAP_SIZE] and found < n:
+        rank, b = heap_pop(heap, c)
+        if s.host_blocks[b, HOST_RANK] > rank:  # it rose since it was pushed: back at its rank
+            heap_push(heap, c, s.host_blocks[b, HOST_RANK], b)
+            continue
+        heap[KEPT_RANK, kept], heap[KEPT_BLOCK, kept] = rank, b
+        kept += 1
+        if pinned(s, b) or offered_by(s, i, b, first, end):
+            continue
+        heap[CHOSEN_BLOCK, found] = b
+        s.host_blocks[b, HOST_RANK] = -1
+        found += 1
+    ok = found == n
+    for k in range(kept):
+        rank, b = heap[KEPT_RANK, k], heap[KEPT_BLOCK, k]
+        if s.host_blocks[b, HOST_RANK] == -1:
+            if ok:
+                continue
+            s.host_blocks[b, HOST_RANK] = rank  # its rank back: the eviction failed
+        heap_push(heap, c, rank, b)
+    return ok
 
 
 @njit
@@ -132,8 +299,9 @@ def start_load(s, i, gpu_hits, host_hits):
     holding theirs: the host hits' tokens count as computed into its blocks, their bytes load
     from now, queued on the load direction, and it waits for them (module docstring)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    for k in range(gpu_hits + host_hits - 1, gpu_hits - 1, -1):  # the first block the most recent
-        touch(s, find(s, i, k))
+    for k in range(gpu_hits, gpu_hits + host_hits):  # read by it (prepare_load, cpu/manager.py:213-238)
+        access(s, i, find(s, i, k), k)
+    seen(s, i, gpu_hits, gpu_hits + host_hits)
     s.num_computed_tokens[i] += host_hits * bs
     c[COMPUTED_SLOTS] += host_hits * bs
     start = max(s.clock[NOW], s.clock[LOAD_LINK_FREE_S])
@@ -160,36 +328,62 @@ def end_load(s, i):
     return s.num_computed_tokens[i]
 
 
+@njit(inline=True)
+def offer(s, i, computed):
+    """Request ``i``'s prompt blocks its ``computed`` tokens fill, from where its offers stopped, go
+    to the tier at once (``_build_store_jobs``, ``prepare_store``, cpu/manager.py:262-360): the
+    ones it holds ready are read by the request (:func:`access`; one whose store has not landed
+    is passed over), the new ones take free host blocks or the lowest-ranked that can be evicted,
+    not the offer's own; where too few can, none is stored and the offer is made again at the
+    next step (``None``: offloading/scheduler.py:1988-1999). Each stored block ranks by the
+    request, its bytes queued on the store direction."""
+    end = min(computed, s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
+    if s.offload[i, OFFLOAD_OFFERED] < end:  # (each scheduled request, each step: a call only with blocks to offer)
+        store(s, i, s.offload[i, OFFLOAD_OFFERED], end)
+
+
 @njit
-def offer(s, i):
-    """Request ``i``'s prompt blocks its computed tokens fill, from where its offers stopped, go
-    to the tier (``_build_store_jobs``, ``prepare_store``): one held is touched, a new one takes a
-    free host block or the LRU head's, its bytes queued on the store direction."""
+def store(s, i, first, end):
+    """:func:`offer`'s blocks ``first..end``."""
     c, bs = s.count, s.config[BLOCK_SIZE]
-    end = min(s.num_computed_tokens[i], s.prompt_tokens[i]) // bs
-    for k in range(s.offload[i, OFFLOAD_OFFERED], end):
+    land(s)
+    new = 0
+    for k in range(first, end):
         b = find(s, i, k)
-        if b >= 0:
-            touch(s, b)
-            continue
-        if c[HOST_USED] < s.config[HOST_BLOCKS]:
-            b = c[HOST_USED]  # the next fresh host block (cpu/manager.py:95-112)
-            c[HOST_USED] += 1
-        else:  # the least recently used, its key dropped
-            b = c[HOST_LRU_HEAD]
-            lru_remove(s, b)
-            prefix_cache.map_delete(s.host_entries, s.config[HOST_TABLE_MASK], s.host_blocks[b, HOST_KEY_SLOT],
-                                    s.host_blocks, HOST_KEY_SLOT)
-            c[HOST_EVICTIONS] += 1
-        end_token, chain = (k + 1) * bs, prefix_cache.key_chain(s, i, k)
-        s.host_blocks[b, HOST_KEY_SLOT] = prefix_cache.map_insert(s.host_entries, s.config[HOST_TABLE_MASK], b,
-                                                                  end_token, chain)
-        s.host_blocks[b, HOST_KEY_END] = end_token
-        s.host_blocks[b, HOST_KEY_CHAIN] = chain
-        lru_append(s, b)
-        s.clock[STORE_LINK_FREE_S] = max(s.clock[NOW], s.clock[STORE_LINK_FREE_S]) + s.clock[HOST_BLOCK_S]
-        s.host_ready_s[b] = s.clock[STORE_LINK_FREE_S]
-        c[HOST_STORED_BLOCKS] += 1
+        if b < 0:
+            if new < s.config[HOST_BLOCKS]:  # (more cannot be stored: the store fails below)
+                s.host_heap[NEW_BLOCK, new] = k
+            new += 1
+        elif s.host_ready_s[b] <= s.clock[NOW]:
+            access(s, i, b, k)
+    seen(s, i, first, end)  # (a key whose store has not landed too: not vLLM's, which skips it)
+    if new:
+        request_rank(s, i)  # taken as the offer is recorded, before its store may fail (cpu/manager.py:296-305)
+        evicting = new - (s.config[HOST_BLOCKS] - c[HOST_USED])
+        # more than the landed blocks (the heap's, a bound on the evictable ones) fails at once,
+        # as vLLM's count of them does (cpu/manager.py:321-324); else evict may find too few
+        if evicting > c[HOST_HEAP_SIZE] or evicting > 0 and not evict(s, evicting, i, first, end):
+            return
+        for taken in range(new):
+            k = s.host_heap[NEW_BLOCK, taken]
+            if c[HOST_USED] < s.config[HOST_BLOCKS]:
+                b = c[HOST_USED]  # the next fresh host block (cpu/manager.py:95-112)
+                c[HOST_USED] += 1
+            else:  # an evicted one, its key dropped
+                b = s.host_heap[CHOSEN_BLOCK, taken - (new - evicting)]
+                prefix_cache.map_delete(s.host_entries, s.config[HOST_TABLE_MASK], s.host_blocks[b, HOST_KEY_SLOT],
+                                        s.host_blocks, HOST_KEY_SLOT)
+                c[HOST_EVICTIONS] += 1
+            end_token, chain = (k + 1) * bs, prefix_cache.key_chain(s, i, k)
+            s.host_blocks[b, HOST_KEY_SLOT] = prefix_cache.map_insert(s.host_entries, s.config[HOST_TABLE_MASK], b,
+                                                                      end_token, chain)
+            s.host_blocks[b, HOST_KEY_END] = end_token
+            s.host_blocks[b, HOST_KEY_CHAIN] = chain
+            pend(s, b)
+            set_rank(s, b, request_rank(s, i) * RANK_SPAN - end_token)
+            s.clock[STORE_LINK_FREE_S] = max(s.clock[NOW], s.clock[STORE_LINK_FREE_S]) + s.clock[HOST_BLOCK_S]
+            s.host_ready_s[b] = s.clock[STORE_LINK_FREE_S]
+            c[HOST_STORED_BLOCKS] += 1
     s.offload[i, OFFLOAD_OFFERED] = max(end, s.offload[i, OFFLOAD_OFFERED])
 
 
@@ -203,25 +397,33 @@ def admitted(s, i):
 
 @njit
 def finished(s, i):
-    """Request ``i`` finished: the keys it offered or loaded are touched, its deepest first (its
-    first the most recent: ``on_request_finished``, cpu/manager.py:163-189, 422-452); a request
-    admitted with a load offered none of its GPU hits (offloading/scheduler.py:1471-1472), so
-    those are not touched."""
-    for k in range(s.offload[i, OFFLOAD_OFFERED] - 1, s.offload[i, OFFLOAD_GPU_HITS] - 1, -1):
+    """Request ``i`` finished: the keys it offered or loaded in its life (:func:`seen`) are
+    touched, its deepest first (its first the most recent: ``on_request_finished``,
+    cpu/manager.py:422-452, lru.py:155-166); a request admitted with a load offers none of its
+    GPU hits (offloading/scheduler.py:1471-1472), so those are not touched unless it offered
+    them in an earlier admission."""
+    for k in range(s.offload[i, OFFLOAD_SEEN_END] - 1, s.offload[i, OFFLOAD_SEEN_FROM] - 1, -1):
         b = find(s, i, k)
         if b >= 0:
             touch(s, b)
-    s.offload[i, OFFLOAD_OFFERED] = 0
+    s.offload[i, OFFLOAD_OFFERED] = -1  # done with the tier
 
 
 @njit
 def touch_finished(s):
-    """The requests the last completed step finished touch their keys (:func:`finished`), after
-    this scheduling pass's stores: vLLM signals them in the next ``build_connector_meta``, once its
-    store jobs are prepared (offloading/scheduler.py:2167-2184). Once each: it clears the offers."""
-    for k in range(s.count[STEP_NUM_FINISHED]):
+    """The requests the last completed step finished: their last stores first (a store refused
+    before is offered again: ``_build_store_jobs`` over ``finished_req_ids``,
+    offloading/scheduler.py:1821-1836, their prompts), then their keys touched (:func:`finished`),
+    after this scheduling pass's stores: vLLM signals them in the next ``build_connector_meta``,
+    once its store jobs are prepared (offloading/scheduler.py:2167-2184). Once each."""
+    n = s.count[STEP_NUM_FINISHED]
+    for k in range(n):
         i = s.step_finished[k]
-        if s.status[i] == FINISHED and s.offload[i, OFFLOAD_OFFERED]:
+        if s.status[i] == FINISHED and s.offload[i, OFFLOAD_OFFERED] >= 0:
+            offer(s, i, s.prompt_tokens[i])
+    for k in range(n):
+        i = s.step_finished[k]
+        if s.status[i] == FINISHED and s.offload[i, OFFLOAD_OFFERED] >= 0:
             finished(s, i)
 
 

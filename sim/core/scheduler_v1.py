@@ -194,8 +194,6 @@ def schedule_running(s):
             speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
             prefill(s, i, n)
-            if s.config[HOST_BLOCKS]:  # the prompt blocks it fills go to the host tier
-                host_tier.offer(s, i)
         else:
             if not s.in_decode[i]:
                 s.in_decode[i] = 1
@@ -203,6 +201,8 @@ def schedule_running(s):
             kv_cache.compute_tokens(s, i, 1)
             context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
                 s.num_computed_tokens[i]
+        if s.config[HOST_BLOCKS]:  # the prompt blocks it fills go to the host tier (a refused store again)
+            host_tier.offer(s, i, s.num_computed_tokens[i])
         if spec:  # its drafts: the query tokens beyond the first of a decode
             speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
         budget -= n + draft_slots
@@ -402,7 +402,7 @@ def admit_waiting(s, budget):
         start_running(s, i)
         prefill(s, i, n)
         if s.config[HOST_BLOCKS]:
-            host_tier.offer(s, i)
+            host_tier.offer(s, i, s.num_computed_tokens[i])
         if spec:
             speculative.scheduled(s, i, high, 0)
         budget -= n + draft_slots

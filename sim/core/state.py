@@ -268,8 +268,12 @@ table("count", """
     SPEC_ACCEPTED       of them accepted
     SPEC_VERIFIED       request-steps that verified drafts
     HOST_USED           the host tier's blocks holding a key (its occupancy)
-    HOST_LRU_HEAD       its LRU list's head (evicted first; -1: empty)
-    HOST_LRU_TAIL       its tail (the most recently used)
+    HOST_LAST_RANK      the last rank given in its LRU (sim/core/host_tier.py: a request's, or a
+        touch's)
+    HOST_HEAP_SIZE      the entries in Core.host_heap
+    HOST_PENDING_HEAD   its first block whose store has not landed (in Core.host_heap's ring of
+        them, PENDING_BLOCK: they land in the order they were stored)
+    HOST_PENDING_LEN    those blocks
     NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
         holding part, holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
     HOST_HIT_TOKENS     prompt tokens found in the host tier past the GPU's hits
@@ -408,17 +412,32 @@ table("radix_request", """
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.host_blocks (the host tier): a host block's row
 table("host_blocks", """
-    HOST_PREV           its neighbour towards the LRU list's head
-    HOST_NEXT           its neighbour towards the tail
+    HOST_RANK           its rank in the LRU (the lowest evicted first: host_tier.py)
+    HOST_PENDING        1 while its store has not landed into the LRU's heap (host_tier.land)
     HOST_KEY_SLOT       its key's row in Core.host_entries
     HOST_KEY_END        its key's end token
     HOST_KEY_CHAIN      its key's chain
 """, size="HOST_BLOCK_COLUMNS")
+# Core.host_heap (the host tier), a row each (a heap's sift reads one row): its LRU's min-heap of
+# (rank, block) entries, and beside them room for host_tier.evict's work (a compiled loop allocates
+# no array) and the ring of blocks being stored
+table("host_heap", """
+    HEAP_RANK           an entry's rank (current while its block holds that rank)
+    HEAP_BLOCK          and block
+    KEPT_RANK           an entry evict took out of the heap and puts back
+    KEPT_BLOCK          and its block
+    CHOSEN_BLOCK        a block evict chose
+    NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
+    PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
+""", size="HOST_HEAP_COLUMNS")
 # Core.offload (the host tier; one row elsewhere): per request
 table("offload", """
     OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
     OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)
     OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
+    OFFLOAD_RANK        its rank in the host tier's LRU, given at its first store or load (0: none)
+    OFFLOAD_SEEN_FROM   the first of its blocks it has offered or loaded in its life
+    OFFLOAD_SEEN_END    and one past the last (0: none yet)
 """, size="OFFLOAD_COLUMNS")
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
 table("speculative", """
@@ -563,11 +582,13 @@ class Core(NamedTuple):
     spec_acceptance: np.ndarray
     speculative: np.ndarray
     # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
-    # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), when each
-    # block's store is on the host, and per request its OFFLOAD_* columns; and, per request in
+    # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), its LRU's
+    # heap (HEAP_* columns), when each block's store is on the host, and per request its
+    # OFFLOAD_* columns; and, per request in
     # every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
+    host_heap: np.ndarray
     host_ready_s: np.ndarray
     offload: np.ndarray
     load_ready_s: np.ndarray

@@ -102,11 +102,11 @@ def offload_cause(ours, theirs, k: int) -> str:
         return "other"
     before = theirs[k - 1].host_blocks if k else frozenset()
     if (b.host_blocks - before) - a.host_blocks or len(b.host_blocks) < len(a.host_blocks):
-        return "pinned"  # a block stored in the step that pagesim evicted in it, or a store vLLM refused
+        return "store-refused"  # a block stored in the step that pagesim evicted in it, or a store vLLM refused
     finished = theirs[k - 1].finished if k else frozenset()
     if any(i in finished for i, _ in (b.host_blocks ^ a.host_blocks)):
-        return "finish-timing"
-    return "running-lru"
+        return "finish-touch"
+    return "eviction-order"
 
 
 def sglang_table(workloads: dict, names: list, header: str, skipped: str, row) -> int:

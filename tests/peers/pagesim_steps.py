@@ -227,13 +227,10 @@ class OffloadRecorder(Recorder):
         self.load_ready = core.load_ready_s.copy()
 
     def host_order(self, core) -> tuple:
-        """The tier's blocks from its LRU list's head (the next evicted)."""
-        blocks, b = [], int(core.count[state.HOST_LRU_HEAD])
-        while b >= 0:
-            row = core.host_blocks[b]
-            blocks.append(self.names[(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))])
-            b = int(row[state.HOST_NEXT])
-        return tuple(blocks)
+        """The tier's blocks by their LRU rank, the lowest (the next evicted, pins aside) first."""
+        used = core.host_blocks[:int(core.count[state.HOST_USED])]
+        return tuple(self.names[(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))]
+                     for row in sorted(used, key=lambda row: int(row[state.HOST_RANK])))
 
     def step(self, core):
         before = core.num_preemptions > self.preemptions  # preempted since the last record

@@ -19,36 +19,11 @@ from tests.peers.compare import assert_same_steps, first_divergence  # noqa: E40
 from tests.peers.test_vllm_v1_peer import in_a_child_if_compiled  # noqa: E402
 from tests.peers.workloads import OFFLOAD_WORKLOADS, random_offload  # noqa: E402
 
-# the known divergences: the first step that differs and why (README.md, "CPU offload tier")
-KNOWN = {
-    # not modelled (host_tier.py): a chunk being stored is pinned (ref_cnt -1 until
-    # complete_store), and a request's store fails whole when the tier lacks free and evictable
-    # chunks for it (cpu/manager.py:321-327; offloading/scheduler.py:1988-1999, retried next
-    # step); pagesim evicts the blocks stored earlier in the step. Here 7 prompts of 40 blocks
-    # at step 0 into 32: vLLM stores 28 (r6's 12 refused), pagesim the last 32
-    "offload-pinned": (0, "a store fails whole when the tier's free and unpinned chunks fall short "
-                          "(cpu/manager.py:321-327); pagesim pins nothing"),
-    # not modelled (host_tier.py): vLLM ranks a running request's blocks by the request's first
-    # access, its deepest first (cpu/policies/lru.py:108-121, :133-153); pagesim by each touch.
-    # Here r10's store evicts running r8's last block in vLLM, finished r3's in pagesim
-    "offload-running-lru": (21, "a running request's blocks rank by the request, deepest first "
-                                "(cpu/policies/lru.py:133-153); pagesim ranks each touch"),
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.xfail(reason=KNOWN[name][1], strict=True)]
-                                               if name in KNOWN else []) for name in OFFLOAD_WORKLOADS])
+@pytest.mark.parametrize("name", OFFLOAD_WORKLOADS)
 def test_every_offload_step_is_vllms(name):
     """Each step's tokens, preemptions, free blocks, host tier blocks and admissions' hits."""
     workload = OFFLOAD_WORKLOADS[name]
     assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN))
-def test_each_known_divergence_is_where_measured(name):
-    """Each known divergence starts at the step its cause was read at (KNOWN)."""
-    workload = OFFLOAD_WORKLOADS[name]
-    assert first_divergence(pagesim_steps.run(workload), vllm_offload.run(workload)) == KNOWN[name][0]
 
 
 def test_the_offload_workloads_reach_what_they_test():
@@ -73,12 +48,6 @@ RANDOM_KNOWN = {
     # some seeds (1) identical on every step; under others (0, 2, 3) step 56 evicts in another
     # order (pagesim touches them in finishing order). Not strict: it depends on the process
     0: "step 56 under most hash seeds: co-finishers touched in a set's order (offloading/scheduler.py:2176-2182)",
-    # not modelled: running r10's deepest blocks evicted first in vLLM (cpu/policies/lru.py:133-153)
-    3: "step 54: a running request's blocks rank by the request, deepest first (cpu/policies/lru.py:133-153)",
-    # not modelled: blocks stored earlier in step 1 are pinned in vLLM, evicted in pagesim
-    5: "step 1: a block being stored is pinned (cpu/manager.py:321-327)",
-    # not modelled: step 0's stores exceed the tier; vLLM refuses r9's, r11's, r12's whole
-    7: "step 0: a store fails whole when the tier's unpinned chunks fall short (cpu/manager.py:321-327)",
 }
 
 
@@ -101,7 +70,7 @@ def touching_every_block(host_tier, head_first):
             b = host_tier.find(s, i, k)
             if b >= 0:
                 host_tier.touch(s, b)
-        s.offload[i, host_tier.OFFLOAD_OFFERED] = 0
+        s.offload[i, host_tier.OFFLOAD_OFFERED] = -1
     return finished
 
 
@@ -112,20 +81,67 @@ def one_block_short(host_tier):
     return lambda s, i, first, limit: max(count_hits(s, i, first, limit) - 1, 0)
 
 
+def landing_at_once(host_tier):
+    """host_tier.land taking every block being stored as landed: evictable before its store is
+    (cpu/manager.py: ``ref_cnt`` -1 until ``complete_store``)."""
+    land = host_tier.land
+
+    def at_once(s):
+        ready = s.host_ready_s.copy()
+        s.host_ready_s[:] = 0.0
+        land(s)
+        s.host_ready_s[:] = ready
+    return at_once
+
+
+def ranking_each_block(host_tier):
+    """host_tier.request_rank giving every block a number of its own, as a touch does: a running
+    request's blocks ranked block by block, not by the request (lru.py:50-60, 108-121)."""
+    return lambda s, i: host_tier.next_rank(s)
+
+
+def seeing_the_last_admission(host_tier):
+    """host_tier.seen forgetting what a request offered or loaded before its last admission
+    (vLLM's ``_RequestCacheAccess`` lasts the request's life: cpu/manager.py:36-47)."""
+    def seen(s, i, first, end):
+        s.offload[i, host_tier.OFFLOAD_SEEN_FROM] = first
+        s.offload[i, host_tier.OFFLOAD_SEEN_END] = end
+    return seen
+
+
+def offering_once(host_tier):
+    """host_tier.offer passing the request's offers on even where its store was refused (vLLM
+    offers them again at the next step: offloading/scheduler.py:1988-1999)."""
+    offer = host_tier.offer
+
+    def once(s, i, computed):
+        offer(s, i, computed)
+        end = min(computed, s.prompt_tokens[i]) // s.config[host_tier.BLOCK_SIZE]
+        s.offload[i, host_tier.OFFLOAD_OFFERED] = max(s.offload[i, host_tier.OFFLOAD_OFFERED], end)
+    return once
+
+
 @pytest.mark.parametrize("rule, name, step", [("finished", "offload-lru", 20),
                                               ("count_hits", "offload-preemption", 20),
-                                              ("finished-gpu-hits", "offload-finish-touch", 32)])
+                                              ("finished-gpu-hits", "offload-finish-touch", 32),
+                                              ("land", "offload-pinned", 0),
+                                              ("request_rank", "offload-running-lru", 21),
+                                              ("seen", "offload-lru", 114),
+                                              ("offer", "offload-pinned", 1)])
 def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, rule, name, step):
     """pagesim's host tier rules, each broken at run time (interpreted core), diverge from vLLM
     at a known step: a finished request's blocks touched head first (its first block then
     evicted before its deepest: lru.py:155-166, policies/base.py:8-20), a host hit one block
-    short (offloading/scheduler.py:773-803)."""
+    short (offloading/scheduler.py:773-803), a block being stored evictable, each block ranked
+    apart, a finish touching its last admission's keys only, a refused store not offered again."""
     if in_a_child_if_compiled(request):
         return
     from pagesim.sim.core import host_tier
 
     broken = {"finished": lambda tier: touching_every_block(tier, head_first=True), "count_hits": one_block_short,
-              "finished-gpu-hits": lambda tier: touching_every_block(tier, head_first=False)}[rule](host_tier)
+              "finished-gpu-hits": lambda tier: touching_every_block(tier, head_first=False),
+              "land": landing_at_once, "request_rank": ranking_each_block, "seen": seeing_the_last_admission,
+              "offer": offering_once}[rule](host_tier)
     workload = OFFLOAD_WORKLOADS[name]
     theirs = vllm_offload.run(workload)
     monkeypatch.setattr(host_tier, rule.split("-")[0], broken)

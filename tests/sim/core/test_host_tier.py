@@ -46,12 +46,10 @@ def key(hashes) -> tuple[int, int]:
 
 
 def host_lru(s) -> list[tuple[int, int]]:
-    """The host tier's keys, least recently used first."""
-    out, b = [], int(s.count[state.HOST_LRU_HEAD])
-    while b >= 0:
-        out.append((int(s.host_blocks[b, state.HOST_KEY_END]), int(s.host_blocks[b, state.HOST_KEY_CHAIN])))
-        b = int(s.host_blocks[b, state.HOST_NEXT])
-    return out
+    """The host tier's keys by their LRU rank, the lowest (the next evicted, pins aside) first."""
+    used = s.host_blocks[:int(s.count[state.HOST_USED])]
+    return [(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))
+            for row in sorted(used, key=lambda row: int(row[state.HOST_RANK]))]
 
 
 def run_core(cfg, t):
@@ -94,14 +92,16 @@ def test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier():
 
 
 def test_the_host_tier_evicts_its_least_recently_used_block():
-    """A host tier of 3 blocks, a pool large enough that the GPU evicts nothing.
+    """A host tier of 3 blocks, a pool large enough that the GPU evicts nothing. A block ranks by
+    the request that stored or read it, its deeper blocks first: (the request's number, -end
+    token); a finished request's blocks are touched deepest first, each a new number (lru.py).
 
-    A (t 0): prompt 8, hashes 1 2: stores A0 A1 -> [A0 A1]; done: touched deepest first, so its
-        first block is the most recent -> [A1 A0].
-    B (t 1): prompt 8, hashes 3 4: B0 takes the third block -> [A1 A0 B0]; B1 evicts the head A1
-        -> [A0 B0 B1]; done -> [A0 B1 B0].
-    C (t 2): prompt 8, hashes 1 2: A0 held: touched -> [B1 B0 A0]; A1 stored, evicting B1 ->
-        [B0 A0 A1]; done -> [B0 A1 A0]. Two evictions, 5 blocks stored."""
+    A (t 0): prompt 8, hashes 1 2: number 1, stores A0 (1, -4) and A1 (1, -8) -> [A1 A0]; done:
+        A1 (2, 0), A0 (3, 0) -> [A1 A0].
+    B (t 1): prompt 8, hashes 3 4: number 4; its offer of both needs one block more than the free
+        one: A1 evicted; B0 (4, -4), B1 (4, -8) -> [A0 B1 B0]; done: B1 (5, 0), B0 (6, 0).
+    C (t 2): prompt 8, hashes 1 2: number 7; A0 held, read: (7, -4); A1 stored, evicting B1,
+        (7, -8) -> [B0 A1 A0]; done: A1 (8, 0), A0 (9, 0). Two evictions, 5 blocks stored."""
     t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (3, 4)), (2, 8, 1, (1, 2)))
     s = run_core(v1(64, 3), t)
     assert host_lru(s) == [key((3,)), key((1, 2)), key((1,))]
@@ -131,7 +131,7 @@ def test_a_recompute_stores_its_prompt_blocks_only():
     admit_waiting_v1(s, 16)
     assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
     assert s.count[state.HOST_STORED_BLOCKS] == 2
-    assert host_lru(s) == [key((1,)), key((1, 2))]
+    assert host_lru(s) == [key((1, 2)), key((1,))]  # by the request, its deeper block first
 
 
 def test_the_queue_passes_a_request_loading_until_its_load_ends():
@@ -214,15 +214,60 @@ def test_a_loaded_request_is_admitted_before_the_queue_ahead_of_it():
 
 def test_a_finished_request_touches_its_blocks_after_the_next_passs_stores():
     """vLLM signals a finished request to the offloading manager in the next scheduling pass's
-    connector metadata, after that pass's stores (offloading/scheduler.py:2167-2184). One request
-    runs at a time (max_num_seqs 1), a host tier of 2 blocks.
+    connector metadata, after that pass's stores (offloading/scheduler.py:2167-2184). Two
+    requests run at a time (max_num_seqs 2), a host tier of 3 blocks.
 
-    A (t 0): prompt 8, hashes 1 2, 2 tokens out: stores A0 A1 -> [A0 A1]; finishes at step 1.
-    C (t 0, waiting behind A): prompt 5, hash 3: admitted in the pass after A's finish, stores C0,
-        evicting the head A0 -> [A1 C0]; then A is touched, A1 -> [C0 A1]; C finishes, and the
-        pass after touches C0 -> [A1 C0].
-    Touched as A finishes instead, [A1 A0], C0 would evict A1 -> [A0 C0]."""
-    t = trace((0, 8, 2, (1, 2)), (0, 5, 1, (3,)))
-    s = run_core(v1(64, 2, max_num_seqs=1), t)
-    assert host_lru(s) == [key((1, 2)), key((3,))]
+    Step 0 schedules A (prompt 8, hashes 1 2, 2 tokens out) and D (prompt 5, hash 5, 3 out): A
+        offers first and takes the number 1, A0 ranking (1, -4) and A1 (1, -8); D takes 2, D0
+        (2, -4). The tier is full. A finishes at step 1.
+    C (prompt 5, hash 3), waiting, is admitted in the pass after: C takes 3 and stores C0,
+        evicting the lowest rank, A1 (1, -8); then A is touched, A0 (4, 0).
+    Touched as A finishes instead, A1 (3, 0) and A0 (4, 0), C (5) would evict D0 (2, -4)."""
+    t = trace((0, 8, 2, (1, 2)), (0, 5, 3, (5,)), (0, 5, 1, (3,)))
+    s = run_core(v1(64, 3, max_num_seqs=2), t)
+    assert sorted(host_lru(s)) == sorted([key((1,)), key((5,)), key((3,))])
     assert s.count[state.HOST_EVICTIONS] == 1
+
+
+def test_a_store_the_tier_cannot_take_whole_stores_nothing():
+    """A's prefill fills 3 prompt blocks (prompt 12, hashes 1 2 3) at once: a tier of 2 cannot
+    take them, and vLLM stores none rather than 2 (``prepare_store`` returns None:
+    cpu/manager.py:321-327). The offer is made again at each of its steps and as it finishes
+    (offloading/scheduler.py:1988-1999, :1821-1836), refused each time. A tier of 3 stores all 3."""
+    t = trace((0, 12, 3, (1, 2, 3)))
+    assert run_core(v1(64, 2), t).count[state.HOST_STORED_BLOCKS] == 0
+    assert run_core(v1(64, 3), t).count[state.HOST_STORED_BLOCKS] == 3
+
+
+def test_a_block_being_stored_is_not_evicted():
+    """A tier of 3. Step 0 prefills A (prompt 8, hashes 1 2) and B (prompt 8, hashes 3 4), each 2
+    blocks. A's 2 are stored first; B's 2 need one block more than the free one, and A's, their
+    stores not landed (131.072 us each, the step's start on), are pinned (``ref_cnt`` -1 until
+    ``complete_store``, cpu/manager.py:362-380): B's store is refused whole. At step 1 A's have
+    landed: B's store evicts A1, the lowest rank (1, -8), and its bytes go from step 1's start:
+    its two blocks land 131.072 and 262.144 us after it, not within step 0."""
+    s = run_core(v1(64, 3, max_num_seqs=2), trace((0, 8, 3, (1, 2)), (0, 8, 3, (3, 4))))
+    assert sorted(host_lru(s)) == sorted([key((1,)), key((3,)), key((3, 4))])
+    assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
+    step_1 = s.row_floats[1, state.ROW_START]
+    ready = sorted(s.host_ready_s[b] for b in range(3)
+                   if (s.host_blocks[b, state.HOST_KEY_END], s.host_blocks[b, state.HOST_KEY_CHAIN]) != key((1,)))
+    assert ready == pytest.approx([step_1 + BLOCK_S, step_1 + 2 * BLOCK_S], abs=1e-12)
+
+
+def test_a_block_whose_rank_rose_is_passed_over_at_its_old_entry():
+    """A tier of 3, one request at a time. The heap holds one entry per landed block, pushed as it
+    lands; a rank that rises later moves no entry.
+
+    A (t 0): prompt 8, hashes 1 2: number 1, A0 (1, -4), A1 (1, -8); done: touched, A1 (2, 0),
+        A0 (3, 0) (still flagged as being stored: they enter the heap at the next offer).
+    B (t 1): prompt 8, hashes 1 3: number 4. Its offer lands A0 and A1 (entries (3, 0), (2, 0));
+        it reads A0: (4, -4); B1 stored into the free block (4, -8). Done: B1 (5, 0), A0 (6, 0).
+    D (t 2): prompt 8, hashes 7 8: number 7; its offer lands B1 (entry (5, 0)) and needs 2 blocks:
+        A1's entry (2, 0) comes out, its rank: evicted; A0's (3, 0) comes out, its rank now (6, 0):
+        pushed back at it; B1's (5, 0): evicted. A0 stays.
+    Taking A0's old entry for its rank would evict A0 and keep B1."""
+    t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (1, 3)), (2, 8, 1, (7, 8)))
+    s = run_core(v1(64, 3, max_num_seqs=1), t)
+    assert sorted(host_lru(s)) == sorted([key((1,)), key((7,)), key((7, 8))])
+    assert s.count[state.HOST_EVICTIONS] == 2
