@@ -12,7 +12,8 @@ cpu/policies/lru.py).
 **The tier.** ``N GiB // (KV bytes of a block)`` host blocks (cpu/spec.py:111-123: one GPU block
 per chunk, ``blocks_per_chunk`` 1 by default, offloading/config.py:121), each named by the key
 that names the GPU block (its prefix's block hash: scheduler.py:412-429), in a map of their own
-(``Core.host_entries``, ``prefix_cache``'s open addressing) and an LRU list (``Core.host_blocks``).
+(``Core.host_entries``, ``prefix_cache``'s open addressing), and ranks (``Core.host_blocks``) kept
+in a heap (``Core.host_heap``).
 
 **What is stored, and when** (``_build_store_jobs``, scheduler.py:1815-2101): each step, every
 scheduled request offers the prompt blocks its step fills (``num_computed + scheduled`` tokens,
@@ -230,16 +231,23 @@ def pinned(s, b):
     ``complete_load``: cpu/manager.py:213-261, 362-380)."""
     if s.host_blocks[b, HOST_PENDING]:
         return True
-    end, chain = s.host_blocks[b, HOST_KEY_END], s.host_blocks[b, HOST_KEY_CHAIN]
-    k = end // s.config[BLOCK_SIZE] - 1
+    k = s.host_blocks[b, HOST_KEY_END] // s.config[BLOCK_SIZE] - 1
     c = s.count
     for p in range(c[KV_HOLDING_WAITING]):
         j = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
-        first = s.offload[j, OFFLOAD_GPU_HITS]
-        if (s.offload[j, OFFLOAD_LOADING] and s.load_ready_s[j] > s.clock[NOW]
-                and first <= k < first + s.offload[j, OFFLOAD_LOADING] and prefix_cache.key_chain(s, j, k) == chain):
+        first, end = loading_blocks(s, j)
+        if first <= k < end and prefix_cache.key_chain(s, j, k) == s.host_blocks[b, HOST_KEY_CHAIN]:
             return True
     return False
+
+
+@njit(inline=True)
+def loading_blocks(s, j):
+    """Request ``j``'s blocks whose load runs now: ``first..end`` (empty when none)."""
+    if not s.offload[j, OFFLOAD_LOADING] or s.load_ready_s[j] <= s.clock[NOW]:
+        return 0, 0
+    first = s.offload[j, OFFLOAD_GPU_HITS]
+    return first, first + s.offload[j, OFFLOAD_LOADING]
 
 
 @njit(inline=True)
@@ -449,10 +457,8 @@ def being_loaded(s, i, gpu_hits, host_hits):
     c = s.count
     for p in range(c[KV_HOLDING_WAITING]):
         j = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
-        if not s.offload[j, OFFLOAD_LOADING] or s.load_ready_s[j] <= s.clock[NOW]:
-            continue
-        first = s.offload[j, OFFLOAD_GPU_HITS]
-        for k in range(max(gpu_hits, first), min(gpu_hits + host_hits, first + s.offload[j, OFFLOAD_LOADING])):
+        first, end = loading_blocks(s, j)
+        for k in range(max(gpu_hits, first), min(gpu_hits + host_hits, end)):
             if prefix_cache.key_chain(s, j, k) == prefix_cache.key_chain(s, i, k):  # the same key: the same end
                 return True
     return False

@@ -171,7 +171,7 @@ def test_a_tier_that_finds_nothing_changes_nothing():
 def test_invariants_hold_under_pressure():
     """A small pool with shared prefixes and preemptions, a tier that evicts: --check after
     every step (the categories sum to the capacity with loading requests holding blocks; the
-    host tier's list, map and capacity)."""
+    host tier's ranks, heap, ring of stores, map and capacity)."""
     t = rand_trace(11, n=120, rate=60, max_len=128, prefix=True)
     t.attrs["hash_block_tokens"] = 16
     result = run_simulation(v1(300, 12, max_seq_len=128, max_num_seqs=16), t)
@@ -271,3 +271,14 @@ def test_a_block_whose_rank_rose_is_passed_over_at_its_old_entry():
     s = run_core(v1(64, 3, max_num_seqs=1), t)
     assert sorted(host_lru(s)) == sorted([key((1,)), key((7,)), key((7, 8))])
     assert s.count[state.HOST_EVICTIONS] == 2
+
+
+def test_a_store_refused_is_made_again_as_its_request_finishes():
+    """A tier of 3, two requests at a time. Step 0 prefills A (prompt 8, hashes 1 2, 3 tokens out)
+    and B (prompt 8, hashes 3 4, 1 token out): A's 2 blocks are stored, B's store is refused (A's
+    are pinned while being stored) and B finishes with the step. vLLM builds the stores of the
+    requests a step finished in the next pass (``_build_store_jobs`` over ``finished_req_ids``,
+    offloading/scheduler.py:1821-1836): B's evicts A1, (1, -8), and both its blocks are stored."""
+    s = run_core(v1(64, 3, max_num_seqs=2), trace((0, 8, 3, (1, 2)), (0, 8, 1, (3, 4))))
+    assert sorted(host_lru(s)) == sorted([key((1,)), key((3,)), key((3, 4))])
+    assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
