@@ -13,7 +13,19 @@ The rules, from vllm 0.33.0:
 
 ``DecodeGraphs`` captures one backend's decode forward (embedding and the layers run; the LM head
 runs eagerly after it, so the layer span can be scaled, see gpu/model_runner.py) over static input
-buffers shared by all sizes. Padding rows get slot -1 (no KV write), context length 0 (the
+buffers shared by all sizes.
+
+* **Context classes** (``context_ceilings``, ``ceiling_for``): a graph freezes the attention
+  kernel's split-K geometry, and one planned for the longest context splits a short one too
+  coarsely: on the H100 of 2026-11-26 a llama-2-7b graph planned at 4,096 tokens ran one
+  sequence's attention at 300 tokens in 1.05 ms (32 layers) against 0.34 ms eagerly
+  (benchmarks/gpu_decode_slope.py). vLLM's full-graph FlashAttention path picks its splits per
+  step inside the graph, up to a cap its buffers are sized for (v1/attention/backends/
+  flash_attn.py:752-771, 855-866); this runner's kernel takes its partition size as a launch
+  argument, so each size is captured once per context class instead (ceilings 256, 512, 1,024 ...
+  up to the longest context), planned at the class's ceiling, and a class whose partition size
+  equals the next larger one's is served by that one (its extra partitions exit at once). A step
+  replays the graph of its padded size and of the smallest kept ceiling >= its longest context. Padding rows get slot -1 (no KV write), context length 0 (the
 attention kernel writes zeros) and position 0. On a CPU device a captured "graph" is the forward
 function itself, run again on replay over the same buffers (``CPUGraph``): the tests check the
 padding, the choice of graph and the eager fallback with it, through the emulated kernels.
@@ -27,6 +39,8 @@ import numpy as np
 
 #: vLLM's default ceiling of the capture sizes (1024 on data-centre Blackwell, config/vllm.py:2403)
 CAPTURE_CEILING = 512
+#: the shortest context class of the decode graphs; each next class doubles it
+FIRST_CONTEXT_CEILING = 256
 
 
 def capture_sizes(max_num_seqs: int, ceiling: int = CAPTURE_CEILING) -> list[int]:
@@ -57,6 +71,22 @@ def graph_size_for(plan, sizes: list[int], max_blocks: int) -> int | None:
 def max_blocks_for(max_context: int, block_size: int) -> int:
     """Block-table columns of the static buffers: the longest context a graph takes."""
     return -(-int(max_context) // int(block_size))
+
+
+def context_ceilings(max_context: int, first: int = FIRST_CONTEXT_CEILING) -> list[int]:
+    """The context classes' ceilings: ``first``, doubled while below ``max_context``, then
+    ``max_context`` itself (the longest context a graph takes)."""
+    out, c = [], int(first)
+    while c < int(max_context):
+        out.append(c)
+        c *= 2
+    return out + [int(max_context)]
+
+
+def ceiling_for(max_context: int, ceilings: list[int]) -> int | None:
+    """The smallest ceiling >= a step's longest context (None: longer than every class)."""
+    i = bisect.bisect_left(ceilings, int(max_context))
+    return ceilings[i] if i < len(ceilings) else None
 
 
 def sizes_to_capture(sizes: list[int], max_num_seqs: int) -> list[int]:
@@ -108,26 +138,43 @@ class DecodeGraphs:
         self.slots = torch.full((top,), -1, dtype=torch.int64, device=dev)
         self.tables = torch.zeros((top, self.max_blocks), dtype=torch.int32, device=dev)
         self.lens = torch.zeros(top, dtype=torch.int32, device=dev)
-        self.graphs: dict[int, tuple] = {}  # size -> (graph, the final state's tensors, attention plan)
+        self.max_context = self.max_blocks * be.block_size  # the longest context the buffers take
+        # (size, context ceiling) -> (graph, the final state's tensors, attention plan)
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.ceilings: dict[int, list[int]] = {}  # size -> its kept context ceilings, ascending
         self.replays: dict[int, int] = {}  # size -> times replayed (the tests read it)
+        self.last_replayed: tuple[int, int] | None = None  # the graph of the last replay (the tests read it)
 
     # ------------------------------------------------------------------ capture
     def capture_all(self) -> None:
         cuda = self.be.device.startswith("cuda")
         pool = self.be.torch.cuda.graph_pool_handle() if cuda else None
         for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its pool
-            self.graphs[size] = self._capture(size, pool)
+            self.ceilings[size] = self.kept_ceilings(size)
+            for ceiling in reversed(self.ceilings[size]):  # longest first, as the sizes
+                self.graphs[(size, ceiling)] = self._capture(size, ceiling, pool)
 
-    def _capture(self, size: int, pool):
+    def kept_ceilings(self, size: int) -> list[int]:
+        """The context classes a size is captured for: a class whose plan splits contexts into the
+        same partitions as the next longer class's is left to that one."""
+        kept, last = [], None
+        for ceiling in reversed(context_ceilings(self.max_context)):
+            partition = self._plan(size, ceiling)[0].partition_size
+            if partition != last:
+                kept.append(ceiling)
+                last = partition
+        return kept[::-1]
+
+    def _capture(self, size: int, ceiling: int, pool):
         be, torch = self.be, self.be.torch
         if not be.device.startswith("cuda"):
-            graph, plan = CPUGraph(), self._plan(size)
+            graph, plan = CPUGraph(), self._plan(size, ceiling)
             return graph, graph.capture(lambda: self._forward(size, plan)), plan[0]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             # the plan binds the current stream when it is made: the capture's, so its launches are recorded
-            plan = self._plan(size)
+            plan = self._plan(size, ceiling)
             self._forward(size, plan)  # a run outside the capture: modules loaded, the allocator grown
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
@@ -148,35 +195,39 @@ class DecodeGraphs:
             state = ops.finish(state, out, w)
         return state
 
-    def _plan(self, size: int):
-        """The attention plan of a size, over a static query buffer and the static tables and
-        lengths, planned for the longest context a graph takes (the launch geometry is frozen in
-        the graph; partitions past a sequence's length exit at once), rebound to each layer's
-        caches as the forward records them: one output and one set of partial buffers a size."""
+    def _plan(self, size: int, ceiling: int):
+        """The attention plan of a size and context class, over a static query buffer and the
+        static tables and lengths, planned for the class's ceiling (the launch geometry is frozen
+        in the graph; partitions past a sequence's length exit at once), rebound to each layer's
+        caches as the forward records them: one output and one set of partial buffers a graph."""
         from pagesim.gpu import paged_attention as pa
         be, torch = self.be, self.be.torch
         qbuf = torch.zeros((size, be.H, be.D), dtype=be.tdtype, device=be.device)
         plan = pa.prepare(qbuf, be.kv[0, 0], be.kv[0, 1], self.tables[:size], self.lens[:size], be.block_size,
-                          self.max_blocks * be.block_size, check=False)
+                          ceiling, check=False)
         return plan, be._as_torch(plan.out, qbuf), qbuf
 
     # ------------------------------------------------------------------ replay
-    def load(self, plan, ids) -> int | None:
+    def load(self, plan, ids) -> tuple[int, int] | None:
         """Copy a decode-only step's inputs into the static buffers (padding past the batch); the
-        size to replay, or None when the batch is above the largest (run it eagerly)."""
+        graph to replay (size, context ceiling), or None when the batch is above the largest or its
+        context past the longest (run it eagerly)."""
         n = len(plan.decode_seq_ids)
         size = graph_size_for(plan, self.sizes, self.max_blocks)
-        if size is None:
+        ceiling = None if size is None else ceiling_for(plan.decode_max_context, self.ceilings[size])
+        if ceiling is None:
             return None
         self.ids[:n].copy_(ids)
         self.ids[n:size].zero_()
         for name, arr in padded_inputs(plan, size, self.max_blocks).items():
             getattr(self, name)[:size].copy_(self.be.torch.as_tensor(arr, device=self.be.device))
-        return size
+        return size, ceiling
 
-    def replay(self, size: int):
-        """Run the graph of ``size``; its final layer state (padded rows included)."""
-        graph, state, _plans = self.graphs[size]
+    def replay(self, key: tuple[int, int]):
+        """Run the graph of ``key`` (size, context ceiling); its final layer state (padded rows included)."""
+        size = key[0]
+        graph, state, _plans = self.graphs[key]
         state = graph.replay() or state
         self.replays[size] = self.replays.get(size, 0) + 1
+        self.last_replayed = key
         return state

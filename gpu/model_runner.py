@@ -45,7 +45,14 @@ pool (N/L of the memory). The per-layer part of the step (swaps, copies and the 
 timed with CUDA events) is scaled by L/N and the rest is counted once::
 
     device:  t = host preparation before the first launch + (L/N) * layer_span_N + LM head
+             (+ the graph's launch once, for a replayed step)
     eager:   t = wall_N + (L/N - 1) * layer_span_N
+
+A replayed decode graph is held too: between ``ev0`` and the graph's first kernel the GPU would
+otherwise wait for the host's launch call, a gap inside the layer span that the scaling counted
+L/N times (on the H100 of 2026-11-26, llama-2-7b at one sequence: +1.3 ms a step over the same
+kernels held; 0.7 ms of it the graph's coarser attention split, see gpu/graphs.py, the rest this
+gap). The launch call's host time is counted once, in the step.
 
 ``tests/gpu/test_executor.py::test_layer_scaling_matches_full`` checks it against all layers
 (within 10 %).
@@ -140,6 +147,7 @@ class TorchCupyBackend:
         self.timing = timing
         self.device_name = device_name  # what validation reports as the GPU (None: the backend's name)
         self._launch_per_group = collections.deque(maxlen=16)  # recent launch seconds per launch group
+        self._graph_launch = collections.deque(maxlen=16)  # recent seconds of a graph's launch call
         self.tp = int(tp)
         self.seed = seed
         self.memory_fraction = memory_fraction
@@ -483,17 +491,18 @@ class TorchCupyBackend:
         sample = np.concatenate([np.cumsum(plan.prefill_tokens) - 1, P + np.arange(nd)]).astype(np.int64)
         sample_t = torch.as_tensor(sample, device=dev)
         ids = (pos * 7919 + 13) % self.V  # token ids: a fixed function of the position
-        graph_size = None  # a decode-only step replays the graph of its padded batch (gpu/graphs.py)
+        graph = None  # a decode-only step replays the graph of its padded batch (gpu/graphs.py)
         if self._graphs is not None:
-            graph_size = self._graphs.load(plan, ids)
-        x = self.emb[ids] if T and graph_size is None else None
-        hold = cuda and self.timing == "device" and graph_size is None
+            graph = self._graphs.load(plan, ids)
+        graph_size = graph[0] if graph is not None else None
+        x = self.emb[ids] if T and graph is None else None
+        hold = cuda and self.timing == "device"
         if cuda:
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if hold:  # the GPU waits here until every kernel of the step is queued (see TIMINGS)
                 ev_hold = torch.cuda.Event(enable_timing=True)
                 ev_hold.record()
-                hold_timing.hold(self._hold_estimate(num_prefill_seqs))
+                hold_timing.hold(self._hold_estimate(num_prefill_seqs, graph is not None))
                 gc.disable()  # a collection inside the launches would outlast the hold
             ev0.record()
         tl0 = time.perf_counter()
@@ -502,8 +511,8 @@ class TorchCupyBackend:
         H, D = self.H, self.D
         ops = self._layer_ops
         state = ops.start(x) if x is not None else None
-        if graph_size is not None:
-            state = self._graphs.replay(graph_size)
+        if graph is not None:
+            state = self._graphs.replay(graph)
         for l, w in enumerate(self.layers if x is not None else ()):
             kc, vc = self.kv[l, 0], self.kv[l, 1]
             state, q, k, v = ops.qkv(state, w, pos, kc, vc, slots)
@@ -522,6 +531,8 @@ class TorchCupyBackend:
             state = ops.finish(state, att, w)
         if cuda:
             ev1.record()
+            # the hold outlasted the layers' launches (a graph's: the LM head after it is not held)
+            span_held = hold and not ev0.query()
         tl1 = time.perf_counter()
         if T:
             hs = ops.final(state, sample_t)
@@ -531,9 +542,12 @@ class TorchCupyBackend:
             ev_end.record()
         hidden = None
         launch_s = time.perf_counter() - tl0
-        if graph_size is not None:  # back to back by construction, unless copies or swaps were launched before it
+        if graph is not None:  # back to back by construction, unless copies or swaps were launched before it
             hidden = not (len(plan.copies) or len(plan.swap_in) or len(plan.swap_out))
-        if hold:
+        if hold and graph is not None:
+            hidden = hidden and span_held
+            self._graph_launch.append(tl1 - tl0)
+        elif hold:
             hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
             self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
         self._sync()
@@ -548,7 +562,8 @@ class TorchCupyBackend:
             head = ev_start.elapsed_time(ev_hold if hold else ev0) * 1e-3
             tail = ev1.elapsed_time(ev_end) * 1e-3
             gpu = head + scale * span + tail
-            t = prep_s + scale * span + tail
+            # the graph's launch call, once: held, it is no longer inside the span
+            t = prep_s + (tl1 - tl0 if hold and graph is not None else 0.0) + scale * span + tail
             self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
                                 "host_s": t - gpu, "launch_s": scale * launch_s,
                                 "gaps_hidden": hidden, "graph_size": graph_size}
@@ -562,11 +577,14 @@ class TorchCupyBackend:
                             "host_s": t - gpu, "graph_size": graph_size}
         return t
 
-    def _hold_estimate(self, num_prefill: int) -> float:
+    def _hold_estimate(self, num_prefill: int, graph: bool = False) -> float:
         """Seconds the step's launches should take: the median launch time per launch group (the
         layers' kernels once, plus once per prefill sequence, whose attention is launched per
-        sequence) over the last 16 steps, times the step's groups. A median, so that a one-off
-        cost (a first compilation, say) does not lengthen the holds after it."""
+        sequence) over the last 16 steps, times the step's groups; for a replayed graph, the
+        median of its launch calls. A median, so that a one-off cost (a first compilation, say)
+        does not lengthen the holds after it."""
+        if graph:
+            return min(float(np.median(self._graph_launch)), 2.0) if self._graph_launch else 0.002
         if not self._launch_per_group:
             return 0.02
         return min(float(np.median(self._launch_per_group)) * (num_prefill + 1), 2.0)

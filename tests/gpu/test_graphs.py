@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pagesim.gpu.device import cuda_available, torch_cuda_available
-from pagesim.gpu.graphs import capture_sizes, padded_size, sizes_to_capture
+from pagesim.gpu.graphs import capture_sizes, ceiling_for, context_ceilings, padded_size, sizes_to_capture
 from pagesim.gpu.testing import HandSteps
 from pagesim.sim.specs import ModelSpec
 
@@ -38,6 +38,52 @@ def test_padded_size_by_hand():
     assert padded_size(17, sizes) is None  # above the largest: eager
 
 
+def test_context_ceilings_by_hand():
+    assert context_ceilings(4096) == [256, 512, 1024, 2048, 4096]
+    assert context_ceilings(300) == [256, 300]  # the longest context closes the list
+    assert context_ceilings(128) == [128]
+    assert context_ceilings(256) == [256]
+    assert [ceiling_for(c, [256, 512, 1024]) for c in (1, 256, 257, 512, 1000)] == [256, 256, 512, 512, 1024]
+    assert ceiling_for(1025, [256, 512, 1024]) is None  # past the longest: eager
+
+
+#: multi-head (the simple kernel: one block per KV head and partition), contexts up to 1,024
+MHA = ModelSpec("mha-classes", 2, 128, 2, 2, 64, 160, 300, 1024)
+
+
+def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
+    """Which context classes a size is captured for, worked from choose_partition_size (132 SMs:
+    it halves the partition from 512, not below 64, while the blocks number under 264 and half the
+    partition is shorter than the ceiling), and which graph a step replays.
+
+    Size 1, grid 2 x 1: ceiling 256 keeps 512 (half of it, 256, is not shorter); 512 and 1,024
+    halve to 64 (2 x 16 = 32 blocks at 1,024): one class, served by 1,024. Kept: 256, 1024.
+    Size 64, grid 2 x 64 = 128: 256 keeps 512; 512 halves to 128 (128 x 4 = 512 blocks);
+    1,024 to 256 (128 x 4). Kept: 256, 512, 1024. The replayed steps give the eager hidden states."""
+    torch = pytest.importorskip("torch")
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    outs = []
+    for graphs in (True, False):
+        be = TorchCupyBackend(dtype="float16", device="cpu", ops="fused", attention="kernel", cache_ops="kernel",
+                              cuda_graphs=graphs, graph_sizes=[1, 64])
+        steps = HandSteps(MHA, be, num_blocks=64, block_size=16)
+        steps.prefill([0, 1, 2], [299, 19, 200])
+        got, replayed = [], []
+        for ids in ([1], [0], [0, 1, 2], [2]):
+            steps.decode(ids)
+            got.append(be.last_outputs[2].float().clone())
+            replayed.append(be._graphs.last_replayed if graphs else None)
+        outs.append(got)
+        if graphs:
+            assert be._graphs.ceilings == {1: [256, 1024], 64: [256, 512, 1024]}
+            assert sorted(be._graphs.graphs) == [(1, 256), (1, 1024), (64, 256), (64, 512), (64, 1024)]
+            # contexts 20 and 201 replay size 1's class 256; 300 its class 1,024; the three (longest
+            # 302) size 64's class 512
+            assert replayed == [(1, 256), (1, 1024), (64, 512), (1, 256)]
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
+
+
 def run_steps(graphs: bool, batches=(3, 5, 2, 3)):
     """Prefill of 5 prompts, then one decode step per batch size (the first sequences of the five)."""
     torch = pytest.importorskip("torch")
@@ -59,6 +105,7 @@ def test_replayed_decode_equals_eager(cpu_kernels):
     # batch 3 pads to 4, 5 is above the largest (4): eager, 2 replays 2
     assert [g for g, _ in graphed] == [4, None, 2, 4]
     assert be._graphs.replays == {4: 2, 2: 1}
+    assert be._graphs.ceilings == {4: [128], 2: [128]}  # the longest context, 128, is the only class
     assert all(g is None for g, _ in eager)
     for (_, a), (_, b) in zip(graphed, eager):
         assert a.shape == b.shape
