@@ -29,7 +29,8 @@ measured step. Phases (expected device time, see ``PHASES``)::
        GQA kernel and the simple one beside it, copy bandwidth, SDPA; summarized against the
        targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8), the GPU tests (-m gpu)
     2  validation: both models against their profiles (4 of 32 layers run, time scaled x8), then
-       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool)
+       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then the decode
+       step beside the calibration's parts, kernel by kernel (benchmarks/gpu_decode_slope.py)
     3  later: compute-sanitizer memcheck and racecheck (Firecracker kernels only; a clear
        "skipped" line elsewhere), decode steps three ways (benchmarks/gpu_decode_paths.py: eager,
        fused kernels, fused + CUDA graphs, ratios against eager), the layer-scaling check: one
@@ -232,6 +233,18 @@ from pagesim.gpu.calibrate import fake_profile
 fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
+SLOPE_DRY = r"""
+import json, os, subprocess, sys
+# a two-layer model of 64 hidden units (a Hugging Face config.json): the script's torch paths on the CPU
+config = os.path.join(sys.argv[1], "tiny", "config.json")
+os.makedirs(os.path.dirname(config), exist_ok=True)
+json.dump({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256,
+           "max_position_embeddings": 512}, open(config, "w"))
+sys.exit(subprocess.call([sys.executable, "benchmarks/gpu_decode_slope.py", "--device", "cpu", "--models", config,
+                          "--batches", "1,2", "--layers", "1", "--context", "40", "--out", sys.argv[1]]))
+"""
+
 SUMMARIZE = r"""
 import glob, json, sys, os
 import pandas as pd
@@ -355,7 +368,10 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
                 steps.append(_calibrate(m, preset, str(prof), dry, quick=True))
             steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
         steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP))
-        return steps + [Step("summary", py(SUMMARIZE) + [str(work)], 20)]
+        slope = (py(SLOPE_DRY) + [str(work / "decode_slope")] if dry else
+                 [python(), "benchmarks/gpu_decode_slope.py", "--batches", "1,2,4,8,16,32",
+                  "--out", str(work / "decode_slope")])
+        return steps + [Step("summary", py(SUMMARIZE) + [str(work)], 20), Step("decode_slope", slope, 90)]
     if phase == 3:
         paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
         steps = _sanitizers(dry) + [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90)]

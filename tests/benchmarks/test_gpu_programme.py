@@ -47,6 +47,8 @@ def test_dry_run_every_step_passes(dry):
     s3 = (out / tag / "summary3.txt").read_text()
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s3
     assert re.search(r"^decode_paths\s+rc=0 ", s3, re.M) and "dry run: 3 paths" in s3, s3  # its cases listed
+    s2 = (out / tag / "summary2.txt").read_text()
+    assert re.search(r"^decode_slope\s+rc=0 ", s2, re.M) and "(sum, scaled)" in s2, s2  # its kernel table
 
 
 def test_validations_run_the_core_interpreted():
@@ -64,7 +66,8 @@ def test_phase_2_finds_phase_1s_profiles_on_a_warm_machine(tmp_path):
     prev.mkdir()
     (prev / "profile_llama-3-8b.csv").write_text("x\n")  # llama-2-7b's is missing: a quick calibration
     names = [st.name for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev)]
-    assert names == ["val_llama-3-8b", "calibrate_quick_llama-2-7b", "val_llama-2-7b", "val_cow_swap", "summary"]
+    assert names == ["val_llama-3-8b", "calibrate_quick_llama-2-7b", "val_llama-2-7b", "val_cow_swap", "summary",
+                     "decode_slope"]
     (val,) = [st for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev) if st.name == "val_llama-3-8b"]
     assert val.argv[val.argv.index("--profile") + 1] == str(prev / "profile_llama-3-8b.csv")
 
