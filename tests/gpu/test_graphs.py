@@ -53,13 +53,13 @@ MHA = ModelSpec("mha-classes", 1, 128, 2, 2, 64, 96, 300, 1024)
 
 def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
     """Which context classes a size is captured for, worked from choose_partition_size (132 SMs:
-    it halves the partition from 512, not below 64, while the blocks number under 264 and half the
-    partition is shorter than the ceiling), and which graph a step replays.
+    from the power of two holding the ceiling, at most 512, it halves the partition, not below
+    64, while the blocks number under 264), and which graph a step replays.
 
-    Size 1, grid 2 x 1: ceiling 256 keeps 512 (half of it, 256, is not shorter); 512 and 1,024
-    halve to 64 (2 x 16 = 32 blocks at 1,024): one class, served by 1,024. Kept: 256, 1024.
-    Size 64, grid 2 x 64 = 128: 256 keeps 512; 512 halves to 128 (128 x 4 = 512 blocks);
-    1,024 to 256 (128 x 4). Kept: 256, 512, 1024. The replayed steps give the eager hidden states."""
+    Size 1, grid 2 x 1: every ceiling halves to 64 (2 x 16 = 32 blocks at 1,024): one class,
+    served by 1,024. Size 64, grid 2 x 64 = 128 blocks a partition: 256 halves to 64 (128 x 4 =
+    512 blocks), 512 to 128 (128 x 4), 1,024 to 256 (128 x 4). Kept: 256, 512, 1024. The replayed
+    steps give the eager hidden states."""
     torch = pytest.importorskip("torch")
     from pagesim.gpu.model_runner import TorchCupyBackend
     outs = []
@@ -75,11 +75,10 @@ def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
             replayed.append(be._graphs.last_replayed if graphs else None)
         outs.append(got)
         if graphs:
-            assert be._graphs.ceilings == {1: [256, 1024], 64: [256, 512, 1024]}
-            assert sorted(be._graphs.graphs) == [(1, 256), (1, 1024), (64, 256), (64, 512), (64, 1024)]
-            # context 20 replays size 1's class 256; 300 its class 1,024; the three (longest 301)
-            # size 64's class 512
-            assert replayed == [(1, 256), (1, 1024), (64, 512)]
+            assert be._graphs.ceilings == {1: [1024], 64: [256, 512, 1024]}
+            assert sorted(be._graphs.graphs) == [(1, 1024), (64, 256), (64, 512), (64, 1024)]
+            # one sequence replays size 1's one class; the three (longest 301) size 64's class 512
+            assert replayed == [(1, 1024), (1, 1024), (64, 512)]
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
 

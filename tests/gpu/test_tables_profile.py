@@ -95,7 +95,12 @@ def test_choose_partition_size():
     assert pa.choose_partition_size(1, 8, 32768, 132) == 512  # 512 blocks already fill 132 SMs twice
     assert pa.choose_partition_size(2, 8, 8192, 132) == 256
     assert pa.choose_partition_size(1, 1, 4096, 132) == 64
-    assert pa.choose_partition_size(1, 1, 100, 132) == 512  # never split below the context itself
+    # a short context: from the power of two that holds it, 128, halved as a long one is
+    assert pa.choose_partition_size(1, 1, 100, 132) == 64
+    assert pa.choose_partition_size(1, 32, 256, 132) == 64  # 256 -> 128 -> 64: 32, 64, 128 blocks
+    assert pa.choose_partition_size(16, 32, 256, 132) == 256  # 512 blocks: one partition of 256
+    assert pa.choose_partition_size(5, 32, 200, 132) == 128  # 256 -> 128: 160, then 320 blocks
+    assert pa.choose_partition_size(1, 1, 1, 132) == 1  # (a one-token context: one token a partition)
     assert pa.choose_partition_size(4, 8, 1000, 132, num_partitions=3) == 334
     assert pa.choose_partition_size(4, 8, 0, 132, num_partitions=3) == 1
     with pytest.raises(ValueError):
