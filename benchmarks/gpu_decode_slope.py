@@ -52,18 +52,26 @@ def backend_for(layers: int, device: str, **kw) -> TorchCupyBackend:
     return TorchCupyBackend(num_layers_run=layers, device=device, dtype="float32" if cpu else "float16", **kw)
 
 
-def runner_steps(model, layers: int, batches, context: int, device: str, repeats: int = 10,
-                 graphs: bool = True) -> dict[int, dict]:
-    """Median step, GPU and layer-span seconds of the validation's runner (fused; its graphs
-    replayed, or the same kernels launched behind a hold)."""
+def warm_batches(model, layers: int, batches, context: int, device: str, graphs: bool):
+    """For each batch size: (its size, its sequence ids, the steps, the backend), once a fresh
+    backend's decode of that batch has run three times (compilation, plans, allocator)."""
     backend = backend_for(layers, device, **({} if device == "cpu" else {"cuda_graphs": graphs}))
     steps = HandSteps(model, backend, num_blocks=blocks_for(batches, context), block_size=16)
-    out, first = {}, 0
+    first = 0
     for b in batches:
         ids = decode_ids(steps, first, b, context)
         first += b
         for _ in range(3):
             steps.decode(ids)
+        yield b, ids, steps, backend
+
+
+def runner_steps(model, layers: int, batches, context: int, device: str, repeats: int = 10,
+                 graphs: bool = True) -> dict[int, dict]:
+    """Median step, GPU and layer-span seconds of the validation's runner (fused; its graphs
+    replayed, or the same kernels launched behind a hold)."""
+    out = {}
+    for b, ids, steps, backend in warm_batches(model, layers, batches, context, device, graphs):
         rows = []
         for _ in range(repeats):
             steps.decode(ids)
@@ -78,15 +86,9 @@ def kernel_times(model, layers: int, batches, context: int, device: str, repeats
     """Device microseconds a step of each kernel name (graphs replayed or eager), scaled to every layer."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    backend = backend_for(layers, device, **({} if device == "cpu" else {"cuda_graphs": graphs}))
-    steps = HandSteps(model, backend, num_blocks=blocks_for(batches, context), block_size=16)
     scale = model.num_layers / layers
-    out, first = {}, 0
-    for b in batches:
-        ids = decode_ids(steps, first, b, context)
-        first += b
-        for _ in range(3):
-            steps.decode(ids)
+    out = {}
+    for b, ids, steps, _backend in warm_batches(model, layers, batches, context, device, graphs):
         with profile(activities=[ProfilerActivity.CPU if device == "cpu" else ProfilerActivity.CUDA]) as prof:
             for _ in range(repeats):
                 steps.decode(ids)
