@@ -55,7 +55,8 @@ def backend_for(layers: int, device: str, **kw) -> TorchCupyBackend:
 def warm_batches(model, layers: int, batches, context: int, device: str, graphs: bool):
     """For each batch size: (its size, its sequence ids, the steps, the backend), once a fresh
     backend's decode of that batch has run three times (compilation, plans, allocator)."""
-    backend = backend_for(layers, device, **({} if device == "cpu" else {"cuda_graphs": graphs}))
+    graph_kw = {"cuda_graphs": graphs, "graph_sizes": list(batches)} if graphs else {"cuda_graphs": False}
+    backend = backend_for(layers, device, **({} if device == "cpu" else graph_kw))
     steps = HandSteps(model, backend, num_blocks=blocks_for(batches, context), block_size=16)
     first = 0
     for b in batches:

@@ -23,8 +23,9 @@ buffers shared by all sizes.
   step inside the graph, up to a cap its buffers are sized for (v1/attention/backends/
   flash_attn.py:752-771, 855-866); this runner's kernel takes its partition size as a launch
   argument, so each size is captured once per context class instead (ceilings 256, 512, 1,024 ...
-  up to the longest context), planned at the class's ceiling, and a class whose partition size
-  equals the next larger one's is served by that one (its extra partitions exit at once). A step
+  up to the longest context), planned at the class's ceiling, and a class that splits its contexts
+  as the next larger one does is served by that one: both one pass (no partial buffers, no reduce),
+  or both split at the same partition size (the larger class's extra partitions exit at once). A step
   replays the graph of its padded size and of the smallest kept ceiling >= its longest context. Padding rows get slot -1 (no KV write), context length 0 (the
 attention kernel writes zeros) and position 0. On a CPU device a captured "graph" is the forward
 function itself, run again on replay over the same buffers (``CPUGraph``): the tests check the
@@ -87,6 +88,13 @@ def ceiling_for(max_context: int, ceilings: list[int]) -> int | None:
     """The smallest ceiling >= a step's longest context (None: longer than every class)."""
     i = bisect.bisect_left(ceilings, int(max_context))
     return ceilings[i] if i < len(ceilings) else None
+
+
+def split_of(plan) -> int | None:
+    """How an attention plan splits the contexts it takes: None for one pass (each sequence one
+    partition, no reduce: the kernel reads a sequence's tokens alone, whatever the partition's
+    size), else the partition size."""
+    return None if plan.max_parts == 1 else plan.partition_size
 
 
 def sizes_to_capture(sizes: list[int], max_num_seqs: int) -> list[int]:
@@ -153,16 +161,20 @@ class DecodeGraphs:
             self.ceilings[size] = self.kept_ceilings(size)
             for ceiling in reversed(self.ceilings[size]):  # longest first, as the sizes
                 self.graphs[(size, ceiling)] = self._capture(size, ceiling, pool)
+        if self.be.device.startswith("cuda"):  # each replayed once here, so that no timed step pays
+            for graph, _state, _plan in self.graphs.values():  # a graph's first launch (the buffers
+                graph.replay()  # hold padding: no KV written, no context read)
+            self.be._sync()
 
     def kept_ceilings(self, size: int) -> list[int]:
-        """The context classes a size is captured for: a class whose plan splits contexts into the
-        same partitions as the next longer class's is left to that one."""
+        """The context classes a size is captured for: a class that splits its contexts as the next
+        longer class does (:func:`split_of`) is left to that one."""
         kept, last = [], None
         for ceiling in reversed(context_ceilings(self.max_context)):
-            partition = self._plan(size, ceiling)[0].partition_size
-            if partition != last:
+            split = split_of(self._plan(size, ceiling)[0])
+            if not kept or split != last:
                 kept.append(ceiling)
-                last = partition
+                last = split
         return kept[::-1]
 
     def _capture(self, size: int, ceiling: int, pool):

@@ -542,11 +542,11 @@ class TorchCupyBackend:
             ev_end.record()
         hidden = None
         launch_s = time.perf_counter() - tl0
-        if graph is not None:  # back to back by construction, unless copies or swaps were launched before it
-            hidden = not (len(plan.copies) or len(plan.swap_in) or len(plan.swap_out))
-        if hold and graph is not None:
-            hidden = hidden and span_held
+        if hold and graph is not None:  # its copies and swaps too are queued behind the hold
+            hidden = span_held
             self._graph_launch.append(tl1 - tl0)
+        elif graph is not None:  # back to back by construction, unless copies or swaps were launched before it
+            hidden = not (len(plan.copies) or len(plan.swap_in) or len(plan.swap_out))
         elif hold:
             hidden = not ev0.query()  # still holding once the whole step was queued: no gap inside it
             self._launch_per_group.append(launch_s / (num_prefill_seqs + 1))
@@ -562,10 +562,13 @@ class TorchCupyBackend:
             head = ev_start.elapsed_time(ev_hold if hold else ev0) * 1e-3
             tail = ev1.elapsed_time(ev_end) * 1e-3
             gpu = head + scale * span + tail
-            # the graph's launch call, once: held, it is no longer inside the span
-            t = prep_s + (tl1 - tl0 if hold and graph is not None else 0.0) + scale * span + tail
+            # a held graph's launch call, once (it is no longer inside the span; a hold that ran
+            # short leaves part of it there, scaled: such a step is flagged, gaps_hidden=False)
+            launch_once = tl1 - tl0 if hold and graph is not None and span_held else 0.0
+            t = prep_s + launch_once + scale * span + tail
             self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                                "host_s": t - gpu, "launch_s": scale * launch_s,
+                                "host_s": t - gpu,
+                                "launch_s": launch_s if graph is not None else scale * launch_s,
                                 "gaps_hidden": hidden, "graph_size": graph_size}
             return t
         whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
