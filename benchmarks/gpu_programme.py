@@ -244,7 +244,7 @@ json.dump({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "
            "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256,
            "max_position_embeddings": 512}, open(config, "w"))
 sys.exit(subprocess.call([sys.executable, "benchmarks/gpu_decode_slope.py", "--device", "cpu", "--models", config,
-                          "--batches", "1,2", "--layers", "1", "--context", "40", "--out", sys.argv[1]]))
+                          "--batches", "1,2", "--layers", "1", "--context", "20", "--out", sys.argv[1]]))
 """
 
 SUMMARIZE = r"""
