@@ -236,7 +236,10 @@ fake_profile(sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
 SLOPE_DRY = r"""
-import json, os, subprocess, sys
+import importlib.util, json, os, subprocess, sys
+if importlib.util.find_spec("torch") is None:  # the runner's torch paths need torch, even on a CPU
+    print("decode_slope skipped: no torch here")
+    sys.exit(0)
 # a two-layer model of 64 hidden units (a Hugging Face config.json): the script's torch paths on the CPU
 config = os.path.join(sys.argv[1], "tiny", "config.json")
 os.makedirs(os.path.dirname(config), exist_ok=True)

@@ -25,11 +25,14 @@ buffers shared by all sizes.
   argument, so each size is captured once per context class instead (ceilings 256, 512, 1,024 ...
   up to the longest context), planned at the class's ceiling, and a class that splits its contexts
   as the next larger one does is served by that one: both one pass (no partial buffers, no reduce),
-  or both split at the same partition size (the larger class's extra partitions exit at once). A step
-  replays the graph of its padded size and of the smallest kept ceiling >= its longest context. Padding rows get slot -1 (no KV write), context length 0 (the
-attention kernel writes zeros) and position 0. On a CPU device a captured "graph" is the forward
-function itself, run again on replay over the same buffers (``CPUGraph``): the tests check the
-padding, the choice of graph and the eager fallback with it, through the emulated kernels.
+  or both split at the same partition size (the larger class's extra partitions exit at once).
+  A step replays the graph of its padded size and of the smallest kept ceiling >= its longest
+  context.
+
+Padding rows get slot -1 (no KV write), context length 0 (the attention kernel writes zeros) and
+position 0. On a CPU device a captured "graph" is the forward function itself, run again on
+replay over the same buffers (``CPUGraph``): the tests check the padding, the choice of graph and
+the eager fallback with it, through the emulated kernels.
 """
 
 from __future__ import annotations
@@ -161,7 +164,7 @@ class DecodeGraphs:
             self.ceilings[size] = self.kept_ceilings(size)
             for ceiling in reversed(self.ceilings[size]):  # longest first, as the sizes
                 self.graphs[(size, ceiling)] = self._capture(size, ceiling, pool)
-        if self.be.device.startswith("cuda"):  # each replayed once here, so that no timed step pays
+        if cuda:  # each replayed once here, so that no timed step pays
             for graph, _state, _plan in self.graphs.values():  # a graph's first launch (the buffers
                 graph.replay()  # hold padding: no KV written, no context read)
             self.be._sync()

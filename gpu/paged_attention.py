@@ -108,7 +108,7 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
     p = min(DEFAULT_PARTITION, 1 << max(0, (max_ctx - 1).bit_length()))
     while p > MIN_PARTITION and num_seqs * blocks_per_seq * math.ceil(max_ctx / p) < 2 * sm_count:
         p //= 2
-    return max(p, 1)
+    return p
 
 
 def tc_stages(head_dim: int) -> int:

@@ -3,6 +3,7 @@ phases on the CPU, with what the device would send back checked against its limi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -48,7 +49,10 @@ def test_dry_run_every_step_passes(dry):
     assert "compute-sanitizer memcheck/racecheck skipped: dry run" in s3
     assert re.search(r"^decode_paths\s+rc=0 ", s3, re.M) and "dry run: 3 paths" in s3, s3  # its cases listed
     s2 = (out / tag / "summary2.txt").read_text()
-    assert re.search(r"^decode_slope\s+rc=0 ", s2, re.M) and "(sum, scaled)" in s2, s2  # its kernel table
+    assert re.search(r"^decode_slope\s+rc=0 ", s2, re.M), s2
+    # its kernel table, through the runner's torch paths on the CPU; without torch, a line saying so
+    has_torch = importlib.util.find_spec("torch") is not None
+    assert ("(sum, scaled)" if has_torch else "decode_slope skipped: no torch here") in s2, s2
 
 
 def test_validations_run_the_core_interpreted():
