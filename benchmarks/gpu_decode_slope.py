@@ -101,7 +101,7 @@ def kernel_times(model, layers: int, batches, context: int, device: str, repeats
             if us is None:
                 us = getattr(e, "self_cuda_time_total", 0.0)
             if us:
-                per[e.key[:60]] += float(us) / repeats
+                per[e.key[:44]] += float(us) / repeats
         # per-layer kernels scale with the layers; the LM head, sampling and embedding run once, but
         # which is which is not in the name: the scaled and unscaled sums are both printed
         out[b] = dict(per)
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
         cpu = a.device == "cpu"  # (no graphs on a CPU: both paths are one, run once)
         held = run if cpu else runner_steps(model, a.layers, batches, a.context, a.device, graphs=False)
         parts = calibration_parts(model, batches, a.context, a.device)
-        say("the runner's step (graphs / eager behind a hold): gpu ms and its layer span ms (as run);"
-            " the calibration's parts, ms")
+        say("the runner's step (graphs / eager behind a hold): gpu ms and its layer span ms (as run);")
+        say("the calibration's parts, ms")
         say(f"{'batch':>5} {'gpu':>8} {'span':>7} {'graph':>5} {'held gpu':>8} {'span':>7} {'linear':>8} "
             f"{'attn':>8} {'sum':>8} {'gpu-sum':>8}")
         for b in batches:
@@ -167,10 +167,10 @@ def kernel_table(say, model, a, batches, graphs: bool) -> None:
                    key=lambda k: -max(d.get(k, 0.0) for d in kernels.values()))
     say(f"kernels ({'graphs replayed' if graphs else 'eager'}), device us a step x {scale:g} "
         f"(the {a.layers} layers run stand for {model.num_layers}):")
-    say(f"{'kernel':60s} " + " ".join(f"{'b=' + str(b):>8s}" for b in batches))
+    say(f"{'kernel':44s} " + " ".join(f"{'b=' + str(b):>8s}" for b in batches))
     for k in names[:25]:
-        say(f"{k:60s} " + " ".join(f"{scale * kernels[b].get(k, 0.0):8.1f}" for b in batches))
-    say(f"{'(sum, scaled)':60s} " + " ".join(f"{scale * sum(kernels[b].values()):8.1f}" for b in batches))
+        say(f"{k:44s} " + " ".join(f"{scale * kernels[b].get(k, 0.0):8.1f}" for b in batches))
+    say(f"{'(sum, scaled)':44s} " + " ".join(f"{scale * sum(kernels[b].values()):8.1f}" for b in batches))
 
 
 if __name__ == "__main__":
