@@ -90,6 +90,22 @@ TIMINGS = ("device", "eager")
 RESERVE_TOKENS = 8192
 
 
+def device_step_timing(*, prep_s: float, head_s: float, span_s: float, tail_s: float, scale: float,
+                       launch_s: float, graph: bool, held_launch_s: float = 0.0) -> dict:
+    """A held or replayed step's time (``TIMINGS`` "device") from its parts, in seconds: the
+    host's preparation before the first launch (``prep_s``), the device's work before the layers
+    (``head_s``: the uploads), the layers' span (``span_s``, N of the model's L layers: times
+    ``scale`` = L/N) and the LM head after them (``tail_s``). ``launch_s``: the launch calls' host
+    time, reported as a step's (an eager step's N layers scaled by L/N, a graph's one call not).
+    ``held_launch_s``: a held graph's launch call where the hold outlasted it, counted once (the
+    span then starts at the graph's first kernel; a hold that ran short leaves the call inside
+    the span, scaled, and such a step is flagged ``gaps_hidden=False``)."""
+    step = prep_s + held_launch_s + scale * span_s + tail_s
+    gpu = head_s + scale * span_s + tail_s
+    return {"layer_span_s": span_s, "scale": scale, "step_s": step, "gpu_s": gpu, "host_s": step - gpu,
+            "launch_s": launch_s if graph else scale * launch_s}
+
+
 def _torch():
     try:
         import torch
@@ -560,17 +576,12 @@ class TorchCupyBackend:
             # head, back to back (a replayed graph runs them so with no hold); the host share is the
             # preparation before the first launch (a graph's input copies included)
             head = ev_start.elapsed_time(ev_hold if hold else ev0) * 1e-3
-            tail = ev1.elapsed_time(ev_end) * 1e-3
-            gpu = head + scale * span + tail
-            # a held graph's launch call, once (it is no longer inside the span; a hold that ran
-            # short leaves part of it there, scaled: such a step is flagged, gaps_hidden=False)
-            launch_once = tl1 - tl0 if hold and graph is not None and span_held else 0.0
-            t = prep_s + launch_once + scale * span + tail
-            self.last_timing = {"wall_s": wall, "layer_span_s": span, "scale": scale, "step_s": t, "gpu_s": gpu,
-                                "host_s": t - gpu,
-                                "launch_s": launch_s if graph is not None else scale * launch_s,
-                                "gaps_hidden": hidden, "graph_size": graph_size}
-            return t
+            held_launch_s = tl1 - tl0 if hold and graph is not None and span_held else 0.0
+            timing = device_step_timing(prep_s=prep_s, head_s=head, span_s=span,
+                                        tail_s=ev1.elapsed_time(ev_end) * 1e-3, scale=scale, launch_s=launch_s,
+                                        graph=graph is not None, held_launch_s=held_launch_s)
+            self.last_timing = {"wall_s": wall, **timing, "gaps_hidden": hidden, "graph_size": graph_size}
+            return timing["step_s"]
         whole = ev_start.elapsed_time(ev_end) * 1e-3 if cuda else wall
         t = wall + (scale - 1.0) * span
         # device share: the events' span, scaled like the step; launch gaps while the GPU waits for

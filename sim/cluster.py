@@ -43,7 +43,7 @@ FIRST_RING = 1024  # a replica's queues' first capacity (grown as its outstandin
 # its own copy of its GPU's state's (the pool, its block tables and bookkeeping, step scratch)
 OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist", "buddy_bits", "buddy_orders",
        "holes", "block_info", "key_entries", "placement_saved", "step_copies", "step_swap_out", "step_swap_in",
-       "radix_nodes", "host_entries", "host_blocks", "host_heap", "host_ready_s")
+       "radix_nodes", "host_entries", "host_blocks", "host_work", "host_ready_s")
 # made here for it (its config/count/clock rows of the cluster's 2-D arrays, queues sized to its
 # outstanding requests, step table, random stream)
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",

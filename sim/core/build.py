@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, memory, placement, state
+from pagesim.sim.core import memory, placement, state
 from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
 from pagesim.sim.core.cost import swap_seconds
 from pagesim.sim.core.jit import interpreted
@@ -325,21 +325,22 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
 
 def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
     """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
-    of two, at least twice the blocks, as the GPU's), its LRU's heap, the link's price per block,
-    the per-request columns (one row each without it), and when each request's KV load ends,
-    whatever loads it."""
+    of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
+    the link's price per block, the per-request columns (one row each without it), and when each
+    request's KV load ends, whatever loads it."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
     rows = 1 << max(2 * blocks - 1, 1).bit_length() if blocks else 1
     config[state.HOST_TABLE_MASK] = rows - 1
+    count[state.HOST_TOUCHED_HEAD] = count[state.HOST_TOUCHED_TAIL] = -1
     entries = np.zeros((rows, state.ENTRY_COLUMNS), np.int64)
     entries[:, state.ENTRY_BLOCK] = -1
-    per_request = max(n, 1) if blocks else 1
+    offload = np.zeros((max(n, 1) if blocks else 1, state.OFFLOAD_COLUMNS), np.int64)
+    offload[:, state.OFFLOAD_FRONT] = offload[:, state.OFFLOAD_HEAP_AT] = -1
     return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
-                host_heap=np.zeros((state.HOST_HEAP_COLUMNS, host_tier.heap_capacity(blocks) if blocks else 1),
-                                   np.int64),
-                host_ready_s=np.zeros(max(blocks, 1)), offload=np.zeros((per_request, state.OFFLOAD_COLUMNS), np.int64),
+                host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, 1)), np.int64),
+                host_ready_s=np.zeros(max(blocks, 1)), offload=offload,
                 load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
 
 

@@ -54,9 +54,11 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
 from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
-                                    HEAP_BLOCK, HEAP_RANK, HOST_HEAP_SIZE, HOST_LAST_RANK, HOST_PENDING,
-                                    HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_RANK, HOST_TABLE_MASK, HOST_USED,
-                                    NUM_LOADING, OFFLOAD_LOADING, PENDING_BLOCK, STORE_LINK_FREE_S)
+                                    GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
+                                    HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
+                                    HOST_TOUCHED_HEAD, HOST_TOUCHED_TAIL, HOST_USED, NUM_LOADING, OFFLOAD_FRONT,
+                                    OFFLOAD_HEAP_AT, OFFLOAD_LOADING, OFFLOAD_RANK, PENDING_BLOCK,
+                                    STORE_LINK_FREE_S)
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
                                     TRANSFER_SLOTS, TRANSFERS)
@@ -177,10 +179,11 @@ def holders(s, mine) -> list[int]:
 
 def check_host_tier(s) -> None:
     """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each with a
-    rank of the numbers given so far, no two alike; the LRU's heap a heap, one entry for each
-    block whose store landed, at most its rank; the blocks being stored in the ring, in the order
-    they land; each key in the map at its row naming its block, the map holding those keys alone,
-    and every store landed by the link's last."""
+    rank of the numbers given so far, no two alike; each block in one list, the lists in rank
+    order: the touched list of touches' ranks, each request's group of its own ranks, the heap of
+    the non-empty groups a heap by their numbers, knowing its places; the blocks being stored in
+    the ring, in the order they land; each key in the map at its row naming its block, the map
+    holding those keys alone, and every store landed by the link's last."""
     c, cap = s.count, int(s.config[HOST_BLOCKS])
     used = int(c[HOST_USED])
     assert 0 <= used <= cap, f"host tier holds {used} blocks of {cap}"
@@ -188,14 +191,34 @@ def check_host_tier(s) -> None:
     assert (ranks > 0).all() and (ranks // host_tier.RANK_SPAN <= c[HOST_LAST_RANK]).all(), \
         "a host block's rank was not given"
     assert len(set(ranks.tolist())) == used, "two host blocks share a rank"
-    rank_of, block_of = (s.host_heap[column, :int(c[HOST_HEAP_SIZE])] for column in (HEAP_RANK, HEAP_BLOCK))
-    assert all(rank_of[(k - 1) // host_tier.HEAP_ARITY] <= rank_of[k] for k in range(1, len(rank_of))), \
-        "the host LRU's heap is not a heap"
+    heap = s.host_work[GROUP_HEAP, :int(c[HOST_GROUPS])].tolist()
+    numbers = [int(s.offload[i, OFFLOAD_RANK]) for i in heap]
+    assert all(numbers[(k - 1) // 2] <= numbers[k] for k in range(1, len(heap))), \
+        "the host LRU's heap of groups is not a heap"
+    assert all(s.offload[i, OFFLOAD_HEAP_AT] == k for k, i in enumerate(heap)), "a group's place in the heap is wrong"
+    assert (s.offload[:, OFFLOAD_HEAP_AT] >= 0).sum() == len(heap) == (s.offload[:, OFFLOAD_FRONT] >= 0).sum(), \
+        "the heap of groups does not hold the non-empty groups alone"
+    listed = []
+    for group, first in [(-1, int(c[HOST_TOUCHED_HEAD]))] + [(i, int(s.offload[i, OFFLOAD_FRONT])) for i in heap]:
+        b, before = first, -1
+        while b >= 0:
+            assert s.host_blocks[b, HOST_GROUP] == group and s.host_blocks[b, HOST_PREV] == before, \
+                f"host block {b} is linked wrongly in its list"
+            end = -int(ranks[b]) % host_tier.RANK_SPAN
+            number = (int(ranks[b]) + end) // host_tier.RANK_SPAN
+            if group < 0:
+                assert end == 0, f"host block {b} in the touched list has a request's rank"
+            else:
+                assert number == s.offload[group, OFFLOAD_RANK] and end == s.host_blocks[b, HOST_KEY_END], \
+                    f"host block {b} in request {group}'s group does not rank by it"
+            assert before < 0 or ranks[before] < ranks[b], f"host block {b} is out of rank order in its list"
+            listed.append(b)
+            b, before = int(s.host_blocks[b, HOST_NEXT]), b
+        if group < 0:
+            assert before == c[HOST_TOUCHED_TAIL], "the touched list's last block is not its tail"
+    assert sorted(listed) == list(range(used)), "the host LRU's lists do not hold each block once"
     pending = s.host_blocks[:used, HOST_PENDING] == 1
-    assert sorted(block_of.tolist()) == np.flatnonzero(~pending).tolist(), \
-        "the LRU's heap does not hold one entry for each block whose store landed"
-    assert all(rank_of <= ranks[block_of]), "an entry of the LRU's heap ranks above its block"
-    ring = [int(s.host_heap[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + k) % cap])
+    ring = [int(s.host_work[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + k) % cap])
             for k in range(int(c[HOST_PENDING_LEN]))]
     assert sorted(ring) == np.flatnonzero(pending).tolist(), "the blocks being stored are not the ring's"
     assert all(s.host_ready_s[a] <= s.host_ready_s[b] for a, b in zip(ring, ring[1:])), \

@@ -13,7 +13,7 @@ cpu/policies/lru.py).
 per chunk, ``blocks_per_chunk`` 1 by default, offloading/config.py:121), each named by the key
 that names the GPU block (its prefix's block hash: scheduler.py:412-429), in a map of their own
 (``Core.host_entries``, ``prefix_cache``'s open addressing), and ranks (``Core.host_blocks``) kept
-in a heap (``Core.host_heap``).
+in lists in rank order (``Core.host_blocks``' ``HOST_GROUP``, ``HOST_PREV``, ``HOST_NEXT``).
 
 **What is stored, and when** (``_build_store_jobs``, scheduler.py:1815-2101): each step, every
 scheduled request offers the prompt blocks its step fills (``num_computed + scheduled`` tokens,
@@ -74,14 +74,16 @@ import numpy as np
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HOST_BLOCKS, HOST_EVICTIONS,
-                                    HOST_HEAP_SIZE, HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
+                                    HOST_GROUPS, HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
                                     HOST_LAST_RANK, HOST_LOADED_BLOCKS, HOST_RANK, HOST_STORED_BLOCKS,
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
                                     OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, OFFLOAD_RANK,
                                     OFFLOAD_SEEN_END, OFFLOAD_SEEN_FROM, STORE_LINK_FREE_S, WAITING_HEAD)
 from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
-from pagesim.sim.core.state import (CHOSEN_BLOCK, HEAP_BLOCK, HEAP_RANK, HOST_PENDING, HOST_PENDING_HEAD,
-                                    HOST_PENDING_LEN, KEPT_BLOCK, KEPT_RANK, NEW_BLOCK, PENDING_BLOCK)
+from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
+                                    HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
+                                    HOST_TOUCHED_TAIL, KEPT_GROUP, NEW_BLOCK, OFFLOAD_FRONT, OFFLOAD_HEAP_AT,
+                                    PENDING_BLOCK)
 
 
 @njit(inline=True)
@@ -91,15 +93,10 @@ def find(s, i, k):
                                    prefix_cache.key_chain(s, i, k))
 
 
-# -- the LRU: ranks, and a heap of them -------------------------------------------------------
+# -- the LRU: ranks, and lists in rank order ---------------------------------------------------
 #: a rank is (a request's or a touch's number) x RANK_SPAN - (the block's end token): vLLM's
 #: (rank, -position) pairs (lru.py:108-121) in one integer, the end token below RANK_SPAN
 RANK_SPAN = 1 << 31
-
-
-def heap_capacity(blocks: int) -> int:
-    """Core.host_heap's entries: one for each block (:func:`heap_push`)."""
-    return blocks
 
 
 @njit(inline=True)
@@ -120,57 +117,114 @@ def request_rank(s, i):
     return r
 
 
-#: children per node: a 4-ary heap is half as deep as a binary one, a node's children side by side
-HEAP_ARITY = 4
-
-
-# The heap holds one entry for each block that can be evicted (its store landed), pushed as it
-# lands at its rank then. Ranks only rise, and a rise moves no entry: an entry's rank is at most
-# its block's, and :func:`evict` pushes a block whose rank rose since back at its rank when its
-# entry comes out first. The lowest entry whose rank is its block's is then the lowest rank of
-# all (vLLM pushes an entry at each rise and passes over the stale ones, lru.py:62-86: the same
-# order, more entries). The heap's functions take its arrays: a call passes the state's one by one.
-@njit
-def heap_push(heap, c, rank, b):
-    """(rank, block) into the min-heap ``heap`` (``c``: the counters)."""
-    k = c[HOST_HEAP_SIZE]
-    c[HOST_HEAP_SIZE] = k + 1
-    while k > 0:  # the parents above it move down until one ranks below it
-        parent = (k - 1) // HEAP_ARITY
-        if heap[HEAP_RANK, parent] <= rank:
-            break
-        heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = heap[HEAP_RANK, parent], heap[HEAP_BLOCK, parent]
-        k = parent
-    heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = rank, b
+# vLLM keeps the ranks in a heap, pushing an entry at each rise and passing over stale ones
+# (lru.py:62-86). Here every block holding a key is in one list in rank order, which gives the same
+# order at O(1) a store, rise or touch:
+# - the touched list: a touch takes the counter's next number, the highest rank given, so it goes
+#   to the list's end;
+# - a request's group: the blocks ranking by its number, its deepest (lowest) first. Its blocks
+#   are stored and read first to deepest, so each new one goes to the front (a readmission's
+#   re-store walks to its place);
+# - a heap of the non-empty groups by their numbers (an entry per request holding blocks, not per
+#   block).
+# The lowest rank is the lower of the touched list's first block and the lowest group's. A block
+# whose store has not landed is in its list too, and passed over as pinned, so a touch before it
+# lands puts it where vLLM's rank puts it when it lands.
+@njit(inline=True)
+def group_rank(s, i):
+    """Group ``i``'s number: its request's (given at its first store or load)."""
+    return s.offload[i, OFFLOAD_RANK]
 
 
 @njit
-def heap_pop(heap, c):
-    """The lowest entry out of the heap: (rank, block)."""
-    rank, b = heap[HEAP_RANK, 0], heap[HEAP_BLOCK, 0]
-    n = c[HOST_HEAP_SIZE] - 1
-    c[HOST_HEAP_SIZE] = n
-    last_rank, last_block = heap[HEAP_RANK, n], heap[HEAP_BLOCK, n]
-    k = 0
-    while True:  # the lowest child moves up until the last entry ranks below them all
-        first = HEAP_ARITY * k + 1
-        if first >= n:
+def group_place(s, i, k):
+    """Put group ``i`` at heap place ``k`` and sift it up or down to its place by its number."""
+    heap, n, rank = s.host_work[GROUP_HEAP], s.count[HOST_GROUPS], group_rank(s, i)
+    while k > 0 and group_rank(s, heap[(k - 1) // 2]) > rank:  # the parents above it move down
+        parent = heap[(k - 1) // 2]
+        heap[k] = parent
+        s.offload[parent, OFFLOAD_HEAP_AT] = k
+        k = (k - 1) // 2
+    while 2 * k + 1 < n:  # the lower child moves up until it ranks below them
+        low = 2 * k + 1
+        if low + 1 < n and group_rank(s, heap[low + 1]) < group_rank(s, heap[low]):
+            low += 1
+        if group_rank(s, heap[low]) >= rank:
             break
-        low = first
-        for child in range(first + 1, min(first + HEAP_ARITY, n)):
-            if heap[HEAP_RANK, child] < heap[HEAP_RANK, low]:
-                low = child
-        if heap[HEAP_RANK, low] >= last_rank:
-            break
-        heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = heap[HEAP_RANK, low], heap[HEAP_BLOCK, low]
+        heap[k] = heap[low]
+        s.offload[heap[k], OFFLOAD_HEAP_AT] = k
         k = low
-    heap[HEAP_RANK, k], heap[HEAP_BLOCK, k] = last_rank, last_block
-    return rank, b
+    heap[k] = i
+    s.offload[i, OFFLOAD_HEAP_AT] = k
+
+
+@njit
+def group_push(s, i):
+    """Group ``i`` (not empty now) into the heap."""
+    s.count[HOST_GROUPS] += 1
+    group_place(s, i, s.count[HOST_GROUPS] - 1)
+
+
+@njit
+def group_drop(s, i):
+    """Group ``i`` out of the heap (the last entry takes its place)."""
+    c, heap = s.count, s.host_work[GROUP_HEAP]
+    k = s.offload[i, OFFLOAD_HEAP_AT]
+    s.offload[i, OFFLOAD_HEAP_AT] = -1
+    c[HOST_GROUPS] -= 1
+    if k < c[HOST_GROUPS]:
+        group_place(s, heap[c[HOST_GROUPS]], k)
 
 
 @njit(inline=True)
-def set_rank(s, b, rank):
-    s.host_blocks[b, HOST_RANK] = rank  # (its entry, if it has one, is pushed again as it comes out)
+def unlink(s, b):
+    """Host block ``b`` out of its list (a group left empty leaves the heap)."""
+    h = s.host_blocks
+    before, after, group = h[b, HOST_PREV], h[b, HOST_NEXT], h[b, HOST_GROUP]
+    if after >= 0:
+        h[after, HOST_PREV] = before
+    elif group < 0:
+        s.count[HOST_TOUCHED_TAIL] = before
+    if before >= 0:
+        h[before, HOST_NEXT] = after
+    elif group < 0:
+        s.count[HOST_TOUCHED_HEAD] = after
+    else:
+        s.offload[group, OFFLOAD_FRONT] = after
+        if after < 0:
+            group_drop(s, group)
+
+
+@njit(inline=True)
+def link(s, b, group, before, after):
+    """Host block ``b`` into list ``group`` between ``before`` and ``after`` (-1: an end)."""
+    h = s.host_blocks
+    h[b, HOST_GROUP], h[b, HOST_PREV], h[b, HOST_NEXT] = group, before, after
+    if after >= 0:
+        h[after, HOST_PREV] = b
+    elif group < 0:
+        s.count[HOST_TOUCHED_TAIL] = b
+    if before >= 0:
+        h[before, HOST_NEXT] = b
+    elif group < 0:
+        s.count[HOST_TOUCHED_HEAD] = b
+    else:
+        empty = s.offload[group, OFFLOAD_FRONT] < 0
+        s.offload[group, OFFLOAD_FRONT] = b
+        if empty:
+            group_push(s, group)
+
+
+@njit(inline=True)
+def rank_by(s, i, b, k):
+    """Host block ``b``, request ``i``'s block ``k``, ranks by the request, its deeper blocks
+    first: into its group, before the shallower ones."""
+    h = s.host_blocks
+    h[b, HOST_RANK] = request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE]
+    before, after = -1, s.offload[i, OFFLOAD_FRONT]
+    while after >= 0 and h[after, HOST_RANK] < h[b, HOST_RANK]:
+        before, after = after, h[after, HOST_NEXT]
+    link(s, b, i, before, after)
 
 
 @njit(inline=True)
@@ -178,40 +232,47 @@ def pend(s, b):
     """Host block ``b``'s store is queued: it cannot be evicted until it lands (``ref_cnt`` -1)."""
     c = s.count
     s.host_blocks[b, HOST_PENDING] = 1
-    s.host_heap[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + c[HOST_PENDING_LEN]) % s.config[HOST_BLOCKS]] = b
+    s.host_work[PENDING_BLOCK, (c[HOST_PENDING_HEAD] + c[HOST_PENDING_LEN]) % s.config[HOST_BLOCKS]] = b
     c[HOST_PENDING_LEN] += 1
 
 
 @njit(inline=True)
 def land(s):
-    """The stores landed by now: their blocks can be evicted, each entering the LRU's heap at its
-    rank then (``complete_store``, ``mark_evictable``: cpu/manager.py:362-380, lru.py:220-228).
-    The link stores one block after another, so they land in the order they were stored."""
-    c, heap = s.count, s.host_heap
+    """The stores landed by now: their blocks can be evicted (``complete_store``,
+    ``mark_evictable``: cpu/manager.py:362-380, lru.py:220-228). The link stores one block after
+    another, so they land in the order they were stored."""
+    c = s.count
     while c[HOST_PENDING_LEN]:
-        b = heap[PENDING_BLOCK, c[HOST_PENDING_HEAD]]
+        b = s.host_work[PENDING_BLOCK, c[HOST_PENDING_HEAD]]
         if s.host_ready_s[b] > s.clock[NOW]:
             return
         c[HOST_PENDING_HEAD] = (c[HOST_PENDING_HEAD] + 1) % s.config[HOST_BLOCKS]
         c[HOST_PENDING_LEN] -= 1
         s.host_blocks[b, HOST_PENDING] = 0
-        heap_push(heap, c, s.host_blocks[b, HOST_RANK], b)
+
+
+@njit(inline=True)
+def landed(s):
+    """The host blocks whose stores have landed: a bound on those that can be evicted."""
+    return s.count[HOST_USED] - s.count[HOST_PENDING_LEN]
 
 
 @njit(inline=True)
 def touch(s, b):
     """Host block ``b`` becomes the most recently used: a number of its own
-    (``_assign_new_rank``, lru.py:62-67)."""
-    set_rank(s, b, next_rank(s) * RANK_SPAN)
+    (``_assign_new_rank``, lru.py:62-67), the touched list's last."""
+    unlink(s, b)
+    s.host_blocks[b, HOST_RANK] = next_rank(s) * RANK_SPAN
+    link(s, b, -1, s.count[HOST_TOUCHED_TAIL], -1)
 
 
 @njit(inline=True)
 def access(s, i, b, k):
     """Request ``i`` reads or offers host block ``b``, its block ``k``: the block ranks at least by
     the request, its deeper blocks first (``on_request_access``, lru.py:133-153)."""
-    rank = request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE]
-    if rank > s.host_blocks[b, HOST_RANK]:
-        set_rank(s, b, rank)
+    if request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE] > s.host_blocks[b, HOST_RANK]:
+        unlink(s, b)
+        rank_by(s, i, b, k)
 
 
 @njit(inline=True)
@@ -260,32 +321,37 @@ def offered_by(s, i, b, first, end):
 @njit
 def evict(s, n, i, first, end):
     """The ``n`` lowest-ranked blocks that can be evicted, passed over request ``i``'s offer
-    (blocks ``first..end``: ``protected``), into ``host_heap[CHOSEN_BLOCK, :n]``; where fewer are,
-    none is taken and False is returned (``evict``, lru.py:178-218; cpu/manager.py:321-340)."""
-    c, heap = s.count, s.host_heap
-    kept = 0  # entries taken out and put back after (KEPT_*: no more than the heap held)
+    (blocks ``first..end``: ``protected``), into ``host_work[CHOSEN_BLOCK, :n]`` and out of their
+    lists; where fewer are, none is taken and False is returned (``evict``, lru.py:178-218;
+    cpu/manager.py:321-340). The touched list and the groups are walked together, lowest first."""
+    c, h, work = s.count, s.host_blocks, s.host_work
+    touched = c[HOST_TOUCHED_HEAD]
+    grouped = s.offload[work[GROUP_HEAP, 0], OFFLOAD_FRONT] if c[HOST_GROUPS] else -1
+    passed = 0  # groups walked past, off the heap until the walk ends (KEPT_GROUP)
     found = 0
-    while c[HOST_HEAP_SIZE] and found < n:
-        rank, b = heap_pop(heap, c)
-        if s.host_blocks[b, HOST_RANK] > rank:  # it rose since it was pushed: back at its rank
-            heap_push(heap, c, s.host_blocks[b, HOST_RANK], b)
-            continue
-        heap[KEPT_RANK, kept], heap[KEPT_BLOCK, kept] = rank, b
-        kept += 1
-        if pinned(s, b) or offered_by(s, i, b, first, end):
-            continue
-        heap[CHOSEN_BLOCK, found] = b
-        s.host_blocks[b, HOST_RANK] = -1
-        found += 1
-    ok = found == n
-    for k in range(kept):
-        rank, b = heap[KEPT_RANK, k], heap[KEPT_BLOCK, k]
-        if s.host_blocks[b, HOST_RANK] == -1:
-            if ok:
-                continue
-            s.host_blocks[b, HOST_RANK] = rank  # its rank back: the eviction failed
-        heap_push(heap, c, rank, b)
-    return ok
+    while found < n:
+        if grouped >= 0 and (touched < 0 or h[grouped, HOST_RANK] < h[touched, HOST_RANK]):
+            b, grouped = grouped, h[grouped, HOST_NEXT]
+            if grouped < 0:  # the group walked past: the next lowest
+                group = work[GROUP_HEAP, 0]
+                group_drop(s, group)
+                work[KEPT_GROUP, passed] = group
+                passed += 1
+                grouped = s.offload[work[GROUP_HEAP, 0], OFFLOAD_FRONT] if c[HOST_GROUPS] else -1
+        elif touched >= 0:
+            b, touched = touched, h[touched, HOST_NEXT]
+        else:
+            break
+        if not (pinned(s, b) or offered_by(s, i, b, first, end)):
+            work[CHOSEN_BLOCK, found] = b
+            found += 1
+    for k in range(passed):
+        group_push(s, work[KEPT_GROUP, k])
+    if found < n:
+        return False
+    for k in range(n):
+        unlink(s, work[CHOSEN_BLOCK, k])
+    return True
 
 
 @njit
@@ -360,7 +426,7 @@ def store(s, i, first, end):
         b = find(s, i, k)
         if b < 0:
             if new < s.config[HOST_BLOCKS]:  # (more cannot be stored: the store fails below)
-                s.host_heap[NEW_BLOCK, new] = k
+                s.host_work[NEW_BLOCK, new] = k
             new += 1
         elif s.host_ready_s[b] <= s.clock[NOW]:
             access(s, i, b, k)
@@ -368,17 +434,17 @@ def store(s, i, first, end):
     if new:
         request_rank(s, i)  # taken as the offer is recorded, before its store may fail (cpu/manager.py:296-305)
         evicting = new - (s.config[HOST_BLOCKS] - c[HOST_USED])
-        # more than the landed blocks (the heap's, a bound on the evictable ones) fails at once,
-        # as vLLM's count of them does (cpu/manager.py:321-324); else evict may find too few
-        if evicting > c[HOST_HEAP_SIZE] or evicting > 0 and not evict(s, evicting, i, first, end):
+        # more than the landed blocks (a bound on the evictable ones) fails at once, as vLLM's
+        # count of them does (cpu/manager.py:321-324); else evict may find too few
+        if evicting > landed(s) or evicting > 0 and not evict(s, evicting, i, first, end):
             return
         for taken in range(new):
-            k = s.host_heap[NEW_BLOCK, taken]
+            k = s.host_work[NEW_BLOCK, taken]
             if c[HOST_USED] < s.config[HOST_BLOCKS]:
                 b = c[HOST_USED]  # the next fresh host block (cpu/manager.py:95-112)
                 c[HOST_USED] += 1
             else:  # an evicted one, its key dropped
-                b = s.host_heap[CHOSEN_BLOCK, taken - (new - evicting)]
+                b = s.host_work[CHOSEN_BLOCK, taken - (new - evicting)]
                 prefix_cache.map_delete(s.host_entries, s.config[HOST_TABLE_MASK], s.host_blocks[b, HOST_KEY_SLOT],
                                         s.host_blocks, HOST_KEY_SLOT)
                 c[HOST_EVICTIONS] += 1
@@ -388,7 +454,7 @@ def store(s, i, first, end):
             s.host_blocks[b, HOST_KEY_END] = end_token
             s.host_blocks[b, HOST_KEY_CHAIN] = chain
             pend(s, b)
-            set_rank(s, b, request_rank(s, i) * RANK_SPAN - end_token)
+            rank_by(s, i, b, k)
             s.clock[STORE_LINK_FREE_S] = max(s.clock[NOW], s.clock[STORE_LINK_FREE_S]) + s.clock[HOST_BLOCK_S]
             s.host_ready_s[b] = s.clock[STORE_LINK_FREE_S]
             c[HOST_STORED_BLOCKS] += 1

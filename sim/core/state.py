@@ -270,8 +270,10 @@ table("count", """
     HOST_USED           the host tier's blocks holding a key (its occupancy)
     HOST_LAST_RANK      the last rank given in its LRU (sim/core/host_tier.py: a request's, or a
         touch's)
-    HOST_HEAP_SIZE      the entries in Core.host_heap
-    HOST_PENDING_HEAD   its first block whose store has not landed (in Core.host_heap's ring of
+    HOST_GROUPS         the requests whose blocks rank by them, in Core.host_work's heap (GROUP_HEAP)
+    HOST_TOUCHED_HEAD   the first (lowest-ranked) block of the host LRU's touched list (-1: none)
+    HOST_TOUCHED_TAIL   and its last
+    HOST_PENDING_HEAD   its first block whose store has not landed (in Core.host_work's ring of
         them, PENDING_BLOCK: they land in the order they were stored)
     HOST_PENDING_LEN    those blocks
     NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
@@ -413,23 +415,25 @@ table("radix_request", """
 # Core.host_blocks (the host tier): a host block's row
 table("host_blocks", """
     HOST_RANK           its rank in the LRU (the lowest evicted first: host_tier.py)
-    HOST_PENDING        1 while its store has not landed into the LRU's heap (host_tier.land)
+    HOST_PENDING        1 while its store has not landed (host_tier.land): it cannot be evicted
     HOST_KEY_SLOT       its key's row in Core.host_entries
     HOST_KEY_END        its key's end token
     HOST_KEY_CHAIN      its key's chain
+    HOST_GROUP          the list holding it, in rank order: the request it ranks by, or -1 (the
+        touched list)
+    HOST_PREV           the block before it there (-1: it is the first)
+    HOST_NEXT           and after it (-1: it is the last)
 """, size="HOST_BLOCK_COLUMNS")
-# Core.host_heap (the host tier), a row each (a heap's sift reads one row): its LRU's min-heap of
-# (rank, block) entries, and beside them room for host_tier.evict's work (a compiled loop allocates
-# no array) and the ring of blocks being stored
-table("host_heap", """
-    HEAP_RANK           an entry's rank (current while its block holds that rank)
-    HEAP_BLOCK          and block
-    KEPT_RANK           an entry evict took out of the heap and puts back
-    KEPT_BLOCK          and its block
+# Core.host_work (the host tier), a row each: its LRU's min-heap of the request groups (by their
+# numbers), and room for host_tier.evict's work (a compiled loop allocates no array) and the ring
+# of blocks being stored
+table("host_work", """
+    GROUP_HEAP          a request whose blocks rank by it, in a min-heap by its number (HOST_GROUPS)
+    KEPT_GROUP          a group evict took off the heap while passing it, put back after
     CHOSEN_BLOCK        a block evict chose
     NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
     PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
-""", size="HOST_HEAP_COLUMNS")
+""", size="HOST_WORK_COLUMNS")
 # Core.offload (the host tier; one row elsewhere): per request
 table("offload", """
     OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
@@ -438,6 +442,8 @@ table("offload", """
     OFFLOAD_RANK        its rank in the host tier's LRU, given at its first store or load (0: none)
     OFFLOAD_SEEN_FROM   the first of its blocks it has offered or loaded in its life
     OFFLOAD_SEEN_END    and one past the last (0: none yet)
+    OFFLOAD_FRONT       the first (lowest-ranked, its deepest) of the host blocks ranking by it (-1: none)
+    OFFLOAD_HEAP_AT     its place in the heap of groups (GROUP_HEAP; -1: not there)
 """, size="OFFLOAD_COLUMNS")
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
 table("speculative", """
@@ -583,12 +589,12 @@ class Core(NamedTuple):
     speculative: np.ndarray
     # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
     # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), its LRU's
-    # heap (HEAP_* columns), when each block's store is on the host, and per request its
-    # OFFLOAD_* columns; and, per request in
+    # heap of groups and evict's work (host_work's rows), when each block's store is on the host,
+    # and per request its OFFLOAD_* columns; and, per request in
     # every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
-    host_heap: np.ndarray
+    host_work: np.ndarray
     host_ready_s: np.ndarray
     offload: np.ndarray
     load_ready_s: np.ndarray

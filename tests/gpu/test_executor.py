@@ -418,6 +418,35 @@ def test_hold_sized_from_the_median_recent_launch_time():
         TorchCupyBackend(timing="graphs")
 
 
+def test_a_replayed_graphs_hold_is_sized_from_its_launch_calls():
+    """A replayed decode graph is one launch call: held for the median of the last 16 calls (2 ms
+    with none seen), capped at 2 s. Calls of 1, 3 and 5000 ms: 3 ms."""
+    from pagesim.gpu.model_runner import TorchCupyBackend
+    be = TorchCupyBackend(timing="device")
+    assert be._hold_estimate(0, graph=True) == pytest.approx(0.002)
+    be._graph_launch.extend([0.001, 0.003, 5.0])
+    assert be._hold_estimate(0, graph=True) == pytest.approx(0.003)
+    be._graph_launch.extend([5.0] * 16)
+    assert be._hold_estimate(0, graph=True) == pytest.approx(2.0)
+    assert be._hold_estimate(0) == pytest.approx(0.02)  # the eager steps' own record, untouched
+
+
+def test_a_held_step_counts_its_parts_once():
+    """model_runner.device_step_timing by hand, 4 of 32 layers run (x8): preparation 1 ms, uploads
+    0.2 ms, the 4 layers' span 0.5 ms, the LM head 0.3 ms, launches 0.6 ms.
+    An eager step held: 1 + 8 x 0.5 + 0.3 = 5.3 ms; the device's 0.2 + 4 + 0.3 = 4.5 ms; host 0.8 ms;
+        its launches are the 4 layers', 8 x 0.6 = 4.8 ms a step.
+    A graph held past its launch call: the call once, 5.3 + 0.6 = 5.9 ms (host 1.4 ms); reported as
+        one call, 0.6 ms. A graph whose hold ran short: the call is inside the span, 5.3 ms."""
+    from pagesim.gpu.model_runner import device_step_timing
+    parts = dict(prep_s=1e-3, head_s=0.2e-3, span_s=0.5e-3, tail_s=0.3e-3, scale=8.0, launch_s=0.6e-3)
+    eager = device_step_timing(**parts, graph=False)
+    assert [eager[k] * 1e3 for k in ("step_s", "gpu_s", "host_s", "launch_s")] == pytest.approx([5.3, 4.5, 0.8, 4.8])
+    held = device_step_timing(**parts, graph=True, held_launch_s=0.6e-3)
+    assert [held[k] * 1e3 for k in ("step_s", "gpu_s", "host_s", "launch_s")] == pytest.approx([5.9, 4.5, 1.4, 0.6])
+    assert device_step_timing(**parts, graph=True)["step_s"] == pytest.approx(5.3e-3)
+
+
 def test_warm_up_runs_every_torch_path_and_writes_no_block(monkeypatch):
     """The device timing's warm-up (model_runner._warm_up) at token counts 1..64 on the CPU paths:
     it runs, and the KV pool is as setup left it (all zeros): no block is written."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import lifecycle, replay, state
-from pagesim.sim.core.prefix_cache import prefix_chain
+from pagesim.sim.core import host_tier, lifecycle, prefix_cache, replay, state
+from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, run_simulation
 
@@ -42,7 +42,7 @@ def trace(*rows) -> pd.DataFrame:
 
 def key(hashes) -> tuple[int, int]:
     """The key (end token, chain) of the block ending a prefix of these hashes."""
-    return len(hashes) * BS, prefix_chain(hashes, BS)[-1]
+    return len(hashes) * BS, prefix_cache.prefix_chain(hashes, BS)[-1]
 
 
 def host_lru(s) -> list[tuple[int, int]]:
@@ -255,22 +255,63 @@ def test_a_block_being_stored_is_not_evicted():
     assert ready == pytest.approx([step_1 + BLOCK_S, step_1 + 2 * BLOCK_S], abs=1e-12)
 
 
-def test_a_block_whose_rank_rose_is_passed_over_at_its_old_entry():
-    """A tier of 3, one request at a time. The heap holds one entry per landed block, pushed as it
-    lands; a rank that rises later moves no entry.
+def test_a_block_whose_rank_rose_is_evicted_by_its_new_rank():
+    """A tier of 3, one request at a time. A rise moves the block in the LRU's order.
 
     A (t 0): prompt 8, hashes 1 2: number 1, A0 (1, -4), A1 (1, -8); done: touched, A1 (2, 0),
-        A0 (3, 0) (still flagged as being stored: they enter the heap at the next offer).
-    B (t 1): prompt 8, hashes 1 3: number 4. Its offer lands A0 and A1 (entries (3, 0), (2, 0));
-        it reads A0: (4, -4); B1 stored into the free block (4, -8). Done: B1 (5, 0), A0 (6, 0).
-    D (t 2): prompt 8, hashes 7 8: number 7; its offer lands B1 (entry (5, 0)) and needs 2 blocks:
-        A1's entry (2, 0) comes out, its rank: evicted; A0's (3, 0) comes out, its rank now (6, 0):
-        pushed back at it; B1's (5, 0): evicted. A0 stays.
-    Taking A0's old entry for its rank would evict A0 and keep B1."""
+        A0 (3, 0) (still being stored: a touch orders them all the same).
+    B (t 1): prompt 8, hashes 1 3: number 4. It reads A0: (4, -4); B1 stored into the free block
+        (4, -8). Done: B1 (5, 0), A0 (6, 0).
+    D (t 2): prompt 8, hashes 7 8: number 7; it needs 2 blocks: the lowest ranks A1 (2, 0) and
+        B1 (5, 0) are evicted. A0 stays.
+    Evicting A0 by its rank before it rose, (3, 0), would keep B1."""
     t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (1, 3)), (2, 8, 1, (7, 8)))
     s = run_core(v1(64, 3, max_num_seqs=1), t)
     assert sorted(host_lru(s)) == sorted([key((1,)), key((7,)), key((7, 8))])
     assert s.count[state.HOST_EVICTIONS] == 2
+
+
+def lists(s) -> tuple[list[int], dict[int, list[int]]]:
+    """The host LRU's touched list and each request's group, first (lowest rank) to last."""
+    def walk(b):
+        out = []
+        while b >= 0:
+            out.append(b)
+            b = int(s.host_blocks[b, state.HOST_NEXT])
+        return out
+    groups = s.host_work[state.GROUP_HEAP, :int(s.count[state.HOST_GROUPS])]
+    return walk(int(s.count[state.HOST_TOUCHED_HEAD])), {int(i): walk(int(s.offload[i, state.OFFLOAD_FRONT]))
+                                                            for i in groups}
+
+
+def test_the_lru_lists_keep_the_rank_order():
+    """The order by hand, on the functions (interpreted) over a tier of 4 host blocks, nothing
+    being stored or loaded. Request 0 (number 1) ranks host block 0 as its block 3 (1, -16),
+    block 1 as its block 0 (1, -4), block 2 as its block 2 (1, -12): its group, lowest first,
+    is [0, 2, 1], wherever each was put. Request 1 (number 2) ranks block 3 as its block 0
+    (2, -4). Block 2 touched: (3, 0), the touched list's. Evicting 3 for request 1's offer of its
+    block 0 passes block 3 over and takes 0, 1 (request 0's) and 2 (the touched one), leaving
+    request 1's group alone in the heap. Block 3 cannot be evicted while its store has not landed;
+    2 blocks cannot be found: none is taken."""
+    s = initial_state(v1(64, 4), trace((0, 16, 1, (1, 2, 3, 4)), (0, 8, 1, (5, 6))))
+    rank_by, touch, evict = (interpreted(getattr(host_tier, name)) for name in ("rank_by", "touch", "evict"))
+    for b, k in ((0, 3), (1, 0), (2, 2)):
+        rank_by(s, 0, b, k)
+    rank_by(s, 1, 3, 0)
+    s.host_blocks[:4, state.HOST_KEY_END] = [16, 4, 12, 4]
+    s.host_blocks[3, state.HOST_KEY_CHAIN] = prefix_cache.key_chain(s, 1, 0)
+    assert lists(s) == ([], {0: [0, 2, 1], 1: [3]})
+    assert [int(s.host_blocks[b, state.HOST_RANK]) for b in range(4)] == \
+        [host_tier.RANK_SPAN - 16, host_tier.RANK_SPAN - 4, host_tier.RANK_SPAN - 12, 2 * host_tier.RANK_SPAN - 4]
+    touch(s, 2)
+    assert lists(s) == ([2], {0: [0, 1], 1: [3]}) and s.host_blocks[2, state.HOST_RANK] == 3 * host_tier.RANK_SPAN
+    assert evict(s, 3, 1, 0, 1)
+    assert s.host_work[state.CHOSEN_BLOCK, :3].tolist() == [0, 1, 2]
+    assert lists(s) == ([], {1: [3]}) and s.offload[0, state.OFFLOAD_HEAP_AT] == -1
+    s.host_blocks[3, state.HOST_PENDING] = 1  # its store not landed: it cannot be evicted
+    assert not evict(s, 1, 0, 0, 0)
+    s.host_blocks[3, state.HOST_PENDING] = 0
+    assert not evict(s, 2, 0, 0, 0) and lists(s) == ([], {1: [3]})
 
 
 def test_a_store_refused_is_made_again_as_its_request_finishes():

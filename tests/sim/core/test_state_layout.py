@@ -75,7 +75,7 @@ def test_every_table_is_contiguous_and_sized():
              "extent": state.EXTENT_COLUMNS, "buddy_orders": state.ORDER_COLUMNS, "holes": state.HOLE_COLUMNS,
              "radix_nodes": state.NODE_COLUMNS, "radix_request": state.RADIX_REQUEST_COLUMNS,
              "speculative": state.SPEC_COLUMNS,
-             "host_blocks": state.HOST_BLOCK_COLUMNS, "host_heap": state.HOST_HEAP_COLUMNS,
+             "host_blocks": state.HOST_BLOCK_COLUMNS, "host_work": state.HOST_WORK_COLUMNS,
              "offload": state.OFFLOAD_COLUMNS,
              "row_floats": state.ROW_FLOATS, "row_ints": state.ROW_INTS,
              "window": state.WINDOW_COLUMNS}
