@@ -26,6 +26,23 @@ def test_every_offload_step_is_vllms(name):
     assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
 
 
+# workloads whose co-finishers' touches order the LRU's tail: vLLM touches them in a Python set's
+# order (finished_req_ids, offloading/scheduler.py:2176-2182), by the process's hash seed
+CO_FINISHERS = {"offload-chunked": "step 25", "offload-running-lru": "step 42"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.xfail(
+    reason=f"{CO_FINISHERS[name]} under some hash seeds: co-finishers touched in a set's order", strict=False)]
+    if name in CO_FINISHERS else []) for name in OFFLOAD_WORKLOADS])
+def test_the_lru_order_is_vllms(name):
+    """The tier's whole eviction order at every step, not only the blocks it holds: vLLM's LRU
+    ranks (cpu/policies/lru.py) against pagesim's lists."""
+    workload = OFFLOAD_WORKLOADS[name]
+    ours, theirs = pagesim_steps.run(workload, order=True), vllm_offload.run(workload, order=True)
+    assert any(step.host_order for step in ours) and any(step.host_order for step in theirs)
+    assert_same_steps(name, workload, ours, theirs)
+
+
 def test_the_offload_workloads_reach_what_they_test():
     """On vLLM's side: loads (some past GPU hits), preemptions, host evictions; the known
     workloads reach their rule (a store refused, a load beside another)."""

@@ -34,10 +34,10 @@ set of prompt blocks it holds, each named by the first request and block index w
 has it: ``BlockNames``), and the GPU and host hit tokens of each admission whose lookup was
 made since the last record (an admission that loads, in a step that schedules nothing else,
 goes to the next record on both sides). ``host_order``: the tier's blocks in eviction order
-(vLLM: by its LRU policy's rank, cpu/policies/lru.py; pagesim: its LRU list from the head),
-recorded only when asked (``run(order=True)``): pagesim ranks blocks by their own touches where
-vLLM ranks a running request's blocks by the request (host_tier.py, "not modelled"), so the two
-orders part at once; what they decide, which blocks are evicted, is in the compared set.
+(vLLM: by its LRU policy's rank, cpu/policies/lru.py; pagesim: by its ranks, the order of its
+lists), recorded only when asked (``run(order=True)``): the two part only where requests that
+finished in one step touch their blocks, vLLM in a Python set's order, pagesim in finishing order
+(``test_the_lru_order_is_vllms``).
 """
 
 from __future__ import annotations
