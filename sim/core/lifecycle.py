@@ -361,6 +361,8 @@ def complete_step(s, now, family):
         if s.num_prompt_computed[i] < s.prompt_target[i]:
             continue  # a chunk, not the prompt's last
         c[STEPS_WITHOUT_TOKEN] = 0
+        if family == V1 and s.config[SPEC_TOKENS]:  # a padded admission's placeholders (speculative.pads)
+            speculative.placeholders_rejected(s, i)
         s.num_generated[i] += 1
         if math.isnan(s.first_token_s[i]):
             s.first_token_s[i] = now

@@ -271,15 +271,22 @@ def first_visible(s, in_flight, skipped):
 
 
 @njit
-def lookahead_end(s, i, target, budget):
-    """Speculative decoding with lookahead slots: the tokens admitting request ``i`` grows its
-    blocks to hold (kv_cache_manager.py:548-551, after the whole-sequence test :530-546): its
-    prefix-cache hits, its first chunk within ``budget``, and the lookahead slots."""
-    cached = 0
-    if s.config[PREFIX_CACHING]:
-        hits, _ = prefix_cache.count_hits(s, i, target)
-        cached = hits * s.config[BLOCK_SIZE]
-    return min(cached + min(target - cached, budget) + s.config[SPEC_LOOKAHEAD], s.config[MAX_SEQ_LEN])
+def hit_tokens(s, i, target):
+    """The tokens request ``i``'s prefix-cache hits cover, before it takes them."""
+    if not s.config[PREFIX_CACHING]:
+        return 0
+    hits, _ = prefix_cache.count_hits(s, i, target)
+    return hits * s.config[BLOCK_SIZE]
+
+
+@njit
+def lookahead_end(s, i, target, budget, drafts):
+    """Speculative decoding with lookahead slots or a padded token: the tokens admitting request
+    ``i`` grows its blocks to hold (kv_cache_manager.py:548-551, after the whole-sequence test
+    :530-546): its prefix-cache hits, its first chunk within ``budget`` (its one token and
+    ``drafts`` placeholders when padded: speculative.pads), and the lookahead slots."""
+    cached = hit_tokens(s, i, target)
+    return min(cached + min(target - cached, budget) + drafts + s.config[SPEC_LOOKAHEAD], s.config[MAX_SEQ_LEN])
 
 
 @njit
@@ -328,6 +335,8 @@ def admit_waiting(s, budget):
     # (requests loading host blocks hold a block-table row, of max_num_seqs: they count against it
     # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074)
     skipped = 0  # the positions past the holding part this pass passes over (skip_request: they keep them)
+    # what speculative.pads reads of the running list's pass: a request scheduled mid-prompt, any scheduled
+    running_prefill, scheduled_running = c[STEP_PREFILL_SEQS] > 0, budget < s.config[MAX_BATCHED_TOKENS]
     while budget > draft_slots and c[WAITING_LEN] and c[NUM_RUNNING] + c[NUM_LOADING] < s.config[MAX_NUM_SEQS]:
         p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
         if p < 0:
@@ -336,6 +345,7 @@ def admit_waiting(s, budget):
             break
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
+        drafts = 0  # placeholder drafts padding its one token (speculative.pads)
         if p < c[KV_HOLDING_WAITING]:  # its KV has arrived: admitted as any request, its blocks held
             if not holding_fits(s, i):
                 c[DEMAND_WAITING] = 1
@@ -361,10 +371,16 @@ def admit_waiting(s, budget):
                 if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
                     skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
                     continue
+            if s.config[SPEC_TOKENS]:  # one token left: padded to 1 + K, or none admitted (speculative.pads)
+                cached = gpu_hits * s.config[BLOCK_SIZE] if s.config[HOST_BLOCKS] else hit_tokens(s, i, target)
+                drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill,
+                                                                   scheduled_running) else 0
+                if 1 + drafts > budget - draft_slots:
+                    break
             watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
             need = blocks_to_admit(s, i, target)
-            if s.config[SPEC_LOOKAHEAD]:  # and the first chunk's slots with the lookahead ones
-                need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots)))
+            if s.config[SPEC_LOOKAHEAD] or drafts:  # and the first chunk's slots with the lookahead ones
+                need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots, drafts)))
             if need + watermark > kv_cache.num_free_blocks(s):
                 c[DEMAND_WAITING] = 1
                 break
@@ -394,7 +410,7 @@ def admit_waiting(s, budget):
                 cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget - draft_slots)
         spec = s.config[SPEC_TOKENS]
-        high = speculative.slots_needed(s, i, n) if spec else cached + n  # (and its lookahead slots)
+        high = speculative.slots_needed(s, i, n + drafts) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
         if s.config[SLIDING_GROUPS]:
@@ -404,6 +420,6 @@ def admit_waiting(s, budget):
         if s.config[HOST_BLOCKS]:
             host_tier.offer(s, i, s.num_computed_tokens[i])
         if spec:
-            speculative.scheduled(s, i, high, 0)
-        budget -= n + draft_slots
+            speculative.scheduled(s, i, high, drafts)
+        budget -= n + drafts + draft_slots
     return budget

@@ -35,11 +35,22 @@ the step the slots of rejected drafts. Without speculation they would be reserva
 request's final length) or internal fragmentation (above it), so those two categories give them
 up (:func:`split_categories`); the categories still sum to the capacity.
 
+**Padding** (:func:`pads`, ``scheduler.py:1308-1330``). An admission left with one token to
+compute (a resumed request, or a prompt whose prefix-cache hits stop one token short) is
+scheduled as ``1 + K`` query tokens, K of them placeholder drafts (-1: no drafter proposed
+them), when no running request scheduled in the step is mid-prompt, so that the step's batch
+stays uniform decodes for CUDA graphs; if ``1 + K`` exceeds the budget left, admissions stop
+there rather than schedule it unpadded. Its blocks grow for the ``1 + K`` and the lookahead
+slots; the placeholders are all rejected (the target never samples -1) and counted as vLLM's
+metrics count them, drafted and none accepted (``scheduler.py:2346-2370``,
+:func:`placeholders_rejected`).
+
 Not modelled: async scheduling's placeholders for drafts not yet known (``num_output_placeholders``;
 here a step's drafts are counted once the previous step's acceptance is known, while async
 scheduling still delays admissions as ``scheduler_v1.py`` says); n-gram's proposer finding no
-match (it always proposes K here: fold a miss into the acceptance rate); padding a resumed
-request's single token to ``1 + K`` (``scheduler.py:1308-1330``); dynamic K by batch size;
+match (it always proposes K here: fold a miss into the acceptance rate); the padding for a
+request whose KV was loaded (the host tier's: it joins the queue's holding part unpadded);
+the padded drafts' own attention reads in the step's price; dynamic K by batch size;
 EAGLE's and MTP's block hashes covering the token after each block (``config/vllm.py:677-693``)
 and multi-module MTP's chunk boundary rule (``scheduler.py:678-697``).
 """
@@ -61,6 +72,19 @@ def decode_tokens(s, i, budget):
     (scheduler.py:838-857). 1 without speculation."""
     n = 1 + s.config[SPEC_TOKENS]
     return min(n, budget - s.config[SPEC_DRAFT_SLOTS], s.config[MAX_SEQ_LEN] - s.num_computed_tokens[i] - 1)
+
+
+@njit(inline=True)
+def pads(s, cached, target, running_prefill, scheduled_running):
+    """Whether an admission with ``cached`` of its ``target`` tokens computed is padded to
+    ``1 + K`` query tokens (module docstring; scheduler.py:1308-1330): with speculation, one
+    token left, no running request scheduled in the step mid-prompt (``running_prefill``:
+    ``prefill_scheduled``, set by the running loop alone, :998), some running request scheduled
+    or some tokens computed (:1316), and room in ``max_model_len`` for the ``1 + K`` and the
+    token it samples (:1319-1325)."""
+    k = s.config[SPEC_TOKENS]
+    return (k > 0 and target - cached == 1 and not running_prefill and (scheduled_running or cached > 0)
+            and cached + 1 + k + 1 <= s.config[MAX_SEQ_LEN])
 
 
 @njit(inline=True)
@@ -144,6 +168,18 @@ def accept(s, i):
         kv_cache.compute_tokens(s, i, kept)
         enter(s, i)
     return kept
+
+
+@njit(inline=True)
+def placeholders_rejected(s, i):
+    """After the step: a padded admission's placeholder drafts (:func:`pads`) are all rejected,
+    counted as drafted, none accepted (scheduler.py:2346-2370); its computed tokens are its one
+    real token's already."""
+    drafts = s.speculative[i, SPEC_DRAFTS]
+    if drafts:
+        s.count[SPEC_DRAFTED] += drafts
+        s.count[SPEC_VERIFIED] += 1
+        s.speculative[i, SPEC_DRAFTS] = 0
 
 
 @njit(inline=True)

@@ -176,6 +176,11 @@ class Recorder:
         scheduled = {int(core.step_prefill_ids[k]): int(core.step_prefill_tokens[k])
                      for k in range(c[state.STEP_PREFILL_SEQS])}
         drafts, self.verifying = {}, {}
+        for i in list(scheduled) if speculating else ():  # an admission padded with placeholders (speculative.pads)
+            if core.speculative[i, state.SPEC_DRAFTS]:
+                drafts[i] = int(core.speculative[i, state.SPEC_DRAFTS])
+                scheduled[i] += drafts[i]
+                self.verifying[i] = int(core.num_generated[i])
         for i in core.running[:c[state.NUM_RUNNING]] if c[state.STEP_DECODE_SEQS] else ():  # v0: not in a prefill step
             if core.in_decode[i]:
                 assert int(i) not in scheduled, f"request {i} both prefills and decodes"

@@ -40,31 +40,22 @@ def test_every_step_is_vllms(name):
     assert_same_steps(name, workload, ours, theirs)
 
 
-# the known divergences: rules of vLLM's that pagesim does not model (sim/core/speculative.py)
-KNOWN = {
-    # A preempted request whose prefix-cache hits leave one token to compute is padded to 1 + K
-    # query tokens, K of them placeholder drafts, when nothing is prefilling in the step
-    # (scheduler.py:1308-1330, :1578-1582; for CUDA graphs of uniform decodes); pagesim schedules
-    # its one token. Here request 8 at step 25: vLLM 4 tokens (3 drafts), pagesim 1
-    "spec-prefix-resume": "vLLM pads a resumed request's one token to 1 + K (scheduler.py:1308-1330); "
-                          "pagesim does not",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.xfail(reason=KNOWN[name], strict=True)]
-                                               if name in KNOWN else []) for name in SPECULATIVE_WORKLOADS])
+@pytest.mark.parametrize("name", list(SPECULATIVE_WORKLOADS))
 def test_every_speculative_step_is_vllms(name):
     workload = SPECULATIVE_WORKLOADS[name]
     ours = pagesim_steps.run(workload)
     assert_same_steps(name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
-def test_the_known_divergence_is_the_padding_alone():
-    """spec-prefix-resume is identical on every step once vLLM's padding of a resumed request
-    is turned off (``vllm_v1.run(pad_resumed=False)``): nothing else of it differs."""
+def test_the_resumed_request_is_padded():
+    """spec-prefix-resume reaches the padding: request 8, preempted, resumes at step 25 with one
+    token left and is scheduled as 1 + 3 query tokens, 3 placeholder drafts (scheduler.py:
+    1308-1330; speculative.pads), on both sides; with vLLM's padding turned off
+    (``vllm_v1.run(pad_resumed=False)``) the two part there."""
     workload = SPECULATIVE_WORKLOADS["spec-prefix-resume"]
     ours = pagesim_steps.run(workload)
-    assert_same_steps("spec-prefix-resume", workload, ours, vllm_v1.run(workload, replay=ours, pad_resumed=False))
+    assert (ours[25].scheduled[8], ours[25].drafts[8], ours[25].kept[8]) == (4, 3, 0)
+    assert first_divergence(ours, vllm_v1.run(workload, replay=ours, pad_resumed=False)) == 25
 
 
 def test_the_speculative_workloads_reach_what_they_test():

@@ -248,3 +248,35 @@ def test_an_executor_outside_the_core_runs_speculation_only_if_it_only_times_the
     result = run_simulation(cfg, trace((0, 4, 10)), executor=timer)
     assert column(result, "start_s") == [0.0, 1.0, 2.0, 3.0]
     assert result.summary["spec_accepted_tokens"] == 9
+
+
+def hashed(*rows) -> pd.DataFrame:
+    """rows: (arrival_s, prompt_tokens, output_tokens, prefix hashes: one per 4 prompt tokens)."""
+    df = trace(*(row[:3] for row in rows))
+    df["prefix_hashes"] = [tuple(row[3]) for row in rows]
+    df.attrs["hash_block_tokens"] = BS
+    return df
+
+
+def test_an_admission_with_one_token_left_is_padded_to_k_plus_1():
+    """n-gram, K = 3, rate 0, prefix caching; vLLM pads such an admission's token with K
+    placeholder drafts (scheduler.py:1308-1330). A (t 0): prompt 5 (hash 1), output 1; its first
+    block stays cached. B (t 1): the same prompt, 4 tokens hit, 1 left, nothing running but B
+    has computed tokens: 1 + 3 query tokens, blocks for 4 + 4 = 8 (L 5, H 8: slack 3); the
+    placeholders are rejected: 3 drafted, none accepted, its one token.
+    With C (t 1, prompt 20, ahead of B) and a budget of 16: step 1 admits C's first 16 tokens
+    and nothing more; at step 2 C, running, is mid-prompt (4 tokens), so B is not padded: 1
+    token (an admission before B would not have stopped it: prefill_scheduled is the running
+    list's, :998)."""
+    cfg = v1(64, num_speculative_tokens=3, spec_acceptance_rate=0.0, prefix_caching=True)
+    padded = run_simulation(cfg, hashed((0, 5, 1, (1,)), (1, 5, 1, (1,))))
+    assert column(padded, "num_prefill_tokens") == [5, 1]
+    assert column(padded, "num_decode_tokens") == [0, 3]  # the placeholders, verified as drafts
+    assert column(padded, "mem_speculative_slack") == [0, 3]
+    assert (padded.summary["spec_draft_tokens"], padded.summary["spec_acceptance_rate"]) == (3, 0.0)
+    beside = run_simulation(v1(64, num_speculative_tokens=3, spec_acceptance_rate=0.0, prefix_caching=True,
+                               max_num_batched_tokens=16),
+                            hashed((0, 5, 1, (1,)), (1, 20, 1, (2, 3, 4, 5, 6)), (1, 5, 1, (1,))))
+    assert column(beside, "num_prefill_tokens") == [5, 16, 4 + 1]
+    assert column(beside, "mem_speculative_slack") == [0, 0, 0]
+    assert beside.summary["spec_draft_tokens"] == 0
