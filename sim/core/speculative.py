@@ -48,9 +48,8 @@ metrics count them, drafted and none accepted (``scheduler.py:2346-2370``,
 Not modelled: async scheduling's placeholders for drafts not yet known (``num_output_placeholders``;
 here a step's drafts are counted once the previous step's acceptance is known, while async
 scheduling still delays admissions as ``scheduler_v1.py`` says); n-gram's proposer finding no
-match (it always proposes K here: fold a miss into the acceptance rate); the padding for a
-request whose KV was loaded (the host tier's: it joins the queue's holding part unpadded);
-the padded drafts' own attention reads in the step's price; dynamic K by batch size;
+match (it always proposes K here: fold a miss into the acceptance rate); the padded drafts'
+own attention reads in the step's price; dynamic K by batch size;
 EAGLE's and MTP's block hashes covering the token after each block (``config/vllm.py:677-693``)
 and multi-module MTP's chunk boundary rule (``scheduler.py:678-697``).
 """
