@@ -16,15 +16,19 @@ that names the GPU block (its prefix's block hash: scheduler.py:412-429), in a m
 in lists in rank order (``Core.host_blocks``' ``HOST_GROUP``, ``HOST_PREV``, ``HOST_NEXT``).
 
 **What is stored, and when** (``_build_store_jobs``, scheduler.py:1815-2101): each step, every
-scheduled request offers the prompt blocks its step fills (``num_computed + scheduled`` tokens,
-cut to the prompt: ``offload_prompt_only`` is True by default, kv_offload/base.py:725-731,
+scheduled request offers the prompt blocks its step fills (``num_computed + scheduled`` tokens, cut
+to the prompt: ``offload_prompt_only`` is True by default, kv_offload/base.py:725-731,
 scheduler.py:762-771), from where its offers stopped; an admission starts them at its first block
 (scheduler.py:1241-1244), GPU prefix hits included, and past its host hits when it loads
-(``CHUNK_LEVEL``, scheduler.py:1468-1472). A block the tier holds is only touched; a new one takes
-a free host block or evicts the LRU head (``prepare_store``, cpu/manager.py:262-360). Its bytes go
-GPU -> host on the link's store direction, in submission order (``SingleDirectionOffloadingHandler``,
-cpu/gpu_worker.py:284-289, one handler per direction :872-875): a lookup finds it once they are
-there (a chunk is not ready before ``complete_store``, cpu/manager.py:197-205, 362-380).
+(``CHUNK_LEVEL``, scheduler.py:1468-1472). The step's offers are made once its scheduling pass has
+made every lookup, in scheduling order (``build_connector_meta``, scheduler.py:2168, after
+``schedule``'s lookups, v1 scheduler.py:1139: ``scheduler_v1.offer_scheduled``), so a store cannot
+evict what a later admission of the same pass finds. A block the tier holds is only touched; a new
+one takes a free host block or evicts the LRU head (``prepare_store``, cpu/manager.py:262-360). Its
+bytes go GPU -> host on the link's store direction, in submission order
+(``SingleDirectionOffloadingHandler``, cpu/gpu_worker.py:284-289, one handler per direction
+:872-875): a lookup finds it once they are there (a chunk is not ready before ``complete_store``,
+cpu/manager.py:197-205, 362-380).
 
 **A hit.** At admission, past the GPU prefix cache's hits, the consecutive blocks the tier holds
 ready extend the prefix (``_maximal_prefix_lookup``, scheduler.py:773-803), within the GPU's limit
@@ -61,7 +65,9 @@ scheduler.py:786-802); a store counts from the step that computes it where vLLM 
 next step's start (worker.py ``prepare_store_kv``); a full-prompt host hit stops one block short as
 a GPU hit does, where vLLM loads it and recomputes the last token (scheduler.py:3510-3512); the
 blocks a request offered or loaded in its life are counted as one range (vLLM keeps the set: a
-block whose store had not landed when it offered it is touched here at its finish, not there); the
+block whose store had not landed when it offered it is touched here at its finish, not there), and
+a block it reads or offers again rises to its rank each time (vLLM only at its first use of the key
+in its life, ``seen_keys``, cpu/manager.py:163-183: after a refused store or a readmission); the
 requests one step finished touch their blocks in finishing order (vLLM: a Python set's); a finished
 request's last store is made from blocks its release already freed (vLLM holds them until it
 lands).

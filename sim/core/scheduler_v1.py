@@ -99,15 +99,31 @@ def schedule(s):
     c[STEP_DRAFT_CONTEXT] = 0
     if s.clock[CLIENT_TIMEOUT_S] < np.inf:
         abort_timed_out(s)
-    budget, preempted, context_sum = schedule_running(s)
+    budget, preempted, context_sum, reached = schedule_running(s)
+    ran = c[NUM_RUNNING]  # the running list after its pass: those admitted join it past here
     if not preempted:
         admit_waiting(s, budget)
     if s.config[HOST_BLOCKS]:
+        offer_scheduled(s, reached, ran)
         host_tier.touch_finished(s)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
     s.clock[LAST_SCHEDULE_S] = s.clock[NOW]
     return context_sum
+
+
+@njit
+def offer_scheduled(s, reached, ran):
+    """The step's stores, once the pass has made every lookup (``build_connector_meta``'s
+    ``_build_store_jobs``, offloading/scheduler.py:2168, after ``schedule``'s lookups,
+    scheduler.py:1139): the prompt blocks each scheduled request fills go to the host tier, in
+    scheduling order: the running requests the pass reached (``running[:reached]``), then those
+    it admitted (``running[ran:]``). A store made at its admission would evict blocks that a
+    request admitted after it in the same pass finds in vLLM's lookup."""
+    for k in range(s.count[NUM_RUNNING]):
+        if k < reached or k >= ran:
+            i = s.running[k]
+            host_tier.offer(s, i, s.num_computed_tokens[i])
 
 
 @njit
@@ -201,8 +217,6 @@ def schedule_running(s):
             kv_cache.compute_tokens(s, i, 1)
             context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
                 s.num_computed_tokens[i]
-        if s.config[HOST_BLOCKS]:  # the prompt blocks it fills go to the host tier (a refused store again)
-            host_tier.offer(s, i, s.num_computed_tokens[i])
         if spec:  # its drafts: the query tokens beyond the first of a decode
             speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
         budget -= n + draft_slots
@@ -215,7 +229,7 @@ def schedule_running(s):
             s.in_decode[i] = 0
             c[DECODE_SET_SIZE] -= 1
     c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
-    return budget, preempted, context_sum
+    return budget, preempted, context_sum, k
 
 
 @njit
@@ -417,8 +431,6 @@ def admit_waiting(s, budget):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
-        if s.config[HOST_BLOCKS]:
-            host_tier.offer(s, i, s.num_computed_tokens[i])
         if spec:
             speculative.scheduled(s, i, high, drafts)
         budget -= n + drafts + draft_slots

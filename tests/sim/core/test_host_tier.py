@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import host_tier, lifecycle, prefix_cache, replay, state
+from pagesim.sim.core import host_tier, lifecycle, prefix_cache, replay, scheduler_v1, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, run_simulation
@@ -129,6 +129,7 @@ def test_a_recompute_stores_its_prompt_blocks_only():
     s.num_generated[A] = 4
     lifecycle.restart(s, A)
     admit_waiting_v1(s, 16)
+    interpreted(scheduler_v1.offer_scheduled)(s, 0, 0)  # the step's stores, after the pass
     assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
     assert s.count[state.HOST_STORED_BLOCKS] == 2
     assert host_lru(s) == [key((1, 2)), key((1,))]  # by the request, its deeper block first
@@ -323,3 +324,21 @@ def test_a_store_refused_is_made_again_as_its_request_finishes():
     s = run_core(v1(64, 3, max_num_seqs=2), trace((0, 8, 3, (1, 2)), (0, 8, 1, (3, 4))))
     assert sorted(host_lru(s)) == sorted([key((1,)), key((3,)), key((3, 4))])
     assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
+
+
+def test_a_pass_stores_after_its_lookups():
+    """vLLM prepares a step's stores in ``build_connector_meta``, once ``schedule`` has made every
+    lookup (offloading/scheduler.py:687-693, :2168; v1 scheduler.py:1139), so a store cannot evict
+    what a request admitted later in the same pass finds (scheduler_v1.offer_scheduled). A pool of
+    8 blocks, a host tier of 2.
+
+    B (t 0): prompt 8, hashes 3 4: B0, B1 stored. D (t 1): prompt 29, 8 blocks: the GPU evicts
+        B's; its 7 prompt blocks do not fit the tier: refused.
+    A (prompt 8, hashes 1 2) and C (prompt 12, hashes 3 4 5) at t 2, A first: A is admitted;
+        C's lookup finds B0 and B1 in the tier (the GPU has neither): it loads them (8 tokens).
+        Then A's store: 2 blocks to evict, both being loaded: refused (and again as A
+        finishes). Stored at A's admission, A's blocks would have evicted B's: no hit for C."""
+    t = trace((0, 8, 1, (3, 4)), (1, 29, 1, range(11, 19)), (2, 8, 1, (1, 2)), (2, 12, 1, (3, 4, 5)))
+    s = run_core(v1(32, 2), t)
+    assert s.count[state.HOST_HIT_TOKENS] == 8
+    assert key((1,)) not in host_lru(s) and key((1, 2)) not in host_lru(s)
