@@ -132,7 +132,7 @@ def test_a_request_that_preempts_itself_lets_the_requests_after_it_run():
     it (scheduler.py:982-992): Y's 5th token takes that block. X and Y decode; the budget lost
     only their 2 tokens."""
     s = three_running("priority")
-    budget, preempted, context = schedule_running_v1(s)
+    budget, preempted, context, _ = schedule_running_v1(s)
     assert preempted and s.num_preemptions.tolist() == [0, 1, 0]
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2]
     assert s.count[state.STEP_DECODE_SEQS] == 2 and budget == 14 and context == 5 + 5
@@ -142,7 +142,7 @@ def test_fcfs_preempts_the_last_running_request_first():
     """The same state under FCFS: V's tokens preempt the last running request, Y (1 block
     free: still not the 2 V needs), then V itself; only X decodes."""
     s = three_running("fcfs")
-    budget, preempted, context = schedule_running_v1(s)
+    budget, preempted, context, _ = schedule_running_v1(s)
     assert s.num_preemptions.tolist() == [0, 1, 1]
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0]
     assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 15 and context == 5
@@ -163,7 +163,7 @@ def test_a_victim_scheduled_earlier_gives_back_its_prefill_chunk():
             add_arrival(s, i)
         admitted(s, P, 4, False)
         admitted(s, Q, 8, True)
-        budget, preempted, context = schedule_running_v1(s)
+        budget, preempted, context, _ = schedule_running_v1(s)
         assert preempted, policy
         assert s.count[state.STEP_PREFILL_TOKENS] == prefill and s.count[state.STEP_PREFILL_SEQS] == int(prefill > 0)
         assert s.count[state.STEP_DECODE_SEQS] == decode and budget == left, policy
@@ -218,7 +218,7 @@ def test_a_victim_scheduled_earlier_gives_back_its_decode_token_and_context():
     admitted(s, B, 5, True)
     admitted(s, A, 4, True)
     assert kv_cache.num_free_blocks(s) == 0
-    budget, preempted, context = schedule_running_v1(s)
+    budget, preempted, context, _ = schedule_running_v1(s)
     assert preempted and s.num_preemptions.tolist() == [1, 0]
     assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 15 and context == 5
 

@@ -147,10 +147,10 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     kv_cache.compute_tokens(s, Z, 4)
     s.num_prompt_computed[Z] = 4
     assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1
-    budget, preempted, _ = schedule_running_v1(s)
+    budget, preempted, _, reached = schedule_running_v1(s)
     assert preempted and s.num_preemptions.tolist() == [0, 1]
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [A] and s.status[Z] == state.WAITING
-    assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 7  # A decoded; Z took nothing
+    assert s.count[state.STEP_DECODE_SEQS] == 1 and budget == 7 and reached == 1  # A decoded; Z took nothing
     assert kv_cache.num_free_blocks(s) == 1
 
 
