@@ -57,8 +57,8 @@ REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "s
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
                    "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
-                   "predictor_draw", "radix_request", "speculative", "offload", "load_ready_s", "window",
-                   "admitted_s")
+                   "predictor_draw", "radix_request", "speculative", "offload", "host_seen", "load_ready_s",
+                   "window", "admitted_s")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
 # and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other

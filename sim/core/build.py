@@ -267,7 +267,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
         **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
-        **host_tier_arrays(config, count, clock, limits, n),
+        **host_tier_arrays(config, count, clock, limits, n, t.prompt // block_size),
         window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64),
         admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
@@ -323,11 +323,12 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     return dict(radix_nodes=nodes, radix_request=request)
 
 
-def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
+def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks: np.ndarray) -> dict:
     """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
     of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
-    the link's price per block, the per-request columns (one row each without it), and when each
-    request's KV load ends, whatever loads it."""
+    the link's price per block, the per-request columns (one row each without it), an entry for
+    each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
+    it used its key, and when each request's KV load ends, whatever loads it."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
@@ -338,9 +339,13 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int) -> dict:
     entries[:, state.ENTRY_BLOCK] = -1
     offload = np.zeros((max(n, 1) if blocks else 1, state.OFFLOAD_COLUMNS), np.int64)
     offload[:, state.OFFLOAD_FRONT] = offload[:, state.OFFLOAD_HEAP_AT] = -1
+    seen_at = np.concatenate([[0], np.cumsum(prompt_blocks, dtype=np.int64)]) if blocks else np.zeros(1, np.int64)
+    if blocks:
+        offload[:n, state.OFFLOAD_SEEN_AT] = seen_at[:n]
     return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
                 host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, 1)), np.int64),
                 host_ready_s=np.zeros(max(blocks, 1)), offload=offload,
+                host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int8),
                 load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
 
 

@@ -49,9 +49,11 @@ overlap compute), so the time shows in its TTFT, not in a step's price.
 **LRU order** (cpu/policies/lru.py): each block has a rank, the lowest evicted first. A request
 takes a number from the tier's one counter at its first store or load, kept for its life; a block
 it stores ranks (its number, -the block's end token), and one it reads (a ready block it offers
-again, or loads) rises to that rank where it was lower (``insert``, ``on_request_access``,
-lru.py:108-153): a running request's blocks rank together, its deepest first. When a request
-finishes, the blocks it offered or loaded in its life are touched from its deepest to its first,
+again, or loads) rises to that rank where it was lower, the first time the request uses its key
+(``insert``, ``on_request_access``, lru.py:108-153; the keys a request has recorded,
+cpu/manager.py:163-183: :func:`record`): a running request's blocks rank together, its deepest
+first. When a request finishes, the keys it recorded in its life (an offer's new ones, stored or
+not, and those the tier held ready; a load's) are touched from its deepest to its first,
 each a new number, so its first block is the most recent (``on_request_finished``, lru.py:155-166,
 ``order_request_keys``, policies/base.py:8-20; cpu/manager.py:422-452). A block whose store has
 not landed, or being loaded, is pinned (``ref_cnt``, cpu/manager.py:213-261, 362-380), and the
@@ -64,10 +66,6 @@ whose store has not landed ends the hit where vLLM defers the request a step (``
 scheduler.py:786-802); a store counts from the step that computes it where vLLM submits it at the
 next step's start (worker.py ``prepare_store_kv``); a full-prompt host hit stops one block short as
 a GPU hit does, where vLLM loads it and recomputes the last token (scheduler.py:3510-3512); the
-blocks a request offered or loaded in its life are counted as one range (vLLM keeps the set: a
-block whose store had not landed when it offered it is touched here at its finish, not there), and
-a block it reads or offers again rises to its rank each time (vLLM only at its first use of the key
-in its life, ``seen_keys``, cpu/manager.py:163-183: after a refused store or a readmission); the
 requests one step finished touch their blocks in finishing order (vLLM: a Python set's); a finished
 request's last store is made from blocks its release already freed (vLLM holds them until it
 lands).
@@ -84,7 +82,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HO
                                     HOST_LAST_RANK, HOST_LOADED_BLOCKS, HOST_RANK, HOST_STORED_BLOCKS,
                                     HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
                                     OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, OFFLOAD_RANK,
-                                    OFFLOAD_SEEN_END, OFFLOAD_SEEN_FROM, STORE_LINK_FREE_S, WAITING_HEAD)
+                                    OFFLOAD_SEEN_AT, STORE_LINK_FREE_S, WAITING_HEAD)
 from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
 from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
@@ -274,21 +272,28 @@ def touch(s, b):
 
 @njit(inline=True)
 def access(s, i, b, k):
-    """Request ``i`` reads or offers host block ``b``, its block ``k``: the block ranks at least by
-    the request, its deeper blocks first (``on_request_access``, lru.py:133-153)."""
+    """Request ``i`` reads or offers host block ``b``, its block ``k``: the first time in its life
+    (:func:`record`) the block ranks at least by the request, its deeper blocks first
+    (``on_request_access``, lru.py:133-153). Returns whether it was the first time."""
+    if not record(s, i, k):
+        return False
     if request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE] > s.host_blocks[b, HOST_RANK]:
         unlink(s, b)
         rank_by(s, i, b, k)
+    return True
 
 
 @njit(inline=True)
-def seen(s, i, first, end):
-    """Request ``i`` has offered or loaded its blocks ``first..end``: the keys its finish touches
-    are those it used in its whole life, over its admissions (``_RequestCacheAccess``,
-    cpu/manager.py:36-47, 152-185)."""
-    if s.offload[i, OFFLOAD_SEEN_END] == 0 or first < s.offload[i, OFFLOAD_SEEN_FROM]:
-        s.offload[i, OFFLOAD_SEEN_FROM] = first
-    s.offload[i, OFFLOAD_SEEN_END] = max(end, s.offload[i, OFFLOAD_SEEN_END])
+def record(s, i, k):
+    """Request ``i`` offers or loads its block ``k``'s key (an offer's new keys, stored or not,
+    and those the tier holds ready; a load's): True the first time in its life, when vLLM records
+    it (``_record_request_cache_access``, cpu/manager.py:163-183, 303-310; its ``seen_keys`` last
+    the request's life, :36-47). Its finish touches the keys recorded."""
+    at = s.offload[i, OFFLOAD_SEEN_AT] + k  # (k is a prompt block: only those are offered, or held)
+    if s.host_seen[at]:
+        return False
+    s.host_seen[at] = 1
+    return True
 
 
 @njit(inline=True)
@@ -381,7 +386,6 @@ def start_load(s, i, gpu_hits, host_hits):
     c, bs = s.count, s.config[BLOCK_SIZE]
     for k in range(gpu_hits, gpu_hits + host_hits):  # read by it (prepare_load, cpu/manager.py:213-238)
         access(s, i, find(s, i, k), k)
-    seen(s, i, gpu_hits, gpu_hits + host_hits)
     s.num_computed_tokens[i] += host_hits * bs
     c[COMPUTED_SLOTS] += host_hits * bs
     start = max(s.clock[NOW], s.clock[LOAD_LINK_FREE_S])
@@ -428,17 +432,17 @@ def store(s, i, first, end):
     c, bs = s.count, s.config[BLOCK_SIZE]
     land(s)
     new = 0
-    for k in range(first, end):
+    for k in range(first, end):  # (a key whose store has not landed is passed over: cpu/manager.py:275-280)
         b = find(s, i, k)
         if b < 0:
+            if record(s, i, k):  # recorded before its store may fail (cpu/manager.py:303-310)
+                request_rank(s, i)  # (on_request_access takes the request's number: lru.py:138)
             if new < s.config[HOST_BLOCKS]:  # (more cannot be stored: the store fails below)
                 s.host_work[NEW_BLOCK, new] = k
             new += 1
         elif s.host_ready_s[b] <= s.clock[NOW]:
             access(s, i, b, k)
-    seen(s, i, first, end)  # (a key whose store has not landed too: not vLLM's, which skips it)
     if new:
-        request_rank(s, i)  # taken as the offer is recorded, before its store may fail (cpu/manager.py:296-305)
         evicting = new - (s.config[HOST_BLOCKS] - c[HOST_USED])
         # more than the landed blocks (a bound on the evictable ones) fails at once, as vLLM's
         # count of them does (cpu/manager.py:321-324); else evict may find too few
@@ -477,15 +481,17 @@ def admitted(s, i):
 
 @njit
 def finished(s, i):
-    """Request ``i`` finished: the keys it offered or loaded in its life (:func:`seen`) are
-    touched, its deepest first (its first the most recent: ``on_request_finished``,
-    cpu/manager.py:422-452, lru.py:155-166); a request admitted with a load offers none of its
-    GPU hits (offloading/scheduler.py:1471-1472), so those are not touched unless it offered
-    them in an earlier admission."""
-    for k in range(s.offload[i, OFFLOAD_SEEN_END] - 1, s.offload[i, OFFLOAD_SEEN_FROM] - 1, -1):
-        b = find(s, i, k)
-        if b >= 0:
-            touch(s, b)
+    """Request ``i`` finished: the keys it recorded in its life (:func:`record`) are touched, its
+    deepest first (its first the most recent: ``on_request_finished``, cpu/manager.py:422-452,
+    lru.py:155-166); a request admitted with a load offers none of its GPU hits
+    (offloading/scheduler.py:1471-1472), so those are not touched unless it offered them in an
+    earlier admission."""
+    at = s.offload[i, OFFLOAD_SEEN_AT]
+    for k in range(s.prompt_tokens[i] // s.config[BLOCK_SIZE] - 1, -1, -1):
+        if s.host_seen[at + k]:
+            b = find(s, i, k)
+            if b >= 0:
+                touch(s, b)
     s.offload[i, OFFLOAD_OFFERED] = -1  # done with the tier
 
 

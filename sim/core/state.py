@@ -440,8 +440,7 @@ table("offload", """
     OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)
     OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
     OFFLOAD_RANK        its rank in the host tier's LRU, given at its first store or load (0: none)
-    OFFLOAD_SEEN_FROM   the first of its blocks it has offered or loaded in its life
-    OFFLOAD_SEEN_END    and one past the last (0: none yet)
+    OFFLOAD_SEEN_AT     its first entry in Core.host_seen (one for each of its prompt blocks)
     OFFLOAD_FRONT       the first (lowest-ranked, its deepest) of the host blocks ranking by it (-1: none)
     OFFLOAD_HEAP_AT     its place in the heap of groups (GROUP_HEAP; -1: not there)
 """, size="OFFLOAD_COLUMNS")
@@ -590,13 +589,15 @@ class Core(NamedTuple):
     # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
     # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), its LRU's
     # heap of groups and evict's work (host_work's rows), when each block's store is on the host,
-    # and per request its OFFLOAD_* columns; and, per request in
+    # per request its OFFLOAD_* columns, and per prompt block of each request 1 once the request
+    # has offered or loaded its key (host_seen, from OFFLOAD_SEEN_AT: vLLM's seen_keys); and, per request in
     # every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
     host_work: np.ndarray
     host_ready_s: np.ndarray
     offload: np.ndarray
+    host_seen: np.ndarray
     load_ready_s: np.ndarray
     # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
     window: np.ndarray

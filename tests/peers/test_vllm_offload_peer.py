@@ -76,6 +76,29 @@ def test_random_offload_workloads_are_vllms(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
 
 
+# drawn workloads that found a rule beside vLLM (README.md), kept for it: a pass's stores made after
+# all its lookups (43, 159: scheduler_v1.offer_scheduled), a key's rank raised only at the request's
+# first use of it in its life (139) and a finish touching the keys recorded (159: host_tier.record)
+FOUND_BY = (43, 139, 159)
+
+
+@pytest.mark.parametrize("seed", FOUND_BY)
+def test_the_drawn_workloads_that_found_a_rule_are_vllms(seed):
+    workload = random_offload(seed)
+    assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
+
+
+def raising_at_every_use(host_tier):
+    """host_tier.record saying every use is the first: a key's rank raised at each offer and load,
+    not only at the request's first use of it (cpu/manager.py:163-183, its ``seen_keys``)."""
+    record = host_tier.record
+
+    def every(s, i, k):
+        record(s, i, k)
+        return True
+    return every
+
+
 def touching_every_block(host_tier, head_first):
     """host_tier.finished touching every block below a finished request's offers' end, its GPU
     hits a load skipped included (vLLM touches the keys offered or loaded: cpu/manager.py:163-189),
@@ -118,12 +141,15 @@ def ranking_each_block(host_tier):
 
 
 def seeing_the_last_admission(host_tier):
-    """host_tier.seen forgetting what a request offered or loaded before its last admission
+    """host_tier.admitted forgetting the keys a request recorded before its last admission
     (vLLM's ``_RequestCacheAccess`` lasts the request's life: cpu/manager.py:36-47)."""
-    def seen(s, i, first, end):
-        s.offload[i, host_tier.OFFLOAD_SEEN_FROM] = first
-        s.offload[i, host_tier.OFFLOAD_SEEN_END] = end
-    return seen
+    admitted = host_tier.admitted
+
+    def forgetting(s, i):
+        admitted(s, i)
+        at = s.offload[i, host_tier.OFFLOAD_SEEN_AT]
+        s.host_seen[at:at + s.prompt_tokens[i] // s.config[host_tier.BLOCK_SIZE]] = 0
+    return forgetting
 
 
 def offering_once(host_tier):
@@ -143,8 +169,9 @@ def offering_once(host_tier):
                                               ("finished-gpu-hits", "offload-finish-touch", 32),
                                               ("land", "offload-pinned", 0),
                                               ("request_rank", "offload-running-lru", 21),
-                                              ("seen", "offload-lru", 114),
-                                              ("offer", "offload-pinned", 1)])
+                                              ("admitted", "offload-pinned", 242),
+                                              ("offer", "offload-pinned", 1),
+                                              ("record", 139, 2)])
 def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, rule, name, step):
     """pagesim's host tier rules, each broken at run time (interpreted core), diverge from vLLM
     at a known step: a finished request's blocks touched head first (its first block then
@@ -157,9 +184,9 @@ def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, ru
 
     broken = {"finished": lambda tier: touching_every_block(tier, head_first=True), "count_hits": one_block_short,
               "finished-gpu-hits": lambda tier: touching_every_block(tier, head_first=False),
-              "land": landing_at_once, "request_rank": ranking_each_block, "seen": seeing_the_last_admission,
-              "offer": offering_once}[rule](host_tier)
-    workload = OFFLOAD_WORKLOADS[name]
+              "land": landing_at_once, "request_rank": ranking_each_block, "admitted": seeing_the_last_admission,
+              "offer": offering_once, "record": raising_at_every_use}[rule](host_tier)
+    workload = OFFLOAD_WORKLOADS[name] if isinstance(name, str) else random_offload(name)
     theirs = vllm_offload.run(workload)
     monkeypatch.setattr(host_tier, rule.split("-")[0], broken)
     assert first_divergence(pagesim_steps.run(workload), theirs) == step

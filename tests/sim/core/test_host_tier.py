@@ -342,3 +342,46 @@ def test_a_pass_stores_after_its_lookups():
     s = run_core(v1(32, 2), t)
     assert s.count[state.HOST_HIT_TOKENS] == 8
     assert key((1,)) not in host_lru(s) and key((1, 2)) not in host_lru(s)
+
+
+def test_a_request_raises_a_key_at_its_first_use_only():
+    """vLLM records the keys each request uses (``seen_keys``, cpu/manager.py:163-183): a key it
+    holds rises to the request's rank at the request's first use of it only. The functions by
+    hand (interpreted), a tier of 2, prompts of 8; each offer a second after the last (the stores
+    before it landed). R0: hashes 1 2; R1: 1 5; R2: 7 8. A is the key of hash 1's block.
+    R1 offers its block 1 alone: number 1, (1, -8). R0 offers block 0: A at number 2, (2, -4).
+    R2 offers 0-1: both evicted; R2's at number 3. R1 offers block 0: A again, at R1's (1, -4),
+        evicting R2's block 1 (3, -8).
+    R0 offers 0-1: A is held, but R0 used it before: no rise, A stays (1, -4) (raised, it would
+        rank (2, -4)); R0's block 1 is stored, evicting R2's block 0 (A is the offer's own)."""
+    t = trace((0, 8, 1, (1, 2)), (0, 8, 1, (1, 5)), (0, 8, 1, (7, 8)))
+    s = initial_state(v1(64, 2), t)
+    store = interpreted(host_tier.store)
+    for i, first, end in ((1, 1, 2), (0, 0, 1), (2, 0, 2), (1, 0, 1), (0, 0, 2)):
+        s.clock[state.NOW] += 1.0
+        store(s, i, first, end)
+    held = {(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN])): int(row[state.HOST_RANK])
+            for row in s.host_blocks[:2]}
+    assert held == {key((1,)): host_tier.RANK_SPAN - 4, key((1, 2)): 2 * host_tier.RANK_SPAN - 8}
+
+
+def test_a_finish_touches_the_keys_its_request_used():
+    """The finish touches the keys the request used in its life, deepest first (cpu/manager.py:
+    422-452), not those it holds in its prompt. Interpreted, a tier of 8, R0 and R1 both prompt
+    16, hashes 1 2 3 4 (the same keys), each offer a second after the last.
+    R0 offers blocks 0-1: (1, -4), (1, -8). R1 offers 0-3: it reads 0-1, its first use: (2, -4),
+        (2, -8); stores 2-3: (2, -12), (2, -16). R0 finishes: its keys 1, 0 touched: (3, 0),
+        (4, 0); blocks 2 and 3, in its prompt but never used by it, keep R1's ranks."""
+    s = initial_state(v1(64, 8), trace((0, 16, 1, (1, 2, 3, 4)), (0, 16, 1, (1, 2, 3, 4))))
+    store, finished = (interpreted(getattr(host_tier, name)) for name in ("store", "finished"))
+    span = host_tier.RANK_SPAN
+
+    def ranks():
+        return {int(s.host_blocks[b, state.HOST_KEY_END]) // BS - 1: int(s.host_blocks[b, state.HOST_RANK])
+                for b in range(int(s.count[state.HOST_USED]))}
+    for i, end in ((0, 2), (1, 4)):
+        s.clock[state.NOW] += 1.0
+        store(s, i, 0, end)
+    assert ranks() == {0: 2 * span - 4, 1: 2 * span - 8, 2: 2 * span - 12, 3: 2 * span - 16}
+    finished(s, 0)
+    assert ranks() == {0: 4 * span, 1: 3 * span, 2: 2 * span - 12, 3: 2 * span - 16}
