@@ -77,12 +77,11 @@ import numpy as np
 
 from pagesim.sim.core import prefix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCK_S, HOST_BLOCKS, HOST_EVICTIONS,
-                                    HOST_GROUPS, HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
-                                    HOST_LAST_RANK, HOST_LOADED_BLOCKS, HOST_RANK, HOST_STORED_BLOCKS,
-                                    HOST_TABLE_MASK, HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING,
-                                    OFFLOAD_GPU_HITS, OFFLOAD_LOADING, OFFLOAD_OFFERED, OFFLOAD_RANK,
-                                    OFFLOAD_SEEN_AT, STORE_LINK_FREE_S, WAITING_HEAD)
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOST_BLOCK_S, HOST_EVICTIONS, HOST_GROUPS,
+                                    HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, HOST_LAST_RANK,
+                                    HOST_LOADED_BLOCKS, HOST_RANK, HOST_REFUSED, HOST_STORED_BLOCKS, HOST_TABLE_MASK,
+                                    HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING, OFFLOAD_GPU_HITS, OFFLOAD_LOADING,
+                                    OFFLOAD_OFFERED, OFFLOAD_RANK, OFFLOAD_SEEN_AT, STORE_LINK_FREE_S, WAITING_HEAD)
 from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
 from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
@@ -447,6 +446,7 @@ def store(s, i, first, end):
         # more than the landed blocks (a bound on the evictable ones) fails at once, as vLLM's
         # count of them does (cpu/manager.py:321-324); else evict may find too few
         if evicting > landed(s) or evicting > 0 and not evict(s, evicting, i, first, end):
+            c[HOST_REFUSED] = 1  # offered again at its next step (scheduler_v1.offer_scheduled)
             return
         for taken in range(new):
             k = s.host_work[NEW_BLOCK, taken]
@@ -469,6 +469,12 @@ def store(s, i, first, end):
             s.host_ready_s[b] = s.clock[STORE_LINK_FREE_S]
             c[HOST_STORED_BLOCKS] += 1
     s.offload[i, OFFLOAD_OFFERED] = max(end, s.offload[i, OFFLOAD_OFFERED])
+
+
+@njit(inline=True)
+def lags(s, i):
+    """Whether running request ``i``'s offers lag the blocks it has computed (a store refused)."""
+    return s.offload[i, OFFLOAD_OFFERED] < min(s.num_computed_tokens[i], s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
 
 
 @njit(inline=True)

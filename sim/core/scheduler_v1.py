@@ -80,7 +80,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HOST_BLOCKS, NUM_FREE_SLOTS, NUM_LOADING
+from pagesim.sim.core.state import HOST_BLOCKS, HOST_REFUSED, NUM_FREE_SLOTS, NUM_LOADING
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -119,11 +119,22 @@ def offer_scheduled(s, reached, ran):
     scheduler.py:1139): the prompt blocks each scheduled request fills go to the host tier, in
     scheduling order: the running requests the pass reached (``running[:reached]``), then those
     it admitted (``running[ran:]``). A store made at its admission would evict blocks that a
-    request admitted after it in the same pass finds in vLLM's lookup."""
-    for k in range(s.count[NUM_RUNNING]):
-        if k < reached or k >= ran:
-            i = s.running[k]
+    request admitted after it in the same pass finds in vLLM's lookup. While no store refused
+    lags (``HOST_REFUSED``), only the step's prefill chunks have blocks to offer, in the same
+    order (``step_prefill_ids``: the running list's, then the admissions')."""
+    c = s.count
+    if not c[HOST_REFUSED]:
+        for k in range(c[STEP_PREFILL_SEQS]):
+            i = s.step_prefill_ids[k]
             host_tier.offer(s, i, s.num_computed_tokens[i])
+        return
+    lagging = False
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if k < reached or k >= ran:
+            host_tier.offer(s, i, s.num_computed_tokens[i])
+        lagging |= host_tier.lags(s, i)
+    c[HOST_REFUSED] = int(lagging)  # (a refusal in this loop leaves one lagging)
 
 
 @njit

@@ -282,6 +282,8 @@ table("count", """
     HOST_LOADED_BLOCKS  blocks loaded host -> GPU
     HOST_STORED_BLOCKS  blocks stored GPU -> host
     HOST_EVICTIONS      host blocks evicted for a store
+    HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
+        offered again at its next step: scheduler_v1.offer_scheduled)
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
