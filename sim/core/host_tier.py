@@ -180,10 +180,10 @@ def group_drop(s, i):
 
 
 @njit(inline=True)
-def unlink(s, b):
-    """Host block ``b`` out of its list (a group left empty leaves the heap)."""
+def join(s, group, before, after):
+    """``before`` then ``after`` next to each other in list ``group``; -1 for one is the list's end,
+    the other becoming its first or last (a group keeps its first alone)."""
     h = s.host_blocks
-    before, after, group = h[b, HOST_PREV], h[b, HOST_NEXT], h[b, HOST_GROUP]
     if after >= 0:
         h[after, HOST_PREV] = before
     elif group < 0:
@@ -194,28 +194,27 @@ def unlink(s, b):
         s.count[HOST_TOUCHED_HEAD] = after
     else:
         s.offload[group, OFFLOAD_FRONT] = after
-        if after < 0:
-            group_drop(s, group)
+
+
+@njit(inline=True)
+def unlink(s, b):
+    """Host block ``b`` out of its list (a group left empty leaves the heap)."""
+    group = s.host_blocks[b, HOST_GROUP]
+    join(s, group, s.host_blocks[b, HOST_PREV], s.host_blocks[b, HOST_NEXT])
+    if group >= 0 and s.offload[group, OFFLOAD_FRONT] < 0:
+        group_drop(s, group)
 
 
 @njit(inline=True)
 def link(s, b, group, before, after):
-    """Host block ``b`` into list ``group`` between ``before`` and ``after`` (-1: an end)."""
-    h = s.host_blocks
-    h[b, HOST_GROUP], h[b, HOST_PREV], h[b, HOST_NEXT] = group, before, after
-    if after >= 0:
-        h[after, HOST_PREV] = b
-    elif group < 0:
-        s.count[HOST_TOUCHED_TAIL] = b
-    if before >= 0:
-        h[before, HOST_NEXT] = b
-    elif group < 0:
-        s.count[HOST_TOUCHED_HEAD] = b
-    else:
-        empty = s.offload[group, OFFLOAD_FRONT] < 0
-        s.offload[group, OFFLOAD_FRONT] = b
-        if empty:
-            group_push(s, group)
+    """Host block ``b`` into list ``group`` between ``before`` and ``after`` (-1: an end; a group
+    that was empty joins the heap)."""
+    empty = group >= 0 and s.offload[group, OFFLOAD_FRONT] < 0
+    s.host_blocks[b, HOST_GROUP] = group
+    join(s, group, before, b)
+    join(s, group, b, after)
+    if empty:
+        group_push(s, group)
 
 
 @njit(inline=True)
