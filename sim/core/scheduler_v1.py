@@ -397,7 +397,7 @@ def admit_waiting(s, budget):
                     skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
                     continue
             if s.config[SPEC_TOKENS]:  # one token left: padded to 1 + K, or none admitted (speculative.pads)
-                cached = gpu_hits * s.config[BLOCK_SIZE] if s.config[HOST_BLOCKS] else hit_tokens(s, i, target)
+                cached = hit_tokens(s, i, target)  # (speculation with the host tier is refused)
                 drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill,
                                                                    scheduled_running) else 0
                 if 1 + drafts > budget - draft_slots:
