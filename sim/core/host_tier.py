@@ -218,11 +218,17 @@ def link(s, b, group, before, after):
 
 
 @njit(inline=True)
+def rank_of(s, i, k):
+    """The rank request ``i`` gives its block ``k``: (its number, -the block's end token)."""
+    return request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE]
+
+
+@njit(inline=True)
 def rank_by(s, i, b, k):
     """Host block ``b``, request ``i``'s block ``k``, ranks by the request, its deeper blocks
     first: into its group, before the shallower ones."""
     h = s.host_blocks
-    h[b, HOST_RANK] = request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE]
+    h[b, HOST_RANK] = rank_of(s, i, k)
     before, after = -1, s.offload[i, OFFLOAD_FRONT]
     while after >= 0 and h[after, HOST_RANK] < h[b, HOST_RANK]:
         before, after = after, h[after, HOST_NEXT]
@@ -275,7 +281,7 @@ def access(s, i, b, k):
     (``on_request_access``, lru.py:133-153). Returns whether it was the first time."""
     if not record(s, i, k):
         return False
-    if request_rank(s, i) * RANK_SPAN - (k + 1) * s.config[BLOCK_SIZE] > s.host_blocks[b, HOST_RANK]:
+    if rank_of(s, i, k) > s.host_blocks[b, HOST_RANK]:
         unlink(s, b)
         rank_by(s, i, b, k)
     return True
@@ -419,9 +425,16 @@ def offer(s, i, computed):
     not the offer's own; where too few can, none is stored and the offer is made again at the
     next step (``None``: offloading/scheduler.py:1988-1999). Each stored block ranks by the
     request, its bytes queued on the store direction."""
-    end = min(computed, s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
+    end = offer_end(s, i, computed)
     if s.offload[i, OFFLOAD_OFFERED] < end:  # (each scheduled request, each step: a call only with blocks to offer)
         store(s, i, s.offload[i, OFFLOAD_OFFERED], end)
+
+
+@njit(inline=True)
+def offer_end(s, i, computed):
+    """One past the last prompt block of request ``i`` that ``computed`` tokens fill (prompt
+    blocks only: ``offload_prompt_only``)."""
+    return min(computed, s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
 
 
 @njit
@@ -473,7 +486,7 @@ def store(s, i, first, end):
 @njit(inline=True)
 def lags(s, i):
     """Whether running request ``i``'s offers lag the blocks it has computed (a store refused)."""
-    return s.offload[i, OFFLOAD_OFFERED] < min(s.num_computed_tokens[i], s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
+    return s.offload[i, OFFLOAD_OFFERED] < offer_end(s, i, s.num_computed_tokens[i])
 
 
 @njit(inline=True)
