@@ -328,7 +328,8 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
-    it used its key, and when each request's KV load ends, whatever loads it."""
+    it used its key and where it last found it, and when each request's KV load ends, whatever
+    loads it."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
@@ -345,7 +346,7 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
                 host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, 1)), np.int64),
                 host_ready_s=np.zeros(max(blocks, 1)), offload=offload,
-                host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int8),
+                host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int32),
                 load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
 
 

@@ -57,7 +57,7 @@ from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HO
                                     GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
                                     HOST_TOUCHED_HEAD, HOST_TOUCHED_TAIL, HOST_USED, NUM_LOADING, OFFLOAD_FRONT,
-                                    OFFLOAD_HEAP_AT, OFFLOAD_LOADING, OFFLOAD_RANK, PENDING_BLOCK,
+                                    OFFLOAD_HEAP_AT, OFFLOAD_LOADING, OFFLOAD_RANK, OFFLOAD_SEEN_AT, PENDING_BLOCK,
                                     STORE_LINK_FREE_S)
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
@@ -182,8 +182,9 @@ def check_host_tier(s) -> None:
     rank of the numbers given so far, no two alike; each block in one list, the lists in rank
     order: the touched list of touches' ranks, each request's group of its own ranks, the heap of
     the non-empty groups a heap by their numbers, knowing its places; the blocks being stored in
-    the ring, in the order they land; each key in the map at its row naming its block, the map
-    holding those keys alone, and every store landed by the link's last."""
+    the ring, in the order they land; each shared key in the map at its row naming its block, the
+    map holding those keys alone, each request's own key named by its entry alone, and every store
+    landed by the link's last."""
     c, cap = s.count, int(s.config[HOST_BLOCKS])
     used = int(c[HOST_USED])
     assert 0 <= used <= cap, f"host tier holds {used} blocks of {cap}"
@@ -223,15 +224,31 @@ def check_host_tier(s) -> None:
     assert sorted(ring) == np.flatnonzero(pending).tolist(), "the blocks being stored are not the ring's"
     assert all(s.host_ready_s[a] <= s.host_ready_s[b] for a, b in zip(ring, ring[1:])), \
         "the blocks being stored land out of their order"
-    rows = np.flatnonzero(s.host_entries[:, ENTRY_BLOCK] >= 0)
-    assert len(rows) == used, "the host key map holds other keys than its blocks'"
     lookup = interpreted(prefix_cache.map_lookup)
+    mapped = 0
     for b in range(used):
+        assert s.host_ready_s[b] <= s.clock[STORE_LINK_FREE_S], f"host block {b} lands after the link's last store"
+        end, chain = int(s.host_blocks[b, HOST_KEY_END]), int(s.host_blocks[b, HOST_KEY_CHAIN])
+        i = own_request(s, chain)
+        if i >= 0:  # a request's own key: named by its entry alone (host_tier.find), not in the map
+            k = end // int(s.config[BLOCK_SIZE]) - 1
+            assert s.host_seen[s.offload[i, OFFLOAD_SEEN_AT] + k] >> 1 == b + 1, \
+                f"request {i}'s block {k} is in host block {b}, and its entry does not say so"
+            assert s.host_blocks[b, HOST_KEY_SLOT] == -1, f"host block {b} holds an own key with a map row"
+            continue
+        mapped += 1
         row = int(s.host_blocks[b, HOST_KEY_SLOT])
         assert s.host_entries[row, ENTRY_BLOCK] == b, f"host block {b}'s key row names another block"
-        assert lookup(s.host_entries, int(s.config[HOST_TABLE_MASK]), int(s.host_blocks[b, HOST_KEY_END]),
-                      int(s.host_blocks[b, HOST_KEY_CHAIN])) == b, f"host block {b}'s key does not find it"
-        assert s.host_ready_s[b] <= s.clock[STORE_LINK_FREE_S], f"host block {b} lands after the link's last store"
+        assert lookup(s.host_entries, int(s.config[HOST_TABLE_MASK]), end, chain) == b, \
+            f"host block {b}'s key does not find it"
+    rows = np.flatnonzero(s.host_entries[:, ENTRY_BLOCK] >= 0)
+    assert len(rows) == mapped, "the host key map holds other keys than its blocks' shared ones"
+
+
+def own_request(s, chain: int) -> int:
+    """The request whose own keys have this chain (``prefix_cache.own_chain``), or -1."""
+    i, rest = divmod(-(chain + 1), prefix_cache.OWN_MIX)
+    return i - 1 if rest == 0 and 1 <= i <= len(s.prompt_tokens) else -1
 
 
 def check_blocks(s, mine) -> None:

@@ -91,9 +91,33 @@ from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_N
 
 @njit(inline=True)
 def find(s, i, k):
-    """The host block holding request ``i``'s block ``k`` (its GPU key), or -1."""
-    return prefix_cache.map_lookup(s.host_entries, s.config[HOST_TABLE_MASK], (k + 1) * s.config[BLOCK_SIZE],
-                                   prefix_cache.key_chain(s, i, k))
+    """The host block holding request ``i``'s block ``k`` (its GPU key), or -1. A prompt block's
+    entry in ``Core.host_seen`` (:func:`record`) keeps the host block the request last found or
+    stored its key in, checked before the map is probed: a finish's touches and a store's new
+    blocks then read the request's own entries, in order, instead of probing the map at random
+    (the tier's cost was its map's cache misses). A key of the request's own (past the trace's
+    prefix hashes) is stored by no other request, and its store keeps the entry: its entry alone
+    names it (such keys are not in the map: :func:`store`), and where the entry names no block
+    holding it, the tier does not hold it."""
+    end, chain = (k + 1) * s.config[BLOCK_SIZE], prefix_cache.key_chain(s, i, k)
+    prompt = k < s.prompt_tokens[i] // s.config[BLOCK_SIZE]
+    if prompt:
+        b = (s.host_seen[s.offload[i, OFFLOAD_SEEN_AT] + k] >> 1) - 1
+        if b >= 0 and s.host_blocks[b, HOST_KEY_END] == end and s.host_blocks[b, HOST_KEY_CHAIN] == chain:
+            return b
+        if chain == prefix_cache.own_chain(i):
+            return -1
+    b = prefix_cache.map_lookup(s.host_entries, s.config[HOST_TABLE_MASK], end, chain)
+    if prompt and b >= 0:
+        remember(s, i, k, b)
+    return b
+
+
+@njit(inline=True)
+def remember(s, i, k, b):
+    """Request ``i``'s prompt block ``k`` has its key in host block ``b`` (:func:`find`)."""
+    at = s.offload[i, OFFLOAD_SEEN_AT] + k
+    s.host_seen[at] = (b + 1) << 1 | s.host_seen[at] & 1
 
 
 # -- the LRU: ranks, and lists in rank order ---------------------------------------------------
@@ -294,9 +318,9 @@ def record(s, i, k):
     it (``_record_request_cache_access``, cpu/manager.py:163-183, 303-310; its ``seen_keys`` last
     the request's life, :36-47). Its finish touches the keys recorded."""
     at = s.offload[i, OFFLOAD_SEEN_AT] + k  # (k is a prompt block: only those are offered, or held)
-    if s.host_seen[at]:
+    if s.host_seen[at] & 1:  # (the bit above it: find's host block)
         return False
-    s.host_seen[at] = 1
+    s.host_seen[at] |= 1
     return True
 
 
@@ -465,16 +489,20 @@ def store(s, i, first, end):
             if c[HOST_USED] < s.config[HOST_BLOCKS]:
                 b = c[HOST_USED]  # the next fresh host block (cpu/manager.py:95-112)
                 c[HOST_USED] += 1
-            else:  # an evicted one, its key dropped
+            else:  # an evicted one, its key dropped (from the map, where it was: find)
                 b = s.host_work[CHOSEN_BLOCK, taken - (new - evicting)]
-                prefix_cache.map_delete(s.host_entries, s.config[HOST_TABLE_MASK], s.host_blocks[b, HOST_KEY_SLOT],
-                                        s.host_blocks, HOST_KEY_SLOT)
+                if s.host_blocks[b, HOST_KEY_SLOT] >= 0:
+                    prefix_cache.map_delete(s.host_entries, s.config[HOST_TABLE_MASK],
+                                            s.host_blocks[b, HOST_KEY_SLOT], s.host_blocks, HOST_KEY_SLOT)
                 c[HOST_EVICTIONS] += 1
             end_token, chain = (k + 1) * bs, prefix_cache.key_chain(s, i, k)
-            s.host_blocks[b, HOST_KEY_SLOT] = prefix_cache.map_insert(s.host_entries, s.config[HOST_TABLE_MASK], b,
-                                                                      end_token, chain)
+            s.host_blocks[b, HOST_KEY_SLOT] = -1  # a key of the request's own: its entry alone names it (find)
+            if chain != prefix_cache.own_chain(i):
+                s.host_blocks[b, HOST_KEY_SLOT] = prefix_cache.map_insert(s.host_entries, s.config[HOST_TABLE_MASK], b,
+                                                                          end_token, chain)
             s.host_blocks[b, HOST_KEY_END] = end_token
             s.host_blocks[b, HOST_KEY_CHAIN] = chain
+            remember(s, i, k, b)
             pend(s, b)
             rank_by(s, i, b, k)
             s.clock[STORE_LINK_FREE_S] = max(s.clock[NOW], s.clock[STORE_LINK_FREE_S]) + s.clock[HOST_BLOCK_S]
@@ -506,7 +534,7 @@ def finished(s, i):
     earlier admission."""
     at = s.offload[i, OFFLOAD_SEEN_AT]
     for k in range(s.prompt_tokens[i] // s.config[BLOCK_SIZE] - 1, -1, -1):
-        if s.host_seen[at + k]:
+        if s.host_seen[at + k] & 1:
             b = find(s, i, k)
             if b >= 0:
                 touch(s, b)

@@ -591,9 +591,10 @@ class Core(NamedTuple):
     # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
     # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), its LRU's
     # heap of groups and evict's work (host_work's rows), when each block's store is on the host,
-    # per request its OFFLOAD_* columns, and per prompt block of each request 1 once the request
-    # has offered or loaded its key (host_seen, from OFFLOAD_SEEN_AT: vLLM's seen_keys); and, per request in
-    # every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
+    # per request its OFFLOAD_* columns, and per prompt block of each request (host_seen, from
+    # OFFLOAD_SEEN_AT) a bit set once the request has offered or loaded its key (vLLM's seen_keys)
+    # and above it, plus one, the host block it last found its key in (host_tier.find); and, per
+    # request in every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
     host_work: np.ndarray

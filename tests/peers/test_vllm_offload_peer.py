@@ -148,7 +148,7 @@ def seeing_the_last_admission(host_tier):
     def forgetting(s, i):
         admitted(s, i)
         at = s.offload[i, host_tier.OFFLOAD_SEEN_AT]
-        s.host_seen[at:at + s.prompt_tokens[i] // s.config[host_tier.BLOCK_SIZE]] = 0
+        s.host_seen[at:at + s.prompt_tokens[i] // s.config[host_tier.BLOCK_SIZE]] &= ~1  # (host_tier.record's bit)
     return forgetting
 
 

@@ -385,3 +385,29 @@ def test_a_finish_touches_the_keys_its_request_used():
     assert ranks() == {0: 2 * span - 4, 1: 2 * span - 8, 2: 2 * span - 12, 3: 2 * span - 16}
     finished(s, 0)
     assert ranks() == {0: 4 * span, 1: 3 * span, 2: 2 * span - 12, 3: 2 * span - 16}
+
+
+def test_a_requests_entry_finds_its_keys_and_a_stale_one_falls_back_to_the_map():
+    """``find`` reads the host block a request's entry names before the map (host_tier.find).
+    Interpreted, a tier of 2, each store a second after the last. R0: prompt 8, no hashes (both
+    its keys are its own); R1 and R2: prompt 4, hash 9 (one shared key, S).
+    R0 stores its blocks 0-1 into host blocks 0, 1: its own keys, found from its entries, not put
+    in the map. R1 stores S, evicting the lowest rank, R0's deeper block 1 ((1, -8) below
+    (1, -4)), into host block 1, S alone in the map: R0's block 1 is not found, though its entry
+    still names host block 1 (its own key: the map is not asked). R2 first finds S from the map,
+    then from its entry."""
+    t = trace((0, 8, 1, ()), (0, 4, 1, (9,)), (0, 4, 1, (9,)))
+    s = initial_state(v1(64, 2), t)
+    store, find = (interpreted(getattr(host_tier, name)) for name in ("store", "find"))
+
+    def mapped():
+        return s.host_entries[s.host_entries[:, state.ENTRY_BLOCK] >= 0, state.ENTRY_BLOCK].tolist()
+    s.clock[state.NOW] += 1.0
+    store(s, 0, 0, 2)
+    assert (find(s, 0, 0), find(s, 0, 1)) == (0, 1) and mapped() == []
+    s.clock[state.NOW] += 1.0
+    store(s, 1, 0, 1)
+    assert find(s, 0, 1) == -1 and find(s, 0, 0) == 0 and mapped() == [1]
+    assert find(s, 2, 0) == 1  # from the map: R2 never used S
+    s.host_entries[:, state.ENTRY_BLOCK] = -1
+    assert find(s, 2, 0) == 1  # now from its entry
