@@ -52,7 +52,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY
+from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
                                     GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
@@ -374,6 +374,10 @@ def check_groups(s) -> None:
     assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"
     out = np.zeros(MEMORY_CATEGORIES, np.int64)
     memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
+    # the speculative slack, taken out of each attention group's reservation and fragmentation
+    out[1] += groups * c[SPEC_DEMAND_SLOTS]
+    out[2] += groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS])
+    assert out[SPECULATIVE_SLACK] == groups * c[SPEC_SLOTS], "the speculative slack is not each group's"
     assert (per_group.sum(axis=0) == out[:3]).all(), "the groups' categories do not sum to the pool's"
 
 

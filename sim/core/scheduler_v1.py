@@ -53,7 +53,10 @@ and blocks grow for the lookahead slots as well (``speculative.py``, with its so
 request's blocks are taken in every group, and each time it is scheduled its sliding-window
 groups first free the blocks its window has left (``kv_cache.remove_skipped``, as
 ``allocate_slots`` does, kv_cache_manager.py:557-567); a waiting request's sequence counts in a
-sliding group at most the group's admission cap. Prefix caching over such groups is refused.
+sliding group at most the group's admission cap; with speculation, the drafts' and lookahead
+slots too, in every group, the window freed on the tokens processed before them (vLLM frees on
+``total_computed_tokens - num_in_flight_tokens``, kv_cache_manager.py:555-567). Prefix caching
+over such groups is refused.
 
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's

@@ -192,8 +192,11 @@ def clear(s, i):
 @njit(inline=True)
 def split_categories(s, out):
     """The speculative slack out of the reservation (its slots below the final length) and the
-    internal fragmentation (above it), into its own category."""
+    internal fragmentation (above it), into its own category: in every attention group's blocks
+    (KV cache groups: each holds a request's slots past its computed tokens; a sliding window
+    frees only slots below them)."""
     c = s.count
-    out[1] -= c[SPEC_DEMAND_SLOTS]
-    out[2] -= c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS]
-    out[SPECULATIVE_SLACK] = c[SPEC_SLOTS]
+    groups = kv_cache.attention_groups(s) if kv_cache.grouped(s) else 1
+    out[1] -= groups * c[SPEC_DEMAND_SLOTS]
+    out[2] -= groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS])
+    out[SPECULATIVE_SLACK] = groups * c[SPEC_SLOTS]

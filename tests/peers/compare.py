@@ -7,7 +7,8 @@ that differs, with both records. By default vLLM 0.33.0's v1 scheduler against `
 vllm-v1``; ``--groups``: the same over models whose sliding-window layers make several KV
 cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group compared too;
 ``--groups-random=N``: over workloads drawn from seeds 0..N-1, ``workloads.random_grouped``;
-``--mamba-random=N``: the same over Mamba hybrids);
+``--mamba-random=N``: the same over Mamba hybrids; ``--groups-spec-random=N``: over
+``workloads.random_grouped_speculative``, speculative decoding over the groups);
 ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
@@ -36,7 +37,11 @@ import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
 from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_WORKLOADS, SPECULATIVE_WORKLOADS,
-                                  V0_WORKLOADS, WORKLOADS, random_grouped, random_offload, random_speculative)
+                                  V0_WORKLOADS, WORKLOADS, random_grouped, random_grouped_speculative, random_offload,
+                                  random_speculative)
+
+#: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
+DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=")
 
 
 def identical_steps(ours, theirs) -> int:
@@ -195,11 +200,11 @@ def main(argv=None) -> int:
         label, system, overrides = "vLLM", "vllm-v1", {}
         pad = "--no-padding" not in args
         peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
-    elif "--groups" in args or any(a.startswith(("--groups-random=", "--mamba-random=")) for a in args):
-        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--groups-random=")]
-        mamba = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mamba-random=")]
-        workloads = ({w.name: w for w in map(random_grouped, range(drawn[0]))} if drawn
-                     else {w.name: w for w in (random_grouped(k, mamba=True) for k in range(mamba[0]))} if mamba
+    elif "--groups" in args or any(a.startswith(DRAWN_GROUPS) for a in args):
+        drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_GROUPS)}
+        make = {"--groups-random": random_grouped, "--mamba-random": lambda k: random_grouped(k, mamba=True),
+                "--groups-spec-random": random_grouped_speculative}
+        workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
     elif "--offload" in args or any(a.startswith("--offload-random=") for a in args):
@@ -241,7 +246,7 @@ def main(argv=None) -> int:
             cause = f" (likely: {offload_cause(ours, theirs, k)})" if workload.host_blocks else ""
             details.append(f"{name}{cause}: {describe(k, ours, theirs, peer=label)}")
             causes[offload_cause(ours, theirs, k) if workload.host_blocks else "-"] += 1
-    if any(a.startswith(("--spec-random=", "--groups-random=", "--mamba-random=", "--offload-random=")) for a in args):
+    if any(a.startswith(("--spec-random=", "--offload-random=", *DRAWN_GROUPS)) for a in args):
         print(f"{same} of {len(names)} identical on every step")
         if any(w.host_blocks for w in workloads.values()) and causes:
             print("the others' likely causes: " + ", ".join(f"{c} {n}" for c, n in causes.most_common()))

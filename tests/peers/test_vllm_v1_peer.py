@@ -29,7 +29,7 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
 from tests.peers.workloads import (FULL, GROUP_WORKLOADS, MAMBA, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
-                                   random_grouped)
+                                   random_grouped, random_grouped_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -87,9 +87,11 @@ def test_the_speculative_workloads_reach_what_they_test():
 @pytest.mark.parametrize("name", list(GROUP_WORKLOADS))
 def test_every_group_step_is_vllms(name):
     """KV cache groups of sliding-window, Mamba-state and full-attention layers: each step's tokens,
-    preemptions, free blocks and every running request's blocks in each group."""
+    preemptions, free blocks and every running request's blocks in each group (with speculative
+    decoding, each step's drafts too)."""
     workload = GROUP_WORKLOADS[name]
-    assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+    ours = pagesim_steps.run(workload)
+    assert_same_steps(name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
 @pytest.mark.parametrize("layers", sorted({w.layers for w in GROUP_WORKLOADS.values()}, key=lambda l: l.name),
@@ -121,6 +123,20 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
             vllm_v1.run(workload)
         return
     assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_speculative_group_workloads_are_vllms_or_refused_by_both(seed):
+    """:func:`test_random_group_workloads_are_vllms_or_refused_by_both`'s workloads with drafts
+    (workloads.random_grouped_speculative), vLLM given pagesim's acceptance."""
+    workload = random_grouped_speculative(seed)
+    try:
+        ours = pagesim_steps.run(workload)
+    except ConfigError:
+        with pytest.raises(ValueError, match="To serve at least one request"):
+            vllm_v1.run(workload, replay=[])
+        return
+    assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
 @pytest.mark.parametrize("seed", range(8))

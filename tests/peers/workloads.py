@@ -238,6 +238,22 @@ GROUP_WORKLOADS = {
 }
 
 
+def with_drafts(name: str, workload: Workload, k: int, method: str) -> Workload:
+    """``workload`` with ``k`` drafts a step by ``method``, accepted at 0.6."""
+    return dataclasses.replace(workload, name=name, num_speculative_tokens=k, speculative_method=method,
+                               spec_acceptance_rate=0.6,
+                               description=f"{workload.description}; {k} {method} drafts a step")
+
+
+# speculative decoding over the groups: the drafts' and lookahead slots in every group, the window
+# freeing below them
+GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method) for name, base, k, method in (
+    ("gemma2-spec-eagle", "gemma2-preemption", 3, "eagle"),
+    ("gemma3-spec-ngram", "gemma3-pressure", 2, "ngram"),
+    ("mistral-spec-draft-model", "mistral-long", 3, "draft-model"),
+)})
+
+
 def random_grouped(seed: int, mamba: bool = False) -> Workload:
     """A workload over KV cache groups drawn from ``seed``: the layer mix (Gemma-2-like, Gemma-3-
     like, every layer sliding, or one full layer more than sliding ones), 2-12 layers, the
@@ -274,6 +290,19 @@ def random_grouped(seed: int, mamba: bool = False) -> Workload:
                    max_num_seqs=min(budget, rng.choice([4, 16, 64])),
                    policy=rng.choice(["fcfs", "fcfs", "priority"]),
                    description=f"drawn from seed {seed}: {mix}, {len(kinds)} layers, window {layers.window}")
+
+
+def random_grouped_speculative(seed: int) -> Workload:
+    """:func:`random_grouped`'s sliding-window workload of ``seed`` with speculative decoding: the
+    method, K (1-5) and the acceptance rate (0-1) drawn from it too, the budget at least K + 1."""
+    rng = random.Random(-1 - seed)
+    workload = random_grouped(seed)
+    k = rng.choice([1, 2, 3, 5])
+    return dataclasses.replace(workload, name=f"groups-spec-random-{seed}", num_speculative_tokens=k,
+                               speculative_method=rng.choice(["ngram", "eagle", "mtp", "draft-model"]),
+                               spec_acceptance_rate=rng.choice([0.0, 0.5, 0.8, 1.0]),
+                               max_num_batched_tokens=max(k + 1, workload.max_num_batched_tokens),
+                               description=f"{workload.description}; speculative, drawn from seed {seed}")
 
 
 def to_the_limit(seed: int, n: int, max_model_len: int) -> list:

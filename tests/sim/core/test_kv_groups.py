@@ -181,6 +181,36 @@ def test_a_request_needs_its_blocks_in_every_group_and_a_sliding_one_at_most_its
     assert blocks_for_sequence(s, 12) == 3 + 3
 
 
+@pytest.mark.parametrize("method, slack, reservation, internal", [
+    ("ngram", [0, 6, 6], [4, 4, 0], [0, 0, 4]),
+    ("eagle", [6, 12, 12], [6, 0, 0], [0, 6, 6]),
+])
+def test_speculation_holds_its_slots_in_every_group_and_the_window_frees_below_them(method, slack, reservation,
+                                                                                    internal):
+    """The first test's request with 7 output tokens (final length 17), K = 3 drafts, every draft
+    accepted, synchronous scheduling. A decode schedules 1 + 3 tokens, its blocks grown to hold
+    them past its computed ones (+ 3 lookahead slots for EAGLE, none for n-gram: speculative.py)
+    in both groups; first the sliding group frees (processed - 5) // 4 blocks, processed = the
+    computed tokens, the drafts about to be verified not among them.
+    n-gram: step 0 prefills 10 (3 blocks per group, demand 12 each: reservation 2 + 2). Step 1
+    frees 1 sliding block, grows to 14 (4 blocks per group: 4 + 3 held), computes 1 (11; the
+    sliding group holds 11 - 4 = 7): slack 14 - 11 = 3 per group, reservation 16 - 11 - 3 = 2
+    per group. Step 2 (14 computed: the drafts and a bonus accepted) frees a 2nd block (with the
+    drafts counted as processed it would have freed it at step 1), grows to 18 (5 + 3 held),
+    computes 1 (15; sliding 15 - 8 = 7): slack 3 + 3, of which 1 each past the final length 17:
+    fragmentation 20 - 17 - 1 = 2 per group. EAGLE, 3 slots more: step 0 holds 13 (slack 3 + 3,
+    reservation 16 - 10 - 3 = 3 each); step 1 17 (slack 6 + 6, fragmentation 20 - 17 = 3 each);
+    step 2 21 (6 + 4 held; slack 6 + 6, fragmentation 24 - 17 - 4 = 3 each)."""
+    result = run_simulation(v1(64, num_speculative_tokens=3, speculative_method=method, spec_acceptance_rate=1.0),
+                            trace((0, 10, 7)))
+    steps = result.steps
+    assert steps["mem_token_states"].tolist() == [20, 18, 22]
+    assert steps["mem_speculative_slack"].tolist() == slack
+    assert steps["mem_reservation"].tolist() == reservation
+    assert steps["mem_internal_frag"].tolist() == internal
+    assert result.requests["status"].tolist() == ["finished"]
+
+
 def test_the_gpu_mode_refuses_sliding_window_groups_in_one_line():
     """An executor outside the core that runs the steps would read one block table per sequence:
     refused; one that only times them (sim.executor.only_times: the peer tests' recorder) runs
