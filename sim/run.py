@@ -143,8 +143,6 @@ def hybrid_groups(cfg: SimConfig, model):
     kind = "sliding-window" if groups.sliding_groups else "Mamba-state"
     if cfg.prefix_caching:  # (Mamba's: vLLM's "align" mode, not modelled)
         raise ConfigError(f"{model.name}: {kind} groups need --no-prefix-caching (not modelled with it)")
-    if cfg.num_speculative_tokens and groups.state_groups:  # vLLM's Mamba blocks for drafts: not worked out
-        raise ConfigError(f"{model.name}: --num-speculative-tokens over Mamba-state groups is not modelled")
     return groups
 
 

@@ -107,7 +107,8 @@ def check_groups_hold_a_request(cfg, model, groups, block_size: int, num_blocks:
     """vLLM v1 starts only if its pool holds one ``max_seq_len`` request, a sliding-window
     layer counting its admission cap (``kv_groups.request_layer_blocks``); ConfigError if not."""
     max_seq_len = int(model.max_seq_len)
-    need = request_layer_blocks(model, block_size, in_flight_tokens(cfg, max_seq_len), max_seq_len)
+    need = request_layer_blocks(model, block_size, in_flight_tokens(cfg, max_seq_len), max_seq_len,
+                                int(cfg.num_speculative_tokens))
     if need > num_blocks * groups.layers_per_group:
         need = -(-need // groups.layers_per_group)
         raise ConfigError(f"{num_blocks} KV blocks cannot hold one max_seq_len={max_seq_len} request ({need}); "
@@ -224,6 +225,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     # speculative decoding: the drafts and lookahead slots past the final length (speculative.py)
     longest += int(cfg.num_speculative_tokens) * (1 if cfg.speculative_method == "ngram" else 2)
     blocks_per_seq = -(-min(pool.max_seq_len, longest) // block_size)
+    if pool.groups is not None and pool.groups.state_groups:  # a state group's blocks (kv_cache.state_blocks)
+        blocks_per_seq = max(blocks_per_seq, 1 + int(cfg.num_speculative_tokens))
     table_groups = set_groups(config, pool, cfg)
     i64 = np.int64
     shared = prefix_caching or max_width > 1

@@ -332,8 +332,9 @@ def group_categories(s) -> np.ndarray:
             k = np.flatnonzero(row >= 0)
             tokens, demand = np.clip(L - k * bs, 0, bs).sum(), np.clip(F - k * bs, 0, bs).sum()
             out[g] += (tokens, demand - tokens, len(k) * bs - demand)
-        if n:
-            out[groups:] += (int(s.config[STATE_SLOTS]), 0, bs - int(s.config[STATE_SLOTS]))
+        if n:  # the drafts' state blocks (kv_cache.state_blocks) hold nothing of theirs yet: fragmentation
+            drafts = int(s.config[SPEC_TOKENS]) * bs
+            out[groups:] += (int(s.config[STATE_SLOTS]), 0, bs - int(s.config[STATE_SLOTS]) + drafts)
     return out
 
 
@@ -358,8 +359,10 @@ def check_groups(s) -> None:
             assert (row[:first] == -1).all() and (row[first:] >= 0).all(), \
                 f"request {i}: group {g}'s table is not {first} null blocks then held ones"
             blocks.extend(row[first:].tolist())
-        if n:
-            blocks.extend(s.block_table[slot, (groups + np.arange(states)) * width].tolist())
+        if n:  # its state blocks: each state group's and one per draft (kv_cache.state_blocks)
+            per = 1 + int(s.config[SPEC_TOKENS])
+            blocks.extend(s.block_table[slot, ((groups + np.arange(states)) * width)[:, None] + np.arange(per)]
+                          .ravel().tolist())
             holders += 1
         tokens, demand, skipped_slots = tokens + L, demand + min(F, n * bs), skipped_slots + skipped * bs
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
@@ -374,10 +377,12 @@ def check_groups(s) -> None:
     assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"
     out = np.zeros(MEMORY_CATEGORIES, np.int64)
     memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
-    # the speculative slack, taken out of each attention group's reservation and fragmentation
+    # the speculative slack, taken out of each attention group's reservation and fragmentation, and
+    # the state groups' blocks for the drafts' states out of theirs
+    drafts_states = int(c[STATE_BLOCKS]) * int(s.config[SPEC_TOKENS]) * bs
     out[1] += groups * c[SPEC_DEMAND_SLOTS]
-    out[2] += groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS])
-    assert out[SPECULATIVE_SLACK] == groups * c[SPEC_SLOTS], "the speculative slack is not each group's"
+    out[2] += groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS]) + drafts_states
+    assert out[SPECULATIVE_SLACK] == groups * c[SPEC_SLOTS] + drafts_states, "the speculative slack is not the groups'"
     assert (per_group.sum(axis=0) == out[:3]).all(), "the groups' categories do not sum to the pool's"
 
 

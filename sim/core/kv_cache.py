@@ -31,7 +31,7 @@ from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWA
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
-from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -242,7 +242,8 @@ def can_grow(s, i, num_tokens):
     lacks as many, single_type_kv_cache_manager.py:229-234)."""
     need = blocks_for(s, num_tokens) - s.num_blocks[i]
     if grouped(s):  # and a first allocation's state blocks
-        need = need * attention_groups(s) + (s.config[STATE_GROUPS] if s.num_blocks[i] == 0 < need else 0)
+        need = need * attention_groups(s) + (s.config[STATE_GROUPS] * state_blocks(s) if s.num_blocks[i] == 0 < need
+                                             else 0)
     return need <= num_free_blocks(s)
 
 
@@ -301,11 +302,19 @@ def take_free_block(s, slot, column):
         s.block_info[b, REF] = 1
 
 
+@njit(inline=True)
+def state_blocks(s):
+    """The blocks a request holds in each state group: its state's, and with speculative decoding
+    one more per draft (``num_speculative_blocks`` = K, mamba/abstract.py:86-90, added to the
+    tokens a Mamba group allocates for, single_type_kv_cache_manager.py:1713-1719, 1801-1806)."""
+    return 1 + s.config[SPEC_TOKENS]
+
+
 @njit
 def take_group_blocks(s, slot, first, n):
     """Attention groups 1.. take ``n`` blocks each at table index ``first`` (group 0 took its
-    own); at a request's first allocation each state group takes its one block (a Mamba state
-    covers ``max_model_len`` tokens: ``cdiv(num_tokens, block_size)`` is 1 in the base
+    own); at a request's first allocation each state group takes its :func:`state_blocks` (a Mamba
+    state covers ``max_model_len`` tokens: ``cdiv(num_tokens, block_size)`` is 1 in the base
     ``get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:214, kv_groups.py)."""
     groups, width = attention_groups(s), table_width(s)
     for g in range(1, groups):
@@ -314,9 +323,10 @@ def take_group_blocks(s, slot, first, n):
     s.count[LOGICAL_BLOCKS] += (groups - 1) * n
     if first == 0 < n:
         for g in range(groups, groups + s.config[STATE_GROUPS]):
-            take_free_block(s, slot, g * width)
+            for k in range(state_blocks(s)):
+                take_free_block(s, slot, g * width + k)
         s.count[STATE_BLOCKS] += s.config[STATE_GROUPS]
-        s.count[LOGICAL_BLOCKS] += s.config[STATE_GROUPS]
+        s.count[LOGICAL_BLOCKS] += s.config[STATE_GROUPS] * state_blocks(s)
 
 
 @njit(inline=True)
@@ -375,9 +385,10 @@ def free_groups(s, i):
     c[LOGICAL_BLOCKS] -= groups * nb - (groups - full) * skipped
     if nb:  # a holder: its states too
         for g in range(groups, groups + s.config[STATE_GROUPS]):
-            give_back(s, slot, g * width)
+            for k in range(state_blocks(s)):
+                give_back(s, slot, g * width + k)
         c[STATE_BLOCKS] -= s.config[STATE_GROUPS]
-        c[LOGICAL_BLOCKS] -= s.config[STATE_GROUPS]
+        c[LOGICAL_BLOCKS] -= s.config[STATE_GROUPS] * state_blocks(s)
     c[SKIPPED_SLOTS] -= skipped * bs
     c[COMPUTED_SLOTS] -= s.num_computed_tokens[i]
     c[DEMAND_SLOTS] -= min(s.final_len[i], nb * bs)
@@ -394,11 +405,12 @@ def free_groups(s, i):
 def blocks_for_sequence(s, num_tokens):
     """The blocks ``num_tokens`` tokens of one request take in all the groups at their most: a
     sliding-window group at most its admission cap (``get_num_blocks_to_allocate`` with
-    ``apply_admission_cap``, single_type_kv_cache_manager.py:214-227), a state group one."""
+    ``apply_admission_cap``, single_type_kv_cache_manager.py:214-227), a state group its
+    :func:`state_blocks`."""
     need = blocks_for(s, num_tokens)
     if grouped(s):
         return (s.config[FULL_GROUPS] * need + s.config[SLIDING_GROUPS] * min(need, s.config[WINDOW_CAP_BLOCKS])
-                + s.config[STATE_GROUPS])
+                + s.config[STATE_GROUPS] * state_blocks(s))
     return need
 
 

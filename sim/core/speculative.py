@@ -62,6 +62,7 @@ from pagesim.sim.core.state import (MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOT
                                     SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS, SPEC_VERIFIED,
                                     STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
+from pagesim.sim.core.state import BLOCK_SIZE, STATE_BLOCKS
 
 
 @njit(inline=True)
@@ -194,9 +195,17 @@ def split_categories(s, out):
     """The speculative slack out of the reservation (its slots below the final length) and the
     internal fragmentation (above it), into its own category: in every attention group's blocks
     (KV cache groups: each holds a request's slots past its computed tokens; a sliding window
-    frees only slots below them)."""
+    frees only slots below them), and each state group's blocks for the drafts' states
+    (:func:`state_slack`)."""
     c = s.count
     groups = kv_cache.attention_groups(s) if kv_cache.grouped(s) else 1
     out[1] -= groups * c[SPEC_DEMAND_SLOTS]
-    out[2] -= groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS])
-    out[SPECULATIVE_SLACK] = groups * c[SPEC_SLOTS]
+    out[2] -= groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS]) + state_slack(s)
+    out[SPECULATIVE_SLACK] = groups * c[SPEC_SLOTS] + state_slack(s)
+
+
+@njit(inline=True)
+def state_slack(s):
+    """The slots of the state groups' blocks for the drafts' states, K per holder and group
+    beside its state's (``kv_cache.state_blocks``): nothing else holds them."""
+    return s.count[STATE_BLOCKS] * s.config[SPEC_TOKENS] * s.config[BLOCK_SIZE]

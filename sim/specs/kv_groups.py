@@ -147,18 +147,20 @@ def window_cap_blocks(window: int, block_size: int, max_in_flight_tokens: int, m
     return -(-tokens // block_size) + 1
 
 
-def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens: int, max_model_len: int) -> int:
+def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens: int, max_model_len: int,
+                         num_speculative_tokens: int = 0) -> int:
     """One ``max_model_len`` request's blocks summed over the attention layers, as vLLM 0.33.0
     checks at start that the pool holds one (``check_enough_kv_cache_memory``,
     kv_cache_planning.py:151-184; ``max_memory_usage_bytes``, :90-94): a full-attention layer
     ``cdiv(max_model_len, block_size)`` (kv_cache_interface.py:643-648), a sliding one its
-    admission cap (:946-955), a state layer one page (``MambaSpec.max_memory_usage_bytes``,
-    kv_cache_interface.py:1135-1141). Per layer, so padding layers count nothing; the pool must
-    hold this many blocks of one layer: ``layers_per_group`` of them per block."""
+    admission cap (:946-955), a state layer one page and one per draft
+    (``MambaSpec.max_memory_usage_bytes``, kv_cache_interface.py:1135-1141). Per layer, so
+    padding layers count nothing; the pool must hold this many blocks of one layer:
+    ``layers_per_group`` of them per block."""
     if not model.sliding_window:  # no window: its sliding layers are full attention (kv_cache_groups)
         full, sliding = sum(k in ATTENTION_KINDS for k in model.kinds), 0
     else:
         full, sliding = sum(k == FULL_ATTENTION for k in model.kinds), sum(k == SLIDING_ATTENTION for k in model.kinds)
     states = sum(k in RECURRENT_KINDS for k in model.kinds)
     cap = window_cap_blocks(model.sliding_window, block_size, max_in_flight_tokens, max_model_len) if sliding else 0
-    return full * -(-max_model_len // block_size) + sliding * cap + states
+    return full * -(-max_model_len // block_size) + sliding * cap + states * (1 + num_speculative_tokens)

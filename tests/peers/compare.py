@@ -8,7 +8,8 @@ vllm-v1``; ``--groups``: the same over models whose sliding-window layers make s
 cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group compared too;
 ``--groups-random=N``: over workloads drawn from seeds 0..N-1, ``workloads.random_grouped``;
 ``--mamba-random=N``: the same over Mamba hybrids; ``--groups-spec-random=N``: over
-``workloads.random_grouped_speculative``, speculative decoding over the groups);
+``workloads.random_grouped_speculative``, speculative decoding over the groups;
+``--mamba-spec-random=N``: the same over Mamba hybrids);
 ``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
@@ -41,7 +42,7 @@ from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_WORK
                                   random_speculative)
 
 #: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
-DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=")
+DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=")
 
 
 def identical_steps(ours, theirs) -> int:
@@ -203,7 +204,8 @@ def main(argv=None) -> int:
     elif "--groups" in args or any(a.startswith(DRAWN_GROUPS) for a in args):
         drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_GROUPS)}
         make = {"--groups-random": random_grouped, "--mamba-random": lambda k: random_grouped(k, mamba=True),
-                "--groups-spec-random": random_grouped_speculative}
+                "--groups-spec-random": random_grouped_speculative,
+                "--mamba-spec-random": lambda k: random_grouped_speculative(k, mamba=True)}
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}

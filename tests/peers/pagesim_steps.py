@@ -116,17 +116,19 @@ def trace(workload: Workload) -> pd.DataFrame:
 def group_blocks(core) -> dict:
     """With KV cache groups: each running request's blocks held in each group's table (full
     groups first, state ones last), read from the tables (a block a sliding group freed is -1
-    there; a state group's one block is its first column)."""
+    there; a state group's blocks, its state's and one per draft, are its first columns:
+    kv_cache.state_blocks)."""
     attention, states = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS]), int(core.config[STATE_GROUPS])
     if not (core.config[SLIDING_GROUPS] or states):
         return {}
     width = core.block_table.shape[1] // (attention + states)
+    per = 1 + int(core.config[state.SPEC_TOKENS])
     held = {}
     for i in core.running[:core.count[state.NUM_RUNNING]]:
         row = core.block_table[core.seq_slot[i, 0]]
         held[int(i)] = (tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
                               for g in range(attention))
-                        + tuple(int(core.num_blocks[i] > 0 and row[g * width] >= 0)
+                        + tuple(int(np.count_nonzero(row[g * width:g * width + per] >= 0)) if core.num_blocks[i] else 0
                                 for g in range(attention, attention + states)))
     return held
 

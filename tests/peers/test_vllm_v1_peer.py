@@ -125,11 +125,12 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
     assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_speculative_group_workloads_are_vllms_or_refused_by_both(seed):
-    """:func:`test_random_group_workloads_are_vllms_or_refused_by_both`'s workloads with drafts
-    (workloads.random_grouped_speculative), vLLM given pagesim's acceptance."""
-    workload = random_grouped_speculative(seed)
+@pytest.mark.parametrize("seed, mamba", [(seed, False) for seed in range(12)] + [(seed, True) for seed in range(6)])
+def test_random_speculative_group_workloads_are_vllms_or_refused_by_both(seed, mamba):
+    """:func:`test_random_group_workloads_are_vllms_or_refused_by_both`'s workloads, and the
+    Mamba hybrids, with drafts (workloads.random_grouped_speculative), vLLM given pagesim's
+    acceptance."""
+    workload = random_grouped_speculative(seed, mamba=mamba)
     try:
         ours = pagesim_steps.run(workload)
     except ConfigError:

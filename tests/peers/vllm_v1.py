@@ -355,7 +355,7 @@ def layer_specs(vllm, workload: Workload) -> dict:
     page = vllm.FullAttentionSpec(**shape).page_size_bytes
     state = dict(shapes=((layers.mamba_inner, 3), (layers.mamba_inner, layers.mamba_state)),
                  dtypes=(vllm.float16, vllm.float16), block_size=workload.max_model_len, page_size_padded=page,
-                 mamba_cache_mode="none")
+                 mamba_cache_mode="none", num_speculative_blocks=workload.num_speculative_tokens)
     return {f"model.layers.{k}.self_attn.attn": vllm.SlidingWindowSpec(**shape, sliding_window=layers.window)
             if kind == SLIDING else vllm.MambaSpec(**state) if kind == MAMBA else vllm.FullAttentionSpec(**shape)
             for k, kind in enumerate(layers.kinds)}
@@ -429,12 +429,12 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
         scheduler.dynamic_sd_lookup = [workload.num_speculative_tokens] * (workload.max_num_seqs + 1)
     speculating = bool(workload.num_speculative_tokens)
     managers = scheduler.kv_cache_manager.coordinator.single_type_managers
-    blocks_of = managers[0].req_to_blocks
     # with several groups, the blocks each group holds for a request (its table less the null
     # blocks a sliding window left), full-attention groups first, each kind in vLLM's order
     sliding_last = sorted(managers, key=lambda m: (isinstance(m.kv_cache_spec, vllm.SlidingWindowSpec),
                                                    isinstance(m.kv_cache_spec, vllm.MambaSpec)))
     tables = [m.req_to_blocks for m in sliding_last]
+    blocks_of = tables[0]  # an attention group's table: pagesim's num_blocks (a Mamba group's holds states)
     requests = {}
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))

@@ -245,12 +245,15 @@ def with_drafts(name: str, workload: Workload, k: int, method: str) -> Workload:
                                description=f"{workload.description}; {k} {method} drafts a step")
 
 
-# speculative decoding over the groups: the drafts' and lookahead slots in every group, the window
-# freeing below them
+# speculative decoding over the groups: the drafts' and lookahead slots in every attention group, the
+# window freeing below them, a state group's blocks for the drafts' states
 GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method) for name, base, k, method in (
     ("gemma2-spec-eagle", "gemma2-preemption", 3, "eagle"),
     ("gemma3-spec-ngram", "gemma3-pressure", 2, "ngram"),
     ("mistral-spec-draft-model", "mistral-long", 3, "draft-model"),
+    # a Mamba group's blocks for the drafts' states (num_speculative_blocks)
+    ("jamba-spec-eagle", "jamba-preemption", 2, "eagle"),
+    ("jamba-spec-mtp", "jamba-arrivals", 1, "mtp"),
 )})
 
 
@@ -292,13 +295,15 @@ def random_grouped(seed: int, mamba: bool = False) -> Workload:
                    description=f"drawn from seed {seed}: {mix}, {len(kinds)} layers, window {layers.window}")
 
 
-def random_grouped_speculative(seed: int) -> Workload:
-    """:func:`random_grouped`'s sliding-window workload of ``seed`` with speculative decoding: the
-    method, K (1-5) and the acceptance rate (0-1) drawn from it too, the budget at least K + 1."""
+def random_grouped_speculative(seed: int, mamba: bool = False) -> Workload:
+    """:func:`random_grouped`'s workload of ``seed`` (``mamba``: its Mamba hybrid) with
+    speculative decoding: the method, K (1-5) and the acceptance rate (0-1) drawn from it too, the
+    budget at least K + 1."""
     rng = random.Random(-1 - seed)
-    workload = random_grouped(seed)
+    workload = random_grouped(seed, mamba=mamba)
     k = rng.choice([1, 2, 3, 5])
-    return dataclasses.replace(workload, name=f"groups-spec-random-{seed}", num_speculative_tokens=k,
+    kind = "mamba" if mamba else "groups"
+    return dataclasses.replace(workload, name=f"{kind}-spec-random-{seed}", num_speculative_tokens=k,
                                speculative_method=rng.choice(["ngram", "eagle", "mtp", "draft-model"]),
                                spec_acceptance_rate=rng.choice([0.0, 0.5, 0.8, 1.0]),
                                max_num_batched_tokens=max(k + 1, workload.max_num_batched_tokens),

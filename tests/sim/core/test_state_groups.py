@@ -137,11 +137,9 @@ def test_admission_counts_the_state_blocks_once():
     assert can_grow(s, 0, 20)
 
 
-def test_prefix_caching_and_speculation_over_state_groups_are_refused_in_one_line():
+def test_prefix_caching_over_state_groups_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="Mamba-state groups need --no-prefix-caching"):
         run_simulation(v1(64, prefix_caching=True), trace((0, 10, 3)))
-    with pytest.raises(ConfigError, match="--num-speculative-tokens over Mamba-state groups"):
-        run_simulation(v1(64, num_speculative_tokens=2), trace((0, 10, 3)))
 
 
 def test_a_preempted_request_gives_its_states_back():
@@ -161,3 +159,31 @@ def test_the_pool_must_hold_one_request_with_a_page_per_state_layer():
     assert run_simulation(v1(64), trace((0, 10, 3))).summary["completed"] == 1
     with pytest.raises(ConfigError, match="cannot hold one max_seq_len=32 request"):
         run_simulation(v1(48), trace((0, 10, 3)))
+
+
+def test_speculation_gives_each_state_group_a_block_per_draft_counted_as_speculative_slack():
+    """vLLM gives a Mamba group K more blocks per request for the drafts' states
+    (``num_speculative_blocks``, mamba/abstract.py:86-90; single_type_kv_cache_manager.py:1713-1719)
+    and counts them at start (kv_cache_interface.py:1141). K = 2 n-gram drafts, all accepted, 128
+    slots: 8 blocks of 16. The start check: 2 full blocks + 2 x (1 + 2) state ones for 32 tokens:
+    8, which the pool holds. Prompt 10, output 3: 1 full block + 2 x 3 state blocks = 7 held, 112
+    slots, at both steps. Step 0: tokens 10 + 24 of state, reservation 3 (13 - 10), fragmentation
+    3 + 8 of state padding, slack 2 x 2 x 16 = 64 (the drafts' state blocks). Step 1 (1 + 2 query
+    tokens, grown to 13): tokens 11 + 24, slack 64 + 2 (the drafts' slots past 11). Its 3 outputs
+    come from the step's accepted drafts: 2 steps."""
+    result = run_simulation(v1(128, num_speculative_tokens=2, speculative_method="ngram", spec_acceptance_rate=1.0),
+                            trace((0, 10, 3)))
+    steps = result.steps
+    assert steps["mem_token_states"].tolist() == [34, 35]
+    assert steps["mem_reservation"].tolist() == [3, 0]
+    assert steps["mem_internal_frag"].tolist() == [11, 11]
+    assert steps["mem_speculative_slack"].tolist() == [64, 66]
+    s = initial_state(v1(128, num_speculative_tokens=2, speculative_method="ngram"), trace((0, 8, 1)))
+    can_grow, blocks_for_sequence = interpreted(kv_cache.can_grow), interpreted(kv_cache.blocks_for_sequence)
+    assert blocks_for_sequence(s, 32) == 2 + 2 * 3
+    s.count[state.NUM_FREE_BLOCK_IDS] = 6
+    assert not can_grow(s, 0, 8)
+    s.count[state.NUM_FREE_BLOCK_IDS] = 7
+    assert can_grow(s, 0, 8)
+    with pytest.raises(ConfigError, match="cannot hold one max_seq_len"):
+        initial_state(v1(112, num_speculative_tokens=2, speculative_method="ngram"), trace((0, 8, 1)))
