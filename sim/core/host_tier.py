@@ -105,12 +105,19 @@ def find(s, i, k):
         b = (s.host_seen[s.offload[i, OFFLOAD_SEEN_AT] + k] >> 1) - 1
         if b >= 0 and s.host_blocks[b, HOST_KEY_END] == end and s.host_blocks[b, HOST_KEY_CHAIN] == chain:
             return b
-        if chain == prefix_cache.own_chain(i):
+        if not mapped(i, chain):
             return -1
     b = prefix_cache.map_lookup(s.host_entries, s.config[HOST_TABLE_MASK], end, chain)
     if prompt and b >= 0:
         remember(s, i, k, b)
     return b
+
+
+@njit(inline=True)
+def mapped(i, chain):
+    """Whether request ``i``'s key of this chain is kept in the map: a key of the trace's prefix
+    hashes, which other requests share; not one of its own (:func:`find`)."""
+    return chain != prefix_cache.own_chain(i)
 
 
 @njit(inline=True)
@@ -497,7 +504,7 @@ def store(s, i, first, end):
                 c[HOST_EVICTIONS] += 1
             end_token, chain = (k + 1) * bs, prefix_cache.key_chain(s, i, k)
             s.host_blocks[b, HOST_KEY_SLOT] = -1  # a key of the request's own: its entry alone names it (find)
-            if chain != prefix_cache.own_chain(i):
+            if mapped(i, chain):
                 s.host_blocks[b, HOST_KEY_SLOT] = prefix_cache.map_insert(s.host_entries, s.config[HOST_TABLE_MASK], b,
                                                                           end_token, chain)
             s.host_blocks[b, HOST_KEY_END] = end_token

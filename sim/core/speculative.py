@@ -58,11 +58,10 @@ from __future__ import annotations
 
 from pagesim.sim.core import kv_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOTS, SPEC_DRAFT_SLOTS, SPEC_DRAFTED,
-                                    SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS, SPEC_VERIFIED,
-                                    STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
+from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOTS, SPEC_DRAFT_SLOTS,
+                                    SPEC_DRAFTED, SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS,
+                                    SPEC_VERIFIED, STATE_BLOCKS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
-from pagesim.sim.core.state import BLOCK_SIZE, STATE_BLOCKS
 
 
 @njit(inline=True)
