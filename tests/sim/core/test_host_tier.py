@@ -400,14 +400,14 @@ def test_a_requests_entry_finds_its_keys_and_a_stale_one_falls_back_to_the_map()
     s = initial_state(v1(64, 2), t)
     store, find = (interpreted(getattr(host_tier, name)) for name in ("store", "find"))
 
-    def mapped():
+    def in_map():
         return s.host_entries[s.host_entries[:, state.ENTRY_BLOCK] >= 0, state.ENTRY_BLOCK].tolist()
     s.clock[state.NOW] += 1.0
     store(s, 0, 0, 2)
-    assert (find(s, 0, 0), find(s, 0, 1)) == (0, 1) and mapped() == []
+    assert (find(s, 0, 0), find(s, 0, 1)) == (0, 1) and in_map() == []
     s.clock[state.NOW] += 1.0
     store(s, 1, 0, 1)
-    assert find(s, 0, 1) == -1 and find(s, 0, 0) == 0 and mapped() == [1]
+    assert find(s, 0, 1) == -1 and find(s, 0, 0) == 0 and in_map() == [1]
     assert find(s, 2, 0) == 1  # from the map: R2 never used S
     s.host_entries[:, state.ENTRY_BLOCK] = -1
     assert find(s, 2, 0) == 1  # now from its entry
