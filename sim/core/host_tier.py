@@ -309,13 +309,10 @@ def touch(s, b):
 def access(s, i, b, k):
     """Request ``i`` reads or offers host block ``b``, its block ``k``: the first time in its life
     (:func:`record`) the block ranks at least by the request, its deeper blocks first
-    (``on_request_access``, lru.py:133-153). Returns whether it was the first time."""
-    if not record(s, i, k):
-        return False
-    if rank_of(s, i, k) > s.host_blocks[b, HOST_RANK]:
+    (``on_request_access``, lru.py:133-153)."""
+    if record(s, i, k) and rank_of(s, i, k) > s.host_blocks[b, HOST_RANK]:
         unlink(s, b)
         rank_by(s, i, b, k)
-    return True
 
 
 @njit(inline=True)
