@@ -144,9 +144,11 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                   # the CPU offload tier (sim/core/host_tier.py) is keyed by the prefix cache's hashes
                   Refusal(lambda c: c.kv_offload_gib and not c.prefix_caching,
                           "--kv-offload-gib needs prefix caching (its tier is keyed by block hash)"),
-                  Refusal(lambda c: c.kv_offload_gib and (c.num_speculative_tokens or c.client_timeout_s),
-                          "--kv-offload-gib with speculative decoding or --client-timeout is not modelled; "
-                          "drop one")),
+                  Refusal(lambda c: c.kv_offload_gib and c.client_timeout_s,
+                          "--kv-offload-gib with --client-timeout is not modelled; drop one"),
+                  Refusal(lambda c: c.kv_offload_gib and c.num_speculative_tokens and c.speculative_method in (
+                      "eagle", "mtp"), "--kv-offload-gib with EAGLE or MTP drafts is not modelled (vLLM keeps the "
+                      "drafter's trailing block off the tier); use ngram or draft-model")),
               # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
               batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",

@@ -46,6 +46,16 @@ scheduling pass at or after their end admits it before any request without block
 (``_update_waiting_for_remote_kv``: ``cache_blocks``, :3467-3517); no step waits for a load (they
 overlap compute), so the time shows in its TTFT, not in a step's price.
 
+**With speculative decoding** (n-gram or a draft model; EAGLE and MTP are refused: vLLM keeps a
+drafter group's trailing chunk off the tier, offloading/scheduler.py:207-240): a load schedules no
+token, so it is neither padded to ``1 + K`` nor given its lookahead slots (v1 scheduler.py:1285-1288,
+:1395-1400), and it leaves one verification step's blocks free beside the prefills in flight's,
+each of which lacks such a step's slots past its sequence too (:371-381, :3404-3420:
+:func:`reserved_blocks`); a prefill stays in flight until the pass that schedules its last chunk
+ends (:func:`prefilling`). Once its KV has arrived its first step is padded and takes its
+lookahead slots as any admission's (``scheduler_v1.holding_step``). Drafts never reach the prompt
+blocks the tier stores.
+
 **LRU order** (cpu/policies/lru.py): each block has a rank, the lowest evicted first. A request
 takes a number from the tier's one counter at its first store or load, kept for its life; a block
 it stores ranks (its number, -the block's end token), and one it reads (a ready block it offers
@@ -81,8 +91,10 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOS
                                     HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, HOST_LAST_RANK,
                                     HOST_LOADED_BLOCKS, HOST_RANK, HOST_REFUSED, HOST_STORED_BLOCKS, HOST_TABLE_MASK,
                                     HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING, OFFLOAD_GPU_HITS, OFFLOAD_LOADING,
-                                    OFFLOAD_OFFERED, OFFLOAD_RANK, OFFLOAD_SEEN_AT, STORE_LINK_FREE_S, WAITING_HEAD)
-from pagesim.sim.core.state import FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, STEP_NUM_FINISHED
+                                    OFFLOAD_OFFERED, OFFLOAD_PREFILLING, OFFLOAD_RANK, OFFLOAD_SEEN_AT,
+                                    STEP_PREFILL_SEQS, STORE_LINK_FREE_S, WAITING_HEAD)
+from pagesim.sim.core.state import (FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, SPEC_LOOKAHEAD, SPEC_TOKENS,
+                                    STEP_NUM_FINISHED)
 from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
                                     HOST_TOUCHED_TAIL, KEPT_GROUP, NEW_BLOCK, OFFLOAD_FRONT, OFFLOAD_HEAP_AT,
@@ -596,23 +608,54 @@ def being_loaded(s, i, gpu_hits, host_hits):
 def reserved_blocks(s):
     """The blocks the prefills in flight still need for their whole sequence, which an admission
     that loads must leave free (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,
-    :1420-1430): the running requests whose prompt is not all scheduled (:1590-1593, dropped once
-    it is, :1862-1871) and the requests loading (:1542), each the blocks its ``num_tokens`` lack
-    (``_request_remaining_blocks``, :3404-3420)."""
+    :1420-1430), each the blocks its ``num_tokens`` lack (``_request_remaining_blocks``,
+    :3404-3420: ``OFFLOAD_PREFILLING`` marks vLLM's set, :func:`prefilling`); with speculative
+    decoding, one verification step's blocks more (``_spec_decode_step_blocks``, :371-381)."""
     c = s.count
-    need = 0
+    bs = s.config[BLOCK_SIZE]
+    need = (verification_tokens(s) + bs - 1) // bs
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]
-        if s.num_prompt_computed[i] < s.prompt_target[i]:
+        if s.offload[i, OFFLOAD_PREFILLING]:
             need += remaining_blocks(s, i)
     for p in range(c[KV_HOLDING_WAITING]):
         i = s.waiting[(c[WAITING_HEAD] + p) % len(s.waiting)]
-        if s.offload[i, OFFLOAD_LOADING]:
+        if s.offload[i, OFFLOAD_PREFILLING]:
             need += remaining_blocks(s, i)
     return need
 
 
 @njit(inline=True)
+def prefilling(s, i, loading):
+    """Request ``i``, just admitted, joins vLLM's prefills in flight if it loads (scheduler.py:1542)
+    or its prompt is not all scheduled in this pass (:1590-1593); it leaves them when a pass
+    has scheduled the rest (:func:`prefilled`), or at a preemption (:1820: its next admission
+    sets it anew). A request that finishes its prompt in this pass stays in them until the pass
+    ends: with speculative decoding it still lacks a verification step's blocks."""
+    s.offload[i, OFFLOAD_PREFILLING] = loading or s.num_prompt_computed[i] < s.prompt_target[i]
+
+
+@njit(inline=True)
+def prefilled(s):
+    """The pass is over: its prefill chunks that reached their prompt's end leave the prefills
+    in flight (``_update_after_schedule``, scheduler.py:1862-1871)."""
+    for k in range(s.count[STEP_PREFILL_SEQS]):
+        i = s.step_prefill_ids[k]
+        if s.num_prompt_computed[i] >= s.prompt_target[i]:
+            s.offload[i, OFFLOAD_PREFILLING] = 0
+
+
+@njit(inline=True)
 def remaining_blocks(s, i):
-    """The blocks request ``i`` lacks for its ``prompt_target`` tokens (a prefill's whole sequence)."""
-    return max((s.prompt_target[i] + s.config[BLOCK_SIZE] - 1) // s.config[BLOCK_SIZE] - s.num_blocks[i], 0)
+    """The blocks request ``i`` lacks for its ``prompt_target`` tokens (a prefill's whole sequence)
+    and, with speculative decoding, a verification step's tokens past them (scheduler.py:3407-3409)."""
+    bs = s.config[BLOCK_SIZE]
+    return max((s.prompt_target[i] + verification_tokens(s) + bs - 1) // bs - s.num_blocks[i], 0)
+
+
+@njit(inline=True)
+def verification_tokens(s):
+    """The slots one verification step takes with speculative decoding: its token, its K drafts
+    and the lookahead slots (``1 + num_spec_tokens + num_lookahead_tokens``, scheduler.py:371-376,
+    :3407-3409); 0 without."""
+    return 1 + s.config[SPEC_TOKENS] + s.config[SPEC_LOOKAHEAD] if s.config[SPEC_TOKENS] else 0

@@ -109,6 +109,7 @@ def schedule(s):
     if s.config[HOST_BLOCKS]:
         offer_scheduled(s, reached, ran)
         host_tier.touch_finished(s)
+        host_tier.prefilled(s)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
     s.clock[LAST_SCHEDULE_S] = s.clock[NOW]
@@ -332,20 +333,40 @@ def admit_remote(s, i, target):
 
 
 @njit(inline=True)
-def holding_fits(s, i):
+def holding_step(s, i, budget, running_prefill, scheduled_running):
+    """Request ``i``, holding blocks whose KV has arrived, as a pass with ``budget`` tokens left
+    would schedule it: the placeholder drafts padding its one token left (speculative.pads; -1:
+    padded past the budget, and vLLM then admits nobody, scheduler.py:1318-1324) and the tokens
+    its blocks must then hold (its chunk and the lookahead slots: speculative.slots_needed)."""
+    budget -= s.config[SPEC_DRAFT_SLOTS]
+    cached, target = s.num_computed_tokens[i], s.prompt_target[i]
+    drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill, scheduled_running) else 0
+    if 1 + drafts > budget:
+        return -1, 0
+    return drafts, speculative.slots_needed(s, i, min(target - cached, budget) + drafts)
+
+
+@njit(inline=True)
+def holding_fits(s, i, end):
     """Whether request ``i``, holding blocks whose KV has arrived, may be admitted: its whole
-    sequence fits the free blocks with those it holds, less the watermark while something runs
-    (a promoted request is WAITING to ``allocate_slots``: kv_cache_manager.py:518-548)."""
+    sequence and the ``end`` tokens its first step grows it to (:func:`holding_step`) fit the
+    free blocks with those it holds, less the watermark while something runs (a promoted request
+    is WAITING to ``allocate_slots``: kv_cache_manager.py:518-551)."""
     watermark = s.config[WATERMARK_BLOCKS] if s.count[NUM_RUNNING] else 0
-    return kv_cache.blocks_for(s, s.prompt_target[i]) - s.num_blocks[i] + watermark <= kv_cache.num_free_blocks(s)
+    need = kv_cache.blocks_for(s, max(s.prompt_target[i], end)) - s.num_blocks[i]
+    return need + watermark <= kv_cache.num_free_blocks(s)
 
 
 @njit
 def holding_admissible(s):
     """Whether the next pass would admit a request holding blocks, its KV arrived (the loop's
-    question when a pass scheduled nothing: ``sim/core/loop.py``)."""
+    question when a pass scheduled nothing and nothing runs: ``sim/core/loop.py``)."""
     p = first_arrived(s)
-    return p >= 0 and holding_fits(s, waiting_at(s, p))
+    if p < 0:
+        return False
+    i = waiting_at(s, p)
+    drafts, end = holding_step(s, i, s.config[MAX_BATCHED_TOKENS], False, False)
+    return drafts >= 0 and holding_fits(s, i, end)
 
 
 @njit(inline=True)
@@ -374,8 +395,12 @@ def admit_waiting(s, budget):
         i = waiting_at(s, p)
         target = s.prompt_target[i]  # the prompt, and the tokens generated before a preemption
         drafts = 0  # placeholder drafts padding its one token (speculative.pads)
-        if p < c[KV_HOLDING_WAITING]:  # its KV has arrived: admitted as any request, its blocks held
-            if not holding_fits(s, i):
+        loaded = p < c[KV_HOLDING_WAITING]
+        if loaded:  # its KV has arrived: admitted as any request, its blocks held
+            drafts, end = holding_step(s, i, budget, running_prefill, scheduled_running)
+            if drafts < 0:
+                break
+            if not holding_fits(s, i, end):
                 c[DEMAND_WAITING] = 1
                 break
             take_holding(s, p)
@@ -399,15 +424,17 @@ def admit_waiting(s, budget):
                 if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
                     skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
                     continue
-            if s.config[SPEC_TOKENS]:  # one token left: padded to 1 + K, or none admitted (speculative.pads)
-                cached = hit_tokens(s, i, target)  # (speculation with the host tier is refused)
+            # a load schedules no token now (scheduler.py:1285-1288): neither padded nor given its
+            # lookahead slots, which come once its KV has arrived (:1395-1400)
+            if s.config[SPEC_TOKENS] and not host_hits:  # one token left: padded to 1 + K, or none admitted
+                cached = hit_tokens(s, i, target)  # (speculative.pads)
                 drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill,
                                                                    scheduled_running) else 0
                 if 1 + drafts > budget - draft_slots:
                     break
             watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
             need = blocks_to_admit(s, i, target)
-            if s.config[SPEC_LOOKAHEAD] or drafts:  # and the first chunk's slots with the lookahead ones
+            if (s.config[SPEC_LOOKAHEAD] and not host_hits) or drafts:  # and its first chunk's and lookahead slots
                 need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots, drafts)))
             if need + watermark > kv_cache.num_free_blocks(s):
                 c[DEMAND_WAITING] = 1
@@ -422,6 +449,7 @@ def admit_waiting(s, budget):
                 # its blocks taken, it waits in the queue's holding part for the load
                 kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
                 host_tier.start_load(s, i, gpu_hits, host_hits)
+                host_tier.prefilling(s, i, True)
                 take_waiting(s, p)
                 hold_waiting(s, i)
                 continue
@@ -445,6 +473,8 @@ def admit_waiting(s, budget):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
+        if s.config[HOST_BLOCKS]:
+            host_tier.prefilling(s, i, loaded)
         if spec:
             speculative.scheduled(s, i, high, drafts)
         budget -= n + drafts + draft_slots

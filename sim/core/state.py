@@ -445,6 +445,7 @@ table("offload", """
     OFFLOAD_SEEN_AT     its first entry in Core.host_seen (one for each of its prompt blocks)
     OFFLOAD_FRONT       the first (lowest-ranked, its deepest) of the host blocks ranking by it (-1: none)
     OFFLOAD_HEAP_AT     its place in the heap of groups (GROUP_HEAP; -1: not there)
+    OFFLOAD_PREFILLING  1 while vLLM counts it a prefill in flight (host_tier.reserved_blocks)
 """, size="OFFLOAD_COLUMNS")
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
 table("speculative", """

@@ -16,8 +16,10 @@ vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_W
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
 ``--offload``: vLLM 0.33.0 with its CPU offload tier (``OFFLOAD_WORKLOADS``, vllm_offload.py: each step's
 host blocks and admissions' hits compared too; ``--offload-random=N``: over ``workloads.random_offload``
-drawn from seeds 0..N-1; ``--deferred-stores``: vLLM's worker submits a step's stores at the next
-step's start, which pagesim does not model).
+drawn from seeds 0..N-1; ``--offload-spec``: the tier with speculative decoding
+(``OFFLOAD_SPECULATIVE_WORKLOADS``), ``--offload-spec-random=N`` over
+``workloads.random_offload_speculative``; ``--deferred-stores``: vLLM's worker submits a step's
+stores at the next step's start, which pagesim does not model).
 ``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
 (sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
 trees after it), the share whose results alone agree, the share after which the whole trees
@@ -37,8 +39,9 @@ import collections
 import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
-from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_WORKLOADS, SPECULATIVE_WORKLOADS,
-                                  V0_WORKLOADS, WORKLOADS, random_grouped, random_grouped_speculative, random_offload,
+from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
+                                  SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_grouped,
+                                  random_grouped_speculative, random_offload, random_offload_speculative,
                                   random_speculative)
 
 #: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
@@ -209,12 +212,15 @@ def main(argv=None) -> int:
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
-    elif "--offload" in args or any(a.startswith("--offload-random=") for a in args):
-        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--offload-random=")]
-        workloads = {w.name: w for w in map(random_offload, range(drawn[0]))} if drawn else OFFLOAD_WORKLOADS
+    elif any(a.startswith(("--offload", "--offload-random=", "--offload-spec-random=")) for a in args):
+        drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args
+                 if a.startswith(("--offload-random=", "--offload-spec-random="))}
+        make = {"--offload-random": random_offload, "--offload-spec-random": random_offload_speculative}
+        workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
+                     else OFFLOAD_SPECULATIVE_WORKLOADS if "--offload-spec" in args else OFFLOAD_WORKLOADS)
         label, system, overrides = "vLLM", "vllm-v1", {}
         deferred = "--deferred-stores" in args
-        peer = lambda workload: vllm_offload.run(workload, deferred_stores=deferred)  # noqa: E731
+        peer = lambda workload, **kw: vllm_offload.run(workload, deferred_stores=deferred, **kw)  # noqa: E731
     elif "--v0" in args:
         label, workloads, peer, system, overrides = "vLLM", V0_WORKLOADS, vllm_v0.run, "vllm", {}
     else:
@@ -248,7 +254,8 @@ def main(argv=None) -> int:
             cause = f" (likely: {offload_cause(ours, theirs, k)})" if workload.host_blocks else ""
             details.append(f"{name}{cause}: {describe(k, ours, theirs, peer=label)}")
             causes[offload_cause(ours, theirs, k) if workload.host_blocks else "-"] += 1
-    if any(a.startswith(("--spec-random=", "--offload-random=", *DRAWN_GROUPS)) for a in args):
+    if any(a.startswith(("--spec-random=", "--offload-random=", "--offload-spec-random=", *DRAWN_GROUPS))
+           for a in args):
         print(f"{same} of {len(names)} identical on every step")
         if any(w.host_blocks for w in workloads.values()) and causes:
             print("the others' likely causes: " + ", ".join(f"{c} {n}" for c, n in causes.most_common()))

@@ -215,7 +215,7 @@ class OffloadRecorder(Recorder):
     loading then, or has been preempted since) holds GPU hits and host hits its load started
     with (``OFFLOAD_GPU_HITS``, ``OFFLOAD_LOADING``, while it loads; a load started since, over
     by this step, is told by its new ``load_ready_s``), or the tokens it had computed before
-    this step's chunk. ``order``: the LRU list from its head, too."""
+    this step's chunk (its tokens less the drafts it verifies). ``order``: the LRU list from its head, too."""
 
     def __init__(self, workload: Workload, order: bool = False):
         super().__init__(workload)
@@ -253,7 +253,8 @@ class OffloadRecorder(Recorder):
             if loading[i]:
                 admitted[i] = (gpu, int(core.offload[i, state.OFFLOAD_LOADING]) * bs)
                 continue
-            computed = int(core.num_prompt_computed[i]) - record.scheduled.get(i, 0)
+            # (a padded admission's placeholder drafts are scheduled, not computed: speculative.pads)
+            computed = int(core.num_prompt_computed[i]) - record.scheduled.get(i, 0) + record.drafts.get(i, 0)
             admitted[i] = (gpu, computed - gpu) if new_load[i] else (computed, 0)
         self.was_admitted, self.load_ready = admitted_now, core.load_ready_s.copy()
         order = self.host_order(core)

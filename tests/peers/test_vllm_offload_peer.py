@@ -15,15 +15,50 @@ pytestmark = pytest.mark.peers
 vllm_offload = driver_or_skip("0.33.0", "tests.peers.vllm_offload")
 
 from tests.peers import pagesim_steps  # noqa: E402
-from tests.peers.compare import assert_same_steps, first_divergence  # noqa: E402
+from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
 from tests.peers.test_vllm_v1_peer import in_a_child_if_compiled  # noqa: E402
-from tests.peers.workloads import OFFLOAD_WORKLOADS, random_offload  # noqa: E402
+from tests.peers.workloads import (OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS, random_offload,  # noqa: E402
+                                  random_offload_speculative)
 
 @pytest.mark.parametrize("name", OFFLOAD_WORKLOADS)
 def test_every_offload_step_is_vllms(name):
     """Each step's tokens, preemptions, free blocks, host tier blocks and admissions' hits."""
     workload = OFFLOAD_WORKLOADS[name]
     assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
+
+
+@pytest.mark.parametrize("name", OFFLOAD_SPECULATIVE_WORKLOADS)
+def test_every_offload_step_with_drafts_is_vllms(name):
+    """The same with speculative decoding, pagesim's acceptance replayed into vLLM: each step's
+    drafts, blocks held and drafts kept too. offload-reserved's loads leave one verification
+    step's blocks free (host_tier.reserved_blocks); its draft-model case admits a load without
+    its lookahead slots (scheduler_v1.admit_waiting)."""
+    workload = OFFLOAD_SPECULATIVE_WORKLOADS[name]
+    ours = pagesim_steps.run(workload)
+    assert_same_steps(name, workload, ours, peer_steps(vllm_offload.run, workload, ours))
+
+
+# drawn with drafts (workloads.random_offload_speculative) that part where requests that finished
+# together touch their keys, vLLM in a Python set's order (RANDOM_KNOWN's cause), by the hash seed:
+# seed 0 at step 39 under PYTHONHASHSEED=1, seed 3 at step 37 or 50 under 0-6 (identical under 7)
+SPECULATIVE_KNOWN = {0: "step 39 under some hash seeds: co-finishers touched in a set's order",
+                     3: "step 37 or 50 under most hash seeds: co-finishers touched in a set's order"}
+# drawn with drafts, kept for the rules they found (each fails with its rule taken out): a load
+# leaving a verification step's blocks free (32, 59, 137, 138: host_tier.reserved_blocks); a prefill
+# that ends in a pass staying in flight until the pass ends (59: host_tier.prefilling); a loaded
+# request's first step taking its padding and lookahead slots (2, 59, 111, 137, 138:
+# scheduler_v1.holding_step; pagesim over-allocated, then stopped on its invariant)
+SPECULATIVE_FOUND_BY = (32, 59, 111, 137, 138)
+
+
+@pytest.mark.parametrize("seed", [*[pytest.param(seed, marks=[pytest.mark.xfail(reason=SPECULATIVE_KNOWN[seed],
+                                                                                 strict=False)]
+                                                 if seed in SPECULATIVE_KNOWN else []) for seed in range(8)],
+                                  *SPECULATIVE_FOUND_BY])
+def test_random_offload_workloads_with_drafts_are_vllms(seed):
+    workload = random_offload_speculative(seed)
+    ours = pagesim_steps.run(workload)
+    assert_same_steps(workload.name, workload, ours, peer_steps(vllm_offload.run, workload, ours))
 
 
 # workloads whose co-finishers' touches order the LRU's tail: vLLM touches them in a Python set's

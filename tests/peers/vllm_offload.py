@@ -50,7 +50,7 @@ from typing import Literal, get_args
 from tests.peers import vllm_v1
 from tests.peers.importing import Peer, constants, members, placeholders
 from tests.peers.vllm_v1 import Settings
-from tests.peers.workloads import STEP_S, TOKEN, Step, Workload
+from tests.peers.workloads import STEP_S, Step, Workload
 
 # vLLM's modules executed as they are, beyond the scheduler's
 OFFLOAD_REAL = (
@@ -263,22 +263,24 @@ def block_names(vllm, workload: Workload, requests: dict) -> dict:
 
 
 def run(workload: Workload, max_steps: int = 100_000, order: bool = False, deferred_stores: bool = False,
-        host_block_s: float | None = None) -> list[Step]:
+        host_block_s: float | None = None, replay: list | None = None) -> list[Step]:
     """vLLM's scheduler with its offloading connector over ``workload``, one ``Step`` per step
     that scheduled tokens (``order``: with the tier's eviction order; ``deferred_stores``: see
     ``Worker``; ``host_block_s``: a block's seconds over the link, pagesim's for the workload
-    unless given)."""
+    unless given; with speculative decoding, ``replay``: pagesim's steps, whose drafts kept are
+    those vLLM's verifications accept, as ``vllm_v1.run`` gives them)."""
     from tests.peers import pagesim_steps
 
     vllm = load()
     if host_block_s is None:
         host_block_s = pagesim_steps.host_block_seconds(workload)
     with PEER.active():
-        return drive(vllm, workload, max_steps, Worker(vllm, host_block_s, deferred_stores), order)
+        return drive(vllm, workload, max_steps, Worker(vllm, host_block_s, deferred_stores), order, replay or [])
 
 
-def drive(vllm, workload: Workload, max_steps: int, worker: Worker, order: bool) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int, worker: Worker, order: bool, replay: list) -> list[Step]:
     scheduler = build(vllm, workload)
+    blocks_of = scheduler.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
     connector = scheduler.connector.connector_scheduler
     policy = connector.manager._policy
     # every request made now (its prompt's hashes name the blocks), added at its arrival
@@ -331,14 +333,18 @@ def drive(vllm, workload: Workload, max_steps: int, worker: Worker, order: bool)
         held = frozenset(names[vllm.get_offload_block_hash(key)] for key in policy.chunks)
         ranked = tuple(names[vllm.get_offload_block_hash(key)]
                        for key in sorted(policy.chunks, key=policy._ranks.__getitem__)) if order else ()
-        ids = list(output.num_scheduled_tokens)
-        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] for rid in ids]
+        drafts = {int(rid[1:]): len(ids) for rid, ids in output.scheduled_spec_decode_tokens.items()}
+        blocks = {int(r.request_id[1:]): len(blocks_of.get(r.request_id, ())) for r in scheduler.running} \
+            if workload.num_speculative_tokens else {}
+        ids, sampled = vllm_v1.sample(output, requests, drafts,
+                                      replay[len(steps)] if len(steps) < len(replay) else Step(now))
         scheduler.update_from_output(output, vllm.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled,
             kv_connector_output=worker.report(now + STEP_S)))
+        kept = vllm_v1.propose(vllm, scheduler, workload, ids, sampled, drafts)
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
-        steps.append(Step(now, scheduled, frozenset(preempted), free, finished, host_blocks=held,
-                          admitted=dict(admitted), host_order=ranked))
+        steps.append(Step(now, scheduled, frozenset(preempted), free, finished, drafts=drafts, blocks=blocks,
+                          kept=kept, host_blocks=held, admitted=dict(admitted), host_order=ranked))
         admitted, preempted = {}, set()
         now += STEP_S
     return steps

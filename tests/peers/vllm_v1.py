@@ -423,6 +423,37 @@ def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None
         return drive(vllm, workload, max_steps, replay or [], pad_resumed)
 
 
+def sample(output, requests: dict, drafts: dict, ours: Step) -> tuple[list, list]:
+    """The step's request ids and the tokens the GPU samples for each. A token for each request
+    whose scheduled tokens reach its end (a prompt's last chunk, or a decode); a partial prefill
+    chunk's sample is discarded (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865).
+    A verification gives its accepted drafts and one token more (the rejection sampler's
+    correction or bonus token): as many as pagesim's request kept in that step (``ours``, its
+    record), but all of them for a request pagesim's step finished (its draws past its output
+    length are not kept: vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM
+    scheduled (``drafts``; the two may differ after a divergence)."""
+    accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
+    ids = list(output.num_scheduled_tokens)
+    sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
+               for rid in ids]
+    return ids, sampled
+
+
+def propose(vllm, scheduler, workload: Workload, ids: list, sampled: list, drafts: dict) -> dict:
+    """After ``update_from_output``: the drafts each verifying request kept (it trims a stopped
+    request's tokens in place, scheduler.py:2758-2764), and, with speculation, the drafts the
+    drafter proposes for each request of the step handed to the scheduler (engine/core.py:699-706,
+    post_step; gpu_model_runner.py:4593-4597): K each here; it keeps them for a request that
+    sampled and is not mid-prompt, and drops the finished' (scheduler.py:2862-2881). n-gram's
+    proposer may find fewer (not modelled, sim/core/speculative.py); its cut at max_model_len
+    (ngram_proposer.py:228) never binds below the scheduler's (scheduler.py:852-857)."""
+    kept = {int(rid[1:]): len(tokens) - 1 for rid, tokens in zip(ids, sampled) if int(rid[1:]) in drafts}
+    if workload.num_speculative_tokens:
+        k = workload.num_speculative_tokens
+        scheduler.update_draft_token_ids(vllm.DraftTokenIds(ids, [[TOKEN] * k for _ in ids]))
+    return kept
+
+
 def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: bool = True) -> list[Step]:
     scheduler = build(vllm, workload)
     if not pad_resumed:
@@ -458,32 +489,11 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
             if speculating else {}
         held = {int(r.request_id[1:]): tuple(sum(not b.is_null for b in t.get(r.request_id, ())) for t in tables)
                 for r in scheduler.running} if workload.layers else {}
-        # The GPU samples a token for each request whose scheduled tokens reach its end (a
-        # prompt's last chunk, or a decode); a partial prefill chunk's sample is discarded
-        # (the scheduler marks it is_prefill_chunk: scheduler.py:1863-1865). A verification
-        # gives its accepted drafts and one token more (the rejection sampler's correction or
-        # bonus token): as many as pagesim's request kept in that step, but all of them for a
-        # request pagesim's step finished (its draws past its output length are not kept:
-        # vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM scheduled (the
-        # two may differ after a divergence).
         ours = replay[len(steps)] if len(steps) < len(replay) else Step(now)
-        accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
-        ids = list(output.num_scheduled_tokens)
-        sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
-                   for rid in ids]
+        ids, sampled = sample(output, requests, drafts, ours)
         scheduler.update_from_output(output, vllm.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled))
-        # update_from_output trims a stopped request's tokens in place (scheduler.py:2758-2764)
-        kept = {int(rid[1:]): len(tokens) - 1 for rid, tokens in zip(ids, sampled) if int(rid[1:]) in drafts}
-        if speculating:
-            # The engine then hands the scheduler the drafts the drafter proposed for each request
-            # of the step (engine/core.py:699-706, post_step; gpu_model_runner.py:4593-4597): K
-            # each here; it keeps them for a request that sampled and is not mid-prompt, and drops
-            # the finished' (scheduler.py:2862-2881). n-gram's proposer may find fewer (not
-            # modelled, sim/core/speculative.py); its cut at max_model_len (ngram_proposer.py:228)
-            # never binds below the scheduler's (scheduler.py:852-857).
-            k = workload.num_speculative_tokens
-            scheduler.update_draft_token_ids(vllm.DraftTokenIds(ids, [[TOKEN] * k for _ in ids]))
+        kept = propose(vllm, scheduler, workload, ids, sampled, drafts)
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
         steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept,
                           group_blocks=held))

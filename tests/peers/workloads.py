@@ -569,6 +569,16 @@ OFFLOAD_WORKLOADS = {
                                                "blocks: a running request's blocks evicted"),
 }
 
+# the tier with speculative decoding: each a workload above with drafts (n-gram: no lookahead
+# slots; a draft model: K of them, which a load's admission leaves for later)
+OFFLOAD_SPECULATIVE_WORKLOADS = {
+    f"{name}-{method}": dataclasses.replace(OFFLOAD_WORKLOADS[name], name=f"{name}-{method}",
+                                            num_speculative_tokens=k, speculative_method=method,
+                                            description=f"{name} with {method} drafts, K = {k}")
+    for name, method, k in (("offload-preemption", "ngram", 3), ("offload-chunked", "draft-model", 2),
+                            ("offload-reserved", "ngram", 3), ("offload-reserved", "draft-model", 2),
+                            ("offload-lru", "draft-model", 3))}
+
 
 def random_offload(seed: int) -> Workload:
     """A workload with a CPU offload tier drawn from ``seed``: blocks of 4-16 slots (16-96 of
@@ -593,3 +603,13 @@ def random_offload(seed: int) -> Workload:
     return offload(f"offload-random-{seed}", requests, num_blocks, rng.randint(4, 64),
                    block_size=block_size, max_num_batched_tokens=rng.choice([64, 256, 2048]),
                    description=f"drawn from seed {seed}")
+
+
+def random_offload_speculative(seed: int) -> Workload:
+    """``random_offload(seed)`` with drafts drawn from the same seed: n-gram or a draft model
+    (EAGLE and MTP are refused with the tier), K of 1-5, an acceptance rate of 0-1."""
+    rng = random.Random(f"spec-{seed}")
+    return dataclasses.replace(random_offload(seed), name=f"offload-spec-random-{seed}",
+                               num_speculative_tokens=rng.choice([1, 2, 3, 5]),
+                               speculative_method=rng.choice(["ngram", "draft-model"]),
+                               spec_acceptance_rate=round(rng.random(), 2))

@@ -185,7 +185,8 @@ def test_invariants_hold_under_pressure():
     (["--system", "sglang", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
     (["--system", "vllm", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
     (["--system", "vllm-v1", "--no-prefix-caching", "--kv-offload-gib", "8"], "needs prefix caching"),
-    (["--system", "vllm-v1", "--kv-offload-gib", "8", "--num-speculative-tokens", "2"], "is not modelled"),
+    (["--system", "vllm-v1", "--kv-offload-gib", "8", "--num-speculative-tokens", "2", "--speculative-method",
+      "eagle"], "with EAGLE or MTP drafts is not modelled"),
     (["--system", "vllm-v1", "--kv-offload-gib", "-1"], "kv_offload_gib must be >= 0"),
     (["--system", "vllm-v1", "--kv-offload-gib", "0.00001"], "holds no block"),
 ])
@@ -196,6 +197,94 @@ def test_refused_in_one_line(argv, words, capsys):
 def test_refused_with_a_client_timeout():
     with pytest.raises(ConfigError, match="is not modelled"):
         v1(64, 4, client_timeout_s=10)
+
+
+@pytest.mark.parametrize("drafts, step, remaining", [
+    ({}, 0, 2),  # 8 tokens: 2 blocks of 4
+    (dict(num_speculative_tokens=3), 1, 3),  # n-gram, no lookahead: 1 + 3 tokens; 8 + 4: 3 blocks
+    (dict(num_speculative_tokens=5), 2, 4),  # 1 + 5: two blocks; 8 + 6: 4
+    (dict(num_speculative_tokens=2, speculative_method="draft-model", draft_model="opt-13b"), 2, 4),  # 1 + 2 + 2
+])
+def test_a_load_leaves_a_verification_steps_blocks_free(drafts, step, remaining):
+    """With speculative decoding an admission that loads leaves free, beside the blocks the
+    prefills in flight lack, one verification step's: ``cdiv(1 + K + lookahead, block size)``
+    (``_spec_decode_step_blocks``, v1 scheduler.py:371-381, :1420-1430); and a prefill in flight
+    lacks the blocks for its sequence and such a step past it (``_request_remaining_blocks``,
+    :3404-3420). Before the first step nothing is in flight and the 8-token request holds none."""
+    s = prepare(v1(64, 4, **drafts), trace((0, 8, 1, (1, 2)))).state
+    assert host_tier.reserved_blocks(s) == step
+    assert host_tier.remaining_blocks(s, 0) == remaining
+
+
+def test_with_drafts_a_second_load_waits_for_the_verification_steps_blocks():
+    """A pool of 6 blocks (24 slots), a host tier of 16; with and without n-gram drafts (K = 3).
+
+    A (t 0): prompt 14, hashes 1 2 3, output 1: 4 blocks, its 3 full ones stored. B (t 1.5):
+        prompt 10, hashes 4 5, output 1: 2 stored. C (t 3.5): prompt 23 takes all 6 blocks: the
+        GPU forgets A and B.
+    D (t 5.5): prompt 14, hashes 1 2 3: 3 host hits (at most (14 - 1) // 4), 12 tokens loaded
+        into 3 of the 6 free blocks (its whole sequence, 4 blocks, fits); 3 free, and D, a
+        prefill in flight, still lacks 1.
+    E (t 5.5): prompt 10, hashes 4 5: 2 host hits, 3 blocks for its sequence (3 free). Without
+        drafts it loads: 2 <= 3 - 1. With them a verification step's 1 + 3 tokens count twice:
+        past D's sequence (14 + 4 tokens: D lacks 2 blocks) and for E's own step (1 block), so
+        2 > 3 - 2 - 1 and E waits. The step at 5.5 holds D's 14 tokens and, without drafts, E's 8
+        loaded ones."""
+    t = trace((0, 14, 1, (1, 2, 3)), (1.5, 10, 1, (4, 5)), (3.5, 23, 1, range(21, 26)), (5.5, 14, 6, (1, 2, 3)),
+              (5.5, 10, 2, (4, 5)))
+    for drafts, held in (({}, 14 + 8), (dict(num_speculative_tokens=3), 14)):
+        steps = run_simulation(v1(24, 16, **drafts), t).steps
+        step = steps[steps["start_s"] > 5.5].iloc[0]  # 5.5 + the first load's 3 blocks
+        assert step["num_prefill_tokens"] == 2 and step["mem_token_states"] == held, drafts
+
+
+def test_the_prefills_in_flight_are_vllms_set():
+    """vLLM's prefills in flight (``_inflight_prefills``), whose missing blocks an admission that
+    loads leaves free: a request joins when it loads (v1 scheduler.py:1542) or when its
+    admission's chunk leaves part of its prompt (:1590-1593), and leaves once a pass has
+    scheduled the rest, as that pass ends (:1862-1871), not while it admits others. Prompt 14,
+    blocks of 4, n-gram K = 3: a verification step takes 4 slots, so a prefill in flight lacks
+    the blocks of 14 + 4 tokens (5) less those it holds, and a load leaves 1 block more free."""
+    s = prepare(v1(64, 4, num_speculative_tokens=3), trace((0, 14, 8, (1, 2, 3)))).state
+    prefilling, prefilled, reserved = (interpreted(getattr(host_tier, name))
+                                       for name in ("prefilling", "prefilled", "reserved_blocks"))
+    s.running[0], s.count[state.NUM_RUNNING] = 0, 1
+    s.prompt_target[0], s.num_prompt_computed[0], s.num_blocks[0] = 14, 8, 2  # admitted, 8 of 14
+    prefilling(s, 0, False)
+    assert reserved(s) == 1 + (5 - 2)
+    s.num_prompt_computed[0], s.num_blocks[0] = 14, 4  # a later pass schedules the other 6
+    s.step_prefill_ids[0], s.count[state.STEP_PREFILL_SEQS] = 0, 1
+    assert reserved(s) == 1 + (5 - 4)  # in flight until that pass ends
+    prefilled(s)
+    assert reserved(s) == 1
+    prefilling(s, 0, False)  # an admission scheduling its whole prompt never joins
+    assert reserved(s) == 1
+    prefilling(s, 0, True)  # one that loads does
+    assert reserved(s) == 2
+
+
+def test_a_loaded_requests_first_step_takes_its_padding_and_lookahead_slots():
+    """A request whose load is over is admitted as any request (v1 scheduler.py:1262-1330,
+    kv_cache_manager.py:518-551): with a draft model (K = 2: 2 lookahead slots, 1 draft slot of
+    the budget) its first step is padded to 1 + K when one token is left, and its blocks must
+    hold its chunk and the lookahead slots. Prompt 14, blocks of 4, nothing running.
+
+    12 tokens loaded (3 blocks): 2 left, no padding: 12 + 2 + 2 = 16 slots, 4 blocks.
+    13 computed: 1 left, padded: 13 + 1 + 2 + 2 = 18 slots, 5 blocks; with 4 held it fits one
+        free block, not none.
+    A budget of 3 leaves 2 past the draft slot: 1 + 2 does not fit, and nobody is admitted (-1)."""
+    cfg = v1(64, 4, num_speculative_tokens=2, speculative_method="draft-model", draft_model="opt-13b")
+    s = prepare(cfg, trace((0, 14, 8, (1, 2, 3)))).state
+    step, fits = interpreted(scheduler_v1.holding_step), interpreted(scheduler_v1.holding_fits)
+    s.prompt_target[0], s.num_computed_tokens[0] = 14, 12
+    assert step(s, 0, 64, False, False) == (0, 16)
+    s.num_computed_tokens[0] = 13
+    assert step(s, 0, 64, False, False) == (2, 18)
+    assert step(s, 0, 3, False, False) == (-1, 0)
+    s.num_blocks[0] = 4
+    assert fits(s, 0, 18)  # (16 blocks free)
+    s.count[state.NUM_FREE_BLOCK_IDS] = 0  # none free, none cached
+    assert not fits(s, 0, 18) and fits(s, 0, 16)
 
 
 def test_a_loaded_request_is_admitted_before_the_queue_ahead_of_it():
