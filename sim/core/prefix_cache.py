@@ -88,8 +88,13 @@ def map_lookup(entries, mask, end, chain):
 
 @njit(inline=True)
 def register(s, b, end, chain):
-    """Cache block ``b`` under ``(end, chain)`` unless the key is there already (one probe)."""
-    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain)
+    """Cache block ``b`` under ``(end, chain)``. vLLM 0.4.2 keeps one block a key (a block whose
+    key is there already is not cached); vLLM v1 caches it beside the other (``BlockHashToBlockMap``
+    holds several blocks a hash and a lookup takes the earliest inserted still there,
+    block_pool.py:36-110): a recompute's last prompt block, which cannot be a hit, duplicates a
+    cached one, and outlives its eviction. The map keeps such entries in insertion order within
+    their probe run (:func:`map_lookup` finds the earliest; :func:`map_delete` keeps the order)."""
+    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s))
     if j < 0:
         return
     s.block_info[b, KEY_END] = end
@@ -98,12 +103,12 @@ def register(s, b, end, chain):
 
 
 @njit(inline=True)
-def map_insert(entries, mask, b, end, chain):
+def map_insert(entries, mask, b, end, chain, duplicates=False):
     """Put block ``b`` under ``(end, chain)`` in the map ``entries`` unless the key is there
-    already (-1); returns its row."""
+    already (-1) and ``duplicates`` is off (else after the key's other entries); returns its row."""
     j = home_in(mask, end, chain)
     while entries[j, ENTRY_BLOCK] >= 0:
-        if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain:
+        if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain and not duplicates:
             return -1
         j = (j + 1) & mask
     entries[j, ENTRY_END] = end

@@ -29,7 +29,7 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
 from tests.peers.workloads import (FULL, GROUP_WORKLOADS, MAMBA, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
-                                   random_grouped, random_grouped_speculative)
+                                   random_grouped, random_grouped_speculative, random_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -137,6 +137,18 @@ def test_random_speculative_group_workloads_are_vllms_or_refused_by_both(seed, m
         with pytest.raises(ValueError, match="To serve at least one request"):
             vllm_v1.run(workload, replay=[])
         return
+    assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
+
+
+def test_a_copy_of_a_cached_block_keeps_the_key_as_vllms():
+    """Drawn seed 163 (workloads.random_speculative: a draft model, K = 7, prefix caching, the
+    priority policy): request 0, preempted at step 186, was recomputed earlier with its last
+    block (which cannot be a hit) into a copy of a cached block; vLLM v1 caches both
+    (block_pool.py:36-110), and once the first was evicted the copy kept the key. pagesim kept
+    one block a key and parted at step 187 (41 hits against 54) until prefix_cache.register
+    cached the copy too."""
+    workload = random_speculative(163)
+    ours = pagesim_steps.run(workload)
     assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 

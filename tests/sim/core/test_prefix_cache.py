@@ -141,20 +141,39 @@ def test_last_prompt_token_is_computed_and_revived_hits_take_free_blocks(core_v1
     c = blocks(s, C)
     assert c[0] == a[0] and c[1] != a[1]
     assert lru(s) == [a[1]]
-    # C's block 1 is full with a key already cached (a1): it is not registered again
-    assert s.block_info[c[1], state.KEY_END] == 0 and cached(s, C, 1) == a[1]
-    assert s.count[state.NUM_CACHED_KEYS] == 2
+    # C's block 1 is full with a key already cached (a1): vLLM v1 caches it beside a1 (its
+    # BlockHashToBlockMap holds both, block_pool.py:86-110); a lookup takes the earlier, a1
+    assert s.block_info[c[1], state.KEY_END] == 8 and cached(s, C, 1) == a[1]
+    assert s.count[state.NUM_CACHED_KEYS] == 3
     # 8 tokens held (4 revived + 4 computed), demand min(10, 8) = 8, 2 used; a1 counts free
     assert memory(s) == (2, [8, 0, 0, 0, 0, 16])
-    # freed, C's block 1, full, goes to the LRU's tail as the cached ones do (vLLM hashes it:
-    # a second copy), not to the free stack; taken, it drops no key: D's 5 blocks are the 3 of
-    # the stack, a1 (evicted) and C's copy
+    # freed, C's block 1, full and keyed, goes to the LRU's tail as the cached ones do: D's 5
+    # blocks are the 3 of the stack, a1 and C's copy, both evicted with their keys
     kv_cache.free(s, C)
     assert lru(s) == [a[1], c[1], a[0]]
     assert admit(s, D, 20) == 0
     assert blocks(s, D)[3:] == [a[1], c[1]]
-    assert s.count[state.NUM_EVICTIONS] == 1
+    assert s.count[state.NUM_EVICTIONS] == 2
     assert s.count[state.NUM_CACHED_KEYS] == 1 + 5 and cached(s, A, 0) == a[0]  # a0's key and D's own
+
+
+def test_vllm_v1_a_copy_of_a_cached_block_keeps_its_key_after_the_first_is_evicted(core_v1):
+    """vLLM v1 caches a full block whose hash is cached already beside the first (NOTE #1,
+    block_pool.py:49-53: block tables stay append-only, so nothing is de-duplicated); evicting
+    the first leaves the key to the copy (``get_one_block``, :63-72). vLLM 0.4.2 keeps one block
+    a key. A: blocks a0, a1 cached, freed (LRU a1, a0). C (8 tokens) revives a0 and recomputes its
+    last block into c1, a copy of a1's key. With C running, one eviction takes the LRU's head,
+    a1: its key still finds c1, and B (hashes 1 2 9) hits a0 and c1."""
+    s = core_v1
+    admit(s, A, 10)
+    a = blocks(s, A)
+    kv_cache.free(s, A)
+    admit(s, C, 8)
+    c = blocks(s, C)
+    assert lru(s) == [a[1]] and cached(s, C, 1) == a[1]
+    assert evict_oldest(s, -1)[0] == a[1]
+    assert cached(s, C, 1) == c[1] and s.count[state.NUM_CACHED_KEYS] == 2
+    assert prefix_cache.count_hits(s, B, 10) == (2, 0)
 
 
 def test_vllm_v0_lets_every_block_go_to_its_evictor_partial_ones_too(core):
