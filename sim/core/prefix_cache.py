@@ -93,7 +93,11 @@ def register(s, b, end, chain):
     holds several blocks a hash and a lookup takes the earliest inserted still there,
     block_pool.py:36-110): a recompute's last prompt block, which cannot be a hit, duplicates a
     cached one, and outlives its eviction. The map keeps such entries in insertion order within
-    their probe run (:func:`map_lookup` finds the earliest; :func:`map_delete` keeps the order)."""
+    their probe run (:func:`map_lookup` finds the earliest; :func:`map_delete` keeps the order).
+    A block cached already is not cached again (vLLM caches a request's blocks past those it has
+    cached, block_pool.py ``cache_full_blocks``)."""
+    if s.block_info[b, KEY_END]:
+        return
     j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s))
     if j < 0:
         return
