@@ -549,11 +549,11 @@ def release_seq(s, i, j):
     is at the same index in every table that holds it, full or a group's tail, so the
     request's counts give its tokens and demand) and goes, with prefix caching and full, to the
     LRU's tail (tails are then evicted first), keyed (a copy of a block cached already too: vLLM
-    hashes both, ``block_pool.py:36-56``; prefix_cache.register), else to the free stack, reused first (vLLM 0.33.0
-    ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py:816-847``). vLLM 0.4.2's evictor
-    takes every block let go, full or not (``CachedBlockAllocator.free``, ``block_manager_v1.py:
-    123-133``: each has a hash, a partial one a counter's), with its last access and its depth
-    (``prefix_cache.evict_oldest``)."""
+    hashes both, ``block_pool.py:36-56``; prefix_cache.register), else to the free stack, reused
+    first (vLLM 0.33.0 ``BlockPool.free_blocks``, ``vllm/v1/core/block_pool.py:816-847``). vLLM
+    0.4.2's evictor takes every block let go, full or not (``CachedBlockAllocator.free``,
+    ``block_manager_v1.py:123-133``: each has a hash, a partial one a counter's), with its last
+    access and its depth (``prefix_cache.evict_oldest``)."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     slot = s.seq_slot[i, j]
     num_tokens, final_len = s.num_computed_tokens[i], s.final_len[i]
