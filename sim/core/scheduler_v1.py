@@ -335,15 +335,15 @@ def admit_remote(s, i, target):
 @njit(inline=True)
 def holding_step(s, i, budget, running_prefill, scheduled_running):
     """Request ``i``, holding blocks whose KV has arrived, as a pass with ``budget`` tokens left
-    would schedule it: the placeholder drafts padding its one token left (speculative.pads; -1:
-    padded past the budget, and vLLM then admits nobody, scheduler.py:1318-1324) and the tokens
-    its blocks must then hold (its chunk and the lookahead slots: speculative.slots_needed)."""
-    budget -= s.config[SPEC_DRAFT_SLOTS]
+    would schedule it: the placeholder drafts padding its one token left (-1: padded past the
+    budget: speculative.padded_drafts) and the tokens its blocks must then hold (its chunk and
+    the lookahead slots: speculative.slots_needed)."""
     cached, target = s.num_computed_tokens[i], s.prompt_target[i]
-    drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill, scheduled_running) else 0
-    if 1 + drafts > budget:
+    drafts = speculative.padded_drafts(s, cached, target, budget, running_prefill, scheduled_running)
+    if drafts < 0:
         return -1, 0
-    return drafts, speculative.slots_needed(s, i, min(target - cached, budget) + drafts)
+    n = min(target - cached, budget - s.config[SPEC_DRAFT_SLOTS])
+    return drafts, speculative.slots_needed(s, i, n + drafts)
 
 
 @njit(inline=True)
@@ -427,10 +427,9 @@ def admit_waiting(s, budget):
             # a load schedules no token now (scheduler.py:1285-1288): neither padded nor given its
             # lookahead slots, which come once its KV has arrived (:1395-1400)
             if s.config[SPEC_TOKENS] and not host_hits:  # one token left: padded to 1 + K, or none admitted
-                cached = hit_tokens(s, i, target)  # (speculative.pads)
-                drafts = s.config[SPEC_TOKENS] if speculative.pads(s, cached, target, running_prefill,
-                                                                   scheduled_running) else 0
-                if 1 + drafts > budget - draft_slots:
+                drafts = speculative.padded_drafts(s, hit_tokens(s, i, target), target, budget, running_prefill,
+                                                   scheduled_running)
+                if drafts < 0:
                     break
             watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
             need = blocks_to_admit(s, i, target)

@@ -87,6 +87,16 @@ def pads(s, cached, target, running_prefill, scheduled_running):
 
 
 @njit(inline=True)
+def padded_drafts(s, cached, target, budget, running_prefill, scheduled_running):
+    """The placeholder drafts an admission with ``cached`` of its ``target`` tokens computed is
+    padded with (:func:`pads`: K or 0), or -1 where its ``1 +`` them exceed the ``budget`` left
+    past its draft slots: vLLM then admits nobody rather than schedule it unpadded
+    (scheduler.py:1318-1324)."""
+    drafts = s.config[SPEC_TOKENS] if pads(s, cached, target, running_prefill, scheduled_running) else 0
+    return -1 if 1 + drafts > budget - s.config[SPEC_DRAFT_SLOTS] else drafts
+
+
+@njit(inline=True)
 def slots_needed(s, i, n):
     """The tokens request ``i``'s blocks must hold to compute ``n`` more: its computed ones,
     those and the lookahead slots, at most ``max_model_len`` (kv_cache_manager.py:548-551)."""
