@@ -24,7 +24,7 @@ from pagesim.sim.cluster import (REQUEST_COLUMNS, ClusterRecords, ClusterResult,
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import disagg as core_disagg
 from pagesim.sim.core import loop, replay, state
-from pagesim.sim.core.build import UNLIMITED
+from pagesim.sim.core.build import UNLIMITED, offload_rows
 from pagesim.sim.core.cluster import ROUTERS
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError, InvariantError
@@ -204,6 +204,8 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
         s = s._replace(exchange=np.zeros(max(n, 1), np.int64))
         s.config[state.PROGRESS_EVERY] = UNLIMITED
         s.config[state.DISAGG_ROLE] = state.PREFILL_SIDE if r < prefill else state.DECODE_SIDE
+        if r >= prefill and len(s.offload) < n:  # its prefills in flight (host_tier.reserved_blocks)
+            s = s._replace(offload=offload_rows(n))
         states[r] = s
     tps = [prefill_cfg.tensor_parallel] * prefill + [decode_cfg.tensor_parallel] * decode
     c = Disaggregated(states, prefill, router, kv_link, float(run_p.budget.kv_bytes_per_token), tps,

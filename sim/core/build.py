@@ -341,8 +341,7 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     count[state.HOST_TOUCHED_HEAD] = count[state.HOST_TOUCHED_TAIL] = -1
     entries = np.zeros((rows, state.ENTRY_COLUMNS), np.int64)
     entries[:, state.ENTRY_BLOCK] = -1
-    offload = np.zeros((max(n, 1) if blocks else 1, state.OFFLOAD_COLUMNS), np.int64)
-    offload[:, state.OFFLOAD_FRONT] = offload[:, state.OFFLOAD_HEAP_AT] = -1
+    offload = offload_rows(n if blocks else 0)
     seen_at = np.concatenate([[0], np.cumsum(prompt_blocks, dtype=np.int64)]) if blocks else np.zeros(1, np.int64)
     if blocks:
         offload[:n, state.OFFLOAD_SEEN_AT] = seen_at[:n]
@@ -351,6 +350,15 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
                 host_ready_s=np.zeros(max(blocks, 1)), offload=offload,
                 host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int32),
                 load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
+
+
+def offload_rows(n: int) -> np.ndarray:
+    """``Core.offload``'s rows for ``n`` requests (one row for none): a replica that loads KV
+    asynchronously keeps vLLM's prefills in flight there (``host_tier.reserved_blocks``), the
+    host tier's own columns besides."""
+    offload = np.zeros((max(n, 1), state.OFFLOAD_COLUMNS), np.int64)
+    offload[:, state.OFFLOAD_FRONT] = offload[:, state.OFFLOAD_HEAP_AT] = -1
+    return offload
 
 
 def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost: float) -> dict:

@@ -95,6 +95,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOS
                                     STEP_PREFILL_SEQS, STORE_LINK_FREE_S, WAITING_HEAD)
 from pagesim.sim.core.state import (FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, SPEC_LOOKAHEAD, SPEC_TOKENS,
                                     STEP_NUM_FINISHED)
+from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE
 from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
                                     HOST_TOUCHED_TAIL, KEPT_GROUP, NEW_BLOCK, OFFLOAD_FRONT, OFFLOAD_HEAP_AT,
@@ -604,10 +605,20 @@ def being_loaded(s, i, gpu_hits, host_hits):
     return False
 
 
+@njit(inline=True)
+def loads_async(s):
+    """Whether this replica's admissions load KV asynchronously, and it keeps vLLM's prefills in
+    flight (:func:`prefilling`) for :func:`reserved_blocks`: a host tier's loads, and a
+    disaggregated decode side's transfers (any connector's ``load_kv_async``, v1
+    scheduler.py:1420-1430, 1542)."""
+    return s.config[HOST_BLOCKS] > 0 or s.config[DISAGG_ROLE] == DECODE_SIDE
+
+
 @njit
 def reserved_blocks(s):
     """The blocks the prefills in flight still need for their whole sequence, which an admission
-    that loads must leave free (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,
+    that loads (from the host tier, or a prefill replica's transfer) must leave free
+    (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,
     :1420-1430), each the blocks its ``num_tokens`` lack (``_request_remaining_blocks``,
     :3404-3420: ``OFFLOAD_PREFILLING`` marks vLLM's set, :func:`prefilling`); with speculative
     decoding, one verification step's blocks more (``_spec_decode_step_blocks``, :371-381)."""

@@ -109,6 +109,7 @@ def schedule(s):
     if s.config[HOST_BLOCKS]:
         offer_scheduled(s, reached, ran)
         host_tier.touch_finished(s)
+    if host_tier.loads_async(s):
         host_tier.prefilled(s)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
@@ -435,7 +436,10 @@ def admit_waiting(s, budget):
             need = blocks_to_admit(s, i, target)
             if (s.config[SPEC_LOOKAHEAD] and not host_hits) or drafts:  # and its first chunk's and lookahead slots
                 need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots, drafts)))
-            if need + watermark > kv_cache.num_free_blocks(s):
+            remote = decode_side and s.num_preemptions[i] == 0  # its prompt's KV is the prefill side's
+            # a transfer, as a host load below, leaves the prefills in flight their blocks (allocate_slots'
+            # reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1420-1430)
+            if need + watermark > kv_cache.num_free_blocks(s) - (host_tier.reserved_blocks(s) if remote else 0):
                 c[DEMAND_WAITING] = 1
                 break
             if host_hits:
@@ -455,8 +459,9 @@ def admit_waiting(s, budget):
             take_waiting(s, p)
             if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
                 s.admitted_s[i] = s.clock[NOW]
-            if decode_side and s.num_preemptions[i] == 0:  # its prompt's KV is the prefill side's
+            if remote:
                 admit_remote(s, i, target)
+                host_tier.prefilling(s, i, True)
                 continue
             if s.config[PREFIX_CACHING]:
                 # np.int64: jit.njit's note on constants
@@ -472,7 +477,7 @@ def admit_waiting(s, budget):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
-        if s.config[HOST_BLOCKS]:
+        if host_tier.loads_async(s):
             host_tier.prefilling(s, i, loaded)
         if spec:
             speculative.scheduled(s, i, high, drafts)

@@ -436,7 +436,8 @@ table("host_work", """
     NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
     PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
 """, size="HOST_WORK_COLUMNS")
-# Core.offload (the host tier; one row elsewhere): per request
+# Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
+# per request
 table("offload", """
     OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
     OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)

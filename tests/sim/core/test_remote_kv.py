@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from pagesim.sim.core import kv_cache, remote_kv, state
+from pagesim.sim.core import host_tier, kv_cache, lifecycle, remote_kv, scheduler_v1, state
+from pagesim.sim.core.build import offload_rows
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
@@ -26,6 +28,7 @@ hold_for_transfer = interpreted(remote_kv.hold_for_transfer)
 release_transfer = interpreted(remote_kv.release_transfer)
 allocate_cached_blocks = interpreted(kv_cache.allocate_cached_blocks)
 release_seq = interpreted(kv_cache.release_seq)
+admit_waiting = interpreted(scheduler_v1.admit_waiting)
 
 
 def categories(s):
@@ -61,3 +64,34 @@ def test_blocks_held_by_a_transfer_with_prefix_caching():
     assert categories(s) == (0, 0, 0, 0, 32)
     assert s.count[state.NUM_LRU] == 3 and s.count[state.TRANSFER_SLOTS] == 0
     assert not s.block_info[:8, state.TRANSFERS].any()
+
+
+@pytest.mark.parametrize("prompt, loads", [(16, False), (12, True)])
+def test_a_transfer_leaves_the_prefills_in_flight_their_blocks(prompt, loads):
+    """Decode side: an admission whose KV comes from the prefill side loads asynchronously, so it
+    must leave free the blocks the prefills in flight still lack (``reserved_blocks``, v1
+    scheduler.py:1420-1430; ``_inflight_prefill_reserved_blocks``, :3432-3436), as a host load
+    does. A pool of 8 blocks of 4, a budget of 8 tokens a pass. Z was preempted here after 8
+    output tokens: it recomputes 12 + 8 = 20 tokens, and its first pass schedules 8 of them (2
+    blocks), so it is a prefill in flight lacking 5 - 2 = 3 blocks. W, fresh (its prompt's KV
+    on the prefill side), arrives: 6 blocks are free, 3 once Z's are set aside. A prompt of 16
+    (4 blocks) waits; one of 12 (3 blocks) is admitted and waits for its transfer."""
+    t = pd.DataFrame({"request_id": ["Z", "W"], "arrival_s": [0.0, 0.0], "prompt_tokens": [12, prompt],
+                      "output_tokens": [9, 1]})
+    s = initial_state(cfg_for("vllm-v1", slots=32, block_size=BS, max_seq_len=32, max_num_batched_tokens=8, max_num_seqs=4,
+                              async_scheduling=False), t)
+    Z, W = 0, 1
+    s = s._replace(exchange=np.zeros(2, np.int64), offload=offload_rows(2))
+    s.config[state.DISAGG_ROLE] = state.DECODE_SIDE
+    assert (s.config[state.NUM_BLOCKS], s.config[state.WATERMARK_BLOCKS]) == (8, 0)
+    s.num_preemptions[Z], s.num_generated[Z] = 1, 8
+    interpreted(lifecycle.restart)(s, Z)
+    admit_waiting(s, 8)
+    assert (s.status[Z], s.num_blocks[Z], s.prompt_target[Z]) == (state.RUNNING, 2, 20)
+    interpreted(host_tier.prefilled)(s)  # the pass ends: Z is still prefilling
+    assert interpreted(host_tier.reserved_blocks)(s) == 3
+    interpreted(lifecycle.add_arrival)(s, W)
+    admit_waiting(s, 8)
+    assert s.status[W] == (state.LOADING if loads else state.WAITING)
+    assert s.num_blocks[W] == (prompt // BS if loads else 0)
+    assert s.count[state.DEMAND_WAITING] == (0 if loads else 1)
