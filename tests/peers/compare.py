@@ -31,6 +31,9 @@ requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.
+``--sglang-swa [--disable-radix-cache] [--interval N]``: not a comparison, a probe: SGLang 0.5.23's
+hybrid sliding-window pool and its unified radix cache through the worked example of
+docs/notes/sglang-swa.md (sglang_swa.py), each pool's free slots and the tree after each call.
 """
 
 from __future__ import annotations
@@ -188,6 +191,11 @@ def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> 
 
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
+    if "--sglang-swa" in args:  # a probe, not a comparison: SGLang's SWA pool and cache alone
+        from tests.peers import sglang_swa
+
+        sglang_swa.main([a for a in args if a != "--sglang-swa"])
+        return 0
     if "--sglang-scheduler" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
         return sglang_scheduler([a for a in args if not a.startswith("--")], *(requests or [200]))
