@@ -405,8 +405,10 @@ class Probe:
 
     def decode(self, req: Request):
         """A decode step for ``req``: the retraction check (``schedule_batch.py:3432``), the
-        window eviction (``schedule_batch.py:4068-4099``, every ``interval`` tokens past the
-        window), the slot for the token sampled last (``allocation.py:626-640``)."""
+        window eviction (``schedule_batch.py:4068-4099``: due once ``interval`` tokens are past
+        the window, ``:4063-4066``, the same test as ``common.py:97-99`` makes with that
+        interval, which is how it is passed here; without overlap scheduling's wait for the
+        first decode batch), the slot for the token sampled last (``allocation.py:625-640``)."""
         with PEER.active():
             req.output_ids.append(req.outputs[len(req.output_ids)])
             ok = self.allocator.check_decode_capacity(num_tokens=1, tree_cache=self.cache)
