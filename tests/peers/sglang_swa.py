@@ -14,7 +14,7 @@ note states can be read off SGLang's behaviour:
 * the radix cache SGLang's server builds for it, ``UnifiedRadixCache`` with its Full and SWA
   components (``mem_cache/registry.py:146, 165-167``), on its Python tree core
   (``unified_cache/tree_core_registry.py``: the Rust one is the default where it is built; the
-  Python core is what it falls back to, and the Rust core mirrors it);
+  Python one is its fallback, and the one run here);
 * the request-level calls the scheduler makes, each SGLang's own function: the prefix match and
   lock (``schedule_policy.py:1690``), the eviction before an allocation
   (``allocation.py:152-159``: ``evict_from_tree_cache``, then ``alloc``), the admission budget
@@ -86,12 +86,6 @@ def _not_npu():
     """``utils.is_npu`` and ``is_hip``: a CPU host is neither an Ascend NPU nor an AMD GPU
     (SGLang checks the platform)."""
     return False
-
-
-def _no_rank_consensus(*args, **kwargs):
-    """``rank_consensus``: SGLang's multi-rank agreement check (off unless its environment
-    variable asks for it); one rank here, so each decorated method is left as it is."""
-    return lambda method: method
 
 
 # module -> {name: value, or None for a Placeholder}: what the real modules import
