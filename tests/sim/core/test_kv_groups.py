@@ -81,15 +81,18 @@ def trace(*rows) -> pd.DataFrame:
                          "prompt_tokens": list(prompt), "output_tokens": list(output)})
 
 
-def test_the_pool_gives_blocks_of_one_group_and_v0_sizes_every_layer_as_full():
+def test_the_pool_gives_blocks_of_one_group_and_v0_and_sglang_size_every_layer_as_full():
     """64 slots of 16 bytes = 1024 bytes. vllm-v1: a block is 4 tokens x 1 layer (the group
     size) x 16 = 64 bytes: 16 blocks, shared by the 2 groups. vllm (v0): a token is 2 layers x 16
-    = 32 bytes: 32 slots, 8 blocks of 4."""
+    = 32 bytes: 32 slots, 8 blocks of 4. SGLang 0.5.23 too: its sliding-window pool serves none of
+    the models pagesim reads (docs/notes/sglang-swa.md, section 1)."""
     s = initial_state(v1(64), trace((0, 4, 1)))
     assert (s.config[state.NUM_BLOCKS], s.config[state.FULL_GROUPS], s.config[state.SLIDING_GROUPS]) == (16, 1, 1)
     assert s.block_table.shape[1] == 2 * 2  # two groups' tables of ceil(5 / 4) = 2 blocks
     v0 = initial_state(v1(64, system="vllm"), trace((0, 4, 1)))
     assert (v0.config[state.NUM_BLOCKS], v0.config[state.SLIDING_GROUPS]) == (8, 0)
+    sglang = initial_state(v1(64, system="sglang"), trace((0, 4, 1)))
+    assert (sglang.config[state.NUM_BLOCKS], sglang.config[state.SLIDING_GROUPS]) == (8, 0)
 
 
 def memory(result):
