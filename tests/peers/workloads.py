@@ -282,6 +282,15 @@ MAMBA_PREFIX_WORKLOADS = {
         [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2)), Row(0.5, 70, 20, hashes=(1, 2, 3, 4))],
         num_blocks=40, max_model_len=160, max_num_batched_tokens=20, prefix_caching=True,
         description="B waits a step for A's state cached in the same step; chunks of 20 cut to 16"),
+    # the sibling workload over gated-delta-net layers on FlashInfer (Qwen3-Next on Hopper): a
+    # final chunk exports the prompt's boundary state into a reserved block instead of being cut
+    # there (its alignment: the Mamba block, as get_mamba_prefill_checkpoint_grid makes it)
+    "gdn-prefix-sibling": grouped(
+        "gdn-prefix-sibling", dataclasses.replace(JAMBA_LIKE, name="gdn-like", prefill_checkpoint_alignment=16),
+        [Row(0.0, 52, 2, hashes=(1, 2, 3)), Row(3.5, 60, 2, hashes=(1, 2, 9)),
+         Row(6.5, 60, 2, hashes=(1, 2, 8))],
+        num_blocks=40, max_model_len=160, prefix_caching=True,
+        description="the sibling workload, gated-delta-net layers exporting checkpoints: no cut at 48"),
     "jamba-prefix-pressure": grouped(
         "jamba-prefix-pressure", JAMBA_WIDE, shared_prefix_rows(3, 24, 16), num_blocks=48,
         max_model_len=192, max_num_batched_tokens=64, prefix_caching=True,
