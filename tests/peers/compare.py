@@ -28,6 +28,10 @@ with both trees. ``--mooncake-requests=N``: the Mooncake workloads over the trac
 requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS).
 ``--checkpoint``: pagesim's checkpoints (each two inserts) made on SGLang's side as its
 ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
+``--mamba-prefix [WORKLOAD...]``: Jamba-like hybrids with prefix caching on
+(``MAMBA_PREFIX_WORKLOADS``), where vLLM 0.33.0 keeps its Mamba states in "align" mode: per
+workload, pagesim's refusal in one line (or, once it runs them, the comparison), then vLLM's step
+records (each running request's blocks per group: full attention first, then the Mamba groups).
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.
@@ -42,7 +46,7 @@ import collections
 import sys
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
-from tests.peers.workloads import (GROUP_WORKLOADS, NANO_WORKLOADS, OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
+from tests.peers.workloads import (GROUP_WORKLOADS, MAMBA_PREFIX_WORKLOADS, NANO_WORKLOADS, OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
                                   SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_grouped,
                                   random_grouped_speculative, random_offload, random_offload_speculative,
                                   random_speculative)
@@ -189,6 +193,54 @@ def assert_same_steps(name: str, workload, ours, theirs, peer: str = "vLLM") -> 
         describe(k, ours, theirs, peer=peer)
 
 
+def wrapped(text: str, indent: str = "      ", width: int = 100) -> list:
+    """``text`` cut at spaces into lines of at most ``width`` columns, the later ones indented."""
+    words = text.split(" ")
+    lines, line = [], words.pop(0)
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = indent + word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line]
+
+
+def step_record(k: int, step) -> list:
+    """vLLM's record of step ``k`` in lines of at most 100 columns: the tokens scheduled per
+    request, the preempted, the free blocks, the finished, and each running request's blocks
+    per group (full attention first, then the Mamba groups: their state blocks held)."""
+    scheduled = " ".join(f"{i}:{n}" for i, n in sorted(step.scheduled.items()))
+    groups = " ".join(f"{i}:{'/'.join(map(str, held))}" for i, held in sorted(step.group_blocks.items()))
+    text = (f"  {k:>3}".replace(" ", "\N{NO-BREAK SPACE}") + f" t={step.start_s:g} scheduled {scheduled} free {step.free_blocks}"
+            + (f" preempted {sorted(step.preempted)}" if step.preempted else "")
+            + (f" finished {sorted(step.finished)}" if step.finished else "")
+            + f" | blocks {groups}")
+    return [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped(text)]
+
+
+def mamba_prefix(names: list) -> int:
+    """``--mamba-prefix``: per workload, pagesim's refusal (one line) or the comparison, then
+    vLLM's steps."""
+    for name in names or list(MAMBA_PREFIX_WORKLOADS):
+        workload = MAMBA_PREFIX_WORKLOADS[name]
+        theirs = vllm_v1.run(workload)
+        print("\n".join(wrapped(f"{name}: {workload.description}", indent="  ")))
+        try:
+            ours = pagesim_steps.run(workload, "vllm-v1")
+        except Exception as refusal:  # sim/run.py's hybrid_groups: no "align" mode
+            print(f"  pagesim refuses: {refusal}"[:100])
+        else:
+            share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
+            k = first_divergence(ours, theirs)
+            print(f"  pagesim {len(ours)} steps, vLLM {len(theirs)}: {share:.1%} identical"
+                  + ("" if k is None else f", first diverging step {k}"))
+        print(f"  vLLM's {len(theirs)} steps (blocks per group: full/mamba/...):")
+        for k, step in enumerate(theirs):
+            print("\n".join(step_record(k, step)))
+    return 0
+
+
 def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     if "--sglang-swa" in args:  # a probe, not a comparison: SGLang's SWA pool and cache alone
@@ -196,6 +248,8 @@ def main(argv=None) -> int:
 
         sglang_swa.main([a for a in args if a != "--sglang-swa"])
         return 0
+    if "--mamba-prefix" in args:
+        return mamba_prefix([a for a in args if not a.startswith("--")])
     if "--sglang-scheduler" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
         return sglang_scheduler([a for a in args if not a.startswith("--")], *(requests or [200]))

@@ -288,6 +288,13 @@ def block_hash(obj) -> bytes:
     return hashlib.sha256(pickle.dumps(obj)).digest()
 
 
+def mamba_cache_mode(workload: Workload) -> str:
+    """vLLM's Mamba cache mode for ``workload``: "align" for a Mamba hybrid with prefix caching
+    on (models/config.py:760-775 turns it on with prefix caching), else "none"."""
+    has_mamba = workload.layers is not None and MAMBA in workload.layers.kinds
+    return "align" if has_mamba and workload.prefix_caching else "none"
+
+
 def build(vllm, workload: Workload, configure=None):
     """A ``Scheduler`` over ``workload``'s pool of ``num_blocks`` blocks (plus vLLM's null block,
     which BlockPool keeps out of use: block_pool.py:191, ``null_block``): one full-attention
@@ -305,7 +312,8 @@ def build(vllm, workload: Workload, configure=None):
     # the options sched/scheduler.py:98-497 reads to decide mamba, LoRA, spec decode, connectors: all off;
     # the layout: FlashAttention's NHD (config/cache.py:26-29), as the engine core resolves it
     cache_config = Settings(num_gpu_blocks=workload.num_blocks + 1, enable_prefix_caching=workload.prefix_caching,
-                            enable_mamba_shared_prefix_checkpoint=False, mamba_cache_mode="none",
+                            enable_mamba_shared_prefix_checkpoint=False,
+                            mamba_cache_mode=mamba_cache_mode(workload),
                             num_gpu_blocks_override=None, prefix_cache_retention_interval=0,
                             block_size=workload.block_size, prefix_match_unit=None,
                             get_resolved_kv_cache_layout=lambda: vllm.KVCacheLayout.LBNHC)
@@ -350,12 +358,22 @@ def layer_specs(vllm, workload: Workload) -> dict:
                                                 dtype=vllm.float16)}
     shape = dict(block_size=workload.block_size, num_kv_heads=layers.num_kv_heads, head_size=layers.head_size,
                  dtype=vllm.float16)
-    # a Mamba layer (mamba/abstract.py:72-90 without prefix caching): one block of max_model_len
-    # tokens, its page padded to the attention page (platforms/interface.py:1115-1130)
+    # a Mamba layer (mamba/abstract.py:72-90): without prefix caching one block of max_model_len
+    # tokens; in "align" mode (prefix caching on) blocks of the attention block size
+    # (models/config.py:775-777, platforms/interface.py:1114-1115); its page padded to the
+    # attention page (platforms/interface.py:1117-1128). A Mamba-1 layer exports no prefill
+    # checkpoints (abstract.py:65-70); a gated-delta-net one on FlashInfer one a chunk
+    # (Layers.prefill_checkpoint_alignment; qwen_gdn_linear_attn.py:739-750).
     page = vllm.FullAttentionSpec(**shape).page_size_bytes
+    mode = mamba_cache_mode(workload)
     state = dict(shapes=((layers.mamba_inner, 3), (layers.mamba_inner, layers.mamba_state)),
-                 dtypes=(vllm.float16, vllm.float16), block_size=workload.max_model_len, page_size_padded=page,
-                 mamba_cache_mode="none", num_speculative_blocks=workload.num_speculative_tokens)
+                 dtypes=(vllm.float16, vllm.float16),
+                 block_size=workload.block_size if mode == "align" else workload.max_model_len,
+                 page_size_padded=page, mamba_cache_mode=mode,
+                 num_speculative_blocks=workload.num_speculative_tokens)
+    if mode == "align" and layers.prefill_checkpoint_alignment:
+        state.update(num_prefill_checkpoint_blocks=1,
+                     prefill_checkpoint_alignment=layers.prefill_checkpoint_alignment)
     return {f"model.layers.{k}.self_attn.attn": vllm.SlidingWindowSpec(**shape, sliding_window=layers.window)
             if kind == SLIDING else vllm.MambaSpec(**state) if kind == MAMBA else vllm.FullAttentionSpec(**shape)
             for k, kind in enumerate(layers.kinds)}

@@ -45,6 +45,10 @@ class Layers:
     preset: str = ""
     mamba_inner: int = 0
     mamba_state: int = 0
+    # a gated-delta-net layer on FlashInfer's prefill (Qwen3-Next on Hopper): in "align" mode it
+    # exports a checkpoint from inside a prefill chunk at this token alignment (0: none, as
+    # Mamba-1 and Mamba-2 layers; qwen_gdn_linear_attn.py:690-700, 739-750)
+    prefill_checkpoint_alignment: int = 0
 
 
 def every_nth_full(num_layers: int, n: int) -> tuple:
@@ -255,6 +259,43 @@ GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method
     ("jamba-spec-eagle", "jamba-preemption", 2, "eagle"),
     ("jamba-spec-mtp", "jamba-arrivals", 1, "mtp"),
 )})
+
+
+# Mamba hybrids with prefix caching on: vLLM 0.33.0 then keeps Mamba states in "align" mode
+# (models/config.py:760-777; vllm_v1.mamba_cache_mode), which pagesim refuses (sim/run.py's
+# hybrid_groups). ``python -m tests.peers.compare --mamba-prefix`` prints vLLM's steps
+# (docs/notes/mamba-align.md works the first through by hand).
+MAMBA_PREFIX_WORKLOADS = {
+    "jamba-prefix-repeat": grouped(
+        "jamba-prefix-repeat", JAMBA_LIKE,
+        [Row(0.0, 52, 3, hashes=(1, 2, 3)), Row(4.5, 60, 2, hashes=(1, 2, 3))],
+        num_blocks=40, max_model_len=160, prefix_caching=True,
+        description="B repeats A's 3 blocks: A's prompt splits at 48, B hits A's state at 48"),
+    "jamba-prefix-sibling": grouped(
+        "jamba-prefix-sibling", JAMBA_LIKE,
+        [Row(0.0, 52, 2, hashes=(1, 2, 3)), Row(3.5, 60, 2, hashes=(1, 2, 9)),
+         Row(6.5, 60, 2, hashes=(1, 2, 8))],
+        num_blocks=40, max_model_len=160, prefix_caching=True,
+        description="B shares 2 of A's 3 blocks: no state at 32, B misses and stops there; C hits"),
+    "jamba-prefix-same-step": grouped(
+        "jamba-prefix-same-step", JAMBA_LIKE,
+        [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2)), Row(0.5, 70, 20, hashes=(1, 2, 3, 4))],
+        num_blocks=40, max_model_len=160, max_num_batched_tokens=20, prefix_caching=True,
+        description="B waits a step for A's state cached in the same step; chunks of 20 cut to 16"),
+    # the sibling workload over gated-delta-net layers on FlashInfer (Qwen3-Next on Hopper): a
+    # final chunk exports the prompt's boundary state into a reserved block instead of being cut
+    # there (its alignment: the Mamba block, as get_mamba_prefill_checkpoint_grid makes it)
+    "gdn-prefix-sibling": grouped(
+        "gdn-prefix-sibling", dataclasses.replace(JAMBA_LIKE, name="gdn-like", prefill_checkpoint_alignment=16),
+        [Row(0.0, 52, 2, hashes=(1, 2, 3)), Row(3.5, 60, 2, hashes=(1, 2, 9)),
+         Row(6.5, 60, 2, hashes=(1, 2, 8))],
+        num_blocks=40, max_model_len=160, prefix_caching=True,
+        description="the sibling workload, gated-delta-net layers exporting checkpoints: no cut at 48"),
+    "jamba-prefix-pressure": grouped(
+        "jamba-prefix-pressure", JAMBA_WIDE, shared_prefix_rows(3, 24, 16), num_blocks=48,
+        max_model_len=192, max_num_batched_tokens=64, prefix_caching=True,
+        description="3 system prompts, 24 requests, 48 blocks, a budget of 64: states under pressure"),
+}
 
 
 def random_grouped(seed: int, mamba: bool = False) -> Workload:
