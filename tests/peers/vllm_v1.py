@@ -32,7 +32,7 @@ import pickle
 import types
 
 from tests.peers.importing import Peer, functions, members, placeholders
-from tests.peers.workloads import FULL, MAMBA, SLIDING, STEP_S, TOKEN, Step, Workload
+from tests.peers.workloads import FULL, MAMBA, SLIDING, STEP_S, TOKEN, Step, Workload, sampled_token
 
 # vLLM's modules executed as they are
 REAL = (
@@ -489,11 +489,12 @@ def sample(output, requests: dict, drafts: dict, ours: Step) -> tuple[list, list
     correction or bonus token): as many as pagesim's request kept in that step (``ours``, its
     record), but all of them for a request pagesim's step finished (its draws past its output
     length are not kept: vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM
-    scheduled (``drafts``; the two may differ after a divergence)."""
+    scheduled (``drafts``; the two may differ after a divergence). Each request samples its own
+    token (``workloads.sampled_token``)."""
     accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
     ids = list(output.num_scheduled_tokens)
-    sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
-               for rid in ids]
+    sampled = [[] if requests[int(rid[1:])].is_prefill_chunk
+               else [sampled_token(int(rid[1:]))] * (1 + accepted.get(int(rid[1:]), 0)) for rid in ids]
     return ids, sampled
 
 

@@ -15,6 +15,13 @@ STEP_S = 1.0  # every step lasts this long on both sides: time stays simple and 
 TOKEN = 7  # the token the fake GPU samples (the requests ignore EOS: none is ever 'stop')
 
 
+def sampled_token(index: int) -> int:
+    """The token request ``index`` samples, each time: its own, as pagesim keys a request's
+    generated blocks as its own (``prefix_cache.own_chain``). One token for all would give two
+    identical prompts the same generated blocks, found by each other after a preemption."""
+    return 1 << 31 | index << 20 | 1 << 19  # apart from every prompt token (Workload.prompt_token_ids)
+
+
 @dataclass(frozen=True)
 class Row:
     arrival_s: float
@@ -263,11 +270,13 @@ GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method
 
 
 def system_prompt_rows(seed: int, n: int, block_size: int, blocks: tuple, own: tuple = (0, 3),
-                       repeats: float = 0.0, gap: float = 2.0, output: tuple = (2, 12)) -> list:
+                       repeats: float = 0.0, gap: float = 2.0, output: tuple = (2, 12), offset: float = 0.5) -> list:
     """Requests over 3 system prompts of ``blocks`` blocks each, one every ``gap`` steps: each a
     system prompt, ``own`` blocks of its own and a partial last block (shared full blocks, never
     the tail), or, with chance ``repeats``, a block-aligned prompt of the system prompt alone
-    (every token in its hash chain: the same prompt again, as a resend of it)."""
+    (every token in its hash chain: the same prompt again, as a resend of it). The first arrives
+    at 0, the ``i``-th at ``i * gap + offset``: ``offset`` keeps arrivals off the steps' starts (a
+    tie is ordered by pagesim's events, by vLLM's driver with the step)."""
     rng = random.Random(seed)
     systems = [tuple(range(100 * s, 100 * s + rng.randint(*blocks))) for s in range(3)]
     out = []
@@ -278,7 +287,7 @@ def system_prompt_rows(seed: int, n: int, block_size: int, blocks: tuple, own: t
         else:
             hashes = system + tuple(10_000 + 100 * i + k for k in range(rng.randint(*own)))
             prompt = len(hashes) * block_size + rng.randint(1, block_size - 1)
-        out.append(Row(arrival_s=i * gap + 0.5, prompt=prompt, output=rng.randint(*output), hashes=hashes))
+        out.append(Row(arrival_s=i * gap + offset, prompt=prompt, output=rng.randint(*output), hashes=hashes))
     return first_at_zero(out)
 
 
@@ -304,7 +313,8 @@ GROUP_PREFIX_WORKLOADS = {
                               max_model_len=1024, prefix_caching=True,
                               description="Mistral-like (window 48, one group: the Unitary coordinator)"),
     "gemma2-pressure": grouped("gemma2-pressure", GEMMA2_LIKE,
-                               system_prompt_rows(14, 24, 16, (3, 6), repeats=0.3, gap=0.5, output=(40, 120)),
+                               system_prompt_rows(14, 24, 16, (3, 6), repeats=0.3, gap=0.5, output=(40, 120),
+                                                  offset=0.25),
                                num_blocks=96, max_num_batched_tokens=128, max_model_len=768, prefix_caching=True,
                                description="Gemma-2-like, 96 blocks, long outputs: preemptions, prefixes hit"),
 }
