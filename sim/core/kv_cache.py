@@ -301,7 +301,7 @@ def take_free_block(s, slot, column):
     """The free stack's top block into ``slot``'s row at ``column``; with prefix caching, once the
     stack is empty, the LRU's head, its key dropped (``get_new_blocks``, block_pool.py:706-740)."""
     top = s.count[FREE_TOP] - 1
-    if top < 0:
+    if top < 0 and s.config[PREFIX_CACHING]:
         b, _ = prefix_cache.evict_oldest(s, np.int64(-1))
     else:
         b = s.free_block_ids[top]

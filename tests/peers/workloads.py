@@ -291,8 +291,8 @@ def system_prompt_rows(seed: int, n: int, block_size: int, blocks: tuple, own: t
     return first_at_zero(out)
 
 
-# prefix caching over sliding-window groups (vLLM's default, which pagesim refuses today:
-# sim/run.py's hybrid_groups); docs/notes/swa-prefix-caching.md states the rules these reach
+# prefix caching over sliding-window groups (vLLM's default); docs/notes/swa-prefix-caching.md
+# states the rules these reach
 EXAMPLE_LIKE = Layers("example-like", every_nth_full(2, 2), window=8)  # 1 sliding + 1 full layer
 EXAMPLE_ROWS = [Row(0.0, 26, 3, hashes=(1, 2, 3, 4, 5)), Row(5.5, 30, 3, hashes=(1, 2, 3, 4, 5)),
                 Row(10.5, 23, 3, hashes=(1, 2, 3, 4, 5)), Row(15.5, 24, 2, hashes=(1, 2, 3, 4, 5, 6)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pagesim.sim.core import kv_cache, prefix_cache, state
+from pagesim.sim.core import kv_cache, lifecycle, prefix_cache, scheduler_v1, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
@@ -116,6 +116,34 @@ def test_a_preempted_request_can_lose_its_whole_hit():
     assert (row[:4] >= 0).all() and list(row[width:width + 4] >= 0) == [False, False, True, True]
     assert s.window[0, state.WINDOW_SKIPPED] == 2 and s.window[0, state.WINDOW_JUNCTION] == 28
     assert s.count[state.NUM_LRU] == 9 - 6
+
+
+@pytest.mark.parametrize("free, admitted", [(15, False), (16, True)])
+def test_admission_caps_a_sliding_group_before_the_hit_and_tests_the_first_chunk_too(free, admitted):
+    """A budget of 8 tokens: the sliding cap is cdiv(min(7 + 8, 64), 4) + 1 = 5 blocks. A request
+    preempted at 50 tokens (a prompt of 40): the full group cached blocks 0-11, the sliding group
+    8-9: hit 40 (10 blocks), junction 48. Its whole sequence (kv_cache_manager.py:531-548): the full
+    group 13 - 10 = 3 blocks, the sliding one max(min(13, 5) - 10, 0) = 0 (the cap before the hit
+    comes off: single_type_kv_cache_manager.py:214-249), and its 12 hits, all in the LRU: 15. Its
+    first chunk (:570-588, uncapped): 40 + 8 = 48 tokens, 12 blocks, 2 new a group and the 12 hits:
+    16. So 15 free blocks admit nothing, 16 admit it, computing 8 tokens past its hit."""
+    workload = grouped("by-hand", EXAMPLE_LIKE, [Row(0.0, 40, 20)], num_blocks=64, block_size=4, max_model_len=64,
+                       max_num_batched_tokens=8, max_num_seqs=4, prefix_caching=True)
+    with pagesim_steps.registered(workload):
+        s = initial_state(pagesim_steps.config(workload, "vllm-v1"), pagesim_steps.trace(workload))
+    assert s.config[state.WINDOW_CAP_BLOCKS] == 5
+    s.prompt_target[0] = 50
+    cache(s, 0, range(12), 0)
+    cache(s, 0, [8, 9], 1)
+    assert interpreted(prefix_cache.group_hits)(s, 0, 50) == (10, 12)
+    count = interpreted(kv_cache.group_blocks_to_allocate)
+    assert (count(s, 0, 50, True), count(s, 0, 48, False)) == (15, 16)
+    interpreted(lifecycle.add_arrival)(s, 0)
+    s.count[state.NUM_FREE_BLOCK_IDS] = free - s.count[state.NUM_LRU]
+    interpreted(scheduler_v1.admit_waiting)(s, 8)
+    assert (s.count[state.NUM_RUNNING] == 1) == admitted
+    if admitted:
+        assert (s.num_computed_tokens[0], s.window[0, state.WINDOW_SKIPPED]) == (48, 8)
 
 
 def test_a_block_of_several_groups_of_one_spec_is_a_hit_only_where_each_has_it():
