@@ -21,6 +21,10 @@ What is recomputed:
   running requests whose locked node lies below it, a request's prefix is its node's depth, and
   the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``,
   and each request's count of the nodes it owns is theirs;
+* vLLM v1's KV cache groups: each group's table (a sliding one's leading null blocks no more than
+  its window has left), each group's categories summing to its held slots, every block counted
+  once; with prefix caching a block held by several requests at one index of one group in each,
+  keyed in that group, and the shared-slot counters the references past each block's first;
 * speculative decoding's slack: each running request's mark between its computed tokens and its
   blocks' slots, and the counters its sums;
 * the memory categories sum to the capacity, none negative; time never goes back;

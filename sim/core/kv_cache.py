@@ -275,7 +275,9 @@ def grow(s, i, num_tokens):
 # from the one pool. Group 0's table is the one the plain manager keeps; COMPUTED_SLOTS and
 # DEMAND_SLOTS count one attention group as if it kept every block, a sliding-window group holds
 # count[SKIPPED_SLOTS] fewer, and a state group one block per holder, count[STATE_BLOCKS] in
-# all (memory_categories).
+# all (memory_categories). With prefix caching (sliding-window groups: prefix_cache.group_hits,
+# allocate_group_hits) a hit block is held by several requests, each counting it as its own:
+# count[FULL_SHARED_SLOTS] and count[SLIDING_SHARED_SLOTS] are its holders' slots past the first.
 
 
 @njit(inline=True)
@@ -743,11 +745,12 @@ def memory_categories(s, demand_waiting, out):
     tokens, demand = s.count[COMPUTED_SLOTS], s.count[DEMAND_SLOTS]
     if grouped(s):  # every attention group's, less what the sliding ones freed, and the states
         groups = attention_groups(s)
-        # (prefix caching: a block several requests hold, counted once)
-        skipped = (s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS] + s.count[FULL_SHARED_SLOTS]
-                   + s.count[SLIDING_SHARED_SLOTS])
+        # the slots no block holds: the sliding groups' freed ones, and (prefix caching) a block's
+        # holders past its first (it is full for each)
+        not_held = (s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS] + s.count[FULL_SHARED_SLOTS]
+                    + s.count[SLIDING_SHARED_SLOTS])
         states = s.config[STATE_SLOTS] * s.count[STATE_BLOCKS]  # (their padding: internal fragmentation)
-        tokens, demand = groups * tokens - skipped + states, groups * demand - skipped + states
+        tokens, demand = groups * tokens - not_held + states, groups * demand - not_held + states
     out[0] = tokens
     out[1] = demand - tokens
     out[2] = used * block_size - demand - in_transfer
