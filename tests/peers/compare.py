@@ -31,7 +31,8 @@ requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS
 ``--groups-prefix [WORKLOAD...]``: prefix caching over sliding-window groups
 (``GROUP_PREFIX_WORKLOADS``, docs/notes/swa-prefix-caching.md): compared where pagesim runs them,
 else a line saying pagesim refuses and vLLM's records, step by step (``--tables``: each running
-request's block table in each group too).
+request's block table in each group too); ``--groups-prefix-random=N``: over
+``workloads.random_grouped_prefix``, the drawn sliding-window workloads with prefix caching.
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.
@@ -47,11 +48,12 @@ from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
 from tests.peers.workloads import (GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, NANO_WORKLOADS,
                                   OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
                                   SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_grouped,
-                                  random_grouped_speculative, random_offload, random_offload_speculative,
-                                  random_speculative)
+                                  random_grouped_prefix, random_grouped_speculative, random_offload,
+                                  random_offload_speculative, random_speculative)
 
 #: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
-DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=")
+DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=",
+                "--groups-prefix-random=")
 
 
 def identical_steps(ours, theirs) -> int:
@@ -260,7 +262,8 @@ def main(argv=None) -> int:
         drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_GROUPS)}
         make = {"--groups-random": random_grouped, "--mamba-random": lambda k: random_grouped(k, mamba=True),
                 "--groups-spec-random": random_grouped_speculative,
-                "--mamba-spec-random": lambda k: random_grouped_speculative(k, mamba=True)}
+                "--mamba-spec-random": lambda k: random_grouped_speculative(k, mamba=True),
+                "--groups-prefix-random": random_grouped_prefix}
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}

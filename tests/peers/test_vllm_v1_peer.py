@@ -30,8 +30,8 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
 from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA, SLIDING,  # noqa: E402
-                                   SPECULATIVE_WORKLOADS, WORKLOADS,
-                                   random_grouped, random_grouped_speculative, random_speculative)
+                                   SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped, random_grouped_prefix,
+                                   random_grouped_speculative, random_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -141,6 +141,19 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
     """Workloads drawn from ``seed`` (workloads.random_grouped): every step identical, or both
     refuse to start (vLLM's check_enough_kv_cache_memory, pagesim's check_groups_hold_a_request)."""
     workload = random_grouped(seed)
+    try:
+        ours = pagesim_steps.run(workload)
+    except ConfigError:
+        with pytest.raises(ValueError, match="To serve at least one request"):
+            vllm_v1.run(workload)
+        return
+    assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_group_prefix_workloads_are_vllms_or_refused_by_both(seed):
+    """The same with prefix caching over 3 system prompts (workloads.random_grouped_prefix)."""
+    workload = random_grouped_prefix(seed)
     try:
         ours = pagesim_steps.run(workload)
     except ConfigError:

@@ -320,6 +320,18 @@ GROUP_PREFIX_WORKLOADS = {
 }
 
 
+def random_grouped_prefix(seed: int) -> Workload:
+    """``random_grouped(seed)`` (sliding-window mixes) with prefix caching, each prompt opening with
+    one of 3 system prompts of 1-6 blocks (as much of it as its full blocks hold)."""
+    workload = random_grouped(seed)
+    rng = random.Random(seed + 1000)
+    systems = [tuple(range(100 * s, 100 * s + rng.randint(1, 6))) for s in range(3)]
+    requests = [dataclasses.replace(r, hashes=systems[rng.randrange(3)][:r.prompt // workload.block_size])
+                for r in workload.requests]
+    return dataclasses.replace(workload, name=f"groups-prefix-random-{seed}", requests=requests, prefix_caching=True,
+                               description=workload.description + ", prefix caching over 3 system prompts")
+
+
 def random_grouped(seed: int, mamba: bool = False) -> Workload:
     """A workload over KV cache groups drawn from ``seed``: the layer mix (Gemma-2-like, Gemma-3-
     like, every layer sliding, or one full layer more than sliding ones), 2-12 layers, the
