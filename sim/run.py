@@ -297,7 +297,8 @@ def group_split(s, groups, records: StepRecords) -> dict:
     state_tokens, state_padding = state_slots * state_blocks, (bs - state_slots) * state_blocks
     tokens, fragmentation = tokens - state_tokens, fragmentation - state_padding
     skipped = float(s.clock[core_state.SKIPPED_SUM])
-    full_shared, sliding_shared = float(s.clock[core_state.FULL_SHARED_SUM]), float(s.clock[core_state.SLIDING_SHARED_SUM])
+    full_shared = float(s.clock[core_state.FULL_SHARED_SUM])
+    sliding_shared = float(s.clock[core_state.SLIDING_SHARED_SUM])
     per_group_tokens = (tokens + g_sliding * skipped + full_shared + sliding_shared) / n  # a group's, unshared
     # kind: its groups, token states, reservation, internal fragmentation (slot-seconds)
     shares = {"full": (g_full, g_full * per_group_tokens - full_shared, g_full / n * reservation,

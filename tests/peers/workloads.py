@@ -317,6 +317,12 @@ GROUP_PREFIX_WORKLOADS = {
                                                   offset=0.25),
                                num_blocks=96, max_num_batched_tokens=128, max_model_len=768, prefix_caching=True,
                                description="Gemma-2-like, 96 blocks, long outputs: preemptions, prefixes hit"),
+    # layer 0 full: vLLM's full group comes first, the order its requests let blocks go in
+    "full-first-pressure": grouped("full-first-pressure", Layers("full-first-like", GEMMA2_LIKE.kinds[::-1], window=40),
+                                   system_prompt_rows(14, 24, 16, (3, 6), repeats=0.3, gap=0.5, output=(40, 120),
+                                                      offset=0.25),
+                                   num_blocks=96, max_num_batched_tokens=128, max_model_len=768, prefix_caching=True,
+                                   description="gemma2-pressure over layers whose first is full: the full group first"),
 }
 
 
