@@ -140,9 +140,12 @@ def hybrid_groups(cfg: SimConfig, model):
     groups = kv_cache_groups(model, int(cfg.block_size), cfg.tensor_parallel)
     if not groups.hybrid:
         return None
-    kind = "sliding-window" if groups.sliding_groups else "Mamba-state"
-    if cfg.prefix_caching:  # (Mamba's: vLLM's "align" mode, not modelled)
-        raise ConfigError(f"{model.name}: {kind} groups need --no-prefix-caching (not modelled with it)")
+    if cfg.prefix_caching and groups.state_groups:  # (vLLM's "align" mode, not modelled)
+        raise ConfigError(f"{model.name}: Mamba-state groups need --no-prefix-caching (not modelled with it)")
+    if cfg.prefix_caching and (cfg.num_speculative_tokens or cfg.kv_offload_gib):
+        # (EAGLE's hit drops a block, kv_cache_coordinator.py:870-880; the tier's keys are one group's)
+        raise ConfigError(f"{model.name}: prefix caching over sliding-window groups is not modelled with "
+                          "speculative decoding or --kv-offload-gib; add --no-prefix-caching")
     return groups
 
 
@@ -281,7 +284,9 @@ def group_split(s, groups, records: StepRecords) -> dict:
     sliding-window and the state groups (each kind's groups together), as shares of the pool like
     the summary's ``mem_*`` (their sums). Per attention group, the reservation and fragmentation
     are the same (a block a sliding group freed was full and computed); its token states lack
-    what it freed (``clock[SKIPPED_SUM]``); the full groups keep every token. A state block holds
+    what it freed (``clock[SKIPPED_SUM]``); the full groups keep every token. With prefix caching a
+    block several requests hold counts once: each kind's tokens lack its shared slots
+    (``clock[FULL_SHARED_SUM]``, ``clock[SLIDING_SHARED_SUM]``; such a block is full). A state block holds
     ``STATE_SLOTS`` slots of state, the rest padding (``clock[STATE_BLOCKS_SUM]``)."""
     total = (records.busy_s + records.idle_s) * records.capacity
     g_full, g_sliding = groups.full_groups, groups.sliding_groups
@@ -292,11 +297,14 @@ def group_split(s, groups, records: StepRecords) -> dict:
     state_tokens, state_padding = state_slots * state_blocks, (bs - state_slots) * state_blocks
     tokens, fragmentation = tokens - state_tokens, fragmentation - state_padding
     skipped = float(s.clock[core_state.SKIPPED_SUM])
-    per_group_tokens = (tokens + g_sliding * skipped) / n  # a full group's
+    full_shared = float(s.clock[core_state.FULL_SHARED_SUM])
+    sliding_shared = float(s.clock[core_state.SLIDING_SHARED_SUM])
+    per_group_tokens = (tokens + g_sliding * skipped + full_shared + sliding_shared) / n  # a group's, unshared
     # kind: its groups, token states, reservation, internal fragmentation (slot-seconds)
-    shares = {"full": (g_full, g_full * per_group_tokens, g_full / n * reservation, g_full / n * fragmentation),
-              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped), g_sliding / n * reservation,
-                          g_sliding / n * fragmentation),
+    shares = {"full": (g_full, g_full * per_group_tokens - full_shared, g_full / n * reservation,
+                       g_full / n * fragmentation),
+              "sliding": (g_sliding, g_sliding * (per_group_tokens - skipped) - sliding_shared,
+                          g_sliding / n * reservation, g_sliding / n * fragmentation),
               "state": (groups.state_groups, state_tokens, 0.0, state_padding)}
     out = {}
     for kind, (count, kind_tokens, kind_reserved, kind_fragmented) in shares.items():

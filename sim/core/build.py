@@ -292,6 +292,8 @@ def set_groups(config, pool: Pool, cfg) -> int:
     config[state.WINDOW_CAP_BLOCKS] = window_cap_blocks(groups.window, pool.block_size, in_flight, pool.max_seq_len)
     config[state.STATE_GROUPS] = groups.state_groups
     config[state.STATE_SLOTS] = groups.state_slots
+    # (without prefix caching the order only names the blocks: every one goes to the free stack)
+    config[state.SLIDING_FIRST] = int(groups.sliding_first and cfg.prefix_caching)
     return groups.num_groups
 
 

@@ -21,6 +21,10 @@ What is recomputed:
   running requests whose locked node lies below it, a request's prefix is its node's depth, and
   the pages held outside the tree are each running request's ``ceil((computed - prefix) / page)``,
   and each request's count of the nodes it owns is theirs;
+* vLLM v1's KV cache groups: each group's table (a sliding one's leading null blocks no more than
+  its window has left), each group's categories summing to its held slots, every block counted
+  once; with prefix caching a block held by several requests at one index of one group in each,
+  keyed in that group, and the shared-slot counters the references past each block's first;
 * speculative decoding's slack: each running request's mark between its computed tokens and its
   blocks' slots, and the counters its sums;
 * the memory categories sum to the capacity, none negative; time never goes back;
@@ -41,6 +45,7 @@ from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_GROUP, SLIDING_SHARED_SLOTS
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
                                     BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
                                     DEMAND_SLOTS, DEMAND_WAITING, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START,
@@ -318,18 +323,21 @@ def check_blocks(s, mine) -> None:
 def group_categories(s) -> np.ndarray:
     """Each KV cache group's token states, reservation and internal fragmentation (rows: the
     groups, full first, state ones last), recomputed from its block table: a held block at index
-    k holds ``min(max(L - k * block_size, 0), block_size)`` tokens; a state block its state's
-    ``STATE_SLOTS``, the rest padding; they sum to its held slots."""
+    k holds ``min(max(L - k * block_size, 0), block_size)`` tokens, counted once, with its first
+    holder (prefix caching: a block several hold); a state block its state's ``STATE_SLOTS``, the
+    rest padding; they sum to its held slots."""
     bs, full, states = int(s.config[BLOCK_SIZE]), int(s.config[FULL_GROUPS]), int(s.config[STATE_GROUPS])
     groups = full + int(s.config[SLIDING_GROUPS])
     width = s.block_table.shape[1] // (groups + states)
     out = np.zeros((groups + states, 3), np.int64)
+    counted = set()
     for i in s.running[:s.count[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         slot = int(s.seq_slot[i, 0])
         for g in range(groups):
             row = s.block_table[slot, g * width:g * width + n]
-            k = np.flatnonzero(row >= 0)
+            k = np.array([k for k in np.flatnonzero(row >= 0).tolist() if int(row[k]) not in counted], np.int64)
+            counted.update(row[k].tolist())
             tokens, demand = np.clip(L - k * bs, 0, bs).sum(), np.clip(F - k * bs, 0, bs).sum()
             out[g] += (tokens, demand - tokens, len(k) * bs - demand)
         if n:  # the drafts' state blocks (kv_cache.state_blocks) hold nothing of theirs yet: fragmentation
@@ -342,7 +350,9 @@ def check_groups(s) -> None:
     """vLLM v1's KV cache groups: each group's table holds its blocks, a sliding group's first
     ``WINDOW_SKIPPED`` null and no more than its window has left; every block is held once or
     free; a holder holds one block in each state group; the counters are their sums; each
-    group's categories sum to its held slots."""
+    group's categories sum to its held slots. With prefix caching (:func:`check_group_cache`) a
+    block may be held by several requests, each block is still counted once, and the held,
+    free and cached ones make the pool."""
     c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
     full, window = int(s.config[FULL_GROUPS]), int(s.config[SLIDING_WINDOW])
     groups, states = full + int(s.config[SLIDING_GROUPS]), int(s.config[STATE_GROUPS])
@@ -366,9 +376,12 @@ def check_groups(s) -> None:
             holders += 1
         tokens, demand, skipped_slots = tokens + L, demand + min(F, n * bs), skipped_slots + skipped * bs
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
-    assert len(set(blocks)) == len(blocks), "a block is held twice (in one group or two)"
-    assert not set(blocks) & set(free) and len(set(free)) == len(free), "a block is held and free, or free twice"
-    assert len(blocks) + len(free) == nb, "held + free blocks != the pool"
+    if s.config[PREFIX_CACHING]:
+        check_group_cache(s, blocks, free)
+    else:
+        assert len(set(blocks)) == len(blocks), "a block is held twice (in one group or two)"
+        assert not set(blocks) & set(free) and len(set(free)) == len(free), "a block is held and free, or free twice"
+        assert len(blocks) + len(free) == nb, "held + free blocks != the pool"
     assert (c[COMPUTED_SLOTS], c[DEMAND_SLOTS]) == (tokens, demand), "token / demand counters drifted"
     assert c[SKIPPED_SLOTS] == skipped_slots, "skipped-slot counter drifted"
     assert c[STATE_BLOCKS] == holders * states, "state-block counter drifted"
@@ -384,6 +397,42 @@ def check_groups(s) -> None:
     out[2] += groups * (c[SPEC_SLOTS] - c[SPEC_DEMAND_SLOTS]) + drafts_states
     assert out[SPECULATIVE_SLACK] == groups * c[SPEC_SLOTS] + drafts_states, "the speculative slack is not the groups'"
     assert (per_group.sum(axis=0) == out[:3]).all(), "the groups' categories do not sum to the pool's"
+
+
+def check_group_cache(s, blocks: list, free: list) -> None:
+    """Prefix caching over the groups: ``blocks`` (the tables' references, a block once per holder)
+    give each block's reference count; a block is held, free or cached (the LRU) and the three make
+    the pool; a shared block sits at one index of one group in every table holding it (its key's
+    end, its key's group); cached and free blocks hold no reference, cached ones a key, free ones
+    none; the shared slots are the references past each block's first, per kind of group."""
+    c, bs, nb = s.count, int(s.config[BLOCK_SIZE]), int(s.config[NUM_BLOCKS])
+    full, groups = int(s.config[FULL_GROUPS]), int(s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS])
+    width = s.block_table.shape[1] // (groups + int(s.config[STATE_GROUPS]))
+    refs = np.bincount(np.asarray(blocks, np.int64), minlength=nb)
+    assert (s.block_info[:nb, REF] == refs).all(), "reference counts differ from the tables' references"
+    held, cached = set(blocks), lru_blocks(s)
+    assert len(set(free)) == len(free) and not (held & set(free)) and not (held & set(cached)) \
+        and not (set(free) & set(cached)), "a block is held, free or cached at once"
+    assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
+    assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
+    assert all(s.block_info[b, KEY_END] for b in cached), "a cached block has no key"
+    assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
+    shared, place = [0, 0], {}  # the full groups' shared slots, the sliding ones'; each block's (group, index)
+    for i in s.running[:c[NUM_RUNNING]].tolist():
+        slot = int(s.seq_slot[i, 0])
+        for g in range(groups):
+            for k in range(int(s.num_blocks[i])):
+                b = int(s.block_table[slot, g * width + k])
+                if b < 0:
+                    continue
+                if s.block_info[b, KEY_END]:
+                    assert s.block_info[b, KEY_END] == (k + 1) * bs and s.block_info[b, KEY_GROUP] == g, \
+                        f"request {i}: block {b} at index {k} of group {g} is keyed elsewhere"
+                if b in place:
+                    assert place[b] == (g, k), f"shared block {b} sits at {place[b]} and at {(g, k)}"
+                    shared[g >= full] += bs
+                place[b] = (g, k)
+    assert (c[FULL_SHARED_SLOTS], c[SLIDING_SHARED_SLOTS]) == tuple(shared), "shared-slot counters drifted"
 
 
 def lru_blocks(s) -> list[int]:

@@ -32,6 +32,7 @@ from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -64,6 +65,8 @@ def blocks_to_allocate(s, i, num_tokens):
     and prefix-cache hits revived from the LRU (held hits cost nothing)."""
     need = blocks_for(s, num_tokens)
     if s.config[PREFIX_CACHING]:
+        if s.config[SLIDING_GROUPS]:
+            return group_blocks_to_allocate(s, i, num_tokens, True)
         hits, revived = prefix_cache.count_hits(s, i, num_tokens)
         need += revived - hits
     return need
@@ -112,6 +115,8 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
     blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
     admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""
+    if s.config[SLIDING_GROUPS]:
+        return allocate_group_hits(s, i, num_tokens)
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = num_blocks
     slot = take_slot(s)
@@ -270,7 +275,9 @@ def grow(s, i, num_tokens):
 # from the one pool. Group 0's table is the one the plain manager keeps; COMPUTED_SLOTS and
 # DEMAND_SLOTS count one attention group as if it kept every block, a sliding-window group holds
 # count[SKIPPED_SLOTS] fewer, and a state group one block per holder, count[STATE_BLOCKS] in
-# all (memory_categories).
+# all (memory_categories). With prefix caching (sliding-window groups: prefix_cache.group_hits,
+# allocate_group_hits) a hit block is held by several requests, each counting it as its own:
+# count[FULL_SHARED_SLOTS] and count[SLIDING_SHARED_SLOTS] are its holders' slots past the first.
 
 
 @njit(inline=True)
@@ -293,10 +300,14 @@ def table_width(s):
 
 @njit(inline=True)
 def take_free_block(s, slot, column):
-    """The free stack's top block into ``slot``'s row at ``column``."""
+    """The free stack's top block into ``slot``'s row at ``column``; with prefix caching, once the
+    stack is empty, the LRU's head, its key dropped (``get_new_blocks``, block_pool.py:706-740)."""
     top = s.count[FREE_TOP] - 1
-    b = s.free_block_ids[top]
-    s.count[FREE_TOP] = top
+    if top < 0 and s.config[PREFIX_CACHING]:
+        b, _ = prefix_cache.evict_oldest(s, np.int64(-1))
+    else:
+        b = s.free_block_ids[top]
+        s.count[FREE_TOP] = top
     s.block_table[slot, column] = b
     if s.config[SHARED_BLOCKS]:
         s.block_info[b, REF] = 1
@@ -331,12 +342,107 @@ def take_group_blocks(s, slot, first, n):
 
 @njit(inline=True)
 def give_back(s, slot, column):
-    """The block at ``column`` of ``slot``'s row back to the free stack."""
+    """The block at ``column`` of ``slot``'s row back to the free stack (with prefix caching:
+    :func:`let_go`)."""
     b = s.block_table[slot, column]
+    if s.config[PREFIX_CACHING]:
+        let_go(s, b, column < s.config[FULL_GROUPS] * table_width(s))
+        return
     s.free_block_ids[s.count[FREE_TOP]] = b
     s.count[FREE_TOP] += 1
     if s.config[SHARED_BLOCKS]:
         s.block_info[b, REF] = 0
+
+
+@njit(inline=True)
+def let_go(s, b, full):
+    """Prefix caching over the groups: a holder lets block ``b`` (a full group's, else a sliding
+    one's) go. Still held, it is shared no more by one; let go by all, it goes to the LRU's tail
+    if it is cached (under a key, a copy too), else to the free stack, reused first
+    (``BlockPool.free_blocks``, block_pool.py:816-847)."""
+    s.block_info[b, REF] -= 1
+    if s.block_info[b, REF]:
+        s.count[FULL_SHARED_SLOTS if full else SLIDING_SHARED_SLOTS] -= s.config[BLOCK_SIZE]
+    elif s.block_info[b, KEY_END]:
+        prefix_cache.lru_append(s, b)
+    else:
+        s.free_block_ids[s.count[FREE_TOP]] = b
+        s.count[FREE_TOP] += 1
+
+
+@njit(inline=True)
+def skipped_blocks(s, processed):
+    """The leading blocks a sliding-window group no longer needs once ``processed`` tokens are
+    processed: ``max(0, processed - window + 1)`` tokens are skipped, their whole blocks
+    (``SlidingWindowManager.get_num_skipped_tokens``, single_type_kv_cache_manager.py:1148-1183)."""
+    return max(0, processed - s.config[SLIDING_WINDOW] + 1) // s.config[BLOCK_SIZE]
+
+
+@njit
+def group_blocks_to_allocate(s, i, num_tokens, capped):
+    """Prefix caching over the groups: the available blocks allocating ``num_tokens`` tokens of
+    waiting request ``i`` consumes, its hit (:func:`prefix_cache.group_hits`, looked up with its
+    tokens) taken (``get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:214-266): each
+    group the blocks past the hit's (its null ones too: a sliding group's ``required`` less the
+    hit's length), a sliding group's ``required`` capped first at its admission cap when
+    ``capped`` (the whole sequence's test, kv_cache_manager.py:531-548; the step's own is not,
+    :570-588), and every hit block nobody holds, taken out of the LRU: the full groups' all, the
+    sliding ones' past those the window skips (:251-261)."""
+    hit, _ = prefix_cache.group_hits(s, i, s.prompt_target[i])
+    full, groups = s.config[FULL_GROUPS], attention_groups(s)
+    required = blocks_for(s, num_tokens)
+    sliding_required = min(required, s.config[WINDOW_CAP_BLOCKS]) if capped else required
+    need = full * max(required - hit, 0) + (groups - full) * max(sliding_required - hit, 0)
+    skipped = skipped_blocks(s, hit * s.config[BLOCK_SIZE])
+    for g in range(groups):
+        for k in range(skipped if g >= full else 0, hit):
+            if s.block_info[prefix_cache.group_lookup(s, i, k, g), REF] == 0:
+                need += 1
+    return need
+
+
+@njit
+def allocate_group_hits(s, i, num_tokens):
+    """Prefix caching over the groups: waiting request ``i``, looked up with ``num_tokens``
+    tokens, takes a block-table row and its hit in every group (``add_local_computed_blocks``,
+    single_type_kv_cache_manager.py:268-325): a full group its hit blocks, a sliding one those
+    past the ones the window skips, null before them (``WINDOW_SKIPPED``: the run it found, as a
+    run of ``window_blocks`` ends where the hit does), each touched (out of the LRU if nobody
+    held it: ``touch``, block_pool.py:792-810), every group's before any group takes a new block
+    (:func:`grow`; kv_cache_coordinator.py:295-348: a new block must not evict a hit). Its
+    junction is kept for its registrations (``WINDOW_JUNCTION``; scheduler.py:1122-1127).
+    Returns the hit's tokens, computed."""
+    c, bs = s.count, s.config[BLOCK_SIZE]
+    full, groups, width = s.config[FULL_GROUPS], attention_groups(s), table_width(s)
+    slot = take_slot(s)
+    s.seq_slot[i, 0] = slot
+    hit, junction = prefix_cache.group_hits(s, i, num_tokens)
+    skipped = skipped_blocks(s, hit * bs)
+    for g in range(groups):
+        first = skipped if g >= full else 0
+        for k in range(first):
+            s.block_table[slot, g * width + k] = -1  # vLLM's null block
+        for k in range(first, hit):
+            b = prefix_cache.group_lookup(s, i, k, g)
+            if s.block_info[b, REF] == 0:
+                prefix_cache.lru_remove(s, b)
+            else:  # a second holder or more: its slots counted once (memory_categories)
+                c[FULL_SHARED_SLOTS if g < full else SLIDING_SHARED_SLOTS] += bs
+            s.block_info[b, REF] += 1
+            s.block_table[slot, g * width + k] = b
+    cached = hit * bs
+    s.num_blocks[i] = hit
+    s.num_computed_tokens[i] = cached
+    s.window[i, WINDOW_SKIPPED] = skipped
+    s.window[i, WINDOW_JUNCTION] = junction * bs
+    c[SKIPPED_SLOTS] += skipped * bs
+    c[COMPUTED_SLOTS] += cached
+    c[DEMAND_SLOTS] += min(s.final_len[i], cached)
+    c[LOGICAL_BLOCKS] += groups * hit - (groups - full) * skipped
+    c[NUM_ALLOCATIONS] += 1
+    c[PREFIX_HIT_TOKENS] += cached
+    c[PREFIX_LOOKUP_TOKENS] += num_tokens
+    return cached
 
 
 @njit(inline=True)
@@ -357,7 +463,7 @@ def remove_skipped(s, i, processed):
     ``_remove_blocks_in_range``, :655-680). vLLM calls it from ``allocate_slots`` each time a
     request is scheduled, before its new blocks are counted (kv_cache_manager.py:557-567)."""
     bs = s.config[BLOCK_SIZE]
-    skipped = min(max(0, processed - s.config[SLIDING_WINDOW] + 1) // bs, s.num_blocks[i])
+    skipped = min(skipped_blocks(s, processed), s.num_blocks[i])
     old = s.window[i, WINDOW_SKIPPED]
     if skipped <= old:
         return
@@ -375,13 +481,19 @@ def remove_skipped(s, i, processed):
 @njit
 def free_groups(s, i):
     """:func:`free` over the groups: each group's blocks (a sliding one's past those it freed, a
-    state one's block)."""
+    state one's block). With prefix caching in vLLM's order, which decides the LRU's: group by
+    group in its order (:func:`vllm_group`; kv_cache_coordinator.py:404-412), each group's last
+    block first (single_type_kv_cache_manager.py:591-599); without, every block goes to the free
+    stack and the order only names them."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     full, groups, width = s.config[FULL_GROUPS], attention_groups(s), table_width(s)
     slot, nb, skipped = s.seq_slot[i, 0], s.num_blocks[i], s.window[i, WINDOW_SKIPPED]
-    for g in range(groups):
-        for k in range(skipped if g >= full else 0, nb):
-            give_back(s, slot, g * width + k)
+    last_first = s.config[PREFIX_CACHING]
+    for n in range(groups):
+        g = vllm_group(s, n)
+        first = skipped if g >= full else 0
+        for m in range(nb - first):
+            give_back(s, slot, g * width + (nb - 1 - m if last_first else first + m))
     c[LOGICAL_BLOCKS] -= groups * nb - (groups - full) * skipped
     if nb:  # a holder: its states too
         for g in range(groups, groups + s.config[STATE_GROUPS]):
@@ -395,10 +507,21 @@ def free_groups(s, i):
     return_slot(s, slot)
     s.window[i, WINDOW_SKIPPED] = 0
     s.window[i, WINDOW_IN_FLIGHT] = 0
+    s.window[i, WINDOW_JUNCTION] = 0
     s.num_computed_tokens[i] = 0
     s.num_blocks[i] = 0
     s.seq_slot[i, 0] = -1
     c[NUM_FREES] += 1
+
+
+@njit(inline=True)
+def vllm_group(s, n):
+    """The ``n``-th attention group in vLLM's order (pagesim's index): the sliding groups first
+    under ``SLIDING_FIRST`` (kv_groups.KVCacheGroups.sliding_first), else pagesim's own order."""
+    if s.config[SLIDING_FIRST]:
+        sliding = s.config[SLIDING_GROUPS]
+        return s.config[FULL_GROUPS] + n if n < sliding else n - sliding
+    return n
 
 
 @njit(inline=True)
@@ -622,9 +745,12 @@ def memory_categories(s, demand_waiting, out):
     tokens, demand = s.count[COMPUTED_SLOTS], s.count[DEMAND_SLOTS]
     if grouped(s):  # every attention group's, less what the sliding ones freed, and the states
         groups = attention_groups(s)
-        skipped = s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS]
+        # the slots no block holds: the sliding groups' freed ones, and (prefix caching) a block's
+        # holders past its first (it is full for each)
+        not_held = (s.config[SLIDING_GROUPS] * s.count[SKIPPED_SLOTS] + s.count[FULL_SHARED_SLOTS]
+                    + s.count[SLIDING_SHARED_SLOTS])
         states = s.config[STATE_SLOTS] * s.count[STATE_BLOCKS]  # (their padding: internal fragmentation)
-        tokens, demand = groups * tokens - skipped + states, groups * demand - skipped + states
+        tokens, demand = groups * tokens - not_held + states, groups * demand - not_held + states
     out[0] = tokens
     out[1] = demand - tokens
     out[2] = used * block_size - demand - in_transfer

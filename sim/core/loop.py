@@ -84,6 +84,7 @@ from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAIT
                                     TRANSFER_SLOTS)
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
+from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
 from pagesim.sim.core.state import NUM_LOADING
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
@@ -185,6 +186,8 @@ def record(s, start, dt, family):
     clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
     clock[SKIPPED_SUM] += c[SKIPPED_SLOTS] * dt  # (0 without sliding-window groups)
     clock[STATE_BLOCKS_SUM] += c[STATE_BLOCKS] * dt  # (0 without state groups)
+    clock[FULL_SHARED_SUM] += c[FULL_SHARED_SLOTS] * dt  # (0 without prefix caching over them)
+    clock[SLIDING_SHARED_SUM] += c[SLIDING_SHARED_SLOTS] * dt
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, ROW_START] = start

@@ -40,6 +40,8 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOU
                                     ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
                                     LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN,
                                     RUN_LAST, SCHEDULER_KIND, TABLE_MASK)
+from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS,
+                                    WINDOW_JUNCTION)
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -299,7 +301,110 @@ def count_hits(s, i, prompt_len):
 @njit
 def register_full_blocks(s, i, slot, old_len, new_len):
     """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
-    the blocks they filled are cached, unless their key is there already."""
+    the blocks they filled are cached, unless their key is there already (over sliding-window
+    groups: :func:`register_group_blocks`)."""
+    if s.config[SLIDING_GROUPS]:
+        register_group_blocks(s, i, slot, old_len, new_len)
+        return
     bs = s.config[BLOCK_SIZE]
     for k in range(old_len // bs, new_len // bs):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
+
+
+# -- over vLLM v1's KV cache groups (a sliding-window model: kv_cache.py's groups) -------------
+# vLLM 0.33.0 (docs/notes/swa-prefix-caching.md): every group keys its own blocks; the full groups
+# hit their leading run, the sliding ones a run of window_blocks() ending where the hit ends; a
+# sliding group caches only the runs a later hit can end at. The groups are pagesim's: full first.
+
+
+@njit(inline=True)
+def group_chain(chain, g):
+    """The chain in group ``g``'s keys: vLLM keys a block by its hash and its group id
+    (``BlockHashWithGroupId``, kv_cache_utils.py:60-79), so one prompt's block is cached apart in
+    each group (group 0's chain is the plain one; bits 48 up tell the others apart, XOR keeping
+    a 64-bit chain in range)."""
+    return chain ^ (g << 48)
+
+
+@njit(inline=True)
+def group_lookup(s, i, k, g):
+    """The block cached under request ``i``'s block ``k``'s key in group ``g``, or -1."""
+    return lookup(s, (k + 1) * s.config[BLOCK_SIZE], group_chain(key_chain(s, i, k), g))
+
+
+@njit(inline=True)
+def cached_in_groups(s, i, k, first, last):
+    """Whether request ``i``'s block ``k`` is cached in each of groups ``[first, last)``: the
+    groups of one spec search as one, a block a hit only where every one of them has it
+    (``get_cached_block``, block_pool.py:202-228; the groups merged, kv_cache_coordinator.py:718-750)."""
+    for g in range(first, last):
+        if group_lookup(s, i, k, g) < 0:
+            return False
+    return True
+
+
+@njit(inline=True)
+def window_blocks(s):
+    """The cached blocks in a row a sliding group's hit needs, ``cdiv(window - 1, block_size)``
+    (``_contiguous_blocks_for_hit``, single_type_kv_cache_manager.py:955-966)."""
+    bs = s.config[BLOCK_SIZE]
+    return (s.config[SLIDING_WINDOW] - 1 + bs - 1) // bs
+
+
+@njit
+def group_hits(s, i, num_tokens):
+    """Request ``i``'s prefix-cache hit over the groups, looked up with ``num_tokens`` tokens, at
+    most ``num_tokens - 1`` (``get_computed_blocks``, kv_cache_manager.py:266-328): (its blocks, the
+    shared-prefix junction in blocks, 0 for none). The full groups find their leading run
+    (``FullAttentionManager.find_longest_cache_hit``, single_type_kv_cache_manager.py:742-838),
+    which bounds the sliding groups' search (kv_cache_coordinator.py:869; one pass: one full and
+    one sliding spec, :836-840, :916-917): from that bound's last block down, the first
+    ``window_blocks`` cached in a row end the hit, else the leading run from block 0
+    (``SlidingWindowManager.find_longest_cache_hit``, :968-1064). The junction is the full
+    groups' hit where it is longer (``num_uncached_common_prefix_tokens``, kv_cache_coordinator.py:
+    934-937); a model without full groups has none (the unitary coordinator, :582-599)."""
+    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    limit = hit_limit(s, i, num_tokens)
+    if full:
+        k = 0
+        while k < limit and cached_in_groups(s, i, k, 0, full):
+            k += 1
+        limit = k
+    need = window_blocks(s)
+    run = 0
+    for k in range(limit - 1, -1, -1):
+        if not cached_in_groups(s, i, k, full, groups):
+            run = 0
+            continue
+        run += 1
+        if run >= need:
+            return k + run, limit if full and limit > k + run else 0
+    return run, limit if full and limit > run else 0
+
+
+@njit(inline=True)
+def register_in_group(s, b, end, chain, g):
+    """Cache block ``b`` of group ``g`` under ``(end, chain)`` in that group (:func:`register`)."""
+    register(s, b, end, group_chain(chain, g))
+    s.block_info[b, KEY_GROUP] = g
+
+
+@njit
+def register_group_blocks(s, i, slot, old_len, new_len):
+    """:func:`register_full_blocks` over the groups: each full group caches every block the tokens
+    filled (no mask, single_type_kv_cache_manager.py:544-569); a sliding group only those a later
+    hit can end at, the ``window_blocks`` before the replay boundary ``prompt - 1`` and the
+    ``window_blocks`` before its junction (``reachable_block_mask``, :1066-1146, retention 0;
+    ``replay_boundaries``, kv_cache_coordinator.py:65-86). A block passed over is never cached
+    later: vLLM's ``num_cached_block`` moves past it (:542)."""
+    bs, full = s.config[BLOCK_SIZE], s.config[FULL_GROUPS]
+    groups = full + s.config[SLIDING_GROUPS]
+    width = s.block_table.shape[1] // (groups + s.config[STATE_GROUPS])
+    need = window_blocks(s)
+    replay = (s.prompt_tokens[i] - 1) // bs
+    junction = s.window[i, WINDOW_JUNCTION] // bs
+    for k in range(old_len // bs, new_len // bs):
+        chain = key_chain(s, i, k)
+        reachable = replay - need <= k < replay or (junction > 0 and junction - need <= k < junction)
+        for g in range(groups if reachable else full):
+            register_in_group(s, s.block_table[slot, g * width + k], (k + 1) * bs, chain, g)

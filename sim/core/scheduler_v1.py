@@ -55,8 +55,11 @@ groups first free the blocks its window has left (``kv_cache.remove_skipped``, a
 ``allocate_slots`` does, kv_cache_manager.py:557-567); a waiting request's sequence counts in a
 sliding group at most the group's admission cap; with speculation, the drafts' and lookahead
 slots too, in every group, the window freed on the tokens processed before them (vLLM frees on
-``total_computed_tokens - num_in_flight_tokens``, kv_cache_manager.py:555-567). Prefix caching
-over such groups is refused.
+``total_computed_tokens - num_in_flight_tokens``, kv_cache_manager.py:555-567). With prefix
+caching, each group keys its own blocks and an admission's hit is the groups' together
+(``prefix_cache.group_hits``, ``kv_cache.allocate_group_hits``; docs/notes/swa-prefix-caching.md):
+its whole sequence's count caps a sliding group before the hit comes off, so its first chunk's
+is tested too.
 
 Blocks and the prefix cache are the paged manager's (``kv_cache.py``, ``prefix_cache.py``),
 whose rules are v1's: a block is named by its hash once full (block_pool.py:230); a request's
@@ -305,7 +308,10 @@ def hit_tokens(s, i, target):
     """The tokens request ``i``'s prefix-cache hits cover, before it takes them."""
     if not s.config[PREFIX_CACHING]:
         return 0
-    hits, _ = prefix_cache.count_hits(s, i, target)
+    if s.config[SLIDING_GROUPS]:
+        hits, _ = prefix_cache.group_hits(s, i, target)
+    else:
+        hits, _ = prefix_cache.count_hits(s, i, target)
     return hits * s.config[BLOCK_SIZE]
 
 
@@ -436,6 +442,11 @@ def admit_waiting(s, budget):
             need = blocks_to_admit(s, i, target)
             if (s.config[SPEC_LOOKAHEAD] and not host_hits) or drafts:  # and its first chunk's and lookahead slots
                 need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots, drafts)))
+            if s.config[SLIDING_GROUPS] and s.config[PREFIX_CACHING]:
+                # and its first chunk's, a sliding group's uncapped: with a hit, more than the whole
+                # sequence's capped count (kv_cache_manager.py:570-588)
+                need = max(need, kv_cache.group_blocks_to_allocate(
+                    s, i, lookahead_end(s, i, target, budget - draft_slots, drafts), False))
             remote = decode_side and s.num_preemptions[i] == 0  # its prompt's KV is the prefill side's
             # a transfer, as a host load below, leaves the prefills in flight their blocks (allocate_slots'
             # reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1420-1430)

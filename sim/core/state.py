@@ -157,6 +157,10 @@ table("config", """
         (kv_cache.remove_skipped)
     SLIDING_WINDOW      their window, in tokens
     WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
+    SLIDING_FIRST       1: with prefix caching over sliding-window groups, vLLM's group order puts
+        the sliding ones first (its groups follow the layers: the first attention layer slides,
+        kv_cache_planning.py:484-507; kv_groups.KVCacheGroups.sliding_first): the order a
+        request's groups let blocks go, and so the LRU's order (kv_cache.free_groups)
     STATE_GROUPS        vLLM v1's Mamba / linear-attention groups, after the attention groups: a
         request holds one block of each from its first allocation to its end (its state);
         column g * M of Core.block_table
@@ -288,6 +292,10 @@ table("count", """
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
     STATE_BLOCKS        STATE_GROUPS: the state blocks the running requests hold
+    FULL_SHARED_SLOTS   prefix caching over SLIDING_GROUPS: the full groups' slots held by a second
+        holder or more (a block held by r requests counts (r - 1) x block_size; COMPUTED_SLOTS and
+        DEMAND_SLOTS count each holder's: kv_cache.memory_categories takes these off)
+    SLIDING_SHARED_SLOTS  the same over the sliding-window groups
     TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
         (sim/core/remote_kv.py)
     KV_HOLDING_WAITING  the waiting queue's first places: its requests holding KV blocks while
@@ -327,6 +335,8 @@ table("clock", f"""
         decode step of the drafting requests (sim/core/speculative.py)
     SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
     STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
+    FULL_SHARED_SUM     count[FULL_SHARED_SLOTS] x seconds
+    SLIDING_SHARED_SUM  count[SLIDING_SHARED_SLOTS] x seconds
     HOST_BLOCK_S        the host tier: the seconds one block takes over the host link, either way
     LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
     STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it
@@ -355,6 +365,8 @@ table("block_info", """
         scan once that one has left the list)
     TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
         them alone, its slots are in transfer (sim/core/remote_kv.py)
+    KEY_GROUP           with SLIDING_GROUPS: the KV cache group its key is in (vLLM keys a block
+        by its hash and its group, kv_cache_utils.py:60-79; prefix_cache.register_in_group)
 """, size="BLOCK_INFO_COLUMNS", columns=16)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
@@ -376,6 +388,9 @@ table("window", """
     WINDOW_IN_FLIGHT    the tokens it was scheduled in the last step: under async scheduling they
         are not processed yet when the next step is scheduled, and blocks are freed on the
         processed tokens (kv_cache_manager.py:557-567)
+    WINDOW_JUNCTION     prefix caching: its shared-prefix boundary (tokens) found at its admission's
+        lookup, the full groups' hit where longer than the sliding ones' (0: none;
+        kv_cache_manager.py:319-325): its sliding groups cache the blocks before it too
 """, size="WINDOW_COLUMNS")
 # Core.buddy_orders: per order of the buddy placement
 table("buddy_orders", """

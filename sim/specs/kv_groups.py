@@ -62,6 +62,11 @@ class KVCacheGroups:
     state_groups: int = 0  # Mamba / linear-attention groups: one block per request each
     block_size: int = 0  # with state groups, the attention block size vLLM raised (0: as configured)
     state_slots: int = 0  # the tokens' worth of one layer's page its state fills, the rest padding
+    # vLLM's group order: a kind's groups in the order its first layer comes (the layer buckets by
+    # first appearance, kv_cache_planning.py:484-507, their groups in turn, :534-556): the sliding
+    # groups first where the first attention layer slides (Gemma-2, Gemma-3); pagesim's tables put
+    # the full groups first, and prefix caching follows vLLM's order where it picks a block
+    sliding_first: bool = False
 
     @property
     def num_groups(self) -> int:
@@ -115,7 +120,9 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int
     if not full:  # one bucket, one group (kv_cache_planning.py:1146-1150)
         return KVCacheGroups(0, 1, sliding, model.sliding_window)
     size = group_size([full, sliding])
-    return KVCacheGroups(-(-full // size), -(-sliding // size), size, model.sliding_window)
+    first = next(k for k in kinds if k in ATTENTION_KINDS)
+    return KVCacheGroups(-(-full // size), -(-sliding // size), size, model.sliding_window,
+                         sliding_first=first == SLIDING_ATTENTION)
 
 
 def group_size(buckets: list[int]) -> int:

@@ -32,6 +32,11 @@ requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS
 (``MAMBA_PREFIX_WORKLOADS``), where vLLM 0.33.0 keeps its Mamba states in "align" mode: per
 workload, pagesim's refusal in one line (or, once it runs them, the comparison), then vLLM's step
 records (each running request's blocks per group: full attention first, then the Mamba groups).
+``--groups-prefix [WORKLOAD...]``: prefix caching over sliding-window groups
+(``GROUP_PREFIX_WORKLOADS``, docs/notes/swa-prefix-caching.md): compared where pagesim runs them,
+else a line saying pagesim refuses and vLLM's records, step by step (``--tables``: each running
+request's block table in each group too); ``--groups-prefix-random=N``: over
+``workloads.random_grouped_prefix``, the drawn sliding-window workloads with prefix caching.
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.
@@ -44,15 +49,18 @@ from __future__ import annotations
 
 import collections
 import sys
+import textwrap
 
 from tests.peers import nano_vllm, pagesim_steps, vllm_offload, vllm_v0, vllm_v1
-from tests.peers.workloads import (GROUP_WORKLOADS, MAMBA_PREFIX_WORKLOADS, NANO_WORKLOADS, OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
+from tests.peers.workloads import (GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA_PREFIX_WORKLOADS, NANO_WORKLOADS,
+                                  OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
                                   SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_grouped,
-                                  random_grouped_speculative, random_offload, random_offload_speculative,
-                                  random_speculative)
+                                  random_grouped_prefix, random_grouped_speculative, random_offload,
+                                  random_offload_speculative, random_speculative)
 
 #: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
-DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=")
+DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=",
+                "--groups-prefix-random=")
 
 
 def identical_steps(ours, theirs) -> int:
@@ -178,6 +186,50 @@ def sglang_scheduler(names: list, mooncake_requests: int = 200) -> int:
                         "{:<22}" + f" {'-':>12} {'-':>8} {'-':>10}", row)
 
 
+def record_lines(k: int, step) -> list[str]:
+    """vLLM's record of step ``k`` over a prefix-caching group workload, wrapped at 100 columns:
+    the tokens scheduled, the preempted, the free blocks, the finished, each admission's hit
+    tokens, each running request's blocks per group (full groups first) and the blocks cached
+    in each group."""
+    text = (f"step {k} t={step.start_s}: scheduled {dict(sorted(step.scheduled.items()))} "
+            f"preempted {sorted(step.preempted)} free {step.free_blocks} finished {sorted(step.finished)} "
+            f"hits {dict(sorted(step.hits.items()))} held {dict(sorted(step.group_blocks.items()))} "
+            f"cached {step.group_cached}")
+    return textwrap.wrap(text, 100, initial_indent="  ", subsequent_indent="      ")
+
+
+def groups_prefix(names: list, show_tables: bool = False) -> int:
+    """The ``--groups-prefix`` table: each workload compared where pagesim runs it; where it
+    refuses (sim/run.py's ``hybrid_groups`` today), one line saying so, then vLLM's records."""
+    names = names or list(GROUP_PREFIX_WORKLOADS)
+    wide = max(18, *map(len, names))
+    print(f"{'workload':<{wide}} {'steps vLLM':>10} {'pagesim':>8} {'identical':>10}  first diverging step")
+    for name in names:
+        workload = GROUP_PREFIX_WORKLOADS[name]
+        lines, count = [], [0]
+
+        def observe(step, scheduler, vllm):
+            lines.extend(record_lines(count[0], step))
+            lines.extend(vllm_v1.block_tables(vllm, scheduler))
+            count[0] += 1
+
+        theirs = vllm_v1.run(workload, observe=observe if show_tables else None)
+        try:
+            ours = pagesim_steps.run(workload, "vllm-v1")
+        except Exception as error:  # a ConfigError today: sliding-window groups need --no-prefix-caching
+            print(f"{name:<{wide}} {len(theirs):>10} {'-':>8} {'-':>10}  pagesim refuses ({type(error).__name__})")
+            if not show_tables:
+                lines = [line for k, step in enumerate(theirs) for line in record_lines(k, step)]
+            print("\n".join(textwrap.wrap(f"pagesim: {error}", 100, initial_indent="  ") + lines))
+            continue
+        share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
+        k = first_divergence(ours, theirs)
+        print(f"{name:<{wide}} {len(theirs):>10} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
+        if k is not None:
+            print(describe(k, ours, theirs))
+    return 0
+
+
 def peer_steps(peer, workload, ours: list) -> list:
     """The peer's steps over ``workload``; with speculative decoding, vLLM is given the drafts
     pagesim's run accepted at each step (``ours``: its steps), so both see the same acceptance."""
@@ -256,6 +308,8 @@ def main(argv=None) -> int:
     if "--sglang" in args:
         requests = [int(a.split("=", 1)[1]) for a in args if a.startswith("--mooncake-requests=")]
         return sglang([a for a in args if not a.startswith("--")], *(requests or [200]), "--checkpoint" in args)
+    if "--groups-prefix" in args:
+        return groups_prefix([a for a in args if not a.startswith("--")], "--tables" in args)
     # the peer, its workloads, and pagesim's system and settings for it
     if "--nano" in args:
         label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run
@@ -270,7 +324,8 @@ def main(argv=None) -> int:
         drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_GROUPS)}
         make = {"--groups-random": random_grouped, "--mamba-random": lambda k: random_grouped(k, mamba=True),
                 "--groups-spec-random": random_grouped_speculative,
-                "--mamba-spec-random": lambda k: random_grouped_speculative(k, mamba=True)}
+                "--mamba-spec-random": lambda k: random_grouped_speculative(k, mamba=True),
+                "--groups-prefix-random": random_grouped_prefix}
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}

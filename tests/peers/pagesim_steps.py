@@ -133,6 +133,17 @@ def group_blocks(core) -> dict:
     return held
 
 
+def group_cached(core) -> tuple:
+    """Prefix caching over KV cache groups: the blocks cached under a key in each group (full
+    groups first, as ``group_blocks``; ``block_info`` ``KEY_GROUP``), copies of a key too."""
+    if not (core.config[SLIDING_GROUPS] and core.config[state.PREFIX_CACHING]):
+        return ()
+    info = core.block_info[:int(core.config[state.NUM_BLOCKS])]
+    keyed = info[:, state.KEY_END] > 0
+    groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
+    return tuple(int(np.count_nonzero(keyed & (info[:, state.KEY_GROUP] == g))) for g in range(groups))
+
+
 class Recorder:
     """The executor: one ``Step`` per iteration. With speculative decoding it only times the
     steps (``only_times``): the core draws which drafts each accepts, and the record takes
@@ -152,6 +163,7 @@ class Recorder:
         self.preemptions = core.num_preemptions.copy()
         self.status = core.status.copy()
         self.finished = set()
+        self.running = set()  # the running list at the last record: an admission is a request new to it
 
     def newly_finished(self, core):
         done = set(np.flatnonzero(core.status == state.FINISHED).tolist())
@@ -198,9 +210,16 @@ class Recorder:
         swapped_out = frozenset(np.flatnonzero(swapped & (self.status != state.SWAPPED)).tolist())
         swapped_in = frozenset(np.flatnonzero(~swapped & (self.status == state.SWAPPED)).tolist())
         self.preemptions, self.status = core.num_preemptions.copy(), core.status.copy()
+        cached = group_cached(core)
+        running = set(core.running[:c[state.NUM_RUNNING]].tolist())
+        # each admission's hit: the prompt tokens it had computed before its chunk (vLLM's records
+        # them with prefix caching over groups: vllm_v1.Lookups)
+        hits = {i: int(core.num_prompt_computed[i]) - scheduled[i] for i in sorted(running - self.running)
+                if i in scheduled} if cached else {}
+        self.running = running
         self.steps.append(Step(float(core.clock[state.NOW]), scheduled, preempted, int(self.free_blocks(core)),
                                swapped_out=swapped_out, swapped_in=swapped_in, drafts=drafts, blocks=blocks,
-                               group_blocks=group_blocks(core)))
+                               group_blocks=group_blocks(core), hits=hits, group_cached=cached))
         return STEP_S
 
     def finish(self, core):

@@ -5,7 +5,8 @@ scheduler imports here (torch is needed: ``vllm/v1/request.py`` imports it). Eac
 (workloads.py) runs on both sides; every step's record must be the same. With speculative
 decoding (``SPECULATIVE_WORKLOADS``) vLLM is given the drafts pagesim's run accepted at each
 step (``compare.peer_steps``, ``vllm_v1.drive``). Models with sliding-window layers
-(``GROUP_WORKLOADS``) run vLLM's own KV cache groups beside pagesim's.
+(``GROUP_WORKLOADS``) run vLLM's own KV cache groups beside pagesim's, and with prefix caching
+(``GROUP_PREFIX_WORKLOADS``: each admission's hit and the blocks cached per group compared too).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
-from tests.peers.workloads import (FULL, GROUP_WORKLOADS, MAMBA, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS,  # noqa: E402
-                                   random_grouped, random_grouped_speculative, random_speculative)
+from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA, SLIDING,  # noqa: E402
+                                   SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped, random_grouped_prefix,
+                                   random_grouped_speculative, random_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -94,6 +96,29 @@ def test_every_group_step_is_vllms(name):
     assert_same_steps(name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
+@pytest.mark.parametrize("name", list(GROUP_PREFIX_WORKLOADS))
+def test_every_group_prefix_step_is_vllms(name):
+    """Prefix caching over sliding-window groups (docs/notes/swa-prefix-caching.md): each step's
+    record as above, each admission's hit tokens and the blocks cached in each group."""
+    workload = GROUP_PREFIX_WORKLOADS[name]
+    assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+
+
+def test_the_group_prefix_workloads_reach_what_they_test():
+    """On vLLM's side: a sliding hit found after a full one (a junction at work: example's r2), an
+    identical prompt's hit (r3, r4), a preempted request re-admitted past its prompt with a hit
+    (gemma2-pressure), and one re-admitted with none (its sliding blocks gone)."""
+    steps = vllm_v1.run(GROUP_PREFIX_WORKLOADS["example"])
+    assert [hit for step in steps for hit in step.hits.values()] == [0, 0, 20, 20, 20]
+    pressure = GROUP_PREFIX_WORKLOADS["gemma2-pressure"]
+    steps, preempted, resumed = vllm_v1.run(pressure), set(), []
+    for step in steps:
+        resumed += [(i, hit) for i, hit in step.hits.items() if i in preempted]
+        preempted |= step.preempted
+    assert preempted and any(hit > pressure.requests[i].prompt - pressure.block_size for i, hit in resumed)
+    assert any(hit == 0 for _, hit in resumed)
+
+
 @pytest.mark.parametrize("layers", sorted({w.layers for w in GROUP_WORKLOADS.values()}, key=lambda l: l.name),
                          ids=lambda layers: layers.name)
 def test_the_groups_are_vllms(layers):
@@ -116,6 +141,19 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
     """Workloads drawn from ``seed`` (workloads.random_grouped): every step identical, or both
     refuse to start (vLLM's check_enough_kv_cache_memory, pagesim's check_groups_hold_a_request)."""
     workload = random_grouped(seed)
+    try:
+        ours = pagesim_steps.run(workload)
+    except ConfigError:
+        with pytest.raises(ValueError, match="To serve at least one request"):
+            vllm_v1.run(workload)
+        return
+    assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_group_prefix_workloads_are_vllms_or_refused_by_both(seed):
+    """The same with prefix caching over 3 system prompts (workloads.random_grouped_prefix)."""
+    workload = random_grouped_prefix(seed)
     try:
         ours = pagesim_steps.run(workload)
     except ConfigError:
@@ -224,3 +262,59 @@ def test_the_mamba_workloads_catch_the_state_blocks_left_out_of_admission(monkey
     monkeypatch.setattr(kv_cache, "blocks_for_sequence",
                         lambda s, num_tokens: whole(s, num_tokens) - s.config[state.STATE_GROUPS])
     assert first_divergence(pagesim_steps.run(workload), theirs) == 26
+
+
+def without_junction(prefix_cache):
+    """group_hits recording no shared-prefix junction (as if every model were unitary)."""
+    hits = prefix_cache.group_hits
+    return lambda s, i, num_tokens: (hits(s, i, num_tokens)[0], 0)
+
+
+def leading_run_only(prefix_cache):
+    """group_hits whose sliding groups hit only a leading run from block 0, as full ones do."""
+    def hits(s, i, num_tokens):
+        groups, limit, k = s.config[state.FULL_GROUPS] + s.config[state.SLIDING_GROUPS], \
+            prefix_cache.hit_limit(s, i, num_tokens), 0
+        while k < limit and prefix_cache.cached_in_groups(s, i, k, 0, groups):
+            k += 1
+        return k, 0
+    return hits
+
+
+def every_sliding_block_cached(prefix_cache):
+    """register_group_blocks with no mask: a sliding group caches every block it fills."""
+    def register(s, i, slot, old_len, new_len):
+        bs, groups = s.config[state.BLOCK_SIZE], s.config[state.FULL_GROUPS] + s.config[state.SLIDING_GROUPS]
+        width = s.block_table.shape[1] // groups
+        for k in range(old_len // bs, new_len // bs):
+            for g in range(groups):
+                prefix_cache.register_in_group(s, s.block_table[slot, g * width + k], (k + 1) * bs,
+                                               prefix_cache.key_chain(s, i, k), g)
+    return register
+
+
+@pytest.mark.parametrize("module, rule, name, step", [("prefix_cache", "group_hits", "example", 3),
+                                                      ("prefix_cache", "leading_run", "mistral-system", 5),
+                                                      ("prefix_cache", "register_group_blocks", "example", 0),
+                                                      ("kv_cache", "vllm_group", "gemma2-pressure", 34)])
+def test_the_group_prefix_workloads_catch_each_rule_put_back(monkeypatch, request, module, rule, name, step):
+    """Prefix caching's group rules, each broken at run time (interpreted core), diverge from vLLM at
+    a known step: no junction (kv_cache_manager.py:319-325: r1 of the note's example then caches no
+    sliding block before it), a sliding group hitting a leading run only (single_type_kv_cache_
+    manager.py:1015-1044's right-to-left search), a sliding group caching every block
+    (``reachable_block_mask``, :1066-1146), and the groups let go in pagesim's order, full first,
+    not vLLM's (kv_cache_coordinator.py:404-412 over kv_cache_planning.py:484-507's order: the LRU's
+    order of cached blocks, and so which is evicted)."""
+    if in_a_child_if_compiled(request):
+        return
+    from pagesim.sim.core import kv_cache, prefix_cache
+
+    modules = {"kv_cache": kv_cache, "prefix_cache": prefix_cache}
+    broken = {"group_hits": ("group_hits", without_junction(prefix_cache)),
+              "leading_run": ("group_hits", leading_run_only(prefix_cache)),
+              "register_group_blocks": ("register_group_blocks", every_sliding_block_cached(prefix_cache)),
+              "vllm_group": ("vllm_group", lambda s, n: n)}
+    workload = GROUP_PREFIX_WORKLOADS[name]
+    theirs = vllm_v1.run(workload)
+    monkeypatch.setattr(modules[module], *broken[rule])
+    assert first_divergence(pagesim_steps.run(workload), theirs) == step

@@ -32,7 +32,7 @@ import pickle
 import types
 
 from tests.peers.importing import Peer, functions, members, placeholders
-from tests.peers.workloads import FULL, MAMBA, SLIDING, STEP_S, TOKEN, Step, Workload
+from tests.peers.workloads import FULL, MAMBA, SLIDING, STEP_S, TOKEN, Step, Workload, sampled_token
 
 # vLLM's modules executed as they are
 REAL = (
@@ -210,7 +210,8 @@ def load(peer: Peer | None = None) -> types.SimpleNamespace:
         import torch
         from vllm.v1.core.kv_cache_planning import (_get_kv_cache_bytes_per_block, check_enough_kv_cache_memory,
                                                     get_kv_cache_config_from_groups, get_kv_cache_groups)
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
+        from vllm.v1.core.kv_cache_utils import (get_group_id, get_request_block_hasher, init_none_hash,
+                                                 resolve_kv_cache_block_sizes)
         from vllm.v1.kv_cache_interface import MambaSpec, SlidingWindowSpec
         from vllm.v1.kv_cache_layout import KVCacheLayout
         from vllm.v1.core.sched.scheduler import Scheduler
@@ -226,7 +227,7 @@ def load(peer: Peer | None = None) -> types.SimpleNamespace:
                                  check_enough_kv_cache_memory=check_enough_kv_cache_memory,
                                  get_kv_cache_config_from_groups=get_kv_cache_config_from_groups,
                                  bytes_per_block=_get_kv_cache_bytes_per_block, KVCacheLayout=KVCacheLayout,
-                                 resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes)
+                                 resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes, get_group_id=get_group_id)
 
 
 class Settings:
@@ -427,7 +428,7 @@ def request_id(index: int) -> str:
 
 
 def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None,
-        pad_resumed: bool = True) -> list[Step]:
+        pad_resumed: bool = True, observe=None) -> list[Step]:
     """vLLM's scheduler over ``workload``, one ``Step`` record per step that scheduled tokens. Time
     as pagesim's executor keeps it: each step lasts ``STEP_S``; an idle engine waits for the next
     arrival. With speculative decoding, ``replay``: pagesim's steps, whose drafts kept are the
@@ -435,10 +436,67 @@ def run(workload: Workload, max_steps: int = 100_000, replay: list | None = None
     ``pad_resumed=False`` (a diagnosis: pagesim does not model the padding) turns off vLLM's
     padding of a resumed request's one token to 1 + K (scheduler.py:1308-1330, only without a
     dynamic-K lookup): its lookup is set to K at every batch size, which changes nothing else
-    (the drafts the step asks for, :1710-1714, stay K)."""
+    (the drafts the step asks for, :1710-1714, stay K). ``observe(step, scheduler, vllm)``: called
+    with each step's record once it is scheduled, before its output (``compare --tables``)."""
     vllm = load()
     with PEER.active():
-        return drive(vllm, workload, max_steps, replay or [], pad_resumed)
+        return drive(vllm, workload, max_steps, replay or [], pad_resumed, observe)
+
+
+class Lookups:
+    """The prefix-cache hit of each request the scheduler looks up in a step: vLLM's own
+    ``KVCacheManager.get_computed_blocks`` (kv_cache_manager.py:266-328), called through, its hit
+    tokens kept. The scheduler looks a request up at each try to admit it with nothing computed
+    (scheduler.py:1110-1127), and not again once admitted: a request scheduled in a step in which
+    it was looked up was admitted with that lookup's hit."""
+
+    def __init__(self, manager):
+        self.found = {}
+        self.lookup = manager.get_computed_blocks
+        manager.get_computed_blocks = self  # the scheduler calls the manager's attribute
+
+    def __call__(self, request, max_cache_hit_length=None):
+        result = self.lookup(request, max_cache_hit_length)
+        self.found[request.request_id] = result[1]
+        return result
+
+    def take(self, scheduled: dict) -> dict:
+        """The step's admissions (trace index) and their hit tokens; the lookups forgotten."""
+        hits = {int(rid[1:]): n for rid, n in self.found.items() if int(rid[1:]) in scheduled}
+        self.found.clear()
+        return hits
+
+
+def cached_per_group(vllm, pool, group_ids: list) -> tuple:
+    """The blocks registered under a hash in each group (``group_ids``' order): the entries of the
+    pool's hash map (``BlockHashToBlockMap``, block_pool.py:36-128: a key's value is a block, or
+    a dict of the copies cached under it), each key naming its group (kv_cache_utils.py:60-79)."""
+    count = dict.fromkeys(group_ids, 0)
+    for key, blocks in pool.cached_block_hash_to_block._cache.items():
+        count[vllm.get_group_id(key)] += len(blocks) if isinstance(blocks, dict) else 1
+    return tuple(count[g] for g in group_ids)
+
+
+def block_tables(vllm, scheduler) -> list[str]:
+    """Each running request's block table in each group (full groups first), a block by its id,
+    ``*`` where it is registered under a hash, ``-`` for a null block (a sliding window's),
+    and the free queue's length and its cached blocks (evictable)."""
+    managers = sorted(scheduler.kv_cache_manager.coordinator.single_type_managers,
+                      key=lambda m: isinstance(m.kv_cache_spec, vllm.SlidingWindowSpec))
+    pool = scheduler.kv_cache_manager.block_pool
+    lines = []
+    for request in scheduler.running:
+        row = []
+        for manager in managers:
+            kind = "sliding" if isinstance(manager.kv_cache_spec, vllm.SlidingWindowSpec) else "full"
+            blocks = manager.req_to_blocks.get(request.request_id, ())
+            shown = " ".join("-" if b.is_null else f"{b.block_id}{'*' if b.block_hash is not None else ''}"
+                             for b in blocks)
+            row.append(f"{kind}{manager.kv_cache_group_id} [{shown}]")
+        lines.append(f"    r{int(request.request_id[1:])}: " + " ".join(row))
+    evictable = sum(b.block_hash is not None for b in pool.blocks if b.ref_cnt == 0 and not b.is_null)
+    lines.append(f"    free queue {pool.get_num_free_blocks()}, of them cached {evictable}")
+    return lines
 
 
 def sample(output, requests: dict, drafts: dict, ours: Step) -> tuple[list, list]:
@@ -449,11 +507,12 @@ def sample(output, requests: dict, drafts: dict, ours: Step) -> tuple[list, list
     correction or bonus token): as many as pagesim's request kept in that step (``ours``, its
     record), but all of them for a request pagesim's step finished (its draws past its output
     length are not kept: vLLM must trim them, scheduler.py:2744-2770); at most the drafts vLLM
-    scheduled (``drafts``; the two may differ after a divergence)."""
+    scheduled (``drafts``; the two may differ after a divergence). Each request samples its own
+    token (``workloads.sampled_token``)."""
     accepted = {i: n if i in ours.finished else min(ours.kept.get(i, 0), n) for i, n in drafts.items()}
     ids = list(output.num_scheduled_tokens)
-    sampled = [[] if requests[int(rid[1:])].is_prefill_chunk else [TOKEN] * (1 + accepted.get(int(rid[1:]), 0))
-               for rid in ids]
+    sampled = [[] if requests[int(rid[1:])].is_prefill_chunk
+               else [sampled_token(int(rid[1:]))] * (1 + accepted.get(int(rid[1:]), 0)) for rid in ids]
     return ids, sampled
 
 
@@ -472,7 +531,8 @@ def propose(vllm, scheduler, workload: Workload, ids: list, sampled: list, draft
     return kept
 
 
-def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: bool = True) -> list[Step]:
+def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: bool = True,
+          observe=None) -> list[Step]:
     scheduler = build(vllm, workload)
     if not pad_resumed:
         scheduler.dynamic_sd_lookup = [workload.num_speculative_tokens] * (workload.max_num_seqs + 1)
@@ -484,6 +544,11 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
                                                    isinstance(m.kv_cache_spec, vllm.MambaSpec)))
     tables = [m.req_to_blocks for m in sliding_last]
     blocks_of = tables[0]  # an attention group's table: pagesim's num_blocks (a Mamba group's holds states)
+    # prefix caching over several groups: each admission's hit tokens, and the blocks cached in
+    # each group (the same order as the tables)
+    lookups = Lookups(scheduler.kv_cache_manager) if workload.prefix_caching and workload.layers else None
+    group_ids = [m.kv_cache_group_id for m in sliding_last]
+    pool = scheduler.kv_cache_manager.block_pool
     requests = {}
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))
@@ -507,13 +572,18 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
             if speculating else {}
         held = {int(r.request_id[1:]): tuple(sum(not b.is_null for b in t.get(r.request_id, ())) for t in tables)
                 for r in scheduler.running} if workload.layers else {}
+        hits = lookups.take(scheduled) if lookups else {}
+        cached = cached_per_group(vllm, pool, group_ids) if lookups else ()
         ours = replay[len(steps)] if len(steps) < len(replay) else Step(now)
+        if observe is not None:
+            observe(Step(now, scheduled, preempted, free, group_blocks=held, hits=hits, group_cached=cached),
+                    scheduler, vllm)
         ids, sampled = sample(output, requests, drafts, ours)
         scheduler.update_from_output(output, vllm.ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)}, sampled_token_ids=sampled))
         kept = propose(vllm, scheduler, workload, ids, sampled, drafts)
         finished = frozenset(i for i in scheduled if requests[i].is_finished())
         steps.append(Step(now, scheduled, preempted, free, finished, drafts=drafts, blocks=blocks, kept=kept,
-                          group_blocks=held))
+                          group_blocks=held, hits=hits, group_cached=cached))
         now += STEP_S
     return steps

@@ -15,6 +15,13 @@ STEP_S = 1.0  # every step lasts this long on both sides: time stays simple and 
 TOKEN = 7  # the token the fake GPU samples (the requests ignore EOS: none is ever 'stop')
 
 
+def sampled_token(index: int) -> int:
+    """The token request ``index`` samples, each time: its own, as pagesim keys a request's
+    generated blocks as its own (``prefix_cache.own_chain``). One token for all would give two
+    identical prompts the same generated blocks, found by each other after a preemption."""
+    return 1 << 31 | index << 20 | 1 << 19  # apart from every prompt token (Workload.prompt_token_ids)
+
+
 @dataclass(frozen=True)
 class Row:
     arrival_s: float
@@ -126,6 +133,11 @@ class Step:
     host_blocks: frozenset = frozenset()
     admitted: dict = field(default_factory=dict)
     host_order: tuple = ()
+    # prefix caching over several KV cache groups (GROUP_PREFIX_WORKLOADS): each request admitted
+    # in the step and its prefix-cache hit tokens, and the blocks cached (registered under a
+    # hash) in each group once the step is scheduled, in group_blocks' order
+    hits: dict = field(default_factory=dict)
+    group_cached: tuple = ()
 
 
 def rows(seed: int, n: int, prompt: tuple, output: tuple, spread_s: float = 0.0, priorities: int = 1) -> list:
@@ -296,6 +308,75 @@ MAMBA_PREFIX_WORKLOADS = {
         max_model_len=192, max_num_batched_tokens=64, prefix_caching=True,
         description="3 system prompts, 24 requests, 48 blocks, a budget of 64: states under pressure"),
 }
+
+
+def system_prompt_rows(seed: int, n: int, block_size: int, blocks: tuple, own: tuple = (0, 3),
+                       repeats: float = 0.0, gap: float = 2.0, output: tuple = (2, 12), offset: float = 0.5) -> list:
+    """Requests over 3 system prompts of ``blocks`` blocks each, one every ``gap`` steps: each a
+    system prompt, ``own`` blocks of its own and a partial last block (shared full blocks, never
+    the tail), or, with chance ``repeats``, a block-aligned prompt of the system prompt alone
+    (every token in its hash chain: the same prompt again, as a resend of it). The first arrives
+    at 0, the ``i``-th at ``i * gap + offset``: ``offset`` keeps arrivals off the steps' starts (a
+    tie is ordered by pagesim's events, by vLLM's driver with the step)."""
+    rng = random.Random(seed)
+    systems = [tuple(range(100 * s, 100 * s + rng.randint(*blocks))) for s in range(3)]
+    out = []
+    for i in range(n):
+        system = systems[rng.randrange(3)]
+        if rng.random() < repeats:
+            hashes, prompt = system, len(system) * block_size
+        else:
+            hashes = system + tuple(10_000 + 100 * i + k for k in range(rng.randint(*own)))
+            prompt = len(hashes) * block_size + rng.randint(1, block_size - 1)
+        out.append(Row(arrival_s=i * gap + offset, prompt=prompt, output=rng.randint(*output), hashes=hashes))
+    return first_at_zero(out)
+
+
+# prefix caching over sliding-window groups (vLLM's default); docs/notes/swa-prefix-caching.md
+# states the rules these reach
+EXAMPLE_LIKE = Layers("example-like", every_nth_full(2, 2), window=8)  # 1 sliding + 1 full layer
+EXAMPLE_ROWS = [Row(0.0, 26, 3, hashes=(1, 2, 3, 4, 5)), Row(5.5, 30, 3, hashes=(1, 2, 3, 4, 5)),
+                Row(10.5, 23, 3, hashes=(1, 2, 3, 4, 5)), Row(15.5, 24, 2, hashes=(1, 2, 3, 4, 5, 6)),
+                Row(18.5, 24, 2, hashes=(1, 2, 3, 4, 5, 6))]
+GROUP_PREFIX_WORKLOADS = {
+    "example": grouped("example", EXAMPLE_LIKE, EXAMPLE_ROWS, num_blocks=64, block_size=4, max_model_len=64,
+                       prefix_caching=True,
+                       description="the note's example: window 8, blocks of 4, a 20-token prefix shared"),
+    "gemma2-system": grouped("gemma2-system", GEMMA2_LIKE, system_prompt_rows(11, 24, 16, (4, 8)), num_blocks=240,
+                             max_model_len=768, prefix_caching=True,
+                             description="Gemma-2-like (window 40), 3 system prompts of 4-8 blocks, 240 blocks"),
+    "gemma3-repeats": grouped("gemma3-repeats", GEMMA3_LIKE,
+                              system_prompt_rows(12, 24, 16, (5, 9), repeats=0.5), num_blocks=480,
+                              max_model_len=640, prefix_caching=True,
+                              description="Gemma-3-like (window 64): half the prompts a system prompt again"),
+    "mistral-system": grouped("mistral-system", MISTRAL_LIKE,
+                              system_prompt_rows(13, 24, 16, (4, 8), repeats=0.3), num_blocks=160,
+                              max_model_len=1024, prefix_caching=True,
+                              description="Mistral-like (window 48, one group: the Unitary coordinator)"),
+    "gemma2-pressure": grouped("gemma2-pressure", GEMMA2_LIKE,
+                               system_prompt_rows(14, 24, 16, (3, 6), repeats=0.3, gap=0.5, output=(40, 120),
+                                                  offset=0.25),
+                               num_blocks=96, max_num_batched_tokens=128, max_model_len=768, prefix_caching=True,
+                               description="Gemma-2-like, 96 blocks, long outputs: preemptions, prefixes hit"),
+    # layer 0 full: vLLM's full group comes first, the order its requests let blocks go in
+    "full-first-pressure": grouped("full-first-pressure", Layers("full-first-like", GEMMA2_LIKE.kinds[::-1], window=40),
+                                   system_prompt_rows(14, 24, 16, (3, 6), repeats=0.3, gap=0.5, output=(40, 120),
+                                                      offset=0.25),
+                                   num_blocks=96, max_num_batched_tokens=128, max_model_len=768, prefix_caching=True,
+                                   description="gemma2-pressure over layers whose first is full: the full group first"),
+}
+
+
+def random_grouped_prefix(seed: int) -> Workload:
+    """``random_grouped(seed)`` (sliding-window mixes) with prefix caching, each prompt opening with
+    one of 3 system prompts of 1-6 blocks (as much of it as its full blocks hold)."""
+    workload = random_grouped(seed)
+    rng = random.Random(seed + 1000)
+    systems = [tuple(range(100 * s, 100 * s + rng.randint(1, 6))) for s in range(3)]
+    requests = [dataclasses.replace(r, hashes=systems[rng.randrange(3)][:r.prompt // workload.block_size])
+                for r in workload.requests]
+    return dataclasses.replace(workload, name=f"groups-prefix-random-{seed}", requests=requests, prefix_caching=True,
+                               description=workload.description + ", prefix caching over 3 system prompts")
 
 
 def random_grouped(seed: int, mamba: bool = False) -> Workload:
