@@ -104,8 +104,12 @@ CASES = [
     # --- settings that do nothing for the system (sim/systems.py; each checked in tests/sim/test_settings_apply.py)
     (sim("--system", "orca-max", "--block-size", "32"), "--block-size does nothing for system 'orca-max'"),
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
-    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100"),
-     "sliding-window groups need --no-prefix-caching \\(not modelled with it\\)"),
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--num-speculative-tokens", "3"),
+     "prefix caching over sliding-window groups is not modelled with speculative decoding or "
+     "--kv-offload-gib; add --no-prefix-caching"),
+    (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--kv-offload-gib", "8"),
+     "prefix caching over sliding-window groups is not modelled with speculative decoding or "
+     "--kv-offload-gib; add --no-prefix-caching"),
     (sim("--system", "vllm-v1", "--model", "jamba-1.5-mini", "--gpu", "h100", "--tp", "2"),
      "Mamba-state groups need --no-prefix-caching \\(not modelled with it\\)"),
     (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--num-speculative-tokens", "3"),

@@ -33,10 +33,10 @@ requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS
 workload, pagesim's refusal in one line (or, once it runs them, the comparison), then vLLM's step
 records (each running request's blocks per group: full attention first, then the Mamba groups).
 ``--groups-prefix [WORKLOAD...]``: prefix caching over sliding-window groups
-(``GROUP_PREFIX_WORKLOADS``, docs/notes/swa-prefix-caching.md): compared where pagesim runs them,
-else a line saying pagesim refuses and vLLM's records, step by step (``--tables``: each running
-request's block table in each group too); ``--groups-prefix-random=N``: over
-``workloads.random_grouped_prefix``, the drawn sliding-window workloads with prefix caching.
+(``GROUP_PREFIX_WORKLOADS``, docs/notes/swa-prefix-caching.md), step by step (``--tables``:
+vLLM's records and each running request's block table in each group too);
+``--groups-prefix-random=N``: over ``workloads.random_grouped_prefix``, the drawn sliding-window
+workloads with prefix caching.
 ``--sglang-scheduler [WORKLOAD...]``: SGLang 0.5.23's scheduling policy against ``--system
 sglang``, step by step (sglang_scheduler.py, its ``WORKLOADS``): steps on each side, the share of
 identical steps and the first that differs.
@@ -199,8 +199,8 @@ def record_lines(k: int, step) -> list[str]:
 
 
 def groups_prefix(names: list, show_tables: bool = False) -> int:
-    """The ``--groups-prefix`` table: each workload compared where pagesim runs it; where it
-    refuses (sim/run.py's ``hybrid_groups`` today), one line saying so, then vLLM's records."""
+    """The ``--groups-prefix`` table: each workload compared step by step; with ``show_tables``,
+    vLLM's records and block tables after its row."""
     names = names or list(GROUP_PREFIX_WORKLOADS)
     wide = max(18, *map(len, names))
     print(f"{'workload':<{wide}} {'steps vLLM':>10} {'pagesim':>8} {'identical':>10}  first diverging step")
@@ -214,19 +214,14 @@ def groups_prefix(names: list, show_tables: bool = False) -> int:
             count[0] += 1
 
         theirs = vllm_v1.run(workload, observe=observe if show_tables else None)
-        try:
-            ours = pagesim_steps.run(workload, "vllm-v1")
-        except Exception as error:  # a ConfigError today: sliding-window groups need --no-prefix-caching
-            print(f"{name:<{wide}} {len(theirs):>10} {'-':>8} {'-':>10}  pagesim refuses ({type(error).__name__})")
-            if not show_tables:
-                lines = [line for k, step in enumerate(theirs) for line in record_lines(k, step)]
-            print("\n".join(textwrap.wrap(f"pagesim: {error}", 100, initial_indent="  ") + lines))
-            continue
+        ours = pagesim_steps.run(workload, "vllm-v1")
         share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
         k = first_divergence(ours, theirs)
         print(f"{name:<{wide}} {len(theirs):>10} {len(ours):>8} {share:>10.1%}  {'-' if k is None else k}")
         if k is not None:
             print(describe(k, ours, theirs))
+        if lines:  # --tables: vLLM's records and block tables, step by step
+            print("\n".join(lines))
     return 0
 
 
