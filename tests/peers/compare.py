@@ -43,6 +43,10 @@ identical steps and the first that differs.
 ``--sglang-swa [--disable-radix-cache] [--interval N]``: not a comparison, a probe: SGLang 0.5.23's
 hybrid sliding-window pool and its unified radix cache through the worked example of
 docs/notes/sglang-swa.md (sglang_swa.py), each pool's free slots and the tree after each call.
+``--sglang-hicache [--device N] [--ratio R] [--policy P]``: not a comparison, a probe: SGLang
+0.5.23's hierarchical cache (GPU and host tiers) through the worked example of
+docs/notes/sglang-hicache.md (sglang_hicache.py), both pools' free slots and the tree (GPU, host
+or both per node) after each call.
 """
 
 from __future__ import annotations
@@ -294,6 +298,11 @@ def main(argv=None) -> int:
         from tests.peers import sglang_swa
 
         sglang_swa.main([a for a in args if a != "--sglang-swa"])
+        return 0
+    if "--sglang-hicache" in args:  # a probe, not a comparison: SGLang's host tier alone
+        from tests.peers import sglang_hicache
+
+        sglang_hicache.main([a for a in args if a != "--sglang-hicache"])
         return 0
     if "--mamba-prefix" in args:
         return mamba_prefix([a for a in args if not a.startswith("--")])
