@@ -123,12 +123,14 @@ def group_blocks(core) -> dict:
         return {}
     width = core.block_table.shape[1] // (attention + states)
     per = 1 + int(core.config[state.SPEC_TOKENS])
+    align = bool(core.config[state.MAMBA_ALIGN])  # position-indexed, most columns null
     held = {}
     for i in core.running[:core.count[state.NUM_RUNNING]]:
         row = core.block_table[core.seq_slot[i, 0]]
         held[int(i)] = (tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
                               for g in range(attention))
-                        + tuple(int(np.count_nonzero(row[g * width:g * width + per] >= 0)) if core.num_blocks[i] else 0
+                        + tuple(int(np.count_nonzero(row[g * width:g * width + (core.num_blocks[i] if align else per)]
+                                                     >= 0)) if core.num_blocks[i] else 0
                                 for g in range(attention, attention + states)))
     return held
 
@@ -136,11 +138,12 @@ def group_blocks(core) -> dict:
 def group_cached(core) -> tuple:
     """Prefix caching over KV cache groups: the blocks cached under a key in each group (full
     groups first, as ``group_blocks``; ``block_info`` ``KEY_GROUP``), copies of a key too."""
-    if not (core.config[SLIDING_GROUPS] and core.config[state.PREFIX_CACHING]):
+    if not ((core.config[SLIDING_GROUPS] or core.config[state.MAMBA_ALIGN]) and core.config[state.PREFIX_CACHING]):
         return ()
     info = core.block_info[:int(core.config[state.NUM_BLOCKS])]
     keyed = info[:, state.KEY_END] > 0
     groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
+    groups += int(core.config[STATE_GROUPS]) if core.config[state.MAMBA_ALIGN] else 0
     return tuple(int(np.count_nonzero(keyed & (info[:, state.KEY_GROUP] == g))) for g in range(groups))
 
 
