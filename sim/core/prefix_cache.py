@@ -434,10 +434,11 @@ def register_state(s, slot, k, chain):
         register_in_group(s, b, (k + 1) * bs, chain, g)
         s.block_info[b, STATE_CACHED_STEP] = s.count[SCHEDULED_STEPS]
         found = lookup(s, (k + 1) * bs, group_chain(chain, g))
-        s.block_info[found, STATE_CACHED_STEP] = s.count[SCHEDULED_STEPS]
+        if found >= 0:
+            s.block_info[found, STATE_CACHED_STEP] = s.count[SCHEDULED_STEPS]
 
 
 @njit(inline=True)
 def state_cached_now(s, b):
     """MAMBA_ALIGN: whether state block ``b`` was cached in this step (:func:`register_state`)."""
-    return s.block_info[b, STATE_CACHED_STEP] == s.count[SCHEDULED_STEPS]
+    return 0 < s.block_info[b, STATE_CACHED_STEP] == s.count[SCHEDULED_STEPS]  # (steps count from 1)
