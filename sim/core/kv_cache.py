@@ -372,8 +372,9 @@ def remove_skipped_states(s, i, processed):
     every block below column ``(processed - 1) // block_size`` not freed yet, last first
     (``get_num_skipped_tokens`` = ``processed - 1``, single_type_kv_cache_manager.py:1971-1976;
     ``_remove_blocks_in_range`` from the columns retired, :1608-1627), then its copy source once past
-    it (``remove_skipped_blocks``, :1629-1657), group by group; hashed ones to the LRU's tail
-    (:func:`let_go`)."""
+    it (``remove_skipped_blocks``, :1629-1657; without speculative blocks the copy source lies below
+    the first rule's column too, so the second frees nothing the first has not), group by group;
+    hashed ones to the LRU's tail (:func:`let_go`)."""
     if processed <= 1:
         return
     bs, slot, width = s.config[BLOCK_SIZE], s.seq_slot[i, 0], table_width(s)

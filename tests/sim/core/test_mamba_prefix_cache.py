@@ -76,6 +76,11 @@ def test_chunks_are_floored_to_blocks_and_a_budget_under_one_admits_nobody():
     assert [dict(sorted(step.scheduled.items())) for step in steps[:6]] == [
         {0: 16}, {0: 16}, {0: 8, 1: 8}, {0: 1, 1: 1, 2: 16}, {2: 16}, {2: 6}]
     assert [step.hits for step in steps if step.hits] == [{0: 0}, {1: 32}, {2: 32}]
+    # the states cached: A's at 32 (its boundary: floor(39 / 16) * 16), not at 16 (a chunk end); C's at 64
+    # (floor(69 / 16) * 16); decode states never, though C's 80th token fills a block (the full group's 5th)
+    assert [step.group_cached for step in steps[:2]] == [(1, 0, 0, 0), (2, 1, 1, 1)]
+    assert steps[15].group_blocks[2] == (5, 1, 1, 1) and steps[16].group_blocks[2] == (6, 2, 2, 2)
+    assert steps[-1].group_cached == (5, 2, 2, 2)
 
 
 def test_a_hit_on_a_state_cached_in_the_same_step_waits_a_step():
@@ -120,11 +125,12 @@ def test_the_admission_count():
     cache(s, 1, range(3), 0)
     cache(s, 1, [2], 1)
     cache(s, 1, [2], 2)
+    count = interpreted(kv_cache.group_blocks_to_allocate)
+    assert count(s, 1, 60, True) == 4 + 3  # nothing cached: 4 full blocks, one state block a group
     hits = interpreted(prefix_cache.group_hits)
     assert hits(s, 1, 60) == (0, 3)
     cache(s, 1, [2], 3)
     assert hits(s, 1, 60) == (3, 0)
-    count = interpreted(kv_cache.group_blocks_to_allocate)
     assert count(s, 1, 60, True) == 10
     # a prompt of 49 tokens needs no block past its hit's but the state's fresh one (cdiv(49, 16) = 4)
     assert count(s, 1, 48, True) == 3 + 3
