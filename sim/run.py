@@ -146,8 +146,7 @@ def hybrid_groups(cfg: SimConfig, model):
     if cfg.prefix_caching and GATED_DELTA_NET in model.kinds:
         # (FlashInfer's gated-delta-net prefill, Hopper's and Blackwell's default, exports the prompt's boundary
         # state into a checkpoint block instead of cutting the chunk there: qwen_gdn_linear_attn.py:690-750)
-        raise ConfigError(f"{model.name}: gated-delta-net prefix caching (align mode with prefill checkpoints) is not "
-                          "modelled; add --no-prefix-caching")
+        raise ConfigError(f"{model.name}: gated-delta-net prefill checkpoints not modelled; add --no-prefix-caching")
     if cfg.prefix_caching and groups.state_groups and cfg.num_speculative_tokens:
         raise ConfigError(f"{model.name}: Mamba-state prefix caching (align mode) is not modelled with speculative "
                           "decoding; add --no-prefix-caching")

@@ -26,7 +26,7 @@ from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import kv_cache_groups
-from pagesim.sim.specs.model import MambaMixer, ModelSpec
+from pagesim.sim.specs.model import GATED_DELTA_NET, MAMBA, GatedDeltaNet, MambaMixer, ModelSpec
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
@@ -41,6 +41,10 @@ def model_of(layers: Layers) -> ModelSpec:
     if layers.preset:
         return presets.MODELS[layers.preset]
     mamba = MambaMixer(layers.mamba_inner, layers.mamba_state, 4, 4) if layers.mamba_inner else None
+    if layers.prefill_checkpoint_alignment:  # gated-delta-net layers on FlashInfer: pagesim tells them apart
+        kinds = tuple(GATED_DELTA_NET if kind == MAMBA else kind for kind in layers.kinds)
+        return ModelSpec(layers.name, len(kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
+                         64, 100, 8192, layer_kinds=kinds, delta_net=GatedDeltaNet(1, 1, 4, 4, 4))
     return ModelSpec(layers.name, len(layers.kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
                      64, 100, 8192, layer_kinds=layers.kinds, sliding_window=layers.window or None, mamba=mamba)
 

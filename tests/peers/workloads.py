@@ -274,9 +274,9 @@ GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method
 
 
 # Mamba hybrids with prefix caching on: vLLM 0.33.0 then keeps Mamba states in "align" mode
-# (models/config.py:760-777; vllm_v1.mamba_cache_mode), which pagesim refuses (sim/run.py's
-# hybrid_groups). ``python -m tests.peers.compare --mamba-prefix`` prints vLLM's steps
-# (docs/notes/mamba-align.md works the first through by hand).
+# (models/config.py:760-777; vllm_v1.mamba_cache_mode), which pagesim models (the Jamba-like ones;
+# the gated-delta-net one it refuses: sim/run.py's hybrid_groups). ``python -m tests.peers.compare
+# --mamba-prefix`` compares them (docs/notes/mamba-align.md works the first through by hand).
 MAMBA_PREFIX_WORKLOADS = {
     "jamba-prefix-repeat": grouped(
         "jamba-prefix-repeat", JAMBA_LIKE,
