@@ -33,7 +33,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
-from pagesim.sim.core.state import MAMBA_ALIGN, NUM_BLOCKS as POOL_BLOCKS, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
+from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -504,7 +504,7 @@ def state_blocks_to_allocate(s, i, hit, required):
     for g in range(attention_groups(s), attention_groups(s) + s.config[STATE_GROUPS]):
         b = prefix_cache.group_lookup(s, i, hit - 1, g)
         if prefix_cache.state_cached_now(s, b):
-            return s.config[POOL_BLOCKS] + 1
+            return s.config[NUM_BLOCKS] + 1
         if s.block_info[b, REF] == 0:
             need += 1
     return need

@@ -483,8 +483,9 @@ def admit_waiting(s, budget):
             # lookahead slots, which come once its KV has arrived (:1395-1400)
             if s.config[MAMBA_ALIGN]:  # its first chunk cut at blocks, before its blocks are counted (:1350-1358)
                 hit, junction = prefix_cache.group_hits(s, i, target)
-                bs = s.config[BLOCK_SIZE]
-                if mamba_aligned_split(s, i, hit * bs, min(target - hit * bs, budget - draft_slots), junction * bs) == 0:
+                start = hit * s.config[BLOCK_SIZE]
+                junction *= s.config[BLOCK_SIZE]
+                if mamba_aligned_split(s, i, start, min(target - start, budget - draft_slots), junction) == 0:
                     break
             if s.config[SPEC_TOKENS] and not host_hits:  # one token left: padded to 1 + K, or none admitted
                 drafts = speculative.padded_drafts(s, hit_tokens(s, i, target), target, budget, running_prefill,

@@ -31,10 +31,9 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
-from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA, MAMBA_PREFIX_WORKLOADS,  # noqa: E402,E501
-                                   SLIDING,
-                                   SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped, random_grouped_prefix,
-                                   random_grouped_speculative, random_speculative)
+from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA,  # noqa: E402
+                                   MAMBA_PREFIX_WORKLOADS, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped,
+                                   random_grouped_prefix, random_grouped_speculative, random_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
