@@ -282,7 +282,7 @@ def mamba_prefix(names: list) -> int:
         try:
             ours = pagesim_steps.run(workload, "vllm-v1")
         except Exception as refusal:  # sim/run.py's hybrid_groups: gated-delta-net's checkpoints
-            print("\n".join(wrapped(f"  pagesim refuses: {refusal}")))
+            print("\n".join("  " + line for line in wrapped(f"pagesim refuses: {refusal}", indent="    ", width=98)))
         else:
             share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
             k = first_divergence(ours, theirs)
