@@ -294,6 +294,11 @@ MAMBA_PREFIX_WORKLOADS = {
         [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2)), Row(0.5, 70, 20, hashes=(1, 2, 3, 4))],
         num_blocks=40, max_model_len=160, max_num_batched_tokens=20, prefix_caching=True,
         description="chunks of 20 cut to 16; B waits while the budget left is under a block"),
+    "jamba-prefix-same-step-hit": grouped(
+        "jamba-prefix-same-step-hit", JAMBA_LIKE,
+        [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2))],
+        num_blocks=40, max_model_len=160, max_num_batched_tokens=100, prefix_caching=True,
+        description="B's hit on A's state cached in the same step is refused: B runs a step later"),
     # the sibling workload over gated-delta-net layers on FlashInfer (Qwen3-Next on Hopper): a
     # final chunk exports the prompt's boundary state into a reserved block instead of being cut
     # there (its alignment: the Mamba block, as get_mamba_prefill_checkpoint_grid makes it)

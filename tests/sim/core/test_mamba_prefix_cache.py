@@ -18,7 +18,7 @@ from pagesim.sim.run import hybrid_groups, initial_state
 from pagesim.sim.specs import get_model
 
 from tests.peers import pagesim_steps
-from tests.peers.workloads import JAMBA_LIKE, MAMBA_PREFIX_WORKLOADS, Row, grouped
+from tests.peers.workloads import MAMBA_PREFIX_WORKLOADS
 
 
 def run(workload):
@@ -84,13 +84,13 @@ def test_chunks_are_floored_to_blocks_and_a_budget_under_one_admits_nobody():
 
 
 def test_a_hit_on_a_state_cached_in_the_same_step_waits_a_step():
-    """Two identical prompts of 40 tokens arriving together, a budget of 100. Step 0: A is cut at 32
+    """``jamba-prefix-same-step-hit``: two identical prompts of 40 tokens arriving together, a budget
+    of 100. Step 0: A is cut at 32
     (its boundary) and caches its state there as it is scheduled; B finds 32 tokens in the full
     group and A's state at 32, but that state is hashed, not yet computed: its admission fails
     (single_type_kv_cache_manager.py:1704-1712) and the waiting loop ends. Step 1: A 8, B hits 32
     and computes 8."""
-    steps = run(grouped("same-step-hit", JAMBA_LIKE, [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2))],
-                        num_blocks=40, max_model_len=160, max_num_batched_tokens=100, prefix_caching=True))
+    steps = run(MAMBA_PREFIX_WORKLOADS["jamba-prefix-same-step-hit"])
     assert [dict(sorted(step.scheduled.items())) for step in steps[:2]] == [{0: 32}, {0: 8, 1: 8}]
     assert [step.hits for step in steps if step.hits] == [{0: 0}, {1: 32}]
 
