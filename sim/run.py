@@ -34,6 +34,7 @@ from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
 from pagesim.sim.specs.kv_groups import kv_cache_groups
+from pagesim.sim.specs.model import GATED_DELTA_NET
 from pagesim.sim.terminal import bar_columns
 
 
@@ -140,8 +141,18 @@ def hybrid_groups(cfg: SimConfig, model):
     groups = kv_cache_groups(model, int(cfg.block_size), cfg.tensor_parallel)
     if not groups.hybrid:
         return None
-    if cfg.prefix_caching and groups.state_groups:  # (vLLM's "align" mode, not modelled)
-        raise ConfigError(f"{model.name}: Mamba-state groups need --no-prefix-caching (not modelled with it)")
+    # with prefix caching, state groups are vLLM's "align" mode (docs/notes/mamba-align.md), but not its
+    # speculative paths (single_type_kv_cache_manager.py:1861-1872) nor the CPU tier's state offloads
+    if cfg.prefix_caching and GATED_DELTA_NET in model.kinds:
+        # (FlashInfer's gated-delta-net prefill, Hopper's and Blackwell's default, exports the prompt's boundary
+        # state into a checkpoint block instead of cutting the chunk there: qwen_gdn_linear_attn.py:690-750)
+        raise ConfigError(f"{model.name}: gated-delta-net prefill checkpoints not modelled; add --no-prefix-caching")
+    if cfg.prefix_caching and groups.state_groups and cfg.num_speculative_tokens:
+        raise ConfigError(f"{model.name}: Mamba-state prefix caching (align mode) is not modelled with speculative "
+                          "decoding; add --no-prefix-caching")
+    if cfg.prefix_caching and groups.state_groups and cfg.kv_offload_gib:
+        raise ConfigError(f"{model.name}: Mamba-state prefix caching (align mode) is not modelled with "
+                          "--kv-offload-gib; add --no-prefix-caching")
     if cfg.prefix_caching and (cfg.num_speculative_tokens or cfg.kv_offload_gib):
         # (EAGLE's hit drops a block, kv_cache_coordinator.py:870-880; the tier's keys are one group's)
         raise ConfigError(f"{model.name}: prefix caching over sliding-window groups is not modelled with "

@@ -108,7 +108,7 @@ def check_groups_hold_a_request(cfg, model, groups, block_size: int, num_blocks:
     layer counting its admission cap (``kv_groups.request_layer_blocks``); ConfigError if not."""
     max_seq_len = int(model.max_seq_len)
     need = request_layer_blocks(model, block_size, in_flight_tokens(cfg, max_seq_len), max_seq_len,
-                                int(cfg.num_speculative_tokens))
+                                int(cfg.num_speculative_tokens), bool(cfg.prefix_caching and groups.state_groups))
     if need > num_blocks * groups.layers_per_group:
         need = -(-need // groups.layers_per_group)
         raise ConfigError(f"{num_blocks} KV blocks cannot hold one max_seq_len={max_seq_len} request ({need}); "
@@ -294,6 +294,9 @@ def set_groups(config, pool: Pool, cfg) -> int:
     config[state.STATE_SLOTS] = groups.state_slots
     # (without prefix caching the order only names the blocks: every one goes to the free stack)
     config[state.SLIDING_FIRST] = int(groups.sliding_first and cfg.prefix_caching)
+    # prefix caching over state groups: vLLM's "align" mode (docs/notes/mamba-align.md)
+    config[state.MAMBA_ALIGN] = int(bool(groups.state_groups and cfg.prefix_caching))
+    config[state.STATE_FIRST] = int(groups.state_first and cfg.prefix_caching)
     return groups.num_groups
 
 

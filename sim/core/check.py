@@ -44,7 +44,7 @@ import numpy as np
 from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
-from pagesim.sim.core.state import STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_GROUP, SLIDING_SHARED_SLOTS
 from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS,
                                     BLOCKED_REQUEST, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS, DECODE_SET_SIZE,
@@ -340,7 +340,13 @@ def group_categories(s) -> np.ndarray:
             counted.update(row[k].tolist())
             tokens, demand = np.clip(L - k * bs, 0, bs).sum(), np.clip(F - k * bs, 0, bs).sum()
             out[g] += (tokens, demand - tokens, len(k) * bs - demand)
-        if n:  # the drafts' state blocks (kv_cache.state_blocks) hold nothing of theirs yet: fragmentation
+        if n and s.config[MAMBA_ALIGN]:  # its live states (a hit one counted with its first holder)
+            for g in range(groups, groups + states):
+                row = s.block_table[slot, g * width:g * width + n]
+                live = [b for b in row[row >= 0].tolist() if b not in counted]
+                counted.update(live)
+                out[g] += (len(live) * int(s.config[STATE_SLOTS]), 0, len(live) * (bs - int(s.config[STATE_SLOTS])))
+        elif n:  # the drafts' state blocks (kv_cache.state_blocks) hold nothing of theirs yet: fragmentation
             drafts = int(s.config[SPEC_TOKENS]) * bs
             out[groups:] += (int(s.config[STATE_SLOTS]), 0, bs - int(s.config[STATE_SLOTS]) + drafts)
     return out
@@ -358,6 +364,7 @@ def check_groups(s) -> None:
     groups, states = full + int(s.config[SLIDING_GROUPS]), int(s.config[STATE_GROUPS])
     width = s.block_table.shape[1] // (groups + states)
     blocks, tokens, demand, skipped_slots, holders = [], 0, 0, 0, 0
+    state_blocks = set()  # MAMBA_ALIGN: the distinct state blocks held (a hit state by several)
     for i in s.running[:c[NUM_RUNNING]].tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         slot, skipped = int(s.seq_slot[i, 0]), int(s.window[i, WINDOW_SKIPPED])
@@ -369,7 +376,12 @@ def check_groups(s) -> None:
             assert (row[:first] == -1).all() and (row[first:] >= 0).all(), \
                 f"request {i}: group {g}'s table is not {first} null blocks then held ones"
             blocks.extend(row[first:].tolist())
-        if n:  # its state blocks: each state group's and one per draft (kv_cache.state_blocks)
+        if n and s.config[MAMBA_ALIGN]:  # its live state columns (1 or 2 per group: kv_cache.take_state_blocks)
+            rows = s.block_table[slot, ((groups + np.arange(states)) * width)[:, None] + np.arange(n)].ravel()
+            assert ((rows >= 0).reshape(states, n).sum(axis=1) >= 1).all(), f"request {i} holds no state in a group"
+            blocks.extend(rows[rows >= 0].tolist())
+            state_blocks.update(rows[rows >= 0].tolist())
+        elif n:  # its state blocks: each state group's and one per draft (kv_cache.state_blocks)
             per = 1 + int(s.config[SPEC_TOKENS])
             blocks.extend(s.block_table[slot, ((groups + np.arange(states)) * width)[:, None] + np.arange(per)]
                           .ravel().tolist())
@@ -384,7 +396,8 @@ def check_groups(s) -> None:
         assert len(blocks) + len(free) == nb, "held + free blocks != the pool"
     assert (c[COMPUTED_SLOTS], c[DEMAND_SLOTS]) == (tokens, demand), "token / demand counters drifted"
     assert c[SKIPPED_SLOTS] == skipped_slots, "skipped-slot counter drifted"
-    assert c[STATE_BLOCKS] == holders * states, "state-block counter drifted"
+    assert c[STATE_BLOCKS] == (len(state_blocks) if s.config[MAMBA_ALIGN] else holders * states), \
+        "state-block counter drifted"
     assert c[LOGICAL_BLOCKS] == len(blocks), "logical block counter drifted"
     per_group = group_categories(s)
     assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"

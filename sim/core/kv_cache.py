@@ -33,6 +33,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
+from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -65,7 +66,7 @@ def blocks_to_allocate(s, i, num_tokens):
     and prefix-cache hits revived from the LRU (held hits cost nothing)."""
     need = blocks_for(s, num_tokens)
     if s.config[PREFIX_CACHING]:
-        if s.config[SLIDING_GROUPS]:
+        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
             return group_blocks_to_allocate(s, i, num_tokens, True)
         hits, revived = prefix_cache.count_hits(s, i, num_tokens)
         need += revived - hits
@@ -115,7 +116,7 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
     blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
     admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""
-    if s.config[SLIDING_GROUPS]:
+    if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
         return allocate_group_hits(s, i, num_tokens)
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = num_blocks
@@ -246,6 +247,8 @@ def can_grow(s, i, num_tokens):
     kv_cache_coordinator.py:199-262: a group's table keeps its freed blocks' places, so each
     lacks as many, single_type_kv_cache_manager.py:229-234)."""
     need = blocks_for(s, num_tokens) - s.num_blocks[i]
+    if s.config[MAMBA_ALIGN]:  # one fresh state block per state group whenever its table grows
+        return need * attention_groups(s) + (s.config[STATE_GROUPS] if need > 0 else 0) <= num_free_blocks(s)
     if grouped(s):  # and a first allocation's state blocks
         need = need * attention_groups(s) + (s.config[STATE_GROUPS] * state_blocks(s) if s.num_blocks[i] == 0 < need
                                              else 0)
@@ -267,6 +270,8 @@ def grow(s, i, num_tokens):
         s.count[LOGICAL_BLOCKS] += need
         if grouped(s):
             take_group_blocks(s, s.seq_slot[i, 0], old, need)
+        if s.config[MAMBA_ALIGN]:
+            take_state_blocks(s, i, old, need)
 
 
 # vLLM v1's KV cache groups (sim/specs/kv_groups.py): with config[SLIDING_GROUPS] or
@@ -332,12 +337,84 @@ def take_group_blocks(s, slot, first, n):
         for k in range(n):
             take_free_block(s, slot, g * width + first + k)
     s.count[LOGICAL_BLOCKS] += (groups - 1) * n
-    if first == 0 < n:
+    if first == 0 < n and not s.config[MAMBA_ALIGN]:  # (align mode: take_state_blocks)
         for g in range(groups, groups + s.config[STATE_GROUPS]):
             for k in range(state_blocks(s)):
                 take_free_block(s, slot, g * width + k)
         s.count[STATE_BLOCKS] += s.config[STATE_GROUPS]
         s.count[LOGICAL_BLOCKS] += s.config[STATE_GROUPS] * state_blocks(s)
+
+
+@njit
+def take_state_blocks(s, i, old, n):
+    """MAMBA_ALIGN: request ``i``'s tables grew from ``old`` to ``old + n`` columns: each state group
+    takes ONE fresh block, at the last column (the state after the tokens it will hold), the
+    columns between null; the last column before (its own state, or a hit's) becomes the copy
+    source, kept for the step (``MambaManager.allocate_new_blocks``, single_type_kv_cache_manager.py:
+    1797-1923: ``last_state_block_idx``, :1837-1848; the null padding, :1849-1860; one block,
+    :1873-1879; the worker copies the state forward)."""
+    slot, width, states = s.seq_slot[i, 0], table_width(s), s.config[STATE_GROUPS]
+    if old > 0:
+        s.window[i, STATE_SOURCE] = old  # column old - 1, plus one (0: none)
+    last = old + n - 1
+    for g in range(attention_groups(s), attention_groups(s) + states):
+        for k in range(old, last):
+            s.block_table[slot, g * width + k] = -1  # vLLM's null block
+        take_free_block(s, slot, g * width + last)
+    s.count[STATE_BLOCKS] += states
+    s.count[LOGICAL_BLOCKS] += states
+
+
+@njit
+def remove_skipped_states(s, i, processed):
+    """MAMBA_ALIGN: request ``i``'s state groups free the states it no longer needs once ``processed``
+    tokens are processed, before the step's count (``allocate_slots``, kv_cache_manager.py:564-568):
+    every block below column ``(processed - 1) // block_size`` not freed yet, last first
+    (``get_num_skipped_tokens`` = ``processed - 1``, single_type_kv_cache_manager.py:1971-1976;
+    ``_remove_blocks_in_range`` from the columns retired, :1608-1627), then its copy source once past
+    it (``remove_skipped_blocks``, :1629-1657; without speculative blocks the copy source lies below
+    the first rule's column too, so the second frees nothing the first has not), group by group;
+    hashed ones to the LRU's tail (:func:`let_go`)."""
+    if processed <= 1:
+        return
+    bs, slot, width = s.config[BLOCK_SIZE], s.seq_slot[i, 0], table_width(s)
+    first, last = s.window[i, STATE_RETIRED], min((processed - 1) // bs, s.num_blocks[i])
+    source = s.window[i, STATE_SOURCE] - 1
+    past_source = 0 <= source < (processed + bs - 1) // bs - 1
+    if first >= last and not past_source:
+        return
+    for g in range(attention_groups(s), attention_groups(s) + s.config[STATE_GROUPS]):
+        for k in range(last - 1, first - 1, -1):
+            let_go_state(s, slot, g * width + k)
+        if past_source:
+            let_go_state(s, slot, g * width + source)
+    if first < last:
+        s.window[i, STATE_RETIRED] = last
+
+
+@njit(inline=True)
+def let_go_state(s, slot, column):
+    """MAMBA_ALIGN: the state block at ``column`` of ``slot``'s row, if any, let go and nulled
+    (:func:`let_go`; held by nobody now, it leaves ``STATE_BLOCKS``)."""
+    b = s.block_table[slot, column]
+    if b < 0:
+        return
+    s.block_table[slot, column] = -1
+    s.count[LOGICAL_BLOCKS] -= 1
+    let_go(s, b, STATE_KIND)
+
+
+@njit
+def free_states(s, i):
+    """MAMBA_ALIGN: request ``i``'s state groups let their blocks go at its end or preemption, group
+    by group, each's last column first, null ones skipped (``pop_blocks_for_free``, ``trim_null_head``,
+    single_type_kv_cache_manager.py:571-601, block_pool.py:830)."""
+    slot, width = s.seq_slot[i, 0], table_width(s)
+    for g in range(attention_groups(s), attention_groups(s) + s.config[STATE_GROUPS]):
+        for k in range(s.num_blocks[i] - 1, -1, -1):
+            let_go_state(s, slot, g * width + k)
+    s.window[i, STATE_SOURCE] = 0
+    s.window[i, STATE_RETIRED] = 0
 
 
 @njit(inline=True)
@@ -346,7 +423,7 @@ def give_back(s, slot, column):
     :func:`let_go`)."""
     b = s.block_table[slot, column]
     if s.config[PREFIX_CACHING]:
-        let_go(s, b, column < s.config[FULL_GROUPS] * table_width(s))
+        let_go(s, b, FULL_KIND if column < s.config[FULL_GROUPS] * table_width(s) else SLIDING_KIND)
         return
     s.free_block_ids[s.count[FREE_TOP]] = b
     s.count[FREE_TOP] += 1
@@ -354,16 +431,25 @@ def give_back(s, slot, column):
         s.block_info[b, REF] = 0
 
 
+# the kinds of group a block let go is of (:func:`let_go`)
+FULL_KIND, SLIDING_KIND, STATE_KIND = 0, 1, 2
+
+
 @njit(inline=True)
-def let_go(s, b, full):
-    """Prefix caching over the groups: a holder lets block ``b`` (a full group's, else a sliding
-    one's) go. Still held, it is shared no more by one; let go by all, it goes to the LRU's tail
-    if it is cached (under a key, a copy too), else to the free stack, reused first
-    (``BlockPool.free_blocks``, block_pool.py:816-847)."""
+def let_go(s, b, kind):
+    """Prefix caching over the groups: a holder lets block ``b`` (of a full group, a sliding one or
+    a state one: ``kind``) go. Still held, it is shared no more by one (a state block counts once in
+    ``STATE_BLOCKS`` whoever holds it); let go by all, it goes to the LRU's tail if it is cached
+    (under a key, a copy too), else to the free stack, reused first (``BlockPool.free_blocks``,
+    block_pool.py:816-847)."""
     s.block_info[b, REF] -= 1
     if s.block_info[b, REF]:
-        s.count[FULL_SHARED_SLOTS if full else SLIDING_SHARED_SLOTS] -= s.config[BLOCK_SIZE]
-    elif s.block_info[b, KEY_END]:
+        if kind != STATE_KIND:
+            s.count[FULL_SHARED_SLOTS if kind == FULL_KIND else SLIDING_SHARED_SLOTS] -= s.config[BLOCK_SIZE]
+        return
+    if kind == STATE_KIND:
+        s.count[STATE_BLOCKS] -= 1
+    if s.block_info[b, KEY_END]:
         prefix_cache.lru_append(s, b)
     else:
         s.free_block_ids[s.count[FREE_TOP]] = b
@@ -398,6 +484,29 @@ def group_blocks_to_allocate(s, i, num_tokens, capped):
         for k in range(skipped if g >= full else 0, hit):
             if s.block_info[prefix_cache.group_lookup(s, i, k, g), REF] == 0:
                 need += 1
+    if s.config[MAMBA_ALIGN]:
+        need += state_blocks_to_allocate(s, i, hit, required)
+    return need
+
+
+@njit
+def state_blocks_to_allocate(s, i, hit, required):
+    """MAMBA_ALIGN: the state groups' part of :func:`group_blocks_to_allocate` for waiting request
+    ``i`` with a hit of ``hit`` blocks and ``required`` blocks in all (``MambaManager.
+    get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:1692-1795): per group one fresh
+    block if its table must grow (the hit list, null padding included, is ``hit`` long; capped at 1,
+    :1785-1790), and the hit state if nobody holds it (:1792-1795); more than the pool when the hit
+    state was cached in this step (it is hashed when scheduled, not yet computed: :1704-1712), which
+    fails the admission and ends the waiting loop (scheduler.py:1454-1460)."""
+    need = s.config[STATE_GROUPS] * (1 if required > hit else 0)
+    if hit == 0:
+        return need
+    for g in range(attention_groups(s), attention_groups(s) + s.config[STATE_GROUPS]):
+        b = prefix_cache.group_lookup(s, i, hit - 1, g)
+        if prefix_cache.state_cached_now(s, b):
+            return s.config[NUM_BLOCKS] + 1
+        if s.block_info[b, REF] == 0:
+            need += 1
     return need
 
 
@@ -418,6 +527,17 @@ def allocate_group_hits(s, i, num_tokens):
     s.seq_slot[i, 0] = slot
     hit, junction = prefix_cache.group_hits(s, i, num_tokens)
     skipped = skipped_blocks(s, hit * bs)
+    if s.config[MAMBA_ALIGN] and hit:  # each state group: the hit state alone, at its column (stkcm:268-325)
+        for g in range(groups, groups + s.config[STATE_GROUPS]):
+            for k in range(hit - 1):
+                s.block_table[slot, g * width + k] = -1  # vLLM's null block
+            b = prefix_cache.group_lookup(s, i, hit - 1, g)
+            if s.block_info[b, REF] == 0:
+                prefix_cache.lru_remove(s, b)
+                c[STATE_BLOCKS] += 1
+            s.block_info[b, REF] += 1
+            s.block_table[slot, g * width + hit - 1] = b
+        c[LOGICAL_BLOCKS] += s.config[STATE_GROUPS]
     for g in range(groups):
         first = skipped if g >= full else 0
         for k in range(first):
@@ -489,13 +609,18 @@ def free_groups(s, i):
     full, groups, width = s.config[FULL_GROUPS], attention_groups(s), table_width(s)
     slot, nb, skipped = s.seq_slot[i, 0], s.num_blocks[i], s.window[i, WINDOW_SKIPPED]
     last_first = s.config[PREFIX_CACHING]
+    if s.config[MAMBA_ALIGN] and s.config[STATE_FIRST]:  # vLLM's order: the state groups first
+        free_states(s, i)
     for n in range(groups):
         g = vllm_group(s, n)
         first = skipped if g >= full else 0
         for m in range(nb - first):
             give_back(s, slot, g * width + (nb - 1 - m if last_first else first + m))
     c[LOGICAL_BLOCKS] -= groups * nb - (groups - full) * skipped
-    if nb:  # a holder: its states too
+    if s.config[MAMBA_ALIGN]:
+        if not s.config[STATE_FIRST]:
+            free_states(s, i)
+    elif nb:  # a holder: its states too
         for g in range(groups, groups + s.config[STATE_GROUPS]):
             for k in range(state_blocks(s)):
                 give_back(s, slot, g * width + k)

@@ -42,6 +42,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOU
                                     RUN_LAST, SCHEDULER_KIND, TABLE_MASK)
 from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS,
                                     WINDOW_JUNCTION)
+from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, STATE_CACHED_STEP
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -303,7 +304,7 @@ def register_full_blocks(s, i, slot, old_len, new_len):
     """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
     the blocks they filled are cached, unless their key is there already (over sliding-window
     groups: :func:`register_group_blocks`)."""
-    if s.config[SLIDING_GROUPS]:
+    if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
         register_group_blocks(s, i, slot, old_len, new_len)
         return
     bs = s.config[BLOCK_SIZE]
@@ -360,17 +361,21 @@ def group_hits(s, i, num_tokens):
     which bounds the sliding groups' search (kv_cache_coordinator.py:869; one pass: one full and
     one sliding spec, :836-840, :916-917): from that bound's last block down, the first
     ``window_blocks`` cached in a row end the hit, else the leading run from block 0
-    (``SlidingWindowManager.find_longest_cache_hit``, :968-1064). The junction is the full
+    (``SlidingWindowManager.find_longest_cache_hit``, :968-1064). State groups (MAMBA_ALIGN) search
+    the same way for one block, their state: the rightmost cached in every state group ends the hit
+    (``MambaManager.find_longest_cache_hit``, :1470-1547), else none. The junction is the full
     groups' hit where it is longer (``num_uncached_common_prefix_tokens``, kv_cache_coordinator.py:
-    934-937); a model without full groups has none (the unitary coordinator, :582-599)."""
-    full, groups = s.config[FULL_GROUPS], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    934-937; kv_cache_manager.py:318-328); a model without full groups has none (the unitary
+    coordinator, :582-599)."""
+    full = s.config[FULL_GROUPS]
+    groups = full + s.config[SLIDING_GROUPS] + (s.config[STATE_GROUPS] if s.config[MAMBA_ALIGN] else 0)
     limit = hit_limit(s, i, num_tokens)
     if full:
         k = 0
         while k < limit and cached_in_groups(s, i, k, 0, full):
             k += 1
         limit = k
-    need = window_blocks(s)
+    need = 1 if s.config[MAMBA_ALIGN] else window_blocks(s)
     run = 0
     for k in range(limit - 1, -1, -1):
         if not cached_in_groups(s, i, k, full, groups):
@@ -400,11 +405,40 @@ def register_group_blocks(s, i, slot, old_len, new_len):
     bs, full = s.config[BLOCK_SIZE], s.config[FULL_GROUPS]
     groups = full + s.config[SLIDING_GROUPS]
     width = s.block_table.shape[1] // (groups + s.config[STATE_GROUPS])
-    need = window_blocks(s)
+    align = s.config[MAMBA_ALIGN]
+    need = 1 if align else window_blocks(s)
     replay = (s.prompt_tokens[i] - 1) // bs
     junction = s.window[i, WINDOW_JUNCTION] // bs
     for k in range(old_len // bs, new_len // bs):
         chain = key_chain(s, i, k)
         reachable = replay - need <= k < replay or (junction > 0 and junction - need <= k < junction)
-        for g in range(groups if reachable else full):
+        for g in range(groups if reachable and not align else full):
             register_in_group(s, s.block_table[slot, g * width + k], (k + 1) * bs, chain, g)
+        if align and reachable:
+            register_state(s, slot, k, chain)
+
+
+@njit
+def register_state(s, slot, k, chain):
+    """MAMBA_ALIGN: the state at column ``k`` of ``slot``'s state groups, where it has one (a null
+    column is never cached: block_pool.py:276-282), cached in each group under block ``k``'s key
+    when the chunk reaching it is scheduled (kv_cache_manager.py:619-625), and marked cached in this
+    step on the block a lookup of the key finds, the earliest cached (``cached_blocks_this_step``,
+    single_type_kv_cache_manager.py:1986-2011)."""
+    bs, first = s.config[BLOCK_SIZE], s.config[FULL_GROUPS] + s.config[SLIDING_GROUPS]
+    width = s.block_table.shape[1] // (first + s.config[STATE_GROUPS])
+    for g in range(first, first + s.config[STATE_GROUPS]):
+        b = s.block_table[slot, g * width + k]
+        if b < 0:
+            continue
+        register_in_group(s, b, (k + 1) * bs, chain, g)
+        s.block_info[b, STATE_CACHED_STEP] = s.count[SCHEDULED_STEPS]
+        found = lookup(s, (k + 1) * bs, group_chain(chain, g))
+        if found >= 0:
+            s.block_info[found, STATE_CACHED_STEP] = s.count[SCHEDULED_STEPS]
+
+
+@njit(inline=True)
+def state_cached_now(s, b):
+    """MAMBA_ALIGN: whether state block ``b`` was cached in this step (:func:`register_state`)."""
+    return 0 < s.block_info[b, STATE_CACHED_STEP] == s.count[SCHEDULED_STEPS]  # (steps count from 1)

@@ -85,6 +85,7 @@ from pagesim.sim.core.lifecycle import (begin_iteration, first_arrived, hold_wai
 from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
+from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, WINDOW_JUNCTION
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
 from pagesim.sim.core.state import HOST_BLOCKS, HOST_REFUSED, NUM_FREE_SLOTS, NUM_LOADING
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
@@ -103,6 +104,8 @@ def schedule(s):
     c[DEMAND_WAITING] = 0
     c[STEP_SPEC_TOKENS] = 0
     c[STEP_DRAFT_CONTEXT] = 0
+    if s.config[MAMBA_ALIGN]:  # a new step: no state cached in it yet (new_step_starts, scheduler.py:746)
+        c[SCHEDULED_STEPS] += 1
     if s.clock[CLIENT_TIMEOUT_S] < np.inf:
         abort_timed_out(s)
     budget, preempted, context_sum, reached = schedule_running(s)
@@ -206,8 +209,19 @@ def schedule_running(s):
             n = speculative.decode_tokens(s, i, budget)
         else:
             n = 1
-        if s.config[SLIDING_GROUPS]:  # allocate_slots frees what left the window first (kv_cache_manager.py:557-567)
-            kv_cache.remove_skipped(s, i, kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING]))
+        if s.config[MAMBA_ALIGN] and todo > 0:
+            n = mamba_aligned_split(s, i, s.num_computed_tokens[i], n, s.window[i, WINDOW_JUNCTION])
+            if n == 0:  # no block-aligned chunk fits: skipped this step (scheduler.py:891-909)
+                s.window[i, WINDOW_IN_FLIGHT] = 0
+                k += 1
+                continue
+        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+            # allocate_slots frees what left the window, or the states passed, first (kv_cache_manager.py:557-568)
+            processed = kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING])
+            if s.config[SLIDING_GROUPS]:
+                kv_cache.remove_skipped(s, i, processed)
+            else:
+                kv_cache.remove_skipped_states(s, i, processed)
             s.window[i, WINDOW_IN_FLIGHT] = n
         # the tokens its blocks hold after this step's (and the lookahead slots: speculative.py)
         high = speculative.slots_needed(s, i, n) if spec else s.num_computed_tokens[i] + n
@@ -242,7 +256,7 @@ def schedule_running(s):
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
-        if s.config[SLIDING_GROUPS]:  # nothing of it in flight
+        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:  # nothing of it in flight
             s.window[i, WINDOW_IN_FLIGHT] = 0
         if s.in_decode[i]:
             s.in_decode[i] = 0
@@ -271,6 +285,40 @@ def unschedule(s, i):
     drafts = speculative.unscheduled(s, i) if s.config[SPEC_TOKENS] else 0
     # a decode: its tokens and context sum term (schedule_running)
     return 1 + drafts, speculative.verify_context(s.num_computed_tokens[i], drafts)
+
+
+@njit
+def mamba_aligned_split(s, i, start, n, junction):
+    """MAMBA_ALIGN: request ``i``'s prompt chunk of ``n`` tokens from ``start`` (its computed tokens
+    and hit), cut where a Mamba state must be cached (``_mamba_block_aligned_split``,
+    sched/scheduler.py:546-663): a chunk ending before ``prefill_end = max(P, num_tokens - 1)`` (a
+    resumed request replays its outputs) ends on a block boundary, floored (nothing when under a
+    block: :612-619); and it stops at the first of these strictly inside it: the next boundary from a
+    mid-block start (:648-652), the last boundary below its tokens, ``floor((num_tokens - 1) / block)
+    * block`` (``get_mamba_prefill_checkpoint_position``, kv_cache_interface.py:1169-1186), and its
+    ``junction`` (tokens; 0: none) floored to a block from ``start`` (:632-647). Returns the tokens
+    (0: a running request is skipped, a waiting one ends the waiting loop: :891-909, :1357-1358)."""
+    bs = s.config[BLOCK_SIZE]
+    num_tokens = s.prompt_target[i]  # vLLM's request.num_tokens while it prefills: prompt and outputs
+    prefill_end = max(s.prompt_tokens[i], num_tokens - 1)
+    if start >= prefill_end:
+        return n
+    end = start + n
+    if end < prefill_end:
+        aligned = end // bs * bs
+        if aligned > start or bs <= s.config[MAX_BATCHED_TOKENS]:
+            end = aligned
+    stop = end
+    if start % bs and start < (start // bs + 1) * bs < stop:
+        stop = (start // bs + 1) * bs
+    last_cache = (num_tokens - 1) // bs * bs
+    if start < last_cache < stop:
+        stop = last_cache
+    if start < junction < end:
+        floored = start + (junction - start) // bs * bs
+        if start < floored < stop:
+            stop = floored
+    return max(stop - start, 0)
 
 
 @njit(inline=True)
@@ -433,6 +481,12 @@ def admit_waiting(s, budget):
                     continue
             # a load schedules no token now (scheduler.py:1285-1288): neither padded nor given its
             # lookahead slots, which come once its KV has arrived (:1395-1400)
+            if s.config[MAMBA_ALIGN]:  # its first chunk cut at blocks, before its blocks are counted (:1350-1358)
+                hit, junction = prefix_cache.group_hits(s, i, target)
+                start = hit * s.config[BLOCK_SIZE]
+                junction *= s.config[BLOCK_SIZE]
+                if mamba_aligned_split(s, i, start, min(target - start, budget - draft_slots), junction) == 0:
+                    break
             if s.config[SPEC_TOKENS] and not host_hits:  # one token left: padded to 1 + K, or none admitted
                 drafts = speculative.padded_drafts(s, hit_tokens(s, i, target), target, budget, running_prefill,
                                                    scheduled_running)
@@ -480,11 +534,13 @@ def admit_waiting(s, budget):
             else:
                 cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget - draft_slots)
+        if s.config[MAMBA_ALIGN]:
+            n = mamba_aligned_split(s, i, cached, n, s.window[i, WINDOW_JUNCTION])
         spec = s.config[SPEC_TOKENS]
         high = speculative.slots_needed(s, i, n + drafts) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
-        if s.config[SLIDING_GROUPS]:
+        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)

@@ -166,6 +166,16 @@ table("config", """
         column g * M of Core.block_table
     STATE_SLOTS         the slots of such a block its state fills (the rest pads it to the page:
         internal fragmentation; kv_cache.memory_categories)
+    MAMBA_ALIGN         1: prefix caching over STATE_GROUPS, vLLM's "align" mode
+        (docs/notes/mamba-align.md; model_executor/models/config.py:760-777): a state group's
+        table is position-indexed like an attention group's (column j: the state after (j + 1)
+        blocks, most columns null), a request holds its state block and, for the step after it
+        crosses a block, the one it was copied from (kv_cache.take_state_block,
+        kv_cache.remove_skipped_states); prompt chunks are cut at blocks
+        (scheduler_v1.mamba_aligned_split)
+    STATE_FIRST         1: under MAMBA_ALIGN, vLLM's group order puts the state groups first (the
+        first layer keeps a state: kv_groups.KVCacheGroups.state_first): the order a request's
+        groups let blocks go (kv_cache.free_groups)
     DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
         DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
     HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
@@ -229,7 +239,8 @@ table("count", """
     PREFIX_LOOKUP_TOKENS  prompt tokens looked up
     NUM_CACHED_KEYS     prefix keys held
     SCHEDULED_STEPS     vLLM 0.4.2 with prefix caching: the steps scheduled so far (the clock of
-        its blocks' last access, Core.last_scheduled_step, block_info ACCESS_STEP)
+        its blocks' last access, Core.last_scheduled_step, block_info ACCESS_STEP); vLLM v1 under
+        MAMBA_ALIGN: the same count (block_info STATE_CACHED_STEP)
     EVICTOR_RUNS        vLLM 0.4.2 with prefix caching: the runs of blocks let go so far (block_info RUN)
     STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
     STATIC_LIVE         static batching: the batch's requests still generating
@@ -367,6 +378,9 @@ table("block_info", """
         them alone, its slots are in transfer (sim/core/remote_kv.py)
     KEY_GROUP           with SLIDING_GROUPS: the KV cache group its key is in (vLLM keys a block
         by its hash and its group, kv_cache_utils.py:60-79; prefix_cache.register_in_group)
+    STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
+        key (on the block a lookup of the key finds): a hit on it in that step is refused
+        (cached_blocks_this_step, single_type_kv_cache_manager.py:1704-1712)
 """, size="BLOCK_INFO_COLUMNS", columns=16)
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
 table("key_entries", """
@@ -390,7 +404,12 @@ table("window", """
         processed tokens (kv_cache_manager.py:557-567)
     WINDOW_JUNCTION     prefix caching: its shared-prefix boundary (tokens) found at its admission's
         lookup, the full groups' hit where longer than the sliding ones' (0: none;
-        kv_cache_manager.py:319-325): its sliding groups cache the blocks before it too
+        kv_cache_manager.py:319-325): its sliding groups cache the blocks before it too (its
+        state groups the state there: MAMBA_ALIGN)
+    STATE_SOURCE        MAMBA_ALIGN: 1 + the state column its last new state block was copied from
+        (vLLM's last_state_block_idx; 0: none), freed once its tokens are processed
+    STATE_RETIRED       MAMBA_ALIGN: the state columns below which every block is freed
+        (_num_retired_blocks, single_type_kv_cache_manager.py:1608-1627)
 """, size="WINDOW_COLUMNS")
 # Core.buddy_orders: per order of the buddy placement
 table("buddy_orders", """

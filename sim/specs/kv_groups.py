@@ -67,6 +67,9 @@ class KVCacheGroups:
     # groups first where the first attention layer slides (Gemma-2, Gemma-3); pagesim's tables put
     # the full groups first, and prefix caching follows vLLM's order where it picks a block
     sliding_first: bool = False
+    # the same for a state hybrid: the state groups first where the first layer keeps a state
+    # (Jamba's layer 0 is Mamba); prefix caching ("align" mode) lets state blocks go in this order
+    state_first: bool = False
 
     @property
     def num_groups(self) -> int:
@@ -111,9 +114,11 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int
         buckets = [full] + [recurrent.count(k) for k in sorted(set(recurrent))]
         state = max(model.state_bytes_per_layer(k, tensor_parallel) for k in recurrent)
         size = group_size(buckets)
+        first = next(k for k in kinds if k in ATTENTION_KINDS or k in RECURRENT_KINDS)
         return KVCacheGroups(-(-full // size), 0, size, 0, sum(-(-n // size) for n in buckets[1:]),
                              state_block_size(model, state, block_size, tensor_parallel),
-                             int(state // model.kv_bytes_per_layer_token(tensor_parallel)))
+                             int(state // model.kv_bytes_per_layer_token(tensor_parallel)),
+                             state_first=first in RECURRENT_KINDS)
     full += sum(k == SLIDING_ATTENTION for k in kinds) - sliding  # no window given: full attention
     if not sliding:
         return KVCacheGroups(1, 0, full, 0)
@@ -155,13 +160,14 @@ def window_cap_blocks(window: int, block_size: int, max_in_flight_tokens: int, m
 
 
 def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens: int, max_model_len: int,
-                         num_speculative_tokens: int = 0) -> int:
+                         num_speculative_tokens: int = 0, mamba_align: bool = False) -> int:
     """One ``max_model_len`` request's blocks summed over the attention layers, as vLLM 0.33.0
     checks at start that the pool holds one (``check_enough_kv_cache_memory``,
     kv_cache_planning.py:151-184; ``max_memory_usage_bytes``, :90-94): a full-attention layer
     ``cdiv(max_model_len, block_size)`` (kv_cache_interface.py:643-648), a sliding one its
     admission cap (:946-955), a state layer one page and one per draft
-    (``MambaSpec.max_memory_usage_bytes``, kv_cache_interface.py:1135-1141). Per layer, so
+    (``MambaSpec.max_memory_usage_bytes``, kv_cache_interface.py:1135-1141; with prefix caching,
+    ``mamba_align``, two: its state and the one it is copied from, :1135-1141). Per layer, so
     padding layers count nothing; the pool must hold this many blocks of one layer:
     ``layers_per_group`` of them per block."""
     if not model.sliding_window:  # no window: its sliding layers are full attention (kv_cache_groups)
@@ -170,4 +176,5 @@ def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens
         full, sliding = sum(k == FULL_ATTENTION for k in model.kinds), sum(k == SLIDING_ATTENTION for k in model.kinds)
     states = sum(k in RECURRENT_KINDS for k in model.kinds)
     cap = window_cap_blocks(model.sliding_window, block_size, max_in_flight_tokens, max_model_len) if sliding else 0
-    return full * -(-max_model_len // block_size) + sliding * cap + states * (1 + num_speculative_tokens)
+    return (full * -(-max_model_len // block_size) + sliding * cap
+            + states * (1 + int(mamba_align) + num_speculative_tokens))

@@ -29,9 +29,10 @@ requests (200 by default; the tests run 100: sglang_radix.TEST_MOONCAKE_REQUESTS
 ``--checkpoint``: pagesim's checkpoints (each two inserts) made on SGLang's side as its
 ``RadixCache.checkpoint`` makes them (sglang_radix.py, Checkpoints).
 ``--mamba-prefix [WORKLOAD...]``: Jamba-like hybrids with prefix caching on
-(``MAMBA_PREFIX_WORKLOADS``), where vLLM 0.33.0 keeps its Mamba states in "align" mode: per
-workload, pagesim's refusal in one line (or, once it runs them, the comparison), then vLLM's step
-records (each running request's blocks per group: full attention first, then the Mamba groups).
+(``MAMBA_PREFIX_WORKLOADS``), where vLLM 0.33.0 keeps its Mamba states in "align" mode
+(docs/notes/mamba-align.md): per workload, the comparison (the first diverging step described) or
+pagesim's refusal in one line (gated-delta-net's prefill checkpoints), then vLLM's step records
+(each running request's blocks per group: full attention first, then the Mamba groups).
 ``--groups-prefix [WORKLOAD...]``: prefix caching over sliding-window groups
 (``GROUP_PREFIX_WORKLOADS``, docs/notes/swa-prefix-caching.md), step by step (``--tables``:
 vLLM's records and each running request's block table in each group too);
@@ -279,13 +280,15 @@ def mamba_prefix(names: list) -> int:
         print("\n".join(wrapped(f"{name}: {workload.description}", indent="  ")))
         try:
             ours = pagesim_steps.run(workload, "vllm-v1")
-        except Exception as refusal:  # sim/run.py's hybrid_groups: no "align" mode
-            print(f"  pagesim refuses: {refusal}"[:100])
+        except Exception as refusal:  # sim/run.py's hybrid_groups: gated-delta-net's checkpoints
+            print("\n".join("  " + line for line in wrapped(f"pagesim refuses: {refusal}", indent="    ", width=98)))
         else:
             share = identical_steps(ours, theirs) / max(len(ours), len(theirs), 1)
             k = first_divergence(ours, theirs)
             print(f"  pagesim {len(ours)} steps, vLLM {len(theirs)}: {share:.1%} identical"
                   + ("" if k is None else f", first diverging step {k}"))
+            if k is not None:
+                print(describe(k, ours, theirs))
         print(f"  vLLM's {len(theirs)} steps (blocks per group: full/mamba/...):")
         for k, step in enumerate(theirs):
             print("\n".join(step_record(k, step)))

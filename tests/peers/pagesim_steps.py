@@ -26,7 +26,7 @@ from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import kv_cache_groups
-from pagesim.sim.specs.model import MambaMixer, ModelSpec
+from pagesim.sim.specs.model import GATED_DELTA_NET, MAMBA, GatedDeltaNet, MambaMixer, ModelSpec
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
@@ -41,6 +41,10 @@ def model_of(layers: Layers) -> ModelSpec:
     if layers.preset:
         return presets.MODELS[layers.preset]
     mamba = MambaMixer(layers.mamba_inner, layers.mamba_state, 4, 4) if layers.mamba_inner else None
+    if layers.prefill_checkpoint_alignment:  # gated-delta-net layers on FlashInfer: pagesim tells them apart
+        kinds = tuple(GATED_DELTA_NET if kind == MAMBA else kind for kind in layers.kinds)
+        return ModelSpec(layers.name, len(kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
+                         64, 100, 8192, layer_kinds=kinds, delta_net=GatedDeltaNet(1, 1, 4, 4, 4))
     return ModelSpec(layers.name, len(layers.kinds), 64, layers.num_kv_heads, layers.num_kv_heads, layers.head_size,
                      64, 100, 8192, layer_kinds=layers.kinds, sliding_window=layers.window or None, mamba=mamba)
 
@@ -123,12 +127,14 @@ def group_blocks(core) -> dict:
         return {}
     width = core.block_table.shape[1] // (attention + states)
     per = 1 + int(core.config[state.SPEC_TOKENS])
+    align = bool(core.config[state.MAMBA_ALIGN])  # position-indexed, most columns null
     held = {}
     for i in core.running[:core.count[state.NUM_RUNNING]]:
         row = core.block_table[core.seq_slot[i, 0]]
         held[int(i)] = (tuple(int(np.count_nonzero(row[g * width:g * width + core.num_blocks[i]] >= 0))
                               for g in range(attention))
-                        + tuple(int(np.count_nonzero(row[g * width:g * width + per] >= 0)) if core.num_blocks[i] else 0
+                        + tuple(int(np.count_nonzero(row[g * width:g * width + (core.num_blocks[i] if align else per)]
+                                                     >= 0)) if core.num_blocks[i] else 0
                                 for g in range(attention, attention + states)))
     return held
 
@@ -136,11 +142,12 @@ def group_blocks(core) -> dict:
 def group_cached(core) -> tuple:
     """Prefix caching over KV cache groups: the blocks cached under a key in each group (full
     groups first, as ``group_blocks``; ``block_info`` ``KEY_GROUP``), copies of a key too."""
-    if not (core.config[SLIDING_GROUPS] and core.config[state.PREFIX_CACHING]):
+    if not ((core.config[SLIDING_GROUPS] or core.config[state.MAMBA_ALIGN]) and core.config[state.PREFIX_CACHING]):
         return ()
     info = core.block_info[:int(core.config[state.NUM_BLOCKS])]
     keyed = info[:, state.KEY_END] > 0
     groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
+    groups += int(core.config[STATE_GROUPS]) if core.config[state.MAMBA_ALIGN] else 0
     return tuple(int(np.count_nonzero(keyed & (info[:, state.KEY_GROUP] == g))) for g in range(groups))
 
 

@@ -6,7 +6,9 @@ scheduler imports here (torch is needed: ``vllm/v1/request.py`` imports it). Eac
 decoding (``SPECULATIVE_WORKLOADS``) vLLM is given the drafts pagesim's run accepted at each
 step (``compare.peer_steps``, ``vllm_v1.drive``). Models with sliding-window layers
 (``GROUP_WORKLOADS``) run vLLM's own KV cache groups beside pagesim's, and with prefix caching
-(``GROUP_PREFIX_WORKLOADS``: each admission's hit and the blocks cached per group compared too).
+(``GROUP_PREFIX_WORKLOADS``: each admission's hit and the blocks cached per group compared too),
+and Mamba hybrids with prefix caching, vLLM's "align" mode (``MAMBA_PREFIX_WORKLOADS``,
+docs/notes/mamba-align.md: the state blocks held and cached per group too).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from pagesim.sim.specs.kv_groups import kv_cache_groups  # noqa: E402
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
-from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA, SLIDING,  # noqa: E402
-                                   SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped, random_grouped_prefix,
-                                   random_grouped_speculative, random_speculative)
+from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA,  # noqa: E402
+                                   MAMBA_PREFIX_WORKLOADS, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped,
+                                   random_grouped_prefix, random_grouped_speculative, random_speculative)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -102,6 +104,28 @@ def test_every_group_prefix_step_is_vllms(name):
     record as above, each admission's hit tokens and the blocks cached in each group."""
     workload = GROUP_PREFIX_WORKLOADS[name]
     assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+
+
+@pytest.mark.parametrize("name", [name for name in MAMBA_PREFIX_WORKLOADS if not name.startswith("gdn")])
+def test_every_mamba_prefix_step_is_vllms(name):
+    """Mamba hybrids with prefix caching, vLLM's "align" mode (docs/notes/mamba-align.md): each step's
+    record, each admission's hit tokens, the state blocks each request holds per Mamba group (1, or 2
+    the step after it crosses a block) and the blocks cached in each group."""
+    workload = MAMBA_PREFIX_WORKLOADS[name]
+    assert_same_steps(name, workload, pagesim_steps.run(workload), vllm_v1.run(workload))
+
+
+def test_the_gated_delta_net_checkpoint_variant_is_refused():
+    """``gdn-prefix-sibling``: on FlashInfer a gated-delta-net prompt's final chunk runs past its
+    last block boundary, the backend exporting the boundary state into a reserved checkpoint block
+    (``use_internal_checkpoint``, sched/scheduler.py:593-611): vLLM schedules A's 52 tokens at once,
+    holding 2 state blocks a group (the checkpoint's and the state's). Not modelled: pagesim refuses
+    a gated-delta-net model with prefix caching (sim/run.py ``hybrid_groups``), in one line."""
+    workload = MAMBA_PREFIX_WORKLOADS["gdn-prefix-sibling"]
+    theirs = vllm_v1.run(workload)
+    assert (theirs[0].scheduled, theirs[0].group_blocks) == ({0: 52}, {0: (4, 2, 2, 2)})
+    with pytest.raises(ConfigError, match="gated-delta-net"):
+        pagesim_steps.run(workload)
 
 
 def test_the_group_prefix_workloads_reach_what_they_test():

@@ -274,9 +274,9 @@ GROUP_WORKLOADS.update({name: with_drafts(name, GROUP_WORKLOADS[base], k, method
 
 
 # Mamba hybrids with prefix caching on: vLLM 0.33.0 then keeps Mamba states in "align" mode
-# (models/config.py:760-777; vllm_v1.mamba_cache_mode), which pagesim refuses (sim/run.py's
-# hybrid_groups). ``python -m tests.peers.compare --mamba-prefix`` prints vLLM's steps
-# (docs/notes/mamba-align.md works the first through by hand).
+# (models/config.py:760-777; vllm_v1.mamba_cache_mode), which pagesim models (the Jamba-like ones;
+# the gated-delta-net one it refuses: sim/run.py's hybrid_groups). ``python -m tests.peers.compare
+# --mamba-prefix`` compares them (docs/notes/mamba-align.md works the first through by hand).
 MAMBA_PREFIX_WORKLOADS = {
     "jamba-prefix-repeat": grouped(
         "jamba-prefix-repeat", JAMBA_LIKE,
@@ -293,7 +293,12 @@ MAMBA_PREFIX_WORKLOADS = {
         "jamba-prefix-same-step", JAMBA_LIKE,
         [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2)), Row(0.5, 70, 20, hashes=(1, 2, 3, 4))],
         num_blocks=40, max_model_len=160, max_num_batched_tokens=20, prefix_caching=True,
-        description="B waits a step for A's state cached in the same step; chunks of 20 cut to 16"),
+        description="chunks of 20 cut to 16; B waits while the budget left is under a block"),
+    "jamba-prefix-same-step-hit": grouped(
+        "jamba-prefix-same-step-hit", JAMBA_LIKE,
+        [Row(0.0, 40, 2, hashes=(1, 2)), Row(0.0, 40, 2, hashes=(1, 2))],
+        num_blocks=40, max_model_len=160, max_num_batched_tokens=100, prefix_caching=True,
+        description="B's hit on A's state cached in the same step is refused: B runs a step later"),
     # the sibling workload over gated-delta-net layers on FlashInfer (Qwen3-Next on Hopper): a
     # final chunk exports the prompt's boundary state into a reserved block instead of being cut
     # there (its alignment: the Mamba block, as get_mamba_prefill_checkpoint_grid makes it)
