@@ -147,16 +147,11 @@ def hybrid_groups(cfg: SimConfig, model):
         # (FlashInfer's gated-delta-net prefill, Hopper's and Blackwell's default, exports the prompt's boundary
         # state into a checkpoint block instead of cutting the chunk there: qwen_gdn_linear_attn.py:690-750)
         raise ConfigError(f"{model.name}: gated-delta-net prefill checkpoints not modelled; add --no-prefix-caching")
-    if cfg.prefix_caching and groups.state_groups and cfg.num_speculative_tokens:
-        raise ConfigError(f"{model.name}: Mamba-state prefix caching (align mode) is not modelled with speculative "
-                          "decoding; add --no-prefix-caching")
-    if cfg.prefix_caching and groups.state_groups and cfg.kv_offload_gib:
-        raise ConfigError(f"{model.name}: Mamba-state prefix caching (align mode) is not modelled with "
-                          "--kv-offload-gib; add --no-prefix-caching")
     if cfg.prefix_caching and (cfg.num_speculative_tokens or cfg.kv_offload_gib):
         # (EAGLE's hit drops a block, kv_cache_coordinator.py:870-880; the tier's keys are one group's)
-        raise ConfigError(f"{model.name}: prefix caching over sliding-window groups is not modelled with "
-                          "speculative decoding or --kv-offload-gib; add --no-prefix-caching")
+        kind = "Mamba-state groups (align mode)" if groups.state_groups else "sliding-window groups"
+        raise ConfigError(f"{model.name}: prefix caching over {kind} is not modelled with speculative decoding or "
+                          "--kv-offload-gib; add --no-prefix-caching")
     return groups
 
 

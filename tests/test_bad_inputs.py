@@ -110,8 +110,11 @@ CASES = [
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--kv-offload-gib", "8"),
      "prefix caching over sliding-window groups is not modelled with speculative decoding or "
      "--kv-offload-gib; add --no-prefix-caching"),
-    (sim("--system", "vllm-v1", "--model", "jamba-1.5-mini", "--gpu", "h100", "--tp", "2"),
-     "Mamba-state groups need --no-prefix-caching \\(not modelled with it\\)"),
+    (sim("--system", "vllm-v1", "--model", "jamba-1.5-mini", "--gpu", "h100", "--tp", "2", "--num-speculative-tokens",
+         "2"), "prefix caching over Mamba-state groups \\(align mode\\) is not modelled with speculative decoding or "
+               "--kv-offload-gib; add --no-prefix-caching"),
+    (sim("--system", "vllm-v1", "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4"),
+     "gated-delta-net prefill checkpoints not modelled; add --no-prefix-caching"),
     (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--num-speculative-tokens", "3"),
      "--num-speculative-tokens is not modelled with disaggregation yet"),
     (sim("--system", "vllm-v1", "--model", "gemma-2-27b", "--gpu", "h100", "--no-prefix-caching",
