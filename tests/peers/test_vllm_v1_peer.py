@@ -160,24 +160,13 @@ def test_the_groups_are_vllms(layers):
     assert per_block == ours.bytes_per_block(model, workload.block_size)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_group_workloads_are_vllms_or_refused_by_both(seed):
-    """Workloads drawn from ``seed`` (workloads.random_grouped): every step identical, or both
-    refuse to start (vLLM's check_enough_kv_cache_memory, pagesim's check_groups_hold_a_request)."""
-    workload = random_grouped(seed)
-    try:
-        ours = pagesim_steps.run(workload)
-    except ConfigError:
-        with pytest.raises(ValueError, match="To serve at least one request"):
-            vllm_v1.run(workload)
-        return
-    assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_random_group_prefix_workloads_are_vllms_or_refused_by_both(seed):
-    """The same with prefix caching over 3 system prompts (workloads.random_grouped_prefix)."""
-    workload = random_grouped_prefix(seed)
+@pytest.mark.parametrize("draw, seed", [(random_grouped, seed) for seed in range(12)]
+                         + [(random_grouped_prefix, seed) for seed in range(12)])
+def test_random_group_workloads_are_vllms_or_refused_by_both(draw, seed):
+    """Workloads drawn from ``seed`` (workloads.random_grouped; random_grouped_prefix: with prefix
+    caching over 3 system prompts): every step identical, or both refuse to start (vLLM's
+    check_enough_kv_cache_memory, pagesim's check_groups_hold_a_request)."""
+    workload = draw(seed)
     try:
         ours = pagesim_steps.run(workload)
     except ConfigError:

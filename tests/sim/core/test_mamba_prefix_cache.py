@@ -19,6 +19,7 @@ from pagesim.sim.specs import get_model
 
 from tests.peers import pagesim_steps
 from tests.peers.workloads import MAMBA_PREFIX_WORKLOADS
+from tests.sim.core.test_sliding_prefix_cache import cache
 
 
 def run(workload):
@@ -101,17 +102,6 @@ def jamba_state():
     workload = MAMBA_PREFIX_WORKLOADS["jamba-prefix-repeat"]
     with pagesim_steps.registered(workload):
         return initial_state(pagesim_steps.config(workload, "vllm-v1"), pagesim_steps.trace(workload))
-
-
-def cache(s, i, blocks, group):
-    """Key request ``i``'s ``blocks`` in ``group`` (fresh blocks, left cached: in the LRU)."""
-    for k in blocks:
-        top = s.count[state.NUM_FREE_BLOCK_IDS] - 1
-        b = int(s.free_block_ids[top])
-        s.count[state.NUM_FREE_BLOCK_IDS] = top
-        end, chain = (k + 1) * int(s.config[state.BLOCK_SIZE]), interpreted(prefix_cache.key_chain)(s, i, k)
-        interpreted(prefix_cache.register_in_group)(s, b, end, chain, group)
-        interpreted(prefix_cache.lru_append)(s, b)
 
 
 def test_the_admission_count():
