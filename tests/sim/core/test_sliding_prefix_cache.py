@@ -15,7 +15,7 @@ from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
 from tests.peers import pagesim_steps
-from tests.peers.workloads import (EXAMPLE_LIKE, EXAMPLE_ROWS, FULL, GROUP_PREFIX_WORKLOADS, SLIDING, Layers, Row,
+from tests.peers.workloads import (EXAMPLE_LIKE, EXAMPLE_ROWS, GROUP_PREFIX_WORKLOADS, SLIDING, Layers, Row,
                                    grouped)
 
 
