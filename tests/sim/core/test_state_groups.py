@@ -58,13 +58,14 @@ def test_state_layers_group_by_the_same_rule_and_raise_the_block_size():
     4,096 B per token of one layer: 16 x cdiv(311,296, 65,536) = 80 tokens, 76 of them state;
     TP 2 halves both: 80 again. A configured 32: alignment 32, 32 x cdiv(311,296, 131,072) = 96;
     a configured 128 holds it already: 128. 4 full and 5 Mamba layers: 5 < 1.5 x 4 -> size 5, 1 + 1
-    groups (the full one padded by a layer)."""
+    groups (the full one padded by a layer). Jamba's layer 0 is a Mamba layer: in vLLM's order its
+    state groups come first (``state_first``); the others' full layer comes first."""
     assert kv_cache_groups(TINY, 4) == KVCacheGroups(1, 0, 1, 0, 2, 16, 12)
     four_five = dataclasses.replace(TINY, num_layers=9, layer_kinds=(FULL_ATTENTION,) * 4 + (MAMBA,) * 5)
     assert kv_cache_groups(four_five, 4) == KVCacheGroups(1, 0, 5, 0, 1, 16, 12)
     jamba = presets.MODELS["jamba-1.5-mini"]
-    assert kv_cache_groups(jamba) == KVCacheGroups(1, 0, 4, 0, 7, 80, 76)
-    assert kv_cache_groups(jamba, 16, 2) == KVCacheGroups(1, 0, 4, 0, 7, 80, 76)
+    assert kv_cache_groups(jamba) == KVCacheGroups(1, 0, 4, 0, 7, 80, 76, state_first=True)
+    assert kv_cache_groups(jamba, 16, 2) == KVCacheGroups(1, 0, 4, 0, 7, 80, 76, state_first=True)
     assert state_block_size(jamba, 311_296, 32, 1) == 96
     assert state_block_size(jamba, 311_296, 128, 1) == 128
     assert kv_cache_groups(jamba).words() == "1 full + 7 state x 4 layers, blocks of 80 tokens"
@@ -135,11 +136,6 @@ def test_admission_counts_the_state_blocks_once():
     s.num_blocks[0] = 1
     s.count[state.NUM_FREE_BLOCK_IDS] = 1
     assert can_grow(s, 0, 20)
-
-
-def test_prefix_caching_over_state_groups_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="Mamba-state groups need --no-prefix-caching"):
-        run_simulation(v1(64, prefix_caching=True), trace((0, 10, 3)))
 
 
 def test_a_preempted_request_gives_its_states_back():
