@@ -66,7 +66,7 @@ def blocks_to_allocate(s, i, num_tokens):
     and prefix-cache hits revived from the LRU (held hits cost nothing)."""
     need = blocks_for(s, num_tokens)
     if s.config[PREFIX_CACHING]:
-        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+        if prefix_cache.keyed_by_group(s):
             return group_blocks_to_allocate(s, i, num_tokens, True)
         hits, revived = prefix_cache.count_hits(s, i, num_tokens)
         need += revived - hits
@@ -116,7 +116,7 @@ def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
     blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
     admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""
-    if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+    if prefix_cache.keyed_by_group(s):
         return allocate_group_hits(s, i, num_tokens)
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = num_blocks
@@ -563,6 +563,14 @@ def allocate_group_hits(s, i, num_tokens):
     c[PREFIX_HIT_TOKENS] += cached
     c[PREFIX_LOOKUP_TOKENS] += num_tokens
     return cached
+
+
+@njit(inline=True)
+def frees_on_processed(s):
+    """Whether groups free a request's blocks as its tokens are processed (a sliding window's
+    blocks left behind; in "align" mode, the states passed), so its tokens in flight are kept
+    (``WINDOW_IN_FLIGHT``, :func:`processed_tokens`)."""
+    return s.config[SLIDING_GROUPS] > 0 or s.config[MAMBA_ALIGN] > 0
 
 
 @njit(inline=True)

@@ -299,12 +299,20 @@ def count_hits(s, i, prompt_len):
     return hits, revived
 
 
+@njit(inline=True)
+def keyed_by_group(s):
+    """Whether each KV cache group keys its own blocks (vLLM's key is the hash and the group id,
+    kv_cache_utils.py:60-79): the prefix cache over sliding-window groups, or over Mamba state
+    groups in vLLM's "align" mode; then a hit is the groups' together (:func:`group_hits`)."""
+    return s.config[SLIDING_GROUPS] > 0 or s.config[MAMBA_ALIGN] > 0
+
+
 @njit
 def register_full_blocks(s, i, slot, old_len, new_len):
     """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
-    the blocks they filled are cached, unless their key is there already (over sliding-window
-    groups: :func:`register_group_blocks`)."""
-    if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+    the blocks they filled are cached, unless their key is there already (each group its own:
+    :func:`register_group_blocks`)."""
+    if keyed_by_group(s):
         register_group_blocks(s, i, slot, old_len, new_len)
         return
     bs = s.config[BLOCK_SIZE]

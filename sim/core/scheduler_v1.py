@@ -215,7 +215,7 @@ def schedule_running(s):
                 s.window[i, WINDOW_IN_FLIGHT] = 0
                 k += 1
                 continue
-        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+        if kv_cache.frees_on_processed(s):
             # allocate_slots frees what left the window, or the states passed, first (kv_cache_manager.py:557-568)
             processed = kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING])
             if s.config[SLIDING_GROUPS]:
@@ -256,7 +256,7 @@ def schedule_running(s):
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
-        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:  # nothing of it in flight
+        if kv_cache.frees_on_processed(s):  # nothing of it in flight
             s.window[i, WINDOW_IN_FLIGHT] = 0
         if s.in_decode[i]:
             s.in_decode[i] = 0
@@ -356,7 +356,7 @@ def hit_tokens(s, i, target):
     """The tokens request ``i``'s prefix-cache hits cover, before it takes them."""
     if not s.config[PREFIX_CACHING]:
         return 0
-    if s.config[SLIDING_GROUPS]:
+    if prefix_cache.keyed_by_group(s):
         hits, _ = prefix_cache.group_hits(s, i, target)
     else:
         hits, _ = prefix_cache.count_hits(s, i, target)
@@ -540,7 +540,7 @@ def admit_waiting(s, budget):
         high = speculative.slots_needed(s, i, n + drafts) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
-        if s.config[SLIDING_GROUPS] or s.config[MAMBA_ALIGN]:
+        if kv_cache.frees_on_processed(s):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
         prefill(s, i, n)
