@@ -62,16 +62,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import radix_cache
+from pagesim.sim.core import hicache, radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
-                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
+                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, HICACHE_HOST_PAGES, HICACHE_PENDING,
+                                    HOST_HIT_TOKENS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
                                     LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
                                     MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
+                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_LOAD_TOKENS, STEP_NUM_FINISHED, WAITING,
+                                    WAITING_HEAD,
                                     WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
@@ -91,6 +93,10 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
+    if s.config[HICACHE_HOST_PAGES]:  # the host tier's copies ended by now: check_hicache_events (scheduler.py:3898)
+        c[STEP_LOAD_TOKENS] = 0
+        if c[HICACHE_PENDING]:
+            hicache.acknowledge(s)
     context_sum = 0
     if not get_new_batch_prefill(s):
         if c[DECODE_SET_SIZE]:
@@ -249,8 +255,12 @@ def get_new_batch_prefill(s):
             reject_head(s, i, REJECT_NEVER_FITS)  # no empty pool's budget (add_one_req's, below) takes it
             continue
         node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
+        best = node  # with a host tier: the match's deepest node, on the device or the host
+        if s.config[HICACHE_HOST_PAGES]:  # the device part is the prefix, the rest the host hit
+            node = hicache.device_node(s, best)
+            prefix = hicache.depth(s, node)
+        device_prefix = prefix
         extend = target - prefix
-        tokens = ceil_page(s, extend)
         # add_one_req: the extend, the output left and a page for the paged allocator's rounding
         # (per_req_token_overhead, schedule_policy.py:1403-1412), checked with the prefix locked
         # (_lock_node, :1431; check_prefill, prefill_budget.py:114-131)
@@ -261,6 +271,19 @@ def get_new_batch_prefill(s):
             if num_can_run or running_bs:  # scheduler.py:4279-4284
                 c[BATCH_IS_FULL] = NO_TOKEN
             break
+        if best != node:  # a host hit: loaded back, its tokens then cached, or recomputed (hicache.load_back)
+            loaded = hicache.load_back(s, node, best)
+            if loaded:
+                radix_cache.dec_lock_ref(s, node)  # the request locks the loaded node (schedule_policy.py:1690)
+                radix_cache.inc_lock_ref(s, best)
+                node = best
+                prefix += loaded
+                extend -= loaded
+                c[HOST_HIT_TOKENS] += loaded
+        # the extend and chunk budgets count a loaded host hit as cached (_select_prefill_admission,
+        # schedule_policy.py:1596-1603, which SGLang checks before the load: the same verdicts), one
+        # not loaded as recomputed (the admission selected again without it, :1557-1566)
+        tokens = ceil_page(s, extend)
         # max_prefill_tokens (rem_input_tokens) turns a request away only without chunked prefill
         # (schedule_policy.py:1627-1633); chunked, it spends the budget and ends the pass (budget_state)
         if tokens > rem_chunk:  # chunked prefill: what the chunk budget holds, whole pages (:1650-1675)
@@ -283,7 +306,7 @@ def get_new_batch_prefill(s):
         s.radix_request[i, EXTEND_LEN] = extend
         s.num_computed_tokens[i] = prefix
         s.num_prompt_computed[i] = prefix
-        c[PREFIX_HIT_TOKENS] += prefix
+        c[PREFIX_HIT_TOKENS] += device_prefix  # the device's hit (with a host tier, HOST_HIT_TOKENS the host's)
         c[PREFIX_LOOKUP_TOKENS] += target
         start_running(s, i)
         num_can_run += 1
