@@ -550,6 +550,8 @@ def check_hicache(s, live: list) -> None:
         parent = int(nodes[x, NODE_PARENT])
         assert not (parent and nodes[parent, NODE_EVICTED]) or nodes[x, NODE_EVICTED], \
             f"node {x} is on the device below a host-only node"
+        assert not (parent and nodes[x, NODE_ON_HOST]) or nodes[parent, NODE_ON_HOST], \
+            f"node {x} is on the host below a node that is not"
     for i in s.running[:c[NUM_RUNNING]].tolist():
         assert not nodes[int(s.radix_request[i, LOCKED_NODE]), NODE_EVICTED], f"request {i}'s prefix is host-only"
 

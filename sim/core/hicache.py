@@ -57,7 +57,7 @@ import numpy as np
 
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, HICACHE_HOST_PAGES, HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING,
+from pagesim.sim.core.state import (BLOCK_SIZE, HICACHE_HOST_PAGES, HICACHE_LAYERS, HICACHE_CHAIN, HICACHE_PATH, HICACHE_PENDING,
                                     HICACHE_PENDING_NODE, HOST_BLOCK_S, HOST_EVICTIONS, HOST_LOADED_BLOCKS,
                                     HOST_STORED_BLOCKS, HOST_USED, INSERTED_LEN, LOAD_LINK_FREE_S, NODE_END,
                                     NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS, NODE_LOCK_REF,
@@ -182,10 +182,29 @@ def evict_host(s, num_pages):
 
 @njit
 def write(s, x):
-    """Write node ``x`` (on the device, not on the host) through to the host
-    (``_execute_and_commit_kv_backup``, unified_radix_cache.py:1681-1762): its host pages, evicting
-    host leaves where short (a write that still does not fit is dropped: False); backed up at once,
-    locked until its copy on the store link ends. Returns whether it was written."""
+    """Write node ``x`` (on the device, not on the host) through to the host, its ancestors not on
+    the host first, from the top, stopping at the first that does not fit
+    (``_build_backup_kv_action``, unified_tree_core.py:2622-2644; ``_execute_and_commit_kv_backup``,
+    unified_radix_cache.py:1681-1716): a backed-up node's ancestors are backed up."""
+    nodes = s.radix_nodes
+    chain = s.host_work[HICACHE_CHAIN]
+    k = 0
+    while x != ROOT and not nodes[x, NODE_ON_HOST]:
+        chain[k] = x
+        k += 1
+        x = nodes[x, NODE_PARENT]
+    for j in range(k - 1, -1, -1):
+        if not write_one(s, chain[j]):
+            return
+
+
+@njit
+def write_one(s, x):
+    """One node's write (``_execute_kv_backup``, unified_radix_cache.py:1738-1762): its host pages,
+    evicting host leaves where short (one that still does not fit is dropped: False, the node
+    staying device-only); backed up at once (``commit_backup``) and locked on the device until its
+    copy on the store link ends (``inc_lock_ref``, :1707-1708; ``_finish_write_through_ack``,
+    :1803-1818). Returns whether it was written."""
     c, clock = s.count, s.clock
     n = pages(s, radix_cache.length(s, x))
     if host_free(s) < n:
@@ -259,21 +278,6 @@ def is_device_leaf(s, x):
 
 
 @njit
-def delete_subtree(s, x):
-    """Delete node ``x`` and its host-only descendants, their host pages freed (an unbacked device
-    leaf whose children are host-only: SGLang unlinks it with them, ``_remove_leaf_from_parent``)."""
-    nodes = s.radix_nodes
-    while nodes[x, NODE_FIRST_CHILD] >= 0:
-        delete_subtree(s, nodes[x, NODE_FIRST_CHILD])
-    if nodes[x, NODE_ON_HOST]:
-        n = pages(s, radix_cache.length(s, x))
-        s.count[HOST_USED] -= n
-        s.count[HOST_EVICTIONS] += n
-        nodes[x, NODE_ON_HOST] = 0
-    radix_cache.delete_node(s, x)
-
-
-@njit
 def evict_device(s, num_tokens):
     """``evict`` with a host tier (``evict_device_leaf``, unified_tree_core.py:1788-1823): free
     at least ``num_tokens`` device tokens, least recently used device leaf first (ties: the lower
@@ -294,8 +298,8 @@ def evict_device(s, num_tokens):
         c[NUM_EVICTIONS] += 1
         if nodes[victim, NODE_ON_HOST]:
             nodes[victim, NODE_EVICTED] = 1  # _demote: the node stays, host-only
-        else:
-            delete_subtree(s, victim)
+        else:  # (its children are device-only too: a backed-up node's ancestors are backed up, write)
+            radix_cache.delete_node(s, victim)
     return freed
 
 

@@ -482,6 +482,7 @@ table("host_work", """
     HICACHE_PENDING_NODE  sglang's host tier: a node whose copy is not acknowledged, in
         submission order (count[HICACHE_PENDING]); its copy's end is Core.host_ready_s[node]
     HICACHE_PATH        sglang's host tier: room for a path's nodes (hicache.insert)
+    HICACHE_CHAIN       and for a write's chain of ancestors (hicache.write)
 """, size="HOST_WORK_COLUMNS")
 # Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
 # per request
