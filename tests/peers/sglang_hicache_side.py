@@ -63,6 +63,7 @@ from pagesim.sim.run import run_simulation
 
 PEER = sglang_hicache.PEER
 SGLANG = sglang_hicache.SGLANG
+load = sglang_hicache.load  # (tests.peers.importing.driver_or_skip imports the peer's code with it)
 
 
 # -- the workloads -------------------------------------------------------------------------------
@@ -121,8 +122,8 @@ WORKLOADS = {w.name: w for w in (
              policy="lpm", description="the same drawn again, page 16, lpm"),
     Workload("host-pressure", conversations(7, 200, 32), pool_tokens=1000, host_tokens=600,
              description="a host pool smaller than the device pool: host leaves evicted, writes dropped"),
-    Workload("under-threshold", conversations(8, 160, 6, own_blocks=4), pool_tokens=400, host_tokens=2000,
-             description="blocks of 6 tokens: host hits of 6 tokens, under the load-back threshold (10)"),
+    Workload("under-threshold", conversations(8, 160, 5, own_blocks=2), pool_tokens=250, host_tokens=2000,
+             description="blocks of 5 tokens: host hits of 5, under the load-back threshold (10), and more"),
     Workload("chunks", conversations(9, 120, 200, own_blocks=4), pool_tokens=3000, host_tokens=6000,
              chunk_budget=256, description="blocks of 200, chunks of 256: checkpoints of unfinished requests"),
 )}
@@ -286,6 +287,8 @@ class Run:
     operations: list = field(default_factory=list)
     first: tuple | None = None
     summary: dict = field(default_factory=dict)
+    dropped_writes: int = 0  # writes that found no host room even after host eviction
+    unloaded_hits: int = 0  # host hits not loaded back (under the threshold, or no device room)
 
     @property
     def identical(self) -> int:
@@ -469,6 +472,8 @@ class Twin:
             self.busy -= 1
         if loaded:
             self.kind[int(best)] = "load"
+        else:
+            self.run.unloaded_hits += 1
         result = self.call(lambda: self.cache.load_back(self.handles[int(best)]))
         self.settle(s, "load_back", -1, int(hicache.depth(s, best) - hicache.depth(s, device)), bool(loaded), result)
         return loaded
@@ -477,6 +482,8 @@ class Twin:
         written = original(s, x)
         if written:
             self.kind[int(x)] = "write"
+        else:
+            self.run.dropped_writes += 1
         return written
 
     def acknowledge(self, original, s):
@@ -583,6 +590,7 @@ def report(names=None, say=print) -> list[Run]:
         say(f"  host hit {s.get('host_prefix_hit_rate', 0):.1%} of prompt tokens, GPU hit "
             f"{s.get('gpu_prefix_hit_rate', 0):.1%}; stored {s.get('host_stored_gib', 0):.3f} GiB, loaded "
             f"{s.get('host_loaded_gib', 0):.3f} GiB, host evictions {s.get('host_evicted_blocks', 0)} pages")
+        say(f"  writes dropped (no host room) {done.dropped_writes}, host hits not loaded {done.unloaded_hits}")
         if done.first is not None:
             say(done.divergence())
     return runs
