@@ -154,16 +154,34 @@ def test_a_write_evicts_the_least_recently_used_host_leaf_and_is_dropped_when_no
     assert (c[state.HOST_USED], c[state.HOST_EVICTIONS], c[state.HOST_STORED_BLOCKS]) == (12, 16, 16 + 12)
 
 
-def test_an_insert_writes_a_walked_node_without_a_host_copy_and_restores_a_host_only_one():
-    """Host pool 12 tokens (13 pages): A's 16 do not fit, its write is dropped. B's insert walks
-    A's leaf, split at 12: [0, 12) is past B's inserted tokens (none) and has no host copy:
-    written (12 pages); B's new leaf [12, 16) finds 1 page free and no host leaf: dropped
-    (_finish_insert_walk_node, unified_tree_core.py:1368-1381)."""
+def test_an_insert_writes_a_walked_node_without_a_host_copy():
+    """Host pool 12 tokens (13 pages): A's 16 do not fit, its write is dropped. B's insert of its
+    first 12 (A's) walks A's leaf and splits it at 12: [0, 12) is past B's inserted tokens (none)
+    and has no host copy: written, 12 pages (_finish_insert_walk_node, unified_tree_core.py:
+    1368-1381); A's [12, 16) stays device-only."""
     s = tree(12)
     checkpoint(s, A, 16)
-    checkpoint(s, B, 16)
-    assert nodes(s) == [(0, 12, A, 1, 1, 1), (12, 16, A, 0, 1, 0), (12, 16, B, 0, 1, 0)]
+    checkpoint(s, B, 12)
+    assert nodes(s) == [(0, 12, A, 1, 1, 1), (12, 16, A, 0, 1, 0)]
     assert s.count[state.HOST_USED] == 12
+
+
+def test_a_write_takes_its_ancestors_without_a_host_copy_first():
+    """Host pool 12 tokens (13 pages). Q's 8 written (5 pages free); A's first chunk, [0, 8), finds
+    no host leaf to evict: dropped. Q demoted (the older leaf). A's second chunk inserts [8, 16)
+    past its inserted 8: the write takes its ancestor [0, 8) first (_build_backup_kv_action,
+    unified_tree_core.py:2622-2644): Q's host leaf evicted, [0, 8) written (5 free again); then
+    [8, 16) finds no host leaf (A's [0, 8) is on the device): dropped."""
+    s = tree(12)
+    checkpoint(s, Q, 8)
+    s.clock[state.NOW] = 1.0
+    acknowledge(s)
+    checkpoint(s, A, 8)
+    assert nodes(s) == [(0, 8, A, 0, 1, 0), (0, 8, Q, 0, 1, 1)]
+    evict(s, 8)
+    checkpoint(s, A, 16)
+    assert nodes(s) == [(0, 8, A, 1, 1, 1), (8, 16, A, 0, 1, 0)]
+    assert (s.count[state.HOST_USED], s.count[state.HOST_EVICTIONS]) == (8, 8)
 
 
 def test_an_insert_through_a_host_only_node_gives_it_its_device_copy_back():
