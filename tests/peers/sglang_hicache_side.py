@@ -578,21 +578,29 @@ def run_interpreted(workload: Workload) -> Run:
 
 
 def report(names=None, say=print) -> list[Run]:
-    """Each workload's operations identical / total, per kind, and the first divergence."""
+    """Each workload's operations identical / total, per kind, and the first divergence (lines
+    of at most 100 columns)."""
+    import textwrap
+
     runs = []
     for name in names or WORKLOADS:
         workload = WORKLOADS[name]
         done = run(workload)
         runs.append(done)
         s = done.summary
-        say(f"{name}: {done.identical} / {len(done.operations)} operations identical ({workload.description})")
-        say("  " + ", ".join(f"{kind} {a}/{b}" for kind, (a, b) in sorted(done.kinds().items())))
-        say(f"  host hit {s.get('host_prefix_hit_rate', 0):.1%} of prompt tokens, GPU hit "
-            f"{s.get('gpu_prefix_hit_rate', 0):.1%}; stored {s.get('host_stored_gib', 0):.3f} GiB, loaded "
-            f"{s.get('host_loaded_gib', 0):.3f} GiB, host evictions {s.get('host_evicted_blocks', 0)} pages")
-        say(f"  writes dropped (no host room) {done.dropped_writes}, host hits not loaded {done.unloaded_hits}")
+        lines = [f"{name}: {done.identical} / {len(done.operations)} operations identical",
+                 f"  {workload.description}",
+                 "  " + ", ".join(f"{kind} {a}/{b}" for kind, (a, b) in sorted(done.kinds().items())),
+                 f"  host hit {s.get('host_prefix_hit_rate', 0):.1%} of prompt tokens, GPU hit "
+                 f"{s.get('gpu_prefix_hit_rate', 0):.1%}; stored {s.get('host_stored_gib', 0):.3f} GiB, loaded "
+                 f"{s.get('host_loaded_gib', 0):.3f} GiB; {s.get('host_evicted_blocks', 0)} host pages evicted, "
+                 f"{done.dropped_writes} writes dropped, {done.unloaded_hits} host hits not loaded"]
         if done.first is not None:
-            say(done.divergence())
+            lines += done.divergence().splitlines()
+        for line in lines:
+            indent = " " * (len(line) - len(line.lstrip()) + 4)
+            for part in textwrap.wrap(line, 100, subsequent_indent=indent, break_long_words=False) or [""]:
+                say(part)
     return runs
 
 
