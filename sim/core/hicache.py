@@ -4,7 +4,7 @@
 Every rule below is SGLang 0.5.23's, read in ``docs/notes/sglang-hicache.md`` (file:line under
 ``python/sglang/srt/``) and checked call by call against SGLang's own ``UnifiedRadixCache`` by
 ``tests/peers/sglang_hicache_side.py``. The default ``--hicache-write-policy write_through``
-(threshold 1), L2 only (no storage backend):
+(threshold 1), L2 only (no storage backend); the host pool is sized in ``build.hicache_host_pages``:
 
 * **A node on two tiers.** Each node has a device copy, a host copy or both (``NODE_EVICTED``,
   ``NODE_ON_HOST``; SGLang's ``evicted`` / ``backuped``, ``unified_cache/unified_tree_core.py:
@@ -16,9 +16,11 @@ Every rule below is SGLang 0.5.23's, read in ``docs/notes/sglang-hicache.md`` (f
   ``:1104-1123``, threshold 1 for ``write_through``, ``unified_radix_cache.py:558-560``;
   ``_should_backup_after_insert``, ``:1430-1447``). A walked host-only node gets its device copy
   back from the request's own KV, no transfer (``_unevict_node_on_insert``, ``:1564-1590``).
-* **A write** (:func:`write`): host pages taken at once, evicting host leaves first where short; a
-  write that still does not fit is dropped, the node staying device-only
-  (``_execute_kv_backup``, ``unified_radix_cache.py:1738-1762``); the node is backed up at once
+* **A write** (:func:`write`): the node's ancestors not on the host first, from the top
+  (``_build_backup_kv_action``, ``unified_tree_core.py:2622-2644``), each taking its host pages at
+  once, evicting host leaves first where short; one that still does not fit is dropped, the node
+  staying device-only, and so is the rest of the chain (``_execute_kv_backup``,
+  ``unified_radix_cache.py:1681-1716, 1738-1762``); a written node is backed up at once
   (``commit_backup``) and locked on the device until the copy is acknowledged
   (``inc_lock_ref``, ``:1707-1708``; ``_finish_write_through_ack``, ``:1803-1818``). The copy goes
   GPU -> host on the store link, after the copies before it; no step waits for it.
