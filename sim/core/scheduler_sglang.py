@@ -136,10 +136,13 @@ def sort_by_longest_prefix(s):
     for k in range(size):
         i = s.waiting[(head + k) % n]
         target = s.prompt_target[i]
-        _, matched = radix_cache.match_prefix(s, i, target)
+        node, matched = radix_cache.match_prefix(s, i, target)
         s.radix_request[i, MATCH_LEN] = min(matched, max(target - 1, 0))
         s.radix_request[i, IN_WAITING_TREE] = 0
-        if matched <= IN_BATCH_CHECK_THRESHOLD:
+        device = matched
+        if s.config[HICACHE_HOST_PAGES]:  # the key counts a host hit, the in-batch check the device
+            device = hicache.depth(s, hicache.device_node(s, node))  # prefix alone (req.prefix_len, :365)
+        if device <= IN_BATCH_CHECK_THRESHOLD:
             shares = False
             # a request shares no more tokens with another than it names by hashes (same_tokens):
             # one naming fewer than the threshold is not compared; the first sharing them ends it

@@ -38,6 +38,7 @@ load_back = interpreted(hicache.load_back)
 device_node = interpreted(hicache.device_node)
 step_price = interpreted(hicache.step_price)
 get_new_batch_prefill = interpreted(scheduler_sglang.get_new_batch_prefill)
+sort_by_longest_prefix = interpreted(scheduler_sglang.sort_by_longest_prefix)
 
 ROWS = {"A": (16, (1, 2, 3, 4)), "B": (16, (1, 2, 3, 9)), "D": (16, (5, 6, 7, 8)), "C": (12, (5, 6, 10)),
         "P": (8, (11, 12)), "Q": (8, (13, 14)), "R": (12, (15, 16, 17)), "T": (12, (18, 19, 20))}
@@ -276,6 +277,29 @@ def test_a_host_hit_under_ten_is_recomputed_in_a_run():
     result = run_simulation(sglang(24, 48, chunk_budget=8), trace((0, "A", 1), (10, "D", 1), (20, "B", 1)))
     assert [n for n in result.steps["num_prefill_tokens"].tolist() if n] == [8, 8, 8, 8, 8]
     assert result.summary["mgr_prefix_hit_tokens"] == 8 and result.summary["host_loaded_gib"] == 0
+
+
+def test_lpm_keys_a_request_by_its_host_hit_too_and_checks_its_device_prefix_in_batch():
+    """lpm: X's 40 tokens (hashes 1..10) written and demoted, host-only. Y and Z name the same 40,
+    W 8 of its own. Each is keyed by its whole match, host hit included, but the last token
+    (``num_matched_prefix_tokens``, common.py:260-261): Y 39, Z 39, W 0; the in-batch check reads
+    the device prefix alone (``r.prefix_len``, schedule_policy.py:365): Y's and Z's are 0, so Y
+    joins the waiting-queue tree and Z, sharing 40 with Y, goes last (:378-383). Order: Y, W, Z."""
+    hashes = tuple(range(1, 11))
+    rows = pd.DataFrame({"request_id": ["X", "Y", "Z", "W"], "arrival_s": [0.0] * 4,
+                         "prompt_tokens": [40, 40, 40, 8], "output_tokens": [1] * 4,
+                         "prefix_hashes": [hashes, hashes, hashes, (50, 51)]})
+    rows.attrs["hash_block_tokens"] = H
+    s = initial_state(sglang(64, 48, schedule_policy="lpm"), rows)
+    checkpoint(s, 0, 40)
+    s.clock[state.NOW] = 1.0
+    acknowledge(s)
+    evict(s, 40)
+    s.waiting[:3] = [1, 2, 3]
+    s.count[state.WAITING_HEAD], s.count[state.WAITING_LEN] = 0, 3
+    sort_by_longest_prefix(s)
+    assert s.waiting[:3].tolist() == [1, 3, 2]
+    assert s.radix_request[[1, 2, 3], state.MATCH_LEN].tolist() == [39, -1, 0]
 
 
 def test_the_step_price_overlaps_the_load_with_the_forward_layer_by_layer():
