@@ -246,11 +246,11 @@ def sglang_hicache(trace, repeats: int = REPEATS) -> None:
             _, s = timed(cfg, trace, repeats=1)
             if s["wall_time_s"] < best.get(gib, (float("inf"),))[0]:
                 best[gib] = (s["wall_time_s"], s)
+    print(f"azure conv ({len(trace)} requests <= 2048 tokens), sglang, opt-13b a100-80gb, engine seconds:")
     for gib, (engine, s) in best.items():
-        host = (f", stored {s['host_stored_gib']:.0f} GiB, {s['host_evicted_blocks']:,} host pages evicted"
-                if gib else "")
-        print(f"azure conv ({len(trace)} requests <= 2048 tokens) sglang --kv-offload-gib {gib}: engine "
-              f"{engine:.3f} s ({pace(engine)}), {s['num_steps']} steps{host}")
+        print(f"  --kv-offload-gib {gib:2d}: {engine:.3f} s ({pace(engine)}), {s['num_steps']} steps")
+        if gib:
+            print(f"    stored {s['host_stored_gib']:.0f} GiB, {s['host_evicted_blocks']:,} host pages evicted")
     print(f"sglang with its host tier / without: engine time x{best[64][0] / best[0][0]:.2f} (target: at most 2x)")
 
 
