@@ -59,12 +59,13 @@ import numpy as np
 
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, HICACHE_HOST_PAGES, HICACHE_LAYERS, HICACHE_CHAIN, HICACHE_PATH, HICACHE_PENDING,
-                                    HICACHE_PENDING_NODE, HOST_BLOCK_S, HOST_EVICTIONS, HOST_LOADED_BLOCKS,
-                                    HOST_STORED_BLOCKS, HOST_USED, INSERTED_LEN, LOAD_LINK_FREE_S, NODE_END,
-                                    NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS, NODE_LOCK_REF,
-                                    NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_PARENT, NOW, NUM_EVICTIONS, RADIX_EVICTABLE,
-                                    RADIX_NODES_USED, RADIX_TREE_TOKENS, STEP_LOAD_TOKENS, STORE_LINK_FREE_S)
+from pagesim.sim.core.state import (BLOCK_SIZE, HICACHE_CHAIN, HICACHE_HOST_PAGES, HICACHE_LAYERS, HICACHE_PATH,
+                                    HICACHE_PENDING, HICACHE_PENDING_NODE, HOST_BLOCK_S, HOST_EVICTIONS,
+                                    HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS, HOST_USED, INSERTED_LEN,
+                                    LOAD_LINK_FREE_S, NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS,
+                                    NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_PARENT, NOW, NUM_EVICTIONS,
+                                    RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_TREE_TOKENS, STEP_LOAD_TOKENS,
+                                    STORE_LINK_FREE_S)
 
 ROOT = radix_cache.ROOT
 FREE_NODE = radix_cache.FREE_NODE

@@ -31,6 +31,10 @@ an allocation evicts when it is short.
 
 Nodes are rows of ``radix_nodes`` (first child / next sibling lists); their number is bounded by
 the pool's pages (every node but the root holds at least a page), so nothing is allocated.
+
+With a host tier (``--kv-offload-gib``: SGLang's HiCache, ``sim/core/hicache.py``) a node may also
+be on the host, or on the host alone: ``checkpoint`` and ``evict`` hand over to that module (under
+``config[HICACHE_HOST_PAGES]``), and the walk goes through host-only nodes as through any.
 """
 
 from __future__ import annotations
@@ -39,12 +43,11 @@ import numpy as np
 
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_HOST_PAGES, INSERTED_LEN, LEFTOVER_SLOTS,
-                                    NUM_RUNNING, LOCKED_NODE, NODE_END, NODE_EVICTED, NODE_FIRST_CHILD,
-                                    NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER,
-                                    NODE_PARENT,
-                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, OWNED_NODES, PREFIX_LEN,
-                                    RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE, RADIX_NODES_USED,
-                                    RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
+                                    LOCKED_NODE, NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS,
+                                    NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT,
+                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, OWNED_NODES,
+                                    PREFIX_LEN, RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE,
+                                    RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 ROOT = 0
 FREE_NODE = -2  # NODE_PARENT of a node on the free list

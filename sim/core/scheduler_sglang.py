@@ -53,6 +53,11 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``); an idle engine
    resets it to ``init``.
 
+With a host tier (``--kv-offload-gib``, ``sim/core/hicache.py``) each iteration first acknowledges
+the copies that have ended, and an admission's match has a device part (the prefix, locked) and a
+host hit below it, loaded back or recomputed (``hicache.load_back``; the budgets as SGLang's
+``_select_prefill_admission`` counts them).
+
 A request's ``max_new_tokens`` is its output length (the trace's): the simulator knows it, as a
 request with ``ignore_eos`` does. Finished requests are inserted into the tree (``radix_cache.
 cache_finished_req``, from ``scheduler.finish`` through ``memory.free``).
@@ -73,8 +78,7 @@ from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHU
                                     NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
                                     SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_LOAD_TOKENS, STEP_NUM_FINISHED, WAITING,
-                                    WAITING_HEAD,
-                                    WAITING_LEN, WAITING_REFRESHES)
+                                    WAITING_HEAD, WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
