@@ -18,6 +18,8 @@
 4. Beam search: Fig. 15's beam runs (``pagesim reproduce fig15``).
 5. ``--system vllm-v1`` against ``--system vllm`` on the Azure conv trace, in the same process.
 6. vLLM v1's sliding-window and Mamba KV cache groups against one group (``--only-sliding-window``).
+7. SGLang's host tier (``--system sglang --kv-offload-gib 64``) against plain sglang on the Azure
+   conv trace, in the same process (``--only-sglang-hicache``; target: within 2x).
 
 Each figure is the best of 3 runs in this process (``REPEATS``). Every engine figure is also
 given as a multiple of a reference measured in the same run (numpy sorting 10^7 float64), so
@@ -25,7 +27,7 @@ that figures taken on different machines can be compared. The process pins itsel
 first (Linux), so "one core" is literal.
 Run: ``python benchmarks/engine_speed.py [--max-requests 1000000] [--skip-azure]
 [--synthetic-system orca-oracle | all] [--only-prefix-caching | --only-beam-search | --only-whole-process |
---only-vllm-v1 | --only-sliding-window | --only-systems | --only-growth]``.
+--only-vllm-v1 | --only-sliding-window | --only-sglang-hicache | --only-systems | --only-growth]``.
 Prints figures; asserts nothing.
 """
 
@@ -228,6 +230,30 @@ def vllm_v1(trace) -> None:
     print(f"vllm-v1 / vllm engine time: x{best['vllm-v1'][0] / best['vllm'][0]:.2f}")
 
 
+def sglang_hicache(trace, repeats: int = REPEATS) -> None:
+    """``--only-sglang-hicache``: SGLang's host tier (``--system sglang --kv-offload-gib 64``,
+    sim/core/hicache.py) against plain ``--system sglang`` on the Azure conv trace, OPT-13B /
+    A100-80GB, engine seconds (best of ``repeats`` each, interleaved, in this process; target:
+    within 2x). The trace names no shared prefix: every insert is written through, the host
+    pool fills and evicts, nothing is loaded back."""
+    configs = {gib: SimConfig.for_system("sglang", model="opt-13b", gpu="a100-80gb", max_len_policy="error",
+                                         kv_offload_gib=gib) for gib in (0, 64)}
+    for cfg in configs.values():
+        timed(cfg, trace.iloc[:20], repeats=1)  # numba's cache loaded (or the family compiled)
+    best: dict = {}
+    for _ in range(repeats):
+        for gib, cfg in configs.items():
+            _, s = timed(cfg, trace, repeats=1)
+            if s["wall_time_s"] < best.get(gib, (float("inf"),))[0]:
+                best[gib] = (s["wall_time_s"], s)
+    print(f"azure conv ({len(trace)} requests <= 2048 tokens), sglang, opt-13b a100-80gb, engine seconds:")
+    for gib, (engine, s) in best.items():
+        print(f"  --kv-offload-gib {gib:2d}: {engine:.3f} s ({pace(engine)}), {s['num_steps']} steps")
+        if gib:
+            print(f"    stored {s['host_stored_gib']:.0f} GiB, {s['host_evicted_blocks']:,} host pages evicted")
+    print(f"sglang with its host tier / without: engine time x{best[64][0] / best[0][0]:.2f} (target: at most 2x)")
+
+
 def sliding_window(trace) -> None:
     """Issue #37's speed target for vLLM v1's KV cache groups (``--only-sliding-window``): the
     Azure conv trace, ``--system vllm-v1`` without prefix caching, engine seconds, best of 3
@@ -359,6 +385,8 @@ def main() -> None:
     ap.add_argument("--only-vllm-v1", action="store_true", help="vllm-v1 against vllm on the Azure conv trace only")
     ap.add_argument("--only-sliding-window", action="store_true",
                     help="vllm-v1's sliding-window and Mamba KV cache groups against one group, Azure conv")
+    ap.add_argument("--only-sglang-hicache", action="store_true",
+                    help="sglang with --kv-offload-gib 64 (its host tier) against plain sglang, Azure conv")
     ap.add_argument("--only-systems", action="store_true",
                     help="each system's engine seconds on the Azure conv trace, and sglang's evictions on Mooncake")
     ap.add_argument("--synthetic-system", default="vllm",
@@ -392,6 +420,12 @@ def main() -> None:
         from pagesim.traces.transform import apply_max_len_policy
 
         sliding_window(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
+        return
+    if args.only_sglang_hicache:
+        from pagesim.traces.loaders import load_trace
+        from pagesim.traces.transform import apply_max_len_policy
+
+        sglang_hicache(apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0])
         return
     if args.only_vllm_v1:
         from pagesim.traces.loaders import load_trace

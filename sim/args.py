@@ -74,7 +74,8 @@ SIM_FLAGS = {
     "draft_model": dict(metavar="MODEL", help="vllm-v1 --speculative-method draft-model: the draft's model preset"),
     "kv_offload_gib": dict(type=float, metavar="N",
                            help="vllm-v1 with prefix caching: a CPU offload tier of N GiB of host memory for KV "
-                                "blocks, as vLLM's --kv-offloading-size (default 0: none)"),
+                                "blocks, as vLLM's --kv-offloading-size; sglang: HiCache's host tier of N GiB, "
+                                "as its --hicache-size (default 0: none)"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
     "cost_model": dict(choices=["roofline", "calibrated", "serving"],
                        help="roofline (the default, but for vllm-v1: serving); calibrated: the roofline with "

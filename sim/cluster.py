@@ -138,6 +138,8 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
     if router == "prefix-affinity" and not caches:
         raise ConfigError("--router prefix-affinity routes by the replicas' prefix caches: it needs "
                           "--prefix-caching on a paged system (vllm), or sglang's radix cache")
+    if cfg.scheduler == "sglang" and cfg.kv_offload_gib and total > 1:  # (its router reads one tier)
+        raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled with --replicas > 1")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")
     if by_gpu(replicas):

@@ -130,8 +130,9 @@ class SimConfig:
     spec_acceptance_rate: float = 0.7
     spec_acceptance_rates: str | None = None
     draft_model: str | None = None
-    # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/host_tier.py): host memory
-    # in GiB for KV blocks, over the tensor-parallel GPUs (0: none)
+    # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/host_tier.py), or sglang's
+    # host tier (HiCache's L2, its --hicache-size; sim/core/hicache.py): host memory in GiB for KV,
+    # over the tensor-parallel GPUs (0: none)
     kv_offload_gib: float = 0.0
 
     # cost model
@@ -201,7 +202,7 @@ class SimConfig:
         for other in systems.SCHEDULERS.values():
             for name in other.exclusive:
                 value = getattr(self, name)
-                if other is not scheduler and value not in (None, False, defaults[name]):
+                if name not in scheduler.owned and value not in (None, False, defaults[name]):
                     raise ConfigError(f"{name}={value!r} applies to {systems.where_it_applies(name)} alone; "
                                       f"scheduler '{self.scheduler}' has none: drop it")
         for refusal in scheduler.refuses:

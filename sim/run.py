@@ -175,12 +175,14 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     a built cost model instead of the configuration's (a fit prices its candidates so)."""
     model, gpu, budget = resolve_budget(cfg)
     pool = pool_for(cfg, budget.capacity_tokens, model, hybrid_groups(cfg, model))
-    limits = limits_for(cfg, pool, budget.kv_bytes_per_token)
+    limits = limits_for(cfg, pool, budget.kv_bytes_per_token, model.num_layers)
     table = RequestTable(trace)
     if cfg.scheduling_policy != "priority" and table.priority.any():
         warn(f"{cfg.label} serves the trace's requests first come first served, whatever their priority "
              "(--system vllm-v1 --scheduling-policy priority orders them by it); the summary groups them by it")
     external = executor is not None
+    if external and cfg.scheduler == "sglang" and cfg.kv_offload_gib:
+        raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled in the GPU mode")
     if external and not is_external(executor):
         raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")
     if cost_model is None and not external:
@@ -279,7 +281,9 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
             int(c[core_state.PREFIX_HIT_TOKENS]), int(c[core_state.HOST_HIT_TOKENS]),
             int(c[core_state.PREFIX_LOOKUP_TOKENS]), int(c[core_state.HOST_LOADED_BLOCKS]),
             int(c[core_state.HOST_STORED_BLOCKS]), int(c[core_state.HOST_EVICTIONS]), int(c[core_state.HOST_USED]),
-            int(s.config[core_state.HOST_BLOCKS]), pool.block_size * run.budget.kv_bytes_per_token))
+            # (sglang's host tier: its pages, the same bytes as a device page; sim/core/hicache.py)
+            int(s.config[core_state.HOST_BLOCKS] or s.config[core_state.HICACHE_HOST_PAGES]),
+            pool.block_size * run.budget.kv_bytes_per_token))
     if pool.groups is not None:
         summary["kv_groups"] = group_split(s, pool.groups, records)
     return summary

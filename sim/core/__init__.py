@@ -21,6 +21,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     speculative.py  vLLM v1's speculative decoding: drafts per decode, lookahead slots, acceptance,
                     the speculative slack (--num-speculative-tokens)
     host_tier.py    vLLM v1's CPU offload tier: the host blocks' LRU, stores, loads (--kv-offload-gib)
+    hicache.py      SGLang's host tier (HiCache): write-through, demotion, host eviction, load back
     static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost.roofline's model calls it
                     too), and the scale of any model's GPU time (sim.cost.models.ScaledCostModel's)

@@ -135,16 +135,32 @@ class Limits(NamedTuple):
     static_batch_limit: int
     host_blocks: int = 0  # vllm-v1's CPU offload tier (--kv-offload-gib): its blocks (0: none)
     host_block_s: float = 0.0  # the seconds a block takes over the GPU's host link, either way
+    hicache_host_pages: int = 0  # sglang's host tier (--kv-offload-gib, sim/core/hicache.py): its pages
+    num_layers: int = 0  # the model's layers (sglang's host tier pipelines a load back over them)
 
 
-def limits_for(cfg, pool: Pool, kv_bytes_per_token: float) -> Limits:
+def limits_for(cfg, pool: Pool, kv_bytes_per_token: float, num_layers: int = 0) -> Limits:
     swap = SCHEDULERS[cfg.scheduler].swaps
     max_num_seqs = min(cfg.max_num_seqs, UNLIMITED)
     static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
     host_blocks, host_block_s = host_tier_size(cfg, pool, kv_bytes_per_token)
+    host_pages = 0
+    if cfg.scheduler == "sglang" and host_blocks:  # the same link, SGLang's own pool (hicache_host_pages)
+        host_blocks, host_pages = 0, hicache_host_pages(cfg, pool, kv_bytes_per_token)
     return Limits(max_num_seqs, batched_tokens(cfg, pool.max_seq_len),
                   min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit,
-                  host_blocks, host_block_s)
+                  host_blocks, host_block_s, host_pages, num_layers)
+
+
+def hicache_host_pages(cfg, pool: Pool, kv_bytes_per_token: float) -> int:
+    """sglang's host tier (sim/core/hicache.py): ``--kv-offload-gib N`` read as SGLang's
+    ``--hicache-size`` of N GiB over the tensor-parallel ranks (``N * 2**30 / 1e9 / TP`` GB per
+    rank, the size vLLM's tier gets here): ``HostKVCache`` holds ``size * 1e9 // size_per_token``
+    tokens (pool_host/base.py:221-224, ``size_per_token`` the device pool's bytes per token,
+    pool_host/mha.py:290-296), in whole pages and one page more, its padding page, which is
+    allocated as any (``page_num = size // page_size + 1``, :227-230)."""
+    tokens = int(cfg.kv_offload_gib * (1 << 30) / cfg.tensor_parallel // kv_bytes_per_token)
+    return tokens // pool.block_size + 1
 
 
 def host_tier_size(cfg, pool: Pool, kv_bytes_per_token: float) -> tuple[int, float]:
@@ -270,7 +286,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
         **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
-        **host_tier_arrays(config, count, clock, limits, n, t.prompt // block_size),
+        **host_tier_arrays(config, count, clock, limits, n, t.prompt // block_size,
+                           len(radix["radix_nodes"]) if limits.hicache_host_pages else 0),
         window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64),
         admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
@@ -331,16 +348,21 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     return dict(radix_nodes=nodes, radix_request=request)
 
 
-def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks: np.ndarray) -> dict:
+def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks: np.ndarray,
+                     radix_nodes: int = 0) -> dict:
     """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
     of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
     it used its key and where it last found it, and when each request's KV load ends, whatever
-    loads it."""
+    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/hicache.py) has its
+    pages, the link's price per page, the model's layers, and per node when its copy ends
+    (``host_ready_s``) and ``host_work``'s rows of pending nodes and of a path."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
+    config[state.HICACHE_HOST_PAGES] = limits.hicache_host_pages
+    config[state.HICACHE_LAYERS] = limits.num_layers
     rows = 1 << max(2 * blocks - 1, 1).bit_length() if blocks else 1
     config[state.HOST_TABLE_MASK] = rows - 1
     count[state.HOST_TOUCHED_HEAD] = count[state.HOST_TOUCHED_TAIL] = -1
@@ -351,8 +373,8 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     if blocks:
         offload[:n, state.OFFLOAD_SEEN_AT] = seen_at[:n]
     return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
-                host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, 1)), np.int64),
-                host_ready_s=np.zeros(max(blocks, 1)), offload=offload,
+                host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, radix_nodes, 1)), np.int64),
+                host_ready_s=np.zeros(max(blocks, radix_nodes, 1)), offload=offload,
                 host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int32),
                 load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
 

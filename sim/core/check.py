@@ -67,6 +67,7 @@ from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HO
 from pagesim.sim.core.state import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS, SPEC_TOKENS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
                                     TRANSFER_SLOTS, TRANSFERS)
+from pagesim.sim.core.state import HICACHE_HOST_PAGES, HICACHE_PENDING, HICACHE_PENDING_NODE, NODE_EVICTED, NODE_ON_HOST
 from pagesim.sim.core.state import (LOCKED_NODE, NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                     OWNED_NODES, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_NODES_USED,
                                     RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
@@ -513,18 +514,46 @@ def check_radix(s) -> None:
             x = int(nodes[x, NODE_PARENT])
         pages += -(-(int(s.num_computed_tokens[i]) - depth) // page)
         assert s.num_blocks[i] == -(-(int(s.num_computed_tokens[i]) - depth) // page), f"request {i}'s pages drifted"
+    hicache = int(s.config[HICACHE_HOST_PAGES]) > 0
+    if hicache:  # a node whose copy to or from the host is not acknowledged is locked too
+        for x in s.host_work[HICACHE_PENDING_NODE, :int(c[HICACHE_PENDING])].tolist():
+            assert nodes[x, NODE_PARENT] != -2, f"pending node {x} left the tree"
+            while x:
+                locks[x] += 1
+                x = int(nodes[x, NODE_PARENT])
+        check_hicache(s, live)
     for x in live:
         parent = int(nodes[x, NODE_PARENT])
         start = int(nodes[parent, NODE_END]) if parent else 0
         assert nodes[x, NODE_START] == start and nodes[x, NODE_END] > start, f"node {x} does not follow its parent"
         assert nodes[x, NODE_START] % page == 0 and nodes[x, NODE_END] % page == 0, f"node {x} is not whole pages"
         assert nodes[x, NODE_LOCK_REF] == locks[x], f"node {x}'s lock count drifted"
-    lengths = {x: int(nodes[x, NODE_END] - nodes[x, NODE_START]) for x in live}
+    # (with a host tier the tree's device tokens: a host-only node holds none)
+    lengths = {x: int(nodes[x, NODE_END] - nodes[x, NODE_START]) for x in live if not nodes[x, NODE_EVICTED]}
     assert c[RADIX_TREE_TOKENS] == sum(lengths.values()), "the tree's token count drifted"
     assert c[RADIX_EVICTABLE] == sum(n for x, n in lengths.items() if locks[x] == 0), "evictable tokens drifted"
     assert c[RADIX_PRIVATE_PAGES] == pages, "the pages held outside the tree drifted"
     owners = np.bincount(nodes[live, NODE_OWNER], minlength=len(s.radix_request)) if live else 0
     assert (s.radix_request[:, OWNED_NODES] == owners).all(), "the nodes each request owns drifted"
+
+
+def check_hicache(s, live: list) -> None:
+    """sglang's host tier (sim/core/hicache.py): the host pages in use are those of the nodes on the
+    host, at most the pool's; no node is on neither tier, and a host-only node's children are
+    host-only (device eviction goes leaf first); a running request's prefix is on the device."""
+    c, nodes, page = s.count, s.radix_nodes, int(s.config[BLOCK_SIZE])
+    used = sum(int(nodes[x, NODE_END] - nodes[x, NODE_START]) // page for x in live if nodes[x, NODE_ON_HOST])
+    assert c[HOST_USED] == used, f"the host pages in use drifted: {int(c[HOST_USED])}, recounted {used}"
+    assert used <= s.config[HICACHE_HOST_PAGES], "the host pool holds more pages than it has"
+    for x in live:
+        assert not nodes[x, NODE_EVICTED] or nodes[x, NODE_ON_HOST], f"node {x} is on neither tier"
+        parent = int(nodes[x, NODE_PARENT])
+        assert not (parent and nodes[parent, NODE_EVICTED]) or nodes[x, NODE_EVICTED], \
+            f"node {x} is on the device below a host-only node"
+        assert not (parent and nodes[x, NODE_ON_HOST]) or nodes[parent, NODE_ON_HOST], \
+            f"node {x} is on the host below a node that is not"
+    for i in s.running[:c[NUM_RUNNING]].tolist():
+        assert not nodes[int(s.radix_request[i, LOCKED_NODE]), NODE_EVICTED], f"request {i}'s prefix is host-only"
 
 
 #: the core's own functions the checks call, run by CPython: a call from Python into numba's

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, lifecycle, static
+from pagesim.sim.core import hicache, host_tier, lifecycle, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -79,7 +79,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
-from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, STEP_S
+from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
@@ -347,6 +347,8 @@ def loop_for(family):
                     continue
                 # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)
                 wake = host_tier.next_load_end(s) if family == V1 and c[NUM_LOADING] else np.inf
+                if family == SGLANG and c[HICACHE_PENDING]:  # sglang's host tier: the next copy's end unlocks
+                    wake = hicache.next_end(s)  # its node (an idle scheduler polls: hicache.acknowledge)
                 if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
                         and wake == np.inf):
                     return EMPTY_POOL  # (in-flight transfers and host loads free or load blocks)
@@ -363,7 +365,10 @@ def loop_for(family):
                 return SCHEDULED
             # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
             # and the cost models a second time (jit.njit's note on constants)
-            code = start_step(s, step_time(s, np.int64(decode_context_sum), family), family)
+            dt = step_time(s, np.int64(decode_context_sum), family)
+            if family == SGLANG and c[STEP_LOAD_TOKENS]:  # sglang's host tier loads KV back in the step (hicache.py)
+                dt = hicache.step_price(s, dt)
+            code = start_step(s, dt, family)
             if code != GO_ON:
                 return code
 

@@ -31,6 +31,10 @@ an allocation evicts when it is short.
 
 Nodes are rows of ``radix_nodes`` (first child / next sibling lists); their number is bounded by
 the pool's pages (every node but the root holds at least a page), so nothing is allocated.
+
+With a host tier (``--kv-offload-gib``: SGLang's HiCache, ``sim/core/hicache.py``) a node may also
+be on the host, or on the host alone: ``checkpoint`` and ``evict`` hand over to that module (under
+``config[HICACHE_HOST_PAGES]``), and the walk goes through host-only nodes as through any.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, LEFTOVER_SLOTS, NUM_RUNNING, LOCKED_NODE, NODE_END, NODE_FIRST_CHILD,
-                                    NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_OWNER, NODE_PARENT,
-                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, OWNED_NODES, PREFIX_LEN,
-                                    RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE, RADIX_NODES_USED,
-                                    RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
+from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_HOST_PAGES, INSERTED_LEN, LEFTOVER_SLOTS,
+                                    LOCKED_NODE, NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS,
+                                    NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT,
+                                    NODE_PREV_SIBLING, NODE_START, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, OWNED_NODES,
+                                    PREFIX_LEN, RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE,
+                                    RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS)
 
 ROOT = 0
 FREE_NODE = -2  # NODE_PARENT of a node on the free list
@@ -99,6 +104,8 @@ def new_node(s, parent, start, end, owner, lock_ref):
     nodes[x, NODE_OWNER] = owner
     s.radix_request[owner, OWNED_NODES] += 1
     nodes[x, NODE_LOCK_REF] = lock_ref
+    nodes[x, NODE_ON_HOST] = 0  # (a row off the free list may have been a host tier's node)
+    nodes[x, NODE_EVICTED] = 0
     # a new node reads the clock (SGLang's TreeNode.__init__, radix_cache.py:259): it is newer
     # than the walk that made it and every node before it
     c[RADIX_ACCESS_CLOCK] += 1
@@ -139,6 +146,10 @@ def split(s, x, at):
     parent = nodes[x, NODE_PARENT]
     unlink_child(s, x)
     top = new_node(s, parent, nodes[x, NODE_START], at, nodes[x, NODE_OWNER], nodes[x, NODE_LOCK_REF])
+    # with a host tier, both halves are where it was (SGLang splits its device and host values:
+    # redistribute_on_node_split, unified_tree_core.py:1501-1502)
+    nodes[top, NODE_ON_HOST] = nodes[x, NODE_ON_HOST]
+    nodes[top, NODE_EVICTED] = nodes[x, NODE_EVICTED]
     nodes[x, NODE_START] = at
     link_child(s, top, x)
     return top
@@ -244,7 +255,10 @@ def checkpoint(s, r, num_tokens):
     that eviction can free the output's tokens and keep the prompt's. Returns ``insert``'s.
     (checkpoint then matches the key, :524: it stamps the path just stamped, an order no
     eviction reads, as only a leaf is evicted and its ancestors come after it.)"""
-    node, depth = insert(s, r, num_tokens)
+    if s.config[HICACHE_HOST_PAGES]:  # with a host tier: write-through (hicache.insert)
+        node, depth = hicache.insert(s, r, num_tokens)
+    else:
+        node, depth = insert(s, r, num_tokens)
     prompt = s.prompt_tokens[r] // s.config[BLOCK_SIZE] * s.config[BLOCK_SIZE]
     if 0 < prompt < num_tokens:
         insert(s, r, prompt)  # the node ``insert`` returned keeps its row: a split keeps the lower half
@@ -292,6 +306,8 @@ def evict(s, num_tokens):
     """``evict``: free at least ``num_tokens`` tokens (or every evictable one), least recently
     accessed unlocked leaf first (ties: the lower node row); a parent left an unlocked leaf is a
     candidate in turn. Returns the tokens freed."""
+    if s.config[HICACHE_HOST_PAGES]:  # with a host tier: device leaves, demoted or deleted
+        return hicache.evict_device(s, num_tokens)
     c, nodes = s.count, s.radix_nodes
     freed = 0
     while freed < num_tokens:
@@ -307,12 +323,19 @@ def evict(s, num_tokens):
         c[RADIX_TREE_TOKENS] -= n
         c[RADIX_EVICTABLE] -= n
         c[NUM_EVICTIONS] += 1
-        s.radix_request[nodes[victim, NODE_OWNER], OWNED_NODES] -= 1
-        unlink_child(s, victim)
-        nodes[victim, NODE_PARENT] = FREE_NODE
-        nodes[victim, NODE_NEXT_SIBLING] = c[RADIX_FREE_NODE]
-        c[RADIX_FREE_NODE] = victim
+        delete_node(s, victim)
     return freed
+
+
+@njit(inline=True)
+def delete_node(s, x):
+    """Leaf ``x`` leaves the tree: its row goes on the free list."""
+    c, nodes = s.count, s.radix_nodes
+    s.radix_request[nodes[x, NODE_OWNER], OWNED_NODES] -= 1
+    unlink_child(s, x)
+    nodes[x, NODE_PARENT] = FREE_NODE
+    nodes[x, NODE_NEXT_SIBLING] = c[RADIX_FREE_NODE]
+    c[RADIX_FREE_NODE] = x
 
 
 @njit
@@ -347,6 +370,7 @@ def release(s, i):
         dec_lock_ref(s, s.radix_request[i, LOCKED_NODE])
     s.radix_request[i, LOCKED_NODE] = -1
     s.radix_request[i, PREFIX_LEN] = 0
+    s.radix_request[i, INSERTED_LEN] = 0  # (a retraction starts it over: schedule_batch.py:2059)
     s.num_computed_tokens[i] = 0
 
 
@@ -400,3 +424,8 @@ def memory_categories(s, demand_waiting, out):
     out[4] = free_slots if demand_waiting else 0
     out[5] = 0 if demand_waiting else free_slots
     return (capacity(s) - available(s) - c[RADIX_EVICTABLE] + page - 1) // page
+
+
+# the host tier (sim/core/hicache.py) builds on this module's functions: imported last, as they
+# are all defined by then (its calls above are resolved when they are first called or compiled)
+from pagesim.sim.core import hicache  # noqa: E402

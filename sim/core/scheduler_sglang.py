@@ -53,6 +53,11 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``); an idle engine
    resets it to ``init``.
 
+With a host tier (``--kv-offload-gib``, ``sim/core/hicache.py``) each iteration first acknowledges
+the copies that have ended, and an admission's match has a device part (the prefix, locked) and a
+host hit below it, loaded back or recomputed (``hicache.load_back``; the budgets as SGLang's
+``_select_prefill_admission`` counts them).
+
 A request's ``max_new_tokens`` is its output length (the trace's): the simulator knows it, as a
 request with ``ignore_eos`` does. Finished requests are inserted into the tree (``radix_cache.
 cache_finished_req``, from ``scheduler.finish`` through ``memory.free``).
@@ -62,17 +67,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import radix_cache
+from pagesim.sim.core import hicache, radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
-                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
+                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, HICACHE_HOST_PAGES, HICACHE_PENDING,
+                                    HOST_HIT_TOKENS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
                                     LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
                                     MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
                                     RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
-                                    WAITING_LEN, WAITING_REFRESHES)
+                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_LOAD_TOKENS, STEP_NUM_FINISHED, WAITING,
+                                    WAITING_HEAD, WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
@@ -91,6 +97,10 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
+    if s.config[HICACHE_HOST_PAGES]:  # the host tier's copies ended by now: check_hicache_events (scheduler.py:3898)
+        c[STEP_LOAD_TOKENS] = 0
+        if c[HICACHE_PENDING]:
+            hicache.acknowledge(s)
     context_sum = 0
     if not get_new_batch_prefill(s):
         if c[DECODE_SET_SIZE]:
@@ -130,10 +140,13 @@ def sort_by_longest_prefix(s):
     for k in range(size):
         i = s.waiting[(head + k) % n]
         target = s.prompt_target[i]
-        _, matched = radix_cache.match_prefix(s, i, target)
+        node, matched = radix_cache.match_prefix(s, i, target)
         s.radix_request[i, MATCH_LEN] = min(matched, max(target - 1, 0))
         s.radix_request[i, IN_WAITING_TREE] = 0
-        if matched <= IN_BATCH_CHECK_THRESHOLD:
+        device = matched
+        if s.config[HICACHE_HOST_PAGES]:  # the key counts a host hit, the in-batch check the device
+            device = hicache.depth(s, hicache.device_node(s, node))  # prefix alone (req.prefix_len, :365)
+        if device <= IN_BATCH_CHECK_THRESHOLD:
             shares = False
             # a request shares no more tokens with another than it names by hashes (same_tokens):
             # one naming fewer than the threshold is not compared; the first sharing them ends it
@@ -249,8 +262,12 @@ def get_new_batch_prefill(s):
             reject_head(s, i, REJECT_NEVER_FITS)  # no empty pool's budget (add_one_req's, below) takes it
             continue
         node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
+        best = node  # with a host tier: the match's deepest node, on the device or the host
+        if s.config[HICACHE_HOST_PAGES]:  # the device part is the prefix, the rest the host hit
+            node = hicache.device_node(s, best)
+            prefix = hicache.depth(s, node)
+        device_prefix = prefix
         extend = target - prefix
-        tokens = ceil_page(s, extend)
         # add_one_req: the extend, the output left and a page for the paged allocator's rounding
         # (per_req_token_overhead, schedule_policy.py:1403-1412), checked with the prefix locked
         # (_lock_node, :1431; check_prefill, prefill_budget.py:114-131)
@@ -261,6 +278,19 @@ def get_new_batch_prefill(s):
             if num_can_run or running_bs:  # scheduler.py:4279-4284
                 c[BATCH_IS_FULL] = NO_TOKEN
             break
+        if best != node:  # a host hit: loaded back, its tokens then cached, or recomputed (hicache.load_back)
+            loaded = hicache.load_back(s, node, best)
+            if loaded:
+                radix_cache.dec_lock_ref(s, node)  # the request locks the loaded node (schedule_policy.py:1690)
+                radix_cache.inc_lock_ref(s, best)
+                node = best
+                prefix += loaded
+                extend -= loaded
+                c[HOST_HIT_TOKENS] += loaded
+        # the extend and chunk budgets count a loaded host hit as cached (_select_prefill_admission,
+        # schedule_policy.py:1596-1603, which SGLang checks before the load: the same verdicts), one
+        # not loaded as recomputed (the admission selected again without it, :1557-1566)
+        tokens = ceil_page(s, extend)
         # max_prefill_tokens (rem_input_tokens) turns a request away only without chunked prefill
         # (schedule_policy.py:1627-1633); chunked, it spends the budget and ends the pass (budget_state)
         if tokens > rem_chunk:  # chunked prefill: what the chunk budget holds, whole pages (:1650-1675)
@@ -283,7 +313,7 @@ def get_new_batch_prefill(s):
         s.radix_request[i, EXTEND_LEN] = extend
         s.num_computed_tokens[i] = prefix
         s.num_prompt_computed[i] = prefix
-        c[PREFIX_HIT_TOKENS] += prefix
+        c[PREFIX_HIT_TOKENS] += device_prefix  # the device's hit (with a host tier, HOST_HIT_TOKENS the host's)
         c[PREFIX_LOOKUP_TOKENS] += target
         start_running(s, i)
         num_can_run += 1

@@ -181,6 +181,9 @@ table("config", """
     HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
         memory's blocks (0: no tier)
     HOST_TABLE_MASK     its keys' hash table size less one (a power of two)
+    HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/hicache.py): the
+        host pool's pages (0: no host tier)
+    HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters
@@ -297,6 +300,9 @@ table("count", """
     HOST_LOADED_BLOCKS  blocks loaded host -> GPU
     HOST_STORED_BLOCKS  blocks stored GPU -> host
     HOST_EVICTIONS      host blocks evicted for a store
+    HICACHE_PENDING     sglang's host tier: the nodes whose copy (a write or a load) is not yet
+        acknowledged (Core.host_work's HICACHE_PENDING_NODE row, in submission order)
+    STEP_LOAD_TOKENS    sglang's host tier: the tokens this iteration's prefill loads back
     HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
         offered again at its next step: scheduler_v1.offer_scheduled)
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
@@ -434,6 +440,8 @@ table("radix_nodes", """
     NODE_OWNER          the request whose tokens name it
     NODE_LOCK_REF       the running requests locking it
     NODE_LAST_ACCESS    its last access (a tick of count[RADIX_ACCESS_CLOCK])
+    NODE_ON_HOST        sglang's host tier: 1 when its tokens have a host copy (SGLang's backuped)
+    NODE_EVICTED        sglang's host tier: 1 when its tokens have no device copy (host only)
 """, size="NODE_COLUMNS")
 # Core.radix_request: per request
 table("radix_request", """
@@ -447,6 +455,8 @@ table("radix_request", """
     OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and
         no token its prefix hashes name, a walk from the root matches nothing
         (radix_cache.match_prefix)
+    INSERTED_LEN        sglang's host tier: its tokens inserted so far (SGLang's cache_inserted_len):
+        an insert writes through only the nodes past them
 """, size="RADIX_REQUEST_COLUMNS")
 # Core.host_blocks (the host tier): a host block's row
 table("host_blocks", """
@@ -469,6 +479,10 @@ table("host_work", """
     CHOSEN_BLOCK        a block evict chose
     NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
     PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
+    HICACHE_PENDING_NODE  sglang's host tier: a node whose copy is not acknowledged, in
+        submission order (count[HICACHE_PENDING]); its copy's end is Core.host_ready_s[node]
+    HICACHE_PATH        sglang's host tier: room for a path's nodes (hicache.insert)
+    HICACHE_CHAIN       and for a write's chain of ancestors (hicache.write)
 """, size="HOST_WORK_COLUMNS")
 # Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
 # per request

@@ -48,6 +48,10 @@ docs/notes/sglang-swa.md (sglang_swa.py), each pool's free slots and the tree af
 0.5.23's hierarchical cache (GPU and host tiers) through the worked example of
 docs/notes/sglang-hicache.md (sglang_hicache.py), both pools' free slots and the tree (GPU, host
 or both per node) after each call.
+``--sglang-hicache-side [WORKLOAD...]``: ``--system sglang --kv-offload-gib`` (sim/core/hicache.py)
+beside SGLang 0.5.23's ``UnifiedRadixCache`` with its host tier, call by call
+(sglang_hicache_side.py, its ``WORKLOADS``): per workload the operations identical / total, per
+kind, and the first that differs, with both trees.
 """
 
 from __future__ import annotations
@@ -307,6 +311,11 @@ def main(argv=None) -> int:
 
         sglang_hicache.main([a for a in args if a != "--sglang-hicache"])
         return 0
+    if "--sglang-hicache-side" in args:  # pagesim's host tier beside SGLang's, call by call
+        from tests.peers import sglang_hicache_side
+
+        runs = sglang_hicache_side.report([a for a in args if not a.startswith("--")] or None)
+        return int(any(run.first is not None for run in runs))
     if "--mamba-prefix" in args:
         return mamba_prefix([a for a in args if not a.startswith("--")])
     if "--sglang-scheduler" in args:

@@ -1,7 +1,8 @@
 """SGLang 0.5.23's hierarchical cache (HiCache: GPU tier L1, host tier L2, no storage) driven on
 CPU through a worked example (``docs/notes/sglang-hicache.md``).
 
-A probe, not a comparison: pagesim's ``--system sglang`` has no host tier yet. In 0.5.23 there is
+A probe, not a comparison (``sglang_hicache_side.py`` compares pagesim's host tier with this one,
+call by call). In 0.5.23 there is
 no ``HiRadixCache`` class any more: ``--enable-hierarchical-cache`` builds the same
 ``UnifiedRadixCache`` as without it and calls its ``init_hicache`` (``mem_cache/registry.py:
 232-238``), which attaches a host pool group and a ``HybridCacheController`` and flags the tree

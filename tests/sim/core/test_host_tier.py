@@ -182,8 +182,9 @@ def test_invariants_hold_under_pressure():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--system", "sglang", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
-    (["--system", "vllm", "--kv-offload-gib", "8"], "applies to the vllm-v1 scheduler"),
+    # (sglang's own host tier, HiCache: tests/sim/core/test_sglang_hicache.py)
+    (["--system", "sglang", "--kv-offload-gib", "8", "--replicas", "2"], "not modelled with --replicas > 1"),
+    (["--system", "vllm", "--kv-offload-gib", "8"], "applies to the vllm-v1 or sglang scheduler"),
     (["--system", "vllm-v1", "--no-prefix-caching", "--kv-offload-gib", "8"], "needs prefix caching"),
     (["--system", "vllm-v1", "--kv-offload-gib", "8", "--num-speculative-tokens", "2", "--speculative-method",
       "eagle"], "with EAGLE or MTP drafts is not modelled"),

@@ -30,6 +30,7 @@ CONFIGS = [
     ("vllm", {}, {"cost_model": "calibrated"}),
     ("vllm-v1", {}, {}),
     ("sglang", {}, {}),
+    ("sglang", {}, {"kv_offload_gib": 1.0}),  # its host tier (sim/core/hicache.py)
     ("orca-max", {}, {}),
     ("orca-pow2", {}, {}),
     ("orca-oracle", {}, {}),
