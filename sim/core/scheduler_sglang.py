@@ -65,6 +65,7 @@ import numpy as np
 from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
+from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
                                     DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
                                     LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
@@ -314,7 +315,7 @@ def get_new_batch_prefill(s):
 def extend_request(s, i):
     n = s.radix_request[i, EXTEND_LEN]
     radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
-    prefill(s, i, n)
+    prefill(s, i, n, SGLANG)
 
 
 @njit(inline=True)
