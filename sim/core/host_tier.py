@@ -450,8 +450,8 @@ def end_load(s, i):
     cache (``cache_blocks``); returns the tokens it holds computed."""
     bs = s.config[BLOCK_SIZE]
     first = s.offload[i, OFFLOAD_GPU_HITS]
-    prefix_cache.register_full_blocks(s, i, s.seq_slot[i, 0], first * bs,
-                                      (first + s.offload[i, OFFLOAD_LOADING]) * bs)
+    prefix_cache.register_computed_blocks(s, i, s.seq_slot[i, 0], first * bs,
+                                          (first + s.offload[i, OFFLOAD_LOADING]) * bs)
     s.offload[i, OFFLOAD_LOADING] = 0
     s.count[NUM_LOADING] -= 1
     return s.num_computed_tokens[i]

@@ -34,6 +34,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
+from pagesim.sim.core.state import CONTINUOUS, V1
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -111,13 +112,21 @@ def allocate_cached(s, i, j, num_tokens):
     return allocate_cached_blocks(s, np.int64(i), np.int64(j), np.int64(num_tokens), blocks_for(s, num_tokens))
 
 
+@njit(inline=True)
+def allocate_hits(s, i, num_tokens, num_blocks):
+    """vLLM v1's :func:`allocate_cached_blocks` (sequence 0): over the groups where they key their
+    own blocks (:func:`allocate_group_hits`). Apart, as ``prefix_cache.register_computed_blocks``
+    is: the other families' loops never compile the groups' code."""
+    if prefix_cache.keyed_by_group(s):
+        return allocate_group_hits(s, i, num_tokens)
+    return allocate_cached_blocks(s, i, np.int64(0), num_tokens, num_blocks)
+
+
 @njit
 def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
     """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
     blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
     admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""
-    if prefix_cache.keyed_by_group(s):
-        return allocate_group_hits(s, i, num_tokens)
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = num_blocks
     slot = take_slot(s)
@@ -179,18 +188,23 @@ def computed_prefix_tokens(s, i):
 
 
 @njit(inline=True)
-def compute_tokens(s, i, n):
-    """``n`` more tokens of request ``i`` get their K/V (into blocks it holds)."""
-    compute_tokens_seq(s, i, 0, n)
+def compute_tokens(s, i, n, family):
+    """``n`` more tokens of request ``i`` get their K/V (into blocks it holds). ``family``: the
+    caller's scheduler family, a constant there (``memory.py``): vLLM v1's groups alone key their
+    own blocks, which the other families' loops then never compile."""
+    compute_tokens_seq(s, i, 0, n, family)
 
 
 @njit(inline=True)
-def compute_tokens_seq(s, i, j, n):
+def compute_tokens_seq(s, i, j, n, family):
     """:func:`compute_tokens` into sequence ``j``'s blocks (a swap-in's; the request's count
     of computed tokens is the same for each)."""
     if s.config[PREFIX_CACHING]:
-        prefix_cache.register_full_blocks(s, i, s.seq_slot[i, j], s.num_computed_tokens[i],
-                                          s.num_computed_tokens[i] + n)
+        old, slot = s.num_computed_tokens[i], s.seq_slot[i, j]
+        if family == V1:
+            prefix_cache.register_computed_blocks(s, i, slot, old, old + n)
+        else:
+            prefix_cache.register_full_blocks(s, i, slot, old, old + n)
     s.num_computed_tokens[i] += n
     s.count[COMPUTED_SLOTS] += n
 
@@ -233,7 +247,7 @@ def take_decode_slot(s, i):
         take_decode_slots(s, i)
         return
     if crosses_block(s, i):
-        grow(s, i, s.num_computed_tokens[i] + 1)
+        grow_table(s, i, s.num_computed_tokens[i] + 1)
     if s.config[PREFIX_CACHING]:  # a block its token fills is cached
         prefix_cache.register_full_blocks(s, i, s.seq_slot[i, 0], s.num_computed_tokens[i],
                                           s.num_computed_tokens[i] + 1)
@@ -257,9 +271,21 @@ def can_grow(s, i, num_tokens):
 
 @njit(inline=True)
 def grow(s, i, num_tokens):
-    """Request ``i``'s blocks (one sequence) grow to hold ``num_tokens`` tokens: fresh blocks
-    at the end of its table, and the demand of their slots it will use (the caller counts
-    the tokens computed)."""
+    """Request ``i``'s blocks (one sequence) grow to hold ``num_tokens`` tokens, in every KV cache
+    group (vLLM v1's callers: :func:`grow_table` is the others')."""
+    old, need = grow_table(s, i, num_tokens)
+    if need > 0:
+        if grouped(s):
+            take_group_blocks(s, s.seq_slot[i, 0], old, need)
+        if s.config[MAMBA_ALIGN]:
+            take_state_blocks(s, i, old, need)
+
+
+@njit(inline=True)
+def grow_table(s, i, num_tokens):
+    """:func:`grow` in the one table (group 0's): fresh blocks at its end, and the demand of their
+    slots it will use (the caller counts the tokens computed). Returns the blocks it held and the
+    blocks it took."""
     old = s.num_blocks[i]
     need = blocks_for(s, num_tokens) - old
     if need > 0:
@@ -268,10 +294,7 @@ def grow(s, i, num_tokens):
         s.count[DEMAND_SLOTS] += min(s.final_len[i], (old + need) * bs) - min(s.final_len[i], old * bs)
         s.num_blocks[i] = old + need
         s.count[LOGICAL_BLOCKS] += need
-        if grouped(s):
-            take_group_blocks(s, s.seq_slot[i, 0], old, need)
-        if s.config[MAMBA_ALIGN]:
-            take_state_blocks(s, i, old, need)
+    return old, need
 
 
 # vLLM v1's KV cache groups (sim/specs/kv_groups.py): with config[SLIDING_GROUPS] or
@@ -763,7 +786,7 @@ def swap_in(s, i, n):
         return False
     cached = allocate_seq(s, i, 0, held, n)
     if cached < n:
-        compute_tokens_seq(s, i, 0, n - cached)
+        compute_tokens_seq(s, i, 0, n - cached, CONTINUOUS)  # (vLLM v0's swap)
     for j in range(1, s.num_seqs[i]):
         fork_seq(s, i, 0, j)
         slot = s.seq_slot[i, j]
@@ -777,10 +800,8 @@ def swap_in(s, i, n):
 
 @njit(inline=True)
 def free(s, i):
-    """Request ``i`` lets its memory go (every sequence of it)."""
-    if grouped(s):
-        free_groups(s, i)
-        return
+    """Request ``i`` lets its memory go (every sequence of it; vLLM v1's KV cache groups:
+    :func:`free_groups`)."""
     if s.config[SHARED_BLOCKS]:
         for j in range(s.num_seqs[i]):
             release_seq(s, i, j)

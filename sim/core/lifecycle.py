@@ -151,9 +151,10 @@ def add_arrival(s, i):
 
 
 @njit(inline=True)
-def prefill(s, i, n):
-    """``n`` more prompt tokens of request ``i`` this iteration."""
-    kv_cache.compute_tokens(s, i, n)
+def prefill(s, i, n, family):
+    """``n`` more prompt tokens of request ``i`` this iteration (``family``: the caller's,
+    ``kv_cache.compute_tokens``)."""
+    kv_cache.compute_tokens(s, i, n, family)
     s.num_prompt_computed[i] += n
     k = s.count[STEP_PREFILL_SEQS]
     s.step_prefill_ids[k] = i

@@ -78,7 +78,10 @@ def free(s, i, family):
     else:
         if family == V1 and s.config[SPEC_TOKENS]:  # its speculative slack goes with its blocks
             speculative.clear(s, i)
-        kv_cache.free(s, i)
+        if family == V1 and kv_cache.grouped(s):  # vLLM v1's KV cache groups, each its blocks
+            kv_cache.free_groups(s, i)
+        else:
+            kv_cache.free(s, i)
 
 
 @njit(inline=True)

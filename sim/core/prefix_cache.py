@@ -307,14 +307,22 @@ def keyed_by_group(s):
     return s.config[SLIDING_GROUPS] > 0 or s.config[MAMBA_ALIGN] > 0
 
 
-@njit
-def register_full_blocks(s, i, slot, old_len, new_len):
+@njit(inline=True)
+def register_computed_blocks(s, i, slot, old_len, new_len):
     """Request ``i``'s tokens ``[old_len, new_len)`` were computed into the blocks of ``slot``:
-    the blocks they filled are cached, unless their key is there already (each group its own:
-    :func:`register_group_blocks`)."""
+    the blocks they filled are cached, unless their key is there already, each group its own
+    where the groups key their own (:func:`register_group_blocks`). vLLM v1's callers only: the
+    other families' call :func:`register_full_blocks`, so that their loops never compile the
+    groups' code (numba compiles both sides of a test it cannot decide)."""
     if keyed_by_group(s):
         register_group_blocks(s, i, slot, old_len, new_len)
-        return
+    else:
+        register_full_blocks(s, i, slot, old_len, new_len)
+
+
+@njit
+def register_full_blocks(s, i, slot, old_len, new_len):
+    """:func:`register_computed_blocks` over one table (no KV cache groups)."""
     bs = s.config[BLOCK_SIZE]
     for k in range(old_len // bs, new_len // bs):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))

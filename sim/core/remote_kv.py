@@ -25,7 +25,6 @@ they are all of them; a decode replica's local prefix hits are in use from its a
 
 from __future__ import annotations
 
-import numpy as np
 
 from pagesim.sim.core import kv_cache, prefix_cache
 from pagesim.sim.core.block_pool import return_blocks, return_slot, take_blocks, take_slot
@@ -106,8 +105,7 @@ def allocate_for_transfer(s, i, num_tokens):
     c, bs = s.count, s.config[BLOCK_SIZE]
     need = (num_tokens + bs - 1) // bs
     if s.config[PREFIX_CACHING]:
-        # np.int64: jit.njit's note on constants
-        cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), num_tokens, need)
+        cached = kv_cache.allocate_hits(s, i, num_tokens, need)
         # the fresh blocks' demand: back at the load's end
         c[DEMAND_SLOTS] -= min(s.final_len[i], need * bs) - cached
         c[TRANSFER_SLOTS] += need * bs - cached
@@ -132,7 +130,7 @@ def transfer_loaded(s, i, num_tokens):
     cached = s.num_computed_tokens[i]
     c[TRANSFER_SLOTS] -= s.num_blocks[i] * bs - cached
     if s.config[PREFIX_CACHING]:
-        prefix_cache.register_full_blocks(s, i, s.seq_slot[i, 0], cached, num_tokens)
+        prefix_cache.register_computed_blocks(s, i, s.seq_slot[i, 0], cached, num_tokens)
     s.num_computed_tokens[i] = num_tokens - 1
     c[COMPUTED_SLOTS] += num_tokens - 1 - cached
     c[DEMAND_SLOTS] += min(s.final_len[i], s.num_blocks[i] * bs) - cached

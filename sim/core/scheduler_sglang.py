@@ -70,6 +70,7 @@ import numpy as np
 from pagesim.sim.core import hicache, radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
+from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
                                     DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, HICACHE_HOST_PAGES, HICACHE_PENDING,
                                     HOST_HIT_TOKENS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
@@ -344,7 +345,7 @@ def get_new_batch_prefill(s):
 def extend_request(s, i):
     n = s.radix_request[i, EXTEND_LEN]
     radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
-    prefill(s, i, n)
+    prefill(s, i, n, SGLANG)
 
 
 @njit(inline=True)

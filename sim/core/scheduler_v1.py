@@ -242,12 +242,12 @@ def schedule_running(s):
         if spec:
             speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
-            prefill(s, i, n)
+            prefill(s, i, n, V1)
         else:
             if not s.in_decode[i]:
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += 1
-            kv_cache.compute_tokens(s, i, 1)
+            kv_cache.compute_tokens(s, i, 1, V1)
             context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
                 s.num_computed_tokens[i]
         if spec:  # its drafts: the query tokens beyond the first of a decode
@@ -515,7 +515,7 @@ def admit_waiting(s, budget):
                     c[DEMAND_WAITING] = 1
                     break
                 # its blocks taken, it waits in the queue's holding part for the load
-                kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, gpu_hits + host_hits)
+                kv_cache.allocate_hits(s, i, target, gpu_hits + host_hits)
                 host_tier.start_load(s, i, gpu_hits, host_hits)
                 host_tier.prefilling(s, i, True)
                 take_waiting(s, p)
@@ -530,7 +530,7 @@ def admit_waiting(s, budget):
                 continue
             if s.config[PREFIX_CACHING]:
                 # np.int64: jit.njit's note on constants
-                cached = kv_cache.allocate_cached_blocks(s, i, np.int64(0), target, np.int64(0))
+                cached = kv_cache.allocate_hits(s, i, target, np.int64(0))
             else:
                 cached = kv_cache.allocate(s, i, 0, 0)
         n = min(target - cached, budget - draft_slots)
@@ -543,7 +543,7 @@ def admit_waiting(s, budget):
         if kv_cache.frees_on_processed(s):
             s.window[i, WINDOW_IN_FLIGHT] = n
         start_running(s, i)
-        prefill(s, i, n)
+        prefill(s, i, n, V1)
         if host_tier.loads_async(s):
             host_tier.prefilling(s, i, loaded)
         if spec:

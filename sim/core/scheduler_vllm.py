@@ -113,7 +113,7 @@ def admit_waiting(s, budget):
                 start_running(s, i)
                 todo = target - cached
                 n = budget if chunked and budget < todo else todo
-                prefill(s, i, n)
+                prefill(s, i, n, CONTINUOUS)
                 budget -= n
                 if s.config[PREFIX_CACHING] and not chunked:
                     # vLLM 0.4.2 computes again the hits not marked computed (its model runner
@@ -210,7 +210,7 @@ def decode_token_call(s, i, kernel_block):
 
 @njit
 def prefill_call(s, i, n):
-    prefill(s, i, n)
+    prefill(s, i, n, CONTINUOUS)
 
 
 @njit  # called from two places: inlined it would be compiled twice

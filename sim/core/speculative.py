@@ -62,6 +62,7 @@ from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC
                                     SPEC_DRAFTED, SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS,
                                     SPEC_VERIFIED, STATE_BLOCKS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
+from pagesim.sim.core.state import V1
 
 
 @njit(inline=True)
@@ -174,7 +175,7 @@ def accept(s, i):
     s.speculative[i, SPEC_DRAFTS] = 0
     if kept > 0:
         leave(s, i)
-        kv_cache.compute_tokens(s, i, kept)
+        kv_cache.compute_tokens(s, i, kept, V1)
         enter(s, i)
     return kept
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache, lifecycle
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import STATIC
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED,
                             STATIC_BATCH_LIMIT,
@@ -43,7 +44,7 @@ def start_batch(s):
             break
         lifecycle.pop_waiting(s)
         extent.allocate(s, i, prompt, 0)
-        kv_cache.compute_tokens(s, i, prompt)
+        kv_cache.compute_tokens(s, i, prompt, STATIC)
         s.num_prompt_computed[i] = prompt
         lifecycle.start_running(s, i)
         longest = max(longest, prompt)

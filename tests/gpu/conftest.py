@@ -1,4 +1,4 @@
-"""Fixtures for tests/gpu: the CPU emulation library of the kernels (built once per session)."""
+"""Fixtures for tests/gpu: the CPU emulation library of the kernels (built once per test run)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,20 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def emu(tmp_path_factory):
+def emu(tmp_path_factory, request):
+    """Under pytest-xdist the workers share one build (~20 s of CPU) in the run's temporary root:
+    the first to take the lock builds it, the others load it."""
+    import fcntl
+
     from tests.gpu.emu.build import build
-    lib, why = build(tmp_path_factory.mktemp("emu"))
+    if not hasattr(request.config, "workerinput"):  # no workers: this process's own folder
+        lib, why = build(tmp_path_factory.mktemp("emu"))
+    else:
+        shared = tmp_path_factory.getbasetemp().parent / "emu"  # the run's, every worker's
+        shared.mkdir(exist_ok=True)
+        with open(shared / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lib, why = build(shared, reuse=True)
     if lib is None:
         pytest.skip(why)
     return lib

@@ -157,37 +157,45 @@ WAIT = "        cp_async_wait<G::STAGES - 2>();"
 SLOT = "table_s[(x % G::STAGES) * G::TABLE + i] = "
 
 
-@pytest.mark.parametrize("bug,fix", [
-    (A1, A1.replace("qa + 8 * G::PITCH", "qa")),  # A fragment: row gid where a[1] is row gid + 8
-    (WAIT, WAIT.replace("STAGES - 2", "STAGES - 1")),  # one group short: tile it has not landed
-    (SLOT, SLOT.replace("(x % G::STAGES)", "((x + 1) % G::STAGES)")),  # a tile's entries in another's slot
-], ids=["fragment-row", "wait-one-group-short", "table-stage-slot"])
-def test_injected_tc_bug_is_caught(emu, tmp_path, bug, fix):
+def run_tc_case(kernels, work):
+    """RUN_TC_CASE's process over a copy of ``kernels`` in ``work``: the tree under test first on
+    its path, then whatever made `pagesim` importable here."""
     import os
     import shutil
     import subprocess
     import sys
     from pathlib import Path
 
-    from pagesim.gpu.kernels_src import KERNEL_DIR
     root = Path(__file__).resolve().parents[2]
-    # the tree under test first, then whatever made `pagesim` importable here
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    shutil.copytree(kernels, work / "kernels")
+    return subprocess.run([sys.executable, "-c", RUN_TC_CASE, str(work)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
 
-    def run(kernels):
-        (tmp_path / "kernels").exists() and shutil.rmtree(tmp_path / "kernels")
-        shutil.copytree(kernels, tmp_path / "kernels")
-        return subprocess.run([sys.executable, "-c", RUN_TC_CASE, str(tmp_path)], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=120)
 
-    sound = run(KERNEL_DIR)
+@pytest.fixture(scope="module")
+def sound_tc_case(emu, tmp_path_factory):
+    """RUN_TC_CASE passes on the real sources (once for the injected bugs below)."""
+    from pagesim.gpu.kernels_src import KERNEL_DIR
+    sound = run_tc_case(KERNEL_DIR, tmp_path_factory.mktemp("sound"))
     assert sound.returncode == 0, sound.stderr[-2000:]
+
+
+@pytest.mark.parametrize("bug,fix", [
+    (A1, A1.replace("qa + 8 * G::PITCH", "qa")),  # A fragment: row gid where a[1] is row gid + 8
+    (WAIT, WAIT.replace("STAGES - 2", "STAGES - 1")),  # one group short: tile it has not landed
+    (SLOT, SLOT.replace("(x % G::STAGES)", "((x + 1) % G::STAGES)")),  # a tile's entries in another's slot
+], ids=["fragment-row", "wait-one-group-short", "table-stage-slot"])
+def test_injected_tc_bug_is_caught(sound_tc_case, tmp_path, bug, fix):
+    import shutil
+
+    from pagesim.gpu.kernels_src import KERNEL_DIR
     src = tmp_path / "mutated"
     shutil.copytree(KERNEL_DIR, src)
     text = (src / "paged_attention_tc.cu").read_text()
     assert text.count(bug) == 1
     (src / "paged_attention_tc.cu").write_text(text.replace(bug, fix))
-    assert run(src).returncode == 1
+    assert run_tc_case(src, tmp_path).returncode == 1
 
 
 def test_plan_sizes_from_the_host_lengths_it_is_given(cp):

@@ -66,7 +66,7 @@ def decoded_once(s):
     """A prefilled (blocks a0, a1: 4 + 2 tokens), forked into 3 beams, and one decode token:
     beams 0 and 1 copied the shared tail a1 (c0, c1), beam 2 kept it; 7 tokens each."""
     kv_cache.allocate(s, A, 6, 0)
-    kv_cache.compute_tokens(s, A, 6)
+    kv_cache.compute_tokens(s, A, 6, s.config[state.SCHEDULER_KIND])
     kv_cache.fork(s, A)
     kv_cache.take_decode_slots(s, A)
     s.num_computed_tokens[A] += 1
@@ -171,7 +171,7 @@ def test_tails_shared_in_pairs_copy_once_per_pair(core):
     place), and the last beam shares its tail (vLLM's rule asks one block of it)."""
     s = core
     kv_cache.allocate(s, B, 2, 0)
-    kv_cache.compute_tokens(s, B, 2)
+    kv_cache.compute_tokens(s, B, 2, s.config[state.SCHEDULER_KIND])
     kv_cache.fork(s, B)
     kv_cache.take_decode_slots(s, B)  # three copies of the 2-token block; the fourth beam keeps it
     s.num_computed_tokens[B] += 1

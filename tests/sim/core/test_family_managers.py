@@ -7,6 +7,7 @@ with the same pruning."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,29 +49,55 @@ def test_a_manager_the_family_runs_passes(family, manager):
     memory.check_family(config)
 
 
-PREEMPT = """
-import sys
-from pagesim.sim.core import jit, lifecycle, placement, radix_cache
+#: compiled from an empty cache in one process, vLLM v0's paths first: after each stage, how many
+#: times each manager's function was compiled (numba's signatures: a function compiled into
+#: nothing that ran is not compiled at all)
+COMPILED_PATHS = """
+import json
+from pagesim.sim.core import jit, kv_cache, lifecycle, placement, prefix_cache, radix_cache
+from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, rand_trace
 jit.use_numba()
-preempt = getattr(lifecycle, sys.argv[1])
-s = initial_state(cfg_for(sys.argv[2]), rand_trace(0, n=8))
-preempt.compile((preempt.typeof_pyval(s), jit.numba.int64))
-print(len(radix_cache.cache_finished_req.signatures) + len(radix_cache.insert.signatures),
-      len(placement.release.signatures))
+numba = jit.numba
+WATCHED = {"radix": (radix_cache.cache_finished_req, radix_cache.insert), "contiguous": (placement.release,),
+           "groups": (kv_cache.free_groups, kv_cache.take_group_blocks, kv_cache.take_state_blocks,
+                      kv_cache.allocate_group_hits, prefix_cache.register_group_blocks)}
+
+@numba.njit
+def other_families_paged_paths(s, i, n):
+    # what vLLM v0 (and static batching, SGLang) reach of the paged manager but a preemption
+    lifecycle.prefill(s, i, n, CONTINUOUS)
+    lifecycle.prefill(s, i, n, STATIC)
+    lifecycle.prefill(s, i, n, SGLANG)
+    kv_cache.take_decode_slot(s, i)
+    return kv_cache.allocate_cached(s, i, 0, n)
+
+def compile_for(function, system, ints):
+    s = initial_state(cfg_for(system, prefix_caching=True), rand_trace(0, n=8))
+    function.compile((function.typeof_pyval(s), *[numba.int64] * ints))
+    return {name: sum(len(f.signatures) for f in fs) for name, fs in WATCHED.items()}
+
+print(json.dumps([compile_for(lifecycle.preempt_continuous, "vllm", 1),
+                  compile_for(other_families_paged_paths, "vllm", 2),
+                  compile_for(lifecycle.preempt_v1, "vllm-v1", 1)]))
 """
 
 
 @pytest.mark.skipif(not jit.COMPILED, reason="numba is not installed")
-@pytest.mark.parametrize("preempt, system, contiguous", [("preempt_v1", "vllm-v1", 0),
-                                                         ("preempt_continuous", "vllm", 1)])
-def test_a_familys_preemption_compiles_its_managers_alone(preempt, system, contiguous, tmp_path):
-    """Compiled from an empty cache, vLLM v1's preemption holds no release of SGLang's radix tree
-    nor of the contiguous manager (placement.release), vLLM v0's and Orca's the contiguous one
-    but not the radix tree's (it was a call taking the family: numba compiled every branch)."""
+def test_each_familys_paths_compile_its_managers_alone(tmp_path):
+    """Compiled from an empty cache: vLLM v0's and Orca's preemption holds the contiguous
+    manager's release but not SGLang's radix tree (it was a call taking the family: numba compiled
+    every branch); the paged paths the other families share with vLLM v1 (a prefill's keys, a
+    decode slot, a cached allocation) hold none of vLLM v1's KV cache groups' code (``family ==
+    V1`` in ``kv_cache.compute_tokens_seq``, ``memory.free``; ``grow_table``,
+    ``allocate_hits``); vLLM v1's preemption holds its groups' release but neither the radix tree
+    nor the contiguous manager."""
     env = dict(os.environ, PYTHONPATH=subprocess_path(), NUMBA_CACHE_DIR=str(tmp_path))
     env.pop("PAGESIM_JIT", None)
-    out = subprocess.run([sys.executable, "-c", PREEMPT, preempt, system], check=True, env=env, cwd=TESTS_ROOT,
+    out = subprocess.run([sys.executable, "-c", COMPILED_PATHS], check=True, env=env, cwd=TESTS_ROOT,
                          capture_output=True, text=True)
-    assert out.stdout.split() == ["0", str(contiguous)]
+    v0_preempt, v0_paths, v1_preempt = json.loads(out.stdout)
+    assert v0_preempt == {"radix": 0, "contiguous": 1, "groups": 0}
+    assert v0_paths == {"radix": 0, "contiguous": 1, "groups": 0}
+    assert v1_preempt == {"radix": 0, "contiguous": 1, "groups": 1}  # free_groups, and nothing more

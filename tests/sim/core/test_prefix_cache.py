@@ -63,7 +63,7 @@ def admit(s, i, tokens):
     """As the scheduler admits: allocate, then compute what the cache does not hold."""
     assert kv_cache.can_allocate(s, i, tokens) == kv_cache.CAN_ALLOCATE
     cached = kv_cache.allocate(s, i, tokens, 0)
-    kv_cache.compute_tokens(s, i, tokens - cached)
+    kv_cache.compute_tokens(s, i, tokens - cached, s.config[state.SCHEDULER_KIND])
     return cached
 
 

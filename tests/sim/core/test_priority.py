@@ -104,7 +104,7 @@ def admitted(s, i, computed, decoding):
     kv_cache.allocate(s, i, 0, 0)
     kv_cache.grow(s, i, computed)
     lifecycle.start_running(s, i)
-    kv_cache.compute_tokens(s, i, computed)
+    kv_cache.compute_tokens(s, i, computed, s.config[state.SCHEDULER_KIND])
     s.num_prompt_computed[i] = computed
     if decoding:
         s.num_generated[i] = 1

@@ -49,7 +49,7 @@ def rows(s, i):
 
 def prefilled_and_forked(s):
     kv_cache.allocate(s, A, 6, 0)
-    kv_cache.compute_tokens(s, A, 6)
+    kv_cache.compute_tokens(s, A, 6, s.config[state.SCHEDULER_KIND])
     kv_cache.fork(s, A)
 
 

@@ -144,7 +144,7 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     kv_cache.allocate(s, Z, 0, 0)
     kv_cache.grow(s, Z, 4)
     lifecycle.start_running(s, Z)
-    kv_cache.compute_tokens(s, Z, 4)
+    kv_cache.compute_tokens(s, Z, 4, s.config[state.SCHEDULER_KIND])
     s.num_prompt_computed[Z] = 4
     assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1
     budget, preempted, _, reached = schedule_running_v1(s)
@@ -180,7 +180,7 @@ def test_requests_holding_kv_go_first_once_it_has_arrived():
         s.status[i] = state.WAITING
         interpreted(kv_cache.allocate)(s, i, 0, 0)
         interpreted(kv_cache.grow)(s, i, 8)
-        interpreted(kv_cache.compute_tokens)(s, i, 7)
+        interpreted(kv_cache.compute_tokens)(s, i, 7, s.config[state.SCHEDULER_KIND])
         s.load_ready_s[i] = ready
         interpreted(lifecycle.hold_waiting)(s, i)
     s.status[W] = state.WAITING
