@@ -232,7 +232,7 @@ def vllm_v1(trace) -> None:
 
 def sglang_hicache(trace, repeats: int = REPEATS) -> None:
     """``--only-sglang-hicache``: SGLang's host tier (``--system sglang --kv-offload-gib 64``,
-    sim/core/hicache.py) against plain ``--system sglang`` on the Azure conv trace, OPT-13B /
+    sim/core/radix_cache.py) against plain ``--system sglang`` on the Azure conv trace, OPT-13B /
     A100-80GB, engine seconds (best of ``repeats`` each, interleaved, in this process; target:
     within 2x). The trace names no shared prefix: every insert is written through, the host
     pool fills and evicts, nothing is loaded back."""

@@ -131,7 +131,7 @@ class SimConfig:
     spec_acceptance_rates: str | None = None
     draft_model: str | None = None
     # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/host_tier.py), or sglang's
-    # host tier (HiCache's L2, its --hicache-size; sim/core/hicache.py): host memory in GiB for KV,
+    # host tier (HiCache's L2, its --hicache-size; sim/core/radix_cache.py): host memory in GiB for KV,
     # over the tensor-parallel GPUs (0: none)
     kv_offload_gib: float = 0.0
 

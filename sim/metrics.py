@@ -255,7 +255,7 @@ def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:
 
 def host_tier_summary(gpu_hits: int, host_hits: int, lookups: int, loaded: int, stored: int, evicted: int,
                       used: int, capacity: int, block_bytes: float) -> dict[str, float]:
-    """vllm-v1's CPU offload tier (sim/core/host_tier.py), or sglang's (sim/core/hicache.py, its
+    """vllm-v1's CPU offload tier (sim/core/host_tier.py), or sglang's (sim/core/radix_cache.py, its
     pages for blocks): the share of prompt tokens looked up
     that each tier supplied (the GPU prefix cache first, the host tier past it; vLLM counts the
     connector's hits apart, ``connector_prefix_cache_stats``, v1/core/sched/scheduler.py:1486-1505),

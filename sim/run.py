@@ -281,7 +281,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
             int(c[core_state.PREFIX_HIT_TOKENS]), int(c[core_state.HOST_HIT_TOKENS]),
             int(c[core_state.PREFIX_LOOKUP_TOKENS]), int(c[core_state.HOST_LOADED_BLOCKS]),
             int(c[core_state.HOST_STORED_BLOCKS]), int(c[core_state.HOST_EVICTIONS]), int(c[core_state.HOST_USED]),
-            # (sglang's host tier: its pages, the same bytes as a device page; sim/core/hicache.py)
+            # (sglang's host tier: its pages, the same bytes as a device page; sim/core/radix_cache.py)
             int(s.config[core_state.HOST_BLOCKS] or s.config[core_state.HICACHE_HOST_PAGES]),
             pool.block_size * run.budget.kv_bytes_per_token))
     if pool.groups is not None:

@@ -8,7 +8,8 @@ same CPython functions otherwise (``sim/core/jit.py``).
     kv_cache.py     the paged manager: admission checks, allocation, decode slots, accounting
     extent.py       the contiguous (Orca) manager: reservations (max, pow2, oracle, predicted), accounting
     placement.py    where its extents go: buddy, first-fit, best-fit
-    radix_cache.py  SGLang's radix tree over a token pool (--system sglang)
+    radix_cache.py  SGLang's radix tree over a token pool (--system sglang), and its host tier
+                    (HiCache, --kv-offload-gib)
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
     lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics,
                     a step's end
@@ -21,7 +22,6 @@ same CPython functions otherwise (``sim/core/jit.py``).
     speculative.py  vLLM v1's speculative decoding: drafts per decode, lookahead slots, acceptance,
                     the speculative slack (--num-speculative-tokens)
     host_tier.py    vLLM v1's CPU offload tier: the host blocks' LRU, stores, loads (--kv-offload-gib)
-    hicache.py      SGLang's host tier (HiCache): write-through, demotion, host eviction, load back
     static.py       request-level (static) batching: padded batches in fixed slots
     cost.py         the roofline's price of an iteration (sim.cost.roofline's model calls it
                     too), and the scale of any model's GPU time (sim.cost.models.ScaledCostModel's)

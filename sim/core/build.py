@@ -135,7 +135,7 @@ class Limits(NamedTuple):
     static_batch_limit: int
     host_blocks: int = 0  # vllm-v1's CPU offload tier (--kv-offload-gib): its blocks (0: none)
     host_block_s: float = 0.0  # the seconds a block takes over the GPU's host link, either way
-    hicache_host_pages: int = 0  # sglang's host tier (--kv-offload-gib, sim/core/hicache.py): its pages
+    hicache_host_pages: int = 0  # sglang's host tier (--kv-offload-gib, sim/core/radix_cache.py): its pages
     num_layers: int = 0  # the model's layers (sglang's host tier pipelines a load back over them)
 
 
@@ -153,7 +153,7 @@ def limits_for(cfg, pool: Pool, kv_bytes_per_token: float, num_layers: int = 0) 
 
 
 def hicache_host_pages(cfg, pool: Pool, kv_bytes_per_token: float) -> int:
-    """sglang's host tier (sim/core/hicache.py): ``--kv-offload-gib N`` read as SGLang's
+    """sglang's host tier (sim/core/radix_cache.py): ``--kv-offload-gib N`` read as SGLang's
     ``--hicache-size`` of N GiB over the tensor-parallel ranks (``N * 2**30 / 1e9 / TP`` GB per
     rank, the size vLLM's tier gets here): ``HostKVCache`` holds ``size * 1e9 // size_per_token``
     tokens (pool_host/base.py:221-224, ``size_per_token`` the device pool's bytes per token,
@@ -355,7 +355,7 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
     it used its key and where it last found it, and when each request's KV load ends, whatever
-    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/hicache.py) has its
+    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/radix_cache.py) has its
     pages, the link's price per page, the model's layers, and per node when its copy ends
     (``host_ready_s``) and ``host_work``'s rows of pending nodes and of a path."""
     blocks = limits.host_blocks

@@ -538,7 +538,7 @@ def check_radix(s) -> None:
 
 
 def check_hicache(s, live: list) -> None:
-    """sglang's host tier (sim/core/hicache.py): the host pages in use are those of the nodes on the
+    """sglang's host tier (sim/core/radix_cache.py): the host pages in use are those of the nodes on the
     host, at most the pool's; no node is on neither tier, and a host-only node's children are
     host-only (device eviction goes leaf first); a running request's prefix is on the device."""
     c, nodes, page = s.count, s.radix_nodes, int(s.config[BLOCK_SIZE])

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import hicache, host_tier, lifecycle, static
+from pagesim.sim.core import host_tier, lifecycle, radix_cache, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -348,7 +348,7 @@ def loop_for(family):
                 # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)
                 wake = host_tier.next_load_end(s) if family == V1 and c[NUM_LOADING] else np.inf
                 if family == SGLANG and c[HICACHE_PENDING]:  # sglang's host tier: the next copy's end unlocks
-                    wake = hicache.next_end(s)  # its node (an idle scheduler polls: hicache.acknowledge)
+                    wake = radix_cache.next_end(s)  # its node (an idle scheduler polls: radix_cache.acknowledge)
                 if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
                         and wake == np.inf):
                     return EMPTY_POOL  # (in-flight transfers and host loads free or load blocks)
@@ -366,8 +366,9 @@ def loop_for(family):
             # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
             # and the cost models a second time (jit.njit's note on constants)
             dt = step_time(s, np.int64(decode_context_sum), family)
-            if family == SGLANG and c[STEP_LOAD_TOKENS]:  # sglang's host tier loads KV back in the step (hicache.py)
-                dt = hicache.step_price(s, dt)
+            # sglang's host tier loads KV back in the step (radix_cache.step_price)
+            if family == SGLANG and c[STEP_LOAD_TOKENS]:
+                dt = radix_cache.step_price(s, dt)
             code = start_step(s, dt, family)
             if code != GO_ON:
                 return code

@@ -53,9 +53,9 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``); an idle engine
    resets it to ``init``.
 
-With a host tier (``--kv-offload-gib``, ``sim/core/hicache.py``) each iteration first acknowledges
+With a host tier (``--kv-offload-gib``, ``sim/core/radix_cache.py``) each iteration first acknowledges
 the copies that have ended, and an admission's match has a device part (the prefix, locked) and a
-host hit below it, loaded back or recomputed (``hicache.load_back``; the budgets as SGLang's
+host hit below it, loaded back or recomputed (``radix_cache.load_back``; the budgets as SGLang's
 ``_select_prefill_admission`` counts them).
 
 A request's ``max_new_tokens`` is its output length (the trace's): the simulator knows it, as a
@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import hicache, radix_cache
+from pagesim.sim.core import radix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import SGLANG
@@ -101,7 +101,7 @@ def schedule(s):
     if s.config[HICACHE_HOST_PAGES]:  # the host tier's copies ended by now: check_hicache_events (scheduler.py:3898)
         c[STEP_LOAD_TOKENS] = 0
         if c[HICACHE_PENDING]:
-            hicache.acknowledge(s)
+            radix_cache.acknowledge(s)
     context_sum = 0
     if not get_new_batch_prefill(s):
         if c[DECODE_SET_SIZE]:
@@ -146,7 +146,7 @@ def sort_by_longest_prefix(s):
         s.radix_request[i, IN_WAITING_TREE] = 0
         device = matched
         if s.config[HICACHE_HOST_PAGES]:  # the key counts a host hit, the in-batch check the device
-            device = hicache.depth(s, hicache.device_node(s, node))  # prefix alone (req.prefix_len, :365)
+            device = radix_cache.depth(s, radix_cache.device_node(s, node))  # prefix alone (req.prefix_len, :365)
         if device <= IN_BATCH_CHECK_THRESHOLD:
             shares = False
             # a request shares no more tokens with another than it names by hashes (same_tokens):
@@ -265,8 +265,8 @@ def get_new_batch_prefill(s):
         node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
         best = node  # with a host tier: the match's deepest node, on the device or the host
         if s.config[HICACHE_HOST_PAGES]:  # the device part is the prefix, the rest the host hit
-            node = hicache.device_node(s, best)
-            prefix = hicache.depth(s, node)
+            node = radix_cache.device_node(s, best)
+            prefix = radix_cache.depth(s, node)
         device_prefix = prefix
         extend = target - prefix
         # add_one_req: the extend, the output left and a page for the paged allocator's rounding
@@ -279,8 +279,8 @@ def get_new_batch_prefill(s):
             if num_can_run or running_bs:  # scheduler.py:4279-4284
                 c[BATCH_IS_FULL] = NO_TOKEN
             break
-        if best != node:  # a host hit: loaded back, its tokens then cached, or recomputed (hicache.load_back)
-            loaded = hicache.load_back(s, node, best)
+        if best != node:  # a host hit: loaded back, its tokens then cached, or recomputed (radix_cache.load_back)
+            loaded = radix_cache.load_back(s, node, best)
             if loaded:
                 radix_cache.dec_lock_ref(s, node)  # the request locks the loaded node (schedule_policy.py:1690)
                 radix_cache.inc_lock_ref(s, best)

@@ -181,7 +181,7 @@ table("config", """
     HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
         memory's blocks (0: no tier)
     HOST_TABLE_MASK     its keys' hash table size less one (a power of two)
-    HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/hicache.py): the
+    HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/radix_cache.py): the
         host pool's pages (0: no host tier)
     HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
 """, size="NUM_CONFIG")
@@ -481,8 +481,8 @@ table("host_work", """
     PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
     HICACHE_PENDING_NODE  sglang's host tier: a node whose copy is not acknowledged, in
         submission order (count[HICACHE_PENDING]); its copy's end is Core.host_ready_s[node]
-    HICACHE_PATH        sglang's host tier: room for a path's nodes (hicache.insert)
-    HICACHE_CHAIN       and for a write's chain of ancestors (hicache.write)
+    HICACHE_PATH        sglang's host tier: room for a path's nodes (radix_cache.insert_writing_through)
+    HICACHE_CHAIN       and for a write's chain of ancestors (radix_cache.write)
 """, size="HOST_WORK_COLUMNS")
 # Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
 # per request

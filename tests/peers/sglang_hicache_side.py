@@ -1,4 +1,4 @@
-"""pagesim's HiCache (``--system sglang --kv-offload-gib N``, ``sim/core/hicache.py``) beside SGLang
+"""pagesim's HiCache (``--system sglang --kv-offload-gib N``, ``sim/core/radix_cache.py``) beside SGLang
 0.5.23's own ``UnifiedRadixCache`` with its host tier, call by call.
 
 pagesim runs a workload; every call its scheduler makes into the tree is made at once, with the
@@ -10,16 +10,16 @@ and both trees are compared after it:
 pagesim                                         SGLang (``mem_cache/unified_radix_cache.py``)
 =============================================  ====================================================
 ``radix_cache.match_prefix(s, r, limit)``       ``match_prefix`` of ``r``'s first ``limit`` tokens:
-(then ``hicache.device_node``)                  ``device_prefix_len``, ``host_hit_length``
+(then ``radix_cache.device_node``)                  ``device_prefix_len``, ``host_hit_length``
 ``radix_cache.checkpoint(s, r, n)``             ``checkpoint_into_tree``'s inserts (:1164-1292):
-(``hicache.insert``: write-through)             ``insert`` with the request's ``inserted_len``, each
+(``radix_cache.insert_writing_through``: write-through)             ``insert`` with the request's ``inserted_len``, each
                                                 ``BackupKV`` executed (host eviction included),
                                                 then the prompt's insert
 ``radix_cache.inc_lock_ref`` / ``dec_lock_ref``  ``lock`` / ``unlock`` (a request's, the scheduler's)
 ``radix_cache.evict(s, n)``                     ``evict(EvictParams(n))``: demotions and deletions
-``hicache.load_back(s, device, best)``          ``load_back(best)`` (:1820-1937): threshold, device
+``radix_cache.load_back(s, device, best)``          ``load_back(best)`` (:1820-1937): threshold, device
                                                 slots (evicting), commit, the lock
-``hicache.acknowledge(s)``                      ``writing_check`` / ``loading_check`` (:3472-3583)
+``radix_cache.acknowledge(s)``                      ``writing_check`` / ``loading_check`` (:3472-3583)
                                                 of the copies pagesim acknowledges
 =============================================  ====================================================
 
@@ -58,7 +58,7 @@ from tests.peers import sglang_hicache, sglang_radix
 from tests.peers.sglang_radix import LLAMA_SLOT, Operation, Tokens, first_token, frame
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import hicache, jit, radix_cache, state
+from pagesim.sim.core import jit, radix_cache, state
 from pagesim.sim.run import run_simulation
 
 PEER = sglang_hicache.PEER
@@ -405,8 +405,8 @@ class Twin:
         if self.busy:
             return original(s, r, limit)
         node, depth = original(s, r, limit)
-        device = hicache.device_node(s, node)
-        ours = (int(hicache.depth(s, device)), int(depth - hicache.depth(s, device)))
+        device = radix_cache.device_node(s, node)
+        ours = (int(radix_cache.depth(s, device)), int(depth - radix_cache.depth(s, device)))
         result = self.call(lambda: self.cache.match_prefix(SGLANG.base.MatchPrefixParams(key=self.key(r, int(limit)))))
         theirs = result if isinstance(result, str) else (int(result.device_prefix_len), int(result.host_hit_length))
         self.settle(s, "match", int(r), int(limit), ours, theirs)
@@ -475,7 +475,8 @@ class Twin:
         else:
             self.run.unloaded_hits += 1
         result = self.call(lambda: self.cache.load_back(self.handles[int(best)]))
-        self.settle(s, "load_back", -1, int(hicache.depth(s, best) - hicache.depth(s, device)), bool(loaded), result)
+        host_hit = int(radix_cache.depth(s, best) - radix_cache.depth(s, device))
+        self.settle(s, "load_back", -1, host_hit, bool(loaded), result)
         return loaded
 
     def write_one(self, original, s, x):
@@ -503,8 +504,8 @@ class Twin:
 
 
 WRAPPED = ((radix_cache, "match_prefix"), (radix_cache, "checkpoint"), (radix_cache, "inc_lock_ref"),
-           (radix_cache, "dec_lock_ref"), (radix_cache, "evict"), (hicache, "load_back"), (hicache, "write_one"),
-           (hicache, "acknowledge"))
+           (radix_cache, "dec_lock_ref"), (radix_cache, "evict"), (radix_cache, "load_back"),
+           (radix_cache, "write_one"), (radix_cache, "acknowledge"))
 
 
 def run(workload: Workload) -> Run:
@@ -535,9 +536,9 @@ def run(workload: Workload) -> Run:
         (radix_cache, "dec_lock_ref"): lambda s, x: twin().lock(
             originals[(radix_cache, "dec_lock_ref")], "dec_lock_ref", s, x),
         (radix_cache, "evict"): lambda s, n: twin().evict(originals[(radix_cache, "evict")], s, n),
-        (hicache, "load_back"): lambda s, d, b: twin().load_back(originals[(hicache, "load_back")], s, d, b),
-        (hicache, "write_one"): lambda s, x: twin().write_one(originals[(hicache, "write_one")], s, x),
-        (hicache, "acknowledge"): lambda s: twin().acknowledge(originals[(hicache, "acknowledge")], s),
+        (radix_cache, "load_back"): lambda s, d, b: twin().load_back(originals[(radix_cache, "load_back")], s, d, b),
+        (radix_cache, "write_one"): lambda s, x: twin().write_one(originals[(radix_cache, "write_one")], s, x),
+        (radix_cache, "acknowledge"): lambda s: twin().acknowledge(originals[(radix_cache, "acknowledge")], s),
     }
     assert build is not None
     try:

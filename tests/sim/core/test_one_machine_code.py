@@ -30,7 +30,7 @@ CONFIGS = [
     ("vllm", {}, {"cost_model": "calibrated"}),
     ("vllm-v1", {}, {}),
     ("sglang", {}, {}),
-    ("sglang", {}, {"kv_offload_gib": 1.0}),  # its host tier (sim/core/hicache.py)
+    ("sglang", {}, {"kv_offload_gib": 1.0}),  # its host tier (sim/core/radix_cache.py)
     ("orca-max", {}, {}),
     ("orca-pow2", {}, {}),
     ("orca-oracle", {}, {}),

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's hierarchical cache (``--system sglang --kv-offload-gib N``: sim/core/hicache.py)
+"""SGLang 0.5.23's hierarchical cache (``--system sglang --kv-offload-gib N``: sim/core/radix_cache.py)
 pinned by tiny cases worked out by hand (docs/notes/sglang-hicache.md, section 7's example).
 
 OPT-13B on an A100: 819,200 KV bytes a token, the host link 25e9 bytes/s, so a token (page 1)
@@ -22,7 +22,7 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import hicache, radix_cache, replay, scheduler_sglang, state
+from pagesim.sim.core import radix_cache, replay, scheduler_sglang, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
@@ -33,10 +33,10 @@ TOKEN_S = OPT13B_SLOT / 25e9  # a token over the host link: 32.768 us
 checkpoint = interpreted(radix_cache.checkpoint)
 match_prefix = interpreted(radix_cache.match_prefix)
 evict = interpreted(radix_cache.evict)
-acknowledge = interpreted(hicache.acknowledge)
-load_back = interpreted(hicache.load_back)
-device_node = interpreted(hicache.device_node)
-step_price = interpreted(hicache.step_price)
+acknowledge = interpreted(radix_cache.acknowledge)
+load_back = interpreted(radix_cache.load_back)
+device_node = interpreted(radix_cache.device_node)
+step_price = interpreted(radix_cache.step_price)
 get_new_batch_prefill = interpreted(scheduler_sglang.get_new_batch_prefill)
 sort_by_longest_prefix = interpreted(scheduler_sglang.sort_by_longest_prefix)
 
