@@ -309,16 +309,22 @@ def available(s):
 def evict(s, num_tokens):
     """``evict``: free at least ``num_tokens`` tokens (or every evictable one), least recently
     accessed unlocked leaf first (ties: the lower node row); a parent left an unlocked leaf is a
-    candidate in turn. Returns the tokens freed."""
-    if s.config[HICACHE_HOST_PAGES]:  # with a host tier: device leaves, demoted or deleted
-        return evict_device(s, num_tokens)
+    candidate in turn. Returns the tokens freed. With a host tier (``evict_device_leaf``,
+    unified_tree_core.py:1788-1823) the leaves are device leaves (:func:`is_device_leaf`: host-only
+    children do not count) and a backed-up one is demoted to the host, not deleted (``_demote``,
+    :2090-2123; an unbacked one's children are device-only too: a backed-up node's ancestors are
+    backed up, :func:`write`)."""
     c, nodes = s.count, s.radix_nodes
+    tiers = s.config[HICACHE_HOST_PAGES] > 0
     freed = 0
     while freed < num_tokens:
         victim = -1
         for x in range(1, c[RADIX_NODES_USED]):
-            if (nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
-                    and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS])):
+            if tiers:
+                leaf = is_device_leaf(s, x)
+            else:
+                leaf = nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
+            if leaf and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
                 victim = x
         if victim < 0:
             break
@@ -327,7 +333,10 @@ def evict(s, num_tokens):
         c[RADIX_TREE_TOKENS] -= n
         c[RADIX_EVICTABLE] -= n
         c[NUM_EVICTIONS] += 1
-        delete_node(s, victim)
+        if tiers and nodes[victim, NODE_ON_HOST]:
+            nodes[victim, NODE_EVICTED] = 1  # the node stays, host-only
+        else:
+            delete_node(s, victim)
     return freed
 
 
@@ -457,7 +466,7 @@ def memory_categories(s, demand_waiting, out):
 #   (``commit_backup``) and locked on the device until the copy is acknowledged
 #   (``inc_lock_ref``, ``:1707-1708``; ``_finish_write_through_ack``, ``:1803-1818``). The copy goes
 #   GPU -> host on the store link, after the copies before it; no step waits for it.
-# * **Device eviction** (:func:`evict_device`): the least recently used device leaf (on the device,
+# * **Device eviction** (:func:`evict`): the least recently used device leaf (on the device,
 #   unlocked, no child on the device: host-only children do not count, ``_is_device_leaf``,
 #   ``unified_tree_core.py:2348-2364``); a backed-up one is demoted (device tokens freed, the node
 #   stays host-only, ``_demote``, ``:2090-2123``), an unbacked one deleted
@@ -695,32 +704,6 @@ def is_device_leaf(s, x):
             return False
         child = nodes[child, NODE_NEXT_SIBLING]
     return True
-
-
-@njit
-def evict_device(s, num_tokens):
-    """``evict`` with a host tier (``evict_device_leaf``, unified_tree_core.py:1788-1823): free
-    at least ``num_tokens`` device tokens, least recently used device leaf first (ties: the lower
-    row); a backed-up leaf is demoted to the host, an unbacked one deleted. Returns the tokens freed."""
-    c, nodes = s.count, s.radix_nodes
-    freed = 0
-    while freed < num_tokens:
-        victim = -1
-        for x in range(1, c[RADIX_NODES_USED]):
-            if is_device_leaf(s, x) and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
-                victim = x
-        if victim < 0:
-            break
-        n = length(s, victim)
-        freed += n
-        c[RADIX_TREE_TOKENS] -= n
-        c[RADIX_EVICTABLE] -= n
-        c[NUM_EVICTIONS] += 1
-        if nodes[victim, NODE_ON_HOST]:
-            nodes[victim, NODE_EVICTED] = 1  # _demote: the node stays, host-only
-        else:  # (its children are device-only too: a backed-up node's ancestors are backed up, write)
-            delete_node(s, victim)
-    return freed
 
 
 @njit

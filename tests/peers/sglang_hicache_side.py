@@ -244,25 +244,7 @@ class Cache:
 # -- pagesim's side --------------------------------------------------------------------------------
 def pagesim_nodes(s, tokens: Tokens, keys: dict) -> dict:
     """pagesim's live nodes as :meth:`Cache.nodes`."""
-    table = s.radix_nodes[:s.count[state.RADIX_NODES_USED]].tolist()
-
-    def key(x):
-        row = table[x]
-        name = (row[state.NODE_OWNER], row[state.NODE_START], row[state.NODE_END])
-        if name not in keys:
-            keys[name] = tokens.of(name[0])[name[1]:name[2]].tobytes()
-        return keys[name]
-
-    out = {}
-    for x in range(1, len(table)):
-        row = table[x]
-        parent = row[state.NODE_PARENT]
-        if parent == radix_cache.FREE_NODE:
-            continue
-        above = (0, 0) if parent == radix_cache.ROOT else (table[parent][state.NODE_START], first_token(key(parent)))
-        out[(row[state.NODE_START], key(x))] = (*above, row[state.NODE_LOCK_REF], not row[state.NODE_EVICTED],
-                                                bool(row[state.NODE_ON_HOST]), row[state.NODE_LAST_ACCESS])
-    return out
+    return sglang_radix.pagesim_nodes(s, tokens, keys, tiers=True)
 
 
 @dataclass(frozen=True)

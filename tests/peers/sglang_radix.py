@@ -346,10 +346,12 @@ class Stamps:
         self.names = {raw: self.names[raw] for raw in raw_times if raw in self.names}
 
 
-def pagesim_nodes(s, tokens: Tokens, keys: dict, rows=None) -> dict:
+def pagesim_nodes(s, tokens: Tokens, keys: dict, rows=None, tiers: bool = False) -> dict:
     """pagesim's live nodes, ``(depth, tokens) -> (parent's depth, parent's first token,
     lock_ref, raw last access)``; ``rows``: only these (a path), else every live row of
-    ``radix_nodes``. ``keys`` caches a node's tokens by (owner, start, end)."""
+    ``radix_nodes``. ``keys`` caches a node's tokens by (owner, start, end). ``tiers``: with a
+    host tier, whether each is on the device and on the host before its last access
+    (``sglang_hicache_side.py``)."""
     table = s.radix_nodes[:s.count[state.RADIX_NODES_USED]].tolist()
 
     def key(x):
@@ -366,7 +368,8 @@ def pagesim_nodes(s, tokens: Tokens, keys: dict, rows=None) -> dict:
         if parent == radix_cache.FREE_NODE:
             continue
         above = (0, 0) if parent == radix_cache.ROOT else (table[parent][state.NODE_START], first_token(key(parent)))
-        out[(row[state.NODE_START], key(x))] = (*above, row[state.NODE_LOCK_REF], row[state.NODE_LAST_ACCESS])
+        where = (not row[state.NODE_EVICTED], bool(row[state.NODE_ON_HOST])) if tiers else ()
+        out[(row[state.NODE_START], key(x))] = (*above, row[state.NODE_LOCK_REF], *where, row[state.NODE_LAST_ACCESS])
     return out
 
 
