@@ -318,14 +318,7 @@ def evict(s, num_tokens):
     tiers = s.config[HICACHE_HOST_PAGES] > 0
     freed = 0
     while freed < num_tokens:
-        victim = -1
-        for x in range(1, c[RADIX_NODES_USED]):
-            if tiers:
-                leaf = is_device_leaf(s, x)
-            else:
-                leaf = nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
-            if leaf and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
-                victim = x
+        victim = oldest_leaf(s, DEVICE_LEAF if tiers else LEAF)
         if victim < 0:
             break
         n = length(s, victim)
@@ -338,6 +331,29 @@ def evict(s, num_tokens):
         else:
             delete_node(s, victim)
     return freed
+
+
+#: the leaves an eviction takes (:func:`oldest_leaf`): without a host tier, an unlocked node with no
+#: children; with one, a device leaf (:func:`evict`) or a host leaf (:func:`evict_host`)
+LEAF, DEVICE_LEAF, HOST_LEAF = 0, 1, 2
+
+
+@njit(inline=True)
+def oldest_leaf(s, kind):
+    """The least recently accessed leaf of ``kind`` (ties: the lower node row), or -1: what an
+    eviction takes next (a parent left a leaf is a candidate in turn)."""
+    nodes = s.radix_nodes
+    victim = -1
+    for x in range(1, s.count[RADIX_NODES_USED]):
+        if kind == HOST_LEAF:
+            leaf = is_host_leaf(s, x)
+        elif kind == DEVICE_LEAF:
+            leaf = is_device_leaf(s, x)
+        else:
+            leaf = nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
+        if leaf and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
+            victim = x
+    return victim
 
 
 @njit(inline=True)
@@ -594,10 +610,7 @@ def evict_host(s, num_pages):
     nodes = s.radix_nodes
     freed = 0
     while freed < num_pages:
-        victim = -1
-        for x in range(1, s.count[RADIX_NODES_USED]):
-            if is_host_leaf(s, x) and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
-                victim = x
+        victim = oldest_leaf(s, HOST_LEAF)
         if victim < 0:
             break
         n = pages(s, length(s, victim))
