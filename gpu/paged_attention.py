@@ -21,7 +21,8 @@ API::
   verifies that and the table entries on the host (one small device->host copy); pass
   ``check=False`` on hot paths.
 * Split-K: the context is cut in partitions of ``partition_size`` tokens (512, or the power of two
-  that holds a shorter context, halved down to 64 while the grid would not fill the GPU twice);
+  that holds a shorter context, halved down to 64 while the grid has fewer than
+  ``FILL_BLOCKS_PER_SM`` blocks an SM);
   one partition -> single kernel
   (v1), several -> per-partition (max, sum, partial out) + a reduce kernel (v2 / FlashDecoding).
   ``num_partitions`` forces ceil(max_context_len / num_partitions)-token partitions (a
@@ -70,6 +71,15 @@ TC_MIN_PARTITION = 256
 TC_MIN_CAPABILITY = 80  # mma.m16n8k16 with bf16, cp.async: sm_80 and newer
 DEFAULT_PARTITION = 512
 MIN_PARTITION = 64
+#: the simple kernel's partitions are halved while the grid has fewer blocks than this per SM. A
+#: block walks its partition's tokens one after another, and at decode sizes the kernel waits on
+#: that walk, not on memory: on the H200 of 2026-11-27 the llama-2-7b runner's decode steps (CUDA
+#: graphs, MHA) ran over the table model by 2.0-2.7 ms per thousand tokens of the longest block's
+#: walk (min(partition, longest context)), a fit that left 0.10-0.14 ms of 0.75-0.99 ms of median
+#: error (benchmarks/results/2026-11-27-h200/session2). 2 blocks an SM (the rule before) left
+#: partitions of 512 tokens at 8 sequences; 8 cut them to 128 (a block's 5 to 8 resident neighbours
+#: fill an SM's memory pipe in its place).
+FILL_BLOCKS_PER_SM = 8
 MAX_SEQS = 65535  # CUDA's limit on gridDim.y
 _DEFAULT_SMEM = 48 * 1024
 
@@ -101,12 +111,13 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
             raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
         return max(1, math.ceil(max_ctx / int(num_partitions)))
     # from the smallest power of two that holds the context in one partition (at most the default),
-    # halved while the grid would not fill the GPU twice: a short context splits too. Stopping at
-    # the first halving that did not add a partition left one sequence of 256 tokens in one
+    # halved while the grid has under FILL_BLOCKS_PER_SM blocks an SM: a short context splits too.
+    # Stopping at the first halving that did not add a partition left one sequence of 256 tokens in one
     # 512-token partition, 1.14 ms a step of 32 layers on the H100 of 2026-11-26, against 0.62 ms
     # for 300 tokens split in five (benchmarks/results/2026-11-26-h100-80gb-hbm3/session2)
     p = min(DEFAULT_PARTITION, 1 << max(0, (max_ctx - 1).bit_length()))
-    while p > MIN_PARTITION and num_seqs * blocks_per_seq * math.ceil(max_ctx / p) < 2 * sm_count:
+    target = FILL_BLOCKS_PER_SM * sm_count
+    while p > MIN_PARTITION and num_seqs * blocks_per_seq * math.ceil(max_ctx / p) < target:
         p //= 2
     return p
 

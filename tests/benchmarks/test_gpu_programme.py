@@ -114,7 +114,8 @@ def test_the_phases_hold_their_outputs(dry):
     i, o = cols.index("swap_in_tokens"), cols.index("swap_out_tokens")
     assert sum(int(r.split(",")[i]) + int(r.split(",")[o]) for r in steps[1:]) > 0
     scaling = json.loads(_member(out, 3, "layer_scaling.json"))
-    assert set(scaling["runs"]) == {"4", "32"}
+    assert set(scaling["runs"]) == {"4", "8", "16", "32"}
+    assert set(scaling["relative_difference_by_layers"]) == {"4", "8", "16"}
 
 
 def test_planned_device_time_fits_the_budget():

@@ -54,12 +54,12 @@ MHA = ModelSpec("mha-classes", 1, 128, 2, 2, 64, 96, 300, 1024)
 def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
     """Which context classes a size is captured for, worked from choose_partition_size (132 SMs:
     from the power of two holding the ceiling, at most 512, it halves the partition, not below
-    64, while the blocks number under 264), and which graph a step replays.
+    64, while the blocks number under 8 x 132 = 1,056), and which graph a step replays.
 
     Size 1, grid 2 x 1: every ceiling halves to 64 (2 x 16 = 32 blocks at 1,024): one class,
-    served by 1,024. Size 64, grid 2 x 64 = 128 blocks a partition: 256 halves to 64 (128 x 4 =
-    512 blocks), 512 to 128 (128 x 4), 1,024 to 256 (128 x 4). Kept: 256, 512, 1024. Size 136,
-    272 blocks a partition, none halves: 1,024 splits in two of 512; 512 and 256 are one pass
+    served by 1,024. Size 136, grid 2 x 136 = 272 blocks a partition: 256 halves to 64 (272 x 4 =
+    1,088 blocks), 512 to 128 (272 x 4), 1,024 to 256 (272 x 4). Kept: 256, 512, 1024. Size 528,
+    1,056 blocks a partition, none halves: 1,024 splits in two of 512; 512 and 256 are one pass
     each (partitions of 512 and 256): 256 is left to 512, which is not left to 1,024. The
     replayed steps give the eager hidden states."""
     torch = pytest.importorskip("torch")
@@ -67,7 +67,7 @@ def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
     outs = []
     for graphs in (True, False):
         be = TorchCupyBackend(dtype="float16", device="cpu", ops="fused", attention="kernel", cache_ops="kernel",
-                              cuda_graphs=graphs, graph_sizes=[1, 64, 136])
+                              cuda_graphs=graphs, graph_sizes=[1, 136, 528])
         steps = HandSteps(MHA, be, num_blocks=64, block_size=16)
         steps.prefill([0, 1, 2], [259, 19, 60])
         got, replayed = [], []
@@ -77,11 +77,11 @@ def test_context_classes_kept_and_replayed_by_hand(cpu_kernels):
             replayed.append(be._graphs.last_replayed if graphs else None)
         outs.append(got)
         if graphs:
-            assert be._graphs.ceilings == {1: [1024], 64: [256, 512, 1024], 136: [512, 1024]}
-            assert sorted(be._graphs.graphs) == [(1, 1024), (64, 256), (64, 512), (64, 1024), (136, 512),
-                                                 (136, 1024)]
-            # one sequence replays size 1's one class; the three (longest 261) size 64's class 512
-            assert replayed == [(1, 1024), (1, 1024), (64, 512)]
+            assert be._graphs.ceilings == {1: [1024], 136: [256, 512, 1024], 528: [512, 1024]}
+            assert sorted(be._graphs.graphs) == [(1, 1024), (136, 256), (136, 512), (136, 1024), (528, 512),
+                                                 (528, 1024)]
+            # one sequence replays size 1's one class; the three (longest 261) size 136's class 512
+            assert replayed == [(1, 1024), (1, 1024), (136, 512)]
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
 
