@@ -22,7 +22,7 @@ API::
   ``check=False`` on hot paths.
 * Split-K: the context is cut in partitions of ``partition_size`` tokens (512, or the power of two
   that holds a shorter context, halved down to 64 while the grid has fewer than
-  ``FILL_BLOCKS_PER_SM`` blocks an SM);
+  ``FILL_BLOCKS_PER_SM`` blocks an SM; then the longest context cut in that many equal parts);
   one partition -> single kernel
   (v1), several -> per-partition (max, sum, partial out) + a reduce kernel (v2 / FlashDecoding).
   ``num_partitions`` forces ceil(max_context_len / num_partitions)-token partitions (a
@@ -119,7 +119,10 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
     target = FILL_BLOCKS_PER_SM * sm_count
     while p > MIN_PARTITION and num_seqs * blocks_per_seq * math.ceil(max_ctx / p) < target:
         p //= 2
-    return p
+    # then the same number of partitions made equal: the longest walk is the step's, and 600 tokens
+    # in 512 + 88 took 112 us a layer at 32 sequences where 300 + 300 took 93 (the H200 of
+    # 2026-11-27, benchmarks/results/2026-11-27-h200/session2/partition-rule)
+    return math.ceil(max_ctx / math.ceil(max_ctx / p))
 
 
 def tc_stages(head_dim: int) -> int:

@@ -88,24 +88,26 @@ def test_heads_per_block():
 
 
 def test_choose_partition_size():
-    # 132 SMs: halved while the grid has under 8 x 132 = 1,056 blocks, never below 64
-    # big grid: default 512; context <= 512 gives one partition (v1 path)
+    # 132 SMs: halved while the grid has under 8 x 132 = 1,056 blocks, never below 64; then the
+    # longest context cut in that many equal partitions
+    # big grid: default 512; context <= 512 gives one partition of it all (v1 path)
     assert pa.choose_partition_size(256, 32, 32768, 132) == 512
-    assert pa.choose_partition_size(256, 32, 300, 132) == 512
-    assert pa.choose_partition_size(32, 32, 1000, 132) == 512  # 32 x 32 x 2 = 2,048 blocks
+    assert pa.choose_partition_size(256, 32, 300, 132) == 300
+    assert pa.choose_partition_size(32, 32, 1000, 132) == 500  # 32 x 32 x 2 = 2,048 blocks
+    assert pa.choose_partition_size(32, 32, 600, 132) == 300  # 512 + 88 made 300 + 300
     # small grid on a long context: smaller partitions to fill the GPU, never below 64
     assert pa.choose_partition_size(1, 8, 32768, 132) == 128  # 512, 1,024 blocks, then 2,048 at 128
     assert pa.choose_partition_size(2, 8, 8192, 132) == 64  # 256, 512, 1,024 blocks, then the floor
     assert pa.choose_partition_size(1, 1, 4096, 132) == 64
     # llama-2-7b's decode at 8 sequences, the longest 580 (the H200's steps of 2026-11-27):
     # 512 -> 2 partitions, 512 blocks; 256 -> 3, 768; 128 -> 5, 1,280
-    assert pa.choose_partition_size(8, 32, 580, 132) == 128
+    assert pa.choose_partition_size(8, 32, 580, 132) == 116  # 5 of 128, made equal
     # a short context: from the power of two that holds it, 128, halved as a long one is
-    assert pa.choose_partition_size(1, 1, 100, 132) == 64
+    assert pa.choose_partition_size(1, 1, 100, 132) == 50  # 2 of 64, made equal
     assert pa.choose_partition_size(1, 32, 256, 132) == 64  # 256 -> 128 -> 64: 32, 64, 128 blocks
     assert pa.choose_partition_size(16, 32, 256, 132) == 64  # 512, 1,024 blocks, then 2,048 at 64
     assert pa.choose_partition_size(33, 32, 256, 132) == 256  # 1,056 blocks in one partition each
-    assert pa.choose_partition_size(5, 32, 200, 132) == 64  # 256 -> 128 -> 64: 160, 320, 640 blocks
+    assert pa.choose_partition_size(5, 32, 200, 132) == 50  # 256 -> 128 -> 64: 160, 320, 640 blocks; 4 of 50
     assert pa.choose_partition_size(1, 1, 1, 132) == 1  # (a one-token context: one token a partition)
     assert pa.choose_partition_size(4, 8, 1000, 132, num_partitions=3) == 334
     assert pa.choose_partition_size(4, 8, 0, 132, num_partitions=3) == 1
