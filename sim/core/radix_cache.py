@@ -46,12 +46,12 @@ from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_CHAIN
                                     HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING, HICACHE_PENDING_NODE,
                                     HOST_BLOCK_S, HOST_EVICTIONS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS,
                                     HOST_USED, INSERTED_LEN, LEFTOVER_SLOTS, LOAD_LINK_FREE_S, LOCKED_NODE,
-                                    NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_LAST_ACCESS, NODE_LOCK_REF,
-                                    NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_PREV_SIBLING,
-                                    NODE_START, NOW, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, OWNED_NODES,
-                                    PREFIX_LEN, RADIX_ACCESS_CLOCK, RADIX_EVICTABLE, RADIX_FREE_NODE,
-                                    RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS, STEP_LOAD_TOKENS,
-                                    STORE_LINK_FREE_S)
+                                    NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_HEAP, NODE_LAST_ACCESS,
+                                    NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT,
+                                    NODE_PREV_SIBLING, NODE_START, NOW, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING,
+                                    OWNED_NODES, PREFIX_LEN, RADIX_ACCESS_CLOCK, RADIX_EVICTABLE,
+                                    RADIX_FREE_NODE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
+                                    STEP_LOAD_TOKENS, STORE_LINK_FREE_S)
 
 ROOT = 0
 FREE_NODE = -2  # NODE_PARENT of a node on the free list
@@ -307,20 +307,23 @@ def available(s):
 
 @njit(inline=True)
 def evict(s, num_tokens):
-    """``evict``: free at least ``num_tokens`` tokens (or every evictable one), least recently
-    accessed unlocked leaf first (ties: the lower node row); a parent left an unlocked leaf is a
-    candidate in turn. Returns the tokens freed. With a host tier (``evict_device_leaf``,
+    """``evict`` (mem_cache/radix_cache.py:552-578 in 0.5.23): free at least ``num_tokens`` tokens (or every
+    evictable one), least recently accessed unlocked leaf first (ties: the lower node row), from a
+    heap of the leaves taken once (:func:`leaves_by_age`); a parent left an unlocked leaf joins
+    it. Returns the tokens freed. With a host tier (``evict_device_leaf``,
     unified_tree_core.py:1788-1823) the leaves are device leaves (:func:`is_device_leaf`: host-only
     children do not count) and a backed-up one is demoted to the host, not deleted (``_demote``,
     :2090-2123; an unbacked one's children are device-only too: a backed-up node's ancestors are
     backed up, :func:`write`)."""
     c, nodes = s.count, s.radix_nodes
     tiers = s.config[HICACHE_HOST_PAGES] > 0
+    kind = DEVICE_LEAF if tiers else LEAF
+    size = leaves_by_age(s, kind)
     freed = 0
-    while freed < num_tokens:
-        victim = oldest_leaf(s, DEVICE_LEAF if tiers else LEAF)
-        if victim < 0:
-            break
+    while freed < num_tokens and size > 0:
+        victim = heap_pop(s, size)
+        size -= 1
+        parent = nodes[victim, NODE_PARENT]
         n = length(s, victim)
         freed += n
         c[RADIX_TREE_TOKENS] -= n
@@ -330,30 +333,93 @@ def evict(s, num_tokens):
             nodes[victim, NODE_EVICTED] = 1  # the node stays, host-only
         else:
             delete_node(s, victim)
+        size = push_if_leaf(s, size, parent, kind)
     return freed
 
 
-#: the leaves an eviction takes (:func:`oldest_leaf`): without a host tier, an unlocked node with no
+#: the leaves an eviction takes (:func:`is_leaf`): without a host tier, an unlocked node with no
 #: children; with one, a device leaf (:func:`evict`) or a host leaf (:func:`evict_host`)
 LEAF, DEVICE_LEAF, HOST_LEAF = 0, 1, 2
 
 
 @njit(inline=True)
-def oldest_leaf(s, kind):
-    """The least recently accessed leaf of ``kind`` (ties: the lower node row), or -1: what an
-    eviction takes next (a parent left a leaf is a candidate in turn)."""
+def is_leaf(s, x, kind):
     nodes = s.radix_nodes
-    victim = -1
+    if kind == HOST_LEAF:
+        return is_host_leaf(s, x)
+    if kind == DEVICE_LEAF:
+        return is_device_leaf(s, x)
+    return nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
+
+
+@njit
+def leaves_by_age(s, kind):
+    """The leaves of ``kind`` as a heap (:func:`heap_push`), least recently accessed first, ties
+    the lower row: what an eviction takes (``evictable_leaves`` and ``heapq.heapify``,
+    radix_cache.py:558-562). Taken once per eviction, as SGLang does, not a scan per leaf. Returns
+    the heap's size."""
+    size = 0
     for x in range(1, s.count[RADIX_NODES_USED]):
-        if kind == HOST_LEAF:
-            leaf = is_host_leaf(s, x)
-        elif kind == DEVICE_LEAF:
-            leaf = is_device_leaf(s, x)
-        else:
-            leaf = nodes[x, NODE_PARENT] != FREE_NODE and nodes[x, NODE_FIRST_CHILD] < 0 and nodes[x, NODE_LOCK_REF] == 0
-        if leaf and (victim < 0 or nodes[x, NODE_LAST_ACCESS] < nodes[victim, NODE_LAST_ACCESS]):
-            victim = x
-    return victim
+        if is_leaf(s, x, kind):
+            size = heap_push(s, size, x)
+    return size
+
+
+@njit(inline=True)
+def push_if_leaf(s, size, x, kind):
+    """A parent left a leaf of ``kind`` by an eviction is a candidate in turn (radix_cache.py:573-575);
+    returns the heap's size."""
+    if x != ROOT and is_leaf(s, x, kind):
+        return heap_push(s, size, x)
+    return size
+
+
+# -- the eviction heap: a binary min-heap of node rows in the column NODE_HEAP (heapq's order over
+# (last access, row); numba's heapq takes lists, which the core, compiled without reference
+# counting, does not make)
+@njit(inline=True)
+def before(s, a, b):
+    """Node ``a`` goes before ``b``: accessed less recently, or as recently and the lower row."""
+    nodes = s.radix_nodes
+    ta, tb = nodes[a, NODE_LAST_ACCESS], nodes[b, NODE_LAST_ACCESS]
+    return ta < tb or (ta == tb and a < b)
+
+
+@njit
+def heap_push(s, size, x):
+    """Node ``x`` into the heap of ``size`` entries (``heapq._siftdown``); returns the new size."""
+    heap = s.radix_nodes
+    i = size
+    while i > 0:
+        up = (i - 1) >> 1
+        if not before(s, x, heap[up, NODE_HEAP]):
+            break
+        heap[i, NODE_HEAP] = heap[up, NODE_HEAP]
+        i = up
+    heap[i, NODE_HEAP] = x
+    return size + 1
+
+
+@njit
+def heap_pop(s, size):
+    """The first of the heap's ``size`` (> 0) entries, taken out: the last entry sifts down from
+    the top (``heapq.heappop``). The heap has ``size - 1`` entries after."""
+    heap = s.radix_nodes
+    top = heap[0, NODE_HEAP]
+    size -= 1
+    last = heap[size, NODE_HEAP]
+    i = 0
+    while 2 * i + 1 < size:
+        child = 2 * i + 1
+        if child + 1 < size and before(s, heap[child + 1, NODE_HEAP], heap[child, NODE_HEAP]):
+            child += 1
+        if not before(s, heap[child, NODE_HEAP], last):
+            break
+        heap[i, NODE_HEAP] = heap[child, NODE_HEAP]
+        i = child
+    if size > 0:
+        heap[i, NODE_HEAP] = last
+    return top
 
 
 @njit(inline=True)
@@ -608,17 +674,19 @@ def evict_host(s, num_pages):
     node row), until ``num_pages`` host pages are freed or none is left; a parent left a host leaf
     is a candidate in turn. Returns the pages freed."""
     nodes = s.radix_nodes
+    size = leaves_by_age(s, HOST_LEAF)
     freed = 0
-    while freed < num_pages:
-        victim = oldest_leaf(s, HOST_LEAF)
-        if victim < 0:
-            break
+    while freed < num_pages and size > 0:
+        victim = heap_pop(s, size)
+        size -= 1
+        parent = nodes[victim, NODE_PARENT]
         n = pages(s, length(s, victim))
         freed += n
         s.count[HOST_USED] -= n
         s.count[HOST_EVICTIONS] += n
         nodes[victim, NODE_ON_HOST] = 0
         delete_node(s, victim)
+        size = push_if_leaf(s, size, parent, HOST_LEAF)
     return freed
 
 
