@@ -29,8 +29,10 @@ measured step. Phases (expected device time, see ``PHASES``)::
        GQA kernel and the simple one beside it, copy bandwidth, SDPA; summarized against the
        targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8), the GPU tests (-m gpu)
     2  validation: both models against their profiles (4 of 32 layers run, time scaled x8), then
-       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then the decode
-       step beside the calibration's parts, kernel by kernel (benchmarks/gpu_decode_slope.py)
+       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), each model's
+       steps priced with the host term fitted on the other's run (no GPU:
+       benchmarks/validation_host_heldout.py), then the decode step beside the calibration's
+       parts, kernel by kernel (benchmarks/gpu_decode_slope.py)
     3  later: compute-sanitizer memcheck and racecheck (Firecracker kernels only; a clear
        "skipped" line elsewhere), decode steps three ways (benchmarks/gpu_decode_paths.py: eager,
        fused kernels, fused + CUDA graphs, ratios against eager), the layer-scaling check: one
@@ -377,18 +379,23 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps += [_calibrate(m, preset, str(work / f"profile_{m}.csv"), dry) for m in MODELS]
         return steps + [_gpu_tests(dry)]
     if phase == 2:  # the models first (the validation's target), then copy-on-write and swap
-        steps = []
+        steps, runs = [], []
         for m in MODELS[::-1]:  # llama-3-8b (GQA: the tensor-core kernel) first
             prof = prev / f"profile_{m}.csv"
             if not prof.exists():  # a cold machine: phase 1's folder is gone
                 prof = work / f"profile_{m}_quick.csv"
                 steps.append(_calibrate(m, preset, str(prof), dry, quick=True))
             steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
+            runs += ["--run", str(work / f"val_{m}"), str(prof)]
         steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP))
         slope = (py(SLOPE_DRY) + [str(work / "decode_slope")] if dry else
                  [python(), "benchmarks/gpu_decode_slope.py", "--batches", "1,2,4,8,16,32",
                   "--out", str(work / "decode_slope")])
-        return steps + [Step("summary", py(SUMMARIZE) + [str(work)], 20), Step("decode_slope", slope, 90)]
+        # each model's whole steps priced with the host term fitted on the other's run (no GPU:
+        # the committed files and the simulator, interpreted)
+        heldout = Step("host_heldout", [python(), "benchmarks/validation_host_heldout.py", *runs], 30,
+                       env={"PAGESIM_JIT": "0"})
+        return steps + [Step("summary", py(SUMMARIZE) + [str(work)], 20), heldout, Step("decode_slope", slope, 90)]
     if phase == 3:
         paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
         steps = _sanitizers(dry) + [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90)]

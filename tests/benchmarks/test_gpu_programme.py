@@ -50,6 +50,13 @@ def test_dry_run_every_step_passes(dry):
     assert re.search(r"^decode_paths\s+rc=0 ", s3, re.M) and "dry run: 3 paths" in s3, s3  # its cases listed
     s2 = (out / tag / "summary2.txt").read_text()
     assert re.search(r"^decode_slope\s+rc=0 ", s2, re.M), s2
+    # each model's steps priced with the other's host term (the fake backend's runs: the figures
+    # mean nothing, the table's rows must be there)
+    assert re.search(r"^host_heldout\s+rc=0 ", s2, re.M), s2
+    heldout = _member(out, 2, "log/host_heldout.txt").decode()
+    fit = json.loads(_member(out, 2, "val_llama-3-8b/validation.json"))["host_fit"]
+    term = f"{fit['intercept_ms']:.3f} + {fit['per_seq_ms']:.4f}"  # llama-3-8b's own host term
+    assert re.search(rf"^llama-2-7b .* llama-3-8b +{re.escape(term)} ", heldout, re.M), (term, heldout)
     # its kernel table, through the runner's torch paths on the CPU; without torch, a line saying so
     has_torch = importlib.util.find_spec("torch") is not None
     assert ("(sum, scaled)" if has_torch else "decode_slope skipped: no torch here") in s2, s2
@@ -71,7 +78,7 @@ def test_phase_2_finds_phase_1s_profiles_on_a_warm_machine(tmp_path):
     (prev / "profile_llama-3-8b.csv").write_text("x\n")  # llama-2-7b's is missing: a quick calibration
     names = [st.name for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev)]
     assert names == ["val_llama-3-8b", "calibrate_quick_llama-2-7b", "val_llama-2-7b", "val_cow_swap", "summary",
-                     "decode_slope"]
+                     "host_heldout", "decode_slope"]
     (val,) = [st for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev) if st.name == "val_llama-3-8b"]
     assert val.argv[val.argv.index("--profile") + 1] == str(prev / "profile_llama-3-8b.csv")
 
