@@ -7,8 +7,10 @@ context of 300) through ``TorchCupyBackend`` as ``pagesim validate`` does, for e
 attention (paged kernel / torch SDPA) and cache operations (kernel / torch), and prints each
 step's median time with the share the host spends between launches. Then it profiles the
 default configuration twice: ``torch.profiler`` (the ops' host and device times) and ``cProfile``
-(the Python functions), and writes both tables under ``--out``. Needs CUDA; this is a measuring
-tool for the device machine, not a test.
+(the Python functions), and writes both tables under ``--out``. Last, the hold probe
+(``hold_probe.txt``): prefill steps at the lengths the H200 validation of 2026-11-27 ran, which
+lost the hold behind their launches in about half the steps (their launch waited for the GPU).
+Needs CUDA; this is a measuring tool for the device machine, not a test.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import io
 import pstats
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +86,42 @@ def sdpa_backends(torch, model) -> list[str]:
                 cells.append(f"{type(e).__name__:>22s}")
         rows.append(f"{'default' if b is None else b.name:28s} " + " ".join(cells))
     return rows
+
+
+#: prefill lengths of benchmarks/results/2026-11-27-h200/session2/partition-rule/val_llama-2-7b, in
+#: its order: 72, 210, 238, 64 and 30 kept the hold there, the others lost it (gaps_hidden False)
+HOLD_PROBE = (90, 100, 45, 150, 72, 332, 210, 238, 64, 30, 348, 132, 23, 123, 83, 743, 581, 267, 422, 110)
+
+
+def hold_probe(torch, model, layers: int, dtype: str) -> list[str]:
+    """One device-timed prefill per length of HOLD_PROBE, each after a decode step (as a serving
+    run alternates them): whether its launches stayed behind the hold, its launch time, and what
+    waited in it: torch's synchronizing calls (``set_sync_debug_mode``: their Python lines) and the
+    Python function with the most self time (a wait on the GPU sits in one)."""
+    be = TorchCupyBackend(dtype=dtype, num_layers_run=layers)
+    st = Steps(model, be)
+    dec = st.decode_set(8, 300)
+    lines = ["hold probe: prefill steps of one sequence, each after a decode of 8",
+             f"{'tokens':>6} {'hidden':>6} {'launch ms':>9} {'top self ms':>11}  top function; torch's syncs"]
+    for n in HOLD_PROBE:
+        st.decode(dec)
+        pr = cProfile.Profile()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            pr.enable()
+            try:
+                st.prefill(1, n)
+            finally:
+                pr.disable()
+                torch.cuda.set_sync_debug_mode("default")
+        t = be.last_timing
+        (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
+        syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
+        lines.append(f"{n:6d} {str(t.get('gaps_hidden')):>6} {1e3 * t.get('launch_s', float('nan')):9.2f} "
+                     f"{1e3 * self_s:11.2f}  {fn} ({Path(file).name}:{line}); {' '.join(syncs) or '-'}")
+        print(lines[-1], flush=True)
+    return lines
 
 
 def main(argv=None) -> int:
@@ -155,6 +194,8 @@ def main(argv=None) -> int:
     (out / "steps.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(table[:6000])
+    if not cpu:
+        (out / "hold_probe.txt").write_text("\n".join(hold_probe(torch, model, a.layers, dtype)) + "\n")
     return 0
 
 
