@@ -9,7 +9,8 @@ step's median time with the share the host spends between launches. Then it prof
 default configuration twice: ``torch.profiler`` (the ops' host and device times) and ``cProfile``
 (the Python functions), and writes both tables under ``--out``. Last, the hold probe
 (``hold_probe.txt``): prefill steps at the lengths the H200 validation of 2026-11-27 ran, which
-lost the hold behind their launches in about half the steps (their launch waited for the GPU).
+lost the hold behind their launches in about half the steps (their launch waited for the GPU),
+over a backend warmed up at powers of two and one warmed up densely (``pagesim validate``'s).
 Needs CUDA; this is a measuring tool for the device machine, not a test.
 """
 
@@ -31,7 +32,7 @@ from _import_path import import_path  # noqa: E402
 
 import_path()
 
-from pagesim.gpu.model_runner import TorchCupyBackend  # noqa: E402
+from pagesim.gpu.model_runner import DENSE_WARM_TOKENS, TorchCupyBackend  # noqa: E402
 from pagesim.gpu.testing import HandSteps  # noqa: E402
 from pagesim.sim.specs import get_model  # noqa: E402
 
@@ -95,32 +96,39 @@ HOLD_PROBE = (90, 100, 45, 150, 72, 332, 210, 238, 64, 30, 348, 132, 23, 123, 83
 
 def hold_probe(torch, model, layers: int, dtype: str) -> list[str]:
     """One device-timed prefill per length of HOLD_PROBE, each after a decode step (as a serving
-    run alternates them): whether its launches stayed behind the hold, its launch time, and what
-    waited in it: torch's synchronizing calls (``set_sync_debug_mode``: their Python lines) and the
-    Python function with the most self time (a wait on the GPU sits in one)."""
-    be = TorchCupyBackend(dtype=dtype, num_layers_run=layers)
-    st = Steps(model, be)
-    dec = st.decode_set(8, 300)
+    run alternates them), over a backend warmed up at powers of two and over one warmed up at every
+    count to 1,024 (``pagesim validate``'s: model_runner.warm_up_token_counts): whether its launches
+    stayed behind the hold, its launch time, and what waited in it: torch's synchronizing calls
+    (``set_sync_debug_mode``: their Python lines) and the Python function with the most self time
+    (a wait on the GPU sits in one)."""
     lines = ["hold probe: prefill steps of one sequence, each after a decode of 8",
-             f"{'tokens':>6} {'hidden':>6} {'launch ms':>9} {'top self ms':>11}  top function; torch's syncs"]
-    for n in HOLD_PROBE:
-        st.decode(dec)
-        pr = cProfile.Profile()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            pr.enable()
-            try:
-                st.prefill(1, n)
-            finally:
-                pr.disable()
-                torch.cuda.set_sync_debug_mode("default")
-        t = be.last_timing
-        (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
-        syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
-        lines.append(f"{n:6d} {str(t.get('gaps_hidden')):>6} {1e3 * t.get('launch_s', float('nan')):9.2f} "
-                     f"{1e3 * self_s:11.2f}  {fn} ({Path(file).name}:{line}); {' '.join(syncs) or '-'}")
-        print(lines[-1], flush=True)
+             f"{'warm-up':>7} {'tokens':>6} {'hidden':>6} {'launch ms':>9} {'top self ms':>11}  top function; "
+             "torch's syncs"]
+    for dense in (0, DENSE_WARM_TOKENS):
+        be = TorchCupyBackend(dtype=dtype, num_layers_run=layers, dense_warm_tokens=dense)
+        st = Steps(model, be)
+        dec = st.decode_set(8, 300)
+        for n in HOLD_PROBE:
+            st.decode(dec)
+            pr = cProfile.Profile()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                pr.enable()
+                try:
+                    st.prefill(1, n)
+                finally:
+                    pr.disable()
+                    torch.cuda.set_sync_debug_mode("default")
+            t = be.last_timing
+            (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
+            syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
+            lines.append(f"{'dense' if dense else 'pow2':>7} {n:6d} {str(t.get('gaps_hidden')):>6} "
+                         f"{1e3 * t.get('launch_s', float('nan')):9.2f} {1e3 * self_s:11.2f}  {fn} "
+                         f"({Path(file).name}:{line}); {' '.join(syncs) or '-'}")
+            print(lines[-1], flush=True)
+        del st, be
+        torch.cuda.empty_cache()
     return lines
 
 

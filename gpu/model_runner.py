@@ -88,6 +88,26 @@ _TORCH_DTYPES = ("float16", "bfloat16", "float32")
 TIMINGS = ("device", "eager")
 #: the largest token count the warm-up runs (device timing, _warm_up)
 RESERVE_TOKENS = 8192
+#: the dense warm-up's bound (``dense_warm_tokens``; ``pagesim validate`` runs it) and stride past it
+DENSE_WARM_TOKENS = 1024
+WARM_STRIDE = 64
+
+
+def warm_up_token_counts(dense: int = 0, reserve: int | None = None, stride: int = WARM_STRIDE) -> list[int]:
+    """The step sizes the warm-up runs: with ``dense`` 0, the powers of two to ``reserve``
+    (RESERVE_TOKENS, read when called); else every count from 1 to ``dense``, then every
+    ``stride``-th to ``reserve``. Why every one: a matmul's kernel is chosen by its row count and
+    flash attention's by the length (whether it is a whole number of tiles), and a kernel's first
+    use loads it (CUDA's lazy loading), which can wait for the GPU; inside a held step that wait
+    ends the hold. Warmed at powers of two, 16 of 31 prefill steps of the H200 validation of
+    2026-11-27 lost their hold, the first four waiting exactly a hold each
+    (benchmarks/results/2026-11-27-h200/session2). Dense is for timed runs: it is some 1,100 steps
+    where the powers of two are 14, too many for every backend the GPU tests make."""
+    reserve = RESERVE_TOKENS if reserve is None else reserve
+    if dense <= 0:
+        return [1 << k for k in range(reserve.bit_length()) if 1 << k <= reserve]
+    top = min(dense, reserve)
+    return list(range(1, top + 1)) + list(range(top + stride - top % stride, reserve + 1, stride))
 
 
 def device_step_timing(*, prep_s: float, head_s: float, span_s: float, tail_s: float, scale: float,
@@ -125,7 +145,8 @@ class TorchCupyBackend:
                  attention: str | None = None, cache_ops: str | None = None, tp: int = 1, seed: int = 0,
                  memory_fraction: float = 0.95, timing: str = "device", device_name: str | None = None,
                  ops: str | None = None, cuda_graphs: bool | None = None, max_num_seqs: int = 256,
-                 graph_sizes: list[int] | None = None, graph_max_context: int | None = None):
+                 graph_sizes: list[int] | None = None, graph_max_context: int | None = None,
+                 dense_warm_tokens: int = 0):
         if dtype in ("fp16", "half"):
             dtype = "float16"
         if dtype in ("bf16",):
@@ -161,6 +182,7 @@ class TorchCupyBackend:
         if timing not in TIMINGS:
             raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
         self.timing = timing
+        self.dense_warm_tokens = int(dense_warm_tokens)  # warm_up_token_counts' dense bound (0: powers of two)
         self.device_name = device_name  # what validation reports as the GPU (None: the backend's name)
         self._launch_per_group = collections.deque(maxlen=16)  # recent launch seconds per launch group
         self._graph_launch = collections.deque(maxlen=16)  # recent seconds of a graph's launch call
@@ -280,20 +302,20 @@ class TorchCupyBackend:
         return t if t.dtype == like.dtype else t.view(like.dtype)
 
     def _warm_up(self) -> None:
-        """Run the step's kernels once, here, at token counts 1, 2, 4 ... RESERVE_TOKENS and decode
-        batches of 1 to 256: a kernel's first call can load its module (CUDA loads lazily) and a new
-        size can grow an allocator, and either may wait for the GPU; inside a step that ends its hold
-        early. On the H100 run of 2026-11-23 all 7 prefill steps lost their hold, their launch lasting
-        about the hold's length (so something in them waited for the GPU), while 1921 of 1988 decode
-        steps kept it. That the warm-up cures it is not yet measured. No KV block is written: the
+        """Run the step's kernels once, here, at every token count of :func:`warm_up_token_counts`
+        (``dense_warm_tokens``) and decode batches of 1 to 256: a kernel's first call can load its module (CUDA loads
+        lazily) and a new size can grow an allocator, and either may wait for the GPU; inside a step
+        that ends its hold early. On the H100 run of 2026-11-23 all 7 prefill steps lost their hold,
+        their launch lasting about the hold's length (so something in them waited for the GPU),
+        while 1921 of 1988 decode steps kept it; warmed at powers of two, 16 of 31 on the H200 of
+        2026-11-27. That the dense warm-up cures it is not yet measured. No KV block is written: the
         cache writes go to slot -1, which reshape_and_cache skips, and decode attention reads block 0."""
         torch = self.torch
         dev, dt = self.device, self.tdtype
         H, D = self.H, self.D
         w = self.layers[0]
         ops = self._layer_ops
-        T = 1
-        while T <= RESERVE_TOKENS:
+        for T in warm_up_token_counts(self.dense_warm_tokens):
             pos = torch.arange(T, device=dev) % self.cos.shape[0]
             nowhere = torch.full((T,), -1, device=dev, dtype=torch.int64)
             state, q, k, v = ops.qkv(ops.start(torch.randn(T, self.h, device=dev, dtype=dt)), w, pos,
@@ -302,7 +324,6 @@ class TorchCupyBackend:
             state = ops.finish(state, att[0].transpose(0, 1), w)
             rows = torch.arange(min(T, 256), device=dev)  # the LM head runs on the sampled positions only
             (ops.final(state, rows) @ self.lm_head).argmax(-1)
-            T *= 2
         if self.attention == "kernel":
             kc, vc = self.kv[0, 0], self.kv[0, 1]
             for batch in (1, 8, 64, 256):

@@ -26,7 +26,7 @@ from pagesim.gpu.device import cuda_available, torch_cuda_available, why_not
 from pagesim.gpu.fake_backend import FakeBackend
 from pagesim.gpu.graphs import capture_sizes, sizes_to_capture
 from pagesim.gpu.layer_ops import OPS
-from pagesim.gpu.model_runner import TIMINGS, TorchCupyBackend
+from pagesim.gpu.model_runner import DENSE_WARM_TOKENS, TIMINGS, TorchCupyBackend
 from pagesim.gpu.paged_attention import default_kernel
 from pagesim.gpu.validate import cpu_term, validate
 from pagesim.gpu.validate_report import measured_word
@@ -73,6 +73,8 @@ def make_backend(args, cfg=None):
                             cuda_graphs=args.cuda_graphs and args.ops == "fused",
                             max_num_seqs=cfg.max_num_seqs if cfg is not None else 256,
                             graph_max_context=cfg.max_seq_len if cfg is not None else None,
+                            dense_warm_tokens=min(DENSE_WARM_TOKENS, cfg.max_seq_len if cfg is not None else
+                                                  DENSE_WARM_TOKENS),
                             device_name=torch.cuda.get_device_name())
 
 

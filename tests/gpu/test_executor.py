@@ -447,13 +447,29 @@ def test_a_held_step_counts_its_parts_once():
     assert device_step_timing(**parts, graph=True)["step_s"] == pytest.approx(5.3e-3)
 
 
+def test_warm_up_token_counts_by_hand():
+    """Powers of two by default; dense (pagesim validate): every count up to the bound, then every
+    stride-th: a matmul's and flash attention's kernels are chosen by the row count, and each first
+    use may wait for the GPU (lazy loading)."""
+    from pagesim.gpu.model_runner import warm_up_token_counts
+    assert warm_up_token_counts(0, reserve=20) == [1, 2, 4, 8, 16]
+    assert warm_up_token_counts(0) == [1 << k for k in range(14)]  # 1 ... 8,192
+    assert warm_up_token_counts(4, reserve=20, stride=8) == [1, 2, 3, 4, 8, 16]
+    assert warm_up_token_counts(10, reserve=30, stride=8) == list(range(1, 11)) + [16, 24]
+    assert warm_up_token_counts(10, reserve=8) == list(range(1, 9))
+    counts = warm_up_token_counts(1024)  # 1 ... 1,024, then 1,088 ... 8,192
+    assert counts[:3] == [1, 2, 3] and counts[1023:1026] == [1024, 1088, 1152] and counts[-1] == 8192
+    assert len(counts) == 1024 + 112
+
+
 def test_warm_up_runs_every_torch_path_and_writes_no_block(monkeypatch):
-    """The device timing's warm-up (model_runner._warm_up) at token counts 1..64 on the CPU paths:
-    it runs, and the KV pool is as setup left it (all zeros): no block is written."""
+    """The device timing's warm-up (model_runner._warm_up), dense to 8 tokens, at token counts
+    1..8 and 64 on the CPU paths: it runs, and the KV pool is as setup left it (all zeros): no block
+    is written."""
     _torch_or_skip()
     import pagesim.gpu.model_runner as mr
     monkeypatch.setattr(mr, "RESERVE_TOKENS", 64)
-    be = mr.TorchCupyBackend(dtype="float32", device="cpu")
+    be = mr.TorchCupyBackend(dtype="float32", device="cpu", dense_warm_tokens=8)
     be.setup(TINY_GPU, 64, 16, 0)
     be._warm_up()
     assert not be.kv.any()
