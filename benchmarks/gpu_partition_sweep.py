@@ -8,9 +8,11 @@ a block reads its partition's tokens one after another, and at these sizes the k
 that walk. This times one layer's decode attention (llama-2-7b: 32 heads, head_dim 128, fp16,
 blocks of 16 tokens, the L2 flushed before each repeat, behind a hold) for each batch, two
 context shapes (every sequence at 600 tokens; one at 1,000 and the rest spread over 100-600, as
-a serving batch is) and partitions of 64 to 512 tokens forced, beside what
-``choose_partition_size`` picks now (``rule``) and with 2 blocks an SM (``rule_fill2``, the rule
-before). It prints the time of each and the best forced size per point.
+a serving batch is) and forced partitions: ``p=N`` cuts the longest context in ceil(longest / N)
+equal partitions (600 tokens at ``p=512``: 300 + 300), beside what ``choose_partition_size``
+picks (``rule``) and picks with 2 blocks an SM (``rule_fill2``: the fill before 2026-11-27; its
+partitions made equal since, so it is not the old rule's 512 + 88 either). It prints the time of
+each and the partition size the kernel ran in brackets.
 
 Needs CUDA; a measuring tool for the device machine, not a test.
 """
@@ -89,6 +91,8 @@ def main(argv=None) -> int:
                 cells.append(f"{t:7.1f} ({plan.partition_size:>3})")
             print(f"{batch:>5} {shape:>8} {longest:>5} {int(lens.sum()):>6} " + " ".join(cells), flush=True)
             del q, kc, vc, plan
+    if not rows:
+        raise SystemExit("--batches: no batch size given")
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

@@ -36,7 +36,7 @@ measured step. Phases (expected device time, see ``PHASES``)::
     3  later: compute-sanitizer memcheck and racecheck (Firecracker kernels only; a clear
        "skipped" line elsewhere), decode steps three ways (benchmarks/gpu_decode_paths.py: eager,
        fused kernels, fused + CUDA graphs, ratios against eager), the layer-scaling check: one
-       trace with 4 and with all 32 layers run
+       trace with 4 and with all 32 layers run, then with 8 and 16 (the host's time by layer count)
 
 Each phase writes its files under ``out/gpu_programme/<date>-<device>/phaseN/`` in the working
 tree (git-ignored; it survives between calls while the machine stays warm, so phase 2 finds
@@ -400,7 +400,7 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
         steps = _sanitizers(dry) + [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90)]
         # 4 and 32 layers: the check; 8 and 16 after them: how the graph replay's host time grows with
-        # the layers (benchmarks/results/2026-11-27-h200: 0.3 ms a step at 4 layers, 0.7-0.9 at 32)
+        # the layers (benchmarks/results/2026-11-27-h200/session2: 0.35 ms a step at 4 layers, 0.78 at 32)
         steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1,
                        timeout_s=60 if L < 32 else 150) for L in (4, 32, 8, 16)]
         return steps + [Step("layer_scaling", py(LAYERS) + [str(work)], 20),

@@ -10,7 +10,8 @@ default configuration twice: ``torch.profiler`` (the ops' host and device times)
 (the Python functions), and writes both tables under ``--out``. Last, the hold probe
 (``hold_probe.txt``): prefill steps at the lengths the H200 validation of 2026-11-27 ran, which
 lost the hold behind their launches in about half the steps (their launch waited for the GPU),
-over a backend warmed up at powers of two and one warmed up densely (``pagesim validate``'s).
+over a backend warmed up at powers of two and one warmed up densely (``pagesim validate``'s),
+each in a process of its own (``--hold-probe DENSE`` runs one).
 Needs CUDA; this is a measuring tool for the device machine, not a test.
 """
 
@@ -94,41 +95,57 @@ def sdpa_backends(torch, model) -> list[str]:
 HOLD_PROBE = (90, 100, 45, 150, 72, 332, 210, 238, 64, 30, 348, 132, 23, 123, 83, 743, 581, 267, 422, 110)
 
 
-def hold_probe(torch, model, layers: int, dtype: str) -> list[str]:
-    """One device-timed prefill per length of HOLD_PROBE, each after a decode step (as a serving
-    run alternates them), over a backend warmed up at powers of two and over one warmed up at every
-    count to 1,024 (``pagesim validate``'s: model_runner.warm_up_token_counts): whether its launches
-    stayed behind the hold, its launch time, and what waited in it: torch's synchronizing calls
-    (``set_sync_debug_mode``: their Python lines) and the Python function with the most self time
-    (a wait on the GPU sits in one)."""
-    lines = ["hold probe: prefill steps of one sequence, each after a decode of 8",
-             f"{'warm-up':>7} {'tokens':>6} {'hidden':>6} {'launch ms':>9} {'top self ms':>11}  top function; "
-             "torch's syncs"]
+def hold_probe(torch, model, layers: int, dtype: str, dense: int) -> list[str]:
+    """Device-timed prefills of one sequence, each after a decode step (as a serving run alternates
+    them), over a backend warmed up at powers of two (``dense`` 0) or at every count to ``dense``
+    (``pagesim validate``'s: model_runner.warm_up_token_counts); run in a fresh process, as CUDA
+    loads a kernel once per process. First each length of HOLD_PROBE unprofiled: whether its
+    launches stayed behind the hold, its launch time and the hold's estimate; then each length + 1
+    (lengths not yet run) with torch's synchronizing calls (``set_sync_debug_mode``: their Python
+    lines) and the Python function with the most self time (a wait on the GPU sits in one)."""
+    be = TorchCupyBackend(dtype=dtype, num_layers_run=layers, dense_warm_tokens=dense)
+    st = Steps(model, be)
+    dec = st.decode_set(8, 300)
+    mode = f"dense {dense}" if dense else "pow2"
+    lines = []
+    for n in HOLD_PROBE:
+        st.decode(dec)
+        estimate = be._hold_estimate(1)
+        st.prefill(1, n)
+        t = be.last_timing
+        lines.append(f"{mode:>10} {n:6d} {str(t.get('gaps_hidden')):>6} {1e3 * t.get('launch_s', float('nan')):9.2f} "
+                     f"{1e3 * estimate:8.2f}")
+        print(lines[-1], flush=True)
+    for n in HOLD_PROBE:
+        st.decode(dec)
+        pr = cProfile.Profile()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            pr.enable()
+            try:
+                st.prefill(1, n + 1)
+            finally:
+                pr.disable()
+                torch.cuda.set_sync_debug_mode("default")
+        t = be.last_timing
+        (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
+        syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
+        lines.append(f"{mode:>10} {n + 1:6d} {str(t.get('gaps_hidden')):>6} profiled: {1e3 * self_s:8.2f} ms in {fn} "
+                     f"({Path(file).name}:{line}); syncs: {' '.join(syncs) or '-'}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def hold_probes(a) -> list[str]:
+    """hold_probe for each warm-up, each in a process of its own."""
+    import subprocess
+    lines = ["hold probe: prefill steps of one sequence, each after a decode of 8; each warm-up in a fresh process",
+             f"{'warm-up':>10} {'tokens':>6} {'hidden':>6} {'launch ms':>9} {'hold est':>8}"]
     for dense in (0, DENSE_WARM_TOKENS):
-        be = TorchCupyBackend(dtype=dtype, num_layers_run=layers, dense_warm_tokens=dense)
-        st = Steps(model, be)
-        dec = st.decode_set(8, 300)
-        for n in HOLD_PROBE:
-            st.decode(dec)
-            pr = cProfile.Profile()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                pr.enable()
-                try:
-                    st.prefill(1, n)
-                finally:
-                    pr.disable()
-                    torch.cuda.set_sync_debug_mode("default")
-            t = be.last_timing
-            (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
-            syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
-            lines.append(f"{'dense' if dense else 'pow2':>7} {n:6d} {str(t.get('gaps_hidden')):>6} "
-                         f"{1e3 * t.get('launch_s', float('nan')):9.2f} {1e3 * self_s:11.2f}  {fn} "
-                         f"({Path(file).name}:{line}); {' '.join(syncs) or '-'}")
-            print(lines[-1], flush=True)
-        del st, be
-        torch.cuda.empty_cache()
+        done = subprocess.run([sys.executable, __file__, "--model", a.model, "--layers", str(a.layers),
+                               "--hold-probe", str(dense)], capture_output=True, text=True)
+        lines += done.stdout.splitlines() or [f"dense {dense}: failed: {done.stderr.strip()[-300:]}"]
     return lines
 
 
@@ -138,8 +155,13 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--out", default="out/gpu_step_profile")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the torch paths only")
+    ap.add_argument("--hold-probe", type=int, metavar="DENSE", help="only the hold probe, warmed up at every "
+                    "count to DENSE (0: powers of two), in this process (main runs both so)")
     a = ap.parse_args(argv)
     import torch
+    if a.hold_probe is not None:
+        hold_probe(torch, get_model(a.model), a.layers, "float16", a.hold_probe)
+        return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     model = get_model(a.model)
@@ -203,7 +225,7 @@ def main(argv=None) -> int:
     print("\n".join(lines))
     print(table[:6000])
     if not cpu:
-        (out / "hold_probe.txt").write_text("\n".join(hold_probe(torch, model, a.layers, dtype)) + "\n")
+        (out / "hold_probe.txt").write_text("\n".join(hold_probes(a)) + "\n")
     return 0
 
 

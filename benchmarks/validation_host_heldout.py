@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                          real=json.loads((run / "real" / "summary.json").read_text()),
                          recorded=json.loads((run / "sim_table" / "summary.json").read_text()))
     common = Path(os.path.commonpath([run.parent for run in runs]))
-    print(f"{'run (model, folder)':<36} {'host from':<11} {'host ms':>14} {'med':>6} {'p90':>6} "
+    print(f"{'run (folder)':<38} {'host from':<10} {'host ms':>14} {'med':>6} {'p90':>6} "
           + " ".join(f"{name:>6}" for name in ("tput", "TTFT", "TPOT")))
     for run, r in runs.items():
         rerun = simulate(run, r["profile"], None)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for host in [None] + [o["host"] for o in others]:
             s = r["steps"]
             if host is None:
-                name, priced, summary = "the model's", s["predicted_table_s"], r["recorded"]
+                name, priced, summary = "its own", s["predicted_table_s"], r["recorded"]
                 shown = "as validated"
             else:
                 name = next(o["model"] for o in others if o["host"] is host)
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 shown = f"{host['intercept_ms']:.3f} + {host['per_seq_ms']:.4f}"
             e = rel_errors(priced, s["measured_s"])
             ends = [abs(summary[k] - r["real"][k]) / r["real"][k] for k in E2E]
-            label = f"{r['model']} {run.parent.relative_to(common)}"[:36]
-            print(f"{label:<36} {name:<11} {shown:>14} {np.median(e):6.3f} {np.quantile(e, 0.9):6.3f} "
+            label = str(run.relative_to(common)) if run != common else run.name
+            print(f"{label[-38:]:<38} {name:<10} {shown:>14} {np.median(e):6.3f} {np.quantile(e, 0.9):6.3f} "
                   + " ".join(f"{x:6.3f}" for x in ends))
     print("host ms: a step's host term (intercept + per sequence); med, p90: |error| of whole steps;\n"
           "tput (output throughput), TTFT, TPOT (means): |sim - real| / real")

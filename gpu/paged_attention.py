@@ -21,8 +21,9 @@ API::
   verifies that and the table entries on the host (one small device->host copy); pass
   ``check=False`` on hot paths.
 * Split-K: the context is cut in partitions of ``partition_size`` tokens (512, or the power of two
-  that holds a shorter context, halved down to 64 while the grid has fewer than
-  ``FILL_BLOCKS_PER_SM`` blocks an SM; then the longest context cut in that many equal parts);
+  that holds a shorter context, halved (not below 64) while the grid has fewer than
+  ``FILL_BLOCKS_PER_SM`` blocks an SM; then the longest context cut in that many equal parts,
+  which may be shorter than 64: 100 tokens in 50 + 50);
   one partition -> single kernel
   (v1), several -> per-partition (max, sum, partial out) + a reduce kernel (v2 / FlashDecoding).
   ``num_partitions`` forces ceil(max_context_len / num_partitions)-token partitions (a

@@ -73,8 +73,7 @@ def make_backend(args, cfg=None):
                             cuda_graphs=args.cuda_graphs and args.ops == "fused",
                             max_num_seqs=cfg.max_num_seqs if cfg is not None else 256,
                             graph_max_context=cfg.max_seq_len if cfg is not None else None,
-                            dense_warm_tokens=min(DENSE_WARM_TOKENS, cfg.max_seq_len if cfg is not None else
-                                                  DENSE_WARM_TOKENS),
+                            dense_warm_tokens=DENSE_WARM_TOKENS,  # every step size to 1,024: warm_up_token_counts
                             device_name=torch.cuda.get_device_name())
 
 

@@ -354,10 +354,10 @@ def is_leaf(s, x, kind):
 
 @njit
 def leaves_by_age(s, kind):
-    """The leaves of ``kind`` as a heap (:func:`heap_push`), least recently accessed first, ties
-    the lower row: what an eviction takes (``evictable_leaves`` and ``heapq.heapify``,
-    radix_cache.py:558-562). Taken once per eviction, as SGLang does, not a scan per leaf. Returns
-    the heap's size."""
+    """The leaves of ``kind`` as a heap (pushed one by one, :func:`heap_push`), least recently
+    accessed first, ties the lower row: what an eviction takes (``evictable_leaves`` and
+    ``heapq.heapify``, radix_cache.py:558-562). Taken once per eviction, as SGLang does, not a
+    scan per leaf. Returns the heap's size."""
     size = 0
     for x in range(1, s.count[RADIX_NODES_USED]):
         if is_leaf(s, x, kind):

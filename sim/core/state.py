@@ -443,7 +443,7 @@ table("radix_nodes", """
     NODE_ON_HOST        sglang's host tier: 1 when its tokens have a host copy (SGLang's backuped)
     NODE_EVICTED        sglang's host tier: 1 when its tokens have no device copy (host only)
     NODE_HEAP           not the node's: entry i of an eviction's heap of leaves (radix_cache.leaves_by_age),
-        kept in this column for the rows' count bounds it; read only inside that eviction
+        in this column as the heap holds each node at most once; read only inside that eviction
 """, size="NODE_COLUMNS")
 # Core.radix_request: per request
 table("radix_request", """

@@ -88,14 +88,14 @@ def test_heads_per_block():
 
 
 def test_choose_partition_size():
-    # 132 SMs: halved while the grid has under 8 x 132 = 1,056 blocks, never below 64; then the
-    # longest context cut in that many equal partitions
+    # 132 SMs: halved while the grid has under 8 x 132 = 1,056 blocks, the halving not below 64;
+    # then the longest context cut in that many equal partitions (which may be shorter than 64)
     # big grid: default 512; context <= 512 gives one partition of it all (v1 path)
     assert pa.choose_partition_size(256, 32, 32768, 132) == 512
     assert pa.choose_partition_size(256, 32, 300, 132) == 300
     assert pa.choose_partition_size(32, 32, 1000, 132) == 500  # 32 x 32 x 2 = 2,048 blocks
     assert pa.choose_partition_size(32, 32, 600, 132) == 300  # 512 + 88 made 300 + 300
-    # small grid on a long context: smaller partitions to fill the GPU, never below 64
+    # small grid on a long context: smaller partitions to fill the GPU, halved not below 64
     assert pa.choose_partition_size(1, 8, 32768, 132) == 128  # 512, 1,024 blocks, then 2,048 at 128
     assert pa.choose_partition_size(2, 8, 8192, 132) == 64  # 256, 512, 1,024 blocks, then the floor
     assert pa.choose_partition_size(1, 1, 4096, 132) == 64

@@ -365,3 +365,21 @@ def test_steps_name_the_longest_decode_context(tmp_path):
     assert s["num_decode_seqs"].tolist() == [0, 2, 2]
     assert s["sum_decode_context"].tolist() == [0, 42, 44]
     assert s["max_decode_context"].tolist() == [0, 31, 32]
+
+
+def test_the_gpu_backend_is_warmed_densely_whatever_the_longest_sequence(monkeypatch):
+    """``pagesim validate``'s backend (validate_cli.make_backend) warms up at every step size to
+    DENSE_WARM_TOKENS (model_runner.warm_up_token_counts), also with no --max-seq-len (the
+    configuration's max_seq_len None: the model's own)."""
+    import sys
+    import pagesim.gpu.validate_cli as vc
+    made = {}
+    monkeypatch.setattr(vc, "TorchCupyBackend", lambda **kw: made.update(kw) or "backend")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_device_name=lambda: "a GPU")))
+    args = types.SimpleNamespace(backend="gpu", dtype="float16", layers=4, timing="device", ops="fused",
+                                 cuda_graphs=True)
+    for cfg in (SimConfig.for_system("vllm", model="llama-2-7b"), None):
+        made.clear()
+        assert vc.make_backend(args, cfg) == "backend"
+        assert made["dense_warm_tokens"] == vc.DENSE_WARM_TOKENS == 1024
