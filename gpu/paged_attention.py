@@ -75,7 +75,7 @@ MIN_PARTITION = 64
 #: the simple kernel's partitions are halved while the grid has fewer blocks than this per SM. A
 #: block walks its partition's tokens one after another, and at decode sizes the kernel waits on
 #: that walk, not on memory: on the H200 of 2026-11-27 the llama-2-7b runner's decode steps (CUDA
-#: graphs, MHA) ran over the table model by 2.0-2.7 ms per thousand tokens of the longest block's
+#: graphs, MHA) ran over the table model by 1.9-2.7 ms per thousand tokens of the longest block's
 #: walk (min(partition, longest context)), a fit that left 0.10-0.14 ms of 0.75-0.99 ms of median
 #: error (benchmarks/results/2026-11-27-h200/session2). 2 blocks an SM (the rule before) left
 #: partitions of 512 tokens at 8 sequences; 8 cut them to 128 (a block's 5 to 8 resident neighbours
