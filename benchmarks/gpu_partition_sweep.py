@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     print(f"{info['name']}: {info['sm_count']} SMs; one layer's decode attention, us")
-    print(f"{'batch':>5} {'shape':>8} {'max':>5} {'sum':>6} " + " ".join(f"{c:>13}" for c in
+    print("us / the partition size the kernel ran")
+    print(f"{'batch':>5} {'shape':>8} {'max':>5} {'sum':>6} " + " ".join(f"{c:>10}" for c in
           [f"p={p}" for p in FORCED] + ["rule", "rule_fill2"]))
     for batch in (int(b) for b in a.batches.split(",")):
         for shape in ("uniform", "mixed"):
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
                 rows.append(dict(batch=batch, shape=shape, longest=longest, context_sum=int(lens.sum()),
                                  config=label, partition_size=plan.partition_size, partitions=plan.max_parts,
                                  time_us=round(t, 2), gpu=info["name"]))
-                cells.append(f"{t:7.1f} ({plan.partition_size:>3})")
+                cells.append(f"{t:6.1f}/{plan.partition_size:<3}")
             print(f"{batch:>5} {shape:>8} {longest:>5} {int(lens.sum()):>6} " + " ".join(cells), flush=True)
             del q, kc, vc, plan
     if not rows:

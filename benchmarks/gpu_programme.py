@@ -90,6 +90,10 @@ COW_SWAP = ("--n", "2", "--kv-gib", "2", "--max-seq-len", "2048", "--preemption"
 #: length capped (output truncated) so a run ends inside its 90 s (150 s at 32 layers).
 MODEL_RUN = ("--num-requests", "32", "--max-seq-len", "1024", "--max-len-policy", "truncate")
 LAYER_RUN = ("--num-requests", "16", "--max-seq-len", "512", "--max-len-policy", "truncate")
+#: phase 3's layer runs: 4 and 32 layers, the check; 8 and 16 after them, how the graph replay's host
+#: time grows with the layers (benchmarks/results/2026-11-27-h200/session2: 0.35 ms a step at 4
+#: layers, 0.78 at 32). The deadline skips the last first.
+LAYER_COUNTS = (4, 32, 8, 16)
 
 #: expected device seconds per phase (typical, worst), from the H100 run of 2026-11-23
 #: (benchmarks/results/2026-11-23-h100-80gb-hbm3: 48 NVRTC compiles 19.6 s, 193 GPU tests 91 s, the
@@ -273,7 +277,7 @@ LAYERS = r"""
 import json, sys, os
 import numpy as np, pandas as pd
 rows = {}
-for L in (4, 8, 16, 32):  # _layer_steps' counts
+for L in sorted(int(x) for x in sys.argv[2:]):  # the layer counts run (LAYER_COUNTS)
     d = os.path.join(sys.argv[1], f"val_layers{L}")
     if not os.path.exists(os.path.join(d, "validation.json")):  # a step the deadline skipped
         continue
@@ -399,11 +403,9 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
     if phase == 3:
         paths = [python(), "benchmarks/gpu_decode_paths.py", "--out", str(work / "decode_paths.txt")]
         steps = _sanitizers(dry) + [Step("decode_paths", paths + (["--dry-run"] if dry else []), 90)]
-        # 4 and 32 layers: the check; 8 and 16 after them: how the graph replay's host time grows with
-        # the layers (benchmarks/results/2026-11-27-h200/session2: 0.35 ms a step at 4 layers, 0.78 at 32)
         steps += [_val(f"val_layers{L}", "llama-2-7b", preset, work, dry, layers=L, size=LAYER_RUN, seed=1,
-                       timeout_s=60 if L < 32 else 150) for L in (4, 32, 8, 16)]
-        return steps + [Step("layer_scaling", py(LAYERS) + [str(work)], 20),
+                       timeout_s=60 if L < 32 else 150) for L in LAYER_COUNTS]
+        return steps + [Step("layer_scaling", py(LAYERS) + [str(work), *map(str, LAYER_COUNTS)], 20),
                         Step("summary", py(SUMMARIZE) + [str(work)], 20)]
     raise ValueError(phase)
 

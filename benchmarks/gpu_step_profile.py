@@ -22,6 +22,7 @@ import cProfile
 import io
 import pstats
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -131,9 +132,13 @@ def hold_probe(torch, model, layers: int, dtype: str, dense: int) -> list[str]:
         t = be.last_timing
         (file, line, fn), (_, _, self_s, _, _) = max(pstats.Stats(pr).stats.items(), key=lambda kv: kv[1][2])
         syncs = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if "ynchroniz" in str(w.message)})
-        lines.append(f"{mode:>10} {n + 1:6d} {str(t.get('gaps_hidden')):>6} profiled: {1e3 * self_s:8.2f} ms in {fn} "
-                     f"({Path(file).name}:{line}); syncs: {' '.join(syncs) or '-'}")
-        print(lines[-1], flush=True)
+        new = [f"{mode:>10} {n + 1:6d} {str(t.get('gaps_hidden')):>6} profiled: {1e3 * self_s:8.2f} ms "
+               f"in {fn} ({Path(file).name}:{line})"]
+        # torch's synchronizing calls, wrapped (never cut) to 100 columns
+        new += textwrap.wrap(f"syncs: {' '.join(syncs) or '-'}", 100, initial_indent=" " * 18,
+                             subsequent_indent=" " * 25)
+        lines += new
+        print("\n".join(new), flush=True)
     return lines
 
 

@@ -303,13 +303,11 @@ class TorchCupyBackend:
 
     def _warm_up(self) -> None:
         """Run the step's kernels once, here, at every token count of :func:`warm_up_token_counts`
-        (``dense_warm_tokens``) and decode batches of 1 to 256: a kernel's first call can load its module (CUDA loads
-        lazily) and a new size can grow an allocator, and either may wait for the GPU; inside a step
-        that ends its hold early. On the H100 run of 2026-11-23 all 7 prefill steps lost their hold,
-        their launch lasting about the hold's length (so something in them waited for the GPU),
-        while 1921 of 1988 decode steps kept it; warmed at powers of two, 16 of 31 on the H200 of
-        2026-11-27. That the dense warm-up cures it is not yet measured. No KV block is written: the
-        cache writes go to slot -1, which reshape_and_cache skips, and decode attention reads block 0."""
+        (``dense_warm_tokens``; why: there) and decode batches of 1 to 256: a new size can also grow
+        an allocator, which may wait for the GPU too. On the H100 run of 2026-11-23 all 7 prefill
+        steps lost their hold, while 1921 of 1988 decode steps kept it. That the dense warm-up cures
+        it is not yet measured. No KV block is written: the cache writes go to slot -1, which
+        reshape_and_cache skips, and decode attention reads block 0."""
         torch = self.torch
         dev, dt = self.device, self.tdtype
         H, D = self.H, self.D
