@@ -118,11 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = sorted(families().values(), key=_compile_order)
     running: list[tuple[str, subprocess.Popen, object]] = []
     failures: list[str] = []
+    started: dict[str, float] = {}
     while jobs or running:
         while jobs and len(running) < max(1, os.cpu_count() or 1):
             system, said = jobs.pop(0), tempfile.TemporaryFile("w+")
             running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", argv[0],
                                                       "--system", system], stderr=said, text=True), said))
+            started[system] = time.perf_counter()
         ended = [job for job in running if job[1].poll() is not None]  # the next family starts at once
         if not ended:
             time.sleep(0.1)
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             said.seek(0)
             err = said.read().strip()
             said.close()
+            # each family's time: which job bounds the wait (a suite's warm-up on 2 cores)
+            print(f"pagesim: {system}'s family {'failed' if process.returncode else 'compiled'} in "
+                  f"{time.perf_counter() - started[system]:.0f} s ({time.perf_counter() - t0:.0f} s in)",
+                  file=sys.stderr)
             if process.returncode:
                 failures.append(f"{system}: {err.splitlines()[-1] if err else process.returncode}")
     if failures:

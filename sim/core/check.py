@@ -115,7 +115,7 @@ def check_speculative(s) -> None:
 
 
 def ring(entries: np.ndarray, head: int, length: int) -> list[int]:
-    return [int(entries[(head + k) % len(entries)]) for k in range(length)]
+    return entries[(head + np.arange(length)) % len(entries)].tolist()
 
 
 def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
@@ -274,17 +274,22 @@ def check_blocks(s, mine) -> None:
         tokens.append(np.full(h, bs, np.int64))
         demand.append(np.full(h, bs, np.int64))
         transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
+    sequences = []  # each holder's sequences in turn: (its table's row, blocks, tokens, final length)
     for i in holders(s, mine) + loaded.tolist():
         n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
         assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
-        k = np.arange(n)
         for j in range(int(s.num_seqs[i])):
             slot = int(s.seq_slot[i, j])
             assert slot >= 0, f"request {i}'s sequence {j} has no block table"
             held_slots.append(slot)
-            rows.append(s.block_table[slot, :n].astype(np.int64))
-            tokens.append(np.clip(L - k * bs, 0, bs))  # a block at index k holds these, for every holder
-            demand.append(np.clip(F - k * bs, 0, bs))
+            sequences.append((slot, n, L, F))
+    if sequences:  # every sequence's blocks at once (a loop of small arrays took most of --check's time)
+        slot, n, L, F = np.array(sequences, np.int64).T
+        k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # each block's index in its table
+        rows.append(s.block_table[np.repeat(slot, n), k].astype(np.int64))
+        # a block at index k holds these, for every holder
+        tokens.append(np.minimum(np.maximum(np.repeat(L, n) - k * bs, 0), bs))
+        demand.append(np.minimum(np.maximum(np.repeat(F, n) - k * bs, 0), bs))
     blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     tokens = np.concatenate(tokens) if rows else blocks
     demand = np.concatenate(demand) if rows else blocks
@@ -300,21 +305,20 @@ def check_blocks(s, mine) -> None:
             "transfer counts differ from the transfers' references"
     else:
         assert refs.max(initial=0) <= 1, "an unshared block is held twice"
-    only_transfers = set(by_transfers.tolist()) - set(blocks.tolist())
-    assert c[TRANSFER_SLOTS] == len(only_transfers) * bs, "in-transfer slots drifted"
+    only_transfers = (refs > 0) & (np.bincount(blocks, minlength=nb) == 0)
+    assert c[TRANSFER_SLOTS] == int(only_transfers.sum()) * bs, "in-transfer slots drifted"
     held_ids, first = np.unique(blocks, return_index=True)
     assert (tokens == tokens[first][np.searchsorted(held_ids, blocks)]).all(), \
         "a shared block holds different tokens for different holders"
-    held_ids = np.union1d(held_ids, by_transfers)
-    held = set(held_ids.tolist())
-    free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].tolist()
-    cached = lru_blocks(s)
-    assert len(set(free)) == len(free), "a block is on the free stack twice"
-    assert not (held & set(free)) and not (held & set(cached)) and not (set(free) & set(cached)), \
-        "a block is held, free or cached at once"
-    assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
+    # each block's places, counted over the pool's ids (arrays, not sets: --check runs every iteration)
+    free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].astype(np.int64)
+    free_count, cached_count = pool_counts(free, nb), pool_counts(np.array(lru_blocks(s), np.int64), nb)
+    assert free_count.max(initial=0) <= 1, "a block is on the free stack twice"
+    places = (refs > 0) + free_count + cached_count
+    assert places.max(initial=0) <= 1, "a block is held, free or cached at once"
+    assert int(places.sum()) == nb, "held + free + cached blocks != the pool"
     if s.config[PREFIX_CACHING]:  # the LRU: keyed blocks, copies of a key cached already, vLLM 0.4.2's partial ones
-        assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
+        assert not s.block_info[free, KEY_END].any(), "a free block still has a key"
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
     assert c[COMPUTED_SLOTS] == int(tokens[first].sum()), "token-state counter drifted"
     assert c[DEMAND_SLOTS] == int(demand[first].sum()), "demand counter drifted"
@@ -447,6 +451,12 @@ def check_group_cache(s, blocks: list, free: list) -> None:
                     shared[g >= full] += bs
                 place[b] = (g, k)
     assert (c[FULL_SHARED_SLOTS], c[SLIDING_SHARED_SLOTS]) == tuple(shared), "shared-slot counters drifted"
+
+
+def pool_counts(ids: np.ndarray, nb: int) -> np.ndarray:
+    """How many times each of the pool's ``nb`` block ids is in ``ids``."""
+    assert ((ids >= 0) & (ids < nb)).all(), "a block id outside the pool"
+    return np.bincount(ids, minlength=nb)
 
 
 def lru_blocks(s) -> list[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -322,7 +323,7 @@ def test_the_package_build_compiles_a_system_of_every_family():
     assert precompile.main([]) == 2  # usage
 
 
-def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch):
+def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch, capsys):
     """``precompile --warm`` (the test suite's start): a process per family, vLLM v1's first (its
     engine's, cluster's and disaggregated pools' loops), each compiling into the cache this
     process uses (NUMBA_CACHE_DIR untouched) and copying no module anywhere."""
@@ -344,6 +345,9 @@ def test_warming_the_cache_compiles_every_family_longest_first_into_this_machine
     systems = [argv[2] for argv in started]
     assert all(argv[:2] == ["--warm", "--system"] for argv in started)
     assert systems[0] == "vllm-v1" and sorted(systems) == sorted(precompile.families().values())
+    said = capsys.readouterr().err.splitlines()  # a line a family as it ends (here at once), then the whole
+    assert [line.split("'")[0] for line in said[:-1]] == ["pagesim: " + system for system in systems]
+    assert all(re.fullmatch(r"pagesim: \S+'s family compiled in \d+ s \(\d+ s in\)", line) for line in said[:-1])
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/the/users/cache")
     monkeypatch.setattr(precompile, "build_one", lambda system, into: built.append((system, into,
                                                                                     os.environ["NUMBA_CACHE_DIR"])))

@@ -44,6 +44,15 @@ def free_a_held_block(s):
     s.count[state.NUM_FREE_BLOCK_IDS] += 1
 
 
+def free_a_free_block_twice(s):
+    s.free_block_ids[s.count[state.NUM_FREE_BLOCK_IDS]] = s.free_block_ids[0]
+    s.count[state.NUM_FREE_BLOCK_IDS] += 1
+
+
+def lose_a_free_block(s):
+    s.count[state.NUM_FREE_BLOCK_IDS] -= 1
+
+
 def running_as_waiting(s):
     s.status[s.running[0]] = state.WAITING
 
@@ -55,6 +64,8 @@ PAGED_BREAKS = [
     (lambda s: s.count.__setitem__(state.DECODE_SET_SIZE, s.count[state.DECODE_SET_SIZE] + 1), "decode set"),
     (lambda s: s.count.__setitem__(state.NUM_RUNNING_SEQS, s.count[state.NUM_RUNNING_SEQS] - 1), "running sequences"),
     (free_a_held_block, "held, free or cached at once"),
+    (free_a_free_block_twice, "on the free stack twice"),
+    (lose_a_free_block, "held \\+ free \\+ cached blocks != the pool"),
     (running_as_waiting, "the waiting list is not the requests of that status"),
 ]
 
@@ -73,6 +84,16 @@ def test_shared_reference_counts_are_recomputed():
     replay.checked(s, 0.0)
     s.block_info[held_block(s), state.REF] += 1
     with pytest.raises(InvariantError, match="reference counts differ"):
+        replay.checked(s, 0.0)
+
+
+def test_a_free_block_with_a_key_is_named():
+    s = mid_run(cfg_for("vllm", slots=6000, check=True, prefix_caching=True), rand_trace(3, n=60, prefix=True),
+                iterations=5)
+    replay.checked(s, 0.0)
+    assert s.count[state.NUM_FREE_BLOCK_IDS]
+    s.block_info[s.free_block_ids[0], state.KEY_END] = 16
+    with pytest.raises(InvariantError, match="a free block still has a key"):
         replay.checked(s, 0.0)
 
 
