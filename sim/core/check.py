@@ -134,15 +134,16 @@ def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
 
 def check_queues(s, mine) -> None:
     c, status = s.count, s.status
+    waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
     for name, members, want in (
-            ("waiting", ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN]), WAITING),
+            ("waiting", waiting, WAITING),
             ("swapped", ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), SWAPPED),
             ("running", s.running[:c[NUM_RUNNING]].tolist(), RUNNING)):
-        assert len(set(members)) == len(members), f"a request is twice in the {name} list"
-        assert set(members) == set(np.flatnonzero((status == want) & mine).tolist()), \
+        ordered = np.sort(np.array(members, np.int64))
+        assert not (ordered[1:] == ordered[:-1]).any(), f"a request is twice in the {name} list"
+        assert np.array_equal(ordered, np.flatnonzero((status == want) & mine)), \
             f"the {name} list is not the requests of that status"
     loaded = transfer_holders(s, mine)[1]
-    waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
     holding = set(loaded.tolist())  # lifecycle.hold_waiting: a transfer's, a host load's
     if s.config[HOST_BLOCKS]:
         holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
@@ -274,22 +275,25 @@ def check_blocks(s, mine) -> None:
         tokens.append(np.full(h, bs, np.int64))
         demand.append(np.full(h, bs, np.int64))
         transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
-    sequences = []  # each holder's sequences in turn: (its table's row, blocks, tokens, final length)
-    for i in holders(s, mine) + loaded.tolist():
-        n, L, F = int(s.num_blocks[i]), int(s.num_computed_tokens[i]), int(s.final_len[i])
-        assert L <= n * bs and L <= F, f"request {i}: {L} tokens in {n} blocks (final length {F})"
-        for j in range(int(s.num_seqs[i])):
-            slot = int(s.seq_slot[i, j])
-            assert slot >= 0, f"request {i}'s sequence {j} has no block table"
-            held_slots.append(slot)
-            sequences.append((slot, n, L, F))
-    if sequences:  # every sequence's blocks at once (a loop of small arrays took most of --check's time)
-        slot, n, L, F = np.array(sequences, np.int64).T
-        k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # each block's index in its table
-        rows.append(s.block_table[np.repeat(slot, n), k].astype(np.int64))
-        # a block at index k holds these, for every holder
-        tokens.append(np.minimum(np.maximum(np.repeat(L, n) - k * bs, 0), bs))
-        demand.append(np.minimum(np.maximum(np.repeat(F, n) - k * bs, 0), bs))
+    # every holder's sequences at once (a loop of small arrays per sequence took most of --check's time)
+    held = np.array(holders(s, mine) + loaded.tolist(), np.int64)
+    n, L, F = (s.num_blocks[held].astype(np.int64), s.num_computed_tokens[held].astype(np.int64),
+               s.final_len[held].astype(np.int64))
+    k = int(np.argmax((L > n * bs) | (L > F))) if len(held) else 0  # the first holder overfull, if any
+    assert not len(held) or (L[k] <= n[k] * bs and L[k] <= F[k]), \
+        f"request {held[k]}: {L[k]} tokens in {n[k]} blocks (final length {F[k]})"
+    widths = s.num_seqs[held].astype(np.int64)
+    own = np.arange(s.seq_slot.shape[1]) < widths[:, None]  # each holder's sequences, in turn
+    slots = s.seq_slot[held][own].astype(np.int64)
+    missing = np.argwhere(own & (s.seq_slot[held] < 0))
+    assert not len(missing), f"request {held[missing[0, 0]]}'s sequence {missing[0, 1]} has no block table"
+    held_slots += slots.tolist()
+    n, L, F = np.repeat(n, widths), np.repeat(L, widths), np.repeat(F, widths)  # per sequence
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # each block's index in its table
+    rows.append(s.block_table[np.repeat(slots, n), k].astype(np.int64))
+    # a block at index k holds these, for every holder
+    tokens.append(np.minimum(np.maximum(np.repeat(L, n) - k * bs, 0), bs))
+    demand.append(np.minimum(np.maximum(np.repeat(F, n) - k * bs, 0), bs))
     blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     tokens = np.concatenate(tokens) if rows else blocks
     demand = np.concatenate(demand) if rows else blocks

@@ -53,6 +53,19 @@ def lose_a_free_block(s):
     s.count[state.NUM_FREE_BLOCK_IDS] -= 1
 
 
+def overfill_a_holder(s):
+    i = s.running[0]
+    s.num_computed_tokens[i] = s.num_blocks[i] * s.config[state.BLOCK_SIZE] + 1
+
+
+def drop_a_sequences_table(s):
+    s.seq_slot[s.running[0], 0] = -1
+
+
+def run_a_request_twice(s):
+    s.running[1] = s.running[0]
+
+
 def running_as_waiting(s):
     s.status[s.running[0]] = state.WAITING
 
@@ -66,6 +79,9 @@ PAGED_BREAKS = [
     (free_a_held_block, "held, free or cached at once"),
     (free_a_free_block_twice, "on the free stack twice"),
     (lose_a_free_block, "held \\+ free \\+ cached blocks != the pool"),
+    (overfill_a_holder, r"request \d+: \d+ tokens in \d+ blocks"),
+    (drop_a_sequences_table, r"request \d+'s sequence 0 has no block table"),
+    (run_a_request_twice, "twice in the running list"),
     (running_as_waiting, "the waiting list is not the requests of that status"),
 ]
 
