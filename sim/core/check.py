@@ -276,17 +276,18 @@ def check_blocks(s, mine) -> None:
         demand.append(np.full(h, bs, np.int64))
         transfer_rows.append(s.block_table[slot, h:n].astype(np.int64))
     # every holder's sequences at once (a loop of small arrays per sequence took most of --check's time)
-    held = np.array(holders(s, mine) + loaded.tolist(), np.int64)
-    n, L, F = (s.num_blocks[held].astype(np.int64), s.num_computed_tokens[held].astype(np.int64),
-               s.final_len[held].astype(np.int64))
-    k = int(np.argmax((L > n * bs) | (L > F))) if len(held) else 0  # the first holder overfull, if any
-    assert not len(held) or (L[k] <= n[k] * bs and L[k] <= F[k]), \
-        f"request {held[k]}: {L[k]} tokens in {n[k]} blocks (final length {F[k]})"
-    widths = s.num_seqs[held].astype(np.int64)
+    holding = np.array(holders(s, mine) + loaded.tolist(), np.int64)
+    n, L, F = (s.num_blocks[holding].astype(np.int64), s.num_computed_tokens[holding].astype(np.int64),
+               s.final_len[holding].astype(np.int64))
+    over = int(np.argmax((L > n * bs) | (L > F))) if len(holding) else 0  # the first overfull holder, if any
+    assert not len(holding) or (L[over] <= n[over] * bs and L[over] <= F[over]), \
+        f"request {holding[over]}: {L[over]} tokens in {n[over]} blocks (final length {F[over]})"
+    widths = s.num_seqs[holding].astype(np.int64)
     own = np.arange(s.seq_slot.shape[1]) < widths[:, None]  # each holder's sequences, in turn
-    slots = s.seq_slot[held][own].astype(np.int64)
-    missing = np.argwhere(own & (s.seq_slot[held] < 0))
-    assert not len(missing), f"request {held[missing[0, 0]]}'s sequence {missing[0, 1]} has no block table"
+    slots = s.seq_slot[holding][own].astype(np.int64)
+    missing = np.argwhere(own & (s.seq_slot[holding] < 0))
+    assert not len(missing), \
+        f"request {holding[missing[0, 0]]}'s sequence {missing[0, 1]} has no block table"
     held_slots += slots.tolist()
     n, L, F = np.repeat(n, widths), np.repeat(L, widths), np.repeat(F, widths)  # per sequence
     k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # each block's index in its table
@@ -294,9 +295,7 @@ def check_blocks(s, mine) -> None:
     # a block at index k holds these, for every holder
     tokens.append(np.minimum(np.maximum(np.repeat(L, n) - k * bs, 0), bs))
     demand.append(np.minimum(np.maximum(np.repeat(F, n) - k * bs, 0), bs))
-    blocks = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    tokens = np.concatenate(tokens) if rows else blocks
-    demand = np.concatenate(demand) if rows else blocks
+    blocks, tokens, demand = np.concatenate(rows), np.concatenate(tokens), np.concatenate(demand)
     by_transfers = np.concatenate(transfer_rows)
     assert len(set(held_slots)) == len(held_slots), "a block-table row is held twice"
     assert not set(s.free_slots[:c[NUM_FREE_SLOTS]].tolist()) & set(held_slots), \
