@@ -313,13 +313,8 @@ def check_blocks(s, mine) -> None:
     held_ids, first = np.unique(blocks, return_index=True)
     assert (tokens == tokens[first][np.searchsorted(held_ids, blocks)]).all(), \
         "a shared block holds different tokens for different holders"
-    # each block's places, counted over the pool's ids (arrays, not sets: --check runs every iteration)
     free = s.free_block_ids[:c[NUM_FREE_BLOCK_IDS]].astype(np.int64)
-    free_count, cached_count = pool_counts(free, nb), pool_counts(np.array(lru_blocks(s), np.int64), nb)
-    assert free_count.max(initial=0) <= 1, "a block is on the free stack twice"
-    places = (refs > 0) + free_count + cached_count
-    assert places.max(initial=0) <= 1, "a block is held, free or cached at once"
-    assert int(places.sum()) == nb, "held + free + cached blocks != the pool"
+    check_places(refs > 0, free, lru_blocks(s), nb)
     if s.config[PREFIX_CACHING]:  # the LRU: keyed blocks, copies of a key cached already, vLLM 0.4.2's partial ones
         assert not s.block_info[free, KEY_END].any(), "a free block still has a key"
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
@@ -431,10 +426,8 @@ def check_group_cache(s, blocks: list, free: list) -> None:
     width = s.block_table.shape[1] // (groups + int(s.config[STATE_GROUPS]))
     refs = np.bincount(np.asarray(blocks, np.int64), minlength=nb)
     assert (s.block_info[:nb, REF] == refs).all(), "reference counts differ from the tables' references"
-    held, cached = set(blocks), lru_blocks(s)
-    assert len(set(free)) == len(free) and not (held & set(free)) and not (held & set(cached)) \
-        and not (set(free) & set(cached)), "a block is held, free or cached at once"
-    assert len(held) + len(free) + len(cached) == nb, "held + free + cached blocks != the pool"
+    cached = lru_blocks(s)
+    check_places(refs > 0, np.asarray(free, np.int64), cached, nb)
     assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
     assert all(s.block_info[b, KEY_END] for b in cached), "a cached block has no key"
     assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
@@ -460,6 +453,17 @@ def pool_counts(ids: np.ndarray, nb: int) -> np.ndarray:
     """How many times each of the pool's ``nb`` block ids is in ``ids``."""
     assert ((ids >= 0) & (ids < nb)).all(), "a block id outside the pool"
     return np.bincount(ids, minlength=nb)
+
+
+def check_places(held: np.ndarray, free: np.ndarray, cached: list, nb: int) -> None:
+    """Every block of the pool is in exactly one place: held (``held``, a flag per id), on the
+    free stack, or cached (the LRU). Counted over the pool's ids, not in sets: --check runs every
+    iteration."""
+    free_count = pool_counts(free, nb)
+    assert free_count.max(initial=0) <= 1, "a block is on the free stack twice"
+    places = held[:nb] + free_count + pool_counts(np.array(cached, np.int64), nb)
+    assert places.max(initial=0) <= 1, "a block is held, free or cached at once"
+    assert int(places.sum()) == nb, "held + free + cached blocks != the pool"
 
 
 def lru_blocks(s) -> list[int]:
