@@ -25,7 +25,9 @@ where it comes from::
 * ``distserve``: DistServe's per-GPU goodput over vLLM's on its chatbot workload
   (``rate_ratio_vs_vllm_low/_high``, §6.2's range over three models) and the SLOs and target of
   its OPT-13B panel, from the authors' artifact (``slo_ttft_s``, ``slo_tpot_s``,
-  ``slo_attainment_target``).
+  ``slo_attainment_target``); that panel's measured curves (``slo_attainment_pct`` by per-GPU
+  ``rate``, systems ``distserve`` and ``vllm``) and goodputs (``goodput_per_gpu``), read off the
+  artifact's saved figure.
 """
 
 from __future__ import annotations
@@ -117,3 +119,18 @@ def fig19_paper_comparable(workload: str = "sharegpt") -> tuple[float, float]:
     """(low, high) of the block sizes where recompute and swap perform alike end to end."""
     return (paper_value("fig19", "comparable_block_size_low", workload=workload),
             paper_value("fig19", "comparable_block_size_high", workload=workload))
+
+
+#: the DistServe figure's designs by the paper's system names
+DISTSERVE_DESIGNS = {"distserve": "disaggregated", "vllm": "colocated"}
+
+
+def distserve_paper_curve() -> pd.DataFrame:
+    """DistServe's Fig. 8 (OPT-13B chatbot) as the artifact measured it: columns design
+    (``disaggregated`` for DistServe, ``colocated`` for vLLM), per_gpu_rate, slo_attainment (a
+    fraction)."""
+    df = _load()
+    df = df[(df["figure"] == "distserve") & (df["metric"] == "slo_attainment_pct")]
+    return pd.DataFrame({"design": df["system"].map(DISTSERVE_DESIGNS),
+                         "per_gpu_rate": df["rate"].astype(float),
+                         "slo_attainment": df["value"] / 100.0}).reset_index(drop=True)

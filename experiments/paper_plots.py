@@ -262,14 +262,26 @@ def rate_sensitivity(df: pd.DataFrame, title: str = "Fig. 2 sensitivity: token-s
 DESIGN_COLORS = {"disaggregated": "#1f77b4", "colocated": "#ff7f0e"}
 
 
-def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame,
+#: the measured curves' names (the artifact's systems)
+MEASURED_NAMES = {"disaggregated": "DistServe, measured", "colocated": "vLLM 0.1.7, measured"}
+
+
+def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame, measured: pd.DataFrame | None = None,
                        title: str = "DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs "
                                     "per-GPU rate") -> go.Figure:
     """From ``distserve.csv``: attainment (percent) per design against per-GPU rate, the target
     as a grey line and each design's goodput (``distserve_goodput.csv``) as a dashed drop line,
-    as the paper draws them; the paper's ratio range in the legend's title."""
+    as the paper draws them; the paper's ratio range in the legend's title. ``measured``
+    (:func:`paper.distserve_paper_curve`): the artifact's curves, dotted, hollow markers."""
     fig = go.Figure()
     for design, colour in DESIGN_COLORS.items():
+        m = pd.DataFrame() if measured is None else measured[measured["design"] == design]
+        if len(m):
+            m = m.sort_values("per_gpu_rate")
+            fig.add_trace(go.Scatter(x=m["per_gpu_rate"], y=100 * m["slo_attainment"],
+                                     name=MEASURED_NAMES[design], mode="lines+markers",
+                                     line=dict(color=colour, dash="dot"),
+                                     marker=dict(symbol="circle-open", size=9)))
         h = curves[curves["design"] == design].sort_values("per_gpu_rate")
         if h.empty:
             continue

@@ -61,7 +61,7 @@ from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_model
 from pagesim.sim.specs.model import with_max_seq_len
 from pagesim.traces import long_context, shared_prefix
-from pagesim.traces.chatbot import chatbot_workload
+from pagesim.traces.chatbot import VARIANTS as CHATBOT_VARIANTS, chatbot_workload
 from pagesim.traces.synth import make_workload
 from pagesim.traces.transform import apply_max_len_policy
 
@@ -362,10 +362,10 @@ def spec_workload(workload: str, rate: float, duration_s: float | None, num_requ
     """The synthetic trace a run spec names. Kept for the next run (a worker's runs come
     sorted by size, so the systems of one grid point follow each other: one synthesis for
     all four); a run reads its trace and never writes it."""
-    if workload == "chatbot":  # Fig. 17's conversations (traces/chatbot.py)
+    if workload in CHATBOT_VARIANTS:  # Fig. 17's conversations, DistServe's (traces/chatbot.py)
         if n > 1 or beam_width > 1:
-            raise ConfigError(f"workload 'chatbot' has one sequence per request; got n={n}, beam_width={beam_width}")
-        return chatbot_workload(rate, duration_s, num_requests, seed)
+            raise ConfigError(f"workload {workload!r} has one sequence per request; got n={n}, beam_width={beam_width}")
+        return chatbot_workload(rate, duration_s, num_requests, seed, variant=workload)
     kwargs = dict(rate=rate, duration_s=duration_s, num_requests=num_requests, seed=seed, n=n, beam_width=beam_width)
     if workload in shared_prefix.WORKLOADS:  # Fig. 16's few-shot translation
         return shared_prefix.make_workload(workload, **kwargs)

@@ -10,6 +10,13 @@ outputs are already at most 1,024. (prompt, output) pairs are resampled jointly 
 replacement, arrivals are Poisson. The file is named by ``$PAGESIM_SHAREGPT_LENGTHS``
 (default: :data:`DEFAULT_LENGTHS`). Its contents are not part of a sweep's cache key: after
 replacing the file, run with ``--no-cache``.
+
+``chatbot-distserve`` is DistServe's (OSDI '24) chatbot workload as near as these lengths allow:
+its artifact keeps the ShareGPT pairs under OPT's 2,048 positions and cuts nothing
+(:func:`distserve_lengths`), where the vLLM paper cuts every prompt to its last 1,024 tokens.
+What it does that no length file can: it joins the first k turns of a conversation into the
+prompt (k drawn at random) and takes turn k as the output, a user's turn about as often as
+ChatGPT's, so its outputs are shorter than the ChatGPT answers these pairs end with.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ DEFAULT_LENGTHS = "/work/shared/traces/sharegpt_8k_filtered_stats_llama2_tokeniz
 #: §6.5: "we cut the prompt to the last 1024 tokens and let the model generate at most 1024 tokens"
 CHAT_MAX_PROMPT = 1024
 CHAT_MAX_OUTPUT = 1024
+#: DistServe's artifact keeps a pair only when prompt + output stay under OPT's 2,048 positions
+DISTSERVE_MAX_TOKENS = 2048
 
 
 def lengths_path() -> Path:
@@ -41,13 +50,36 @@ def lengths_path() -> Path:
     return path
 
 
+def distserve_lengths(lengths: pd.DataFrame) -> pd.DataFrame:
+    """The (prompt, output) pairs DistServe's artifact keeps of ShareGPT
+    (github.com/LLMServe/DistServe, evaluation/2-benchmark-serving/0-prepare-dataset.py:49-54): a
+    pair goes when both sides are under 4 tokens or when prompt + output reach 2,048 (OPT's
+    positions); nothing is cut."""
+    p, o = lengths["prompt_tokens"].to_numpy(), lengths["output_tokens"].to_numpy()
+    keep = ~((p < 4) & (o < 4)) & (p + o < DISTSERVE_MAX_TOKENS)
+    return lengths[keep].reset_index(drop=True)
+
+
+#: the length rules by workload name: what each keeps of the length file before resampling
+VARIANTS = {
+    "chatbot": lambda lengths: keep_last_prompt_tokens(lengths, CHAT_MAX_PROMPT, CHAT_MAX_OUTPUT),
+    "chatbot-distserve": distserve_lengths,
+}
+
+
 def chatbot_workload(rate: float, duration_s: float | None = None, num_requests: int | None = None,
-                     seed: int = 0, lengths: pd.DataFrame | None = None) -> pd.DataFrame:
+                     seed: int = 0, lengths: pd.DataFrame | None = None,
+                     variant: str = "chatbot") -> pd.DataFrame:
     """Poisson arrivals at ``rate``; (prompt, output) resampled from ``lengths`` (default: the
-    ShareGPT length file), prompts cut to their last :data:`CHAT_MAX_PROMPT` tokens and outputs
-    capped at :data:`CHAT_MAX_OUTPUT`."""
+    ShareGPT length file) after the ``variant``'s rule (:data:`VARIANTS`): ``chatbot``, the vLLM
+    paper's (prompts cut to their last :data:`CHAT_MAX_PROMPT` tokens, outputs capped at
+    :data:`CHAT_MAX_OUTPUT`); ``chatbot-distserve``, DistServe's artifact's
+    (:func:`distserve_lengths`)."""
     if lengths is None:
         lengths = load_trace(lengths_path())
+    lengths = VARIANTS[variant](lengths)
+    if lengths.empty:
+        raise ConfigError(f"workload {variant!r}: no (prompt, output) pair of the length file is kept")
     r_arr, r_len = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     t = arrivals("poisson", rate, duration_s=duration_s, num_requests=num_requests, rng=r_arr)
     i = r_len.integers(0, len(lengths), t.size)
@@ -55,7 +87,7 @@ def chatbot_workload(rate: float, duration_s: float | None = None, num_requests:
                        "prompt_tokens": lengths["prompt_tokens"].to_numpy()[i].astype(np.int64),
                        "output_tokens": lengths["output_tokens"].to_numpy()[i].astype(np.int64),
                        "n": np.ones(t.size, dtype=np.int64), "beam_width": np.ones(t.size, dtype=np.int64)})
-    df.attrs = {"source": "builtin:chatbot", "workload": dict(kind="synthetic", workload="chatbot", rate=rate,
+    df.attrs = {"source": f"builtin:{variant}", "workload": dict(kind="synthetic", workload=variant, rate=rate,
                                                               duration_s=duration_s, num_requests=num_requests,
                                                               seed=seed)}
-    return keep_last_prompt_tokens(df, CHAT_MAX_PROMPT, CHAT_MAX_OUTPUT)
+    return df

@@ -56,6 +56,9 @@ def test_config_runs_the_artifact_placement_and_slos():
         (("decode_replicas", 1), ("decode_tp", 1), ("first_token", "prefill"), ("kv_link", "nvlink"),
          ("prefill_replicas", 1), ("prefill_tp", 2))}
     assert {s.rate / 3 for s in specs} == {0.25, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 3.0}  # per GPU
+    # the requests: ShareGPT pairs kept as the artifact keeps them (traces/chatbot.py)
+    assert {s.workload for s in specs} == {"chatbot-distserve"}
+    assert {s.num_requests for s in specs} == {300}  # the artifact's 100 per GPU
     # the artifact's baseline is vLLM 0.1.7 (prefill first, no chunking): pagesim's vLLM v0;
     # DistServe streams the prefill's token; one cost model for both designs
     assert {s.system for s in colocated} == {"vllm"} and {s.system for s in disagg} == {"vllm-v1"}
@@ -100,8 +103,13 @@ def test_quick_run_layout_and_goodputs(tmp_path):
     assert g.loc["disaggregated", "paper_ratio_low"] == 2.0
     assert g.loc["disaggregated", "paper_ratio_high"] == 4.6
     assert "outside the paper's 2-4.6x" in g.loc["disaggregated", "note"]
+    # the artifact's measured goodputs beside ours (paper_numbers.csv: its drop lines)
+    assert g.loc["disaggregated", "paper_goodput_per_gpu"] == 2.30
+    assert g.loc["colocated", "paper_goodput_per_gpu"] == 0.50
     text = distserve.explain(curves, tables["distserve_goodput"])
     assert "a ratio of 1.11x" in text and "Disaggregated leads" not in text
+    assert "measured (the artifact's saved Fig. 8): 2.30 and 0.50, 4.6x" in text
+    assert "colocated 0.75 req/s" in text  # interpolated: no "at least"
     assert "0.5: 100 % vs 100 %; 3: 25 % vs 0 %" in text  # a tie, then disaggregated ahead
     assert "The lead changes at per-GPU rate 3 (disaggregated ahead)." in text
 
@@ -161,3 +169,37 @@ def test_spec_runs_each_pool_at_its_tensor_parallelism():
     assert s["kv_link"] == "nvlink" and s["completed"] == 4
     assert "request_goodput" in s and distserve.slo_attainment(s) >= 0
     assert "disagg" not in RunSpec().canonical()  # a single engine's cache key is unchanged
+
+
+def test_measured_curves_agree_with_their_drop_lines():
+    # the artifact's curves (read off its figure's markers) and its goodputs (its drop lines)
+    # are two readings of one figure: the curves' own 90 % crossings must land on the lines
+    measured = paper.distserve_paper_curve()
+    assert set(measured["design"]) == {"disaggregated", "colocated"}
+    assert list(measured["per_gpu_rate"].drop_duplicates()) == [0.25, 0.5, 1, 1.5, 2, 2.25, 2.5, 3]
+    assert measured["slo_attainment"].between(0, 1).all()  # fractions, not percents
+    for design, system in (("disaggregated", "distserve"), ("colocated", "vllm")):
+        m = measured[measured["design"] == design]
+        crossing, how = distserve.goodput_per_gpu(m["per_gpu_rate"], m["slo_attainment"], 0.9)
+        line = paper.paper_value("distserve", "goodput_per_gpu", workload="sharegpt", system=system)
+        assert how == "interpolated" and crossing == pytest.approx(line, abs=0.03)
+    ratio = (paper.paper_value("distserve", "goodput_per_gpu", workload="sharegpt", system="distserve")
+             / paper.paper_value("distserve", "goodput_per_gpu", workload="sharegpt", system="vllm"))
+    assert ratio == pytest.approx(4.6)  # the ratio the artifact's notebook prints
+
+
+def test_against_measured_gives_ours_minus_theirs_per_design(monkeypatch):
+    # measured: disaggregated 100 % and 80 % at 1 and 2; colocated 90 % at 1 only (2 unprobed)
+    measured = pd.DataFrame({"design": ["disaggregated", "disaggregated", "colocated"],
+                             "per_gpu_rate": [1.0, 2.0, 1.0], "slo_attainment": [1.0, 0.8, 0.9]})
+    monkeypatch.setattr(paper, "distserve_paper_curve", lambda: measured)
+    ours = pd.DataFrame([probe("disaggregated", 1.0, 0.96), probe("disaggregated", 2.0, 0.62),
+                         probe("disaggregated", 3.0, 0.5), probe("colocated", 1.0, 0.99),
+                         probe("colocated", 2.0, 0.98)])
+    text = distserve.against_measured(ours)
+    # disaggregated: -4 and -18 points -> mean -11, the largest 18 at 2; colocated: +9 at 1,
+    # its only shared rate; 3 (and colocated 2) unmeasured
+    assert ("disaggregated -11 points on average over 2 rates (the largest 18 points at 2 req/s "
+            "per GPU: ours 62 %, measured 80 %)") in text
+    assert "colocated +9 points on average over 1 rate (the largest 9 points at 1 req/s" in text
+    assert distserve.against_measured(ours[ours["per_gpu_rate"] == 3.0]) == ""

@@ -9,7 +9,9 @@ A no-op for a release already unpacked.
 
 nano-vllm (``nano_vllm.py``): its ``nanovllm/`` package at one commit (``NANO_VLLM_COMMIT``), from
 GitHub's archive of that commit, or (offline) ``--nano-vllm DIR``, a checkout or ``git archive``
-export of it, into ``nano-vllm-<short commit>/``.
+export of it, into ``nano-vllm-<short commit>/``. DistServe's simulator
+(``benchmarks/distserve_peer.py``) the same way: its ``simdistserve/`` at ``DISTSERVE.commit``,
+``--distserve DIR`` offline, into ``distserve-<short commit>/``.
 SGLang 0.5.23 (``sglang_radix.py``: its radix cache) the same way: ``sglang-<version>/sglang/...``;
 ``--wheel`` takes its wheel too.
 """
@@ -71,49 +73,67 @@ def wheel_version(wheel: Path) -> str:
     return found.group(1)
 
 
+class GitHubPackage:
+    """A peer's package at one pinned commit of its GitHub repository (nano-vllm's engine,
+    DistServe's simulator): its ``package`` folder, copied from a checkout or export of that
+    commit or downloaded from GitHub's archive of it, into ``<name>-<short commit>/``."""
+
+    def __init__(self, name: str, repo: str, commit: str, package: str, marker: str):
+        self.name, self.repo, self.commit, self.package = name, repo, commit, package
+        self.marker = marker  # a file of the package's that a right checkout has (its path inside)
+
+    def folder(self) -> Path:
+        """Where ``import <package>`` finds the pinned commit's package."""
+        return cache_folder() / f"{self.name}-{self.commit[:7]}"
+
+    def fetch(self, checkout: Path | None, offline: bool) -> None:
+        """Copied from ``checkout`` (a git checkout of the commit, or an export of it), else
+        downloaded unless ``offline``."""
+        target, short = self.folder(), self.commit[:7]
+        if (target / ".unpacked").exists():  # written last, as for vLLM's releases
+            print(f"{self.name} {short} already in {target}")
+            return
+        if checkout is not None:
+            if not (checkout / self.package / self.marker).is_file():
+                raise SystemExit(f"--{self.name} {checkout}: no {self.package}/{self.marker} there")
+            if (checkout / ".git").exists():  # an export cannot say its commit; a checkout can
+                head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+                if head != self.commit:
+                    raise SystemExit(f"--{self.name} {checkout} is at {head}, not {self.commit}: git checkout it")
+            shutil.copytree(checkout / self.package, target / self.package, dirs_exist_ok=True)
+            source = str(checkout)
+        elif offline:
+            return  # offline, and no checkout given: only what was given
+        else:
+            source = f"https://codeload.github.com/{self.repo}/tar.gz/{self.commit}"
+            with urllib.request.urlopen(source, timeout=120) as response:
+                archive = tarfile.open(fileobj=io.BytesIO(response.read()))
+            # its one top folder (<repo>-<commit>/) dropped: the package lands at target/<package>
+            members = []
+            for member in archive.getmembers():
+                parts = Path(member.name).parts
+                if len(parts) > 1 and parts[1] == self.package and (member.isfile() or member.isdir()):
+                    member.name = str(Path(*parts[1:]))
+                    members.append(member)
+            archive.extractall(target, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        (target / ".unpacked").write_text(f"{self.commit} {source}\n")
+        print(f"{self.name} {short} in {target}")
+
+
 # nano-vllm's commit the peer drives (nano_vllm.py cites its source lines at it)
-NANO_VLLM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
-NANO_VLLM_ARCHIVE = "https://codeload.github.com/GeeeekExplorer/nano-vllm/tar.gz/{commit}"
+NANO_VLLM = GitHubPackage("nano-vllm", "GeeeekExplorer/nano-vllm", "bb823b3e06983d71485a8e1f23715ebd87d98ef8",
+                          "nanovllm", "engine/scheduler.py")
+NANO_VLLM_COMMIT = NANO_VLLM.commit
+# DistServe's simulator (simdistserve: its own vLLM and DistServe engines over profiled A100 step
+# times), for benchmarks/distserve_peer.py; Apache-2.0, as the repository's LICENSE
+DISTSERVE = GitHubPackage("distserve", "LLMServe/DistServe", "82831f1604cc6b10bebd360f6c437a07790dde9f",
+                          "simdistserve", "benchmarks/simulate_dist.py")
 
 
 def nano_vllm_folder() -> Path:
     """Where ``import nanovllm`` finds the pinned commit's package (nano_vllm.PEER)."""
-    return cache_folder() / f"nano-vllm-{NANO_VLLM_COMMIT[:7]}"
-
-
-def fetch_nano_vllm(checkout: Path | None, offline: bool) -> None:
-    """nano-vllm's ``nanovllm/`` at ``NANO_VLLM_COMMIT``: copied from ``checkout`` (a git checkout
-    of that commit, or an export of it), else downloaded unless ``offline``."""
-    target = nano_vllm_folder()
-    if (target / ".unpacked").exists():  # written last, as for vLLM's releases
-        print(f"nano-vllm {NANO_VLLM_COMMIT[:7]} already in {target}")
-        return
-    if checkout is not None:
-        if not (checkout / "nanovllm" / "engine" / "scheduler.py").is_file():
-            raise SystemExit(f"--nano-vllm {checkout}: no nanovllm/engine/scheduler.py there")
-        if (checkout / ".git").exists():  # an export cannot say its commit; a checkout can
-            head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
-                                  text=True, check=True).stdout.strip()
-            if head != NANO_VLLM_COMMIT:
-                raise SystemExit(f"--nano-vllm {checkout} is at {head}, not {NANO_VLLM_COMMIT}: git checkout it")
-        shutil.copytree(checkout / "nanovllm", target / "nanovllm", dirs_exist_ok=True)
-        source = str(checkout)
-    elif offline:
-        return  # offline, and no checkout given: only what was given
-    else:
-        source = NANO_VLLM_ARCHIVE.format(commit=NANO_VLLM_COMMIT)
-        with urllib.request.urlopen(source, timeout=120) as response:
-            archive = tarfile.open(fileobj=io.BytesIO(response.read()))
-        # its one top folder (nano-vllm-<commit>/) dropped: the package lands at target/nanovllm
-        members = []
-        for member in archive.getmembers():
-            parts = Path(member.name).parts
-            if len(parts) > 1 and parts[1] == "nanovllm" and (member.isfile() or member.isdir()):
-                member.name = str(Path(*parts[1:]))
-                members.append(member)
-        archive.extractall(target, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    (target / ".unpacked").write_text(f"{NANO_VLLM_COMMIT} {source}\n")
-    print(f"nano-vllm {NANO_VLLM_COMMIT[:7]} in {target}")
+    return NANO_VLLM.folder()
 
 
 # -- SGLang: its radix cache (sglang_radix.py) ------------------------------------------------------
@@ -149,8 +169,10 @@ def main(argv=None) -> int:
                         help="a vLLM or SGLang wheel already downloaded (no network); once per release")
     parser.add_argument("--nano-vllm", type=Path, metavar="DIR",
                         help=f"a checkout or export of nano-vllm at {NANO_VLLM_COMMIT[:7]} (no network)")
+    parser.add_argument("--distserve", type=Path, metavar="DIR",
+                        help=f"a checkout or export of DistServe at {DISTSERVE.commit[:7]} (no network)")
     args = parser.parse_args(argv)
-    offline = bool(args.wheel or args.nano_vllm)  # a source given: fetch only what was given
+    offline = bool(args.wheel or args.nano_vllm or args.distserve)  # a source given: fetch only what was given
     given = {wheel_version(wheel): wheel for wheel in args.wheel if not is_sglang(wheel)}
     for version in RELEASES:
         if unpacked(version):
@@ -162,7 +184,8 @@ def main(argv=None) -> int:
                  or download(version, cache_folder()))
         unpack(version, wheel)
         print(f"vLLM {version} unpacked in {source_folder(version)}")
-    fetch_nano_vllm(args.nano_vllm, offline)
+    NANO_VLLM.fetch(args.nano_vllm, offline)
+    DISTSERVE.fetch(args.distserve, offline)
     sglang_fetch(args.wheel, offline)
     return 0
 

@@ -1,4 +1,4 @@
-"""The chatbot workload of Fig. 17 (traces/chatbot.py)."""
+"""The chatbot workloads: Fig. 17's and DistServe's (traces/chatbot.py)."""
 
 from pathlib import Path
 
@@ -19,6 +19,22 @@ def test_pairs_are_resampled_jointly_then_cut():
     assert (df["n"] == 1).all() and (df["beam_width"] == 1).all()
     again = chatbot.chatbot_workload(2.0, num_requests=50, seed=1, lengths=lengths)
     pd.testing.assert_frame_equal(df, again)  # same seed, same trace
+
+
+def test_distserve_keeps_the_artifacts_pairs_whole():
+    # the artifact drops a pair at prompt + output >= 2,048 and when both sides are under 4
+    # tokens; it cuts nothing (a 1,500-token prompt stays whole, unlike the vLLM paper's rule)
+    lengths = pd.DataFrame({"prompt_tokens": [1500, 1500, 3, 3, 2, 2043],
+                            "output_tokens": [547, 548, 3, 4, 500, 5]})
+    kept = chatbot.distserve_lengths(lengths)
+    assert list(zip(kept["prompt_tokens"], kept["output_tokens"])) == [(1500, 547), (3, 4), (2, 500)]
+    df = chatbot.chatbot_workload(2.0, num_requests=200, seed=1, lengths=lengths,
+                                  variant="chatbot-distserve")
+    assert set(zip(df["prompt_tokens"], df["output_tokens"])) == {(1500, 547), (3, 4), (2, 500)}
+    assert df.attrs["workload"]["workload"] == "chatbot-distserve"
+    with pytest.raises(ConfigError, match="no .* pair of the length file is kept"):
+        chatbot.chatbot_workload(1.0, num_requests=3, lengths=lengths.iloc[[1, 2]],
+                                 variant="chatbot-distserve")
 
 
 def test_missing_lengths_file_is_one_clear_line(monkeypatch, tmp_path):
@@ -49,3 +65,8 @@ def test_sweep_builds_the_chatbot_trace(monkeypatch):
     assert seen["trace"]["prompt_tokens"].tolist() == [1024] * 4 and seen["trace"]["output_tokens"].tolist() == [7] * 4
     with pytest.raises(ConfigError, match="one sequence per request"):
         simulate_spec(RunSpec(system="vllm", workload="chatbot", rate=1.0, num_requests=4, n=2))
+    # DistServe's variant by its name: the 3,007-token pair is dropped, not cut
+    lengths = pd.DataFrame({"prompt_tokens": [3000, 900], "output_tokens": [7, 8]})
+    seen.clear()
+    simulate_spec(RunSpec(system="vllm", workload="chatbot-distserve", rate=1.0, num_requests=4))
+    assert seen["trace"]["prompt_tokens"].tolist() == [900] * 4
