@@ -80,8 +80,9 @@ MODE_HELP = {
     "disaggregation": ("For a target --rate at --gpus N: N aggregated vllm-v1 replicas beside every "
                        "prefill:decode split P:D of the N GPUs, each run over the same workload (SLO "
                        "attainment, goodput and goodput per GPU, p99 TTFT and TPOT, which meets the SLO), "
-                       "the choice, and the fewest GPUs meeting the SLO each way (up to --max-gpus), "
-                       "each with the cost model's error band.",
+                       "the choice, each design's goodput per GPU with the SLO's thresholds scaled x 0.5 "
+                       "to x 2, and the fewest GPUs meeting the SLO each way (up to --max-gpus), each "
+                       "with the cost model's error band.",
                        "pagesim plan disaggregation --workload sharegpt --num-requests 200 --rate 6 --gpus 4 "
                        "--model llama-2-7b --gpu a100-80gb --slo-ttft-p99 1 --slo-tpot-p99 0.05 --quick"),
 }
@@ -423,7 +424,7 @@ def write_outputs(result: dict, out: Path, report: bool = False) -> None:
     pd.DataFrame(result["points"]).to_csv(out / "points.csv", index=False)
     for key, name in (("answers", "max_rate.csv"), ("gpus", "gpus.csv"), ("kv", "kv.csv"),
                       ("replicas", "replicas.csv"), ("what_if", "what_if.csv"), ("designs", "designs.csv"),
-                      ("fewest", "fewest_gpus.csv")):
+                      ("fewest", "fewest_gpus.csv"), ("slo_scales", "slo_scales.csv")):
         if result.get(key):
             pd.DataFrame(result[key]).to_csv(out / name, index=False)
     if report:
@@ -521,6 +522,17 @@ def print_result(r: dict, f) -> None:
         print("\n" + fill(msg), file=f)
 
 
+def print_slo_scales(rows: list[dict], gpus: int, f) -> None:
+    """Goodput per GPU of each design (a row) with every SLO threshold x s (a column each)."""
+    scales = list(dict.fromkeys(row["slo_scale"] for row in rows))
+    table: dict[str, dict] = {}
+    for row in rows:
+        table.setdefault(row["design"], {"design": row["design"]})[f"x{row['slo_scale']:g}"] = \
+            row["goodput_per_gpu"]
+    print(f"\ngoodput per GPU at {gpus} GPUs with every SLO threshold x s (the same runs)", file=f)
+    _table(list(table.values()), [("design", "design")] + [(f"x{s:g}", f"s = {s:g}") for s in scales], f)
+
+
 def print_disaggregation(r: dict, f) -> None:
     """'plan disaggregation': the designs at N GPUs, the choice, the fewest GPUs each way, the
     band and the number of runs."""
@@ -535,6 +547,8 @@ def print_disaggregation(r: dict, f) -> None:
     choice = r["choice"]
     print(fill(f"choice at {r['gpu_count']} GPUs: " + (f"{choice} (the most goodput meeting the SLO)" if choice
                                                   else "none: no design meets the SLO")), file=f)
+    if r.get("slo_scales"):
+        print_slo_scales(r["slo_scales"], r["gpu_count"], f)
     print("\nfewest GPUs meeting the SLO", file=f)
     gpus_band = [("gpus_slow", "slow"), ("gpus_fast", "fast")] if band and "fewest_slow" in band else []
     _table(r["fewest"], [("way", "way"), ("gpus", "GPUs"), *gpus_band, ("design", "design"),

@@ -16,6 +16,10 @@ rounds of the runner's parallel slots, nearest first to the best split's prefill
 (half where none passed), and the count's probing ends at the first round with a pass (the
 early stop: a count's remaining splits are not run once one meets the SLO).
 
+**The SLO's scale.** Each design at ``N`` is read again (its run's requests, no new run) under
+the SLO with every threshold x s, s in :data:`SLO_SCALES`: its attainment and goodput per GPU
+against how strict the SLO is, as DistServe's Fig. 8 draws its bottom row.
+
 ``quick``: at ``N`` only the splits whose prefill pool is about a quarter, a half and three
 quarters of it, and no error band for the fewest GPUs.
 
@@ -33,9 +37,13 @@ from typing import Any
 from pagesim.experiments.plan import PlanSetup, _clean, _lightweight, fewest
 from pagesim.experiments.probe import Runner
 from pagesim.experiments.run_spec import RunSpec
+from pagesim.experiments.slo import evaluate_point
 from pagesim.sim.errors import ConfigError
 
 SYSTEM = "vllm-v1"  # the engine whose KV connector sim/disagg.py models
+#: the SLO's scales the designs' goodput is read at: every threshold x s (DistServe's Fig. 8 scales
+#: its SLOs so, its bottom row; :func:`goodput_by_slo_scale`)
+SLO_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 #: a design's row: its point's keys kept
 POINT_KEYS = ("passed", "slo_attainment", "request_goodput", "p99_ttft_s", "p99_tpot_s",
               "request_throughput", "fail_reason")
@@ -94,15 +102,38 @@ def choose(rows: list[dict]) -> dict | None:
     return max(passing, key=lambda r: (r["request_goodput"] or 0.0, r["design"] == "aggregated"))
 
 
+def cases_at(designs: Designs, units: int, quick: bool,
+             sim: dict[str, Any] | None = None) -> list[tuple[str, int, int, RunSpec]]:
+    """Every design at ``units`` replicas as (name, P, D, probe): aggregated first, then each
+    split."""
+    cases = [("aggregated", 0, 0, designs.aggregated(units, sim))]
+    return cases + [(f"{p}:{d}", p, d, designs.disaggregated(p, d, sim)) for p, d in splits(units, quick)]
+
+
 def compare_at(designs: Designs, units: int, runner: Runner, quick: bool,
                sim: dict[str, Any] | None = None) -> list[dict]:
-    """Every design at ``units`` replicas (one batch of probes): aggregated first, then each
-    split."""
-    tp = designs.tp
-    cases = [("aggregated", 0, 0, designs.aggregated(units, sim))]
-    cases += [(f"{p}:{d}", p, d, designs.disaggregated(p, d, sim)) for p, d in splits(units, quick)]
+    """Every design at ``units`` replicas (one batch of probes)."""
+    cases = cases_at(designs, units, quick, sim)
     points = runner.evaluate([spec for *_k, spec in cases])
-    return [row_of(name, p, d, units * tp, point) for (name, p, d, _s), point in zip(cases, points)]
+    return [row_of(name, p, d, units * designs.tp, point) for (name, p, d, _s), point in zip(cases, points)]
+
+
+def goodput_by_slo_scale(designs: Designs, units: int, runner: Runner, quick: bool) -> list[dict]:
+    """Each design at ``units`` replicas (:func:`compare_at`'s runs, read back) under its SLO
+    with every threshold x s, for each s of :data:`SLO_SCALES`: its SLO attainment and goodput
+    per GPU (DistServe's Fig. 8, bottom row, as goodput). At s = 1, the designs' table's."""
+    rows = []
+    gpus = units * designs.tp
+    for name, _p, _d, spec in cases_at(designs, units, quick):
+        point = runner.evaluate([spec])[0]  # memoized: its run's duration
+        if point.get("error"):
+            continue
+        requests = runner.requests(spec)
+        for scale in SLO_SCALES:
+            scored = evaluate_point(requests, runner.slo.scaled(scale), duration_s=point.get("duration_s"))
+            rows.append({"design": name, "slo_scale": scale, "slo_attainment": scored["slo_attainment"],
+                         "goodput_per_gpu": scored["request_goodput"] / gpus})
+    return rows
 
 
 def best_split(designs: Designs, units: int, runner: Runner, share: float,
@@ -160,6 +191,7 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
         raise ConfigError(f"--max-gpus {max_gpus} is below --gpus {gpus}")
     units, most = gpus // tp, max_gpus // tp
     rows = compare_at(designs, units, runner, quick)
+    by_scale = goodput_by_slo_scale(designs, units, runner, quick)
     chosen = choose(rows)
     split_rows = [r for r in rows if r["prefill"] and r["passed"]]
     share = 0.5  # the best passing split's prefill share, else half
@@ -199,5 +231,6 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
             "designs": [{k: _clean(v) for k, v in r.items()} for r in rows],
             "choice": chosen["design"] if chosen else None,
             "fewest": [{k: _clean(v) for k, v in r.items()} for r in fewest_rows],
+            "slo_scales": [{k: _clean(v) for k, v in r.items()} for r in by_scale],
             "error_band": band, "points": _lightweight([]), "warnings": [],
             "num_simulated": runner.num_simulated}

@@ -333,6 +333,14 @@ class Runner:
                 self.memo[k] = self._point(spec, summ, req)
         return [dict(self.memo[k]) for k in keys]
 
+    def requests(self, spec: RunSpec) -> pd.DataFrame:
+        """The request table of a probe already evaluated (:data:`REQUEST_COLS`, from the cache
+        its run wrote)."""
+        cached = load_cached(spec, self.cache_dir, run_fn=self.run_fn, what=("requests",))
+        if cached is None or cached.requests is None:
+            raise PagesimError(f"probe {spec.label()}: the cache holds no request table")
+        return cached.requests
+
     def _point(self, spec: RunSpec, summ: dict, req: pd.DataFrame | None) -> dict[str, Any]:
         p: dict[str, Any] = {"system": spec.system, "rate": spec.rate}
         p.update({k: v for k, v in spec.sim.items() if k not in ("record_steps",)})

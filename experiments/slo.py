@@ -79,6 +79,14 @@ class SLO:
              "normalized_latency_s": self.normalized_latency_s}
         return {k: v for k, v in m.items() if v is not None}
 
+    def scaled(self, factor: float) -> "SLO":
+        """This SLO with every latency threshold x ``factor`` (its attainment target kept): the
+        SLO's scale of DistServe's Fig. 8, bottom row."""
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ConfigError(f"an SLO's scale must be a positive number, got {factor}")
+        return SLO(**{k: (v * factor if v is not None and k != "slo_attainment" else v)
+                      for k, v in asdict(self).items()})
+
     def describe(self) -> str:
         names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2el_s": "E2EL", "normalized_latency_s": "normalized latency"}
         parts = []

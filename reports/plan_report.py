@@ -101,6 +101,20 @@ def bars_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color
     return fig
 
 
+def scale_figure(rows: list[dict], title: str) -> go.Figure:
+    """Goodput per GPU against the SLO's scale, a line per design (aggregated solid, the
+    disaggregated splits dashed)."""
+    fig = go.Figure()
+    for design in dict.fromkeys(r["design"] for r in rows):
+        mine = [r for r in rows if r["design"] == design]
+        fig.add_trace(go.Scatter(x=[r["slo_scale"] for r in mine], y=[r["goodput_per_gpu"] for r in mine],
+                                 name=design, mode="lines+markers",
+                                 line=dict(dash="solid" if design == "aggregated" else "dash")))
+    fig.update_layout(title=title, xaxis_title="SLO scale s (every threshold x s)",
+                      yaxis_title="requests meeting the SLO / s / GPU", template="plotly_white", height=420)
+    return fig
+
+
 def plan_report(result: dict, path: str | Path) -> Path:
     """Write the report of one plan result to ``path``; returns the path."""
     path = Path(path)
@@ -127,6 +141,10 @@ def plan_report(result: dict, path: str | Path) -> Path:
         figs.append(("Goodput per GPU", bars_figure(result["designs"], "design", "goodput_per_gpu",
                                                     f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s",
                                                     "requests meeting the SLO / s / GPU")))
+        if result.get("slo_scales"):
+            figs.append(("Goodput per GPU against the SLO's scale", scale_figure(
+                result["slo_scales"], f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s, every "
+                "SLO threshold x s")))
         sections.append(f"<h2>Designs at {n} GPUs (choice: {html.escape(str(result['choice']))})</h2>"
                         + _table(result["designs"]))
         sections.append("<h2>Fewest GPUs meeting the SLO</h2>" + _table(result["fewest"]))

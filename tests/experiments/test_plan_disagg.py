@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pandas as pd
 import pytest
 
 from pagesim.experiments import plan_disagg as PD
 from pagesim.experiments.plan import PlanSetup
 from pagesim.experiments.run_spec import RunSpec
+from pagesim.experiments.slo import SLO
 from pagesim.sim.cli import main
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
@@ -29,9 +31,13 @@ class RuleRunner:
     runs each distinct probe once and counts it."""
 
     slots = 1
+    slo = SLO(ttft_p99_s=0.2)
 
     def __init__(self, rule):
         self.rule, self.memo, self.num_simulated = rule, {}, 0
+
+    def requests(self, spec):  # one request, within the SLO at every scale read
+        return requests_table([0.01], [0.001])
 
     def evaluate(self, specs):
         out = []
@@ -47,6 +53,43 @@ class RuleRunner:
                                   "p99_tpot_s": 0.01, "fail_reason": "" if ok else "x"}
             out.append(dict(self.memo[key]))
         return out
+
+
+def requests_table(ttft, tpot, status=None):
+    """A probe's request table (experiments.probe.REQUEST_COLS) with these TTFTs and TPOTs,
+    every request finished (unless ``status`` says otherwise) 1 s after arriving at 0."""
+    n = len(ttft)
+    return pd.DataFrame({"arrival_s": [0.0] * n, "finish_s": [1.0] * n,
+                         "status": status or ["finished"] * n, "output_tokens": [10] * n,
+                         "ttft_s": ttft, "tpot_s": tpot, "e2el_s": [1.0] * n,
+                         "normalized_latency_s": [0.1] * n})
+
+
+def test_goodput_by_slo_scale_reads_each_designs_requests_under_scaled_thresholds():
+    # SLO: TTFT <= 0.2 s and TPOT <= 0.02 s; runs of 10 s on 2 GPUs (2 replicas of TP 1).
+    # aggregated: TTFTs 0.1 and 0.3 (TPOTs 0.01): at s = 0.5 (0.1 s, 0.01 s) the first meets,
+    # exactly; up to s = 1.25 (0.25 s) still the first only; from s = 1.5 (0.3 s) both:
+    # goodput per GPU 1 / 10 / 2 = 0.05, then 2 / 10 / 2 = 0.1. 1:1: TTFT 0.05, TPOT 0.03 (over
+    # 0.02 up to s = 1.25, within from 1.5 = 0.03 s) and one request rejected (never meets)
+    tables = {"aggregated": requests_table([0.1, 0.3], [0.01, 0.01]),
+              "1:1": requests_table([0.05, 0.0], [0.03, 0.0], ["finished", "rejected"])}
+
+    class TableRunner:
+        slo = SLO(ttft_p99_s=0.2, tpot_p99_s=0.02)
+
+        def evaluate(self, specs):
+            return [{"duration_s": 10.0} for _ in specs]
+
+        def requests(self, spec):
+            return tables["1:1" if spec.disaggregated else "aggregated"]
+
+    rows = PD.goodput_by_slo_scale(PD.Designs(SETUP, 4.0), 2, TableRunner(), quick=False)
+    got = {(r["design"], r["slo_scale"]): (r["goodput_per_gpu"], r["slo_attainment"]) for r in rows}
+    assert PD.SLO_SCALES == (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+    for scale in PD.SLO_SCALES:
+        both = scale >= 1.5
+        assert got[("aggregated", scale)] == pytest.approx((0.1 if both else 0.05, 1.0 if both else 0.5))
+        assert got[("1:1", scale)] == pytest.approx((0.05 if both else 0.0, 0.5 if both else 0.0))
 
 
 def interference(spec, scale: float) -> bool:
@@ -147,6 +190,12 @@ def test_decode_memory_forces_the_aggregated_design_at_two_gpus(tmp_path, capsys
     assert r["choice"] == "aggregated"
     assert {f["way"]: (f["gpus"], f["design"]) for f in r["fewest"]} == {
         "aggregated": (2, "aggregated"), "disaggregated": (3, "1:2")}
+    # the same runs read under the SLO x s: at s = 1 each design's goodput per GPU is its
+    # row's; 1:1's b misses the TTFT at every scale read (> 2.6 s > 2 x 1 s), its a meets
+    scaled = {(x["design"], x["slo_scale"]): x for x in r["slo_scales"]}
+    for name, d in designs.items():
+        assert scaled[(name, 1.0)]["goodput_per_gpu"] == pytest.approx(d["goodput_per_gpu"])
+    assert {x["slo_attainment"] for x in r["slo_scales"] if x["design"] == "1:1"} == {0.5}
 
 
 def test_out_and_report_write_the_designs(tmp_path, capsys):
@@ -157,7 +206,10 @@ def test_out_and_report_write_the_designs(tmp_path, capsys):
     designs = (tmp_path / "out" / "designs.csv").read_text().splitlines()
     assert [line.split(",")[0] for line in designs] == ["design", "aggregated", "1:1"]
     assert (tmp_path / "out" / "fewest_gpus.csv").is_file()
-    assert "Goodput per GPU" in (tmp_path / "out" / "report.html").read_text()
+    scales = (tmp_path / "out" / "slo_scales.csv").read_text().splitlines()
+    assert scales[0] == "design,slo_scale,slo_attainment,goodput_per_gpu" and len(scales) == 1 + 2 * 6
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert "Goodput per GPU" in report and "Goodput per GPU against the SLO&#x27;s scale" in report
 
 
 def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsys):
