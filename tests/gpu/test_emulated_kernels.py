@@ -214,7 +214,8 @@ from pathlib import Path
 from pagesim.gpu.testing import make_case
 from tests.gpu.emu.build import build
 from tests.gpu.test_emulated_kernels import check
-lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",))
+# the mutated sources built once (the first case), loaded by the second
+lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",), reuse=True)
 heads, kv_heads = int(sys.argv[2]), int(sys.argv[3])
 case = make_case(np.random.default_rng(80), num_seqs=3, num_heads=heads, num_kv_heads=kv_heads, head_dim=64,
                  block_size=16, max_ctx=45)
@@ -258,6 +259,6 @@ def test_injected_chunk_mapping_bug_is_caught(emu, tmp_path, bug, fix):
         except subprocess.TimeoutExpired:
             return "timed out"
 
-    # a sound run builds and runs in 3-4 s; the buggy one gets 8x that before it counts as caught
+    # a sound run builds and runs in 3-4 s; the buggy one (loading that build) gets 8x that before it counts as caught
     assert run(16, 1, 120) == 0  # the bug passes the old case: one KV head, a group that is a multiple of 8
     assert run(*HEADS_FOR[8], 30) != 0  # and fails the new one

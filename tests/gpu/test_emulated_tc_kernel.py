@@ -142,14 +142,15 @@ from pathlib import Path
 from pagesim.gpu.testing import make_case
 from tests.gpu.emu.build import build
 from tests.gpu.test_emulated_kernels import check
-lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",))
+# the library in argv[1] where there is one (the sound case: the session's build of the real sources)
+lib, why = build(Path(sys.argv[1]), Path(sys.argv[1]) / "kernels", ("PAGESIM_EMU_FP16_64_ONLY",), reuse=True)
 case = make_case(np.random.default_rng(81), num_seqs=3, num_heads=24, num_kv_heads=2, head_dim=64,
                  block_size=16, lens=[517, 1, 130])
 try:
     # group 12: fragment rows 8-11 are heads; 3 partitions of 4 tiles for the 517-token row
     check(lib, case, kernel="tensor", sm_count=16, blocks_per_sm=1)
 except AssertionError:
-    sys.exit(1)
+    sys.exit(3)  # the check failed (any other failure, a build that failed among them, exits 1)
 """
 
 A1 = "            a[1] = ld_pair(qa + 8 * G::PITCH);\n"
@@ -157,9 +158,10 @@ WAIT = "        cp_async_wait<G::STAGES - 2>();"
 SLOT = "table_s[(x % G::STAGES) * G::TABLE + i] = "
 
 
-def run_tc_case(kernels, work):
+def run_tc_case(kernels, work, built=None):
     """RUN_TC_CASE's process over a copy of ``kernels`` in ``work``: the tree under test first on
-    its path, then whatever made `pagesim` importable here."""
+    its path, then whatever made `pagesim` importable here. ``built``: a library of ``kernels``
+    already built, which the process loads instead of building its own."""
     import os
     import shutil
     import subprocess
@@ -169,15 +171,18 @@ def run_tc_case(kernels, work):
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     shutil.copytree(kernels, work / "kernels")
+    if built is not None:
+        shutil.copy2(built, work / "emu.so")
     return subprocess.run([sys.executable, "-c", RUN_TC_CASE, str(work)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def sound_tc_case(emu, tmp_path_factory):
-    """RUN_TC_CASE passes on the real sources (once for the injected bugs below)."""
+    """RUN_TC_CASE passes on the real sources (once for the injected bugs below): their emulation
+    as the session built it (``emu``: every instantiation, the case's fp16 head_dim 64 among them)."""
     from pagesim.gpu.kernels_src import KERNEL_DIR
-    sound = run_tc_case(KERNEL_DIR, tmp_path_factory.mktemp("sound"))
+    sound = run_tc_case(KERNEL_DIR, tmp_path_factory.mktemp("sound"), built=emu._name)
     assert sound.returncode == 0, sound.stderr[-2000:]
 
 
@@ -195,7 +200,8 @@ def test_injected_tc_bug_is_caught(sound_tc_case, tmp_path, bug, fix):
     text = (src / "paged_attention_tc.cu").read_text()
     assert text.count(bug) == 1
     (src / "paged_attention_tc.cu").write_text(text.replace(bug, fix))
-    assert run_tc_case(src, tmp_path).returncode == 1
+    r = run_tc_case(src, tmp_path)  # the mutated sources' own build
+    assert r.returncode == 3, r.stderr[-2000:]
 
 
 def test_plan_sizes_from_the_host_lengths_it_is_given(cp):
