@@ -314,6 +314,9 @@ def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str,
         size = ("--num-requests", "16") + tuple(size[2:])
     if "--num-requests" in extra:
         size = ()
+        if dry:  # copy-on-write and swap's 40 too: at 16 its copies, preemptions and swaps still run
+            extra = list(extra)
+            extra[extra.index("--num-requests") + 1] = "16"
     args = ["validate", *VALIDATION, "--seed", str(seed), *size, "--model", model, "--gpu", preset, "--layers", str(layers),
             "--out", str(work / name)]
     if not extra:
