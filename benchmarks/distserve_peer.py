@@ -111,8 +111,7 @@ def step_times() -> pd.DataFrame:
             theirs = {f"{e} TP{tp}": get_decode_time(batch, token_generated_list=[tokens] * batch,
                                                      TP=tp, engine_type=e)
                       for e, tp in (("vllm", 1), ("distserve", 1), ("distserve", 2))}
-        rows.append({"step": f"{phase} {batch} x {tokens}",
-                     **{f"artifact {k}": v for k, v in theirs.items()},
+        rows.append({"step": f"{phase} {batch} x {tokens}", **theirs,
                      **{f"pagesim TP{tp}": 1e3 * cm.step_time(step) for tp, cm in ours.items()}})
     return pd.DataFrame(rows)
 
@@ -138,19 +137,21 @@ def main() -> int:
         found = {d: figure.goodput_per_gpu(g["per_gpu_rate"], g[name], target)
                  for d, g in table.groupby("design", sort=False)}
         dis, col = found["disaggregated"][0], found["colocated"][0]
+        censored = [d for d, (_, h) in found.items() if "interpolated" not in h]
         goodput.append({"source": name, "disaggregated": dis, "colocated": col, "ratio": dis / col,
-                        "note": "; ".join(f"{d}: {h}" for d, (_, h) in found.items() if "interpolated" not in h)})
+                        "note": "; ".join(f"{d}: above every probe" for d in censored)})
     lengths = pd.concat([spec_workload(s.workload, s.rate, s.duration_s, s.num_requests, s.seed, s.n,
                                        s.beam_width) for s in specs])
-    lines = [f"distserve_peer {_dt.date.today()}: DistServe Fig. 8 (OPT-13B chatbot, A100-80GB), "
+    lines = [f"distserve_peer {_dt.date.today()}: DistServe Fig. 8 (OPT-13B chatbot, A100-80GB),",
              f"{len(specs)} runs of {specs[0].num_requests} requests ({specs[0].workload}: prompts mean "
-             f"{lengths['prompt_tokens'].mean():.0f}, outputs mean {lengths['output_tokens'].mean():.0f} "
-             f"over every run); simdistserve at {DISTSERVE.commit[:7]}",
+             f"{lengths['prompt_tokens'].mean():.0f}, outputs mean {lengths['output_tokens'].mean():.0f});",
+             f"simdistserve at {DISTSERVE.commit[:7]}",
              "", "SLO attainment (TTFT <= 0.25 s and TPOT <= 0.1 s) by per-GPU rate:",
              table.to_string(index=False, float_format=lambda v: f"{v:.3f}"),
              "", f"Goodput (req/s per GPU at {100 * target:.0f} % attainment) and the ratio:",
              pd.DataFrame(goodput).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
-             "", "Step times (ms), OPT-13B on an A100-80GB:",
+             "", "Step times (ms), OPT-13B on an A100-80GB: the artifact's profiles (vllm: vLLM 0.1.7;",
+             "distserve: DistServe's engine) and pagesim's roofline with its CPU term:",
              step_times().to_string(index=False, float_format=lambda v: f"{v:.1f}")]
     text = "\n".join(lines)
     print(text)
