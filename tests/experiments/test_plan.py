@@ -124,6 +124,16 @@ def test_slo_validation():
         SLO(ttft_p99_s=1, slo_attainment=1.5)
 
 
+def test_slo_scaled_multiplies_every_threshold_and_keeps_the_target():
+    slo = SLO(ttft_p99_s=0.2, tpot_p99_s=0.04, e2el_p99_s=8.0, slo_attainment=0.9)
+    half = slo.scaled(0.5)
+    assert (half.ttft_p99_s, half.tpot_p99_s, half.e2el_p99_s) == (0.1, 0.02, 4.0)
+    assert half.normalized_latency_s is None and half.slo_attainment == 0.9
+    for bad in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="SLO's scale"):
+            slo.scaled(bad)
+
+
 # ------------------------------------------------------------------------------ Little's law and cost
 
 
