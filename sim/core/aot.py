@@ -257,6 +257,7 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> Non
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             cc = CC(name)
             cc.output_dir = tmp
+            _reuse_shared_objects(cc)
             cc.export("run", numba.int64(*types))(exported(which))
             cc.compile()
             built = Path(tmp) / path.name
@@ -266,6 +267,51 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> Non
             stale.unlink(missing_ok=True)
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",
              time.perf_counter() - t0)
+
+
+#: the one C source of pycc's that names its module (``PYCC_MODULE_NAME``, numba/pycc/modulemixin.c):
+#: every other one compiles to the same object for every module
+_NAMES_ITS_MODULE = "modulemixin.c"
+
+
+def _reuse_shared_objects(cc) -> None:
+    """Make ``cc`` compile numba's C sources that do not name the module (its dict, list and set
+    objects, its runtime: ``CC._get_mixin_sources``) once per machine, into a folder beside the
+    modules keyed by their text, the compiler's flags and numba's version, and link those objects
+    into every later module: about 2.5 s of each module's build (the one that names its module,
+    modulemixin.c, still compiles each time). Left as numba has it where pycc's internals differ."""
+    if not all(hasattr(cc, a) for a in ("_compile_mixins", "_get_mixin_sources", "_get_mixin_defines", "_toolchain")):
+        return
+    import shutil
+    import sysconfig
+
+    def compile_objects(sources, build_dir, macros):
+        return cc._toolchain.compile_objects(sources, build_dir, include_dirs=cc._toolchain.get_python_include_dirs(),
+                                             macros=macros, extra_cflags=cc._get_extra_cflags())
+
+    def compile_mixins(build_dir):
+        sources = cc._get_mixin_sources()
+        own = [s for s in sources if Path(s).name == _NAMES_ITS_MODULE]
+        shared = [s for s in sources if s not in own]
+        macros = [(k, "pagesim_shared" if k == "PYCC_MODULE_NAME" else v) for k, v in cc._get_mixin_defines()]
+        key = hashlib.sha256(repr((jit.numba.__version__, macros, cc._get_extra_cflags(),
+                                   sysconfig.get_config_var("CC"), sysconfig.get_config_var("CFLAGS"),
+                                   [Path(s).read_bytes() for s in shared])).encode())
+        folder = cache_dir() / f"pycc-objects-{key.hexdigest()[:20]}"
+        if not folder.is_dir():
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+                objects = compile_objects(shared, tmp, macros)
+                staged = Path(tmp) / "objects"
+                staged.mkdir()
+                for i, obj in enumerate(objects):  # numbered: the order pycc links them in
+                    shutil.copyfile(obj, staged / f"{i:02d}-{Path(obj).name}")
+                with contextlib.suppress(OSError):  # another build's folder came first: that one is used
+                    os.rename(staged, folder)
+        reused = [str(p) for p in sorted(folder.glob("*.o"))]
+        return [*compile_objects(own, build_dir, cc._get_mixin_defines()), *reused]
+
+    cc._compile_mixins = compile_mixins
 
 
 if __name__ == "__main__":  # build_in_background's process: (types, kinds, which) pickled on stdin

@@ -290,6 +290,47 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     assert categories.__globals__["kv_cache"].CAN_ALLOCATE == kv_cache.CAN_ALLOCATE  # constants as they are
 
 
+def test_numbas_c_sources_that_do_not_name_the_module_compile_once_per_machine(monkeypatch, tmp_path):
+    """pycc compiles numba's C sources into every module; those that do not name the module
+    (all but modulemixin.c) are compiled once, with one neutral name, and their objects linked
+    into every later module; the one that names it compiles for each module with its name."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "numba", types.SimpleNamespace(__version__="0.test"))
+    sources = [tmp_path / "modulemixin.c", tmp_path / "listobject.c", tmp_path / "nrt.cpp"]
+    for source in sources:
+        source.write_text(f"/* {source.name} */")
+    compiled = []
+
+    class Toolchain:
+        def get_python_include_dirs(self):
+            return []
+
+        def compile_objects(self, paths, build_dir, include_dirs, macros, extra_cflags):
+            compiled.append(([os.path.basename(p) for p in paths], dict(macros)["PYCC_MODULE_NAME"]))
+            objects = [os.path.join(build_dir, os.path.basename(p) + ".o") for p in paths]
+            for obj in objects:
+                open(obj, "w").write("object")
+            return objects
+
+    def cc_of(name):
+        cc = types.SimpleNamespace(_toolchain=Toolchain(), _compile_mixins=lambda build_dir: [],
+                                   _get_mixin_sources=lambda: [str(s) for s in sources],
+                                   _get_mixin_defines=lambda: [("PYCC_MODULE_NAME", name), ("PYCC_USE_NRT", 1)],
+                                   _get_extra_cflags=lambda: [])
+        aot._reuse_shared_objects(cc)
+        return cc
+
+    first = cc_of("pagesim_core_a")._compile_mixins(str(tmp_path))
+    second = cc_of("pagesim_core_b")._compile_mixins(str(tmp_path))
+    assert compiled == [(["listobject.c", "nrt.cpp"], "pagesim_shared"), (["modulemixin.c"], "pagesim_core_a"),
+                        (["modulemixin.c"], "pagesim_core_b")]
+    assert first[1:] == second[1:] and [os.path.basename(p) for p in second[1:]] == ["00-listobject.c.o",
+                                                                                    "01-nrt.cpp.o"]
+    sources[1].write_text("/* another numba's listobject.c */")  # another numba: compiled again
+    cc_of("pagesim_core_c")._compile_mixins(str(tmp_path))
+    assert compiled[-2] == (["listobject.c", "nrt.cpp"], "pagesim_shared")
+
+
 def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
     monkeypatch.setattr(aot, "_LOADED", {})
     path = aot.module_path(aot.module_name(KINDS, F))
