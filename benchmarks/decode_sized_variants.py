@@ -8,10 +8,14 @@ For each measured GPU, leave-one-model-out as ``benchmarks/cost_accuracy.py``:
   held-out model's GEMM timings of at most 256 tokens, for the shipped formula
   (``sim.core.cost_calibrated.gemm_seconds``: rows padded to a whole tile) and two variants:
   rows padded by a fitted fraction of the tile (``half``: a fitted weight on the padding) and
-  every extra tile of rows re-reading a fitted fraction of the weights from HBM (``reread``);
+  every extra tile of rows re-reading a fitted fraction of the weights from HBM (``reread``),
+  and the compute efficiency scaled by the share of the SMs the tiles' last wave fills, to a
+  fitted power (``occupancy``: tiles of the fitted rows x 128 columns over the GPU's SMs);
 * the decode-sized cells' p90 with the all-reduce priced as the cheaper of two fitted
   latency + size / bandwidth lines per TP degree (NCCL picks the protocol it predicts fastest)
-  instead of one line, the rest of each cell as shipped.
+  instead of one line, the rest of each cell as shipped; and with the all-reduce taken from the
+  measured collective table itself (not a model: what is left when the all-reduce is exact),
+  overall and at TP 1 (where no cell has one).
 
 The variants are written here, not in the simulator: none is kept. Asserts nothing.
 """
@@ -37,13 +41,19 @@ from pagesim.sim.cost.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 DECODE_SIZED = 256
+#: streaming multiprocessors per GPU (NVIDIA's datasheets), for the occupancy variant
+SMS = {"a100-80gb": 108, "a40": 84, "h100-80gb": 132}
+TILE_COLUMNS = 128
 
 
-def gemm(tokens, k, n, dtype, peak, bw, fixed, compute_eff, memory_eff, overlap, tile, pad_weight, reread):
-    """``sim.core.cost_calibrated.gemm_seconds`` with the two variants' knobs (1, 0: as shipped)."""
+def gemm(tokens, k, n, dtype, peak, bw, fixed, compute_eff, memory_eff, overlap, tile, pad_weight, reread,
+         occupancy=0.0, sms=1):
+    """``sim.core.cost_calibrated.gemm_seconds`` with the variants' knobs (1, 0, 0: as shipped)."""
     tiles = -(-tokens // tile)
     rows = tokens + pad_weight * (tiles * tile - tokens)
-    compute = 2.0 * rows * k * n / (peak * compute_eff)
+    blocks = tiles * -(-n // TILE_COLUMNS)  # the kernel's thread blocks, a wave of them per sms
+    fill = blocks / (-(-blocks // sms) * sms)
+    compute = 2.0 * rows * k * n / (peak * compute_eff * fill ** occupancy)
     memory = dtype * (k * n * (1 + reread * (tiles - 1)) + tokens * (k + n)) / (bw * memory_eff)
     return fixed + (1 + overlap) * 0.5 * (compute + memory) + (1 - overlap) * 0.5 * abs(compute - memory)
 
@@ -66,16 +76,22 @@ def gemm_variant(measured, gpu, variant: str) -> np.ndarray:
             elif variant == "half":
                 price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p, tile, 0.0)  # noqa: E731
                 x0 = [5e-6, 0.7, 0.8, 0.3, 0.5]
-            else:
+            elif variant == "reread":
                 price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, 1.0, p[4])  # noqa: E731
+                x0 = [5e-6, 0.7, 0.8, 0.3, 0.3]
+            else:
+                price = lambda p: gemm(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, 1.0, 0.0,  # noqa: E731
+                                       p[4], SMS[gpu.name])
                 x0 = [5e-6, 0.7, 0.8, 0.3, 0.3]
             p, loss = fit.robust_fit(price, y, x0)
             if best is None or loss < best[0]:
                 best = (loss, tile, list(p))
         _, tile, p = best
-        p = p + [1.0, 0.0] if variant == "shipped" else (p + [0.0] if variant == "half" else p[:4] + [1.0, p[4]])
+        fitted = p[4] if variant != "shipped" else 0.0  # the variant's own constant
+        knobs = {"shipped": [1.0, 0.0, 0.0], "half": [fitted, 0.0, 0.0], "reread": [1.0, fitted, 0.0],
+                 "occupancy": [1.0, 0.0, fitted]}[variant]
         t2, k2, n2, d2, y2 = gemm_rows(measured, [held])
-        e = gemm(t2, k2, n2, d2, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, p[4], p[5]) / y2 - 1
+        e = gemm(t2, k2, n2, d2, gpu.peak_flops, gpu.mem_bw, *p[:4], tile, *knobs, SMS[gpu.name]) / y2 - 1
         errors.append(np.abs(e[t2 <= DECODE_SIZED]))
     return np.concatenate(errors)
 
@@ -84,10 +100,13 @@ def two_lines(size, p):
     return np.minimum(p[0] + size / p[1], p[2] + size / p[3])
 
 
-def allreduce_variant(measured, gpu, lomo: pd.DataFrame) -> tuple[float, float]:
-    """The decode-sized cells' p90 as shipped, and with the all-reduce as the cheaper of two lines."""
+def allreduce_variant(measured, gpu, lomo: pd.DataFrame) -> tuple[float, float, float, float]:
+    """The decode-sized cells' p90 as shipped, with the all-reduce as the cheaper of two lines,
+    and with it as measured (the collective table, interpolated as the cells' measurement is):
+    overall and at TP 1."""
     one = fit.fit_allreduce(measured)
     cells = lomo[lomo["tokens"] <= DECODE_SIZED].copy()
+    exact = cells.copy()
     for i, tp in enumerate(one["allreduce_tp"]):
         t = measured.allreduce[measured.allreduce["tp"] == tp]
         size, y = t["size"].to_numpy(float), t["ms"].to_numpy(float) * 1e-3
@@ -102,9 +121,11 @@ def allreduce_variant(measured, gpu, lomo: pd.DataFrame) -> tuple[float, float]:
             sel = (cells["tp"] == tp) & (cells["model"] == model) & (cells["phase"] == "layers")
             s = cells.loc[sel, "tokens"].to_numpy() * spec.hidden_size * spec.dtype_bytes
             cells.loc[sel, "predicted_s"] += 2 * (two_lines(s, best[0]) - (lat + s / bw))
+            exact.loc[sel, "predicted_s"] += 2 * (measured.allreduce_ms(int(tp), s) * 1e-3 - (lat + s / bw))
     shipped = np.quantile(np.abs(cells["error"]), 0.9)
     variant = np.quantile(np.abs(cells["predicted_s"] / cells["measured_s"] - 1), 0.9)
-    return shipped, variant
+    as_measured = np.abs(exact["predicted_s"] / exact["measured_s"] - 1)
+    return shipped, variant, np.quantile(as_measured, 0.9), np.quantile(as_measured[exact["tp"] == 1], 0.9)
 
 
 def main() -> None:
@@ -113,20 +134,20 @@ def main() -> None:
     ap.add_argument("--measured", default=str(shared / "measured"))
     args = ap.parse_args()
     print("| GPU | GEMMs shipped | rows padded by a fitted weight | extra tiles re-read weights "
-          "| cells, one all-reduce line | two lines |")
-    print("|---|---|---|---|---:|---:|")
+          "| SM occupancy | cells, one all-reduce line | two lines | all-reduce as measured | of it, TP 1 |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|")
     for name in measured_gpus(args.measured):
         gpu = get_gpu(name)
         measured = read_measured(args.measured, gpu.name)
         row = [gpu.name]
-        for variant in ("shipped", "half", "reread"):
+        for variant in ("shipped", "half", "reread", "occupancy"):
             e = gemm_variant(measured, gpu, variant)
             row.append(f"{100 * np.median(e):.1f} / {100 * np.quantile(e, 0.9):.1f}")
         lomo = fit.leave_one_model_out(measured, gpu, fit.attention_source(args.measured, measured))
-        shipped, variant = allreduce_variant(measured, gpu, lomo)
-        row += [f"{100 * shipped:.1f}", f"{100 * variant:.1f}"]
+        row += [f"{100 * x:.1f}" for x in allreduce_variant(measured, gpu, lomo)]
         print("| " + " | ".join(row) + " |")
-    print("\n(median / p90 of |error| in %, held out; the last two columns: p90 over every decode-sized cell)")
+    print("\n(median / p90 of |error| in %, held out; the last four columns: p90 over every decode-sized cell;"
+          "\n the A40 has no collective table: all its cells are at TP 1)")
 
 
 if __name__ == "__main__":
