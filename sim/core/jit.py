@@ -15,9 +15,10 @@ was (numba resolves the names a function calls in its module when it compiles it
 :func:`use_numba` also trims numba's work on a cold compile where the machine code of the core's
 functions themselves stays the same (issue #35; ``benchmarks/compile_speed.py --base``): one LLVM
 optimization per function (:func:`_one_llvm_optimization`), each inlined function's untyped
-code built once (:func:`_untyped_ir_once_per_function`) and its scope copied once per inlined
-copy (:func:`_inlined_scope_copied_once`), the compile's flags compared without reading each
-option through its property (:func:`_compile_flags_compared_quickly`), the Python wrappers of
+code built once (:func:`_untyped_ir_once_per_function`), its scope copied once per inlined
+copy (:func:`_inlined_scope_copied_once`) and its blocks once (:func:`_inlined_ir_copied_once`),
+the compile's flags compared without reading each option through its property
+(:func:`_compile_flags_compared_quickly`), the Python wrappers of
 functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
 no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
@@ -288,6 +289,49 @@ def _inlined_scope_copied_once() -> None:
     worker.inline_ir = once
 
 
+def _inlined_ir_copied_once() -> None:
+    """numba's ``InlineWorker.inline_ir`` deep-copies the inlined function's blocks, then
+    deep-copies that copy again, unchanged, as "the original" it returns, and both of numba's
+    callers drop it (``untyped_passes.InlineInlinables``, ``typed_passes``' overload inlining:
+    ``_, _, _, new_blocks = ...``): half of the inliner's copying, ~6 % of a family's cold compile.
+    Within one ``inline_ir`` a block it has just copied is returned as it is when asked to be
+    copied again; every other copy is numba's. Left as numba has it where its inliner copies
+    otherwise (``copy.deepcopy`` by the module's name, once per block)."""
+    import copy
+
+    from numba.core import inline_closurecall, ir
+
+    worker = getattr(inline_closurecall, "InlineWorker", None)
+    inline_ir = getattr(worker, "inline_ir", None)
+    if inline_ir is None or getattr(inline_ir, "pagesim_ir_once", False) or inline_closurecall.copy is not copy:
+        return
+    made: list = [None]  # id -> block, of the blocks the running inline_ir copied (None: none running)
+
+    def deepcopy(x, memo=None):
+        done = made[0]
+        if done is not None and id(x) in done and done[id(x)] is x:
+            return x  # the copy of a copy it made: the caller drops it
+        out = copy.deepcopy(x, memo)
+        if done is not None and type(out) is ir.Block:
+            done[id(out)] = out  # kept alive while it runs: its id is not reused meanwhile
+        return out
+
+    shim = types.ModuleType("copy")
+    shim.__dict__.update(vars(copy))
+    shim.deepcopy = deepcopy
+    inline_closurecall.copy = shim
+
+    def once(self, *args, **kwargs):
+        saved, made[0] = made[0], {}
+        try:
+            return inline_ir(self, *args, **kwargs)
+        finally:
+            made[0] = saved
+
+    once.pagesim_ir_once = True
+    worker.inline_ir = once
+
+
 class _ProcessUniqueIds:
     """numba's ids of compiled functions drawn at random (see :func:`_function_ids_unique_across_processes`)."""
 
@@ -323,7 +367,8 @@ def _compile_flags_compared_quickly() -> None:
     flags (``templates._get_impl``), and a flags object hashes and compares by ``values()``, a
     dictionary of its ~20 options each read through a property: typing the vLLM family's loop
     looked that cache up ~350,000 times (a tenth of its cold compile). ``values()`` is read
-    here from the set values and the options' defaults directly, the same dictionary; the hash,
+    here from the set values and the options' defaults directly, the same dictionary, and two
+    flags of one class whose set values are equal are equal without it; the hash,
     which is numba's of the sorted option names (``sorted`` of a dictionary sorts its keys), is
     computed once per class. Left as numba has it where its flags differ."""
     from numba.core import targetconfig
@@ -343,9 +388,15 @@ def _compile_flags_compared_quickly() -> None:
             hashes[kind] = hash(tuple(sorted(kind.options)))
         return hashes[kind]
 
+    def __eq__(self, other):  # the options set alike first: no default read
+        if not isinstance(other, config):
+            return NotImplemented
+        return (type(self) is type(other) and self._values == other._values) or self.values() == other.values()
+
     values.pagesim_quick = True
     config.values = values
     config.__hash__ = __hash__
+    config.__eq__ = __eq__
 
 
 def on_numba_load(fn):
@@ -373,6 +424,7 @@ def use_numba() -> None:
     _one_llvm_optimization()
     _untyped_ir_once_per_function()
     _inlined_scope_copied_once()
+    _inlined_ir_copied_once()
     _compile_flags_compared_quickly()
     _python_wrappers_unoptimized()
     for fn in _ON_LOAD:

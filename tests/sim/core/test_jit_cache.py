@@ -235,6 +235,42 @@ def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monke
     assert copies_of_four_blocks == len(scopes) > 0
 
 
+def test_an_inlined_functions_blocks_are_deep_copied_once_at_each_place(monkeypatch):
+    """jit._inlined_ir_copied_once: numba's inline_ir deep-copies the inlined function's blocks,
+    then that copy again as an "original" its callers drop; each block is now copied once at each
+    place it is inlined, and the code computes as before."""
+    import copy
+
+    from numba.core import compiler, ir
+
+    numba = _numba_loaded()
+    copied = []
+    deepcopy = copy.deepcopy
+
+    def counted(x, memo=None, *args):
+        if isinstance(x, ir.Block):
+            copied.append(x)
+        return deepcopy(x, memo, *args)
+
+    monkeypatch.setattr(copy, "deepcopy", counted)
+
+    def sign(x):  # four blocks: the test, two branches, their join
+        if x > 0:
+            y = 1
+        else:
+            y = -1
+        return y
+
+    inlined = numba.njit(inline="always")(sign)
+
+    @numba.njit
+    def twice(x):  # two places
+        return inlined(x) + inlined(-x)
+
+    assert twice(3) == 0 and twice(0) == -2
+    assert len(copied) == 2 * len(compiler.run_frontend(sign).blocks) == 8
+
+
 def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
     """jit._compile_flags_compared_quickly: a flags object's values() is every option as its
     property reads it, set or default, and its hash numba's (of the sorted option names)."""
@@ -252,6 +288,23 @@ def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
     other = Flags(flags)
     other.nrt = False
     assert other != flags
+
+
+def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypatch):
+    """jit._compile_flags_compared_quickly: two flags of one class with the same options set
+    compare equal without values() (numba's typing compares them ~80,000 times a family)."""
+    _numba_loaded()
+    from numba.core.compiler import Flags
+
+    flags = Flags()
+    flags.nrt = True
+    copied, unset = Flags(flags), Flags()
+    unset_but_default = Flags()
+    unset_but_default.boundscheck = Flags.options["boundscheck"].default
+    monkeypatch.setattr(Flags, "values", lambda self: pytest.fail("values() read"))
+    assert flags == copied
+    monkeypatch.undo()
+    assert unset == unset_but_default and flags != unset  # set to its default: still equal, by values()
 
 
 def closures_source() -> str:
