@@ -277,16 +277,24 @@ def _inlined_scope_copied_once() -> None:
             done[id(self)] = (self, out)  # the scope kept alive: its id is not reused meanwhile
         return out
 
-    def once(self, *args, **kwargs):
-        saved, copies[0] = copies[0], {}
-        try:
-            return inline_ir(self, *args, **kwargs)
-        finally:
-            copies[0] = saved
-
+    once = _with_state_per_call(inline_ir, copies)
     ir.Scope.__deepcopy__ = __deepcopy__
     once.pagesim_scope_once = True
     worker.inline_ir = once
+
+
+def _with_state_per_call(inline_ir, state: list):
+    """``inline_ir`` with ``state[0]`` a new dictionary while each call runs (the caller's
+    restored after it: an inlining may nest in another)."""
+
+    def once(self, *args, **kwargs):
+        saved, state[0] = state[0], {}
+        try:
+            return inline_ir(self, *args, **kwargs)
+        finally:
+            state[0] = saved
+
+    return once
 
 
 def _inlined_ir_copied_once() -> None:
@@ -321,13 +329,7 @@ def _inlined_ir_copied_once() -> None:
     shim.deepcopy = deepcopy
     inline_closurecall.copy = shim
 
-    def once(self, *args, **kwargs):
-        saved, made[0] = made[0], {}
-        try:
-            return inline_ir(self, *args, **kwargs)
-        finally:
-            made[0] = saved
-
+    once = _with_state_per_call(inline_ir, made)
     once.pagesim_ir_once = True
     worker.inline_ir = once
 

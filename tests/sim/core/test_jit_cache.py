@@ -180,6 +180,14 @@ def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_calls_i
     assert dispatcher._python_twin.py_func is dispatcher.py_func
 
 
+def sign(x):  # four blocks: the test, two branches, their join
+    if x > 0:
+        y = 1
+    else:
+        y = -1
+    return y
+
+
 def _numba_loaded():
     pytest.importorskip("numba")
     jit.use_numba()
@@ -208,13 +216,7 @@ def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monke
 
     monkeypatch.setattr(copy, "_reconstruct", counted)
 
-    @numba.njit(inline="always")
-    def sign(x):  # four blocks: the test, two branches, their join
-        if x > 0:
-            y = 1
-        else:
-            y = -1
-        return y
+    inlined_sign = numba.njit(inline="always")(sign)
 
     @numba.njit(inline="always")
     def tenfold(x):  # one block
@@ -222,7 +224,7 @@ def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monke
 
     @numba.njit
     def branching(x):
-        return sign(x)
+        return inlined_sign(x)
 
     @numba.njit
     def straight(x):
@@ -253,13 +255,6 @@ def test_an_inlined_functions_blocks_are_deep_copied_once_at_each_place(monkeypa
         return deepcopy(x, memo, *args)
 
     monkeypatch.setattr(copy, "deepcopy", counted)
-
-    def sign(x):  # four blocks: the test, two branches, their join
-        if x > 0:
-            y = 1
-        else:
-            y = -1
-        return y
 
     inlined = numba.njit(inline="always")(sign)
 
