@@ -280,7 +280,8 @@ def _reuse_shared_objects(cc) -> None:
     modules keyed by their text, the compiler's flags and numba's version, and link those objects
     into every later module: about 2.5 s of each module's build (the one that names its module,
     modulemixin.c, still compiles each time). Left as numba has it where pycc's internals differ."""
-    if not all(hasattr(cc, a) for a in ("_compile_mixins", "_get_mixin_sources", "_get_mixin_defines", "_toolchain")):
+    numbas = getattr(cc, "_compile_mixins", None)
+    if numbas is None or not all(hasattr(cc, a) for a in ("_get_mixin_sources", "_get_mixin_defines", "_toolchain")):
         return
     import shutil
     import sysconfig
@@ -290,9 +291,18 @@ def _reuse_shared_objects(cc) -> None:
                                              macros=macros, extra_cflags=cc._get_extra_cflags())
 
     def compile_mixins(build_dir):
+        try:
+            return reusing(build_dir)
+        except Exception as e:  # noqa: BLE001 - numba's own way then, which builds the module as before
+            LOG.debug("numba's C objects not reused (%s: %s)", type(e).__name__, e)
+            return numbas(build_dir)
+
+    def reusing(build_dir):
         sources = cc._get_mixin_sources()
         own = [s for s in sources if Path(s).name == _NAMES_ITS_MODULE]
-        shared = [s for s in sources if s not in own]
+        # a path without '..': the compiler's object mirrors it under the build folder, and an
+        # 'a/pycc/../core' there exists only where the one that names its module made 'a/pycc'
+        shared = [os.path.normpath(s) for s in sources if s not in own]
         macros = [(k, "pagesim_shared" if k == "PYCC_MODULE_NAME" else v) for k, v in cc._get_mixin_defines()]
         key = hashlib.sha256(repr((jit.numba.__version__, macros, cc._get_extra_cflags(),
                                    sysconfig.get_config_var("CC"), sysconfig.get_config_var("CFLAGS"),

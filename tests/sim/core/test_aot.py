@@ -292,28 +292,36 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
 
 def test_numbas_c_sources_that_do_not_name_the_module_compile_once_per_machine(monkeypatch, tmp_path):
     """pycc compiles numba's C sources into every module; those that do not name the module
-    (all but modulemixin.c) are compiled once, with one neutral name, and their objects linked
-    into every later module; the one that names it compiles for each module with its name."""
+    (all but modulemixin.c) are compiled once, with one neutral name and their paths without
+    '..' (the compiler's objects mirror them under the build folder), and their objects linked
+    into every later module; the one that names it compiles for each module with its name. Where
+    that fails, numba's own way builds the module."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit, "numba", types.SimpleNamespace(__version__="0.test"))
-    sources = [tmp_path / "modulemixin.c", tmp_path / "listobject.c", tmp_path / "nrt.cpp"]
+    (tmp_path / "pycc").mkdir()
+    sources = [tmp_path / "pycc" / "modulemixin.c", tmp_path / "listobject.c", tmp_path / "pycc" / ".." / "nrt.cpp"]
     for source in sources:
         source.write_text(f"/* {source.name} */")
-    compiled = []
+    compiled, paths = [], []
 
     class Toolchain:
+        failing = False
+
         def get_python_include_dirs(self):
             return []
 
-        def compile_objects(self, paths, build_dir, include_dirs, macros, extra_cflags):
-            compiled.append(([os.path.basename(p) for p in paths], dict(macros)["PYCC_MODULE_NAME"]))
-            objects = [os.path.join(build_dir, os.path.basename(p) + ".o") for p in paths]
+        def compile_objects(self, sources, build_dir, include_dirs, macros, extra_cflags):
+            if self.failing:
+                raise OSError("no such folder")
+            paths.extend(sources)
+            compiled.append(([os.path.basename(p) for p in sources], dict(macros)["PYCC_MODULE_NAME"]))
+            objects = [os.path.join(build_dir, os.path.basename(p) + ".o") for p in sources]
             for obj in objects:
                 open(obj, "w").write("object")
             return objects
 
     def cc_of(name):
-        cc = types.SimpleNamespace(_toolchain=Toolchain(), _compile_mixins=lambda build_dir: [],
+        cc = types.SimpleNamespace(_toolchain=Toolchain(), _compile_mixins=lambda build_dir: ["numba's own"],
                                    _get_mixin_sources=lambda: [str(s) for s in sources],
                                    _get_mixin_defines=lambda: [("PYCC_MODULE_NAME", name), ("PYCC_USE_NRT", 1)],
                                    _get_extra_cflags=lambda: [])
@@ -326,9 +334,12 @@ def test_numbas_c_sources_that_do_not_name_the_module_compile_once_per_machine(m
                         (["modulemixin.c"], "pagesim_core_b")]
     assert first[1:] == second[1:] and [os.path.basename(p) for p in second[1:]] == ["00-listobject.c.o",
                                                                                     "01-nrt.cpp.o"]
+    assert not any(".." in p for p in paths)
     sources[1].write_text("/* another numba's listobject.c */")  # another numba: compiled again
     cc_of("pagesim_core_c")._compile_mixins(str(tmp_path))
     assert compiled[-2] == (["listobject.c", "nrt.cpp"], "pagesim_shared")
+    Toolchain.failing = True
+    assert cc_of("pagesim_core_d")._compile_mixins(str(tmp_path)) == ["numba's own"]
 
 
 def test_a_broken_module_is_not_loaded_but_replaced(builds, monkeypatch):
