@@ -6,8 +6,8 @@ For each measured GPU, leave-one-model-out as ``benchmarks/cost_accuracy.py``:
 
 * GEMMs alone (qkv, o, up, down of every layer cell), median / p90 of |error| over the
   held-out model's GEMM timings of at most 256 tokens, for the shipped formula
-  (``sim.core.cost_calibrated.gemm_seconds``: rows padded to a whole tile) and two variants:
-  rows padded by a fitted fraction of the tile (``half``: a fitted weight on the padding) and
+  (``sim.core.cost_calibrated.gemm_seconds``: rows padded to a whole tile) and three variants:
+  rows padded by a fitted fraction of the tile (``half``: a fitted weight on the padding),
   every extra tile of rows re-reading a fitted fraction of the weights from HBM (``reread``),
   and the compute efficiency scaled by the share of the SMs the tiles' last wave fills, to a
   fitted power (``occupancy``: tiles of the fitted rows x 128 columns over the GPU's SMs);
