@@ -133,8 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measured", default=str(shared / "measured"))
     args = ap.parse_args()
-    print("| GPU | GEMMs shipped | rows padded by a fitted weight | extra tiles re-read weights "
-          "| SM occupancy | cells, one all-reduce line | two lines | all-reduce as measured | of it, TP 1 |")
+    print("| GPU | GEMMs shipped | padded | re-read | occupancy | cells | two lines | AR measured | TP 1 |")
     print("|---|---|---|---|---|---:|---:|---:|---:|")
     for name in measured_gpus(args.measured):
         gpu = get_gpu(name)
@@ -146,8 +145,10 @@ def main() -> None:
         lomo = fit.leave_one_model_out(measured, gpu, fit.attention_source(args.measured, measured))
         row += [f"{100 * x:.1f}" for x in allreduce_variant(measured, gpu, lomo)]
         print("| " + " | ".join(row) + " |")
-    print("\n(median / p90 of |error| in %, held out; the last four columns: p90 over every decode-sized cell;"
-          "\n the A40 has no collective table: all its cells are at TP 1)")
+    print("\nmedian / p90 of |error| in %, held out. GEMMs alone: as shipped; rows padded by a fitted")
+    print("weight; extra tiles re-reading weights; SM occupancy. Then p90 over every decode-sized cell:")
+    print("one all-reduce line (shipped); the cheaper of two lines; the all-reduce as measured (its table);")
+    print("of that, the TP 1 cells alone (the A40 has no collective table: all its cells are at TP 1).")
 
 
 if __name__ == "__main__":
