@@ -38,6 +38,7 @@ the eager fallback with it, through the emulated kernels.
 from __future__ import annotations
 
 import bisect
+import gc
 
 import numpy as np
 
@@ -160,10 +161,23 @@ class DecodeGraphs:
     def capture_all(self) -> None:
         cuda = self.be.device.startswith("cuda")
         pool = self.be.torch.cuda.graph_pool_handle() if cuda else None
-        for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its pool
-            self.ceilings[size] = self.kept_ceilings(size)
-            for ceiling in reversed(self.ceilings[size]):  # longest first, as the sizes
-                self.graphs[(size, ceiling)] = self._capture(size, ceiling, pool)
+        # A dead reference cycle that holds an earlier backend's graph, collected during a capture,
+        # destroys that graph there, which CUDA forbids while a stream captures: the capture is
+        # invalidated, and torch's generator stays in capture mode ("Offset increment outside graph
+        # capture", seen on an H200 when the GPU tests shared a process). torch's own context collects
+        # first only under force_cudagraph_gc (torch 2.13 torch/cuda/graphs.py:441), so the garbage
+        # goes now and the collector waits until every graph is captured.
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its pool
+                self.ceilings[size] = self.kept_ceilings(size)
+                for ceiling in reversed(self.ceilings[size]):  # longest first, as the sizes
+                    self.graphs[(size, ceiling)] = self._capture(size, ceiling, pool)
+        finally:
+            if was_enabled:
+                gc.enable()
         if cuda:  # each replayed once here, so that no timed step pays
             for graph, _state, _plan in self.graphs.values():  # a graph's first launch (the buffers
                 graph.replay()  # hold padding: no KV written, no context read)

@@ -116,6 +116,24 @@ def test_replayed_decode_equals_eager(cpu_kernels):
     torch.testing.assert_close(kv_graphed, kv_eager, atol=2e-3, rtol=2e-3)
 
 
+def test_graphs_are_captured_with_the_garbage_collected_and_the_collector_paused(cpu_kernels, monkeypatch):
+    """A collection during a capture can destroy an earlier backend's graph, which invalidates the
+    capture on CUDA: the garbage is collected once before the first capture, the collector is off
+    through every capture and on again after."""
+    import gc
+
+    from pagesim.gpu import graphs
+    events = []
+    real_collect, real_capture = gc.collect, graphs.CPUGraph.capture
+    monkeypatch.setattr(graphs.gc, "collect", lambda *a: events.append("collect") or real_collect(*a))
+    monkeypatch.setattr(graphs.CPUGraph, "capture",
+                        lambda self, fn: events.append(("capture", gc.isenabled())) or real_capture(self, fn))
+    assert gc.isenabled()
+    run_steps(True, batches=(2,))
+    assert events == ["collect", ("capture", False), ("capture", False)]  # sizes 4 and 2, one class each
+    assert gc.isenabled()
+
+
 def test_graphs_need_the_fused_kernels_and_the_attention_kernel():
     pytest.importorskip("torch")
     from pagesim.gpu.model_runner import TorchCupyBackend
