@@ -70,7 +70,9 @@ def exported(which: tuple[str, int]):
         target = cluster.run_for(family)
 
         def run_cluster(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
-            return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s)
+            # the replicas' loop linked into the module, its address passed (loop.call_engine)
+            return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s,
+                          loop.linked_engine(replicas, family))
 
         return run_cluster
 

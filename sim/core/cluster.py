@@ -242,9 +242,10 @@ def cluster_loop_for(family):
     """The cluster's loop over replicas of one scheduler family (``loop.loop_for``: each family
     compiled apart, ``family`` a constant of the closure)."""
 
-    def run(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
+    def run(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s, engine=0):
         """Run the cluster until its end (``loop.DONE``) or until Python is needed (a replica's
-        code, ``C_STOPPED_REPLICA`` naming it, or ``RINGS_FULL``)."""
+        code, ``C_STOPPED_REPLICA`` naming it, or ``RINGS_FULL``). ``engine``: the replicas'
+        loop, compiled (``loop.call_engine``)."""
         if not cc[C_STARTED]:
             cc[C_STARTED] = 1
             cc[C_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
@@ -263,7 +264,7 @@ def cluster_loop_for(family):
                     s.clock[HORIZON_S] = horizon_s
                     s.count[HORIZON_EVENT_ID] = horizon_id
                     s.count[NEXT_EVENT_ID] = cc[C_NEXT_EVENT_ID]
-                    code = loop.run_family(s, family)
+                    code = loop.call_engine(engine, s, family)
                     cc[C_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
                     if code == loop.HORIZON or code == loop.DONE:
                         break
@@ -275,6 +276,7 @@ def cluster_loop_for(family):
             ck[K_NOW] = ck[K_ARRIVAL_TIME]
             cc[C_HANDING_OVER] = 1
 
+    run.engine_family = family  # its last argument (replay.compiled_entry)
     return run
 
 

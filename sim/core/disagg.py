@@ -272,9 +272,10 @@ def disagg_loop_for(family):
     only, for now), ``family`` a constant of the closure as in ``cluster.cluster_loop_for``."""
 
     def run(replicas, configs, counts, clocks, routed, replica_of, decode_of, timeline, in_flight,
-            free_at, tp, dc, dk, arrival_s):
+            free_at, tp, dc, dk, arrival_s, engine=0):
         """Run to the end (``loop.DONE``) or until Python is needed (a replica's code,
-        ``D_STOPPED_REPLICA`` naming it: its step table is full, ``--check``, an error)."""
+        ``D_STOPPED_REPLICA`` naming it: its step table is full, ``--check``, an error).
+        ``engine``: the replicas' loop, compiled (``loop.call_engine``)."""
         if not dc[D_STARTED]:
             dc[D_STARTED] = 1
             dc[D_NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
@@ -298,7 +299,7 @@ def disagg_loop_for(family):
             s.clock[HORIZON_S] = horizon_s
             s.count[HORIZON_EVENT_ID] = horizon_id
             s.count[NEXT_EVENT_ID] = dc[D_NEXT_EVENT_ID]
-            code = loop.run_family(s, family)
+            code = loop.call_engine(engine, s, family)
             dc[D_NEXT_EVENT_ID] = s.count[NEXT_EVENT_ID]
             if s.count[NUM_EXCHANGE]:
                 take_exchange(replicas, configs, counts, routed, replica_of, decode_of, timeline,
@@ -309,6 +310,7 @@ def disagg_loop_for(family):
             dc[D_STOPPED_REPLICA] = r
             return code
 
+    run.engine_family = family  # its last argument (replay.compiled_entry)
     return run
 
 

@@ -66,7 +66,7 @@ from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
 from pagesim.sim.core.families import FAMILIES
-from pagesim.sim.core.jit import njit
+from pagesim.sim.core.jit import njit, on_numba_load
 from pagesim.sim.core.memory import memory_categories
 from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
@@ -404,3 +404,69 @@ def run_family(s, family):
     if family == SGLANG:
         return run_sglang(s)
     return run_continuous(s)
+
+
+def call_engine(engine, s, family):
+    """Run replica ``s`` by its family's loop from a cluster's loop (``cluster.py``,
+    ``disagg.py``). Compiled, ``engine`` is the address of that loop's machine code for the
+    replica's types (``replay.engine_address``; in an extension module, :func:`linked_engine`),
+    called through it: a call of the loop's dispatcher would have numba link the loop's whole
+    code into the cluster's loop and optimize and compile it again there (numba links a callee's
+    module into each caller's), 50-60 s of CPU in each of vLLM v1's cold cluster and
+    disaggregated loops for machine code its engine's run has already compiled. Interpreted,
+    ``engine`` is not read."""
+    return run_family(s, family)
+
+
+def linked_engine(replicas, family):
+    """The address :func:`call_engine` takes, in an extension module (``aot.exported``): the
+    family's loop linked into the module with the cluster's. Interpreted, none is needed."""
+    return 0
+
+
+@on_numba_load
+def _compiled_engine_calls():
+    from numba import types
+    from numba.core import cgutils
+    from numba.core.errors import TypingError
+    from numba.extending import intrinsic, overload
+
+    def called(context, builder, fn, s, state):
+        """A call of the loop ``fn`` points to, as numba calls a compiled function
+        (``imputils.user_function``): its status checked, an error passed up."""
+        status, code = context.call_conv.call_function(builder, fn, types.int64, (s,), (state,))
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return code
+
+    @intrinsic
+    def call_at(typingctx, address, s):
+        def codegen(context, builder, signature, args):
+            fnty = context.call_conv.get_function_type(types.int64, (s,))
+            return called(context, builder, builder.inttoptr(args[0], fnty.as_pointer()), s, args[1])
+        return types.int64(address, s), codegen
+
+    @overload(call_engine, inline="always")
+    def _call_engine(engine, s, family):
+        if not isinstance(engine, types.Integer):
+            raise TypingError(f"call_engine takes the address of a family's loop, not {engine}")
+        return lambda engine, s, family: call_at(engine, s)
+
+    @intrinsic
+    def linked_address(typingctx, replicas, family):
+        if not isinstance(family, types.IntegerLiteral):
+            raise TypingError(f"linked_engine takes the family as a constant, not {family}")
+        loop = run_for(family.literal_value)
+        sig = (replicas.dtype,)
+        loop.compile(sig)
+        compiled = loop.overloads[sig]
+
+        def codegen(context, builder, signature, args):
+            context.add_linking_libs([compiled.library])
+            fn = context.declare_function(builder.module, compiled.fndesc)
+            return builder.ptrtoint(fn, context.get_value_type(types.int64))
+        return types.int64(replicas, family), codegen
+
+    @overload(linked_engine, inline="always")
+    def _linked_engine(replicas, family):
+        return lambda replicas, family: linked_address(replicas, family)

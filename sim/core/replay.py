@@ -11,6 +11,7 @@ missing: the same functions, interpreted).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import threading
@@ -18,7 +19,7 @@ import time
 
 import numpy as np
 
-from pagesim.sim.core import aot, loop, state
+from pagesim.sim.core import aot, jit, loop, state
 from pagesim.sim.core.jit import COMPILED, compiled
 from pagesim.sim.errors import InvariantError
 
@@ -163,12 +164,37 @@ def compiled_entry(fn, *args):
         entry = aot.load(kinds, which) if which is not None else None
     if entry is None:  # loaded from numba's cache (or compiled) once
         dispatcher = compiled(fn)
+        family = getattr(getattr(fn, "py_func", fn), "engine_family", None)  # a cluster's loop
+        types = tuple(dispatcher.typeof_pyval(a) for a in args)
         with compile_notice():
-            entry = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+            if family is None:
+                entry = dispatcher.compile(types)
+            else:  # its replicas' loop passed by address, last (loop.call_engine)
+                engine = engine_address(family, args[0][0])
+                run_cluster = dispatcher.compile(types + (jit.numba.int64,))
+                entry = functools.partial(_with_engine, run_cluster, engine)
         if which is not None:
             aot.build_in_background(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
+
+
+def _with_engine(run_cluster, engine, *args):
+    return run_cluster(*args, engine)
+
+
+def engine_address(family, s) -> int:
+    """The address of the machine code of family ``family``'s loop for the types of replica
+    ``s`` (numba's, loaded from its cache or compiled), for a cluster's loop to call
+    (``loop.call_engine``): alive as long as the loop's dispatcher, this process's."""
+    dispatcher = compiled(loop.run_for(family))
+    types = (dispatcher.typeof_pyval(s),)
+    dispatcher.compile(types)
+    engine = dispatcher.overloads[types]
+    address = engine.library.get_pointer_to_function(engine.fndesc.llvm_func_name)
+    if not address:
+        raise RuntimeError(f"numba gave no address for {engine.fndesc.llvm_func_name}")
+    return address
 
 
 @contextlib.contextmanager

@@ -225,3 +225,61 @@ def test_every_request_ends_on_its_replica():
 def test_bad_settings_are_refused(kw, words):
     with pytest.raises(ConfigError, match=words):
         run_cluster(cfg_for(), rand_trace(1, n=5), **kw)
+
+
+def test_a_clusters_loop_calls_its_replicas_loop_by_address_not_linked_in():
+    """``loop.call_engine`` calls a compiled loop through its address: the loop runs (its work
+    and its code come back), and its code is not linked into the caller's, where a call of its
+    dispatcher links it (numba links a callee's library into each caller's, to optimize and
+    compile it again there: 50-60 s of CPU in each of vLLM v1's cold cluster loops)."""
+    from pagesim.sim.core import jit, loop
+    if not jit.COMPILED:
+        pytest.skip("numba is not installed")
+    jit.use_numba()
+    numba = jit.numba
+
+    @numba.njit
+    def replica_loop(a):
+        a[0] += 5
+        return a[0] * 2
+
+    @numba.njit
+    def by_address(address, a):
+        return loop.call_engine(address, a, 0)
+
+    @numba.njit
+    def by_dispatcher(a):
+        return replica_loop(a)
+
+    types = (numba.types.int64[::1],)
+    replica_loop.compile(types)
+    engine = replica_loop.overloads[types]
+    address = engine.library.get_pointer_to_function(engine.fndesc.llvm_func_name)
+    a = np.zeros(1, np.int64)
+    assert by_address(address, a) == 10 and a[0] == 5
+    assert by_dispatcher(a) == 20 and a[0] == 10
+
+    def linked(caller):  # numba's record of the libraries linked into a caller's
+        return next(iter(caller.overloads.values())).library._linking_libraries
+    assert engine.library in linked(by_dispatcher)
+    assert engine.library not in linked(by_address)
+
+
+def test_the_cluster_loops_hold_no_copy_of_their_replicas_loop():
+    """vLLM v1's cluster and disaggregated loops, as a run compiles (or loads) them: their code
+    defines no function of the replicas' loop (each calls it by address)."""
+    from pagesim.sim.core import cluster, disagg, jit, loop
+    from pagesim.sim.disagg import run_disaggregated
+    if not jit.COMPILED:
+        pytest.skip("numba is not installed")
+    cfg, trace = cfg_for("vllm-v1", slots=1500), rand_trace(seed=1, n=8)
+    run_cluster(cfg, trace, 2, "round-robin")
+    run_disaggregated(cfg, cfg, trace, 1, 1)
+    engine = next(iter(loop.run_v1.overloads.values())).fndesc.llvm_func_name
+    for caller in (cluster.run_v1, disagg.run_v1):
+        library = next(iter(caller.overloads.values())).library
+        # its code: as compiled, or (loaded from numba's cache) the module numba keeps to link it
+        module = library._shared_module or library._final_module
+        defined = {fn.name for fn in module.functions if not fn.is_declaration}
+        assert caller.py_func.__qualname__.split(".")[0] in " ".join(defined)
+        assert engine not in defined
