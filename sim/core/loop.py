@@ -412,9 +412,9 @@ def call_engine(engine, s, family):
     replica's types (``replay.engine_address``; in an extension module, :func:`linked_engine`),
     called through it: a call of the loop's dispatcher would have numba link the loop's whole
     code into the cluster's loop and optimize and compile it again there (numba links a callee's
-    module into each caller's), 50-60 s of CPU in each of vLLM v1's cold cluster and
-    disaggregated loops for machine code its engine's run has already compiled. Interpreted,
-    ``engine`` is not read."""
+    module into each caller's): vLLM v1's cold cluster loop took 58.7 s of CPU so, 28.9 s by
+    address, its disaggregated loop 64.5 and 38.5 s (``benchmarks/compile_speed.py --clusters``,
+    2026-11-27). Interpreted, ``engine`` is not read."""
     return run_family(s, family)
 
 

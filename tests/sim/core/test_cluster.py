@@ -231,7 +231,7 @@ def test_a_clusters_loop_calls_its_replicas_loop_by_address_not_linked_in():
     """``loop.call_engine`` calls a compiled loop through its address: the loop runs (its work
     and its code come back), and its code is not linked into the caller's, where a call of its
     dispatcher links it (numba links a callee's library into each caller's, to optimize and
-    compile it again there: 50-60 s of CPU in each of vLLM v1's cold cluster loops)."""
+    compile it again there)."""
     from pagesim.sim.core import jit, loop
     if not jit.COMPILED:
         pytest.skip("numba is not installed")
