@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     ``DIR``: into a temporary cache, the modules copied into ``DIR``; ``--warm``: into this
     machine's cache."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--system"):
-        print("usage: python -m pagesim.sim.precompile (DIR | --warm) [--system SYSTEM]", file=sys.stderr)
+    usage = "usage: python -m pagesim.sim.precompile (DIR | --warm) [--system SYSTEM]"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    # an option other than --warm is refused, not taken for a folder to build into
+    if (len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--system")
+            or (argv[0].startswith("-") and argv[0] != "--warm")):
+        print(usage, file=sys.stderr)
         return 2
     into = None if argv[0] == "--warm" else Path(argv[0])
     if len(argv) == 3:

@@ -375,6 +375,19 @@ def test_the_package_build_compiles_a_system_of_every_family():
     assert precompile.main([]) == 2  # usage
 
 
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["-h"], 0), (["--hepl"], 2), (["--hepl", "--system", "vllm"], 2)])
+def test_precompile_answers_help_and_refuses_an_unknown_option(argv, code, capsys, monkeypatch):
+    """An option is never taken for the folder to build into (``--help`` once built every family
+    into ``./--help``)."""
+    from pagesim.sim import precompile
+
+    monkeypatch.setattr(precompile, "build_one", lambda *a: pytest.fail("built"))
+    monkeypatch.setattr(precompile.subprocess, "Popen", lambda *a, **k: pytest.fail("started a build"))
+    assert precompile.main(argv) == code
+    out = capsys.readouterr()
+    assert "usage: python -m pagesim.sim.precompile" in (out.out if code == 0 else out.err)
+
+
 def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch, capsys):
     """``precompile --warm`` (the test suite's start): a process per family, vLLM v1's first (its
     engine's, cluster's and disaggregated pools' loops), each compiling into the cache this
