@@ -132,17 +132,34 @@ def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
     return none, none
 
 
+#: each queue's name and the status of the requests it holds
+QUEUES = (("waiting", WAITING), ("swapped", SWAPPED), ("running", RUNNING))
+
+
 def check_queues(s, mine) -> None:
     c, status = s.count, s.status
     waiting = ring(s.waiting, c[WAITING_HEAD], c[WAITING_LEN])
-    for name, members, want in (
-            ("waiting", waiting, WAITING),
-            ("swapped", ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), SWAPPED),
-            ("running", s.running[:c[NUM_RUNNING]].tolist(), RUNNING)):
-        ordered = np.sort(np.array(members, np.int64))
-        assert not (ordered[1:] == ordered[:-1]).any(), f"a request is twice in the {name} list"
-        assert np.array_equal(ordered, np.flatnonzero((status == want) & mine)), \
-            f"the {name} list is not the requests of that status"
+    lists = (waiting, ring(s.swapped, c[SWAPPED_HEAD], c[SWAPPED_LEN]), s.running[:c[NUM_RUNNING]].tolist())
+    # every request marked with the status of the list it is in, once, against its own status
+    # (counted over all three lists at once: --check runs every iteration)
+    members, listed = np.array(waiting + lists[1] + lists[2], np.int64), np.full(len(status), -1, np.int64)
+    try:
+        times = np.bincount(members, minlength=len(status))
+        start = 0
+        for (_, want), held in zip(QUEUES, lists):
+            listed[members[start:start + len(held)]] = want
+            start += len(held)
+    except (ValueError, IndexError):  # a negative id, or one past the requests
+        raise AssertionError("a queue holds a request the run does not have") from None
+    # how many of this state's requests have each status
+    count = np.bincount(status[mine], minlength=max(FINISHED, REJECTED, LOADING) + 1)
+    queued = mine & ((status == WAITING) | (status == SWAPPED) | (status == RUNNING))
+    expected = np.where(queued, status, -1)
+    if times.max(initial=0) > 1 or (listed != expected).any():  # named as each list, in turn, finds it
+        for (name, want), held in zip(QUEUES, lists):
+            assert len(set(held)) == len(held), f"a request is twice in the {name} list"
+            assert sorted(held) == np.flatnonzero(expected == want).tolist(), \
+                f"the {name} list is not the requests of that status"
     loaded = transfer_holders(s, mine)[1]
     holding = set(loaded.tolist())  # lifecycle.hold_waiting: a transfer's, a host load's
     if s.config[HOST_BLOCKS]:
@@ -153,15 +170,13 @@ def check_queues(s, mine) -> None:
         for part in (waiting[:c[KV_HOLDING_WAITING]], waiting[c[KV_HOLDING_WAITING]:]):
             keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in part]
             assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
-    assert c[NUM_FINISHED] == int(((status == FINISHED) & mine).sum()), "finished count drifted"
-    assert c[NUM_REJECTED] == int(((status == REJECTED) & mine).sum()), "rejected count drifted"
+    assert c[NUM_FINISHED] == count[FINISHED], "finished count drifted"
+    assert c[NUM_REJECTED] == count[REJECTED], "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]
     assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
     assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
-    swapped = np.flatnonzero(status == SWAPPED)
-    swapped_size = interpreted(kv_cache.swapped_size)
-    assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in swapped.tolist()), \
+    assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in lists[1]), \
         "swap space in use drifted"
     idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
     idle[loaded] = False
@@ -577,6 +592,7 @@ def check_hicache(s, live: list) -> None:
 #: machine code types the state's ~60 arrays each time (1-3 ms), ten times a checked step's own work
 memory_categories = interpreted(memory.memory_categories)
 can_allocate = interpreted(memory.can_allocate)
+swapped_size = interpreted(kv_cache.swapped_size)
 
 
 def check_categories(s) -> None:

@@ -66,6 +66,12 @@ def run_a_request_twice(s):
     s.running[1] = s.running[0]
 
 
+def run_a_request_again(s):
+    """The running list one longer, its new last entry its first request."""
+    s.running[s.count[state.NUM_RUNNING]] = s.running[0]
+    s.count[state.NUM_RUNNING] += 1
+
+
 def running_as_waiting(s):
     s.status[s.running[0]] = state.WAITING
 
@@ -82,7 +88,10 @@ PAGED_BREAKS = [
     (overfill_a_holder, r"request \d+: \d+ tokens in \d+ blocks"),
     (drop_a_sequences_table, r"request \d+'s sequence 0 has no block table"),
     (run_a_request_twice, "twice in the running list"),
+    (run_a_request_again, "twice in the running list"),
     (running_as_waiting, "the waiting list is not the requests of that status"),
+    (lambda s: s.running.__setitem__(0, -3), "a queue holds a request the run does not have"),
+    (lambda s: s.running.__setitem__(0, len(s.status)), "a queue holds a request the run does not have"),
 ]
 
 
