@@ -10,7 +10,9 @@ the core is imported: its import and set-up cost every process ~0.5 s, and a run
 already compiled into an extension module (``sim/core/aot.py``) needs none of it. Until then
 ``njit`` only registers a function; :func:`use_numba` makes each registered function's
 dispatcher and binds it, in the module of every registered function, where the plain function
-was (numba resolves the names a function calls in its module when it compiles it).
+was (numba resolves the names a function calls in its module when it compiles it). Python calls
+the loops' machine code; a call from Python to any other core function runs its source in
+CPython (:func:`_interpreted_from_python`), which compiles nothing more.
 
 :func:`use_numba` also trims numba's work on a cold compile where the machine code of the core's
 functions themselves stays the same (issue #35; ``benchmarks/compile_speed.py --base``): one LLVM
@@ -53,11 +55,6 @@ _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made
 _GROUP_FILES = {FAMILIES[kind]: files for kind, files in FAMILY_FILES.items()}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 
-#: the cache of the core's functions as Python calls them (:func:`_called_from_compiled_code`):
-#: keyed by every compiled source, as any of them may be called so
-PYTHON_CALLS = "python-calls"
-
-
 def sources_digest(here=None, group: str | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
     function's): their functions and the constants frozen into them. Those are every file but
@@ -68,7 +65,7 @@ def sources_digest(here=None, group: str | None = None) -> str:
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     kept = {name for files in _GROUP_FILES.values() for name in files}
-    own = kept if group == PYTHON_CALLS else set(_GROUP_FILES.get(group, ()))
+    own = set(_GROUP_FILES.get(group, ()))
     sources = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(here.glob("*.py"))
                if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)]
     return hashlib.sha256(b"".join(sources)).hexdigest()
@@ -101,8 +98,7 @@ def _drop_stale_cache(here=None) -> None:
     the shared functions' (in ``__pycache__``) dropped when a shared source changes, each cache
     group's (its own folder) when a shared source or one of its own files does; each with the
     extension modules built from it (``aot.py``; a group's, in :func:`modules_dir`, beside the
-    group's folder: a process with a cache of its own leaves the others' alone); the functions
-    as Python calls them (:data:`PYTHON_CALLS`) when any compiled source does."""
+    group's folder: a process with a cache of its own leaves the others' alone)."""
     import shutil
     from pathlib import Path
 
@@ -117,7 +113,7 @@ def _drop_stale_cache(here=None) -> None:
                 f.unlink()
             cache.mkdir(exist_ok=True)
             stamp.write_text(digest)
-        for group in [*_GROUP_FILES, PYTHON_CALLS]:
+        for group in _GROUP_FILES:
             folder = group_cache_dir(group, here)
             stamp, digest = folder / "sources.sha256", sources_digest(here, group)
             if stamp.exists() and stamp.read_text() == digest:
@@ -182,10 +178,9 @@ def _python_wrappers_unoptimized() -> None:
     function than most of the core's own (2,300 LLVM instructions before optimization, against
     1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group) is
     called from Python in a run; every other function is called by compiled code, which calls
-    the function itself, not its wrapper (a test, or the set-up's ``placement.init``, calls some
-    from Python, once a call): most are compiled with no wrapper at all
-    (:func:`_called_from_compiled_code`); their twins for Python's calls, and the inlined
-    functions a test calls, have one. Those other wrappers are marked for LLVM not to optimize
+    the function itself, not its wrapper, and a call from Python runs its source in CPython:
+    most are compiled with no wrapper at all (:func:`_interpreted_from_python`). The other
+    wrappers (a reference-counted function's) are marked for LLVM not to optimize
     (``optnone``, which asks ``noinline`` with it): LLVM's optimization and machine code of the
     wrappers were about half of each small function's. The function
     itself, and the loops' wrappers, are optimized as before. Left as numba has it where its
@@ -482,10 +477,9 @@ def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
     # work on a small function it weighs a seventh (the state's ~80 arrays unpacked)
     options = dict(nogil=True, _nrt=refcounted, inline="always" if inline else "never", no_cfunc_wrapper=True)
     with _cached_in(group):
-        if inline or refcounted or group is not None:
-            # an inlined function is compiled only when Python calls it; a loop is called by Python
+        if refcounted or group is not None:  # a loop: called by Python
             return numba.njit(cache=True, **options)(fn)
-        return _called_from_compiled_code(fn, options)
+        return _interpreted_from_python(fn, options)
 
 
 @contextlib.contextmanager
@@ -502,36 +496,32 @@ def _cached_in(group: str | None):
         config.CACHE_DIR = saved
 
 
-_CalledFromCompiledCode = None  # the dispatcher class below, made once numba is loaded
+_InterpretedFromPython = None  # the dispatcher class below, made once numba is loaded
 
 
-def _called_from_compiled_code(fn, options: dict):
-    """The dispatcher of a function that compiled code calls (every core function but the loops
-    and the inlined): compiled without the Python wrapper numba compiles with each function by
+def _interpreted_from_python(fn, options: dict):
+    """The dispatcher of a function that compiled code calls or inlines (every core function but
+    the loops): compiled without the Python wrapper numba compiles with each function by
     default, which unboxes the Python arguments (for the core's, the state's ~80 arrays one by
     one) and is a large part of a small function's compile: the v1 family's cold compile, 148 s
     of CPU with them, 123 s without (``benchmarks/compile_speed.py``). Compiled callers call the
-    function itself. A call from Python (a test; the set-up's ``placement.init``) goes to a twin
-    compiled with the wrapper on the first such call, cached apart (:data:`PYTHON_CALLS`): the
-    same source and machine code, and a compile only for what Python calls."""
-    global _CalledFromCompiledCode
-    if _CalledFromCompiledCode is None:
+    function itself (or inline it). A call from Python (a test; the set-up's ``placement.init``)
+    runs the same source in CPython (:func:`interpreted`): compiled, it would first compile the
+    function a second time with the wrapper (a few seconds each, cold: the test suite's calls
+    cost it minutes of CPU), then type the state's arrays at every call (1-3 ms), more than the
+    arithmetic of one call. The loops alone are called from Python as machine code."""
+    global _InterpretedFromPython
+    if _InterpretedFromPython is None:
         from numba.core.registry import CPUDispatcher
 
-        class CalledFromCompiledCode(CPUDispatcher):
-            _python_twin = None
-
+        class InterpretedFromPython(CPUDispatcher):
             def __call__(self, *args, **kwargs):
-                if self._python_twin is None:
-                    with _cached_in(PYTHON_CALLS):
-                        self._python_twin = numba.njit(cache=True, **self._twin_options)(self.py_func)
-                return self._python_twin(*args, **kwargs)
+                return interpreted(self.py_func)(*args, **kwargs)
 
-        _CalledFromCompiledCode = CalledFromCompiledCode
-    dispatcher = _CalledFromCompiledCode(py_func=fn, locals={},
-                                         targetoptions=dict(options, nopython=True, boundscheck=None,
-                                                            no_cpython_wrapper=True))
-    dispatcher._twin_options = options
+        _InterpretedFromPython = InterpretedFromPython
+    dispatcher = _InterpretedFromPython(py_func=fn, locals={},
+                                        targetoptions=dict(options, nopython=True, boundscheck=None,
+                                                           no_cpython_wrapper=True))
     dispatcher.enable_caching()
     return dispatcher
 

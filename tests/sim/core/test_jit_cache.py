@@ -145,39 +145,29 @@ def test_a_function_is_optimized_once_with_its_callees_not_alone_first():
     assert "alloca" not in str(library.get_function("twice"))
 
 
-def test_the_functions_python_calls_are_dropped_when_any_compiled_source_changes(tmp_path, monkeypatch):
-    """Python may call any core function, a family's own included: their cache (jit.PYTHON_CALLS)
-    is keyed by every compiled source."""
-    for edited in ("scheduler_a.py", "loop.py"):
-        cached = grouped_core(tmp_path, monkeypatch)
-        twin = jit.group_cache_dir(jit.PYTHON_CALLS, tmp_path) / "kv_cache.free-1.nbi"
-        twin.write_text("compiled")
-        (tmp_path / "replay.py").write_text("# the glue edited\n")
-        jit._drop_stale_cache(tmp_path)
-        assert twin.exists()
-        (tmp_path / edited).write_text("# edited\n")
-        jit._drop_stale_cache(tmp_path)
-        assert not twin.exists(), edited
-        assert cached["b"].exists() == (edited == "scheduler_a.py")  # family a's file: b's kept
-
-
-def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_calls_its_twin():
-    """jit._called_from_compiled_code: the function compiled code calls is compiled without the
-    Python wrapper; a call from Python compiles and calls a twin with it, the same source."""
+def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_runs_its_source():
+    """jit._interpreted_from_python: a function compiled code calls (or inlines) is compiled
+    without the Python wrapper; a call from Python runs the same source in CPython and compiles
+    nothing (a compiled call would first compile the function again, with the wrapper)."""
     pytest.importorskip("numba")
     jit.use_numba()
     if jit.numba is None:
         pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
     import numpy as np
 
-    from pagesim.sim.core import cost_table
+    from pagesim.sim.core import cost_table, placement
 
-    dispatcher = jit.compiled(cost_table.interp_extrap)
-    assert dispatcher.targetoptions["no_cpython_wrapper"]
+    called = jit.compiled(cost_table.interp_extrap)
+    inlined = jit.compiled(placement.next_pow2)
+    assert jit._OPTIONS[inlined.py_func][0] and not jit._OPTIONS[called.py_func][0]  # inline=True, a call
+    for dispatcher in (called, inlined):
+        assert dispatcher.targetoptions["no_cpython_wrapper"]
+    from numba.core import event
+
     xs, ys = np.array([1.0, 3.0]), np.array([10.0, 30.0])
-    assert dispatcher(2.0, xs, ys) == 20.0  # from Python: the twin
-    assert dispatcher._python_twin is not None and not dispatcher._python_twin.targetoptions.get("no_cpython_wrapper")
-    assert dispatcher._python_twin.py_func is dispatcher.py_func
+    with event.install_recorder("numba:compile") as compiles:
+        assert called(2.0, xs, ys) == 20.0 and inlined(5) == 8
+    assert compiles.buffer == []  # nothing compiled for Python's calls
 
 
 def sign(x):  # four blocks: the test, two branches, their join
