@@ -477,7 +477,7 @@ def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
     # work on a small function it weighs a seventh (the state's ~80 arrays unpacked)
     options = dict(nogil=True, _nrt=refcounted, inline="always" if inline else "never", no_cfunc_wrapper=True)
     with _cached_in(group):
-        if refcounted or group is not None:  # a loop: called by Python
+        if refcounted or group is not None:  # a loop, called by Python; a cluster's function
             return numba.njit(cache=True, **options)(fn)
         return _interpreted_from_python(fn, options)
 
@@ -508,8 +508,8 @@ def _interpreted_from_python(fn, options: dict):
     function itself (or inline it). A call from Python (a test; the set-up's ``placement.init``)
     runs the same source in CPython (:func:`interpreted`): compiled, it would first compile the
     function a second time with the wrapper (a few seconds each, cold: the test suite's calls
-    cost it minutes of CPU), then type the state's arrays at every call (1-3 ms), more than the
-    arithmetic of one call. The loops alone are called from Python as machine code."""
+    cost it about two minutes of CPU), then type the state's arrays at every call (1-3 ms), more
+    than the arithmetic of one call. The loops alone are called from Python as machine code."""
     global _InterpretedFromPython
     if _InterpretedFromPython is None:
         from numba.core.registry import CPUDispatcher
