@@ -431,19 +431,17 @@ def _compiled_engine_calls():
     from numba.core.errors import TypingError
     from numba.extending import intrinsic, overload
 
-    def called(context, builder, fn, s, state):
-        """A call of the loop ``fn`` points to, as numba calls a compiled function
-        (``imputils.user_function``): its status checked, an error passed up."""
-        status, code = context.call_conv.call_function(builder, fn, types.int64, (s,), (state,))
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
-        return code
-
     @intrinsic
     def call_at(typingctx, address, s):
         def codegen(context, builder, signature, args):
+            # a call of the loop the address points to, as numba calls a compiled function
+            # (``imputils.user_function``): its status checked, an error passed up
             fnty = context.call_conv.get_function_type(types.int64, (s,))
-            return called(context, builder, builder.inttoptr(args[0], fnty.as_pointer()), s, args[1])
+            fn = builder.inttoptr(args[0], fnty.as_pointer())
+            status, code = context.call_conv.call_function(builder, fn, types.int64, (s,), (args[1],))
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return code
         return types.int64(address, s), codegen
 
     @overload(call_engine, inline="always")
