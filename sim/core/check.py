@@ -588,8 +588,9 @@ def check_hicache(s, live: list) -> None:
         assert not nodes[int(s.radix_request[i, LOCKED_NODE]), NODE_EVICTED], f"request {i}'s prefix is host-only"
 
 
-#: the core's own functions the checks call, run by CPython: a call from Python into numba's
-#: machine code types the state's ~60 arrays each time (1-3 ms), ten times a checked step's own work
+#: the core's own functions the checks call, run by CPython (as every call from Python to a core
+#: function but a loop is: jit._interpreted_from_python): machine code called from Python would
+#: type the state's ~60 arrays each time (1-3 ms), ten times a checked step's own work
 memory_categories = interpreted(memory.memory_categories)
 can_allocate = interpreted(memory.can_allocate)
 swapped_size = interpreted(kv_cache.swapped_size)
