@@ -152,7 +152,7 @@ def check_queues(s, mine) -> None:
     except (ValueError, IndexError):  # a negative id, or one past the requests
         raise AssertionError("a queue holds a request the run does not have") from None
     # how many of this state's requests have each status
-    count = np.bincount(status[mine], minlength=max(FINISHED, REJECTED, LOADING) + 1)
+    count = np.bincount(status[mine], minlength=max(FINISHED, REJECTED) + 1)
     queued = mine & ((status == WAITING) | (status == SWAPPED) | (status == RUNNING))
     expected = np.where(queued, status, -1)
     if times.max(initial=0) > 1 or (listed != expected).any():  # named as each list, in turn, finds it

@@ -375,7 +375,8 @@ def test_the_package_build_compiles_a_system_of_every_family():
     assert precompile.main([]) == 2  # usage
 
 
-@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["-h"], 0), (["--hepl"], 2), (["--hepl", "--system", "vllm"], 2)])
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["-h"], 0), (["--hepl"], 2),
+                                        (["--hepl", "--system", "vllm"], 2)])
 def test_precompile_answers_help_and_refuses_an_unknown_option(argv, code, capsys, monkeypatch):
     """An option is never taken for the folder to build into (``--help`` once built every family
     into ``./--help``)."""
