@@ -6,7 +6,8 @@ on another model's run (held out), from their committed files on the CPU.
 A validation (``pagesim validate``) prices each step with the table model's device time plus its
 host term (``--step-overhead-ms``, ``--per-seq-overhead-ms``: 0.02 ms by default), while the runner
 spends 0.3-0.5 ms of host time a step on a Firecracker VM (benchmarks/results/2026-11-27-h200). It
-reports ``host_fit``, a host term fitted on its own steps, and errors with it in place (in-sample).
+reports ``host_fit``, a host term fitted on its own steps (fitted again here from them,
+both terms >= 0), and errors with it in place (in-sample).
 This prices each run with the host term of every *other* model's run instead: its steps (the
 recorded device-time prices plus that term, against the measured whole steps) and its table-model
 simulation, rerun here from the run's own configuration and synthetic workload with
@@ -32,7 +33,7 @@ import_path()
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pagesim.gpu.validate import rel_errors  # noqa: E402
+from pagesim.gpu.validate import host_fit, rel_errors  # noqa: E402
 from pagesim.sim.config import SimConfig  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
 from pagesim.traces.synth import make_workload  # noqa: E402
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             if not need.exists():
                 raise SystemExit(f"--run {d} {profile}: {need} not found")
         v = json.loads((run / "validation.json").read_text())
-        runs[run] = dict(model=v["model"], host=v["host_fit"], profile=profile, steps=read_steps(run),
+        steps = read_steps(run)  # the host term fitted again: a run validated before 2026-11-28 may record a negative one
+        runs[run] = dict(model=v["model"], host=host_fit(steps), profile=profile, steps=steps,
                          real=json.loads((run / "real" / "summary.json").read_text()),
                          recorded=json.loads((run / "sim_table" / "summary.json").read_text()))
     common = Path(os.path.commonpath([run.parent for run in runs]))

@@ -137,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
                      f"{f['intercept_ms']:.3f} ms + {f['per_seq_ms']:.4f} ms/seq: step error with it "
                      f"{100 * m['median_step_error_host_fitted_in_sample']:.1f} % / "
                      f"{100 * m['p90_step_error_host_fitted_in_sample']:.1f} % (in-sample; price another trace "
-                     f"with --step-overhead-ms {max(f['intercept_ms'], 0):.3f} --per-seq-overhead-ms "
-                     f"{max(f['per_seq_ms'], 0):.4f})"))
+                     f"with --step-overhead-ms {f['intercept_ms']:.3f} --per-seq-overhead-ms "
+                     f"{f['per_seq_ms']:.4f})"))
     print("\n".join(key_value_lines(rows)))
     if fake:
         print(fill("(fake backend: the steps ran on the CPU's stand-in for a GPU; a dry run of the pipeline, "

@@ -385,19 +385,23 @@ def test_gpu_decode_kernel_equals_sdpa_over_live_tables():
 @pytest.mark.gpu
 @pytest.mark.skipif(not (cuda_available() and torch_cuda_available()), reason="needs CuPy and torch with CUDA")
 def test_layer_scaling_matches_full():
-    """N layers x L/N (plus the unscaled rest) is within 10 % of running all L layers."""
+    """N layers x L/N (plus the unscaled rest) is within 10 % of running all L layers. The two
+    runners' decode steps alternate and each is read at its fastest: with other GPU tests on the
+    same device (the programme runs them on 4 workers), medians taken one runner after the other
+    saw different loads and missed by 11 % (H200, 2026-11-27 and 2026-11-28; both passed alone)."""
     from pagesim.gpu.model_runner import TorchCupyBackend
     model = ModelSpec("mid", 16, 2048, 16, 16, 128, 5504, 32000, 2048)
-
-    def timed(n_layers):
+    ids = list(range(32))
+    runners = {}
+    for n_layers in (16, 4):
         be = TorchCupyBackend(dtype="float16", num_layers_run=n_layers)
-        steps = HandSteps(model, be, num_blocks=2048, block_size=16, include_prep=False)
-        ids = list(range(32))
-        steps.prefill(ids, [512] * 32)  # warm-up + fills the pool
-        times = [steps.decode(ids) for _ in range(20)]
-        return float(np.median(times[5:]))
-
-    full, part = timed(16), timed(4)
+        runners[n_layers] = HandSteps(model, be, num_blocks=2048, block_size=16, include_prep=False)
+        runners[n_layers].prefill(ids, [512] * 32)  # warm-up + fills the pool
+    times = {n: [] for n in runners}
+    for _ in range(20):
+        for n, steps in runners.items():
+            times[n].append(steps.decode(ids))
+    full, part = (min(times[n][5:]) for n in (16, 4))
     assert abs(part - full) / full < 0.10, (part, full)
 
 

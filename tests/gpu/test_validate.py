@@ -329,6 +329,21 @@ def test_gpu_only_and_whole_step_errors_by_step_type_and_batch_size(tmp_path):
     assert "Errors by step type and batch size" in html and "End to end" in html
 
 
+def test_the_host_fit_keeps_both_terms_at_or_above_zero():
+    """By hand, three steps of 1, 2, 3 sequences. Host 3, 2, 1 ms: the free line is 4 - 1 n, so
+    the fit is the mean with no per-sequence term, 2 ms + 0. Host 0.5, 1.5, 2.5 ms: the free line
+    is -0.5 + 1 n, so the fit is the line through 0, n.h / n.n = 11 / 14 ms a sequence. Host
+    1.5, 2, 2.5 ms: the free line, 1 + 0.5 n."""
+    from pagesim.gpu.validate import host_fit
+
+    def fit(host_ms):
+        return host_fit(pd.DataFrame({"batch_size": [1, 2, 3], "measured_host_s": 1e-3 * np.array(host_ms)}))
+
+    assert fit([3, 2, 1]) == pytest.approx({"intercept_ms": 2.0, "per_seq_ms": 0.0})
+    assert fit([0.5, 1.5, 2.5]) == pytest.approx({"intercept_ms": 0.0, "per_seq_ms": 11 / 14})
+    assert fit([1.5, 2, 2.5]) == pytest.approx({"intercept_ms": 1.0, "per_seq_ms": 0.5})
+
+
 def test_batch_buckets():
     from pagesim.gpu.validate import batch_bucket
     assert [batch_bucket(n) for n in (1, 2, 4, 5, 16, 17, 64, 65, 256, 257, 5000)] == \
