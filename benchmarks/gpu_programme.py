@@ -104,7 +104,9 @@ LAYER_COUNTS = (4, 32, 8, 16)
 #: Phases 1 + 2, the 15-minute session's programme: 9.5 min at worst, a machine's start on top.
 #: On the H100 of 2026-11-26 (second session) phase 1 took 268 s with llama-2-7b's calibration cut
 #: at its 45 s, phase 2 67-76 s and its decode slope about 40 s: phase 1 given 30 s of phase 2's.
-PHASES = {1: (260, 330), 2: (150, 240), 3: (400, 560)}
+#: On the H200 of 2026-11-28, its host slower, phase 1 needed about 350 s (its GPU tests stopped at
+#: the deadline) and phase 2 took 128 s (at most 128 s in six sessions): 30 s more moved to phase 1.
+PHASES = {1: (260, 360), 2: (150, 210), 3: (400, 560)}
 #: the phases a 15-minute session runs (the module's docstring, "The budget")
 SESSION_PHASES = (1, 2)
 
@@ -334,9 +336,11 @@ def _gpu_tests(dry: bool) -> Step:
         return Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "--collect-only", "-q",
                                   "-p", "no:cacheprovider"], 120)
     # four workers: one after another the 261 tests outran 150 s on the H100 of 2026-11-26 (260 done),
-    # with four they took 122 s there (benchmarks/results/2026-11-26-h100-80gb-hbm3)
+    # with four they took 122 s there (benchmarks/results/2026-11-26-h100-80gb-hbm3); the H200 of
+    # 2026-11-28, its host slower, stopped at the phase's deadline (133 s, 82 % done): the slowest
+    # tests are listed (--durations), to see where that time goes
     return Step("gpu_tests", [python(), "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-ra", "-n", "4",
-                              "-p", "no:cacheprovider"], 150)
+                              "--durations", "25", "-p", "no:cacheprovider"], 180)
 
 
 def _sanitizers(dry: bool) -> list[Step]:
