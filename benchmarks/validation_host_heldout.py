@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             if not need.exists():
                 raise SystemExit(f"--run {d} {profile}: {need} not found")
         v = json.loads((run / "validation.json").read_text())
-        steps = read_steps(run)  # the host term fitted again: a run validated before 2026-11-28 may record a negative one
+        # the host term fitted again: a run validated before 2026-11-28 may record a negative one
+        steps = read_steps(run)
         runs[run] = dict(model=v["model"], host=host_fit(steps), profile=profile, steps=steps,
                          real=json.loads((run / "real" / "summary.json").read_text()),
                          recorded=json.loads((run / "sim_table" / "summary.json").read_text()))
