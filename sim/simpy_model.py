@@ -34,9 +34,10 @@ def run(s: state.Core) -> state.Core:
     c, clock = s.count, s.clock
     family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant (sim/core/memory.py)
     add_arrival = interpreted(lifecycle.add_arrival)
-    # the family's scheduler, as the loop chooses it (sim/core/loop.py, in the loop's own code)
-    schedule = interpreted({state.STATIC: loop.schedule_static, state.V1: loop.schedule_v1,
-                            state.SGLANG: loop.schedule_sglang}.get(family, loop.schedule_vllm))
+    scheduler = interpreted(loop.scheduler_of(family))  # the family's scheduler, as the loop calls it
+
+    def schedule(s):
+        return scheduler(s, None, loop.SCHEDULE)
     if family == state.STATIC:  # request-level (static) batching: sim/core/static.py
         complete_step = interpreted(static.complete_step)
     else:

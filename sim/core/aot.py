@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from pagesim.sim.core import cluster, jit, loop
+from pagesim.sim.core.families import SCHEDULER_BY_ADDRESS
+from pagesim.sim.core.state import SCHEDULER_ADDRESS
 
 LOG = logging.getLogger(__name__)
 
@@ -66,17 +68,23 @@ def exported(which: tuple[str, int]):
     pycc compiling the loop's source itself would count them at each of its calls, several
     times slower)."""
     entry, family = which
+    by_address = SCHEDULER_BY_ADDRESS[family]  # a constant of the closures below
     if entry == CLUSTER:
         target = cluster.run_for(family)
 
         def run_cluster(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s):
-            # the replicas' loop linked into the module, its address passed (loop.call_engine)
+            # the replicas' loop and scheduler linked into the module, their addresses passed
+            # (loop.call_engine) and set (loop.call_scheduler: the configs' rows are the replicas')
+            if by_address:
+                configs[:, SCHEDULER_ADDRESS] = loop.linked_scheduler(replicas, family)
             return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s,
                           loop.linked_engine(replicas, family))
 
         return run_cluster
 
     def run(s):
+        if by_address:  # the scheduler linked in (loop.call_scheduler)
+            s.config[SCHEDULER_ADDRESS] = loop.linked_scheduler(s, family)
         return loop.run_family(s, family)
 
     return run
@@ -104,9 +112,10 @@ def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     holds, the arrays' kinds, and numpy's version (the module is built against numpy's C
     interface)."""
     entry, family = which
-    group = loop.FAMILIES[family]  # the sources of this family's loops (sim/core/families.py)
-    key = (f"{jit.sources_digest(group=group)}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|"
-           f"{np.__version__}")
+    # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py)
+    groups = (loop.FAMILIES[family], loop.SCHEDULER_GROUPS[family])
+    digests = "|".join(jit.sources_digest(group=group) for group in groups)
+    key = f"{digests}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|{np.__version__}"
     return module_prefix(which) + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 

@@ -1,8 +1,9 @@
 """The scheduler families: vLLM v0 and Orca, static batching, vLLM v1, SGLang. Each has a loop of
-its own (``loop.loop_for``), and each family's loops are cached apart (``jit.py``), keyed by
-the shared sources and the files only that family compiles: its scheduler's, which no other core
-file imports (``tests/sim/core/test_jit_cache.py`` checks), so that an edit of them recompiles
-their family alone."""
+its own (``loop.loop_for``) and a scheduler entry (``loop.scheduler_entry_for``: its scheduler, which the loop calls
+by address), each cached apart (``jit.py``), keyed by the shared sources and the files only it
+compiles: the scheduler's, its scheduler's files, which no other core file imports
+(``tests/sim/core/test_jit_cache.py`` checks), so that an edit of them recompiles that family's
+scheduler alone; the loops', none but static's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
 
 #: each family's name (its loops' cache folder, its extension module's name, ``loop.run_<name>``)
 FAMILIES = {CONTINUOUS: "continuous", STATIC: "static", V1: "v1", SGLANG: "sglang"}
-#: the files only one family's loops compile (the registry names the same per scheduler,
+#: the files only one family compiles, its scheduler (the registry names the same per scheduler,
 #: ``sim/systems.py``: tests/sim/test_systems.py checks)
 FAMILY_FILES = {CONTINUOUS: ("scheduler_vllm.py", "scheduler_orca.py"), STATIC: ("static.py",),
                 V1: ("scheduler_v1.py",), SGLANG: ("scheduler_sglang.py",)}
+#: whether the family's loop calls its scheduler by address (``loop.call_scheduler``) or inlines it:
+#: vLLM v0's and Orca's is inlined (by address it cost their engines ~30 % on the Azure conv
+#: trace: their scheduler passes the whole state to a call at every iteration, 2026-11-28)
+SCHEDULER_BY_ADDRESS = {CONTINUOUS: False, STATIC: True, V1: True, SGLANG: True}
+#: of a family's files, what its loops compile themselves: static batching's loop ends a batch
+#: (``static.complete_step``); a loop that inlines its scheduler, all; the others, none
+LOOP_FILES = {CONTINUOUS: FAMILY_FILES[CONTINUOUS], STATIC: ("static.py",), V1: (), SGLANG: ()}
+#: each family's scheduler's cache group (``loop.scheduler_entry_for``), keyed by the family's files
+SCHEDULER_GROUPS = {kind: f"{name}-scheduler" for kind, name in FAMILIES.items()}

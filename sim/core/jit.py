@@ -22,7 +22,9 @@ copy (:func:`_inlined_scope_copied_once`) and its blocks once (:func:`_inlined_i
 the compile's flags compared without reading each option through its property
 (:func:`_compile_flags_compared_quickly`), the Python wrappers of
 functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
-no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). And it names each compiled
+no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
+array that numba's dead-code elimination would delete on too narrow a reading of what may alias
+an argument (:func:`_stores_kept`: the core allocates no array). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
 families' loops compiled by different processes, then loaded together, ran each other's code.
 """
@@ -35,7 +37,7 @@ import os
 import sys
 import types
 
-from pagesim.sim.core.families import FAMILIES, FAMILY_FILES
+from pagesim.sim.core.families import FAMILIES, FAMILY_FILES, LOOP_FILES, SCHEDULER_GROUPS
 
 #: numba is installed and not turned off (``PAGESIM_JIT=0``): the core runs compiled
 COMPILED = os.environ.get("PAGESIM_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
@@ -52,7 +54,10 @@ _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made
 #: a cache group's name -> the core files only its functions compile: the functions given to
 #: ``njit(cache_group=name)``, a scheduler family's loops (``sim/core/families.py``). A group is
 #: cached apart, keyed by the shared sources and its own: an edit of its files recompiles it alone
-_GROUP_FILES = {FAMILIES[kind]: files for kind, files in FAMILY_FILES.items()}
+_GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
+                **{SCHEDULER_GROUPS[kind]: files for kind, files in FAMILY_FILES.items()}}
+_FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
+                    **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 
 def sources_digest(here=None, group: str | None = None) -> str:
@@ -119,8 +124,9 @@ def _drop_stale_cache(here=None) -> None:
             if stamp.exists() and stamp.read_text() == digest:
                 continue
             shutil.rmtree(folder, ignore_errors=True)
-            for f in [*modules_dir(here).glob(f"pagesim_core_{group}_*"),
-                      *modules_dir(here).glob(f"pagesim_cluster_{group}_*")]:
+            family = _FAMILY_OF_GROUP.get(group, group)  # a family's modules link its loop and its scheduler
+            for f in [*modules_dir(here).glob(f"pagesim_core_{family}_*"),
+                      *modules_dir(here).glob(f"pagesim_cluster_{family}_*")]:
                 f.unlink()
             folder.mkdir(parents=True)
             stamp.write_text(digest)
@@ -397,6 +403,38 @@ def _compile_flags_compared_quickly() -> None:
     config.__eq__ = __eq__
 
 
+def _stores_kept() -> None:
+    """numba's dead-code elimination deletes a store into an array unless it finds that the array
+    may be an argument's (``ir_utils.find_potential_aliases``), and it finds too few: ``x =
+    s.field`` counts when ``s`` already does, but it reads the function's blocks once, in the
+    order they are numbered, so where ``s``'s own alias of an argument (an inlined function's
+    copy of the caller's ``s``) stands in a later block, ``x`` is missed; and a state loaded
+    from its address (``loop.state_at``) is no argument at all. numba runs it after it inlines
+    an overload into a function (``typed_passes.InlineOverloads``): with the family's scheduler
+    called through one (``loop.call_scheduler``), the loop's step-table stores of a step's start
+    and duration (``s.row_floats[r, ROW_START] = ...``) were deleted and every row read 0, and
+    in the scheduler, loaded from its address, vLLM v1's scheduler lost stores and never ended
+    (found 2026-11-28). The core allocates no array (``njit``): every array it writes is its
+    caller's, so every variable of a mutable type counts as an argument's alias here and no
+    store into one is deleted. Left as numba has it where its function differs."""
+    from numba.core import ir, ir_utils
+
+    found = getattr(ir_utils, "find_potential_aliases", None)
+    if found is None or getattr(found, "pagesim_stores_kept", False):
+        return
+
+    def find_potential_aliases(blocks, args, typemap, func_ir, alias_map=None, arg_aliases=None):
+        alias_map, arg_aliases = found(blocks, args, typemap, func_ir, alias_map, arg_aliases)
+        for block in blocks.values():
+            for stmt in block.body:
+                if isinstance(stmt, ir.Assign) and not ir_utils.is_immutable_type(stmt.target.name, typemap):
+                    arg_aliases.add(stmt.target.name)
+        return alias_map, arg_aliases
+
+    find_potential_aliases.pagesim_stores_kept = True
+    ir_utils.find_potential_aliases = find_potential_aliases
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -425,6 +463,7 @@ def use_numba() -> None:
     _inlined_ir_copied_once()
     _compile_flags_compared_quickly()
     _python_wrappers_unoptimized()
+    _stores_kept()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
@@ -435,7 +474,8 @@ def use_numba() -> None:
                 setattr(module, name, _DISPATCHERS[value])
 
 
-def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group: str | None = None):
+def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group: str | None = None,
+         by_address: bool = False):
     """Compile ``fn`` with numba (from :func:`use_numba` on), or return it. No Python object,
     exception or allocation inside (errors are return codes; arrays are made by the caller), so
     the functions are compiled without numba's reference counting (``_nrt=False``): with it,
@@ -457,27 +497,30 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     replica's ~80 arrays wherever a replica is bound to a name, and compiles, with each function
     that takes the list, a Python wrapper that unboxes and reflects back every array of every
     replica (the static family's cluster loop: 74 s of CPU to compile cold, 19 s so).
-    ``cache_group``: see :data:`_GROUP_FILES`."""
+    ``cache_group``: see :data:`_GROUP_FILES`. ``by_address``: compiled code calls the function by
+    the address of its machine code (a family's scheduler, ``loop.scheduler_entry_for``), compiled with no
+    Python wrapper, as a function compiled code calls; Python calls run its source."""
     if fn is None:
-        return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group)
+        return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
+                              by_address=by_address)
     if not COMPILED:
         return fn
-    _OPTIONS[fn] = (inline, refcounted)
+    _OPTIONS[fn] = (inline, refcounted, by_address)
     if cache_group is not None:
         _GROUPS[fn] = cache_group
     if numba is None:
         return fn
-    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, cache_group)
+    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, by_address, cache_group)
     return _DISPATCHERS[fn]
 
 
-def _dispatcher(fn, inline: bool, refcounted: bool, group: str | None = None):
+def _dispatcher(fn, inline: bool, refcounted: bool, by_address: bool, group: str | None = None):
     # no_cfunc_wrapper: numba would also compile each function a C-callable wrapper (for its
     # ``.address`` or a first-class function value), which nothing of the core uses: in LLVM's
     # work on a small function it weighs a seventh (the state's ~80 arrays unpacked)
     options = dict(nogil=True, _nrt=refcounted, inline="always" if inline else "never", no_cfunc_wrapper=True)
     with _cached_in(group):
-        if refcounted or group is not None:  # a loop, called by Python; a cluster's function
+        if refcounted or (group is not None and not by_address):  # a loop, called by Python; a cluster's function
             return numba.njit(cache=True, **options)(fn)
         return _interpreted_from_python(fn, options)
 

@@ -20,8 +20,12 @@ being in the arrays.
 
 **Compiled per family.** Each scheduler family (``config[SCHEDULER_KIND]``: vLLM v0 and Orca,
 static, vLLM v1, SGLang) has a loop of its own, :func:`loop_for` with ``family`` a constant of
-the closure: numba prunes the other families' schedulers before it types them, so a run
-compiles its own family's loop only, each cached apart. What a step calls once (its price,
+the closure: numba prunes the other families' branches before it types them, so a run
+compiles its own family's loop only, each cached apart. The family's scheduler is compiled
+apart from its loop, as the family's scheduler (:func:`scheduler_entry_for`), and called by the address of
+its machine code with the state by reference (:func:`call_scheduler`): an edit of a scheduler's
+file recompiles that family's scheduler alone, not its loop (``sim/core/families.py``), and the
+two compile as two functions. What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
 record and the end with their family's managers alone (``memory.py``). As calls (compiled
 once each), measured against inlined (2026-11-25, paired, ``benchmarks/engine_speed.py
@@ -36,10 +40,10 @@ What else is inlined follows from what each costs (``benchmarks/compile_speed.py
 by copying its code in at every place that calls it, nested (each level copied into the levels
 above; ``jit.py`` builds each function's untyped code once, where numba built it again at each
 place), and prunes the branches the inlined code cannot take only then, before it types, lowers
-and optimizes every copy: the family's scheduler is therefore chosen in the loop's own code,
-where ``family`` is a constant and its branches are pruned first (chosen in a function inlined
-with ``family`` an argument, all four schedulers were built into every family's loop: a third
-of its compile). A call costs its own compile (~0.5 s: its signature over the state's arrays;
+and optimizes every copy: the family's scheduler is therefore chosen in a closure's own code
+(:func:`scheduler_entry_for`), where ``family`` is a constant and its branches are pruned
+first (chosen in a function inlined with ``family`` an argument, all four schedulers were built
+into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its signature over the state's arrays;
 less since ``jit.py`` leaves its Python wrapper unoptimized) and, at run time, the state's ~60
 arrays passed field by field: on the Azure conv trace one more call per request (arrival,
 admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
@@ -65,8 +69,8 @@ from pagesim.sim.core.static import schedule as schedule_static
 from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
-from pagesim.sim.core.families import FAMILIES
-from pagesim.sim.core.jit import njit, on_numba_load
+from pagesim.sim.core.families import FAMILIES, SCHEDULER_GROUPS
+from pagesim.sim.core.jit import interpreted, njit, on_numba_load
 from pagesim.sim.core.memory import memory_categories
 from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
                             BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
@@ -78,7 +82,7 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_ADDRESS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
@@ -92,9 +96,11 @@ from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQ
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
+NO_SCHEDULER = 10  # compiled, config[SCHEDULER_ADDRESS] is 0: the family's scheduler was not given (replay.scheduler_address)
 HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
+SCHEDULE, HOLDING_ADMISSIBLE = 0, 1  # what a loop asks its family's scheduler (call_scheduler)
 
 
 # once a step: inlined (the module's docstring, "Compiled per family")
@@ -269,6 +275,7 @@ def loop_for(family):
     def run(s):
         """Run until the end, or until Python is needed (see the module docstring)."""
         c, clock = s.count, s.clock
+        ref = state_ref(s)  # the state where the family's scheduler, called by address, reads it
         if c[AWAITING_STEP_TIME]:  # back from the executor outside the core with the step's duration
             c[AWAITING_STEP_TIME] = 0
             code = start_step(s, clock[STEP_S], family)
@@ -322,24 +329,22 @@ def loop_for(family):
             c[STARTED] = 1
             c[SCHEDULE_ON_RESUME] = 0
             # the engine: schedule an iteration, price it, let it run
-            # the family's scheduler, chosen here, in the loop's own code, where ``family`` is a
-            # constant: numba prunes the other three before it inlines (in a function inlined with
-            # ``family`` an argument, it would build all four into each family's loop first)
-            if family == STATIC:
-                decode_context_sum = schedule_static(s)
-            elif family == V1:
-                decode_context_sum = schedule_v1(s)
-            elif family == SGLANG:
-                decode_context_sum = schedule_sglang(s)
+            # the family's scheduler (scheduler_entry_for): inlined, or compiled apart and called by
+            # address (families.SCHEDULER_BY_ADDRESS)
+            if family == CONTINUOUS:
+                decode_context_sum = scheduler_entry_continuous(s, s, SCHEDULE)
             else:
-                decode_context_sum = schedule_vllm(s)
+                decode_context_sum = call_scheduler(s, ref, family, SCHEDULE)
+                if decode_context_sum < 0:
+                    return NO_SCHEDULER
             if not (c[STEP_PREFILL_SEQS] or c[STEP_DECODE_SEQS] or c[STEP_SWAP_IN] or c[STEP_SWAP_OUT]):
                 if c[ARRIVALS_DONE] and not (c[WAITING_LEN] or c[NUM_RUNNING] or c[SWAPPED_LEN]):
                     clock[END_S] = clock[NOW]
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
-                if family == V1 and not c[NUM_RUNNING] and c[KV_HOLDING_WAITING] and holding_admissible(s):
+                if (family == V1 and not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]
+                        and call_scheduler(s, ref, family, HOLDING_ADMISSIBLE) > 0):
                     # the pass preempted every running request (none admitted: scheduler.py:1050)
                     # while a request holding blocks has its KV: vLLM's next step admits it
                     # (lifecycle.hold_waiting)
@@ -389,9 +394,85 @@ def run_for(kind):
     return globals()["run_" + FAMILIES[int(kind)]]
 
 
-def run(s):
-    """Run ``s`` by its family's loop, from Python (a compiled caller uses :func:`run_family`)."""
-    return run_for(s.config[SCHEDULER_KIND])(s)
+def scheduler_entry_for(family):
+    """The entry to family ``family``'s scheduler (``family`` a constant of the closure, as in
+    :func:`loop_for`): asked ``verb`` (:data:`SCHEDULE`: schedule an iteration, returning its
+    decode context sum; :data:`HOLDING_ADMISSIBLE`: vLLM v1's question whether a request holding
+    blocks would be admitted) about the state at ``ref`` (``like``: its type). Compiled apart
+    from the family's loop, which calls it by address (:func:`call_scheduler`), each cached with
+    its own sources (``sim/core/families.py``): an edit of a family's scheduler file recompiles
+    this entry, not the loop. The state is passed by reference, the address of the loop's one
+    copy of it (:func:`state_ref`): numba's own call passes each of its ~70 arrays field by
+    field, ~550 machine words, which cost the static family's engine 70 % on the Azure conv trace
+    (0.106-0.120 s against 0.063-0.065 s, 2026-11-28); by reference the static, vLLM v1 and
+    SGLang engines run as fast as inlined (within 4 %). vLLM v0's and Orca's entry is inlined
+    into their loop (``families.SCHEDULER_BY_ADDRESS``): by address their engines took ~30 %
+    longer (``benchmarks/results/engine_speed_2026-11-28-scheduler-by-address.txt``)."""
+
+    def scheduler(ref, like, verb):
+        s = state_at(ref, like)
+        # the family's scheduler, chosen here, where ``family`` is a constant: numba prunes the
+        # other three before it inlines (in a function inlined with ``family`` an argument, it
+        # would build all four into each family's scheduler first)
+        if family == STATIC:
+            return schedule_static(s)
+        if family == V1:
+            if verb == HOLDING_ADMISSIBLE:
+                return np.int64(1) if holding_admissible(s) else np.int64(0)
+            return schedule_v1(s)
+        if family == SGLANG:
+            return schedule_sglang(s)
+        return schedule_vllm(s)
+
+    return scheduler
+
+
+#: each family's scheduler, by the name ``replay.scheduler_address`` and ``aot.exported`` find it under;
+#: vLLM v0's and Orca's, inlined into their loop (families.SCHEDULER_BY_ADDRESS)
+scheduler_entry_continuous = njit(scheduler_entry_for(CONTINUOUS), inline=True)
+scheduler_entry_static = njit(scheduler_entry_for(STATIC), cache_group=SCHEDULER_GROUPS[STATIC], by_address=True)
+scheduler_entry_v1 = njit(scheduler_entry_for(V1), cache_group=SCHEDULER_GROUPS[V1], by_address=True)
+scheduler_entry_sglang = njit(scheduler_entry_for(SGLANG), cache_group=SCHEDULER_GROUPS[SGLANG], by_address=True)
+
+
+def scheduler_of(kind):
+    """The scheduler of family ``kind``, as bound now (numba's dispatcher once loaded)."""
+    return globals()["scheduler_entry_" + FAMILIES[int(kind)]]
+
+
+def state_ref(s):
+    """Where the family's scheduler finds the state (:func:`scheduler_entry_for`). Compiled, the address of
+    a copy of ``s`` (its arrays' descriptions) on the loop's stack, made once per call of the
+    loop; interpreted, ``s`` itself."""
+    return s
+
+
+def state_at(ref, like):
+    """The state at ``ref`` (:func:`state_ref`), of numba's type ``like``; interpreted, ``ref``."""
+    return ref
+
+
+def call_scheduler(s, ref, family, verb):
+    """The family's scheduler (:func:`scheduler_entry_for`) asked ``verb`` about the state. Compiled, called
+    at the address ``config[SCHEDULER_ADDRESS]`` holds (``replay.scheduler_address``, or in an
+    extension module :func:`linked_scheduler`), with ``ref``; -1 where none was set. Interpreted,
+    the scheduler's own source, run by CPython."""
+    return interpreted(scheduler_of(family))(s, None, verb)
+
+
+def scheduler_signature(state):
+    """The types a family's scheduler is compiled for, over states of numba's type ``state``: the
+    state's address, its type, the question (numba loaded)."""
+    from numba import types
+
+    return types.voidptr, types.TypeRef(state), types.int64
+
+
+def linked_scheduler(s, family):
+    """The address :func:`call_scheduler` calls, in an extension module (``aot.exported``): the
+    family's scheduler linked into the module with its loop (``s``: a state, or a cluster's list
+    of them, for its type). Interpreted, none is needed."""
+    return 0
 
 
 @njit(inline=True)
@@ -426,6 +507,7 @@ def linked_engine(replicas, family):
 
 @on_numba_load
 def _compiled_engine_calls():
+    from llvmlite import ir as llvm_ir
     from numba import types
     from numba.core import cgutils
     from numba.core.errors import TypingError
@@ -468,3 +550,99 @@ def _compiled_engine_calls():
     @overload(linked_engine, inline="always")
     def _linked_engine(replicas, family):
         return lambda replicas, family: linked_address(replicas, family)
+
+    # the policies called by address, the state by reference (scheduler_entry_for)
+    @intrinsic
+    def pin(typingctx, s):
+        def codegen(context, builder, signature, args):
+            copy = cgutils.alloca_once(builder, context.get_value_type(s))  # in the entry block
+            builder.store(args[0], copy)
+            return builder.bitcast(copy, context.get_value_type(types.voidptr))
+        return types.voidptr(s), codegen
+
+    @overload(state_ref, inline="always")
+    def _state_ref(s):
+        return lambda s: pin(s)
+
+    def load_fields(builder, at, value_type):
+        """The value at ``at``, loaded field by field: a load of the whole state (~550 words)
+        would load every field at each call, where these loads of the fields a scheduler does not
+        read are dropped as unused. Each is marked invariant (the arrays' descriptions do not
+        change while the scheduler runs), so that LLVM may load a field again where it is used
+        rather than hold every field from the scheduler's start, spilled to its stack."""
+        if not isinstance(value_type, (llvm_ir.LiteralStructType, llvm_ir.ArrayType)):
+            field = builder.load(at)
+            field.set_metadata("invariant.load", builder.module.add_metadata([]))
+            return field
+        value = llvm_ir.Constant(value_type, llvm_ir.Undefined)
+        elements = value_type.elements if isinstance(value_type, llvm_ir.LiteralStructType) else (
+            [value_type.element] * value_type.count)
+        for k, element in enumerate(elements):
+            field = load_fields(builder, cgutils.gep_inbounds(builder, at, 0, k), element)
+            value = builder.insert_value(value, field, k)
+        return value
+
+    @intrinsic
+    def load(typingctx, ref, like):
+        state = like.instance_type
+
+        def codegen(context, builder, signature, args):
+            value_type = context.get_value_type(state)
+            size = context.get_abi_sizeof(value_type)
+            for arg in builder.function.args:  # the scheduler's own: only it reads the copy, which nothing writes
+                if arg.name == "arg.ref":
+                    arg.add_attribute("noalias")
+                    arg.add_attribute("nonnull")
+                    arg.attributes.dereferenceable = size
+                    arg.attributes.align = 8
+            return load_fields(builder, builder.bitcast(args[0], value_type.as_pointer()), value_type)
+        return state(ref, like), codegen
+
+    @overload(state_at, inline="always")
+    def _state_at(ref, like):
+        if isinstance(ref, types.BaseTuple):  # the state itself: a scheduler inlined into its loop
+            return lambda ref, like: ref
+        return lambda ref, like: load(ref, like)
+
+    @intrinsic
+    def call_scheduler_at(typingctx, address, ref, verb, s):
+        def codegen(context, builder, signature, args):
+            argtys = scheduler_signature(s)
+            fnty = context.call_conv.get_function_type(types.int64, argtys)
+            fn = builder.inttoptr(args[0], fnty.as_pointer())
+            like = context.get_constant_null(argtys[1])
+            asked = context.cast(builder, args[2], signature.args[2], types.int64)
+            status, answer = context.call_conv.call_function(builder, fn, types.int64, argtys,
+                                                             (args[1], like, asked))
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return answer
+        return types.int64(address, ref, verb, s), codegen
+
+    @overload(call_scheduler, inline="always")
+    def _call_scheduler(s, ref, family, verb):
+        def impl(s, ref, family, verb):
+            address = s.config[SCHEDULER_ADDRESS]
+            if address == 0:
+                return np.int64(-1)
+            return call_scheduler_at(address, ref, verb, s)
+        return impl
+
+    @intrinsic
+    def linked_scheduler_address(typingctx, s, family):
+        if not isinstance(family, types.IntegerLiteral):
+            raise TypingError(f"linked_scheduler takes the family as a constant, not {family}")
+        scheduler = scheduler_of(family.literal_value)
+        sig = scheduler_signature(s.dtype if isinstance(s, types.List) else s)
+        scheduler.compile(sig)
+        compiled = scheduler.overloads[sig]
+
+        def codegen(context, builder, signature, args):
+            context.add_linking_libs([compiled.library])
+            fn = context.declare_function(builder.module, compiled.fndesc)
+            return builder.ptrtoint(fn, context.get_value_type(types.int64))
+        return types.int64(s, family), codegen
+
+    @overload(linked_scheduler, inline="always")
+    def _linked_scheduler(s, family):
+        return lambda s, family: linked_scheduler_address(s, family)

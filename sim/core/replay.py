@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from pagesim.sim.core import aot, jit, loop, state
+from pagesim.sim.core.families import SCHEDULER_BY_ADDRESS
 from pagesim.sim.core.jit import COMPILED, compiled
 from pagesim.sim.errors import InvariantError
 
@@ -93,6 +94,9 @@ def raise_for(code: int, s: state.Core, where: str = "") -> None:
         head = int(s.waiting[c[state.WAITING_HEAD]])
         raise InvariantError(f"{where}request {head} waits for memory in an empty pool "
                              "(the manager should have answered NEVER)")
+    if code == loop.NO_SCHEDULER:
+        raise InvariantError(f"{where}the loop was run without its scheduler's address "
+                             "(config[SCHEDULER_ADDRESS]: replay.scheduler_address)")
     if code == loop.STALLED:
         raise InvariantError(f"{where}scheduler stalled with swapped requests and nothing running")
     if code == loop.NO_TOKEN:
@@ -167,20 +171,47 @@ def compiled_entry(fn, *args):
         family = getattr(getattr(fn, "py_func", fn), "engine_family", None)  # a cluster's loop
         types = tuple(dispatcher.typeof_pyval(a) for a in args)
         with compile_notice():
-            if family is None:
+            if family is None and (which is None or not SCHEDULER_BY_ADDRESS[which[1]]):
                 entry = dispatcher.compile(types)
-            else:  # its replicas' loop passed by address, last (loop.call_engine)
+            elif family is None:  # a family's loop: its scheduler's address set (loop.call_scheduler)
+                entry = functools.partial(_with_scheduler, dispatcher.compile(types), scheduler_address(which[1], args[0]))
+            else:  # its replicas' loop passed by address, last (loop.call_engine), and their scheduler's set
                 engine = engine_address(family, args[0][0])
                 run_cluster = dispatcher.compile(types + (jit.numba.int64,))
-                entry = functools.partial(_with_engine, run_cluster, engine)
+                scheduler = scheduler_address(family, args[0][0]) if SCHEDULER_BY_ADDRESS[family] else 0
+                entry = functools.partial(_with_engine, run_cluster, engine, scheduler)
         if which is not None:
             aot.build_in_background(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
 
 
-def _with_engine(run_cluster, engine, *args):
+def _with_scheduler(run, scheduler, s):
+    s.config[state.SCHEDULER_ADDRESS] = scheduler
+    return run(s)
+
+
+def _with_engine(run_cluster, engine, scheduler, *args):
+    for s in args[0]:  # the replicas
+        s.config[state.SCHEDULER_ADDRESS] = scheduler
     return run_cluster(*args, engine)
+
+
+def scheduler_address(family, s) -> int:
+    """The address of the machine code of family ``family``'s scheduler (``loop.scheduler_entry_for``) for
+    the types of state ``s`` (numba's, loaded from its cache or compiled), for its loop to call
+    (``loop.call_scheduler``): alive as long as the scheduler's dispatcher, this process's."""
+    dispatcher = compiled(loop.scheduler_of(family))
+    types = loop.scheduler_signature(dispatcher.typeof_pyval(s))
+    dispatcher.compile(types)
+    return _address(dispatcher.overloads[types])
+
+
+def _address(compiled_function) -> int:
+    address = compiled_function.library.get_pointer_to_function(compiled_function.fndesc.llvm_func_name)
+    if not address:
+        raise RuntimeError(f"numba gave no address for {compiled_function.fndesc.llvm_func_name}")
+    return address
 
 
 def engine_address(family, s) -> int:
@@ -190,11 +221,7 @@ def engine_address(family, s) -> int:
     dispatcher = compiled(loop.run_for(family))
     types = (dispatcher.typeof_pyval(s),)
     dispatcher.compile(types)
-    engine = dispatcher.overloads[types]
-    address = engine.library.get_pointer_to_function(engine.fndesc.llvm_func_name)
-    if not address:
-        raise RuntimeError(f"numba gave no address for {engine.fndesc.llvm_func_name}")
-    return address
+    return _address(dispatcher.overloads[types])
 
 
 @contextlib.contextmanager

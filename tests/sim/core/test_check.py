@@ -16,8 +16,9 @@ def mid_run(cfg, trace, iterations: int = 40) -> state.Core:
     """The core's state after ``iterations`` checked iterations (``cfg`` has ``check=True``)."""
     assert cfg.check
     s = initial_state(cfg, trace)
+    run = replay.compiled_entry(loop.run_for(s.config[state.SCHEDULER_KIND]), s)
     for _ in range(iterations):
-        assert loop.run(s) == loop.STEPPED
+        assert run(s) == loop.STEPPED
     return s
 
 

@@ -92,6 +92,54 @@ def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch):
     assert not any(f.exists() for f in cached.values())
 
 
+def test_editing_a_familys_scheduler_recompiles_its_scheduler_not_its_loop(tmp_path, monkeypatch):
+    """A family's loop calls its scheduler by address (``loop.call_scheduler``): an edit of
+    scheduler_v1.py recompiles vLLM v1's scheduler, not its loop, nor any other family's; the
+    extension modules of the family (each links its loop and its scheduler) go with it."""
+    import shutil
+    from pathlib import Path
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    for path in Path(jit.__file__).parent.glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    groups = ("v1", "v1-scheduler", "continuous", "continuous-scheduler", "static", "static-scheduler")
+    before = {group: jit.sources_digest(tmp_path, group) for group in groups}
+    jit._drop_stale_cache(tmp_path)
+    (tmp_path / "__pycache__" / "pagesim_core_v1_0123.so").write_text("module")
+    with open(tmp_path / "scheduler_v1.py", "a") as f:
+        f.write("# edited\n")
+    after = {group: jit.sources_digest(tmp_path, group) for group in groups}
+    assert [group for group in groups if after[group] != before[group]] == ["v1-scheduler"]
+    jit._drop_stale_cache(tmp_path)
+    assert not list((tmp_path / "__pycache__").glob("pagesim_core_v1_*"))
+    with open(tmp_path / "static.py", "a") as f:  # static batching's loop ends a batch: static.py is its too
+        f.write("# edited\n")
+    assert [group for group in groups if jit.sources_digest(tmp_path, group) != after[group]] == [
+        "static", "static-scheduler"]
+
+
+def test_a_familys_loop_reaches_its_scheduler_only_through_its_entry():
+    """The names loop.py imports from the families' scheduler files appear only in
+    ``scheduler_entry_for``: a loop that called one itself would compile it, and keep it stale after an
+    edit its cache is not keyed by (but the files its loop compiles, ``LOOP_FILES``: static.py,
+    and vLLM v0's and Orca's, whose loop inlines its scheduler)."""
+    import ast
+    from pathlib import Path
+
+    from pagesim.sim.core import families
+
+    source = ast.parse(Path(jit.__file__).with_name("loop.py").read_text())
+    own = {name[:-3] for kind, files in families.FAMILY_FILES.items() for name in files
+           if name not in families.LOOP_FILES[kind]}
+    imported = {(a.asname or a.name) for node in source.body if isinstance(node, ast.ImportFrom)
+                and node.module and node.module.rsplit(".", 1)[-1] in own for a in node.names}
+    assert {"schedule_v1", "schedule_sglang", "holding_admissible"} <= imported
+    for node in source.body:
+        if isinstance(node, ast.FunctionDef) and node.name != "scheduler_entry_for":
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            assert not used & imported, f"{node.name} uses {used & imported}"
+
+
 def test_only_the_loop_imports_a_familys_own_files():
     """What makes a family's files its own: no other core file imports them (a shared function
     calling into one would keep stale machine code when that file changed)."""
@@ -330,3 +378,15 @@ def test_two_processes_never_give_two_functions_one_name(tmp_path):
     assert alone_1 != alone_2
     assert run("closures.g1(a), closures.g2(a)") == [alone_1, alone_2]  # both loaded from the cache
     assert run("closures.g2(a), closures.g1(a)") == [alone_2, alone_1]
+
+
+def test_a_loop_that_inlines_its_scheduler_is_keyed_by_its_schedulers_files():
+    """vLLM v0's and Orca's loop inlines its scheduler (``families.SCHEDULER_BY_ADDRESS``): its
+    scheduler's files are then its loop's too, else an edit of them would leave it stale."""
+    from pagesim.sim.core import families
+
+    inlined = [kind for kind, by_address in families.SCHEDULER_BY_ADDRESS.items() if not by_address]
+    assert inlined == [families.CONTINUOUS]
+    for kind in families.FAMILIES:
+        assert set(families.LOOP_FILES[kind]) <= set(families.FAMILY_FILES[kind])
+        assert kind not in inlined or families.LOOP_FILES[kind] == families.FAMILY_FILES[kind]
