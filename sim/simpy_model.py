@@ -38,6 +38,7 @@ def run(s: state.Core) -> state.Core:
 
     def schedule(s):
         return scheduler(s, None, loop.SCHEDULE)
+
     if family == state.STATIC:  # request-level (static) batching: sim/core/static.py
         complete_step = interpreted(static.complete_step)
     else:

@@ -1,9 +1,10 @@
 """The scheduler families: vLLM v0 and Orca, static batching, vLLM v1, SGLang. Each has a loop of
-its own (``loop.loop_for``) and a scheduler entry (``loop.scheduler_entry_for``: its scheduler, which the loop calls
-by address), each cached apart (``jit.py``), keyed by the shared sources and the files only it
-compiles: the scheduler's, its scheduler's files, which no other core file imports
-(``tests/sim/core/test_jit_cache.py`` checks), so that an edit of them recompiles that family's
-scheduler alone; the loops', none but static's."""
+its own (``loop.loop_for``) and an entry to its scheduler (``loop.scheduler_entry_for``), which
+the loop calls by address or inlines (:data:`SCHEDULER_BY_ADDRESS`), each cached apart
+(``jit.py``) and keyed by the shared sources and the files only it compiles: the entry, its
+scheduler's files, which no other core file imports (``tests/sim/core/test_jit_cache.py``
+checks); a loop, the scheduler's files it compiles itself (:data:`LOOP_FILES`). So an edit of
+vLLM v1's ``scheduler_v1.py`` recompiles its scheduler's entry alone, not its loop."""
 
 from __future__ import annotations
 

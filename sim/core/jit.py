@@ -52,8 +52,9 @@ _ON_LOAD: list = []  # what runs as numba loads, before the dispatchers are made
 
 
 #: a cache group's name -> the core files only its functions compile: the functions given to
-#: ``njit(cache_group=name)``, a scheduler family's loops (``sim/core/families.py``). A group is
-#: cached apart, keyed by the shared sources and its own: an edit of its files recompiles it alone
+#: ``njit(cache_group=name)``: a scheduler family's loops, and its scheduler's entry in a group of
+#: its own (``sim/core/families.py``). A group is cached apart, keyed by the shared sources and its
+#: own: an edit of its files recompiles it alone (and drops its family's extension modules)
 _GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
                 **{SCHEDULER_GROUPS[kind]: files for kind, files in FAMILY_FILES.items()}}
 _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
@@ -124,7 +125,7 @@ def _drop_stale_cache(here=None) -> None:
             if stamp.exists() and stamp.read_text() == digest:
                 continue
             shutil.rmtree(folder, ignore_errors=True)
-            family = _FAMILY_OF_GROUP.get(group, group)  # a family's modules link its loop and its scheduler
+            family = _FAMILY_OF_GROUP.get(group, group)  # its modules link the loop and the scheduler
             for f in [*modules_dir(here).glob(f"pagesim_core_{family}_*"),
                       *modules_dir(here).glob(f"pagesim_cluster_{family}_*")]:
                 f.unlink()
@@ -413,8 +414,8 @@ def _stores_kept() -> None:
     an overload into a function (``typed_passes.InlineOverloads``): with the family's scheduler
     called through one (``loop.call_scheduler``), the loop's step-table stores of a step's start
     and duration (``s.row_floats[r, ROW_START] = ...``) were deleted and every row read 0, and
-    in the scheduler, loaded from its address, vLLM v1's scheduler lost stores and never ended
-    (found 2026-11-28). The core allocates no array (``njit``): every array it writes is its
+    vLLM v1's scheduler entry, its state loaded from its address, lost stores and never ended a
+    run (found 2026-11-28). The core allocates no array (``njit``): every array it writes is its
     caller's, so every variable of a mutable type counts as an argument's alias here and no
     store into one is deleted. Left as numba has it where its function differs."""
     from numba.core import ir, ir_utils
@@ -498,8 +499,8 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     that takes the list, a Python wrapper that unboxes and reflects back every array of every
     replica (the static family's cluster loop: 74 s of CPU to compile cold, 19 s so).
     ``cache_group``: see :data:`_GROUP_FILES`. ``by_address``: compiled code calls the function by
-    the address of its machine code (a family's scheduler, ``loop.scheduler_entry_for``), compiled with no
-    Python wrapper, as a function compiled code calls; Python calls run its source."""
+    the address of its machine code (a family's scheduler, ``loop.scheduler_entry_for``): compiled
+    with no Python wrapper, as a function compiled code calls; Python calls run its source."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
                               by_address=by_address)
@@ -520,7 +521,8 @@ def _dispatcher(fn, inline: bool, refcounted: bool, by_address: bool, group: str
     # work on a small function it weighs a seventh (the state's ~80 arrays unpacked)
     options = dict(nogil=True, _nrt=refcounted, inline="always" if inline else "never", no_cfunc_wrapper=True)
     with _cached_in(group):
-        if refcounted or (group is not None and not by_address):  # a loop, called by Python; a cluster's function
+        # a loop, called by Python; a cluster's function
+        if refcounted or (group is not None and not by_address):
             return numba.njit(cache=True, **options)(fn)
         return _interpreted_from_python(fn, options)
 

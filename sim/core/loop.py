@@ -21,11 +21,11 @@ being in the arrays.
 **Compiled per family.** Each scheduler family (``config[SCHEDULER_KIND]``: vLLM v0 and Orca,
 static, vLLM v1, SGLang) has a loop of its own, :func:`loop_for` with ``family`` a constant of
 the closure: numba prunes the other families' branches before it types them, so a run
-compiles its own family's loop only, each cached apart. The family's scheduler is compiled
-apart from its loop, as the family's scheduler (:func:`scheduler_entry_for`), and called by the address of
-its machine code with the state by reference (:func:`call_scheduler`): an edit of a scheduler's
-file recompiles that family's scheduler alone, not its loop (``sim/core/families.py``), and the
-two compile as two functions. What a step calls once (its price,
+compiles its own family's loop only, each cached apart. The static, vLLM v1 and SGLang
+families' scheduler is compiled apart from their loop (:func:`scheduler_entry_for`) and called
+by the address of its machine code, the state by reference (:func:`call_scheduler`): an edit
+of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/families.py``);
+vLLM v0's and Orca's is inlined into their loop. What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
 record and the end with their family's managers alone (``memory.py``). As calls (compiled
 once each), measured against inlined (2026-11-25, paired, ``benchmarks/engine_speed.py
@@ -43,8 +43,9 @@ place), and prunes the branches the inlined code cannot take only then, before i
 and optimizes every copy: the family's scheduler is therefore chosen in a closure's own code
 (:func:`scheduler_entry_for`), where ``family`` is a constant and its branches are pruned
 first (chosen in a function inlined with ``family`` an argument, all four schedulers were built
-into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its signature over the state's arrays;
-less since ``jit.py`` leaves its Python wrapper unoptimized) and, at run time, the state's ~60
+into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its
+signature over the state's arrays; less since ``jit.py`` leaves its Python wrapper unoptimized)
+and, at run time, the state's ~60
 arrays passed field by field: on the Azure conv trace one more call per request (arrival,
 admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
 family's scheduler) 8-50 %, and a new call in the loop's own code has moved SGLang's by 4-15 %
@@ -96,7 +97,7 @@ from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQ
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
-NO_SCHEDULER = 10  # compiled, config[SCHEDULER_ADDRESS] is 0: the family's scheduler was not given (replay.scheduler_address)
+NO_SCHEDULER = 10  # compiled, config[SCHEDULER_ADDRESS] is 0: no scheduler given (replay.scheduler_address)
 HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
@@ -427,23 +428,25 @@ def scheduler_entry_for(family):
     return scheduler
 
 
-#: each family's scheduler, by the name ``replay.scheduler_address`` and ``aot.exported`` find it under;
-#: vLLM v0's and Orca's, inlined into their loop (families.SCHEDULER_BY_ADDRESS)
+#: each family's scheduler entry, by the name :func:`scheduler_of` finds it under; vLLM v0's and
+#: Orca's inlined into their loop (families.SCHEDULER_BY_ADDRESS)
 scheduler_entry_continuous = njit(scheduler_entry_for(CONTINUOUS), inline=True)
-scheduler_entry_static = njit(scheduler_entry_for(STATIC), cache_group=SCHEDULER_GROUPS[STATIC], by_address=True)
+scheduler_entry_static = njit(scheduler_entry_for(STATIC), cache_group=SCHEDULER_GROUPS[STATIC],
+                              by_address=True)
 scheduler_entry_v1 = njit(scheduler_entry_for(V1), cache_group=SCHEDULER_GROUPS[V1], by_address=True)
-scheduler_entry_sglang = njit(scheduler_entry_for(SGLANG), cache_group=SCHEDULER_GROUPS[SGLANG], by_address=True)
+scheduler_entry_sglang = njit(scheduler_entry_for(SGLANG), cache_group=SCHEDULER_GROUPS[SGLANG],
+                              by_address=True)
 
 
 def scheduler_of(kind):
-    """The scheduler of family ``kind``, as bound now (numba's dispatcher once loaded)."""
+    """The scheduler entry of family ``kind``, as bound now (numba's dispatcher once loaded)."""
     return globals()["scheduler_entry_" + FAMILIES[int(kind)]]
 
 
 def state_ref(s):
-    """Where the family's scheduler finds the state (:func:`scheduler_entry_for`). Compiled, the address of
-    a copy of ``s`` (its arrays' descriptions) on the loop's stack, made once per call of the
-    loop; interpreted, ``s`` itself."""
+    """Where the family's scheduler finds the state (:func:`scheduler_entry_for`). Compiled, the
+    address of a copy of ``s`` (its arrays' descriptions) on the loop's stack, made once per call
+    of the loop; interpreted, ``s`` itself."""
     return s
 
 
@@ -453,10 +456,10 @@ def state_at(ref, like):
 
 
 def call_scheduler(s, ref, family, verb):
-    """The family's scheduler (:func:`scheduler_entry_for`) asked ``verb`` about the state. Compiled, called
-    at the address ``config[SCHEDULER_ADDRESS]`` holds (``replay.scheduler_address``, or in an
-    extension module :func:`linked_scheduler`), with ``ref``; -1 where none was set. Interpreted,
-    the scheduler's own source, run by CPython."""
+    """The family's scheduler (:func:`scheduler_entry_for`) asked ``verb`` about the state.
+    Compiled, called at the address ``config[SCHEDULER_ADDRESS]`` holds
+    (``replay.scheduler_address``, or in an extension module :func:`linked_scheduler`), with
+    ``ref``; -1 where none was set. Interpreted, the scheduler's own source, run by CPython."""
     return interpreted(scheduler_of(family))(s, None, verb)
 
 
@@ -513,17 +516,32 @@ def _compiled_engine_calls():
     from numba.core.errors import TypingError
     from numba.extending import intrinsic, overload
 
+    def call_by_address(context, builder, address, argtys, args):
+        """A call of the compiled function (returning an int64) at ``address``, as numba calls
+        a compiled function (``imputils.user_function``): its status checked, an error passed up."""
+        fnty = context.call_conv.get_function_type(types.int64, argtys)
+        fn = builder.inttoptr(address, fnty.as_pointer())
+        status, answer = context.call_conv.call_function(builder, fn, types.int64, argtys, args)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return answer
+
+    def linked_address_of(dispatcher, sig, typed):
+        """An intrinsic's typing and code: the address of ``dispatcher``'s machine code for
+        ``sig``, linked into the caller's module (an extension module's), typed int64(*typed)."""
+        dispatcher.compile(sig)
+        compiled = dispatcher.overloads[sig]
+
+        def codegen(context, builder, signature, args):
+            context.add_linking_libs([compiled.library])
+            fn = context.declare_function(builder.module, compiled.fndesc)
+            return builder.ptrtoint(fn, context.get_value_type(types.int64))
+        return types.int64(*typed), codegen
+
     @intrinsic
     def call_at(typingctx, address, s):
-        def codegen(context, builder, signature, args):
-            # a call of the loop the address points to, as numba calls a compiled function
-            # (``imputils.user_function``): its status checked, an error passed up
-            fnty = context.call_conv.get_function_type(types.int64, (s,))
-            fn = builder.inttoptr(args[0], fnty.as_pointer())
-            status, code = context.call_conv.call_function(builder, fn, types.int64, (s,), (args[1],))
-            with cgutils.if_unlikely(builder, status.is_error):
-                context.call_conv.return_status_propagate(builder, status)
-            return code
+        def codegen(context, builder, signature, args):  # the loop the address points to
+            return call_by_address(context, builder, args[0], (s,), (args[1],))
         return types.int64(address, s), codegen
 
     @overload(call_engine, inline="always")
@@ -536,22 +554,13 @@ def _compiled_engine_calls():
     def linked_address(typingctx, replicas, family):
         if not isinstance(family, types.IntegerLiteral):
             raise TypingError(f"linked_engine takes the family as a constant, not {family}")
-        loop = run_for(family.literal_value)
-        sig = (replicas.dtype,)
-        loop.compile(sig)
-        compiled = loop.overloads[sig]
-
-        def codegen(context, builder, signature, args):
-            context.add_linking_libs([compiled.library])
-            fn = context.declare_function(builder.module, compiled.fndesc)
-            return builder.ptrtoint(fn, context.get_value_type(types.int64))
-        return types.int64(replicas, family), codegen
+        return linked_address_of(run_for(family.literal_value), (replicas.dtype,), (replicas, family))
 
     @overload(linked_engine, inline="always")
     def _linked_engine(replicas, family):
         return lambda replicas, family: linked_address(replicas, family)
 
-    # the policies called by address, the state by reference (scheduler_entry_for)
+    # the schedulers called by address, the state by reference (scheduler_entry_for)
     @intrinsic
     def pin(typingctx, s):
         def codegen(context, builder, signature, args):
@@ -589,7 +598,7 @@ def _compiled_engine_calls():
         def codegen(context, builder, signature, args):
             value_type = context.get_value_type(state)
             size = context.get_abi_sizeof(value_type)
-            for arg in builder.function.args:  # the scheduler's own: only it reads the copy, which nothing writes
+            for arg in builder.function.args:  # its own: only it reads the copy, which nothing writes
                 if arg.name == "arg.ref":
                     arg.add_attribute("noalias")
                     arg.add_attribute("nonnull")
@@ -608,15 +617,9 @@ def _compiled_engine_calls():
     def call_scheduler_at(typingctx, address, ref, verb, s):
         def codegen(context, builder, signature, args):
             argtys = scheduler_signature(s)
-            fnty = context.call_conv.get_function_type(types.int64, argtys)
-            fn = builder.inttoptr(args[0], fnty.as_pointer())
             like = context.get_constant_null(argtys[1])
             asked = context.cast(builder, args[2], signature.args[2], types.int64)
-            status, answer = context.call_conv.call_function(builder, fn, types.int64, argtys,
-                                                             (args[1], like, asked))
-            with cgutils.if_unlikely(builder, status.is_error):
-                context.call_conv.return_status_propagate(builder, status)
-            return answer
+            return call_by_address(context, builder, args[0], argtys, (args[1], like, asked))
         return types.int64(address, ref, verb, s), codegen
 
     @overload(call_scheduler, inline="always")
@@ -632,16 +635,8 @@ def _compiled_engine_calls():
     def linked_scheduler_address(typingctx, s, family):
         if not isinstance(family, types.IntegerLiteral):
             raise TypingError(f"linked_scheduler takes the family as a constant, not {family}")
-        scheduler = scheduler_of(family.literal_value)
         sig = scheduler_signature(s.dtype if isinstance(s, types.List) else s)
-        scheduler.compile(sig)
-        compiled = scheduler.overloads[sig]
-
-        def codegen(context, builder, signature, args):
-            context.add_linking_libs([compiled.library])
-            fn = context.declare_function(builder.module, compiled.fndesc)
-            return builder.ptrtoint(fn, context.get_value_type(types.int64))
-        return types.int64(s, family), codegen
+        return linked_address_of(scheduler_of(family.literal_value), sig, (s, family))
 
     @overload(linked_scheduler, inline="always")
     def _linked_scheduler(s, family):

@@ -174,7 +174,8 @@ def compiled_entry(fn, *args):
             if family is None and (which is None or not SCHEDULER_BY_ADDRESS[which[1]]):
                 entry = dispatcher.compile(types)
             elif family is None:  # a family's loop: its scheduler's address set (loop.call_scheduler)
-                entry = functools.partial(_with_scheduler, dispatcher.compile(types), scheduler_address(which[1], args[0]))
+                scheduler = scheduler_address(which[1], args[0])
+                entry = functools.partial(_with_scheduler, dispatcher.compile(types), scheduler)
             else:  # its replicas' loop passed by address, last (loop.call_engine), and their scheduler's set
                 engine = engine_address(family, args[0][0])
                 run_cluster = dispatcher.compile(types + (jit.numba.int64,))
@@ -198,9 +199,10 @@ def _with_engine(run_cluster, engine, scheduler, *args):
 
 
 def scheduler_address(family, s) -> int:
-    """The address of the machine code of family ``family``'s scheduler (``loop.scheduler_entry_for``) for
-    the types of state ``s`` (numba's, loaded from its cache or compiled), for its loop to call
-    (``loop.call_scheduler``): alive as long as the scheduler's dispatcher, this process's."""
+    """The address of the machine code of family ``family``'s scheduler entry
+    (``loop.scheduler_entry_for``) for the types of state ``s`` (numba's, loaded from its cache or
+    compiled), for its loop to call (``loop.call_scheduler``): alive as long as the entry's
+    dispatcher, this process's."""
     dispatcher = compiled(loop.scheduler_of(family))
     types = loop.scheduler_signature(dispatcher.typeof_pyval(s))
     dispatcher.compile(types)
