@@ -96,7 +96,7 @@ def raise_for(code: int, s: state.Core, where: str = "") -> None:
                              "(the manager should have answered NEVER)")
     if code == loop.NO_SCHEDULER:
         raise InvariantError(f"{where}the loop was run without its scheduler's address "
-                             "(config[SCHEDULER_ADDRESS]: replay.scheduler_address)")
+                             "(config[SCHEDULER_ADDRESS] is 0)")
     if code == loop.STALLED:
         raise InvariantError(f"{where}scheduler stalled with swapped requests and nothing running")
     if code == loop.NO_TOKEN:
