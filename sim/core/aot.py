@@ -77,6 +77,8 @@ def exported(which: tuple[str, int]):
             # (loop.call_engine) and set (loop.call_scheduler: the configs' rows are the replicas')
             if by_address:
                 configs[:, SCHEDULER_ADDRESS] = loop.linked_scheduler(replicas, family)
+            for r in range(configs.shape[0]):
+                loop.link_lazies(configs[r], replicas)
             return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s,
                           loop.linked_engine(replicas, family))
 
@@ -85,6 +87,7 @@ def exported(which: tuple[str, int]):
     def run(s):
         if by_address:  # the scheduler linked in (loop.call_scheduler)
             s.config[SCHEDULER_ADDRESS] = loop.linked_scheduler(s, family)
+        loop.link_lazies(s.config, s)  # and every lazy function (jit.njit's lazy)
         return loop.run_family(s, family)
 
     return run

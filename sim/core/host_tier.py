@@ -102,6 +102,20 @@ from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_N
                                     PENDING_BLOCK)
 
 
+def with_tier(config):
+    """The runs with a host tier: those that may call the tier's larger functions (``njit``'s
+    lazy: the others never compile them)."""
+    return config[HOST_BLOCKS] > 0
+
+
+@njit(inline=True)
+def asynchronous_loads(config):
+    """:func:`loads_async` by the run's ``config``: a host tier's loads, and a disaggregated
+    decode side's transfers (any connector's ``load_kv_async``, v1 scheduler.py:1420-1430, 1542);
+    the runs that may call :func:`reserved_blocks` and :func:`next_load_end` (``njit``'s lazy)."""
+    return config[HOST_BLOCKS] > 0 or config[DISAGG_ROLE] == DECODE_SIDE
+
+
 @njit(inline=True)
 def find(s, i, k):
     """The host block holding request ``i``'s block ``k`` (its GPU key), or -1. A prompt block's
@@ -374,8 +388,8 @@ def offered_by(s, i, b, first, end):
     return first <= k < end and prefix_cache.key_chain(s, i, k) == s.host_blocks[b, HOST_KEY_CHAIN]
 
 
-@njit
-def evict(s, n, i, first, end):
+@njit(lazy=with_tier)
+def evict(s, n: int, i: int, first: int, end: int) -> bool:
     """The ``n`` lowest-ranked blocks that can be evicted, passed over request ``i``'s offer
     (blocks ``first..end``: ``protected``), into ``host_work[CHOSEN_BLOCK, :n]`` and out of their
     lists; where fewer are, none is taken and False is returned (``evict``, lru.py:178-218;
@@ -410,8 +424,8 @@ def evict(s, n, i, first, end):
     return True
 
 
-@njit
-def count_hits(s, i, first, limit):
+@njit(lazy=with_tier)
+def count_hits(s, i: int, first: int, limit: int) -> int:
     """Request ``i``'s consecutive blocks from ``first`` (its GPU hits) below ``limit`` that the
     tier holds, their stores landed."""
     k = first
@@ -423,8 +437,8 @@ def count_hits(s, i, first, limit):
     return k - first
 
 
-@njit
-def start_load(s, i, gpu_hits, host_hits):
+@njit(lazy=with_tier)
+def start_load(s, i: int, gpu_hits: int, host_hits: int) -> None:
     """Request ``i`` was given GPU blocks for ``gpu_hits + host_hits`` blocks, the GPU's hits
     holding theirs: the host hits' tokens count as computed into its blocks, their bytes load
     from now, queued on the load direction, and it waits for them (module docstring)."""
@@ -444,8 +458,8 @@ def start_load(s, i, gpu_hits, host_hits):
     c[HOST_LOADED_BLOCKS] += host_hits
 
 
-@njit
-def end_load(s, i):
+@njit(lazy=with_tier)
+def end_load(s, i: int) -> int:
     """Request ``i``'s load is over and it is admitted: the loaded blocks join the GPU prefix
     cache (``cache_blocks``); returns the tokens it holds computed."""
     bs = s.config[BLOCK_SIZE]
@@ -478,8 +492,8 @@ def offer_end(s, i, computed):
     return min(computed, s.prompt_tokens[i]) // s.config[BLOCK_SIZE]
 
 
-@njit
-def store(s, i, first, end):
+@njit(lazy=with_tier)
+def store(s, i: int, first: int, end: int) -> None:
     """:func:`offer`'s blocks ``first..end``."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     land(s)
@@ -542,8 +556,8 @@ def admitted(s, i):
     s.offload[i, OFFLOAD_GPU_HITS] = 0
 
 
-@njit
-def finished(s, i):
+@njit(lazy=with_tier)
+def finished(s, i: int) -> None:
     """Request ``i`` finished: the keys it recorded in its life (:func:`record`) are touched, its
     deepest first (its first the most recent: ``on_request_finished``, cpu/manager.py:422-452,
     lru.py:155-166); a request admitted with a load offers none of its GPU hits
@@ -558,8 +572,8 @@ def finished(s, i):
     s.offload[i, OFFLOAD_OFFERED] = -1  # done with the tier
 
 
-@njit
-def touch_finished(s):
+@njit(lazy=with_tier)
+def touch_finished(s) -> None:
     """The requests the last completed step finished: their last stores first (a store refused
     before is offered again: ``_build_store_jobs`` over ``finished_req_ids``,
     offloading/scheduler.py:1821-1836, their prompts), then their keys touched (:func:`finished`),
@@ -576,8 +590,8 @@ def touch_finished(s):
             finished(s, i)
 
 
-@njit
-def next_load_end(s):
+@njit(lazy=asynchronous_loads)
+def next_load_end(s) -> float:
     """When the first load in flight past now ends (inf: none), of the waiting requests' (in the
     waiting queue's holding part: ``lifecycle.hold_waiting``)."""
     c = s.count
@@ -589,8 +603,8 @@ def next_load_end(s):
     return first
 
 
-@njit
-def being_loaded(s, i, gpu_hits, host_hits):
+@njit(lazy=with_tier)
+def being_loaded(s, i: int, gpu_hits: int, host_hits: int) -> bool:
     """Whether a block of request ``i``'s host hits (past its ``gpu_hits``) is being loaded for
     another request: vLLM then delays it, and the requests behind it may be admitted
     (``_chunks_being_loaded``, offloading/scheduler.py:1020-1045; the lookup's None,
@@ -608,14 +622,12 @@ def being_loaded(s, i, gpu_hits, host_hits):
 @njit(inline=True)
 def loads_async(s):
     """Whether this replica's admissions load KV asynchronously, and it keeps vLLM's prefills in
-    flight (:func:`prefilling`) for :func:`reserved_blocks`: a host tier's loads, and a
-    disaggregated decode side's transfers (any connector's ``load_kv_async``, v1
-    scheduler.py:1420-1430, 1542)."""
-    return s.config[HOST_BLOCKS] > 0 or s.config[DISAGG_ROLE] == DECODE_SIDE
+    flight (:func:`prefilling`) for :func:`reserved_blocks`."""
+    return asynchronous_loads(s.config)
 
 
-@njit
-def reserved_blocks(s):
+@njit(lazy=asynchronous_loads)
+def reserved_blocks(s) -> int:
     """The blocks the prefills in flight still need for their whole sequence, which an admission
     that loads (from the host tier, or a prefill replica's transfer) must leave free
     (``_inflight_prefill_reserved_blocks``, v1 scheduler.py:3432-3436,

@@ -38,6 +38,7 @@ import sys
 import types
 
 from pagesim.sim.core.families import FAMILIES, FAMILY_FILES, LOOP_FILES, SCHEDULER_GROUPS
+from pagesim.sim.core.state import LAZY_ADDRESSES, TABLES
 
 #: numba is installed and not turned off (``PAGESIM_JIT=0``): the core runs compiled
 COMPILED = os.environ.get("PAGESIM_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
@@ -60,6 +61,11 @@ _GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
 _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
+_LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
+_LAZY_DISPATCHERS: dict = {}  # ... -> its numba dispatcher (compiled code calls it at its slot's address)
+_LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
+#: what a lazy function's parameters after the state, and its result, may be declared as
+_SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none"}
 
 def sources_digest(here=None, group: str | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
@@ -469,6 +475,8 @@ def use_numba() -> None:
         fn()
     for fn in list(_OPTIONS):
         _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn], _GROUPS.get(fn))
+    for fn in _LAZY:
+        _LAZY_DISPATCHERS[fn], _DISPATCHERS[fn] = _DISPATCHERS[fn], _lazy_call(fn)
     for module in {sys.modules[fn.__module__] for fn in _OPTIONS}:
         for name, value in list(vars(module).items()):
             if isinstance(value, types.FunctionType) and value in _DISPATCHERS:
@@ -476,7 +484,7 @@ def use_numba() -> None:
 
 
 def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group: str | None = None,
-         by_address: bool = False):
+         by_address: bool = False, lazy=None):
     """Compile ``fn`` with numba (from :func:`use_numba` on), or return it. No Python object,
     exception or allocation inside (errors are return codes; arrays are made by the caller), so
     the functions are compiled without numba's reference counting (``_nrt=False``): with it,
@@ -487,11 +495,13 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     nanoseconds, more than an iteration's own bookkeeping). A function called from several
     places stays a call (inlined, it would be compiled once per place: numba's compile time
     grows with the inlined code); which is which, measured both ways: ``sim/core/loop.py``'s
-    docstring, "Compiled per family". A constant passed to a function that stays a call is typed
-    ``np.int64(...)`` / ``np.bool_(...)`` at the call: numba types a literal by its value and
-    would compile the callee once per constant (a scheduler family reaches a call as a constant
-    of its closure instead, ``lifecycle.preempt_for``: numba prunes branches by a constant it
-    sees, not by a literal argument). ``refcounted=True`` keeps numba's reference counting,
+    docstring, "Compiled per family". A constant passed to a function that stays a call is typed as
+    its type, not as a literal of its value (``get_call_template`` in
+    :func:`_interpreted_from_python`): numba would compile the callee once per constant (SGLang's
+    radix tree compiled four functions twice); the ``np.int64(...)`` at older calls does the same
+    by hand. A scheduler family reaches a call as a constant of its closure instead
+    (``lifecycle.preempt_for``: numba prunes branches by a constant it sees, not by a literal
+    argument). ``refcounted=True`` keeps numba's reference counting,
     which its lists need (the cluster's list of replicas, ``sim/core/cluster.py``); the
     functions it calls keep theirs off. Such a function is best inlined into its loop and kept
     short, its work done by calls that take one replica: numba counts references to each of a
@@ -500,10 +510,22 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     replica (the static family's cluster loop: 74 s of CPU to compile cold, 19 s so).
     ``cache_group``: see :data:`_GROUP_FILES`. ``by_address``: compiled code calls the function by
     the address of its machine code (a family's scheduler, ``loop.scheduler_entry_for``): compiled
-    with no Python wrapper, as a function compiled code calls; Python calls run its source."""
+    with no Python wrapper, as a function compiled code calls; Python calls run its source.
+    ``lazy``: a feature's function that most runs never call (the CPU offload tier's, hybrid
+    models' groups', a policy's), ``lazy(config)`` true for the runs that may: compiled code
+    calls it at the address in its slot of ``config[LAZY_ADDRESSES]``, which a run's set-up
+    writes (:func:`set_lazy_addresses`), compiling it then, so that the other runs never compile
+    it (numba compiles every function its loop's code names, reached or not). It takes the
+    state first, then scalars, each declared (``int``, ``float``, ``bool``), and declares its
+    result (those or ``None``): its caller is typed without it."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
-                              by_address=by_address)
+                              by_address=by_address, lazy=lazy)
+    if lazy is not None:  # (declared whether compiled or not, where a mistake is met at import)
+        if len(_LAZY) == {f.name: f.width for f in TABLES["config"]}["LAZY_ADDRESSES"]:
+            raise RuntimeError("config[LAZY_ADDRESSES] is full: widen it (sim/core/state.py)")
+        _declared(fn)
+        _LAZY[fn] = (len(_LAZY), lazy)
     if not COMPILED:
         return fn
     _OPTIONS[fn] = (inline, refcounted, by_address)
@@ -512,7 +534,118 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     if numba is None:
         return fn
     _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, by_address, cache_group)
+    if lazy is not None:
+        _LAZY_DISPATCHERS[fn], _DISPATCHERS[fn] = _DISPATCHERS[fn], _lazy_call(fn)
     return _DISPATCHERS[fn]
+
+
+def _declared(fn):
+    """A lazy function's parameters' names, and numba's types of its scalar parameters (after
+    the state) and of its result, from its annotations."""
+    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    notes = fn.__annotations__
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    if not names or names[0] != "s" or "s" in notes:
+        raise TypeError(f"{where}: a lazy function takes the state first, as s")
+    undeclared = [name for name in (*names[1:], "return") if notes.get(name) not in _SCALARS]
+    if undeclared:
+        raise TypeError(f"{where}: declare {', '.join(undeclared)} as one of {', '.join(_SCALARS)}")
+    if numba is None:
+        return names, None, None
+    scalar = {note: getattr(numba.types, name) for note, name in _SCALARS.items()}
+    return names, tuple(scalar[notes[name]] for name in names[1:]), scalar[notes["return"]]
+
+
+def _lazy_call(fn):
+    """What compiled code calls for lazy function ``fn``: the machine code at the address in its
+    slot (an error where the run's set-up wrote none: its ``lazy`` is wrong), called as numba
+    calls a compiled function; Python calls run its source."""
+    from numba.core.errors import TypingError
+    from numba.core.typeconv.castgraph import Conversion
+    from numba.extending import intrinsic, overload
+
+    slot = LAZY_ADDRESSES + _LAZY[fn][0]
+    names, declared, result = _declared(fn)
+
+    def call(*args):
+        return interpreted(fn)(*args)
+
+    call.py_func = fn
+    call.__name__, call.__qualname__, call.__module__ = fn.__name__, fn.__qualname__, fn.__module__
+
+    missing = f"{fn.__module__}.{fn.__qualname__} called, but not compiled for this run (its lazy)"
+
+    @intrinsic
+    def call_at(typingctx, config, args):
+        for name, given, wanted in zip(names[1:], args.types[1:], declared):  # none cast with a loss
+            conversion = typingctx.can_convert(given, wanted)
+            if conversion is None or conversion > Conversion.safe:
+                raise TypingError(f"{fn.__qualname__}'s {name} is declared {wanted}, given {given}")
+
+        def codegen(context, builder, signature, values):
+            data = context.make_array(config)(context, builder, value=values[0]).data
+            address = builder.load(builder.gep(data, [context.get_constant(numba.types.intp, slot)]))
+            with builder.if_then(builder.icmp_signed("==", address, address.type(0)), likely=False):
+                context.call_conv.return_user_exc(builder, RuntimeError, (missing,))
+            given = [builder.extract_value(values[1], k) for k in range(len(args))]
+            given[1:] = [context.cast(builder, v, t, d) for v, t, d in zip(given[1:], args.types[1:], declared)]
+            answer = call_by_address(context, builder, address, result, (args.types[0], *declared), given)
+            return context.get_dummy_value() if result == numba.types.none else answer
+        return result(config, args), codegen
+
+    listed = ", ".join(names)
+    scope = {"call_at": call_at}
+    exec(f"def typer({listed}):\n    return impl\n"
+         f"def impl({listed}):\n"
+         f"    return call_at(s.config, ({listed},))\n", scope)
+    overload(call, inline="always")(scope["typer"])
+    return call
+
+
+def call_by_address(context, builder, address, result, argtys, args):
+    """A call of the compiled function (of ``argtys`` to ``result``, numba's types) at
+    ``address``, as numba calls a compiled function (``imputils.user_function``): its status
+    checked, an error passed up."""
+    from numba.core import cgutils
+
+    fnty = context.call_conv.get_function_type(result, argtys)
+    fn = builder.inttoptr(address, fnty.as_pointer())
+    status, answer = context.call_conv.call_function(builder, fn, result, argtys, args)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    return answer
+
+
+def set_lazy_addresses(s, state_type) -> None:
+    """Write into ``s.config`` the address of each lazy function (``njit``'s ``lazy``) the run
+    may call, compiling it (or loading it from numba's cache) at its first need in this process,
+    and 0 for the others; ``state_type``: numba's type of ``s``."""
+    for fn, (slot, needed) in _LAZY.items():
+        s.config[LAZY_ADDRESSES + slot] = lazy_address(fn, state_type) if needed(s.config) else 0
+
+
+def lazy_address(fn, state_type) -> int:
+    """The address of lazy function ``fn``'s machine code for states of numba's type ``state_type``."""
+    key = (fn, state_type)
+    if key not in _LAZY_ENTRIES:
+        _LAZY_ENTRIES[key] = address_of(lazy_compiled(fn, state_type))
+    return _LAZY_ENTRIES[key]
+
+
+def lazy_compiled(fn, state_type):
+    """Lazy function ``fn`` compiled (or loaded from numba's cache) for states of ``state_type``."""
+    dispatcher = _LAZY_DISPATCHERS[fn]
+    sig = (state_type, *_declared(fn)[1])
+    dispatcher.compile(sig)
+    return dispatcher.overloads[sig]
+
+
+def address_of(compiled_function) -> int:
+    """The address of a compiled function's machine code (numba's ``CompileResult``)."""
+    address = compiled_function.library.get_pointer_to_function(compiled_function.fndesc.llvm_func_name)
+    if not address:
+        raise RuntimeError(f"numba gave no address for {compiled_function.fndesc.llvm_func_name}")
+    return address
 
 
 def _dispatcher(fn, inline: bool, refcounted: bool, by_address: bool, group: str | None = None):
@@ -562,6 +695,13 @@ def _interpreted_from_python(fn, options: dict):
         class InterpretedFromPython(CPUDispatcher):
             def __call__(self, *args, **kwargs):
                 return interpreted(self.py_func)(*args, **kwargs)
+
+            def get_call_template(self, args, kws):
+                # a constant passed by compiled code typed as its type: numba would compile the
+                # function again for each constant passed (a literal's own type)
+                unliteral = numba.types.unliteral
+                return super().get_call_template(tuple(map(unliteral, args)),
+                                                 {name: unliteral(t) for name, t in kws.items()})
 
         _InterpretedFromPython = InterpretedFromPython
     dispatcher = _InterpretedFromPython(py_func=fn, locals={},

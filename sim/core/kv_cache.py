@@ -311,7 +311,7 @@ def grow_table(s, i, num_tokens):
 @njit(inline=True)
 def grouped(s):
     """Whether the pool serves several KV cache groups (else: one table, the plain manager)."""
-    return s.config[SLIDING_GROUPS] + s.config[STATE_GROUPS] > 0
+    return prefix_cache.several_groups(s.config)
 
 
 @njit(inline=True)
@@ -349,8 +349,8 @@ def state_blocks(s):
     return 1 + s.config[SPEC_TOKENS]
 
 
-@njit
-def take_group_blocks(s, slot, first, n):
+@njit(lazy=prefix_cache.several_groups)
+def take_group_blocks(s, slot: int, first: int, n: int) -> None:
     """Attention groups 1.. take ``n`` blocks each at table index ``first`` (group 0 took its
     own); at a request's first allocation each state group takes its :func:`state_blocks` (a Mamba
     state covers ``max_model_len`` tokens: ``cdiv(num_tokens, block_size)`` is 1 in the base
@@ -368,8 +368,8 @@ def take_group_blocks(s, slot, first, n):
         s.count[LOGICAL_BLOCKS] += s.config[STATE_GROUPS] * state_blocks(s)
 
 
-@njit
-def take_state_blocks(s, i, old, n):
+@njit(lazy=prefix_cache.several_groups)
+def take_state_blocks(s, i: int, old: int, n: int) -> None:
     """MAMBA_ALIGN: request ``i``'s tables grew from ``old`` to ``old + n`` columns: each state group
     takes ONE fresh block, at the last column (the state after the tokens it will hold), the
     columns between null; the last column before (its own state, or a hit's) becomes the copy
@@ -388,8 +388,8 @@ def take_state_blocks(s, i, old, n):
     s.count[LOGICAL_BLOCKS] += states
 
 
-@njit
-def remove_skipped_states(s, i, processed):
+@njit(lazy=prefix_cache.several_groups)
+def remove_skipped_states(s, i: int, processed: int) -> None:
     """MAMBA_ALIGN: request ``i``'s state groups free the states it no longer needs once ``processed``
     tokens are processed, before the step's count (``allocate_slots``, kv_cache_manager.py:564-568):
     every block below column ``(processed - 1) // block_size`` not freed yet, last first
@@ -427,8 +427,8 @@ def let_go_state(s, slot, column):
     let_go(s, b, STATE_KIND)
 
 
-@njit
-def free_states(s, i):
+@njit(lazy=prefix_cache.several_groups)
+def free_states(s, i: int) -> None:
     """MAMBA_ALIGN: request ``i``'s state groups let their blocks go at its end or preemption, group
     by group, each's last column first, null ones skipped (``pop_blocks_for_free``, ``trim_null_head``,
     single_type_kv_cache_manager.py:571-601, block_pool.py:830)."""
@@ -487,8 +487,8 @@ def skipped_blocks(s, processed):
     return max(0, processed - s.config[SLIDING_WINDOW] + 1) // s.config[BLOCK_SIZE]
 
 
-@njit
-def group_blocks_to_allocate(s, i, num_tokens, capped):
+@njit(lazy=prefix_cache.several_groups)
+def group_blocks_to_allocate(s, i: int, num_tokens: int, capped: bool) -> int:
     """Prefix caching over the groups: the available blocks allocating ``num_tokens`` tokens of
     waiting request ``i`` consumes, its hit (:func:`prefix_cache.group_hits`, looked up with its
     tokens) taken (``get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:214-266): each
@@ -512,8 +512,8 @@ def group_blocks_to_allocate(s, i, num_tokens, capped):
     return need
 
 
-@njit
-def state_blocks_to_allocate(s, i, hit, required):
+@njit(lazy=prefix_cache.several_groups)
+def state_blocks_to_allocate(s, i: int, hit: int, required: int) -> int:
     """MAMBA_ALIGN: the state groups' part of :func:`group_blocks_to_allocate` for waiting request
     ``i`` with a hit of ``hit`` blocks and ``required`` blocks in all (``MambaManager.
     get_num_blocks_to_allocate``, single_type_kv_cache_manager.py:1692-1795): per group one fresh
@@ -533,8 +533,8 @@ def state_blocks_to_allocate(s, i, hit, required):
     return need
 
 
-@njit
-def allocate_group_hits(s, i, num_tokens):
+@njit(lazy=prefix_cache.several_groups)
+def allocate_group_hits(s, i: int, num_tokens: int) -> int:
     """Prefix caching over the groups: waiting request ``i``, looked up with ``num_tokens``
     tokens, takes a block-table row and its hit in every group (``add_local_computed_blocks``,
     single_type_kv_cache_manager.py:268-325): a full group its hit blocks, a sliding one those
@@ -605,8 +605,8 @@ def processed_tokens(s, i, async_scheduling):
     return s.num_computed_tokens[i]
 
 
-@njit
-def remove_skipped(s, i, processed):
+@njit(lazy=prefix_cache.several_groups)
+def remove_skipped(s, i: int, processed: int) -> None:
     """The sliding-window groups free request ``i``'s blocks that every later token's window
     has left: ``max(0, processed - window + 1)`` tokens are skipped (``SlidingWindowManager.
     get_num_skipped_tokens``, single_type_kv_cache_manager.py:1148-1183), their whole blocks
@@ -629,8 +629,8 @@ def remove_skipped(s, i, processed):
     s.count[LOGICAL_BLOCKS] -= (skipped - old) * (groups - full)
 
 
-@njit
-def free_groups(s, i):
+@njit(lazy=prefix_cache.several_groups)
+def free_groups(s, i: int) -> None:
     """:func:`free` over the groups: each group's blocks (a sliding one's past those it freed, a
     state one's block). With prefix caching in vLLM's order, which decides the LRU's: group by
     group in its order (:func:`vllm_group`; kv_cache_coordinator.py:404-412), each group's last

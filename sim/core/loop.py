@@ -25,7 +25,12 @@ compiles its own family's loop only, each cached apart. The static, vLLM v1 and 
 families' scheduler is compiled apart from their loop (:func:`scheduler_entry_for`) and called
 by the address of its machine code, the state by reference (:func:`call_scheduler`): an edit
 of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/families.py``);
-vLLM v0's and Orca's is inlined into their loop. What a step calls once (its price,
+vLLM v0's and Orca's is inlined into their loop. A feature's larger functions that most runs
+never call (the CPU offload tier's, KV cache groups', priority's, a disaggregated pool's, the
+calibrated and measured prices, a drafter's) are called at an address the run's set-up writes,
+compiled only for the runs that may call them (``jit.njit``'s ``lazy``): numba compiles every
+function a loop names, reached or not, and these were two fifths of vLLM v1's cold compile.
+What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
 record and the end with their family's managers alone (``memory.py``). As calls (compiled
 once each), measured against inlined (2026-11-25, paired, ``benchmarks/engine_speed.py
@@ -61,7 +66,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, lifecycle, radix_cache, static
+from pagesim.sim.core import host_tier, jit, lifecycle, radix_cache, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -83,11 +88,11 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from pagesim.sim.core.state import CONTINUOUS, SCHEDULER_ADDRESS, SGLANG, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
-from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
+from pagesim.sim.core.state import SPEC_DRAFT_COST, SPEC_TOKENS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
 from pagesim.sim.core.state import NUM_LOADING
@@ -146,11 +151,11 @@ def price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs
     ``config[COST_SCALED]`` whether its GPU time is scaled)."""
     model = s.config[COST_MODEL]
     if model == CALIBRATED:
-        t = calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
-                                 prefill_seqs, cross_sum, square_sum, swapped, copied)
+        t = calibrated_price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs, cross_sum,
+                             square_sum, swapped, copied)
     elif model == TABLE:
-        t = table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
-                            prefill_seqs, s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
+        t = table_price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs, flop_sum, cached_sum,
+                        swapped, copied)
     else:
         t = roofline_step_time(s.cost, num_seqs, num_tokens, decode_context_sum, prefill_seqs, flop_sum,
                                cached_sum, swapped, copied)
@@ -159,9 +164,38 @@ def price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs
     return t
 
 
+def calibrated(config):
+    """The runs priced by the calibrated model: the only ones that compile it (``njit``'s lazy)."""
+    return config[COST_MODEL] == CALIBRATED
+
+
+def measured(config):
+    """The runs priced by the measured tables: the only ones that compile them (``njit``'s lazy)."""
+    return config[COST_MODEL] == TABLE
+
+
+@njit(lazy=calibrated)
+def calibrated_price(s, num_seqs: int, num_tokens: int, decode_seqs: int, decode_context_sum: int,
+                     prefill_seqs: int, cross_sum: int, square_sum: int, swapped: int, copied: int) -> float:
+    return calibrated_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
+                                prefill_seqs, cross_sum, square_sum, swapped, copied)
+
+
+@njit(lazy=measured)
+def table_price(s, num_seqs: int, num_tokens: int, decode_seqs: int, decode_context_sum: int, prefill_seqs: int,
+                flop_sum: float, cached_sum: int, swapped: int, copied: int) -> float:
+    return table_step_time(s.cost, s.cost_data, num_seqs, num_tokens, decode_seqs, decode_context_sum,
+                           prefill_seqs, s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
+
+
+def speculating(config):
+    """The runs with speculative decoding: the only ones whose drafter may have a price."""
+    return config[SPEC_TOKENS] > 0
+
+
 # per step of a speculative run whose drafter has a forward pass: a call (off the other runs' path)
-@njit
-def draft_time(s):
+@njit(lazy=speculating)
+def draft_time(s) -> float:
     """The drafter's price for the step just scheduled (``sim/core/speculative.py``): a decode
     step of the step's decoding requests, one token each over their contexts, times
     ``clock[SPEC_DRAFT_COST]`` (its passes per step times its share of the target's work)."""
@@ -478,6 +512,13 @@ def linked_scheduler(s, family):
     return 0
 
 
+def link_lazies(config, s):
+    """In an extension module (``aot.exported``), every lazy function (``jit.njit``'s ``lazy``)
+    linked into the module with its loop, its address written into ``config`` (a replica's row),
+    so that a run compiles nothing whatever it calls (``s``: a state, or a cluster's list of
+    them, for its type). Interpreted, none is needed."""
+
+
 @njit(inline=True)
 def run_family(s, family):
     """:func:`run` from compiled code, ``family`` a constant there (the cluster's loop)."""
@@ -517,14 +558,8 @@ def _compiled_engine_calls():
     from numba.extending import intrinsic, overload
 
     def call_by_address(context, builder, address, argtys, args):
-        """A call of the compiled function (returning an int64) at ``address``, as numba calls
-        a compiled function (``imputils.user_function``): its status checked, an error passed up."""
-        fnty = context.call_conv.get_function_type(types.int64, argtys)
-        fn = builder.inttoptr(address, fnty.as_pointer())
-        status, answer = context.call_conv.call_function(builder, fn, types.int64, argtys, args)
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
-        return answer
+        """A call of the compiled function (returning an int64) at ``address``."""
+        return jit.call_by_address(context, builder, address, types.int64, argtys, args)
 
     def linked_address_of(dispatcher, sig, typed):
         """An intrinsic's typing and code: the address of ``dispatcher``'s machine code for
@@ -641,3 +676,22 @@ def _compiled_engine_calls():
     @overload(linked_scheduler, inline="always")
     def _linked_scheduler(s, family):
         return lambda s, family: linked_scheduler_address(s, family)
+
+    @intrinsic
+    def linked_lazy_addresses(typingctx, config, s):
+        state = s.dtype if isinstance(s, types.List) else s
+        linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items()]
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(config)(context, builder, value=args[0]).data
+            for slot, compiled_function in linked:
+                context.add_linking_libs([compiled_function.library])
+                fn = context.declare_function(builder.module, compiled_function.fndesc)
+                at = builder.gep(data, [context.get_constant(types.intp, LAZY_ADDRESSES + slot)])
+                builder.store(builder.ptrtoint(fn, context.get_value_type(types.int64)), at)
+            return context.get_dummy_value()
+        return types.none(config, s), codegen
+
+    @overload(link_lazies, inline="always")
+    def _link_lazies(config, s):
+        return lambda config, s: linked_lazy_addresses(config, s)

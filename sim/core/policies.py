@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from pagesim.sim.core import policy_fcfs, policy_priority
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
 
 
 @njit(inline=True)
 def waiting_position(s, i, returning):
-    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+    if policy_priority.chosen(s.config):
         return policy_priority.waiting_position(s, i, returning)
     return policy_fcfs.waiting_position(s, i, returning)
 
 
 @njit(inline=True)
 def holding_position(s, i):
-    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+    if policy_priority.chosen(s.config):
         return policy_priority.holding_position(s, i)
     return policy_fcfs.holding_position(s, i)
 
@@ -27,7 +26,7 @@ def holding_position(s, i):
 # per preemption: a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
 @njit
 def victim(s):
-    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:
+    if policy_priority.chosen(s.config):
         return policy_priority.victim(s)
     return policy_fcfs.victim(s)
 
@@ -36,4 +35,4 @@ def victim(s):
 def arrival_ordered(s):
     """Whether the waiting queue is in arrival order (a preempted request arrived before
     everyone still waiting): FCFS's is, priority's is not."""
-    return s.config[SCHEDULING_POLICY] != POLICY_PRIORITY
+    return not policy_priority.chosen(s.config)

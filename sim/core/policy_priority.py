@@ -13,6 +13,14 @@ from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_HEAD, WAITING_LEN
+from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
+
+
+@njit(inline=True)
+def chosen(config):
+    """Whether the run schedules by priority: the runs that call this policy (``policies.py``),
+    and so the only ones that compile its functions (``njit``'s lazy)."""
+    return config[SCHEDULING_POLICY] == POLICY_PRIORITY
 
 
 @njit(inline=True)
@@ -26,15 +34,15 @@ def served_before(s, a, b):
 
 
 # priority scheduling's (per arrival): a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit
-def waiting_position(s, i, returning):
+@njit(lazy=chosen)
+def waiting_position(s, i: int, returning: bool) -> int:
     """After every waiting request served before ``i`` (``returning`` changes nothing): found
     from the back, where a new arrival of the usual priority belongs."""
     return position_before(s, i, s.count[WAITING_LEN])
 
 
-@njit
-def holding_position(s, i):
+@njit(lazy=chosen)
+def holding_position(s, i: int) -> int:
     """Where request ``i`` joins the waiting queue's holding part (``lifecycle.hold_waiting``):
     by the same key, among those there (``kv_holding_waiting`` is a priority queue too)."""
     return position_before(s, i, s.count[KV_HOLDING_WAITING])

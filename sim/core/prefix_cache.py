@@ -60,6 +60,14 @@ def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
 END_MIX = 0x9E3779B1
 
 
+
+@njit(inline=True)
+def several_groups(config):
+    """Whether the pool serves several KV cache groups (``kv_cache.grouped``), by the run's
+    ``config``: the runs that may call the groups' functions, here and in ``kv_cache.py``, and
+    so the only ones that compile them (``njit``'s lazy)."""
+    return config[SLIDING_GROUPS] + config[STATE_GROUPS] > 0
+
 @njit(inline=True)
 def home(s, end, chain):
     return home_in(s.config[TABLE_MASK], end, chain)
@@ -410,8 +418,8 @@ def register_in_group(s, b, end, chain, g):
     s.block_info[b, KEY_GROUP] = g
 
 
-@njit
-def register_group_blocks(s, i, slot, old_len, new_len):
+@njit(lazy=several_groups)
+def register_group_blocks(s, i: int, slot: int, old_len: int, new_len: int) -> None:
     """:func:`register_full_blocks` over the groups: each full group caches every block the tokens
     filled (no mask, single_type_kv_cache_manager.py:544-569); a sliding group only those a later
     hit can end at, the ``window_blocks`` before the replay boundary ``prompt - 1`` and the

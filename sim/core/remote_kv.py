@@ -29,10 +29,17 @@ from __future__ import annotations
 from pagesim.sim.core import kv_cache, prefix_cache
 from pagesim.sim.core.block_pool import return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import DISAGG_ROLE, NOT_DISAGGREGATED
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS,
                                     NUM_ALLOCATIONS, NUM_EXCHANGE, NUM_FREE_BLOCK_IDS, NUM_FREES,
                                     PREFIX_CACHING, REF, SHARED_BLOCKS, TRANSFER_SLOTS, TRANSFERS)
 
+
+
+def disaggregated(config):
+    """A disaggregated pool's replica: the runs that may call this file's larger functions
+    (``njit``'s lazy: the others never compile them)."""
+    return config[DISAGG_ROLE] != NOT_DISAGGREGATED
 
 @njit(inline=True)
 def push_exchange(s, i):
@@ -41,8 +48,8 @@ def push_exchange(s, i):
     s.count[NUM_EXCHANGE] += 1
 
 
-@njit
-def hold_for_transfer(s, i):
+@njit(lazy=disaggregated)
+def hold_for_transfer(s, i: int) -> None:
     """Prefill side: finished request ``i`` keeps its blocks for the decode side to read; those
     it held alone (all of them without prefix caching) leave the token states and their slots
     are in transfer. A block shared with a running request (a prefix hit) stays in use until
@@ -95,8 +102,8 @@ def release_transfer(s, i):
     c[NUM_FREES] += 1
 
 
-@njit
-def allocate_for_transfer(s, i, num_tokens):
+@njit(lazy=disaggregated)
+def allocate_for_transfer(s, i: int, num_tokens: int) -> None:
     """Decode side: blocks for request ``i``'s ``num_tokens`` prompt tokens (the caller has
     checked they fit): with prefix caching its local hits first (in use, computed), then fresh
     blocks for the rest, which the connector loads (``count = actual - num_computed_tokens``,

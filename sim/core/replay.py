@@ -172,29 +172,34 @@ def compiled_entry(fn, *args):
         types = tuple(dispatcher.typeof_pyval(a) for a in args)
         with compile_notice():
             if family is None and (which is None or not SCHEDULER_BY_ADDRESS[which[1]]):
-                entry = dispatcher.compile(types)
+                entry = functools.partial(_with_scheduler, dispatcher.compile(types), None, types[0])
             elif family is None:  # a family's loop: its scheduler's address set (loop.call_scheduler)
                 scheduler = scheduler_address(which[1], args[0])
-                entry = functools.partial(_with_scheduler, dispatcher.compile(types), scheduler)
+                entry = functools.partial(_with_scheduler, dispatcher.compile(types), scheduler, types[0])
             else:  # its replicas' loop passed by address, last (loop.call_engine), and their scheduler's set
                 engine = engine_address(family, args[0][0])
                 run_cluster = dispatcher.compile(types + (jit.numba.int64,))
                 scheduler = scheduler_address(family, args[0][0]) if SCHEDULER_BY_ADDRESS[family] else 0
-                entry = functools.partial(_with_engine, run_cluster, engine, scheduler)
+                entry = functools.partial(_with_engine, run_cluster, engine, scheduler, types[0].dtype)
         if which is not None:
             aot.build_in_background(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
 
 
-def _with_scheduler(run, scheduler, s):
-    s.config[state.SCHEDULER_ADDRESS] = scheduler
+def _with_scheduler(run, scheduler, state_type, s):
+    """``run(s)``, its scheduler's address set (None: inlined) and the lazy functions' it may call
+    (``jit.njit``'s ``lazy``), of numba's ``state_type``."""
+    if scheduler is not None:
+        s.config[state.SCHEDULER_ADDRESS] = scheduler
+    jit.set_lazy_addresses(s, state_type)
     return run(s)
 
 
-def _with_engine(run_cluster, engine, scheduler, *args):
+def _with_engine(run_cluster, engine, scheduler, state_type, *args):
     for s in args[0]:  # the replicas
         s.config[state.SCHEDULER_ADDRESS] = scheduler
+        jit.set_lazy_addresses(s, state_type)
     return run_cluster(*args, engine)
 
 
@@ -206,14 +211,7 @@ def scheduler_address(family, s) -> int:
     dispatcher = compiled(loop.scheduler_of(family))
     types = loop.scheduler_signature(dispatcher.typeof_pyval(s))
     dispatcher.compile(types)
-    return _address(dispatcher.overloads[types])
-
-
-def _address(compiled_function) -> int:
-    address = compiled_function.library.get_pointer_to_function(compiled_function.fndesc.llvm_func_name)
-    if not address:
-        raise RuntimeError(f"numba gave no address for {compiled_function.fndesc.llvm_func_name}")
-    return address
+    return jit.address_of(dispatcher.overloads[types])
 
 
 def engine_address(family, s) -> int:
@@ -223,7 +221,7 @@ def engine_address(family, s) -> int:
     dispatcher = compiled(loop.run_for(family))
     types = (dispatcher.typeof_pyval(s),)
     dispatcher.compile(types)
-    return _address(dispatcher.overloads[types])
+    return jit.address_of(dispatcher.overloads[types])
 
 
 @contextlib.contextmanager

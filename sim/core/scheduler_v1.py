@@ -287,8 +287,8 @@ def unschedule(s, i):
     return 1 + drafts, speculative.verify_context(s.num_computed_tokens[i], drafts)
 
 
-@njit
-def mamba_aligned_split(s, i, start, n, junction):
+@njit(lazy=prefix_cache.several_groups)
+def mamba_aligned_split(s, i: int, start: int, n: int, junction: int) -> int:
     """MAMBA_ALIGN: request ``i``'s prompt chunk of ``n`` tokens from ``start`` (its computed tokens
     and hit), cut where a Mamba state must be cached (``_mamba_block_aligned_split``,
     sched/scheduler.py:546-663): a chunk ending before ``prefill_end = max(P, num_tokens - 1)`` (a

@@ -124,7 +124,10 @@ table("config", """
     TABLE_MASK          the prefix keys' hash table size less one (a power of two)
     HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
     SCHEDULER_KIND      the scheduler family (CONTINUOUS, STATIC, V1, SGLANG)
-    SCHEDULER_ADDRESS   compiled, the address of the family's policy (loop.call_policy; 0: none given)
+    SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
+    LAZY_ADDRESSES[32]  compiled, the addresses of the functions compiled only for the runs that
+        call them (jit.njit's ``lazy``), a slot each in the order they are declared (0: not
+        compiled for this run)
     STATIC_BATCH_LIMIT  static batching: the requests of a batch
     ADDRESS_SPACE       the contiguous manager's address space, in token slots
     SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)

@@ -1,0 +1,108 @@
+"""A feature's functions compiled only for the runs that call them (``jit.njit``'s ``lazy``): a
+run without the feature compiles none of them, a run with it finds each at its address, and a
+function reached without one stops the run with its name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pagesim.sim.core import host_tier, jit, replay, state
+from pagesim.sim.core.jit import njit
+from pagesim.sim.run import prepare
+from tests.sim.core.test_host_tier import test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier, trace, v1
+
+compiled_only = pytest.mark.skipif(not jit.COMPILED, reason="interpreted, every function is its source")
+
+#: what a process prints after one tiny run: the lazy functions it compiled (or loaded), by name
+COMPILED_LAZIES = """
+import sys
+from pagesim.sim.config import SimConfig
+from pagesim.sim.core import jit
+from pagesim.sim.run import run_simulation
+from pagesim.traces.synth import make_workload
+settings = dict(prefix_caching=True, kv_offload_gib=1.0) if sys.argv[1] == "tier" else {}
+cfg = SimConfig.for_system("vllm-v1", model="opt-13b", gpu="a100-80gb", **settings)
+run_simulation(cfg, make_workload("sharegpt", rate=2.0, num_requests=5, seed=0))
+print(sorted(fn.__name__ for fn, dispatcher in jit._LAZY_DISPATCHERS.items() if dispatcher.overloads))
+"""
+
+
+def compiled_lazies(kind: str) -> str:
+    done = subprocess.run([sys.executable, "-c", COMPILED_LAZIES, kind], capture_output=True, text=True,
+                          env={**os.environ, "PAGESIM_JIT": "numba"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@compiled_only
+def test_a_run_without_the_tier_compiles_none_of_its_functions_and_a_run_with_it_its_own():
+    """A vllm-v1 run of the default configuration needs no lazy function; one with a host tier
+    (with prefix caching, as the tier asks) those whose ``lazy`` says a tier's runs call them,
+    every other (the groups', priority's, a disaggregated pool's, the other price models')
+    left uncompiled."""
+    assert compiled_lazies("plain") == "[]"
+    rules = {getattr(rule, "py_func", rule) for rule in (host_tier.with_tier, host_tier.asynchronous_loads)}
+    tier = [fn.__name__ for fn, (_, needed) in jit._LAZY.items() if needed in rules]
+    assert len(tier) == 10
+    assert compiled_lazies("tier") == str(sorted(tier))
+
+
+def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
+    """Each function's ``lazy`` read on configurations worked by hand (``config``'s slots)."""
+    config = [0] * state.NUM_CONFIG
+    needed = {fn.__name__: rule for fn, (_, rule) in jit._LAZY.items()}
+    assert not any(rule(config) for rule in needed.values())  # the default: none
+    config[state.HOST_BLOCKS] = 8
+    assert needed["store"](config) and needed["reserved_blocks"](config) and not needed["free_groups"](config)
+    config[state.HOST_BLOCKS], config[state.DISAGG_ROLE] = 0, state.DECODE_SIDE
+    assert needed["reserved_blocks"](config) and needed["next_load_end"](config) and not needed["store"](config)
+    assert needed["allocate_for_transfer"](config)
+    config[state.DISAGG_ROLE], config[state.STATE_GROUPS] = 0, 1
+    assert needed["free_groups"](config) and needed["mamba_aligned_split"](config)
+    config[state.STATE_GROUPS], config[state.SCHEDULING_POLICY] = 0, state.POLICY_PRIORITY
+    assert needed["waiting_position"](config) and not needed["free_groups"](config)
+
+
+@compiled_only
+def test_a_lazy_function_reached_without_its_address_stops_the_run_with_its_name(monkeypatch):
+    """The host tier's lookup, said not to be needed, is reached by a tier's run: the run stops
+    with the function named, where it would have called address 0."""
+    monkeypatch.setenv("PAGESIM_JIT", "numba")
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    count_hits = getattr(host_tier.count_hits, "py_func", host_tier.count_hits)
+    monkeypatch.setitem(jit._LAZY, count_hits, (jit._LAZY[count_hits][0], lambda config: False))
+    cfg = v1(32, host_blocks=16)
+    t = trace((0.0, 12, 1, (1, 2, 3)), (1.0, 12, 1, (1, 2, 3)))
+    with pytest.raises(RuntimeError, match=r"host_tier\.count_hits called, but not compiled for this run"):
+        replay.run(prepare(cfg, t).state, None, None)
+
+
+@compiled_only
+def test_the_tier_run_by_hand_through_the_addresses():
+    """The host tier's run worked by hand (``test_host_tier.py``), its functions called at their
+    addresses: the same figures."""
+    test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier()
+
+
+def test_a_lazy_function_declares_its_scalars_and_result():
+    def unannotated(s, i):
+        return i
+
+    def stateless(i: int) -> int:
+        return i
+
+    with pytest.raises(TypeError, match=r"unannotated: declare i, return as one of int, float, bool, None"):
+        njit(lazy=lambda config: True)(unannotated)
+    with pytest.raises(TypeError, match=r"stateless: a lazy function takes the state first, as s"):
+        njit(lazy=lambda config: True)(stateless)
+    assert unannotated not in jit._LAZY and stateless not in jit._LAZY
+
+
+def test_the_slots_are_enough_for_every_lazy_function():
+    width = {f.name: f.width for f in state.TABLES["config"]}["LAZY_ADDRESSES"]
+    assert 0 < len(jit._LAZY) <= width
+    assert sorted(slot for slot, _ in jit._LAZY.values()) == list(range(len(jit._LAZY)))
