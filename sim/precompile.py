@@ -13,8 +13,9 @@ and its runs compile, or run in CPython, as they would have.
 
 ``python -m pagesim.sim.precompile --warm`` compiles the same loops into this machine's own cache
 instead (numba's, ``$NUMBA_CACHE_DIR`` or ``sim/core/__pycache__``, and the modules beside it):
-what a first run of each family would compile, done at once on every core. The test suite starts
-so (``tests/conftest.py``), before its workers share the cache.
+what a first run of each family would compile, done at once on every core, and every lazy
+function (``jit.njit``'s ``lazy``: those only a feature's runs compile) as one more job. The test
+suite starts so (``tests/conftest.py``), before its workers share the cache.
 """
 
 from __future__ import annotations
@@ -52,12 +53,18 @@ def _compile_order(system: str) -> int:
     return longest_first.index(kind) if kind in longest_first else len(longest_first)
 
 
+def _trace():
+    """A few requests that preempt nothing: the machine code is the same for every run of a family."""
+    import pandas as pd
+
+    return pd.DataFrame({"request_id": [f"r{i}" for i in range(8)], "arrival_s": [0.1 * i for i in range(8)],
+                         "prompt_tokens": [64 + 16 * i for i in range(8)], "output_tokens": [8 + i for i in range(8)]})
+
+
 def build_one(system: str, into: Path | None) -> list[Path]:
     """Compile the loops of ``system``'s family, the engine's and (where it runs in a cluster)
     the cluster's, and copy their extension modules into ``into`` (None: left in the cache;
     numba's cache: ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
-    import pandas as pd
-
     from pagesim.sim.cluster import run_cluster
     from pagesim.sim.config import SimConfig
     from pagesim.sim.core import aot, jit
@@ -67,9 +74,7 @@ def build_one(system: str, into: Path | None) -> list[Path]:
 
     if not jit.COMPILED:
         raise RuntimeError("numba is not installed (or PAGESIM_JIT=0)")
-    # a few requests that preempt nothing: the machine code is the same for every run of a family
-    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(8)], "arrival_s": [0.1 * i for i in range(8)],
-                          "prompt_tokens": [64 + 16 * i for i in range(8)], "output_tokens": [8 + i for i in range(8)]})
+    trace = _trace()
     cfg = SimConfig.for_system(system)
     run_simulation(cfg, trace)
     run_cluster(cfg, trace, 2, "round-robin")
@@ -91,6 +96,25 @@ def build_one(system: str, into: Path | None) -> list[Path]:
         shutil.copy2(built[-1], into / built[-1].name)
         copied.append(into / built[-1].name)
     return copied
+
+
+#: ``--warm``'s job beside the families': every lazy function (``jit.njit``'s ``lazy``), which no
+#: family's small run compiles and the tests' runs of each feature would compile in their workers
+LAZY_JOB = "lazy-functions"
+
+
+def build_lazy() -> None:
+    """Compile every lazy function into this machine's cache for the states every family's loop
+    takes (one type whatever the system: ``tests/sim/core/test_one_machine_code.py``)."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.core import jit
+    from pagesim.sim.run import initial_state
+
+    s = initial_state(SimConfig.for_system("vllm-v1"), _trace())
+    jit.use_numba()
+    state_type = jit.numba.typeof(s)
+    for fn in jit._LAZY:
+        jit.lazy_compiled(fn, state_type)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ["NUMBA_CACHE_DIR"] = stack.enter_context(tempfile.TemporaryDirectory())
                 os.environ.pop("PAGESIM_JIT", None)
             try:
-                build_one(argv[2], into)
+                build_lazy() if argv[2] == LAZY_JOB else build_one(argv[2], into)
             except Exception as e:  # noqa: BLE001 - any failure: the package is built without the modules
                 print(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
                 return 1
         return 0
     t0 = time.perf_counter()
-    jobs = sorted(families().values(), key=_compile_order)
+    jobs = sorted(families().values(), key=_compile_order) + ([LAZY_JOB] if into is None else [])
     running: list[tuple[str, subprocess.Popen, object]] = []
     failures: list[str] = []
     started: dict[str, float] = {}
@@ -140,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             err = said.read().strip()
             said.close()
             # each family's time: which job bounds the wait (a suite's warm-up on 2 cores)
-            print(f"pagesim: {system}'s family {'failed' if process.returncode else 'compiled'} in "
+            what = "the lazy functions" if system == LAZY_JOB else f"{system}'s family"
+            print(f"pagesim: {what} {'failed' if process.returncode else 'compiled'} in "
                   f"{time.perf_counter() - started[system]:.0f} s ({time.perf_counter() - t0:.0f} s in)",
                   file=sys.stderr)
             if process.returncode:
