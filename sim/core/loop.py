@@ -149,11 +149,10 @@ def price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs
           square_sum, swapped, copied):
     """The cost model's price of a batch (``config[COST_MODEL]`` says which model,
     ``config[COST_SCALED]`` whether its GPU time is scaled)."""
-    model = s.config[COST_MODEL]
-    if model == CALIBRATED:
+    if calibrated(s.config):
         t = calibrated_price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs, cross_sum,
                              square_sum, swapped, copied)
-    elif model == TABLE:
+    elif measured(s.config):
         t = table_price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs, flop_sum, cached_sum,
                         swapped, copied)
     else:
@@ -164,13 +163,17 @@ def price(s, num_seqs, num_tokens, decode_seqs, decode_context_sum, prefill_seqs
     return t
 
 
+@njit(inline=True)
 def calibrated(config):
-    """The runs priced by the calibrated model: the only ones that compile it (``njit``'s lazy)."""
+    """The runs priced by the calibrated model (:func:`price`): the only ones that compile it
+    (``njit``'s lazy)."""
     return config[COST_MODEL] == CALIBRATED
 
 
+@njit(inline=True)
 def measured(config):
-    """The runs priced by the measured tables: the only ones that compile them (``njit``'s lazy)."""
+    """The runs priced by the measured tables (:func:`price`): the only ones that compile them
+    (``njit``'s lazy)."""
     return config[COST_MODEL] == TABLE
 
 
