@@ -14,7 +14,7 @@ from __future__ import annotations
 from pagesim.sim.core import kv_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.rng import below
-from pagesim.sim.core.state import BEAM_CHURN, FREE_EPOCH, NUM_RUNNING
+from pagesim.sim.core.state import BEAM_CHURN, BEAM_SEARCH, FREE_EPOCH, NUM_RUNNING
 
 #: the model's one constant: the chance that a beam dies at a decode step and is replaced by a
 #: fork of a surviving beam, so that a beam family's shared prefix grows as real beam search's does.
@@ -30,6 +30,13 @@ BEAM_CHURN_PROBABILITY = 0.38
 
 
 @njit(inline=True)
+def searching(config):
+    """The runs where some request has beams: the only ones whose beams churn, and so the only
+    ones that compile :func:`churn_beams` (``njit``'s lazy)."""
+    return config[BEAM_SEARCH] > 0
+
+
+@njit(inline=True)
 def churn(s):
     """After a decode step (its finished requests gone): every running request whose beams
     have forked churns them ."""
@@ -39,8 +46,8 @@ def churn(s):
             churn_beams(s, i)
 
 
-@njit(inline=True)
-def churn_beams(s, i):
+@njit(lazy=searching)
+def churn_beams(s, i: int) -> None:
     """Request ``i``'s beams: each dies with probability ``clock[BEAM_CHURN]``, one at random
     lives if none would; the dead let their blocks go, and each is replaced by a fork of a
     survivor drawn at random. Its sequences are then the survivors, in their order, followed by

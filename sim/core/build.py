@@ -260,6 +260,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
     config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
     clock[state.BEAM_CHURN] = BEAM_CHURN_PROBABILITY
+    config[state.HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
     clock[state.CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
     radix = radix_arrays(config, count, clock, cfg, n, num_blocks) if sglang else dict(

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache
+from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache, speculative
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
@@ -87,9 +87,9 @@ def check(s, mine=None) -> None:
         check_blocks(s, mine)
     check_categories(s)
     check_blocked_head(s)
-    if s.config[SPEC_TOKENS]:
+    if speculative.speculating(s.config):
         check_speculative(s)
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         check_host_tier(s)
 
 
@@ -162,7 +162,7 @@ def check_queues(s, mine) -> None:
                 f"the {name} list is not the requests of that status"
     loaded = transfer_holders(s, mine)[1]
     holding = set(loaded.tolist())  # lifecycle.hold_waiting: a transfer's, a host load's
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
     assert set(waiting[:c[KV_HOLDING_WAITING]]) == holding, \
         "the requests holding blocks for their KV are not the waiting queue's front"
@@ -181,11 +181,11 @@ def check_queues(s, mine) -> None:
     idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
     idle[loaded] = False
     loading = np.zeros(len(status), bool)  # requests loading host blocks (host_tier.py) hold K/V too
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         loading = mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)
     assert (s.num_computed_tokens[idle & ~loading] == 0).all(), \
         "a request not running or loading holds K/V"
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         assert (status[loading] == WAITING).all(), "a request loading host blocks is not waiting"
         assert c[NUM_LOADING] == int(loading.sum()), "the count of requests loading drifted"
 
@@ -194,7 +194,7 @@ def holders(s, mine) -> list[int]:
     """The requests holding blocks: the running ones, and those waiting for a load from the host
     tier (sim/core/host_tier.py: their blocks are theirs while the load runs)."""
     held = s.running[:s.count[NUM_RUNNING]].tolist()
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         held += np.flatnonzero(mine & (s.offload[:len(s.status), OFFLOAD_LOADING] > 0)).tolist()
     return held
 

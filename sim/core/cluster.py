@@ -52,6 +52,7 @@ must grow, and resumes where it stopped.
 from __future__ import annotations
 
 from pagesim.sim.core import lifecycle, loop, prefix_cache, radix_cache
+from pagesim.sim.core.by_reference import pin, unpin
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING,
@@ -120,11 +121,14 @@ def least_kv_usage(configs, counts, routed):
 def prefix_hits(s, i):
     """What replica ``s``'s prefix cache holds of request ``i``'s prompt: its leading blocks that
     an admission would find now (SGLang: the tokens its tree holds, leaving the tree as it is)."""
+    hits = 0
+    pin(s)  # (a replica's functions called between its runs: by_reference.py)
     if s.config[MANAGER_KIND] == RADIX:  # tokens, not blocks: both compare within one cluster
-        return radix_cache.cached_prefix(s, i, s.prompt_target[i] - 1)
-    if s.config[PREFIX_CACHING]:
-        return prefix_cache.count_hits(s, i, s.prompt_target[i])[0]
-    return 0
+        hits = radix_cache.cached_prefix(s, i, s.prompt_target[i] - 1)
+    elif s.config[PREFIX_CACHING]:
+        hits = prefix_cache.count_hits(s, i, s.prompt_target[i])[0]
+    unpin(s)
+    return hits
 
 
 @njit(inline=True, refcounted=True)
@@ -175,7 +179,9 @@ def hand_to(s, i, now, next_event_id, need):
         return -1
     s.clock[NOW] = now
     s.count[NEXT_EVENT_ID] = next_event_id
+    pin(s)  # (a replica's functions called between its runs: by_reference.py)
     lifecycle.add_arrival(s, i)
+    unpin(s)
     loop.wake_engine(s)
     return s.count[NEXT_EVENT_ID]
 

@@ -43,6 +43,7 @@ ask, its bytes' start and its end, its bytes), from which the records decompose 
 from __future__ import annotations
 
 from pagesim.sim.core import cluster, kv_cache, lifecycle, loop, remote_kv, transfer
+from pagesim.sim.core.by_reference import pin, unpin
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, CHECK_STEPS, ENGINE_EVENT_ID,
                                     ENGINE_PENDING, ENGINE_TIME, FREE_EPOCH, HORIZON_EVENT_ID,
@@ -185,7 +186,9 @@ def never_fits(s, i):
 
 @njit
 def release_prefill(sp, dc, i, now):
+    pin(sp)  # (a replica's functions called between its runs: by_reference.py)
     remote_kv.release_transfer(sp, i)
+    unpin(sp)
     sp.count[FREE_EPOCH] += 1
     wake(sp, dc, now)
 
@@ -209,10 +212,12 @@ def end_transfer(replicas, replica_of, decode_of, dc, k, in_flight, timeline):
 def arrive(sd, dc, i, now):
     """Request ``i``'s KV arrived at decode replica ``sd`` at ``now``: its blocks hold the
     prompt, and the request joins its queue's holding part (``lifecycle.hold_waiting``)."""
+    pin(sd)  # (a replica's functions called between its runs: by_reference.py)
     remote_kv.transfer_loaded(sd, i, sd.prompt_target[i])
     sd.status[i] = WAITING
     sd.load_ready_s[i] = now
     lifecycle.hold_waiting(sd, i)
+    unpin(sd)
     wake(sd, dc, now)
 
 

@@ -102,9 +102,10 @@ from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_N
                                     PENDING_BLOCK)
 
 
+@njit(inline=True)
 def with_tier(config):
-    """The runs with a host tier: those that may call the tier's larger functions (``njit``'s
-    lazy: the others never compile them)."""
+    """The runs with a host tier: the only ones that reach the tier's code, and so compile its
+    larger functions (``njit``'s lazy: the others never compile them)."""
     return config[HOST_BLOCKS] > 0
 
 

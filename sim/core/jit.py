@@ -37,8 +37,9 @@ import os
 import sys
 import types
 
+from pagesim.sim.core import by_reference
 from pagesim.sim.core.families import FAMILIES, FAMILY_FILES, LOOP_FILES, SCHEDULER_GROUPS
-from pagesim.sim.core.state import LAZY_ADDRESSES, TABLES
+from pagesim.sim.core.state import LAZY_ADDRESSES, STATE_ADDRESS, TABLES
 
 #: numba is installed and not turned off (``PAGESIM_JIT=0``): the core runs compiled
 COMPILED = os.environ.get("PAGESIM_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
@@ -62,7 +63,8 @@ _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
-_LAZY_DISPATCHERS: dict = {}  # ... -> its numba dispatcher (compiled code calls it at its slot's address)
+_LAZY_ENTRY: list = []  # the dispatcher of lazy_entry, as which each is compiled (compiled code calls it by address)
+_LAZY_BODIES: dict = {}  # its slot -> its own dispatcher (inlined into its entry)
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
 #: what a lazy function's parameters after the state, and its result, may be declared as
 _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none"}
@@ -416,7 +418,7 @@ def _stores_kept() -> None:
     s.field`` counts when ``s`` already does, but it reads the function's blocks once, in the
     order they are numbered, so where ``s``'s own alias of an argument (an inlined function's
     copy of the caller's ``s``) stands in a later block, ``x`` is missed; and a state loaded
-    from its address (``loop.state_at``) is no argument at all. numba runs it after it inlines
+    from its address (``by_reference.state_at``) is no argument at all. numba runs it after it inlines
     an overload into a function (``typed_passes.InlineOverloads``): with the family's scheduler
     called through one (``loop.call_scheduler``), the loop's step-table stores of a step's start
     and duration (``s.row_floats[r, ROW_START] = ...``) were deleted and every row read 0, and
@@ -471,12 +473,15 @@ def use_numba() -> None:
     _compile_flags_compared_quickly()
     _python_wrappers_unoptimized()
     _stores_kept()
+    by_reference.register()
+    _lazy_body_inlined()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
         _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn], _GROUPS.get(fn))
+    _LAZY_ENTRY.append(_dispatcher(lazy_entry, inline=False, refcounted=False, by_address=True))
     for fn in _LAZY:
-        _LAZY_DISPATCHERS[fn], _DISPATCHERS[fn] = _DISPATCHERS[fn], _lazy_call(fn)
+        _set_apart(fn)
     for module in {sys.modules[fn.__module__] for fn in _OPTIONS}:
         for name, value in list(vars(module).items()):
             if isinstance(value, types.FunctionType) and value in _DISPATCHERS:
@@ -516,8 +521,9 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     calls it at the address in its slot of ``config[LAZY_ADDRESSES]``, which a run's set-up
     writes (:func:`set_lazy_addresses`), compiling it then, so that the other runs never compile
     it (numba compiles every function its loop's code names, reached or not). It takes the
-    state first, then scalars, each declared (``int``, ``float``, ``bool``), and declares its
-    result (those or ``None``): its caller is typed without it."""
+    state first, passed by reference (``by_reference.py``; compiled as :func:`lazy_entry`), then
+    scalars, each declared (``int``, ``float``, ``bool``), and declares its result (those or
+    ``None``): its caller is typed without it."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
                               by_address=by_address, lazy=lazy)
@@ -528,14 +534,14 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
         _LAZY[fn] = (len(_LAZY), lazy)
     if not COMPILED:
         return fn
-    _OPTIONS[fn] = (inline, refcounted, by_address)
+    _OPTIONS[fn] = (inline or lazy is not None, refcounted, by_address)  # a lazy one inlined into its entry
     if cache_group is not None:
         _GROUPS[fn] = cache_group
     if numba is None:
         return fn
-    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, by_address, cache_group)
+    _DISPATCHERS[fn] = _dispatcher(fn, inline or lazy is not None, refcounted, by_address, cache_group)
     if lazy is not None:
-        _LAZY_DISPATCHERS[fn], _DISPATCHERS[fn] = _DISPATCHERS[fn], _lazy_call(fn)
+        _set_apart(fn)
     return _DISPATCHERS[fn]
 
 
@@ -556,10 +562,56 @@ def _declared(fn):
     return names, tuple(scalar[notes[name]] for name in names[1:]), scalar[notes["return"]]
 
 
+def _set_apart(fn) -> None:
+    """Lazy function ``fn``'s own dispatcher kept for its entry to inline (:func:`lazy_entry`),
+    and what compiled code calls in its place (:func:`_lazy_call`) bound where that was."""
+    _LAZY_BODIES[_LAZY[fn][0]] = _DISPATCHERS[fn]
+    _DISPATCHERS[fn] = _lazy_call(fn)
+
+
+def _lazy_key(fn) -> int:
+    """A hash of lazy function ``fn``'s file and name: its entry is compiled for it as a
+    constant (:func:`lazy_entry`), so that numba's cache tells apart the entries of different
+    functions and of one edited (its file may be a cache group's, whose edits drop no shared
+    cache)."""
+    import hashlib
+    from pathlib import Path
+
+    source = Path(fn.__code__.co_filename).read_bytes() + fn.__qualname__.encode()
+    return int.from_bytes(hashlib.sha256(source).digest()[:7], "little")
+
+
+def lazy_entry(ref, like, slot, key, *args):
+    """What every lazy function is compiled as, for its ``slot`` and ``key`` (:func:`_lazy_key`)
+    as constants: its state loaded from the reference passed (``by_reference.state_at``), then
+    its own code, inlined (:func:`lazy_body`)."""
+    return lazy_body(slot, key, by_reference.state_at(ref, like), args)
+
+
+def lazy_body(slot, key, s, args):
+    """The lazy function in ``slot`` on ``s`` and ``args`` (compiled: its own code, inlined)."""
+    fn = next(fn for fn, (at, _) in _LAZY.items() if at == slot)
+    return interpreted(fn)(s, *args)
+
+
+def _lazy_body_inlined() -> None:
+    from numba.extending import overload
+
+    @overload(lazy_body, inline="always", prefer_literal=True)
+    def _lazy_body(slot, key, s, args):
+        if not isinstance(slot, numba.types.IntegerLiteral):
+            return None
+        listed = "".join(f", args[{k}]" for k in range(len(args)))  # (numba inlines no call with *args)
+        scope = {"body": _LAZY_BODIES[slot.literal_value]}
+        exec(f"def impl(slot, key, s, args):\n    return body(s{listed})\n", scope)
+        return scope["impl"]
+
+
 def _lazy_call(fn):
     """What compiled code calls for lazy function ``fn``: the machine code at the address in its
-    slot (an error where the run's set-up wrote none: its ``lazy`` is wrong), called as numba
-    calls a compiled function; Python calls run its source."""
+    slot (an error where the run's set-up wrote none: its ``lazy`` is wrong), the state passed
+    by reference (``by_reference.state_pointer``), called as numba calls a compiled function;
+    Python calls run its source."""
     from numba.core.errors import TypingError
     from numba.core.typeconv.castgraph import Conversion
     from numba.extending import intrinsic, overload
@@ -588,8 +640,13 @@ def _lazy_call(fn):
             with builder.if_then(builder.icmp_signed("==", address, address.type(0)), likely=False):
                 context.call_conv.return_user_exc(builder, RuntimeError, (missing,))
             given = [builder.extract_value(values[1], k) for k in range(len(args))]
-            given[1:] = [context.cast(builder, v, t, d) for v, t, d in zip(given[1:], args.types[1:], declared)]
-            answer = call_by_address(context, builder, address, result, (args.types[0], *declared), given)
+            argtys = _entry_signature(fn, args.types[0])
+            packed = context.make_tuple(builder, argtys[4], [context.cast(builder, v, t, d) for v, t, d in
+                                                             zip(given[1:], args.types[1:], declared)])
+            ref = by_reference.state_pointer(context, builder, data, f"{fn.__module__}.{fn.__qualname__}")
+            constants = [context.get_constant(numba.types.int64, t.literal_value) for t in argtys[2:4]]
+            answer = call_by_address(context, builder, address, result, argtys,
+                                     (ref, context.get_constant_null(argtys[1]), *constants, packed))
             return context.get_dummy_value() if result == numba.types.none else answer
         return result(config, args), codegen
 
@@ -620,6 +677,7 @@ def set_lazy_addresses(s, state_type) -> None:
     """Write into ``s.config`` the address of each lazy function (``njit``'s ``lazy``) the run
     may call, compiling it (or loading it from numba's cache) at its first need in this process,
     and 0 for the others; ``state_type``: numba's type of ``s``."""
+    s.config[STATE_ADDRESS] = 0  # (the running loop writes it)
     for fn, (slot, needed) in _LAZY.items():
         s.config[LAZY_ADDRESSES + slot] = lazy_address(fn, state_type) if needed(s.config) else 0
 
@@ -634,10 +692,24 @@ def lazy_address(fn, state_type) -> int:
 
 def lazy_compiled(fn, state_type):
     """Lazy function ``fn`` compiled (or loaded from numba's cache) for states of ``state_type``."""
-    dispatcher = _LAZY_DISPATCHERS[fn]
-    sig = (state_type, *_declared(fn)[1])
+    dispatcher = _LAZY_ENTRY[0]
+    sig = _entry_signature(fn, state_type)
     dispatcher.compile(sig)
     return dispatcher.overloads[sig]
+
+
+def _entry_signature(fn, state_type) -> tuple:
+    """The types lazy function ``fn``'s entry (:func:`lazy_entry`) is compiled for: the state's
+    address, its type, its slot and key (constants), and its ``*args``."""
+    types = numba.types
+    return (types.voidptr, types.TypeRef(state_type), types.literal(_LAZY[fn][0]), types.literal(_lazy_key(fn)),
+            types.StarArgTuple.from_types(_declared(fn)[1]))
+
+
+def lazy_functions_compiled() -> list:
+    """The lazy functions compiled (or loaded) in this process, for a state type or more."""
+    slots = {sig[2].literal_value for sig in _LAZY_ENTRY[0].overloads} if _LAZY_ENTRY else set()
+    return [fn for fn, (slot, _) in _LAZY.items() if slot in slots]
 
 
 def address_of(compiled_function) -> int:

@@ -28,6 +28,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
                             STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
+from pagesim.sim.core.state import MANAGER_KIND, PAGED
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
@@ -916,8 +917,15 @@ def memory_categories(s, demand_waiting, out):
     return used
 
 
-@njit
-def record_swap(s, i, out):
+@njit(inline=True)
+def swaps_recorded(config):
+    """The runs whose swaps an executor outside the core moves (``config[EXTERNAL_STEPS]``, the
+    paged manager): the only ones that list the blocks (:func:`record_swap`, ``njit``'s lazy)."""
+    return config[EXTERNAL_STEPS] > 0 and config[MANAGER_KIND] == PAGED
+
+
+@njit(lazy=swaps_recorded)
+def record_swap(s, i: int, out: bool) -> None:
     """The device blocks of request ``i``'s sequences, in table order, as swapped out (``out``:
     before they are freed) or in (after they are allocated), the blocks they share listed once,
     with the first: the executor moves exactly these (config[EXTERNAL_STEPS]; the host blocks are

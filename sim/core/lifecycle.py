@@ -20,16 +20,15 @@ import numpy as np
 from pagesim.sim.core import beam, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE
-from pagesim.sim.core.state import (BEAM_SEARCH, CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS,
-                                    FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MANAGER_KIND, MAX_NUM_SEQS,
+from pagesim.sim.core.state import (CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
+                                    FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
-                                    NUM_SWAP_FALLBACKS, PAGED, REJECT_TOO_WIDE, REJECTED, RUNNING,
+                                    NUM_SWAP_FALLBACKS, REJECT_TOO_WIDE, REJECTED, RUNNING,
                                     STEP_COPIED_BLOCKS, STEP_DECODE_SEQS, STEP_NUM_FINISHED, STEP_PREFILL_SEQS,
                                     STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT,
                                     STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
                                     SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
                                     SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import SPEC_TOKENS
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once
@@ -218,9 +217,8 @@ def preempt(s, k, family):
     swap = s.config[SWAP_PREEMPTION] or w > 1
     moved = kv_cache.swapped_size(s, i, n)
     if swap and c[SWAP_USED_TOKENS] + moved <= s.config[SWAP_CAPACITY_TOKENS]:
-        if s.config[EXTERNAL_STEPS] and s.config[MANAGER_KIND] == PAGED:
-            # np.bool_: jit.njit's note on constants
-            kv_cache.record_swap(s, i, np.bool_(True))  # the blocks its K/V leave from, before they are freed
+        if kv_cache.swaps_recorded(s.config):
+            kv_cache.record_swap(s, i, True)  # the blocks its K/V leave from, before they are freed
         memory.free(s, i, family)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += moved
@@ -336,7 +334,7 @@ def complete_step(s, now, family):
         bin_index = 0
         itl_sum = s.clock[ITL_SUM]
         running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
-        speculating = family == V1 and s.config[SPEC_TOKENS] > 0
+        speculating = family == V1 and speculative.speculating(s.config)
         for k in range(c[NUM_RUNNING]):
             i = running[k]
             if not in_decode[i]:
@@ -362,7 +360,7 @@ def complete_step(s, now, family):
         if s.num_prompt_computed[i] < s.prompt_target[i]:
             continue  # a chunk, not the prompt's last
         c[STEPS_WITHOUT_TOKEN] = 0
-        if family == V1 and s.config[SPEC_TOKENS]:  # a padded admission's placeholders (speculative.pads)
+        if family == V1 and speculative.speculating(s.config):  # a padded admission's placeholders (speculative.pads)
             speculative.placeholders_rejected(s, i)
         s.num_generated[i] += 1
         if math.isnan(s.first_token_s[i]):
@@ -382,7 +380,7 @@ def complete_step(s, now, family):
     c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
     if num_done:
         finish(s, now, num_done, family)
-    if c[STEP_DECODE_SEQS] and s.config[BEAM_SEARCH]:  # after the finishes: the beams of the rest churn
+    if c[STEP_DECODE_SEQS] and beam.searching(s.config):  # after the finishes: the beams of the rest churn
         beam.churn(s)
 
 

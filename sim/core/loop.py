@@ -28,8 +28,9 @@ of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/
 vLLM v0's and Orca's is inlined into their loop. A feature's larger functions that most runs
 never call (the CPU offload tier's, KV cache groups', priority's, a disaggregated pool's, the
 calibrated and measured prices, a drafter's) are called at an address the run's set-up writes,
-compiled only for the runs that may call them (``jit.njit``'s ``lazy``): numba compiles every
-function a loop names, reached or not, and these were two fifths of vLLM v1's cold compile.
+compiled only for the runs that may call them (``jit.njit``'s ``lazy``), the state passed by
+reference as to a scheduler (``by_reference.py``): numba compiles every function a loop names,
+reached or not, and these were two fifths of vLLM v1's cold compile.
 What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
 record and the end with their family's managers alone (``memory.py``). As calls (compiled
@@ -66,7 +67,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, jit, lifecycle, radix_cache, static
+from pagesim.sim.core import host_tier, jit, lifecycle, radix_cache, speculative, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -76,6 +77,7 @@ from pagesim.sim.core.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_
 from pagesim.sim.core.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.cost_table import table_step_time
 from pagesim.sim.core.families import FAMILIES, SCHEDULER_GROUPS
+from pagesim.sim.core.by_reference import pin, state_at
 from pagesim.sim.core.jit import interpreted, njit, on_numba_load
 from pagesim.sim.core.memory import memory_categories
 from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
@@ -88,11 +90,11 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from pagesim.sim.core.state import CONTINUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG, STATE_ADDRESS, STATIC, V1
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
-from pagesim.sim.core.state import SPEC_DRAFT_COST, SPEC_TOKENS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
+from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
 from pagesim.sim.core.state import NUM_LOADING
@@ -191,13 +193,8 @@ def table_price(s, num_seqs: int, num_tokens: int, decode_seqs: int, decode_cont
                            prefill_seqs, s.step_prefill_context, flop_sum, cached_sum, swapped, copied)
 
 
-def speculating(config):
-    """The runs with speculative decoding: the only ones whose drafter may have a price."""
-    return config[SPEC_TOKENS] > 0
-
-
 # per step of a speculative run whose drafter has a forward pass: a call (off the other runs' path)
-@njit(lazy=speculating)
+@njit(lazy=speculative.speculating)
 def draft_time(s) -> float:
     """The drafter's price for the step just scheduled (``sim/core/speculative.py``): a decode
     step of the step's decoding requests, one token each over their contexts, times
@@ -313,7 +310,7 @@ def loop_for(family):
     def run(s):
         """Run until the end, or until Python is needed (see the module docstring)."""
         c, clock = s.count, s.clock
-        ref = state_ref(s)  # the state where the family's scheduler, called by address, reads it
+        ref = pin(s)  # the state where the functions called by address read it (by_reference.py)
         if c[AWAITING_STEP_TIME]:  # back from the executor outside the core with the step's duration
             c[AWAITING_STEP_TIME] = 0
             code = start_step(s, clock[STEP_S], family)
@@ -440,7 +437,7 @@ def scheduler_entry_for(family):
     from the family's loop, which calls it by address (:func:`call_scheduler`), each cached with
     its own sources (``sim/core/families.py``): an edit of a family's scheduler file recompiles
     this entry, not the loop. The state is passed by reference, the address of the loop's one
-    copy of it (:func:`state_ref`): numba's own call passes each of its ~70 arrays field by
+    copy of it (``by_reference.pin``): numba's own call passes each of its ~70 arrays field by
     field, ~550 machine words, which cost the static family's engine 70 % on the Azure conv trace
     (0.106-0.120 s against 0.063-0.065 s, 2026-11-28); by reference the static, vLLM v1 and
     SGLang engines run as fast as inlined (within 4 %). vLLM v0's and Orca's entry is inlined
@@ -478,18 +475,6 @@ scheduler_entry_sglang = njit(scheduler_entry_for(SGLANG), cache_group=SCHEDULER
 def scheduler_of(kind):
     """The scheduler entry of family ``kind``, as bound now (numba's dispatcher once loaded)."""
     return globals()["scheduler_entry_" + FAMILIES[int(kind)]]
-
-
-def state_ref(s):
-    """Where the family's scheduler finds the state (:func:`scheduler_entry_for`). Compiled, the
-    address of a copy of ``s`` (its arrays' descriptions) on the loop's stack, made once per call
-    of the loop; interpreted, ``s`` itself."""
-    return s
-
-
-def state_at(ref, like):
-    """The state at ``ref`` (:func:`state_ref`), of numba's type ``like``; interpreted, ``ref``."""
-    return ref
 
 
 def call_scheduler(s, ref, family, verb):
@@ -554,9 +539,7 @@ def linked_engine(replicas, family):
 
 @on_numba_load
 def _compiled_engine_calls():
-    from llvmlite import ir as llvm_ir
     from numba import types
-    from numba.core import cgutils
     from numba.core.errors import TypingError
     from numba.extending import intrinsic, overload
 
@@ -586,7 +569,14 @@ def _compiled_engine_calls():
     def _call_engine(engine, s, family):
         if not isinstance(engine, types.Integer):
             raise TypingError(f"call_engine takes the address of a family's loop, not {engine}")
-        return lambda engine, s, family: call_at(engine, s)
+        if "config" not in getattr(s, "fields", ()):  # (not a state: a test's loop)
+            return lambda engine, s, family: call_at(engine, s)
+
+        def impl(engine, s, family):
+            code = call_at(engine, s)
+            s.config[STATE_ADDRESS] = 0  # its copy of the state is gone (by_reference.py)
+            return code
+        return impl
 
     @intrinsic
     def linked_address(typingctx, replicas, family):
@@ -599,58 +589,6 @@ def _compiled_engine_calls():
         return lambda replicas, family: linked_address(replicas, family)
 
     # the schedulers called by address, the state by reference (scheduler_entry_for)
-    @intrinsic
-    def pin(typingctx, s):
-        def codegen(context, builder, signature, args):
-            copy = cgutils.alloca_once(builder, context.get_value_type(s))  # in the entry block
-            builder.store(args[0], copy)
-            return builder.bitcast(copy, context.get_value_type(types.voidptr))
-        return types.voidptr(s), codegen
-
-    @overload(state_ref, inline="always")
-    def _state_ref(s):
-        return lambda s: pin(s)
-
-    def load_fields(builder, at, value_type):
-        """The value at ``at``, loaded field by field: a load of the whole state (~550 words)
-        would load every field at each call, where these loads of the fields a scheduler does not
-        read are dropped as unused. Each is marked invariant (the arrays' descriptions do not
-        change while the scheduler runs), so that LLVM may load a field again where it is used
-        rather than hold every field from the scheduler's start, spilled to its stack."""
-        if not isinstance(value_type, (llvm_ir.LiteralStructType, llvm_ir.ArrayType)):
-            field = builder.load(at)
-            field.set_metadata("invariant.load", builder.module.add_metadata([]))
-            return field
-        value = llvm_ir.Constant(value_type, llvm_ir.Undefined)
-        elements = value_type.elements if isinstance(value_type, llvm_ir.LiteralStructType) else (
-            [value_type.element] * value_type.count)
-        for k, element in enumerate(elements):
-            field = load_fields(builder, cgutils.gep_inbounds(builder, at, 0, k), element)
-            value = builder.insert_value(value, field, k)
-        return value
-
-    @intrinsic
-    def load(typingctx, ref, like):
-        state = like.instance_type
-
-        def codegen(context, builder, signature, args):
-            value_type = context.get_value_type(state)
-            size = context.get_abi_sizeof(value_type)
-            for arg in builder.function.args:  # its own: only it reads the copy, which nothing writes
-                if arg.name == "arg.ref":
-                    arg.add_attribute("noalias")
-                    arg.add_attribute("nonnull")
-                    arg.attributes.dereferenceable = size
-                    arg.attributes.align = 8
-            return load_fields(builder, builder.bitcast(args[0], value_type.as_pointer()), value_type)
-        return state(ref, like), codegen
-
-    @overload(state_at, inline="always")
-    def _state_at(ref, like):
-        if isinstance(ref, types.BaseTuple):  # the state itself: a scheduler inlined into its loop
-            return lambda ref, like: ref
-        return lambda ref, like: load(ref, like)
-
     @intrinsic
     def call_scheduler_at(typingctx, address, ref, verb, s):
         def codegen(context, builder, signature, args):

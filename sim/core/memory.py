@@ -18,7 +18,6 @@ from pagesim.sim.core import extent, kv_cache, radix_cache, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG,
                                     STATIC, V1)
-from pagesim.sim.core.state import SPEC_TOKENS
 
 #: the managers each scheduler family runs: what the ``family`` tests below assume
 MANAGERS = {CONTINUOUS: (PAGED, CONTIGUOUS), STATIC: (CONTIGUOUS,), V1: (PAGED,), SGLANG: (RADIX,)}
@@ -76,7 +75,7 @@ def free(s, i, family):
     elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         extent.free(s, i)
     else:
-        if family == V1 and s.config[SPEC_TOKENS]:  # its speculative slack goes with its blocks
+        if family == V1 and speculative.speculating(s.config):  # its speculative slack goes with its blocks
             speculative.clear(s, i)
         if family == V1 and kv_cache.grouped(s):  # vLLM v1's KV cache groups, each its blocks
             kv_cache.free_groups(s, i)
@@ -92,6 +91,6 @@ def memory_categories(s, demand_waiting, out, family):
     if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
         return extent.memory_categories(s, demand_waiting, out)
     used = kv_cache.memory_categories(s, demand_waiting, out)
-    if family == V1 and s.config[SPEC_TOKENS]:  # the speculative slack, its own
+    if family == V1 and speculative.speculating(s.config):  # the speculative slack, its own
         speculative.split_categories(s, out)
     return used

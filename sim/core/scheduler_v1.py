@@ -82,12 +82,12 @@ from pagesim.sim.core import host_tier, kv_cache, policies, prefix_cache, remote
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, first_arrived, hold_waiting, preempt_v1, prefill,
                                         reject_waiting, release, start_running, take_holding, take_waiting, waiting_at)
-from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS, STEP_DRAFT_CONTEXT,
+from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
 from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
 from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, WINDOW_JUNCTION
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HOST_BLOCKS, HOST_REFUSED, NUM_FREE_SLOTS, NUM_LOADING
+from pagesim.sim.core.state import HAS_CLIENT_TIMEOUT, HOST_REFUSED, NUM_FREE_SLOTS, NUM_LOADING
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -106,13 +106,13 @@ def schedule(s):
     c[STEP_DRAFT_CONTEXT] = 0
     if s.config[MAMBA_ALIGN]:  # a new step: no state cached in it yet (new_step_starts, scheduler.py:746)
         c[SCHEDULED_STEPS] += 1
-    if s.clock[CLIENT_TIMEOUT_S] < np.inf:
+    if timing_out(s.config):
         abort_timed_out(s)
     budget, preempted, context_sum, reached = schedule_running(s)
     ran = c[NUM_RUNNING]  # the running list after its pass: those admitted join it past here
     if not preempted:
         admit_waiting(s, budget)
-    if s.config[HOST_BLOCKS]:
+    if host_tier.with_tier(s.config):
         offer_scheduled(s, reached, ran)
         host_tier.touch_finished(s)
     if host_tier.loads_async(s):
@@ -148,8 +148,15 @@ def offer_scheduled(s, reached, ran):
     c[HOST_REFUSED] = int(lagging)  # (a refusal in this loop leaves one lagging)
 
 
-@njit
-def abort_timed_out(s):
+@njit(inline=True)
+def timing_out(config):
+    """The runs whose clients give up (``--client-timeout``): the only ones that compile
+    :func:`abort_timed_out` (``njit``'s lazy)."""
+    return config[HAS_CLIENT_TIMEOUT] > 0
+
+
+@njit(lazy=timing_out)
+def abort_timed_out(s) -> None:
     """Abort the requests whose client has given up (module docstring): waiting ones leave the
     queue (in arrival order under FCFS, a preempted request returning to its front before
     everyone who arrived after it was admitted, so they are its first), running ones are freed
@@ -195,7 +202,7 @@ def schedule_running(s):
     under FCFS it was the last, so the pass ends)."""
     c = s.count
     budget = s.config[MAX_BATCHED_TOKENS]
-    spec = s.config[SPEC_TOKENS]
+    spec = speculative.speculating(s.config)
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
     preempted = False
     context_sum = 0
@@ -282,7 +289,7 @@ def unschedule(s, i):
         c[STEP_PREFILL_SEQS] -= 1
         c[STEP_PREFILL_TOKENS] -= n
         return n, 0
-    drafts = speculative.unscheduled(s, i) if s.config[SPEC_TOKENS] else 0
+    drafts = speculative.unscheduled(s, i) if speculative.speculating(s.config) else 0
     # a decode: its tokens and context sum term (schedule_running)
     return 1 + drafts, speculative.verify_context(s.num_computed_tokens[i], drafts)
 
@@ -460,7 +467,7 @@ def admit_waiting(s, budget):
                 break
             take_holding(s, p)
             # a host load's blocks are cached now; a transfer's were at its end (remote_kv.transfer_loaded)
-            cached = host_tier.end_load(s, i) if s.config[HOST_BLOCKS] else s.num_computed_tokens[i]
+            cached = host_tier.end_load(s, i) if host_tier.with_tier(s.config) else s.num_computed_tokens[i]
         else:
             if s.config[DISAGG_ROLE] and c[NUM_FREE_SLOTS] == 0:  # no block-table row (sim/disagg.py)
                 break
@@ -472,7 +479,7 @@ def admit_waiting(s, budget):
                 reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
                 continue
             gpu_hits, revived, host_hits = 0, 0, 0
-            if s.config[HOST_BLOCKS]:  # the connector's lookup, before any block is counted
+            if host_tier.with_tier(s.config):  # the connector's lookup, before any block is counted
                 gpu_hits, revived = prefix_cache.count_hits(s, i, target)
                 host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
                 host_tier.admitted(s, i)
@@ -487,7 +494,7 @@ def admit_waiting(s, budget):
                 junction *= s.config[BLOCK_SIZE]
                 if mamba_aligned_split(s, i, start, min(target - start, budget - draft_slots), junction) == 0:
                     break
-            if s.config[SPEC_TOKENS] and not host_hits:  # one token left: padded to 1 + K, or none admitted
+            if speculative.speculating(s.config) and not host_hits:  # one token left: padded to 1 + K, or none admitted
                 drafts = speculative.padded_drafts(s, hit_tokens(s, i, target), target, budget, running_prefill,
                                                    scheduled_running)
                 if drafts < 0:
@@ -536,7 +543,7 @@ def admit_waiting(s, budget):
         n = min(target - cached, budget - draft_slots)
         if s.config[MAMBA_ALIGN]:
             n = mamba_aligned_split(s, i, cached, n, s.window[i, WINDOW_JUNCTION])
-        spec = s.config[SPEC_TOKENS]
+        spec = speculative.speculating(s.config)
         high = speculative.slots_needed(s, i, n + drafts) if spec else cached + n  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached

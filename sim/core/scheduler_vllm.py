@@ -37,8 +37,6 @@ every scheduler shares (the queues, preemption's mechanics, the end of a step) i
 
 from __future__ import annotations
 
-import numpy as np
-
 from pagesim.sim.core import kv_cache, memory, policies, scheduler_orca
 from pagesim.sim.core.cost import kernel_read_tokens
 from pagesim.sim.core.jit import njit
@@ -47,7 +45,7 @@ from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt_co
 from pagesim.sim.core.state import CONTINUOUS
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                                     BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, CONTIGUOUS,
-                                    DECODE_SET_SIZE, DEMAND_WAITING, EXTERNAL_STEPS, FORKS_SHARE_BLOCKS,
+                                    DECODE_SET_SIZE, DEMAND_WAITING, FORKS_SHARE_BLOCKS,
                                     FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
                                     MANAGER_KIND, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PAGED, PREFIX_CACHING,
@@ -170,8 +168,8 @@ def resume_swapped(s, budget):
             restart(s, i)
             continue
         c[STEP_SWAP_IN] += moved
-        if s.config[EXTERNAL_STEPS] and not contiguous:
-            kv_cache.record_swap(s, i, np.bool_(False))  # the blocks its K/V come back into
+        if kv_cache.swaps_recorded(s.config):
+            kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
         # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts
         # it every step (scheduler.py:409): the victims go latest arrival first and nobody is
         # admitted while a request is out, so nobody who arrived after it runs (chunked

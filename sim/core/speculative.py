@@ -66,7 +66,15 @@ from pagesim.sim.core.state import V1
 
 
 @njit(inline=True)
-def decode_tokens(s, i, budget):
+def speculating(config):
+    """The runs with speculative decoding (K > 0): the only ones with drafts, lookahead slots and
+    speculative slack, and so the only ones that compile the functions here that only such a
+    run calls, and the drafter's price (``loop.draft_time``; ``njit``'s lazy)."""
+    return config[SPEC_TOKENS] > 0
+
+
+@njit(lazy=speculating)
+def decode_tokens(s, i: int, budget: int) -> int:
     """The query tokens decoding request ``i`` schedules: its last sampled token and its
     drafts, within the budget left less its draft slots and within ``max_model_len``
     (scheduler.py:838-857). 1 without speculation."""
@@ -105,8 +113,8 @@ def slots_needed(s, i, n):
                                                                               s.num_computed_tokens[i] + n))
 
 
-@njit(inline=True)
-def leave(s, i):
+@njit(lazy=speculating)
+def leave(s, i: int) -> None:
     """Request ``i``'s slack leaves the counters (before its computed tokens or mark change)."""
     high = s.speculative[i, SPEC_HIGH]
     held = s.num_computed_tokens[i]
@@ -132,8 +140,8 @@ def verify_context(held, drafts):
     return (1 + drafts) * held + drafts * (drafts + 1) // 2
 
 
-@njit(inline=True)
-def scheduled(s, i, high, drafts):
+@njit(lazy=speculating)
+def scheduled(s, i: int, high: int, drafts: int) -> None:
     """Request ``i`` was scheduled with its blocks grown to hold ``high`` tokens and ``drafts``
     drafts to verify (its computed tokens counted already: the caller calls :func:`leave`
     before counting them)."""
@@ -156,8 +164,8 @@ def unscheduled(s, i):
     return drafts
 
 
-@njit(inline=True)
-def accept(s, i):
+@njit(lazy=speculating)
+def accept(s, i: int) -> int:
     """After the step: request ``i``'s drafts accepted, drawn position by position (module
     docstring), its computed tokens rolled forward by those it keeps (its output length caps
     them: scheduler.py:2752-2764). Returns the tokens it emits beyond the one every decode emits."""
@@ -180,8 +188,8 @@ def accept(s, i):
     return kept
 
 
-@njit(inline=True)
-def placeholders_rejected(s, i):
+@njit(lazy=speculating)
+def placeholders_rejected(s, i: int) -> None:
     """After the step: a padded admission's placeholder drafts (:func:`pads`) are all rejected,
     counted as drafted, none accepted (scheduler.py:2346-2370); its computed tokens are its one
     real token's already."""
@@ -192,8 +200,8 @@ def placeholders_rejected(s, i):
         s.speculative[i, SPEC_DRAFTS] = 0
 
 
-@njit(inline=True)
-def clear(s, i):
+@njit(lazy=speculating)
+def clear(s, i: int) -> None:
     """Request ``i`` lets its memory go (finished, preempted, aborted): its slack with it."""
     leave(s, i)
     s.speculative[i, SPEC_HIGH] = 0

@@ -125,14 +125,16 @@ table("config", """
     HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
     SCHEDULER_KIND      the scheduler family (CONTINUOUS, STATIC, V1, SGLANG)
     SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
-    LAZY_ADDRESSES[32]  compiled, the addresses of the functions compiled only for the runs that
-        call them (jit.njit's ``lazy``), a slot each in the order they are declared (0: not
-        compiled for this run)
+    STATE_ADDRESS       compiled, the address of the running loop's copy of the state, which the
+        functions it calls by address read (sim/core/by_reference.py; 0: no loop running)
+    LAZY_ADDRESSES[64]  compiled, the addresses of the functions compiled apart (jit.njit's
+        ``lazy``), a slot each in the order they are declared (0: not compiled for this run)
     STATIC_BATCH_LIMIT  static batching: the requests of a batch
     ADDRESS_SPACE       the contiguous manager's address space, in token slots
     SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)
     CHECK_STEPS         1 under --check: the loop returns after every iteration (sim/core/check.py)
     BEAM_SEARCH         1: some request has beams (sim/core/beam.py)
+    HAS_CLIENT_TIMEOUT  1: clients give up after clock[CLIENT_TIMEOUT_S] (vLLM v1)
     FORKS_SHARE_BLOCKS  1: a request's sequences share their prompt's blocks
     EXTERNAL_STEPS      1 when an executor outside the core runs the steps (the GPU mode): the
         loop returns SCHEDULED after scheduling an iteration, Python puts its duration in

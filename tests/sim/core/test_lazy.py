@@ -27,7 +27,7 @@ from pagesim.traces.synth import make_workload
 settings = dict(prefix_caching=True, kv_offload_gib=1.0) if sys.argv[1] == "tier" else {}
 cfg = SimConfig.for_system("vllm-v1", model="opt-13b", gpu="a100-80gb", **settings)
 run_simulation(cfg, make_workload("sharegpt", rate=2.0, num_requests=5, seed=0))
-print(sorted(fn.__name__ for fn, dispatcher in jit._LAZY_DISPATCHERS.items() if dispatcher.overloads))
+print(sorted(fn.__name__ for fn in jit.lazy_functions_compiled()))
 """
 
 
@@ -65,6 +65,18 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     assert needed["free_groups"](config) and needed["mamba_aligned_split"](config)
     config[state.STATE_GROUPS], config[state.SCHEDULING_POLICY] = 0, state.POLICY_PRIORITY
     assert needed["waiting_position"](config) and not needed["free_groups"](config)
+    config[state.SCHEDULING_POLICY], config[state.SPEC_TOKENS] = 0, 3
+    assert needed["accept"](config) and needed["draft_time"](config) and not needed["churn_beams"](config)
+    config[state.SPEC_TOKENS], config[state.BEAM_SEARCH] = 0, 1
+    assert needed["churn_beams"](config) and not needed["accept"](config)
+    config[state.BEAM_SEARCH], config[state.HAS_CLIENT_TIMEOUT] = 0, 1
+    assert needed["abort_timed_out"](config) and not needed["record_swap"](config)
+    config[state.HAS_CLIENT_TIMEOUT], config[state.EXTERNAL_STEPS] = 0, 1
+    config[state.MANAGER_KIND] = state.CONTIGUOUS  # (a contiguous extent's swaps are not listed)
+    assert not needed["record_swap"](config)
+    config[state.MANAGER_KIND] = state.PAGED
+    assert needed["record_swap"](config) and not any(rule(config) for name, rule in needed.items()
+                                                     if name != "record_swap")
 
 
 @compiled_only
@@ -79,6 +91,72 @@ def test_a_lazy_function_reached_without_its_address_stops_the_run_with_its_name
     t = trace((0.0, 12, 1, (1, 2, 3)), (1.0, 12, 1, (1, 2, 3)))
     with pytest.raises(RuntimeError, match=r"host_tier\.count_hits called, but not compiled for this run"):
         replay.run(prepare(cfg, t).state, None, None)
+
+
+@compiled_only
+def test_a_running_loop_leaves_its_copy_of_the_state_where_lazy_functions_read_it(monkeypatch):
+    """The loop writes the address of its copy of the state (``by_reference.py``) into the slot
+    the lazy functions' calls read while it runs: after a compiled run it is still there."""
+    monkeypatch.setenv("PAGESIM_JIT", "numba")
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    s = prepare(v1(32, host_blocks=16), trace((0.0, 12, 1, (1, 2, 3)), (1.0, 12, 1, (1, 2, 3)))).state
+    s.config[state.STATE_ADDRESS] = 0
+    s, _ = replay.run(s, None, None)
+    assert s.config[state.STATE_ADDRESS] != 0
+
+
+@compiled_only
+def test_a_clusters_loop_leaves_no_replica_pointing_at_its_gone_copy_of_the_state(monkeypatch):
+    """A cluster's loop calls each replica's loop, whose copy of the state is gone when it
+    returns, and may then call a replica's lazy functions itself: ``loop.call_engine`` clears
+    the replica's slot after each call, so those calls copy the state (``by_reference.py``)."""
+    from pagesim.sim import cluster
+    from tests.sim.helpers import cfg_for, rand_trace
+
+    monkeypatch.setenv("PAGESIM_JIT", "numba")
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    replicas = []
+    run = cluster.Cluster.run
+
+    def run_and_keep(self):
+        wall = run(self)
+        replicas.extend(self.replicas)
+        return wall
+
+    monkeypatch.setattr(cluster.Cluster, "run", run_and_keep)
+    cluster.run_cluster(cfg_for("vllm-v1", scheduling_policy="priority"), rand_trace(0, n=40), 2, "round-robin")
+    assert len(replicas) == 2 and all(s.config[state.STATE_ADDRESS] == 0 for s in replicas)
+
+
+@compiled_only
+def test_a_lazy_function_called_on_a_state_not_pinned_stops_the_run_naming_it():
+    """Compiled code outside a loop (a cluster's, between a replica's runs) pins the replica's
+    state before it calls the replica's functions (``by_reference.pin``): a lazy function reached
+    without it stops the run with its name, where it would have read a copy gone with its
+    function; pinned, it reads the state."""
+    from pagesim.sim.core import by_reference, policy_priority
+    from tests.sim.helpers import cfg_for, rand_trace
+
+    jit.use_numba()
+    numba = jit.numba
+    s = prepare(cfg_for("vllm-v1", scheduling_policy="priority"), rand_trace(0, n=4)).state
+    jit.set_lazy_addresses(s, numba.typeof(s))
+
+    @numba.njit
+    def unpinned(s):
+        return policy_priority.waiting_position(s, 0, False)
+
+    @numba.njit
+    def pinned(s):
+        by_reference.pin(s)
+        position = policy_priority.waiting_position(s, 0, False)
+        by_reference.unpin(s)
+        return position
+
+    with pytest.raises(RuntimeError, match=r"policy_priority\.waiting_position called on a state not pinned"):
+        unpinned(s)
+    assert pinned(s) == jit.interpreted(policy_priority.waiting_position)(s, 0, False)
+    assert s.config[state.STATE_ADDRESS] == 0
 
 
 @compiled_only
