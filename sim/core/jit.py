@@ -65,6 +65,7 @@ _GROUPS: dict = {}  # each function given to njit with a cache group -> the grou
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
 _LAZY_ENTRY: list = []  # the dispatcher of lazy_entry, as which each is compiled (compiled code calls it by address)
 _LAZY_BODIES: dict = {}  # its slot -> its own dispatcher (inlined into its entry)
+_LAZY_KEYS: dict = {}  # ... -> its key (_lazy_key)
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
 #: what a lazy function's parameters after the state, and its result, may be declared as
 _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none"}
@@ -573,12 +574,14 @@ def _lazy_key(fn) -> int:
     """A hash of lazy function ``fn``'s file and name: its entry is compiled for it as a
     constant (:func:`lazy_entry`), so that numba's cache tells apart the entries of different
     functions and of one edited (its file may be a cache group's, whose edits drop no shared
-    cache)."""
+    cache). Read once per process."""
     import hashlib
     from pathlib import Path
 
-    source = Path(fn.__code__.co_filename).read_bytes() + fn.__qualname__.encode()
-    return int.from_bytes(hashlib.sha256(source).digest()[:7], "little")
+    if fn not in _LAZY_KEYS:
+        source = Path(fn.__code__.co_filename).read_bytes() + fn.__qualname__.encode()
+        _LAZY_KEYS[fn] = int.from_bytes(hashlib.sha256(source).digest()[:7], "little")
+    return _LAZY_KEYS[fn]
 
 
 def lazy_entry(ref, like, slot, key, *args):
@@ -625,7 +628,8 @@ def _lazy_call(fn):
     call.py_func = fn
     call.__name__, call.__qualname__, call.__module__ = fn.__name__, fn.__qualname__, fn.__module__
 
-    missing = f"{fn.__module__}.{fn.__qualname__} called, but not compiled for this run (its lazy)"
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    missing = f"{where} called, but not compiled for this run (its lazy)"
 
     @intrinsic
     def call_at(typingctx, config, args):
@@ -643,7 +647,7 @@ def _lazy_call(fn):
             argtys = _entry_signature(fn, args.types[0])
             packed = context.make_tuple(builder, argtys[4], [context.cast(builder, v, t, d) for v, t, d in
                                                              zip(given[1:], args.types[1:], declared)])
-            ref = by_reference.state_pointer(context, builder, data, f"{fn.__module__}.{fn.__qualname__}")
+            ref = by_reference.state_pointer(context, builder, data, where)
             constants = [context.get_constant(numba.types.int64, t.literal_value) for t in argtys[2:4]]
             answer = call_by_address(context, builder, address, result, argtys,
                                      (ref, context.get_constant_null(argtys[1]), *constants, packed))
