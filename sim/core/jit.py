@@ -64,7 +64,7 @@ _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
 _LAZY_ENTRY: list = []  # the dispatcher of lazy_entry, as which each is compiled (compiled code calls it by address)
-_LAZY_BODIES: dict = {}  # its slot -> its own dispatcher (inlined into its entry)
+_LAZY_BODIES: dict = {}  # its slot -> its own dispatcher (which its entry calls)
 _LAZY_KEYS: dict = {}  # ... -> its key (_lazy_key)
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
 #: what a lazy function's parameters after the state, and its result, may be declared as
@@ -535,12 +535,12 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
         _LAZY[fn] = (len(_LAZY), lazy)
     if not COMPILED:
         return fn
-    _OPTIONS[fn] = (inline or lazy is not None, refcounted, by_address)  # a lazy one inlined into its entry
+    _OPTIONS[fn] = (inline, refcounted, by_address)
     if cache_group is not None:
         _GROUPS[fn] = cache_group
     if numba is None:
         return fn
-    _DISPATCHERS[fn] = _dispatcher(fn, inline or lazy is not None, refcounted, by_address, cache_group)
+    _DISPATCHERS[fn] = _dispatcher(fn, inline, refcounted, by_address, cache_group)
     if lazy is not None:
         _set_apart(fn)
     return _DISPATCHERS[fn]
@@ -564,7 +564,7 @@ def _declared(fn):
 
 
 def _set_apart(fn) -> None:
-    """Lazy function ``fn``'s own dispatcher kept for its entry to inline (:func:`lazy_entry`),
+    """Lazy function ``fn``'s own dispatcher kept for its entry to call (:func:`lazy_entry`),
     and what compiled code calls in its place (:func:`_lazy_call`) bound where that was."""
     _LAZY_BODIES[_LAZY[fn][0]] = _DISPATCHERS[fn]
     _DISPATCHERS[fn] = _lazy_call(fn)
@@ -587,12 +587,16 @@ def _lazy_key(fn) -> int:
 def lazy_entry(ref, like, slot, key, *args):
     """What every lazy function is compiled as, for its ``slot`` and ``key`` (:func:`_lazy_key`)
     as constants: its state loaded from the reference passed (``by_reference.state_at``), then
-    its own code, inlined (:func:`lazy_body`)."""
+    the function itself called (:func:`lazy_body`), compiled on its own: inlined here, numba
+    compiled its code twice (the overload's own compile, then the entry's), and every lazy
+    function took 2-2.5x as long to compile (all of them 138 s of CPU against 51 s, 2026-11-28).
+    The call passes the state field by field, as numba does, but the function's callers reach
+    it by reference."""
     return lazy_body(slot, key, by_reference.state_at(ref, like), args)
 
 
 def lazy_body(slot, key, s, args):
-    """The lazy function in ``slot`` on ``s`` and ``args`` (compiled: its own code, inlined)."""
+    """The lazy function in ``slot`` on ``s`` and ``args`` (compiled: a call of it)."""
     fn = next(fn for fn, (at, _) in _LAZY.items() if at == slot)
     return interpreted(fn)(s, *args)
 
@@ -604,7 +608,7 @@ def _lazy_body_inlined() -> None:
     def _lazy_body(slot, key, s, args):
         if not isinstance(slot, numba.types.IntegerLiteral):
             return None
-        listed = "".join(f", args[{k}]" for k in range(len(args)))  # (numba inlines no call with *args)
+        listed = "".join(f", args[{k}]" for k in range(len(args)))
         scope = {"body": _LAZY_BODIES[slot.literal_value]}
         exec(f"def impl(slot, key, s, args):\n    return body(s{listed})\n", scope)
         return scope["impl"]

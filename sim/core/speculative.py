@@ -68,13 +68,12 @@ from pagesim.sim.core.state import V1
 @njit(inline=True)
 def speculating(config):
     """The runs with speculative decoding (K > 0): the only ones with drafts, lookahead slots and
-    speculative slack, and so the only ones that compile the functions here that only such a
-    run calls, and the drafter's price (``loop.draft_time``; ``njit``'s lazy)."""
+    speculative slack, and whose drafter may have a price (``loop.draft_time``, ``njit``'s lazy)."""
     return config[SPEC_TOKENS] > 0
 
 
-@njit(lazy=speculating)
-def decode_tokens(s, i: int, budget: int) -> int:
+@njit(inline=True)
+def decode_tokens(s, i, budget):
     """The query tokens decoding request ``i`` schedules: its last sampled token and its
     drafts, within the budget left less its draft slots and within ``max_model_len``
     (scheduler.py:838-857). 1 without speculation."""
@@ -113,8 +112,8 @@ def slots_needed(s, i, n):
                                                                               s.num_computed_tokens[i] + n))
 
 
-@njit(lazy=speculating)
-def leave(s, i: int) -> None:
+@njit(inline=True)
+def leave(s, i):
     """Request ``i``'s slack leaves the counters (before its computed tokens or mark change)."""
     high = s.speculative[i, SPEC_HIGH]
     held = s.num_computed_tokens[i]
@@ -140,8 +139,8 @@ def verify_context(held, drafts):
     return (1 + drafts) * held + drafts * (drafts + 1) // 2
 
 
-@njit(lazy=speculating)
-def scheduled(s, i: int, high: int, drafts: int) -> None:
+@njit(inline=True)
+def scheduled(s, i, high, drafts):
     """Request ``i`` was scheduled with its blocks grown to hold ``high`` tokens and ``drafts``
     drafts to verify (its computed tokens counted already: the caller calls :func:`leave`
     before counting them)."""
@@ -164,8 +163,8 @@ def unscheduled(s, i):
     return drafts
 
 
-@njit(lazy=speculating)
-def accept(s, i: int) -> int:
+@njit(inline=True)
+def accept(s, i):
     """After the step: request ``i``'s drafts accepted, drawn position by position (module
     docstring), its computed tokens rolled forward by those it keeps (its output length caps
     them: scheduler.py:2752-2764). Returns the tokens it emits beyond the one every decode emits."""
@@ -188,8 +187,8 @@ def accept(s, i: int) -> int:
     return kept
 
 
-@njit(lazy=speculating)
-def placeholders_rejected(s, i: int) -> None:
+@njit(inline=True)
+def placeholders_rejected(s, i):
     """After the step: a padded admission's placeholder drafts (:func:`pads`) are all rejected,
     counted as drafted, none accepted (scheduler.py:2346-2370); its computed tokens are its one
     real token's already."""
@@ -200,8 +199,8 @@ def placeholders_rejected(s, i: int) -> None:
         s.speculative[i, SPEC_DRAFTS] = 0
 
 
-@njit(lazy=speculating)
-def clear(s, i: int) -> None:
+@njit(inline=True)
+def clear(s, i):
     """Request ``i`` lets its memory go (finished, preempted, aborted): its slack with it."""
     leave(s, i)
     s.speculative[i, SPEC_HIGH] = 0

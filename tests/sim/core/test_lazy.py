@@ -66,9 +66,9 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     config[state.STATE_GROUPS], config[state.SCHEDULING_POLICY] = 0, state.POLICY_PRIORITY
     assert needed["waiting_position"](config) and not needed["free_groups"](config)
     config[state.SCHEDULING_POLICY], config[state.SPEC_TOKENS] = 0, 3
-    assert needed["accept"](config) and needed["draft_time"](config) and not needed["churn_beams"](config)
+    assert needed["draft_time"](config) and not needed["churn_beams"](config)
     config[state.SPEC_TOKENS], config[state.BEAM_SEARCH] = 0, 1
-    assert needed["churn_beams"](config) and not needed["accept"](config)
+    assert needed["churn_beams"](config) and not needed["draft_time"](config)
     config[state.BEAM_SEARCH], config[state.HAS_CLIENT_TIMEOUT] = 0, 1
     assert needed["abort_timed_out"](config) and not needed["record_swap"](config)
     config[state.HAS_CLIENT_TIMEOUT], config[state.EXTERNAL_STEPS] = 0, 1
