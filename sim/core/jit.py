@@ -602,6 +602,8 @@ def lazy_body(slot, key, s, args):
 
 
 def _lazy_body_inlined() -> None:
+    """The compiled form of :func:`lazy_body`: a call of the function in ``slot`` (a constant),
+    its arguments unpacked from ``args``."""
     from numba.extending import overload
 
     @overload(lazy_body, inline="always", prefer_literal=True)
