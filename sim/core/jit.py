@@ -63,9 +63,7 @@ _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
-_LAZY_ENTRY: list = []  # the dispatcher of lazy_entry, as which each is compiled (compiled code calls it by address)
-_LAZY_BODIES: dict = {}  # its slot -> its own dispatcher (which its entry calls)
-_LAZY_KEYS: dict = {}  # ... -> its key (_lazy_key)
+_LAZY_ENTRY: dict = {}  # ... -> the dispatcher of its entry (lazy_entry_dispatcher), once made
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
 #: what a lazy function's parameters after the state, and its result, may be declared as
 _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none"}
@@ -475,12 +473,10 @@ def use_numba() -> None:
     _python_wrappers_unoptimized()
     _stores_kept()
     by_reference.register()
-    _lazy_body_inlined()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):
         _DISPATCHERS[fn] = _dispatcher(fn, *_OPTIONS[fn], _GROUPS.get(fn))
-    _LAZY_ENTRY.append(_dispatcher(lazy_entry, inline=False, refcounted=False, by_address=True))
     for fn in _LAZY:
         _set_apart(fn)
     for module in {sys.modules[fn.__module__] for fn in _OPTIONS}:
@@ -522,7 +518,7 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     calls it at the address in its slot of ``config[LAZY_ADDRESSES]``, which a run's set-up
     writes (:func:`set_lazy_addresses`), compiling it then, so that the other runs never compile
     it (numba compiles every function its loop's code names, reached or not). It takes the
-    state first, passed by reference (``by_reference.py``; compiled as :func:`lazy_entry`), then
+    state first, passed by reference (``by_reference.py``; compiled in :func:`lazy_entry_dispatcher`), then
     scalars, each declared (``int``, ``float``, ``bool``), and declares its result (those or
     ``None``): its caller is typed without it."""
     if fn is None:
@@ -564,56 +560,102 @@ def _declared(fn):
 
 
 def _set_apart(fn) -> None:
-    """Lazy function ``fn``'s own dispatcher kept for its entry to call (:func:`lazy_entry`),
-    and what compiled code calls in its place (:func:`_lazy_call`) bound where that was."""
-    _LAZY_BODIES[_LAZY[fn][0]] = _DISPATCHERS[fn]
+    """What compiled code calls in lazy function ``fn``'s place (:func:`_lazy_call`), bound where
+    its dispatcher was."""
     _DISPATCHERS[fn] = _lazy_call(fn)
 
 
-def _lazy_key(fn) -> int:
-    """A hash of lazy function ``fn``'s file and name: its entry is compiled for it as a
-    constant (:func:`lazy_entry`), so that numba's cache tells apart the entries of different
-    functions and of one edited (its file may be a cache group's, whose edits drop no shared
-    cache). Read once per process."""
+#: the text of a lazy function's entry, a module of its own (:func:`lazy_entry_dispatcher`)
+_ENTRY_SOURCE = '''"""The entry of lazy function {where}, written by pagesim.sim.core.jit (its sources'
+digest {digest})."""
+
+from pagesim.sim.core.by_reference import state_at
+from pagesim.sim.core.jit import inlined_lazy
+
+body = inlined_lazy({slot})
+
+
+def entry(ref, like{params}):
+    return body(state_at(ref, like){params})
+'''
+
+
+def lazy_entry_dispatcher(fn):
+    """The dispatcher of lazy function ``fn``'s entry, which compiled code calls by address: the
+    state loaded from the reference passed (``by_reference.state_at``), then the function, inlined
+    into it as numba inlines a function before typing (:func:`inlined_lazy`). The entry is a
+    file of its own written into :func:`lazy_entries_dir`, so that numba caches it by that file:
+    its text holds a digest of the sources it compiles (the shared ones and the function's own
+    file, :func:`_lazy_digest`), and the file's time is set from that digest, so that an edit
+    of either makes its cached code stale and an unchanged entry written again by another
+    process leaves it fresh. (One entry shared by every function, an overload by its slot, either
+    called the function compiled on its own, the state passed field by field, or compiled its
+    code twice, an overload's code being typed on its own before it is inlined: 2026-11-28.)"""
+    if fn in _LAZY_ENTRY:
+        return _LAZY_ENTRY[fn]
+    import hashlib
+    import importlib.util
+    import tempfile
+
+    slot, where = _LAZY[fn][0], f"{fn.__module__}.{fn.__qualname__}"
+    digest = _lazy_digest(fn)
+    params = "".join(f", {name}" for name in _declared(fn)[0][1:])
+    text = _ENTRY_SOURCE.format(where=where, digest=digest, slot=slot, params=params)
+    name = "pagesim_lazy_" + where.removeprefix(__package__ + ".").replace(".", "_")
+    try:
+        folder = lazy_entries_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only install without NUMBA_CACHE_DIR: this user's folder for them
+        from pathlib import Path
+
+        folder = Path(tempfile.gettempdir()) / f"pagesim-lazy-{os.getuid() if hasattr(os, 'getuid') else 0}"
+        folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.py"
+    if not (path.exists() and path.read_text() == text):
+        written = path.with_suffix(f".{os.getpid()}.tmp")
+        written.write_text(text)
+        os.replace(written, path)
+    stamp = 10**9 + int(hashlib.sha256(text.encode()).hexdigest()[:7], 16)  # a time in 2001-2009
+    if path.stat().st_mtime != stamp:
+        os.utime(path, (stamp, stamp))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (numba's cache finds the function's module by its name)
+    spec.loader.exec_module(module)
+    _LAZY_ENTRY[fn] = _dispatcher(module.entry, inline=False, refcounted=False, by_address=True)
+    return _LAZY_ENTRY[fn]
+
+
+def inlined_lazy(slot: int):
+    """A dispatcher of the lazy function in ``slot`` that numba inlines into its entry (and
+    nowhere else: compiled code calls the function through :func:`_lazy_call`)."""
+    fn = next(fn for fn, (at, _) in _LAZY.items() if at == slot)
+    return _dispatcher(fn, inline=True, refcounted=False, by_address=False)
+
+
+def lazy_entries_dir():
+    """Where the lazy functions' entries are written (:func:`lazy_entry_dispatcher`), numba's
+    cache of them beside: ``$NUMBA_CACHE_DIR/pagesim-lazy``, or ``sim/core/__pycache__/lazy``."""
+    from pathlib import Path
+
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(user) / "pagesim-lazy" if user else Path(__file__).resolve().parent / "__pycache__" / "lazy"
+
+
+_SHARED_DIGEST: list = []  # sources_digest() of the shared sources, once read
+
+
+def _lazy_digest(fn) -> str:
+    """A digest of what lazy function ``fn``'s entry compiles: the shared sources
+    (:func:`sources_digest`) and ``fn``'s own file (it may be a cache group's, which the shared
+    digest leaves out)."""
     import hashlib
     from pathlib import Path
 
-    if fn not in _LAZY_KEYS:
-        source = Path(fn.__code__.co_filename).read_bytes() + fn.__qualname__.encode()
-        _LAZY_KEYS[fn] = int.from_bytes(hashlib.sha256(source).digest()[:7], "little")
-    return _LAZY_KEYS[fn]
-
-
-def lazy_entry(ref, like, slot, key, *args):
-    """What every lazy function is compiled as, for its ``slot`` and ``key`` (:func:`_lazy_key`)
-    as constants: its state loaded from the reference passed (``by_reference.state_at``), then
-    the function itself called (:func:`lazy_body`), compiled on its own: inlined here, numba
-    compiled its code twice (the overload's own compile, then the entry's), and every lazy
-    function took 2-2.5x as long to compile (all of them 138 s of CPU against 51 s, 2026-11-28).
-    The call passes the state field by field, as numba does, but the function's callers reach
-    it by reference."""
-    return lazy_body(slot, key, by_reference.state_at(ref, like), args)
-
-
-def lazy_body(slot, key, s, args):
-    """The lazy function in ``slot`` on ``s`` and ``args`` (compiled: a call of it)."""
-    fn = next(fn for fn, (at, _) in _LAZY.items() if at == slot)
-    return interpreted(fn)(s, *args)
-
-
-def _lazy_body_inlined() -> None:
-    """The compiled form of :func:`lazy_body`: a call of the function in ``slot`` (a constant),
-    its arguments unpacked from ``args``."""
-    from numba.extending import overload
-
-    @overload(lazy_body, inline="always", prefer_literal=True)
-    def _lazy_body(slot, key, s, args):
-        if not isinstance(slot, numba.types.IntegerLiteral):
-            return None
-        listed = "".join(f", args[{k}]" for k in range(len(args)))
-        scope = {"body": _LAZY_BODIES[slot.literal_value]}
-        exec(f"def impl(slot, key, s, args):\n    return body(s{listed})\n", scope)
-        return scope["impl"]
+    if not _SHARED_DIGEST:
+        _SHARED_DIGEST.append(sources_digest())
+    own = Path(fn.__code__.co_filename).read_bytes()
+    return hashlib.sha256(_SHARED_DIGEST[0].encode() + own + fn.__qualname__.encode()).hexdigest()[:16]
 
 
 def _lazy_call(fn):
@@ -651,12 +693,10 @@ def _lazy_call(fn):
                 context.call_conv.return_user_exc(builder, RuntimeError, (missing,))
             given = [builder.extract_value(values[1], k) for k in range(len(args))]
             argtys = _entry_signature(fn, args.types[0])
-            packed = context.make_tuple(builder, argtys[4], [context.cast(builder, v, t, d) for v, t, d in
-                                                             zip(given[1:], args.types[1:], declared)])
+            scalars = [context.cast(builder, v, t, d) for v, t, d in zip(given[1:], args.types[1:], declared)]
             ref = by_reference.state_pointer(context, builder, data, where)
-            constants = [context.get_constant(numba.types.int64, t.literal_value) for t in argtys[2:4]]
             answer = call_by_address(context, builder, address, result, argtys,
-                                     (ref, context.get_constant_null(argtys[1]), *constants, packed))
+                                     (ref, context.get_constant_null(argtys[1]), *scalars))
             return context.get_dummy_value() if result == numba.types.none else answer
         return result(config, args), codegen
 
@@ -702,24 +742,21 @@ def lazy_address(fn, state_type) -> int:
 
 def lazy_compiled(fn, state_type):
     """Lazy function ``fn`` compiled (or loaded from numba's cache) for states of ``state_type``."""
-    dispatcher = _LAZY_ENTRY[0]
+    dispatcher = lazy_entry_dispatcher(fn)
     sig = _entry_signature(fn, state_type)
     dispatcher.compile(sig)
     return dispatcher.overloads[sig]
 
 
 def _entry_signature(fn, state_type) -> tuple:
-    """The types lazy function ``fn``'s entry (:func:`lazy_entry`) is compiled for: the state's
-    address, its type, its slot and key (constants), and its ``*args``."""
-    types = numba.types
-    return (types.voidptr, types.TypeRef(state_type), types.literal(_LAZY[fn][0]), types.literal(_lazy_key(fn)),
-            types.StarArgTuple.from_types(_declared(fn)[1]))
+    """The types lazy function ``fn``'s entry is compiled for: the state's address, its type, and
+    its scalar parameters."""
+    return (numba.types.voidptr, numba.types.TypeRef(state_type), *_declared(fn)[1])
 
 
 def lazy_functions_compiled() -> list:
     """The lazy functions compiled (or loaded) in this process, for a state type or more."""
-    slots = {sig[2].literal_value for sig in _LAZY_ENTRY[0].overloads} if _LAZY_ENTRY else set()
-    return [fn for fn, (slot, _) in _LAZY.items() if slot in slots]
+    return [fn for fn, dispatcher in _LAZY_ENTRY.items() if dispatcher.overloads]
 
 
 def address_of(compiled_function) -> int:

@@ -109,7 +109,8 @@ def test_a_running_loop_leaves_its_copy_of_the_state_where_lazy_functions_read_i
 def test_a_clusters_loop_leaves_no_replica_pointing_at_its_gone_copy_of_the_state(monkeypatch):
     """A cluster's loop calls each replica's loop, whose copy of the state is gone when it
     returns, and may then call a replica's lazy functions itself: ``loop.call_engine`` clears
-    the replica's slot after each call, so those calls copy the state (``by_reference.py``)."""
+    the replica's slot after each call, so that those calls stop unless their caller pins the
+    replica (``by_reference.py``)."""
     from pagesim.sim import cluster
     from tests.sim.helpers import cfg_for, rand_trace
 
@@ -157,6 +158,60 @@ def test_a_lazy_function_called_on_a_state_not_pinned_stops_the_run_naming_it():
         unpinned(s)
     assert pinned(s) == jit.interpreted(policy_priority.waiting_position)(s, 0, False)
     assert s.config[state.STATE_ADDRESS] == 0
+
+
+@compiled_only
+def test_an_entry_is_written_again_only_where_what_it_compiles_changed(monkeypatch, tmp_path):
+    """A lazy function's entry is a file of its own (``jit.lazy_entry_dispatcher``), which numba
+    caches by its time and size: written with the digest of the sources it compiles, its time
+    set from that digest; written again unchanged (by another process), text and time are the
+    same, and the code cached stays fresh; with another digest (an edit of a source), both change."""
+    from pagesim.sim.core import policy_priority
+
+    jit.use_numba()
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_LAZY_ENTRY", {})
+    holding = getattr(policy_priority.holding_position, "py_func", policy_priority.holding_position)
+    jit.lazy_entry_dispatcher(holding)
+    path = tmp_path / "pagesim-lazy" / "pagesim_lazy_policy_priority_holding_position.py"
+    text, stamp = path.read_text(), path.stat().st_mtime
+    assert "lazy function pagesim.sim.core.policy_priority.holding_position" in text
+    assert jit._lazy_digest(holding) in text and "def entry(ref, like, i):" in text
+    assert "    return body(state_at(ref, like), i)" in text
+    path.unlink()  # another process writes it again, unchanged
+    monkeypatch.setattr(jit, "_LAZY_ENTRY", {})
+    jit.lazy_entry_dispatcher(holding)
+    assert (path.read_text(), path.stat().st_mtime) == (text, stamp)
+    monkeypatch.setattr(jit, "_LAZY_ENTRY", {})
+    monkeypatch.setattr(jit, "_lazy_digest", lambda fn: "0" * 16)
+    jit.lazy_entry_dispatcher(holding)
+    assert path.read_text() != text and path.stat().st_mtime != stamp
+
+
+#: a process that compiles one lazy function for a v1 state and prints whether numba's cache had it
+ENTRY_CACHED = """
+from pagesim.sim.core import jit, policy_priority
+from pagesim.sim.run import initial_state
+from tests.sim.helpers import cfg_for, rand_trace
+jit.use_numba()
+s = initial_state(cfg_for("vllm-v1"), rand_trace(0, n=4))
+holding = policy_priority.holding_position.py_func
+jit.lazy_compiled(holding, jit.numba.typeof(s))
+print(sum(jit._LAZY_ENTRY[holding].stats.cache_hits.values()))
+"""
+
+
+@compiled_only
+def test_a_second_process_loads_an_entry_from_numbas_cache(tmp_path):
+    """The first process compiles a lazy function's entry, the second finds it in the cache."""
+    from tests.sim.helpers import TESTS_ROOT, subprocess_path
+
+    env = {**os.environ, "PAGESIM_JIT": "numba", "NUMBA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": subprocess_path()}
+    hits = [subprocess.run([sys.executable, "-c", ENTRY_CACHED], capture_output=True, text=True, env=env,
+                           cwd=TESTS_ROOT, timeout=600) for _ in range(2)]
+    assert [done.returncode for done in hits] == [0, 0], hits[-1].stderr[-2000:]
+    assert [done.stdout.split()[-1] for done in hits] == ["0", "1"]
 
 
 @compiled_only
