@@ -518,9 +518,9 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     calls it at the address in its slot of ``config[LAZY_ADDRESSES]``, which a run's set-up
     writes (:func:`set_lazy_addresses`), compiling it then, so that the other runs never compile
     it (numba compiles every function its loop's code names, reached or not). It takes the
-    state first, passed by reference (``by_reference.py``; compiled in :func:`lazy_entry_dispatcher`), then
-    scalars, each declared (``int``, ``float``, ``bool``), and declares its result (those or
-    ``None``): its caller is typed without it."""
+    state first, passed by reference (``by_reference.py``; its entry:
+    :func:`lazy_entry_dispatcher`), then scalars, each declared (``int``, ``float``, ``bool``),
+    and declares its result (those or ``None``): its caller is typed without it."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
                               by_address=by_address, lazy=lazy)
