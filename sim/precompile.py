@@ -46,7 +46,7 @@ def _compile_order(job: str) -> int:
     one ends): vLLM v1's (its engine's, cluster's and, warming, disaggregated pools' loops),
     vLLM v0's and Orca's, the lazy functions (``--warm``), then SGLang's and static's. Their CPU
     on this project's machine, cold (a clean clone's ``.ci/run``, 2026-11-28): 132, 96, 69, 66
-    and 32 s; the lazy functions last, one core stood idle for their 69 s."""
+    and 32 s (the lazy functions' job, run last, left one core idle for its 69 s)."""
     from pagesim.sim import systems
     from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
 

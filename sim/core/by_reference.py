@@ -1,7 +1,7 @@
 """The state passed by reference to functions compiled code calls by the address of their machine
 code: a family's scheduler entry (``loop.scheduler_entry_for``) and the entry of every function
-compiled apart (``jit.lazy_entry_dispatcher``, ``jit.njit``'s ``lazy``), so that their callers pass one
-address, not the whole state.
+compiled apart (``jit.njit``'s ``lazy``, ``jit.lazy_entry_dispatcher``), so that their callers
+pass one address, not the whole state.
 
 numba passes a tuple of arrays, as the state is, field by field: ~70 arrays' descriptions, ~550
 machine words at every call (the static engine took 70 % longer with its scheduler called so,
