@@ -21,8 +21,9 @@ code built once (:func:`_untyped_ir_once_per_function`), its scope copied once p
 copy (:func:`_inlined_scope_copied_once`) and its blocks once (:func:`_inlined_ir_copied_once`),
 the compile's flags compared without reading each option through its property
 (:func:`_compile_flags_compared_quickly`), the Python wrappers of
-functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`), and
-no C wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
+functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`),
+numba's error messages built plain (:func:`_plain_error_messages`), and no C wrappers
+(``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
 array that numba's dead-code elimination would delete on too narrow a reading of what may alias
 an argument (:func:`_stores_kept`: the core allocates no array). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
@@ -411,6 +412,20 @@ def _compile_flags_compared_quickly() -> None:
     config.__eq__ = __eq__
 
 
+def _plain_error_messages() -> None:
+    """numba marks up each error message it builds (``errors.termcolor``) where colorama is
+    installed (the test extras' mkdocs pulls it in), wrapping stdout and stderr around every
+    one, even those it drops: typing tries each overload of a call and builds a message for each
+    that does not match, ~29,000 while the vLLM v1 family compiles cold, 17 us each (~0.5 s of
+    CPU, by hand, 2026-11-28). Its messages are left plain, as numba leaves them with
+    ``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING`` (read only as numba is first imported)."""
+    from numba.core import errors
+
+    scheme = getattr(errors, "HighlightColorScheme", None)  # (none without colorama)
+    if scheme is not None:
+        scheme._markup = lambda self, msg, color=None, style=None: msg
+
+
 def _stores_kept() -> None:
     """numba's dead-code elimination deletes a store into an array unless it finds that the array
     may be an argument's (``ir_utils.find_potential_aliases``), and it finds too few: ``x =
@@ -472,6 +487,7 @@ def use_numba() -> None:
     _compile_flags_compared_quickly()
     _python_wrappers_unoptimized()
     _stores_kept()
+    _plain_error_messages()
     by_reference.register()
     for fn in _ON_LOAD:
         fn()

@@ -340,6 +340,20 @@ def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypa
     assert unset == unset_but_default and flags != unset  # set to its default: still equal, by values()
 
 
+def test_numbas_error_messages_are_built_plain():
+    """jit._plain_error_messages: where colorama is installed numba marks up every error message
+    it builds (each overload typing tried that did not match), wrapping stdout and stderr around
+    each; the core's numba builds them as plain text, without touching the streams."""
+    _numba_loaded()
+    import sys
+
+    from numba.core import errors
+
+    streams = sys.stdout, sys.stderr
+    assert errors.termcolor().errmsg("an overload did not match") == "an overload did not match"
+    assert errors.termcolor().highlight("x") == "x" and (sys.stdout, sys.stderr) == streams
+
+
 def closures_source() -> str:
     """Two functions of one qualified name, closures of different constants (as the families'
     loops are), each called by a function of its own: 40 branches, too large for LLVM to
