@@ -63,6 +63,7 @@ _GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
 _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
+_SHARED_DIGEST: list = []  # sources_digest() of the core's shared sources, once read (_drop_stale_cache)
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
 _LAZY_ENTRY: dict = {}  # ... -> the dispatcher of its entry (lazy_entry_dispatcher), once made
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
@@ -85,24 +86,26 @@ def sources_digest(here=None, group: str | None = None) -> str:
     return hashlib.sha256(b"".join(sources)).hexdigest()
 
 
-def group_cache_dir(group: str, here=None):
-    """Where cache ``group``'s functions are cached: ``$NUMBA_CACHE_DIR/pagesim-<group>``, or
-    ``sim/core/__pycache__/family-<group>``."""
+def _beside_numbas_cache(in_users: str, in_tree: str, here=None):
+    """A folder beside numba's cache: ``$NUMBA_CACHE_DIR/<in_users>`` where the user set one,
+    else ``sim/core/__pycache__/<in_tree>``."""
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     user = os.environ.get("NUMBA_CACHE_DIR")
-    return Path(user) / f"pagesim-{group}" if user else here / "__pycache__" / f"family-{group}"
+    return Path(user) / in_users if user else here / "__pycache__" / in_tree
+
+
+def group_cache_dir(group: str, here=None):
+    """Where cache ``group``'s functions are cached: ``$NUMBA_CACHE_DIR/pagesim-<group>``, or
+    ``sim/core/__pycache__/family-<group>``."""
+    return _beside_numbas_cache(f"pagesim-{group}", f"family-{group}", here)
 
 
 def modules_dir(here=None):
     """Where the extension modules of the core's loops lie (``sim/core/aot.py``), beside numba's
     cache: ``$NUMBA_CACHE_DIR/pagesim_core``, or ``sim/core/__pycache__``."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent if here is None else Path(here)
-    user = os.environ.get("NUMBA_CACHE_DIR")
-    return Path(user) / "pagesim_core" if user else here / "__pycache__"
+    return _beside_numbas_cache("pagesim_core", "", here)
 
 
 def _drop_stale_cache(here=None) -> None:
@@ -121,6 +124,8 @@ def _drop_stale_cache(here=None) -> None:
     try:
         stamp = cache / "core-sources.sha256"
         digest = sources_digest(here)
+        if here == Path(__file__).resolve().parent:  # the core's own: its lazy entries' digest reads it
+            _SHARED_DIGEST[:] = [digest]
         if not (stamp.exists() and stamp.read_text() == digest):
             for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*"),
                       *cache.glob("pagesim_cluster_*")]:
@@ -652,13 +657,7 @@ def inlined_lazy(slot: int):
 def lazy_entries_dir():
     """Where the lazy functions' entries are written (:func:`lazy_entry_dispatcher`), numba's
     cache of them beside: ``$NUMBA_CACHE_DIR/pagesim-lazy``, or ``sim/core/__pycache__/lazy``."""
-    from pathlib import Path
-
-    user = os.environ.get("NUMBA_CACHE_DIR")
-    return Path(user) / "pagesim-lazy" if user else Path(__file__).resolve().parent / "__pycache__" / "lazy"
-
-
-_SHARED_DIGEST: list = []  # sources_digest() of the shared sources, once read
+    return _beside_numbas_cache("pagesim-lazy", "lazy")
 
 
 def _lazy_digest(fn) -> str:
