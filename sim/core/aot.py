@@ -13,8 +13,9 @@ check of the replicas' list calls ``numba.typeof``). One source, compiled by the
 compiler: the module's results are numba's, bit for bit (``tests/sim/core/test_aot.py``).
 
 The module is named by its loop, its family and a hash of the sources of its family's loops
-(``jit.sources_digest``), this file and the arguments' array kinds (``replay.array_kind``:
-what numba's types depend on), so a stale one is never loaded; it lies beside numba's cache
+(``jit.sources_digest``) and of the files only lazy functions compile (``jit.lazy_only_digest``),
+this file and the arguments' array kinds (``replay.array_kind``: what numba's types depend on),
+so a stale one is never loaded; it lies beside numba's cache
 (``sim/core/__pycache__``, or ``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package
 (``sim/precompile.py``, which ``setup.py`` runs for a wheel or ``pip install .``), in
 ``sim/core/compiled/``, where a first run finds every family's. Its machine code is for the
@@ -115,9 +116,10 @@ def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     holds, the arrays' kinds, and numpy's version (the module is built against numpy's C
     interface)."""
     entry, family = which
-    # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py)
+    # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py),
+    # and the files only lazy functions compile (every lazy function is linked in)
     groups = (loop.FAMILIES[family], loop.SCHEDULER_GROUPS[family])
-    digests = "|".join(jit.sources_digest(group=group) for group in groups)
+    digests = "|".join([*(jit.sources_digest(group=group) for group in groups), jit.lazy_only_digest()])
     key = f"{digests}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|{np.__version__}"
     return module_prefix(which) + hashlib.sha256(key.encode()).hexdigest()[:20]
 

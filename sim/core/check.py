@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache, speculative
+from pagesim.sim.core import host_tier, kv_cache, memory, policies, prefix_cache, speculative
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
@@ -57,7 +57,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import MEMORY_CATEGORIES, POLICY_PRIORITY, SCHEDULING_POLICY, SPECULATIVE_SLACK
+from pagesim.sim.core.state import MEMORY_CATEGORIES, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
                                     GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
@@ -166,7 +166,7 @@ def check_queues(s, mine) -> None:
         holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
     assert set(waiting[:c[KV_HOLDING_WAITING]]) == holding, \
         "the requests holding blocks for their KV are not the waiting queue's front"
-    if s.config[SCHEDULING_POLICY] == POLICY_PRIORITY:  # sim/core/policy_priority.py, each part apart
+    if policies.priority_chosen(s.config):  # sim/core/policy_priority.py, each part apart
         for part in (waiting[:c[KV_HOLDING_WAITING]], waiting[c[KV_HOLDING_WAITING]:]):
             keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in part]
             assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"

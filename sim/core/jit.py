@@ -62,6 +62,12 @@ _GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
                 **{SCHEDULER_GROUPS[kind]: files for kind, files in FAMILY_FILES.items()}}
 _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
+#: the core files whose functions compiled code reaches only through their lazy functions' entries
+#: (``njit``'s ``lazy``; the file's other functions are inline helpers of those): left out of every
+#: shared and group digest, each entry keyed by its own file instead (:func:`_lazy_digest`), so that
+#: an edit of one recompiles that file's entries alone (tests/sim/core/test_jit_cache.py checks that
+#: no other core file names any function of theirs but a lazy one)
+LAZY_ONLY = ("policy_priority.py",)
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _SHARED_DIGEST: list = []  # sources_digest() of the core's shared sources, once read (_drop_stale_cache)
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
@@ -73,17 +79,28 @@ _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none
 def sources_digest(here=None, group: str | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
     function's): their functions and the constants frozen into them. Those are every file but
-    the Python-only glue in :data:`NOT_COMPILED` (its edits need no recompile) and the files the
-    groups keep to themselves, plus ``group``'s own."""
+    the Python-only glue in :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy
+    entries compile (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus
+    ``group``'s own."""
     import hashlib
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    kept = {name for files in _GROUP_FILES.values() for name in files}
+    kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
     own = set(_GROUP_FILES.get(group, ()))
     sources = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(here.glob("*.py"))
                if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)]
     return hashlib.sha256(b"".join(sources)).hexdigest()
+
+
+def lazy_only_digest(here=None) -> str:
+    """A hash of the :data:`LAZY_ONLY` files, which an extension module (``aot.py``: it links
+    every lazy function) compiles besides its groups' sources."""
+    import hashlib
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    return hashlib.sha256(b"".join(name.encode() + b"\0" + (here / name).read_bytes() for name in LAZY_ONLY)).hexdigest()
 
 
 def _beside_numbas_cache(in_users: str, in_tree: str, here=None):

@@ -7,20 +7,22 @@ preemption is the running request with the largest (priority, arrival time), the
 equals in the running list (``max(self.running, key=lambda r: (r.priority, r.arrival_time))``,
 ``vllm/v1/core/sched/scheduler.py:932-936``). What the scheduler does around a victim (one
 scheduled earlier in the step gives its tokens back; one that preempts itself lets the requests
-after it try) is ``scheduler_v1.py``'s."""
+after it try) is ``scheduler_v1.py``'s.
+
+Compiled code reaches this file only through its lazy functions' entries (``jit.LAZY_ONLY``):
+an edit recompiles those alone, not every family's loop."""
 
 from __future__ import annotations
 
+from pagesim.sim.core import policies  # (which imports this file: its names are read at a call)
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_HEAD, WAITING_LEN
-from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
 
 
-@njit(inline=True)
-def chosen(config):
-    """Whether the run schedules by priority: the runs that call this policy (``policies.py``),
-    and so the only ones that compile its functions (``njit``'s lazy)."""
-    return config[SCHEDULING_POLICY] == POLICY_PRIORITY
+def chosen(config) -> bool:
+    """Whether a run may call this policy (``policies.priority_chosen``), and so compiles its
+    functions (``njit``'s lazy)."""
+    return policies.priority_chosen(config)
 
 
 @njit(inline=True)
@@ -58,8 +60,9 @@ def position_before(s, i, end):
     return p
 
 
-@njit(inline=True)
-def victim(s):
+# per preemption under priority: a call (as every policy's victim, ``policies.victim``)
+@njit(lazy=chosen)
+def victim(s) -> int:
     """The running list's position of the request to preempt: the largest (priority, arrival)."""
     worst = 0
     for k in range(1, s.count[NUM_RUNNING]):

@@ -92,6 +92,56 @@ def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch):
     assert not any(f.exists() for f in cached.values())
 
 
+def test_editing_a_file_only_lazy_entries_compile_keeps_every_cache(tmp_path, monkeypatch):
+    """policy_priority.py is compiled by its lazy functions' entries alone, each keyed by its own
+    file (jit._lazy_digest): an edit drops no family's cache, and renames the extension
+    modules, which link every lazy function."""
+    from pagesim.sim.core import aot
+
+    lazy_only = tmp_path / jit.LAZY_ONLY[0]
+    lazy_only.write_text("# the policy\n")
+    cached = grouped_core(tmp_path, monkeypatch)
+    before = jit.lazy_only_digest(tmp_path)
+    lazy_only.write_text("# edited\n")
+    jit._drop_stale_cache(tmp_path)
+    assert all(f.exists() for f in cached.values())
+    assert jit.lazy_only_digest(tmp_path) != before
+    names = set()
+    for digest in ("a", "b"):
+        monkeypatch.setattr(jit, "lazy_only_digest", lambda digest=digest: digest)
+        names.add(aot.module_name(("core",), ("core", next(iter(aot.loop.FAMILIES)))))
+    assert len(names) == 2
+
+
+def test_a_file_only_lazy_entries_compile_is_named_elsewhere_by_its_lazy_functions_alone():
+    """What makes jit.LAZY_ONLY right: every function of such a file is lazy or inlined into
+    one of its lazy ones, and no other core file names any but a lazy one (an inlined helper or
+    an ordinary call would compile the file into a family's code, which its edits leave stale)."""
+    import ast
+    from pathlib import Path
+
+    here = Path(jit.__file__).parent
+    for name in jit.LAZY_ONLY:
+        module = name[:-3]
+        lazy = {fn.__name__ for fn in jit._LAZY if fn.__module__.rsplit(".", 1)[-1] == module}
+        tree = ast.parse((here / name).read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.decorator_list:
+                options = {k.arg: k.value for d in node.decorator_list if isinstance(d, ast.Call) for k in d.keywords}
+                inlined = isinstance(options.get("inline"), ast.Constant) and options["inline"].value is True
+                assert node.name in lazy or inlined, f"{name}: {node.name} is neither lazy nor inlined"
+        for path in sorted(here.glob("*.py")):
+            if path.name in (*jit.NOT_COMPILED, name):
+                continue
+            named = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith("." + module):
+                    named |= {a.name for a in node.names}
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == module:
+                    named.add(node.attr)
+            assert named <= lazy, f"{path.name} names {named - lazy} of {name}"
+
+
 def test_editing_a_familys_scheduler_recompiles_its_scheduler_not_its_loop(tmp_path, monkeypatch):
     """A family's loop calls its scheduler by address (``loop.call_scheduler``): an edit of
     scheduler_v1.py recompiles vLLM v1's scheduler, not its loop, nor any other family's; the
