@@ -154,8 +154,8 @@ def clusters(rev: str | None, chosen: tuple, repeats: int) -> None:
         print(f"{name + ' (' + system + ')':<28} {what:<18} " + " ".join(f"{v:>7.1f}" for v in values) + ratio)
 
 
-#: (the policy file edited, its tests): two systems' scheduler files (their family recompiles
-#: alone), and a scheduling policy shared by vLLM v0 and v1 (every family recompiles)
+#: (the policy file edited, its tests): two systems' scheduler files (their scheduler's entry
+#: recompiles alone), and vLLM v1's priority policy (its lazy functions' entries alone: jit.LAZY_ONLY)
 EDITS = (("sim/core/scheduler_v1.py", "tests/sim/core/test_vllm_v1.py tests/sim/core/test_priority.py"),
          ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"),
          ("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"))
