@@ -91,6 +91,8 @@ PAGED_BREAKS = [
     (run_a_request_twice, "twice in the running list"),
     (run_a_request_again, "twice in the running list"),
     (running_as_waiting, "the waiting list is not the requests of that status"),
+    (lambda s: s.status.__setitem__(s.running[0], state.LOADING + 1), "a request's status is none the core sets"),
+    (lambda s: s.count.__setitem__(state.WAITING_LEN, len(s.waiting) + 1), "outside its ring"),
     (lambda s: s.running.__setitem__(0, -3), "a queue holds a request the run does not have"),
     (lambda s: s.running.__setitem__(0, len(s.status)), "a queue holds a request the run does not have"),
 ]
@@ -111,6 +113,25 @@ def test_shared_reference_counts_are_recomputed():
     s.block_info[held_block(s), state.REF] += 1
     with pytest.raises(InvariantError, match="reference counts differ"):
         replay.checked(s, 0.0)
+
+
+def test_a_shared_block_holding_different_tokens_for_its_holders_is_named():
+    """Two running requests share a prefix's block; one of them made to hold it partly (its
+    computed tokens ending inside it) says that block holds fewer tokens than the other says."""
+    s = mid_run(cfg_for("vllm", slots=1200, check=True, prefix_caching=True), rand_trace(3, n=60, prefix=True))
+    replay.checked(s, 0.0)
+    bs, running = int(s.config[state.BLOCK_SIZE]), s.running[:s.count[state.NUM_RUNNING]].tolist()
+    held = {}  # block -> (request, index) of its first holder
+    for i in running:
+        for k in range(int(s.num_computed_tokens[i]) // bs):  # its full blocks
+            b = int(s.block_table[s.seq_slot[i, 0], k])
+            if b in held:
+                s.num_computed_tokens[i] = k * bs + 1  # the second holder: block k now partly held
+                with pytest.raises(InvariantError, match="a shared block holds different tokens"):
+                    replay.checked(s, 0.0)
+                return
+            held[b] = (i, k)
+    pytest.fail("no block shared by two running requests in this state")
 
 
 def test_a_free_block_with_a_key_is_named():
