@@ -390,6 +390,33 @@ def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypa
     assert unset == unset_but_default and flags != unset  # set to its default: still equal, by values()
 
 
+def test_the_variables_live_at_a_blocks_entry_are_numbas_when_asked_for():
+    """jit._lifetimes_on_demand: numba's post-processing computes no liveness until it is asked
+    for; asked, each block's live variables at entry are those numba's own run gives."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    from numba.core import compiler, postproc
+
+    def f(a, n):
+        total = 0
+        for i in range(n):
+            if a[i] > 0:
+                total += a[i]
+            else:
+                total -= 1
+        return total
+
+    numbas, ours = compiler.run_frontend(f), compiler.run_frontend(f)
+    postproc.PostProcessor.run.numbas(postproc.PostProcessor(numbas))
+    postproc.PostProcessor(ours).run()
+    assert not dict(ours.block_entry_vars) and "livemap" not in vars(ours.variable_lifetime)  # nothing computed
+    assert sorted(ours.blocks) == sorted(numbas.blocks) and len(numbas.blocks) > 3
+    for offset in numbas.blocks:
+        assert ours.get_block_entry_vars(ours.blocks[offset]) == numbas.get_block_entry_vars(numbas.blocks[offset])
+
+
 def test_numbas_error_messages_are_built_plain():
     """jit._plain_error_messages: where colorama is installed numba marks up every error message
     it builds (each overload typing tried that did not match), wrapping stdout and stderr around
