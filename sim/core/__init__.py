@@ -13,8 +13,9 @@ same CPython functions otherwise (``sim/core/jit.py``).
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
     lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics,
                     a step's end
-    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py):
-                    where a request waits, which running request a preemption takes
+    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py;
+                    which one: policy_choice.py): where a request waits, which running request a
+                    preemption takes
     scheduler_vllm.py   vLLM v0's iteration: swap-in, admission, prefill-first or chunked, preemption
     scheduler_orca.py   what the contiguous manager changes in it (Orca)
     scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, kv_cache, memory, policies, prefix_cache, speculative
+from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache, speculative
 from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.policy_choice import priority_chosen
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_GROUP, SLIDING_SHARED_SLOTS
@@ -173,7 +174,7 @@ def check_queues(s, mine) -> None:
         holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
     assert set(waiting[:c[KV_HOLDING_WAITING]]) == holding, \
         "the requests holding blocks for their KV are not the waiting queue's front"
-    if policies.priority_chosen(s.config):  # sim/core/policy_priority.py, each part apart
+    if priority_chosen(s.config):  # sim/core/policy_priority.py, each part apart
         for part in (waiting[:c[KV_HOLDING_WAITING]], waiting[c[KV_HOLDING_WAITING]:]):
             keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in part]
             assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"

@@ -2,20 +2,14 @@
 request joins the waiting queue (and its holding part: ``lifecycle.hold_waiting``) and which
 running request a preemption takes. A new policy is a file with these functions and a line in
 each below (and its name in ``sim.systems.SCHEDULING_POLICIES``). Priority's functions are
-lazy (compiled for the runs that choose it) and its file compiled by their entries alone
-(``jit.LAZY_ONLY``): so whether it is chosen is stated here, in the code every run compiles."""
+lazy (compiled for the runs that choose it, ``policy_choice.py``) and its file compiled by their
+entries alone (``jit.LAZY_ONLY``)."""
 
 from __future__ import annotations
 
 from pagesim.sim.core import policy_fcfs, policy_priority
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import POLICY_PRIORITY, SCHEDULING_POLICY
-
-
-@njit(inline=True)
-def priority_chosen(config):
-    """Whether the run schedules by priority (the runs that compile ``policy_priority.py``)."""
-    return config[SCHEDULING_POLICY] == POLICY_PRIORITY
+from pagesim.sim.core.policy_choice import priority_chosen
 
 
 @njit(inline=True)

@@ -14,15 +14,9 @@ an edit recompiles those alone, not every family's loop."""
 
 from __future__ import annotations
 
-from pagesim.sim.core import policies  # (which imports this file: its names are read at a call)
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.policy_choice import priority_chosen
 from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_HEAD, WAITING_LEN
-
-
-def chosen(config) -> bool:
-    """Whether a run may call this policy (``policies.priority_chosen``), and so compiles its
-    functions (``njit``'s lazy)."""
-    return policies.priority_chosen(config)
 
 
 @njit(inline=True)
@@ -36,14 +30,14 @@ def served_before(s, a, b):
 
 
 # priority scheduling's (per arrival): a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit(lazy=chosen)
+@njit(lazy=priority_chosen)
 def waiting_position(s, i: int, returning: bool) -> int:
     """After every waiting request served before ``i`` (``returning`` changes nothing): found
     from the back, where a new arrival of the usual priority belongs."""
     return position_before(s, i, s.count[WAITING_LEN])
 
 
-@njit(lazy=chosen)
+@njit(lazy=priority_chosen)
 def holding_position(s, i: int) -> int:
     """Where request ``i`` joins the waiting queue's holding part (``lifecycle.hold_waiting``):
     by the same key, among those there (``kv_holding_waiting`` is a priority queue too)."""
@@ -61,7 +55,7 @@ def position_before(s, i, end):
 
 
 # per preemption under priority: a call (as every policy's victim, ``policies.victim``)
-@njit(lazy=chosen)
+@njit(lazy=priority_chosen)
 def victim(s) -> int:
     """The running list's position of the request to preempt: the largest (priority, arrival)."""
     worst = 0
