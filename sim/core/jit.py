@@ -83,25 +83,29 @@ def sources_digest(here=None, group: str | None = None) -> str:
     the Python-only glue in :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy
     entries compile (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus
     ``group``'s own."""
-    import hashlib
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
     own = set(_GROUP_FILES.get(group, ()))
-    sources = [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(here.glob("*.py"))
-               if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)]
-    return hashlib.sha256(b"".join(sources)).hexdigest()
+    return _files_digest([p for p in sorted(here.glob("*.py"))
+                          if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)])
 
 
 def lazy_only_digest(here=None) -> str:
     """A hash of the :data:`LAZY_ONLY` files, which an extension module (``aot.py``: it links
     every lazy function) compiles besides its groups' sources."""
-    import hashlib
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    return hashlib.sha256(b"".join(name.encode() + b"\0" + (here / name).read_bytes() for name in LAZY_ONLY)).hexdigest()
+    return _files_digest([here / name for name in LAZY_ONLY])
+
+
+def _files_digest(paths) -> str:
+    """A hash of the files ``paths``, each by its name and its bytes."""
+    import hashlib
+
+    return hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in paths)).hexdigest()
 
 
 def _beside_numbas_cache(in_users: str, in_tree: str, here=None):
