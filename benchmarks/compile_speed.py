@@ -53,7 +53,8 @@ from pathlib import Path
 
 from _import_path import ROOT, child_env, import_path  # the checkout's pagesim
 
-FAMILIES = (("vllm v0 and Orca", "vllm"), ("vLLM v1", "vllm-v1"), ("SGLang", "sglang"), ("static", "static"))
+FAMILIES = (("vLLM v0 and Orca, paged", "vllm"), ("vLLM v0 and Orca, contiguous", "orca-max"), ("vLLM v1", "vllm-v1"),
+            ("SGLang", "sglang"), ("static", "static"))
 #: every lazy function (``jit.njit``'s ``lazy``), compiled as ``precompile --warm`` compiles them
 #: beside the families: measured where ``--systems`` names it, and no family
 LAZY = ("the lazy functions", "lazy")
@@ -145,13 +146,13 @@ def clusters(rev: str | None, chosen: tuple, repeats: int) -> None:
             if rev:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     print(f"a cluster loop's first run, its family's engine loop cached: CPU s, the median of {repeats}")
-    print(f"{'family (system)':<28} {'cluster':<18} " + " ".join(f"{side:>7}" for side in sides)
+    print(f"{'family (system)':<42} {'cluster':<18} " + " ".join(f"{side:>7}" for side in sides)
           + ("  ratio" if rev else ""))
     for (name, what), this in runs["this"].items():
         system = dict(chosen)[name]
         values = [statistics.median(runs[side][(name, what)]) for side in sides]
         ratio = f"  {values[-1] / values[0]:5.2f}" if rev else ""
-        print(f"{name + ' (' + system + ')':<28} {what:<18} " + " ".join(f"{v:>7.1f}" for v in values) + ratio)
+        print(f"{name + ' (' + system + ')':<42} {what:<18} " + " ".join(f"{v:>7.1f}" for v in values) + ratio)
 
 
 #: (the policy file edited, its tests): two systems' scheduler files (their scheduler's entry
@@ -278,18 +279,18 @@ def single(chosen: tuple, with_turn: bool) -> None:
     precompile_bytecode(ROOT)
     base = reference_cpu()
     print(f"baseline: numba's import and a reference function's compile: {base:.1f} s of CPU")
-    print(f"{'family (system)':<28} {'alone: CPU s':>13} {'x base':>7} {'in turn: CPU s':>15} {'x base':>7}")
+    print(f"{'family (system)':<42} {'alone: CPU s':>13} {'x base':>7} {'in turn: CPU s':>15} {'x base':>7}")
     alone, turn = measure(chosen, with_turn)
     for name, system in chosen:
         in_turn = f"{turn[name]:>15.1f} {turn[name] / base:>7.1f}" if with_turn else ""
-        print(f"{name + ' (' + system + ')':<28} {alone[name]:>13.1f} {alone[name] / base:>7.1f} {in_turn}".rstrip())
+        print(f"{name + ' (' + system + ')':<42} {alone[name]:>13.1f} {alone[name] / base:>7.1f} {in_turn}".rstrip())
     families_alone = [alone[name] for name, system in chosen if (name, system) in FAMILIES]
     if not families_alone:  # the lazy functions alone: no family's target
         return
     line = f"targets (#35, 2 cores): a family alone <= 40 s (worst here {max(families_alone):.0f} s)"
     if with_turn:
         total = sum(turn.values())
-        print(f"{'every family, in turn':<28} {'':>13} {'':>7} {total:>15.1f} {total / base:>7.1f}")
+        print(f"{'every family, in turn':<42} {'':>13} {'':>7} {total:>15.1f} {total / base:>7.1f}")
         if len(chosen) == len(FAMILIES):
             line += f"; every family <= 90 s (here {total:.0f} s)"
     print(line)
@@ -343,19 +344,19 @@ def paired(rev: str, chosen: tuple, repeats: int, with_turn: bool) -> None:
 
     print(f"CPU seconds: the median of {repeats} run(s) of each, every run listed where more than one; "
           f"ratio: this / base")
-    print(f"{'family (system)':<28} {'':<8} {'base':>7} {'this':>7} {'ratio':>6}   runs (base | this)")
+    print(f"{'family (system)':<42} {'':<8} {'base':>7} {'this':>7} {'ratio':>6}   runs (base | this)")
     totals = {}
     for kind, label in (("alone", "alone"), ("turn", "in turn")) if with_turn else (("alone", "alone"),):
         for name, system in chosen:
             base, this = (median(runs[side][kind][name]) for side in ("base", "this"))
-            print(f"{name + ' (' + system + ')':<28} {label:<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
+            print(f"{name + ' (' + system + ')':<42} {label:<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
                   f"{runs_of(runs['base'][kind][name])} | {runs_of(runs['this'][kind][name])}".rstrip(" |"))
         if kind == "turn":
             # each round's sum over the families, then the median of those sums
             for side in paths:
                 totals[side] = [sum(runs[side]["turn"][name][r] for name, _ in chosen) for r in range(repeats)]
             base, this = median(totals["base"]), median(totals["this"])
-            print(f"{'every family, in turn':<28} {'':<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
+            print(f"{'every family, in turn':<42} {'':<8} {base:>7.1f} {this:>7.1f} {this / base:>6.2f}   "
                   f"{runs_of(totals['base'])} | {runs_of(totals['this'])}".rstrip(" |"))
     chosen_families = [name for name, system in chosen if (name, system) in FAMILIES]
     if not chosen_families:  # the lazy functions alone: no family's target

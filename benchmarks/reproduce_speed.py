@@ -44,8 +44,9 @@ def this_path() -> str:
 
 
 def warm(path: str) -> None:
-    subprocess.run([sys.executable, "-c", "from pagesim.experiments.sweep import warm_up_core; warm_up_core()"],
-                   env=child_env(path), check=True)
+    """Every scheduler family's loops compiled into numba's cache (as the test suite's warm-up)."""
+    subprocess.run([sys.executable, "-m", "pagesim.sim.precompile", "--warm"], env=child_env(path), check=True,
+                   stderr=subprocess.DEVNULL)
 
 
 def timed(path: str, out: Path, workers: int, quick: bool) -> tuple[float, float, float]:

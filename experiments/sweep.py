@@ -123,18 +123,38 @@ def _progress_bar(total: int, initial: int, enabled: bool):
 _POOL: list = []  # (workers, ProcessPoolExecutor): one pool serves every sweep of a process
 
 
-def _shared_pool(n: int) -> cf.ProcessPoolExecutor:
+def _shared_pool(n: int, specs: list[RunSpec] = ()) -> cf.ProcessPoolExecutor:
     """A pool of ``n`` worker processes, kept for the next sweep: ``reproduce all`` runs five
     figures' sweeps, and each new pool's workers would import pagesim and load the compiled
-    core again (about a second each)."""
-    if _POOL and _POOL[0][0] == n:
-        return _POOL[0][1]
-    _drop_pool(wait=True)
+    core again (about a second each). The core's loops ``specs`` run (the default system's
+    without) are compiled first, once each (:func:`warm_up_core`), and loaded from numba's cache by
+    every worker."""
+    wanted = [family for family in _families(specs) if family not in _WARMED]
+    if not (_POOL and _POOL[0][0] == n):
+        _drop_pool(wait=True)
+        if n > 1 and len(wanted) == 1:  # in this process: the workers forked after it have it loaded
+            warm_up_core(wanted)
+        _POOL.append((n, cf.ProcessPoolExecutor(max_workers=n, initializer=end_with_parent,
+                                                initargs=(os.getpid(),))))
     if n > 1:
-        warm_up_core()  # compiled once here, loaded from numba's cache by every worker
-    pool = cf.ProcessPoolExecutor(max_workers=n, initializer=end_with_parent, initargs=(os.getpid(),))
-    _POOL.append((n, pool))
-    return pool
+        warm_up_core([family for family in wanted if family not in _WARMED], _POOL[0][1])
+    return _POOL[0][1]
+
+
+_WARMED: set = set()  # the scheduler families compiled (or found compiled) for this process's pool
+
+
+def _families(specs: list[RunSpec]) -> list[int]:
+    """The scheduler families (``sim/core/families.py``: each a compiled loop) ``specs`` run, in
+    order of first appearance; the default system's without specs (a spec that is not a valid
+    configuration is left to its run to report)."""
+    families: dict[int, None] = {}
+    for spec in specs:
+        try:
+            families.setdefault(spec.sim_config().family, None)
+        except ConfigError:
+            continue
+    return list(families) or [SimConfig().family]
 
 
 #: how often a worker looks whether its parent still runs (seconds)
@@ -174,17 +194,35 @@ def _drop_pool(wait: bool) -> None:
 atexit.register(_drop_pool, True)
 
 
-def warm_up_core() -> float:
-    """Compile the simulation core in this process when numba's cache lacks it (once per
-    install, minutes; the log says so, sim/core/replay.py), before workers start, which then
-    load it rather than each compiling it. Returns the seconds."""
+def warm_up_core(families: list[int] | None = None, pool: cf.ProcessPoolExecutor | None = None) -> float:
+    """Compile the loops of scheduler ``families`` (default: the default system's) where numba's
+    cache lacks them (once per install, about a minute each; the log says so, sim/core/replay.py),
+    before the runs, so that the workers load them rather than each compiling the same: in this
+    process, or with ``pool``, on its workers side by side (``pagesim reproduce fig2`` runs vLLM v0's
+    and Orca's scheduler over paged memory and over contiguous extents, two families: on 2 cores
+    their compiles take the time of one). Returns the seconds."""
+    from pagesim.sim.precompile import families as system_of
+
     t0 = time.perf_counter()
-    run_simulation(SimConfig(), make_workload("sharegpt", rate=2, num_requests=4, seed=0))
+    families = families if families is not None else _families([])
+    systems = [system_of()[family] for family in families]
+    if pool is None:
+        for system in systems:
+            _warm_up(system)
+    else:
+        for done in [pool.submit(_warm_up, system) for system in systems]:
+            done.result()
+    _WARMED.update(families)
     return time.perf_counter() - t0
 
 
+def _warm_up(system: str) -> None:
+    """A small run of ``system``: its family's loop compiled, or loaded."""
+    run_simulation(SimConfig.for_system(system), make_workload("sharegpt", rate=2, num_requests=4, seed=0))
+
+
 def _run_pool(todo, specs, run_fn, n, finish, cache_dir, replace, tables) -> None:
-    pool = _shared_pool(n)
+    pool = _shared_pool(n, [specs[idx[0]] for idx in todo.values()])
     try:
         futures = {pool.submit(_execute_and_store, specs[idx[0]], run_fn, cache_dir, key, key in replace, tables): key
                    for key, idx in todo.items()}

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pagesim.sim import systems
+from pagesim.sim.core.families import family_of
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
@@ -245,6 +246,11 @@ class SimConfig:
         contiguous cache, and today's FlashAttention / FlashInfer of vllm-v1 and SGLang, which
         read each cached token once and are priced per token."""
         return self.block_size if self.manager == "paged" and self.scheduler == "vllm" else 0
+
+    @property
+    def family(self) -> int:
+        """The core's scheduler family that runs it (its compiled loop: ``sim/core/families.py``)."""
+        return family_of(systems.SCHEDULERS[self.scheduler].core_kind, self.manager)
 
     @property
     def label(self) -> str:

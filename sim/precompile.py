@@ -31,27 +31,28 @@ from pathlib import Path
 
 
 def families() -> dict[int, str]:
-    """A system of each scheduler family (``sim/core/families.py``; the registry's first), by the
-    core's kind."""
+    """A system of each scheduler family (``sim/core/families.py``; the registry's first), by
+    family."""
     from pagesim.sim import systems
 
     first: dict[int, str] = {}
     for system in systems.SYSTEMS.values():
-        first.setdefault(systems.SCHEDULERS[system.scheduler].core_kind, system.name)
+        first.setdefault(system.family, system.name)
     return first
 
 
 def _compile_order(job: str) -> int:
     """The longest jobs first, so that the cores finish together (on 2 cores, each starting as
     one ends): vLLM v1's (its engine's, cluster's and, warming, disaggregated pools' loops),
-    vLLM v0's and Orca's, the lazy functions (``--warm``), then SGLang's and static's. Their CPU
+    vLLM v0's and Orca's over paged memory, then over contiguous extents, the lazy functions
+    (``--warm``), then SGLang's and static's. Their CPU
     on this project's machine, cold (a clean clone's ``.ci/run``, 2026-11-28): 132, 96, 69, 66
     and 32 s (the lazy functions' job, run last, left one core idle for its 69 s)."""
     from pagesim.sim import systems
-    from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
+    from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 
-    longest_first = [V1, CONTINUOUS, LAZY_JOB, SGLANG, STATIC]
-    kind = job if job == LAZY_JOB else systems.SCHEDULERS[systems.SYSTEMS[job].scheduler].core_kind
+    longest_first = [V1, CONTINUOUS, CONTINUOUS_CONTIGUOUS, LAZY_JOB, SGLANG, STATIC]
+    kind = job if job == LAZY_JOB else systems.SYSTEMS[job].family
     return longest_first.index(kind) if kind in longest_first else len(longest_first)
 
 
@@ -72,7 +73,7 @@ def build_one(system: str, into: Path | None) -> list[Path]:
     from pagesim.sim.core import aot, jit
     from pagesim.sim.disagg import run_disaggregated
     from pagesim.sim.run import run_simulation
-    from pagesim.sim.systems import SCHEDULERS, SYSTEMS
+    from pagesim.sim.systems import SYSTEMS
 
     if not jit.COMPILED:
         raise RuntimeError("numba is not installed (or PAGESIM_JIT=0)")
@@ -86,7 +87,7 @@ def build_one(system: str, into: Path | None) -> list[Path]:
             run_disaggregated(cfg, cfg, trace, 1, 1)
         return []
     loops = [aot.CORE, aot.CLUSTER]
-    family = SCHEDULERS[SYSTEMS[system].scheduler].core_kind
+    family = SYSTEMS[system].family
     copied = []
     for entry in loops:
         built = sorted(aot.cache_dir().glob(f"{aot.module_prefix((entry, family))}*{aot.module_path('').name}"))

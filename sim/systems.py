@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pagesim.sim.core import state
+from pagesim.sim.core.families import family_of
 from pagesim.sim.specs import GiB, get_gpu
 
 
@@ -86,6 +87,11 @@ class System:
     def settings(self) -> dict[str, Any]:
         """What the preset sets: its manager, its scheduler, then its own settings."""
         return dict(manager=self.manager, scheduler=self.scheduler, **self.presets)
+
+    @property
+    def family(self) -> int:
+        """The core's scheduler family (its compiled loop: ``sim/core/families.py``)."""
+        return family_of(SCHEDULERS[self.scheduler].core_kind, self.manager)
 
 
 def v1_batch_defaults(gpu: str) -> dict[str, int]:

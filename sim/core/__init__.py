@@ -17,6 +17,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
                     which one: policy_choice.py): where a request waits, which running request a
                     preemption takes
     scheduler_vllm.py   vLLM v0's iteration: swap-in, admission, prefill-first or chunked, preemption
+                        (compiled once per manager: two families, paged and contiguous)
     scheduler_orca.py   what the contiguous manager changes in it (Orca)
     scheduler_v1.py     vLLM v1's: one token budget, running then waiting (--system vllm-v1)
     scheduler_sglang.py SGLang's: prefill-first adder, retraction (--system sglang)

@@ -218,7 +218,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
-    config[state.SCHEDULER_KIND] = SCHEDULERS[cfg.scheduler].core_kind
+    config[state.SCHEDULER_KIND] = cfg.family
     config[state.SCHEDULING_POLICY] = SCHEDULING_POLICIES[cfg.scheduling_policy]
     if cfg.scheduler == "vllm-v1":
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on

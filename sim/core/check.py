@@ -636,5 +636,5 @@ def check_blocked_head(s) -> None:
         assert c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS], \
             f"queue head {i} is skipped as blocked on max_num_seqs but would fit"
         return
-    fits = can_allocate(s, i, int(s.prompt_target[i]))
+    fits = can_allocate(s, i, int(s.prompt_target[i]), s.config[SCHEDULER_KIND])
     assert fits != kv_cache.CAN_ALLOCATE, f"queue head {i} is skipped as blocked but would be admitted"

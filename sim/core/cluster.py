@@ -54,7 +54,7 @@ from __future__ import annotations
 from pagesim.sim.core import lifecycle, loop, prefix_cache, radix_cache
 from pagesim.sim.core.by_reference import pin, unpin
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING,
                                     ENGINE_TIME, HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW,
                                     NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED, PLACED_SLOTS,
@@ -289,6 +289,8 @@ def cluster_loop_for(family):
 # each family's cluster loop (jit.use_numba makes each a dispatcher in its place)
 # cached with their family's loops (sim/core/families.py): they compile the family's scheduler too
 run_continuous = njit(cluster_loop_for(CONTINUOUS), refcounted=True, cache_group=loop.FAMILIES[CONTINUOUS])
+run_contiguous = njit(cluster_loop_for(CONTINUOUS_CONTIGUOUS), refcounted=True,
+                      cache_group=loop.FAMILIES[CONTINUOUS_CONTIGUOUS])
 run_static = njit(cluster_loop_for(STATIC), refcounted=True, cache_group=loop.FAMILIES[STATIC])
 run_v1 = njit(cluster_loop_for(V1), refcounted=True, cache_group=loop.FAMILIES[V1])
 run_sglang = njit(cluster_loop_for(SGLANG), refcounted=True, cache_group=loop.FAMILIES[SGLANG])

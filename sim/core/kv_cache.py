@@ -35,7 +35,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
-from pagesim.sim.core.state import CONTINUOUS, V1
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -199,8 +199,8 @@ def compute_tokens(s, i, n, family):
 @njit(inline=True)
 def compute_tokens_seq(s, i, j, n, family):
     """:func:`compute_tokens` into sequence ``j``'s blocks (a swap-in's; the request's count
-    of computed tokens is the same for each)."""
-    if s.config[PREFIX_CACHING]:
+    of computed tokens is the same for each). Prefix caching is the paged families' alone."""
+    if family != CONTINUOUS_CONTIGUOUS and family != STATIC and s.config[PREFIX_CACHING]:
         old, slot = s.num_computed_tokens[i], s.seq_slot[i, j]
         if family == V1:
             prefix_cache.register_computed_blocks(s, i, slot, old, old + n)

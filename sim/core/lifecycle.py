@@ -20,7 +20,7 @@ import numpy as np
 from pagesim.sim.core import beam, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE
-from pagesim.sim.core.state import (CONTINUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
+from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
                                     NUM_SWAP_FALLBACKS, REJECT_TOO_WIDE, REJECTED, RUNNING,
@@ -263,7 +263,8 @@ def preempt_for(family):
     return preempt_family
 
 
-preempt_continuous = njit(preempt_for(CONTINUOUS))  # vLLM v0 and Orca (scheduler_vllm.py, scheduler_orca.py)
+preempt_continuous = njit(preempt_for(CONTINUOUS))  # vLLM v0's and Orca's over paged memory (scheduler_vllm.py)
+preempt_contiguous = njit(preempt_for(CONTINUOUS_CONTIGUOUS))  # ... over contiguous extents (scheduler_orca.py)
 preempt_v1 = njit(preempt_for(V1))  # vLLM v1 (scheduler_v1.py)
 
 
@@ -372,7 +373,9 @@ def complete_step(s, now, family):
             s.step_finished[num_done] = i
             num_done += 1
         else:
-            if s.width[i] > 1 and s.num_seqs[i] == 1:  # parallel sampling: prefilled once, then forked
+            # parallel sampling: prefilled once, then forked (vLLM v0's paged family alone: the
+            # others reject n > 1 or fan it out into requests)
+            if family == CONTINUOUS and s.width[i] > 1 and s.num_seqs[i] == 1:
                 kv_cache.fork(s, i)
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += s.num_seqs[i]

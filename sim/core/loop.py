@@ -18,14 +18,15 @@ runs the step the arrays describe and puts its duration in ``clock[STEP_S]``; th
 goes on from there, time still being the loop's. It resumes where it stopped, all of its state
 being in the arrays.
 
-**Compiled per family.** Each scheduler family (``config[SCHEDULER_KIND]``: vLLM v0 and Orca,
-static, vLLM v1, SGLang) has a loop of its own, :func:`loop_for` with ``family`` a constant of
-the closure: numba prunes the other families' branches before it types them, so a run
-compiles its own family's loop only, each cached apart. The static, vLLM v1 and SGLang
+**Compiled per family.** Each scheduler family (``config[SCHEDULER_KIND]``: vLLM v0's and Orca's
+scheduler over paged memory, the same over contiguous extents, static, vLLM v1, SGLang) has a loop
+of its own, :func:`loop_for` with ``family`` a constant of the closure: numba prunes the other
+families' branches before it types them, so a run compiles its own family's loop only, each
+cached apart. The static, vLLM v1 and SGLang
 families' scheduler is compiled apart from their loop (:func:`scheduler_entry_for`) and called
 by the address of its machine code, the state by reference (:func:`call_scheduler`): an edit
 of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/families.py``);
-vLLM v0's and Orca's is inlined into their loop. A feature's larger functions that most runs
+vLLM v0's and Orca's is inlined into their loops. A feature's larger functions that most runs
 never call (the CPU offload tier's, KV cache groups', priority's, a disaggregated pool's, the
 calibrated and measured prices, a drafter's) are called at an address the run's set-up writes,
 compiled only for the runs that may call them (``jit.njit``'s ``lazy``), the state passed by
@@ -90,7 +91,8 @@ from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_T
                             STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
                             WAKE_TRIGGERED)
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
-from pagesim.sim.core.state import CONTINUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG, STATE_ADDRESS, STATIC, V1
+from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG,
+                                    STATE_ADDRESS, STATIC, V1)
 from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
@@ -302,10 +304,10 @@ def start_step(s, dt, family):
 
 
 def loop_for(family):
-    """The loop of one scheduler family (``config[SCHEDULER_KIND]``: vLLM v0 and Orca, static,
-    vLLM v1, SGLang), ``family`` a constant of the closure: numba prunes the other families'
-    branches before it types them, so a run compiles its own family's loop only, each cached
-    apart (numba keys a closure's cache by its constants)."""
+    """The loop of one scheduler family (``config[SCHEDULER_KIND]``: ``sim/core/families.py``),
+    ``family`` a constant of the closure: numba prunes the other families' branches before it
+    types them, so a run compiles its own family's loop only, each cached apart (numba keys a
+    closure's cache by its constants)."""
 
     def run(s):
         """Run until the end, or until Python is needed (see the module docstring)."""
@@ -368,6 +370,8 @@ def loop_for(family):
             # address (families.SCHEDULER_BY_ADDRESS)
             if family == CONTINUOUS:
                 decode_context_sum = scheduler_entry_continuous(s, s, SCHEDULE)
+            elif family == CONTINUOUS_CONTIGUOUS:
+                decode_context_sum = scheduler_entry_contiguous(s, s, SCHEDULE)
             else:
                 decode_context_sum = call_scheduler(s, ref, family, SCHEDULE)
                 if decode_context_sum < 0:
@@ -419,6 +423,7 @@ def loop_for(family):
 #: each family's loop, by the name its functions' module binds it under (jit.use_numba makes each
 #: a dispatcher in its place), cached with its family (sim/core/families.py)
 run_continuous = njit(loop_for(CONTINUOUS), cache_group=FAMILIES[CONTINUOUS])
+run_contiguous = njit(loop_for(CONTINUOUS_CONTIGUOUS), cache_group=FAMILIES[CONTINUOUS_CONTIGUOUS])
 run_static = njit(loop_for(STATIC), cache_group=FAMILIES[STATIC])
 run_v1 = njit(loop_for(V1), cache_group=FAMILIES[V1])
 run_sglang = njit(loop_for(SGLANG), cache_group=FAMILIES[SGLANG])
@@ -447,7 +452,7 @@ def scheduler_entry_for(family):
     def scheduler(ref, like, verb):
         s = state_at(ref, like)
         # the family's scheduler, chosen here, where ``family`` is a constant: numba prunes the
-        # other three before it inlines (in a function inlined with ``family`` an argument, it
+        # others before it inlines (in a function inlined with ``family`` an argument, it
         # would build all four into each family's scheduler first)
         if family == STATIC:
             return schedule_static(s)
@@ -457,14 +462,15 @@ def scheduler_entry_for(family):
             return schedule_v1(s)
         if family == SGLANG:
             return schedule_sglang(s)
-        return schedule_vllm(s)
+        return schedule_vllm(s, family)
 
     return scheduler
 
 
 #: each family's scheduler entry, by the name :func:`scheduler_of` finds it under; vLLM v0's and
-#: Orca's inlined into their loop (families.SCHEDULER_BY_ADDRESS)
+#: Orca's inlined into their loops (families.SCHEDULER_BY_ADDRESS)
 scheduler_entry_continuous = njit(scheduler_entry_for(CONTINUOUS), inline=True)
+scheduler_entry_contiguous = njit(scheduler_entry_for(CONTINUOUS_CONTIGUOUS), inline=True)
 scheduler_entry_static = njit(scheduler_entry_for(STATIC), cache_group=SCHEDULER_GROUPS[STATIC],
                               by_address=True)
 scheduler_entry_v1 = njit(scheduler_entry_for(V1), cache_group=SCHEDULER_GROUPS[V1], by_address=True)
@@ -516,6 +522,8 @@ def run_family(s, family):
         return run_v1(s)
     if family == SGLANG:
         return run_sglang(s)
+    if family == CONTINUOUS_CONTIGUOUS:
+        return run_contiguous(s)
     return run_continuous(s)
 
 

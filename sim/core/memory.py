@@ -5,22 +5,23 @@ read-only flag per call: the scheduler is written once for both.
 The verbs the families share (a request's end, a preemption, the memory categories: the callers
 in ``lifecycle.py`` and ``loop.py``) also take ``family``, the loop's scheduler family: a
 constant in each family's loop, so numba drops the managers that family never runs before it
-compiles them (SGLang's radix cache is SGLang's alone; static batching runs the contiguous
-manager, vLLM v1 the paged one; vLLM v0 and Orca either, as the config says): each test is
-written out, ``family == STATIC or (family == CONTINUOUS and ...)``, as numba prunes a branch by
-a constant it sees in the condition, not through a function's returned value. Called from Python,
-``family`` is ``config[SCHEDULER_KIND]``; ``sim/core/build.py`` sets both, and checks them
-against :data:`MANAGERS`."""
+compiles them (SGLang's radix cache is SGLang's alone; static batching and vLLM v0's scheduler
+over contiguous extents, Orca's, run the contiguous manager, vLLM v1 and vLLM v0's scheduler over
+paged memory the paged one): each test is written out, ``family == STATIC or family ==
+CONTINUOUS_CONTIGUOUS``, as numba prunes a branch by a constant it sees in the condition, not
+through a function's returned value. Called from Python, ``family`` is ``config[SCHEDULER_KIND]``;
+``sim/core/build.py`` sets both, and checks them against :data:`MANAGERS`."""
 
 from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache, radix_cache, speculative
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (CONTINUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX, SCHEDULER_KIND, SGLANG,
-                                    STATIC, V1)
+from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, CONTIGUOUS, MANAGER_KIND, PAGED, RADIX,
+                                    SCHEDULER_KIND, SGLANG, STATIC, V1)
 
 #: the managers each scheduler family runs: what the ``family`` tests below assume
-MANAGERS = {CONTINUOUS: (PAGED, CONTIGUOUS), STATIC: (CONTIGUOUS,), V1: (PAGED,), SGLANG: (RADIX,)}
+MANAGERS = {CONTINUOUS: (PAGED,), CONTINUOUS_CONTIGUOUS: (CONTIGUOUS,), STATIC: (CONTIGUOUS,), V1: (PAGED,),
+            SGLANG: (RADIX,)}
 
 
 def check_family(config) -> None:
@@ -33,26 +34,26 @@ def check_family(config) -> None:
 
 
 @njit(inline=True)
-def can_allocate(s, i, num_tokens):
-    if s.config[MANAGER_KIND] == CONTIGUOUS:
+def can_allocate(s, i, num_tokens, family):
+    if family == CONTINUOUS_CONTIGUOUS:
         return extent.can_allocate(s, i, num_tokens)
     return kv_cache.can_allocate(s, i, num_tokens)
 
 
 @njit(inline=True)
-def allocate(s, i, num_tokens, num_computed):
+def allocate(s, i, num_tokens, num_computed, family):
     """Returns the tokens a prefix-cache hit already holds (0 for a contiguous extent)."""
-    if s.config[MANAGER_KIND] == CONTIGUOUS:
+    if family == CONTINUOUS_CONTIGUOUS:
         extent.allocate(s, i, num_tokens, num_computed)
         return 0
     return kv_cache.allocate(s, i, num_tokens, num_computed)
 
 
 @njit(inline=True)
-def take_decode_slot(s, i):
+def take_decode_slot(s, i, family):
     """Room for request ``i``'s next decode token (a contiguous extent has it already: an
     outgrown predicted reservation was re-reserved before the step, ``extent.rereserve_overflowing``)."""
-    if s.config[MANAGER_KIND] != CONTIGUOUS:
+    if family != CONTINUOUS_CONTIGUOUS:
         kv_cache.take_decode_slot(s, i)
 
 
@@ -64,7 +65,7 @@ def joined_decode(s, i, family):
     mem_cache/common.py:271-280); nothing for the others."""
     if family == SGLANG:
         radix_cache.cache_unfinished_req(s, i)
-    elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+    elif family == STATIC or family == CONTINUOUS_CONTIGUOUS:
         extent.joined(s, i)
 
 
@@ -72,7 +73,7 @@ def joined_decode(s, i, family):
 def free(s, i, family):
     if family == SGLANG:  # a finished request's tokens go into the radix tree
         radix_cache.cache_finished_req(s, i)
-    elif family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+    elif family == STATIC or family == CONTINUOUS_CONTIGUOUS:
         extent.free(s, i)
     else:
         if family == V1 and speculative.speculating(s.config):  # its speculative slack goes with its blocks
@@ -88,7 +89,7 @@ def memory_categories(s, demand_waiting, out, family):
     """The seven categories into ``out``; returns the blocks in use (paged)."""
     if family == SGLANG:
         return radix_cache.memory_categories(s, demand_waiting, out)
-    if family == STATIC or (family == CONTINUOUS and s.config[MANAGER_KIND] == CONTIGUOUS):
+    if family == STATIC or family == CONTINUOUS_CONTIGUOUS:
         return extent.memory_categories(s, demand_waiting, out)
     used = kv_cache.memory_categories(s, demand_waiting, out)
     if family == V1 and speculative.speculating(s.config):  # the speculative slack, its own

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from pagesim.sim.core import extent, kv_cache, policies
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.lifecycle import preempt_continuous
+from pagesim.sim.core.lifecycle import preempt_contiguous
 from pagesim.sim.core.state import DECODE_SET_SIZE
 
 
 @njit(inline=True)
 def make_decode_room(s):
     while s.count[DECODE_SET_SIZE] and not extent.decode_fits(s):
-        preempt_continuous(s, policies.victim(s))
+        preempt_contiguous(s, policies.victim(s))
     extent.rereserve_overflowing(s)
 
 

@@ -42,13 +42,13 @@ from pagesim.sim.core.cost import kernel_read_tokens
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head, restart,
                                         start_running, waiting_head)
-from pagesim.sim.core.state import CONTINUOUS
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
-                                    BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS, CONTIGUOUS,
+                                    BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS,
                                     DECODE_SET_SIZE, DEMAND_WAITING, FORKS_SHARE_BLOCKS,
                                     FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
-                                    MANAGER_KIND, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
-                                    NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PAGED, PREFIX_CACHING,
+                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
+                                    NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PREFIX_CACHING,
                                     REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
                                     SCHEDULED_STEPS, STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS,
                                     STEP_SWAP_IN, STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS,
@@ -81,129 +81,135 @@ def may_admit(s):
     return c[WAITING_LEN] / c[NUM_RUNNING] >= s.clock[WAITING_SERVED_RATIO]
 
 
-@njit  # called from two places: inlined it would be compiled twice
-def admit_waiting(s, budget):
-    """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
-    prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
-    c, chunked = s.count, s.config[CHUNKED_PREFILL]
-    while c[WAITING_LEN] and (budget > 0 or not chunked):
-        i = waiting_head(s)
-        target = s.prompt_target[i]
-        if s.width[i] > 1 and not s.config[FORKS_SHARE_BLOCKS]:  # its forks would copy whole reservations
-            reject_head(s, i, REJECT_WIDTH_UNSHARED)
-            continue
-        if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:
-            blocked = BLOCKED_ON_MAX_SEQS
-        elif not chunked and target > s.config[MAX_BATCHED_TOKENS]:
-            reject_head(s, i, REJECT_OVER_BATCHED_TOKENS)
-            continue
-        elif not chunked and target > budget:
-            break  # this iteration's budget is spent; nothing to remember
-        else:
-            fits = memory.can_allocate(s, i, target)
-            if fits == kv_cache.NEVER_FITS:
-                reject_head(s, i, REJECT_NEVER_FITS)
+# called from two places (inlined it would be compiled twice): a call, one per family (:func:`per_family`)
+def admit_waiting_for(family):
+    def admit_waiting(s, budget):
+        """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
+        prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
+        c, chunked = s.count, s.config[CHUNKED_PREFILL]
+        while c[WAITING_LEN] and (budget > 0 or not chunked):
+            i = waiting_head(s)
+            target = s.prompt_target[i]
+            if s.width[i] > 1 and not s.config[FORKS_SHARE_BLOCKS]:  # its forks would copy whole reservations
+                reject_head(s, i, REJECT_WIDTH_UNSHARED)
                 continue
-            if fits == kv_cache.CAN_ALLOCATE:
-                pop_waiting(s)
-                cached = memory.allocate(s, i, target, 0)  # prefix-cache hits hold their K/V
-                s.num_prompt_computed[i] = cached
-                start_running(s, i)
-                todo = target - cached
-                n = budget if chunked and budget < todo else todo
-                prefill(s, i, n, CONTINUOUS)
-                budget -= n
-                if s.config[PREFIX_CACHING] and not chunked:
-                    # vLLM 0.4.2 computes again the hits not marked computed (its model runner
-                    # skips computed_block_nums only: worker/model_runner.py:271-275), and its
-                    # budget counts the whole prompt (scheduler.py:701)
-                    again = cached - kv_cache.computed_prefix_tokens(s, i)
-                    s.step_prefill_tokens[c[STEP_PREFILL_SEQS] - 1] += again
-                    c[STEP_PREFILL_TOKENS] += again
-                    budget -= cached
+            if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS]:
+                blocked = BLOCKED_ON_MAX_SEQS
+            elif not chunked and target > s.config[MAX_BATCHED_TOKENS]:
+                reject_head(s, i, REJECT_OVER_BATCHED_TOKENS)
                 continue
-            c[DEMAND_WAITING] = 1
-            blocked = BLOCKED_ON_MEMORY
-        c[BLOCKED_KIND] = blocked  # not retried until something is freed
-        c[BLOCKED_REQUEST] = i
-        c[BLOCKED_EPOCH] = c[FREE_EPOCH]
-        break
-    return budget
+            elif not chunked and target > budget:
+                break  # this iteration's budget is spent; nothing to remember
+            else:
+                fits = memory.can_allocate(s, i, target, family)
+                if fits == kv_cache.NEVER_FITS:
+                    reject_head(s, i, REJECT_NEVER_FITS)
+                    continue
+                if fits == kv_cache.CAN_ALLOCATE:
+                    pop_waiting(s)
+                    cached = memory.allocate(s, i, target, 0, family)  # prefix-cache hits hold their K/V
+                    s.num_prompt_computed[i] = cached
+                    start_running(s, i)
+                    todo = target - cached
+                    n = budget if chunked and budget < todo else todo
+                    prefill(s, i, n, family)
+                    budget -= n
+                    if family == CONTINUOUS and s.config[PREFIX_CACHING] and not chunked:
+                        # vLLM 0.4.2 computes again the hits not marked computed (its model runner
+                        # skips computed_block_nums only: worker/model_runner.py:271-275), and its
+                        # budget counts the whole prompt (scheduler.py:701)
+                        again = cached - kv_cache.computed_prefix_tokens(s, i)
+                        s.step_prefill_tokens[c[STEP_PREFILL_SEQS] - 1] += again
+                        c[STEP_PREFILL_TOKENS] += again
+                        budget -= cached
+                    continue
+                c[DEMAND_WAITING] = 1
+                blocked = BLOCKED_ON_MEMORY
+            c[BLOCKED_KIND] = blocked  # not retried until something is freed
+            c[BLOCKED_REQUEST] = i
+            c[BLOCKED_EPOCH] = c[FREE_EPOCH]
+            break
+        return budget
+
+    return admit_waiting
 
 
-@njit  # called from two places, and only while a request is swapped out: a call
-def resume_swapped(s, budget):
-    """Swap requests back in, by arrival (the swapped queue's order, ``lifecycle.preempt``),
-    while each fits, in memory, in ``max_num_seqs`` and in the token budget left (a token per
-    sequence, or the rest of its prompt, unchunked: ``_schedule_swapped``,
-    ``scheduler.py:547-558``); each runs in this step as it left, its next token or (swapped
-    out mid-prompt under chunked prefill) the rest of its prompt (``:564-571``). Called after the
-    running requests' turn, in a step that preempted nobody (``:757-766``, ``:838-846``).
-    Returns their decode context and the budget left."""
-    c = s.count
-    contiguous = s.config[MANAGER_KIND] == CONTIGUOUS
-    context_sum = 0
-    while c[SWAPPED_LEN]:
-        i = s.swapped[c[SWAPPED_HEAD]]
-        w = s.num_seqs[i]
-        todo = s.prompt_target[i] - s.num_prompt_computed[i]
-        # a rest of prompt longer than the whole budget comes back a chunk at a time: vLLM 0.4.2
-        # would never swap it back in, nor anyone swapped after it (pagesim's rule)
-        need = w if todo <= 0 else todo if todo <= s.config[CHUNK_BUDGET] else 1
-        if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS] or need > budget:
-            break
-        n = s.swapped_tokens[i]
-        # its blocks come back if they fit (vLLM's can_swap_in: kv_cache.swap_in; a contiguous
-        # extent is Orca's, scheduler_orca.swap_in)
-        fits = scheduler_orca.swap_in(s, i, n) if contiguous else kv_cache.swap_in(s, i, n)
-        if not fits and c[NUM_RUNNING]:
-            c[DEMAND_WAITING] = 1
-            break
-        c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
-        c[SWAPPED_LEN] -= 1
-        moved = kv_cache.swapped_size(s, i, n)
-        c[SWAP_USED_TOKENS] -= moved
-        if not fits:  # nothing else holds memory: it can never come back
-            c[NUM_SWAP_FALLBACKS] += 1
-            restart(s, i)
-            continue
-        c[STEP_SWAP_IN] += moved
-        if kv_cache.swaps_recorded(s.config):
-            kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
-        # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts
-        # it every step (scheduler.py:409): the victims go latest arrival first and nobody is
-        # admitted while a request is out, so nobody who arrived after it runs (chunked
-        # prefill sorts the list after its pass: arrival_order)
-        start_running(s, i)
-        if todo > 0:
-            s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
-            todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
-            prefill_call(s, i, todo)
-            budget -= todo
-            continue
-        s.in_decode[i] = 1
-        c[DECODE_SET_SIZE] += w
-        memory.joined_decode(s, i, CONTINUOUS)
-        context_sum += decode_token_call(s, i, s.config[KERNEL_BLOCK])
-        c[COMPUTED_SLOTS] += w
-        c[STEP_DECODE_SEQS] += w
-        budget -= w
-    return context_sum, budget
+# called from two places, and only while a request is swapped out: a call, one per family
+def resume_swapped_for(family):
+    def resume_swapped(s, budget):
+        """Swap requests back in, by arrival (the swapped queue's order, ``lifecycle.preempt``),
+        while each fits, in memory, in ``max_num_seqs`` and in the token budget left (a token per
+        sequence, or the rest of its prompt, unchunked: ``_schedule_swapped``,
+        ``scheduler.py:547-558``); each runs in this step as it left, its next token or (swapped
+        out mid-prompt under chunked prefill) the rest of its prompt (``:564-571``). Called after the
+        running requests' turn, in a step that preempted nobody (``:757-766``, ``:838-846``).
+        Returns their decode context and the budget left."""
+        c = s.count
+        context_sum = 0
+        while c[SWAPPED_LEN]:
+            i = s.swapped[c[SWAPPED_HEAD]]
+            w = s.num_seqs[i]
+            todo = s.prompt_target[i] - s.num_prompt_computed[i]
+            # a rest of prompt longer than the whole budget comes back a chunk at a time: vLLM 0.4.2
+            # would never swap it back in, nor anyone swapped after it (pagesim's rule)
+            need = w if todo <= 0 else todo if todo <= s.config[CHUNK_BUDGET] else 1
+            if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS] or need > budget:
+                break
+            n = s.swapped_tokens[i]
+            # its blocks come back if they fit (vLLM's can_swap_in: kv_cache.swap_in; a contiguous
+            # extent is Orca's, scheduler_orca.swap_in)
+            fits = scheduler_orca.swap_in(s, i, n) if family == CONTINUOUS_CONTIGUOUS else kv_cache.swap_in(s, i, n)
+            if not fits and c[NUM_RUNNING]:
+                c[DEMAND_WAITING] = 1
+                break
+            c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
+            c[SWAPPED_LEN] -= 1
+            moved = kv_cache.swapped_size(s, i, n)
+            c[SWAP_USED_TOKENS] -= moved
+            if not fits:  # nothing else holds memory: it can never come back
+                c[NUM_SWAP_FALLBACKS] += 1
+                restart(s, i)
+                continue
+            c[STEP_SWAP_IN] += moved
+            if kv_cache.swaps_recorded(s.config):
+                kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
+            # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts
+            # it every step (scheduler.py:409): the victims go latest arrival first and nobody is
+            # admitted while a request is out, so nobody who arrived after it runs (chunked
+            # prefill sorts the list after its pass: arrival_order)
+            start_running(s, i)
+            if todo > 0:
+                s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
+                todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
+                prefill_cold(s, i, todo, family)
+                budget -= todo
+                continue
+            s.in_decode[i] = 1
+            c[DECODE_SET_SIZE] += w
+            memory.joined_decode(s, i, family)
+            context_sum += decode_token_cold(s, i, s.config[KERNEL_BLOCK], family)
+            c[COMPUTED_SLOTS] += w
+            c[STEP_DECODE_SEQS] += w
+            budget -= w
+        return context_sum, budget
+
+    return resume_swapped
 
 
 @njit(inline=True)
-def decode_token(s, i, kernel_block):
+def decode_token(s, i, kernel_block, family):
     """Request ``i``'s sequences take their next token's slot; returns the context they read."""
-    memory.take_decode_slot(s, i)
+    memory.take_decode_slot(s, i, family)
     s.num_computed_tokens[i] += 1
     return kernel_read_tokens(s.num_computed_tokens[i], kernel_block) * s.num_seqs[i]
 
 
-# the chunked pass's and the swap-ins' (colder than decode's loop): calls, not more inlined copies
-# of a token's and a chunk's memory paths for numba to compile
+# the chunked pass's and the swap-ins' (colder than decode's loop): over paged memory calls, not
+# more inlined copies of a token's and a chunk's memory paths for numba to compile; over
+# contiguous extents, which take no memory there, inlined
 @njit
 def decode_token_call(s, i, kernel_block):
-    return decode_token(s, i, kernel_block)
+    return decode_token(s, i, kernel_block, CONTINUOUS)
 
 
 @njit
@@ -211,49 +217,66 @@ def prefill_call(s, i, n):
     prefill(s, i, n, CONTINUOUS)
 
 
-@njit  # called from two places: inlined it would be compiled twice
-def decode(s):
-    """Make room, then one token for every request in the decode set; returns their context
-    sum. Each sequence crosses at most one block boundary, so with as many free blocks as
-    sequences nothing needs counting; otherwise the policy's victim (FCFS: the latest
-    arrival) is preempted until the step fits. What fits (``append_rule``): ``exact``, the
-    blocks the step takes; ``free-block-per-seq``, vLLM v0's rule: each request at its turn,
-    in running order, needs as many free blocks as it runs sequences, after the blocks the
-    requests before it took (``can_append_slots``, ``block_manager_v1.py:308-318``, asked of
-    each group in ``Scheduler._schedule_running``, ``scheduler.py:410-448``). A sequence
-    writing into a tail it shares takes a copy. A contiguous extent makes room by Orca's rule
-    (``scheduler_orca.make_decode_room``)."""
-    c = s.count
-    paged = s.config[MANAGER_KIND] == PAGED
-    while paged and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
-        available = kv_cache.num_free_blocks(s)
-        fits = True
-        for k in range(c[NUM_RUNNING]):
-            i = s.running[k]
-            if s.in_decode[i]:
-                if s.config[FREE_BLOCK_PER_SEQ] and s.num_seqs[i] > available:
-                    fits = False
-                    break
-                available -= kv_cache.decode_blocks_needed(s, i)
-        if fits and available >= 0:
-            break
-        preempt_continuous(s, policies.victim(s))
-    if not paged:
-        scheduler_orca.make_decode_room(s)
-    context_sum = 0
-    running, in_decode = s.running, s.in_decode
-    kernel_block = s.config[KERNEL_BLOCK]  # read once, not per member
-    for k in range(c[NUM_RUNNING]):
-        i = running[k]
-        if in_decode[i]:
-            context_sum += decode_token(s, i, kernel_block)
-    c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
-    c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
-    return context_sum
+@njit(inline=True)
+def decode_token_cold(s, i, kernel_block, family):
+    if family == CONTINUOUS_CONTIGUOUS:
+        return decode_token(s, i, kernel_block, family)
+    return decode_token_call(s, i, kernel_block)
 
 
 @njit(inline=True)
-def schedule(s):
+def prefill_cold(s, i, n, family):
+    if family == CONTINUOUS_CONTIGUOUS:
+        prefill(s, i, n, family)
+    else:
+        prefill_call(s, i, n)
+
+
+# called from two places (inlined it would be compiled twice): a call, one per family
+def decode_for(family):
+    def decode(s):
+        """Make room, then one token for every request in the decode set; returns their context
+        sum. Each sequence crosses at most one block boundary, so with as many free blocks as
+        sequences nothing needs counting; otherwise the policy's victim (FCFS: the latest
+        arrival) is preempted until the step fits. What fits (``append_rule``): ``exact``, the
+        blocks the step takes; ``free-block-per-seq``, vLLM v0's rule: each request at its turn,
+        in running order, needs as many free blocks as it runs sequences, after the blocks the
+        requests before it took (``can_append_slots``, ``block_manager_v1.py:308-318``, asked of
+        each group in ``Scheduler._schedule_running``, ``scheduler.py:410-448``). A sequence
+        writing into a tail it shares takes a copy. A contiguous extent makes room by Orca's rule
+        (``scheduler_orca.make_decode_room``)."""
+        c = s.count
+        while family == CONTINUOUS and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
+            available = kv_cache.num_free_blocks(s)
+            fits = True
+            for k in range(c[NUM_RUNNING]):
+                i = s.running[k]
+                if s.in_decode[i]:
+                    if s.config[FREE_BLOCK_PER_SEQ] and s.num_seqs[i] > available:
+                        fits = False
+                        break
+                    available -= kv_cache.decode_blocks_needed(s, i)
+            if fits and available >= 0:
+                break
+            preempt_continuous(s, policies.victim(s))
+        if family == CONTINUOUS_CONTIGUOUS:
+            scheduler_orca.make_decode_room(s)
+        context_sum = 0
+        running, in_decode = s.running, s.in_decode
+        kernel_block = s.config[KERNEL_BLOCK]  # read once, not per member
+        for k in range(c[NUM_RUNNING]):
+            i = running[k]
+            if in_decode[i]:
+                context_sum += decode_token(s, i, kernel_block, family)
+        c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
+        c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
+        return context_sum
+
+    return decode
+
+
+@njit(inline=True)
+def schedule(s, family):
     """One iteration's memory operations; returns the decode context sum."""
     c = s.count
     begin_iteration(s)
@@ -270,8 +293,8 @@ def schedule(s):
             # iteration and its next one, at the same instant, are this one iteration
             c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         changes = c[NUM_PREEMPTIONS] + c[NUM_SWAP_FALLBACKS]
-        context_sum = schedule_pass(s)
-    if s.config[PREFIX_CACHING]:
+        context_sum = schedule_pass(s, family)
+    if family == CONTINUOUS and s.config[PREFIX_CACHING]:  # (the paged manager's)
         mark_scheduled_computed(s)
     return context_sum
 
@@ -295,7 +318,7 @@ def mark_scheduled_computed(s):
 
 
 @njit(inline=True)
-def schedule_pass(s):
+def schedule_pass(s, family):
     c = s.count
     c[DEMAND_WAITING] = 0
     preemptions = c[NUM_PREEMPTIONS]
@@ -304,20 +327,20 @@ def schedule_pass(s):
         # new is admitted (vLLM 0.4.2 scheduler.py:743-746; the blocked head is not looked at:
         # its shortcut's bookkeeping is left as it is)
         if not c[SWAPPED_LEN] and may_admit(s) and not head_still_blocked(s):
-            admit_waiting(s, s.config[MAX_BATCHED_TOKENS])
+            admit_waiting(s, s.config[MAX_BATCHED_TOKENS], family)
         if c[STEP_PREFILL_SEQS]:
             return 0
-        context_sum = decode(s)
+        context_sum = decode(s, family)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-            context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS])[0]
+            context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], family)[0]
         return context_sum
     # chunked: one pass over the running requests, swap-ins (if nobody was preempted), then new
     # prompts, within one token budget (vLLM 0.4.2 ``_schedule_chunked_prefill``, scheduler.py:807-851)
     waiting_before = c[WAITING_LEN]
-    budget, context_sum, reached = run_in_order(s, s.config[CHUNK_BUDGET])
+    budget, context_sum, reached = run_in_order(s, s.config[CHUNK_BUDGET], family)
     swapped_in = c[NUM_RUNNING]
     if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-        swapped_context, budget = resume_swapped(s, budget)
+        swapped_context, budget = resume_swapped(s, budget, family)
         context_sum += swapped_context
     admitted = c[NUM_RUNNING]
     # this pass's recomputed requests rejoin the waiting queue's front after its admissions
@@ -326,57 +349,59 @@ def schedule_pass(s):
     returned, hidden_at = c[WAITING_LEN] - waiting_before, c[WAITING_HEAD]
     hide_waiting_front(s, returned)
     if may_admit(s) and not head_still_blocked(s):
-        admit_waiting(s, budget)
+        admit_waiting(s, budget, family)
     unhide_waiting_front(s, returned, hidden_at)
     arrival_order(s, reached, swapped_in, admitted)
     return context_sum
 
 
-@njit  # a chunked iteration's: a call
-def run_in_order(s, budget):
-    """vLLM 0.4.2's running pass under chunked prefill (``_schedule_running`` with
-    ``enable_chunking``, ``scheduler.py:366-479``): the running requests by arrival, each its
-    decode (a token per sequence) or its prompt's next chunk, the least of what is left and the
-    budget left; the first that finds nothing left of the budget ends the pass, and the requests
-    after it do not run this step (``in_decode`` is this step's decode set: theirs waits). A
-    group of several sequences decodes all of them whatever is left (``_get_num_new_tokens``,
-    ``:1139-1163``: only one sequence is chunked). At its turn a request needs room
-    (:func:`room_at_turn`), else the latest arrival is preempted, itself when it is the last.
-    Returns the budget left, the decode context sum and how many requests ran (the first of the
-    running list)."""
-    c = s.count
-    paged = s.config[MANAGER_KIND] == PAGED
-    for k in range(c[NUM_RUNNING]):  # a decode that waited last step is looked at anew
-        i = s.running[k]
-        if not s.in_decode[i] and s.num_prompt_computed[i] >= s.prompt_target[i]:
-            s.in_decode[i] = 1
-            c[DECODE_SET_SIZE] += s.num_seqs[i]
-    if not paged:
-        scheduler_orca.make_decode_room(s)
-    kernel_block = s.config[KERNEL_BLOCK]
-    context_sum = 0
-    k = 0
-    while k < c[NUM_RUNNING]:
-        i = s.running[k]
-        w = s.num_seqs[i]
-        n = w if s.in_decode[i] else s.prompt_target[i] - s.num_prompt_computed[i]
-        if w == 1:
-            n = min(n, budget)
-        if n <= 0 or (paged and not room_at_turn(s, k)):
-            break
-        if s.in_decode[i]:
-            context_sum += decode_token_call(s, i, kernel_block)
-            c[COMPUTED_SLOTS] += w
-            c[STEP_DECODE_SEQS] += w
-        else:
-            prefill_call(s, i, n)
-        budget -= n
-        k += 1
-    for m in range(k, c[NUM_RUNNING]):  # not reached: no decode this step
-        i = s.running[m]
-        c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
-        s.in_decode[i] = 0
-    return budget, context_sum, k
+# a chunked iteration's: a call, one per family
+def run_in_order_for(family):
+    def run_in_order(s, budget):
+        """vLLM 0.4.2's running pass under chunked prefill (``_schedule_running`` with
+        ``enable_chunking``, ``scheduler.py:366-479``): the running requests by arrival, each its
+        decode (a token per sequence) or its prompt's next chunk, the least of what is left and the
+        budget left; the first that finds nothing left of the budget ends the pass, and the requests
+        after it do not run this step (``in_decode`` is this step's decode set: theirs waits). A
+        group of several sequences decodes all of them whatever is left (``_get_num_new_tokens``,
+        ``:1139-1163``: only one sequence is chunked). At its turn a request needs room
+        (:func:`room_at_turn`), else the latest arrival is preempted, itself when it is the last.
+        Returns the budget left, the decode context sum and how many requests ran (the first of the
+        running list)."""
+        c = s.count
+        for k in range(c[NUM_RUNNING]):  # a decode that waited last step is looked at anew
+            i = s.running[k]
+            if not s.in_decode[i] and s.num_prompt_computed[i] >= s.prompt_target[i]:
+                s.in_decode[i] = 1
+                c[DECODE_SET_SIZE] += s.num_seqs[i]
+        if family == CONTINUOUS_CONTIGUOUS:
+            scheduler_orca.make_decode_room(s)
+        kernel_block = s.config[KERNEL_BLOCK]
+        context_sum = 0
+        k = 0
+        while k < c[NUM_RUNNING]:
+            i = s.running[k]
+            w = s.num_seqs[i]
+            n = w if s.in_decode[i] else s.prompt_target[i] - s.num_prompt_computed[i]
+            if w == 1:
+                n = min(n, budget)
+            if n <= 0 or (family == CONTINUOUS and not room_at_turn(s, k)):
+                break
+            if s.in_decode[i]:
+                context_sum += decode_token_cold(s, i, kernel_block, family)
+                c[COMPUTED_SLOTS] += w
+                c[STEP_DECODE_SEQS] += w
+            else:
+                prefill_cold(s, i, n, family)
+            budget -= n
+            k += 1
+        for m in range(k, c[NUM_RUNNING]):  # not reached: no decode this step
+            i = s.running[m]
+            c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
+            s.in_decode[i] = 0
+        return budget, context_sum, k
+
+    return run_in_order
 
 
 @njit(inline=True)
@@ -452,3 +477,40 @@ def arrival_order(s, reached, swapped_in, admitted):
             m -= 1
         s.running[m] = i
         group[m] = g
+
+
+def per_family(make):
+    """``make(family)`` compiled once for each family this scheduler runs in: over paged memory
+    (``CONTINUOUS``) and over contiguous extents (``CONTINUOUS_CONTIGUOUS``), ``family`` a constant
+    of each closure, so that numba compiles each family's manager into its own alone (as
+    ``lifecycle.preempt_for``)."""
+    return njit(make(CONTINUOUS)), njit(make(CONTINUOUS_CONTIGUOUS))
+
+
+admit_waiting_paged, admit_waiting_contiguous = per_family(admit_waiting_for)
+resume_swapped_paged, resume_swapped_contiguous = per_family(resume_swapped_for)
+decode_paged, decode_contiguous = per_family(decode_for)
+run_in_order_paged, run_in_order_contiguous = per_family(run_in_order_for)
+
+
+# the family's own, chosen where ``family`` is a constant (inlined into the family's scheduler)
+@njit(inline=True)
+def admit_waiting(s, budget, family):
+    return admit_waiting_contiguous(s, budget) if family == CONTINUOUS_CONTIGUOUS else admit_waiting_paged(s, budget)
+
+
+@njit(inline=True)
+def resume_swapped(s, budget, family):
+    if family == CONTINUOUS_CONTIGUOUS:
+        return resume_swapped_contiguous(s, budget)
+    return resume_swapped_paged(s, budget)
+
+
+@njit(inline=True)
+def decode(s, family):
+    return decode_contiguous(s) if family == CONTINUOUS_CONTIGUOUS else decode_paged(s)
+
+
+@njit(inline=True)
+def run_in_order(s, budget, family):
+    return run_in_order_contiguous(s, budget) if family == CONTINUOUS_CONTIGUOUS else run_in_order_paged(s, budget)

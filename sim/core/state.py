@@ -123,7 +123,7 @@ table("config", """
     HASH_BLOCK_TOKENS   the tokens a prefix key covers
     TABLE_MASK          the prefix keys' hash table size less one (a power of two)
     HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
-    SCHEDULER_KIND      the scheduler family (CONTINUOUS, STATIC, V1, SGLANG)
+    SCHEDULER_KIND      the scheduler family (CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1, SGLANG)
     SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
     STATE_ADDRESS       compiled, the address of the running loop's copy of the state, which the
         functions it calls by address read (sim/core/by_reference.py; 0: no loop running)
@@ -539,6 +539,9 @@ BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 # V1: vLLM v1's one token budget over running then waiting requests (sim/core/scheduler_v1.py)
 CONTINUOUS, STATIC, V1 = 0, 1, 2
 SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/scheduler_sglang.py)
+# vLLM v0's and Orca's scheduler over contiguous extents: CONTINUOUS is the same scheduler over
+# paged memory; each a family, a loop, of its own (sim/core/families.py)
+CONTINUOUS_CONTIGUOUS = 4
 FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
 # config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): by arrival, the latest admitted
 # preempted; or by (priority, arrival)

@@ -361,3 +361,42 @@ def alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie has ended (its new parent reaps it)
         return f.read().split(") ")[1][0] != "Z"
+
+
+class _RecordingPool:
+    """A pool that runs nothing: what was submitted to it."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, fn, *args):
+        import concurrent.futures as cf
+
+        self.submitted.append((fn.__name__, *args))
+        done = cf.Future()
+        done.set_result(None)
+        return done
+
+
+def test_a_sweep_warms_each_family_it_runs_on_a_worker_of_its_own(monkeypatch):
+    """vLLM v0's and Orca's scheduler over contiguous extents and over paged memory are two
+    families, two compiled loops (sim/core/families.py): a sweep of both has each compiled by a
+    worker of its own, side by side, before its runs (a system of each: the registry's first),
+    and a family warmed once is not warmed again; a spec that is no valid configuration is left
+    to its run."""
+    from pagesim.sim.core import state
+
+    bad = RunSpec(system="sglang", sim={"max_num_seqs": 0})  # else SGLang's family
+    assert sweep._families([*small_specs(), bad]) == [state.CONTINUOUS_CONTIGUOUS, state.CONTINUOUS]
+    assert sweep._families([]) == [state.CONTINUOUS]  # the default system's
+    monkeypatch.setattr(sweep, "_WARMED", set())
+    pool = _RecordingPool()
+    sweep.warm_up_core([state.CONTINUOUS_CONTIGUOUS, state.CONTINUOUS], pool)
+    assert pool.submitted == [("_warm_up", "orca-max"), ("_warm_up", "vllm")]
+    assert sweep._WARMED == {state.CONTINUOUS_CONTIGUOUS, state.CONTINUOUS}
+    warmed = []
+    monkeypatch.setattr(sweep, "warm_up_core", lambda families, pool=None: warmed.append((families, pool)))
+    monkeypatch.setattr(sweep, "_POOL", [(2, pool)])
+    monkeypatch.setattr(sweep, "_WARMED", {state.CONTINUOUS})
+    assert sweep._shared_pool(2, small_specs()) is pool
+    assert warmed == [([state.CONTINUOUS_CONTIGUOUS], pool)]

@@ -67,6 +67,15 @@ TINY_CONFIG = {"_name_or_path": "tiny-test", "model_type": "llama", "hidden_size
                "max_position_embeddings": 1 << 28, "tie_word_embeddings": True, "torch_dtype": "float16"}
 
 
+def schedule_vllm(s):
+    """vLLM v0's (and Orca's) iteration over state ``s``, by CPython (no compile of it on its own
+    for a test's few calls: ~20 s of numba), for the state's scheduler family."""
+    from pagesim.sim.core import scheduler_vllm, state
+    from pagesim.sim.core.jit import interpreted
+
+    return interpreted(scheduler_vllm.schedule)(s, s.config[state.SCHEDULER_KIND])
+
+
 @functools.cache
 def tiny_model() -> str:
     """The path of :data:`TINY_CONFIG` as a Hugging Face config.json (``--model PATH``)."""

@@ -43,7 +43,20 @@ def test_each_system_runs_its_registered_scheduler_and_presets(name):
     for key, value in entry.settings().items():
         assert getattr(cfg, key) == value
     s = initial_state(cfg, rand_trace(0, n=4, max_len=64))
-    assert s.config[state.SCHEDULER_KIND] == systems.SCHEDULERS[entry.scheduler].core_kind
+    assert s.config[state.SCHEDULER_KIND] == entry.family
+
+
+@pytest.mark.parametrize("name, settings, family", [
+    ("vllm", {}, state.CONTINUOUS), ("vattention", {}, state.CONTINUOUS),
+    ("orca-max", {}, state.CONTINUOUS_CONTIGUOUS), ("orca-max", dict(manager="paged"), state.CONTINUOUS),
+    ("vllm", dict(manager="contiguous"), state.CONTINUOUS_CONTIGUOUS),
+    ("static", {}, state.STATIC), ("vllm-v1", {}, state.V1), ("sglang", {}, state.SGLANG)])
+def test_the_family_by_hand(name, settings, family):
+    """vLLM v0's and Orca's scheduler is two families, one a manager: over contiguous extents its
+    own (sim/core/families.py)."""
+    cfg = SimConfig.for_system(name, model="opt-13b", max_seq_len=512, **settings)
+    assert cfg.family == family
+    assert initial_state(cfg, rand_trace(0, n=4, max_len=64)).config[state.SCHEDULER_KIND] == family
 
 
 @pytest.mark.parametrize("system, settings, words", [
@@ -83,5 +96,7 @@ def test_each_familys_own_files_are_its_schedulers_files():
 
     files: dict[int, set[str]] = {}
     for scheduler in systems.SCHEDULERS.values():
-        files.setdefault(scheduler.core_kind, set()).update(f.strip() for f in scheduler.files.split(","))
+        for manager in scheduler.managers:  # the static scheduler's: "static"
+            family = families.family_of(scheduler.core_kind, manager)
+            files.setdefault(family, set()).update(f.strip() for f in scheduler.files.split(","))
     assert files == {kind: set(names) for kind, names in families.FAMILY_FILES.items()}

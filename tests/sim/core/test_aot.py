@@ -23,7 +23,6 @@ from pagesim.sim.cluster import run_cluster
 from pagesim.sim.core import aot, jit, loop, replay, state
 from pagesim.sim.core.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
-from pagesim.sim.systems import SCHEDULERS
 from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
 F = (aot.CORE, state.CONTINUOUS)  # vllm's family's engine loop: the module the default run builds
@@ -95,7 +94,7 @@ def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setattr(aot, "_LOADED", {})
     ahead = tables(cfg, trace)
-    assert aot.entry_of(next(iter(replay._ENTRIES))[0]) == (aot.CORE, SCHEDULERS[cfg.scheduler].core_kind)
+    assert aot.entry_of(next(iter(replay._ENTRIES))[0]) == (aot.CORE, cfg.family)
     assert from_the_module(next(iter(replay._ENTRIES.values())))
     monkeypatch.setattr(replay, "_ENTRIES", {})
     monkeypatch.setenv("PAGESIM_JIT", "numba")  # numba's dispatcher
@@ -391,7 +390,7 @@ def test_precompile_answers_help_and_refuses_an_unknown_option(argv, code, capsy
 
 def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch, capsys):
     """``precompile --warm`` (the test suite's start): a process per family, vLLM v1's first (its
-    engine's, cluster's and disaggregated pools' loops), and one for the lazy functions third, each
+    engine's, cluster's and disaggregated pools' loops), and one for the lazy functions fourth, each
     compiling into the cache this process uses (NUMBA_CACHE_DIR untouched) and copying no module
     anywhere."""
     from pagesim.sim import precompile
@@ -411,15 +410,15 @@ def test_warming_the_cache_compiles_every_family_longest_first_into_this_machine
     assert precompile.main(["--warm"]) == 0
     systems = [argv[2] for argv in started]
     assert all(argv[:2] == ["--warm", "--system"] for argv in started)
-    # the longest first, by their CPU on 2 cores (the lazy functions' job third: last, one core
-    # idled through it)
-    assert systems == ["vllm-v1", "orca-max", precompile.LAZY_JOB, "sglang", "static"]
+    # the longest first, by their CPU on 2 cores (the lazy functions' job fourth: last, one core
+    # idled through it); vLLM v0's and Orca's scheduler over paged memory, then over contiguous extents
+    assert systems == ["vllm-v1", "vllm", "orca-max", precompile.LAZY_JOB, "sglang", "static"]
     said = capsys.readouterr().err.splitlines()  # a line a job as it ends (here at once), then the whole
     families = [system for system in systems if system != precompile.LAZY_JOB]
     assert [line.split("'")[0] for line in said[:-1] if "lazy" not in line] == ["pagesim: " + f for f in families]
     assert all(re.fullmatch(r"pagesim: \S+'s family compiled in \d+ s \(\d+ s in\)", line)
                for line in said[:-1] if "lazy" not in line)
-    assert re.fullmatch(r"pagesim: the lazy functions compiled in \d+ s \(\d+ s in\)", said[2])
+    assert re.fullmatch(r"pagesim: the lazy functions compiled in \d+ s \(\d+ s in\)", said[3])
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/the/users/cache")
     monkeypatch.setattr(precompile, "build_one", lambda system, into: built.append((system, into,
                                                                                     os.environ["NUMBA_CACHE_DIR"])))

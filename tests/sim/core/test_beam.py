@@ -21,16 +21,15 @@ try:
 except ImportError:  # the interpreted core
     numba = None
 
-from pagesim.sim.core import beam, jit, kv_cache, lifecycle, scheduler_vllm, state
+from pagesim.sim.core import beam, jit, kv_cache, lifecycle, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.core.rng import below
 from pagesim.sim.run import initial_state
 
-from tests.sim.helpers import cfg_for
+from tests.sim.helpers import cfg_for, schedule_vllm
 
-# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
-# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-schedule = interpreted(scheduler_vllm.schedule)
+schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/helpers.py)
+
 
 
 def complete_step(s, now):

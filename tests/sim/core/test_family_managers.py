@@ -28,12 +28,14 @@ def test_every_system_runs_a_manager_its_family_keeps(system):
 
 
 def test_the_pairs_by_hand():
-    assert memory.MANAGERS == {state.CONTINUOUS: (state.PAGED, state.CONTIGUOUS), state.STATIC: (state.CONTIGUOUS,),
-                               state.V1: (state.PAGED,), state.SGLANG: (state.RADIX,)}
+    assert memory.MANAGERS == {state.CONTINUOUS: (state.PAGED,), state.CONTINUOUS_CONTIGUOUS: (state.CONTIGUOUS,),
+                               state.STATIC: (state.CONTIGUOUS,), state.V1: (state.PAGED,), state.SGLANG: (state.RADIX,)}
 
 
 @pytest.mark.parametrize("family, manager", [(state.V1, state.CONTIGUOUS), (state.STATIC, state.PAGED),
-                                             (state.CONTINUOUS, state.RADIX), (state.SGLANG, state.PAGED)])
+                                             (state.CONTINUOUS, state.RADIX), (state.SGLANG, state.PAGED),
+                                             (state.CONTINUOUS, state.CONTIGUOUS),
+                                             (state.CONTINUOUS_CONTIGUOUS, state.PAGED)])
 def test_a_manager_the_family_compiled_out_is_refused(family, manager):
     config = np.zeros(state.NUM_CONFIG, np.int64)
     config[state.SCHEDULER_KIND], config[state.MANAGER_KIND] = family, manager
@@ -41,7 +43,8 @@ def test_a_manager_the_family_compiled_out_is_refused(family, manager):
         memory.check_family(config)
 
 
-@pytest.mark.parametrize("family, manager", [(state.CONTINUOUS, state.PAGED), (state.CONTINUOUS, state.CONTIGUOUS),
+@pytest.mark.parametrize("family, manager", [(state.CONTINUOUS, state.PAGED),
+                                             (state.CONTINUOUS_CONTIGUOUS, state.CONTIGUOUS),
                                              (state.STATIC, state.CONTIGUOUS), (state.SGLANG, state.RADIX)])
 def test_a_manager_the_family_runs_passes(family, manager):
     config = np.zeros(state.NUM_CONFIG, np.int64)
@@ -82,6 +85,7 @@ def compile_for(function, system, ints):
     return {name: sum(times(f) for f in fs) for name, fs in WATCHED.items()}
 
 print(json.dumps([compile_for(lifecycle.preempt_continuous, "vllm", 1),
+                  compile_for(lifecycle.preempt_contiguous, "orca-max", 1),
                   compile_for(other_families_paged_paths, "vllm", 2),
                   compile_for(lifecycle.preempt_v1, "vllm-v1", 1)]))
 """
@@ -89,9 +93,10 @@ print(json.dumps([compile_for(lifecycle.preempt_continuous, "vllm", 1),
 
 @pytest.mark.skipif(not jit.COMPILED, reason="numba is not installed")
 def test_each_familys_paths_compile_its_managers_alone(tmp_path):
-    """Compiled from an empty cache: vLLM v0's and Orca's preemption holds the contiguous
-    manager's release but not SGLang's radix tree (it was a call taking the family: numba compiled
-    every branch); the paged paths the other families share with vLLM v1 (a prefill's keys, a
+    """Compiled from an empty cache: vLLM v0's and Orca's preemption over paged memory holds
+    neither the contiguous manager's release nor SGLang's radix tree (it was a call taking the
+    family: numba compiled every branch), over contiguous extents the contiguous manager's
+    release alone (counted from here on: the numbers add up); the paged paths the other families share with vLLM v1 (a prefill's keys, a
     decode slot, a cached allocation) hold none of vLLM v1's KV cache groups' code (``family ==
     V1`` in ``kv_cache.compute_tokens_seq``, ``memory.free``; ``grow_table``,
     ``allocate_hits``); vLLM v1's preemption holds neither the radix tree nor the contiguous
@@ -101,7 +106,8 @@ def test_each_familys_paths_compile_its_managers_alone(tmp_path):
     env.pop("PAGESIM_JIT", None)
     out = subprocess.run([sys.executable, "-c", COMPILED_PATHS], check=True, env=env, cwd=TESTS_ROOT,
                          capture_output=True, text=True)
-    v0_preempt, v0_paths, v1_preempt = json.loads(out.stdout)
-    assert v0_preempt == {"radix": 0, "contiguous": 1, "groups": 0}
+    v0_preempt, orca_preempt, v0_paths, v1_preempt = json.loads(out.stdout)
+    assert v0_preempt == {"radix": 0, "contiguous": 0, "groups": 0}
+    assert orca_preempt == {"radix": 0, "contiguous": 1, "groups": 0}
     assert v0_paths == {"radix": 0, "contiguous": 1, "groups": 0}
     assert v1_preempt == {"radix": 0, "contiguous": 1, "groups": 0}

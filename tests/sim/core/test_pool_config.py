@@ -20,9 +20,9 @@ def config(system="vllm", **kw):
 
 @pytest.mark.parametrize("system,manager,scheduler,reservation,block_size", [
     ("static", state.CONTIGUOUS, state.STATIC, None, None),
-    ("orca-max", state.CONTIGUOUS, state.CONTINUOUS, state.RESERVE_MAX, None),
-    ("orca-pow2", state.CONTIGUOUS, state.CONTINUOUS, state.RESERVE_POW2, None),
-    ("orca-oracle", state.CONTIGUOUS, state.CONTINUOUS, state.RESERVE_ORACLE, None),
+    ("orca-max", state.CONTIGUOUS, state.CONTINUOUS_CONTIGUOUS, state.RESERVE_MAX, None),
+    ("orca-pow2", state.CONTIGUOUS, state.CONTINUOUS_CONTIGUOUS, state.RESERVE_POW2, None),
+    ("orca-oracle", state.CONTIGUOUS, state.CONTINUOUS_CONTIGUOUS, state.RESERVE_ORACLE, None),
     ("vllm", state.PAGED, state.CONTINUOUS, None, 16),
     ("token", state.PAGED, state.CONTINUOUS, None, 1),  # the token manager: blocks of one token
 ])

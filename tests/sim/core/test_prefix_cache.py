@@ -386,7 +386,7 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
     c[state.SWAPPED_LEN] += 1
     c[state.SWAP_USED_TOKENS] = 12
-    assert resume_swapped(s, 100)[0] == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
+    assert resume_swapped(s, 100, s.config[state.SCHEDULER_KIND])[0] == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
     b = blocks(s, B)
     assert b[:2] == a and len(b) == 4 and s.num_computed_tokens[B] == 13
     assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0 and c[state.STEP_DECODE_SEQS] == 1

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from pagesim.sim.core import lifecycle, scheduler_vllm, state
+from pagesim.sim.core import lifecycle, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.run import initial_state
 
-from tests.sim.helpers import cfg_for
+from tests.sim.helpers import cfg_for, schedule_vllm
 
-# the scheduler's steps run by CPython: the same source, and no compile of each on its own for
-# these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
-schedule = interpreted(scheduler_vllm.schedule)
+schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/helpers.py)
+
 
 
 def complete_step(s, now):
