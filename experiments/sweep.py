@@ -134,10 +134,11 @@ def _shared_pool(n: int, specs: list[RunSpec] = ()) -> cf.ProcessPoolExecutor:
         _drop_pool(wait=True)
         if n > 1 and len(wanted) == 1:  # in this process: the workers forked after it have it loaded
             warm_up_core(wanted)
+            wanted = []
         _POOL.append((n, cf.ProcessPoolExecutor(max_workers=n, initializer=end_with_parent,
                                                 initargs=(os.getpid(),))))
-    if n > 1:
-        warm_up_core([family for family in wanted if family not in _WARMED], _POOL[0][1])
+    if n > 1 and wanted:
+        warm_up_core(wanted, _POOL[0][1])
     return _POOL[0][1]
 
 

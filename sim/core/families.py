@@ -9,8 +9,9 @@ vLLM v1's ``scheduler_v1.py`` recompiles its scheduler's entry alone, not its lo
 
 vLLM v0's and Orca's scheduler is one source (``scheduler_vllm.py``, ``scheduler_orca.py``)
 compiled into two loops, one per memory manager: a loop compiles its own manager alone (``family``
-a constant there, ``memory.py``), 44.5 and 41.2 s of CPU cold, where one loop of both took 61.8 s
-(2026-11-28, by hand), and a run of both compiles them side by side (``experiments/sweep.py``)."""
+a constant there, ``memory.py``), 43.6 and 39.7 s of CPU cold where the one loop of both took
+54.3-58.6 s (``benchmarks/results/compile_speed_2026-11-28-manager-families.txt``), and a sweep of
+both compiles them side by side (``experiments/sweep.py``)."""
 
 from __future__ import annotations
 
