@@ -206,7 +206,8 @@ def warm_up_core(families: list[int] | None = None, pool: cf.ProcessPoolExecutor
 
     t0 = time.perf_counter()
     families = families if families is not None else _families([])
-    systems = [system_of()[family] for family in families]
+    of_family = system_of()
+    systems = [of_family[family] for family in families]
     if pool is None:
         for system in systems:
             _warm_up(system)
