@@ -29,7 +29,8 @@ def test_every_system_runs_a_manager_its_family_keeps(system):
 
 def test_the_pairs_by_hand():
     assert memory.MANAGERS == {state.CONTINUOUS: (state.PAGED,), state.CONTINUOUS_CONTIGUOUS: (state.CONTIGUOUS,),
-                               state.STATIC: (state.CONTIGUOUS,), state.V1: (state.PAGED,), state.SGLANG: (state.RADIX,)}
+                               state.STATIC: (state.CONTIGUOUS,), state.V1: (state.PAGED,),
+                               state.SGLANG: (state.RADIX,)}
 
 
 @pytest.mark.parametrize("family, manager", [(state.V1, state.CONTIGUOUS), (state.STATIC, state.PAGED),
@@ -58,7 +59,7 @@ def test_a_manager_the_family_runs_passes(family, manager):
 COMPILED_PATHS = """
 import json
 from pagesim.sim.core import jit, kv_cache, lifecycle, placement, prefix_cache, radix_cache
-from pagesim.sim.core.state import CONTINUOUS, SGLANG, STATIC
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, rand_trace
 jit.use_numba()
@@ -76,6 +77,26 @@ def other_families_paged_paths(s, i, n):
     kv_cache.take_decode_slot(s, i)
     return kv_cache.allocate_cached(s, i, 0, n)
 
+@numba.njit
+def prefills_without_keys(s, i, n, now):
+    # the contiguous family's and static batching's prefills: no prefix caching's keys
+    lifecycle.prefill(s, i, n, CONTINUOUS_CONTIGUOUS)
+    lifecycle.prefill(s, i, n, STATIC)
+
+@numba.njit
+def ends_without_fork(s, i, n, now):
+    # a step's end in vLLM v1's and the contiguous family's loops: no fork of parallel sampling
+    # (vLLM v0's paged family's alone; vLLM v1 fans n out into requests)
+    lifecycle.complete_step(s, now, V1)
+    lifecycle.complete_step(s, now, CONTINUOUS_CONTIGUOUS)
+
+def pruned(function):
+    # how many times prefix caching's key registration and parallel sampling's fork are compiled
+    # once function is (numba's signatures)
+    s = initial_state(cfg_for("vllm-v1", prefix_caching=True), rand_trace(0, n=8))
+    function.compile((function.typeof_pyval(s), numba.int64, numba.int64, numba.float64))
+    return {"keys": len(prefix_cache.register_full_blocks.signatures), "fork": len(kv_cache.fork.signatures)}
+
 def compile_for(function, system, ints):
     s = initial_state(cfg_for(system, prefix_caching=True), rand_trace(0, n=8))
     function.compile((function.typeof_pyval(s), *[numba.int64] * ints))
@@ -84,10 +105,11 @@ def compile_for(function, system, ints):
     times = lambda f: int(f.py_func in lazies) if f.py_func in jit._LAZY else len(f.signatures)
     return {name: sum(times(f) for f in fs) for name, fs in WATCHED.items()}
 
-print(json.dumps([compile_for(lifecycle.preempt_continuous, "vllm", 1),
+# first: the keys before anything else compiles them (a paged prefill does)
+print(json.dumps([pruned(prefills_without_keys), compile_for(lifecycle.preempt_continuous, "vllm", 1),
                   compile_for(lifecycle.preempt_contiguous, "orca-max", 1),
                   compile_for(other_families_paged_paths, "vllm", 2),
-                  compile_for(lifecycle.preempt_v1, "vllm-v1", 1)]))
+                  compile_for(lifecycle.preempt_v1, "vllm-v1", 1), pruned(ends_without_fork)]))
 """
 
 
@@ -96,17 +118,22 @@ def test_each_familys_paths_compile_its_managers_alone(tmp_path):
     """Compiled from an empty cache: vLLM v0's and Orca's preemption over paged memory holds
     neither the contiguous manager's release nor SGLang's radix tree (it was a call taking the
     family: numba compiled every branch), over contiguous extents the contiguous manager's
-    release alone (counted from here on: the numbers add up); the paged paths the other families share with vLLM v1 (a prefill's keys, a
-    decode slot, a cached allocation) hold none of vLLM v1's KV cache groups' code (``family ==
-    V1`` in ``kv_cache.compute_tokens_seq``, ``memory.free``; ``grow_table``,
-    ``allocate_hits``); vLLM v1's preemption holds neither the radix tree nor the contiguous
-    manager, and its groups' release is called at an address, compiled only for the runs with
-    groups (``jit.njit``'s lazy)."""
+    release alone (counted from here on: the numbers add up); a step's end in vLLM v1's and the
+    contiguous family's loops holds no fork of parallel sampling (vLLM v0's paged family's
+    alone), and the contiguous family's and static batching's prefills no registration of prefix
+    caching's keys (their prefills first, the steps' ends last); the paged paths the other
+    families share with vLLM v1 (a prefill's keys, a decode slot, a cached allocation) hold none
+    of vLLM v1's KV cache groups' code (``family == V1`` in ``kv_cache.compute_tokens_seq``,
+    ``memory.free``; ``grow_table``, ``allocate_hits``); vLLM v1's preemption holds neither the
+    radix tree nor the contiguous manager, and its groups' release is called at an address,
+    compiled only for the runs with groups (``jit.njit``'s lazy)."""
     env = dict(os.environ, PYTHONPATH=subprocess_path(), NUMBA_CACHE_DIR=str(tmp_path))
     env.pop("PAGESIM_JIT", None)
     out = subprocess.run([sys.executable, "-c", COMPILED_PATHS], check=True, env=env, cwd=TESTS_ROOT,
                          capture_output=True, text=True)
-    v0_preempt, orca_preempt, v0_paths, v1_preempt = json.loads(out.stdout)
+    keys, v0_preempt, orca_preempt, v0_paths, v1_preempt, fork = json.loads(out.stdout)
+    assert keys == {"keys": 0, "fork": 0}
+    assert fork["fork"] == 0  # (the keys by then compiled by the paged paths)
     assert v0_preempt == {"radix": 0, "contiguous": 0, "groups": 0}
     assert orca_preempt == {"radix": 0, "contiguous": 1, "groups": 0}
     assert v0_paths == {"radix": 0, "contiguous": 1, "groups": 0}
