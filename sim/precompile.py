@@ -45,9 +45,9 @@ def _compile_order(job: str) -> int:
     """The longest jobs first, so that the cores finish together (on 2 cores, each starting as
     one ends): vLLM v1's (its engine's, cluster's and, warming, disaggregated pools' loops),
     vLLM v0's and Orca's over paged memory, then over contiguous extents, the lazy functions
-    (``--warm``), then SGLang's and static's. Their CPU
-    on this project's machine, cold (a clean clone's ``.ci/run``, 2026-11-28): 132, 96, 69, 66
-    and 32 s (the lazy functions' job, run last, left one core idle for its 69 s)."""
+    (``--warm``), then SGLang's and static's. Their wall time side by side on this project's
+    machine, cold (a clean clone's ``.ci/run``, 2026-11-28, evening): 77, 51, 43, 32, 40 and 22 s,
+    134 s in all (with the lazy functions' job last, one core had once idled through its 69 s)."""
     from pagesim.sim import systems
     from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 
