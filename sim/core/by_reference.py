@@ -55,40 +55,52 @@ def state_pointer(context, builder, config_data, name: str):
     return builder.inttoptr(held, context.get_value_type(types.voidptr))
 
 
+def config_data(context, builder, state, value):
+    """In compiled code: the address of the data of state ``value``'s config array (``state``:
+    numba's type of the state)."""
+    at = state.fields.index("config")
+    return context.make_array(state[at])(context, builder, value=builder.extract_value(value, at)).data
+
+
+def config_slot(context, builder, state, value, slot: int):
+    """In compiled code: the address of ``config[slot]`` of state ``value``."""
+    from numba import types
+
+    return builder.gep(config_data(context, builder, state, value), [context.get_constant(types.intp, slot)])
+
+
 def register() -> None:
-    """The compiled forms of :func:`pin` and :func:`state_at` (numba loaded)."""
+    """The compiled forms of :func:`pin`, :func:`unpin` and :func:`state_at` (numba loaded), as
+    numba's builtins (``type_callable``, ``lower_builtin``): an overload's implementation, even
+    one inlined, is compiled as a function of its own first (``jit._lazy_call``)."""
     from llvmlite import ir as llvm_ir
     from numba import types
     from numba.core import cgutils
-    from numba.extending import intrinsic, overload
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.extending import lower_builtin, type_callable
 
-    @intrinsic
-    def pinned(typingctx, s):
-        def codegen(context, builder, signature, args):
-            copy = cgutils.alloca_once(builder, context.get_value_type(s))  # in the entry block
-            builder.store(args[0], copy)
-            return builder.bitcast(copy, context.get_value_type(types.voidptr))
-        return types.voidptr(s), codegen
+    @type_callable(pin)
+    def _pin(context):
+        return lambda s: types.voidptr
 
-    @intrinsic
-    def as_integer(typingctx, ref):
-        def codegen(context, builder, signature, args):
-            return builder.ptrtoint(args[0], context.get_value_type(types.int64))
-        return types.int64(ref), codegen
+    @lower_builtin(pin, types.BaseTuple)
+    def pinned(context, builder, signature, args):
+        state = signature.args[0]
+        copy = cgutils.alloca_once(builder, context.get_value_type(state))  # in the entry block
+        builder.store(args[0], copy)
+        address = builder.ptrtoint(copy, context.get_value_type(types.int64))
+        builder.store(address, config_slot(context, builder, state, args[0], STATE_ADDRESS))
+        return builder.bitcast(copy, context.get_value_type(types.voidptr))
 
-    @overload(pin, inline="always")
-    def _pin(s):
-        def impl(s):
-            ref = pinned(s)
-            s.config[STATE_ADDRESS] = as_integer(ref)
-            return ref
-        return impl
+    @type_callable(unpin)
+    def _unpin(context):
+        return lambda s: types.none
 
-    @overload(unpin, inline="always")
-    def _unpin(s):
-        def impl(s):
-            s.config[STATE_ADDRESS] = 0
-        return impl
+    @lower_builtin(unpin, types.BaseTuple)
+    def unpinned(context, builder, signature, args):
+        at = config_slot(context, builder, signature.args[0], args[0], STATE_ADDRESS)
+        builder.store(context.get_constant(types.int64, 0), at)
+        return context.get_dummy_value()
 
     def load_fields(builder, at, value_type):
         """The value at ``at``, loaded field by field: a load of the whole state (~550 words)
@@ -108,24 +120,26 @@ def register() -> None:
             value = builder.insert_value(value, field, k)
         return value
 
-    @intrinsic
-    def load(typingctx, ref, like):
-        state = like.instance_type
+    @type_callable(state_at)
+    def _state_at(context):
+        def typer(ref, like):
+            if isinstance(ref, types.BaseTuple):  # the state itself: a scheduler inlined into its loop
+                return ref
+            return like.instance_type
+        return typer
 
-        def codegen(context, builder, signature, args):
-            value_type = context.get_value_type(state)
-            size = context.get_abi_sizeof(value_type)
-            for arg in builder.function.args:  # its own: only it reads the copy, which nothing writes
-                if arg.name == "arg.ref":
-                    arg.add_attribute("noalias")
-                    arg.add_attribute("nonnull")
-                    arg.attributes.dereferenceable = size
-                    arg.attributes.align = 8
-            return load_fields(builder, builder.bitcast(args[0], value_type.as_pointer()), value_type)
-        return state(ref, like), codegen
+    @lower_builtin(state_at, types.BaseTuple, types.Any)
+    def the_state_itself(context, builder, signature, args):
+        return impl_ret_borrowed(context, builder, signature.return_type, args[0])
 
-    @overload(state_at, inline="always")
-    def _state_at(ref, like):
-        if isinstance(ref, types.BaseTuple):  # the state itself: a scheduler inlined into its loop
-            return lambda ref, like: ref
-        return lambda ref, like: load(ref, like)
+    @lower_builtin(state_at, types.RawPointer, types.TypeRef)
+    def loaded(context, builder, signature, args):
+        value_type = context.get_value_type(signature.return_type)
+        size = context.get_abi_sizeof(value_type)
+        for arg in builder.function.args:  # its own: only it reads the copy, which nothing writes
+            if arg.name == "arg.ref":
+                arg.add_attribute("noalias")
+                arg.add_attribute("nonnull")
+                arg.attributes.dereferenceable = size
+                arg.attributes.align = 8
+        return load_fields(builder, builder.bitcast(args[0], value_type.as_pointer()), value_type)

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, jit, lifecycle, radix_cache, speculative, static
+from pagesim.sim.core import by_reference, host_tier, jit, lifecycle, radix_cache, speculative, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.scheduler_vllm import schedule as schedule_vllm
 from pagesim.sim.core.scheduler_sglang import schedule as schedule_sglang
@@ -549,7 +549,8 @@ def linked_engine(replicas, family):
 def _compiled_engine_calls():
     from numba import types
     from numba.core.errors import TypingError
-    from numba.extending import intrinsic, overload
+    from numba.core import cgutils
+    from numba.extending import intrinsic, lower_builtin, overload, type_callable
 
     def call_by_address(context, builder, address, argtys, args):
         """A call of the compiled function (returning an int64) at ``address``."""
@@ -567,24 +568,24 @@ def _compiled_engine_calls():
             return builder.ptrtoint(fn, context.get_value_type(types.int64))
         return types.int64(*typed), codegen
 
-    @intrinsic
-    def call_at(typingctx, address, s):
-        def codegen(context, builder, signature, args):  # the loop the address points to
-            return call_by_address(context, builder, args[0], (s,), (args[1],))
-        return types.int64(address, s), codegen
+    # called as numba's builtins (type_callable, lower_builtin), with no code of their own to
+    # compile: an overload's implementation, even one inlined, is compiled apart first (jit._lazy_call)
+    @type_callable(call_engine)
+    def _call_engine(context):
+        def typer(engine, s, family):
+            if not isinstance(engine, types.Integer):
+                raise TypingError(f"call_engine takes the address of a family's loop, not {engine}")
+            return types.int64
+        return typer
 
-    @overload(call_engine, inline="always")
-    def _call_engine(engine, s, family):
-        if not isinstance(engine, types.Integer):
-            raise TypingError(f"call_engine takes the address of a family's loop, not {engine}")
-        if "config" not in getattr(s, "fields", ()):  # (not a state: a test's loop)
-            return lambda engine, s, family: call_at(engine, s)
-
-        def impl(engine, s, family):
-            code = call_at(engine, s)
-            s.config[STATE_ADDRESS] = 0  # its copy of the state is gone (by_reference.py)
-            return code
-        return impl
+    @lower_builtin(call_engine, types.Integer, types.Any, types.Any)
+    def engine_called(context, builder, signature, args):
+        s = signature.args[1]
+        code = call_by_address(context, builder, args[0], (s,), (args[1],))
+        if "config" in getattr(s, "fields", ()):  # (else not a state: a test's loop)
+            at = by_reference.config_slot(context, builder, s, args[1], STATE_ADDRESS)
+            builder.store(context.get_constant(types.int64, 0), at)  # its copy of the state is gone
+        return code
 
     @intrinsic
     def linked_address(typingctx, replicas, family):
@@ -597,23 +598,21 @@ def _compiled_engine_calls():
         return lambda replicas, family: linked_address(replicas, family)
 
     # the schedulers called by address, the state by reference (scheduler_entry_for)
-    @intrinsic
-    def call_scheduler_at(typingctx, address, ref, verb, s):
-        def codegen(context, builder, signature, args):
-            argtys = scheduler_signature(s)
-            like = context.get_constant_null(argtys[1])
-            asked = context.cast(builder, args[2], signature.args[2], types.int64)
-            return call_by_address(context, builder, args[0], argtys, (args[1], like, asked))
-        return types.int64(address, ref, verb, s), codegen
+    @type_callable(call_scheduler)
+    def _call_scheduler(context):
+        return lambda s, ref, family, verb: types.int64
 
-    @overload(call_scheduler, inline="always")
-    def _call_scheduler(s, ref, family, verb):
-        def impl(s, ref, family, verb):
-            address = s.config[SCHEDULER_ADDRESS]
-            if address == 0:
-                return np.int64(-1)
-            return call_scheduler_at(address, ref, verb, s)
-        return impl
+    @lower_builtin(call_scheduler, types.BaseTuple, types.Any, types.Any, types.Any)
+    def scheduler_called(context, builder, signature, args):
+        s, ref, verb = signature.args[0], args[1], args[3]
+        argtys = scheduler_signature(s)
+        address = builder.load(by_reference.config_slot(context, builder, s, args[0], SCHEDULER_ADDRESS))
+        code = cgutils.alloca_once_value(builder, context.get_constant(types.int64, -1))  # none set
+        with builder.if_then(builder.icmp_signed("!=", address, address.type(0)), likely=True):
+            asked = context.cast(builder, verb, signature.args[3], types.int64)
+            like = context.get_constant_null(argtys[1])
+            builder.store(call_by_address(context, builder, address, argtys, (ref, like, asked)), code)
+        return builder.load(code)
 
     @intrinsic
     def linked_scheduler_address(typingctx, s, family):

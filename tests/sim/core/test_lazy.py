@@ -239,3 +239,28 @@ def test_the_slots_are_enough_for_every_lazy_function():
     width = {f.name: f.width for f in state.TABLES["config"]}["LAZY_ADDRESSES"]
     assert 0 < len(jit._LAZY) <= width
     assert sorted(slot for slot, _ in jit._LAZY.values()) == list(range(len(jit._LAZY)))
+
+
+@compiled_only
+def test_a_lazy_functions_call_casts_its_arguments_to_their_declared_types_only_without_a_loss():
+    """Priority's place in the queue declares ``i: int, returning: bool``: a call giving an int32
+    and a bool compiles (each cast safely), one giving a float for ``i`` is refused at typing,
+    naming the parameter; the call returns the declared int (``jit._lazy_call``)."""
+    import numba
+    import numpy as np
+    from numba.core.errors import TypingError
+
+    from pagesim.sim.core import policy_priority
+    from tests.sim.helpers import cfg_for, rand_trace
+
+    s = prepare(cfg_for("vllm-v1", scheduling_policy="priority"), rand_trace(0, n=4)).state
+    position = policy_priority.waiting_position
+
+    def given(i):
+        caller = numba.njit(lambda s: position(s, i, False))
+        caller.compile((numba.typeof(s),))
+        return caller.nopython_signatures[0].return_type
+
+    assert given(np.int32(1)) == numba.types.int64
+    with pytest.raises(TypingError, match=r"waiting_position's i is declared int64, given float64"):
+        given(1.5)
