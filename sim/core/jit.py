@@ -23,8 +23,9 @@ the compile's flags compared without reading each option through its property
 (:func:`_compile_flags_compared_quickly`), the Python wrappers of
 functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`),
 numba's error messages built plain (:func:`_plain_error_messages`), the variables live at each
-block's entry computed when asked for (:func:`_lifetimes_on_demand`), and no C wrappers
-(``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
+block's entry computed when asked for (:func:`_lifetimes_on_demand`), an inlined function's
+copies of its caller's arguments lowered as those arguments (:func:`_copies_shared`), and no C
+wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
 array that numba's dead-code elimination would delete on too narrow a reading of what may alias
 an argument (:func:`_stores_kept`: the core allocates no array). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
@@ -33,6 +34,7 @@ families' loops compiled by different processes, then loaded together, ran each 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import os
@@ -532,6 +534,78 @@ def _stores_kept() -> None:
     ir_utils.find_potential_aliases = find_potential_aliases
 
 
+def _copies_shared() -> None:
+    """numba gives each variable that lives across blocks a stack slot and an assignment ``y = x``
+    a load of ``x``'s slot and a store into ``y``'s, whatever their size. Inlining makes such a
+    copy of each argument at every place that inlines a function (its ``s = <caller's s>``), and
+    the state is a ~550-word aggregate: vLLM v1's loop and scheduler entry lowered ~300 of them,
+    which LLVM's first passes (SROA splitting each into its words, instcombine) then spent half
+    of their optimization on (2026-11-28, ``llvmlite``'s pass timings). Before a function without
+    reference counting is lowered, its copies of values assigned once in its first block are
+    those values (:func:`share_copies`); a reference-counted function, which would count each
+    copy, is left as it is. Left as numba has it where its pass differs."""
+    from numba.core import typed_passes
+
+    lowering = getattr(typed_passes, "NativeLowering", None)
+    run_pass = getattr(lowering, "run_pass", None)
+    if run_pass is None or getattr(run_pass, "pagesim_copies_shared", False):
+        return
+
+    def run(self, state):
+        if not state.flags.nrt:
+            share_copies(state.func_ir, state.typemap)
+        return run_pass(self, state)
+
+    run.pagesim_copies_shared = True
+    lowering.run_pass = run
+
+
+def share_copies(func_ir, typemap) -> dict:
+    """Every variable of ``func_ir`` that is only ever a copy (``y = x``, or a copy of a copy) of
+    a variable assigned once, in the function's first block (an argument, the state loaded from
+    its address), and of the same type (``typemap``), made that variable: its uses read the first
+    one, its assignments go. The first block runs once, before any loop, so the value copied
+    never changes. Returns what each name became (numba loaded)."""
+    from numba.core import analysis, ir, ir_utils
+
+    blocks = func_ir.blocks
+    first = min(blocks)
+    if list(analysis.compute_cfg_from_blocks(blocks).predecessors(first)):
+        return {}
+    defined = collections.Counter(stmt.target.name for block in blocks.values()
+                                  for stmt in block.find_insts(ir.Assign))
+    once = {stmt.target.name: stmt.target for stmt in blocks[first].find_insts(ir.Assign)
+            if defined[stmt.target.name] == 1}
+    copied = {stmt.target.name: stmt.value.name for block in blocks.values()
+              for stmt in block.find_insts(ir.Assign)
+              if isinstance(stmt.value, ir.Var) and defined[stmt.target.name] == 1}
+
+    def root(name):
+        seen = set()
+        while name in copied and name not in seen:
+            seen.add(name)
+            name = copied[name]
+        return name
+
+    same = {}
+    for name in copied:
+        source = root(name)
+        if source in once and source != name and typemap.get(name) == typemap.get(source):
+            same[name] = once[source]
+    if not same:
+        return {}
+    # a del of a variable zero-fills its slot (and counts a reference, here none): the first
+    # one's now stand where a copy was still to be read, so they go with the copies' own
+    gone = set(same) | {var.name for var in same.values()}
+    for block in blocks.values():
+        block.body = [stmt for stmt in block.body
+                      if not (isinstance(stmt, ir.Assign) and stmt.target.name in same)
+                      and not (isinstance(stmt, ir.Del) and stmt.value in gone)]
+    ir_utils.replace_vars(blocks, same)
+    func_ir._definitions = ir_utils.build_definitions(blocks)
+    return {name: var.name for name, var in same.items()}
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -562,6 +636,7 @@ def use_numba() -> None:
     _python_wrappers_unoptimized()
     _lifetimes_on_demand()
     _stores_kept()
+    _copies_shared()
     _plain_error_messages()
     by_reference.register()
     for fn in _ON_LOAD:

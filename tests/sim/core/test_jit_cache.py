@@ -482,3 +482,90 @@ def test_a_loop_that_inlines_its_scheduler_is_keyed_by_its_schedulers_files():
     for kind in families.FAMILIES:
         assert set(families.LOOP_FILES[kind]) <= set(families.FAMILY_FILES[kind])
         assert kind not in inlined or families.LOOP_FILES[kind] == families.FAMILY_FILES[kind]
+
+
+def copies_lowered(monkeypatch, fn, args, kind, **options) -> int:
+    """``fn`` compiled with numba's ``options`` and run on ``args``: its result, and how many
+    assignments ``y = x`` of a value of numba type class ``kind`` its code had as it was lowered."""
+    import numba
+    from numba.core import ir, lowering
+
+    lowered = []
+    lower = lowering.Lower.lower
+
+    def kept(self):
+        lowered.append(sum(1 for block in self.func_ir.blocks.values() for stmt in block.find_insts(ir.Assign)
+                           if isinstance(stmt.value, ir.Var) and isinstance(self.typeof(stmt.target.name), kind)))
+        return lower(self)
+
+    monkeypatch.setattr(lowering.Lower, "lower", kept)
+    result = numba.njit(**options)(fn)(*args)
+    monkeypatch.setattr(lowering.Lower, "lower", lower)
+    return result, lowered[-1]
+
+
+def test_a_functions_copies_of_a_value_its_first_block_assigns_once_are_that_value(monkeypatch):
+    """jit._copies_shared: a helper inlined at three places copies its caller's tuple into its
+    own parameter at each; lowered without reference counting, the copies are gone (each reads
+    the argument) and the result is the same; with reference counting they are left. A loop
+    that keeps a copy of the last odd value it read computes the same."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    import numba
+    import numpy as np
+    from numba import types
+
+    @numba.njit(inline="always", _nrt=False)
+    def first_plus(t, k):
+        return t[0][k] + t[1][k]
+
+    def three_sums(t):
+        return first_plus(t, 0) + first_plus(t, 1) + first_plus(t, 2)
+
+    def last_odd(a):
+        for k in range(a.size):
+            v = a[k]
+            if v % 2:
+                kept = v  # assigned once, in the loop
+        return kept
+
+    t = (np.arange(3), np.arange(3) * 10)
+    assert copies_lowered(monkeypatch, three_sums, (t,), types.BaseTuple, _nrt=False) == (33, 0)
+    # counted references: left as numba has it, a copy at each of the three places
+    assert copies_lowered(monkeypatch, three_sums, (t,), types.BaseTuple, _nrt=True) == (33, 3)
+    a = np.array([3, 5, 4, 6])
+    assert copies_lowered(monkeypatch, last_odd, (a,), types.Integer, _nrt=False)[0] == last_odd(a) == 5
+
+
+def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
+    """jit.share_copies on numba's untyped code of a function worked by hand: ``s = a`` and
+    ``t = s`` (a copy of a copy) read the argument ``a``; ``kept = v``, a copy of a value
+    assigned in the loop (which moves on after it), stays a copy, as does the loop's ``k``."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    from numba.core import compiler, ir
+
+    def f(a, n):
+        s = a
+        for k in range(n):
+            v = a[k]
+            if v > 0:
+                kept = v
+        t = s
+        return t[0] + kept
+
+    class OneType(dict):
+        def get(self, name, default=None):
+            return "T"
+
+    code = compiler.run_frontend(f)
+    shared = jit.share_copies(code, OneType())
+    assert shared["s"] == shared["t"] == "a" and "kept" not in shared and "k" not in shared
+    assigned = {stmt.target.name for block in code.blocks.values() for stmt in block.find_insts(ir.Assign)}
+    assert {"s", "t"}.isdisjoint(assigned) and {"kept", "k", "v"} <= assigned
+    read = {var.name for block in code.blocks.values() for stmt in block.body for var in stmt.list_vars()}
+    assert "kept" in read and not {"s", "t"} & read
