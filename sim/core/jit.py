@@ -606,6 +606,42 @@ def share_copies(func_ir, typemap) -> dict:
     return {name: var.name for name, var in same.items()}
 
 
+#: a named tuple with more fields than this (the state) has each field read from its stack slot
+#: alone (:func:`_fields_read_in_place`)
+_FIELDS_IN_PLACE = 16
+
+
+def _fields_read_in_place() -> None:
+    """numba lowers ``s.field`` as a load of the whole of ``s`` from its stack slot, then the
+    field taken out of the value: for the state, ~550 words loaded for one array's description,
+    at each of the thousands of places the core reads a field, which LLVM's first instcombine
+    and SROA then narrow to the field's own words (2026-11-28, ``llvmlite``'s pass timings). In
+    a function without reference counting, a field of a named tuple of more than
+    :data:`_FIELDS_IN_PLACE` fields that lives in a stack slot is loaded from its place in the
+    slot alone. Left as numba has it where its lowering differs."""
+    from numba.core import cgutils, lowering, types as numba_types
+
+    lower_expr = getattr(lowering.Lower, "lower_expr", None)
+    if lower_expr is None or getattr(lower_expr, "pagesim_fields_in_place", False):
+        return
+
+    def in_place(self, resty, expr):
+        if (expr.op == "getattr" and not self.context.enable_nrt and not self._disable_sroa_like_opt
+                and not isinstance(resty, numba_types.BoundFunction)):
+            name = expr.value.name
+            ty = self.typeof(name)
+            if (isinstance(ty, numba_types.BaseNamedTuple) and len(ty) > _FIELDS_IN_PLACE
+                    and expr.attr in ty.fields and name not in self._blk_local_varmap
+                    and name not in self._singly_assigned_vars):
+                index = ty.fields.index(expr.attr)
+                field = self.builder.load(cgutils.gep_inbounds(self.builder, self.getvar(name), 0, index))
+                return self.context.cast(self.builder, field, ty[index], resty)
+        return lower_expr(self, resty, expr)
+
+    in_place.pagesim_fields_in_place = True
+    lowering.Lower.lower_expr = in_place
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -637,6 +673,7 @@ def use_numba() -> None:
     _lifetimes_on_demand()
     _stores_kept()
     _copies_shared()
+    _fields_read_in_place()
     _plain_error_messages()
     by_reference.register()
     for fn in _ON_LOAD:
