@@ -569,3 +569,47 @@ def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
     assert {"s", "t"}.isdisjoint(assigned) and {"kept", "k", "v"} <= assigned
     read = {var.name for block in code.blocks.values() for stmt in block.body for var in stmt.list_vars()}
     assert "kept" in read and not {"s", "t"} & read
+
+
+def lowered_text(monkeypatch, fn, args, **options):
+    """``fn`` compiled with numba's ``options`` and run on ``args``: its result, and the text of
+    its LLVM code as lowered, before any optimization."""
+    import numba
+    from numba.core import lowering
+
+    texts = []
+    lower = lowering.Lower.lower
+
+    def kept(self):
+        lower(self)
+        texts.append(str(self.module))
+
+    monkeypatch.setattr(lowering.Lower, "lower", kept)
+    result = numba.njit(**options)(fn)(*args)
+    monkeypatch.setattr(lowering.Lower, "lower", lower)
+    return result, texts[-1]
+
+
+def test_a_field_of_a_large_named_tuple_is_read_from_its_place_not_the_whole_tuple_first(monkeypatch):
+    """jit._fields_read_in_place: a function without reference counting that reads two fields
+    of a 20-field named tuple in a loop loads each from the tuple's stack slot alone; numba's way
+    (a 10-field tuple, or reference counting) loads the whole tuple at each, then takes the field
+    out. The sums are the same."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    from collections import namedtuple
+
+    def pick(b, n):
+        total = 0
+        for k in range(n):
+            total += b.f3 if k % 2 else b.f7
+        return total
+
+    for size, counted, whole in ((20, False, False), (20, True, True), (10, False, True)):
+        b = namedtuple(f"Big{size}", [f"f{k}" for k in range(size)])(*range(size))
+        result, text = lowered_text(monkeypatch, pick, (b, 5), _nrt=counted)
+        assert result == pick(b, 5) == 3 * 7 + 2 * 3
+        # the tuple loaded whole: for each of the two fields numba's way, and at its del
+        assert text.count(f"load [{size} x i64]") == (3 if whole else 1), (size, counted)
