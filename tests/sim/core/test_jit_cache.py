@@ -13,6 +13,15 @@ from pagesim.sim.core import jit
 from tests.sim.helpers import subprocess_path
 
 
+def numba_loaded() -> None:
+    """numba loaded with the core's changes to it, or the test skipped (no numba, or the core run
+    in CPython: ``PAGESIM_JIT=0``)."""
+    pytest.importorskip("numba")
+    jit.use_numba()
+    if jit.numba is None:
+        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+
+
 def cached_core(tmp_path, monkeypatch):
     """A core in ``tmp_path``, its loop cached there (NUMBA_CACHE_DIR unset: set, the cache of
     every group would be the user's own, which a drop here would empty)."""
@@ -215,10 +224,7 @@ def test_only_the_loop_imports_a_familys_own_files():
 def test_a_function_is_optimized_once_with_its_callees_not_alone_first():
     """jit._one_llvm_optimization: a function's code added to its library is left as written (its
     data layout set); the library's module passes, after its callees are linked in, optimize it."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     import llvmlite.binding as ll
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
@@ -247,10 +253,7 @@ def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_runs_it
     """jit._interpreted_from_python: a function compiled code calls (or inlines) is compiled
     without the Python wrapper; a call from Python runs the same source in CPython and compiles
     nothing (a compiled call would first compile the function again, with the wrapper)."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     import numpy as np
 
     from pagesim.sim.core import cost_table, placement
@@ -277,10 +280,7 @@ def sign(x):  # four blocks: the test, two branches, their join
 
 
 def _numba_loaded():
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     return jit.numba
 
 
@@ -393,10 +393,7 @@ def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypa
 def test_the_variables_live_at_a_blocks_entry_are_numbas_when_asked_for():
     """jit._lifetimes_on_demand: numba's post-processing computes no liveness until it is asked
     for; asked, each block's live variables at entry are those numba's own run gives."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     from numba.core import compiler, postproc
 
     def f(a, n):
@@ -509,10 +506,7 @@ def test_a_functions_copies_of_a_value_its_first_block_assigns_once_are_that_val
     own parameter at each; lowered without reference counting, the copies are gone (each reads
     the argument) and the result is the same; with reference counting they are left. A loop
     that keeps a copy of the last odd value it read computes the same."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     import numba
     import numpy as np
     from numba import types
@@ -543,10 +537,7 @@ def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
     """jit.share_copies on numba's untyped code of a function worked by hand: ``s = a`` and
     ``t = s`` (a copy of a copy) read the argument ``a``; ``kept = v``, a copy of a value
     assigned in the loop (which moves on after it), stays a copy, as does the loop's ``k``."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     from numba.core import compiler, ir
 
     def f(a, n):
@@ -595,10 +586,7 @@ def test_a_field_of_a_large_named_tuple_is_read_from_its_place_not_the_whole_tup
     of a 20-field named tuple in a loop loads each from the tuple's stack slot alone; numba's way
     (a 10-field tuple, or reference counting) loads the whole tuple at each, then takes the field
     out. The sums are the same."""
-    pytest.importorskip("numba")
-    jit.use_numba()
-    if jit.numba is None:
-        pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
+    numba_loaded()
     from collections import namedtuple
 
     def pick(b, n):
