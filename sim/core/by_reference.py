@@ -41,32 +41,28 @@ def state_at(ref, like):
     return ref
 
 
-def state_pointer(context, builder, config_data, name: str):
+def state_pointer(context, builder, state, value, name: str):
     """In a call's code: the address of the state to pass by reference, ``config[STATE_ADDRESS]``
-    (``config_data``: the config array's data); where it is 0, the run stops with function
+    of state ``value`` (of numba's type ``state``); where it is 0, the run stops with function
     ``name`` named (its caller did not :func:`pin` the state)."""
     from numba import types
 
     word = context.get_value_type(types.int64)
-    held = builder.load(builder.gep(config_data, [context.get_constant(types.intp, STATE_ADDRESS)]))
+    held = builder.load(config_slot(context, builder, state, value, STATE_ADDRESS))
     with builder.if_then(builder.icmp_signed("==", held, word(0)), likely=False):
         context.call_conv.return_user_exc(builder, RuntimeError, (f"{name} called on a state not pinned "
                                                                   f"(sim/core/by_reference.py)",))
     return builder.inttoptr(held, context.get_value_type(types.voidptr))
 
 
-def config_data(context, builder, state, value):
-    """In compiled code: the address of the data of state ``value``'s config array (``state``:
-    numba's type of the state)."""
-    at = state.fields.index("config")
-    return context.make_array(state[at])(context, builder, value=builder.extract_value(value, at)).data
-
-
 def config_slot(context, builder, state, value, slot: int):
-    """In compiled code: the address of ``config[slot]`` of state ``value``."""
+    """In compiled code: the address of ``config[slot]`` of state ``value`` (of numba's type
+    ``state``)."""
     from numba import types
 
-    return builder.gep(config_data(context, builder, state, value), [context.get_constant(types.intp, slot)])
+    at = state.fields.index("config")
+    data = context.make_array(state[at])(context, builder, value=builder.extract_value(value, at)).data
+    return builder.gep(data, [context.get_constant(types.intp, slot)])
 
 
 def register() -> None:

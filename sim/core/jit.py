@@ -24,8 +24,9 @@ the compile's flags compared without reading each option through its property
 functions only compiled code calls left unoptimized (:func:`_python_wrappers_unoptimized`),
 numba's error messages built plain (:func:`_plain_error_messages`), the variables live at each
 block's entry computed when asked for (:func:`_lifetimes_on_demand`), an inlined function's
-copies of its caller's arguments lowered as those arguments (:func:`_copies_shared`), and no C
-wrappers (``no_cfunc_wrapper`` in :func:`_dispatcher`). It keeps every store into an
+copies of its caller's arguments lowered as those arguments (:func:`_copies_shared`), a field of
+the state loaded alone (:func:`_fields_read_in_place`), and no C wrappers (``no_cfunc_wrapper``
+in :func:`_dispatcher`). It keeps every store into an
 array that numba's dead-code elimination would delete on too narrow a reading of what may alias
 an argument (:func:`_stores_kept`: the core allocates no array). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
@@ -899,13 +900,12 @@ def _lazy_call(fn):
     @lower_builtin(call, numba.types.VarArg(numba.types.Any))
     def lowered(context, builder, sig, values):
         state = sig.args[0]
-        data = by_reference.config_data(context, builder, state, values[0])
-        address = builder.load(builder.gep(data, [context.get_constant(numba.types.intp, slot)]))
+        address = builder.load(by_reference.config_slot(context, builder, state, values[0], slot))
         with builder.if_then(builder.icmp_signed("==", address, address.type(0)), likely=False):
             context.call_conv.return_user_exc(builder, RuntimeError, (missing,))
         argtys = _entry_signature(fn, state)
         scalars = [context.cast(builder, v, t, d) for v, t, d in zip(values[1:], sig.args[1:], declared)]
-        ref = by_reference.state_pointer(context, builder, data, where)
+        ref = by_reference.state_pointer(context, builder, state, values[0], where)
         answer = call_by_address(context, builder, address, result, argtys,
                                  (ref, context.get_constant_null(argtys[1]), *scalars))
         return context.get_dummy_value() if result == numba.types.none else answer
