@@ -643,6 +643,74 @@ def _fields_read_in_place() -> None:
     lowering.Lower.lower_expr = in_place
 
 
+def _array_elements_direct() -> None:
+    """numba lowers ``a[i]`` on an array (``arrayobj``'s ``getitem_arraynd_intp``, and
+    ``setitem_array`` for ``a[i] = v``) by storing the array's whole description (7 words) into
+    a stack slot of its own, loading its shape and strides back from there, then the element:
+    at each of the ~2,000 places a family's loop reads or writes an element, which LLVM's SROA
+    and instcombine then take apart again. For an array indexed by one integer per dimension,
+    its element is a scalar (nothing counted or viewed), and numba's bounds check off, the data
+    pointer and the dimensions are taken from the description itself, the index fixed and the
+    element's address computed by numba's own functions (``fix_integer_index``,
+    ``get_item_pointer2``), as numba's lowering does after its detour. Registered for
+    ``types.Array``, more specific than numba's ``types.Buffer``; every other case is numba's."""
+    import operator
+
+    from numba.core import cgutils, types as numba_types
+    from numba.core.imputils import impl_ret_borrowed, lower_builtin
+    from numba.np import arrayobj
+
+    if getattr(arrayobj, "pagesim_elements_direct", False):
+        return
+
+    def direct(context, array_type, index_types) -> bool:
+        return (type(array_type) is numba_types.Array and len(index_types) == array_type.ndim
+                and all(isinstance(kind, numba_types.Integer) for kind in index_types)
+                and not context.enable_boundscheck)
+
+    def address(context, builder, array_type, array, index_types, indices):
+        model = context.data_model_manager[array_type]
+        data = builder.extract_value(array, model.get_field_position("data"))
+        shape_at, strides_at = model.get_field_position("shape"), model.get_field_position("strides")
+        shape = [builder.extract_value(array, [shape_at, k]) for k in range(array_type.ndim)]
+        strides = ([] if array_type.layout in "CF"
+                   else [builder.extract_value(array, [strides_at, k]) for k in range(array_type.ndim)])
+        fixed = [arrayobj.fix_integer_index(context, builder, kind, index, size)
+                 for kind, index, size in zip(index_types, indices, shape)]
+        return cgutils.get_item_pointer2(context, builder, data, shape, strides, array_type.layout, fixed)
+
+    def indices_of(builder, index_type, index):
+        if isinstance(index_type, numba_types.BaseTuple):
+            return tuple(index_type.types), cgutils.unpack_tuple(builder, index, count=len(index_type))
+        return (index_type,), (index,)
+
+    def element(numbas):
+        def lowered(context, builder, signature, args):
+            array_type, index_type = signature.args
+            index_types, indices = indices_of(builder, index_type, args[1])
+            if not direct(context, array_type, index_types):
+                return numbas(context, builder, signature, args)
+            at = address(context, builder, array_type, args[0], index_types, indices)
+            value = arrayobj.load_item(context, builder, array_type, at)
+            return impl_ret_borrowed(context, builder, signature.return_type, value)
+        return lowered
+
+    lower_builtin(operator.getitem, numba_types.Array, numba_types.Integer)(element(arrayobj.getitem_arraynd_intp))
+    lower_builtin(operator.getitem, numba_types.Array, numba_types.BaseTuple)(element(arrayobj.getitem_array_tuple))
+
+    @lower_builtin(operator.setitem, numba_types.Array, numba_types.Any, numba_types.Any)
+    def stored(context, builder, signature, args):
+        array_type, index_type, value_type = signature.args
+        index_types, indices = indices_of(builder, index_type, args[1])
+        if not direct(context, array_type, index_types) or isinstance(value_type, numba_types.Buffer):
+            return arrayobj.setitem_array(context, builder, signature, args)
+        at = address(context, builder, array_type, args[0], index_types, indices)
+        value = context.cast(builder, args[2], value_type, array_type.dtype)
+        arrayobj.store_item(context, builder, array_type, value, at)
+
+    arrayobj.pagesim_elements_direct = True
+
+
 def on_numba_load(fn):
     """Run ``fn`` as numba loads (at once if it has): where the core extends numba
     (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
@@ -675,6 +743,7 @@ def use_numba() -> None:
     _stores_kept()
     _copies_shared()
     _fields_read_in_place()
+    _array_elements_direct()
     _plain_error_messages()
     by_reference.register()
     for fn in _ON_LOAD:

@@ -601,3 +601,49 @@ def test_a_field_of_a_large_named_tuple_is_read_from_its_place_not_the_whole_tup
         assert result == pick(b, 5) == 3 * 7 + 2 * 3
         # the tuple loaded whole: for each of the two fields numba's way, and at its del
         assert text.count(f"load [{size} x i64]") == (3 if whole else 1), (size, counted)
+
+
+def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_description(monkeypatch):
+    """jit._array_elements_direct: ``a[i]``, ``m[i, j]`` and their stores take the data pointer
+    and the dimensions from the array's description itself; numba's way (here: its bounds check
+    on, where the core leaves it as numba has it) first stores each description into a stack
+    slot of its own. The elements are the same in every layout and index kind: a negative index
+    counts from the end, an unsigned one does not, a value stored is cast to the array's type,
+    an F-ordered and a strided array are read by their strides, and a row or a slice (a view) is
+    numba's."""
+    numba_loaded()
+    import numpy as np
+
+    def touch(a, m, f, strided, out):
+        i, last = np.uint64(1), np.int64(-1)
+        out[0] = a[i] + a[last] + a[-2]          # 1-D: unsigned, negative (a variable), negative
+        out[1] = m[1, 2] + m[-1, -1]             # 2-D, C-ordered
+        out[2] = f[1, 0] + f[0, 1]               # 2-D, F-ordered
+        out[3] = strided[1] + strided[-1]        # every other element: strides
+        m[0, 1] = 7                              # an integer stored into floats
+        out[4] = m[1].sum() + a[1:3].sum()       # a row and a slice: views (numba's)
+        total = 0.0
+        for k in range(a.size):
+            total += a[k] * m[k % 2, k % 3]
+        return total
+
+    def arrays():
+        m = np.arange(6.0).reshape(2, 3)
+        return np.arange(5), m, np.asfortranarray(m), np.arange(10)[::2], np.zeros(5)
+
+    expected = arrays()
+    want = touch(*expected)
+    import re
+
+    description = re.compile(r"alloca \{i8\*, i8\*, i64, i64, \w+\*, \[1 x i64\], \[1 x i64\]\}")  # a 1-D array's
+    counts = {}
+    for checked in (False, True):
+        given = arrays()
+        result, text = lowered_text(monkeypatch, touch, given, _nrt=False, boundscheck=checked)
+        assert result == want
+        assert np.array_equal(given[4], expected[4]) and np.array_equal(given[1], expected[1])
+        counts[checked] = len(description.findall(text))
+    assert list(expected[4]) == [1 + 4 + 3, 5 + 5, 3 + 1, 2 + 8, 3 + 4 + 5 + 1 + 2]
+    assert expected[1][0, 1] == 7.0
+    # a description stored for each 1-D read or write numba's way (~10 here), none more directly
+    assert counts[True] >= counts[False] + 8, counts
