@@ -38,6 +38,7 @@ same CPython functions otherwise (``sim/core/jit.py``).
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     replay.py       runs the loop to its end: progress, --check, an executor outside the core
     jit.py, aot.py  numba, loaded when first needed; the loop as an extension module (runs need no numba)
+    numba_patches.py what the core changes in numba as it loads: a cold compile's work trimmed
     by_reference.py the state passed by reference to what compiled code calls by address
     outcome.py      what a run left, in words and counters: reject reasons, the manager's events
     beam.py, rng.py beam search's deaths and forks; the seeded draws as numpy's Generator makes them

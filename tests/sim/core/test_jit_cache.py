@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pagesim.sim.core import jit
+from pagesim.sim.core import jit, numba_patches
 from tests.sim.helpers import subprocess_path
 
 
@@ -222,7 +222,7 @@ def test_only_the_loop_imports_a_familys_own_files():
 
 
 def test_a_function_is_optimized_once_with_its_callees_not_alone_first():
-    """jit._one_llvm_optimization: a function's code added to its library is left as written (its
+    """numba_patches._one_llvm_optimization: a function's code added to its library is left as written (its
     data layout set); the library's module passes, after its callees are linked in, optimize it."""
     numba_loaded()
     import llvmlite.binding as ll
@@ -285,7 +285,7 @@ def _numba_loaded():
 
 
 def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monkeypatch):
-    """jit._inlined_scope_copied_once: numba copies an inlined function's blocks (twice, in
+    """numba_patches._inlined_scope_copied_once: numba copies an inlined function's blocks (twice, in
     inline_ir), and its variable scope once with each copy, not once per block: a function of
     four blocks costs as many copies of its scope as one of a single block; both compute as
     before."""
@@ -326,7 +326,7 @@ def test_an_inlined_functions_scope_is_copied_as_often_whatever_its_blocks(monke
 
 
 def test_an_inlined_functions_blocks_are_deep_copied_once_at_each_place(monkeypatch):
-    """jit._inlined_ir_copied_once: numba's inline_ir deep-copies the inlined function's blocks,
+    """numba_patches._inlined_ir_copied_once: numba's inline_ir deep-copies the inlined function's blocks,
     then that copy again as an "original" its callers drop; each block is now copied once at each
     place it is inlined, and the code computes as before."""
     import copy
@@ -355,7 +355,7 @@ def test_an_inlined_functions_blocks_are_deep_copied_once_at_each_place(monkeypa
 
 
 def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
-    """jit._compile_flags_compared_quickly: a flags object's values() is every option as its
+    """numba_patches._compile_flags_compared_quickly: a flags object's values() is every option as its
     property reads it, set or default, and its hash numba's (of the sorted option names)."""
     _numba_loaded()
     from numba.core.compiler import Flags
@@ -374,7 +374,7 @@ def test_compile_flags_compare_and_hash_as_numbas_options_read_one_by_one():
 
 
 def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypatch):
-    """jit._compile_flags_compared_quickly: two flags of one class with the same options set
+    """numba_patches._compile_flags_compared_quickly: two flags of one class with the same options set
     compare equal without values() (numba's typing compares them ~80,000 times a family)."""
     _numba_loaded()
     from numba.core.compiler import Flags
@@ -391,7 +391,7 @@ def test_compile_flags_set_alike_are_equal_without_reading_every_option(monkeypa
 
 
 def test_the_variables_live_at_a_blocks_entry_are_numbas_when_asked_for():
-    """jit._lifetimes_on_demand: numba's post-processing computes no liveness until it is asked
+    """numba_patches._lifetimes_on_demand: numba's post-processing computes no liveness until it is asked
     for; asked, each block's live variables at entry are those numba's own run gives."""
     numba_loaded()
     from numba.core import compiler, postproc
@@ -415,7 +415,7 @@ def test_the_variables_live_at_a_blocks_entry_are_numbas_when_asked_for():
 
 
 def test_numbas_error_messages_are_built_plain():
-    """jit._plain_error_messages: where colorama is installed numba marks up every error message
+    """numba_patches._plain_error_messages: where colorama is installed numba marks up every error message
     it builds (each overload typing tried that did not match), wrapping stdout and stderr around
     each; the core's numba builds them as plain text, without touching the streams."""
     _numba_loaded()
@@ -502,7 +502,7 @@ def copies_lowered(monkeypatch, fn, args, kind, **options) -> int:
 
 
 def test_a_functions_copies_of_a_value_its_first_block_assigns_once_are_that_value(monkeypatch):
-    """jit._copies_shared: a helper inlined at three places copies its caller's tuple into its
+    """numba_patches._copies_shared: a helper inlined at three places copies its caller's tuple into its
     own parameter at each; lowered without reference counting, the copies are gone (each reads
     the argument) and the result is the same; with reference counting they are left. A loop
     that keeps a copy of the last odd value it read computes the same."""
@@ -534,7 +534,7 @@ def test_a_functions_copies_of_a_value_its_first_block_assigns_once_are_that_val
 
 
 def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
-    """jit.share_copies on numba's untyped code of a function worked by hand: ``s = a`` and
+    """numba_patches.share_copies on numba's untyped code of a function worked by hand: ``s = a`` and
     ``t = s`` (a copy of a copy) read the argument ``a``; ``kept = v``, a copy of a value
     assigned in the loop (which moves on after it), stays a copy, as does the loop's ``k``."""
     numba_loaded()
@@ -554,7 +554,7 @@ def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
             return "T"
 
     code = compiler.run_frontend(f)
-    shared = jit.share_copies(code, OneType())
+    shared = numba_patches.share_copies(code, OneType())
     assert shared["s"] == shared["t"] == "a" and "kept" not in shared and "k" not in shared
     assigned = {stmt.target.name for block in code.blocks.values() for stmt in block.find_insts(ir.Assign)}
     assert {"s", "t"}.isdisjoint(assigned) and {"kept", "k", "v"} <= assigned
@@ -582,7 +582,7 @@ def lowered_text(monkeypatch, fn, args, **options):
 
 
 def test_a_field_of_a_large_named_tuple_is_read_from_its_place_not_the_whole_tuple_first(monkeypatch):
-    """jit._fields_read_in_place: a function without reference counting that reads two fields
+    """numba_patches._fields_read_in_place: a function without reference counting that reads two fields
     of a 20-field named tuple in a loop loads each from the tuple's stack slot alone; numba's way
     (a 10-field tuple, or reference counting) loads the whole tuple at each, then takes the field
     out. The sums are the same."""
@@ -604,7 +604,7 @@ def test_a_field_of_a_large_named_tuple_is_read_from_its_place_not_the_whole_tup
 
 
 def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_description(monkeypatch):
-    """jit._array_elements_direct: ``a[i]``, ``m[i, j]`` and their stores take the data pointer
+    """numba_patches._array_elements_direct: ``a[i]``, ``m[i, j]`` and their stores take the data pointer
     and the dimensions from the array's description itself; numba's way (here: its bounds check
     on, where the core leaves it as numba has it) first stores each description into a stack
     slot of its own. The elements are the same in every layout and index kind: a negative index

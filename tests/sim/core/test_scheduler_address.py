@@ -35,7 +35,7 @@ def test_the_address_set_is_that_familys_scheduler_for_that_state(monkeypatch):
 
 def test_the_step_table_is_the_interpreted_ones_through_the_schedulers_call():
     """The stores the loop makes after its scheduler's call (a step's start and duration in the
-    step table) are kept: numba's dead-code elimination deleted them once (``jit._stores_kept``)."""
+    step table) are kept: numba's dead-code elimination deleted them once (``numba_patches._stores_kept``)."""
     cfg, trace = cfg_for("static", slots=2048), rand_trace(2, n=40)
     result = run_simulation(cfg, trace)
     steps = result.steps
