@@ -146,7 +146,7 @@ def _python_wrappers_unoptimized(grouped) -> None:
     1,000-3,500). Only a loop (a family's, a cluster's: the functions given a cache group) is
     called from Python in a run; every other function is called by compiled code, which calls
     the function itself, not its wrapper, and a call from Python runs its source in CPython:
-    most are compiled with no wrapper at all (:func:`_interpreted_from_python`). The other
+    most are compiled with no wrapper at all (``jit._interpreted_from_python``). The other
     wrappers (a reference-counted function's) are marked for LLVM not to optimize
     (``optnone``, which asks ``noinline`` with it): LLVM's optimization and machine code of the
     wrappers were about half of each small function's. The function
@@ -522,8 +522,8 @@ def _array_elements_direct() -> None:
     """numba lowers ``a[i]`` on an array (``arrayobj``'s ``getitem_arraynd_intp``, and
     ``setitem_array`` for ``a[i] = v``) by storing the array's whole description (7 words) into
     a stack slot of its own, loading its shape and strides back from there, then the element:
-    at each of the ~2,000 places a family's loop reads or writes an element, which LLVM's SROA
-    and instcombine then take apart again. For an array indexed by one integer per dimension,
+    at each of the ~1,500 places the vLLM family's functions read or write an element, which
+    LLVM's SROA and instcombine then take apart again. For an array indexed by one integer per dimension,
     its element is a scalar (nothing counted or viewed), and numba's bounds check off, the data
     pointer and the dimensions are taken from the description itself, the index fixed and the
     element's address computed by numba's own functions (``fix_integer_index``,
@@ -554,18 +554,21 @@ def _array_elements_direct() -> None:
                  for kind, index, size in zip(index_types, indices, shape)]
         return cgutils.get_item_pointer2(context, builder, data, shape, strides, array_type.layout, fixed)
 
-    def indices_of(builder, index_type, index):
+    def kinds(index_type) -> tuple:
+        return tuple(index_type.types) if isinstance(index_type, numba_types.BaseTuple) else (index_type,)
+
+    def indices(builder, index_type, index) -> tuple:
         if isinstance(index_type, numba_types.BaseTuple):
-            return tuple(index_type.types), cgutils.unpack_tuple(builder, index, count=len(index_type))
-        return (index_type,), (index,)
+            return tuple(cgutils.unpack_tuple(builder, index, count=len(index_type)))
+        return (index,)
 
     def element(numbas):
         def lowered(context, builder, signature, args):
             array_type, index_type = signature.args
-            index_types, indices = indices_of(builder, index_type, args[1])
-            if not direct(context, array_type, index_types):
+            if not direct(context, array_type, kinds(index_type)):
                 return numbas(context, builder, signature, args)
-            at = address(context, builder, array_type, args[0], index_types, indices)
+            at = address(context, builder, array_type, args[0], kinds(index_type),
+                         indices(builder, index_type, args[1]))
             value = arrayobj.load_item(context, builder, array_type, at)
             return impl_ret_borrowed(context, builder, signature.return_type, value)
         return lowered
@@ -576,10 +579,9 @@ def _array_elements_direct() -> None:
     @lower_builtin(operator.setitem, numba_types.Array, numba_types.Any, numba_types.Any)
     def stored(context, builder, signature, args):
         array_type, index_type, value_type = signature.args
-        index_types, indices = indices_of(builder, index_type, args[1])
-        if not direct(context, array_type, index_types) or isinstance(value_type, numba_types.Buffer):
+        if not direct(context, array_type, kinds(index_type)) or isinstance(value_type, numba_types.Buffer):
             return arrayobj.setitem_array(context, builder, signature, args)
-        at = address(context, builder, array_type, args[0], index_types, indices)
+        at = address(context, builder, array_type, args[0], kinds(index_type), indices(builder, index_type, args[1]))
         value = context.cast(builder, args[2], value_type, array_type.dtype)
         arrayobj.store_item(context, builder, array_type, value, at)
 
