@@ -612,6 +612,8 @@ def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_desc
     an F-ordered and a strided array are read by their strides, and a row or a slice (a view) is
     numba's."""
     numba_loaded()
+    import re
+
     import numpy as np
 
     def touch(a, m, f, strided, out):
@@ -633,8 +635,6 @@ def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_desc
 
     expected = arrays()
     want = touch(*expected)
-    import re
-
     description = re.compile(r"alloca \{i8\*, i8\*, i64, i64, \w+\*, \[1 x i64\], \[1 x i64\]\}")  # a 1-D array's
     counts = {}
     for checked in (False, True):
