@@ -565,10 +565,10 @@ def _array_elements_direct() -> None:
     def element(numbas):
         def lowered(context, builder, signature, args):
             array_type, index_type = signature.args
-            if not direct(context, array_type, kinds(index_type)):
+            index_types = kinds(index_type)
+            if not direct(context, array_type, index_types):
                 return numbas(context, builder, signature, args)
-            at = address(context, builder, array_type, args[0], kinds(index_type),
-                         indices(builder, index_type, args[1]))
+            at = address(context, builder, array_type, args[0], index_types, indices(builder, index_type, args[1]))
             value = arrayobj.load_item(context, builder, array_type, at)
             return impl_ret_borrowed(context, builder, signature.return_type, value)
         return lowered
@@ -579,9 +579,10 @@ def _array_elements_direct() -> None:
     @lower_builtin(operator.setitem, numba_types.Array, numba_types.Any, numba_types.Any)
     def stored(context, builder, signature, args):
         array_type, index_type, value_type = signature.args
-        if not direct(context, array_type, kinds(index_type)) or isinstance(value_type, numba_types.Buffer):
+        index_types = kinds(index_type)
+        if not direct(context, array_type, index_types) or isinstance(value_type, numba_types.Buffer):
             return arrayobj.setitem_array(context, builder, signature, args)
-        at = address(context, builder, array_type, args[0], kinds(index_type), indices(builder, index_type, args[1]))
+        at = address(context, builder, array_type, args[0], index_types, indices(builder, index_type, args[1]))
         value = context.cast(builder, args[2], value_type, array_type.dtype)
         arrayobj.store_item(context, builder, array_type, value, at)
 
