@@ -229,7 +229,13 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     it (numba compiles every function its loop's code names, reached or not). It takes the
     state first, passed by reference (``by_reference.py``; its entry:
     :func:`lazy_entry_dispatcher`), then scalars, each declared (``int``, ``float``, ``bool``),
-    and declares its result (those or ``None``): its caller is typed without it."""
+    and declares its result (those or ``None``): its caller is typed without it. A function
+    that a family's scheduler entry (``loop.scheduler_entry_for``, itself given the state by
+    reference) calls rather than inlines is lazy for that reference, whatever runs call it
+    (``kv_cache.allocate_cached_blocks``, ``lifecycle.preempt_v1``, ``radix_cache.checkpoint``):
+    a call of numba's would pass the state field by field, so that the entry loaded all ~550
+    words of it as it started, at every step, called or not (vLLM v1's engine took ~15 % longer
+    so, SGLang's ~40 %, 2026-11-29; ``tests/sim/core/test_scheduler_address.py`` checks)."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
                               by_address=by_address, lazy=lazy)
@@ -304,13 +310,15 @@ def lazy_entry_dispatcher(fn):
         return _LAZY_ENTRY[fn]
     import hashlib
     import importlib.util
+    import re
     import tempfile
 
     slot, where = _LAZY[fn][0], f"{fn.__module__}.{fn.__qualname__}"
     digest = _lazy_digest(fn)
     params = "".join(f", {name}" for name in _declared(fn)[0][1:])
     text = _ENTRY_SOURCE.format(where=where, digest=digest, slot=slot, params=params)
-    name = "pagesim_lazy_" + where.removeprefix(__package__ + ".").replace(".", "_")
+    # (a closure's name holds "<locals>": letters, digits and "_" alone in a module's name)
+    name = "pagesim_lazy_" + re.sub(r"\W+", "_", where.removeprefix(__package__ + "."))
     try:
         folder = lazy_entries_dir()
         folder.mkdir(parents=True, exist_ok=True)

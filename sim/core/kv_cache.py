@@ -35,7 +35,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
-from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -123,8 +123,14 @@ def allocate_hits(s, i, num_tokens, num_blocks):
     return allocate_cached_blocks(s, i, np.int64(0), num_tokens, num_blocks)
 
 
-@njit
-def allocate_cached_blocks(s, i, j, num_tokens, num_blocks):
+def with_prefix_caching(config):
+    """The runs that may call :func:`allocate_cached_blocks`: a paged manager's with prefix
+    caching (SGLang's radix cache is ``radix_cache.py``'s)."""
+    return config[PREFIX_CACHING] != 0 and config[SCHEDULER_KIND] != SGLANG
+
+
+@njit(lazy=with_prefix_caching)  # compiled apart, the state by reference: vLLM v1's scheduler calls it
+def allocate_cached_blocks(s, i: int, j: int, num_tokens: int, num_blocks: int) -> int:
     """:func:`allocate_cached` for a prompt of ``num_tokens`` tokens, holding ``num_blocks``
     blocks or its hits, whichever is more: vLLM v1 (``scheduler_v1.py``) takes the hits at
     admission and the blocks of each chunk as it is scheduled (:func:`grow`)."""

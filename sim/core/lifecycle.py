@@ -19,7 +19,7 @@ import numpy as np
 
 from pagesim.sim.core import beam, kv_cache, memory, policies, remote_kv, speculative
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE
+from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE, SCHEDULER_KIND
 from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
                                     FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MAX_NUM_SEQS,
                                     NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
@@ -257,7 +257,7 @@ def preempt_for(family):
     37 s of CPU to compile, 33 s since, paired by hand; ``tests/sim/core/test_family_managers.py``
     checks)."""
 
-    def preempt_family(s, k):
+    def preempt_family(s, k: int) -> int:
         return preempt(s, k, family)
 
     return preempt_family
@@ -265,7 +265,8 @@ def preempt_for(family):
 
 preempt_continuous = njit(preempt_for(CONTINUOUS))  # vLLM v0's and Orca's over paged memory (scheduler_vllm.py)
 preempt_contiguous = njit(preempt_for(CONTINUOUS_CONTIGUOUS))  # ... over contiguous extents (scheduler_orca.py)
-preempt_v1 = njit(preempt_for(V1))  # vLLM v1 (scheduler_v1.py)
+# vLLM v1's (scheduler_v1.py), called from its scheduler's entry: compiled apart, the state by reference
+preempt_v1 = njit(preempt_for(V1), lazy=lambda config: config[SCHEDULER_KIND] == V1)
 
 
 @njit

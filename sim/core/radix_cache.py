@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.core.jit import njit
+from pagesim.sim.core.state import SCHEDULER_KIND, SGLANG
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_CHAIN, HICACHE_HOST_PAGES,
                                     HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING, HICACHE_PENDING_NODE,
                                     HOST_BLOCK_S, HOST_EVICTIONS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS,
@@ -250,23 +251,29 @@ def insert(s, r, num_tokens):
     return node, depth
 
 
-@njit
-def checkpoint(s, r, num_tokens):
+def sglang(config):
+    """The runs that may call :func:`checkpoint`: SGLang's."""
+    return config[SCHEDULER_KIND] == SGLANG
+
+
+@njit(lazy=sglang)  # compiled apart, the state by reference: SGLang's scheduler calls it
+def checkpoint(s, r: int, num_tokens: int) -> int:
     """SGLang 0.5.23's ``RadixCache.checkpoint`` of request ``r``'s first ``num_tokens`` tokens (a
     multiple of the page), a finished request's or a chunk's: ``insert``, then, when they go past
     its prompt's whole pages, the prompt's again (``_insert_cache(split_prompt=True)``,
     radix_cache.py:485-502), which adds no token but splits the node the prompt ends inside, so
-    that eviction can free the output's tokens and keep the prompt's. Returns ``insert``'s.
+    that eviction can free the output's tokens and keep the prompt's. Returns the node ``insert``
+    returned.
     (checkpoint then matches the key, :524: it stamps the path just stamped, an order no
     eviction reads, as only a leaf is evicted and its ancestors come after it.)"""
     if s.config[HICACHE_HOST_PAGES]:  # with a host tier: write-through (insert_writing_through)
-        node, depth = insert_writing_through(s, r, num_tokens)
+        node, _ = insert_writing_through(s, r, num_tokens)
     else:
-        node, depth = insert(s, r, num_tokens)
+        node, _ = insert(s, r, num_tokens)
     prompt = s.prompt_tokens[r] // s.config[BLOCK_SIZE] * s.config[BLOCK_SIZE]
     if 0 < prompt < num_tokens:
         insert(s, r, prompt)  # the node ``insert`` returned keeps its row: a split keeps the lower half
-    return node, depth
+    return node
 
 
 # -- locks ---------------------------------------------------------------------------------------
@@ -486,7 +493,7 @@ def cache_unfinished_req(s, i):
     the tail."""
     page = s.config[BLOCK_SIZE]
     aligned = s.num_computed_tokens[i] // page * page
-    node, _ = checkpoint(s, i, aligned)
+    node = checkpoint(s, i, aligned)
     inc_lock_ref(s, node)
     if s.radix_request[i, LOCKED_NODE] >= 0:
         dec_lock_ref(s, s.radix_request[i, LOCKED_NODE])

@@ -193,7 +193,7 @@ def touch_waiting_prefixes(s):
         radix_cache.match_prefix(s, i, s.prompt_target[i])
 
 
-@njit
+@njit(inline=True)  # one place calls it: its scheduler's entry (by_reference.py)
 def get_new_batch_prefill(s):
     """The prefill batch (module docstring, 1); False when it is empty."""
     c, page = s.count, s.config[BLOCK_SIZE]

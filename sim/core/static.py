@@ -23,7 +23,7 @@ from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FR
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
 
 
-@njit
+@njit(inline=True)  # one place calls it: its scheduler's entry (by_reference.py)
 def start_batch(s):
     """Admit up to B waiting requests FCFS into a new batch (the running list) and prefill
     them; the longest prompt is every member's padded prefill."""

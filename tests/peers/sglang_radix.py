@@ -644,7 +644,11 @@ class Twin:
 
     def insert(self, original, s, r, num_tokens):
         before = self.before(s)
-        node, depth = original(s, r, num_tokens)
+        if self.checkpoint:  # it returns its insert's node; the tokens the tree held, read before it
+            depth = radix_cache.cached_prefix(s, r, num_tokens)
+            node = original(s, r, num_tokens)
+        else:
+            node, depth = original(s, r, num_tokens)
         if self.checkpoint:
             result = self.theirs(lambda: self.checkpointed(int(r), int(num_tokens)))
         else:
@@ -653,7 +657,7 @@ class Twin:
             self.handles[int(node)] = result.last_device_node
         self.settle(s, before, "insert", int(r), int(num_tokens), int(depth),
                     result if isinstance(result, Raised) else int(result.prefix_len))
-        return node, depth
+        return node if self.checkpoint else (node, depth)
 
     def lock(self, original, kind, s, x):
         before = self.before(s)

@@ -99,7 +99,10 @@ def pruned(function):
 
 def compile_for(function, system, ints):
     s = initial_state(cfg_for(system, prefix_caching=True), rand_trace(0, n=8))
-    function.compile((function.typeof_pyval(s), *[numba.int64] * ints))
+    if function.py_func in jit._LAZY:  # vLLM v1's preemption: compiled at its address (jit.njit's lazy)
+        jit.lazy_compiled(function.py_func, numba.typeof(s))
+    else:
+        function.compile((function.typeof_pyval(s), *[numba.int64] * ints))
     # a lazy function (jit.njit's lazy) is compiled at its address, not where compiled code names it
     lazies = jit.lazy_functions_compiled()
     times = lambda f: int(f.py_func in lazies) if f.py_func in jit._LAZY else len(f.signatures)
@@ -124,9 +127,9 @@ def test_each_familys_paths_compile_its_managers_alone(tmp_path):
     caching's keys (their prefills first, the steps' ends last); the paged paths the other
     families share with vLLM v1 (a prefill's keys, a decode slot, a cached allocation) hold none
     of vLLM v1's KV cache groups' code (``family == V1`` in ``kv_cache.compute_tokens_seq``,
-    ``memory.free``; ``grow_table``, ``allocate_hits``); vLLM v1's preemption holds neither the
-    radix tree nor the contiguous manager, and its groups' release is called at an address,
-    compiled only for the runs with groups (``jit.njit``'s lazy)."""
+    ``memory.free``; ``grow_table``, ``allocate_hits``); vLLM v1's preemption (compiled at its
+    address: ``jit.njit``'s lazy) holds neither the radix tree nor the contiguous manager, and its
+    groups' release is called at an address, compiled only for the runs with groups (lazy too)."""
     env = dict(os.environ, PYTHONPATH=subprocess_path(), NUMBA_CACHE_DIR=str(tmp_path))
     env.pop("PAGESIM_JIT", None)
     out = subprocess.run([sys.executable, "-c", COMPILED_PATHS], check=True, env=env, cwd=TESTS_ROOT,

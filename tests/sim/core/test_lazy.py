@@ -40,15 +40,17 @@ def compiled_lazies(kind: str) -> str:
 
 @compiled_only
 def test_a_run_without_the_tier_compiles_none_of_its_functions_and_a_run_with_it_its_own():
-    """A vllm-v1 run of the default configuration needs no lazy function; one with a host tier
-    (with prefix caching, as the tier asks) those whose ``lazy`` says a tier's runs call them,
-    every other (the groups', priority's, a disaggregated pool's, the other price models')
-    left uncompiled."""
-    assert compiled_lazies("plain") == "[]"
+    """A vllm-v1 run of the default configuration needs no lazy function of a feature, only
+    the two its scheduler's entry calls by reference (its prefix caching's allocation, on by
+    default, and its preemption); one with a host tier (with prefix caching, as the tier asks)
+    those whose ``lazy`` says a tier's runs call them too, every other (the groups', priority's,
+    a disaggregated pool's, the other price models') left uncompiled."""
+    entry = ["allocate_cached_blocks", "preempt_family"]
+    assert compiled_lazies("plain") == str(entry)
     rules = {getattr(rule, "py_func", rule) for rule in (host_tier.with_tier, host_tier.asynchronous_loads)}
     tier = [fn.__name__ for fn, (_, needed) in jit._LAZY.items() if needed in rules]
     assert len(tier) == 10
-    assert compiled_lazies("tier") == str(sorted(tier))
+    assert compiled_lazies("tier") == str(sorted(tier + entry))
 
 
 def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
@@ -77,6 +79,16 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     config[state.MANAGER_KIND] = state.PAGED
     assert needed["record_swap"](config) and not any(rule(config) for name, rule in needed.items()
                                                      if name != "record_swap")
+    # what a scheduler's entry calls by reference (jit.njit's lazy): its family's every run
+    config[state.EXTERNAL_STEPS], config[state.SCHEDULER_KIND] = 0, state.V1
+    assert needed["preempt_family"](config) and not needed["allocate_cached_blocks"](config)
+    config[state.PREFIX_CACHING] = 1
+    assert needed["allocate_cached_blocks"](config) and not needed["checkpoint"](config)
+    config[state.SCHEDULER_KIND] = state.SGLANG  # (its radix tree is another cache)
+    assert needed["checkpoint"](config) and not needed["allocate_cached_blocks"](config)
+    assert not needed["preempt_family"](config)
+    config[state.SCHEDULER_KIND] = state.CONTINUOUS  # vLLM v0's prefix caching
+    assert needed["allocate_cached_blocks"](config) and not needed["preempt_family"](config)
 
 
 @compiled_only

@@ -204,8 +204,9 @@ def test_a_checkpoint_past_the_prompt_splits_the_leaf_at_the_prompts_end():
     prompt's part above (a new node, stamped after the output's part). C's 6 come after. Evicting
     1 token then frees the output's 3 alone; the next, the prompt's 12 (older than C); then C."""
     s = tree()
-    assert checkpoint(s, A, 15)[1] == 0
+    x = checkpoint(s, A, 15)  # the node the first insert made, which keeps its row (the output's part)
     assert nodes(s) == [(0, 12, A, 0, 0), (12, 15, A, 0, 0)]
+    assert (s.radix_nodes[x, state.NODE_START], s.radix_nodes[x, state.NODE_END]) == (12, 15)
     assert s.count[state.RADIX_TREE_TOKENS] == 15 and s.count[state.RADIX_EVICTABLE] == 15
     insert(s, C, 6)
     assert evict(s, 1) == 3 and nodes(s) == [(0, 6, C, 0, 0), (0, 12, A, 0, 0)]
