@@ -202,6 +202,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config = np.zeros(state.NUM_CONFIG, np.int64)
     config[state.NUM_REQUESTS] = n
     config[state.BLOCK_SIZE] = block_size
+    config[state.BLOCK_SHIFT] = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
     config[state.KERNEL_BLOCK] = max(cfg.kernel_block_tokens, 1)
     config[state.NUM_BLOCKS] = num_blocks
     config[state.LEFTOVER_SLOTS] = pool.leftover

@@ -42,8 +42,7 @@ CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
 @njit(inline=True)
 def blocks_for(s, num_tokens):
-    block_size = s.config[BLOCK_SIZE]
-    return (num_tokens + block_size - 1) // block_size
+    return prefix_cache.block_of(s, num_tokens + s.config[BLOCK_SIZE] - 1)
 
 
 @njit(inline=True)

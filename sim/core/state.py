@@ -97,6 +97,7 @@ NOT_DISAGGREGATED, PREFILL_SIDE, DECODE_SIDE = 0, 1, 2
 table("config", """
     NUM_REQUESTS        the trace's requests
     BLOCK_SIZE          tokens a KV block holds
+    BLOCK_SHIFT         log2 of BLOCK_SIZE where that is a power of two, else -1 (prefix_cache.block_of)
     NUM_BLOCKS          the pool's blocks
     LEFTOVER_SLOTS      token slots of the KV memory too few to make a block
     WATERMARK_BLOCKS    free blocks an admission must leave (vLLM v0's watermark)

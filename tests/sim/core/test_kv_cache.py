@@ -157,3 +157,23 @@ def test_vattention_page_tokens():
     assert page_tokens("opt-13b", 2048) == 102
     assert page_tokens("opt-13b", 64, tp=2) == 6
     assert page_tokens("llama-3-8b", 64) == 16
+
+
+def test_a_tokens_block_is_found_by_a_shift_where_the_block_size_is_a_power_of_two():
+    """``prefix_cache.block_of``: position // block size. vllm's blocks of 16 are 2**4 (shift 4):
+    tokens 0-15 in block 0, 16 in block 1, 47 in 2; 33 tokens take 3 blocks, 32 take 2. The token
+    manager's blocks of 1 are 2**0: token 5 in block 5. vAttention's 102-token pages are no power of
+    two (-1: divided): token 101 in page 0, 102 and 203 in page 1, 204 in page 2; 205 tokens take 3."""
+    from pagesim.sim.core.jit import interpreted
+    from pagesim.sim.core.prefix_cache import block_of
+
+    block_of, blocks_for = interpreted(block_of), interpreted(kv_cache.blocks_for)
+    s = core_state("vllm", [(0, 8, 8)], slots=512)
+    assert s.config[state.BLOCK_SIZE] == 16 and s.config[state.BLOCK_SHIFT] == 4
+    assert [block_of(s, p) for p in (0, 15, 16, 47)] == [0, 0, 1, 2]
+    assert blocks_for(s, 33) == 3 and blocks_for(s, 32) == 2 and blocks_for(s, 0) == 0
+    s = core_state("token", [(0, 3, 7)], slots=32, watermark=0.0)
+    assert s.config[state.BLOCK_SHIFT] == 0 and block_of(s, 5) == 5 and blocks_for(s, 5) == 5
+    s = core_state("vattention", [(0, 150, 10)], slots=1000, max_seq_len=300, vattention_page_kib=2048)
+    assert s.config[state.BLOCK_SIZE] == 102 and s.config[state.BLOCK_SHIFT] == -1
+    assert [block_of(s, p) for p in (101, 102, 203, 204)] == [0, 1, 1, 2] and blocks_for(s, 205) == 3
