@@ -31,7 +31,10 @@ never call (the CPU offload tier's, KV cache groups', priority's, a disaggregate
 calibrated and measured prices, a drafter's) are called at an address the run's set-up writes,
 compiled only for the runs that may call them (``jit.njit``'s ``lazy``), the state passed by
 reference as to a scheduler (``by_reference.py``): numba compiles every function a loop names,
-reached or not, and these were two fifths of vLLM v1's cold compile.
+reached or not, and these were two fifths of vLLM v1's cold compile. What a scheduler's entry
+calls apart is lazy too, whatever runs reach it, and what only it calls is inlined: a call of
+numba's would pass the state field by field, which the entry would load whole at every step
+(``jit.njit``'s docstring).
 What a step calls once (its price,
 its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
 record and the end with their family's managers alone (``memory.py``). As calls (compiled
