@@ -36,7 +36,8 @@ free in the memory categories.
 from __future__ import annotations
 
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SHIFT, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
+from pagesim.sim.core.state import BLOCK_SHIFT
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
                                     ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
                                     LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN,
                                     RUN_LAST, SCHEDULER_KIND, TABLE_MASK)

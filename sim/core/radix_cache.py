@@ -251,12 +251,12 @@ def insert(s, r, num_tokens):
     return node, depth
 
 
-def sglang(config):
-    """The runs that may call :func:`checkpoint`: SGLang's."""
+def with_radix_tree(config):
+    """The runs that may call :func:`checkpoint`: SGLang's, over its radix tree."""
     return config[SCHEDULER_KIND] == SGLANG
 
 
-@njit(lazy=sglang)  # compiled apart, the state by reference: SGLang's scheduler calls it
+@njit(lazy=with_radix_tree)  # compiled apart, the state by reference: SGLang's scheduler calls it
 def checkpoint(s, r: int, num_tokens: int) -> int:
     """SGLang 0.5.23's ``RadixCache.checkpoint`` of request ``r``'s first ``num_tokens`` tokens (a
     multiple of the page), a finished request's or a chunk's: ``insert``, then, when they go past

@@ -647,11 +647,9 @@ class Twin:
         if self.checkpoint:  # it returns its insert's node; the tokens the tree held, read before it
             depth = radix_cache.cached_prefix(s, r, num_tokens)
             node = original(s, r, num_tokens)
-        else:
-            node, depth = original(s, r, num_tokens)
-        if self.checkpoint:
             result = self.theirs(lambda: self.checkpointed(int(r), int(num_tokens)))
         else:
+            node, depth = original(s, r, num_tokens)
             result = self.theirs(lambda: self.cache.insert(SGLANG.InsertParams(key=self.key(r, int(num_tokens)))))
         if not isinstance(result, Raised):
             self.handles[int(node)] = result.last_device_node
