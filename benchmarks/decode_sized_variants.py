@@ -106,32 +106,17 @@ def two_lines(size, p):
     return np.minimum(p[0] + size / p[1], p[2] + size / p[3])
 
 
-def allreduce_variant(measured, gpu, lomo: pd.DataFrame) -> tuple[float, float, float, float]:
+def allreduce_variant(cells: pd.DataFrame, priced: dict) -> tuple[float, float, float, float]:
     """The decode-sized cells' p90 as shipped, with the all-reduce as the cheaper of two lines,
     and with it as measured (the collective table, interpolated as the cells' measurement is):
     overall and at TP 1."""
-    one = fit.fit_allreduce(measured)
-    cells = lomo[lomo["tokens"] <= DECODE_SIZED].copy()
-    exact = cells.copy()
-    for i, tp in enumerate(one["allreduce_tp"]):
-        t = measured.allreduce[measured.allreduce["tp"] == tp]
-        size, y = t["size"].to_numpy(float), t["ms"].to_numpy(float) * 1e-3
-        lat, bw = one["allreduce_latency_s"][i], one["allreduce_bytes_per_s"][i]
-        best = None
-        for x0 in ([5e-6, 2e10, lat, bw], [1.5e-5, 5e10, 4e-5, 1.5e11]):
-            p, loss = fit.robust_fit(lambda p: two_lines(size, p), y, x0)
-            if best is None or loss < best[1]:
-                best = (p, loss)
-        for model in cells.loc[cells["tp"] == tp, "model"].unique():
-            spec = measured.models[model].spec
-            sel = (cells["tp"] == tp) & (cells["model"] == model) & (cells["phase"] == "layers")
-            s = cells.loc[sel, "tokens"].to_numpy() * spec.hidden_size * spec.dtype_bytes
-            cells.loc[sel, "predicted_s"] += 2 * (two_lines(s, best[0]) - (lat + s / bw))
-            exact.loc[sel, "predicted_s"] += 2 * (measured.allreduce_ms(int(tp), s) * 1e-3 - (lat + s / bw))
+    measured_s = cells["measured_s"].to_numpy()
     shipped = np.quantile(np.abs(cells["error"]), 0.9)
-    variant = np.quantile(np.abs(cells["predicted_s"] / cells["measured_s"] - 1), 0.9)
-    as_measured = np.abs(exact["predicted_s"] / exact["measured_s"] - 1)
-    return shipped, variant, np.quantile(as_measured, 0.9), np.quantile(as_measured[exact["tp"] == 1], 0.9)
+    variant = cells["predicted_s"].to_numpy() + priced["two lines"] - priced["shipped"]
+    exact = cells["predicted_s"].to_numpy() + priced["measured"] - priced["shipped"]
+    as_measured = np.abs(exact / measured_s - 1)
+    return (shipped, np.quantile(np.abs(variant / measured_s - 1), 0.9), np.quantile(as_measured, 0.9),
+            np.quantile(as_measured[cells["tp"].to_numpy() == 1], 0.9))
 
 
 def nondecreasing(y: np.ndarray) -> np.ndarray:
@@ -147,39 +132,49 @@ def nondecreasing(y: np.ndarray) -> np.ndarray:
     return np.repeat(means, counts)
 
 
-def floors(measured, lomo: pd.DataFrame) -> list[float]:
-    """p90 of the decode-sized cells: the held-out model's operations exact with the all-reduce as
-    shipped, and as the non-decreasing fit of the table (in log time); the operations' error
-    scaled by 0.75 and 0.5."""
-    cells = lomo[lomo["tokens"] <= DECODE_SIZED].copy()
+def allreduce_priced(measured, cells: pd.DataFrame) -> dict:
+    """Each cell's two all-reduces (s; 0 where the cell has none) as shipped (one fitted line), as
+    the cheaper of two fitted lines, as measured (the table, interpolated as the cells' measurement
+    is) and as the non-decreasing fit of the table (in log time)."""
     one = fit.fit_allreduce(measured)
-    ar_shipped, ar_measured, ar_monotone = (np.zeros(len(cells)) for _ in range(3))
+    priced = {kind: np.zeros(len(cells)) for kind in ("shipped", "two lines", "measured", "non-decreasing")}
     for i, tp in enumerate(one["allreduce_tp"]):
         t = measured.allreduce[measured.allreduce["tp"] == tp]
-        size, ms = t["size"].to_numpy(float), t["ms"].to_numpy(float)
-        monotone = np.exp(nondecreasing(np.log(ms)))
-        sel = (cells["tp"] == tp).to_numpy()
-        hidden = np.array([measured.models[m].spec.hidden_size * measured.models[m].spec.dtype_bytes
-                           for m in cells.loc[sel, "model"]])
-        s = cells.loc[sel, "tokens"].to_numpy() * hidden
-        ar_shipped[sel] = 2 * (one["allreduce_latency_s"][i] + s / one["allreduce_bytes_per_s"][i])
-        ar_measured[sel] = 2 * measured.allreduce_ms(int(tp), s) * 1e-3
-        ar_monotone[sel] = 2 * np.interp(s, size, monotone) * 1e-3
+        size, y = t["size"].to_numpy(float), t["ms"].to_numpy(float) * 1e-3
+        lat, bw = one["allreduce_latency_s"][i], one["allreduce_bytes_per_s"][i]
+        best = None
+        for x0 in ([5e-6, 2e10, lat, bw], [1.5e-5, 5e10, 4e-5, 1.5e11]):
+            p, loss = fit.robust_fit(lambda p: two_lines(size, p), y, x0)
+            if best is None or loss < best[1]:
+                best = (p, loss)
+        sel = ((cells["tp"] == tp) & (cells["phase"] == "layers")).to_numpy()
+        specs = [measured.models[m].spec for m in cells.loc[sel, "model"]]
+        s = cells.loc[sel, "tokens"].to_numpy() * np.array([x.hidden_size * x.dtype_bytes for x in specs])
+        priced["shipped"][sel] = 2 * (lat + s / bw)
+        priced["two lines"][sel] = 2 * two_lines(s, best[0])
+        priced["measured"][sel] = 2 * measured.allreduce_ms(int(tp), s) * 1e-3
+        priced["non-decreasing"][sel] = 2 * np.interp(s, size, np.exp(nondecreasing(np.log(y))))
+    return priced
+
+
+def floors(cells: pd.DataFrame, priced: dict) -> list[float]:
+    """p90 of the decode-sized cells: the held-out model's operations exact with the all-reduce as
+    shipped and as the non-decreasing fit of its table; the operations' error scaled by 0.75 and 0.5."""
     # an attention cell's operations are its model's layers cell at the same token count (TP 1)
     layers = cells[cells["phase"] == "layers"].set_index(["model", "tp", "tokens"])
     key = pd.MultiIndex.from_arrays([cells["model"], cells["tp"], cells["tokens"]])
     attention = (cells["phase"] != "layers").to_numpy()
     ops_measured = np.where(attention, layers["measured_s"].reindex(key).to_numpy(),
-                            cells["measured_s"].to_numpy() - ar_measured)
+                            cells["measured_s"].to_numpy() - priced["measured"])
     ops_predicted = np.where(attention, layers["predicted_s"].reindex(key).to_numpy(),
-                             cells["predicted_s"].to_numpy() - ar_shipped)
+                             cells["predicted_s"].to_numpy() - priced["shipped"])
     rest = cells["predicted_s"].to_numpy() - ops_predicted  # attention or the all-reduce, as priced
     measured_s = cells["measured_s"].to_numpy()
 
     def p90(predicted):
         return float(np.quantile(np.abs(predicted / measured_s - 1), 0.9))
 
-    out = [p90(ops_measured + rest), p90(ops_measured + np.where(attention, rest, ar_monotone))]
+    out = [p90(ops_measured + rest), p90(ops_measured + rest - priced["shipped"] + priced["non-decreasing"])]
     out += [p90(ops_measured + scale * (ops_predicted - ops_measured) + rest) for scale in (0.75, 0.5)]
     return out
 
@@ -200,9 +195,11 @@ def main() -> None:
             e = gemm_variant(measured, gpu, variant)
             row.append(f"{100 * np.median(e):.1f} / {100 * np.quantile(e, 0.9):.1f}")
         lomo = fit.leave_one_model_out(measured, gpu, fit.attention_source(args.measured, measured))
-        row += [f"{100 * x:.1f}" for x in allreduce_variant(measured, gpu, lomo)]
+        cells = lomo[lomo["tokens"] <= DECODE_SIZED]
+        priced = allreduce_priced(measured, cells)
+        row += [f"{100 * x:.1f}" for x in allreduce_variant(cells, priced)]
         print("| " + " | ".join(row) + " |")
-        floor_rows.append([gpu.name] + [f"{100 * x:.1f}" for x in floors(measured, lomo)])
+        floor_rows.append([gpu.name] + [f"{100 * x:.1f}" for x in floors(cells, priced)])
     print("\nmedian / p90 of |error| in %, held out. GEMMs alone: as shipped; rows padded by a fitted")
     print("weight; extra tiles re-reading weights; SM occupancy. Then p90 over every decode-sized cell:")
     print("one all-reduce line (shipped); the cheaper of two lines; the all-reduce as measured (its table);")
