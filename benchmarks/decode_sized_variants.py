@@ -16,7 +16,7 @@ For each measured GPU, leave-one-model-out as ``benchmarks/cost_accuracy.py``:
   instead of one line, the rest of each cell as shipped; and with the all-reduce taken from the
   measured collective table itself (not a model: what is left when the all-reduce is exact),
   overall and at TP 1 (where no cell has one);
-* floors: the decode-sized cells' p90 were every operation of the held-out model exact (its own
+* floors: the decode-sized cells' p90 with every operation of the held-out model exact (its own
   measurement; only the all-reduce and attention priced), with the all-reduce as shipped and as
   the best non-decreasing curve through the collective table (fitted on the table itself: a
   bound for any all-reduce model that never gets cheaper as it grows, not a held-out model);
