@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import prefix_cache
+from pagesim.sim.core import prefix_cache, radix_cache
 from pagesim.sim.core.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, EVICTOR_RUNS,
@@ -35,7 +35,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
-from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SCHEDULER_KIND, SGLANG, STATIC, V1
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -125,7 +125,7 @@ def allocate_hits(s, i, num_tokens, num_blocks):
 def with_prefix_caching(config):
     """The runs that may call :func:`allocate_cached_blocks`: a paged manager's with prefix
     caching (SGLang's radix cache is ``radix_cache.py``'s)."""
-    return config[PREFIX_CACHING] != 0 and config[SCHEDULER_KIND] != SGLANG
+    return config[PREFIX_CACHING] != 0 and not radix_cache.with_radix_tree(config)
 
 
 @njit(lazy=with_prefix_caching)  # compiled apart, the state by reference: vLLM v1's scheduler calls it
