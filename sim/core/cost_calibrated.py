@@ -2,17 +2,25 @@
 
 The formulas, their terms and where the constants come from are in ``sim/cost/calibrated.py``'s
 docstring; :class:`sim.cost.calibrated.CalibratedCostModel` derives the constants (one float64
-array, the indices below) and the layer's GEMM shapes (a second array: K, N of qkv, o, up,
-down) and calls :func:`calibrated_step_time`, which the core's loop calls too. The fit
+array, the indices below) and the tables (a second float64 array, the layout below) and calls
+:func:`calibrated_step_time`, which the core's loop calls too. The fit
 (``sim/cost/calibration_fit.py``) evaluates the per-kernel functions over numpy arrays of
 measured rows through their interpreted form (``sim.core.jit.interpreted``): ``max``/``min``
 are written with ``abs`` and ``ceil`` with integer division, so one statement serves scalars
 and arrays.
+
+The tables array: its three sizes (:data:`NUM_GEMMS` G, :data:`GRID_POINTS` T,
+:data:`ALLREDUCE_POINTS` A), then K, N of the layer's G GEMMs; the T token counts of the GEMMs'
+correction grid and G rows of T ratios (measured / formula of the nearest measured shapes,
+``sim.cost.calibrated.gemm_ratio_rows``; T = 0: none); the A token counts of the all-reduce
+table and the iteration's all-reduce seconds at each (the GPU's measured collectives; A = 0:
+the fitted line prices every size).
 """
 
 from __future__ import annotations
 
 from pagesim.sim.core.cost import paged_kernel_seconds, swap_seconds
+from pagesim.sim.core.cost_table import interp_extrap
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array (CalibratedCostModel.constants()); the CPU overheads come
@@ -50,6 +58,12 @@ COPY_BANDWIDTH = 29
 SWAP_COPY_S_PER_TOKEN = 30  # sim.core.cost.swap_copy_seconds_per_token
 PAGED_KERNEL_OVERHEAD = 31  # sim.core.cost.paged_kernel_overhead: vLLM v0's kernel's work per block
 NUM_CONSTANTS = 32
+
+# the tables array's sizes (CalibratedCostModel.tables()), then the tables from HEADER on
+NUM_GEMMS = 0
+GRID_POINTS = 1
+ALLREDUCE_POINTS = 2
+HEADER = 3
 
 
 @njit
@@ -109,15 +123,36 @@ def prefill_attention_seconds(flops, peak_flops, fixed_s, compute_eff):
 
 
 @njit
-def tokens_seconds(c, gemms, num_tokens, num_seqs):
-    """Every layer's GEMMs (``gemms``: K, N of each, flat), elementwise kernels and all-reduces
-    for ``num_tokens`` tokens, and the LM head over ``num_seqs`` rows."""
+def clamped_interp(x, xs, ys):
+    """np.interp's value of the table ``(xs, ys)`` at ``x``: the first or last value beyond its ends."""
+    if x >= xs[len(xs) - 1]:
+        return ys[len(ys) - 1]
+    return interp_extrap(x, xs, ys)
+
+
+@njit
+def tokens_seconds(c, tables, num_tokens, num_seqs):
+    """Every layer's GEMMs (each the formula times its measured correction at ``num_tokens``),
+    elementwise kernels and all-reduces for ``num_tokens`` tokens, and the LM head over
+    ``num_seqs`` rows (no shape of it measured: the formula alone)."""
+    gemms, points, ar_points = int(tables[NUM_GEMMS]), int(tables[GRID_POINTS]), int(tables[ALLREDUCE_POINTS])
+    grid = HEADER + 2 * gemms
+    ratios = grid + points
     layer = c[ELEMENTWISE_FIXED_S] + num_tokens * c[ELEMENTWISE_S_PER_TOKEN]
-    for i in range(len(gemms) // 2):
-        layer += gemm_seconds(num_tokens, gemms[2 * i], gemms[2 * i + 1], c[DTYPE_BYTES], c[PEAK_FLOPS],
-                              c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF], c[GEMM_MEMORY_EFF],
-                              c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
-    t = c[LAYERS] * layer + c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
+    for i in range(gemms):
+        g = gemm_seconds(num_tokens, tables[HEADER + 2 * i], tables[HEADER + 2 * i + 1], c[DTYPE_BYTES],
+                         c[PEAK_FLOPS], c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF],
+                         c[GEMM_MEMORY_EFF], c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
+        if points:
+            g *= clamped_interp(num_tokens, tables[grid:grid + points],
+                                tables[ratios + i * points:ratios + (i + 1) * points])
+        layer += g
+    t = c[LAYERS] * layer
+    ar = ratios + gemms * points
+    if ar_points and tables[ar] <= num_tokens <= tables[ar + ar_points - 1]:  # within the measured sizes
+        t += interp_extrap(num_tokens, tables[ar:ar + ar_points], tables[ar + ar_points:ar + 2 * ar_points])
+    else:
+        t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
     if c[LM_HEAD_K] > 0.0:
         t += gemm_seconds(num_seqs, c[LM_HEAD_K], c[LM_HEAD_N], c[DTYPE_BYTES], c[PEAK_FLOPS],
                           c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF], c[GEMM_MEMORY_EFF],
@@ -137,14 +172,14 @@ def decode_seconds(c, num_decode, decode_context_sum):
 
 
 @njit
-def calibrated_step_time(c, gemms, num_seqs, num_tokens, num_decode, decode_context_sum, num_prefill_seqs,
+def calibrated_step_time(c, tables, num_seqs, num_tokens, num_decode, decode_context_sum, num_prefill_seqs,
                          prefill_cross_sum, prefill_square_sum, swapped_tokens, copied_tokens):
     """Seconds for one iteration, the terms in this fixed order (the same float in every engine).
     ``prefill_cross_sum`` = sum(n * b), ``prefill_square_sum`` = sum(n * n) over the prefilling
     sequences (n new tokens after b cached ones), integers."""
     t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
     if num_tokens:
-        t += tokens_seconds(c, gemms, num_tokens, num_seqs)
+        t += tokens_seconds(c, tables, num_tokens, num_seqs)
     if decode_context_sum:
         t += decode_seconds(c, num_decode, decode_context_sum)
     if num_prefill_seqs:

@@ -10,11 +10,13 @@ run in parallel but far below it for a few, FlashAttention prefill runs at a sma
 tensor peak, and tensor-parallel all-reduces cost tens of microseconds each. Per layer, for
 ``T`` tokens on one GPU of a tensor-parallel group of ``tp``::
 
-    gemm(T, K, N) = gemm_fixed + max(C, M) + overlap * min(C, M)                     (x4: qkv, o, up, down)
+    gemm(T, K, N) = (gemm_fixed + max(C, M) + overlap * min(C, M)) * ratio(K, N, T)  (x4: qkv, o, up, down)
         C = 2 * ceil(T / tile) * tile * K * N / (peak_flops * compute_eff)          tensor cores work in tiles
         M = dtype * (K N + T (K + N)) / (mem_bw * memory_eff)                        weights, activations in and out
+        ratio = measured / formula of the nearest measured shapes at T              cuBLAS's kernel per shape
     elementwise(T) = sum over norm (x2), rope, act, add of  fixed_k + T * bytes_per_token_k / (mem_bw * eff_k)
-    allreduce(T) = 2 * (latency[tp] + T * hidden * dtype / bytes_per_s[tp])         fitted on measured collectives
+    allreduce(T) = 2 * table[tp](T * hidden * dtype)                                the measured collectives
+                   2 * (latency[tp] + T * hidden * dtype / bytes_per_s[tp])         beyond them: a fitted line
     decode attention = dec_fixed + dec_per_seq * B + KV_bytes / (mem_bw * min(1, bw_coef * (B * heads/tp) ** bw_exp))
     prefill attention = pre_fixed + 4 * heads/tp * head_dim * sum_i c_i (p_i + causal * c_i) / (peak_flops * pre_eff)
 
@@ -23,6 +25,13 @@ input rows: ``K x N`` = ``h x (q' + 2 kv')``, ``q' x h``, ``h x (2|1) I/tp``, ``
 ``q' = heads/tp * head_dim`` and ``kv' = max(1, kv_heads // tp) * head_dim``: KV heads replicate
 past the TP degree) and the elementwise bytes per token read plus written (norm ``2 h``, rope
 ``2 (q' + kv')``, act gated ``3 I/tp`` else ``2 I/tp``, residual add ``3 h``; times ``dtype``).
+cuBLAS picks a GEMM kernel (its tiles, split-K) per shape, so a GEMM's time steps at token counts
+that differ from shape to shape (at 65 tokens for some, at 129 or 193 for others) and no smooth
+formula follows them; the fit keeps each measured shape's ratio of measured to formula time at
+every measured token count, and a GEMM takes the median of its ``gemm_neighbours`` nearest measured
+shapes' (:func:`nearest_ratios`; itself where it was measured), interpolated in the tokens and
+held at the grid's ends beyond it. Sizes inside the measured collective table are priced from it
+(its running median, ``sim.cost.measured.read_allreduce``), the others by the fitted line.
 Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
 measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each
@@ -36,8 +45,8 @@ The constants are fitted per GPU by ``pagesim cost fit`` (``sim/cost/calibration
 from ``sim/data/calibration/<gpu>.toml`` (``sim/cost/calibration.py``). Each formula is one function
 of plain numbers, stated once in ``sim/core/cost_calibrated.py``: compiled by numba (the core's
 loop, and this module's model for every batch) or interpreted (the fit calls them on numpy
-arrays of measured rows); the step function reads only a float64 constants array and the GEMM
-shapes (:meth:`CalibratedCostModel.constants`, :meth:`CalibratedCostModel.gemm_shapes`).
+arrays of measured rows); the step function reads only a float64 constants array and a tables
+array (:meth:`CalibratedCostModel.constants`, :meth:`CalibratedCostModel.tables`).
 """
 
 from __future__ import annotations
@@ -60,8 +69,6 @@ ELEMENTWISE_PER_LAYER = (2, 1, 1, 1)
 # the interpreted functions (the same source, so the same float) over tuples of Python floats
 # avoid numba's call overhead
 _step_time = interpreted(core.calibrated_step_time)
-_tokens_seconds = interpreted(core.tokens_seconds)
-_decode_seconds = interpreted(core.decode_seconds)
 _elementwise_seconds = interpreted(core.elementwise_seconds)
 _allreduce_seconds = interpreted(core.allreduce_seconds)
 
@@ -76,6 +83,28 @@ def layer_gemm_shapes(model: ModelSpec, tp: int) -> tuple[tuple[float, float], .
     h, (q, kv) = model.hidden_size, _heads_per_gpu(model, tp)
     up = (2 if model.gated_mlp else 1) * model.intermediate_size
     return ((h, q + 2 * kv), (q, h), (h, up / tp), (model.intermediate_size / tp, h))
+
+
+def nearest_ratios(shapes, measured_shapes: np.ndarray, ratios: np.ndarray, neighbours: int) -> list[np.ndarray]:
+    """For each ``(K, N)`` of ``shapes``, the median of the ratio rows (``ratios``: one per row of
+    ``measured_shapes``, K and N) of the ``neighbours`` measured shapes nearest to it by
+    ``|ln(K / K')| + |ln(N / N')|`` (the earlier one on a tie). cuBLAS picks a kernel per shape,
+    and so where its time steps as the tokens grow; the nearest measured shapes are the best
+    measured guess of that choice (a measured shape is its own nearest)."""
+    rows = []
+    for k, n in shapes:
+        distance = np.abs(np.log(measured_shapes[:, 0] / k)) + np.abs(np.log(measured_shapes[:, 1] / n))
+        rows.append(np.median(ratios[np.argsort(distance, kind="stable")[:neighbours]], axis=0))
+    return rows
+
+
+def gemm_ratio_rows(calibration: Calibration, shapes) -> list[np.ndarray]:
+    """:func:`nearest_ratios` of ``shapes`` among the calibration's measured GEMM shapes: each
+    GEMM's measured / formula ratio at the grid's token counts."""
+    c = calibration
+    measured_shapes = np.column_stack([c.gemm_shape_k, c.gemm_shape_n]).astype(float)
+    ratios = np.asarray(c.gemm_ratio, float).reshape(len(c.gemm_shape_k), len(c.gemm_grid_tokens))
+    return nearest_ratios(shapes, measured_shapes, ratios, c.gemm_neighbours)
 
 
 def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> tuple[float, ...]:
@@ -103,7 +132,7 @@ class CalibratedCostModel(CpuOverhead):
     """Prices a step with a :class:`~sim.cost.calibration.Calibration` (the shipped one of ``gpu``
     unless given). ``step_time`` hands the interpreted step function the constants and GEMM
     shapes as tuples of Python floats (indexing those costs microseconds per step where numpy
-    scalars cost a hundred); :meth:`constants` and :meth:`gemm_shapes` are the same numbers as
+    scalars cost a hundred); :meth:`constants` and :meth:`tables` are the same numbers as
     the float64 arrays a compiled loop takes."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
@@ -121,7 +150,7 @@ class CalibratedCostModel(CpuOverhead):
             self.overhead_s, self.per_seq_overhead_s, measured_tp = measured_cpu
             self.cpu_overhead_source = (f"vLLM's, measured on {c.gpu} at TP {measured_tp} "
                                         "(Vidur; sim/cost/cpu_overheads.py)")
-        self._gemms = tuple(float(x) for shape in layer_gemm_shapes(model, tp) for x in shape)
+        shapes = layer_gemm_shapes(model, tp)
         ew = elementwise_bytes_per_token(model, tp)
         per_token = [n * _elementwise_seconds(1, b, gpu.mem_bw, 0.0, e)
                      for n, b, e in zip(ELEMENTWISE_PER_LAYER, ew, c.elementwise_memory_eff)]
@@ -130,9 +159,16 @@ class CalibratedCostModel(CpuOverhead):
             i = c.allreduce_tp.index(tp)
             ar_fixed = 2 * layers * _allreduce_seconds(0, 0.0, c.allreduce_latency_s[i], c.allreduce_bytes_per_s[i])
             ar_per_token = 2 * layers * _allreduce_seconds(1, hidden_bytes, 0.0, c.allreduce_bytes_per_s[i])
+            sizes, seconds = c.allreduce_table(tp)  # priced from the table within it, by the line beyond
         else:  # tp 1, or a degree without measured collectives: the roofline's ring all-reduce
             roof = RooflineCostModel(model, gpu, tp)
             ar_fixed, ar_per_token = roof._ar_fixed, roof._ar_time_per_token
+            sizes, seconds = (), ()
+        grid = c.gemm_grid_tokens if c.gemm_neighbours else ()
+        ratios = [x for row in gemm_ratio_rows(c, shapes) for x in row] if grid else []
+        self._tables = tuple(float(x) for x in (
+            len(shapes), len(grid), len(sizes), *(x for shape in shapes for x in shape), *grid, *ratios,
+            *(b / hidden_bytes for b in sizes), *(2 * layers * t for t in seconds)))
         kv = model.kv_bytes_per_token(tp)
         values = {
             core.LAYERS: layers, core.DTYPE_BYTES: model.dtype_bytes, core.PEAK_FLOPS: gpu.peak_flops,
@@ -170,9 +206,12 @@ class CalibratedCostModel(CpuOverhead):
         """The float64 array the step function reads (indices above)."""
         return np.array(self._py_constants(), dtype=np.float64)
 
-    def gemm_shapes(self) -> np.ndarray:
-        """The layer's GEMMs on one GPU of the TP group, flat: K, N of qkv, o, up, down."""
-        return np.array(self._gemms, dtype=np.float64)
+    def tables(self) -> np.ndarray:
+        """The float64 tables array the step function reads (``sim.core.cost_calibrated``'s
+        layout): the layer's GEMMs on one GPU of the TP group (K, N of qkv, o, up, down), their
+        ratio rows (:func:`gemm_ratio_rows`) and the all-reduce table at this TP degree, in
+        tokens and the iteration's seconds."""
+        return np.array(self._tables, dtype=np.float64)
 
     def step_time(self, batch: StepBatch) -> float:
         num_prefill = len(batch.prefill_tokens)
@@ -180,7 +219,7 @@ class CalibratedCostModel(CpuOverhead):
         if num_prefill:
             new = batch.prefill_tokens
             cross, square = int(np.dot(new, batch.prefill_context - new)), int(np.dot(new, new))
-        return _step_time(self._py_constants(), self._gemms, batch.num_seqs,
+        return _step_time(self._py_constants(), self._tables, batch.num_seqs,
                           batch.num_prefill_tokens + batch.num_decode_tokens, batch.num_decode_tokens,
                           decode_read_sum(batch, self.kernel_block_tokens), num_prefill, cross, square,
                           batch.swap_in_tokens + batch.swap_out_tokens, batch.copy_tokens)

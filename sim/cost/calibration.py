@@ -59,6 +59,19 @@ class Calibration:
     cpu_tp: tuple[int, ...] = ()
     cpu_fixed_s: tuple[float, ...] = ()
     cpu_per_seq_s: tuple[float, ...] = ()
+    # each measured GEMM shape's measured / formula ratio over a grid of token counts (cuBLAS's
+    # kernel choice per shape, which the formula does not follow), and how many of the nearest
+    # measured shapes price a GEMM (sim.cost.calibrated.gemm_ratio_rows); empty: the formula alone
+    gemm_neighbours: int = 0
+    gemm_shape_k: tuple[float, ...] = ()
+    gemm_shape_n: tuple[float, ...] = ()
+    gemm_grid_tokens: tuple[float, ...] = ()
+    gemm_ratio: tuple[float, ...] = ()  # by shape, then token count
+    # the measured collective table (running median, sim.cost.measured.read_allreduce) per TP
+    # degree, sorted by degree then size: sizes inside it are priced from it, the others by the line
+    allreduce_table_tp: tuple[int, ...] = ()
+    allreduce_table_bytes: tuple[float, ...] = ()
+    allreduce_table_s: tuple[float, ...] = ()
     provenance: dict = field(default_factory=dict, compare=False)
     error: dict = field(default_factory=dict, compare=False)
 
@@ -99,9 +112,29 @@ class Calibration:
         if len({len(consts[k]) for k in ("allreduce_tp", "allreduce_latency_s", "allreduce_bytes_per_s")}) != 1:
             raise ConfigError(f"{path}: [constants] allreduce_tp, allreduce_latency_s, allreduce_bytes_per_s "
                               "must have the same length")
-        if len({len(consts.get(k, ())) for k in OPTIONAL}) != 1:
-            raise ConfigError(f"{path}: [constants] {', '.join(OPTIONAL)} must have the same length")
+        for group in SAME_LENGTH:
+            if len({len(consts.get(k, ())) for k in group}) != 1:
+                raise ConfigError(f"{path}: [constants] {', '.join(group)} must have the same length")
+        shapes, grid = len(consts.get("gemm_shape_k", ())), consts.get("gemm_grid_tokens", ())
+        if len(consts.get("gemm_ratio", ())) != shapes * len(grid):
+            raise ConfigError(f"{path}: [constants] gemm_ratio needs a value per shape and token count "
+                              f"({shapes} x {len(grid)})")
+        neighbours = consts.get("gemm_neighbours", 0)
+        if (not 1 <= neighbours <= shapes) if shapes else neighbours:
+            raise ConfigError(f"{path}: [constants] gemm_neighbours must be between 1 and the {shapes} shapes")
+        if any(b <= a for a, b in zip(grid, grid[1:])):
+            raise ConfigError(f"{path}: [constants] gemm_grid_tokens must be increasing")
+        table = list(zip(consts.get("allreduce_table_tp", ()), consts.get("allreduce_table_bytes", ())))
+        if any(b <= a for a, b in zip(table, table[1:])):
+            raise ConfigError(f"{path}: [constants] the all-reduce table must be sorted by allreduce_table_tp, "
+                              "then by increasing allreduce_table_bytes")
         return cls(**consts, provenance=data.get("provenance", {}), error=data.get("error", {}))
+
+    def allreduce_table(self, tp: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The measured collective table at ``tp``: sizes (bytes) and seconds; empty where none."""
+        rows = [(b, t) for d, b, t in zip(self.allreduce_table_tp, self.allreduce_table_bytes, self.allreduce_table_s)
+                if d == tp]
+        return tuple(b for b, _ in rows), tuple(t for _, t in rows)
 
     def cpu_overhead(self, tp: int) -> tuple[float, float, int] | None:
         """The measured CPU time per iteration at ``tp`` as ``(fixed_s, per_seq_s, measured_tp)``:
@@ -114,8 +147,12 @@ class Calibration:
         return self.cpu_fixed_s[i], self.cpu_per_seq_s[i], self.cpu_tp[i]
 
 
-#: [constants] keys a calibration file may leave out (a GPU without measured CPU overheads)
-OPTIONAL = ("cpu_tp", "cpu_fixed_s", "cpu_per_seq_s")
+#: [constants] keys a calibration file may leave out, in groups of one length each: a GPU without
+#: measured CPU overheads, without GEMM corrections (the shapes; the ratios are checked against
+#: them and the grid), without a collective table
+SAME_LENGTH = (("cpu_tp", "cpu_fixed_s", "cpu_per_seq_s"), ("gemm_shape_k", "gemm_shape_n"),
+               ("allreduce_table_tp", "allreduce_table_bytes", "allreduce_table_s"))
+OPTIONAL = tuple(k for group in SAME_LENGTH for k in group) + ("gemm_neighbours", "gemm_grid_tokens", "gemm_ratio")
 
 
 def _toml(d: dict, prefix: str = "") -> str:
@@ -131,7 +168,18 @@ def _toml(d: dict, prefix: str = "") -> str:
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(value(x) for x in v) + "]"
         return json.dumps(str(v))
-    lines = [f"{k} = {value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    def assignment(k, v):  # a long list wraps, a few numbers to a line (TOML's multi-line array)
+        if not isinstance(v, (list, tuple)) or len(v) <= 8:
+            return f"{k} = {value(v)}"
+        items = [value(x) + "," for x in v]
+        rows, row = [], ""
+        for item in items:
+            if row and len(row) + len(item) + 1 > 96:
+                rows.append(row)
+                row = ""
+            row = f"{row} {item}" if row else item
+        return f"{k} = [\n" + "".join(f"    {r}\n" for r in rows + [row]) + "]"
+    lines = [assignment(k, v) for k, v in d.items() if not isinstance(v, dict)]
     out = ("[" + prefix + "]\n" if prefix else "") + "".join(line + "\n" for line in lines)
     for k, v in d.items():
         if isinstance(v, dict):

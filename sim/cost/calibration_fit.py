@@ -9,10 +9,15 @@ drag the rest:
     GEMM          gemm_fixed_s, compute_eff, memory_eff, overlap  on every qkv/o/up/down timing of every
                   fitted model and TP degree, for each tile of 64, 128 or 256 rows; the tile with the
                   lowest loss wins
+    GEMM shapes   each measured shape's measured / formula ratio   median over the models sharing it, at
+                  at every measured token count                   each token count (no fit: the table)
+                  neighbours: how many nearest shapes price one   chosen leave-one-model-out among the
+                                                                  fitted models (below)
     elementwise   fixed_s, memory_eff per kind                    on that kind's timings
     decode attn   fixed_s, per_seq_s, bw_coef, bw_exponent        on the measured decode attention rows
     prefill attn  fixed_s, compute_eff, causal_fraction          on the measured prefill attention rows
-    all-reduce    latency_s, bytes_per_s per TP degree           on the measured collective table
+    all-reduce    latency_s, bytes_per_s per TP degree           on the measured collective table, which
+                                                                  is kept too: it prices the sizes it holds
 
 Attention is measured for one GPU and model only (A100, Llama-2-7B): a GPU without attention rows
 takes that fit's constants (efficiencies as fractions of its own peaks), and its provenance says so.
@@ -29,7 +34,7 @@ import pandas as pd
 from pagesim.sim.core import cost_calibrated as formulas
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.cost import error as cost_error
-from pagesim.sim.cost.calibrated import elementwise_bytes_per_token, layer_gemm_shapes
+from pagesim.sim.cost.calibrated import elementwise_bytes_per_token, layer_gemm_shapes, nearest_ratios
 from pagesim.sim.cost.calibration import ELEMENTWISE, Calibration
 from pagesim.sim.cost.measured import MeasuredGPU, cells, measured_gpus, read_measured
 from pagesim.sim.errors import ConfigError
@@ -51,6 +56,11 @@ GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")  
 ELEMENTWISE_OPS = {"norm": ("input_layernorm", "post_attention_layernorm"), "rope": ("attn_rope",),
                    "act": ("mlp_act",), "add": ("add",)}
 TILE_TOKENS = (64, 128, 256)
+#: how many nearest measured shapes may price a GEMM (sim.cost.calibrated.nearest_ratios), and the
+#: token counts the choice is scored on: the decode-sized steps, where the kernel choice per shape
+#: moves a GEMM's time most (tens of %) and the formula's smooth terms least
+NEIGHBOURS = (1, 2, 3, 4, 6)
+NEIGHBOUR_CHOICE_TOKENS = 256
 HUBER_DELTA = 0.05
 MAX_LOG_STEP = 2.0
 
@@ -123,9 +133,14 @@ def _stack(measured: MeasuredGPU, models, ops_of) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate([c[i] for c in cols]) for i in range(len(cols[0])))
 
 
-def fit_gemm(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
-    tokens, k, n, dtype, y = _stack(measured, models, lambda spec, tp: [
+def _gemm_rows(measured: MeasuredGPU, models) -> tuple[np.ndarray, ...]:
+    """Every qkv/o/up/down timing of ``models``: tokens, K, N, dtype bytes, seconds."""
+    return _stack(measured, models, lambda spec, tp: [
         (op, (*shape, spec.dtype_bytes)) for op, shape in zip(GEMM_OPS, layer_gemm_shapes(spec, tp))])
+
+
+def fit_gemm(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
+    tokens, k, n, dtype, y = _gemm_rows(measured, models)
 
     best = None
     for tile in TILE_TOKENS:  # the tile of rows is a choice of cuBLAS's: the one that fits best
@@ -136,6 +151,65 @@ def fit_gemm(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
     _loss, tile, p = best
     return dict(gemm_fixed_s=p[0], gemm_compute_eff=p[1], gemm_memory_eff=p[2], gemm_overlap=p[3],
                 gemm_tile_tokens=tile)
+
+
+def _gemm_formula(rows, gpu: GPUSpec, constants: dict) -> np.ndarray:
+    tokens, k, n, dtype, _ = rows
+    c = constants
+    return gemm_seconds(tokens, k, n, dtype, gpu.peak_flops, gpu.mem_bw, c["gemm_fixed_s"], c["gemm_compute_eff"],
+                        c["gemm_memory_eff"], c["gemm_overlap"], c["gemm_tile_tokens"])
+
+
+def gemm_ratio_table(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict):
+    """The measured GEMM shapes of ``models`` (an array of K, N), the token counts they were
+    measured at (the grid) and each shape's measured / formula ratio at each (a shape x grid
+    array): the median over the models and TP degrees that ran the shape; between its own token
+    counts a shape is interpolated onto the grid."""
+    rows = _gemm_rows(measured, models)
+    ratio = rows[4] / _gemm_formula(rows, gpu, constants)
+    frame = pd.DataFrame({"tokens": rows[0], "k": rows[1], "n": rows[2], "ratio": ratio})
+    grid = np.unique(rows[0]).astype(float)
+    medians = frame.groupby(["k", "n", "tokens"], sort=True)["ratio"].median()
+    shapes, table = [], []
+    for (k, n), curve in medians.groupby(level=["k", "n"], sort=True):
+        shapes.append((k, n))
+        table.append(np.interp(grid, curve.index.get_level_values("tokens").to_numpy(float), curve.to_numpy()))
+    return np.array(shapes, dtype=float), grid, np.array(table)
+
+
+def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> int:
+    """How many nearest shapes price a GEMM (:data:`NEIGHBOURS`): each of ``models`` in turn priced
+    from the ratio table of the others, the count with the lowest p90 of |error| over their GEMM
+    timings of at most :data:`NEIGHBOUR_CHOICE_TOKENS` tokens (the smaller on a tie; 1 for a
+    single model). ``np.interp`` reads the rows as ``sim.core.cost_calibrated.clamped_interp``
+    does in a step (the ends' values beyond the grid)."""
+    if len(models) < 2:
+        return 1
+    errors = {count: [] for count in NEIGHBOURS}
+    for held in models:
+        shapes, grid, ratios = gemm_ratio_table(measured, [m for m in models if m != held], gpu, constants)
+        rows = _gemm_rows(measured, [held])
+        tokens, k, n, _, y = rows
+        small = tokens <= NEIGHBOUR_CHOICE_TOKENS
+        formula = _gemm_formula(rows, gpu, constants)
+        for count in NEIGHBOURS:
+            if count > len(shapes):
+                continue
+            # a row per distinct held-out shape, then each timing's ratio at its token count
+            distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
+            curves = nearest_ratios(distinct, shapes, ratios, count)
+            ratio = np.array([np.interp(t, grid, curves[j]) for t, j in zip(tokens, which.ravel())])
+            errors[count].append(np.abs(formula * ratio / y - 1)[small])
+    p90 = {count: float(np.quantile(np.concatenate(e), 0.9)) for count, e in errors.items() if e}
+    return min(p90, key=lambda count: (p90[count], count))
+
+
+def fit_gemm_ratios(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> dict:
+    """The :class:`Calibration` fields of the GEMM shapes' ratio table and its neighbour count."""
+    shapes, grid, ratios = gemm_ratio_table(measured, models, gpu, constants)
+    return dict(gemm_neighbours=choose_neighbours(measured, models, gpu, constants),
+                gemm_shape_k=tuple(shapes[:, 0]), gemm_shape_n=tuple(shapes[:, 1]),
+                gemm_grid_tokens=tuple(grid), gemm_ratio=tuple(float(f"{x:.6g}") for x in ratios.ravel()))
 
 
 def fit_elementwise(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
@@ -182,6 +256,8 @@ def fit_attention(measured: MeasuredGPU, gpu: GPUSpec) -> dict:
 
 
 def fit_allreduce(measured: MeasuredGPU) -> dict:
+    """A latency + size / bandwidth line per TP degree, and the table itself (sizes beyond it are
+    priced by the line)."""
     tps, lat, bw = [], [], []
     for tp in measured.allreduce_tps():
         t = measured.allreduce[measured.allreduce["tp"] == tp]
@@ -190,7 +266,11 @@ def fit_allreduce(measured: MeasuredGPU) -> dict:
         tps.append(tp)
         lat.append(p[0])
         bw.append(p[1])
-    return dict(allreduce_tp=tuple(tps), allreduce_latency_s=tuple(lat), allreduce_bytes_per_s=tuple(bw))
+    table = measured.allreduce.sort_values(["tp", "size"])
+    return dict(allreduce_tp=tuple(tps), allreduce_latency_s=tuple(lat), allreduce_bytes_per_s=tuple(bw),
+                allreduce_table_tp=tuple(int(x) for x in table["tp"]),
+                allreduce_table_bytes=tuple(float(x) for x in table["size"]),
+                allreduce_table_s=tuple(float(f"{x * 1e-3:.6g}") for x in table["ms"]))
 
 
 def fit_calibration(measured: MeasuredGPU, gpu: GPUSpec, models=None,
@@ -206,8 +286,9 @@ def fit_calibration(measured: MeasuredGPU, gpu: GPUSpec, models=None,
         attention = fit_attention(*attention_from)
     else:
         raise ConfigError(f"no attention timings for {measured.gpu} nor another GPU to take them from")
-    return Calibration(gpu=gpu.name, **fit_gemm(measured, models, gpu), **fit_elementwise(measured, models, gpu),
-                       **attention, **fit_allreduce(measured))
+    gemm = fit_gemm(measured, models, gpu)
+    return Calibration(gpu=gpu.name, **gemm, **fit_gemm_ratios(measured, models, gpu, gemm),
+                       **fit_elementwise(measured, models, gpu), **attention, **fit_allreduce(measured))
 
 
 def attention_source(root, measured: MeasuredGPU) -> tuple[MeasuredGPU, GPUSpec] | None:

@@ -89,12 +89,12 @@ NO_COST = (ROOFLINE, False, np.zeros(1), np.zeros(0))
 def core_cost(cost_model) -> tuple[int, bool, np.ndarray, np.ndarray]:
     """``cost_model`` as the core prices a step (``sim.core.loop.step_time``): which price
     (``state.ROOFLINE``, ``CALIBRATED``, ``TABLE``), whether its GPU time is scaled, its
-    constants followed by the scale (1 when unscaled), and its other array (the calibrated
-    model's GEMM shapes, the table model's tables; empty for the roofline)."""
+    constants followed by the scale (1 when unscaled), and its tables array (the calibrated
+    model's, the table model's; empty for the roofline)."""
     scaled = type(cost_model) is ScaledCostModel
     inner = cost_model.inner if scaled else cost_model
     code = {RooflineCostModel: ROOFLINE, ServingCostModel: ROOFLINE, CalibratedCostModel: CALIBRATED,
             TableCostModel: TABLE}[type(inner)]
-    data = (inner.gemm_shapes() if code == CALIBRATED else inner.tables() if code == TABLE else np.zeros(0))
+    data = inner.tables() if code in (CALIBRATED, TABLE) else np.zeros(0)
     constants = np.array([*inner.constants(), cost_model.scale if scaled else 1.0], dtype=np.float64)
     return code, scaled, constants, np.ascontiguousarray(data, dtype=np.float64)

@@ -193,7 +193,7 @@ def test_compiled_step_time_is_the_same_float():
     b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([100, 7]), prefill_context=np.array([300, 7]),
                   decode_seq_ids=np.arange(2, 7), decode_context=np.array([40, 1, 5, 900, 3]))
     args = (b.num_seqs, 112, 5, 949, 2, 100 * 200, 100 * 100 + 49, 0, 0)
-    assert calibrated_step_time(cm.constants(), cm.gemm_shapes(), *args) == cm.step_time(b)
+    assert calibrated_step_time(cm.constants(), cm.tables(), *args) == cm.step_time(b)
 
 
 # -- the fit ---------------------------------------------------------------------------------------
