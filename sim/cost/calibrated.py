@@ -101,10 +101,8 @@ def nearest_ratios(shapes, measured_shapes: np.ndarray, ratios: np.ndarray, neig
 def gemm_ratio_rows(calibration: Calibration, shapes) -> list[np.ndarray]:
     """:func:`nearest_ratios` of ``shapes`` among the calibration's measured GEMM shapes: each
     GEMM's measured / formula ratio at the grid's token counts."""
-    c = calibration
-    measured_shapes = np.column_stack([c.gemm_shape_k, c.gemm_shape_n]).astype(float)
-    ratios = np.asarray(c.gemm_ratio, float).reshape(len(c.gemm_shape_k), len(c.gemm_grid_tokens))
-    return nearest_ratios(shapes, measured_shapes, ratios, c.gemm_neighbours)
+    measured_shapes, _grid, ratios = calibration.gemm_table()
+    return nearest_ratios(shapes, measured_shapes, ratios, calibration.gemm_neighbours)
 
 
 def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> tuple[float, ...]:

@@ -130,6 +130,12 @@ class Calibration:
                               "then by increasing allreduce_table_bytes")
         return cls(**consts, provenance=data.get("provenance", {}), error=data.get("error", {}))
 
+    def gemm_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measured GEMM shapes (K, N by rows), the grid's token counts and the shape x grid ratios."""
+        shapes = np.column_stack([self.gemm_shape_k, self.gemm_shape_n]).astype(float).reshape(-1, 2)
+        grid = np.asarray(self.gemm_grid_tokens, float)
+        return shapes, grid, np.asarray(self.gemm_ratio, float).reshape(len(shapes), len(grid))
+
     def allreduce_table(self, tp: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The measured collective table at ``tp``: sizes (bytes) and seconds; empty where none."""
         rows = [(b, t) for d, b, t in zip(self.allreduce_table_tp, self.allreduce_table_bytes, self.allreduce_table_s)

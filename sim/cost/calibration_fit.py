@@ -177,29 +177,35 @@ def gemm_ratio_table(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dic
     return np.array(shapes, dtype=float), grid, np.array(table)
 
 
+def row_ratios(rows, shapes: np.ndarray, grid: np.ndarray, ratios: np.ndarray, count: int) -> np.ndarray:
+    """Each GEMM timing's ratio (``rows``: :func:`_gemm_rows`'s) from the ratio table (``shapes``,
+    ``grid``, ``ratios``: :func:`gemm_ratio_table`'s) and ``count`` neighbours, as a step reads it:
+    ``np.interp`` reads a row as ``sim.core.cost_calibrated.clamped_interp`` does (the ends' values
+    beyond the grid)."""
+    tokens, k, n = rows[0], rows[1], rows[2]
+    distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
+    curves = nearest_ratios(distinct, shapes, ratios, count)
+    return np.array([np.interp(t, grid, curves[j]) for t, j in zip(tokens, which.ravel())])
+
+
 def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> int:
     """How many nearest shapes price a GEMM (:data:`NEIGHBOURS`): each of ``models`` in turn priced
     from the ratio table of the others, the count with the lowest p90 of |error| over their GEMM
     timings of at most :data:`NEIGHBOUR_CHOICE_TOKENS` tokens (the smaller on a tie; 1 for a
-    single model). ``np.interp`` reads the rows as ``sim.core.cost_calibrated.clamped_interp``
-    does in a step (the ends' values beyond the grid)."""
+    single model)."""
     if len(models) < 2:
         return 1
     errors = {count: [] for count in NEIGHBOURS}
     for held in models:
         shapes, grid, ratios = gemm_ratio_table(measured, [m for m in models if m != held], gpu, constants)
         rows = _gemm_rows(measured, [held])
-        tokens, k, n, _, y = rows
+        tokens, y = rows[0], rows[4]
         small = tokens <= NEIGHBOUR_CHOICE_TOKENS
         formula = _gemm_formula(rows, gpu, constants)
         for count in NEIGHBOURS:
             if count > len(shapes):
                 continue
-            # a row per distinct held-out shape, then each timing's ratio at its token count
-            distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
-            curves = nearest_ratios(distinct, shapes, ratios, count)
-            ratio = np.array([np.interp(t, grid, curves[j]) for t, j in zip(tokens, which.ravel())])
-            errors[count].append(np.abs(formula * ratio / y - 1)[small])
+            errors[count].append(np.abs(formula * row_ratios(rows, shapes, grid, ratios, count) / y - 1)[small])
     p90 = {count: float(np.quantile(np.concatenate(e), 0.9)) for count, e in errors.items() if e}
     return min(p90, key=lambda count: (p90[count], count))
 

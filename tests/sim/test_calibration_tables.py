@@ -110,6 +110,13 @@ def test_ratio_table_is_the_median_per_shape_and_token_count(monkeypatch):
     assert ratios.tolist() == [[4, 3, 5], [1, 2, 3]]
 
 
+def test_each_timing_takes_its_own_shapes_ratio_at_its_token_count():
+    shapes, grid, ratios = np.array([[100.0, 100.0], [100.0, 200.0]]), np.array([8.0, 24.0]), np.array([[1, 3], [2, 5]])
+    rows = (np.array([16, 8, 40]), np.array([100, 100, 100]), np.array([100, 200, 100]))
+    # (100, 100) halfway from 8 to 24: 2; (100, 200) at 8: 2; (100, 100) past the grid: 3, its last
+    assert fit.row_ratios(rows, shapes, grid, ratios, 1).tolist() == [2, 2, 3]
+
+
 # one shape per model, K 100, N 100 .. 800, ratios 1, 5, 1, 1 (B the odd one out). Held out, each
 # is priced by the others (ties: the earlier shape):
 #   one neighbour:  A by B: |5 - 1| = 4;  B by A: 0.8;  C by B (tied with D): 4;  D by C: 0
