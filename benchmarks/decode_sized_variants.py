@@ -6,8 +6,9 @@ measured tables.
 For each measured GPU, leave-one-model-out as ``benchmarks/cost_accuracy.py`` (each model priced by
 a calibration fitted on the other models only), p90 of |error| over the decode-sized cells:
 
-* as shipped: each GEMM the formula times the ratio of its nearest measured shapes
-  (``sim.cost.calibrated.nearest_ratios``), the all-reduce from the measured collective table;
+* as shipped: each GEMM the formula times the ratio of its nearest measured shapes within the
+  fitted radius (``sim.cost.calibrated.nearest_ratios``), the all-reduce from the measured
+  collective table;
 * without the shape ratios (the formula alone), with the all-reduce by the fitted line instead of
   the table, and with neither (the model before 2026-11-29's second session);
 * unseen shapes: the held-out model's own GEMM shapes struck from the ratio table (Llama-2-70B and
@@ -45,7 +46,7 @@ from pagesim.sim.cost.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 DECODE_SIZED = 256
-NO_RATIOS = dict(gemm_neighbours=0, gemm_shape_k=(), gemm_shape_n=(), gemm_grid_tokens=(), gemm_ratio=())
+NO_RATIOS = dict(gemm_neighbours=0, gemm_radius=0.0, gemm_shape_k=(), gemm_shape_n=(), gemm_grid_tokens=(), gemm_ratio=())
 NO_TABLE = dict(allreduce_table_tp=(), allreduce_table_bytes=(), allreduce_table_s=())
 
 
@@ -73,7 +74,7 @@ def gemm_errors(measured, gpu, model, cal) -> np.ndarray:
                                               "gemm_tile_tokens")}
     price = fit._gemm_formula(rows, gpu, constants)
     if cal.gemm_neighbours:
-        price = price * fit.row_ratios(rows, *cal.gemm_table(), cal.gemm_neighbours)
+        price = price * fit.row_ratios(rows, *cal.gemm_table(), cal.gemm_neighbours, cal.gemm_radius)
     return np.abs(price / y - 1)[tokens <= DECODE_SIZED]
 
 

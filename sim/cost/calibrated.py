@@ -29,8 +29,8 @@ cuBLAS picks a GEMM kernel (its tiles, split-K) per shape, so a GEMM's time step
 that differ from shape to shape (at 65 tokens for some, at 129 or 193 for others) and no smooth
 formula follows them; the fit keeps each measured shape's ratio of measured to formula time at
 every measured token count, and a GEMM takes the median of its ``gemm_neighbours`` nearest measured
-shapes' (:func:`nearest_ratios`; itself where it was measured), interpolated in the tokens and
-held at the grid's ends beyond it. Sizes inside the measured collective table are priced from it
+shapes' within ``gemm_radius`` (:func:`nearest_ratios`; itself where it was measured; the formula
+alone where none is near), interpolated in the tokens and held at the grid's ends beyond it. Sizes inside the measured collective table are priced from it
 (its running median, ``sim.cost.measured.read_allreduce``), the others by the fitted line.
 Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
 measurements have none). A step adds the layers times
@@ -85,16 +85,20 @@ def layer_gemm_shapes(model: ModelSpec, tp: int) -> tuple[tuple[float, float], .
     return ((h, q + 2 * kv), (q, h), (h, up / tp), (model.intermediate_size / tp, h))
 
 
-def nearest_ratios(shapes, measured_shapes: np.ndarray, ratios: np.ndarray, neighbours: int) -> list[np.ndarray]:
+def nearest_ratios(shapes, measured_shapes: np.ndarray, ratios: np.ndarray, neighbours: int,
+                   radius: float) -> list[np.ndarray]:
     """For each ``(K, N)`` of ``shapes``, the median of the ratio rows (``ratios``: one per row of
     ``measured_shapes``, K and N) of the ``neighbours`` measured shapes nearest to it by
-    ``|ln(K / K')| + |ln(N / N')|`` (the earlier one on a tie). cuBLAS picks a kernel per shape,
-    and so where its time steps as the tokens grow; the nearest measured shapes are the best
-    measured guess of that choice (a measured shape is its own nearest)."""
+    ``|ln(K / K')| + |ln(N / N')|`` (the earlier one on a tie) among those within ``radius``; a row
+    of ones (the formula alone) where none is. cuBLAS picks a kernel per shape, and so where its
+    time steps as the tokens grow; the nearest measured shapes are the best measured guess of that
+    choice (a measured shape is its own nearest), and a far one is no guess at all."""
     rows = []
     for k, n in shapes:
         distance = np.abs(np.log(measured_shapes[:, 0] / k)) + np.abs(np.log(measured_shapes[:, 1] / n))
-        rows.append(np.median(ratios[np.argsort(distance, kind="stable")[:neighbours]], axis=0))
+        nearest = np.argsort(distance, kind="stable")[:neighbours]
+        nearest = nearest[distance[nearest] <= radius]
+        rows.append(np.median(ratios[nearest], axis=0) if len(nearest) else np.ones(ratios.shape[1]))
     return rows
 
 
@@ -102,7 +106,7 @@ def gemm_ratio_rows(calibration: Calibration, shapes) -> list[np.ndarray]:
     """:func:`nearest_ratios` of ``shapes`` among the calibration's measured GEMM shapes: each
     GEMM's measured / formula ratio at the grid's token counts."""
     measured_shapes, _grid, ratios = calibration.gemm_table()
-    return nearest_ratios(shapes, measured_shapes, ratios, calibration.gemm_neighbours)
+    return nearest_ratios(shapes, measured_shapes, ratios, calibration.gemm_neighbours, calibration.gemm_radius)
 
 
 def elementwise_bytes_per_token(model: ModelSpec, tp: int) -> tuple[float, ...]:

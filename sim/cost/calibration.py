@@ -60,9 +60,11 @@ class Calibration:
     cpu_fixed_s: tuple[float, ...] = ()
     cpu_per_seq_s: tuple[float, ...] = ()
     # each measured GEMM shape's measured / formula ratio over a grid of token counts (cuBLAS's
-    # kernel choice per shape, which the formula does not follow), and how many of the nearest
-    # measured shapes price a GEMM (sim.cost.calibrated.gemm_ratio_rows); empty: the formula alone
+    # kernel choice per shape, which the formula does not follow), how many of the nearest
+    # measured shapes price a GEMM and how near they must be (sim.cost.calibrated.nearest_ratios;
+    # inf: any); empty: the formula alone
     gemm_neighbours: int = 0
+    gemm_radius: float = 0.0
     gemm_shape_k: tuple[float, ...] = ()
     gemm_shape_n: tuple[float, ...] = ()
     gemm_grid_tokens: tuple[float, ...] = ()
@@ -100,7 +102,8 @@ class Calibration:
         for k in [n for n in names if n in consts]:
             v = consts[k]
             vals = v if isinstance(v, list) else [v]
-            if k != "gpu" and not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            if k != "gpu" and not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                      and (math.isfinite(x) or k == "gemm_radius" and x == math.inf)
                                       and (x > 0 or k == "gemm_overlap" and x >= 0) for x in vals):
                 raise ConfigError(f"{path}: [constants] field '{k}' must hold finite numbers > 0, got {v!r}")
             if isinstance(v, list):
@@ -122,6 +125,8 @@ class Calibration:
         neighbours = consts.get("gemm_neighbours", 0)
         if (not 1 <= neighbours <= shapes) if shapes else neighbours:
             raise ConfigError(f"{path}: [constants] gemm_neighbours must be between 1 and the {shapes} shapes")
+        if bool(shapes) != bool(consts.get("gemm_radius", 0)):
+            raise ConfigError(f"{path}: [constants] gemm_radius goes with the GEMM shapes, both or neither")
         if any(b <= a for a, b in zip(grid, grid[1:])):
             raise ConfigError(f"{path}: [constants] gemm_grid_tokens must be increasing")
         table = list(zip(consts.get("allreduce_table_tp", ()), consts.get("allreduce_table_bytes", ())))
@@ -158,7 +163,8 @@ class Calibration:
 #: them and the grid), without a collective table
 SAME_LENGTH = (("cpu_tp", "cpu_fixed_s", "cpu_per_seq_s"), ("gemm_shape_k", "gemm_shape_n"),
                ("allreduce_table_tp", "allreduce_table_bytes", "allreduce_table_s"))
-OPTIONAL = tuple(k for group in SAME_LENGTH for k in group) + ("gemm_neighbours", "gemm_grid_tokens", "gemm_ratio")
+OPTIONAL = tuple(k for group in SAME_LENGTH for k in group) + ("gemm_neighbours", "gemm_radius", "gemm_grid_tokens",
+                                                              "gemm_ratio")
 
 
 def _toml(d: dict, prefix: str = "") -> str:

@@ -11,8 +11,8 @@ drag the rest:
                   lowest loss wins
     GEMM shapes   each measured shape's measured / formula ratio   median over the models sharing it, at
                   at every measured token count                   each token count (no fit: the table)
-                  neighbours: how many nearest shapes price one   chosen leave-one-model-out among the
-                                                                  fitted models (below)
+                  neighbours, radius: how many nearest shapes     chosen leave-one-model-out among the
+                  price one, and within what distance             fitted models (choose_neighbours)
     elementwise   fixed_s, memory_eff per kind                    on that kind's timings
     decode attn   fixed_s, per_seq_s, bw_coef, bw_exponent        on the measured decode attention rows
     prefill attn  fixed_s, compute_eff, causal_fraction          on the measured prefill attention rows
@@ -27,6 +27,7 @@ The fit is deterministic: same tables, same constants.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pandas as pd
@@ -56,11 +57,11 @@ GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")  
 ELEMENTWISE_OPS = {"norm": ("input_layernorm", "post_attention_layernorm"), "rope": ("attn_rope",),
                    "act": ("mlp_act",), "add": ("add",)}
 TILE_TOKENS = (64, 128, 256)
-#: how many nearest measured shapes may price a GEMM (sim.cost.calibrated.nearest_ratios), and the
-#: token counts the choice is scored on: the decode-sized steps, where the kernel choice per shape
-#: moves a GEMM's time most (tens of %) and the formula's smooth terms least
+#: how many nearest measured shapes may price a GEMM, and within what distance
+#: (sim.cost.calibrated.nearest_ratios: |ln K ratio| + |ln N ratio|; 0.25 is about 30 % in one
+#: dimension, inf any): the fit chooses one of each, leave-one-model-out (choose_neighbours)
 NEIGHBOURS = (1, 2, 3, 4, 6)
-NEIGHBOUR_CHOICE_TOKENS = 256
+RADII = (0.25, 0.5, 1.0, math.inf)
 HUBER_DELTA = 0.05
 MAX_LOG_STEP = 2.0
 
@@ -177,43 +178,43 @@ def gemm_ratio_table(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dic
     return np.array(shapes, dtype=float), grid, np.array(table)
 
 
-def row_ratios(rows, shapes: np.ndarray, grid: np.ndarray, ratios: np.ndarray, count: int) -> np.ndarray:
+def row_ratios(rows, shapes: np.ndarray, grid: np.ndarray, ratios: np.ndarray, neighbours: int,
+               radius: float) -> np.ndarray:
     """Each GEMM timing's ratio (``rows``: :func:`_gemm_rows`'s) from the ratio table (``shapes``,
-    ``grid``, ``ratios``: :func:`gemm_ratio_table`'s) and ``count`` neighbours, as a step reads it:
+    ``grid``, ``ratios``: :func:`gemm_ratio_table`'s) by :func:`nearest_ratios`, as a step reads it:
     ``np.interp`` reads a row as ``sim.core.cost_calibrated.clamped_interp`` does (the ends' values
     beyond the grid)."""
     tokens, k, n = rows[0], rows[1], rows[2]
     distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
-    curves = nearest_ratios(distinct, shapes, ratios, count)
+    curves = nearest_ratios(distinct, shapes, ratios, neighbours, radius)
     return np.array([np.interp(t, grid, curves[j]) for t, j in zip(tokens, which.ravel())])
 
 
-def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> int:
-    """How many nearest shapes price a GEMM (:data:`NEIGHBOURS`): each of ``models`` in turn priced
-    from the ratio table of the others, the count with the lowest p90 of |error| over their GEMM
-    timings of at most :data:`NEIGHBOUR_CHOICE_TOKENS` tokens (the smaller on a tie; 1 for a
-    single model)."""
+def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> tuple[int, float]:
+    """How many nearest shapes price a GEMM and within what distance (:data:`NEIGHBOURS` x
+    :data:`RADII`): each of ``models`` in turn priced from the ratio table of the others, the pair
+    with the lowest p90 of |error| over all their GEMM timings (the fewer neighbours, then the
+    smaller radius, on a tie; (1, inf) for a single model: nothing to leave out)."""
     if len(models) < 2:
-        return 1
-    errors = {count: [] for count in NEIGHBOURS}
+        return 1, math.inf
+    errors = {(count, radius): [] for count in NEIGHBOURS for radius in RADII}
     for held in models:
         shapes, grid, ratios = gemm_ratio_table(measured, [m for m in models if m != held], gpu, constants)
         rows = _gemm_rows(measured, [held])
-        tokens, y = rows[0], rows[4]
-        small = tokens <= NEIGHBOUR_CHOICE_TOKENS
         formula = _gemm_formula(rows, gpu, constants)
-        for count in NEIGHBOURS:
-            if count > len(shapes):
-                continue
-            errors[count].append(np.abs(formula * row_ratios(rows, shapes, grid, ratios, count) / y - 1)[small])
-    p90 = {count: float(np.quantile(np.concatenate(e), 0.9)) for count, e in errors.items() if e}
-    return min(p90, key=lambda count: (p90[count], count))
+        for count, radius in errors:
+            if count <= len(shapes):
+                errors[count, radius].append(np.abs(formula * row_ratios(rows, shapes, grid, ratios, count, radius)
+                                                    / rows[4] - 1))
+    p90 = {pair: float(np.quantile(np.concatenate(e), 0.9)) for pair, e in errors.items() if e}
+    return min(p90, key=lambda pair: (p90[pair], *pair))
 
 
 def fit_gemm_ratios(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> dict:
     """The :class:`Calibration` fields of the GEMM shapes' ratio table and its neighbour count."""
     shapes, grid, ratios = gemm_ratio_table(measured, models, gpu, constants)
-    return dict(gemm_neighbours=choose_neighbours(measured, models, gpu, constants),
+    neighbours, radius = choose_neighbours(measured, models, gpu, constants)
+    return dict(gemm_neighbours=neighbours, gemm_radius=radius,
                 gemm_shape_k=tuple(shapes[:, 0]), gemm_shape_n=tuple(shapes[:, 1]),
                 gemm_grid_tokens=tuple(grid), gemm_ratio=tuple(float(f"{x:.6g}") for x in ratios.ravel()))
 

@@ -4,6 +4,7 @@ measured shapes (``sim.cost.calibrated.nearest_ratios``), its fit (``gemm_ratio_
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -26,7 +27,7 @@ def toy(cal: Calibration, tp: int = 1) -> CalibratedCostModel:
 
 # the toy's TP 1 GEMMs (K, N): qkv (4, 8), o (4, 4), up (4, 16), down (8, 4), each measured; qkv's
 # time is 2x the formula at 2 tokens and 4x at 6, the others' the formula's
-RATIOS = replace(TOY_CAL, gemm_neighbours=1, gemm_shape_k=(4.0, 4.0, 4.0, 8.0), gemm_shape_n=(8.0, 4.0, 16.0, 4.0),
+RATIOS = replace(TOY_CAL, gemm_neighbours=1, gemm_radius=math.inf, gemm_shape_k=(4.0, 4.0, 4.0, 8.0), gemm_shape_n=(8.0, 4.0, 16.0, 4.0),
                  gemm_grid_tokens=(2.0, 6.0), gemm_ratio=(2.0, 4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0))
 
 
@@ -47,12 +48,21 @@ def test_nearest_shapes_by_hand():
     measured = np.array([[4.0, 8.0], [8.0, 4.0], [4.0, 16.0]])
     rows = np.array([[1.0], [2.0], [6.0]])
     # (4, 12): ln 1.5 = 0.41 from (4, 8), ln 3 + ln 2 = 1.79 from (8, 4), ln 4/3 = 0.29 from (4, 16)
-    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 1)] == [6.0]
-    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 2)] == [3.5]  # the median of 6 and 1
-    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 3)] == [2.0]  # of 6, 1, 2 (not their mean)
-    assert [r[0] for r in nearest_ratios([(4, 8), (8, 4)], measured, rows, 1)] == [1.0, 2.0]  # its own
+    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 1, math.inf)] == [6.0]
+    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 2, math.inf)] == [3.5]  # the median of 6 and 1
+    assert [r[0] for r in nearest_ratios([(4, 12)], measured, rows, 3, math.inf)] == [2.0]  # of 6, 1, 2 (not 3)
+    assert [r[0] for r in nearest_ratios([(4, 8), (8, 4)], measured, rows, 1, math.inf)] == [1.0, 2.0]  # its own
     # (4, 4) is ln 2 from both (4, 8) and (8, 4): the earlier
-    assert nearest_ratios([(4, 4)], measured, rows, 1)[0][0] == 1.0
+    assert nearest_ratios([(4, 4)], measured, rows, 1, math.inf)[0][0] == 1.0
+
+
+def test_only_shapes_within_the_radius_count():
+    measured = np.array([[4.0, 8.0], [8.0, 4.0], [4.0, 16.0]])
+    rows = np.array([[1.0, 1.0], [2.0, 2.0], [6.0, 6.0]])
+    # (4, 12) within 0.35: (4, 16) alone, even of 3 neighbours; within 0.2: none, the formula's 1
+    assert nearest_ratios([(4, 12)], measured, rows, 3, 0.35)[0].tolist() == [6.0, 6.0]
+    assert nearest_ratios([(4, 12)], measured, rows, 3, 0.2)[0].tolist() == [1.0, 1.0]
+    assert nearest_ratios([(4, 12)], measured, rows, 3, 0.5)[0].tolist() == [3.5, 3.5]  # 6 and 1
 
 
 # TP 2: hidden 4 x 2 bytes = 8 bytes per token; the table holds 8 and 80 bytes (1 and 10 tokens)
@@ -77,7 +87,7 @@ def test_compiled_step_time_with_tables_is_the_same_float():
 
     # TP 2 of this model: qkv (4096, 3072), o (2048, 4096), up (4096, 14336), down (7168, 4096);
     # 8192 bytes per token on the wire
-    cal = replace(TRUE, gemm_neighbours=2, gemm_shape_k=(4096.0, 4096.0), gemm_shape_n=(3072.0, 14336.0),
+    cal = replace(TRUE, gemm_neighbours=2, gemm_radius=1.0, gemm_shape_k=(4096.0, 4096.0), gemm_shape_n=(3072.0, 14336.0),
                   gemm_grid_tokens=(1.0, 64.0, 128.0, 4096.0),
                   gemm_ratio=(1.1, 0.9, 1.3, 1.0, 1.2, 1.05, 0.95, 1.0),
                   allreduce_table_tp=(2, 2, 2), allreduce_table_bytes=(8192.0, 409600.0, 1638400.0),
@@ -114,7 +124,7 @@ def test_each_timing_takes_its_own_shapes_ratio_at_its_token_count():
     shapes, grid, ratios = np.array([[100.0, 100.0], [100.0, 200.0]]), np.array([8.0, 24.0]), np.array([[1, 3], [2, 5]])
     rows = (np.array([16, 8, 40]), np.array([100, 100, 100]), np.array([100, 200, 100]))
     # (100, 100) halfway from 8 to 24: 2; (100, 200) at 8: 2; (100, 100) past the grid: 3, its last
-    assert fit.row_ratios(rows, shapes, grid, ratios, 1).tolist() == [2, 2, 3]
+    assert fit.row_ratios(rows, shapes, grid, ratios, 1, math.inf).tolist() == [2, 2, 3]
 
 
 # one shape per model, K 100, N 100 .. 800, ratios 1, 5, 1, 1 (B the odd one out). Held out, each
@@ -128,12 +138,32 @@ ODD_ONE_OUT = {"a": [(8, 100, 100, 1.0)], "b": [(8, 100, 200, 5.0)], "c": [(8, 1
 
 def test_the_neighbour_count_is_chosen_leaving_each_model_out(monkeypatch):
     monkeypatch.setattr(fit, "NEIGHBOURS", (1, 2))
+    monkeypatch.setattr(fit, "RADII", (math.inf,))
     fake_rows(monkeypatch, ODD_ONE_OUT)
-    assert fit.choose_neighbours(None, ["a", "b", "c", "d"], A100, {}) == 2
-    # with B's ratio 1 too, every count prices every model exactly: the smaller wins the tie
+    assert fit.choose_neighbours(None, ["a", "b", "c", "d"], A100, {}) == (2, math.inf)
+    # with B's ratio 1 too, every pair prices every model exactly: the fewer neighbours, then the
+    # smaller radius, win the tie
     fake_rows(monkeypatch, {**ODD_ONE_OUT, "b": [(8, 100, 200, 1.0)]})
-    assert fit.choose_neighbours(None, ["a", "b", "c", "d"], A100, {}) == 1
-    assert fit.choose_neighbours(None, ["a"], A100, {}) == 1  # nothing to leave out
+    monkeypatch.setattr(fit, "RADII", (math.inf, 1.0))
+    assert fit.choose_neighbours(None, ["a", "b", "c", "d"], A100, {}) == (1, 1.0)
+    assert fit.choose_neighbours(None, ["a"], A100, {}) == (1, math.inf)  # nothing to leave out
+
+
+# two clusters of shapes, N 100-120 at ratio 1 and 1000-1100 at ratio 3, and E at N 10,000, ratio 3.
+# One neighbour: each model of a cluster is priced by the other (d <= 0.18): exact; E by D
+# (d = ln 9.1 = 2.2): exact with no radius, the formula's 1 within 1 (|1/3 - 1| = 0.67)
+CLUSTERS = {"a": [(8, 100, 100, 1.0)], "b": [(8, 100, 120, 1.0)], "c": [(8, 100, 1000, 3.0)],
+            "d": [(8, 100, 1100, 3.0)], "e": [(8, 100, 10000, 3.0)]}
+
+
+def test_the_radius_is_chosen_leaving_each_model_out(monkeypatch):
+    monkeypatch.setattr(fit, "NEIGHBOURS", (1,))
+    monkeypatch.setattr(fit, "RADII", (1.0, math.inf))
+    fake_rows(monkeypatch, CLUSTERS)
+    assert fit.choose_neighbours(None, sorted(CLUSTERS), A100, {}) == (1, math.inf)
+    # E's ratio 1: its far neighbour misleads (error 2), the radius leaves it to the formula
+    fake_rows(monkeypatch, {**CLUSTERS, "e": [(8, 100, 10000, 1.0)]})
+    assert fit.choose_neighbours(None, sorted(CLUSTERS), A100, {}) == (1, 1.0)
 
 
 def test_fit_keeps_the_collective_table_and_the_gemm_ratios(tmp_path):
@@ -147,20 +177,23 @@ def test_fit_keeps_the_collective_table_and_the_gemm_ratios(tmp_path):
     assert len(got.gemm_ratio) == len(got.gemm_shape_k) * len(got.gemm_grid_tokens)
 
 
-TABLED = replace(TRUE, gemm_neighbours=1, gemm_shape_k=(4096.0,), gemm_shape_n=(4096.0,), gemm_grid_tokens=(1.0, 8.0),
+TABLED = replace(TRUE, gemm_neighbours=1, gemm_radius=0.5, gemm_shape_k=(4096.0,), gemm_shape_n=(4096.0,), gemm_grid_tokens=(1.0, 8.0),
                  gemm_ratio=(1.5, 1.25), allreduce_table_tp=(2, 2), allreduce_table_bytes=(2048.0, 4096.0),
                  allreduce_table_s=(1e-5, 2e-5))
 
 
 def test_tables_round_trip_through_the_file(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text(TABLED.to_toml())
-    assert Calibration.from_toml(path) == TABLED
+    for cal in (TABLED, replace(TABLED, gemm_radius=math.inf)):  # inf: any distance
+        path.write_text(cal.to_toml())
+        assert Calibration.from_toml(path) == cal
 
 
 @pytest.mark.parametrize("edit,msg", [
     (("gemm_ratio = [1.5, 1.25]", "gemm_ratio = [1.5]"), "gemm_ratio needs a value per shape and token count (1 x 2)"),
     (("gemm_neighbours = 1", "gemm_neighbours = 2"), "gemm_neighbours must be between 1 and the 1 shapes"),
+    (("gemm_radius = 0.5\n", ""), "gemm_radius goes with the GEMM shapes, both or neither"),
+    (("gemm_radius = 0.5", "gemm_radius = -inf"), "field 'gemm_radius' must hold finite numbers > 0"),
     (("gemm_grid_tokens = [1.0, 8.0]", "gemm_grid_tokens = [8.0, 1.0]"), "gemm_grid_tokens must be increasing"),
     (("allreduce_table_bytes = [2048.0, 4096.0]", "allreduce_table_bytes = [4096.0, 2048.0]"),
      "the all-reduce table must be sorted"),
