@@ -20,7 +20,7 @@ the fitted line prices every size).
 from __future__ import annotations
 
 from pagesim.sim.core.cost import paged_kernel_seconds, swap_seconds
-from pagesim.sim.core.cost_table import interp_extrap
+from pagesim.sim.core.cost_table import interp_extrap, on_segment, segment
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array (CalibratedCostModel.constants()); the CPU overheads come
@@ -123,11 +123,12 @@ def prefill_attention_seconds(flops, peak_flops, fixed_s, compute_eff):
 
 
 @njit
-def clamped_interp(x, xs, ys):
-    """np.interp's value of the table ``(xs, ys)`` at ``x``: the first or last value beyond its ends."""
+def grid_value(x, xs, j, ys):
+    """np.interp's value of the table ``(xs, ys)`` at ``x`` from its segment ``j``
+    (``sim.core.cost_table.segment``): the first or last value beyond its ends."""
     if x >= xs[len(xs) - 1]:
         return ys[len(ys) - 1]
-    return interp_extrap(x, xs, ys)
+    return on_segment(x, xs, j, ys[j], ys[j + 1])
 
 
 @njit
@@ -139,13 +140,14 @@ def tokens_seconds(c, tables, num_tokens, num_seqs):
     grid = HEADER + 2 * gemms
     ratios = grid + points
     layer = c[ELEMENTWISE_FIXED_S] + num_tokens * c[ELEMENTWISE_S_PER_TOKEN]
+    j = segment(num_tokens, tables[grid:grid + points]) if points else 0  # one grid: one search for all
     for i in range(gemms):
         g = gemm_seconds(num_tokens, tables[HEADER + 2 * i], tables[HEADER + 2 * i + 1], c[DTYPE_BYTES],
                          c[PEAK_FLOPS], c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF],
                          c[GEMM_MEMORY_EFF], c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
         if points:
-            g *= clamped_interp(num_tokens, tables[grid:grid + points],
-                                tables[ratios + i * points:ratios + (i + 1) * points])
+            g *= grid_value(num_tokens, tables[grid:grid + points], j,
+                            tables[ratios + i * points:ratios + (i + 1) * points])
         layer += g
     t = c[LAYERS] * layer
     ar = ratios + gemms * points

@@ -166,8 +166,10 @@ class CalibratedCostModel(CpuOverhead):
             roof = RooflineCostModel(model, gpu, tp)
             ar_fixed, ar_per_token = roof._ar_fixed, roof._ar_time_per_token
             sizes, seconds = (), ()
-        grid = c.gemm_grid_tokens if c.gemm_neighbours else ()
-        ratios = [x for row in gemm_ratio_rows(c, shapes) for x in row] if grid else []
+        rows = gemm_ratio_rows(c, shapes) if c.gemm_neighbours else []
+        if all((row == 1.0).all() for row in rows):  # no measured shape near: the formula alone, no grid to read
+            rows = []
+        grid, ratios = (c.gemm_grid_tokens if rows else ()), [x for row in rows for x in row]
         self._tables = tuple(float(x) for x in (
             len(shapes), len(grid), len(sizes), *(x for shape in shapes for x in shape), *grid, *ratios,
             *(b / hidden_bytes for b in sizes), *(2 * layers * t for t in seconds)))

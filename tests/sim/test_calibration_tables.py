@@ -65,6 +65,14 @@ def test_only_shapes_within_the_radius_count():
     assert nearest_ratios([(4, 12)], measured, rows, 3, 0.5)[0].tolist() == [3.5, 3.5]  # 6 and 1
 
 
+def test_a_model_with_no_measured_shape_near_reads_no_grid():
+    from pagesim.sim.core.cost_calibrated import GRID_POINTS
+
+    far = replace(RATIOS, gemm_shape_k=(400.0,) * 4, gemm_radius=1.0)  # ln 100 from every toy GEMM
+    assert toy(far).tables()[GRID_POINTS] == 0 and toy(RATIOS).tables()[GRID_POINTS] == 2
+    assert toy(far).step_time(decode_batch(3, 30)) == toy(TOY_CAL).step_time(decode_batch(3, 30))
+
+
 # TP 2: hidden 4 x 2 bytes = 8 bytes per token; the table holds 8 and 80 bytes (1 and 10 tokens)
 AR_TABLE = replace(TOY_CAL, allreduce_table_tp=(2, 2), allreduce_table_bytes=(8.0, 80.0), allreduce_table_s=(1.0, 3.25))
 
