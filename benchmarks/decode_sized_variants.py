@@ -46,7 +46,8 @@ from pagesim.sim.cost.measured import measured_gpus, read_measured  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
 
 DECODE_SIZED = 256
-NO_RATIOS = dict(gemm_neighbours=0, gemm_radius=0.0, gemm_shape_k=(), gemm_shape_n=(), gemm_grid_tokens=(), gemm_ratio=())
+NO_RATIOS = dict(gemm_neighbours=0, gemm_radius=0.0, gemm_shape_k=(), gemm_shape_n=(), gemm_grid_tokens=(),
+                 gemm_ratio=())
 NO_TABLE = dict(allreduce_table_tp=(), allreduce_table_bytes=(), allreduce_table_s=())
 
 
@@ -97,7 +98,8 @@ def main() -> None:
             cal = fit.fit_calibration(measured, gpu, [m for m in sorted(measured.models) if m != held], attention)
             unseen = strike_shapes(cal, model_shapes(measured, held))
             for v, edit in variants.items():
-                frames[v].append(fit.score(measured, held, gpu, "calibrated", unseen if edit is None else edit(cal, held)))
+                priced = unseen if edit is None else edit(cal, held)
+                frames[v].append(fit.score(measured, held, gpu, "calibrated", priced))
             for v, c in (("formula", replace(cal, **NO_RATIOS)), ("shape ratios", cal), ("unseen shapes", unseen)):
                 gemms[v].append(gemm_errors(measured, gpu, held, c))
         row = [gpu.name]

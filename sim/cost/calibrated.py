@@ -28,10 +28,11 @@ past the TP degree) and the elementwise bytes per token read plus written (norm 
 cuBLAS picks a GEMM kernel (its tiles, split-K) per shape, so a GEMM's time steps at token counts
 that differ from shape to shape (at 65 tokens for some, at 129 or 193 for others) and no smooth
 formula follows them; the fit keeps each measured shape's ratio of measured to formula time at
-every measured token count, and a GEMM takes the median of its ``gemm_neighbours`` nearest measured
-shapes' within ``gemm_radius`` (:func:`nearest_ratios`; itself where it was measured; the formula
-alone where none is near), interpolated in the tokens and held at the grid's ends beyond it. Sizes inside the measured collective table are priced from it
-(its running median, ``sim.cost.measured.read_allreduce``), the others by the fitted line.
+every measured token count, and a GEMM takes the median of its ``gemm_neighbours`` nearest
+measured shapes' within ``gemm_radius`` (:func:`nearest_ratios`; itself where it was measured;
+the formula alone where none is near), interpolated in the tokens and held at the grid's ends
+beyond it. Sizes inside the measured collective table are priced from it (its running median,
+``sim.cost.measured.read_allreduce``), the others by the fitted line.
 Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
 measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each
@@ -132,8 +133,8 @@ def check_dense(model: ModelSpec) -> None:
 
 class CalibratedCostModel(CpuOverhead):
     """Prices a step with a :class:`~sim.cost.calibration.Calibration` (the shipped one of ``gpu``
-    unless given). ``step_time`` hands the interpreted step function the constants and GEMM
-    shapes as tuples of Python floats (indexing those costs microseconds per step where numpy
+    unless given). ``step_time`` hands the interpreted step function the constants and the
+    tables as tuples of Python floats (indexing those costs microseconds per step where numpy
     scalars cost a hundred); :meth:`constants` and :meth:`tables` are the same numbers as
     the float64 arrays a compiled loop takes."""
 

@@ -123,7 +123,7 @@ class Calibration:
             raise ConfigError(f"{path}: [constants] gemm_ratio needs a value per shape and token count "
                               f"({shapes} x {len(grid)})")
         neighbours = consts.get("gemm_neighbours", 0)
-        if (not 1 <= neighbours <= shapes) if shapes else neighbours:
+        if not (1 <= neighbours <= shapes if shapes else neighbours == 0):
             raise ConfigError(f"{path}: [constants] gemm_neighbours must be between 1 and the {shapes} shapes")
         if bool(shapes) != bool(consts.get("gemm_radius", 0)):
             raise ConfigError(f"{path}: [constants] gemm_radius goes with the GEMM shapes, both or neither")

@@ -27,7 +27,8 @@ def toy(cal: Calibration, tp: int = 1) -> CalibratedCostModel:
 
 # the toy's TP 1 GEMMs (K, N): qkv (4, 8), o (4, 4), up (4, 16), down (8, 4), each measured; qkv's
 # time is 2x the formula at 2 tokens and 4x at 6, the others' the formula's
-RATIOS = replace(TOY_CAL, gemm_neighbours=1, gemm_radius=math.inf, gemm_shape_k=(4.0, 4.0, 4.0, 8.0), gemm_shape_n=(8.0, 4.0, 16.0, 4.0),
+RATIOS = replace(TOY_CAL, gemm_neighbours=1, gemm_radius=math.inf, gemm_shape_k=(4.0, 4.0, 4.0, 8.0),
+                 gemm_shape_n=(8.0, 4.0, 16.0, 4.0),
                  gemm_grid_tokens=(2.0, 6.0), gemm_ratio=(2.0, 4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0))
 
 
@@ -95,7 +96,8 @@ def test_compiled_step_time_with_tables_is_the_same_float():
 
     # TP 2 of this model: qkv (4096, 3072), o (2048, 4096), up (4096, 14336), down (7168, 4096);
     # 8192 bytes per token on the wire
-    cal = replace(TRUE, gemm_neighbours=2, gemm_radius=1.0, gemm_shape_k=(4096.0, 4096.0), gemm_shape_n=(3072.0, 14336.0),
+    cal = replace(TRUE, gemm_neighbours=2, gemm_radius=1.0, gemm_shape_k=(4096.0, 4096.0),
+                  gemm_shape_n=(3072.0, 14336.0),
                   gemm_grid_tokens=(1.0, 64.0, 128.0, 4096.0),
                   gemm_ratio=(1.1, 0.9, 1.3, 1.0, 1.2, 1.05, 0.95, 1.0),
                   allreduce_table_tp=(2, 2, 2), allreduce_table_bytes=(8192.0, 409600.0, 1638400.0),
@@ -185,7 +187,8 @@ def test_fit_keeps_the_collective_table_and_the_gemm_ratios(tmp_path):
     assert len(got.gemm_ratio) == len(got.gemm_shape_k) * len(got.gemm_grid_tokens)
 
 
-TABLED = replace(TRUE, gemm_neighbours=1, gemm_radius=0.5, gemm_shape_k=(4096.0,), gemm_shape_n=(4096.0,), gemm_grid_tokens=(1.0, 8.0),
+TABLED = replace(TRUE, gemm_neighbours=1, gemm_radius=0.5, gemm_shape_k=(4096.0,), gemm_shape_n=(4096.0,),
+                 gemm_grid_tokens=(1.0, 8.0),
                  gemm_ratio=(1.5, 1.25), allreduce_table_tp=(2, 2), allreduce_table_bytes=(2048.0, 4096.0),
                  allreduce_table_s=(1e-5, 2e-5))
 
