@@ -425,8 +425,13 @@ def test_calibration_toml_round_trip(tmp_path):
     (("elementwise_fixed_s = [3e-06, ", "elementwise_fixed_s = ["), "field 'elementwise_fixed_s' needs 4 values"),
 ])
 def test_bad_calibration_file_is_one_line(tmp_path, capsys, edit, msg):
+    assert_bad_file_is_one_line(tmp_path, capsys, TRUE, edit, msg)
+
+
+def assert_bad_file_is_one_line(tmp_path, capsys, cal: Calibration, edit, msg) -> None:
+    """``cal``'s file with ``edit`` (old, new) made: ``cost error`` says ``msg`` in one line, exit 2."""
     path = tmp_path / "c.toml"
-    text = TRUE.to_toml()
+    text = cal.to_toml()
     assert edit[0] in text
     path.write_text(text.replace(*edit))
     root = write_measured(tmp_path / "m", attention=False)

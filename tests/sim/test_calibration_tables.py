@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.cli import main
 from pagesim.sim.cost import calibration_fit as fit
 from pagesim.sim.cost.calibrated import CalibratedCostModel, nearest_ratios
 from pagesim.sim.cost.calibration import Calibration
 from pagesim.sim.specs import ModelSpec
-from tests.sim.test_calibration import A100, TOY, TOY_CAL, TOY_GPU, TRUE, decode_batch, write_measured
+from tests.sim.test_calibration import (A100, TOY, TOY_CAL, TOY_GPU, TRUE, assert_bad_file_is_one_line, decode_batch,
+                                       write_measured)
 
 
 def toy(cal: Calibration, tp: int = 1) -> CalibratedCostModel:
@@ -211,12 +211,4 @@ def test_tables_round_trip_through_the_file(tmp_path):
     (("allreduce_table_s = [1e-05, 2e-05]", "allreduce_table_s = [1e-05]"), "must have the same length"),
 ])
 def test_bad_tables_in_a_calibration_file_are_one_line(tmp_path, capsys, edit, msg):
-    path = tmp_path / "c.toml"
-    text = TABLED.to_toml()
-    assert edit[0] in text
-    path.write_text(text.replace(*edit))
-    root = write_measured(tmp_path / "m", attention=False)
-    rc = main(["cost", "error", "--measured", str(root), "--model", "tiny-2b", "--gpu", "a100-80gb",
-               "--cost-model", "calibrated", "--calibration", str(path)])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and msg in err
+    assert_bad_file_is_one_line(tmp_path, capsys, TABLED, edit, msg)
