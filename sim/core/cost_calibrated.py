@@ -13,8 +13,9 @@ The tables array: its three sizes (:data:`NUM_GEMMS` G, :data:`GRID_POINTS` T,
 :data:`ALLREDUCE_POINTS` A), then K, N of the layer's G GEMMs; the T token counts of the GEMMs'
 correction grid and G rows of T ratios (measured / formula of the nearest measured shapes,
 ``sim.cost.calibrated.gemm_ratio_rows``; T = 0: none); the A token counts of the all-reduce
-table and the iteration's all-reduce seconds at each (the GPU's measured collectives; A = 0:
-the fitted line prices every size).
+table and the iteration's all-reduce seconds at each (the GPU's measured collectives, read as
+np.interp reads them; beyond the last size, the line's slope from the last point; A = 0: the
+fitted line prices every size).
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def prefill_attention_seconds(flops, peak_flops, fixed_s, compute_eff):
 def grid_value(x, xs, j, ys):
     """np.interp's value of the table ``(xs, ys)`` at ``x`` from its segment ``j``
     (``sim.core.cost_table.segment``): the first or last value beyond its ends."""
+    if x <= xs[0]:
+        return ys[0]
     if x >= xs[len(xs) - 1]:
         return ys[len(ys) - 1]
     return on_segment(x, xs, j, ys[j], ys[j + 1])
@@ -151,7 +154,10 @@ def tokens_seconds(c, tables, num_tokens, num_seqs):
         layer += g
     t = c[LAYERS] * layer
     ar = ratios + gemms * points
-    if ar_points and tables[ar] <= num_tokens <= tables[ar + ar_points - 1]:  # within the measured sizes
+    last = ar + ar_points - 1  # the table's largest size, in tokens
+    if ar_points and num_tokens > tables[last]:  # beyond it: its last point, then the line's slope
+        t += tables[last + ar_points] + c[ALLREDUCE_S_PER_TOKEN] * (num_tokens - tables[last])
+    elif ar_points:  # within the measured sizes (below them: the first)
         t += interp_extrap(num_tokens, tables[ar:ar + ar_points], tables[ar + ar_points:ar + 2 * ar_points])
     else:
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens

@@ -16,7 +16,8 @@ tensor peak, and tensor-parallel all-reduces cost tens of microseconds each. Per
         ratio = measured / formula of the nearest measured shapes at T              cuBLAS's kernel per shape
     elementwise(T) = sum over norm (x2), rope, act, add of  fixed_k + T * bytes_per_token_k / (mem_bw * eff_k)
     allreduce(T) = 2 * table[tp](T * hidden * dtype)                                the measured collectives
-                   2 * (latency[tp] + T * hidden * dtype / bytes_per_s[tp])         beyond them: a fitted line
+                   2 * (table[tp](S) + (T * hidden * dtype - S) / bytes_per_s[tp])  beyond their largest size S
+                   2 * (latency[tp] + T * hidden * dtype / bytes_per_s[tp])         no table: a fitted line
     decode attention = dec_fixed + dec_per_seq * B + KV_bytes / (mem_bw * min(1, bw_coef * (B * heads/tp) ** bw_exp))
     prefill attention = pre_fixed + 4 * heads/tp * head_dim * sum_i c_i (p_i + causal * c_i) / (peak_flops * pre_eff)
 
@@ -32,7 +33,11 @@ every measured token count, and a GEMM takes the median of its ``gemm_neighbours
 measured shapes' within ``gemm_radius`` (:func:`nearest_ratios`; itself where it was measured;
 the formula alone where none is near), interpolated in the tokens and held at the grid's ends
 beyond it. Sizes inside the measured collective table are priced from it (its running median,
-``sim.cost.measured.read_allreduce``), the others by the fitted line.
+``sim.cost.measured.read_allreduce``), larger ones from its last size at the fitted line's
+bandwidth (continuous where the table ends). The table is priced as measured, not smoothed into
+a non-decreasing curve: it drops where NCCL changes algorithm or protocol (on the H100 at TP 2,
+37 us at 114 KiB and 11 us at 130 KiB), so a step can cost less with one more sequence, as the
+measurement does.
 Dense models only (no mixture of experts, latent attention, Mamba or quantized weights: the
 measurements have none). A step adds the layers times
 ``L``, the LM head as one more GEMM over one row per sequence (vLLM computes logits only for each

@@ -70,7 +70,8 @@ class Calibration:
     gemm_grid_tokens: tuple[float, ...] = ()
     gemm_ratio: tuple[float, ...] = ()  # by shape, then token count
     # the measured collective table (running median, sim.cost.measured.read_allreduce) per TP
-    # degree, sorted by degree then size: sizes inside it are priced from it, the others by the line
+    # degree, sorted by degree then size: sizes inside it are priced from it, larger ones from its
+    # last size at the line's bandwidth
     allreduce_table_tp: tuple[int, ...] = ()
     allreduce_table_bytes: tuple[float, ...] = ()
     allreduce_table_s: tuple[float, ...] = ()
@@ -101,7 +102,13 @@ class Calibration:
             raise ConfigError(f"{path}: [constants] has an unknown key '{unknown[0]}'")
         for k in [n for n in names if n in consts]:
             v = consts[k]
+            kind = cls.__dataclass_fields__[k].type  # a string: the module defers its annotations
+            if k != "gpu" and isinstance(v, list) != kind.startswith("tuple"):
+                raise ConfigError(f"{path}: [constants] field '{k}' must be "
+                                  f"{'a list of numbers' if kind.startswith('tuple') else 'one number'}, got {v!r}")
             vals = v if isinstance(v, list) else [v]
+            if "int" in kind and not all(isinstance(x, int) for x in vals):
+                raise ConfigError(f"{path}: [constants] field '{k}' must hold whole numbers, got {v!r}")
             if k != "gpu" and not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                       and (math.isfinite(x) or k == "gemm_radius" and x == math.inf)
                                       and (x > 0 or k == "gemm_overlap" and x >= 0) for x in vals):

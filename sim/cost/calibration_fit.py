@@ -202,11 +202,10 @@ def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: di
         shapes, grid, ratios = gemm_ratio_table(measured, [m for m in models if m != held], gpu, constants)
         rows = _gemm_rows(measured, [held])
         formula = _gemm_formula(rows, gpu, constants)
-        for count, radius in errors:
-            if count <= len(shapes):
-                errors[count, radius].append(np.abs(formula * row_ratios(rows, shapes, grid, ratios, count, radius)
-                                                    / rows[4] - 1))
-    p90 = {pair: float(np.quantile(np.concatenate(e), 0.9)) for pair, e in errors.items() if e}
+        for count, radius in errors:  # a count beyond the shapes left takes them all (every pair, every model)
+            errors[count, radius].append(np.abs(formula * row_ratios(rows, shapes, grid, ratios, count, radius)
+                                                / rows[4] - 1))
+    p90 = {pair: float(np.quantile(np.concatenate(e), 0.9)) for pair, e in errors.items()}
     return min(p90, key=lambda pair: (p90[pair], *pair))
 
 
@@ -214,7 +213,7 @@ def fit_gemm_ratios(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict
     """The :class:`Calibration` fields of the GEMM shapes' ratio table and its neighbour count."""
     shapes, grid, ratios = gemm_ratio_table(measured, models, gpu, constants)
     neighbours, radius = choose_neighbours(measured, models, gpu, constants)
-    return dict(gemm_neighbours=neighbours, gemm_radius=radius,
+    return dict(gemm_neighbours=min(neighbours, len(shapes)), gemm_radius=radius,
                 gemm_shape_k=tuple(shapes[:, 0]), gemm_shape_n=tuple(shapes[:, 1]),
                 gemm_grid_tokens=tuple(grid), gemm_ratio=tuple(float(f"{x:.6g}") for x in ratios.ravel()))
 
@@ -264,7 +263,7 @@ def fit_attention(measured: MeasuredGPU, gpu: GPUSpec) -> dict:
 
 def fit_allreduce(measured: MeasuredGPU) -> dict:
     """A latency + size / bandwidth line per TP degree, and the table itself (sizes beyond it are
-    priced by the line)."""
+    priced from its last size at the line's bandwidth)."""
     tps, lat, bw = [], [], []
     for tp in measured.allreduce_tps():
         t = measured.allreduce[measured.allreduce["tp"] == tp]

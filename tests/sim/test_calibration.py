@@ -185,17 +185,6 @@ def test_lm_head_is_one_gemm_row_per_sequence():
     assert cm.step_time(prefill_batch()) - toy_model().step_time(prefill_batch()) == pytest.approx(3.016)
 
 
-def test_compiled_step_time_is_the_same_float():
-    pytest.importorskip("numba")
-    from pagesim.sim.core.cost_calibrated import calibrated_step_time
-
-    cm = CalibratedCostModel(ModelSpec("l", 32, 4096, 32, 8, 128, 14336, 32000, 8192), A100, 2, TRUE)
-    b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([100, 7]), prefill_context=np.array([300, 7]),
-                  decode_seq_ids=np.arange(2, 7), decode_context=np.array([40, 1, 5, 900, 3]))
-    args = (b.num_seqs, 112, 5, 949, 2, 100 * 200, 100 * 100 + 49, 0, 0)
-    assert calibrated_step_time(cm.constants(), cm.tables(), *args) == cm.step_time(b)
-
-
 # -- the fit ---------------------------------------------------------------------------------------
 
 def test_robust_fit_is_not_dragged_by_an_outlier():

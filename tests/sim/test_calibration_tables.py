@@ -86,28 +86,54 @@ def test_the_allreduce_is_priced_from_the_measured_table_within_it():
     assert AR_TABLE.allreduce_table(2) == ((8.0, 80.0), (1.0, 3.25)) and AR_TABLE.allreduce_table(4) == ((), ())
 
 
-def test_beyond_the_table_the_allreduce_is_the_line():
-    assert toy(AR_TABLE, 2).step_time(decode_batch(20, 400)) == toy(TOY_CAL, 2).step_time(decode_batch(20, 400))
+def test_beyond_the_table_the_allreduce_grows_from_its_last_size_at_the_lines_bandwidth():
+    # 20 tokens: 3.25 + (20 - 10) x 8 B / 8 B/s = 13.25 s each, x 2 x 2 layers = 53; the line's
+    # 2 x 2 x (0.5 + 20 x 8 / 8) = 82
+    extra = toy(AR_TABLE, 2).step_time(decode_batch(20, 400)) - toy(TOY_CAL, 2).step_time(decode_batch(20, 400))
+    assert extra == pytest.approx(53 - 82, rel=1e-12)
 
 
-def test_compiled_step_time_with_tables_is_the_same_float():
-    pytest.importorskip("numba")
+def compiled_step_time(*args) -> float:
+    """``calibrated_step_time`` as the core's loop runs it: numba-compiled, called from compiled
+    code (a call from Python runs the interpreted source, ``sim.core.jit``)."""
+    numba = pytest.importorskip("numba")
+    from pagesim.sim.core import jit
     from pagesim.sim.core.cost_calibrated import calibrated_step_time
 
+    step = jit.compiled(calibrated_step_time)
+
+    @numba.njit
+    def call(c, tables, a, b, d, e, f, g, h, i, j):
+        return step(c, tables, a, b, d, e, f, g, h, i, j)
+
+    return call(*args)
+
+
+def test_compiled_step_time_is_the_same_float():
     # TP 2 of this model: qkv (4096, 3072), o (2048, 4096), up (4096, 14336), down (7168, 4096);
-    # 8192 bytes per token on the wire
-    cal = replace(TRUE, gemm_neighbours=2, gemm_radius=1.0, gemm_shape_k=(4096.0, 4096.0),
-                  gemm_shape_n=(3072.0, 14336.0),
-                  gemm_grid_tokens=(1.0, 64.0, 128.0, 4096.0),
-                  gemm_ratio=(1.1, 0.9, 1.3, 1.0, 1.2, 1.05, 0.95, 1.0),
-                  allreduce_table_tp=(2, 2, 2), allreduce_table_bytes=(8192.0, 409600.0, 1638400.0),
-                  allreduce_table_s=(2e-5, 3e-5, 5e-5))
-    cm = CalibratedCostModel(ModelSpec("l", 32, 4096, 32, 8, 128, 14336, 32000, 8192), A100, 2, cal)
-    b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([100, 7]), prefill_context=np.array([300, 7]),
-                  decode_seq_ids=np.arange(2, 7), decode_context=np.array([40, 1, 5, 900, 3]))
-    args = (b.num_seqs, 112, 5, 949, 2, 100 * 200, 100 * 100 + 49, 0, 0)
-    assert calibrated_step_time(cm.constants(), cm.tables(), *args) == cm.step_time(b)
-    assert cm.step_time(b) != CalibratedCostModel(cm.model, A100, 2, TRUE).step_time(b)
+    # 8192 bytes per token on the wire; the tables' grid and collectives at 1, 50 and 200 tokens
+    tabled = replace(TRUE, gemm_neighbours=2, gemm_radius=1.0, gemm_shape_k=(4096.0, 4096.0),
+                     gemm_shape_n=(3072.0, 14336.0), gemm_grid_tokens=(1.0, 64.0, 128.0, 4096.0),
+                     gemm_ratio=(1.1, 0.9, 1.3, 1.0, 1.2, 1.05, 0.95, 1.0),
+                     allreduce_table_tp=(2, 2, 2), allreduce_table_bytes=(8192.0, 409600.0, 1638400.0),
+                     allreduce_table_s=(2e-5, 3e-5, 5e-5))
+    model = ModelSpec("l", 32, 4096, 32, 8, 128, 14336, 32000, 8192)
+    for cal in (TRUE, tabled):
+        cm = CalibratedCostModel(model, A100, 2, cal)
+        for new in (7, 100, 5000):  # 19 and 112 tokens inside the collective table, 5,012 beyond it and the grid
+            b = StepBatch(prefill_seq_ids=np.arange(2), prefill_tokens=np.array([new, 7]),
+                          prefill_context=np.array([new + 200, 7]), decode_seq_ids=np.arange(2, 7),
+                          decode_context=np.array([40, 1, 5, 900, 3]))
+            args = (b.num_seqs, new + 12, 5, 949, 2, new * 200, new * new + 49, 0, 0)
+            assert compiled_step_time(cm.constants(), cm.tables(), *args) == cm.step_time(b)
+    assert cm.step_time(b) != CalibratedCostModel(model, A100, 2, TRUE).step_time(b)
+
+
+def test_a_one_point_grid_holds_its_ratio_on_both_sides():
+    one = replace(RATIOS, gemm_grid_tokens=(6.0,), gemm_ratio=(4.0, 1.0, 1.0, 1.0))
+    for tokens, formula in ((3, 3.976), (20, 13.16)):  # qkv's formula at 3 and 20 tokens, x 4 either side
+        extra = toy(one).step_time(decode_batch(tokens, 30)) - toy(TOY_CAL).step_time(decode_batch(tokens, 30))
+        assert extra == pytest.approx(2 * 3 * formula, rel=1e-12)
 
 
 def fake_rows(monkeypatch, table: dict) -> None:
@@ -209,6 +235,10 @@ def test_tables_round_trip_through_the_file(tmp_path):
     (("allreduce_table_bytes = [2048.0, 4096.0]", "allreduce_table_bytes = [4096.0, 2048.0]"),
      "the all-reduce table must be sorted"),
     (("allreduce_table_s = [1e-05, 2e-05]", "allreduce_table_s = [1e-05]"), "must have the same length"),
+    (("gemm_shape_k = [4096.0]", "gemm_shape_k = 4096.0"), "field 'gemm_shape_k' must be a list of numbers"),
+    (("gemm_radius = 0.5", "gemm_radius = [0.5]"), "field 'gemm_radius' must be one number"),
+    (("gemm_neighbours = 1", "gemm_neighbours = 1.5"), "field 'gemm_neighbours' must hold whole numbers"),
+    (("allreduce_table_tp = [2, 2]", "allreduce_table_tp = [2.5, 2.5]"), "'allreduce_table_tp' must hold whole numbers"),
 ])
 def test_bad_tables_in_a_calibration_file_are_one_line(tmp_path, capsys, edit, msg):
     assert_bad_file_is_one_line(tmp_path, capsys, TABLED, edit, msg)
