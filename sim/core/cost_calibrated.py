@@ -143,14 +143,14 @@ def tokens_seconds(c, tables, num_tokens, num_seqs):
     grid = HEADER + 2 * gemms
     ratios = grid + points
     layer = c[ELEMENTWISE_FIXED_S] + num_tokens * c[ELEMENTWISE_S_PER_TOKEN]
-    j = segment(num_tokens, tables[grid:grid + points]) if points else 0  # one grid: one search for all
+    xs = tables[grid:grid + points]
+    j = segment(num_tokens, xs) if points else 0  # one grid: one search for all the GEMMs
     for i in range(gemms):
         g = gemm_seconds(num_tokens, tables[HEADER + 2 * i], tables[HEADER + 2 * i + 1], c[DTYPE_BYTES],
                          c[PEAK_FLOPS], c[MEMORY_BANDWIDTH], c[GEMM_FIXED_S], c[GEMM_COMPUTE_EFF],
                          c[GEMM_MEMORY_EFF], c[GEMM_OVERLAP], c[GEMM_TILE_TOKENS])
         if points:
-            g *= grid_value(num_tokens, tables[grid:grid + points], j,
-                            tables[ratios + i * points:ratios + (i + 1) * points])
+            g *= grid_value(num_tokens, xs, j, tables[ratios + i * points:ratios + (i + 1) * points])
         layer += g
     t = c[LAYERS] * layer
     ar = ratios + gemms * points

@@ -186,8 +186,11 @@ def row_ratios(rows, shapes: np.ndarray, grid: np.ndarray, ratios: np.ndarray, n
     beyond the grid)."""
     tokens, k, n = rows[0], rows[1], rows[2]
     distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
-    curves = nearest_ratios(distinct, shapes, ratios, neighbours, radius)
-    return np.array([np.interp(t, grid, curves[j]) for t, j in zip(tokens, which.ravel())])
+    which = which.ravel()
+    out = np.empty(len(tokens))
+    for j, curve in enumerate(nearest_ratios(distinct, shapes, ratios, neighbours, radius)):
+        out[which == j] = np.interp(tokens[which == j], grid, curve)  # a shape's timings at once
+    return out
 
 
 def choose_neighbours(measured: MeasuredGPU, models, gpu: GPUSpec, constants: dict) -> tuple[int, float]:
