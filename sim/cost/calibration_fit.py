@@ -182,7 +182,7 @@ def row_ratios(rows, shapes: np.ndarray, grid: np.ndarray, ratios: np.ndarray, n
                radius: float) -> np.ndarray:
     """Each GEMM timing's ratio (``rows``: :func:`_gemm_rows`'s) from the ratio table (``shapes``,
     ``grid``, ``ratios``: :func:`gemm_ratio_table`'s) by :func:`nearest_ratios`, as a step reads it:
-    ``np.interp`` reads a row as ``sim.core.cost_calibrated.clamped_interp`` does (the ends' values
+    ``np.interp`` reads a row as ``sim.core.cost_calibrated.grid_value`` does (the ends' values
     beyond the grid)."""
     tokens, k, n = rows[0], rows[1], rows[2]
     distinct, which = np.unique(np.column_stack([k, n]), axis=0, return_inverse=True)
