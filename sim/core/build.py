@@ -264,7 +264,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
     clock[state.CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
-    radix = radix_arrays(config, count, clock, cfg, n, num_blocks) if sglang else dict(
+    radix = radix_arrays(config, count, clock, cfg, n, radix_rows(num_blocks, limits.hicache_host_pages, t.prompt
+                                                                + t.output, block_size)) if sglang else dict(
         radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
@@ -324,11 +325,22 @@ def set_groups(config, pool: Pool, cfg) -> int:
 INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR, NEW_TOKEN_RATIO_DECAY_STEPS = 0.7, 0.14, 600
 
 
-def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
+def radix_rows(device_pages: int, host_pages: int, final_len: np.ndarray, page: int) -> int:
+    """The rows the radix tree's nodes can reach (``radix_nodes``; compiled code writes them
+    unchecked, so a row too few corrupts memory): the root, a split's two spare rows, and every
+    other live node, each holding at least a page (keys are page-aligned) on the device or, with
+    a host tier, on the host alone (a node off both is deleted, and a node on the host has its
+    ancestors there: ``radix_cache.write``); and each the end of a distinct page-prefix of some
+    request's tokens (one tree of the requests' keys), so no more than their pages together."""
+    pages_of_keys = int((-(-final_len // page)).sum()) if len(final_len) else 0
+    return 1 + min(device_pages + host_pages, pages_of_keys) + 2
+
+
+def radix_arrays(config, count, clock, cfg, n: int, num_rows: int) -> dict:
     """``--system sglang``: the radix cache's flags and arrays (sim/core/radix_cache.py) and the
     scheduler's new_token_ratio (scheduler.py: init = min(0.7 x schedule_conservativeness, 1),
-    min = min(init x 0.14, 1), decay = (init - min) / 600). Nodes: the root and at most one per
-    page of the pool (every other node holds at least a page), and one a split may add."""
+    min = min(init x 0.14, 1), decay = (init - min) / 600); ``num_rows`` nodes
+    (:func:`radix_rows`)."""
     i64 = np.int64
     config[state.MANAGER_KIND] = state.RADIX
     config[state.SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
@@ -340,7 +352,7 @@ def radix_arrays(config, count, clock, cfg, n: int, num_pages: int) -> dict:
     clock[state.NEW_TOKEN_RATIO] = clock[state.INIT_NEW_TOKEN_RATIO] = init
     clock[state.MIN_NEW_TOKEN_RATIO] = floor
     clock[state.NEW_TOKEN_RATIO_DECAY] = (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
-    nodes = np.zeros((num_pages + 3, state.NODE_COLUMNS), i64)
+    nodes = np.zeros((num_rows, state.NODE_COLUMNS), i64)
     nodes[:, state.NODE_FIRST_CHILD] = -1
     nodes[0, state.NODE_PARENT] = -1
     nodes[0, state.NODE_OWNER] = -1

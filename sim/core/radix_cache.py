@@ -30,7 +30,8 @@ prefix, ``ceil((computed - prefix) / page_size)``). Available = capacity - tree 
 an allocation evicts when it is short.
 
 Nodes are rows of ``radix_nodes`` (first child / next sibling lists); their number is bounded by
-the pool's pages (every node but the root holds at least a page), so nothing is allocated.
+the pages of both tiers and by the requests' own pages (``build.radix_rows``), so nothing is
+allocated.
 
 With a host tier (``--kv-offload-gib``: SGLang's HiCache, the section at the end) a node may also
 be on the host, or on the host alone: ``checkpoint`` and ``evict`` hand over to it (under

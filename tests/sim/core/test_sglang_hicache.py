@@ -352,3 +352,25 @@ def test_what_is_not_modelled_is_refused_in_one_line(capsys):
                  "--num-requests", "1"]) == 2
     assert "kv_offload_gib" in capsys.readouterr().err
     assert np.isfinite(TOKEN_S)
+
+
+def test_the_tree_holds_a_node_per_page_of_both_tiers():
+    """40 requests of a one-token prompt (distinct hashes) and one output token, a second apart: each
+    caches its token as a leaf of its own, written through to the host; the device's 24 tokens hold
+    the 24 latest, the 16 before them demoted to the host alone. 40 live nodes and the root: more
+    rows than the device's 24 pages and 3 (the table's size before it counted the host's pages:
+    compiled code wrote past it), within 1 + min(24 + 101 host pages, 40 x 2 pages of keys) + 2."""
+    n = 40
+    rows = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": np.arange(n, dtype=float),
+                         "prompt_tokens": 1, "output_tokens": 1, "prefix_hashes": [(100 + i,) for i in range(n)]})
+    rows.attrs["hash_block_tokens"] = H
+    cfg = sglang(24, 100)
+    prepared = prepare(cfg, rows)
+    assert len(prepared.state.radix_nodes) == 1 + min(24 + 101, n * 2) + 2
+    s, wall = replay.run(prepared.state, None, None)
+    assert result(cfg, prepared._replace(state=s), wall).summary["unfinished"] == 0
+    live = nodes(s)
+    assert [(start, end, owner) for start, end, owner, *_ in live] == [(0, 1, r) for r in range(n)]
+    assert [owner for _, _, owner, _, on_device, _ in live if on_device] == list(range(16, n))
+    assert all(on_host for *_, on_host in live)
+    assert s.count[state.RADIX_NODES_USED] == n + 1
