@@ -69,17 +69,26 @@ _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none
 
 def sources_digest(here=None, group: str | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
-    function's): their functions and the constants frozen into them. Those are every file but
-    the Python-only glue in :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy
-    entries compile (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus
-    ``group``'s own."""
+    function's): their functions and the constants frozen into them. Those are every file of the
+    core, in its folder and its sub-folders (:func:`_source_files`), but the Python-only glue in
+    :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy entries compile
+    (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus ``group``'s own. Each
+    file is named by its path from the core's folder, as those lists name it: a file of a
+    sub-folder that no list names is shared."""
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
     own = set(_GROUP_FILES.get(group, ()))
-    return _files_digest([p for p in sorted(here.glob("*.py"))
-                          if p.name not in NOT_COMPILED and (p.name not in kept or p.name in own)])
+    named = {p.relative_to(here).as_posix(): p for p in _source_files(here)}
+    return _files_digest([(name, p) for name, p in named.items()
+                          if name not in NOT_COMPILED and (name not in kept or name in own)])
+
+
+def _source_files(here) -> list:
+    """The core's Python files, in ``here`` and every folder below it (a sub-package's), but
+    those in a ``__pycache__`` (where the lazy functions' entries are written)."""
+    return sorted(p for p in here.rglob("*.py") if "__pycache__" not in p.relative_to(here).parts)
 
 
 def lazy_only_digest(here=None) -> str:
@@ -88,14 +97,14 @@ def lazy_only_digest(here=None) -> str:
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    return _files_digest([here / name for name in LAZY_ONLY])
+    return _files_digest([(name, here / name) for name in LAZY_ONLY])
 
 
-def _files_digest(paths) -> str:
-    """A hash of the files ``paths``, each by its name and its bytes."""
+def _files_digest(named) -> str:
+    """A hash of the files ``named``, (name, path) pairs, each by its name and its bytes."""
     import hashlib
 
-    return hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in paths)).hexdigest()
+    return hashlib.sha256(b"".join(name.encode() + b"\0" + p.read_bytes() for name, p in named)).hexdigest()
 
 
 def _beside_numbas_cache(in_users: str, in_tree: str, here=None):
@@ -109,8 +118,9 @@ def _beside_numbas_cache(in_users: str, in_tree: str, here=None):
 
 
 def group_cache_dir(group: str, here=None):
-    """Where cache ``group``'s functions are cached: ``$NUMBA_CACHE_DIR/pagesim-<group>``, or
-    ``sim/core/__pycache__/family-<group>``."""
+    """The folder that cache ``group``'s functions are cached in (numba's cache of them lies in a
+    folder of it per source folder, :func:`numbas_cache_dir`): ``$NUMBA_CACHE_DIR/pagesim-<group>``,
+    or ``sim/core/__pycache__/family-<group>``."""
     return _beside_numbas_cache(f"pagesim-{group}", f"family-{group}", here)
 
 
@@ -120,44 +130,86 @@ def modules_dir(here=None):
     return _beside_numbas_cache("pagesim_core", "", here)
 
 
-def _drop_stale_cache(here=None) -> None:
-    """numba's cache checks only the modification time of a function's own file, not of the
-    files whose functions it inlined or calls, nor this file's flags: after an edit of the core
-    a cached function could be stale. The cache is therefore keyed by :func:`sources_digest`:
-    the shared functions' (in ``__pycache__``) dropped when a shared source changes, each cache
-    group's (its own folder) when a shared source or one of its own files does; each with the
-    extension modules built from it (``aot.py``; a group's, in :func:`modules_dir`, beside the
-    group's folder: a process with a cache of its own leaves the others' alone)."""
-    import shutil
+def numbas_cache_dir(folder, group: str | None = None, here=None):
+    """The folder numba caches the functions of the core files in ``folder`` in: cache group
+    ``group``'s (None: every other function's), their dispatchers made as :func:`_dispatcher`
+    makes them; None where numba caches nowhere. numba's own locators answer (its
+    ``numba/core/caching.py``, ``CacheImpl._locator_classes``), for a file of ``folder``:
+    ``<cache>/<folder's name>_<sha1 of its path>`` where the cache is ``$NUMBA_CACHE_DIR`` (the
+    shared functions') or the group's folder (:func:`group_cache_dir`), else, where that cannot
+    be written, ``folder/__pycache__``, else the user's numba cache (``~/.cache/numba/...``)."""
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent if here is None else Path(here)
-    cache = here / "__pycache__"
+    from numba.core import caching, config
+
+    source = next(iter(sorted(Path(folder).glob("*.py"))), None)
+    if source is None:
+        return None
+    # a function of that file (numba reads its file's path and its first line)
+    code = next(c for c in compile("def f(): pass", str(source), "exec").co_consts if isinstance(c, types.CodeType))
+    saved = config.CACHE_DIR
+    config.CACHE_DIR = str(group_cache_dir(group, here)) if group else os.environ.get("NUMBA_CACHE_DIR", "")
     try:
-        stamp = cache / "core-sources.sha256"
-        digest = sources_digest(here)
-        if here == Path(__file__).resolve().parent:  # the core's own: its lazy entries' digest reads it
-            _SHARED_DIGEST[:] = [digest]
-        if not (stamp.exists() and stamp.read_text() == digest):
-            for f in [*cache.glob("*.nbi"), *cache.glob("*.nbc"), *cache.glob("pagesim_core_*"),
-                      *cache.glob("pagesim_cluster_*")]:
-                f.unlink()
-            cache.mkdir(exist_ok=True)
-            stamp.write_text(digest)
-        for group in _GROUP_FILES:
-            folder = group_cache_dir(group, here)
-            stamp, digest = folder / "sources.sha256", sources_digest(here, group)
-            if stamp.exists() and stamp.read_text() == digest:
-                continue
-            shutil.rmtree(folder, ignore_errors=True)
-            family = _FAMILY_OF_GROUP.get(group, group)  # its modules link the loop and the scheduler
-            for f in [*modules_dir(here).glob(f"pagesim_core_{family}_*"),
-                      *modules_dir(here).glob(f"pagesim_cluster_{family}_*")]:
-                f.unlink()
-            folder.mkdir(parents=True)
-            stamp.write_text(digest)
+        return Path(caching.CompileResultCacheImpl(types.FunctionType(code, {})).locator.get_cache_path())
+    except RuntimeError:  # no locator: numba caches none of it
+        return None
+    finally:
+        config.CACHE_DIR = saved
+
+
+SHARED = "shared"  # the shared functions' name in a stamp (:data:`_STAMP`), beside the groups'
+#: the file in each of numba's folders of the core's cache (:func:`numbas_cache_dir`) that names
+#: the digest of the sources each cache group there was compiled from (:func:`_drop_stale_cache`)
+_STAMP = "core-sources.sha256"
+
+
+def _drop_stale_cache(here=None) -> None:
+    """numba's cache checks only a function's own file, not the files whose functions it inlined
+    or calls, nor this file's flags: after an edit of the core a cached
+    function could be stale. The cache is therefore keyed by :func:`sources_digest`: the shared
+    functions' dropped when a shared source changes, each cache group's when a shared source or
+    one of its own files does; each with the extension modules built from it (``aot.py``, in
+    :func:`modules_dir`: a process with a cache of its own leaves the others' alone). It is
+    dropped where numba writes it (:func:`numbas_cache_dir`), for every folder of the core's
+    sources: there the files of numba's cache (``*.nbi``, ``*.nbc``) go, nothing else, and that
+    folder holds only the functions of that one source folder (numba names it by the folder's
+    path, ``$NUMBA_CACHE_DIR`` or not); a file there (:data:`_STAMP`) names the digest of each
+    group cached there (several where numba falls back to one folder for all)."""
+    from pathlib import Path
+
+    own = here is None
+    # (numba names its folders by the path of a function's file as imported, not resolved)
+    here = Path(__file__).parent if here is None else Path(here)
+    digests = {SHARED: sources_digest(here), **{group: sources_digest(here, group) for group in _GROUP_FILES}}
+    if own:  # the core's own: its lazy entries' digest reads it
+        _SHARED_DIGEST[:] = [digests[SHARED]]
+    stamps: dict = {}  # numba's folder -> {group: digest} of the groups it caches
+    try:
+        for folder in sorted({p.parent for p in _source_files(here)}):
+            for group, digest in digests.items():
+                where = numbas_cache_dir(folder, None if group == SHARED else group, here)
+                if where is not None:
+                    stamps.setdefault(where, {})[group] = digest
     except OSError:  # a read-only install: numba then caches elsewhere or not at all
         pass
+    for where, cached in stamps.items():
+        stamp = where / _STAMP
+        try:
+            lines = stamp.read_text().splitlines() if stamp.exists() else []
+            before = {group: digest for group, _, digest in (line.partition(" ") for line in lines)}
+            changed = [group for group, digest in cached.items() if before.get(group) != digest]
+            if not changed:
+                continue
+            for f in [*where.glob("*.nbi"), *where.glob("*.nbc")]:
+                f.unlink(missing_ok=True)  # (another process may be dropping it too)
+            for group in changed:  # a group's modules link its family's loop and scheduler; the shared: all
+                family = "" if group == SHARED else _FAMILY_OF_GROUP.get(group, group) + "_"
+                for f in [*modules_dir(here).glob(f"pagesim_core_{family}*"),
+                          *modules_dir(here).glob(f"pagesim_cluster_{family}*")]:
+                    f.unlink(missing_ok=True)
+            stamp.write_text("".join(f"{group} {digest}\n" for group, digest in sorted(cached.items())))
+        except OSError:
+            pass
 
 
 def on_numba_load(fn):

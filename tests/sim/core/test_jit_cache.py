@@ -22,83 +22,188 @@ def numba_loaded() -> None:
         pytest.skip("the core runs in CPython here (PAGESIM_JIT=0)")
 
 
-def cached_core(tmp_path, monkeypatch):
-    """A core in ``tmp_path``, its loop cached there (NUMBA_CACHE_DIR unset: set, the cache of
-    every group would be the user's own, which a drop here would empty)."""
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+#: where numba's cache lies: in the core's ``__pycache__`` (NUMBA_CACHE_DIR unset), or the user's
+CACHES = pytest.mark.parametrize("users_cache", [False, True], ids=["in-tree", "NUMBA_CACHE_DIR"])
+
+
+def set_cache(tmp_path, monkeypatch, users_cache: bool) -> None:
+    if users_cache:
+        monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "users-cache"))
+    else:
+        monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+
+
+def cached_core(tmp_path, monkeypatch, users_cache: bool = False):
+    """A core in ``tmp_path/core``, its loop cached where numba caches it."""
+    set_cache(tmp_path, monkeypatch, users_cache)
+    core = tmp_path / "core"
+    core.mkdir(exist_ok=True)
     for name in ("loop.py", "state.py", "check.py", "replay.py"):
-        (tmp_path / name).write_text(f"# {name}\n")
-    jit._drop_stale_cache(tmp_path)  # the first stamp
-    (tmp_path / "__pycache__" / "loop.run-1.nbi").write_text("compiled")
-    return tmp_path / "__pycache__" / "loop.run-1.nbi"
+        (core / name).write_text(f"# {name}\n")
+    jit._drop_stale_cache(core)  # the first stamp
+    compiled = jit.numbas_cache_dir(core, here=core) / "loop.run-1.nbi"
+    compiled.write_text("compiled")
+    return core, compiled
 
 
-def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path, monkeypatch):
+@CACHES
+def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path, monkeypatch, users_cache):
     for name in ("loop.py", "state.py"):
-        compiled = cached_core(tmp_path, monkeypatch)
-        jit._drop_stale_cache(tmp_path)
+        core, compiled = cached_core(tmp_path, monkeypatch, users_cache)
+        jit._drop_stale_cache(core)
         assert compiled.exists()  # nothing changed
-        (tmp_path / name).write_text("# edited\n")
-        jit._drop_stale_cache(tmp_path)
+        (core / name).write_text("# edited\n")
+        jit._drop_stale_cache(core)
         assert not compiled.exists(), name
 
 
-def test_editing_the_python_only_glue_keeps_it(tmp_path, monkeypatch):
-    compiled = cached_core(tmp_path, monkeypatch)
+@CACHES
+def test_editing_the_python_only_glue_keeps_it(tmp_path, monkeypatch, users_cache):
+    core, compiled = cached_core(tmp_path, monkeypatch, users_cache)
     for name in jit.NOT_COMPILED:
-        (tmp_path / name).write_text("# edited\n")
-    jit._drop_stale_cache(tmp_path)
+        (core / name).write_text("# edited\n")
+    jit._drop_stale_cache(core)
     assert compiled.exists()
 
 
-def grouped_core(tmp_path, monkeypatch):
+def test_the_cache_is_dropped_where_numba_writes_it_and_nothing_else_there(tmp_path, monkeypatch):
+    """With NUMBA_CACHE_DIR set, numba caches a core file's functions in
+    ``$NUMBA_CACHE_DIR/<its folder's name>_<sha1 of the folder's path>`` (numba/core/caching.py,
+    ``_CacheLocator.get_suitable_cache_subpath``), not in the core's ``__pycache__``; a drop empties
+    that folder of numba's files alone, and leaves the user's other entries in their cache."""
+    import hashlib
+
+    core, compiled = cached_core(tmp_path, monkeypatch, users_cache=True)
+    users = tmp_path / "users-cache"
+    assert compiled.parent == users / f"core_{hashlib.sha1(str(core).encode()).hexdigest()}"
+    assert not (core / "__pycache__").exists()
+    others = [users / "theirs_0123" / "f.g-1.py311.nbi", users / "loose.nbi", compiled.parent / "theirs.txt"]
+    for f in others:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("the user's")
+    (core / "loop.py").write_text("# edited\n")
+    jit._drop_stale_cache(core)
+    assert not compiled.exists() and all(f.exists() for f in others)
+
+
+def test_a_function_cached_by_numba_lies_where_the_drop_looks(tmp_path, monkeypatch):
+    """numba itself, with NUMBA_CACHE_DIR set and unset, writes a cached function of a file in a
+    folder into jit.numbas_cache_dir of that folder."""
+    import importlib.util
+
+    numba = _numba_loaded()
+    from numba.core import config
+
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "cached.py").write_text("import numba\n\n\n@numba.njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    for users_cache in (False, True):
+        set_cache(tmp_path, monkeypatch, users_cache)
+        monkeypatch.setattr(config, "CACHE_DIR", os.environ.get("NUMBA_CACHE_DIR", ""))
+        spec = importlib.util.spec_from_file_location(f"cached_{users_cache}", folder / "cached.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.f(1) == 2 and isinstance(module.f, numba.core.registry.CPUDispatcher)
+        where = jit.numbas_cache_dir(folder)
+        assert [f.name.split("-")[0] for f in where.glob("*.nbi")] == ["cached.f"], users_cache
+        assert (where.parent == tmp_path / "users-cache") == users_cache
+
+
+def test_a_file_in_a_sub_folder_of_the_core_is_a_source_and_its_cache_dropped(tmp_path, monkeypatch):
+    """A core file in a sub-folder (a sub-package) is hashed like the others, by its path from the
+    core's folder: an edit of it, or a move, changes the digest, and the cache of every folder of
+    the core is dropped, the sub-folder's too (numba caches its functions apart)."""
+    core, compiled = cached_core(tmp_path, monkeypatch, users_cache=True)
+    (core / "sub").mkdir()
+    (core / "sub" / "__init__.py").write_text("")
+    (core / "sub" / "helpers.py").write_text("LIMIT = 1\n")
+    before = jit.sources_digest(core)
+    jit._drop_stale_cache(core)
+    inner = jit.numbas_cache_dir(core / "sub", here=core) / "helpers.step-1.nbi"
+    assert inner.parent != compiled.parent
+    for f in (compiled, inner):
+        f.write_text("compiled")
+    (core / "sub" / "helpers.py").write_text("LIMIT = 2\n")
+    assert jit.sources_digest(core) != before
+    jit._drop_stale_cache(core)
+    assert not compiled.exists() and not inner.exists()
+    edited = jit.sources_digest(core)
+    (core / "sub" / "helpers.py").rename(core / "sub" / "limits.py")
+    assert jit.sources_digest(core) != edited
+
+
+def grouped_core(tmp_path, monkeypatch, users_cache: bool = False):
     """A core of a shared file and two families' scheduler files, each family's loop cached."""
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    set_cache(tmp_path, monkeypatch, users_cache)
     monkeypatch.setattr(jit, "_GROUP_FILES", {"a": ("scheduler_a.py",), "b": ("scheduler_b.py",)})
+    core = tmp_path / "core"
+    core.mkdir(exist_ok=True)
     for name in ("loop.py", "scheduler_a.py", "scheduler_b.py", "replay.py"):
-        (tmp_path / name).write_text(f"# {name}\n")
-    jit._drop_stale_cache(tmp_path)
-    cached = {"shared": tmp_path / "__pycache__" / "loop.step-1.nbi"}
+        (core / name).write_text(f"# {name}\n")
+    jit._drop_stale_cache(core)
+    cached = {"shared": jit.numbas_cache_dir(core, here=core) / "loop.step-1.nbi"}
+    jit.modules_dir(core).mkdir(parents=True, exist_ok=True)
     for group in ("a", "b"):
-        cached[group] = jit.group_cache_dir(group, tmp_path) / "loop.run-1.nbi"
-        (tmp_path / "__pycache__" / f"pagesim_core_{group}_0123.so").write_text("module")
+        cached[group] = jit.numbas_cache_dir(core, group, core) / "loop.run-1.nbi"
+        (jit.modules_dir(core) / f"pagesim_core_{group}_0123.so").write_text("module")
     for f in cached.values():
         f.write_text("compiled")
-    return cached
+    return core, cached
 
 
-def test_editing_one_familys_scheduler_drops_that_family_alone(tmp_path, monkeypatch):
-    cached = grouped_core(tmp_path, monkeypatch)
-    (tmp_path / "scheduler_b.py").write_text("# edited\n")
-    jit._drop_stale_cache(tmp_path)
+@CACHES
+def test_editing_one_familys_scheduler_drops_that_family_alone(tmp_path, monkeypatch, users_cache):
+    core, cached = grouped_core(tmp_path, monkeypatch, users_cache)
+    assert len({f.parent for f in cached.values()}) == 3  # a folder each
+    (core / "scheduler_b.py").write_text("# edited\n")
+    jit._drop_stale_cache(core)
     assert cached["shared"].exists() and cached["a"].exists() and not cached["b"].exists()
-    modules = sorted(f.name for f in (tmp_path / "__pycache__").glob("pagesim_core_*"))
+    modules = sorted(f.name for f in jit.modules_dir(core).glob("pagesim_core_*"))
     assert modules == ["pagesim_core_a_0123.so"]  # b's extension module went with its cache
-    assert jit.sources_digest(tmp_path, "a") != jit.sources_digest(tmp_path, "b")
+    assert jit.sources_digest(core, "a") != jit.sources_digest(core, "b")
 
 
 def test_a_process_with_a_cache_of_its_own_drops_its_own_modules_alone(tmp_path, monkeypatch):
     """With NUMBA_CACHE_DIR, a family's folder and its extension modules lie there: finding that
     folder new drops the modules there (the engine's and the cluster's), not those beside the
     checkout's cache, which other processes load."""
-    grouped_core(tmp_path, monkeypatch)
+    core, _ = grouped_core(tmp_path, monkeypatch)
     mine = tmp_path / "mine"
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(mine))
-    jit.modules_dir(tmp_path).mkdir(parents=True)
+    jit.modules_dir(core).mkdir(parents=True)
     for loop_kind in ("core", "cluster"):
-        (jit.modules_dir(tmp_path) / f"pagesim_{loop_kind}_a_4567.so").write_text("module")
-    jit._drop_stale_cache(tmp_path)  # mine/pagesim-a: new, no stamp
-    assert jit.modules_dir(tmp_path) == mine / "pagesim_core"
-    assert not list(jit.modules_dir(tmp_path).glob("pagesim_*"))
-    kept = sorted(f.name for f in (tmp_path / "__pycache__").glob("pagesim_core_*"))
+        (jit.modules_dir(core) / f"pagesim_{loop_kind}_a_4567.so").write_text("module")
+    jit._drop_stale_cache(core)  # mine/pagesim-a: new, no stamp
+    assert jit.modules_dir(core) == mine / "pagesim_core"
+    assert not list(jit.modules_dir(core).glob("pagesim_*"))
+    kept = sorted(f.name for f in (core / "__pycache__").glob("pagesim_core_*"))
     assert kept == ["pagesim_core_a_0123.so", "pagesim_core_b_0123.so"]
 
 
-def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch):
-    cached = grouped_core(tmp_path, monkeypatch)
-    (tmp_path / "loop.py").write_text("# edited\n")
-    jit._drop_stale_cache(tmp_path)
+@CACHES
+def test_editing_a_shared_source_drops_every_family(tmp_path, monkeypatch, users_cache):
+    core, cached = grouped_core(tmp_path, monkeypatch, users_cache)
+    (core / "loop.py").write_text("# edited\n")
+    jit._drop_stale_cache(core)
     assert not any(f.exists() for f in cached.values())
+
+
+def test_where_a_familys_folder_cannot_be_written_its_cache_is_keyed_where_numba_puts_it(tmp_path, monkeypatch):
+    """numba caches a group's functions with the shared ones where the group's folder cannot be
+    written (its locators fall back to the core's ``__pycache__``): that folder is then keyed by
+    the shared digest and that group's, and an edit of the group's file drops it."""
+    core, cached = grouped_core(tmp_path, monkeypatch)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    folders = jit.group_cache_dir
+    monkeypatch.setattr(jit, "group_cache_dir", lambda group, here=None: blocked / group if group == "a"
+                        else folders(group, here))
+    assert jit.numbas_cache_dir(core, "a", core) == cached["shared"].parent
+    jit._drop_stale_cache(core)  # the shared folder's stamp now names a's digest too
+    cached["shared"].write_text("compiled")
+    (core / "scheduler_a.py").write_text("# edited\n")
+    jit._drop_stale_cache(core)
+    assert not cached["shared"].exists() and cached["b"].exists()
 
 
 def test_editing_a_file_only_lazy_entries_compile_keeps_every_cache(tmp_path, monkeypatch):
@@ -107,14 +212,15 @@ def test_editing_a_file_only_lazy_entries_compile_keeps_every_cache(tmp_path, mo
     modules, which link every lazy function."""
     from pagesim.sim.core import aot
 
-    lazy_only = tmp_path / jit.LAZY_ONLY[0]
+    lazy_only = tmp_path / "core" / jit.LAZY_ONLY[0]
+    lazy_only.parent.mkdir()
     lazy_only.write_text("# the policy\n")
-    cached = grouped_core(tmp_path, monkeypatch)
-    before = jit.lazy_only_digest(tmp_path)
+    core, cached = grouped_core(tmp_path, monkeypatch)
+    before = jit.lazy_only_digest(core)
     lazy_only.write_text("# edited\n")
-    jit._drop_stale_cache(tmp_path)
+    jit._drop_stale_cache(core)
     assert all(f.exists() for f in cached.values())
-    assert jit.lazy_only_digest(tmp_path) != before
+    assert jit.lazy_only_digest(core) != before
     names = set()
     for digest in ("a", "b"):
         monkeypatch.setattr(jit, "lazy_only_digest", lambda digest=digest: digest)
@@ -647,3 +753,54 @@ def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_desc
     assert expected[1][0, 1] == 7.0
     # a description stored for each 1-D read or write numba's way (~10 here), none more directly
     assert counts[True] >= counts[False] + 8, counts
+
+
+#: a static batch priced by a measured table, run on the core of the ``pagesim`` first on the
+#: path: which core ran, and each step's seconds (``cost_table.table_step_time``, a function
+#: compiled as a call, cached with the shared functions, inlines ``cost.plus_transfers``)
+TABLE_PRICED_RUN = """
+import json, sys
+from pagesim.sim.core import jit
+from pagesim.sim.run import run_simulation
+from tests.sim.helpers import cfg_for, trace, write_table_profile
+cfg = cfg_for("static", slots=192, max_seq_len=64, profile=str(write_table_profile(sys.argv[1])))
+r = run_simulation(cfg, trace([(0, 20, 3), (0, 40, 2), (0, 30, 2)]))
+print(json.dumps([jit.__file__, r.summary["engine"], r.steps["dt_s"].tolist()]))
+"""
+
+
+@pytest.mark.skipif(not jit.COMPILED, reason="numba not installed")
+def test_an_edit_of_a_shared_source_leaves_no_stale_code_in_the_users_cache(tmp_path):
+    """With NUMBA_CACHE_DIR set, numba caches the shared functions there (jit.numbas_cache_dir), not
+    in sim/core/__pycache__: after an edit of cost.py, cost_table.py's compiled function, whose
+    own file is unchanged, inlined the old ``plus_transfers`` from that cache, and the run's
+    seconds were the old ones while CPython's were the new. A copy of the core is run compiled,
+    its cost.py edited (each step 0.25 s dearer), run again compiled in a fresh process: the
+    same seconds as CPython's (``PAGESIM_JIT=0``) over the edited sources."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    copy = tmp_path / "import" / "pagesim"
+    shutil.copytree(Path(jit.__file__).parents[1], copy / "sim",
+                    ignore=shutil.ignore_patterns("__pycache__", "compiled"))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PAGESIM_JIT": "numba",  # no extension module
+           "PYTHONPATH": os.pathsep.join((str(tmp_path / "import"), subprocess_path()))}
+
+    def run(**extra) -> list:
+        out = subprocess.run([sys.executable, "-c", TABLE_PRICED_RUN, str(tmp_path / "profile.csv")],
+                             env={**env, **extra}, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        where, engine, seconds = json.loads(out.stdout.splitlines()[-1])
+        assert Path(where) == copy / "sim" / "core" / "jit.py"
+        return [engine, seconds]
+
+    engine, before = run()
+    assert engine == "core"
+    cost = copy / "sim" / "core" / "cost.py"
+    written = "        t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]\n    return t\n"
+    assert cost.read_text().count(written) == 1
+    cost.write_text(cost.read_text().replace(written, written.replace("return t\n", "return t + 0.25\n")))
+    interpreted = run(PAGESIM_JIT="0")
+    assert interpreted == ["core-cpython", [t + 0.25 for t in before]]  # the edit priced
+    assert run() == ["core", interpreted[1]]
