@@ -396,15 +396,31 @@ class Twin:
 
     def checkpoint(self, original, s, r, n):
         inserted = int(s.radix_request[r, state.INSERTED_LEN])
+        # checkpoint returns the node alone; its first insert's (the write-through's, or the
+        # plain one's without a host tier) tokens held already are what SGLang's insert returns
+        held = []
+        inserts = {name: getattr(radix_cache, name) for name in ("insert", "insert_writing_through")}
+
+        def recorded(insert):
+            def call(s, r, n):
+                node, depth = insert(s, r, n)
+                held.append(depth)
+                return node, depth
+            return call
         self.busy += 1
         try:
-            node, depth = original(s, r, n)
+            for name, insert in inserts.items():
+                setattr(radix_cache, name, recorded(insert))
+            node = original(s, r, n)
         finally:
             self.busy -= 1
+            for name, insert in inserts.items():
+                setattr(radix_cache, name, insert)
+        depth = held[0]
         self.side.slots.free_slots = int(radix_cache.available(s))
         theirs = self.call(lambda: self.sglang_checkpoint(int(r), int(n), inserted))
         self.settle(s, "checkpoint", int(r), int(n), int(depth), theirs)
-        return node, depth
+        return node
 
     def sglang_checkpoint(self, r: int, n: int, inserted: int) -> int:
         """``checkpoint_into_tree``'s tree calls (unified_radix_cache.py:1164-1292): the insert
