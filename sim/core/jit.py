@@ -1,7 +1,7 @@
 """``njit``: numba's compiler where numba is installed, else the identity.
 
 The core's functions are plain Python over numpy arrays and integers. Under numba they are
-compiled to machine code once (``cache=True`` keeps the result in ``__pycache__``); without
+compiled to machine code once (``cache=True`` keeps it, :func:`numbas_cache_dir`); without
 numba, or with ``PAGESIM_JIT=0``, the very same functions run in CPython: that is the
 readable specification, and ``tests/sim/core/`` compares the two on random runs.
 
@@ -24,6 +24,7 @@ function by an id no other process gives. It compiles the core's functions witho
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
@@ -67,28 +68,36 @@ _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address
 #: what a lazy function's parameters after the state, and its result, may be declared as
 _SCALARS = {"int": "int64", "float": "float64", "bool": "boolean", "None": "none"}
 
-def sources_digest(here=None, group: str | None = None) -> str:
+def sources_digest(here=None, group: str | None = None, sources: dict | None = None) -> str:
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
     function's): their functions and the constants frozen into them. Those are every file of the
-    core, in its folder and its sub-folders (:func:`_source_files`), but the Python-only glue in
+    core, in its folder and its sub-folders (:func:`_sources`), but the Python-only glue in
     :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy entries compile
     (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus ``group``'s own. Each
     file is named by its path from the core's folder, as those lists name it: a file of a
-    sub-folder that no list names is shared."""
+    sub-folder that no list names is shared. ``sources``: :func:`_sources` of ``here``, read."""
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
     kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
     own = set(_GROUP_FILES.get(group, ()))
-    named = {p.relative_to(here).as_posix(): p for p in _source_files(here)}
-    return _files_digest([(name, p) for name, p in named.items()
+    return _files_digest([(name, text) for name, text in (_sources(here) if sources is None else sources).items()
                           if name not in NOT_COMPILED and (name not in kept or name in own)])
 
 
-def _source_files(here) -> list:
+def _sources(here) -> dict:
     """The core's Python files, in ``here`` and every folder below it (a sub-package's), but
-    those in a ``__pycache__`` (where the lazy functions' entries are written)."""
-    return sorted(p for p in here.rglob("*.py") if "__pycache__" not in p.relative_to(here).parts)
+    those in a ``__pycache__`` (where the lazy functions' entries are written): each file's path
+    from ``here`` (``/`` between folders) -> its bytes, in the paths' order."""
+    named = {}
+    for folder, folders, files in os.walk(here):
+        folders[:] = [name for name in folders if name != "__pycache__"]
+        inner = os.path.relpath(folder, here).replace(os.sep, "/")
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    named[name if inner == "." else f"{inner}/{name}"] = f.read()
+    return dict(sorted(named.items()))
 
 
 def lazy_only_digest(here=None) -> str:
@@ -97,14 +106,14 @@ def lazy_only_digest(here=None) -> str:
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    return _files_digest([(name, here / name) for name in LAZY_ONLY])
+    return _files_digest([(name, (here / name).read_bytes()) for name in LAZY_ONLY])
 
 
 def _files_digest(named) -> str:
-    """A hash of the files ``named``, (name, path) pairs, each by its name and its bytes."""
+    """A hash of the files ``named``, (name, bytes) pairs, each by its name and its bytes."""
     import hashlib
 
-    return hashlib.sha256(b"".join(name.encode() + b"\0" + p.read_bytes() for name, p in named)).hexdigest()
+    return hashlib.sha256(b"".join(name.encode() + b"\0" + text for name, text in named)).hexdigest()
 
 
 def _beside_numbas_cache(in_users: str, in_tree: str, here=None):
@@ -142,19 +151,24 @@ def numbas_cache_dir(folder, group: str | None = None, here=None):
 
     from numba.core import caching, config
 
-    source = next(iter(sorted(Path(folder).glob("*.py"))), None)
+    source = min(Path(folder).glob("*.py"), default=None)
     if source is None:
         return None
-    # a function of that file (numba reads its file's path and its first line)
-    code = next(c for c in compile("def f(): pass", str(source), "exec").co_consts if isinstance(c, types.CodeType))
     saved = config.CACHE_DIR
     config.CACHE_DIR = str(group_cache_dir(group, here)) if group else os.environ.get("NUMBA_CACHE_DIR", "")
     try:
-        return Path(caching.CompileResultCacheImpl(types.FunctionType(code, {})).locator.get_cache_path())
+        return Path(caching.CompileResultCacheImpl(_function_of(str(source))).locator.get_cache_path())
     except RuntimeError:  # no locator: numba caches none of it
         return None
     finally:
         config.CACHE_DIR = saved
+
+
+@functools.cache
+def _function_of(path: str):
+    """A function of the file at ``path`` (numba's cache locators read its file and first line)."""
+    code = compile("def f(): pass", path, "exec")
+    return types.FunctionType(next(c for c in code.co_consts if isinstance(c, types.CodeType)), {})
 
 
 SHARED = "shared"  # the shared functions' name in a stamp (:data:`_STAMP`), beside the groups'
@@ -165,8 +179,8 @@ _STAMP = "core-sources.sha256"
 
 def _drop_stale_cache(here=None) -> None:
     """numba's cache checks only a function's own file, not the files whose functions it inlined
-    or calls, nor this file's flags: after an edit of the core a cached
-    function could be stale. The cache is therefore keyed by :func:`sources_digest`: the shared
+    or calls, nor this file's flags: after an edit of the core a cached function could be
+    stale. The cache is therefore keyed by :func:`sources_digest`: the shared
     functions' dropped when a shared source changes, each cache group's when a shared source or
     one of its own files does; each with the extension modules built from it (``aot.py``, in
     :func:`modules_dir`: a process with a cache of its own leaves the others' alone). It is
@@ -180,12 +194,14 @@ def _drop_stale_cache(here=None) -> None:
     own = here is None
     # (numba names its folders by the path of a function's file as imported, not resolved)
     here = Path(__file__).parent if here is None else Path(here)
-    digests = {SHARED: sources_digest(here), **{group: sources_digest(here, group) for group in _GROUP_FILES}}
+    sources = _sources(here)
+    digests = {group: sources_digest(here, None if group == SHARED else group, sources)
+               for group in (SHARED, *_GROUP_FILES)}
     if own:  # the core's own: its lazy entries' digest reads it
         _SHARED_DIGEST[:] = [digests[SHARED]]
     stamps: dict = {}  # numba's folder -> {group: digest} of the groups it caches
     try:
-        for folder in sorted({p.parent for p in _source_files(here)}):
+        for folder in sorted({(here / name).parent for name in sources}):
             for group, digest in digests.items():
                 where = numbas_cache_dir(folder, None if group == SHARED else group, here)
                 if where is not None:
