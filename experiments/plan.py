@@ -83,17 +83,27 @@ class PlanSetup:
     def rate_search(self) -> BoundarySearch:
         return BoundarySearch(self.start_rate, rtol=self.rtol, x_min=self.min_rate, x_max=self.max_rate)
 
-    def longer(self, factor: float) -> "PlanSetup | None":
-        """The same plan on a workload ``factor`` times as long (its ``duration`` or, without
-        one, its ``num_requests``); None for a trace file replayed whole."""
+    def offline(self) -> "PlanSetup":
+        """The same plan with every request arriving at once, never stopped early: a probe's
+        request throughput is then the engine's offline saturation on its requests."""
         opts = decode_workload(self.workload)
         opts.pop("trace_sha", None)
+        return dataclasses.replace(self, workload=encode_workload({**opts, "offline": True}), early_stop=None)
+
+    def longer(self, factor: float) -> "PlanSetup":
+        """The same plan on a workload ``factor`` times as long: a built-in workload's
+        ``duration`` (or, without one, ``num_requests``) times ``factor``; a trace replayed
+        ``ceil(factor)`` times in a row (:func:`traces.transform.repeat`), since the file may hold
+        no more than its ``--duration`` / ``--num-requests`` window already keeps."""
+        opts = decode_workload(self.workload)
+        opts.pop("trace_sha", None)
+        if "trace" in opts:
+            opts["repeat"] = math.ceil(factor) * (opts.get("repeat") or 1)
+            return dataclasses.replace(self, workload=encode_workload(opts))
         if opts.get("duration") is not None:
             opts["duration"] = opts["duration"] * factor
-        elif opts.get("num_requests") is not None:
-            opts["num_requests"] = math.ceil(opts["num_requests"] * factor)
         else:
-            return None
+            opts["num_requests"] = math.ceil(opts["num_requests"] * factor)
         duration = None if self.duration_s is None else self.duration_s * factor
         return dataclasses.replace(self, workload=encode_workload(opts), duration_s=duration)
 
@@ -219,6 +229,67 @@ def check_steady(checks: Sequence[tuple[SearchTask, Callable[[float], RunSpec]]]
     return verdicts
 
 
+#: rounds of :func:`cap_at_saturation`: a lower answer's own workload (fewer requests of a built-in
+#: workload) may saturate lower still; after these the highest passing probe below is taken as is
+SATURATION_ROUNDS = 4
+
+
+def _floor_sig(x: float, sig: int = 4) -> float:
+    """The largest ``sig``-digit number <= ``x`` (a search bound that never exceeds ``x``)."""
+    if x <= 0 or not math.isfinite(x):
+        return x
+    step = 10.0 ** (math.floor(math.log10(x)) - sig + 1)
+    y = float(f"{math.floor(x / step) * step:.{sig}g}")
+    return y if y <= x else float(f"{(math.floor(x / step) - 1) * step:.{sig}g}")
+
+
+def cap_at_saturation(tasks: Sequence[SearchTask], offline: Callable[[SearchTask, float], RunSpec],
+                      runner: Runner) -> dict[str, dict[str, Any]]:
+    """No rate above the engine's offline saturation is an answer. A finite workload can pass
+    the SLO above it (it ends before the queue it builds reaches its p99), but past saturation
+    the queue grows for as long as requests come. For each rate search with an answer ``a``:
+    run ``a``'s requests all at once (``offline(task, a)``, :meth:`PlanSetup.offline`), whose
+    request throughput is the saturation ``s``; when ``a > s`` the search goes on below ``s``
+    (the probes already run are kept) and the new answer is checked the same way, up to
+    :data:`SATURATION_ROUNDS` rounds. Returns, per task name, ``{"saturation_rps": s or None,
+    "note": str}`` (a note where an answer was lowered, or the saturation is unknown)."""
+    out: dict[str, dict[str, Any]] = {}
+    pending = [t for t in tasks if t.search.answer is not None]
+    for round_ in range(SATURATION_ROUNDS + 1):
+        if not pending:
+            break
+        points = runner.evaluate([offline(t, t.search.answer) for t in pending])
+        lowered = []
+        for t, p in zip(pending, points):
+            a, sat = t.search.answer, p.get("request_throughput")
+            note = out.get(t.name, {}).get("note", "")
+            if p.get("error") or not sat or sat != sat:
+                out[t.name] = {"saturation_rps": None, "note": note or (
+                    f"{t.name}: the answer {a:g} req/s is not checked against the offline saturation: running "
+                    f"its requests at once gave {p.get('error') or 'no finished request'}")}
+                continue
+            if a <= sat:
+                out[t.name] = {"saturation_rps": sat, "note": note}
+                continue
+            cap = _floor_sig(sat)
+            out[t.name] = {"saturation_rps": sat, "note": (
+                f"{t.name}: {a:g} req/s met the SLO but is above the offline saturation, {sat:.4g} req/s (its "
+                "requests all at once): the workload ends before the queue it builds hurts; the answer is the "
+                "highest rate up to the saturation")}
+            old = t.search
+            t.search = BoundarySearch(min(cap, old.start), rtol=old.rtol, x_min=min(old.x_min, cap), x_max=cap)
+            t.search.tried = {x: ok for x, ok in old.tried.items() if x <= cap}
+            lowered.append(t)
+        if lowered and round_ < SATURATION_ROUNDS:
+            run_searches(lowered, runner)
+        pending = [t for t in lowered if t.search.answer is not None]
+    return out
+
+
+def _saturation_notes(saturation: dict[str, dict[str, Any]]) -> list[str]:
+    return [v["note"] for v in saturation.values() if v["note"]]
+
+
 def _setting(task: SearchTask, x: float) -> str:
     """A searched value in the user's words: a rate, or the KV size ``x = 1 / kv_gib`` stands for."""
     return f"{_round_sig(1.0 / x):g} GiB of KV" if task.x_name == "1/kv_gib" else f"{x:g} req/s"
@@ -264,7 +335,7 @@ def _steady_warnings(steady: dict[str, dict[str, Any]]) -> list[str]:
 def _steady_summary(longer: PlanSetup | None) -> dict[str, Any]:
     """What the steadiness check did, for plan.json."""
     if longer is None:
-        return {"done": False}
+        return {"done": False, "why": "--no-steady-check"}
     return {"done": True, "factor": STEADY_FACTOR, "workload": describe_workload(longer.workload)}
 
 
@@ -284,6 +355,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
     fits = {s: check_fits(s, setup.sim, setup.seed) for s in systems}  # ConfigError if it does not fit
     tasks = [SearchTask(s, setup.rate_search(), lambda x, s=s: setup.spec(s, x)) for s in systems]
     run_searches(tasks, runner)
+    offline = setup.offline()
+    saturation = cap_at_saturation(tasks, lambda t, x: offline.spec(t.name, x), runner)
     longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
     steady = check_steady([(t, lambda x, s=t.name: longer.spec(s, x)) for t in tasks], runner) if longer else {}
     gpu = setup.sim.get("gpu") or "a100-40gb"
@@ -296,7 +369,9 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
         _model, _gpu, budget = fits[t.name]
         row = {"system": t.name, "max_rate_rps": t.search.answer, "probes": len(t.points),
                "kv_capacity_tokens": budget.capacity_tokens, "kv_gib": budget.kv_bytes / (1 << 30),
-               "capped": t.search.capped, "steady": steady.get(t.name, {}).get("steady")}
+               "capped": t.search.capped and t.search.x_max >= setup.max_rate,
+               "saturation_rps": saturation.get(t.name, {}).get("saturation_rps"),
+               "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update({k: best.get(k) for k in ("p99_ttft_s", "p99_tpot_s", "p99_e2el_s", "slo_attainment",
                                                    "request_goodput", "request_throughput", "output_throughput")})
@@ -313,7 +388,8 @@ def max_rate(setup: PlanSetup, systems: Sequence[str], runner: Runner, *,
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "tensor_parallel": tp, "replicas": 1,
                      "illustrative_prices": dollars_per_gpu_hour is None},
             "steady_check": _steady_summary(longer),
-            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}
+            "warnings": _saturation_notes(saturation) + _steady_warnings(steady) + _little_warnings(points),
+            "num_simulated": runner.num_simulated}
 
 
 def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], runner: Runner, *,
@@ -335,6 +411,9 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
     if not tasks:
         raise ConfigError("the model fits none of the GPUs: " + "; ".join(f"{g}: {m}" for g, m in errors.items()))
     run_searches(tasks, runner, desc="compare-gpus")
+    offline = setup.offline()
+    saturation = cap_at_saturation(tasks, lambda t, x: offline.spec(
+        t.name.split("/", 1)[1], x, **{**setup.sim, "gpu": t.name.split("/", 1)[0]}), runner)
     longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
     steady = check_steady([(t, lambda x, t=t: longer.spec(t.name.split("/", 1)[1], x,
                                                            **{**setup.sim, "gpu": t.name.split("/", 1)[0]}))
@@ -348,7 +427,9 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
         best = _answer_point(t)
         row = {"gpu": gname, "system": system, "kv_capacity_tokens": budget.capacity_tokens,
                "kv_gib": budget.kv_bytes / (1 << 30), "max_rate_rps": t.search.answer,
-               "dollars_per_gpu_hour": price, "tensor_parallel": tp, "steady": steady.get(t.name, {}).get("steady")}
+               "dollars_per_gpu_hour": price, "tensor_parallel": tp,
+               "saturation_rps": saturation.get(t.name, {}).get("saturation_rps"),
+               "steady": steady.get(t.name, {}).get("steady")}
         if best is not None:
             row.update(output_throughput=best.get("output_throughput"), p99_ttft_s=best.get("p99_ttft_s"),
                        p99_tpot_s=best.get("p99_tpot_s"),
@@ -368,8 +449,8 @@ def compare_gpus(setup: PlanSetup, gpus: Sequence[str], systems: Sequence[str], 
     return {"mode": "compare-gpus", "max_rate_rps": mr, "gpus": [{k: _clean(v) for k, v in r.items()} for r in rows],
             "infeasible": infeasible, "does_not_fit": errors, "points": _lightweight(points),
             "steady_check": _steady_summary(longer),
-            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated,
-            "illustrative_prices": dollars_per_gpu_hour is None}
+            "warnings": _saturation_notes(saturation) + _steady_warnings(steady) + _little_warnings(points),
+            "num_simulated": runner.num_simulated, "illustrative_prices": dollars_per_gpu_hour is None}
 
 
 #: what-if variants of ``plan resources``: (label, SimConfig overrides); each is tried on the
@@ -512,6 +593,8 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             wi_tasks.append(SearchTask(f"{label}/{s}", setup.rate_search(),
                                        functools.partial(spec_on[f"{label}/{s}"], setup)))
     run_searches(kv_tasks + tp_tasks + wi_tasks, runner, desc="resources")
+    offline = setup.offline()
+    saturation = cap_at_saturation(tp_tasks + wi_tasks, lambda t, x: spec_on[t.name](offline, x), runner)
     longer = setup.longer(STEADY_FACTOR) if setup.steady_check else None
     steady = check_steady([(t, functools.partial(spec_on[t.name], longer)) for t in kv_tasks + tp_tasks + wi_tasks],
                           runner) if longer else {}
@@ -538,6 +621,7 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         s = t.name.split("/", 1)[1]
         r_star = t.search.answer
         row = {"system": s, "tensor_parallel": tp, "max_rate_per_replica_rps": r_star,
+               "saturation_rps": saturation.get(t.name, {}).get("saturation_rps"),
                "steady": steady.get(t.name, {}).get("steady")}
         if r_star is None:
             row["note"] = infeasible_hint(t, runner.slo)
@@ -609,4 +693,5 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
             "what_if": [{k: _clean(v) for k, v in r.items()} for r in wi_rows],
             "cost": {"gpu": gpu, "dollars_per_gpu_hour": price, "illustrative_prices": dollars_per_gpu_hour is None},
             "points": _lightweight(points), "steady_check": _steady_summary(longer),
-            "warnings": _steady_warnings(steady) + _little_warnings(points), "num_simulated": runner.num_simulated}
+            "warnings": _saturation_notes(saturation) + _steady_warnings(steady) + _little_warnings(points),
+            "num_simulated": runner.num_simulated}

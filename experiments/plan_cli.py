@@ -128,7 +128,9 @@ def register(sub) -> None:
             f"{DEFAULT_SLO_ATTAINMENT:g} unless given). Every probe reports slo_attainment (the fraction of "
             "requests meeting every threshold) and request_goodput (those requests per second, as vLLM's).\n"
             "Search: double from the start rate until a probe fails, then bisect to --rtol; the answer is the "
-            "highest rate simulated that passed. Built-in workloads are regenerated at each rate with the same "
+            "highest rate simulated that passed, never one above the system's offline saturation (the "
+            "request throughput of the same requests all at once: past it the queue grows for as long as "
+            "requests come). Built-in workloads are regenerated at each rate with the same "
             f"seed for --duration (default {DEFAULT_DURATION_S:g} s); a --trace is rate-scaled (--duration keeps "
             "its first DURATION seconds). Every probe also checks Little's law (warns above "
             f"{100 * LITTLE_TOL:g} %).\n"
@@ -228,7 +230,8 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                             "between; nothing where the GPU is uncalibrated")
     e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
                    help=f"probe each answer's neighbours (rate / (1 + rtol) and rate x (1 + rtol)) on a "
-                        f"{P.STEADY_FACTOR:g}x longer workload and warn when the answer moves by more than --rtol "
+                        f"{P.STEADY_FACTOR:g}x longer workload (a --trace replayed {P.STEADY_FACTOR:g} times in a "
+                        "row) and warn when the answer moves by more than --rtol "
                         "(the workload is too short for a steady answer)")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar on stderr")
     e.add_argument("--out", metavar="DIR", default=None, help="write plan.json and CSV tables here")
@@ -469,7 +472,8 @@ def print_result(r: dict, f) -> None:
     if r["mode"] == "max-rate":
         print("\nmax rate under the SLO", file=f)
         band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []
-        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), *band, ("p99_ttft_s", "p99 TTFT s"),
+        _table(r["answers"], [("system", "system"), ("max_rate_rps", "max req/s"), *band,
+                              ("saturation_rps", "offline req/s"), ("p99_ttft_s", "p99 TTFT s"),
                               ("p99_tpot_s", "p99 TPOT s"), ("slo_attainment", "SLO attain."),
                               ("request_goodput", "good req/s"), ("output_throughput", "out tok/s"),
                               ("kv_capacity_tokens", "KV tokens"),

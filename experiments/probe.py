@@ -12,7 +12,9 @@ pickling a trace. Built-in workloads are regenerated at every probed rate with t
 duration (default :data:`DEFAULT_DURATION_S` = 600 s of arrivals, which keeps a 4-system plan to a
 few dozen short simulations); a ``--trace`` is rate-scaled with :func:`traces.transform.scale_rate`
 (its mean rate ``(rows - 1) / span`` becomes the probed rate; ``--duration`` then keeps requests
-arriving in the first DURATION seconds).
+arriving in the first DURATION seconds). Two options serve the plan's checks
+(:mod:`experiments.plan`): ``repeat=K`` replays a trace K times in a row
+(:func:`traces.transform.repeat`), ``offline`` sets every arrival to 0.
 
 **Early stop.** Most probes of a search fail, and a failing probe is often certain to fail long
 before its last request finishes; :class:`ProbeWatcher` ends such runs early (see its docstring).
@@ -50,6 +52,7 @@ from pagesim.sim.limits import check_synthetic_workload
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
 from pagesim.sim.terminal import bar_columns
 from pagesim.traces import args as workload_args
+from pagesim.traces import transform
 from pagesim.traces.args import workload_from_args
 
 #: seconds of arrivals per probe of a built-in workload given neither --duration nor --num-requests
@@ -66,7 +69,7 @@ REQUEST_COLS = ["arrival_s", "finish_s", "status", "output_tokens", "ttft_s", "t
 #: workload options of ``traces.args.add_workload_args`` that a probe's workload depends on
 WORKLOAD_OPTS = ("workload", "trace", "format", "columns", "time_unit", "hash_block_tokens", "duration",
                  "num_requests", "arrival", "cv", "spread_timestamps", "time_slice", "sample", "n", "beam_width",
-                 "max_len_policy", "stop")
+                 "max_len_policy", "stop", "repeat", "offline")
 
 
 def encode_workload(options: dict[str, Any]) -> str:
@@ -129,7 +132,13 @@ def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> t
     for k, v in opts.items():
         setattr(ns, k, v)
     ns.rate, ns.seed, ns.rate_scale = float(rate), int(seed), None
-    return workload_from_args(ns, max_seq_len, ns.max_len_policy)
+    df, info = workload_from_args(ns, max_seq_len, ns.max_len_policy)
+    if opts.get("repeat"):  # the steadiness check's longer replay of a trace (PlanSetup.longer)
+        df = transform.repeat(df, opts["repeat"])
+    if opts.get("offline"):  # every request at once: the engine's offline saturation (plan.saturation)
+        df = df.copy()
+        df["arrival_s"] = 0.0
+    return df, info
 
 
 class _StopProbe(StopRun):

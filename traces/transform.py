@@ -42,6 +42,31 @@ def scale_rate(df: pd.DataFrame, k: float) -> pd.DataFrame:
     return _with_attrs(out, df)
 
 
+def repeat(df: pd.DataFrame, times: int) -> pd.DataFrame:
+    """The trace replayed ``times`` times in a row, at its own mean rate: copy ``c`` arrives
+    ``c * span * n / (n - 1)`` later (``n`` rows over ``span`` seconds), so the whole keeps the mean
+    rate ``(rows - 1) / span``. Each copy's request ids get ``#c`` and its prefix hashes are its own
+    (a copy shares prefixes within itself, never with another: the cache sees new conversations)."""
+    if int(times) != times or times < 1:
+        raise ConfigError(f"repeat count must be a whole number >= 1, got {times}")
+    times, n = int(times), len(df)
+    if times == 1 or n == 0:
+        return df
+    a = df["arrival_s"].to_numpy()
+    span = float(a[-1] - a[0])
+    period = span * n / (n - 1) if n > 1 and span > 0 else max(span, 1.0)
+    copies = []
+    for c in range(times):
+        part = df.copy()
+        part["arrival_s"] = a + c * period
+        if c:
+            part["request_id"] = df["request_id"].astype(str) + f"#{c}"
+            if "prefix_hashes" in df.columns:
+                part["prefix_hashes"] = df["prefix_hashes"].map(lambda h, c=c: tuple(hash((x, c)) for x in h))
+        copies.append(part)
+    return _with_attrs(pd.concat(copies, ignore_index=True), df)
+
+
 def sample(df: pd.DataFrame, fraction: float | None = None, count: int | None = None, seed: int = 0) -> pd.DataFrame:
     """A seeded random subset in arrival order: ``fraction`` in (0, 1] of the rows (rounded) or
     ``count`` rows (at most all of them). Arrival times are kept (the rate drops accordingly)."""

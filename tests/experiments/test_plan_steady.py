@@ -17,14 +17,25 @@ from pagesim.reports.plan_report import EARLY_STOP_LABEL, curves_figure
 #: the fake system's capacity (req/s) at each workload length (s): it passes a TTFT SLO at rates up
 #: to the capacity of its run's length
 CAPACITY: dict[float, float] = {}
+#: the fake system's request throughput with every request at once (its offline saturation)
+SATURATION = {"rps": 1000.0}
 
 
 def fake_probe(spec) -> RunOutput:
     """100 requests over the run; each has TTFT 0.1 s when the rate is within the capacity of this
-    length, else 10 s; all finish 1 s after their first token (well within the keep-up rule)."""
+    length, else 10 s; all finish 1 s after their first token (well within the keep-up rule).
+    With every request at once (``offline``) they finish at the rate :data:`SATURATION`."""
     n, span = 100, spec.duration_s
+    if decode_workload(spec.workload).get("offline"):
+        finish = np.arange(1, n + 1) / SATURATION["rps"]
+        req = pd.DataFrame({"arrival_s": 0.0, "finish_s": finish, "status": "finished", "output_tokens": 11,
+                            "ttft_s": finish, "tpot_s": 0.0, "e2el_s": finish, "normalized_latency_s": finish / 11})
+        return RunOutput(summary={"system": spec.system, "request_throughput": n / finish[-1],
+                                  "output_throughput": 11 * n / finish[-1], "duration_s": float(finish[-1])},
+                         requests=req)
+    span = span if span is not None else n / spec.rate
     arrival = np.linspace(0.0, span, n)
-    ttft = np.full(n, 0.1 if spec.rate <= CAPACITY[span] else 10.0)
+    ttft = np.full(n, 0.1 if spec.rate <= CAPACITY.get(spec.duration_s, CAPACITY.get(None)) else 10.0)
     finish = arrival + ttft + 1.0
     req = pd.DataFrame({"arrival_s": arrival, "finish_s": finish, "status": "finished", "output_tokens": 11,
                         "ttft_s": ttft, "tpot_s": 0.09, "e2el_s": finish - arrival,
@@ -34,9 +45,10 @@ def fake_probe(spec) -> RunOutput:
     return RunOutput(summary=summary, requests=req)
 
 
-def plan_with(capacity_60: float, capacity_120: float, tmp_path) -> dict:
+def plan_with(capacity_60: float, capacity_120: float, tmp_path, saturation: float = 1000.0) -> dict:
     CAPACITY.clear()
     CAPACITY.update({60.0: capacity_60, 120.0: capacity_120})
+    SATURATION["rps"] = saturation
     setup = P.PlanSetup(sim={}, workload=encode_workload({"workload": "sharegpt", "duration": 60.0}),
                         start_rate=1.0, min_rate=0.05, max_rate=64.0, rtol=0.05, duration_s=60.0)
     runner = Runner(slo=SLO(ttft_p99_s=2.0), workers=1, cache_dir=tmp_path, run_fn=fake_probe)
@@ -72,8 +84,46 @@ def test_longer_doubles_duration_or_request_count():
     assert decode_workload(longer.workload)["duration"] == 60.0 and longer.duration_s == 60.0
     by_count = P.PlanSetup(sim={}, workload=encode_workload({"workload": "alpaca", "num_requests": 101}))
     assert decode_workload(by_count.longer(2.0).workload)["num_requests"] == 202
-    whole_trace = P.PlanSetup(sim={}, workload="trace?trace=%22x.csv%22")
-    assert whole_trace.longer(2.0) is None
+
+
+
+def test_a_trace_replayed_whole_is_checked_on_itself_twice(tmp_path):
+    """A trace without --duration or --num-requests has no longer window to read: the check
+    replays it twice in a row (it was skipped without a word)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2,10,5\n")
+    whole_trace = P.PlanSetup(sim={}, workload=encode_workload({"trace": str(trace)}))
+    longer = whole_trace.longer(2.0)
+    assert decode_workload(longer.workload)["repeat"] == 2 and "duration" not in decode_workload(longer.workload)
+    CAPACITY.clear()
+    CAPACITY[None] = 2.0  # a trace's probes have no duration_s: one capacity at every length
+    SATURATION["rps"] = 1000.0
+    runner = Runner(slo=SLO(ttft_p99_s=2.0), workers=1, cache_dir=tmp_path, run_fn=fake_probe)
+    result = P.max_rate(P.PlanSetup(sim={}, workload=whole_trace.workload, max_rate=64.0), ["vllm"], runner)
+    assert result["steady_check"]["done"] and result["steady_check"]["workload"].endswith("(repeat=2)")
+    assert result["answers"][0]["steady"] is True
+
+
+def test_an_answer_above_the_offline_saturation_is_lowered_to_it(tmp_path):
+    """The 60 s search passes up to 2 req/s (answer 2.0), but the system serves its requests all at
+    once at 1.5 req/s: 2.0 is no answer. The search goes on below 1.5 from the probes it has (1
+    passes; 1.5 passes, the cap itself) and the answer is 1.5, with one line saying why."""
+    result = plan_with(2.0, 2.0, tmp_path, saturation=1.5)
+    answer = result["answers"][0]
+    assert answer["max_rate_rps"] == 1.5 and answer["saturation_rps"] == pytest.approx(1.5)
+    assert answer["capped"] is False
+    notes = [w for w in result["warnings"] if "saturation" in w]
+    assert notes == ["vllm: 2 req/s met the SLO but is above the offline saturation, 1.5 req/s (its requests all at "
+                     "once): the workload ends before the queue it builds hurts; the answer is the highest rate up "
+                     "to the saturation"]
+    unchanged = plan_with(2.0, 2.0, tmp_path / "b", saturation=2.5)
+    assert unchanged["answers"][0]["max_rate_rps"] == 2.0 and not [w for w in unchanged["warnings"]
+                                                                   if "saturation" in w]
+
+
+def test_floor_sig_never_exceeds_its_input():
+    assert P._floor_sig(26.13) == 26.13 and P._floor_sig(26.1349) == 26.13 and P._floor_sig(1.5) == 1.5
+    assert all(P._floor_sig(x) <= x for x in (0.07, 1 / 3, 2 / 3, 123456.7, 9.99999))
 
 
 def test_early_stopped_probes_are_drawn_apart():

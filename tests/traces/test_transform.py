@@ -187,3 +187,22 @@ def test_keep_last_prompt_tokens_drops_the_hashes_of_cut_prompts():
     out = keep_last_prompt_tokens(d, 1024)
     # the cut prompt starts mid-history: none of its hashed blocks is its prefix any more
     assert out["prompt_tokens"].tolist() == [1024, 600] and out["prefix_hashes"].tolist() == [(), (4, 5)]
+
+
+def test_repeat_keeps_the_mean_rate_and_gives_each_copy_its_own_ids_and_prefixes():
+    """Three requests at 0, 1, 2 s (mean rate (3 - 1) / 2 = 1 req/s): copy 1 starts one period
+    later, 2 * 3 / 2 = 3 s, so six requests at 0..5 s keep 1 req/s. Requests sharing a prefix
+    within a copy still share it; across copies they do not."""
+    from pagesim.traces.transform import repeat
+
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_s": [0.0, 1.0, 2.0], "prompt_tokens": [4, 4, 4],
+                       "output_tokens": [2, 2, 2], "prefix_hashes": [(1, 2), (1, 3), ()]})
+    out = repeat(df, 2)
+    assert out["arrival_s"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert out["request_id"].tolist() == ["a", "b", "c", "a#1", "b#1", "c#1"]
+    h = out["prefix_hashes"].tolist()
+    assert h[:3] == [(1, 2), (1, 3), ()] and h[3][0] == h[4][0] and h[5] == ()
+    assert not set(h[3] + h[4]) & {1, 2, 3}
+    assert repeat(df, 1) is df
+    with pytest.raises(ConfigError, match="whole number >= 1"):
+        repeat(df, 1.5)
