@@ -288,10 +288,13 @@ def own_chain(i):
 @njit(inline=True)
 def key_chain(s, i, k):
     """The chain hash in block ``k``'s key: the trace's chain of the hash block holding its last
-    token where its prefix hashes cover it, else the request's own."""
+    token where its prefix hashes name every token of it, else the request's own. A hash names
+    prompt tokens only: past the prompt (a last hash block the prompt ends inside) the tokens are
+    the request's generated ones, which no other request's prompt shares (vLLM hashes a block's
+    token ids, kv_cache_utils.py ``hash_block_tokens``; the radix cache's ``named_tokens``)."""
     end = (k + 1) * s.config[BLOCK_SIZE]
     num_hashes = s.chain_start[i + 1] - s.chain_start[i]
-    if end <= num_hashes * s.config[HASH_BLOCK_TOKENS]:
+    if end <= min(s.prompt_tokens[i], num_hashes * s.config[HASH_BLOCK_TOKENS]):
         return s.chains[s.chain_start[i] + (end - 1) // s.config[HASH_BLOCK_TOKENS]]
     return own_chain(i)
 

@@ -227,6 +227,16 @@ def test_a_prompt_found_whole_recomputes_its_last_block():
     assert result.summary["prefix_cache_hit_rate"] == pytest.approx((0 + 4 + 8) / (8 + 8 + 9))
 
 
+def test_a_block_past_the_prompt_is_the_requests_own_whatever_its_hash_names():
+    """A (5 tokens, hashes 1, 2: its second hash names token 4 alone) generates 7: its block 1
+    holds token 4 and three generated tokens; full, it is cached, keyed by A's own tokens, not by
+    hash 2 (generated tokens no other prompt shares). B (12 tokens, hashes 1, 2, 3) hits block 0
+    alone (4 tokens) and computes 8; C (the same as B) after it hits B's 2 blocks and computes 4."""
+    rows = ((0, 5, 7), (1, 12, 1), (2, 12, 1))
+    result = run_simulation(v1(64), trace(*rows, hashes=[(1, 2), (1, 2, 3), (1, 2, 3)]))
+    assert [n for n in column(result, "num_prefill_tokens") if n] == [5, 8, 4]
+
+
 def test_freed_blocks_are_evicted_tail_first_from_the_free_queue_head():
     """4 blocks of 4. A (12 tokens, hashes 1, 2, 3) runs and leaves: its 3 cached blocks join
     the free queue tail first (A's block 2, 1, 0: the tail is evicted first). D (8 tokens, no
