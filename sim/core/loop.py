@@ -110,6 +110,7 @@ from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQ
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7
 NO_SCHEDULER = 10  # compiled, config[SCHEDULER_ADDRESS] is 0: no scheduler given (replay.scheduler_address)
+NOT_ADMITTED = 11  # vllm-v1: a request holding arrived KV was admissible, and the pass after admitted nothing
 HORIZON = 9  # config[ROUTED]: the next engine event comes after the cluster's next arrival (sim/core/cluster.py)
 SCHEDULED = 8  # config[EXTERNAL_STEPS]: an iteration is scheduled; its executor puts its duration in clock[STEP_S]
 GO_ON = -1  # (start_step: the loop goes on)
@@ -324,6 +325,7 @@ def loop_for(family):
         if not c[STARTED] and not s.config[ROUTED]:  # a replica's router hands over its arrivals
             c[NEXT_EVENT_ID] = 2  # SimPy's two Initialize events
             hand_over_arrivals(s)
+        holding_retried = False  # a pass was run again for a request holding arrived KV (below)
         while True:
             # each pass takes one event and records at most one row: room is checked first
             if s.config[KEEP_ROWS] and c[NUM_ROWS] >= len(s.row_floats):
@@ -389,7 +391,11 @@ def loop_for(family):
                         and call_scheduler(s, ref, family, HOLDING_ADMISSIBLE) > 0):
                     # the pass preempted every running request (none admitted: scheduler.py:1050)
                     # while a request holding blocks has its KV: vLLM's next step admits it
-                    # (lifecycle.hold_waiting)
+                    # (lifecycle.hold_waiting); if that pass admits nothing, none ever would:
+                    # an error, not a loop that spins with the clock stopped
+                    if holding_retried:
+                        return NOT_ADMITTED
+                    holding_retried = True
                     c[SCHEDULE_ON_RESUME] = 1
                     continue
                 # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)
@@ -407,6 +413,7 @@ def loop_for(family):
                     clock[ENGINE_TIME] = wake
                     c[ENGINE_EVENT_ID] = new_event(s)
                 continue
+            holding_retried = False
             if s.config[EXTERNAL_STEPS]:  # its executor runs it (the row's room was checked above)
                 c[AWAITING_STEP_TIME] = 1
                 return SCHEDULED

@@ -97,6 +97,10 @@ def raise_for(code: int, s: state.Core, where: str = "") -> None:
     if code == loop.NO_SCHEDULER:
         raise InvariantError(f"{where}the loop was run without its scheduler's address "
                              "(config[SCHEDULER_ADDRESS] is 0)")
+    if code == loop.NOT_ADMITTED:
+        head = int(s.waiting[c[state.WAITING_HEAD]])
+        raise InvariantError(f"{where}request {head}'s KV has arrived and its admission was due, but the "
+                             "scheduler admitted nothing")
     if code == loop.STALLED:
         raise InvariantError(f"{where}scheduler stalled with swapped requests and nothing running")
     if code == loop.NO_TOKEN:

@@ -501,3 +501,17 @@ def test_a_requests_entry_finds_its_keys_and_a_stale_one_falls_back_to_the_map()
     assert find(s, 2, 0) == 1  # from the map: R2 never used S
     s.host_entries[:, state.ENTRY_BLOCK] = -1
     assert find(s, 2, 0) == 1  # now from its entry
+
+
+def test_a_request_whose_load_ended_takes_the_seat_it_holds():
+    """The first test's run with ``max_num_seqs`` 1: C, loading, holds the one seat (a request
+    loading counts against it here, vLLM's running list alone: sched/scheduler.py:1071-1074), the
+    engine idle; as its load ends it is admitted to its seat as before (its TTFT the load and its
+    step), where the pass once waited for a seat to free, and the run spun forever."""
+    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (3, 12, 1, (1, 2, 3)))
+    one, four = (run_simulation(v1(32, 16, max_num_seqs=seats), t) for seats in (1, 4))
+    assert one.summary["unfinished"] == 0
+    assert one.summary["host_loaded_gib"] == BLOCK_BYTES / 2**30
+    ttft = one.requests.set_index("request_id")["ttft_s"]
+    assert ttft["r2"] == four.requests.set_index("request_id")["ttft_s"]["r2"]
+    assert ttft["r2"] > BLOCK_S
