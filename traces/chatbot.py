@@ -7,9 +7,9 @@ texts, only token counts: the etalon ShareGPT length file (``shared/traces``, RE
 whose prompts carry the multi-turn history (mean 2,340, median 1,730 tokens; 64 % of them reach
 1,024, matching the paper's "the input prompts for most requests have 1024 tokens") and whose
 outputs are already at most 1,024. (prompt, output) pairs are resampled jointly with
-replacement, arrivals are Poisson. The file is named by ``$PAGESIM_SHAREGPT_LENGTHS``
-(default: :data:`DEFAULT_LENGTHS`). Its contents are not part of a sweep's cache key: after
-replacing the file, run with ``--no-cache``.
+replacement, arrivals are Poisson. The file is named by ``$PAGESIM_SHAREGPT_LENGTHS``, else
+it is :data:`LENGTHS_NAME` in the ``traces`` folder of the shared data (:func:`shared_dir`). Its
+contents are not part of a sweep's cache key: after replacing the file, run with ``--no-cache``.
 
 ``chatbot-distserve`` is DistServe's (OSDI '24) chatbot workload as near as these lengths allow:
 its artifact keeps the ShareGPT pairs under OPT's 2,048 positions and cuts nothing
@@ -33,8 +33,8 @@ from pagesim.traces.loaders import load_trace
 from pagesim.traces.schema import ids_for
 from pagesim.traces.transform import keep_last_prompt_tokens
 
-#: the ShareGPT length file used when ``$PAGESIM_SHAREGPT_LENGTHS`` is not set
-DEFAULT_LENGTHS = "/work/shared/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+#: the ShareGPT length file's name in the shared data's ``traces`` folder
+LENGTHS_NAME = "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 #: §6.5: "we cut the prompt to the last 1024 tokens and let the model generate at most 1024 tokens"
 CHAT_MAX_PROMPT = 1024
 CHAT_MAX_OUTPUT = 1024
@@ -42,11 +42,19 @@ CHAT_MAX_OUTPUT = 1024
 DISTSERVE_MAX_TOKENS = 2048
 
 
+def shared_dir() -> Path:
+    """The shared data (real traces, measurements): ``$PAGESIM_SHARED``, else the ``shared``
+    folder beside the repository (``../shared`` from its root)."""
+    return Path(os.environ.get("PAGESIM_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+
+
 def lengths_path() -> Path:
-    path = Path(os.environ.get("PAGESIM_SHAREGPT_LENGTHS") or DEFAULT_LENGTHS)
+    """The ShareGPT length file: ``$PAGESIM_SHAREGPT_LENGTHS``, else :data:`LENGTHS_NAME` in the
+    shared data's ``traces`` (:func:`shared_dir`); a ConfigError naming both when absent."""
+    path = Path(os.environ.get("PAGESIM_SHAREGPT_LENGTHS") or shared_dir() / "traces" / LENGTHS_NAME)
     if not path.is_file():
-        raise ConfigError(f"the chatbot workload needs ShareGPT request lengths: {path} not found "
-                          "(set PAGESIM_SHAREGPT_LENGTHS to sharegpt_8k_filtered_stats_llama2_tokenizer.csv)")
+        raise ConfigError(f"the chatbot workload needs ShareGPT request lengths: {path} not found (set "
+                          f"PAGESIM_SHAREGPT_LENGTHS to {LENGTHS_NAME}, or PAGESIM_SHARED to its shared folder)")
     return path
 
 

@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,8 @@ from pagesim.sim.terminal import fill
 LOG = logging.getLogger(__name__)  # a line per phase of a fit
 
 SHARED = "../shared/measured"
+#: the repository's root: the provenance a fit writes names paths relative to it
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def register(sub) -> None:
@@ -161,12 +164,35 @@ def _pagesim_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
+def portable(path: str | Path) -> str:
+    """``path`` as a calibration's provenance records it: relative to the repository's root when
+    it lies in the folder holding the repository (``../shared/measured``), so that the file names
+    no machine's folders; else as given."""
+    p = Path(path).resolve()
+    return os.path.relpath(p, REPOSITORY) if p.is_relative_to(REPOSITORY.parent) else str(path)
+
+
+def check_writable_file(path: Path, flag: str) -> None:
+    """Refuse a file ``flag`` names that cannot be written (a folder, under a file, in a folder
+    without write permission), before anything slow runs."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the file to write (e.g. {path / 'gpu.toml'})")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: {folder} is not a folder")
+    if not os.access(folder if not path.exists() else path, os.W_OK):
+        raise ConfigError(f"{flag} {path}: {path if path.exists() else folder} is not writable")
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     import pandas as pd
 
     gpu = get_gpu(args.gpu)
+    check_writable_file(Path(args.out), "--out")  # before the fit's minutes, not after them
     # the CPU-overhead table is read and fitted first: a missing or malformed file is one line at
     # once, not after the minutes the GPU fit takes
     cpu = fit_cpu_overheads(read_cpu_overheads(args.cpu_overheads)) if args.cpu_overheads else None
@@ -200,12 +226,13 @@ def run_fit(args: argparse.Namespace) -> int:
         att = "none"
     files = sorted(measured.files + (source[0].files if source else []))
     provenance = {
-        "gpu": gpu.name, "source": str(root.resolve()), "source_commit": source_commit(root),
+        "gpu": gpu.name, "source": portable(root), "source_commit": source_commit(root),
         "source_license": "MIT (Microsoft Vidur profiling data; Agrawal et al., MLSys 2024)",
         "files": [f"{p.resolve().relative_to(root.resolve())} sha256:{_sha256(p)}" for p in files],
         "models": sorted(measured.models), "excluded_models": sorted(excluded), "attention": att,
         "pagesim_commit": _pagesim_commit(),
-        "command": " ".join(["pagesim cost fit --measured", args.measured, "--gpu", args.gpu, "--out", args.out,
+        "command": " ".join(["pagesim cost fit --measured", portable(args.measured), "--gpu", args.gpu,
+                             "--out", portable(args.out),
                              *(f"--exclude-model {m}" for m in args.exclude_model)]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }
@@ -221,7 +248,7 @@ def run_fit(args: argparse.Namespace) -> int:
                     "(Vidur's sklearn_execution_time_predictor), fitted as fixed + per_seq x batch per TP degree",
             "models": [", ".join(m) for m in cpu["models"]],
             "median_error": cpu["median_error"], "max_error": cpu["max_error"]}
-        provenance["command"] += f" --cpu-overheads {args.cpu_overheads}"
+        provenance["command"] += f" --cpu-overheads {portable(args.cpu_overheads)}"
     cal = replace(cal, provenance=provenance, error=error)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Measured GPU timings (Vidur's published profiling tables) read into tidy tables, and the
 iterations they measure.
 
-Layout of a measured folder ``DIR`` (the layout of ``/work/shared/measured``; the tests write a
+Layout of a measured folder ``DIR`` (the layout of ``../shared/measured``; the tests write a
 small one)::
 
     DIR/vidur-profiling/compute/<gpu>/<org>/<model>/mlp.csv      per-layer operations, ms

@@ -231,6 +231,21 @@ def test_fit_command_writes_provenance_and_leave_one_model_out_error(tmp_path, c
     assert set(cal.error["calibrated"]["models"]) == {"llama-2-7b", "plain-1b", "tiny-2b"}
 
 
+def test_fit_records_paths_beside_the_repository_relative_to_it(tmp_path, monkeypatch, capsys):
+    """No machine's folders in a calibration file: a measured folder beside the repository is
+    ../shared/measured from its root, in ``source`` and in the command; --out inside it is
+    relative too; a path elsewhere (the CPU table here) is kept as given."""
+    import pagesim.sim.cost.cli as cost_cli
+    monkeypatch.setattr(cost_cli, "REPOSITORY", tmp_path / "repo")
+    root = write_measured(tmp_path / "shared" / "measured")
+    out = tmp_path / "repo" / "sim" / "a100.toml"
+    assert main(["cost", "fit", "--measured", str(root), "--gpu", "a100-80gb", "--out", str(out)]) == 0
+    p = Calibration.from_toml(out).provenance
+    assert p["source"] == "../shared/measured"
+    assert p["command"] == "pagesim cost fit --measured ../shared/measured --gpu a100-80gb --out sim/a100.toml"
+    assert str(tmp_path) not in out.read_text()
+
+
 def test_fit_says_each_phase_and_checks_the_cpu_table_before_fitting(tmp_path, caplog, monkeypatch):
     root = write_measured(tmp_path / "measured")
     with caplog.at_level("INFO", logger="pagesim"):

@@ -21,7 +21,7 @@ def write(tmp_path):
 
 @pytest.fixture
 def shared_trace():
-    """shared_trace(name) -> Path in /work/shared/traces, or skip when absent."""
+    """shared_trace(name) -> Path in ../shared/traces (beside the repository), or skip when absent."""
     def _get(name: str) -> Path:
         p = SHARED / name
         if not p.exists():

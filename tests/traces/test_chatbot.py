@@ -43,7 +43,26 @@ def test_missing_lengths_file_is_one_clear_line(monkeypatch, tmp_path):
         chatbot.chatbot_workload(1.0, num_requests=3)
 
 
-@pytest.mark.skipif(not Path(chatbot.DEFAULT_LENGTHS).is_file(), reason="shared ShareGPT length file absent")
+def test_the_lengths_are_found_beside_the_repository_or_by_pagesim_shared(monkeypatch, tmp_path):
+    """No machine's path: without the variables the file is ../shared/traces/ from the
+    repository's root; PAGESIM_SHARED names another shared folder; absent, one line."""
+    monkeypatch.delenv("PAGESIM_SHAREGPT_LENGTHS", raising=False)
+    monkeypatch.delenv("PAGESIM_SHARED", raising=False)
+    root = Path(chatbot.__file__).resolve().parents[1]
+    assert chatbot.shared_dir() == root.parent / "shared"
+    monkeypatch.setenv("PAGESIM_SHARED", str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        chatbot.lengths_path()
+    assert str(e.value) == (f"the chatbot workload needs ShareGPT request lengths: {tmp_path}/traces/"
+                            f"{chatbot.LENGTHS_NAME} not found (set PAGESIM_SHAREGPT_LENGTHS to "
+                            f"{chatbot.LENGTHS_NAME}, or PAGESIM_SHARED to its shared folder)")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / chatbot.LENGTHS_NAME).write_text("prompt_tokens,output_tokens\n5,6\n")
+    assert chatbot.lengths_path() == tmp_path / "traces" / chatbot.LENGTHS_NAME
+
+
+@pytest.mark.skipif(not (chatbot.shared_dir() / "traces" / chatbot.LENGTHS_NAME).is_file(),
+                    reason="shared ShareGPT length file absent")
 def test_most_real_prompts_reach_the_cut(monkeypatch):
     monkeypatch.delenv("PAGESIM_SHAREGPT_LENGTHS", raising=False)
     df = chatbot.chatbot_workload(1.0, num_requests=2000, seed=0)
