@@ -95,6 +95,8 @@ PAGED_BREAKS = [
     (lambda s: s.count.__setitem__(state.WAITING_LEN, len(s.waiting) + 1), "outside its ring"),
     (lambda s: s.running.__setitem__(0, -3), "a queue holds a request the run does not have"),
     (lambda s: s.running.__setitem__(0, len(s.status)), "a queue holds a request the run does not have"),
+    (lambda s: s.count.__setitem__(state.NUM_FREE_BLOCK_IDS, -1), "-1 free blocks of .*: the pool was overdrawn"),
+    (lambda s: s.count.__setitem__(state.NUM_FREE_SLOTS, len(s.free_slots) + 1), "free block-table rows of"),
 ]
 
 
