@@ -140,9 +140,9 @@ def modules_dir(here=None):
 
 
 def numbas_cache_dir(folder, group: str | None = None, here=None):
-    """The folder numba caches the functions of the core files in ``folder`` in: cache group
-    ``group``'s (None: every other function's), their dispatchers made as :func:`_dispatcher`
-    makes them; None where numba caches nowhere. numba's own locators answer (its
+    """Where numba caches the functions of the core's files in ``folder``: cache group ``group``'s
+    (None: every other function's), their dispatchers made as :func:`_dispatcher` makes them;
+    None where numba caches nowhere. numba's own locators answer (its
     ``numba/core/caching.py``, ``CacheImpl._locator_classes``), for a file of ``folder``:
     ``<cache>/<folder's name>_<sha1 of its path>`` where the cache is ``$NUMBA_CACHE_DIR`` (the
     shared functions') or the group's folder (:func:`group_cache_dir`), else, where that cannot
@@ -180,9 +180,9 @@ _STAMP = "core-sources.sha256"
 def _drop_stale_cache(here=None) -> None:
     """numba's cache checks only a function's own file, not the files whose functions it inlined
     or calls, nor this file's flags: after an edit of the core a cached function could be
-    stale. The cache is therefore keyed by :func:`sources_digest`: the shared
-    functions' dropped when a shared source changes, each cache group's when a shared source or
-    one of its own files does; each with the extension modules built from it (``aot.py``, in
+    stale. The cache is therefore keyed by :func:`sources_digest`: the shared functions' dropped
+    when a shared source changes, each cache group's when a shared source or one of its own
+    files does; each with the extension modules built from it (``aot.py``, in
     :func:`modules_dir`: a process with a cache of its own leaves the others' alone). It is
     dropped where numba writes it (:func:`numbas_cache_dir`), for every folder of the core's
     sources: there the files of numba's cache (``*.nbi``, ``*.nbc``) go, nothing else, and that
