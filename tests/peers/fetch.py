@@ -171,8 +171,12 @@ def main(argv=None) -> int:
                         help=f"a checkout or export of nano-vllm at {NANO_VLLM_COMMIT[:7]} (no network)")
     parser.add_argument("--distserve", type=Path, metavar="DIR",
                         help=f"a checkout or export of DistServe at {DISTSERVE.commit[:7]} (no network)")
+    parser.add_argument("--registry-only", action="store_true",
+                        help="only the engines pip downloads (vLLM's and SGLang's wheels), no GitHub archive")
     args = parser.parse_args(argv)
     offline = bool(args.wheel or args.nano_vllm or args.distserve)  # a source given: fetch only what was given
+    # the wheels first (pip; its failure raises): a GitHub archive that cannot be downloaded
+    # (a machine that reaches only package registries) then leaves them fetched
     given = {wheel_version(wheel): wheel for wheel in args.wheel if not is_sglang(wheel)}
     for version in RELEASES:
         if unpacked(version):
@@ -184,10 +188,18 @@ def main(argv=None) -> int:
                  or download(version, cache_folder()))
         unpack(version, wheel)
         print(f"vLLM {version} unpacked in {source_folder(version)}")
-    NANO_VLLM.fetch(args.nano_vllm, offline)
-    DISTSERVE.fetch(args.distserve, offline)
     sglang_fetch(args.wheel, offline)
-    return 0
+    if args.registry_only:
+        return 0
+    unreached = 0
+    for package, checkout in ((NANO_VLLM, args.nano_vllm), (DISTSERVE, args.distserve)):
+        try:
+            package.fetch(checkout, offline)
+        except OSError as error:  # urllib's URLError among them: no route to GitHub
+            unreached += 1
+            print(f"fetch: {package.name} {package.commit[:7]} not downloaded: {getattr(error, 'reason', error)}\n"
+                  f"fetch: --{package.name} DIR copies it from a checkout of that commit", file=sys.stderr)
+    return 1 if unreached else 0
 
 
 if __name__ == "__main__":

@@ -120,19 +120,23 @@ class Peer:
 def driver_or_skip(version: str, module: str):
     """The peer driver ``module`` (``tests.peers.vllm_v0``, ...), its release ``version`` (as
     its ``PEER`` has it) imported, or the calling test module skipped, saying why: not fetched,
-    or its code does not import here (torch or pydantic missing, or a module the driver's stubs
-    do not cover)."""
+    or its code does not import here (torch or msgspec missing, or a module the driver's stubs
+    do not cover). Where the run requires the engine (``suite.required``: CI) it fails instead."""
     import pytest
+
+    from tests.peers import suite
 
     driver = importlib.import_module(module)  # a driver imports its peer's code in load() alone
     peer = driver.PEER
     assert peer.version == version, f"{module} drives {peer.name}, not {version}"
+    missing = pytest.fail if suite.required(peer.folder.name) else pytest.skip
+    where = {"pytrace": False} if missing is pytest.fail else {"allow_module_level": True}
     if not peer.fetched():
-        pytest.skip(f"{peer.name} is not in {peer.folder}: python -m tests.peers.fetch", allow_module_level=True)
+        missing(f"{peer.name} is not in {peer.folder}: python -m tests.peers.fetch", **where)
     try:
         driver.load()
     except Exception as error:
-        pytest.skip(f"{peer.name}'s scheduler does not import here: {error}", allow_module_level=True)
+        missing(f"{peer.name}'s scheduler does not import here: {type(error).__name__}: {error}", **where)
     return driver
 
 

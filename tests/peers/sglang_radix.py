@@ -87,7 +87,7 @@ from typing import Callable
 
 import pandas as pd
 
-from tests.peers import fetch
+from tests.peers import fetch, suite
 from tests.peers.importing import Peer, placeholders
 
 from pagesim.sim.config import SimConfig
@@ -267,8 +267,9 @@ def workloads(mooncake_requests: int = 200) -> dict[str, Workload]:
 
 
 #: the Mooncake workloads' requests in the tests (``WORKLOADS``): half ``compare``'s default, to keep
-#: the test command, which runs the peers where they are fetched, within its time (.ci/run)
-TEST_MOONCAKE_REQUESTS = 100
+#: the test command, which runs the peers where they are fetched, within its time (.ci/run); the
+#: full suite (``suite.full``) runs ``compare``'s, README's tables'
+TEST_MOONCAKE_REQUESTS = suite.sample(100, 200)
 WORKLOADS = workloads(TEST_MOONCAKE_REQUESTS)
 
 

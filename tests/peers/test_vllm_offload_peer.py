@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.peers import suite
 from tests.peers.importing import driver_or_skip
 
 pytestmark = pytest.mark.peers
@@ -105,7 +106,7 @@ RANDOM_KNOWN = {
 
 @pytest.mark.parametrize("seed", [pytest.param(seed, marks=[pytest.mark.xfail(reason=RANDOM_KNOWN[seed],
                                                                               strict=seed != 0)]
-                                               if seed in RANDOM_KNOWN else []) for seed in range(8)])
+                                               if seed in RANDOM_KNOWN else []) for seed in range(suite.sample(8, 40))])
 def test_random_offload_workloads_are_vllms(seed):
     workload = random_offload(seed)
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))

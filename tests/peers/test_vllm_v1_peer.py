@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import suite
 from tests.peers.importing import driver_or_skip
 
 pytestmark = pytest.mark.peers
@@ -160,8 +161,8 @@ def test_the_groups_are_vllms(layers):
     assert per_block == ours.bytes_per_block(model, workload.block_size)
 
 
-@pytest.mark.parametrize("draw, seed", [(random_grouped, seed) for seed in range(12)]
-                         + [(random_grouped_prefix, seed) for seed in range(12)])
+@pytest.mark.parametrize("draw, seed", [(random_grouped, seed) for seed in range(suite.sample(12, 160))]
+                         + [(random_grouped_prefix, seed) for seed in range(suite.sample(12, 200))])
 def test_random_group_workloads_are_vllms_or_refused_by_both(draw, seed):
     """Workloads drawn from ``seed`` (workloads.random_grouped; random_grouped_prefix: with prefix
     caching over 3 system prompts): every step identical, or both refuse to start (vLLM's
@@ -176,7 +177,8 @@ def test_random_group_workloads_are_vllms_or_refused_by_both(draw, seed):
     assert_same_steps(workload.name, workload, ours, vllm_v1.run(workload))
 
 
-@pytest.mark.parametrize("seed, mamba", [(seed, False) for seed in range(12)] + [(seed, True) for seed in range(6)])
+@pytest.mark.parametrize("seed, mamba", [(seed, False) for seed in range(suite.sample(12, 200))]
+                         + [(seed, True) for seed in range(suite.sample(6, 120))])
 def test_random_speculative_group_workloads_are_vllms_or_refused_by_both(seed, mamba):
     """:func:`test_random_group_workloads_are_vllms_or_refused_by_both`'s workloads, and the
     Mamba hybrids, with drafts (workloads.random_grouped_speculative), vLLM given pagesim's
@@ -203,7 +205,7 @@ def test_a_copy_of_a_cached_block_keeps_the_key_as_vllms():
     assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(suite.sample(8, 80)))
 def test_random_mamba_workloads_are_vllms(seed):
     """Mamba hybrids drawn from ``seed`` (workloads.random_grouped with ``mamba``): every step
     identical, each request's state blocks included."""
