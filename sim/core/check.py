@@ -326,6 +326,8 @@ def check_blocks(s, mine) -> None:
     demand.append(np.minimum(np.maximum(np.repeat(F, n) - k * bs, 0), bs))
     blocks, tokens, demand = np.concatenate(rows), np.concatenate(tokens), np.concatenate(demand)
     by_transfers = np.concatenate(transfer_rows)
+    assert (blocks >= 0).all() and (by_transfers >= 0).all(), \
+        "a block table holds no block (-1): a request grew past the free blocks"
     assert len(set(held_slots)) == len(held_slots), "a block-table row is held twice"
     assert not set(s.free_slots[:c[NUM_FREE_SLOTS]].tolist()) & set(held_slots), \
         "a held block-table row is on the free list"

@@ -63,13 +63,16 @@ def can_allocate(s, i, num_tokens):
 
 @njit(inline=True)
 def blocks_to_allocate(s, i, num_tokens):
-    """The available blocks allocating ``num_tokens`` of request ``i`` consumes: new blocks,
-    and prefix-cache hits revived from the LRU (held hits cost nothing)."""
+    """The available blocks allocating ``num_tokens`` of waiting request ``i`` consumes: new
+    blocks, and prefix-cache hits revived from the LRU (held hits cost nothing). The hits are
+    looked up with the request's own tokens (``prompt_target``), whatever ``num_tokens`` (a
+    lookahead past them): vLLM finds them once (``get_computed_blocks``) and passes them to each
+    count (``new_computed_blocks``, kv_cache_manager.py:530-579), as :func:`group_blocks_to_allocate`."""
     need = blocks_for(s, num_tokens)
     if s.config[PREFIX_CACHING]:
         if prefix_cache.keyed_by_group(s):
             return group_blocks_to_allocate(s, i, num_tokens, True)
-        hits, revived = prefix_cache.count_hits(s, i, num_tokens)
+        hits, revived = prefix_cache.count_hits(s, i, s.prompt_target[i])
         need += revived - hits
     return need
 

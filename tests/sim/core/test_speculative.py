@@ -151,6 +151,21 @@ def test_an_admission_needs_room_for_its_lookahead_slots():
     assert column(result, "num_waiting") == [1, 0]
 
 
+def test_an_admissions_lookahead_count_takes_the_hits_of_its_own_tokens():
+    """The run above with prefix caching, A and B the same one block (hash 1). As B is tested A's
+    block is cached. B's hit is looked up with its 4 tokens (at most 3, no whole block: none),
+    for the whole sequence and for its 4 + 2 slots alike (``new_computed_blocks``, found once:
+    kv_cache_manager.py:530-579): 2 fresh blocks, 1 free, B waits. (Looked up with 6 tokens, A's
+    block was a hit that cost nothing: B was admitted into 1 block and took 2, the pool overdrawn.)"""
+    rows = trace((0, 4, 1), (0, 4, 1))
+    rows["prefix_hashes"] = [(1,), (1,)]
+    rows.attrs["hash_block_tokens"] = BS
+    result = run_simulation(v1(12, max_seq_len=12, num_speculative_tokens=2, speculative_method="eagle",
+                               prefix_caching=True), rows)
+    assert column(result, "num_prefill_tokens") == [4, 4]
+    assert column(result, "num_waiting") == [1, 0]
+
+
 def test_a_cluster_sums_its_replicas_drafts():
     """Two replicas, round robin, each given one request of the rate-1 run above (3
     verifications of 3 drafts, all accepted): the cluster's summary counts 18 and 18."""
