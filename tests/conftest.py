@@ -13,6 +13,10 @@ import sys
 
 import pytest
 
+from tests import checked_core  # noqa: E402
+
+checked_core.apply()  # numba's bounds checking on, in a cache of the suite's, before numba loads
+
 # the simulator imported first, from where this interpreter finds it (the install, or
 # PYTHONPATH's link), as the warm-up's process imports it: the benchmarks' modules that
 # tests/benchmarks imports put a link to the checkout first on sys.path

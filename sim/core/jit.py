@@ -82,7 +82,15 @@ def sources_digest(here=None, group: str | None = None, sources: dict | None = N
     kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
     own = set(_GROUP_FILES.get(group, ()))
     return _files_digest([(name, text) for name, text in (_sources(here) if sources is None else sources).items()
-                          if name not in NOT_COMPILED and (name not in kept or name in own)])
+                          if name not in NOT_COMPILED and (name not in kept or name in own)] + _flags())
+
+
+def _flags() -> list:
+    """The compile flags numba takes from the environment that change the machine code and that
+    its cache does not key by (its index: the signature, the CPU and the function's bytecode):
+    ``NUMBA_BOUNDSCHECK`` (the test suite's, ``tests/checked_core.py``), where it is set."""
+    checked = os.environ.get("NUMBA_BOUNDSCHECK")
+    return [] if checked is None else [("NUMBA_BOUNDSCHECK", checked.encode())]
 
 
 def _sources(here) -> dict:

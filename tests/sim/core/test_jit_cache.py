@@ -58,6 +58,22 @@ def test_editing_a_compiled_source_or_its_constants_drops_the_cache(tmp_path, mo
 
 
 @CACHES
+def test_turning_bounds_checking_on_or_off_drops_the_cache(tmp_path, monkeypatch, users_cache):
+    """numba's cache is not keyed by ``NUMBA_BOUNDSCHECK`` (its index: the signature, the CPU, the
+    bytecode): code cached without checks would run where they are asked for (the test suite's,
+    tests/checked_core.py), and the other way round; so the flag is part of the digest."""
+    monkeypatch.delenv("NUMBA_BOUNDSCHECK", raising=False)
+    core, compiled = cached_core(tmp_path, monkeypatch, users_cache)
+    for flag in ("1", "0"):
+        monkeypatch.setenv("NUMBA_BOUNDSCHECK", flag)
+        jit._drop_stale_cache(core)
+        assert not compiled.exists(), flag
+        compiled.write_text("compiled")
+        jit._drop_stale_cache(core)
+        assert compiled.exists()  # the same flag again: kept
+
+
+@CACHES
 def test_editing_the_python_only_glue_keeps_it(tmp_path, monkeypatch, users_cache):
     core, compiled = cached_core(tmp_path, monkeypatch, users_cache)
     for name in jit.NOT_COMPILED:

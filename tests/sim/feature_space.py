@@ -1,0 +1,223 @@
+"""A seeded fuzz over the features today's engines add (issue 80): SGLang's radix cache and its
+host tier, vLLM v1's CPU offload tier, speculative decoding (n-gram, EAGLE, MTP, a draft model),
+hybrid models' KV groups (sliding-window and Mamba layers), priorities, vLLM 0.4.2's parallel
+sampling and beam search with recompute or swap, chunked prefill, shared prompt prefixes, and
+pools from barely one request up. Each configuration is drawn from its seed alone
+(:func:`case`), checked every iteration (``--check``).
+
+An outcome is ``ok`` (every request finished or rejected with a reason), ``refused`` (a
+``ConfigError`` of one line, before the run), or a fault: ``invariant`` (``InvariantError``:
+``--check``'s, a stall, a lost request), ``exception`` (anything else: a traceback; with numba's
+bounds checking on, ``IndexError`` is a write past a table), ``hang`` or ``crash`` (the process
+died: a segfault or an abort).
+
+``tests/sim/test_feature_space.py`` runs a fixed sample in the suite; the whole hunt, each chunk in
+a child process watched for hangs and crashes::
+
+    NUMBA_BOUNDSCHECK=1 python -m tests.sim.feature_space --count 5000 [--start 0] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+MAX_LEN = 128
+MODELS = ("opt-13b", "llama-3.1-8b", "mixtral-8x7b", "gemma-2-27b", "jamba-1.5-mini")
+FAULTS = ("invariant", "exception", "hang", "crash")
+
+
+def case(seed: int):
+    """Configuration ``seed``: (system, the settings ``SimConfig.for_system`` takes, the trace)."""
+    from pagesim.sim.specs.presets import MODELS as PRESETS
+
+    rng = np.random.default_rng(seed)
+
+    def pick(*options):
+        return options[int(rng.integers(len(options)))]
+
+    system = pick("sglang", "sglang", "vllm-v1", "vllm-v1", "vllm-v1", "vllm")
+    model = pick(*MODELS)
+    tensor_parallel = 2 if model in ("mixtral-8x7b", "jamba-1.5-mini") else 1  # their weights fit two A100s
+    slot_bytes = PRESETS[model].kv_bytes_per_token(tensor_parallel) * tensor_parallel
+    slots = pick(MAX_LEN, MAX_LEN + 40, 2 * MAX_LEN, 4 * MAX_LEN, 16 * MAX_LEN)
+    block = pick(1, 4, 16, 64, 256) if system != "vllm" else pick(4, 8, 16)
+    kw = dict(model=model, gpu="a100-80gb", tensor_parallel=tensor_parallel, kv_gib=slots * slot_bytes / 2**30, max_seq_len=MAX_LEN,
+              block_size=block, check=True, seed=int(rng.integers(2**16)),
+              max_num_seqs=pick(1, 2, 4, 16, 256), prefix_caching=bool(rng.random() < 0.6))
+    width = 1
+    priorities = False
+    if system in ("sglang", "vllm-v1") and rng.random() < 0.5:  # a host tier
+        kw["kv_offload_gib"] = pick(8, 64, 512, 4096) * slot_bytes / 2**30
+    if system == "sglang":
+        kw.pop("prefix_caching")  # the radix cache is always on
+        kw["schedule_policy"] = pick("fcfs", "lpm")
+        kw["schedule_conservativeness"] = pick(0.3, 1.0, 1.4286)
+    elif system == "vllm-v1":
+        kw["async_scheduling"] = bool(rng.random() < 0.5)
+        kw["max_num_batched_tokens"] = pick(MAX_LEN, 2 * MAX_LEN, 2048)
+        kw["max_num_seqs"] = min(kw["max_num_seqs"], kw["max_num_batched_tokens"])
+        hybrid = model in ("gemma-2-27b", "jamba-1.5-mini")
+        if "kv_offload_gib" in kw:  # the tier is keyed by block hash; not modelled over hybrids' groups
+            kw["prefix_caching"] = True
+            if hybrid:
+                del kw["kv_offload_gib"]
+        if rng.random() < 0.5:
+            # EAGLE's and MTP's trailing block is not modelled with the tier
+            method = pick("ngram", "draft-model") if "kv_offload_gib" in kw else pick("ngram", "eagle", "draft-model",
+                                                                                    "mtp")
+            if hybrid:
+                kw["prefix_caching"] = False  # hybrids' prefix caching is not modelled with drafts
+            kw.update(speculative_method=method, num_speculative_tokens=int(pick(1, 2, 4)),
+                      spec_acceptance_rate=pick(0.0, 0.5, 1.0))
+            if method == "draft-model":
+                kw["draft_model"] = model
+        if rng.random() < 0.3:
+            kw["scheduling_policy"] = "priority"
+            priorities = True
+    else:  # vLLM 0.4.2
+        kw["preemption"] = pick("recompute", "swap")
+        kw["swap_gib"] = pick(0, 16, 4096) * slot_bytes / 2**30
+        kw["chunked_prefill"] = bool(rng.random() < 0.3)
+        kw["watermark"] = pick(0.0, 0.01, 0.1)
+        width = pick(1, 1, 2, 4)
+    n = int(rng.integers(1, 25))
+    gaps = rng.exponential(pick(0.01, 0.1, 1.0), n) * (rng.random(n) < 0.7)
+    prompt = rng.integers(1, MAX_LEN, n)
+    output = np.maximum(1, np.minimum(rng.integers(1, MAX_LEN, n), MAX_LEN - prompt))
+    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": np.cumsum(gaps),
+                          "prompt_tokens": prompt, "output_tokens": output})
+    if width > 1:
+        trace[pick("n", "beam_width")] = rng.integers(1, width + 1, n)
+    if priorities:
+        trace["priority"] = rng.integers(0, 3, n)
+    if rng.random() < 0.7:  # shared prompt prefixes: a few chains, each request ending its own way
+        hash_tokens = pick(4, 16, 32)
+        roots = rng.integers(0, 3, n)
+        trace["prefix_hashes"] = [tuple([int(root)] + rng.integers(0, 2, -(-int(p) // hash_tokens) - 1).tolist())
+                                  for root, p in zip(roots, prompt)]
+        trace.attrs["hash_block_tokens"] = hash_tokens
+    return system, kw, trace
+
+
+def outcome(seed: int) -> tuple[str, str]:
+    """Run configuration ``seed``: (its outcome, a line saying why where it is not ``ok``)."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.errors import ConfigError, InvariantError
+    from pagesim.sim.run import run_simulation
+
+    system, kw, trace = case(seed)
+    try:
+        cfg = SimConfig.for_system(system, **kw)
+        from pagesim.sim.run import initial_state
+        initial_state(cfg, trace)
+    except ConfigError as error:
+        return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
+    try:
+        result = run_simulation(cfg, trace)
+    except InvariantError as error:
+        return "invariant", str(error)
+    except Exception as error:  # noqa: BLE001 (every other one is a fault, named)
+        return "exception", f"{type(error).__name__}: {error}"
+    summary, requests = result.summary, result.requests
+    if summary["completed"] + summary["rejected"] != len(trace):
+        return "invariant", f"{len(trace) - summary['completed'] - summary['rejected']} requests lost"
+    rejected = requests[requests["status"] == "rejected"]
+    if (rejected["reject_reason"].str.len() == 0).any():
+        return "invariant", "a request rejected without a reason"
+    return "ok", ""
+
+
+def child(start: int, stop: int) -> None:
+    """Run ``start..stop``, one line per seed as it starts and as it ends (the parent watches)."""
+    for seed in range(start, stop):
+        print(f"start {seed}", flush=True)
+        kind, why = outcome(seed)
+        print(f"done {seed} {kind} {why[:300]!r}", flush=True)
+
+
+def hunt(start: int, count: int, jobs: int, hang_s: float) -> collections.Counter:
+    """Every seed of ``start..start + count`` in ``jobs`` children, a chunk each; a child that
+    dies (a crash) or is silent for ``hang_s`` on a seed (a hang) is that seed's fault, and a new
+    child goes on from the next seed."""
+    import selectors
+
+    bounds = np.linspace(start, start + count, jobs + 1).astype(int)
+    todo = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    counts: collections.Counter = collections.Counter()
+    faults = []
+    selector = selectors.DefaultSelector()
+
+    def launch(a, b):
+        process = subprocess.Popen([sys.executable, "-m", "tests.sim.feature_space", "--child", str(a), str(b)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        selector.register(process.stdout, selectors.EVENT_READ, [process, a, b, None, time.monotonic()])
+
+    for a, b in todo:
+        launch(a, b)
+    while selector.get_map():
+        for key, _ in selector.select(timeout=1.0):
+            data = key.data
+            line = key.fileobj.readline()
+            if line.startswith("start "):
+                data[3], data[4] = int(line.split()[1]), time.monotonic()
+            elif line.startswith("done "):
+                _, seed, kind, why = line.rstrip("\n").split(" ", 3)
+                counts[kind] += 1
+                data[3] = None
+                if kind in FAULTS:
+                    faults.append((int(seed), kind, why))
+            elif not line:  # the child ended
+                selector.unregister(key.fileobj)
+                process, seed = data[0], data[3]
+                process.wait()
+                if seed is not None:  # died inside a seed
+                    counts["crash"] += 1
+                    faults.append((seed, "crash", f"exit code {process.returncode}"))
+                    if seed + 1 < data[2]:
+                        launch(seed + 1, data[2])
+        for key in list(selector.get_map().values()):
+            data = key.data
+            if data[3] is not None and time.monotonic() - data[4] > hang_s:
+                data[0].kill()
+                counts["hang"] += 1
+                faults.append((data[3], "hang", f"no end within {hang_s:g} s"))
+                seed, data[3] = data[3], None
+                selector.unregister(key.fileobj)
+                data[0].wait()
+                if seed + 1 < data[2]:
+                    launch(seed + 1, data[2])
+    for seed, kind, why in sorted(faults):
+        print(f"seed {seed}: {kind}: {why}")
+    return counts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--count", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--hang-s", type=float, default=300.0, help="seconds a seed may run (compiles included)")
+    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(*args.child)
+        return 0
+    began = time.monotonic()
+    counts = hunt(args.start, args.count, args.jobs, args.hang_s)
+    faults = sum(counts[kind] for kind in FAULTS)
+    print(f"seeds {args.start}..{args.start + args.count - 1}: " + ", ".join(
+        f"{kind} {counts[kind]}" for kind in ("ok", "refused", *FAULTS))
+        + f"; {time.monotonic() - began:.0f} s; bounds checked: {os.environ.get('NUMBA_BOUNDSCHECK') == '1'}")
+    return 1 if faults else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
