@@ -1,0 +1,21 @@
+"""Today's engines' features under random configurations (``tests/sim/feature_space.py``): every
+seed of a fixed sample ends with each request finished or rejected with a reason, or is refused
+in one line, checked every iteration; in the suite the core is bounds-checked
+(``tests/checked_core.py``), so a write past a table fails here as an ``IndexError``. The whole
+hunt: ``python -m tests.sim.feature_space --count 5000``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.sim.feature_space import outcome
+
+SAMPLE = int(os.environ.get("PAGESIM_FEATURE_SEEDS", "80"))
+
+
+@pytest.mark.parametrize("seed", range(SAMPLE))
+def test_a_drawn_configuration_ends_or_is_refused_in_one_line(seed):
+    kind, why = outcome(seed)
+    assert kind in ("ok", "refused"), f"seed {seed}: {kind}: {why}"
