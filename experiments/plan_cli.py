@@ -30,6 +30,7 @@ from pagesim.sim.cli import HelpFormatter, Parser, example
 from pagesim.sim.config import SYSTEMS, SimConfig
 from pagesim.sim.cost.calibration import band_line, error_band
 from pagesim.sim.errors import ConfigError
+from pagesim.sim.limits import check_drafter
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
 from pagesim.sim.terminal import fill, table_lines
@@ -270,6 +271,8 @@ def setup_from_args(args: argparse.Namespace):
     sim, flags, from_file = _sim_settings(args)
     configs = [SimConfig.for_system(s, seed=args.seed, **sim) for s in args.systems]  # every setting checked early
     check_settings_apply(configs, flags, from_file, getattr(args, "config", None))
+    for cfg in configs:
+        check_drafter(cfg)
     opts = {k: getattr(args, k, None) for k in WORKLOAD_OPTS}
     opts["max_len_policy"] = sim.get("max_len_policy")  # probes build their workload with the config's policy
     if not opts.get("trace") and opts.get("duration") is None and opts.get("num_requests") is None:

@@ -17,7 +17,8 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import percentile_word
 from pagesim.sim.outdir import staged_folder
 from pagesim.sim.terminal import fill, key_value_lines
-from pagesim.traces.args import DEFAULT_DURATION_S, DEFAULT_RATE, add_workload_args, workload_from_args
+from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, add_workload_args,
+                                 workload_from_args)
 
 
 def register(sub) -> None:
@@ -64,7 +65,7 @@ def register(sub) -> None:
     d.add_argument("--kv-link", default=None, metavar="NAME",
                    help="what carries the KV to each decode replica: ib-ndr (default), ib-hdr, roce-400, "
                         "roce-200, roce-100, nvlink, pcie (sim/specs/links.py)")
-    d.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS",
+    d.add_argument("--kv-link-gbps", type=_positive_float, default=None, metavar="GBPS",
                    help="the link's rate per GPU in Gb/s instead of the preset's (a measured one)")
     d.add_argument("--first-token", default=None, choices=["decode", "prefill"],
                    help="whose token the client sees first: decode (default; vLLM's proxy) or "
@@ -87,7 +88,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: the core and the model presets (numba, about 0.6 s) that ``simulate --help`` need not load
     from pagesim.sim.cluster import DEFAULT_SLACK, check_cluster, run_cluster
-    from pagesim.sim.limits import check_synthetic_workload
+    from pagesim.sim.limits import check_replicas, check_synthetic_workload
     from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
     fixed = {"record_steps": False} if args.no_steps else {}
@@ -103,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if clustered:
         router = args.router or "round-robin"
         slack = DEFAULT_SLACK if args.router_slack is None else args.router_slack
-        check_cluster(replicas, router, slack, cfg)
+        groups = check_cluster(replicas, router, slack, cfg)
+        check_replicas([(c, *_model_and_capacity(c), count) for c, count in groups],
+                       "--replica-gpus" if args.replica_gpus is not None else "--replicas")
         if args.report:
             raise ConfigError("--report draws one engine; it is not available with --replicas or --router")
     model, _gpu, _budget = resolve_budget(cfg)
@@ -140,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_and_capacity(cfg) -> tuple:
+    """``cfg``'s model and KV pool tokens (its budget, checked)."""
+    from pagesim.sim.run import resolve_budget
+
+    model, _gpu, budget = resolve_budget(cfg)
+    return model, budget.capacity_tokens
+
+
 #: the flags of a disaggregated run alone
 DISAGG_FLAGS = ("prefill_replicas", "decode_replicas", "prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp",
                 "kv_link", "kv_link_gbps", "first_token")
@@ -165,6 +176,7 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
     """``simulate --prefill-replicas P --decode-replicas D``: the two pools' configurations
     (--gpu/--tp unless --prefill-*/--decode-* say otherwise), run and reported."""
     from pagesim.sim.disagg import check_disagg, run_disaggregated
+    from pagesim.sim.limits import check_replicas
 
     pools = []
     for side in ("prefill", "decode"):
@@ -180,6 +192,9 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
     first_token = args.first_token or "decode"
     check_disagg(prefill_cfg, decode_cfg, args.prefill_replicas, args.decode_replicas, router, link,
                  first_token)
+    check_replicas([(prefill_cfg, *_model_and_capacity(prefill_cfg), args.prefill_replicas),
+                    (decode_cfg, *_model_and_capacity(decode_cfg), args.decode_replicas)],
+                   "--prefill-replicas + --decode-replicas")
     trace, workload = workload_from_args(args, min(resolve_model(prefill_cfg), resolve_model(decode_cfg)),
                                          prefill_cfg.max_len_policy)
     result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,

@@ -10,6 +10,7 @@ from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEME
                                 SCHEDULE_POLICIES, SCHEDULERS, SCHEDULING_POLICIES, SPECULATIVE_METHODS, SYSTEMS,
                                 SimConfig, load_toml)
 from pagesim.sim.errors import ConfigError, warn
+from pagesim.sim.limits import check_drafter
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
 from pagesim.sim.specs import MODELS
 
@@ -136,6 +137,10 @@ def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
     flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
     from_file = set(settings) - flags
     settings.update({name: getattr(args, name) for name in flags})
+    if settings.get("spec_acceptance_rate") is not None and settings.get("spec_acceptance_rates") is not None:
+        where = lambda name: "--" + name.replace("_", "-") if name in flags else f"{name} of --config"  # noqa: E731
+        raise ConfigError(f"{where('spec_acceptance_rates')} replaces {where('spec_acceptance_rate')} (one rate per "
+                          "draft position instead of one for all): give one")
     return settings, flags, from_file
 
 
@@ -153,6 +158,7 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     names = {f.name for f in fields(SimConfig)}
     cfg = SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
     check_settings_apply([cfg], flags - set(fixed), from_file - set(fixed), getattr(args, "config", None))
+    check_drafter(cfg)
     return cfg
 
 

@@ -26,7 +26,7 @@ from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, fron
 from pagesim.sim.csv_writer import write_csv
 from pagesim.sim.executor import is_external, only_times
 from pagesim.sim.errors import ConfigError, warn
-from pagesim.sim.limits import check_pool
+from pagesim.sim.limits import check_pool, check_pool_holds_a_unit, check_speculative_tokens
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
                                  request_frame, speculative_summary, summarize)
 from pagesim.sim.metrics import host_tier_summary
@@ -117,18 +117,21 @@ def resolve_budget(cfg: SimConfig):
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs,
         states_in_pool=groups is not None and groups.state_groups > 0)
-    if groups is None and budget.capacity_tokens < model.max_seq_len:  # (groups: build.check_groups_hold_a_request)
-        raise ConfigError(
-            f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
-            f"request; use --max-seq-len {budget.capacity_tokens} or more KV memory "
-            f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
     if groups is not None:  # a slot of the pool is one token of one group's layers
         per_slot = groups.layers_per_group * model.kv_bytes_per_layer_token(cfg.tensor_parallel)
         budget = replace(budget, capacity_tokens=int(budget.kv_bytes // per_slot), kv_bytes_per_token=per_slot,
                          how=f"{budget.how}; vLLM v1 groups: {groups.words()}")
+    check_pool_holds_a_unit(cfg, model, budget, groups)
+    if groups is None and budget.capacity_tokens < model.max_seq_len:  # (groups: build.check_groups_hold_a_request)
+        raise ConfigError(
+            f"the KV pool holds {budget.capacity_tokens} tokens, less than one max_seq_len={model.max_seq_len} "
+            "request; use " + (f"--max-seq-len {budget.capacity_tokens} or " if budget.capacity_tokens >= 2 else "")
+            + "more KV memory "
+            f"(--kv-gib {model.max_seq_len * budget.kv_bytes_per_token / GiB:.2f})")
     cfg.check_batched_tokens(model.max_seq_len)
     cfg.check_token_pairs(model.max_seq_len, budget.capacity_tokens)
     check_pool(cfg, model, budget.capacity_tokens, budget.how)
+    check_speculative_tokens(cfg, model)
     return model, gpu, budget
 
 

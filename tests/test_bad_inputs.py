@@ -75,7 +75,41 @@ CASES = [
     # (a KV pool whose tables overflow this machine's memory: tests/sim/test_limits.py)
     (sim("--kv-gib", "1e9"), "--kv-gib 1e\\+09 does not fit on a100-40gb: .* at most 16.1 GiB of KV"),
     (sim("--kv-gib", "17"), "--kv-gib 17 does not fit on a100-40gb"),
+    # (replicas, each with its own pool's tables; a host tier's tables; counts past any request)
+    (sim("--replicas", "10000000"), "10,000,000 replicas \\(--replicas\\), each with its own KV pool's"),
+    (sim("--system", "vllm-v1", "--prefill-replicas", "10000000", "--decode-replicas", "1"),
+     "10,000,001 replicas \\(--prefill-replicas \\+ --decode-replicas\\)"),
+    (sim("--system", "vllm-v1", "--kv-offload-gib", "1e12"), "--kv-offload-gib 1e\\+12 \\(8.19e\\+13 blocks of 16\\)"),
+    (sim("--system", "vllm-v1", "--num-speculative-tokens", "100000"),
+     "num_speculative_tokens=100000 must be below max_seq_len=2048"),
+    (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "inf"),
+     "--kv-link-gbps: must be > 0, got inf"),
+    # (speculative decoding an engine would refuse, or that says two things at once)
+    (sim("--system", "vllm-v1", "--num-speculative-tokens", "2", "--spec-acceptance-rate", "0.5",
+         "--spec-acceptance-rates", "0.9,0.1"), "--spec-acceptance-rates replaces --spec-acceptance-rate"),
+    (sim("--system", "vllm-v1", "--model", "llama-2-7b", "--num-speculative-tokens", "2", "--speculative-method",
+         "mtp"), "--speculative-method mtp: llama-2-7b ships no multi-token-prediction module"),
+    (sim("--system", "vllm-v1", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--num-speculative-tokens", "2",
+         "--speculative-method", "draft-model", "--draft-model", "llama-2-7b"),
+     "--draft-model llama-2-7b: its vocabulary \\(32,000 tokens\\) is not llama-3.1-8b's \\(128,256\\)"),
+    (sim("--system", "vllm-v1", "--model", "llama-2-13b", "--gpu", "a100-80gb", "--num-speculative-tokens", "2",
+         "--speculative-method", "draft-model", "--draft-model", "llama-2-70b"),
+     "--draft-model llama-2-70b \\(128.0 GiB of weights\\) is larger than llama-2-13b"),
+    (plan("--system", "vllm-v1", "--model", "llama-2-7b", "--num-speculative-tokens", "2", "--speculative-method",
+          "mtp"), "--speculative-method mtp: llama-2-7b ships no multi-token-prediction module"),
+    # --- a pool below one block: what is wrong, not a max_seq_len of 0
+    (sim("--kv-gib", "0.001"), "the KV pool holds 1 tokens, less than one block of 16: no request fits; use more "
+                               "KV memory \\(--kv-gib 0.0122 or more\\) or a smaller --block-size"),
+    (sim("--kv-gib", "0.0077", "--max-seq-len", "8", "--max-len-policy", "truncate"),
+     "the KV pool holds 10 tokens, less than one block of 16"),
+    # --- model configs an engine would refuse
+    (sim("--system", "vllm-v1", "--model", "{mamba_only}", "--gpu", "h100"),
+     "no full-attention layer beside its Mamba or linear-attention layers"),
+    (sim("--model", "{no_hidden_size}"), "no_hidden_size.json: field 'hidden_size' missing \\(transformers would "
+                                         "take its class default, 4096"),
     # --- workload flags
+    (sim("--priority-weights", "1e308,1e308"), "--priority-weights: weights must be >= 0, not all 0, and sum to a "
+                                               "finite number"),
     *[(sim("--rate", v), "--rate") for v in ("nan", "0", "-2", "inf", "abc")],
     *[(sim("--duration", v), "--duration") for v in ("0", "-1", "nan")],
     *[(sim("--num-requests", v), "--num-requests") for v in ("0", "-1", "1.5")],
@@ -223,6 +257,14 @@ def files(tmp_path_factory):
         "empty": ("empty.csv", ""),
         "negative_tokens": ("negative.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n1,1,-5,10\n"),
         "text_tokens": ("text_tokens.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,ten,10\n"),
+        "mamba_only": ("mamba_only.json", json.dumps({  # Nemotron-H's shapes, its attention layers made Mamba's
+            "model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M-M-", "num_hidden_layers": 8,
+            "hidden_size": 4480, "intermediate_size": 15680, "num_attention_heads": 40, "num_key_value_heads": 8,
+            "head_dim": 128, "vocab_size": 131072, "max_position_embeddings": 4096, "mamba_num_heads": 128,
+            "mamba_head_dim": 80, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4})),
+        "no_hidden_size": ("no_hidden_size.json", json.dumps({
+            "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
+            "vocab_size": 32000, "max_position_embeddings": 4096})),
     }
     paths = {}
     for key, (name, text) in toml.items():
@@ -279,6 +321,18 @@ def test_bad_input_through_the_installed_script(argv, needle, files):
     p = subprocess.run(script + fill(argv, files), capture_output=True, text=True, timeout=100)
     assert p.stdout == ""
     assert_one_line(p.returncode, p.stderr, needle)
+
+
+@pytest.mark.parametrize("out, needle", [
+    ("{dir}", "--out .*adir: is a folder; give the file to write"),
+    ("{empty}/a.toml", "--out .*empty.csv/a.toml: .*empty.csv is not a folder"),
+])
+def test_cost_fit_refuses_its_out_before_the_fit(out, needle, files, capsys, monkeypatch):
+    """The fit takes minutes: an --out that cannot be written is refused before it reads anything."""
+    import pagesim.sim.cost.cli as cost_cli
+    monkeypatch.setattr(cost_cli, "read_measured", lambda *a, **k: pytest.fail("read before --out was checked"))
+    rc = main(fill(["cost", "fit", "--measured", "{dir}", "--gpu", "a100-80gb", "--out", out], files))
+    assert_one_line(rc, capsys.readouterr().err, needle)
 
 
 def test_toml_key_suggestion_is_difflib_closest():

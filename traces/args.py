@@ -84,8 +84,8 @@ def _weights(s: str) -> tuple[float, ...]:
         weights = tuple(float(w) for w in s.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected weights W0,W1,... (numbers), got {s!r}") from None
-    if not all(math.isfinite(w) and w >= 0 for w in weights) or not sum(weights) > 0:
-        raise argparse.ArgumentTypeError(f"weights must be finite, >= 0 and not all 0, got {s}")
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not 0 < sum(weights) < math.inf:
+        raise argparse.ArgumentTypeError(f"weights must be >= 0, not all 0, and sum to a finite number, got {s}")
     return weights
 
 

@@ -100,11 +100,14 @@ def draw_priorities(df: pd.DataFrame, weights, seed: int = 0) -> pd.DataFrame:
     """Every request's ``priority``: level k with probability ``weights[k] / sum(weights)``, drawn
     with ``seed`` (its own stream: the draws do not move the trace's other seeded choices)."""
     w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 1 or not len(w) or not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
-        raise ConfigError(f"priority weights must be finite, >= 0 and not all 0, got {list(weights)}")
+    with np.errstate(over="ignore"):
+        total = w.sum() if w.ndim == 1 else np.nan
+    if w.ndim != 1 or not len(w) or not ((w >= 0).all() and 0 < total < np.inf):
+        raise ConfigError(f"priority weights must be >= 0, not all 0, and sum to a finite number, "
+                          f"got {[float(x) for x in np.ravel(w)]}")
     out = df.copy()
     rng = np.random.default_rng([seed, 0x9A1])  # a stream apart from the trace's
-    out["priority"] = rng.choice(len(w), size=len(df), p=w / w.sum()).astype(np.int64)
+    out["priority"] = rng.choice(len(w), size=len(df), p=w / total).astype(np.int64)
     return _with_attrs(out, df)
 
 

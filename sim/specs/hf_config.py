@@ -122,6 +122,10 @@ QUANT_METHODS = ("fp8", "fbgemm_fp8", "awq", "gptq", "compressed-tensors")
 NEGLIGIBLE_UNQUANTIZED = re.compile(r"lm_head|embed|vision|visual|multi_modal_projector|mm_projector|(^|\.)gate\$?$")
 
 _REQUIRED = object()
+#: the keys that size a model (and their other names): never taken from a family's defaults in a
+#: top-level config
+SIZE_KEYS = (("hidden_size", "n_embd"), ("num_attention_heads", "n_head"), ("num_hidden_layers", "n_layer"),
+             ("intermediate_size",), ("vocab_size",))
 
 
 class _Fields:
@@ -202,7 +206,12 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     if mt not in FAMILIES:
         raise text.fail("model_type", f"'{model_type}' is not modelled (modelled: {', '.join(FAMILIES)})")
     family = FAMILIES[mt]
-    text.defaults = family.defaults
+    if text is top:  # a checkpoint's own config.json names its size; a class default is not its size
+        for keys in SIZE_KEYS:
+            if all(cfg.get(k) is None for k in keys) and keys[0] in family.defaults:
+                raise top.fail(keys[0], f"missing (transformers would take its class default, "
+                                        f"{family.defaults[keys[0]]}, which no checkpoint's config relies on)")
+    text.defaults = family.defaults  # a multimodal text_config omits what equals the defaults
 
     hidden = text.int("hidden_size", "n_embd")
     heads = text.int("num_attention_heads", "n_head")
@@ -235,7 +244,20 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         delta_net=_delta_net(text) if GATED_DELTA_NET in kinds else None,
         mixers_have_mlp=mt != "nemotron_h",
         attention_output_gate=mt == "qwen3_next" and text.flag("attn_output_gate", True),
-        quantization=_quantization(top, text), vision_params=_vision_params(top))
+        quantization=_quantization(top, text), vision_params=_vision_params(top), mtp_layers=_mtp_layers(text, mt))
+
+
+#: the model types vLLM 0.33.0 drafts MTP for, and whether it needs num_nextn_predict_layers > 0
+#: (config/speculative.py:750-754 deepseek_v3, :895-901 nemotron_h; qwen3_next always, :908-909)
+MTP_TYPES = {"deepseek_v3": True, "nemotron_h": True, "qwen3_next": False}
+
+
+def _mtp_layers(f: _Fields, mt: str) -> int:
+    """The MTP modules a checkpoint ships (``num_nextn_predict_layers``) where vLLM drafts with them."""
+    if mt not in MTP_TYPES:
+        return 0
+    n = f.int("num_nextn_predict_layers", default=0, minimum=0)
+    return n if MTP_TYPES[mt] else max(n, 1)
 
 
 def _latent_attention(f: _Fields) -> LatentAttention:

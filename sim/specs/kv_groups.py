@@ -110,6 +110,9 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, tensor_parallel: int
         if sliding:
             raise ConfigError(f"{model.name}: sliding-window groups beside Mamba or linear-attention layers are not "
                               "modelled with vllm-v1; use --system vllm (full-attention sizing)")
+        if not full:  # the groups' sizes and the block size are the attention layers'
+            raise ConfigError(f"{model.name}: no full-attention layer beside its Mamba or linear-attention layers; "
+                              "a state-only model is not modelled with vllm-v1")
         # one bucket per kind of state (its own MambaSpec); the page fits the largest state
         buckets = [full] + [recurrent.count(k) for k in sorted(set(recurrent))]
         state = max(model.state_bytes_per_layer(k, tensor_parallel) for k in recurrent)

@@ -268,6 +268,7 @@ class ModelSpec:
     quantization: Quantization | None = None
     vision_params: int = 0  # a multimodal model's vision encoder (memory only)
     kv_cache_dtype: str = "auto"  # one of KV_CACHE_DTYPES (vLLM's --kv-cache-dtype)
+    mtp_layers: int = 0  # multi-token-prediction modules the checkpoint ships (num_nextn_predict_layers)
 
     @property
     def kv_cache_dtype_bytes(self) -> int:

@@ -63,7 +63,7 @@ MODELS: dict[str, ModelSpec] = {
                   latent_attention=LatentAttention(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
                                                    v_head_dim=128, q_lora_rank=1536),
                   moe=MixtureOfExperts(256, 8, 2048, tuple(range(3, 61)), shared_intermediate_size=2048),
-                  quantization=Quantization("fp8", 8, fp8_compute=True)),
+                  quantization=Quantization("fp8", 8, fp8_compute=True), mtp_layers=1),
         ModelSpec("gemma-2-27b", 46, 4608, 32, 16, 128, 36864, 256000, 8192,
                   layer_kinds=interleaved_sliding(46, 2), sliding_window=4096),
         ModelSpec("jamba-1.5-mini", 32, 4096, 32, 8, 128, 14336, 65536, 262144, tie_word_embeddings=False,
@@ -80,7 +80,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("qwen3-next-80b-a3b", 48, 2048, 16, 2, 256, 5120, 151936, 262144, tie_word_embeddings=False,
                   layer_kinds=tuple(FULL_ATTENTION if (i + 1) % 4 == 0 else GATED_DELTA_NET for i in range(48)),
                   delta_net=GatedDeltaNet(16, 32, 128, 128, 4), attention_output_gate=True,
-                  moe=MixtureOfExperts(512, 10, 512, tuple(range(48)), shared_intermediate_size=512)),
+                  moe=MixtureOfExperts(512, 10, 512, tuple(range(48)), shared_intermediate_size=512), mtp_layers=1),
     ]
 }
 
