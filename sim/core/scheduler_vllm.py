@@ -6,7 +6,8 @@ One iteration (:func:`schedule`):
 1. prefill-first (the default): while nobody is swapped out, admit waiting requests (only when
    waiting / running reaches ``waiting_served_ratio``, where it is set, or nothing runs) FCFS
    while ``max_num_batched_tokens``, ``max_num_seqs`` and memory allow, and run only their
-   prompts; with no prompt to run, decode: one token for every running request, preempting
+   prompts; with no prompt to run, decode: the running list sorted by arrival (:func:`arrival_order`),
+   one token for every running request, preempting
    the policy's victim (FCFS: the latest arrival, ``policy_fcfs.py``) while a request at its
    turn lacks a free block per sequence (:func:`decode`); then, if nobody was preempted,
    swapped requests come back by arrival and decode too (:func:`resume_swapped`);
@@ -173,10 +174,8 @@ def resume_swapped_for(family):
             c[STEP_SWAP_IN] += moved
             if kv_cache.swaps_recorded(s.config):
                 kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
-            # at the running list's end: prefill-first keeps it in arrival order so, as vLLM sorts
-            # it every step (scheduler.py:409): the victims go latest arrival first and nobody is
-            # admitted while a request is out, so nobody who arrived after it runs (chunked
-            # prefill sorts the list after its pass: arrival_order)
+            # at the running list's end, as vLLM 0.4.2 extends it (scheduler.py:779); both modes
+            # sort it by arrival before the next decode pass (arrival_order)
             start_running(s, i)
             if todo > 0:
                 s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
@@ -330,6 +329,10 @@ def schedule_pass(s, family):
             admit_waiting(s, s.config[MAX_BATCHED_TOKENS], family)
         if c[STEP_PREFILL_SEQS]:
             return 0
+        # the running list sorted by arrival (stable) before its pass, as vLLM 0.4.2 sorts it
+        # (scheduler.py:409): a recomputed request admitted after a later arrival came back from
+        # swap is behind it until then, and the victim is the latest arrival (:430)
+        arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
         context_sum = decode(s, family)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
             context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], family)[0]

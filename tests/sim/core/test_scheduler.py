@@ -58,3 +58,24 @@ def test_without_a_ratio_a_waiting_request_is_admitted_at_once():
     lifecycle.add_arrival(s, 2)
     schedule(s)
     assert c[state.STEP_PREFILL_SEQS] == 1 and c[state.NUM_RUNNING] == 3
+
+
+def test_the_decode_pass_sorts_the_running_list_by_arrival_before_it_picks_a_victim():
+    """A (arrives at 0) and B (at 1), prompts of 4, blocks of 4, a pool of 2 blocks: both prefill
+    into a block each. The running list then [B, A], as it is after B came back from swap and
+    A, recomputed, was admitted again behind it. Decoding, each crosses into a second block, none
+    is free: vLLM 0.4.2 sorts the running list by arrival (scheduler.py:409) and preempts its last
+    (:430), B; A decodes into B's block."""
+    trace = pd.DataFrame({"request_id": ["A", "B"], "arrival_s": [0.0, 1.0], "prompt_tokens": [4, 4],
+                          "output_tokens": [3, 3]})
+    s = initial_state(cfg_for(slots=8, block_size=4, max_seq_len=8, watermark=0.0), trace)
+    c = s.count
+    lifecycle.add_arrival(s, 0)
+    lifecycle.add_arrival(s, 1)
+    schedule(s)
+    complete_step(s, 1.0)
+    assert s.running[:2].tolist() == [0, 1]
+    s.running[:2] = [1, 0]
+    schedule(s)
+    assert s.status[1] == state.WAITING and s.num_preemptions[1] == 1
+    assert c[state.NUM_RUNNING] == 1 and s.running[0] == 0 and s.num_computed_tokens[0] == 5
