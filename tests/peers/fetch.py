@@ -14,6 +14,11 @@ export of it, into ``nano-vllm-<short commit>/``. DistServe's simulator
 ``--distserve DIR`` offline, into ``distserve-<short commit>/``.
 SGLang 0.5.23 (``sglang_radix.py``: its radix cache) the same way: ``sglang-<version>/sglang/...``;
 ``--wheel`` takes its wheel too.
+
+The wheels come first, and a wheel that cannot be downloaded raises; a GitHub archive that cannot
+be (a machine that reaches only package registries) is said in one line, the others fetched, and
+the exit status is 1 (``.ci/run`` then requires the wheels' engines alone). ``--registry-only``:
+the wheels alone.
 """
 
 from __future__ import annotations
