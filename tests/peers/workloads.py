@@ -594,6 +594,16 @@ V0_WORKLOADS = {
 }
 
 
+def random_mixed_v0(seed: int) -> Workload:
+    """Parallel sampling, n = 1-4, under vLLM 0.4.2's own preemption choice (a group of several
+    sequences swapped, one sequence recomputed), drawn from ``seed``: a recomputed request comes
+    back after later groups were swapped back in (the running list's order, scheduler.py:409)."""
+    rng = random.Random(1000 + seed)
+    return Workload(f"mixed-random-{seed}", parallel_rows(100 + seed, rng.randint(15, 35), (1, 4),
+                                                          spread_s=rng.choice([0, 20, 60])),
+                    num_blocks=rng.randint(30, 70), description=f"n = 1-4, vLLM's preemption choice, seed {seed}")
+
+
 def edge_rows(block_size: int) -> list:
     """Prompts one token short of, at and one past 1-3 block edges, each with outputs that stop
     just before, at and just after the next edges: the tokens at which a sequence takes a block."""
