@@ -3,7 +3,8 @@ mode, where a warning, a link to a missing page or a missing anchor fails the bu
 stays one screen that links into the site; every ``pagesim`` command shown in a code block is
 one the command line accepts (its subcommand, flags and their values parse: the check that
 keeps an example from going stale when an option is renamed; ``python3 docs/examples.py`` runs
-them all, which takes minutes); the Python API page's example runs."""
+them all, which takes minutes); the Python API page's example runs. The numbers the pages quote
+are rerun and compared by ``tests/test_doc_numbers.py``."""
 
 from __future__ import annotations
 
