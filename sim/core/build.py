@@ -412,6 +412,10 @@ def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost:
         config[state.SPEC_TOKENS] = k
         config[state.SPEC_LOOKAHEAD] = k if cfg.speculative_method != "ngram" else 0
         config[state.SPEC_DRAFT_SLOTS] = 1 if cfg.speculative_method == "draft-model" else 0
+        # EAGLE's and MTP's drafter reads the token after a block: its hash covers it (config/vllm.py:
+        # 660-692; 0 with a KV connector, which --kv-offload-gib and disaggregation are, both refused here)
+        eagle = cfg.speculative_method in ("eagle", "mtp")
+        config[state.SPEC_HASH_LOOKAHEAD] = int(eagle and bool(cfg.prefix_caching))
         clock[state.SPEC_DRAFT_COST] = draft_cost
     rates = acceptance_rates(cfg)
     return dict(speculative=np.zeros((max(n, 1) if k else 1, state.SPEC_COLUMNS), np.int64),

@@ -44,6 +44,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOU
 from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS,
                                     WINDOW_JUNCTION)
 from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, STATE_CACHED_STEP
+from pagesim.sim.core.state import SPEC_HASH_LOOKAHEAD
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -287,23 +288,43 @@ def own_chain(i):
 
 @njit(inline=True)
 def key_chain(s, i, k):
-    """The chain hash in block ``k``'s key: the trace's chain of the hash block holding its last
-    token where its prefix hashes name every token of it, else the request's own. A hash names
-    prompt tokens only: past the prompt (a last hash block the prompt ends inside) the tokens are
-    the request's generated ones, which no other request's prompt shares (vLLM hashes a block's
-    token ids, kv_cache_utils.py ``hash_block_tokens``; the radix cache's ``named_tokens``)."""
-    end = (k + 1) * s.config[BLOCK_SIZE]
+    """The chain hash in block ``k``'s key: the trace's chain of the hash block holding the last
+    token the key covers where its prefix hashes name every token of it, else the request's own.
+    A hash names prompt tokens only: past the prompt (a last hash block the prompt ends inside)
+    the tokens are the request's generated ones, which no other request's prompt shares (vLLM
+    hashes a block's token ids, kv_cache_utils.py ``hash_block_tokens``; the radix cache's
+    ``named_tokens``). The key covers the block's tokens and, under EAGLE or MTP with prefix
+    caching, the ``SPEC_HASH_LOOKAHEAD`` tokens after it (:func:`hash_lookahead`), so two prompts
+    that part right after a block do not share it."""
+    end = (k + 1) * s.config[BLOCK_SIZE] + hash_lookahead(s)
     num_hashes = s.chain_start[i + 1] - s.chain_start[i]
     if end <= min(s.prompt_tokens[i], num_hashes * s.config[HASH_BLOCK_TOKENS]):
         return s.chains[s.chain_start[i] + (end - 1) // s.config[HASH_BLOCK_TOKENS]]
     return own_chain(i)
 
 
+# EAGLE's and MTP's block hashes (vLLM 0.33.0): their drafter's KV at a block's last position is
+# built from the token after it, so with prefix caching on and no KV connector each block's hash
+# covers the next L = num_prefill_lookahead_tokens tokens too (``num_hash_lookahead_tokens``,
+# config/vllm.py:677-692; L = 1, K for multi-module MTP, not modelled: :660-675), and that hash
+# replaces EAGLE's dropping the hit's last block (scheduler.py:342-345: ``use_eagle_block_drop``
+# off, so ``find_longest_cache_hit`` drops nothing, single_type_kv_cache_manager.py:829-831).
+# The request's hasher emits a block's hash only once its tokens reach the block's end + L
+# (``request_block_hasher``, kv_cache_utils.py:973-979, 996-1000): a lookup walks the hashes it
+# has (:func:`hit_limit`), and ``cache_blocks`` caches no block past them
+# (single_type_kv_cache_manager.py:501-503; :func:`register_full_blocks`).
+@njit(inline=True)
+def hash_lookahead(s):
+    """L: the tokens after a block its key covers (0 but under EAGLE or MTP with prefix caching)."""
+    return s.config[SPEC_HASH_LOOKAHEAD]
+
+
 @njit(inline=True)
 def hit_limit(s, i, prompt_len):
     """At most this many leading blocks can be hits: short of the last prompt token (always
-    computed, as vLLM's)."""
-    return max(prompt_len - 1, 0) // s.config[BLOCK_SIZE]
+    computed, as vLLM's), and within the blocks hashed once ``prompt_len`` tokens exist (those
+    ending ``L`` tokens before it: :func:`hash_lookahead`)."""
+    return max(prompt_len - max(1, hash_lookahead(s)), 0) // s.config[BLOCK_SIZE]
 
 
 @njit
@@ -347,9 +368,42 @@ def register_computed_blocks(s, i, slot, old_len, new_len):
 @njit
 def register_full_blocks(s, i, slot, old_len, new_len):
     """:func:`register_computed_blocks` over one table (no KV cache groups)."""
+    if hash_lookahead(s):
+        register_hashed_blocks(s, i, slot, new_len, s.prompt_tokens[i] + s.num_generated[i])
+        return
     bs = s.config[BLOCK_SIZE]
     for k in range(block_of(s, old_len), block_of(s, new_len)):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
+
+
+@njit
+def register_hashed_blocks(s, i, slot, computed, known):
+    """Under a hash lookahead L: request ``i``'s blocks (in ``slot``) that its ``computed`` tokens
+    fill and that are hashed once ``known`` tokens exist (its prompt and those it has sampled: a
+    block ends ``L`` tokens before them, :func:`hash_lookahead`) are cached, from the first after
+    its last cached one (its cached blocks are a leading run: hits, then each block in order), as
+    vLLM's ``cache_blocks`` caches the full blocks within the hashes from ``num_cached_block``
+    (single_type_kv_cache_manager.py:501-503): a block is cached at the first call past its
+    hash, a prompt's block that ends where the prompt does once its first token is sampled."""
+    bs = s.config[BLOCK_SIZE]
+    last = block_of(s, max(min(computed, known - hash_lookahead(s)), 0))
+    first = last
+    while first > 0 and not s.block_info[s.block_table[slot, first - 1], KEY_END]:
+        first -= 1
+    for k in range(first, last):
+        register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
+
+
+@njit(inline=True)
+def sampled(s, i, emitted):
+    """After a step, request ``i`` (running, one sequence) sampled ``emitted`` tokens, not counted
+    yet. With drafts vLLM caches each such request's computed blocks at once, within the hashes
+    its new tokens complete (``update_from_output``, scheduler.py:2401-2415, when
+    ``num_spec_tokens > 0``): under a hash lookahead, the blocks those tokens let be hashed are
+    cached before the next pass, which may preempt the request before its own caching."""
+    if hash_lookahead(s):
+        register_hashed_blocks(s, i, s.seq_slot[i, 0], s.num_computed_tokens[i],
+                               s.prompt_tokens[i] + s.num_generated[i] + emitted)
 
 
 # -- over vLLM v1's KV cache groups (a sliding-window model: kv_cache.py's groups) -------------

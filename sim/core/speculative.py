@@ -45,18 +45,25 @@ slots; the placeholders are all rejected (the target never samples -1) and count
 metrics count them, drafted and none accepted (``scheduler.py:2346-2370``,
 :func:`placeholders_rejected`).
 
+**Block hashes** (EAGLE and MTP, prefix caching on): a block's prefix-cache key covers the token
+after it, so a hit stops a block before where two prompts part on a block boundary, and a block is
+cached once that token exists: a prompt's last block that ends where the prompt does at its first
+sampled token, a decode's block once the token after it is sampled (``prefix_cache.hash_lookahead``).
+With drafts, each request that sampled caches its blocks right after the step
+(``prefix_cache.sampled``, from :func:`accept` and :func:`placeholders_rejected`).
+
 Not modelled: async scheduling's placeholders for drafts not yet known (``num_output_placeholders``;
 here a step's drafts are counted once the previous step's acceptance is known, while async
 scheduling still delays admissions as ``scheduler_v1.py`` says); n-gram's proposer finding no
 match (it always proposes K here: fold a miss into the acceptance rate); the padded drafts'
 own attention reads in the step's price; dynamic K by batch size;
-EAGLE's and MTP's block hashes covering the token after each block (``config/vllm.py:677-693``)
-and multi-module MTP's chunk boundary rule (``scheduler.py:678-697``).
+and multi-module MTP's chunk boundary rule (``scheduler.py:678-697``) and its hashes covering K
+tokens after each block (here 1, as EAGLE's and single-module MTP's).
 """
 
 from __future__ import annotations
 
-from pagesim.sim.core import kv_cache
+from pagesim.sim.core import kv_cache, prefix_cache
 from pagesim.sim.core.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOTS, SPEC_DRAFT_SLOTS,
                                     SPEC_DRAFTED, SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS,
@@ -170,6 +177,7 @@ def accept(s, i):
     them: scheduler.py:2752-2764). Returns the tokens it emits beyond the one every decode emits."""
     drafts = s.speculative[i, SPEC_DRAFTS]
     if drafts == 0:
+        prefix_cache.sampled(s, i, 1)
         return 0
     accepted = 0
     while accepted < drafts and s.rng.random() < s.spec_acceptance[accepted]:
@@ -184,14 +192,17 @@ def accept(s, i):
         leave(s, i)
         kv_cache.compute_tokens(s, i, kept, V1)
         enter(s, i)
+    prefix_cache.sampled(s, i, kept + 1)
     return kept
 
 
 @njit(inline=True)
 def placeholders_rejected(s, i):
-    """After the step: a padded admission's placeholder drafts (:func:`pads`) are all rejected,
-    counted as drafted, none accepted (scheduler.py:2346-2370); its computed tokens are its one
-    real token's already."""
+    """After the step that completed request ``i``'s prompt: a padded admission's placeholder
+    drafts (:func:`pads`) are all rejected, counted as drafted, none accepted
+    (scheduler.py:2346-2370); its computed tokens are its one real token's already. Its sampled
+    token may complete a block's hash (``prefix_cache.sampled``), as a decode's may (:func:`accept`)."""
+    prefix_cache.sampled(s, i, 1)
     drafts = s.speculative[i, SPEC_DRAFTS]
     if drafts:
         s.count[SPEC_DRAFTED] += drafts

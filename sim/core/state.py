@@ -156,6 +156,8 @@ table("config", """
         (vLLM's num_lookahead_tokens)
     SPEC_DRAFT_SLOTS    the input slots each scheduled request takes from the budget beyond its
         tokens (vLLM's max_num_new_slots_for_drafting)
+    SPEC_HASH_LOOKAHEAD  the tokens after each block that its prefix-cache key covers (vLLM's
+        num_hash_lookahead_tokens: 1 for EAGLE and MTP with prefix caching; prefix_cache.key_chain)
     FULL_GROUPS         vLLM v1's full-attention KV cache groups beside SLIDING_GROUPS
         (sim/specs/kv_groups.py; both 0: one group, the plain pool). Each group has its own
         block table: columns [g * M, (g + 1) * M) of Core.block_table, M its width / groups,

@@ -10,7 +10,8 @@ cache groups (``GROUP_WORKLOADS``: each running request's blocks in each group c
 ``--mamba-random=N``: the same over Mamba hybrids; ``--groups-spec-random=N``: over
 ``workloads.random_grouped_speculative``, speculative decoding over the groups;
 ``--mamba-spec-random=N``: the same over Mamba hybrids);
-``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``: each
+``--spec``: the same with speculative decoding (``SPECULATIVE_WORKLOADS``; ``--spec-random=N``,
+``--spec-prefix-random=N``: drawn, ``workloads.random_speculative``, ``random_speculative_prefix``: each
 step's drafts, blocks held and drafts kept compared too, pagesim's acceptance draws replayed into
 vLLM, ``vllm_v1.run``); ``--v0``: vLLM 0.4.2's against ``--system vllm`` (``V0_WORKLOADS``); ``--nano``:
 nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NANO_WORKLOADS``).
@@ -18,7 +19,9 @@ nano-vllm's against ``--system vllm`` with ``nano_vllm.PAGESIM_SETTINGS`` (``NAN
 host blocks and admissions' hits compared too; ``--offload-random=N``: over ``workloads.random_offload``
 drawn from seeds 0..N-1; ``--offload-spec``: the tier with speculative decoding
 (``OFFLOAD_SPECULATIVE_WORKLOADS``), ``--offload-spec-random=N`` over
-``workloads.random_offload_speculative``; ``--deferred-stores``: vLLM's worker submits a step's
+``workloads.random_offload_speculative``; ``--offload-aligned-random=N``,
+``--offload-spec-aligned-random=N``: the same with prompts ending on a block boundary, tighter
+pools; ``--deferred-stores``: vLLM's worker submits a step's
 stores at the next step's start, which pagesim does not model).
 ``--sglang``: SGLang 0.5.23's radix cache against ``--system sglang``'s, call by call
 (sglang_radix.py): per workload the radix calls pagesim made, the share identical (result and
@@ -65,11 +68,16 @@ from tests.peers.workloads import (GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMB
                                   OFFLOAD_SPECULATIVE_WORKLOADS, OFFLOAD_WORKLOADS,
                                   SPECULATIVE_WORKLOADS, V0_WORKLOADS, WORKLOADS, random_grouped,
                                   random_grouped_prefix, random_grouped_speculative, random_offload,
-                                  random_offload_speculative, random_speculative)
+                                  random_offload_speculative, random_speculative, random_speculative_prefix)
 
 #: the options drawing group workloads from seeds 0..N-1 (``--option=N``)
 DRAWN_GROUPS = ("--groups-random=", "--mamba-random=", "--groups-spec-random=", "--mamba-spec-random=",
                 "--groups-prefix-random=")
+#: the same for speculative decoding (``--spec-prefix-random``: EAGLE and MTP over shared prefixes)
+DRAWN_SPECULATIVE = ("--spec-random=", "--spec-prefix-random=")
+#: the same for the CPU offload tier (``-aligned``: half the prompts end on a block boundary)
+DRAWN_OFFLOAD = ("--offload-random=", "--offload-spec-random=", "--offload-aligned-random=",
+                 "--offload-spec-aligned-random=")
 
 
 def identical_steps(ours, theirs) -> int:
@@ -330,9 +338,11 @@ def main(argv=None) -> int:
     if "--nano" in args:
         label, workloads, peer = "nano-vllm", NANO_WORKLOADS, nano_vllm.run
         system, overrides = "vllm", nano_vllm.PAGESIM_SETTINGS
-    elif "--spec" in args or any(a.startswith("--spec-random=") for a in args):
-        drawn = [int(a.split("=", 1)[1]) for a in args if a.startswith("--spec-random=")]
-        workloads = {w.name: w for w in map(random_speculative, range(drawn[0]))} if drawn else SPECULATIVE_WORKLOADS
+    elif "--spec" in args or any(a.startswith(DRAWN_SPECULATIVE) for a in args):
+        drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_SPECULATIVE)}
+        make = {"--spec-random": random_speculative, "--spec-prefix-random": random_speculative_prefix}
+        workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
+                     else SPECULATIVE_WORKLOADS)
         label, system, overrides = "vLLM", "vllm-v1", {}
         pad = "--no-padding" not in args
         peer = vllm_v1.run if pad else (lambda workload, **kw: vllm_v1.run(workload, pad_resumed=False, **kw))
@@ -345,10 +355,11 @@ def main(argv=None) -> int:
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else GROUP_WORKLOADS)
         label, peer, system, overrides = "vLLM", vllm_v1.run, "vllm-v1", {}
-    elif any(a.startswith(("--offload", "--offload-random=", "--offload-spec-random=")) for a in args):
-        drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args
-                 if a.startswith(("--offload-random=", "--offload-spec-random="))}
-        make = {"--offload-random": random_offload, "--offload-spec-random": random_offload_speculative}
+    elif any(a.startswith("--offload") for a in args):
+        drawn = {a.split("=", 1)[0]: int(a.split("=", 1)[1]) for a in args if a.startswith(DRAWN_OFFLOAD)}
+        make = {"--offload-random": random_offload, "--offload-spec-random": random_offload_speculative,
+                "--offload-aligned-random": lambda k: random_offload(k, aligned=True),
+                "--offload-spec-aligned-random": lambda k: random_offload_speculative(k, aligned=True)}
         workloads = ({w.name: w for option, n in drawn.items() for w in map(make[option], range(n))} if drawn
                      else OFFLOAD_SPECULATIVE_WORKLOADS if "--offload-spec" in args else OFFLOAD_WORKLOADS)
         label, system, overrides = "vLLM", "vllm-v1", {}
@@ -387,8 +398,7 @@ def main(argv=None) -> int:
             cause = f" (likely: {offload_cause(ours, theirs, k)})" if workload.host_blocks else ""
             details.append(f"{name}{cause}: {describe(k, ours, theirs, peer=label)}")
             causes[offload_cause(ours, theirs, k) if workload.host_blocks else "-"] += 1
-    if any(a.startswith(("--spec-random=", "--offload-random=", "--offload-spec-random=", *DRAWN_GROUPS))
-           for a in args):
+    if any(a.startswith((*DRAWN_SPECULATIVE, *DRAWN_OFFLOAD, *DRAWN_GROUPS)) for a in args):
         print(f"{same} of {len(names)} identical on every step")
         if any(w.host_blocks for w in workloads.values()) and causes:
             print("the others' likely causes: " + ", ".join(f"{c} {n}" for c, n in causes.most_common()))

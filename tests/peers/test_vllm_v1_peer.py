@@ -34,7 +34,8 @@ from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps, first_divergence, peer_steps  # noqa: E402
 from tests.peers.workloads import (FULL, GROUP_PREFIX_WORKLOADS, GROUP_WORKLOADS, MAMBA,  # noqa: E402
                                    MAMBA_PREFIX_WORKLOADS, SLIDING, SPECULATIVE_WORKLOADS, WORKLOADS, random_grouped,
-                                   random_grouped_prefix, random_grouped_speculative, random_speculative)
+                                   random_grouped_prefix, random_grouped_speculative, random_speculative,
+                                   random_speculative_prefix)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -203,6 +204,36 @@ def test_a_copy_of_a_cached_block_keeps_the_key_as_vllms():
     workload = random_speculative(163)
     ours = pagesim_steps.run(workload)
     assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
+
+
+@pytest.mark.parametrize("seed", range(suite.sample(8, 40)))
+def test_random_eagle_prefix_workloads_are_vllms(seed):
+    """EAGLE and MTP over shared prefixes with prefix caching (workloads.random_speculative_prefix):
+    every step identical, vLLM's block hashes covering the token after each block as its engine
+    core's hasher makes them (``num_hash_lookahead_tokens``, vllm_v1.make_request)."""
+    workload = random_speculative_prefix(seed)
+    ours = pagesim_steps.run(workload)
+    assert_same_steps(workload.name, workload, ours, peer_steps(vllm_v1.run, workload, ours))
+
+
+@pytest.mark.parametrize("rule, seed, step", [("key", 0, 2), ("sampled", 4, 43)])
+def test_the_eagle_prefix_workloads_catch_each_rule_put_back(monkeypatch, request, rule, seed, step):
+    """EAGLE's hashes (sim/core/prefix_cache.py, ``hash_lookahead``), each put back at run time
+    (interpreted core): keys that do not cover the token after their block (nor wait for it:
+    config/vllm.py:677-692) part drawn seed 0 at step 2; a block cached at the request's next pass
+    only, not right after the step that sampled the token its hash covers (scheduler.py:
+    2401-2415), drawn seed 4 at step 43, where a preempted request comes back."""
+    if in_a_child_if_compiled(request):
+        return
+    from pagesim.sim.core import prefix_cache
+
+    workload = random_speculative_prefix(seed)
+    ours = pagesim_steps.run(workload)
+    theirs = peer_steps(vllm_v1.run, workload, ours)
+    assert rule == "key" or any(step.preempted for step in theirs)
+    monkeypatch.setattr(prefix_cache, "hash_lookahead" if rule == "key" else "sampled",
+                        (lambda s: 0) if rule == "key" else (lambda s, i, emitted: None))
+    assert first_divergence(pagesim_steps.run(workload), theirs) == step
 
 
 @pytest.mark.parametrize("seed", range(suite.sample(8, 80)))

@@ -284,7 +284,8 @@ def drive(vllm, workload: Workload, max_steps: int, worker: Worker, order: bool,
     connector = scheduler.connector.connector_scheduler
     policy = connector.manager._policy
     # every request made now (its prompt's hashes name the blocks), added at its arrival
-    requests = {i: vllm_v1.make_request(vllm, workload, i) for i in range(len(workload.requests))}
+    requests = {i: vllm_v1.make_request(vllm, workload, i, scheduler.num_hash_lookahead_tokens)
+                for i in range(len(workload.requests))}  # (0: a KV connector keeps the plain hashes)
     names = block_names(vllm, workload, requests)
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))

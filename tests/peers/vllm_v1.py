@@ -412,12 +412,16 @@ def groups_of(vllm, workload: Workload) -> tuple[list, int]:
             for g in groups], per_block
 
 
-def make_request(vllm, workload: Workload, index: int):
+def make_request(vllm, workload: Workload, index: int, hash_lookahead: int = 0):
+    """Request ``index`` as the engine core makes it, its block hasher with the scheduler's
+    ``num_hash_lookahead_tokens`` (``hash_lookahead``: engine/core.py:219-230; EAGLE's and MTP's
+    hashes cover the token after each block, config/vllm.py:677-692)."""
     row = workload.requests[index]
     sampling = Settings(max_tokens=row.output, ignore_eos=True, eos_token_id=None, stop_token_ids=[],
                         min_tokens=0, repetition_detection=None, extra_args=None,
                         skip_reading_prefix_cache=None, num_logprobs=None)
-    hasher = vllm.get_request_block_hasher(workload.block_size, block_hash) if workload.prefix_caching else None
+    hasher = vllm.get_request_block_hasher(workload.block_size, block_hash, hash_lookahead) \
+        if workload.prefix_caching else None
     return vllm.Request(request_id=request_id(index), prompt_token_ids=workload.prompt_token_ids(index),
                         sampling_params=sampling, pooling_params=None, arrival_time=row.arrival_s,
                         priority=row.priority, block_hasher=hasher)
@@ -556,7 +560,7 @@ def drive(vllm, workload: Workload, max_steps: int, replay: list, pad_resumed: b
     while (pending or scheduler.get_num_unfinished_requests()) and len(steps) < max_steps:
         while pending and workload.requests[pending[0]].arrival_s <= now:
             index = pending.pop(0)
-            requests[index] = make_request(vllm, workload, index)
+            requests[index] = make_request(vllm, workload, index, scheduler.num_hash_lookahead_tokens)
             scheduler.add_request(requests[index])
         output = scheduler.schedule()
         if not output.num_scheduled_tokens:

@@ -475,6 +475,36 @@ def random_speculative(seed: int) -> Workload:
                        description=f"drawn from seed {seed}")
 
 
+def random_speculative_prefix(seed: int) -> Workload:
+    """An EAGLE or MTP workload with prefix caching drawn from ``seed``, of the shape their
+    one-block-later hashes change (sim/core/prefix_cache.py, ``hash_lookahead``): 10-30 requests
+    over 1-3 system prompts of 1-5 blocks, each with 0-3 blocks of its own, its prompt ending on a
+    block boundary half the time (a prompt's last block is then cached only at its first decode),
+    K 1-5, blocks of 4-16, a pool of 24-80 of them (preemptions: a resumed request hits its own
+    blocks), a budget from K + 2, arrivals over 0-30 steps, FCFS or priority, rates 0-1."""
+    rng = random.Random(f"spec-prefix-{seed}")
+    method = rng.choice(["eagle", "mtp"])
+    k = rng.choice([1, 2, 3, 5])
+    block_size = rng.choice([4, 8, 16])
+    num_blocks = rng.randint(24, 80)
+    systems = [tuple(range(100 * p, 100 * p + rng.randint(1, 5))) for p in range(rng.randint(1, 3))]
+    spread = rng.choice([0, 10, 30])
+    requests = []
+    for i in range(rng.randint(10, 30)):
+        hashes = rng.choice(systems) + tuple(10_000 + 100 * i + j for j in range(rng.randint(0, 3)))
+        prompt = len(hashes) * block_size + rng.choice([0, rng.randint(1, block_size - 1)])
+        output = rng.randint(2, 60)
+        if prompt + output <= num_blocks * block_size // 2:  # alone, it always fits
+            requests.append(Row(arrival_s=rng.randrange(spread) + 0.5 if spread else 0.0, prompt=prompt,
+                                output=output, priority=rng.randrange(4), hashes=hashes))
+    requests = first_at_zero(sorted(requests or [Row(0.0, block_size + 1, 2)], key=lambda r: r.arrival_s))
+    budget = max(k + 2, rng.choice([k + 2, 16, 64, 256, 2048]))
+    return speculative(f"spec-prefix-random-{seed}", requests, k, method, num_blocks=num_blocks,
+                       block_size=block_size, max_num_batched_tokens=budget, max_num_seqs=min(budget, 64),
+                       prefix_caching=True, policy=rng.choice(["fcfs", "fcfs", "priority"]),
+                       spec_acceptance_rate=rng.choice([0.0, 0.5, 0.8, 1.0]), description=f"drawn from seed {seed}")
+
+
 # speculative decoding (vLLM 0.33.0 only): pagesim's acceptance draws replayed into vLLM
 SPECULATIVE_WORKLOADS = {
     "spec-k1": speculative("spec-k1", rows(12, 16, (16, 200), (8, 120), spread_s=20), 1, num_blocks=256,
@@ -717,36 +747,41 @@ OFFLOAD_SPECULATIVE_WORKLOADS = {
                             ("offload-lru", "draft-model", 3))}
 
 
-def random_offload(seed: int) -> Workload:
+def random_offload(seed: int, aligned: bool = False) -> Workload:
     """A workload with a CPU offload tier drawn from ``seed``: blocks of 4-16 slots (16-96 of
     them), a tier of 4-64 blocks, 8-30 requests over 1-3 shared prefixes of 1-6 blocks with
     0-3 blocks and a partial one of their own, outputs of 1-40 tokens, arrivals over 0-60
-    steps, a budget of 64-2048 (chunks) and max_num_seqs 64 (out of reach: ``offload``)."""
+    steps, a budget of 64-2048 (chunks) and max_num_seqs 64 (out of reach: ``offload``).
+    ``aligned``: a pool of 16-48 blocks (preemptions), and half the prompts end on a block
+    boundary, whose last block a host hit loads (``host_tier.count_hits``' limit)."""
     rng = random.Random(seed)
     block_size = rng.choice([4, 8, 16])
-    num_blocks = rng.randint(16, 96)
+    num_blocks = rng.randint(16, 48 if aligned else 96)
     prefixes = [tuple(range(100 * p, 100 * p + rng.randint(1, 6))) for p in range(rng.randint(1, 3))]
     spread = rng.choice([0, 10, 30, 60])
     requests = []
     for i in range(rng.randint(8, 30)):
         hashes = rng.choice(prefixes) + tuple(10_000 + 100 * i + k for k in range(rng.randint(0, 3)))
         prompt = len(hashes) * block_size + rng.randint(1, block_size - 1)
+        if aligned and rng.random() < 0.5:
+            prompt -= prompt % block_size
         output = rng.randint(1, 40)
         if prompt + output > num_blocks * block_size // 2:  # alone, it always fits
             continue
         requests.append(Row(arrival_s=rng.randrange(spread) + 0.5 if spread else 0.0, prompt=prompt, output=output,
                             hashes=hashes))
     requests = first_at_zero(sorted(requests or [Row(0.0, block_size + 1, 1)], key=lambda r: r.arrival_s))
-    return offload(f"offload-random-{seed}", requests, num_blocks, rng.randint(4, 64),
+    return offload(f"offload-{'aligned-' if aligned else ''}random-{seed}", requests, num_blocks, rng.randint(4, 64),
                    block_size=block_size, max_num_batched_tokens=rng.choice([64, 256, 2048]),
                    description=f"drawn from seed {seed}")
 
 
-def random_offload_speculative(seed: int) -> Workload:
-    """``random_offload(seed)`` with drafts drawn from the same seed: n-gram or a draft model
-    (EAGLE and MTP are refused with the tier), K of 1-5, an acceptance rate of 0-1."""
+def random_offload_speculative(seed: int, aligned: bool = False) -> Workload:
+    """``random_offload(seed, aligned)`` with drafts drawn from the same seed: n-gram or a draft
+    model (EAGLE and MTP are refused with the tier), K of 1-5, an acceptance rate of 0-1."""
     rng = random.Random(f"spec-{seed}")
-    return dataclasses.replace(random_offload(seed), name=f"offload-spec-random-{seed}",
+    return dataclasses.replace(random_offload(seed, aligned),
+                               name=f"offload-spec-{'aligned-' if aligned else ''}random-{seed}",
                                num_speculative_tokens=rng.choice([1, 2, 3, 5]),
                                speculative_method=rng.choice(["ngram", "draft-model"]),
                                spec_acceptance_rate=round(rng.random(), 2))

@@ -295,3 +295,42 @@ def test_an_admission_with_one_token_left_is_padded_to_k_plus_1():
     assert column(beside, "num_prefill_tokens") == [5, 16, 4 + 1]
     assert column(beside, "mem_speculative_slack") == [0, 0, 0]
     assert beside.summary["spec_draft_tokens"] == 0
+
+
+def test_eagles_block_key_covers_the_token_after_the_block():
+    """EAGLE, K = 1, rate 0, prefix caching: a block's hash covers the token after it too
+    (``num_hash_lookahead_tokens`` 1, config/vllm.py:677-692; kv_cache_utils.py:1003-1027), so a
+    hit stops a block before where two prompts part on a block boundary.
+    A (t 0): prompt 9, hashes 1 2, output 1: prefilled, its blocks 0 (tokens 0-3) and 1 (4-7)
+        hashed (each has the token after it) and cached; done.
+    B (t 1): prompt 9, hashes 1 3: block 0's tokens are A's, but its key covers token 4, in hash
+        block 3: no hit, 9 tokens (without the lookahead: block 0 a hit, 5 tokens).
+    C (t 2): prompt 9, hashes 1 2, A's prompt but its own 9th token: block 0 a hit; block 1's key
+        covers token 8, C's own: no hit, 5 tokens (without the lookahead: 2 hits, 1 token)."""
+    cfg = v1(64, num_speculative_tokens=1, speculative_method="eagle", spec_acceptance_rate=0.0,
+             prefix_caching=True)
+    result = run_simulation(cfg, hashed((0, 9, 1, (1, 2)), (1, 9, 1, (1, 3)), (2, 9, 1, (1, 2))))
+    assert column(result, "num_prefill_tokens") == [9, 9, 5]
+    assert result.summary["mgr_prefix_hit_tokens"] == 4
+
+
+def test_eagles_prompt_block_is_cached_once_its_first_token_is_sampled():
+    """EAGLE, K = 1, rate 0, prefix caching, a pool of 5 blocks. B (t 0): prompt 7, output 2;
+    A (t 0): prompt 8, hashes 1 2, output 2.
+    step 0  B: 7 tokens and a lookahead slot, 2 blocks; A: 8 and 1, 3 blocks; pool full. A's
+            block 0 is cached (token 4 exists), its block 1 (tokens 4-7) is not: token 8, which its
+            hash covers, is not sampled yet (kv_cache_utils.py:973-979). After the step A samples
+            it, and with drafts vLLM caches each running request's blocks at once
+            (scheduler.py:2401-2415): block 1 is cached
+    step 1  B (the running list's first) verifies 1 + 1 tokens into 7 + 2 + 1 slots: a third block,
+            none free: A (the last) is preempted, its lookahead block to be reused first, its
+            cached blocks 0 and 1 to the LRU; B takes the uncached one. B's 2nd token: done
+    step 2  A again: 9 tokens (8 + its first), at most 8 hits: blocks 0 and 1, 1 token left (and a
+            placeholder draft: speculative.pads). Were block 1 cached at A's next pass only, as
+            vLLM's ``allocate_slots`` does without drafts, it would be lost: 5 tokens."""
+    cfg = v1(20, max_seq_len=20, num_speculative_tokens=1, speculative_method="eagle", spec_acceptance_rate=0.0,
+             prefix_caching=True)
+    result = run_simulation(cfg, hashed((0, 7, 2, ()), (0, 8, 2, (1, 2))))
+    assert column(result, "num_prefill_tokens") == [15, 0, 1]
+    assert result.summary["num_preemptions"] == 1
+    assert result.summary["mgr_prefix_hit_tokens"] == 8
