@@ -31,8 +31,10 @@ bytes go GPU -> host on the link's store direction, in submission order
 cpu/manager.py:197-205, 362-380).
 
 **A hit.** At admission, past the GPU prefix cache's hits, the consecutive blocks the tier holds
-ready extend the prefix (``_maximal_prefix_lookup``, scheduler.py:773-803), within the GPU's limit
-of ``prompt - 1`` tokens (see "not modelled"). The request's GPU blocks for the whole hit are taken
+ready extend the prefix (``_maximal_prefix_lookup``, scheduler.py:773-803), up to the request's
+last full block, past the GPU's limit of ``prompt - 1`` tokens: a prompt that ends on a block
+boundary loads its last block and recomputes its last token (:func:`hit_limit`,
+:func:`start_load`). The request's GPU blocks for the whole hit are taken
 (``allocate_slots`` with the external tokens, scheduler (v1/core/sched) scheduler.py:1425-1441;
 the whole sequence must fit, as any admission, and the hit's blocks leave free those the prefills
 in flight still need: ``reserved_blocks``), the hit's tokens count as computed
@@ -74,8 +76,7 @@ few blocks can be evicted, not at all, and made again at its next step and as it
 **Not modelled** (approximations, each small against a store or load of many blocks): a block
 whose store has not landed ends the hit where vLLM defers the request a step (``HIT_PENDING``,
 scheduler.py:786-802); a store counts from the step that computes it where vLLM submits it at the
-next step's start (worker.py ``prepare_store_kv``); a full-prompt host hit stops one block short as
-a GPU hit does, where vLLM loads it and recomputes the last token (scheduler.py:3510-3512); the
+next step's start (worker.py ``prepare_store_kv``); the
 requests one step finished touch their blocks in finishing order (vLLM: a Python set's); a finished
 request's last store is made from blocks its release already freed (vLLM holds them until it
 lands).
@@ -425,6 +426,16 @@ def evict(s, n: int, i: int, first: int, end: int) -> bool:
     return True
 
 
+@njit(inline=True)
+def hit_limit(s, num_tokens):
+    """At most this many leading blocks of a request of ``num_tokens`` tokens can be the tier's
+    hits: every full one, its last token's too (``_lookup_complete_chunks`` bounds a hit by
+    ``req.num_tokens``, offloading/scheduler.py:862, to whole chunks, :898-906), one block past
+    the GPU's limit of ``num_tokens - 1`` where the tokens end on a block boundary; such a hit
+    then recomputes the last token alone (:func:`start_load`)."""
+    return num_tokens // s.config[BLOCK_SIZE]
+
+
 @njit(lazy=with_tier)
 def count_hits(s, i: int, first: int, limit: int) -> int:
     """Request ``i``'s consecutive blocks from ``first`` (its GPU hits) below ``limit`` that the
@@ -442,12 +453,16 @@ def count_hits(s, i: int, first: int, limit: int) -> int:
 def start_load(s, i: int, gpu_hits: int, host_hits: int) -> None:
     """Request ``i`` was given GPU blocks for ``gpu_hits + host_hits`` blocks, the GPU's hits
     holding theirs: the host hits' tokens count as computed into its blocks, their bytes load
-    from now, queued on the load direction, and it waits for them (module docstring)."""
+    from now, queued on the load direction, and it waits for them (module docstring). A hit of
+    all its tokens (:func:`hit_limit`) leaves the last to compute, so that the next one can be
+    sampled: vLLM counts it computed once the load is over (``_update_waiting_for_remote_kv``,
+    v1 sched/scheduler.py:3515-3516; the loaded blocks cached first, :3501), here at once."""
     c, bs = s.count, s.config[BLOCK_SIZE]
     for k in range(gpu_hits, gpu_hits + host_hits):  # read by it (prepare_load, cpu/manager.py:213-238)
         access(s, i, find(s, i, k), k)
-    s.num_computed_tokens[i] += host_hits * bs
-    c[COMPUTED_SLOTS] += host_hits * bs
+    loaded = min(host_hits * bs, s.prompt_target[i] - 1 - s.num_computed_tokens[i])
+    s.num_computed_tokens[i] += loaded
+    c[COMPUTED_SLOTS] += loaded
     start = max(s.clock[NOW], s.clock[LOAD_LINK_FREE_S])
     s.clock[LOAD_LINK_FREE_S] = start + host_hits * s.clock[HOST_BLOCK_S]
     s.load_ready_s[i] = s.clock[LOAD_LINK_FREE_S]

@@ -485,7 +485,7 @@ def admit_waiting(s, budget):
             gpu_hits, revived, host_hits = 0, 0, 0
             if host_tier.with_tier(s.config):  # the connector's lookup, before any block is counted
                 gpu_hits, revived = prefix_cache.count_hits(s, i, target)
-                host_hits = host_tier.count_hits(s, i, gpu_hits, prefix_cache.hit_limit(s, i, target))
+                host_hits = host_tier.count_hits(s, i, gpu_hits, host_tier.hit_limit(s, target))
                 host_tier.admitted(s, i)
                 if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
                     skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go

@@ -281,7 +281,8 @@ class OffloadRecorder(Recorder):
                 continue
             # (a padded admission's placeholder drafts are scheduled, not computed: speculative.pads)
             computed = int(core.num_prompt_computed[i]) - record.scheduled.get(i, 0) + record.drafts.get(i, 0)
-            admitted[i] = (gpu, computed - gpu) if new_load[i] else (computed, 0)
+            # (a load is of whole blocks: one of all its tokens left the last to compute, host_tier.start_load)
+            admitted[i] = (gpu, -((gpu - computed) // bs) * bs) if new_load[i] else (computed, 0)
         self.was_admitted, self.load_ready = admitted_now, core.load_ready_s.copy()
         order = self.host_order(core)
         self.steps[-1] = dataclasses.replace(record, host_blocks=frozenset(order), admitted=admitted,

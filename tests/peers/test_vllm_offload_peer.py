@@ -112,6 +112,32 @@ def test_random_offload_workloads_are_vllms(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
 
 
+@pytest.mark.parametrize("seed", range(suite.sample(8, 40)))
+def test_random_offload_workloads_of_block_aligned_prompts_are_vllms(seed):
+    """Drawn with half the prompts ending on a block boundary and tighter pools
+    (``random_offload(seed, aligned=True)``: preemptions, and hits of whole prompts, whose last
+    block the tier loads: ``host_tier.hit_limit``)."""
+    workload = random_offload(seed, aligned=True)
+    assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
+
+
+def test_a_host_hit_of_a_whole_prompt_loads_its_last_block(monkeypatch, request):
+    """The aligned workloads reach the rule: a host hit bounded by the GPU's limit of
+    ``num_tokens - 1`` tokens (one block short of a block-aligned prompt's end, where vLLM loads
+    the last block and recomputes the last token: offloading/scheduler.py:862, v1
+    sched/scheduler.py:3515-3516) parts drawn seed 0 at step 3; and they preempt."""
+    if in_a_child_if_compiled(request):
+        return
+    from pagesim.sim.core import host_tier, prefix_cache
+
+    workload = random_offload(0, aligned=True)
+    theirs = vllm_offload.run(workload)
+    assert sum(len(step.preempted) for seed in range(4)
+               for step in vllm_offload.run(random_offload(seed, aligned=True))) > 0
+    monkeypatch.setattr(host_tier, "hit_limit", lambda s, num_tokens: prefix_cache.hit_limit(s, 0, num_tokens))
+    assert first_divergence(pagesim_steps.run(workload), theirs) == 3
+
+
 # drawn workloads that found a rule beside vLLM (README.md), kept for it: a pass's stores made after
 # all its lookups (43, 159: scheduler_v1.offer_scheduled), a key's rank raised only at the request's
 # first use of it in its life (139) and a finish touching the keys recorded (159: host_tier.record)

@@ -57,6 +57,10 @@ def run_core(cfg, t):
     return s
 
 
+#: the first test's requests (A, B, C, D): prompt tokens, output, hashes
+SHARED_ROWS = ((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 11, 1, (1, 2)), (3, 11, 1, (1, 2)))
+
+
 def test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier():
     """A pool of 8 blocks (32 slots), a host tier of 16.
 
@@ -65,30 +69,52 @@ def test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier():
         first (A2 the GPU's least recent, then A1, A0).
     B (t 1): prompt 28, hashes 11..17, output 1: 7 blocks, the 5 free and 2 cached: A2 and A1 are
         evicted on the GPU; 7 stored.
-    C (t 2): prompt 12, hashes 1 2 3: at most (12 - 1) // 4 = 2 blocks can be hits: the GPU holds
-        A0 (4 tokens), the host A1: 1 loaded (3,276,800 bytes, 131.072 us). C waits in the queue
-        holding 2 blocks (A0, and the one loaded into, computed), the engine idle, until
-        2 + 131.072 us, then computes its last 4 tokens (block 2 is in the host already: touched,
-        not stored). Its TTFT is the load and that step.
-    D (t 3): prompt 12, hashes 1 2 3: the loaded block was cached on the GPU as C was admitted: 2
+    C (t 2): prompt 11, hashes 1 2: 2 full blocks, both within the GPU's limit of (11 - 1) // 4 = 2
+        blocks and the tier's of 11 // 4 = 2: the GPU holds A0 (4 tokens), the host A1: 1 loaded
+        (3,276,800 bytes, 131.072 us). C waits in the queue holding 2 blocks (A0, and the one loaded
+        into, computed), the engine idle, until 2 + 131.072 us, then computes its last 3 tokens
+        (its third block partial: not stored). Its TTFT is the load and that step.
+    D (t 3): prompt 11, hashes 1 2: the loaded block was cached on the GPU as C was admitted: 2
         GPU hits (8 tokens), nothing from the host.
-    Lookups 12 + 28 + 12 + 12 = 64 tokens: GPU hits 4 + 8 = 12, host hits 4; stored 3 + 7 = 10."""
-    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (3, 12, 1, (1, 2, 3)))
+    Lookups 12 + 28 + 11 + 11 = 62 tokens: GPU hits 4 + 8 = 12, host hits 4; stored 3 + 7 = 10."""
+    t = trace(*SHARED_ROWS)
     result = run_simulation(v1(32, 16), t)
     s = result.summary
-    assert s["host_prefix_hit_rate"] == 4 / 64
-    assert s["gpu_prefix_hit_rate"] == 12 / 64
+    assert s["host_prefix_hit_rate"] == 4 / 62
+    assert s["gpu_prefix_hit_rate"] == 12 / 62
     assert s["host_loaded_gib"] == BLOCK_BYTES / 2**30
     assert s["host_stored_gib"] == 10 * BLOCK_BYTES / 2**30
     assert (s["host_blocks_used"], s["host_evicted_blocks"]) == (10, 0)
     steps, requests = result.steps, result.requests.set_index("request_id")
     load_end = 2 + BLOCK_S
     c_step = steps[steps["start_s"] == load_end]
-    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 4  # 12 - 4 from the GPU - 4 loaded
+    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 3  # 11 - 4 from the GPU - 4 loaded
     assert requests.loc["r2", "ttft_s"] == pytest.approx(BLOCK_S + c_step["dt_s"].iloc[0], abs=1e-12)
     d_step = steps[steps["start_s"] == 3]
-    assert d_step["num_prefill_tokens"].iloc[0] == 4  # D: 8 GPU hits
+    assert d_step["num_prefill_tokens"].iloc[0] == 3  # D: 8 GPU hits
     assert requests.loc["r3", "ttft_s"] == pytest.approx(d_step["dt_s"].iloc[0], abs=1e-12)
+
+
+def test_a_host_hit_of_a_whole_prompt_loads_its_last_block_and_recomputes_its_last_token():
+    """The first test's run with C and D of A's prompt, 12 tokens, hashes 1 2 3: a GPU hit stops at
+    (12 - 1) // 4 = 2 blocks, a host hit at the request's last full block, 12 // 4 = 3
+    (``_lookup_complete_chunks``' bound is ``num_tokens``, offloading/scheduler.py:862); a hit of
+    all its tokens leaves the last to compute (v1 sched/scheduler.py:3515-3516).
+    C (t 2): the GPU holds A0, the host A1 and A2: 2 loaded (262.144 us); then its last token alone.
+    D (t 3): C's blocks, cached on the GPU as it was admitted, give 2 GPU hits; the tier holds its
+        third: 1 loaded (131.072 us), though the GPU holds it too; then its last token.
+    Lookups 12 + 28 + 12 + 12 = 64 tokens: GPU hits 4 + 8 = 12, host hits 8 + 4 = 12."""
+    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (3, 12, 1, (1, 2, 3)))
+    result = run_simulation(v1(32, 16), t)
+    s = result.summary
+    assert (s["gpu_prefix_hit_rate"], s["host_prefix_hit_rate"]) == (12 / 64, 12 / 64)
+    assert s["host_loaded_gib"] == 3 * BLOCK_BYTES / 2**30
+    steps, requests = result.steps, result.requests.set_index("request_id")
+    c_step = steps[steps["start_s"] == 2 + 2 * BLOCK_S]
+    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 1
+    d_step = steps[steps["start_s"] == 3 + BLOCK_S]
+    assert len(d_step) == 1 and d_step["num_prefill_tokens"].iloc[0] == 1
+    assert requests.loc["r3", "ttft_s"] == pytest.approx(BLOCK_S + d_step["dt_s"].iloc[0], abs=1e-12)
 
 
 def test_the_host_tier_evicts_its_least_recently_used_block():
@@ -141,17 +167,17 @@ def test_the_queue_passes_a_request_loading_until_its_load_ends():
     first test (C loads 1 block from 2 s to 2 s + 131.072 us); max_num_seqs 2 (C's load takes one:
     here a request loading holds a block-table row). D (t 2 s + 10 us, prompt 4, hash 9, output 1)
     passes C and runs its one step at once; C's load ends during it, and at its end D leaves and
-    C is admitted: its 4 tokens (12 - 4 from the GPU - 4 loaded), its TTFT from 2 s to there."""
-    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (2.00001, 4, 1, (9,)))
+    C is admitted: its 3 tokens (11 - 4 from the GPU - 4 loaded), its TTFT from 2 s to there."""
+    t = trace(*SHARED_ROWS[:3], (2.00001, 4, 1, (9,)))
     result = run_simulation(v1(32, 16, max_num_seqs=2), t)
-    assert result.summary["host_prefix_hit_rate"] == 4 / 56
+    assert result.summary["host_prefix_hit_rate"] == 4 / 55
     steps, requests = result.steps, result.requests.set_index("request_id")
     d_step = steps[steps["start_s"] == 2.00001]
     assert len(d_step) == 1 and d_step["num_prefill_tokens"].iloc[0] == 4
     d_end = 2.00001 + d_step["dt_s"].iloc[0]
     assert d_end > 2 + BLOCK_S
     c_step = steps[steps["start_s"] == d_end]
-    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 4
+    assert len(c_step) == 1 and c_step["num_prefill_tokens"].iloc[0] == 3
     assert requests.loc["r3", "ttft_s"] == pytest.approx(d_step["dt_s"].iloc[0], abs=1e-12)
     assert requests.loc["r2", "ttft_s"] == pytest.approx(d_end - 2 + c_step["dt_s"].iloc[0], abs=1e-12)
 
@@ -508,7 +534,7 @@ def test_a_request_whose_load_ended_takes_the_seat_it_holds():
     loading counts against it here, vLLM's running list alone: sched/scheduler.py:1071-1074), the
     engine idle; as its load ends it is admitted to its seat as before (its TTFT the load and its
     step), where the pass once waited for a seat to free, and the run spun forever."""
-    t = trace((0, 12, 1, (1, 2, 3)), (1, 28, 1, range(11, 18)), (2, 12, 1, (1, 2, 3)), (3, 12, 1, (1, 2, 3)))
+    t = trace(*SHARED_ROWS)
     one, four = (run_simulation(v1(32, 16, max_num_seqs=seats), t) for seats in (1, 4))
     assert one.summary["unfinished"] == 0
     assert one.summary["host_loaded_gib"] == BLOCK_BYTES / 2**30
