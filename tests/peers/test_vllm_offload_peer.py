@@ -112,7 +112,12 @@ def test_random_offload_workloads_are_vllms(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload), vllm_offload.run(workload))
 
 
-@pytest.mark.parametrize("seed", range(suite.sample(8, 40)))
+# the same cause as RANDOM_KNOWN's: identical under PYTHONHASHSEED=2, step 82 under 1
+ALIGNED_KNOWN = {37: "step 82 under some hash seeds: co-finishers touched in a set's order"}
+
+
+@pytest.mark.parametrize("seed", [pytest.param(seed, marks=[pytest.mark.xfail(reason=ALIGNED_KNOWN[seed], strict=False)]
+                                               if seed in ALIGNED_KNOWN else []) for seed in range(suite.sample(8, 40))])
 def test_random_offload_workloads_of_block_aligned_prompts_are_vllms(seed):
     """Drawn with half the prompts ending on a block boundary and tighter pools
     (``random_offload(seed, aligned=True)``: preemptions, and hits of whole prompts, whose last
