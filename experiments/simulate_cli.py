@@ -14,7 +14,7 @@ from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, s
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost.calibration import describe_band, error_band
 from pagesim.sim.errors import ConfigError
-from pagesim.sim.metrics import percentile_word
+from pagesim.sim.metrics import overload_words, percentile_word
 from pagesim.sim.outdir import staged_folder
 from pagesim.sim.terminal import fill, key_value_lines
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, add_workload_args,
@@ -282,6 +282,8 @@ def print_summary(s: dict, f, options) -> None:
     if "request_goodput" in s:
         rows.append(("request goodput", f"{s['request_goodput']:.3f} req/s"))
     rows.append(("output throughput", f"{s['output_throughput']:.1f} tok/s"))
+    if overload_words(s):  # before the latencies it qualifies (sim.metrics.overload_summary)
+        rows.append(("overloaded", overload_words(s)))
     for metric, label in LATENCY_ROWS:
         words = [f"p{percentile_word(p)}" for p in options.percentiles] if metric in options.percentile_metrics else []
         names = ["mean", "std"] + words
@@ -291,9 +293,7 @@ def print_summary(s: dict, f, options) -> None:
         ("normalized latency", f"{s['normalized_latency_s_per_token']:.4f} s/token"),
         ("peak concurrent requests", s["max_concurrent_requests"]),
         ("avg batch size", f"{s['avg_batch_size']:.2f}"), ("preemptions", s["num_preemptions"]),
-        ("KV capacity", f"{s['kv_capacity_tokens']} tokens"
-                        + (f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else "")
-                        + (" (slots: a token of one group)" if "kv_groups" in s else "")),
+        ("KV capacity", capacity_words(s)),
     ]
     for level in s.get("by_priority", []):  # the trace's priority levels (sim.metrics.priority_classes)
         rows.append((f"priority {level['priority']}: TTFT / E2EL",
@@ -321,13 +321,31 @@ def print_summary(s: dict, f, options) -> None:
     if "replicas" in s:  # a cluster (sim/cluster.py)
         rows += [("replicas / router", f"{s['replicas']} / {s['router']}"),
                  ("GPUs (KV tokens) per replica", " ".join(f"{g} ({kv})" for g, kv in zip(
-                     s["gpu_per_replica"], s["kv_capacity_tokens_per_replica"]))),
+                     s["gpu_per_replica"], s.get("vllm_kv_cache_size_tokens_per_replica",
+                                                 s["kv_capacity_tokens_per_replica"])))),
                  ("routed per replica", " ".join(map(str, s["routed_per_replica"]))),
                  ("routed / busy, max over mean", f"{s['routed_max_over_mean']:.3f} / {s['busy_max_over_mean']:.3f}")]
     if s.get("disaggregated"):  # sim/disagg.py
         rows += disaggregated_rows(s)
     rows.append(("wall time", f"{s['wall_time_s']:.2f} s ({s['engine']} engine)"))
     print("\n".join(key_value_lines(rows)), file=f)  # a long value (the cost model's band) wraps under itself
+
+
+def capacity_words(s: dict) -> str:
+    """The KV capacity row: with vLLM v1's KV cache groups, the tokens vLLM logs at start (a
+    token takes a block in every group: sim.specs.kv_groups.vllm_kv_cache_size) and beside them
+    the pool's slots, a token of one group's layers each (``kv_capacity_tokens``)."""
+    dtype = f" ({s['kv_cache_dtype']} KV cache)" if s.get("kv_cache_dtype", "auto") != "auto" else ""
+    if "vllm_kv_cache_size_tokens" not in s:
+        return f"{s['kv_capacity_tokens']} tokens{dtype}"
+    head = (f"{s['vllm_kv_cache_size_tokens']:,} tokens as vLLM logs it ({s['vllm_max_concurrency']:.2f} "
+            f"max_seq_len requests){dtype}; ")
+    if "kv_groups" not in s:  # a cluster: the replicas' sums
+        return head + f"the pools: {s['kv_capacity_tokens']:,} slots, each a token of one group's layers"
+    split = s["kv_groups"]
+    groups = sum(kind["groups"] for kind in split.values() if isinstance(kind, dict))
+    return head + (f"the pool: {s['kv_capacity_tokens']:,} slots, each a token of one group's "
+                   f"{split['layers_per_group']} layers, shared by {groups} groups")
 
 
 def disaggregated_rows(s: dict) -> list[tuple[str, str]]:

@@ -281,6 +281,52 @@ def speculative_summary(drafted: int, accepted: int, verified: int) -> dict[str,
             "spec_draft_tokens": drafted, "spec_accepted_tokens": accepted}
 
 
+#: the overload rule's thresholds (:func:`overload_summary`)
+OVERLOAD_MIN_QUEUE = 10
+OVERLOAD_QUEUE_SHARE = 0.1
+
+
+def overload_summary(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,
+                     status: np.ndarray) -> dict:
+    """Whether the run's arrivals outran its service, over the arrival window (the first arrival
+    to the last): ``arrival_rate`` (every request, over the window, req/s),
+    ``completion_rate_while_arriving`` (the requests finished within it, over it),
+    ``queue_at_last_arrival`` (the requests arrived, not rejected, without a first token at the
+    last arrival) and ``overloaded``: that queue holds at least :data:`OVERLOAD_MIN_QUEUE` (10)
+    requests and :data:`OVERLOAD_QUEUE_SHARE` (10 %) of the arrivals. In rates: requests arrived
+    at 1/0.9 = 1.11 x or more the rate they got a first token while arriving, and so at 1.11 x or
+    more the rate they finished (a waiting request has not finished). A stable engine's queue is
+    the arrival rate times the wait for a first token (Little's law), a small share of a long
+    window that does not grow with it; an engine past its saturation leaves the difference of
+    the rates waiting every second, so its latency percentiles depend on how long the run lasted,
+    not on the engine. A lag of finishes alone is no overload (in a short stable run requests
+    finish after the window), nor is a burst early in a trace whose queue drained by the last
+    arrival. Arrivals all at one instant (an offline burst: no window) measure throughput and are
+    never overloaded; their rates are NaN."""
+    arrival_s = np.asarray(arrival_s, dtype=float)
+    arrived = len(arrival_s)
+    first, last = (float(arrival_s.min()), float(arrival_s.max())) if arrived else (0.0, 0.0)
+    window = last - first
+    finished = int(((status == Status.FINISHED) & (finish_s <= last)).sum())
+    with np.errstate(invalid="ignore"):  # (a NaN first token: none yet, so waiting)
+        queue = int(((status != Status.REJECTED) & ~(first_token_s <= last)).sum())
+    overloaded = window > 0 and queue >= max(OVERLOAD_MIN_QUEUE, OVERLOAD_QUEUE_SHARE * arrived)
+    nan = float("nan")
+    return {"arrival_window_s": window, "arrival_rate": arrived / window if window > 0 else nan,
+            "completion_rate_while_arriving": finished / window if window > 0 else nan,
+            "queue_at_last_arrival": queue, "overloaded": bool(overloaded)}
+
+
+def overload_words(s: dict) -> str | None:
+    """The summary's overload in a sentence (None if :func:`overload_summary` found none)."""
+    if not s.get("overloaded"):
+        return None
+    return (f"requests arrived at {s['arrival_rate']:.3g} req/s and finished at "
+            f"{s['completion_rate_while_arriving']:.3g} req/s while arriving; {s['queue_at_last_arrival']:,} waited "
+            "for a first token at the last arrival; latency percentiles describe a queue that grows with the run's "
+            "length")
+
+
 def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions: int, *, duration_s: float,
               wall_time_s: float, extra: dict | None = None, options: SummaryOptions = SummaryOptions()) -> dict:
     t = table
@@ -334,6 +380,7 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     s["normalized_latency_s_per_token"] = float(np.mean(norm)) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(num_preemptions)
+    s.update(overload_summary(t.arrival_s, t.first_token_s, t.finish_s, t.status))
     if getattr(t, "has_priority", False):
         s["by_priority"] = priority_classes(t)
     s.update(rec.memory_fractions())

@@ -126,3 +126,76 @@ def test_summary_is_the_same_float_with_or_without_a_step_table(system):
         s.pop("wall_time_s")
     assert with_rows == without
     assert with_rows["avg_batch_size"] > 1 and with_rows["mem_token_states"] > 0
+
+
+
+def overload_case(arrivals, first_tokens, finishes, statuses=None):
+    from pagesim.sim.metrics import overload_summary
+    from pagesim.sim.requests import Status
+
+    status = np.full(len(arrivals), Status.FINISHED) if statuses is None else np.asarray(statuses)
+    return overload_summary(np.array(arrivals, float), np.array(first_tokens, float), np.array(finishes, float),
+                            status)
+
+
+def test_overload_rule_by_hand():
+    """20 requests arrive one per second, t = 0 .. 19: a window of 19 s, 20/19 = 1.053 req/s.
+    The engine serves the first 5 at once (first token 0.5 s after arrival, finished 1 s after):
+    5 finished by t = 19, 5/19 = 0.263 req/s; the other 15 get their first token at t = 30, so 15
+    wait at the last arrival, >= max(10, 10 % of 20): overloaded."""
+    arrivals = np.arange(20.0)
+    served = arrivals < 5
+    s = overload_case(arrivals, np.where(served, arrivals + 0.5, 30.0), np.where(served, arrivals + 1.0, 40.0))
+    assert s["arrival_window_s"] == 19.0
+    assert s["arrival_rate"] == pytest.approx(20 / 19)
+    assert s["completion_rate_while_arriving"] == pytest.approx(5 / 19)
+    assert s["queue_at_last_arrival"] == 15
+    assert s["overloaded"] is True
+
+
+def test_overload_queue_bounds_by_hand():
+    """40 requests, one per second (t = 0 .. 39), a window of 39 s:
+    (a) 30 get a first token 0.1 s after arrival, the first 20 of them finish 1 s after it: 20
+        finished, 10 wait at the last arrival, >= max(10, 4): overloaded;
+    (b) the same with 31 served: 9 wait, below 10: not overloaded, the rates as in (a);
+    (c) every first token 0.1 s after arrival, every finish at t = 100: none finished while
+        arriving, but only the last arrival waits: a lag of finishes alone is not overload.
+    200 requests (t = 0 .. 199), those served finishing 1 s after arrival:
+    (d) 180 served, 20 wait: 10 % of 200 exactly, overloaded; (e) 181 served, 19 wait: not."""
+    a = np.arange(40.0)
+    s = overload_case(a, np.where(a < 30, a + 0.1, 50.0), np.where(a < 20, a + 1.0, 60.0))
+    assert (s["completion_rate_while_arriving"] * 39, s["queue_at_last_arrival"], s["overloaded"]) == \
+        (pytest.approx(20), 10, True)
+    s = overload_case(a, np.where(a < 31, a + 0.1, 50.0), np.where(a < 20, a + 1.0, 60.0))
+    assert (s["completion_rate_while_arriving"] * 39, s["queue_at_last_arrival"], s["overloaded"]) == \
+        (pytest.approx(20), 9, False)
+    s = overload_case(a, a + 0.1, np.full(40, 100.0))
+    assert (s["completion_rate_while_arriving"], s["queue_at_last_arrival"], s["overloaded"]) == (0.0, 1, False)
+    a = np.arange(200.0)
+    for served, waiting, overloaded in ((180, 20, True), (181, 19, False)):
+        s = overload_case(a, np.where(a < served, a + 0.1, 300.0), np.where(a < served, a + 1.0, 400.0))
+        assert (s["queue_at_last_arrival"], s["overloaded"]) == (waiting, overloaded)
+
+
+def test_overload_counts_a_first_token_at_the_last_arrival_and_skips_rejected():
+    """A first token at the last arrival's instant is not waiting; a rejected request never
+    waits; a request with no first token (NaN: unfinished) does. 12 arrivals at t = 0 .. 11:
+    request 0 finished (first token at t = 11, the last arrival), request 1 rejected, the other
+    10 with no first token: 10 waiting, >= max(10, 1.2), and 12 > 1.1 x 0: overloaded."""
+    from pagesim.sim.requests import Status
+
+    a = np.arange(12.0)
+    first = np.r_[11.0, np.full(11, np.nan)]
+    finish = np.r_[20.0, np.full(11, np.nan)]
+    status = np.r_[Status.FINISHED, Status.REJECTED, np.full(10, Status.WAITING)]
+    s = overload_case(a, first, finish, status)
+    assert (s["queue_at_last_arrival"], s["overloaded"]) == (10, True)
+
+
+def test_an_offline_burst_is_not_overloaded():
+    """Every request at t = 0 (an offline throughput run): no arrival window, no rates, and
+    never overloaded, however many wait."""
+    s = overload_case(np.zeros(100), np.linspace(1, 50, 100), np.linspace(2, 60, 100))
+    assert s["arrival_window_s"] == 0.0 and np.isnan(s["arrival_rate"])
+    assert np.isnan(s["completion_rate_while_arriving"])
+    assert (s["queue_at_last_arrival"], s["overloaded"]) == (100, False)
