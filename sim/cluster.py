@@ -360,6 +360,10 @@ def gpu_mix(summaries: list[dict]) -> dict:
     mix = ",".join(f"{gpu}:{count}" for gpu, count in runs)
     out = {"replica_gpus": mix, "gpu_per_replica": [s["gpu"] for s in summaries],
            "kv_capacity_tokens_per_replica": [s["kv_capacity_tokens"] for s in summaries]}
+    if "vllm_kv_cache_size_tokens" in summaries[0]:  # vLLM v1's KV cache groups: the tokens vLLM logs
+        out["vllm_kv_cache_size_tokens_per_replica"] = [s["vllm_kv_cache_size_tokens"] for s in summaries]
+        out["vllm_kv_cache_size_tokens"] = sum(out["vllm_kv_cache_size_tokens_per_replica"])
+        out["vllm_max_concurrency"] = sum(s["vllm_max_concurrency"] for s in summaries)
     if len(runs) > 1:
         out["gpu"] = mix
         out["kv_budget"] = "; ".join(dict.fromkeys(s["kv_budget"] for s in summaries))

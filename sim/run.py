@@ -19,7 +19,7 @@ import pandas as pd
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import replay
 from pagesim.sim.core import state as core_state
-from pagesim.sim.core.build import Limits, Pool, build, draft_cost, limits_for, pool_for
+from pagesim.sim.core.build import Limits, Pool, build, draft_cost, in_flight_tokens, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
                                      swap_block_tokens)
@@ -33,7 +33,7 @@ from pagesim.sim.metrics import host_tier_summary
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
 from pagesim.sim.specs import GiB, KVBudget, get_gpu, get_model, kv_capacity, with_kv_cache_dtype, with_max_seq_len
-from pagesim.sim.specs.kv_groups import kv_cache_groups
+from pagesim.sim.specs.kv_groups import kv_cache_groups, vllm_kv_cache_size
 from pagesim.sim.specs.model import GATED_DELTA_NET
 from pagesim.sim.terminal import bar_columns
 
@@ -289,6 +289,11 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
             pool.block_size * run.budget.kv_bytes_per_token))
     if pool.groups is not None:
         summary["kv_groups"] = group_split(s, pool.groups, records)
+        # the capacity vLLM logs at start, a token in every group (kv_capacity_tokens: slots of one group)
+        tokens, concurrency = vllm_kv_cache_size(
+            pool.groups, pool.num_blocks, pool.block_size, in_flight_tokens(cfg, pool.max_seq_len), pool.max_seq_len,
+            int(cfg.num_speculative_tokens), bool(cfg.prefix_caching and pool.groups.state_groups))
+        summary.update(vllm_kv_cache_size_tokens=tokens, vllm_max_concurrency=concurrency)
     return summary
 
 

@@ -181,3 +181,25 @@ def request_layer_blocks(model: ModelSpec, block_size: int, max_in_flight_tokens
     cap = window_cap_blocks(model.sliding_window, block_size, max_in_flight_tokens, max_model_len) if sliding else 0
     return (full * -(-max_model_len // block_size) + sliding * cap
             + states * (1 + int(mamba_align) + num_speculative_tokens))
+
+
+def vllm_kv_cache_size(groups: KVCacheGroups, num_blocks: int, block_size: int, max_in_flight_tokens: int,
+                       max_model_len: int, num_speculative_tokens: int = 0,
+                       mamba_align: bool = False) -> tuple[int, float]:
+    """The KV cache size in tokens and the maximum concurrency vLLM 0.33.0 logs at start ("GPU KV
+    cache size: N tokens, Maximum concurrency for M tokens per request: Cx",
+    ``update_kv_cache_capacity``, v1/core/kv_cache_utils.py:1136-1154, called by the engine core,
+    v1/engine/core.py:352): C is the pool's blocks
+    over one ``max_model_len`` request's blocks summed over the groups
+    (``get_max_concurrency_for_kv_cache_config``, :1061-1093; each group's
+    ``max_memory_usage_bytes`` over its page: a full group ``cdiv(max_model_len, block_size)``,
+    a sliding one its admission cap, a state group one page and one per draft, two with prefix
+    caching: kv_cache_interface.py:643-648, :946-955, :1135-1141), and N is ``int(C x M)``
+    (``get_kv_cache_capacity``, :1120-1128). With several groups a token takes a block in each,
+    so N is far below the pool's slots (a slot: a token of one group's layers)."""
+    per_request = (groups.full_groups * -(-max_model_len // block_size)
+                   + groups.sliding_groups * (window_cap_blocks(groups.window, block_size, max_in_flight_tokens,
+                                                                max_model_len) if groups.sliding_groups else 0)
+                   + groups.state_groups * (1 + int(mamba_align) + num_speculative_tokens))
+    concurrency = num_blocks / per_request
+    return int(concurrency * max_model_len), concurrency
