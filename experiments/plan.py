@@ -507,14 +507,19 @@ def fewest(passing: Callable[[int], dict | None], estimate: int, most: int,
     return None, None
 
 
+def check_what_if_names(names: Sequence[str]) -> None:
+    """ConfigError naming ``--what-if`` if a name is none of :data:`WHAT_IFS`'."""
+    known = [n for n, _o in WHAT_IFS]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ConfigError(f"--what-if: unknown variant(s) {', '.join(bad)}; valid: all, none, or of {', '.join(known)}")
+
+
 def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | None = None) -> list[tuple[str, dict]]:
     """The applicable what-if variants for ``system`` (skipping ones equal to the base setting)."""
     cfg = SimConfig.for_system(system, **{k: v for k, v in base.items() if v is not None})
-    known = {n for n, _o in WHAT_IFS}
     if names is not None:
-        bad = [n for n in names if n not in known]
-        if bad:
-            raise ConfigError(f"unknown what-if variant(s) {', '.join(bad)}; valid: {', '.join(known)}")
+        check_what_if_names(names)
     out = [("baseline", {})]
     for label, over in WHAT_IFS:
         if names is not None and label not in names:

@@ -34,10 +34,11 @@ from pagesim.sim.limits import check_drafter
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.specs import get_gpu, get_model, with_max_seq_len
 from pagesim.sim.terminal import fill, table_lines
-from pagesim.traces.args import _positive_float, add_workload_args
+from pagesim.traces.args import _positive_float, add_workload_args, check_arrival_args
 
 MODES = ("max-rate", "resources", "compare-gpus", "disaggregation")
 DEFAULT_SYSTEMS = ["vllm"]  # --systems' default (disaggregation plans vllm-v1 unless told otherwise)
+DEFAULT_MAX_REPLICAS = 256  # 'plan resources --router': the most replicas searched unless --max-replicas says
 
 
 def _csv_list(s: str) -> list[str]:
@@ -209,11 +210,12 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     if only("resources"):
         c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
                        help="resources: tensor-parallel degrees to try for replicas x TP")
-        c.add_argument("--what-if", default="all", metavar="LIST",
-                       help="resources: variants (all, none, or a list of: "
+        c.add_argument("--what-if", default=None, metavar="LIST",
+                       help="resources: variants (all, the default; none; or a list of: "
                             + ", ".join(n for n, _o in P.WHAT_IFS) + ")")
         c.add_argument("--kv-max-gib", type=_pos, default=512.0, help="resources: largest KV pool searched (GiB)")
-        c.add_argument("--max-replicas", type=int, default=256, help="resources with --router: most replicas tried")
+        c.add_argument("--max-replicas", type=int, default=None,
+                       help=f"resources with --router: most replicas tried (default {DEFAULT_MAX_REPLICAS})")
     e = p.add_argument_group("execution and output")
     e.add_argument("--executor", choices=["local", "ray"], default="local", help="where probes run")
     e.add_argument("--workers", type=int, default=None, help="parallel probes (default: CPU count)")
@@ -268,6 +270,7 @@ def setup_from_args(args: argparse.Namespace):
         raise ConfigError("--rate-scale has no meaning in plan (the search sets the rate); use --start-rate")
     if args.report and not args.out:
         raise ConfigError("--report needs --out DIR")
+    check_arrival_args(args)
     sim, flags, from_file = _sim_settings(args)
     configs = [SimConfig.for_system(s, seed=args.seed, **sim) for s in args.systems]  # every setting checked early
     check_settings_apply(configs, flags, from_file, getattr(args, "config", None))
@@ -315,8 +318,30 @@ def slo_from_args(args: argparse.Namespace):
     return SLO(thresholds["ttft"], thresholds["tpot"], thresholds["e2el"], args.slo_normalized_latency, attainment)
 
 
+def what_if_from_args(args: argparse.Namespace) -> list[str] | None:
+    """'plan resources --what-if': the variants named (None: all; [] for none), each known; the
+    flag and --max-replicas refused in one line where the mode or --router would ignore them."""
+    if args.mode != "resources":
+        for flag, value in (("--what-if", args.what_if), ("--max-replicas", args.max_replicas)):
+            if value is not None:
+                raise ConfigError(f"{flag} is for 'plan resources'; 'plan {args.mode}' has no use for it")
+    if args.max_replicas is not None:
+        if args.max_replicas < 1:
+            raise ConfigError(f"--max-replicas must be >= 1, got {args.max_replicas}")
+        if args.router is None:
+            raise ConfigError("--max-replicas bounds the replicas searched behind --router; give --router NAME")
+    if args.what_if in (None, "all"):
+        return None
+    if args.what_if == "none":
+        return []
+    names = [n.strip() for n in args.what_if.split(",") if n.strip()]
+    P.check_what_if_names(names or [args.what_if])
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     args.mode = args.mode or "max-rate"  # the default only here: --help tells a named mode from none
+    what = what_if_from_args(args)
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
@@ -343,15 +368,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.rate is None:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
-        what = None if args.what_if == "all" else ([] if args.what_if == "none" else _csv_list(args.what_if))
-        if args.router is not None:
-            if args.router not in ROUTERS:
-                raise ConfigError(f"--router: unknown router {args.router!r}; valid: {', '.join(ROUTERS)}")
-            if args.max_replicas < 1:
-                raise ConfigError(f"--max-replicas must be >= 1, got {args.max_replicas}")
+        if args.router is not None and args.router not in ROUTERS:
+            raise ConfigError(f"--router: unknown router {args.router!r}; valid: {', '.join(ROUTERS)}")
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
                              kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour,
-                             router=args.router, max_replicas=args.max_replicas)
+                             router=args.router, max_replicas=args.max_replicas or DEFAULT_MAX_REPLICAS)
         feasible = (any(r.get("min_kv_gib") is not None for r in result["kv"])
                     or result["cheapest"] is not None)
     result["slo"] = {k: v for k, v in vars(slo).items()} | {"description": slo.describe()}

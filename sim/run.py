@@ -183,6 +183,8 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     if cfg.scheduling_policy != "priority" and table.priority.any():
         warn(f"{cfg.label} serves the trace's requests first come first served, whatever their priority "
              "(--system vllm-v1 --scheduling-policy priority orders them by it); the summary groups them by it")
+    if cfg.scheduling_policy == "priority" and len(table.priority) and (table.priority == table.priority[0]).all():
+        warn(f"--scheduling-policy priority: every priority is {table.priority[0]}: first come first served")
     external = executor is not None
     if external and cfg.scheduler == "sglang" and cfg.kv_offload_gib:
         raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled in the GPU mode")

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -115,6 +116,11 @@ CASES = [
     *[(sim("--num-requests", v), "--num-requests") for v in ("0", "-1", "1.5")],
     *[(sim("--cv", v), "--cv") for v in ("0", "nan")],
     (sim("--arrival", "foo"), "--arrival"),
+    # (--cv shapes gamma arrivals alone)
+    (sim("--cv", "2"), "--cv sets the variation of gamma arrivals; the arrivals are poisson: add --arrival gamma"),
+    (sim("--cv", "2", "--arrival", "poisson"), "--cv sets the variation of gamma arrivals"),
+    (plan("--cv", "3"), "--cv sets the variation of gamma arrivals"),
+    (["trace", "synth", "--rate", "2", "--cv", "2", "-o", "{out}/t.csv"], "--cv sets the variation of gamma arrivals"),
     (sim("--n", "0"), "--n"),
     (sim("--beam-width", "0"), "--beam-width"),
     *[(sim("--sample", v), "--sample") for v in ("0", "1.5", "-1")],
@@ -135,6 +141,16 @@ CASES = [
     (sim("--trace", "{garbage_csv}"), "garbage.csv"),
     (sim("--trace", "{negative_tokens}"), "negative.csv"),
     (sim("--trace", "{text_tokens}"), "text_tokens.csv"),
+    (sim("--trace", "{priority_bool}"), "priority_bool.csv, field 'priority': holds yes/no values \\(True/False\\), "
+                                        "not whole numbers"),
+    (sim("--trace", "{priority_huge}"), "priority_huge.csv, row 2, field 'priority': must be below 2\\^62 in "
+                                        "magnitude, got 1e\\+30: too large"),
+    (sim("--trace", "{negative_time}"), "negative_time.csv, row 2, field 'arrival_s': timestamp must be a finite "
+                                        "number >= 0, got -5$"),
+    # (one bad row of a Mooncake file: that row refused, not every timestamp read as seconds)
+    (sim("--trace", "{mooncake_bad_row}"), "mooncake_bad_row.jsonl, row 2, field 'hash_ids': must be a list of "
+                                           "ceil\\(input_length / 512\\) = 2 block hashes, as the file's other rows "
+                                           "are \\(Mooncake's\\), got a list of 3"),
     # --- settings that do nothing for the system (sim/systems.py; each checked in tests/sim/test_settings_apply.py)
     (sim("--system", "orca-max", "--block-size", "32"), "--block-size does nothing for system 'orca-max'"),
     (sim("--system", "orca-max", "--prefix-caching"), "--prefix-caching does nothing for system 'orca-max'"),
@@ -198,6 +214,14 @@ CASES = [
     (plan("--rate-scale", "2"), "--rate-scale"),
     (["plan", "resources", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress"], "--rate R"),
     (plan("--kv-max-gib", "0"), "--kv-max-gib"),
+    (plan("resources", "--rate", "2", "--what-if", "zzz"), "--what-if: unknown variant\\(s\\) zzz; valid: all, none, "
+                                                          "or of block_size=8"),
+    (plan("--what-if", "block_size=32"), "--what-if is for 'plan resources'; 'plan max-rate' has no use for it"),
+    (plan("resources", "--rate", "2", "--router", "round-robin", "--max-replicas", "0"),
+     "--max-replicas must be >= 1, got 0"),
+    (plan("resources", "--rate", "2", "--max-replicas", "4"), "--max-replicas bounds the replicas searched behind "
+                                                              "--router; give --router NAME"),
+    (plan("--max-replicas", "4"), "--max-replicas is for 'plan resources'"),
     (plan("--dollars-per-gpu-hour", "0"), "--dollars-per-gpu-hour"),
     (plan("--seed", "-1"), "seed"),
     (plan("--kv-gib", "nan"), "kv_gib"),
@@ -257,6 +281,15 @@ def files(tmp_path_factory):
         "empty": ("empty.csv", ""),
         "negative_tokens": ("negative.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n1,1,-5,10\n"),
         "text_tokens": ("text_tokens.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,ten,10\n"),
+        "priority_bool": ("priority_bool.csv", "request_id,arrival_s,prompt_tokens,output_tokens,priority\n"
+                                               "0,0,10,10,True\n1,1,10,5,False\n"),
+        "priority_huge": ("priority_huge.csv", "request_id,arrival_s,prompt_tokens,output_tokens,priority\n"
+                                               "0,0,10,10,1\n1,1,10,5,1e30\n"),
+        "negative_time": ("negative_time.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n"
+                                               "1,-5,10,5\n"),
+        "mooncake_bad_row": ("mooncake_bad_row.jsonl", "".join(
+            json.dumps({"timestamp": t, "input_length": 1000, "output_length": 5, "hash_ids": h}) + "\n"
+            for t, h in ((0, [0, 1]), (3000, [0, 1, 2]), (4000, [0, 3])))),
         "mamba_only": ("mamba_only.json", json.dumps({  # Nemotron-H's shapes, its attention layers made Mamba's
             "model_type": "nemotron_h", "hybrid_override_pattern": "M-M-M-M-", "num_hidden_layers": 8,
             "hidden_size": 4480, "intermediate_size": 15680, "num_attention_heads": 40, "num_key_value_heads": 8,
@@ -389,3 +422,56 @@ def test_memory_limit_worked_by_hand(monkeypatch):
     limits.check_pool(cfg, model, 15_790_320 * 16, "given")
     with pytest.raises(ConfigError, match="1.58e\\+07 blocks of 16"):
         limits.check_pool(cfg, model, 15_790_321 * 16, "given")
+
+
+def test_priority_scheduling_without_priorities_warns_in_one_line(capsys):
+    """--scheduling-policy priority over requests of one priority (no column, no --priority-weights)
+    is first come first served: said in one warning line within 100 columns, and the run goes on."""
+    with pytest.warns(PagesimWarning) as seen:
+        assert main(sim("--system", "vllm-v1", "--scheduling-policy", "priority", "--json")) == 0
+    lines = [str(w.message) for w in seen]
+    assert lines == ["--scheduling-policy priority: every priority is 0: first come first served"]
+    assert len("pagesim: warning: " + lines[0]) <= 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PagesimWarning)  # drawn priorities: no warning
+        assert main(sim("--system", "vllm-v1", "--scheduling-policy", "priority", "--priority-weights", "1,4",
+                        "--json")) == 0
+
+
+@pytest.mark.parametrize("system, capacity, max_seq_len, needle", [
+    ("vllm", 0, 2048, "KV pool of 0 slots is smaller than one max_seq_len=2048 request; no request fits it"),
+    ("orca-max", 1, 2048, "KV pool of 1 slots is smaller than one max_seq_len=2048 request; no request fits it"),
+    ("vllm", 100, 2048, "use max_seq_len <= 100 or a larger pool"),
+    # 10 slots, max_seq_len 8, blocks of 16: no block at all
+    ("vllm", 10, 8, "KV pool of 10 slots \\(0 blocks of 16\\) cannot hold one max_seq_len=8 request; less than one "
+                    "block, no request fits"),
+])
+def test_a_pool_below_one_request_never_advises_max_seq_len_0(system, capacity, max_seq_len, needle):
+    """The manager's own check (sim/core/build.py pool_for, reached past the command line's
+    checks by a library caller): a bound below 1 is no advice; it says what is wrong."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.core.build import pool_for
+    from pagesim.sim.errors import ConfigError
+    from pagesim.sim.specs import get_model, with_max_seq_len
+
+    with pytest.raises(ConfigError, match=needle) as e:
+        pool_for(SimConfig.for_system(system), capacity, with_max_seq_len(get_model("opt-13b"), max_seq_len))
+    assert "<= 0" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("kind,kv,n,median_ms\ndecode,-1,4,1.0\n", "row 1, field 'kv': must be >= 0, got -1$"),
+    ("kind,kv,n,median_ms\ndecode,1,4,-2.5\n", "row 1, field 'median_ms': must be a number > 0, got -2.5$"),
+    ("kind,kv,n,median_ms\ndecode,1,4,\n", "row 1, field 'median_ms': is missing$"),
+])
+def test_measured_timings_name_a_cell_as_written(text, needle, tmp_path):
+    """A measured attention table's bad cell is shown as a number (-1), never numpy's repr
+    (np.int64(-1)), and an empty one as missing."""
+    from pagesim.sim.cost.measured import read_attention
+    from pagesim.sim.errors import ConfigError
+
+    path = tmp_path / "attention.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=needle) as e:
+        read_attention(path)
+    assert "np." not in str(e.value)

@@ -113,6 +113,14 @@ class _ArrivalOption(argparse.Action):
             namespace.arrival, namespace.cv = "gamma", 1.0 / math.sqrt(values)
 
 
+def check_arrival_args(args: argparse.Namespace) -> None:
+    """``--cv`` given without gamma arrivals (``--arrival gamma`` or ``--burstiness``) would do
+    nothing: a ConfigError naming it (a parser's namespace records what was given)."""
+    if "cv" in getattr(args, "_arrival_given", ()) and args.arrival != "gamma":
+        raise ConfigError(f"--cv sets the variation of gamma arrivals; the arrivals are {args.arrival}: "
+                          "add --arrival gamma or leave --cv out")
+
+
 def add_arrival_args(g) -> None:
     """``--arrival``, ``--cv``, ``--burstiness`` (synthetic arrival process) to a parser or group."""
     g.add_argument("--arrival", choices=ARRIVALS, default="poisson", action=_ArrivalOption,
@@ -203,6 +211,7 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int,
     from pagesim.traces.synth import make_workload
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 (tolerate partial namespaces)
+    check_arrival_args(args)
     steps: list[dict] = []
     trace = g("trace")
     if trace:

@@ -12,7 +12,7 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.terminal import fill
 from pagesim.traces import beam_search as bs
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
-                                 add_trace_file_args)
+                                 add_trace_file_args, check_arrival_args)
 from pagesim.traces.loaders import load_trace, write_trace
 from pagesim.traces.names import WORKLOADS
 from pagesim.traces.stats import format_stats, trace_stats
@@ -51,6 +51,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_synth(args) -> int:
+    check_arrival_args(args)
     duration = args.duration
     if duration is None and args.num_requests is None:
         duration = DEFAULT_DURATION_S

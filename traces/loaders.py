@@ -83,8 +83,8 @@ from pagesim.sim.errors import TraceError
 from pagesim.traces.arrivals import arrivals, describe
 from pagesim.traces.names import FORMATS, TIME_UNITS
 from pagesim.traces.reading import TimeColumn, Window, file_kind, header, read
-from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, row_number, sort_by_arrival, to_integers,
-                           to_tokens, validate_canonical, warn)
+from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, plain, row_number, sort_by_arrival,
+                                   to_integers, to_tokens, validate_canonical, warn)
 
 COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width", "priority",
                "hashes")
@@ -241,7 +241,7 @@ def _numbers_to_seconds(s: pd.Series, time: TimeColumn, *, path: str, rows: np.n
         bad = ~np.isfinite(v) | (v < 0)
     i = first_true(bad)
     if i is not None:
-        raise TraceError(f"timestamp must be a finite number >= 0, got {s.iloc[i]!r}", path=path,
+        raise TraceError(f"timestamp must be a finite number >= 0, got {plain(s.iloc[i])!r}", path=path,
                          row=row_number(rows, i), field=time.name)
     scale = TIME_UNITS[time.unit]
     if not rezero:
@@ -282,7 +282,8 @@ def _datetimes_to_seconds(s: pd.Series, time: TimeColumn, *, path: str,
                 t = t2
         i = first_true(t.isna().to_numpy())
         if i is not None:
-            raise TraceError(f"unparseable timestamp {s.iloc[i]!r}", path=path, row=row_number(rows, i), field=field_)
+            raise TraceError(f"unparseable timestamp {plain(s.iloc[i])!r}", path=path, row=row_number(rows, i),
+                             field=field_)
     t0 = t.min()
     return (t - t0).dt.total_seconds().to_numpy(dtype=np.float64), str(t0)
 
@@ -314,8 +315,11 @@ def _hash_tuples(values: pd.Series, *, path: str, field_: str, rows: np.ndarray 
     return out
 
 
-def _mooncake_misfit(raw: pd.DataFrame, cols: dict) -> str | None:
-    """Why a file with Mooncake's keys does not hold Mooncake's numbers, or None when it does."""
+def _mooncake_misfit(raw: pd.DataFrame, cols: dict, path: str) -> str | None:
+    """Why a file with Mooncake's keys does not hold Mooncake's numbers, or None when it does.
+    A row's hashes fit when they are a list of ``ceil(prompt / 512)``. Where most rows fit, the
+    file is Mooncake's and a row that does not is a TraceError naming it (one bad row must not
+    turn every timestamp from milliseconds into seconds); where most do not, the reason."""
     ts = raw[cols["arrival"]]
     if not pd.api.types.is_numeric_dtype(ts.dtype):
         return f"{cols['arrival']} holds strings, Mooncake's are numbers of milliseconds"
@@ -323,13 +327,22 @@ def _mooncake_misfit(raw: pd.DataFrame, cols: dict) -> str | None:
         return f"no {LAYOUTS['mooncake'].columns['hashes']} to confirm Mooncake's 512-token blocks"
     hashes = raw[cols["hashes"]]
     lists = hashes.map(lambda v: isinstance(v, list)).to_numpy(dtype=bool)
-    if not lists.all():
-        return f"{cols['hashes']} holds {type(hashes.iloc[first_true(~lists)]).__name__}s, Mooncake's are lists"
     prompt = pd.to_numeric(raw[cols["prompt"]], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     blocks = np.ceil(prompt / MOONCAKE_BLOCK_TOKENS)
-    if not np.array_equal(hashes.map(len).to_numpy(dtype=np.float64), blocks):
-        return f"{cols['hashes']} lengths are not ceil({cols['prompt']} / {MOONCAKE_BLOCK_TOKENS})"
-    return None
+    lengths = np.array([len(v) if isinstance(v, list) else -1 for v in hashes], dtype=np.float64)
+    # (a row without a whole prompt count is the prompt check's to refuse, not a misfit)
+    fits = (lists & (lengths == blocks)) | ~np.isfinite(blocks)
+    if fits.all():
+        return None
+    i = first_true(~fits)
+    if 2 * int(fits.sum()) > len(fits):
+        got = f"a list of {int(lengths[i])}" if lists[i] else f"{type(hashes.iloc[i]).__name__} {hashes.iloc[i]!r:.40}"
+        raise TraceError(f"must be a list of ceil({cols['prompt']} / {MOONCAKE_BLOCK_TOKENS}) = {int(blocks[i])} block "
+                         f"hashes, as the file's other rows are (Mooncake's), got {got}", path=path,
+                         row=row_number(None, i), field=cols["hashes"])
+    if not lists[i]:
+        return f"{cols['hashes']} holds {type(hashes.iloc[i]).__name__}s, Mooncake's are lists"
+    return f"{cols['hashes']} lengths are not ceil({cols['prompt']} / {MOONCAKE_BLOCK_TOKENS})"
 
 
 def spread_ties(arrival_s: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -422,7 +435,7 @@ def load_trace(path: str | Path, format: str | None = None, columns: str | dict 
     if format == "canonical" and hash_block_tokens is None:
         block = int(raw.attrs.get("hash_block_tokens", block))
     if format == "mooncake" and detected:
-        why = _mooncake_misfit(raw, cols)
+        why = _mooncake_misfit(raw, cols, p)
         if why is not None:  # read it as generic: times in seconds unless told, hashes only with a block size
             time = replace(time, unit=time_unit or "s")
             rep["format"] = "generic"

@@ -36,6 +36,12 @@ def first_true(mask: np.ndarray) -> int | None:
     return i if mask.size and mask[i] else None
 
 
+def plain(value):
+    """A cell as a message shows it: a numpy scalar as its Python number (``-5``, not
+    ``np.int64(-5)``), anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def row_number(rows: np.ndarray | None, i: int) -> int:
     """1-based data row of position ``i``; ``rows`` maps positions to source rows when given."""
     return int(rows[i]) if rows is not None else i + 1
@@ -58,15 +64,15 @@ def to_tokens(values, *, path: str, field: str, rows: np.ndarray | None = None) 
             arr = s.to_numpy(dtype=np.int64, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int64)
         i = first_true((arr < 1) | (arr > MAX_TOKENS))
         if i is not None:
-            raise TraceError(f"token count must be a whole number from 1 to {MAX_TOKENS:,} (2^40), got {s.iloc[i]}",
+            raise TraceError(f"token count must be a whole number from 1 to {MAX_TOKENS:,} (2^40), "
+                             f"got {plain(s.iloc[i])}",
                              path=path, row=row_number(rows, i), field=field)
         return arr
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(num) | (num < 1) | (num != np.floor(num)) | (num > MAX_TOKENS)
     i = first_true(bad)
     if i is not None:
-        raw = s.iloc[i]
-        raw = raw.item() if isinstance(raw, np.generic) else raw  # 1e+20, not np.float64(1e+20)
+        raw = plain(s.iloc[i])  # 1e+20, not np.float64(1e+20)
         why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
                else f"must be a whole number from 1 to {MAX_TOKENS:,} (2^40), got {raw!r}")
         raise TraceError(f"token count {why}", path=path, row=row_number(rows, i), field=field)
@@ -79,11 +85,17 @@ def to_integers(values, *, path: str, field: str, rows: np.ndarray | None = None
     s = values if isinstance(values, pd.Series) else pd.Series(values)
     if pd.api.types.is_integer_dtype(s.dtype) and not s.hasnans:
         return s.to_numpy(dtype=np.int64)
+    # a boolean is no level: True/False would read as 1/0 (a yes/no column named for another meaning)
+    if pd.api.types.is_bool_dtype(s.dtype):
+        raise TraceError("holds yes/no values (True/False), not whole numbers", path=path, field=field)
+    boolean = np.fromiter((isinstance(v, (bool, np.bool_)) for v in s), bool, len(s))
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    i = first_true(~np.isfinite(num) | (num != np.floor(num)) | (np.abs(num) >= 2.0**62))
+    i = first_true(boolean | ~np.isfinite(num) | (num != np.floor(num)) | (np.abs(num) >= 2.0**62))
     if i is not None:
-        raw = s.iloc[i]
+        raw = plain(s.iloc[i])
         why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
+               else f"must be below 2^62 in magnitude, got {raw!r}: too large" if np.isfinite(num[i])
+               and num[i] == np.floor(num[i]) and not boolean[i]
                else f"must be a whole number, got {raw!r}")
         raise TraceError(why, path=path, row=row_number(rows, i), field=field)
     return num.astype(np.int64)
@@ -187,7 +199,7 @@ def validate_canonical(df: pd.DataFrame, source: str | None = None, *, unique_id
         ids = df["request_id"]
         i = first_true(ids.duplicated().to_numpy())
         if i is not None:
-            raise TraceError(f"duplicate request_id {ids.iloc[i]!r}", path=src, row=i + 1, field="request_id")
+            raise TraceError(f"duplicate request_id {plain(ids.iloc[i])!r}", path=src, row=i + 1, field="request_id")
     if "priority" in df.columns and not pd.api.types.is_integer_dtype(df["priority"].dtype):
         raise TraceError(f"must be an integer column, got dtype {df['priority'].dtype}", path=src, field="priority")
     if "prefix_hashes" in df.columns:

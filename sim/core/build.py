@@ -68,8 +68,9 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
     takes its blocks from the pool."""
     capacity, max_seq_len = int(capacity_tokens), int(model.max_seq_len)
     if capacity < max_seq_len and groups is None:  # (groups: check_groups_hold_a_request)
-        raise ConfigError(f"KV pool of {capacity} slots is smaller than one max_seq_len={max_seq_len} "
-                          f"request; use max_seq_len <= {capacity} or a larger pool (kv_gib)")
+        raise ConfigError(f"KV pool of {capacity} slots is smaller than one max_seq_len={max_seq_len} request; "
+                          + (f"use max_seq_len <= {capacity} or a larger pool (kv_gib)" if capacity >= 2
+                             else "no request fits it: use a larger pool (kv_gib)"))
     if cfg.manager == "static":
         fit = capacity // max_seq_len
         slots = fit if cfg.static_batch_size is None else cfg.static_batch_size
@@ -97,8 +98,10 @@ def pool_for(cfg, capacity_tokens: int, model, groups=None) -> Pool:
         check_groups_hold_a_request(cfg, model, groups, block_size, num_blocks)
     elif num_blocks < -(-max_seq_len // block_size):
         raise ConfigError(f"KV pool of {capacity} slots ({num_blocks} blocks of {block_size}) cannot hold one "
-                          f"max_seq_len={max_seq_len} request; use max_seq_len <= {num_blocks * block_size} "
-                          "or a larger pool (kv_gib)")
+                          f"max_seq_len={max_seq_len} request; "
+                          + (f"use max_seq_len <= {num_blocks * block_size} or a larger pool (kv_gib)" if num_blocks
+                             else f"less than one block, no request fits: use a larger pool (kv_gib) or a smaller "
+                                  "block_size"))
     return Pool("paged" if cfg.manager == "paged" else "vattention", capacity, max_seq_len, block_size, num_blocks,
                 capacity - num_blocks * block_size, int(cfg.watermark * num_blocks), groups=groups)
 

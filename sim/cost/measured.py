@@ -78,6 +78,12 @@ def model_key(folder_name: str) -> str:
     return re.sub(r"^meta-", "", name)
 
 
+def _cell(df: pd.DataFrame, col: str, row: int):
+    """Row ``row`` (1-based) of ``col`` as a message shows it: -1, not np.int64(-1)."""
+    v = df[col].iloc[row - 1]
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _read_csv(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
@@ -92,7 +98,8 @@ def _read_csv(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
         bad = pd.to_numeric(df[c], errors="coerce").isna() if c not in ("use_gated_mlp", "kind") else None
         if bad is not None and bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
-            raise ConfigError(f"{path}: row {row}, field '{c}': not a number: {df[c].iloc[row - 1]!r}")
+            raise ConfigError(f"{path}: row {row}, field '{c}': "
+                              + ("is missing" if pd.isna(_cell(df, c, row)) else f"not a number: {_cell(df, c, row)!r}"))
     return df
 
 
@@ -101,7 +108,7 @@ def _positive(df: pd.DataFrame, col: str, path: Path) -> None:
     bad = ~(np.isfinite(v) & (v > 0))
     if bad.any():
         row = int(np.flatnonzero(bad)[0]) + 1
-        raise ConfigError(f"{path}: row {row}, field '{col}': must be a number > 0, got {df[col].iloc[row - 1]!r}")
+        raise ConfigError(f"{path}: row {row}, field '{col}': must be a number > 0, got {_cell(df, col, row)!r}")
 
 
 @dataclass
@@ -203,7 +210,7 @@ def read_attention(path: Path) -> pd.DataFrame:
     kv = pd.to_numeric(df["kv"])
     if (kv < 0).any():
         row = int(np.flatnonzero((kv < 0).to_numpy())[0]) + 1
-        raise ConfigError(f"{path}: row {row}, field 'kv': must be >= 0, got {df['kv'].iloc[row - 1]!r}")
+        raise ConfigError(f"{path}: row {row}, field 'kv': must be >= 0, got {_cell(df, 'kv', row)!r}")
     df = df[df["kind"].isin(("decode", "prefill"))].rename(columns={"median_ms": "ms"})
     df = df.drop_duplicates(["kind", "kv", "n"], keep="first")
     return df[["kind", "kv", "n", "ms"]].astype({"kv": np.int64, "n": np.int64}).reset_index(drop=True)
