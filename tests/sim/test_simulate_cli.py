@@ -71,7 +71,7 @@ def test_toml_config_then_flags_win(tmp_path, capsys):
     (["--gpu", "tpu"], "valid GPUs"),
     (["--model", "llama-2-70b", "--gpu", "a100-40gb"], "--tp"),
     (["--block-size", "0"], "block_size"),
-    (["--kv-gib", "0.001"], "max_seq_len"),
+    (["--kv-gib", "0.001"], "less than one block"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, argv, needle):
     rc, _, err = run_cli(capsys, "simulate", "--duration", "10", "--no-progress", *argv)

@@ -18,7 +18,10 @@ COMMON = BASE + ("--system", "vllm-v1")
 
 
 def run_cli(capsys, *argv):
-    rc = main(list(argv))
+    try:
+        rc = main(list(argv))
+    except SystemExit as exit:  # a flag's value refused by the parser (its type)
+        rc = exit.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -59,7 +62,7 @@ def test_disaggregated_run_writes_pools_and_phases(tmp_path, capsys):
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"), "--replicas is not available"),
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--router", "prefix-affinity"),
      "is not offered with disaggregation"),
-    (("--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "0"), "--kv-link-gbps must be positive"),
+    (("--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "0"), "--kv-link-gbps: must be > 0"),
     (("--first-token", "prefill"), "--first-token is for a disaggregated run"),
     (("--prefill-replicas", "1", "--decode-replicas", "1", "--client-timeout", "5"),
      "--client-timeout is not modelled with disaggregation yet"),

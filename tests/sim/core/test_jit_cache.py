@@ -686,10 +686,12 @@ def test_only_copies_of_a_value_the_first_block_assigns_once_are_shared():
 
 def lowered_text(monkeypatch, fn, args, **options):
     """``fn`` compiled with numba's ``options`` and run on ``args``: its result, and the text of
-    its LLVM code as lowered, before any optimization."""
+    its LLVM code as lowered, before any optimization. The options' ``boundscheck`` holds where the
+    environment sets none for every function (the suite's ``NUMBA_BOUNDSCHECK``: tests/checked_core.py)."""
     import numba
-    from numba.core import lowering
+    from numba.core import config, lowering
 
+    monkeypatch.setattr(config, "BOUNDSCHECK", None)
     texts = []
     lower = lowering.Lower.lower
 
