@@ -376,8 +376,13 @@ def register_full_blocks(s, i, slot, old_len, new_len):
         register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
 
 
-@njit
-def register_hashed_blocks(s, i, slot, computed, known):
+def with_hash_lookahead(config):
+    """The runs that may call :func:`register_hashed_blocks`: EAGLE or MTP with prefix caching."""
+    return config[SPEC_HASH_LOOKAHEAD] > 0
+
+
+@njit(lazy=with_hash_lookahead)  # compiled apart, the state by reference: no other run carries its code
+def register_hashed_blocks(s, i: int, slot: int, computed: int, known: int) -> None:
     """Under a hash lookahead L: request ``i``'s blocks (in ``slot``) that its ``computed`` tokens
     fill and that are hashed once ``known`` tokens exist (its prompt and those it has sampled: a
     block ends ``L`` tokens before them, :func:`hash_lookahead`) are cached, from the first after

@@ -13,6 +13,7 @@ from pagesim.sim import cluster as sim_cluster
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
+from tests.checked_core import unchecked_only
 from tests.sim.helpers import cfg_for, rand_trace, trace_of
 
 
@@ -265,6 +266,7 @@ def test_a_clusters_loop_calls_its_replicas_loop_by_address_not_linked_in():
     assert engine.library not in linked(by_address)
 
 
+@unchecked_only
 def test_the_cluster_loops_hold_no_copy_of_their_replicas_loop():
     """vLLM v1's cluster and disaggregated loops, as a run compiles (or loads) them: their code
     defines no function of the replicas' loop (each calls it by address)."""

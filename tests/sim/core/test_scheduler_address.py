@@ -8,6 +8,7 @@ import pytest
 from pagesim.sim.core import jit, loop, replay, state
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
+from tests.checked_core import unchecked_only
 from tests.sim.helpers import cfg_for, rand_trace
 
 compiled_only = pytest.mark.skipif(not jit.COMPILED, reason="interpreted, the loop calls the scheduler's source")
@@ -53,6 +54,7 @@ def _widest_calls(library, name: str) -> list:
 
 
 @compiled_only
+@unchecked_only
 @pytest.mark.parametrize("system", ["static", "vllm-v1", "sglang"])
 def test_a_schedulers_entry_passes_the_state_to_no_function_field_by_field(system):
     """The entry loads the state's fields from the reference it is given (``by_reference.state_at``):
