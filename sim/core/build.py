@@ -280,7 +280,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
         waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
         running_group=np.zeros(max(n, 1), np.int8),
-        free_block_ids=np.arange(num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
+        # (sglang's radix cache counts its pool's pages, it lists no free block: radix_cache.py)
+        free_block_ids=np.arange(0 if sglang else num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, table_groups * blocks_per_seq), np.int32),
         step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
         step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(state.MEMORY_CATEGORIES, i64),

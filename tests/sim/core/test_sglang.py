@@ -9,6 +9,7 @@ off the records of tiny runs (one row per iteration, every iteration's state che
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -725,3 +726,19 @@ def test_an_fcfs_pass_touches_the_waiting_prefixes_before_it_admits():
     assert column(result, "num_prefill_tokens") == [4] + [1] * 29 + [12, 6, 48, 4]
     assert watch.evictions[32] == 3
     assert result.summary["mgr_prefix_hit_tokens"] == 29 * 3 + 12
+
+
+def test_the_radix_caches_tables_do_not_grow_with_the_pool():
+    """sglang counts its pool's pages (radix_cache.py): nothing lists its 167,772,160 pages (a
+    one-layer model of 256 B a token in 40 GiB, page 1), and the tree has a row per page of the six
+    requests' keys (780 + 6 x 20 = 900) and 3, not per page of the pool: the state holds under a MB,
+    where the free list alone took 640 MiB."""
+    from tests.sim.helpers import tiny_model
+
+    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(6)], "arrival_s": [0.1 * i for i in range(6)],
+                          "prompt_tokens": [100, 200, 300, 50, 60, 70], "output_tokens": [20] * 6})
+    s = initial_state(SimConfig.for_system("sglang", model=tiny_model(), gpu="h100-80gb", kv_gib=40,
+                                           max_seq_len=4096), trace)
+    assert s.config[state.NUM_BLOCKS] == 40 * 2**30 // 256
+    assert len(s.free_block_ids) == 0 and len(s.radix_nodes) == 1 + 900 + 2
+    assert sum(a.nbytes for a in s if isinstance(a, np.ndarray)) < 2**20
