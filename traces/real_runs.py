@@ -9,7 +9,8 @@ Two formats:
   ``results/summary_lifecycle_metrics.json`` and ``results/stage_N_lifecycle_metrics.json`` (what
   the client measured), and beside them the server's launch settings, ``exp-config.yaml``
   (``model``, ``tensor_parallelism``, ``max_model_len``, ``max_num_batched_tokens``,
-  ``max_num_seqs``), as the public inference-sim/training runs keep them.
+  ``max_num_seqs``), as the public inference-sim/training runs keep them; a folder without it
+  is refused (the engine's defaults are not the run's settings).
 - **vllm bench serve** ``--save-result --save-detailed`` JSON (vLLM 0.33.0
   ``vllm/benchmarks/serve.py``, ``benchmark()``'s result dict, lines 1318-1339): per request
   ``input_lens``, ``output_lens``, ``start_times`` (the client's ``perf_counter`` at send),
@@ -33,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import TraceError
+from pagesim.sim.limits import BYTES_PER_REQUEST, physical_memory_bytes
 
 #: the statistics inference-perf's lifecycle metrics give (``reportgen/base.py``'s ``summarize``)
 #: that the comparison reads; the quantiles of prompt and output lengths are read in full
@@ -280,6 +282,10 @@ def read_inference_perf(folder: Path) -> RealRun:
             if value <= 0:
                 raise TraceError(f"must be > 0, got {value!r}", path=str(config_path), field=f"load.stages[{i}].{key}")
             workload[f"stage.{i}.{key}"] = value
+        requests = workload[f"stage.{i}.rate"] * workload[f"stage.{i}.duration"]
+        if requests * BYTES_PER_REQUEST > physical_memory_bytes():  # refused before any table is made
+            raise TraceError(f"{requests:.3g} requests (rate x duration): more than this machine's memory holds the "
+                             "tables of", path=str(config_path), field=f"load.stages[{i}]")
     for key in ("num_groups", "num_prompts_per_group", "system_prompt_len", "question_len", "output_len"):
         workload[f"shared_prefix.{key}"] = _get(config, f"data.shared_prefix.{key}", config_path, int,
                                                 minimum=1 if key != "system_prompt_len" else 0)
@@ -324,12 +330,14 @@ def read_inference_perf(folder: Path) -> RealRun:
 
     server_path = folder / "exp-config.yaml"
     engine: dict = {}
-    if server_path.is_file():
-        server = _load(server_path)
-        for key, kind in SERVER_KEYS.items():
-            value = _get(server, key, server_path, kind, required=False, minimum=1 if kind is int else None)
-            if value is not None:
-                engine[key] = value
+    if not server_path.is_file():  # the engine's own defaults would stand in for the run's settings
+        raise TraceError("missing (the server's launch settings: its max_num_seqs, max_num_batched_tokens, "
+                         "max_model_len, ...)", path=str(server_path))
+    server = _load(server_path)
+    for key, kind in SERVER_KEYS.items():
+        value = _get(server, key, server_path, kind, required=False, minimum=1 if kind is int else None)
+        if value is not None:
+            engine[key] = value
     if "model" not in engine:
         engine["model"] = _get(config, "server.model_name", config_path, str)
     return RealRun(folder.name, "inference-perf", str(folder), engine, workload, None, measured)

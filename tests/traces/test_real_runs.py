@@ -167,17 +167,17 @@ def test_inference_perf_quantiles_with_a_dot_read(run_dir):
     assert w.get("output_len.p0.1") == 7.0 and w.get("output_len.p99.9") == 7.0
 
 
-def test_inference_perf_model_from_config_without_exp_config(tmp_path):
-    """Without exp-config.yaml the engine holds only the model, from server.model_name; a one-stage
-    run may keep only the summary (no stage_0 file) and then has the one scope 'overall'; without
-    ignore_eos the outputs vary, so TPOT and ITL are the client's own, every statistic."""
+def test_inference_perf_one_stage_run_may_keep_only_its_summary(tmp_path):
+    """A one-stage run may keep only the summary (no stage_0 file) and then has the one scope
+    'overall'; without ignore_eos the outputs vary, so TPOT and ITL are the client's own, every
+    statistic."""
     files = run_files()
-    del files["exp-config.yaml"], files["results/stage_0_lifecycle_metrics.json"]
+    del files["results/stage_0_lifecycle_metrics.json"]
     del files["results/stage_1_lifecycle_metrics.json"]
     files["results/config.yaml"]["load"]["stages"] = [{"rate": 3.0, "duration": 4}]
     files["results/config.yaml"]["server"]["ignore_eos"] = False
     run = read_real_run(write_run(tmp_path / "one", files))
-    assert run.engine == {"model": "meta-llama/Llama-2-7b-hf"}
+    assert run.engine["model"] == "meta-llama/Llama-2-7b-hf"
     assert run.num_stages == 1 and list(run.measured) == ["overall"]
     assert run.workload["ignore_eos"] is False
     assert (run.workload["stage.0.rate"], run.workload["stage.0.duration"]) == (3.0, 4.0)
@@ -331,6 +331,10 @@ FOLDER_CASES = [
      "data.shared_prefix.question_len", "missing"),
     ("load-sweep", lambda f: _edit(f, CFG, "load.type", "sweep"), CFG, "load.type", "'sweep'"),
     ("rate-0", lambda f: _edit(f, CFG, "load.stages.1.rate", 0), CFG, "load.stages[1].rate", "> 0"),
+    # the engine's defaults (1,024 sequences, 8,192 tokens) are not the run's settings
+    ("no-exp-config", lambda f: f.pop(EXP), EXP, None, "missing (the server's launch settings"),
+    ("stage-beyond-memory", lambda f: (_edit(f, CFG, "load.stages.1.rate", 1e9), _edit(f, CFG, "load.stages.1.duration", 1e9)),
+     CFG, "load.stages[1]", "more than this machine's memory"),
     ("no-ttft-mean", lambda f: _edit(f, STAGE1, "successes.latency.time_to_first_token.mean", ...), STAGE1,
      "successes.latency.time_to_first_token.mean", "missing"),
     ("abc-latency", lambda f: _edit(f, SUMMARY, "successes.latency.request_latency.p90", "abc"), SUMMARY,
