@@ -205,6 +205,16 @@ class RooflineCostModel(CpuOverhead):
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
                 self._state_bytes_per_seq)
 
+def _same_model(name: str, model: ModelSpec) -> bool:
+    """Whether a profile's ``model`` column names ``model`` (by its preset's name or alias, else as written)."""
+    from pagesim.sim.specs import get_model
+
+    try:
+        return get_model(name).name == model.name
+    except ConfigError:
+        return name.strip().lower() == model.name.lower()
+
+
 class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/cost/profile_format.py``): packs it for
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
@@ -219,6 +229,10 @@ class TableCostModel(CpuOverhead):
             raise ConfigError(f"{path}: a profile's attention is measured on a 16-bit KV cache; --kv-cache-dtype "
                               f"{model.kv_cache_dtype} needs the roofline (drop --profile)")
         df = read_profile(path)
+        measured = sorted(set(df["model"]))
+        if not any(_same_model(name, model) for name in measured):  # another model's times
+            raise ConfigError(f"{path}: the profile measured {', '.join(measured)}, not {model.name}: it prices its own "
+                              "model alone (measure this one, or drop --profile)")
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
 

@@ -14,6 +14,7 @@ from pagesim.sim.core.cost_table import decode_seconds, interp_extrap
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.cost.models import make_cost_model
 from pagesim.sim.cost.profile_format import write_profile
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import get_gpu, get_model
 from tests.sim.helpers import cfg_for
@@ -86,6 +87,19 @@ def profile(path, prefill=True):
 def table_model(tmp_path, prefill=True, **kw):
     return make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), profile=profile(tmp_path / "p.csv", prefill),
                            **kw)
+
+
+@pytest.mark.parametrize("model,refused", [("opt-13b", False), ("OPT-13B", False), ("llama-2-7b", True)])
+def test_a_profile_prices_its_own_model_alone(tmp_path, model, refused):
+    """The profile measured opt-13b (its ``model`` column): a run of opt-13b (its name in any case)
+    takes it, a run of Llama-2-7B is refused in one line naming both."""
+    path = profile(tmp_path / "p.csv")
+    if not refused:
+        assert make_cost_model(get_model(model), get_gpu("a100-40gb"), profile=path).path == path
+        return
+    with pytest.raises(ConfigError, match="the profile measured opt-13b, not llama-2-7b") as refusal:
+        make_cost_model(get_model(model), get_gpu("a100-40gb"), profile=path)
+    assert "\n" not in str(refusal.value)
 
 
 def mixed_batch() -> StepBatch:
