@@ -249,7 +249,9 @@ def cap_at_saturation(tasks: Sequence[SearchTask], offline: Callable[[SearchTask
     the SLO above it (it ends before the queue it builds reaches its p99), but past saturation
     the queue grows for as long as requests come. For each rate search with an answer ``a``:
     run ``a``'s requests all at once (``offline(task, a)``, :meth:`PlanSetup.offline`), whose
-    request throughput is the saturation ``s``; when ``a > s`` the search goes on below ``s``
+    request throughput while the engine is full (``saturated_request_throughput``,
+    ``sim.metrics.saturated_throughput``: not its drain) is the saturation ``s``; when ``a > s``
+    the search goes on below ``s``
     (the probes already run are kept) and the new answer is checked the same way, up to
     :data:`SATURATION_ROUNDS` rounds. Returns, per task name, ``{"saturation_rps": s or None,
     "note": str}`` (a note where an answer was lowered, or the saturation is unknown)."""
@@ -261,12 +263,12 @@ def cap_at_saturation(tasks: Sequence[SearchTask], offline: Callable[[SearchTask
         points = runner.evaluate([offline(t, t.search.answer) for t in pending])
         lowered = []
         for t, p in zip(pending, points):
-            a, sat = t.search.answer, p.get("request_throughput")
+            a, sat = t.search.answer, p.get("saturated_request_throughput")
             note = out.get(t.name, {}).get("note", "")
             if p.get("error") or not sat or sat != sat:
                 out[t.name] = {"saturation_rps": None, "note": note or (
                     f"{t.name}: the answer {a:g} req/s is not checked against the offline saturation: running "
-                    f"its requests at once gave {p.get('error') or 'no finished request'}")}
+                    f"its requests at once gave {p.get('error') or 'too few of them to keep the engine full'}")}
                 continue
             if a <= sat:
                 out[t.name] = {"saturation_rps": sat, "note": note}

@@ -364,7 +364,8 @@ class Runner:
             # metrics are those of the requests simulated so far; the verdict (fail) is certain
             p.update(passed=False, stopped_early=True, fail_reason=summ["stopped_early"],
                      littles_law_error=float("nan"))
-        for k in ("request_throughput", "output_throughput", "total_token_throughput", "kv_capacity_tokens",
+        for k in ("request_throughput", "saturated_request_throughput", "output_throughput", "total_token_throughput",
+                  "kv_capacity_tokens",
                   "avg_batch_size", "num_preemptions", "duration_s", "mem_token_states"):
             p[k] = summ.get(k)
         p["littles_law_ok"] = bool(p["littles_law_error"] <= LITTLE_TOL) if p["littles_law_error"] == p["littles_law_error"] else None

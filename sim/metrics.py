@@ -317,6 +317,30 @@ def overload_summary(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s:
             "queue_at_last_arrival": queue, "overloaded": bool(overloaded)}
 
 
+#: completions the second half of a saturated phase must hold for its rate to be taken (:func:`saturated_throughput`)
+SATURATED_MIN_FINISHED = 20
+
+
+def saturated_throughput(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,
+                         status: np.ndarray) -> float:
+    """The engine's request throughput while it is saturated: from the first arrival to the last
+    request's first token some request waits, so the engine runs as full as it can; over the
+    second half of that phase (past the first requests' own latency, which no finish precedes),
+    the requests finished per second. An offline burst's ``completed / duration`` is lower: its
+    drain, the last requests running with nobody behind them, is no saturation. NaN where that
+    half holds fewer than :data:`SATURATED_MIN_FINISHED` finishes (the requests never kept the
+    engine full long enough to measure)."""
+    started = np.isfinite(first_token_s)
+    if not started.any():
+        return float("nan")
+    begin, full_until = float(np.min(arrival_s)), float(np.max(first_token_s[started]))
+    half = begin + (full_until - begin) / 2
+    finished = int(((status == Status.FINISHED) & (finish_s > half) & (finish_s <= full_until)).sum())
+    if finished < SATURATED_MIN_FINISHED:
+        return float("nan")
+    return finished / (full_until - half)
+
+
 def overload_words(s: dict) -> str | None:
     """The summary's overload in a sentence (None if :func:`overload_summary` found none)."""
     if not s.get("overloaded"):
@@ -381,6 +405,7 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(num_preemptions)
     s.update(overload_summary(t.arrival_s, t.first_token_s, t.finish_s, t.status))
+    s["saturated_request_throughput"] = saturated_throughput(t.arrival_s, t.first_token_s, t.finish_s, t.status)
     if getattr(t, "has_priority", False):
         s["by_priority"] = priority_classes(t)
     s.update(rec.memory_fractions())

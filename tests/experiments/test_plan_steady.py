@@ -31,6 +31,7 @@ def fake_probe(spec) -> RunOutput:
         req = pd.DataFrame({"arrival_s": 0.0, "finish_s": finish, "status": "finished", "output_tokens": 11,
                             "ttft_s": finish, "tpot_s": 0.0, "e2el_s": finish, "normalized_latency_s": finish / 11})
         return RunOutput(summary={"system": spec.system, "request_throughput": n / finish[-1],
+                                  "saturated_request_throughput": SATURATION["rps"],
                                   "output_throughput": 11 * n / finish[-1], "duration_s": float(finish[-1])},
                          requests=req)
     span = span if span is not None else n / spec.rate

@@ -199,3 +199,21 @@ def test_an_offline_burst_is_not_overloaded():
     assert s["arrival_window_s"] == 0.0 and np.isnan(s["arrival_rate"])
     assert np.isnan(s["completion_rate_while_arriving"])
     assert (s["queue_at_last_arrival"], s["overloaded"]) == (100, False)
+
+
+def test_the_saturated_throughput_is_the_second_halfs_finishes_while_requests_wait():
+    """60 requests at 0: the last first token at 10 s (someone waited until then); finishes at
+    1, 2, ..., 40 s and 20 at 12 s. The second half of the full phase, (5, 10], holds the finishes
+    at 6..10 s: 5, under 20, so too few (NaN); with 4 finishing a second from 6 s (20 more in
+    (5, 10]), 25 in 5 s: 5 req/s (the whole run's 60 / 40 s = 1.5 counts its drain)."""
+    from pagesim.sim.metrics import saturated_throughput
+    from pagesim.sim.requests import Status
+
+    arrival, first = np.zeros(60), np.linspace(0.0, 10.0, 60)
+    finish = np.concatenate([np.arange(1.0, 41.0), np.full(20, 12.0)])
+    status = np.full(60, Status.FINISHED)
+    assert np.isnan(saturated_throughput(arrival, first, finish, status))
+    finish[40:] = 6.0 + np.arange(20) // 4
+    assert saturated_throughput(arrival, first, finish, status) == pytest.approx(25 / 5)
+    status[40] = Status.REJECTED  # a rejected request finished nothing
+    assert saturated_throughput(arrival, first, finish, status) == pytest.approx(24 / 5)
