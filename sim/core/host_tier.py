@@ -474,6 +474,13 @@ def start_load(s, i: int, gpu_hits: int, host_hits: int) -> None:
     c[HOST_LOADED_BLOCKS] += host_hits
 
 
+@njit(inline=True)
+def loading_seat(s, i):
+    """Whether request ``i`` holds a seat counted in ``NUM_LOADING``: a host load's, from
+    :func:`start_load` to :func:`end_load` (a transfer's, a disaggregated decode side's, is not)."""
+    return with_tier(s.config) and s.offload[i, OFFLOAD_LOADING] > 0
+
+
 @njit(lazy=with_tier)
 def end_load(s, i: int) -> int:
     """Request ``i``'s load is over and it is admitted: the loaded blocks join the GPU prefix

@@ -444,17 +444,18 @@ def admit_waiting(s, budget):
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
     decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
     # (requests loading host blocks hold a block-table row, of max_num_seqs: they count against it
-    # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074; so one whose KV
-    # has arrived holds its row already and is admitted without a seat free: running + loading <=
-    # max_num_seqs, so vLLM's running list has room for it)
+    # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074; so one whose
+    # host load has ended takes the seat it holds: running + loading <= max_num_seqs, so vLLM's
+    # running list has room for it. A transfer's, counted in neither, needs a free seat as in vLLM)
     skipped = 0  # the positions past the holding part this pass passes over (skip_request: they keep them)
     # what speculative.pads reads of the running list's pass: a request scheduled mid-prompt, any scheduled
     running_prefill, scheduled_running = c[STEP_PREFILL_SEQS] > 0, budget < s.config[MAX_BATCHED_TOKENS]
     while budget > draft_slots and c[WAITING_LEN]:
         p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
+        own_seat = p >= 0 and host_tier.loading_seat(s, waiting_at(s, p))
+        if c[NUM_RUNNING] + c[NUM_LOADING] - (1 if own_seat else 0) >= s.config[MAX_NUM_SEQS]:
+            break
         if p < 0:
-            if c[NUM_RUNNING] + c[NUM_LOADING] >= s.config[MAX_NUM_SEQS]:
-                break
             p = first_visible(s, in_flight, skipped)
         if p < 0:
             break

@@ -2,7 +2,8 @@
 host tier, vLLM v1's CPU offload tier, speculative decoding (n-gram, EAGLE, MTP, a draft model),
 hybrid models' KV groups (sliding-window and Mamba layers), priorities, vLLM 0.4.2's parallel
 sampling and beam search with recompute or swap, chunked prefill, shared prompt prefixes, and
-pools from barely one request up. Each configuration is drawn from its seed alone
+pools from barely one request up; a run on one engine, or replicas behind a router, or vLLM v1
+disaggregated into prefill and decode pools (:func:`topology`). Each configuration is drawn from its seed alone
 (:func:`case`), checked every iteration (``--check``).
 
 An outcome is ``ok`` (every request finished or rejected with a reason), ``refused`` (a
@@ -32,6 +33,23 @@ import pandas as pd
 MAX_LEN = 128
 MODELS = ("opt-13b", "llama-3.1-8b", "mixtral-8x7b", "gemma-2-27b", "jamba-1.5-mini")
 FAULTS = ("invariant", "exception", "hang", "crash")
+
+
+def topology(seed: int, system: str, kw: dict) -> tuple:
+    """How configuration ``seed`` is served: ``("single",)``, ``("cluster", replicas, router)`` (any
+    system) or ``("disaggregated", prefill, decode, router)`` (vllm-v1 without a host tier, which
+    disaggregation refuses), drawn apart from :func:`case`'s draws so that those stay as they were."""
+    rng = np.random.default_rng([seed, 1])
+    draw = rng.random()
+    if system == "vllm-v1" and "kv_offload_gib" not in kw and draw < 0.15:
+        from pagesim.sim.disagg import DISAGG_ROUTERS
+
+        return "disaggregated", int(rng.integers(1, 3)), int(rng.integers(1, 3)), str(rng.choice(DISAGG_ROUTERS))
+    if draw < 0.3:
+        from pagesim.sim.cluster import ROUTERS
+
+        return "cluster", int(rng.integers(2, 4)), str(rng.choice(ROUTERS))
+    return ("single",)
 
 
 def case(seed: int):
@@ -114,16 +132,31 @@ def outcome(seed: int) -> tuple[str, str]:
     from pagesim.sim.run import run_simulation
 
     system, kw, trace = case(seed)
+    served = topology(seed, system, kw)
+    if served[0] == "cluster":  # --check reads one engine's state (a disaggregated run checks each)
+        kw = {**kw, "check": False}
     try:
         cfg = SimConfig.for_system(system, **kw)
         from pagesim.sim.run import initial_state
         initial_state(cfg, trace)
+        if served[0] == "disaggregated":  # what a disaggregated run refuses, before it runs
+            from pagesim.sim.disagg import check_disagg
+            check_disagg(cfg, cfg, served[1], served[2], served[3], "ib-ndr")
     except ConfigError as error:
         return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
     try:
-        result = run_simulation(cfg, trace)
+        if served[0] == "cluster":
+            from pagesim.sim.cluster import run_cluster
+            result = run_cluster(cfg, trace, served[1], served[2])
+        elif served[0] == "disaggregated":
+            from pagesim.sim.disagg import run_disaggregated
+            result = run_disaggregated(cfg, cfg, trace, served[1], served[2], served[3])
+        else:
+            result = run_simulation(cfg, trace)
     except InvariantError as error:
         return "invariant", str(error)
+    except ConfigError as error:  # a cluster's own refusal (its router, its replicas)
+        return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
     except Exception as error:  # noqa: BLE001 (every other one is a fault, named)
         return "exception", f"{type(error).__name__}: {error}"
     summary, requests = result.summary, result.requests
