@@ -331,8 +331,10 @@ def schedule_pass(s, family):
             return 0
         # the running list sorted by arrival (stable) before its pass, as vLLM 0.4.2 sorts it
         # (scheduler.py:409): a recomputed request admitted after a later arrival came back from
-        # swap is behind it until then, and the victim is the latest arrival (:430)
-        arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
+        # swap is behind it until then, and the victim is the latest arrival (:430); read first,
+        # as it is nearly always in order already
+        if not in_arrival_order(s):
+            arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
         context_sum = decode(s, family)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
             context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], family)[0]
@@ -448,6 +450,16 @@ def unhide_waiting_front(s, n, hidden_at):
         c[WAITING_HEAD] = (c[WAITING_HEAD] + size - 1) % size
         s.waiting[c[WAITING_HEAD]] = s.waiting[(hidden_at + j) % size]
     c[WAITING_LEN] += n
+
+
+@njit(inline=True)
+def in_arrival_order(s):
+    """Whether the running list is in arrival order (equal arrivals in any order)."""
+    running, arrival = s.running, s.arrival_s
+    for k in range(1, s.count[NUM_RUNNING]):
+        if arrival[running[k]] < arrival[running[k - 1]]:
+            return False
+    return True
 
 
 @njit  # a chunked iteration's: a call
