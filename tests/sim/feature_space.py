@@ -125,11 +125,16 @@ def case(seed: int):
     return system, kw, trace
 
 
+def refusal(error) -> tuple[str, str]:
+    """A ConfigError's outcome: ``refused`` where it is one line, else a fault."""
+    return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
+
+
 def outcome(seed: int) -> tuple[str, str]:
     """Run configuration ``seed``: (its outcome, a line saying why where it is not ``ok``)."""
     from pagesim.sim.config import SimConfig
     from pagesim.sim.errors import ConfigError, InvariantError
-    from pagesim.sim.run import run_simulation
+    from pagesim.sim.run import initial_state, run_simulation
 
     system, kw, trace = case(seed)
     served = topology(seed, system, kw)
@@ -137,13 +142,12 @@ def outcome(seed: int) -> tuple[str, str]:
         kw = {**kw, "check": False}
     try:
         cfg = SimConfig.for_system(system, **kw)
-        from pagesim.sim.run import initial_state
         initial_state(cfg, trace)
         if served[0] == "disaggregated":  # what a disaggregated run refuses, before it runs
             from pagesim.sim.disagg import check_disagg
             check_disagg(cfg, cfg, served[1], served[2], served[3], "ib-ndr")
     except ConfigError as error:
-        return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
+        return refusal(error)
     try:
         if served[0] == "cluster":
             from pagesim.sim.cluster import run_cluster
@@ -156,7 +160,7 @@ def outcome(seed: int) -> tuple[str, str]:
     except InvariantError as error:
         return "invariant", str(error)
     except ConfigError as error:  # a cluster's own refusal (its router, its replicas)
-        return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
+        return refusal(error)
     except Exception as error:  # noqa: BLE001 (every other one is a fault, named)
         return "exception", f"{type(error).__name__}: {error}"
     summary, requests = result.summary, result.requests
