@@ -2,7 +2,9 @@
 host tier, vLLM v1's CPU offload tier, speculative decoding (n-gram, EAGLE, MTP, a draft model),
 hybrid models' KV groups (sliding-window and Mamba layers), priorities, vLLM 0.4.2's parallel
 sampling and beam search with recompute or swap, chunked prefill, shared prompt prefixes, and
-pools from barely one request up; a run on one engine, or replicas behind a router, or vLLM v1
+pools from barely one request up; and, one seed in five, Orca's contiguous reservations (max,
+pow2, oracle or predicted; buddy, first-fit or best-fit placement; recompute or swap) or static
+batching (:func:`reservation_system`); a run on one engine, or replicas behind a router, or vLLM v1
 disaggregated into prefill and decode pools (:func:`topology`). Each configuration is drawn from its seed alone
 (:func:`case`), checked every iteration (``--check``).
 
@@ -52,10 +54,55 @@ def topology(seed: int, system: str, kw: dict) -> tuple:
     return ("single",)
 
 
-def case(seed: int):
-    """Configuration ``seed``: (system, the settings ``SimConfig.for_system`` takes, the trace)."""
+#: the systems of whole-request reservations (sim/systems.py): Orca's contiguous reservations and
+#: static batching, which a share of seeds is switched to (:func:`reservation_system`)
+RESERVATION_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "static")
+
+
+def slot_bytes(model: str, tensor_parallel: int) -> int:
+    """One token's KV bytes over the model's ``tensor_parallel`` GPUs."""
     from pagesim.sim.specs.presets import MODELS as PRESETS
 
+    return PRESETS[model].kv_bytes_per_token(tensor_parallel) * tensor_parallel
+
+
+def reservation_system(seed: int, kw: dict, trace: pd.DataFrame):
+    """The share of seeds (one in five) that runs an Orca scheduler over a contiguous manager
+    or static batching instead: (system, its settings, the trace), or None. Drawn apart from
+    :func:`case`'s draws (as :func:`topology` is), so that every other seed draws what it drew
+    before; the model, pool, sequence limit, seed and trace stay the seed's own."""
+    rng = np.random.default_rng([seed, 2])
+    if rng.random() >= 0.2:
+        return None
+
+    def pick(*options):
+        return options[int(rng.integers(len(options)))]
+
+    system = pick(*RESERVATION_SYSTEMS)
+    kept = {name: kw[name] for name in ("model", "gpu", "tensor_parallel", "kv_gib", "max_seq_len", "check", "seed",
+                                        "max_num_seqs")}
+    if system == "static":
+        kept["static_batch_size"] = pick(None, 1, 2, 4, 16)
+    else:
+        kept["placement"] = pick("buddy", "first-fit", "best-fit")
+        if rng.random() < 0.2:  # the length predictor's reservation, its error drawn
+            kept.update(reservation="predicted", predictor_error=pick(0.0, 0.3, 1.0))
+        kept["preemption"] = pick("recompute", "swap")
+        kept["swap_gib"] = pick(0, 16, 4096) * slot_bytes(kw["model"], kw["tensor_parallel"]) / 2**30  # in slots
+        kept["chunked_prefill"] = bool(rng.random() < 0.3)
+    return system, kept, trace.drop(columns=["priority"], errors="ignore")  # priorities are vllm-v1's
+
+
+def case(seed: int):
+    """Configuration ``seed``: (system, the settings ``SimConfig.for_system`` takes, the trace);
+    one seed in five an Orca or static system (:func:`reservation_system`)."""
+    system, kw, trace = paged_case(seed)
+    return reservation_system(seed, kw, trace) or (system, kw, trace)
+
+
+def paged_case(seed: int):
+    """Configuration ``seed`` on a paged engine (sglang, vllm-v1, vllm), before
+    :func:`reservation_system`'s switch."""
     rng = np.random.default_rng(seed)
 
     def pick(*options):
@@ -64,16 +111,16 @@ def case(seed: int):
     system = pick("sglang", "sglang", "vllm-v1", "vllm-v1", "vllm-v1", "vllm")
     model = pick(*MODELS)
     tensor_parallel = 2 if model in ("mixtral-8x7b", "jamba-1.5-mini") else 1  # their weights fit two A100s
-    slot_bytes = PRESETS[model].kv_bytes_per_token(tensor_parallel) * tensor_parallel
+    slot = slot_bytes(model, tensor_parallel)
     slots = pick(MAX_LEN, MAX_LEN + 40, 2 * MAX_LEN, 4 * MAX_LEN, 16 * MAX_LEN)
     block = pick(1, 4, 16, 64, 256) if system != "vllm" else pick(4, 8, 16)
-    kw = dict(model=model, gpu="a100-80gb", tensor_parallel=tensor_parallel, kv_gib=slots * slot_bytes / 2**30, max_seq_len=MAX_LEN,
+    kw = dict(model=model, gpu="a100-80gb", tensor_parallel=tensor_parallel, kv_gib=slots * slot / 2**30, max_seq_len=MAX_LEN,
               block_size=block, check=True, seed=int(rng.integers(2**16)),
               max_num_seqs=pick(1, 2, 4, 16, 256), prefix_caching=bool(rng.random() < 0.6))
     width = 1
     priorities = False
     if system in ("sglang", "vllm-v1") and rng.random() < 0.5:  # a host tier
-        kw["kv_offload_gib"] = pick(8, 64, 512, 4096) * slot_bytes / 2**30
+        kw["kv_offload_gib"] = pick(8, 64, 512, 4096) * slot / 2**30
     if system == "sglang":
         kw.pop("prefix_caching")  # the radix cache is always on
         kw["schedule_policy"] = pick("fcfs", "lpm")
@@ -102,7 +149,7 @@ def case(seed: int):
             priorities = True
     else:  # vLLM 0.4.2
         kw["preemption"] = pick("recompute", "swap")
-        kw["swap_gib"] = pick(0, 16, 4096) * slot_bytes / 2**30
+        kw["swap_gib"] = pick(0, 16, 4096) * slot / 2**30
         kw["chunked_prefill"] = bool(rng.random() < 0.3)
         kw["watermark"] = pick(0.0, 0.01, 0.1)
         width = pick(1, 1, 2, 4)

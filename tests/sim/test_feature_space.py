@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.sim.feature_space import outcome
+from tests.sim.feature_space import RESERVATION_SYSTEMS, case, outcome
 
 SAMPLE = int(os.environ.get("PAGESIM_FEATURE_SEEDS", "80"))
 
@@ -19,3 +19,10 @@ SAMPLE = int(os.environ.get("PAGESIM_FEATURE_SEEDS", "80"))
 def test_a_drawn_configuration_ends_or_is_refused_in_one_line(seed):
     kind, why = outcome(seed)
     assert kind in ("ok", "refused"), f"seed {seed}: {kind}: {why}"
+
+
+def test_the_sample_draws_every_reservation_system():
+    if SAMPLE < 80:
+        pytest.skip("a sample smaller than the suite's")
+    drawn = {case(seed)[0] for seed in range(SAMPLE)}
+    assert set(RESERVATION_SYSTEMS) <= drawn, set(RESERVATION_SYSTEMS) - drawn
