@@ -230,7 +230,8 @@ def child(start: int, stop: int) -> None:
 def hunt(start: int, count: int, jobs: int, hang_s: float) -> collections.Counter:
     """Every seed of ``start..start + count`` in ``jobs`` children, a chunk each; a child that
     dies (a crash) or is silent for ``hang_s`` on a seed (a hang) is that seed's fault, and a new
-    child goes on from the next seed."""
+    child goes on from the next seed. Each fault and every 250th seed's counts are said on stderr
+    as they come."""
     import selectors
 
     bounds = np.linspace(start, start + count, jobs + 1).astype(int)
@@ -238,6 +239,10 @@ def hunt(start: int, count: int, jobs: int, hang_s: float) -> collections.Counte
     counts: collections.Counter = collections.Counter()
     faults = []
     selector = selectors.DefaultSelector()
+
+    def found(seed, kind, why):  # said at once on stderr (a long hunt's progress), listed in order at the end
+        faults.append((seed, kind, why))
+        print(f"found: seed {seed}: {kind}: {why}", file=sys.stderr, flush=True)
 
     def launch(a, b):
         process = subprocess.Popen([sys.executable, "-m", "tests.sim.feature_space", "--child", str(a), str(b)],
@@ -257,14 +262,17 @@ def hunt(start: int, count: int, jobs: int, hang_s: float) -> collections.Counte
                 counts[kind] += 1
                 data[3] = None
                 if kind in FAULTS:
-                    faults.append((int(seed), kind, why))
+                    found(int(seed), kind, why)
+                if sum(counts.values()) % 250 == 0:
+                    print(f"{sum(counts.values())} of {count} seeds: " + ", ".join(f"{k} {n}" for k, n in counts.items()),
+                          file=sys.stderr, flush=True)
             elif not line:  # the child ended
                 selector.unregister(key.fileobj)
                 process, seed = data[0], data[3]
                 process.wait()
                 if seed is not None:  # died inside a seed
                     counts["crash"] += 1
-                    faults.append((seed, "crash", f"exit code {process.returncode}"))
+                    found(seed, "crash", f"exit code {process.returncode}")
                     if seed + 1 < data[2]:
                         launch(seed + 1, data[2])
         for key in list(selector.get_map().values()):
@@ -272,7 +280,7 @@ def hunt(start: int, count: int, jobs: int, hang_s: float) -> collections.Counte
             if data[3] is not None and time.monotonic() - data[4] > hang_s:
                 data[0].kill()
                 counts["hang"] += 1
-                faults.append((data[3], "hang", f"no end within {hang_s:g} s"))
+                found(data[3], "hang", f"no end within {hang_s:g} s")
                 seed, data[3] = data[3], None
                 selector.unregister(key.fileobj)
                 data[0].wait()
