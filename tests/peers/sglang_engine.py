@@ -1,0 +1,500 @@
+"""SGLang 0.5.23's own ``Scheduler`` (``managers/scheduler.py``) on a CPU, its model worker a fake:
+the peer of pagesim's ``--system sglang`` for burst workloads that fill the KV pool (issue 81
+item 3). WORK IN PROGRESS: not yet driven to a first step (below, Status); no test uses it.
+
+**Why not ``Scheduler.__init__``.** Its start-up needs what a CPU test may not install (CI has
+torch, msgspec and pydantic alone): ``init_model_config`` (scheduler.py:531) builds
+``ModelConfig.from_server_args``, whose module imports ``transformers`` (configs/model_config.py:26);
+``bootstrap.init_parallel_runtime`` (:536) makes torch.distributed groups; ``init_ipc_channels``
+(:547) opens zmq sockets (scheduler_components/ipc_channels.py:4); ``init_model_worker`` (:568)
+loads the model (managers/tp_worker.py). So the driver makes the real class with
+``Scheduler.__new__`` and sets what ``__init__`` sets: the parsed arguments (:483-529), the pools
+as ``kv_cache_builder`` makes them for a full-attention model (SGLang's own ``ReqToTokenPool``,
+``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator``, ``RadixCache``), the worker's report
+(:1207-1220), then runs SGLang's own init helpers (``init_running_status``,
+``init_chunked_prefill``, ``maybe_init_dynamic_chunk_sizer``, ``init_schedule_policy``).
+
+**Imports.** ``scheduler.py`` and the modules in ``REAL`` run from source; every other module they
+import is a placeholder per imported name, derived from their import statements (``stubs``), that
+raises if called; ``OVERRIDES`` give the few values read while importing or on the driven path
+(platform flags: SGLang's CPU device, ``is_cpu``; observability no-ops; mixins without methods).
+The server's settings are SGLang's declared defaults, read from ``arg_groups/fields/*.py``
+(``declared_defaults``), with ``RESOLVED``'s start-up values and the workload's; a setting read
+that neither gives raises ``NotGiven``.
+
+**Status** (2026-11-29). Built: the scheduler, its pools and tree, SGLang's own ``Req`` and
+``SamplingParams`` per request (``init_req_max_new_tokens``, ``_add_request_to_queue``), and
+``get_next_batch_to_run`` runs through ``_get_new_batch_prefill_raw``'s admission (the
+``PrefillAdder``) into ``ScheduleBatch.init_new`` / ``prepare_for_extend``. It stops at
+``SamplingBatchInfo.from_schedule_batch`` (sampling/sampling_batch_info.py:276): the penalizers'
+``torch.compile`` (sampling/penaltylib/repetition_penalty.py:10) makes torch's dynamo import
+``triton.compiler``, and the ``triton`` placeholder (needed: mem_cache/memory_pool.py imports
+triton at its top) makes dynamo take triton for installed. Left: that, the fake forward
+(``next_token_ids`` per request), the result through
+``batch_result_processor.process_batch_result_prefill`` / ``_decode``, the record
+(``sglang_scheduler.SglangStep``), the burst workloads and the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import time
+import dataclasses
+import importlib
+import sys
+import types
+from dataclasses import dataclass
+
+from tests.peers import sglang_radix, sglang_scheduler
+from tests.peers.importing import Peer, functions, installed, placeholders
+from tests.peers.sglang_scheduler import NotGiven, Settings
+
+VERSION = sglang_scheduler.VERSION
+FOLDER = sglang_scheduler.FOLDER
+
+REAL = sglang_scheduler.REAL + (
+    "sglang.srt.environ",
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.scheduler_components.batch_result_processor",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.mem_cache.allocator", "sglang.srt.mem_cache.allocator.token", "sglang.srt.mem_cache.allocator.paged",
+    "sglang.srt.mem_cache.allocation",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.sampling.sampling_params",
+    "sglang.srt.utils.torch_memory_saver_adapter",
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.dllm.mixin.req",
+    "sglang.srt.managers.prefill_delayer",
+    "sglang.srt.sampling.sampling_batch_info",
+    "sglang.srt.sampling.penaltylib", "sglang.srt.sampling.penaltylib.orchestrator",
+    "sglang.srt.sampling.penaltylib.frequency_penalty", "sglang.srt.sampling.penaltylib.min_new_tokens",
+    "sglang.srt.sampling.penaltylib.presence_penalty", "sglang.srt.sampling.penaltylib.repetition_penalty",
+)
+
+
+def source_path(module: str):
+    path = FOLDER.joinpath(*module.split(".")).with_suffix(".py")
+    return path if path.exists() else FOLDER.joinpath(*module.split("."), "__init__.py")
+
+
+def imported(module: str) -> dict:
+    """``module``'s imports run at import time: ``{module: names}`` (not under ``TYPE_CHECKING``,
+    nor in a ``try``: an optional import finds its module absent, as SGLang's code expects where
+    it is not installed)."""
+    out: dict = {}
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                out.setdefault(node.module, set()).update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    out.setdefault(alias.name, set())
+            elif isinstance(node, ast.If):
+                if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                    visit(node.orelse)
+                else:
+                    visit(node.body)
+                    visit(node.orelse)
+
+    visit(ast.parse(source_path(module).read_text()).body)
+    return out
+
+
+class Identity:
+    """A decorator factory that leaves what it decorates as it is (``DynamicGradMode()``: torch's
+    grad mode; ``scheduler_stage_method(...)``: stage timing for metrics)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, function):
+        return function
+
+
+def mixin(name: str) -> type:
+    """A mixin base of ``Scheduler`` that is not run (disaggregation, PP, multiplexing, dLLM): no
+    method; one the driver's path calls would be an AttributeError, not a silent answer."""
+    return type(name, (), {})
+
+
+def inert(name: str, **methods) -> type:
+    """A component the scheduler builds but the driven path never uses (cache flushes, sessions,
+    metrics): made as SGLang makes it; ``methods`` the no-op calls the path makes (observability
+    alone); any other attribute raises."""
+
+    def refuse(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise NotGiven(f"SGLang used {name}.{attribute}, a component tests/peers/sglang_engine.py leaves inert")
+
+    return type(name, (), {"__init__": lambda self, *args, **kwargs: None, "__getattr__": refuse, **methods})
+
+
+class TimeStats:
+    """``observability/req_time_stats.py``'s per-request timestamps: every call records nothing
+    and returns None (they feed metrics and logs, never a scheduling decision)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return lambda *args, **kwargs: None
+
+
+def unset_variable(name: str, default: str = "false") -> bool:
+    """``utils.get_bool_env_var`` with every variable unset (its default), whatever this
+    machine's environment holds."""
+    return default.lower() in ("true", "1")
+
+
+def platform_flags() -> dict:
+    """SGLang's CPU device (``is_cpu``), no GPU of any vendor."""
+    return dict(is_cpu=lambda: True, is_cuda=lambda: False, is_hip=lambda: False, is_npu=lambda: False,
+                is_xpu=lambda: False, is_mps=lambda: False, cpu_has_amx_support=lambda: False)
+
+
+def kernel(function=None, **options):
+    """``triton.jit``: the kernel's Python function, never launched (a launch, ``kernel[grid]``,
+    raises TypeError): the paths the driver runs are SGLang's torch ones (``support_triton`` False)."""
+    return function if function is not None else kernel
+
+
+OVERRIDES = {
+    "sglang.srt.observability.req_time_stats": dict(SchedulerReqTimeStats=TimeStats, APIServerReqTimeStats=TimeStats,
+                                                    DPControllerReqTimeStats=TimeStats,
+                                                    set_time_batch=lambda *args, **kwargs: None,
+                                                    set_schedule_time_batch=lambda *args, **kwargs: None),
+    "sglang.srt.managers.scheduler_components.flush_wrapper": dict(
+        SchedulerFlushWrapper=inert("SchedulerFlushWrapper")),
+    "sglang.srt.session.session_controller": dict(SessionController=inert("SessionController")),
+    "triton": dict(jit=kernel, autotune=lambda *args, **kwargs: kernel, heuristics=lambda *args, **kwargs: kernel,
+                   Config=None, cdiv=None),
+    "triton.language": dict(constexpr=None),
+    "sglang.srt.utils": dict(DynamicGradMode=Identity, get_compiler_backend=lambda mode=None: "eager",
+                             support_triton=lambda backend: False, get_bool_env_var=unset_variable,
+                             **platform_flags()),
+    "sglang.srt.utils.common": dict(suppress_noisy_warnings=lambda: None, is_pin_memory_available=lambda *args: False,
+                                    is_confidential_compute=lambda: False,
+                                    **platform_flags()),
+    "sglang.kernels.ops.quantization.fp8_kernel": dict(is_fp8_fnuz=lambda: False),  # fp8 of AMD: not used
+    "sglang.srt.observability.scheduler_stage_metrics": dict(scheduler_stage_method=Identity),
+    "sglang.srt.disaggregation.decode": dict(
+        SchedulerDisaggregationDecodeMixin=mixin("SchedulerDisaggregationDecodeMixin")),
+    "sglang.srt.disaggregation.prefill": dict(
+        SchedulerDisaggregationPrefillMixin=mixin("SchedulerDisaggregationPrefillMixin")),
+    "sglang.srt.multiplex.multiplexing_mixin": dict(SchedulerMultiplexMixin=mixin("SchedulerMultiplexMixin")),
+    "sglang.srt.managers.scheduler_pp_mixin": dict(SchedulerPPMixin=mixin("SchedulerPPMixin")),
+    "sglang.srt.disaggregation.decode_schedule_batch_mixin": dict(
+        ScheduleBatchDisaggregationDecodeMixin=mixin("ScheduleBatchDisaggregationDecodeMixin")),
+    "sglang.srt.dllm.mixin.scheduler": dict(SchedulerDllmMixin=mixin("SchedulerDllmMixin")),
+}
+
+
+def classes(module: str, *names: str) -> dict:
+    """Classes of an SGLang module that does not import here, compiled from its source alone
+    (SGLang's own code, not a copy): ``DisaggregationMode``, an ``Enum`` every module compares
+    against, which a placeholder could not stand for (its members would never be equal)."""
+    path = source_path(module)
+    namespace: dict = {"Enum": enum.Enum}
+    tree = ast.parse(path.read_text())
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name in names]
+    assert len(found) == len(names), f"{module}: found {[node.name for node in found]} of {names}"
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec"), namespace)
+    return {name: namespace[name] for name in names}
+
+
+def declared_defaults() -> dict:
+    """The server's arguments as SGLang declares them (``arg_groups/fields/*.py``): each
+    namespace's (``_NS_PATH``: ``schedule``, ``exec.features``, ...) fields with their literal
+    defaults, read from the source."""
+    out: dict = {}
+    for path in sorted((FOLDER / "sglang" / "srt" / "arg_groups" / "fields").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            namespace, fields = None, {}
+            for item in node.body:
+                if isinstance(item, ast.Assign) and [getattr(t, "id", None) for t in item.targets] == ["_NS_PATH"]:
+                    namespace = ast.literal_eval(item.value)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    try:
+                        fields[item.target.id] = ast.literal_eval(item.value)
+                    except ValueError:
+                        pass  # a computed default: not given (read, it raises NotGiven)
+            if namespace:
+                out.setdefault(namespace, {}).update(fields)
+    return out
+
+
+#: what differs from the declared defaults, or is resolved at start-up where the default is None
+#: (build() sets the workload's: chunked_prefill_size, max_prefill_tokens, max_running_requests,
+#: page_size, and the parallel pp_max_micro_batch_size)
+RESOLVED = {
+    "schedule": dict(disable_overlap_schedule=True,  # pagesim models no overlap (schedule.py:193)
+                     prefill_decode_interval=0),  # resolvable (:56): 0 but for Qwen3-VL on Hopper
+    "spec": dict(speculative_algorithm=None),
+    "exec.mamba": dict(enable_mamba_extra_buffer=False),  # derived: no Mamba layer
+    # one rank, no parallelism of any kind (runtime_context.py's derived widths)
+    "parallel": dict(tp_rank=0, pp_rank=0, attn_tp_rank=0, attn_cp_rank=0, attn_tp_size=1, attn_cp_size=1,
+                     attn_dp_enabled=False, dcp_enabled=False, attn_dcp_size=1, dp_rank=None, num_dp_ranks=1),
+}
+
+
+def runtime() -> dict:
+    """``sglang.srt.runtime_context``'s getters over ``declared_defaults`` and ``RESOLVED``; a
+    name neither gives raises ``NotGiven``."""
+    declared = declared_defaults()
+    declared.setdefault("exec", {})  # only its sub-namespaces declare fields
+    bags: dict = {}
+    for namespace in sorted(declared, key=lambda name: name.count(".")):
+        values = {**declared[namespace], **RESOLVED.get(namespace, {})}
+        top, _, rest = namespace.partition(".")
+        bag = Settings(f"get_{top}()" + (f".{rest}" if rest else ""), **values)
+        if "." in namespace:
+            parent, _, child = namespace.rpartition(".")
+            setattr(bags[parent], child, bag)
+        bags[namespace] = bag
+    context = Settings("get_context()", is_config_namespace_published=lambda name: False)
+    getters = {f"get_{name}": (lambda bag=bag: bag) for name, bag in bags.items() if "." not in name}
+    getters["get_context"] = lambda: context
+    # SGLang's CPU device: the torch-native attention backend for prefill and decode (its
+    # allocation paths without triton kernels, mem_cache/allocation.py:72, :114-136)
+    getters["attention_backends"] = lambda: ("torch_native", "torch_native")
+    return getters
+
+
+def stubs(policy: str) -> dict:
+    import numpy
+    import torch
+
+    """Every module the real ones import that is not run: each name it gives a placeholder,
+    raising if called (``importing.Placeholder``), unless ``OVERRIDES`` or sglang_scheduler's
+    stubs (its settings) give it."""
+    out: dict = {}
+    for module in REAL:
+        for name, names in imported(module).items():
+            top = name.split(".")[0]
+            if name in REAL or (top != "sglang" and (top in sys.stdlib_module_names or installed(top))):
+                continue
+            out.setdefault(name, {}).update(placeholders(*names))
+    getters = runtime()
+    lifted = {"sglang.srt.runtime_context": getters,
+              "sglang.srt.disaggregation.utils": classes("sglang.srt.disaggregation.utils", "DisaggregationMode"),
+              # a request without a watermark (its None path), SGLang's function from its source
+              "sglang.srt.sampling.watermarking.core": functions(
+                  PEER, "sglang.srt.sampling.watermarking.core", ("normalize_watermark_request",),
+                  {"WatermarkRequestConfig": None, "Any": object, "Optional": None}),
+              # its host-to-device helpers, from its source (on a CPU: copies within memory)
+              "sglang.srt.utils.common": functions(
+                  PEER, "sglang.srt.utils.common",
+                  ("flatten_arrays_to_pinned_cpu", "flatten_arrays_to_int64_tensor", "async_h2d", "async_h2d_stack"),
+                  {"np": numpy, "torch": torch, "is_pin_memory_available": lambda *args: False}),
+              # the model's implementation is SGLang's own (not the transformers backend)
+              "sglang.srt.model_loader.utils": dict(get_resolved_model_impl=lambda model_config: "sglang")}
+    for given in (sglang_scheduler.stubs(policy), OVERRIDES, lifted):
+        for name, names in given.items():
+            if name not in REAL:
+                out.setdefault(name, {}).update(names)
+    return out
+
+
+PEER = Peer(VERSION, REAL, {}, "tests/peers/sglang_engine.py", package="sglang", folder=FOLDER,
+            name=f"SGLang {VERSION}")
+SGLANG: dict = {}
+
+
+def load(policy: str = "fcfs") -> types.SimpleNamespace:
+    if policy in SGLANG:
+        return SGLANG[policy]
+    import torch._dynamo  # noqa: F401 - before the triton stub is in sys.modules, which dynamo would take for triton
+
+    peer = Peer(VERSION, REAL, stubs(policy), "tests/peers/sglang_engine.py", package="sglang", folder=FOLDER,
+                name=f"SGLang {VERSION}")
+    with peer.active():
+        modules = {name: importlib.import_module(name) for name in REAL}
+    getters = peer.stubs["sglang.srt.runtime_context"]
+    getters["get_schedule"]().schedule_policy = policy
+    SGLANG[policy] = types.SimpleNamespace(peer=peer, modules=modules, schedule=getters["get_schedule"](),
+                                           parallel=getters["get_parallel"]())
+    return SGLANG[policy]
+
+
+# -- the workloads --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload(sglang_scheduler.Workload):
+    """``sglang_scheduler.Workload`` with each request's ``ignore_eos`` (the sampling parameter)."""
+
+    ignore_eos: bool = False
+
+    @property
+    def context_len(self) -> int:
+        return min(32768, self.pool_tokens)  # Workload.config's max_seq_len
+
+    def config(self):
+        config = super().config()
+        if "ignore_eos" in {f.name for f in dataclasses.fields(config)}:
+            config = dataclasses.replace(config, ignore_eos=self.ignore_eos)
+        elif self.ignore_eos:
+            raise NotGiven("pagesim has no ignore_eos setting yet")
+        return config
+
+
+# -- the fakes -------------------------------------------------------------------------------------
+def ModelConfig(context_len: int) -> Settings:
+    """``configs/model_config.py``'s ``ModelConfig`` as the scheduling code reads it: a text-only
+    generation model (Llama-3.1-8B's shapes do not enter scheduling)."""
+    return Settings("model_config", context_len=context_len, is_multimodal=False, is_generation=True,
+                    is_encoder_decoder=False, vocab_size=128256, hf_eos_token_id=None, think_end_ids=None)
+
+
+class Worker:
+    """The model worker (``TpModelWorker``) and its runner, as the scheduler reads them: no
+    attention backend with a tile size (``prefill_tile_block_m`` 64, scheduler.py:4144-4148), no
+    SWA. Its forward is the driver's (``forward``)."""
+
+    def __init__(self, scheduler):
+        self.model_runner = Settings("model_runner", attn_backend=types.SimpleNamespace(), prefill_aware_swa=False)
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+def build(sglang, workload):
+    """``Scheduler`` made without its ``__init__`` (module docstring: why), its attributes set as
+    ``__init__`` sets them, by its own init helpers where they run here."""
+    import torch
+
+    m = sglang.modules
+    Scheduler = m["sglang.srt.managers.scheduler"].Scheduler
+    s = Scheduler.__new__(Scheduler)
+    sglang.schedule.__dict__.update(chunked_prefill_size=workload.chunk_budget, page_size=workload.page_size,
+                                    max_prefill_tokens=workload.max_prefill_tokens,
+                                    max_running_requests=workload.max_running_requests)
+    # init_model_worker's default (scheduler.py:1229-1235): max_running_requests // pp_size
+    sglang.parallel.__dict__.update(pp_max_micro_batch_size=workload.max_running_requests)
+    page = workload.page_size
+    # __init__'s "Parse args" (scheduler.py:483-529), the settings as runtime() gives them
+    s.forward_ct = 0
+    s.processed_tokens_counter = 0
+    s.cur_batch_for_debug = None
+    s.schedule_policy = workload.policy
+    s.enable_priority_scheduling = False
+    s.abort_on_priority_when_disabled = False
+    s.schedule_low_priority_values_first = False
+    s.priority_scheduling_preemption_threshold = 10
+    s.enable_lora = s.enable_lora_overlap_loading = False
+    s.enable_overlap = s.enable_overlap_mlx = False  # disable_overlap_schedule: pagesim models no overlap
+    s.enable_pdmux = False
+    s.skip_tokenizer_init = True
+    s.spec_algorithm = m["sglang.srt.speculative.spec_info"].SpeculativeAlgorithm.NONE \
+        if "sglang.srt.speculative.spec_info" in m else None
+    s.page_size = page
+    s.enable_hierarchical_cache = s.enable_lmcache = s.enable_session_radix_cache = False
+    s.enable_hicache_storage = s.enable_unified_cache_external_linker = s.enable_decode_hicache = False
+    s.enable_hisparse = s.enable_unified_memory = False
+    s.attn_dp_enabled = False
+    # the pools (kv_cache_configurator.py: ReqToTokenPool of max_running_requests rows, :3126-3129;
+    # TokenToKVPoolAllocator at page 1, PagedTokenToKVPoolAllocator else, :2914-2936)
+    memory_pool = m["sglang.srt.mem_cache.memory_pool"]
+    allocator = m["sglang.srt.mem_cache.allocator"]
+    context = workload.context_len
+    s.req_to_token_pool = memory_pool.ReqToTokenPool(size=workload.max_running_requests, max_context_len=context + 4,
+                                                     device="cpu", enable_memory_saver=False)
+    if page == 1:
+        s.token_to_kv_pool_allocator = allocator.TokenToKVPoolAllocator(
+            workload.pool_tokens, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    else:
+        s.token_to_kv_pool_allocator = allocator.PagedTokenToKVPoolAllocator(
+            workload.pool_tokens, page_size=page, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    # the prefix cache (kv_cache_builder: RadixCache over the pools), its access stamps from a
+    # counter (sglang_scheduler.Engine: LRU's order without ties at the timer's resolution)
+    radix = m["sglang.srt.mem_cache.radix_cache"]
+    radix.time = types.SimpleNamespace(monotonic=sglang_radix.Counter(), perf_counter=time.perf_counter)
+    params = m["sglang.srt.mem_cache.cache_init_params"].CacheInitParams(
+        disable=False, req_to_token_pool=s.req_to_token_pool, token_to_kv_pool_allocator=s.token_to_kv_pool_allocator,
+        page_size=page)
+    s.tree_cache = radix.RadixCache(params)
+    s.disable_radix_cache = False
+    s.is_hybrid_swa = s.is_hybrid_ssm = False
+    s.sliding_window_size = None  # build_kv_cache's result for a full-attention model
+    s.kv_shard_widening = 1
+    s.hisparse_coordinator = None
+    s.decode_offload_manager = None
+    s.draft_worker = None
+    s.dllm_config = None
+    s.require_mlp_sync = False
+    s.model_config = ModelConfig(context_len=workload.context_len)
+    s.is_generation = True
+    s.disaggregation_mode = sys.modules["sglang.srt.disaggregation.utils"].DisaggregationMode.NULL
+    # the model worker's report (init_model_worker, scheduler.py:1207-1220; tp_worker.py:550-584)
+    s.max_total_num_tokens = workload.pool_tokens
+    s.max_prefill_tokens = workload.max_prefill_tokens
+    s.max_running_requests = workload.max_running_requests
+    s.max_queued_requests = None
+    s.max_req_len = min(workload.context_len - 1, workload.pool_tokens - 1)
+    s.max_req_input_len = s.max_req_len - 5
+    s.device = "cpu"
+    s.min_free_slots_delayer = None
+    s.max_new_tokens_limit = None  # envs.SGLANG_MAX_NEW_TOKENS_LIMIT's default
+    s.tp_worker = s.model_worker = Worker(s)
+    # components left inert: no grammar (no constrained request), no load reporting, no beams
+    s.grammar_manager = inert("GrammarManager", has_waiting_grammars=lambda self: False)()
+    s.load_inquirer = inert("SchedulerLoadInquirer", _get_num_pending_tokens=lambda self, **kwargs: 0)()
+    s.ngram_embedding_manager = inert("NgramEmbeddingManager",
+                                      prepare_for_forward=lambda self, batch, **kwargs: batch)()
+    s.dp_attn_adapter = inert("SchedulerDPAttnAdapter",
+                              maybe_prepare_mlp_sync_batch=lambda self, batch, need_sync=False: batch,
+                              maybe_convert_decode_to_extend=lambda self, batch: batch)()
+    s.beam_coordinator = inert("BeamCoordinator", pending_member_rows=lambda self, batch: 0)()
+    s.truncation_align_size = None
+    # SGLang's own init helpers
+    s.init_running_status()
+    s.init_chunked_prefill()
+    s.maybe_init_dynamic_chunk_sizer()
+    s.init_schedule_policy()
+    return s
+
+
+def request(sglang, index: int, prompt, max_new_tokens: int, ignore_eos: bool):
+    """SGLang's own ``Req`` with its ``SamplingParams``, as ``handle_generate_request`` makes it
+    from a tokenized request (scheduler.py:2943): ``max_new_tokens`` the trace's output."""
+    m = sglang.modules
+    params = m["sglang.srt.sampling.sampling_params"].SamplingParams(max_new_tokens=max_new_tokens,
+                                                                     ignore_eos=ignore_eos)
+    req = m["sglang.srt.managers.schedule_batch"].Req(f"r{index:06d}", "", prompt, params)
+    req.index = index
+    return req
+
+
+def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
+    s = build(sglang, workload)
+    tokens = sglang_radix.Tokens(trace)
+    requests = [request(sglang, i, tokens.of(i)[:int(tokens.prompt[i])], int(tokens.output[i]), workload.ignore_eos)
+                for i in range(len(trace))]
+    for req in requests:
+        s.init_req_max_new_tokens(req)
+    arrivals = trace["arrival_s"].tolist()
+    pending = sorted(range(len(arrivals)), key=lambda i: (arrivals[i], i))
+    steps = []
+    now = 0.0
+    while True:
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"{workload.name}: SGLang's side ran past {max_steps} steps")
+        while pending and arrivals[pending[0]] <= now:
+            s._add_request_to_queue(requests[pending.pop(0)])
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        if not batch:
+            s.new_token_ratio_tracker.reset()
+            s.last_batch = None
+            if not pending:
+                break
+            now = arrivals[pending[0]]
+            continue
+        steps.append(batch)
+        s.last_batch = batch
+        now += 1
+    return steps
