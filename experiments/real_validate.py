@@ -2,9 +2,11 @@
 the client's measurements beside the simulator's (``pagesim validate --against``).
 
 The run's files (``traces.real_runs``) give the engine's settings (model, TP, ``max_model_len``,
-``max_num_batched_tokens``, ``max_num_seqs``) and the workload; the caller gives what the files
-do not (the GPU; the system, ``vllm-v1`` with prefix caching by default, as vLLM serves today)
-and may override any setting. Per scope (each stage, and the whole run) the comparison reads
+``max_num_batched_tokens``, ``max_num_seqs``; an LLMServingSim run also its block size and the
+number of KV blocks vLLM allocated, which then sets the pool) and the workload; the caller gives
+what the files do not (the GPU; the system, ``vllm-v1`` with prefix caching by default, as vLLM
+serves today) and may override any setting. An LLMServingSim run was timed on the engine's clock
+from its queue, so its replay's TTFT and E2E leave out the cost model's front end. Per scope (each stage, and the whole run) the comparison reads
 what the client reported, by its own definitions (inference-perf's ``reportgen/base.py``
 ``summarize_requests``; vLLM's ``calculate_metrics``): TTFT, TPOT = (last token - first token) /
 (tokens - 1) per request, ITL = all of a scope's token gaps pooled (their mean: summed decode
@@ -21,12 +23,21 @@ import pandas as pd
 from pagesim.sim.config import SYSTEMS, SimConfig
 from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.run import SimResult, run_simulation
+from pagesim.sim.specs.gpus import GiB
+from pagesim.sim.specs.model import with_kv_cache_dtype
+from pagesim.sim.specs.presets import get_model
 from pagesim.traces.inference_perf import inference_perf_trace, stage_starts
-from pagesim.traces.real_runs import LATENCY_STATS, RealRun
+from pagesim.traces.real_runs import LATENCY_STATS, RealRun, send_times
 
-#: exp-config.yaml's names -> SimConfig's
+#: the engine settings a run's files state (vLLM's names) -> SimConfig's
 ENGINE_SETTINGS = {"tensor_parallelism": "tensor_parallel", "max_model_len": "max_seq_len",
-                   "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs"}
+                   "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
+                   "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
+                   "enable_prefix_caching": "prefix_caching"}
+#: what a run served with that the replay does not model: (engine setting, refused where, why)
+UNMODELLED = (("enable_expert_parallel", lambda v: v is True, "expert parallel is not modelled yet (issue 82 item 1)"),
+              ("data_parallel_size", lambda v: v > 1, "data-parallel engine ranks are not replayed here"),
+              ("dtype", lambda v: v in ("float32", "float"), "32-bit weights are not modelled (2-byte presets)"))
 #: the metrics compared, in the table's order: (key prefix, label)
 METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 #: the system a run replays on unless the caller names another: vLLM as it serves today
@@ -62,6 +73,9 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     """The SimConfig that replays ``run``: its engine's stated settings, then ``settings`` (the
     caller's, which win), on ``gpu``."""
     settings = dict(settings or {})
+    for key, refused, why in UNMODELLED:
+        if key in run.engine and refused(run.engine[key]):
+            raise ConfigError(f"{run.source}: {key} = {run.engine[key]}: {why}")
     gpu = gpu or run.info.get("gpu")
     if not (gpu or settings.get("gpu")):
         raise ConfigError(f"{run.source}: the run's files do not name its GPU; give --gpu (e.g. h100-80gb)")
@@ -70,7 +84,11 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
         stated["model"] = run.engine["model"]
     if "model" not in stated and "model" not in settings:
         raise ConfigError(f"{run.source}: the run's files do not name its model; give --model")
+    if str(run.engine.get("kv_cache_dtype", "auto")).startswith("fp8"):  # fp8, fp8_e4m3, fp8_e5m2: 1 byte
+        stated["kv_cache_dtype"] = "fp8"
     merged = {**stated, **{k: v for k, v in settings.items() if v is not None}}
+    if "num_gpu_blocks" in run.engine and "kv_gib" not in merged:
+        merged["kv_gib"] = pool_gib(run.engine["num_gpu_blocks"], merged, run.source)
     if gpu:
         merged["gpu"] = gpu
     system = merged.pop("system", None) or DEFAULT_SYSTEM
@@ -78,6 +96,18 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     if "client_timeout_s" in run.workload and scheduler == "vllm-v1":
         merged.setdefault("client_timeout_s", float(run.workload["client_timeout_s"]))  # the client's patience
     return SimConfig.for_system(system, **merged)
+
+
+def pool_gib(num_gpu_blocks: int, settings: dict, source: str) -> float:
+    """The KV pool, in GiB per GPU, of the ``num_gpu_blocks`` blocks vLLM allocated (its profile of
+    the memory left after weights, activations and CUDA graphs), so that the replay's pool is the
+    run's own rather than pagesim's estimate of it: blocks x block size x bytes per token on one
+    GPU of the TP group. Exact: bytes per token are whole and GiB a power of two."""
+    model = with_kv_cache_dtype(get_model(settings["model"]), settings.get("kv_cache_dtype"))
+    if model.layer_kinds and any(kind != model.kinds[0] for kind in model.kinds):
+        raise ConfigError(f"{source}: num_gpu_blocks of a model with hybrid layers is not replayed here; give --kv-gib")
+    per_token = model.kv_bytes_per_token(settings.get("tensor_parallel", 1))
+    return num_gpu_blocks * settings.get("block_size", 16) * per_token / GiB
 
 
 def scope_figures(frame: pd.DataFrame) -> dict:
@@ -108,13 +138,22 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
                  cost_model=None) -> Validation:
     """Replay ``run`` on ``cfg`` and compare (module docstring); ``cost_model``: a built one
     instead of ``cfg``'s (``benchmarks/fit_serving_time.py`` prices its candidates so)."""
-    if run.fmt == "vllm-bench":
-        trace = run.requests[run.requests["succeeded"]].drop(columns="succeeded").reset_index(drop=True)
+    if run.requests is not None:
+        trace = run.requests.copy()
+        if "send.rate" in run.workload:  # an older vllm bench file: the client's sends drawn again
+            trace["arrival_s"] = send_times(len(trace), run.workload["send.rate"], run.workload["send.burstiness"], seed)
+        trace = trace[trace["succeeded"]].drop(columns="succeeded").reset_index(drop=True)
         trace["stage"] = 0
-    else:
+    elif run.fmt == "inference-perf":
         trace = inference_perf_trace(run, seed)
+    else:
+        raise ConfigError(f"{run.source}: run {run.name} ({run.fmt}) keeps its summary only, not its requests: "
+                          "replay its own files")
     result = run_simulation(cfg, trace.drop(columns="stage"), progress=progress, cost_model=cost_model)
     table = result.requests.copy()
+    if run.workload.get("clock") == "engine":  # measured from the engine's queue: no front end
+        table["ttft_s"] = table["first_token_s"] - table["arrival_s"]
+        table["e2el_s"] = table["finish_s"] - table["arrival_s"]
     table["stage"] = table["request_id"].map(dict(zip(trace["request_id"].astype(str), trace["stage"])))
     finished = np.isfinite(table["finish_s"].to_numpy(dtype=np.float64))
     simulated = {}

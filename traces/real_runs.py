@@ -2,7 +2,7 @@
 its client measured, so that ``pagesim validate --against`` can replay the same workload on the
 same configuration and compare (``experiments/real_validate.py``).
 
-Two formats:
+Three formats:
 
 - **inference-perf** (kubernetes-sigs/inference-perf), a run folder: ``results/config.yaml`` (the
   load generator's own config: stages, the ``shared_prefix`` data generator, ``ignore_eos``),
@@ -14,7 +14,21 @@ Two formats:
 - **vllm bench serve** ``--save-result --save-detailed`` JSON (vLLM 0.33.0
   ``vllm/benchmarks/serve.py``, ``benchmark()``'s result dict, lines 1318-1339): per request
   ``input_lens``, ``output_lens``, ``start_times`` (the client's ``perf_counter`` at send),
-  ``ttfts``, ``itls``, ``latencies``, ``errors``; the server's settings are not in the file.
+  ``ttfts``, ``itls``, ``latencies``, ``errors``; the server's settings are not in the file. An
+  older file (``benchmarks/benchmark_serving.py --save-result``, vLLM before ``start_times`` and
+  ``latencies`` were kept) is read too: each latency is its TTFT plus the sum of its ITLs (the
+  client timed both from the same send, ``latency = last chunk - send``), and without send times
+  the client's own arrival process is drawn again at the file's ``request_rate`` and
+  ``burstiness`` (``get_request``: gamma gaps of shape ``burstiness``, Poisson at 1; every request
+  at 0 under ``"inf"``) when the replay runs.
+- **LLMServingSim's vLLM runs** (casys-kaist/LLMServingSim, MIT; ``bench/core/recorder.py``), a
+  folder ``<GPU>/<run>/vllm/`` (or that ``<run>`` folder): ``meta.json`` (the engine's settings,
+  ``engine_kwargs``; where the run kept them, ``kv_cache.num_gpu_blocks`` (the pool vLLM
+  allocated), ``block_size`` and ``hardware.device_name``) and ``requests.jsonl`` (per request
+  ``input_toks``, ``output_toks`` and vLLM's ``RequestStateStats`` timestamps). ``arrival_time`` is
+  the front end's wall clock and the other stamps the engine's monotonic one, so, as
+  LLMServingSim's ``bench/core/validate.py`` does, a request arrives at its ``queued_ts`` and its
+  TTFT and E2E count from there: the engine's view, without a front end.
 
 A run reads into a :class:`RealRun`; the same :class:`RealRun` writes itself as rows of a fact
 table (``run, section, key, value``) and reads back from them, so that figures taken from public
@@ -51,8 +65,30 @@ SERVER_KEYS = {"model": str, "tensor_parallelism": int, "max_model_len": int, "m
 AIOHTTP_DEFAULT_TIMEOUT_S = 300.0
 #: vllm bench serve's client timeout (vllm/benchmarks/lib/endpoint_request_func.py:20: 6 h)
 VLLM_BENCH_TIMEOUT_S = 6 * 60 * 60.0
-#: vllm bench serve's per-request arrays, all required
-VLLM_BENCH_ARRAYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "latencies")
+#: vllm bench serve's per-request arrays: required, and those an older file lacks
+VLLM_BENCH_ARRAYS = ("input_lens", "output_lens", "ttfts", "itls")
+VLLM_BENCH_NEWER_ARRAYS = ("start_times", "latencies")
+#: LLMServingSim's per-request fields (bench/core/recorder.py write_requests): the lengths, and the
+#: engine's timestamps (null all together where vLLM returned no metrics: a failed request)
+LLMSERVINGSIM_LENGTHS = ("input_toks", "output_toks")
+LLMSERVINGSIM_STAMPS = ("queued_ts", "first_token_ts", "last_token_ts")
+#: meta.json's engine_kwargs -> the engine settings we read (vLLM's names; tensor_parallelism as
+#: exp-config.yaml names it)
+LLMSERVINGSIM_ENGINE = {"tensor_parallel_size": ("tensor_parallelism", int),
+                        "data_parallel_size": ("data_parallel_size", int),
+                        "enable_expert_parallel": ("enable_expert_parallel", bool),
+                        "max_num_seqs": ("max_num_seqs", int), "max_num_batched_tokens": ("max_num_batched_tokens", int),
+                        "max_model_len": ("max_model_len", int), "kv_cache_dtype": ("kv_cache_dtype", str),
+                        "dtype": ("dtype", str)}
+#: meta.json's kv_cache (runs recorded once LLMServingSim kept it) -> the engine settings we read
+LLMSERVINGSIM_KV_CACHE = {"num_gpu_blocks": ("num_gpu_blocks", int), "block_size": ("block_size", int),
+                          "gpu_memory_utilization": ("gpu_memory_utilization", float),
+                          "enable_prefix_caching": ("enable_prefix_caching", bool)}
+#: the GPU presets of LLMServingSim's hardware names (its bench/examples/<GPU>/ folders and
+#: configs/cluster "hardware") and of the device names its meta.json records (torch's)
+LLMSERVINGSIM_GPUS = {"RTX4090": "rtx-4090", "RTXPRO6000": "rtx-pro-6000",
+                      "NVIDIA GeForce RTX 4090": "rtx-4090",
+                      "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000"}
 
 
 @dataclass
@@ -132,15 +168,18 @@ def _fact_value(value):
 
 
 def read_real_run(path: str | Path) -> RealRun:
-    """A run folder of inference-perf (``results/*_lifecycle_metrics.json`` inside), or a vllm
-    bench serve JSON file; TraceError where it is neither."""
+    """A run folder of LLMServingSim (``requests.jsonl`` inside, or in its ``vllm/``) or of
+    inference-perf (``results/*_lifecycle_metrics.json`` inside), or a vllm bench serve JSON
+    file; TraceError where it is none of them."""
     p = Path(path)
+    if p.is_dir() and ((p / "requests.jsonl").is_file() or (p / "vllm" / "requests.jsonl").is_file()):
+        return read_llmservingsim(p)
     if p.is_dir():
         return read_inference_perf(p)
     if p.is_file():
         return read_vllm_bench(p)
-    raise TraceError("no such file or folder (an inference-perf run folder, a vllm bench serve JSON or a fact "
-                     "table CSV)", path=str(p))
+    raise TraceError("no such file or folder (an inference-perf or LLMServingSim run folder, a vllm bench serve "
+                     "JSON or a fact table CSV)", path=str(p))
 
 
 def read_real_runs(path: str | Path) -> list[RealRun]:
@@ -347,17 +386,29 @@ def read_inference_perf(folder: Path) -> RealRun:
 # vllm bench serve
 
 
+def latency_stats(name: str, values: np.ndarray) -> dict:
+    """``values``' mean, median, p90 and p99 as ``{name}_mean``, ... (nothing where empty)."""
+    if not len(values):
+        return {}
+    return {f"{name}_mean": float(np.mean(values)), f"{name}_median": float(np.median(values)),
+            f"{name}_p90": float(np.percentile(values, 90)), f"{name}_p99": float(np.percentile(values, 99))}
+
+
 def read_vllm_bench(path: Path) -> RealRun:
-    """A ``vllm bench serve --save-result --save-detailed`` JSON file."""
+    """A ``vllm bench serve --save-result --save-detailed`` JSON file, or an older
+    ``benchmark_serving.py --save-result`` one (module docstring)."""
     data = _load(path)
-    for key in VLLM_BENCH_ARRAYS:
+    for key in VLLM_BENCH_ARRAYS + VLLM_BENCH_NEWER_ARRAYS:
         if key not in data:
-            raise TraceError("missing (save the run with --save-result --save-detailed)", path=str(path), field=key)
+            if key in VLLM_BENCH_NEWER_ARRAYS:
+                continue
+            raise TraceError("missing (a vllm bench serve file keeps it with --save-result --save-detailed, an older "
+                             "benchmark_serving.py one with --save-result)", path=str(path), field=key)
         if not isinstance(data[key], list):
             raise TraceError(f"expected a list, got {type(data[key]).__name__}", path=str(path), field=key)
     n = len(data["input_lens"])
-    for key in VLLM_BENCH_ARRAYS:
-        if len(data[key]) != n:
+    for key in VLLM_BENCH_ARRAYS + VLLM_BENCH_NEWER_ARRAYS:
+        if key in data and len(data[key]) != n:
             raise TraceError(f"{len(data[key])} entries, but input_lens has {n}", path=str(path), field=key)
     if n == 0:
         raise TraceError("no requests", path=str(path), field="input_lens")
@@ -381,14 +432,22 @@ def read_vllm_bench(path: Path) -> RealRun:
                                  path=str(path), row=i + 1, field=key)
         return np.asarray(values, dtype=np.int64 if kind is int else np.float64)
 
-    prompt, output = column("input_lens", int), column("output_lens", int)
-    start, ttft, latency = column("start_times"), column("ttfts"), column("latencies")
+    prompt, output, ttft = column("input_lens", int), column("output_lens", int), column("ttfts")
+    # an older client timed the latency from the same send as the TTFT, to the last chunk: the
+    # TTFT and every gap after it (benchmark_serving.py's async_request_openai_completions)
+    latency = column("latencies") if "latencies" in data else ttft + np.array([math.fsum(g) for g in data["itls"]])
+    workload: dict = {"client_timeout_s": VLLM_BENCH_TIMEOUT_S}
+    if "start_times" in data:
+        start = column("start_times")
+        arrival = start - start.min()
+    else:
+        workload.update(_send_process(data, path))
+        arrival = np.full(n, np.nan)  # drawn when the replay runs (real_validate.validate_run)
     ok = np.array([not e for e in errors], dtype=bool) & (output > 0)  # vLLM: a failed request has output 0
     if not ok.any():
         raise TraceError("every request failed (errors, or output_lens all 0): nothing to compare",
                          path=str(path), field="errors")
-    arrival = start - start.min()
-    order = np.argsort(arrival, kind="stable")
+    order = np.argsort(arrival, kind="stable")  # without send times: the file's order, the order sent
     requests = pd.DataFrame({"request_id": [f"r{i}" for i in order], "arrival_s": arrival[order],
                              "prompt_tokens": np.maximum(prompt[order], 1), "output_tokens": output[order],
                              "succeeded": ok[order]})
@@ -398,15 +457,156 @@ def read_vllm_bench(path: Path) -> RealRun:
                          or [np.zeros(0)])
     measured = {"count": int(ok.sum()), "failures": int((~ok).sum())}
     for name, values in (("ttft", ttft[ok]), ("tpot", tpot[~np.isnan(tpot)]), ("itl", itl), ("e2e", latency[ok])):
-        if len(values):
-            measured.update({f"{name}_mean": float(np.mean(values)), f"{name}_median": float(np.median(values)),
-                             f"{name}_p90": float(np.percentile(values, 90)),
-                             f"{name}_p99": float(np.percentile(values, 99))})
+        measured.update(latency_stats(name, values))
     duration = _get(data, "duration", path, minimum=0, required=False)
     if duration:  # vLLM's request_throughput: completed / the benchmark's duration
         measured["requests_per_s"] = measured["count"] / duration
     engine = {"model": str(data.get("model_id") or data.get("tokenizer_id") or "")}
     if not engine["model"]:
         engine.pop("model")
-    return RealRun(path.stem, "vllm-bench", str(path), engine, {"client_timeout_s": VLLM_BENCH_TIMEOUT_S}, requests,
-                   {"overall": measured})
+    return RealRun(path.stem, "vllm-bench", str(path), engine, workload, requests, {"overall": measured})
+
+
+def _send_process(data: dict, path: Path) -> dict:
+    """How an older client sent its requests, where the file keeps no send times: its
+    ``request_rate`` (requests per second, ``"inf"``: all at once) and ``burstiness`` (1: Poisson),
+    as ``workload`` entries ``send.rate`` and ``send.burstiness``; TraceError where the file does not
+    say, or where the client's sends followed something else (a concurrency cap, a ramp)."""
+    rate = data.get("request_rate")
+    if rate is None:
+        raise TraceError("missing, and no request_rate to draw the send times from", path=str(path),
+                         field="start_times")
+    if data.get("max_concurrency") is not None:
+        raise TraceError(f"{data['max_concurrency']!r}: each send waited for a free slot, and without start_times "
+                         "those times are unknown", path=str(path), field="max_concurrency")
+    if data.get("ramp_up_strategy") is not None:
+        raise TraceError("a ramped rate without start_times is not replayable here", path=str(path),
+                         field="ramp_up_strategy")
+    if rate == "inf":
+        rate = math.inf
+    elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise TraceError(f"expected a number > 0 or \"inf\", got {rate!r}", path=str(path), field="request_rate")
+    burstiness = _get(data, "burstiness", path, required=False) or 1.0
+    if burstiness <= 0:
+        raise TraceError(f"must be > 0, got {burstiness!r}", path=str(path), field="burstiness")
+    return {"send.rate": float(rate), "send.burstiness": float(burstiness)}
+
+
+def send_times(count: int, rate: float, burstiness: float, seed: int) -> np.ndarray:
+    """``count`` send times (seconds from the first) as vLLM's ``benchmark_serving.py``
+    ``get_request`` spaces them: the first at 0, then a gap before each next one drawn from a gamma
+    distribution of shape ``burstiness`` and mean 1 / ``rate`` (exponential at burstiness 1); all
+    at 0 at an infinite rate. The client's own draws used its own seed: these are a draw of the same
+    process, not its times."""
+    if math.isinf(rate):
+        return np.zeros(count)
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=max(count - 1, 0))
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+# ---------------------------------------------------------------------------------------------
+# LLMServingSim
+
+
+def read_llmservingsim(folder: Path) -> RealRun:
+    """An LLMServingSim run folder (module docstring): ``<GPU>/<run>/vllm`` or ``<GPU>/<run>``."""
+    vllm = folder if (folder / "requests.jsonl").is_file() else folder / "vllm"
+    run_folder = vllm.parent if vllm.name == "vllm" else vllm
+    meta_path, requests_path = vllm / "meta.json", vllm / "requests.jsonl"
+    if not meta_path.is_file():
+        raise TraceError("missing (the engine's settings)", path=str(meta_path))
+    meta = _load(meta_path)
+    engine: dict = {"model": _get(meta, "model", meta_path, str)}
+    for theirs, (ours, kind) in LLMSERVINGSIM_ENGINE.items():
+        value = _get(meta, f"engine_kwargs.{theirs}", meta_path, kind, required=False,
+                     minimum=1 if kind is int else None)
+        if value is not None:
+            engine[ours] = value
+    for theirs, (ours, kind) in LLMSERVINGSIM_KV_CACHE.items():
+        value = _get(meta, f"kv_cache.{theirs}", meta_path, kind, required=False, minimum=1 if kind is int else None)
+        if value is not None:
+            engine[ours] = value
+    version = _get(meta, "vllm_version", meta_path, str, required=False)
+    if version:
+        engine["vllm_version"] = version
+    info = {}
+    device = _get(meta, "hardware.device_name", meta_path, str, required=False)
+    gpu = LLMSERVINGSIM_GPUS.get(device) if device else LLMSERVINGSIM_GPUS.get(run_folder.parent.name)
+    if gpu:
+        info["gpu"] = gpu
+
+    rows = _jsonl(requests_path)
+    lengths = {key: np.zeros(len(rows), dtype=np.int64) for key in LLMSERVINGSIM_LENGTHS}
+    stamps = {key: np.full(len(rows), np.nan) for key in LLMSERVINGSIM_STAMPS}
+    for i, (line, row) in enumerate(rows):
+        where = {"path": str(requests_path), "row": line}
+        for key in LLMSERVINGSIM_LENGTHS:
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or float(value) != int(value):
+                raise TraceError("missing" if value is None else f"expected a whole number >= 1, got {value!r}",
+                                 **where, field=key)
+            lengths[key][i] = int(value)
+        given = [row.get(key) is not None for key in LLMSERVINGSIM_STAMPS]
+        if any(given) and not all(given):
+            raise TraceError("missing, where the request's other timestamps are given", **where,
+                             field=LLMSERVINGSIM_STAMPS[given.index(False)])
+        if all(given):
+            for key in LLMSERVINGSIM_STAMPS:
+                value = row[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise TraceError(f"expected a number (seconds), got {value!r}", **where, field=key)
+                stamps[key][i] = value
+            for earlier, later in zip(LLMSERVINGSIM_STAMPS, LLMSERVINGSIM_STAMPS[1:]):
+                if stamps[later][i] < stamps[earlier][i]:
+                    raise TraceError(f"{stamps[later][i]!r} is before {earlier} {stamps[earlier][i]!r}", **where,
+                                     field=later)
+    if not rows:
+        raise TraceError("no requests", path=str(requests_path))
+    queued, first, last = (stamps[key] for key in LLMSERVINGSIM_STAMPS)
+    ok = np.isfinite(queued)
+    if not ok.any():
+        raise TraceError("no request has timestamps (vLLM returned no metrics for any): nothing to compare",
+                         path=str(requests_path), field="queued_ts")
+    prompt, output = lengths["input_toks"], lengths["output_toks"]
+    arrival = queued - np.nanmin(queued)
+    order = np.flatnonzero(ok)[np.argsort(arrival[ok], kind="stable")]  # a request without stamps never arrived
+    requests = pd.DataFrame({"request_id": [f"r{i}" for i in order], "arrival_s": arrival[order],
+                             "prompt_tokens": prompt[order], "output_tokens": output[order],
+                             "succeeded": np.ones(len(order), dtype=bool)})
+    ttft, e2e = (first - queued)[ok], (last - queued)[ok]
+    many = ok & (output > 1)
+    tpot = ((last - first) / np.maximum(output - 1, 1))[many]
+    measured = {"count": int(ok.sum()), "failures": int((~ok).sum())}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        measured.update(latency_stats(name, values))
+    if many.any():  # a scope's token gaps pooled, as real_validate.scope_figures pools the simulation's
+        measured["itl_mean"] = float((last - first)[many].sum() / (output[many] - 1).sum())
+    span = float(np.nanmax(last) - np.nanmin(queued))
+    if span > 0:
+        measured["requests_per_s"] = measured["count"] / span
+    name = f"{run_folder.parent.name}-{run_folder.name}" if run_folder.parent.name else run_folder.name
+    return RealRun(name, "llmservingsim", str(folder), engine, {"clock": "engine"}, requests,
+                   {"overall": measured}, info)
+
+
+def _jsonl(path: Path) -> list[tuple[int, dict]]:
+    """A JSON-lines file's objects with their 1-based line numbers (blank lines skipped);
+    TraceError naming the file and the line."""
+    if not path.is_file():
+        raise TraceError("missing (the requests)", path=str(path))
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"cannot read: {e}", path=str(path)) from None
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"not JSON: {e.msg}", path=str(path), row=i + 1) from None
+        if not isinstance(row, dict):
+            raise TraceError("expected a JSON object", path=str(path), row=i + 1)
+        rows.append((i + 1, row))
+    return rows

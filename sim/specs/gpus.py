@@ -6,7 +6,7 @@ Conventions, for every entry:
   what vLLM's ``gpu_memory_utilization`` multiplies;
 - ``peak_flops``: dense (no 2:4 sparsity) FP16/BF16 tensor-core FLOP/s; ``peak_fp8_flops``:
   dense FP8, ``None`` where the GPU has no FP8 tensor cores (A100);
-- ``mem_bw``: peak HBM (GDDR on L40S) bytes/s from the datasheet;
+- ``mem_bw``: peak HBM (GDDR on L40S, A40 and the RTX cards) bytes/s from the datasheet;
 - ``interconnect_bw``: GPU-to-GPU bytes/s per direction (NVLink, AMD Infinity Fabric, or PCIe
   where there is none), for the TP all-reduce;
 - ``pcie_bw``: host <-> device bytes/s per direction for swapping: about 78 % of the link's
@@ -35,6 +35,19 @@ Sources (vendor datasheets):
 - H20: NVIDIA H20 product brief (China-market Hopper, 2023; NVIDIA publishes no web
   datasheet): 148 TFLOPS FP16/BF16 dense, 296 FP8 dense, 96 GB HBM3 (nvidia-smi 97,871 MiB),
   4.0 TB/s, NVLink 900 GB/s, PCIe 5.0.
+- RTX 4090: NVIDIA Ada GPU architecture whitepaper (v2.1, 2023, appendix table "GeForce RTX
+  4090"; https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf):
+  165.2 TFLOPS BF16 tensor dense with FP32 accumulate (330.4 sparse; GeForce runs FP16/BF16 with
+  FP32 accumulate at half the FP16-accumulate rate, and vLLM's GEMMs accumulate in FP32), 330.3
+  FP8 dense with FP32 accumulate, 24 GB GDDR6X (nvidia-smi 24,564 MiB), 1,008 GB/s, PCIe 4.0 x16
+  and no NVLink. The GPU of LLMServingSim's RTX4090 run (bench/examples, vLLM 0.19.0).
+- RTX PRO 6000 Blackwell Server Edition: NVIDIA datasheet (2025;
+  https://www.nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition/): 96 GB GDDR7
+  with ECC (nvidia-smi 97,887 MiB), 1,597 GB/s (the Workstation Edition: 1,792), PCIe 5.0 x16
+  and no NVLink, 4 PFLOPS FP4 with sparsity; dense BF16 (FP32 accumulate) 503.8 TFLOPS and FP8
+  1,007.6, from the NVIDIA RTX Blackwell GPU architecture whitepaper (2025, appendix table "RTX
+  PRO 6000 Blackwell": 188 SMs; 4 PFLOPS FP4 sparse = 8 x 503.8). The GPU of LLMServingSim's
+  RTXPRO6000 runs.
 """
 
 from __future__ import annotations
@@ -72,11 +85,14 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("mi300x-192gb", 205_822_885_888, 1307.4e12, 5300e9, 448e9, 50e9, peak_fp8_flops=2614.9e12),
         GPUSpec("h20-96gb", 97_871 * MiB, 148e12, 4000e9, 450e9, 50e9, peak_fp8_flops=296e12),
         GPUSpec("a40", 46_068 * MiB, 149.7e12, 696e9, 56.25e9, 25e9),
+        GPUSpec("rtx-4090", 24_564 * MiB, 165.2e12, 1008e9, 25e9, 25e9, peak_fp8_flops=330.3e12),
+        GPUSpec("rtx-pro-6000", 97_887 * MiB, 503.8e12, 1597e9, 50e9, 50e9, peak_fp8_flops=1007.6e12),
     ]
 }
 
 GPU_ALIASES = {"a100": "a100-40gb", "h100": "h100-80gb", "h200": "h200-141gb", "l40s-48gb": "l40s",
-               "b200": "b200-180gb", "mi300x": "mi300x-192gb", "h20": "h20-96gb"}
+               "b200": "b200-180gb", "mi300x": "mi300x-192gb", "h20": "h20-96gb", "rtx4090": "rtx-4090",
+               "rtxpro6000": "rtx-pro-6000", "rtx-pro-6000-blackwell": "rtx-pro-6000"}
 
 
 def get_gpu(name: str) -> GPUSpec:

@@ -13,7 +13,10 @@ nvidia/NVIDIA-Nemotron-Nano-9B-v2 (27 Mamba-2, 4 attention and 25 MLP layers, a 
 ibm-granite/granite-4.0-h-tiny (36 Mamba-2 and 4 attention layers, at 5, 15, 25 and 35; 64
 experts of which 6 a token, and a shared MLP); Qwen/Qwen3-Next-80B-A3B-Instruct (36 gated-delta-net
 layers, every 4th layer gated attention; 512 experts, 10 a token, one shared). Where those three
-were read, and which of their keys are uncertain: ``tests/sim/hybrid_configs.py``.
+were read, and which of their keys are uncertain: ``tests/sim/hybrid_configs.py``. Qwen/Qwen3-32B
+and Qwen/Qwen3-30B-A3B-Instruct-2507 (128 experts, 8 a token, in every layer; its base model
+Qwen/Qwen3-30B-A3B has the same shapes and a 40,960-token context), as LLMServingSim
+(casys-kaist/LLMServingSim, MIT) keeps them at configs/model/Qwen/ (commit 5daddb2).
 
 The Llama-2, Llama-3 and Mistral-7B (v0.1) presets count the LM head as tied to the embedding,
 as pagesim always has; their released checkpoints untie it (``tie_word_embeddings: false``:
@@ -81,12 +84,18 @@ MODELS: dict[str, ModelSpec] = {
                   layer_kinds=tuple(FULL_ATTENTION if (i + 1) % 4 == 0 else GATED_DELTA_NET for i in range(48)),
                   delta_net=GatedDeltaNet(16, 32, 128, 128, 4), attention_output_gate=True,
                   moe=MixtureOfExperts(512, 10, 512, tuple(range(48)), shared_intermediate_size=512), mtp_layers=1),
+        ModelSpec("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, 40960, tie_word_embeddings=False),
+        ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936, 40960, tie_word_embeddings=False,
+                  moe=MixtureOfExperts(128, 8, 768, tuple(range(48)))),
+        ModelSpec("qwen3-30b-a3b-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, tie_word_embeddings=False,
+                  moe=MixtureOfExperts(128, 8, 768, tuple(range(48)))),
     ]
 }
 
 MODEL_ALIASES = {"llama2-7b": "llama-2-7b", "llama2-13b": "llama-2-13b", "llama2-70b": "llama-2-70b",
                  "llama3-8b": "llama-3-8b", "llama3-70b": "llama-3-70b", "llama3.1-8b": "llama-3.1-8b",
-                 "llama3.1-70b": "llama-3.1-70b", "llama3.1-405b": "llama-3.1-405b"}
+                 "llama3.1-70b": "llama-3.1-70b", "llama3.1-405b": "llama-3.1-405b",
+                 "qwen3-30b-a3b-instruct-2507": "qwen3-30b-a3b-2507"}
 
 
 #: what a Hugging Face model id's name carries beyond the architecture (its weights' variant)
