@@ -1,6 +1,6 @@
 """Write the fact table of real serving runs that ``benchmarks/real_run_accuracy.py`` replays.
 
-Reads run folders (inference-perf format, ``traces.real_runs``) and writes their engine settings,
+Reads run folders (inference-perf or LLMServingSim, ``traces.real_runs``) and writes their engine settings,
 workload and measured figures as rows ``run, section, key, value`` with a header naming where they
 came from. Only figures are taken (facts), none of the runs' files.
 
@@ -8,6 +8,14 @@ came from. Only figures are taken (facts), none of the runs' files.
     python benchmarks/real_run_facts.py training/default_args/* \\
         --source "inference-sim/training@ed5c1d2 default_args/ (16 vLLM runs, H100 SXM)" \\
         --gpu h100-80gb --out experiments/data/real_runs_h100.csv
+
+LLMServingSim's four vLLM runs (their files name the GPU; only their summaries are kept, not
+their request lists, so the table is checking data to read, and each run replays from its folder):
+
+    git clone https://github.com/casys-kaist/LLMServingSim && \\
+    python benchmarks/real_run_facts.py LLMServingSim/bench/examples/*/*/vllm \\
+        --source "casys-kaist/LLMServingSim@5daddb2 bench/examples/<GPU>/<run>/vllm/ (MIT license; ...)" \\
+        --out experiments/data/llmservingsim_runs.csv
 """
 
 from __future__ import annotations
@@ -26,15 +34,17 @@ from pagesim.traces.real_runs import read_real_run  # noqa: E402
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", help="inference-perf run folders")
+    p.add_argument("runs", nargs="+", help="run folders (inference-perf, LLMServingSim)")
     p.add_argument("--source", required=True, help="where the runs came from (repository, commit, folder)")
-    p.add_argument("--gpu", required=True, help="the GPU preset the runs were served on (their files do not say)")
+    p.add_argument("--gpu", help="the GPU preset the runs were served on, where their files do not say")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     rows = []
     for folder in sorted(args.runs):
         run = read_real_run(folder)
-        run.info.update(gpu=args.gpu, source=args.source)
+        if args.gpu:
+            run.info["gpu"] = args.gpu
+        run.info["source"] = args.source
         rows += run.facts()
     out = Path(args.out)
     with out.open("w", newline="") as f:

@@ -1,7 +1,8 @@
 """``pagesim validate``: how far the simulator is from a real run, in either of two ways.
 
-- ``--against PATH`` (no GPU): a real serving run (an inference-perf run folder, or a
-  ``vllm bench serve --save-result --save-detailed`` JSON) replayed on the simulator with the
+- ``--against PATH`` (no GPU): a real serving run (an inference-perf run folder, an
+  LLMServingSim vLLM run folder, or a ``vllm bench serve --save-result --save-detailed`` JSON,
+  an older ``benchmark_serving.py --save-result`` one too) replayed on the simulator with the
   run's own engine settings and workload; prints measured vs simulated TTFT, TPOT, ITL, E2E and
   requests per second, per stage and overall, with sim / real - 1 (``experiments/real_validate.py``).
 - Without it: a trace run on the GPU for real through the simulator's own scheduler and block
@@ -39,7 +40,8 @@ def register(sub) -> None:
     r = p.add_argument_group("a real run (--against)")
     r.add_argument("--against", metavar="PATH",
                    help="an inference-perf run folder (results/config.yaml, results/*_lifecycle_metrics.json, "
-                        "exp-config.yaml), a vllm bench serve --save-detailed JSON, or a fact table of runs (CSV; "
+                        "exp-config.yaml), an LLMServingSim vLLM run folder (meta.json, requests.jsonl), a vllm "
+                        "bench serve --save-detailed JSON, or a fact table of runs (CSV; "
                         "real_runs_h100 names the one shipped: 16 vLLM runs on H100): replay and compare")
     r.add_argument("--run", metavar="TEXT", help="of a fact table, only the runs whose name holds TEXT")
     p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
