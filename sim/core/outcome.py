@@ -22,8 +22,12 @@ def reject_reason(s: state.Core, code: int, i: int, pool: Pool, limits: Limits, 
     width = int(s.width[i])
     if code == state.REJECT_CLIENT_TIMEOUT:
         return f"its client gave up after {cfg.client_timeout_s:g} s (--client-timeout)"
-    if code == state.REJECT_TOO_WIDE:  # its sequences run together: it could never be admitted
+    if code == state.REJECT_TOO_WIDE and width > limits.max_num_seqs:  # its sequences run together: never admitted
         return f"its {width} sequences (n / beam_width) exceed max_num_seqs={limits.max_num_seqs}"
+    if code == state.REJECT_TOO_WIDE:  # swapped out, it could never come back (scheduler_vllm.resume_swapped)
+        budget, name = ((cfg.chunk_budget, "chunk_budget") if cfg.chunked_prefill
+                        else (limits.max_batched_tokens, "max_num_batched_tokens"))
+        return f"its {width} sequences decode together, beyond {name}={budget}: swapped out, never back in"
     if code == state.REJECT_WIDTH_UNSHARED:
         if pool.kind == "static":
             return "static batching runs one sequence per request (n = beam_width = 1)"

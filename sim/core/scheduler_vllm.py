@@ -50,7 +50,8 @@ from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_
                                     FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
                                     MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PREFIX_CACHING,
-                                    REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_WIDTH_UNSHARED,
+                                    NUM_REJECTED, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_TOO_WIDE,
+                                    REJECT_WIDTH_UNSHARED, REJECTED,
                                     SCHEDULED_STEPS, STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS,
                                     STEP_SWAP_IN, STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS,
                                     SWAPPED_HEAD, SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
@@ -154,6 +155,19 @@ def resume_swapped_for(family):
             # a rest of prompt longer than the whole budget comes back a chunk at a time: vLLM 0.4.2
             # would never swap it back in, nor anyone swapped after it (pagesim's rule)
             need = w if todo <= 0 else todo if todo <= s.config[CHUNK_BUDGET] else 1
+            whole = s.config[CHUNK_BUDGET] if s.config[CHUNKED_PREFILL] else s.config[MAX_BATCHED_TOKENS]
+            if todo <= 0 and w > whole:
+                # its sequences decode together, a token each, in more than an iteration's whole token
+                # budget: vLLM 0.4.2 never swaps it back in (budget.can_schedule, scheduler.py:553-563;
+                # it refuses a budget below max_num_seqs at start, config.py:649-653), so it fails as a
+                # group that can never fit does (AllocStatus.NEVER, scheduler.py:529-538)
+                c[SWAPPED_HEAD] = (c[SWAPPED_HEAD] + 1) % len(s.swapped)
+                c[SWAPPED_LEN] -= 1
+                c[SWAP_USED_TOKENS] -= kv_cache.swapped_size(s, i, s.swapped_tokens[i])
+                s.status[i] = REJECTED
+                s.reject_code[i] = REJECT_TOO_WIDE
+                c[NUM_REJECTED] += 1
+                continue
             if c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS] or need > budget:
                 break
             n = s.swapped_tokens[i]
