@@ -78,6 +78,11 @@ SIM_FLAGS = {
                                 "blocks, as vLLM's --kv-offloading-size; sglang: HiCache's host tier of N GiB, "
                                 "as its --hicache-size (default 0: none)"),
     "schedule_conservativeness": dict(type=float, help="sglang: scales its initial new_token_ratio 0.7 (default 1)"),
+    "ignore_eos": dict(action=argparse.BooleanOptionalAction, default=None,
+                       help="sglang: requests run to their trace output, as benchmark clients send them "
+                            "(ignore_eos), so its prefill budget charges running requests' remaining outputs "
+                            "whole; --no-ignore-eos: at its new_token_ratio, as for requests that may stop "
+                            "at EOS earlier (default on)"),
     "cost_model": dict(choices=["roofline", "calibrated", "serving"],
                        help="roofline (the default, but for vllm-v1: serving); calibrated: the roofline with "
                             "constants fitted on measured "

@@ -117,6 +117,11 @@ class SimConfig:
     schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
     scheduling_policy: str = "fcfs"  # vllm-v1: fcfs or priority (SCHEDULING_POLICIES)
     schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
+    # sglang: requests carry ignore_eos, as benchmark clients send them (sglang.bench_serving) and
+    # as the trace's output lengths say (each runs to its max_new_tokens): the prefill budget
+    # charges a running request's remaining output whole (schedule_policy.py:785-794). False: they
+    # might stop at EOS earlier, charged at new_token_ratio. None: the default, on
+    ignore_eos: bool | None = None
     # vllm-v1: schedule step N+1 while step N runs (vLLM's --async-scheduling, on by default in
     # vLLM; sim/core/scheduler_v1.py). None: the system's default (on for vllm-v1)
     async_scheduling: bool | None = None

@@ -160,7 +160,8 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
               "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
               # kv_offload_gib: its host tier, HiCache's L2 (sim/core/radix_cache.py)
-              settings=("schedule_policy", "schedule_conservativeness"), exclusive=("kv_offload_gib",), refuses=(
+              settings=("schedule_policy", "schedule_conservativeness", "ignore_eos"), exclusive=("kv_offload_gib",),
+              refuses=(
                   _recompute_only("sglang", "retracts requests for recompute (no swap preemption)"),
                   Refusal(lambda c: c.prefix_caching,
                           "sglang caches prefixes in its radix tree, always; drop --prefix-caching "

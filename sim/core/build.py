@@ -348,6 +348,7 @@ def radix_arrays(config, count, clock, cfg, n: int, num_rows: int) -> dict:
     i64 = np.int64
     config[state.MANAGER_KIND] = state.RADIX
     config[state.SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
+    config[state.IGNORE_EOS] = int(cfg.ignore_eos is not False)  # None: on (SimConfig.ignore_eos)
     count[state.CHUNKED_REQUEST] = -1
     count[state.RADIX_FREE_NODE] = -1
     count[state.RADIX_NODES_USED] = 1  # the root

@@ -22,8 +22,9 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    budgets last:
 
    * ``rem_total_tokens``: available + evictable tokens, less every running request's future
-     tokens estimated as ``min(max_new_tokens - generated, 4096) * new_token_ratio``
-     (``_get_running_request_total_token_offset``; ``CLIP_MAX_NEW_TOKENS`` 4096), less each
+     tokens, ``min(max_new_tokens - generated, 4096)`` (``CLIP_MAX_NEW_TOKENS``) whole when
+     requests carry ``ignore_eos`` (``--ignore-eos``, the default), else times ``new_token_ratio``
+     (``--no-ignore-eos``; ``_get_running_request_total_token_offset``), less each
      admitted request's extend tokens (whole pages), a page and ``min(max_new_tokens, 4096)``
      (``_update_prefill_budget``, ``PrefillBudget.reserve``); a request whose extend +
      ``min(max_new - generated, 4096)`` + a page (``per_req_token_overhead``) is not below it,
@@ -58,9 +59,12 @@ the copies that have ended, and an admission's match has a device part (the pref
 host hit below it, loaded back or recomputed (``radix_cache.load_back``; the budgets as SGLang's
 ``_select_prefill_admission`` counts them).
 
-A request's ``max_new_tokens`` is its output length (the trace's): the simulator knows it, as a
-request with ``ignore_eos`` does. Finished requests are inserted into the tree (``radix_cache.
-cache_finished_req``, from ``scheduler.finish`` through ``memory.free``).
+A request's ``max_new_tokens`` is its output length (the trace's), and it runs to it: by default
+it carries ``ignore_eos``, as benchmark clients send it (sglang 0.5.23 ``benchmark/serving.py:317``
+unless ``--disable-ignore-eos``); ``--no-ignore-eos`` models requests that might stop at EOS
+earlier, whose remaining outputs SGLang estimates at ``new_token_ratio``. Finished requests are
+inserted into the tree (``radix_cache.cache_finished_req``, from ``scheduler.finish`` through
+``memory.free``).
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from pagesim.sim.core.lifecycle import begin_iteration, pop_waiting, prefill, pu
 from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
                                     DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, HICACHE_HOST_PAGES, HICACHE_PENDING,
-                                    HOST_HIT_TOKENS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
+                                    HOST_HIT_TOKENS, IGNORE_EOS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
                                     LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
                                     MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
                                     NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
@@ -218,7 +222,10 @@ def get_new_batch_prefill(s):
         sort_by_longest_prefix(s)
     else:
         touch_waiting_prefixes(s)
-    ratio = s.clock[NEW_TOKEN_RATIO]
+    # a running request's remaining output: whole under ignore_eos (it cannot stop before its
+    # max_new_tokens), else at new_token_ratio (_get_running_request_total_token_offset,
+    # schedule_policy.py:785-794)
+    ratio = 1.0 if s.config[IGNORE_EOS] else s.clock[NEW_TOKEN_RATIO]
     total_offset = 0.0  # PrefillAdder: rem_total_token_offset, cur_rem_token_offset and the budgets
     for k in range(c[NUM_RUNNING]):
         i = s.running[k]

@@ -193,6 +193,9 @@ table("config", """
     HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/radix_cache.py): the
         host pool's pages (0: no host tier)
     HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
+    IGNORE_EOS          sglang: 1 when requests carry ``ignore_eos`` (they run to max_new_tokens), so
+        the prefill budget charges a running request's remaining output whole, not at the
+        new_token_ratio (scheduler_sglang.get_new_batch_prefill)
 """, size="NUM_CONFIG")
 
 # Core.count: int64 counters

@@ -36,9 +36,10 @@ fakes: ``Allocator`` (SGLang's ``BaseTokenToKVPoolAllocator`` with a page free l
 (the ``req_to_token`` rows).
 
 **Settings.** Without overlap scheduling, mixed chunks, priorities, speculative decoding, LoRA,
-HiCache or disaggregation; ``ignore_eos`` False (a request ends at its ``max_new_tokens``, the
-trace's output: ``add_one_req``'s ratio-free path, schedule_policy.py:1354, is for ``ignore_eos``
-without a tree cache); ``schedule_policy``, ``chunked_prefill_size``, ``max_prefill_tokens``,
+HiCache or disaggregation; a request ends at its ``max_new_tokens``, the trace's output, and
+carries ``ignore_eos`` as its workload says (``Workload.ignore_eos``: with it the adder charges a
+running request's remaining output whole, schedule_policy.py:785-794; ``add_one_req``'s
+ratio-free path, :1354, is for ``ignore_eos`` without a tree cache, which SGLang always has here); ``schedule_policy``, ``chunked_prefill_size``, ``max_prefill_tokens``,
 ``max_running_requests`` and the page size from the workload, as pagesim is given them.
 
 **Time** as pagesim's executor keeps it (``pagesim_steps``): every step lasts ``STEP_S``; the
@@ -70,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from tests.peers import fetch, pagesim_steps, sglang_radix
@@ -391,13 +393,13 @@ def request_class(sglang):
         """A request as SGLang's scheduling code reads it (``Req.__init__`` sets these: the
         defaults of a plain generation request), ``Req``'s own methods bound (REQUEST_METHODS)."""
 
-        def __init__(self, index: int, prompt, max_new_tokens: int):
+        def __init__(self, index: int, prompt, max_new_tokens: int, ignore_eos: bool):
             self.rid = f"r{index:06d}"
             self.index = index
             self.origin_input_ids = prompt
             self.output_ids = array("q")
             self.full_untruncated_fill_ids = array("q")
-            self.sampling_params = types.SimpleNamespace(max_new_tokens=max_new_tokens, ignore_eos=False)
+            self.sampling_params = types.SimpleNamespace(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
             self.kv = sglang.schedule_batch.ReqKvInfo()
             self.prefix_len = 0
             self.extend_end = None
@@ -495,10 +497,12 @@ LLAMA_SLOT = sglang_radix.LLAMA_SLOT
 
 @dataclass(frozen=True)
 class Workload(sglang_radix.Workload):
-    """``sglang_radix.Workload`` with SGLang's ``max_prefill_tokens`` and ``max_running_requests``."""
+    """``sglang_radix.Workload`` with SGLang's ``max_prefill_tokens`` and ``max_running_requests``,
+    and whether the requests carry ``ignore_eos`` (pagesim's ``--ignore-eos``)."""
 
     max_prefill_tokens: int = 16384
     max_running_requests: int = 4096
+    ignore_eos: bool = False
 
     def config(self) -> SimConfig:
         return SimConfig.for_system("sglang", model="llama-3.1-8b", gpu="h100-80gb", cost_model="roofline",
@@ -506,7 +510,7 @@ class Workload(sglang_radix.Workload):
                                     schedule_policy=self.policy, chunk_budget=self.chunk_budget,
                                     max_num_batched_tokens=self.max_prefill_tokens,
                                     max_num_seqs=self.max_running_requests,
-                                    max_seq_len=min(32768, self.pool_tokens))
+                                    max_seq_len=min(32768, self.pool_tokens), ignore_eos=self.ignore_eos)
 
     def trace(self) -> pd.DataFrame:
         """The trace at whole steps (module docstring, Time): each arrival rounded to a step,
@@ -534,6 +538,17 @@ def fitting(make: Callable[[], pd.DataFrame], pool_tokens: int) -> Callable[[], 
         out.attrs.update(df.attrs)
         return out
     return make_fitting
+
+
+def burst(seed: int, requests: int) -> Callable[[], pd.DataFrame]:
+    """``requests`` distinct prompts arriving at once, ShareGPT-like lengths: prompts and outputs
+    log-normal around 150 tokens (4 to 1,000), no shared prefix."""
+    def make():
+        rng = np.random.default_rng(seed)
+        prompt = np.clip(rng.lognormal(5.0, 0.8, requests), 4, 1000).astype(int)
+        output = np.clip(rng.lognormal(5.0, 0.8, requests), 4, 1000).astype(int)
+        return sglang_radix.frame([(0.0, int(p), int(o), ()) for p, o in zip(prompt, output)], 16)
+    return make
 
 
 def workloads(mooncake_requests: int = 200) -> dict[str, Workload]:
@@ -565,6 +580,20 @@ def workloads(mooncake_requests: int = 200) -> dict[str, Workload]:
                             page_size=page, policy="lpm", chunk_budget=512,
                             description=f"random prompts over shared prefixes (sglang_radix), a pool of 6000, page "
                                         f"{page}, lpm, chunks of 512: evictions and retractions"))
+    out.append(Workload("retract-ignore-eos", hand([(0, 20, 100, ()), (1, 20, 100, ()), (2, 20, 100, ()),
+                                                    (3, 20, 100, ())]), pool_tokens=300, ignore_eos=True,
+                        description="the retract workload with ignore_eos: running requests' outputs charged "
+                                    "whole, so two run at a time and none is retracted"))
+    for page in (1, 16):
+        for ignore_eos in (False, True):
+            out.append(Workload(f"burst-p{page}{'-ignore-eos' * ignore_eos}", burst(7, 160), pool_tokens=12_000,
+                                page_size=page, chunk_budget=512, ignore_eos=ignore_eos,
+                                description=f"160 requests at once, prompts and outputs of tens to hundreds, "
+                                            f"a pool of 12000: the admission budget binds; page {page}, "
+                                            f"{'with' if ignore_eos else 'without'} ignore_eos"))
+        out.append(Workload(f"pressure-p{page}-ignore-eos", sglang_radix.random_pressure(12, 300, 32),
+                            pool_tokens=6_000, page_size=page, policy="lpm", chunk_budget=512, ignore_eos=True,
+                            description=f"pressure-p{page} with ignore_eos"))
     pool = min(800 * mooncake_requests, 400_000)
     for page in (1, 16):
         for policy in ("fcfs", "lpm"):
@@ -600,7 +629,7 @@ class Engine:
         self.ratio = sglang.new_token_ratio_tracker.NewTokenRatioTracker.from_config()
         self.tokens = sglang_radix.Tokens(trace)
         self.requests = [sglang.Request(i, self.tokens.of(i)[:int(self.tokens.prompt[i])],
-                                        int(self.tokens.output[i])) for i in range(len(trace))]
+                                        int(self.tokens.output[i]), workload.ignore_eos) for i in range(len(trace))]
         self.waiting_queue: list = []
         self.running_batch = sglang.Batch(self, [])
         self.last_batch = None  # (kind, requests) of the step before

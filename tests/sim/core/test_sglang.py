@@ -446,13 +446,15 @@ def test_a_long_prompt_is_chunked_and_its_chunks_are_cached_as_they_go():
 
 
 def test_admission_counts_the_running_requests_future_tokens():
-    """1 s steps, pool 64. A (10 tokens, 40 out) at 0, B (20 tokens, 10 out) at 0.5.
+    """1 s steps, pool 64, requests that may stop at EOS (``--no-ignore-eos``). A (10 tokens, 40
+    out) at 0, B (20 tokens, 10 out) at 0.5.
 
     step 0  the adder takes A (10 + 40 + a page of 1 < 64)
     step 1  B needs 20 + 10 + 1 below (64 - A's 10) - A's remaining 39 tokens x new_token_ratio
             0.7: 31 is not below 26.7 (NO_TOKEN): the batch is full until a request leaves
             (without the estimate it would be taken at once), so B waits for A to finish"""
-    result = run_simulation(sglang(64), trace((0, 10, 40), (0.5, 20, 10)), executor=ConstExecutor())
+    result = run_simulation(sglang(64, ignore_eos=False), trace((0, 10, 40), (0.5, 20, 10)),
+                            executor=ConstExecutor())
     prefill = column(result, "num_prefill_tokens")
     assert prefill == [10] + [0] * 39 + [20] + [0] * 9
     assert column(result, "mem_external_frag")[1] > 0  # B waits for memory
@@ -460,11 +462,25 @@ def test_admission_counts_the_running_requests_future_tokens():
 
 
 def test_schedule_conservativeness_scales_the_estimate():
-    """The same with conservativeness 0.01 (ratio 0.007): at step 1 B's 31 is below
+    """The same with conservativeness 0.01 and --no-ignore-eos (ratio 0.007): at step 1 B's 31 is below
     (64 - 10) - 39 x 0.007, so it is taken at once."""
-    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0.5, 20, 10)),
-                            executor=ConstExecutor())
+    result = run_simulation(sglang(64, schedule_conservativeness=0.01, ignore_eos=False),
+                            trace((0, 10, 40), (0.5, 20, 10)), executor=ConstExecutor())
     assert column(result, "num_prefill_tokens")[:2] == [10, 20]
+
+
+@pytest.mark.parametrize("ignore_eos, prefill", [
+    (False, [10, 20]),  # 35 below (64 - 10) - 19 x 0.7 = 40.7: taken at once
+    (True, [10] + [0] * 19 + [20]),  # 35 not below 54 - 19 = 35: B waits for A to finish
+    (None, [10] + [0] * 19 + [20]),  # the default: ignore_eos
+])
+def test_with_ignore_eos_a_running_requests_remaining_output_is_charged_whole(ignore_eos, prefill):
+    """1 s steps, pool 64. A (10 tokens, 20 out) at 0, B (20 tokens, 14 out) at 0.5. At step 1 B
+    needs 20 + 14 + a page = 35 below (64 - A's 10) less A's 19 remaining tokens, at
+    new_token_ratio 0.7 without ignore_eos, whole with it (schedule_policy.py:785-794)."""
+    result = run_simulation(sglang(64, ignore_eos=ignore_eos), trace((0, 10, 20), (0.5, 20, 14)),
+                            executor=ConstExecutor())
+    assert column(result, "num_prefill_tokens")[:len(prefill)] == prefill
 
 
 def test_a_request_reserves_a_page_beyond_its_tokens():
@@ -478,26 +494,26 @@ def test_a_request_reserves_a_page_beyond_its_tokens():
 
 
 def test_a_pass_short_of_memory_keeps_the_batch_full_until_a_request_leaves():
-    """Conservativeness 0.01, pool 64. A (10, 40 out) and B (20, 10 out) arrive together: at
+    """Conservativeness 0.01, --no-ignore-eos, pool 64. A (10, 40 out) and B (20, 10 out) arrive together: at
     step 0 B's 20 + 10 + 1 is not below 64 - A's 51 (NO_TOKEN) and the batch is marked full
     (scheduler.py:4279-4284). At step 1 B would fit (31 below 54 - 39 x 0.007, as in the
     conservativeness test), but a full batch tries no one (:4098-4101) until a request leaves:
     B waits for A to finish."""
-    result = run_simulation(sglang(64, schedule_conservativeness=0.01), trace((0, 10, 40), (0, 20, 10)),
-                            executor=ConstExecutor())
+    result = run_simulation(sglang(64, schedule_conservativeness=0.01, ignore_eos=False),
+                            trace((0, 10, 40), (0, 20, 10)), executor=ConstExecutor())
     assert column(result, "num_prefill_tokens") == [10] + [0] * 39 + [20] + [0] * 9
 
 
 @pytest.mark.parametrize("prompt_a, prompt_b, pool, retracted", [(4, 4, 40, 1), (6, 4, 42, 0)])
 def test_out_of_memory_retracts_the_fewest_generated_then_the_longest_prompt(prompt_a, prompt_b, pool, retracted):
-    """conservativeness 0.01 (ratio 0.007: the adder all but ignores future tokens), 1 s steps.
+    """conservativeness 0.01 and --no-ignore-eos (ratio 0.007: the adder all but ignores future tokens), 1 s steps.
     A (30 out) at 0 is taken at step 0; B (30 out) at 0.5 at step 1 (its 4 + 30 + 1 below the
     pool less A's tokens and 29 x 0.007). Both decode
     16 steps, filling the pool; at the 17th neither can grow: equal tokens generated (17), so
     the longer prompt is retracted, or, prompts equal, the later in the batch (B). The other
     decodes on to its end; then the retracted one is recomputed (its prompt and 17 tokens) and
     decodes its last 12."""
-    result = run_simulation(sglang(pool, schedule_conservativeness=0.01),
+    result = run_simulation(sglang(pool, schedule_conservativeness=0.01, ignore_eos=False),
                             trace((0, prompt_a, 30), (0.5, prompt_b, 30)), executor=ConstExecutor())
     prompts = (prompt_a, prompt_b)
     assert result.requests["preemptions"].tolist() == [int(retracted == 0), int(retracted == 1)]
@@ -556,12 +572,12 @@ def test_cli_runs_sglang(capsys):
 
 
 def test_retraction_takes_the_fewest_generated_before_the_longest_prompt():
-    """Every step takes 1 s. Pool 44, conservativeness 0.01. A (6 tokens, 30 out) at 0 decodes
+    """Every step takes 1 s. Pool 44, conservativeness 0.01, --no-ignore-eos. A (6 tokens, 30 out) at 0 decodes
     alone in steps 1 and 2 (3 tokens); B (4, 30) arrives at 2.5 and is prefilled at step 3
     (4 + 30 below 44 - 8 - A's 27 x 0.007). Both decode; before their j-th step they hold
     12 + 2(j - 1): the 17th cannot grow. A has 19 tokens, B 17: B is retracted though A's
     prompt is longer."""
-    result = run_simulation(sglang(44, schedule_conservativeness=0.01), trace((0, 6, 30), (2.5, 4, 30)),
+    result = run_simulation(sglang(44, schedule_conservativeness=0.01, ignore_eos=False), trace((0, 6, 30), (2.5, 4, 30)),
                             executor=ConstExecutor())
     assert result.requests["preemptions"].tolist() == [0, 1]
     assert column(result, "num_decode_tokens")[:22] == [0, 1, 1, 0] + [2] * 16 + [1, 1]
@@ -574,7 +590,7 @@ def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
     / (30 + 1)) = 1: at step 19 C's 4 + 4 + 1 is not below (40 - A's 21) - 12 x 1 = 7, so C
     waits (at the old 0.007 it would be taken at once) until A finishes; then C, ahead of B,
     is prefilled first (4 tokens), B's 21 only after."""
-    result = run_simulation(sglang(40, schedule_conservativeness=0.01),
+    result = run_simulation(sglang(40, schedule_conservativeness=0.01, ignore_eos=False),
                             trace((0, 4, 30), (0.5, 4, 30), (17.5, 4, 4)), executor=ConstExecutor())
     prefill = column(result, "num_prefill_tokens")
     assert result.requests["preemptions"].tolist() == [0, 1, 0]
@@ -586,25 +602,25 @@ def test_a_retracted_request_waits_at_the_queue_end_and_the_estimate_jumps():
 
 
 def test_new_token_ratio_decays_while_decodes_fit():
-    """1 s steps, pool 1200. A (10 tokens, 1000 out) and C (10, 30 out) at 0, B (100, 400 out)
+    """1 s steps, pool 1200, ``--no-ignore-eos``. A (10 tokens, 1000 out) and C (10, 30 out) at 0, B (100, 400 out)
     at 0.5. Step 1: B's 501 is not below 1180 - (999 + 29) x 0.7 (NO_TOKEN: the batch is full).
     C's 30th token comes at step 29; at step 30 B is tried again, the ratio decayed 29 times
     by (0.7 - 0.098) / 600 to 0.6709: 501 is below (1200 - A's 39) - 970 x 0.6709 = 510.2 (at
     0.7, 482: B would wait for A's end)."""
-    result = run_simulation(sglang(1200, check=False), trace((0, 10, 1000), (0, 10, 30), (0.5, 100, 400)),
+    result = run_simulation(sglang(1200, check=False, ignore_eos=False), trace((0, 10, 1000), (0, 10, 30), (0.5, 100, 400)),
                             executor=ConstExecutor())
     assert result.requests["first_token_s"][2] < result.requests["finish_s"][0]
     assert column(result, "num_prefill_tokens").index(100) == 30
 
 
 def test_retraction_stops_once_the_rest_decodes():
-    """Conservativeness 0.01, pool 66, 1 s steps: A, B, C (4 tokens, 30 out) at 0, 0.5 and 1.5
+    """Conservativeness 0.01, --no-ignore-eos, pool 66, 1 s steps: A, B, C (4 tokens, 30 out) at 0, 0.5 and 1.5
     are prefilled in steps 0-2, then decode together: 12 + 3k tokens after k steps fill the
     pool at k = 18. The 19th cannot grow: all have 19 tokens generated and equal prompts, so
     C (the latest) is retracted, freeing 22; A and B's step needs 2: it fits, and the
     retraction stops (check_decode_mem, schedule_batch.py:3458-3461), where holding 20 steps of
     the rest (40) would have taken B too. A and B end in the pool's 66 (33 tokens each)."""
-    result = run_simulation(sglang(66, schedule_conservativeness=0.01),
+    result = run_simulation(sglang(66, schedule_conservativeness=0.01, ignore_eos=False),
                             trace((0, 4, 30), (0.5, 4, 30), (1.5, 4, 30)), executor=ConstExecutor())
     assert result.requests["preemptions"].tolist() == [0, 0, 1]
 
@@ -638,7 +654,7 @@ class Watch(ConstExecutor):
 
 
 def test_the_ratio_after_a_retraction_is_over_max_new_plus_one():
-    """Conservativeness 0.01 (ratio 0.007), pool 70, 1 s steps. A (4 tokens, 60 out) at 0 is
+    """Conservativeness 0.01, --no-ignore-eos (ratio 0.007), pool 70, 1 s steps. A (4 tokens, 60 out) at 0 is
     prefilled in step 0, B (40, 20 out) at 0.5 in step 1 (its 40 + 20 + 1 below 70 - 4 - 59 x
     0.007). Both decode from step 2: before step k they hold 44 + 2(k - 2) tokens, so steps 2-14
     fit (70 after step 14) and step 15 cannot grow. Each has generated 1 + 13 = 14 tokens: B, the
@@ -646,7 +662,7 @@ def test_the_ratio_after_a_retraction_is_over_max_new_plus_one():
     running) / (A's max_new 60 + 1)) = 34 / 61 = 0.5574 (estimate_new_token_ratio_after_retract,
     new_token_ratio_tracker.py:41-49; over 60 it would be 0.5667), then it decays from there."""
     watch = Watch()
-    result = run_simulation(sglang(70, schedule_conservativeness=0.01), trace((0, 4, 60), (0.5, 40, 20)),
+    result = run_simulation(sglang(70, schedule_conservativeness=0.01, ignore_eos=False), trace((0, 4, 60), (0.5, 40, 20)),
                             executor=watch)
     assert result.requests["preemptions"].tolist() == [0, 1]
     assert column(result, "num_decode_tokens")[:17] == [0, 0] + [2] * 13 + [1, 1]
@@ -655,7 +671,7 @@ def test_the_ratio_after_a_retraction_is_over_max_new_plus_one():
 
 
 def test_a_continuing_chunk_takes_the_whole_chunk_budget_when_memory_holds_nothing():
-    """Pool 110, chunks of 8, 1 s steps. A (4 tokens, 100 out) is prefilled in step 0 (4 + 100 +
+    """Pool 110, chunks of 8, 1 s steps, ``--no-ignore-eos``. A (4 tokens, 100 out) is prefilled in step 0 (4 + 100 +
     1 below 110); B (20 tokens, 1 out) at 0.5 is admitted in step 1 (20 + 1 + 1 below 110 - 4 -
     A's 99 x 0.7 = 36.7) and chunked: 8. A natural run does not reach memory holding nothing
     for the continuing chunk (B was admitted against the same estimate and nothing decodes
@@ -668,7 +684,8 @@ def test_a_continuing_chunk_takes_the_whole_chunk_budget_when_memory_holds_nothi
         core.clock[state.NEW_TOKEN_RATIO] = 1.0
 
     watch = Watch(at={1: raise_ratio})
-    result = run_simulation(sglang(110, chunk_budget=8), trace((0, 4, 100), (0.5, 20, 1)), executor=watch)
+    result = run_simulation(sglang(110, chunk_budget=8, ignore_eos=False), trace((0, 4, 100), (0.5, 20, 1)),
+                            executor=watch)
     assert column(result, "num_prefill_tokens")[:5] == [4, 8, 8, 4, 0]
     assert watch.ratio[:4] == [0.7, 0.7, 1.0, 1.0]
     assert result.summary["completed"] == 2
