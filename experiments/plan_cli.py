@@ -22,6 +22,7 @@ from pagesim.experiments import plan as P
 from pagesim.experiments import plan_disagg as PD
 from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner, build_workload, describe_workload,
                                        early_stop_options, encode_workload)
+from pagesim.experiments.run_cache import telling_cache_answers
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
 from pagesim.sim.args import add_sim_args, check_settings_apply, given_settings, parse_goodput
@@ -221,7 +222,7 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     e.add_argument("--workers", type=int, default=None, help="parallel probes (default: CPU count)")
     e.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     e.add_argument("--cache-dir", default=None, help="run cache (default $PAGESIM_CACHE_DIR or ~/.cache/pagesim/runs)")
-    e.add_argument("--no-cache", action="store_true", help="rerun probes even if cached")
+    e.add_argument("--no-cache", action="store_true", help="recompute every probe (and refresh the cache)")
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
@@ -340,6 +341,12 @@ def what_if_from_args(args: argparse.Namespace) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with telling_cache_answers(recompute=args.no_cache):
+        return plan(args)
+
+
+def plan(args: argparse.Namespace) -> int:
+    """One plan (``run``): its mode's search, then its tables or JSON."""
     args.mode = args.mode or "max-rate"  # the default only here: --help tells a named mode from none
     what = what_if_from_args(args)
     setup, slo, runner, opts = setup_from_args(args)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pagesim.experiments.figures import EXPLAIN, FIGURES, TITLES, SweepOptions, misses, reproduce
+from pagesim.experiments.run_cache import telling_cache_answers
 from pagesim.experiments.run_spec import load_experiment
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
@@ -70,7 +71,8 @@ def run(args) -> int:
     opts = SweepOptions(executor=args.executor, workers=args.workers, cache_dir=args.cache_dir,
                         use_cache=not args.no_cache, progress=not args.no_progress, address=args.address, base=base)
     out = Path(args.out)
-    tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
+    with telling_cache_answers(recompute=args.no_cache):
+        tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
     figures = list(FIGURES) if args.figure == "all" else [args.figure]
     if args.figure != "all":
         print_tables(tables)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -205,6 +207,54 @@ def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: R
         elif (d / f"{name}.csv.gz").exists():
             setattr(out, name, pd.read_csv(d / f"{name}.csv.gz"))
     return out
+
+
+@dataclass
+class CommandTally:
+    """A command's runs, by cache key: those it computed and those the cache answered instead
+    (:func:`experiments.sweep.run_sweep` records both), by cache folder. ``recompute``
+    (``--no-cache``): every run is computed once by the command, its later sweeps reusing what it
+    computed, never an entry it found. Kept by the process that runs the command (``pid``), not
+    by its pool's workers, which read back what it stored."""
+
+    recompute: bool
+    pid: int = field(default_factory=os.getpid)
+    computed: set[str] = field(default_factory=set)
+    answered: dict[Path, set[str]] = field(default_factory=dict)
+
+    def line(self) -> str | None:
+        """What the command says when the cache answered any of its runs (None when it did not)."""
+        parts = []
+        for folder, keys in self.answered.items():
+            found = keys - self.computed
+            if found:
+                shown = f"~/{folder.relative_to(Path.home())}" if folder.is_relative_to(Path.home()) else str(folder)
+                parts.append(f"{len(found)} of {len(found | self.computed)} runs came from the run cache {shown}")
+        return "; ".join(parts) + ": --no-cache reruns them" if parts else None
+
+
+_TALLY: list[CommandTally] = []
+
+
+def command_tally() -> CommandTally | None:
+    """The tally of the command this process runs (None for a library caller, or a pool worker)."""
+    return _TALLY[0] if _TALLY and _TALLY[0].pid == os.getpid() else None
+
+
+@contextmanager
+def telling_cache_answers(recompute: bool):
+    """Run a command that reads the run cache (``reproduce``, ``plan``): at its end, when the cache
+    answered any of its runs (a cache shared by every checkout may hold runs another checkout or
+    an earlier command made), one notice says how many, where, and that ``--no-cache``
+    (``recompute``) reruns them."""
+    _TALLY[:] = [CommandTally(recompute)]
+    try:
+        yield _TALLY[0]
+        line = _TALLY[0].line()
+        if line:
+            logging.getLogger(__name__).info(line)
+    finally:
+        _TALLY.clear()
 
 
 def runner_name(run_fn: RunFn | None) -> str | None:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pagesim.experiments.run_cache import (RunOutput, cache_path, default_cache_dir, entry_lacks, normalize_output,
-                                           read_cached_summary, runner_name, write_cache)
+from pagesim.experiments.run_cache import (RunOutput, cache_path, command_tally, default_cache_dir, entry_lacks,
+                                           normalize_output, read_cached_summary, runner_name, write_cache)
 from pagesim.experiments.run_spec import RunFn, RunSpec, simulate_spec
 from pagesim.sim.config import SimConfig
 from pagesim.sim.errors import ConfigError
@@ -80,13 +80,17 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     results: list[dict[str, Any] | None] = [None] * len(specs)
     todo: dict[str, list[int]] = {}  # key -> indices (identical specs run once)
     replace: set[str] = set()  # entries to overwrite: all with use_cache=False, else those short of tables
+    tally = command_tally()  # a command's --no-cache reruns each run once, whatever its later sweeps say
     for i, k in enumerate(keys):
-        cached = read_cached_summary(cache_dir, k, tables) if use_cache else None
+        reuse = k in tally.computed if tally is not None and tally.recompute else use_cache
+        cached = read_cached_summary(cache_dir, k, tables) if reuse else None
         if cached is not None:
             results[i] = cached
+            if tally is not None:
+                tally.answered.setdefault(cache_dir, set()).add(k)
         else:
             todo.setdefault(k, []).append(i)
-            if not use_cache or entry_lacks(cache_path(cache_dir, k), tables):
+            if not reuse or entry_lacks(cache_path(cache_dir, k), tables):
                 replace.add(k)
 
     bar = _progress_bar(len(specs), len(specs) - sum(len(v) for v in todo.values()), progress and bool(todo))
@@ -96,6 +100,8 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
             write_cache(cache_dir, key, specs[todo[key][0]], out, replace=key in replace)
         for i in todo[key]:
             results[i] = out.summary
+        if tally is not None:
+            tally.computed.add(key)
         bar.update(len(todo[key]))
         bar.set_postfix_str(out.meta.get("label", ""), refresh=False)
 
