@@ -334,3 +334,24 @@ def test_eagles_prompt_block_is_cached_once_its_first_token_is_sampled():
     assert column(result, "num_prefill_tokens") == [15, 0, 1]
     assert result.summary["num_preemptions"] == 1
     assert result.summary["mgr_prefix_hit_tokens"] == 8
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_pool_of_one_long_request_and_lookahead_slots_serves_every_request(check):
+    """Issue 80: EAGLE, K = 4 (4 lookahead slots), prefix caching, 42 blocks (168 slots) with
+    max_seq_len 128 (32 blocks) and at most 3 running; A (4 + 24 tokens), B (22 + 41), C
+    (50 + 40: its first 32-token hash block a whole prompt block, key 1) and D (1 + 85), every draft
+    rejected. Each sequence fits the pool whole (7, 16, 23 and 22 blocks), so every request ends,
+    finished, checked or not. Before 9ec5094 a block a prompt ends inside took the trace's hash as
+    its key (A's and D's first blocks key 1, C's whole prompt block's): EAGLE's admission counts,
+    reaching past the prompt into the lookahead slots, took such blocks as hits, the pool was
+    overdrawn, and unchecked the run ended with D waiting for memory in an empty pool
+    (InvariantError); under ``--check`` a block table held -1. Without lookahead slots (n-gram,
+    no drafts) the same requests ran to their ends."""
+    rows = trace((0, 4, 24), (0, 22, 41), (0, 50, 40), (0, 1, 85))
+    rows["prefix_hashes"] = [(1,), (0,), (1, 0), (1,)]
+    rows.attrs["hash_block_tokens"] = 32
+    result = run_simulation(v1(168, max_seq_len=128, max_num_seqs=3, max_num_batched_tokens=2048, prefix_caching=True,
+                               speculative_method="eagle", num_speculative_tokens=4, spec_acceptance_rate=0.0,
+                               check=check), rows)
+    assert result.requests["status"].tolist() == ["finished"] * 4
