@@ -119,7 +119,7 @@ def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py),
     # and the files only lazy functions compile (every lazy function is linked in)
     groups = (loop.FAMILIES[family], loop.SCHEDULER_GROUPS[family])
-    digests = "|".join([*(jit.sources_digest(group=group) for group in groups), jit.lazy_only_digest()])
+    digests = "|".join([*(jit.digest_read(group) for group in groups), jit.lazy_only_digest()])
     key = f"{digests}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|{np.__version__}"
     return module_prefix(which) + hashlib.sha256(key.encode()).hexdigest()[:20]
 

@@ -62,6 +62,7 @@ _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
 LAZY_ONLY = ("policy_priority.py",)
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _SHARED_DIGEST: list = []  # sources_digest() of the core's shared sources, once read (_drop_stale_cache)
+_DIGESTS: dict = {}  # each cache group's sources_digest() (SHARED: the shared functions'), as this process read them
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
 _LAZY_ENTRY: dict = {}  # ... -> the dispatcher of its entry (lazy_entry_dispatcher), once made
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
@@ -205,8 +206,9 @@ def _drop_stale_cache(here=None) -> None:
     sources = _sources(here)
     digests = {group: sources_digest(here, None if group == SHARED else group, sources)
                for group in (SHARED, *_GROUP_FILES)}
-    if own:  # the core's own: its lazy entries' digest reads it
+    if own:  # the core's own: its lazy entries' digest and its dispatchers' cache keys read them
         _SHARED_DIGEST[:] = [digests[SHARED]]
+        _DIGESTS.update(digests)
     stamps: dict = {}  # numba's folder -> {group: digest} of the groups it caches
     try:
         for folder in sorted({(here / name).parent for name in sources}):
@@ -568,8 +570,29 @@ def _dispatcher(fn, inline: bool, refcounted: bool, by_address: bool, group: str
     with _cached_in(group):
         # a loop, called by Python; a cluster's function
         if refcounted or (group is not None and not by_address):
-            return numba.njit(cache=True, **options)(fn)
-        return _interpreted_from_python(fn, options)
+            dispatcher = numba.njit(cache=True, **options)(fn)
+        else:
+            dispatcher = _interpreted_from_python(fn, options)
+    keyed_by_sources(dispatcher, group)
+    return dispatcher
+
+
+def digest_read(group: str | None = None) -> str:
+    """The digest of cache group ``group``'s sources (None: the shared functions') as this process
+    read them when numba loaded (:func:`_drop_stale_cache`), else as they are now."""
+    return _DIGESTS.get(group or SHARED) or sources_digest(group=group)
+
+
+def keyed_by_sources(dispatcher, group: str | None) -> None:
+    """Key ``dispatcher``'s cache entries by the digest of the sources this process compiles it
+    from (``numba_patches._index_keyed_by_sources``). numba's own key is the signature, the CPU
+    and the function's own bytecode, not the functions it inlines or calls, and the cache is
+    dropped only as a process starts (:func:`_drop_stale_cache`): a process started before an
+    edit and compiling after it would otherwise save code of the old sources into a folder a
+    newer process has already stamped as current, and that one load it."""
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is not None:
+        cache.pagesim_sources = digest_read(group)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,10 @@ from its description (:func:`_array_elements_direct`). It keeps every store into
 array that numba's dead-code elimination would delete on too narrow a reading of what may alias
 an argument (:func:`_stores_kept`: the core allocates no array). And it names each compiled
 function by an id no other process gives (:func:`_function_ids_unique_across_processes`): the
-families' loops compiled by different processes, then loaded together, ran each other's code.
+families' loops compiled by different processes, then loaded together, ran each other's code;
+and it keys each cached function by the core sources it was compiled from
+(:func:`_index_keyed_by_sources`): a process started before an edit saved its code into a cache
+a newer process had already found stale and dropped, which then loaded it.
 
 Each change is made once per process; each leaves numba as it is where the part it changes is
 not as it expects (its docstring says which).
@@ -46,6 +49,7 @@ def apply(registered, grouped) -> None:
     _fields_read_in_place()
     _array_elements_direct()
     _plain_error_messages()
+    _index_keyed_by_sources()
 
 
 def _load_numpy_support_without_scipy() -> None:
@@ -587,3 +591,20 @@ def _array_elements_direct() -> None:
         arrayobj.store_item(context, builder, array_type, value, at)
 
     arrayobj.pagesim_elements_direct = True
+
+
+def _index_keyed_by_sources() -> None:
+    """numba's cache index key (``Cache._index_key``, numba/core/caching.py: the signature, the
+    CPU, the function's bytecode and closure) with the digest of the core sources the process
+    compiled it from, where the core gave its dispatcher one (``jit.keyed_by_sources``): an entry
+    of other sources is then a miss, never loaded."""
+    from numba.core import caching
+
+    index_key = caching.Cache._index_key
+
+    def keyed(self, sig, codegen):
+        sources = getattr(self, "pagesim_sources", None)
+        key = index_key(self, sig, codegen)
+        return key if sources is None else (key, sources)
+
+    caching.Cache._index_key = keyed

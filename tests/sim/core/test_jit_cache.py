@@ -822,3 +822,58 @@ def test_an_edit_of_a_shared_source_leaves_no_stale_code_in_the_users_cache(tmp_
     interpreted = run(PAGESIM_JIT="0")
     assert interpreted == ["core-cpython", [t + 0.25 for t in before]]  # the edit priced
     assert run() == ["core", interpreted[1]]
+
+
+CACHED_WITH_SOURCES = """
+import sys
+
+import numba
+
+from pagesim.sim.core import numba_patches
+
+numba_patches._index_keyed_by_sources()
+sys.path.insert(0, sys.argv[1])
+import toy
+
+dispatcher = numba.njit(cache=True)(toy.add_one)
+dispatcher._cache.pagesim_sources = sys.argv[2]
+assert dispatcher(1) == 2
+print(len(dispatcher.stats.cache_hits), len(dispatcher.stats.cache_misses))
+"""
+
+
+def test_an_entry_cached_from_other_core_sources_is_never_loaded(tmp_path):
+    """A process that read the core's sources before an edit may still compile after it, and
+    save its code where a newer process already dropped the cache (_drop_stale_cache runs as a
+    process starts). numba keys an entry by the function's own bytecode alone, so the key also
+    names the digest of the sources it was compiled from: each process, in a cache of its own
+    folder, hits its own sources' entry alone, and both entries stay."""
+    pytest.importorskip("numba")
+    (tmp_path / "toy.py").write_text("def add_one(x):\n    return x + 1\n")
+    script = tmp_path / "script.py"
+    script.write_text(CACHED_WITH_SOURCES)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=subprocess_path())
+
+    def hits_and_misses(sources: str) -> str:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), sources], env=env,
+                              capture_output=True, text=True, check=True)
+        return done.stdout.split("\n")[-2]
+
+    assert hits_and_misses("old sources") == "0 1"
+    assert hits_and_misses("old sources") == "1 0"
+    assert hits_and_misses("new sources") == "0 1"  # without the digest in the key: a hit (1 0)
+    assert hits_and_misses("new sources") == "1 0"
+    assert hits_and_misses("old sources") == "1 0"
+
+
+def test_the_cores_dispatchers_are_keyed_by_the_sources_this_process_read():
+    """Every dispatcher of the core carries the digest its cache group's sources had when numba
+    loaded (jit.keyed_by_sources): the shared functions' and each family's loop's."""
+    numba_loaded()
+    from pagesim.sim.core import lifecycle
+
+    assert jit.compiled(lifecycle.start_running)._cache.pagesim_sources == jit.digest_read(None)
+    grouped = [fn for fn, group in jit._GROUPS.items() if getattr(jit.compiled(fn), "_cache", None) is not None]
+    assert grouped, "no cache group's dispatcher"
+    for fn in grouped:
+        assert jit.compiled(fn)._cache.pagesim_sources == jit.digest_read(jit._GROUPS[fn])
