@@ -37,17 +37,21 @@ triton at its top) makes dynamo take triton for installed. Left: that, the fake 
 
 from __future__ import annotations
 
+import __future__
 import ast
+import collections
 import enum
 import time
 import dataclasses
 import importlib
+import logging
 import sys
 import types
 from dataclasses import dataclass
 
 from tests.peers import sglang_radix, sglang_scheduler
-from tests.peers.importing import Peer, functions, installed, placeholders
+from tests.peers.importing import Peer, constants, functions, installed, placeholders
+from tests.peers.workloads import STEP_S
 from tests.peers.sglang_scheduler import NotGiven, Settings
 
 VERSION = sglang_scheduler.VERSION
@@ -163,8 +167,40 @@ def kernel(function=None, **options):
     return function if function is not None else kernel
 
 
+class Unrecorded:
+    """``PrefillStats`` (metrics_reporter.py:119): a prefill's log line; none is made (the
+    processor skips its report where a batch has none, batch_result_processor.py:509)."""
+
+    @classmethod
+    def from_adder(cls, *args, **kwargs):
+        return None
+
+
+def no_op(self, *args, **kwargs):
+    return None
+
+
+#: the observability components the driven path calls: each call records nothing
+METRICS_REPORTER = dict(enable_metrics=False, num_generated_tokens=0, forward_ct_decode=0, num_retracted_reqs=0,
+                        record_scheduler_active=no_op, record_scheduler_idle=no_op, log_batch_result_stats=no_op,
+                        report_decode_stats=no_op, report_prefill_stats=no_op, update_device_timer=no_op)
+
 OVERRIDES = {
+    "sglang.srt.managers.scheduler_components.metrics_reporter": dict(PrefillStats=Unrecorded),
+    # SGLang's CPU platform: no triton, so the paged allocator runs its torch paths
+    # (alloc_extend_naive, alloc_decode_naive: allocator/paged.py:155, :245-264, :303-320)
+    "sglang.srt.platforms": dict(current_platform=Settings(
+        "current_platform", capabilities=Settings("current_platform.capabilities", supports_triton=False))),
+    # no capturer is set up (a model's routed experts and DeepSeek's indexer: neither here)
+    "sglang.srt.state_capturer.indexer_topk": dict(get_global_indexer_capturer=lambda: None),
+    "sglang.srt.state_capturer.routed_experts": dict(get_global_experts_capturer=lambda: None),
+    "sglang.srt.managers.scheduler_components.logprob_result_processor": dict(
+        SchedulerLogprobResultProcessor=inert("SchedulerLogprobResultProcessor")),
+    "sglang.srt.beam_search.coordinator": dict(
+        BeamCoordinator=inert("BeamCoordinator", pending_member_rows=lambda self, batch: 0,
+                              request_beam_width=staticmethod(lambda request: 1))),
     "sglang.srt.observability.req_time_stats": dict(SchedulerReqTimeStats=TimeStats, APIServerReqTimeStats=TimeStats,
+                                                    flush_trace_batch=lambda *args, **kwargs: None,
                                                     DPControllerReqTimeStats=TimeStats,
                                                     set_time_batch=lambda *args, **kwargs: None,
                                                     set_schedule_time_batch=lambda *args, **kwargs: None),
@@ -194,16 +230,19 @@ OVERRIDES = {
 }
 
 
-def classes(module: str, *names: str) -> dict:
+def classes(module: str, *names: str, namespace: dict | None = None) -> dict:
     """Classes of an SGLang module that does not import here, compiled from its source alone
-    (SGLang's own code, not a copy): ``DisaggregationMode``, an ``Enum`` every module compares
-    against, which a placeholder could not stand for (its members would never be equal)."""
+    (SGLang's own code, not a copy), over ``namespace`` (the globals they read):
+    ``DisaggregationMode``, an ``Enum`` every module compares against, which a placeholder could
+    not stand for (its members would never be equal); ``GenerationBatchResult`` (managers/utils.py
+    imports io_struct, msgspec's)."""
     path = source_path(module)
-    namespace: dict = {"Enum": enum.Enum}
+    namespace = {"Enum": enum.Enum, **(namespace or {})}
     tree = ast.parse(path.read_text())
     found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name in names]
     assert len(found) == len(names), f"{module}: found {[node.name for node in found]} of {names}"
-    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec"), namespace)
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec",
+                 flags=__future__.annotations.compiler_flag), namespace)
     return {name: namespace[name] for name in names}
 
 
@@ -237,7 +276,7 @@ RESOLVED = {
     "schedule": dict(disable_overlap_schedule=True,  # pagesim models no overlap (schedule.py:193)
                      prefill_decode_interval=0),  # resolvable (:56): 0 but for Qwen3-VL on Hopper
     "spec": dict(speculative_algorithm=None),
-    "exec.mamba": dict(enable_mamba_extra_buffer=False),  # derived: no Mamba layer
+    "exec.mamba": dict(enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False),  # derived: no Mamba
     # one rank, no parallelism of any kind (runtime_context.py's derived widths)
     "parallel": dict(tp_rank=0, pp_rank=0, attn_tp_rank=0, attn_cp_rank=0, attn_tp_size=1, attn_cp_size=1,
                      attn_dp_enabled=False, dcp_enabled=False, attn_dcp_size=1, dp_rank=None, num_dp_ranks=1),
@@ -293,6 +332,13 @@ def stubs(policy: str) -> dict:
                   PEER, "sglang.srt.utils.common",
                   ("flatten_arrays_to_pinned_cpu", "flatten_arrays_to_int64_tensor", "async_h2d", "async_h2d_stack"),
                   {"np": numpy, "torch": torch, "is_pin_memory_available": lambda *args: False}),
+              # the paged allocator's page counts, from their source (utils/common.py)
+              "sglang.srt.utils": functions(PEER, "sglang.srt.utils.common", ("get_num_new_pages", "next_power_of_2"),
+                                            {"torch": torch, "Optional": None}),
+              # a health check's request is told by its rid, from its source
+              "sglang.srt.managers.utils": functions(
+                  PEER, "sglang.srt.managers.utils", ("is_health_check_generate_req",),
+                  constants(PEER, "sglang.srt.constants", ("HEALTH_CHECK_RID_PREFIX",), {})),
               # the model's implementation is SGLang's own (not the transformers backend)
               "sglang.srt.model_loader.utils": dict(get_resolved_model_impl=lambda model_config: "sglang")}
     for given in (sglang_scheduler.stubs(policy), OVERRIDES, lifted):
@@ -310,7 +356,13 @@ SGLANG: dict = {}
 def load(policy: str = "fcfs") -> types.SimpleNamespace:
     if policy in SGLANG:
         return SGLANG[policy]
-    import torch._dynamo  # noqa: F401 - before the triton stub is in sys.modules, which dynamo would take for triton
+    # torch.compile's backend resolved before the triton placeholder is in sys.modules (while a
+    # peer is active): resolving it imports inductor, which would take the placeholder for triton
+    # (the penalizers' @torch.compile, sampling/penaltylib/repetition_penalty.py:10, resolves
+    # get_compiler_backend()'s "eager" while importing)
+    from torch._dynamo.backends.registry import lookup_backend
+
+    lookup_backend("eager")
 
     peer = Peer(VERSION, REAL, stubs(policy), "tests/peers/sglang_engine.py", package="sglang", folder=FOLDER,
                 name=f"SGLang {VERSION}")
@@ -318,29 +370,18 @@ def load(policy: str = "fcfs") -> types.SimpleNamespace:
         modules = {name: importlib.import_module(name) for name in REAL}
     getters = peer.stubs["sglang.srt.runtime_context"]
     getters["get_schedule"]().schedule_policy = policy
+    import torch
+
+    result_class = classes("sglang.srt.managers.utils", "GenerationBatchResult",
+                           namespace={"dataclasses": dataclasses, "torch": torch})["GenerationBatchResult"]
     SGLANG[policy] = types.SimpleNamespace(peer=peer, modules=modules, schedule=getters["get_schedule"](),
-                                           parallel=getters["get_parallel"]())
+                                           parallel=getters["get_parallel"](), result_class=result_class)
     return SGLANG[policy]
 
 
-# -- the workloads --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Workload(sglang_scheduler.Workload):
-    """``sglang_scheduler.Workload`` with each request's ``ignore_eos`` (the sampling parameter)."""
-
-    ignore_eos: bool = False
-
-    @property
-    def context_len(self) -> int:
-        return min(32768, self.pool_tokens)  # Workload.config's max_seq_len
-
-    def config(self):
-        config = super().config()
-        if "ignore_eos" in {f.name for f in dataclasses.fields(config)}:
-            config = dataclasses.replace(config, ignore_eos=self.ignore_eos)
-        elif self.ignore_eos:
-            raise NotGiven("pagesim has no ignore_eos setting yet")
-        return config
+def context_len(workload) -> int:
+    """The model's context: ``Workload.config``'s max_seq_len (pagesim is given the same)."""
+    return min(32768, workload.pool_tokens)
 
 
 # -- the fakes -------------------------------------------------------------------------------------
@@ -348,7 +389,8 @@ def ModelConfig(context_len: int) -> Settings:
     """``configs/model_config.py``'s ``ModelConfig`` as the scheduling code reads it: a text-only
     generation model (Llama-3.1-8B's shapes do not enter scheduling)."""
     return Settings("model_config", context_len=context_len, is_multimodal=False, is_generation=True,
-                    is_encoder_decoder=False, vocab_size=128256, hf_eos_token_id=None, think_end_ids=None)
+                    is_encoder_decoder=False, vocab_size=128256, hf_eos_token_id=None, think_end_ids=None,
+                    self_opened_think_start_ids=None)  # not a reasoning model (model_config.py:900)
 
 
 class Worker:
@@ -399,7 +441,7 @@ def build(sglang, workload):
     # TokenToKVPoolAllocator at page 1, PagedTokenToKVPoolAllocator else, :2914-2936)
     memory_pool = m["sglang.srt.mem_cache.memory_pool"]
     allocator = m["sglang.srt.mem_cache.allocator"]
-    context = workload.context_len
+    context = context_len(workload)
     s.req_to_token_pool = memory_pool.ReqToTokenPool(size=workload.max_running_requests, max_context_len=context + 4,
                                                      device="cpu", enable_memory_saver=False)
     if page == 1:
@@ -425,7 +467,7 @@ def build(sglang, workload):
     s.draft_worker = None
     s.dllm_config = None
     s.require_mlp_sync = False
-    s.model_config = ModelConfig(context_len=workload.context_len)
+    s.model_config = ModelConfig(context_len=context_len(workload))
     s.is_generation = True
     s.disaggregation_mode = sys.modules["sglang.srt.disaggregation.utils"].DisaggregationMode.NULL
     # the model worker's report (init_model_worker, scheduler.py:1207-1220; tp_worker.py:550-584)
@@ -433,27 +475,44 @@ def build(sglang, workload):
     s.max_prefill_tokens = workload.max_prefill_tokens
     s.max_running_requests = workload.max_running_requests
     s.max_queued_requests = None
-    s.max_req_len = min(workload.context_len - 1, workload.pool_tokens - 1)
+    s.max_req_len = min(context_len(workload) - 1, workload.pool_tokens - 1)
     s.max_req_input_len = s.max_req_len - 5
     s.device = "cpu"
     s.min_free_slots_delayer = None
     s.max_new_tokens_limit = None  # envs.SGLANG_MAX_NEW_TOKENS_LIMIT's default
     s.tp_worker = s.model_worker = Worker(s)
     # components left inert: no grammar (no constrained request), no load reporting, no beams
-    s.grammar_manager = inert("GrammarManager", has_waiting_grammars=lambda self: False)()
-    s.load_inquirer = inert("SchedulerLoadInquirer", _get_num_pending_tokens=lambda self, **kwargs: 0)()
+    s.grammar_manager = inert("GrammarManager", has_waiting_grammars=lambda self: False, grammar_queue=())()
+    s.dllm_manager = inert("DllmManager", any_staging_reqs=lambda self: False)()
+    s.load_inquirer = inert("SchedulerLoadInquirer", _get_num_pending_tokens=lambda self, **kwargs: 0, get_loads=no_op)()
     s.ngram_embedding_manager = inert("NgramEmbeddingManager",
                                       prepare_for_forward=lambda self, batch, **kwargs: batch)()
     s.dp_attn_adapter = inert("SchedulerDPAttnAdapter",
                               maybe_prepare_mlp_sync_batch=lambda self, batch, need_sync=False: batch,
                               maybe_convert_decode_to_extend=lambda self, batch: batch)()
-    s.beam_coordinator = inert("BeamCoordinator", pending_member_rows=lambda self, batch: 0)()
     s.truncation_align_size = None
+    # observability, inert: metrics, the output to the tokenizer, load reports
+    s.metrics_collector = None
+    s.metrics_reporter = inert("SchedulerMetricsReporter", **METRICS_REPORTER)()
+    s.output_streamer = inert("SchedulerOutputStreamer", stream_output=no_op)()
+    s.load_publisher = inert("SchedulerLoadPublisher", publish_load_stat=no_op)()
+    s.load_snapshot_writer = None
+    s.enable_fpm = False
+    s.future_map = None  # the overlap relay's (init_overlap, :1681): none without overlap
+    s.return_health_check_ipcs = collections.deque()
+    # init_load_inquirer's step counters (:2580-2590), which process_batch_result keeps for load
+    # reports (_record_step_counters)
+    s.total_prefill_uncached_tokens = s.total_prefill_busy_us = 0
+    s.decode_moment_totals = [0.0] * 6
+    s._prev_step = s._prev_prefill_end_ts = s._pause_started_at = None
+    s._sched_idled = False
+    s._pause_intervals = collections.deque()
     # SGLang's own init helpers
     s.init_running_status()
     s.init_chunked_prefill()
     s.maybe_init_dynamic_chunk_sizer()
     s.init_schedule_policy()
+    s.init_batch_result_processor()
     return s
 
 
@@ -463,38 +522,116 @@ def request(sglang, index: int, prompt, max_new_tokens: int, ignore_eos: bool):
     m = sglang.modules
     params = m["sglang.srt.sampling.sampling_params"].SamplingParams(max_new_tokens=max_new_tokens,
                                                                      ignore_eos=ignore_eos)
+    params.normalize(None)  # as the tokenizer manager does (tokenizer_manager.py:1566), tokenizer skipped
     req = m["sglang.srt.managers.schedule_batch"].Req(f"r{index:06d}", "", prompt, params)
     req.index = index
     return req
 
 
+#: a sampled token's id: the request's own token (negative in ``sglang_radix.Tokens``) made
+#: non-negative, above every named token's, as ``Req.update_finish_state`` takes a negative id
+#: for a NaN (schedule_batch.py:1977-1991); the requests carry no ``vocab_size`` (unbounded)
+OWN_TOKENS = 1 << 62
+
+
+class Forward:
+    """The model's forward pass (``run_batch``'s place, scheduler.py:4614): one next token per
+    request that completes its prompt or decodes, the request's own (``sglang_radix.Tokens``:
+    a generated token is nobody else's, as in pagesim's tree, as ``sglang_scheduler.Engine``
+    samples it), as the ``GenerationBatchResult`` the processor reads; a middle chunk's token is
+    sampled and dropped (process_batch_result_prefill, batch_result_processor.py:352-355)."""
+
+    def __init__(self, sglang, tokens):
+        self.result_class = sglang.result_class
+        self.tokens = tokens
+
+    def __call__(self, s, batch):
+        import torch
+
+        s.forward_ct += 1  # run_batch :4621-4623
+        batch.forward_iter = s.forward_ct
+        batch.launch_ts = time.monotonic()
+        batch.after_idle_gap = s._sched_idled
+        s._sched_idled = False
+        ids = []
+        for req in batch.reqs:
+            sequence = self.tokens.of(req.index)
+            position = min(len(req.origin_input_ids) + len(req.output_ids), len(sequence) - 1)
+            ids.append(OWN_TOKENS - int(sequence[position]))  # an own token is negative (Tokens)
+        return self.result_class(next_token_ids=torch.tensor(ids, dtype=torch.int64), can_run_cuda_graph=False)
+
+
 def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
+    """``event_loop_normal`` (scheduler.py:2026-2058) over ``trace``: the arrivals join the queue
+    (``_add_request_to_queue``) before a step, ``get_next_batch_to_run`` plans it, the fake
+    ``Forward`` runs it and SGLang's ``process_batch_result`` takes its result; an idle step
+    resets the ratio where the scheduler is fully idle (``on_idle``, :5254, :5315)."""
     s = build(sglang, workload)
     tokens = sglang_radix.Tokens(trace)
+    forward = Forward(sglang, tokens)
     requests = [request(sglang, i, tokens.of(i)[:int(tokens.prompt[i])], int(tokens.output[i]), workload.ignore_eos)
                 for i in range(len(trace))]
     for req in requests:
         s.init_req_max_new_tokens(req)
     arrivals = trace["arrival_s"].tolist()
     pending = sorted(range(len(arrivals)), key=lambda i: (arrivals[i], i))
-    steps = []
-    now = 0.0
-    while True:
+    steps: list = []
+    now, idle = 0.0, 0
+    while True:  # until nothing runs, waits or is to arrive
         if len(steps) >= max_steps:
             raise RuntimeError(f"{workload.name}: SGLang's side ran past {max_steps} steps")
         while pending and arrivals[pending[0]] <= now:
             s._add_request_to_queue(requests[pending.pop(0)])
+        retractions = {req.index: req.retraction_count for req in s.running_batch.reqs}
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
         batch = plan.batch_to_run
         if not batch:
-            s.new_token_ratio_tracker.reset()
-            s.last_batch = None
+            if s.is_fully_idle():  # on_idle: not fully idle returns before the reset (:5254-5272)
+                s.new_token_ratio_tracker.reset()  # :5315
+            s.last_batch = None  # :2057
+            idle += 1
+            if idle < 2:
+                continue  # the loop spins on (the first idle pass still saw the last batch)
             if not pending:
+                if s.waiting_queue:
+                    raise RuntimeError(f"{workload.name}: SGLang scheduled nothing at {now} with "
+                                       f"{len(s.waiting_queue)} waiting and nothing to arrive")
                 break
-            now = arrivals[pending[0]]
+            now = arrivals[pending[0]]  # an idle engine spins until the next arrival
             continue
-        steps.append(batch)
+        idle = 0
+        prefill = batch.forward_mode.is_extend()
+        scheduled = {req.index: (length if prefill else 1)
+                     for req, length in zip(batch.reqs, batch.extend_lens if prefill else batch.reqs)}
+        retracted = frozenset(req.index for req in requests
+                              if req.index in retractions and req.retraction_count > retractions[req.index])
+        ratio = s.new_token_ratio_tracker.current
+        free = s.token_to_kv_pool_allocator.available_size()
+        evictable = s.tree_cache.evictable_size()
+        done = {req.index for req in batch.reqs if req.finished()}
+        result = forward(s, batch)
+        s.process_batch_result(batch, result)
+        finished = frozenset(req.index for req in batch.reqs if req.finished() and req.index not in done)
+        steps.append(sglang_scheduler.SglangStep(now, "prefill" if prefill else "decode", scheduled, retracted,
+                                                 ratio, free, evictable, finished))
         s.last_batch = batch
-        now += 1
+        now += STEP_S
     return steps
+
+
+def run_sglang(workload) -> list:
+    sglang = load(workload.policy)
+    quiet = logging.getLogger("sglang")  # a retraction's warning (scheduler.py:4528), once per retraction
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with sglang.peer.active():
+            return drive(sglang, workload, workload.trace())
+    finally:
+        quiet.setLevel(level)
+
+
+def run(workload) -> sglang_scheduler.Comparison:
+    """Both sides over ``workload``: pagesim's as ``sglang_scheduler`` records it."""
+    return sglang_scheduler.Comparison(workload, sglang_scheduler.run_pagesim(workload), run_sglang(workload))
