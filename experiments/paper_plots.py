@@ -14,16 +14,19 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pagesim.experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS
-from pagesim.reports.figures import LAYOUT, SYSTEM_COLORS
+from pagesim.experiments import paper
+from pagesim.experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS, fig2_paper
+from pagesim.reports.chart_checks import squeezed
+from pagesim.reports.figures import LAYOUT, OKABE_ITO, SYSTEM_COLORS
 from pagesim.sim.metrics import downsample_steps as downsample
 
-#: Fig. 2's colours (token states green, reservation yellow, fragmentation red/grey)
+#: Fig. 2's colours (token states green, reservation yellow, internal fragmentation vermillion,
+#: the rest light grey: Okabe & Ito's, told apart with any colour vision)
 CATEGORY_COLORS = {
-    "token_states": "#2ca02c",
-    "reservation": "#f2c12e",
-    "internal_frag": "#d62728",
-    "external_frag_and_others": "#9e9e9e",
+    "token_states": OKABE_ITO["green"],
+    "reservation": OKABE_ITO["yellow"],
+    "internal_frag": OKABE_ITO["vermillion"],
+    "external_frag_and_others": "#d9d9d9",
 }
 
 
@@ -37,6 +40,8 @@ CATEGORY_LABELS = {
 
 #: the paper's bars and bands
 PAPER_COLOR = "#bdbdbd"
+#: the paper's dots (darker than its bands: a dot is small)
+PAPER_DOT = "#636363"
 
 
 def _ordered_systems(systems) -> list[str]:
@@ -88,25 +93,85 @@ def memory_timelines(timeline: pd.DataFrame, title: str = "Fig. 2 runs: memory c
     return fig
 
 
+#: the paper's x axis (request rate, req/s) of a latency-against-rate panel, by workload: Fig. 12's
+#: Alpaca panel (OPT-13B) runs to 30 req/s, Fig. 16's panels to 40 (the paper's whole range)
+PAPER_RATE_AXES = {"alpaca": 30.0, "wmt16-1shot": 40.0, "wmt16-5shot": 40.0}
+
+
 def latency_vs_rate(curves: pd.DataFrame, title: str = "Fig. 12: normalized latency vs request rate",
-                    threshold: float | None = None) -> go.Figure:
-    """One panel per workload; one line per system (``fig12.csv``)."""
+                    threshold: float | None = None, grid: list[list[str]] | None = None,
+                    paper_axes: dict[str, float] | None = None) -> go.Figure:
+    """One panel per workload (``fig12.csv``), one line per system. The latency axis is log and
+    spans every probe: the curves leave the paper's 0-1 s/token axis at their knee, where a
+    linear axis that spans them makes vertical lines of them. A rate axis that spans decades is
+    log too (:func:`reports.chart_checks.squeezed`). ``grid``: the panels' workloads row by row
+    (the paper's layout; default one row); ``paper_axes``: the paper's rate axis by workload
+    (default :data:`PAPER_RATE_AXES`), written in its panel."""
     wls = list(dict.fromkeys(curves["workload"]))
-    fig = make_subplots(rows=1, cols=len(wls), subplot_titles=wls)
-    for i, wl in enumerate(wls, start=1):
-        g = curves[curves["workload"] == wl]
-        for s in _ordered_systems(g["system"]):
-            h = g[g["system"] == s].sort_values("rate")
-            fig.add_trace(go.Scatter(x=h["rate"], y=h["normalized_latency_s_per_token"], mode="lines+markers", name=s,
-                                     legendgroup=s, showlegend=i == 1, line=dict(color=SYSTEM_COLORS.get(s))),
-                          row=1, col=i)
-        if threshold is not None:
-            fig.add_hline(y=threshold, line_dash="dot", line_color="grey", row=1, col=i)
-        top = g["normalized_latency_s_per_token"].max()
-        if pd.notna(top) and top > 1:
-            fig.update_yaxes(range=[0, 1.05], row=1, col=i)  # like the paper: the curves leave the plot
-        fig.update_xaxes(title_text="request rate (req/s)", row=1, col=i)
-    fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=1)
+    grid = grid or [wls]
+    cols = max(len(row) for row in grid)
+    paper_axes = PAPER_RATE_AXES if paper_axes is None else paper_axes
+    fig = make_subplots(rows=len(grid), cols=cols, vertical_spacing=0.16,
+                        subplot_titles=[wl for row in grid for wl in row + [""] * (cols - len(row))])
+    first = True
+    for r, row in enumerate(grid, start=1):
+        for c, wl in enumerate(row, start=1):
+            g = curves[curves["workload"] == wl]
+            for s in _ordered_systems(g["system"]):
+                h = g[g["system"] == s].sort_values("rate")
+                fig.add_trace(go.Scatter(x=h["rate"], y=h["normalized_latency_s_per_token"], mode="lines+markers",
+                                         name=s, legendgroup=s, showlegend=first,
+                                         line=dict(color=SYSTEM_COLORS.get(s))), row=r, col=c)
+            first = first and g.empty
+            if threshold is not None:
+                fig.add_hline(y=threshold, line_dash="dot", line_color="grey", row=r, col=c)
+            rates = g["rate"].dropna().tolist()
+            log_x = squeezed(rates)
+            fig.update_xaxes(title_text="request rate (req/s)" + (", log" if log_x else ""),
+                             type="log" if log_x else None, row=r, col=c)
+            fig.update_yaxes(type="log", row=r, col=c)
+            if wl in paper_axes:
+                fig.add_annotation(x=0.02, y=0.98, xref="x domain", yref="y domain", xanchor="left", yanchor="top",
+                                   text=f"paper's axis: 0-{paper_axes[wl]:g} req/s", showarrow=False,
+                                   font=dict(color="#555"), row=r, col=c)
+                if rates and min(rates) < paper_axes[wl]:
+                    fig.add_vrect(x0=min(rates), x1=min(paper_axes[wl], max(rates)), fillcolor=PAPER_COLOR,
+                                  opacity=0.25, line_width=0, name="paper's axis", row=r, col=c)
+        fig.update_yaxes(title_text="normalized latency (s/token, log)", row=r, col=1)
+    height = max(LAYOUT["height"], 330 * len(grid) + 90)
+    fig.update_layout(title=title, **{**LAYOUT, "height": height})
+    return fig
+
+
+def ratio_dots(ratios: pd.DataFrame, x: str, title: str, y_title: str = "vLLM's rate / the system's") -> go.Figure:
+    """vLLM's ratio over each baseline as dots (a colour per ``system``) against ``x`` (a column
+    of labels: width, workload, system), the paper's value beside as a grey diamond, its range
+    as a grey interval (``paper_ratio``, or ``paper_ratio_low``..``paper_ratio_high``), on a
+    log axis."""
+    r = ratios[ratios["system"] != "vllm"]
+    labels = [str(v) for v in r[x]]
+    order = list(dict.fromkeys(labels))
+    fig = go.Figure()
+    low = r["paper_ratio_low"] if "paper_ratio_low" in r else r.get("paper_ratio")
+    high = r["paper_ratio_high"] if "paper_ratio_high" in r else r.get("paper_ratio")
+    if low is not None and low.notna().any():
+        paper = pd.DataFrame({"x": labels, "low": low.to_numpy(float), "high": high.to_numpy(float)})
+        paper = paper.dropna().drop_duplicates("x")
+        mid = (paper["low"] + paper["high"]) / 2
+        fig.add_trace(go.Scatter(x=paper["x"], y=mid, mode="markers", name="paper",
+                                 marker=dict(symbol="diamond", size=12, color=PAPER_DOT),
+                                 error_y=dict(type="data", array=(paper["high"] - mid).tolist(),
+                                              arrayminus=(mid - paper["low"]).tolist(), visible=True,
+                                              color=PAPER_DOT, width=8),
+                                 hovertemplate="paper %{y:.2f}x<extra></extra>"))
+    for s in _ordered_systems(r["system"]):
+        h = r[r["system"] == s]
+        fig.add_trace(go.Scatter(x=[str(v) for v in h[x]], y=h["vllm_ratio"], mode="markers", name=f"over {s}",
+                                 marker=dict(size=10, color=SYSTEM_COLORS.get(s)),
+                                 hovertemplate=f"over {s}: " + "%{y:.2f}x<extra></extra>"))
+    fig.update_xaxes(categoryorder="array", categoryarray=order, type="category")
+    fig.update_yaxes(title_text=y_title + " (log)", type="log")  # 1.3x beside Orca-Max's 20x
+    fig.add_hline(y=1, line_color="#999", line_width=1)
     fig.update_layout(title=title, **LAYOUT)
     return fig
 
@@ -138,34 +203,64 @@ def block_size_sweep(df: pd.DataFrame, title: str = "Fig. 18b: normalized latenc
             log_band(fig, low, high, f"paper: best {low:g}-{high:g}", col=i)
         fig.update_xaxes(type="log", tickvals=sorted(g["block_size"].unique()), title_text="block size (tokens)",
                          row=1, col=i)
+        fig.update_yaxes(rangemode="tozero", row=1, col=i)
     fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=1)
     fig.update_layout(title=title, **LAYOUT)
     return fig
 
 
+#: the paper's Fig. 19a latency axis (ms): its whole range is 0-140 ms
+PAPER_MICRO_AXIS_MS = 140.0
+#: the operations of the Fig. 19a microbenchmark (``fig19_micro.csv``'s columns) and their colours
+#: (Okabe & Ito's palette, told apart with any colour vision)
+MICRO_OPS = (("recompute_ms", "recompute", "#D55E00"), ("swap_in_ms", "swap in", "#56B4E9"),
+             ("swap_out_ms", "swap out", "#0072B2"), ("swap_in_out_ms", "swap in + out", "#009E73"))
+
+
 def recompute_vs_swap(df: pd.DataFrame, micro: pd.DataFrame | None = None,
                       title: str = "Fig. 19: recompute vs swap against block size") -> go.Figure:
-    """Left (``fig19_micro.csv``): the cost model's ms to recompute, swap out, swap in and swap
-    both ways, bars per block size. Right (``fig19.csv``): normalized latency per block size with
-    each recovery, the paper's comparable block sizes shaded."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["(a) microbenchmark", "(b) end to end"])
-    if micro is not None:
-        x = micro["block_size"].astype(str)
-        for col, name in (("recompute_ms", "recompute"), ("swap_in_ms", "swap in"), ("swap_out_ms", "swap out"),
-                          ("swap_in_out_ms", "swap in + out")):
-            fig.add_trace(go.Bar(x=x, y=micro[col], name=name), row=1, col=1)
-        fig.update_xaxes(title_text="block size (tokens)", row=1, col=1)
-        fig.update_yaxes(title_text="time (ms)", row=1, col=1)
-    for col, name in (("recompute_latency_s_per_token", "recompute (end to end)"),
-                      ("swap_latency_s_per_token", "swap (end to end)")):
-        fig.add_trace(go.Scatter(x=df["block_size"], y=df[col], mode="lines+markers", name=name), row=1, col=2)
+    """(a) From ``fig19_micro.csv``: the cost model's ms to recompute, swap out, swap in and swap
+    both ways per block size, on a log axis (they span decades), the paper's 0-140 ms axis
+    shaded; beside it recompute / swap in + out against the paper's bound (at most 1.2x).
+    (b) From ``fig19.csv``: normalized latency per block size with each recovery, the paper's
+    comparable block sizes shaded."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=["(a) microbenchmark (ms, log)",
+                                                        "(a) recompute / swap in + out", "(b) end to end"])
+    if micro is not None and len(micro):
+        x = micro["block_size"]
+        for col, name, colour in MICRO_OPS:
+            fig.add_trace(go.Scatter(x=x, y=micro[col], name=name, mode="lines+markers",
+                                     line=dict(color=colour)), row=1, col=1)
+        lowest = float(micro[[c for c, _n, _c in MICRO_OPS]].min().min())
+        if 0 < lowest < PAPER_MICRO_AXIS_MS:
+            fig.add_hrect(y0=lowest, y1=PAPER_MICRO_AXIS_MS, fillcolor=PAPER_COLOR, opacity=0.3, line_width=0,
+                          name="paper's axis", row=1, col=1)
+            fig.add_annotation(x=0.02, y=0.02, xref="x domain", yref="y domain", xanchor="left", yanchor="bottom",
+                               text=f"paper's axis: 0-{PAPER_MICRO_AXIS_MS:g} ms", showarrow=False,
+                               font=dict(color="#555"), row=1, col=1)
+        ratio = micro["recompute_ms"] / micro["swap_in_out_ms"]
+        fig.add_trace(go.Scatter(x=x, y=ratio, name="recompute / swap in + out", mode="lines+markers",
+                                 line=dict(color="#000000")), row=1, col=2)
+        bound = paper.paper_value("fig19", "recompute_over_swap_max")
+        if pd.notna(bound):
+            fig.add_trace(go.Scatter(x=[x.min(), x.max()], y=[bound, bound], mode="lines",
+                                     name=f"paper: recompute at most {bound:g}x swap",
+                                     line=dict(color=PAPER_DOT, dash="dash")), row=1, col=2)
+        for c in (1, 2):
+            fig.update_xaxes(type="log", tickvals=sorted(x.unique()), title_text="block size (tokens)", row=1, col=c)
+        fig.update_yaxes(type="log", title_text="time (ms, log)", row=1, col=1)
+        fig.update_yaxes(title_text="recompute / swap", rangemode="tozero", row=1, col=2)
+    for col, name, colour in (("recompute_latency_s_per_token", "recompute (end to end)", "#D55E00"),
+                              ("swap_latency_s_per_token", "swap (end to end)", "#009E73")):
+        fig.add_trace(go.Scatter(x=df["block_size"], y=df[col], mode="lines+markers", name=name,
+                                 line=dict(color=colour, dash="dot")), row=1, col=3)
     low, high = (df[c].iloc[0] if c in df else np.nan for c in ("paper_comparable_low", "paper_comparable_high"))
     if pd.notna(low) and pd.notna(high):
-        log_band(fig, low, high, f"paper: comparable {low:g}-{high:g}", col=2)
+        log_band(fig, low, high, f"paper: comparable {low:g}-{high:g}", col=3)
     fig.update_xaxes(type="log", tickvals=sorted(df["block_size"].unique()), title_text="block size (tokens)",
-                     row=1, col=2)
-    fig.update_yaxes(title_text="normalized latency (s/token)", row=1, col=2)
-    fig.update_layout(title=title, barmode="group", **LAYOUT)
+                     row=1, col=3)
+    fig.update_yaxes(title_text="normalized latency (s/token)", rangemode="tozero", row=1, col=3)
+    fig.update_layout(title=title, **LAYOUT)
     return fig
 
 
@@ -189,6 +284,7 @@ def sustainable_rate_ratios(ratios: pd.DataFrame,
         fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name="pagesim", marker_color=SYSTEM_COLORS["vllm"],
                              legendgroup="pagesim", showlegend=i == 1, text=[_label(v, "x") for v in ours],
                              textposition="outside"), row=1, col=i)
+    fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title_text="vLLM rate / system's rate", row=1, col=1)
     fig.update_layout(title=title, barmode="group", **LAYOUT)
     return fig
@@ -202,7 +298,7 @@ def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched req
     rates = {wl: df.loc[df["workload"] == wl, "rate"].iloc[0] for wl in wls}
     fig = make_subplots(rows=1, cols=len(wls), subplot_titles=[f"{wl} @ {rates[wl]:g} req/s" for wl in wls])
     setting = df["per_seq_overhead_ms"] if "per_seq_overhead_ms" in df else pd.Series(np.nan, index=df.index)
-    shades = ["#d62728", "#ff9896", "#8c564b", "#e377c2"]
+    shades = [OKABE_ITO[c] for c in ("vermillion", "orange", "black", "sky blue")]
     for i, wl in enumerate(wls, start=1):
         g = df[df["workload"] == wl]
         systems = _ordered_systems(g["system"])
@@ -235,35 +331,50 @@ def sharing_bars(df: pd.DataFrame, title: str = "Fig. 15: memory saved by sharin
         x = [f"{'n' if mode == 'parallel' else 'beam'}={int(w)}" for w in g["width"]]
         point = g["paper_saving_pct"]
         if point.notna().any():
-            fig.add_trace(go.Bar(x=x, y=point, name="paper", marker_color="#bdbdbd", legendgroup="paper",
-                                 showlegend=i == 1), row=1, col=i)
+            first = not any(t.name == "paper" for t in fig.data)
+            fig.add_trace(go.Bar(x=x, y=point, name="paper", marker_color="#8c8c8c", legendgroup="paper",
+                                 showlegend=first), row=1, col=i)
         else:
             low, high = g["paper_saving_pct_low"], g["paper_saving_pct_high"]
-            fig.add_trace(go.Bar(x=x, y=high - low, base=low, name="paper range", marker_color="#e0e0e0",
-                                 legendgroup="range", showlegend=True, opacity=0.8), row=1, col=i)
-        fig.add_trace(go.Bar(x=x, y=g["saving_pct"], name="pagesim", marker_color="#d62728", legendgroup="ours",
-                             showlegend=i == 1), row=1, col=i)
+            first = not any(t.name == "paper range" for t in fig.data)
+            fig.add_trace(go.Bar(x=x, y=high - low, base=low, name="paper range", marker_color="#d9d9d9",
+                                 legendgroup="range", showlegend=first), row=1, col=i)
+        fig.add_trace(go.Bar(x=x, y=g["saving_pct"], name="pagesim", marker_color=SYSTEM_COLORS["vllm"],
+                             legendgroup="ours", showlegend=i == 1), row=1, col=i)
     fig.update_yaxes(title_text="block saving (%)", row=1, col=1)
     fig.update_layout(title=title, barmode="group", **LAYOUT)
     return fig
 
 
 def rate_sensitivity(df: pd.DataFrame, title: str = "Fig. 2 sensitivity: token-state share vs request rate") -> go.Figure:
+    """Our token-state share per system against the rate (``fig2_sensitivity.csv``), the paper's
+    share (Fig. 2, at a rate it does not state) as a dashed line in the system's colour."""
     fig = go.Figure()
+    paper_shares = fig2_paper()["token_states"]
+    rates = df["rate"].dropna()
+    first = True
     for s in _ordered_systems(df["system"]):
         g = df[df["system"] == s].sort_values("rate")
-        fig.add_trace(go.Scatter(x=g["rate"], y=g["token_states"], mode="lines+markers", name=s,
+        fig.add_trace(go.Scatter(x=g["rate"], y=g["token_states"], mode="lines+markers", name=s, legendgroup=s,
                                  line=dict(color=SYSTEM_COLORS.get(s))))
+        share = paper_shares.get(s)
+        if share is not None and pd.notna(share) and len(rates):
+            fig.add_trace(go.Scatter(x=[rates.min(), rates.max()], y=[share, share], mode="lines",
+                                     name="paper (Fig. 2, its rate unstated)", legendgroup="paper", showlegend=first,
+                                     line=dict(color=SYSTEM_COLORS.get(s), dash="dash", width=1),
+                                     hovertemplate=f"paper, {s}: {share:g}%<extra></extra>"))
+            first = False
     fig.update_layout(title=title, xaxis_title="request rate (req/s)", yaxis_title="token states (% of KV)", **LAYOUT)
+    fig.update_yaxes(range=[0, 100])
     return fig
 
 
 #: the DistServe figure's two designs (DistServe's blue, vLLM's orange, as its Fig. 8)
-DESIGN_COLORS = {"disaggregated": "#1f77b4", "colocated": "#ff7f0e"}
+DESIGN_COLORS = {"disaggregated": OKABE_ITO["blue"], "colocated": OKABE_ITO["orange"]}
 
 
-#: the measured curves' names (the artifact's systems)
-MEASURED_NAMES = {"disaggregated": "DistServe, measured", "colocated": "vLLM 0.1.7, measured"}
+#: the measured curves' names (the artifact's systems: the paper's own curves)
+MEASURED_NAMES = {"disaggregated": "paper: DistServe, measured", "colocated": "paper: vLLM 0.1.7, measured"}
 
 
 def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame, measured: pd.DataFrame | None = None,
@@ -306,22 +417,27 @@ def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame, measured: p
     return fig
 
 
+#: the hybrid chart's categories (``hybrid_memory.csv``): the slots in use by kind of group in
+#: distinct hues (two shades of green read as one), the rest of the pool as Fig. 2's colours
+HYBRID_COLORS = {"in use: all layers": OKABE_ITO["green"], "in use: full groups": OKABE_ITO["sky blue"],
+                 "in use: sliding groups": OKABE_ITO["purple"], "in use: state groups": OKABE_ITO["orange"],
+                 "reservation": CATEGORY_COLORS["reservation"], "internal fragmentation": CATEGORY_COLORS["internal_frag"],
+                 "free and other": CATEGORY_COLORS["external_frag_and_others"],
+                 "state reserved outside the pool": OKABE_ITO["blue"]}
+
+
 def hybrid_memory_bars(memory: pd.DataFrame,
                        title: str = "Hybrid models: where the KV memory goes (GiB per GPU)") -> go.Figure:
     """From ``hybrid_memory.csv``: one stacked bar per run (grouped by model and workload,
-    ``vllm`` beside ``vllm-v1``), one segment per category in its order of appearance (the slots
-    in use by kind of group green shades, the rest of the pool as Fig. 2's colours, the state
-    outside the pool blue)."""
+    ``vllm`` beside ``vllm-v1``), one segment per category in its order of appearance, coloured
+    by :data:`HYBRID_COLORS`."""
     runs = memory[["model", "workload", "system"]].drop_duplicates()
     x = [[f"{m} {w}" for m, w in zip(runs["model"], runs["workload"])], list(runs["system"])]
-    rest = {"reservation": CATEGORY_COLORS["reservation"], "internal fragmentation": CATEGORY_COLORS["internal_frag"],
-            "free and other": CATEGORY_COLORS["external_frag_and_others"]}
-    greens = iter(("#2ca02c", "#98df8a", "#1b5e20", "#66bb6a"))
     fig = go.Figure()
     for category in dict.fromkeys(memory["category"]):
         c = memory[memory["category"] == category].set_index(["model", "workload", "system"])["gib"]
         ys = [float(c.get((m, w, s), float("nan"))) for m, w, s in runs.itertuples(index=False)]
-        colour = rest.get(category) or ("#1f77b4" if not category.startswith("in use") else next(greens, None))
+        colour = HYBRID_COLORS.get(category)
         fig.add_trace(go.Bar(name=category, x=x, y=ys, marker_color=colour,
                              hovertemplate="%{x}<br>" + category + ": %{y:.2f} GiB<extra></extra>"))
     fig.update_layout(barmode="stack", title=title, yaxis_title="GiB per GPU (time-weighted)", **LAYOUT)

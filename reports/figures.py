@@ -15,16 +15,21 @@ from plotly.subplots import make_subplots
 
 from pagesim.sim.metrics import downsample_steps as downsample
 
+#: Okabe & Ito's colour-blind-safe palette (any two of its colours stay apart to a deuteranope,
+#: ``reports/chart_checks.py``); every chart's categories and systems take their colours from it
+OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
+             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 #: the engine's seven slot categories (steps.csv; a run's plot shows those its steps have)
 MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
             "mem_speculative_slack", "mem_external_frag", "mem_free_idle")
 MEM_COLORS = {
-    "mem_token_states": "#2ca02c", "mem_reservation": "#f2c12e", "mem_internal_frag": "#d62728",
-    "mem_allocator_slack": "#ff9896", "mem_external_frag": "#7f7f7f", "mem_free_idle": "#d9d9d9",
-    "mem_speculative_slack": "#9467bd",
+    "mem_token_states": OKABE_ITO["green"], "mem_reservation": OKABE_ITO["yellow"],
+    "mem_internal_frag": OKABE_ITO["vermillion"], "mem_allocator_slack": OKABE_ITO["orange"],
+    "mem_external_frag": "#999999", "mem_free_idle": "#e5e5e5", "mem_speculative_slack": OKABE_ITO["blue"],
 }
-SYSTEM_COLORS = {"orca-max": "#1f77b4", "orca-pow2": "#ff7f0e", "orca-oracle": "#9467bd", "vllm": "#d62728",
-                 "static": "#8c564b", "token": "#e377c2", "vattention": "#17becf"}
+SYSTEM_COLORS = {"orca-max": OKABE_ITO["blue"], "orca-pow2": OKABE_ITO["orange"], "orca-oracle": OKABE_ITO["purple"],
+                 "vllm": OKABE_ITO["vermillion"], "static": OKABE_ITO["black"], "token": OKABE_ITO["sky blue"],
+                 "vattention": OKABE_ITO["green"]}
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
 
 

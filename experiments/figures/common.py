@@ -154,10 +154,11 @@ def expected_requests(spec: RunSpec) -> float:
 
 def rate_curves_section(rep, name: str, curves: pd.DataFrame, read, ratios_of: Callable, explain: Callable,
                         heading: str, panels: pd.DataFrame | None = None, plot_title: str | None = None,
-                        ratio_bars: bool = False) -> None:
+                        ratio_figure: Callable | None = None, grid: list[list[str]] | None = None) -> None:
     """The reproduce report's section of a figure of normalized latency against rate (fig12,
-    fig14, fig17): its curves (one panel per ``workload`` of ``panels``), its sustainable-rate
-    ratios (``read`` back from ``<name>_ratios.csv``, else ``ratios_of(curves)``), the reading
+    fig14, fig17): its curves (one panel per ``workload`` of ``panels``, laid out as ``grid``),
+    its sustainable-rate ratios (``read`` back from ``<name>_ratios.csv``, else
+    ``ratios_of(curves)``; drawn beside the paper's by ``ratio_figure``), the reading
     (``explain``), and every probe."""
     from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
 
@@ -167,9 +168,9 @@ def rate_curves_section(rep, name: str, curves: pd.DataFrame, read, ratios_of: C
     threshold = float(ratios["threshold_s_per_token"].iloc[0]) if len(ratios) else None
     rep.heading(heading)
     kw = {"title": plot_title} if plot_title else {}
-    rep.figure(P.latency_vs_rate(curves if panels is None else panels, threshold=threshold, **kw))
-    if ratio_bars:
-        rep.figure(P.sustainable_rate_ratios(ratios))
+    rep.figure(P.latency_vs_rate(curves if panels is None else panels, threshold=threshold, grid=grid, **kw))
+    if ratio_figure is not None and len(ratios):
+        rep.figure(ratio_figure(ratios))
     rep.table(ratios)
     rep.reading(explain(curves, ratios))
     rep.heading("All probes", level=3)

@@ -122,5 +122,7 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
 
 def section(rep, curves: pd.DataFrame, read) -> None:
     """Fig. 12's part of the reproduce report (:func:`figures.common.rate_curves_section`)."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
     rate_curves_section(rep, "fig12", curves, read, ratios, explain, "Fig. 12: normalized latency vs request rate",
-                        ratio_bars=True)
+                        ratio_figure=P.sustainable_rate_ratios)

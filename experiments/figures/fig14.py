@@ -167,11 +167,29 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
     return {"fig14": curves, "fig14_ratios": ratios(curves)}
 
 
+def panel_name(mode: str, width) -> str:
+    """A panel's (and a ratio's) label: ``n = 2`` for parallel sampling, ``beam 4`` for beam search."""
+    return f"n = {int(width)}" if mode == "parallel" else f"beam {int(width)}"
+
+
 def section(rep, curves: pd.DataFrame, read) -> None:
-    """Fig. 14's part of the reproduce report (:func:`figures.common.rate_curves_section`), one
-    panel per mode and width."""
+    """Fig. 14's part of the reproduce report (:func:`figures.common.rate_curves_section`): as
+    the paper lays it out, a row of parallel sampling (n = 1 is basic sampling, Fig. 12's Alpaca
+    panel), then a row of beam search, narrowest first; vLLM's ratio per width beside the
+    paper's two (§6.3)."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
+    panels = curves.assign(workload=[panel_name(m, w) for m, w in zip(curves["mode"], curves["width"])])
+    grid = [[panel_name(mode, w) for w in sorted(curves.loc[curves["mode"] == mode, "width"].unique())]
+            for mode in ("parallel", "beam") if (curves["mode"] == mode).any()]
+
+    def ratio_figure(r: pd.DataFrame):
+        r = r.assign(order=(r["mode"] == "beam").astype(int)).sort_values(["order", "width"], kind="stable")
+        return P.ratio_dots(r.assign(panel=[panel_name(m, w) for m, w in zip(r["mode"], r["width"])]), "panel",
+                            "Fig. 14: vLLM's sustainable rate over each Orca variant, per width (Alpaca)")
+
     rate_curves_section(
         rep, "fig14", curves, read, ratios, explain,
         "Fig. 14: parallel sampling and beam search, normalized latency vs request rate (Alpaca)",
-        panels=curves.assign(workload=curves["mode"] + " " + curves["width"].astype(str)),
-        plot_title="Fig. 14: normalized latency vs request rate, per mode and width")
+        panels=panels, grid=grid, plot_title="Fig. 14: normalized latency vs request rate, per mode and width",
+        ratio_figure=ratio_figure)

@@ -102,6 +102,9 @@ def section(rep, curves: pd.DataFrame, read) -> None:
     rep.heading("Fig. 16: shared prefix")
     rep.figure(P.latency_vs_rate(curves, title="Fig. 16: normalized latency vs request rate, shared prefix"))
     if ratio_table is not None:
+        rep.figure(P.ratio_dots(ratio_table.assign(system=BASELINE, vllm_ratio=ratio_table["throughput_ratio"]),
+                                "workload", "Fig. 16: vLLM's throughput over Orca-Oracle's, both overloaded",
+                                y_title="vLLM's throughput / Orca-Oracle's"))
         rep.table(ratio_table)
     rep.table(curves)
     rep.reading(explain(curves, ratio_table))

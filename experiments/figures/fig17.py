@@ -96,7 +96,11 @@ def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> di
 
 def section(rep, curves: pd.DataFrame, read) -> None:
     """Fig. 17's part of the reproduce report (:func:`figures.common.rate_curves_section`)."""
+    from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
+
     rate_curves_section(rep, "fig17", curves, read, ratios, explain,
                         "Fig. 17: chatbot, normalized latency vs request rate",
                         panels=curves.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
-                        plot_title="Fig. 17: chatbot, normalized latency vs request rate")
+                        plot_title="Fig. 17: chatbot, normalized latency vs request rate",
+                        ratio_figure=lambda r: P.ratio_dots(
+                            r, "system", "Fig. 17: vLLM's sustainable rate over each Orca variant (chatbot)"))
