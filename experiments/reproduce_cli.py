@@ -107,17 +107,20 @@ def print_tables(tables: dict) -> None:
 
 def closing_table(tables: dict, figures: list[str]) -> list[str]:
     """One line per figure: what it shows, whether it matches the paper within its tolerance
-    (``figures.misses``; ``none``: a figure no paper has, comparing no row), how many compared
-    rows miss, and the first miss, cut to fit."""
-    rows = [("figure", "shows", "paper", "misses", "first miss (all of them: the report)")]
+    (``figures.misses``; ``none``: a figure no paper has, comparing no row) and how many compared
+    rows miss; its first miss under it, wrapped within :data:`WIDTH` and never cut."""
+    rows = [("figure", "shows", "paper", "misses")]
+    first_misses = [""]
     for fig in figures:
         compared, found = misses(fig, tables)
         verdict = "differs" if found else ("matches" if compared else "none")
-        rows.append((fig, TITLES[fig], verdict, f"{len(found)} of {compared}",
-                     found[0] if found else ""))
+        rows.append((fig, TITLES[fig], verdict, f"{len(found)} of {compared}"))
+        first_misses.append(found[0] if found else "")
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []
-    for row in rows:
-        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4]
-        lines.append(line if len(line) <= WIDTH else line[:WIDTH - 3] + "...")
+    for row, miss in zip(rows, first_misses):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if miss:
+            lines.extend(fill(miss, first="    first miss: ", rest="      ").splitlines())
+    lines.append("(every miss: the report)")
     return lines
