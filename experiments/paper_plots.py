@@ -341,6 +341,7 @@ def sharing_bars(df: pd.DataFrame, title: str = "Fig. 15: memory saved by sharin
                                  legendgroup="range", showlegend=first), row=1, col=i)
         fig.add_trace(go.Bar(x=x, y=g["saving_pct"], name="pagesim", marker_color=SYSTEM_COLORS["vllm"],
                              legendgroup="ours", showlegend=i == 1), row=1, col=i)
+    fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title_text="block saving (%)", row=1, col=1)
     fig.update_layout(title=title, barmode="group", **LAYOUT)
     return fig

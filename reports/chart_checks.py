@@ -77,15 +77,28 @@ def _style(trace: dict) -> str:
     return f"{trace.get('type', 'scatter')} {dash or 'solid'} {symbol if isinstance(symbol, str) else 'circle'}"
 
 
+def _trace_dict(trace) -> dict:
+    """A trace's properties, arrays as plotly holds them (numpy arrays, tuples), not packed."""
+    out = {"type": trace.type}
+    for key in ("name", "showlegend", "xaxis", "yaxis", "x", "y", "base", "stackgroup", "legendgroup"):
+        out[key] = getattr(trace, key, None)
+    for key in ("marker", "line", "error_y"):
+        part = getattr(trace, key, None)
+        out[key] = {k: getattr(part, k, None) for k in ("color", "dash", "symbol", "array", "arrayminus", "visible")
+                    if k in getattr(part, "_valid_props", ())} if part is not None else None
+    out["fillcolor"] = getattr(trace, "fillcolor", None)
+    return out
+
+
 def figure_facts(fig) -> dict[str, Any]:
     """A plotly figure's facts (see the module's docstring): ``title``, ``traces`` and ``axes``
     (by id: ``x``, ``x2``, ``y``...), ``marks`` (the shapes' names and the annotations' texts)
     and ``barmode``. An axis's ``range`` is the figure's own, None where plotly would choose it."""
-    d = fig.to_plotly_json()
-    layout = d.get("layout", {})
+    layout = fig.layout.to_plotly_json()
     legend_default = layout.get("showlegend", True) is not False
     traces = []
-    for t in d.get("data", []):
+    # each trace's own properties: the figure's JSON (plotly >= 6) packs numeric arrays as base64
+    for t in (_trace_dict(trace) for trace in fig.data):
         traces.append({"name": t.get("name") or "", "type": t.get("type", "scatter"),
                        "showlegend": legend_default and t.get("showlegend") is not False and bool(t.get("name")),
                        "xaxis": t.get("xaxis") or "x", "yaxis": t.get("yaxis") or "y",

@@ -15,6 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pagesim.reports.chart_checks import squeezed
+from pagesim.reports.figures import OKABE_ITO
 from pagesim.reports.html import CSS, fmt, table_html
 
 
@@ -39,8 +41,7 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
                                                         "output throughput (tokens/s)"))
     if df.empty:
         return fig
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf"]
+    palette = list(OKABE_ITO.values())
     panels = [("p99_ttft_s", 1, 1), ("p99_tpot_s", 1, 2), ("slo_attainment", 2, 1), ("output_throughput", 2, 2)]
     stopped = df["stopped_early"].fillna(False).astype(bool) if "stopped_early" in df else pd.Series(False, df.index)
     for i, (name, g) in enumerate(df.sort_values(x).groupby("search", sort=False)):
@@ -77,27 +78,43 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
     for col, r, c in panels:
         if lines.get(col):
             fig.add_hline(y=lines[col], line=dict(color="#444", dash="dash"), row=r, col=c)
+    log_x = log_x or squeezed(df[x])  # the search doubles the rate: its probes span decades
     for r, c in ((1, 1), (1, 2), (2, 1), (2, 2)):
-        fig.update_xaxes(title_text=x_title, type="log" if log_x else None, row=r, col=c)
+        fig.update_xaxes(title_text=x_title + (", log" if log_x else ""), type="log" if log_x else None,
+                         row=r, col=c)
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)  # a 1.5 % spread is not the chart's whole height
+    fig.update_yaxes(rangemode="tozero", row=2, col=2)
     fig.update_layout(title=title, height=700, template="plotly_white")
     return fig
 
 
-def bars_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color: str | None = None) -> go.Figure:
+def answers_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color: str | None = None,
+                   low: str | None = None, high: str | None = None) -> go.Figure:
+    """Each answer ``y`` as a dot against ``x`` (one colour per ``color``), with its band from
+    ``low`` to ``high`` (the cost model's p90 error: ``max_rate_low_rps``..``max_rate_high_rps``)
+    as an interval where the rows carry it; the axis from zero."""
     df = pd.DataFrame(rows)
     fig = go.Figure()
     if df.empty or y not in df:
         return fig
     df = df[df[y].notna()]
-    if color and color in df:
-        for name, g in df.groupby(color, sort=False):
-            fig.add_trace(go.Bar(x=g[x], y=g[y], name=str(name), text=[fmt(v) for v in g[y]], textposition="outside"))
-        fig.update_layout(barmode="group")
-    else:
-        fig.add_trace(go.Bar(x=df[x], y=df[y], text=[fmt(v) for v in df[y]], textposition="outside"))
-    fig.update_layout(title=title, yaxis_title=ytitle, template="plotly_white", height=420)
+    groups = df.groupby(color, sort=False) if color and color in df else [(None, df)]
+    for i, (name, g) in enumerate(groups):
+        error = None
+        if low in g and high in g and g[low].notna().all() and g[high].notna().all():
+            error = dict(type="data", array=(g[high] - g[y]).tolist(), arrayminus=(g[y] - g[low]).tolist(),
+                         visible=True, width=10)
+        label = "band: the cost model's p90 error" if error else ""
+        fig.add_trace(go.Scatter(x=g[x].astype(str), y=g[y], mode="markers+text", error_y=error,
+                                 name=str(name) if name is not None else ytitle, showlegend=name is not None,
+                                 marker=dict(size=11, color=list(OKABE_ITO.values())[i % len(OKABE_ITO)]),
+                                 text=[fmt(v) for v in g[y]], textposition="middle right",
+                                 hovertemplate=f"%{{x}}: %{{y:.3g}} {ytitle}<extra>{label}</extra>"))
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(title_text=ytitle, rangemode="tozero")
+    fig.update_layout(title=title, template="plotly_white", height=380)
     return fig
 
 
@@ -112,7 +129,40 @@ def scale_figure(rows: list[dict], title: str) -> go.Figure:
                                  line=dict(dash="solid" if design == "aggregated" else "dash")))
     fig.update_layout(title=title, xaxis_title="SLO scale s (every threshold x s)",
                       yaxis_title="requests meeting the SLO / s / GPU", template="plotly_white", height=420)
+    fig.update_yaxes(rangemode="tozero")
     return fig
+
+
+def in_words(settings: dict) -> str:
+    """A settings dict as ``max num seqs 256, block size 16, ...`` (keys with spaces, lists
+    joined), not Python's ``{'max_num_seqs': 256, ...}``."""
+    if not isinstance(settings, dict):
+        return str(settings)
+    parts = []
+    for key, value in settings.items():
+        if value is None or value == {} or value == []:
+            continue
+        if isinstance(value, dict):
+            value = f"({in_words(value)})"
+        elif isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        parts.append(f"{str(key).replace('_', ' ')} {value}")
+    return "; ".join(parts)
+
+
+def probes_html(result: dict) -> str:
+    """Every probe the plan ran: the searches' points, or where a mode keeps its runs as rows of
+    its own tables (disaggregation: each design at each size), those rows."""
+    points = sorted(result.get("points", []), key=lambda p: (p.get("search", ""), p.get("x", 0)))
+    if points:
+        return _table(points)
+    runs = [(key, title) for key, title in (("designs", "each design"), ("fewest", "the fewest GPUs each way"),
+                                             ("slo_scales", "each SLO scale")) if result.get(key)]
+    if not runs:
+        return "<p class='meta'>(none)</p>"
+    return "".join(f"<h3>{html.escape(title)}</h3>" + _table(result[key]) for key, title in runs)
 
 
 def plan_report(result: dict, path: str | Path) -> Path:
@@ -123,24 +173,26 @@ def plan_report(result: dict, path: str | Path) -> Path:
     mode = result.get("mode", "max-rate")
     slo = result.get("slo", {})
     if mode == "max-rate":
-        figs.append(("Max sustainable rate", bars_figure(result["answers"], "system", "max_rate_rps",
-                                                         "Highest request rate meeting the SLO", "req/s")))
-        figs.append(("Cost", bars_figure(result["answers"], "system", "dollars_per_1m_output_tokens",
-                                         "$ per 1M output tokens at that rate", "$ / 1M tokens")))
-        sections.append("<h2>Answers</h2>" + _table(result["answers"]))
+        band = " with the band the cost model's p90 error implies" if result.get("error_band") else ""
+        figs.append(("Max sustainable rate", answers_figure(
+            result["answers"], "system", "max_rate_rps", f"Highest request rate meeting the SLO{band}", "req/s",
+            low="max_rate_low_rps", high="max_rate_high_rps")))
+        sections.append("<h2>Answers (the cost: $ per 1M output tokens at that rate)</h2>"
+                        + _table(result["answers"]))
         answers = result.get("max_rate_rps", {})
     elif mode == "compare-gpus":
-        figs.append(("Max rate per GPU", bars_figure(result["gpus"], "gpu", "max_rate_rps",
-                                                     "Highest request rate meeting the SLO", "req/s", color="system")))
-        figs.append(("Cost per GPU", bars_figure(result["gpus"], "gpu", "dollars_per_1m_output_tokens",
-                                                 "$ per 1M output tokens", "$ / 1M tokens", color="system")))
+        figs.append(("Max rate per GPU", answers_figure(result["gpus"], "gpu", "max_rate_rps",
+                                                        "Highest request rate meeting the SLO", "req/s",
+                                                        color="system")))
+        figs.append(("Cost per GPU", answers_figure(result["gpus"], "gpu", "dollars_per_1m_output_tokens",
+                                                    "$ per 1M output tokens", "$ / 1M tokens", color="system")))
         sections.append("<h2>GPUs</h2>" + _table(result["gpus"]))
         answers = {f"{r['gpu']}/{r['system']}": r.get("max_rate_rps") for r in result["gpus"]}
     elif mode == "disaggregation":
         n = result["gpu_count"]
-        figs.append(("Goodput per GPU", bars_figure(result["designs"], "design", "goodput_per_gpu",
-                                                    f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s",
-                                                    "requests meeting the SLO / s / GPU")))
+        figs.append(("Goodput per GPU", answers_figure(result["designs"], "design", "goodput_per_gpu",
+                                                       f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s",
+                                                       "requests meeting the SLO / s / GPU")))
         if result.get("slo_scales"):
             figs.append(("Goodput per GPU against the SLO's scale", scale_figure(
                 result["slo_scales"], f"Goodput per GPU at {n} GPUs, {result['rate']:g} req/s, every "
@@ -154,9 +206,9 @@ def plan_report(result: dict, path: str | Path) -> Path:
         sections.append(f"<h2>Replicas x TP for {result['rate']:g} req/s</h2>" + _table(result["replicas"]))
         if result.get("what_if"):
             sections.append("<h2>What-if variants</h2>" + _table(result["what_if"]))
-            figs.append(("What-if", bars_figure(result["what_if"], "variant", "max_rate_rps",
-                                                f"Max rate per variant (target {result['rate']:g} req/s)", "req/s",
-                                                color="system")))
+            figs.append(("What-if", answers_figure(result["what_if"], "variant", "max_rate_rps",
+                                                   f"Max rate per variant (target {result['rate']:g} req/s)", "req/s",
+                                                   color="system")))
         answers = {}
     points = result.get("points", [])
     kv = [p for p in points if str(p.get("search", "")).startswith("kv/")]  # the resources mode's KV searches
@@ -176,14 +228,14 @@ def plan_report(result: dict, path: str | Path) -> Path:
     infeasible = "".join(f"<li class='warn'>{html.escape(m)}</li>" for m in result.get("infeasible", {}).values())
     meta = (f"<p class='meta'>SLO: {html.escape(str(slo.get('description', '')))}<br>"
             f"workload: {html.escape(str(result.get('workload', {}).get('description', '')))}<br>"
-            f"config: {html.escape(str(result.get('config', {})))}<br>"
-            f"search: {html.escape(str(result.get('search', {})))}; {result.get('num_simulated', 0)} simulations run "
-            "(others from the cache)</p>")
+            f"setting: {html.escape(in_words(result.get('config', {})))}<br>"
+            f"search: {html.escape(in_words(result.get('search', {})))}; {result.get('num_simulated', 0)} simulations "
+            "run (others from the cache)</p>")
     doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>pagesim plan: {html.escape(mode)}</title>"
            f"<style>{CSS}</style></head><body><h1>pagesim plan: {html.escape(mode)}</h1>{meta}"
            + (f"<ul>{infeasible}{warnings}</ul>" if infeasible or warnings else "")
            + "".join(sections) + "".join(parts)
-           + "<h2>All probes</h2>" + _table(sorted(result.get("points", []), key=lambda p: (p.get("search", ""), p.get("x", 0))))
+           + "<h2>All probes</h2>" + probes_html(result)
            + "</body></html>")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc)

@@ -10,6 +10,8 @@ skipped when no Chromium is installed (``apt-get install chromium``).
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -17,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from pagesim.reports import chart_checks as C
 from pagesim.sim.cli import main
+from tests.reports.test_chart_checks import NO_PAPER_VALUES
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason="chromium not on PATH")]
@@ -37,6 +41,52 @@ def render(path: Path) -> str:
     console = [line for line in p.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
     assert not console, console[:3]
     return p.stdout
+
+
+#: read into the page: each chart's facts as plotly.js resolved them (its traces, its axes' types
+#: and ranges after autorange, its shapes' names and annotations' texts), in the shape
+#: ``reports.chart_checks.figure_facts`` gives a figure, written into <pre id="chart-facts">
+FACTS_SCRIPT = """<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  var out = [];
+  document.querySelectorAll(".plotly-graph-div").forEach(function (gd) {
+    var L = gd._fullLayout || {}, axes = {};
+    Object.keys(L).forEach(function (k) {
+      if (/^[xy]axis\\d*$/.test(k)) {
+        var a = L[k];
+        axes[k[0] + k.slice(5)] = {type: a.type, range: a.range, rangemode: a.rangemode,
+                                   title: (a.title && a.title.text) || ""};
+      }
+    });
+    var list = function (v) { return v && typeof v !== "string" && v.length !== undefined ? Array.from(v) : []; };
+    var traces = (gd._fullData || []).map(function (t) {
+      var m = t.marker || {}, l = t.line || {}, e = t.error_y || {};
+      return {name: t.name || "", type: t.type, showlegend: !!t.showlegend && L.showlegend !== false,
+              xaxis: t.xaxis || "x", yaxis: t.yaxis || "y", x: list(t.x), y: list(t.y),
+              base: t.base === undefined ? null : t.base, stackgroup: t.stackgroup || null,
+              error_y: {visible: !!e.visible, array: list(e.array), arrayminus: list(e.arrayminus)},
+              colour: typeof m.color === "string" ? m.color : (l.color || null),
+              style: t.type + " " + (l.dash || "solid") + " " + (typeof m.symbol === "string" ? m.symbol : "circle"),
+              legendgroup: t.legendgroup};
+    });
+    var marks = (L.shapes || []).map(function (s) { return s.name || ""; })
+      .concat((L.annotations || []).map(function (a) { return a.text || ""; }));
+    out.push({title: (L.title && L.title.text) || "", traces: traces, axes: axes, marks: marks,
+              barmode: L.barmode});
+  });
+  var pre = document.createElement("pre");
+  pre.id = "chart-facts";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 500); });
+</script>"""
+
+
+def chart_facts(dom: str) -> list[dict]:
+    """The facts :data:`FACTS_SCRIPT` wrote into the drawn page."""
+    found = re.search(r'<pre id="chart-facts">(.*?)</pre>', dom, flags=re.S)
+    assert found, "the page's charts were not read (FACTS_SCRIPT did not run)"
+    return json.loads(html.unescape(found.group(1)))
 
 
 def charts(dom: str) -> dict[str, str]:
@@ -76,13 +126,26 @@ def crowded_ticks(chunk: str) -> list[str]:
     return crowded
 
 
-def check_page(path: Path, min_charts: int) -> dict[str, str]:
-    dom = render(path)
+def check_page(path: Path, min_charts: int, paper: bool = False) -> dict[str, str]:
+    """Open ``path`` in Chromium; every chart drawn, its ticks apart, its data within its axes
+    as drawn, no legend entry twice, its colours apart (``reports.chart_checks``); with
+    ``paper``, the paper's marks on every chart of a figure with paper values."""
+    checked = path.with_name(path.stem + ".checked.html")
+    checked.write_text(path.read_text(encoding="utf-8").replace("</body>", FACTS_SCRIPT + "</body>"),
+                       encoding="utf-8")
+    dom = render(checked)
     found = charts(dom)
     assert len(found) >= min_charts, list(found)
     for title, chunk in found.items():
         assert 'class="main-svg"' in chunk, f"{title}: not drawn"  # plotly.js ran, from the page itself
         assert not crowded_ticks(chunk), f"{title}: crowded x ticks on {crowded_ticks(chunk)}"
+    facts = chart_facts(dom)
+    assert len(facts) == len(found)
+    for f in facts:
+        assert C.chart_problems(f) == [], f["title"]
+        if paper:
+            assert C.has_paper_marks(f) or f["title"].startswith(NO_PAPER_VALUES), f"{f['title']}: no paper marks"
+    dom = re.sub(r'<pre id="chart-facts">.*?</pre>', "", dom, flags=re.S)
     shown = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
     bad = re.findall(r">\s*(NaN|nan|undefined|null|None|inf)\s*<", shown)
     assert not bad, f"{path.name} shows {bad[:5]}"
@@ -114,7 +177,7 @@ def test_reproduce_report(out):
         pytest.skip(str(absent))
     d = out / "repro"
     assert main(["reproduce", "all", "--quick", "--out", str(d), "--no-progress", "--cache-dir", str(out / "cache")]) == 0
-    found = check_page(d / "report.html", 8)
+    found = check_page(d / "report.html", 8, paper=True)
     fig13 = found["Fig. 13: average batched requests"]
     ticks = x_ticks(fig13)
     for s in SYSTEMS:  # every system in both panels (before: 2 of 4, labelled NaN)
