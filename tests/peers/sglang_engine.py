@@ -1,6 +1,38 @@
-"""SGLang 0.5.23's own ``Scheduler`` (``managers/scheduler.py``) on a CPU, its model worker a fake:
-the peer of pagesim's ``--system sglang`` for burst workloads that fill the KV pool (issue 81
-item 3). WORK IN PROGRESS: not yet driven to a first step (below, Status); no test uses it.
+"""SGLang 0.5.23's own ``Scheduler`` (``managers/scheduler.py``) on a CPU, its model a fake: the
+peer of pagesim's ``--system sglang`` through the engine's own scheduling loop, with burst
+workloads that fill the KV pool (issue 81 item 3). Beside ``sglang_scheduler`` (SGLang's policy
+modules under a transcribed loop), this one runs the loop itself; the record and pagesim's side
+are ``sglang_scheduler``'s (``SglangStep``, ``run_pagesim``, ``Comparison``).
+
+**SGLang's code that runs**, every step: ``Scheduler.get_next_batch_to_run`` (scheduler.py:3894):
+the merge of the last prefill into the running batch, ``_get_new_batch_prefill_raw`` (:4079, the
+``PrefillAdder``, the chunked request, ``ScheduleBatch.init_new`` and ``prepare_for_extend`` with
+``mem_cache/allocation.py``'s ``alloc_for_extend``, ``SamplingBatchInfo.from_schedule_batch``),
+and ``update_running_batch`` (:4459: ``check_decode_mem``, ``retract_decode``, the ratio's decay,
+``prepare_for_decode`` and ``alloc_for_decode``); then ``Scheduler.process_batch_result``
+(:5074) with ``SchedulerBatchResultProcessor.process_batch_result_prefill`` / ``_decode``
+(scheduler_components/batch_result_processor.py:258, :952): the sampled token appended,
+``Req.update_finish_state`` (finish at ``max_new_tokens``), ``release_kv_cache`` and
+``checkpoint_kv_cache`` into the ``RadixCache``, a middle chunk left unfinished; and
+``is_fully_idle``. The pools are SGLang's (``ReqToTokenPool``, ``TokenToKVPoolAllocator`` at page
+1, ``PagedTokenToKVPoolAllocator`` with its torch paths above), the requests its ``Req`` with
+``SamplingParams`` (``normalize``d as the tokenizer manager does), each given
+``init_req_max_new_tokens`` and ``_add_request_to_queue`` as ``handle_generate_request`` does.
+
+**What the driver writes itself.**
+
+* The loop (``drive``): ``event_loop_normal`` (:2026-2058) without ``ingest_requests`` (the
+  workload's arrivals join with ``_add_request_to_queue`` before a step). An idle pass runs
+  ``on_idle``'s one scheduling effect, the ratio's reset where the scheduler is fully idle
+  (:5254, :5318); the rest of ``on_idle`` is health checks, leak checks, metrics and sleep. The
+  first idle pass after a batch still sees it as ``last_batch`` (not fully idle, no reset); the
+  driver runs a second pass, as the engine spins, before it waits for the next arrival.
+* ``run_batch`` (:4614) is ``Forward``: its bookkeeping (``forward_ct``, ``forward_iter``,
+  :4621-4629) and the model's result, a ``GenerationBatchResult`` (managers/utils.py, its class
+  compiled from source) of one next token per request: the request's own (``OWN_TOKENS``), as
+  ``sglang_scheduler.Engine.complete`` samples it. Not run: the overlap relay
+  (``resolve_forward_inputs``, ``_relay_forward_payload``: the model's inputs) and the forward.
+* ``Scheduler.__init__`` does not run (below): the driver sets its attributes.
 
 **Why not ``Scheduler.__init__``.** Its start-up needs what a CPU test may not install (CI has
 torch, msgspec and pydantic alone): ``init_model_config`` (scheduler.py:531) builds
@@ -9,30 +41,27 @@ torch, msgspec and pydantic alone): ``init_model_config`` (scheduler.py:531) bui
 (:547) opens zmq sockets (scheduler_components/ipc_channels.py:4); ``init_model_worker`` (:568)
 loads the model (managers/tp_worker.py). So the driver makes the real class with
 ``Scheduler.__new__`` and sets what ``__init__`` sets: the parsed arguments (:483-529), the pools
-as ``kv_cache_builder`` makes them for a full-attention model (SGLang's own ``ReqToTokenPool``,
-``TokenToKVPoolAllocator`` / ``PagedTokenToKVPoolAllocator``, ``RadixCache``), the worker's report
-(:1207-1220), then runs SGLang's own init helpers (``init_running_status``,
-``init_chunked_prefill``, ``maybe_init_dynamic_chunk_sizer``, ``init_schedule_policy``).
+as ``kv_cache_builder`` makes them for a full-attention model, the worker's report
+(:1207-1220), the counters ``init_load_inquirer`` sets (:2580-2590), then runs SGLang's own init
+helpers (``init_running_status``, ``init_chunked_prefill``, ``maybe_init_dynamic_chunk_sizer``,
+``init_schedule_policy``, ``init_batch_result_processor``). The components that only observe
+(metrics reporter and collector, output streamer, load publisher and inquirer, logprob processor)
+or are not used (grammar, dLLM, beams, sessions) are ``inert``: their no-op calls named, any
+other use raises.
 
 **Imports.** ``scheduler.py`` and the modules in ``REAL`` run from source; every other module they
 import is a placeholder per imported name, derived from their import statements (``stubs``), that
 raises if called; ``OVERRIDES`` give the few values read while importing or on the driven path
-(platform flags: SGLang's CPU device, ``is_cpu``; observability no-ops; mixins without methods).
-The server's settings are SGLang's declared defaults, read from ``arg_groups/fields/*.py``
+(platform flags: SGLang's CPU device, ``is_cpu``, no triton; observability no-ops; mixins without
+methods), a few functions are compiled from SGLang's source (``functions``). torch.compile's
+backend is resolved before the ``triton`` placeholder is in ``sys.modules`` (``load``). The
+server's settings are SGLang's declared defaults, read from ``arg_groups/fields/*.py``
 (``declared_defaults``), with ``RESOLVED``'s start-up values and the workload's; a setting read
 that neither gives raises ``NotGiven``.
 
-**Status** (2026-11-29). Built: the scheduler, its pools and tree, SGLang's own ``Req`` and
-``SamplingParams`` per request (``init_req_max_new_tokens``, ``_add_request_to_queue``), and
-``get_next_batch_to_run`` runs through ``_get_new_batch_prefill_raw``'s admission (the
-``PrefillAdder``) into ``ScheduleBatch.init_new`` / ``prepare_for_extend``. It stops at
-``SamplingBatchInfo.from_schedule_batch`` (sampling/sampling_batch_info.py:276): the penalizers'
-``torch.compile`` (sampling/penaltylib/repetition_penalty.py:10) makes torch's dynamo import
-``triton.compiler``, and the ``triton`` placeholder (needed: mem_cache/memory_pool.py imports
-triton at its top) makes dynamo take triton for installed. Left: that, the fake forward
-(``next_token_ids`` per request), the result through
-``batch_result_processor.process_batch_result_prefill`` / ``_decode``, the record
-(``sglang_scheduler.SglangStep``), the burst workloads and the test.
+**Time, tokens, the record** as in ``sglang_scheduler`` (its docstring): every step lasts
+``STEP_S``, arrivals at whole steps join before a step; a step's record is taken once it is
+scheduled (its ratio, free and evictable tokens) and its finishes after its result.
 """
 
 from __future__ import annotations
@@ -484,7 +513,8 @@ def build(sglang, workload):
     # components left inert: no grammar (no constrained request), no load reporting, no beams
     s.grammar_manager = inert("GrammarManager", has_waiting_grammars=lambda self: False, grammar_queue=())()
     s.dllm_manager = inert("DllmManager", any_staging_reqs=lambda self: False)()
-    s.load_inquirer = inert("SchedulerLoadInquirer", _get_num_pending_tokens=lambda self, **kwargs: 0, get_loads=no_op)()
+    s.load_inquirer = inert("SchedulerLoadInquirer", _get_num_pending_tokens=lambda self, **kwargs: 0,
+                            get_loads=no_op)()
     s.ngram_embedding_manager = inert("NgramEmbeddingManager",
                                       prepare_for_forward=lambda self, batch, **kwargs: batch)()
     s.dp_attn_adapter = inert("SchedulerDPAttnAdapter",
@@ -539,7 +569,7 @@ class Forward:
     request that completes its prompt or decodes, the request's own (``sglang_radix.Tokens``:
     a generated token is nobody else's, as in pagesim's tree, as ``sglang_scheduler.Engine``
     samples it), as the ``GenerationBatchResult`` the processor reads; a middle chunk's token is
-    sampled and dropped (process_batch_result_prefill, batch_result_processor.py:352-355)."""
+    sampled and dropped (process_batch_result_prefill, batch_result_processor.py:426-431)."""
 
     def __init__(self, sglang, tokens):
         self.result_class = sglang.result_class
@@ -565,7 +595,7 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
     """``event_loop_normal`` (scheduler.py:2026-2058) over ``trace``: the arrivals join the queue
     (``_add_request_to_queue``) before a step, ``get_next_batch_to_run`` plans it, the fake
     ``Forward`` runs it and SGLang's ``process_batch_result`` takes its result; an idle step
-    resets the ratio where the scheduler is fully idle (``on_idle``, :5254, :5315)."""
+    resets the ratio where the scheduler is fully idle (``on_idle``, :5254, :5318)."""
     s = build(sglang, workload)
     tokens = sglang_radix.Tokens(trace)
     forward = Forward(sglang, tokens)
@@ -588,7 +618,7 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
         batch = plan.batch_to_run
         if not batch:
             if s.is_fully_idle():  # on_idle: not fully idle returns before the reset (:5254-5272)
-                s.new_token_ratio_tracker.reset()  # :5315
+                s.new_token_ratio_tracker.reset()  # :5318
             s.last_batch = None  # :2057
             idle += 1
             if idle < 2:
@@ -604,8 +634,8 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
         prefill = batch.forward_mode.is_extend()
         scheduled = {req.index: (length if prefill else 1)
                      for req, length in zip(batch.reqs, batch.extend_lens if prefill else batch.reqs)}
-        retracted = frozenset(req.index for req in requests
-                              if req.index in retractions and req.retraction_count > retractions[req.index])
+        retracted = frozenset(index for index, count in retractions.items()
+                              if requests[index].retraction_count > count)
         ratio = s.new_token_ratio_tracker.current
         free = s.token_to_kv_pool_allocator.available_size()
         evictable = s.tree_cache.evictable_size()
@@ -622,16 +652,78 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
 
 def run_sglang(workload) -> list:
     sglang = load(workload.policy)
+    import torch
+
     quiet = logging.getLogger("sglang")  # a retraction's warning (scheduler.py:4528), once per retraction
-    level = quiet.level
+    level, threads = quiet.level, torch.get_num_threads()
     quiet.setLevel(logging.ERROR)
+    torch.set_num_threads(1)  # the tensors are a batch's few hundred ids: threads only cost
     try:
         with sglang.peer.active():
             return drive(sglang, workload, workload.trace())
     finally:
         quiet.setLevel(level)
+        torch.set_num_threads(threads)
 
 
 def run(workload) -> sglang_scheduler.Comparison:
     """Both sides over ``workload``: pagesim's as ``sglang_scheduler`` records it."""
     return sglang_scheduler.Comparison(workload, sglang_scheduler.run_pagesim(workload), run_sglang(workload))
+
+
+# -- the workloads ---------------------------------------------------------------------------------
+#: the test's (tests/peers/test_sglang_engine_peer.py), from sglang_scheduler.WORKLOADS: every rule
+#: of the stub peer's hand workloads, and the bursts that fill the admission budget and the pool
+TESTED = ("admit-all", "max-prefill", "chunked", "chunked-p16", "retract", "retract-ignore-eos", "shared-prefix",
+          "burst-p1", "burst-p1-ignore-eos", "burst-p16", "burst-p16-ignore-eos", "pressure-p1")
+
+
+def large() -> dict:
+    """Bursts of the issue's shape (issue 81): 1,000 ShareGPT-like requests at once
+    (``sglang_scheduler.burst``: about 394,000 prompt and output tokens) into a pool of 200,000
+    tokens, about half of them; chunks of 4,096, pages of 1 and 16, with and without
+    ``ignore_eos``. Too long for the test (SGLang's side takes 25-60 s each)."""
+    out = [sglang_scheduler.Workload(f"burst-1000-p{page}{'-ignore-eos' * ignore_eos}",
+                                     sglang_scheduler.burst(81, 1000), pool_tokens=200_000, page_size=page,
+                                     chunk_budget=4096, ignore_eos=ignore_eos,
+                                     description=f"1,000 requests at once into a pool of 200,000 tokens, page "
+                                                 f"{page}, {'with' if ignore_eos else 'without'} ignore_eos")
+           for page in (1, 16) for ignore_eos in (False, True)]
+    return {w.name: w for w in out}
+
+
+def main(argv=None) -> int:
+    """``python -m tests.peers.sglang_engine [NAME ...] [--all]``: each workload on both sides,
+    a line each; ``--all``: every ``sglang_scheduler`` workload and the large bursts; none named:
+    the test's. Exit 1 where one diverges."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.peers.sglang_engine")
+    parser.add_argument("names", nargs="*", help="workloads (sglang_scheduler.WORKLOADS, large())")
+    parser.add_argument("--all", action="store_true", help="every workload, the large bursts too")
+    args = parser.parse_args(argv)
+    known = {**sglang_scheduler.WORKLOADS, **large()}
+    unknown = [name for name in args.names if name not in known]
+    if unknown:
+        parser.exit(2, f"no workload named {', '.join(unknown)} (sglang_scheduler.WORKLOADS, large())\n")
+    names = list(known) if args.all else (args.names or list(TESTED))
+    diverged = 0
+    for name in names:
+        workload = known[name]
+        if workload.needs is not None and not workload.needs.exists():
+            print(f"{name}: skipped, {workload.needs.name} is not here")
+            continue
+        started = time.perf_counter()
+        comparison = run(workload)
+        seconds = time.perf_counter() - started
+        same = comparison.first is None
+        diverged += not same
+        print(f"{name}: {comparison.identical} of {len(comparison.ours)} pagesim steps and "
+              f"{len(comparison.theirs)} SGLang's identical{'' if same else ', DIVERGES'} ({seconds:.1f} s)")
+        if not same:
+            print(comparison.describe())
+    return 1 if diverged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
