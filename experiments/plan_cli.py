@@ -25,7 +25,8 @@ from pagesim.experiments.probe import (DEFAULT_DURATION_S, WORKLOAD_OPTS, Runner
 from pagesim.experiments.run_cache import telling_cache_answers
 from pagesim.experiments.search import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE, DEFAULT_RTOL, DEFAULT_START_RATE
 from pagesim.experiments.slo import DEFAULT_SLO_ATTAINMENT, KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO
-from pagesim.sim.args import add_sim_args, check_settings_apply, given_settings, parse_goodput
+from pagesim.sim.args import (add_sim_args, check_settings_apply, defaults_line, given_settings, parse_goodput,
+                              take_todays_defaults)
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, Parser, example
 from pagesim.sim.config import SYSTEMS, SimConfig
@@ -38,7 +39,7 @@ from pagesim.sim.terminal import fill, table_lines
 from pagesim.traces.args import _positive_float, add_workload_args, check_arrival_args
 
 MODES = ("max-rate", "resources", "compare-gpus", "disaggregation")
-DEFAULT_SYSTEMS = ["vllm"]  # --systems' default (disaggregation plans vllm-v1 unless told otherwise)
+DEFAULT_SYSTEMS = ["vllm"]  # --systems' default where --model or --gpu is given (sim.args.TODAYS_DEFAULTS)
 DEFAULT_MAX_REPLICAS = 256  # 'plan resources --router': the most replicas searched unless --max-replicas says
 
 
@@ -173,7 +174,8 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                         f"met by --slo-attainment of the requests (default {DEFAULT_SLO_ATTAINMENT:g}, DistServe's)")
     s = p.add_argument_group("search")
     s.add_argument("--systems", type=_csv_list, default=DEFAULT_SYSTEMS, metavar="A,B",
-                   help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention")
+                   help="systems to plan for: static, orca-max, orca-pow2, orca-oracle, vllm, token, vattention "
+                        "(a bare plan, without --systems, --model or --gpu: vllm-v1 on llama-3.1-8b, h100-80gb)")
     if mode != "disaggregation":  # its designs all run at --rate (given: refused, run_disaggregation)
         s.add_argument("--start-rate", type=_pos, default=None,
                        help=f"first probed rate in req/s (default: --rate if given, else {DEFAULT_START_RATE:g}); "
@@ -348,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
 def plan(args: argparse.Namespace) -> int:
     """One plan (``run``): its mode's search, then its tables or JSON."""
     args.mode = args.mode or "max-rate"  # the default only here: --help tells a named mode from none
+    taken = take_todays_defaults(args, system_given=args.systems is not DEFAULT_SYSTEMS,
+                                 skip=("gpu",) if args.mode == "compare-gpus" else ())
+    if taken:  # first: what runs unasked, and how to change it
+        args.systems = [taken["system"]]
+        print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout)
     what = what_if_from_args(args)
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)

@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from pagesim.sim.args import add_sim_args, add_summary_args, config_from_args, summary_options_from_args
+from pagesim.sim.args import (add_sim_args, add_summary_args, config_from_args, defaults_line, summary_options_from_args,
+                             take_todays_defaults)
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost.calibration import describe_band, error_band
 from pagesim.sim.errors import ConfigError
@@ -93,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
     fixed = {"record_steps": False} if args.no_steps else {}
     summary_options = summary_options_from_args(args)
+    gpus_named = any(getattr(args, f) is not None for f in ("replica_gpus", "prefill_gpu", "decode_gpu"))
+    taken = take_todays_defaults(args, skip=("gpu",) if gpus_named else ())
+    if taken:  # first: what ran unasked, and how to change it
+        print(defaults_line(taken), file=sys.stderr if args.json else sys.stdout)
     if disaggregated(args):
         return run_disaggregated_from_args(args, fixed, summary_options)
     cfg = config_from_args(args, **fixed)

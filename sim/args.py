@@ -17,8 +17,9 @@ from pagesim.sim.specs import MODELS
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
     "model": dict(help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face config.json "
-                       "(default opt-13b)"),
-    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb)"),
+                       "(default opt-13b; a bare simulate or plan: llama-3.1-8b)"),
+    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb; "
+                     "a bare simulate or plan: h100-80gb)"),
     "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
     "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
@@ -123,7 +124,8 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
     g = p.add_argument_group("system and hardware")
     if system:
         g.add_argument("--system", default=None, choices=list(SYSTEMS), metavar="SYSTEM",
-                       help="named combination of manager + scheduler: " + ", ".join(SYSTEMS) + " (default vllm)")
+                       help="named combination of manager + scheduler: " + ", ".join(SYSTEMS)
+                       + " (default vllm; a bare simulate: vllm-v1 on llama-3.1-8b and h100-80gb)")
     for name, spec in SIM_FLAGS.items():
         spec = dict(spec)
         flag = spec.pop("flag", flag_of(name))
@@ -147,6 +149,39 @@ def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
         raise ConfigError(f"{where('spec_acceptance_rates')} replaces {where('spec_acceptance_rate')} (one rate per "
                           "draft position instead of one for all): give one")
     return settings, flags, from_file
+
+
+#: what a bare ``simulate`` or ``plan`` runs (none of --system, --model, --gpu given, by flag or
+#: by the --config file): vLLM v1 on a current model and GPU, what a planner asks about today.
+#: Naming any of them keeps the others at SimConfig's own defaults, the vLLM paper's (OPT-13B on an
+#: A100-40GB under vLLM 0.4.2, ``reproduce``'s too), as every command line written before had them.
+TODAYS_DEFAULTS = {"system": "vllm-v1", "model": "llama-3.1-8b", "gpu": "h100-80gb"}
+
+
+def take_todays_defaults(args: argparse.Namespace, *, system_given: bool | None = None,
+                         skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """Where ``args`` name none of :data:`TODAYS_DEFAULTS` (``system_given``: whether a flag named
+    the system, where the command's flag is not ``--system``) and neither does the --config file,
+    set them on ``args`` (but ``skip``: settings another flag gives); returns those taken."""
+    file = load_toml(args.config) if getattr(args, "config", None) else {}
+    if system_given is None:
+        system_given = getattr(args, "system", None) is not None
+    if system_given or args.model is not None or args.gpu is not None or set(TODAYS_DEFAULTS) & set(file):
+        return {}
+    taken = {name: value for name, value in TODAYS_DEFAULTS.items() if name not in skip}
+    for name, value in taken.items():
+        if name != "system" or hasattr(args, "system"):
+            setattr(args, name, value)
+    return taken
+
+
+def defaults_line(taken: dict[str, str], system_flag: str = "--system") -> str:
+    """The line a command prints first when it took :data:`TODAYS_DEFAULTS`: ``defaults:
+    vllm-v1, llama-3.1-8b on h100-80gb (--system/--model/--gpu to change)``."""
+    what = ", ".join(taken[name] for name in ("system", "model") if name in taken)
+    what += f" on {taken['gpu']}" if "gpu" in taken else ""
+    flags = "/".join(system_flag if name == "system" else f"--{name}" for name in taken)
+    return f"defaults: {what} ({flags} to change)"
 
 
 def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:

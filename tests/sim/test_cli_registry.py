@@ -15,7 +15,7 @@ from pagesim.sim import cli
 
 def test_source_tree_lists_every_command_in_help_order():
     assert list(cli.subcommands()) == ["trace", "simulate", "reproduce", "report", "plan", "cost", "gpu",
-                                       "validate"]
+                                       "validate", "completion"]
 
 
 def test_installed_metadata_names_the_same(monkeypatch, tmp_path):

@@ -45,8 +45,10 @@ def test_simulate_writes_outputs(tmp_path, capsys):
 
 
 def test_simulate_json_is_one_object(capsys):
-    rc, stdout, _ = run_cli(capsys, "simulate", "--duration", "20", "--kv-gib", "2", "--json", "--no-progress")
-    assert rc == 0
+    rc, stdout, err = run_cli(capsys, "simulate", "--duration", "20", "--kv-gib", "2", "--max-seq-len", "4096",
+                              "--json", "--no-progress")
+    assert rc == 0, err
+    assert err.startswith("defaults: vllm-v1")  # said on stderr, not in the JSON
     obj = json.loads(stdout)  # exactly one JSON document
     for key in ("completed", "rejected", "duration_s", "request_throughput", "output_throughput",
                 "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
