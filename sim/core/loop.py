@@ -102,7 +102,7 @@ from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAIT
 from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
-from pagesim.sim.core.state import NUM_LOADING
+from pagesim.sim.core.state import NUM_LOADING, NUM_PREEMPTIONS
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -370,6 +370,7 @@ def loop_for(family):
                     return PROGRESS
             c[STARTED] = 1
             c[SCHEDULE_ON_RESUME] = 0
+            preemptions = c[NUM_PREEMPTIONS]  # (a vllm-v1 pass that preempts its last request: below)
             # the engine: schedule an iteration, price it, let it run
             # the family's scheduler (scheduler_entry_for): inlined, or compiled apart and called by
             # address (families.SCHEDULER_BY_ADDRESS)
@@ -404,6 +405,12 @@ def loop_for(family):
                     wake = radix_cache.next_end(s)  # its node (an idle scheduler polls: radix_cache.acknowledge)
                 if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
                         and wake == np.inf):
+                    if family == V1 and c[NUM_PREEMPTIONS] > preemptions:
+                        # the pass preempted its last running request and so admitted nobody
+                        # (scheduler.py:1050): vLLM's next step, at once, admits into the emptied
+                        # pool; a pass with nobody running preempts nobody, so this runs once
+                        c[SCHEDULE_ON_RESUME] = 1
+                        continue
                     return EMPTY_POOL  # (in-flight transfers and host loads free or load blocks)
                 c[IDLE] = 1
                 c[WAKE_TRIGGERED] = 0

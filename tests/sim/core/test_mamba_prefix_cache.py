@@ -9,12 +9,13 @@ every step checked (``--check``: ``check.check_groups``, ``check_group_cache``).
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from pagesim.sim.core import kv_cache, prefix_cache, state
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.config import SimConfig
-from pagesim.sim.run import hybrid_groups, initial_state
+from pagesim.sim.run import hybrid_groups, initial_state, run_simulation
 from pagesim.sim.specs import get_model
 
 from tests.peers import pagesim_steps
@@ -170,3 +171,30 @@ def test_refused_with_speculative_decoding_or_the_cpu_tier_or_gated_delta_net():
     cfg = SimConfig.for_system("vllm-v1", model="qwen3-next-80b-a3b", gpu="h100-80gb")
     with pytest.raises(ConfigError, match="gated-delta-net"):
         hybrid_groups(cfg, get_model(cfg.model))
+
+
+def test_a_request_that_preempts_itself_is_admitted_again_at_once():
+    """Issue 80 (a Jamba hybrid at block 256): Jamba-1.5-mini (1 full + 7 state groups of 4
+    layers), blocks of 256, prefix caching ("align" mode), async scheduling, a budget of 512, and
+    a pool of 18 blocks: what vLLM requires for one 1024-token request (4 full blocks and 2 per
+    state group). One request, prompt 856 + 168 output::
+
+        step 0  prefills 512 (block-aligned): 2 full blocks and a state per group, 9 used
+        step 1  prefills 256 to 768, the last checkpoint below its 856 tokens: 17 used
+        step 2  its last 88 tokens need a 4th full block and a state per group (8) with 1 free:
+                it preempts itself, the last running request, so the pass admits nobody
+                (scheduler.py:1050); the next pass, at the same instant, admits it into the
+                emptied pool on its cached 768 tokens and prefills 88: 18 used
+
+    Before, the run ended there: "request 0 waits for memory in an empty pool"."""
+    trace = pd.DataFrame({"request_id": ["a"], "arrival_s": [0.0], "prompt_tokens": [856], "output_tokens": [168]})
+    cfg = SimConfig.for_system("vllm-v1", model="jamba-1.5-mini", gpu="a100-80gb", tensor_parallel=2,
+                               max_seq_len=1024, block_size=256, kv_gib=18 * 256 * 8192 / 2**30, max_num_seqs=1,
+                               prefix_caching=True, async_scheduling=True, max_num_batched_tokens=512, check=True)
+    result = run_simulation(cfg, trace)
+    assert result.requests["status"].tolist() == ["finished"]
+    assert result.requests["preemptions"].tolist() == [1]
+    steps = result.steps
+    assert steps["num_prefill_tokens"].tolist()[:3] == [512, 256, 88]
+    assert steps["used_blocks"].tolist()[:3] == [9, 17, 18]
+    assert steps["start_s"][2] == steps["start_s"][1] + steps["dt_s"][1]  # no time between the two passes
