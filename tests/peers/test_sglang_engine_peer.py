@@ -4,8 +4,8 @@ admission, retraction and result processing run as they are, the model a fake, s
 
 Skipped unless ``python -m tests.peers.fetch`` has put SGLang 0.5.23 in the cache folder and its
 scheduler imports here (torch is needed). pagesim runs through an executor outside its core
-(compiled or not), SGLang's side in Python: no child process is needed. The large bursts of the
-issue's shape run by ``python -m tests.peers.sglang_engine --all`` (too long for the suite).
+(compiled or not), SGLang's side in Python: no child process is needed. Every workload (the
+other large bursts, Mooncake's): ``python -m tests.peers.sglang_engine --all``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,19 @@ def cases():
         yield pytest.param(name, marks=marks, id=name)
 
 
+RUNS: dict = {}  # workload -> both sides' run, once per session (the later tests read SGLang's)
+
+
+def compared(name: str):
+    if name not in RUNS:
+        RUNS[name] = driver.run(driver.WORKLOADS[name])
+    return RUNS[name]
+
+
 @pytest.mark.parametrize("name", list(cases()))
 def test_every_step_is_sglangs(name):
-    workload = driver.sglang_scheduler.WORKLOADS[name]
-    run = driver.run(workload)
+    workload = driver.WORKLOADS[name]
+    run = compared(name)
     assert run.theirs, f"{name}: SGLang ran no step"
     assert run.first is None, (f"{name} ({workload.description}): {len(run.ours)} pagesim steps, "
                                f"{len(run.theirs)} SGLang's, {run.identical} identical\n" + run.describe())
@@ -50,13 +59,23 @@ def test_the_scheduler_retracts_finishes_and_frees():
     """SGLang's own update_running_batch retracts in the retract workload and not with
     ignore_eos; every request finishes by its result processing; the bursts' admission budget
     binds before the first finish, harder with ignore_eos."""
-    workloads = driver.sglang_scheduler.WORKLOADS
-    retract = driver.run_sglang(workloads["retract"])
+    retract = compared("retract").theirs
     assert any(step.retracted for step in retract)
-    assert not any(step.retracted for step in driver.run_sglang(workloads["retract-ignore-eos"]))
+    assert not any(step.retracted for step in compared("retract-ignore-eos").theirs)
     finished = set().union(*(step.finished for step in retract))
-    assert finished == set(range(len(workloads["retract"].trace())))
-    ratio = driver.run_sglang(workloads["burst-p1"])
-    whole = driver.run_sglang(workloads["burst-p1-ignore-eos"])
+    assert finished == set(range(len(driver.WORKLOADS["retract"].trace())))
+    ratio = compared("burst-p1").theirs
+    whole = compared("burst-p1-ignore-eos").theirs
     assert admitted_before_the_first_finish(whole) < admitted_before_the_first_finish(ratio) < 160
     assert set().union(*(step.finished for step in ratio)) == set(range(160))
+
+
+def test_the_large_bursts_fill_the_pool():
+    """1,000 requests at once into a pool of half their tokens: about half are admitted before
+    the first finishes (the admission budget binds), and the free pool runs dry (the rest of it
+    held by the tree, evictable)."""
+    for name in ("burst-1000-p1-ignore-eos", "burst-1000-p16"):
+        workload = driver.WORKLOADS[name]
+        steps = compared(name).theirs
+        assert 400 < admitted_before_the_first_finish(steps) < 700, name
+        assert min(step.free_tokens for step in steps) < workload.pool_tokens // 1000, name
