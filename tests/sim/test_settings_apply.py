@@ -30,7 +30,7 @@ CASES = [
     ("chunked_prefill", "static", {"chunk_budget": 256}, (False, True)),
     ("chunk_budget", "vllm", {}, (256, 1024)), ("chunk_budget", "vllm-v1", {"chunked_prefill": True}, (256, 1024)),
     ("schedule_policy", "vllm", {}, ("fcfs", "lpm")),
-    ("schedule_conservativeness", "vllm-v1", {}, (0.3, 2.0)),
+    ("schedule_conservativeness", "vllm-v1", {}, (0.3, 2.0)), ("ignore_eos", "vllm", {}, (False, True)),
     # speculative decoding's settings without drafts (num_speculative_tokens 0)
     ("speculative_method", "vllm-v1", {}, ("ngram", "eagle")),
     ("spec_acceptance_rate", "vllm-v1", {}, (0.1, 0.9)),
