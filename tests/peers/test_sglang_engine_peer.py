@@ -4,8 +4,10 @@ admission, retraction and result processing run as they are, the model a fake, s
 
 Skipped unless ``python -m tests.peers.fetch`` has put SGLang 0.5.23 in the cache folder and its
 scheduler imports here (torch is needed). pagesim runs through an executor outside its core
-(compiled or not), SGLang's side in Python: no child process is needed. Every workload (the
-other large bursts, Mooncake's): ``python -m tests.peers.sglang_engine --all``.
+(compiled or not), SGLang's side in Python: no child process is needed. A fixed sample by
+default (``sglang_engine.SAMPLE``); every workload (the other large bursts, Mooncake's, where the
+shared traces folder holds it) under ``PAGESIM_PEERS_FULL=1`` or by
+``python -m tests.peers.sglang_engine --all``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def compared(name: str):
 @pytest.mark.parametrize("name", list(cases()))
 def test_every_step_is_sglangs(name):
     workload = driver.WORKLOADS[name]
+    if workload.needs is not None and not workload.needs.exists():
+        pytest.skip(f"{workload.needs} is not here (PAGESIM_SHARED_TRACES names the shared traces folder)")
     run = compared(name)
     assert run.theirs, f"{name}: SGLang ran no step"
     assert run.first is None, (f"{name} ({workload.description}): {len(run.ours)} pagesim steps, "
