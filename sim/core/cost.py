@@ -7,12 +7,14 @@ too. The constants travel as one float64 array in the order of the indices below
 
 from __future__ import annotations
 
+import math
+
 from pagesim.sim.core.jit import njit
 
 # indices into the constants array (RooflineCostModel.constants())
 OVERHEAD_S = 0  # fixed CPU cost per iteration
 PER_SEQ_OVERHEAD_S = 1  # CPU cost per scheduled sequence
-LINEAR_FLOPS_PER_TOKEN = 2  # 2 * linear parameters / TP
+LINEAR_FLOPS_PER_TOKEN = 2  # 2 * linear parameters but the routed experts / TP
 FLOPS = 3  # achieved FLOP/s of the GEMMs
 LINEAR_WEIGHT_TIME_S = 4  # reading the linear weights once (a mixture of experts': all but its routed experts)
 ALLREDUCE_FIXED_S = 5  # TP all-reduce latency per iteration
@@ -28,7 +30,9 @@ EXPERTS_PER_TOKEN = 14  # k, the routed experts each token visits
 EXPERT_WEIGHT_TIME_S = 15  # reading one routed expert of every MoE layer once
 PAGED_KERNEL_OVERHEAD = 16  # a paged kernel's work per block, as a fraction of the block's K/V reads (0: none)
 STATE_BYTES_PER_SEQ = 17  # a sequence's recurrent state (Mamba, linear attention) on one GPU (0: none)
-NUM_CONSTANTS = 18
+EXPERT_FLOPS_PER_ROW = 18  # one token's row through one routed expert of every MoE layer: 2 * 3*h*i / TP
+EXPERT_FLOPS = 19  # achieved FLOP/s of the fused-MoE grouped GEMM
+NUM_CONSTANTS = 20
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -62,8 +66,7 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
     operations is fixed: every engine gets the same float."""
     t = c[OVERHEAD_S] + c[PER_SEQ_OVERHEAD_S] * num_seqs
     if num_tokens:
-        compute_bound = num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS]
-        t += max(compute_bound, weight_read_seconds(c, num_tokens))
+        t += linear_seconds(c, num_tokens)
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += paged_kernel_seconds(decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH],
@@ -104,24 +107,70 @@ def paged_kernel_overhead(kernel_block_tokens: int) -> float:
 
 
 @njit(inline=True)
-def weight_read_seconds(c, num_tokens):
-    """Reading the weights a step of ``num_tokens`` tokens multiplies, once each. A dense
-    model reads them all. A mixture of experts reads its unrouted weights and, in each MoE
-    layer, every routed expert that at least one token of the step visits: vLLM's fused_moe
-    sorts the step's (token, expert) pairs by expert and runs one block of tokens per program,
-    each block reading its expert's weights (``fused_moe_kernel`` and ``moe_align_block_size``
-    in vllm/model_executor/layers/fused_moe/: an expert with no token gets no block), so an
-    expert costs one read whether 1 or 100 tokens visit it. With the ``k`` of ``E`` experts a
-    token visits taken as uniform and independent, an expert is missed by all T tokens with
-    probability (1 - k/E)^T: E * (1 - (1 - k/E)^T) distinct experts per layer (k at T = 1,
-    towards E as T grows). Each GPU of a TP group holds 1/tp of every expert (FusedMoE's
-    ``intermediate_size_per_partition = intermediate_size // tp_size``, layer.py), which the
-    constants carry."""
+def linear_seconds(c, num_tokens):
+    """The step's GEMMs over ``num_tokens`` tokens, each kernel bound by its weight reads or its
+    FLOPs: the dense GEMMs (every weight but the routed experts: attention, dense MLPs, shared
+    experts, routers, LM head), then a mixture of experts' fused-MoE grouped GEMMs
+    (:func:`routed_expert_seconds`), which are kernels of their own. A dense model has no
+    second term: its float is the dense GEMMs' alone."""
+    t = max(num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS], c[LINEAR_WEIGHT_TIME_S])
+    if c[ROUTED_EXPERTS] == 0.0:
+        return t
+    return t + routed_expert_seconds(c, num_tokens)
+
+
+@njit(inline=True)
+def distinct_experts(c, num_tokens):
+    """The routed experts of one MoE layer that at least one of ``num_tokens`` tokens visits.
+    With the ``k`` of ``E`` experts a token visits taken as uniform and independent, an expert
+    is missed by all T tokens with probability (1 - k/E)^T: E * (1 - (1 - k/E)^T) distinct
+    experts per layer (k at T = 1, towards E as T grows)."""
     experts = c[ROUTED_EXPERTS]
-    if experts == 0.0:  # dense: never touches the expectation, so its float is as before
-        return c[LINEAR_WEIGHT_TIME_S]
-    distinct = experts * (1.0 - (1.0 - c[EXPERTS_PER_TOKEN] / experts) ** float(num_tokens))
-    return c[LINEAR_WEIGHT_TIME_S] + distinct * c[EXPERT_WEIGHT_TIME_S]
+    return experts * (1.0 - (1.0 - c[EXPERTS_PER_TOKEN] / experts) ** float(num_tokens))
+
+
+@njit(inline=True)
+def fused_moe_block_m(num_tokens):
+    """The token rows of one program of vLLM's fused-MoE kernel for a step of ``num_tokens``
+    tokens: the default config's ``BLOCK_SIZE_M`` for 16-bit and per-tensor FP8 weights, chosen
+    by M = the step's tokens (fused_moe.py of vLLM 0.33.0, ``get_default_config``, lines
+    1376-1383; M = ``hidden_states.size(0)``, lines 1713-1745). The tuned file of Mixtral-8x7B
+    at TP 2 on the H100 (configs/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json) picks the
+    same sizes but for M of 97-112, where it keeps 32."""
+    if num_tokens <= 32:
+        return 16.0
+    if num_tokens <= 96:
+        return 32.0
+    if num_tokens <= 512:
+        return 64.0
+    return 128.0
+
+
+@njit(inline=True)
+def routed_expert_seconds(c, num_tokens):
+    """A mixture of experts' routed experts over a step of ``num_tokens`` tokens, every MoE layer:
+    the larger of their weight reads and their FLOPs as the fused-MoE kernel runs them.
+
+    Reads: vLLM's fused_moe sorts the step's (token, expert) pairs by expert and runs one block
+    of tokens per program, each block reading its expert's weights (``fused_moe_kernel`` and
+    ``moe_align_block_size`` in vllm/model_executor/layers/fused_moe/: an expert with no token
+    gets no block), so an expert costs one read whether 1 or 100 tokens visit it: each of the
+    :func:`distinct_experts` is read once. Each GPU of a TP group holds 1/tp of every expert
+    (FusedMoE's ``intermediate_size_per_partition = intermediate_size // tp_size``, layer.py),
+    which the constants carry.
+
+    FLOPs: ``moe_align_block_size`` pads each expert's tokens to a multiple of the kernel's
+    ``BLOCK_SIZE_M`` (:func:`fused_moe_block_m`; moe_align_block_size.py, lines 55-100), and
+    every program multiplies its whole block, the padding rows loaded as zeros
+    (``fused_moe_kernel``, fused_moe.py lines 404-420 and 527-538: ``token_mask`` masks the
+    loads, not the ``tl.dot``). With the T * k pairs spread evenly over the distinct experts,
+    each gets T * k / distinct tokens, computed as ceil(that / BLOCK_SIZE_M) blocks of
+    ``BLOCK_SIZE_M`` rows; a row costs ``EXPERT_FLOPS_PER_ROW`` at the kernel's own achieved
+    FLOP/s (``EXPERT_FLOPS``)."""
+    distinct = distinct_experts(c, num_tokens)
+    block = fused_moe_block_m(num_tokens)
+    rows = distinct * block * math.ceil(num_tokens * c[EXPERTS_PER_TOKEN] / distinct / block)
+    return max(distinct * c[EXPERT_WEIGHT_TIME_S], rows * c[EXPERT_FLOPS_PER_ROW] / c[EXPERT_FLOPS])
 
 
 # the table model (sim.core.cost_table) prices prefill without attn_prefill rows, and transfers,

@@ -4,10 +4,12 @@ Roofline model (default)
 ------------------------
 For a step with T = prefill + decode tokens on one GPU of a TP group of size ``tp``::
 
-    linear   = max(2 * T * P_lin / tp / (peak_flops * eff_flops),      # compute-bound (prefill)
-                   W(T) / tp / (mem_bw * eff_bw))                        # weight reads (decode)
-    W(T)     = W_lin                                                     # dense
-             = W_unrouted + E * (1 - (1 - k/E)^T) * W_expert             # mixture of experts
+    linear   = max(2 * T * P_dense / tp / (peak_flops * eff_flops),    # compute-bound (prefill)
+                   W_unrouted / tp / (mem_bw * eff_bw))                  # weight reads (decode)
+             + max(D(T) * W_expert / tp / (mem_bw * eff_bw),             # mixture of experts only:
+                   R(T) * 2 * P_expert / tp / (peak_flops * eff_flops * eff_moe))  # fused-MoE kernel
+    D(T)     = E * (1 - (1 - k/E)^T)                                     # distinct experts per layer
+    R(T)     = D(T) * M * ceil(T * k / D(T) / M)                         # rows, padded to blocks of M
     attn     = KV_read / (mem_bw * eff_bw) * (1 + o / B)                 # decode: memory-bound
              + F_prefill / (peak_flops * eff_attn)                       # prefill: causal QK^T, PV
     state    = num_seqs * 2 * S / (mem_bw * eff_bw)                     # recurrent states (hybrids)
@@ -16,11 +18,15 @@ For a step with T = prefill + decode tokens on one GPU of a TP group of size ``t
              + swapped_tokens * 2 * L * copy_latency / block_size   # one copy per block, layer, K/V
     step     = overhead + per_seq_overhead * num_seqs + linear + attn + state + allreduce + swap
 
-with ``P_lin`` the parameters one token multiplies (``ModelSpec.active_params``: every layer's
-projections and MLP, for a mixture of experts only the ``num_experts_per_tok`` experts a token
-visits, plus the LM head), ``W_lin`` the bytes of those weights at the checkpoint's width
-(``ModelSpec.active_weight_bytes``: ``2 P_lin`` in fp16, about ``P_lin`` in FP8, a quarter of
-it in 4-bit AWQ/GPTQ), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode attention reads
+with ``P_dense`` the parameters one token multiplies outside the routed experts
+(``ModelSpec.active_params`` less the ``k`` routed experts a token visits: every layer's
+projections and dense MLP, a mixture of experts' router and shared experts, plus the LM head),
+``W_unrouted`` the bytes of those weights at the checkpoint's width
+(``ModelSpec.unrouted_weight_bytes``: ``2 P_dense`` in fp16, about ``P_dense`` in FP8, a
+quarter of it in 4-bit AWQ/GPTQ), ``P_expert`` one routed expert of every MoE layer, ``M`` the
+fused-MoE kernel's ``BLOCK_SIZE_M`` for a step of T tokens (16 to 128) and ``eff_moe`` that
+kernel's FLOP/s relative to the dense GEMMs' (1 in the roofline; ``sim.core.cost`` states the
+term and its sources), ``KV_read = sum(ctx) * kv_bytes_per_token`` (the decode attention reads
 every cached K and V once: the vLLM paper's point that decoding is memory-bound; for
 multi-head latent attention one latent per token and layer; one byte per element under
 ``--kv-cache-dtype fp8``, which halves these reads and the swaps' bytes of a 16-bit model),
@@ -44,12 +50,13 @@ A mixture of experts' step reads each routed expert that at least one of its T t
 once (vLLM's fused_moe runs one block of tokens per expert): with ``E`` routed experts per MoE
 layer, ``k`` visited per token, routing taken as uniform and independent, that is ``E * (1 -
 (1 - k/E)^T)`` distinct experts per layer, ``k`` for one token and towards all ``E`` for a
-large batch. ``W_unrouted`` is every weight but the routed experts (attention, dense MLPs,
+large batch; their FLOPs are each expert's tokens padded to whole blocks of the kernel's rows,
+a separate kernel from the dense GEMMs. ``W_unrouted`` is every weight but the routed experts (attention, dense MLPs,
 shared experts, routers, LM head: ``ModelSpec.unrouted_weight_bytes``), ``W_expert`` one
 routed expert's bytes summed over the MoE layers (``ModelSpec.routed_expert_weight_bytes``);
 each GPU holds 1/tp of every expert, as vLLM shards them under TP. Memory holds every expert
 (``ModelSpec.weight_bytes``, ``sim/specs/capacity.py``). The rule is stated in
-``sim/core/cost.py`` (``weight_read_seconds``).
+``sim/core/cost.py`` (``routed_expert_seconds``).
 
 Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
 (``sim/specs/gpus.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
@@ -78,8 +85,8 @@ import numpy as np
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core import cost_table
-from pagesim.sim.core.cost import (kernel_read_tokens, paged_kernel_overhead, roofline_step_time,
-                                   swap_copy_seconds_per_token, weight_read_seconds)
+from pagesim.sim.core.cost import (kernel_read_tokens, linear_seconds, paged_kernel_overhead, roofline_step_time,
+                                   swap_copy_seconds_per_token)
 from pagesim.sim.core.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -88,7 +95,7 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 # Python's engine prices one batch at a time: the interpreted function avoids numba's call
 # overhead (the same source, so the same float)
 _step_time = interpreted(roofline_step_time)
-_weight_read_seconds = interpreted(weight_read_seconds)
+_linear_seconds = interpreted(linear_seconds)
 _kernel_read_tokens = interpreted(kernel_read_tokens)
 
 
@@ -141,11 +148,17 @@ class RooflineCostModel(CpuOverhead):
     allreduce_latency_s: float = 10e-6
     swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
     kernel_block_tokens: int = 0  # the paged kernel's block (vLLM v0's; SimConfig.kernel_block_tokens), 0: none
+    eff_moe: float = 1.0  # the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (eff_flops)
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
         h = m.hidden_size
-        self._lin_flops_per_token = 2.0 * m.active_params / tp
+        # one routed expert of every MoE layer (gate, up, down), whose FLOPs the fused-MoE kernel
+        # computes (sim.core.cost.routed_expert_seconds); the dense GEMMs compute the rest
+        expert_params = m.num_moe_layers * 3 * h * m.moe.expert_intermediate_size if m.moe is not None else 0
+        routed_active = m.moe.experts_per_token * expert_params if m.moe is not None else 0
+        self._lin_flops_per_token = 2.0 * (m.active_params - routed_active) / tp
+        self._expert_flops_per_row = 2.0 * expert_params / tp
         self._lin_weight_time = m.unrouted_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         # a mixture of experts' routed experts, read as the step's tokens visit them (sim.core.cost)
         self._routed_experts = float(m.moe.num_experts) if m.moe is not None else 0.0
@@ -153,6 +166,7 @@ class RooflineCostModel(CpuOverhead):
         self._expert_weight_time = m.routed_expert_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         fp8 = m.quantization is not None and m.quantization.fp8_compute and self.gpu.peak_fp8_flops
         self._flops = (self.gpu.peak_fp8_flops if fp8 else self.gpu.peak_flops) * self.eff_flops
+        self._expert_flops = self._flops * self.eff_moe
         self._kv_bytes_per_token = m.kv_bytes_per_token(tp)
         self._bw = self.gpu.mem_bw * self.eff_bw
         self._attn_flops_coef = m.attention_flops_per_pair / tp
@@ -169,8 +183,8 @@ class RooflineCostModel(CpuOverhead):
             self._ar_fixed = 0.0
 
     def linear_time(self, num_tokens: int) -> float:
-        return max(num_tokens * self._lin_flops_per_token / self._flops,
-                   _weight_read_seconds(self.constants(), num_tokens))
+        """The step's GEMMs over ``num_tokens`` tokens (``sim.core.cost.linear_seconds``)."""
+        return _linear_seconds(self.constants(), num_tokens)
 
     def decode_attention_time(self, total_context: int) -> float:
         return total_context * self._kv_bytes_per_token / self._bw
@@ -203,7 +217,7 @@ class RooflineCostModel(CpuOverhead):
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
-                self._state_bytes_per_seq)
+                self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops)
 
 def _same_model(name: str, model: ModelSpec) -> bool:
     """Whether a profile's ``model`` column names ``model`` (by its preset's name or alias, else as written)."""

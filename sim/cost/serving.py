@@ -18,6 +18,9 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
   overlap with the GPU);
 - ``allreduce_s``: one all-reduce's latency at TP > 1 (two per layer), beside its bytes over the
   GPU's interconnect;
+- ``moe_eff``: a mixture of experts' fused-MoE grouped GEMMs, which pad each expert's tokens to
+  the kernel's block of rows (``sim.core.cost.routed_expert_seconds``), at this fraction of the
+  dense GEMMs' FLOP/s; fitted on the MoE runs alone, after the others (no dense run depends on it);
 - ``frontend_s``: what a request spends outside the engine loop (the HTTP server, tokenizing the
   prompt, detokenizing and streaming the tokens): added to its TTFT and E2E as its client sees
   them (``sim.metrics.request_latencies``), not to any step.
@@ -34,7 +37,7 @@ a file takes the fractions of a fitted GPU (:data:`FITTED_ON`) and says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,13 +61,16 @@ class ServingConstants:
     per_seq_s: float
     allreduce_s: float
     frontend_s: float
+    #: the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (``compute_eff``):
+    #: fitted on the MoE runs of the fit; 1 (no evidence it differs) where none was fitted on
+    moe_eff: float = 1.0
 
     @classmethod
     def from_dict(cls, d: dict, source: str) -> "ServingConstants":
-        missing = [f.name for f in fields(cls) if f.name not in d]
+        missing = [f.name for f in fields(cls) if f.name not in d and f.default is MISSING]
         if missing:
             raise ConfigError(f"{source}: [constants] lacks {', '.join(missing)}")
-        return cls(**{f.name: float(d[f.name]) for f in fields(cls)})
+        return cls(**{f.name: float(d[f.name]) for f in fields(cls) if f.name in d})
 
 
 def serving_path(gpu: str) -> Path:
@@ -116,7 +122,7 @@ class ServingCostModel(RooflineCostModel):
                          eff_bw=constants.bandwidth_eff, eff_attn=constants.compute_eff,
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
-                         kernel_block_tokens=kernel_block_tokens)
+                         kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff)
         self.frontend_s = constants.frontend_s
         self.cpu_overhead_source = (f"fitted on real serving runs on {fitted_on}"
                                     + ("" if fitted_on == gpu.name else f"; {gpu.name} itself has none"))

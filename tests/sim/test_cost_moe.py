@@ -1,4 +1,5 @@
-"""A mixture of experts' weight reads grow with the step's tokens (``sim.core.cost.weight_read_seconds``),
+"""A mixture of experts' weight reads grow with the step's tokens, and its fused-MoE kernel pads each
+expert's tokens to whole blocks (``sim.core.cost.routed_expert_seconds``),
 worked by hand for a small MoE on an A100-40GB.
 
 The model: 2 layers, hidden 64, 4 heads of 16 (full multi-head attention), vocabulary 100 with a
@@ -92,3 +93,76 @@ def test_memory_holds_every_expert():
     gpu = get_gpu("a100-40gb")
     budget = kv_capacity(TINY_MOE, gpu, activation_reserve_bytes=0)
     assert budget.kv_bytes == int(gpu.mem_bytes * 0.9 - 276_992)
+
+
+# The fused-MoE kernel's FLOPs (sim.core.cost.routed_expert_seconds): one row of a token through
+# one routed expert of both layers is 2 x 2 x 6,144 = 24,576 FLOPs. At eff_moe 1e-6 the kernel
+# runs at 312e12 x 0.65 x 1e-6 = 2.028e8 FLOP/s, so its FLOPs, not its reads, bound it; the dense
+# GEMMs (40,192 parameters a token) stay read-bound: 80,384 B.
+EXPERT_ROW_FLOPS = 24_576
+SLOW_MOE = 312e12 * 0.65 * 1e-6
+
+
+def test_expert_flops_per_row_and_the_dense_gemms_without_the_routed_experts():
+    c = RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"), eff_moe=0.5).constants()
+    assert c[C.EXPERT_FLOPS_PER_ROW] == EXPERT_ROW_FLOPS
+    assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2 * 40_192  # the unrouted parameters alone
+    assert c[C.EXPERT_FLOPS] == 312e12 * 0.65 * 0.5
+
+
+@pytest.mark.parametrize("tokens, rows", [
+    (1, 2 * 16),  # 2 experts of 1 token each, each a block of BLOCK_SIZE_M = 16 rows
+    # 33 tokens: 8 x (1 - 0.75^33) = 7.99940 experts of 66 / 7.99940 = 8.25 tokens, BLOCK_SIZE_M
+    # 32 (M > 32): one block each
+    (33, 8 * (1 - 0.75 ** 33) * 32),
+    # 600 tokens: all 8 experts (0.75^600 underflows), 150 tokens each, BLOCK_SIZE_M 128 (M > 512):
+    # two blocks, 256 rows, where 150 are tokens
+    (600, 8 * 256),
+])
+def test_fused_moe_pads_each_experts_tokens_to_whole_blocks(tokens, rows):
+    cm = RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"), eff_moe=1e-6)
+    dense = max(tokens * 80_384 / (312e12 * 0.65), 80_384 / BW)  # 600 tokens: their FLOPs, 0.24 us
+    assert cm.linear_time(tokens) == pytest.approx(dense + rows * EXPERT_ROW_FLOPS / SLOW_MOE, rel=1e-9)
+
+
+def test_the_block_size_follows_vllms_default_config():
+    # get_default_config (fused_moe.py of vLLM 0.33.0, lines 1376-1383): M <= 32: 16, <= 96: 32,
+    # <= 512: 64, above: 128
+    assert [C.fused_moe_block_m(m) for m in (1, 32, 33, 96, 97, 512, 513, 8192)] == [16, 16, 32, 32, 64, 64, 128, 128]
+
+
+def test_experts_and_dense_gemms_are_kernels_of_their_own():
+    # 200 tokens at eff_moe 1: the dense GEMMs are bound by their FLOPs, 200 x 80,384 / 2.028e14
+    # = 79.3 ns over their 64.6 ns of reads; the experts by their reads, all 8 (1 - 0.75^200 =
+    # 1 - 1e-25): 8 x 24,576 B / 1.244e12 = 158.0 ns over their FLOPs (25 tokens each, one block
+    # of 64 rows: 512 x 24,576 / 2.028e14 = 62.0 ns). The step pays each bound: 237.3 ns
+    cm = RooflineCostModel(TINY_MOE, get_gpu("a100-40gb"))
+    flops = 312e12 * 0.65
+    assert cm.linear_time(200) == pytest.approx(200 * 80_384 / flops + 8 * 24_576 / BW, rel=1e-12)
+
+
+def test_router_and_shared_expert_are_dense_gemms_read_from_the_hf_config(tmp_path):
+    # Qwen1.5-MoE-A2.7B's config.json: the router (num_experts x hidden = 60 x 2048 = 122,880) and
+    # the shared expert (shared_expert_intermediate_size: 3 x 2048 x 5632 = 34,603,008) are in
+    # every token's dense GEMMs and every step's reads, beside attention (4 x 2048^2 = 16,777,216):
+    # 51,503,104 x 24 layers + LM head 151,936 x 2048 = 311,164,928 -> 1,547,239,424 parameters.
+    # A row through one routed expert (moe_intermediate_size 1408) of the 24 layers:
+    # 2 x 24 x 3 x 2048 x 1408 = 415,236,096 FLOPs. (Hugging Face's shared_expert_gate, 2,048 a
+    # layer, is not counted: 0.003 %.)
+    import json
+
+    from pagesim.sim.specs import get_model
+
+    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+           "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
+           "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
+           "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 8192,
+           "use_sliding_window": False, "sliding_window": 32768, "tie_word_embeddings": False}
+    path = tmp_path / "qwen-moe" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    m = get_model(str(path))
+    c = RooflineCostModel(m, get_gpu("h100-80gb")).constants()
+    assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2 * 1_547_239_424
+    assert c[C.LINEAR_WEIGHT_TIME_S] == 2 * 1_547_239_424 / (3350e9 * 0.8)
+    assert c[C.EXPERT_FLOPS_PER_ROW] == 415_236_096

@@ -475,8 +475,11 @@ def test_cost_model_reads_active_experts_and_fp8_peak(tmp_path):
     mixtral = get_model(write(tmp_path, MIXTRAL))
     h100 = get_gpu("h100-80gb")
     c = RooflineCostModel(mixtral, h100, 2).constants()
-    # FLOPs of the 2 active experts: 12,748,587,008 params, over TP 2
-    assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2.0 * 12_748_587_008 / 2
+    # the dense GEMMs' FLOPs: the 12,748,587,008 active params but the 2 routed experts
+    # (2 x 32 x 3 x 4096 x 14336 = 11,274,289,152), over TP 2; a token's row through one expert of
+    # every layer, 2 x 32 x 3 x 4096 x 14336 / 2, is the fused-MoE kernel's (sim.core.cost)
+    assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2.0 * 1_474_297_856 / 2
+    assert c[C.EXPERT_FLOPS_PER_ROW] == 2.0 * 5_637_144_576 / 2
     # weight reads: every step the unrouted weights, (41,943,040 attention + 32,768 router) x 32
     # + head 131,072,000 = 1,474,297,856 params x 2 B; then per distinct expert one expert of
     # each of the 32 layers, 3 x 4096 x 14336 x 32 x 2 B = 11,274,289,152 B; over TP 2
