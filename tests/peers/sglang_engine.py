@@ -629,6 +629,7 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
                 if s.waiting_queue:
                     raise RuntimeError(f"{workload.name}: SGLang scheduled nothing at {now} with "
                                        f"{len(s.waiting_queue)} waiting and nothing to arrive")
+                leaked(s, workload)
                 break
             now = arrivals[pending[0]]  # an idle engine spins until the next arrival
             continue
@@ -650,6 +651,19 @@ def drive(sglang, workload, trace, max_steps: int = 200_000) -> list:
         s.last_batch = batch
         now += STEP_S
     return steps
+
+
+def leaked(s, workload):
+    """``on_idle``'s leak checks (scheduler.py:5290-5296), transcribed for the full-attention pool
+    (scheduler_components/invariant_checker.py:97-150, :428-450): once all is done, the pool holds
+    the tree's tokens alone, none of them locked, and every request row is free."""
+    free = s.token_to_kv_pool_allocator.available_size()
+    evictable, protected = s.tree_cache.evictable_size(), s.tree_cache.protected_size()
+    rows = s.req_to_token_pool
+    if free + evictable != workload.pool_tokens or protected or len(rows.free_slots) != rows.size:
+        raise RuntimeError(f"{workload.name}: SGLang's pools leak once all is done: {free} free, {evictable} "
+                           f"evictable, {protected} protected of {workload.pool_tokens} tokens; "
+                           f"{len(rows.free_slots)} of {rows.size} rows free")
 
 
 def run_sglang(workload) -> list:
