@@ -48,7 +48,7 @@ from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.core import replay
 from pagesim.sim.core.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
-from pagesim.sim.limits import check_synthetic_workload
+from pagesim.sim.run_memory import check_synthetic_workload
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation
 from pagesim.sim.terminal import bar_columns
 from pagesim.traces import args as workload_args

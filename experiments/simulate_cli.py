@@ -89,15 +89,14 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: the core and the model presets (numba, about 0.6 s) that ``simulate --help`` need not load
     from pagesim.sim.cluster import DEFAULT_SLACK, check_cluster, run_cluster
-    from pagesim.sim.limits import check_replicas, check_synthetic_workload
+    from pagesim.sim.limits import check_replicas
+    from pagesim.sim.run_memory import check_synthetic_workload
     from pagesim.sim.run import jsonable, resolve_budget, run_simulation
 
     fixed = {"record_steps": False} if args.no_steps else {}
     summary_options = summary_options_from_args(args)
     gpus_named = any(getattr(args, f) is not None for f in ("replica_gpus", "prefill_gpu", "decode_gpu"))
-    taken = take_todays_defaults(args, skip=("gpu",) if gpus_named else ())
-    if taken:  # first: what ran unasked, and how to change it
-        print(defaults_line(taken), file=sys.stderr if args.json else sys.stdout)
+    args.defaults_taken = take_todays_defaults(args, skip=("gpu",) if gpus_named else ())
     if disaggregated(args):
         return run_disaggregated_from_args(args, fixed, summary_options)
     cfg = config_from_args(args, **fixed)
@@ -117,8 +116,10 @@ def run(args: argparse.Namespace) -> int:
     model, _gpu, _budget = resolve_budget(cfg)
     if not args.trace:
         duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
-        check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests)
+        check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests,
+                                 cfg=cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
+    say_defaults(args)
     if clustered:
         result = run_cluster(cfg, trace, replicas, router, slack, summary_options=summary_options)
         for s in result.replica_summaries:  # each replica's cost model is its GPU's
@@ -202,6 +203,7 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
                    "--prefill-replicas + --decode-replicas")
     trace, workload = workload_from_args(args, min(resolve_model(prefill_cfg), resolve_model(decode_cfg)),
                                          prefill_cfg.max_len_policy)
+    say_defaults(args)
     result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,
                                router, link, args.kv_link_gbps, summary_options, first_token)
     for s in result.replica_summaries:  # each replica's cost model is its GPU's
@@ -224,6 +226,13 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
             print("\n" + fill(f"wrote {Path(args.out) / 'summary.json'}, requests.{args.requests_format}, "
                               "steps.csv, replicas.json"))
     return 0
+
+
+def say_defaults(args: argparse.Namespace) -> None:
+    """The first line of the output, once the run's settings and workload are checked: the
+    defaults a bare command took (``sim.args.TODAYS_DEFAULTS``) and how to change them."""
+    if args.defaults_taken:
+        print(defaults_line(args.defaults_taken), file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
 def resolve_model(cfg) -> int:

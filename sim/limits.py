@@ -6,10 +6,14 @@ static slot). A configuration whose tables cannot fit in this machine's memory i
 line that says what is too large, instead of a MemoryError (or the kernel's OOM killer) after
 minutes of work.
 
-The per-unit sizes were measured (peak RSS, and tracemalloc of a fresh manager):
+A request's bytes are computed from the tables a run of the configuration actually allocates
+(``sim.run_memory.bytes_per_request``, which refuses a workload too large:
+``check_synthetic_workload``): the core's state (``sim/core/build.py``: the per-request arrays the
+options call for, the step table only when steps are recorded) and the request table beside
+the trace's frame, for two sample traces; what grows between them is per request.
 
-* :data:`BYTES_PER_REQUEST`: a 200,000-request ShareGPT run took 3.9 KiB per request above a
-  1,000-request run's peak (step rows, request rows, trace and frames included);
+The per-unit sizes of the pools were measured (tracemalloc of a fresh manager, peak RSS):
+
 * :data:`BYTES_PER_BLOCK`: a paged manager of 2M blocks took 64 bytes per block (three int64
   arrays and the free list), and the core adds its int32 free-block stack;
 * :data:`BYTES_PER_STATIC_SLOT`: a static manager of 1M slots took 40 bytes per slot;
@@ -27,7 +31,6 @@ import os
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.capacity import GiB, vattention_page_tokens
 
-BYTES_PER_REQUEST = 4096
 BYTES_PER_BLOCK = 68
 BYTES_PER_STATIC_SLOT = 40
 BYTES_PER_REPLICA = 82 * 1024
@@ -52,21 +55,6 @@ def check_fits_in_memory(need_bytes: float, what: str, advice: str) -> None:
     if need_bytes > have:
         raise ConfigError(f"{what} would need about {_gib(need_bytes)} of memory, more than this machine's "
                           f"{_gib(have)}: {advice}")
-
-
-def check_synthetic_workload(rate: float, duration_s: float | None, num_requests: int | None, *,
-                             what: str = "the workload",
-                             advice: str = "use a lower --rate, a shorter --duration or fewer --num-requests") -> None:
-    """Refuse a synthetic workload of ``rate`` req/s for ``duration_s`` (or ``num_requests``, the
-    fewer when both are given) whose request tables do not fit in memory; ``what`` names the
-    workload and ``advice`` which settings to change."""
-    count, how = float("inf"), ""
-    if duration_s is not None:
-        count, how = rate * duration_s, f"{rate:g} req/s for {duration_s:g} s"
-    if num_requests is not None and num_requests < count:
-        count, how = num_requests, f"{num_requests} requests"
-    check_fits_in_memory(count * BYTES_PER_REQUEST, f"{what} ({how}) means {count:.3g} requests, whose tables",
-                         advice)
 
 
 def pool_tables(cfg, model, capacity_tokens: int) -> tuple[int, str, int]:

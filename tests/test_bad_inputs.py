@@ -20,7 +20,9 @@ import pytest
 from pagesim.sim.cli import main
 from pagesim.sim.errors import PagesimWarning
 
-SIM = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "5", "--no-progress"]
+# --model: the vLLM paper's OPT-13B on its A100-40GB, whose pool the messages below name (a bare
+# simulate runs today's defaults, sim.args.TODAYS_DEFAULTS)
+SIM = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "5", "--no-progress", "--model", "opt-13b"]
 PLAN = ["plan", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress", "--workers", "1"]
 
 
@@ -409,15 +411,16 @@ def test_memory_limit_worked_by_hand(monkeypatch):
     """With 1 GiB of memory and 4,096 bytes per request, 2^30 / 2^12 = 262,144 requests fit and
     one more does not; 1 req/s for 262,144 s is the same count. A paged pool of 16-token blocks
     at 68 bytes each fits 2^30 // 68 = 15,790,320 blocks, i.e. 252,645,120 tokens."""
-    from pagesim.sim import limits
+    from pagesim.sim import limits, run_memory
     from pagesim.sim.config import SimConfig
     from pagesim.sim.errors import ConfigError
     from pagesim.sim.specs import get_model
     monkeypatch.setattr(limits, "physical_memory_bytes", lambda: 1 << 30)
-    limits.check_synthetic_workload(1.0, None, 262_144)
-    limits.check_synthetic_workload(1.0, 262_144.0, None)
+    monkeypatch.setattr(run_memory, "bytes_per_request", lambda cfg=None: 4096)  # (weighed: test_limits_estimate.py)
+    run_memory.check_synthetic_workload(1.0, None, 262_144)
+    run_memory.check_synthetic_workload(1.0, 262_144.0, None)
     with pytest.raises(ConfigError, match="262,145|2.62e\\+05 requests"):
-        limits.check_synthetic_workload(1.0, None, 262_145)
+        run_memory.check_synthetic_workload(1.0, None, 262_145)
     cfg, model = SimConfig.for_system("vllm"), get_model("opt-13b")
     limits.check_pool(cfg, model, 15_790_320 * 16, "given")
     with pytest.raises(ConfigError, match="1.58e\\+07 blocks of 16"):

@@ -48,7 +48,8 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import TraceError
-from pagesim.sim.limits import BYTES_PER_REQUEST, physical_memory_bytes
+from pagesim.sim.limits import physical_memory_bytes
+from pagesim.sim.run_memory import BYTES_PER_REQUEST_BOUND, bytes_per_request
 
 #: the statistics inference-perf's lifecycle metrics give (``reportgen/base.py``'s ``summarize``)
 #: that the comparison reads; the quantiles of prompt and output lengths are read in full
@@ -322,7 +323,8 @@ def read_inference_perf(folder: Path) -> RealRun:
                 raise TraceError(f"must be > 0, got {value!r}", path=str(config_path), field=f"load.stages[{i}].{key}")
             workload[f"stage.{i}.{key}"] = value
         requests = workload[f"stage.{i}.rate"] * workload[f"stage.{i}.duration"]
-        if requests * BYTES_PER_REQUEST > physical_memory_bytes():  # refused before any table is made
+        have = physical_memory_bytes()  # refused before any table is made:
+        if requests * BYTES_PER_REQUEST_BOUND > have and requests * bytes_per_request() > have:
             raise TraceError(f"{requests:.3g} requests (rate x duration): more than this machine's memory holds the "
                              "tables of", path=str(config_path), field=f"load.stages[{i}]")
     for key in ("num_groups", "num_prompts_per_group", "system_prompt_len", "question_len", "output_len"):

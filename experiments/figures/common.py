@@ -21,7 +21,7 @@ import pandas as pd
 from pagesim.experiments.run_cache import RunOutput, load_cached
 from pagesim.experiments.run_spec import RunSpec, apply_overrides, expand_grid, load_experiment
 from pagesim.experiments.sweep import run_sweep
-from pagesim.sim.limits import check_synthetic_workload
+from pagesim.sim.run_memory import check_synthetic_workload
 
 #: fraction of the trace's arrival window skipped as warm-up by the "steady" window
 WARMUP_FRAC = 0.1
