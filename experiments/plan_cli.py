@@ -352,14 +352,15 @@ def plan(args: argparse.Namespace) -> int:
     args.mode = args.mode or "max-rate"  # the default only here: --help tells a named mode from none
     taken = take_todays_defaults(args, system_given=args.systems is not DEFAULT_SYSTEMS,
                                  skip=("gpu",) if args.mode == "compare-gpus" else ())
-    if taken:  # first: what runs unasked, and how to change it
+    if taken:
         args.systems = [taken["system"]]
-        print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout)
     what = what_if_from_args(args)
     setup, slo, runner, opts = setup_from_args(args)
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
+    if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
+        print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
