@@ -9,12 +9,6 @@ out of the fit: the client's 300 s timeout aborted them, which the replay does n
 are still scored). To fit faster, each stage is replayed for ``--fit-seconds`` at its own rate
 (its latencies reach their steady state within seconds); scoring replays the whole run.
 
-Then ``moe_eff`` (the fused-MoE kernel's FLOP/s relative to the dense GEMMs') alone, with the
-six held, on the mixture-of-experts runs among them (the only runs it prices): over
-:data:`MOE_EFF_GRID`, the value of least loss; a fit with no MoE run keeps the prior 1 (a model
-held out is then priced with it). So the six are fitted as before the term, and no dense run
-depends on ``moe_eff``.
-
 Writes ``sim/data/serving/<gpu>.toml``: the constants fitted on every model, their provenance,
 and ``[error]``: each run's errors with its own model held out of the fit, and their medians.
 
@@ -54,11 +48,6 @@ FIGURES = ("ttft_mean", "tpot_mean", "e2e_mean")
 #: near the client's 300 s timeout means a queue the whole run's length, which a shortened
 #: replay cannot build)
 MAX_FAILED = 0.0
-
-
-#: the values of ``moe_eff`` tried (a grid: below ~0.3 a 2,048-token prefill step of Mixtral
-#: becomes compute-bound and the loss jumps, a cliff a simplex steps over)
-MOE_EFF_GRID = (1.0, 0.8, 0.6, 0.5, 0.4, 0.35, 0.3, 0.27, 0.25, 0.22, 0.2)
 
 
 def model_of(run) -> str:
@@ -152,31 +141,6 @@ def fit(pool, runs, iterations: int, log=print) -> tuple[np.ndarray, float]:
     return np.exp(x), value
 
 
-def is_moe(run) -> bool:
-    cfg = replay_config(run, None, {"cost_model": "serving"})
-    return resolve_budget(cfg)[0].moe is not None
-
-
-def fit_moe_eff(pool, runs, theta, log=print) -> float:
-    """``moe_eff`` of least loss over :data:`MOE_EFF_GRID` on ``runs``' MoE runs, the six
-    constants ``theta`` held; 1 where there is none."""
-    moe_runs = [r for r in runs if is_moe(r)]
-    if not moe_runs:
-        log("  moe_eff: no MoE run to fit on, the prior 1")
-        return 1.0
-    losses = {eff: loss(replay_all(pool, moe_runs, (*theta, eff))) for eff in MOE_EFF_GRID}
-    best = min(losses, key=lambda eff: (losses[eff], -eff))
-    log(f"  moe_eff on {len(moe_runs)} MoE runs: {best} (loss " + ", ".join(
-        f"{eff} {v:.5f}" for eff, v in losses.items()) + ")")
-    return best
-
-
-def fit_all(pool, runs, iterations: int, log=print) -> tuple[np.ndarray, float]:
-    """The six constants (:func:`fit`), then ``moe_eff`` with them held (:func:`fit_moe_eff`)."""
-    theta, value = fit(pool, runs, iterations, log)
-    return np.append(theta, fit_moe_eff(pool, runs, theta, log)), value
-
-
 def medians(err: pd.DataFrame, q: float = 50) -> dict:
     """The ``q``-th percentile of |error| over the runs' whole-run figures."""
     overall = err[err["scope"] == "overall"]
@@ -208,10 +172,10 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for m in models:
             print(f"without {m}:")
-            theta, _ = fit_all(pool, [r for r in fit_runs if model_of(r) != m], args.iterations)
+            theta, _ = fit(pool, [r for r in fit_runs if model_of(r) != m], args.iterations)
             held_out.append(replay_all(pool, [r for r in runs if model_of(r) == m], theta))
         print("on every model:")
-        theta, value = fit_all(pool, fit_runs, args.iterations)
+        theta, value = fit(pool, fit_runs, args.iterations)
         in_sample = replay_all(pool, runs, theta)
     held = pd.concat(held_out, ignore_index=True)
     lomo, ins = medians(held), medians(in_sample)
@@ -229,7 +193,7 @@ def main(argv=None) -> int:
             commit += " with changes not committed"
         lines = ["# The serving cost model's constants (sim/cost/serving.py): written by", "# " + " ".join(
             ["python benchmarks/fit_serving_time.py"] + (argv if argv is not None else sys.argv[1:])), "",
-                 "[constants]"] + [f"{n} = {toml_value(float(v))}" for n, v in zip((*NAMES, "moe_eff"), theta)]
+                 "[constants]"] + [f"{n} = {toml_value(float(v))}" for n, v in zip(NAMES, theta)]
         lines += ["", "[provenance]", f"facts = {toml_value(Path(args.facts).name)}",
                   f"runs = {len(runs)}", f"fitted_on_runs = {len(fit_runs)}",
                   f"models = [{', '.join(toml_value(m) for m in models)}]",
