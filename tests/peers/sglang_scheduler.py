@@ -648,6 +648,8 @@ class Engine:
             kept = [r for r in self.last_batch[1] if not r.finished() and r not in exclude]
             if len(kept) < len(self.last_batch[1]):
                 running.batch_is_full = False
+            if kept and running.is_empty():  # the prefill batch becomes the running one, unflagged (:3957-3958)
+                running.batch_is_full = False
             running.reqs = running.reqs + kept  # merge_batch :3977
         before = running.batch_size()  # :3963-3966
         running.filter_batch()
