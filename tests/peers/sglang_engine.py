@@ -578,7 +578,7 @@ class Forward:
     def __call__(self, s, batch):
         import torch
 
-        s.forward_ct += 1  # run_batch :4621-4623
+        s.forward_ct += 1  # run_batch :4621-4629
         batch.forward_iter = s.forward_ct
         batch.launch_ts = time.monotonic()
         batch.after_idle_gap = s._sched_idled
@@ -667,10 +667,11 @@ def leaked(s, workload):
 
 
 def run_sglang(workload) -> list:
-    sglang = load(workload.policy)
+    """SGLang's side over ``workload``: its steps (``drive``)."""
     import torch
 
-    quiet = logging.getLogger("sglang")  # a retraction's warning (scheduler.py:4528), once per retraction
+    sglang = load(workload.policy)
+    quiet = logging.getLogger("sglang")  # a retraction's warning (scheduler.py:4537), once per retraction
     level, threads = quiet.level, torch.get_num_threads()
     quiet.setLevel(logging.ERROR)
     torch.set_num_threads(1)  # the tensors are a batch's few hundred ids: threads only cost
