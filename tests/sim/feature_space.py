@@ -93,10 +93,36 @@ def reservation_system(seed: int, kw: dict, trace: pd.DataFrame):
     return system, kept, trace.drop(columns=["priority"], errors="ignore")  # priorities are vllm-v1's
 
 
+#: how much a stretched seed (:func:`stretched`) scales its lengths, its pool and its hash blocks
+STRETCH = 8
+
+
+def stretched(seed: int, system: str, kw: dict, trace: pd.DataFrame):
+    """The share of seeds (one in ten) whose requests, sequence limit, pool and prefix-hash blocks
+    are :data:`STRETCH` times longer (up to 1,024 tokens: a block of 256 then holds several
+    tokens' worth of a request, so hybrid models' cached states and prefix caching's align mode
+    are reached), and whose vLLM 0.4.2 chunked prefill has a token budget drawn down to one token
+    (below a group's width); drawn apart from :func:`paged_case`'s draws (as :func:`topology` is),
+    so that every other seed draws what it drew before. (system, settings, trace), or None."""
+    rng = np.random.default_rng([seed, 3])
+    if rng.random() >= 0.1:
+        return None
+    kw = dict(kw, max_seq_len=STRETCH * kw["max_seq_len"], kv_gib=STRETCH * kw["kv_gib"])
+    if system == "vllm" and kw.get("chunked_prefill"):
+        kw["chunk_budget"] = int((1, 8, 64, 512)[int(rng.integers(4))])
+    trace = trace.assign(prompt_tokens=STRETCH * trace["prompt_tokens"],
+                         output_tokens=STRETCH * trace["output_tokens"])
+    if "hash_block_tokens" in trace.attrs:
+        trace.attrs["hash_block_tokens"] *= STRETCH  # the same hashes over the longer prompts
+    return system, kw, trace
+
+
 def case(seed: int):
     """Configuration ``seed``: (system, the settings ``SimConfig.for_system`` takes, the trace);
-    one seed in five an Orca or static system (:func:`reservation_system`)."""
+    one seed in ten stretched (:func:`stretched`), one in five an Orca or static system
+    (:func:`reservation_system`)."""
     system, kw, trace = paged_case(seed)
+    system, kw, trace = stretched(seed, system, kw, trace) or (system, kw, trace)
     return reservation_system(seed, kw, trace) or (system, kw, trace)
 
 

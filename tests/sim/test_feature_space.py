@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.sim.feature_space import RESERVATION_SYSTEMS, case, outcome
+from tests.sim.feature_space import RESERVATION_SYSTEMS, STRETCH, case, outcome, paged_case
 
 SAMPLE = int(os.environ.get("PAGESIM_FEATURE_SEEDS", "80"))
 
@@ -26,3 +26,13 @@ def test_the_sample_draws_every_reservation_system():
         pytest.skip("a sample smaller than the suite's")
     drawn = {case(seed)[0] for seed in range(SAMPLE)}
     assert set(RESERVATION_SYSTEMS) <= drawn, set(RESERVATION_SYSTEMS) - drawn
+
+
+def test_the_sample_stretches_some_seeds():
+    """A stretched seed's sequence limit is STRETCH times its paged draw's; the suite's sample
+    holds some."""
+    if SAMPLE < 80:
+        pytest.skip("a sample smaller than the suite's")
+    long = [seed for seed in range(SAMPLE)
+            if case(seed)[1]["max_seq_len"] == STRETCH * paged_case(seed)[1]["max_seq_len"]]
+    assert len(long) >= 4, long
