@@ -11,7 +11,8 @@ either a prefill batch or a decode step, prefill first (``Scheduler.get_next_bat
    (``cache_unfinished_req``); then, unless ``max_running_requests`` decode already or the batch
    is full (``batch_is_full``: set when a pass ran short of memory, NO_TOKEN, with a request
    admitted or running, or at ``max_running_requests``; cleared when a request leaves the batch,
-   a chunk ran or nothing runs; scheduler.py:4098-4101, :4279-4284, :3939-3966), the waiting
+   a chunk ran, nothing runs, or the last prefill ran while nothing did, its batch then replacing
+   the running one; scheduler.py:4098-4101, :4279-4284, :3939-3966), the waiting
    queue is ordered by the policy (``SchedulePolicy.calc_priority``: ``fcfs``, the default
    ``schedule_policy`` of ``server_args.py``, keeps arrival order; ``lpm`` sorts by the longest
    cached prefix, stable, only while at most 128 wait, ``_determine_active_policy``, and puts
@@ -80,8 +81,8 @@ from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHU
                                     HOST_HIT_TOKENS, IGNORE_EOS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
                                     LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
                                     MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
-                                    NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
-                                    RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
+                                    NUM_RUNNING, NUM_RUNNING_SEQS, PREFILL_INTO_EMPTY, PREFIX_HIT_TOKENS, PREFIX_LEN,
+                                    PREFIX_LOOKUP_TOKENS, RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
                                     SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_LOAD_TOKENS, STEP_NUM_FINISHED, WAITING,
                                     WAITING_HEAD, WAITING_LEN, WAITING_REFRESHES)
 
@@ -202,10 +203,14 @@ def get_new_batch_prefill(s):
     """The prefill batch (module docstring, 1); False when it is empty."""
     c, page = s.count, s.config[BLOCK_SIZE]
     chunked = c[CHUNKED_REQUEST]
+    into_empty = c[PREFILL_INTO_EMPTY]
+    c[PREFILL_INTO_EMPTY] = 0
     # batch_is_full holds until a request leaves the batch: one finished (scheduler.py:3939-3940,
     # :3963-3966), the last prefill ran a chunk (filtered out of that batch, :3911-3940), or
-    # nothing runs (:4093-4096)
-    if c[STEP_NUM_FINISHED] or chunked >= 0 or c[DECODE_SET_SIZE] == 0:
+    # nothing runs (:4093-4096); or the batch is replaced: the last prefill ran while nothing
+    # did, and its batch (never flagged: schedule_batch.py:2482) becomes the running one
+    # (:3957-3958), where the flag was set (:4282-4284)
+    if c[STEP_NUM_FINISHED] or chunked >= 0 or c[DECODE_SET_SIZE] == 0 or into_empty:
         c[BATCH_IS_FULL] = 0
     if chunked >= 0:
         radix_cache.cache_unfinished_req(s, chunked)
@@ -332,6 +337,7 @@ def get_new_batch_prefill(s):
     c[CHUNKED_REQUEST] = new_chunked
     if num_can_run == 0:
         return False
+    c[PREFILL_INTO_EMPTY] = running_bs == 0
     # prepare_for_extend: the batch's tokens, after every lock was taken; the allocator evicts for
     # the batch's extend tokens first (alloc_token_slots, allocation.py:157), paged with a page more
     # per request (alloc_paged_token_slots_extend, :190-201)

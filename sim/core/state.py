@@ -280,6 +280,8 @@ table("count", """
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
     CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
     BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
+    PREFILL_INTO_EMPTY  sglang: 1 when the last iteration was a prefill while nothing ran: its batch
+        then becomes the running batch, not flagged full (scheduler_sglang.get_new_batch_prefill)
     WAITING_REFRESHES   sglang: the fcfs passes over a waiting queue so far (every 32nd touches
         the queue's prefixes: scheduler_sglang.touch_waiting_prefixes)
     RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds

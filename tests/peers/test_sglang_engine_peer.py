@@ -19,16 +19,7 @@ from tests.peers.importing import driver_or_skip
 pytestmark = pytest.mark.peers
 driver = driver_or_skip("0.5.23", "tests.peers.sglang_engine")
 
-#: workload -> why it diverges (an xfail, strict, citing SGLang's lines)
-KNOWN: dict = {
-    "refill-after-empty": (
-        "pagesim keeps batch_is_full across the step after a prefill that started with nothing running; "
-        "SGLang's merge makes that prefill batch the running batch (scheduler.py:3957-3958), whose own flag "
-        "is unset (ScheduleBatch.batch_is_full, schedule_batch.py:2482), so the flag set on the empty one "
-        "(:4282-4284) is dropped and the next step admits again, its running requests now charged at the "
-        "ratio (schedule_policy.py:785-794); pagesim clears it only on a finish, a chunk or nothing running "
-        "(sim/core/scheduler_sglang.py:205-209)"),
-}
+KNOWN: dict = {}  # workload -> why it diverges (an xfail, strict, citing SGLang's lines): none today
 
 
 def cases():

@@ -469,6 +469,18 @@ def test_schedule_conservativeness_scales_the_estimate():
     assert column(result, "num_prefill_tokens")[:2] == [10, 20]
 
 
+def test_a_prefill_while_nothing_ran_replaces_the_full_batch_and_admission_is_tried_again():
+    """Pool 300, 1 s steps, --no-ignore-eos. A, B, C, D (10 tokens, 100 out) at 0. Step 0: A and B
+    are taken (10 + 100 + a page = 111 each, below 300 and 189), C's 111 is not below 78: the
+    running batch, empty, is marked full (scheduler.py:4282-4284). Step 1: that prefill's batch,
+    never marked, becomes the running batch (:3957-3958), so admission is tried again: C's 111 is
+    below (300 - 20) - 2 x 99 x 0.7 = 141.4, and D's is not below 30.4. Without the replacement the
+    batch stays full and step 1 decodes A and B."""
+    result = run_simulation(sglang(300, ignore_eos=False), trace(*[(0, 10, 100)] * 4), executor=ConstExecutor())
+    assert column(result, "num_prefill_tokens")[:3] == [20, 10, 0]
+    assert column(result, "num_decode_tokens")[:3] == [0, 0, 3]
+
+
 @pytest.mark.parametrize("ignore_eos, prefill", [
     (False, [10, 20]),  # 35 below (64 - 10) - 19 x 0.7 = 40.7: taken at once
     (True, [10] + [0] * 19 + [20]),  # 35 not below 54 - 19 = 35: B waits for A to finish
@@ -486,22 +498,23 @@ def test_with_ignore_eos_a_running_requests_remaining_output_is_charged_whole(ig
 def test_a_request_reserves_a_page_beyond_its_tokens():
     """Pool 64, page 1. A (10, 20 out) and B (12, 20 out) arrive together. The adder charges A
     10 + 20 and a page (per_req_token_overhead, schedule_policy.py:1412; PrefillBudget.reserve,
-    prefill_budget.py:166): 31, leaving 33; B's 12 + 20 + 1 is not below 33, so B waits for A
-    (without the page: A 30, leaving 34, and B's 32 below it: both at step 0)."""
-    result = run_simulation(sglang(64), trace((0, 10, 20), (0, 12, 20)))
-    assert column(result, "num_prefill_tokens")[:2] == [10, 0]
-    assert result.requests["first_token_s"][1] > result.requests["finish_s"][0]
+    prefill_budget.py:166): 31, leaving 33; B's 12 + 20 + 1 is not below 33, so step 0 takes A
+    alone and B comes at step 1 (33 below 64 - 10 - A's 19 tokens to go = 35; without the page:
+    A 30, leaving 34, and B's 32 below it: both at step 0)."""
+    result = run_simulation(sglang(64), trace((0, 10, 20), (0, 12, 20)), executor=ConstExecutor())
+    assert column(result, "num_prefill_tokens")[:2] == [10, 12]
 
 
 def test_a_pass_short_of_memory_keeps_the_batch_full_until_a_request_leaves():
-    """Conservativeness 0.01, --no-ignore-eos, pool 64. A (10, 40 out) and B (20, 10 out) arrive together: at
-    step 0 B's 20 + 10 + 1 is not below 64 - A's 51 (NO_TOKEN) and the batch is marked full
-    (scheduler.py:4279-4284). At step 1 B would fit (31 below 54 - 39 x 0.007, as in the
-    conservativeness test), but a full batch tries no one (:4098-4101) until a request leaves:
-    B waits for A to finish."""
+    """Conservativeness 0.01, --no-ignore-eos, pool 64. A (10, 40 out) at 0, B and C (20, 10 out)
+    at 0.5. Step 0 takes A alone. Step 1 takes B (31 below 54 - 39 x 0.007 = 53.7); C's 31 is not
+    below 53.7 - 31 = 22.7 (NO_TOKEN) with A running: the batch is marked full
+    (scheduler.py:4279-4284). At step 2 C would fit (31 below 64 - A's 11 - B's 20, less their
+    remaining tokens x 0.007: 32.8), but a full batch tries no one (:4098-4101) until a request
+    leaves: C waits for B's 10th token, at step 10."""
     result = run_simulation(sglang(64, schedule_conservativeness=0.01, ignore_eos=False),
-                            trace((0, 10, 40), (0, 20, 10)), executor=ConstExecutor())
-    assert column(result, "num_prefill_tokens") == [10] + [0] * 39 + [20] + [0] * 9
+                            trace((0, 10, 40), (0.5, 20, 10), (0.5, 20, 10)), executor=ConstExecutor())
+    assert column(result, "num_prefill_tokens")[:12] == [10, 20] + [0] * 9 + [20]
 
 
 @pytest.mark.parametrize("prompt_a, prompt_b, pool, retracted", [(4, 4, 40, 1), (6, 4, 42, 0)])
