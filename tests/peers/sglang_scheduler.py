@@ -522,6 +522,17 @@ class Workload(sglang_radix.Workload):
         return out
 
 
+def admitted_before_the_first_finish(steps: list[SglangStep]) -> int:
+    """The requests admitted (a prefill step's) before any request finishes."""
+    admitted = set()
+    for step in steps:
+        if step.finished:
+            break
+        if step.kind == "prefill":
+            admitted |= set(step.scheduled)
+    return len(admitted)
+
+
 def hand(rows: list, block: int = 4) -> Callable[[], pd.DataFrame]:
     """``rows``: (arrival step, prompt, output, hashes)."""
     return lambda: sglang_radix.frame(rows, block)

@@ -49,16 +49,6 @@ def test_every_step_is_sglangs(name):
                                f"{len(run.theirs)} SGLang's, {run.identical} identical\n" + run.describe())
 
 
-def admitted_before_the_first_finish(steps) -> int:
-    admitted = set()
-    for step in steps:
-        if step.finished:
-            break
-        if step.kind == "prefill":
-            admitted |= set(step.scheduled)
-    return len(admitted)
-
-
 def test_the_scheduler_retracts_finishes_and_frees():
     """SGLang's own update_running_batch retracts in the retract workload and not with
     ignore_eos; every request finishes by its result processing (and frees: the driver's run
@@ -71,7 +61,8 @@ def test_the_scheduler_retracts_finishes_and_frees():
     assert finished == set(range(len(driver.WORKLOADS["retract"].trace())))
     ratio = compared("burst-p1").theirs
     whole = compared("burst-p1-ignore-eos").theirs
-    assert admitted_before_the_first_finish(whole) < admitted_before_the_first_finish(ratio) < 160
+    admitted = driver.sglang_scheduler.admitted_before_the_first_finish
+    assert admitted(whole) < admitted(ratio) < 160
     assert set().union(*(step.finished for step in ratio)) == set(range(160))
 
 
@@ -82,5 +73,5 @@ def test_the_large_bursts_fill_the_pool():
     for name in ("burst-1000-p1-ignore-eos", "burst-1000-p16"):
         workload = driver.WORKLOADS[name]
         steps = compared(name).theirs
-        assert 400 < admitted_before_the_first_finish(steps) < 700, name
+        assert 400 < driver.sglang_scheduler.admitted_before_the_first_finish(steps) < 700, name
         assert min(step.free_tokens for step in steps) < workload.pool_tokens // 1000, name

@@ -49,19 +49,9 @@ def test_the_hand_workloads_exercise_what_they_claim():
     assert not any(step.retracted for step in driver.run_sglang(driver.WORKLOADS["retract-ignore-eos"]))
 
 
-def admitted_before_the_first_finish(steps) -> int:
-    admitted = set()
-    for step in steps:
-        if step.finished:
-            break
-        if step.kind == "prefill":
-            admitted |= set(step.scheduled)
-    return len(admitted)
-
-
 def test_the_burst_workloads_fill_the_admission_budget():
     """Of 160 requests arriving at once, the budget (rem_total_tokens) admits only some before the
     first finishes; fewer with ignore_eos, whose running requests' outputs are charged whole."""
-    ratio = admitted_before_the_first_finish(driver.run_sglang(driver.WORKLOADS["burst-p1"]))
-    whole = admitted_before_the_first_finish(driver.run_sglang(driver.WORKLOADS["burst-p1-ignore-eos"]))
+    ratio = driver.admitted_before_the_first_finish(driver.run_sglang(driver.WORKLOADS["burst-p1"]))
+    whole = driver.admitted_before_the_first_finish(driver.run_sglang(driver.WORKLOADS["burst-p1-ignore-eos"]))
     assert whole < ratio < 160
