@@ -230,3 +230,12 @@ def assert_simulate_refuses(argv, words, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
+
+
+#: Qwen1.5-MoE-A2.7B's config.json (Hugging Face): 60 routed experts, 4 a token, a shared expert
+QWEN1_5_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+               "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_attention_heads": 16,
+               "num_key_value_heads": 16, "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4,
+               "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+               "max_position_embeddings": 8192, "use_sliding_window": False, "sliding_window": 32768,
+               "tie_word_embeddings": False}

@@ -32,6 +32,7 @@ from pagesim.sim.core.cost import roofline_step_time
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import get_gpu, kv_capacity
 from pagesim.sim.specs.model import MixtureOfExperts, ModelSpec
+from tests.sim.helpers import QWEN1_5_MOE
 
 BW = 1555e9 * 0.8
 TINY_MOE = ModelSpec(name="tiny-moe", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16,
@@ -153,11 +154,7 @@ def test_router_and_shared_expert_are_dense_gemms_read_from_the_hf_config(tmp_pa
 
     from pagesim.sim.specs import get_model
 
-    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
-           "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
-           "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
-           "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 8192,
-           "use_sliding_window": False, "sliding_window": 32768, "tie_word_embeddings": False}
+    cfg = dict(QWEN1_5_MOE)
     path = tmp_path / "qwen-moe" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(cfg))

@@ -19,6 +19,7 @@ from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs import GPUS, MODELS, GiB, get_gpu, get_model, kv_capacity
+from tests.sim.helpers import QWEN1_5_MOE
 
 MiB = 1 << 20
 
@@ -243,11 +244,7 @@ def test_mixtral_memory_holds_every_expert(tmp_path):
 
 
 def test_qwen_moe_shared_expert_and_sparse_step(tmp_path):
-    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
-           "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
-           "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
-           "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 8192,
-           "use_sliding_window": False, "sliding_window": 32768, "tie_word_embeddings": False}
+    cfg = dict(QWEN1_5_MOE)
     m = get_model(write(tmp_path, cfg))
     # Qwen1.5-MoE-A2.7B: per layer attention 4*2048^2 = 16,777,216 + 60 experts * 3*2048*1408
     # = 519,045,120 + shared 3*2048*5632 = 34,603,008 + router 60*2048 = 122,880 = 570,548,224,
