@@ -14,19 +14,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.peers import suite
 from tests.peers.importing import driver_or_skip
 
 pytestmark = pytest.mark.peers
 driver = driver_or_skip("0.5.23", "tests.peers.sglang_engine")
 
 KNOWN: dict = {}  # workload -> why it diverges (an xfail, strict, citing SGLang's lines): none today
-
-
-def cases():
-    for name in driver.TESTED:
-        why = KNOWN.get(name)
-        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=why)] if why else []
-        yield pytest.param(name, marks=marks, id=name)
 
 
 RUNS: dict = {}  # workload -> both sides' run, once per session (the later tests read SGLang's)
@@ -38,7 +32,7 @@ def compared(name: str):
     return RUNS[name]
 
 
-@pytest.mark.parametrize("name", list(cases()))
+@pytest.mark.parametrize("name", suite.cases(driver.TESTED, KNOWN))
 def test_every_step_is_sglangs(name):
     workload = driver.WORKLOADS[name]
     if workload.needs is not None and not workload.needs.exists():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.peers import suite
 from tests.peers.importing import driver_or_skip
 
 pytestmark = pytest.mark.peers
@@ -19,14 +20,7 @@ driver = driver_or_skip("0.5.23", "tests.peers.sglang_scheduler")
 KNOWN: dict = {}  # workload -> why it diverges (an xfail, strict, citing SGLang's lines): none today
 
 
-def cases():
-    for name in driver.WORKLOADS:
-        why = KNOWN.get(name)
-        marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=why)] if why else []
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("name", list(cases()))
+@pytest.mark.parametrize("name", suite.cases(driver.WORKLOADS, KNOWN))
 def test_every_step_is_sglangs(name):
     workload = driver.WORKLOADS[name]
     if workload.needs is not None and not workload.needs.exists():
