@@ -153,7 +153,7 @@ def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
 
 #: what a bare ``simulate`` or ``plan`` runs (none of --system, --model, --gpu given, by flag or
 #: by the --config file): vLLM v1 on a current model and GPU, what a planner asks about today.
-#: Naming any of them keeps the others at SimConfig's own defaults, the vLLM paper's (OPT-13B on an
+#: Naming any of them (or a manager or scheduler) keeps the others at SimConfig's own defaults, the vLLM paper's (OPT-13B on an
 #: A100-40GB under vLLM 0.4.2, ``reproduce``'s too), as every command line written before had them.
 TODAYS_DEFAULTS = {"system": "vllm-v1", "model": "llama-3.1-8b", "gpu": "h100-80gb"}
 
@@ -161,12 +161,15 @@ TODAYS_DEFAULTS = {"system": "vllm-v1", "model": "llama-3.1-8b", "gpu": "h100-80
 def take_todays_defaults(args: argparse.Namespace, *, system_given: bool | None = None,
                          skip: tuple[str, ...] = ()) -> dict[str, str]:
     """Where ``args`` name none of :data:`TODAYS_DEFAULTS` (``system_given``: whether a flag named
-    the system, where the command's flag is not ``--system``) and neither does the --config file,
-    set them on ``args`` (but ``skip``: settings another flag gives); returns those taken."""
+    the system, where the command's flag is not ``--system``; a manager or a scheduler named names
+    what runs too) and neither does the --config file, set them on ``args`` (but ``skip``: settings
+    another flag gives); returns those taken."""
     file = load_toml(args.config) if getattr(args, "config", None) else {}
     if system_given is None:
         system_given = getattr(args, "system", None) is not None
-    if system_given or args.model is not None or args.gpu is not None or set(TODAYS_DEFAULTS) & set(file):
+    what_runs = {*TODAYS_DEFAULTS, "manager", "scheduler"}
+    if (system_given or any(getattr(args, name, None) is not None for name in what_runs - {"system"})
+            or what_runs & set(file)):
         return {}
     taken = {name: value for name, value in TODAYS_DEFAULTS.items() if name not in skip}
     for name, value in taken.items():

@@ -485,7 +485,7 @@ def test_a_same_chip_gpu_borrows_the_measured_ones_constants_and_says_so(tmp_pat
     band = measured.error["calibrated"]["all"]
     out = tmp_path / "run"
     assert main(["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--cost-model", "calibrated",
-                 "--out", str(out), "--no-progress"]) == 0
+                 "--gpu", "a100-40gb", "--out", str(out), "--no-progress"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # the band wraps over lines within 100 columns
     assert (f"calibrated (GPU time per iteration vs measured on a100-80gb: median {100 * band['median']:.1f} %, "
             f"p90 {100 * band['p90']:.1f} %, leave-one-model-out; a100-40gb itself unmeasured: the same chip as "
@@ -580,4 +580,6 @@ def test_fit_command_writes_the_cpu_lines_and_their_provenance(tmp_path, capsys)
     p = cal.provenance["cpu_overheads"]
     assert p["file"].startswith("cpu_overheads.csv sha256:")
     assert "ray_comm_time mean" in p["rule"] and math.isclose(max(p["max_error"]), 0.0, abs_tol=1e-9)
-    assert cal.provenance["command"].endswith(f"--cpu-overheads {cpu}")
+    from pagesim.sim.cost.cli import portable  # (relative where the test's folder is beside the repository's)
+
+    assert cal.provenance["command"].endswith(f"--cpu-overheads {portable(cpu)}")

@@ -17,8 +17,8 @@ def run_cli(capsys, *argv):
     return rc, out, err
 
 
-COMMON = ("simulate", "--workload", "sharegpt", "--rate", "8", "--duration", "20", "--kv-gib", "2", "--seed", "3",
-          "--no-progress")
+COMMON = ("simulate", "--workload", "sharegpt", "--rate", "8", "--duration", "20", "--model", "opt-13b", "--kv-gib", "2",
+          "--seed", "3", "--no-progress")
 
 
 def test_cluster_writes_replica_and_cluster_summaries(tmp_path, capsys):
@@ -68,7 +68,8 @@ def test_bad_cluster_values_are_one_line_and_exit_2(capsys, argv, words):
     assert words in err and len(err.strip().splitlines()) == 1, err
 
 
-GPUS = ("simulate", "--workload", "sharegpt", "--rate", "8", "--num-requests", "40", "--seed", "3", "--no-progress")
+GPUS = ("simulate", "--workload", "sharegpt", "--rate", "8", "--num-requests", "40", "--model", "opt-13b", "--seed", "3",
+        "--no-progress")
 
 
 def test_replica_gpus_give_each_replica_its_gpus_pool(tmp_path, capsys):

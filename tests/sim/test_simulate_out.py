@@ -13,7 +13,8 @@ from pagesim.sim import run as run_module
 from pagesim.sim.cli import main
 from pagesim.sim.outdir import staged_folder
 
-RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--kv-gib", "4", "--no-progress"]
+RUN = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "20", "--model", "opt-13b", "--kv-gib", "4",
+       "--no-progress"]
 
 
 def test_full_disk_leaves_no_complete_looking_folder(tmp_path, monkeypatch, capsys):

@@ -167,16 +167,17 @@ def mooncake_file(tmp_path):
 
 def test_cli_prints_the_prefix_cache_hit_rate(tmp_path, capsys):
     rc, out, err = run_cli(capsys, "simulate", "--trace", str(mooncake_file(tmp_path)), "--prefix-caching",
-                           "--kv-gib", "4", "--no-progress")
+                           "--model", "opt-13b", "--kv-gib", "4", "--no-progress")
     assert rc == 0, err
     assert [line.split()[-2:] for line in out.splitlines() if line.startswith("prefix cache hit rate")] == [
         [f"{100 * 512 / 2200:.1f}", "%"]]
-    rc, out, err = run_cli(capsys, "simulate", "--trace", str(mooncake_file(tmp_path)), "--kv-gib", "4", "--no-progress")
+    rc, out, err = run_cli(capsys, "simulate", "--trace", str(mooncake_file(tmp_path)), "--model", "opt-13b",
+                           "--kv-gib", "4", "--no-progress")
     assert rc == 0 and "prefix cache" not in out
 
 
 def test_cli_options_reach_summary_json_and_the_table(tmp_path, capsys):
-    rc, out, err = run_cli(capsys, "simulate", "--duration", "20", "--kv-gib", "2", "--no-progress",
+    rc, out, err = run_cli(capsys, "simulate", "--duration", "20", "--model", "opt-13b", "--kv-gib", "2", "--no-progress",
                            "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,90",
                            "--goodput", "ttft:2000", "tpot:100", "--out", str(tmp_path / "run"))
     assert rc == 0, err

@@ -66,3 +66,9 @@ def test_reproduce_keeps_the_papers_defaults():
     configs = [spec.sim_config() for spec in figure_specs("fig2", quick=True, scale=1.0)]
     assert {(c.model, c.gpu) for c in configs} == {("opt-13b", "a100-40gb")}
     assert "vllm" in {c.system for c in configs} and "vllm-v1" not in {c.system for c in configs}
+
+
+def test_a_manager_or_scheduler_named_keeps_the_papers_defaults(capsys):
+    """--manager or --scheduler names what runs, as --system does: the rest stay the paper's."""
+    summary, err = simulate(capsys, "--manager", "contiguous", "--scheduler", "orca")
+    assert (summary["model"], summary["gpu"]) == ("opt-13b", "a100-40gb") and "defaults:" not in err
