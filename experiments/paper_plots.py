@@ -18,16 +18,13 @@ from pagesim.experiments import paper
 from pagesim.experiments.paper import FIG2_CATEGORIES, PAPER_SYSTEMS, fig2_paper
 from pagesim.reports.chart_checks import squeezed
 from pagesim.reports.figures import LAYOUT, OKABE_ITO, SYSTEM_COLORS
+from pagesim.sim.metrics import MEMORY_COLORS
 from pagesim.sim.metrics import downsample_steps as downsample
 
 #: Fig. 2's colours (token states green, reservation yellow, internal fragmentation vermillion,
 #: the rest light grey: Okabe & Ito's, told apart with any colour vision)
-CATEGORY_COLORS = {
-    "token_states": OKABE_ITO["green"],
-    "reservation": OKABE_ITO["yellow"],
-    "internal_frag": OKABE_ITO["vermillion"],
-    "external_frag_and_others": "#d9d9d9",
-}
+CATEGORY_COLORS = {**{name: MEMORY_COLORS[name] for name in ("token_states", "reservation", "internal_frag")},
+                   "external_frag_and_others": "#d9d9d9"}
 
 
 CATEGORY_LABELS = {

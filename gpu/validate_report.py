@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pagesim.sim.metrics import MEMORY_COLORS
+
 _MEM = ("token_states", "reservation", "internal_frag", "allocator_slack")
 
 
@@ -80,7 +82,8 @@ def figures(res) -> list:
     kvb = float(res.real.summary.get("kv_bytes_per_token", 1.0))
     x = s["start_s"]
     for c in _MEM:
-        f.add_trace(go.Scatter(x=x, y=s[f"mem_{c}"] * kvb / 2**30, mode="lines", stackgroup="sim", name=c))
+        f.add_trace(go.Scatter(x=x, y=s[f"mem_{c}"] * kvb / 2**30, mode="lines", stackgroup="sim", name=c,
+                               line=dict(color=MEMORY_COLORS[c])))
     f.add_trace(go.Scatter(x=x, y=s["pool_occupied_bytes"] / 2**30, mode="lines", name=f"{word} pool occupied",
                            line=dict(color="black", dash="dot", width=2)))
     f.update_layout(title=f"KV memory: {word} pool (block tables) vs simulator categories",

@@ -13,20 +13,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pagesim.sim.metrics import MEMORY_COLORS, OKABE_ITO
 from pagesim.sim.metrics import downsample_steps as downsample
 
 #: Okabe & Ito's colour-blind-safe palette (any two of its colours stay apart to a deuteranope,
 #: ``reports/chart_checks.py``); every chart's categories and systems take their colours from it
-OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
-             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
 #: the engine's seven slot categories (steps.csv; a run's plot shows those its steps have)
 MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
             "mem_speculative_slack", "mem_external_frag", "mem_free_idle")
-MEM_COLORS = {
-    "mem_token_states": OKABE_ITO["green"], "mem_reservation": OKABE_ITO["yellow"],
-    "mem_internal_frag": OKABE_ITO["vermillion"], "mem_allocator_slack": OKABE_ITO["orange"],
-    "mem_external_frag": "#999999", "mem_free_idle": "#e5e5e5", "mem_speculative_slack": OKABE_ITO["blue"],
-}
+MEM_COLORS = {f"mem_{category}": color for category, color in MEMORY_COLORS.items()}
 SYSTEM_COLORS = {"orca-max": OKABE_ITO["blue"], "orca-pow2": OKABE_ITO["orange"], "orca-oracle": OKABE_ITO["purple"],
                  "vllm": OKABE_ITO["vermillion"], "static": OKABE_ITO["black"], "token": OKABE_ITO["sky blue"],
                  "vattention": OKABE_ITO["green"]}

@@ -40,6 +40,13 @@ from pagesim.sim.requests import Status
 #: slots: sim/core/speculative.py)
 MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle",
                      "speculative_slack")
+#: Okabe & Ito's colour-blind-safe palette, and each slot category's colour in every chart (the
+#: reports', the paper figures', the GPU validation's)
+OKABE_ITO = {"orange": "#E69F00", "sky blue": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
+             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
+MEMORY_COLORS = {"token_states": OKABE_ITO["green"], "reservation": OKABE_ITO["yellow"],
+                 "internal_frag": OKABE_ITO["vermillion"], "allocator_slack": OKABE_ITO["orange"],
+                 "external_frag": "#999999", "free_idle": "#e5e5e5", "speculative_slack": OKABE_ITO["blue"]}
 #: a disaggregated replica's (sim/disagg.py): then the slots of blocks held by in-flight KV
 #: transfers (sim/core/remote_kv.py), in its records alone
 DISAGG_MEMORY_CATEGORIES = MEMORY_CATEGORIES + ("in_transfer",)

@@ -197,7 +197,7 @@ def test_reproduce_report(out):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode, flags, min_charts", [
-    ("max-rate", ["--systems", "orca-oracle,vllm"], 3),
+    ("max-rate", ["--systems", "orca-oracle,vllm"], 2),
     ("resources", ["--rate", "1", "--tp-options", "1", "--what-if", "block_size=32", "--systems", "vllm"], 2),
     ("compare-gpus", ["--gpus", "a100-40gb,a100-80gb", "--systems", "vllm"], 3),
 ])
