@@ -168,10 +168,12 @@ class Workload:
     needs: Path | None = None  # a file outside the repository it reads (skipped when absent)
 
     def config(self) -> SimConfig:
+        # without ignore_eos: the running requests' outputs charged at the ratio, so that the
+        # pressure workloads admit enough to evict and retract
         return SimConfig.for_system("sglang", model="llama-3.1-8b", gpu="h100-80gb", cost_model="roofline",
                                     block_size=self.page_size, kv_gib=self.pool_tokens * LLAMA_SLOT / 2**30,
                                     schedule_policy=self.policy, chunk_budget=self.chunk_budget,
-                                    max_seq_len=min(32768, self.pool_tokens))
+                                    max_seq_len=min(32768, self.pool_tokens), ignore_eos=False)
 
 
 def frame(rows: list, hash_block_tokens: int) -> pd.DataFrame:

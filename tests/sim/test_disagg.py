@@ -256,13 +256,13 @@ def test_a_replica_with_no_row_left_admits_no_one_until_a_transfer_ends():
 def test_a_request_whose_kv_landed_needs_a_free_seat_as_in_vllm():
     """vLLM admits a request whose remote KV arrived only while its running list has room
     (sched/scheduler.py:1071-1074); a transfer counts in no seat of pagesim's (a host load does,
-    and takes its own: host_tier.loading_seat). Drawn by tests/sim/feature_space.py (seed 103):
+    and takes its own: host_tier.loading_seat). Drawn by tests/sim/feature_space.py (seed 103, paged_case):
     Llama-3.1-8B, a 128-token pool of blocks of 4, max_num_seqs 1, async scheduling, 2 prefill and
     2 decode replicas behind least-kv-usage: a landed request once took a seat that was not free,
     and the decode replica's running list (max_num_seqs long) was written past its end."""
-    from tests.sim.feature_space import case
+    from tests.sim.feature_space import paged_case
 
-    system, kw, trace = case(103)
+    system, kw, trace = paged_case(103)  # (before the Orca and stretched streams)
     assert (kw["model"], kw["block_size"], kw["max_num_seqs"], kw["async_scheduling"]) == ("llama-3.1-8b", 4, 1, True)
     from pagesim.sim.config import SimConfig
     result = run_disaggregated(SimConfig.for_system(system, **kw), SimConfig.for_system(system, **kw), trace, 2, 2,
