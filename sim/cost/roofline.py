@@ -153,12 +153,10 @@ class RooflineCostModel(CpuOverhead):
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
         h = m.hidden_size
-        # one routed expert of every MoE layer (gate, up, down), whose FLOPs the fused-MoE kernel
-        # computes (sim.core.cost.routed_expert_seconds); the dense GEMMs compute the rest
-        expert_params = m.num_moe_layers * 3 * h * m.moe.expert_intermediate_size if m.moe is not None else 0
-        routed_active = m.moe.experts_per_token * expert_params if m.moe is not None else 0
-        self._lin_flops_per_token = 2.0 * (m.active_params - routed_active) / tp
-        self._expert_flops_per_row = 2.0 * expert_params / tp
+        # the dense GEMMs compute every weight but the routed experts, whose FLOPs the fused-MoE
+        # kernel computes (sim.core.cost.routed_expert_seconds)
+        self._lin_flops_per_token = 2.0 * m.unrouted_params / tp
+        self._expert_flops_per_row = 2.0 * m.routed_expert_params / tp
         self._lin_weight_time = m.unrouted_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         # a mixture of experts' routed experts, read as the step's tokens visit them (sim.core.cost)
         self._routed_experts = float(m.moe.num_experts) if m.moe is not None else 0.0

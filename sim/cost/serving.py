@@ -20,12 +20,9 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
   GPU's interconnect;
 - ``moe_eff``: a mixture of experts' fused-MoE grouped GEMMs, which pad each expert's tokens to
   the kernel's block of rows (``sim.core.cost.routed_expert_seconds``), at this fraction of the
-  dense GEMMs' FLOP/s. Not fitted: 1 (no evidence it differs). Fitted after the six on the three
-  Mixtral runs without timeouts, it falls to the edge of a cliff (0.27 with the other constants
-  fitted without CodeLlama-34B, below 0.2 without Llama-2-70B): it raises Mixtral's TTFT, which
-  is low on every model, and where it is 0.22 the whole Mixtral general run's 2,048-token prefill
-  steps turn compute-bound and its queue grows (TTFT +279 %), while its decode steps at 128
-  sequences stay bound by their reads;
+  dense GEMMs' FLOP/s. Not fitted: 1. The fitting runs hold one mixture of experts, so a fit
+  held out by model cannot set it, and a fit on that model trades it against the TTFT every model
+  under-predicts (docs/accuracy.md, the Mixtral note);
 - ``frontend_s``: what a request spends outside the engine loop (the HTTP server, tokenizing the
   prompt, detokenizing and streaming the tokens): added to its TTFT and E2E as its client sees
   them (``sim.metrics.request_latencies``), not to any step.
@@ -67,7 +64,7 @@ class ServingConstants:
     allreduce_s: float
     frontend_s: float
     #: the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (``compute_eff``):
-    #: fitted on the MoE runs of the fit; 1 (no evidence it differs) where none was fitted on
+    #: 1, not fitted (the module docstring); a constants file may give it
     moe_eff: float = 1.0
 
     @classmethod

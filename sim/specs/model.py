@@ -412,6 +412,19 @@ class ModelSpec:
                 + self.vocab_size * self.hidden_size * self.dtype_bytes)
 
     @property
+    def unrouted_params(self) -> int:
+        """Parameters one token multiplies whatever its routing: ``active_params`` but the routed
+        experts it visits (attention, dense MLPs, shared experts, routers, LM head)."""
+        return self._layer_params(active=True, routed_experts=0) + self.vocab_size * self.hidden_size
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Parameters of one routed expert (a gated MLP of ``expert_intermediate_size``) in each
+        MoE layer, summed over those layers; 0 for a dense model."""
+        moe = self.moe
+        return 0 if moe is None else self.num_moe_layers * 3 * self.hidden_size * moe.expert_intermediate_size
+
+    @property
     def routed_expert_weight_bytes(self) -> int:
         """Bytes of one routed expert (a gated MLP of ``expert_intermediate_size``) in each MoE
         layer, summed over those layers (the whole TP group); 0 for a dense model."""
