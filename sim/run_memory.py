@@ -99,7 +99,7 @@ def check_synthetic_workload(rate: float, duration_s: float | None, num_requests
         count, how = num_requests, f"{num_requests} requests"
     if count * BYTES_PER_REQUEST_BOUND <= limits.physical_memory_bytes():
         return  # (weighing the tables costs a sample run's preparation, ~0.2 s)
-    limits.check_fits_in_memory(count * bytes_per_request(cfg), f"{what} ({how}) means {count:.3g} requests, whose tables",
-                         advice)
+    limits.check_fits_in_memory(count * bytes_per_request(cfg),
+                                f"{what} ({how}) means {count:.3g} requests, whose tables", advice)
 
 
