@@ -30,7 +30,7 @@ from pagesim.sim.args import (add_sim_args, check_settings_apply, defaults_line,
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, Parser, example
 from pagesim.sim.config import SYSTEMS, SimConfig
-from pagesim.sim.cost.calibration import band_line, error_band
+from pagesim.sim.cost.calibration import band_line, gpu_time_scales, run_error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.limits import check_drafter
 from pagesim.sim.metrics import SummaryOptions
@@ -230,10 +230,11 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
     if only("max-rate", "disaggregation"):
         e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
-                       help="max-rate, disaggregation: search again with the GPU time x (1 - p90) and "
-                            "x (1 + p90) of the cost "
-                            "model's measured error on the GPU (sim/data/calibration) and report the rates "
-                            "between; nothing where the GPU is uncalibrated")
+                       help="max-rate, disaggregation: search again with the GPU time scaled by the cost "
+                            "model's measured error in the answer's regime (serving: the real runs' spread of "
+                            "sim / real - 1 for its GPU, model kind and engine, sim/data/serving/regimes.toml; "
+                            "the others: x (1 +- p90) of the timings on the GPU, sim/data/calibration) and "
+                            "report the rates between; nothing where the GPU is uncalibrated")
     e.add_argument("--steady-check", action=argparse.BooleanOptionalAction, default=True,
                    help=f"probe each answer's neighbours (rate / (1 + rtol) and rate x (1 + rtol)) on a "
                         f"{P.STEADY_FACTOR:g}x longer workload (a --trace replayed {P.STEADY_FACTOR:g} times in a "
@@ -364,18 +365,16 @@ def plan(args: argparse.Namespace) -> int:
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
-    bands = {get_gpu(g).name: error_band(cfg.cost_model, get_gpu(g).name, cfg.profile)
+    bands = {get_gpu(g).name: run_error_band(cfg, get_gpu(g).name)
              for g in (gpus if args.mode == "compare-gpus" else [cfg.gpu])}
+    scales = gpu_time_scales(bands[get_gpu(cfg.gpu).name]["cost_error"]) if args.error_band else None
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
-        err = bands[get_gpu(cfg.gpu).name]["cost_error"]
-        if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1:
-            add_error_band(result, setup, args.systems, runner, err["p90"])
+        if scales is not None:
+            add_error_band(result, setup, args.systems, runner, scales)
     elif args.mode == "disaggregation":
-        err = bands[get_gpu(cfg.gpu).name]["cost_error"]
-        p90 = err["p90"] if args.error_band and isinstance(err, dict) and 0 < err["p90"] < 1 else None
-        result = run_disaggregation(args, setup, runner, p90)
+        result = run_disaggregation(args, setup, runner, scales)
         feasible = any(r.get("gpus") is not None for r in result["fewest"]) or result["choice"] is not None
     elif args.mode == "compare-gpus":
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
@@ -418,7 +417,7 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, p90: float | None) -> dict:
+def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, scales: list[float] | None) -> dict:
     """'plan disaggregation': its options checked (one line each), then :func:`PD.disaggregation`."""
     from pagesim.sim.disagg import DISAGG_ROUTERS, check_disagg
     from pagesim.sim.specs.links import LINKS
@@ -444,19 +443,20 @@ def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, p90: flo
     cfg = SimConfig.for_system(PD.SYSTEM, seed=setup.seed, **setup.sim)
     check_disagg(cfg, cfg, 1, 1, router, args.kv_link)  # what a disaggregated run cannot take
     return PD.disaggregation(setup, args.rate, int(args.gpus[0]), runner, max_gpus=args.max_gpus, router=router,
-                             kv_link=args.kv_link, quick=args.quick, p90=p90)
+                             kv_link=args.kv_link, quick=args.quick, scales=scales)
 
 
-def add_error_band(result: dict, setup, systems, runner, p90: float) -> None:
-    """Each answer's max rate again with the GPU time x (1 + p90) (``max_rate_low_rps``) and
-    x (1 - p90) (``max_rate_high_rps``): the band the cost model's measured error implies."""
+def add_error_band(result: dict, setup, systems, runner, scales: list[float]) -> None:
+    """Each answer's max rate again with the GPU time x ``scales[0]`` (``max_rate_low_rps``) and
+    x ``scales[1]`` (``max_rate_high_rps``): the band the cost model's measured error implies
+    (``sim.cost.calibration.gpu_time_scales``)."""
     from dataclasses import replace
 
-    for scale, key in ((1 + p90, "max_rate_low_rps"), (1 - p90, "max_rate_high_rps")):
+    for scale, key in zip(scales, ("max_rate_low_rps", "max_rate_high_rps")):
         again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
         for row in result["answers"]:
             row[key] = again["max_rate_rps"][row["system"]]
-    result["error_band"] = {"p90_error": p90, "gpu_time_scales": [1 + p90, 1 - p90]}
+    result["error_band"] = {"gpu_time_scales": list(scales)}
 
 
 def write_outputs(result: dict, out: Path, report: bool = False) -> None:
@@ -521,7 +521,7 @@ def print_result(r: dict, f) -> None:
         if r.get("error_band"):
             b = r["error_band"]
             print(f"band: max req/s with the GPU time x {b['gpu_time_scales'][0]:.3f} (low) and "
-                  f"x {b['gpu_time_scales'][1]:.3f} (high), the cost model's p90 error", file=f)
+                  f"x {b['gpu_time_scales'][1]:.3f} (high), the cost model's measured error", file=f)
         c = r["cost"]
         print(f"(cost at {c['gpu']} ${c['dollars_per_gpu_hour']:.2f}/GPU-hour x TP {c['tensor_parallel']}"
               + (", illustrative price" if c["illustrative_prices"] else "") + ")", file=f)
@@ -600,6 +600,6 @@ def print_disaggregation(r: dict, f) -> None:
     if band:
         scales = band["gpu_time_scales"]
         print(fill(f"band: slow / fast = the same with the GPU time x {scales[0]:.3f} / x {scales[1]:.3f}, the "
-                   f"cost model's p90 error; the choice slow / fast: {band['choice_slow'] or 'none'} / "
+                   f"cost model's measured error; the choice slow / fast: {band['choice_slow'] or 'none'} / "
                    f"{band['choice_fast'] or 'none'}"), file=f)
     print(f"\n{r['num_simulated']} runs" + (" (--quick)" if r["quick"] else ""), file=f)

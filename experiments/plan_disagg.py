@@ -23,8 +23,9 @@ against how strict the SLO is, as DistServe's Fig. 8 draws its bottom row.
 ``quick``: at ``N`` only the splits whose prefill pool is about a quarter, a half and three
 quarters of it, and no error band for the fewest GPUs.
 
-**Band.** With the cost model's p90 error ``e`` on the GPU, each design at ``N`` is probed again
-with the GPU time x ``(1 + e)`` ("slow") and x ``(1 - e)`` ("fast"), and the fewest GPUs are
+**Band.** With the GPU time scales the cost model's measured error gives
+(``sim.cost.calibration.gpu_time_scales``), each design at ``N`` is probed again with the GPU
+time x the first ("slow") and x the second ("fast"), and the fewest GPUs are
 searched again under each (from the central answer, so a few probes each): the answers the
 cost model's error allows.
 """
@@ -175,10 +176,10 @@ def fewest_each_way(designs: Designs, units: int, most: int, runner: Runner, sha
 def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
                    max_gpus: int | None = None, router: str = "round-robin",
                    kv_link: str = "ib-ndr", quick: bool = False,
-                   p90: float | None = None) -> dict[str, Any]:
+                   scales: list[float] | None = None) -> dict[str, Any]:
     """Aggregated or disaggregated at ``gpus`` GPUs for ``rate`` (req/s), and the fewest GPUs
-    meeting the SLO each way up to ``max_gpus`` (default twice ``gpus``); ``p90``: the cost
-    model's p90 error (the band), None for none."""
+    meeting the SLO each way up to ``max_gpus`` (default twice ``gpus``); ``scales``: the GPU
+    time scales of the band (module docstring), None for none."""
     if not rate > 0:
         raise ConfigError(f"--rate must be > 0, got {rate}")
     designs = Designs(setup, float(rate), router, kv_link)
@@ -199,9 +200,9 @@ def disaggregation(setup: PlanSetup, rate: float, gpus: int, runner: Runner, *,
         share = max(split_rows, key=lambda r: r["request_goodput"])["prefill"] / units
     found = fewest_each_way(designs, units, most, runner, share)
     band = None
-    if p90 is not None:
-        band = {"p90_error": p90, "gpu_time_scales": [1 + p90, 1 - p90]}
-        for scale, key in ((1 + p90, "slow"), (1 - p90, "fast")):
+    if scales is not None:
+        band = {"gpu_time_scales": list(scales)}
+        for scale, key in zip(scales, ("slow", "fast")):
             sim = {"cost_scale": scale}
             again = {r["design"]: r for r in compare_at(designs, units, runner, quick, sim)}
             for r in rows:

@@ -13,7 +13,7 @@ from pathlib import Path
 from pagesim.sim.args import (add_sim_args, add_summary_args, config_from_args, defaults_line, summary_options_from_args,
                              take_todays_defaults)
 from pagesim.sim.cli import HelpFormatter, example
-from pagesim.sim.cost.calibration import describe_band, error_band
+from pagesim.sim.cost.calibration import describe_band, run_error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import overload_words, percentile_word
 from pagesim.sim.outdir import staged_folder
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if clustered:
         result = run_cluster(cfg, trace, replicas, router, slack, summary_options=summary_options)
         for s in result.replica_summaries:  # each replica's cost model is its GPU's
-            s.update(error_band(cfg.cost_model, s["gpu"], cfg.profile))
+            s.update(run_error_band(cfg, s["gpu"]))
     else:
         result = run_simulation(cfg, trace, progress=args.progress and not args.json,
                                 summary_options=summary_options)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if clustered and len(set(result.summary["gpu_per_replica"])) > 1:  # each replica's summary has its GPU's
         result.summary.update(cost_model=cfg.cost_model, cost_error="per GPU: see replicas.json")
     else:
-        result.summary.update(error_band(cfg.cost_model, result.summary["gpu"], cfg.profile))
+        result.summary.update(run_error_band(cfg, result.summary["gpu"]))
     if args.out:
         with staged_folder(args.out) as staged:
             result.save(staged, args.requests_format)
@@ -207,10 +207,10 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
     result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,
                                router, link, args.kv_link_gbps, summary_options, first_token)
     for s in result.replica_summaries:  # each replica's cost model is its GPU's
-        s.update(error_band(prefill_cfg.cost_model, s["gpu"], prefill_cfg.profile))
+        s.update(run_error_band(prefill_cfg, s["gpu"]))
     result.summary["workload"] = workload
     if prefill_cfg.gpu == decode_cfg.gpu:
-        result.summary.update(error_band(prefill_cfg.cost_model, result.summary["prefill_gpu"], prefill_cfg.profile))
+        result.summary.update(run_error_band(prefill_cfg, result.summary["prefill_gpu"]))
     else:
         result.summary.update(cost_model=prefill_cfg.cost_model, cost_error="per GPU: see replicas.json")
     if args.out:

@@ -21,7 +21,7 @@ from pagesim.gpu import validate_cli as gpu_validate
 from pagesim.sim.args import SIM_FLAGS
 from pagesim.sim.specs import get_gpu
 from pagesim.sim.cli import HelpFormatter, example
-from pagesim.sim.cost.calibration import band_line, error_band
+from pagesim.sim.cost.calibration import band_line, run_error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import jsonable
 from pagesim.sim.terminal import fill
@@ -117,7 +117,7 @@ def shipped_table(against: str) -> str:
 
 def run_band_line(cfg) -> str:
     """The cost model that ran and its measured error band, wrapped to 100 columns."""
-    return band_line(error_band(cfg.cost_model, get_gpu(cfg.gpu).name, cfg.profile), cfg.gpu)
+    return band_line(run_error_band(cfg), cfg.gpu)
 
 
 def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:

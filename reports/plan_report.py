@@ -93,7 +93,7 @@ def curves_figure(points: list[dict], slo: dict, answers: dict[str, float | None
 def answers_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, color: str | None = None,
                    low: str | None = None, high: str | None = None) -> go.Figure:
     """Each answer ``y`` as a dot against ``x`` (one colour per ``color``), with its band from
-    ``low`` to ``high`` (the cost model's p90 error: ``max_rate_low_rps``..``max_rate_high_rps``)
+    ``low`` to ``high`` (the cost model's measured error: ``max_rate_low_rps``..``max_rate_high_rps``)
     as an interval where the rows carry it; the axis from zero."""
     df = pd.DataFrame(rows)
     fig = go.Figure()
@@ -106,7 +106,7 @@ def answers_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, co
         if low in g and high in g and g[low].notna().all() and g[high].notna().all():
             error = dict(type="data", array=(g[high] - g[y]).tolist(), arrayminus=(g[y] - g[low]).tolist(),
                          visible=True, width=10)
-        label = "band: the cost model's p90 error" if error else ""
+        label = "band: the cost model's measured error" if error else ""
         fig.add_trace(go.Scatter(x=g[x].astype(str), y=g[y], mode="markers+text", error_y=error,
                                  name=str(name) if name is not None else ytitle, showlegend=name is not None,
                                  marker=dict(size=11, color=list(OKABE_ITO.values())[i % len(OKABE_ITO)]),
@@ -173,7 +173,7 @@ def plan_report(result: dict, path: str | Path) -> Path:
     mode = result.get("mode", "max-rate")
     slo = result.get("slo", {})
     if mode == "max-rate":
-        band = " with the band the cost model's p90 error implies" if result.get("error_band") else ""
+        band = " with the band the cost model's measured error implies" if result.get("error_band") else ""
         figs.append(("Max sustainable rate", answers_figure(
             result["answers"], "system", "max_rate_rps", f"Highest request rate meeting the SLO{band}", "req/s",
             low="max_rate_low_rps", high="max_rate_high_rps")))

@@ -90,7 +90,7 @@ SIM_FLAGS = {
                             "GPU timings per operation (sim/data/calibration/<gpu>.toml); serving: fitted end to "
                             "end on real vLLM serving runs (sim/data/serving/<gpu>.toml: h100-80gb)"),
     "cost_scale": dict(type=float, help="multiply the cost model's GPU time (CPU overheads kept): a what-if, and "
-                                        "how plan's error band reruns at 1 -/+ the measured p90 error (default 1)"),
+                                        "how plan's error band reruns at the scales of the measured error (default 1)"),
     "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "
                          "instead of roofline)"),
     "step_overhead_ms": dict(type=float, help="fixed per-iteration overhead in ms (default 3)"),

@@ -145,7 +145,7 @@ class SimConfig:
     # roofline, calibrated (sim/cost/calibrated.py) or serving (sim/cost/serving.py); a profile means
     # the table model. None: the scheduler's default (default_cost_model)
     cost_model: str | None = None
-    cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: 1 -/+ its p90 error)
+    cost_scale: float = 1.0  # the cost model's GPU time x this (plan's error band: calibration.gpu_time_scales)
     profile: str | None = None  # profile CSV for the table cost model
     step_overhead_ms: float | None = None  # None: cost-model default (roofline: 3 ms)
     per_seq_overhead_ms: float | None = None  # None: cost-model default (roofline: 0.02 ms)

@@ -241,18 +241,21 @@ def load_calibration(gpu: str) -> Calibration:
     return Calibration.from_toml(calibration_path(source))
 
 
-def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
+def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bool | None = None,
+               scheduler: str | None = None, max_num_seqs: int | None = None) -> dict:
     """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
     report it: ``{"cost_model": ..., "cost_error": {"median", "p90", "max", "cells", "method",
     "source", "measured_on"}}``, or ``"cost_error": "uncalibrated: ..."`` where neither ``gpu``
     nor its :data:`SAME_CHIP` sibling has measurements. ``measured_on`` names the sibling when
-    ``gpu`` borrows its constants: the band was measured there, not on ``gpu``."""
+    ``gpu`` borrows its constants: the band was measured there, not on ``gpu``. The serving
+    model's band is its regime's (``sim.cost.regime``: ``moe``, ``scheduler``, ``max_num_seqs``;
+    :func:`run_error_band` passes a run's)."""
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
     if cost_model == "serving":
-        from pagesim.sim.cost.serving import serving_band  # its own file, its own runs
+        from pagesim.sim.cost.serving import FITTED_ON, serving_band  # its own file, its own runs
 
-        band = serving_band(gpu)
+        band = serving_band(gpu, moe, scheduler, max_num_seqs, same_chip=SAME_CHIP.get(gpu) == FITTED_ON)
         if isinstance(band, dict):  # borrowed from the same chip, or from another GPU altogether
             band["same_chip"] = SAME_CHIP.get(gpu) == band["measured_on"]
         return {"cost_model": cost_model, "cost_error": band}
@@ -268,6 +271,30 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None) -> dict:
     band["source"] = f"sim/data/calibration/{path.name}"
     band["measured_on"] = source
     return {"cost_model": cost_model, "cost_error": band}
+
+
+def run_error_band(cfg, gpu: str | None = None) -> dict:
+    """:func:`error_band` of a run of ``cfg`` (a SimConfig) on ``gpu`` (default its own, by its
+    preset's name): its model's kind, its engine and its batch limit say the serving model's
+    regime."""
+    from pagesim.sim.specs import get_gpu, get_model
+
+    gpu = gpu or get_gpu(cfg.gpu).name
+    return error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
+                      scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs)
+
+
+def gpu_time_scales(err) -> list[float] | None:
+    """The GPU time scales ``[slow, fast]`` that bracket an answer with the measured error ``err``
+    (an :func:`error_band`'s ``cost_error``; None without one): with the serving model's signed
+    spread, real = sim / (1 + e) at its 10th and 90th percentiles (``low``, ``high``), each side
+    kept at or beyond the answer itself (a model too fast everywhere brackets it from x 1 up);
+    with a p90 of |error| alone, x (1 + p90) and x (1 - p90)."""
+    if not isinstance(err, dict):
+        return None
+    if "low" in err:
+        return [1 / (1 + min(err["low"], 0.0)), 1 / (1 + max(err["high"], 0.0))]
+    return [1 + err["p90"], 1 - err["p90"]] if 0 < err["p90"] < 1 else None
 
 
 def band_line(band: dict, gpu: str) -> str:
@@ -289,5 +316,9 @@ def describe_band(band: dict, gpu: str) -> str:
     else:
         borrowed = f"; {gpu} itself unmeasured"
     what = err.get("what", f"GPU time per iteration vs measured on {measured_on}")
-    return (f"{band['cost_model']} ({what}: median {100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %, "
-            f"{err['method']}{borrowed})")
+    stats = f"median {100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %"
+    if "regime" in err:  # the serving model's: its signed spread, and its regime in place of the method
+        stats += (f", sim / real - 1 from {100 * err['low']:+.1f} to {100 * err['high']:+.1f} % (10th-90th "
+                  "percentile)")
+        return f"{band['cost_model']} ({what}: {stats}; " + "; ".join(err["regime"]) + ")"
+    return f"{band['cost_model']} ({what}: {stats}, {err['method']}{borrowed})"

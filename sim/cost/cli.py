@@ -4,7 +4,8 @@
 * ``fit``: the calibrated roofline's constants of one GPU, with provenance and measured error
   (``sim/cost/calibration_fit.py``), written as ``sim/data/calibration/<gpu>.toml`` is;
 * ``import``: measured tables as a profile CSV for the table cost model
-  (``sim/cost/profile_format.py``).
+  (``sim/cost/profile_format.py``);
+* ``bands``: the serving model's error by regime against real serving runs (``sim/cost/regime.py``).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("cost", help="cost models against measured GPU timings: error, fit, import",
+    p = sub.add_parser("cost", help="cost models against measured GPU timings: error, fit, import; bands",
                        formatter_class=HelpFormatter, description=__doc__,
                        epilog=example(f"pagesim cost error --measured {SHARED} --model llama-2-7b --gpu a100-80gb",
                                       f"pagesim cost fit --measured {SHARED} --gpu a100-80gb --out a100-80gb.toml",
                                       f"pagesim cost import --measured {SHARED} --model llama-2-7b --gpu a100-80gb "
-                                      "--out llama-2-7b.csv"))
+                                      "--out llama-2-7b.csv", "pagesim cost bands"))
     cs = p.add_subparsers(dest="cost_command", metavar="COMMAND", required=True)
 
     e = _subcommand(cs, "error", run_error, "a cost model's error against measured iterations",
@@ -96,6 +97,18 @@ def register(sub) -> None:
                    help="number of layers (default: the model preset's; needed for a model without preset)")
     i.add_argument("--out", required=True, metavar="FILE.csv", help="profile CSV to write")
 
+    b = cs.add_parser("bands", help="the serving model's error by regime, from real runs",
+                      formatter_class=HelpFormatter,
+                      description="Print each regime's real runs and the serving cost model's error on them (sim / "
+                                  "real - 1 of the whole run's mean E2E, TTFT and TPOT: median and p90 of |error|, "
+                                  "10th and 90th percentile of the signed error), as sim/data/serving/regimes.toml "
+                                  "keeps them (benchmarks/serving_bands.py writes it; sim/cost/regime.py reads "
+                                  "it). An answer's band is the widest of its regime's rows: moe or dense by its "
+                                  "model, with held-out-gpu beside it on a GPU without fitted runs.",
+                      epilog=example("pagesim cost bands", "pagesim cost bands --json"))
+    b.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    b.set_defaults(func=run_bands)
+
 
 def _subcommand(cs, name: str, func, help_: str, description: str, *examples: str,
                 with_model: bool = True) -> argparse.ArgumentParser:
@@ -117,6 +130,31 @@ def _read(args):
     gpu = get_gpu(args.gpu)
     measured = read_measured(args.measured, gpu.name)
     return gpu, measured, check_model(measured, args.model)
+
+
+def run_bands(args: argparse.Namespace) -> int:
+    """``pagesim cost bands``: one row per regime (:func:`sim.cost.regime.regime_table`)."""
+    from pagesim.sim.cost.regime import REGIMES_PATH, regime_table
+
+    rows = regime_table()
+    if not rows:
+        raise ConfigError(f"{REGIMES_PATH}: no regimes; run benchmarks/serving_bands.py")
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'regime':<13}{'runs':>5}  {'E2E median':>10} {'p90':>6} {'10th':>7} {'90th':>7}  "
+          f"{'TTFT median':>11} {'TPOT median':>11}")
+    for name, r in rows.items():
+        pct = lambda v: f"{100 * v:.1f}"  # noqa: E731
+        sign = lambda v: f"{100 * v:+.1f}"  # noqa: E731
+        print(f"{name.replace('_', '-'):<13}{r['runs']:>5}  {pct(r['median']):>10} {pct(r['p90']):>6} {sign(r['low']):>7} "
+              f"{sign(r['high']):>7}  {pct(r['ttft_median']):>11} {pct(r['tpot_median']):>11}")
+    for name, r in rows.items():
+        print(fill(f"{name.replace('_', '-')}: {r['runs']} runs on {r['gpu']}, {r['method']}"))
+    print(fill("percent; sim / real - 1 of each run's mean E2E (median, p90: of its absolute value; 10th, 90th: "
+               "signed, negative where the model is too fast), TTFT and TPOT; an answer's band is the widest of "
+               "its regime's rows (sim/cost/regime.py)"))
+    return 0
 
 
 def run_error(args: argparse.Namespace) -> int:

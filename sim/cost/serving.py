@@ -44,6 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pagesim.sim.config import read_toml
+from pagesim.sim.cost.regime import regime_band
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -91,21 +92,25 @@ def load_serving(gpu: str) -> tuple[ServingConstants, str, dict]:
     return ServingConstants.from_dict(data.get("constants", {}), str(path)), source, data.get("error", {})
 
 
-def serving_band(gpu: str) -> dict | str:
+def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None,
+                 max_num_seqs: int | None = None, same_chip: bool = False) -> dict | str:
     """The serving model's error against real runs, as ``sim.cost.calibration.error_band`` hands it
-    on: the runs' mean E2E, leave-one-model-out (median and p90 of |sim / real - 1|), with the
-    runs' TTFT and TPOT medians beside it; where it was measured."""
+    on: the mean E2E's median and p90 of |sim / real - 1| and its signed 10th and 90th percentiles
+    (``low``, ``high``), with TTFT's and TPOT's beside them, over the real runs of the answer's
+    regime (``sim.cost.regime.regime_band``: a mixture of experts or not (``moe``), ``gpu``
+    fitted or not, ``scheduler``'s engine, batches up to ``max_num_seqs``); where it was measured."""
     try:
         _, fitted_on, err = load_serving(gpu)
     except ConfigError as e:
         return f"unfitted: {e}"
-    if "median_e2e_mean" not in err:
-        return f"unscored: {serving_path(fitted_on).name} has no [error]"
-    return {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
-            "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
-            "runs": err.get("runs", 0), "method": err.get("method", ""),
-            "what": f"mean E2E vs {err.get('runs', 0)} real vLLM runs on {fitted_on}",
-            "source": f"sim/data/serving/{fitted_on}.toml",
+    band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs)
+    if band is None:
+        if "median_e2e_mean" not in err:
+            return f"unscored: {serving_path(fitted_on).name} has no [error]"
+        band = {"median": err["median_e2e_mean"], "p90": err["p90_e2e_mean"],
+                "ttft_median": err["median_ttft_mean"], "tpot_median": err["median_tpot_mean"],
+                "runs": err.get("runs", 0), "what": f"mean E2E vs {err.get('runs', 0)} real vLLM runs on {fitted_on}"}
+    return {**band, "method": err.get("method", ""), "source": f"sim/data/serving/{fitted_on}.toml",
             "measured_on": fitted_on}
 
 

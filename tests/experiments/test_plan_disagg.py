@@ -143,7 +143,7 @@ def test_only_disaggregation_meets_at_four_gpus_and_the_fewest_each_way():
 
 def test_the_band_probes_the_slower_and_faster_gpu():
     runner = RuleRunner(interference)
-    r = PD.disaggregation(SETUP, 4.0, 4, runner, p90=0.1)
+    r = PD.disaggregation(SETUP, 4.0, 4, runner, scales=[1.1, 0.9])
     # slow (x 1.1): aggregated needs 6, splits D >= 3: at 4 only 1:3 passes; fast (x 0.9):
     # aggregated needs 4 (passes at 4, goodput 2), every split D >= 1 passes; 1:3's goodput 3 wins
     meets = {d["design"]: (d["meets_slow"], d["meets_fast"]) for d in r["designs"]}

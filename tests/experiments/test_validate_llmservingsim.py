@@ -94,7 +94,7 @@ def test_cli_replays_an_llmservingsim_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "RTX4090-Llama-3.1-8B (llmservingsim, 3 requests measured)" in out
     assert "vllm-v1 on rtx-4090, TP 1" in out and "overall  TTFT" in out
-    assert "rtx-4090 itself unmeasured" in out
+    assert "rtx-4090: no fitted run" in out
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
@@ -118,10 +118,12 @@ def test_rtx_presets(name, alias, mem_mib, bf16, fp8, bandwidth, link):
 
 @pytest.mark.parametrize("gpu", ["rtx-4090", "rtx-pro-6000"])
 def test_rtx_presets_say_they_are_unmeasured(gpu):
-    """No measurement of their own: the serving model's band is the H100's and says so."""
-    band = error_band("serving", gpu)
+    """No fitted run of their own: the serving model's constants are the H100's, and the band
+    takes the runs on GPUs held out of the fit and says so."""
+    band = error_band("serving", gpu, moe=False)
     assert band["cost_error"]["measured_on"] == "h100-80gb"
-    assert f"{gpu} itself unmeasured" in describe_band(band, gpu)
+    assert band["cost_error"]["regime_sets"] == ["dense", "held_out_gpu"]
+    assert f"{gpu}: no fitted run; the band takes" in describe_band(band, gpu)
 
 
 QWEN3_32B = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "head_dim": 128, "hidden_size": 5120,

@@ -62,18 +62,29 @@ def test_the_front_end_adds_to_ttft_and_e2e_not_to_tpot():
     assert with_front.summary["mean_ttft_ms"] == pytest.approx(without.summary["mean_ttft_ms"] + 7.0)
 
 
-def test_the_band_is_the_files_held_out_error():
-    """simulate, plan and reproduce print the serving model's error against real runs as its
-    file states it (leave-one-model-out), and say where it was measured."""
+def test_the_band_is_the_regimes_held_out_error():
+    """simulate, plan and reproduce print the serving model's error against real runs from its
+    regime's runs (sim/cost/regime.py; its rules: tests/sim/test_cost_regime.py), say where it
+    was measured, and fall back on the constants file's one band without a regimes file."""
     _, fitted_on, err = load_serving("h100-80gb")
-    band = serving_band("h100-80gb")
     assert fitted_on == "h100-80gb"
+    dense = error_band("serving", "h100-80gb", moe=False, scheduler="vllm-v1", max_num_seqs=128)["cost_error"]
+    assert dense["regime_sets"] == ["dense"] and dense["measured_on"] == "h100-80gb"
+    line = describe_band(error_band("serving", "h100-80gb", moe=False), "h100-80gb")
+    assert "real vLLM runs" in line and "leave-one-model-out" in line and "no fitted run" not in line
+    other = describe_band(error_band("serving", "a100-80gb", moe=False), "a100-80gb")
+    assert "a100-80gb: no fitted run" in other and "same chip" not in other
+    assert "h200-141gb: no run of its own" in describe_band(error_band("serving", "h200-141gb"), "h200-141gb")
+
+
+def test_without_regimes_the_files_one_band(monkeypatch, tmp_path):
+    from pagesim.sim.cost import serving
+
+    monkeypatch.setattr(serving, "regime_band", lambda *a, **k: None)
+    _, _, err = load_serving("h100-80gb")
+    band = serving_band("h100-80gb")
     assert (band["median"], band["p90"]) == (err["median_e2e_mean"], err["p90_e2e_mean"])
-    line = describe_band(error_band("serving", "h100-80gb"), "h100-80gb")
-    assert "real vLLM runs" in line and "leave-one-model-out" in line and "itself" not in line
-    other = describe_band(error_band("serving", "a100-80gb"), "a100-80gb")
-    assert "a100-80gb itself unmeasured" in other and "same chip" not in other
-    assert "the same chip as h100-80gb" in describe_band(error_band("serving", "h200-141gb"), "h200-141gb")
+    assert "low" not in band
 
 
 def test_default_cost_model_per_engine():

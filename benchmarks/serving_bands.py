@@ -1,0 +1,127 @@
+"""The serving cost model's error by regime, written to ``sim/data/serving/regimes.toml``.
+
+Every band that ``simulate``, ``plan``, ``validate`` and ``reproduce`` print with the serving
+cost model comes from the real runs of the answer's regime (``sim/cost/regime.py`` reads this
+file):
+
+- ``dense`` and ``moe``: each fitting run's error with its own model held out of the fit
+  (leave-one-model-out), as ``benchmarks/fit_serving_time.py`` wrote them into the fitted GPU's
+  constants file, split by whether the run's model is a mixture of experts (the model preset's
+  own fields, through the run's replay configuration);
+- ``held_out_gpu``: runs on GPUs the constants were not fitted on (leave-one-GPU-out: the fit saw
+  the fitted GPU's runs alone), replayed here from their own folders with the shipped constants:
+  LLMServingSim's vLLM 0.19.0 runs (casys-kaist/LLMServingSim at 5daddb21, MIT,
+  ``bench/examples/<GPU>/<run>/vllm/``), given with ``--llmservingsim DIR`` (the ``bench/examples``
+  folder). A run the replay refuses (expert parallelism) is named and left out.
+
+Each regime keeps its runs' names and signed errors (sim / real - 1 of the whole run's mean E2E,
+TTFT and TPOT); the medians and quantiles are computed where they are read. The fitted runs'
+largest ``max_num_seqs`` is kept too: a configuration that may batch more is extrapolated.
+
+    python benchmarks/serving_bands.py --llmservingsim /path/to/LLMServingSim/bench/examples
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+from _import_path import ROOT, import_path
+
+import_path()
+
+from pagesim.experiments.real_validate import replay_config, validate_run  # noqa: E402
+from pagesim.sim.config import read_toml  # noqa: E402
+from pagesim.sim.cost.regime import METRICS, REGIMES_PATH  # noqa: E402
+from pagesim.sim.cost.serving import FITTED_ON, serving_path  # noqa: E402
+from pagesim.sim.errors import PagesimError  # noqa: E402
+from pagesim.sim.specs import get_model  # noqa: E402
+from pagesim.traces.real_runs import read_real_runs  # noqa: E402
+
+DEFAULT_FACTS = ROOT / "experiments" / "data" / "real_runs_h100.csv"
+LLMSERVINGSIM_SOURCE = "casys-kaist/LLMServingSim@5daddb21 bench/examples (MIT; vLLM 0.19.0)"
+
+
+def is_moe(run, gpu: str) -> bool:
+    return get_model(replay_config(run, gpu).model).moe is not None
+
+
+def fitted_regimes(facts: Path, gpu: str) -> tuple[dict, int]:
+    """The dense and MoE runs' held-out errors from ``gpu``'s constants file, and the fitted runs'
+    largest ``max_num_seqs``."""
+    err = read_toml(serving_path(gpu), "serving constants").get("error", {})
+    regimes = {"dense": {}, "moe": {}}
+    largest = 0
+    for run in read_real_runs(facts):
+        if run.info.get("gpu", gpu) != gpu:
+            continue
+        largest = max(largest, int(run.engine.get("max_num_seqs", 0)))
+        errors = [err.get(f"{run.name}.{m}_mean") for m in METRICS]
+        if any(e is None for e in errors):
+            raise SystemExit(f"{serving_path(gpu)} has no held-out error of {run.name}: refit first")
+        regimes["moe" if is_moe(run, gpu) else "dense"][run.name] = errors
+    return regimes, largest
+
+
+def held_out_gpu_runs(folder: Path) -> dict:
+    """Each LLMServingSim run under ``folder`` replayed with the shipped constants: run -> errors,
+    and the GPUs they ran on."""
+    out, gpus = {}, set()
+    for path in sorted(folder.glob("*/*/vllm")):
+        for run in read_real_runs(path.parent):
+            try:
+                cfg = replay_config(run, None, {"cost_model": "serving"})
+                overall = validate_run(run, cfg).errors()
+            except PagesimError as e:
+                print(f"  {run.name}: left out ({e})")
+                continue
+            overall = overall[overall["scope"] == "overall"].set_index("metric")["error"]
+            out[f"{run.name} ({cfg.gpu}, TP {cfg.tensor_parallel})"] = [float(overall[f"{m}_mean"]) for m in METRICS]
+            gpus.add(cfg.gpu)
+    return out, sorted(gpus)
+
+
+def toml_table(name: str, runs: dict, **fields) -> list[str]:
+    lines = ["", f"[regimes.{name}]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"'
+                                         for k, v in fields.items()]
+    lines.append("runs = [" + ", ".join(f'"{r}"' for r in runs) + "]")
+    for i, m in enumerate(METRICS):
+        lines.append(f"{m} = [" + ", ".join(f"{e[i]:.6g}" for e in runs.values()) + "]")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--facts", default=str(DEFAULT_FACTS), help="the fitting runs' fact table")
+    p.add_argument("--llmservingsim", type=Path, help="LLMServingSim's bench/examples folder (held-out GPUs)")
+    p.add_argument("--out", type=Path, default=REGIMES_PATH)
+    args = p.parse_args(argv)
+    regimes, largest = fitted_regimes(Path(args.facts), FITTED_ON)
+    held, gpus = held_out_gpu_runs(args.llmservingsim) if args.llmservingsim else ({}, [])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    lines = ["# The serving cost model's error by regime (sim/cost/regime.py reads it): written by",
+             "# python benchmarks/serving_bands.py" + (" --llmservingsim DIR" if held else ""), "",
+             "[provenance]", f'fitted_on = "{FITTED_ON}"', f'constants = "{serving_path(FITTED_ON).name}"',
+             f'facts = "{Path(args.facts).name}"', f'held_out_source = "{LLMSERVINGSIM_SOURCE if held else ""}"',
+             f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"', "",
+             "[fitted]", f"max_num_seqs = {largest}"]
+    lines += toml_table("dense", regimes["dense"], method="leave-one-model-out", gpu=FITTED_ON)
+    lines += toml_table("moe", regimes["moe"], method="leave-one-model-out", gpu=FITTED_ON)
+    if held:
+        lines += toml_table("held_out_gpu", held, method=f"leave-one-GPU-out: fitted on {FITTED_ON} alone",
+                            gpu=", ".join(gpus))
+    args.out.write_text("\n".join(lines) + "\n")
+    for name, runs in (*regimes.items(), ("held_out_gpu", held)):
+        print(f"{name}: {len(runs)} runs")
+        for run, e in runs.items():
+            print(f"  {run:<62} " + "  ".join(f"{m} {100 * v:+6.1f} %" for m, v in zip(METRICS, e)))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

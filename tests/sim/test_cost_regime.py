@@ -1,0 +1,181 @@
+"""The serving model's band by regime (sim/cost/regime.py), worked by hand on a small regimes
+file; and the shipped regimes file checked against the fitted constants file it was written from."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pagesim.experiments.real_validate import replay_config
+from pagesim.sim.config import read_toml
+from pagesim.sim.cost.calibration import gpu_time_scales
+from pagesim.sim.cost.regime import METRICS, REGIMES_PATH, load_regimes, regime_band, statistics, widest
+from pagesim.sim.cost.serving import serving_path
+from pagesim.sim.specs import get_model
+from pagesim.traces.real_runs import read_real_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HAND = """
+[fitted]
+max_num_seqs = 128
+
+[regimes.dense]
+method = "leave-one-model-out"
+gpu = "h100-80gb"
+runs = ["a", "b", "c", "d", "e"]
+e2e = [-0.3, -0.1, 0.0, 0.1, 0.2]
+ttft = [0.0, 0.0, 0.0, 0.0, 0.0]
+tpot = [0.1, 0.1, 0.1, 0.1, 0.1]
+
+[regimes.moe]
+method = "leave-one-model-out"
+gpu = "h100-80gb"
+runs = ["m1", "m2"]
+e2e = [-0.5, -0.1]
+ttft = [-0.2, -0.2]
+tpot = [-0.4, 0.0]
+
+[regimes.held_out_gpu]
+method = "leave-one-GPU-out"
+gpu = "rtx-4090"
+runs = ["g1", "g2"]
+e2e = [0.0, 0.4]
+ttft = [0.1, 0.1]
+tpot = [0.0, 0.0]
+"""
+
+
+@pytest.fixture
+def hand(tmp_path):
+    path = tmp_path / "regimes.toml"
+    path.write_text(HAND)
+    load_regimes.cache_clear()
+    yield path
+    load_regimes.cache_clear()
+
+
+def test_statistics_by_hand():
+    s = statistics({"e2e": [-0.3, -0.1, 0.0, 0.1, 0.2], "ttft": [0.0] * 5, "tpot": [0.1] * 5})
+    # |e| sorted 0, .1, .1, .2, .3: median .1; p90 at rank 3.6: .2 + .6 x .1
+    assert s["median"] == pytest.approx(0.1) and s["p90"] == pytest.approx(0.26)
+    # signed sorted -.3, -.1, 0, .1, .2: 10th at rank .4: -.3 + .4 x .2; 90th at 3.6: .1 + .6 x .1
+    assert s["low"] == pytest.approx(-0.22) and s["high"] == pytest.approx(0.16)
+    assert s["tpot_median"] == pytest.approx(0.1) and s["ttft_low"] == 0.0
+
+
+def test_widest_takes_each_side_apart():
+    w = widest([{"median": 0.1, "p90": 0.3, "low": -0.2, "high": 0.1},
+                {"median": 0.2, "p90": 0.25, "low": -0.1, "high": 0.3}])
+    assert w == {"median": 0.2, "p90": 0.3, "low": -0.2, "high": 0.3}
+
+
+def test_a_dense_model_on_the_fitted_gpu_is_the_dense_runs_alone(hand):
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=False, scheduler="vllm-v1", max_num_seqs=128, path=hand)
+    assert band["regime_sets"] == ["dense"] and band["runs"] == 5
+    assert band["low"] == pytest.approx(-0.22)
+    assert band["regime"] == ["dense models: 5 runs on h100-80gb, leave-one-model-out"]
+
+
+def test_a_mixture_of_experts_takes_the_moe_runs(hand):
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=True, path=hand)
+    # e2e -.5, -.1: |e| median .3; signed 10th -.5 + .1 x .4 = -.46, 90th -.5 + .9 x .4 = -.14
+    assert band["regime_sets"] == ["moe"]
+    assert band["median"] == pytest.approx(0.3) and band["low"] == pytest.approx(-0.46)
+    assert band["high"] == pytest.approx(-0.14)
+
+
+def test_an_unfitted_gpu_widens_with_the_held_out_gpus(hand):
+    band = regime_band("a100-80gb", "h100-80gb", False, moe=False, path=hand)
+    assert band["regime_sets"] == ["dense", "held_out_gpu"] and band["runs"] == 7
+    # held out: e2e 0, .4 -> median .2, p90 .36, 10th .04, 90th .36; dense's -.22 stays the low side
+    assert band["median"] == pytest.approx(0.2) and band["p90"] == pytest.approx(0.36)
+    assert band["low"] == pytest.approx(-0.22) and band["high"] == pytest.approx(0.36)
+    assert "a100-80gb: no fitted run; the band takes 2 runs on GPUs held out of the fit too" in band["regime"][1]
+
+
+def test_the_same_chip_keeps_the_fitted_band_and_says_so(hand):
+    band = regime_band("h200-141gb", "h100-80gb", True, moe=False, path=hand)
+    assert band["regime_sets"] == ["dense"]
+    assert band["regime"][1] == "h200-141gb: no run of its own; the band is h100-80gb's (the same chip)"
+
+
+def test_what_has_no_run_says_so(hand, tmp_path):
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=False, scheduler="sglang", max_num_seqs=256, path=hand)
+    assert band["regime"][1:] == [
+        "batches up to 256 sequences: beyond the 128 of every fitted run, extrapolated (no real run)",
+        "no real run of SGLang was measured: the band is vLLM v1's"]
+    assert len(regime_band("h100-80gb", "h100-80gb", False, moe=False, max_num_seqs=128, path=hand)["regime"]) == 1
+    bare = tmp_path / "bare.toml"
+    bare.write_text(HAND.split("[regimes.held_out_gpu]")[0])
+    band = regime_band("a100-80gb", "h100-80gb", False, moe=False, path=bare)
+    assert band["regime_sets"] == ["dense"]
+    assert band["regime"][1] == ("a100-80gb: no fitted run, and no run on a GPU held out of the fit: the band is "
+                                 "h100-80gb's")
+    assert regime_band("h100-80gb", "h100-80gb", False, path=tmp_path / "absent.toml") is None
+
+
+def test_gpu_time_scales():
+    # signed: real = sim / (1 + e); -.2 -> x 1.25, +.25 -> x .8
+    assert gpu_time_scales({"low": -0.2, "high": 0.25, "p90": 0.3}) == pytest.approx([1.25, 0.8])
+    # too fast everywhere: the fast side stays at the answer itself
+    assert gpu_time_scales({"low": -0.5, "high": -0.1, "p90": 0.5}) == pytest.approx([2.0, 1.0])
+    assert gpu_time_scales({"p90": 0.1}) == pytest.approx([1.1, 0.9])
+    assert gpu_time_scales({"p90": 1.5}) is None and gpu_time_scales("uncalibrated: x") is None
+
+
+def fitted_runs():
+    facts = ROOT / "experiments" / "data" / "real_runs_h100.csv"
+    return [r for r in read_real_runs(facts) if r.info.get("gpu") == "h100-80gb"]
+
+
+def test_the_shipped_regimes_are_the_fitted_files_held_out_errors():
+    """regimes.toml (benchmarks/serving_bands.py) holds each fitting run's held-out errors as the
+    constants file states them, split by the run's model kind; rerun the script after a fit."""
+    data = read_toml(REGIMES_PATH, "serving regimes")
+    err = read_toml(serving_path(data["provenance"]["fitted_on"]), "serving constants")["error"]
+    regimes = data["regimes"]
+    runs = fitted_runs()
+    assert sorted(regimes["dense"]["runs"] + regimes["moe"]["runs"]) == sorted(r.name for r in runs)
+    for run in runs:
+        kind = "moe" if get_model(replay_config(run, "h100-80gb").model).moe is not None else "dense"
+        i = regimes[kind]["runs"].index(run.name)
+        assert [regimes[kind][m][i] for m in METRICS] == [err[f"{run.name}.{m}_mean"] for m in METRICS]
+    assert data["fitted"]["max_num_seqs"] == max(int(r.engine["max_num_seqs"]) for r in runs)
+
+
+LLMSERVINGSIM = os.environ.get("PAGESIM_LLMSERVINGSIM")  # LLMServingSim's bench/examples folder
+
+
+@pytest.mark.skipif(not LLMSERVINGSIM, reason="set PAGESIM_LLMSERVINGSIM to LLMServingSim's bench/examples")
+def test_the_held_out_gpu_runs_replay_as_shipped():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from serving_bands import held_out_gpu_runs
+
+    held, _ = held_out_gpu_runs(Path(LLMSERVINGSIM))
+    shipped = read_toml(REGIMES_PATH, "serving regimes")["regimes"]["held_out_gpu"]
+    assert list(held) == shipped["runs"]
+    for i, errors in enumerate(held.values()):
+        assert errors == pytest.approx([shipped[m][i] for m in METRICS], abs=1e-5)
+
+
+def test_cost_bands_prints_every_regime(capsys, monkeypatch):
+    import json
+
+    from pagesim.sim import cost
+    from pagesim.sim.cli import main
+    from pagesim.sim.cost.regime import regime_table
+
+    assert main(["cost", "bands", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == regime_table() and list(rows) == ["dense", "moe", "held_out_gpu"]
+    assert main(["cost", "bands"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split()[:3] == ["dense", "12", f"{100 * rows['dense']['median']:.1f}"]
+    assert out.splitlines()[3].startswith("held-out-gpu")
+    monkeypatch.setattr(cost.regime, "load_regimes", lambda path=None: {})
+    assert main(["cost", "bands"]) == 2
+    assert "no regimes; run benchmarks/serving_bands.py" in capsys.readouterr().err
