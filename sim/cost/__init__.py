@@ -7,6 +7,8 @@ constants and price a batch outside a run.
                         model over a measured profile
     calibrated.py       the calibrated roofline: the roofline plus the terms measured kernels show
     serving.py          the serving model: the roofline's constants fitted on real serving runs
+    regime.py           the serving model's band by an answer's regime, from the real runs'
+                        held-out errors (sim/data/serving/regimes.toml)
     models.py           the cost model a configuration names, scaled or not, as the core takes it
     calibration.py      the calibrated roofline's constants per GPU (sim/data/calibration), and
                         each model's measured error band
@@ -16,5 +18,5 @@ constants and price a batch outside a run.
     error.py            a cost model's error against measured cells (pagesim cost error)
     profile_format.py   the profile CSV the table model reads (written by pagesim cost import
                         and gpu calibrate)
-    cli.py              ``pagesim cost``: error, fit, import
+    cli.py              ``pagesim cost``: error, fit, import, bands
 """
