@@ -39,6 +39,7 @@ from pagesim.sim.cost.regime import METRICS, REGIMES_PATH  # noqa: E402
 from pagesim.sim.cost.serving import FITTED_ON, serving_path  # noqa: E402
 from pagesim.sim.errors import PagesimError  # noqa: E402
 from pagesim.sim.specs import get_model  # noqa: E402
+from pagesim.sim.systems import SCHEDULERS  # noqa: E402
 from pagesim.traces.real_runs import read_real_runs  # noqa: E402
 
 DEFAULT_FACTS = ROOT / "experiments" / "data" / "real_runs_h100.csv"
@@ -49,21 +50,22 @@ def is_moe(run, gpu: str) -> bool:
     return get_model(replay_config(run, gpu).model).moe is not None
 
 
-def fitted_regimes(facts: Path, gpu: str) -> tuple[dict, int]:
-    """The dense and MoE runs' held-out errors from ``gpu``'s constants file, and the fitted runs'
-    largest ``max_num_seqs``."""
+def fitted_regimes(facts: Path, gpu: str) -> tuple[dict, int, set]:
+    """The dense and MoE runs' held-out errors from ``gpu``'s constants file, the fitted runs'
+    largest ``max_num_seqs`` and the schedulers that replay them."""
     err = read_toml(serving_path(gpu), "serving constants").get("error", {})
     regimes = {"dense": {}, "moe": {}}
-    largest = 0
+    largest, schedulers = 0, set()
     for run in read_real_runs(facts):
         if run.info.get("gpu", gpu) != gpu:
             continue
         largest = max(largest, int(run.engine.get("max_num_seqs", 0)))
+        schedulers.add(replay_config(run, gpu).scheduler)
         errors = [err.get(f"{run.name}.{m}_mean") for m in METRICS]
         if any(e is None for e in errors):
             raise SystemExit(f"{serving_path(gpu)} has no held-out error of {run.name}: refit first")
         regimes["moe" if is_moe(run, gpu) else "dense"][run.name] = errors
-    return regimes, largest
+    return regimes, largest, schedulers
 
 
 def held_out_gpu_runs(folder: Path) -> dict:
@@ -99,7 +101,8 @@ def main(argv=None) -> int:
     p.add_argument("--llmservingsim", type=Path, help="LLMServingSim's bench/examples folder (held-out GPUs)")
     p.add_argument("--out", type=Path, default=REGIMES_PATH)
     args = p.parse_args(argv)
-    regimes, largest = fitted_regimes(Path(args.facts), FITTED_ON)
+    regimes, largest, schedulers = fitted_regimes(Path(args.facts), FITTED_ON)
+    [scheduler] = schedulers  # one engine's runs
     held, gpus = held_out_gpu_runs(args.llmservingsim) if args.llmservingsim else ({}, [])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
@@ -108,7 +111,8 @@ def main(argv=None) -> int:
              "[provenance]", f'fitted_on = "{FITTED_ON}"', f'constants = "{serving_path(FITTED_ON).name}"',
              f'facts = "{Path(args.facts).name}"', f'held_out_source = "{LLMSERVINGSIM_SOURCE if held else ""}"',
              f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"', "",
-             "[fitted]", f"max_num_seqs = {largest}"]
+             "[fitted]", f"max_num_seqs = {largest}", f'scheduler = "{scheduler}"',
+             f'engine = "{SCHEDULERS[scheduler].follows}"']
     lines += toml_table("dense", regimes["dense"], method="leave-one-model-out", gpu=FITTED_ON)
     lines += toml_table("moe", regimes["moe"], method="leave-one-model-out", gpu=FITTED_ON)
     if held:

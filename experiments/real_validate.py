@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SYSTEMS, SimConfig
+from pagesim.sim.systems import SCHEDULERS
 from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.run import SimResult, run_simulation
 from pagesim.sim.specs.gpus import GiB
@@ -93,7 +94,8 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
         merged["gpu"] = gpu
     system = merged.pop("system", None) or DEFAULT_SYSTEM
     scheduler = merged.get("scheduler") or SYSTEMS.get(system, {}).get("scheduler")
-    if "client_timeout_s" in run.workload and scheduler == "vllm-v1":
+    takes_timeout = scheduler in SCHEDULERS and "client_timeout_s" in SCHEDULERS[scheduler].owned
+    if "client_timeout_s" in run.workload and takes_timeout:
         merged.setdefault("client_timeout_s", float(run.workload["client_timeout_s"]))  # the client's patience
     return SimConfig.for_system(system, **merged)
 

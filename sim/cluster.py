@@ -134,11 +134,11 @@ def check_cluster(replicas, router: str, slack: float, cfg: SimConfig) -> list[t
         raise ConfigError(f"--router: unknown router {router!r}; valid: {', '.join(ROUTERS)}")
     if not (slack >= 0 and np.isfinite(slack)):
         raise ConfigError(f"--router-slack must be a finite number >= 0, got {slack!r}")
-    caches = (cfg.prefix_caching and cfg.manager == "paged") or cfg.scheduler == "sglang"
+    caches = (cfg.prefix_caching and cfg.manager == "paged") or cfg.capabilities.radix_cache
     if router == "prefix-affinity" and not caches:
         raise ConfigError("--router prefix-affinity routes by the replicas' prefix caches: it needs "
                           "--prefix-caching on a paged system (vllm), or sglang's radix cache")
-    if cfg.scheduler == "sglang" and cfg.kv_offload_gib and total > 1:  # (its router reads one tier)
+    if cfg.capabilities.host_tier_pages and cfg.kv_offload_gib and total > 1:  # (its router reads one tier)
         raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled with --replicas > 1")
     if cfg.check and total > 1:
         raise ConfigError("--check checks one engine's state; it is not available with --replicas > 1")

@@ -231,7 +231,7 @@ class SimConfig:
         twice the iteration's prompt tokens times max_seq_len, which must stay below 2**63. The
         prompt tokens of an iteration are bounded by its token budget and by the KV pool (static
         batching's padded prefill, B x the longest prompt, by the pool alone)."""
-        if self.scheduler == "static":
+        if self.capabilities.padded_prefill:
             tokens, what = capacity_tokens, "the KV pool's tokens (a static batch's padded prefill)"
         elif self.chunked_prefill:
             tokens, what = min(self.chunk_budget, capacity_tokens), "chunk_budget"
@@ -250,12 +250,18 @@ class SimConfig:
         whole blocks, and work per block). 0 for the other kernels: FasterTransformer's over a
         contiguous cache, and today's FlashAttention / FlashInfer of vllm-v1 and SGLang, which
         read each cached token once and are priced per token."""
-        return self.block_size if self.manager == "paged" and self.scheduler == "vllm" else 0
+        return self.block_size if self.manager == "paged" and self.capabilities.reads_whole_blocks else 0
 
     @property
     def family(self) -> int:
         """The core's scheduler family that runs it (its compiled loop: ``sim/core/families.py``)."""
-        return family_of(systems.SCHEDULERS[self.scheduler].core_kind, self.manager)
+        return family_of(self.capabilities.core_kind, self.manager)
+
+    @property
+    def capabilities(self) -> "systems.Scheduler":
+        """Its scheduler's entry in the registry (``sim.systems.SCHEDULERS``): what it does, which
+        the layers above branch on instead of its name."""
+        return systems.SCHEDULERS[self.scheduler]
 
     @property
     def label(self) -> str:

@@ -57,7 +57,7 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise ConfigError(f"{name} must be a whole number >= 1, got {count!r}")
     for cfg in (prefill_cfg, decode_cfg):
-        if cfg.scheduler != "vllm-v1" or cfg.manager != "paged":
+        if not cfg.capabilities.disaggregates or cfg.manager != "paged":
             raise ConfigError(f"--prefill-replicas/--decode-replicas model vLLM v1's KV connector: "
                               f"--system vllm-v1 only (got {cfg.label})")
         if cfg.scheduling_policy != "fcfs":

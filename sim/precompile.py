@@ -83,7 +83,7 @@ def build_one(system: str, into: Path | None) -> list[Path]:
     run_cluster(cfg, trace, 2, "round-robin")
     aot.wait_for_builds()  # each run's module, written by a process of its own
     if into is None:  # this machine's cache: its disaggregated pools' loop too (vLLM v1's), not shipped
-        if SYSTEMS[system].scheduler == "vllm-v1":
+        if cfg.capabilities.disaggregates:
             run_disaggregated(cfg, cfg, trace, 1, 1)
         return []
     loops = [aot.CORE, aot.CLUSTER]

@@ -139,7 +139,7 @@ def hybrid_groups(cfg: SimConfig, model):
     """vLLM v1's KV cache groups for ``model`` when some slide or keep a state
     (``sim.specs.kv_groups``), else None: one group, every layer sized as full attention (vLLM
     v0 always: it has no groups; its states are reserved outside the pool)."""
-    if cfg.scheduler != "vllm-v1":
+    if not cfg.capabilities.kv_groups:
         return None
     groups = kv_cache_groups(model, int(cfg.block_size), cfg.tensor_parallel)
     if not groups.hybrid:
@@ -186,7 +186,7 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     if cfg.scheduling_policy == "priority" and len(table.priority) and (table.priority == table.priority[0]).all():
         warn(f"--scheduling-policy priority: every priority is {table.priority[0]}: first come first served")
     external = executor is not None
-    if external and cfg.scheduler == "sglang" and cfg.kv_offload_gib:
+    if external and cfg.capabilities.host_tier_pages and cfg.kv_offload_gib:
         raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled in the GPU mode")
     if external and not is_external(executor):
         raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")
@@ -272,7 +272,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
         extra[f"mgr_{k}"] = v
     summary = summarize(table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
                         duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options)
-    if pool.kind == "paged" and (cfg.prefix_caching or cfg.scheduler == "sglang"):  # sglang: its radix cache
+    if pool.kind == "paged" and (cfg.prefix_caching or cfg.capabilities.radix_cache):
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())

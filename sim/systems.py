@@ -6,7 +6,9 @@ configuration's validation (``sim.config``), the core's scheduler kind (``sim.co
 planner's what-if variants (``experiments.plan``) and the systems table of the docs
 (``docs/guide/simulate.md``, checked against :func:`markdown_table`) read it. A new system is an
 entry in :data:`SYSTEMS`; a new scheduler, its policy file under ``sim/core/`` and an entry in
-:data:`SCHEDULERS`, with its ``schedule`` chosen in ``sim.core.loop.loop_for``'s loop.
+:data:`SCHEDULERS`, with its ``schedule`` chosen in ``sim.core.loop.loop_for``'s loop. Nothing
+outside this file names a scheduler: the layers above read what its entry declares it does
+(:class:`Scheduler`'s fields; ``SimConfig.capabilities``; ``tests/test_registry_names.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ class Scheduler:
     batch_defaults: Callable[[str], dict[str, int]] | None = None  # the engine's, by GPU, where unset
     cost_model: str = "roofline"  # its default (sim.config.default_cost_model)
     always_chunks: bool = False  # prompts are chunked by a token budget whatever --chunked-prefill says
+    # what it does that the layers above branch on (never on its name):
+    radix_cache: bool = False  # caches prefixes in a radix tree of its own, always (SGLang's RadixCache)
+    host_tier_pages: bool = False  # --kv-offload-gib is a host pool of pages of its own (SGLang's HiCache)
+    kv_groups: bool = False  # a KV cache group per attention type: sliding windows, Mamba states (vLLM v1)
+    async_scheduling: bool = False  # schedules step N + 1 while step N runs, unless told not to (vLLM v1)
+    disaggregates: bool = False  # prefill and decode replicas joined by a KV connector (vLLM v1's)
+    one_sequence_per_request: str = ""  # why n / beam_width > 1 is refused, where it runs one sequence each
+    reads_whole_blocks: bool = False  # its decode kernel reads whole blocks of a paged cache (vLLM 0.4.2's)
+    padded_prefill: bool = False  # a batch's prefill is padded to its longest prompt (FasterTransformer's)
 
     @property
     def owned(self) -> tuple[str, ...]:
@@ -132,11 +143,12 @@ SPECULATIVE_SETTINGS = ("num_speculative_tokens", "speculative_method", "spec_ac
 SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
     Scheduler("static", state.STATIC, "static.py", "FasterTransformer's request-level batching",
               "static (request-level)", managers=("static",), settings=("static_batch_size",),
-              refuses=(_recompute_only("static batching", "never preempts (a batch holds its slots to its end)"),)),
+              refuses=(_recompute_only("static batching", "never preempts (a batch holds its slots to its end)"),),
+              padded_prefill=True),
     Scheduler("orca", state.CONTINUOUS, "scheduler_vllm.py, scheduler_orca.py", "Orca (OSDI '22) as the vLLM paper ran it",
               "orca (iteration-level)", ITERATION_MANAGERS, settings=("chunked_prefill",)),
     Scheduler("vllm", state.CONTINUOUS, "scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)", ITERATION_MANAGERS,
-              settings=("chunked_prefill",)),
+              settings=("chunked_prefill",), reads_whole_blocks=True),
     Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
               ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy",
                                      *SPECULATIVE_SETTINGS, "kv_offload_gib"), refuses=(
@@ -156,7 +168,10 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                       "eagle", "mtp"), "--kv-offload-gib with EAGLE or MTP drafts is not modelled (vLLM keeps the "
                       "drafter's trailing block off the tier); use ngram or draft-model")),
               # its cost model: fitted on real vLLM v1 serving runs (docs/accuracy.md)
-              batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True),
+              batch_defaults=v1_batch_defaults, cost_model="serving", always_chunks=True, kv_groups=True,
+              async_scheduling=True, disaggregates=True,
+              one_sequence_per_request="vllm-v1 runs one sequence per request here (n = beam_width = 1; vLLM v1 fans "
+                                       "n out into requests)"),
     Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
               "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
               # kv_offload_gib: its host tier, HiCache's L2 (sim/core/radix_cache.py)
@@ -174,7 +189,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                   Refusal(lambda c: c.chunk_budget is not None and c.chunk_budget % c.block_size != 0,
                           "sglang: --chunk-budget {c.chunk_budget} (its chunked_prefill_size) must be a multiple "
                           "of --page-size {c.block_size}, as SGLang requires")),
-              batch_defaults=sglang_defaults, always_chunks=True),
+              batch_defaults=sglang_defaults, always_chunks=True, radix_cache=True, host_tier_pages=True),
 )}
 
 #: the memory managers (sim/core/memory.py dispatches to each)

@@ -148,7 +148,7 @@ def limits_for(cfg, pool: Pool, kv_bytes_per_token: float, num_layers: int = 0) 
     static_limit = min(pool.num_slots, max_num_seqs) if pool.kind == "static" else 0
     host_blocks, host_block_s = host_tier_size(cfg, pool, kv_bytes_per_token)
     host_pages = 0
-    if cfg.scheduler == "sglang" and host_blocks:  # the same link, SGLang's own pool (hicache_host_pages)
+    if cfg.capabilities.host_tier_pages and host_blocks:  # the same link, a pool of its own (hicache_host_pages)
         host_blocks, host_pages = 0, hicache_host_pages(cfg, pool, kv_bytes_per_token)
     return Limits(max_num_seqs, batched_tokens(cfg, pool.max_seq_len),
                   min(int(cfg.swap_gib * (1 << 30) / kv_bytes_per_token) if swap else 0, UNLIMITED), static_limit,
@@ -224,9 +224,9 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.EXTERNAL_STEPS] = int(external)
     config[state.SCHEDULER_KIND] = cfg.family
     config[state.SCHEDULING_POLICY] = SCHEDULING_POLICIES[cfg.scheduling_policy]
-    if cfg.scheduler == "vllm-v1":
+    if cfg.capabilities.async_scheduling:
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on
-    sglang = cfg.scheduler == "sglang"
+    sglang = cfg.capabilities.radix_cache  # (its radix cache's arrays: radix_cache.py)
     cost_code, cost_scaled, cost_constants, cost_data = cost
     config[state.COST_MODEL] = cost_code
     config[state.COST_SCALED] = int(cost_scaled)

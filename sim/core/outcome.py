@@ -31,8 +31,8 @@ def reject_reason(s: state.Core, code: int, i: int, pool: Pool, limits: Limits, 
     if code == state.REJECT_WIDTH_UNSHARED:
         if pool.kind == "static":
             return "static batching runs one sequence per request (n = beam_width = 1)"
-        if cfg.scheduler == "vllm-v1":
-            return "vllm-v1 runs one sequence per request here (n = beam_width = 1; vLLM v1 fans n out into requests)"
+        if cfg.capabilities.one_sequence_per_request:
+            return cfg.capabilities.one_sequence_per_request
         return (f"parallel sampling / beam search (width {width}) needs a manager that shares "
                 "blocks (paged); this one would copy whole reservations")
     prompt = int(s.prompt_target[i])  # what this admission would hold: prompt (+ regenerated)

@@ -242,20 +242,21 @@ def load_calibration(gpu: str) -> Calibration:
 
 
 def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bool | None = None,
-               scheduler: str | None = None, max_num_seqs: int | None = None) -> dict:
+               scheduler: str | None = None, max_num_seqs: int | None = None, engine: str | None = None) -> dict:
     """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
     report it: ``{"cost_model": ..., "cost_error": {"median", "p90", "max", "cells", "method",
     "source", "measured_on"}}``, or ``"cost_error": "uncalibrated: ..."`` where neither ``gpu``
     nor its :data:`SAME_CHIP` sibling has measurements. ``measured_on`` names the sibling when
     ``gpu`` borrows its constants: the band was measured there, not on ``gpu``. The serving
-    model's band is its regime's (``sim.cost.regime``: ``moe``, ``scheduler``, ``max_num_seqs``;
-    :func:`run_error_band` passes a run's)."""
+    model's band is its regime's (``sim.cost.regime``: ``moe``, ``scheduler`` and the ``engine``
+    it follows, ``max_num_seqs``; :func:`run_error_band` passes a run's)."""
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
     if cost_model == "serving":
         from pagesim.sim.cost.serving import FITTED_ON, serving_band  # its own file, its own runs
 
-        band = serving_band(gpu, moe, scheduler, max_num_seqs, same_chip=SAME_CHIP.get(gpu) == FITTED_ON)
+        band = serving_band(gpu, moe, scheduler, max_num_seqs, same_chip=SAME_CHIP.get(gpu) == FITTED_ON,
+                            engine=engine)
         if isinstance(band, dict):  # borrowed from the same chip, or from another GPU altogether
             band["same_chip"] = SAME_CHIP.get(gpu) == band["measured_on"]
         return {"cost_model": cost_model, "cost_error": band}
@@ -281,7 +282,7 @@ def run_error_band(cfg, gpu: str | None = None) -> dict:
 
     gpu = gpu or get_gpu(cfg.gpu).name
     return error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
-                      scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs)
+                      scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs, engine=cfg.capabilities.follows)
 
 
 def gpu_time_scales(err) -> list[float] | None:

@@ -29,13 +29,12 @@ from pagesim.sim.config import read_toml
 #: the errors each regime keeps, per run: its mean E2E, TTFT and TPOT over the whole run
 METRICS = ("e2e", "ttft", "tpot")
 REGIMES_PATH = Path(__file__).resolve().parent.parent / "data" / "serving" / "regimes.toml"
-#: the engine the fitting runs measured (``SimConfig.scheduler``)
-FITTED_ENGINE = "vllm-v1"
 
 
 @lru_cache(maxsize=None)
 def load_regimes(path: Path = REGIMES_PATH) -> dict:
-    """``path``'s tables: ``fitted`` (the fitted runs' largest ``max_num_seqs``) and ``regimes``
+    """``path``'s tables: ``fitted`` (the fitted runs' largest ``max_num_seqs``, the scheduler that
+    replays them and the engine they ran, in words) and ``regimes``
     (name -> ``method``, ``runs``, and one list of signed errors per metric); empty where the file
     is missing."""
     return read_toml(path, "serving regimes") if path.exists() else {}
@@ -72,10 +71,10 @@ def widest(bands: list[dict]) -> dict:
 
 
 def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = None, scheduler: str | None = None,
-                max_num_seqs: int | None = None, path: Path = REGIMES_PATH) -> dict | None:
+                max_num_seqs: int | None = None, engine: str | None = None, path: Path = REGIMES_PATH) -> dict | None:
     """The band of an answer on ``gpu`` (priced by ``fitted_on``'s constants; ``same_chip``: its
-    chip's sibling), for a mixture of experts (``moe``; None: either), ``scheduler``'s engine and
-    batches up to ``max_num_seqs``: :func:`statistics` of its regime's sets (:func:`widest`),
+    chip's sibling), for a mixture of experts (``moe``; None: either), run by ``scheduler``
+    (``engine``: the engine it follows, in words) at batches up to ``max_num_seqs``: :func:`statistics` of its regime's sets (:func:`widest`),
     ``runs``, ``what`` and ``regime`` (one line per way the answer is in or beyond the runs).
     None where ``path`` holds no regimes."""
     data = load_regimes(path)
@@ -96,13 +95,13 @@ def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = No
                          f"too ({held['gpu']}; {held['method']})")
         else:
             lines.append(f"{gpu}: no fitted run, and no run on a GPU held out of the fit: the band is {fitted_on}'s")
-    fitted_batch = int(data.get("fitted", {}).get("max_num_seqs", 0))
+    fitted = data.get("fitted", {})
+    fitted_batch = int(fitted.get("max_num_seqs", 0))
     if max_num_seqs is not None and fitted_batch and max_num_seqs > fitted_batch:
         lines.append(f"batches up to {max_num_seqs} sequences: beyond the {fitted_batch} of every fitted run, "
                      "extrapolated (no real run)")
-    if scheduler is not None and scheduler != FITTED_ENGINE:
-        engine = "SGLang" if scheduler == "sglang" else f"the {scheduler} scheduler's engine"
-        lines.append(f"no real run of {engine} was measured: the band is vLLM v1's")
+    if scheduler is not None and fitted.get("scheduler") and scheduler != fitted["scheduler"]:
+        lines.append(f"no real run of {engine or scheduler} was measured: the band is {fitted['engine']}'s")
     if not sets:
         return None
     band = widest([statistics(r) for _, r in sets])

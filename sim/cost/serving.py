@@ -93,17 +93,18 @@ def load_serving(gpu: str) -> tuple[ServingConstants, str, dict]:
 
 
 def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None,
-                 max_num_seqs: int | None = None, same_chip: bool = False) -> dict | str:
+                 max_num_seqs: int | None = None, same_chip: bool = False, engine: str | None = None) -> dict | str:
     """The serving model's error against real runs, as ``sim.cost.calibration.error_band`` hands it
     on: the mean E2E's median and p90 of |sim / real - 1| and its signed 10th and 90th percentiles
     (``low``, ``high``), with TTFT's and TPOT's beside them, over the real runs of the answer's
     regime (``sim.cost.regime.regime_band``: a mixture of experts or not (``moe``), ``gpu``
-    fitted or not, ``scheduler``'s engine, batches up to ``max_num_seqs``); where it was measured."""
+    fitted or not, ``scheduler`` (following ``engine``), batches up to ``max_num_seqs``); where it
+    was measured."""
     try:
         _, fitted_on, err = load_serving(gpu)
     except ConfigError as e:
         return f"unfitted: {e}"
-    band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs)
+    band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs, engine)
     if band is None:
         if "median_e2e_mean" not in err:
             return f"unscored: {serving_path(fitted_on).name} has no [error]"

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HAND = """
 [fitted]
 max_num_seqs = 128
+scheduler = "vllm-v1"
+engine = "vLLM 0.33.0 (v1)"
 
 [regimes.dense]
 method = "leave-one-model-out"
@@ -102,10 +104,11 @@ def test_the_same_chip_keeps_the_fitted_band_and_says_so(hand):
 
 
 def test_what_has_no_run_says_so(hand, tmp_path):
-    band = regime_band("h100-80gb", "h100-80gb", False, moe=False, scheduler="sglang", max_num_seqs=256, path=hand)
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=False, scheduler="sglang", max_num_seqs=256,
+                       engine="SGLang 0.5", path=hand)
     assert band["regime"][1:] == [
         "batches up to 256 sequences: beyond the 128 of every fitted run, extrapolated (no real run)",
-        "no real run of SGLang was measured: the band is vLLM v1's"]
+        "no real run of SGLang 0.5 was measured: the band is vLLM 0.33.0 (v1)'s"]
     assert len(regime_band("h100-80gb", "h100-80gb", False, moe=False, max_num_seqs=128, path=hand)["regime"]) == 1
     bare = tmp_path / "bare.toml"
     bare.write_text(HAND.split("[regimes.held_out_gpu]")[0])
@@ -143,6 +146,7 @@ def test_the_shipped_regimes_are_the_fitted_files_held_out_errors():
         i = regimes[kind]["runs"].index(run.name)
         assert [regimes[kind][m][i] for m in METRICS] == [err[f"{run.name}.{m}_mean"] for m in METRICS]
     assert data["fitted"]["max_num_seqs"] == max(int(r.engine["max_num_seqs"]) for r in runs)
+    assert {data["fitted"]["scheduler"]} == {replay_config(r, "h100-80gb").scheduler for r in runs}
 
 
 LLMSERVINGSIM = os.environ.get("PAGESIM_LLMSERVINGSIM")  # LLMServingSim's bench/examples folder
