@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import contextlib
 import importlib
 import logging
+import os
 import shlex
 import sys
+import tempfile
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
 from pagesim.sim import __version__
 from pagesim.sim.errors import PagesimError, PagesimWarning
-from pagesim.sim.terminal import fill
+from pagesim.sim.terminal import NOTICE_KEY, fill
 
 COMMANDS_GROUP = "pagesim.commands"
 SOURCE_SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
@@ -164,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
+    marker = None
+    if NOTICE_KEY not in os.environ:  # one compile notice for the command's processes (sim.core.replay)
+        marker = os.path.join(tempfile.gettempdir(), f"pagesim-compile-notice-{os.getpid()}-{time.time_ns()}")
+        os.environ[NOTICE_KEY] = marker
     try:
         rc = args.func(args)
     except PagesimError as e:
@@ -178,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"pagesim: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        if marker is not None:
+            os.environ.pop(NOTICE_KEY, None)
+            with contextlib.suppress(OSError):
+                os.remove(marker)
     return int(rc or 0)
 
 

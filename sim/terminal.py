@@ -10,6 +10,10 @@ import textwrap
 
 #: the widest line a command prints for a person
 WIDTH = 100
+#: the environment variable naming the file whose creation claims a command's one notice that
+#: numba compiles the core (``sim.core.replay.compile_notice``), shared by every process of the
+#: command (a sweep's workers inherit it); ``sim/cli.py`` sets it
+NOTICE_KEY = "PAGESIM_COMPILE_NOTICE"
 
 
 def bar_columns() -> int:

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import importlib.util
 import logging
+import os
 import threading
 import time
 
@@ -23,11 +24,16 @@ from pagesim.sim.core import aot, jit, loop, state
 from pagesim.sim.core.families import SCHEDULER_BY_ADDRESS
 from pagesim.sim.core.jit import COMPILED, compiled
 from pagesim.sim.errors import InvariantError
+from pagesim.sim.terminal import NOTICE_KEY
 
 PROGRESS_EVERY = 4096  # finished requests between progress-bar updates
-#: numba loads the compiled core from its cache in under a second; past this it is compiling
-#: (20-60 s a scheduler family on 2 cores, once per machine and version), which the log says while it happens
+#: numba loads the compiled core from its cache in under a second; past this it is compiling, which
+#: the log says while it happens
 COMPILE_NOTICE_S = 2.0
+#: CPU seconds a scheduler family's loop takes to compile cold on 2 cores (``benchmarks/compile_speed.py``),
+#: a cluster's or disaggregated pools' loop a few more: what the notice tells the user to expect
+FAMILY_COMPILE_S = 25
+_NOTICE: list = []  # this process has had its turn at the notice
 LOG = logging.getLogger(__name__)
 
 
@@ -231,20 +237,48 @@ def engine_address(family, s) -> int:
 @contextlib.contextmanager
 def compile_notice():
     """Around a load of compiled code from numba's cache: past ``COMPILE_NOTICE_S`` numba is
-    compiling (1-2 minutes on 2 cores, once per machine), which the log says while it happens,
-    then how long it took."""
+    compiling (once per machine and version), which the log says while it happens, then how long
+    it took: once a command, however many families, loops and worker processes it compiles in
+    (:func:`claims_notice`)."""
     t0 = time.perf_counter()
-    notice = threading.Timer(COMPILE_NOTICE_S, LOG.info, ("compiling the simulator's core with numba: once per "
-                                                          "machine and version, 1-2 minutes",))
+    said = []
+
+    def say():
+        if claims_notice():
+            said.append(True)
+            LOG.info("compiling the simulator's core with numba, once per machine and version: about %d s of CPU "
+                     "for each scheduler family this command runs (later runs load it in under a second)",
+                     FAMILY_COMPILE_S)
+
+    notice = threading.Timer(COMPILE_NOTICE_S, say)
     notice.daemon = True
     notice.start()
     try:
         yield
     finally:
         notice.cancel()
-    if time.perf_counter() - t0 > COMPILE_NOTICE_S:
+    if said:
         LOG.info("compiled the simulator's core in %.0f s (numba's cache keeps it for later runs)",
                  time.perf_counter() - t0)
+
+
+def claims_notice() -> bool:
+    """Whether this process says the compile notice: the first time it asks, and where its command
+    names a marker file (``NOTICE_KEY``, shared by the command's processes), only if it is the
+    first of them to create it."""
+    if _NOTICE:
+        return False
+    _NOTICE.append(True)
+    marker = os.environ.get(NOTICE_KEY)
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # an unwritable folder: said, perhaps twice
+        return True
+    return True
 
 
 def array_kind(a):
