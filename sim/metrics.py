@@ -146,7 +146,7 @@ def request_frame(table, reject_reason: np.ndarray) -> pd.DataFrame:
                       np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
     ttft, tpot, e2el, norm = request_latencies(t)
     return pd.DataFrame({
-        "request_id": t.request_id.astype(str), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
+        "request_id": t.request_id, "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
         "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
         "reject_reason": reject_reason.astype(str), "first_token_s": t.first_token_s,
         "finish_s": t.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el,

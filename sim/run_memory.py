@@ -9,7 +9,6 @@ step table is counted apart, only where steps are recorded: its first size is no
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -76,11 +75,12 @@ def sample_trace(n: int):
 def tables_bytes(cfg, n: int) -> tuple[int, bool]:
     """The bytes of the tables a run of ``cfg`` over :func:`sample_trace` ``(n)`` allocates before
     its first event (``sim.run.prepare``): every array of the core's state and of the request
-    table, once each, a request id's string, and the trace's frame; and whether its pool has blocks."""
+    table, once each, the request ids (pandas' string array, unless the trace's own) and the trace's
+    frame; and whether its pool has blocks."""
     trace = sample_trace(n)
     run = prepare(cfg, trace)
     arrays = {id(a): a for a in [*run.state, *vars(run.table).values()] if isinstance(a, np.ndarray)}
-    ids = sum(sys.getsizeof(i) for i in run.table.request_id)
+    ids = 0 if run.table.request_id is trace["request_id"].array else run.table.request_id.nbytes  # (shared)
     return sum(a.nbytes for a in arrays.values()) + ids + int(trace.memory_usage(deep=True).sum()), run.pool.has_blocks
 
 
