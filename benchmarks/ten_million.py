@@ -1,0 +1,60 @@
+"""Ten million requests through the command line (issue 85): CPU seconds and peak memory of
+``pagesim simulate --workload sharegpt --rate 20 --num-requests N --no-steps`` for vllm and
+vllm-v1 (OPT-13B on the A100-80GB, the growth figures' setting), each a fresh process measured by
+``wait4`` (its user + system CPU, its peak RSS), beside a reference measured in the same run: numpy
+sorting 10^7 float64 in a fresh process (the machine's speed that day) and a bare
+``import numpy, pandas`` (the start every command pays).
+
+Targets: < 60 s of CPU and < 2 GB peak at 10M, each system. Prints; asserts nothing.
+
+    python benchmarks/ten_million.py [--requests 10000000] [--systems vllm vllm-v1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from _import_path import child_env
+
+REFERENCE = "import numpy as np; np.sort(np.random.default_rng(0).random(10**7))"
+
+
+def measured(argv: list[str]) -> tuple[float, float]:
+    """The CPU seconds (user + system) and the peak RSS in GB of ``argv``, a fresh process."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env())
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode()
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(argv)} failed: {err.strip()[-400:]}")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024 / 1e9
+
+
+def simulate(system: str, requests: int) -> list[str]:
+    return [sys.executable, "-m", "pagesim.sim.cli", "simulate", "--workload", "sharegpt", "--rate", "20",
+            "--num-requests", str(requests), "--system", system, "--model", "opt-13b", "--gpu", "a100-80gb",
+            "--no-steps", "--no-progress"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=10_000_000)
+    ap.add_argument("--systems", nargs="+", default=["vllm", "vllm-v1"])
+    args = ap.parse_args()
+    reference, _ = measured([sys.executable, "-c", REFERENCE])
+    bare, bare_gb = measured([sys.executable, "-c", "import numpy, pandas"])
+    print(f"reference: numpy sorts 10^7 float64 in {reference:.2f} s of CPU (a fresh process); "
+          f"a bare `import numpy, pandas` {bare:.2f} s, {bare_gb:.2f} GB")
+    for system in args.systems:
+        measured(simulate(system, 1000))  # a compile, where one is due, outside the figures
+        cpu, gb = measured(simulate(system, args.requests))
+        print(f"{system:<8} {args.requests:>11,} requests, --no-steps: {cpu:6.1f} s of CPU "
+              f"({cpu / reference:.0f} x reference), peak {gb:.2f} GB, {gb * 1e9 / args.requests:.0f} bytes a request (peak / requests) "
+              f"(targets at 10M: < 60 s, < 2 GB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
