@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
 from pagesim.experiments.run_cache import RunOutput, load_cached, runner_name
 from pagesim.experiments.run_spec import RunSpec, file_digest, simulate_disaggregated
@@ -113,7 +112,7 @@ def describe_workload(s: str) -> str:
     return f"{head} ({rest})" if rest else head
 
 
-def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> tuple[pd.DataFrame, dict]:
+def build_workload(workload: str, rate: float, seed: int, max_seq_len: int) -> "tuple[pd.DataFrame, dict]":
     """The trace of one probe: the encoded workload at ``rate`` req/s (see module doc). A
     synthetic workload too large for this machine's memory is a ConfigError (for a probe: a
     failed point whose reason says so)."""
@@ -241,7 +240,9 @@ def early_stop_options(slo: SLO) -> dict[str, Any] | None:
     return d or {"reject_only": True}
 
 
-def _empty_requests() -> pd.DataFrame:
+def _empty_requests() -> "pd.DataFrame":
+    import pandas as pd  # here: plan's parser imports this file
+
     return pd.DataFrame({c: pd.Series(dtype=float) for c in REQUEST_COLS})
 
 
@@ -281,7 +282,7 @@ def run_point(spec: RunSpec) -> RunOutput:
     return RunOutput(summary=summary, requests=req)
 
 
-def _run_watched(cfg, trace: pd.DataFrame, stop: dict[str, Any]) -> tuple[dict, pd.DataFrame]:
+def _run_watched(cfg, trace: "pd.DataFrame", stop: dict[str, Any]) -> "tuple[dict, pd.DataFrame]":
     """Run ``cfg`` over ``trace`` with a :class:`ProbeWatcher` as its progress hook: the core
     reports to it as the steps that finish its due requests end, and it stops the run once the
     verdict is certain (the summary then says where: ``stopped_early``)."""
@@ -342,7 +343,7 @@ class Runner:
                 self.memo[k] = self._point(spec, summ, req)
         return [dict(self.memo[k]) for k in keys]
 
-    def requests(self, spec: RunSpec) -> pd.DataFrame:
+    def requests(self, spec: RunSpec) -> "pd.DataFrame":
         """The request table of a probe already evaluated (:data:`REQUEST_COLS`, from the cache
         its run wrote)."""
         cached = load_cached(spec, self.cache_dir, run_fn=self.run_fn, what=("requests",))
@@ -350,7 +351,7 @@ class Runner:
             raise PagesimError(f"probe {spec.label()}: the cache holds no request table")
         return cached.requests
 
-    def _point(self, spec: RunSpec, summ: dict, req: pd.DataFrame | None) -> dict[str, Any]:
+    def _point(self, spec: RunSpec, summ: dict, req: "pd.DataFrame | None") -> dict[str, Any]:
         p: dict[str, Any] = {"system": spec.system, "rate": spec.rate}
         p.update({k: v for k, v in spec.sim.items() if k not in ("record_steps",)})
         if summ.get("error"):

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pandas as pd
-
 from pagesim.experiments.figures import EXPLAIN, FIGURES, TITLES, SweepOptions, misses, reproduce
 from pagesim.experiments.run_cache import telling_cache_answers
 from pagesim.experiments.run_spec import load_experiment
@@ -90,6 +88,8 @@ def run(args) -> int:
 def print_tables(tables: dict) -> None:
     """A figure's tables, each wrapped into blocks of columns within :data:`WIDTH` (long text
     cells cut; the CSV has them whole), and its reading wrapped."""
+    import pandas as pd  # here: the command's --help need not load it
+
     with pd.option_context("display.max_rows", 200, "display.float_format", "{:.4g}".format):
         for name, table in tables.items():
             if name.endswith("_timeline"):

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError
@@ -76,7 +75,9 @@ class StepRecords:
         self.rows = (s.row_floats[:n], s.row_ints[:n]) if self.keep_rows else None
         self.mem_weighted[5] += self.capacity * self.idle_s  # idle time: every slot is free
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self) -> "pd.DataFrame":
+        import pandas as pd  # here: the command line's options (sim/args.py) import this file
+
         n = self.num_steps if self.keep_rows else 0
         none = (np.zeros((0, state.ROW_FLOATS)), np.zeros((0, state.ROW_INTS), np.int64))
         f, i = self.rows if self.keep_rows else none
@@ -138,13 +139,15 @@ def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return ttft, tpot, e2el, norm
 
 
-def request_frame(table, reject_reason: np.ndarray) -> pd.DataFrame:
+def request_frame(table, reject_reason: np.ndarray) -> "pd.DataFrame":
     """One row per request: the table's columns as the run left them, its latencies, and why it
     was rejected (``reject_reason``, in words: ``sim.core.outcome.reject_reasons``)."""
     t = table
     status = np.where(t.status == Status.FINISHED, "finished",
                       np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
     ttft, tpot, e2el, norm = request_latencies(t)
+    import pandas as pd
+
     return pd.DataFrame({
         "request_id": t.request_id, "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
         "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
@@ -444,7 +447,7 @@ def priority_classes(t) -> list[dict]:
     return out
 
 
-def downsample_steps(steps: pd.DataFrame | None, max_points: int = 5000) -> pd.DataFrame | None:
+def downsample_steps(steps: "pd.DataFrame | None", max_points: int = 5000) -> "pd.DataFrame | None":
     """At most ``max_points`` rows: numeric columns averaged over equal-count bins of consecutive
     steps (timelines for plots and reports stay small; the full table stays in steps.csv)."""
     if steps is None or len(steps) <= max_points:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 
 import numpy as np
-import pandas as pd
 
 from pagesim.sim.errors import TraceError
 
@@ -36,7 +35,7 @@ class Status(enum.IntEnum):
     LOADING = 6  # a disaggregated decode replica's: its prompt's KV on the wire (sim/core/remote_kv.py)
 
 
-def check_counts(trace: pd.DataFrame, table: "RequestTable") -> None:
+def check_counts(trace: "pd.DataFrame", table: "RequestTable") -> None:
     """Every request computes at least one prompt token and generates at least one, in at least one
     sequence: a count below 1 is refused (TraceError naming the row and field), as the trace
     loaders and ``traces.schema.validate_canonical`` refuse it. This is where every run's requests
@@ -53,7 +52,7 @@ def check_counts(trace: pd.DataFrame, table: "RequestTable") -> None:
 class RequestTable:
     """Columns of the trace plus mutable per-request state."""
 
-    def __init__(self, trace: pd.DataFrame):
+    def __init__(self, trace: "pd.DataFrame"):
         n = len(trace)
         self.size = n
         # pandas' string array, the trace's own where its ids are strings already: about 14 bytes an id

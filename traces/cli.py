@@ -10,21 +10,24 @@ import numpy as np
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.terminal import fill
-from pagesim.traces import beam_search as bs
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
                                  add_trace_file_args, check_arrival_args)
-from pagesim.traces.loaders import load_trace, write_trace
 from pagesim.traces.names import WORKLOADS
-from pagesim.traces.stats import format_stats, trace_stats
-from pagesim.traces.synth import make_workload, paper_lengths
 
 LOG = logging.getLogger(__name__)  # a line per phase of the long commands (beam-search)
 
 SHARED = "../shared/traces"
 
 
+# the readers, generators and statistics are imported where a command runs: ``pagesim --help``
+# and shell completion build this parser, and pandas alone takes a quarter of a second
+
+
 def _load(path: str, args):
     """A trace file, or ``builtin:NAME`` (10,000 requests of a built-in workload at 2 req/s)."""
+    from pagesim.traces.loaders import load_trace
+    from pagesim.traces.synth import make_workload
+
     if path.startswith("builtin:"):
         return make_workload(path.split(":", 1)[1], 2.0, num_requests=10_000, seed=getattr(args, "seed", 0))
     return load_trace(path, format=args.format, columns=args.columns, time_unit=args.time_unit,
@@ -41,6 +44,8 @@ def _add_input_args(p) -> None:
 
 
 def cmd_stats(args) -> int:
+    from pagesim.traces.stats import format_stats, trace_stats
+
     df = _load(args.path, args)
     st = trace_stats(df)
     if args.json:
@@ -51,6 +56,9 @@ def cmd_stats(args) -> int:
 
 
 def cmd_synth(args) -> int:
+    from pagesim.traces.loaders import write_trace
+    from pagesim.traces.synth import make_workload
+
     check_arrival_args(args)
     duration = args.duration
     if duration is None and args.num_requests is None:
@@ -65,6 +73,8 @@ def cmd_synth(args) -> int:
 
 
 def cmd_convert(args) -> int:
+    from pagesim.traces.loaders import write_trace
+
     df = _load(args.path, args)
     out = write_trace(df, args.out)
     rep = df.attrs.get("load_report", {})
@@ -75,6 +85,9 @@ def cmd_convert(args) -> int:
 
 
 def cmd_beam_search(args) -> int:
+    from pagesim.traces import beam_search as bs
+    from pagesim.traces.synth import paper_lengths
+
     if args.corpus:
         try:
             text = open(args.corpus, encoding="utf-8").read()
