@@ -183,7 +183,8 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> No
         LOG.debug("the extension module's build did not start (%s)", e)
         return
     _BACKGROUND[:] = [*(p for p in _BACKGROUND if p.poll() is None), child]  # the ended ones reaped
-    LOG.info("writing the compiled core into an extension module in the background (later runs load it)")
+    # (the compile notice says it, once a command: replay.compile_notice)
+    LOG.debug("writing the compiled core into an extension module in the background (later runs load it)")
 
 
 def wait_for_builds() -> None:

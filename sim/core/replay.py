@@ -247,8 +247,8 @@ def compile_notice():
         if claims_notice():
             said.append(True)
             LOG.info("compiling the simulator's core with numba, once per machine and version: about %d s of CPU "
-                     "for each scheduler family this command runs (later runs load it in under a second)",
-                     FAMILY_COMPILE_S)
+                     "for each scheduler family this command runs, then as much again in the background writing "
+                     "it into extension modules (later runs load them in under a second)", FAMILY_COMPILE_S)
 
     notice = threading.Timer(COMPILE_NOTICE_S, say)
     notice.daemon = True
