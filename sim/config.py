@@ -354,11 +354,13 @@ def setting_type_problem(name: str, value: Any) -> str | None:
 
 
 def default_cost_model(scheduler: str, profile: str | None = None) -> str:
-    """The cost model a run gets unless it names one: the one measured closest to real runs of
-    its engine. vLLM v1: ``serving``, fitted on real vLLM v1 serving runs (docs/accuracy.md:
-    median |error| of their mean E2E 5.1 % held out, the roofline's 21.5 %). The
-    paper's engines (vLLM v0, Orca, static batching) and SGLang have no real runs to choose by:
-    the roofline, as the paper's figures have always run. A profile selects the table model."""
+    """The cost model a run gets unless it names one (its scheduler's, ``sim.systems``): the one
+    measured closest to real runs of its engine. vLLM v1: ``serving``, fitted on real vLLM v1
+    serving runs (docs/accuracy.md: median |error| of their mean E2E 5.1 % held out, the
+    roofline's 21.5 %); SGLang, whose step shares that physics, too, its band saying no SGLang
+    run measured it. The paper's engines (vLLM v0, Orca, static batching) have no real runs to
+    choose by: the roofline, as the paper's figures have always run. A profile selects the table
+    model."""
     known = systems.SCHEDULERS.get(scheduler)  # (an unknown one is refused with the other settings)
     return known.cost_model if known is not None and not profile else "roofline"
 

@@ -189,7 +189,11 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                   Refusal(lambda c: c.chunk_budget is not None and c.chunk_budget % c.block_size != 0,
                           "sglang: --chunk-budget {c.chunk_budget} (its chunked_prefill_size) must be a multiple "
                           "of --page-size {c.block_size}, as SGLang requires")),
-              batch_defaults=sglang_defaults, always_chunks=True, radix_cache=True, host_tier_pages=True),
+              # its cost model: the one fitted on real vLLM v1 runs, whose physics SGLang's step shares (CUDA
+              # graphs over the decode batch, FlashInfer's paged kernels reading each token once, the scheduler
+              # overlapped with the GPU); no SGLang run measured it, which its band says (sim/cost/regime.py)
+              batch_defaults=sglang_defaults, always_chunks=True, radix_cache=True, host_tier_pages=True,
+              cost_model="serving"),
 )}
 
 #: the memory managers (sim/core/memory.py dispatches to each)

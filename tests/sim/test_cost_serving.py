@@ -88,11 +88,13 @@ def test_without_regimes_the_files_one_band(monkeypatch, tmp_path):
 
 
 def test_default_cost_model_per_engine():
-    """vLLM v1 runs on the model fitted on real v1 runs; the paper's engines and SGLang on the
-    roofline; a profile means the table model; a named model is kept."""
-    assert default_cost_model("vllm-v1") == "serving"
-    assert default_cost_model("vllm-v1", profile="p.csv") == "roofline"
-    for scheduler in ("vllm", "orca", "static", "sglang"):
+    """vLLM v1 and SGLang (today's engines: CUDA graphs, paged kernels reading each token once)
+    run on the model fitted on real v1 runs; the paper's engines on the roofline; a profile means
+    the table model; a named model is kept."""
+    for scheduler in ("vllm-v1", "sglang"):
+        assert default_cost_model(scheduler) == "serving"
+        assert default_cost_model(scheduler, profile="p.csv") == "roofline"
+    for scheduler in ("vllm", "orca", "static"):
         assert default_cost_model(scheduler) == "roofline"
     assert SimConfig.for_system("vllm-v1").cost_model == "serving"
     assert SimConfig.for_system("vllm").cost_model == "roofline"
