@@ -277,12 +277,17 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bo
 def run_error_band(cfg, gpu: str | None = None) -> dict:
     """:func:`error_band` of a run of ``cfg`` (a SimConfig) on ``gpu`` (default its own, by its
     preset's name): its model's kind, its engine and its batch limit say the serving model's
-    regime."""
+    regime. A band of GPU timings (the roofline's, the calibrated model's) says in a line that no
+    real serving run of the engine measured it end to end (``regime``)."""
     from pagesim.sim.specs import get_gpu, get_model
 
     gpu = gpu or get_gpu(cfg.gpu).name
-    return error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
+    band = error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
                       scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs, engine=cfg.capabilities.follows)
+    err = band["cost_error"]
+    if isinstance(err, dict) and "regime" not in err:
+        err["regime"] = [f"no real serving run of {cfg.capabilities.follows} measured it end to end"]
+    return band
 
 
 def gpu_time_scales(err) -> list[float] | None:
@@ -318,8 +323,9 @@ def describe_band(band: dict, gpu: str) -> str:
         borrowed = f"; {gpu} itself unmeasured"
     what = err.get("what", f"GPU time per iteration vs measured on {measured_on}")
     stats = f"median {100 * err['median']:.1f} %, p90 {100 * err['p90']:.1f} %"
-    if "regime" in err:  # the serving model's: its signed spread, and its regime in place of the method
+    if "low" in err:  # the serving model's: its signed spread, and its regime in place of the method
         stats += (f", sim / real - 1 from {100 * err['low']:+.1f} to {100 * err['high']:+.1f} % (10th-90th "
                   "percentile)")
         return f"{band['cost_model']} ({what}: {stats}; " + "; ".join(err["regime"]) + ")"
-    return f"{band['cost_model']} ({what}: {stats}, {err['method']}{borrowed})"
+    regime = "".join(f"; {line}" for line in err.get("regime", ()))
+    return f"{band['cost_model']} ({what}: {stats}, {err['method']}{borrowed}{regime})"

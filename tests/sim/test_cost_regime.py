@@ -183,3 +183,17 @@ def test_cost_bands_prints_every_regime(capsys, monkeypatch):
     monkeypatch.setattr(cost.regime, "load_regimes", lambda path=None: {})
     assert main(["cost", "bands"]) == 2
     assert "no regimes; run benchmarks/serving_bands.py" in capsys.readouterr().err
+
+
+def test_a_band_of_gpu_timings_says_no_serving_run_measured_it():
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.cost.calibration import describe_band, run_error_band
+
+    band = run_error_band(SimConfig.for_system("vllm", gpu="h100-80gb"))
+    assert band["cost_model"] == "roofline"
+    assert band["cost_error"]["regime"] == ["no real serving run of vLLM 0.4.2 (v0) measured it end to end"]
+    assert describe_band(band, "h100-80gb").endswith("; no real serving run of vLLM 0.4.2 (v0) measured it end to end)")
+    assert gpu_time_scales(band["cost_error"]) == pytest.approx([1 + band["cost_error"]["p90"],
+                                                                 1 - band["cost_error"]["p90"]])
+    sglang = run_error_band(SimConfig.for_system("sglang", gpu="h100-80gb", max_num_seqs=128))["cost_error"]
+    assert sglang["regime"][-1].startswith("no real run of SGLang 0.5 was measured")
