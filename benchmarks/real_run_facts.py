@@ -9,13 +9,14 @@ came from. Only figures are taken (facts), none of the runs' files.
         --source "inference-sim/training@ed5c1d2 default_args/ (16 vLLM runs, H100 SXM)" \\
         --gpu h100-80gb --out experiments/data/real_runs_h100.csv
 
-LLMServingSim's four vLLM runs (their files name the GPU; only their summaries are kept, not
-their request lists, so the table is checking data to read, and each run replays from its folder):
+LLMServingSim's four vLLM runs (their files name the GPU), with each request's arrival and
+lengths beside them in ``llmservingsim_runs_requests.csv`` (``--requests``: the per-request table
+``traces.real_runs.read_real_runs`` attaches, so that the runs replay from the shipped tables):
 
     git clone https://github.com/casys-kaist/LLMServingSim && \\
     python benchmarks/real_run_facts.py LLMServingSim/bench/examples/*/*/vllm \\
         --source "casys-kaist/LLMServingSim@5daddb2 bench/examples/<GPU>/<run>/vllm/ (MIT license; ...)" \\
-        --out experiments/data/llmservingsim_runs.csv
+        --out experiments/data/llmservingsim_runs.csv --requests
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from _import_path import import_path
 
 import_path()
 
-from pagesim.traces.real_runs import read_real_run  # noqa: E402
+from pagesim.traces.real_runs import read_real_run, request_facts, requests_table_of  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -38,14 +39,17 @@ def main(argv=None) -> int:
     p.add_argument("--source", required=True, help="where the runs came from (repository, commit, folder)")
     p.add_argument("--gpu", help="the GPU preset the runs were served on, where their files do not say")
     p.add_argument("--out", required=True)
+    p.add_argument("--requests", action="store_true",
+                   help="also write each run's requests beside the table (<out>_requests.csv)")
     args = p.parse_args(argv)
-    rows = []
+    rows, runs = [], []
     for folder in sorted(args.runs):
         run = read_real_run(folder)
         if args.gpu:
             run.info["gpu"] = args.gpu
         run.info["source"] = args.source
         rows += run.facts()
+        runs.append(run)
     out = Path(args.out)
     with out.open("w", newline="") as f:
         f.write(f"# real serving runs' figures, taken from {args.source} by benchmarks/real_run_facts.py\n")
@@ -53,6 +57,12 @@ def main(argv=None) -> int:
         w.writerow(["run", "section", "key", "value"])
         w.writerows(rows)
     print(f"wrote {out}: {len(args.runs)} runs, {len(rows)} facts")
+    if args.requests:
+        table = request_facts(runs)
+        with requests_table_of(out).open("w", newline="") as f:
+            f.write(f"# real serving runs' requests, taken from {args.source} by benchmarks/real_run_facts.py\n")
+            table.to_csv(f, index=False)
+        print(f"wrote {requests_table_of(out)}: {len(table)} requests")
     return 0
 
 

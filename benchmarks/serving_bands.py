@@ -9,16 +9,17 @@ file):
   constants file, split by whether the run's model is a mixture of experts (the model preset's
   own fields, through the run's replay configuration);
 - ``held_out_gpu``: runs on GPUs the constants were not fitted on (leave-one-GPU-out: the fit saw
-  the fitted GPU's runs alone), replayed here from their own folders with the shipped constants:
-  LLMServingSim's vLLM 0.19.0 runs (casys-kaist/LLMServingSim at 5daddb21, MIT,
-  ``bench/examples/<GPU>/<run>/vllm/``), given with ``--llmservingsim DIR`` (the ``bench/examples``
-  folder). A run the replay refuses (expert parallelism) is named and left out.
+  the fitted GPU's runs alone), replayed here with the shipped constants: LLMServingSim's vLLM
+  0.19.0 runs (casys-kaist/LLMServingSim at 5daddb21, MIT, ``bench/examples/<GPU>/<run>/vllm/``),
+  from their fact and per-request tables (``experiments/data/llmservingsim_runs.csv``, written by
+  ``benchmarks/real_run_facts.py``; ``--held-out`` another table or run folders). A run the replay
+  refuses (expert parallelism) is named and left out.
 
 Each regime keeps its runs' names and signed errors (sim / real - 1 of the whole run's mean E2E,
 TTFT and TPOT); the medians and quantiles are computed where they are read. The fitted runs'
 largest ``max_num_seqs`` is kept too: a configuration that may batch more is extrapolated.
 
-    python benchmarks/serving_bands.py --llmservingsim /path/to/LLMServingSim/bench/examples
+    python benchmarks/serving_bands.py
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pagesim.sim.systems import SCHEDULERS  # noqa: E402
 from pagesim.traces.real_runs import read_real_runs  # noqa: E402
 
 DEFAULT_FACTS = ROOT / "experiments" / "data" / "real_runs_h100.csv"
-LLMSERVINGSIM_SOURCE = "casys-kaist/LLMServingSim@5daddb21 bench/examples (MIT; vLLM 0.19.0)"
+HELD_OUT = ROOT / "experiments" / "data" / "llmservingsim_runs.csv"
 
 
 def is_moe(run, gpu: str) -> bool:
@@ -68,12 +69,12 @@ def fitted_regimes(facts: Path, gpu: str) -> tuple[dict, int, set]:
     return regimes, largest, schedulers
 
 
-def held_out_gpu_runs(folder: Path) -> dict:
-    """Each LLMServingSim run under ``folder`` replayed with the shipped constants: run -> errors,
-    and the GPUs they ran on."""
+def held_out_gpu_runs(paths: list[Path]) -> tuple[dict, list[str]]:
+    """Each run of ``paths`` (fact tables, run folders) replayed with the shipped constants:
+    run -> errors, and the GPUs they ran on."""
     out, gpus = {}, set()
-    for path in sorted(folder.glob("*/*/vllm")):
-        for run in read_real_runs(path.parent):
+    for path in paths:
+        for run in read_real_runs(path):
             try:
                 cfg = replay_config(run, None, {"cost_model": "serving"})
                 overall = validate_run(run, cfg).errors()
@@ -98,18 +99,20 @@ def toml_table(name: str, runs: dict, **fields) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--facts", default=str(DEFAULT_FACTS), help="the fitting runs' fact table")
-    p.add_argument("--llmservingsim", type=Path, help="LLMServingSim's bench/examples folder (held-out GPUs)")
+    p.add_argument("--held-out", type=Path, nargs="+", default=[HELD_OUT],
+                   help="the runs on GPUs held out of the fit: fact tables or run folders")
     p.add_argument("--out", type=Path, default=REGIMES_PATH)
     args = p.parse_args(argv)
     regimes, largest, schedulers = fitted_regimes(Path(args.facts), FITTED_ON)
     [scheduler] = schedulers  # one engine's runs
-    held, gpus = held_out_gpu_runs(args.llmservingsim) if args.llmservingsim else ({}, [])
+    held, gpus = held_out_gpu_runs(args.held_out)
+    sources = sorted({str(run.info.get("source", path)) for path in args.held_out for run in read_real_runs(path)})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     lines = ["# The serving cost model's error by regime (sim/cost/regime.py reads it): written by",
-             "# python benchmarks/serving_bands.py" + (" --llmservingsim DIR" if held else ""), "",
+             "# python benchmarks/serving_bands.py", "",
              "[provenance]", f'fitted_on = "{FITTED_ON}"', f'constants = "{serving_path(FITTED_ON).name}"',
-             f'facts = "{Path(args.facts).name}"', f'held_out_source = "{LLMSERVINGSIM_SOURCE if held else ""}"',
+             f'facts = "{Path(args.facts).name}"', f'held_out_source = "{"; ".join(sources)}"',
              f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"', "",
              "[fitted]", f"max_num_seqs = {largest}", f'scheduler = "{scheduler}"',
              f'engine = "{SCHEDULERS[scheduler].follows}"']

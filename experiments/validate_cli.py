@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
@@ -41,8 +42,9 @@ def register(sub) -> None:
     r.add_argument("--against", metavar="PATH",
                    help="an inference-perf run folder (results/config.yaml, results/*_lifecycle_metrics.json, "
                         "exp-config.yaml), an LLMServingSim vLLM run folder (meta.json, requests.jsonl), a vllm "
-                        "bench serve --save-detailed JSON, or a fact table of runs (CSV; "
-                        "real_runs_h100 names the one shipped: 16 vLLM runs on H100): replay and compare")
+                        "bench serve --save-detailed JSON, or a fact table of runs (CSV; the shipped ones by name: "
+                        "real_runs_h100, 16 vLLM runs on H100; llmservingsim_runs, LLMServingSim's vLLM runs on "
+                        "RTX GPUs, their requests beside them): replay and compare")
     r.add_argument("--run", metavar="TEXT", help="of a fact table, only the runs whose name holds TEXT")
     p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
 
@@ -121,17 +123,27 @@ def run_band_line(cfg) -> str:
 
 
 def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:
-    """Every run of a fact table replayed: a row per run (its whole-run means), and the medians."""
+    """Every run of a fact table replayed: a row per run (its whole-run means), and the medians.
+    A run whose settings the replay refuses (expert parallelism) is left out in one line on
+    stderr; where every run is refused, the first refusal is the error."""
     import pandas as pd
 
     from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run
 
-    frames, configs = [], []
+    frames, configs, refused = [], [], []
     for real in runs:
-        cfg = replay_config(real, gpu, settings)
+        try:
+            cfg = replay_config(real, gpu, settings)
+        except ConfigError as e:
+            refused.append(e)
+            print(fill(f"{real.name}: {e}", first="pagesim validate: left out: "), file=sys.stderr)
+            continue
         v = validate_run(real, cfg, seed=args.seed)
         frames.append(v.errors().assign(run=real.name))
         configs.append(cfg)
+    if not frames:
+        raise refused[0]
+    runs = [real for real in runs if any(f["run"].iloc[0] == real.name for f in frames)]
     errors = pd.concat(frames, ignore_index=True)
     if args.out:
         out = Path(args.out)

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import TraceError
+from pagesim.traces.schema import to_seconds, to_tokens
 from pagesim.sim.limits import physical_memory_bytes
 from pagesim.sim.run_memory import BYTES_PER_REQUEST_BOUND, bytes_per_request
 
@@ -185,7 +186,8 @@ def read_real_run(path: str | Path) -> RealRun:
 
 def read_real_runs(path: str | Path) -> list[RealRun]:
     """The runs at ``path``: one (:func:`read_real_run`), or every run of a fact table (a ``.csv``
-    file, :func:`runs_from_facts`)."""
+    file, :func:`runs_from_facts`), each with its requests where the table has a per-request
+    table beside it (:func:`requests_table_of`)."""
     p = Path(path)
     if p.suffix.lower() == ".csv" and p.is_file():
         try:
@@ -195,8 +197,49 @@ def read_real_runs(path: str | Path) -> list[RealRun]:
         runs = runs_from_facts(table, str(p))
         if not runs:
             raise TraceError("no runs", path=str(p))
+        if requests_table_of(p).is_file():
+            attach_requests(runs, requests_table_of(p))
         return runs
     return [read_real_run(p)]
+
+
+#: the columns of a per-request table beside a fact table: each request of each run as its files
+#: list it (``RealRun.requests``: arrival in seconds from the run's first, lengths in tokens)
+REQUEST_FACTS = ("run", "request_id", "arrival_s", "prompt_tokens", "output_tokens", "succeeded")
+
+
+def requests_table_of(facts: Path) -> Path:
+    """The per-request table beside the fact table ``facts``: ``<name>_requests.csv``."""
+    return facts.with_name(f"{facts.stem}_requests.csv")
+
+
+def request_facts(runs: list[RealRun]) -> pd.DataFrame:
+    """The runs' requests as one table of :data:`REQUEST_FACTS` (runs without requests left out)."""
+    frames = [run.requests.assign(run=run.name)[list(REQUEST_FACTS)] for run in runs if run.requests is not None]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(REQUEST_FACTS))
+
+
+def attach_requests(runs: list[RealRun], path: Path) -> None:
+    """Each run's requests from the per-request table ``path`` (:data:`REQUEST_FACTS`), where it
+    lists the run; TraceError naming the file, row and field of a value that is not one."""
+    table = pd.read_csv(path, comment="#", dtype={"run": str, "request_id": str}, keep_default_na=False)
+    for col in REQUEST_FACTS:
+        if col not in table.columns:
+            raise TraceError(f"missing column (a per-request table has {', '.join(REQUEST_FACTS)})", path=str(path),
+                             field=col)
+    columns = {name: check(table[name], path=str(path), field=name) for name, check in
+               (("arrival_s", to_seconds), ("prompt_tokens", to_tokens), ("output_tokens", to_tokens))}
+    succeeded = table["succeeded"].astype(str)
+    bad = np.flatnonzero(~succeeded.isin(["True", "False"]).to_numpy())
+    if bad.size:
+        raise TraceError(f"expected True or False, got {succeeded.iloc[bad[0]]!r}", path=str(path),
+                         row=int(bad[0]) + 1, field="succeeded")
+    frame = pd.DataFrame({"run": table["run"], "request_id": table["request_id"], **columns,
+                          "succeeded": (succeeded == "True").to_numpy()})
+    by_run = dict(tuple(frame.groupby("run", sort=False)))
+    for run in runs:
+        if run.name in by_run:
+            run.requests = by_run[run.name].drop(columns="run").reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------

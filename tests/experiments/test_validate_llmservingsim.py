@@ -164,3 +164,15 @@ def test_qwen3_30b_a3b_base_context():
     assert base.weight_bytes == newer.weight_bytes
     assert base.weight_bytes / 2 == pytest.approx(30.5e9, rel=0.01)
     assert get_model("qwen3-32b").weight_bytes / 2 == pytest.approx(32.8e9, rel=0.01)
+
+
+def test_the_shipped_tables_replay_and_a_refused_run_is_left_out(capsys):
+    """``--against llmservingsim_runs``: the runs replay from the shipped fact and per-request
+    tables; the expert-parallel run is left out in one line, and alone it is the error."""
+    assert main(["validate", "--against", "llmservingsim_runs", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "pagesim validate: left out: RTXPRO6000-Qwen3-30B-A3B-Instruct-2507:" in " ".join(err.split())
+    assert "expert parallel is not modelled" in " ".join(err.split())
+    assert "3 real runs of llmservingsim_runs" in out and "RTX4090-Llama-3.1-8B" in out
+    assert main(["validate", "--against", "llmservingsim_runs", "--run", "Qwen3-30B", "--no-progress"]) == 2
+    assert "expert parallel is not modelled" in capsys.readouterr().err

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pagesim.sim.errors import TraceError
 from pagesim.traces.real_runs import read_real_run, send_times
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------------------------------------
 # a 3-request LLMServingSim run: the engine's stamps from 1000 s (its monotonic clock), the front
@@ -234,3 +237,34 @@ def test_old_bench_refusals_name_the_field(tmp_path, changes, field, fragment):
         read_real_run(p)
     assert (ei.value.path, ei.value.field) == (str(p), field)
     assert fragment in str(ei.value)
+
+
+def test_a_fact_tables_requests_come_from_the_table_beside_it(tmp_path):
+    """A fact table's runs take their requests from ``<name>_requests.csv`` beside it; a value
+    that is not one is refused naming the file, row and field."""
+    from pagesim.traces.real_runs import read_real_runs, requests_table_of
+
+    shipped = ROOT / "experiments" / "data" / "llmservingsim_runs.csv"
+    runs = {run.name: run for run in read_real_runs(shipped)}
+    assert runs["RTX4090-Llama-3.1-8B"].requests is not None and len(runs["RTX4090-Llama-3.1-8B"].requests) == 300
+    facts = tmp_path / "runs.csv"
+    facts.write_text(shipped.read_text())
+    rows = "run,request_id,arrival_s,prompt_tokens,output_tokens,succeeded\n"
+    requests_table_of(facts).write_text(rows + "RTX4090-Llama-3.1-8B,r0,0.0,12,5,True\n"
+                                        "RTX4090-Llama-3.1-8B,r1,0.5,7,3,False\n")
+    mine = {run.name: run for run in read_real_runs(facts)}
+    table = mine["RTX4090-Llama-3.1-8B"].requests
+    assert table["prompt_tokens"].tolist() == [12, 7] and table["succeeded"].tolist() == [True, False]
+    assert mine["RTXPRO6000-Qwen3-32B"].requests is None  # not listed beside it
+    requests_table_of(facts).write_text(rows + "RTX4090-Llama-3.1-8B,r0,0.0,12,5,yes\n")
+    with pytest.raises(TraceError, match="expected True or False") as e:
+        read_real_runs(facts)
+    assert (e.value.row, e.value.field) == (1, "succeeded")
+    requests_table_of(facts).write_text(rows + "RTX4090-Llama-3.1-8B,r0,0.0,0,5,True\n")
+    with pytest.raises(TraceError) as e:
+        read_real_runs(facts)
+    assert e.value.field == "prompt_tokens"
+    requests_table_of(facts).write_text("run,request_id\nx,r0\n")
+    with pytest.raises(TraceError, match="missing column") as e:
+        read_real_runs(facts)
+    assert e.value.field == "arrival_s"
