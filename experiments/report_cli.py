@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pagesim.reports.html import ReportError, is_reproduce_dir, is_run_dir
 from pagesim.sim.cli import HelpFormatter, example
 
 
@@ -23,7 +22,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pagesim.experiments.report_pages import reproduce_report, single_run_report  # plotly: `pagesim --help` need not load it
+    # here: plotly and pandas, which `pagesim --help` need not load
+    from pagesim.experiments.report_pages import reproduce_report, single_run_report
+    from pagesim.reports.html import ReportError, is_reproduce_dir, is_run_dir
 
     d = Path(args.dir)
     if not d.is_dir():

@@ -12,9 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pagesim.experiments.figures import EXPLAIN, FIGURES, TITLES, SweepOptions, misses, reproduce
-from pagesim.experiments.run_cache import telling_cache_answers
-from pagesim.experiments.run_spec import load_experiment
+from pagesim.experiments.figure_names import FIGURE_NAMES
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.cost.calibration import band_line, error_band, load_calibration
@@ -30,8 +28,8 @@ def register(sub) -> None:
                                       "pagesim reproduce all --out out/paper --workers 8",
                                       "pagesim reproduce fig12 --out out/fig12 --executor ray --address auto",
                                       "pagesim reproduce all --out out/smoke --quick"))
-    p.add_argument("figure", choices=[*FIGURES, "all"], metavar="FIGURE",
-                   help=f"which figure: {', '.join(FIGURES)}, or all")
+    p.add_argument("figure", choices=[*FIGURE_NAMES, "all"], metavar="FIGURE",
+                   help=f"which figure: {', '.join(FIGURE_NAMES)}, or all")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes, or Ray (pip install 'pagesim[dist]')")
@@ -52,7 +50,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pagesim.experiments.report_pages import reproduce_report  # plotly: `pagesim --help` need not load it
+    # here, not at the top: the figures and their sweeps (pandas) and the report (plotly), which
+    # `pagesim --help` and `pagesim reproduce --help` need not load
+    from pagesim.experiments.figures import FIGURES, SweepOptions, reproduce
+    from pagesim.experiments.report_pages import reproduce_report
+    from pagesim.experiments.run_cache import telling_cache_answers
+    from pagesim.experiments.run_spec import load_experiment
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -90,6 +93,8 @@ def print_tables(tables: dict) -> None:
     cells cut; the CSV has them whole), and its reading wrapped."""
     import pandas as pd  # here: the command's --help need not load it
 
+    from pagesim.experiments.figures import EXPLAIN
+
     with pd.option_context("display.max_rows", 200, "display.float_format", "{:.4g}".format):
         for name, table in tables.items():
             if name.endswith("_timeline"):
@@ -109,6 +114,8 @@ def closing_table(tables: dict, figures: list[str]) -> list[str]:
     """One line per figure: what it shows, whether it matches the paper within its tolerance
     (``figures.misses``; ``none``: a figure no paper has, comparing no row) and how many compared
     rows miss; its first miss under it, wrapped within :data:`WIDTH` and never cut."""
+    from pagesim.experiments.figures import TITLES, misses
+
     rows = [("figure", "shows", "paper", "misses")]
     first_misses = [""]
     for fig in figures:

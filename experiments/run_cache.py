@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
-
 from pagesim.experiments.run_spec import RunFn, RunSpec, canonical_json, file_digest, simulate_spec
 from pagesim.sim.outdir import naming, temporary_sibling
 
@@ -37,8 +35,8 @@ class RunOutput:
     """What one run leaves: its summary (deterministic keys only), steps and requests tables."""
 
     summary: dict[str, Any]
-    steps: pd.DataFrame | None = None
-    requests: pd.DataFrame | None = None
+    steps: "pd.DataFrame | None" = None
+    requests: "pd.DataFrame | None" = None
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -201,6 +199,8 @@ def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: R
         out.meta = json.loads((d / "meta.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         pass
+    import pandas as pd  # here: plan's and reproduce's parsers import this file
+
     for name in what:
         if (d / f"{name}.feather").exists():
             setattr(out, name, pd.read_feather(d / f"{name}.feather"))

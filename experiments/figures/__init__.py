@@ -30,23 +30,22 @@ simulated once.
 from __future__ import annotations
 
 from functools import partial
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
 
-from pagesim.experiments.figures import (distserve, fig2, fig12, fig13, fig14, fig15, fig16, fig17,
-                                         fig18b, fig19, hybrid)
+from pagesim.experiments.figure_names import FIGURE_NAMES
 from pagesim.experiments.figures.common import SweepOptions, expected_requests, figure_specs
 from pagesim.experiments.sweep import map_local
 from pagesim.sim.errors import ConfigError
 
-#: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them
-FIGURES: dict[str, ModuleType] = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig12": fig12, "fig18b": fig18b,
-                                   "fig14": fig14, "fig16": fig16, "fig17": fig17, "fig19": fig19,
-                                   "distserve": distserve, "hybrid": hybrid}
+#: the figures ``pagesim reproduce`` knows, in the order ``all`` runs them (their names stated once,
+#: in ``experiments/figure_names.py``, which the command line's parser reads)
+FIGURES: dict[str, ModuleType] = {name: import_module(f"pagesim.experiments.figures.{name}") for name in FIGURE_NAMES}
 #: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
-EXTRA_RUNS = {"fig14": fig14.distinct_runs}
+EXTRA_RUNS = {"fig14": FIGURES["fig14"].distinct_runs}
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 #: what each figure shows, in a few words (``reproduce all``'s closing table)
