@@ -33,9 +33,12 @@ import os
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # (pandas is imported where a frame is built)
+    import pandas as pd
 
 from pagesim.experiments.run_cache import RunOutput, load_cached, runner_name
 from pagesim.experiments.run_spec import RunSpec, file_digest, simulate_disaggregated

@@ -19,7 +19,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TYPE_CHECKING
+
+if TYPE_CHECKING:  # (pandas is imported where a frame is built)
+    import pandas as pd
 
 from pagesim.experiments.run_spec import RunFn, RunSpec, canonical_json, file_digest, simulate_spec
 from pagesim.sim.outdir import naming, temporary_sibling

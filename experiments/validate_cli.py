@@ -20,7 +20,6 @@ from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
 from pagesim.sim.args import SIM_FLAGS
-from pagesim.sim.specs import get_gpu
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost.calibration import band_line, run_error_band
 from pagesim.sim.errors import ConfigError
@@ -130,7 +129,7 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
 
     from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run
 
-    frames, configs, refused = [], [], []
+    frames, configs, refused, replayed = [], [], [], []
     for real in runs:
         try:
             cfg = replay_config(real, gpu, settings)
@@ -141,9 +140,10 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
         v = validate_run(real, cfg, seed=args.seed)
         frames.append(v.errors().assign(run=real.name))
         configs.append(cfg)
+        replayed.append(real)
     if not frames:
         raise refused[0]
-    runs = [real for real in runs if any(f["run"].iloc[0] == real.name for f in frames)]
+    runs = replayed
     errors = pd.concat(frames, ignore_index=True)
     if args.out:
         out = Path(args.out)

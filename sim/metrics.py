@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # (pandas is imported where a frame is built)
+    import pandas as pd
 
 from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError

@@ -17,8 +17,12 @@ token g+1. ``final_len = P + O`` is what reservation policies and the accounting
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # (pandas is imported where a frame is built)
+    import pandas as pd
 
 from pagesim.sim.errors import TraceError
 

@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.errors import TraceError
-from pagesim.traces.schema import to_seconds, to_tokens
 from pagesim.sim.limits import physical_memory_bytes
 from pagesim.sim.run_memory import BYTES_PER_REQUEST_BOUND, bytes_per_request
+from pagesim.traces.schema import to_seconds, to_tokens
 
 #: the statistics inference-perf's lifecycle metrics give (``reportgen/base.py``'s ``summarize``)
 #: that the comparison reads; the quantiles of prompt and output lengths are read in full
