@@ -144,9 +144,8 @@ def run_bands(args: argparse.Namespace) -> int:
         return 0
     print(f"{'regime':<13}{'runs':>5}  {'E2E median':>10} {'p90':>6} {'10th':>7} {'90th':>7}  "
           f"{'TTFT median':>11} {'TPOT median':>11}")
+    pct, sign = (lambda v: f"{100 * v:.1f}"), (lambda v: f"{100 * v:+.1f}")
     for name, r in rows.items():
-        pct = lambda v: f"{100 * v:.1f}"  # noqa: E731
-        sign = lambda v: f"{100 * v:+.1f}"  # noqa: E731
         print(f"{name.replace('_', '-'):<13}{r['runs']:>5}  {pct(r['median']):>10} {pct(r['p90']):>6} {sign(r['low']):>7} "
               f"{sign(r['high']):>7}  {pct(r['ttft_median']):>11} {pct(r['tpot_median']):>11}")
     for name, r in rows.items():
