@@ -12,11 +12,18 @@ back as the same float, so the other strings are the same. Text as ``to_csv``'s 
 (``QUOTE_MINIMAL``): a field is quoted when it holds the delimiter, a quote or a line break,
 quotes inside doubled; a missing value is an empty field (``""`` where it is a row's only field). ``tests/sim/test_csv_writer.py``
 compares with ``to_csv`` on awkward values.
+
+The rows go out a block at a time (:data:`ROWS_PER_BLOCK`): the strings of a block are a few
+megabytes whatever the table's length, where the whole table's would be several times the file
+(ten million requests: about 9 GB), and Arrow's casts run about three times faster on blocks
+that stay in the cache. A table is a DataFrame or its columns by name (numpy arrays, Arrow or
+pandas string arrays: ``sim.metrics.request_columns``), written without a DataFrame between.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -46,8 +53,13 @@ def _quoted(value) -> str:
     return text
 
 
-def _column_strings(column: pd.Series) -> pa.Array:
-    values = column.to_numpy()
+def _column_strings(column) -> pa.Array:
+    """One column's fields as strings: ``column`` a pandas Series, a numpy array or an Arrow array."""
+    if isinstance(column, (pa.Array, pa.ChunkedArray)):
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        return _text_quoted(pc.fill_null(column.cast(pa.string()), ""))
+    values = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
     kind = values.dtype.kind
     if kind in "iu":
         return pa.array(values).cast(pa.string())
@@ -60,6 +72,10 @@ def _column_strings(column: pd.Series) -> pa.Array:
         text = pc.fill_null(pa.array(values, type=pa.string(), from_pandas=True), "")
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # objects that are not strings: str() each
         return pa.array([_quoted(v) for v in values.tolist()], pa.string())
+    return _text_quoted(text)
+
+
+def _text_quoted(text: pa.Array) -> pa.Array:
     redo = np.flatnonzero(pc.match_substring_regex(text, '[,"\n\r]').to_numpy(zero_copy_only=False))
     if not len(redo):
         return text
@@ -68,19 +84,34 @@ def _column_strings(column: pd.Series) -> pa.Array:
     return pa.array(strings, pa.string())
 
 
-def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
-    """``frame.to_csv(path, index=False)``, the same bytes."""
-    header = ",".join(_quoted(name) for name in frame.columns) + "\n"
+#: rows formatted and written together (:func:`write_csv`)
+ROWS_PER_BLOCK = 1 << 17
+
+
+def write_csv(table: "pd.DataFrame | Mapping[str, object]", path: str | Path) -> None:
+    """``pd.DataFrame(table).to_csv(path, index=False)``, the same bytes: ``table`` a DataFrame
+    or its columns by name, all of one length."""
+    names = list(table.columns if isinstance(table, pd.DataFrame) else table)
+    columns = [table[name] for name in names]
+    rows = len(columns[0]) if columns else 0
+    header = ",".join(_quoted(name) for name in names) + "\n"
     with open(path, "wb") as out:
         out.write(header.encode())
-        if len(frame) == 0:
-            return
-        columns = [_column_strings(frame[name]) for name in frame.columns]
-        rows = pc.binary_join_element_wise(*columns, ",")
-        if len(columns) == 1:  # an empty lone field is written "" (csv's rule: not a blank line)
-            rows = pc.if_else(pc.equal(rows, ""), '""', rows)
-        lines = pc.binary_join_element_wise(rows, "", "\n")
-        out.write(_concatenated(lines))
+        for first in range(0, rows, ROWS_PER_BLOCK):
+            out.write(_block_lines([_rows_of(column, first, first + ROWS_PER_BLOCK) for column in columns]))
+
+
+def _rows_of(column, first: int, last: int):
+    """Rows ``first:last`` of a column, without a copy."""
+    return column.iloc[first:last] if isinstance(column, pd.Series) else column[first:last]
+
+
+def _block_lines(columns: list) -> bytes:
+    strings = [_column_strings(column) for column in columns]
+    rows = pc.binary_join_element_wise(*strings, ",")
+    if len(strings) == 1:  # an empty lone field is written "" (csv's rule: not a blank line)
+        rows = pc.if_else(pc.equal(rows, ""), '""', rows)
+    return _concatenated(pc.binary_join_element_wise(rows, "", "\n"))
 
 
 def _concatenated(strings: pa.Array) -> bytes:

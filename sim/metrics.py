@@ -142,23 +142,54 @@ def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return ttft, tpot, e2el, norm
 
 
-def request_frame(table, reject_reason: np.ndarray) -> "pd.DataFrame":
-    """One row per request: the table's columns as the run left them, its latencies, and why it
-    was rejected (``reject_reason``, in words: ``sim.core.outcome.reject_reasons``)."""
-    t = table
-    status = np.where(t.status == Status.FINISHED, "finished",
-                      np.where(t.status == Status.REJECTED, "rejected", "unfinished"))
-    ttft, tpot, e2el, norm = request_latencies(t)
-    import pandas as pd
+#: ``status`` in words, by the core's status (any other: ``unfinished``)
+STATUS_WORDS = {Status.FINISHED: "finished", Status.REJECTED: "rejected"}
 
-    return pd.DataFrame({
-        "request_id": t.request_id, "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
-        "output_tokens": t.output, "n": t.n, "beam_width": t.beam, "status": status,
-        "reject_reason": reject_reason.astype(str), "first_token_s": t.first_token_s,
+
+def request_columns(table, reject_reason: np.ndarray) -> dict:
+    """One row per request, by column: the table's columns as the run left them, its latencies,
+    and why it was rejected (``reject_reason``, in words: ``sim.core.outcome.reject_reasons``).
+    Numbers as numpy arrays; the words as Arrow string arrays, the status by code into its three
+    words (a numpy array of strings would take 40 bytes a request)."""
+    import pyarrow as pa
+
+    t = table
+    words = ["unfinished", *STATUS_WORDS.values()]
+    code = np.zeros(len(t.status), np.int8)
+    for k, status in enumerate(STATUS_WORDS, start=1):
+        code[t.status == status] = k
+    ttft, tpot, e2el, norm = request_latencies(t)
+    return {
+        "request_id": pa.array(t.request_id), "arrival_s": t.arrival_s, "prompt_tokens": t.prompt,
+        "output_tokens": t.output, "n": t.n, "beam_width": t.beam,
+        "status": pa.DictionaryArray.from_arrays(code, words),
+        "reject_reason": pa.array(reject_reason, pa.string()), "first_token_s": t.first_token_s,
         "finish_s": t.finish_s, "ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el,
         "normalized_latency_s": norm, "preemptions": t.preemptions,
         **({"priority": t.priority} if getattr(t, "has_priority", False) else {}),
-    })
+    }
+
+
+def request_frame(table, reject_reason: np.ndarray) -> "pd.DataFrame":
+    """:func:`request_columns` as a DataFrame."""
+    return frame_of(request_columns(table, reject_reason))
+
+
+def frame_of(columns: "dict | pd.DataFrame") -> "pd.DataFrame":
+    """Columns by name (numpy, or Arrow as :func:`request_columns` gives the words) as a
+    DataFrame: the words as pandas' strings."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if isinstance(columns, pd.DataFrame):
+        return columns
+
+    def frame_column(column):
+        if isinstance(column, pa.DictionaryArray):
+            column = column.dictionary_decode()
+        return column.to_pandas() if isinstance(column, (pa.Array, pa.ChunkedArray)) else column
+
+    return pd.DataFrame({name: frame_column(column) for name, column in columns.items()})
 
 
 def _bin_centres(edges: np.ndarray) -> np.ndarray:
@@ -251,10 +282,12 @@ def peak_concurrency(start_s: np.ndarray, end_s: np.ndarray) -> int:
     n = len(start_s)
     if not n:
         return 0
-    times = np.concatenate([np.asarray(start_s, float), np.asarray(end_s, float)])
-    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = np.lexsort((delta, times))
-    return int(np.cumsum(delta[order]).max())
+    # the count only rises at a start: after the k-th start (in time), k starts less the ends at
+    # or before it (two sorts and a merge, not a sort of both together: ten million requests
+    # 1.5 s, not 3.5)
+    starts = np.sort(np.asarray(start_s, float))
+    ends = np.sort(np.asarray(end_s, float))
+    return int((np.arange(1, n + 1) - np.searchsorted(ends, starts, side="right")).max())
 
 
 def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:

@@ -28,7 +28,7 @@ from pagesim.sim.executor import is_external, only_times
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_pool, check_pool_holds_a_unit, check_speculative_tokens
 from pagesim.sim.metrics import (InterTokenLatencies, StepRecords, SummaryOptions, prefix_cache_hit_rate,
-                                 request_frame, speculative_summary, summarize)
+                                 frame_of, request_columns, speculative_summary, summarize)
 from pagesim.sim.metrics import host_tier_summary
 from pagesim.sim.outdir import naming
 from pagesim.sim.requests import RequestTable
@@ -41,11 +41,13 @@ from pagesim.sim.terminal import bar_columns
 @dataclass
 class SimResult:
     """A run's summary, request table and step table. The request table may be given as the
-    function that builds it (``request_table``): :attr:`requests` builds it on first use, since
-    building it costs a sweep that never reads it (``reproduce``'s figures) a sixth of each run."""
+    function that builds its columns (``request_table``, :func:`sim.metrics.request_columns`):
+    :attr:`requests` builds the DataFrame on first use, since building it costs a sweep that
+    never reads it (``reproduce``'s figures) a sixth of each run, and :meth:`save` writes the
+    columns without one."""
 
     summary: dict
-    request_table: pd.DataFrame | Callable[[], pd.DataFrame]
+    request_table: pd.DataFrame | Callable[[], dict]
     steps: pd.DataFrame
     config: SimConfig | None = None
     extra: dict = field(default_factory=dict)
@@ -54,7 +56,7 @@ class SimResult:
     def requests(self) -> pd.DataFrame:
         """One row per request (:func:`sim.metrics.request_frame`)."""
         if callable(self.request_table):
-            self.request_table = self.request_table()
+            self.request_table = frame_of(self.request_table())
         return self.request_table
 
     def save(self, out_dir: str | Path, requests_format: str = "csv") -> Path:
@@ -67,12 +69,13 @@ class SimResult:
         if self.config is not None:
             with naming(out / "config.json"):
                 (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        requests = self.request_table() if callable(self.request_table) else self.request_table
         if requests_format == "parquet":
             with naming(out / "requests.parquet"):
-                self.requests.to_parquet(out / "requests.parquet", index=False)
+                frame_of(requests).to_parquet(out / "requests.parquet", index=False)
         else:
             with naming(out / "requests.csv"):
-                write_csv(self.requests, out / "requests.csv")
+                write_csv(requests, out / "requests.csv")
         with naming(out / "steps.csv"):
             write_csv(self.steps, out / "steps.csv")
         return out
@@ -252,7 +255,7 @@ def result(cfg: SimConfig, run: Prepared, wall_time_s: float, summary_options: S
     end_s = float(s.clock[core_state.END_S]) if duration_s is None else duration_s
     summary = engine_summary(cfg, run, run.table, records, wall_time_s, end_s, summary_options)
     reasons = reject_reasons(s, pool, run.limits, cfg)
-    return SimResult(summary, lambda: request_frame(run.table, reasons), records.frame(), cfg)
+    return SimResult(summary, lambda: request_columns(run.table, reasons), records.frame(), cfg)
 
 
 def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, wall_time_s: float, end_s: float,

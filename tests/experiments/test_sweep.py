@@ -297,8 +297,8 @@ def test_a_run_whose_request_table_is_not_stored_never_builds_it(monkeypatch):
     from pagesim.sim import run as sim_run
 
     built = []
-    real = sim_run.request_frame
-    monkeypatch.setattr(sim_run, "request_frame", lambda *a: built.append(1) or real(*a))
+    real = sim_run.request_columns
+    monkeypatch.setattr(sim_run, "request_columns", lambda *a: built.append(1) or real(*a))
     spec = RunSpec(system="vllm", workload="sharegpt", rate=2.0, num_requests=20, sim={"kv_gib": 12})
     out = sweep._execute(spec, simulate_spec, ("steps",))
     assert built == [] and out.requests is None and out.meta["dropped_tables"] == ["requests"]

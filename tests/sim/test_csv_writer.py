@@ -51,3 +51,33 @@ def test_integer_widths(tmp_path, kind):
 
 def test_lone_missing_field_is_quoted(tmp_path):
     same_bytes(pd.DataFrame({"x": [np.nan, 1.0, np.nan]}), tmp_path)
+
+
+def test_rows_written_in_blocks_are_the_same_bytes(tmp_path, monkeypatch):
+    """A table longer than a block goes out a block at a time: the same bytes, block edges in the
+    middle of the rows (10 rows, blocks of 3)."""
+    from pagesim.sim import csv_writer
+
+    monkeypatch.setattr(csv_writer, "ROWS_PER_BLOCK", 3)
+    n = 10
+    same_bytes(pd.DataFrame({"x": np.array(AWKWARD[:n]), "i": np.arange(n),
+                             "w": pd.array(["a", "b,c", None, "d", "e"] * 2, dtype="string")}), tmp_path)
+
+
+def test_columns_by_name_are_written_as_their_frame(tmp_path, monkeypatch):
+    """Columns by name (numpy, Arrow strings, Arrow words by code: ``sim.metrics.request_columns``)
+    write the bytes their DataFrame writes; a block edge falls inside them."""
+    import pyarrow as pa
+
+    from pagesim.sim import csv_writer
+    from pagesim.sim.metrics import frame_of
+
+    monkeypatch.setattr(csv_writer, "ROWS_PER_BLOCK", 4)
+    columns = {"request_id": pa.array(["r0", "r,1", "r2", "r3", "r4", "r5"]),
+               "t_s": np.array([0.5, 1e-5, np.nan, 3.0, 2.5e-300, 0.1]),
+               "status": pa.DictionaryArray.from_arrays(np.array([0, 1, 2, 1, 0, 2], np.int8),
+                                                        ["unfinished", "finished", "rejected"]),
+               "reason": pa.array(["", "", 'too "long", by 3', "", "two\nlines", ""])}
+    frame_of(columns).to_csv(tmp_path / "pandas.csv", index=False)
+    write_csv(columns, tmp_path / "ours.csv")
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()

@@ -73,6 +73,20 @@ def test_peak_concurrency_counts_a_departure_before_an_arrival_at_the_same_insta
     assert res.summary["max_concurrent_requests"] == 1
 
 
+def test_peak_concurrency_by_hand():
+    """vLLM's sweep (serve.py lines 713-734), by hand: [0, 3), [1, 2), [2, 5), [2, 4), [5, 6):
+    at 2 the second leaves before two arrive (3 in flight), at 5 the third leaves as the last
+    arrives; requests given out of time order; zero-length [4, 4) counts with no one."""
+    from pagesim.sim.metrics import peak_concurrency
+
+    start = np.array([2.0, 0.0, 5.0, 1.0, 2.0])
+    end = np.array([5.0, 3.0, 6.0, 2.0, 4.0])
+    assert peak_concurrency(start, end) == 3
+    assert peak_concurrency(np.array([4.0, 0.0]), np.array([4.0, 10.0])) == 1
+    assert peak_concurrency(np.zeros(0), np.zeros(0)) == 0
+    assert peak_concurrency(np.zeros(3), np.ones(3)) == 3
+
+
 def test_metric_percentiles_choose_the_keys():
     s = two_requests(percentile_metrics=("ttft", "itl"), percentiles=(0.0, 50.0, 90.0, 99.9))
     # TTFT {1000, 1500}: p = 1000 + (p / 100) * 500; vLLM names 99.9 "p99.9"; p0 is the lowest value
