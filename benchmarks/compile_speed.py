@@ -156,7 +156,7 @@ def clusters(rev: str | None, chosen: tuple, repeats: int) -> None:
 
 
 #: (the policy file edited, its tests): two systems' scheduler files (their scheduler's entry
-#: recompiles alone), and vLLM v1's priority policy (its lazy functions' entries alone: jit.LAZY_ONLY)
+#: recompiles alone), and vLLM v1's priority policy (its implementations' entries alone: jit.lazy_only)
 EDITS = (("sim/core/scheduler_v1.py", "tests/sim/core/test_vllm_v1.py tests/sim/core/test_priority.py"),
          ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"),
          ("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"))

@@ -53,9 +53,8 @@ SIM_FLAGS = {
     "schedule_policy": dict(choices=SCHEDULE_POLICIES, help="sglang: waiting-queue order, fcfs (SGLang's default) or "
                                                         "lpm (longest cached prefix first while <= 128 wait)"),
     "scheduling_policy": dict(choices=SCHEDULING_POLICIES,
-                              help="vllm-v1: fcfs (vLLM's default) or priority: requests wait by the trace's "
-                                   "priority column (lower first), then arrival, and a preemption takes the running "
-                                   "request with the largest (priority, arrival)"),
+                              help="vllm-v1: the waiting order and a preemption's victim: " + "; ".join(
+                                  f"{name} ({words})" for name, (_file, words) in systems.SCHEDULING_POLICIES.items())),
     "async_scheduling": dict(action=argparse.BooleanOptionalAction, default=None,
                              help="vllm-v1: schedule step N+1 while step N runs, as vLLM does by default: a request "
                                   "arriving during a step waits one more (default on for vllm-v1)"),

@@ -39,8 +39,7 @@ MANAGERS = tuple(systems.MANAGERS)
 SCHEDULERS = tuple(systems.SCHEDULERS)
 #: SGLang's schedule_policy: fcfs (server_args.py's default) or lpm (longest prefix match)
 SCHEDULE_POLICIES = ("fcfs", "lpm")
-#: vLLM's --scheduling-policy (vllm-v1): fcfs (its default) or priority (the trace's priority column,
-#: lower first; sim/core/policy_priority.py)
+#: vLLM's --scheduling-policy (vllm-v1), by name (sim.systems.SCHEDULING_POLICIES)
 SCHEDULING_POLICIES = tuple(systems.SCHEDULING_POLICIES)
 RESERVATIONS = ("max", "pow2", "oracle", "predicted")
 PLACEMENTS = ("buddy", "first-fit", "best-fit")
@@ -115,7 +114,7 @@ class SimConfig:
     chunk_budget: int = 512  # chunked prefill: tokens per iteration (decodes + prefill chunks)
     waiting_served_ratio: float | None = None
     schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
-    scheduling_policy: str = "fcfs"  # vllm-v1: fcfs or priority (SCHEDULING_POLICIES)
+    scheduling_policy: str = "fcfs"  # vllm-v1: fcfs, priority or sjf (SCHEDULING_POLICIES)
     schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
     # sglang: requests carry ignore_eos, as benchmark clients send them (sglang.bench_serving) and
     # as the trace's output lengths say (each runs to its max_new_tokens): the prefill budget

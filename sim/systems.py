@@ -250,8 +250,15 @@ def placed_settings() -> list[str]:
 
 
 #: vLLM's --scheduling-policy (vllm-v1): the waiting queue's order and a preemption's victim,
-#: one file each (sim/core/policies.py)
-SCHEDULING_POLICIES = {"fcfs": state.POLICY_FCFS, "priority": state.POLICY_PRIORITY}
+#: each (the file of the core implementing sim/core/policies.py's interface, its rule in words
+#: for --help); a run's ``config[SCHEDULING_POLICY]`` is its place here. The first, FCFS, every
+#: run's default, is inlined into every loop; the others are compiled apart, each by its own file
+SCHEDULING_POLICIES = {
+    "fcfs": ("policy_fcfs", "vLLM's default: arrival order, a preempted request back in front"),
+    "priority": ("policy_priority", "by the trace's priority column (lower first), then arrival; a preemption "
+                                    "takes the running request with the largest (priority, arrival)"),
+    "sjf": ("policy_sjf", "shortest prompt first, then arrival; a preemption takes the latest admitted"),
+}
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("static", "static", "static", memory="static slots of `max_seq_len`", taken="one slot per request"),

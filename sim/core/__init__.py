@@ -13,9 +13,10 @@ same CPython functions otherwise (``sim/core/jit.py``).
     memory.py       the manager the config names: the scheduler's memory verbs dispatched
     lifecycle.py    what every scheduler shares: the queues, admission, preemption's mechanics,
                     a step's end
-    policies.py     the scheduling policy the config names (policy_fcfs.py, policy_priority.py;
-                    which one: policy_choice.py): where a request waits, which running request a
-                    preemption takes
+    policies.py     the scheduling policies' interface: where a request waits, which running
+                    request a preemption takes; one file a policy (policy_fcfs.py, inlined;
+                    policy_priority.py, policy_sjf.py, compiled apart), one line in
+                    sim.systems.SCHEDULING_POLICIES
     scheduler_vllm.py   vLLM v0's iteration: swap-in, admission, prefill-first or chunked, preemption
                         (compiled once per manager: two families, paged and contiguous)
     scheduler_orca.py   what the contiguous manager changes in it (Orca)

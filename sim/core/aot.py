@@ -13,7 +13,7 @@ check of the replicas' list calls ``numba.typeof``). One source, compiled by the
 compiler: the module's results are numba's, bit for bit (``tests/sim/core/test_aot.py``).
 
 The module is named by its loop, its family and a hash of the sources of its family's loops
-(``jit.sources_digest``) and of the files only lazy functions compile (``jit.lazy_only_digest``),
+(``jit.sources_digest``; a scheduling policy's file is not linked in: ``jit.lazy_only``),
 this file and the arguments' array kinds (``replay.array_kind``: what numba's types depend on),
 so a stale one is never loaded; it lies beside numba's cache
 (``sim/core/__pycache__``, or ``$NUMBA_CACHE_DIR/pagesim_core``), or, built with the package
@@ -116,10 +116,10 @@ def module_name(kinds: tuple, which: tuple[str, int]) -> str:
     holds, the arrays' kinds, and numpy's version (the module is built against numpy's C
     interface)."""
     entry, family = which
-    # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py),
-    # and the files only lazy functions compile (every lazy function is linked in)
+    # the sources of this family's loops and of its scheduler, linked in (sim/core/families.py;
+    # a policy's file is not: jit.lazy_only)
     groups = (loop.FAMILIES[family], loop.SCHEDULER_GROUPS[family])
-    digests = "|".join([*(jit.digest_read(group) for group in groups), jit.lazy_only_digest()])
+    digests = "|".join(jit.digest_read(group) for group in groups)
     key = f"{digests}|{Path(__file__).read_bytes()!r}|{entry}|{family}|{kinds!r}|{np.__version__}"
     return module_prefix(which) + hashlib.sha256(key.encode()).hexdigest()[:20]
 

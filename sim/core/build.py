@@ -223,7 +223,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
     config[state.SCHEDULER_KIND] = cfg.family
-    config[state.SCHEDULING_POLICY] = SCHEDULING_POLICIES[cfg.scheduling_policy]
+    config[state.SCHEDULING_POLICY] = list(SCHEDULING_POLICIES).index(cfg.scheduling_policy)
     if cfg.capabilities.async_scheduling:
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on
     sglang = cfg.capabilities.radix_cache  # (its radix cache's arrays: radix_cache.py)

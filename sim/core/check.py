@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, kv_cache, memory, prefix_cache, speculative
+from pagesim.sim.core import host_tier, kv_cache, memory, policies, prefix_cache, speculative
 from pagesim.sim.core.jit import interpreted
-from pagesim.sim.core.policy_choice import priority_chosen
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_GROUP, SLIDING_SHARED_SLOTS
@@ -58,7 +57,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     RUNNING, SCHEDULER_KIND, STATIC,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.state import MEMORY_CATEGORIES, SPECULATIVE_SLACK
+from pagesim.sim.core.state import MEMORY_CATEGORIES, SCHEDULING_POLICY, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (ENTRY_BLOCK, HOST_BLOCKS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT,
                                     GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
                                     HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
@@ -181,10 +180,12 @@ def check_queues(s, mine) -> None:
         holding |= set(np.flatnonzero(mine & (s.offload[:len(status), OFFLOAD_LOADING] > 0)).tolist())
     assert set(waiting[:c[KV_HOLDING_WAITING]]) == holding, \
         "the requests holding blocks for their KV are not the waiting queue's front"
-    if priority_chosen(s.config):  # sim/core/policy_priority.py, each part apart
+    if policies.chosen_elsewhere(s.config):  # the run's policy's order (policies.position_by), each part apart
+        policy = policies.policy_module(int(s.config[SCHEDULING_POLICY]))
+        key = policy.order_key(s)
         for part in (waiting[:c[KV_HOLDING_WAITING]], waiting[c[KV_HOLDING_WAITING]:]):
-            keys = [(int(s.priority[i]), float(s.arrival_s[i]), i) for i in part]
-            assert keys == sorted(keys), "the waiting queue is not in (priority, arrival) order"
+            keys = [(int(key[i]), float(s.arrival_s[i]), i) for i in part]
+            assert keys == sorted(keys), f"the waiting queue is not in {policy.__name__.rsplit('.', 1)[-1]}'s order"
     assert c[NUM_FINISHED] == count[FINISHED], "finished count drifted"
     assert c[NUM_REJECTED] == count[REJECTED], "rejected count drifted"
     running = s.running[:c[NUM_RUNNING]]

@@ -54,16 +54,12 @@ _GROUP_FILES = {**{FAMILIES[kind]: LOOP_FILES[kind] for kind in FAMILIES},
                 **{SCHEDULER_GROUPS[kind]: files for kind, files in FAMILY_FILES.items()}}
 _FAMILY_OF_GROUP = {**{name: name for name in FAMILIES.values()},
                     **{SCHEDULER_GROUPS[kind]: FAMILIES[kind] for kind in FAMILIES}}
-#: the core files whose functions compiled code reaches only through their lazy functions' entries
-#: (``njit``'s ``lazy``; the file's other functions are inline helpers of those): left out of every
-#: shared and group digest, each entry keyed by its own file instead (:func:`_lazy_digest`), so that
-#: an edit of one recompiles that file's entries alone (tests/sim/core/test_jit_cache.py checks that
-#: no other core file names any function of theirs but a lazy one)
-LAZY_ONLY = ("policy_priority.py",)
 _GROUPS: dict = {}  # each function given to njit with a cache group -> the group's name
 _SHARED_DIGEST: list = []  # sources_digest() of the core's shared sources, once read (_drop_stale_cache)
 _DIGESTS: dict = {}  # each cache group's sources_digest() (SHARED: the shared functions'), as this process read them
 _LAZY: dict = {}  # each function given to njit(lazy=...) -> (its slot of LAZY_ADDRESSES, when a run needs it)
+_CHOSEN: dict = {}  # each interface (njit's lazy and chosen) -> which implementation a run's config chose
+_IMPLEMENTS: dict = {}  # each implementation of an interface (njit's implements) -> the interface
 _LAZY_ENTRY: dict = {}  # ... -> the dispatcher of its entry (lazy_entry_dispatcher), once made
 _LAZY_ENTRIES: dict = {}  # (function, numba's type of the state) -> the address of its machine code
 #: what a lazy function's parameters after the state, and its result, may be declared as
@@ -73,14 +69,14 @@ def sources_digest(here=None, group: str | None = None, sources: dict | None = N
     """A hash of the core sources numba reads for cache ``group``'s functions (None: every other
     function's): their functions and the constants frozen into them. Those are every file of the
     core, in its folder and its sub-folders (:func:`_sources`), but the Python-only glue in
-    :data:`NOT_COMPILED` (its edits need no recompile), the files only lazy entries compile
-    (:data:`LAZY_ONLY`) and the files the groups keep to themselves, plus ``group``'s own. Each
+    :data:`NOT_COMPILED` (its edits need no recompile), the files only their entries compile
+    (:func:`lazy_only`) and the files the groups keep to themselves, plus ``group``'s own. Each
     file is named by its path from the core's folder, as those lists name it: a file of a
     sub-folder that no list names is shared. ``sources``: :func:`_sources` of ``here``, read."""
     from pathlib import Path
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    kept = {name for files in _GROUP_FILES.values() for name in files} | set(LAZY_ONLY)
+    kept = {name for files in _GROUP_FILES.values() for name in files} | set(lazy_only())
     own = set(_GROUP_FILES.get(group, ()))
     return _files_digest([(name, text) for name, text in (_sources(here) if sources is None else sources).items()
                           if name not in NOT_COMPILED and (name not in kept or name in own)] + _flags())
@@ -109,13 +105,18 @@ def _sources(here) -> dict:
     return dict(sorted(named.items()))
 
 
-def lazy_only_digest(here=None) -> str:
-    """A hash of the :data:`LAZY_ONLY` files, which an extension module (``aot.py``: it links
-    every lazy function) compiles besides its groups' sources."""
-    from pathlib import Path
+def lazy_only() -> tuple[str, ...]:
+    """The core files whose functions compiled code reaches only through the entries of their
+    implementations of an interface (``njit``'s ``implements``; the file's other functions are
+    inline helpers of those): every scheduling policy's file but the inlined default's (the
+    first of ``sim.systems.SCHEDULING_POLICIES``). Left out of every shared and group digest,
+    each entry keyed by its own file instead (:func:`_lazy_digest`), so that an edit of one, or
+    a new one, recompiles that file's entries alone, and no extension module links them
+    (``aot.py``; tests/sim/core/test_jit_cache.py checks that no other core file names any
+    function of theirs)."""
+    from pagesim.sim.systems import SCHEDULING_POLICIES  # (the registry, above the core's files)
 
-    here = Path(__file__).resolve().parent if here is None else Path(here)
-    return _files_digest([(name, (here / name).read_bytes()) for name in LAZY_ONLY])
+    return tuple(f"{module}.py" for module, _words in list(SCHEDULING_POLICIES.values())[1:])
 
 
 def _files_digest(named) -> str:
@@ -273,7 +274,7 @@ def use_numba() -> None:
 
 
 def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group: str | None = None,
-         by_address: bool = False, lazy=None):
+         by_address: bool = False, lazy=None, chosen=None, implements=None):
     """Compile ``fn`` with numba (from :func:`use_numba` on), or return it. No Python object,
     exception or allocation inside (errors are return codes; arrays are made by the caller), so
     the functions are compiled without numba's reference counting (``_nrt=False``): with it,
@@ -313,15 +314,30 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     (``kv_cache.allocate_cached_blocks``, ``lifecycle.preempt_v1``, ``radix_cache.checkpoint``):
     a call of numba's would pass the state field by field, so that the entry loaded all ~550
     words of it as it started, at every step, called or not (vLLM v1's engine took ~15 % longer
-    so, SGLang's ~40 %, 2026-11-29; ``tests/sim/core/test_scheduler_address.py`` checks)."""
+    so, SGLang's ~40 %, 2026-11-29; ``tests/sim/core/test_scheduler_address.py`` checks).
+    ``chosen``, with ``lazy``: the function is an interface, its body never compiled: its slot
+    holds the entry of the implementation ``chosen(config)`` names for the run (a plain function
+    given to ``njit(implements=...)`` this one; a scheduling policy's, ``policies.py``), so that
+    compiled code calls whichever a run chose and names none of them. ``implements``: the
+    interface this function implements, declared alike; compiled only as its entry, keyed by
+    its own file, when a run chooses it (nothing else names it: :func:`lazy_only`)."""
     if fn is None:
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
-                              by_address=by_address, lazy=lazy)
+                              by_address=by_address, lazy=lazy, chosen=chosen, implements=implements)
     if lazy is not None:  # (declared whether compiled or not, where a mistake is met at import)
         if len(_LAZY) == {f.name: f.width for f in TABLES["config"]}["LAZY_ADDRESSES"]:
             raise RuntimeError("config[LAZY_ADDRESSES] is full: widen it (sim/core/state.py)")
         _declared(fn)
         _LAZY[fn] = (len(_LAZY), lazy)
+        if chosen is not None:
+            _CHOSEN[fn] = chosen
+    if implements is not None:
+        interface = getattr(implements, "py_func", implements)
+        if interface not in _CHOSEN or _declared(fn)[1:] != _declared(interface)[1:] or \
+                _declared(fn)[0][1:] != _declared(interface)[0][1:]:
+            raise TypeError(f"{fn.__module__}.{fn.__qualname__}: implements an interface (njit's lazy and chosen) "
+                            "with its parameters' names and types and its result's")
+        _IMPLEMENTS[fn] = interface
     if not COMPILED:
         return fn
     _OPTIONS[fn] = (inline, refcounted, by_address)
@@ -365,7 +381,7 @@ digest {digest})."""
 from pagesim.sim.core.by_reference import state_at
 from pagesim.sim.core.jit import inlined_lazy
 
-body = inlined_lazy({slot})
+body = inlined_lazy("{where}")
 
 
 def entry(ref, like{params}):
@@ -391,10 +407,10 @@ def lazy_entry_dispatcher(fn):
     import re
     import tempfile
 
-    slot, where = _LAZY[fn][0], f"{fn.__module__}.{fn.__qualname__}"
+    where = f"{fn.__module__}.{fn.__qualname__}"
     digest = _lazy_digest(fn)
     params = "".join(f", {name}" for name in _declared(fn)[0][1:])
-    text = _ENTRY_SOURCE.format(where=where, digest=digest, slot=slot, params=params)
+    text = _ENTRY_SOURCE.format(where=where, digest=digest, params=params)
     # (a closure's name holds "<locals>": letters, digits and "_" alone in a module's name)
     name = "pagesim_lazy_" + re.sub(r"\W+", "_", where.removeprefix(__package__ + "."))
     try:
@@ -421,10 +437,11 @@ def lazy_entry_dispatcher(fn):
     return _LAZY_ENTRY[fn]
 
 
-def inlined_lazy(slot: int):
-    """A dispatcher of the lazy function in ``slot`` that numba inlines into its entry (and
-    nowhere else: compiled code calls the function through :func:`_lazy_call`)."""
-    fn = next(fn for fn, (at, _) in _LAZY.items() if at == slot)
+def inlined_lazy(where: str):
+    """A dispatcher of the lazy function (or implementation) named ``where`` (its module and
+    name) that numba inlines into its entry (and nowhere else: compiled code calls the function
+    through :func:`_lazy_call`)."""
+    fn = next(fn for fn in (*_LAZY, *_IMPLEMENTS) if f"{fn.__module__}.{fn.__qualname__}" == where)
     return _dispatcher(fn, inline=True, refcounted=False, by_address=False)
 
 
@@ -524,7 +541,29 @@ def set_lazy_addresses(s, state_type) -> None:
     and 0 for the others; ``state_type``: numba's type of ``s``."""
     s.config[STATE_ADDRESS] = 0  # (the running loop writes it)
     for fn, (slot, needed) in _LAZY.items():
-        s.config[LAZY_ADDRESSES + slot] = lazy_address(fn, state_type) if needed(s.config) else 0
+        s.config[LAZY_ADDRESSES + slot] = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), state_type) \
+            if needed(s.config) else 0
+
+
+def _itself(fn, config):
+    return fn
+
+
+def set_chosen_addresses(s) -> None:
+    """Where an extension module runs the loop (``aot.py``: it links every lazy function but the
+    interfaces, ``loop.link_lazies``): write the address of each implementation the run chose
+    (``njit``'s ``chosen``), compiling it with numba (or loading it from numba's cache); none
+    for a run that chose none (every run of a default policy), which imports no numba."""
+    for fn, choose in _CHOSEN.items():
+        slot, needed = _LAZY[fn]
+        if needed(s.config):
+            use_numba()
+            s.config[LAZY_ADDRESSES + slot] = lazy_address(choose(fn, s.config), numba.typeof(s))
+
+
+def is_interface(fn) -> bool:
+    """Whether lazy function ``fn`` is an interface (``njit``'s ``chosen``): no code of its own."""
+    return getattr(fn, "py_func", fn) in _CHOSEN
 
 
 def lazy_address(fn, state_type) -> int:

@@ -525,9 +525,10 @@ def linked_scheduler(s, family):
 
 def link_lazies(config, s):
     """In an extension module (``aot.exported``), every lazy function (``jit.njit``'s ``lazy``)
-    linked into the module with its loop, its address written into ``config`` (a replica's row),
-    so that a run compiles nothing whatever it calls (``s``: a state, or a cluster's list of
-    them, for its type). Interpreted, none is needed."""
+    but the interfaces linked into the module with its loop, its address written into ``config``
+    (a replica's row), so that a run compiles nothing whatever it calls but a policy other than
+    the default (``jit.set_chosen_addresses``; ``s``: a state, or a cluster's list of them, for
+    its type). Interpreted, none is needed."""
 
 
 @njit(inline=True)
@@ -645,7 +646,8 @@ def _compiled_engine_calls():
     @intrinsic
     def linked_lazy_addresses(typingctx, config, s):
         state = s.dtype if isinstance(s, types.List) else s
-        linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items()]
+        # (an interface's slot holds the implementation a run chose, set by jit.set_chosen_addresses)
+        linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items() if not jit.is_interface(fn)]
 
         def codegen(context, builder, signature, args):
             data = context.make_array(config)(context, builder, value=args[0]).data

@@ -9,53 +9,36 @@ equals in the running list (``max(self.running, key=lambda r: (r.priority, r.arr
 scheduled earlier in the step gives its tokens back; one that preempts itself lets the requests
 after it try) is ``scheduler_v1.py``'s.
 
-Compiled code reaches this file only through its lazy functions' entries (``jit.LAZY_ONLY``):
-an edit recompiles those alone, not every family's loop."""
+Compiled code reaches this file only through the entries of its implementations of
+``policies.py``'s interface (``jit.lazy_only``): an edit recompiles those alone, not every
+family's loop."""
 
 from __future__ import annotations
 
+from pagesim.sim.core import policies
 from pagesim.sim.core.jit import njit
-from pagesim.sim.core.policy_choice import priority_chosen
-from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_HEAD, WAITING_LEN
+from pagesim.sim.core.state import KV_HOLDING_WAITING, NUM_RUNNING, WAITING_LEN
 
 
-@njit(inline=True)
-def served_before(s, a, b):
-    """Whether request ``a`` comes before request ``b`` in the waiting queue."""
-    if s.priority[a] != s.priority[b]:
-        return s.priority[a] < s.priority[b]
-    if s.arrival_s[a] != s.arrival_s[b]:
-        return s.arrival_s[a] < s.arrival_s[b]
-    return a < b
+def order_key(s):
+    """The waiting queue's order: (priority, arrival, row) (``policies.position_by``)."""
+    return s.priority
 
 
-# priority scheduling's (per arrival): a call, not inlined (sim/core/loop.py's docstring, "Compiled per family")
-@njit(lazy=priority_chosen)
+@njit(implements=policies.chosen_waiting_position)
 def waiting_position(s, i: int, returning: bool) -> int:
-    """After every waiting request served before ``i`` (``returning`` changes nothing): found
-    from the back, where a new arrival of the usual priority belongs."""
-    return position_before(s, i, s.count[WAITING_LEN])
+    """After every waiting request served before ``i`` (``returning`` changes nothing)."""
+    return policies.position_by(s, s.priority, i, s.count[WAITING_LEN])
 
 
-@njit(lazy=priority_chosen)
+@njit(implements=policies.chosen_holding_position)
 def holding_position(s, i: int) -> int:
     """Where request ``i`` joins the waiting queue's holding part (``lifecycle.hold_waiting``):
     by the same key, among those there (``kv_holding_waiting`` is a priority queue too)."""
-    return position_before(s, i, s.count[KV_HOLDING_WAITING])
+    return policies.position_by(s, s.priority, i, s.count[KV_HOLDING_WAITING])
 
 
-@njit(inline=True)
-def position_before(s, i, end):
-    """The position of the queue's first ``end`` places after every one served before ``i``."""
-    c, n = s.count, len(s.waiting)
-    p = end
-    while p > 0 and served_before(s, i, s.waiting[(c[WAITING_HEAD] + p - 1) % n]):
-        p -= 1
-    return p
-
-
-# per preemption under priority: a call (as every policy's victim, ``policies.victim``)
-@njit(lazy=priority_chosen)
+@njit(implements=policies.chosen_victim)
 def victim(s) -> int:
     """The running list's position of the request to preempt: the largest (priority, arrival)."""
     worst = 0

@@ -148,8 +148,9 @@ table("config", """
         block size under vLLM v0's PagedAttention kernel (it reads whole blocks,
         sim.core.cost.kernel_read_tokens), 1 for a kernel that reads each cached token once
         (SimConfig.kernel_block_tokens)
-    SCHEDULING_POLICY   vLLM's --scheduling-policy (POLICY_FCFS, POLICY_PRIORITY): the waiting
-        order and the victim of a preemption (sim/core/policies.py)
+    SCHEDULING_POLICY   vLLM's --scheduling-policy, its place in sim.systems.SCHEDULING_POLICIES
+        (POLICY_FCFS the first): the waiting order and the victim of a preemption
+        (sim/core/policies.py)
     SPEC_TOKENS         vLLM v1 speculative decoding: the drafts a decoding request verifies per
         step (num_speculative_tokens; 0: off; sim/core/speculative.py)
     SPEC_LOOKAHEAD      the slots allocated past a request's scheduled tokens for its drafter
@@ -553,7 +554,7 @@ CONTINUOUS_CONTIGUOUS = 4
 FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
 # config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): by arrival, the latest admitted
 # preempted; or by (priority, arrival)
-POLICY_FCFS, POLICY_PRIORITY = 0, 1
+POLICY_FCFS = 0  # the first of sim.systems.SCHEDULING_POLICIES, inlined (sim/core/policies.py)
 # count[BLOCKED_KIND]: what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
 

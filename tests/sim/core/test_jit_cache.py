@@ -222,45 +222,44 @@ def test_where_a_familys_folder_cannot_be_written_its_cache_is_keyed_where_numba
     assert not cached["shared"].exists() and cached["b"].exists()
 
 
-def test_editing_a_file_only_lazy_entries_compile_keeps_every_cache(tmp_path, monkeypatch):
-    """policy_priority.py is compiled by its lazy functions' entries alone, each keyed by its own
-    file (jit._lazy_digest): an edit drops no family's cache, and renames the extension
-    modules, which link every lazy function."""
-    from pagesim.sim.core import aot
-
-    lazy_only = tmp_path / "core" / jit.LAZY_ONLY[0]
-    lazy_only.parent.mkdir()
-    lazy_only.write_text("# the policy\n")
+def test_editing_or_adding_a_policy_keeps_every_cache(tmp_path, monkeypatch):
+    """A policy's file (jit.lazy_only: every one but the inlined default's) is compiled by its
+    implementations' entries alone, each keyed by its own file (jit._lazy_digest): an edit, or a
+    new policy's file, drops no family's cache (and so renames no extension module, named by
+    those digests: aot.module_name)."""
     core, cached = grouped_core(tmp_path, monkeypatch)
-    before = jit.lazy_only_digest(core)
-    lazy_only.write_text("# edited\n")
+    policy = core / jit.lazy_only()[0]
+    policy.write_text("# the policy\n")
+    jit._drop_stale_cache(core)
+    digests = {group: jit.sources_digest(core, group) for group in (None, "a", "b")}
+    policy.write_text("# edited\n")
+    (core / "policy_new.py").write_text("# a new policy\n")
+    monkeypatch.setattr(jit, "lazy_only", lambda: (policy.name, "policy_new.py"))
     jit._drop_stale_cache(core)
     assert all(f.exists() for f in cached.values())
-    assert jit.lazy_only_digest(core) != before
-    names = set()
-    for digest in ("a", "b"):
-        monkeypatch.setattr(jit, "lazy_only_digest", lambda digest=digest: digest)
-        names.add(aot.module_name(("core",), ("core", next(iter(aot.loop.FAMILIES)))))
-    assert len(names) == 2
+    assert {group: jit.sources_digest(core, group) for group in (None, "a", "b")} == digests
+    (core / "shared.py").write_text("# a shared file edited\n")  # (the check can fail: a shared edit)
+    assert jit.sources_digest(core) != digests[None]
 
 
-def test_a_file_only_lazy_entries_compile_is_named_elsewhere_by_its_lazy_functions_alone():
-    """What makes jit.LAZY_ONLY right: every function of such a file is lazy or inlined into
-    one of its lazy ones, and no other core file names any but a lazy one (an inlined helper or
-    an ordinary call would compile the file into a family's code, which its edits leave stale)."""
+def test_a_policys_file_is_named_elsewhere_by_nothing():
+    """What makes jit.lazy_only right: every function of a policy's file implements an interface
+    (policies.py), is inlined into one of those, or is Python's alone (``order_key``, which
+    --check reads), and no other core file names anything of it (an inlined helper or an ordinary
+    call would compile the file into a family's code, which its edits leave stale)."""
     import ast
     from pathlib import Path
 
     here = Path(jit.__file__).parent
-    for name in jit.LAZY_ONLY:
+    assert jit.lazy_only() == ("policy_priority.py", "policy_sjf.py")
+    for name in jit.lazy_only():
         module = name[:-3]
-        lazy = {fn.__name__ for fn in jit._LAZY if fn.__module__.rsplit(".", 1)[-1] == module}
         tree = ast.parse((here / name).read_text())
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.decorator_list:
                 options = {k.arg: k.value for d in node.decorator_list if isinstance(d, ast.Call) for k in d.keywords}
                 inlined = isinstance(options.get("inline"), ast.Constant) and options["inline"].value is True
-                assert node.name in lazy or inlined, f"{name}: {node.name} is neither lazy nor inlined"
+                assert "implements" in options or inlined, f"{name}: {node.name} neither implements nor is inlined"
         for path, text in jit._sources(here).items():  # (a sub-folder's files too)
             if path in (*jit.NOT_COMPILED, name):
                 continue
@@ -270,7 +269,7 @@ def test_a_file_only_lazy_entries_compile_is_named_elsewhere_by_its_lazy_functio
                     named |= {a.name for a in node.names}
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == module:
                     named.add(node.attr)
-            assert named <= lazy, f"{path} names {named - lazy} of {name}"
+            assert not named, f"{path} names {named} of {name}"
 
 
 def test_editing_a_familys_scheduler_recompiles_its_scheduler_not_its_loop(tmp_path, monkeypatch):

@@ -65,8 +65,9 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     assert needed["allocate_for_transfer"](config)
     config[state.DISAGG_ROLE], config[state.STATE_GROUPS] = 0, 1
     assert needed["free_groups"](config) and needed["mamba_aligned_split"](config)
-    config[state.STATE_GROUPS], config[state.SCHEDULING_POLICY] = 0, state.POLICY_PRIORITY
-    assert needed["waiting_position"](config) and not needed["free_groups"](config)
+    config[state.STATE_GROUPS], config[state.SCHEDULING_POLICY] = 0, 1  # a policy but the first (FCFS)
+    assert needed["chosen_waiting_position"](config) and needed["chosen_victim"](config)
+    assert not needed["free_groups"](config)
     config[state.SCHEDULING_POLICY], config[state.SPEC_TOKENS] = 0, 3
     assert needed["draft_time"](config) and not needed["churn_beams"](config)
     config[state.SPEC_TOKENS], config[state.BEAM_SEARCH] = 0, 1
@@ -147,7 +148,7 @@ def test_a_lazy_function_called_on_a_state_not_pinned_stops_the_run_naming_it():
     state before it calls the replica's functions (``by_reference.pin``): a lazy function reached
     without it stops the run with its name, where it would have read a copy gone with its
     function; pinned, it reads the state."""
-    from pagesim.sim.core import by_reference, policy_priority
+    from pagesim.sim.core import by_reference, policies, policy_priority
     from tests.sim.helpers import cfg_for, rand_trace
 
     jit.use_numba()
@@ -157,16 +158,16 @@ def test_a_lazy_function_called_on_a_state_not_pinned_stops_the_run_naming_it():
 
     @numba.njit
     def unpinned(s):
-        return policy_priority.waiting_position(s, 0, False)
+        return policies.chosen_waiting_position(s, 0, False)
 
     @numba.njit
     def pinned(s):
         by_reference.pin(s)
-        position = policy_priority.waiting_position(s, 0, False)
+        position = policies.chosen_waiting_position(s, 0, False)
         by_reference.unpin(s)
         return position
 
-    with pytest.raises(RuntimeError, match=r"policy_priority\.waiting_position called on a state not pinned"):
+    with pytest.raises(RuntimeError, match=r"policies\.chosen_waiting_position called on a state not pinned"):
         unpinned(s)
     assert pinned(s) == jit.interpreted(policy_priority.waiting_position)(s, 0, False)
     assert s.config[state.STATE_ADDRESS] == 0
@@ -262,11 +263,11 @@ def test_a_lazy_functions_call_casts_its_arguments_to_their_declared_types_only_
     import numpy as np
     from numba.core.errors import TypingError
 
-    from pagesim.sim.core import policy_priority
+    from pagesim.sim.core import policies
     from tests.sim.helpers import cfg_for, rand_trace
 
     s = prepare(cfg_for("vllm-v1", scheduling_policy="priority"), rand_trace(0, n=4)).state
-    position = policy_priority.waiting_position
+    position = policies.chosen_waiting_position
 
     def given(i):
         caller = numba.njit(lambda s: position(s, i, False))

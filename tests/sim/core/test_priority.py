@@ -35,8 +35,9 @@ def v1(slots: int, policy: str = "priority", **settings) -> SimConfig:
     (``--check``, which also checks the waiting queue's order), priced by the roofline, without
     async scheduling unless asked (as tests/sim/core/test_vllm_v1.py's)."""
     settings.setdefault("async_scheduling", False)
+    settings.setdefault("max_num_seqs", 4)
     return SimConfig.for_system("vllm-v1", model="opt-13b", gpu="a100-40gb", kv_gib=slots * OPT13B_SLOT / 2**30,
-                                block_size=4, max_seq_len=slots, max_num_seqs=4, check=True, cost_model="roofline",
+                                block_size=4, max_seq_len=slots, check=True, cost_model="roofline",
                                 scheduling_policy=policy, **settings)
 
 
