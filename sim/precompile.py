@@ -101,8 +101,9 @@ def build_one(system: str, into: Path | None) -> list[Path]:
     return copied
 
 
-#: ``--warm``'s job beside the families': every lazy function (``jit.njit``'s ``lazy``), which no
-#: family's small run compiles and the tests' runs of each feature would compile in their workers
+#: ``--warm``'s job beside the families': every lazy function (``jit.njit``'s ``lazy``) and every
+#: policy's implementations (``jit.every_entry``), which no family's small run compiles and the
+#: tests' runs of each feature would compile in their workers
 LAZY_JOB = "lazy-functions"
 
 
@@ -116,7 +117,7 @@ def build_lazy() -> None:
     s = initial_state(SimConfig.for_system("vllm-v1"), _trace())
     jit.use_numba()
     state_type = jit.numba.typeof(s)
-    for fn in jit._LAZY:
+    for fn in jit.every_entry():
         jit.lazy_compiled(fn, state_type)
 
 

@@ -561,6 +561,17 @@ def set_chosen_addresses(s) -> None:
             s.config[LAZY_ADDRESSES + slot] = lazy_address(choose(fn, s.config), numba.typeof(s))
 
 
+def every_entry() -> list:
+    """Every function compiled as an entry of its own: each lazy function but the interfaces
+    (which have no code), and every implementation of an interface, each policy's file imported
+    (:func:`lazy_only`): what ``pagesim.sim.precompile --warm`` compiles beside the families."""
+    import importlib
+
+    for path in lazy_only():
+        importlib.import_module(f"{__package__}.{path[:-3].replace('/', '.')}")
+    return [fn for fn in _LAZY if fn not in _CHOSEN] + list(_IMPLEMENTS)
+
+
 def is_interface(fn) -> bool:
     """Whether lazy function ``fn`` is an interface (``njit``'s ``chosen``): no code of its own."""
     return getattr(fn, "py_func", fn) in _CHOSEN

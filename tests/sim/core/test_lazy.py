@@ -277,3 +277,17 @@ def test_a_lazy_functions_call_casts_its_arguments_to_their_declared_types_only_
     assert given(np.int32(1)) == numba.types.int64
     with pytest.raises(TypingError, match=r"waiting_position's i is declared int64, given float64"):
         given(1.5)
+
+
+def test_every_entry_is_each_lazy_function_but_the_interfaces_and_every_policys_implementations():
+    """What ``pagesim.sim.precompile --warm`` compiles beside the families (jit.every_entry): no
+    interface (it has no code: its slot holds a policy's function), and the three functions of
+    every policy but the inlined FCFS."""
+    from pagesim.sim.core import policies, policy_priority, policy_sjf
+
+    names = {f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}" for fn in jit.every_entry()}
+    assert not {name for name in names if name.startswith("policies.")}
+    for module in (policy_priority, policy_sjf):
+        for name in ("waiting_position", "holding_position", "victim"):
+            assert f"{module.__name__.rsplit('.', 1)[-1]}.{name}" in names
+    assert jit.is_interface(policies.chosen_victim) and not jit.is_interface(policy_sjf.victim)
