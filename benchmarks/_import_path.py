@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # a run that compiled a loop writes its extension module itself before it goes on, as the
-# benchmarks' figures assume (sim/core/aot.py: a run leaves it to a process of its own, which
+# benchmarks' figures assume (sim/core/compile/aot.py: a run leaves it to a process of its own, which
 # would share a core with the runs timed after it); their children inherit it
 os.environ.setdefault("PAGESIM_AOT_WAIT", "1")
 

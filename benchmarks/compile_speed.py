@@ -1,6 +1,6 @@
 """Cold compile of the simulator's core (issue #35): CPU seconds per scheduler family.
 
-Each scheduler family has its own compiled loop (``sim/core/loop.py``: ``loop_for``), so a run
+Each scheduler family has its own compiled loop (``sim/core/events/loop.py``: ``loop_for``), so a run
 compiles its own family only. For each family (by a system of it) a fresh process runs a tiny
 ``pagesim simulate`` with an empty numba cache (``NUMBA_CACHE_DIR``) and ``PAGESIM_JIT=numba``
 (no extension module written after it): its CPU time is that family's cold compile alone (a
@@ -157,9 +157,9 @@ def clusters(rev: str | None, chosen: tuple, repeats: int) -> None:
 
 #: (the policy file edited, its tests): two systems' scheduler files (their scheduler's entry
 #: recompiles alone), and vLLM v1's priority policy (its implementations' entries alone: jit.lazy_only)
-EDITS = (("sim/core/scheduler_v1.py", "tests/sim/core/test_vllm_v1.py tests/sim/core/test_priority.py"),
-         ("sim/core/scheduler_sglang.py", "tests/sim/core/test_sglang.py"),
-         ("sim/core/policy_priority.py", "tests/sim/core/test_priority.py"))
+EDITS = (("sim/core/sched/scheduler_v1.py", "tests/sim/core/test_vllm_v1.py tests/sim/core/test_priority.py"),
+         ("sim/core/sched/scheduler_sglang.py", "tests/sim/core/test_sglang.py"),
+         ("sim/core/sched/policy_priority.py", "tests/sim/core/test_priority.py"))
 
 
 def edit_cycle() -> None:
@@ -201,7 +201,7 @@ print(rc, time.process_time() - t0, "numba" in sys.modules)
 
 
 def wheel_install() -> None:
-    from pagesim.sim.core import aot
+    from pagesim.sim.core.compile import aot
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:

@@ -112,7 +112,7 @@ def seconds(cmd, env=None) -> float:
 
 def whole_process(trace) -> None:
     """The whole command against a bare interpreter with numpy and pandas, in the same run: as
-    it runs by default (the core's loop from its extension module, ``sim/core/aot.py``) and
+    it runs by default (the core's loop from its extension module, ``sim/core/compile/aot.py``) and
     with ``PAGESIM_JIT=numba`` (loaded from numba's cache, the baseline); then numba's compile,
     cold and warm, in fresh processes (every child caching bytecode: ``child_env``)."""
     env = child_env()
@@ -232,7 +232,7 @@ def vllm_v1(trace) -> None:
 
 def sglang_hicache(trace, repeats: int = REPEATS) -> None:
     """``--only-sglang-hicache``: SGLang's host tier (``--system sglang --kv-offload-gib 64``,
-    sim/core/radix_cache.py) against plain ``--system sglang`` on the Azure conv trace, OPT-13B /
+    sim/core/kv/radix_cache.py) against plain ``--system sglang`` on the Azure conv trace, OPT-13B /
     A100-80GB, engine seconds (best of ``repeats`` each, interleaved, in this process; target:
     within 2x). The trace names no shared prefix: every insert is written through, the host
     pool fills and evicts, nothing is loaded back."""

@@ -2,7 +2,7 @@
 
 A clean clone of this checkout into a temporary folder, a fresh virtual environment, pip's cache
 off and an empty run cache; then README's install and its first run, timed apart, then the
-extension modules that run leaves building in the background (``sim/core/aot.py``) until the
+extension modules that run leaves building in the background (``sim/core/compile/aot.py``) until the
 last ends, then the run again from the run cache and with ``--no-cache``. CPU is the machine's
 (``/proc/stat``: every process on every core, the idle time left out), so run it on an otherwise
 quiet machine; beside it, each step's own user + system CPU as ``wait4`` counts it (the processes
@@ -47,7 +47,7 @@ def step(command: str, cwd: Path, env: dict) -> tuple[float, float, float]:
 
 
 def background_builds() -> bool:
-    return subprocess.run(["pgrep", "-f", "pagesim.sim.core.aot"], capture_output=True).returncode == 0
+    return subprocess.run(["pgrep", "-f", "pagesim.sim.core.compile.aot"], capture_output=True).returncode == 0
 
 
 def main() -> int:

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 KEYS = """
-from pagesim.sim.core import aot, jit, loop
+from pagesim.sim.core.compile import aot, jit
+from pagesim.sim.core.events import loop
 print(jit.sources_digest(), *(jit.sources_digest(group=g) for g in sorted(jit._GROUP_FILES)),
       *sorted(p.name for p in aot.cache_dir().glob("pagesim_core_*")))
 """
@@ -68,13 +69,13 @@ def main() -> int:
         before = keys()
         print(f"first sjf run (vLLM v1's family, its module, sjf's entries compiled): {first:6.1f} s of CPU")
         print(f"the same run again (the baseline):                                  {warm:6.1f} s of CPU ({engine})")
-        with open(copy / "sim/core/policy_sjf.py", "a") as f:
+        with open(copy / "sim/core/sched/policy_sjf.py", "a") as f:
             f.write("# an edit\n")
         edited, engine = run("sjf")
         same = keys() == before
         print(f"policy_sjf.py edited, its run:                                      {edited:6.1f} s of CPU ({engine}): "
               f"its recompile {edited - warm:.1f} s; every family's key and module {'unchanged' if same else 'CHANGED'}")
-        sjf = (copy / "sim/core/policy_sjf.py").read_text()
+        sjf = (copy / "sim/core/sched/policy_sjf.py").read_text()
         (copy / "sim/core/policy_fpf.py").write_text(
             sjf.replace('"""Shortest prompt first', '"""Fewest preemptions first (a benchmark\'s)')
                .replace("s.prompt_tokens", "s.num_preemptions"))

@@ -468,7 +468,7 @@ WHAT_IFS: list[tuple[str, dict[str, Any]]] = [
     ("reservation=oracle", {"reservation": "oracle"}),
     ("chunked_prefill", {"chunked_prefill": True}),
     ("preemption=swap", {"preemption": "swap"}),
-    # vllm-v1's speculative decoding at its defaults (n-gram, acceptance 0.7: sim/core/speculative.py)
+    # vllm-v1's speculative decoding at its defaults (n-gram, acceptance 0.7: sim/core/sched/speculative.py)
     ("num_speculative_tokens=3", {"num_speculative_tokens": 3}),
 ]
 

@@ -47,8 +47,8 @@ from pagesim.experiments.slo import KEEPUP_FRAC, KEEPUP_MIN_S, LITTLE_TOL, SLO, 
 from pagesim.experiments.sweep import run_sweep
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.metrics import SummaryOptions
-from pagesim.sim.core import replay
-from pagesim.sim.core.replay import StopRun
+from pagesim.sim.core.events import replay
+from pagesim.sim.core.events.replay import StopRun
 from pagesim.sim.errors import ConfigError, PagesimError
 from pagesim.sim.run_memory import check_synthetic_workload
 from pagesim.sim.run import prepare, resolve_budget, result, run_simulation

@@ -38,7 +38,7 @@ def register(sub) -> None:
 
     add_workload_args(p)
     add_sim_args(p)
-    c = p.add_argument_group("cluster (sim/core/cluster.py)")
+    c = p.add_argument_group("cluster (sim/core/events/cluster.py)")
     c.add_argument("--replicas", type=int, default=None, metavar="K",
                    help="K replicas of the system, each its own KV pool, scheduler and cost model, behind a router "
                         "(default 1: a single engine)")
@@ -52,7 +52,7 @@ def register(sub) -> None:
     c.add_argument("--router-slack", type=float, default=None, metavar="S",
                    help="prefix-affinity's load bound: a replica holding the prefix is passed over when its "
                         "outstanding requests exceed (1 + S) x the mean (default 0.5)")
-    d = p.add_argument_group("disaggregated prefill and decode (sim/core/disagg.py)")
+    d = p.add_argument_group("disaggregated prefill and decode (sim/core/events/disagg.py)")
     d.add_argument("--prefill-replicas", type=int, default=None, metavar="P",
                    help="P prefill replicas and --decode-replicas D decode replicas (vllm-v1): each request is "
                         "prefilled on one, its KV moved over --kv-link, and decoded on the other")
@@ -316,11 +316,11 @@ def print_summary(s: dict, f, options) -> None:
                      f"{level['preemptions']} preemptions"))
     if "prefix_cache_hit_rate" in s:
         rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache_hit_rate']:.1f} %"))
-    if "host_prefix_hit_rate" in s:  # the CPU offload tier (sim/core/host_tier.py)
+    if "host_prefix_hit_rate" in s:  # the CPU offload tier (sim/core/kv/host_tier.py)
         rows.append(("host tier hit rate", f"{100 * s['host_prefix_hit_rate']:.1f} % past the GPU's"))
         rows.append(("host loaded / stored", f"{s['host_loaded_gib']:.2f} / {s['host_stored_gib']:.2f} GiB; "
                                              f"{s['host_blocks_used']} of {s['host_blocks']} blocks in use"))
-    if "spec_acceptance_rate" in s:  # speculative decoding (sim/core/speculative.py)
+    if "spec_acceptance_rate" in s:  # speculative decoding (sim/core/sched/speculative.py)
         rows.append(("drafts accepted / per step", f"{100 * s['spec_acceptance_rate']:.1f} % / "
                                                    f"{s['spec_accepted_per_step']:.2f} "
                                                    f"({s['spec_tokens_per_step']:.2f} tokens per step)"))

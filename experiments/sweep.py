@@ -152,7 +152,7 @@ _WARMED: set = set()  # the scheduler families compiled (or found compiled) for 
 
 
 def _families(specs: list[RunSpec]) -> list[int]:
-    """The scheduler families (``sim/core/families.py``: each a compiled loop) ``specs`` run, in
+    """The scheduler families (``sim/core/compile/families.py``: each a compiled loop) ``specs`` run, in
     order of first appearance; the default system's without specs (a spec that is not a valid
     configuration is left to its run to report)."""
     families: dict[int, None] = {}
@@ -203,7 +203,7 @@ atexit.register(_drop_pool, True)
 
 def warm_up_core(families: list[int] | None = None, pool: cf.ProcessPoolExecutor | None = None) -> float:
     """Compile the loops of scheduler ``families`` (default: the default system's) where numba's
-    cache lacks them (once per install, about a minute each; the log says so, sim/core/replay.py),
+    cache lacks them (once per install, about a minute each; the log says so, sim/core/events/replay.py),
     before the runs, so that the workers load them rather than each compiling the same: in this
     process, or with ``pool``, on its workers side by side (``pagesim reproduce fig2`` runs vLLM v0's
     and Orca's scheduler over paged memory and over contiguous extents, two families: on 2 cores

@@ -230,7 +230,7 @@ class GPUExecutor:
         if host_blocks is None:
             host_blocks = 0
             # the swap space, in blocks, and room for rounding up (a request of several sequences is
-            # swapped under recompute too: sim/core/lifecycle.py's preempt)
+            # swapped under recompute too: sim/core/sched/lifecycle.py's preempt)
             if config[state.SWAP_CAPACITY_TOKENS]:
                 host_blocks = -(-int(config[state.SWAP_CAPACITY_TOKENS]) // self.block_size) + 64
         self.host_blocks = int(host_blocks)

@@ -3,7 +3,7 @@
 K replicas of one configuration (each its own KV pool, prefix cache, scheduler and cost model),
 or replicas on different GPUs (``replicas`` as (configuration, count) groups, one configuration
 per GPU: ``--replica-gpus h100-80gb:2,a100-80gb:6``), behind a global router, simulated as one
-discrete-event run by the compiled cluster loop (``sim/core/cluster.py``, whose docstring states
+discrete-event run by the compiled cluster loop (``sim/core/events/cluster.py``, whose docstring states
 the design and the routers' rules). This file builds the replicas' states, runs the loop to its
 end (growing what Python grows) and writes the records: the request table with a ``replica``
 column, the step table with one, a summary per replica (the keys of a single run's summary,
@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import cluster as core_cluster
-from pagesim.sim.core import loop, replay, state
+from pagesim.sim.core.events import cluster as core_cluster
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop, replay
 from pagesim.sim.core.build import UNLIMITED
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError
@@ -341,7 +342,7 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
         hits = sum(s["mgr_prefix_hit_tokens"] for s in summaries)
         lookups = sum(s["mgr_prefix_lookup_tokens"] for s in summaries)
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(hits, lookups)
-    if cfg.num_speculative_tokens:  # the replicas' counts summed (sim/core/speculative.py)
+    if cfg.num_speculative_tokens:  # the replicas' counts summed (sim/core/sched/speculative.py)
         summary.update(speculative_summary(*(sum(int(s.count[k]) for s in c.replicas)
                                              for k in (state.SPEC_DRAFTED, state.SPEC_ACCEPTED, state.SPEC_VERIFIED))))
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), cfg, replica_summaries=summaries)

@@ -2,11 +2,11 @@
 
 The systems, their schedulers and memory managers are ``sim/systems.py``'s registry (its
 ``markdown_table`` is the docs' table of them). ``vllm`` is vLLM v0 (the 2023 paper's system);
-``vllm-v1`` is vLLM v1's scheduler as of vLLM 0.33.0 (``sim/core/scheduler_v1.py``): one token
+``vllm-v1`` is vLLM v1's scheduler as of vLLM 0.33.0 (``sim/core/sched/scheduler_v1.py``): one token
 budget per step, chunked prefill always, prefix caching on, no watermark, recompute preemption,
 FCFS or priority scheduling, and its batch defaults by GPU (``systems.v1_batch_defaults``). ``sglang``
-is SGLang's RadixAttention serving (v0.5 line; ``sim/core/radix_cache.py``,
-``sim/core/scheduler_sglang.py``): a radix tree of cached tokens (page 1 by default:
+is SGLang's RadixAttention serving (v0.5 line; ``sim/core/kv/radix_cache.py``,
+``sim/core/sched/scheduler_sglang.py``): a radix tree of cached tokens (page 1 by default:
 ``block_size`` is its ``page_size``), prefill first, its PrefillAdder's budgets
 (``max_num_batched_tokens`` is its ``max_prefill_tokens``, ``chunk_budget`` its
 ``chunked_prefill_size``, ``max_num_seqs`` its ``max_running_requests``; ``systems.sglang_defaults``)
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pagesim.sim import systems
-from pagesim.sim.core.families import family_of
+from pagesim.sim.core.compile.families import family_of
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.model import KV_CACHE_DTYPES
 
@@ -52,7 +52,7 @@ COST_MODELS = ("roofline", "calibrated", "serving")
 MAX_LEN_POLICIES = ("error", "drop", "truncate", "clip-prompt")
 #: vAttention's physical page sizes per layer (CUDA's 2 MiB pages and the smaller pages its driver adds)
 VATTENTION_PAGE_KIB = (64, 128, 256, 2048)
-#: vLLM v1's speculative decoding methods modelled (sim/core/speculative.py)
+#: vLLM v1's speculative decoding methods modelled (sim/core/sched/speculative.py)
 SPECULATIVE_METHODS = ("ngram", "draft-model", "eagle", "mtp")
 #: the largest integer setting: counts beyond it overflow the int64 tables the engine keeps
 MAX_INT_SETTING = 2**62
@@ -122,12 +122,12 @@ class SimConfig:
     # might stop at EOS earlier, charged at new_token_ratio. None: the default, on
     ignore_eos: bool | None = None
     # vllm-v1: schedule step N+1 while step N runs (vLLM's --async-scheduling, on by default in
-    # vLLM; sim/core/scheduler_v1.py). None: the system's default (on for vllm-v1)
+    # vLLM; sim/core/sched/scheduler_v1.py). None: the system's default (on for vllm-v1)
     async_scheduling: bool | None = None
     # vllm-v1: a client gives up on its request after this many seconds, and the engine aborts it
-    # (sim/core/scheduler_v1.py). None: clients wait forever
+    # (sim/core/sched/scheduler_v1.py). None: clients wait forever
     client_timeout_s: float | None = None
-    # vllm-v1 speculative decoding (sim/core/speculative.py): drafts per step (0: off), how they
+    # vllm-v1 speculative decoding (sim/core/sched/speculative.py): drafts per step (0: off), how they
     # are proposed, and the chance each draft position is accepted once those before it were (one
     # rate, or one per position: "0.8,0.6,0.5"); a draft model's preset for the draft-model method
     num_speculative_tokens: int = 0
@@ -135,8 +135,8 @@ class SimConfig:
     spec_acceptance_rate: float = 0.7
     spec_acceptance_rates: str | None = None
     draft_model: str | None = None
-    # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/host_tier.py), or sglang's
-    # host tier (HiCache's L2, its --hicache-size; sim/core/radix_cache.py): host memory in GiB for KV,
+    # vllm-v1's CPU offload tier (vLLM's --kv-offloading-size; sim/core/kv/host_tier.py), or sglang's
+    # host tier (HiCache's L2, its --hicache-size; sim/core/kv/radix_cache.py): host memory in GiB for KV,
     # over the tensor-parallel GPUs (0: none)
     kv_offload_gib: float = 0.0
 
@@ -226,7 +226,7 @@ class SimConfig:
 
     def check_token_pairs(self, max_seq_len: int, capacity_tokens: int) -> None:
         """An iteration's prefill attention is priced from sum(n * (2b + n)) over its prompts (n new
-        tokens after b cached, b + n <= max_seq_len; sim/core/loop.py step_time), an int64: at most
+        tokens after b cached, b + n <= max_seq_len; sim/core/events/loop.py step_time), an int64: at most
         twice the iteration's prompt tokens times max_seq_len, which must stay below 2**63. The
         prompt tokens of an iteration are bounded by its token budget and by the KV pool (static
         batching's padded prefill, B x the longest prompt, by the pool alone)."""
@@ -253,7 +253,7 @@ class SimConfig:
 
     @property
     def family(self) -> int:
-        """The core's scheduler family that runs it (its compiled loop: ``sim/core/families.py``)."""
+        """The core's scheduler family that runs it (its compiled loop: ``sim/core/compile/families.py``)."""
         return family_of(self.capabilities.core_kind, self.manager)
 
     @property

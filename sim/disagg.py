@@ -2,8 +2,8 @@
 
 P prefill replicas of ``prefill_cfg`` and D decode replicas of ``decode_cfg`` (each pool its
 own GPU, tensor parallelism and limits; the same model and system), a router per pool, and a
-KV link per decode replica, simulated as one run by the compiled loop of ``sim/core/disagg.py``
-(whose docstring states the design; ``sim/core/remote_kv.py`` the blocks' rules). This file
+KV link per decode replica, simulated as one run by the compiled loop of ``sim/core/events/disagg.py``
+(whose docstring states the design; ``sim/core/kv/remote_kv.py`` the blocks' rules). This file
 builds the two pools' states (each pool's request columns its own: the prefill pool's ask for
 one token), runs the loop and writes the records: the request table with each request's
 replicas and the phases of its TTFT, the step table and a summary per replica, and the
@@ -22,10 +22,11 @@ import pandas as pd
 from pagesim.sim.cluster import (REQUEST_COLUMNS, ClusterRecords, ClusterResult, RequestSubset,
                                  grow_rings, merged_itl, replica_states)
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import disagg as core_disagg
-from pagesim.sim.core import loop, replay, state
+from pagesim.sim.core.events import disagg as core_disagg
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop, replay
 from pagesim.sim.core.build import UNLIMITED, offload_rows
-from pagesim.sim.core.cluster import ROUTERS
+from pagesim.sim.core.events.cluster import ROUTERS
 from pagesim.sim.core.outcome import reject_reasons
 from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.specs.kv_groups import kv_cache_groups

@@ -16,7 +16,7 @@ def only_times(executor) -> bool:
     """Whether ``executor`` only times the core's steps, as the peer tests' recorder does
     (``tests/peers/pagesim_steps.py``: ``only_times = True``): it may then run speculative
     decoding (the core's own draws decide which drafts each step accepts:
-    ``sim/core/speculative.py``) and sliding-window KV cache groups (it reads no block table).
+    ``sim/core/sched/speculative.py``) and sliding-window KV cache groups (it reads no block table).
     The GPU mode's executor runs a model that verifies no drafts and reads one block table per
     sequence, so both are refused with it."""
     return bool(getattr(executor, "only_times", False))

@@ -39,7 +39,7 @@ from pagesim.sim.requests import Status
 #: Fig. 2 (token states, reservation, internal fragmentation) with external fragmentation split
 #: into the allocator's rounding slack (a buddy block's unused part) and holes between extents
 #: and, last, speculative decoding's slack (slots of drafts being verified or rejected, lookahead
-#: slots: sim/core/speculative.py)
+#: slots: sim/core/sched/speculative.py)
 MEMORY_CATEGORIES = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle",
                      "speculative_slack")
 #: Okabe & Ito's colour-blind-safe palette, and each slot category's colour in every chart (the
@@ -50,14 +50,14 @@ MEMORY_COLORS = {"token_states": OKABE_ITO["green"], "reservation": OKABE_ITO["y
                  "internal_frag": OKABE_ITO["vermillion"], "allocator_slack": OKABE_ITO["orange"],
                  "external_frag": "#999999", "free_idle": "#e5e5e5", "speculative_slack": OKABE_ITO["blue"]}
 #: a disaggregated replica's (sim/disagg.py): then the slots of blocks held by in-flight KV
-#: transfers (sim/core/remote_kv.py), in its records alone
+#: transfers (sim/core/kv/remote_kv.py), in its records alone
 DISAGG_MEMORY_CATEGORIES = MEMORY_CATEGORIES + ("in_transfer",)
 STEP_COLUMNS = ["step", "start_s", "dt_s", "batch_size", "num_prefill_tokens", "num_decode_tokens",
                 "num_waiting", "num_running"] + [f"mem_{c}" for c in MEMORY_CATEGORIES]
 
 
 class StepRecords:
-    """The run's iterations as the core recorded them (``sim/core/loop.py`` ``record``): their
+    """The run's iterations as the core recorded them (``sim/core/events/loop.py`` ``record``): their
     time-weighted sums, which the summary reads, and with ``cfg.record_steps`` one row each. ``blocks``: the pool has blocks (paged managers), whose used and logical
     counts are recorded too (the sharing saving of the paper's Fig. 15)."""
 
@@ -70,7 +70,7 @@ class StepRecords:
         self.idle_s = float(clock[state.IDLE_S])
         self.blocks = blocks
         self.keep_rows = bool(s.config[state.KEEP_ROWS])
-        # the loop's time-weighted sums (sim/core/loop.py record), with or without rows
+        # the loop's time-weighted sums (sim/core/events/loop.py record), with or without rows
         self.busy_s = float(clock[state.BUSY_S])
         self.mem_weighted = np.array(clock[state.MEM_SUM:state.MEM_SUM + state.MEMORY_CATEGORIES].tolist(), np.float64)
         self.running_weighted = float(clock[state.RUNNING_WEIGHTED])
@@ -301,7 +301,7 @@ def prefix_cache_hit_rate(hit_tokens: int, queried_tokens: int) -> float:
 
 def host_tier_summary(gpu_hits: int, host_hits: int, lookups: int, loaded: int, stored: int, evicted: int,
                       used: int, capacity: int, block_bytes: float) -> dict[str, float]:
-    """vllm-v1's CPU offload tier (sim/core/host_tier.py), or sglang's (sim/core/radix_cache.py, its
+    """vllm-v1's CPU offload tier (sim/core/kv/host_tier.py), or sglang's (sim/core/kv/radix_cache.py, its
     pages for blocks): the share of prompt tokens looked up
     that each tier supplied (the GPU prefix cache first, the host tier past it; vLLM counts the
     connector's hits apart, ``connector_prefix_cache_stats``, v1/core/sched/scheduler.py:1486-1505),

@@ -6,7 +6,7 @@ The package build runs it (``setup.py``, for a wheel or ``pip install .``) into 
 compiling it (1-2 minutes of CPU per family, cold). Each family is compiled by a small run of a
 system of its own, and a small cluster of two of its replicas (``--replicas``; not SGLang's, which
 runs one engine), in a process of its own (as many at once as there are cores) with numba's cache in
-a temporary folder, and the extension modules those runs write (``sim/core/aot.py``: the engine's
+a temporary folder, and the extension modules those runs write (``sim/core/compile/aot.py``: the engine's
 loop and the cluster's) are copied into ``DIR``. Where this cannot be done (numba, setuptools or a C
 compiler missing), it says why in one line and exits 1: the package is built without the modules,
 and its runs compile, or run in CPython, as they would have.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 
 def families() -> dict[int, str]:
-    """A system of each scheduler family (``sim/core/families.py``; the registry's first), by
+    """A system of each scheduler family (``sim/core/compile/families.py``; the registry's first), by
     family."""
     from pagesim.sim import systems
 
@@ -70,7 +70,7 @@ def build_one(system: str, into: Path | None) -> list[Path]:
     numba's cache: ``$NUMBA_CACHE_DIR``, set by :func:`main` before numba is imported)."""
     from pagesim.sim.cluster import run_cluster
     from pagesim.sim.config import SimConfig
-    from pagesim.sim.core import aot, jit
+    from pagesim.sim.core.compile import aot, jit
     from pagesim.sim.disagg import run_disaggregated
     from pagesim.sim.run import run_simulation
     from pagesim.sim.systems import SYSTEMS
@@ -111,7 +111,7 @@ def build_lazy() -> None:
     """Compile every lazy function into this machine's cache for the states every family's loop
     takes (one type whatever the system: ``tests/sim/core/test_one_machine_code.py``)."""
     from pagesim.sim.config import SimConfig
-    from pagesim.sim.core import jit
+    from pagesim.sim.core.compile import jit
     from pagesim.sim.run import initial_state
 
     s = initial_state(SimConfig.for_system("vllm-v1"), _trace())

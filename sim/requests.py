@@ -36,7 +36,7 @@ class Status(enum.IntEnum):
     SWAPPED = 3
     FINISHED = 4
     REJECTED = 5
-    LOADING = 6  # a disaggregated decode replica's: its prompt's KV on the wire (sim/core/remote_kv.py)
+    LOADING = 6  # a disaggregated decode replica's: its prompt's KV on the wire (sim/core/kv/remote_kv.py)
 
 
 def check_counts(trace: "pd.DataFrame", table: "RequestTable") -> None:

@@ -1,7 +1,7 @@
 """One call runs a simulation: ``run_simulation(cfg, trace) -> SimResult``.
 
 Data flows one way: trace DataFrame -> request table -> the core's state (``sim/core/build.py``)
--> the core's loop (``sim/core/replay.py``) -> records (DataFrames) -> summary dict. ``SimResult.save(dir)`` writes
+-> the core's loop (``sim/core/events/replay.py``) -> records (DataFrames) -> summary dict. ``SimResult.save(dir)`` writes
 ``summary.json``, ``requests.csv``, ``steps.csv`` and ``config.json``.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay
+from pagesim.sim.core.events import replay
 from pagesim.sim.core import state as core_state
 from pagesim.sim.core.build import Limits, Pool, build, draft_cost, in_flight_tokens, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
@@ -209,7 +209,7 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
 
 
 def check_speculative_run(table: RequestTable, executor) -> None:
-    """What speculative decoding is not modelled with (sim/core/speculative.py), in one line.
+    """What speculative decoding is not modelled with (sim/core/sched/speculative.py), in one line.
     An executor outside the core must only time the steps (``sim.executor.only_times``)."""
     if executor is not None and not only_times(executor):
         raise ConfigError("--num-speculative-tokens is not run on the GPU (its executor verifies no drafts); "
@@ -289,7 +289,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
             int(c[core_state.PREFIX_HIT_TOKENS]), int(c[core_state.HOST_HIT_TOKENS]),
             int(c[core_state.PREFIX_LOOKUP_TOKENS]), int(c[core_state.HOST_LOADED_BLOCKS]),
             int(c[core_state.HOST_STORED_BLOCKS]), int(c[core_state.HOST_EVICTIONS]), int(c[core_state.HOST_USED]),
-            # (sglang's host tier: its pages, the same bytes as a device page; sim/core/radix_cache.py)
+            # (sglang's host tier: its pages, the same bytes as a device page; sim/core/kv/radix_cache.py)
             int(s.config[core_state.HOST_BLOCKS] or s.config[core_state.HICACHE_HOST_PAGES]),
             pool.block_size * run.budget.kv_bytes_per_token))
     if pool.groups is not None:

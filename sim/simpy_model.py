@@ -1,4 +1,4 @@
-"""The core's event loop told as two SimPy processes: the readable model of ``sim/core/loop.py``.
+"""The core's event loop told as two SimPy processes: the readable model of ``sim/core/events/loop.py``.
 
 Time is owned by the core's loop, which is compiled with the rest of the core (one event source
 per process, the next arrival and the end of the running step, merged by hand in a few lines).
@@ -22,9 +22,11 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from pagesim.sim.core import lifecycle, loop, state, static
-from pagesim.sim.core.jit import interpreted
-from pagesim.sim.core.replay import live_lock_message
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop
+from pagesim.sim.core.sched import lifecycle, static
+from pagesim.sim.core.compile.jit import interpreted
+from pagesim.sim.core.events.replay import live_lock_message
 from pagesim.sim.errors import InvariantError
 
 
@@ -32,14 +34,14 @@ def run(s: state.Core) -> state.Core:
     """Run the simulation ``s`` describes (``sim.run.initial_state``) to its end; returns the
     final state, its records as the compiled loop leaves them (``sim.core.replay.run``)."""
     c, clock = s.count, s.clock
-    family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant (sim/core/memory.py)
+    family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant (sim/core/kv/memory.py)
     add_arrival = interpreted(lifecycle.add_arrival)
     scheduler = interpreted(loop.scheduler_of(family))  # the family's scheduler, as the loop calls it
 
     def schedule(s):
         return scheduler(s, None, loop.SCHEDULE)
 
-    if family == state.STATIC:  # request-level (static) batching: sim/core/static.py
+    if family == state.STATIC:  # request-level (static) batching: sim/core/sched/static.py
         complete_step = interpreted(static.complete_step)
     else:
         complete_running = interpreted(lifecycle.complete_step)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pagesim.sim.core import state
-from pagesim.sim.core.families import family_of
+from pagesim.sim.core.compile.families import family_of
 from pagesim.sim.specs import GiB, get_gpu
 
 
@@ -74,7 +74,7 @@ class Scheduler:
 
 @dataclass(frozen=True)
 class Manager:
-    """A memory manager (sim/core/memory.py dispatches to each) and the settings it alone takes."""
+    """A memory manager (sim/core/kv/memory.py dispatches to each) and the settings it alone takes."""
 
     name: str
     settings: tuple[str, ...] = ()
@@ -101,7 +101,7 @@ class System:
 
     @property
     def family(self) -> int:
-        """The core's scheduler family (its compiled loop: ``sim/core/families.py``)."""
+        """The core's scheduler family (its compiled loop: ``sim/core/compile/families.py``)."""
         return family_of(SCHEDULERS[self.scheduler].core_kind, self.manager)
 
 
@@ -136,20 +136,20 @@ def _recompute_only(scheduler: str, why: str) -> Refusal:
 
 
 ITERATION_MANAGERS = ("contiguous", "paged", "vattention")
-#: vllm-v1's speculative decoding (sim/core/speculative.py): K, then what applies once K > 0
+#: vllm-v1's speculative decoding (sim/core/sched/speculative.py): K, then what applies once K > 0
 SPECULATIVE_SETTINGS = ("num_speculative_tokens", "speculative_method", "spec_acceptance_rate",
                         "spec_acceptance_rates", "draft_model")
 
 SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
-    Scheduler("static", state.STATIC, "static.py", "FasterTransformer's request-level batching",
+    Scheduler("static", state.STATIC, "sched/static.py", "FasterTransformer's request-level batching",
               "static (request-level)", managers=("static",), settings=("static_batch_size",),
               refuses=(_recompute_only("static batching", "never preempts (a batch holds its slots to its end)"),),
               padded_prefill=True),
-    Scheduler("orca", state.CONTINUOUS, "scheduler_vllm.py, scheduler_orca.py", "Orca (OSDI '22) as the vLLM paper ran it",
+    Scheduler("orca", state.CONTINUOUS, "sched/scheduler_vllm.py, sched/scheduler_orca.py", "Orca (OSDI '22) as the vLLM paper ran it",
               "orca (iteration-level)", ITERATION_MANAGERS, settings=("chunked_prefill",)),
-    Scheduler("vllm", state.CONTINUOUS, "scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)", ITERATION_MANAGERS,
+    Scheduler("vllm", state.CONTINUOUS, "sched/scheduler_vllm.py", "vLLM 0.4.2 (v0)", "vllm (preemption)", ITERATION_MANAGERS,
               settings=("chunked_prefill",), reads_whole_blocks=True),
-    Scheduler("vllm-v1", state.V1, "scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
+    Scheduler("vllm-v1", state.V1, "sched/scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
               ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy",
                                      *SPECULATIVE_SETTINGS, "kv_offload_gib"), refuses=(
                   _recompute_only("vllm-v1", "preempts by recompute only (vLLM v1 has no swap preemption)"),
@@ -159,7 +159,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
                   Refusal(lambda c: c.max_num_batched_tokens is not None and c.max_num_batched_tokens < c.max_num_seqs,
                           "max_num_batched_tokens={c.max_num_batched_tokens} must be >= "
                           "max_num_seqs={c.max_num_seqs} (vLLM v1 refuses it)"),
-                  # the CPU offload tier (sim/core/host_tier.py) is keyed by the prefix cache's hashes
+                  # the CPU offload tier (sim/core/kv/host_tier.py) is keyed by the prefix cache's hashes
                   Refusal(lambda c: c.kv_offload_gib and not c.prefix_caching,
                           "--kv-offload-gib needs prefix caching (its tier is keyed by block hash)"),
                   Refusal(lambda c: c.kv_offload_gib and c.client_timeout_s,
@@ -172,9 +172,9 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               async_scheduling=True, disaggregates=True,
               one_sequence_per_request="vllm-v1 runs one sequence per request here (n = beam_width = 1; vLLM v1 fans "
                                        "n out into requests)"),
-    Scheduler("sglang", state.SGLANG, "scheduler_sglang.py", "SGLang 0.5",
+    Scheduler("sglang", state.SGLANG, "sched/scheduler_sglang.py", "SGLang 0.5",
               "sglang (prefill first, PrefillAdder budgets, retraction)", ("paged",),
-              # kv_offload_gib: its host tier, HiCache's L2 (sim/core/radix_cache.py)
+              # kv_offload_gib: its host tier, HiCache's L2 (sim/core/kv/radix_cache.py)
               settings=("schedule_policy", "schedule_conservativeness", "ignore_eos"), exclusive=("kv_offload_gib",),
               refuses=(
                   _recompute_only("sglang", "retracts requests for recompute (no swap preemption)"),
@@ -196,7 +196,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               cost_model="serving"),
 )}
 
-#: the memory managers (sim/core/memory.py dispatches to each)
+#: the memory managers (sim/core/kv/memory.py dispatches to each)
 MANAGERS: dict[str, Manager] = {m.name: m for m in (
     Manager("static"),
     Manager("contiguous", settings=("reservation", "placement")),
@@ -250,7 +250,7 @@ def placed_settings() -> list[str]:
 
 
 #: vLLM's --scheduling-policy (vllm-v1): the waiting queue's order and a preemption's victim,
-#: each (the file of the core implementing sim/core/policies.py's interface, its rule in words
+#: each (the file of the core implementing sim/core/sched/policies.py's interface, its rule in words
 #: for --help); a run's ``config[SCHEDULING_POLICY]`` is its place here. The first, FCFS, every
 #: run's default, is inlined into every loop; the others are compiled apart, each by its own file
 SCHEDULING_POLICIES = {

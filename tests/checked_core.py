@@ -1,7 +1,7 @@
 """The environment the test suite compiles the core in: numba's bounds checking on
 (``NUMBA_BOUNDSCHECK=1``: a read or write past the end of a table the compiled core fills raises
 ``IndexError`` in the test that did it, never corrupts memory), in a cache of its own
-(``NUMBA_CACHE_DIR``, the core's cache key names the flag: ``sim/core/jit.py``) so that the suite
+(``NUMBA_CACHE_DIR``, the core's cache key names the flag: ``sim/core/compile/jit.py``) so that the suite
 and the user's runs do not drop each other's compiled code. A variable the user set is kept
 (``NUMBA_BOUNDSCHECK=0`` runs the suite unchecked). The few tests of the machine code's layout
 (:func:`unchecked_only`) run unchecked alone: ``.ci/run`` runs them last, in a cache of their own. ``tests/conftest.py`` applies it before numba

@@ -35,12 +35,12 @@ def pytest_sessionstart(session):
     config = session.config
     if hasattr(config, "workerinput") or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
         return  # a worker (its controller warmed the cache), or chosen tests
-    from pagesim.sim.core import jit
+    from pagesim.sim.core.compile import jit
 
     if not jit.COMPILED:
         return
     if USERS_JIT is None:
-        # numba's dispatcher, no extension module written (sim/core/aot.py): each module is
+        # numba's dispatcher, no extension module written (sim/core/compile/aot.py): each module is
         # another 10-25 s of CPU linking the same machine code, and the suite runs the core
         # in its own processes, where numba is loaded anyway; tests/sim/core/test_aot.py
         # builds and checks the modules itself. The workers, the warm-up and every process

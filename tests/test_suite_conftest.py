@@ -101,7 +101,7 @@ def test_the_whole_suite_writes_no_extension_module_unless_the_user_said(users, 
     """Where the user set no PAGESIM_JIT, the whole suite runs numba's dispatcher with no
     extension module written (``PAGESIM_JIT=numba``), its warm-up included; a user's setting
     stands. pytest_collection_finish keeps the suite's setting."""
-    from pagesim.sim.core import jit
+    from pagesim.sim.core.compile import jit
     from tests import conftest
 
     if not jit.COMPILED:

@@ -1,4 +1,4 @@
-"""The simulator's beam model (``sim/core/beam.py``: after each decode step a beam dies with
+"""The simulator's beam model (``sim/core/sched/beam.py``: after each decode step a beam dies with
 probability p and a fork of a random survivor replaces it) next to a real beam search's record
 (``traces/beam_search.py``): the block saving the core measures at a churn p on requests of the
 record's lengths, and the p at which it equals the record's.
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay
+from pagesim.sim.core.events import replay
 from pagesim.sim.core.state import BEAM_CHURN
 from pagesim.sim.run import prepare, result
 

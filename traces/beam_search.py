@@ -1,5 +1,5 @@
 """A real beam search, run on CPU, whose lineage (which beam each surviving beam descends from,
-step by step) is the record the simulator's beam model (``sim/core/beam.py``) is fitted to.
+step by step) is the record the simulator's beam model (``sim/core/sched/beam.py``) is fitted to.
 
 The language model is an interpolated Kneser-Ney trigram model (discount 0.75) over words and
 punctuation, trained on a text that ships with CPython itself (``pydoc_data.topics``, the
@@ -208,7 +208,7 @@ def physical_blocks(parents: np.ndarray, prompt_tokens: int, block_size: int) ->
 
 
 def death_rate_to_churn(rate: float, width: int) -> float:
-    """The churn probability p of ``sim/core/beam.py`` whose expected share of beams dying per
+    """The churn probability p of ``sim/core/sched/beam.py`` whose expected share of beams dying per
     step is ``rate``: each beam dies with probability p, one lives if all would, so
     E[deaths] / width = p - p**width / width; solved by bisection (increasing in p on [0, 1])."""
     if width < 2:

@@ -121,7 +121,7 @@ def cmd_beam_search(args) -> int:
                    first="  ", rest="    "))
     if args.fit_core:
         # here: the compiled core (numba), which the other trace commands do not load
-        from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
+        from pagesim.sim.core.sched.beam import BEAM_CHURN_PROBABILITY
         from pagesim.traces.beam_fit import best_churn, churn_for_saving, core_saving
 
         for st in studies:
@@ -203,7 +203,7 @@ def register(sub) -> None:
                         description="Beam search over an interpolated Kneser-Ney trigram model trained on the "
                                     "Python docs CPython ships (pydoc_data.topics; or --corpus), from prompts cut "
                                     "from the corpus with the workload's lengths. Prints per width the share of "
-                                    "beams that die per step and the churn p of sim/core/beam.py it implies, "
+                                    "beams that die per step and the churn p of sim/core/sched/beam.py it implies, "
                                     "how much the beams share, and their KV block saving under copy-on-write "
                                     "forks; --fit-core runs the simulator's beam model on the same lengths and "
                                     "fits p to the saving (traces/beam_search.py, traces/beam_fit.py).",

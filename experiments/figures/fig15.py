@@ -22,7 +22,7 @@ FIG15_TOLERANCE_PP = 3.0
 #: the reading of the beam-search points: the beam model against a real beam search
 #: (``pagesim trace beam-search --fit-core``, traces/beam_search.py, 2026-11-23)
 BEAM_READING = (
-    "Beam search: the beam model (sim/core/beam.py: after each step a beam dies with probability p and a fork of "
+    "Beam search: the beam model (sim/core/sched/beam.py: after each step a beam dies with probability p and a fork of "
     "a random survivor replaces it) was compared with a real beam search (pagesim trace beam-search: a Kneser-Ney "
     "trigram model's beam search, on CPU, from prompts of the workloads' lengths; 400 Alpaca and 60 ShareGPT "
     "requests). Its measured share of beams dying per step gives p = 0.36-0.40 at every width and step, so p "

@@ -82,7 +82,7 @@ def explain(df: pd.DataFrame) -> str:
     else:
         lines.append("Small blocks lose to the paged kernel's work per block, as in the paper: the cost model "
                      "charges each block of vLLM's kernel the paper's Fig. 18a overhead (23 % of a 16-token "
-                     "block's K/V reads, so 3.7x the reads at block size 1, sim/core/cost.py), and reads a "
+                     "block's K/V reads, so 3.7x the reads at block size 1, sim/core/price/cost.py), and reads a "
                      "sequence's last block whole.")
     if big_costly:
         lines.append("Large blocks lose to internal fragmentation (fewer sequences fit, smaller batches, more "

@@ -3,7 +3,7 @@ placements: what each does to the memory breakdown (the study behind fig2.py's n
 
 The paper (vLLM, SOSP'23, Sec. 6.1, Baselines): Orca (Pow2) "over-reserves the space for outputs
 by at most 2x. For example, if the true output length is 25, it reserves 32 positions for
-outputs" -- the reading the simulator runs (``sim/core/extent.py``: R = P + next_pow2(O),
+outputs" -- the reading the simulator runs (``sim/core/kv/extent.py``: R = P + next_pow2(O),
 capped at max_seq_len). The others are run through the core's predicted reservation, whose
 R = P + round(O (1 + e z)) takes any R >= P + 1 once each request's draw z is set (e = 1):
 
@@ -35,7 +35,7 @@ import pandas as pd
 
 from pagesim.experiments.figures.common import MEM_COLS, WARMUP_FRAC, categories, window_mean
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay
+from pagesim.sim.core.events import replay
 from pagesim.sim.core.state import PREDICTOR_ERROR
 from pagesim.sim.run import prepare, result
 from pagesim.traces.synth import make_workload

@@ -16,11 +16,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pagesim.sim.core import memory, placement, state
-from pagesim.sim.core.beam import BEAM_CHURN_PROBABILITY
-from pagesim.sim.core.cost import swap_seconds
-from pagesim.sim.core.jit import interpreted
-from pagesim.sim.core.prefix_cache import prefix_chain
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import memory, placement
+from pagesim.sim.core.sched.beam import BEAM_CHURN_PROBABILITY
+from pagesim.sim.core.price.cost import swap_seconds
+from pagesim.sim.core.compile.jit import interpreted
+from pagesim.sim.core.kv.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
@@ -138,7 +139,7 @@ class Limits(NamedTuple):
     static_batch_limit: int
     host_blocks: int = 0  # vllm-v1's CPU offload tier (--kv-offload-gib): its blocks (0: none)
     host_block_s: float = 0.0  # the seconds a block takes over the GPU's host link, either way
-    hicache_host_pages: int = 0  # sglang's host tier (--kv-offload-gib, sim/core/radix_cache.py): its pages
+    hicache_host_pages: int = 0  # sglang's host tier (--kv-offload-gib, sim/core/kv/radix_cache.py): its pages
     num_layers: int = 0  # the model's layers (sglang's host tier pipelines a load back over them)
 
 
@@ -156,7 +157,7 @@ def limits_for(cfg, pool: Pool, kv_bytes_per_token: float, num_layers: int = 0) 
 
 
 def hicache_host_pages(cfg, pool: Pool, kv_bytes_per_token: float) -> int:
-    """sglang's host tier (sim/core/radix_cache.py): ``--kv-offload-gib N`` read as SGLang's
+    """sglang's host tier (sim/core/kv/radix_cache.py): ``--kv-offload-gib N`` read as SGLang's
     ``--hicache-size`` of N GiB over the tensor-parallel ranks (``N * 2**30 / 1e9 / TP`` GB per
     rank, the size vLLM's tier gets here): ``HostKVCache`` holds ``size * 1e9 // size_per_token``
     tokens (pool_host/base.py:221-224, ``size_per_token`` the device pool's bytes per token,
@@ -167,7 +168,7 @@ def hicache_host_pages(cfg, pool: Pool, kv_bytes_per_token: float) -> int:
 
 
 def host_tier_size(cfg, pool: Pool, kv_bytes_per_token: float) -> tuple[int, float]:
-    """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks, ``kv_offload_gib`` over the
+    """vllm-v1's CPU offload tier (sim/core/kv/host_tier.py): its blocks, ``kv_offload_gib`` over the
     tensor-parallel GPUs (vLLM's ``kv_offloading_size`` is their total, config/cache.py:383-387)
     in whole blocks of each GPU's KV bytes (cpu/spec.py:111-123), and the seconds a block takes
     over a GPU's host link (``GPUSpec.pcie_bw``), priced as a swap's bytes are
@@ -341,7 +342,7 @@ def radix_rows(device_pages: int, host_pages: int, final_len: np.ndarray, page: 
 
 
 def radix_arrays(config, count, clock, cfg, n: int, num_rows: int) -> dict:
-    """``--system sglang``: the radix cache's flags and arrays (sim/core/radix_cache.py) and the
+    """``--system sglang``: the radix cache's flags and arrays (sim/core/kv/radix_cache.py) and the
     scheduler's new_token_ratio (scheduler.py: init = min(0.7 x schedule_conservativeness, 1),
     min = min(init x 0.14, 1), decay = (init - min) / 600); ``num_rows`` nodes
     (:func:`radix_rows`)."""
@@ -369,12 +370,12 @@ def radix_arrays(config, count, clock, cfg, n: int, num_rows: int) -> dict:
 
 def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks: np.ndarray,
                      radix_nodes: int = 0) -> dict:
-    """vllm-v1's CPU offload tier (sim/core/host_tier.py): its blocks and their key map (a power
+    """vllm-v1's CPU offload tier (sim/core/kv/host_tier.py): its blocks and their key map (a power
     of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
     it used its key and where it last found it, and when each request's KV load ends, whatever
-    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/radix_cache.py) has its
+    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/kv/radix_cache.py) has its
     pages, the link's price per page, the model's layers, and per node when its copy ends
     (``host_ready_s``) and ``host_work``'s rows of pending nodes and of a path."""
     blocks = limits.host_blocks
@@ -408,7 +409,7 @@ def offload_rows(n: int) -> np.ndarray:
 
 
 def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost: float) -> dict:
-    """Speculative decoding (``--num-speculative-tokens``, vllm-v1; sim/core/speculative.py): K,
+    """Speculative decoding (``--num-speculative-tokens``, vllm-v1; sim/core/sched/speculative.py): K,
     the lookahead slots and input slots its method takes (vLLM 0.33.0 config/vllm.py:625-652,
     config/speculative.py:2057-2098), the drafter's price, each request's high-water mark and
     drafts (one row without it), and the acceptance rate of each draft position."""
@@ -512,7 +513,7 @@ def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Cor
 
 
 def predictor_draws(seed: int, t) -> np.ndarray:
-    """Each request's standard normal draw z for the predicted reservation (sim/core/extent.py
+    """Each request's standard normal draw z for the predicted reservation (sim/core/kv/extent.py
     ``request_size``), seeded by (seed, row, F): a request's row names its one sequence and F is
     its final length, so every admission of it (after a recompute or a swap too) draws this z."""
     final = (t.prompt + t.output).tolist()
@@ -521,7 +522,7 @@ def predictor_draws(seed: int, t) -> np.ndarray:
 
 
 def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool, radix: bool = False) -> dict:
-    """The prefix cache's arrays (sim/core/prefix_cache.py): the pool's (also where blocks are
+    """The prefix cache's arrays (sim/core/kv/prefix_cache.py): the pool's (also where blocks are
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
     every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`; also for the
     radix cache: ``radix``) and the step it was last scheduled in (vLLM 0.4.2's evictor).

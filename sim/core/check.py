@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import host_tier, kv_cache, memory, policies, prefix_cache, speculative
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.kv import host_tier, kv_cache, memory, prefix_cache
+from pagesim.sim.core.sched import policies, speculative
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_GROUP, SLIDING_SHARED_SLOTS
@@ -101,7 +102,7 @@ def check(s, mine=None) -> None:
 
 
 def check_speculative(s) -> None:
-    """Speculative decoding (sim/core/speculative.py): each running request's high-water mark
+    """Speculative decoding (sim/core/sched/speculative.py): each running request's high-water mark
     lies between its computed tokens and its blocks' slots, nobody else holds one, and the
     slack counters are the sums over the running requests."""
     c, bs = s.count, int(s.config[BLOCK_SIZE])
@@ -131,7 +132,7 @@ def ring(entries: np.ndarray, head: int, length: int) -> list[int]:
 
 def transfer_holders(s, mine) -> tuple[np.ndarray, np.ndarray]:
     """A disaggregated replica's requests holding blocks outside its running list
-    (sim/core/remote_kv.py): those whose blocks are in transfer (a prefill replica's finished
+    (sim/core/kv/remote_kv.py): those whose blocks are in transfer (a prefill replica's finished
     prefills, a decode replica's loading requests), and a decode replica's loaded requests
     waiting to run."""
     role, held = s.config[DISAGG_ROLE], mine & (s.num_blocks > 0)
@@ -208,7 +209,7 @@ def check_queues(s, mine) -> None:
 
 def holders(s, mine) -> list[int]:
     """The requests holding blocks: the running ones, and those waiting for a load from the host
-    tier (sim/core/host_tier.py: their blocks are theirs while the load runs)."""
+    tier (sim/core/kv/host_tier.py: their blocks are theirs while the load runs)."""
     held = s.running[:s.count[NUM_RUNNING]].tolist()
     if host_tier.with_tier(s.config):
         held += np.flatnonzero(mine & (s.offload[:len(s.status), OFFLOAD_LOADING] > 0)).tolist()
@@ -216,7 +217,7 @@ def holders(s, mine) -> list[int]:
 
 
 def check_host_tier(s) -> None:
-    """The host tier (sim/core/host_tier.py): its blocks in use at most its capacity, each with a
+    """The host tier (sim/core/kv/host_tier.py): its blocks in use at most its capacity, each with a
     rank of the numbers given so far, no two alike; each block in one list, the lists in rank
     order: the touched list of touches' ranks, each request's group of its own ranks, the heap of
     the non-empty groups a heap by their numbers, knowing its places; the blocks being stored in
@@ -597,7 +598,7 @@ def check_radix(s) -> None:
 
 
 def check_hicache(s, live: list) -> None:
-    """sglang's host tier (sim/core/radix_cache.py): the host pages in use are those of the nodes on the
+    """sglang's host tier (sim/core/kv/radix_cache.py): the host pages in use are those of the nodes on the
     host, at most the pool's; no node is on neither tier, and a host-only node's children are
     host-only (device eviction goes leaf first); a running request's prefix is on the device."""
     c, nodes, page = s.count, s.radix_nodes, int(s.config[BLOCK_SIZE])

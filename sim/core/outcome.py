@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, placement, state
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import extent, placement
 from pagesim.sim.core.build import Limits, Pool
 
 

@@ -11,7 +11,7 @@ bounded draw (Lemire's method over 32-bit words for ``n`` < 2**32; none for ``n`
 
 from __future__ import annotations
 
-from pagesim.sim.core.jit import on_numba_load
+from pagesim.sim.core.compile.jit import on_numba_load
 
 
 def below(rng, n):

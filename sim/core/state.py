@@ -82,15 +82,15 @@ REJECT_OVER_BATCHED_TOKENS, REJECT_NEVER_FITS, REJECT_TOO_WIDE = 1, 2, 3
 REJECT_WIDTH_UNSHARED = 4  # n / beam_width > 1 on a manager whose forks cannot share blocks
 REJECT_CLIENT_TIMEOUT = 5  # its client gave up waiting (--client-timeout): the engine aborted it
 # a decode replica's request whose blocks are allocated and whose prompt KV is on the wire
-# (vLLM's WAITING_FOR_REMOTE_KVS: sim/core/remote_kv.py)
+# (vLLM's WAITING_FOR_REMOTE_KVS: sim/core/kv/remote_kv.py)
 LOADING = 6
 # the KV slots' categories, in sim.metrics.MEMORY_CATEGORIES' order: the six of every manager,
-# speculative decoding's slack (SPECULATIVE_SLACK: sim/core/speculative.py), then the blocks held
-# by in-flight KV transfers (IN_TRANSFER: sim/core/remote_kv.py), a category of disaggregated
+# speculative decoding's slack (SPECULATIVE_SLACK: sim/core/sched/speculative.py), then the blocks held
+# by in-flight KV transfers (IN_TRANSFER: sim/core/kv/remote_kv.py), a category of disaggregated
 # runs only (sim.metrics.DISAGG_MEMORY_CATEGORIES)
 MEMORY_CATEGORIES = 8
 SPECULATIVE_SLACK, IN_TRANSFER = 6, 7
-# config[DISAGG_ROLE]: a replica of a disaggregated cluster (sim/core/disagg.py), or neither
+# config[DISAGG_ROLE]: a replica of a disaggregated cluster (sim/core/events/disagg.py), or neither
 NOT_DISAGGREGATED, PREFILL_SIDE, DECODE_SIDE = 0, 1, 2
 
 # Core.config: int64, the policy as data (read only; sim/core/build.py writes it)
@@ -127,14 +127,14 @@ table("config", """
     SCHEDULER_KIND      the scheduler family (CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1, SGLANG)
     SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
     STATE_ADDRESS       compiled, the address of the running loop's copy of the state, which the
-        functions it calls by address read (sim/core/by_reference.py; 0: no loop running)
+        functions it calls by address read (sim/core/compile/by_reference.py; 0: no loop running)
     LAZY_ADDRESSES[64]  compiled, the addresses of the functions compiled apart (jit.njit's
         ``lazy``), a slot each in the order they are declared (0: not compiled for this run)
     STATIC_BATCH_LIMIT  static batching: the requests of a batch
     ADDRESS_SPACE       the contiguous manager's address space, in token slots
     SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)
     CHECK_STEPS         1 under --check: the loop returns after every iteration (sim/core/check.py)
-    BEAM_SEARCH         1: some request has beams (sim/core/beam.py)
+    BEAM_SEARCH         1: some request has beams (sim/core/sched/beam.py)
     HAS_CLIENT_TIMEOUT  1: clients give up after clock[CLIENT_TIMEOUT_S] (vLLM v1)
     FORKS_SHARE_BLOCKS  1: a request's sequences share their prompt's blocks
     EXTERNAL_STEPS      1 when an executor outside the core runs the steps (the GPU mode): the
@@ -150,9 +150,9 @@ table("config", """
         (SimConfig.kernel_block_tokens)
     SCHEDULING_POLICY   vLLM's --scheduling-policy, its place in sim.systems.SCHEDULING_POLICIES
         (POLICY_FCFS the first): the waiting order and the victim of a preemption
-        (sim/core/policies.py)
+        (sim/core/sched/policies.py)
     SPEC_TOKENS         vLLM v1 speculative decoding: the drafts a decoding request verifies per
-        step (num_speculative_tokens; 0: off; sim/core/speculative.py)
+        step (num_speculative_tokens; 0: off; sim/core/sched/speculative.py)
     SPEC_LOOKAHEAD      the slots allocated past a request's scheduled tokens for its drafter
         (vLLM's num_lookahead_tokens)
     SPEC_DRAFT_SLOTS    the input slots each scheduled request takes from the budget beyond its
@@ -187,11 +187,11 @@ table("config", """
         first layer keeps a state: kv_groups.KVCacheGroups.state_first): the order a request's
         groups let blocks go (kv_cache.free_groups)
     DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
-        DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/disagg.py)
-    HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/host_tier.py): the host
+        DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/events/disagg.py)
+    HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/kv/host_tier.py): the host
         memory's blocks (0: no tier)
     HOST_TABLE_MASK     its keys' hash table size less one (a power of two)
-    HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/radix_cache.py): the
+    HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/kv/radix_cache.py): the
         host pool's pages (0: no host tier)
     HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
     IGNORE_EOS          sglang: 1 when requests carry ``ignore_eos`` (they run to max_new_tokens), so
@@ -277,7 +277,7 @@ table("count", """
         when it had to take a second (scheduler_vllm.schedule): they come before the second
         pass's swap-ins, which may take their blocks
     SCHEDULE_ON_RESUME  1 when the loop returned PROGRESS as a step ended, before the next
-        iteration was scheduled (sim/core/loop.py): the next call schedules it first
+        iteration was scheduled (sim/core/events/loop.py): the next call schedules it first
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
     CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
     BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
@@ -301,7 +301,7 @@ table("count", """
     SPEC_ACCEPTED       of them accepted
     SPEC_VERIFIED       request-steps that verified drafts
     HOST_USED           the host tier's blocks holding a key (its occupancy)
-    HOST_LAST_RANK      the last rank given in its LRU (sim/core/host_tier.py: a request's, or a
+    HOST_LAST_RANK      the last rank given in its LRU (sim/core/kv/host_tier.py: a request's, or a
         touch's)
     HOST_GROUPS         the requests whose blocks rank by them, in Core.host_work's heap (GROUP_HEAP)
     HOST_TOUCHED_HEAD   the first (lowest-ranked) block of the host LRU's touched list (-1: none)
@@ -329,7 +329,7 @@ table("count", """
         DEMAND_SLOTS count each holder's: kv_cache.memory_categories takes these off)
     SLIDING_SHARED_SLOTS  the same over the sliding-window groups
     TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
-        (sim/core/remote_kv.py)
+        (sim/core/kv/remote_kv.py)
     KV_HOLDING_WAITING  the waiting queue's first places: its requests holding KV blocks while
         a connector loads them, or loaded (a transfer's, a host load's: lifecycle.hold_waiting)
     NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
@@ -364,7 +364,7 @@ table("clock", f"""
         (a request arriving after it waits one more step)
     CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
     SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
-        decode step of the drafting requests (sim/core/speculative.py)
+        decode step of the drafting requests (sim/core/sched/speculative.py)
     SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
     STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
     FULL_SHARED_SUM     count[FULL_SHARED_SLOTS] x seconds
@@ -396,7 +396,7 @@ table("block_info", """
     RUN_LAST            vLLM 0.4.2: the last block of its run when it was let go (found again by the
         scan once that one has left the list)
     TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
-        them alone, its slots are in transfer (sim/core/remote_kv.py)
+        them alone, its slots are in transfer (sim/core/kv/remote_kv.py)
     KEY_GROUP           with SLIDING_GROUPS: the KV cache group its key is in (vLLM keys a block
         by its hash and its group, kv_cache_utils.py:60-79; prefix_cache.register_in_group)
     STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
@@ -538,23 +538,23 @@ table("row_ints", f"""
 # config[COST_MODEL]: which step price the loop calls (sim.core.cost, cost_calibrated, cost_table)
 ROOFLINE, CALIBRATED, TABLE = 0, 1, 2
 
-# config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/memory.py)
+# config[MANAGER_KIND]: which manager the scheduler's memory verbs go to (sim/core/kv/memory.py)
 PAGED, CONTIGUOUS = 0, 1
-RADIX = 2  # --system sglang: the radix cache's token pool (sim/core/radix_cache.py)
+RADIX = 2  # --system sglang: the radix cache's token pool (sim/core/kv/radix_cache.py)
 # config[RESERVATION_KIND] and config[PLACEMENT_KIND] of the contiguous (Orca) manager
 RESERVE_MAX, RESERVE_POW2, RESERVE_ORACLE, RESERVE_PREDICTED = 0, 1, 2, 3
 BUDDY, FIRST_FIT, BEST_FIT = 0, 1, 2
 # config[SCHEDULER_KIND]: iteration-level (continuous: vLLM, Orca) or request-level (static);
-# V1: vLLM v1's one token budget over running then waiting requests (sim/core/scheduler_v1.py)
+# V1: vLLM v1's one token budget over running then waiting requests (sim/core/sched/scheduler_v1.py)
 CONTINUOUS, STATIC, V1 = 0, 1, 2
-SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/scheduler_sglang.py)
+SGLANG = 3  # SGLang's prefill-first scheduler over a radix cache (sim/core/sched/scheduler_sglang.py)
 # vLLM v0's and Orca's scheduler over contiguous extents: CONTINUOUS is the same scheduler over
-# paged memory; each a family, a loop, of its own (sim/core/families.py)
+# paged memory; each a family, a loop, of its own (sim/core/compile/families.py)
 CONTINUOUS_CONTIGUOUS = 4
 FCFS, LPM = 0, 1  # config[SCHEDULE_POLICY] (sglang): first come first served, longest prefix match
 # config[SCHEDULING_POLICY] (vLLM's --scheduling-policy): by arrival, the latest admitted
 # preempted; or by (priority, arrival)
-POLICY_FCFS = 0  # the first of sim.systems.SCHEDULING_POLICIES, inlined (sim/core/policies.py)
+POLICY_FCFS = 0  # the first of sim.systems.SCHEDULING_POLICIES, inlined (sim/core/sched/policies.py)
 # count[BLOCKED_KIND]: what blocked the waiting queue's head (it is not retried until something is freed)
 NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS = 0, 1, 2
 
@@ -608,8 +608,8 @@ class Core(NamedTuple):
     # model's tables (empty for the roofline); each prefilling sequence's context after this step
     cost_data: np.ndarray
     step_prefill_context: np.ndarray
-    # the contiguous manager (sim/core/extent.py): each request's extent, (start, R the
-    # reservation asked, A >= R placed), and its placement (sim/core/placement.py): the
+    # the contiguous manager (sim/core/kv/extent.py): each request's extent, (start, R the
+    # reservation asked, A >= R placed), and its placement (sim/core/kv/placement.py): the
     # buddy's free blocks, one bit per aligned block of each order (32 bits a word), per order
     # (its first word, free blocks, first word that may hold one), and the fit holes by address.
     # Few arrays: every call of a compiled function passes each array of the state
@@ -617,7 +617,7 @@ class Core(NamedTuple):
     buddy_bits: np.ndarray
     buddy_orders: np.ndarray
     holes: np.ndarray
-    # prefix caching (sim/core/prefix_cache.py; one-element arrays without it)
+    # prefix caching (sim/core/kv/prefix_cache.py; one-element arrays without it)
     block_info: np.ndarray  # [block, REF..RUN_LAST], int32: one row (one cache line) per block
     key_entries: np.ndarray  # [entry, ENTRY_END..ENTRY_BLOCK]: the key -> block map (TABLE_MASK + 1 rows)
     chain_start: np.ndarray  # per request: its prefix chain hashes are chains[chain_start[i]:chain_start[i + 1]]
@@ -630,11 +630,11 @@ class Core(NamedTuple):
     width: np.ndarray
     num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
     seq_slot: np.ndarray
-    # beam search (sim/core/beam.py): each request's beam width (1: none), and the run's seeded
+    # beam search (sim/core/sched/beam.py): each request's beam width (1: none), and the run's seeded
     # numpy Generator its beams die and fork by (config[BEAM_SEARCH]: some request has beams)
     beam: np.ndarray
     rng: np.random.Generator
-    # the predicted reservation (sim/core/extent.py): each request's standard normal draw z of
+    # the predicted reservation (sim/core/kv/extent.py): each request's standard normal draw z of
     # its length predictor, and room to save the placement in while several re-reservations
     # are tried (empty for the other reservations)
     predictor_draw: np.ndarray
@@ -653,12 +653,12 @@ class Core(NamedTuple):
     # length) and this step's extend length (LOCKED_NODE..EXTEND_LEN)
     radix_nodes: np.ndarray
     radix_request: np.ndarray
-    # speculative decoding (sim/core/speculative.py; one row elsewhere): the chance that draft
+    # speculative decoding (sim/core/sched/speculative.py; one row elsewhere): the chance that draft
     # position j is accepted once those before it were, and per request its speculative
     # high-water mark and drafts this step (SPEC_HIGH, SPEC_DRAFTS)
     spec_acceptance: np.ndarray
     speculative: np.ndarray
-    # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/host_tier.py; one row each
+    # vLLM v1's CPU offload tier (config[HOST_BLOCKS]; sim/core/kv/host_tier.py; one row each
     # elsewhere): its key map (key_entries' ENTRY_* columns) and blocks (HOST_* columns), its LRU's
     # heap of groups and evict's work (host_work's rows), when each block's store is on the host,
     # per request its OFFLOAD_* columns, and per prompt block of each request (host_seen, from
@@ -674,7 +674,7 @@ class Core(NamedTuple):
     load_ready_s: np.ndarray
     # vLLM v1's sliding-window KV cache groups (config[SLIDING_GROUPS]): per request, WINDOW_* columns
     window: np.ndarray
-    # disaggregated (sim/core/disagg.py; one entry elsewhere): per request, when it was first
+    # disaggregated (sim/core/events/disagg.py; one entry elsewhere): per request, when it was first
     # admitted (NaN before); per replica, the requests its last run left for the cluster's loop
     # (count[NUM_EXCHANGE] of them: a prefill replica's finished prefills to hand over, a decode
     # replica's admissions whose transfer is to be priced, or refusals whose blocks to free)

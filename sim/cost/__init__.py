@@ -1,6 +1,6 @@
 """The cost models: how long an engine step takes, the constants they read and the measured
 timings those are fitted on. Each model's step price is stated once in the core
-(``sim/core/cost.py``, ``cost_calibrated.py``, ``cost_table.py``); these files derive its
+(``sim/core/price/cost.py``, ``cost_calibrated.py``, ``cost_table.py``); these files derive its
 constants and price a batch outside a run.
 
     roofline.py         the roofline (formulas and constants in its docstring) and the table

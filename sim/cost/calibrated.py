@@ -49,7 +49,7 @@ measured collective table takes the roofline's ring all-reduce.
 
 The constants are fitted per GPU by ``pagesim cost fit`` (``sim/cost/calibration_fit.py``) and read
 from ``sim/data/calibration/<gpu>.toml`` (``sim/cost/calibration.py``). Each formula is one function
-of plain numbers, stated once in ``sim/core/cost_calibrated.py``: compiled by numba (the core's
+of plain numbers, stated once in ``sim/core/price/cost_calibrated.py``: compiled by numba (the core's
 loop, and this module's model for every batch) or interpreted (the fit calls them on numpy
 arrays of measured rows); the step function reads only a float64 constants array and a tables
 array (:meth:`CalibratedCostModel.constants`, :meth:`CalibratedCostModel.tables`).
@@ -60,9 +60,9 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.core import cost_calibrated as core
-from pagesim.sim.core.cost import paged_kernel_overhead, swap_copy_seconds_per_token
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.price import cost_calibrated as core
+from pagesim.sim.core.price.cost import paged_kernel_overhead, swap_copy_seconds_per_token
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.cost.calibration import ELEMENTWISE, Calibration, load_calibration
 from pagesim.sim.cost.roofline import CpuOverhead, RooflineCostModel, decode_read_sum
 from pagesim.sim.errors import ConfigError

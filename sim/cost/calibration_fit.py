@@ -32,8 +32,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.core import cost_calibrated as formulas
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.price import cost_calibrated as formulas
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.cost import error as cost_error
 from pagesim.sim.cost.calibrated import elementwise_bytes_per_token, layer_gemm_shapes, nearest_ratios
 from pagesim.sim.cost.calibration import ELEMENTWISE, Calibration

@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.core.cost_table import interp_extrap
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.price.cost_table import interp_extrap
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import ModelSpec
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core.cost import scaled_step_time
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.price.cost import scaled_step_time
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
 from pagesim.sim.cost.calibrated import CalibratedCostModel
 from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel

@@ -56,7 +56,7 @@ shared experts, routers, LM head: ``ModelSpec.unrouted_weight_bytes``), ``W_expe
 routed expert's bytes summed over the MoE layers (``ModelSpec.routed_expert_weight_bytes``);
 each GPU holds 1/tp of every expert, as vLLM shards them under TP. Memory holds every expert
 (``ModelSpec.weight_bytes``, ``sim/specs/capacity.py``). The rule is stated in
-``sim/core/cost.py`` (``routed_expert_seconds``).
+``sim/core/price/cost.py`` (``routed_expert_seconds``).
 
 Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
 (``sim/specs/gpus.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
@@ -72,7 +72,7 @@ Table model
 ``sim/cost/profile_format.py``: rows ``component,num_tokens,batch,context,time_us``) and
 interpolates linearly: ``linear(T)``, ``attn_decode(batch, mean context)`` (bilinear),
 ``attn_prefill(n)`` per prefilling sequence, plus the constant ``overhead``; beyond a table the
-last segment's slope extends it (``sim/core/cost_table.py`` states the interpolation, which the
+last segment's slope extends it (``sim/core/price/cost_table.py`` states the interpolation, which the
 core's loop calls too).
 """
 
@@ -84,10 +84,10 @@ from pathlib import Path
 import numpy as np
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.core import cost_table
-from pagesim.sim.core.cost import (kernel_read_tokens, linear_seconds, paged_kernel_overhead, roofline_step_time,
+from pagesim.sim.core.price import cost_table
+from pagesim.sim.core.price.cost import (kernel_read_tokens, linear_seconds, paged_kernel_overhead, roofline_step_time,
                                    swap_copy_seconds_per_token)
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 

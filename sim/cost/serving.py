@@ -29,7 +29,7 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
 
 Today's engines capture decode steps in CUDA graphs and overlap the scheduler with the GPU; the
 engine's other half of that, async scheduling (a request arriving during step N is first
-scheduled in step N+2), is the scheduler's: ``sim/core/scheduler_v1.py``.
+scheduled in step N+2), is the scheduler's: ``sim/core/sched/scheduler_v1.py``.
 
 The constants live in ``sim/data/serving/<gpu>.toml``, written by
 ``benchmarks/fit_serving_time.py`` with their provenance and the model's error on each real run

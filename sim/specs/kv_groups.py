@@ -19,7 +19,7 @@ of one model have the same heads and head size):
 So Gemma-2-27B (23 sliding, 23 full layers) has 2 groups of 23 layers; Gemma-3-27B (52
 sliding, 10 full) 7 groups of 10 (6 sliding, 8 padding layers, and 1 full). A request's
 tokens take a block in every group; a sliding-window group frees the blocks that fall out of
-its window (``sim/core/kv_cache.py``, ``remove_skipped``). vLLM v0 (``--system vllm``) knows
+its window (``sim/core/kv/kv_cache.py``, ``remove_skipped``). vLLM v0 (``--system vllm``) knows
 no groups: all attention layers in one table, as full attention.
 
 Mamba and linear-attention layers (a recurrent state per request, ``MambaSpec``) are buckets

@@ -4,7 +4,7 @@ Disaggregated serving (vLLM's NIXL connector, SGLang's PD disaggregation, Moonca
 engine) moves each request's KV blocks from the prefill replica's GPUs to the decode replica's
 over RDMA (InfiniBand or RoCE NICs, one per GPU on DGX/HGX nodes), NVLink inside a node, or
 PCIe through host memory. A link is priced as ``latency + bytes / bandwidth``
-(``sim/core/transfer.py``), so each preset gives both, per GPU and per direction:
+(``sim/core/kv/transfer.py``), so each preset gives both, per GPU and per direction:
 
 - ``bandwidth``: the datasheet line rate, bytes/s per direction per GPU: an upper bound (RDMA
   reaches most of it for the MB-sized messages of KV blocks; ``--kv-link-gbps`` sets a

@@ -45,7 +45,7 @@ Sliding-window layers are counted as if they kept the whole context, which is wh
 does for models that interleave sliding and full layers ("the scheduler and the model treat
 it as full attention (i.e., not dropping any tokens outside the window)", ``ModelConfig``
 in ``vllm/config.py``). vLLM v1 (``--system vllm-v1``) keeps them in KV cache groups and frees
-their blocks as they leave the window (``sim/specs/kv_groups.py``, ``sim/core/kv_cache.py``);
+their blocks as they leave the window (``sim/specs/kv_groups.py``, ``sim/core/kv/kv_cache.py``);
 the other systems do not, so beyond ``sliding_window`` tokens their KV memory is an upper
 bound; decode reads are priced as full attention everywhere.
 

@@ -42,7 +42,7 @@ def test_the_tests_import_the_simulator_where_its_warm_up_does():
     paths, are the ones the warm-up filled."""
     import sys
 
-    from pagesim.sim.core import loop
+    from pagesim.sim.core.events import loop
 
     assert any("pagesim-import-" in entry for entry in sys.path)
     assert "pagesim-import-" not in loop.__file__

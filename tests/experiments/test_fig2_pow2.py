@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pagesim.experiments.figures import fig2_pow2
-from pagesim.sim.core import extent
+from pagesim.sim.core.kv import extent
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, trace
 

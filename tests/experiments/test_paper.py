@@ -68,7 +68,7 @@ def test_fig16_numbers():
 def test_the_paged_kernels_work_per_block_is_fig_18a_at_block_16():
     # sim.core.cost charges vLLM v0's kernel the midpoint of Fig. 18a's 20-26 % at block 16,
     # as work per block: 0.23 x 16 = 3.68 tokens of K/V reads per block
-    from pagesim.sim.core.cost import PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS
+    from pagesim.sim.core.price.cost import PAGED_KERNEL_BLOCK_OVERHEAD_TOKENS
 
     low = paper.paper_value("fig18b", "kernel_overhead_low", system="vllm")
     high = paper.paper_value("fig18b", "kernel_overhead_high", system="vllm")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pagesim.experiments import probe as P
-from pagesim.sim.core import replay
+from pagesim.sim.core.events import replay
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, trace
 

@@ -380,7 +380,7 @@ class _RecordingPool:
 
 def test_a_sweep_warms_each_family_it_runs_on_a_worker_of_its_own(monkeypatch):
     """vLLM v0's and Orca's scheduler over contiguous extents and over paged memory are two
-    families, two compiled loops (sim/core/families.py): a sweep of both has each compiled by a
+    families, two compiled loops (sim/core/compile/families.py): a sweep of both has each compiled by a
     worker of its own, side by side, before its runs (a system of each: the registry's first),
     and a family warmed once is not warmed again; a spec that is no valid configuration is left
     to its run."""

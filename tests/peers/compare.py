@@ -51,7 +51,7 @@ docs/notes/sglang-swa.md (sglang_swa.py), each pool's free slots and the tree af
 0.5.23's hierarchical cache (GPU and host tiers) through the worked example of
 docs/notes/sglang-hicache.md (sglang_hicache.py), both pools' free slots and the tree (GPU, host
 or both per node) after each call.
-``--sglang-hicache-side [WORKLOAD...]``: ``--system sglang --kv-offload-gib`` (sim/core/radix_cache.py)
+``--sglang-hicache-side [WORKLOAD...]``: ``--system sglang --kv-offload-gib`` (sim/core/kv/radix_cache.py)
 beside SGLang 0.5.23's ``UnifiedRadixCache`` with its host tier, call by call
 (sglang_hicache_side.py, its ``WORKLOADS``): per workload the operations identical / total, per
 kind, and the first that differs, with both trees.

@@ -20,8 +20,9 @@ import pandas as pd
 from tests.peers.workloads import STEP_S, Layers, Step, Workload
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import kv_cache, prefix_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache, prefix_cache
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, STATE_GROUPS
 from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import presets
@@ -234,7 +235,7 @@ class Recorder:
 
 
 class OffloadRecorder(Recorder):
-    """``Recorder`` with the CPU offload tier's record (sim/core/host_tier.py; vllm_offload.py):
+    """``Recorder`` with the CPU offload tier's record (sim/core/kv/host_tier.py; vllm_offload.py):
     the host blocks once the step is scheduled, named by the first (request, block index) whose
     prompt key (end token, chain: ``prefix_cache.key_chain``) is theirs, and the hits of each
     admission since the last record: a request admitted since (it was neither running nor

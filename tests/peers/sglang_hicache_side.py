@@ -1,4 +1,4 @@
-"""pagesim's HiCache (``--system sglang --kv-offload-gib N``, ``sim/core/radix_cache.py``) beside SGLang
+"""pagesim's HiCache (``--system sglang --kv-offload-gib N``, ``sim/core/kv/radix_cache.py``) beside SGLang
 0.5.23's own ``UnifiedRadixCache`` with its host tier, call by call.
 
 pagesim runs a workload; every call its scheduler makes into the tree is made at once, with the
@@ -58,7 +58,9 @@ from tests.peers import sglang_hicache, sglang_radix
 from tests.peers.sglang_radix import LLAMA_SLOT, Operation, Tokens, first_token, frame
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import jit, radix_cache, state
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
 
 PEER = sglang_hicache.PEER

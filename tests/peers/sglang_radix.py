@@ -8,12 +8,12 @@ enum). Every other SGLang module they import is a stub (``STUBS``): kernels, the
 classes, metrics, KV events and environment settings, each a placeholder that raises if called.
 
 **What is driven, and why this way.** pagesim's ``--system sglang`` runs a workload: its
-scheduler (``sim/core/scheduler_sglang.py``) makes every admission, chunk, retraction and finish
-decision, and each call it makes into its radix cache (``sim/core/radix_cache.py``) is replayed
+scheduler (``sim/core/sched/scheduler_sglang.py``) makes every admission, chunk, retraction and finish
+decision, and each call it makes into its radix cache (``sim/core/kv/radix_cache.py``) is replayed
 at once, with the same arguments, on SGLang's ``RadixCache``:
 
 =============================================  ====================================================
-pagesim (``sim/core/radix_cache.py``)           SGLang (``srt/mem_cache/radix_cache.py``)
+pagesim (``sim/core/kv/radix_cache.py``)           SGLang (``srt/mem_cache/radix_cache.py``)
 =============================================  ====================================================
 ``match_prefix(s, r, limit)``: node, depth      ``match_prefix`` of ``r``'s first ``limit`` tokens:
                                                 ``device_prefix_len``, ``last_device_node`` (:364)
@@ -29,7 +29,7 @@ The calls are pagesim's, so this compares the tree alone: how a match is cut to 
 splits a node, which node a walk ends at, the lock counts and the evictable and protected sizes,
 the last-access order and what an eviction frees. It is the cleanest log because every tree
 change pagesim makes is one of these five calls (``cache_finished_req``, ``cache_unfinished_req``
-and ``release`` are made of them; ``sim/core/memory.py`` and the scheduler call nothing else), so
+and ``release`` are made of them; ``sim/core/kv/memory.py`` and the scheduler call nothing else), so
 nothing is inferred from the state between steps. Whether the scheduler calls them where SGLang's
 would (which tokens a finished request inserts, which requests are admitted) is the scheduler's
 question, not this driver's. An operation is identical when both results agree and, after it,
@@ -91,7 +91,9 @@ from tests.peers import fetch, suite
 from tests.peers.importing import Peer, placeholders
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import jit, radix_cache, state
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
 
 VERSION = "0.5.23"

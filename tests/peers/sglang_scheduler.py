@@ -79,8 +79,9 @@ from tests.peers.importing import Peer, placeholders
 from tests.peers.workloads import STEP_S
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import radix_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import radix_cache
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import run_simulation
 
 VERSION = sglang_radix.VERSION

@@ -28,16 +28,16 @@ KNOWN = {
     # step's prefills, :58 its decodes), not the running ones: while prompts wait, a second
     # prefill step admits more, and a decode step runs the first max_num_seqs of the running
     # queue. pagesim admits while the running sequences stay within it
-    # (sim/core/scheduler_vllm.py:93), as vLLM 0.4.2 does
+    # (sim/core/sched/scheduler_vllm.py:93), as vLLM 0.4.2 does
     "max-seqs": "nano-vllm's max_num_seqs caps one step's sequences, not the running ones",
     # nano-vllm's can_allocate needs free blocks only for a prompt's blocks no running sequence
     # holds (block_manager.py:62-72, num_new_blocks); pagesim counts every block of the prompt,
-    # hits too, against the free ones (sim/core/kv_cache.py:42-54), as vLLM 0.4.2 does
+    # hits too, against the free ones (sim/core/kv/kv_cache.py:42-54), as vLLM 0.4.2 does
     "prefix-held": "nano-vllm does not count a prompt's cache hits that others hold",
     # nano-vllm skips every hit at once (block_manager.py:92, num_cached_tokens; its budget counts
     # the rest only, scheduler.py:41); vLLM 0.4.2, whose rules --system vllm follows, skips only
     # the hits marked computed, one full block behind the sequences that filled them, and its
-    # budget counts the whole prompt (sim/core/kv_cache.py mark_computed, computed_prefix_tokens)
+    # budget counts the whole prompt (sim/core/kv/kv_cache.py mark_computed, computed_prefix_tokens)
     "prefix": "nano-vllm skips every prefix-cache hit; vLLM 0.4.2 only those marked computed",
 }
 

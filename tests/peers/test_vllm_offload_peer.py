@@ -133,7 +133,7 @@ def test_a_host_hit_of_a_whole_prompt_loads_its_last_block(monkeypatch, request)
     sched/scheduler.py:3515-3516) parts drawn seed 0 at step 3; and they preempt."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import host_tier, prefix_cache
+    from pagesim.sim.core.kv import host_tier, prefix_cache
 
     workload = random_offload(0, aligned=True)
     theirs = vllm_offload.run(workload)
@@ -247,7 +247,7 @@ def test_the_offload_workloads_catch_each_rule_put_back(monkeypatch, request, ru
     apart, a finish touching its last admission's keys only, a refused store not offered again."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import host_tier
+    from pagesim.sim.core.kv import host_tier
 
     broken = {"finished": lambda tier: touching_every_block(tier, head_first=True), "count_hits": one_block_short,
               "finished-gpu-hits": lambda tier: touching_every_block(tier, head_first=False),
@@ -267,7 +267,7 @@ def test_a_load_leaves_the_prefills_in_flight_their_blocks(monkeypatch, request)
     on its invariant, the deadlock vLLM's reservation is there to avoid."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import host_tier
+    from pagesim.sim.core.kv import host_tier
     from pagesim.sim.errors import InvariantError
 
     workload = OFFLOAD_WORKLOADS["offload-reserve-binds"]
@@ -287,7 +287,7 @@ def test_a_hit_on_blocks_being_loaded_waits_for_them(monkeypatch, request, seed,
     Loading the same blocks a second time instead diverges at the step measured."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import host_tier
+    from pagesim.sim.core.kv import host_tier
 
     workload = random_offload(seed)
     theirs = vllm_offload.run(workload)

@@ -218,14 +218,14 @@ def test_random_eagle_prefix_workloads_are_vllms(seed):
 
 @pytest.mark.parametrize("rule, seed, step", [("key", 0, 2), ("sampled", 4, 43)])
 def test_the_eagle_prefix_workloads_catch_each_rule_put_back(monkeypatch, request, rule, seed, step):
-    """EAGLE's hashes (sim/core/prefix_cache.py, ``hash_lookahead``), each put back at run time
+    """EAGLE's hashes (sim/core/kv/prefix_cache.py, ``hash_lookahead``), each put back at run time
     (interpreted core): keys that do not cover the token after their block (nor wait for it:
     config/vllm.py:677-692) part drawn seed 0 at step 2; a block cached at the request's next pass
     only, not right after the step that sampled the token its hash covers (scheduler.py:
     2401-2415), drawn seed 4 at step 43, where a preempted request comes back."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import prefix_cache
+    from pagesim.sim.core.kv import prefix_cache
 
     workload = random_speculative_prefix(seed)
     ours = pagesim_steps.run(workload)
@@ -248,7 +248,7 @@ def in_a_child_if_compiled(request) -> bool:
     """A rule put back at run time only takes in the interpreted core: in a process whose core is
     compiled (the whole test suite), the test runs again in a child Python with
     ``PAGESIM_JIT=0``, which must pass; True when it did (the caller returns)."""
-    from pagesim.sim.core.jit import COMPILED
+    from pagesim.sim.core.compile.jit import COMPILED
 
     if not COMPILED:
         return False
@@ -285,7 +285,7 @@ def test_the_group_workloads_catch_each_rule_put_back(monkeypatch, request, rule
     group instead of all (kv_cache_coordinator.py:194-263)."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import kv_cache
+    from pagesim.sim.core.kv import kv_cache
 
     broken = {"remove_skipped": window_edge_late(kv_cache.remove_skipped),
               "blocks_for_sequence": no_admission_cap(kv_cache), "can_grow": growth_in_one_group(kv_cache)}
@@ -301,7 +301,7 @@ def test_the_mamba_workloads_catch_the_state_blocks_left_out_of_admission(monkey
     ``jamba-arrivals`` diverges from vLLM at step 26."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import kv_cache
+    from pagesim.sim.core.kv import kv_cache
 
     workload, whole = GROUP_WORKLOADS["jamba-arrivals"], kv_cache.blocks_for_sequence
     theirs = vllm_v1.run(workload)
@@ -353,7 +353,7 @@ def test_the_group_prefix_workloads_catch_each_rule_put_back(monkeypatch, reques
     order of cached blocks, and so which is evicted)."""
     if in_a_child_if_compiled(request):
         return
-    from pagesim.sim.core import kv_cache, prefix_cache
+    from pagesim.sim.core.kv import kv_cache, prefix_cache
 
     modules = {"kv_cache": kv_cache, "prefix_cache": prefix_cache}
     broken = {"group_hits": ("group_hits", without_junction(prefix_cache)),

@@ -16,12 +16,12 @@ what the real worker's ``get_finished`` and ``build_connector_worker_meta`` woul
 ``KVConnectorOutput`` of the step in which the transfer ends.
 
 **When a transfer ends: pagesim's link, stated.** A transfer ends when pagesim's model says
-(sim/core/host_tier.py): each direction of the host link (loads, stores) takes one job after the
+(sim/core/kv/host_tier.py): each direction of the host link (loads, stores) takes one job after the
 other from the step's start, ``blocks x host_block_s`` each (``host_block_s``: the seconds pagesim
 prices a block at over the GPU preset's ``pcie_bw``, read from pagesim's own settings for the
 workload: ``pagesim_steps.host_block_seconds``). Steps last ``STEP_S`` (1 s); a step that
 schedules nothing while loads are in flight lasts until the first of them ends (or the next
-arrival), as pagesim's loop wakes then (sim/core/loop.py); a step that schedules nothing else
+arrival), as pagesim's loop wakes then (sim/core/events/loop.py); a step that schedules nothing else
 still hands vLLM its (empty) output and the connector's report, as ``EngineCore.step`` does.
 With the workloads' few blocks each transfer ends within its step. vLLM's worker submits a
 store at the next step's start (``prepare_store_kv``, worker.py, deferred to
@@ -204,7 +204,7 @@ class Worker:
     ``build_connector_worker_meta``), its transfers timed by pagesim's model of the host link
     (module docstring): each direction runs its jobs in order, a load of ``n`` blocks taking ``n
     x host_block_s`` from when the link is free, a store its blocks one after the other (as
-    sim/core/host_tier.py's ``start_load`` and ``offer`` add them up). ``deferred_stores``: a
+    sim/core/kv/host_tier.py's ``start_load`` and ``offer`` add them up). ``deferred_stores``: a
     step's stores start at the next step's start, as vLLM's worker submits them (``jobs_to_flush``
     at once: ``handle_preemptions``)."""
 

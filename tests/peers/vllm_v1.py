@@ -526,7 +526,7 @@ def propose(vllm, scheduler, workload: Workload, ids: list, sampled: list, draft
     drafter proposes for each request of the step handed to the scheduler (engine/core.py:699-706,
     post_step; gpu_model_runner.py:4593-4597): K each here; it keeps them for a request that
     sampled and is not mid-prompt, and drops the finished' (scheduler.py:2862-2881). n-gram's
-    proposer may find fewer (not modelled, sim/core/speculative.py); its cut at max_model_len
+    proposer may find fewer (not modelled, sim/core/sched/speculative.py); its cut at max_model_len
     (ngram_proposer.py:228) never binds below the scheduler's (scheduler.py:852-857)."""
     kept = {int(rid[1:]): len(tokens) - 1 for rid, tokens in zip(ids, sampled) if int(rid[1:]) in drafts}
     if workload.num_speculative_tokens:

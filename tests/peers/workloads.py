@@ -477,7 +477,7 @@ def random_speculative(seed: int) -> Workload:
 
 def random_speculative_prefix(seed: int) -> Workload:
     """An EAGLE or MTP workload with prefix caching drawn from ``seed``, of the shape their
-    one-block-later hashes change (sim/core/prefix_cache.py, ``hash_lookahead``): 10-30 requests
+    one-block-later hashes change (sim/core/kv/prefix_cache.py, ``hash_lookahead``): 10-30 requests
     over 1-3 system prompts of 1-5 blocks, each with 0-3 blocks of its own, its prompt ending on a
     block boundary half the time (a prompt's last block is then cached only at its first decode),
     K 1-5, blocks of 4-16, a pool of 24-80 of them (preemptions: a resumed request hits its own

@@ -70,8 +70,9 @@ TINY_CONFIG = {"_name_or_path": "tiny-test", "model_type": "llama", "hidden_size
 def schedule_vllm(s):
     """vLLM v0's (and Orca's) iteration over state ``s``, by CPython (no compile of it on its own
     for a test's few calls: ~20 s of numba), for the state's scheduler family."""
-    from pagesim.sim.core import scheduler_vllm, state
-    from pagesim.sim.core.jit import interpreted
+    from pagesim.sim.core import state
+    from pagesim.sim.core.sched import scheduler_vllm
+    from pagesim.sim.core.compile.jit import interpreted
 
     return interpreted(scheduler_vllm.schedule)(s, s.config[state.SCHEDULER_KIND])
 

@@ -469,7 +469,7 @@ def test_a_same_chip_gpu_borrows_the_measured_ones_constants_and_says_so(tmp_pat
     the 80 GB's fitted constants at its own datasheet bandwidth, its band labelled as measured on
     the 80 GB, the CPU time the 80 GB's measured one."""
     from pagesim.sim.cost.calibration import load_calibration
-    from pagesim.sim.core import cost_calibrated as core
+    from pagesim.sim.core.price import cost_calibrated as core
     from pagesim.sim.cost.calibrated import CalibratedCostModel
     from pagesim.sim.specs import get_gpu, get_model
 

@@ -67,7 +67,7 @@ def test_only_shapes_within_the_radius_count():
 
 
 def test_a_model_with_no_measured_shape_near_reads_no_grid():
-    from pagesim.sim.core.cost_calibrated import GRID_POINTS
+    from pagesim.sim.core.price.cost_calibrated import GRID_POINTS
 
     far = replace(RATIOS, gemm_shape_k=(400.0,) * 4, gemm_radius=1.0)  # ln 100 from every toy GEMM
     assert toy(far).tables()[GRID_POINTS] == 0 and toy(RATIOS).tables()[GRID_POINTS] == 2
@@ -97,8 +97,8 @@ def compiled_step_time(*args) -> float:
     """``calibrated_step_time`` as the core's loop runs it: numba-compiled, called from compiled
     code (a call from Python runs the interpreted source, ``sim.core.jit``)."""
     numba = pytest.importorskip("numba")
-    from pagesim.sim.core import jit
-    from pagesim.sim.core.cost_calibrated import calibrated_step_time
+    from pagesim.sim.core.compile import jit
+    from pagesim.sim.core.price.cost_calibrated import calibrated_step_time
 
     step = jit.compiled(calibrated_step_time)
 

@@ -1,4 +1,4 @@
-"""The command line prints the library's notices (sim/core/replay.py: numba compiling the core)
+"""The command line prints the library's notices (sim/core/events/replay.py: numba compiling the core)
 as 'pagesim: ...' lines of their own on stderr, above a progress bar that is showing."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def test_a_notice_is_a_line_of_its_own_above_the_bar(capsys):
     handler.setFormatter(logging.Formatter("pagesim: %(message)s"))
     bar = tqdm(total=3, desc="sweep")  # drawn on stderr
     try:
-        handler.emit(logging.LogRecord("pagesim.sim.core.replay", logging.INFO, __file__, 1,
+        handler.emit(logging.LogRecord("pagesim.sim.core.events.replay", logging.INFO, __file__, 1,
                                        "compiling the simulator's core", None, None))
     finally:
         bar.close()

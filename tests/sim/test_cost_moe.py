@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.core import cost as C
-from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.core.price import cost as C
+from pagesim.sim.core.price.cost import roofline_step_time
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import get_gpu, kv_capacity
 from pagesim.sim.specs.model import MixtureOfExperts, ModelSpec

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.config import SimConfig, default_cost_model
-from pagesim.sim.core import cost as c
+from pagesim.sim.core.price import cost as c
 from pagesim.sim.cost.calibration import band_line, describe_band, error_band
 from pagesim.sim.cost.serving import ServingConstants, ServingCostModel, load_serving, serving_band
 from pagesim.sim.run import run_simulation

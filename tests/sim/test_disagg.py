@@ -1,4 +1,4 @@
-"""Disaggregated prefill and decode (sim/disagg.py, sim/core/disagg.py, sim/core/remote_kv.py),
+"""Disaggregated prefill and decode (sim/disagg.py, sim/core/events/disagg.py, sim/core/kv/remote_kv.py),
 worked by hand on tiny traces. Step durations are the cost model's (read from the step table);
 everything built on them (handoffs, transfers, waits, the TTFT's phases) is worked out here.
 

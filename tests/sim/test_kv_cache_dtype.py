@@ -16,7 +16,7 @@ import pytest
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import cost as C
+from pagesim.sim.core.price import cost as C
 from pagesim.sim.cost.calibrated import CalibratedCostModel
 from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.errors import ConfigError

@@ -14,7 +14,7 @@ import pytest
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.cli import main
-from pagesim.sim.core import cost as C
+from pagesim.sim.core.price import cost as C
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs.capacity import vattention_page_tokens

@@ -53,7 +53,7 @@ def test_each_system_runs_its_registered_scheduler_and_presets(name):
     ("static", {}, state.STATIC), ("vllm-v1", {}, state.V1), ("sglang", {}, state.SGLANG)])
 def test_the_family_by_hand(name, settings, family):
     """vLLM v0's and Orca's scheduler is two families, one a manager: over contiguous extents its
-    own (sim/core/families.py)."""
+    own (sim/core/compile/families.py)."""
     cfg = SimConfig.for_system(name, model="opt-13b", max_seq_len=512, **settings)
     assert cfg.family == family
     assert initial_state(cfg, rand_trace(0, n=4, max_len=64)).config[state.SCHEDULER_KIND] == family
@@ -90,9 +90,9 @@ def test_where_a_setting_applies_is_read_from_its_owner():
 
 
 def test_each_familys_own_files_are_its_schedulers_files():
-    """The core caches each family apart by its scheduler files (sim/core/families.py); the
+    """The core caches each family apart by its scheduler files (sim/core/compile/families.py); the
     registry names the same files per scheduler."""
-    from pagesim.sim.core import families
+    from pagesim.sim.core.compile import families
 
     files: dict[int, set[str]] = {}
     for scheduler in systems.SCHEDULERS.values():

@@ -1,4 +1,4 @@
-"""The core's loops written ahead of time into extension modules (sim/core/aot.py): the same
+"""The core's loops written ahead of time into extension modules (sim/core/compile/aot.py): the same
 records as numba's dispatcher, the engine's and the cluster's, a run that finds the engine's
 imports no numba, and a module that is stale, failed or being built by another process is
 never loaded or rebuilt."""
@@ -20,8 +20,10 @@ import pandas as pd
 import pytest
 
 from pagesim.sim.cluster import run_cluster
-from pagesim.sim.core import aot, jit, loop, replay, state
-from pagesim.sim.core.replay import array_kind
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import aot, jit
+from pagesim.sim.core.events import loop, replay
+from pagesim.sim.core.events.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
@@ -110,7 +112,7 @@ def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path
 
 
 def test_the_cluster_module_gives_numbas_records(module_built, monkeypatch):
-    """A cluster's loop (sim/core/cluster.py, over a list of the replicas' states) is written into
+    """A cluster's loop (sim/core/events/cluster.py, over a list of the replicas' states) is written into
     a module of its own after its first compile, and gives numba's records."""
     cfg = cfg_for("vllm", seed=0, slots=1200, prefix_caching=True)
     trace = rand_trace(0, rate=200.0, prefix=True)
@@ -283,7 +285,7 @@ def test_the_interpreted_core_calls_plain_functions_after_numba_loads():
     # a core module's functions reached as attributes (extent.memory_categories) are the plain
     # ones too: --check's categories after every step typed the state's ~60 arrays for numba
     # at each call, ten times the check's own work
-    from pagesim.sim.core import extent, kv_cache, memory
+    from pagesim.sim.core.kv import extent, kv_cache, memory
 
     categories = jit.interpreted(memory.memory_categories)
     assert hasattr(extent.memory_categories, "py_func")

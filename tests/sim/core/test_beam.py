@@ -1,7 +1,7 @@
-"""Beam search in the core (sim/core/beam.py's churn, sim/core/rng.py's draws), worked by hand
+"""Beam search in the core (sim/core/sched/beam.py's churn, sim/core/rng.py's draws), worked by hand
 on a pool of 6 blocks of 4 tokens: request A has a 6-token prompt, 4 output tokens and
 beam_width 3 (final length F = 10), B a 2-token prompt and 4 beams, C (3 tokens) two parallel
-samples, which never churn. The run's churn probability is the measured 0.38 (sim/core/beam.py);
+samples, which never churn. The run's churn probability is the measured 0.38 (sim/core/sched/beam.py);
 the cases are worked at 0.25, set by hand in the state (the core reads it from there).
 
 Each case seeds the Generator so that its draws are the ones the case needs; a twin of the
@@ -21,8 +21,11 @@ try:
 except ImportError:  # the interpreted core
     numba = None
 
-from pagesim.sim.core import beam, jit, kv_cache, lifecycle, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.sched import beam, lifecycle
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.rng import below
 from pagesim.sim.run import initial_state
 
@@ -33,7 +36,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 
 def complete_step(s, now):
-    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
     interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 A, C, B = 0, 1, 2

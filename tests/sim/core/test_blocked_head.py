@@ -1,4 +1,4 @@
-"""The blocked-queue-head shortcut (sim/core/scheduler_vllm.py, ``head_still_blocked``): a head that
+"""The blocked-queue-head shortcut (sim/core/sched/scheduler_vllm.py, ``head_still_blocked``): a head that
 did not fit is not retried until memory is freed (``FREE_EPOCH``). Orca with predicted
 reservations frees memory without a finish or preemption too: an extent that outgrows its
 reservation and moves leaves a hole (tests/sim/core/test_contiguous.py). The shortcut used to

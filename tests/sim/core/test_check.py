@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pagesim.sim.core import loop, replay, state
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop, replay
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace

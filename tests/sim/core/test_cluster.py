@@ -1,4 +1,4 @@
-"""The cluster loop (sim/core/cluster.py): one replica is a single run, event for event; each
+"""The cluster loop (sim/core/events/cluster.py): one replica is a single run, event for event; each
 router's choice worked by hand on a tiny trace."""
 
 from __future__ import annotations
@@ -233,7 +233,8 @@ def test_a_clusters_loop_calls_its_replicas_loop_by_address_not_linked_in():
     and its code come back), and its code is not linked into the caller's, where a call of its
     dispatcher links it (numba links a callee's library into each caller's, to optimize and
     compile it again there)."""
-    from pagesim.sim.core import jit, loop
+    from pagesim.sim.core.compile import jit
+    from pagesim.sim.core.events import loop
     if not jit.COMPILED:
         pytest.skip("numba is not installed")
     jit.use_numba()
@@ -270,7 +271,8 @@ def test_a_clusters_loop_calls_its_replicas_loop_by_address_not_linked_in():
 def test_the_cluster_loops_hold_no_copy_of_their_replicas_loop():
     """vLLM v1's cluster and disaggregated loops, as a run compiles (or loads) them: their code
     defines no function of the replicas' loop (each calls it by address)."""
-    from pagesim.sim.core import cluster, disagg, jit, loop
+    from pagesim.sim.core.compile import jit
+    from pagesim.sim.core.events import cluster, disagg, loop
     from pagesim.sim.disagg import run_disaggregated
     if not jit.COMPILED:
         pytest.skip("numba is not installed")

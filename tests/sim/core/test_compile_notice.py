@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from pagesim.sim.core import replay
+from pagesim.sim.core.events import replay
 
 
 class SlowDispatcher:

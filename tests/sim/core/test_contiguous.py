@@ -1,13 +1,15 @@
 """The core's contiguous (Orca) manager and its placements, worked by hand on tiny pools:
 where each extent lands, its reservation and slack, and the external fragmentation when the
-next one does not fit (sim/core/extent.py, sim/core/placement.py)."""
+next one does not fit (sim/core/kv/extent.py, sim/core/kv/placement.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core import extent, kv_cache, lifecycle, placement, scheduler_vllm, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import extent, kv_cache, placement
+from pagesim.sim.core.sched import lifecycle, scheduler_vllm
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
 
@@ -481,7 +483,7 @@ def test_growing_in_place_frees_nothing():
     assert s.count[state.FREE_EPOCH] == epoch
 
 
-# -- the placements on their own (sim/core/placement.py) -----------------------------------------
+# -- the placements on their own (sim/core/kv/placement.py) -----------------------------------------
 def test_next_pow2():
     assert [placement.next_pow2(x) for x in (0, 1, 2, 3, 4, 5, 25, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 32, 1024, 2048]
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import jit, replay
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.events import replay
 from pagesim.sim.config import PLACEMENTS, RESERVATIONS, SYSTEMS
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
 from tests.sim.helpers import (OPT13B_SLOT, ConstExecutor, cfg_for, huge_cfg_for, rand_trace, subprocess_path,
@@ -145,8 +146,8 @@ def test_cases_keep_every_invariant(system, kw, tkw):
     assert c.summary["completed"] + c.summary["rejected"] == 160
 
 
-# the cost models beside the roofline (sim/core/cost_calibrated.py, cost_table.py; the scale of
-# sim/core/cost.py over each)
+# the cost models beside the roofline (sim/core/price/cost_calibrated.py, cost_table.py; the scale of
+# sim/core/price/cost.py over each)
 COST_MODELS = ["calibrated", "table", "table-without-prefill", "scaled-roofline", "scaled-calibrated",
                "scaled-table"]
 
@@ -312,7 +313,7 @@ def test_progress_reports_as_a_step_ends_and_a_hook_may_stop_the_run():
     that asks for every finish (``due`` = 1) hears of each as its last iteration ends, before
     the next request is admitted, so it never sees one running; raising StopRun at the 4th
     ends the run there, the state keeping its 4 x 3 iterations, and the exception let through."""
-    from pagesim.sim.core.replay import StopRun
+    from pagesim.sim.core.events.replay import StopRun
 
     class Hook:
         due = 1
@@ -369,7 +370,7 @@ def test_numba_is_there_to_compile_the_core():
 INTERPRETED = """
 import sys
 import pandas as pd
-from pagesim.sim.core import jit
+from pagesim.sim.core.compile import jit
 assert not jit.COMPILED
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
@@ -424,7 +425,8 @@ def test_interpreted_core_equals_compiled(kw, tmp_path):
 
 LIVE_LOCK = """
 import pytest
-from pagesim.sim.core import jit, lifecycle
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.sched import lifecycle
 assert not jit.COMPILED
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import run_simulation

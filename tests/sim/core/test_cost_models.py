@@ -1,5 +1,5 @@
-"""The table model's interpolation (``sim/core/cost_table.py``) and the scale of a model's GPU
-time (``sim/core/cost.py``'s ``scaled_step_time``), worked by hand: tables of round numbers,
+"""The table model's interpolation (``sim/core/price/cost_table.py``) and the scale of a model's GPU
+time (``sim/core/price/cost.py``'s ``scaled_step_time``), worked by hand: tables of round numbers,
 each case's value computed in the comment beside it."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from pagesim.sim.batch import StepBatch
-from pagesim.sim.core.cost import scaled_step_time
-from pagesim.sim.core.cost_table import decode_seconds, interp_extrap
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.price.cost import scaled_step_time
+from pagesim.sim.core.price.cost_table import decode_seconds, interp_extrap
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.cost.models import make_cost_model
 from pagesim.sim.cost.profile_format import write_profile
 from pagesim.sim.errors import ConfigError
@@ -176,8 +176,9 @@ def test_the_prefill_pair_sum_is_exact_in_any_order():
     same step time from the core's loop (loop.step_time), that of the exact sum."""
     import itertools
 
-    from pagesim.sim.core import loop, state
-    from pagesim.sim.core.cost import roofline_step_time
+    from pagesim.sim.core import state
+    from pagesim.sim.core.events import loop
+    from pagesim.sim.core.price.cost import roofline_step_time
     from pagesim.sim.cost.roofline import prefill_sums
     from pagesim.sim.run import initial_state
     from tests.sim.helpers import trace

@@ -1,4 +1,4 @@
-"""Every run ends with each request finished or rejected with a reason (sim/core/replay.py
+"""Every run ends with each request finished or rejected with a reason (sim/core/events/replay.py
 ``require_every_request_ended``): a loop that runs out of events with requests still queued is
 an error naming them, not a quiet end with requests lost."""
 
@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import replay, state
+from pagesim.sim.core import state
+from pagesim.sim.core.events import replay
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace

@@ -1,4 +1,4 @@
-"""Each scheduler family's loop holds only the managers the family runs (``sim/core/memory.py``:
+"""Each scheduler family's loop holds only the managers the family runs (``sim/core/kv/memory.py``:
 ``free``, ``joined_decode`` and ``memory_categories`` take the loop's family, a constant there,
 and numba prunes the other managers' branches). What that assumes, ``memory.MANAGERS``, is
 checked on every state built: a state whose manager its family's loop compiled out is refused.
@@ -15,7 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from pagesim.sim.core import jit, memory, state
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.kv import memory
 from pagesim.sim.run import initial_state
 from pagesim.sim.systems import SYSTEMS
 from tests.sim.helpers import TESTS_ROOT, cfg_for, rand_trace, subprocess_path
@@ -58,7 +60,9 @@ def test_a_manager_the_family_runs_passes(family, manager):
 #: nothing that ran is not compiled at all)
 COMPILED_PATHS = """
 import json
-from pagesim.sim.core import jit, kv_cache, lifecycle, placement, prefix_cache, radix_cache
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.kv import kv_cache, placement, prefix_cache, radix_cache
+from pagesim.sim.core.sched import lifecycle
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, rand_trace

@@ -1,4 +1,4 @@
-"""vLLM v1's CPU offload tier (``--kv-offload-gib``, sim/core/host_tier.py, as of vLLM 0.33.0),
+"""vLLM v1's CPU offload tier (``--kv-offload-gib``, sim/core/kv/host_tier.py, as of vLLM 0.33.0),
 pinned by tiny runs worked out by hand.
 
 OPT-13B (819,200 KV bytes a token), blocks of 4 tokens: a block is 3,276,800 bytes, and over an
@@ -13,8 +13,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import host_tier, lifecycle, prefix_cache, replay, scheduler_v1, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.events import replay
+from pagesim.sim.core.kv import host_tier, prefix_cache
+from pagesim.sim.core.sched import lifecycle, scheduler_v1
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, run_simulation
 

@@ -1,5 +1,5 @@
 """numba's cache of the core is dropped when a source numba reads changes, not when the
-Python-only glue does (sim/core/jit.py: _drop_stale_cache)."""
+Python-only glue does (sim/core/compile/jit.py: _drop_stale_cache)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pagesim.sim.core import jit, numba_patches
+from pagesim.sim.core.compile import jit, numba_patches
 from tests.sim.helpers import subprocess_path
 
 
@@ -77,6 +77,7 @@ def test_turning_bounds_checking_on_or_off_drops_the_cache(tmp_path, monkeypatch
 def test_editing_the_python_only_glue_keeps_it(tmp_path, monkeypatch, users_cache):
     core, compiled = cached_core(tmp_path, monkeypatch, users_cache)
     for name in jit.NOT_COMPILED:
+        (core / name).parent.mkdir(exist_ok=True)  # (a room's)
         (core / name).write_text("# edited\n")
     jit._drop_stale_cache(core)
     assert compiled.exists()
@@ -229,12 +230,14 @@ def test_editing_or_adding_a_policy_keeps_every_cache(tmp_path, monkeypatch):
     those digests: aot.module_name)."""
     core, cached = grouped_core(tmp_path, monkeypatch)
     policy = core / jit.lazy_only()[0]
+    policy.parent.mkdir(exist_ok=True)
     policy.write_text("# the policy\n")
     jit._drop_stale_cache(core)
     digests = {group: jit.sources_digest(core, group) for group in (None, "a", "b")}
     policy.write_text("# edited\n")
-    (core / "policy_new.py").write_text("# a new policy\n")
-    monkeypatch.setattr(jit, "lazy_only", lambda: (policy.name, "policy_new.py"))
+    (core / "sched" / "policy_new.py").write_text("# a new policy\n")
+    first = jit.lazy_only()[0]
+    monkeypatch.setattr(jit, "lazy_only", lambda: (first, "sched/policy_new.py"))
     jit._drop_stale_cache(core)
     assert all(f.exists() for f in cached.values())
     assert {group: jit.sources_digest(core, group) for group in (None, "a", "b")} == digests
@@ -250,10 +253,10 @@ def test_a_policys_file_is_named_elsewhere_by_nothing():
     import ast
     from pathlib import Path
 
-    here = Path(jit.__file__).parent
-    assert jit.lazy_only() == ("policy_priority.py", "policy_sjf.py")
+    here = Path(jit.__file__).parents[1]  # (the core's folder: jit.py is in its compile room)
+    assert jit.lazy_only() == ("sched/policy_priority.py", "sched/policy_sjf.py")
     for name in jit.lazy_only():
-        module = name[:-3]
+        module = Path(name).stem
         tree = ast.parse((here / name).read_text())
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.decorator_list:
@@ -280,19 +283,21 @@ def test_editing_a_familys_scheduler_recompiles_its_scheduler_not_its_loop(tmp_p
     from pathlib import Path
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    for path in Path(jit.__file__).parent.glob("*.py"):
-        shutil.copy(path, tmp_path / path.name)
+    core = Path(jit.__file__).parents[1]
+    for path in core.rglob("*.py"):
+        (tmp_path / path.relative_to(core)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, tmp_path / path.relative_to(core))
     groups = ("v1", "v1-scheduler", "continuous", "continuous-scheduler", "static", "static-scheduler")
     before = {group: jit.sources_digest(tmp_path, group) for group in groups}
     jit._drop_stale_cache(tmp_path)
     (tmp_path / "__pycache__" / "pagesim_core_v1_0123.so").write_text("module")
-    with open(tmp_path / "scheduler_v1.py", "a") as f:
+    with open(tmp_path / "sched" / "scheduler_v1.py", "a") as f:
         f.write("# edited\n")
     after = {group: jit.sources_digest(tmp_path, group) for group in groups}
     assert [group for group in groups if after[group] != before[group]] == ["v1-scheduler"]
     jit._drop_stale_cache(tmp_path)
     assert not list((tmp_path / "__pycache__").glob("pagesim_core_v1_*"))
-    with open(tmp_path / "static.py", "a") as f:  # static batching's loop ends a batch: static.py is its too
+    with open(tmp_path / "sched" / "static.py", "a") as f:  # static batching's loop ends a batch: static.py is its too
         f.write("# edited\n")
     assert [group for group in groups if jit.sources_digest(tmp_path, group) != after[group]] == [
         "static", "static-scheduler"]
@@ -306,10 +311,10 @@ def test_a_familys_loop_reaches_its_scheduler_only_through_its_entry():
     import ast
     from pathlib import Path
 
-    from pagesim.sim.core import families
+    from pagesim.sim.core.compile import families
 
-    source = ast.parse(Path(jit.__file__).with_name("loop.py").read_text())
-    own = {name[:-3] for kind, files in families.FAMILY_FILES.items() for name in files
+    source = ast.parse((Path(jit.__file__).parents[1] / "events" / "loop.py").read_text())
+    own = {Path(name).stem for kind, files in families.FAMILY_FILES.items() for name in files
            if name not in families.LOOP_FILES[kind]}
     imported = {(a.asname or a.name) for node in source.body if isinstance(node, ast.ImportFrom)
                 and node.module and node.module.rsplit(".", 1)[-1] in own for a in node.names}
@@ -326,12 +331,12 @@ def test_only_the_loop_imports_a_familys_own_files():
     import ast
     from pathlib import Path
 
-    from pagesim.sim.core import families
+    from pagesim.sim.core.compile import families
 
-    here = Path(jit.__file__).parent
-    own = {kind: {name[:-3] for name in files} for kind, files in families.FAMILY_FILES.items()}
+    here = Path(jit.__file__).parents[1]  # (the core's folder)
+    own = {kind: {Path(name).stem for name in files} for kind, files in families.FAMILY_FILES.items()}
     for path, text in jit._sources(here).items():  # (a sub-folder's files too)
-        if path in jit.NOT_COMPILED or path == "loop.py":
+        if path in jit.NOT_COMPILED or path == "events/loop.py":
             continue
         family = {k for k, names in own.items() if Path(path).stem in names}  # (vLLM v0's files: two families')
         imported = set()
@@ -377,7 +382,8 @@ def test_a_function_compiled_code_calls_has_no_python_wrapper_and_python_runs_it
     numba_loaded()
     import numpy as np
 
-    from pagesim.sim.core import cost_table, placement
+    from pagesim.sim.core.kv import placement
+    from pagesim.sim.core.price import cost_table
 
     called = jit.compiled(cost_table.interp_extrap)
     inlined = jit.compiled(placement.next_pow2)
@@ -574,7 +580,7 @@ def test_two_processes_never_give_two_functions_one_name(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join((str(tmp_path), subprocess_path()))}
     env.pop("PAGESIM_JIT", None)  # compiled, as this process is
-    start = ("from pagesim.sim.core import jit; jit.use_numba(); import numpy as np, closures; "
+    start = ("from pagesim.sim.core.compile import jit; jit.use_numba(); import numpy as np, closures; "
              "a = np.linspace(0, 5, 50)")
 
     def run(code: str) -> list[float]:
@@ -593,7 +599,7 @@ def test_a_loop_that_inlines_its_scheduler_is_keyed_by_its_schedulers_files():
     """vLLM v0's and Orca's loops (over paged memory, over contiguous extents) inline their
     scheduler (``families.SCHEDULER_BY_ADDRESS``): its files are then their loops' too, else an
     edit of them would leave them stale."""
-    from pagesim.sim.core import families
+    from pagesim.sim.core.compile import families
 
     inlined = [kind for kind, by_address in families.SCHEDULER_BY_ADDRESS.items() if not by_address]
     assert inlined == [families.CONTINUOUS, families.CONTINUOUS_CONTIGUOUS]
@@ -777,7 +783,7 @@ def test_an_element_indexed_by_integers_is_read_and_written_from_the_arrays_desc
 #: compiled as a call, cached with the shared functions, inlines ``cost.plus_transfers``)
 TABLE_PRICED_RUN = """
 import json, sys
-from pagesim.sim.core import jit
+from pagesim.sim.core.compile import jit
 from pagesim.sim.run import run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
 cfg = cfg_for("static", slots=192, max_seq_len=64, profile=str(write_table_profile(sys.argv[1])))
@@ -799,7 +805,7 @@ def test_an_edit_of_a_shared_source_leaves_no_stale_code_in_the_users_cache(tmp_
     from pathlib import Path
 
     copy = tmp_path / "import" / "pagesim"
-    shutil.copytree(Path(jit.__file__).parents[1], copy / "sim",
+    shutil.copytree(Path(jit.__file__).parents[2], copy / "sim",
                     ignore=shutil.ignore_patterns("__pycache__", "compiled"))
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PAGESIM_JIT": "numba",  # no extension module
            "PYTHONPATH": os.pathsep.join((str(tmp_path / "import"), subprocess_path()))}
@@ -809,12 +815,12 @@ def test_an_edit_of_a_shared_source_leaves_no_stale_code_in_the_users_cache(tmp_
                              env={**env, **extra}, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
         where, engine, seconds = json.loads(out.stdout.splitlines()[-1])
-        assert Path(where) == copy / "sim" / "core" / "jit.py"
+        assert Path(where) == copy / "sim" / "core" / "compile" / "jit.py"
         return [engine, seconds]
 
     engine, before = run()
     assert engine == "core"
-    cost = copy / "sim" / "core" / "cost.py"
+    cost = copy / "sim" / "core" / "price" / "cost.py"
     written = "        t += 2 * copied_tokens * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH]\n    return t\n"
     assert cost.read_text().count(written) == 1
     cost.write_text(cost.read_text().replace(written, written.replace("return t\n", "return t + 0.25\n")))
@@ -828,7 +834,7 @@ import sys
 
 import numba
 
-from pagesim.sim.core import numba_patches
+from pagesim.sim.core.compile import numba_patches
 
 numba_patches._index_keyed_by_sources()
 sys.path.insert(0, sys.argv[1])
@@ -869,7 +875,7 @@ def test_the_cores_dispatchers_are_keyed_by_the_sources_this_process_read():
     """Every dispatcher of the core carries the digest its cache group's sources had when numba
     loaded (jit.keyed_by_sources): the shared functions' and each family's loop's."""
     numba_loaded()
-    from pagesim.sim.core import lifecycle
+    from pagesim.sim.core.sched import lifecycle
 
     assert jit.compiled(lifecycle.start_running)._cache.pagesim_sources == jit.digest_read(None)
     grouped = [fn for fn, group in jit._GROUPS.items() if getattr(jit.compiled(fn), "_cache", None) is not None]

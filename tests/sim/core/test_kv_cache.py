@@ -1,4 +1,4 @@
-"""The core's paged managers (sim/core/kv_cache.py: vLLM's block manager, the token manager
+"""The core's paged managers (sim/core/kv/kv_cache.py: vLLM's block manager, the token manager
 as blocks of one token, vAttention's pages), worked by hand on tiny pools: where every slot
 goes (the six categories) as requests are admitted, prefill, decode and leave; leftover slots
 no block can use; vLLM's watermark at admission."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import kv_cache, state
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, trace
 
@@ -111,7 +112,7 @@ def test_a_resumed_request_is_delayed_by_the_watermark_never_turned_away():
     """8 blocks of 2, watermark int(0.25 x 8) = 2. A new 13-token prompt needs 7 blocks,
     more than 8 - 2: it never fits. Back after a preemption (it has generated), the watermark
     is cut to what the pool leaves, min(2, 8 - 7) = 1: with 8 free it fits (8 - 7 >= 1); with
-    another request holding 1 block, 7 - 7 = 0 < 1: it waits (sim/core/kv_cache.py)."""
+    another request holding 1 block, 7 - 7 = 0 < 1: it waits (sim/core/kv/kv_cache.py)."""
     s = core_state("vllm", [(0, 13, 1), (0, 1, 1)], slots=16, block_size=2, watermark=0.25)
     assert s.config[state.NUM_BLOCKS] == 8 and s.config[state.WATERMARK_BLOCKS] == 2
     assert kv_cache.can_allocate(s, 0, 13) == NEVER
@@ -164,8 +165,8 @@ def test_a_tokens_block_is_found_by_a_shift_where_the_block_size_is_a_power_of_t
     tokens 0-15 in block 0, 16 in block 1, 47 in 2; 33 tokens take 3 blocks, 32 take 2. The token
     manager's blocks of 1 are 2**0: token 5 in block 5. vAttention's 102-token pages are no power of
     two (-1: divided): token 101 in page 0, 102 and 203 in page 1, 204 in page 2; 205 tokens take 3."""
-    from pagesim.sim.core.jit import interpreted
-    from pagesim.sim.core.prefix_cache import block_of
+    from pagesim.sim.core.compile.jit import interpreted
+    from pagesim.sim.core.kv.prefix_cache import block_of
 
     block_of, blocks_for = interpreted(block_of), interpreted(kv_cache.blocks_for)
     s = core_state("vllm", [(0, 8, 8)], slots=512)

@@ -1,4 +1,4 @@
-"""Properties of the paged manager's forks (sim/core/kv_cache.py) over whole runs on random
+"""Properties of the paged manager's forks (sim/core/kv/kv_cache.py) over whole runs on random
 requests: copy-on-write happens exactly once per sequence that writes into a block it
 shares, and never into a block of its own; the token manager is the paged one with blocks of
 one token."""

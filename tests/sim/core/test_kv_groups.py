@@ -1,4 +1,4 @@
-"""vLLM v1's KV cache groups (sim/specs/kv_groups.py, sim/core/kv_cache.py ``remove_skipped``):
+"""vLLM v1's KV cache groups (sim/specs/kv_groups.py, sim/core/kv/kv_cache.py ``remove_skipped``):
 the groups a model's layers form, the blocks the KV memory gives, and a sliding-window group
 freeing its blocks as they leave the window, worked by hand on a tiny model."""
 
@@ -9,8 +9,9 @@ import dataclasses
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import kv_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, run_simulation
 from pagesim.sim.specs import presets

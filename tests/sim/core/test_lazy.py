@@ -10,8 +10,11 @@ import sys
 
 import pytest
 
-from pagesim.sim.core import host_tier, jit, replay, state
-from pagesim.sim.core.jit import njit
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.events import replay
+from pagesim.sim.core.kv import host_tier
+from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.run import prepare
 from tests.sim.core.test_host_tier import test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier, trace, v1
 
@@ -21,7 +24,7 @@ compiled_only = pytest.mark.skipif(not jit.COMPILED, reason="interpreted, every 
 COMPILED_LAZIES = """
 import sys
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import jit
+from pagesim.sim.core.compile import jit
 from pagesim.sim.run import run_simulation
 from pagesim.traces.synth import make_workload
 settings = dict(prefix_caching=True, kv_offload_gib=1.0) if sys.argv[1] == "tier" else {}
@@ -148,7 +151,8 @@ def test_a_lazy_function_called_on_a_state_not_pinned_stops_the_run_naming_it():
     state before it calls the replica's functions (``by_reference.pin``): a lazy function reached
     without it stops the run with its name, where it would have read a copy gone with its
     function; pinned, it reads the state."""
-    from pagesim.sim.core import by_reference, policies, policy_priority
+    from pagesim.sim.core.compile import by_reference
+    from pagesim.sim.core.sched import policies, policy_priority
     from tests.sim.helpers import cfg_for, rand_trace
 
     jit.use_numba()
@@ -179,16 +183,16 @@ def test_an_entry_is_written_again_only_where_what_it_compiles_changed(monkeypat
     caches by its time and size: written with the digest of the sources it compiles, its time
     set from that digest; written again unchanged (by another process), text and time are the
     same, and the code cached stays fresh; with another digest (an edit of a source), both change."""
-    from pagesim.sim.core import policy_priority
+    from pagesim.sim.core.sched import policy_priority
 
     jit.use_numba()
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit, "_LAZY_ENTRY", {})
     holding = getattr(policy_priority.holding_position, "py_func", policy_priority.holding_position)
     jit.lazy_entry_dispatcher(holding)
-    path = tmp_path / "pagesim-lazy" / "pagesim_lazy_policy_priority_holding_position.py"
+    path = tmp_path / "pagesim-lazy" / "pagesim_lazy_sched_policy_priority_holding_position.py"
     text, stamp = path.read_text(), path.stat().st_mtime
-    assert "lazy function pagesim.sim.core.policy_priority.holding_position" in text
+    assert "lazy function pagesim.sim.core.sched.policy_priority.holding_position" in text
     assert jit._lazy_digest(holding) in text and "def entry(ref, like, i):" in text
     assert "    return body(state_at(ref, like), i)" in text
     path.unlink()  # another process writes it again, unchanged
@@ -203,7 +207,8 @@ def test_an_entry_is_written_again_only_where_what_it_compiles_changed(monkeypat
 
 #: a process that compiles one lazy function for a v1 state and prints whether numba's cache had it
 ENTRY_CACHED = """
-from pagesim.sim.core import jit, policy_priority
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.sched import policy_priority
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, rand_trace
 jit.use_numba()
@@ -263,7 +268,7 @@ def test_a_lazy_functions_call_casts_its_arguments_to_their_declared_types_only_
     import numpy as np
     from numba.core.errors import TypingError
 
-    from pagesim.sim.core import policies
+    from pagesim.sim.core.sched import policies
     from tests.sim.helpers import cfg_for, rand_trace
 
     s = prepare(cfg_for("vllm-v1", scheduling_policy="priority"), rand_trace(0, n=4)).state
@@ -283,7 +288,7 @@ def test_every_entry_is_each_lazy_function_but_the_interfaces_and_every_policys_
     """What ``pagesim.sim.precompile --warm`` compiles beside the families (jit.every_entry): no
     interface (it has no code: its slot holds a policy's function), and the three functions of
     every policy but the inlined FCFS."""
-    from pagesim.sim.core import policies, policy_priority, policy_sjf
+    from pagesim.sim.core.sched import policies, policy_priority, policy_sjf
 
     names = {f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}" for fn in jit.every_entry()}
     assert not {name for name in names if name.startswith("policies.")}

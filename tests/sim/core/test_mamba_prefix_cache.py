@@ -1,6 +1,6 @@
-"""vLLM 0.33.0's prefix caching over Mamba state groups, its "align" mode (sim/core/kv_cache.py
+"""vLLM 0.33.0's prefix caching over Mamba state groups, its "align" mode (sim/core/kv/kv_cache.py
 ``take_state_blocks``, ``remove_skipped_states``, ``free_states``, ``state_blocks_to_allocate``;
-sim/core/prefix_cache.py ``group_hits``, ``register_state``; sim/core/scheduler_v1.py
+sim/core/kv/prefix_cache.py ``group_hits``, ``register_state``; sim/core/sched/scheduler_v1.py
 ``mamba_aligned_split``), worked by hand: the rules and their citations are
 docs/notes/mamba-align.md's. The runs are pagesim's side of the peer harness
 (``tests.peers.pagesim_steps``: each step's tokens, each admission's hit, the blocks each request
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from pagesim.sim.core import kv_cache, prefix_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache, prefix_cache
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.config import SimConfig
 from pagesim.sim.run import hybrid_groups, initial_state, run_simulation

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core.replay import array_kind
+from pagesim.sim.core.events.replay import array_kind
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import ConstExecutor, cfg_for, rand_trace
 
@@ -30,7 +30,7 @@ CONFIGS = [
     ("vllm", {}, {"cost_model": "calibrated"}),
     ("vllm-v1", {}, {}),
     ("sglang", {}, {}),
-    ("sglang", {}, {"kv_offload_gib": 1.0}),  # its host tier (sim/core/radix_cache.py)
+    ("sglang", {}, {"kv_offload_gib": 1.0}),  # its host tier (sim/core/kv/radix_cache.py)
     ("orca-max", {}, {}),
     ("orca-pow2", {}, {}),
     ("orca-oracle", {}, {}),

@@ -1,4 +1,4 @@
-"""The paged manager's rules (sim/core/kv_cache.py), pinned by tiny runs worked out by hand
+"""The paged manager's rules (sim/core/kv/kv_cache.py), pinned by tiny runs worked out by hand
 (``simulate``, conftest.py): where every KV slot goes (the six categories, read from the step
 table), and vLLM's watermark. The same rules on the core's functions directly:
 tests/sim/core/test_kv_cache.py."""

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 KEYS = """
-from pagesim.sim.core import jit
+from pagesim.sim.core.compile import jit
 print(jit.sources_digest(), *(jit.sources_digest(group=g) for g in sorted(jit._GROUP_FILES)))
 """
 
@@ -35,8 +35,8 @@ def test_a_new_policy_is_one_file_and_one_registry_line(tmp_path):
 
     before = python("-c", KEYS)
     # 1. the policy's file: sjf's, its key the requests' preemptions
-    sjf = (copy / "sim/core/policy_sjf.py").read_text()
-    (copy / "sim/core/policy_fpf.py").write_text(sjf.replace("s.prompt_tokens", "s.num_preemptions"))
+    sjf = (copy / "sim/core/sched/policy_sjf.py").read_text()
+    (copy / "sim/core/sched/policy_fpf.py").write_text(sjf.replace("s.prompt_tokens", "s.num_preemptions"))
     # 2. its registry line
     systems = (copy / "sim/systems.py").read_text()
     line = '    "sjf": ("policy_sjf",'

@@ -1,4 +1,4 @@
-"""A decode step that preempts every running request (sim/core/scheduler_vllm.py, ``schedule``): vLLM's iteration is then empty and the next one, at the
+"""A decode step that preempts every running request (sim/core/sched/scheduler_vllm.py, ``schedule``): vLLM's iteration is then empty and the next one, at the
 same instant, admits or swaps in again into the emptied pool. Here both are one iteration;
 before, the engine slept with the pool empty and a request waiting, and ``--check`` (or the
 core) stopped with "waits for memory in an empty pool". And a swapped request comes back only
@@ -101,7 +101,7 @@ def test_swapped_parallel_samples_never_live_lock(opt13b_config, tiny_trace, swa
 
 
 def test_a_long_chunked_prefill_is_no_live_lock(opt13b_config, tiny_trace):
-    # the guard's bound (sim/core/scheduler_vllm.py, steps_without_token_limit): a prompt of 1,500
+    # the guard's bound (sim/core/sched/scheduler_vllm.py, steps_without_token_limit): a prompt of 1,500
     # tokens in 1-token chunks goes 1,500 iterations without a token, and that is no live lock
     cfg = opt13b_config(2048, max_seq_len=2048, chunked_prefill=True, chunk_budget=1)
     result = run_simulation(cfg, tiny_trace((0.0, 1500, 2)))

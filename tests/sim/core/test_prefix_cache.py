@@ -1,4 +1,4 @@
-"""The core's prefix cache (sim/core/prefix_cache.py, kv_cache.py's cached paths), worked by
+"""The core's prefix cache (sim/core/kv/prefix_cache.py, kv_cache.py's cached paths), worked by
 hand on a pool of 6 blocks of 4 tokens, hashes over 4-token blocks (so block k's key is the
 chain of hashes 0..k).
 
@@ -19,8 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import block_pool, kv_cache, prefix_cache, scheduler_vllm, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import block_pool, kv_cache, prefix_cache
+from pagesim.sim.core.sched import scheduler_vllm
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 
 from tests.sim.helpers import ConstExecutor, cfg_for

@@ -1,4 +1,4 @@
-"""Priority scheduling (``--system vllm-v1 --scheduling-policy priority``: sim/core/policy_priority.py
+"""Priority scheduling (``--system vllm-v1 --scheduling-policy priority``: sim/core/sched/policy_priority.py
 and what scheduler_v1.py does around its victim), pinned by tiny runs worked out by hand.
 
 Pools of a few blocks of 4 slots (OPT-13B); a lower ``priority`` is served first. Each test
@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import kv_cache, lifecycle, scheduler_v1, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.sched import lifecycle, scheduler_v1
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import PagesimWarning
 from pagesim.sim.run import initial_state, run_simulation
 

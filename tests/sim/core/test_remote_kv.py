@@ -1,4 +1,4 @@
-"""The blocks of KV transfers (sim/core/remote_kv.py) on a prefill replica with prefix caching,
+"""The blocks of KV transfers (sim/core/kv/remote_kv.py) on a prefill replica with prefix caching,
 worked by hand on a pool of 8 blocks of 4 tokens (the core's functions called directly).
 
     A: 8 prompt tokens, hashes (1, 2): blocks a0 a1, both full and keyed; one output token
@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import host_tier, kv_cache, lifecycle, remote_kv, scheduler_v1, state
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import host_tier, kv_cache, remote_kv
+from pagesim.sim.core.sched import lifecycle, scheduler_v1
 from pagesim.sim.core.build import offload_rows
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 

@@ -1,4 +1,4 @@
-"""Parallel sampling in the core (sim/core/kv_cache.py's fork and copy-on-write, the
+"""Parallel sampling in the core (sim/core/kv/kv_cache.py's fork and copy-on-write, the
 scheduler's groups), worked by hand on a pool of 6 blocks of 4 tokens: request A has a
 6-token prompt, 4 output tokens and n = 3 (its final length F = 10); B has n = 4, C n = 1."""
 
@@ -9,8 +9,11 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import kv_cache, lifecycle, loop, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.sched import lifecycle
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 
 from tests.sim.helpers import cfg_for, schedule_vllm
@@ -20,7 +23,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 
 def complete_step(s, now):
-    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
     interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 A = 0
@@ -96,7 +99,7 @@ def test_copies_are_priced_as_the_roofline_copied_tokens_term(core):
     c[state.STEP_DECODE_SEQS] = 3
     plain = loop.step_time(s, 30, s.config[state.SCHEDULER_KIND])
     c[state.STEP_COPIED_BLOCKS] = 2
-    from pagesim.sim.core import cost
+    from pagesim.sim.core.price import cost
 
     k = s.cost
     extra = 2 * 8 * k[cost.KV_BYTES_PER_TOKEN] / k[cost.MEMORY_BANDWIDTH]

@@ -1,12 +1,13 @@
-"""The core's scheduler rules worked by hand (sim/core/scheduler_vllm.py), calling its functions
+"""The core's scheduler rules worked by hand (sim/core/sched/scheduler_vllm.py), calling its functions
 directly on the core's state before a run (sim.run.initial_state)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
-from pagesim.sim.core import lifecycle, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.sched import lifecycle
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 
 from tests.sim.helpers import cfg_for, schedule_vllm
@@ -16,7 +17,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 
 def complete_step(s, now):
-    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
     interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 

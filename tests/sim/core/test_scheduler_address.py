@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pagesim.sim.core import jit, loop, replay, state
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.events import loop, replay
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.checked_core import unchecked_only

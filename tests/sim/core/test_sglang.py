@@ -1,5 +1,5 @@
-"""SGLang's RadixAttention serving (``--system sglang``: sim/core/radix_cache.py and
-sim/core/scheduler_sglang.py), pinned by tiny cases worked out by hand.
+"""SGLang's RadixAttention serving (``--system sglang``: sim/core/kv/radix_cache.py and
+sim/core/sched/scheduler_sglang.py), pinned by tiny cases worked out by hand.
 
 Prompts name their tokens by prefix hashes, one per 4 tokens (``H = 4``): two requests share a
 token when they share the chain of hashes up to its block. The tree's functions are called in
@@ -15,8 +15,10 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import radix_cache, scheduler_sglang, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import radix_cache
+from pagesim.sim.core.sched import scheduler_sglang
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, ConstExecutor
@@ -548,7 +550,7 @@ def test_lpm_takes_the_longest_cached_prefix_first_fcfs_the_arrival_order(policy
 
 
 def test_lpm_falls_back_to_fcfs_beyond_128_waiting():
-    from pagesim.sim.core.scheduler_sglang import LPM_QUEUE_LIMIT
+    from pagesim.sim.core.sched.scheduler_sglang import LPM_QUEUE_LIMIT
     assert LPM_QUEUE_LIMIT == 128
 
 

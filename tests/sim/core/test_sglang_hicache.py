@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's hierarchical cache (``--system sglang --kv-offload-gib N``: sim/core/radix_cache.py)
+"""SGLang 0.5.23's hierarchical cache (``--system sglang --kv-offload-gib N``: sim/core/kv/radix_cache.py)
 pinned by tiny cases worked out by hand (docs/notes/sglang-hicache.md, section 7's example).
 
 OPT-13B on an A100: 819,200 KV bytes a token, the host link 25e9 bytes/s, so a token (page 1)
@@ -22,8 +22,11 @@ import pytest
 
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import radix_cache, replay, scheduler_sglang, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.events import replay
+from pagesim.sim.core.kv import radix_cache
+from pagesim.sim.core.sched import scheduler_sglang
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
 from tests.sim.helpers import OPT13B_SLOT

@@ -1,4 +1,4 @@
-"""Shortest prompt first (``--system vllm-v1 --scheduling-policy sjf``: sim/core/policy_sjf.py),
+"""Shortest prompt first (``--system vllm-v1 --scheduling-policy sjf``: sim/core/sched/policy_sjf.py),
 pinned by tiny runs worked out by hand, each beside what FCFS does with the same trace, so that
 a test fails if the policy's rule falls back to FCFS's. Pools of blocks of 4 slots (OPT-13B),
 every iteration checked (``--check`` verifies the waiting queue's order by the policy's key).
@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from pagesim.sim.cli import main
-from pagesim.sim.core import jit, policies, policy_sjf, state
+from pagesim.sim.core import state
+from pagesim.sim.core.compile import jit
+from pagesim.sim.core.sched import policies, policy_sjf
 from pagesim.sim.run import initial_state, run_simulation
 
 from tests.sim.core.test_priority import v1

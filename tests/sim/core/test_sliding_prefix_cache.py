@@ -1,5 +1,5 @@
-"""vLLM 0.33.0's prefix caching over sliding-window KV cache groups (sim/core/prefix_cache.py
-``group_hits``, ``register_group_blocks``; sim/core/kv_cache.py ``allocate_group_hits``,
+"""vLLM 0.33.0's prefix caching over sliding-window KV cache groups (sim/core/kv/prefix_cache.py
+``group_hits``, ``register_group_blocks``; sim/core/kv/kv_cache.py ``allocate_group_hits``,
 ``group_blocks_to_allocate``, ``free_groups``), worked by hand: the rules and their citations are
 docs/notes/swa-prefix-caching.md's. The runs are pagesim's side of the peer harness
 (``tests.peers.pagesim_steps``: each step's tokens, each admission's hit, the blocks each request
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pagesim.sim.core import kv_cache, lifecycle, prefix_cache, scheduler_v1, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache, prefix_cache
+from pagesim.sim.core.sched import lifecycle, scheduler_v1
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 
 from tests.peers import pagesim_steps

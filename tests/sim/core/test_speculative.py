@@ -1,4 +1,4 @@
-"""vLLM v1's speculative decoding (``--num-speculative-tokens``, sim/core/speculative.py, as of
+"""vLLM v1's speculative decoding (``--num-speculative-tokens``, sim/core/sched/speculative.py, as of
 vLLM 0.33.0), pinned by tiny runs worked out by hand.
 
 Pools of 4-slot blocks (OPT-13B, roofline, no async scheduling, every step checked). L is a
@@ -16,7 +16,7 @@ import pytest
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
-from pagesim.sim.core.cost import roofline_step_time
+from pagesim.sim.core.price.cost import roofline_step_time
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 

@@ -1,4 +1,4 @@
-"""vLLM v1's Mamba / linear-attention KV cache groups (sim/specs/kv_groups.py, sim/core/kv_cache.py
+"""vLLM v1's Mamba / linear-attention KV cache groups (sim/specs/kv_groups.py, sim/core/kv/kv_cache.py
 ``take_group_blocks``, ``free_groups``): the groups a hybrid model's layers form, the attention
 block size vLLM raises so a page holds a state, the states kept inside the pool (v0 reserved them
 outside), and a request holding one block per state group from its first allocation to its end,
@@ -11,8 +11,9 @@ import dataclasses
 import pandas as pd
 import pytest
 from pagesim.sim.config import SimConfig
-from pagesim.sim.core import kv_cache, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, resolve_budget, run_simulation
 from pagesim.sim.specs import presets

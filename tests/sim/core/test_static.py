@@ -1,4 +1,4 @@
-"""The core's static batching (sim/core/static.py) worked by hand: fixed slots taken lowest
+"""The core's static batching (sim/core/sched/static.py) worked by hand: fixed slots taken lowest
 first, batches of at most B formed FCFS only when none runs, the padded prefill and decode,
 and the whole batch finishing at once."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pagesim.sim.core import extent, lifecycle, state, static
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import extent
+from pagesim.sim.core.sched import lifecycle, static
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
 

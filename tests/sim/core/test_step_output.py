@@ -10,9 +10,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pagesim.sim.core import loop, state
-from pagesim.sim.core.cost import kernel_read_tokens
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.events import loop
+from pagesim.sim.core.price.cost import kernel_read_tokens
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace

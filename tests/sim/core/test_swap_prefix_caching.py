@@ -1,4 +1,4 @@
-"""Swap preemption with prefix caching (sim/core/scheduler_vllm.py, its swap-in): a
+"""Swap preemption with prefix caching (sim/core/sched/scheduler_vllm.py, its swap-in): a
 sequence swapped back in holds exactly the tokens it left with, its cached prefix counted once.
 
 A pool of 3 blocks of 4 slots (OPT-13B, no watermark), 4-token hash blocks. A (prompt 4,

@@ -1,9 +1,9 @@
-"""KV transfers (sim/core/transfer.py) and their links (sim/specs/links.py), worked by hand."""
+"""KV transfers (sim/core/kv/transfer.py) and their links (sim/specs/links.py), worked by hand."""
 
 import numpy as np
 import pytest
 
-from pagesim.sim.core import transfer
+from pagesim.sim.core.kv import transfer
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import get_gpu, get_model
 from pagesim.sim.specs.links import LINKS, get_link

@@ -1,4 +1,4 @@
-"""vLLM's scheduling policy (sim/core/scheduler_vllm.py), pinned by tiny
+"""vLLM's scheduling policy (sim/core/sched/scheduler_vllm.py), pinned by tiny
 runs worked out by hand (``simulate``, conftest.py).
 
 Most cases use a pool of 3 blocks of 4 slots (OPT-13B, no watermark) and two requests that

@@ -1,4 +1,4 @@
-"""vLLM v1's scheduler (``--system vllm-v1``, sim/core/scheduler_v1.py, as of vLLM 0.33.0),
+"""vLLM v1's scheduler (``--system vllm-v1``, sim/core/sched/scheduler_v1.py, as of vLLM 0.33.0),
 pinned by tiny runs worked out by hand.
 
 The pools are a few blocks of 4 slots (OPT-13B); prompts with prefix hashes have one hash per
@@ -14,8 +14,10 @@ import pytest
 from pagesim.sim.cli import main
 from pagesim.sim.config import SimConfig
 from pagesim.sim.systems import v1_batch_defaults
-from pagesim.sim.core import kv_cache, lifecycle, scheduler_v1, state
-from pagesim.sim.core.jit import interpreted
+from pagesim.sim.core import state
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.sched import lifecycle, scheduler_v1
+from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 
@@ -26,7 +28,7 @@ from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
 
 
 def complete_step(s, now):
-    """The step's end, by the loop's function for the state's family (sim/core/memory.py)."""
+    """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
     interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
 
 
