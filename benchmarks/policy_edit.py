@@ -80,9 +80,9 @@ def main() -> int:
             sjf.replace('"""Shortest prompt first', '"""Fewest preemptions first (a benchmark\'s)')
                .replace("s.prompt_tokens", "s.num_preemptions"))
         systems = (copy / "sim/systems.py").read_text()
-        line = '    "sjf": ("policy_sjf",'
+        line = '    "sjf": Policy("policy_sjf",'
         (copy / "sim/systems.py").write_text(systems.replace(
-            line, '    "fpf": ("policy_fpf", "fewest preemptions first"),\n' + line))
+            line, '    "fpf": Policy("policy_fpf", "fewest preemptions first"),\n' + line))
         added, engine = run("fpf")
         same = keys() == before
         print(f"a new policy (one file, one registry line), its run:                {added:6.1f} s of CPU ({engine}): "

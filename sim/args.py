@@ -54,7 +54,7 @@ SIM_FLAGS = {
                                                         "lpm (longest cached prefix first while <= 128 wait)"),
     "scheduling_policy": dict(choices=SCHEDULING_POLICIES,
                               help="vllm-v1: the waiting order and a preemption's victim: " + "; ".join(
-                                  f"{name} ({words})" for name, (_file, words) in systems.SCHEDULING_POLICIES.items())),
+                                  f"{name} ({policy.words})" for name, policy in systems.SCHEDULING_POLICIES.items())),
     "async_scheduling": dict(action=argparse.BooleanOptionalAction, default=None,
                              help="vllm-v1: schedule step N+1 while step N runs, as vLLM does by default: a request "
                                   "arriving during a step waits one more (default on for vllm-v1)"),

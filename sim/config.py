@@ -114,7 +114,7 @@ class SimConfig:
     chunk_budget: int = 512  # chunked prefill: tokens per iteration (decodes + prefill chunks)
     waiting_served_ratio: float | None = None
     schedule_policy: str = "fcfs"  # sglang: fcfs or lpm (SCHEDULE_POLICIES)
-    scheduling_policy: str = "fcfs"  # vllm-v1: fcfs, priority or sjf (SCHEDULING_POLICIES)
+    scheduling_policy: str = systems.DEFAULT_POLICY  # vllm-v1's (SCHEDULING_POLICIES)
     schedule_conservativeness: float = 1.0  # sglang: scales its initial new_token_ratio (0.7)
     # sglang: requests carry ignore_eos, as benchmark clients send them (sglang.bench_serving) and
     # as the trace's output lengths say (each runs to its max_new_tokens): the prefill budget

@@ -22,6 +22,7 @@ import pandas as pd
 from pagesim.sim.cluster import (REQUEST_COLUMNS, ClusterRecords, ClusterResult, RequestSubset,
                                  grow_rings, merged_itl, replica_states)
 from pagesim.sim.config import SimConfig
+from pagesim.sim.systems import DEFAULT_POLICY
 from pagesim.sim.core.events import disagg as core_disagg
 from pagesim.sim.core import state
 from pagesim.sim.core.events import loop, replay
@@ -61,8 +62,8 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
         if not cfg.capabilities.disaggregates or cfg.manager != "paged":
             raise ConfigError(f"--prefill-replicas/--decode-replicas model vLLM v1's KV connector: "
                               f"--system vllm-v1 only (got {cfg.label})")
-        if cfg.scheduling_policy != "fcfs":
-            raise ConfigError("--prefill-replicas: --scheduling-policy priority is not modelled "
+        if cfg.scheduling_policy != DEFAULT_POLICY:
+            raise ConfigError(f"--prefill-replicas: --scheduling-policy {cfg.scheduling_policy} is not modelled "
                               "with disaggregation yet")
         if cfg.client_timeout_s is not None:
             raise ConfigError("--prefill-replicas: --client-timeout is not modelled with "

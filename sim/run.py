@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pagesim.sim.config import SimConfig
+from pagesim.sim.systems import DEFAULT_POLICY, SCHEDULING_POLICIES
 from pagesim.sim.core.events import replay
 from pagesim.sim.core import state as core_state
 from pagesim.sim.core.build import Limits, Pool, build, draft_cost, in_flight_tokens, limits_for, pool_for
@@ -183,11 +184,15 @@ def prepare(cfg: SimConfig, trace: pd.DataFrame, executor=None, cost_model=None)
     pool = pool_for(cfg, budget.capacity_tokens, model, hybrid_groups(cfg, model))
     limits = limits_for(cfg, pool, budget.kv_bytes_per_token, model.num_layers)
     table = RequestTable(trace)
-    if cfg.scheduling_policy != "priority" and table.priority.any():
-        warn(f"{cfg.label} serves the trace's requests first come first served, whatever their priority "
-             "(--system vllm-v1 --scheduling-policy priority orders them by it); the summary groups them by it")
-    if cfg.scheduling_policy == "priority" and len(table.priority) and (table.priority == table.priority[0]).all():
-        warn(f"--scheduling-policy priority: every priority is {table.priority[0]}: first come first served")
+    by_priority = [name for name, policy in SCHEDULING_POLICIES.items() if policy.orders_by == "priority"]
+    if cfg.scheduling_policy not in by_priority and table.priority.any():
+        order = ("first come first served" if cfg.scheduling_policy == DEFAULT_POLICY
+                 else f"by --scheduling-policy {cfg.scheduling_policy}")
+        warn(f"{cfg.label} serves the trace's requests {order}, whatever their priority (--system vllm-v1 "
+             f"--scheduling-policy {' or '.join(by_priority)} orders them by it); the summary groups them by it")
+    if cfg.scheduling_policy in by_priority and len(table.priority) and (table.priority == table.priority[0]).all():
+        warn(f"--scheduling-policy {cfg.scheduling_policy}: every priority is {table.priority[0]}: "
+             "first come first served")
     external = executor is not None
     if external and cfg.capabilities.host_tier_pages and cfg.kv_offload_gib:
         raise ConfigError("sglang's --kv-offload-gib (HiCache's host tier) is not modelled in the GPU mode")

@@ -249,16 +249,30 @@ def placed_settings() -> list[str]:
     return sorted(owned | set(CONDITIONAL))
 
 
-#: vLLM's --scheduling-policy (vllm-v1): the waiting queue's order and a preemption's victim,
-#: each (the file of the core implementing sim/core/sched/policies.py's interface, its rule in words
-#: for --help); a run's ``config[SCHEDULING_POLICY]`` is its place here. The first, FCFS, every
-#: run's default, is inlined into every loop; the others are compiled apart, each by its own file
+@dataclass(frozen=True)
+class Policy:
+    """A scheduling policy (vLLM's --scheduling-policy, vllm-v1): the waiting queue's order and a
+    preemption's victim, in the core's file ``file`` (``sim/core/sched/<file>.py``, implementing
+    ``sim/core/sched/policies.py``'s interface); its rule in words (``--help``); the trace's
+    column its order reads, where it reads one (the summary groups requests by it)."""
+
+    file: str
+    words: str
+    orders_by: str | None = None
+
+
+#: the scheduling policies by name; a run's ``config[SCHEDULING_POLICY]`` is its place here. The
+#: first, FCFS, every run's default, is inlined into every loop; the others are compiled apart,
+#: each by its own file
 SCHEDULING_POLICIES = {
-    "fcfs": ("policy_fcfs", "vLLM's default: arrival order, a preempted request back in front"),
-    "priority": ("policy_priority", "by the trace's priority column (lower first), then arrival; a preemption "
-                                    "takes the running request with the largest (priority, arrival)"),
-    "sjf": ("policy_sjf", "shortest prompt first, then arrival; a preemption takes the latest admitted"),
+    "fcfs": Policy("policy_fcfs", "vLLM's default: arrival order, a preempted request back in front"),
+    "priority": Policy("policy_priority", "by the trace's priority column (lower first), then arrival; a "
+                                          "preemption takes the running request with the largest (priority, "
+                                          "arrival)", orders_by="priority"),
+    "sjf": Policy("policy_sjf", "shortest prompt first, then arrival; a preemption takes the latest admitted"),
 }
+#: every run's policy unless it names one: the first (inlined)
+DEFAULT_POLICY = next(iter(SCHEDULING_POLICIES))
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("static", "static", "static", memory="static slots of `max_seq_len`", taken="one slot per request"),

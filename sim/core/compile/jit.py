@@ -120,7 +120,7 @@ def lazy_only() -> tuple[str, ...]:
     function of theirs)."""
     from pagesim.sim.systems import SCHEDULING_POLICIES  # (the registry, above the core's files)
 
-    return tuple(f"sched/{module}.py" for module, _words in list(SCHEDULING_POLICIES.values())[1:])
+    return tuple(f"sched/{policy.file}.py" for policy in list(SCHEDULING_POLICIES.values())[1:])
 
 
 def _files_digest(named) -> str:

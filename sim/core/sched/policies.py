@@ -36,7 +36,7 @@ def policy_module(code: int):
     registry, ``sim.systems.SCHEDULING_POLICIES``), imported."""
     from pagesim.sim.systems import SCHEDULING_POLICIES
 
-    return importlib.import_module(f"{__package__}.{list(SCHEDULING_POLICIES.values())[code][0]}")
+    return importlib.import_module(f"{__package__}.{list(SCHEDULING_POLICIES.values())[code].file}")
 
 
 def implementation(interface, config):

@@ -39,10 +39,10 @@ def test_a_new_policy_is_one_file_and_one_registry_line(tmp_path):
     (copy / "sim/core/sched/policy_fpf.py").write_text(sjf.replace("s.prompt_tokens", "s.num_preemptions"))
     # 2. its registry line
     systems = (copy / "sim/systems.py").read_text()
-    line = '    "sjf": ("policy_sjf",'
+    line = '    "sjf": Policy("policy_sjf",'
     assert line in systems
     (copy / "sim/systems.py").write_text(systems.replace(
-        line, '    "fpf": ("policy_fpf", "fewest preemptions first"),\n' + line))
+        line, '    "fpf": Policy("policy_fpf", "fewest preemptions first"),\n' + line))
     out = python("-m", "pagesim.sim.cli", "simulate", "--workload", "sharegpt", "--rate", "40", "--num-requests",
                  "60", "--system", "vllm-v1", "--kv-gib", "2", "--scheduling-policy", "fpf", "--check",
                  "--no-progress", "--json")

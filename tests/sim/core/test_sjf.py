@@ -105,3 +105,14 @@ def test_check_refuses_a_queue_out_of_the_policys_order():
 def test_the_cli_takes_sjf_for_vllm_v1(capsys):
     assert main(["simulate", "--workload", "sharegpt", "--rate", "50", "--num-requests", "40", "--system", "vllm-v1",
                  "--scheduling-policy", "sjf", "--kv-gib", "2", "--no-progress", "--json", "--check"]) == 0
+
+
+def test_a_trace_with_priorities_is_said_to_be_served_by_the_policy_whatever_their_priority():
+    """The run says which order it serves a trace's priorities by: sjf's, not FCFS's (the policies
+    that read the column: sim.systems.Policy.orders_by)."""
+    from pagesim.sim.errors import PagesimWarning
+
+    rows = trace((0, 8, 1), (0, 4, 1)).assign(priority=np.array([1, 0], np.int64))
+    with pytest.warns(PagesimWarning, match=r"by --scheduling-policy sjf, whatever their priority \(--system "
+                                            r"vllm-v1 --scheduling-policy priority orders them by it\)"):
+        run_simulation(v1(64, "sjf"), rows)
