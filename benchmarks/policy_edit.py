@@ -76,7 +76,7 @@ def main() -> int:
         print(f"policy_sjf.py edited, its run:                                      {edited:6.1f} s of CPU ({engine}): "
               f"its recompile {edited - warm:.1f} s; every family's key and module {'unchanged' if same else 'CHANGED'}")
         sjf = (copy / "sim/core/sched/policy_sjf.py").read_text()
-        (copy / "sim/core/policy_fpf.py").write_text(
+        (copy / "sim/core/sched/policy_fpf.py").write_text(
             sjf.replace('"""Shortest prompt first', '"""Fewest preemptions first (a benchmark\'s)')
                .replace("s.prompt_tokens", "s.num_preemptions"))
         systems = (copy / "sim/systems.py").read_text()
