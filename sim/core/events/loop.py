@@ -27,7 +27,7 @@ families' scheduler is compiled apart from their loop (:func:`scheduler_entry_fo
 by the address of its machine code, the state by reference (:func:`call_scheduler`): an edit
 of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/compile/families.py``);
 vLLM v0's and Orca's is inlined into their loops. A feature's larger functions that most runs
-never call (the CPU offload tier's, KV cache groups', priority's, a disaggregated pool's, the
+never call (the CPU offload tier's, KV cache groups', a non-default policy's, a disaggregated pool's, the
 calibrated and measured prices, a drafter's) are called at an address the run's set-up writes,
 compiled only for the runs that may call them (``jit.njit``'s ``lazy``), the state passed by
 reference as to a scheduler (``by_reference.py``): numba compiles every function a loop names,
@@ -35,36 +35,15 @@ reached or not, and these were two fifths of vLLM v1's cold compile. What a sche
 calls apart is lazy too, whatever runs reach it, and what only it calls is inlined: a call of
 numba's would pass the state field by field, which the entry would load whole at every step
 (``jit.njit``'s docstring).
-What a step calls once (its price,
-its record, its end: ``step_time``, ``record``, ``lifecycle.complete_step``) is inlined, the
-record and the end with their family's managers alone (``memory.py``). As calls (compiled
-once each), measured against inlined (2026-11-25, paired, ``benchmarks/engine_speed.py
---only-systems`` and cold compiles on 2 cores), they made most engines slower, by up to a third
-(SGLang on Mooncake 0.59 s against 0.44 s, ~100 ns a step over 1.5M steps; on the Azure conv
-trace vLLM 0.065 s against 0.057 s, Orca 0.065 s against 0.051 s) and saved no compile time for
-a family alone (each compiled its own record and end anyway), ~5 s of CPU over every family in
-turn.
-
-What else is inlined follows from what each costs (``benchmarks/compile_speed.py``, and
-``benchmarks/engine_speed.py --only-systems`` run in both checkouts). numba inlines a function
-by copying its code in at every place that calls it, nested (each level copied into the levels
-above; ``jit.py`` builds each function's untyped code once, where numba built it again at each
-place), and prunes the branches the inlined code cannot take only then, before it types, lowers
-and optimizes every copy: the family's scheduler is therefore chosen in a closure's own code
-(:func:`scheduler_entry_for`), where ``family`` is a constant and its branches are pruned
-first (chosen in a function inlined with ``family`` an argument, all four schedulers were built
-into every family's loop: a third of its compile). A call costs its own compile (~0.5 s: its
-signature over the state's arrays; less since ``jit.py`` leaves its Python wrapper unoptimized)
-and, at run time, the state's ~60
-arrays passed field by field: on the Azure conv trace one more call per request (arrival,
-admission or finish) costs vLLM and Orca 2-4 % of their engine time, one per iteration (a
-family's scheduler) 8-50 %, and a new call in the loop's own code has moved SGLang's by 4-15 %
-through the machine code around it. So what runs per running request, per iteration or per
-request stays inlined; what runs on a rare or configured path only and would be inlined in
-several places or into the loop is a call (a rejection, a swap-in, a preemption's victim,
-priority scheduling's place in the queue); and a function with one caller that is itself a
-call off the hot path is inlined there rather than compiled apart (placement's buddy and fit
-functions, ``extent.rereserve``).
+What a step calls once (its price, its record, its end: ``step_time``, ``record``,
+``lifecycle.complete_step``) is inlined, the record and the end with their family's managers
+alone (``memory.py``). For the rest: what runs per running request, per iteration or per request
+is inlined; what runs on a rare or configured path and would be inlined in several places or
+into the loop is a call (a rejection, a swap-in, a preemption's victim, a policy's function); a
+function with one caller that is itself a call off the hot path is inlined there. Why: a call
+costs its own compile and passes the state's ~60 arrays field by field at every call, inlining
+copies the code into every place that calls it and numba prunes a constant's branches only
+then; the measurements behind the rule are docs/performance.md's "Inlined or called".
 """
 
 from __future__ import annotations
