@@ -134,12 +134,26 @@ def request_latencies(t) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     outside the engine (the cost model's: ``sim/cost/serving.py``; 0 for the others). TPOT is
     vLLM's: the time after the first token over the ``output - 1`` tokens that follow it (NaN
     for one-token outputs); normalized latency is E2EL per output token."""
-    ttft = t.first_token_s - t.arrival_s + t.frontend_s
-    e2el = t.finish_s - t.arrival_s + t.frontend_s
+    return tuple(request_latency(t, name) for name in LATENCY_COLUMNS)
+
+
+#: :func:`request_latency`'s names, in :func:`request_latencies`' order
+LATENCY_COLUMNS = ("ttft", "tpot", "e2el", "normalized")
+
+
+def request_latency(t, name: str, rows=slice(None)) -> np.ndarray:
+    """One of :func:`request_latencies` (``name`` of :data:`LATENCY_COLUMNS`), of ``rows`` alone
+    (a mask or a slice): the summary reads one at a time, each over the finished requests, so
+    that ten million requests hold one latency array at a time, not eight."""
+    if name == "ttft":
+        return t.first_token_s[rows] - t.arrival_s[rows] + t.frontend_s
+    if name == "e2el":
+        return t.finish_s[rows] - t.arrival_s[rows] + t.frontend_s
+    output = t.output[rows]
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output > 1, (t.finish_s - t.first_token_s) / (t.output - 1), np.nan)
-        norm = e2el / t.output
-    return ttft, tpot, e2el, norm
+        if name == "tpot":
+            return np.where(output > 1, (t.finish_s[rows] - t.first_token_s[rows]) / (output - 1), np.nan)
+        return request_latency(t, "e2el", rows) / output
 
 
 #: ``status`` in words, by the core's status (any other: ``unfinished``)
@@ -417,7 +431,7 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
                 f"std_{name}_ms": float(np.std(v)),
                 **{f"p{percentile_word(p)}_{name}_ms": float(np.percentile(v, p)) for p in pct}}
 
-    ttft, tpot, e2el, norm = (v[fin] for v in request_latencies(t))
+    finished = np.flatnonzero(fin)  # (the latencies below are the finished requests', one at a time)
     s = {
         "completed": completed,
         "rejected": int((t.status == Status.REJECTED).sum()),
@@ -432,11 +446,11 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
         "total_token_throughput": (out_tokens + in_tokens) / dur,
     }
     if options.goodput_slo_s:  # vLLM's request_goodput: good requests per second (serve.py line 760)
-        good = meets_slos(np.ones(completed, bool), {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el},
+        good = meets_slos(np.ones(completed, bool), {f"{m}_s": request_latency(t, m, finished) for m in GOODPUT_METRICS},
                           {f"{m}_s": v for m, v in options.goodput_slo_s})
         s["request_goodput"] = int(good.sum()) / dur
-    s.update(stats("ttft", ttft))
-    s.update(stats("tpot", tpot))
+    s.update(stats("ttft", request_latency(t, "ttft", finished)))
+    s.update(stats("tpot", request_latency(t, "tpot", finished)))
     itl_sum, itl_count, itl_hist, itl_edges = itl
     itl_mean = itl_sum / itl_count * 1e3 if itl_count else nan
     s.update({"mean_itl_ms": itl_mean,
@@ -445,9 +459,9 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     if "itl" in options.percentile_metrics:
         s.update({f"p{percentile_word(p)}_itl_ms": _hist_quantile(itl_edges, itl_hist, p / 100) * 1e3
                   for p in options.percentiles})
-    s.update(stats("e2el", e2el))
-    s["max_concurrent_requests"] = peak_concurrency(t.arrival_s[fin], t.finish_s[fin])
-    s["normalized_latency_s_per_token"] = float(np.mean(norm)) if completed else nan
+    s.update(stats("e2el", request_latency(t, "e2el", finished)))
+    s["max_concurrent_requests"] = peak_concurrency(t.arrival_s[finished], t.finish_s[finished])
+    s["normalized_latency_s_per_token"] = float(np.mean(request_latency(t, "normalized", finished))) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(num_preemptions)
     s.update(overload_summary(t.arrival_s, t.first_token_s, t.finish_s, t.status))
