@@ -26,3 +26,25 @@ print(sorted(m for m in ("pandas", "numba", "plotly") if m in sys.modules))
 def test_a_commands_help_loads_no_heavy_library(argv):
     out = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-300:]
+
+
+BLAS = """
+import os
+from pagesim.sim import cli
+import numpy
+print(os.environ["OPENBLAS_NUM_THREADS"])
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+def test_the_command_runs_one_blas_thread_unless_the_user_chose(given, expected):
+    """numpy's OpenBLAS threads spin after each BLAS call, a sixth of a whole run's CPU on 2 cores
+    (benchmarks/whole_process_cpu.py): the command sets one thread before numpy loads, and keeps
+    the user's own choice."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == expected
