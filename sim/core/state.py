@@ -319,7 +319,7 @@ table("count", """
         acknowledged (Core.host_work's HICACHE_PENDING_NODE row, in submission order)
     STEP_LOAD_TOKENS    sglang's host tier: the tokens this iteration's prefill loads back
     HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
-        offered again at its next step: scheduler_v1.offer_scheduled)
+        offered again at its next step: host_tier.offer_scheduled)
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)

@@ -144,7 +144,7 @@ def test_a_host_hit_of_a_whole_prompt_loads_its_last_block(monkeypatch, request)
 
 
 # drawn workloads that found a rule beside vLLM (README.md), kept for it: a pass's stores made after
-# all its lookups (43, 159: scheduler_v1.offer_scheduled), a key's rank raised only at the request's
+# all its lookups (43, 159: host_tier.offer_scheduled), a key's rank raised only at the request's
 # first use of it in its life (139) and a finish touching the keys recorded (159: host_tier.record)
 FOUND_BY = (43, 139, 159)
 

@@ -12,7 +12,7 @@ connector, pull mode: ``sim/core/kv/remote_kv.py`` gives the rules of its blocks
    as a one-token request; when it finishes, its blocks are held for the transfer and it is
    handed over, at that instant, to a decode replica (the decode pool's router);
 2. the decode replica admits it when its prompt's blocks fit, leaving free those its prefills
-   in flight still lack (``host_tier.reserved_blocks``; ``scheduler_v1.admit_remote``);
+   in flight still lack (``host_tier.reserved_blocks``; ``remote_kv.admit_remote``);
    the transfer is then asked for and priced on that replica's link (``transfer.py``: a queue
    per decode replica, ``latency + bytes / bandwidth``, bandwidth ``min(TP)`` GPU pairs);
    until it ends, both sides' blocks are in transfer. A decode pool with no room leaves the

@@ -22,7 +22,7 @@ scheduler.py:762-771), from where its offers stopped; an admission starts them a
 (scheduler.py:1241-1244), GPU prefix hits included, and past its host hits when it loads
 (``CHUNK_LEVEL``, scheduler.py:1468-1472). The step's offers are made once its scheduling pass has
 made every lookup, in scheduling order (``build_connector_meta``, scheduler.py:2168, after
-``schedule``'s lookups, v1 scheduler.py:1139: ``scheduler_v1.offer_scheduled``), so a store cannot
+``schedule``'s lookups, v1 scheduler.py:1139: :func:`offer_scheduled`), so a store cannot
 evict what a later admission of the same pass finds. A block the tier holds is only touched; a new
 one takes a free host block or evicts the LRU head (``prepare_store``, cpu/manager.py:262-360). Its
 bytes go GPU -> host on the link's store direction, in submission order
@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagesim.sim.core.kv import prefix_cache
+from pagesim.sim.core.kv import kv_cache, prefix_cache
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOST_BLOCK_S, HOST_EVICTIONS, HOST_GROUPS,
                                     HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, HOST_LAST_RANK,
@@ -536,7 +536,7 @@ def store(s, i: int, first: int, end: int) -> None:
         # more than the landed blocks (a bound on the evictable ones) fails at once, as vLLM's
         # count of them does (cpu/manager.py:321-324); else evict may find too few
         if evicting > landed(s) or evicting > 0 and not evict(s, evicting, i, first, end):
-            c[HOST_REFUSED] = 1  # offered again at its next step (scheduler_v1.offer_scheduled)
+            c[HOST_REFUSED] = 1  # offered again at its next step (:func:`offer_scheduled`)
             return
         for taken in range(new):
             k = s.host_work[NEW_BLOCK, taken]
@@ -705,3 +705,108 @@ def verification_tokens(s):
     and the lookahead slots (``1 + num_spec_tokens + num_lookahead_tokens``, scheduler.py:371-376,
     :3407-3409); 0 without."""
     return 1 + s.config[SPEC_TOKENS] + s.config[SPEC_LOOKAHEAD] if s.config[SPEC_TOKENS] else 0
+
+
+# vLLM v1's scheduler meets the tier at these points of its waiting loop (``scheduler_v1.admit_waiting``;
+# the connector's calls in v1 sched/scheduler.py:1071-1074, 1139-1151, 1285-1302, 1542)
+
+
+@njit(inline=True)
+def seats_loading(s, i):
+    """The seats of ``max_num_seqs`` the requests loading host blocks hold (each a block-table
+    row: vLLM counts the running list alone, sched/scheduler.py:1071-1074, here they count too),
+    less request ``i``'s own (-1: none), which it takes when its load has ended."""
+    return s.count[NUM_LOADING] - (1 if i >= 0 and loading_seat(s, i) else 0)
+
+
+@njit(inline=True)
+def lookup(s, i, target):
+    """The connector's lookup as waiting request ``i`` (``target`` tokens) is considered, before any
+    block is counted (``get_num_new_matched_tokens``, scheduler.py:1139-1151): (its GPU prefix
+    hits, those of them nobody holds, the consecutive host hits past them), its offers starting
+    again (:func:`admitted`); (0, 0, 0) without a tier."""
+    if not with_tier(s.config):
+        return 0, 0, 0
+    gpu_hits, revived = prefix_cache.count_hits(s, i, target)
+    host_hits = count_hits(s, i, gpu_hits, hit_limit(s, target))
+    admitted(s, i)
+    return gpu_hits, revived, host_hits
+
+
+@njit(inline=True)
+def reserved_for(s, loads):
+    """The free blocks an admission must leave to the prefills in flight: :func:`reserved_blocks`
+    for one that ``loads`` its KV (a host load, a prefill replica's transfer), 0 for one that
+    computes it (scheduler.py:1420-1430)."""
+    return reserved_blocks(s) if loads else 0
+
+
+@njit(inline=True)
+def load_on_admission(s, i, target, gpu_hits, revived, host_hits, watermark):
+    """Waiting request ``i`` (``target`` tokens), whose whole sequence fits, has ``host_hits`` to
+    load: it takes its hits' blocks (a fresh one per host hit, a GPU hit nobody holds out of the
+    free queue; ``revived`` of them), leaving the prefills in flight theirs and the ``watermark``
+    (``allocate_slots``' reserved_blocks, kv_cache_manager.py:579-588), and its load starts
+    (:func:`start_load`); it computes nothing now (scheduler.py:1285-1288) and waits in the queue's
+    holding part for the load (the caller's). Returns False, taking nothing, where the blocks
+    are not free."""
+    if host_hits + revived + watermark > kv_cache.num_free_blocks(s) - reserved_blocks(s):
+        return False
+    kv_cache.allocate_hits(s, i, target, gpu_hits + host_hits)
+    start_load(s, i, gpu_hits, host_hits)
+    prefilling(s, i, True)
+    return True
+
+
+@njit(inline=True)
+def arrived(s, i):
+    """Request ``i``, holding blocks whose KV has arrived, is admitted: a host load's blocks join
+    the GPU prefix cache (:func:`end_load`; a transfer's did at its end,
+    ``remote_kv.transfer_loaded``). Returns the tokens it holds computed."""
+    return end_load(s, i) if with_tier(s.config) else s.num_computed_tokens[i]
+
+
+@njit(inline=True)
+def admitted_prefill(s, i, loaded):
+    """Request ``i`` was admitted and scheduled (``loaded``: its KV had arrived): it joins the
+    prefills in flight where this replica's admissions may load (:func:`prefilling`)."""
+    if loads_async(s):
+        prefilling(s, i, loaded)
+
+
+@njit
+def offer_scheduled(s, reached, ran):
+    """The step's stores, once the pass has made every lookup (``build_connector_meta``'s
+    ``_build_store_jobs``, offloading/scheduler.py:2168, after ``schedule``'s lookups,
+    scheduler.py:1139): the prompt blocks each scheduled request fills go to the host tier, in
+    scheduling order: the running requests the pass reached (``running[:reached]``), then those
+    it admitted (``running[ran:]``). A store made at its admission would evict blocks that a
+    request admitted after it in the same pass finds in vLLM's lookup. While no store refused
+    lags (``HOST_REFUSED``), only the step's prefill chunks have blocks to offer, in the same
+    order (``step_prefill_ids``: the running list's, then the admissions')."""
+    c = s.count
+    if not c[HOST_REFUSED]:
+        for k in range(c[STEP_PREFILL_SEQS]):
+            i = s.step_prefill_ids[k]
+            offer(s, i, s.num_computed_tokens[i])
+        return
+    lagging = False
+    for k in range(c[NUM_RUNNING]):
+        i = s.running[k]
+        if k < reached or k >= ran:
+            offer(s, i, s.num_computed_tokens[i])
+        lagging |= lags(s, i)
+    c[HOST_REFUSED] = int(lagging)  # (a refusal in this loop leaves one lagging)
+
+
+@njit(inline=True)
+def pass_ended(s, reached, ran):
+    """vLLM v1's scheduling pass is over, having reached ``running[:reached]`` of the running list
+    and admitted ``running[ran:]``: the step's stores (:func:`offer_scheduled`) and the finished
+    requests' (:func:`touch_finished`), then the prefills in flight that reached their prompt's
+    end leave them (:func:`prefilled`)."""
+    if with_tier(s.config):
+        offer_scheduled(s, reached, ran)
+        touch_finished(s)
+    if loads_async(s):
+        prefilled(s)

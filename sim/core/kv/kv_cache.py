@@ -28,7 +28,7 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
                             PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
                             STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
-from pagesim.sim.core.state import MANAGER_KIND, PAGED
+from pagesim.sim.core.state import ASYNC_SCHEDULING, MANAGER_KIND, PAGED
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
 from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
                                     SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
@@ -612,6 +612,40 @@ def processed_tokens(s, i, async_scheduling):
     if async_scheduling:
         return s.num_computed_tokens[i] - s.window[i, WINDOW_IN_FLIGHT]
     return s.num_computed_tokens[i]
+
+
+@njit(inline=True)
+def free_processed(s, i, n):
+    """Running request ``i`` is scheduled ``n`` tokens: where groups free blocks as tokens are
+    processed (:func:`frees_on_processed`), those its processed tokens left behind go first, as
+    ``allocate_slots`` frees them before counting new ones (kv_cache_manager.py:557-568), and its
+    ``n`` tokens are in flight."""
+    if not frees_on_processed(s):
+        return
+    processed = processed_tokens(s, i, s.config[ASYNC_SCHEDULING])
+    if s.config[SLIDING_GROUPS]:
+        remove_skipped(s, i, processed)
+    else:
+        remove_skipped_states(s, i, processed)
+    s.window[i, WINDOW_IN_FLIGHT] = n
+
+
+@njit(inline=True)
+def in_flight(s, i, n):
+    """Request ``i`` has ``n`` tokens in this step (0: none), where groups free blocks as tokens
+    are processed (:func:`processed_tokens` leaves them out)."""
+    if frees_on_processed(s):
+        s.window[i, WINDOW_IN_FLIGHT] = n
+
+
+@njit(inline=True)
+def allocate_admitted(s, i, target):
+    """Blocks for admitted request ``i`` (``target`` tokens): with prefix caching its hits first
+    (:func:`allocate_hits`), whose tokens it returns as computed; else none yet, the caller
+    growing them for its first chunk (:func:`grow`)."""
+    if s.config[PREFIX_CACHING]:
+        return allocate_hits(s, i, target, np.int64(0))  # np.int64: jit.njit's note on constants
+    return allocate(s, i, 0, 0)
 
 
 @njit(lazy=prefix_cache.several_groups)

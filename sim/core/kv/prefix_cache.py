@@ -45,6 +45,7 @@ from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLID
                                     WINDOW_JUNCTION)
 from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, STATE_CACHED_STEP
 from pagesim.sim.core.state import SPEC_HASH_LOOKAHEAD
+from pagesim.sim.core.state import PREFIX_CACHING
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -541,3 +542,25 @@ def register_state(s, slot, k, chain):
 def state_cached_now(s, b):
     """MAMBA_ALIGN: whether state block ``b`` was cached in this step (:func:`register_state`)."""
     return 0 < s.block_info[b, STATE_CACHED_STEP] == s.count[SCHEDULED_STEPS]  # (steps count from 1)
+
+
+@njit(inline=True)
+def step_starts(s):
+    """vLLM v1 schedules a new step: in Mamba "align" mode no state is cached in it yet
+    (``new_step_starts``, sched/scheduler.py:746; :func:`state_cached_now`)."""
+    if s.config[MAMBA_ALIGN]:
+        s.count[SCHEDULED_STEPS] += 1
+
+
+@njit
+def hit_tokens(s, i, target):
+    """The tokens request ``i``'s prefix-cache hits cover, looked up with ``target`` tokens, before
+    it takes them (vLLM v1's ``get_computed_blocks``, kv_cache_manager.py:266-328); 0 without
+    prefix caching."""
+    if not s.config[PREFIX_CACHING]:
+        return 0
+    if keyed_by_group(s):
+        hits, _ = group_hits(s, i, target)
+    else:
+        hits, _ = count_hits(s, i, target)
+    return hits * s.config[BLOCK_SIZE]

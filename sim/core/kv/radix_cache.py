@@ -46,7 +46,8 @@ from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import SCHEDULER_KIND, SGLANG
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_CHAIN, HICACHE_HOST_PAGES,
                                     HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING, HICACHE_PENDING_NODE,
-                                    HOST_BLOCK_S, HOST_EVICTIONS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS,
+                                    HOST_BLOCK_S, HOST_EVICTIONS, HOST_HIT_TOKENS, HOST_LOADED_BLOCKS,
+                                    HOST_STORED_BLOCKS,
                                     HOST_USED, INSERTED_LEN, LEFTOVER_SLOTS, LOAD_LINK_FREE_S, LOCKED_NODE,
                                     NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_HEAP, NODE_LAST_ACCESS,
                                     NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT,
@@ -832,3 +833,58 @@ def step_price(s, forward_s):
     step's start (after the load link's earlier copies)."""
     load_s = s.clock[LOAD_LINK_FREE_S] - s.clock[NOW]
     return max(forward_s, load_s + forward_s / s.config[HICACHE_LAYERS])
+
+
+# SGLang's scheduler meets the host tier at these points (``scheduler_sglang``: its iteration, the
+# longest-prefix sort, the prefill adder)
+
+
+@njit(inline=True)
+def copies_ended(s):
+    """An iteration starts: the host tier's copies that ended by now are acknowledged
+    (``check_hicache_events``, scheduler.py:3898) and the step's load tokens start from 0;
+    nothing without a host tier."""
+    if not s.config[HICACHE_HOST_PAGES]:
+        return
+    s.count[STEP_LOAD_TOKENS] = 0
+    if s.count[HICACHE_PENDING]:
+        acknowledge(s)
+
+
+@njit(inline=True)
+def device_prefix(s, node, matched):
+    """The tokens of a match of ``matched`` tokens ending at ``node`` that are on the device (with
+    a host tier, ``req.prefix_len``: the host hit's are not, schedule_policy.py:365)."""
+    if s.config[HICACHE_HOST_PAGES]:
+        return depth(s, device_node(s, node))
+    return matched
+
+
+@njit(inline=True)
+def match_for_admission(s, i, target):
+    """Waiting request ``i``'s (``target`` tokens) match, at most ``target - 1`` tokens
+    (``init_next_round_input``, schedule_batch.py): (the node its device prefix ends at, the
+    deepest node matched on the device or the host, the device prefix's tokens); without a host
+    tier both nodes are the match's."""
+    node, prefix = match_prefix(s, i, max(target - 1, 0))
+    best = node
+    if s.config[HICACHE_HOST_PAGES]:  # the device part is the prefix, the rest the host hit
+        node = device_node(s, best)
+        prefix = depth(s, node)
+    return node, best, prefix
+
+
+@njit(inline=True)
+def load_host_hit(s, node, best):
+    """The admission locking ``node`` loads its host hit down to ``best`` back (:func:`load_back`),
+    the request then locking ``best`` (schedule_policy.py:1690). Returns (the node it locks, the
+    tokens loaded: 0 where there is no host hit, or it is recomputed)."""
+    if best == node:
+        return node, 0
+    loaded = load_back(s, node, best)
+    if not loaded:
+        return node, 0
+    dec_lock_ref(s, node)
+    inc_lock_ref(s, best)
+    s.count[HOST_HIT_TOKENS] += loaded
+    return best, loaded

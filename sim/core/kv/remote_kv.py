@@ -25,11 +25,12 @@ they are all of them; a decode replica's local prefix hits are in use from its a
 
 from __future__ import annotations
 
+import math
 
-from pagesim.sim.core.kv import kv_cache, prefix_cache
+from pagesim.sim.core.kv import host_tier, kv_cache, prefix_cache
 from pagesim.sim.core.kv.block_pool import return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import DISAGG_ROLE, NOT_DISAGGREGATED
+from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, LOADING, NOT_DISAGGREGATED, NOW, NUM_FREE_SLOTS
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS,
                                     NUM_ALLOCATIONS, NUM_EXCHANGE, NUM_FREE_BLOCK_IDS, NUM_FREES,
                                     PREFIX_CACHING, REF, SHARED_BLOCKS, TRANSFER_SLOTS, TRANSFERS)
@@ -141,3 +142,46 @@ def transfer_loaded(s, i, num_tokens):
     s.num_computed_tokens[i] = num_tokens - 1
     c[COMPUTED_SLOTS] += num_tokens - 1 - cached
     c[DEMAND_SLOTS] += min(s.final_len[i], s.num_blocks[i] * bs) - cached
+
+
+# vLLM v1's scheduler meets the connector at these points of its waiting loop
+# (``scheduler_v1.admit_waiting``)
+
+
+@njit(inline=True)
+def table_row_free(s):
+    """Whether an admission finds a block-table row: a disaggregated replica's rows are its
+    ``max_num_seqs`` (``sim/core/events/disagg.py``), the others always have one."""
+    return not (s.config[DISAGG_ROLE] and s.count[NUM_FREE_SLOTS] == 0)
+
+
+@njit(inline=True)
+def prompt_is_remote(s, i):
+    """Whether waiting request ``i``'s prompt KV is the prefill side's to transfer: a decode
+    replica's request that was never preempted here (a preempted one is recomputed here:
+    ``do_remote_prefill`` cleared, nixl/pull_scheduler.py:187-188)."""
+    return s.config[DISAGG_ROLE] == DECODE_SIDE and s.num_preemptions[i] == 0
+
+
+@njit(inline=True)
+def note_admitted(s, i):
+    """A disaggregated replica notes when request ``i`` was first admitted (its queueing, where
+    the transfer's time is not)."""
+    if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
+        s.admitted_s[i] = s.clock[NOW]
+
+
+@njit
+def admit_remote(s, i, target):
+    """A decode replica admits request ``i``, whose prompt the prefill side computed: blocks for
+    the whole prompt now (the caller's fit test was any admission's), which the connector loads
+    asynchronously while the request waits computing nothing and taking no budget
+    (``WAITING_FOR_REMOTE_KVS``: sched/scheduler.py:1514-1541), a prefill in flight meanwhile
+    (``host_tier.prefilling``); the cluster's loop prices the transfer
+    (``sim/core/events/disagg.py``), at whose end it joins the queue's holding part
+    (``lifecycle.hold_waiting``). A request preempted here later is recomputed here: one
+    transfer per request (:func:`prompt_is_remote`)."""
+    allocate_for_transfer(s, i, target)
+    s.status[i] = LOADING
+    push_exchange(s, i)
+    host_tier.prefilling(s, i, True)

@@ -77,14 +77,14 @@ from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.sched.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
-                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, HICACHE_HOST_PAGES, HICACHE_PENDING,
-                                    HOST_HIT_TOKENS, IGNORE_EOS, IN_WAITING_TREE, INIT_NEW_TOKEN_RATIO,
-                                    LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
-                                    MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS,
-                                    NUM_RUNNING, NUM_RUNNING_SEQS, PREFILL_INTO_EMPTY, PREFIX_HIT_TOKENS, PREFIX_LEN,
-                                    PREFIX_LOOKUP_TOKENS, RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_LOAD_TOKENS, STEP_NUM_FINISHED, WAITING,
-                                    WAITING_HEAD, WAITING_LEN, WAITING_REFRESHES)
+                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IGNORE_EOS, IN_WAITING_TREE,
+                                    INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS,
+                                    MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO,
+                                    NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS, NUM_RUNNING, NUM_RUNNING_SEQS,
+                                    PREFILL_INTO_EMPTY, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
+                                    RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
+                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
+                                    WAITING_LEN, WAITING_REFRESHES)
 
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
@@ -103,10 +103,7 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
-    if s.config[HICACHE_HOST_PAGES]:  # the host tier's copies ended by now: check_hicache_events (scheduler.py:3898)
-        c[STEP_LOAD_TOKENS] = 0
-        if c[HICACHE_PENDING]:
-            radix_cache.acknowledge(s)
+    radix_cache.copies_ended(s)  # the host tier's, by now
     context_sum = 0
     if not get_new_batch_prefill(s):
         if c[DECODE_SET_SIZE]:
@@ -149,10 +146,8 @@ def sort_by_longest_prefix(s):
         node, matched = radix_cache.match_prefix(s, i, target)
         s.radix_request[i, MATCH_LEN] = min(matched, max(target - 1, 0))
         s.radix_request[i, IN_WAITING_TREE] = 0
-        device = matched
-        if s.config[HICACHE_HOST_PAGES]:  # the key counts a host hit, the in-batch check the device
-            device = radix_cache.depth(s, radix_cache.device_node(s, node))  # prefix alone (req.prefix_len, :365)
-        if device <= IN_BATCH_CHECK_THRESHOLD:
+        # the key counts a host hit, the in-batch check the device prefix alone
+        if radix_cache.device_prefix(s, node, matched) <= IN_BATCH_CHECK_THRESHOLD:
             shares = False
             # a request shares no more tokens with another than it names by hashes (same_tokens):
             # one naming fewer than the threshold is not compared; the first sharing them ends it
@@ -274,11 +269,8 @@ def get_new_batch_prefill(s):
         if s.final_len[i] > s.config[MAX_SEQ_LEN] or target + left + page >= radix_cache.capacity(s):
             reject_head(s, i, REJECT_NEVER_FITS)  # no empty pool's budget (add_one_req's, below) takes it
             continue
-        node, prefix = radix_cache.match_prefix(s, i, max(target - 1, 0))  # init_next_round_input
-        best = node  # with a host tier: the match's deepest node, on the device or the host
-        if s.config[HICACHE_HOST_PAGES]:  # the device part is the prefix, the rest the host hit
-            node = radix_cache.device_node(s, best)
-            prefix = radix_cache.depth(s, node)
+        # the match (with a host tier, best is its deepest node, on the device or the host)
+        node, best, prefix = radix_cache.match_for_admission(s, i, target)
         device_prefix = prefix
         extend = target - prefix
         # add_one_req: the extend, the output left and a page for the paged allocator's rounding
@@ -291,15 +283,10 @@ def get_new_batch_prefill(s):
             if num_can_run or running_bs:  # scheduler.py:4279-4284
                 c[BATCH_IS_FULL] = NO_TOKEN
             break
-        if best != node:  # a host hit: loaded back, its tokens then cached, or recomputed (radix_cache.load_back)
-            loaded = radix_cache.load_back(s, node, best)
-            if loaded:
-                radix_cache.dec_lock_ref(s, node)  # the request locks the loaded node (schedule_policy.py:1690)
-                radix_cache.inc_lock_ref(s, best)
-                node = best
-                prefix += loaded
-                extend -= loaded
-                c[HOST_HIT_TOKENS] += loaded
+        # a host hit: loaded back, its tokens then cached, or recomputed (radix_cache.load_back)
+        node, loaded = radix_cache.load_host_hit(s, node, best)
+        prefix += loaded
+        extend -= loaded
         # the extend and chunk budgets count a loaded host hit as cached (_select_prefill_admission,
         # schedule_policy.py:1596-1603, which SGLang checks before the load: the same verdicts), one
         # not loaded as recomputed (the admission selected again without it, :1557-1566)

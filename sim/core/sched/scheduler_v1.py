@@ -74,8 +74,6 @@ completed its prompt; a request stops at its output length (sched/utils.py:114-1
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from pagesim.sim.core.kv import host_tier, kv_cache, prefix_cache, remote_kv
@@ -85,10 +83,10 @@ from pagesim.sim.core.sched.lifecycle import (begin_iteration, first_arrived, ho
                                         reject_waiting, release, start_running, take_holding, take_waiting, waiting_at)
 from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, STEP_DRAFT_CONTEXT,
                                     STEP_SPEC_TOKENS, V1)
-from pagesim.sim.core.state import SLIDING_GROUPS, WINDOW_IN_FLIGHT
-from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, WINDOW_JUNCTION
-from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING
-from pagesim.sim.core.state import HAS_CLIENT_TIMEOUT, HOST_REFUSED, NUM_FREE_SLOTS, NUM_LOADING
+from pagesim.sim.core.state import SLIDING_GROUPS
+from pagesim.sim.core.state import MAMBA_ALIGN, WINDOW_JUNCTION
+from pagesim.sim.core.state import KV_HOLDING_WAITING
+from pagesim.sim.core.state import HAS_CLIENT_TIMEOUT
 from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
                                     LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
@@ -105,48 +103,18 @@ def schedule(s):
     c[DEMAND_WAITING] = 0
     c[STEP_SPEC_TOKENS] = 0
     c[STEP_DRAFT_CONTEXT] = 0
-    if s.config[MAMBA_ALIGN]:  # a new step: no state cached in it yet (new_step_starts, scheduler.py:746)
-        c[SCHEDULED_STEPS] += 1
+    prefix_cache.step_starts(s)
     if timing_out(s.config):
         abort_timed_out(s)
     budget, preempted, context_sum, reached = schedule_running(s)
     ran = c[NUM_RUNNING]  # the running list after its pass: those admitted join it past here
     if not preempted:
         admit_waiting(s, budget)
-    if host_tier.with_tier(s.config):
-        offer_scheduled(s, reached, ran)
-        host_tier.touch_finished(s)
-    if host_tier.loads_async(s):
-        host_tier.prefilled(s)
+    host_tier.pass_ended(s, reached, ran)
     if not c[WAITING_LEN]:
         c[DEMAND_WAITING] = 0
     s.clock[LAST_SCHEDULE_S] = s.clock[NOW]
     return context_sum
-
-
-@njit
-def offer_scheduled(s, reached, ran):
-    """The step's stores, once the pass has made every lookup (``build_connector_meta``'s
-    ``_build_store_jobs``, offloading/scheduler.py:2168, after ``schedule``'s lookups,
-    scheduler.py:1139): the prompt blocks each scheduled request fills go to the host tier, in
-    scheduling order: the running requests the pass reached (``running[:reached]``), then those
-    it admitted (``running[ran:]``). A store made at its admission would evict blocks that a
-    request admitted after it in the same pass finds in vLLM's lookup. While no store refused
-    lags (``HOST_REFUSED``), only the step's prefill chunks have blocks to offer, in the same
-    order (``step_prefill_ids``: the running list's, then the admissions')."""
-    c = s.count
-    if not c[HOST_REFUSED]:
-        for k in range(c[STEP_PREFILL_SEQS]):
-            i = s.step_prefill_ids[k]
-            host_tier.offer(s, i, s.num_computed_tokens[i])
-        return
-    lagging = False
-    for k in range(c[NUM_RUNNING]):
-        i = s.running[k]
-        if k < reached or k >= ran:
-            host_tier.offer(s, i, s.num_computed_tokens[i])
-        lagging |= host_tier.lags(s, i)
-    c[HOST_REFUSED] = int(lagging)  # (a refusal in this loop leaves one lagging)
 
 
 @njit(inline=True)
@@ -203,7 +171,6 @@ def schedule_running(s):
     under FCFS it was the last, so the pass ends)."""
     c = s.count
     budget = s.config[MAX_BATCHED_TOKENS]
-    spec = speculative.speculating(s.config)
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
     preempted = False
     context_sum = 0
@@ -211,28 +178,17 @@ def schedule_running(s):
     while k < c[NUM_RUNNING] and budget > draft_slots:
         i = s.running[k]
         todo = s.prompt_target[i] - s.num_prompt_computed[i]
-        if todo > 0:
-            n = min(todo, budget - draft_slots)
-        elif spec:  # its last sampled token and its drafts (speculative.py)
-            n = speculative.decode_tokens(s, i, budget)
-        else:
-            n = 1
-        if s.config[MAMBA_ALIGN] and todo > 0:
-            n = mamba_aligned_split(s, i, s.num_computed_tokens[i], n, s.window[i, WINDOW_JUNCTION])
+        if todo > 0:  # the rest of its prompt within the budget, a Mamba state's chunk cut at blocks
+            n = aligned_chunk(s, i, s.num_computed_tokens[i], min(todo, budget - draft_slots))
             if n == 0:  # no block-aligned chunk fits: skipped this step (scheduler.py:891-909)
-                s.window[i, WINDOW_IN_FLIGHT] = 0
+                kv_cache.in_flight(s, i, 0)
                 k += 1
                 continue
-        if kv_cache.frees_on_processed(s):
-            # allocate_slots frees what left the window, or the states passed, first (kv_cache_manager.py:557-568)
-            processed = kv_cache.processed_tokens(s, i, s.config[ASYNC_SCHEDULING])
-            if s.config[SLIDING_GROUPS]:
-                kv_cache.remove_skipped(s, i, processed)
-            else:
-                kv_cache.remove_skipped_states(s, i, processed)
-            s.window[i, WINDOW_IN_FLIGHT] = n
+        else:  # its last sampled token, and its drafts (speculative.py)
+            n = speculative.query_tokens(s, i, budget)
+        kv_cache.free_processed(s, i, n)  # what left a sliding window first (kv_cache_manager.py:557-568)
         # the tokens its blocks hold after this step's (and the lookahead slots: speculative.py)
-        high = speculative.slots_needed(s, i, n) if spec else s.num_computed_tokens[i] + n
+        high = speculative.tokens_to_hold(s, i, s.num_computed_tokens[i], n)
         while not kv_cache.can_grow(s, i, high):
             preempted = True
             v = policies.victim(s)
@@ -247,8 +203,7 @@ def schedule_running(s):
         if s.status[i] != RUNNING:  # it preempted itself: running[k] is now the one after it
             continue
         kv_cache.grow(s, i, high)
-        if spec:
-            speculative.leave(s, i)
+        speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
             prefill(s, i, n, V1)
         else:
@@ -256,16 +211,14 @@ def schedule_running(s):
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += 1
             kv_cache.compute_tokens(s, i, 1, V1)
-            context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1) if spec else \
-                s.num_computed_tokens[i]
-        if spec:  # its drafts: the query tokens beyond the first of a decode
-            speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
+            # (its drafts, the query tokens beyond its first, read their context too: 0 without)
+            context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1)
+        speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
         budget -= n + draft_slots
         k += 1
     for m in range(k, c[NUM_RUNNING]):  # the budget ran out before them: no token this step
         i = s.running[m]
-        if kv_cache.frees_on_processed(s):  # nothing of it in flight
-            s.window[i, WINDOW_IN_FLIGHT] = 0
+        kv_cache.in_flight(s, i, 0)
         if s.in_decode[i]:
             s.in_decode[i] = 0
             c[DECODE_SET_SIZE] -= 1
@@ -330,6 +283,27 @@ def mamba_aligned_split(s, i: int, start: int, n: int, junction: int) -> int:
 
 
 @njit(inline=True)
+def aligned_chunk(s, i, start, n):
+    """Request ``i``'s prompt chunk of ``n`` tokens from ``start``: in Mamba "align" mode cut where a
+    state must be cached (:func:`mamba_aligned_split`, at its shared-prefix junction), else ``n``."""
+    if not s.config[MAMBA_ALIGN]:
+        return n
+    return mamba_aligned_split(s, i, start, n, s.window[i, WINDOW_JUNCTION])
+
+
+@njit(inline=True)
+def first_chunk_fits(s, i, target, room):
+    """Whether waiting request ``i``'s (``target`` tokens) first chunk, within ``room`` tokens,
+    schedules any: in Mamba "align" mode, cut at blocks from its prefix-cache hit before its blocks
+    are counted (scheduler.py:1350-1358: none ends the pass); always otherwise."""
+    if not s.config[MAMBA_ALIGN]:
+        return True
+    hit, junction = prefix_cache.group_hits(s, i, target)
+    start = hit * s.config[BLOCK_SIZE]
+    return mamba_aligned_split(s, i, start, min(target - start, room), junction * s.config[BLOCK_SIZE]) > 0
+
+
+@njit(inline=True)
 def blocks_to_admit(s, i, num_tokens):
     """The available blocks admitting request ``i`` with ``num_tokens`` tokens (its whole
     sequence) consumes: its blocks, less the hits, plus the hits nobody holds (taken out of
@@ -360,39 +334,30 @@ def first_visible(s, in_flight, skipped):
 
 
 @njit
-def hit_tokens(s, i, target):
-    """The tokens request ``i``'s prefix-cache hits cover, before it takes them."""
-    if not s.config[PREFIX_CACHING]:
-        return 0
-    if prefix_cache.keyed_by_group(s):
-        hits, _ = prefix_cache.group_hits(s, i, target)
-    else:
-        hits, _ = prefix_cache.count_hits(s, i, target)
-    return hits * s.config[BLOCK_SIZE]
-
-
-@njit
 def lookahead_end(s, i, target, budget, drafts):
     """Speculative decoding with lookahead slots or a padded token: the tokens admitting request
     ``i`` grows its blocks to hold (kv_cache_manager.py:548-551, after the whole-sequence test
     :530-546): its prefix-cache hits, its first chunk within ``budget`` (its one token and
     ``drafts`` placeholders when padded: speculative.pads), and the lookahead slots."""
-    cached = hit_tokens(s, i, target)
+    cached = prefix_cache.hit_tokens(s, i, target)
     return min(cached + min(target - cached, budget) + drafts + s.config[SPEC_LOOKAHEAD], s.config[MAX_SEQ_LEN])
 
 
-@njit
-def admit_remote(s, i, target):
-    """A decode replica admits request ``i``, whose prompt the prefill side computed: blocks for
-    the whole prompt now (the caller's fit test was any admission's), which the connector loads
-    asynchronously while the request waits computing nothing and taking no budget
-    (``WAITING_FOR_REMOTE_KVS``: sched/scheduler.py:1514-1541); the cluster's loop prices the
-    transfer (``sim/core/events/disagg.py``), at whose end it joins the queue's holding part
-    (``lifecycle.hold_waiting``). A request preempted here later is recomputed here: one
-    transfer per request (``do_remote_prefill`` cleared, nixl/pull_scheduler.py:187-188)."""
-    remote_kv.allocate_for_transfer(s, i, target)
-    s.status[i] = LOADING
-    remote_kv.push_exchange(s, i)
+@njit(inline=True)
+def admission_blocks(s, i, target, room, drafts, loads):
+    """The available blocks admitting waiting request ``i`` (``target`` tokens) needs (``allocate_slots``'
+    count, kv_cache_manager.py:518-588): its whole sequence's (:func:`blocks_to_admit`); with
+    lookahead slots or placeholder ``drafts`` (speculative.py), its first chunk's within ``room``
+    tokens and those too, unless it ``loads`` its KV first (which schedules no token now:
+    scheduler.py:1285-1288, 1395-1400); and over sliding-window groups with prefix caching, its
+    first chunk's with a sliding group's uncapped: with a hit, more than the whole sequence's
+    capped count (kv_cache_manager.py:570-588)."""
+    need = blocks_to_admit(s, i, target)
+    if (s.config[SPEC_LOOKAHEAD] and not loads) or drafts:
+        need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, room, drafts)))
+    if s.config[SLIDING_GROUPS] and s.config[PREFIX_CACHING]:
+        need = max(need, kv_cache.group_blocks_to_allocate(s, i, lookahead_end(s, i, target, room, drafts), False))
+    return need
 
 
 @njit(inline=True)
@@ -437,24 +402,24 @@ def admit_waiting(s, budget):
     """Waiting requests, while the budget lasts and fewer than ``max_num_seqs`` run: those
     holding KV blocks whose KV has arrived first (``lifecycle.hold_waiting``), then the rest in
     the policy's order: the prefix cache's hits and the first chunk of the rest, if the whole
-    sequence fits; the first that does not ends the pass. Under async scheduling with a step in
-    flight (someone running: nobody was preempted, or this pass would not run), only those that
-    arrived by the previous scheduling decision (:func:`first_visible`)."""
+    sequence fits; the first that does not ends the pass (scheduler.py:1050-1600). Under async
+    scheduling with a step in flight (someone running: nobody was preempted, or this pass would
+    not run), only those that arrived by the previous scheduling decision (:func:`first_visible`).
+    The features meet it where vLLM's loop meets them, each through its own file's hooks: the
+    CPU offload tier (``host_tier``) and a disaggregated replica's connector (``remote_kv``),
+    speculative decoding (``speculative``), KV cache groups (``kv_cache``, :func:`admission_blocks`)
+    and Mamba's block-aligned chunks (:func:`first_chunk_fits`, :func:`aligned_chunk`)."""
     c = s.count
     in_flight = c[NUM_RUNNING] > 0
     draft_slots = s.config[SPEC_DRAFT_SLOTS]  # taken from the budget per request (speculative.py)
-    decode_side = s.config[DISAGG_ROLE] == DECODE_SIDE
-    # (requests loading host blocks hold a block-table row, of max_num_seqs: they count against it
-    # here, where vLLM counts the running list alone, sched/scheduler.py:1071-1074; so one whose
-    # host load has ended takes the seat it holds: running + loading <= max_num_seqs, so vLLM's
-    # running list has room for it. A transfer's, counted in neither, needs a free seat as in vLLM)
     skipped = 0  # the positions past the holding part this pass passes over (skip_request: they keep them)
     # what speculative.pads reads of the running list's pass: a request scheduled mid-prompt, any scheduled
     running_prefill, scheduled_running = c[STEP_PREFILL_SEQS] > 0, budget < s.config[MAX_BATCHED_TOKENS]
     while budget > draft_slots and c[WAITING_LEN]:
         p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
-        own_seat = p >= 0 and host_tier.loading_seat(s, waiting_at(s, p))
-        if c[NUM_RUNNING] + c[NUM_LOADING] - (1 if own_seat else 0) >= s.config[MAX_NUM_SEQS]:
+        # (a transfer's, counted in neither, needs a free seat as in vLLM)
+        seats = c[NUM_RUNNING] + host_tier.seats_loading(s, waiting_at(s, p) if p >= 0 else -1)
+        if seats >= s.config[MAX_NUM_SEQS]:
             break
         if p < 0:
             p = first_visible(s, in_flight, skipped)
@@ -472,10 +437,9 @@ def admit_waiting(s, budget):
                 c[DEMAND_WAITING] = 1
                 break
             take_holding(s, p)
-            # a host load's blocks are cached now; a transfer's were at its end (remote_kv.transfer_loaded)
-            cached = host_tier.end_load(s, i) if host_tier.with_tier(s.config) else s.num_computed_tokens[i]
+            cached = host_tier.arrived(s, i)
         else:
-            if s.config[DISAGG_ROLE] and c[NUM_FREE_SLOTS] == 0:  # no block-table row (sim/disagg.py)
+            if not remote_kv.table_row_free(s):
                 break
             if s.width[i] > 1:  # n / beam_width > 1: v1 fans n out into separate requests
                 reject_waiting(s, p, i, np.int64(REJECT_WIDTH_UNSHARED))  # np.int64: jit.njit's note on constants
@@ -484,82 +448,45 @@ def admit_waiting(s, budget):
                     or kv_cache.blocks_for_sequence(s, s.final_len[i]) > s.config[NUM_BLOCKS]):
                 reject_waiting(s, p, i, np.int64(REJECT_NEVER_FITS))  # np.int64: jit.njit's note on constants
                 continue
-            gpu_hits, revived, host_hits = 0, 0, 0
-            if host_tier.with_tier(s.config):  # the connector's lookup, before any block is counted
-                gpu_hits, revived = prefix_cache.count_hits(s, i, target)
-                host_hits = host_tier.count_hits(s, i, gpu_hits, host_tier.hit_limit(s, target))
-                host_tier.admitted(s, i)
-                if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
-                    skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
-                    continue
-            # a load schedules no token now (scheduler.py:1285-1288): neither padded nor given its
-            # lookahead slots, which come once its KV has arrived (:1395-1400)
-            if s.config[MAMBA_ALIGN]:  # its first chunk cut at blocks, before its blocks are counted (:1350-1358)
-                hit, junction = prefix_cache.group_hits(s, i, target)
-                start = hit * s.config[BLOCK_SIZE]
-                junction *= s.config[BLOCK_SIZE]
-                if mamba_aligned_split(s, i, start, min(target - start, budget - draft_slots), junction) == 0:
-                    break
-            if speculative.speculating(s.config) and not host_hits:  # one token left: padded to 1 + K, or none admitted
-                drafts = speculative.padded_drafts(s, hit_tokens(s, i, target), target, budget, running_prefill,
-                                                   scheduled_running)
-                if drafts < 0:
-                    break
+            gpu_hits, revived, host_hits = host_tier.lookup(s, i, target)  # before any block is counted
+            if host_hits and host_tier.being_loaded(s, i, gpu_hits, host_hits):
+                skipped = p - c[KV_HOLDING_WAITING] + 1  # it waits; those behind it may go
+                continue
+            if not first_chunk_fits(s, i, target, budget - draft_slots):
+                break
+            drafts = speculative.admission_drafts(s, i, target, budget, running_prefill, scheduled_running,
+                                                  host_hits)
+            if drafts < 0:  # one token left, padded to 1 + K past the budget: nobody is admitted
+                break
             watermark = s.config[WATERMARK_BLOCKS] if c[NUM_RUNNING] else 0
-            need = blocks_to_admit(s, i, target)
-            if (s.config[SPEC_LOOKAHEAD] and not host_hits) or drafts:  # and its first chunk's and lookahead slots
-                need = max(need, blocks_to_admit(s, i, lookahead_end(s, i, target, budget - draft_slots, drafts)))
-            if s.config[SLIDING_GROUPS] and s.config[PREFIX_CACHING]:
-                # and its first chunk's, a sliding group's uncapped: with a hit, more than the whole
-                # sequence's capped count (kv_cache_manager.py:570-588)
-                need = max(need, kv_cache.group_blocks_to_allocate(
-                    s, i, lookahead_end(s, i, target, budget - draft_slots, drafts), False))
-            remote = decode_side and s.num_preemptions[i] == 0  # its prompt's KV is the prefill side's
-            # a transfer, as a host load below, leaves the prefills in flight their blocks (allocate_slots'
-            # reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1420-1430)
-            if need + watermark > kv_cache.num_free_blocks(s) - (host_tier.reserved_blocks(s) if remote else 0):
+            need = admission_blocks(s, i, target, budget - draft_slots, drafts, host_hits)
+            remote = remote_kv.prompt_is_remote(s, i)
+            # a load (a host load below, a transfer) leaves the prefills in flight their blocks
+            # (allocate_slots' reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1420-1430)
+            if need + watermark > kv_cache.num_free_blocks(s) - host_tier.reserved_for(s, remote):
                 c[DEMAND_WAITING] = 1
                 break
-            if host_hits:
-                # a load computes nothing now: it takes its hits' blocks (a fresh one per host hit, a
-                # GPU hit nobody holds out of the free queue), leaving the prefills in flight theirs
-                # (allocate_slots' reserved_blocks, kv_cache_manager.py:579-588; scheduler.py:1285-1288)
-                if host_hits + revived + watermark > kv_cache.num_free_blocks(s) - host_tier.reserved_blocks(s):
+            if host_hits:  # it takes its hits' blocks and waits in the queue's holding part for the load
+                if not host_tier.load_on_admission(s, i, target, gpu_hits, revived, host_hits, watermark):
                     c[DEMAND_WAITING] = 1
                     break
-                # its blocks taken, it waits in the queue's holding part for the load
-                kv_cache.allocate_hits(s, i, target, gpu_hits + host_hits)
-                host_tier.start_load(s, i, gpu_hits, host_hits)
-                host_tier.prefilling(s, i, True)
                 take_waiting(s, p)
                 hold_waiting(s, i)
                 continue
             take_waiting(s, p)
-            if s.config[DISAGG_ROLE] and math.isnan(s.admitted_s[i]):
-                s.admitted_s[i] = s.clock[NOW]
-            if remote:
-                admit_remote(s, i, target)
-                host_tier.prefilling(s, i, True)
+            remote_kv.note_admitted(s, i)
+            if remote:  # its blocks taken, it waits for the prefill side's KV
+                remote_kv.admit_remote(s, i, target)
                 continue
-            if s.config[PREFIX_CACHING]:
-                # np.int64: jit.njit's note on constants
-                cached = kv_cache.allocate_hits(s, i, target, np.int64(0))
-            else:
-                cached = kv_cache.allocate(s, i, 0, 0)
-        n = min(target - cached, budget - draft_slots)
-        if s.config[MAMBA_ALIGN]:
-            n = mamba_aligned_split(s, i, cached, n, s.window[i, WINDOW_JUNCTION])
-        spec = speculative.speculating(s.config)
-        high = speculative.slots_needed(s, i, n + drafts) if spec else cached + n  # (and its lookahead slots)
+            cached = kv_cache.allocate_admitted(s, i, target)
+        n = aligned_chunk(s, i, cached, min(target - cached, budget - draft_slots))
+        high = speculative.tokens_to_hold(s, i, cached, n + drafts)  # (and its lookahead slots)
         kv_cache.grow(s, i, high)
         s.num_prompt_computed[i] = cached
-        if kv_cache.frees_on_processed(s):
-            s.window[i, WINDOW_IN_FLIGHT] = n
+        kv_cache.in_flight(s, i, n)
         start_running(s, i)
         prefill(s, i, n, V1)
-        if host_tier.loads_async(s):
-            host_tier.prefilling(s, i, loaded)
-        if spec:
-            speculative.scheduled(s, i, high, drafts)
+        host_tier.admitted_prefill(s, i, loaded)
+        speculative.scheduled(s, i, high, drafts)
         budget -= n + drafts + draft_slots
     return budget

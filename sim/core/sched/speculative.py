@@ -120,8 +120,37 @@ def slots_needed(s, i, n):
 
 
 @njit(inline=True)
+def query_tokens(s, i, budget):
+    """The query tokens decoding request ``i`` schedules: :func:`decode_tokens` with speculation,
+    else its one token (scheduler.py:836-857)."""
+    return decode_tokens(s, i, budget) if speculating(s.config) else 1
+
+
+@njit(inline=True)
+def admission_drafts(s, i, target, budget, running_prefill, scheduled_running, loads):
+    """The placeholder drafts admitting request ``i`` pads its first step with (:func:`padded_drafts`
+    over its prefix-cache hits: K, 0, or -1 where padding exceeds the budget and nobody is
+    admitted); 0 without speculation, or for an admission that ``loads`` its KV first, which
+    schedules no token now (scheduler.py:1285-1288)."""
+    if not speculating(s.config) or loads:
+        return 0
+    return padded_drafts(s, prefix_cache.hit_tokens(s, i, target), target, budget, running_prefill,
+                         scheduled_running)
+
+
+@njit(inline=True)
+def tokens_to_hold(s, i, held, n):
+    """The tokens request ``i``'s blocks must hold to compute ``n`` more past the ``held`` it has:
+    with speculation its lookahead slots too (:func:`slots_needed`)."""
+    return slots_needed(s, i, n) if speculating(s.config) else held + n
+
+
+@njit(inline=True)
 def leave(s, i):
-    """Request ``i``'s slack leaves the counters (before its computed tokens or mark change)."""
+    """Request ``i``'s slack leaves the counters (before its computed tokens or mark change);
+    nothing without speculation."""
+    if not speculating(s.config):
+        return
     high = s.speculative[i, SPEC_HIGH]
     held = s.num_computed_tokens[i]
     if high > held:
@@ -150,7 +179,9 @@ def verify_context(held, drafts):
 def scheduled(s, i, high, drafts):
     """Request ``i`` was scheduled with its blocks grown to hold ``high`` tokens and ``drafts``
     drafts to verify (its computed tokens counted already: the caller calls :func:`leave`
-    before counting them)."""
+    before counting them); nothing without speculation."""
+    if not speculating(s.config):
+        return
     s.speculative[i, SPEC_HIGH] = high
     s.speculative[i, SPEC_DRAFTS] = drafts
     enter(s, i)

@@ -158,7 +158,7 @@ def test_a_recompute_stores_its_prompt_blocks_only():
     s.num_generated[A] = 4
     lifecycle.restart(s, A)
     admit_waiting_v1(s, 16)
-    interpreted(scheduler_v1.offer_scheduled)(s, 0, 0)  # the step's stores, after the pass
+    interpreted(host_tier.offer_scheduled)(s, 0, 0)  # the step's stores, after the pass
     assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
     assert s.count[state.HOST_STORED_BLOCKS] == 2
     assert host_lru(s) == [key((1, 2)), key((1,))]  # by the request, its deeper block first
@@ -448,7 +448,7 @@ def test_a_store_refused_is_made_again_as_its_request_finishes():
 def test_a_pass_stores_after_its_lookups():
     """vLLM prepares a step's stores in ``build_connector_meta``, once ``schedule`` has made every
     lookup (offloading/scheduler.py:687-693, :2168; v1 scheduler.py:1139), so a store cannot evict
-    what a request admitted later in the same pass finds (scheduler_v1.offer_scheduled). A pool of
+    what a request admitted later in the same pass finds (host_tier.offer_scheduled). A pool of
     8 blocks, a host tier of 2.
 
     B (t 0): prompt 8, hashes 3 4: B0, B1 stored. D (t 1): prompt 29, 8 blocks: the GPU evicts
