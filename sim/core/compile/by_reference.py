@@ -4,8 +4,8 @@ compiled apart (``jit.njit``'s ``lazy``, ``jit.lazy_entry_dispatcher``), so that
 pass one address, not the whole state.
 
 numba passes a tuple of arrays, as the state is, field by field: ~70 arrays' descriptions, ~550
-machine words at every call (the static engine took 70 % longer with its scheduler called so,
-2026-11-28). By reference, a call passes the address of one copy of those descriptions, which
+machine words at every call, which cost more than the work of most calls (docs/performance.md,
+"The compiler's machinery"). By reference, a call passes the address of one copy of those descriptions, which
 the function called loads the fields it reads from (:func:`state_at`). The copy is made by
 :func:`pin` on the stack of the compiled function that runs the replica's code: a family's loop,
 as it starts, and each function of a cluster's loop that works on a replica between its runs
@@ -13,8 +13,7 @@ as it starts, and each function of a cluster's loop that works on a replica betw
 address into ``config[STATE_ADDRESS]``, where every call below finds it (:func:`state_pointer`),
 and ``loop.call_engine`` clears it after each run of a replica. A call that finds it 0 stops the
 run, naming the function: a copy made at each call instead (a 4 KB store in every caller, for a
-call most runs never make) took vLLM v1's engine ~40 % longer and its cold compile ~20 % (by
-hand, 2026-11-28).
+call most runs never make) slowed both the engine and its cold compile (docs/performance.md).
 
 Interpreted (CPython), the reference is the state itself.
 """

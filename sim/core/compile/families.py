@@ -9,9 +9,9 @@ vLLM v1's ``scheduler_v1.py`` recompiles its scheduler's entry alone, not its lo
 
 vLLM v0's and Orca's scheduler is one source (``scheduler_vllm.py``, ``scheduler_orca.py``)
 compiled into two loops, one per memory manager: a loop compiles its own manager alone (``family``
-a constant there, ``memory.py``), 43.6 and 39.7 s of CPU cold where the one loop of both took
-54.3-58.6 s (``benchmarks/results/compile_speed_2026-11-28-manager-families.txt``), and a sweep of
-both compiles them side by side (``experiments/sweep.py``)."""
+a constant there, ``memory.py``), each in less time than one loop of both (docs/performance.md,
+"The compiler's machinery"), and a sweep of both compiles them side by side
+(``experiments/sweep.py``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ FAMILY_FILES = {CONTINUOUS: ("sched/scheduler_vllm.py", "sched/scheduler_orca.py
                 CONTINUOUS_CONTIGUOUS: ("sched/scheduler_vllm.py", "sched/scheduler_orca.py"),
                 STATIC: ("sched/static.py",), V1: ("sched/scheduler_v1.py",), SGLANG: ("sched/scheduler_sglang.py",)}
 #: whether the family's loop calls its scheduler by address (``loop.call_scheduler``) or inlines it:
-#: vLLM v0's and Orca's is inlined (by address it cost their engines ~30 % on the Azure conv
-#: trace: their scheduler passes the whole state to a call at every iteration, 2026-11-28)
+#: vLLM v0's and Orca's is inlined (by address their engines were slower: their scheduler passes
+#: the whole state to a call at every iteration; docs/performance.md)
 SCHEDULER_BY_ADDRESS = {CONTINUOUS: False, CONTINUOUS_CONTIGUOUS: False, STATIC: True, V1: True, SGLANG: True}
 #: of a family's files, what its loops compile themselves: static batching's loop ends a batch
 #: (``static.complete_step``); a loop that inlines its scheduler, all; the others, none

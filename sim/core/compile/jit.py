@@ -301,7 +301,8 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     short, its work done by calls that take one replica: numba counts references to each of a
     replica's ~80 arrays wherever a replica is bound to a name, and compiles, with each function
     that takes the list, a Python wrapper that unboxes and reflects back every array of every
-    replica (the static family's cluster loop: 74 s of CPU to compile cold, 19 s so).
+    replica (the static family's cluster loop compiled in a quarter of the time so:
+    docs/performance.md, "The compiler's machinery").
     ``cache_group``: see :data:`_GROUP_FILES`. ``by_address``: compiled code calls the function by
     the address of its machine code (a family's scheduler, ``loop.scheduler_entry_for``): compiled
     with no Python wrapper, as a function compiled code calls; Python calls run its source.
@@ -317,8 +318,8 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
     reference) calls rather than inlines is lazy for that reference, whatever runs call it
     (``kv_cache.allocate_cached_blocks``, ``lifecycle.preempt_v1``, ``radix_cache.checkpoint``):
     a call of numba's would pass the state field by field, so that the entry loaded all ~550
-    words of it as it started, at every step, called or not (vLLM v1's engine took ~15 % longer
-    so, SGLang's ~40 %, 2026-11-29; ``tests/sim/core/test_scheduler_address.py`` checks).
+    words of it as it started, at every step, called or not (vLLM v1's and SGLang's engines were
+    slower so: docs/performance.md; ``tests/sim/core/test_scheduler_address.py`` checks).
     ``chosen``, with ``lazy``: the function is an interface, its body never compiled: its slot
     holds the entry of the implementation ``chosen(config)`` names for the run (a plain function
     given to ``njit(implements=...)`` this one; a scheduling policy's, ``policies.py``), so that
@@ -403,7 +404,7 @@ def lazy_entry_dispatcher(fn):
     of either makes its cached code stale and an unchanged entry written again by another
     process leaves it fresh. (One entry shared by every function, an overload by its slot, either
     called the function compiled on its own, the state passed field by field, or compiled its
-    code twice, an overload's code being typed on its own before it is inlined: 2026-11-28.)"""
+    code twice, an overload's code being typed on its own before it is inlined.)"""
     if fn in _LAZY_ENTRY:
         return _LAZY_ENTRY[fn]
     import hashlib
@@ -475,8 +476,8 @@ def _lazy_call(fn):
     Python calls run its source. Typed and lowered as one of numba's builtins (``type_callable``,
     ``lower_builtin``), with no code of its own to compile: an overload's implementation, even
     one inlined, is compiled as a function of its own first (the state's ~70 arrays its
-    arguments), ~0.2 s of CPU for each place that calls, a sixth of vLLM v1's cold compile
-    (2026-11-28)."""
+    arguments), a sixth of vLLM v1's cold compile where each place that calls compiled one
+    (docs/performance.md)."""
     from numba.core.errors import TypingError
     from numba.core.typeconv.castgraph import Conversion
     from numba.core.typing import signature

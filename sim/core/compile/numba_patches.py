@@ -99,8 +99,8 @@ def _one_llvm_optimization() -> None:
 def _lifetimes_on_demand() -> None:
     """numba's ``PostProcessor.run``, after most of its passes (~2,000 times for vLLM v1's
     family), computes every block's live variables at entry (``FunctionIR.block_entry_vars``),
-    which needs the function's use-def, live and dead maps: in vLLM v1's cold compile 5.9 of
-    74.7 s of CPU (timed in the process, by hand; 1.6 s with this). Only object mode's lowering
+    which needs the function's use-def, live and dead maps: a twelfth of vLLM v1's cold compile
+    (docs/performance.md, "The compiler's machinery"). Only object mode's lowering
     and a generator's analysis read those variables (the core has neither), ``del``s are
     inserted by the runs that ask for them (``emit_dels``), and the maps are computed when first
     read (``VariableLifetime``'s cached properties). So, without ``emit_dels`` and for a function
@@ -372,8 +372,7 @@ def _plain_error_messages() -> None:
     """numba marks up each error message it builds (``errors.termcolor``) where colorama is
     installed (the test extras' mkdocs pulls it in), wrapping stdout and stderr around every
     one, even those it drops: typing tries each overload of a call and builds a message for each
-    that does not match, ~29,000 while the vLLM v1 family compiles cold, 17 us each (~0.5 s of
-    CPU, by hand, 2026-11-28). Its messages are left plain, as numba leaves them with
+    that does not match, tens of thousands while a family compiles cold (docs/performance.md). Its messages are left plain, as numba leaves them with
     ``NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING`` (read only as numba is first imported)."""
     from numba.core import errors
 
@@ -393,7 +392,7 @@ def _stores_kept() -> None:
     called through one (``loop.call_scheduler``), the loop's step-table stores of a step's start
     and duration (``s.row_floats[r, ROW_START] = ...``) were deleted and every row read 0, and
     vLLM v1's scheduler entry, its state loaded from its address, lost stores and never ended a
-    run (found 2026-11-28). The core allocates no array (``njit``): every array it writes is its
+    run. The core allocates no array (``njit``): every array it writes is its
     caller's, so every variable of a mutable type counts as an argument's alias here and no
     store into one is deleted. Left as numba has it where its function differs."""
     from numba.core import ir, ir_utils
@@ -420,7 +419,7 @@ def _copies_shared() -> None:
     copy of each argument at every place that inlines a function (its ``s = <caller's s>``), and
     the state is a ~550-word aggregate: vLLM v1's loop and scheduler entry lowered ~300 of them,
     which LLVM's first passes (SROA splitting each into its words, instcombine) then spent half
-    of their optimization on (2026-11-28, ``llvmlite``'s pass timings). Before a function without
+    of their optimization on (``llvmlite``'s pass timings; docs/performance.md). Before a function without
     reference counting is lowered, its copies of values assigned once in its first block are
     those values (:func:`share_copies`); a reference-counted function, which would count each
     copy, is left as it is. Left as numba has it where its pass differs."""
@@ -495,7 +494,7 @@ def _fields_read_in_place() -> None:
     """numba lowers ``s.field`` as a load of the whole of ``s`` from its stack slot, then the
     field taken out of the value: for the state, ~550 words loaded for one array's description,
     at each of the thousands of places the core reads a field, which LLVM's first instcombine
-    and SROA then narrow to the field's own words (2026-11-28, ``llvmlite``'s pass timings). In
+    and SROA then narrow to the field's own words (``llvmlite``'s pass timings; docs/performance.md). In
     a function without reference counting, a field of a named tuple of more than
     :data:`_FIELDS_IN_PLACE` fields that lives in a stack slot is loaded from its place in the
     slot alone. Left as numba has it where its lowering differs."""
