@@ -25,6 +25,7 @@ import simpy
 from pagesim.sim.core import state
 from pagesim.sim.core.events import loop
 from pagesim.sim.core.sched import lifecycle, static
+from pagesim.sim.core.compile.families import WHOLE_BATCHES
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.events.replay import live_lock_message
 from pagesim.sim.errors import InvariantError
@@ -34,20 +35,21 @@ def run(s: state.Core) -> state.Core:
     """Run the simulation ``s`` describes (``sim.run.initial_state``) to its end; returns the
     final state, its records as the compiled loop leaves them (``sim.core.replay.run``)."""
     c, clock = s.count, s.clock
-    family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant (sim/core/kv/memory.py)
+    family = int(s.config[state.SCHEDULER_KIND])  # the loop's constant: its scheduler
+    traits = int(s.config[state.FAMILY_TRAITS])  # and what it does (sim/core/compile/families.py)
     add_arrival = interpreted(lifecycle.add_arrival)
     scheduler = interpreted(loop.scheduler_of(family))  # the family's scheduler, as the loop calls it
 
     def schedule(s):
         return scheduler(s, None, loop.SCHEDULE)
 
-    if family == state.STATIC:  # request-level (static) batching: sim/core/sched/static.py
+    if traits & WHOLE_BATCHES:  # request-level (static) batching: sim/core/sched/static.py
         complete_step = interpreted(static.complete_step)
     else:
         complete_running = interpreted(lifecycle.complete_step)
 
         def complete_step(s, now):
-            complete_running(s, now, family)
+            complete_running(s, now, traits)
     step_time, record = interpreted(loop.step_time), interpreted(loop.record)
     steps_without_token_limit = interpreted(lifecycle.steps_without_token_limit)
     env = simpy.Environment()
@@ -91,10 +93,10 @@ def run(s: state.Core) -> state.Core:
                 sleeping.clear()
                 clock[state.IDLE_S] += env.now - idle_from
                 continue
-            dt = step_time(s, decode_context_sum, family)
+            dt = step_time(s, decode_context_sum, traits)
             if s.config[state.KEEP_ROWS] and c[state.NUM_ROWS] == len(s.row_floats):
                 grow_step_table()
-            record(s, env.now, dt, family)
+            record(s, env.now, dt, traits)
             yield env.timeout(dt)
             clock[state.NOW] = env.now
             complete_step(s, env.now)

@@ -20,6 +20,7 @@ from pagesim.sim.core import state
 from pagesim.sim.core.kv import memory, placement
 from pagesim.sim.core.sched.beam import BEAM_CHURN_PROBABILITY
 from pagesim.sim.core.price.cost import swap_seconds
+from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.kv.prefix_cache import prefix_chain
 from pagesim.sim.errors import ConfigError
@@ -224,6 +225,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
     config[state.SCHEDULER_KIND] = cfg.family
+    config[state.FAMILY_TRAITS] = families.TRAITS[cfg.family]
     config[state.SCHEDULING_POLICY] = list(SCHEDULING_POLICIES).index(cfg.scheduling_policy)
     if cfg.capabilities.async_scheduling:
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on

@@ -43,6 +43,7 @@ import numpy as np
 
 from pagesim.sim.core.kv import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.sched import policies, speculative
+from pagesim.sim.core.compile.families import WHOLE_BATCHES
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW, WINDOW_SKIPPED
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
@@ -55,7 +56,7 @@ from pagesim.sim.core.state import (ADDRESS_SPACE, BLOCK_SIZE, BLOCKED_EPOCH, BL
                                     NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_HOLES,
                                     NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
                                     PLACED_SLOTS, PLACEMENT_KIND, PREFIX_CACHING, REF, REJECTED, RESERVED_SLOTS,
-                                    RUNNING, SCHEDULER_KIND, STATIC,
+                                    RUNNING, FAMILY_TRAITS,
                                     SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import MEMORY_CATEGORIES, SCHEDULING_POLICY, SPECULATIVE_SLACK
@@ -447,7 +448,7 @@ def check_groups(s) -> None:
     per_group = group_categories(s)
     assert per_group.min() >= 0, f"a negative category in a group: {per_group.tolist()}"
     out = np.zeros(MEMORY_CATEGORIES, np.int64)
-    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
+    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[FAMILY_TRAITS])
     # the speculative slack, taken out of each attention group's reservation and fragmentation, and
     # the state groups' blocks for the drafts' states out of theirs
     drafts_states = int(c[STATE_BLOCKS]) * int(s.config[SPEC_TOKENS]) * bs
@@ -529,7 +530,7 @@ def check_extents(s) -> None:
     end = 0
     for start, size, i in extents:
         r = int(s.extent[i, EXTENT_RESERVED])
-        if s.config[SCHEDULER_KIND] == STATIC:  # a member's L is written back when its batch ends
+        if s.config[FAMILY_TRAITS] & WHOLE_BATCHES:  # a member's L is written back when its batch ends
             held = int(s.prompt_tokens[i]) + min(int(s.num_generated[i]), int(s.output_tokens[i]) - 1)
         else:
             held = int(s.num_computed_tokens[i])
@@ -626,7 +627,7 @@ swapped_size = interpreted(kv_cache.swapped_size)
 
 def check_categories(s) -> None:
     out = np.zeros(MEMORY_CATEGORIES, np.int64)
-    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[SCHEDULER_KIND])
+    memory_categories(s, s.count[DEMAND_WAITING], out, s.config[FAMILY_TRAITS])
     if s.config[MANAGER_KIND] == CONTIGUOUS:
         capacity = int(s.config[CAPACITY])
     else:
@@ -647,5 +648,5 @@ def check_blocked_head(s) -> None:
         assert c[NUM_RUNNING_SEQS] + s.width[i] > s.config[MAX_NUM_SEQS], \
             f"queue head {i} is skipped as blocked on max_num_seqs but would fit"
         return
-    fits = can_allocate(s, i, int(s.prompt_target[i]), s.config[SCHEDULER_KIND])
+    fits = can_allocate(s, i, int(s.prompt_target[i]), s.config[FAMILY_TRAITS])
     assert fits != kv_cache.CAN_ALLOCATE, f"queue head {i} is skipped as blocked but would be admitted"

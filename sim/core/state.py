@@ -125,6 +125,7 @@ table("config", """
     TABLE_MASK          the prefix keys' hash table size less one (a power of two)
     HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
     SCHEDULER_KIND      the scheduler family (CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1, SGLANG)
+    FAMILY_TRAITS       what the family does, one bit each (sim/core/compile/families.py TRAITS)
     SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
     STATE_ADDRESS       compiled, the address of the running loop's copy of the state, which the
         functions it calls by address read (sim/core/compile/by_reference.py; 0: no loop running)

@@ -74,7 +74,7 @@ def schedule_vllm(s):
     from pagesim.sim.core.sched import scheduler_vllm
     from pagesim.sim.core.compile.jit import interpreted
 
-    return interpreted(scheduler_vllm.schedule)(s, s.config[state.SCHEDULER_KIND])
+    return interpreted(scheduler_vllm.schedule)(s, s.config[state.FAMILY_TRAITS])
 
 
 @functools.cache

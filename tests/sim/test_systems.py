@@ -100,3 +100,27 @@ def test_each_familys_own_files_are_its_schedulers_files():
             family = families.family_of(scheduler.core_kind, manager)
             files.setdefault(family, set()).update(f.strip() for f in scheduler.files.split(","))
     assert files == {kind: set(names) for kind, names in families.FAMILY_FILES.items()}
+
+
+@pytest.mark.parametrize("name", sorted(systems.SCHEDULERS))
+def test_what_a_family_does_is_what_the_registry_declares(name):
+    """The core branches on a family's traits (sim/core/compile/families.py), the layers above on
+    the registry's entry: each says the same of every family the scheduler runs as."""
+    from pagesim.sim.core.compile import families
+
+    entry = systems.SCHEDULERS[name]
+    for manager in entry.managers:
+        traits = families.TRAITS[families.family_of(entry.core_kind, manager)]
+
+        def has(trait):
+            return bool(traits & trait)
+
+        assert has(families.EXTENTS) == (manager in ("contiguous", "static"))
+        assert has(families.RADIX_TREE) == entry.radix_cache
+        assert has(families.BLOCK_TABLE) == (manager not in ("contiguous", "static") and not entry.radix_cache)
+        assert has(families.KV_GROUPS) == entry.kv_groups
+        assert has(families.DISAGGREGATES) == entry.disaggregates
+        assert has(families.HOST_COPIES) == entry.host_tier_pages
+        assert has(families.HOST_LOADS) == ("kv_offload_gib" in entry.exclusive and not entry.host_tier_pages)
+        assert has(families.SPECULATES) == ("num_speculative_tokens" in entry.exclusive)
+        assert has(families.WHOLE_BATCHES) == (manager == "static")

@@ -20,9 +20,11 @@ being in the arrays.
 
 **Compiled per family.** Each scheduler family (``config[SCHEDULER_KIND]``: vLLM v0's and Orca's
 scheduler over paged memory, the same over contiguous extents, static, vLLM v1, SGLang) has a loop
-of its own, :func:`loop_for` with ``family`` a constant of the closure: numba prunes the other
-families' branches before it types them, so a run compiles its own family's loop only, each
-cached apart. The static, vLLM v1 and SGLang
+of its own, :func:`loop_for` with ``family`` a constant of the closure, and what the family does,
+its traits (``families.TRAITS``: its manager, its features), a constant too, on which the loop and
+everything inlined into it branch: numba prunes what the family never does before it types it, so
+a run compiles its own family's loop only, each cached apart. ``family`` itself only chooses the
+family's own scheduler (:func:`scheduler_entry_for`) and loop (:func:`run_family`). The static, vLLM v1 and SGLang
 families' scheduler is compiled apart from their loop (:func:`scheduler_entry_for`) and called
 by the address of its machine code, the state by reference (:func:`call_scheduler`): an edit
 of such a scheduler's file recompiles its entry alone, not the loop (``sim/core/compile/families.py``);
@@ -61,7 +63,9 @@ from pagesim.sim.core.sched.static import schedule as schedule_static
 from pagesim.sim.core.price.cost import OVERHEAD_S, PER_SEQ_OVERHEAD_S, roofline_step_time, scaled_step_time
 from pagesim.sim.core.price.cost_calibrated import calibrated_step_time
 from pagesim.sim.core.price.cost_table import table_step_time
-from pagesim.sim.core.compile.families import FAMILIES, SCHEDULER_GROUPS
+from pagesim.sim.core.compile.families import FAMILIES, SCHEDULER_GROUPS, TRAITS
+from pagesim.sim.core.compile.families import (EXTENTS, HOLDS_ARRIVED_KV, HOST_COPIES, HOST_LOADS, INLINED_SCHEDULER,
+                                               PREEMPTING_PASS_ADMITS_NONE, SPECULATES, WHOLE_BATCHES)
 from pagesim.sim.core.compile.by_reference import pin, state_at
 from pagesim.sim.core.compile.jit import interpreted, njit, on_numba_load
 from pagesim.sim.core.kv.memory import memory_categories
@@ -100,10 +104,10 @@ SCHEDULE, HOLDING_ADMISSIBLE = 0, 1  # what a loop asks its family's scheduler (
 
 # once a step: inlined (the module's docstring, "Compiled per family")
 @njit(inline=True)
-def step_time(s, decode_context_sum, family):
+def step_time(s, decode_context_sum, traits):
     """The cost model's price of the iteration just scheduled, by either scheduler (``config[COST_MODEL]``
     says which model, ``config[COST_SCALED]`` whether its GPU time is scaled), and under vLLM v1's
-    speculative decoding its drafter's (``family``: the loop's). Each prefilling
+    speculative decoding its drafter's (``traits``: the loop's family's). Each prefilling
     sequence's ``n`` new tokens (``step_prefill_tokens``) and its context after them
     (``step_prefill_context``; ``b`` = context - n were cached before) are as the scheduler
     scheduled them: a static batch's padded prefill is n = context = the longest prompt."""
@@ -128,7 +132,7 @@ def step_time(s, decode_context_sum, family):
     copied = c[STEP_COPIED_BLOCKS] * s.config[BLOCK_SIZE]  # copy-on-write of shared tails
     t = price(s, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
               cached_sum, cross_sum, square_sum, swapped, copied)
-    if family == V1 and s.clock[SPEC_DRAFT_COST] > 0:  # a drafter with a forward pass (speculative.py)
+    if traits & SPECULATES and s.clock[SPEC_DRAFT_COST] > 0:  # a drafter with a forward pass (speculative.py)
         t += draft_time(s)
     return t
 
@@ -197,13 +201,13 @@ def draft_time(s) -> float:
 
 # once a step: inlined (the module's docstring, "Compiled per family")
 @njit(inline=True)
-def record(s, start, dt, family):
+def record(s, start, dt, traits):
     """The time-weighted sums the summary reads (in sim.metrics' order), and with rows the
     step-table row. The summary reads the sums either way: one statement of each average, the
-    same float with or without a step table. ``family``: the loop's (``memory.py``)."""
+    same float with or without a step table. ``traits``: the loop's family's (``memory.py``)."""
     c = s.count
     memory = s.step_memory
-    used = memory_categories(s, c[DEMAND_WAITING], memory, family)
+    used = memory_categories(s, c[DEMAND_WAITING], memory, traits)
     logical = c[LOGICAL_BLOCKS]  # the tables' lengths: more than used when prefix hits share blocks
     clock = s.clock
     clock[BLOCKS_SUM] += used * dt
@@ -273,12 +277,12 @@ def hand_over_arrivals(s):
 
 
 @njit(inline=True)
-def start_step(s, dt, family):
+def start_step(s, dt, traits):
     """The iteration just scheduled runs for ``dt``: its row, and the event of its end."""
     c, clock = s.count, s.clock
     if not dt > 0:
         return STEP_NOT_POSITIVE
-    record(s, clock[NOW], dt, family)
+    record(s, clock[NOW], dt, traits)
     c[ENGINE_PENDING] = 1
     clock[ENGINE_TIME] = clock[NOW] + dt
     c[ENGINE_EVENT_ID] = new_event(s)
@@ -292,7 +296,9 @@ def loop_for(family):
     """The loop of one scheduler family (``config[SCHEDULER_KIND]``: ``sim/core/compile/families.py``),
     ``family`` a constant of the closure: numba prunes the other families' branches before it
     types them, so a run compiles its own family's loop only, each cached apart (numba keys a
-    closure's cache by its constants)."""
+    closure's cache by its constants). It branches on what the family does, its ``traits``
+    (``families.TRAITS``), a constant too; ``family`` itself names the scheduler it calls."""
+    traits = TRAITS[family]
 
     def run(s):
         """Run until the end, or until Python is needed (see the module docstring)."""
@@ -300,7 +306,7 @@ def loop_for(family):
         ref = pin(s)  # the state where the functions called by address read it (by_reference.py)
         if c[AWAITING_STEP_TIME]:  # back from the executor outside the core with the step's duration
             c[AWAITING_STEP_TIME] = 0
-            code = start_step(s, clock[STEP_S], family)
+            code = start_step(s, clock[STEP_S], traits)
             if code != GO_ON:
                 return code
         if not c[STARTED] and not s.config[ROUTED]:  # a replica's router hands over its arrivals
@@ -334,10 +340,10 @@ def loop_for(family):
                 clock[NOW] = clock[ENGINE_TIME]
                 if c[IN_STEP]:
                     c[IN_STEP] = 0
-                    if family == STATIC:  # request-level (static) batching: sim/core/sched/static.py
+                    if traits & WHOLE_BATCHES:  # request-level (static) batching: sim/core/sched/static.py
                         static.complete_step(s, clock[NOW])
                     else:
-                        lifecycle.complete_step(s, clock[NOW], family)
+                        lifecycle.complete_step(s, clock[NOW], traits)
                         if c[STEPS_WITHOUT_TOKEN] > lifecycle.steps_without_token_limit(s.config[MAX_SEQ_LEN]):
                             return NO_TOKEN
                 else:  # woken from sleep
@@ -355,10 +361,11 @@ def loop_for(family):
             # the engine: schedule an iteration, price it, let it run
             # the family's scheduler (scheduler_entry_for): inlined, or compiled apart and called by
             # address (families.SCHEDULER_BY_ADDRESS)
-            if family == CONTINUOUS:
-                decode_context_sum = scheduler_entry_continuous(s, s, SCHEDULE)
-            elif family == CONTINUOUS_CONTIGUOUS:
-                decode_context_sum = scheduler_entry_contiguous(s, s, SCHEDULE)
+            if traits & INLINED_SCHEDULER:  # vLLM v0's and Orca's, over extents or blocks
+                if traits & EXTENTS:
+                    decode_context_sum = scheduler_entry_contiguous(s, s, SCHEDULE)
+                else:
+                    decode_context_sum = scheduler_entry_continuous(s, s, SCHEDULE)
             else:
                 decode_context_sum = call_scheduler(s, ref, family, SCHEDULE)
                 if decode_context_sum < 0:
@@ -369,7 +376,7 @@ def loop_for(family):
                     return DONE
                 if not c[NUM_RUNNING] and c[SWAPPED_LEN] and c[ARRIVALS_DONE] and not c[WAITING_LEN]:
                     return STALLED
-                if (family == V1 and not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]
+                if (traits & HOLDS_ARRIVED_KV and not c[NUM_RUNNING] and c[KV_HOLDING_WAITING]
                         and call_scheduler(s, ref, family, HOLDING_ADMISSIBLE) > 0):
                     # the pass preempted every running request (none admitted: scheduler.py:1050)
                     # while a request holding blocks has its KV: vLLM's next step admits it
@@ -380,13 +387,13 @@ def loop_for(family):
                     holding_retried = True
                     c[SCHEDULE_ON_RESUME] = 1
                     continue
-                # vllm-v1's host tier: the end of the next load wakes it, or an arrival before (host_tier.py)
-                wake = host_tier.next_load_end(s) if family == V1 and c[NUM_LOADING] else np.inf
-                if family == SGLANG and c[HICACHE_PENDING]:  # sglang's host tier: the next copy's end unlocks
+                # a host tier's load: the end of the next wakes it, or an arrival before (host_tier.py)
+                wake = host_tier.next_load_end(s) if traits & HOST_LOADS and c[NUM_LOADING] else np.inf
+                if traits & HOST_COPIES and c[HICACHE_PENDING]:  # sglang's host tier: the next copy's end unlocks
                     wake = radix_cache.next_end(s)  # its node (an idle scheduler polls: radix_cache.acknowledge)
                 if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
                         and wake == np.inf):
-                    if family == V1 and c[NUM_PREEMPTIONS] > preemptions:
+                    if traits & PREEMPTING_PASS_ADMITS_NONE and c[NUM_PREEMPTIONS] > preemptions:
                         # the pass preempted its last running request and so admitted nobody
                         # (scheduler.py:1050): vLLM's next step, at once, admits into the emptied
                         # pool; a pass with nobody running preempts nobody, so this runs once
@@ -407,11 +414,11 @@ def loop_for(family):
                 return SCHEDULED
             # np.int64: SGLang's loop types its sum as the constant 0 here, which compiled step_time
             # and the cost models a second time (jit.njit's note on constants)
-            dt = step_time(s, np.int64(decode_context_sum), family)
+            dt = step_time(s, np.int64(decode_context_sum), traits)
             # sglang's host tier loads KV back in the step (radix_cache.step_price)
-            if family == SGLANG and c[STEP_LOAD_TOKENS]:
+            if traits & HOST_COPIES and c[STEP_LOAD_TOKENS]:
                 dt = radix_cache.step_price(s, dt)
-            code = start_step(s, dt, family)
+            code = start_step(s, dt, traits)
             if code != GO_ON:
                 return code
 
@@ -447,6 +454,8 @@ def scheduler_entry_for(family):
     into their loop (``families.SCHEDULER_BY_ADDRESS``): by address their engines took ~30 %
     longer (``benchmarks/results/engine_speed_2026-11-28-scheduler-by-address.txt``)."""
 
+    traits = TRAITS[family]
+
     def scheduler(ref, like, verb):
         s = state_at(ref, like)
         # the family's scheduler, chosen here, where ``family`` is a constant: numba prunes the
@@ -460,7 +469,7 @@ def scheduler_entry_for(family):
             return schedule_v1(s)
         if family == SGLANG:
             return schedule_sglang(s)
-        return schedule_vllm(s, family)
+        return schedule_vllm(s, traits)
 
     return scheduler
 

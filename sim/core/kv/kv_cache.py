@@ -21,6 +21,7 @@ import numpy as np
 
 from pagesim.sim.core.kv import prefix_cache, radix_cache
 from pagesim.sim.core.kv.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
+from pagesim.sim.core.compile.families import BLOCK_TABLE, CACHES_COMPUTED
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, EVICTOR_RUNS,
                             HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS,
@@ -35,7 +36,6 @@ from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP,
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
-from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 
@@ -197,20 +197,20 @@ def computed_prefix_tokens(s, i):
 
 
 @njit(inline=True)
-def compute_tokens(s, i, n, family):
-    """``n`` more tokens of request ``i`` get their K/V (into blocks it holds). ``family``: the
-    caller's scheduler family, a constant there (``memory.py``): vLLM v1's groups alone key their
-    own blocks, which the other families' loops then never compile."""
-    compute_tokens_seq(s, i, 0, n, family)
+def compute_tokens(s, i, n, traits):
+    """``n`` more tokens of request ``i`` get their K/V (into blocks it holds). ``traits``: what the
+    caller's scheduler family does, a constant there (``memory.py``): a family whose prefix cache
+    keys a block once computed (vLLM v1's groups key their own) compiles that alone."""
+    compute_tokens_seq(s, i, 0, n, traits)
 
 
 @njit(inline=True)
-def compute_tokens_seq(s, i, j, n, family):
+def compute_tokens_seq(s, i, j, n, traits):
     """:func:`compute_tokens` into sequence ``j``'s blocks (a swap-in's; the request's count
-    of computed tokens is the same for each). Prefix caching is the paged families' alone."""
-    if family != CONTINUOUS_CONTIGUOUS and family != STATIC and s.config[PREFIX_CACHING]:
+    of computed tokens is the same for each). Prefix caching is the paged manager's alone."""
+    if traits & BLOCK_TABLE and s.config[PREFIX_CACHING]:
         old, slot = s.num_computed_tokens[i], s.seq_slot[i, j]
-        if family == V1:
+        if traits & CACHES_COMPUTED:
             prefix_cache.register_computed_blocks(s, i, slot, old, old + n)
         else:
             prefix_cache.register_full_blocks(s, i, slot, old, old + n)
@@ -829,7 +829,7 @@ def swap_in(s, i, n):
         return False
     cached = allocate_seq(s, i, 0, held, n)
     if cached < n:
-        compute_tokens_seq(s, i, 0, n - cached, CONTINUOUS)  # (vLLM v0's swap)
+        compute_tokens_seq(s, i, 0, n - cached, BLOCK_TABLE)  # (vLLM v0's swap: blocks keyed once full)
     for j in range(1, s.num_seqs[i]):
         fork_seq(s, i, 0, j)
         slot = s.seq_slot[i, j]

@@ -35,17 +35,17 @@ free in the memory categories.
 
 from __future__ import annotations
 
+from pagesim.sim.core.compile.families import EVICTS_ANY_BLOCK
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import BLOCK_SHIFT
-from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, CONTINUOUS, ENTRY_BLOCK, ENTRY_CHAIN,
-                                    ENTRY_END, HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD,
-                                    LRU_TAIL, NEXT, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN,
-                                    RUN_LAST, SCHEDULER_KIND, TABLE_MASK)
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END,
+                                    HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT,
+                                    NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN, RUN_LAST, TABLE_MASK)
 from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS,
                                     WINDOW_JUNCTION)
 from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, STATE_CACHED_STEP
 from pagesim.sim.core.state import SPEC_HASH_LOOKAHEAD
-from pagesim.sim.core.state import PREFIX_CACHING
+from pagesim.sim.core.state import FAMILY_TRAITS, PREFIX_CACHING
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -213,7 +213,7 @@ def v0_evictor(s):
     """vLLM 0.4.2's cache (the v0 scheduler's): every block let go is evictable, full or not,
     and the evictor takes the deepest of the least recently accessed (:func:`evict_oldest`);
     vLLM v1's frees a partial block to be reused first and evicts the least recently freed."""
-    return s.config[SCHEDULER_KIND] == CONTINUOUS
+    return s.config[FAMILY_TRAITS] & EVICTS_ANY_BLOCK != 0
 
 
 @njit(inline=True)

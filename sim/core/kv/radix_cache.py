@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pagesim.sim.core.compile.families import RADIX_TREE
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import SCHEDULER_KIND, SGLANG
+from pagesim.sim.core.state import FAMILY_TRAITS
 from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_CHAIN, HICACHE_HOST_PAGES,
                                     HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING, HICACHE_PENDING_NODE,
                                     HOST_BLOCK_S, HOST_EVICTIONS, HOST_HIT_TOKENS, HOST_LOADED_BLOCKS,
@@ -255,7 +256,7 @@ def insert(s, r, num_tokens):
 
 def with_radix_tree(config):
     """The runs that may call :func:`checkpoint`: SGLang's, over its radix tree."""
-    return config[SCHEDULER_KIND] == SGLANG
+    return config[FAMILY_TRAITS] & RADIX_TREE != 0
 
 
 @njit(lazy=with_radix_tree)  # compiled apart, the state by reference: SGLang's scheduler calls it

@@ -19,6 +19,7 @@ import numpy as np
 
 from pagesim.sim.core.kv import kv_cache, memory, remote_kv
 from pagesim.sim.core.sched import beam, policies, speculative
+from pagesim.sim.core.compile.families import DISAGGREGATES, FORKS, SPECULATES, TRAITS
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE, SCHEDULER_KIND
 from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
@@ -151,10 +152,10 @@ def add_arrival(s, i):
 
 
 @njit(inline=True)
-def prefill(s, i, n, family):
-    """``n`` more prompt tokens of request ``i`` this iteration (``family``: the caller's,
-    ``kv_cache.compute_tokens``)."""
-    kv_cache.compute_tokens(s, i, n, family)
+def prefill(s, i, n, traits):
+    """``n`` more prompt tokens of request ``i`` this iteration (``traits``: the caller's
+    family's, ``kv_cache.compute_tokens``)."""
+    kv_cache.compute_tokens(s, i, n, traits)
     s.num_prompt_computed[i] += n
     k = s.count[STEP_PREFILL_SEQS]
     s.step_prefill_ids[k] = i
@@ -192,11 +193,11 @@ def start_running(s, i):
 
 # -- preemption: the mechanics (the victim is the policy's choice: policies.victim) ------------
 @njit(inline=True)
-def preempt(s, k, family):
+def preempt(s, k, traits):
     """Preempt ``running[k]``: it leaves the running list (the rest keep their order), and is
     swapped out (``--preemption swap``, or it runs several sequences) while swap space lasts,
     else freed for recompute.
-    Returns its request id. ``family``: the caller's scheduler family (``memory.py``)."""
+    Returns its request id. ``traits``: the caller's scheduler family's (``memory.py``)."""
     c = s.count
     i = s.running[k]
     for m in range(k, c[NUM_RUNNING] - 1):  # none to move when it is the latest admitted
@@ -220,7 +221,7 @@ def preempt(s, k, family):
     if swap and c[SWAP_USED_TOKENS] + moved <= s.config[SWAP_CAPACITY_TOKENS]:
         if kv_cache.swaps_recorded(s.config):
             kv_cache.record_swap(s, i, True)  # the blocks its K/V leave from, before they are freed
-        memory.free(s, i, family)  # its K/V go to the host; it comes back as it was
+        memory.free(s, i, traits)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += moved
         c[STEP_SWAP_OUT] += moved
@@ -229,7 +230,7 @@ def preempt(s, k, family):
         return i
     if swap:
         c[NUM_SWAP_FALLBACKS] += 1  # no swap space left: recompute
-    memory.free(s, i, family)
+    memory.free(s, i, traits)
     restart(s, i)
     return i
 
@@ -250,16 +251,18 @@ def push_swapped(s, i):
 
 
 def preempt_for(family):
-    """:func:`preempt` for one scheduler family's callers, ``family`` a constant of the closure.
+    """:func:`preempt` for one scheduler family's callers, its traits a constant of the closure.
     A preemption is a call, not inlined (sim/core/events/loop.py's docstring, "Compiled per family"),
     and numba prunes branches by a constant it sees, not by a literal argument's value: with
-    ``family`` an argument of the call, each family compiled every manager's release into it
+    the traits an argument of the call, each family compiled every manager's release into it
     (vLLM's SGLang's radix tree, vLLM v1's the contiguous manager too: its family alone took
     37 s of CPU to compile, 33 s since, paired by hand; ``tests/sim/core/test_family_managers.py``
     checks)."""
 
+    traits = TRAITS[family]
+
     def preempt_family(s, k: int) -> int:
-        return preempt(s, k, family)
+        return preempt(s, k, traits)
 
     return preempt_family
 
@@ -321,9 +324,9 @@ def add_itl(s, v, bin_index):
 
 # once a step: inlined (sim/core/events/loop.py's docstring, "Compiled per family")
 @njit(inline=True)
-def complete_step(s, now, family):
-    """Hand out the tokens the iteration produced; finish and free whoever is done. ``family``:
-    the loop's scheduler family, a constant there (``memory.py``)."""
+def complete_step(s, now, traits):
+    """Hand out the tokens the iteration produced; finish and free whoever is done. ``traits``:
+    what the loop's scheduler family does, a constant there (``memory.py``)."""
     c = s.count
     num_done = 0
     c[STEPS_WITHOUT_TOKEN] += 1  # back to 0 below with the first token handed out
@@ -337,7 +340,9 @@ def complete_step(s, now, family):
         bin_index = 0
         itl_sum = s.clock[ITL_SUM]
         running, in_decode, last_token_s, num_generated = s.running, s.in_decode, s.last_token_s, s.num_generated
-        speculating = family == V1 and speculative.speculating(s.config)
+        speculating = False
+        if traits & SPECULATES:
+            speculating = speculative.speculating(s.config)
         for k in range(c[NUM_RUNNING]):
             i = running[k]
             if not in_decode[i]:
@@ -351,7 +356,7 @@ def complete_step(s, now, family):
             itl_sum += latency * w
             last_token_s[i] = now
             if speculating:  # its accepted drafts too (speculative.py)
-                num_generated[i] += speculative.accept(s, i)
+                num_generated[i] += speculative.accept(s, i, traits)
             num_generated[i] += 1
             if num_generated[i] >= s.output_tokens[i]:
                 s.step_finished[num_done] = i
@@ -363,7 +368,7 @@ def complete_step(s, now, family):
         if s.num_prompt_computed[i] < s.prompt_target[i]:
             continue  # a chunk, not the prompt's last
         c[STEPS_WITHOUT_TOKEN] = 0
-        if family == V1 and speculative.speculating(s.config):  # a padded admission's placeholders (speculative.pads)
+        if traits & SPECULATES and speculative.speculating(s.config):  # a padded admission's placeholders (speculative.pads)
             speculative.placeholders_rejected(s, i)
         s.num_generated[i] += 1
         if math.isnan(s.first_token_s[i]):
@@ -375,44 +380,44 @@ def complete_step(s, now, family):
             s.step_finished[num_done] = i
             num_done += 1
         else:
-            # parallel sampling: prefilled once, then forked (vLLM v0's paged family alone: the
+            # parallel sampling: prefilled once, then forked (vLLM v0's over blocks alone: the
             # others reject n > 1 or fan it out into requests)
-            if family == CONTINUOUS and s.width[i] > 1 and s.num_seqs[i] == 1:
+            if traits & FORKS and s.width[i] > 1 and s.num_seqs[i] == 1:
                 kv_cache.fork(s, i)
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += s.num_seqs[i]
-            memory.joined_decode(s, i, family)
+            memory.joined_decode(s, i, traits)
     c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
     if num_done:
-        finish(s, now, num_done, family)
+        finish(s, now, num_done, traits)
     if c[STEP_DECODE_SEQS] and beam.searching(s.config):  # after the finishes: the beams of the rest churn
         beam.churn(s)
 
 
 @njit(inline=True)
-def release(s, i, family):
+def release(s, i, traits):
     """Running request ``i`` is done with (finished, or aborted: scheduler_v1.abort_timed_out):
     its memory goes, its sequences leave the counts. The caller sets its status and drops it
     from the running list."""
     c = s.count
     c[FREE_EPOCH] += 1
-    memory.free(s, i, family)
+    memory.free(s, i, traits)
     c[DECODE_SET_SIZE] -= s.in_decode[i] * s.num_seqs[i]
     c[NUM_RUNNING_SEQS] -= s.width[i]
     s.in_decode[i] = 0
 
 
 @njit(inline=True)
-def finish(s, now, num_done, family):
+def finish(s, now, num_done, traits):
     """The step's ``num_done`` finished requests (``step_finished``) let their memory go."""
     c = s.count
     for k in range(num_done):
         i = s.step_finished[k]
-        if family == V1 and s.config[DISAGG_ROLE] == PREFILL_SIDE:  # its KV waits for the decode side
+        if traits & DISAGGREGATES and s.config[DISAGG_ROLE] == PREFILL_SIDE:  # its KV waits for the decode side
             c[NUM_RUNNING_SEQS] -= s.width[i]
             remote_kv.hold_for_transfer(s, i)
         else:  # (its host tier blocks are touched by the next scheduling pass: host_tier.touch_finished)
-            release(s, i, family)
+            release(s, i, traits)
         s.status[i] = FINISHED
         s.finish_s[i] = now
     kept = 0  # drop them from the running list, keeping admission order

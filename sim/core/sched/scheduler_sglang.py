@@ -75,6 +75,7 @@ import numpy as np
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.sched.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
+from pagesim.sim.core.compile.families import TRAITS
 from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
                                     DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IGNORE_EOS, IN_WAITING_TREE,
@@ -86,6 +87,8 @@ from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHU
                                     SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
                                     WAITING_LEN, WAITING_REFRESHES)
 
+#: the traits of this scheduler's family (``families.TRAITS``)
+SGLANG_TRAITS = TRAITS[SGLANG]
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default
 RETRACT_DECODE_STEPS = 20  # environ.py: SGLANG_RETRACT_DECODE_STEPS
 LPM_QUEUE_LIMIT = 128  # schedule_policy.py _determine_active_policy: beyond it lpm falls back to fcfs
@@ -345,7 +348,7 @@ def get_new_batch_prefill(s):
 def extend_request(s, i):
     n = s.radix_request[i, EXTEND_LEN]
     radix_cache.hold(s, i, s.num_computed_tokens[i] + n)
-    prefill(s, i, n, SGLANG)
+    prefill(s, i, n, SGLANG_TRAITS)
 
 
 @njit(inline=True)

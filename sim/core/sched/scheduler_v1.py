@@ -92,6 +92,10 @@ from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_S
                                     NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
                                     REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_DECODE_SEQS,
                                     STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN, WATERMARK_BLOCKS)
+from pagesim.sim.core.compile.families import TRAITS
+
+#: the traits of this scheduler's family (``families.TRAITS``)
+V1_TRAITS = TRAITS[V1]
 
 
 @njit(inline=True)
@@ -149,7 +153,7 @@ def abort_timed_out(s) -> None:
             s.running[kept] = i
             kept += 1
             continue
-        release(s, i, V1)
+        release(s, i, V1_TRAITS)
         s.status[i] = REJECTED
         s.reject_code[i] = REJECT_CLIENT_TIMEOUT
         c[NUM_REJECTED] += 1
@@ -205,12 +209,12 @@ def schedule_running(s):
         kv_cache.grow(s, i, high)
         speculative.leave(s, i)
         if todo > 0:  # (in_decode is 0: a request decodes once its prompt is done)
-            prefill(s, i, n, V1)
+            prefill(s, i, n, V1_TRAITS)
         else:
             if not s.in_decode[i]:
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += 1
-            kv_cache.compute_tokens(s, i, 1, V1)
+            kv_cache.compute_tokens(s, i, 1, V1_TRAITS)
             # (its drafts, the query tokens beyond its first, read their context too: 0 without)
             context_sum += speculative.verify_context(s.num_computed_tokens[i], n - 1)
         speculative.scheduled(s, i, high, 0 if todo > 0 else n - 1)
@@ -485,7 +489,7 @@ def admit_waiting(s, budget):
         s.num_prompt_computed[i] = cached
         kv_cache.in_flight(s, i, n)
         start_running(s, i)
-        prefill(s, i, n, V1)
+        prefill(s, i, n, V1_TRAITS)
         host_tier.admitted_prefill(s, i, loaded)
         speculative.scheduled(s, i, high, drafts)
         budget -= n + drafts + draft_slots

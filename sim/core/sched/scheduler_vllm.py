@@ -44,7 +44,11 @@ from pagesim.sim.core.price.cost import kernel_read_tokens
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.sched.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head, restart,
                                         start_running, waiting_head)
+from pagesim.sim.core.compile.families import BLOCK_TABLE, EXTENTS, TRAITS
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS
+
+#: the traits of this scheduler's family over paged memory (``families.TRAITS``)
+PAGED_TRAITS = TRAITS[CONTINUOUS]
 from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
                                     BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS,
                                     DECODE_SET_SIZE, DEMAND_WAITING, FORKS_SHARE_BLOCKS,
@@ -85,7 +89,7 @@ def may_admit(s):
 
 
 # called from two places (inlined it would be compiled twice): a call, one per family (:func:`per_family`)
-def admit_waiting_for(family):
+def admit_waiting_for(traits):
     def admit_waiting(s, budget):
         """FCFS while the token budget, max_num_seqs and memory allow. Prefill-first: whole
         prompts within max_num_batched_tokens; chunked: as much of a prompt as the budget holds."""
@@ -104,20 +108,20 @@ def admit_waiting_for(family):
             elif not chunked and target > budget:
                 break  # this iteration's budget is spent; nothing to remember
             else:
-                fits = memory.can_allocate(s, i, target, family)
+                fits = memory.can_allocate(s, i, target, traits)
                 if fits == kv_cache.NEVER_FITS:
                     reject_head(s, i, REJECT_NEVER_FITS)
                     continue
                 if fits == kv_cache.CAN_ALLOCATE:
                     pop_waiting(s)
-                    cached = memory.allocate(s, i, target, 0, family)  # prefix-cache hits hold their K/V
+                    cached = memory.allocate(s, i, target, 0, traits)  # prefix-cache hits hold their K/V
                     s.num_prompt_computed[i] = cached
                     start_running(s, i)
                     todo = target - cached
                     n = budget if chunked and budget < todo else todo
-                    prefill(s, i, n, family)
+                    prefill(s, i, n, traits)
                     budget -= n
-                    if family == CONTINUOUS and s.config[PREFIX_CACHING] and not chunked:
+                    if traits & BLOCK_TABLE and s.config[PREFIX_CACHING] and not chunked:
                         # vLLM 0.4.2 computes again the hits not marked computed (its model runner
                         # skips computed_block_nums only: worker/model_runner.py:271-275), and its
                         # budget counts the whole prompt (scheduler.py:701)
@@ -138,7 +142,7 @@ def admit_waiting_for(family):
 
 
 # called from two places, and only while a request is swapped out: a call, one per family
-def resume_swapped_for(family):
+def resume_swapped_for(traits):
     def resume_swapped(s, budget):
         """Swap requests back in, by arrival (the swapped queue's order, ``lifecycle.preempt``),
         while each fits, in memory, in ``max_num_seqs`` and in the token budget left (a token per
@@ -174,7 +178,7 @@ def resume_swapped_for(family):
             n = s.swapped_tokens[i]
             # its blocks come back if they fit (vLLM's can_swap_in: kv_cache.swap_in; a contiguous
             # extent is Orca's, scheduler_orca.swap_in)
-            fits = scheduler_orca.swap_in(s, i, n) if family == CONTINUOUS_CONTIGUOUS else kv_cache.swap_in(s, i, n)
+            fits = scheduler_orca.swap_in(s, i, n) if traits & EXTENTS else kv_cache.swap_in(s, i, n)
             if not fits and c[NUM_RUNNING]:
                 c[DEMAND_WAITING] = 1
                 break
@@ -195,13 +199,13 @@ def resume_swapped_for(family):
             if todo > 0:
                 s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
                 todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
-                prefill_cold(s, i, todo, family)
+                prefill_cold(s, i, todo, traits)
                 budget -= todo
                 continue
             s.in_decode[i] = 1
             c[DECODE_SET_SIZE] += w
-            memory.joined_decode(s, i, family)
-            context_sum += decode_token_cold(s, i, s.config[KERNEL_BLOCK], family)
+            memory.joined_decode(s, i, traits)
+            context_sum += decode_token_cold(s, i, s.config[KERNEL_BLOCK], traits)
             c[COMPUTED_SLOTS] += w
             c[STEP_DECODE_SEQS] += w
             budget -= w
@@ -211,9 +215,9 @@ def resume_swapped_for(family):
 
 
 @njit(inline=True)
-def decode_token(s, i, kernel_block, family):
+def decode_token(s, i, kernel_block, traits):
     """Request ``i``'s sequences take their next token's slot; returns the context they read."""
-    memory.take_decode_slot(s, i, family)
+    memory.take_decode_slot(s, i, traits)
     s.num_computed_tokens[i] += 1
     return kernel_read_tokens(s.num_computed_tokens[i], kernel_block) * s.num_seqs[i]
 
@@ -223,31 +227,31 @@ def decode_token(s, i, kernel_block, family):
 # contiguous extents, which take no memory there, inlined
 @njit
 def decode_token_call(s, i, kernel_block):
-    return decode_token(s, i, kernel_block, CONTINUOUS)
+    return decode_token(s, i, kernel_block, PAGED_TRAITS)
 
 
 @njit
 def prefill_call(s, i, n):
-    prefill(s, i, n, CONTINUOUS)
+    prefill(s, i, n, PAGED_TRAITS)
 
 
 @njit(inline=True)
-def decode_token_cold(s, i, kernel_block, family):
-    if family == CONTINUOUS_CONTIGUOUS:
-        return decode_token(s, i, kernel_block, family)
+def decode_token_cold(s, i, kernel_block, traits):
+    if traits & EXTENTS:
+        return decode_token(s, i, kernel_block, traits)
     return decode_token_call(s, i, kernel_block)
 
 
 @njit(inline=True)
-def prefill_cold(s, i, n, family):
-    if family == CONTINUOUS_CONTIGUOUS:
-        prefill(s, i, n, family)
+def prefill_cold(s, i, n, traits):
+    if traits & EXTENTS:
+        prefill(s, i, n, traits)
     else:
         prefill_call(s, i, n)
 
 
 # called from two places (inlined it would be compiled twice): a call, one per family
-def decode_for(family):
+def decode_for(traits):
     def decode(s):
         """Make room, then one token for every request in the decode set; returns their context
         sum. Each sequence crosses at most one block boundary, so with as many free blocks as
@@ -260,7 +264,7 @@ def decode_for(family):
         writing into a tail it shares takes a copy. A contiguous extent makes room by Orca's rule
         (``scheduler_orca.make_decode_room``)."""
         c = s.count
-        while family == CONTINUOUS and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
+        while traits & BLOCK_TABLE and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
             available = kv_cache.num_free_blocks(s)
             fits = True
             for k in range(c[NUM_RUNNING]):
@@ -273,7 +277,7 @@ def decode_for(family):
             if fits and available >= 0:
                 break
             preempt_continuous(s, policies.victim(s))
-        if family == CONTINUOUS_CONTIGUOUS:
+        if traits & EXTENTS:
             scheduler_orca.make_decode_room(s)
         context_sum = 0
         running, in_decode = s.running, s.in_decode
@@ -281,7 +285,7 @@ def decode_for(family):
         for k in range(c[NUM_RUNNING]):
             i = running[k]
             if in_decode[i]:
-                context_sum += decode_token(s, i, kernel_block, family)
+                context_sum += decode_token(s, i, kernel_block, traits)
         c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
         c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
         return context_sum
@@ -290,7 +294,7 @@ def decode_for(family):
 
 
 @njit(inline=True)
-def schedule(s, family):
+def schedule(s, traits):
     """One iteration's memory operations; returns the decode context sum."""
     c = s.count
     begin_iteration(s)
@@ -307,8 +311,8 @@ def schedule(s, family):
             # iteration and its next one, at the same instant, are this one iteration
             c[STEP_SWAP_OUT_EARLY] = c[STEP_SWAP_OUT_BLOCKS]  # swapped out before the next pass swaps in
         changes = c[NUM_PREEMPTIONS] + c[NUM_SWAP_FALLBACKS]
-        context_sum = schedule_pass(s, family)
-    if family == CONTINUOUS and s.config[PREFIX_CACHING]:  # (the paged manager's)
+        context_sum = schedule_pass(s, traits)
+    if traits & BLOCK_TABLE and s.config[PREFIX_CACHING]:  # (the paged manager's)
         mark_scheduled_computed(s)
     return context_sum
 
@@ -332,7 +336,7 @@ def mark_scheduled_computed(s):
 
 
 @njit(inline=True)
-def schedule_pass(s, family):
+def schedule_pass(s, traits):
     c = s.count
     c[DEMAND_WAITING] = 0
     preemptions = c[NUM_PREEMPTIONS]
@@ -341,7 +345,7 @@ def schedule_pass(s, family):
         # new is admitted (vLLM 0.4.2 scheduler.py:743-746; the blocked head is not looked at:
         # its shortcut's bookkeeping is left as it is)
         if not c[SWAPPED_LEN] and may_admit(s) and not head_still_blocked(s):
-            admit_waiting(s, s.config[MAX_BATCHED_TOKENS], family)
+            admit_waiting(s, s.config[MAX_BATCHED_TOKENS], traits)
         if c[STEP_PREFILL_SEQS]:
             return 0
         # the running list sorted by arrival (stable) before its pass, as vLLM 0.4.2 sorts it
@@ -350,17 +354,17 @@ def schedule_pass(s, family):
         # as it is nearly always in order already
         if not in_arrival_order(s):
             arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
-        context_sum = decode(s, family)
+        context_sum = decode(s, traits)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-            context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], family)[0]
+            context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], traits)[0]
         return context_sum
     # chunked: one pass over the running requests, swap-ins (if nobody was preempted), then new
     # prompts, within one token budget (vLLM 0.4.2 ``_schedule_chunked_prefill``, scheduler.py:807-851)
     waiting_before = c[WAITING_LEN]
-    budget, context_sum, reached = run_in_order(s, s.config[CHUNK_BUDGET], family)
+    budget, context_sum, reached = run_in_order(s, s.config[CHUNK_BUDGET], traits)
     swapped_in = c[NUM_RUNNING]
     if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
-        swapped_context, budget = resume_swapped(s, budget, family)
+        swapped_context, budget = resume_swapped(s, budget, traits)
         context_sum += swapped_context
     admitted = c[NUM_RUNNING]
     # this pass's recomputed requests rejoin the waiting queue's front after its admissions
@@ -369,14 +373,14 @@ def schedule_pass(s, family):
     returned, hidden_at = c[WAITING_LEN] - waiting_before, c[WAITING_HEAD]
     hide_waiting_front(s, returned)
     if may_admit(s) and not head_still_blocked(s):
-        admit_waiting(s, budget, family)
+        admit_waiting(s, budget, traits)
     unhide_waiting_front(s, returned, hidden_at)
     arrival_order(s, reached, swapped_in, admitted)
     return context_sum
 
 
 # a chunked iteration's: a call, one per family
-def run_in_order_for(family):
+def run_in_order_for(traits):
     def run_in_order(s, budget):
         """vLLM 0.4.2's running pass under chunked prefill (``_schedule_running`` with
         ``enable_chunking``, ``scheduler.py:366-479``): the running requests by arrival, each its
@@ -394,7 +398,7 @@ def run_in_order_for(family):
             if not s.in_decode[i] and s.num_prompt_computed[i] >= s.prompt_target[i]:
                 s.in_decode[i] = 1
                 c[DECODE_SET_SIZE] += s.num_seqs[i]
-        if family == CONTINUOUS_CONTIGUOUS:
+        if traits & EXTENTS:
             scheduler_orca.make_decode_room(s)
         kernel_block = s.config[KERNEL_BLOCK]
         context_sum = 0
@@ -405,14 +409,14 @@ def run_in_order_for(family):
             n = w if s.in_decode[i] else s.prompt_target[i] - s.num_prompt_computed[i]
             if w == 1:
                 n = min(n, budget)
-            if n <= 0 or (family == CONTINUOUS and not room_at_turn(s, k)):
+            if n <= 0 or (traits & BLOCK_TABLE and not room_at_turn(s, k)):
                 break
             if s.in_decode[i]:
-                context_sum += decode_token_cold(s, i, kernel_block, family)
+                context_sum += decode_token_cold(s, i, kernel_block, traits)
                 c[COMPUTED_SLOTS] += w
                 c[STEP_DECODE_SEQS] += w
             else:
-                prefill_cold(s, i, n, family)
+                prefill_cold(s, i, n, traits)
             budget -= n
             k += 1
         for m in range(k, c[NUM_RUNNING]):  # not reached: no decode this step
@@ -510,11 +514,11 @@ def arrival_order(s, reached, swapped_in, admitted):
 
 
 def per_family(make):
-    """``make(family)`` compiled once for each family this scheduler runs in: over paged memory
+    """``make(traits)`` compiled once for each family this scheduler runs in: over paged memory
     (``CONTINUOUS``) and over contiguous extents (``CONTINUOUS_CONTIGUOUS``), ``family`` a constant
     of each closure, so that numba compiles each family's manager into its own alone (as
     ``lifecycle.preempt_for``)."""
-    return njit(make(CONTINUOUS)), njit(make(CONTINUOUS_CONTIGUOUS))
+    return njit(make(TRAITS[CONTINUOUS])), njit(make(TRAITS[CONTINUOUS_CONTIGUOUS]))
 
 
 admit_waiting_paged, admit_waiting_contiguous = per_family(admit_waiting_for)
@@ -525,22 +529,22 @@ run_in_order_paged, run_in_order_contiguous = per_family(run_in_order_for)
 
 # the family's own, chosen where ``family`` is a constant (inlined into the family's scheduler)
 @njit(inline=True)
-def admit_waiting(s, budget, family):
-    return admit_waiting_contiguous(s, budget) if family == CONTINUOUS_CONTIGUOUS else admit_waiting_paged(s, budget)
+def admit_waiting(s, budget, traits):
+    return admit_waiting_contiguous(s, budget) if traits & EXTENTS else admit_waiting_paged(s, budget)
 
 
 @njit(inline=True)
-def resume_swapped(s, budget, family):
-    if family == CONTINUOUS_CONTIGUOUS:
+def resume_swapped(s, budget, traits):
+    if traits & EXTENTS:
         return resume_swapped_contiguous(s, budget)
     return resume_swapped_paged(s, budget)
 
 
 @njit(inline=True)
-def decode(s, family):
-    return decode_contiguous(s) if family == CONTINUOUS_CONTIGUOUS else decode_paged(s)
+def decode(s, traits):
+    return decode_contiguous(s) if traits & EXTENTS else decode_paged(s)
 
 
 @njit(inline=True)
-def run_in_order(s, budget, family):
-    return run_in_order_contiguous(s, budget) if family == CONTINUOUS_CONTIGUOUS else run_in_order_paged(s, budget)
+def run_in_order(s, budget, traits):
+    return run_in_order_contiguous(s, budget) if traits & EXTENTS else run_in_order_paged(s, budget)

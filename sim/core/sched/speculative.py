@@ -69,7 +69,6 @@ from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC
                                     SPEC_DRAFTED, SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS,
                                     SPEC_VERIFIED, STATE_BLOCKS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
-from pagesim.sim.core.state import V1
 
 
 @njit(inline=True)
@@ -202,10 +201,11 @@ def unscheduled(s, i):
 
 
 @njit(inline=True)
-def accept(s, i):
+def accept(s, i, traits):
     """After the step: request ``i``'s drafts accepted, drawn position by position (module
     docstring), its computed tokens rolled forward by those it keeps (its output length caps
-    them: scheduler.py:2752-2764). Returns the tokens it emits beyond the one every decode emits."""
+    them: scheduler.py:2752-2764). Returns the tokens it emits beyond the one every decode emits.
+    ``traits``: the caller's family's (``memory.py``)."""
     drafts = s.speculative[i, SPEC_DRAFTS]
     if drafts == 0:
         prefix_cache.sampled(s, i, 1)
@@ -221,7 +221,7 @@ def accept(s, i):
     s.speculative[i, SPEC_DRAFTS] = 0
     if kept > 0:
         leave(s, i)
-        kv_cache.compute_tokens(s, i, kept, V1)
+        kv_cache.compute_tokens(s, i, kept, traits)
         enter(s, i)
     prefix_cache.sampled(s, i, kept + 1)
     return kept

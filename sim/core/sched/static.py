@@ -16,12 +16,16 @@ from __future__ import annotations
 from pagesim.sim.core.kv import extent, kv_cache
 from pagesim.sim.core.sched import lifecycle
 from pagesim.sim.core.compile.jit import njit
+from pagesim.sim.core.compile.families import TRAITS
 from pagesim.sim.core.state import STATIC
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
                             NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED,
                             STATIC_BATCH_LIMIT,
                             STATIC_CONTEXT_SUM, STATIC_LIVE,
                             STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
+
+#: the traits of this scheduler's family (``families.TRAITS``)
+STATIC_TRAITS = TRAITS[STATIC]
 
 
 @njit(inline=True)  # one place calls it: its scheduler's entry (by_reference.py)
@@ -45,7 +49,7 @@ def start_batch(s):
             break
         lifecycle.pop_waiting(s)
         extent.allocate(s, i, prompt, 0)
-        kv_cache.compute_tokens(s, i, prompt, STATIC)
+        kv_cache.compute_tokens(s, i, prompt, STATIC_TRAITS)
         s.num_prompt_computed[i] = prompt
         lifecycle.start_running(s, i)
         longest = max(longest, prompt)

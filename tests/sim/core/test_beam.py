@@ -37,7 +37,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 def complete_step(s, now):
     """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
-    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.FAMILY_TRAITS])
 
 A, C, B = 0, 1, 2
 
@@ -68,7 +68,7 @@ def decoded_once(s):
     """A prefilled (blocks a0, a1: 4 + 2 tokens), forked into 3 beams, and one decode token:
     beams 0 and 1 copied the shared tail a1 (c0, c1), beam 2 kept it; 7 tokens each."""
     kv_cache.allocate(s, A, 6, 0)
-    kv_cache.compute_tokens(s, A, 6, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, A, 6, s.config[state.FAMILY_TRAITS])
     kv_cache.fork(s, A)
     kv_cache.take_decode_slots(s, A)
     s.num_computed_tokens[A] += 1
@@ -173,7 +173,7 @@ def test_tails_shared_in_pairs_copy_once_per_pair(core):
     place), and the last beam shares its tail (vLLM's rule asks one block of it)."""
     s = core
     kv_cache.allocate(s, B, 2, 0)
-    kv_cache.compute_tokens(s, B, 2, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, B, 2, s.config[state.FAMILY_TRAITS])
     kv_cache.fork(s, B)
     kv_cache.take_decode_slots(s, B)  # three copies of the 2-token block; the fourth beam keeps it
     s.num_computed_tokens[B] += 1

@@ -183,7 +183,7 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         s.width[1] = 2
         for i in range(3):
             lifecycle.add_arrival(s, i)
-        scheduler_vllm.admit_waiting(s, 1 << 20, s.config[state.SCHEDULER_KIND])
+        scheduler_vllm.admit_waiting(s, 1 << 20, s.config[state.FAMILY_TRAITS])
         assert s.status[:3].tolist() == [state.RUNNING, state.REJECTED, state.RUNNING], system
         assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
         assert s.config[state.FORKS_SHARE_BLOCKS] == 0

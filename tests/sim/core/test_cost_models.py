@@ -195,7 +195,7 @@ def test_the_prefill_pair_sum_is_exact_in_any_order():
                                       prefill_context=new + before)) == (HALF_PAIRS, int(before.sum()))
         s.count[state.STEP_PREFILL_SEQS], s.count[state.STEP_PREFILL_TOKENS] = 3, new.sum()
         s.step_prefill_tokens[:3], s.step_prefill_context[:3] = new, new + before
-        times.add(loop.step_time(s, 0, s.config[state.SCHEDULER_KIND]))
+        times.add(loop.step_time(s, 0, s.config[state.FAMILY_TRAITS]))
     want = roofline_step_time(s.cost, 3, int(sum(n for n, _ in HUGE_PROMPTS)), 0, 3, HALF_PAIRS,
                               int(sum(b for _, b in HUGE_PROMPTS)), 0, 0)
     assert times == {want}

@@ -1,5 +1,5 @@
 """Each scheduler family's loop holds only the managers the family runs (``sim/core/kv/memory.py``:
-``free``, ``joined_decode`` and ``memory_categories`` take the loop's family, a constant there,
+``free``, ``joined_decode`` and ``memory_categories`` take the loop's family's traits, a constant there,
 and numba prunes the other managers' branches). What that assumes, ``memory.MANAGERS``, is
 checked on every state built: a state whose manager its family's loop compiled out is refused.
 A preemption, a call, is compiled once per family that preempts (``lifecycle.preempt_for``)
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pagesim.sim.core import state
-from pagesim.sim.core.compile import jit
+from pagesim.sim.core.compile import families, jit
 from pagesim.sim.core.kv import memory
 from pagesim.sim.run import initial_state
 from pagesim.sim.systems import SYSTEMS
@@ -26,13 +26,19 @@ from tests.sim.helpers import TESTS_ROOT, cfg_for, rand_trace, subprocess_path
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_every_system_runs_a_manager_its_family_keeps(system):
     s = initial_state(cfg_for(system), rand_trace(0, n=8))
-    assert int(s.config[state.MANAGER_KIND]) in memory.MANAGERS[int(s.config[state.SCHEDULER_KIND])]
+    traits = int(s.config[state.FAMILY_TRAITS])
+    assert traits == families.TRAITS[int(s.config[state.SCHEDULER_KIND])]
+    kept = [kind for trait, kinds in memory.MANAGERS.items() if traits & trait for kind in kinds]
+    assert kept == [int(s.config[state.MANAGER_KIND])]
 
 
 def test_the_pairs_by_hand():
-    assert memory.MANAGERS == {state.CONTINUOUS: (state.PAGED,), state.CONTINUOUS_CONTIGUOUS: (state.CONTIGUOUS,),
-                               state.STATIC: (state.CONTIGUOUS,), state.V1: (state.PAGED,),
-                               state.SGLANG: (state.RADIX,)}
+    assert memory.MANAGERS == {families.BLOCK_TABLE: (state.PAGED,), families.EXTENTS: (state.CONTIGUOUS,),
+                               families.RADIX_TREE: (state.RADIX,)}
+    managers = families.BLOCK_TABLE | families.EXTENTS | families.RADIX_TREE
+    assert {family: traits & managers for family, traits in families.TRAITS.items()} == {
+        state.CONTINUOUS: families.BLOCK_TABLE, state.CONTINUOUS_CONTIGUOUS: families.EXTENTS,
+        state.STATIC: families.EXTENTS, state.V1: families.BLOCK_TABLE, state.SGLANG: families.RADIX_TREE}
 
 
 @pytest.mark.parametrize("family, manager", [(state.V1, state.CONTIGUOUS), (state.STATIC, state.PAGED),
@@ -41,7 +47,7 @@ def test_the_pairs_by_hand():
                                              (state.CONTINUOUS_CONTIGUOUS, state.PAGED)])
 def test_a_manager_the_family_compiled_out_is_refused(family, manager):
     config = np.zeros(state.NUM_CONFIG, np.int64)
-    config[state.SCHEDULER_KIND], config[state.MANAGER_KIND] = family, manager
+    config[state.FAMILY_TRAITS], config[state.MANAGER_KIND] = families.TRAITS[family], manager
     with pytest.raises(ValueError, match="does not run manager"):
         memory.check_family(config)
 
@@ -51,7 +57,7 @@ def test_a_manager_the_family_compiled_out_is_refused(family, manager):
                                              (state.STATIC, state.CONTIGUOUS), (state.SGLANG, state.RADIX)])
 def test_a_manager_the_family_runs_passes(family, manager):
     config = np.zeros(state.NUM_CONFIG, np.int64)
-    config[state.SCHEDULER_KIND], config[state.MANAGER_KIND] = family, manager
+    config[state.FAMILY_TRAITS], config[state.MANAGER_KIND] = families.TRAITS[family], manager
     memory.check_family(config)
 
 
@@ -61,9 +67,13 @@ def test_a_manager_the_family_runs_passes(family, manager):
 COMPILED_PATHS = """
 import json
 from pagesim.sim.core.compile import jit
+from pagesim.sim.core.compile.families import TRAITS
 from pagesim.sim.core.kv import kv_cache, placement, prefix_cache, radix_cache
 from pagesim.sim.core.sched import lifecycle
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
+# each family's traits, as its code passes them (constants numba prunes by)
+T_CONTINUOUS, T_CONTIGUOUS, T_STATIC = TRAITS[CONTINUOUS], TRAITS[CONTINUOUS_CONTIGUOUS], TRAITS[STATIC]
+T_SGLANG, T_V1 = TRAITS[SGLANG], TRAITS[V1]
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, rand_trace
 jit.use_numba()
@@ -75,24 +85,24 @@ WATCHED = {"radix": (radix_cache.cache_finished_req, radix_cache.insert), "conti
 @numba.njit
 def other_families_paged_paths(s, i, n):
     # what vLLM v0 (and static batching, SGLang) reach of the paged manager but a preemption
-    lifecycle.prefill(s, i, n, CONTINUOUS)
-    lifecycle.prefill(s, i, n, STATIC)
-    lifecycle.prefill(s, i, n, SGLANG)
+    lifecycle.prefill(s, i, n, T_CONTINUOUS)
+    lifecycle.prefill(s, i, n, T_STATIC)
+    lifecycle.prefill(s, i, n, T_SGLANG)
     kv_cache.take_decode_slot(s, i)
     return kv_cache.allocate_cached(s, i, 0, n)
 
 @numba.njit
 def prefills_without_keys(s, i, n, now):
     # the contiguous family's and static batching's prefills: no prefix caching's keys
-    lifecycle.prefill(s, i, n, CONTINUOUS_CONTIGUOUS)
-    lifecycle.prefill(s, i, n, STATIC)
+    lifecycle.prefill(s, i, n, T_CONTIGUOUS)
+    lifecycle.prefill(s, i, n, T_STATIC)
 
 @numba.njit
 def ends_without_fork(s, i, n, now):
     # a step's end in vLLM v1's and the contiguous family's loops: no fork of parallel sampling
     # (vLLM v0's paged family's alone; vLLM v1 fans n out into requests)
-    lifecycle.complete_step(s, now, V1)
-    lifecycle.complete_step(s, now, CONTINUOUS_CONTIGUOUS)
+    lifecycle.complete_step(s, now, T_V1)
+    lifecycle.complete_step(s, now, T_CONTIGUOUS)
 
 def pruned(function):
     # how many times prefix caching's key registration and parallel sampling's fork are compiled
@@ -130,8 +140,9 @@ def test_each_familys_paths_compile_its_managers_alone(tmp_path):
     alone), and the contiguous family's and static batching's prefills no registration of prefix
     caching's keys (their prefills first, the steps' ends last); the paged paths the other
     families share with vLLM v1 (a prefill's keys, a decode slot, a cached allocation) hold none
-    of vLLM v1's KV cache groups' code (``family == V1`` in ``kv_cache.compute_tokens_seq``,
-    ``memory.free``; ``grow_table``, ``allocate_hits``); vLLM v1's preemption (compiled at its
+    of vLLM v1's KV cache groups' code (``traits & CACHES_COMPUTED`` in
+    ``kv_cache.compute_tokens_seq``, ``traits & KV_GROUPS`` in ``memory.free``; ``grow_table``,
+    ``allocate_hits``); vLLM v1's preemption (compiled at its
     address: ``jit.njit``'s lazy) holds neither the radix tree nor the contiguous manager, and its
     groups' release is called at an address, compiled only for the runs with groups (lazy too)."""
     env = dict(os.environ, PYTHONPATH=subprocess_path(), NUMBA_CACHE_DIR=str(tmp_path))

@@ -39,7 +39,7 @@ def admitted(s, i, computed=None):
     prompt = int(s.prompt_tokens[i])
     assert kv_cache.can_allocate(s, i, prompt) == OK
     kv_cache.allocate(s, i, prompt, 0)
-    kv_cache.compute_tokens(s, i, prompt if computed is None else computed, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, i, prompt if computed is None else computed, s.config[state.FAMILY_TRAITS])
 
 
 def decoded(s, i):
@@ -64,7 +64,7 @@ def test_three_requests_in_blocks_of_4():
         admitted(s, i, computed=0)
     both(s, 0, 16, 0, 48)
     for i in range(3):
-        kv_cache.compute_tokens(s, i, int(s.prompt_tokens[i]), s.config[state.SCHEDULER_KIND])
+        kv_cache.compute_tokens(s, i, int(s.prompt_tokens[i]), s.config[state.FAMILY_TRAITS])
     both(s, 14, 2, 0, 48)
     for i in range(3):
         decoded(s, i)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pagesim.sim.core import state
-from pagesim.sim.core.compile import jit
+from pagesim.sim.core.compile import families, jit
 from pagesim.sim.core.events import replay
 from pagesim.sim.core.kv import host_tier
 from pagesim.sim.core.compile.jit import njit
@@ -85,13 +85,16 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
                                                      if name != "record_swap")
     # what a scheduler's entry calls by reference (jit.njit's lazy): its family's every run
     config[state.EXTERNAL_STEPS], config[state.SCHEDULER_KIND] = 0, state.V1
+    config[state.FAMILY_TRAITS] = families.TRAITS[state.V1]
     assert needed["preempt_family"](config) and not needed["allocate_cached_blocks"](config)
     config[state.PREFIX_CACHING] = 1
     assert needed["allocate_cached_blocks"](config) and not needed["checkpoint"](config)
     config[state.SCHEDULER_KIND] = state.SGLANG  # (its radix tree is another cache)
+    config[state.FAMILY_TRAITS] = families.TRAITS[state.SGLANG]
     assert needed["checkpoint"](config) and not needed["allocate_cached_blocks"](config)
     assert not needed["preempt_family"](config)
     config[state.SCHEDULER_KIND] = state.CONTINUOUS  # vLLM v0's prefix caching
+    config[state.FAMILY_TRAITS] = families.TRAITS[state.CONTINUOUS]
     assert needed["allocate_cached_blocks"](config) and not needed["preempt_family"](config)
 
 

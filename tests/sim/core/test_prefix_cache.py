@@ -65,7 +65,7 @@ def admit(s, i, tokens):
     """As the scheduler admits: allocate, then compute what the cache does not hold."""
     assert kv_cache.can_allocate(s, i, tokens) == kv_cache.CAN_ALLOCATE
     cached = kv_cache.allocate(s, i, tokens, 0)
-    kv_cache.compute_tokens(s, i, tokens - cached, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, i, tokens - cached, s.config[state.FAMILY_TRAITS])
     return cached
 
 
@@ -388,7 +388,7 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
     s.swapped[(c[state.SWAPPED_HEAD] + c[state.SWAPPED_LEN]) % len(s.swapped)] = B
     c[state.SWAPPED_LEN] += 1
     c[state.SWAP_USED_TOKENS] = 12
-    assert resume_swapped(s, 100, s.config[state.SCHEDULER_KIND])[0] == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
+    assert resume_swapped(s, 100, s.config[state.FAMILY_TRAITS])[0] == 16  # the context its decode reads: 13 tokens, in whole blocks of 4
     b = blocks(s, B)
     assert b[:2] == a and len(b) == 4 and s.num_computed_tokens[B] == 13
     assert c[state.STEP_SWAP_IN] == 12 and c[state.SWAP_USED_TOKENS] == 0 and c[state.STEP_DECODE_SEQS] == 1

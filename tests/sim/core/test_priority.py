@@ -107,7 +107,7 @@ def admitted(s, i, computed, decoding):
     kv_cache.allocate(s, i, 0, 0)
     kv_cache.grow(s, i, computed)
     lifecycle.start_running(s, i)
-    kv_cache.compute_tokens(s, i, computed, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, i, computed, s.config[state.FAMILY_TRAITS])
     s.num_prompt_computed[i] = computed
     if decoding:
         s.num_generated[i] = 1
@@ -203,7 +203,7 @@ def test_a_returning_request_rejoins_by_its_key_and_arrivals_are_placed_among_th
         for i in (W1, W3, R):
             add_arrival(s, i)
         admitted(s, R, 4, True)
-        interpreted(lifecycle.preempt)(s, 0, s.config[state.SCHEDULER_KIND])
+        interpreted(lifecycle.preempt)(s, 0, s.config[state.FAMILY_TRAITS])
         add_arrival(s, N)
         add_arrival(s, M)
         assert [lifecycle.waiting_at(s, p) for p in range(s.count[state.WAITING_LEN])] == want, policy
@@ -303,7 +303,7 @@ def test_a_victim_leaves_the_running_list_the_rest_in_admission_order():
         add_arrival(s, i)
     for i in range(4):
         admitted(s, i, 4, True)
-    assert interpreted(lifecycle.preempt)(s, 1, s.config[state.SCHEDULER_KIND]) == 1
+    assert interpreted(lifecycle.preempt)(s, 1, s.config[state.FAMILY_TRAITS]) == 1
     assert s.running[:s.count[state.NUM_RUNNING]].tolist() == [0, 2, 3] and s.status[1] == state.WAITING
 
 

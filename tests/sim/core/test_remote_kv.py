@@ -49,10 +49,10 @@ def test_blocks_held_by_a_transfer_with_prefix_caching():
     s = s._replace(exchange=np.zeros(2, np.int64))
     s.config[state.DISAGG_ROLE] = state.PREFILL_SIDE
     assert allocate_cached_blocks(s, A, 0, 8, 2) == 0
-    kv_cache.compute_tokens(s, A, 8, s.config[state.SCHEDULER_KIND])  # keys for a0, a1
+    kv_cache.compute_tokens(s, A, 8, s.config[state.FAMILY_TRAITS])  # keys for a0, a1
     s.num_prompt_computed[A] = 8
     assert allocate_cached_blocks(s, B, 0, 8, 2) == 4  # a0 hit; b1 fresh
-    kv_cache.compute_tokens(s, B, 4, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, B, 4, s.config[state.FAMILY_TRAITS])
     # A: 8 tokens, demand 8 (final 9 > 2 blocks); B: 8 tokens; 3 blocks used, 5 free (20 slots)
     assert categories(s) == (12, 0, 0, 0, 20)
     hold_for_transfer(s, A)  # a1 (4 tokens) is in transfer; a0 is B's too

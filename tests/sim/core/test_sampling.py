@@ -24,7 +24,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 def complete_step(s, now):
     """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
-    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.FAMILY_TRAITS])
 
 A = 0
 
@@ -51,7 +51,7 @@ def rows(s, i):
 
 def prefilled_and_forked(s):
     kv_cache.allocate(s, A, 6, 0)
-    kv_cache.compute_tokens(s, A, 6, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, A, 6, s.config[state.FAMILY_TRAITS])
     kv_cache.fork(s, A)
 
 
@@ -97,13 +97,13 @@ def test_copies_are_priced_as_the_roofline_copied_tokens_term(core):
     s = core
     c = s.count
     c[state.STEP_DECODE_SEQS] = 3
-    plain = loop.step_time(s, 30, s.config[state.SCHEDULER_KIND])
+    plain = loop.step_time(s, 30, s.config[state.FAMILY_TRAITS])
     c[state.STEP_COPIED_BLOCKS] = 2
     from pagesim.sim.core.price import cost
 
     k = s.cost
     extra = 2 * 8 * k[cost.KV_BYTES_PER_TOKEN] / k[cost.MEMORY_BANDWIDTH]
-    assert loop.step_time(s, 30, s.config[state.SCHEDULER_KIND]) == pytest.approx(plain + extra, rel=1e-12)
+    assert loop.step_time(s, 30, s.config[state.FAMILY_TRAITS]) == pytest.approx(plain + extra, rel=1e-12)
 
 
 def test_a_group_counts_all_its_sequences_against_max_num_seqs(core):
@@ -155,7 +155,7 @@ def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):
     no_swap_space.config[state.SWAP_CAPACITY_TOKENS] = 0
     for core, status, seqs in ((s, state.SWAPPED, 3), (no_swap_space, state.WAITING, 1)):
         c = core.count
-        interpreted(lifecycle.preempt)(core, c[state.NUM_RUNNING] - 1, core.config[state.SCHEDULER_KIND])
+        interpreted(lifecycle.preempt)(core, c[state.NUM_RUNNING] - 1, core.config[state.FAMILY_TRAITS])
         assert core.status[A] == status and core.num_seqs[A] == seqs
         assert c[state.NUM_RUNNING_SEQS] == 0 and c[state.DECODE_SET_SIZE] == 0
         assert c[state.NUM_FREE_BLOCK_IDS] == 6 and c[state.NUM_FREES] == 3

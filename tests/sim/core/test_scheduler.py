@@ -18,7 +18,7 @@ schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/help
 
 def complete_step(s, now):
     """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
-    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.FAMILY_TRAITS])
 
 
 def core_for(n, **kw):

@@ -54,7 +54,7 @@ class Recorder:
         context_sum = int((read * core.num_seqs[decoding]).sum())
         cost, cost_data = self.cost
         return loop.step_time(core._replace(cost=cost, cost_data=cost_data), context_sum,
-                              core.config[state.SCHEDULER_KIND])
+                              core.config[state.FAMILY_TRAITS])
 
     def finish(self, core):
         self.finished_at_end = core.step_finished[:core.count[state.STEP_NUM_FINISHED]].tolist()

@@ -29,7 +29,7 @@ from tests.sim.helpers import OPT13B_SLOT, cfg_for, rand_trace
 
 def complete_step(s, now):
     """The step's end, by the loop's function for the state's family (sim/core/kv/memory.py)."""
-    interpreted(lifecycle.complete_step)(s, now, s.config[state.SCHEDULER_KIND])
+    interpreted(lifecycle.complete_step)(s, now, s.config[state.FAMILY_TRAITS])
 
 
 admit_waiting_v1 = interpreted(scheduler_v1.admit_waiting)
@@ -146,7 +146,7 @@ def test_a_request_that_preempts_itself_preempts_nobody_before_it():
     kv_cache.allocate(s, Z, 0, 0)
     kv_cache.grow(s, Z, 4)
     lifecycle.start_running(s, Z)
-    kv_cache.compute_tokens(s, Z, 4, s.config[state.SCHEDULER_KIND])
+    kv_cache.compute_tokens(s, Z, 4, s.config[state.FAMILY_TRAITS])
     s.num_prompt_computed[Z] = 4
     assert kv_cache.num_free_blocks(s) == 0 and s.in_decode[A] == 1
     budget, preempted, _, reached = schedule_running_v1(s)
@@ -182,7 +182,7 @@ def test_requests_holding_kv_go_first_once_it_has_arrived():
         s.status[i] = state.WAITING
         interpreted(kv_cache.allocate)(s, i, 0, 0)
         interpreted(kv_cache.grow)(s, i, 8)
-        interpreted(kv_cache.compute_tokens)(s, i, 7, s.config[state.SCHEDULER_KIND])
+        interpreted(kv_cache.compute_tokens)(s, i, 7, s.config[state.FAMILY_TRAITS])
         s.load_ready_s[i] = ready
         interpreted(lifecycle.hold_waiting)(s, i)
     s.status[W] = state.WAITING
