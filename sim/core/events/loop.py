@@ -448,11 +448,10 @@ def scheduler_entry_for(family):
     its own sources (``sim/core/compile/families.py``): an edit of a family's scheduler file recompiles
     this entry, not the loop. The state is passed by reference, the address of the loop's one
     copy of it (``by_reference.pin``): numba's own call passes each of its ~70 arrays field by
-    field, ~550 machine words, which cost the static family's engine 70 % on the Azure conv trace
-    (0.106-0.120 s against 0.063-0.065 s, 2026-11-28); by reference the static, vLLM v1 and
-    SGLang engines run as fast as inlined (within 4 %). vLLM v0's and Orca's entry is inlined
-    into their loop (``families.SCHEDULER_BY_ADDRESS``): by address their engines took ~30 %
-    longer (``benchmarks/results/engine_speed_2026-11-28-scheduler-by-address.txt``)."""
+    field, ~550 machine words, more than the static family's scheduler's own work; by reference
+    the static, vLLM v1 and SGLang engines run as fast as inlined. vLLM v0's and Orca's entry is
+    inlined into their loop (``families.SCHEDULER_BY_ADDRESS``), by address their engines being
+    slower (docs/performance.md, "The compiler's machinery")."""
 
     traits = TRAITS[family]
 
@@ -541,9 +540,8 @@ def call_engine(engine, s, family):
     replica's types (``replay.engine_address``; in an extension module, :func:`linked_engine`),
     called through it: a call of the loop's dispatcher would have numba link the loop's whole
     code into the cluster's loop and optimize and compile it again there (numba links a callee's
-    module into each caller's): vLLM v1's cold cluster loop took 58.7 s of CPU so, 28.9 s by
-    address, its disaggregated loop 64.5 and 38.5 s (``benchmarks/compile_speed.py --clusters``,
-    2026-11-27). Interpreted, ``engine`` is not read."""
+    module into each caller's), which doubled the cluster loops' cold compile (docs/performance.md,
+    "The compiler's machinery"). Interpreted, ``engine`` is not read."""
     return run_family(s, family)
 
 

@@ -69,7 +69,8 @@ def block_of(s, position):
     """The block a table's token ``position`` falls in (``position // BLOCK_SIZE``), by a shift
     where the block size is a power of two, as every engine's default is: the per-step paths
     (``kv_cache.blocks_for``, the blocks a step's tokens fill) divide a few times per running
-    request, and the divisions took ~12 % of vLLM v1's engine (by hand, 2026-11-29)."""
+    request, and the divisions cost a noticeable share of vLLM v1's engine (docs/performance.md,
+    "The compiler's machinery")."""
     shift = s.config[BLOCK_SHIFT]
     if shift >= 0:
         return position >> shift
