@@ -240,3 +240,27 @@ QWEN1_5_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_siz
                "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
                "max_position_embeddings": 8192, "use_sliding_window": False, "sliding_window": 32768,
                "tie_word_embeddings": False}
+
+
+def checkout_copy(tmp_path: Path):
+    """A copy of the checkout's code (without its tests, docs, results and caches) in
+    ``tmp_path/pagesim``, and a function running ``python ARGV...`` there, importing the copy as
+    ``pagesim`` (interpreted: ``PAGESIM_JIT=0``), that returns its stdout and fails the test on a
+    non-zero exit: where docs/design.md's recipes are carried out."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "pagesim"
+    shutil.copytree(TESTS_ROOT, copy, ignore=shutil.ignore_patterns(
+        "__pycache__", ".git", "site", "out", "*.egg-info", ".pytest_cache", ".hypothesis", "results",
+        "benchmarks", "tests", "docs", "compiled"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PAGESIM_JIT="0")  # `import pagesim` is the copy
+
+    def python(*argv: str) -> str:
+        done = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    return copy, python

@@ -6,30 +6,13 @@ its presets (the same records as ``--system vllm-v1 --no-async-scheduling``), is
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 from tests.sim.core.test_policy_recipe import KEYS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sim.helpers import checkout_copy
 
 
 def test_a_new_system_is_one_registry_line(tmp_path):
-    copy = tmp_path / "pagesim"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__", ".git", "site", "out", "*.egg-info",
-                                                              ".pytest_cache", ".hypothesis", "results", "benchmarks",
-                                                              "tests", "docs", "compiled"))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), PAGESIM_JIT="0")  # `import pagesim` is the copy
-
-    def python(*argv: str) -> str:
-        done = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout
-
+    copy, python = checkout_copy(tmp_path)
     before = python("-c", KEYS)
     systems = (copy / "sim/systems.py").read_text()
     line = '    # SGLang: page_size 1 (server_args.py)'

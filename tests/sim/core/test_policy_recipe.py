@@ -6,13 +6,8 @@ compile key as it was (jit.sources_digest of the shared sources and of every cac
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.sim.helpers import checkout_copy
 
 KEYS = """
 from pagesim.sim.core.compile import jit
@@ -21,18 +16,7 @@ print(jit.sources_digest(), *(jit.sources_digest(group=g) for g in sorted(jit._G
 
 
 def test_a_new_policy_is_one_file_and_one_registry_line(tmp_path):
-    copy = tmp_path / "pagesim"
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__", ".git", "site", "out", "*.egg-info",
-                                                              ".pytest_cache", ".hypothesis", "results", "benchmarks",
-                                                              "tests", "docs", "compiled"))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), PAGESIM_JIT="0")  # `import pagesim` is the copy
-
-    def python(*argv: str) -> str:
-        done = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout
-
+    copy, python = checkout_copy(tmp_path)
     before = python("-c", KEYS)
     # 1. the policy's file: sjf's, its key the requests' preemptions
     sjf = (copy / "sim/core/sched/policy_sjf.py").read_text()
