@@ -421,7 +421,8 @@ def admit_waiting(s, budget):
     running_prefill, scheduled_running = c[STEP_PREFILL_SEQS] > 0, budget < s.config[MAX_BATCHED_TOKENS]
     while budget > draft_slots and c[WAITING_LEN]:
         p = first_arrived(s) if c[KV_HOLDING_WAITING] else -1  # those holding KV blocks first
-        # (a transfer's, counted in neither, needs a free seat as in vLLM)
+        # the seats taken: the running list's and the host loads' (a transfer's waiting request
+        # holds none, as in vLLM); one whose load has ended takes its own
         seats = c[NUM_RUNNING] + host_tier.seats_loading(s, waiting_at(s, p) if p >= 0 else -1)
         if seats >= s.config[MAX_NUM_SEQS]:
             break

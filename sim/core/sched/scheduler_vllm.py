@@ -515,8 +515,8 @@ def arrival_order(s, reached, swapped_in, admitted):
 
 def per_family(make):
     """``make(traits)`` compiled once for each family this scheduler runs in: over paged memory
-    (``CONTINUOUS``) and over contiguous extents (``CONTINUOUS_CONTIGUOUS``), ``family`` a constant
-    of each closure, so that numba compiles each family's manager into its own alone (as
+    (``CONTINUOUS``) and over contiguous extents (``CONTINUOUS_CONTIGUOUS``), the family's traits a
+    constant of each closure, so that numba compiles each family's manager into its own alone (as
     ``lifecycle.preempt_for``)."""
     return njit(make(TRAITS[CONTINUOUS])), njit(make(TRAITS[CONTINUOUS_CONTIGUOUS]))
 
@@ -527,7 +527,7 @@ decode_paged, decode_contiguous = per_family(decode_for)
 run_in_order_paged, run_in_order_contiguous = per_family(run_in_order_for)
 
 
-# the family's own, chosen where ``family`` is a constant (inlined into the family's scheduler)
+# the family's own, chosen where its ``traits`` are a constant (inlined into the family's scheduler)
 @njit(inline=True)
 def admit_waiting(s, budget, traits):
     return admit_waiting_contiguous(s, budget) if traits & EXTENTS else admit_waiting_paged(s, budget)
