@@ -9,20 +9,16 @@ and a bare ``import numpy, pandas``. Each the best of ``--repeat`` fresh process
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 
-from _import_path import child_env
+from _measure import measured
 
 COMMANDS = (["--help"], ["simulate", "--help"], ["trace", "--help"], ["reproduce", "--help"], ["report", "--help"],
             ["plan", "--help"], ["validate", "--help"])
 
 
 def cpu_seconds(argv: list[str]) -> float:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
-    _pid, _status, usage = os.wait4(proc.pid, 0)
-    return usage.ru_utime + usage.ru_stime
+    return measured(argv, check=False).cpu_s
 
 
 def main() -> int:

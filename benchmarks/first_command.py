@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import measured
+
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "python3 -m pip install -q -e ."
 RUN = "pagesim reproduce fig2 --out out/fig2"
@@ -38,12 +40,8 @@ def machine_cpu_s() -> float:
 def step(command: str, cwd: Path, env: dict) -> tuple[float, float, float]:
     """Wall seconds, machine CPU seconds and the command's own CPU seconds of ``command``."""
     c0, t0 = machine_cpu_s(), time.perf_counter()
-    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{command} failed: {proc.stderr.read().decode()[-400:]}")
-    return time.perf_counter() - t0, machine_cpu_s() - c0, usage.ru_utime + usage.ru_stime
+    own = measured(["bash", "-c", command], env=env, cwd=cwd).cpu_s
+    return time.perf_counter() - t0, machine_cpu_s() - c0, own
 
 
 def background_builds() -> bool:

@@ -13,11 +13,10 @@ apart. Prints, per case, the estimate, the measured growth and their ratio. Targ
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 
-from _import_path import child_env, import_path
+from _import_path import import_path
+from _measure import measured
 
 #: the requests of the baseline run each case is measured above
 BASE_REQUESTS = 1000
@@ -27,15 +26,7 @@ CASES = (("vllm", False, "requests"), ("vllm-v1", False, "requests"), ("vllm", T
 
 def peak_rss_bytes(argv: list[str]) -> int:
     """The peak resident memory of ``pagesim ARGV`` run as a fresh process (its output dropped)."""
-    env = child_env()
-    proc = subprocess.Popen([sys.executable, "-m", "pagesim.sim.cli", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"pagesim {' '.join(argv)} failed ({proc.returncode}): {err.strip()[-400:]}")
-    return usage.ru_maxrss * 1024  # KiB on Linux
+    return measured([sys.executable, "-m", "pagesim.sim.cli", *argv]).peak_bytes
 
 
 def command(system: str, steps: bool, requests: int) -> list[str]:

@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _measure import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,12 +40,8 @@ print(jit.sources_digest(), *(jit.sources_digest(group=g) for g in sorted(jit._G
 
 def cpu_of(argv: list[str], env: dict, cwd: Path) -> tuple[float, str]:
     """(CPU seconds of a fresh process, its standard output)."""
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(argv)} failed: {err.strip()[-600:]}")
-    return usage.ru_utime + usage.ru_stime, out
+    run = measured(argv, env=env, cwd=cwd, keep_output=True)
+    return run.cpu_s, run.out
 
 
 def main() -> int:

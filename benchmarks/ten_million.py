@@ -17,13 +17,12 @@ run is made by that checkout too, right before this one's. Prints; asserts nothi
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from _import_path import child_env
+from _measure import measured as run_measured
 
 REFERENCE = "import numpy as np; np.sort(np.random.default_rng(0).random(10**7))"
 
@@ -31,12 +30,8 @@ REFERENCE = "import numpy as np; np.sort(np.random.default_rng(0).random(10**7))
 def measured(argv: list[str], path: str | None = None) -> tuple[float, float]:
     """The CPU seconds (user + system) and the peak RSS in GB of ``argv``, a fresh process
     importing the pagesim of import folder ``path`` (this checkout's by default)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(path))
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(argv)} failed: {err.strip()[-400:]}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024 / 1e9
+    run = run_measured(argv, env=child_env(path))
+    return run.cpu_s, run.peak_gb
 
 
 def simulate(system: str, requests: int, out: str | None = None) -> list[str]:

@@ -28,12 +28,13 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from _measure import measured
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,10 +138,8 @@ def old_pandas_stats(path: Path) -> dict:
 def timed_command(argv: list[str]) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (GB) and exit code of a command run to completion."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, usage.ru_maxrss * 1024 / 1e9, proc.returncode
+    run = measured(argv, env=dict(os.environ), check=False)
+    return time.perf_counter() - t0, run.peak_gb, run.exit_code
 
 
 def big_trace(rows: int, baseline_rows: int, lengths_from: Path) -> None:

@@ -12,24 +12,19 @@ thread, its spinning after each BLAS call counted in the process's CPU). Medians
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from _import_path import child_env
+from _measure import measured
 
 TRACE = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def cpu_of(argv: list[str], env: dict) -> float:
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(argv)} failed")
-    return usage.ru_utime + usage.ru_stime
+    return measured(argv, env=env).cpu_s
 
 
 def main() -> int:
