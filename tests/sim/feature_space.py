@@ -203,33 +203,48 @@ def refusal(error) -> tuple[str, str]:
     return ("refused", str(error)) if "\n" not in str(error) else ("exception", "a refusal of many lines")
 
 
-def outcome(seed: int) -> tuple[str, str]:
-    """Run configuration ``seed``: (its outcome, a line saying why where it is not ``ok``)."""
+def prepared(seed: int):
+    """Configuration ``seed`` made ready to run: (its configuration, its trace, how it is served:
+    :func:`topology`); a ``ConfigError`` where it is refused before it runs."""
     from pagesim.sim.config import SimConfig
-    from pagesim.sim.errors import ConfigError, InvariantError
-    from pagesim.sim.run import initial_state, run_simulation
+    from pagesim.sim.run import initial_state
 
     system, kw, trace = case(seed)
     served = topology(seed, system, kw)
     if served[0] == "cluster":  # --check reads one engine's state (a disaggregated run checks each)
         kw = {**kw, "check": False}
+    cfg = SimConfig.for_system(system, **kw)
+    initial_state(cfg, trace)
+    if served[0] == "disaggregated":  # what a disaggregated run refuses, before it runs
+        from pagesim.sim.disagg import check_disagg
+        check_disagg(cfg, cfg, served[1], served[2], served[3], "ib-ndr")
+    return cfg, trace, served
+
+
+def served_run(cfg, trace, served):
+    """Run a :func:`prepared` configuration as it is served: one engine, a cluster or
+    disaggregated pools; returns the run's result."""
+    from pagesim.sim.run import run_simulation
+
+    if served[0] == "cluster":
+        from pagesim.sim.cluster import run_cluster
+        return run_cluster(cfg, trace, served[1], served[2])
+    if served[0] == "disaggregated":
+        from pagesim.sim.disagg import run_disaggregated
+        return run_disaggregated(cfg, cfg, trace, served[1], served[2], served[3])
+    return run_simulation(cfg, trace)
+
+
+def outcome(seed: int) -> tuple[str, str]:
+    """Run configuration ``seed``: (its outcome, a line saying why where it is not ``ok``)."""
+    from pagesim.sim.errors import ConfigError, InvariantError
+
     try:
-        cfg = SimConfig.for_system(system, **kw)
-        initial_state(cfg, trace)
-        if served[0] == "disaggregated":  # what a disaggregated run refuses, before it runs
-            from pagesim.sim.disagg import check_disagg
-            check_disagg(cfg, cfg, served[1], served[2], served[3], "ib-ndr")
+        cfg, trace, served = prepared(seed)
     except ConfigError as error:
         return refusal(error)
     try:
-        if served[0] == "cluster":
-            from pagesim.sim.cluster import run_cluster
-            result = run_cluster(cfg, trace, served[1], served[2])
-        elif served[0] == "disaggregated":
-            from pagesim.sim.disagg import run_disaggregated
-            result = run_disaggregated(cfg, cfg, trace, served[1], served[2], served[3])
-        else:
-            result = run_simulation(cfg, trace)
+        result = served_run(cfg, trace, served)
     except InvariantError as error:
         return "invariant", str(error)
     except ConfigError as error:  # a cluster's own refusal (its router, its replicas)
