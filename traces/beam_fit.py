@@ -17,7 +17,7 @@ import pandas as pd
 
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core.events import replay
-from pagesim.sim.core.state import BEAM_CHURN
+from pagesim.sim.core.sched import beam
 from pagesim.sim.run import prepare, result
 
 #: Fig. 15's configuration (experiments/configs/fig15.toml's [base])
@@ -37,11 +37,11 @@ def lengths_trace(lengths: Sequence[tuple[int, int]], width: int) -> pd.DataFram
 
 def core_saving(lengths: Sequence[tuple[int, int]], width: int, churn: float, seed: int = 0) -> float:
     """The core's ``blocks_shared_saving`` on these requests at beam width ``width`` with the
-    beam model's churn probability set to ``churn`` (the run's own, ``clock[BEAM_CHURN]``)."""
+    beam model's churn probability set to ``churn`` (the run's own: ``beam.set_churn``)."""
 
     cfg = SimConfig(**{**FIG15_CONFIG, "seed": seed})
     run = prepare(cfg, lengths_trace(lengths, width))
-    run.state.clock[BEAM_CHURN] = churn
+    beam.set_churn(run.state, churn)
     s, wall = replay.run(run.state)
     return float(result(cfg, run._replace(state=s), wall).summary["blocks_shared_saving"])
 

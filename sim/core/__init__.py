@@ -4,7 +4,8 @@ same CPython functions otherwise (``sim/core/compile/jit.py``).
 
 At the root, what every room reads or what reads every room:
 
-    state.py        the run's arrays, and tables of the names that index them (constants made from them)
+    state.py        the run's arrays, and tables of the names that index them (constants made from them;
+                    a feature's own in its file)
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     check.py        --check: every incremental quantity recomputed from scratch
     outcome.py      what a run left, in words and counters: reject reasons, the manager's events

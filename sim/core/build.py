@@ -18,17 +18,36 @@ import numpy as np
 
 from pagesim.sim.core import state
 from pagesim.sim.core.kv import memory, placement
-from pagesim.sim.core.sched.beam import BEAM_CHURN_PROBABILITY
+from pagesim.sim.core.sched.beam import BEAM_CHURN, BEAM_CHURN_PROBABILITY, BEAM_SEARCH
 from pagesim.sim.core.price.cost import swap_seconds
 from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.kv.prefix_cache import prefix_chain
+from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_HEAD, LRU_TAIL, NEXT,
+                                              PREV, SPEC_HASH_LOOKAHEAD, TABLE_MASK, prefix_chain)
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
 from pagesim.sim.specs.gpus import get_gpu
 from pagesim.sim.specs.presets import get_model
 from pagesim.sim.specs.kv_groups import request_layer_blocks, window_cap_blocks
+from pagesim.sim.core.events.loop import COST_MODEL, COST_SCALED, SPEC_DRAFT_COST
+from pagesim.sim.core.kv.extent import EXTENT_COLUMNS, EXTENT_START, LARGEST_EXTENT, RESERVATION_KIND
+from pagesim.sim.core.kv.host_tier import (HOST_BLOCK_COLUMNS, HOST_TABLE_MASK, HOST_TOUCHED_HEAD, HOST_TOUCHED_TAIL,
+                                           OFFLOAD_COLUMNS, OFFLOAD_FRONT, OFFLOAD_HEAP_AT, OFFLOAD_SEEN_AT)
+from pagesim.sim.core.kv.kv_cache import SLIDING_FIRST, STATE_FIRST, WINDOW_CAP_BLOCKS
+from pagesim.sim.core.kv.placement import ADDRESS_SPACE, HOLE_COLUMNS, ORDER_COLUMNS, ORDER_ROW, PLACEMENT_KIND
+from pagesim.sim.core.kv.radix_cache import (HICACHE_LAYERS, NODE_COLUMNS, NODE_FIRST_CHILD, NODE_LOCK_REF,
+                                             NODE_OWNER, NODE_PARENT, RADIX_FREE_NODE, RADIX_NODES_USED)
+from pagesim.sim.core.sched.lifecycle import SWAP_PREEMPTION
+from pagesim.sim.core.sched.scheduler_sglang import (CHUNKED_REQUEST, IGNORE_EOS, INIT_NEW_TOKEN_RATIO,
+                                                     MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO,
+                                                     NEW_TOKEN_RATIO_DECAY, SCHEDULE_POLICY)
+from pagesim.sim.core.sched.scheduler_v1 import CLIENT_TIMEOUT_S, HAS_CLIENT_TIMEOUT
+from pagesim.sim.core.sched.scheduler_vllm import (CHUNKED_PREFILL, FORKS_SHARE_BLOCKS, FREE_BLOCK_PER_SEQ,
+                                                   HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
+                                                   WAITING_SERVED_RATIO)
+from pagesim.sim.core.sched.speculative import SPEC_COLUMNS
+from pagesim.sim.core.sched.static import STATIC_BATCH_LIMIT
 
 ROWS_PER_REQUEST = 8  # the step table's first size: runs take about 5 steps per request
 UNLIMITED = 1 << 62  # limits beyond any count a run reaches (swap_gib=1e16) behave alike clamped
@@ -207,8 +226,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config = np.zeros(state.NUM_CONFIG, np.int64)
     config[state.NUM_REQUESTS] = n
     config[state.BLOCK_SIZE] = block_size
-    config[state.BLOCK_SHIFT] = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
-    config[state.KERNEL_BLOCK] = max(cfg.kernel_block_tokens, 1)
+    config[BLOCK_SHIFT] = block_size.bit_length() - 1 if block_size & (block_size - 1) == 0 else -1
+    config[KERNEL_BLOCK] = max(cfg.kernel_block_tokens, 1)
     config[state.NUM_BLOCKS] = num_blocks
     config[state.LEFTOVER_SLOTS] = pool.leftover
     config[state.WATERMARK_BLOCKS] = pool.watermark_blocks
@@ -217,11 +236,11 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[state.MAX_BATCHED_TOKENS] = limits.max_batched_tokens
     config[state.KEEP_ROWS] = int(cfg.record_steps)
     config[state.PROGRESS_EVERY] = UNLIMITED  # nobody to tell (replay.run sets it for a progress hook)
-    config[state.CHUNKED_PREFILL] = int(cfg.chunked_prefill)
+    config[CHUNKED_PREFILL] = int(cfg.chunked_prefill)
     config[state.CHUNK_BUDGET] = cfg.chunk_budget
-    config[state.SWAP_PREEMPTION] = int(cfg.preemption == "swap")
+    config[SWAP_PREEMPTION] = int(cfg.preemption == "swap")
     config[state.SWAP_CAPACITY_TOKENS] = limits.swap_capacity_tokens
-    config[state.FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
+    config[FREE_BLOCK_PER_SEQ] = int(paged and cfg.append_rule == "free-block-per-seq")
     config[state.CHECK_STEPS] = int(cfg.check)
     config[state.EXTERNAL_STEPS] = int(external)
     config[state.SCHEDULER_KIND] = cfg.family
@@ -231,8 +250,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         config[state.ASYNC_SCHEDULING] = int(cfg.async_scheduling is not False)  # None: vLLM's default, on
     sglang = cfg.capabilities.radix_cache  # (its radix cache's arrays: radix_cache.py)
     cost_code, cost_scaled, cost_constants, cost_data = cost
-    config[state.COST_MODEL] = cost_code
-    config[state.COST_SCALED] = int(cost_scaled)
+    config[COST_MODEL] = cost_code
+    config[COST_SCALED] = int(cost_scaled)
     count = np.zeros(state.NUM_COUNTS, np.int64)
     count[state.NUM_FREE_BLOCK_IDS] = num_blocks
     # every running request holds a block, so no more than num_blocks run at once, each with at
@@ -257,22 +276,22 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     seq_slot = np.full((max(n, 1), max_width), -1, i64)
     config[state.PREFIX_CACHING] = int(prefix_caching)
     config[state.SHARED_BLOCKS] = int(shared)  # reference counts kept
-    config[state.FORKS_SHARE_BLOCKS] = int(pool.shares_blocks)  # else n / beam_width > 1 is rejected
+    config[FORKS_SHARE_BLOCKS] = int(pool.shares_blocks)  # else n / beam_width > 1 is rejected
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
-    config[state.TABLE_MASK] = len(caching["key_entries"]) - 1
-    count[state.LRU_HEAD] = count[state.LRU_TAIL] = -1
+    config[TABLE_MASK] = len(caching["key_entries"]) - 1
+    count[LRU_HEAD] = count[LRU_TAIL] = -1
     clock = np.zeros(state.NUM_CLOCK)
     ratio = cfg.waiting_served_ratio
-    config[state.HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
-    clock[state.WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
-    config[state.BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
-    clock[state.BEAM_CHURN] = BEAM_CHURN_PROBABILITY
-    config[state.HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
-    clock[state.CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
+    config[HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
+    clock[WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
+    config[BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
+    clock[BEAM_CHURN] = BEAM_CHURN_PROBABILITY
+    config[HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
+    clock[CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
     radix = radix_arrays(config, count, clock, cfg, n, radix_rows(num_blocks, limits.hicache_host_pages, t.prompt
                                                                 + t.output, block_size)) if sglang else dict(
-        radix_nodes=np.zeros((1, state.NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
+        radix_nodes=np.zeros((1, NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
         arrival_s=np.ascontiguousarray(t.arrival_s), priority=t.priority, prompt_tokens=t.prompt, output_tokens=t.output,
@@ -316,20 +335,20 @@ def set_groups(config, pool: Pool, cfg) -> int:
     config[state.FULL_GROUPS] = groups.full_groups
     config[state.SLIDING_GROUPS] = groups.sliding_groups
     config[state.SLIDING_WINDOW] = groups.window
-    config[state.WINDOW_CAP_BLOCKS] = window_cap_blocks(groups.window, pool.block_size, in_flight, pool.max_seq_len)
+    config[WINDOW_CAP_BLOCKS] = window_cap_blocks(groups.window, pool.block_size, in_flight, pool.max_seq_len)
     config[state.STATE_GROUPS] = groups.state_groups
     config[state.STATE_SLOTS] = groups.state_slots
     # (without prefix caching the order only names the blocks: every one goes to the free stack)
-    config[state.SLIDING_FIRST] = int(groups.sliding_first and cfg.prefix_caching)
+    config[SLIDING_FIRST] = int(groups.sliding_first and cfg.prefix_caching)
     # prefix caching over state groups: vLLM's "align" mode (docs/notes/mamba-align.md)
     config[state.MAMBA_ALIGN] = int(bool(groups.state_groups and cfg.prefix_caching))
-    config[state.STATE_FIRST] = int(groups.state_first and cfg.prefix_caching)
+    config[STATE_FIRST] = int(groups.state_first and cfg.prefix_caching)
     return groups.num_groups
 
 
 #: SGLang's new_token_ratio constants (environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,
 #: SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600)
-INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO_FACTOR, NEW_TOKEN_RATIO_DECAY_STEPS = 0.7, 0.14, 600
+SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 0.7, 0.14, 600
 
 
 def radix_rows(device_pages: int, host_pages: int, final_len: np.ndarray, page: int) -> int:
@@ -350,21 +369,21 @@ def radix_arrays(config, count, clock, cfg, n: int, num_rows: int) -> dict:
     (:func:`radix_rows`)."""
     i64 = np.int64
     config[state.MANAGER_KIND] = state.RADIX
-    config[state.SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
-    config[state.IGNORE_EOS] = int(cfg.ignore_eos is not False)  # None: on (SimConfig.ignore_eos)
-    count[state.CHUNKED_REQUEST] = -1
-    count[state.RADIX_FREE_NODE] = -1
-    count[state.RADIX_NODES_USED] = 1  # the root
-    init = min(INIT_NEW_TOKEN_RATIO * cfg.schedule_conservativeness, 1.0)
-    floor = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
-    clock[state.NEW_TOKEN_RATIO] = clock[state.INIT_NEW_TOKEN_RATIO] = init
-    clock[state.MIN_NEW_TOKEN_RATIO] = floor
-    clock[state.NEW_TOKEN_RATIO_DECAY] = (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
-    nodes = np.zeros((num_rows, state.NODE_COLUMNS), i64)
-    nodes[:, state.NODE_FIRST_CHILD] = -1
-    nodes[0, state.NODE_PARENT] = -1
-    nodes[0, state.NODE_OWNER] = -1
-    nodes[0, state.NODE_LOCK_REF] = 1  # radix_cache.py: the root is never evicted
+    config[SCHEDULE_POLICY] = state.LPM if cfg.schedule_policy == "lpm" else state.FCFS
+    config[IGNORE_EOS] = int(cfg.ignore_eos is not False)  # None: on (SimConfig.ignore_eos)
+    count[CHUNKED_REQUEST] = -1
+    count[RADIX_FREE_NODE] = -1
+    count[RADIX_NODES_USED] = 1  # the root
+    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * cfg.schedule_conservativeness, 1.0)
+    floor = min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    clock[NEW_TOKEN_RATIO] = clock[INIT_NEW_TOKEN_RATIO] = init
+    clock[MIN_NEW_TOKEN_RATIO] = floor
+    clock[NEW_TOKEN_RATIO_DECAY] = (init - floor) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+    nodes = np.zeros((num_rows, NODE_COLUMNS), i64)
+    nodes[:, NODE_FIRST_CHILD] = -1
+    nodes[0, NODE_PARENT] = -1
+    nodes[0, NODE_OWNER] = -1
+    nodes[0, NODE_LOCK_REF] = 1  # radix_cache.py: the root is never evicted
     request = np.zeros((max(n, 1), state.RADIX_REQUEST_COLUMNS), i64)
     request[:, state.LOCKED_NODE] = -1
     return dict(radix_nodes=nodes, radix_request=request)
@@ -384,17 +403,17 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
     config[state.HICACHE_HOST_PAGES] = limits.hicache_host_pages
-    config[state.HICACHE_LAYERS] = limits.num_layers
+    config[HICACHE_LAYERS] = limits.num_layers
     rows = 1 << max(2 * blocks - 1, 1).bit_length() if blocks else 1
-    config[state.HOST_TABLE_MASK] = rows - 1
-    count[state.HOST_TOUCHED_HEAD] = count[state.HOST_TOUCHED_TAIL] = -1
-    entries = np.zeros((rows, state.ENTRY_COLUMNS), np.int64)
-    entries[:, state.ENTRY_BLOCK] = -1
+    config[HOST_TABLE_MASK] = rows - 1
+    count[HOST_TOUCHED_HEAD] = count[HOST_TOUCHED_TAIL] = -1
+    entries = np.zeros((rows, ENTRY_COLUMNS), np.int64)
+    entries[:, ENTRY_BLOCK] = -1
     offload = offload_rows(n if blocks else 0)
     seen_at = np.concatenate([[0], np.cumsum(prompt_blocks, dtype=np.int64)]) if blocks else np.zeros(1, np.int64)
     if blocks:
-        offload[:n, state.OFFLOAD_SEEN_AT] = seen_at[:n]
-    return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), state.HOST_BLOCK_COLUMNS), np.int64),
+        offload[:n, OFFLOAD_SEEN_AT] = seen_at[:n]
+    return dict(host_entries=entries, host_blocks=np.zeros((max(blocks, 1), HOST_BLOCK_COLUMNS), np.int64),
                 host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, radix_nodes, 1)), np.int64),
                 host_ready_s=np.zeros(max(blocks, radix_nodes, 1)), offload=offload,
                 host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int32),
@@ -405,8 +424,8 @@ def offload_rows(n: int) -> np.ndarray:
     """``Core.offload``'s rows for ``n`` requests (one row for none): a replica that loads KV
     asynchronously keeps vLLM's prefills in flight there (``host_tier.reserved_blocks``), the
     host tier's own columns besides."""
-    offload = np.zeros((max(n, 1), state.OFFLOAD_COLUMNS), np.int64)
-    offload[:, state.OFFLOAD_FRONT] = offload[:, state.OFFLOAD_HEAP_AT] = -1
+    offload = np.zeros((max(n, 1), OFFLOAD_COLUMNS), np.int64)
+    offload[:, OFFLOAD_FRONT] = offload[:, OFFLOAD_HEAP_AT] = -1
     return offload
 
 
@@ -423,10 +442,10 @@ def speculative_arrays(config, clock, cfg, n: int, max_seq_len: int, draft_cost:
         # EAGLE's and MTP's drafter reads the token after a block: its hash covers it (config/vllm.py:
         # 660-692; 0 with a KV connector, which --kv-offload-gib and disaggregation are, both refused here)
         eagle = cfg.speculative_method in ("eagle", "mtp")
-        config[state.SPEC_HASH_LOOKAHEAD] = int(eagle and bool(cfg.prefix_caching))
-        clock[state.SPEC_DRAFT_COST] = draft_cost
+        config[SPEC_HASH_LOOKAHEAD] = int(eagle and bool(cfg.prefix_caching))
+        clock[SPEC_DRAFT_COST] = draft_cost
     rates = acceptance_rates(cfg)
-    return dict(speculative=np.zeros((max(n, 1) if k else 1, state.SPEC_COLUMNS), np.int64),
+    return dict(speculative=np.zeros((max(n, 1) if k else 1, SPEC_COLUMNS), np.int64),
                 spec_acceptance=np.array(rates if k else [0.0], np.float64))
 
 
@@ -469,9 +488,9 @@ def step_output_arrays(external: bool, num_blocks: int, table_cells: int) -> dic
 def no_extents() -> dict:
     """The contiguous manager's arrays, empty (a paged run never reads them)."""
     i64 = np.int64
-    return dict(extent=np.zeros((0, state.EXTENT_COLUMNS), i64), buddy_bits=np.zeros(0, i64),
-                buddy_orders=np.zeros((0, state.ORDER_COLUMNS), i64),
-                holes=np.zeros((0, state.HOLE_COLUMNS), i64))
+    return dict(extent=np.zeros((0, EXTENT_COLUMNS), i64), buddy_bits=np.zeros(0, i64),
+                buddy_orders=np.zeros((0, ORDER_COLUMNS), i64),
+                holes=np.zeros((0, HOLE_COLUMNS), i64))
 
 
 def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Core:
@@ -482,32 +501,32 @@ def with_extents(cfg, pool: Pool, limits: Limits, s: state.Core, t) -> state.Cor
     config = s.config
     config[state.MANAGER_KIND] = state.CONTIGUOUS
     config[state.CAPACITY] = pool.capacity
-    config[state.ADDRESS_SPACE] = pool.capacity
+    config[ADDRESS_SPACE] = pool.capacity
     if pool.kind == "static":
-        config[state.STATIC_BATCH_LIMIT] = limits.static_batch_limit
-        config[state.RESERVATION_KIND] = state.RESERVE_MAX
-        config[state.PLACEMENT_KIND] = state.FIRST_FIT
-        config[state.ADDRESS_SPACE] = pool.num_slots * pool.max_seq_len  # the tail stays free
-        config[state.LARGEST_EXTENT] = pool.max_seq_len
+        config[STATIC_BATCH_LIMIT] = limits.static_batch_limit
+        config[RESERVATION_KIND] = state.RESERVE_MAX
+        config[PLACEMENT_KIND] = state.FIRST_FIT
+        config[ADDRESS_SPACE] = pool.num_slots * pool.max_seq_len  # the tail stays free
+        config[LARGEST_EXTENT] = pool.max_seq_len
     else:
-        config[state.RESERVATION_KIND] = RESERVATIONS[cfg.reservation]
-        config[state.PLACEMENT_KIND] = PLACEMENTS[cfg.placement]
-        config[state.LARGEST_EXTENT] = pool.largest_extent
+        config[RESERVATION_KIND] = RESERVATIONS[cfg.reservation]
+        config[PLACEMENT_KIND] = PLACEMENTS[cfg.placement]
+        config[LARGEST_EXTENT] = pool.largest_extent
         s.clock[state.PREDICTOR_ERROR] = cfg.predictor_error
     n = t.size
     i64 = np.int64
-    space = int(config[state.ADDRESS_SPACE])
-    orders = max(space.bit_length(), 1) if config[state.PLACEMENT_KIND] == state.BUDDY else 0
+    space = int(config[ADDRESS_SPACE])
+    orders = max(space.bit_length(), 1) if config[PLACEMENT_KIND] == state.BUDDY else 0
     words = [max(1, -(-(space >> k) // placement.WORD_BITS)) for k in range(orders)]
-    buddy_orders = np.zeros((orders, state.ORDER_COLUMNS), i64)
-    buddy_orders[:, state.ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
+    buddy_orders = np.zeros((orders, ORDER_COLUMNS), i64)
+    buddy_orders[:, ORDER_ROW] = np.cumsum([0] + words[:-1])[:orders]
     # holes never outnumber the extents + 1, and extents the running requests
     holes = min(int(config[state.MAX_NUM_SEQS]), n, pool.capacity) + 2
-    extent = np.zeros((n, state.EXTENT_COLUMNS), i64)
-    extent[:, state.EXTENT_START] = -1
+    extent = np.zeros((n, EXTENT_COLUMNS), i64)
+    extent[:, EXTENT_START] = -1
     s = s._replace(extent=extent, buddy_bits=np.zeros(sum(words), i64), buddy_orders=buddy_orders,
-                   holes=np.zeros((holes, state.HOLE_COLUMNS), i64))
-    if config[state.RESERVATION_KIND] == state.RESERVE_PREDICTED:
+                   holes=np.zeros((holes, HOLE_COLUMNS), i64))
+    if config[RESERVATION_KIND] == state.RESERVE_PREDICTED:
         s = s._replace(predictor_draw=predictor_draws(cfg.seed, t),
                        placement_saved=np.zeros(placement.saved_size(sum(words), orders, holes), i64))
     placement.init(s)
@@ -542,9 +561,9 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
                 chains.extend(prefix_chain(h, hash_block_tokens))
             chain_start[i + 1] = len(chains)
     block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), np.int32)  # a row a cache line (state.py)
-    block_info[:, state.PREV] = block_info[:, state.NEXT] = -1
-    key_entries = np.zeros((cap, state.ENTRY_COLUMNS), i64)
-    key_entries[:, state.ENTRY_BLOCK] = -1
+    block_info[:, PREV] = block_info[:, NEXT] = -1
+    key_entries = np.zeros((cap, ENTRY_COLUMNS), i64)
+    key_entries[:, ENTRY_BLOCK] = -1
     return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
                 last_scheduled_step=np.zeros(n if prefix_caching else 1, i64),
                 chains=np.array(chains if chains else [0], dtype=i64))

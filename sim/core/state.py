@@ -18,10 +18,12 @@ state of a run is a :class:`Core` of arrays:
   counters) and ``clock`` (float64 times and sums).
 
 The entries of ``config``, ``count`` and ``clock`` and the columns of the 2-D arrays are
-declared once, in the tables below (:func:`table`: a line per name, with what it holds); each
-name becomes the constant that indexes it (``count[NUM_RUNNING]``), numbered in the table's
-order, and each table's size a constant too (``NUM_COUNTS``). A new counter is one line in its
-table. numba reads the constants as it compiles, as literals.
+declared once, in tables (:func:`table`: a line per name, with what it holds); each name becomes
+the constant that indexes it (``count[NUM_RUNNING]``), numbered in the table's order, and each
+table's size a constant too (``NUM_COUNTS``). A new counter is one line in its table. numba reads
+the constants as it compiles, as literals. This file declares what the core and several files
+share; an entry one feature alone uses is declared in that feature's file, in a table of its own
+(``table(..., into=globals())``) or in its room of a shared table (:func:`section`).
 """
 
 from __future__ import annotations
@@ -33,25 +35,33 @@ from typing import NamedTuple
 import numpy as np
 
 class Field(NamedTuple):
-    """One named index of a table below: ``width`` consecutive entries from ``index``."""
+    """One named index of a table below: ``width`` consecutive entries from ``index``, declared by
+    ``owner`` (this module, or a feature's: its module under sim.core)."""
     name: str
     index: int
     width: int
     meaning: str
+    owner: str = "state"
 
 
 #: each table's fields in order, by the table's name: the state's layout, stated once (its
-#: index constants below are made from it; ``tests/sim/core/test_state_layout.py`` reads it)
+#: index constants are made from it; ``tests/sim/core/test_state_layout.py`` reads it). A table
+#: that one feature alone uses is declared in that feature's file; so is a feature's part of a
+#: table the core and several features share (its room: :func:`section`)
 TABLES: dict[str, tuple[Field, ...]] = {}
+#: each shared table's rooms: by owner (its module under sim.core), where its room starts and its
+#: entries at most
+ROOMS: dict[str, dict[str, tuple[int, int]]] = {}
+#: each table's size: its entries, or its row's columns (the ``size`` constant's value)
+SIZES: dict[str, int] = {}
 
 
-def table(name: str, text: str, size: str, columns: int = 0) -> int:
+def _fields(name: str, text: str, start: int, owner: str) -> list[Field]:
     """Read ``text``, one field a line: ``NAME`` or ``NAME[width]``, then what it holds (a
-    deeper-indented line goes on the meaning above it). Each ``NAME`` becomes a constant of this
-    module, its index, in the order of the lines; so does ``size``, the entries of them all
-    (``columns`` when given: a row padded to a cache line). A name already taken is an error."""
+    deeper-indented line goes on the meaning above it), numbered from ``start``, declared by
+    ``owner``."""
     fields: list[Field] = []
-    index = 0
+    index = start
     for line in textwrap.dedent(text).strip("\n").splitlines():
         if line.startswith(" "):  # more of the meaning above
             fields[-1] = fields[-1]._replace(meaning=fields[-1].meaning + " " + line.strip())
@@ -61,18 +71,64 @@ def table(name: str, text: str, size: str, columns: int = 0) -> int:
         if match is None:
             raise ValueError(f"state table {name}: {line!r} does not start with NAME or NAME[width]")
         width = int(match[2] or 1)
-        fields.append(Field(match[1], index, width, meaning.strip()))
+        fields.append(Field(match[1], index, width, meaning.strip(), owner))
         index += width
-    if columns and columns < index:
-        raise ValueError(f"state table {name}: {index} entries do not fit in {columns} columns")
-    names = [f.name for f in fields] + [size]
-    taken = sorted({n for n in names if n in globals() or names.count(n) > 1})
-    if taken:  # a constant made twice would index two things at once
+    return fields
+
+
+def _make(name: str, fields: list[Field], made: dict[str, int], into: dict) -> None:
+    """Put the constants ``made`` in the module ``into`` and the fields in TABLES; a name a table
+    or that module has already taken is an error (a constant made twice would index two things)."""
+    names = [f.name for f in fields] + [n for n in made if n not in {f.name for f in fields}]
+    tabled = {f.name for fields in TABLES.values() for f in fields}
+    taken = sorted({n for n in names if n in into or n in tabled or n in globals() or names.count(n) > 1})
+    if taken:
         raise ValueError(f"state table {name}: {', '.join(taken)} named twice")
-    made = {f.name: f.index for f in fields} | {size: columns or index}
-    globals().update(made)
-    TABLES[name] = tuple(fields)
+    into.update(made)
+    TABLES[name] = tuple(sorted(TABLES.get(name, ()) + tuple(fields), key=lambda f: f.index))
+
+
+def table(name: str, text: str, size: str, columns: int = 0, rooms: dict[str, int] | None = None,
+          into: dict | None = None) -> int:
+    """Declare table ``name`` (:func:`_fields`' lines). Each ``NAME`` becomes a constant, its
+    index, in the order of the lines; so does ``size``, the entries of them all (``columns`` when
+    given: a row padded to a cache line). The constants go in this module, or in ``into``, the
+    globals of the one file that uses the table. ``rooms``: after these fields, the entries each
+    feature (a module under sim.core) declares in its own file (:func:`section`), at most so many.
+    A room's place is fixed here, whichever file a process imports first: numba compiles indices
+    in as literals, and a compiled module outlives the process that compiled it."""
+    fields = _fields(name, text, 0, "state" if into is None else _owner(into))
+    end = fields[-1].index + fields[-1].width if fields else 0
+    for owner, entries in (rooms or {}).items():
+        ROOMS.setdefault(name, {})[owner] = (end, entries)
+        end += entries
+    if columns and columns < end:
+        raise ValueError(f"state table {name}: {end} entries do not fit in {columns} columns")
+    made = {f.name: f.index for f in fields} | {size: columns or end}
+    _make(name, fields, made, globals() if into is None else into)
+    SIZES[name] = made[size]
     return made[size]
+
+
+def _owner(module_globals: dict) -> str:
+    """The module under sim.core whose globals these are (``kv.host_tier``)."""
+    return module_globals["__name__"].removeprefix("pagesim.").removeprefix("sim.core.")
+
+
+def section(name: str, into: dict, text: str) -> None:
+    """Declare a feature's entries of the shared table ``name`` (:func:`_fields`' lines) in its
+    room, from the file that owns them: ``into`` is that file's globals, where their constants
+    go. A feature with no room, or more entries than its room holds, is an error."""
+    owner = _owner(into)
+    if owner not in ROOMS.get(name, {}):
+        raise ValueError(f"state table {name}: no room for {owner} (sim/core/state.py: its rooms)")
+    start, entries = ROOMS[name][owner]
+    fields = _fields(name, text, start, owner)
+    used = sum(f.width for f in fields)
+    if used > entries:
+        raise ValueError(f"state table {name}: {owner}'s {used} entries do not fit in its room of "
+                         f"{entries} (sim/core/state.py: its rooms)")
+    _make(name, fields, {f.name: f.index for f in fields}, into)
 
 
 # request status: the values of sim.requests.Status
@@ -97,7 +153,6 @@ NOT_DISAGGREGATED, PREFILL_SIDE, DECODE_SIDE = 0, 1, 2
 table("config", """
     NUM_REQUESTS        the trace's requests
     BLOCK_SIZE          tokens a KV block holds
-    BLOCK_SHIFT         log2 of BLOCK_SIZE where that is a power of two, else -1 (prefix_cache.block_of)
     NUM_BLOCKS          the pool's blocks
     LEFTOVER_SLOTS      token slots of the KV memory too few to make a block
     WATERMARK_BLOCKS    free blocks an admission must leave (vLLM v0's watermark)
@@ -106,24 +161,12 @@ table("config", """
     MAX_BATCHED_TOKENS  the tokens one iteration may compute
     KEEP_ROWS           1: write a step-table row per iteration
     PROGRESS_EVERY      the loop returns PROGRESS after this many more finished requests
-    CHUNKED_PREFILL     1: a prompt's prefill may be split over iterations
     CHUNK_BUDGET        the prefill tokens of a chunk (sglang: of a step)
-    SWAP_PREEMPTION     1: preempt by swapping out to host memory, not by recomputing
     SWAP_CAPACITY_TOKENS  the host swap space, in tokens
-    FREE_BLOCK_PER_SEQ  1: vLLM v0's append rule, a free block for each decoding sequence
-    COST_MODEL          which step price the loop calls: ROOFLINE, CALIBRATED or TABLE
-        (sim.core.cost, cost_calibrated, cost_table)
-    COST_SCALED         1 when its GPU time is scaled (sim.cost.models.ScaledCostModel), the
-        scale being the last entry of Core.cost
     MANAGER_KIND        which manager the memory verbs go to (PAGED, CONTIGUOUS, RADIX)
     CAPACITY            the KV memory's token slots (the categories sum to it)
-    RESERVATION_KIND    the contiguous manager's reservation (RESERVE_*)
-    PLACEMENT_KIND      the contiguous manager's placement (BUDDY, FIRST_FIT, BEST_FIT)
-    LARGEST_EXTENT      the largest reservation the contiguous manager places
     PREFIX_CACHING      1: full prompt blocks are cached by their prefix's hash
     HASH_BLOCK_TOKENS   the tokens a prefix key covers
-    TABLE_MASK          the prefix keys' hash table size less one (a power of two)
-    HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
     SCHEDULER_KIND      the scheduler family (CONTINUOUS, CONTINUOUS_CONTIGUOUS, STATIC, V1, SGLANG)
     FAMILY_TRAITS       what the family does, one bit each (sim/core/compile/families.py TRAITS)
     SCHEDULER_ADDRESS   compiled, the address of the family's scheduler (loop.call_scheduler; 0: none given)
@@ -131,24 +174,14 @@ table("config", """
         functions it calls by address read (sim/core/compile/by_reference.py; 0: no loop running)
     LAZY_ADDRESSES[64]  compiled, the addresses of the functions compiled apart (jit.njit's
         ``lazy``), a slot each in the order they are declared (0: not compiled for this run)
-    STATIC_BATCH_LIMIT  static batching: the requests of a batch
-    ADDRESS_SPACE       the contiguous manager's address space, in token slots
     SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)
     CHECK_STEPS         1 under --check: the loop returns after every iteration (sim/core/check.py)
-    BEAM_SEARCH         1: some request has beams (sim/core/sched/beam.py)
-    HAS_CLIENT_TIMEOUT  1: clients give up after clock[CLIENT_TIMEOUT_S] (vLLM v1)
-    FORKS_SHARE_BLOCKS  1: a request's sequences share their prompt's blocks
     EXTERNAL_STEPS      1 when an executor outside the core runs the steps (the GPU mode): the
         loop returns SCHEDULED after scheduling an iteration, Python puts its duration in
         clock[STEP_S], and the core records the step's data movement (Core.step_copies,
         step_swap_out, step_swap_in) as it acts
     ROUTED              1: a cluster's replica, whose router hands it its arrivals
-    SCHEDULE_POLICY     sglang's waiting order (FCFS, LPM)
     ASYNC_SCHEDULING    1: vLLM v1 schedules the next step while this one runs
-    KERNEL_BLOCK        the tokens the decode attention kernel reads a sequence's KV in: the
-        block size under vLLM v0's PagedAttention kernel (it reads whole blocks,
-        sim.core.cost.kernel_read_tokens), 1 for a kernel that reads each cached token once
-        (SimConfig.kernel_block_tokens)
     SCHEDULING_POLICY   vLLM's --scheduling-policy, its place in sim.systems.SCHEDULING_POLICIES
         (POLICY_FCFS the first): the waiting order and the victim of a preemption
         (sim/core/sched/policies.py)
@@ -158,8 +191,6 @@ table("config", """
         (vLLM's num_lookahead_tokens)
     SPEC_DRAFT_SLOTS    the input slots each scheduled request takes from the budget beyond its
         tokens (vLLM's max_num_new_slots_for_drafting)
-    SPEC_HASH_LOOKAHEAD  the tokens after each block that its prefix-cache key covers (vLLM's
-        num_hash_lookahead_tokens: 1 for EAGLE and MTP with prefix caching; prefix_cache.key_chain)
     FULL_GROUPS         vLLM v1's full-attention KV cache groups beside SLIDING_GROUPS
         (sim/specs/kv_groups.py; both 0: one group, the plain pool). Each group has its own
         block table: columns [g * M, (g + 1) * M) of Core.block_table, M its width / groups,
@@ -167,11 +198,6 @@ table("config", """
     SLIDING_GROUPS      the sliding-window groups, which free the blocks out of their window
         (kv_cache.remove_skipped)
     SLIDING_WINDOW      their window, in tokens
-    WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
-    SLIDING_FIRST       1: with prefix caching over sliding-window groups, vLLM's group order puts
-        the sliding ones first (its groups follow the layers: the first attention layer slides,
-        kv_cache_planning.py:484-507; kv_groups.KVCacheGroups.sliding_first): the order a
-        request's groups let blocks go, and so the LRU's order (kv_cache.free_groups)
     STATE_GROUPS        vLLM v1's Mamba / linear-attention groups, after the attention groups: a
         request holds one block of each from its first allocation to its end (its state);
         column g * M of Core.block_table
@@ -184,28 +210,23 @@ table("config", """
         crosses a block, the one it was copied from (kv_cache.take_state_block,
         kv_cache.remove_skipped_states); prompt chunks are cut at blocks
         (scheduler_v1.mamba_aligned_split)
-    STATE_FIRST         1: under MAMBA_ALIGN, vLLM's group order puts the state groups first (the
-        first layer keeps a state: kv_groups.KVCacheGroups.state_first): the order a request's
-        groups let blocks go (kv_cache.free_groups)
     DISAGG_ROLE         a disaggregated cluster's prefill or decode replica (PREFILL_SIDE,
         DECODE_SIDE), else NOT_DISAGGREGATED (sim/core/events/disagg.py)
     HOST_BLOCKS         vLLM v1's CPU offload tier (--kv-offload-gib; sim/core/kv/host_tier.py): the host
         memory's blocks (0: no tier)
-    HOST_TABLE_MASK     its keys' hash table size less one (a power of two)
     HICACHE_HOST_PAGES  sglang's host tier (HiCache L2, --kv-offload-gib; sim/core/kv/radix_cache.py): the
         host pool's pages (0: no host tier)
-    HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
-    IGNORE_EOS          sglang: 1 when requests carry ``ignore_eos`` (they run to max_new_tokens), so
-        the prefill budget charges a running request's remaining output whole, not at the
-        new_token_ratio (scheduler_sglang.get_new_batch_prefill)
-""", size="NUM_CONFIG")
+""", size="NUM_CONFIG",
+      rooms={"kv.prefix_cache": 4, "sched.scheduler_vllm": 8, "sched.lifecycle": 4,
+             "events.loop": 4, "kv.extent": 4, "kv.placement": 4, "sched.static": 4,
+             "sched.beam": 4, "sched.scheduler_v1": 4, "sched.scheduler_sglang": 4,
+             "kv.kv_cache": 4, "kv.host_tier": 4, "kv.radix_cache": 4})
 
 # Core.count: int64 counters
 table("count", """
-    USED_BLOCKS         blocks allocated
     COMPUTED_SLOTS      token slots holding computed K/V (the token-state category)
     DEMAND_SLOTS        token slots the running requests need now
-    LOGICAL_BLOCKS      the block tables' lengths: more than USED_BLOCKS when blocks are shared
+    LOGICAL_BLOCKS      the block tables' lengths: more than the blocks allocated when blocks are shared
     NUM_ALLOCATIONS     allocations by the manager
     NUM_FREES           frees by the manager
     NUM_FREE_BLOCK_IDS  the free block stack's height (Core.free_block_ids)
@@ -219,9 +240,6 @@ table("count", """
     SWAP_USED_TOKENS    the swap space's tokens in use
     NUM_SWAP_FALLBACKS  swap preemptions that recomputed instead (no space left, or mid-prefill)
     FREE_EPOCH          bumped at each free: a waiting head blocked on memory may fit now
-    BLOCKED_REQUEST     the waiting head that did not fit (-1: none)
-    BLOCKED_EPOCH       FREE_EPOCH when it did not fit: not retried until something is freed
-    BLOCKED_KIND        what blocked it (NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS)
     DEMAND_WAITING      1: the memory categories count the waiting head's demand
     NUM_PREEMPTIONS     preemptions
     NUM_REJECTED        requests rejected
@@ -235,22 +253,12 @@ table("count", """
     NUM_ROWS            iterations recorded (step-table rows)
     ITL_COUNT           inter-token latencies counted (clock[ITL_SUM] is their sum)
     NEXT_EVENT_ID       the next event's id: events at the same time run in the order made
-    NEXT_ARRIVAL        the next request to arrive (a trace row)
-    ARRIVAL_PENDING     1: an arrival event is scheduled
-    ARRIVAL_EVENT_ID    its id
     ENGINE_PENDING      1: an engine event (a step's end or a wake-up) is scheduled
     ENGINE_EVENT_ID     its id
     ARRIVALS_DONE       1: every request has arrived
-    IDLE                1: the engine has nothing to run and waits for an arrival
-    WAKE_TRIGGERED      1: an arrival has woken the idle engine
-    IN_STEP             1: an iteration is running
     STARTED             1: the loop has begun
-    RESERVED_SLOTS      the contiguous manager: token slots reserved
     PLACED_SLOTS        the contiguous manager: token slots placed (reserved and rounded up)
-    NUM_HOLES           the fit placements' holes (Core.holes' rows in use)
     NUM_LRU             prefix caching: cached blocks no running request holds
-    LRU_HEAD            their LRU list's head (evicted first)
-    LRU_TAIL            its tail
     NUM_EVICTIONS       cached blocks (sglang: tree leaves) evicted
     PREFIX_HIT_TOKENS   prompt tokens found cached
     PREFIX_LOOKUP_TOKENS  prompt tokens looked up
@@ -258,10 +266,7 @@ table("count", """
     SCHEDULED_STEPS     vLLM 0.4.2 with prefix caching: the steps scheduled so far (the clock of
         its blocks' last access, Core.last_scheduled_step, block_info ACCESS_STEP); vLLM v1 under
         MAMBA_ALIGN: the same count (block_info STATE_CACHED_STEP)
-    EVICTOR_RUNS        vLLM 0.4.2 with prefix caching: the runs of blocks let go so far (block_info RUN)
     STEPS_WITHOUT_TOKEN  iterations in a row that gave no request a token (a stall is ended)
-    STATIC_LIVE         static batching: the batch's requests still generating
-    STATIC_CONTEXT_SUM  static batching: the batch's context tokens
     NUM_RUNNING_SEQS    sequences the running requests run or will run once forked (width each)
     NUM_FORKS           forks made (parallel sampling, beams)
     NUM_COW_COPIES      copy-on-write block copies
@@ -269,32 +274,18 @@ table("count", """
     NUM_OVERFLOWS       the contiguous manager: requests that outgrew their reservation
     NUM_GROWS_IN_PLACE  reservations grown where they lie
     NUM_MOVES           reservations moved to grow
-    NUM_JOINS           requests that joined the decode set (their order: Core.extent's JOINED)
     STEP_SWAP_OUT_BLOCKS  this iteration's rows of Core.step_swap_out (under EXTERNAL_STEPS)
     STEP_SWAP_IN_BLOCKS  this iteration's rows of Core.step_swap_in
     STEP_NUM_FINISHED   the requests the last completed step finished (Core.step_finished[:n])
-    AWAITING_STEP_TIME  1: the loop returned SCHEDULED and resumes with clock[STEP_S]
     STEP_SWAP_OUT_EARLY  the rows of step_swap_out made by an iteration's first scheduling pass
         when it had to take a second (scheduler_vllm.schedule): they come before the second
         pass's swap-ins, which may take their blocks
     SCHEDULE_ON_RESUME  1 when the loop returned PROGRESS as a step ended, before the next
         iteration was scheduled (sim/core/events/loop.py): the next call schedules it first
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
-    CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
-    BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
-    PREFILL_INTO_EMPTY  sglang: 1 when the last iteration was a prefill while nothing ran: its batch
-        then becomes the running batch, not flagged full (scheduler_sglang.get_new_batch_prefill)
-    WAITING_REFRESHES   sglang: the fcfs passes over a waiting queue so far (every 32nd touches
-        the queue's prefixes: scheduler_sglang.touch_waiting_prefixes)
     RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
     RADIX_EVICTABLE     those of them no running request locks
     RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree
-    RADIX_ACCESS_CLOCK  the access clock: a node's last access is a tick of it
-    RADIX_FREE_NODE     the free node list's head
-    RADIX_NODES_USED    the nodes ever used (evictions scan these)
-    SPEC_SLOTS          speculative decoding: the running requests' slots past their computed
-        tokens up to their speculative high-water mark (the speculative slack category)
-    SPEC_DEMAND_SLOTS   those of them below their request's final length
     STEP_SPEC_TOKENS    this iteration's draft tokens verified (query tokens beyond one per decode)
     STEP_DRAFT_CONTEXT  the contexts' sum of this iteration's decodes that verify drafts (the
         drafter's attention reads)
@@ -302,14 +293,6 @@ table("count", """
     SPEC_ACCEPTED       of them accepted
     SPEC_VERIFIED       request-steps that verified drafts
     HOST_USED           the host tier's blocks holding a key (its occupancy)
-    HOST_LAST_RANK      the last rank given in its LRU (sim/core/kv/host_tier.py: a request's, or a
-        touch's)
-    HOST_GROUPS         the requests whose blocks rank by them, in Core.host_work's heap (GROUP_HEAP)
-    HOST_TOUCHED_HEAD   the first (lowest-ranked) block of the host LRU's touched list (-1: none)
-    HOST_TOUCHED_TAIL   and its last
-    HOST_PENDING_HEAD   its first block whose store has not landed (in Core.host_work's ring of
-        them, PENDING_BLOCK: they land in the order they were stored)
-    HOST_PENDING_LEN    those blocks
     NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
         holding part, holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
     HOST_HIT_TOKENS     prompt tokens found in the host tier past the GPU's hits
@@ -319,8 +302,6 @@ table("count", """
     HICACHE_PENDING     sglang's host tier: the nodes whose copy (a write or a load) is not yet
         acknowledged (Core.host_work's HICACHE_PENDING_NODE row, in submission order)
     STEP_LOAD_TOKENS    sglang's host tier: the tokens this iteration's prefill loads back
-    HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
-        offered again at its next step: host_tier.offer_scheduled)
     SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
         over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
         it kept every block; kv_cache.memory_categories)
@@ -334,14 +315,16 @@ table("count", """
     KV_HOLDING_WAITING  the waiting queue's first places: its requests holding KV blocks while
         a connector loads them, or loaded (a transfer's, a host load's: lifecycle.hold_waiting)
     NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
-""", size="NUM_COUNTS")
+""", size="NUM_COUNTS",
+      rooms={"sched.scheduler_vllm": 4, "events.loop": 8, "kv.extent": 4, "kv.placement": 4,
+             "kv.prefix_cache": 4, "kv.kv_cache": 4, "sched.static": 4,
+             "sched.scheduler_sglang": 8, "kv.radix_cache": 4, "sched.speculative": 4,
+             "kv.host_tier": 8})
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
 table("clock", f"""
     NOW                 the simulated time
-    ARRIVAL_TIME        the scheduled arrival event's time
     ENGINE_TIME         the scheduled engine event's time
-    IDLE_FROM           when the engine last went idle
     IDLE_S              seconds idle
     BUSY_S              seconds running iterations
     END_S               when the run ended
@@ -350,22 +333,10 @@ table("clock", f"""
     MEM_SUM[{MEMORY_CATEGORIES}]          the memory categories' slot-seconds, in sim.metrics' order
     BLOCKS_SUM          allocated blocks x seconds
     LOGICAL_SUM         the block tables' blocks x seconds
-    WAITING_SERVED_RATIO  vLLM v0's waiting-served ratio (see HAS_WAITING_SERVED_RATIO)
-    BEAM_CHURN          beam search: the chance that a beam dies at a decode step
     PREDICTOR_ERROR     the predicted reservation's relative error
     STEP_S              EXTERNAL_STEPS: the duration of the iteration just scheduled, as its
         executor measured it
     HORIZON_S           a replica: the time of the cluster's next arrival
-    NEW_TOKEN_RATIO     sglang: the share of max_new_tokens a running request is taken to
-        still decode (the scheduler's new_token_ratio), now
-    INIT_NEW_TOKEN_RATIO  its start
-    MIN_NEW_TOKEN_RATIO  its floor
-    NEW_TOKEN_RATIO_DECAY  its decay per decode step
-    LAST_SCHEDULE_S     vLLM v1 under ASYNC_SCHEDULING: when the scheduler last scheduled a step
-        (a request arriving after it waits one more step)
-    CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
-    SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
-        decode step of the drafting requests (sim/core/sched/speculative.py)
     SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
     STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
     FULL_SHARED_SUM     count[FULL_SHARED_SLOTS] x seconds
@@ -373,7 +344,9 @@ table("clock", f"""
     HOST_BLOCK_S        the host tier: the seconds one block takes over the host link, either way
     LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
     STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it
-""", size="NUM_CLOCK")
+""", size="NUM_CLOCK",
+      rooms={"events.loop": 4, "sched.scheduler_vllm": 4, "sched.beam": 4,
+             "sched.scheduler_sglang": 8, "sched.scheduler_v1": 4})
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
 # lines, left the Mooncake v0 prefix-caching engine ~4 % slower). Every value is a block or key row,
@@ -381,10 +354,7 @@ table("clock", f"""
 # trace below ~4 M requests of 500 blocks
 table("block_info", """
     REF                 the running requests holding it
-    PREV                its neighbour towards the LRU list's head
-    NEXT                its neighbour towards the tail
     KEY_END             its key's end token (0: no key)
-    KEY_SLOT            its key's row in Core.key_entries
     COMPUTED            vLLM 0.4.2: a later prompt that hits it need not compute it (marked one
         full block behind a scheduled sequence: kv_cache.mark_computed)
     ACCESS_STEP         vLLM 0.4.2: the last step a request holding it was scheduled in
@@ -398,128 +368,24 @@ table("block_info", """
         scan once that one has left the list)
     TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
         them alone, its slots are in transfer (sim/core/kv/remote_kv.py)
-    KEY_GROUP           with SLIDING_GROUPS: the KV cache group its key is in (vLLM keys a block
-        by its hash and its group, kv_cache_utils.py:60-79; prefix_cache.register_in_group)
-    STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
-        key (on the block a lookup of the key finds): a hit on it in that step is refused
-        (cached_blocks_this_step, single_type_kv_cache_manager.py:1704-1712)
-""", size="BLOCK_INFO_COLUMNS", columns=16)
-# Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
-table("key_entries", """
-    ENTRY_END           the key's end token
-    ENTRY_CHAIN         the prefix chain's hash
-    ENTRY_BLOCK         the block
-""", size="ENTRY_COLUMNS", columns=4)
-# Core.extent: the contiguous manager's reservation of each request
-table("extent", """
-    EXTENT_START        its first slot
-    EXTENT_RESERVED     R, the slots it asked for
-    EXTENT_PLACED       A >= R, the slots placed
-    EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
-    EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
-""", size="EXTENT_COLUMNS")
+""", size="BLOCK_INFO_COLUMNS", columns=16, rooms={"kv.prefix_cache": 5})
 # Core.window: per request, its sliding-window groups' state (SLIDING_GROUPS; one row elsewhere)
 table("window", """
-    WINDOW_SKIPPED      the leading blocks each sliding-window group freed (null in its table)
-    WINDOW_IN_FLIGHT    the tokens it was scheduled in the last step: under async scheduling they
-        are not processed yet when the next step is scheduled, and blocks are freed on the
-        processed tokens (kv_cache_manager.py:557-567)
     WINDOW_JUNCTION     prefix caching: its shared-prefix boundary (tokens) found at its admission's
         lookup, the full groups' hit where longer than the sliding ones' (0: none;
         kv_cache_manager.py:319-325): its sliding groups cache the blocks before it too (its
         state groups the state there: MAMBA_ALIGN)
-    STATE_SOURCE        MAMBA_ALIGN: 1 + the state column its last new state block was copied from
-        (vLLM's last_state_block_idx; 0: none), freed once its tokens are processed
-    STATE_RETIRED       MAMBA_ALIGN: the state columns below which every block is freed
-        (_num_retired_blocks, single_type_kv_cache_manager.py:1608-1627)
-""", size="WINDOW_COLUMNS")
-# Core.buddy_orders: per order of the buddy placement
-table("buddy_orders", """
-    ORDER_ROW           its first word of Core.buddy_bits
-    ORDER_FREE          its free blocks
-    ORDER_FIRST_WORD    the first word that may hold one
-""", size="ORDER_COLUMNS")
-# Core.holes: the fit placements' holes, by address
-table("holes", """
-    HOLE_START          its first slot
-    HOLE_SIZE           its slots
-""", size="HOLE_COLUMNS")
-# Core.radix_nodes (--system sglang): a tree node, a run of tokens [START, END) of every path
-# through it, named by the tokens of request OWNER; free nodes have PARENT -2
-table("radix_nodes", """
-    NODE_PARENT         its parent
-    NODE_FIRST_CHILD    its first child
-    NODE_NEXT_SIBLING   its next sibling
-    NODE_PREV_SIBLING   its previous sibling
-    NODE_START          its first token in OWNER's tokens
-    NODE_END            its end
-    NODE_OWNER          the request whose tokens name it
-    NODE_LOCK_REF       the running requests locking it
-    NODE_LAST_ACCESS    its last access (a tick of count[RADIX_ACCESS_CLOCK])
-    NODE_ON_HOST        sglang's host tier: 1 when its tokens have a host copy (SGLang's backuped)
-    NODE_EVICTED        sglang's host tier: 1 when its tokens have no device copy (host only)
-    NODE_HEAP           not the node's: entry i of an eviction's heap of leaves (radix_cache.leaves_by_age),
-        in this column as the heap holds each node at most once; read only inside that eviction
-""", size="NODE_COLUMNS")
+""", size="WINDOW_COLUMNS", rooms={"kv.kv_cache": 4})
 # Core.radix_request: per request
 table("radix_request", """
     LOCKED_NODE         the node it locks
     PREFIX_LEN          its prefix in the tree
-    MATCH_LEN           its last match's length
-    MATCH_NODE          and node
-    IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
-        prefix caching: scheduler_sglang.sort_by_longest_prefix)
-    EXTEND_LEN          this step's extend length
-    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and
-        no token its prefix hashes name, a walk from the root matches nothing
-        (radix_cache.match_prefix)
-    INSERTED_LEN        sglang's host tier: its tokens inserted so far (SGLang's cache_inserted_len):
-        an insert writes through only the nodes past them
-""", size="RADIX_REQUEST_COLUMNS")
-# Core.host_blocks (the host tier): a host block's row
-table("host_blocks", """
-    HOST_RANK           its rank in the LRU (the lowest evicted first: host_tier.py)
-    HOST_PENDING        1 while its store has not landed (host_tier.land): it cannot be evicted
-    HOST_KEY_SLOT       its key's row in Core.host_entries
-    HOST_KEY_END        its key's end token
-    HOST_KEY_CHAIN      its key's chain
-    HOST_GROUP          the list holding it, in rank order: the request it ranks by, or -1 (the
-        touched list)
-    HOST_PREV           the block before it there (-1: it is the first)
-    HOST_NEXT           and after it (-1: it is the last)
-""", size="HOST_BLOCK_COLUMNS")
+""", size="RADIX_REQUEST_COLUMNS", rooms={"sched.scheduler_sglang": 3, "kv.radix_cache": 2})
 # Core.host_work (the host tier), a row each: its LRU's min-heap of the request groups (by their
 # numbers), and room for host_tier.evict's work (a compiled loop allocates no array) and the ring
 # of blocks being stored
 table("host_work", """
-    GROUP_HEAP          a request whose blocks rank by it, in a min-heap by its number (HOST_GROUPS)
-    KEPT_GROUP          a group evict took off the heap while passing it, put back after
-    CHOSEN_BLOCK        a block evict chose
-    NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
-    PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
-    HICACHE_PENDING_NODE  sglang's host tier: a node whose copy is not acknowledged, in
-        submission order (count[HICACHE_PENDING]); its copy's end is Core.host_ready_s[node]
-    HICACHE_PATH        sglang's host tier: room for a path's nodes (radix_cache.insert_writing_through)
-    HICACHE_CHAIN       and for a write's chain of ancestors (radix_cache.write)
-""", size="HOST_WORK_COLUMNS")
-# Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
-# per request
-table("offload", """
-    OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
-    OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)
-    OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
-    OFFLOAD_RANK        its rank in the host tier's LRU, given at its first store or load (0: none)
-    OFFLOAD_SEEN_AT     its first entry in Core.host_seen (one for each of its prompt blocks)
-    OFFLOAD_FRONT       the first (lowest-ranked, its deepest) of the host blocks ranking by it (-1: none)
-    OFFLOAD_HEAP_AT     its place in the heap of groups (GROUP_HEAP; -1: not there)
-    OFFLOAD_PREFILLING  1 while vLLM counts it a prefill in flight (host_tier.reserved_blocks)
-""", size="OFFLOAD_COLUMNS")
-# Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
-table("speculative", """
-    SPEC_HIGH           the tokens its blocks were grown to hold when last scheduled: computed,
-        drafts and lookahead slots (0: none held)
-    SPEC_DRAFTS         the drafts it verifies in this step
-""", size="SPEC_COLUMNS")
+""", size="HOST_WORK_COLUMNS", rooms={"kv.host_tier": 5, "kv.radix_cache": 3})
 # Core.row_floats and Core.row_ints: an iteration's row of the step table (sim.metrics.STEP_COLUMNS)
 table("row_floats", """
     ROW_START           when it started

@@ -28,6 +28,10 @@ from pagesim.sim.run import run_simulation
 from pagesim.sim.specs import presets
 from pagesim.sim.specs.kv_groups import kv_cache_groups
 from pagesim.sim.specs.model import GATED_DELTA_NET, MAMBA, GatedDeltaNet, MambaMixer, ModelSpec
+from pagesim.sim.core.kv.host_tier import (HOST_KEY_CHAIN, HOST_KEY_END, HOST_RANK, OFFLOAD_GPU_HITS,
+                                           OFFLOAD_LOADING)
+from pagesim.sim.core.kv.prefix_cache import KEY_GROUP
+from pagesim.sim.core.sched.speculative import SPEC_DRAFTS
 
 OPT13B_SLOT = 819200  # KV bytes per token of OPT-13B (tests/sim/helpers.py): the pool is kv_gib / this
 
@@ -149,7 +153,7 @@ def group_cached(core) -> tuple:
     keyed = info[:, state.KEY_END] > 0
     groups = int(core.config[FULL_GROUPS] + core.config[SLIDING_GROUPS])
     groups += int(core.config[STATE_GROUPS]) if core.config[state.MAMBA_ALIGN] else 0
-    return tuple(int(np.count_nonzero(keyed & (info[:, state.KEY_GROUP] == g))) for g in range(groups))
+    return tuple(int(np.count_nonzero(keyed & (info[:, KEY_GROUP] == g))) for g in range(groups))
 
 
 class Recorder:
@@ -199,16 +203,16 @@ class Recorder:
                      for k in range(c[state.STEP_PREFILL_SEQS])}
         drafts, self.verifying = {}, {}
         for i in list(scheduled) if speculating else ():  # an admission padded with placeholders (speculative.pads)
-            if core.speculative[i, state.SPEC_DRAFTS]:
-                drafts[i] = int(core.speculative[i, state.SPEC_DRAFTS])
+            if core.speculative[i, SPEC_DRAFTS]:
+                drafts[i] = int(core.speculative[i, SPEC_DRAFTS])
                 scheduled[i] += drafts[i]
                 self.verifying[i] = int(core.num_generated[i])
         for i in core.running[:c[state.NUM_RUNNING]] if c[state.STEP_DECODE_SEQS] else ():  # v0: not in a prefill step
             if core.in_decode[i]:
                 assert int(i) not in scheduled, f"request {i} both prefills and decodes"
                 scheduled[int(i)] = int(core.num_seqs[i])
-                if speculating and core.speculative[i, state.SPEC_DRAFTS]:
-                    drafts[int(i)] = int(core.speculative[i, state.SPEC_DRAFTS])
+                if speculating and core.speculative[i, SPEC_DRAFTS]:
+                    drafts[int(i)] = int(core.speculative[i, SPEC_DRAFTS])
                     scheduled[int(i)] += drafts[int(i)]
                     # num_generated counts the decode's own token only when the step completes
                     self.verifying[int(i)] = int(core.num_generated[i])
@@ -263,22 +267,22 @@ class OffloadRecorder(Recorder):
     def host_order(self, core) -> tuple:
         """The tier's blocks by their LRU rank, the lowest (the next evicted, pins aside) first."""
         used = core.host_blocks[:int(core.count[state.HOST_USED])]
-        return tuple(self.names[(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))]
-                     for row in sorted(used, key=lambda row: int(row[state.HOST_RANK])))
+        return tuple(self.names[(int(row[HOST_KEY_END]), int(row[HOST_KEY_CHAIN]))]
+                     for row in sorted(used, key=lambda row: int(row[HOST_RANK])))
 
     def step(self, core):
         before = core.num_preemptions > self.preemptions  # preempted since the last record
         duration = super().step(core)
         record = self.steps[-1]
-        loading = core.offload[:, state.OFFLOAD_LOADING] > 0
+        loading = core.offload[:, OFFLOAD_LOADING] > 0
         admitted_now = (core.status == state.RUNNING) | loading
         new_load = core.load_ready_s != self.load_ready
         bs = self.workload.block_size
         admitted = {}
         for i in np.flatnonzero(admitted_now & (~self.was_admitted | before)).tolist():
-            gpu = int(core.offload[i, state.OFFLOAD_GPU_HITS]) * bs
+            gpu = int(core.offload[i, OFFLOAD_GPU_HITS]) * bs
             if loading[i]:
-                admitted[i] = (gpu, int(core.offload[i, state.OFFLOAD_LOADING]) * bs)
+                admitted[i] = (gpu, int(core.offload[i, OFFLOAD_LOADING]) * bs)
                 continue
             # (a padded admission's placeholder drafts are scheduled, not computed: speculative.pads)
             computed = int(core.num_prompt_computed[i]) - record.scheduled.get(i, 0) + record.drafts.get(i, 0)

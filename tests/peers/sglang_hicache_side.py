@@ -62,6 +62,8 @@ from pagesim.sim.core import state
 from pagesim.sim.core.compile import jit
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
+from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING_NODE, INSERTED_LEN, NODE_END, NODE_OWNER,
+                                             NODE_PARENT, NODE_START, RADIX_ACCESS_CLOCK, RADIX_NODES_USED)
 
 PEER = sglang_hicache.PEER
 SGLANG = sglang_hicache.SGLANG
@@ -328,7 +330,7 @@ class Twin:
     def tree(self, s, index: int) -> tuple[Tree, Tree]:
         """Both trees, stamps named by the operation that made them."""
         ours, theirs = pagesim_nodes(s, self.tokens, self.keys), self.side.nodes()
-        clock, counter = int(s.count[state.RADIX_ACCESS_CLOCK]), self.counter()
+        clock, counter = int(s.count[RADIX_ACCESS_CLOCK]), self.counter()
 
         # pagesim's clock is the last tick given; SGLang's counter the next value, a path's
         # ancestors stamped a hundred-thousandth below it each (unified_tree_core.py:1031-1035)
@@ -369,9 +371,9 @@ class Twin:
                 below.extend(node.children.values())
             level = below
         table = s.radix_nodes
-        for x in range(1, int(s.count[state.RADIX_NODES_USED])):
-            if table[x, state.NODE_PARENT] != radix_cache.FREE_NODE:
-                owner, start, end = (int(v) for v in table[x, [state.NODE_OWNER, state.NODE_START, state.NODE_END]])
+        for x in range(1, int(s.count[RADIX_NODES_USED])):
+            if table[x, NODE_PARENT] != radix_cache.FREE_NODE:
+                owner, start, end = (int(v) for v in table[x, [NODE_OWNER, NODE_START, NODE_END]])
                 self.handles[x] = theirs[(start, self.tokens.of(owner)[start:end].tobytes())]
 
     def call(self, fn):
@@ -397,7 +399,7 @@ class Twin:
         return node, depth
 
     def checkpoint(self, original, s, r, n):
-        inserted = int(s.radix_request[r, state.INSERTED_LEN])
+        inserted = int(s.radix_request[r, INSERTED_LEN])
         # checkpoint returns the node alone; its first insert's (the write-through's, or the
         # plain one's without a host tier) tokens held already are what SGLang's insert returns
         held = []
@@ -452,7 +454,7 @@ class Twin:
         else:
             result = self.call(lambda: self.cache.unlock(self.locks[int(x)].pop()))
         theirs = result if isinstance(result, str) else self.cache.evictable_size() - before
-        self.settle(s, kind, -1, int(s.radix_nodes[x, state.NODE_END]), ours, theirs)
+        self.settle(s, kind, -1, int(s.radix_nodes[x, NODE_END]), ours, theirs)
 
     def evict(self, original, s, n):
         if self.busy:
@@ -488,7 +490,7 @@ class Twin:
         return written
 
     def acknowledge(self, original, s):
-        pending = s.host_work[state.HICACHE_PENDING_NODE, :int(s.count[state.HICACHE_PENDING])].tolist()
+        pending = s.host_work[HICACHE_PENDING_NODE, :int(s.count[state.HICACHE_PENDING])].tolist()
         done = [x for x in pending if s.host_ready_s[x] <= s.clock[state.NOW]]
         writes = sum(self.kind.pop(x) == "write" for x in done)
         loads = len(done) - writes

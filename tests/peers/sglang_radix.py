@@ -95,6 +95,9 @@ from pagesim.sim.core import state
 from pagesim.sim.core.compile import jit
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
+from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_EVICTED, NODE_LAST_ACCESS, NODE_LOCK_REF,
+                                             NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
+                                             RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
 
 VERSION = "0.5.23"
 
@@ -357,11 +360,11 @@ def pagesim_nodes(s, tokens: Tokens, keys: dict, rows=None, tiers: bool = False)
     ``radix_nodes``. ``keys`` caches a node's tokens by (owner, start, end). ``tiers``: with a
     host tier, whether each is on the device and on the host before its last access
     (``sglang_hicache_side.py``)."""
-    table = s.radix_nodes[:s.count[state.RADIX_NODES_USED]].tolist()
+    table = s.radix_nodes[:s.count[RADIX_NODES_USED]].tolist()
 
     def key(x):
         row = table[x]
-        name = (row[state.NODE_OWNER], row[state.NODE_START], row[state.NODE_END])
+        name = (row[NODE_OWNER], row[NODE_START], row[NODE_END])
         if name not in keys:
             keys[name] = tokens.of(name[0])[name[1]:name[2]].tobytes()
         return keys[name]
@@ -369,12 +372,12 @@ def pagesim_nodes(s, tokens: Tokens, keys: dict, rows=None, tiers: bool = False)
     out = {}
     for x in range(1, len(table)) if rows is None else rows:  # row 0: the root
         row = table[x]
-        parent = row[state.NODE_PARENT]
+        parent = row[NODE_PARENT]
         if parent == radix_cache.FREE_NODE:
             continue
-        above = (0, 0) if parent == radix_cache.ROOT else (table[parent][state.NODE_START], first_token(key(parent)))
-        where = (not row[state.NODE_EVICTED], bool(row[state.NODE_ON_HOST])) if tiers else ()
-        out[(row[state.NODE_START], key(x))] = (*above, row[state.NODE_LOCK_REF], *where, row[state.NODE_LAST_ACCESS])
+        above = (0, 0) if parent == radix_cache.ROOT else (table[parent][NODE_START], first_token(key(parent)))
+        where = (not row[NODE_EVICTED], bool(row[NODE_ON_HOST])) if tiers else ()
+        out[(row[NODE_START], key(x))] = (*above, row[NODE_LOCK_REF], *where, row[NODE_LAST_ACCESS])
     return out
 
 
@@ -382,7 +385,7 @@ def pagesim_path(s, x) -> list:
     path = []
     while x != radix_cache.ROOT:
         path.append(int(x))
-        x = s.radix_nodes[x, state.NODE_PARENT]
+        x = s.radix_nodes[x, NODE_PARENT]
     return path
 
 
@@ -555,9 +558,9 @@ class Twin:
     def before(self, s) -> tuple:
         """What a call's comparison needs from before it: pagesim's nodes and clock, SGLang's
         node count and clock."""
-        used = s.count[state.RADIX_NODES_USED]
-        return (s.radix_nodes[:used].copy(), int(s.count[state.RADIX_ACCESS_CLOCK]),
-                int(s.count[state.RADIX_FREE_NODE]), SGLANG.module.TreeNode.counter, self.clock.now)
+        used = s.count[RADIX_NODES_USED]
+        return (s.radix_nodes[:used].copy(), int(s.count[RADIX_ACCESS_CLOCK]),
+                int(s.count[RADIX_FREE_NODE]), SGLANG.module.TreeNode.counter, self.clock.now)
 
     def trees(self, s, before) -> tuple[Tree, Tree]:
         """Both whole trees, this call's stamps registered."""
@@ -576,11 +579,11 @@ class Twin:
         """pagesim made no node and changed nothing but its path's last access."""
         nodes, _, free, counter, _ = before
         c = s.count
-        if (c[state.RADIX_NODES_USED] != len(nodes) or c[state.RADIX_FREE_NODE] != free
+        if (c[RADIX_NODES_USED] != len(nodes) or c[RADIX_FREE_NODE] != free
                 or SGLANG.module.TreeNode.counter != counter):
             return False
         changed = s.radix_nodes[:len(nodes)] != nodes
-        changed[path, state.NODE_LAST_ACCESS] = False
+        changed[path, NODE_LAST_ACCESS] = False
         return not changed.any()
 
     def settle(self, s, before, kind, request, argument, ours, theirs, ends=None, trees=None):
@@ -667,7 +670,7 @@ class Twin:
         evictable = int(s.count[state.RADIX_EVICTABLE])
         original(s, x)
         result = self.theirs(lambda: getattr(self.cache, kind)(self.handles[int(x)]))
-        self.settle(s, before, kind, -1, int(s.radix_nodes[x, state.NODE_END]),
+        self.settle(s, before, kind, -1, int(s.radix_nodes[x, NODE_END]),
                     int(s.count[state.RADIX_EVICTABLE]) - evictable,
                     result if isinstance(result, Raised) else int(result.delta))
 

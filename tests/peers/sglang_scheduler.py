@@ -83,6 +83,7 @@ from pagesim.sim.core import state
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import run_simulation
+from pagesim.sim.core.sched.scheduler_sglang import NEW_TOKEN_RATIO
 
 VERSION = sglang_radix.VERSION
 FOLDER = fetch.source_folder(VERSION, "sglang")
@@ -883,7 +884,7 @@ class Recorder(pagesim_steps.Recorder):
         retracted = frozenset(np.flatnonzero(core.num_preemptions > self.preemptions).tolist())
         self.preemptions = core.num_preemptions.copy()
         self.steps.append(SglangStep(float(core.clock[state.NOW]), "prefill" if prefill else "decode", scheduled,
-                                     retracted, float(core.clock[state.NEW_TOKEN_RATIO]), int(self.available(core)),
+                                     retracted, float(core.clock[NEW_TOKEN_RATIO]), int(self.available(core)),
                                      int(c[state.RADIX_EVICTABLE])))
         return STEP_S
 

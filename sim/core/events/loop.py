@@ -69,28 +69,56 @@ from pagesim.sim.core.compile.families import (EXTENTS, HOLDS_ARRIVED_KV, HOST_C
 from pagesim.sim.core.compile.by_reference import pin, state_at
 from pagesim.sim.core.compile.jit import interpreted, njit, on_numba_load
 from pagesim.sim.core.kv.memory import memory_categories
-from pagesim.sim.core.state import (ARRIVAL_EVENT_ID, ARRIVAL_PENDING, ARRIVAL_TIME, ARRIVALS_DONE,
-                            BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S, ENGINE_EVENT_ID,
-                            ENGINE_PENDING, ENGINE_TIME, IDLE, IDLE_FROM, IDLE_S, IN_STEP, KEEP_ROWS,
-                            LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_ARRIVAL, NEXT_EVENT_ID, NOW, NUM_FINISHED,
-                            NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
-                            PROGRESS_EVERY, RUNNING_WEIGHTED, SCHEDULE_ON_RESUME, STARTED, STEP_DECODE_SEQS,
-                            STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT,
-                            STEPS_WITHOUT_TOKEN, SWAPPED_LEN, WAITING_LEN,
-                            WAKE_TRIGGERED)
-from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, COST_MODEL, COST_SCALED, MAX_SEQ_LEN, TABLE
+from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, BLOCKS_SUM, BUSY_S, DEMAND_WAITING, END_S,
+                                    ENGINE_EVENT_ID, ENGINE_PENDING, ENGINE_TIME, IDLE_S, KEEP_ROWS,
+                                    LOGICAL_BLOCKS, LOGICAL_SUM, MEM_SUM, NEXT_EVENT_ID, NOW, NUM_FINISHED,
+                                    NUM_FINISHED_REPORTED, NUM_REQUESTS, NUM_ROWS, NUM_RUNNING,
+                                    PROGRESS_EVERY, RUNNING_WEIGHTED, SCHEDULE_ON_RESUME, STARTED,
+                                    STEP_DECODE_SEQS, STEP_COPIED_BLOCKS, STEP_PREFILL_SEQS,
+                                    STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_OUT, STEPS_WITHOUT_TOKEN,
+                                    SWAPPED_LEN, WAITING_LEN)
+from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG,
                                     STATE_ADDRESS, STATIC, V1)
-from pagesim.sim.core.state import AWAITING_STEP_TIME, EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
+from pagesim.sim.core.state import EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
-from pagesim.sim.core.state import SPEC_DRAFT_COST, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
+from pagesim.sim.core.state import STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
 from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
 from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
 from pagesim.sim.core.state import NUM_LOADING, NUM_PREEMPTIONS
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    COST_MODEL          which step price the loop calls: ROOFLINE, CALIBRATED or TABLE
+        (sim.core.cost, cost_calibrated, cost_table)
+    COST_SCALED         1 when its GPU time is scaled (sim.cost.models.ScaledCostModel), the
+        scale being the last entry of Core.cost
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    NEXT_ARRIVAL        the next request to arrive (a trace row)
+    ARRIVAL_PENDING     1: an arrival event is scheduled
+    ARRIVAL_EVENT_ID    its id
+    IDLE                1: the engine has nothing to run and waits for an arrival
+    WAKE_TRIGGERED      1: an arrival has woken the idle engine
+    IN_STEP             1: an iteration is running
+    AWAITING_STEP_TIME  1: the loop returned SCHEDULED and resumes with clock[STEP_S]
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    ARRIVAL_TIME        the scheduled arrival event's time
+    IDLE_FROM           when the engine last went idle
+    SPEC_DRAFT_COST     speculative decoding: the drafter's price per step, as a fraction of a
+        decode step of the drafting requests (sim/core/sched/speculative.py)
+""")
+
 
 # what run() returns
 DONE, ROWS_FULL, PROGRESS, STEP_NOT_POSITIVE, EMPTY_POOL, STALLED, NO_TOKEN, STEPPED = 0, 1, 2, 3, 4, 5, 6, 7

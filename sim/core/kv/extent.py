@@ -41,11 +41,32 @@ import numpy as np
 from pagesim.sim.core.kv import placement
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.kv.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
-from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, EXTENT_JOINED, EXTENT_PLACED,
-                            EXTENT_PROMPT, EXTENT_RESERVED, EXTENT_START, FREE_EPOCH, LARGEST_EXTENT, MAX_SEQ_LEN,
-                            NUM_ALLOCATIONS, NUM_FREES, NUM_GROWS_IN_PLACE, NUM_JOINS, NUM_MOVES, NUM_OVERFLOWS,
-                            NUM_RUNNING, PLACED_SLOTS, PREDICTOR_ERROR, RESERVATION_KIND, RESERVE_MAX,
-                            RESERVE_ORACLE, RESERVE_POW2, RESERVE_PREDICTED, RESERVED_SLOTS)
+from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, FREE_EPOCH, MAX_SEQ_LEN,
+                                    NUM_ALLOCATIONS, NUM_FREES, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_OVERFLOWS,
+                                    NUM_RUNNING, PLACED_SLOTS, PREDICTOR_ERROR, RESERVE_MAX, RESERVE_ORACLE,
+                                    RESERVE_POW2, RESERVE_PREDICTED)
+from pagesim.sim.core.state import section, table
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    RESERVATION_KIND    the contiguous manager's reservation (RESERVE_*)
+    LARGEST_EXTENT      the largest reservation the contiguous manager places
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    RESERVED_SLOTS      the contiguous manager: token slots reserved
+    NUM_JOINS           requests that joined the decode set (their order: Core.extent's EXTENT_JOINED)
+""")
+
+# Core.extent: the contiguous manager's reservation of each request
+table("extent", """
+    EXTENT_START        its first slot
+    EXTENT_RESERVED     R, the slots it asked for
+    EXTENT_PLACED       A >= R, the slots placed
+    EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
+    EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
+""", size="EXTENT_COLUMNS", into=globals())
 
 
 @njit(inline=True)

@@ -88,19 +88,67 @@ import numpy as np
 
 from pagesim.sim.core.kv import kv_cache, prefix_cache
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOST_BLOCK_S, HOST_EVICTIONS, HOST_GROUPS,
-                                    HOST_HIT_TOKENS, HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, HOST_LAST_RANK,
-                                    HOST_LOADED_BLOCKS, HOST_RANK, HOST_REFUSED, HOST_STORED_BLOCKS, HOST_TABLE_MASK,
-                                    HOST_USED, LOAD_LINK_FREE_S, NOW, NUM_LOADING, OFFLOAD_GPU_HITS, OFFLOAD_LOADING,
-                                    OFFLOAD_OFFERED, OFFLOAD_PREFILLING, OFFLOAD_RANK, OFFLOAD_SEEN_AT,
-                                    STEP_PREFILL_SEQS, STORE_LINK_FREE_S, WAITING_HEAD)
+from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOST_BLOCK_S, HOST_EVICTIONS,
+                                    HOST_HIT_TOKENS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS, HOST_USED,
+                                    LOAD_LINK_FREE_S, NOW, NUM_LOADING, STEP_PREFILL_SEQS, STORE_LINK_FREE_S,
+                                    WAITING_HEAD)
 from pagesim.sim.core.state import (FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, SPEC_LOOKAHEAD, SPEC_TOKENS,
                                     STEP_NUM_FINISHED)
 from pagesim.sim.core.state import DECODE_SIDE, DISAGG_ROLE
-from pagesim.sim.core.state import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUP, HOST_NEXT, HOST_PENDING,
-                                    HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_TOUCHED_HEAD,
-                                    HOST_TOUCHED_TAIL, KEPT_GROUP, NEW_BLOCK, OFFLOAD_FRONT, OFFLOAD_HEAP_AT,
-                                    PENDING_BLOCK)
+from pagesim.sim.core.state import section, table
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    HOST_TABLE_MASK     the host tier's keys' hash table size less one (a power of two)
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    HOST_LAST_RANK      the last rank given in the host tier's LRU (a request's, or a touch's)
+    HOST_GROUPS         the requests whose blocks rank by them, in Core.host_work's heap (GROUP_HEAP)
+    HOST_TOUCHED_HEAD   the first (lowest-ranked) block of the host LRU's touched list (-1: none)
+    HOST_TOUCHED_TAIL   and its last
+    HOST_PENDING_HEAD   the host tier's first block whose store has not landed (in Core.host_work's ring of
+        them, PENDING_BLOCK: they land in the order they were stored)
+    HOST_PENDING_LEN    those blocks
+    HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
+        offered again at its next step: host_tier.offer_scheduled)
+""")
+
+# Core.host_blocks (the host tier): a host block's row
+table("host_blocks", """
+    HOST_RANK           its rank in the LRU (the lowest evicted first: host_tier.py)
+    HOST_PENDING        1 while its store has not landed (host_tier.land): it cannot be evicted
+    HOST_KEY_SLOT       its key's row in Core.host_entries
+    HOST_KEY_END        its key's end token
+    HOST_KEY_CHAIN      its key's chain
+    HOST_GROUP          the list holding it, in rank order: the request it ranks by, or -1 (the
+        touched list)
+    HOST_PREV           the block before it there (-1: it is the first)
+    HOST_NEXT           and after it (-1: it is the last)
+""", size="HOST_BLOCK_COLUMNS", into=globals())
+
+# Core.host_work: this file's entries, in its room of the shared table (sim/core/state.py)
+section("host_work", globals(), """
+    GROUP_HEAP          a request whose blocks rank by it, in a min-heap by its number (HOST_GROUPS)
+    KEPT_GROUP          a group evict took off the heap while passing it, put back after
+    CHOSEN_BLOCK        a block evict chose
+    NEW_BLOCK           a block of an offer the tier does not hold (host_tier.store)
+    PENDING_BLOCK       a block whose store has not landed, in a ring (HOST_PENDING_*)
+""")
+
+# Core.offload (the host tier; a disaggregated decode side's OFFLOAD_PREFILLING; one row elsewhere):
+# per request
+table("offload", """
+    OFFLOAD_OFFERED     its leading prompt blocks offered to the host tier since its admission
+    OFFLOAD_LOADING     its host blocks being loaded (0: none; it waits in the queue's holding part)
+    OFFLOAD_GPU_HITS    its GPU prefix hits at that admission, in blocks
+    OFFLOAD_RANK        its rank in the host tier's LRU, given at its first store or load (0: none)
+    OFFLOAD_SEEN_AT     its first entry in Core.host_seen (one for each of its prompt blocks)
+    OFFLOAD_FRONT       the first (lowest-ranked, its deepest) of the host blocks ranking by it (-1: none)
+    OFFLOAD_HEAP_AT     its place in the heap of groups (GROUP_HEAP; -1: not there)
+    OFFLOAD_PREFILLING  1 while vLLM counts it a prefill in flight (host_tier.reserved_blocks)
+""", size="OFFLOAD_COLUMNS", into=globals())
 
 
 @njit(inline=True)

@@ -23,19 +23,51 @@ from pagesim.sim.core.kv import prefix_cache, radix_cache
 from pagesim.sim.core.kv.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.compile.families import BLOCK_TABLE, CACHES_COMPUTED
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS, EVICTOR_RUNS,
-                            HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN, NUM_ALLOCATIONS,
-                            NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS, NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING,
-                            PREFIX_HIT_TOKENS, PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
-                            STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS,
+                                    HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN,
+                                    NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS,
+                                    NUM_FREE_BLOCK_IDS, NUM_FREES, PREFIX_CACHING, PREFIX_HIT_TOKENS,
+                                    PREFIX_LOOKUP_TOKENS, REF, RUN, RUN_LAST, SHARED_BLOCKS,
+                                    STEP_COPIED_BLOCKS, TRANSFERS, WATERMARK_BLOCKS)
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
 from pagesim.sim.core.state import ASYNC_SCHEDULING, MANAGER_KIND, PAGED
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
-from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS, SLIDING_GROUPS,
-                                    SLIDING_WINDOW, WINDOW_CAP_BLOCKS, WINDOW_IN_FLIGHT, WINDOW_SKIPPED)
+from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS,
+                                    SLIDING_GROUPS, SLIDING_WINDOW)
 from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
-from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_FIRST, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
-from pagesim.sim.core.state import MAMBA_ALIGN, STATE_FIRST, STATE_RETIRED, STATE_SOURCE
+from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
+from pagesim.sim.core.state import MAMBA_ALIGN
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    WINDOW_CAP_BLOCKS   the blocks a sliding-window group may hold for one request (its admission)
+    SLIDING_FIRST       1: with prefix caching over sliding-window groups, vLLM's group order puts
+        the sliding ones first (its groups follow the layers: the first attention layer slides,
+        kv_cache_planning.py:484-507; kv_groups.KVCacheGroups.sliding_first): the order a
+        request's groups let blocks go, and so the LRU's order (kv_cache.free_groups)
+    STATE_FIRST         1: under MAMBA_ALIGN, vLLM's group order puts the state groups first (the
+        first layer keeps a state: kv_groups.KVCacheGroups.state_first): the order a request's
+        groups let blocks go (kv_cache.free_groups)
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    EVICTOR_RUNS        vLLM 0.4.2 with prefix caching: the runs of blocks let go so far (block_info RUN)
+""")
+
+# Core.window: this file's entries, in its room of the shared table (sim/core/state.py)
+section("window", globals(), """
+    WINDOW_SKIPPED      the leading blocks each sliding-window group freed (null in its table)
+    WINDOW_IN_FLIGHT    the tokens it was scheduled in the last step: under async scheduling they
+        are not processed yet when the next step is scheduled, and blocks are freed on the
+        processed tokens (kv_cache_manager.py:557-567)
+    STATE_SOURCE        MAMBA_ALIGN: 1 + the state column its last new state block was copied from
+        (vLLM's last_state_block_idx; 0: none), freed once its tokens are processed
+    STATE_RETIRED       MAMBA_ALIGN: the state columns below which every block is freed
+        (_num_retired_blocks, single_type_kv_cache_manager.py:1608-1627)
+""")
+
 
 CAN_ALLOCATE, ALLOCATE_LATER, NEVER_FITS = 0, 1, 2
 

@@ -38,8 +38,33 @@ blocks, a word before which none is free); ``holes[h]`` = (start, size).
 from __future__ import annotations
 
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import (ADDRESS_SPACE, BEST_FIT, BUDDY, HOLE_SIZE, HOLE_START, NUM_HOLES, ORDER_FIRST_WORD,
-                            ORDER_FREE, ORDER_ROW, PLACEMENT_KIND)
+from pagesim.sim.core.state import BEST_FIT, BUDDY
+from pagesim.sim.core.state import section, table
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    PLACEMENT_KIND      the contiguous manager's placement (BUDDY, FIRST_FIT, BEST_FIT)
+    ADDRESS_SPACE       the contiguous manager's address space, in token slots
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    NUM_HOLES           the fit placements' holes (Core.holes' rows in use)
+""")
+
+# Core.buddy_orders: per order of the buddy placement
+table("buddy_orders", """
+    ORDER_ROW           its first word of Core.buddy_bits
+    ORDER_FREE          its free blocks
+    ORDER_FIRST_WORD    the first word that may hold one
+""", size="ORDER_COLUMNS", into=globals())
+
+# Core.holes: the fit placements' holes, by address
+table("holes", """
+    HOLE_START          its first slot
+    HOLE_SIZE           its slots
+""", size="HOLE_COLUMNS", into=globals())
+
 
 WORD_BITS = 32  # bits used per int64 word: no sign bit, so `w & -w` is the lowest set bit
 

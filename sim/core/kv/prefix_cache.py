@@ -37,15 +37,46 @@ from __future__ import annotations
 
 from pagesim.sim.core.compile.families import EVICTS_ANY_BLOCK
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import BLOCK_SHIFT
-from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, ENTRY_BLOCK, ENTRY_CHAIN, ENTRY_END,
-                                    HASH_BLOCK_TOKENS, HASHED_TOKENS, KEY_END, KEY_SLOT, LRU_HEAD, LRU_TAIL, NEXT,
-                                    NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, PREV, REF, RUN, RUN_LAST, TABLE_MASK)
-from pagesim.sim.core.state import (FULL_GROUPS, KEY_GROUP, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS,
-                                    WINDOW_JUNCTION)
-from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS, STATE_CACHED_STEP
-from pagesim.sim.core.state import SPEC_HASH_LOOKAHEAD
+from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, HASH_BLOCK_TOKENS, HASHED_TOKENS,
+                                    KEY_END, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, REF, RUN, RUN_LAST)
+from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS, WINDOW_JUNCTION
+from pagesim.sim.core.state import MAMBA_ALIGN, SCHEDULED_STEPS
 from pagesim.sim.core.state import FAMILY_TRAITS, PREFIX_CACHING
+from pagesim.sim.core.state import section, table
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    BLOCK_SHIFT         log2 of BLOCK_SIZE where that is a power of two, else -1 (prefix_cache.block_of)
+    TABLE_MASK          the prefix keys' hash table size less one (a power of two)
+    SPEC_HASH_LOOKAHEAD  the tokens after each block that its prefix-cache key covers (vLLM's
+        num_hash_lookahead_tokens: 1 for EAGLE and MTP with prefix caching; prefix_cache.key_chain)
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    LRU_HEAD            the LRU list's head of the cached blocks no running request holds
+        (count[NUM_LRU]; evicted first)
+    LRU_TAIL            its tail
+""")
+
+# Core.block_info: this file's entries, in its room of the shared table (sim/core/state.py)
+section("block_info", globals(), """
+    PREV                its neighbour towards the LRU list's head
+    NEXT                its neighbour towards the tail
+    KEY_SLOT            its key's row in Core.key_entries
+    KEY_GROUP           with SLIDING_GROUPS: the KV cache group its key is in (vLLM keys a block
+        by its hash and its group, kv_cache_utils.py:60-79; prefix_cache.register_in_group)
+    STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
+        key (on the block a lookup of the key finds): a hit on it in that step is refused
+        (cached_blocks_this_step, single_type_kv_cache_manager.py:1704-1712)
+""")
+
+# Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
+table("key_entries", """
+    ENTRY_END           the key's end token
+    ENTRY_CHAIN         the prefix chain's hash
+    ENTRY_BLOCK         the block
+""", size="ENTRY_COLUMNS", columns=4, into=globals())
 
 
 def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
@@ -61,7 +92,6 @@ def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
 
 # the map's home slot: Python's hash is well mixed in every bit; the end token is not
 END_MIX = 0x9E3779B1
-
 
 
 @njit(inline=True)

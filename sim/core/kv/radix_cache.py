@@ -45,17 +45,61 @@ import numpy as np
 from pagesim.sim.core.compile.families import RADIX_TREE
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import FAMILY_TRAITS
-from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_CHAIN, HICACHE_HOST_PAGES,
-                                    HICACHE_LAYERS, HICACHE_PATH, HICACHE_PENDING, HICACHE_PENDING_NODE,
+from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_HOST_PAGES, HICACHE_PENDING,
                                     HOST_BLOCK_S, HOST_EVICTIONS, HOST_HIT_TOKENS, HOST_LOADED_BLOCKS,
-                                    HOST_STORED_BLOCKS,
-                                    HOST_USED, INSERTED_LEN, LEFTOVER_SLOTS, LOAD_LINK_FREE_S, LOCKED_NODE,
-                                    NODE_END, NODE_EVICTED, NODE_FIRST_CHILD, NODE_HEAP, NODE_LAST_ACCESS,
-                                    NODE_LOCK_REF, NODE_NEXT_SIBLING, NODE_ON_HOST, NODE_OWNER, NODE_PARENT,
-                                    NODE_PREV_SIBLING, NODE_START, NOW, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING,
-                                    OWNED_NODES, PREFIX_LEN, RADIX_ACCESS_CLOCK, RADIX_EVICTABLE,
-                                    RADIX_FREE_NODE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
+                                    HOST_STORED_BLOCKS, HOST_USED, LEFTOVER_SLOTS, LOAD_LINK_FREE_S,
+                                    LOCKED_NODE, NOW, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, PREFIX_LEN,
+                                    RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
                                     STEP_LOAD_TOKENS, STORE_LINK_FREE_S)
+from pagesim.sim.core.state import section, table
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    HICACHE_LAYERS      the model's layers, over which a load back is pipelined with the step
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    RADIX_ACCESS_CLOCK  the radix tree's access clock: a node's last access is a tick of it
+    RADIX_FREE_NODE     the head of the radix tree's list of free nodes
+    RADIX_NODES_USED    the nodes ever used (evictions scan these)
+""")
+
+# Core.radix_nodes (--system sglang): a tree node, a run of tokens [START, END) of every path
+# through it, named by the tokens of request OWNER; free nodes have PARENT -2
+table("radix_nodes", """
+    NODE_PARENT         its parent
+    NODE_FIRST_CHILD    its first child
+    NODE_NEXT_SIBLING   its next sibling
+    NODE_PREV_SIBLING   its previous sibling
+    NODE_START          its first token in OWNER's tokens
+    NODE_END            its end
+    NODE_OWNER          the request whose tokens name it
+    NODE_LOCK_REF       the running requests locking it
+    NODE_LAST_ACCESS    its last access (a tick of count[RADIX_ACCESS_CLOCK])
+    NODE_ON_HOST        sglang's host tier: 1 when its tokens have a host copy (SGLang's backuped)
+    NODE_EVICTED        sglang's host tier: 1 when its tokens have no device copy (host only)
+    NODE_HEAP           not the node's: entry i of an eviction's heap of leaves (radix_cache.leaves_by_age),
+        in this column as the heap holds each node at most once; read only inside that eviction
+""", size="NODE_COLUMNS", into=globals())
+
+# Core.radix_request: this file's entries, in its room of the shared table (sim/core/state.py)
+section("radix_request", globals(), """
+    OWNED_NODES         the tree's live nodes its tokens name (their NODE_OWNER): with none, and
+        no token its prefix hashes name, a walk from the root matches nothing
+        (radix_cache.match_prefix)
+    INSERTED_LEN        sglang's host tier: its tokens inserted so far (SGLang's cache_inserted_len):
+        an insert writes through only the nodes past them
+""")
+
+# Core.host_work: this file's entries, in its room of the shared table (sim/core/state.py)
+section("host_work", globals(), """
+    HICACHE_PENDING_NODE  sglang's host tier: a node whose copy is not acknowledged, in
+        submission order (count[HICACHE_PENDING]); its copy's end is Core.host_ready_s[node]
+    HICACHE_PATH        sglang's host tier: room for a path's nodes (radix_cache.insert_writing_through)
+    HICACHE_CHAIN       and for a write's chain of ancestors (radix_cache.write)
+""")
+
 
 ROOT = 0
 FREE_NODE = -2  # NODE_PARENT of a node on the free list

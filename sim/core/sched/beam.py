@@ -14,7 +14,19 @@ from __future__ import annotations
 from pagesim.sim.core.kv import kv_cache
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.rng import below
-from pagesim.sim.core.state import BEAM_CHURN, BEAM_SEARCH, FREE_EPOCH, NUM_RUNNING
+from pagesim.sim.core.state import FREE_EPOCH, NUM_RUNNING
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    BEAM_SEARCH         1: some request has beams (sim/core/sched/beam.py)
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    BEAM_CHURN          beam search: the chance that a beam dies at a decode step
+""")
+
 
 #: the model's one constant: the chance that a beam dies at a decode step and is replaced by a
 #: fork of a surviving beam, so that a beam family's shared prefix grows as real beam search's does.
@@ -27,6 +39,12 @@ from pagesim.sim.core.state import BEAM_CHURN, BEAM_SEARCH, FREE_EPOCH, NUM_RUNN
 #: into one within ~10 steps, so at widths 4 and 6 it shares 2-10 pp more blocks than the
 #: record; at 0.25 (the guess it replaces) as much (its saving barely moves with p).
 BEAM_CHURN_PROBABILITY = 0.38
+
+
+def set_churn(s, probability: float) -> None:
+    """Make the chance that a beam dies at a decode step ``probability`` for the run of state
+    ``s``, in place of :data:`BEAM_CHURN_PROBABILITY` (traces/beam_fit.py fits it so)."""
+    s.clock[BEAM_CHURN] = probability
 
 
 @njit(inline=True)

@@ -23,14 +23,21 @@ from pagesim.sim.core.compile.families import DISAGGREGATES, FORKS, SPECULATES, 
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import DISAGG_ROLE, KV_HOLDING_WAITING, NOW, PREFILL_SIDE, SCHEDULER_KIND
 from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, DECODE_SET_SIZE, DEMAND_WAITING,
-                                    FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MAX_NUM_SEQS,
-                                    NUM_FINISHED, NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
+                                    FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM, MAX_NUM_SEQS, NUM_FINISHED,
+                                    NUM_PREEMPTIONS, NUM_REJECTED, NUM_RUNNING, NUM_RUNNING_SEQS,
                                     NUM_SWAP_FALLBACKS, REJECT_TOO_WIDE, REJECTED, RUNNING,
-                                    STEP_COPIED_BLOCKS, STEP_DECODE_SEQS, STEP_NUM_FINISHED, STEP_PREFILL_SEQS,
-                                    STEP_PREFILL_TOKENS, STEP_SWAP_IN, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT,
-                                    STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN,
-                                    SWAP_CAPACITY_TOKENS, SWAP_PREEMPTION, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
-                                    SWAPPED_LEN, V1, WAITING, WAITING_HEAD, WAITING_LEN)
+                                    STEP_COPIED_BLOCKS, STEP_DECODE_SEQS, STEP_NUM_FINISHED,
+                                    STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
+                                    STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT, STEP_SWAP_OUT_BLOCKS,
+                                    STEP_SWAP_OUT_EARLY, STEPS_WITHOUT_TOKEN, SWAP_CAPACITY_TOKENS,
+                                    SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, V1, WAITING,
+                                    WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    SWAP_PREEMPTION     1: preempt by swapping out to host memory, not by recomputing
+""")
 
 
 # Every run ends: a correct schedule produces a token (a first one or a decode) at least once

@@ -77,15 +77,49 @@ from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.sched.lifecycle import begin_iteration, pop_waiting, prefill, push_waiting, reject_head, start_running
 from pagesim.sim.core.compile.families import TRAITS
 from pagesim.sim.core.state import SGLANG
-from pagesim.sim.core.state import (BATCH_IS_FULL, BLOCK_SIZE, CHUNK_BUDGET, CHUNKED_REQUEST, DECODE_SET_SIZE,
-                                    DEMAND_WAITING, EXTEND_LEN, FREE_EPOCH, IGNORE_EOS, IN_WAITING_TREE,
-                                    INIT_NEW_TOKEN_RATIO, LOCKED_NODE, LPM, MATCH_LEN, MAX_BATCHED_TOKENS,
-                                    MAX_NUM_SEQS, MAX_SEQ_LEN, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO,
-                                    NEW_TOKEN_RATIO_DECAY, NUM_PREEMPTIONS, NUM_RUNNING, NUM_RUNNING_SEQS,
-                                    PREFILL_INTO_EMPTY, PREFIX_HIT_TOKENS, PREFIX_LEN, PREFIX_LOOKUP_TOKENS,
-                                    RADIX_EVICTABLE, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, RUNNING,
-                                    SCHEDULE_POLICY, STEP_DECODE_SEQS, STEP_NUM_FINISHED, WAITING, WAITING_HEAD,
-                                    WAITING_LEN, WAITING_REFRESHES)
+from pagesim.sim.core.state import (BLOCK_SIZE, CHUNK_BUDGET, DECODE_SET_SIZE, DEMAND_WAITING, FREE_EPOCH,
+                                    LOCKED_NODE, LPM, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
+                                    NUM_PREEMPTIONS, NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS,
+                                    PREFIX_LEN, PREFIX_LOOKUP_TOKENS, RADIX_EVICTABLE, REJECT_NEVER_FITS,
+                                    REJECT_WIDTH_UNSHARED, RUNNING, STEP_DECODE_SEQS, STEP_NUM_FINISHED,
+                                    WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    SCHEDULE_POLICY     sglang's waiting order (FCFS, LPM)
+    IGNORE_EOS          sglang: 1 when requests carry ``ignore_eos`` (they run to max_new_tokens), so
+        the prefill budget charges a running request's remaining output whole, not at the
+        new_token_ratio (scheduler_sglang.get_new_batch_prefill)
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    CHUNKED_REQUEST     sglang: the request whose prefill is chunked (-1: none)
+    BATCH_IS_FULL       sglang: 1 while the running batch is full (no new request is tried)
+    PREFILL_INTO_EMPTY  sglang: 1 when the last iteration was a prefill while nothing ran: its batch
+        then becomes the running batch, not flagged full (scheduler_sglang.get_new_batch_prefill)
+    WAITING_REFRESHES   sglang: the fcfs passes over a waiting queue so far (every 32nd touches
+        the queue's prefixes: scheduler_sglang.touch_waiting_prefixes)
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    NEW_TOKEN_RATIO     sglang: the share of max_new_tokens a running request is taken to
+        still decode (the scheduler's new_token_ratio), now
+    INIT_NEW_TOKEN_RATIO  its start
+    MIN_NEW_TOKEN_RATIO  its floor
+    NEW_TOKEN_RATIO_DECAY  its decay per decode step
+""")
+
+# Core.radix_request: this file's entries, in its room of the shared table (sim/core/state.py)
+section("radix_request", globals(), """
+    MATCH_LEN           its last match's length in the radix tree
+    IN_WAITING_TREE     sglang lpm: 1 while its tokens are in the pass's waiting-queue tree (in-batch
+        prefix caching: scheduler_sglang.sort_by_longest_prefix)
+    EXTEND_LEN          this step's extend length
+""")
+
 
 #: the traits of this scheduler's family (``families.TRAITS``)
 SGLANG_TRAITS = TRAITS[SGLANG]

@@ -86,13 +86,26 @@ from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD
 from pagesim.sim.core.state import SLIDING_GROUPS
 from pagesim.sim.core.state import MAMBA_ALIGN, WINDOW_JUNCTION
 from pagesim.sim.core.state import KV_HOLDING_WAITING
-from pagesim.sim.core.state import HAS_CLIENT_TIMEOUT
-from pagesim.sim.core.state import (ASYNC_SCHEDULING, CLIENT_TIMEOUT_S, DECODE_SET_SIZE, DEMAND_WAITING,
-                                    LAST_SCHEDULE_S, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS,
-                                    NUM_REJECTED, NUM_RUNNING, PREFIX_CACHING, REJECT_CLIENT_TIMEOUT,
-                                    REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_DECODE_SEQS,
+from pagesim.sim.core.state import (ASYNC_SCHEDULING, DECODE_SET_SIZE, DEMAND_WAITING, MAX_BATCHED_TOKENS,
+                                    MAX_NUM_SEQS, MAX_SEQ_LEN, NOW, NUM_BLOCKS, NUM_REJECTED, NUM_RUNNING,
+                                    PREFIX_CACHING, REJECT_CLIENT_TIMEOUT, REJECT_NEVER_FITS,
+                                    REJECT_WIDTH_UNSHARED, REJECTED, RUNNING, STEP_DECODE_SEQS,
                                     STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN, WATERMARK_BLOCKS)
 from pagesim.sim.core.compile.families import TRAITS
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    HAS_CLIENT_TIMEOUT  1: clients give up after clock[CLIENT_TIMEOUT_S] (vLLM v1)
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    LAST_SCHEDULE_S     vLLM v1 under ASYNC_SCHEDULING: when the scheduler last scheduled a step
+        (a request arriving after it waits one more step)
+    CLIENT_TIMEOUT_S    vLLM v1: how long a client waits for its whole answer (inf: forever)
+""")
+
 
 #: the traits of this scheduler's family (``families.TRAITS``)
 V1_TRAITS = TRAITS[V1]

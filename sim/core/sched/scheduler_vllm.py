@@ -49,17 +49,40 @@ from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS
 
 #: the traits of this scheduler's family over paged memory (``families.TRAITS``)
 PAGED_TRAITS = TRAITS[CONTINUOUS]
-from pagesim.sim.core.state import (BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY,
-                                    BLOCKED_REQUEST, CHUNK_BUDGET, CHUNKED_PREFILL, COMPUTED_SLOTS,
-                                    DECODE_SET_SIZE, DEMAND_WAITING, FORKS_SHARE_BLOCKS,
-                                    FREE_BLOCK_PER_SEQ, FREE_EPOCH, HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
-                                    MAX_BATCHED_TOKENS, MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS,
-                                    NUM_RUNNING, NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PREFIX_CACHING,
-                                    NUM_REJECTED, REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_TOO_WIDE,
-                                    REJECT_WIDTH_UNSHARED, REJECTED,
-                                    SCHEDULED_STEPS, STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS,
-                                    STEP_SWAP_IN, STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS,
-                                    SWAPPED_HEAD, SWAPPED_LEN, WAITING_HEAD, WAITING_LEN, WAITING_SERVED_RATIO)
+from pagesim.sim.core.state import (BLOCKED_ON_MAX_SEQS, BLOCKED_ON_MEMORY, CHUNK_BUDGET, COMPUTED_SLOTS,
+                                    DECODE_SET_SIZE, DEMAND_WAITING, FREE_EPOCH, MAX_BATCHED_TOKENS,
+                                    MAX_NUM_SEQS, NOT_BLOCKED, NUM_PREEMPTIONS, NUM_RUNNING,
+                                    NUM_RUNNING_SEQS, NUM_SWAP_FALLBACKS, PREFIX_CACHING, NUM_REJECTED,
+                                    REJECT_NEVER_FITS, REJECT_OVER_BATCHED_TOKENS, REJECT_TOO_WIDE,
+                                    REJECT_WIDTH_UNSHARED, REJECTED, SCHEDULED_STEPS, STEP_DECODE_SEQS,
+                                    STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, STEP_SWAP_IN,
+                                    STEP_SWAP_OUT_BLOCKS, STEP_SWAP_OUT_EARLY, SWAP_USED_TOKENS,
+                                    SWAPPED_HEAD, SWAPPED_LEN, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    CHUNKED_PREFILL     1: a prompt's prefill may be split over iterations
+    FREE_BLOCK_PER_SEQ  1: vLLM v0's append rule, a free block for each decoding sequence
+    HAS_WAITING_SERVED_RATIO  1: clock[WAITING_SERVED_RATIO] holds vLLM v0's ratio
+    FORKS_SHARE_BLOCKS  1: a request's sequences share their prompt's blocks
+    KERNEL_BLOCK        the tokens the decode attention kernel reads a sequence's KV in: the
+        block size under vLLM v0's PagedAttention kernel (it reads whole blocks,
+        sim.core.cost.kernel_read_tokens), 1 for a kernel that reads each cached token once
+        (SimConfig.kernel_block_tokens)
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    BLOCKED_REQUEST     the waiting head that did not fit (-1: none)
+    BLOCKED_EPOCH       FREE_EPOCH when it did not fit: not retried until something is freed
+    BLOCKED_KIND        what blocked it (NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS)
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    WAITING_SERVED_RATIO  vLLM v0's waiting-served ratio (see HAS_WAITING_SERVED_RATIO)
+""")
 
 
 # -- admission ------------------------------------------------------------------------------

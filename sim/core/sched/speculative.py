@@ -65,10 +65,25 @@ from __future__ import annotations
 
 from pagesim.sim.core.kv import kv_cache, prefix_cache
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DEMAND_SLOTS, SPEC_DRAFT_SLOTS,
-                                    SPEC_DRAFTED, SPEC_DRAFTS, SPEC_HIGH, SPEC_LOOKAHEAD, SPEC_SLOTS, SPEC_TOKENS,
-                                    SPEC_VERIFIED, STATE_BLOCKS, STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
+from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DRAFT_SLOTS, SPEC_DRAFTED,
+                                    SPEC_LOOKAHEAD, SPEC_TOKENS, SPEC_VERIFIED, STATE_BLOCKS,
+                                    STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
+from pagesim.sim.core.state import section, table
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    SPEC_SLOTS          speculative decoding: the running requests' slots past their computed
+        tokens up to their speculative high-water mark (the speculative slack category)
+    SPEC_DEMAND_SLOTS   those of them below their request's final length
+""")
+
+# Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
+table("speculative", """
+    SPEC_HIGH           the tokens its blocks were grown to hold when last scheduled: computed,
+        drafts and lookahead slots (0: none held)
+    SPEC_DRAFTS         the drafts it verifies in this step
+""", size="SPEC_COLUMNS", into=globals())
 
 
 @njit(inline=True)

@@ -19,10 +19,22 @@ from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.compile.families import TRAITS
 from pagesim.sim.core.state import STATIC
 from pagesim.sim.core.state import (COMPUTED_SLOTS, DEMAND_WAITING, FINISHED, FREE_EPOCH, ITL_COUNT, ITL_SUM,
-                            NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS, REJECT_WIDTH_UNSHARED,
-                            STATIC_BATCH_LIMIT,
-                            STATIC_CONTEXT_SUM, STATIC_LIVE,
-                            STEP_DECODE_SEQS, STEP_PREFILL_SEQS, STEP_PREFILL_TOKENS, WAITING_LEN)
+                                    NUM_FINISHED, NUM_RUNNING, NUM_RUNNING_SEQS, REJECT_NEVER_FITS,
+                                    REJECT_WIDTH_UNSHARED, STEP_DECODE_SEQS, STEP_PREFILL_SEQS,
+                                    STEP_PREFILL_TOKENS, WAITING_LEN)
+from pagesim.sim.core.state import section
+
+# Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
+section("config", globals(), """
+    STATIC_BATCH_LIMIT  static batching: the requests of a batch
+""")
+
+# Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
+section("count", globals(), """
+    STATIC_LIVE         static batching: the batch's requests still generating
+    STATIC_CONTEXT_SUM  static batching: the batch's context tokens
+""")
+
 
 #: the traits of this scheduler's family (``families.TRAITS``)
 STATIC_TRAITS = TRAITS[STATIC]

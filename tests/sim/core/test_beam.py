@@ -30,9 +30,9 @@ from pagesim.sim.core.rng import below
 from pagesim.sim.run import initial_state
 
 from tests.sim.helpers import cfg_for, schedule_vllm
+from pagesim.sim.core.sched.beam import BEAM_CHURN, BEAM_SEARCH
 
 schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/helpers.py)
-
 
 
 def complete_step(s, now):
@@ -49,8 +49,8 @@ def core():
     cfg = cfg_for(slots=24, block_size=4, max_seq_len=24, watermark=0.0, max_num_seqs=5)
     s = initial_state(cfg, trace)
     assert s.config[state.NUM_BLOCKS] == 6
-    assert s.config[state.BEAM_SEARCH] == 1 and s.clock[state.BEAM_CHURN] == 0.38
-    s.clock[state.BEAM_CHURN] = 0.25
+    assert s.config[BEAM_SEARCH] == 1 and s.clock[BEAM_CHURN] == 0.38
+    s.clock[BEAM_CHURN] = 0.25
     return s
 
 

@@ -11,6 +11,9 @@ from pagesim.sim.core.events import loop, replay
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
+from pagesim.sim.core.kv.extent import EXTENT_START
+from pagesim.sim.core.kv.placement import HOLE_SIZE, NUM_HOLES
+from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_KIND
 
 
 def mid_run(cfg, trace, iterations: int = 40) -> state.Core:
@@ -149,17 +152,17 @@ def test_a_free_block_with_a_key_is_named():
 
 def overlap_two_extents(s):
     first, second = sorted(s.running[:s.count[state.NUM_RUNNING]].tolist(), key=lambda i: s.extent[i, 0])[:2]
-    s.extent[second, state.EXTENT_START] = s.extent[first, state.EXTENT_START] + 1
+    s.extent[second, EXTENT_START] = s.extent[first, EXTENT_START] + 1
 
 
 @pytest.mark.parametrize("breaks,named", [
     (overlap_two_extents, "overlaps"),
     (lambda s: s.count.__setitem__(state.PLACED_SLOTS, s.count[state.PLACED_SLOTS] + 1), "placed sums"),
-    (lambda s: s.holes.__setitem__((0, state.HOLE_SIZE), s.holes[0, state.HOLE_SIZE] - 1), "not tiled|do not cover"),
+    (lambda s: s.holes.__setitem__((0, HOLE_SIZE), s.holes[0, HOLE_SIZE] - 1), "not tiled|do not cover"),
 ])
 def test_a_broken_contiguous_state_is_named(breaks, named):
     s = mid_run(cfg_for("orca-pow2", slots=1200, check=True, placement="first-fit"), rand_trace(3, n=60))
-    assert s.count[state.NUM_RUNNING] >= 2 and s.count[state.NUM_HOLES] >= 1
+    assert s.count[state.NUM_RUNNING] >= 2 and s.count[NUM_HOLES] >= 1
     replay.checked(s, 0.0)
     breaks(s)
     with pytest.raises(InvariantError, match=named):
@@ -171,9 +174,9 @@ def test_a_skipped_head_that_fits_is_named():
     on memory instead, it would be skipped though it fits."""
     s = mid_run(cfg_for("vllm", slots=6000, check=True, max_num_seqs=2), rand_trace(3, n=60), iterations=5)
     c = s.count
-    assert c[state.WAITING_LEN] and c[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
+    assert c[state.WAITING_LEN] and c[BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
     replay.checked(s, 0.0)
-    c[state.BLOCKED_KIND] = state.BLOCKED_ON_MEMORY
+    c[BLOCKED_KIND] = state.BLOCKED_ON_MEMORY
     with pytest.raises(InvariantError, match="skipped as blocked but would be admitted"):
         replay.checked(s, 0.0)
 

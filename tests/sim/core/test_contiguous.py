@@ -12,6 +12,9 @@ from pagesim.sim.core.sched import lifecycle, scheduler_vllm
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace
+from pagesim.sim.core.kv.extent import EXTENT_JOINED, EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START
+from pagesim.sim.core.kv.placement import NUM_HOLES
+from pagesim.sim.core.sched.scheduler_vllm import FORKS_SHARE_BLOCKS
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS
 
@@ -39,7 +42,7 @@ def admit(s, i):
 
 def extent_of(s, i):
     """(start, R, A) of request ``i``'s extent."""
-    return tuple(int(s.extent[i, k]) for k in (state.EXTENT_START, state.EXTENT_RESERVED, state.EXTENT_PLACED))
+    return tuple(int(s.extent[i, k]) for k in (EXTENT_START, EXTENT_RESERVED, EXTENT_PLACED))
 
 
 def categories(s, demand_waiting):
@@ -50,7 +53,7 @@ def categories(s, demand_waiting):
 
 def holes(s):
     """[start, size] of the fit placements' holes, by address."""
-    return s.holes[:s.count[state.NUM_HOLES]].tolist()
+    return s.holes[:s.count[NUM_HOLES]].tolist()
 
 
 def buddy_free_blocks(s):
@@ -159,7 +162,7 @@ def test_paper_opt13b_max_admits_seven():
     assert [admit(s, i) for i in range(8)] == [OK] * 7 + [LATER]
     # the smallest sufficient block first: the 2048 chunk, then the 4096 chunk's halves, then
     # the 8192 chunk's quarters
-    assert [int(s.extent[i, state.EXTENT_START]) for i in range(7)] == [12288, 8192, 10240, 0, 2048, 4096, 6144]
+    assert [int(s.extent[i, EXTENT_START]) for i in range(7)] == [12288, 8192, 10240, 0, 2048, 4096, 6144]
     assert categories(s, True) == [0, 7 * 300, 7 * (2048 - 300), 0, 1392, 0]
 
 
@@ -168,7 +171,7 @@ def test_best_fit_ties_go_to_the_lowest_address():
     the smallest."""
     s = core_state("orca-oracle", [(0, 2, 1), (0, 1, 1), (0, 2, 1), (0, 7, 1), (0, 2, 1)], placement="best-fit")
     for i, start in enumerate((0, 3, 5, 8)):
-        assert admit(s, i) == OK and int(s.extent[i, state.EXTENT_START]) == start
+        assert admit(s, i) == OK and int(s.extent[i, EXTENT_START]) == start
     extent.free(s, 0)
     extent.free(s, 2)
     assert admit(s, 4) == OK and extent_of(s, 4) == (0, 3, 3)
@@ -186,7 +189,7 @@ def test_sampling_width_is_rejected_on_managers_that_cannot_share_blocks():
         scheduler_vllm.admit_waiting(s, 1 << 20, s.config[state.FAMILY_TRAITS])
         assert s.status[:3].tolist() == [state.RUNNING, state.REJECTED, state.RUNNING], system
         assert s.reject_code[1] == state.REJECT_WIDTH_UNSHARED and s.count[state.NUM_REJECTED] == 1
-        assert s.config[state.FORKS_SHARE_BLOCKS] == 0
+        assert s.config[FORKS_SHARE_BLOCKS] == 0
     tr = trace([(0, 3, 2), (0, 4, 2), (0, 2, 2)], n=[1, 2, 1])
     r = run_simulation(cfg_for("orca-max", slots=64, max_seq_len=16), tr)
     assert r.requests["reject_reason"].tolist() == [
@@ -268,7 +271,7 @@ def test_overflow_grows_in_place_into_a_free_buddy():
     """As above with r1 gone: 8@8 is free, so r0's 8@0 doubles in place to 16@0."""
     s = predicted_state([(0, 3, 8), (0, 2, 4)], [-1.5, 0.0])
     decoding(s, 0, 3, 7)
-    s.extent[0, state.EXTENT_RESERVED] = 7  # its first overflow (R 5 -> 7) taken already
+    s.extent[0, EXTENT_RESERVED] = 7  # its first overflow (R 5 -> 7) taken already
     extent.allocate(s, 1, 2, 2)
     extent.free(s, 1)
     assert buddy_free_blocks(s) == {8: [8], 16: [16]}
@@ -301,7 +304,7 @@ def test_several_overflows_are_tried_together_and_the_placement_restored():
     s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5])
     for i in (0, 1):
         decoding(s, i, 3, 7)
-        s.extent[i, state.EXTENT_RESERVED] = 7
+        s.extent[i, EXTENT_RESERVED] = 7
     assert extent.can_rereserve(s, 0) and extent.can_rereserve(s, 1)
     assert not extent.decode_fits(s)
     assert buddy_free_blocks(s) == {16: [16]} and extent_of(s, 0) == (0, 7, 8)
@@ -318,7 +321,7 @@ def test_overflow_past_max_seq_len_cannot_rereserve():
     decoding(s, 0, 3, 6)
     assert extent.reservation_after_overflow(s, 0) == min(16, max(7, 3 + 2 * 3))
     s.num_computed_tokens[0] = 16
-    s.extent[0, state.EXTENT_RESERVED] = 16
+    s.extent[0, EXTENT_RESERVED] = 16
     assert not extent.can_rereserve(s, 0)
 
 
@@ -348,7 +351,7 @@ def test_an_upper_buddy_never_grows_into_the_next_block():
     extent.free(s, 2)
     s.count[state.NUM_RUNNING] = 2  # r0, r1 decode
     s.num_computed_tokens[1] = 7
-    s.extent[1, state.EXTENT_RESERVED] = 7  # R' = 3 + 2 * 4 = 11: a 16
+    s.extent[1, EXTENT_RESERVED] = 7  # R' = 3 + 2 * 4 = 11: a 16
     assert buddy_free_blocks(s) == {8: [16]}
     assert not extent.can_rereserve(s, 1) and not extent.decode_fits(s)
 
@@ -362,9 +365,9 @@ def test_overflows_re_reserve_in_the_order_requests_joined_the_decode_set():
     s = predicted_state([(0, 3, 8), (0, 3, 8)], [-1.5, -1.5], slots=64)
     for i in (0, 1):
         decoding(s, i, 3, 7)
-        s.extent[i, state.EXTENT_RESERVED] = 7
-    s.extent[1, state.EXTENT_JOINED] = 0  # r1 joined first, r0 second; the running order is r0, r1
-    s.extent[0, state.EXTENT_JOINED] = 1
+        s.extent[i, EXTENT_RESERVED] = 7
+    s.extent[1, EXTENT_JOINED] = 0  # r1 joined first, r0 second; the running order is r0, r1
+    s.extent[0, EXTENT_JOINED] = 1
     assert buddy_free_blocks(s) == {16: [16], 32: [32]}
     assert extent.decode_fits(s) and buddy_free_blocks(s) == {16: [16], 32: [32]}
     extent.rereserve_overflowing(s)

@@ -23,6 +23,10 @@ from pagesim.sim.run import initial_state, prepare, run_simulation
 
 from tests.sim.core.test_vllm_v1 import admit_waiting_v1, v1 as plain_v1
 from tests.sim.helpers import OPT13B_SLOT, assert_simulate_refuses, rand_trace
+from pagesim.sim.core.kv.host_tier import (CHOSEN_BLOCK, GROUP_HEAP, HOST_GROUPS, HOST_KEY_CHAIN,
+                                           HOST_KEY_END, HOST_NEXT, HOST_PENDING, HOST_RANK,
+                                           HOST_TOUCHED_HEAD, OFFLOAD_FRONT, OFFLOAD_HEAP_AT)
+from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK
 
 BS = 4
 BLOCK_BYTES = BS * OPT13B_SLOT  # 3,276,800
@@ -51,8 +55,8 @@ def key(hashes) -> tuple[int, int]:
 def host_lru(s) -> list[tuple[int, int]]:
     """The host tier's keys by their LRU rank, the lowest (the next evicted, pins aside) first."""
     used = s.host_blocks[:int(s.count[state.HOST_USED])]
-    return [(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN]))
-            for row in sorted(used, key=lambda row: int(row[state.HOST_RANK]))]
+    return [(int(row[HOST_KEY_END]), int(row[HOST_KEY_CHAIN]))
+            for row in sorted(used, key=lambda row: int(row[HOST_RANK]))]
 
 
 def run_core(cfg, t):
@@ -371,7 +375,7 @@ def test_a_block_being_stored_is_not_evicted():
     assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
     step_1 = s.row_floats[1, state.ROW_START]
     ready = sorted(s.host_ready_s[b] for b in range(3)
-                   if (s.host_blocks[b, state.HOST_KEY_END], s.host_blocks[b, state.HOST_KEY_CHAIN]) != key((1,)))
+                   if (s.host_blocks[b, HOST_KEY_END], s.host_blocks[b, HOST_KEY_CHAIN]) != key((1,)))
     assert ready == pytest.approx([step_1 + BLOCK_S, step_1 + 2 * BLOCK_S], abs=1e-12)
 
 
@@ -397,10 +401,10 @@ def lists(s) -> tuple[list[int], dict[int, list[int]]]:
         out = []
         while b >= 0:
             out.append(b)
-            b = int(s.host_blocks[b, state.HOST_NEXT])
+            b = int(s.host_blocks[b, HOST_NEXT])
         return out
-    groups = s.host_work[state.GROUP_HEAP, :int(s.count[state.HOST_GROUPS])]
-    return walk(int(s.count[state.HOST_TOUCHED_HEAD])), {int(i): walk(int(s.offload[i, state.OFFLOAD_FRONT]))
+    groups = s.host_work[GROUP_HEAP, :int(s.count[HOST_GROUPS])]
+    return walk(int(s.count[HOST_TOUCHED_HEAD])), {int(i): walk(int(s.offload[i, OFFLOAD_FRONT]))
                                                             for i in groups}
 
 
@@ -418,19 +422,19 @@ def test_the_lru_lists_keep_the_rank_order():
     for b, k in ((0, 3), (1, 0), (2, 2)):
         rank_by(s, 0, b, k)
     rank_by(s, 1, 3, 0)
-    s.host_blocks[:4, state.HOST_KEY_END] = [16, 4, 12, 4]
-    s.host_blocks[3, state.HOST_KEY_CHAIN] = prefix_cache.key_chain(s, 1, 0)
+    s.host_blocks[:4, HOST_KEY_END] = [16, 4, 12, 4]
+    s.host_blocks[3, HOST_KEY_CHAIN] = prefix_cache.key_chain(s, 1, 0)
     assert lists(s) == ([], {0: [0, 2, 1], 1: [3]})
-    assert [int(s.host_blocks[b, state.HOST_RANK]) for b in range(4)] == \
+    assert [int(s.host_blocks[b, HOST_RANK]) for b in range(4)] == \
         [host_tier.RANK_SPAN - 16, host_tier.RANK_SPAN - 4, host_tier.RANK_SPAN - 12, 2 * host_tier.RANK_SPAN - 4]
     touch(s, 2)
-    assert lists(s) == ([2], {0: [0, 1], 1: [3]}) and s.host_blocks[2, state.HOST_RANK] == 3 * host_tier.RANK_SPAN
+    assert lists(s) == ([2], {0: [0, 1], 1: [3]}) and s.host_blocks[2, HOST_RANK] == 3 * host_tier.RANK_SPAN
     assert evict(s, 3, 1, 0, 1)
-    assert s.host_work[state.CHOSEN_BLOCK, :3].tolist() == [0, 1, 2]
-    assert lists(s) == ([], {1: [3]}) and s.offload[0, state.OFFLOAD_HEAP_AT] == -1
-    s.host_blocks[3, state.HOST_PENDING] = 1  # its store not landed: it cannot be evicted
+    assert s.host_work[CHOSEN_BLOCK, :3].tolist() == [0, 1, 2]
+    assert lists(s) == ([], {1: [3]}) and s.offload[0, OFFLOAD_HEAP_AT] == -1
+    s.host_blocks[3, HOST_PENDING] = 1  # its store not landed: it cannot be evicted
     assert not evict(s, 1, 0, 0, 0)
-    s.host_blocks[3, state.HOST_PENDING] = 0
+    s.host_blocks[3, HOST_PENDING] = 0
     assert not evict(s, 2, 0, 0, 0) and lists(s) == ([], {1: [3]})
 
 
@@ -479,7 +483,7 @@ def test_a_request_raises_a_key_at_its_first_use_only():
     for i, first, end in ((1, 1, 2), (0, 0, 1), (2, 0, 2), (1, 0, 1), (0, 0, 2)):
         s.clock[state.NOW] += 1.0
         store(s, i, first, end)
-    held = {(int(row[state.HOST_KEY_END]), int(row[state.HOST_KEY_CHAIN])): int(row[state.HOST_RANK])
+    held = {(int(row[HOST_KEY_END]), int(row[HOST_KEY_CHAIN])): int(row[HOST_RANK])
             for row in s.host_blocks[:2]}
     assert held == {key((1,)): host_tier.RANK_SPAN - 4, key((1, 2)): 2 * host_tier.RANK_SPAN - 8}
 
@@ -496,7 +500,7 @@ def test_a_finish_touches_the_keys_its_request_used():
     span = host_tier.RANK_SPAN
 
     def ranks():
-        return {int(s.host_blocks[b, state.HOST_KEY_END]) // BS - 1: int(s.host_blocks[b, state.HOST_RANK])
+        return {int(s.host_blocks[b, HOST_KEY_END]) // BS - 1: int(s.host_blocks[b, HOST_RANK])
                 for b in range(int(s.count[state.HOST_USED]))}
     for i, end in ((0, 2), (1, 4)):
         s.clock[state.NOW] += 1.0
@@ -520,7 +524,7 @@ def test_a_requests_entry_finds_its_keys_and_a_stale_one_falls_back_to_the_map()
     store, find = (interpreted(getattr(host_tier, name)) for name in ("store", "find"))
 
     def in_map():
-        return s.host_entries[s.host_entries[:, state.ENTRY_BLOCK] >= 0, state.ENTRY_BLOCK].tolist()
+        return s.host_entries[s.host_entries[:, ENTRY_BLOCK] >= 0, ENTRY_BLOCK].tolist()
     s.clock[state.NOW] += 1.0
     store(s, 0, 0, 2)
     assert (find(s, 0, 0), find(s, 0, 1)) == (0, 1) and in_map() == []
@@ -528,7 +532,7 @@ def test_a_requests_entry_finds_its_keys_and_a_stale_one_falls_back_to_the_map()
     store(s, 1, 0, 1)
     assert find(s, 0, 1) == -1 and find(s, 0, 0) == 0 and in_map() == [1]
     assert find(s, 2, 0) == 1  # from the map: R2 never used S
-    s.host_entries[:, state.ENTRY_BLOCK] = -1
+    s.host_entries[:, ENTRY_BLOCK] = -1
     assert find(s, 2, 0) == 1  # now from its entry
 
 

@@ -12,6 +12,7 @@ from pagesim.sim.core import state
 from pagesim.sim.core.kv import kv_cache
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, trace
+from pagesim.sim.core.kv.prefix_cache import BLOCK_SHIFT
 
 OK, LATER, NEVER = kv_cache.CAN_ALLOCATE, kv_cache.ALLOCATE_LATER, kv_cache.NEVER_FITS
 
@@ -170,11 +171,11 @@ def test_a_tokens_block_is_found_by_a_shift_where_the_block_size_is_a_power_of_t
 
     block_of, blocks_for = interpreted(block_of), interpreted(kv_cache.blocks_for)
     s = core_state("vllm", [(0, 8, 8)], slots=512)
-    assert s.config[state.BLOCK_SIZE] == 16 and s.config[state.BLOCK_SHIFT] == 4
+    assert s.config[state.BLOCK_SIZE] == 16 and s.config[BLOCK_SHIFT] == 4
     assert [block_of(s, p) for p in (0, 15, 16, 47)] == [0, 0, 1, 2]
     assert blocks_for(s, 33) == 3 and blocks_for(s, 32) == 2 and blocks_for(s, 0) == 0
     s = core_state("token", [(0, 3, 7)], slots=32, watermark=0.0)
-    assert s.config[state.BLOCK_SHIFT] == 0 and block_of(s, 5) == 5 and blocks_for(s, 5) == 5
+    assert s.config[BLOCK_SHIFT] == 0 and block_of(s, 5) == 5 and blocks_for(s, 5) == 5
     s = core_state("vattention", [(0, 150, 10)], slots=1000, max_seq_len=300, vattention_page_kib=2048)
-    assert s.config[state.BLOCK_SIZE] == 102 and s.config[state.BLOCK_SHIFT] == -1
+    assert s.config[state.BLOCK_SIZE] == 102 and s.config[BLOCK_SHIFT] == -1
     assert [block_of(s, p) for p in (101, 102, 203, 204)] == [0, 1, 1, 2] and blocks_for(s, 205) == 3

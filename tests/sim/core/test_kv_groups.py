@@ -19,6 +19,7 @@ from pagesim.sim.specs.kv_groups import KVCacheGroups, kv_cache_groups, window_c
 from pagesim.sim.specs.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec, interleaved_sliding
 
 from tests.sim.helpers import ConstExecutor
+from pagesim.sim.core.kv.kv_cache import WINDOW_CAP_BLOCKS
 
 GiB = 2**30
 # a 2-layer model, layer 0 sliding (window 6), layer 1 full; one KV head of 4 at 2 bytes:
@@ -185,7 +186,7 @@ def test_a_request_needs_its_blocks_in_every_group_and_a_sliding_one_at_most_its
     assert not can_grow(s, 0, 8)
     s.count[state.NUM_FREE_BLOCK_IDS] = 4
     assert can_grow(s, 0, 8)
-    assert s.config[state.WINDOW_CAP_BLOCKS] == 7
+    assert s.config[WINDOW_CAP_BLOCKS] == 7
     assert blocks_for_sequence(s, 32) == 8 + 7
     assert blocks_for_sequence(s, 12) == 3 + 3
 

@@ -14,6 +14,8 @@ from pagesim.sim.core import state
 from pagesim.sim.core.compile import families, jit
 from pagesim.sim.core.events import replay
 from pagesim.sim.core.kv import host_tier
+from pagesim.sim.core.sched.beam import BEAM_SEARCH
+from pagesim.sim.core.sched.scheduler_v1 import HAS_CLIENT_TIMEOUT
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.run import prepare
 from tests.sim.core.test_host_tier import test_a_block_the_gpu_evicted_is_loaded_from_the_host_tier, trace, v1
@@ -73,11 +75,11 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     assert not needed["free_groups"](config)
     config[state.SCHEDULING_POLICY], config[state.SPEC_TOKENS] = 0, 3
     assert needed["draft_time"](config) and not needed["churn_beams"](config)
-    config[state.SPEC_TOKENS], config[state.BEAM_SEARCH] = 0, 1
+    config[state.SPEC_TOKENS], config[BEAM_SEARCH] = 0, 1
     assert needed["churn_beams"](config) and not needed["draft_time"](config)
-    config[state.BEAM_SEARCH], config[state.HAS_CLIENT_TIMEOUT] = 0, 1
+    config[BEAM_SEARCH], config[HAS_CLIENT_TIMEOUT] = 0, 1
     assert needed["abort_timed_out"](config) and not needed["record_swap"](config)
-    config[state.HAS_CLIENT_TIMEOUT], config[state.EXTERNAL_STEPS] = 0, 1
+    config[HAS_CLIENT_TIMEOUT], config[state.EXTERNAL_STEPS] = 0, 1
     config[state.MANAGER_KIND] = state.CONTIGUOUS  # (a contiguous extent's swaps are not listed)
     assert not needed["record_swap"](config)
     config[state.MANAGER_KIND] = state.PAGED

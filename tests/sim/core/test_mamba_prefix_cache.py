@@ -22,6 +22,8 @@ from pagesim.sim.specs import get_model
 from tests.peers import pagesim_steps
 from tests.peers.workloads import MAMBA_PREFIX_WORKLOADS
 from tests.sim.core.test_sliding_prefix_cache import cache
+from pagesim.sim.core.kv.kv_cache import STATE_SOURCE
+from pagesim.sim.core.kv.prefix_cache import STATE_CACHED_STEP
 
 
 def run(workload):
@@ -128,7 +130,7 @@ def test_the_admission_count():
     assert count(s, 1, 48, True) == 3 + 3
     b = interpreted(prefix_cache.group_lookup)(s, 1, 2, 2)
     s.count[state.SCHEDULED_STEPS] += 1
-    s.block_info[b, state.STATE_CACHED_STEP] = s.count[state.SCHEDULED_STEPS]
+    s.block_info[b, STATE_CACHED_STEP] = s.count[state.SCHEDULED_STEPS]
     assert count(s, 1, 60, True) > s.config[state.NUM_BLOCKS]  # (the groups summed: kv_cache_coordinator.py:199-262)
 
 
@@ -145,7 +147,7 @@ def test_the_admission_takes_the_hit_state_alone_at_its_column():
     row, width = s.block_table[s.seq_slot[1, 0]], s.block_table.shape[1] // 4
     for g in (1, 2, 3):
         assert list(row[g * width:g * width + 4] >= 0) == [False, False, True, True]
-    assert s.window[1, state.STATE_SOURCE] == 3 and s.count[state.STATE_BLOCKS] == 6
+    assert s.window[1, STATE_SOURCE] == 3 and s.count[state.STATE_BLOCKS] == 6
     assert s.count[state.NUM_LRU] == 0
     # processed 60 tokens: the copy source (column 2 < cdiv(60, 16) - 1) goes back to the LRU, keyed
     interpreted(kv_cache.remove_skipped_states)(s, 1, 60)

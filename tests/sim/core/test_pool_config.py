@@ -10,6 +10,10 @@ from pagesim.sim.core import state
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for, trace
+from pagesim.sim.core.kv.extent import RESERVATION_KIND
+from pagesim.sim.core.kv.placement import PLACEMENT_KIND
+from pagesim.sim.core.sched.scheduler_vllm import FORKS_SHARE_BLOCKS
+from pagesim.sim.core.sched.static import STATIC_BATCH_LIMIT
 
 ONE_REQUEST = [(0, 4, 4)]
 
@@ -35,25 +39,25 @@ def test_presets(system, manager, scheduler, reservation, block_size):
     if manager == state.CONTIGUOUS:
         assert c[state.CAPACITY] == 3000
     if reservation is not None:
-        assert c[state.RESERVATION_KIND] == reservation and c[state.PLACEMENT_KIND] == state.BUDDY
+        assert c[RESERVATION_KIND] == reservation and c[PLACEMENT_KIND] == state.BUDDY
     if block_size is not None:
         assert c[state.BLOCK_SIZE] == block_size
         assert (c[state.NUM_BLOCKS], c[state.LEFTOVER_SLOTS]) == divmod(3000, block_size)
-        assert c[state.FORKS_SHARE_BLOCKS] == 1
+        assert c[FORKS_SHARE_BLOCKS] == 1
 
 
 def test_settings_are_read():
     c = config("orca-pow2", placement="best-fit", max_seq_len=128)
-    assert c[state.RESERVATION_KIND] == state.RESERVE_POW2 and c[state.PLACEMENT_KIND] == state.BEST_FIT
+    assert c[RESERVATION_KIND] == state.RESERVE_POW2 and c[PLACEMENT_KIND] == state.BEST_FIT
     assert c[state.MAX_SEQ_LEN] == 128
     c = config("vllm", block_size=32, watermark=0.0, prefix_caching=True)
     assert c[state.BLOCK_SIZE] == 32 and c[state.WATERMARK_BLOCKS] == 0 and c[state.PREFIX_CACHING] == 1
     # vAttention's pages are private: a fork would copy them (test_contiguous.py rejects n > 1)
     c = config("vattention", vattention_page_kib=2048)
-    assert c[state.BLOCK_SIZE] == 102 and c[state.FORKS_SHARE_BLOCKS] == 0
+    assert c[state.BLOCK_SIZE] == 102 and c[FORKS_SHARE_BLOCKS] == 0
     # 3,000 slots hold int(3000 / 256) = 11 static slots; 3 asked for
     c = config("static", static_batch_size=3)
-    assert c[state.STATIC_BATCH_LIMIT] == 3
+    assert c[STATIC_BATCH_LIMIT] == 3
 
 
 def refused(match, system="vllm", **kw):

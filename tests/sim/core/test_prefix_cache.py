@@ -26,6 +26,7 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
 
 from tests.sim.helpers import ConstExecutor, cfg_for
+from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, LRU_HEAD, NEXT, TABLE_MASK
 
 # the scheduler's steps run by CPython: the same source, and no compile of each on its own for
 # these few calls (a standalone schedule() is ~20 s of numba; the loop's compiled copy runs elsewhere)
@@ -74,10 +75,10 @@ def blocks(s, i):
 
 
 def lru(s):
-    out, b = [], s.count[state.LRU_HEAD]
+    out, b = [], s.count[LRU_HEAD]
     while b >= 0:
         out.append(int(b))
-        b = s.block_info[b, state.NEXT]
+        b = s.block_info[b, NEXT]
     return out
 
 
@@ -272,11 +273,11 @@ def vllm_scan(s):
     """``LRUEvictor.evict`` (evictor_v1.py:66-84) over the LRU list as written there: from the
     head, while no block was accessed later than the one chosen, the deepest (the first of equals)."""
     info = s.block_info
-    chosen = x = int(s.count[state.LRU_HEAD])
+    chosen = x = int(s.count[LRU_HEAD])
     while x >= 0 and info[x, state.ACCESS_STEP] <= info[chosen, state.ACCESS_STEP]:
         if info[x, state.HASHED_TOKENS] > info[chosen, state.HASHED_TOKENS]:
             chosen = x
-        x = int(info[x, state.NEXT])
+        x = int(info[x, NEXT])
     return chosen
 
 
@@ -300,7 +301,7 @@ def test_the_evictors_scan_by_runs_chooses_as_vllms_scan_does():
             s.last_scheduled_step[j] = step - rng.randint(0, 12)
             kv_cache.free(s, j)
         if s.count[state.NUM_LRU]:
-            assert int(v0_victim(s, s.count[state.LRU_HEAD])[0]) == vllm_scan(s)
+            assert int(v0_victim(s, s.count[LRU_HEAD])[0]) == vllm_scan(s)
             checked += 1
         admit(s, i, rows[i][0])
         s.last_scheduled_step[i] = step
@@ -352,7 +353,7 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
     """Backward-shift deletion: entries colliding on one home slot stay findable after any
     of them is removed (the map has 16 rows for 6 blocks)."""
     s = core
-    mask = s.config[state.TABLE_MASK]
+    mask = s.config[TABLE_MASK]
     assert mask == 15
     # five keys with the same home slot (chain chosen so that home() is 3 for each end)
     keys = []
@@ -368,7 +369,7 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
         for b, (end, chain) in enumerate(keys):
             assert prefix_cache.lookup(s, end, chain) == (-1 if b in removed else b)
     assert s.count[state.NUM_CACHED_KEYS] == 2
-    assert (s.key_entries[:, state.ENTRY_BLOCK] >= 0).sum() == 2
+    assert (s.key_entries[:, ENTRY_BLOCK] >= 0).sum() == 2
 
 
 def test_swap_in_computes_only_what_the_cache_does_not_hold(core):

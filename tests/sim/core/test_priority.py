@@ -22,6 +22,7 @@ from pagesim.sim.errors import PagesimWarning
 from pagesim.sim.run import initial_state, run_simulation
 
 from tests.sim.helpers import OPT13B_SLOT
+from pagesim.sim.core.sched.scheduler_v1 import LAST_SCHEDULE_S
 
 # the FCFS runs beside the priority ones read the same traces: their warning is tested apart
 pytestmark = pytest.mark.filterwarnings("ignore:.*first come first served, whatever their priority")
@@ -235,7 +236,7 @@ def test_under_async_scheduling_a_later_arrival_of_higher_priority_is_not_seen_y
     for i in (RUN, L):
         add_arrival(s, i)
     admitted(s, RUN, 4, True)
-    s.clock[state.LAST_SCHEDULE_S] = 1.0
+    s.clock[LAST_SCHEDULE_S] = 1.0
     add_arrival(s, H)
     assert lifecycle.waiting_at(s, 0) == H
     admit_waiting_v1(s, 100)

@@ -17,9 +17,9 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 
 from tests.sim.helpers import cfg_for, schedule_vllm
+from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_KIND
 
 schedule = schedule_vllm  # the scheduler's steps run by CPython (tests/sim/helpers.py)
-
 
 
 def complete_step(s, now):
@@ -131,7 +131,7 @@ def test_admission_counts_the_sequences_a_request_will_fork(core):
     lifecycle.add_arrival(s, A)
     schedule(s)
     assert s.count[state.STEP_PREFILL_SEQS] == 0 and s.count[state.STEP_DECODE_SEQS] == 1
-    assert s.status[A] == state.WAITING and s.count[state.BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
+    assert s.status[A] == state.WAITING and s.count[BLOCKED_KIND] == state.BLOCKED_ON_MAX_SEQS
 
 
 def test_a_group_decodes_lockstep_and_is_preempted_as_one(core):

@@ -22,6 +22,10 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, ConstExecutor
+from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING,
+                                             NODE_OWNER, NODE_PARENT, NODE_START, OWNED_NODES,
+                                             RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
+from pagesim.sim.core.sched.scheduler_sglang import MATCH_LEN, NEW_TOKEN_RATIO, WAITING_REFRESHES
 
 H = 4
 match_prefix = interpreted(radix_cache.match_prefix)
@@ -61,9 +65,9 @@ def column(result, name):
 def nodes(s):
     """The live nodes as (start, end, owner, lock_ref, parent's start), sorted."""
     n = s.radix_nodes
-    return sorted((int(n[x, state.NODE_START]), int(n[x, state.NODE_END]), int(n[x, state.NODE_OWNER]),
-                   int(n[x, state.NODE_LOCK_REF]), int(n[n[x, state.NODE_PARENT], state.NODE_START]))
-                  for x in range(1, int(s.count[state.RADIX_NODES_USED])) if n[x, state.NODE_PARENT] != -2)
+    return sorted((int(n[x, NODE_START]), int(n[x, NODE_END]), int(n[x, NODE_OWNER]),
+                   int(n[x, NODE_LOCK_REF]), int(n[n[x, NODE_PARENT], NODE_START]))
+                  for x in range(1, int(s.count[RADIX_NODES_USED])) if n[x, NODE_PARENT] != -2)
 
 
 # A: 12 tokens (1, 2, 3); B: 12 tokens (1, 2, 9), sharing A's first 8; C: 6 tokens (5, 6);
@@ -85,7 +89,7 @@ def test_insert_then_match_splits_the_node_at_the_first_block_whose_hashes_diffe
     assert insert(s, A, 12)[1] == 0
     assert nodes(s) == [(0, 12, A, 0, 0)]
     node, depth = match_prefix(s, B, 11)  # its tokens but the last
-    assert depth == 8 and s.radix_nodes[node, state.NODE_END] == 8
+    assert depth == 8 and s.radix_nodes[node, NODE_END] == 8
     assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0)]
     assert insert(s, B, 12)[1] == 8
     assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0), (8, 12, B, 0, 0)]
@@ -125,12 +129,12 @@ def test_a_request_without_hashes_matches_only_its_own_nodes_and_counts_them():
     s = initial_state(sglang(64), trace((0, 12, 1), (0, 8, 1), hashes=((), ())))
     F, G = 0, 1
     insert(s, F, 12)
-    assert s.radix_request[F, state.OWNED_NODES] == 1
-    assert match_prefix(s, F, 11)[1] == 11 and s.radix_request[F, state.OWNED_NODES] == 2
-    clock = int(s.count[state.RADIX_ACCESS_CLOCK])
-    assert match_prefix(s, G, 7)[1] == 0 and s.count[state.RADIX_ACCESS_CLOCK] == clock + 1
+    assert s.radix_request[F, OWNED_NODES] == 1
+    assert match_prefix(s, F, 11)[1] == 11 and s.radix_request[F, OWNED_NODES] == 2
+    clock = int(s.count[RADIX_ACCESS_CLOCK])
+    assert match_prefix(s, G, 7)[1] == 0 and s.count[RADIX_ACCESS_CLOCK] == clock + 1
     evict(s, 1)
-    assert nodes(s) == [(0, 11, F, 0, 0)] and s.radix_request[F, state.OWNED_NODES] == 1
+    assert nodes(s) == [(0, 11, F, 0, 0)] and s.radix_request[F, OWNED_NODES] == 1
 
 
 def test_pages_match_and_split_whole_pages_only():
@@ -209,7 +213,7 @@ def test_a_checkpoint_past_the_prompt_splits_the_leaf_at_the_prompts_end():
     s = tree()
     x = checkpoint(s, A, 15)  # the node the first insert made, which keeps its row (the output's part)
     assert nodes(s) == [(0, 12, A, 0, 0), (12, 15, A, 0, 0)]
-    assert (s.radix_nodes[x, state.NODE_START], s.radix_nodes[x, state.NODE_END]) == (12, 15)
+    assert (s.radix_nodes[x, NODE_START], s.radix_nodes[x, NODE_END]) == (12, 15)
     assert s.count[state.RADIX_TREE_TOKENS] == 15 and s.count[state.RADIX_EVICTABLE] == 15
     insert(s, C, 6)
     assert evict(s, 1) == 3 and nodes(s) == [(0, 6, C, 0, 0), (0, 12, A, 0, 0)]
@@ -223,10 +227,10 @@ def test_a_checkpoint_within_the_prompt_or_its_pages_is_one_insert():
     pages (12 of E's tokens at page 4) the split is at 8, not 10."""
     s = tree()
     checkpoint(s, A, 8)
-    assert nodes(s) == [(0, 8, A, 0, 0)] and s.count[state.RADIX_ACCESS_CLOCK] == 2
+    assert nodes(s) == [(0, 8, A, 0, 0)] and s.count[RADIX_ACCESS_CLOCK] == 2
     s = tree(page=4)
     checkpoint(s, E, 8)
-    assert nodes(s) == [(0, 8, E, 0, 0)] and s.count[state.RADIX_ACCESS_CLOCK] == 2
+    assert nodes(s) == [(0, 8, E, 0, 0)] and s.count[RADIX_ACCESS_CLOCK] == 2
     s = tree(page=4)
     checkpoint(s, E, 12)
     assert nodes(s) == [(0, 8, E, 0, 0), (8, 12, E, 0, 0)]
@@ -263,14 +267,14 @@ def test_fcfs_touches_the_waiting_prefixes_one_pass_in_32():
     s = tree()
     insert(s, A, 12)
     touch_waiting_prefixes(s)  # nobody waits: not a pass
-    assert s.count[state.WAITING_REFRESHES] == 0
+    assert s.count[WAITING_REFRESHES] == 0
     waiting(s, A)
     clocks = []
     for _ in range(33):
-        before = int(s.count[state.RADIX_ACCESS_CLOCK])
+        before = int(s.count[RADIX_ACCESS_CLOCK])
         touch_waiting_prefixes(s)
-        clocks.append(int(s.count[state.RADIX_ACCESS_CLOCK]) - before)
-    assert clocks == [1] + [0] * 31 + [1] and s.count[state.WAITING_REFRESHES] == 33
+        clocks.append(int(s.count[RADIX_ACCESS_CLOCK]) - before)
+    assert clocks == [1] + [0] * 31 + [1] and s.count[WAITING_REFRESHES] == 33
 
 
 # 40-token prompts (10 hashes): P; V shares P's first 36 tokens, W and Y its first 32 (and W's
@@ -295,7 +299,7 @@ def test_lpm_puts_last_a_request_sharing_32_tokens_with_one_ahead_in_the_queue()
     waiting(s, V, W, Y, Z)
     sort_by_longest_prefix(s)
     assert [int(s.waiting[k]) for k in range(4)] == [V, W, Z, Y]
-    assert [int(s.radix_request[r, state.MATCH_LEN]) for r in (V, W, Y, Z)] == [36, 32, -1, 0]
+    assert [int(s.radix_request[r, MATCH_LEN]) for r in (V, W, Y, Z)] == [36, 32, -1, 0]
 
 
 def test_lpm_puts_last_a_request_whose_hashes_name_exactly_the_32_tokens_it_shares():
@@ -309,7 +313,7 @@ def test_lpm_puts_last_a_request_whose_hashes_name_exactly_the_32_tokens_it_shar
     waiting(s, W, X, Z)
     sort_by_longest_prefix(s)
     assert [int(s.waiting[k]) for k in range(3)] == [W, Z, X]
-    assert [int(s.radix_request[r, state.MATCH_LEN]) for r in (W, X, Z)] == [32, -1, 0]
+    assert [int(s.radix_request[r, MATCH_LEN]) for r in (W, X, Z)] == [32, -1, 0]
 
 
 def test_lpm_matches_a_waiting_request_on_all_its_tokens_and_keys_it_by_all_but_the_last():
@@ -320,7 +324,7 @@ def test_lpm_matches_a_waiting_request_on_all_its_tokens_and_keys_it_by_all_but_
     insert(s, P, 40)
     waiting(s, P2)
     sort_by_longest_prefix(s)
-    assert int(s.radix_request[P2, state.MATCH_LEN]) == 39 and nodes(s) == [(0, 40, P, 0, 0)]
+    assert int(s.radix_request[P2, MATCH_LEN]) == 39 and nodes(s) == [(0, 40, P, 0, 0)]
 
 
 def test_a_routers_reading_of_the_tree_changes_nothing():
@@ -328,9 +332,9 @@ def test_a_routers_reading_of_the_tree_changes_nothing():
     without the match's split or access times."""
     s = tree()
     insert(s, A, 12)
-    before, clock = s.radix_nodes.copy(), s.count[state.RADIX_ACCESS_CLOCK]
+    before, clock = s.radix_nodes.copy(), s.count[RADIX_ACCESS_CLOCK]
     assert cached_prefix(s, B, 11) == 8 and cached_prefix(s, A, 11) == 11 and cached_prefix(s, C, 5) == 0
-    assert (s.radix_nodes == before).all() and s.count[state.RADIX_ACCESS_CLOCK] == clock
+    assert (s.radix_nodes == before).all() and s.count[RADIX_ACCESS_CLOCK] == clock
     s = tree(page=4)
     insert(s, A, 12)
     assert cached_prefix(s, A, 11) == 8
@@ -372,14 +376,14 @@ def test_one_eviction_takes_leaves_by_access_time_then_row():
         insert(s, k, 4)
     access = (5, 2, 7, 2, 1, 9, 2, 4)
     for row, t in enumerate(access, start=1):
-        s.radix_nodes[row, state.NODE_LAST_ACCESS] = t
+        s.radix_nodes[row, NODE_LAST_ACCESS] = t
     assert evict(s, 20) == 20
-    assert sorted(int(s.radix_nodes[x, state.NODE_OWNER]) for x in (1, 3, 6)) == [0, 2, 5]
+    assert sorted(int(s.radix_nodes[x, NODE_OWNER]) for x in (1, 3, 6)) == [0, 2, 5]
     assert [start for start, *_ in nodes(s)] == [0, 0, 0] and len(nodes(s)) == 3
-    freed, x = [], int(s.count[state.RADIX_FREE_NODE])
+    freed, x = [], int(s.count[RADIX_FREE_NODE])
     while x >= 0:
         freed.append(x)
-        x = int(s.radix_nodes[x, state.NODE_NEXT_SIBLING])
+        x = int(s.radix_nodes[x, NODE_NEXT_SIBLING])
     assert freed == [8, 7, 4, 2, 5]
 
 
@@ -661,7 +665,7 @@ class Watch(ConstExecutor):
         self.ratio, self.evictions, self.at = [], [], at or {}
 
     def step(self, core) -> float:
-        self.ratio.append(float(core.clock[state.NEW_TOKEN_RATIO]))
+        self.ratio.append(float(core.clock[NEW_TOKEN_RATIO]))
         self.evictions.append(int(core.count[state.NUM_EVICTIONS]))
         if len(self.ratio) - 1 in self.at:
             self.at[len(self.ratio) - 1](core)
@@ -696,7 +700,7 @@ def test_a_continuing_chunk_takes_the_whole_chunk_budget_when_memory_holds_nothi
     step 3: B's last 4 (98 - 8 - 99 < 0 again: the budget, 8, of which 4 are left to do)."""
 
     def raise_ratio(core):
-        core.clock[state.NEW_TOKEN_RATIO] = 1.0
+        core.clock[NEW_TOKEN_RATIO] = 1.0
 
     watch = Watch(at={1: raise_ratio})
     result = run_simulation(sglang(110, chunk_budget=8, ignore_eos=False), trace((0, 4, 100), (0.5, 20, 1)),

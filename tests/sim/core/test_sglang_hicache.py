@@ -30,6 +30,10 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
 from tests.sim.helpers import OPT13B_SLOT
+from pagesim.sim.core.kv.radix_cache import (HICACHE_LAYERS, NODE_END, NODE_EVICTED, NODE_LOCK_REF,
+                                             NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
+                                             RADIX_NODES_USED)
+from pagesim.sim.core.sched.scheduler_sglang import EXTEND_LEN, MATCH_LEN
 
 H = 4
 TOKEN_S = OPT13B_SLOT / 25e9  # a token over the host link: 32.768 us
@@ -74,9 +78,9 @@ def tree(host: int = 48):
 def nodes(s):
     """The live nodes as (start, end, owner, lock_ref, on device, on host), sorted."""
     n = s.radix_nodes
-    return sorted((int(n[x, state.NODE_START]), int(n[x, state.NODE_END]), int(n[x, state.NODE_OWNER]),
-                   int(n[x, state.NODE_LOCK_REF]), int(not n[x, state.NODE_EVICTED]), int(n[x, state.NODE_ON_HOST]))
-                  for x in range(1, int(s.count[state.RADIX_NODES_USED])) if n[x, state.NODE_PARENT] != -2)
+    return sorted((int(n[x, NODE_START]), int(n[x, NODE_END]), int(n[x, NODE_OWNER]),
+                   int(n[x, NODE_LOCK_REF]), int(not n[x, NODE_EVICTED]), int(n[x, NODE_ON_HOST]))
+                  for x in range(1, int(s.count[RADIX_NODES_USED])) if n[x, NODE_PARENT] != -2)
 
 
 def test_the_host_pool_is_the_offload_gib_in_tokens_and_a_padding_page():
@@ -85,7 +89,7 @@ def test_the_host_pool_is_the_offload_gib_in_tokens_and_a_padding_page():
     s = tree()
     assert s.config[state.HICACHE_HOST_PAGES] == 49 and s.config[state.HOST_BLOCKS] == 0
     assert s.clock[state.HOST_BLOCK_S] == pytest.approx(32.768e-6)
-    assert s.config[state.HICACHE_LAYERS] == 40
+    assert s.config[HICACHE_LAYERS] == 40
 
 
 def test_an_insert_writes_its_new_leaf_through_locked_until_its_copy_ends():
@@ -252,7 +256,7 @@ def test_the_admission_budget_counts_the_host_hit_in_the_total_tokens(private_pa
     s = admission(private_pages)
     assert bool(get_new_batch_prefill(s)) == admitted
     if admitted:
-        assert s.radix_request[B, state.PREFIX_LEN] == 12 and s.radix_request[B, state.EXTEND_LEN] == 4
+        assert s.radix_request[B, state.PREFIX_LEN] == 12 and s.radix_request[B, EXTEND_LEN] == 4
         assert (s.count[state.HOST_HIT_TOKENS], s.count[state.PREFIX_HIT_TOKENS]) == (12, 0)
     else:
         assert s.count[state.WAITING_LEN] == 1 and s.count[state.HOST_USED] == 16
@@ -302,7 +306,7 @@ def test_lpm_keys_a_request_by_its_host_hit_too_and_checks_its_device_prefix_in_
     s.count[state.WAITING_HEAD], s.count[state.WAITING_LEN] = 0, 3
     sort_by_longest_prefix(s)
     assert s.waiting[:3].tolist() == [1, 3, 2]
-    assert s.radix_request[[1, 2, 3], state.MATCH_LEN].tolist() == [39, -1, 0]
+    assert s.radix_request[[1, 2, 3], MATCH_LEN].tolist() == [39, -1, 0]
 
 
 def test_the_step_price_overlaps_the_load_with_the_forward_layer_by_layer():
@@ -376,4 +380,4 @@ def test_the_tree_holds_a_node_per_page_of_both_tiers():
     assert [(start, end, owner) for start, end, owner, *_ in live] == [(0, 1, r) for r in range(n)]
     assert [owner for _, _, owner, _, on_device, _ in live if on_device] == list(range(16, n))
     assert all(on_host for *_, on_host in live)
-    assert s.count[state.RADIX_NODES_USED] == n + 1
+    assert s.count[RADIX_NODES_USED] == n + 1

@@ -19,6 +19,7 @@ from pagesim.sim.run import initial_state
 from tests.peers import pagesim_steps
 from tests.peers.workloads import (EXAMPLE_LIKE, EXAMPLE_ROWS, GROUP_PREFIX_WORKLOADS, SLIDING, Layers, Row,
                                    grouped)
+from pagesim.sim.core.kv.kv_cache import WINDOW_CAP_BLOCKS, WINDOW_SKIPPED
 
 
 def run(workload):
@@ -110,13 +111,13 @@ def test_a_preempted_request_can_lose_its_whole_hit():
     assert interpreted(prefix_cache.group_hits)(s, 0, 30) == (4, 7)
     # admitting it: full 8 blocks less 4 hits, sliding min(8, cap) less 4 (the hit list's length,
     # its nulls too), and its 6 hits all in the LRU
-    cap = int(s.config[state.WINDOW_CAP_BLOCKS])
+    cap = int(s.config[WINDOW_CAP_BLOCKS])
     assert interpreted(kv_cache.group_blocks_to_allocate)(s, 0, 30, True) == 4 + (min(8, cap) - 4) + 6
     assert interpreted(kv_cache.allocate_group_hits)(s, 0, 30) == 16
     row = s.block_table[s.seq_slot[0, 0]]
     width = s.block_table.shape[1] // 2
     assert (row[:4] >= 0).all() and list(row[width:width + 4] >= 0) == [False, False, True, True]
-    assert s.window[0, state.WINDOW_SKIPPED] == 2 and s.window[0, state.WINDOW_JUNCTION] == 28
+    assert s.window[0, WINDOW_SKIPPED] == 2 and s.window[0, state.WINDOW_JUNCTION] == 28
     assert s.count[state.NUM_LRU] == 9 - 6
 
 
@@ -133,7 +134,7 @@ def test_admission_caps_a_sliding_group_before_the_hit_and_tests_the_first_chunk
                        max_num_batched_tokens=8, max_num_seqs=4, prefix_caching=True)
     with pagesim_steps.registered(workload):
         s = initial_state(pagesim_steps.config(workload, "vllm-v1"), pagesim_steps.trace(workload))
-    assert s.config[state.WINDOW_CAP_BLOCKS] == 5
+    assert s.config[WINDOW_CAP_BLOCKS] == 5
     s.prompt_target[0] = 50
     cache(s, 0, range(12), 0)
     cache(s, 0, [8, 9], 1)
@@ -145,7 +146,7 @@ def test_admission_caps_a_sliding_group_before_the_hit_and_tests_the_first_chunk
     interpreted(scheduler_v1.admit_waiting)(s, 8)
     assert (s.count[state.NUM_RUNNING] == 1) == admitted
     if admitted:
-        assert (s.num_computed_tokens[0], s.window[0, state.WINDOW_SKIPPED]) == (48, 8)
+        assert (s.num_computed_tokens[0], s.window[0, WINDOW_SKIPPED]) == (48, 8)
 
 
 def test_a_block_of_several_groups_of_one_spec_is_a_hit_only_where_each_has_it():

@@ -1,15 +1,17 @@
-"""The state's layout is declared once (``sim/core/state.py``'s tables): the index constants are
-made from it, in order, without gaps or two names for one thing."""
+"""The state's layout is declared once (``sim/core/state.py``'s tables, and each feature's part in
+its own file): the index constants are made from it, in order, without gaps or two names for one
+thing, a feature's entries in its room of a shared table."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 
 import pytest
 
 from pagesim.sim import metrics
-from pagesim.sim.core import state
+from pagesim.sim.core import build, state  # build: every file that declares a part of the state
 
 
 @pytest.fixture
@@ -27,8 +29,9 @@ def scratch_table():
     yield declare
     for name in made:
         delattr(state, name)
-    for name in [n for n in state.TABLES if n.startswith("scratch")]:
-        del state.TABLES[name]
+    for table in (state.TABLES, state.ROOMS, state.SIZES):
+        for name in [n for n in table if n.startswith("scratch")]:
+            del table[name]
 
 
 def test_a_table_makes_its_constants_in_order_with_widths(scratch_table):
@@ -69,24 +72,63 @@ def test_a_line_must_name_a_field(scratch_table):
         scratch_table("scratch_bad", "lower_case  no", size="SCRATCH_BAD")
 
 
+def test_rooms_and_sections_lay_out_a_shared_table(scratch_table):
+    size = scratch_table("scratch_shared", """
+        SCRATCH_CORE_A  the core's first
+        SCRATCH_CORE_B  and second
+    """, size="SCRATCH_SHARED", rooms={"kv.first": 4, "sched.second": 2})
+    first = {"__name__": "pagesim.sim.core.kv.first"}
+    state.section("scratch_shared", first, """
+        SCRATCH_F_A     the first feature's
+        SCRATCH_F_B[2]  two more
+    """)
+    second = {"__name__": "pagesim.sim.core.sched.second"}
+    state.section("scratch_shared", second, "SCRATCH_S_A  the second feature's")
+    # worked by hand: the core's at 0, 1; kv.first's room 2..5 (3 used), sched.second's 6..7
+    assert (size, state.SCRATCH_CORE_B) == (8, 1)
+    assert (first["SCRATCH_F_A"], first["SCRATCH_F_B"], second["SCRATCH_S_A"]) == (2, 3, 6)
+    assert "SCRATCH_F_A" not in vars(state)  # a feature's constants are its file's
+    assert [(f.name, f.index, f.owner) for f in state.TABLES["scratch_shared"]] == [
+        ("SCRATCH_CORE_A", 0, "state"), ("SCRATCH_CORE_B", 1, "state"), ("SCRATCH_F_A", 2, "kv.first"),
+        ("SCRATCH_F_B", 3, "kv.first"), ("SCRATCH_S_A", 6, "sched.second")]
+    with pytest.raises(ValueError, match="do not fit in its room of 2"):
+        state.section("scratch_shared", {"__name__": "pagesim.sim.core.sched.second"}, "SCRATCH_S_B[3]  x")
+    with pytest.raises(ValueError, match="no room for kv.third"):
+        state.section("scratch_shared", {"__name__": "pagesim.sim.core.kv.third"}, "SCRATCH_T  x")
+    with pytest.raises(ValueError, match="named twice"):  # a name another file's section made
+        state.section("scratch_shared", {"__name__": "pagesim.sim.core.sched.second"}, "SCRATCH_F_A  x")
+
+
+def test_a_table_of_one_feature_goes_in_its_file(scratch_table):
+    owner = {"__name__": "pagesim.sim.core.kv.first"}
+    assert scratch_table("scratch_owned", "SCRATCH_O_A  a\nSCRATCH_O_B  b", size="SCRATCH_OWNED",
+                         into=owner) == 2
+    assert (owner["SCRATCH_O_B"], owner["SCRATCH_OWNED"]) == (1, 2) and "SCRATCH_O_B" not in vars(state)
+    assert {f.owner for f in state.TABLES["scratch_owned"]} == {"kv.first"}
+
+
 def test_every_table_is_contiguous_and_sized():
-    sizes = {"config": state.NUM_CONFIG, "count": state.NUM_COUNTS, "clock": state.NUM_CLOCK,
-             "block_info": state.BLOCK_INFO_COLUMNS, "key_entries": state.ENTRY_COLUMNS,
-             "extent": state.EXTENT_COLUMNS, "buddy_orders": state.ORDER_COLUMNS, "holes": state.HOLE_COLUMNS,
-             "radix_nodes": state.NODE_COLUMNS, "radix_request": state.RADIX_REQUEST_COLUMNS,
-             "speculative": state.SPEC_COLUMNS,
-             "host_blocks": state.HOST_BLOCK_COLUMNS, "host_work": state.HOST_WORK_COLUMNS,
-             "offload": state.OFFLOAD_COLUMNS,
-             "row_floats": state.ROW_FLOATS, "row_ints": state.ROW_INTS,
-             "window": state.WINDOW_COLUMNS}
-    assert set(sizes) == set(state.TABLES)
+    """The core's entries from 0 without a gap, then each room's from its start, within it; each
+    constant, in the module that declared it, is its entry's index."""
+    assert "host_blocks" in state.TABLES and "window" in state.ROOMS  # build imported every owner
     for name, fields in state.TABLES.items():
-        at = 0
+        declarer = {f.owner for f in fields} - set(state.ROOMS.get(name, {}))  # the table's own entries
+        assert len(declarer) <= 1, name
+        rooms = {owner: (0, None) for owner in declarer} | state.ROOMS.get(name, {})
+        at = {owner: start for owner, (start, _) in rooms.items()}
         for f in fields:
-            assert f.index == at and getattr(state, f.name) == at, (name, f.name)
+            assert f.index == at[f.owner], (name, f.name)
+            module = state if f.owner == "state" else importlib.import_module(f"pagesim.sim.core.{f.owner}")
+            assert getattr(module, f.name) == f.index, (name, f.name)
             assert f.meaning, f"{name}.{f.name} says nothing of what it holds"
-            at += f.width
-        assert sizes[name] >= at and (sizes[name] == at or name in ("block_info", "key_entries")), name
+            at[f.owner] += f.width
+        for owner, (start, room) in rooms.items():
+            assert room is None or at[owner] - start <= room, (name, owner)
+        end = max([start + room for start, room in rooms.values() if room is not None] + list(at.values()))
+        assert state.SIZES[name] >= end and (state.SIZES[name] == end or name in ("block_info", "key_entries")), name
+    # each room is declared by its owner (an empty room is one nobody uses)
+    for name, rooms in state.ROOMS.items():
+        assert {f.owner for f in state.TABLES[name]} >= set(rooms), name
 
 
 def test_no_constant_of_the_module_rebinds_a_table_name():

@@ -12,6 +12,8 @@ from pagesim.sim.core.kv import extent
 from pagesim.sim.core.sched import lifecycle, static
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, trace, write_table_profile
+from pagesim.sim.core.kv.extent import EXTENT_START
+from pagesim.sim.core.sched.static import STATIC_BATCH_LIMIT
 
 
 def core_state(rows, slots=56, max_seq_len=16, width=None, **kw):
@@ -36,10 +38,10 @@ def test_a_batch_of_three_slots_padded_and_finished_together():
     whole batch to end."""
     s = core_state([(0, 3, 2), (0, 5, 1), (0, 2, 3), (0, 4, 1)])
     c = s.count
-    assert s.config[state.STATIC_BATCH_LIMIT] == 3
+    assert s.config[STATIC_BATCH_LIMIT] == 3
     assert static.schedule(s) == 0
     assert s.running[:c[state.NUM_RUNNING]].tolist() == [0, 1, 2]
-    assert [int(s.extent[i, state.EXTENT_START]) for i in range(3)] == [0, 16, 32]
+    assert [int(s.extent[i, EXTENT_START]) for i in range(3)] == [0, 16, 32]
     # the prefill is padded to the longest prompt: 3 x 5 tokens
     assert (c[state.STEP_PREFILL_SEQS], c[state.STEP_PREFILL_TOKENS]) == (3, 15)
     # token states 3 + 5 + 2, reservation F - L = 2 + 1 + 3, internal 16 - F, no slack, free 8
@@ -57,7 +59,7 @@ def test_a_batch_of_three_slots_padded_and_finished_together():
     assert c[state.NUM_RUNNING] == 0 and s.finish_s[:3].tolist() == [3.0, 3.0, 3.0]
     assert categories(s) == [0, 0, 0, 0, 0, 56]
     static.schedule(s)  # the next batch takes the lowest slot again
-    assert s.running[:c[state.NUM_RUNNING]].tolist() == [3] and int(s.extent[3, state.EXTENT_START]) == 0
+    assert s.running[:c[state.NUM_RUNNING]].tolist() == [3] and int(s.extent[3, EXTENT_START]) == 0
 
 
 def test_batch_size_and_never_fitting_requests():

@@ -17,6 +17,7 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
+from pagesim.sim.core.sched.scheduler_vllm import KERNEL_BLOCK
 
 
 class Recorder:
@@ -50,7 +51,7 @@ class Recorder:
         # from the arrays as the executor sees them
         running = core.running[:c[state.NUM_RUNNING]]
         decoding = running[core.in_decode[running] != 0] if c[state.STEP_DECODE_SEQS] else running[:0]
-        read = interpreted(kernel_read_tokens)(core.num_computed_tokens[decoding], core.config[state.KERNEL_BLOCK])
+        read = interpreted(kernel_read_tokens)(core.num_computed_tokens[decoding], core.config[KERNEL_BLOCK])
         context_sum = int((read * core.num_seqs[decoding]).sum())
         cost, cost_data = self.cost
         return loop.step_time(core._replace(cost=cost, cost_data=cost_data), context_sum,
