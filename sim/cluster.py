@@ -26,6 +26,7 @@ import pandas as pd
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core.events import cluster as core_cluster
 from pagesim.sim.core import state
+from pagesim.sim.core.sched import speculative
 from pagesim.sim.core.events import loop, replay
 from pagesim.sim.core.build import UNLIMITED
 from pagesim.sim.core.outcome import reject_reasons
@@ -343,8 +344,8 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
         lookups = sum(s["mgr_prefix_lookup_tokens"] for s in summaries)
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(hits, lookups)
     if cfg.num_speculative_tokens:  # the replicas' counts summed (sim/core/sched/speculative.py)
-        summary.update(speculative_summary(*(sum(int(s.count[k]) for s in c.replicas)
-                                             for k in (state.SPEC_DRAFTED, state.SPEC_ACCEPTED, state.SPEC_VERIFIED))))
+        totals = [speculative.totals(s.count) for s in c.replicas]
+        summary.update(speculative_summary(*(sum(column) for column in zip(*totals))))
     return ClusterResult(summary, requests, pd.concat(steps, ignore_index=True), cfg, replica_summaries=summaries)
 
 

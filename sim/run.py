@@ -20,6 +20,8 @@ from pagesim.sim.config import SimConfig
 from pagesim.sim.systems import DEFAULT_POLICY, SCHEDULING_POLICIES
 from pagesim.sim.core.events import replay
 from pagesim.sim.core import state as core_state
+from pagesim.sim.core.kv import kv_cache
+from pagesim.sim.core.sched import speculative
 from pagesim.sim.core.build import Limits, Pool, build, draft_cost, in_flight_tokens, limits_for, pool_for
 from pagesim.sim.core.outcome import manager_counters, reject_reasons
 from pagesim.sim.cost.models import (NO_COST, core_cost, cpu_overhead_note, frontend_seconds, make_cost_model,
@@ -285,9 +287,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
                                                                  counters["prefix_lookup_tokens"])
     summary.update(records.sharing())
     if cfg.num_speculative_tokens:
-        c = s.count
-        summary.update(speculative_summary(int(c[core_state.SPEC_DRAFTED]), int(c[core_state.SPEC_ACCEPTED]),
-                                           int(c[core_state.SPEC_VERIFIED])))
+        summary.update(speculative_summary(*speculative.totals(s.count)))
     if cfg.kv_offload_gib:
         c = s.count
         summary.update(host_tier_summary(
@@ -312,21 +312,18 @@ def group_split(s, groups, records: StepRecords) -> dict:
     sliding-window and the state groups (each kind's groups together), as shares of the pool like
     the summary's ``mem_*`` (their sums). Per attention group, the reservation and fragmentation
     are the same (a block a sliding group freed was full and computed); its token states lack
-    what it freed (``clock[SKIPPED_SUM]``); the full groups keep every token. With prefix caching a
-    block several requests hold counts once: each kind's tokens lack its shared slots
-    (``clock[FULL_SHARED_SUM]``, ``clock[SLIDING_SHARED_SUM]``; such a block is full). A state block holds
-    ``STATE_SLOTS`` slots of state, the rest padding (``clock[STATE_BLOCKS_SUM]``)."""
+    what it freed; the full groups keep every token. With prefix caching a block several requests
+    hold counts once: each kind's tokens lack its shared slots (such a block is full). A state
+    block holds ``STATE_SLOTS`` slots of state, the rest padding (``kv_cache.group_sums``)."""
     total = (records.busy_s + records.idle_s) * records.capacity
     g_full, g_sliding = groups.full_groups, groups.sliding_groups
     n = g_full + g_sliding  # the attention groups
     tokens, reservation, fragmentation = (float(v) for v in records.mem_weighted[:3])
-    state_blocks, bs = float(s.clock[core_state.STATE_BLOCKS_SUM]), int(s.config[core_state.BLOCK_SIZE])
+    skipped, state_blocks, full_shared, sliding_shared = kv_cache.group_sums(s)
+    bs = int(s.config[core_state.BLOCK_SIZE])
     state_slots = int(s.config[core_state.STATE_SLOTS])
     state_tokens, state_padding = state_slots * state_blocks, (bs - state_slots) * state_blocks
     tokens, fragmentation = tokens - state_tokens, fragmentation - state_padding
-    skipped = float(s.clock[core_state.SKIPPED_SUM])
-    full_shared = float(s.clock[core_state.FULL_SHARED_SUM])
-    sliding_shared = float(s.clock[core_state.SLIDING_SHARED_SUM])
     per_group_tokens = (tokens + g_sliding * skipped + full_shared + sliding_shared) / n  # a group's, unshared
     # kind: its groups, token states, reservation, internal fragmentation (slot-seconds)
     shares = {"full": (g_full, g_full * per_group_tokens - full_shared, g_full / n * reservation,

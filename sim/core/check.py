@@ -45,25 +45,29 @@ from pagesim.sim.core.kv import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.sched import policies, speculative
 from pagesim.sim.core.compile.families import WHOLE_BATCHES
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.state import FULL_GROUPS, SKIPPED_SLOTS, SLIDING_GROUPS, SLIDING_WINDOW
+from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, SLIDING_WINDOW
+from pagesim.sim.core.kv.kv_cache import SKIPPED_SLOTS
 from pagesim.sim.core.kv.kv_cache import WINDOW_SKIPPED
-from pagesim.sim.core.state import MAMBA_ALIGN, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
-from pagesim.sim.core.state import FULL_SHARED_SLOTS, SLIDING_SHARED_SLOTS
+from pagesim.sim.core.state import MAMBA_ALIGN, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.kv.kv_cache import STATE_BLOCKS
+from pagesim.sim.core.kv.kv_cache import FULL_SHARED_SLOTS, SLIDING_SHARED_SLOTS
 from pagesim.sim.core.kv.prefix_cache import KEY_GROUP
 from pagesim.sim.core.state import (BLOCK_SIZE, BLOCKED_ON_MAX_SEQS, BUDDY, CAPACITY, COMPUTED_SLOTS,
                                     CONTIGUOUS, DECODE_SET_SIZE, DEMAND_SLOTS, DEMAND_WAITING, FINISHED,
                                     FREE_EPOCH, KEY_END, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MANAGER_KIND,
                                     MAX_NUM_SEQS, NOT_BLOCKED, NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS,
                                     NUM_FREE_SLOTS, NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING,
-                                    NUM_RUNNING_SEQS, PLACED_SLOTS, PREFIX_CACHING, REF, REJECTED, RUNNING,
-                                    FAMILY_TRAITS, SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD,
-                                    SWAPPED_LEN, WAITING, WAITING_HEAD, WAITING_LEN)
+                                    NUM_RUNNING_SEQS, PREFIX_CACHING, REF, REJECTED, RUNNING, FAMILY_TRAITS,
+                                    SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
+                                    WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.kv.extent import PLACED_SLOTS
 from pagesim.sim.core.kv.placement import ADDRESS_SPACE, HOLE_SIZE, HOLE_START, NUM_HOLES, PLACEMENT_KIND
 from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_REQUEST
 from pagesim.sim.core.kv.extent import EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START, RESERVED_SLOTS
 from pagesim.sim.core.kv.prefix_cache import LRU_HEAD, NEXT
 from pagesim.sim.core.state import MEMORY_CATEGORIES, SCHEDULING_POLICY, SPECULATIVE_SLACK
-from pagesim.sim.core.state import HOST_BLOCKS, HOST_USED, NUM_LOADING, STORE_LINK_FREE_S
+from pagesim.sim.core.state import HOST_BLOCKS, HOST_USED, STORE_LINK_FREE_S
+from pagesim.sim.core.kv.host_tier import NUM_LOADING
 from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK
 from pagesim.sim.core.kv.host_tier import (HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, GROUP_HEAP,
                                            HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
@@ -75,10 +79,11 @@ from pagesim.sim.core.state import SPEC_TOKENS
 from pagesim.sim.core.sched.speculative import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS
 from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
                                     TRANSFER_SLOTS, TRANSFERS)
-from pagesim.sim.core.state import HICACHE_HOST_PAGES, HICACHE_PENDING
+from pagesim.sim.core.state import HICACHE_HOST_PAGES
+from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING
 from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING_NODE, NODE_EVICTED, NODE_ON_HOST
-from pagesim.sim.core.state import (LOCKED_NODE, PREFIX_LEN, RADIX, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES,
-                                    RADIX_TREE_TOKENS)
+from pagesim.sim.core.state import LOCKED_NODE, PREFIX_LEN, RADIX
+from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS
 from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
                                              OWNED_NODES, RADIX_NODES_USED)
 

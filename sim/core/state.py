@@ -257,7 +257,6 @@ table("count", """
     ENGINE_EVENT_ID     its id
     ARRIVALS_DONE       1: every request has arrived
     STARTED             1: the loop has begun
-    PLACED_SLOTS        the contiguous manager: token slots placed (reserved and rounded up)
     NUM_LRU             prefix caching: cached blocks no running request holds
     NUM_EVICTIONS       cached blocks (sglang: tree leaves) evicted
     PREFIX_HIT_TOKENS   prompt tokens found cached
@@ -283,33 +282,11 @@ table("count", """
     SCHEDULE_ON_RESUME  1 when the loop returned PROGRESS as a step ended, before the next
         iteration was scheduled (sim/core/events/loop.py): the next call schedules it first
     HORIZON_EVENT_ID    a replica: the event id of the cluster's next arrival (clock[HORIZON_S])
-    RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
-    RADIX_EVICTABLE     those of them no running request locks
-    RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree
-    STEP_SPEC_TOKENS    this iteration's draft tokens verified (query tokens beyond one per decode)
-    STEP_DRAFT_CONTEXT  the contexts' sum of this iteration's decodes that verify drafts (the
-        drafter's attention reads)
-    SPEC_DRAFTED        draft tokens verified so far
-    SPEC_ACCEPTED       of them accepted
-    SPEC_VERIFIED       request-steps that verified drafts
     HOST_USED           the host tier's blocks holding a key (its occupancy)
-    NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
-        holding part, holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
     HOST_HIT_TOKENS     prompt tokens found in the host tier past the GPU's hits
     HOST_LOADED_BLOCKS  blocks loaded host -> GPU
     HOST_STORED_BLOCKS  blocks stored GPU -> host
     HOST_EVICTIONS      host blocks evicted for a store
-    HICACHE_PENDING     sglang's host tier: the nodes whose copy (a write or a load) is not yet
-        acknowledged (Core.host_work's HICACHE_PENDING_NODE row, in submission order)
-    STEP_LOAD_TOKENS    sglang's host tier: the tokens this iteration's prefill loads back
-    SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
-        over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
-        it kept every block; kv_cache.memory_categories)
-    STATE_BLOCKS        STATE_GROUPS: the state blocks the running requests hold
-    FULL_SHARED_SLOTS   prefix caching over SLIDING_GROUPS: the full groups' slots held by a second
-        holder or more (a block held by r requests counts (r - 1) x block_size; COMPUTED_SLOTS and
-        DEMAND_SLOTS count each holder's: kv_cache.memory_categories takes these off)
-    SLIDING_SHARED_SLOTS  the same over the sliding-window groups
     TRANSFER_SLOTS      disaggregated: the slots of the blocks held by in-flight KV transfers
         (sim/core/kv/remote_kv.py)
     KV_HOLDING_WAITING  the waiting queue's first places: its requests holding KV blocks while
@@ -317,9 +294,9 @@ table("count", """
     NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
 """, size="NUM_COUNTS",
       rooms={"sched.scheduler_vllm": 4, "events.loop": 8, "kv.extent": 4, "kv.placement": 4,
-             "kv.prefix_cache": 4, "kv.kv_cache": 4, "sched.static": 4,
-             "sched.scheduler_sglang": 8, "kv.radix_cache": 4, "sched.speculative": 4,
-             "kv.host_tier": 8})
+             "kv.prefix_cache": 4, "kv.kv_cache": 8, "sched.static": 4,
+             "sched.scheduler_sglang": 8, "kv.radix_cache": 12, "sched.speculative": 8,
+             "kv.host_tier": 12})
 
 # Core.clock: float64 times and time-weighted sums, then the policy's floats (read only)
 table("clock", f"""
@@ -337,16 +314,12 @@ table("clock", f"""
     STEP_S              EXTERNAL_STEPS: the duration of the iteration just scheduled, as its
         executor measured it
     HORIZON_S           a replica: the time of the cluster's next arrival
-    SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
-    STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
-    FULL_SHARED_SUM     count[FULL_SHARED_SLOTS] x seconds
-    SLIDING_SHARED_SUM  count[SLIDING_SHARED_SLOTS] x seconds
     HOST_BLOCK_S        the host tier: the seconds one block takes over the host link, either way
     LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
     STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it
 """, size="NUM_CLOCK",
       rooms={"events.loop": 4, "sched.scheduler_vllm": 4, "sched.beam": 4,
-             "sched.scheduler_sglang": 8, "sched.scheduler_v1": 4})
+             "sched.scheduler_sglang": 8, "sched.scheduler_v1": 4, "kv.kv_cache": 8})
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
 # lines, left the Mooncake v0 prefix-caching engine ~4 % slower). Every value is a block or key row,

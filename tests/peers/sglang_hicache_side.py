@@ -64,6 +64,7 @@ from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
 from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING_NODE, INSERTED_LEN, NODE_END, NODE_OWNER,
                                              NODE_PARENT, NODE_START, RADIX_ACCESS_CLOCK, RADIX_NODES_USED)
+from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING, RADIX_EVICTABLE, RADIX_TREE_TOKENS
 
 PEER = sglang_hicache.PEER
 SGLANG = sglang_hicache.SGLANG
@@ -342,7 +343,7 @@ class Twin:
         theirs = {k: v[:5] + (name(v[5], self.theirs_seen - 0.5, 1),) for k, v in theirs.items()}
         self.ours_seen, self.theirs_seen = clock, counter
         c = s.count
-        return (Tree(ours, int(c[state.RADIX_EVICTABLE]), int(c[state.RADIX_TREE_TOKENS] - c[state.RADIX_EVICTABLE]),
+        return (Tree(ours, int(c[RADIX_EVICTABLE]), int(c[RADIX_TREE_TOKENS] - c[RADIX_EVICTABLE]),
                      int(c[state.HOST_USED]) * self.page),
                 Tree(theirs, self.cache.evictable_size(), self.cache.protected_size(), self.side.host_used()))
 
@@ -445,9 +446,9 @@ class Twin:
     def lock(self, original, kind, s, x):
         if self.busy:
             return original(s, x)
-        evictable = int(s.count[state.RADIX_EVICTABLE])
+        evictable = int(s.count[RADIX_EVICTABLE])
         original(s, x)
-        ours = int(s.count[state.RADIX_EVICTABLE]) - evictable
+        ours = int(s.count[RADIX_EVICTABLE]) - evictable
         before = self.cache.evictable_size()
         if kind == "inc_lock_ref":
             result = self.call(lambda: self.locks.setdefault(int(x), []).append(self.cache.lock(self.handles[int(x)])))
@@ -490,7 +491,7 @@ class Twin:
         return written
 
     def acknowledge(self, original, s):
-        pending = s.host_work[HICACHE_PENDING_NODE, :int(s.count[state.HICACHE_PENDING])].tolist()
+        pending = s.host_work[HICACHE_PENDING_NODE, :int(s.count[HICACHE_PENDING])].tolist()
         done = [x for x in pending if s.host_ready_s[x] <= s.clock[state.NOW]]
         writes = sum(self.kind.pop(x) == "write" for x in done)
         loads = len(done) - writes

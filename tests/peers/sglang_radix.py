@@ -98,6 +98,7 @@ from pagesim.sim.run import run_simulation
 from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_EVICTED, NODE_LAST_ACCESS, NODE_LOCK_REF,
                                              NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
                                              RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
+from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_TREE_TOKENS
 
 VERSION = "0.5.23"
 
@@ -571,8 +572,8 @@ class Twin:
         self.ours_stamps.keep([node[3] for node in ours.values()])
         self.theirs_stamps.keep([node[3] for node in theirs.values()])
         c = s.count
-        return (Tree(named(ours, self.ours_stamps), int(c[state.RADIX_EVICTABLE]),
-                     int(c[state.RADIX_TREE_TOKENS] - c[state.RADIX_EVICTABLE])),
+        return (Tree(named(ours, self.ours_stamps), int(c[RADIX_EVICTABLE]),
+                     int(c[RADIX_TREE_TOKENS] - c[RADIX_EVICTABLE])),
                 Tree(named(theirs, self.theirs_stamps), self.cache.evictable_size(), self.cache.protected_size()))
 
     def only_stamped(self, s, before, path: list) -> bool:
@@ -597,7 +598,7 @@ class Twin:
             self.ours_stamps.register(index, [node[3] for node in path.values() if node[3] > before[1]])
             self.theirs_stamps.register(index, [node[3] for node in theirs_path.values() if node[3] > before[4]])
             c = s.count
-            sizes = (int(c[state.RADIX_EVICTABLE]), int(c[state.RADIX_TREE_TOKENS] - c[state.RADIX_EVICTABLE]))
+            sizes = (int(c[RADIX_EVICTABLE]), int(c[RADIX_TREE_TOKENS] - c[RADIX_EVICTABLE]))
             same = (named(path, self.ours_stamps) == named(theirs_path, self.theirs_stamps)
                     and sizes == (self.cache.evictable_size(), self.cache.protected_size()))
             self.run.path_only += 1
@@ -667,11 +668,11 @@ class Twin:
 
     def lock(self, original, kind, s, x):
         before = self.before(s)
-        evictable = int(s.count[state.RADIX_EVICTABLE])
+        evictable = int(s.count[RADIX_EVICTABLE])
         original(s, x)
         result = self.theirs(lambda: getattr(self.cache, kind)(self.handles[int(x)]))
         self.settle(s, before, kind, -1, int(s.radix_nodes[x, NODE_END]),
-                    int(s.count[state.RADIX_EVICTABLE]) - evictable,
+                    int(s.count[RADIX_EVICTABLE]) - evictable,
                     result if isinstance(result, Raised) else int(result.delta))
 
     def evict(self, original, s, num_tokens):

@@ -84,6 +84,7 @@ from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import run_simulation
 from pagesim.sim.core.sched.scheduler_sglang import NEW_TOKEN_RATIO
+from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE
 
 VERSION = sglang_radix.VERSION
 FOLDER = fetch.source_folder(VERSION, "sglang")
@@ -885,7 +886,7 @@ class Recorder(pagesim_steps.Recorder):
         self.preemptions = core.num_preemptions.copy()
         self.steps.append(SglangStep(float(core.clock[state.NOW]), "prefill" if prefill else "decode", scheduled,
                                      retracted, float(core.clock[NEW_TOKEN_RATIO]), int(self.available(core)),
-                                     int(c[state.RADIX_EVICTABLE])))
+                                     int(c[RADIX_EVICTABLE])))
         return STEP_S
 
 

@@ -52,15 +52,15 @@ must grow, and resumes where it stopped.
 from __future__ import annotations
 
 from pagesim.sim.core.events import loop
-from pagesim.sim.core.kv import prefix_cache, radix_cache
+from pagesim.sim.core.kv import extent, prefix_cache, radix_cache
 from pagesim.sim.core.sched import lifecycle
 from pagesim.sim.core.compile.by_reference import pin, unpin
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, CAPACITY, CONTIGUOUS, ENGINE_EVENT_ID, ENGINE_PENDING,
                                     ENGINE_TIME, HORIZON_EVENT_ID, HORIZON_S, MANAGER_KIND, NEXT_EVENT_ID, NOW,
-                                    NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED, PLACED_SLOTS,
-                                    PREFIX_CACHING, RADIX, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
+                                    NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS, NUM_LRU, NUM_REJECTED,
+                                    PREFIX_CACHING, RADIX,
                                     SCHEDULE_ON_RESUME, STARTED)
 
 # routers
@@ -88,11 +88,10 @@ def outstanding(counts, routed, r):
 def kv_used(configs, counts, r):
     """Replica ``r``'s KV pool in use, as (used, total) in its own unit (blocks or slots)."""
     if configs[r, MANAGER_KIND] == CONTIGUOUS:
-        return counts[r, PLACED_SLOTS], configs[r, CAPACITY]
+        return extent.slots_in_use(counts, r), configs[r, CAPACITY]
     if configs[r, MANAGER_KIND] == RADIX:  # slots: the tree's locked tokens and the running's pages
         total = configs[r, NUM_BLOCKS] * configs[r, BLOCK_SIZE]
-        return counts[r, RADIX_TREE_TOKENS] - counts[r, RADIX_EVICTABLE] + counts[r, RADIX_PRIVATE_PAGES] * \
-            configs[r, BLOCK_SIZE], total
+        return radix_cache.slots_in_use(counts, r, configs[r, BLOCK_SIZE]), total
     total = configs[r, NUM_BLOCKS]
     return total - counts[r, NUM_FREE_BLOCK_IDS] - counts[r, NUM_LRU], total
 

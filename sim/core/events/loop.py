@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from pagesim.sim.core.compile import by_reference, jit
-from pagesim.sim.core.kv import host_tier, radix_cache
+from pagesim.sim.core.kv import host_tier, kv_cache, radix_cache
 from pagesim.sim.core.sched import lifecycle, speculative, static
 # the schedulers by name: jit.interpreted (the SimPy model) then runs them by CPython too
 from pagesim.sim.core.sched.scheduler_vllm import schedule as schedule_vllm
@@ -80,13 +80,10 @@ from pagesim.sim.core.state import (ARRIVALS_DONE, BLOCK_SIZE, BLOCKS_SUM, BUSY_
 from pagesim.sim.core.state import CALIBRATED, CHECK_STEPS, MAX_SEQ_LEN, TABLE
 from pagesim.sim.core.state import (CONTINUOUS, CONTINUOUS_CONTIGUOUS, LAZY_ADDRESSES, SCHEDULER_ADDRESS, SGLANG,
                                     STATE_ADDRESS, STATIC, V1)
-from pagesim.sim.core.state import EXTERNAL_STEPS, HICACHE_PENDING, STEP_LOAD_TOKENS, STEP_S
+from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_S
 from pagesim.sim.core.state import (HORIZON_EVENT_ID, HORIZON_S, KV_HOLDING_WAITING, NUM_EXCHANGE, ROUTED,
                                     TRANSFER_SLOTS)
-from pagesim.sim.core.state import STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS
-from pagesim.sim.core.state import SKIPPED_SLOTS, SKIPPED_SUM, STATE_BLOCKS, STATE_BLOCKS_SUM
-from pagesim.sim.core.state import FULL_SHARED_SLOTS, FULL_SHARED_SUM, SLIDING_SHARED_SLOTS, SLIDING_SHARED_SUM
-from pagesim.sim.core.state import NUM_LOADING, NUM_PREEMPTIONS
+from pagesim.sim.core.state import NUM_PREEMPTIONS
 from pagesim.sim.core.state import (MEMORY_CATEGORIES, ROW_BATCH, ROW_DECODE_SEQS, ROW_DT, ROW_LOGICAL_BLOCKS,
                                     ROW_MEMORY, ROW_PREFILL_TOKENS, ROW_QUEUED, ROW_RUNNING, ROW_START,
                                     ROW_USED_BLOCKS)
@@ -154,8 +151,8 @@ def step_time(s, decode_context_sum, traits):
         square_sum += n * n
     flop_sum = pair_sum * 0.5  # sum(n * (b + n / 2)), rounded once (sim.cost.roofline.prefill_sums)
     num_seqs = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
-    # a decode's query tokens: one, and under speculative decoding its drafts (STEP_SPEC_TOKENS)
-    num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS] + c[STEP_SPEC_TOKENS]
+    # a decode's query tokens: one, and under speculative decoding its drafts
+    num_tokens = c[STEP_PREFILL_TOKENS] + c[STEP_DECODE_SEQS] + speculative.step_drafts(s)
     swapped = c[STEP_SWAP_IN] + c[STEP_SWAP_OUT]
     copied = c[STEP_COPIED_BLOCKS] * s.config[BLOCK_SIZE]  # copy-on-write of shared tails
     t = price(s, num_seqs, num_tokens, c[STEP_DECODE_SEQS], decode_context_sum, c[STEP_PREFILL_SEQS], flop_sum,
@@ -223,8 +220,8 @@ def draft_time(s) -> float:
     if seqs == 0:
         return 0.0
     zero = np.int64(0)  # np.int64: jit.njit's note on constants
-    return s.clock[SPEC_DRAFT_COST] * price(s, seqs, seqs, seqs, c[STEP_DRAFT_CONTEXT], zero, 0.0, zero, zero, zero,
-                                             zero, zero)
+    return s.clock[SPEC_DRAFT_COST] * price(s, seqs, seqs, seqs, speculative.draft_context(s), zero, 0.0, zero,
+                                             zero, zero, zero, zero)
 
 
 # once a step: inlined (the module's docstring, "Compiled per family")
@@ -244,10 +241,7 @@ def record(s, start, dt, traits):
     for k in range(MEMORY_CATEGORIES):
         clock[MEM_SUM + k] = clock[MEM_SUM + k] + memory[k] * dt
     clock[RUNNING_WEIGHTED] += c[NUM_RUNNING] * dt
-    clock[SKIPPED_SUM] += c[SKIPPED_SLOTS] * dt  # (0 without sliding-window groups)
-    clock[STATE_BLOCKS_SUM] += c[STATE_BLOCKS] * dt  # (0 without state groups)
-    clock[FULL_SHARED_SUM] += c[FULL_SHARED_SLOTS] * dt  # (0 without prefix caching over them)
-    clock[SLIDING_SHARED_SUM] += c[SLIDING_SHARED_SLOTS] * dt
+    kv_cache.groups_elapsed(s, dt)
     if s.config[KEEP_ROWS]:
         r = c[NUM_ROWS]
         s.row_floats[r, ROW_START] = start
@@ -255,7 +249,7 @@ def record(s, start, dt, traits):
         row = s.row_ints
         row[r, ROW_BATCH] = c[STEP_PREFILL_SEQS] + c[STEP_DECODE_SEQS]
         row[r, ROW_PREFILL_TOKENS] = c[STEP_PREFILL_TOKENS]
-        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS] + c[STEP_SPEC_TOKENS]  # and the drafts verified
+        row[r, ROW_DECODE_SEQS] = c[STEP_DECODE_SEQS] + speculative.step_drafts(s)  # and the drafts verified
         row[r, ROW_QUEUED] = c[WAITING_LEN] + c[SWAPPED_LEN]
         row[r, ROW_RUNNING] = c[NUM_RUNNING]
         for k in range(MEMORY_CATEGORIES):
@@ -416,8 +410,8 @@ def loop_for(family):
                     c[SCHEDULE_ON_RESUME] = 1
                     continue
                 # a host tier's load: the end of the next wakes it, or an arrival before (host_tier.py)
-                wake = host_tier.next_load_end(s) if traits & HOST_LOADS and c[NUM_LOADING] else np.inf
-                if traits & HOST_COPIES and c[HICACHE_PENDING]:  # sglang's host tier: the next copy's end unlocks
+                wake = host_tier.next_load_end(s) if traits & HOST_LOADS and host_tier.loading(s) else np.inf
+                if traits & HOST_COPIES and radix_cache.copies_pending(s):  # sglang's host tier: the next copy's end unlocks
                     wake = radix_cache.next_end(s)  # its node (an idle scheduler polls: radix_cache.acknowledge)
                 if (not c[NUM_RUNNING] and c[WAITING_LEN] and c[DEMAND_WAITING] and not c[TRANSFER_SLOTS]
                         and wake == np.inf):
@@ -444,7 +438,7 @@ def loop_for(family):
             # and the cost models a second time (jit.njit's note on constants)
             dt = step_time(s, np.int64(decode_context_sum), traits)
             # sglang's host tier loads KV back in the step (radix_cache.step_price)
-            if traits & HOST_COPIES and c[STEP_LOAD_TOKENS]:
+            if traits & HOST_COPIES and radix_cache.loads_back(s):
                 dt = radix_cache.step_price(s, dt)
             code = start_step(s, dt, traits)
             if code != GO_ON:

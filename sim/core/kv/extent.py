@@ -43,8 +43,8 @@ from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.kv.kv_cache import ALLOCATE_LATER, CAN_ALLOCATE, NEVER_FITS
 from pagesim.sim.core.state import (CAPACITY, COMPUTED_SLOTS, DEMAND_SLOTS, FREE_EPOCH, MAX_SEQ_LEN,
                                     NUM_ALLOCATIONS, NUM_FREES, NUM_GROWS_IN_PLACE, NUM_MOVES, NUM_OVERFLOWS,
-                                    NUM_RUNNING, PLACED_SLOTS, PREDICTOR_ERROR, RESERVE_MAX, RESERVE_ORACLE,
-                                    RESERVE_POW2, RESERVE_PREDICTED)
+                                    NUM_RUNNING, PREDICTOR_ERROR, RESERVE_MAX, RESERVE_ORACLE, RESERVE_POW2,
+                                    RESERVE_PREDICTED)
 from pagesim.sim.core.state import section, table
 
 # Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -57,6 +57,7 @@ section("config", globals(), """
 section("count", globals(), """
     RESERVED_SLOTS      the contiguous manager: token slots reserved
     NUM_JOINS           requests that joined the decode set (their order: Core.extent's EXTENT_JOINED)
+    PLACED_SLOTS        the contiguous manager: token slots placed (reserved and rounded up)
 """)
 
 # Core.extent: the contiguous manager's reservation of each request
@@ -67,6 +68,13 @@ table("extent", """
     EXTENT_PROMPT       the tokens it held at admission (P of a re-reservation)
     EXTENT_JOINED       when it joined the decode set (a count): re-reservations go in this order
 """, size="EXTENT_COLUMNS", into=globals())
+
+
+@njit(inline=True)
+def slots_in_use(counts, r):
+    """Replica ``r``'s address space in use (``counts``: the replicas' counters, a row each): the
+    slots its reservations placed."""
+    return counts[r, PLACED_SLOTS]
 
 
 @njit(inline=True)

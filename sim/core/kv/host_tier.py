@@ -90,7 +90,7 @@ from pagesim.sim.core.kv import kv_cache, prefix_cache
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import (BLOCK_SIZE, COMPUTED_SLOTS, HOST_BLOCKS, HOST_BLOCK_S, HOST_EVICTIONS,
                                     HOST_HIT_TOKENS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS, HOST_USED,
-                                    LOAD_LINK_FREE_S, NOW, NUM_LOADING, STEP_PREFILL_SEQS, STORE_LINK_FREE_S,
+                                    LOAD_LINK_FREE_S, NOW, STEP_PREFILL_SEQS, STORE_LINK_FREE_S,
                                     WAITING_HEAD)
 from pagesim.sim.core.state import (FINISHED, KV_HOLDING_WAITING, NUM_RUNNING, SPEC_LOOKAHEAD, SPEC_TOKENS,
                                     STEP_NUM_FINISHED)
@@ -113,6 +113,8 @@ section("count", globals(), """
     HOST_PENDING_LEN    those blocks
     HOST_REFUSED        1 from a store refused until no running request's offers lag (its blocks
         offered again at its next step: host_tier.offer_scheduled)
+    NUM_LOADING         requests waiting for their host blocks to load (in the waiting queue's
+        holding part, holding GPU blocks: vLLM's WAITING_FOR_REMOTE_KVS)
 """)
 
 # Core.host_blocks (the host tier): a host block's row
@@ -659,6 +661,12 @@ def touch_finished(s) -> None:
         i = s.step_finished[k]
         if s.status[i] == FINISHED and s.offload[i, OFFLOAD_OFFERED] >= 0:
             finished(s, i)
+
+
+@njit(inline=True)
+def loading(s):
+    """The requests waiting for their host blocks to load."""
+    return s.count[NUM_LOADING]
 
 
 @njit(lazy=asynchronous_loads)

@@ -32,10 +32,9 @@ from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_
 from pagesim.sim.core.state import EXTERNAL_STEPS, STEP_SWAP_IN_BLOCKS, STEP_SWAP_OUT_BLOCKS, TRANSFER_SLOTS
 from pagesim.sim.core.state import ASYNC_SCHEDULING, MANAGER_KIND, PAGED
 from pagesim.sim.core.state import IN_TRANSFER, SPECULATIVE_SLACK
-from pagesim.sim.core.state import (FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SKIPPED_SLOTS,
-                                    SLIDING_GROUPS, SLIDING_WINDOW)
-from pagesim.sim.core.state import SPEC_TOKENS, STATE_BLOCKS, STATE_GROUPS, STATE_SLOTS
-from pagesim.sim.core.state import FULL_SHARED_SLOTS, KEY_END, SLIDING_SHARED_SLOTS, WINDOW_JUNCTION
+from pagesim.sim.core.state import FULL_GROUPS, NUM_FREE_BLOCK_IDS as FREE_TOP, SLIDING_GROUPS, SLIDING_WINDOW
+from pagesim.sim.core.state import SPEC_TOKENS, STATE_GROUPS, STATE_SLOTS
+from pagesim.sim.core.state import KEY_END, WINDOW_JUNCTION
 from pagesim.sim.core.state import MAMBA_ALIGN
 from pagesim.sim.core.state import section
 
@@ -54,6 +53,14 @@ section("config", globals(), """
 # Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
 section("count", globals(), """
     EVICTOR_RUNS        vLLM 0.4.2 with prefix caching: the runs of blocks let go so far (block_info RUN)
+    SKIPPED_SLOTS       SLIDING_GROUPS: the slots each sliding-window group freed out of its window,
+        over the running requests (COMPUTED_SLOTS, DEMAND_SLOTS, LOGICAL_BLOCKS count one group as if
+        it kept every block; kv_cache.memory_categories)
+    STATE_BLOCKS        STATE_GROUPS: the state blocks the running requests hold
+    FULL_SHARED_SLOTS   prefix caching over SLIDING_GROUPS: the full groups' slots held by a second
+        holder or more (a block held by r requests counts (r - 1) x block_size; COMPUTED_SLOTS and
+        DEMAND_SLOTS count each holder's: kv_cache.memory_categories takes these off)
+    SLIDING_SHARED_SLOTS  the same over the sliding-window groups
 """)
 
 # Core.window: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -66,6 +73,14 @@ section("window", globals(), """
         (vLLM's last_state_block_idx; 0: none), freed once its tokens are processed
     STATE_RETIRED       MAMBA_ALIGN: the state columns below which every block is freed
         (_num_retired_blocks, single_type_kv_cache_manager.py:1608-1627)
+""")
+
+# Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
+section("clock", globals(), """
+    SKIPPED_SUM         count[SKIPPED_SLOTS] x seconds
+    STATE_BLOCKS_SUM    count[STATE_BLOCKS] x seconds
+    FULL_SHARED_SUM     count[FULL_SHARED_SLOTS] x seconds
+    SLIDING_SHARED_SUM  count[SLIDING_SHARED_SLOTS] x seconds
 """)
 
 
@@ -957,6 +972,33 @@ def remote_kv_only(s, num_tokens, final_len, k):
     c[COMPUTED_SLOTS] -= min(max(num_tokens - k * bs, 0), bs)
     c[DEMAND_SLOTS] -= min(max(final_len - k * bs, 0), bs)
     c[TRANSFER_SLOTS] += bs
+
+
+@njit(inline=True)
+def groups_elapsed(s, dt):
+    """``dt`` seconds of the step just priced on the groups' counts: the slots each
+    sliding-window group freed out of its window, the state blocks held, the shared slots of the
+    full and the sliding groups, summed over time (0 without groups) for :func:`group_sums`."""
+    c, clock = s.count, s.clock
+    clock[SKIPPED_SUM] += c[SKIPPED_SLOTS] * dt
+    clock[STATE_BLOCKS_SUM] += c[STATE_BLOCKS] * dt
+    clock[FULL_SHARED_SUM] += c[FULL_SHARED_SLOTS] * dt
+    clock[SLIDING_SHARED_SUM] += c[SLIDING_SHARED_SLOTS] * dt
+
+
+def group_sums(s) -> tuple[float, float, float, float]:
+    """A finished run's slot-seconds a sliding-window group freed, state-block-seconds held, and
+    shared slot-seconds of the full and of the sliding groups (:func:`groups_elapsed`; the
+    report's split by kind of group, sim/run.py's ``group_split``)."""
+    clock = s.clock
+    return (float(clock[SKIPPED_SUM]), float(clock[STATE_BLOCKS_SUM]), float(clock[FULL_SHARED_SUM]),
+            float(clock[SLIDING_SHARED_SUM]))
+
+
+@njit(inline=True)
+def state_blocks_held(s):
+    """The state blocks the running requests hold (one per request and state group)."""
+    return s.count[STATE_BLOCKS]
 
 
 @njit(inline=True)

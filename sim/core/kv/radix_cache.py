@@ -45,12 +45,10 @@ import numpy as np
 from pagesim.sim.core.compile.families import RADIX_TREE
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import FAMILY_TRAITS
-from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_HOST_PAGES, HICACHE_PENDING,
-                                    HOST_BLOCK_S, HOST_EVICTIONS, HOST_HIT_TOKENS, HOST_LOADED_BLOCKS,
-                                    HOST_STORED_BLOCKS, HOST_USED, LEFTOVER_SLOTS, LOAD_LINK_FREE_S,
-                                    LOCKED_NODE, NOW, NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, PREFIX_LEN,
-                                    RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
-                                    STEP_LOAD_TOKENS, STORE_LINK_FREE_S)
+from pagesim.sim.core.state import (BLOCK_SIZE, HASH_BLOCK_TOKENS, HICACHE_HOST_PAGES, HOST_BLOCK_S,
+                                    HOST_EVICTIONS, HOST_HIT_TOKENS, HOST_LOADED_BLOCKS, HOST_STORED_BLOCKS,
+                                    HOST_USED, LEFTOVER_SLOTS, LOAD_LINK_FREE_S, LOCKED_NODE, NOW,
+                                    NUM_BLOCKS, NUM_EVICTIONS, NUM_RUNNING, PREFIX_LEN, STORE_LINK_FREE_S)
 from pagesim.sim.core.state import section, table
 
 # Core.config: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -63,6 +61,12 @@ section("count", globals(), """
     RADIX_ACCESS_CLOCK  the radix tree's access clock: a node's last access is a tick of it
     RADIX_FREE_NODE     the head of the radix tree's list of free nodes
     RADIX_NODES_USED    the nodes ever used (evictions scan these)
+    RADIX_TREE_TOKENS   sglang: the tokens the radix tree holds
+    RADIX_EVICTABLE     those of them no running request locks
+    RADIX_PRIVATE_PAGES  the pages the running requests hold outside the tree
+    HICACHE_PENDING     sglang's host tier: the nodes whose copy (a write or a load) is not yet
+        acknowledged (Core.host_work's HICACHE_PENDING_NODE row, in submission order)
+    STEP_LOAD_TOKENS    sglang's host tier: the tokens this iteration's prefill loads back
 """)
 
 # Core.radix_nodes (--system sglang): a tree node, a run of tokens [START, END) of every path
@@ -350,6 +354,31 @@ def dec_lock_ref(s, x):
 @njit(inline=True)
 def capacity(s):
     return s.config[NUM_BLOCKS] * s.config[BLOCK_SIZE]
+
+
+@njit(inline=True)
+def slots_in_use(counts, r, block_size):
+    """Replica ``r``'s token pool in use (``counts``: the replicas' counters, a row each): the
+    tree's tokens running requests lock, and the pages they hold outside the tree."""
+    return counts[r, RADIX_TREE_TOKENS] - counts[r, RADIX_EVICTABLE] + counts[r, RADIX_PRIVATE_PAGES] * block_size
+
+
+@njit(inline=True)
+def evictable(s):
+    """The tree's tokens no running request locks: an eviction may free them."""
+    return s.count[RADIX_EVICTABLE]
+
+
+@njit(inline=True)
+def copies_pending(s):
+    """The host tier's copies (writes or loads) not yet acknowledged."""
+    return s.count[HICACHE_PENDING]
+
+
+@njit(inline=True)
+def loads_back(s):
+    """The tokens this step's prefill loads back from the host tier (its price: :func:`step_price`)."""
+    return s.count[STEP_LOAD_TOKENS]
 
 
 @njit(inline=True)

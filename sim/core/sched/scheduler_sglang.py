@@ -80,7 +80,7 @@ from pagesim.sim.core.state import SGLANG
 from pagesim.sim.core.state import (BLOCK_SIZE, CHUNK_BUDGET, DECODE_SET_SIZE, DEMAND_WAITING, FREE_EPOCH,
                                     LOCKED_NODE, LPM, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_SEQ_LEN,
                                     NUM_PREEMPTIONS, NUM_RUNNING, NUM_RUNNING_SEQS, PREFIX_HIT_TOKENS,
-                                    PREFIX_LEN, PREFIX_LOOKUP_TOKENS, RADIX_EVICTABLE, REJECT_NEVER_FITS,
+                                    PREFIX_LEN, PREFIX_LOOKUP_TOKENS, REJECT_NEVER_FITS,
                                     REJECT_WIDTH_UNSHARED, RUNNING, STEP_DECODE_SEQS, STEP_NUM_FINISHED,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
 from pagesim.sim.core.state import section
@@ -160,7 +160,7 @@ def ceil_page(s, n):
 
 @njit(inline=True)
 def free_and_evictable(s):
-    return radix_cache.available(s) + s.count[RADIX_EVICTABLE]
+    return radix_cache.available(s) + radix_cache.evictable(s)
 
 
 @njit(inline=True)

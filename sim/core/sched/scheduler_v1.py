@@ -81,8 +81,7 @@ from pagesim.sim.core.sched import policies, speculative
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.sched.lifecycle import (begin_iteration, first_arrived, hold_waiting, preempt_v1, prefill,
                                         reject_waiting, release, start_running, take_holding, take_waiting, waiting_at)
-from pagesim.sim.core.state import (BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, STEP_DRAFT_CONTEXT,
-                                    STEP_SPEC_TOKENS, V1)
+from pagesim.sim.core.state import BLOCK_SIZE, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, V1
 from pagesim.sim.core.state import SLIDING_GROUPS
 from pagesim.sim.core.state import MAMBA_ALIGN, WINDOW_JUNCTION
 from pagesim.sim.core.state import KV_HOLDING_WAITING
@@ -118,8 +117,7 @@ def schedule(s):
     c = s.count
     begin_iteration(s)
     c[DEMAND_WAITING] = 0
-    c[STEP_SPEC_TOKENS] = 0
-    c[STEP_DRAFT_CONTEXT] = 0
+    speculative.step_starts(s)
     prefix_cache.step_starts(s)
     if timing_out(s.config):
         abort_timed_out(s)

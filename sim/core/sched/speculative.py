@@ -65,9 +65,7 @@ from __future__ import annotations
 
 from pagesim.sim.core.kv import kv_cache, prefix_cache
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import (BLOCK_SIZE, MAX_SEQ_LEN, SPEC_ACCEPTED, SPEC_DRAFT_SLOTS, SPEC_DRAFTED,
-                                    SPEC_LOOKAHEAD, SPEC_TOKENS, SPEC_VERIFIED, STATE_BLOCKS,
-                                    STEP_DRAFT_CONTEXT, STEP_SPEC_TOKENS)
+from pagesim.sim.core.state import BLOCK_SIZE, MAX_SEQ_LEN, SPEC_DRAFT_SLOTS, SPEC_LOOKAHEAD, SPEC_TOKENS
 from pagesim.sim.core.state import SPECULATIVE_SLACK  # the memory category's index
 from pagesim.sim.core.state import section, table
 
@@ -76,6 +74,12 @@ section("count", globals(), """
     SPEC_SLOTS          speculative decoding: the running requests' slots past their computed
         tokens up to their speculative high-water mark (the speculative slack category)
     SPEC_DEMAND_SLOTS   those of them below their request's final length
+    STEP_SPEC_TOKENS    this iteration's draft tokens verified (query tokens beyond one per decode)
+    STEP_DRAFT_CONTEXT  the contexts' sum of this iteration's decodes that verify drafts (the
+        drafter's attention reads)
+    SPEC_DRAFTED        draft tokens verified so far
+    SPEC_ACCEPTED       of them accepted
+    SPEC_VERIFIED       request-steps that verified drafts
 """)
 
 # Core.speculative (vLLM v1 with SPEC_TOKENS; one row elsewhere): per request
@@ -190,6 +194,32 @@ def verify_context(held, drafts):
 
 
 @njit(inline=True)
+def step_starts(s):
+    """A step's scheduling begins: none of its drafts yet."""
+    s.count[STEP_SPEC_TOKENS] = 0
+    s.count[STEP_DRAFT_CONTEXT] = 0
+
+
+@njit(inline=True)
+def step_drafts(s):
+    """The draft tokens the step verifies: its query tokens beyond one per decode (0 without
+    speculative decoding)."""
+    return s.count[STEP_SPEC_TOKENS]
+
+
+@njit(inline=True)
+def draft_context(s):
+    """The contexts' sum of the step's decodes that verify drafts: the drafter's attention reads."""
+    return s.count[STEP_DRAFT_CONTEXT]
+
+
+def totals(count) -> tuple[int, int, int]:
+    """A run's draft tokens verified, of them accepted, and the request-steps that verified
+    drafts, from its counters ``count`` (the summary's, sim/run.py and sim/cluster.py)."""
+    return int(count[SPEC_DRAFTED]), int(count[SPEC_ACCEPTED]), int(count[SPEC_VERIFIED])
+
+
+@njit(inline=True)
 def scheduled(s, i, high, drafts):
     """Request ``i`` was scheduled with its blocks grown to hold ``high`` tokens and ``drafts``
     drafts to verify (its computed tokens counted already: the caller calls :func:`leave`
@@ -282,4 +312,4 @@ def split_categories(s, out):
 def state_slack(s):
     """The slots of the state groups' blocks for the drafts' states, K per holder and group
     beside its state's (``kv_cache.state_blocks``): nothing else holds them."""
-    return s.count[STATE_BLOCKS] * s.config[SPEC_TOKENS] * s.config[BLOCK_SIZE]
+    return kv_cache.state_blocks_held(s) * s.config[SPEC_TOKENS] * s.config[BLOCK_SIZE]

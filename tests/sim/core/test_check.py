@@ -14,6 +14,7 @@ from tests.sim.helpers import cfg_for, rand_trace
 from pagesim.sim.core.kv.extent import EXTENT_START
 from pagesim.sim.core.kv.placement import HOLE_SIZE, NUM_HOLES
 from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_KIND
+from pagesim.sim.core.kv.extent import PLACED_SLOTS
 
 
 def mid_run(cfg, trace, iterations: int = 40) -> state.Core:
@@ -157,7 +158,7 @@ def overlap_two_extents(s):
 
 @pytest.mark.parametrize("breaks,named", [
     (overlap_two_extents, "overlaps"),
-    (lambda s: s.count.__setitem__(state.PLACED_SLOTS, s.count[state.PLACED_SLOTS] + 1), "placed sums"),
+    (lambda s: s.count.__setitem__(PLACED_SLOTS, s.count[PLACED_SLOTS] + 1), "placed sums"),
     (lambda s: s.holes.__setitem__((0, HOLE_SIZE), s.holes[0, HOLE_SIZE] - 1), "not tiled|do not cover"),
 ])
 def test_a_broken_contiguous_state_is_named(breaks, named):

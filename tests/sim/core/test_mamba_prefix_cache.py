@@ -24,6 +24,7 @@ from tests.peers.workloads import MAMBA_PREFIX_WORKLOADS
 from tests.sim.core.test_sliding_prefix_cache import cache
 from pagesim.sim.core.kv.kv_cache import STATE_SOURCE
 from pagesim.sim.core.kv.prefix_cache import STATE_CACHED_STEP
+from pagesim.sim.core.kv.kv_cache import STATE_BLOCKS
 
 
 def run(workload):
@@ -147,13 +148,13 @@ def test_the_admission_takes_the_hit_state_alone_at_its_column():
     row, width = s.block_table[s.seq_slot[1, 0]], s.block_table.shape[1] // 4
     for g in (1, 2, 3):
         assert list(row[g * width:g * width + 4] >= 0) == [False, False, True, True]
-    assert s.window[1, STATE_SOURCE] == 3 and s.count[state.STATE_BLOCKS] == 6
+    assert s.window[1, STATE_SOURCE] == 3 and s.count[STATE_BLOCKS] == 6
     assert s.count[state.NUM_LRU] == 0
     # processed 60 tokens: the copy source (column 2 < cdiv(60, 16) - 1) goes back to the LRU, keyed
     interpreted(kv_cache.remove_skipped_states)(s, 1, 60)
     for g in (1, 2, 3):
         assert list(row[g * width:g * width + 4] >= 0) == [False, False, False, True]
-    assert s.count[state.STATE_BLOCKS] == 3 and s.count[state.NUM_LRU] == 3
+    assert s.count[STATE_BLOCKS] == 3 and s.count[state.NUM_LRU] == 3
 
 
 @pytest.mark.parametrize("name", [name for name in MAMBA_PREFIX_WORKLOADS if not name.startswith("gdn")])

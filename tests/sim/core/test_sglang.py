@@ -26,6 +26,7 @@ from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_LAST_ACCESS, NODE_LO
                                              NODE_OWNER, NODE_PARENT, NODE_START, OWNED_NODES,
                                              RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
 from pagesim.sim.core.sched.scheduler_sglang import MATCH_LEN, NEW_TOKEN_RATIO, WAITING_REFRESHES
+from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_TREE_TOKENS
 
 H = 4
 match_prefix = interpreted(radix_cache.match_prefix)
@@ -93,7 +94,7 @@ def test_insert_then_match_splits_the_node_at_the_first_block_whose_hashes_diffe
     assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0)]
     assert insert(s, B, 12)[1] == 8
     assert nodes(s) == [(0, 8, A, 0, 0), (8, 12, A, 0, 0), (8, 12, B, 0, 0)]
-    assert s.count[state.RADIX_TREE_TOKENS] == 16 and s.count[state.RADIX_EVICTABLE] == 16
+    assert s.count[RADIX_TREE_TOKENS] == 16 and s.count[RADIX_EVICTABLE] == 16
     assert match_prefix(s, C, 5)[1] == 0  # nothing shared with (5, 6)
 
 
@@ -153,12 +154,12 @@ def test_locks_run_from_the_node_to_the_root_and_take_tokens_out_of_the_evictabl
     leaf, _ = insert(s, B, 12)
     inc_lock_ref(s, leaf)
     assert nodes(s) == [(0, 8, A, 1, 0), (8, 12, A, 0, 0), (8, 12, B, 1, 0)]
-    assert s.count[state.RADIX_EVICTABLE] == 4
+    assert s.count[RADIX_EVICTABLE] == 4
     inc_lock_ref(s, leaf)
     dec_lock_ref(s, leaf)
-    assert s.count[state.RADIX_EVICTABLE] == 4
+    assert s.count[RADIX_EVICTABLE] == 4
     dec_lock_ref(s, leaf)
-    assert s.count[state.RADIX_EVICTABLE] == 16 and nodes(s)[0][3] == 0
+    assert s.count[RADIX_EVICTABLE] == 16 and nodes(s)[0][3] == 0
 
 
 def test_eviction_takes_the_least_recently_accessed_unlocked_leaf_first():
@@ -171,7 +172,7 @@ def test_eviction_takes_the_least_recently_accessed_unlocked_leaf_first():
     assert evict(s, 1) == 6
     assert nodes(s) == [(0, 12, A, 0, 0)]
     assert evict(s, 1) == 12 and nodes(s) == []
-    assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.NUM_EVICTIONS] == 2
+    assert s.count[RADIX_TREE_TOKENS] == 0 and s.count[state.NUM_EVICTIONS] == 2
 
 
 def test_a_node_is_stamped_before_it_is_split_and_a_new_node_is_newer():
@@ -214,7 +215,7 @@ def test_a_checkpoint_past_the_prompt_splits_the_leaf_at_the_prompts_end():
     x = checkpoint(s, A, 15)  # the node the first insert made, which keeps its row (the output's part)
     assert nodes(s) == [(0, 12, A, 0, 0), (12, 15, A, 0, 0)]
     assert (s.radix_nodes[x, NODE_START], s.radix_nodes[x, NODE_END]) == (12, 15)
-    assert s.count[state.RADIX_TREE_TOKENS] == 15 and s.count[state.RADIX_EVICTABLE] == 15
+    assert s.count[RADIX_TREE_TOKENS] == 15 and s.count[RADIX_EVICTABLE] == 15
     insert(s, C, 6)
     assert evict(s, 1) == 3 and nodes(s) == [(0, 6, C, 0, 0), (0, 12, A, 0, 0)]
     assert evict(s, 1) == 12 and evict(s, 1) == 6
@@ -351,7 +352,7 @@ def test_eviction_frees_unlocked_leaves_only_and_a_parent_once_it_is_a_leaf():
     assert nodes(s) == [(0, 8, A, 1, 0), (8, 12, B, 1, 0)]
     dec_lock_ref(s, leaf)
     assert evict(s, 100) == 12 and nodes(s) == []
-    assert s.count[state.RADIX_TREE_TOKENS] == 0 and s.count[state.RADIX_EVICTABLE] == 0
+    assert s.count[RADIX_TREE_TOKENS] == 0 and s.count[RADIX_EVICTABLE] == 0
 
 
 def test_a_parent_is_evicted_only_after_its_children():

@@ -34,6 +34,8 @@ from pagesim.sim.core.kv.radix_cache import (HICACHE_LAYERS, NODE_END, NODE_EVIC
                                              NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
                                              RADIX_NODES_USED)
 from pagesim.sim.core.sched.scheduler_sglang import EXTEND_LEN, MATCH_LEN
+from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES,
+                                             RADIX_TREE_TOKENS, STEP_LOAD_TOKENS)
 
 H = 4
 TOKEN_S = OPT13B_SLOT / 25e9  # a token over the host link: 32.768 us
@@ -100,14 +102,14 @@ def test_an_insert_writes_its_new_leaf_through_locked_until_its_copy_ends():
     checkpoint(s, A, 16)
     assert nodes(s) == [(0, 16, A, 1, 1, 1)]
     c = s.count
-    assert (c[state.HOST_USED], c[state.HOST_STORED_BLOCKS], c[state.RADIX_EVICTABLE]) == (16, 16, 0)
+    assert (c[state.HOST_USED], c[state.HOST_STORED_BLOCKS], c[RADIX_EVICTABLE]) == (16, 16, 0)
     assert s.clock[state.STORE_LINK_FREE_S] == pytest.approx(16 * TOKEN_S)
     s.clock[state.NOW] = 500e-6
     acknowledge(s)
-    assert nodes(s) == [(0, 16, A, 1, 1, 1)] and c[state.HICACHE_PENDING] == 1
+    assert nodes(s) == [(0, 16, A, 1, 1, 1)] and c[HICACHE_PENDING] == 1
     s.clock[state.NOW] = 1e-3
     acknowledge(s)
-    assert nodes(s) == [(0, 16, A, 0, 1, 1)] and c[state.HICACHE_PENDING] == 0 and c[state.RADIX_EVICTABLE] == 16
+    assert nodes(s) == [(0, 16, A, 0, 1, 1)] and c[HICACHE_PENDING] == 0 and c[RADIX_EVICTABLE] == 16
 
 
 def written(host: int = 48, *requests) -> object:
@@ -128,7 +130,7 @@ def test_a_device_eviction_demotes_a_backed_up_leaf_and_a_match_walks_and_splits
     assert evict(s, 9) == 16
     assert nodes(s) == [(0, 16, A, 0, 0, 1)]
     c = s.count
-    assert (c[state.RADIX_TREE_TOKENS], c[state.RADIX_EVICTABLE], c[state.HOST_USED], c[state.NUM_EVICTIONS]) == (
+    assert (c[RADIX_TREE_TOKENS], c[RADIX_EVICTABLE], c[state.HOST_USED], c[state.NUM_EVICTIONS]) == (
         0, 0, 16, 1)
     best, depth = match_prefix(s, B, 15)
     assert depth == 12 and device_node(s, best) == radix_cache.ROOT
@@ -141,7 +143,7 @@ def test_a_leaf_without_a_host_copy_is_deleted():
     s = tree(8)
     checkpoint(s, A, 16)
     assert nodes(s) == [(0, 16, A, 0, 1, 0)] and s.count[state.HOST_STORED_BLOCKS] == 0
-    assert evict(s, 1) == 16 and nodes(s) == [] and s.count[state.RADIX_TREE_TOKENS] == 0
+    assert evict(s, 1) == 16 and nodes(s) == [] and s.count[RADIX_TREE_TOKENS] == 0
 
 
 def test_a_write_evicts_the_least_recently_used_host_leaf_and_is_dropped_when_none_is_left():
@@ -202,7 +204,7 @@ def test_an_insert_through_a_host_only_node_gives_it_its_device_copy_back():
     checkpoint(s, C, 12)
     assert nodes(s) == [(0, 8, D, 1, 1, 1), (8, 12, C, 1, 1, 1), (8, 16, D, 0, 0, 1)]
     c = s.count
-    assert (c[state.RADIX_TREE_TOKENS], c[state.HOST_USED], c[state.HOST_LOADED_BLOCKS]) == (12, 20, 0)
+    assert (c[RADIX_TREE_TOKENS], c[state.HOST_USED], c[state.HOST_LOADED_BLOCKS]) == (12, 20, 0)
 
 
 def test_a_host_hit_of_ten_or_more_is_loaded_back_and_one_under_ten_is_not():
@@ -216,13 +218,13 @@ def test_a_host_hit_of_ten_or_more_is_loaded_back_and_one_under_ten_is_not():
     assert load_back(s, device_node(s, best), best) == 12
     c = s.count
     assert (0, 12, A, 1, 1, 1) in nodes(s) and (12, 16, A, 0, 0, 1) in nodes(s)
-    assert (c[state.RADIX_TREE_TOKENS], c[state.RADIX_EVICTABLE], c[state.HOST_LOADED_BLOCKS]) == (12, 0, 12)
-    assert c[state.STEP_LOAD_TOKENS] == 12
+    assert (c[RADIX_TREE_TOKENS], c[RADIX_EVICTABLE], c[state.HOST_LOADED_BLOCKS]) == (12, 0, 12)
+    assert c[STEP_LOAD_TOKENS] == 12
     assert s.clock[state.LOAD_LINK_FREE_S] == pytest.approx(1.0 + 12 * TOKEN_S)
     best, depth = match_prefix(s, C, 11)
     assert depth == 8 and load_back(s, device_node(s, best), best) == 0
     assert (0, 8, D, 0, 0, 1) in nodes(s) and (8, 16, D, 0, 0, 1) in nodes(s)
-    assert c[state.RADIX_TREE_TOKENS] == 12 and c[state.HOST_LOADED_BLOCKS] == 12
+    assert c[RADIX_TREE_TOKENS] == 12 and c[state.HOST_LOADED_BLOCKS] == 12
 
 
 def test_a_load_back_evicts_device_leaves_for_its_slots():
@@ -233,14 +235,14 @@ def test_a_load_back_evicts_device_leaves_for_its_slots():
     assert nodes(s) == [(0, 16, A, 0, 0, 1), (0, 16, D, 0, 1, 1)]
     best, _ = match_prefix(s, B, 15)
     assert load_back(s, device_node(s, best), best) == 12
-    assert (0, 16, D, 0, 0, 1) in nodes(s) and s.count[state.RADIX_TREE_TOKENS] == 12
+    assert (0, 16, D, 0, 0, 1) in nodes(s) and s.count[RADIX_TREE_TOKENS] == 12
 
 
 def admission(private_pages: int):
     """A written and demoted; B waits, the pool's other slots held by ``private_pages``."""
     s = written(48, A)
     evict(s, 16)
-    s.count[state.RADIX_PRIVATE_PAGES] = private_pages
+    s.count[RADIX_PRIVATE_PAGES] = private_pages
     s.waiting[0] = B
     s.count[state.WAITING_HEAD], s.count[state.WAITING_LEN] = 0, 1
     s.status[B] = state.WAITING
