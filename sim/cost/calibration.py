@@ -241,6 +241,31 @@ def load_calibration(gpu: str) -> Calibration:
     return Calibration.from_toml(calibration_path(source))
 
 
+@lru_cache(maxsize=None)
+def measured_error(source: str) -> dict:
+    """The ``[error]`` table of calibration file ``source`` (a calibrated GPU's name): each cost
+    model's measured error, which every run's summary reports. :meth:`Calibration.to_toml` writes
+    it last, so it is parsed alone: a run priced by another model never reads the constants
+    before it. A file where another table follows it or a part of it stands before it, or whose
+    tail does not parse, is read whole (:meth:`Calibration.from_toml`, which names what is
+    wrong)."""
+    import re
+    import tomllib
+
+    path = calibration_path(source)
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    start = text.find("\n[error]\n")
+    tail = text[start:] if start >= 0 else ""
+    # the table whole in the tail: no other table after it, no part of it (a sub-table, a key) before
+    if tail and not re.search(r"^\[(?!error[.\]])", tail, re.M) and not re.search(r"^\s*\[?\s*error\b",
+                                                                                     text[:start], re.M):
+        try:
+            return tomllib.loads(tail).get("error", {})
+        except tomllib.TOMLDecodeError:
+            pass
+    return Calibration.from_toml(path).error
+
+
 def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bool | None = None,
                scheduler: str | None = None, max_num_seqs: int | None = None, engine: str | None = None) -> dict:
     """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
@@ -264,7 +289,7 @@ def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bo
     if source is None:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: no measured timings for {gpu}"}
     path = calibration_path(source)
-    err = load_calibration(gpu).error.get(cost_model, {})
+    err = measured_error(source).get(cost_model, {})
     band = dict(err.get("all", {}))
     if not band:
         return {"cost_model": cost_model, "cost_error": f"uncalibrated: {path.name} has no [error.{cost_model}]"}

@@ -583,3 +583,21 @@ def test_fit_command_writes_the_cpu_lines_and_their_provenance(tmp_path, capsys)
     from pagesim.sim.cost.cli import portable  # (relative where the test's folder is beside the repository's)
 
     assert cal.provenance["command"].endswith(f"--cpu-overheads {portable(cpu)}")
+
+
+def test_the_error_table_is_read_alone_as_the_whole_file_reads_it(tmp_path, monkeypatch):
+    """``measured_error`` parses the ``[error]`` table alone where it is the file's last and whole
+    (the shipped files), and the whole file otherwise: here a sub-table of it stands before it,
+    which the tail alone would miss (worked by hand: ``extra``'s one key)."""
+    from pagesim.sim.cost import calibration
+
+    for gpu in calibration.calibrated_gpus():
+        assert calibration.measured_error(gpu) == Calibration.from_toml(calibration.calibration_path(gpu)).error
+    head, tail = calibration.calibration_path("a100-80gb").read_text().split("\n[error]\n")
+    (tmp_path / "split-gpu.toml").write_text(head + "\n[error.roofline.extra]\nmedian = 1.5\n\n[error]\n" + tail)
+    (tmp_path / "last-gpu.toml").write_text(head + "\n[error]\n" + tail)
+    monkeypatch.setattr(calibration, "DATA_DIR", tmp_path)
+    split = calibration.measured_error("split-gpu")
+    assert split["roofline"]["extra"] == {"median": 1.5}
+    rest = {k: v for k, v in split["roofline"].items() if k != "extra"}
+    assert rest == calibration.measured_error("last-gpu")["roofline"]
