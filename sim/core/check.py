@@ -45,47 +45,35 @@ from pagesim.sim.core.kv import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.sched import policies, speculative
 from pagesim.sim.core.compile.families import WHOLE_BATCHES
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, SLIDING_WINDOW
-from pagesim.sim.core.kv.kv_cache import SKIPPED_SLOTS
-from pagesim.sim.core.kv.kv_cache import WINDOW_SKIPPED
-from pagesim.sim.core.state import MAMBA_ALIGN, STATE_GROUPS, STATE_SLOTS
-from pagesim.sim.core.kv.kv_cache import STATE_BLOCKS
-from pagesim.sim.core.kv.kv_cache import FULL_SHARED_SLOTS, SLIDING_SHARED_SLOTS
-from pagesim.sim.core.kv.prefix_cache import KEY_GROUP
-from pagesim.sim.core.state import (BLOCK_SIZE, BLOCKED_ON_MAX_SEQS, BUDDY, CAPACITY, COMPUTED_SLOTS,
-                                    CONTIGUOUS, DECODE_SET_SIZE, DEMAND_SLOTS, DEMAND_WAITING, FINISHED,
-                                    FREE_EPOCH, KEY_END, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MANAGER_KIND,
-                                    MAX_NUM_SEQS, NOT_BLOCKED, NUM_BLOCKS, NUM_FINISHED, NUM_FREE_BLOCK_IDS,
-                                    NUM_FREE_SLOTS, NUM_CACHED_KEYS, NUM_LRU, NUM_REJECTED, NUM_RUNNING,
-                                    NUM_RUNNING_SEQS, PREFIX_CACHING, REF, REJECTED, RUNNING, FAMILY_TRAITS,
-                                    SHARED_BLOCKS, SWAP_USED_TOKENS, SWAPPED, SWAPPED_HEAD, SWAPPED_LEN,
+from pagesim.sim.core.state import (BLOCKED_ON_MAX_SEQS, BLOCK_SIZE, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS,
+                                    DECODE_SET_SIZE, DECODE_SIDE, DEMAND_SLOTS, DEMAND_WAITING, DISAGG_ROLE,
+                                    FAMILY_TRAITS, FINISHED, FREE_EPOCH, FULL_GROUPS, HICACHE_HOST_PAGES,
+                                    HOST_BLOCKS, HOST_USED, KEY_END, KV_HOLDING_WAITING, LEFTOVER_SLOTS, LOADING,
+                                    LOCKED_NODE, LOGICAL_BLOCKS, MAMBA_ALIGN, MANAGER_KIND, MAX_NUM_SEQS,
+                                    MEMORY_CATEGORIES, NOT_BLOCKED, NUM_BLOCKS, NUM_CACHED_KEYS, NUM_FINISHED,
+                                    NUM_FREE_BLOCK_IDS, NUM_FREE_SLOTS, NUM_LRU, NUM_REJECTED, NUM_RUNNING,
+                                    NUM_RUNNING_SEQS, PREFILL_SIDE, PREFIX_CACHING, PREFIX_LEN, RADIX, REF, REJECTED,
+                                    RUNNING, SCHEDULING_POLICY, SHARED_BLOCKS, SLIDING_GROUPS, SLIDING_WINDOW,
+                                    SPECULATIVE_SLACK, SPEC_TOKENS, STATE_GROUPS, STATE_SLOTS, STORE_LINK_FREE_S,
+                                    SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, SWAP_USED_TOKENS, TRANSFERS, TRANSFER_SLOTS,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
-from pagesim.sim.core.kv.extent import PLACED_SLOTS
+from pagesim.sim.core.kv.kv_cache import (FULL_SHARED_SLOTS, SKIPPED_SLOTS, SLIDING_SHARED_SLOTS, STATE_BLOCKS,
+                                          WINDOW_SKIPPED)
+from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, KEY_GROUP, LRU_HEAD, NEXT
+from pagesim.sim.core.kv.extent import EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START, PLACED_SLOTS, RESERVED_SLOTS
 from pagesim.sim.core.kv.placement import ADDRESS_SPACE, HOLE_SIZE, HOLE_START, NUM_HOLES, PLACEMENT_KIND
 from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_REQUEST
-from pagesim.sim.core.kv.extent import EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START, RESERVED_SLOTS
-from pagesim.sim.core.kv.prefix_cache import LRU_HEAD, NEXT
-from pagesim.sim.core.state import MEMORY_CATEGORIES, SCHEDULING_POLICY, SPECULATIVE_SLACK
-from pagesim.sim.core.state import HOST_BLOCKS, HOST_USED, STORE_LINK_FREE_S
-from pagesim.sim.core.kv.host_tier import NUM_LOADING
-from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK
-from pagesim.sim.core.kv.host_tier import (HOST_KEY_CHAIN, HOST_KEY_END, HOST_KEY_SLOT, GROUP_HEAP,
-                                           HOST_GROUP, HOST_GROUPS, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING,
-                                           HOST_PENDING_HEAD, HOST_PENDING_LEN, HOST_PREV, HOST_RANK,
-                                           HOST_TABLE_MASK, HOST_TOUCHED_HEAD, HOST_TOUCHED_TAIL,
-                                           OFFLOAD_FRONT, OFFLOAD_HEAP_AT, OFFLOAD_LOADING, OFFLOAD_RANK,
-                                           OFFLOAD_SEEN_AT, PENDING_BLOCK)
-from pagesim.sim.core.state import SPEC_TOKENS
+from pagesim.sim.core.kv.host_tier import (GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_KEY_CHAIN, HOST_KEY_END,
+                                           HOST_KEY_SLOT, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING, HOST_PENDING_HEAD,
+                                           HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
+                                           HOST_TOUCHED_HEAD, HOST_TOUCHED_TAIL, NUM_LOADING, OFFLOAD_FRONT,
+                                           OFFLOAD_HEAP_AT, OFFLOAD_LOADING, OFFLOAD_RANK, OFFLOAD_SEEN_AT,
+                                           PENDING_BLOCK)
 from pagesim.sim.core.sched.speculative import SPEC_DEMAND_SLOTS, SPEC_HIGH, SPEC_SLOTS
-from pagesim.sim.core.state import (DECODE_SIDE, DISAGG_ROLE, KV_HOLDING_WAITING, LOADING, PREFILL_SIDE,
-                                    TRANSFER_SLOTS, TRANSFERS)
-from pagesim.sim.core.state import HICACHE_HOST_PAGES
-from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING
-from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING_NODE, NODE_EVICTED, NODE_ON_HOST
-from pagesim.sim.core.state import LOCKED_NODE, PREFIX_LEN, RADIX
-from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS
-from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_LOCK_REF, NODE_OWNER, NODE_PARENT, NODE_START,
-                                             OWNED_NODES, RADIX_NODES_USED)
+from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING, HICACHE_PENDING_NODE, NODE_END, NODE_EVICTED,
+                                             NODE_LOCK_REF, NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
+                                             OWNED_NODES, RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_PRIVATE_PAGES,
+                                             RADIX_TREE_TOKENS)
 
 
 def check(s, mine=None) -> None:

@@ -62,9 +62,9 @@ from pagesim.sim.core import state
 from pagesim.sim.core.compile import jit
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
-from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING_NODE, INSERTED_LEN, NODE_END, NODE_OWNER,
-                                             NODE_PARENT, NODE_START, RADIX_ACCESS_CLOCK, RADIX_NODES_USED)
-from pagesim.sim.core.kv.radix_cache import HICACHE_PENDING, RADIX_EVICTABLE, RADIX_TREE_TOKENS
+from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING, HICACHE_PENDING_NODE, INSERTED_LEN, NODE_END,
+                                             NODE_OWNER, NODE_PARENT, NODE_START, RADIX_ACCESS_CLOCK,
+                                             RADIX_EVICTABLE, RADIX_NODES_USED, RADIX_TREE_TOKENS)
 
 PEER = sglang_hicache.PEER
 SGLANG = sglang_hicache.SGLANG

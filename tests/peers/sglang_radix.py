@@ -95,10 +95,9 @@ from pagesim.sim.core import state
 from pagesim.sim.core.compile import jit
 from pagesim.sim.core.kv import radix_cache
 from pagesim.sim.run import run_simulation
-from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_EVICTED, NODE_LAST_ACCESS, NODE_LOCK_REF,
-                                             NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
-                                             RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
-from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_TREE_TOKENS
+from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_EVICTED, NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_ON_HOST,
+                                             NODE_OWNER, NODE_PARENT, NODE_START, RADIX_ACCESS_CLOCK,
+                                             RADIX_EVICTABLE, RADIX_FREE_NODE, RADIX_NODES_USED, RADIX_TREE_TOKENS)
 
 VERSION = "0.5.23"
 

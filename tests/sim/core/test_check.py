@@ -11,10 +11,9 @@ from pagesim.sim.core.events import loop, replay
 from pagesim.sim.errors import InvariantError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import cfg_for, rand_trace
-from pagesim.sim.core.kv.extent import EXTENT_START
+from pagesim.sim.core.kv.extent import EXTENT_START, PLACED_SLOTS
 from pagesim.sim.core.kv.placement import HOLE_SIZE, NUM_HOLES
 from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_KIND
-from pagesim.sim.core.kv.extent import PLACED_SLOTS
 
 
 def mid_run(cfg, trace, iterations: int = 40) -> state.Core:

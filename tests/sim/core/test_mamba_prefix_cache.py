@@ -22,9 +22,8 @@ from pagesim.sim.specs import get_model
 from tests.peers import pagesim_steps
 from tests.peers.workloads import MAMBA_PREFIX_WORKLOADS
 from tests.sim.core.test_sliding_prefix_cache import cache
-from pagesim.sim.core.kv.kv_cache import STATE_SOURCE
+from pagesim.sim.core.kv.kv_cache import STATE_BLOCKS, STATE_SOURCE
 from pagesim.sim.core.kv.prefix_cache import STATE_CACHED_STEP
-from pagesim.sim.core.kv.kv_cache import STATE_BLOCKS
 
 
 def run(workload):

@@ -23,10 +23,9 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, run_simulation
 from tests.sim.helpers import OPT13B_SLOT, ConstExecutor
 from pagesim.sim.core.kv.radix_cache import (NODE_END, NODE_LAST_ACCESS, NODE_LOCK_REF, NODE_NEXT_SIBLING,
-                                             NODE_OWNER, NODE_PARENT, NODE_START, OWNED_NODES,
-                                             RADIX_ACCESS_CLOCK, RADIX_FREE_NODE, RADIX_NODES_USED)
+                                             NODE_OWNER, NODE_PARENT, NODE_START, OWNED_NODES, RADIX_ACCESS_CLOCK,
+                                             RADIX_EVICTABLE, RADIX_FREE_NODE, RADIX_NODES_USED, RADIX_TREE_TOKENS)
 from pagesim.sim.core.sched.scheduler_sglang import MATCH_LEN, NEW_TOKEN_RATIO, WAITING_REFRESHES
-from pagesim.sim.core.kv.radix_cache import RADIX_EVICTABLE, RADIX_TREE_TOKENS
 
 H = 4
 match_prefix = interpreted(radix_cache.match_prefix)

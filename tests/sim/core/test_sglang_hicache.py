@@ -30,12 +30,11 @@ from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import initial_state, prepare, result, run_simulation
 from tests.sim.helpers import OPT13B_SLOT
-from pagesim.sim.core.kv.radix_cache import (HICACHE_LAYERS, NODE_END, NODE_EVICTED, NODE_LOCK_REF,
-                                             NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START,
-                                             RADIX_NODES_USED)
+from pagesim.sim.core.kv.radix_cache import (HICACHE_LAYERS, HICACHE_PENDING, NODE_END, NODE_EVICTED, NODE_LOCK_REF,
+                                             NODE_ON_HOST, NODE_OWNER, NODE_PARENT, NODE_START, RADIX_EVICTABLE,
+                                             RADIX_NODES_USED, RADIX_PRIVATE_PAGES, RADIX_TREE_TOKENS,
+                                             STEP_LOAD_TOKENS)
 from pagesim.sim.core.sched.scheduler_sglang import EXTEND_LEN, MATCH_LEN
-from pagesim.sim.core.kv.radix_cache import (HICACHE_PENDING, RADIX_EVICTABLE, RADIX_PRIVATE_PAGES,
-                                             RADIX_TREE_TOKENS, STEP_LOAD_TOKENS)
 
 H = 4
 TOKEN_S = OPT13B_SLOT / 25e9  # a token over the host link: 32.768 us
