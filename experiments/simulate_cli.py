@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from pagesim.sim.cluster import DEFAULT_SLACK, check_cluster, run_cluster
     from pagesim.sim.limits import check_replicas
     from pagesim.sim.run_memory import check_synthetic_workload
-    from pagesim.sim.run import jsonable, resolve_budget, run_simulation
+    from pagesim.sim.requests import RequestTable
+    from pagesim.sim.run import jsonable, prepare, resolve_budget, run_prepared
 
     fixed = {"record_steps": False} if args.no_steps else {}
     summary_options = summary_options_from_args(args)
@@ -125,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
         for s in result.replica_summaries:  # each replica's cost model is its GPU's
             s.update(run_error_band(cfg, s["gpu"]))
     else:
-        result = run_simulation(cfg, trace, progress=args.progress and not args.json,
-                                summary_options=summary_options)
+        table = RequestTable(trace)
+        del trace  # (its columns are the request table's now, before the core's are made: run_prepared)
+        result = run_prepared(cfg, prepare(cfg, table), progress=args.progress and not args.json,
+                              summary_options=summary_options)
     result.summary["workload"] = workload
     if clustered and len(set(result.summary["gpu_per_replica"])) > 1:  # each replica's summary has its GPU's
         result.summary.update(cost_model=cfg.cost_model, cost_error="per GPU: see replicas.json")

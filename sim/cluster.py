@@ -166,10 +166,7 @@ def replica_states(groups: list[tuple[state.Core, int]], seed: int, rows: int) -
     out = []
     for s0, count in groups:
         n = int(s0.config[state.NUM_REQUESTS])
-        bound = min(n, int(s0.config[state.MAX_NUM_SEQS]))  # running requests never outnumber max_num_seqs
-        if s0.config[state.MANAGER_KIND] == state.PAGED:
-            bound = min(bound, int(s0.count[state.NUM_FREE_SLOTS]))  # nor the running slots
-        bound, ring = max(bound, 1), max(min(n, FIRST_RING), 1)
+        bound, ring = len(s0.running), max(min(n, FIRST_RING), 1)  # (sim.core.build: the running bound)
         for _ in range(count):
             r = len(out)
             own = {name: getattr(s0, name).copy() for name in OWN}

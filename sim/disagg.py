@@ -176,6 +176,13 @@ class Disaggregated:
                 from None
 
 
+def disaggregated_columns(n: int) -> dict:
+    """The per-request columns of a disaggregated run's states alone (one entry elsewhere:
+    sim.core.build): when each request was first admitted (NaN before; remote_kv.py) and when
+    its KV transfer ends (lifecycle.kv_arrived)."""
+    return dict(admitted_s=np.full(max(n, 1), np.nan), load_ready_s=np.zeros(max(n, 1)))
+
+
 def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.DataFrame,
                       prefill: int, decode: int, router: str = "round-robin", link: str = "ib-ndr",
                       link_gbps: float | None = None,
@@ -189,10 +196,10 @@ def run_disaggregated(prefill_cfg: SimConfig, decode_cfg: SimConfig, trace: pd.D
     one_token = trace.copy()
     one_token["output_tokens"] = 1  # the proxy's prefill request: max_tokens=1
     one_token.attrs = dict(trace.attrs)
-    run_p = prepare(prefill_cfg, one_token)
-    run_d = prepare(decode_cfg, trace)
+    n, k = len(trace), prefill + decode
+    run_p, run_d = (run._replace(state=run.state._replace(**disaggregated_columns(n)))
+                    for run in (prepare(prefill_cfg, one_token), prepare(decode_cfg, trace)))
     kv_link = get_link(link, run_d.gpu, link_gbps)
-    n, k = run_p.table.size, prefill + decode
     rows = max(1024, 8 * n // k) if prefill_cfg.record_steps else 0
     states = replica_states([(run_p.state, prefill), (run_d.state, decode)], prefill_cfg.seed, rows)
     decode_columns = {name: getattr(run_d.state, name) for name in REQUEST_COLUMNS}

@@ -53,6 +53,14 @@ def check_counts(trace: "pd.DataFrame", table: "RequestTable") -> None:
                              path=str(trace.attrs.get("source", "<trace>")), row=i + 1, field=field)
 
 
+def ones_or(trace: "pd.DataFrame", column: str, ones: np.ndarray) -> np.ndarray:
+    """The trace's ``column`` as int64, or ``ones`` itself where it has none or all its values are 1."""
+    if column not in trace:
+        return ones
+    values = np.array(trace[column], dtype=np.int64)
+    return ones if (values == 1).all() else values
+
+
 class RequestTable:
     """Columns of the trace plus mutable per-request state."""
 
@@ -77,15 +85,18 @@ class RequestTable:
         # is a separate compile of the whole loop (~2 min)
         self.prompt = np.array(trace["prompt_tokens"], dtype=np.int64)
         self.output = np.array(trace["output_tokens"], dtype=np.int64)
-        self.n = np.array(trace["n"], dtype=np.int64) if "n" in trace else np.ones(n, np.int64)
-        self.beam = (np.array(trace["beam_width"], dtype=np.int64) if "beam_width" in trace
-                     else np.ones(n, np.int64))
+        # n and beam_width, and the sequences each request runs (their larger): one array of ones
+        # for any of them the trace leaves out or holds at 1 throughout (none is written: ten
+        # million requests of one sequence keep 80 MB, not 240)
+        ones = np.ones(n, np.int64)
+        self.n, self.beam = (ones_or(trace, column, ones) for column in ("n", "beam_width"))
         check_counts(trace, self)
-        self.width = np.maximum(self.n, self.beam)  # sequences the request runs
+        self.width = self.beam if self.n is ones else self.n if self.beam is ones else np.maximum(self.n, self.beam)
         # the order of the waiting queue under --scheduling-policy priority (lower first); a trace
-        # that has the column gets it in its records and its summary by priority
+        # that has the column gets it in its records and its summary by priority (without one, a
+        # single 0: sim.core.build gives the core a column of them where its policy reads it)
         self.has_priority = "priority" in trace
-        self.priority = np.array(trace["priority"], dtype=np.int64) if self.has_priority else np.zeros(n, np.int64)
+        self.priority = np.array(trace["priority"], dtype=np.int64) if self.has_priority else np.zeros(1, np.int64)
         if "prefix_hashes" in trace:
             self.hashes = trace["prefix_hashes"].to_numpy(dtype=object)
             self.hash_block_tokens = int(trace.attrs.get("hash_block_tokens", 512))

@@ -36,10 +36,11 @@ BYTES_PER_REQUEST_BOUND = 64 * 1024
 #: (ShareGPT at 20 req/s on the default system takes 13.4 steps a request); the step frame
 #: (``sim.metrics.StepRecords.frame``) is built from it beside it
 STEP_ROWS_PER_REQUEST = 16
-#: the summary's per-request arrays at its peak, above the tables (its latencies and their
-#: sorted copies, about 16 float64s: 121 bytes a request measured by tracemalloc on 100,000
-#: ShareGPT requests, vllm)
-SUMMARY_BYTES_PER_REQUEST = 128
+#: the summary's per-request arrays at its peak, above the tables (``sim.metrics.summarize``: one
+#: latency array at a time, worked on in place, beside a column of the finished requests and
+#: np.std's temporary: three float64s; 16-24 bytes a request measured by tracemalloc on 10^6 and
+#: 10^7 ShareGPT requests, vllm)
+SUMMARY_BYTES_PER_REQUEST = 24
 _PER_REQUEST: dict[str, float] = {}
 
 

@@ -289,27 +289,34 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
     clock[CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
+    # the running list and the step's per-request arrays: no more requests run at once than
+    # max_num_seqs, nor, under a paged manager, than its running slots (each holds one); a
+    # cluster's replicas take theirs at these lengths (sim/cluster.py)
+    running = max(1, min(n, limits.max_num_seqs, num_slots if paged and not sglang else n))
+    # a request is swapped out only into swap space, with --preemption swap or several
+    # sequences (lifecycle.preempt): the swapped queue and each request's swapped tokens
+    swapped = max(n, 1) if limits.swap_capacity_tokens > 0 and (cfg.preemption == "swap" or max_width > 1) else 1
     radix = radix_arrays(config, count, clock, cfg, n, radix_rows(num_blocks, limits.hicache_host_pages, t.prompt
                                                                 + t.output, block_size)) if sglang else dict(
         radix_nodes=np.zeros((1, NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
-        arrival_s=np.ascontiguousarray(t.arrival_s), priority=t.priority, prompt_tokens=t.prompt, output_tokens=t.output,
+        arrival_s=np.ascontiguousarray(t.arrival_s), priority=priority_column(cfg, t), prompt_tokens=t.prompt, output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
         num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,
-        in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(n, i64),
-        waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(max(n, 1), i64), running=np.zeros(max(n, 1), i64),
-        running_group=np.zeros(max(n, 1), np.int8),
+        in_decode=np.zeros(n, np.int8), swapped_tokens=np.zeros(swapped, i64),
+        waiting=np.zeros(max(n, 1), i64), swapped=np.zeros(swapped, i64), running=np.zeros(running, i64),
+        running_group=np.zeros(running, np.int8),
         # (sglang's radix cache counts its pool's pages, it lists no free block: radix_cache.py)
         free_block_ids=np.arange(0 if sglang else num_blocks, dtype=np.int32), free_slots=np.arange(num_slots, dtype=i64),
         block_table=np.zeros((num_slots, table_groups * blocks_per_seq), np.int32),
-        step_prefill_ids=np.zeros(max(n, 1), i64), step_prefill_tokens=np.zeros(max(n, 1), i64),
-        step_finished=np.zeros(max(n, 1), i64), step_memory=np.zeros(state.MEMORY_CATEGORIES, i64),
+        step_prefill_ids=np.zeros(running, i64), step_prefill_tokens=np.zeros(running, i64),
+        step_finished=np.zeros(running, i64), step_memory=np.zeros(state.MEMORY_CATEGORIES, i64),
         itl_edges=ITL_EDGES, itl_hist=np.zeros(len(ITL_EDGES) + 1, i64),
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
-        cost_data=cost_data, step_prefill_context=np.zeros(max(n, 1), i64),
+        cost_data=cost_data, step_prefill_context=np.zeros(running, i64),
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
         beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
@@ -318,7 +325,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         **host_tier_arrays(config, count, clock, limits, n, t.prompt // block_size,
                            len(radix["radix_nodes"]) if limits.hicache_host_pages else 0),
         window=np.zeros((max(n, 1) if pool.groups is not None else 1, state.WINDOW_COLUMNS), i64),
-        admitted_s=np.full(max(n, 1), np.nan), exchange=np.zeros(1, i64))
+        admitted_s=np.full(1, np.nan), exchange=np.zeros(1, i64))
     s = s if paged else with_extents(cfg, pool, limits, s, t)
     memory.check_family(s.config)
     return s
@@ -395,8 +402,8 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     of two, at least twice the blocks, as the GPU's), its LRU's lists (empty) and heap of groups,
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
-    it used its key and where it last found it, and when each request's KV load ends, whatever
-    loads it. sglang's host tier (``radix_nodes``: the tree's rows; sim/core/kv/radix_cache.py) has its
+    it used its key and where it last found it, and when each request's KV load ends (one entry
+    without it; a disaggregated run's are sim/disagg.py's). sglang's host tier (``radix_nodes``: the tree's rows; sim/core/kv/radix_cache.py) has its
     pages, the link's price per page, the model's layers, and per node when its copy ends
     (``host_ready_s``) and ``host_work``'s rows of pending nodes and of a path."""
     blocks = limits.host_blocks
@@ -417,7 +424,8 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
                 host_work=np.zeros((state.HOST_WORK_COLUMNS, max(blocks, radix_nodes, 1)), np.int64),
                 host_ready_s=np.zeros(max(blocks, radix_nodes, 1)), offload=offload,
                 host_seen=np.zeros(max(int(seen_at[-1]), 1), np.int32),
-                load_ready_s=np.zeros(max(n, 1)))  # any connector's load (lifecycle.kv_arrived)
+                # a host load's end (lifecycle.kv_arrived; a disaggregated run's: sim/disagg.py)
+                load_ready_s=np.zeros(max(n, 1) if blocks else 1))
 
 
 def offload_rows(n: int) -> np.ndarray:
@@ -542,6 +550,14 @@ def predictor_draws(seed: int, t) -> np.ndarray:
                     dtype=np.float64)
 
 
+def priority_column(cfg, t) -> np.ndarray:
+    """The core's priority column: the trace's, or (a trace without one: a single 0) a 0 for
+    each request where the run's policy orders by it."""
+    if len(t.priority) == t.size or SCHEDULING_POLICIES[cfg.scheduling_policy].orders_by != "priority":
+        return t.priority
+    return np.zeros(t.size, np.int64)
+
+
 def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool, radix: bool = False) -> dict:
     """The prefix cache's arrays (sim/core/kv/prefix_cache.py): the pool's (also where blocks are
     shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
@@ -551,7 +567,7 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
     cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1
-    chain_start = np.zeros(n + 1, i64)
+    chain_start = np.zeros(n + 1 if prefix_caching or radix else 1, i64)
     chains: list[int] = []
     if (prefix_caching or radix) and t.hashes is not None:
         hash_block_tokens = t.hash_block_tokens

@@ -423,8 +423,10 @@ class Core(NamedTuple):
     num_blocks: np.ndarray
     final_len: np.ndarray  # prompt + output: the accounting's F
     in_decode: np.ndarray  # prefill done, generating
-    swapped_tokens: np.ndarray
-    # queues (rings over request ids) and the running list (admission order)
+    swapped_tokens: np.ndarray  # (one entry where nothing can be swapped out: sim.core.build)
+    # queues (rings over request ids) and the running list (admission order); the running list
+    # and this iteration's per-request arrays as long as the most requests that run at once
+    # (sim.core.build), the swapped queue one place where nothing can be swapped out
     waiting: np.ndarray
     swapped: np.ndarray
     running: np.ndarray
@@ -504,7 +506,8 @@ class Core(NamedTuple):
     # per request its OFFLOAD_* columns, and per prompt block of each request (host_seen, from
     # OFFLOAD_SEEN_AT) a bit set once the request has offered or loaded its key (vLLM's seen_keys)
     # and above it, plus one, the host block it last found its key in (host_tier.find); and, per
-    # request in every run, when its KV load ends (a host load's or a transfer's: lifecycle.kv_arrived)
+    # request where a connector loads KV (a host tier, a disaggregated run), when its load ends (a
+    # host load's or a transfer's: lifecycle.kv_arrived)
     host_entries: np.ndarray
     host_blocks: np.ndarray
     host_work: np.ndarray

@@ -40,12 +40,12 @@ BS = 4
 A, B, C, D = 0, 1, 2, 3
 
 
-def make_core(system):
+def make_core(system, **more):
     trace = pd.DataFrame({"request_id": ["A", "B", "C", "D"], "arrival_s": [0.0, 0.0, 0.0, 0.0],
                           "prompt_tokens": [10, 10, 8, 20], "output_tokens": [2, 4, 2, 2],
                           "prefix_hashes": [(1, 2, 3), (1, 2, 9), (1, 2), ()]})
     trace.attrs["hash_block_tokens"] = 4
-    settings = dict(watermark=0.0) if system == "vllm" else {}
+    settings = {**(dict(watermark=0.0) if system == "vllm" else {}), **more}
     cfg = cfg_for(system, slots=24, block_size=BS, max_seq_len=24, prefix_caching=True, **settings)
     s = initial_state(cfg, trace)
     assert s.config[state.NUM_BLOCKS] == 6 and s.config[state.LEFTOVER_SLOTS] == 0
@@ -372,13 +372,13 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
     assert (s.key_entries[:, ENTRY_BLOCK] >= 0).sum() == 2
 
 
-def test_swap_in_computes_only_what_the_cache_does_not_hold(core):
+def test_swap_in_computes_only_what_the_cache_does_not_hold():
     """B comes back from the CPU with 12 tokens (10 prompt + 2 generated) while A holds the
     prompt's first two blocks (8 of A's tokens), with 4 blocks free: B's 3 blocks and one for
     its next token (vLLM's can_swap_in). A's blocks are hits, only B's third block's 4 tokens
     come in (and, full, it is cached); the swap is priced for all 12. B then
     decodes its 13th token in a 4th block."""
-    s = core
+    s = make_core("vllm", preemption="swap")  # (a run that swaps: its swapped queue and columns)
     admit(s, A, 8)
     a = blocks(s, A)
     c = s.count

@@ -21,6 +21,7 @@ from pagesim.sim.core.kv import host_tier, kv_cache, remote_kv
 from pagesim.sim.core.sched import lifecycle, scheduler_v1
 from pagesim.sim.core.build import offload_rows
 from pagesim.sim.core.compile.jit import interpreted
+from pagesim.sim.disagg import disaggregated_columns
 from pagesim.sim.run import initial_state
 from tests.sim.helpers import cfg_for
 
@@ -46,7 +47,7 @@ def test_blocks_held_by_a_transfer_with_prefix_caching():
     trace.attrs["hash_block_tokens"] = BS
     s = initial_state(cfg_for("vllm-v1", slots=32, block_size=BS, max_seq_len=32, prefix_caching=True), trace)
     assert s.config[state.NUM_BLOCKS] == 8
-    s = s._replace(exchange=np.zeros(2, np.int64))
+    s = s._replace(exchange=np.zeros(2, np.int64), **disaggregated_columns(2))
     s.config[state.DISAGG_ROLE] = state.PREFILL_SIDE
     assert allocate_cached_blocks(s, A, 0, 8, 2) == 0
     kv_cache.compute_tokens(s, A, 8, s.config[state.FAMILY_TRAITS])  # keys for a0, a1
@@ -83,7 +84,7 @@ def test_a_transfer_leaves_the_prefills_in_flight_their_blocks(prompt, loads):
     s = initial_state(cfg_for("vllm-v1", slots=32, block_size=BS, max_seq_len=32, max_num_batched_tokens=8, max_num_seqs=4,
                               async_scheduling=False), t)
     Z, W = 0, 1
-    s = s._replace(exchange=np.zeros(2, np.int64), offload=offload_rows(2))
+    s = s._replace(exchange=np.zeros(2, np.int64), offload=offload_rows(2), **disaggregated_columns(2))
     s.config[state.DISAGG_ROLE] = state.DECODE_SIDE
     assert (s.config[state.NUM_BLOCKS], s.config[state.WATERMARK_BLOCKS]) == (8, 0)
     s.num_preemptions[Z], s.num_generated[Z] = 1, 8

@@ -177,6 +177,7 @@ def test_requests_holding_kv_go_first_once_it_has_arrived():
     At 0.6 s H1 is admitted (1 token), H2 skipped (its KV not there), H3 admitted (1 token), then
     W (4 tokens, a fresh block); H2 waits alone. At 2 s H2 is admitted (1 token)."""
     s = initial_state(v1(32, max_num_batched_tokens=16), trace((0, 8, 2), (0, 8, 2), (0, 8, 2), (0, 4, 2)))
+    s = s._replace(load_ready_s=np.zeros(4))  # (a connector's column: a run without one has a single entry)
     H1, H2, H3, W = 0, 1, 2, 3
     for i, ready in ((H1, 0.5), (H2, 2.0), (H3, 0.5)):
         s.status[i] = state.WAITING
