@@ -15,6 +15,10 @@ import os
 # products): a tenth of a whole run's CPU on 2 cores for nothing, so one thread, unless the user
 # chose; set before numpy loads (the command's own process, not a library user's)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# numpy advises the kernel to back each array of 4 MB or more by transparent huge pages; where
+# memory is fragmented the kernel compacts it to find them, system time the core's accesses do
+# not win back (ten million requests: docs/performance.md), so off, unless the user chose
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 import argparse
 import configparser

@@ -48,3 +48,24 @@ def test_the_command_runs_one_blas_thread_unless_the_user_chose(given, expected)
         env["OPENBLAS_NUM_THREADS"] = given
     out = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == expected
+
+
+HUGE_PAGES = """
+from pagesim.sim import cli
+import numpy
+print(numpy._core.multiarray._get_madvise_hugepage())
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "False"), ("1", "True")])
+def test_the_command_asks_no_huge_pages_unless_the_user_chose(given, expected):
+    """numpy advises transparent huge pages for its large arrays, and the kernel's compaction to
+    find them on fragmented memory cost ten million requests 7 s of system time (docs/performance.md):
+    the command turns the advice off before numpy loads, and keeps the user's own choice."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if given is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = given
+    out = subprocess.run([sys.executable, "-c", HUGE_PAGES], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == expected
