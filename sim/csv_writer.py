@@ -17,7 +17,8 @@ The rows go out a block at a time (:data:`ROWS_PER_BLOCK`): the strings of a blo
 megabytes whatever the table's length, where the whole table's would be several times the file
 (ten million requests: about 9 GB), and Arrow's casts run about three times faster on blocks
 that stay in the cache. A table is a DataFrame or its columns by name (numpy arrays, Arrow or
-pandas string arrays: ``sim.metrics.request_columns``), written without a DataFrame between.
+pandas string arrays, columns computed for a block's rows: ``sim.metrics.request_columns``),
+written without a DataFrame between.
 """
 
 from __future__ import annotations

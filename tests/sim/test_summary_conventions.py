@@ -229,3 +229,19 @@ def test_bad_summary_options_exit_2_with_one_line(capsys, argv, needle):
 def test_a_nan_percentile_is_refused():
     with pytest.raises(ConfigError, match="--metric-percentiles"):
         SummaryOptions(percentiles=(np.nan,))
+
+
+def test_the_request_tables_latencies_are_computed_for_the_rows_asked():
+    """The request table's latency columns (``sim.metrics.RowsOf``) give the rows a writer asks
+    for, a block at a time, and whole in a frame: the same numbers as TWO's by hand (A: TTFT 1,
+    TPOT 1.5, E2EL 4; B: 1.5, 1, 2.5)."""
+    from pagesim.sim import metrics
+
+    result = run_simulation(small_cfg(), trace(TWO), executor=ConstExecutor(1.0))
+    columns = result.request_table()
+    assert isinstance(columns["ttft_s"], metrics.RowsOf) and len(columns["ttft_s"]) == 2
+    assert columns["ttft_s"][1:2].tolist() == [1.5] and columns["tpot_s"][0:1].tolist() == [1.5]
+    assert columns["e2el_s"][:].tolist() == [4.0, 2.5]
+    assert columns["normalized_latency_s"][:].tolist() == [4.0 / 3, 2.5 / 2]
+    frame = result.requests
+    assert frame["ttft_s"].tolist() == [1.0, 1.5] and frame["tpot_s"].tolist() == [1.5, 1.0]
