@@ -301,7 +301,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         radix_nodes=np.zeros((1, NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))
     s = state.Core(
         config=config, count=count, clock=clock, cost=cost_constants,
-        arrival_s=np.ascontiguousarray(t.arrival_s), priority=priority_column(cfg, t), prompt_tokens=t.prompt, output_tokens=t.output,
+        arrival_s=np.ascontiguousarray(t.arrival_s), priority=priority_column(cfg, t), prompt_tokens=t.prompt,
+        output_tokens=t.output,
         status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
@@ -403,9 +404,10 @@ def host_tier_arrays(config, count, clock, limits: Limits, n: int, prompt_blocks
     the link's price per block, the per-request columns (one row each without it), an entry for
     each request's each prompt block (``prompt_blocks``: a request offers no other) saying whether
     it used its key and where it last found it, and when each request's KV load ends (one entry
-    without it; a disaggregated run's are sim/disagg.py's). sglang's host tier (``radix_nodes``: the tree's rows; sim/core/kv/radix_cache.py) has its
-    pages, the link's price per page, the model's layers, and per node when its copy ends
-    (``host_ready_s``) and ``host_work``'s rows of pending nodes and of a path."""
+    without it; a disaggregated run's are sim/disagg.py's). sglang's host tier (``radix_nodes``:
+    the tree's rows; sim/core/kv/radix_cache.py) has its pages, the link's price per page, the
+    model's layers, and per node when its copy ends (``host_ready_s``) and ``host_work``'s rows of
+    pending nodes and of a path."""
     blocks = limits.host_blocks
     config[state.HOST_BLOCKS] = blocks
     clock[state.HOST_BLOCK_S] = limits.host_block_s
