@@ -103,8 +103,8 @@ def main() -> int:
             "pagesim": (lambda k: pagesim_command(trace, folder / f"run{k}"), child_env(), None)}
     for name, (argv, env, cwd) in runs.items():
         first = measured(argv(0), env=env, cwd=cwd)
-        print(f"{name:<8} first run, apart (Vidur trains its predictor where its cache has none, pagesim compiles "
-              f"where due): {first.cpu_s:7.1f} s of CPU, peak {first.peak_gb:.2f} GB")
+        # (Vidur trains its predictor where its cache has none; pagesim compiles where due)
+        print(f"{name:<8} first run, apart: {first.cpu_s:7.1f} s of CPU, peak {first.peak_gb:.2f} GB")
     best = {name: float("inf") for name in runs}
     for k in range(args.repeat):
         for name, (argv, env, cwd) in runs.items():
