@@ -562,13 +562,14 @@ def priority_column(cfg, t) -> np.ndarray:
 
 def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool, radix: bool = False) -> dict:
     """The prefix cache's arrays (sim/core/kv/prefix_cache.py): the pool's (also where blocks are
-    shared by forks: ``shared``), the key map's (a power of two at least twice the pool), and
-    every request's prefix chain hashes (:func:`sim.core.prefix_cache.prefix_chain`; also for the
-    radix cache: ``radix``) and the step it was last scheduled in (vLLM 0.4.2's evictor).
+    shared by forks: ``shared``), the key map's (a power of two at least eight times the pool:
+    prefix_cache.home_in), and every request's prefix chain hashes
+    (:func:`sim.core.prefix_cache.prefix_chain`; also for the radix cache: ``radix``) and the
+    step it was last scheduled in (vLLM 0.4.2's evictor).
     One-element arrays where not needed."""
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
-    cap = 1 << max(1, (2 * nb - 1).bit_length()) if prefix_caching else 1
+    cap = 1 << max(1, (8 * nb - 1).bit_length()) if prefix_caching else 1
     chain_start = np.zeros(n + 1 if prefix_caching or radix else 1, i64)
     chains: list[int] = []
     if (prefix_caching or radix) and t.hashes is not None:

@@ -11,8 +11,10 @@ so only the request itself, recomputed after a preemption, finds them). Three st
 none allocating:
 
 * the key -> block map: open addressing with linear probing over the rows of
-  ``key_entries`` (end, chain, block; a power of two, at least twice the pool, so at most
-  half full: every key names a distinct block), deletion by backward shift (no tombstones);
+  ``key_entries`` (end, chain, block; a power of two, at least eight times the pool, so at most
+  an eighth full: every key names a distinct block), deletion by backward shift (no
+  tombstones); the keys of a chain's blocks have consecutive homes, sixteen at a time
+  (:func:`home_in`);
 * per block, one row of ``block_info`` (one cache line: the structures are walked block by
   block, and a prompt of 10,000 tokens has 600 blocks): ``REF``, how many running requests'
   tables hold it; ``PREV`` / ``NEXT``, its neighbours in the list of evictable blocks (cached,
@@ -92,6 +94,8 @@ def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
 
 # the map's home slot: Python's hash is well mixed in every bit; the end token is not
 END_MIX = 0x9E3779B1
+#: the prefix map's keys have consecutive homes for runs of 2**SEGMENT_SHIFT blocks (home_in)
+SEGMENT_SHIFT = 4
 
 
 @njit(inline=True)
@@ -116,26 +120,38 @@ def several_groups(config):
 
 @njit(inline=True)
 def home(s, end, chain):
-    return home_in(s.config[TABLE_MASK], end, chain)
+    return home_in(s.config[TABLE_MASK], end, chain, s.config[BLOCK_SHIFT])
 
 
 @njit(inline=True)
-def home_in(mask, end, chain):
+def home_in(mask, end, chain, shift=-1):
     """A key's home row in a map of ``mask + 1`` rows (this one, and the host tier's:
-    ``host_tier.py``, whose rows are (end, chain, block) as well)."""
-    return (chain ^ (chain >> 31) ^ (end * END_MIX)) & mask
+    ``host_tier.py``, whose rows are (end, chain, block) as well). ``shift``: this map's, log2
+    of the block size: the keys of a chain's blocks ``16 m`` to ``16 m + 15`` (a segment) have
+    consecutive homes, the segment's first drawn from the chain and ``m``. A request's blocks
+    are registered, looked up and evicted in order, so that their rows share cache lines (the
+    map rows were a miss each: a fifth of the Mooncake prefix-caching engines' time,
+    docs/performance.md); a table eight times the keys keeps segments apart. -1 (the host
+    tier's, and a block size not a power of two): each key's home drawn alone."""
+    if shift < 0:
+        return (chain ^ (chain >> 31) ^ (end * END_MIX)) & mask
+    k = (end - 1) >> shift  # the key's block
+    segment = chain ^ (chain >> 31) ^ ((k >> SEGMENT_SHIFT) * END_MIX)
+    segment = ((segment ^ (segment >> 29)) & mask) * END_MIX  # a product's low bits need only the factors'
+    return ((segment << SEGMENT_SHIFT) | (k & ((1 << SEGMENT_SHIFT) - 1))) & mask
 
 
 @njit(inline=True)
 def lookup(s, end, chain):
     """The block cached under ``(end, chain)``, or -1."""
-    return map_lookup(s.key_entries, s.config[TABLE_MASK], end, chain)
+    return map_lookup(s.key_entries, s.config[TABLE_MASK], end, chain, s.config[BLOCK_SHIFT])
 
 
 @njit(inline=True)
-def map_lookup(entries, mask, end, chain):
-    """The block under ``(end, chain)`` in the map ``entries`` (rows of end, chain, block), or -1."""
-    j = home_in(mask, end, chain)
+def map_lookup(entries, mask, end, chain, shift=-1):
+    """The block under ``(end, chain)`` in the map ``entries`` (rows of end, chain, block; homes
+    by ``shift``: :func:`home_in`), or -1."""
+    j = home_in(mask, end, chain, shift)
     while entries[j, ENTRY_BLOCK] >= 0:
         if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain:
             return entries[j, ENTRY_BLOCK]
@@ -155,7 +171,7 @@ def register(s, b, end, chain):
     cached, block_pool.py ``cache_full_blocks``)."""
     if s.block_info[b, KEY_END]:
         return
-    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s))
+    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s), s.config[BLOCK_SHIFT])
     if j < 0:
         return
     s.block_info[b, KEY_END] = end
@@ -164,10 +180,10 @@ def register(s, b, end, chain):
 
 
 @njit(inline=True)
-def map_insert(entries, mask, b, end, chain, duplicates=False):
+def map_insert(entries, mask, b, end, chain, duplicates=False, shift=-1):
     """Put block ``b`` under ``(end, chain)`` in the map ``entries`` unless the key is there
     already (-1) and ``duplicates`` is off (else after the key's other entries); returns its row."""
-    j = home_in(mask, end, chain)
+    j = home_in(mask, end, chain, shift)
     while entries[j, ENTRY_BLOCK] >= 0:
         if entries[j, ENTRY_END] == end and entries[j, ENTRY_CHAIN] == chain and not duplicates:
             return -1
@@ -183,11 +199,12 @@ def unregister(s, b):
     """Drop block ``b``'s key from the map (:func:`map_delete`)."""
     s.block_info[b, KEY_END] = 0
     s.count[NUM_CACHED_KEYS] -= 1
-    map_delete(s.key_entries, s.config[TABLE_MASK], s.block_info[b, KEY_SLOT], s.block_info, KEY_SLOT)
+    map_delete(s.key_entries, s.config[TABLE_MASK], s.block_info[b, KEY_SLOT], s.block_info, KEY_SLOT,
+               s.config[BLOCK_SHIFT])
 
 
 @njit(inline=True)
-def map_delete(entries, mask, i, rows, slot_column):
+def map_delete(entries, mask, i, rows, slot_column, shift=-1):
     """Empty row ``i`` of the map ``entries``; the entries after it in the probe run move back
     where their probe would now stop short (backward shift), each block's row in ``rows`` (its
     ``slot_column``) following its entry."""
@@ -198,7 +215,7 @@ def map_delete(entries, mask, i, rows, slot_column):
             j = (j + 1) & mask
             if entries[j, ENTRY_BLOCK] < 0:
                 return
-            h = home_in(mask, entries[j, ENTRY_END], entries[j, ENTRY_CHAIN])
+            h = home_in(mask, entries[j, ENTRY_END], entries[j, ENTRY_CHAIN], shift)
             # the entry at j stays when its home lies cyclically in (i, j]
             if (h > i and h <= j) if i <= j else (h > i or h <= j):
                 continue

@@ -351,17 +351,18 @@ def test_admission_counts_every_prompt_block_hits_included(core):
 
 def test_the_key_map_survives_deletions_in_probe_runs(core):
     """Backward-shift deletion: entries colliding on one home slot stay findable after any
-    of them is removed (the map has 16 rows for 6 blocks)."""
+    of them is removed (the map has 64 rows for 6 blocks: eight times the pool, rounded up to
+    a power of two)."""
     s = core
     mask = s.config[TABLE_MASK]
-    assert mask == 15
-    # five keys with the same home slot (chain chosen so that home() is 3 for each end)
-    keys = []
-    for b, end in enumerate((4, 8, 12, 16, 20)):
-        chain = (3 ^ (end * prefix_cache.END_MIX)) & mask
-        assert prefix_cache.home(s, end, chain) == 3
-        keys.append((end, chain))
+    assert mask == 63
+    # five keys with the same home slot: block 3's (end 16) under five chains whose segment
+    # draws row 3 (block 3 is its segment's fourth: 3 mod 16)
+    chains = [c for c in range(1, 10_000) if prefix_cache.home(s, 16, c) == 3][:5]
+    keys = [(16, chain) for chain in chains]
+    for b, (end, chain) in enumerate(keys):
         prefix_cache.register(s, b, end, chain)
+    assert [int(s.block_info[b, prefix_cache.KEY_SLOT]) for b in range(5)] == [3, 4, 5, 6, 7]
     removed = []
     for gone in (1, 0, 4):  # the middle of the run, its first entry, its last
         prefix_cache.unregister(s, gone)
@@ -370,6 +371,29 @@ def test_the_key_map_survives_deletions_in_probe_runs(core):
             assert prefix_cache.lookup(s, end, chain) == (-1 if b in removed else b)
     assert s.count[state.NUM_CACHED_KEYS] == 2
     assert (s.key_entries[:, ENTRY_BLOCK] >= 0).sum() == 2
+
+
+def test_a_chains_blocks_have_consecutive_homes_sixteen_at_a_time(core):
+    """prefix_cache.home_in: the keys of one chain's blocks 0-15 lie in 16 consecutive rows
+    (block k at the segment's row + k), block 16 starts a segment drawn apart; another chain's
+    segment is drawn apart too. Worked with the formula: the segment's row is its hash times
+    16, within 64 rows (block size 4: block k ends at token 4k + 4)."""
+    s = core
+    mask = int(s.config[TABLE_MASK])
+    mix = prefix_cache.END_MIX
+
+    def segment_row(chain, m):
+        h = chain ^ (chain >> 31) ^ (m * mix)
+        return ((((h ^ (h >> 29)) & mask) * mix) << 4) & mask
+
+    for chain in (5, -123456789, 2**62 + 7):
+        first = segment_row(chain, 0)
+        assert [prefix_cache.home(s, 4 * k + 4, chain) for k in range(16)] == \
+            [(first + k) & mask for k in range(16)]
+        assert prefix_cache.home(s, 4 * 16 + 4, chain) == segment_row(chain, 1)
+    assert segment_row(5, 0) == 16 and segment_row(5, 1) == 0 and segment_row(6, 0) == 32
+    # the host tier's map (no shift): each key's home drawn alone, as before
+    assert prefix_cache.home_in(mask, 8, 5) == (5 ^ (8 * mix)) & mask
 
 
 def test_swap_in_computes_only_what_the_cache_does_not_hold():
