@@ -69,3 +69,24 @@ def test_the_command_asks_no_huge_pages_unless_the_user_chose(given, expected):
         env["NUMPY_MADVISE_HUGEPAGE"] = given
     out = subprocess.run([sys.executable, "-c", HUGE_PAGES], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == expected
+
+
+ARROW_POOL = """
+from pagesim.sim import cli
+import pyarrow
+print(pyarrow.default_memory_pool().backend_name)
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "system"), ("mimalloc", "mimalloc")])
+def test_the_command_takes_arrows_memory_from_the_c_library_unless_the_user_chose(given, expected):
+    """Arrow's mimalloc zeroes a 2 MB huge page at each first touch: `reproduce all`'s workers
+    spent ~3 s of system time on it (docs/performance.md). The command picks Arrow's system pool
+    before pyarrow loads, and keeps the user's own choice."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if given is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = given
+    out = subprocess.run([sys.executable, "-c", ARROW_POOL], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == expected
