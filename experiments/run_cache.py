@@ -31,6 +31,10 @@ from pagesim.sim.outdir import naming, temporary_sibling
 NONDETERMINISTIC_KEYS = ("wall_time_s",)
 #: the file whose presence marks a complete cache entry, written last: each file's size and sha256
 MANIFEST = "manifest.json"
+#: meta.json's key naming the tables that had no rows, each with its columns and their dtypes in
+#: order: no file is written for them (a file costs its write and the file system's bookkeeping:
+#: 459 of ``reproduce all``'s 493 runs record no steps), and a read gives back the same empty table
+EMPTY_TABLES = "empty_tables"
 
 
 @dataclass
@@ -86,9 +90,13 @@ def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput, 
     and removed first. A write error names its file."""
     final = cache_path(cache_dir, key)
     tmp = temporary_sibling(final)
+    meta = dict(out.meta)
     try:
         for name, df in (("steps", out.steps), ("requests", out.requests)):
             if df is None:
+                continue
+            if not len(df):  # (a run without step records: most of a sweep's) its columns alone, no file
+                meta.setdefault(EMPTY_TABLES, {})[name] = [[str(c), str(t)] for c, t in df.dtypes.items()]
                 continue
             if _has_arrow():
                 with naming(tmp / f"{name}.feather"):
@@ -98,7 +106,7 @@ def write_cache(cache_dir: str | Path, key: str, spec: RunSpec, out: RunOutput, 
             else:  # pragma: no cover
                 with naming(tmp / f"{name}.csv.gz"):
                     df.to_csv(tmp / f"{name}.csv.gz", index=False)
-        for name, obj in (("spec.json", spec.canonical()), ("meta.json", out.meta), ("summary.json", out.summary)):
+        for name, obj in (("spec.json", spec.canonical()), ("meta.json", meta), ("summary.json", out.summary)):
             with naming(tmp / name):
                 (tmp / name).write_text(canonical_json(obj) + "\n")
         manifest = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in sorted(tmp.iterdir())}
@@ -204,11 +212,14 @@ def load_cached(spec: RunSpec, cache_dir: str | Path | None = None, *, run_fn: R
         pass
     import pandas as pd  # here: plan's and reproduce's parsers import this file
 
+    empty = out.meta.get(EMPTY_TABLES, {}) if isinstance(out.meta, dict) else {}
     for name in what:
         if (d / f"{name}.feather").exists():
             setattr(out, name, pd.read_feather(d / f"{name}.feather"))
         elif (d / f"{name}.csv.gz").exists():
             setattr(out, name, pd.read_csv(d / f"{name}.csv.gz"))
+        elif name in empty:
+            setattr(out, name, pd.DataFrame({c: pd.Series(dtype=t) for c, t in empty[name]}))
     return out
 
 

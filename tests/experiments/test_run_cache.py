@@ -124,6 +124,26 @@ def test_a_writer_that_loses_the_race_accepts_the_complete_entry(tmp_path, monke
     assert C.read_cached_summary(tmp_path, KEY) == {"who": "third"}
 
 
+def test_an_empty_table_is_kept_as_its_columns_not_a_file(tmp_path):
+    """A run that records no steps (most of a sweep's runs): its empty step table is named in
+    meta.json with its columns' dtypes, no file is written, and a read gives back the same empty
+    table; a table with rows is still a file."""
+    spec = spec_for()
+    key = spec.key(runner=C.runner_name(None))
+    empty = pd.DataFrame({"step": pd.Series(dtype="int64"), "start_s": pd.Series(dtype="float64")})
+    d = C.write_cache(tmp_path, key, spec, RunOutput(summary={"x": 1}, steps=empty, meta={"label": "a"}))
+    assert sorted(p.name for p in d.iterdir()) == ["manifest.json", "meta.json", "spec.json", "summary.json"]
+    assert json.loads((d / "meta.json").read_text()) == {
+        "empty_tables": {"steps": [["step", "int64"], ["start_s", "float64"]]}, "label": "a"}
+    out = C.load_cached(spec, tmp_path)
+    assert out.summary == {"x": 1} and out.requests is None
+    pd.testing.assert_frame_equal(out.steps, empty)
+    rows = pd.DataFrame({"step": [0, 1], "start_s": [0.0, 0.5]})
+    d = C.write_cache(tmp_path, key, spec, RunOutput(summary={"x": 1}, steps=rows), replace=True)
+    assert (d / "steps.feather").exists() and "empty_tables" not in json.loads((d / "meta.json").read_text())
+    pd.testing.assert_frame_equal(C.load_cached(spec, tmp_path).steps, rows)
+
+
 # --------------------------------------------------------------------------------------------
 # damaged entries
 
