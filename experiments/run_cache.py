@@ -32,8 +32,8 @@ NONDETERMINISTIC_KEYS = ("wall_time_s",)
 #: the file whose presence marks a complete cache entry, written last: each file's size and sha256
 MANIFEST = "manifest.json"
 #: meta.json's key naming the tables that had no rows, each with its columns and their dtypes in
-#: order: no file is written for them (a file costs its write and the file system's bookkeeping:
-#: 459 of ``reproduce all``'s 493 runs record no steps), and a read gives back the same empty table
+#: order: no file is written for them (a file costs its write and the file system's bookkeeping,
+#: and most of a sweep's runs record no steps), and a read gives back the same empty table
 EMPTY_TABLES = "empty_tables"
 
 

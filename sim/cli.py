@@ -19,9 +19,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # memory is fragmented the kernel compacts it to find them, system time the core's accesses do
 # not win back (ten million requests: docs/performance.md), so off, unless the user chose
 os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# Arrow's default allocator (mimalloc) asks for huge pages too and zeroes each 2 MB page it first
-# touches: `reproduce all`'s workers, reading and writing their run cache's tables, spent ~3 s of
-# system time of ~35 s on it (docs/performance.md); the C library's allocator, unless the user chose
+# Arrow's default allocator (mimalloc) asks for huge pages too, and the kernel zeroes each 2 MB
+# page at its first touch: system time in `reproduce all`'s workers, which read and write their
+# run cache's tables (docs/performance.md); the C library's allocator, unless the user chose
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 import argparse

@@ -80,9 +80,9 @@ print(pyarrow.default_memory_pool().backend_name)
 
 @pytest.mark.parametrize("given, expected", [(None, "system"), ("mimalloc", "mimalloc")])
 def test_the_command_takes_arrows_memory_from_the_c_library_unless_the_user_chose(given, expected):
-    """Arrow's mimalloc zeroes a 2 MB huge page at each first touch: `reproduce all`'s workers
-    spent ~3 s of system time on it (docs/performance.md). The command picks Arrow's system pool
-    before pyarrow loads, and keeps the user's own choice."""
+    """Arrow's mimalloc has the kernel zero a 2 MB huge page at each first touch, system time in
+    `reproduce all`'s workers (docs/performance.md): the command picks Arrow's system pool before
+    pyarrow loads, and keeps the user's own choice."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}

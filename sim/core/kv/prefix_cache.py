@@ -129,10 +129,10 @@ def home_in(mask, end, chain, shift=-1):
     ``host_tier.py``, whose rows are (end, chain, block) as well). ``shift``: this map's, log2
     of the block size: the keys of a chain's blocks ``16 m`` to ``16 m + 15`` (a segment) have
     consecutive homes, the segment's first drawn from the chain and ``m``. A request's blocks
-    are registered, looked up and evicted in order, so that their rows share cache lines (the
-    map rows were a miss each: a fifth of the Mooncake prefix-caching engines' time,
-    docs/performance.md); a table eight times the keys keeps segments apart. -1 (the host
-    tier's, and a block size not a power of two): each key's home drawn alone."""
+    are registered, looked up and evicted in order, so that their rows share cache lines rather
+    than each costing a miss (docs/performance.md); a table eight times the pool keeps segments
+    apart. -1 (the host tier's, and a block size not a power of two): each key's home drawn
+    alone."""
     if shift < 0:
         return (chain ^ (chain >> 31) ^ (end * END_MIX)) & mask
     k = (end - 1) >> shift  # the key's block
