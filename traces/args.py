@@ -269,8 +269,9 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int,
         raise ConfigError(f"every request is longer than max_seq_len {max_seq_len}")
     info["steps"] = steps
     info["rows"] = len(df)
-    # the Arrow buffers the readers and generators freed go back to the OS: Arrow's allocator
-    # (mimalloc) keeps them for reuse otherwise (ten million ids: 0.25 GB held through the run)
+    # the Arrow buffers the readers and generators freed go back to the OS: an allocator keeps
+    # them for reuse otherwise (mimalloc, Arrow's default, held 0.25 GB of ten million ids through
+    # the run; the command picks the C library's, sim/cli.py, whose heap this trims)
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()

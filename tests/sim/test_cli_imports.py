@@ -36,18 +36,24 @@ print(os.environ["OPENBLAS_NUM_THREADS"])
 """
 
 
+def printed_with(variable: str, given: str | None, script: str) -> str:
+    """What ``script`` prints in a fresh process whose environment has ``variable`` set to
+    ``given`` (None: unset)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if given is not None:
+        env[variable] = given
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
 @pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
 def test_the_command_runs_one_blas_thread_unless_the_user_chose(given, expected):
     """numpy's OpenBLAS threads spin after each BLAS call, a sixth of a whole run's CPU on 2 cores
     (benchmarks/whole_process_cpu.py): the command sets one thread before numpy loads, and keeps
     the user's own choice."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if given is not None:
-        env["OPENBLAS_NUM_THREADS"] = given
-    out = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.strip() == expected
+    assert printed_with("OPENBLAS_NUM_THREADS", given, BLAS) == expected
 
 
 HUGE_PAGES = """
@@ -62,13 +68,7 @@ def test_the_command_asks_no_huge_pages_unless_the_user_chose(given, expected):
     """numpy advises transparent huge pages for its large arrays, and the kernel's compaction to
     find them on fragmented memory cost ten million requests 7 s of system time (docs/performance.md):
     the command turns the advice off before numpy loads, and keeps the user's own choice."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    if given is not None:
-        env["NUMPY_MADVISE_HUGEPAGE"] = given
-    out = subprocess.run([sys.executable, "-c", HUGE_PAGES], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.strip() == expected
+    assert printed_with("NUMPY_MADVISE_HUGEPAGE", given, HUGE_PAGES) == expected
 
 
 ARROW_POOL = """
@@ -83,10 +83,4 @@ def test_the_command_takes_arrows_memory_from_the_c_library_unless_the_user_chos
     """Arrow's mimalloc has the kernel zero a 2 MB huge page at each first touch, system time in
     `reproduce all`'s workers (docs/performance.md): the command picks Arrow's system pool before
     pyarrow loads, and keeps the user's own choice."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    if given is not None:
-        env["ARROW_DEFAULT_MEMORY_POOL"] = given
-    out = subprocess.run([sys.executable, "-c", ARROW_POOL], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.strip() == expected
+    assert printed_with("ARROW_DEFAULT_MEMORY_POOL", given, ARROW_POOL) == expected
