@@ -79,6 +79,8 @@ def build_one(system: str, into: Path | None) -> list[Path]:
         raise RuntimeError("numba is not installed (or PAGESIM_JIT=0)")
     trace = _trace()
     cfg = SimConfig.for_system(system)
+    # the wheel's modules link every lazy function: an installed pagesim's runs compile none
+    aot.LINK_EVERY_LAZY = into is not None
     run_simulation(cfg, trace)
     run_cluster(cfg, trace, 2, "round-robin")
     aot.wait_for_builds()  # each run's module, written by a process of its own

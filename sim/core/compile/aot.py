@@ -28,6 +28,7 @@ skips the modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -64,11 +65,11 @@ CORE, CLUSTER = "core", "cluster"
 _RUN_FOR = {CORE: loop.run_for, CLUSTER: cluster.run_for}
 
 
-def exported(which: tuple[str, int]):
+def exported(which: tuple[str, int], linked: int):
     """The module's function: a call of the family's loop (``which``: (CORE or CLUSTER, family))
     as numba compiled it, with the loop's own flags (the engine loop counts no references;
     pycc compiling the loop's source itself would count them at each of its calls, several
-    times slower)."""
+    times slower), and the lazy functions whose slots are the bits of ``linked`` linked in."""
     entry, family = which
     by_address = SCHEDULER_BY_ADDRESS[family]  # a constant of the closures below
     if entry == CLUSTER:
@@ -80,7 +81,7 @@ def exported(which: tuple[str, int]):
             if by_address:
                 configs[:, SCHEDULER_ADDRESS] = loop.linked_scheduler(replicas, family)
             for r in range(configs.shape[0]):
-                loop.link_lazies(configs[r], replicas)
+                loop.link_lazies(configs[r], replicas, linked)
             return target(replicas, configs, counts, clocks, routed, replica_of, cc, ck, arrival_s,
                           loop.linked_engine(replicas, family))
 
@@ -89,7 +90,7 @@ def exported(which: tuple[str, int]):
     def run(s):
         if by_address:  # the scheduler linked in (loop.call_scheduler)
             s.config[SCHEDULER_ADDRESS] = loop.linked_scheduler(s, family)
-        loop.link_lazies(s.config, s)  # and every lazy function (jit.njit's lazy)
+        loop.link_lazies(s.config, s, linked)  # and the lazy functions it links (jit.njit's lazy)
         return loop.run_family(s, family)
 
     return run
@@ -130,7 +131,8 @@ def module_path(name: str) -> Path:
 
 
 def load(kinds: tuple, which: tuple[str, int]):
-    """The module's loop ``which`` for arguments of ``kinds`` if it has been built, else None."""
+    """The module's loop ``which`` for arguments of ``kinds`` if it has been built, else None;
+    called with the lazy functions it does not link set first (:func:`_with_unlinked`)."""
     if os.environ.get("PAGESIM_JIT") == "numba":
         return None
     name = module_name(kinds, which)
@@ -143,7 +145,7 @@ def load(kinds: tuple, which: tuple[str, int]):
                     spec = importlib.util.spec_from_file_location(name, path)
                     module = importlib.util.module_from_spec(spec)
                     spec.loader.exec_module(module)
-                    entry = module.run
+                    entry = functools.partial(_with_unlinked, module.run, module.linked(), which[0] == CLUSTER)
                 except Exception as e:  # noqa: BLE001 - a broken module: numba's cache now, a new module next
                     LOG.debug("the core's extension module %s did not load (%s: %s)", path, type(e).__name__, e)
                     if path == built:
@@ -153,7 +155,19 @@ def load(kinds: tuple, which: tuple[str, int]):
     return _LOADED[name]
 
 
+def _with_unlinked(run, linked: int, cluster: bool, *args):
+    """``run(*args)``, an extension module's loop, each state's lazy functions that the module
+    does not link (``linked``: the slots it does, as bits) and the run needs set, and the
+    implementations of the policy it chose (``jit.set_unlinked_addresses``)."""
+    for s in args[0] if cluster else args[:1]:
+        jit.set_unlinked_addresses(s, linked)
+    return run(*args)
+
+
 _BACKGROUND: list = []  # the processes build_in_background started
+
+#: the wheel's modules (``sim/precompile.py``) link every lazy function; a run's, those it needs
+LINK_EVERY_LAZY = False
 
 
 def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
@@ -174,7 +188,7 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> No
     import subprocess
     import sys
 
-    request = pickle.dumps((tuple(jit.numba.typeof(a) for a in args), kinds, which))
+    request = pickle.dumps((tuple(jit.numba.typeof(a) for a in args), kinds, which, linked_for(args, which)))
     try:
         child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True)
@@ -211,13 +225,26 @@ def _say_failure_once(name: str) -> None:
             _say_not_written(LOG.info, failed.read_text(), failed)
 
 
+def linked_for(args: tuple | None, which: tuple[str, int]) -> int:
+    """The lazy functions a module built for the run of ``args`` links, as bits of their slots
+    (``jit.lazy_mask``): those the run needs (its configuration's, or its replicas'), or, for
+    the wheel's or without a run, every one. A later run that needs another loads it from numba's
+    cache, as a policy's implementation (:func:`_with_unlinked`): a first run compiles only what
+    it runs, where every lazy function, compiled for the module, took longer than its own loop."""
+    if LINK_EVERY_LAZY or args is None:
+        return jit.lazy_mask((), every=True)
+    configs = args[1] if which[0] == CLUSTER else (args[0].config,)
+    return jit.lazy_mask(configs)
+
+
 def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
     """Write the module of the loop ``which`` for arguments of ``kinds`` (numba loaded, the loop
     compiled for the types of ``args``: pycc links numba's machine code of it, 10-25 s)."""
-    _build(tuple(jit.numba.typeof(a) for a in args) if args is not None else None, kinds, which)
+    _build(tuple(jit.numba.typeof(a) for a in args) if args is not None else None, kinds, which,
+           linked_for(args, which))
 
 
-def _build(types: tuple, kinds: tuple, which: tuple[str, int], wait: bool = False) -> None:
+def _build(types: tuple, kinds: tuple, which: tuple[str, int], linked: int, wait: bool = False) -> None:
     """:func:`build` for arguments of numba's ``types``. One process builds it at a time: while
     another does, nothing is done, or, with ``wait`` (a background build), that one is waited
     for, so that :func:`wait_for_builds` returns with the module written whoever wrote it. A
@@ -230,7 +257,7 @@ def _build(types: tuple, kinds: tuple, which: tuple[str, int], wait: bool = Fals
     try:
         with _build_lock(name, wait) as mine:
             if mine and _wanted(name):  # not written, nor failed, by a build waited for
-                _compile(types, name, path, which)
+                _compile(types, name, path, which, linked)
     except Exception as e:  # noqa: BLE001 - any failure leaves runs on numba's cache
         why = f"{type(e).__name__}: {e}"
         try:  # said once per machine (where the failure can be remembered), else quietly
@@ -263,7 +290,7 @@ def _build_lock(name: str, wait: bool = False):
         yield True
 
 
-def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> None:
+def _compile(types: tuple, name: str, path: Path, which: tuple[str, int], linked: int) -> None:
     import warnings
 
     t0 = time.perf_counter()
@@ -276,8 +303,10 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> Non
             cc = CC(name)
             cc.output_dir = tmp
             _reuse_shared_objects(cc)
-            cc.export("run", numba.int64(*types))(exported(which))
-            cc.compile()
+            cc.export("run", numba.int64(*types))(exported(which, linked))
+            cc.export("linked", numba.int64())(lambda: linked)
+            with _linked_as_optimized():
+                cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
     for stale in path.parent.glob(module_prefix(which) + "*"):
@@ -285,6 +314,27 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int]) -> Non
             stale.unlink(missing_ok=True)
     LOG.info("wrote the compiled core into an extension module in %.0f s: later runs load it without numba",
              time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _linked_as_optimized():
+    """pycc's library of the module not optimized again as a whole: what it links is numba's
+    code of each function as numba optimized it, its callees linked in (``CPUCodeLibrary.
+    _get_module_for_linking``, the final module after ``finalize``), and optimizing the whole
+    once more took a third of a module's build for machine code as fast (docs/performance.md).
+    Each exported function's own code is still optimized as a function (``add_llvm_module``)."""
+    from numba.core import codegen
+
+    library = codegen.AOTCodeLibrary
+    had = library.__dict__.get("_optimize_final_module")
+    library._optimize_final_module = lambda self: None
+    try:
+        yield
+    finally:
+        if had is None:
+            del library._optimize_final_module
+        else:
+            library._optimize_final_module = had
 
 
 #: the one C source of pycc's that names its module (``PYCC_MODULE_NAME``, numba/pycc/modulemixin.c):
@@ -342,7 +392,7 @@ def _reuse_shared_objects(cc) -> None:
     cc._compile_mixins = compile_mixins
 
 
-if __name__ == "__main__":  # build_in_background's process: (types, kinds, which) pickled on stdin
+if __name__ == "__main__":  # build_in_background's process: (types, kinds, which, linked) pickled on stdin
     import pickle
     import sys
 

@@ -330,8 +330,9 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
         return lambda f: njit(f, inline=inline, refcounted=refcounted, cache_group=cache_group,
                               by_address=by_address, lazy=lazy, chosen=chosen, implements=implements)
     if lazy is not None:  # (declared whether compiled or not, where a mistake is met at import)
-        if len(_LAZY) == {f.name: f.width for f in TABLES["config"]}["LAZY_ADDRESSES"]:
-            raise RuntimeError("config[LAZY_ADDRESSES] is full: widen it (sim/core/state.py)")
+        if len(_LAZY) == min(63, {f.name: f.width for f in TABLES["config"]}["LAZY_ADDRESSES"]):
+            # (63: an extension module names the slots it links by the bits of an int64, lazy_mask)
+            raise RuntimeError("config[LAZY_ADDRESSES] is full: widen it (sim/core/state.py), and lazy_mask's bits")
         _declared(fn)
         _LAZY[fn] = (len(_LAZY), lazy)
         if chosen is not None:
@@ -554,16 +555,25 @@ def _itself(fn, config):
     return fn
 
 
-def set_chosen_addresses(s) -> None:
-    """Where an extension module runs the loop (``aot.py``: it links every lazy function but the
-    interfaces, ``loop.link_lazies``): write the address of each implementation the run chose
-    (``njit``'s ``chosen``), compiling it with numba (or loading it from numba's cache); none
-    for a run that chose none (every run of a default policy), which imports no numba."""
-    for fn, choose in _CHOSEN.items():
-        slot, needed = _LAZY[fn]
-        if needed(s.config):
+def set_unlinked_addresses(s, linked: int) -> None:
+    """Where an extension module runs the loop (``aot.py``), which links the lazy functions whose
+    slots are the bits of ``linked`` (``loop.link_lazies``; never an interface): write the
+    address of each other one the run needs, or of the implementation the run chose for an
+    interface (``njit``'s ``chosen``), compiling it with numba (or loading it from numba's
+    cache). A run that needs none of them (a default policy's, of the features the module was
+    built for) imports no numba."""
+    for fn, (slot, needed) in _LAZY.items():
+        if not linked >> slot & 1 and needed(s.config):
             use_numba()
-            s.config[LAZY_ADDRESSES + slot] = lazy_address(choose(fn, s.config), numba.typeof(s))
+            s.config[LAZY_ADDRESSES + slot] = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), numba.typeof(s))
+
+
+def lazy_mask(configs, every: bool = False) -> int:
+    """The slots, as bits, of the lazy functions but the interfaces that a run of any of
+    ``configs`` needs (``every``: all of them, needed or not): what an extension module links
+    (``aot.exported``)."""
+    return sum(1 << slot for fn, (slot, needed) in _LAZY.items()
+               if fn not in _CHOSEN and (every or any(needed(config) for config in configs)))
 
 
 def every_entry() -> list:

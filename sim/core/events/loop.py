@@ -534,12 +534,13 @@ def linked_scheduler(s, family):
     return 0
 
 
-def link_lazies(config, s):
-    """In an extension module (``aot.exported``), every lazy function (``jit.njit``'s ``lazy``)
-    but the interfaces linked into the module with its loop, its address written into ``config``
-    (a replica's row), so that a run compiles nothing whatever it calls but a policy other than
-    the default (``jit.set_chosen_addresses``; ``s``: a state, or a cluster's list of them, for
-    its type). Interpreted, none is needed."""
+def link_lazies(config, s, linked):
+    """In an extension module (``aot.exported``), the lazy functions (``jit.njit``'s ``lazy``)
+    whose slots are the bits of ``linked`` (a constant; ``jit.lazy_mask``: never an interface)
+    linked into the module with its loop, each one's address written into ``config`` (a
+    replica's row), so that a run needing no other compiles nothing (the others, and a policy
+    other than the default: ``jit.set_unlinked_addresses``; ``s``: a state, or a cluster's list
+    of them, for its type). Interpreted, none is needed."""
 
 
 @njit(inline=True)
@@ -654,10 +655,13 @@ def _compiled_engine_calls():
         return lambda s, family: linked_scheduler_address(s, family)
 
     @intrinsic
-    def linked_lazy_addresses(typingctx, config, s):
+    def linked_lazy_addresses(typingctx, config, s, mask):
+        if not isinstance(mask, types.IntegerLiteral):
+            raise TypingError(f"link_lazies takes the slots it links as a constant, not {mask}")
         state = s.dtype if isinstance(s, types.List) else s
-        # (an interface's slot holds the implementation a run chose, set by jit.set_chosen_addresses)
-        linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items() if not jit.is_interface(fn)]
+        # (an interface's slot holds the implementation a run chose, set by jit.set_unlinked_addresses)
+        linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items()
+                  if mask.literal_value >> slot & 1 and not jit.is_interface(fn)]
 
         def codegen(context, builder, signature, args):
             data = context.make_array(config)(context, builder, value=args[0]).data
@@ -667,8 +671,8 @@ def _compiled_engine_calls():
                 at = builder.gep(data, [context.get_constant(types.intp, LAZY_ADDRESSES + slot)])
                 builder.store(builder.ptrtoint(fn, context.get_value_type(types.int64)), at)
             return context.get_dummy_value()
-        return types.none(config, s), codegen
+        return types.none(config, s, mask), codegen
 
     @overload(link_lazies, inline="always")
-    def _link_lazies(config, s):
-        return lambda config, s: linked_lazy_addresses(config, s)
+    def _link_lazies(config, s, linked):
+        return lambda config, s, linked: linked_lazy_addresses(config, s, linked)

@@ -186,8 +186,6 @@ def compiled_entry(fn, *args):
     which = aot.entry_of(fn)
     if entry is None:
         entry = aot.load(kinds, which) if which is not None else None
-        if entry is not None:  # the policy a run chose, where it is not the default (jit.set_chosen_addresses)
-            entry = functools.partial(_with_chosen, entry, which[0] == aot.CLUSTER)
     if entry is None:  # loaded from numba's cache (or compiled) once
         dispatcher = compiled(fn)
         family = getattr(getattr(fn, "py_func", fn), "engine_family", None)  # a cluster's loop
@@ -207,14 +205,6 @@ def compiled_entry(fn, *args):
             aot.build_in_background(args, kinds, which)
     _ENTRIES[key] = entry
     return entry
-
-
-def _with_chosen(run, cluster, *args):
-    """``run(*args)``, an extension module's loop, each state's interfaces' implementations set
-    (``jit.set_chosen_addresses``: the module links the rest)."""
-    for s in args[0] if cluster else args[:1]:
-        jit.set_chosen_addresses(s)
-    return run(*args)
 
 
 def _with_scheduler(run, scheduler, state_type, s):

@@ -62,8 +62,8 @@ def module_built():
 
 def from_the_module(entry, loop_kind=aot.CORE) -> bool:
     """Whether ``entry`` is an extension module's function (numba's names the core's module),
-    called with the implementations of the policy the run chose set (``replay._with_chosen``)."""
-    if getattr(entry, "func", None) is replay._with_chosen:
+    called with the lazy functions it does not link set (``aot._with_unlinked``)."""
+    if getattr(entry, "func", None) is aot._with_unlinked:
         entry = entry.args[0]
     return entry.__module__.startswith(f"pagesim_{loop_kind}_")
 
@@ -84,7 +84,7 @@ def tables(cfg, trace):
     dict(system="orca-pow2", slots=1200),
     dict(system="static", slots=1200),
     dict(system="sglang", slots=1200, block_size=4, schedule_policy="lpm"),
-    # a policy's functions are not in the module: the run sets them (replay._with_chosen)
+    # a policy's functions are not in the module: the run sets them (aot._with_unlinked)
     dict(system="vllm-v1", slots=600, scheduling_policy="sjf"),
 ])
 def test_the_module_gives_numbas_records(kw, module_built, monkeypatch, tmp_path):
@@ -163,6 +163,42 @@ def test_a_run_that_finds_the_module_imports_no_numba(module_built):
     assert out.stdout.split() == ["core", "False"]
 
 
+RUN_PREFIX_CACHING = RUN.replace('cfg_for("vllm")', 'cfg_for("vllm", slots=1200, prefix_caching=True)').replace(
+    "n=20)", "n=20, prefix=True)")
+
+
+def test_a_run_needing_a_lazy_function_the_module_does_not_link_loads_it_with_numba(module_built):
+    """The default run's module links no lazy function (its run needed none): a run with prefix
+    caching runs that module and loads its one lazy function from numba (aot._with_unlinked)."""
+    env = dict(os.environ, PYTHONPATH=subprocess_path())
+    env.pop("PAGESIM_JIT", None)
+    out = subprocess.run([sys.executable, "-c", RUN_PREFIX_CACHING], check=True, env=env, cwd=TESTS_ROOT,
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["core", "True"]
+
+
+def test_a_module_links_the_lazy_functions_its_run_needed_and_the_wheels_every_one(module_built, monkeypatch):
+    """``aot.linked_for``: the bits of the slots of the lazy functions a run's configuration needs
+    (``jit.lazy_mask``), never an interface's; every one for the wheel (``LINK_EVERY_LAZY``)."""
+    jit.every_entry()
+    slot = {getattr(fn, "__qualname__", fn): s for fn, (s, _) in jit._LAZY.items()}
+    plain = initial_state(cfg_for("vllm"), rand_trace(0, n=20))
+    cached = initial_state(cfg_for("vllm", slots=1200, prefix_caching=True), rand_trace(0, n=20, prefix=True))
+    v1 = initial_state(cfg_for("vllm-v1"), rand_trace(0, n=20))
+    assert aot.linked_for((plain,), F) == 0
+    assert aot.linked_for((cached,), F) == 1 << slot["allocate_cached_blocks"]
+    assert aot.linked_for((v1,), (aot.CORE, state.V1)) == (1 << slot["allocate_cached_blocks"]
+                                                           | 1 << slot["preempt_for.<locals>.preempt_family"])
+    configs = np.stack([plain.config, cached.config])  # a cluster's replicas: any of them
+    assert aot.linked_for((None, configs), (aot.CLUSTER, state.CONTINUOUS)) == 1 << slot["allocate_cached_blocks"]
+    every = sum(1 << s for fn, (s, _) in jit._LAZY.items() if not jit.is_interface(fn))
+    assert aot.linked_for(None, F) == every and not every >> slot["chosen_victim"] & 1
+    monkeypatch.setattr(aot, "LINK_EVERY_LAZY", True)
+    assert aot.linked_for((plain,), F) == every
+    monkeypatch.setattr(aot, "_LOADED", {})
+    assert aot.load(module_built, F).args[1] == 0  # the module the default run built says what it links
+
+
 def test_a_module_of_other_sources_or_kinds_is_not_loaded(module_built, monkeypatch):
     monkeypatch.setattr(aot, "_LOADED", {})
     assert aot.load(module_built, F) is not None
@@ -186,7 +222,7 @@ def builds(monkeypatch, tmp_path):
     fails while ``builds.failing``)."""
     calls = types.SimpleNamespace(names=[], failing=False)
 
-    def compile_(args, name, path, which):
+    def compile_(args, name, path, which, linked):
         calls.names.append(name)
         if calls.failing:
             raise RuntimeError("no C compiler")
@@ -268,7 +304,7 @@ def test_a_background_build_waits_for_another_process_building_the_same_module(b
     other.start()
     held.wait()
     t0 = time.perf_counter()
-    aot._build(None, KINDS, F, wait=True)
+    aot._build(None, KINDS, F, 0, wait=True)
     assert time.perf_counter() - t0 >= 0.2 and builds.names == []
     other.join()
     assert aot.module_path(name).read_text() == "built by the other"
