@@ -12,7 +12,8 @@ compiler missing), it says why in one line and exits 1: the package is built wit
 and its runs compile, or run in CPython, as they would have.
 
 ``python -m pagesim.sim.precompile --warm`` compiles the same loops into this machine's own cache
-instead (numba's, ``$NUMBA_CACHE_DIR`` or ``sim/core/__pycache__``, and the modules beside it):
+instead (numba's, ``$NUMBA_CACHE_DIR`` or ``sim/core/__pycache__``; the modules beside it are
+written by the runs that load it after, ``aot.build_in_background``):
 what a first run of each family would compile, done at once on every core, and every lazy
 function (``jit.njit``'s ``lazy``: those only a feature's runs compile) as one more job. The test
 suite starts so (``tests/conftest.py``), before its workers share the cache.
@@ -79,8 +80,9 @@ def build_one(system: str, into: Path | None) -> list[Path]:
         raise RuntimeError("numba is not installed (or PAGESIM_JIT=0)")
     trace = _trace()
     cfg = SimConfig.for_system(system)
-    # the wheel's modules link every lazy function: an installed pagesim's runs compile none
-    aot.LINK_EVERY_LAZY = into is not None
+    # the wheel's modules, written by these runs, link every lazy function: an installed
+    # pagesim's runs compile none
+    aot.FOR_THE_WHEEL = into is not None
     run_simulation(cfg, trace)
     run_cluster(cfg, trace, 2, "round-robin")
     aot.wait_for_builds()  # each run's module, written by a process of its own

@@ -3,10 +3,11 @@
 numba compiles a scheduler family's loop (``loop.loop_for``: the family's ``run`` and all it
 calls) the first time it runs; later processes load that machine code from numba's cache, but
 only after importing numba and setting up its compiler (~0.5 s, a third of a whole ``pagesim
-simulate``). So once numba has compiled a loop, the same function is also written by numba's
-own ahead-of-time compiler (``numba.pycc``), in a process of its own that the run does not wait
-for (:func:`build_in_background`), into a Python extension module beside numba's cache, one
-module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
+simulate``). So once a run has loaded a loop from numba's cache (a later run than the one that
+compiled it: a loop run once is not worth a module), the same function is also written by
+numba's own ahead-of-time compiler (``numba.pycc``), in a process of its own that the run does
+not wait for (:func:`build_in_background`), into a Python extension module beside numba's
+cache, one module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
 ``cluster.py``: K engines behind a router). A later process imports it (milliseconds) and
 never imports numba for an engine's run (a cluster's imports it, not its compiler: numba's
 check of the replicas' list calls ``numba.typeof``). One source, compiled by the same
@@ -166,19 +167,25 @@ def _with_unlinked(run, linked: int, cluster: bool, *args):
 
 _BACKGROUND: list = []  # the processes build_in_background started
 
-#: the wheel's modules (``sim/precompile.py``) link every lazy function; a run's, those it needs
-LINK_EVERY_LAZY = False
+#: the wheel's modules (``sim/precompile.py``): written by the run that compiled the loop, and
+#: linking every lazy function (a run's links those it needs)
+FOR_THE_WHEEL = False
 
 
-def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
+def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int], compiled: bool = False) -> None:
     """:func:`build`, in a process of its own at a lower priority, which goes on after this one
-    ends: the run that compiled the loop does not wait the 10-25 s the module takes (the tests
-    neither, on a machine's other core). The process loads the loop from numba's cache, which
-    the compile just wrote. A failure is said by the next run that would build it.
-    ``PAGESIM_AOT_WAIT=1``: the run builds it itself and waits (``benchmarks/``: a build beside
-    a timed run would share its core)."""
+    ends: the run does not wait the seconds the module takes (the tests neither, on a machine's
+    other core). The process loads the loop from numba's cache. A failure is said by the next
+    run that would build it. ``compiled``: this run compiled the loop (numba's cache did not
+    have it); then none is built, but for the wheel: the next run that loads the loop from the
+    cache builds it, so that a command run once on a machine (a first try, a CI job) pays for
+    no module it would never load. ``PAGESIM_AOT_WAIT=1``: the run builds it itself, compiled
+    or loaded, and waits (``benchmarks/``: a build beside a timed run would share its core, and
+    a benchmark's later processes time the module)."""
     if os.environ.get("PAGESIM_AOT_WAIT") == "1":  # the benchmarks' runs: none goes on beside a timing
         build(args, kinds, which)
+        return
+    if compiled and not FOR_THE_WHEEL:
         return
     name = module_name(kinds, which)
     if not _wanted(name):
@@ -231,7 +238,7 @@ def linked_for(args: tuple | None, which: tuple[str, int]) -> int:
     the wheel's or without a run, every one. A later run that needs another loads it from numba's
     cache, as a policy's implementation (:func:`_with_unlinked`): a first run compiles only what
     it runs, where every lazy function, compiled for the module, took longer than its own loop."""
-    if LINK_EVERY_LAZY or args is None:
+    if FOR_THE_WHEEL or args is None:
         return jit.lazy_mask((), every=True)
     configs = args[1] if which[0] == CLUSTER else (args[0].config,)
     return jit.lazy_mask(configs)

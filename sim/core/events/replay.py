@@ -190,6 +190,7 @@ def compiled_entry(fn, *args):
         dispatcher = compiled(fn)
         family = getattr(getattr(fn, "py_func", fn), "engine_family", None)  # a cluster's loop
         types = tuple(dispatcher.typeof_pyval(a) for a in args)
+        misses = sum(dispatcher.stats.cache_misses.values())  # numba compiles where its cache misses
         with compile_notice():
             if family is None and (which is None or not SCHEDULER_BY_ADDRESS[which[1]]):
                 entry = functools.partial(_with_scheduler, dispatcher.compile(types), None, types[0])
@@ -202,7 +203,7 @@ def compiled_entry(fn, *args):
                 scheduler = scheduler_address(family, args[0][0]) if SCHEDULER_BY_ADDRESS[family] else 0
                 entry = functools.partial(_with_engine, run_cluster, engine, scheduler, types[0].dtype)
         if which is not None:
-            aot.build_in_background(args, kinds, which)
+            aot.build_in_background(args, kinds, which, compiled=sum(dispatcher.stats.cache_misses.values()) > misses)
     _ENTRIES[key] = entry
     return entry
 
@@ -257,8 +258,8 @@ def compile_notice():
         if claims_notice():
             said.append(True)
             LOG.info("compiling the simulator's core with numba, once per machine and version: about %d s of CPU "
-                     "for each scheduler family this command runs, then as much again in the background writing "
-                     "it into extension modules (later runs load them in under a second)", FAMILY_COMPILE_S)
+                     "for each scheduler family this command runs (later runs load it in under a second, and "
+                     "the next one writes it into an extension module in the background)", FAMILY_COMPILE_S)
 
     notice = threading.Timer(COMPILE_NOTICE_S, say)
     notice.daemon = True

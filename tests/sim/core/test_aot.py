@@ -39,8 +39,10 @@ def kinds_of(cfg, trace):
 @pytest.fixture(autouse=True)
 def modules_on(monkeypatch):
     """The modules loaded and written, as a user's runs do: not the whole suite's
-    ``PAGESIM_JIT=numba`` (tests/conftest.py)."""
+    ``PAGESIM_JIT=numba`` (tests/conftest.py); written by the run that compiled its loop too
+    (``PAGESIM_AOT_WAIT=1``, as the benchmarks have it), so that a cold cache builds them."""
     monkeypatch.delenv("PAGESIM_JIT", raising=False)
+    monkeypatch.setenv("PAGESIM_AOT_WAIT", "1")
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +181,7 @@ def test_a_run_needing_a_lazy_function_the_module_does_not_link_loads_it_with_nu
 
 def test_a_module_links_the_lazy_functions_its_run_needed_and_the_wheels_every_one(module_built, monkeypatch):
     """``aot.linked_for``: the bits of the slots of the lazy functions a run's configuration needs
-    (``jit.lazy_mask``), never an interface's; every one for the wheel (``LINK_EVERY_LAZY``)."""
+    (``jit.lazy_mask``), never an interface's; every one for the wheel (``FOR_THE_WHEEL``)."""
     jit.every_entry()
     slot = {getattr(fn, "__qualname__", fn): s for fn, (s, _) in jit._LAZY.items()}
     plain = initial_state(cfg_for("vllm"), rand_trace(0, n=20))
@@ -193,7 +195,7 @@ def test_a_module_links_the_lazy_functions_its_run_needed_and_the_wheels_every_o
     assert aot.linked_for((None, configs), (aot.CLUSTER, state.CONTINUOUS)) == 1 << slot["allocate_cached_blocks"]
     every = sum(1 << s for fn, (s, _) in jit._LAZY.items() if not jit.is_interface(fn))
     assert aot.linked_for(None, F) == every and not every >> slot["chosen_victim"] & 1
-    monkeypatch.setattr(aot, "LINK_EVERY_LAZY", True)
+    monkeypatch.setattr(aot, "FOR_THE_WHEEL", True)
     assert aot.linked_for((plain,), F) == every
     monkeypatch.setattr(aot, "_LOADED", {})
     assert aot.load(module_built, F).args[1] == 0  # the module the default run built says what it links
@@ -273,6 +275,63 @@ def test_a_build_happens_once_and_not_while_another_process_builds(builds):
     aot.build(None, KINDS, F)
     aot.build(None, KINDS, F)  # built already
     assert builds.names == [name]
+
+
+class Started:
+    """What ``subprocess.Popen`` is given, a process that ends at once."""
+
+    def __init__(self):
+        self.commands = []
+
+    def __call__(self, command, **kw):
+        self.commands.append(command)
+        return types.SimpleNamespace(stdin=types.SimpleNamespace(write=len, close=lambda: None), poll=lambda: 0)
+
+
+def test_a_run_that_compiled_the_loop_writes_no_module_and_a_later_one_that_loaded_it_does(builds, monkeypatch):
+    """A loop run once on a machine is not worth a module: the run that compiled it (numba's
+    cache missed) starts no build, one that loaded it from the cache starts one; the wheel's
+    runs (sim/precompile.py) write it where they compiled it."""
+    import subprocess as sp
+
+    started = Started()
+    monkeypatch.setattr(sp, "Popen", started)
+    monkeypatch.setattr(aot, "_BACKGROUND", [])
+    monkeypatch.setattr(jit, "numba", types.SimpleNamespace(typeof=type))  # (the request's types)
+    args = (initial_state(cfg_for("vllm"), rand_trace(0, n=20)),)
+    aot.build_in_background(args, KINDS, F, compiled=True)
+    assert started.commands == []
+    aot.build_in_background(args, KINDS, F, compiled=False)
+    assert len(started.commands) == 1 and started.commands[0][-1] == aot.__name__
+    monkeypatch.setattr(aot, "FOR_THE_WHEEL", True)
+    aot.build_in_background(args, KINDS, F, compiled=True)
+    assert len(started.commands) == 2 and builds.names == []
+
+
+def test_a_run_says_whether_numba_compiled_its_loop_or_loaded_it(monkeypatch):
+    """``replay.compiled_entry``: compiled where numba's cache missed (numba counts each miss,
+    ``Dispatcher.stats``), loaded where it hit."""
+    said = []
+    monkeypatch.setattr(aot, "build_in_background", lambda args, kinds, which, compiled: said.append(compiled))
+    monkeypatch.setattr(aot, "load", lambda kinds, which: None)
+    cfg, trace = cfg_for("vllm"), rand_trace(0, n=20)
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    run_simulation(cfg, trace)  # in numba's cache from here on, whichever it was
+    dispatcher = jit.compiled(loop.run_for(state.CONTINUOUS))
+    monkeypatch.setattr(dispatcher, "overloads", type(dispatcher.overloads)())  # not in this process: loaded
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    run_simulation(cfg, trace)
+    assert said[-1] is False
+    loaded = dispatcher.compile
+
+    def compiling(sig):  # what numba's compile counts where its cache misses
+        dispatcher._cache_misses[sig] += 1
+        return loaded(sig)
+
+    monkeypatch.setattr(dispatcher, "compile", compiling)
+    monkeypatch.setattr(replay, "_ENTRIES", {})
+    run_simulation(cfg, trace)
+    assert said[-1] is True
 
 
 def test_the_benchmarks_runs_build_the_module_themselves(builds, monkeypatch):
