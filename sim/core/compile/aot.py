@@ -3,8 +3,8 @@
 numba compiles a scheduler family's loop (``loop.loop_for``: the family's ``run`` and all it
 calls) the first time it runs; later processes load that machine code from numba's cache, but
 only after importing numba and setting up its compiler (~0.5 s, a third of a whole ``pagesim
-simulate``). So once a run has loaded a loop from numba's cache (a later run than the one that
-compiled it: a loop run once is not worth a module), the same function is also written by
+simulate``). So once a run has loaded a loop from numba's cache (a later command than the one
+that compiled it: a loop run once is not worth a module), the same function is also written by
 numba's own ahead-of-time compiler (``numba.pycc``), in a process of its own that the run does
 not wait for (:func:`build_in_background`), into a Python extension module beside numba's
 cache, one module per family and loop: the engine's (``CORE``) and the cluster's (``CLUSTER``,
@@ -45,6 +45,7 @@ from pagesim.sim.core.compile import jit
 from pagesim.sim.core.events import cluster, loop
 from pagesim.sim.core.compile.families import SCHEDULER_BY_ADDRESS
 from pagesim.sim.core.state import SCHEDULER_ADDRESS
+from pagesim.sim.terminal import NOTICE_KEY
 
 LOG = logging.getLogger(__name__)
 
@@ -177,17 +178,20 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int], compi
     ends: the run does not wait the seconds the module takes (the tests neither, on a machine's
     other core). The process loads the loop from numba's cache. A failure is said by the next
     run that would build it. ``compiled``: this run compiled the loop (numba's cache did not
-    have it); then none is built, but for the wheel: the next run that loads the loop from the
-    cache builds it, so that a command run once on a machine (a first try, a CI job) pays for
-    no module it would never load. ``PAGESIM_AOT_WAIT=1``: the run builds it itself, compiled
-    or loaded, and waits (``benchmarks/``: a build beside a timed run would share its core, and
-    a benchmark's later processes time the module)."""
+    have it); then none is built, nor by another process of the same command that loads it
+    from the cache (a sweep's worker: :func:`_compiled_by_this_command`), but for the wheel: the
+    next command that loads the loop builds it, so that a command run once on a machine (a
+    first try, a CI job) pays for no module it would never load. ``PAGESIM_AOT_WAIT=1``: the run
+    builds it itself, compiled or loaded, and waits (``benchmarks/``: a build beside a timed run
+    would share its core, and a benchmark's later processes time the module)."""
     if os.environ.get("PAGESIM_AOT_WAIT") == "1":  # the benchmarks' runs: none goes on beside a timing
         build(args, kinds, which)
         return
-    if compiled and not FOR_THE_WHEEL:
-        return
     name = module_name(kinds, which)
+    if not FOR_THE_WHEEL and (compiled or _compiled_by_this_command(name)):
+        if compiled:
+            _note_compiled(name)
+        return
     if not _wanted(name):
         _say_failure_once(name)
         return
@@ -207,6 +211,27 @@ def build_in_background(args: tuple, kinds: tuple, which: tuple[str, int], compi
     _BACKGROUND[:] = [*(p for p in _BACKGROUND if p.poll() is None), child]  # the ended ones reaped
     # (the compile notice says it, once a command: replay.compile_notice)
     LOG.debug("writing the compiled core into an extension module in the background (later runs load it)")
+
+
+def _command() -> str:
+    """This command, as its processes share it: the CLI's marker (``NOTICE_KEY``, set once a
+    command and inherited by its workers), else this process."""
+    return os.environ.get(NOTICE_KEY) or f"process {os.getpid()}"
+
+
+def _note_compiled(name: str) -> None:
+    """Remember beside the module that this command compiled its loop (where the cache can be written)."""
+    with contextlib.suppress(OSError):
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        (cache_dir() / (name + ".compiled")).write_text(_command())
+
+
+def _compiled_by_this_command(name: str) -> bool:
+    """Whether a process of this command compiled the loop of module ``name`` (:func:`_note_compiled`)."""
+    try:
+        return (cache_dir() / (name + ".compiled")).read_text() == _command()
+    except OSError:
+        return False
 
 
 def wait_for_builds() -> None:

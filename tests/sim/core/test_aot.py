@@ -25,6 +25,7 @@ from pagesim.sim.core.compile import aot, jit
 from pagesim.sim.core.events import loop, replay
 from pagesim.sim.core.events.replay import array_kind
 from pagesim.sim.run import initial_state, run_simulation
+from pagesim.sim.terminal import NOTICE_KEY
 from tests.sim.helpers import OPT13B_SLOT, TESTS_ROOT, cfg_for, rand_trace, subprocess_path, write_table_profile
 
 F = (aot.CORE, state.CONTINUOUS)  # vllm's family's engine loop: the module the default run builds
@@ -52,6 +53,7 @@ def module_built():
         pytest.skip("numba, setuptools or a C compiler missing: runs load numba's cache instead")
     with pytest.MonkeyPatch.context() as m:
         m.delenv("PAGESIM_JIT", raising=False)
+        m.setenv("PAGESIM_AOT_WAIT", "1")  # (modules_on's, which a module's fixture comes before)
         kinds = kinds_of(cfg_for("vllm"), rand_trace(0, n=20))
         if aot.load(kinds, F) is None:
             replay._ENTRIES.clear()
@@ -288,10 +290,11 @@ class Started:
         return types.SimpleNamespace(stdin=types.SimpleNamespace(write=len, close=lambda: None), poll=lambda: 0)
 
 
-def test_a_run_that_compiled_the_loop_writes_no_module_and_a_later_one_that_loaded_it_does(builds, monkeypatch):
-    """A loop run once on a machine is not worth a module: the run that compiled it (numba's
-    cache missed) starts no build, one that loaded it from the cache starts one; the wheel's
-    runs (sim/precompile.py) write it where they compiled it."""
+def test_a_command_that_compiled_the_loop_writes_no_module_and_a_later_one_that_loaded_it_does(builds, monkeypatch):
+    """A loop run by one command on a machine is not worth a module: the run that compiled it
+    (numba's cache missed) starts no build, nor another process of its command that loaded it
+    (a sweep's worker); a later command's that loaded it starts one; the wheel's runs
+    (sim/precompile.py) write it where they compiled it."""
     import subprocess as sp
 
     started = Started()
@@ -299,10 +302,15 @@ def test_a_run_that_compiled_the_loop_writes_no_module_and_a_later_one_that_load
     monkeypatch.setattr(aot, "_BACKGROUND", [])
     monkeypatch.setattr(jit, "numba", types.SimpleNamespace(typeof=type))  # (the request's types)
     args = (initial_state(cfg_for("vllm"), rand_trace(0, n=20)),)
+    monkeypatch.setenv(NOTICE_KEY, "a command")  # (the CLI's, which its workers inherit)
     aot.build_in_background(args, KINDS, F, compiled=True)
     assert started.commands == []
+    aot.build_in_background(args, KINDS, F, compiled=False)  # another process of the same command
+    assert started.commands == []
+    monkeypatch.setenv(NOTICE_KEY, "a later command")
     aot.build_in_background(args, KINDS, F, compiled=False)
     assert len(started.commands) == 1 and started.commands[0][-1] == aot.__name__
+    monkeypatch.setenv(NOTICE_KEY, "a command")
     monkeypatch.setattr(aot, "FOR_THE_WHEEL", True)
     aot.build_in_background(args, KINDS, F, compiled=True)
     assert len(started.commands) == 2 and builds.names == []
