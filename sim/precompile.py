@@ -42,17 +42,22 @@ def families() -> dict[int, str]:
     return first
 
 
-def _compile_order(job: str) -> int:
+def _compile_order(job: str, wheel: bool = False) -> int:
     """The longest jobs first, so that the cores finish together (on 2 cores, each starting as
     one ends): vLLM v1's (its engine's, cluster's and, warming, disaggregated pools' loops),
     vLLM v0's and Orca's over paged memory, then over contiguous extents, the lazy functions
     (``--warm``), then SGLang's and static's. Their wall time side by side on this project's
     machine, cold (a clean clone's ``.ci/run``, 2026-11-28, evening): 77, 51, 43, 32, 40 and 22 s,
-    134 s in all (with the lazy functions' job last, one core had once idled through its 69 s)."""
+    134 s in all (with the lazy functions' job last, one core had once idled through its 69 s).
+    For the wheel the lazy functions come first: every family's module links them, and loads
+    them from the jobs' shared cache where that job has written them, not compiling them again."""
     from pagesim.sim import systems
     from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SGLANG, STATIC, V1
 
     longest_first = [V1, CONTINUOUS, CONTINUOUS_CONTIGUOUS, LAZY_JOB, SGLANG, STATIC]
+    if wheel:
+        longest_first.remove(LAZY_JOB)
+        longest_first.insert(0, LAZY_JOB)
     kind = job if job == LAZY_JOB else systems.SYSTEMS[job].family
     return longest_first.index(kind) if kind in longest_first else len(longest_first)
 
@@ -144,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 3:
         with contextlib.ExitStack() as stack:
             if into is not None:  # the package's build: a cache of its own, read by numba at its import
-                os.environ["NUMBA_CACHE_DIR"] = stack.enter_context(tempfile.TemporaryDirectory())
+                if "PAGESIM_WHEEL_CACHE" not in os.environ:  # (the jobs': one cache, shared, made below)
+                    os.environ["PAGESIM_WHEEL_CACHE"] = stack.enter_context(tempfile.TemporaryDirectory())
+                os.environ["NUMBA_CACHE_DIR"] = os.environ["PAGESIM_WHEEL_CACHE"]
                 os.environ.pop("PAGESIM_JIT", None)
             try:
                 build_lazy() if argv[2] == LAZY_JOB else build_one(argv[2], into)
@@ -152,15 +159,30 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
                 return 1
         return 0
+    if into is None:
+        return _run_jobs(argv[0], False)
+    # the wheel's jobs share one cache: each module links every lazy function, compiled once
+    # there by the lazy functions' job, which starts first (_compile_order)
+    with tempfile.TemporaryDirectory() as shared:
+        os.environ["PAGESIM_WHEEL_CACHE"] = shared
+        try:
+            return _run_jobs(argv[0], True)
+        finally:
+            del os.environ["PAGESIM_WHEEL_CACHE"]
+
+
+def _run_jobs(where: str, wheel: bool) -> int:
+    """Every family's job and the lazy functions', each a process (``--system``), as many at
+    once as there are cores (``where``: main's ``DIR`` or ``--warm``)."""
     t0 = time.perf_counter()
-    jobs = sorted(list(families().values()) + ([LAZY_JOB] if into is None else []), key=_compile_order)
+    jobs = sorted([*families().values(), LAZY_JOB], key=lambda job: _compile_order(job, wheel))
     running: list[tuple[str, subprocess.Popen, object]] = []
     failures: list[str] = []
     started: dict[str, float] = {}
     while jobs or running:
         while jobs and len(running) < max(1, os.cpu_count() or 1):
             system, said = jobs.pop(0), tempfile.TemporaryFile("w+")
-            running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", argv[0],
+            running.append((system, subprocess.Popen([sys.executable, "-m", "pagesim.sim.precompile", where,
                                                       "--system", system], stderr=said, text=True), said))
             started[system] = time.perf_counter()
         ended = [job for job in running if job[1].poll() is not None]  # the next family starts at once

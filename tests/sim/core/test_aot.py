@@ -498,6 +498,35 @@ def test_precompile_answers_help_and_refuses_an_unknown_option(argv, code, capsy
     assert "usage: python -m pagesim.sim.precompile" in (out.out if code == 0 else out.err)
 
 
+def test_the_wheels_jobs_share_one_cache_the_lazy_functions_compiled_first(monkeypatch, tmp_path):
+    """``precompile DIR`` (the wheel's build): every family's module links every lazy function,
+    so the lazy functions' job starts first and every job's numba cache is the same temporary
+    folder, where the families' modules load them rather than compile them again."""
+    from pagesim.sim import precompile
+
+    started, built = [], []
+
+    class Ended:
+        returncode = 0
+
+        def __init__(self, argv, **kwargs):
+            started.append((argv[3:], os.environ["PAGESIM_WHEEL_CACHE"]))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(precompile.subprocess, "Popen", Ended)
+    monkeypatch.delenv("PAGESIM_WHEEL_CACHE", raising=False)
+    assert precompile.main([str(tmp_path)]) == 0
+    assert [argv[2] for argv, _ in started] == [precompile.LAZY_JOB, "vllm-v1", "vllm", "orca-max", "sglang", "static"]
+    assert len({cache for _, cache in started}) == 1 and "PAGESIM_WHEEL_CACHE" not in os.environ
+    monkeypatch.setenv("PAGESIM_WHEEL_CACHE", str(tmp_path / "shared"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", os.environ.get("NUMBA_CACHE_DIR", ""))  # (restored after: the job sets it)
+    monkeypatch.setattr(precompile, "build_one", lambda system, into: built.append(os.environ["NUMBA_CACHE_DIR"]))
+    assert precompile.main([str(tmp_path), "--system", "static"]) == 0
+    assert built == [str(tmp_path / "shared")]
+
+
 def test_warming_the_cache_compiles_every_family_longest_first_into_this_machines_cache(monkeypatch, capsys):
     """``precompile --warm`` (the test suite's start): a process per family, vLLM v1's first (its
     engine's, cluster's and disaggregated pools' loops), and one for the lazy functions fourth, each
