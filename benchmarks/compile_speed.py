@@ -214,7 +214,8 @@ def wheel_install() -> None:
         names = zipfile.ZipFile(wheel).namelist()
         engines, clusters = (sum(f"/compiled/pagesim_{loop}_" in n for n in names) for loop in (aot.CORE, aot.CLUSTER))
         print(f"wheel {wheel.name}: built in {build_wall:.0f} s wall ({build_cpu:.0f} s of CPU), "
-              f"the compiled loops of {engines} families' engines and {clusters} families' clusters in it")
+              f"the compiled loops of {engines} families' engines and {clusters} families' clusters in it "
+              f"(issue 85: <= 300 s of CPU)")
         subprocess.run([sys.executable, "-m", "venv", f"{tmp}/venv"], check=True)
         python = f"{tmp}/venv/bin/python"
         subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True)
