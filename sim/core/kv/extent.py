@@ -243,12 +243,20 @@ def decode_fits(s):
     """Whether every decoding request's next token fits: those that overflow re-reserve, in
     join order (one: asked directly; several: tried in that order on the placement, which is
     restored after). Only a predicted reservation overflows (asked here, every step: a call
-    passing the state costs more than the step's other work)."""
+    passing the state field by field costs more than the step's other work; the lazy function's
+    takes it by reference)."""
     return s.config[RESERVATION_KIND] != RESERVE_PREDICTED or predicted_decode_fits(s)
 
 
-@njit
-def predicted_decode_fits(s):
+def predicting(config):
+    """The runs of a predicted reservation (Orca's Predicted): the only ones whose reservations
+    overflow, and that compile the re-reservations below (``njit``'s lazy: the contiguous
+    family's other runs, ``pagesim reproduce fig2``'s, never do)."""
+    return config[RESERVATION_KIND] == RESERVE_PREDICTED
+
+
+@njit(lazy=predicting)
+def predicted_decode_fits(s) -> bool:
     # np.int64(-1), not -1: jit.njit's note on constants
     i = next_overflowing(s, np.int64(-1))
     if i < 0:
@@ -275,8 +283,8 @@ def rereserve_overflowing(s):
         rereserve_predicted(s)
 
 
-@njit
-def rereserve_predicted(s):
+@njit(lazy=predicting)
+def rereserve_predicted(s) -> None:
     i = next_overflowing(s, np.int64(-1))
     while i >= 0:
         rereserve(s, i)
