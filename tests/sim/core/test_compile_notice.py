@@ -4,9 +4,11 @@ under COMPILE_NOTICE_S) says nothing."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import time
+import types
 
 import numpy as np
 import pytest
@@ -15,16 +17,19 @@ from pagesim.sim.core.events import replay
 
 
 class SlowDispatcher:
-    """Stands for numba's dispatcher: ``compile`` takes ``seconds``."""
+    """Stands for numba's dispatcher: ``compile`` takes ``seconds``, a miss of numba's cache
+    (``Dispatcher.stats``)."""
 
     def __init__(self, seconds):
         self.seconds = seconds
+        self.stats = types.SimpleNamespace(cache_misses=collections.Counter())
 
     def typeof_pyval(self, s):
         return "state type"
 
     def compile(self, signature):
         time.sleep(self.seconds)
+        self.stats.cache_misses[signature] += 1
         return "machine code"
 
 
