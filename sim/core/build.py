@@ -44,7 +44,7 @@ from pagesim.sim.core.sched.scheduler_sglang import (CHUNKED_REQUEST, IGNORE_EOS
                                                      NEW_TOKEN_RATIO_DECAY, SCHEDULE_POLICY)
 from pagesim.sim.core.sched.scheduler_v1 import CLIENT_TIMEOUT_S, HAS_CLIENT_TIMEOUT
 from pagesim.sim.core.sched.scheduler_vllm import (CHUNKED_PREFILL, FORKS_SHARE_BLOCKS, FREE_BLOCK_PER_SEQ,
-                                                   HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK,
+                                                   HAS_WAITING_SERVED_RATIO, KERNEL_BLOCK, SWAPS,
                                                    WAITING_SERVED_RATIO)
 from pagesim.sim.core.sched.speculative import SPEC_COLUMNS
 from pagesim.sim.core.sched.static import STATIC_BATCH_LIMIT
@@ -295,7 +295,8 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     running = max(1, min(n, limits.max_num_seqs, num_slots if paged and not sglang else n))
     # a request is swapped out only into swap space, with --preemption swap or several
     # sequences (lifecycle.preempt): the swapped queue and each request's swapped tokens
-    swapped = max(n, 1) if limits.swap_capacity_tokens > 0 and (cfg.preemption == "swap" or max_width > 1) else 1
+    config[SWAPS] = int(limits.swap_capacity_tokens > 0 and (cfg.preemption == "swap" or max_width > 1))
+    swapped = max(n, 1) if config[SWAPS] else 1
     radix = radix_arrays(config, count, clock, cfg, n, radix_rows(num_blocks, limits.hicache_host_pages, t.prompt
                                                                 + t.output, block_size)) if sglang else dict(
         radix_nodes=np.zeros((1, NODE_COLUMNS), i64), radix_request=np.zeros((1, state.RADIX_REQUEST_COLUMNS), i64))

@@ -70,6 +70,8 @@ section("config", globals(), """
         block size under vLLM v0's PagedAttention kernel (it reads whole blocks,
         sim.core.cost.kernel_read_tokens), 1 for a kernel that reads each cached token once
         (SimConfig.kernel_block_tokens)
+    SWAPS               1: a request may be swapped out (swap space, and --preemption swap or a
+        request of several sequences: lifecycle.preempt), so swapped in (resume_swapped)
 """)
 
 # Core.count: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -77,6 +79,7 @@ section("count", globals(), """
     BLOCKED_REQUEST     the waiting head that did not fit (-1: none)
     BLOCKED_EPOCH       FREE_EPOCH when it did not fit: not retried until something is freed
     BLOCKED_KIND        what blocked it (NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS)
+    SWAP_IN_BUDGET      the token budget a step's swap-ins left (resume_swapped's: it returns their context)
 """)
 
 # Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -165,15 +168,22 @@ def admit_waiting_for(traits):
 
 
 # called from two places, and only while a request is swapped out: a call, one per family
+def swapping(config):
+    """The runs that may swap a request out (``config[SWAPS]``): the only ones that swap one in,
+    and that compile the swap-ins (``njit``'s lazy: ``pagesim reproduce fig2``'s runs recompute)."""
+    return config[SWAPS] > 0
+
+
 def resume_swapped_for(traits):
-    def resume_swapped(s, budget):
+    def resume_swapped(s, budget: int) -> int:
         """Swap requests back in, by arrival (the swapped queue's order, ``lifecycle.preempt``),
         while each fits, in memory, in ``max_num_seqs`` and in the token budget left (a token per
         sequence, or the rest of its prompt, unchunked: ``_schedule_swapped``,
         ``scheduler.py:547-558``); each runs in this step as it left, its next token or (swapped
         out mid-prompt under chunked prefill) the rest of its prompt (``:564-571``). Called after the
         running requests' turn, in a step that preempted nobody (``:757-766``, ``:838-846``).
-        Returns their decode context and the budget left."""
+        Returns their decode context, the budget left in ``count[SWAP_IN_BUDGET]`` (a lazy
+        function returns one number)."""
         c = s.count
         context_sum = 0
         while c[SWAPPED_LEN]:
@@ -232,8 +242,11 @@ def resume_swapped_for(traits):
             c[COMPUTED_SLOTS] += w
             c[STEP_DECODE_SEQS] += w
             budget -= w
-        return context_sum, budget
+        c[SWAP_IN_BUDGET] = budget
+        return context_sum
 
+    # a name of each family's own: a lazy function's entry is found by its module and name
+    resume_swapped.__qualname__ += "_contiguous" if traits & EXTENTS else "_paged"
     return resume_swapped
 
 
@@ -545,7 +558,8 @@ def per_family(make):
 
 
 admit_waiting_paged, admit_waiting_contiguous = per_family(admit_waiting_for)
-resume_swapped_paged, resume_swapped_contiguous = per_family(resume_swapped_for)
+resume_swapped_paged = njit(resume_swapped_for(TRAITS[CONTINUOUS]), lazy=swapping)
+resume_swapped_contiguous = njit(resume_swapped_for(TRAITS[CONTINUOUS_CONTIGUOUS]), lazy=swapping)
 decode_paged, decode_contiguous = per_family(decode_for)
 run_in_order_paged, run_in_order_contiguous = per_family(run_in_order_for)
 
@@ -558,9 +572,10 @@ def admit_waiting(s, budget, traits):
 
 @njit(inline=True)
 def resume_swapped(s, budget, traits):
+    """The family's swap-ins (a lazy function): their decode context and the budget left."""
     if traits & EXTENTS:
-        return resume_swapped_contiguous(s, budget)
-    return resume_swapped_paged(s, budget)
+        return resume_swapped_contiguous(s, budget), s.count[SWAP_IN_BUDGET]
+    return resume_swapped_paged(s, budget), s.count[SWAP_IN_BUDGET]
 
 
 @njit(inline=True)
