@@ -87,11 +87,40 @@ def sources_digest(here=None, group: str | None = None, sources: dict | None = N
 
 
 def _flags() -> list:
-    """The compile flags numba takes from the environment that change the machine code and that
-    its cache does not key by (its index: the signature, the CPU and the function's bytecode):
-    ``NUMBA_BOUNDSCHECK`` (the test suite's, ``tests/checked_core.py``), where it is set."""
+    """What changes the machine code beside the sources each digest reads: the compile flags
+    numba takes from the environment and its cache does not key by (its index: the signature,
+    the CPU and the function's bytecode), ``NUMBA_BOUNDSCHECK`` (the test suite's,
+    ``tests/checked_core.py``) where it is set; and the lazy functions' slots (compiled code
+    reads an address at a slot's index, a constant; a file of another group declaring a lazy
+    function moves the slots after it: :func:`fix_lazy_slots`)."""
+    fix_lazy_slots()
     checked = os.environ.get("NUMBA_BOUNDSCHECK")
-    return [] if checked is None else [("NUMBA_BOUNDSCHECK", checked.encode())]
+    slots = "\n".join(_where(fn) for fn in sorted(_LAZY, key=lambda fn: _LAZY[fn][0])).encode()
+    return ([] if checked is None else [("NUMBA_BOUNDSCHECK", checked.encode())]) + [("lazy slots", slots)]
+
+
+_FIXED: list = []  # [True] once the lazy functions' slots are numbered (fix_lazy_slots)
+
+
+def _where(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def fix_lazy_slots() -> None:
+    """Number the lazy functions' slots of ``config[LAZY_ADDRESSES]`` (``njit``'s ``lazy``) in the
+    order of their names (module and name), once a process, the whole core imported first (its
+    loop imports every file: every one declared). Declared, each took the next slot, in the
+    order a process happened to import the core's files (a test importing ``kv/extent.py``
+    first numbered them otherwise than a run), while machine code cached or written into a
+    module by one process is run by others: by name, every process numbers them alike."""
+    if _FIXED:
+        return
+    import importlib
+
+    importlib.import_module(f"{CORE_PACKAGE}.events.loop")
+    for slot, fn in enumerate(sorted(_LAZY, key=_where)):
+        _LAZY[fn] = (slot, _LAZY[fn][1])
+    _FIXED.append(True)
 
 
 def _sources(here) -> dict:
@@ -259,6 +288,9 @@ def use_numba() -> None:
     global numba
     if numba is not None or not COMPILED:
         return
+    # the whole core imported while numba is not yet bound (no dispatcher made at an import,
+    # none keyed by digests that read the slots), its slots numbered before any code reads one
+    fix_lazy_slots()
     import numba as loaded
 
     numba = loaded
@@ -334,6 +366,9 @@ def njit(fn=None, *, inline: bool = False, refcounted: bool = False, cache_group
             # (63: an extension module names the slots it links by the bits of an int64, lazy_mask)
             raise RuntimeError("config[LAZY_ADDRESSES] is full: widen it (sim/core/state.py), and lazy_mask's bits")
         _declared(fn)
+        if _FIXED:
+            raise RuntimeError(f"{_where(fn)}: a lazy function declared after the slots were numbered "
+                               "(jit.fix_lazy_slots): declare it in a core file the loop imports")
         _LAZY[fn] = (len(_LAZY), lazy)
         if chosen is not None:
             _CHOSEN[fn] = chosen
@@ -545,6 +580,7 @@ def set_lazy_addresses(s, state_type) -> None:
     """Write into ``s.config`` the address of each lazy function (``njit``'s ``lazy``) the run
     may call, compiling it (or loading it from numba's cache) at its first need in this process,
     and 0 for the others; ``state_type``: numba's type of ``s``."""
+    fix_lazy_slots()
     s.config[STATE_ADDRESS] = 0  # (the running loop writes it)
     for fn, (slot, needed) in _LAZY.items():
         s.config[LAZY_ADDRESSES + slot] = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), state_type) \
@@ -562,6 +598,7 @@ def set_unlinked_addresses(s, linked: int) -> None:
     interface (``njit``'s ``chosen``), compiling it with numba (or loading it from numba's
     cache). A run that needs none of them (a default policy's, of the features the module was
     built for) imports no numba."""
+    fix_lazy_slots()
     for fn, (slot, needed) in _LAZY.items():
         if not linked >> slot & 1 and needed(s.config):
             use_numba()
@@ -572,6 +609,7 @@ def lazy_mask(configs, every: bool = False) -> int:
     """The slots, as bits, of the lazy functions but the interfaces that a run of any of
     ``configs`` needs (``every``: all of them, needed or not): what an extension module links
     (``aot.exported``)."""
+    fix_lazy_slots()
     return sum(1 << slot for fn, (slot, needed) in _LAZY.items()
                if fn not in _CHOSEN and (every or any(needed(config) for config in configs)))
 

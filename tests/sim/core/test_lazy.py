@@ -264,6 +264,43 @@ def test_the_slots_are_enough_for_every_lazy_function():
     assert sorted(slot for slot, _ in jit._LAZY.values()) == list(range(len(jit._LAZY)))
 
 
+#: the lazy functions' names in their slots' order, in a process that imports argv[1] first
+SLOTS = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+from pagesim.sim.core.compile import jit
+jit.fix_lazy_slots()
+print(" ".join(f"{fn.__module__}.{fn.__qualname__}" for fn in sorted(jit._LAZY, key=lambda fn: jit._LAZY[fn][0])))
+"""
+
+
+def test_the_slots_are_numbered_by_name_whatever_a_process_imports_first():
+    """A process that imports ``kv/extent.py`` first declares the lazy functions in another
+    order than one that imports the loop first, while both run machine code with the slots'
+    indices in it (numba's cache, the extension modules): ``jit.fix_lazy_slots`` numbers them by
+    name, the whole core imported first."""
+    from tests.sim.helpers import TESTS_ROOT, subprocess_path
+
+    env = dict(os.environ, PYTHONPATH=subprocess_path())
+    orders = [subprocess.run([sys.executable, "-c", SLOTS, first], env=env, cwd=TESTS_ROOT, check=True,
+                             capture_output=True, text=True).stdout.split()
+              for first in ("pagesim.sim.core.kv.extent", "pagesim.sim.core.sched.scheduler_v1",
+                            "pagesim.sim.core.events.loop")]
+    assert orders[0] == orders[1] == orders[2] == sorted(orders[0]) and len(orders[0]) == len(jit._LAZY)
+
+
+def test_every_cache_groups_digest_reads_the_slots(monkeypatch):
+    """A lazy function declared in one group's file moves the slots after it in every group's
+    code: every digest (numba's cache keys, the extension modules' names) reads them."""
+    jit.fix_lazy_slots()
+    groups = (None, *jit._GROUP_FILES)
+    before = {group: jit.sources_digest(group=group) for group in groups}
+    first, second = sorted(jit._LAZY, key=lambda fn: jit._LAZY[fn][0])[:2]
+    monkeypatch.setitem(jit._LAZY, first, (1, jit._LAZY[first][1]))
+    monkeypatch.setitem(jit._LAZY, second, (0, jit._LAZY[second][1]))
+    assert all(jit.sources_digest(group=group) != before[group] for group in groups)
+
+
 @compiled_only
 def test_a_lazy_functions_call_casts_its_arguments_to_their_declared_types_only_without_a_loss():
     """Priority's place in the queue declares ``i: int, returning: bool``: a call giving an int32
