@@ -261,8 +261,9 @@ def linked_for(args: tuple | None, which: tuple[str, int]) -> int:
     """The lazy functions a module built for the run of ``args`` links, as bits of their slots
     (``jit.lazy_mask``): those the run needs (its configuration's, or its replicas'), or, for
     the wheel's or without a run, every one. A later run that needs another loads it from numba's
-    cache, as a policy's implementation (:func:`_with_unlinked`): a first run compiles only what
-    it runs, where every lazy function, compiled for the module, took longer than its own loop."""
+    cache, as a policy's implementation (:func:`_with_unlinked`): a module costs no compile of
+    code its run did not need (every lazy function compiled for it cost more than the loop's own
+    compile: docs/performance.md, "The first command's compile bill")."""
     if FOR_THE_WHEEL or args is None:
         return jit.lazy_mask((), every=True)
     configs = args[1] if which[0] == CLUSTER else (args[0].config,)
@@ -271,7 +272,7 @@ def linked_for(args: tuple | None, which: tuple[str, int]) -> int:
 
 def build(args: tuple, kinds: tuple, which: tuple[str, int]) -> None:
     """Write the module of the loop ``which`` for arguments of ``kinds`` (numba loaded, the loop
-    compiled for the types of ``args``: pycc links numba's machine code of it, 10-25 s)."""
+    compiled for the types of ``args``: pycc links numba's optimized code of it and emits it)."""
     _build(tuple(jit.numba.typeof(a) for a in args) if args is not None else None, kinds, which,
            linked_for(args, which))
 
@@ -341,6 +342,7 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int], linked
                 cc.compile()
             built = Path(tmp) / path.name
             os.replace(built, path)
+    (cache_dir() / (name + ".compiled")).unlink(missing_ok=True)  # (_note_compiled's, done with)
     for stale in path.parent.glob(module_prefix(which) + "*"):
         if not stale.name.startswith(name):  # one module a family: every configuration has the same kinds
             stale.unlink(missing_ok=True)
@@ -352,8 +354,8 @@ def _compile(types: tuple, name: str, path: Path, which: tuple[str, int], linked
 def _linked_as_optimized():
     """pycc's library of the module not optimized again as a whole: what it links is numba's
     code of each function as numba optimized it, its callees linked in (``CPUCodeLibrary.
-    _get_module_for_linking``, the final module after ``finalize``), and optimizing the whole
-    once more took a third of a module's build for machine code as fast (docs/performance.md).
+    _get_module_for_linking``, the final module after ``finalize``): optimizing the whole once
+    more repeated that work, for machine code no faster (docs/performance.md).
     Each exported function's own code is still optimized as a function (``add_llvm_module``)."""
     from numba.core import codegen
 
