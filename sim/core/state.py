@@ -173,7 +173,7 @@ table("config", """
     STATE_ADDRESS       compiled, the address of the running loop's copy of the state, which the
         functions it calls by address read (sim/core/compile/by_reference.py; 0: no loop running)
     LAZY_ADDRESSES[64]  compiled, the addresses of the functions compiled apart (jit.njit's
-        ``lazy``), a slot each, numbered by their names (jit.fix_lazy_slots; 0: not compiled for this run)
+        ``lazy``), a slot each, numbered by name (jit.fix_lazy_slots; 0: not compiled for this run)
     SHARED_BLOCKS       1: blocks carry reference counts (prefix caching, forks)
     CHECK_STEPS         1 under --check: the loop returns after every iteration (sim/core/check.py)
     EXTERNAL_STEPS      1 when an executor outside the core runs the steps (the GPU mode): the
