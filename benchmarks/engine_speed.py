@@ -358,11 +358,13 @@ def systems() -> None:
     from pagesim.traces.transform import apply_max_len_policy
 
     trace = apply_max_len_policy(load_trace(AZURE), 2048, "drop")[0]
-    for system in ("vllm", "orca-max", "static", "vllm-v1", "sglang"):
-        cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_seq_len=2048)
+    runs = [(system, {}) for system in ("vllm", "orca-max", "static", "vllm-v1", "sglang")]
+    for system, kw in runs + [("orca-max", dict(reservation="predicted"))]:
+        cfg = SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", max_seq_len=2048, **kw)
         timed(cfg, trace.iloc[:20], repeats=1)  # numba's cache loaded
         _, s = timed(cfg, trace, repeats=5)
-        print(f"azure conv, {system}: engine {s['wall_time_s']:.3f} s ({pace(s['wall_time_s'])}), "
+        name = " ".join([system, *(f"--{k} {v}" for k, v in kw.items())])
+        print(f"azure conv, {name}: engine {s['wall_time_s']:.3f} s ({pace(s['wall_time_s'])}), "
               f"{s['num_steps']} steps")
     if MOONCAKE.exists():
         cfg = SimConfig.for_system("sglang", model="llama-3.1-8b", gpu="a100-80gb", kv_gib=2, max_seq_len=16384,
