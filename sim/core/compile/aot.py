@@ -160,9 +160,9 @@ def load(kinds: tuple, which: tuple[str, int]):
 def _with_unlinked(run, linked: int, cluster: bool, *args):
     """``run(*args)``, an extension module's loop, each state's lazy functions that the module
     does not link (``linked``: the slots it does, as bits) and the run needs set, and the
-    implementations of the policy it chose (``jit.set_unlinked_addresses``)."""
+    implementations of the policy it chose (``jit.set_lazy_addresses``)."""
     for s in args[0] if cluster else args[:1]:
-        jit.set_unlinked_addresses(s, linked)
+        jit.set_lazy_addresses(s, linked=linked)
     return run(*args)
 
 

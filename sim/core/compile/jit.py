@@ -576,33 +576,31 @@ def call_by_address(context, builder, address, result, argtys, args):
     return answer
 
 
-def set_lazy_addresses(s, state_type) -> None:
+def set_lazy_addresses(s, state_type=None, linked: int = 0) -> None:
     """Write into ``s.config`` the address of each lazy function (``njit``'s ``lazy``) the run
-    may call, compiling it (or loading it from numba's cache) at its first need in this process,
-    and 0 for the others; ``state_type``: numba's type of ``s``."""
+    may call, or of the implementation the run chose for an interface (``njit``'s ``chosen``),
+    compiling it (or loading it from numba's cache) at its first need in this process, and 0
+    for the others; but the slots that are the bits of ``linked``: the lazy functions an
+    extension module links (``aot.py``, ``loop.link_lazies``; never an interface), which it
+    writes itself. ``state_type``: numba's type of ``s`` (None: ``numba.typeof``, numba loaded
+    only where a slot needs an address: a module's run of a default policy, of the features the
+    module was built for, imports no numba)."""
     fix_lazy_slots()
     s.config[STATE_ADDRESS] = 0  # (the running loop writes it)
     for fn, (slot, needed) in _LAZY.items():
-        s.config[LAZY_ADDRESSES + slot] = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), state_type) \
-            if needed(s.config) else 0
+        if linked >> slot & 1:
+            continue
+        address = 0
+        if needed(s.config):
+            if state_type is None:  # (typed once a call: ~70 arrays)
+                use_numba()
+                state_type = numba.typeof(s)
+            address = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), state_type)
+        s.config[LAZY_ADDRESSES + slot] = address
 
 
 def _itself(fn, config):
     return fn
-
-
-def set_unlinked_addresses(s, linked: int) -> None:
-    """Where an extension module runs the loop (``aot.py``), which links the lazy functions whose
-    slots are the bits of ``linked`` (``loop.link_lazies``; never an interface): write the
-    address of each other one the run needs, or of the implementation the run chose for an
-    interface (``njit``'s ``chosen``), compiling it with numba (or loading it from numba's
-    cache). A run that needs none of them (a default policy's, of the features the module was
-    built for) imports no numba."""
-    fix_lazy_slots()
-    for fn, (slot, needed) in _LAZY.items():
-        if not linked >> slot & 1 and needed(s.config):
-            use_numba()
-            s.config[LAZY_ADDRESSES + slot] = lazy_address(_CHOSEN.get(fn, _itself)(fn, s.config), numba.typeof(s))
 
 
 def lazy_mask(configs, every: bool = False) -> int:

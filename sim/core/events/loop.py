@@ -539,7 +539,7 @@ def link_lazies(config, s, linked):
     whose slots are the bits of ``linked`` (a constant; ``jit.lazy_mask``: never an interface)
     linked into the module with its loop, each one's address written into ``config`` (a
     replica's row), so that a run needing no other compiles nothing (the others, and a policy
-    other than the default: ``jit.set_unlinked_addresses``; ``s``: a state, or a cluster's list
+    other than the default: ``jit.set_lazy_addresses``; ``s``: a state, or a cluster's list
     of them, for its type). Interpreted, none is needed."""
 
 
@@ -659,7 +659,7 @@ def _compiled_engine_calls():
         if not isinstance(mask, types.IntegerLiteral):
             raise TypingError(f"link_lazies takes the slots it links as a constant, not {mask}")
         state = s.dtype if isinstance(s, types.List) else s
-        # (an interface's slot holds the implementation a run chose, set by jit.set_unlinked_addresses)
+        # (an interface's slot holds the implementation a run chose, set by jit.set_lazy_addresses)
         linked = [(slot, jit.lazy_compiled(fn, state)) for fn, (slot, _) in jit._LAZY.items()
                   if mask.literal_value >> slot & 1 and not jit.is_interface(fn)]
 
