@@ -6,7 +6,7 @@ What is recomputed:
 
 * queues: the waiting and swapped rings and the running list hold exactly the requests of
   that status, each once; finished and rejected counts; the running sequences, the decode set
-  and the swap space in use;
+  and the swap space in use; the running list in arrival order unless marked otherwise;
 * the paged pool: every running sequence's block-table row; reference counts (where blocks
   are shared) equal the rows' references, unshared blocks are held once; held, free-stack and
   cached-unreferenced (LRU) blocks are disjoint and add up to the pool; the token, demand and
@@ -62,7 +62,7 @@ from pagesim.sim.core.kv.kv_cache import (FULL_SHARED_SLOTS, SKIPPED_SLOTS, SLID
 from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, KEY_GROUP, LRU_HEAD, NEXT
 from pagesim.sim.core.kv.extent import EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START, PLACED_SLOTS, RESERVED_SLOTS
 from pagesim.sim.core.kv.placement import ADDRESS_SPACE, HOLE_SIZE, HOLE_START, NUM_HOLES, PLACEMENT_KIND
-from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_REQUEST
+from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_REQUEST, RUNNING_UNSORTED
 from pagesim.sim.core.kv.host_tier import (GROUP_HEAP, HOST_GROUP, HOST_GROUPS, HOST_KEY_CHAIN, HOST_KEY_END,
                                            HOST_KEY_SLOT, HOST_LAST_RANK, HOST_NEXT, HOST_PENDING, HOST_PENDING_HEAD,
                                            HOST_PENDING_LEN, HOST_PREV, HOST_RANK, HOST_TABLE_MASK,
@@ -195,6 +195,8 @@ def check_queues(s, mine) -> None:
     assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
     assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
+    assert c[RUNNING_UNSORTED] or (np.diff(s.arrival_s[running]) >= 0).all(), \
+        "the running list is out of arrival order unmarked"
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in lists[1]), \
         "swap space in use drifted"
     idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed

@@ -293,7 +293,7 @@ table("count", """
         a connector loads them, or loaded (a transfer's, a host load's: lifecycle.hold_waiting)
     NUM_EXCHANGE        disaggregated: the requests in Core.exchange for the cluster's loop
 """, size="NUM_COUNTS",
-      rooms={"sched.scheduler_vllm": 4, "events.loop": 8, "kv.extent": 4, "kv.placement": 4,
+      rooms={"sched.scheduler_vllm": 8, "events.loop": 8, "kv.extent": 4, "kv.placement": 4,
              "kv.prefix_cache": 4, "kv.kv_cache": 8, "sched.static": 4,
              "sched.scheduler_sglang": 8, "kv.radix_cache": 12, "sched.speculative": 8,
              "kv.host_tier": 12})

@@ -42,8 +42,8 @@ from pagesim.sim.core.kv import kv_cache, memory
 from pagesim.sim.core.sched import policies, scheduler_orca
 from pagesim.sim.core.price.cost import kernel_read_tokens
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.sched.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head, restart,
-                                        start_running, waiting_head)
+from pagesim.sim.core.sched.lifecycle import (begin_iteration, pop_waiting, preempt_continuous, prefill, reject_head,
+                                               restart, start_running, waiting_head)
 from pagesim.sim.core.compile.families import BLOCK_TABLE, EXTENTS, TRAITS
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS
 
@@ -80,6 +80,8 @@ section("count", globals(), """
     BLOCKED_EPOCH       FREE_EPOCH when it did not fit: not retried until something is freed
     BLOCKED_KIND        what blocked it (NOT_BLOCKED, BLOCKED_ON_MEMORY, BLOCKED_ON_MAX_SEQS)
     SWAP_IN_BUDGET      the token budget a step's swap-ins left (resume_swapped's: it returns their context)
+    RUNNING_UNSORTED    1: a request joined the running list behind a later arrival (join_running)
+        since the decode pass last read it (0: the list is in arrival order)
 """)
 
 # Core.clock: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -142,7 +144,7 @@ def admit_waiting_for(traits):
                     pop_waiting(s)
                     cached = memory.allocate(s, i, target, 0, traits)  # prefix-cache hits hold their K/V
                     s.num_prompt_computed[i] = cached
-                    start_running(s, i)
+                    join_running(s, i)
                     todo = target - cached
                     n = budget if chunked and budget < todo else todo
                     prefill(s, i, n, traits)
@@ -228,7 +230,7 @@ def resume_swapped_for(traits):
                 kv_cache.record_swap(s, i, False)  # the blocks its K/V come back into
             # at the running list's end, as vLLM 0.4.2 extends it (scheduler.py:779); both modes
             # sort it by arrival before the next decode pass (arrival_order)
-            start_running(s, i)
+            join_running(s, i)
             if todo > 0:
                 s.num_prompt_computed[i] = s.num_computed_tokens[i]  # prefix caching may hold more
                 todo = min(s.prompt_target[i] - s.num_prompt_computed[i], budget)
@@ -289,39 +291,30 @@ def prefill_cold(s, i, n, traits):
 # called from two places (inlined it would be compiled twice): a call, one per family
 def decode_for(traits):
     def decode(s):
-        """Make room, then one token for every request in the decode set; returns their context
-        sum. Each sequence crosses at most one block boundary, so with as many free blocks as
-        sequences nothing needs counting; otherwise the policy's victim (FCFS: the latest
-        arrival) is preempted until the step fits. What fits (``append_rule``): ``exact``, the
-        blocks the step takes; ``free-block-per-seq``, vLLM v0's rule: each request at its turn,
-        in running order, needs as many free blocks as it runs sequences, after the blocks the
-        requests before it took (``can_append_slots``, ``block_manager_v1.py:308-318``, asked of
-        each group in ``Scheduler._schedule_running``, ``scheduler.py:410-448``). A sequence
-        writing into a tail it shares takes a copy. A contiguous extent makes room by Orca's rule
+        """One token for every request in the decode set, in running order; returns their
+        context sum. As vLLM 0.4.2's running pass does (``Scheduler._schedule_running``,
+        ``scheduler.py:410-448``), each request at its turn needs room (:func:`room_at_turn`, the
+        chunked pass's rule too), else the policy's victim (FCFS: the latest arrival, after it in
+        the list) is preempted until it has room or was the victim itself, and it takes its
+        token's slot before the next request is asked. With as many free blocks as decoding
+        sequences nobody is asked: a sequence takes at most one block (a fresh one at a block
+        boundary, or a copy of a tail it shares). A contiguous extent makes room by Orca's rule
         (``scheduler_orca.make_decode_room``)."""
         c = s.count
-        while traits & BLOCK_TABLE and c[DECODE_SET_SIZE] and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s):
-            available = kv_cache.num_free_blocks(s)
-            fits = True
-            for k in range(c[NUM_RUNNING]):
-                i = s.running[k]
-                if s.in_decode[i]:
-                    if s.config[FREE_BLOCK_PER_SEQ] and s.num_seqs[i] > available:
-                        fits = False
-                        break
-                    available -= kv_cache.decode_blocks_needed(s, i)
-            if fits and available >= 0:
-                break
-            preempt_continuous(s, policies.victim(s))
         if traits & EXTENTS:
             scheduler_orca.make_decode_room(s)
+        asked = traits & BLOCK_TABLE and c[DECODE_SET_SIZE] > kv_cache.num_free_blocks(s)
         context_sum = 0
         running, in_decode = s.running, s.in_decode
         kernel_block = s.config[KERNEL_BLOCK]  # read once, not per member
-        for k in range(c[NUM_RUNNING]):
+        k = 0
+        while k < c[NUM_RUNNING]:
             i = running[k]
             if in_decode[i]:
+                if asked and not room_at_turn(s, k):
+                    break  # it was the last, and preempted itself
                 context_sum += decode_token(s, i, kernel_block, traits)
+            k += 1
         c[COMPUTED_SLOTS] += c[DECODE_SET_SIZE]  # once, not per member: a store per member costs
         c[STEP_DECODE_SEQS] = c[DECODE_SET_SIZE]
         return context_sum
@@ -386,10 +379,12 @@ def schedule_pass(s, traits):
             return 0
         # the running list sorted by arrival (stable) before its pass, as vLLM 0.4.2 sorts it
         # (scheduler.py:409): a recomputed request admitted after a later arrival came back from
-        # swap is behind it until then, and the victim is the latest arrival (:430); read first,
-        # as it is nearly always in order already
-        if not in_arrival_order(s):
-            arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
+        # swap is behind it until then, and the victim is the latest arrival (:430); read first
+        # where a request joined behind a later arrival, as it is nearly always in order already
+        if c[RUNNING_UNSORTED]:
+            c[RUNNING_UNSORTED] = 0
+            if not in_arrival_order(s):
+                arrival_order(s, c[NUM_RUNNING], c[NUM_RUNNING], c[NUM_RUNNING])
         context_sum = decode(s, traits)
         if c[SWAPPED_LEN] and c[NUM_PREEMPTIONS] == preemptions:
             context_sum += resume_swapped(s, s.config[MAX_BATCHED_TOKENS] - c[STEP_DECODE_SEQS], traits)[0]
@@ -505,6 +500,17 @@ def unhide_waiting_front(s, n, hidden_at):
         c[WAITING_HEAD] = (c[WAITING_HEAD] + size - 1) % size
         s.waiting[c[WAITING_HEAD]] = s.waiting[(hidden_at + j) % size]
     c[WAITING_LEN] += n
+
+
+@njit(inline=True)
+def join_running(s, i):
+    """Request ``i`` joins the running list (``lifecycle.start_running``), the list marked where
+    it joins behind a later arrival: a recomputed request admitted after a later one came back
+    from swap. Leaving the list keeps the others' order, so an unmarked list is in arrival order."""
+    c = s.count
+    if c[NUM_RUNNING] and s.arrival_s[i] < s.arrival_s[s.running[c[NUM_RUNNING] - 1]]:
+        c[RUNNING_UNSORTED] = 1
+    start_running(s, i)
 
 
 @njit(inline=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from pagesim.sim.core import state
-from pagesim.sim.core.sched import lifecycle
+from pagesim.sim.core.sched import lifecycle, scheduler_vllm
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state
 
@@ -75,8 +75,43 @@ def test_the_decode_pass_sorts_the_running_list_by_arrival_before_it_picks_a_vic
     lifecycle.add_arrival(s, 1)
     schedule(s)
     complete_step(s, 1.0)
-    assert s.running[:2].tolist() == [0, 1]
-    s.running[:2] = [1, 0]
+    assert s.running[:2].tolist() == [0, 1] and not c[scheduler_vllm.RUNNING_UNSORTED]
+    rejoin(s, [1, 0])
+    assert c[scheduler_vllm.RUNNING_UNSORTED] == 1  # A joined behind a later arrival
     schedule(s)
     assert s.status[1] == state.WAITING and s.num_preemptions[1] == 1
     assert c[state.NUM_RUNNING] == 1 and s.running[0] == 0 and s.num_computed_tokens[0] == 5
+    assert not c[scheduler_vllm.RUNNING_UNSORTED]
+
+
+def rejoin(s, order):
+    """The running requests join the running list again in ``order`` (scheduler_vllm.join_running)."""
+    c = s.count
+    c[state.NUM_RUNNING] = c[state.NUM_RUNNING_SEQS] = 0
+    for i in order:
+        interpreted(scheduler_vllm.join_running)(s, i)
+
+
+def test_the_running_list_is_marked_when_a_request_joins_behind_a_later_arrival_and_sorted_once():
+    """A (0), B (1), C (2) prefill, then rejoin the running list as [A, C, B]: B joins behind C,
+    which arrived later, and marks it; [A, B, C] or a list left by a request leaving (its order
+    kept) is not marked. The decode pass reads a marked list, sorts it ([A, B, C]) and clears
+    the mark; an unmarked list is taken as it is, unread (here [C, B, A] set by hand stays so:
+    the mark is what says the list may be out of order)."""
+    s = core_for(3)
+    c = s.count
+    for i in range(3):
+        lifecycle.add_arrival(s, i)
+    s.arrival_s[:3] = [0.0, 1.0, 2.0]
+    schedule(s)
+    complete_step(s, 1.0)
+    rejoin(s, [0, 1, 2])
+    assert not c[scheduler_vllm.RUNNING_UNSORTED]
+    rejoin(s, [0, 2, 1])
+    assert c[scheduler_vllm.RUNNING_UNSORTED] == 1
+    schedule(s)
+    assert s.running[:3].tolist() == [0, 1, 2] and not c[scheduler_vllm.RUNNING_UNSORTED]
+    s.running[:3] = [2, 1, 0]
+    complete_step(s, 2.0)
+    schedule(s)
+    assert s.running[:3].tolist() == [2, 1, 0]

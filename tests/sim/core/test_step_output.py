@@ -103,16 +103,18 @@ def test_swap_out_lists_the_blocks_before_they_are_freed_and_swap_in_the_new_one
 def test_a_group_swaps_out_and_back_in_sharing_its_prompt_block():
     """B (4 + 10 tokens) and A (4 + 3, n = 2) arrive together. Step 0 prefills B in block 3, A
     in 2; A forks (both sequences hold 2). Step 1: B, at its turn, has the 2 free blocks its
-    one sequence asks and takes 1 to cross; A's 2 sequences then find 1: A, the latest, goes out
-    (the block both sequences hold, 2, listed and moved once with the first: 4 tokens, as vLLM
-    swaps a shared block once); the last holder frees it and B takes it. A comes back holding its one block shared, as it left (vLLM swaps a group's
-    blocks as they are), with one more per sequence: 3 free blocks, so it waits until B, which
-    takes 1 and 0 as it grows, finishes after step 9 (its blocks pushed tail first: stack 0, 1,
-    2, 3). Step 10: nothing runs, so A swaps back in: both sequences hold 3, and they decode
-    across the boundary into 2 and 1. Step 11: A's 2 sequences find 1 free block: A goes out
-    again, 5 tokens per sequence in [3, 2] and [3, 1], the prompt's block 3 once: 5 + 1 tokens
-    (nothing else runs: it is recomputed, a swap fallback, as its 3 blocks and one per sequence
-    exceed the pool)."""
+    one sequence asks and takes the stack's top, 1, to cross, before anyone is preempted (vLLM
+    appends a request's slots at its turn: scheduler.py:410-448); A's 2 sequences then find 1:
+    A, the latest, goes out (the block both sequences hold, 2, listed and moved once with the
+    first: 4 tokens, as vLLM swaps a shared block once), its last holder freeing it. A comes back
+    holding its one block shared, as it left (vLLM swaps a group's blocks as they are), with one
+    more per sequence: 3 free blocks, so it waits until B, which takes 2 and 0 as it grows,
+    finishes after step 9 (its blocks [3, 1, 2, 0] pushed tail first: stack 0, 2, 1, 3). Step
+    10: nothing runs, so A swaps back in: both sequences hold 3, and they decode across the
+    boundary into 1 and 2. Step 11: A's 2 sequences find 1 free block: A goes out again, 5
+    tokens per sequence in [3, 1] and [3, 2], the prompt's block 3 once: 5 + 1 tokens (nothing
+    else runs: it is recomputed, a swap fallback, as its 3 blocks and one per sequence exceed
+    the pool)."""
     trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
     rec = Recorder()
     run_simulation(cfg, trace, executor=rec)
@@ -123,7 +125,7 @@ def test_a_group_swaps_out_and_back_in_sharing_its_prompt_block():
     assert [k for k, s in enumerate(st) if s["swap_in"]] == [10]
     assert st[10]["swap_in"] == [[A, 0, 3]] and st[10]["swap_tokens"] == (0, 4)
     assert st[10]["finished"] == [B]
-    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 2], [A, 1, 1]] and st[11]["swap_tokens"] == (6, 0)
+    assert st[11]["swap_out"] == [[A, 0, 3], [A, 0, 1], [A, 1, 2]] and st[11]["swap_tokens"] == (6, 0)
 
 
 def test_a_second_pass_swaps_in_after_the_first_ones_swap_outs():
