@@ -124,6 +124,21 @@ def test_paged_kernel_reads_whole_blocks_and_works_per_block():
     assert price(0) == pytest.approx(23.721113e-3, rel=1e-7)
 
 
+@pytest.mark.parametrize("block", [16, 1, 12])
+def test_a_paged_kernel_reads_a_context_in_whole_blocks(block):
+    # sim.core.cost.kernel_read_tokens: the context rounded up to whole blocks; a power of two
+    # (16, 1) by its mask, another (12) by a division: 17 tokens read 32 of 16-token blocks, 17
+    # of 1-token ones, 24 of 12-token ones; a whole block's context reads itself, none reads 0
+    from pagesim.sim.core.compile.jit import interpreted
+    from pagesim.sim.core.price.cost import kernel_read_tokens
+
+    read = interpreted(kernel_read_tokens)
+    context = np.array([0, 1, block, block + 1, 17, 2 * block])
+    want = {16: [0, 16, 16, 32, 32, 32], 1: [0, 1, 1, 2, 17, 2], 12: [0, 12, 12, 24, 24, 24]}[block]
+    assert read(context, block).tolist() == want
+    assert [read(int(n), block) for n in context] == want
+
+
 def test_the_paged_kernel_is_vllm_v0s_on_a_paged_cache():
     # whole-block reads and per-block work are vLLM v0's kernel's; FasterTransformer's (Orca's
     # contiguous cache) and today's FlashAttention / FlashInfer (vllm-v1, SGLang) read per token

@@ -85,6 +85,8 @@ def kernel_read_tokens(context, kernel_block):
     PagedAttention kernel loads every key slot of a block and masks only the logits past the
     sequence (attention_kernels.cu of vLLM 0.4.2, lines 213-254), and every value slot, zeroing
     those past it (lines 367-375): a partly filled last block is read whole."""
+    if (kernel_block & (kernel_block - 1)) == 0:  # a power of two, as vLLM's block sizes: no division
+        return (context + kernel_block - 1) & -kernel_block
     return -(-context // kernel_block) * kernel_block
 
 
