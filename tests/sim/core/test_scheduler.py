@@ -94,10 +94,9 @@ def rejoin(s, order):
 
 def test_the_running_list_is_marked_when_a_request_joins_behind_a_later_arrival_and_sorted_once():
     """A (0), B (1), C (2) prefill, then rejoin the running list as [A, C, B]: B joins behind C,
-    which arrived later, and marks it; [A, B, C] or a list left by a request leaving (its order
-    kept) is not marked. The decode pass reads a marked list, sorts it ([A, B, C]) and clears
-    the mark; an unmarked list is taken as it is, unread (here [C, B, A] set by hand stays so:
-    the mark is what says the list may be out of order)."""
+    which arrived later, and marks it; [A, B, C] is not marked. The decode pass reads a marked
+    list, sorts it ([A, B, C]) and clears the mark; an unmarked list is taken as it is, unread
+    (here [C, B, A] set by hand stays so: the mark is what says the list may be out of order)."""
     s = core_for(3)
     c = s.count
     for i in range(3):
