@@ -6,7 +6,7 @@ What is recomputed:
 
 * queues: the waiting and swapped rings and the running list hold exactly the requests of
   that status, each once; finished and rejected counts; the running sequences, the decode set
-  and the swap space in use; the running list in arrival order unless marked otherwise;
+  and the swap space in use; vLLM v0's and Orca's running list in arrival order unless marked;
 * the paged pool: every running sequence's block-table row; reference counts (where blocks
   are shared) equal the rows' references, unshared blocks are held once; held, free-stack and
   cached-unreferenced (LRU) blocks are disjoint and add up to the pool; the token, demand and
@@ -57,6 +57,7 @@ from pagesim.sim.core.state import (BLOCKED_ON_MAX_SEQS, BLOCK_SIZE, BUDDY, CAPA
                                     SPECULATIVE_SLACK, SPEC_TOKENS, STATE_GROUPS, STATE_SLOTS, STORE_LINK_FREE_S,
                                     SWAPPED, SWAPPED_HEAD, SWAPPED_LEN, SWAP_USED_TOKENS, TRANSFERS, TRANSFER_SLOTS,
                                     WAITING, WAITING_HEAD, WAITING_LEN)
+from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SCHEDULER_KIND
 from pagesim.sim.core.kv.kv_cache import (FULL_SHARED_SLOTS, SKIPPED_SLOTS, SLIDING_SHARED_SLOTS, STATE_BLOCKS,
                                           WINDOW_SKIPPED)
 from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, KEY_GROUP, LRU_HEAD, NEXT
@@ -195,8 +196,9 @@ def check_queues(s, mine) -> None:
     assert c[NUM_RUNNING_SEQS] == int(s.width[running].sum()), "running sequences drifted"
     assert c[DECODE_SET_SIZE] == int((s.in_decode[running] * s.num_seqs[running]).sum()), "decode set drifted"
     assert not s.in_decode[status != RUNNING].any(), "a request not running is in the decode set"
-    assert c[RUNNING_UNSORTED] or (np.diff(s.arrival_s[running]) >= 0).all(), \
-        "the running list is out of arrival order unmarked"
+    if s.config[SCHEDULER_KIND] in (CONTINUOUS, CONTINUOUS_CONTIGUOUS):  # vLLM v0's and Orca's list
+        assert c[RUNNING_UNSORTED] or (np.diff(s.arrival_s[running]) >= 0).all(), \
+            "the running list is out of arrival order unmarked"
     assert c[SWAP_USED_TOKENS] == sum(swapped_size(s, i, s.swapped_tokens[i]) for i in lists[1]), \
         "swap space in use drifted"
     idle = mine & (status != RUNNING) & (status != LOADING)  # a loading request's local hits are computed
