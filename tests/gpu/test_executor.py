@@ -181,14 +181,14 @@ def test_a_swapped_group_recomputed_gives_its_host_blocks_back():
     Step 1: its shared block 2 goes out once, with sequence 0, to host 0; step 10: it comes back
     into device block 3, which the sequences share again (tests/sim/core/test_step_output.py
     works the schedule out); step 11: host 0 (given back at step 10) and 1 take sequence 0's
-    [3, 2], host 2 sequence 1's own block 1 (block 3, shared, goes once)."""
+    [3, 1], host 2 sequence 1's own block 2 (block 3, shared, goes once)."""
     trace, cfg = tiny([(0.0, 4, 10, 1), (0.0, 4, 3, 2)], preemption="swap", swap_gib=1.0)
     fb = FakeBackend()
     res, ex = run(cfg, trace, fb, host_blocks=8)
     outs = [k for k, p in enumerate(fb.plans) if len(p.swap_out)]
     assert outs == [1, 11] and fb.plans[1].swap_out.tolist() == [[2, 0]]
     assert fb.plans[10].swap_in.tolist() == [[0, 3]]
-    assert fb.plans[11].swap_out.tolist() == [[3, 0], [2, 1], [1, 2]]
+    assert fb.plans[11].swap_out.tolist() == [[3, 0], [1, 1], [2, 2]]
     assert res.summary["num_swap_fallbacks"] >= 1 and ex.host == {} and len(ex._host_free) == 8
 
 
