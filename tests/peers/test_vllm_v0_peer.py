@@ -17,11 +17,22 @@ vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")
 
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps  # noqa: E402
-from tests.peers.suite import sample  # noqa: E402
+from tests.peers.suite import cases, sample  # noqa: E402
 from tests.peers.workloads import V0_WORKLOADS, random_mixed_v0  # noqa: E402
 
 
-@pytest.mark.parametrize("name", list(V0_WORKLOADS))
+#: workload -> why pagesim diverges there (a strict xfail: its mending is seen)
+KNOWN = {
+    "prefix-whole-prompt-held": (
+        "vLLM 0.4.2 allocates every full prompt block by its hash (block_manager_v1.py:288-299), "
+        "so a prompt of whole blocks all cached shares its last one too, though it computes that "
+        "block again (get_all_computed_blocks leaves the table's last block out, :597-607); "
+        "pagesim's hits stop short of the last prompt token (prefix_cache.hit_limit) and the last "
+        "block is a fresh one: one free block fewer while both run"),
+}
+
+
+@pytest.mark.parametrize("name", cases(list(V0_WORKLOADS), KNOWN))
 def test_every_step_is_vllms(name):
     workload = V0_WORKLOADS[name]
     theirs = vllm_v0.run(workload)

@@ -621,6 +621,13 @@ V0_WORKLOADS = {
     "prefix-pairs": Workload("prefix-pairs", bursts(shared_prefix_rows(5, 60, 16), 2),
                              num_blocks=24, prefix_caching=True,
                              description="the same over other prefixes, in pairs"),
+    # found by shrinking a shared-prefix ShareGPT workload that diverged (2026-11-30): a prompt of
+    # whole blocks, every one of them held by a running request's table
+    "prefix-whole-prompt-held": Workload(
+        "prefix-whole-prompt-held",
+        [Row(0.0, 122, 40, hashes=tuple(range(7))), Row(29.0, 80, 8, hashes=tuple(range(5)))],
+        num_blocks=48, prefix_caching=True,
+        description="a prompt of 5 whole blocks, all held by a running request: its last one shared"),
 }
 
 
