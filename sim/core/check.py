@@ -43,7 +43,7 @@ import numpy as np
 
 from pagesim.sim.core.kv import host_tier, kv_cache, memory, prefix_cache
 from pagesim.sim.core.sched import policies, speculative
-from pagesim.sim.core.compile.families import WHOLE_BATCHES
+from pagesim.sim.core.compile.families import EVICTS_ANY_BLOCK, WHOLE_BATCHES
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.core.state import (BLOCKED_ON_MAX_SEQS, BLOCK_SIZE, BUDDY, CAPACITY, COMPUTED_SLOTS, CONTIGUOUS,
                                     DECODE_SET_SIZE, DECODE_SIDE, DEMAND_SLOTS, DEMAND_WAITING, DISAGG_ROLE,
@@ -60,7 +60,7 @@ from pagesim.sim.core.state import (BLOCKED_ON_MAX_SEQS, BLOCK_SIZE, BUDDY, CAPA
 from pagesim.sim.core.state import CONTINUOUS, CONTINUOUS_CONTIGUOUS, SCHEDULER_KIND
 from pagesim.sim.core.kv.kv_cache import (FULL_SHARED_SLOTS, SKIPPED_SLOTS, SLIDING_SHARED_SLOTS, STATE_BLOCKS,
                                           WINDOW_SKIPPED)
-from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, KEY_GROUP, LRU_HEAD, NEXT
+from pagesim.sim.core.kv.prefix_cache import ENTRY_BLOCK, KEY_GROUP, KEY_SLOT, LRU_HEAD, NEXT
 from pagesim.sim.core.kv.extent import EXTENT_PLACED, EXTENT_RESERVED, EXTENT_START, PLACED_SLOTS, RESERVED_SLOTS
 from pagesim.sim.core.kv.placement import ADDRESS_SPACE, HOLE_SIZE, HOLE_START, NUM_HOLES, PLACEMENT_KIND
 from pagesim.sim.core.sched.scheduler_vllm import BLOCKED_EPOCH, BLOCKED_KIND, BLOCKED_REQUEST, RUNNING_UNSORTED
@@ -366,9 +366,24 @@ def check_blocks(s, mine) -> None:
     if s.config[PREFIX_CACHING]:  # the LRU: keyed blocks, copies of a key cached already, vLLM 0.4.2's partial ones
         assert not s.block_info[free, KEY_END].any(), "a free block still has a key"
         assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
+        check_key_map(s, nb)
     assert c[COMPUTED_SLOTS] == computed, "token-state counter drifted"
     assert c[DEMAND_SLOTS] == demanded, "demand counter drifted"
     assert c[LOGICAL_BLOCKS] == len(blocks) + len(by_transfers), "logical block counter drifted"
+
+
+def check_key_map(s, nb: int) -> None:
+    """The prefix key map's rows are its mapped blocks' (``KEY_SLOT``), each row naming its block;
+    a key held out of the map (no row: ``prefix_cache.apart``) is vLLM v1's alone."""
+    keyed = s.block_info[:nb, KEY_END] > 0
+    mapped = keyed & (s.block_info[:nb, KEY_SLOT] >= 0)
+    rows = np.flatnonzero(s.key_entries[:, ENTRY_BLOCK] >= 0)
+    assert len(rows) == int(mapped.sum()), "the prefix key map's rows are not its mapped blocks'"
+    blocks = np.flatnonzero(mapped)
+    assert (s.key_entries[s.block_info[blocks, KEY_SLOT], ENTRY_BLOCK] == blocks).all(), \
+        "a mapped block's key row names another block"
+    assert not (keyed & ~mapped).any() or not s.config[FAMILY_TRAITS] & EVICTS_ANY_BLOCK, \
+        "vLLM 0.4.2's cache holds a key out of its map"
 
 
 def group_categories(s) -> np.ndarray:
@@ -479,6 +494,7 @@ def check_group_cache(s, blocks: list, free: list) -> None:
     assert not any(s.block_info[b, KEY_END] for b in free), "a free block still has a key"
     assert all(s.block_info[b, KEY_END] for b in cached), "a cached block has no key"
     assert int((s.block_info[:nb, KEY_END] > 0).sum()) == c[NUM_CACHED_KEYS], "cached keys drifted"
+    check_key_map(s, nb)
     shared, place = [0, 0], {}  # the full groups' shared slots, the sliding ones'; each block's (group, index)
     for i in s.running[:c[NUM_RUNNING]].tolist():
         slot = int(s.seq_slot[i, 0])

@@ -8,7 +8,8 @@ import pytest
 
 from pagesim.sim.errors import ConfigError
 from pagesim.traces.arrivals import arrivals
-from pagesim.traces.synth import fit_paper_workload, make_workload, paper_lengths, parse_dist, sample_lengths
+from pagesim.traces.synth import (fit_paper_workload, inverse_cdf, make_workload, paper_lengths, parse_dist,
+                                  sample_lengths)
 
 PAPER = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 
@@ -43,6 +44,38 @@ def test_lengths_have_a_spread_not_a_constant():
     assert np.median(p) < p.mean()  # right-skewed
     assert p.std() > 100 and o.std() > 200
     assert (p + o).max() > 1900  # the 2048 cap is reached
+
+
+def test_the_bucketed_inverse_cdf_answers_as_a_binary_search():
+    """Worked by hand. Table 4, 8, 12, 16 over 16 buckets of width 1 (bucket_bits 4): the answers
+    at the edges 0..18 are 0,0,0,0, 1,1,1,1, 2,2,2,2, 3,3,3,3, 4,4,4. A key's bracket runs from the
+    edge one bucket below its own to three edges on, and holds one table value or none:
+    0 -> bucket 0 (clipped), [0, 0]: 0; 5.5 -> 4, [1, 1]: 1; 7.9 -> 6, [1, 2]: 1 (8 > 7.9); 8 -> 7,
+    [1, 2]: 2 (8 <= 8: right of an equal value); 11 -> 10, [2, 3]: 2; 16 -> 15, [3, 4]: 4. Over
+    4, 4.5, 12, 16 the bracket of 4.2 (bucket 3: edges 3..6) holds two values, 4 and 4.5, and
+    the key is searched as before: 1. Sixteen keys at least, else the table is searched whole."""
+    keys = np.array([0.0, 5.5, 7.9, 8.0, 11.0, 16.0] * 3)
+    expected = [0, 1, 1, 2, 2, 4] * 3
+    table = np.array([4.0, 8.0, 12.0, 16.0])
+    assert np.searchsorted(table, keys, side="right").tolist() == expected
+    assert inverse_cdf(table, keys, bucket_bits=4).tolist() == expected
+    dense = np.array([4.0, 4.5, 12.0, 16.0])
+    keys = np.array([4.2, 0.0, 16.0, 13.0] * 4)
+    assert inverse_cdf(dense, keys, bucket_bits=4).tolist() == [1, 0, 4, 3] * 4
+
+
+def test_the_bucketed_inverse_cdf_is_exact_over_the_paper_tables():
+    """The prompt and output tables of the built-in workloads, keys drawn as the lengths are
+    and keys on the table's own values: every answer that of ``np.searchsorted``."""
+    from pagesim.traces.synth import PAPER_WORKLOADS, _output_cums, _prompt_table, _stratified
+
+    rng = np.random.default_rng(5)
+    for name in ("sharegpt", "alpaca"):
+        fit = fit_paper_workload(name)
+        for table in (np.cumsum(_prompt_table(PAPER_WORKLOADS[name], fit["prompt_mu"])),
+                      _output_cums(PAPER_WORKLOADS[name], fit["output_mu"])[0]):
+            keys = np.concatenate([_stratified(200_000, rng) * table[-1], table, [0.0, table[-1]]])
+            assert (inverse_cdf(table, keys) == np.searchsorted(table, keys, side="right")).all()
 
 
 def test_same_seed_identical_different_seed_differs(tmp_path):

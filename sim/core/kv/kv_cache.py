@@ -111,7 +111,8 @@ def can_allocate(s, i, num_tokens):
 @njit(inline=True)
 def blocks_to_allocate(s, i, num_tokens):
     """The available blocks allocating ``num_tokens`` of waiting request ``i`` consumes: new
-    blocks, and prefix-cache hits revived from the LRU (held hits cost nothing). The hits are
+    blocks, and prefix-cache hits revived from the LRU (held hits cost nothing: all it counts of
+    the hits are those held, ``prefix_cache.held_hits``). The hits are
     looked up with the request's own tokens (``prompt_target``), whatever ``num_tokens`` (a
     lookahead past them): vLLM finds them once (``get_computed_blocks``) and passes them to each
     count (``new_computed_blocks``, kv_cache_manager.py:530-579), as :func:`group_blocks_to_allocate`."""
@@ -119,8 +120,7 @@ def blocks_to_allocate(s, i, num_tokens):
     if s.config[PREFIX_CACHING]:
         if prefix_cache.keyed_by_group(s):
             return group_blocks_to_allocate(s, i, num_tokens, True)
-        hits, revived = prefix_cache.count_hits(s, i, s.prompt_target[i])
-        need += revived - hits
+        need -= prefix_cache.held_hits(s, i, s.prompt_target[i])
     return need
 
 
@@ -189,7 +189,7 @@ def allocate_cached_blocks(s, i: int, j: int, num_tokens: int, num_blocks: int) 
     s.seq_slot[i, j] = slot
     hits = 0
     for k in range(prefix_cache.hit_limit(s, i, num_tokens)):  # before the fresh blocks: they must not evict a hit
-        b = prefix_cache.lookup(s, (k + 1) * bs, prefix_cache.key_chain(s, i, k))
+        b = prefix_cache.find(s, i, k)
         if b < 0:
             break
         hits += 1

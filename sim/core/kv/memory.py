@@ -14,11 +14,12 @@ condition, not through a function's returned value. Called from Python, ``traits
 
 from __future__ import annotations
 
-from pagesim.sim.core.kv import extent, kv_cache, radix_cache
+from pagesim.sim.core.kv import extent, kv_cache, prefix_cache, radix_cache
 from pagesim.sim.core.sched import speculative
-from pagesim.sim.core.compile.families import BLOCK_TABLE, EXTENTS, KV_GROUPS, RADIX_TREE, SPECULATES, TRAITS
+from pagesim.sim.core.compile.families import (BLOCK_TABLE, CACHES_COMPUTED, EXTENTS, KV_GROUPS, RADIX_TREE,
+                                               SPECULATES, TRAITS)
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.state import CONTIGUOUS, FAMILY_TRAITS, MANAGER_KIND, PAGED, RADIX
+from pagesim.sim.core.state import CONTIGUOUS, FAMILY_TRAITS, MANAGER_KIND, PAGED, PREFIX_CACHING, RADIX
 
 #: the managers a family of each manager trait runs: what the ``traits`` tests below assume
 MANAGERS = {BLOCK_TABLE: (PAGED,), EXTENTS: (CONTIGUOUS,), RADIX_TREE: (RADIX,)}
@@ -70,6 +71,14 @@ def joined_decode(s, i, traits):
         radix_cache.cache_unfinished_req(s, i)
     elif traits & EXTENTS:
         extent.joined(s, i)
+
+
+@njit(inline=True)
+def preempted(s, i, traits):
+    """Running request ``i`` is preempted, its memory about to go: vLLM v1's prefix cache maps the
+    keys of its own it held out of the map while it ran (``prefix_cache.publish``)."""
+    if traits & CACHES_COMPUTED and s.config[PREFIX_CACHING]:
+        prefix_cache.publish(s, i)
 
 
 @njit(inline=True)

@@ -31,8 +31,9 @@ the free stack, reused first (vLLM 0.33.0 ``BlockPool.free_blocks``); a block fo
 from the free stack, else the LRU's head is taken, its key dropped if it has one. vLLM 0.4.2
 (:func:`v0_evictor`) differs in two: every block let go joins the LRU (the free stack holds the
 blocks never used), and the one evicted is the deepest of the least recently accessed
-(:func:`evict_oldest`; ``ACCESS_STEP``, ``HASHED_TOKENS``). Cached unreferenced blocks count as
-free in the memory categories.
+(:func:`evict_oldest`; ``ACCESS_STEP``, ``HASHED_TOKENS``). Under vLLM v1 a request's own keys
+(past its trace's prefix hashes) stay out of the map until it is preempted (:func:`apart`). Cached
+unreferenced blocks count as free in the memory categories.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def map_lookup(entries, mask, end, chain, shift=-1):
 
 
 @njit(inline=True)
-def register(s, b, end, chain):
+def register(s, b, end, chain, mapped=True):
     """Cache block ``b`` under ``(end, chain)``. vLLM 0.4.2 keeps one block a key (a block whose
     key is there already is not cached); vLLM v1 caches it beside the other (``BlockHashToBlockMap``
     holds several blocks a hash and a lookup takes the earliest inserted still there,
@@ -168,12 +169,15 @@ def register(s, b, end, chain):
     cached one, and outlives its eviction. The map keeps such entries in insertion order within
     their probe run (:func:`map_lookup` finds the earliest; :func:`map_delete` keeps the order).
     A block cached already is not cached again (vLLM caches a request's blocks past those it has
-    cached, block_pool.py ``cache_full_blocks``)."""
+    cached, block_pool.py ``cache_full_blocks``). ``mapped`` off (:func:`apart`): the key is the
+    request's own, held out of the map (``KEY_SLOT`` -1) until :func:`publish`."""
     if s.block_info[b, KEY_END]:
         return
-    j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s), s.config[BLOCK_SHIFT])
-    if j < 0:
-        return
+    j = -1
+    if mapped:
+        j = map_insert(s.key_entries, s.config[TABLE_MASK], b, end, chain, not v0_evictor(s), s.config[BLOCK_SHIFT])
+        if j < 0:
+            return
     s.block_info[b, KEY_END] = end
     s.block_info[b, KEY_SLOT] = j
     s.count[NUM_CACHED_KEYS] += 1
@@ -196,11 +200,12 @@ def map_insert(entries, mask, b, end, chain, duplicates=False, shift=-1):
 
 @njit(inline=True)
 def unregister(s, b):
-    """Drop block ``b``'s key from the map (:func:`map_delete`)."""
+    """Drop block ``b``'s key (from the map where it is there: :func:`map_delete`)."""
     s.block_info[b, KEY_END] = 0
     s.count[NUM_CACHED_KEYS] -= 1
-    map_delete(s.key_entries, s.config[TABLE_MASK], s.block_info[b, KEY_SLOT], s.block_info, KEY_SLOT,
-               s.config[BLOCK_SHIFT])
+    if s.block_info[b, KEY_SLOT] >= 0:  # (a key held out of the map has no row: register)
+        map_delete(s.key_entries, s.config[TABLE_MASK], s.block_info[b, KEY_SLOT], s.block_info, KEY_SLOT,
+                   s.config[BLOCK_SHIFT])
 
 
 @njit(inline=True)
@@ -352,6 +357,49 @@ def key_chain(s, i, k):
     return own_chain(i)
 
 
+# A request's own keys (past its trace's prefix hashes) can be hit by nobody but the request
+# itself, and vLLM v1 looks a request's blocks up only when it is admitted, the first time or back
+# from a preemption (``get_computed_blocks``, kv_cache_manager.py:266-328; a preemption frees its
+# blocks, cached: scheduler.py ``_preempt_request``). So under vLLM v1 such a key is held out of
+# the map while its request runs (:func:`register`, ``mapped`` off) and goes into it only when the
+# request is preempted (:func:`publish`): a finished request's own keys, most keys of a run, never
+# cost a map row, and every lookup finds what it would have. The order of a key's copies is kept:
+# a request's own key is copied by that request alone, run after run, and each run's copies are
+# published before the next run computes its own. vLLM 0.4.2's map holds every key (it caches a
+# block only where its key is not there already: a probe either way).
+@njit(inline=True)
+def apart(s, i, chain):
+    """Whether request ``i``'s key of ``chain`` is held out of the map while it runs."""
+    return chain == own_chain(i) and not v0_evictor(s)
+
+
+@njit(inline=True)
+def find(s, i, k):
+    """The block cached under request ``i``'s block ``k``'s key, or -1: its own key (:func:`apart`)
+    is in the map only after a preemption of it (:func:`publish`), else none is probed for."""
+    chain = key_chain(s, i, k)
+    if apart(s, i, chain) and s.num_preemptions[i] == 0:
+        return -1
+    return lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
+
+
+@njit  # once a preemption: a call
+def publish(s, i):
+    """vLLM v1 preempts request ``i``: its blocks' own keys, held out of the map while it ran, go
+    into it before its blocks are freed (its readmission looks them up), in its table's order (a
+    key's earlier copies, published at its earlier preemptions, stay first)."""
+    if keyed_by_group(s):  # (a group's keys are all in the map: register_in_group)
+        return
+    for j in range(s.num_seqs[i]):
+        slot = s.seq_slot[i, j]
+        for k in range(s.num_blocks[i]):
+            b = s.block_table[slot, k]
+            if s.block_info[b, KEY_END] and s.block_info[b, KEY_SLOT] < 0:
+                s.block_info[b, KEY_SLOT] = map_insert(s.key_entries, s.config[TABLE_MASK], b,
+                                                       s.block_info[b, KEY_END], own_chain(i), True,
+                                                       s.config[BLOCK_SHIFT])
+
+
 # EAGLE's and MTP's block hashes (vLLM 0.33.0): their drafter's KV at a block's last position is
 # built from the token after it, so with prefix caching on and no KV connector each block's hash
 # covers the next L = num_prefill_lookahead_tokens tokens too (``num_hash_lookahead_tokens``,
@@ -380,17 +428,38 @@ def hit_limit(s, i, prompt_len):
 def count_hits(s, i, prompt_len):
     """The leading blocks of request ``i`` found in the cache (at most ``prompt_len - 1``
     tokens' worth), and how many of them are unreferenced (reviving one takes a free block)."""
-    bs = s.config[BLOCK_SIZE]
     hits = 0
     revived = 0
     for k in range(hit_limit(s, i, prompt_len)):
-        b = lookup(s, (k + 1) * bs, key_chain(s, i, k))
+        b = find(s, i, k)
         if b < 0:
             break
         hits += 1
         if s.block_info[b, REF] == 0:
             revived += 1
     return hits, revived
+
+
+@njit
+def held_hits(s, i, prompt_len):
+    """Of waiting request ``i``'s leading hits (:func:`count_hits`), those running requests hold:
+    the hits less those nobody holds, all an admission's count takes from them
+    (``kv_cache.blocks_to_allocate``: a hit nobody holds is taken from the free queue as a fresh
+    block is). Its own keys' blocks (past its trace's prefix hashes: :func:`key_chain`) no other
+    request can hold, and it holds none while it waits, so the walk stops where they begin: a
+    request back from a preemption, its own blocks mostly cached still, waits at the queue's head
+    step after step without probing for them."""
+    held = 0
+    for k in range(hit_limit(s, i, prompt_len)):
+        chain = key_chain(s, i, k)
+        if chain == own_chain(i):
+            break
+        b = lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
+        if b < 0:
+            break
+        if s.block_info[b, REF] != 0:
+            held += 1
+    return held
 
 
 @njit(inline=True)
@@ -422,7 +491,8 @@ def register_full_blocks(s, i, slot, old_len, new_len):
         return
     bs = s.config[BLOCK_SIZE]
     for k in range(block_of(s, old_len), block_of(s, new_len)):
-        register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
+        chain = key_chain(s, i, k)
+        register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 
 
 def with_hash_lookahead(config):
@@ -445,7 +515,8 @@ def register_hashed_blocks(s, i: int, slot: int, computed: int, known: int) -> N
     while first > 0 and not s.block_info[s.block_table[slot, first - 1], KEY_END]:
         first -= 1
     for k in range(first, last):
-        register(s, s.block_table[slot, k], (k + 1) * bs, key_chain(s, i, k))
+        chain = key_chain(s, i, k)
+        register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 
 
 @njit(inline=True)

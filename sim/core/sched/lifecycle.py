@@ -224,6 +224,7 @@ def preempt(s, k, traits):
     # a request mid-prompt (chunked prefill) too: it comes back to prefill the rest
     # (``swapped_in.prefill_seq_groups``, ``vllm/core/scheduler.py:564-567``)
     swap = s.config[SWAP_PREEMPTION] or w > 1
+    memory.preempted(s, i, traits)
     moved = kv_cache.swapped_size(s, i, n)
     if swap and c[SWAP_USED_TOKENS] + moved <= s.config[SWAP_CAPACITY_TOKENS]:
         if kv_cache.swaps_recorded(s.config):

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 from pagesim.sim.core import state
 from pagesim.sim.core.kv import block_pool, kv_cache, prefix_cache
+from pagesim.sim.core.kv import memory as managers
 from pagesim.sim.core.sched import scheduler_vllm
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.run import initial_state, run_simulation
@@ -533,3 +534,68 @@ def test_own_chains_are_apart_and_fit_int64_uninterpreted_too():
     own = interpreted(prefix_cache.own_chain)
     chains = [own(i) for i in (0, 1, 2, 10**6, 3 * 10**9 - 1)]
     assert len(set(chains)) == len(chains) and all(-2**63 <= c < 0 for c in chains)
+
+
+def map_rows(s):
+    return int((s.key_entries[:, ENTRY_BLOCK] >= 0).sum())
+
+
+def test_vllm_v1_keeps_a_requests_own_keys_out_of_the_map_until_it_is_preempted():
+    """vLLM v1 looks a request's own blocks up only when it comes back from a preemption
+    (prefix_cache.apart). r0 and r1, 8-token prompts without hashes: two full blocks each, cached
+    (keyed, counted) as computed but held out of the map. r0 is preempted: its two keys go into
+    the map (publish, as lifecycle.preempt calls it), and back with 9 tokens it finds both blocks
+    ((9 - 1) // 4 = 2, revived). r1 finishes: its keys never take a row. Evicting the LRU's
+    head (r0's tail first, then r1's) drops each key, from the map where it is there: after
+    three evictions one key is left and no row."""
+    s = hashed_core([(8, 4), (8, 4)], [(), ()], slots=64, system="vllm-v1")
+    traits = s.config[state.FAMILY_TRAITS]
+    assert admit(s, 0, 8) == 0
+    first = blocks(s, 0)
+    assert s.count[state.NUM_CACHED_KEYS] == 2 and map_rows(s) == 0
+    assert cached(s, 0, 0) == -1 and prefix_cache.count_hits(s, 0, 9) == (0, 0)
+    managers.preempted(s, 0, traits)  # as lifecycle.preempt does, before the blocks go
+    kv_cache.free(s, 0)
+    s.num_preemptions[0] += 1
+    assert map_rows(s) == 2 and [cached(s, 0, k) for k in range(2)] == first
+    assert prefix_cache.count_hits(s, 0, 9) == (2, 2)
+    assert admit(s, 1, 8) == 0
+    second = blocks(s, 1)
+    kv_cache.free(s, 1)
+    assert s.count[state.NUM_CACHED_KEYS] == 4 and map_rows(s) == 2
+    assert lru(s) == [first[1], first[0], second[1], second[0]]
+    for _ in range(3):
+        evict_oldest(s, -1)
+    assert s.count[state.NUM_EVICTIONS] == 3 and s.count[state.NUM_CACHED_KEYS] == 1 and map_rows(s) == 0
+    assert admit(s, 0, 9) == 0  # its blocks evicted: nothing found
+
+
+def test_vllm_v0_maps_every_key_as_it_is_computed():
+    """vLLM 0.4.2 caches a block only where its key is not there already: its own keys are in
+    the map from the start (prefix_cache.apart is vLLM v1's)."""
+    s = hashed_core([(8, 4)], [()], slots=64)
+    assert admit(s, 0, 8) == 0
+    assert map_rows(s) == 2 and [cached(s, 0, k) for k in range(2)] == blocks(s, 0)
+
+
+def test_an_admission_counts_the_held_hits_alone():
+    """vLLM v1's count of the blocks an admission takes (kv_cache.blocks_to_allocate): its blocks
+    less its held hits (a hit nobody holds is taken from the free queue as a fresh block is).
+    A (10 tokens, hashes 1 2 3) runs: its blocks 0 and 1 are cached and held. B (10 tokens,
+    hashes 1 2 9) hits both (at most (10 - 1) // 4 = 2): held, 3 - 2 = 1 block. A leaves: both
+    hits are in the LRU, B needs its 3 blocks. D (20 tokens, no hashes) runs and is preempted:
+    its 4 full blocks are found when it comes back, none held: 5 blocks."""
+    s = make_core("vllm-v1")
+    admit(s, A, 10)
+    assert prefix_cache.held_hits(s, B, 10) == 2 and prefix_cache.count_hits(s, B, 10) == (2, 0)
+    assert kv_cache.blocks_to_allocate(s, B, 10) == 1
+    kv_cache.free(s, A)
+    assert prefix_cache.held_hits(s, B, 10) == 0 and prefix_cache.count_hits(s, B, 10) == (2, 2)
+    assert kv_cache.blocks_to_allocate(s, B, 10) == 3
+    s = make_core("vllm-v1")
+    admit(s, D, 20)
+    managers.preempted(s, D, s.config[state.FAMILY_TRAITS])
+    kv_cache.free(s, D)
+    s.num_preemptions[D] += 1
+    assert prefix_cache.count_hits(s, D, 20) == (4, 4) and prefix_cache.held_hits(s, D, 20) == 0
+    assert kv_cache.blocks_to_allocate(s, D, 20) == 5
