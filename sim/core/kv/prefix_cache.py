@@ -359,14 +359,15 @@ def key_chain(s, i, k):
 
 # A request's own keys (past its trace's prefix hashes) can be hit by nobody but the request
 # itself, and vLLM v1 looks a request's blocks up only when it is admitted, the first time or back
-# from a preemption (``get_computed_blocks``, kv_cache_manager.py:266-328; a preemption frees its
-# blocks, cached: scheduler.py ``_preempt_request``). So under vLLM v1 such a key is held out of
-# the map while its request runs (:func:`register`, ``mapped`` off) and goes into it only when the
-# request is preempted (:func:`publish`): a finished request's own keys, most keys of a run, never
-# cost a map row, and every lookup finds what it would have. The order of a key's copies is kept:
-# a request's own key is copied by that request alone, run after run, and each run's copies are
-# published before the next run computes its own. vLLM 0.4.2's map holds every key (it caches a
-# block only where its key is not there already: a probe either way).
+# from a preemption (``get_computed_blocks``, kv_cache_manager.py:266-328, called for a waiting
+# request, sched/scheduler.py:665-676; a preemption frees its blocks, cached: ``_preempt_request``,
+# :1799-1817). So under vLLM v1 such a key is held out of the map while its request runs
+# (:func:`register`, ``mapped`` off) and goes into it only when the request is preempted
+# (:func:`publish`): a finished request's own keys, most keys of a run, never cost a map row, and
+# every lookup finds what it would have. The order of a key's copies is kept: a request's own key
+# is copied by that request alone, run after run, and each run's copies are published before the
+# next run computes its own. vLLM 0.4.2's map holds every key (it caches a block only where its
+# key is not there already: a probe either way).
 @njit(inline=True)
 def apart(s, i, chain):
     """Whether request ``i``'s key of ``chain`` is held out of the map while it runs."""
