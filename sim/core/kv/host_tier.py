@@ -196,7 +196,7 @@ def find(s, i, k):
 def mapped(i, chain):
     """Whether request ``i``'s key of this chain is kept in the map: a key of the trace's prefix
     hashes, which other requests share; not one of its own (:func:`find`)."""
-    return chain != prefix_cache.own_chain(i)
+    return not prefix_cache.is_own(i, chain)
 
 
 @njit(inline=True)

@@ -341,6 +341,13 @@ def own_chain(i):
 
 
 @njit(inline=True)
+def is_own(i, chain):
+    """Whether a key of ``chain`` is request ``i``'s own (past its trace's prefix hashes:
+    :func:`key_chain`): no other request's key has that chain, so none can hit it."""
+    return chain == own_chain(i)
+
+
+@njit(inline=True)
 def key_chain(s, i, k):
     """The chain hash in block ``k``'s key: the trace's chain of the hash block holding the last
     token the key covers where its prefix hashes name every token of it, else the request's own.
@@ -371,7 +378,7 @@ def key_chain(s, i, k):
 @njit(inline=True)
 def apart(s, i, chain):
     """Whether request ``i``'s key of ``chain`` is held out of the map while it runs."""
-    return chain == own_chain(i) and not v0_evictor(s)
+    return is_own(i, chain) and not v0_evictor(s)
 
 
 @njit(inline=True)
@@ -453,7 +460,7 @@ def held_hits(s, i, prompt_len):
     held = 0
     for k in range(hit_limit(s, i, prompt_len)):
         chain = key_chain(s, i, k)
-        if chain == own_chain(i):
+        if is_own(i, chain):
             break
         b = lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
         if b < 0:
