@@ -565,8 +565,9 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
     """The prefix cache's arrays (sim/core/kv/prefix_cache.py): the pool's (also where blocks are
     shared by forks: ``shared``), the key map's (a power of two at least eight times the pool:
     prefix_cache.home_in), and every request's prefix chain hashes
-    (:func:`sim.core.prefix_cache.prefix_chain`; also for the radix cache: ``radix``) and the
-    step it was last scheduled in (vLLM 0.4.2's evictor).
+    (:func:`sim.core.prefix_cache.prefix_chain`; also for the radix cache: ``radix``; the paged
+    caches keep a request's leading run that another request shares: :func:`shared_chains`) and
+    the step it was last scheduled in (vLLM 0.4.2's evictor).
     One-element arrays where not needed."""
     n, i64 = t.size, np.int64
     nb = num_blocks if shared else 1
@@ -580,10 +581,33 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
             if h:
                 chains.extend(prefix_chain(h, hash_block_tokens))
             chain_start[i + 1] = len(chains)
+    chains = np.array(chains if chains else [0], dtype=i64)
+    if prefix_caching and chain_start[-1]:  # (the paged caches': SGLang's tree compares them whole)
+        chains, chain_start = shared_chains(chains, chain_start)
     block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), np.int32)  # a row a cache line (state.py)
     block_info[:, PREV] = block_info[:, NEXT] = -1
     key_entries = np.zeros((cap, ENTRY_COLUMNS), i64)
     key_entries[:, ENTRY_BLOCK] = -1
     return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,
                 last_scheduled_step=np.zeros(n if prefix_caching else 1, i64),
-                chains=np.array(chains if chains else [0], dtype=i64))
+                chains=chains)
+
+
+def shared_chains(chains: np.ndarray, chain_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's chains (``chains[chain_start[i]:chain_start[i + 1]]``) cut to its leading run
+    that some other request's chains hold too. A chain names the whole prefix up to its hash
+    block, so the chains past the first no other request holds name tokens only this request has:
+    their keys are its own (``prefix_cache.key_chain``), found by nobody but itself after a
+    preemption, and the paged caches hold such keys out of their map (``prefix_cache.apart``)
+    without a lookup finding less. Every lookup of a run finds the same blocks. (Equal chains in
+    one request would take a 64-bit hash collision, as equal chains in two requests that do not
+    share their prefix would.)"""
+    _, inverse, counts = np.unique(chains, return_inverse=True, return_counts=True)
+    unshared = np.append(np.flatnonzero(counts[inverse] == 1), len(chains))  # (and past the end)
+    starts, ends = chain_start[:-1], chain_start[1:]
+    kept = np.minimum(unshared[np.searchsorted(unshared, starts)], ends) - starts  # each one's leading run
+    new_start = np.zeros_like(chain_start)
+    np.cumsum(kept, out=new_start[1:])
+    sizes = ends - starts
+    keep = np.arange(len(chains)) - np.repeat(starts, sizes) < np.repeat(kept, sizes)
+    return (chains[keep] if new_start[-1] else np.zeros(1, chains.dtype)), new_start

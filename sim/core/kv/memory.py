@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pagesim.sim.core.kv import extent, kv_cache, prefix_cache, radix_cache
 from pagesim.sim.core.sched import speculative
-from pagesim.sim.core.compile.families import (BLOCK_TABLE, CACHES_COMPUTED, EXTENTS, KV_GROUPS, RADIX_TREE,
+from pagesim.sim.core.compile.families import (BLOCK_TABLE, EXTENTS, KV_GROUPS, RADIX_TREE,
                                                SPECULATES, TRAITS)
 from pagesim.sim.core.compile.jit import njit
 from pagesim.sim.core.state import CONTIGUOUS, FAMILY_TRAITS, MANAGER_KIND, PAGED, PREFIX_CACHING, RADIX
@@ -75,9 +75,9 @@ def joined_decode(s, i, traits):
 
 @njit(inline=True)
 def preempted(s, i, traits):
-    """Running request ``i`` is preempted, its memory about to go: vLLM v1's prefix cache maps the
+    """Running request ``i`` is preempted, its memory about to go: a paged prefix cache maps the
     keys of its own it held out of the map while it ran (``prefix_cache.publish``)."""
-    if traits & CACHES_COMPUTED and s.config[PREFIX_CACHING]:
+    if traits & BLOCK_TABLE and s.config[PREFIX_CACHING]:
         prefix_cache.publish(s, i)
 
 

@@ -6,8 +6,9 @@ request, its own tokens and its generated ones too (v1 ``hash_block_tokens`` ove
 ``end = (k + 1) * block_size`` is the token its block ``k`` ends at, ``chain`` the chain hash
 of the request's prefix up to the hash block holding token ``end - 1`` (``chains``, computed
 in Python by :func:`prefix_chain` once per request) where the trace's ``prefix_hashes`` cover
-it, else the request's own (:func:`own_chain`: its tokens past its shared prefix are its own,
-so only the request itself, recomputed after a preemption, finds them). Three structures,
+it and another request's hashes share it (``build.shared_chains``), else the request's own
+(:func:`own_chain`: its tokens past its shared prefix are its own, so only the request itself,
+recomputed after a preemption, finds them). Three structures,
 none allocating:
 
 * the key -> block map: open addressing with linear probing over the rows of
@@ -31,8 +32,8 @@ the free stack, reused first (vLLM 0.33.0 ``BlockPool.free_blocks``); a block fo
 from the free stack, else the LRU's head is taken, its key dropped if it has one. vLLM 0.4.2
 (:func:`v0_evictor`) differs in two: every block let go joins the LRU (the free stack holds the
 blocks never used), and the one evicted is the deepest of the least recently accessed
-(:func:`evict_oldest`; ``ACCESS_STEP``, ``HASHED_TOKENS``). Under vLLM v1 a request's own keys
-(past its trace's prefix hashes) stay out of the map until it is preempted (:func:`apart`). Cached
+(:func:`evict_oldest`; ``ACCESS_STEP``, ``HASHED_TOKENS``). A request's own keys (past the
+prefix hashes it shares) stay out of the map until it is preempted (:func:`apart`). Cached
 unreferenced blocks count as free in the memory categories.
 """
 
@@ -342,16 +343,18 @@ def own_chain(i):
 
 @njit(inline=True)
 def is_own(i, chain):
-    """Whether a key of ``chain`` is request ``i``'s own (past its trace's prefix hashes:
-    :func:`key_chain`): no other request's key has that chain, so none can hit it."""
+    """Whether a key of ``chain`` is request ``i``'s own (past the prefix hashes it shares with
+    another request: :func:`key_chain`): no other request's key has that chain, so none can hit
+    it."""
     return chain == own_chain(i)
 
 
 @njit(inline=True)
 def key_chain(s, i, k):
     """The chain hash in block ``k``'s key: the trace's chain of the hash block holding the last
-    token the key covers where its prefix hashes name every token of it, else the request's own.
-    A hash names prompt tokens only: past the prompt (a last hash block the prompt ends inside)
+    token the key covers where its prefix hashes name every token of it and another request's
+    share them (its chains are cut where none does: ``build.shared_chains``), else the request's
+    own. A hash names prompt tokens only: past the prompt (a last hash block the prompt ends inside)
     the tokens are the request's generated ones, which no other request's prompt shares (vLLM
     hashes a block's token ids, kv_cache_utils.py ``hash_block_tokens``; the radix cache's
     ``named_tokens``). The key covers the block's tokens and, under EAGLE or MTP with prefix
@@ -364,21 +367,26 @@ def key_chain(s, i, k):
     return own_chain(i)
 
 
-# A request's own keys (past its trace's prefix hashes) can be hit by nobody but the request
-# itself, and vLLM v1 looks a request's blocks up only when it is admitted, the first time or back
-# from a preemption (``get_computed_blocks``, kv_cache_manager.py:266-328, called for a waiting
-# request, sched/scheduler.py:665-676; a preemption frees its blocks, cached: ``_preempt_request``,
-# :1799-1817). So under vLLM v1 such a key is held out of the map while its request runs
-# (:func:`register`, ``mapped`` off) and goes into it only when the request is preempted
-# (:func:`publish`): a finished request's own keys, most keys of a run, never cost a map row, and
-# every lookup finds what it would have. The order of a key's copies is kept: a request's own key
-# is copied by that request alone, run after run, and each run's copies are published before the
-# next run computes its own. vLLM 0.4.2's map holds every key (it caches a block only where its
-# key is not there already: a probe either way).
+# A request's own keys (past the prefix hashes it shares with another request) can be hit by nobody
+# but the request itself, and only once it has been preempted: vLLM v1 looks a request's blocks up
+# only when it is admitted, the first time or back from a preemption (``get_computed_blocks``,
+# kv_cache_manager.py:266-328, called for a waiting request, sched/scheduler.py:665-676; a
+# preemption frees its blocks, cached: ``_preempt_request``, :1799-1817); vLLM 0.4.2 looks each
+# block's hash up as it allocates or promotes it (``CachedBlockAllocator.allocate``,
+# block_manager_v1.py:102-120; ``_promote_last_block``, :320-339; a swap-in's, :474-499), where a
+# request's own hash can only be there from an earlier run of its own (a preemption or a swap-out
+# frees its blocks to the evictor, hashed: :123-133, :509-533). So such a key is held out of the
+# map while its request runs (:func:`register`, ``mapped`` off) and goes into it only when the
+# request is preempted (:func:`publish`): a finished request's own keys, most keys of a run, never
+# cost a map row, and every lookup finds what it would have. Under vLLM v1 the order of a key's
+# copies is kept: a request's own key is copied by that request alone, run after run, and each
+# run's copies are published before the next run computes its own. vLLM 0.4.2 keeps one block a
+# key (a block whose key is there already is not cached): once a request has been preempted its
+# keys go into the map as they are cached, where that probe finds an earlier run's.
 @njit(inline=True)
 def apart(s, i, chain):
     """Whether request ``i``'s key of ``chain`` is held out of the map while it runs."""
-    return is_own(i, chain) and not v0_evictor(s)
+    return is_own(i, chain) and (not v0_evictor(s) or s.num_preemptions[i] == 0)
 
 
 @njit(inline=True)
@@ -393,9 +401,10 @@ def find(s, i, k):
 
 @njit  # once a preemption: a call
 def publish(s, i):
-    """vLLM v1 preempts request ``i``: its blocks' own keys, held out of the map while it ran, go
-    into it before its blocks are freed (its readmission looks them up), in its table's order (a
-    key's earlier copies, published at its earlier preemptions, stay first)."""
+    """Request ``i`` is preempted: its blocks' own keys, held out of the map while it ran
+    (:func:`apart`), go into it before its blocks are freed (its readmission looks them up), in
+    its table's order (vLLM v1: a key's earlier copies, published at its earlier preemptions,
+    stay first)."""
     if keyed_by_group(s):  # (a group's keys are all in the map: register_in_group)
         return
     for j in range(s.num_seqs[i]):

@@ -47,8 +47,12 @@ def trace(*rows) -> pd.DataFrame:
     return df
 
 
-def key(hashes) -> tuple[int, int]:
-    """The key (end token, chain) of the block ending a prefix of these hashes."""
+def key(hashes, owner: int | None = None) -> tuple[int, int]:
+    """The key (end token, chain) of the block ending a prefix of these hashes; ``owner``: the
+    request whose alone that prefix is (no other request's hashes share it), whose own chain the
+    key then has (``build.shared_chains``, ``prefix_cache.key_chain``)."""
+    if owner is not None:
+        return len(hashes) * BS, prefix_cache.own_chain(owner)
     return len(hashes) * BS, prefix_cache.prefix_chain(hashes, BS)[-1]
 
 
@@ -137,7 +141,7 @@ def test_the_host_tier_evicts_its_least_recently_used_block():
         (7, -8) -> [B0 A1 A0]; done: A1 (8, 0), A0 (9, 0). Two evictions, 5 blocks stored."""
     t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (3, 4)), (2, 8, 1, (1, 2)))
     s = run_core(v1(64, 3), t)
-    assert host_lru(s) == [key((3,)), key((1, 2)), key((1,))]
+    assert host_lru(s) == [key((3,), 1), key((1, 2)), key((1,))]
     assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (2, 5)
 
 
@@ -147,7 +151,7 @@ def test_only_prompt_blocks_are_stored():
     tokens at its end), filling block 2 with generated tokens: not stored."""
     s = run_core(v1(64, 8), trace((0, 8, 6, (1, 2))))
     assert s.count[state.HOST_STORED_BLOCKS] == 2
-    assert host_lru(s) == [key((1, 2)), key((1,))]
+    assert host_lru(s) == [key((1, 2), 0), key((1,), 0)]
 
 
 def test_a_recompute_stores_its_prompt_blocks_only():
@@ -165,7 +169,7 @@ def test_a_recompute_stores_its_prompt_blocks_only():
     interpreted(host_tier.offer_scheduled)(s, 0, 0)  # the step's stores, after the pass
     assert (s.num_computed_tokens[A], s.num_blocks[A]) == (12, 3)
     assert s.count[state.HOST_STORED_BLOCKS] == 2
-    assert host_lru(s) == [key((1, 2)), key((1,))]  # by the request, its deeper block first
+    assert host_lru(s) == [key((1, 2), 0), key((1,), 0)]  # by the request, its deeper block first
 
 
 def test_the_queue_passes_a_request_loading_until_its_load_ends():
@@ -349,7 +353,7 @@ def test_a_finished_request_touches_its_blocks_after_the_next_passs_stores():
     Touched as A finishes instead, A1 (3, 0) and A0 (4, 0), C (5) would evict D0 (2, -4)."""
     t = trace((0, 8, 2, (1, 2)), (0, 5, 3, (5,)), (0, 5, 1, (3,)))
     s = run_core(v1(64, 3, max_num_seqs=2), t)
-    assert sorted(host_lru(s)) == sorted([key((1,)), key((5,)), key((3,))])
+    assert sorted(host_lru(s)) == sorted([key((1,), 0), key((5,), 1), key((3,), 2)])
     assert s.count[state.HOST_EVICTIONS] == 1
 
 
@@ -371,11 +375,11 @@ def test_a_block_being_stored_is_not_evicted():
     landed: B's store evicts A1, the lowest rank (1, -8), and its bytes go from step 1's start:
     its two blocks land 131.072 and 262.144 us after it, not within step 0."""
     s = run_core(v1(64, 3, max_num_seqs=2), trace((0, 8, 3, (1, 2)), (0, 8, 3, (3, 4))))
-    assert sorted(host_lru(s)) == sorted([key((1,)), key((3,)), key((3, 4))])
+    assert sorted(host_lru(s)) == sorted([key((1,), 0), key((3,), 1), key((3, 4), 1)])
     assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
     step_1 = s.row_floats[1, state.ROW_START]
     ready = sorted(s.host_ready_s[b] for b in range(3)
-                   if (s.host_blocks[b, HOST_KEY_END], s.host_blocks[b, HOST_KEY_CHAIN]) != key((1,)))
+                   if (s.host_blocks[b, HOST_KEY_END], s.host_blocks[b, HOST_KEY_CHAIN]) != key((1,), 0))
     assert ready == pytest.approx([step_1 + BLOCK_S, step_1 + 2 * BLOCK_S], abs=1e-12)
 
 
@@ -391,7 +395,7 @@ def test_a_block_whose_rank_rose_is_evicted_by_its_new_rank():
     Evicting A0 by its rank before it rose, (3, 0), would keep B1."""
     t = trace((0, 8, 1, (1, 2)), (1, 8, 1, (1, 3)), (2, 8, 1, (7, 8)))
     s = run_core(v1(64, 3, max_num_seqs=1), t)
-    assert sorted(host_lru(s)) == sorted([key((1,)), key((7,)), key((7, 8))])
+    assert sorted(host_lru(s)) == sorted([key((1,)), key((7,), 2), key((7, 8), 2)])
     assert s.count[state.HOST_EVICTIONS] == 2
 
 
@@ -445,7 +449,7 @@ def test_a_store_refused_is_made_again_as_its_request_finishes():
     requests a step finished in the next pass (``_build_store_jobs`` over ``finished_req_ids``,
     offloading/scheduler.py:1821-1836): B's evicts A1, (1, -8), and both its blocks are stored."""
     s = run_core(v1(64, 3, max_num_seqs=2), trace((0, 8, 3, (1, 2)), (0, 8, 1, (3, 4))))
-    assert sorted(host_lru(s)) == sorted([key((1,)), key((3,)), key((3, 4))])
+    assert sorted(host_lru(s)) == sorted([key((1,), 0), key((3,), 1), key((3, 4), 1)])
     assert (s.count[state.HOST_EVICTIONS], s.count[state.HOST_STORED_BLOCKS]) == (1, 4)
 
 
@@ -464,7 +468,7 @@ def test_a_pass_stores_after_its_lookups():
     t = trace((0, 8, 1, (3, 4)), (1, 29, 1, range(11, 19)), (2, 8, 1, (1, 2)), (2, 12, 1, (3, 4, 5)))
     s = run_core(v1(32, 2), t)
     assert s.count[state.HOST_HIT_TOKENS] == 8
-    assert key((1,)) not in host_lru(s) and key((1, 2)) not in host_lru(s)
+    assert key((1,), 2) not in host_lru(s) and key((1, 2), 2) not in host_lru(s)
 
 
 def test_a_request_raises_a_key_at_its_first_use_only():
@@ -485,7 +489,7 @@ def test_a_request_raises_a_key_at_its_first_use_only():
         store(s, i, first, end)
     held = {(int(row[HOST_KEY_END]), int(row[HOST_KEY_CHAIN])): int(row[HOST_RANK])
             for row in s.host_blocks[:2]}
-    assert held == {key((1,)): host_tier.RANK_SPAN - 4, key((1, 2)): 2 * host_tier.RANK_SPAN - 8}
+    assert held == {key((1,)): host_tier.RANK_SPAN - 4, key((1, 2), 0): 2 * host_tier.RANK_SPAN - 8}
 
 
 def test_a_finish_touches_the_keys_its_request_used():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from pagesim.sim.core import state
+from pagesim.sim.core import build, state
 from pagesim.sim.core.kv import block_pool, kv_cache, prefix_cache
 from pagesim.sim.core.kv import memory as managers
 from pagesim.sim.core.sched import scheduler_vllm
@@ -408,6 +408,7 @@ def test_swap_in_computes_only_what_the_cache_does_not_hold():
     a = blocks(s, A)
     c = s.count
     s.status[B] = state.SWAPPED
+    s.num_preemptions[B] = 1  # (swapped out by a preemption: its own keys go into the map as cached)
     s.num_generated[B] = 2
     s.num_prompt_computed[B] = 10  # it left mid-decode
     s.swapped_tokens[B] = 12
@@ -485,19 +486,22 @@ def test_no_hashes_no_sharing():
 
 def test_a_recomputed_request_finds_its_own_blocks_generated_ones_too():
     """vLLM hashes every full block, a request's own and generated tokens' too: r0 (6 prompt
-    tokens, no hashes) decodes 2 tokens, filling its 2nd block (cached as the decode fills it),
-    is freed (preempted) and comes back with 8 tokens: both blocks are hits (7 // 4 = 2 at
-    most, the last token computed). r1, the same lengths, finds none of them."""
+    tokens, no hashes) decodes 2 tokens, filling its 2nd block (cached as the decode fills it,
+    its key held out of the map while r0 runs: prefix_cache.apart), is preempted (its keys go
+    into the map before its blocks are freed) and comes back with 8 tokens: both blocks are
+    hits (7 // 4 = 2 at most, the last token computed). r1, the same lengths, finds none."""
     s = hashed_core([(6, 4), (6, 4)], [(), ()], slots=64)
     assert admit(s, 0, 6) == 0
     first = blocks(s, 0)
-    assert cached(s, 0, 0) == first[0] and cached(s, 0, 1) == -1
     for _ in range(2):  # as the scheduler decodes (scheduler_vllm.decode_token)
         kv_cache.take_decode_slot(s, 0)
         s.num_computed_tokens[0] += 1
         s.count[state.COMPUTED_SLOTS] += 1
-    assert cached(s, 0, 1) == first[1]
+    assert s.count[state.NUM_CACHED_KEYS] == 2 and map_rows(s) == 0
+    managers.preempted(s, 0, s.config[state.FAMILY_TRAITS])  # as lifecycle.preempt does, before the blocks go
     kv_cache.free(s, 0)
+    s.num_preemptions[0] += 1
+    assert [cached(s, 0, k) for k in range(2)] == first
     assert prefix_cache.count_hits(s, 1, 8) == (0, 0)
     assert prefix_cache.count_hits(s, 0, 8) == (1, 1)  # 8 tokens: block 1 holds the last
     assert admit(s, 0, 9) == 8 and blocks(s, 0)[:2] == first
@@ -570,12 +574,39 @@ def test_vllm_v1_keeps_a_requests_own_keys_out_of_the_map_until_it_is_preempted(
     assert admit(s, 0, 9) == 0  # its blocks evicted: nothing found
 
 
-def test_vllm_v0_maps_every_key_as_it_is_computed():
-    """vLLM 0.4.2 caches a block only where its key is not there already: its own keys are in
-    the map from the start (prefix_cache.apart is vLLM v1's)."""
-    s = hashed_core([(8, 4)], [()], slots=64)
+def test_vllm_v0_holds_own_keys_out_of_the_map_until_a_preemption_then_maps_them_as_computed():
+    """vLLM 0.4.2 looks a block's hash up as it allocates it, where a request's own hash can only
+    be from an earlier run of its own (prefix_cache.apart). r0 (hashes 1, 2) and r1 (hashes 1, 3),
+    8-token prompts, two full blocks each: hash 1 is shared, so block 0's key is in the map; hash
+    2 is r0's alone, so its block 1's key is its own (build.shared_chains), held out while r0
+    runs. r0 is preempted: its own key goes into the map. Back with 12 tokens (8 and 4 generated
+    into a third block) it finds both blocks, and its third block, cached as computed, goes into
+    the map at once (a later run of r0's would have found it there)."""
+    s = hashed_core([(8, 4), (8, 4)], [(1, 2), (1, 3)], slots=64)
     assert admit(s, 0, 8) == 0
-    assert map_rows(s) == 2 and [cached(s, 0, k) for k in range(2)] == blocks(s, 0)
+    first = blocks(s, 0)
+    assert s.count[state.NUM_CACHED_KEYS] == 2 and map_rows(s) == 1 and cached(s, 0, 0) == first[0]
+    assert cached(s, 0, 1) == -1 and prefix_cache.is_own(0, prefix_cache.key_chain(s, 0, 1))
+    assert prefix_cache.count_hits(s, 1, 8) == (1, 0)  # r1 shares block 0 alone
+    managers.preempted(s, 0, s.config[state.FAMILY_TRAITS])  # as lifecycle.preempt does, before the blocks go
+    kv_cache.free(s, 0)
+    s.num_preemptions[0] += 1
+    assert map_rows(s) == 2 and [cached(s, 0, k) for k in range(2)] == first
+    assert admit(s, 0, 12) == 8 and blocks(s, 0)[:2] == first
+    assert map_rows(s) == 3 and cached(s, 0, 2) == blocks(s, 0)[2]
+
+
+def test_a_requests_chains_are_cut_where_no_other_request_shares_them():
+    """build.shared_chains: chains (1), (1, 2), (1, 2, 3) of r0; (1), (1, 2), (1, 2, 4) of r1;
+    (5) of r2; none of r3; (1), (1, 6) of r4. Chains (1) and (1, 2) are shared: r0 and r1 keep two,
+    r4 one; r2's chain is its own, so are r0's, r1's and r4's last ones. Runs in a trace order
+    (an unshared chain of an earlier request does not cut a later one's)."""
+    c1, c12, c123, c124, c5, c16 = 11, 12, 13, 14, 15, 16
+    chains = np.array([c1, c12, c123, c1, c12, c124, c5, c1, c16], np.int64)
+    kept, start = build.shared_chains(chains, np.array([0, 3, 6, 7, 7, 9]))
+    assert kept.tolist() == [c1, c12, c1, c12, c1] and start.tolist() == [0, 2, 4, 4, 4, 5]
+    kept, start = build.shared_chains(np.array([c5], np.int64), np.array([0, 1]))
+    assert start.tolist() == [0, 0] and len(kept) == 1  # (none kept: the one-element array)
 
 
 def test_an_admission_counts_the_held_hits_alone():
