@@ -180,6 +180,33 @@ def test_fig16_ratios_by_hand():
     assert "0.3 ms of CPU per sequence" in X.fig16.explain(curves)  # the reading of the CPU cost's share
 
 
+def test_fig16_reads_the_threshold_rate_only_within_capacity():
+    """Figs. 12, 14 and 17's measure beside the capacity ratio. 1-shot: vLLM stays under 0.25
+    s/token at every probe (censored at 256) and Orca-Oracle crosses between 64 (0.20) and 256
+    (0.50), at 64 + 192 x 0.05 / 0.30 = 96 req/s; both above what they serve at 256 (66 and 31
+    req/s, more than 5 % above): not read. 5-shot: vLLM crosses between 16 (0.15) and 32 (0.35) at
+    16 + 16 x 0.10 / 0.20 = 24 req/s (it serves 32), Orca-Oracle between 8 (0.05) and 16 (0.45) at
+    8 + 8 x 0.20 / 0.40 = 12 (it serves 12): read, 24 / 12 = 2.00x."""
+    rows = [("wmt16-1shot", "vllm", (8, 64, 256), (0.03, 0.10, 0.20), (8, 60, 66)),
+            ("wmt16-1shot", "orca-oracle", (8, 64, 256), (0.03, 0.20, 0.50), (8, 30, 31)),
+            ("wmt16-5shot", "vllm", (8, 16, 32), (0.05, 0.15, 0.35), (8, 16, 32)),
+            ("wmt16-5shot", "orca-oracle", (8, 16, 32), (0.05, 0.45, 0.90), (8, 12, 12))]
+    curves = pd.DataFrame([{"workload": w, "system": system, "rate": float(rate), "normalized_latency_s_per_token": lat,
+                            "request_throughput": float(served)}
+                           for w, system, rates, lats, serves in rows for rate, lat, served in zip(rates, lats, serves)])
+    r = X.fig16.ratios(curves).set_index("workload")
+    one, five = r.loc["wmt16-1shot"], r.loc["wmt16-5shot"]
+    assert (one["vllm_sustainable_rate"], one["orca_oracle_sustainable_rate"]) == pytest.approx((256.0, 96.0))
+    assert (one["vllm_how"], one["orca_oracle_how"]) == ("above its capacity, 66.0 req/s", "above its capacity, 31.0 req/s")
+    assert math.isnan(one["sustainable_ratio"]) and one["throughput_ratio"] == pytest.approx(66 / 31)
+    assert (five["vllm_how"], five["orca_oracle_how"]) == ("interpolated", "interpolated")
+    assert five["sustainable_ratio"] == pytest.approx(2.0)
+    text = X.fig16.explain(curves)
+    assert "wmt16-1shot: vLLM 256.0 req/s (above its capacity, 66.0 req/s)" in text
+    assert "not read, a rate above a system's capacity cannot be sustained" in text
+    assert "wmt16-5shot: vLLM 24.0 req/s, Orca-Oracle 12.0 req/s: 2.00x." in text
+
+
 def test_fig19_layout_and_ratios(fake_opts):
     df = X.fig19.run(fake_opts, quick=True)
     assert list(df["block_size"]) == [1, 16, 256]
