@@ -4,10 +4,10 @@
 
 Fig. 13's reading finds that the paper's own batch sizes imply about 0.3 ms of CPU per sequence
 per iteration (its 2023 Python sampler and block tables) where the roofline charges 0.02 ms.
-Fig. 14's and Fig. 16's readings (``CPU_READING`` in ``experiments/figures/fig14.py`` and
-``fig16.py``) quote what their ratios become with that CPU cost for every system; this script
-measures them, beside the default runs in the same invocation: the whole figures (as
-``pagesim reproduce``), once with the default CPU cost and once with ``per_seq_overhead_ms=0.3``.
+Fig. 16's reading (``CPU_READING`` in ``experiments/figures/fig16.py``) quotes what its ratios
+become with that CPU cost for every system; this script measures them, and Fig. 14's, beside the
+default runs in the same invocation: the whole figures (as ``pagesim reproduce``), once with the
+default CPU cost and once with ``per_seq_overhead_ms=0.3``.
 Prints each figure's ratio table; asserts nothing.
 """
 

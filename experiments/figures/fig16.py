@@ -8,8 +8,8 @@ The paper states vLLM's throughput as 1.67x (1-shot) and 3.58x (5-shot) Orca-Ora
 each system's throughput at the highest probed rate (256 req/s, 1,000 requests: both are
 overloaded there, so it is their capacity) and compare the ratio. Figs. 12, 14 and 17 compare
 the highest rate whose normalized latency stays under a threshold instead (Fig. 12's
-:func:`sustainable_rate`); that rate is computed here too and printed beside, with the reason it
-cannot be read where it cannot (:func:`threshold_reading`).
+:func:`fig12.sustainable_rate`); that rate is computed here too and printed beside, with the reason
+it cannot be read where it cannot (:func:`fig12.capacity_reading`, :func:`threshold_reading`).
 
 Cost: 32 runs, 4.2 s on 2 cores once the core is compiled (the quick grid: 8 runs of 100
 requests, 0.3 s).
@@ -23,7 +23,7 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, ratio_miss, run_figure
-from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
+from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading
 from pagesim.experiments.run_spec import results_frame
 
 #: what the figure shows, in ``reproduce all``'s closing table
@@ -68,11 +68,9 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
                "delta_ratio": ratio - want, "note": note, "threshold_s_per_token": threshold}
         for system, name in (("vllm", "vllm"), (BASELINE, "orca_oracle")):
             h = g[g["system"] == system]
-            rate, how = (sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
-                         if len(h) and "normalized_latency_s_per_token" in h else (math.nan, "no probes"))
-            capacity = row[f"{name}_throughput"]
-            if how in ("interpolated", "censored: under threshold at every probed rate") and rate > OVER * capacity:
-                how = f"above its capacity, {capacity:.1f} req/s"  # (a fixed count of requests: threshold_reading)
+            rate, how, _ = (capacity_reading(h["rate"], h["normalized_latency_s_per_token"], h["request_throughput"],
+                                             threshold)
+                            if len(h) and "normalized_latency_s_per_token" in h else (math.nan, "no probes", math.nan))
             row[f"{name}_sustainable_rate"], row[f"{name}_how"] = rate, how
         read = row["vllm_how"] == row["orca_oracle_how"] == "interpolated"
         row["sustainable_ratio"] = row["vllm_sustainable_rate"] / row["orca_oracle_sustainable_rate"] if read else math.nan
@@ -80,18 +78,10 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     return pd.DataFrame(rows)
 
 
-#: a sustainable rate read this far above a system's throughput when overloaded exceeds its capacity
-#: (a probe's throughput differs from its rate by its drain and arrival noise: 2.06 req/s at 2)
-OVER = 1.05
-
-
 def threshold_reading(row) -> str:
     """One workload's sustainable rates by Figs. 12, 14 and 17's measure (``row``: its
-    :func:`ratios` row), and why the ratio is taken by capacity where one cannot be read: a rate
-    above what the system serves when overloaded (its throughput at the top probed rate) cannot
-    be sustained, yet its probes' latency stays under the threshold there. A trace of a fixed
-    count of requests bounds the queue an overload builds, and so the latency it reaches: the
-    rate read is then the trace length's, not the system's."""
+    :func:`ratios` row), and why the ratio is taken by capacity where one cannot be read
+    (``fig12.capacity_reading``)."""
     head = (f"By Figs. 12, 14 and 17's measure (the highest rate whose normalized latency stays <= "
             f"{row.threshold_s_per_token:g} s/token), {row.workload}: ")
     parts = []

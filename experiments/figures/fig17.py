@@ -17,7 +17,7 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, sustainable_rate
+from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
 from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, ratio_miss, run_figure
 from pagesim.experiments.run_spec import results_frame
 
@@ -43,22 +43,24 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
 
 
 def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
-    """Sustainable rate per system and vLLM's ratio over each Orca variant against the paper's.
-    Columns: ``system, sustainable_rate, how, threshold_s_per_token, vllm_ratio, paper_ratio,
-    delta, note``; ``delta`` = ours - paper."""
-    sus = {s: sustainable_rate(h["rate"], h["normalized_latency_s_per_token"], threshold)
-           for s, h in curves.groupby("system", sort=False)}
-    v, vhow = sus.get("vllm", (math.nan, ""))
+    """Sustainable rate per system, checked against its capacity, and vLLM's ratio over each Orca
+    variant against the paper's (by capacity where a rate reads above it: ``fig12.rate_ratio``).
+    Columns: ``system, sustainable_rate, how, capacity, threshold_s_per_token, vllm_ratio,
+    measure, paper_ratio, delta, note``; ``delta`` = ours - paper."""
+    readings = {s: capacity_reading(h["rate"], h["normalized_latency_s_per_token"], h["request_throughput"], threshold)
+                for s, h in curves.groupby("system", sort=False)}
+    vllm = readings.get("vllm", (math.nan, "", math.nan))
     rows = []
-    for system, (rate, how) in sus.items():
-        ratio = v / rate if system != "vllm" and rate and not math.isnan(rate) else math.nan
+    for system, (rate, how, capacity) in readings.items():
+        ratio, measure = rate_ratio(vllm, (rate, how, capacity)) if system != "vllm" else (math.nan, "")
         point = paper.paper_value("fig17", f"rate_ratio_vs_{system}", workload="chatbot") if system != "vllm" else math.nan
         notes = [how] if ("censored" in how or "lowest" in how) else []
-        if system != "vllm" and "censored" in vhow:
+        if system != "vllm" and "censored" in vllm[1] and measure != "capacity":
             notes.append("vLLM censored: ratio is a lower bound")
         notes.append(ratio_miss(ratio, point))
-        rows.append({"system": system, "sustainable_rate": rate, "how": how, "threshold_s_per_token": threshold,
-                     "vllm_ratio": ratio, "paper_ratio": point, "delta": ratio - point, "note": "; ".join(filter(None, notes))})
+        rows.append({"system": system, "sustainable_rate": rate, "how": how, "capacity": capacity,
+                     "threshold_s_per_token": threshold, "vllm_ratio": ratio, "measure": measure, "paper_ratio": point,
+                     "delta": ratio - point, "note": "; ".join(filter(None, notes))})
     return pd.DataFrame(rows)
 
 

@@ -82,7 +82,9 @@ def fake_summary(spec: RunSpec) -> dict:
     fr = MEM_FRACTIONS.get(spec.system, MEM_FRACTIONS["vllm"])
     names = ("token_states", "reservation", "internal_frag", "allocator_slack", "external_frag", "free_idle")
     s = {"completed": int(spec.rate * _duration(spec)), "rejected": 0, "duration_s": _duration(spec) * 1.2,
-         "request_throughput": spec.rate, "output_throughput": spec.rate * 200, "total_token_throughput": spec.rate * 400,
+         # every rate served in full; an unshared run's sequences are each a request (fig14's capacity)
+         "request_throughput": spec.rate * (width if spec.unshare else 1), "output_throughput": spec.rate * 200,
+         "total_token_throughput": spec.rate * 400,
          "mean_ttft_ms": 100.0, "median_ttft_ms": 90.0, "p99_ttft_ms": 400.0,
          "mean_tpot_ms": 30.0, "median_tpot_ms": 28.0, "p99_tpot_ms": 60.0,
          "mean_itl_ms": 30.0, "median_itl_ms": 28.0, "p99_itl_ms": 70.0,

@@ -63,9 +63,11 @@ def test_fig14_quick_layout_and_ratios(fake_opts):
     assert math.isnan(r.loc[("parallel", 6, "orca-oracle"), "paper_ratio"])
     # orca-max (capacity 4): (0.05 + 16/4) * 1.05 = 4.2525 s/token at 20 -> 2 + 18 * 0.1975 / 4.2
     assert r.loc[("parallel", 6, "orca-max"), "vllm_ratio"] == pytest.approx(20 / (2 + 18 * 0.1975 / 4.2))
+    # each served in full (an unshared Orca run's sequences, 6 a request): no capacity read, no rate above one
+    assert set(r["measure"].dropna()) <= {"sustainable rate", ""} and r["capacity"].isna().all()
     text = fig14.explain(df)  # 20 / 12.157 = 1.645, 1.645 - 2.3 = -0.655
-    assert "beam 6: 1.65x (paper 2.3x, -0.65)" in text and "parallel 6: 1.65x" in text
-    assert "0.3 ms per sequence" in text and "1.30x" in text  # the reading of the basic-sampling miss
+    assert "beam 6: 1.65x by sustainable rate (paper 2.3x, -0.65)" in text and "parallel 6: 1.65x" in text
+    assert "above its capacity" not in text and "Untested: which of vLLM 0.4.2's rules" in text
 
 
 def test_reproduce_fig14_writes_both_tables(fake_opts, tmp_path):

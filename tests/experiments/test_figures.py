@@ -114,7 +114,8 @@ def test_fig12_ratios_by_hand():
     for sysname, lats in {"vllm": [0.05, 0.05, 0.05, 0.45], "orca-oracle": [0.05, 0.45, 1.0, 2.0],
                           "orca-max": [0.65, 1.0, 2.0, 3.0]}.items():
         for r, lat in zip([1.0, 2.0, 3.0, 4.0], lats):
-            rows.append({"workload": "sharegpt", "system": sysname, "rate": r, "normalized_latency_s_per_token": lat})
+            rows.append({"workload": "sharegpt", "system": sysname, "rate": r, "normalized_latency_s_per_token": lat,
+                         "request_throughput": r})  # (each served in full: no capacity to check against)
     ratios = X.fig12.ratios(pd.DataFrame(rows)).set_index("system")
     assert ratios.loc["vllm", "sustainable_rate"] == pytest.approx(3.5)
     assert ratios.loc["orca-oracle", "sustainable_rate"] == pytest.approx(1.5)
@@ -205,6 +206,43 @@ def test_fig16_reads_the_threshold_rate_only_within_capacity():
     assert "wmt16-1shot: vLLM 256.0 req/s (above its capacity, 66.0 req/s)" in text
     assert "not read, a rate above a system's capacity cannot be sustained" in text
     assert "wmt16-5shot: vLLM 24.0 req/s, Orca-Oracle 12.0 req/s: 2.00x." in text
+
+
+def test_a_sustainable_rate_above_capacity_is_not_read():
+    """fig12.capacity_reading: probes at 1, 2 and 4 req/s serving 1, 2 and 2.5 (overloaded at 4:
+    2.5 x 1.05 < 4, its capacity 2.5). Under 0.25 s/token at every probe: censored at 4, above
+    2.5 x 1.05. Crossing between 2 (0.15) and 4 (0.35): 2 + 2 x 0.10 / 0.20 = 3.0, above too.
+    Serving 3.9 at 4 it was not overloaded: no capacity, the 3.0 read stands."""
+    from pagesim.experiments.figures.fig12 import capacity_reading, rate_ratio
+    rates = (1.0, 2.0, 4.0)
+    assert capacity_reading(rates, (0.05, 0.10, 0.20), (1.0, 2.0, 2.5)) == (4.0, "above its capacity, 2.5 req/s", 2.5)
+    assert capacity_reading(rates, (0.05, 0.15, 0.35), (1.0, 2.0, 2.5)) == (3.0, "above its capacity, 2.5 req/s", 2.5)
+    rate, how, capacity = capacity_reading(rates, (0.05, 0.15, 0.35), (1.0, 2.0, 3.9))
+    assert (rate, how) == (3.0, "interpolated") and math.isnan(capacity)
+    # vLLM's ratio: by capacity where either reads above it (2.5 / 1.25), else by the rates read
+    assert rate_ratio((3.0, "above its capacity, 2.5 req/s", 2.5), (1.0, "interpolated", 1.25)) == (2.0, "capacity")
+    assert rate_ratio((3.0, "interpolated", math.nan), (1.5, "interpolated", math.nan)) == (2.0, "sustainable rate")
+
+
+def test_fig14_takes_capacity_in_requests_of_the_trace():
+    """n = 2. vLLM (requests whole) serves 1, 2, 2.5 req/s at 1, 2, 4 and reads 3.0 req/s (2 + 2 x
+    0.10 / 0.20): above its capacity 2.5. Orca-Oracle runs each sample as its own request, serving
+    2, 2.4, 2.5 sequences a second: 1, 1.2, 1.25 requests of the trace; crossing between 1 (0.05)
+    and 2 (0.30) it reads 1 + 1 x 0.20 / 0.25
+    = 1.8 req/s, above its 1.25 too. The ratio is by capacity: 2.5 / 1.25 = 2.0."""
+    rows = [("vllm", False, (0.05, 0.15, 0.35), (1.0, 2.0, 2.5)),
+            ("orca-oracle", True, (0.05, 0.30, 0.60), (2.0, 2.4, 2.5))]
+    curves = pd.DataFrame([{"mode": "parallel", "width": 2, "system": system, "rate": rate, "unshare": unshare,
+                            "normalized_latency_s_per_token": lat, "request_throughput": served}
+                           for system, unshare, lats, serves in rows
+                           for rate, lat, served in zip((1.0, 2.0, 4.0), lats, serves)])
+    r = X.fig14.ratios(curves).set_index("system")
+    assert r.loc["orca-oracle", "sustainable_rate"] == pytest.approx(1.8)
+    assert r.loc["orca-oracle", "capacity"] == pytest.approx(1.25)
+    assert r.loc["orca-oracle", "how"] == "above its capacity, 1.2 req/s"
+    assert (r.loc["orca-oracle", "vllm_ratio"], r.loc["orca-oracle", "measure"]) == (pytest.approx(2.0), "capacity")
+    text = X.fig14.explain(curves, r.reset_index())
+    assert "parallel 2: 2.00x by capacity" in text and "above its capacity at 1 of 1 widths (n = 2: 3.0 req/s read" in text
 
 
 def test_fig19_layout_and_ratios(fake_opts):
