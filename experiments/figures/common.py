@@ -11,7 +11,7 @@ free memory and shrink batches). When a run has no step table the whole-run summ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -79,6 +79,48 @@ def run_figure(name: str, opts: SweepOptions | None, quick: bool, scale: float, 
     opts.after_first_sweep()
     return opts, specs, summaries
 
+
+
+#: a knee is probed again while the probes around it (the last under the latency threshold, the
+#: first over it) are more than this ratio of rates apart
+KNEE_BRACKET = 1.2
+#: the probes each refinement adds between those two, evenly spaced in the rate's logarithm
+KNEE_PROBES = 2
+#: refinements at most (each splits the bracket in three: two take a bracket of 2.5x under 1.2x)
+KNEE_ROUNDS = 2
+
+
+def refine_knees(opts: SweepOptions, specs: list[RunSpec], summaries: list[dict[str, Any]], group: Callable,
+                 threshold: float, latency: str = "normalized_latency_s_per_token",
+                 rounds: int = KNEE_ROUNDS) -> tuple[list[RunSpec], list[dict[str, Any]]]:
+    """The grid's runs and more probes around each knee: per group of runs (``group``: a spec's
+    key, the curve it is a point of), where the ``latency`` of its probes first goes over
+    ``threshold``, :data:`KNEE_PROBES` probes are added between the last probe under it and that
+    one while they are more than :data:`KNEE_BRACKET` apart, each a copy of the probe under it at
+    its new rate (the same trace length, or the same request count, and seed). A latency near a
+    system's capacity rises steeply, so a sustainable rate interpolated across a wide bracket
+    (``fig12.sustainable_rate``) reads the knee too low: the paper reads it off its curves."""
+    specs, summaries = list(specs), list(summaries)
+    for _ in range(rounds):
+        curves: dict[Any, list[tuple[float, float, RunSpec]]] = {}
+        for spec, summary in zip(specs, summaries):
+            curves.setdefault(group(spec), []).append((spec.rate, number(summary, latency), spec))
+        added = []
+        for probes in curves.values():
+            probes.sort(key=lambda probe: probe[0])
+            over = next((k for k, (_, value, _) in enumerate(probes) if not value <= threshold), None)
+            if not over:  # (none over it, or the lowest already: no bracket)
+                continue
+            (low, _, under), (high, _, _) = probes[over - 1], probes[over]
+            if high <= KNEE_BRACKET * low:
+                continue
+            added += [replace(under, rate=round(low * (high / low) ** (k / (KNEE_PROBES + 1)), 6))
+                      for k in range(1, KNEE_PROBES + 1)]
+        if not added:
+            break
+        specs += added
+        summaries += opts.run(added)
+    return specs, summaries
 
 
 MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",

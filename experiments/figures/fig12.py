@@ -7,7 +7,8 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, run_figure
+from pagesim.experiments.figures.common import (KNEE_BRACKET, KNEE_ROUNDS, SweepOptions, rate_curves_section,
+                                                refine_knees, run_figure)
 from pagesim.experiments.run_spec import results_frame
 
 #: what the figure shows, in ``reproduce all``'s closing table
@@ -29,6 +30,8 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     rate for the four systems on ShareGPT and Alpaca. Columns: ``workload, system, rate,
     normalized_latency_s_per_token, mean_ttft_ms, ...`` (see :data:`FIG12_COLS`)."""
     opts, specs, summaries = run_figure("fig12", opts, quick, scale)
+    specs, summaries = refine_knees(opts, specs, summaries, lambda spec: (spec.workload, spec.system),
+                                    LATENCY_THRESHOLD_S, rounds=0 if quick else KNEE_ROUNDS)  # (--quick: a smoke test)
     df = results_frame(specs, summaries)  # duration_s: the run's own, from its summary
     df["trace_s"] = [spec.duration_s for spec in specs]  # the arrivals' window it replayed
     cols = ["workload", "system", "rate", "duration_s", "trace_s"] + [c for c in FIG12_COLS if c in df]
@@ -119,7 +122,8 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
         return "No Fig. 12 results."
     table = ratios(curves) if ratio_table is None else ratio_table
     lines = [f"Sustainable rate = highest rate with normalized latency <= {table['threshold_s_per_token'].iloc[0]:g} "
-             "s/token (interpolated between probes; the paper reads it off curves that blow up)."]
+             "s/token, interpolated between probes, each knee probed again until the probes around it are at most "
+             f"{KNEE_BRACKET:g}x apart (common.refine_knees): the paper reads it off curves that blow up."]
     for wl, g in table.groupby("workload", sort=False):
         parts = []
         for r in g.itertuples():

@@ -245,6 +245,28 @@ def test_fig14_takes_capacity_in_requests_of_the_trace():
     assert "parallel 2: 2.00x by capacity" in text and "above its capacity at 1 of 1 widths (n = 2: 3.0 req/s read" in text
 
 
+def test_a_knee_is_probed_again_until_its_bracket_is_narrow(fake_opts):
+    """common.refine_knees over the fake engine's Orca-Oracle on ShareGPT (capacity 0.8 req/s:
+    latency 0.05 s/token up to it, then 0.05 + (rate - 0.8) / 0.8, times 1.05 at block size 16).
+    Probes at 0.5 (0.0525) and 2 (1.6275) bracket the 0.25 threshold, 4x apart: the first round
+    adds 0.5 x 4^(1/3) = 0.794 (under) and 0.5 x 4^(2/3) = 1.260 (0.656, over); that bracket is
+    1.587x wide, so the second adds 0.794 x 1.587^(1/3) = 0.926 (0.218, under) and 1.080 (0.420,
+    over), 1.167x apart: done. Read between them, the rate is 1.188 x 0.8 = 0.950 (the fake rises
+    linearly past its capacity), where the grid alone read 0.5 + 1.5 x 0.1975 / 1.575 = 0.688."""
+    from pagesim.experiments.figures.common import refine_knees
+    from pagesim.experiments.figures.fig12 import sustainable_rate
+    from pagesim.experiments.run_spec import RunSpec
+    grid = [RunSpec(workload="sharegpt", system="orca-oracle", rate=rate, num_requests=100) for rate in (0.5, 2.0)]
+    specs, summaries = refine_knees(fake_opts, grid, fake_opts.run(grid), lambda spec: spec.system, 0.25)
+    rates = [spec.rate for spec in specs]
+    first = [0.5 * 4 ** (1 / 3), 0.5 * 4 ** (2 / 3)]
+    step = (first[1] / first[0]) ** (1 / 3)
+    assert rates == pytest.approx([0.5, 2.0, *first, first[0] * step, first[0] * step ** 2], rel=1e-5)
+    latencies = [summary["normalized_latency_s_per_token"] for summary in summaries]
+    assert sustainable_rate(rates, latencies, 0.25)[0] == pytest.approx(0.8 * (0.25 / 1.05 - 0.05 + 1), rel=1e-5)
+    assert sustainable_rate(rates[:2], latencies[:2], 0.25)[0] == pytest.approx(0.5 + 1.5 * 0.1975 / 1.575)
+
+
 def test_fig19_layout_and_ratios(fake_opts):
     df = X.fig19.run(fake_opts, quick=True)
     assert list(df["block_size"]) == [1, 16, 256]
