@@ -107,7 +107,7 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
 
     try:
         if todo:
-            n = workers or min(os.cpu_count() or 1, len(todo))
+            n = 1 if _IN_WORKER else workers or min(os.cpu_count() or 1, len(todo))
             if executor == "ray":
                 _run_ray(todo, specs, run_fn, n, address, finish, tables)
             elif n == 1 or len(todo) == 1:
@@ -127,6 +127,10 @@ def _progress_bar(total: int, initial: int, enabled: bool):
 
 
 _POOL: list = []  # (workers, ProcessPoolExecutor): one pool serves every sweep of a process
+#: this process is a pool's worker (:func:`end_with_parent`): a sweep it makes (a figure's tables built
+#: on a worker, ``map_local``, probing a knee again) runs its runs itself, for the pool it inherited
+#: by its fork is its parent's, whose manager thread is not in it: a run submitted there never ends
+_IN_WORKER = False
 
 
 def _shared_pool(n: int, specs: list[RunSpec] = ()) -> cf.ProcessPoolExecutor:
@@ -172,7 +176,10 @@ def end_with_parent(parent: int) -> None:
     """A pool worker's start: it ends when the process that made the pool does. Killed outright
     (SIGKILL), the parent runs no exit handler, and its workers would wait for work forever; an
     orphan is handed to another parent, which a thread of each worker notices within
-    :data:`PARENT_WATCH_S`."""
+    :data:`PARENT_WATCH_S`. It runs its own sweeps' runs itself (:data:`_IN_WORKER`)."""
+    global _IN_WORKER
+    _IN_WORKER = True
+    _POOL.clear()  # (its parent's pool, copied by the fork: not one this process can submit to)
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -46,6 +46,9 @@ from pagesim.sim.errors import ConfigError
 FIGURES: dict[str, ModuleType] = {name: import_module(f"pagesim.experiments.figures.{name}") for name in FIGURE_NAMES}
 #: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
 EXTRA_RUNS = {"fig14": FIGURES["fig14"].distinct_runs}
+#: the figures that probe again where their runs' results say (``common.refine_knees``): ``reproduce
+#: all`` runs them once its sweep is done, so that their tables then find every run in the cache
+PROBES_AGAIN = ("fig12",)
 #: each figure's written reading of its main table
 EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 #: what each figure shows, in a few words (``reproduce all``'s closing table)
@@ -83,6 +86,9 @@ def reproduce(fig: str, out_dir: str | Path, opts: SweepOptions | None = None, *
         specs += [s for f in figs if f in EXTRA_RUNS for s in EXTRA_RUNS[f](quick, scale, opts.base)]
         opts.run(sorted(specs, key=expected_requests, reverse=True))
         opts.after_first_sweep()
+        for f in figs:  # the probes a figure adds from its own runs' results, on the pool too
+            if f in PROBES_AGAIN:
+                FIGURES[f].run(opts, quick=quick, scale=scale)
     tables: dict[str, pd.DataFrame] = {}
     # every figure's tables from the run cache, side by side on the sweep's local workers
     build = partial(figure_tables, opts=opts, quick=quick, scale=scale)

@@ -331,6 +331,38 @@ time.sleep(60)  # killed before it wakes
 """
 
 
+NESTED = """
+import sys
+from functools import partial
+from pagesim.experiments.sweep import map_local, run_sweep
+from tests.experiments.fakes import fake_run
+from tests.experiments.test_sweep import small_specs
+
+def sweep_there(cache, i):
+    return sum(r["request_throughput"] for r in run_sweep(small_specs(), workers=2, cache_dir=f"{cache}/{i}",
+                                                          progress=False, run_fn=fake_run))
+
+print(*map_local(partial(sweep_there, sys.argv[1]), [0, 1], 2), flush=True)
+"""
+
+
+def test_a_sweep_made_on_a_pool_worker_runs_there_and_ends(tmp_path):
+    """``reproduce all`` builds its figures' tables on the pool's workers (``map_local``), and a
+    figure that probes again (``common.refine_knees``) makes a sweep there. A worker's copy of its
+    parent's pool is not a pool it can submit to (its manager thread is the parent's): its runs
+    run in the worker itself (``sweep._IN_WORKER``), and the sweep ends: the fake serves each of
+    small_specs' rates 0.5, 1 and 2 twice, 7 req/s in all, on each of the two workers."""
+    import subprocess
+
+    from tests.sim.helpers import TESTS_ROOT, subprocess_path
+
+    env = dict(os.environ, PYTHONPATH=subprocess_path())
+    done = subprocess.run([sys.executable, "-c", NESTED, str(tmp_path)], cwd=TESTS_ROOT, env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["7.0", "7.0"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_sweeps_workers_end_when_their_parent_is_killed():
     """``reproduce`` killed outright mid-sweep (SIGKILL: no exit handler runs) leaves no worker
