@@ -18,13 +18,14 @@ requests, 0.3 s).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, ratio_miss, run_figure
+from pagesim.experiments.figures.common import SweepOptions, figure_specs, ratio_miss, run_figure
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading
-from pagesim.experiments.run_spec import results_frame
+from pagesim.experiments.run_spec import RunSpec, results_frame
 
 #: what the figure shows, in ``reproduce all``'s closing table
 TITLE = "shared prefix"
@@ -40,12 +41,36 @@ CURVE_COLS = ("normalized_latency_s_per_token", "request_throughput", "mean_ttft
               "num_preemptions", "completed")
 
 
+#: the extents a run tests the reading's cause with: Orca-Oracle's, placed without the buddy
+#: allocator's rounding to powers of two (the paper's Orca uses the buddy allocator, §6.1)
+TESTED_PLACEMENT = "first-fit"
+
+
+def placement_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """Orca-Oracle at each workload's highest probed rate, its extents placed first-fit
+    (:data:`TESTED_PLACEMENT`): the run that tests how much of vLLM's ratio the buddy
+    allocator's rounding makes (``reproduce all`` sweeps them with the other figures' runs)."""
+    specs = figure_specs("fig16", quick, scale, **base)
+    top = max(spec.rate for spec in specs)
+    return [replace(spec, sim={**spec.sim, "placement": TESTED_PLACEMENT})
+            for spec in specs if spec.system == BASELINE and spec.rate == top]
+
+
 def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float = 1.0) -> pd.DataFrame:
-    """Fig. 16's curves: ``workload, system, rate`` and :data:`CURVE_COLS`, one row per run."""
+    """Fig. 16's curves: ``workload, system, placement, rate`` and :data:`CURVE_COLS`, one row per
+    run: the grid's (``placement`` buddy: every system's default) and :func:`placement_runs`."""
     opts, specs, summaries = run_figure("fig16", opts, quick, scale)
+    tested = placement_runs(quick, scale, opts.base)
+    specs, summaries = specs + tested, summaries + opts.run(tested)
     df = results_frame(specs, summaries)
-    cols = ["workload", "system", "rate"] + [c for c in CURVE_COLS if c in df]
-    return df[cols].sort_values(["workload", "system", "rate"], kind="stable").reset_index(drop=True)
+    df["placement"] = [spec.sim.get("placement", "buddy") for spec in specs]
+    cols = ["workload", "system", "placement", "rate"] + [c for c in CURVE_COLS if c in df]
+    return df[cols].sort_values(["workload", "system", "placement", "rate"], kind="stable").reset_index(drop=True)
+
+
+def grid_runs(curves: pd.DataFrame) -> pd.DataFrame:
+    """The curves' runs of the grid (the systems' own placement), without :func:`placement_runs`."""
+    return curves[curves["placement"] == "buddy"] if "placement" in curves else curves
 
 
 def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
@@ -54,9 +79,11 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     17's measure (``threshold`` s/token) and how it was read. Columns ``workload, rate,
     vllm_throughput, orca_oracle_throughput, throughput_ratio, paper_ratio, delta_ratio, note,
     threshold_s_per_token, vllm_sustainable_rate, vllm_how, orca_oracle_sustainable_rate,
-    orca_oracle_how, sustainable_ratio``."""
+    orca_oracle_how, orca_oracle_first_fit_throughput, first_fit_ratio, sustainable_ratio``
+    (``first_fit``: Orca-Oracle's :func:`placement_runs`, NaN without them)."""
     rows = []
-    for wl, g in curves.groupby("workload", sort=False):
+    tested = curves[curves["placement"] == TESTED_PLACEMENT] if "placement" in curves else curves.iloc[:0]
+    for wl, g in grid_runs(curves).groupby("workload", sort=False):
         top = g[g["rate"] == g["rate"].max()].set_index("system")
         v = float(top.loc["vllm", "request_throughput"]) if "vllm" in top.index else math.nan
         o = float(top.loc[BASELINE, "request_throughput"]) if BASELINE in top.index else math.nan
@@ -72,6 +99,9 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
                                              threshold)
                             if len(h) and "normalized_latency_s_per_token" in h else (math.nan, "no probes", math.nan))
             row[f"{name}_sustainable_rate"], row[f"{name}_how"] = rate, how
+        placed = tested[(tested["workload"] == wl) & (tested["rate"] == row["rate"])]["request_throughput"]
+        row["orca_oracle_first_fit_throughput"] = float(placed.iloc[0]) if len(placed) else math.nan
+        row["first_fit_ratio"] = v / row["orca_oracle_first_fit_throughput"]
         read = row["vllm_how"] == row["orca_oracle_how"] == "interpolated"
         row["sustainable_ratio"] = row["vllm_sustainable_rate"] / row["orca_oracle_sustainable_rate"] if read else math.nan
         rows.append(row)
@@ -101,11 +131,11 @@ def threshold_reading(row) -> str:
 #: the CPU cost's share of the miss (measured 2026-11-25 by benchmarks/paper_cpu_readings.py:
 #: fig16.toml's runs with 0.3 ms of CPU per sequence)
 CPU_READING = (
-    "Part of the excess is Fig. 13's CPU cost: with the 0.3 ms of CPU per sequence per iteration that the paper's "
-    "own batch sizes imply (Fig. 13's reading) for both systems instead of the roofline's 0.02 ms, vLLM's larger "
-    "batches cost it more and the ratios are 1.68x and 2.84x (41.4 / 24.7 and 30.4 / 10.7 req/s; paper 1.67x and "
-    "3.58x): the 1-shot case then lands on the paper, the 5-shot one 0.7 below it, which leaves the 5-shot gap "
-    "to the estimated sentence lengths and the buddy's rounding of Orca-Oracle's longer extents.")
+    "Part of the excess may be Fig. 13's CPU cost: with the 0.3 ms of CPU per sequence per iteration that Fig. "
+    "13's batch sizes imply (a constant read off another of the paper's figures, not measured apart from it) for "
+    "both systems instead of the roofline's 0.02 ms, vLLM's larger batches cost it more and the ratios are 1.68x "
+    "and 2.84x (41.4 / 24.7 and 30.4 / 10.7 req/s; paper 1.67x and 3.58x): the 1-shot case then lands on the "
+    "paper, the 5-shot one 0.7 below it.")
 
 
 def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> str:
@@ -116,9 +146,16 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
              f"{row.orca_oracle_throughput:.1f} when both are overloaded, {row.throughput_ratio:.2f}x (paper "
              f"{row.paper_ratio:g}x)." for row in r.itertuples()]
     lines.append("The gain grows with the prefix, as in the paper: Orca-Oracle holds and computes the prefix once "
-                 "per request, vLLM once for all, so its batch is bounded by the requests' own tokens. Where we "
-                 "are above the paper, Orca-Oracle's buddy extents (powers of two) waste part of its pool and our "
-                 "sentence lengths are derived estimates (traces/shared_prefix.py), not the paper's samples.")
+                 "per request, vLLM once for all, so its batch is bounded by the requests' own tokens.")
+    placed = r.dropna(subset=["first_fit_ratio"]) if "first_fit_ratio" in r else r.iloc[:0]
+    if len(placed):
+        lines.append(
+            "Orca-Oracle's buddy extents (each rounded up to a power of two) waste part of its pool: placed "
+            f"{TESTED_PLACEMENT} instead, it serves " + " and ".join(
+                f"{x.orca_oracle_first_fit_throughput:.1f} req/s ({x.workload}: vLLM's ratio {x.first_fit_ratio:.2f}x)"
+                for x in placed.itertuples()) + ". The paper's Orca uses the buddy allocator too (§6.1), so that "
+            "waste is in its ratios as well. Untested: our sentence lengths are derived estimates "
+            "(traces/shared_prefix.py), not the paper's samples.")
     if "normalized_latency_s_per_token" in curves:
         lines.extend(threshold_reading(row) for row in r.itertuples())
     lines.append(CPU_READING)
@@ -138,7 +175,7 @@ def section(rep, curves: pd.DataFrame, read) -> None:
 
     ratio_table = read("fig16_ratios")
     rep.heading("Fig. 16: shared prefix")
-    rep.figure(P.latency_vs_rate(curves, title="Fig. 16: normalized latency vs request rate, shared prefix"))
+    rep.figure(P.latency_vs_rate(grid_runs(curves), title="Fig. 16: normalized latency vs request rate, shared prefix"))
     if ratio_table is not None:
         rep.figure(P.ratio_dots(ratio_table.assign(system=BASELINE, vllm_ratio=ratio_table["throughput_ratio"]),
                                 "workload", "Fig. 16: vLLM's throughput over Orca-Oracle's, both overloaded",

@@ -208,6 +208,24 @@ def test_fig16_reads_the_threshold_rate_only_within_capacity():
     assert "wmt16-5shot: vLLM 24.0 req/s, Orca-Oracle 12.0 req/s: 2.00x." in text
 
 
+def test_fig16_tests_the_buddy_allocators_share_with_a_first_fit_run():
+    """Fig. 16's placement run: Orca-Oracle at each workload's top rate (256 req/s in fig16.toml,
+    8 and 256 under --quick), placed first-fit. By hand: vLLM serves 70 req/s, Orca-Oracle 35 with
+    its buddy extents and 40 first-fit: 2.00x, and 70 / 40 = 1.75x; the first-fit run is no point
+    of the curves."""
+    specs = X.fig16.placement_runs(False, 1.0, {})
+    assert [(s.workload, s.system, s.rate, s.sim["placement"]) for s in specs] == [
+        ("wmt16-1shot", "orca-oracle", 256.0, "first-fit"), ("wmt16-5shot", "orca-oracle", 256.0, "first-fit")]
+    curves = pd.DataFrame({"workload": ["wmt16-1shot"] * 3, "system": ["vllm", "orca-oracle", "orca-oracle"],
+                           "placement": ["buddy", "buddy", "first-fit"], "rate": [256.0] * 3,
+                           "request_throughput": [70.0, 35.0, 40.0]})
+    r = X.fig16.ratios(curves).iloc[0]
+    assert (r["throughput_ratio"], r["orca_oracle_first_fit_throughput"]) == (2.0, 40.0)
+    assert r["first_fit_ratio"] == pytest.approx(1.75)
+    assert len(X.fig16.grid_runs(curves)) == 2
+    assert "placed first-fit instead, it serves 40.0 req/s (wmt16-1shot: vLLM's ratio 1.75x)" in X.fig16.explain(curves)
+
+
 def test_a_sustainable_rate_above_capacity_is_not_read():
     """fig12.capacity_reading: probes at 1, 2 and 4 req/s serving 1, 2 and 2.5 (overloaded at 4:
     2.5 x 1.05 < 4, its capacity 2.5). Under 0.25 s/token at every probe: censored at 4, above
@@ -329,12 +347,12 @@ def test_expected_requests():
 
 def test_reproduce_all_runs_each_run_once_longest_first(fake_opts, tmp_path):
     """``reproduce all`` runs every figure's runs in one sweep, the longest first, fig14's unshared
-    Orca twins among them; the figures then read them from the cache (fig2_sensitivity repeats
-    fig2's four runs: run once)."""
+    Orca twins and fig16's first-fit Orca-Oracle among them; the figures then read them from the
+    cache (fig2_sensitivity repeats fig2's four runs: run once)."""
     from tests.experiments.fakes import fake_run
     specs = {s.key(): s for f in X.FIGURES for name in X.FIGURES[f].EXPERIMENTS for s in X.common.figure_specs(name, True, 1.0)}
-    specs.update({s.key(): s for s in X.fig14.distinct_runs(True, 1.0, {})})
-    assert any(s.unshare for s in specs.values())
+    specs.update({s.key(): s for runs in X.EXTRA_RUNS.values() for s in runs(True, 1.0, {})})
+    assert any(s.unshare for s in specs.values()) and any(s.sim.get("placement") for s in specs.values())
     ran = []
 
     def recording(spec):
