@@ -226,6 +226,23 @@ def test_fig16_tests_the_buddy_allocators_share_with_a_first_fit_run():
     assert "placed first-fit instead, it serves 40.0 req/s (wmt16-1shot: vLLM's ratio 1.75x)" in X.fig16.explain(curves)
 
 
+def test_fig19_says_what_the_swaps_constants_would_have_to_be():
+    """fig19.swap_sensitivity over the microbenchmark worked by hand above (OPT-13B, A100-40GB,
+    1,024 tokens): the bytes 2 x 33.554 = 67.109 ms in and out at 25 GB/s; the copies 2 x 409.6 ms
+    at block size 1, 2 x 1.6 at 256; recompute 132.443 ms. Within 1.2x at block 256 the bytes may
+    take 132.443 / 1.2 - 3.2 = 107.169 ms: PCIe at 25 x 67.109 / 107.169 = 15.65 GB/s. Block 1's
+    886.3 ms is 6.3x the 140-ms axis, which holds it at 5 x (140 - 67.109) / 819.2 = 0.445 us a copy."""
+    micro = X.fig19.microbenchmark(block_sizes=(1, 256))
+    assert list(micro["swap_copies_ms"]) == pytest.approx([819.2, 3.2])
+    recompute = 1024 * 0.126630 + 2.753184 + 0.02
+    rate = 25 * 67.108864 / (recompute / 1.2 - 3.2)
+    copy_us = 5 * (140 - 67.108864) / 819.2
+    text = X.fig19.swap_sensitivity(micro)
+    assert f"with PCIe at {rate:.1f} GB/s or less (here 25 GB/s, 67 ms of bytes in and out)" in text
+    assert "886 ms, 6.3x the paper's whole axis (140 ms), 819 ms of it the copies' latency (5 us a copy" in text
+    assert f"the axis holds it with {copy_us:.2f} us a copy or less" in text and f"{rate:.1f}" == "15.7"
+
+
 def test_a_sustainable_rate_above_capacity_is_not_read():
     """fig12.capacity_reading: probes at 1, 2 and 4 req/s serving 1, 2 and 2.5 (overloaded at 4:
     2.5 x 1.05 < 4, its capacity 2.5). Under 0.25 s/token at every probe: censored at 4, above
