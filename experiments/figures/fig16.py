@@ -11,8 +11,8 @@ the highest rate whose normalized latency stays under a threshold instead (Fig. 
 :func:`fig12.sustainable_rate`); that rate is computed here too and printed beside, with the reason
 it cannot be read where it cannot (:func:`fig12.capacity_reading`, :func:`threshold_reading`).
 
-Cost: 32 runs, 4.2 s on 2 cores once the core is compiled (the quick grid: 8 runs of 100
-requests, 0.3 s).
+Cost: 32 runs and two of :func:`placement_runs`, 4.2 s on 2 cores once the core is compiled (the
+quick grid: 8 runs of 100 requests and two, 0.3 s).
 """
 
 from __future__ import annotations

@@ -68,6 +68,8 @@ def test_fig14_quick_layout_and_ratios(fake_opts):
     text = fig14.explain(df)  # 20 / 12.157 = 1.645, 1.645 - 2.3 = -0.655
     assert "beam 6: 1.65x by sustainable rate (paper 2.3x, -0.65)" in text and "parallel 6: 1.65x" in text
     assert "above its capacity" not in text and "Untested: which of vLLM 0.4.2's rules" in text
+    # beam 6 and n = 6 alike here (20 / 12.157 each): within 0 % of each other at width 6
+    assert "with beams is within 0 % of parallel sampling's at each width both ran (6)" in text
 
 
 def test_reproduce_fig14_writes_both_tables(fake_opts, tmp_path):
