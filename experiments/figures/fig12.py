@@ -60,16 +60,18 @@ def sustainable_rate(rates, latencies, threshold: float = LATENCY_THRESHOLD_S) -
 #: a rate read this far above what a system served at the highest probe exceeds its capacity (a
 #: probe's throughput differs from its rate by its drain and its arrivals' noise: 2.06 req/s at 2)
 OVER = 1.05
+#: why a rate read above a system's capacity is not read (:func:`capacity_reading`), as the
+#: figures' readings say it
+ABOVE_CAPACITY = ("a rate above a system's capacity cannot be sustained, and a probe of a fixed count of "
+                  "requests keeps the queue an overload builds, and the latency with it, short of the threshold "
+                  "past that capacity")
 
 
 def capacity_reading(rates, latencies, served, threshold: float = LATENCY_THRESHOLD_S) -> tuple[float, str, float]:
     """:func:`sustainable_rate`, checked against the system's capacity: what it served at the
     highest probed rate (``served``: each probe's throughput, in the rates' units), where that
-    probe overloaded it (NaN where none did). A rate read above its capacity cannot be sustained,
-    though the probes' latency stays under the threshold there: a probe of a fixed count of
-    requests keeps the queue an overload builds, and the latency with it, short of the threshold,
-    so the rate read is the trace length's, not the system's; ``how`` then says so. Returns (rate,
-    how, capacity)."""
+    probe overloaded it (NaN where none did). A rate read above it is not the system's but its
+    trace length's (:data:`ABOVE_CAPACITY`); ``how`` then says so. Returns (rate, how, capacity)."""
     rate, how = sustainable_rate(rates, latencies, threshold)
     top_rate, capacity = max(zip(rates, served))
     if not capacity * OVER < top_rate:

@@ -24,7 +24,7 @@ import math
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
+from pagesim.experiments.figures.fig12 import ABOVE_CAPACITY, LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
 from pagesim.experiments.figures.common import SweepOptions, figure_specs, rate_curves_section, ratio_miss
 from pagesim.experiments.run_spec import RunSpec, canonical_json, results_frame
 
@@ -158,11 +158,9 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
             f"By the paper's measure, the highest rate whose normalized latency stays <= "
             f"{r['threshold_s_per_token'].iloc[0]:g} s/token (Fig. 12's), vLLM's rate reads above its capacity at "
             f"{len(above)} of {len(vllm)} widths ({panel_name(x['mode'], x['width'])}: {x['sustainable_rate']:.1f} "
-            f"req/s read, {x['capacity']:.1f} served when overloaded): a rate above a system's capacity cannot be "
-            "sustained, and a probe of a fixed count of requests (1,200-2,400 here, not the paper's hour) keeps the "
-            "queue an overload builds, and the latency with it, short of the threshold past that capacity. Each "
-            "such ratio is taken by capacity, the throughput (requests of the trace a second) when both are "
-            "overloaded, which a longer trace's knee approaches.")
+            f"req/s read, {x['capacity']:.1f} served when overloaded): {ABOVE_CAPACITY} (1,200-2,400 requests "
+            "here, not the paper's hour). Each such ratio is taken by capacity, the throughput (requests of the "
+            "trace a second) when both are overloaded, which a longer trace's knee approaches.")
     ordered = oracle.sort_values("width")
     for mode, g in ordered.groupby("mode", sort=False):
         vals = g["vllm_ratio"].tolist()

@@ -24,7 +24,7 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, figure_specs, ratio_miss, run_figure
-from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading
+from pagesim.experiments.figures.fig12 import ABOVE_CAPACITY, LATENCY_THRESHOLD_S, capacity_reading
 from pagesim.experiments.run_spec import RunSpec, results_frame
 
 #: what the figure shows, in ``reproduce all``'s closing table
@@ -122,9 +122,7 @@ def threshold_reading(row) -> str:
         return head + ", ".join(parts) + f": {row.sustainable_ratio:.2f}x."
     why = ""
     if "above its capacity" in row.vllm_how + row.orca_oracle_how:
-        why = (", a rate above a system's capacity cannot be sustained: its probes of a fixed count of requests "
-               "keep the queue an overload builds, and the latency with it, short of the threshold past that "
-               "capacity")
+        why = ", " + ABOVE_CAPACITY
     return head + ", ".join(parts) + f": not read{why}. The ratio is taken by capacity, the throughput when both are overloaded."
 
 
