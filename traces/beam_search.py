@@ -1,146 +1,20 @@
-"""A real beam search, run on CPU, whose lineage (which beam each surviving beam descends from,
-step by step) is the record the simulator's beam model (``sim/core/sched/beam.py``) is fitted to.
-
-The language model is an interpolated Kneser-Ney trigram model (discount 0.75) over words and
-punctuation, trained on a text that ships with CPython itself (``pydoc_data.topics``, the
-Python documentation's topics: no download). Beam search is the standard one: from a prompt,
-the first step keeps the ``width`` best tokens (every beam a child of the prompt); each later
-step scores every beam's every continuation by its cumulative log-probability and keeps the
-``width`` best, ties broken by beam, then token (deterministic). Lengths are fixed by the trace
-as the simulator's are (no end-of-sequence token stops a beam).
-
-The record: ``parents[t, j]`` is the index, among the beams after step ``t``, of the beam that
-beam ``j`` after step ``t + 1`` continues. A beam none continues dies; one continued by several
-forks. What matters for memory is how much of their sequences the beams share: the depth of
-their common ancestors, and the KV blocks they hold under vLLM's copy-on-write forks
-(:func:`physical_blocks`).
+"""What a real beam search's lineage says (``pagesim trace beam-search``): the search and its
+record are ``sim/beam_lineage.py``'s, the record the simulator's beams follow
+(``sim/core/sched/beam.py``); here, from prompts of a workload's lengths, how many beams die per
+step, how much of their sequences the beams share (the depth of their common ancestors), and the
+KV blocks they hold under vLLM's copy-on-write forks (:func:`physical_blocks`), counted from the
+record alone: the core's own count, step by step, is checked against it
+(``tests/sim/core/test_beam.py``).
 """
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
-#: Kneser-Ney's absolute discount at every order
-DISCOUNT = 0.75
-#: a word, a number or one mark of prose punctuation (the docs' markup and code symbols are left out:
-#: runs of them, "* * *", trap a trigram model in loops)
-TOKEN = re.compile(r"[A-Za-z_]+|\d+|[.,;:?!()\x27\x22]")
-
-
-def builtin_corpus() -> str:
-    """The Python documentation's topics (``pydoc_data.topics``, part of CPython), in key order."""
-    from pydoc_data.topics import topics
-    return "\n".join(topics[k] for k in sorted(topics))
-
-
-def tokenize(text: str) -> list[str]:
-    return TOKEN.findall(text)
-
-
-class TrigramModel:
-    """Interpolated Kneser-Ney trigram model over the tokens it was trained on.
-
-    P3(w | u v) = max(c(u v w) - d, 0) / c(u v .) + d T3(u v) / c(u v .) P2(w | v)
-    P2(w | v)   = max(N(. v w) - d, 0) / N(. v .) + d T2(v) / N(. v .) P1(w)
-    P1(w)       = max(N(. w) - d, 0) / N(. .) + d T1 / N(. .) / V
-    with c raw counts, N(. x) the number of distinct tokens seen before x, T the number of
-    distinct tokens seen after the context; a context never seen falls to the order below.
-    """
-
-    def __init__(self, tokens: Sequence[str], discount: float = DISCOUNT):
-        if len(tokens) < 3:
-            raise ValueError(f"a trigram model needs at least 3 tokens, got {len(tokens)}")
-        self.vocab = sorted(set(tokens))
-        self.index = {w: i for i, w in enumerate(self.vocab)}
-        ids = np.array([self.index[w] for w in tokens], dtype=np.int64)
-        d = discount
-        size = len(self.vocab)
-        bigrams = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
-        trigrams: dict[tuple[int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        for u, v, w in zip(ids[:-2].tolist(), ids[1:-1].tolist(), ids[2:].tolist()):
-            trigrams[(u, v)][w] += 1
-        # continuation counts: N(. w) over bigram types, N(. v w) over trigram types
-        before = np.bincount(np.array([w for _, w in bigrams]), minlength=size).astype(np.float64)
-        total = before.sum()
-        self.unigram = (np.maximum(before - d, 0) + d * np.count_nonzero(before) / size) / total
-        middle: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        for (u, v), follow in trigrams.items():
-            for w in follow:
-                middle[v][w] += 1
-        self.bigram = {v: self._level(follow, d) for v, follow in middle.items()}
-        self.trigram = {uv: self._level(follow, d) for uv, follow in trigrams.items()}
-
-    @staticmethod
-    def _level(follow: dict[int, int], d: float) -> tuple[np.ndarray, np.ndarray, float]:
-        """(token ids, their discounted share, the weight left to the order below)."""
-        words = np.array(sorted(follow), dtype=np.int64)
-        counts = np.array([follow[w] for w in words.tolist()], dtype=np.float64)
-        total = counts.sum()
-        return words, np.maximum(counts - d, 0) / total, d * words.size / total
-
-    def ids(self, words: Sequence[str]) -> list[int]:
-        return [self.index[w] for w in words]
-
-    def probs(self, u: int, v: int) -> np.ndarray:
-        """P(w | u v) for every token w (sums to 1)."""
-        p = self.unigram.copy()
-        for level in (self.bigram.get(v), self.trigram.get((u, v))):
-            if level is not None:
-                words, share, rest = level
-                p *= rest
-                p[words] += share
-        return p
-
-
-class BeamRecord(NamedTuple):
-    """One beam search: ``prompt_tokens`` long, ``output_tokens`` generated per beam;
-    ``parents`` is ``(output_tokens - 1, width)`` (module docstring); ``tokens`` the beams'
-    sequences at the end, ``(width, output_tokens)``."""
-
-    prompt_tokens: int
-    output_tokens: int
-    width: int
-    parents: np.ndarray
-    tokens: np.ndarray
-
-
-def top(scores: np.ndarray, width: int) -> np.ndarray:
-    """The flat indices of the ``width`` highest scores, best first, ties to the lower index."""
-    width = min(width, scores.size)
-    threshold = np.partition(scores, scores.size - width)[scores.size - width]
-    candidates = np.flatnonzero(scores >= threshold)  # ascending: ties keep the lower index
-    return candidates[np.argsort(-scores[candidates], kind="stable")[:width]]
-
-
-def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_tokens: int) -> BeamRecord:
-    """Beam search of ``width`` beams generating ``output_tokens`` tokens after ``prompt``
-    (at least two token ids, the trigram's context)."""
-    if width < 1 or output_tokens < 1 or len(prompt) < 2:
-        raise ValueError(f"beam search needs width >= 1, output_tokens >= 1 and a prompt of >= 2 tokens; got "
-                         f"width={width}, output_tokens={output_tokens}, prompt of {len(prompt)}")
-    size = len(model.vocab)
-    start = np.log(model.probs(prompt[-2], prompt[-1]))
-    first = top(start, width)
-    scores = start[first]
-    seqs = [[prompt[-1], int(w)] for w in first]  # each beam's last two tokens, then what it generated
-    history = np.zeros((len(first), output_tokens), dtype=np.int64)
-    history[:, 0] = first
-    parents = np.zeros((output_tokens - 1, len(first)), dtype=np.int64)
-    for t in range(1, output_tokens):
-        cand = np.concatenate([scores[j] + np.log(model.probs(seqs[j][-2], seqs[j][-1])) for j in range(len(seqs))])
-        best = top(cand, width)
-        parent, word = best // size, best % size
-        parents[t - 1] = parent
-        history = history[parent]
-        history[:, t] = word
-        seqs = [[seqs[p][-1], int(w)] for p, w in zip(parent.tolist(), word.tolist())]
-        scores = cand[best]
-    return BeamRecord(len(prompt), output_tokens, len(first), parents, history)
-
+from pagesim.sim.beam_lineage import (BeamRecord, TrigramModel, beam_search, builtin_corpus,  # noqa: F401
+                                      tokenize, top)
 
 # ----------------------------------------------------------------------------------------- what a record says
 
@@ -207,33 +81,15 @@ def physical_blocks(parents: np.ndarray, prompt_tokens: int, block_size: int) ->
     return physical, logical
 
 
-def death_rate_to_churn(rate: float, width: int) -> float:
-    """The churn probability p of ``sim/core/sched/beam.py`` whose expected share of beams dying per
-    step is ``rate``: each beam dies with probability p, one lives if all would, so
-    E[deaths] / width = p - p**width / width; solved by bisection (increasing in p on [0, 1])."""
-    if width < 2:
-        return 0.0
-    top_rate = 1 - 1 / width
-    if rate >= top_rate:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mid - mid ** width / width < rate else (lo, mid)
-    return (lo + hi) / 2
-
-
 # ----------------------------------------------------------------------------------------- a study
 
 class Study(NamedTuple):
-    """Beam searches from prompts drawn from a corpus, at one width, with the statistics the
-    simulator's model is fitted to."""
+    """Beam searches from prompts drawn from a corpus, at one width, and their statistics."""
 
     width: int
     records: list
     death_rate: float  # share of beams that die per step, over all steps of all records
     death_rate_by_step: np.ndarray  # rows: step bins (:data:`STEP_BINS`), the share of beams dying
-    churn: float  # death_rate_to_churn(death_rate, width)
     shared_prefix_fraction: float  # mean over steps of shared generated tokens / generated tokens
     shared_prefix_quantiles: np.ndarray  # 10/50/90 % of the steps' shared / generated tokens
     block_saving: float  # 1 - physical / logical blocks, summed over every step of every record
@@ -272,6 +128,5 @@ def study(model: TrigramModel, requests: Sequence[tuple[list[int], int]], width:
     phys, logi = (int(x) for x in blocks.sum(axis=0))
     by_lag = [lineages_by_lag(r.parents, LAGS) for r in records]
     lag_total, lag_count = (np.sum([x[n] for x in by_lag], axis=0) for n in (0, 1))
-    return Study(width, records, float(rate), by_step, death_rate_to_churn(float(rate), width),
-                 float(fractions.mean()), np.quantile(fractions, [0.1, 0.5, 0.9]),
+    return Study(width, records, float(rate), by_step, float(fractions.mean()), np.quantile(fractions, [0.1, 0.5, 0.9]),
                  1 - phys / logi if logi else 0.0, np.where(lag_count > 0, lag_total / np.maximum(lag_count, 1), np.nan))

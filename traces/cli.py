@@ -103,7 +103,6 @@ def cmd_beam_search(args) -> int:
     prompt, output = paper_lengths(args.workload, args.num_requests, rng)
     output = np.minimum(output, args.max_output)
     requests = bs.draw_requests(model, model.ids(tokens), prompt, output, rng)
-    lengths = [(len(p), o) for p, o in requests]
     print(fill(f"beam search over a Kneser-Ney trigram model ({len(tokens):,} tokens, {len(model.vocab):,} types), "
                f"{args.num_requests} {args.workload} requests (seed {args.seed}); lags in steps, shares of beams"))
     studies = []
@@ -113,28 +112,12 @@ def cmd_beam_search(args) -> int:
     bins = " ".join(f"{lo}-{hi if hi < 10 ** 9 else ''}" for lo, hi in bs.STEP_BINS)
     for st in studies:
         q = " / ".join(f"{x:.2f}" for x in st.shared_prefix_quantiles)
-        print(fill(f"width {st.width}: death rate {st.death_rate:.3f} per beam-step -> churn p {st.churn:.3f}; by "
+        print(fill(f"width {st.width}: death rate {st.death_rate:.3f} per beam-step; by "
                    f"step ({bins}): {' '.join(f'{x:.2f}' for x in st.death_rate_by_step)}"))
         print(fill(f"shared generated prefix (all beams) / generated: mean {st.shared_prefix_fraction:.2f}, "
                    f"p10 / p50 / p90 {q}; distinct ancestors at lag {', '.join(map(str, bs.LAGS))}: "
                    f"{' '.join(f'{x:.2f}' for x in st.lineages_by_lag)}; block saving {100 * st.block_saving:.1f}%",
                    first="  ", rest="    "))
-    if args.fit_core:
-        # here: the compiled core (numba), which the other trace commands do not load
-        from pagesim.sim.core.sched.beam import BEAM_CHURN_PROBABILITY
-        from pagesim.traces.beam_fit import best_churn, churn_for_saving, core_saving
-
-        for st in studies:
-            LOG.info("the core's beam model at width %d", st.width)
-            now = core_saving(lengths, st.width, BEAM_CHURN_PROBABILITY, args.seed)
-            at_rate = core_saving(lengths, st.width, st.churn, args.seed)
-            matching = churn_for_saving(lengths, st.width, st.block_saving, args.seed)
-            print(fill(f"width {st.width}: core saving {100 * now:.1f}% at p {BEAM_CHURN_PROBABILITY:g} (the model's), "
-                       f"{100 * at_rate:.1f}% at p {st.churn:.3f} (the death rate's), beam search's "
-                       f"{100 * st.block_saving:.1f}%; p matching it {matching:.3f}"))
-        if len(studies) > 1:
-            p, err = best_churn(lengths, [st.width for st in studies], [st.block_saving for st in studies], args.seed)
-            print(f"one p for widths {', '.join(str(st.width) for st in studies)}: {p:.2f} (RMS saving error {100 * err:.1f} pp)")
     return 0
 
 
@@ -198,24 +181,21 @@ def register(sub) -> None:
     c.add_argument("-o", "--out", required=True, metavar="FILE", help="output: .csv, .parquet or .jsonl")
     c.set_defaults(func=cmd_convert)
 
-    b = tsub.add_parser("beam-search", help="Run a real beam search (trigram model, CPU) and fit the beam model to it",
+    b = tsub.add_parser("beam-search", help="Run a real beam search (trigram model, CPU): its deaths, sharing, block saving",
                         formatter_class=HelpFormatter,
                         description="Beam search over an interpolated Kneser-Ney trigram model trained on the "
                                     "Python docs CPython ships (pydoc_data.topics; or --corpus), from prompts cut "
-                                    "from the corpus with the workload's lengths. Prints per width the share of "
-                                    "beams that die per step and the churn p of sim/core/sched/beam.py it implies, "
-                                    "how much the beams share, and their KV block saving under copy-on-write "
-                                    "forks; --fit-core runs the simulator's beam model on the same lengths and "
-                                    "fits p to the saving (traces/beam_search.py, traces/beam_fit.py).",
+                                    "from the corpus with the workload's lengths: the search whose records the "
+                                    "simulator's beams follow (sim/beam_lineage.py). Prints per width the share of "
+                                    "beams that die per step, how much the beams share, and their KV block saving "
+                                    "under copy-on-write forks (traces/beam_search.py).",
                         epilog=example("pagesim trace beam-search --width 2 4 6 --num-requests 60",
-                                       "pagesim trace beam-search --workload sharegpt --width 4 --num-requests 20 "
-                                       "--fit-core"))
+                                       "pagesim trace beam-search --workload sharegpt --width 4 --num-requests 20"))
     b.add_argument("--workload", choices=("alpaca", "sharegpt"), default="alpaca", help="prompt and output lengths")
     b.add_argument("--width", type=_positive_int, nargs="+", default=[2, 4, 6], help="beam widths")
     b.add_argument("--num-requests", type=_positive_int, default=60, metavar="N", help="beam searches per width")
     b.add_argument("--max-output", type=_positive_int, default=2048, metavar="TOKENS", help="cap on output lengths")
     b.add_argument("--block-size", type=_positive_int, default=16, metavar="TOKENS", help="KV block size")
     b.add_argument("--corpus", metavar="FILE", default=None, help="UTF-8 text to train on (default: pydoc_data)")
-    b.add_argument("--fit-core", action="store_true", help="also run the simulator's beam model and fit p")
     b.add_argument("--seed", type=int, default=0, help="random seed (prompts and lengths)")
     b.set_defaults(func=cmd_beam_search)

@@ -9,7 +9,6 @@ At the root, what every room reads or what reads every room:
     build.py        a configuration's policy as the core's numbers and flags, its arrays before the run
     check.py        --check: every incremental quantity recomputed from scratch
     outcome.py      what a run left, in words and counters: reject reasons, the manager's events
-    rng.py          the seeded draws as numpy's Generator makes them
 
 sched/ (the rules of scheduling):
 
@@ -27,7 +26,7 @@ sched/ (the rules of scheduling):
     static.py       request-level (static) batching: padded batches in fixed slots
     speculative.py  vLLM v1's speculative decoding: drafts per decode, lookahead slots, acceptance,
                     the speculative slack (--num-speculative-tokens)
-    beam.py         beam search's deaths and forks
+    beam.py         beam search's deaths and forks, as a real beam search's record has them
 
 kv/ (the rules of KV memory):
 

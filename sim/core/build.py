@@ -18,7 +18,8 @@ import numpy as np
 
 from pagesim.sim.core import state
 from pagesim.sim.core.kv import memory, placement
-from pagesim.sim.core.sched.beam import BEAM_CHURN, BEAM_CHURN_PROBABILITY, BEAM_SEARCH
+from pagesim.sim.beam_lineage import RECORD_TOKENS, RECORDS, lineage_library
+from pagesim.sim.core.sched.beam import BEAM_SEARCH, BEAM_STEPS
 from pagesim.sim.core.price.cost import swap_seconds
 from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
@@ -285,7 +286,6 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[HAS_WAITING_SERVED_RATIO] = int(ratio is not None)
     clock[WAITING_SERVED_RATIO] = 0.0 if ratio is None else float(ratio)
     config[BEAM_SEARCH] = int(n > 0 and int(t.beam.max()) > 1)
-    clock[BEAM_CHURN] = BEAM_CHURN_PROBABILITY
     config[HAS_CLIENT_TIMEOUT] = int(cfg.client_timeout_s is not None)
     clock[CLIENT_TIMEOUT_S] = np.inf if cfg.client_timeout_s is None else float(cfg.client_timeout_s)
     rows = max(1024, ROWS_PER_REQUEST * n) if cfg.record_steps else 0
@@ -320,7 +320,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         row_floats=np.zeros((rows, state.ROW_FLOATS)), row_ints=np.zeros((rows, state.ROW_INTS), i64),
         cost_data=cost_data, step_prefill_context=np.zeros(running, i64),
         width=t.width, num_seqs=np.ones(max(n, 1), i64), seq_slot=seq_slot, **no_extents(), **caching,
-        beam=t.beam, rng=np.random.default_rng(cfg.seed),  # beam search's draws
+        beam=t.beam, **beam_arrays(config, t), rng=np.random.default_rng(cfg.seed),
         predictor_draw=np.zeros(0), placement_saved=np.zeros(0, i64), **step_output_arrays(
             external, num_blocks, num_slots * blocks_per_seq), **radix,
         **speculative_arrays(config, clock, cfg, n, pool.max_seq_len, draft_cost),
@@ -559,6 +559,28 @@ def priority_column(cfg, t) -> np.ndarray:
     if len(t.priority) == t.size or SCHEDULING_POLICIES[cfg.scheduling_policy].orders_by != "priority":
         return t.priority
     return np.zeros(t.size, np.int64)
+
+
+def beam_arrays(config, t) -> dict:
+    """Beam search's lineage records (``sim/beam_lineage.py``), a section for each width the trace's
+    requests with beams have, and per such request its record's first row: request ``i`` follows
+    record ``i mod RECORDS`` of its width (``sim/core/sched/beam.py``); one row each where no
+    request has beams. A width above ``max_num_seqs`` never decodes (``REJECT_TOO_WIDE``): none."""
+    beams = (t.beam > 1) & (t.width <= config[state.MAX_NUM_SEQS])
+    if not config[BEAM_SEARCH] or not beams.any():
+        config[BEAM_STEPS] = 1
+        return dict(beam_parents=np.zeros((1, 1), np.int16), beam_row=np.zeros(1, np.int64))
+    widths = np.unique(t.width[beams])
+    steps = RECORD_TOKENS - 1
+    section = RECORDS * steps
+    parents = np.zeros((len(widths) * section, int(widths.max())), np.int16)
+    row = np.zeros(len(t.beam), np.int64)
+    for k, width in enumerate(widths.tolist()):
+        parents[k * section:(k + 1) * section, :width] = lineage_library(width).reshape(section, width)
+        mine = np.flatnonzero(beams & (t.width == width))
+        row[mine] = k * section + mine % RECORDS * steps
+    config[BEAM_STEPS] = steps
+    return dict(beam_parents=parents, beam_row=row)
 
 
 def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool, radix: bool = False) -> dict:

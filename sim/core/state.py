@@ -318,7 +318,7 @@ table("clock", f"""
     LOAD_LINK_FREE_S    when the link's host -> GPU direction has moved every load queued on it
     STORE_LINK_FREE_S   when its GPU -> host direction has moved every store queued on it
 """, size="NUM_CLOCK",
-      rooms={"events.loop": 4, "sched.scheduler_vllm": 4, "sched.beam": 4,
+      rooms={"events.loop": 4, "sched.scheduler_vllm": 4,
              "sched.scheduler_sglang": 8, "sched.scheduler_v1": 4, "kv.kv_cache": 8})
 
 # Core.block_info (prefix caching): a block's row, sixteen int32, one cache line (int64 rows, two
@@ -472,9 +472,14 @@ class Core(NamedTuple):
     width: np.ndarray
     num_seqs: np.ndarray  # its live sequences: 1 until the fork after its prefill, then width
     seq_slot: np.ndarray
-    # beam search (sim/core/sched/beam.py): each request's beam width (1: none), and the run's seeded
-    # numpy Generator its beams die and fork by (config[BEAM_SEARCH]: some request has beams)
+    # beam search (sim/core/sched/beam.py): each request's beam width (1: none); the lineage records
+    # its beams follow (int16: each row a step's parent of each new beam, config[BEAM_STEPS] rows a
+    # record, sim/beam_lineage.py) and per request its record's first row (one row each where no
+    # request has beams: config[BEAM_SEARCH]); the run's seeded numpy Generator (speculative
+    # decoding's draws)
     beam: np.ndarray
+    beam_parents: np.ndarray
+    beam_row: np.ndarray
     rng: np.random.Generator
     # the predicted reservation (sim/core/kv/extent.py): each request's standard normal draw z of
     # its length predictor, and room to save the placement in while several re-reservations

@@ -116,6 +116,8 @@ def trace(workload: Workload) -> pd.DataFrame:
         df["priority"] = [r.priority for r in rows]
     if any(r.n > 1 for r in rows):
         df["n"] = [r.n for r in rows]
+    if any(r.beam > 1 for r in rows):
+        df["beam_width"] = [r.beam for r in rows]
     if any(r.hashes for r in rows):
         df["prefix_hashes"] = [tuple(r.hashes) for r in rows]
         df.attrs["hash_block_tokens"] = workload.block_size

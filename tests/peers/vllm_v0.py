@@ -112,7 +112,11 @@ def build(vllm, workload: Workload):
 
 def make_group(vllm, workload: Workload, index: int):
     row = workload.requests[index]
-    sampling = vllm.SamplingParams(n=row.n, max_tokens=row.output, ignore_eos=True, detokenize=False)
+    if row.beam > 1:  # beam search's settings (sampling_params.py:_verify_beam_search: greedy)
+        sampling = vllm.SamplingParams(n=1, best_of=row.beam, use_beam_search=True, temperature=0.0,
+                                       max_tokens=row.output, ignore_eos=True, detokenize=False)
+    else:
+        sampling = vllm.SamplingParams(n=row.n, max_tokens=row.output, ignore_eos=True, detokenize=False)
     sequence = vllm.Sequence(index, "", workload.prompt_token_ids(index), workload.block_size)
     return vllm.SequenceGroup(request_id(index), [sequence], sampling, arrival_time=row.arrival_s)
 
@@ -135,6 +139,7 @@ def run(workload: Workload, max_steps: int = 100_000) -> list[Step]:
 
 def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
     scheduler, processor = build(vllm, workload)
+    beams: dict = {}  # a beam search's group -> its beams' sequence ids in its record's order
     steps: list[Step] = []
     pending = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival_s, i))
     now = 0.0
@@ -161,7 +166,7 @@ def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
             scheduled[group_index(group)] = item.token_chunk_size - cached if group.is_prefill() else running
         preempted = running_before - {group_index(g) for g in scheduler.running} - scheduled.keys()
         free_blocks = scheduler.block_manager.get_num_free_gpu_blocks()  # once scheduled, as pagesim's
-        complete(vllm, scheduler, processor, output, metadata)
+        complete(vllm, scheduler, processor, output, metadata, beams)
         steps.append(Step(now, scheduled, frozenset(preempted), free_blocks,
                           finished=frozenset(i for i in scheduled if scheduler_group_finished(scheduler, i)),
                           swapped_out=frozenset(swapped - swapped_before), swapped_in=frozenset(swapped_before - swapped)))
@@ -169,22 +174,61 @@ def drive(vllm, workload: Workload, max_steps: int) -> list[Step]:
     return steps
 
 
-def complete(vllm, scheduler, processor, output, metadata) -> None:
+def complete(vllm, scheduler, processor, output, metadata, beams: dict) -> None:
     """What vLLM's engine does once the model has run (llm_engine.py:507-519): each scheduled
     group's computed tokens advance by its chunk, and, unless it was a prompt's partial chunk
     (``do_sample``, scheduler.py:942-952), it samples ``TOKEN`` for each running sequence (``n``
-    samples for a group's prompt: its sequences fork, single_step.py:100-132)."""
+    samples for a group's prompt: its sequences fork, single_step.py:100-132), or a beam search's
+    candidates (:func:`beam_samples`)."""
     for item, meta in zip(output.scheduled_seq_groups, metadata):
         group = item.seq_group
         if not meta.do_sample:
             group.update_num_computed_tokens(item.token_chunk_size)
             continue
-        per_parent = group.sampling_params.best_of if group.is_prefill() else 1  # the sampler's, per prompt
+        prefill = group.is_prefill()
+        per_parent = group.sampling_params.best_of if prefill else 1  # the sampler's, per prompt
         group.update_num_computed_tokens(item.token_chunk_size)
+        if group.sampling_params.use_beam_search:
+            beam_step(vllm, processor, group, prefill, beams)
+            continue
         samples = [vllm.SequenceOutput(parent.seq_id, TOKEN, {TOKEN: vllm.Logprob(0.0)})
                    for parent in group.get_seqs(status=vllm.SequenceStatus.RUNNING) for _ in range(per_parent)]
         processor.process_outputs(group, [vllm.SequenceGroupOutput(samples, None)])
     scheduler.free_finished_seq_groups()
+
+
+#: a beam's sampled token: ``BEAM_TOKEN + j`` for the record's new beam ``j`` (how the driver
+#: finds, among the group's sequences after vLLM processed them, which beam each is)
+BEAM_TOKEN = 1 << 30
+
+
+def beam_step(vllm, processor, group, prefill: bool, beams: dict) -> None:
+    """One step of a beam search of ``best_of`` beams, its selection given by the lineage record
+    pagesim's beams follow (``sim/beam_lineage.py``; the request's record, ``i mod RECORDS`` of
+    its width: ``sim/core/build.py``'s ``beam_arrays``), as the workload's input: after the
+    prompt every beam is a child of it; after a decode of token ``g`` (from 0) the record's row
+    ``g - 1`` names each new beam's parent. The samples are exactly the new beams (each a
+    candidate of its parent, scored best first as the record orders them), so vLLM's own output
+    processor selects them all, forks each parent with several children, continues it with its
+    last, and frees each parent with none (single_step.py:72-240); its block manager forks and
+    frees the blocks."""
+    from pagesim.sim.beam_lineage import RECORDS, lineage_library
+
+    width, index = group.sampling_params.best_of, group_index(group)
+    running = group.get_seqs(status=vllm.SequenceStatus.RUNNING)
+    if prefill:
+        parents, order = [0] * width, [running[0].seq_id]
+    else:
+        generated = running[0].get_output_len()
+        records = lineage_library(width)
+        assert generated - 1 < records.shape[1], "a peer beam search longer than its record"
+        parents, order = records[index % RECORDS, generated - 1].tolist(), beams[index]
+    samples = [vllm.SequenceOutput(order[q], BEAM_TOKEN + j, {BEAM_TOKEN + j: vllm.Logprob(-float(j))})
+               for j, q in enumerate(parents)]
+    processor.process_outputs(group, [vllm.SequenceGroupOutput(samples, None)])
+    by_beam = {seq.get_last_token_id() - BEAM_TOKEN: seq.seq_id for seq in group.get_seqs()
+               if not seq.is_finished()}
+    beams[index] = [by_beam[j] for j in range(width)] if by_beam else []
 
 
 def scheduler_group_finished(scheduler, index: int) -> bool:

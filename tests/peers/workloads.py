@@ -30,6 +30,7 @@ class Row:
     priority: int = 0
     hashes: tuple = ()  # one per full block of the prompt's prefix, a chain: block k's key is hashes[:k + 1]
     n: int = 1  # parallel sampling: sequences of this request (vLLM v0 only)
+    beam: int = 1  # beam search: its beams (vLLM v0 only), which follow pagesim's lineage record (vllm_v0.beams)
 
 
 FULL, SLIDING = "full_attention", "sliding_attention"  # a layer's kind: Hugging Face's layer_types
@@ -559,6 +560,12 @@ def parallel_rows(seed: int, n: int, widths: tuple, spread_s: float = 0.0) -> li
     return [dataclasses.replace(row, n=rng.randint(*widths)) for row in rows(seed, n, (16, 120), (8, 60), spread_s)]
 
 
+def beam_rows(seed: int, n: int, widths: tuple, spread_s: float = 0.0) -> list:
+    """``rows`` whose requests search ``widths``-drawn beams each."""
+    rng = random.Random(seed)
+    return [dataclasses.replace(row, beam=rng.randint(*widths)) for row in rows(seed, n, (16, 120), (8, 90), spread_s)]
+
+
 # vLLM 0.4.2 (vllm_v0.py): prefill-first iterations, a watermark of 1 %
 V0_WORKLOADS = {
     "preemption": Workload("preemption", rows(1, 20, (16, 200), (8, 120)), num_blocks=48,
@@ -580,6 +587,11 @@ V0_WORKLOADS = {
                          description="n = 2-4, 96 blocks"),
     "parallel-tight": Workload("parallel-tight", parallel_rows(8, 30, (2, 4)), num_blocks=40, preemption="swap",
                                description="n = 2-4, 40 blocks: groups swapped out and in"),
+    "beam": Workload("beam", beam_rows(11, 24, (2, 6)), num_blocks=160, max_model_len=1024, preemption="swap",
+                     description="beam search of 2-6 beams, 160 blocks: beams die and fork as the record says"),
+    "beam-tight": Workload("beam-tight", beam_rows(12, 30, (2, 6), spread_s=30), num_blocks=48,
+                           description="beam search of 2-6 beams over 30 steps, 48 blocks: groups swapped "
+                                       "out and in"),
     "parallel-default": Workload("parallel-default", parallel_rows(9, 30, (1, 3)), num_blocks=40,
                                  description="n = 1-3, 40 blocks, vLLM's own choice: a group swapped, one "
                                              "sequence recomputed"),

@@ -1,4 +1,5 @@
-"""traces/beam_search.py: the trigram model, beam search's lineage and what it says, worked by hand."""
+"""sim/beam_lineage.py's trigram model and beam search, and what a lineage says (traces/beam_search.py),
+worked by hand."""
 
 from __future__ import annotations
 
@@ -75,14 +76,6 @@ def test_lineages_by_lag_by_hand():
     # lag 3: t=3 only, 1
     total, count = bs.lineages_by_lag(np.array([[0, 1], [1, 0], [0, 0]]), (1, 3, 5))
     assert total.tolist() == [5, 1, 0] and count.tolist() == [3, 1, 0]
-
-
-def test_death_rate_to_churn_inverts_the_models_expected_deaths():
-    # the model: each of w beams dies with p, one lives if all would: E[deaths]/w = p - p**w / w
-    assert bs.death_rate_to_churn(0.5 - 0.25 / 2, 2) == pytest.approx(0.5)
-    assert bs.death_rate_to_churn(0.2 - 0.2 ** 4 / 4, 4) == pytest.approx(0.2)
-    assert bs.death_rate_to_churn(0.9, 2) == 1.0  # at most 1 - 1/w die
-    assert bs.death_rate_to_churn(0.3, 1) == 0.0
 
 
 def test_study_counts_deaths_per_beam_step():

@@ -273,8 +273,8 @@ def _drop_stale_cache(here=None) -> None:
 
 
 def on_numba_load(fn):
-    """Run ``fn`` as numba loads (at once if it has): where the core extends numba
-    (``rng.py``'s overload) or binds a name to one of numba's types (``sim/cluster.py``)."""
+    """Run ``fn`` as numba loads (at once if it has): where the core extends numba or binds a
+    name to one of numba's types (``sim/core/events/loop.py``, ``sim/cluster.py``)."""
     if numba is not None:
         fn()
     else:

@@ -840,45 +840,88 @@ def fork_seq(s, i, parent, j):
     s.count[NUM_FORKS] += 1
 
 
+# A group's sequences share leading blocks: a fork shares its parent's every block, and a block
+# written after it is its own (copy-on-write), so two sequences share a prefix of their tables, and
+# the shares nest (a lineage's): the earlier sequence ``p`` that sequence ``j`` shares most with
+# holds every block ``j`` shares with any earlier one. vLLM 0.4.2 swaps a block its sequences share
+# once, and back in once, shared again (``block_manager_v1.py:474-533``, its ``mapping``): so while
+# a group is swapped out, each of its sequences ``j >= 1`` keeps (p, d), its d leading blocks those
+# of sequence p, in its ``seq_slot`` as -(2 + slot + slots * (1 + p + width * d)) (``slot``: its
+# slot as it left, read while the group lets its sequences go, :func:`swap_out`).
 @njit(inline=True)
-def shared_swap_blocks(s, i, n):
-    """The leading blocks request ``i``'s sequences, ``n`` tokens each, share: its prompt's full
-    ones, or all of them while none has decoded since the fork (0 for one sequence)."""
-    if s.num_seqs[i] == 1:
-        return 0
-    return blocks_for(s, n) if n == s.prompt_target[i] else s.prompt_target[i] // s.config[BLOCK_SIZE]
+def slot_of(s, i, j):
+    """Sequence ``j``'s slot: held, or as it left in a swap-out (:func:`swap_out`)."""
+    code = s.seq_slot[i, j]
+    return code if code >= 0 else (-code - 2) % s.block_table.shape[0]
 
 
-@njit(inline=True)
+@njit
+def sharing(s, i, j):
+    """(p, d): sequence ``j`` (>= 1) of request ``i`` shares its ``d`` leading blocks with its
+    earlier sequence ``p``, the one it shares most with (the first of equals; ``d`` 0: none),
+    from the tables it holds, or as it kept them while swapped out."""
+    code = s.seq_slot[i, j]
+    if code < -1:
+        kept = (-code - 2) // s.block_table.shape[0] - 1
+        return kept % s.seq_slot.shape[1], kept // s.seq_slot.shape[1]
+    best, most = 0, 0
+    for p in range(j):
+        a, b, d = slot_of(s, i, p), slot_of(s, i, j), 0
+        while d < s.num_blocks[i] and s.block_table[a, d] == s.block_table[b, d]:
+            d += 1
+        if d > most:
+            best, most = p, d
+    return best, most
+
+
+@njit
 def swapped_size(s, i, n):
-    """The tokens request ``i``'s sequences, ``n`` each, move to or from the host: the blocks
-    they share once, as vLLM 0.4.2 swaps a block a group's sequences share once
-    (``block_manager_v1.py:474-533``, its ``mapping``)."""
-    shared = min(shared_swap_blocks(s, i, n) * s.config[BLOCK_SIZE], n)
-    return n + (s.num_seqs[i] - 1) * (n - shared)
+    """The tokens request ``i``'s sequences, ``n`` each, move to or from the host: a block they
+    share once (:func:`sharing`)."""
+    moved = n
+    for j in range(1, s.num_seqs[i]):
+        moved += n - min(sharing(s, i, j)[1] * s.config[BLOCK_SIZE], n)
+    return moved
+
+
+@njit
+def swap_out(s, i):
+    """Request ``i``'s sequences let their blocks go to the host, in order (as :func:`free`), each
+    after the first keeping how it shared them (:func:`sharing`)."""
+    slots, width = s.block_table.shape[0], s.seq_slot.shape[1]
+    for j in range(s.num_seqs[i]):
+        p, d = sharing(s, i, j) if j else (0, 0)
+        slot = s.seq_slot[i, j]
+        release_seq(s, i, j)
+        s.seq_slot[i, j] = -(2 + slot + slots * (1 + p + width * d))
+    s.num_computed_tokens[i] = 0
+    s.num_blocks[i] = 0
 
 
 @njit  # per swap-in: a call (sim/core/events/loop.py's docstring, "Compiled per family")
 def swap_in(s, i, n):
     """Whether request ``i``'s sequences came back with ``n`` computed tokens each (and a
     prompt's blocks all, like its admission, when it left mid-prompt). vLLM's can_swap_in
-    (block_manager_v1.py:455-472): its blocks, a group's shared ones once, and one more per
-    sequence (its next token's) must leave the watermark free. A group's sequences share the
-    blocks of the tokens before their fork (and, not decoded since, its tail), and come back
-    so, as vLLM swaps each block out and in once (swap_out/swap_in): the first in blocks of its
-    own (prefix caching: past its hits, and only what the cache does not hold is computed
-    again), the others holding its shared blocks and blocks of their own past them."""
+    (block_manager_v1.py:455-472): its blocks, a block its sequences share once, and one more
+    per sequence (its next token's) must leave the watermark free. They come back sharing what
+    they shared (:func:`sharing`), as vLLM swaps each block out and in once (swap_out/swap_in):
+    the first in blocks of its own (prefix caching: past its hits, and only what the cache does
+    not hold is computed again), each other holding the blocks it shared with an earlier one and
+    blocks of its own past them."""
     bs, w = s.config[BLOCK_SIZE], s.num_seqs[i]
     held = max(n, s.prompt_target[i])  # swapped out mid-prompt: the blocks its whole prompt took
     own = blocks_for(s, held)
-    shared = shared_swap_blocks(s, i, n)
-    if num_free_blocks(s) - own - (w - 1) * (own - shared) - w < s.config[WATERMARK_BLOCKS]:
+    need = own + w
+    for j in range(1, w):
+        need += own - sharing(s, i, j)[1]
+    if num_free_blocks(s) - need < s.config[WATERMARK_BLOCKS]:
         return False
     cached = allocate_seq(s, i, 0, held, n)
     if cached < n:
         compute_tokens_seq(s, i, 0, n - cached, BLOCK_TABLE)  # (vLLM v0's swap: blocks keyed once full)
     for j in range(1, s.num_seqs[i]):
-        fork_seq(s, i, 0, j)
+        p, shared = sharing(s, i, j)
+        fork_seq(s, i, p, j)
         slot = s.seq_slot[i, j]
         for k in range(shared, s.num_blocks[i]):
             s.block_info[s.block_table[slot, k], REF] -= 1
@@ -1050,10 +1093,9 @@ def record_swap(s, i: int, out: bool) -> None:
     rows, at = (s.step_swap_out, STEP_SWAP_OUT_BLOCKS) if out else (s.step_swap_in, STEP_SWAP_IN_BLOCKS)
     n = c[at]
     nb = blocks_for(s, s.num_computed_tokens[i])
-    shared = shared_swap_blocks(s, i, s.num_computed_tokens[i])
     for j in range(s.num_seqs[i]):
         slot = s.seq_slot[i, j]
-        for k in range(shared if j else 0, nb):  # a shared block once, with the first sequence
+        for k in range(sharing(s, i, j)[1] if j else 0, nb):  # a shared block once, with the first holding it
             rows[n, 0] = i
             rows[n, 1] = j
             rows[n, 2] = s.block_table[slot, k]

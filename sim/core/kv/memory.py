@@ -82,6 +82,16 @@ def preempted(s, i, traits):
 
 
 @njit(inline=True)
+def swap_out(s, i, traits):
+    """Running request ``i``'s memory goes to the host: a group's sequences keep how they shared
+    their blocks, to come back so (``kv_cache.swap_out``); else as :func:`free`."""
+    if traits & BLOCK_TABLE and s.num_seqs[i] > 1:
+        kv_cache.swap_out(s, i)
+    else:
+        free(s, i, traits)
+
+
+@njit(inline=True)
 def free(s, i, traits):
     if traits & RADIX_TREE:  # a finished request's tokens go into the radix tree
         radix_cache.cache_finished_req(s, i)

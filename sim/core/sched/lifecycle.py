@@ -229,7 +229,7 @@ def preempt(s, k, traits):
     if swap and c[SWAP_USED_TOKENS] + moved <= s.config[SWAP_CAPACITY_TOKENS]:
         if kv_cache.swaps_recorded(s.config):
             kv_cache.record_swap(s, i, True)  # the blocks its K/V leave from, before they are freed
-        memory.free(s, i, traits)  # its K/V go to the host; it comes back as it was
+        memory.swap_out(s, i, traits)  # its K/V go to the host; it comes back as it was
         s.swapped_tokens[i] = n
         c[SWAP_USED_TOKENS] += moved
         c[STEP_SWAP_OUT] += moved
@@ -398,8 +398,8 @@ def complete_step(s, now, traits):
     c[STEP_NUM_FINISHED] = num_done  # step_finished[:num_done]: an executor outside the core may ask
     if num_done:
         finish(s, now, num_done, traits)
-    if c[STEP_DECODE_SEQS] and beam.searching(s.config):  # after the finishes: the beams of the rest churn
-        beam.churn(s)
+    if c[STEP_DECODE_SEQS] and beam.searching(s.config):  # after the finishes: the rest's beams follow their records
+        beam.advance(s)
 
 
 @njit(inline=True)

@@ -74,9 +74,9 @@ def test_the_runs_that_need_each_lazy_function_are_those_of_its_feature():
     assert needed["chosen_waiting_position"](config) and needed["chosen_victim"](config)
     assert not needed["free_groups"](config)
     config[state.SCHEDULING_POLICY], config[state.SPEC_TOKENS] = 0, 3
-    assert needed["draft_time"](config) and not needed["churn_beams"](config)
+    assert needed["draft_time"](config) and not needed["follow_record"](config)
     config[state.SPEC_TOKENS], config[BEAM_SEARCH] = 0, 1
-    assert needed["churn_beams"](config) and not needed["draft_time"](config)
+    assert needed["follow_record"](config) and not needed["draft_time"](config)
     config[BEAM_SEARCH], config[HAS_CLIENT_TIMEOUT] = 0, 1
     assert needed["abort_timed_out"](config) and not needed["record_swap"](config)
     config[HAS_CLIENT_TIMEOUT], config[state.EXTERNAL_STEPS] = 0, 1
