@@ -51,15 +51,16 @@ OWN = ("free_block_ids", "free_slots", "block_table", "step_memory", "itl_hist",
 MADE = ("config", "count", "clock", "waiting", "swapped", "running", "running_group", "step_prefill_ids",
         "step_prefill_tokens", "step_finished", "step_prefill_context", "row_floats", "row_ints", "rng",
         "exchange")
-# its GPU's, read only, shared by the replicas on that GPU (the cost model's constants and data,
-# and beam search's lineage records, the same for every GPU)
-PER_GPU = ("cost", "cost_data", "itl_edges", "spec_acceptance", "beam_parents")
+# its GPU's, read only, shared by the replicas on that GPU (the cost model's constants and data;
+# beam search's lineage records and each request's first row in them, for the widths its
+# max_num_seqs lets run)
+PER_GPU = ("cost", "cost_data", "itl_edges", "spec_acceptance", "beam_parents", "beam_row")
 # the request columns, ONE set for the whole cluster (the first GPU's state's, over the request
 # table the records read): each request is written by the replica it was routed to
 REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "status", "reject_code", "num_generated",
                    "num_prompt_computed", "prompt_target", "num_preemptions", "first_token_s", "finish_s",
                    "last_token_s", "num_computed_tokens", "num_blocks", "final_len", "in_decode", "swapped_tokens",
-                   "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam", "beam_row",
+                   "extent", "chain_start", "last_scheduled_step", "chains", "width", "num_seqs", "seq_slot", "beam",
                    "predictor_draw", "radix_request", "speculative", "offload", "host_seen", "load_ready_s",
                    "window", "admitted_s")
 
