@@ -18,7 +18,7 @@ vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps  # noqa: E402
 from tests.peers.suite import cases, sample  # noqa: E402
-from tests.peers.workloads import V0_WORKLOADS, random_mixed_v0  # noqa: E402
+from tests.peers.workloads import V0_WORKLOADS, random_beam_v0, random_mixed_v0  # noqa: E402
 
 
 #: workload -> why pagesim diverges there (a strict xfail: its mending is seen)
@@ -49,10 +49,19 @@ def test_mixed_preemption_keeps_vllms_running_order(seed):
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload, "vllm"), vllm_v0.run(workload))
 
 
+@pytest.mark.parametrize("seed", range(sample(6, 40)))
+def test_drawn_beam_searches_free_vllms_blocks(seed):
+    """Drawn workloads of beam searches (their beams following pagesim's records, handed to vLLM's
+    own output processor: vllm_v0.beam_step) beside parallel samples (workloads.random_beam_v0)."""
+    workload = random_beam_v0(seed)
+    assert_same_steps(workload.name, workload, pagesim_steps.run(workload, "vllm"), vllm_v0.run(workload))
+
+
 def test_the_workloads_reach_what_they_test():
-    """Recompute and swap preemptions, swap-ins and groups are all exercised (a workload that
-    never preempts would compare nothing of those rules)."""
-    reached = {name: vllm_v0.run(V0_WORKLOADS[name]) for name in ("preemption", "swap", "parallel-tight")}
+    """Recompute and swap preemptions, swap-ins, groups and beam groups are all exercised (a
+    workload that never preempts would compare nothing of those rules)."""
+    reached = {name: vllm_v0.run(V0_WORKLOADS[name]) for name in ("preemption", "swap", "parallel-tight", "beam-tight")}
     assert sum(len(step.preempted) for step in reached["preemption"]) > 10
     assert sum(len(step.swapped_in) for step in reached["swap"]) > 10
     assert sum(len(step.swapped_out) for step in reached["parallel-tight"]) > 10
+    assert sum(len(step.swapped_in) for step in reached["beam-tight"]) > 10  # beam groups back, sharing

@@ -589,8 +589,8 @@ V0_WORKLOADS = {
                                description="n = 2-4, 40 blocks: groups swapped out and in"),
     "beam": Workload("beam", beam_rows(11, 24, (2, 6)), num_blocks=160, max_model_len=1024, preemption="swap",
                      description="beam search of 2-6 beams, 160 blocks: beams die and fork as the record says"),
-    "beam-tight": Workload("beam-tight", beam_rows(12, 30, (2, 6), spread_s=30), num_blocks=48,
-                           description="beam search of 2-6 beams over 30 steps, 48 blocks: groups swapped "
+    "beam-tight": Workload("beam-tight", beam_rows(12, 30, (2, 6), spread_s=30), num_blocks=96, max_num_seqs=48,
+                           description="beam search of 2-6 beams over 30 steps, 96 blocks: groups swapped "
                                        "out and in"),
     "parallel-default": Workload("parallel-default", parallel_rows(9, 30, (1, 3)), num_blocks=40,
                                  description="n = 1-3, 40 blocks, vLLM's own choice: a group swapped, one "
@@ -651,6 +651,18 @@ def random_mixed_v0(seed: int) -> Workload:
     return Workload(f"mixed-random-{seed}", parallel_rows(100 + seed, rng.randint(15, 35), (1, 4),
                                                           spread_s=rng.choice([0, 20, 60])),
                     num_blocks=rng.randint(30, 70), description=f"n = 1-4, vLLM's preemption choice, seed {seed}")
+
+
+def random_beam_v0(seed: int) -> Workload:
+    """Beam search of 1-6 beams beside parallel sampling of 1-4, under vLLM 0.4.2's own preemption
+    choice, drawn from ``seed``: groups forked, their beams dying and forking as pagesim's records
+    say, swapped out and back in sharing what they shared."""
+    rng = random.Random(2000 + seed)
+    requests = [dataclasses.replace(row, n=1, beam=rng.randint(1, 6)) if rng.random() < 0.6 else row
+                for row in parallel_rows(200 + seed, rng.randint(15, 30), (1, 4), spread_s=rng.choice([0, 20, 60]))]
+    alone = max(max(r.beam, r.n) * -(-(r.prompt + r.output) // 16) for r in requests)  # a group alone fits
+    return Workload(f"beam-random-{seed}", requests, num_blocks=alone + rng.randint(2, 16), max_num_seqs=48,
+                    description=f"beams of 1-6 and n = 1-4, vLLM's preemption choice, seed {seed}")
 
 
 def edge_rows(block_size: int) -> list:
