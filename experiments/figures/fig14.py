@@ -11,8 +11,8 @@ The sustainable rate and the 0.25 s/token threshold are Fig. 12's (:func:`fig12.
 each checked against its system's capacity; where one reads above it, the ratio is by capacity
 (:func:`fig12.capacity_reading`, :func:`fig12.rate_ratio`).
 Cost: 284 points (7 widths x 4 systems x 9-11 rates), 197 distinct runs because Orca's beam
-points reuse their parallel twins; 1,200 requests per run (2,400 at width 1), 1,200-7,200
-sequences. 48 s on 2 workers of the shared 2-core machine with a warm numba cache, empty run
+points reuse their parallel twins, and two of :func:`binding_runs`; 1,200 requests per run (2,400
+at width 1), 1,200-7,200 sequences. 48 s on 2 workers of the shared 2-core machine with a warm numba cache, empty run
 cache (``--quick``: 16 points, 10 runs, about a second with the fake engine).
 """
 
@@ -27,6 +27,7 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import ABOVE_CAPACITY, LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
 from pagesim.experiments.figures.common import SweepOptions, figure_specs, rate_curves_section, ratio_miss
 from pagesim.experiments.run_spec import RunSpec, canonical_json, results_frame
+from pagesim.sim.config import SimConfig
 
 #: what the figure shows, in ``reproduce all``'s closing table
 TITLE = "sampling, beam search"
@@ -54,11 +55,35 @@ def orca_unshared(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, n=width, beam_width=1, unshare=True)
 
 
+#: vLLM's max_num_seqs in the runs that test whether it binds beam search's capacity (the grid's
+#: is every system's default, ``SimConfig.max_num_seqs``)
+TESTED_MAX_NUM_SEQS = (512, 1024)
+
+
+def binding_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """vLLM at the widest beam search's highest probed rate, its max_num_seqs raised to each of
+    :data:`TESTED_MAX_NUM_SEQS`: the runs that test whether that limit binds its capacity."""
+    beams = [s for s in figure_specs("fig14", quick, scale, **base) if s.system == "vllm" and s.beam_width > 1]
+    if not beams:
+        return []
+    top = max(beams, key=lambda s: (s.beam_width, s.rate))
+    return [dataclasses.replace(top, sim={**top.sim, "max_num_seqs": m}) for m in TESTED_MAX_NUM_SEQS]
+
+
 def distinct_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
-    """The runs behind the figure's points, each once (``reproduce all`` sweeps them with the
-    other figures' runs: figures/__init__.py)."""
-    specs = [orca_unshared(s) for s in figure_specs("fig14", quick, scale, **base)]
+    """The runs behind the figure's points, each once, and :func:`binding_runs` (``reproduce all``
+    sweeps them with the other figures' runs: figures/__init__.py)."""
+    specs = [orca_unshared(s) for s in figure_specs("fig14", quick, scale, **base)] + binding_runs(quick, scale, base)
     return list({canonical_json(s.canonical()): s for s in specs}.values())
+
+
+def max_num_seqs_of(spec: RunSpec) -> int:
+    return int(spec.sim.get("max_num_seqs", SimConfig.max_num_seqs))
+
+
+def grid_runs(curves: pd.DataFrame) -> pd.DataFrame:
+    """The curves' runs of the grid (every system's own max_num_seqs), without :func:`binding_runs`."""
+    return curves[curves["max_num_seqs"] == SimConfig.max_num_seqs] if "max_num_seqs" in curves else curves
 
 
 def _mode_width(spec: RunSpec) -> tuple[str, int]:
@@ -67,11 +92,13 @@ def _mode_width(spec: RunSpec) -> tuple[str, int]:
 
 def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float = 1.0) -> pd.DataFrame:
     """Fig. 14's curves. Columns: ``mode`` (parallel / beam), ``width`` (n or beam width; 1 is
-    basic sampling), ``system, rate, num_requests, unshare`` then :data:`FIG14_COLS`. For an
-    unshared (Orca) run ``completed`` counts sequences and the normalized latency is the mean
-    over sequences (each sequence's latency over its own output length)."""
+    basic sampling), ``system, rate, num_requests, unshare, max_num_seqs`` then :data:`FIG14_COLS`,
+    a row per point and one per :func:`binding_runs`. For an unshared (Orca) run ``completed``
+    counts sequences and the normalized latency is the mean over sequences (each sequence's
+    latency over its own output length)."""
     opts = opts or SweepOptions()
     points = figure_specs("fig14", quick, scale, **opts.base)
+    points += binding_runs(quick, scale, opts.base)
     specs = [orca_unshared(s) for s in points]
     distinct = distinct_runs(quick, scale, opts.base)
     done = dict(zip((canonical_json(s.canonical()) for s in distinct), opts.run(distinct)))
@@ -80,8 +107,11 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
     mw = [_mode_width(s) for s in points]
     df.insert(0, "mode", [m for m, _ in mw])
     df.insert(1, "width", [w for _, w in mw])
-    cols = ["mode", "width", "system", "rate", "num_requests", "unshare"] + [c for c in FIG14_COLS if c in df]
-    return df[cols].sort_values(["mode", "width", "system", "rate"], kind="stable").reset_index(drop=True)
+    df["max_num_seqs"] = [max_num_seqs_of(s) for s in points]
+    cols = (["mode", "width", "system", "rate", "num_requests", "unshare", "max_num_seqs"]
+            + [c for c in FIG14_COLS if c in df])
+    return df[cols].sort_values(["mode", "width", "system", "max_num_seqs", "rate"],
+                                kind="stable").reset_index(drop=True)
 
 
 def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
@@ -93,7 +123,7 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     Columns: ``mode, width, system, sustainable_rate, how, capacity, threshold_s_per_token,
     vllm_ratio, measure, paper_ratio, delta, note``; ``delta`` = ours - paper."""
     rows = []
-    for (mode, width), g in curves.groupby(["mode", "width"], sort=False):
+    for (mode, width), g in grid_runs(curves).groupby(["mode", "width"], sort=False):
         readings = {}
         for system, h in g.groupby("system", sort=False):
             per_request = h["request_throughput"] / h["unshare"].map({True: width, False: 1}).fillna(1)
@@ -116,11 +146,45 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     return pd.DataFrame(rows)
 
 
-#: the reading of beam search's miss: a cause named, not yet tested by a run that changes it
-BEAM_READING = (
-    "Untested: which of vLLM 0.4.2's rules for a request of several sequences binds it (each rule checked against "
-    "vLLM's own code, tests/peers: the request takes its width of max_num_seqs from its admission, at its decode "
-    "turn it needs a free block per sequence, and a preempted one is swapped out whole, never recomputed).")
+#: a larger max_num_seqs that raises vLLM's throughput by more than this share binds it
+BINDS = 0.02
+
+
+def binding_reading(curves: pd.DataFrame, ratio_table: pd.DataFrame) -> str:
+    """What :func:`binding_runs` say of beam search's miss: whether vLLM's capacity at the widest
+    beams moves with a larger max_num_seqs, and its ratio over Orca-Oracle's capacity then."""
+    tested = curves[curves["max_num_seqs"] != SimConfig.max_num_seqs] if "max_num_seqs" in curves else curves.iloc[:0]
+    if tested.empty:
+        return "Untested: which of vLLM's limits binds beam search's capacity (no run with another max_num_seqs)."
+    width, rate = int(tested["width"].iloc[0]), tested["rate"].iloc[0]
+    own = grid_runs(curves)
+    own = own[(own["system"] == "vllm") & (own["mode"] == "beam") & (own["width"] == width) & (own["rate"] == rate)]
+    oracle = ratio_table[(ratio_table["system"] == "orca-oracle") & (ratio_table["mode"] == "beam")
+                         & (ratio_table["width"] == width)]
+    if own.empty:
+        return ""
+    base = own.iloc[0]
+    capacity = oracle["capacity"].iloc[0] if len(oracle) else math.nan
+    gains = tested["request_throughput"] / base.request_throughput - 1
+    runs = "; ".join(f"{int(x.max_num_seqs)}: {x.request_throughput:.2f} req/s ({100 * gain:+.0f} %), "
+                     f"{int(x.num_preemptions)} preemptions"
+                     + (f", {x.request_throughput / capacity:.2f}x Orca-Oracle's capacity" if capacity > 0 else "")
+                     for x, gain in zip(tested.itertuples(), gains))
+    text = (f"Tested: vLLM at beam {width} and {rate:g} req/s, its max_num_seqs {SimConfig.max_num_seqs}, runs "
+            f"{base.avg_batch_size:.0f} requests a step ({width} sequences each; {int(base.num_preemptions)} "
+            f"preemptions); with a larger max_num_seqs: {runs}. ")
+    if not (gains > BINDS).any():
+        return text + "max_num_seqs does not bind its capacity here."
+    text += "max_num_seqs binds it"
+    paper_ratio = oracle["paper_ratio"].iloc[0] if len(oracle) else math.nan
+    ratio = oracle["vllm_ratio"].iloc[0] if len(oracle) else math.nan
+    if capacity > 0 and paper_ratio > ratio:
+        best = tested["request_throughput"].max() / capacity
+        closed = (best - ratio) / (paper_ratio - ratio)
+        text += f"; lifting it closes {100 * closed:.0f} % of the gap to the paper's {paper_ratio:g}x"
+    if (tested["num_preemptions"] > 0).any():
+        text += " (memory binds next: preemptions)"
+    return text + "; what binds the rest is untested."
 
 
 def beam_against_parallel(oracle: pd.DataFrame) -> str:
@@ -168,7 +232,7 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
         if grows is not None:
             lines.append(f"{mode}: the advantage {'grows' if grows else 'does not grow monotonically'} with the width "
                          "(the paper: it grows, more for beam search, which shares more).")
-    lines.append(beam_against_parallel(oracle) + BEAM_READING)
+    lines.append(beam_against_parallel(oracle) + binding_reading(curves, r))
     lines.append("Where we miss the paper: each unshared Orca sequence is its own request, so its prompt is "
                  "prefilled and stored once per sequence and the n sequences may be admitted at different steps; "
                  "the paper's Orca also stores the prompt per sequence, but its exact admission of a request's "
@@ -200,7 +264,8 @@ def section(rep, curves: pd.DataFrame, read) -> None:
     paper's two (§6.3)."""
     from pagesim.experiments import paper_plots as P  # plotly: only the report draws (see figures/__init__.py)
 
-    panels = curves.assign(workload=[panel_name(m, w) for m, w in zip(curves["mode"], curves["width"])])
+    grid_points = grid_runs(curves)  # (binding_runs: in the reading and the probes' table, not a curve)
+    panels = grid_points.assign(workload=[panel_name(m, w) for m, w in zip(grid_points["mode"], grid_points["width"])])
     grid = [[panel_name(mode, w) for w in sorted(curves.loc[curves["mode"] == mode, "width"].unique())]
             for mode in ("parallel", "beam") if (curves["mode"] == mode).any()]
 

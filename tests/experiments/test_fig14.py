@@ -43,11 +43,15 @@ def test_paper_ratios_recorded():
 def test_fig14_quick_layout_and_ratios(fake_opts):
     fakes.CALLS.clear()
     df = fig14.run(fake_opts, quick=True)
-    assert list(df.columns[:6]) == ["mode", "width", "system", "rate", "num_requests", "unshare"]
-    assert "normalized_latency_s_per_token" in df and len(df) == 2 * 4 * 2
+    assert list(df.columns[:7]) == ["mode", "width", "system", "rate", "num_requests", "unshare", "max_num_seqs"]
+    # the grid's points, and vLLM's widest beams at the top rate with max_num_seqs 512 and 1,024
+    assert "normalized_latency_s_per_token" in df and len(df) == 2 * 4 * 2 + 2
+    tested = df[df["max_num_seqs"] != 256]
+    assert tested[["mode", "width", "system", "rate"]].drop_duplicates().values.tolist() == [["beam", 6, "vllm", 20.0]]
+    assert sorted(tested["max_num_seqs"]) == [512, 1024] and len(fig14.grid_runs(df)) == 2 * 4 * 2
     assert (df["unshare"] == (df["system"] != "vllm")).all()
-    # 4 systems x 2 rates for n=6, plus vLLM's 2 beam runs: Orca's beam points reuse the n=6 runs
-    assert len(fakes.CALLS) == 10 and not any("beam=" in c and "orca" in c for c in fakes.CALLS)
+    # 4 systems x 2 rates for n=6, plus vLLM's 2 beam runs and 2 tested: Orca's beam points reuse the n=6 runs
+    assert len(fakes.CALLS) == 12 and not any("beam=" in c and "orca" in c for c in fakes.CALLS)
     r = fig14.ratios(df).set_index(["mode", "width", "system"])
     # fake alpaca: 0.05 s/token up to capacity (oracle 15, vllm 30 req/s), then 0.05 + (rate - cap) / cap,
     # times 1.05 for block size 16. Oracle: 0.0525 at 2, (0.05 + 5/15) * 1.05 = 0.4025 at 20, so it
@@ -67,7 +71,10 @@ def test_fig14_quick_layout_and_ratios(fake_opts):
     assert set(r["measure"].dropna()) <= {"sustainable rate", ""} and r["capacity"].isna().all()
     text = fig14.explain(df)  # 20 / 12.157 = 1.645, 1.645 - 2.3 = -0.655
     assert "beam 6: 1.65x by sustainable rate (paper 2.3x, -0.65)" in text and "parallel 6: 1.65x" in text
-    assert "above its capacity" not in text and "Untested: which of vLLM 0.4.2's rules" in text
+    # the fake engine ignores max_num_seqs: the same throughput, so the limit does not bind
+    assert "above its capacity" not in text
+    assert "512: 20.00 req/s (+0 %), 0 preemptions; 1024: 20.00 req/s (+0 %)" in text
+    assert "max_num_seqs does not bind its capacity here" in text
     # beam 6 and n = 6 alike here (20 / 12.157 each): within 0 % of each other at width 6
     assert "with beams is within 0 % of parallel sampling's at each width both ran (6)" in text
 
@@ -78,3 +85,23 @@ def test_reproduce_fig14_writes_both_tables(fake_opts, tmp_path):
         back = pd.read_csv(tmp_path / f"{name}.csv")
         assert list(back.columns) == list(tables[name].columns)
     assert "fig14" in X.FIGURES and X.EXPLAIN["fig14"] is fig14.explain
+
+
+def test_a_larger_max_num_seqs_that_raises_vllms_throughput_binds_it():
+    """The reading of the binding runs, worked by hand: vLLM serves 9 req/s at its own 256 and
+    9.9 / 10.8 with 512 / 1,024 (+10 / +20 %), Orca-Oracle's capacity 6: 1.65x / 1.8x; from the
+    grid's 1.5x to the paper's 2.3x, 1.8x closes (1.8 - 1.5) / (2.3 - 1.5) = 38 % of the gap."""
+    row = dict(mode="beam", width=6, system="vllm", rate=24.0, avg_batch_size=36.0)
+    curves = pd.DataFrame([{**row, "max_num_seqs": 256, "request_throughput": 9.0, "num_preemptions": 0},
+                           {**row, "max_num_seqs": 512, "request_throughput": 9.9, "num_preemptions": 5},
+                           {**row, "max_num_seqs": 1024, "request_throughput": 10.8, "num_preemptions": 9}])
+    ratio_table = pd.DataFrame([dict(mode="beam", width=6, system="orca-oracle", capacity=6.0, vllm_ratio=1.5,
+                                     paper_ratio=2.3)])
+    text = fig14.binding_reading(curves, ratio_table)
+    assert "512: 9.90 req/s (+10 %), 5 preemptions, 1.65x Orca-Oracle's capacity" in text
+    assert "1024: 10.80 req/s (+20 %), 9 preemptions, 1.80x" in text
+    assert "max_num_seqs binds it; lifting it closes 38 % of the gap to the paper's 2.3x" in text
+    assert "memory binds next" in text
+    # within BINDS (2 %) of its own: it does not bind
+    curves.loc[1:, "request_throughput"] = 9.1
+    assert "does not bind" in fig14.binding_reading(curves, ratio_table)
