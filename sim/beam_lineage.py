@@ -20,8 +20,8 @@ is ``traces/beam_search.py``'s (``pagesim trace beam-search``).
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from collections import defaultdict
+from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -132,9 +132,10 @@ def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_t
     history = np.zeros((len(first), output_tokens), dtype=np.int64)
     history[:, 0] = first
     parents = np.zeros((output_tokens - 1, len(first)), dtype=np.int64)
-    # Each beam's own best ``width`` continuations hold the step's best ``width`` (a continuation
-    # another of its beam's outscores cannot be in them ahead of it), so only those are scored,
-    # ties to the lower token as among all; a context's are found once (beams revisit contexts)
+    # Each beam's own best ``width`` continuations hold every one of its continuations that can be
+    # among the step's best ``width`` (one that ``width`` others of its own beam outscore cannot),
+    # so only those are scored, ties to the lower token as among all; a context's are found once
+    # (beams revisit contexts)
     best_of: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def continuations(u: int, v: int) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +159,8 @@ def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_t
     return BeamRecord(len(prompt), output_tokens, len(first), parents, history)
 
 
-#: the library's records per width (each request with beams follows one: :func:`record_of`)
+#: the library's records per width (request ``i`` follows record ``i mod RECORDS`` of its width:
+#: ``sim/core/build.py``'s ``beam_arrays``)
 RECORDS = 16
 #: each record's generated tokens: its steps of lineage are one fewer
 RECORD_TOKENS = 1024
