@@ -18,7 +18,7 @@ vllm_v0 = driver_or_skip("0.4.2", "tests.peers.vllm_v0")
 from tests.peers import pagesim_steps  # noqa: E402
 from tests.peers.compare import assert_same_steps  # noqa: E402
 from tests.peers.suite import cases, sample  # noqa: E402
-from tests.peers.workloads import V0_WORKLOADS, random_beam_v0, random_mixed_v0  # noqa: E402
+from tests.peers.workloads import V0_WORKLOADS, random_beam_prefix_v0, random_beam_v0, random_mixed_v0  # noqa: E402
 
 
 #: workload -> why pagesim diverges there (a strict xfail: its mending is seen)
@@ -54,6 +54,14 @@ def test_drawn_beam_searches_free_vllms_blocks(seed):
     """Drawn workloads of beam searches (their beams following pagesim's records, handed to vLLM's
     own output processor: vllm_v0.beam_step) beside parallel samples (workloads.random_beam_v0)."""
     workload = random_beam_v0(seed)
+    assert_same_steps(workload.name, workload, pagesim_steps.run(workload, "vllm"), vllm_v0.run(workload))
+
+
+@pytest.mark.parametrize("seed", range(sample(4, 40)))
+def test_drawn_beam_searches_over_cached_prefixes_free_vllms_blocks(seed):
+    """Drawn beam searches over shared prefixes with prefix caching (workloads.random_beam_prefix_v0):
+    a group's hits, its beams' own blocks cached and evicted, groups swapped out and in."""
+    workload = random_beam_prefix_v0(seed)
     assert_same_steps(workload.name, workload, pagesim_steps.run(workload, "vllm"), vllm_v0.run(workload))
 
 

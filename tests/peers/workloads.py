@@ -665,6 +665,16 @@ def random_beam_v0(seed: int) -> Workload:
                     description=f"beams of 1-6 and n = 1-4, vLLM's preemption choice, seed {seed}")
 
 
+def random_beam_prefix_v0(seed: int) -> Workload:
+    """Beam search of 1-4 beams over 3 shared system prompts with prefix caching, in bursts of 4,
+    60 blocks, drawn from ``seed``: cached prefixes hit by groups, beam groups swapped out and in."""
+    rng = random.Random(3000 + seed)
+    rows = [dataclasses.replace(r, beam=rng.randint(1, 4), output=rng.randint(20, 90))
+            for r in bursts(shared_prefix_rows(300 + seed, 40, 16), 4)]
+    return Workload(f"beam-prefix-random-{seed}", rows, num_blocks=60, max_num_seqs=48, prefix_caching=True,
+                    description=f"beams of 1-4 over shared prefixes, prefix caching, 60 blocks, seed {seed}")
+
+
 def edge_rows(block_size: int) -> list:
     """Prompts one token short of, at and one past 1-3 block edges, each with outputs that stop
     just before, at and just after the next edges: the tokens at which a sequence takes a block."""
