@@ -11,6 +11,10 @@ replacement, arrivals are Poisson. The file is named by ``$PAGESIM_SHAREGPT_LENG
 it is :data:`LENGTHS_NAME` in the ``traces`` folder of the shared data (:func:`shared_dir`). Its
 contents are not part of a sweep's cache key: after replacing the file, run with ``--no-cache``.
 
+``chatbot-short-output`` is the same with outputs capped at :data:`CHAT_TESTED_OUTPUT`: the
+runs that test how much Fig. 17's ratios owe to these outputs' lengths, which the paper does not
+give.
+
 ``chatbot-distserve`` is DistServe's (OSDI '24) chatbot workload as near as these lengths allow:
 its artifact keeps the ShareGPT pairs under OPT's 2,048 positions and cuts nothing
 (:func:`distserve_lengths`), where the vLLM paper cuts every prompt to its last 1,024 tokens.
@@ -38,6 +42,9 @@ LENGTHS_NAME = "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 #: §6.5: "we cut the prompt to the last 1024 tokens and let the model generate at most 1024 tokens"
 CHAT_MAX_PROMPT = 1024
 CHAT_MAX_OUTPUT = 1024
+#: the cap of ``chatbot-short-output``: Fig. 17's test of its own output lengths
+#: (``experiments/figures/fig17.py``, ``output_runs``)
+CHAT_TESTED_OUTPUT = 256
 #: DistServe's artifact keeps a pair only when prompt + output stay under OPT's 2,048 positions
 DISTSERVE_MAX_TOKENS = 2048
 
@@ -71,6 +78,7 @@ def distserve_lengths(lengths: pd.DataFrame) -> pd.DataFrame:
 #: the length rules by workload name: what each keeps of the length file before resampling
 VARIANTS = {
     "chatbot": lambda lengths: keep_last_prompt_tokens(lengths, CHAT_MAX_PROMPT, CHAT_MAX_OUTPUT),
+    "chatbot-short-output": lambda lengths: keep_last_prompt_tokens(lengths, CHAT_MAX_PROMPT, CHAT_TESTED_OUTPUT),
     "chatbot-distserve": distserve_lengths,
 }
 

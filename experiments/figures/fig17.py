@@ -6,20 +6,24 @@ because the buddy allocator rounds every reservation of a 1,024-token prompt to 
 slots, max_seq_len 2,048).
 
 The sustainable rate and its 0.25 s/token threshold are Fig. 12's (:func:`fig12.sustainable_rate`).
-Cost: 48 runs (4 systems x 12 rates) of 400 requests: 12 s on 2 workers of the shared 2-core
-machine with a warm numba cache, empty run cache (``--quick``: 8 runs of 30 requests, seconds).
+Cost: 48 runs (4 systems x 12 rates) of 400 requests, and 24 of :func:`output_runs`: 12 s on 2
+workers of the shared 2-core machine with a warm numba cache, empty run cache, before those
+(``--quick``: 12 runs of 30 requests, seconds).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
-from pagesim.experiments.figures.common import SweepOptions, rate_curves_section, ratio_miss, run_figure
-from pagesim.experiments.run_spec import results_frame
+from pagesim.experiments.figures.common import (SweepOptions, figure_specs, rate_curves_section, ratio_miss,
+                                                run_figure)
+from pagesim.experiments.run_spec import RunSpec, results_frame
+from pagesim.traces.chatbot import CHAT_TESTED_OUTPUT
 
 #: what the figure shows, in ``reproduce all``'s closing table
 TITLE = "chatbot"
@@ -34,12 +38,38 @@ FIG17_COLS = ("normalized_latency_s_per_token", "mean_ttft_ms", "mean_e2el_ms", 
               "avg_batch_size", "num_preemptions", "completed", "rejected")
 
 
+#: the workload of :func:`output_runs`: the paper's rule, outputs capped at CHAT_TESTED_OUTPUT
+TESTED_WORKLOAD = "chatbot-short-output"
+#: the systems :func:`output_runs` runs: vLLM and the Orca variant the reading weighs it against
+TESTED_SYSTEMS = ("vllm", "orca-oracle")
+#: :func:`output_runs` probe at the grid's rates times this: shorter outputs are served faster, and
+#: both knees must fall inside the probes
+TESTED_RATE_SCALE = 3.0
+
+
+def output_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """vLLM's and Orca-Oracle's curves again with outputs capped at ``CHAT_TESTED_OUTPUT``
+    (:data:`TESTED_WORKLOAD`): the runs that test how much the ratio owes to the outputs' length
+    (``reproduce all`` sweeps them with the other figures' runs: figures/__init__.py)."""
+    return [dataclasses.replace(spec, workload=TESTED_WORKLOAD, rate=round(spec.rate * TESTED_RATE_SCALE, 6))
+            for spec in figure_specs("fig17", quick, scale, **base) if spec.system in TESTED_SYSTEMS]
+
+
 def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float = 1.0) -> pd.DataFrame:
-    """Fig. 17's curves. Columns: ``system, rate, num_requests`` then :data:`FIG17_COLS`."""
+    """Fig. 17's curves. Columns: ``workload, system, rate, num_requests`` then :data:`FIG17_COLS`,
+    a row per run: the grid's (``chatbot``) and :func:`output_runs`'."""
     opts, specs, summaries = run_figure("fig17", opts, quick, scale)
+    tested = output_runs(quick, scale, opts.base)
+    specs, summaries = specs + tested, summaries + opts.run(tested)
     df = results_frame(specs, summaries)
-    cols = ["system", "rate", "num_requests"] + [c for c in FIG17_COLS if c in df]
-    return df[cols].sort_values(["system", "rate"], kind="stable").reset_index(drop=True)
+    df["workload"] = [spec.workload for spec in specs]
+    cols = ["workload", "system", "rate", "num_requests"] + [c for c in FIG17_COLS if c in df]
+    return df[cols].sort_values(["workload", "system", "rate"], kind="stable").reset_index(drop=True)
+
+
+def grid_runs(curves: pd.DataFrame) -> pd.DataFrame:
+    """The curves' runs of the grid (the paper's chatbot), without :func:`output_runs`."""
+    return curves[curves["workload"] != TESTED_WORKLOAD] if "workload" in curves else curves
 
 
 def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
@@ -48,7 +78,7 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     Columns: ``system, sustainable_rate, how, capacity, threshold_s_per_token, vllm_ratio,
     measure, paper_ratio, delta, note``; ``delta`` = ours - paper."""
     readings = {s: capacity_reading(h["rate"], h["normalized_latency_s_per_token"], h["request_throughput"], threshold)
-                for s, h in curves.groupby("system", sort=False)}
+                for s, h in grid_runs(curves).groupby("system", sort=False)}
     vllm = readings.get("vllm", (math.nan, "", math.nan))
     rows = []
     for system, (rate, how, capacity) in readings.items():
@@ -80,14 +110,34 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
                      "apart): alike, as in the paper, because most prompts are cut to 1,024 tokens and the buddy "
                      "allocator rounds each reservation to 2,048 slots whatever output length is predicted.")
     lines.append("Below the paper's 2x: our conversations are the etalon ShareGPT length file (Llama-2 tokenizer, "
-                 "history already concatenated) resampled, not the paper's synthesized histories, and our outputs "
-                 "(mean about 440 tokens) make vLLM's own per-request footprint large too; the paper does not give "
-                 "its output lengths. The traces are 400 requests, not 1 hour, so latency past the knee grows more "
-                 "slowly than in the paper.")
+                 "history already concatenated) resampled, not the paper's synthesized histories (untested), and "
+                 "the paper does not give its output lengths. " + output_reading(curves, r) + " The traces are 400 "
+                 "requests, not 1 hour, so latency past the knee grows more slowly than in the paper (untested).")
     if r["note"].fillna("").str.contains("censored|lowest").any():
         lines.append("Some systems never (or always) crossed the threshold within the probed rates (see note): "
                      "widen the rate list in fig17.toml.")
     return " ".join(lines)
+
+
+#: shorter outputs that raise vLLM's ratio over Orca-Oracle by more than this share are a cause
+MOVES = 0.05
+
+
+def output_reading(curves: pd.DataFrame, ratio_table: pd.DataFrame) -> str:
+    """What :func:`output_runs` say: vLLM's ratio over Orca-Oracle with outputs capped at
+    ``CHAT_TESTED_OUTPUT``, read as the grid's is, against the grid's."""
+    tested = curves[curves["workload"] == TESTED_WORKLOAD] if "workload" in curves else curves.iloc[:0]
+    short = ratios(tested.drop(columns="workload")).set_index("system") if len(tested) else tested
+    own = ratio_table.set_index("system")
+    if "orca-oracle" not in short.index or "orca-oracle" not in own.index:
+        return "Untested: how much the ratio owes to the outputs' lengths (no run with shorter outputs)."
+    a, b = own.loc["orca-oracle"], short.loc["orca-oracle"]
+    text = (f"Tested: with outputs capped at {CHAT_TESTED_OUTPUT} tokens, not 1,024, vLLM sustains "
+            f"{b.vllm_ratio:.2f}x Orca-Oracle's rate by {b.measure} ({a.vllm_ratio:.2f}x at the paper's cap): ")
+    if b.vllm_ratio > a.vllm_ratio * (1 + MOVES):
+        return text + ("shorter outputs shrink vLLM's footprint, not Orca's buddy-rounded reservations, and move "
+                       "the ratio toward the paper's: the outputs' length is a cause.")
+    return text + "the outputs' length does not explain the gap."
 
 
 def tables(opts: SweepOptions, *, quick: bool = False, scale: float = 1.0) -> dict[str, pd.DataFrame]:
@@ -102,7 +152,7 @@ def section(rep, curves: pd.DataFrame, read) -> None:
 
     rate_curves_section(rep, "fig17", curves, read, ratios, explain,
                         "Fig. 17: chatbot, normalized latency vs request rate",
-                        panels=curves.assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
+                        panels=grid_runs(curves).assign(workload="chatbot (ShareGPT, last 1,024 prompt tokens)"),
                         plot_title="Fig. 17: chatbot, normalized latency vs request rate",
                         ratio_figure=lambda r: P.ratio_dots(
                             r, "system", "Fig. 17: vLLM's sustainable rate over each Orca variant (chatbot)"))

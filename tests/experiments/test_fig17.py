@@ -15,8 +15,11 @@ def test_paper_ratios_recorded():
 
 def test_fig17_quick_layout_and_ratios(fake_opts):
     df = fig17.run(fake_opts, quick=True)
-    assert list(df.columns[:4]) == ["system", "rate", "num_requests", "normalized_latency_s_per_token"]
-    assert len(df) == 4 * 2 and set(df["rate"]) == {0.2, 1.0}
+    assert list(df.columns[:5]) == ["workload", "system", "rate", "num_requests", "normalized_latency_s_per_token"]
+    # the grid's 4 systems x 2 rates, and vLLM's and Orca-Oracle's with short outputs at 3x the rates
+    grid, tested = fig17.grid_runs(df), df[df["workload"] == fig17.TESTED_WORKLOAD]
+    assert len(grid) == 4 * 2 and set(grid["rate"]) == {0.2, 1.0}
+    assert sorted(tested["system"].unique()) == ["orca-oracle", "vllm"] and set(tested["rate"]) == {0.6, 3.0}
     r = fig17.ratios(df).set_index("system")
     # the fake (ShareGPT capacities for an unknown workload): 0.05 s/token up to capacity, then
     # 0.05 + (rate - cap) / cap, times 1.05 for block size 16. Oracle (0.8 req/s): 0.0525 at 0.2,
@@ -38,3 +41,20 @@ def test_reproduce_fig17_writes_both_tables(fake_opts, tmp_path):
     tables = X.reproduce("fig17", tmp_path, fake_opts, quick=True)
     for name in ("fig17", "fig17_ratios"):
         assert list(pd.read_csv(tmp_path / f"{name}.csv").columns) == list(tables[name].columns)
+
+
+def test_the_output_runs_reading_worked_by_hand():
+    """``output_reading``: vLLM's ratio over Orca-Oracle with short outputs, read as the grid's.
+    Orca-Oracle crosses 0.25 s/token between 1 and 2 req/s (0.1 -> 0.4: at 1.5), vLLM between 2
+    and 4 (0.1 -> 0.4: at 3): 2x with short outputs, against the grid's 1.4x: a cause."""
+    def curve(system, rates, latencies):
+        return pd.DataFrame({"workload": fig17.TESTED_WORKLOAD, "system": system, "rate": rates,
+                             "normalized_latency_s_per_token": latencies, "request_throughput": rates})
+    tested = pd.concat([curve("orca-oracle", [1.0, 2.0], [0.1, 0.4]), curve("vllm", [2.0, 4.0], [0.1, 0.4])])
+    grid = pd.DataFrame([{"system": "orca-oracle", "vllm_ratio": 1.4}, {"system": "vllm", "vllm_ratio": float("nan")}])
+    text = fig17.output_reading(tested, grid)
+    assert "vLLM sustains 2.00x Orca-Oracle's rate by sustainable rate (1.40x at the paper's cap)" in text
+    assert "the outputs' length is a cause" in text
+    grid.loc[0, "vllm_ratio"] = 1.95  # within MOVES (5 %) of 2.00
+    assert "does not explain the gap" in fig17.output_reading(tested, grid)
+    assert fig17.output_reading(tested.iloc[:0], grid).startswith("Untested")
