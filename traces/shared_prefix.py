@@ -28,11 +28,16 @@ from pagesim.traces import synth
 
 #: the paper's §6.4 prefixes, tokens per number of shots
 FEW_SHOT_PREFIX_TOKENS = {1: 80, 5: 341}
-#: the workload names experiments use (``workload = "wmt16-5shot"`` in a figure's TOML)
-WORKLOADS = {"wmt16-1shot": 1, "wmt16-5shot": 5}
-#: WMT16 En-De, derived as the module docstring states
-WMT16_SOURCE_DIST = "lognormal:mean=29,sigma=0.5"
-WMT16_TARGET_DIST = "lognormal:mean=32,sigma=0.5"
+#: the sentences' length scale of the ``-long`` workloads: Fig. 16's test of its derived lengths
+#: (``experiments/figures/fig16.py``, ``length_runs``)
+TESTED_LENGTH_SCALE = 2.0
+#: the workload names experiments use (``workload = "wmt16-5shot"`` in a figure's TOML): shots, and
+#: the sentences' lengths as a multiple of the derived ones
+WORKLOADS = {"wmt16-1shot": (1, 1.0), "wmt16-5shot": (5, 1.0),
+             "wmt16-1shot-long": (1, TESTED_LENGTH_SCALE), "wmt16-5shot-long": (5, TESTED_LENGTH_SCALE)}
+#: WMT16 En-De, derived as the module docstring states: mean tokens of a source and a target sentence
+WMT16_SOURCE_TOKENS = 29
+WMT16_TARGET_TOKENS = 32
 
 
 def with_shared_prefix(df: pd.DataFrame, prefix_tokens: int, hash_block_tokens: int = 16) -> pd.DataFrame:
@@ -51,14 +56,16 @@ def with_shared_prefix(df: pd.DataFrame, prefix_tokens: int, hash_block_tokens: 
 
 
 def translation_workload(shots: int, rate: float, duration_s: float | None = None, num_requests: int | None = None,
-                         seed: int = 0, hash_block_tokens: int = 16) -> pd.DataFrame:
+                         seed: int = 0, hash_block_tokens: int = 16, length_scale: float = 1.0) -> pd.DataFrame:
     """WMT16 En->De requests behind the paper's ``shots``-shot prefix (1: 80 tokens, 5: 341),
-    Poisson arrivals at ``rate``."""
+    Poisson arrivals at ``rate``; sentences of the derived lengths times ``length_scale``
+    (lognormal, sigma 0.5)."""
     if shots not in FEW_SHOT_PREFIX_TOKENS:
         raise ConfigError(f"shots must be one of {', '.join(map(str, FEW_SHOT_PREFIX_TOKENS))} (the paper's "
                           f"prefixes), got {shots}")
     df = synth.make_workload("custom", rate, duration_s=duration_s, num_requests=num_requests, seed=seed,
-                       prompt_dist=WMT16_SOURCE_DIST, output_dist=WMT16_TARGET_DIST)
+                       prompt_dist=f"lognormal:mean={WMT16_SOURCE_TOKENS * length_scale:g},sigma=0.5",
+                       output_dist=f"lognormal:mean={WMT16_TARGET_TOKENS * length_scale:g},sigma=0.5")
     return with_shared_prefix(df, FEW_SHOT_PREFIX_TOKENS[shots], hash_block_tokens)
 
 
@@ -70,4 +77,6 @@ def make_workload(name: str, rate: float, duration_s: float | None = None, num_r
         raise ConfigError(f"unknown shared-prefix workload '{name}'; valid: {', '.join(WORKLOADS)}")
     if n != 1 or beam_width != 1:
         raise ConfigError(f"{name}: one sequence per request (n = beam_width = 1), got n={n}, beam_width={beam_width}")
-    return translation_workload(WORKLOADS[name], rate, duration_s=duration_s, num_requests=num_requests, seed=seed)
+    shots, length_scale = WORKLOADS[name]
+    return translation_workload(shots, rate, duration_s=duration_s, num_requests=num_requests, seed=seed,
+                                length_scale=length_scale)

@@ -11,8 +11,8 @@ the highest rate whose normalized latency stays under a threshold instead (Fig. 
 :func:`fig12.sustainable_rate`); that rate is computed here too and printed beside, with the reason
 it cannot be read where it cannot (:func:`fig12.capacity_reading`, :func:`threshold_reading`).
 
-Cost: 32 runs and two of :func:`placement_runs`, 4.2 s on 2 cores once the core is compiled (the
-quick grid: 8 runs of 100 requests and two, 0.3 s).
+Cost: 32 runs, two of :func:`placement_runs` and four of :func:`length_runs`, 4.2 s on 2 cores once
+the core is compiled before those six (the quick grid: 8 runs of 100 requests and six, 0.3 s).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pagesim.experiments import paper
 from pagesim.experiments.figures.common import SweepOptions, figure_specs, ratio_miss, run_figure
 from pagesim.experiments.figures.fig12 import ABOVE_CAPACITY, LATENCY_THRESHOLD_S, capacity_reading
 from pagesim.experiments.run_spec import RunSpec, results_frame
+from pagesim.traces.shared_prefix import TESTED_LENGTH_SCALE
 
 #: what the figure shows, in ``reproduce all``'s closing table
 TITLE = "shared prefix"
@@ -56,11 +57,31 @@ def placement_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
             for spec in specs if spec.system == BASELINE and spec.rate == top]
 
 
+#: the workloads' suffix whose sentences are TESTED_LENGTH_SCALE times the derived lengths
+#: (traces/shared_prefix.py's WORKLOADS)
+LONG = "-long"
+
+
+def length_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """vLLM and Orca-Oracle at each workload's highest probed rate, its sentences
+    ``TESTED_LENGTH_SCALE`` times the derived lengths (the ``-long`` workloads): the runs that test
+    how much the ratios owe to those lengths, which the paper does not give."""
+    specs = figure_specs("fig16", quick, scale, **base)
+    top = max(spec.rate for spec in specs)
+    return [replace(spec, workload=spec.workload + LONG) for spec in specs
+            if spec.system in ("vllm", BASELINE) and spec.rate == top]
+
+
+def extra_runs(quick: bool, scale: float, base: dict) -> list[RunSpec]:
+    """The runs beyond the grid (``reproduce all`` sweeps them with the other figures' runs)."""
+    return placement_runs(quick, scale, base) + length_runs(quick, scale, base)
+
+
 def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float = 1.0) -> pd.DataFrame:
     """Fig. 16's curves: ``workload, system, placement, rate`` and :data:`CURVE_COLS`, one row per
-    run: the grid's (``placement`` buddy: every system's default) and :func:`placement_runs`."""
+    run: the grid's (``placement`` buddy: every system's default) and :func:`extra_runs`'."""
     opts, specs, summaries = run_figure("fig16", opts, quick, scale)
-    tested = placement_runs(quick, scale, opts.base)
+    tested = extra_runs(quick, scale, opts.base)
     specs, summaries = specs + tested, summaries + opts.run(tested)
     df = results_frame(specs, summaries)
     df["placement"] = [spec.sim.get("placement", "buddy") for spec in specs]
@@ -69,8 +90,12 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False, scale: float =
 
 
 def grid_runs(curves: pd.DataFrame) -> pd.DataFrame:
-    """The curves' runs of the grid (the systems' own placement), without :func:`placement_runs`."""
-    return curves[curves["placement"] == "buddy"] if "placement" in curves else curves
+    """The curves' runs of the grid (the systems' own placement, the derived sentence lengths),
+    without :func:`extra_runs`."""
+    keep = ~curves["workload"].astype(str).str.endswith(LONG) if "workload" in curves else curves.index == curves.index
+    if "placement" in curves:
+        keep &= curves["placement"] == "buddy"
+    return curves[keep]
 
 
 def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.DataFrame:
@@ -79,8 +104,9 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     17's measure (``threshold`` s/token) and how it was read. Columns ``workload, rate,
     vllm_throughput, orca_oracle_throughput, throughput_ratio, paper_ratio, delta_ratio, note,
     threshold_s_per_token, vllm_sustainable_rate, vllm_how, orca_oracle_sustainable_rate,
-    orca_oracle_how, orca_oracle_first_fit_throughput, first_fit_ratio, sustainable_ratio``
-    (``first_fit``: Orca-Oracle's :func:`placement_runs`, NaN without them)."""
+    orca_oracle_how, orca_oracle_first_fit_throughput, first_fit_ratio, long_sentences_ratio,
+    sustainable_ratio`` (``first_fit``: Orca-Oracle's :func:`placement_runs`; ``long_sentences``:
+    the throughputs' ratio of :func:`length_runs`; NaN without them)."""
     rows = []
     tested = curves[curves["placement"] == TESTED_PLACEMENT] if "placement" in curves else curves.iloc[:0]
     for wl, g in grid_runs(curves).groupby("workload", sort=False):
@@ -102,10 +128,40 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
         placed = tested[(tested["workload"] == wl) & (tested["rate"] == row["rate"])]["request_throughput"]
         row["orca_oracle_first_fit_throughput"] = float(placed.iloc[0]) if len(placed) else math.nan
         row["first_fit_ratio"] = v / row["orca_oracle_first_fit_throughput"]
+        long = curves[(curves["workload"] == wl + LONG) & (curves["rate"] == row["rate"])].set_index("system")
+        long_v, long_o = (float(long.loc[s, "request_throughput"]) if s in long.index else math.nan
+                          for s in ("vllm", BASELINE))
+        row["long_sentences_ratio"] = long_v / long_o if long_o else math.nan
         read = row["vllm_how"] == row["orca_oracle_how"] == "interpolated"
         row["sustainable_ratio"] = row["vllm_sustainable_rate"] / row["orca_oracle_sustainable_rate"] if read else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+#: sentences of other lengths that move a ratio by more than this share make the lengths a cause
+MOVES = 0.05
+
+
+def length_reading(r: pd.DataFrame) -> str:
+    """What :func:`length_runs` say: vLLM's throughput ratio with sentences ``TESTED_LENGTH_SCALE``
+    times the derived lengths, against the derived lengths' (``r``: :func:`ratios`)."""
+    tested = r.dropna(subset=["long_sentences_ratio"]) if "long_sentences_ratio" in r else r.iloc[:0]
+    if tested.empty:
+        return ("Untested: our sentence lengths are derived estimates (traces/shared_prefix.py), not the paper's "
+                "samples.")
+    moved = (tested["long_sentences_ratio"] / tested["throughput_ratio"] - 1).abs() > MOVES
+    text = (f"Our sentence lengths are derived estimates (traces/shared_prefix.py), not the paper's samples. Tested: "
+            f"with sentences {TESTED_LENGTH_SCALE:g}x as long, vLLM's ratio is " + " and ".join(
+                f"{x.long_sentences_ratio:.2f}x ({x.workload}; {x.throughput_ratio:.2f}x at the derived lengths)"
+                for x in tested.itertuples()) + ": ")
+    if not moved.any():
+        return text + "the sentences' lengths do not explain the miss."
+    ways = []
+    for x in tested.itertuples():
+        if not math.isnan(x.paper_ratio):
+            closer = abs(x.long_sentences_ratio - x.paper_ratio) < abs(x.throughput_ratio - x.paper_ratio)
+            ways.append(f"{x.workload} {'toward' if closer else 'away from'} the paper's {x.paper_ratio:g}x")
+    return text + "the lengths move it (" + ", ".join(ways) + "): they are a cause as far as they are off."
 
 
 def threshold_reading(row) -> str:
@@ -152,8 +208,8 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
             f"{TESTED_PLACEMENT} instead, it serves " + " and ".join(
                 f"{x.orca_oracle_first_fit_throughput:.1f} req/s ({x.workload}: vLLM's ratio {x.first_fit_ratio:.2f}x)"
                 for x in placed.itertuples()) + ". The paper's Orca uses the buddy allocator too (§6.1), so that "
-            "waste is in its ratios as well. Untested: our sentence lengths are derived estimates "
-            "(traces/shared_prefix.py), not the paper's samples.")
+            "waste is in its ratios as well.")
+    lines.append(length_reading(r))
     if "normalized_latency_s_per_token" in curves:
         lines.extend(threshold_reading(row) for row in r.itertuples())
     lines.append(CPU_READING)

@@ -158,8 +158,14 @@ def test_fig18b_layout(fake_opts):
 
 def test_fig16_layout(fake_opts):
     df = X.fig16.run(fake_opts, quick=True)
-    assert set(df["workload"]) == {"wmt16-1shot", "wmt16-5shot"} and set(df["system"]) == {"vllm", "orca-oracle"}
+    grid = X.fig16.grid_runs(df)
+    assert set(grid["workload"]) == {"wmt16-1shot", "wmt16-5shot"} and set(df["system"]) == {"vllm", "orca-oracle"}
     assert sorted(set(df["rate"])) == [8.0, 256.0]
+    # the length runs: vLLM and Orca-Oracle at the top rate, sentences twice as long
+    long = df[df["workload"].str.endswith("-long")]
+    assert sorted(zip(long["workload"], long["system"])) == [
+        ("wmt16-1shot-long", "orca-oracle"), ("wmt16-1shot-long", "vllm"),
+        ("wmt16-5shot-long", "orca-oracle"), ("wmt16-5shot-long", "vllm")] and set(long["rate"]) == {256.0}
     r = X.fig16.ratios(df)
     assert list(r["paper_ratio"]) == [1.67, 3.58]
     assert list(r["throughput_ratio"]) == [1.0, 1.0]  # the fake serves every rate in full
@@ -179,6 +185,25 @@ def test_fig16_ratios_by_hand():
     assert r.loc["wmt16-5shot", "throughput_ratio"] == pytest.approx(3.6) and r.loc["wmt16-5shot", "note"] == ""
     assert "3.60x (paper 3.58x)" in X.fig16.explain(curves)
     assert "0.3 ms of CPU per sequence" in X.fig16.explain(curves)  # the reading of the CPU cost's share
+
+
+def test_fig16_length_runs_read_by_hand():
+    """``length_reading``: 1-shot 70 / 35 = 2.00x at the derived lengths, 60 / 34 = 1.76x with long
+    sentences (toward the paper's 1.67x); 5-shot 36 / 10 = 3.60x, 30 / 10 = 3.00x (away from 3.58x)."""
+    rows = [("wmt16-1shot", 70.0, 35.0), ("wmt16-1shot-long", 60.0, 34.0),
+            ("wmt16-5shot", 36.0, 10.0), ("wmt16-5shot-long", 30.0, 10.0)]
+    curves = pd.DataFrame([{"workload": w, "system": system, "rate": 256.0, "request_throughput": served}
+                           for w, v, o in rows for system, served in (("vllm", v), ("orca-oracle", o))])
+    r = X.fig16.ratios(curves).set_index("workload")
+    assert list(r.index) == ["wmt16-1shot", "wmt16-5shot"]  # the long runs are no rows of their own
+    assert r.loc["wmt16-1shot", "long_sentences_ratio"] == pytest.approx(60 / 34)
+    text = X.fig16.length_reading(r.reset_index())
+    assert "1.76x (wmt16-1shot; 2.00x at the derived lengths) and 3.00x (wmt16-5shot; 3.60x" in text
+    assert "wmt16-1shot toward the paper's 1.67x, wmt16-5shot away from the paper's 3.58x" in text
+    same = curves.assign(request_throughput=[70.0, 35.0, 70.0, 35.0, 36.0, 10.0, 36.0, 10.0])
+    assert "do not explain the miss" in X.fig16.length_reading(X.fig16.ratios(same))
+    assert X.fig16.length_reading(X.fig16.ratios(curves[~curves["workload"].str.endswith("-long")])).startswith(
+        "Untested")
 
 
 def test_fig16_reads_the_threshold_rate_only_within_capacity():
