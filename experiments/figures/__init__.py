@@ -46,7 +46,7 @@ from pagesim.sim.errors import ConfigError
 FIGURES: dict[str, ModuleType] = {name: import_module(f"pagesim.experiments.figures.{name}") for name in FIGURE_NAMES}
 #: runs a figure makes beyond its EXPERIMENTS' grids, which ``reproduce all`` sweeps with the rest
 EXTRA_RUNS = {"fig14": FIGURES["fig14"].distinct_runs, "fig16": FIGURES["fig16"].extra_runs,
-              "fig17": FIGURES["fig17"].output_runs}
+              "fig17": FIGURES["fig17"].extra_runs}
 #: the figures that probe again where their runs' results say (``common.refine_knees``): ``reproduce
 #: all`` runs them once its sweep is done, so that their tables then find every run in the cache
 PROBES_AGAIN = ("fig12",)

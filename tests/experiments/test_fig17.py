@@ -15,11 +15,17 @@ def test_paper_ratios_recorded():
 
 def test_fig17_quick_layout_and_ratios(fake_opts):
     df = fig17.run(fake_opts, quick=True)
-    assert list(df.columns[:5]) == ["workload", "system", "rate", "num_requests", "normalized_latency_s_per_token"]
-    # the grid's 4 systems x 2 rates, and vLLM's and Orca-Oracle's with short outputs at 3x the rates
+    assert list(df.columns[:6]) == ["workload", "system", "rate", "num_requests", "duration_s",
+                                    "normalized_latency_s_per_token"]
+    # the grid's 4 systems x 2 rates; vLLM's and Orca-Oracle's with short outputs at 3x the rates,
+    # and over traces of a minute (--quick's hour) at the grid's rates
     grid, tested = fig17.grid_runs(df), df[df["workload"] == fig17.TESTED_WORKLOAD]
-    assert len(grid) == 4 * 2 and set(grid["rate"]) == {0.2, 1.0}
+    assert len(grid) == 4 * 2 and set(grid["rate"]) == {0.2, 1.0} and grid["duration_s"].isna().all()
     assert sorted(tested["system"].unique()) == ["orca-oracle", "vllm"] and set(tested["rate"]) == {0.6, 3.0}
+    hour = fig17.hour_curves(df)
+    assert sorted(zip(hour["system"], hour["rate"])) == [("orca-oracle", 0.2), ("orca-oracle", 1.0),
+                                                         ("vllm", 0.2), ("vllm", 1.0)]
+    assert set(hour["duration_s"]) == {fig17.QUICK_HOUR_S} and set(hour["workload"]) == {"chatbot"}
     r = fig17.ratios(df).set_index("system")
     # the fake (ShareGPT capacities for an unknown workload): 0.05 s/token up to capacity, then
     # 0.05 + (rate - cap) / cap, times 1.05 for block size 16. Oracle (0.8 req/s): 0.0525 at 0.2,
@@ -58,3 +64,20 @@ def test_the_output_runs_reading_worked_by_hand():
     grid.loc[0, "vllm_ratio"] = 1.95  # within MOVES (5 %) of 2.00
     assert "does not explain the gap" in fig17.output_reading(tested, grid)
     assert fig17.output_reading(tested.iloc[:0], grid).startswith("Untested")
+
+
+def test_the_hour_runs_reading_worked_by_hand():
+    """``hour_reading``: over traces of an hour Orca-Oracle crosses 0.25 s/token at 1.5 req/s (0.1
+    at 1, 0.4 at 2) and vLLM at 2 + 0.8 x 0.15 / 0.25 = 2.48 (0.1 at 2, 0.35 at 2.8): 1.65x, against
+    the grid's 1.4x: it moves toward the paper's 2x."""
+    def curve(system, rates, latencies):
+        return pd.DataFrame({"workload": "chatbot", "duration_s": 3600.0, "system": system, "rate": rates,
+                             "normalized_latency_s_per_token": latencies, "request_throughput": rates})
+    hour = pd.concat([curve("orca-oracle", [1.0, 2.0], [0.1, 0.4]), curve("vllm", [2.0, 2.8], [0.1, 0.35])])
+    grid = pd.DataFrame([{"system": "orca-oracle", "vllm_ratio": 1.4}, {"system": "vllm", "vllm_ratio": float("nan")}])
+    text = fig17.hour_reading(hour, grid)
+    assert "vLLM sustains 1.65x Orca-Oracle's rate by sustainable rate (1.40x over 400 requests)" in text
+    assert text.endswith("moves it toward the paper's 2x.")
+    grid.loc[0, "vllm_ratio"] = 1.6  # within MOVES (5 %) of 1.65
+    assert fig17.hour_reading(hour, grid).endswith("does not explain the gap.")
+    assert "(untested)" in fig17.hour_reading(hour.iloc[:0], grid)
