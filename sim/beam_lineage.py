@@ -101,7 +101,7 @@ class TrigramModel:
 class BeamRecord(NamedTuple):
     """One beam search: ``prompt_tokens`` long, ``output_tokens`` generated per beam;
     ``parents`` is ``(output_tokens - 1, width)`` (module docstring); ``tokens`` the beams'
-    sequences at the end, ``(width, output_tokens)``."""
+    sequences at the end, ``(width, output_tokens)`` (None where not kept)."""
 
     prompt_tokens: int
     output_tokens: int
@@ -118,9 +118,11 @@ def top(scores: np.ndarray, width: int) -> np.ndarray:
     return candidates[np.argsort(-scores[candidates], kind="stable")[:width]]
 
 
-def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_tokens: int) -> BeamRecord:
+def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_tokens: int,
+                keep_tokens: bool = True) -> BeamRecord:
     """Beam search of ``width`` beams generating ``output_tokens`` tokens after ``prompt``
-    (at least two token ids, the trigram's context)."""
+    (at least two token ids, the trigram's context); ``keep_tokens`` off: the lineage alone (the
+    beams' sequences, copied at every step, are not kept)."""
     if width < 1 or output_tokens < 1 or len(prompt) < 2:
         raise ValueError(f"beam search needs width >= 1, output_tokens >= 1 and a prompt of >= 2 tokens; got "
                          f"width={width}, output_tokens={output_tokens}, prompt of {len(prompt)}")
@@ -152,11 +154,12 @@ def beam_search(model: TrigramModel, prompt: Sequence[int], width: int, output_t
         pick = np.lexsort((flat, -cand))[:width]  # best first, ties to the lower (beam, token)
         parent, word = flat[pick] // size, flat[pick] % size
         parents[t - 1] = parent
-        history = history[parent]
-        history[:, t] = word
+        if keep_tokens:
+            history = history[parent]
+            history[:, t] = word
         seqs = [[seqs[p][-1], int(w)] for p, w in zip(parent.tolist(), word.tolist())]
         scores = cand[pick]
-    return BeamRecord(len(prompt), output_tokens, len(first), parents, history)
+    return BeamRecord(len(prompt), output_tokens, len(first), parents, history if keep_tokens else None)
 
 
 #: the library's records per width (request ``i`` follows record ``i mod RECORDS`` of its width:
@@ -189,5 +192,5 @@ def lineage_library(width: int, records: int = RECORDS, tokens: int = RECORD_TOK
     out = np.empty((records, tokens - 1, width), np.int16)
     for r in range(records):
         at = int(rng.integers(0, len(ids) - RECORD_PROMPT_TOKENS))
-        out[r] = beam_search(model, ids[at:at + RECORD_PROMPT_TOKENS], width, tokens).parents
+        out[r] = beam_search(model, ids[at:at + RECORD_PROMPT_TOKENS], width, tokens, keep_tokens=False).parents
     return out

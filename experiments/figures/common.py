@@ -123,6 +123,17 @@ def refine_knees(opts: SweepOptions, specs: list[RunSpec], summaries: list[dict[
     return specs, summaries
 
 
+#: a run that changes a reading's cause and moves the figure's number by more than this share of it
+#: shows that cause at work (the readings of Figs. 16 and 17 that test their causes: :func:`moves`)
+MOVES = 0.05
+
+
+def moves(tested: float, own: float) -> bool:
+    """Whether a test run's number (``tested``) moved the figure's own (``own``): by more than
+    :data:`MOVES` of it, either way."""
+    return abs(tested / own - 1) > MOVES
+
+
 MEM_COLS = ("mem_token_states", "mem_reservation", "mem_internal_frag", "mem_allocator_slack",
             "mem_external_frag", "mem_free_idle")
 

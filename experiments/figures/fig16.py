@@ -23,7 +23,7 @@ from dataclasses import replace
 import pandas as pd
 
 from pagesim.experiments import paper
-from pagesim.experiments.figures.common import SweepOptions, figure_specs, ratio_miss, run_figure
+from pagesim.experiments.figures.common import SweepOptions, figure_specs, moves, ratio_miss, run_figure
 from pagesim.experiments.figures.fig12 import ABOVE_CAPACITY, LATENCY_THRESHOLD_S, capacity_reading
 from pagesim.experiments.run_spec import RunSpec, results_frame
 from pagesim.traces.shared_prefix import TESTED_LENGTH_SCALE
@@ -138,10 +138,6 @@ def ratios(curves: pd.DataFrame, threshold: float = LATENCY_THRESHOLD_S) -> pd.D
     return pd.DataFrame(rows)
 
 
-#: sentences of other lengths that move a ratio by more than this share make the lengths a cause
-MOVES = 0.05
-
-
 def length_reading(r: pd.DataFrame) -> str:
     """What :func:`length_runs` say: vLLM's throughput ratio with sentences ``TESTED_LENGTH_SCALE``
     times the derived lengths, against the derived lengths' (``r``: :func:`ratios`)."""
@@ -149,12 +145,12 @@ def length_reading(r: pd.DataFrame) -> str:
     if tested.empty:
         return ("Untested: our sentence lengths are derived estimates (traces/shared_prefix.py), not the paper's "
                 "samples.")
-    moved = (tested["long_sentences_ratio"] / tested["throughput_ratio"] - 1).abs() > MOVES
+    moved = [moves(x.long_sentences_ratio, x.throughput_ratio) for x in tested.itertuples()]
     text = (f"Our sentence lengths are derived estimates (traces/shared_prefix.py), not the paper's samples. Tested: "
             f"with sentences {TESTED_LENGTH_SCALE:g}x as long, vLLM's ratio is " + " and ".join(
                 f"{x.long_sentences_ratio:.2f}x ({x.workload}; {x.throughput_ratio:.2f}x at the derived lengths)"
                 for x in tested.itertuples()) + ": ")
-    if not moved.any():
+    if not any(moved):
         return text + "the sentences' lengths do not explain the miss."
     ways = []
     for x in tested.itertuples():

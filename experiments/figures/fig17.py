@@ -20,8 +20,8 @@ import pandas as pd
 
 from pagesim.experiments import paper
 from pagesim.experiments.figures.fig12 import LATENCY_THRESHOLD_S, capacity_reading, rate_ratio
-from pagesim.experiments.figures.common import (SweepOptions, figure_specs, rate_curves_section, ratio_miss,
-                                                run_figure)
+from pagesim.experiments.figures.common import (SweepOptions, figure_specs, moves, rate_curves_section,
+                                                ratio_miss, run_figure)
 from pagesim.experiments.run_spec import RunSpec, results_frame
 from pagesim.traces.chatbot import CHAT_TESTED_OUTPUT
 
@@ -147,10 +147,6 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
     return " ".join(lines)
 
 
-#: shorter outputs that raise vLLM's ratio over Orca-Oracle by more than this share are a cause
-MOVES = 0.05
-
-
 def output_reading(curves: pd.DataFrame, ratio_table: pd.DataFrame) -> str:
     """What :func:`output_runs` say: vLLM's ratio over Orca-Oracle with outputs capped at
     ``CHAT_TESTED_OUTPUT``, read as the grid's is, against the grid's."""
@@ -161,10 +157,12 @@ def output_reading(curves: pd.DataFrame, ratio_table: pd.DataFrame) -> str:
     short, own, measure = read
     text = (f"Tested: with outputs capped at {CHAT_TESTED_OUTPUT} tokens, not 1,024, vLLM sustains "
             f"{short:.2f}x Orca-Oracle's rate by {measure} ({own:.2f}x at the paper's cap): ")
-    if short > own * (1 + MOVES):
+    if not moves(short, own):
+        return text + "the outputs' length does not explain the gap."
+    if short > own:
         return text + ("shorter outputs shrink vLLM's footprint, not Orca's buddy-rounded reservations, and move "
                        "the ratio toward the paper's: the outputs' length is a cause.")
-    return text + "the outputs' length does not explain the gap."
+    return text + "the outputs' length moves it away from the paper's 2x."
 
 
 def tested_ratio(tested: pd.DataFrame, ratio_table: pd.DataFrame) -> tuple[float, float, str] | None:
@@ -189,7 +187,7 @@ def hour_reading(curves: pd.DataFrame, ratio_table: pd.DataFrame) -> str:
     hour, own, measure = read
     text = (f"Tested: over traces of an hour, as the paper's, not 400 requests, vLLM sustains {hour:.2f}x "
             f"Orca-Oracle's rate by {measure} ({own:.2f}x over 400 requests): ")
-    if abs(hour / own - 1) > MOVES:
+    if moves(hour, own):
         return text + "the traces' length moves it " + ("toward" if hour > own else "away from") + " the paper's 2x."
     return text + "the traces' length does not explain the gap."
 
