@@ -289,12 +289,12 @@ def sustainable_rate_ratios(ratios: pd.DataFrame,
 
 def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched requests") -> go.Figure:
     """One panel per workload (``fig13.csv``): the paper's batch size per system, then ours for
-    each CPU-cost setting (``per_seq_overhead_ms``; ``fig13.csv`` has a row per system and
-    setting), labelled with one decimal."""
+    each speed (``cost_scale``, the factor on the GPU time; ``fig13.csv`` has a row per system and
+    factor), labelled with one decimal."""
     wls = list(dict.fromkeys(df["workload"]))
     rates = {wl: df.loc[df["workload"] == wl, "rate"].iloc[0] for wl in wls}
     fig = make_subplots(rows=1, cols=len(wls), subplot_titles=[f"{wl} @ {rates[wl]:g} req/s" for wl in wls])
-    setting = df["per_seq_overhead_ms"] if "per_seq_overhead_ms" in df else pd.Series(np.nan, index=df.index)
+    setting = df["cost_scale"] if "cost_scale" in df else pd.Series(1.0, index=df.index)
     shades = [OKABE_ITO[c] for c in ("vermillion", "orange", "black", "sky blue")]
     for i, wl in enumerate(wls, start=1):
         g = df[df["workload"] == wl]
@@ -303,9 +303,10 @@ def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched req
         fig.add_trace(go.Bar(x=systems, y=paper.tolist(), name="paper", marker_color=PAPER_COLOR, legendgroup="paper",
                              showlegend=i == 1, text=[_label(v) for v in paper], textposition="outside"),
                       row=1, col=i)
-        for j, (ms, h) in enumerate(g.groupby(setting[g.index], sort=False, dropna=False)):
+        for j, (scale, h) in enumerate(g.groupby(setting[g.index], sort=False, dropna=False)):
             ours = h.groupby("system", sort=False)["avg_batch_size"].first().reindex(systems)
-            name = "pagesim, the cost model's CPU time" if pd.isna(ms) else f"pagesim, {ms:g} ms CPU/sequence"
+            name = (f"pagesim, the 2023 engines' speed (GPU time x{scale:g})" if scale != 1
+                    else "pagesim, the roofline's own speed")
             fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name=name, marker_color=shades[j % len(shades)],
                                  legendgroup=name, showlegend=i == 1, text=[_label(v) for v in ours],
                                  textposition="outside"), row=1, col=i)

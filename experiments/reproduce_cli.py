@@ -56,6 +56,7 @@ def run(args) -> int:
     from pagesim.experiments.report_pages import reproduce_report
     from pagesim.experiments.run_cache import telling_cache_answers
     from pagesim.experiments.run_spec import load_experiment
+    from pagesim.experiments import engine_era
 
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -81,6 +82,13 @@ def run(args) -> int:
     print("\n".join(closing_table(tables, figures)))
     for g in gpus:
         print("\n" + band_line(error_band(cost_model, g), g))
+    # (a figure's runs come from its EXPERIMENTS' configs and its own: fig14 names none, sweeping its own)
+    era = [f for f in figures if any(load_experiment(e).get("base", {}).get("cost_scale") == engine_era.ENGINE_ERA
+                                     for e in {f, *FIGURES[f].EXPERIMENTS})]
+    if era:
+        print("\n" + fill(f"{', '.join(era)}: every step's GPU time x{engine_era.gpu_time_scale(cost_model):g}, the "
+                          "2023 engines' speed, fitted on the DistServe artifact's measured vLLM 0.1.7 "
+                          "(experiments/engine_era.py), no number of the vLLM paper read to fit it"))
     path = reproduce_report(out, out / "report.html")
     print(f"\nwrote {path}")
     if args.figure == "all":

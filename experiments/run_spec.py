@@ -52,6 +52,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from pagesim.experiments import engine_era
 from pagesim.sim import __version__
 from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SimConfig
@@ -310,9 +311,10 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
     if sim_fields is None:
         sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
-    # "default" leaves a setting to the run's defaults: a grid can hold the cost model's own CPU
-    # time beside a number (fig13.toml's per_seq_overhead_ms = ["default", 0.3])
+    # "default" leaves a setting to the run's defaults: a grid can hold the cost model's own value
+    # beside a number (per_seq_overhead_ms = ["default", 0.3])
     values = {k.replace("-", "_"): v for k, v in values.items() if v != "default"}
+    values = engine_era.resolve(values)  # cost_scale = "engine-era": the 2023 engines' factor
     system = values.pop("system", "vllm")
     wl = {k: values.pop(k) for k in WORKLOAD_KEYS if k in values}
     cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}

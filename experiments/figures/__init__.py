@@ -56,7 +56,7 @@ EXPLAIN = {name: module.explain for name, module in FIGURES.items()}
 TITLES = {name: module.TITLE for name, module in FIGURES.items()}
 #: the columns that name a compared row (in this order), and how each is written
 ROW_KEYS = {"workload": "{}", "mode": "{}", "width": "width {}", "system": "{}", "block_size": "block {}",
-            "per_seq_overhead_ms": "{} ms/seq", "design": "{}"}
+            "cost_scale": "GPU time x{}", "design": "{}"}
 #: the order of the figures' sections in the reproduce report (each module's ``section(rep, table, read)``
 #: writes its own; they import the plots, and with them plotly, only when called, so that this
 #: registry, which ``pagesim reproduce`` (and so ``pagesim --help``) loads, does not)

@@ -178,16 +178,6 @@ def threshold_reading(row) -> str:
     return head + ", ".join(parts) + f": not read{why}. The ratio is taken by capacity, the throughput when both are overloaded."
 
 
-#: the CPU cost's share of the miss (measured 2026-11-25 by benchmarks/paper_cpu_readings.py:
-#: fig16.toml's runs with 0.3 ms of CPU per sequence)
-CPU_READING = (
-    "Part of the excess may be Fig. 13's CPU cost: with the 0.3 ms of CPU per sequence per iteration that Fig. "
-    "13's batch sizes imply (a constant read off another of the paper's figures, not measured apart from it) for "
-    "both systems instead of the roofline's 0.02 ms, vLLM's larger batches cost it more and the ratios are 1.68x "
-    "and 2.84x (41.4 / 24.7 and 30.4 / 10.7 req/s; paper 1.67x and 3.58x): the 1-shot case then lands on the "
-    "paper, the 5-shot one 0.7 below it.")
-
-
 def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> str:
     if curves is None or curves.empty:
         return "No Fig. 16 results."
@@ -208,7 +198,6 @@ def explain(curves: pd.DataFrame, ratio_table: pd.DataFrame | None = None) -> st
     lines.append(length_reading(r))
     if "normalized_latency_s_per_token" in curves:
         lines.extend(threshold_reading(row) for row in r.itertuples())
-    lines.append(CPU_READING)
     return " ".join(lines)
 
 

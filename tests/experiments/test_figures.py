@@ -5,6 +5,7 @@ import math
 import pandas as pd
 import pytest
 
+from pagesim.experiments import engine_era
 from pagesim.experiments import figures as X
 from pagesim.sim.metrics import downsample_steps
 from tests.experiments import fakes
@@ -52,11 +53,12 @@ def test_fig2_rate_override_and_sensitivity(fake_opts):
 
 def test_fig13_layout_and_deltas(fake_opts):
     both = X.fig13.run(fake_opts, quick=True)
-    assert list(both.columns[:8]) == ["workload", "rate", "system", "per_seq_overhead_ms", "avg_batch_size",
+    assert list(both.columns[:8]) == ["workload", "rate", "system", "cost_scale", "avg_batch_size",
                                       "paper_avg_batch_size", "delta", "delta_pct"]
-    # two CPU-cost settings: the cost model's own (NaN: no override) and 0.3 ms per sequence
-    assert len(both) == 16 and both.per_seq_overhead_ms.isna().sum() == 8 and (both.per_seq_overhead_ms == 0.3).sum() == 8
-    df = both[both.per_seq_overhead_ms.isna()]
+    # two speeds: the 2023 engines' (the fitted factor on the GPU time) and the roofline's own (x1)
+    era = engine_era.gpu_time_scale("roofline")
+    assert len(both) == 16 and (both.cost_scale == era).sum() == 8 and (both.cost_scale == 1.0).sum() == 8
+    df = both[both.cost_scale == era]
     r = df[(df.workload == "sharegpt") & (df.system == "vllm")].iloc[0]
     assert r.rate == 2.0 and r.avg_batch_size == pytest.approx(33.0) and r.paper_avg_batch_size == 30.42
     assert r.delta == pytest.approx(2.58) and r.delta_pct == pytest.approx(100 * 2.58 / 30.42)
@@ -65,10 +67,12 @@ def test_fig13_layout_and_deltas(fake_opts):
     assert a.rate == 30.0 and a.delta == pytest.approx(33.0 - 132.44) and "vs paper" in a.note
     m = df[(df.workload == "alpaca") & (df.system == "orca-max")].iloc[0]
     assert m.delta == pytest.approx(0.0) and m.note == ""
-    assert "Orca (Oracle)" in X.fig13.explain(both) and "0.3 ms/sequence" in X.fig13.explain(both)
-    assert "sharegpt (the cost model's CPU time)" in X.fig13.explain(both)
-    charged = both.assign(cpu_overhead="1 ms + 50 us/sequence (measured)")
-    assert "sharegpt (the cost model's CPU time: 1 ms + 50 us/sequence (measured))" in X.fig13.explain(charged)
+    # the roofline's own rows test the reading's cause: compared with nothing, however far off
+    test = both[(both.cost_scale == 1.0) & (both.workload == "alpaca") & (both.system == "vllm")].iloc[0]
+    assert test.delta_pct < -10 and test.note == ""
+    read = X.fig13.explain(both)
+    assert "Orca (Oracle)" in read and f"sharegpt (the 2023 engines' speed: GPU time x{era:g})" in read
+    assert "alpaca (the roofline's own speed, the test of the cause): vLLM batches" in read and "vllm (-75%)" in read
 
 
 def test_fig15_layout_and_savings(fake_opts):
@@ -184,7 +188,6 @@ def test_fig16_ratios_by_hand():
     assert r.loc["wmt16-1shot", "note"] == "2.00x against the paper's 1.67x"
     assert r.loc["wmt16-5shot", "throughput_ratio"] == pytest.approx(3.6) and r.loc["wmt16-5shot", "note"] == ""
     assert "3.60x (paper 3.58x)" in X.fig16.explain(curves)
-    assert "0.3 ms of CPU per sequence" in X.fig16.explain(curves)  # the reading of the CPU cost's share
 
 
 def test_fig16_length_runs_read_by_hand():

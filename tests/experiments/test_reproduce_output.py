@@ -27,10 +27,10 @@ def test_ratio_miss_by_hand():
 
 def test_misses_reads_the_compared_tables_notes_named_by_their_keys():
     fig13 = pd.DataFrame({"workload": ["sharegpt", "alpaca", "alpaca"], "rate": [2, 30, 30],
-                          "system": ["vllm", "vllm", "vllm"], "per_seq_overhead_ms": [math.nan, math.nan, 0.3],
+                          "system": ["vllm", "vllm", "vllm"], "cost_scale": [math.nan, math.nan, 1.5],
                           "note": ["-22% vs paper (> 10%)", "", "+11% vs paper (> 10%)"]})
     assert misses("fig13", {"fig13": fig13}) == (3, ["sharegpt vllm: -22% vs paper (> 10%)",
-                                                      "alpaca vllm 0.3 ms/seq: +11% vs paper (> 10%)"])
+                                                      "alpaca vllm GPU time x1.5: +11% vs paper (> 10%)"])
     # fig12 compares in its ratios table, not its curves; a missing note (NaN from a CSV) is no miss
     ratios = pd.DataFrame({"workload": ["sharegpt", "sharegpt"], "system": ["orca-max", "orca-oracle"],
                            "note": [math.nan, "ratio 1.63x outside the paper's 1.7-2.7x"]})

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pagesim.experiments import engine_era
 from pagesim.reports import chart_checks as C
 from pagesim.sim.cli import main
 from tests.reports.test_chart_checks import NO_PAPER_VALUES
@@ -183,9 +184,11 @@ def test_reproduce_report(out):
     for s in SYSTEMS:  # every system in both panels (before: 2 of 4, labelled NaN)
         assert ticks.count(s) == 2, (s, ticks)
     legend = texts(fig13, "legendtext")
-    assert "paper" in legend and {"pagesim, the cost model's CPU time", "pagesim, 0.3 ms CPU/sequence"} <= set(legend)
+    era = engine_era.gpu_time_scale("roofline")
+    assert "paper" in legend and {f"pagesim, the 2023 engines' speed (GPU time x{era:g})",
+                                  "pagesim, the roofline's own speed"} <= set(legend)
     labels = texts(fig13, "bartext")
-    assert len(labels) == 2 * 4 * 3  # 2 workloads x 4 systems x (paper + 2 settings)
+    assert len(labels) == 2 * 4 * 3  # 2 workloads x 4 systems x (paper + 2 speeds)
     assert all(re.fullmatch(r"\d+\.\d", t) for t in labels), labels  # one decimal, never raw floats
     ratios = found["Fig. 12: vLLM's sustainable rate over each Orca variant"]
     assert "paper range" in texts(ratios, "legendtext")
