@@ -314,8 +314,8 @@ def test_a_knee_is_probed_again_until_its_bracket_is_narrow(fake_opts):
     Probes at 0.5 (0.0525) and 2 (1.6275) bracket the 0.25 threshold, 4x apart: the first round
     adds 0.5 x 4^(1/3) = 0.794 (under) and 0.5 x 4^(2/3) = 1.260 (0.656, over); that bracket is
     1.587x wide, so the second adds 0.794 x 1.587^(1/3) = 0.926 (0.218, under) and 1.080 (0.420,
-    over), 1.167x apart: done. Read between them, the rate is 1.188 x 0.8 = 0.950 (the fake rises
-    linearly past its capacity), where the grid alone read 0.5 + 1.5 x 0.1975 / 1.575 = 0.688."""
+    over), 1.167x apart: the two rounds spent. Read between them, the rate is 1.188 x 0.8 = 0.950 (the
+    fake rises linearly past its capacity), where the grid alone read 0.5 + 1.5 x 0.1975 / 1.575 = 0.688."""
     from pagesim.experiments.figures.common import refine_knees
     from pagesim.experiments.figures.fig12 import sustainable_rate
     from pagesim.experiments.run_spec import RunSpec
@@ -328,6 +328,22 @@ def test_a_knee_is_probed_again_until_its_bracket_is_narrow(fake_opts):
     latencies = [summary["normalized_latency_s_per_token"] for summary in summaries]
     assert sustainable_rate(rates, latencies, 0.25)[0] == pytest.approx(0.8 * (0.25 / 1.05 - 0.05 + 1), rel=1e-5)
     assert sustainable_rate(rates[:2], latencies[:2], 0.25)[0] == pytest.approx(0.5 + 1.5 * 0.1975 / 1.575)
+
+
+def test_a_bracket_wider_than_a_tenth_is_probed_again_and_a_narrower_one_not(fake_opts):
+    """The same fake: probes at 0.9 (0.184 s/token) and 1.08 (0.420), 1.2x apart, bracket the
+    threshold: one round adds 0.9 x 1.2^(1/3) = 0.956 (0.258, over) and 1.016, and the bracket
+    0.9-0.956, 1.063x, is narrow enough. Probes at 0.93 (0.223) and 0.975 (0.282), 1.048x apart,
+    get none."""
+    from pagesim.experiments.figures.common import refine_knees
+    from pagesim.experiments.run_spec import RunSpec
+
+    def probed(rates):
+        grid = [RunSpec(workload="sharegpt", system="orca-oracle", rate=rate, num_requests=100) for rate in rates]
+        return [spec.rate for spec in refine_knees(fake_opts, grid, fake_opts.run(grid), lambda spec: spec.system, 0.25)[0]]
+
+    assert probed([0.9, 1.08]) == pytest.approx([0.9, 1.08, 0.9 * 1.2 ** (1 / 3), 0.9 * 1.2 ** (2 / 3)], rel=1e-5)
+    assert probed([0.93, 0.975]) == pytest.approx([0.93, 0.975])
 
 
 def test_fig19_layout_and_ratios(fake_opts):
