@@ -390,15 +390,18 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps += [_calibrate(m, preset, str(work / f"profile_{m}.csv"), dry) for m in MODELS]
         return steps + [_gpu_tests(dry)]
     if phase == 2:  # the models first (the validation's target), then copy-on-write and swap
-        steps, runs = [], []
+        steps, runs, profiles = [], [], {}
         for m in MODELS[::-1]:  # llama-3-8b (GQA: the tensor-core kernel) first
-            prof = prev / f"profile_{m}.csv"
+            prof = profiles[m] = prev / f"profile_{m}.csv"
             if not prof.exists():  # a cold machine: phase 1's folder is gone
-                prof = work / f"profile_{m}_quick.csv"
+                prof = profiles[m] = work / f"profile_{m}_quick.csv"
                 steps.append(_calibrate(m, preset, str(prof), dry, quick=True))
             steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
             runs += ["--run", str(work / f"val_{m}"), str(prof)]
-        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP))
+        # copy-on-write and swap priced by the table model of the model's runs (the roofline's CPU
+        # time a step is not this runner's), and with the other model's host term beside them
+        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP, profile=str(profiles["llama-2-7b"])))
+        runs += ["--run", str(work / "val_cow_swap"), str(profiles["llama-2-7b"])]
         slope = (py(SLOPE_DRY) + [str(work / "decode_slope")] if dry else
                  [python(), "benchmarks/gpu_decode_slope.py", "--batches", "1,2,4,8,16,32",
                   "--out", str(work / "decode_slope")])

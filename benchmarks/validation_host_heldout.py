@@ -13,7 +13,10 @@ recorded device-time prices plus that term, against the measured whole steps) an
 simulation, rerun here from the run's own configuration and synthetic workload with
 ``--step-overhead-ms`` / ``--per-seq-overhead-ms`` set (the rerun without them is checked against
 the recorded simulation first). ``PROFILE`` is the profile the run was validated against (its
-recorded path is the device's). Prints a table; asserts nothing.
+recorded path is the device's). A run validated against the roofline (the copy-on-write and swap
+run before 2026-11-30) is rerun with ``PROFILE``'s table model too: with the profile's own host
+term, then with each other model's (its steps' table prices were not recorded: no whole-step
+errors there). Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pagesim.gpu.validate import host_fit, rel_errors  # noqa: E402
 from pagesim.sim.config import SimConfig  # noqa: E402
 from pagesim.sim.run import run_simulation  # noqa: E402
 from pagesim.traces.synth import make_workload  # noqa: E402
-from pagesim.traces.transform import apply_max_len_policy  # noqa: E402
+from pagesim.traces.transform import apply_max_len_policy, set_parallel  # noqa: E402
 
 E2E = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
@@ -46,18 +49,34 @@ def read_steps(run: Path) -> pd.DataFrame:
     return pd.read_csv(run / "steps.csv.gz" if (run / "steps.csv.gz").exists() else run / "steps.csv")
 
 
-def simulate(run: Path, profile: str, host: dict | None) -> dict:
-    """The run's table-model simulation, rerun: its configuration, its synthetic workload."""
-    config = json.loads((run / "sim_table" / "config.json").read_text())
-    workload = json.loads((run / "validation.json").read_text())["workload"]["workload"]
+def simulated(run: Path) -> str:
+    """The run's simulation folder: the table model's, else (a run validated against the roofline:
+    the copy-on-write and swap run before 2026-11-30) the roofline's, whose settings are rerun
+    here with the profile in its place."""
+    return "sim_table" if (run / "sim_table" / "config.json").exists() else "sim_roofline"
+
+
+def simulate(run: Path, profile: str | None, host: dict | None) -> dict:
+    """The run's simulation, rerun: its configuration (``profile``, the table model, in place of
+    its cost model; None: as recorded), its synthetic workload with the transforms the validation
+    recorded (parallel sampling's n, a beam width)."""
+    config = json.loads((run / simulated(run) / "config.json").read_text())
+    recorded = json.loads((run / "validation.json").read_text())["workload"]
+    workload = recorded["workload"]
     if workload.get("kind") != "synthetic":
         raise SystemExit(f"{run}: validation.json field workload.kind: only a synthetic workload is rerun here")
     names = {f.name for f in dataclasses.fields(SimConfig)}
-    cfg = SimConfig(**{k: v for k, v in config.items() if k in names}).replace(profile=profile)
+    cfg = SimConfig(**{k: v for k, v in config.items() if k in names})
+    if profile is not None:
+        cfg = cfg.replace(profile=profile, cost_model="roofline")
     if host is not None:
         cfg = cfg.replace(step_overhead_ms=host["intercept_ms"], per_seq_overhead_ms=host["per_seq_ms"])
     trace = make_workload(workload["workload"], rate=workload["rate"], num_requests=workload["num_requests"],
                           seed=workload["seed"])
+    for step in recorded.get("steps", []):
+        if step.get("step") != "parallel":
+            raise SystemExit(f"{run}: validation.json field workload.steps: {step.get('step')!r} is not rerun here")
+        trace = set_parallel(trace, step.get("n"), step.get("beam_width"))
     trace, _ = apply_max_len_policy(trace, cfg.max_seq_len, cfg.max_len_policy)
     return run_simulation(cfg, trace).summary
 
@@ -69,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for d, profile in a.run:
         run = Path(d)
-        for need in (run / "validation.json", run / "sim_table" / "config.json", Path(profile)):
+        for need in (run / "validation.json", run / simulated(run) / "config.json", Path(profile)):
             if not need.exists():
                 raise SystemExit(f"--run {d} {profile}: {need} not found")
         v = json.loads((run / "validation.json").read_text())
@@ -77,21 +96,27 @@ def main(argv: list[str] | None = None) -> int:
         steps = read_steps(run)
         runs[run] = dict(model=v["model"], host=host_fit(steps), profile=profile, steps=steps,
                          real=json.loads((run / "real" / "summary.json").read_text()),
-                         recorded=json.loads((run / "sim_table" / "summary.json").read_text()))
+                         recorded=json.loads((run / simulated(run) / "summary.json").read_text()),
+                         table=simulated(run) == "sim_table")
     common = Path(os.path.commonpath([run.parent for run in runs]))
     print(f"{'run (folder)':<38} {'host from':<10} {'host ms':>14} {'med':>6} {'p90':>6} "
           + " ".join(f"{name:>6}" for name in ("tput", "TTFT", "TPOT")))
     for run, r in runs.items():
-        rerun = simulate(run, r["profile"], None)
+        rerun = simulate(run, r["profile"] if r["table"] else None, None)
         key = "output_throughput"
         if not np.isclose(rerun[key], r["recorded"][key], rtol=1e-9):
             raise SystemExit(f"{run}: the rerun's {key} {rerun[key]} is not the recorded {r['recorded'][key]}")
         others = [o for o in runs.values() if o["model"] != r["model"]]
-        for host in [None] + [o["host"] for o in others]:
+        # a roofline run: as validated, then with the table model and the profile's host term, then
+        # with each other model's (its steps' table prices were not recorded: no whole-step errors)
+        for host in [None] + ([] if r["table"] else ["profile"]) + [o["host"] for o in others]:
             s = r["steps"]
             if host is None:
-                name, priced, summary = "its own", s["predicted_table_s"], r["recorded"]
-                shown = "as validated"
+                name, shown, summary = "its own", "as validated", r["recorded"]
+                priced = s["predicted_table_s"] if r["table"] else s["predicted_roofline_s"]
+            elif host == "profile":
+                name, shown, summary = "profile", "the table's", simulate(run, r["profile"], None)
+                priced = s["predicted_table_s"]
             else:
                 name = next(o["model"] for o in others if o["host"] is host)
                 priced = s["predicted_table_gpu_s"] + 1e-3 * (host["intercept_ms"] + host["per_seq_ms"] * s["batch_size"])

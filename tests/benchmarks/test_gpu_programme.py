@@ -116,6 +116,9 @@ def test_the_phases_hold_their_outputs(dry):
         assert v["step_error_model"] == "table" and v["profile"].endswith(f"profile_{m}.csv")
     cow = json.loads(_member(out, 2, "val_cow_swap/validation.json"))
     assert cow["executor_copies"] > 0 and cow["real_num_preemptions"] > 0  # copy-on-write and swaps ran
+    # priced by the table model of the model's own runs, as they are, and held out by host term too
+    assert cow["step_error_model"] == "table" and cow["profile"].endswith("profile_llama-2-7b.csv")
+    assert b"val_cow_swap" in _member(out, 2, "log/host_heldout.txt")
     steps = _member(out, 2, "val_cow_swap/steps.csv").decode().splitlines()
     cols = steps[0].split(",")
     i, o = cols.index("swap_in_tokens"), cols.index("swap_out_tokens")
