@@ -79,7 +79,7 @@ from pagesim.gpu.validate_report import write_report
 from pagesim.sim.config import SimConfig
 from pagesim.sim.core import state
 from pagesim.sim.cost.models import make_cost_model, swap_block_tokens
-from pagesim.sim.errors import InvariantError
+from pagesim.sim.errors import ConfigError, InvariantError
 from pagesim.sim.metrics import MEMORY_CATEGORIES
 from pagesim.sim.run import SimResult, jsonable, resolve_budget, run_simulation
 
@@ -248,6 +248,24 @@ def error_breakdown(steps: pd.DataFrame, model: str) -> pd.DataFrame:
                           else c.map(order)).reset_index(drop=True)
 
 
+def host_term_from(run: str | Path) -> dict:
+    """The host term fitted on another validation's steps (``run``: its folder; its
+    validation.json's ``host_fit``, intercept and per sequence in ms), to price this one's with:
+    held out, where the run's own fit is in-sample. ConfigError naming the file when absent."""
+    path = Path(run) / "validation.json"
+    try:
+        fit = json.loads(path.read_text())["host_fit"]
+        term = {"intercept_ms": float(fit["intercept_ms"]), "per_seq_ms": float(fit["per_seq_ms"])}
+    except FileNotFoundError:
+        raise ConfigError(f"--host-from {run}: {path} not found (a folder pagesim validate wrote)") from None
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+        raise ConfigError(f"--host-from {run}: {path} has no host_fit (intercept_ms, per_seq_ms): a run "
+                          "whose steps measured their host time apart") from None
+    if not all(math.isfinite(v) and v >= 0 for v in term.values()):
+        raise ConfigError(f"--host-from {run}: {path} field host_fit must be finite and >= 0, got {term}")
+    return {"run": str(run), **term}
+
+
 def host_fit(steps: pd.DataFrame) -> dict:
     """Least squares of the measured host share: host_s = intercept + per_seq * sequences (pure),
     both terms >= 0, as the cost model takes them (--step-overhead-ms, --per-seq-overhead-ms): where
@@ -275,9 +293,11 @@ def run_real(cfg: SimConfig, trace: pd.DataFrame, backend, profile: str | None =
     model, gpu, budget = resolve_budget(cfg)
     if check_kv and hasattr(backend, "read_blocks"):
         backend = KVContentCheck(backend)
-    roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms,
+    # each step priced as the simulations price theirs: the same host term (--step-overhead-ms,
+    # --per-seq-overhead-ms, or --host-from's) on top of each model's device time
+    roof = make_cost_model(model, gpu, cfg.tensor_parallel, None, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
                            swap_block_tokens=swap_block_tokens(cfg), kernel_block_tokens=cfg.kernel_block_tokens)
-    tab = (make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms,
+    tab = (make_cost_model(model, gpu, cfg.tensor_parallel, profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
                            swap_block_tokens=swap_block_tokens(cfg)) if profile else None)
     log = _StepLog(roof, tab, budget.kv_bytes_per_token, check_memory,
                    timing=lambda: getattr(backend, "last_timing", None), core=lambda: ex.core)

@@ -28,7 +28,7 @@ from pagesim.gpu.graphs import capture_sizes, sizes_to_capture
 from pagesim.gpu.layer_ops import OPS
 from pagesim.gpu.model_runner import DENSE_WARM_TOKENS, TIMINGS, TorchCupyBackend
 from pagesim.gpu.paged_attention import default_kernel
-from pagesim.gpu.validate import cpu_term, validate
+from pagesim.gpu.validate import cpu_term, host_term_from, validate
 from pagesim.gpu.validate_report import measured_word
 from pagesim.sim.args import add_sim_args, config_from_args
 from pagesim.sim.cost.models import make_cost_model, swap_block_tokens
@@ -89,6 +89,12 @@ def run(args: argparse.Namespace) -> int:
         _require_gpu()  # before any heavy work
 
     cfg = config_from_args(args)
+    host_from = None
+    if args.host_from:
+        if args.step_overhead_ms is not None or args.per_seq_overhead_ms is not None:
+            raise ConfigError("--host-from sets the host term: drop --step-overhead-ms / --per-seq-overhead-ms")
+        host_from = host_term_from(args.host_from)
+        cfg = cfg.replace(step_overhead_ms=host_from["intercept_ms"], per_seq_overhead_ms=host_from["per_seq_ms"])
     if cfg.manager != "paged":
         raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
                           f"got '{cfg.system}' (manager {cfg.manager})")
@@ -97,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     backend = make_backend(args, cfg)
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
                    progress=args.progress and not args.json, check_kv=args.check_kv)
+    if host_from is not None:
+        res.metrics["host_from"] = host_from
     out = res.save(args.out)
     m = res.metrics
     if args.json:
@@ -131,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("step time, host / device (median)",
                      f"{m['median_host_ms']:.3f} / {m['median_gpu_ms']:.3f} ms; "
                      f"{m['steps_replayed_from_graphs']} of {m['num_steps']} steps replayed from CUDA graphs"))
+    if host_from is not None:
+        rows.append(("host term (held out)", f"{host_from['intercept_ms']:.3f} ms + {host_from['per_seq_ms']:.4f} "
+                                             f"ms/seq, fitted on {host_from['run']}"))
     if "host_fit" in m:  # the measured host time as the cost model's own term, for the next run
         f = m["host_fit"]
         rows.append(("host term fitted on this run",
@@ -176,6 +187,10 @@ def add_arguments(p: argparse.ArgumentParser) -> tuple[argparse._ArgumentGroup, 
                    help="replay decode steps from CUDA graphs captured at vLLM's padded batch sizes (1, 2, 4, "
                         "multiples of 8, then of 16 up to min(2 x max-num-seqs, 512)); a batch above the largest, "
                         "and every step with a prefill, runs eagerly. Needs --ops fused")
+    g.add_argument("--host-from", dest="host_from", metavar="DIR",
+                   help="price each step's host time with the term fitted on another validation's steps "
+                        "(DIR/validation.json's host_fit: ms a step + ms a sequence), held out from this run "
+                        "(sets --step-overhead-ms and --per-seq-overhead-ms)")
     g.add_argument("--backend", choices=["gpu", "fake"], default="gpu",
                    help="gpu: real kernels (torch + CuPy); fake: CPU dry run of the pipeline for testing "
                         "(step time = roofline price x (1 +- 10 %%), says nothing about a GPU)")

@@ -398,3 +398,32 @@ def test_the_gpu_backend_is_warmed_densely_whatever_the_longest_sequence(monkeyp
         made.clear()
         assert vc.make_backend(args, cfg) == "backend"
         assert made["dense_warm_tokens"] == vc.DENSE_WARM_TOKENS == 1024
+
+
+def test_a_run_priced_with_another_runs_host_term(tmp_path, capsys):
+    """``--host-from DIR``: run A (the fake runner's host time 1 ms + 0.1 ms a sequence) fits that
+    term; run B, priced with it (--backend fake), records it and prices every step and its
+    simulations with 1 ms + 0.1 ms a sequence on top of each model's device time: its roofline
+    price of a step of n sequences is the roofline's device time + 1 + 0.1 n ms, not + 3 + 0.02 n.
+    A folder without validation.json, or with another host term flag, is one line and exit 2."""
+    from pagesim.sim.cli import main
+
+    res = validate(cfg(), trace(), FakeBackend(host_fn=lambda p: 1e-3 + 1e-4 * p.batch.num_seqs))
+    assert res.metrics["host_fit"]["intercept_ms"] == pytest.approx(1.0)
+    res.save(tmp_path / "a")
+    args = ["validate", "--workload", "sharegpt", "--rate", "4", "--num-requests", "6", "--model", "llama-2-7b",
+            "--gpu", "h100", "--kv-gib", "2", "--backend", "fake", "--no-progress"]
+    assert main([*args, "--host-from", str(tmp_path / "a"), "--out", str(tmp_path / "b")]) == 0
+    assert "fitted on" in capsys.readouterr().out
+    b = json.loads((tmp_path / "b" / "validation.json").read_text())
+    assert b["host_from"]["intercept_ms"] == pytest.approx(1.0) and b["host_from"]["per_seq_ms"] == pytest.approx(0.1)
+    sim = json.loads((tmp_path / "b" / "sim_roofline" / "config.json").read_text())
+    assert sim["step_overhead_ms"] == pytest.approx(1.0) and sim["per_seq_overhead_ms"] == pytest.approx(0.1)
+    s = pd.read_csv(tmp_path / "b" / "steps.csv")
+    n = s["batch_size"].to_numpy(float)
+    device = s["predicted_roofline_gpu_s"].to_numpy()
+    assert s["predicted_roofline_s"].to_numpy() == pytest.approx(device + 1e-3 + 1e-4 * n)
+    assert main([*args, "--host-from", str(tmp_path / "none"), "--out", str(tmp_path / "c")]) == 2
+    assert "validation.json not found" in capsys.readouterr().err
+    assert main([*args, "--host-from", str(tmp_path / "a"), "--step-overhead-ms", "2", "--out", str(tmp_path / "d")]) == 2
+    assert "--host-from sets the host term" in capsys.readouterr().err
