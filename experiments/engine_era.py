@@ -34,15 +34,13 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pagesim.sim.config import read_toml
+from pagesim.sim.config import SimConfig, default_cost_model, read_toml
 from pagesim.sim.errors import ConfigError
 
 #: the fitted factors, their provenance and the fit's error (benchmarks/fit_engine_era.py)
 PATH = Path(__file__).resolve().parent / "data" / "engine_era.toml"
 #: the value of ``cost_scale`` in an experiment config that stands for the fitted factor
 ENGINE_ERA = "engine-era"
-#: the cost model a run takes when its config names none (``pagesim reproduce``'s default)
-DEFAULT_COST_MODEL = "roofline"
 
 
 @lru_cache(maxsize=1)
@@ -54,9 +52,8 @@ def load() -> dict:
     return read_toml(PATH, "engine-era factors")
 
 
-def gpu_time_scale(cost_model: str | None) -> float:
+def gpu_time_scale(cost_model: str) -> float:
     """The factor on ``cost_model``'s GPU time that the 2023 engines' steps took."""
-    cost_model = cost_model or DEFAULT_COST_MODEL
     scales = load().get("scale", {})
     if cost_model not in scales:
         raise ConfigError(f"no engine-era factor for --cost-model {cost_model} in {PATH.name} "
@@ -69,14 +66,15 @@ def resolve(values: dict) -> dict:
     "engine-era"`` replaced by the factor of its cost model."""
     if values.get("cost_scale") != ENGINE_ERA:
         return values
-    return {**values, "cost_scale": gpu_time_scale(values.get("cost_model"))}
+    cost_model = values.get("cost_model") or default_cost_model(
+        SimConfig.for_system(values.get("system", "vllm")).scheduler, values.get("profile"))
+    return {**values, "cost_scale": gpu_time_scale(cost_model)}
 
 
-def fit(cost_model: str | None = None) -> dict | None:
+def fit(cost_model: str) -> dict | None:
     """The fit for ``cost_model``: its factor, ``rms``, the rates (``per_gpu_rate``), our curve at
     the factor (``slo_attainment``), the ``measured`` one, and ``alternatives`` (each CPU cost's
     best value and rms); None where the file has none."""
-    cost_model = cost_model or DEFAULT_COST_MODEL
     data = load()
     found = data.get("fit", {}).get(cost_model)
     if not found:

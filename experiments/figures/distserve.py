@@ -297,8 +297,7 @@ def era_reading(curves: pd.DataFrame) -> str:
     engines' factor on the GPU time (``experiments/engine_era.py``) was fitted on that curve, and
     at it ours follows the measured one; where it would cross the target then. Empty where the
     file has no fit for the figure's cost model."""
-    cost_model = figure_specs("distserve", False, 1.0)[0].sim.get("cost_model")
-    found = engine_era.fit(cost_model)
+    found = engine_era.fit(figure_specs("distserve", False, 1.0)[0].sim["cost_model"])
     if not found:
         return ""
     target = paper.paper_value("distserve", "slo_attainment_target", workload="sharegpt")

@@ -34,6 +34,10 @@ def test_engine_era_in_a_config_is_the_factor_of_the_runs_cost_model():
     assert spec_from_settings({"cost_scale": 1.0}).sim["cost_scale"] == 1.0
     with pytest.raises(ConfigError, match="no engine-era factor for --cost-model table"):
         engine_era.gpu_time_scale("table")
+    # a system's own default cost model where none is named: vLLM v1's is the one fitted on
+    # today's runs (serving), which has no 2023 factor
+    with pytest.raises(ConfigError, match="no engine-era factor for --cost-model serving"):
+        spec_from_settings({"cost_scale": "engine-era", "system": "vllm-v1"})
 
 
 def test_the_vllm_papers_timed_figures_take_the_factor_and_the_figure_it_was_fitted_on_does_not():
