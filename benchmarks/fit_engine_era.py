@@ -7,7 +7,7 @@ per-GPU rates) are replayed with every step's GPU time multiplied by a factor, a
 whose SLO attainment curve is closest to the artifact's measured one (root mean square over the
 rates) is kept: a grid of :data:`STEP` from :data:`LOW` to :data:`HIGH`, then the same around the
 best at a tenth of the step. The same search over a CPU cost alone (``--step-overhead-ms``, then
-``--per-seq-overhead-ms``, at the roofline's GPU time) is written beside it. Prints each
+``--per-seq-overhead-ms``, at each cost model's own GPU time) is written beside it. Prints each
 candidate's error; writes ``experiments/data/engine_era.toml``.
 
     python benchmarks/fit_engine_era.py [--out experiments/data/engine_era.toml] [--workers N]
@@ -57,8 +57,10 @@ def colocated_curve(opts: SweepOptions, **setting) -> dict[float, float]:
 
 
 def rms(ours: dict[float, float], theirs: dict[float, float]) -> float:
-    """Root mean square of ours minus theirs over the rates both have."""
+    """Root mean square of ours minus theirs over the rates both have (none: an error)."""
     both = [r for r in theirs if r in ours]
+    if not both:
+        raise SystemExit(f"no per-GPU rate in common: ours {sorted(ours)}, measured {sorted(theirs)}")
     return math.sqrt(float(np.mean([(ours[r] - theirs[r]) ** 2 for r in both])))
 
 
@@ -76,7 +78,7 @@ def search(opts: SweepOptions, theirs: dict[float, float], key: str, values, **f
 
 def git_revision() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -93,13 +95,14 @@ def main() -> None:
     args = ap.parse_args()
     opts = SweepOptions(workers=args.workers, progress=False)
     theirs = measured()
-    print("measured (the artifact's vLLM 0.1.7): " + " ".join(f"{r:g}: {100 * a:.0f}" for r, a in sorted(theirs.items())))
+    print("measured (the artifact's vLLM 0.1.7): "
+          + " ".join(f"{r:g}: {100 * a:.0f}" for r, a in sorted(theirs.items())))
     scales, fits, alternatives = {}, {}, {}
     for cost_model in COST_MODELS:
         print(f"{cost_model}: the GPU time's factor")
         coarse = np.round(np.arange(LOW, HIGH + STEP / 2, STEP), 6)
         best, _, _ = search(opts, theirs, "cost_scale", coarse, cost_model=cost_model)
-        fine = np.round(np.arange(max(LOW, best - STEP), best + STEP + STEP / 20, STEP / 10), 6)
+        fine = np.round(np.arange(max(LOW, best - STEP), min(HIGH, best + STEP) + STEP / 20, STEP / 10), 6)
         scale, err, curve = search(opts, theirs, "cost_scale", fine, cost_model=cost_model)
         rates = sorted(theirs)
         scales[cost_model] = scale

@@ -400,7 +400,8 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
             runs += ["--run", str(work / f"val_{m}"), str(prof)]
         # copy-on-write and swap priced by the table model of the model's runs (the roofline's CPU
         # time a step is not this runner's), and with the other model's host term beside them
-        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP, profile=str(profiles["llama-2-7b"])))
+        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP,
+                          profile=str(profiles["llama-2-7b"])))
         runs += ["--run", str(work / "val_cow_swap"), str(profiles["llama-2-7b"])]
         slope = (py(SLOPE_DRY) + [str(work / "decode_slope")] if dry else
                  [python(), "benchmarks/gpu_decode_slope.py", "--batches", "1,2,4,8,16,32",

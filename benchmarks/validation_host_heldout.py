@@ -13,8 +13,8 @@ recorded device-time prices plus that term, against the measured whole steps) an
 simulation, rerun here from the run's own configuration and synthetic workload with
 ``--step-overhead-ms`` / ``--per-seq-overhead-ms`` set (the rerun without them is checked against
 the recorded simulation first). ``PROFILE`` is the profile the run was validated against (its
-recorded path is the device's). A run validated against the roofline (the copy-on-write and swap
-run before 2026-11-30) is rerun with ``PROFILE``'s table model too: with the profile's own host
+recorded path is the device's). A run validated against the roofline (as the programme validated
+its copy-on-write and swap run) is rerun with ``PROFILE``'s table model too: with the profile's own host
 term, then with each other model's (its steps' table prices were not recorded: no whole-step
 errors there). Prints a table; asserts nothing.
 """
@@ -50,9 +50,8 @@ def read_steps(run: Path) -> pd.DataFrame:
 
 
 def simulated(run: Path) -> str:
-    """The run's simulation folder: the table model's, else (a run validated against the roofline:
-    the copy-on-write and swap run before 2026-11-30) the roofline's, whose settings are rerun
-    here with the profile in its place."""
+    """The run's simulation folder: the table model's, else (a run validated against the roofline)
+    the roofline's, whose settings are rerun here with the profile in its place."""
     return "sim_table" if (run / "sim_table" / "config.json").exists() else "sim_roofline"
 
 
@@ -94,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         v = json.loads((run / "validation.json").read_text())
         # the host term fitted again: a run validated before 2026-11-28 may record a negative one
         steps = read_steps(run)
-        runs[run] = dict(model=v["model"], host=host_fit(steps), profile=profile, steps=steps,
+        runs[run] = dict(model=v["model"], name=run.name, host=host_fit(steps), profile=profile, steps=steps,
                          real=json.loads((run / "real" / "summary.json").read_text()),
                          recorded=json.loads((run / simulated(run) / "summary.json").read_text()),
                          table=simulated(run) == "sim_table")
     common = Path(os.path.commonpath([run.parent for run in runs]))
-    print(f"{'run (folder)':<38} {'host from':<10} {'host ms':>14} {'med':>6} {'p90':>6} "
+    print(f"{'run (folder)':<38} {'host from':<14} {'host ms':>14} {'med':>6} {'p90':>6} "
           + " ".join(f"{name:>6}" for name in ("tput", "TTFT", "TPOT")))
     for run, r in runs.items():
         rerun = simulate(run, r["profile"] if r["table"] else None, None)
@@ -118,14 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                 name, shown, summary = "profile", "the table's", simulate(run, r["profile"], None)
                 priced = s["predicted_table_s"]
             else:
-                name = next(o["model"] for o in others if o["host"] is host)
+                name = next(o["name"] for o in others if o["host"] is host)
                 priced = s["predicted_table_gpu_s"] + 1e-3 * (host["intercept_ms"] + host["per_seq_ms"] * s["batch_size"])
                 summary = simulate(run, r["profile"], host)
                 shown = f"{host['intercept_ms']:.3f} + {host['per_seq_ms']:.4f}"
             e = rel_errors(priced, s["measured_s"])
             ends = [abs(summary[k] - r["real"][k]) / r["real"][k] for k in E2E]
             label = str(run.relative_to(common)) if run != common else run.name
-            print(f"{label[-38:]:<38} {name:<10} {shown:>14} {np.median(e):6.3f} {np.quantile(e, 0.9):6.3f} "
+            print(f"{label[-38:]:<38} {name[-14:]:<14} {shown:>14} {np.median(e):6.3f} {np.quantile(e, 0.9):6.3f} "
                   + " ".join(f"{x:6.3f}" for x in ends))
     print("host ms: a step's host term (intercept + per sequence); med, p90: |error| of whole steps;\n"
           "tput (output throughput), TTFT, TPOT (means): |sim - real| / real")

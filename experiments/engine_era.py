@@ -66,8 +66,11 @@ def resolve(values: dict) -> dict:
     "engine-era"`` replaced by the factor of its cost model."""
     if values.get("cost_scale") != ENGINE_ERA:
         return values
-    cost_model = values.get("cost_model") or default_cost_model(
-        SimConfig.for_system(values.get("system", "vllm")).scheduler, values.get("profile"))
+    if values.get("profile"):  # a measured profile prices the step (the table model, whatever it names)
+        cost_model = "table"
+    else:
+        system = SimConfig.for_system(values.get("system", "vllm"))
+        cost_model = values.get("cost_model") or default_cost_model(system.scheduler)
     return {**values, "cost_scale": gpu_time_scale(cost_model)}
 
 

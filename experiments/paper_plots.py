@@ -306,7 +306,7 @@ def batch_size_bars(df: pd.DataFrame, title: str = "Fig. 13: average batched req
         for j, (scale, h) in enumerate(g.groupby(setting[g.index], sort=False, dropna=False)):
             ours = h.groupby("system", sort=False)["avg_batch_size"].first().reindex(systems)
             name = (f"pagesim, the 2023 engines' speed (GPU time x{scale:g})" if scale != 1
-                    else "pagesim, the roofline's own speed")
+                    else "pagesim, the cost model's own speed")
             fig.add_trace(go.Bar(x=systems, y=ours.tolist(), name=name, marker_color=shades[j % len(shades)],
                                  legendgroup=name, showlegend=i == 1, text=[_label(v) for v in ours],
                                  textposition="outside"), row=1, col=i)

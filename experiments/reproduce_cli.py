@@ -88,7 +88,8 @@ def run(args) -> int:
     if era:
         print("\n" + fill(f"{', '.join(era)}: every step's GPU time x{engine_era.gpu_time_scale(cost_model):g}, the "
                           "2023 engines' speed, fitted on the DistServe artifact's measured vLLM 0.1.7 "
-                          "(experiments/engine_era.py), no number of the vLLM paper read to fit it"))
+                          "(experiments/engine_era.py), no number of the vLLM paper read to fit it (a figure's "
+                          "test of a reading's cause at x1 aside)"))
     path = reproduce_report(out, out / "report.html")
     print(f"\nwrote {path}")
     if args.figure == "all":

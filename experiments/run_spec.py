@@ -311,8 +311,8 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     """Route a flat dict of settings to a :class:`RunSpec` (unknown keys raise ConfigError)."""
     if sim_fields is None:
         sim_fields = {f.name for f in dataclasses.fields(SimConfig)}
-    # "default" leaves a setting to the run's defaults: a grid can hold the cost model's own value
-    # beside a number (per_seq_overhead_ms = ["default", 0.3])
+    # "default" leaves a setting to the run's defaults: a grid can hold the system's own value beside
+    # a number (max_num_seqs = ["default", 512])
     values = {k.replace("-", "_"): v for k, v in values.items() if v != "default"}
     values = engine_era.resolve(values)  # cost_scale = "engine-era": the 2023 engines' factor
     system = values.pop("system", "vllm")

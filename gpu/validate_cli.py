@@ -94,13 +94,14 @@ def run(args: argparse.Namespace) -> int:
         if args.step_overhead_ms is not None or args.per_seq_overhead_ms is not None:
             raise ConfigError("--host-from sets the host term: drop --step-overhead-ms / --per-seq-overhead-ms")
         host_from = host_term_from(args.host_from)
-        cfg = cfg.replace(step_overhead_ms=host_from["intercept_ms"], per_seq_overhead_ms=host_from["per_seq_ms"])
     if cfg.manager != "paged":
         raise ConfigError(f"pagesim validate runs paged systems only (--system vllm or token), "
                           f"got '{cfg.system}' (manager {cfg.manager})")
     model, _gpu, _budget = resolve_budget(cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    backend = make_backend(args, cfg)
+    backend = make_backend(args, cfg)  # (the fake's host time: the run's own settings', not --host-from's)
+    if host_from is not None:
+        cfg = cfg.replace(step_overhead_ms=host_from["intercept_ms"], per_seq_overhead_ms=host_from["per_seq_ms"])
     res = validate(cfg, trace, backend, cfg.profile, workload=workload,
                    progress=args.progress and not args.json, check_kv=args.check_kv)
     if host_from is not None:

@@ -93,8 +93,7 @@ SIM_FLAGS = {
     "profile": dict(help="profile CSV from 'pagesim gpu calibrate' or 'pagesim cost import' (table cost model "
                          "instead of roofline)"),
     "step_overhead_ms": dict(type=float, help="fixed per-iteration overhead in ms (default 3)"),
-    "per_seq_overhead_ms": dict(type=float, help="per-sequence CPU overhead per iteration in ms (default 0.02; "
-                                                 "~0.3 matches the vLLM paper's 2023 system)"),
+    "per_seq_overhead_ms": dict(type=float, help="per-sequence CPU overhead per iteration in ms (default 0.02)"),
 }
 
 

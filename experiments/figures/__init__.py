@@ -104,10 +104,13 @@ def misses(fig: str, tables: dict[str, pd.DataFrame]) -> tuple[int, list[str]]:
     """How figure ``fig`` compares with the paper: the rows compared, and what each row that
     misses by more than the figure's own tolerance says (its ``note``), named by its keys
     (``sharegpt vllm: -22% vs paper (> 10%)``). A figure's compared tables are its
-    ``COMPARED`` (default: its main table)."""
+    ``COMPARED`` (default: its main table); a table's rows whose ``compared`` column is False (a
+    run that tests a reading's cause) are not."""
     compared, found = 0, []
     for name in getattr(FIGURES[fig], "COMPARED", (fig,)):
         table = tables[name]
+        if "compared" in table:
+            table = table[table["compared"].astype(bool)]
         compared += len(table)
         if "note" not in table:
             continue

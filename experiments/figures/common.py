@@ -83,8 +83,8 @@ def run_figure(name: str, opts: SweepOptions | None, quick: bool, scale: float, 
 
 #: a knee is probed again while the probes around it (the last under the latency threshold, the
 #: first over it) are more than this ratio of rates apart: past a system's capacity its latency
-#: blows up within a few percent of the rate, so a straight line across a wider bracket (the
-#: grid's 1.25 and 1.5 req/s) puts the crossing well before it
+#: blows up within a few percent of the rate, so a straight line across a wider bracket puts the
+#: crossing well before it
 KNEE_BRACKET = 1.1
 #: the probes each refinement adds between those two, evenly spaced in the rate's logarithm
 KNEE_PROBES = 2

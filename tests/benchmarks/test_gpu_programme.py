@@ -56,7 +56,7 @@ def test_dry_run_every_step_passes(dry):
     heldout = _member(out, 2, "log/host_heldout.txt").decode()
     fit = json.loads(_member(out, 2, "val_llama-3-8b/validation.json"))["host_fit"]
     term = f"{fit['intercept_ms']:.3f} + {fit['per_seq_ms']:.4f}"  # llama-3-8b's own host term
-    assert re.search(rf"^val_llama-2-7b .* llama-3-8b +{re.escape(term)} ", heldout, re.M), (term, heldout)
+    assert re.search(rf"^val_llama-2-7b .* val_llama-3-8b +{re.escape(term)} ", heldout, re.M), (term, heldout)
     # its kernel table, through the runner's torch paths on the CPU; without torch, a line saying so
     has_torch = importlib.util.find_spec("torch") is not None
     assert ("(sum, scaled)" if has_torch else "decode_slope skipped: no torch here") in s2, s2

@@ -72,7 +72,8 @@ def test_fig13_layout_and_deltas(fake_opts):
     assert test.delta_pct < -10 and test.note == ""
     read = X.fig13.explain(both)
     assert "Orca (Oracle)" in read and f"sharegpt (the 2023 engines' speed: GPU time x{era:g})" in read
-    assert "alpaca (the roofline's own speed, the test of the cause): vLLM batches" in read and "vllm (-75%)" in read
+    assert "alpaca (the cost model's own speed, the test of the cause, not compared): vLLM batches" in read
+    assert "vllm (-75%)" in read and list(both.compared) == list(both.cost_scale != 1.0)
 
 
 def test_fig15_layout_and_savings(fake_opts):
@@ -331,18 +332,19 @@ def test_a_knee_is_probed_again_until_its_bracket_is_narrow(fake_opts):
 
 
 def test_a_bracket_wider_than_a_tenth_is_probed_again_and_a_narrower_one_not(fake_opts):
-    """The same fake: probes at 0.9 (0.184 s/token) and 1.08 (0.420), 1.2x apart, bracket the
-    threshold: one round adds 0.9 x 1.2^(1/3) = 0.956 (0.258, over) and 1.016, and the bracket
-    0.9-0.956, 1.063x, is narrow enough. Probes at 0.93 (0.223) and 0.975 (0.282), 1.048x apart,
-    get none."""
+    """The same fake: probes at 0.9 (0.184 s/token) and 1.035 (0.361), 1.15x apart, bracket the
+    threshold: one round adds 0.9 x 1.15^(1/3) = 0.942 (0.239, under) and 0.986 (0.296, over), and
+    the bracket between them, 1.047x, is narrow enough. Probes at 0.93 (0.223) and 0.975 (0.282),
+    1.048x apart, get none."""
     from pagesim.experiments.figures.common import refine_knees
     from pagesim.experiments.run_spec import RunSpec
 
     def probed(rates):
         grid = [RunSpec(workload="sharegpt", system="orca-oracle", rate=rate, num_requests=100) for rate in rates]
-        return [spec.rate for spec in refine_knees(fake_opts, grid, fake_opts.run(grid), lambda spec: spec.system, 0.25)[0]]
+        specs, _ = refine_knees(fake_opts, grid, fake_opts.run(grid), lambda spec: spec.system, 0.25)
+        return [spec.rate for spec in specs]
 
-    assert probed([0.9, 1.08]) == pytest.approx([0.9, 1.08, 0.9 * 1.2 ** (1 / 3), 0.9 * 1.2 ** (2 / 3)], rel=1e-5)
+    assert probed([0.9, 1.035]) == pytest.approx([0.9, 1.035, 0.9 * 1.15 ** (1 / 3), 0.9 * 1.15 ** (2 / 3)], rel=1e-5)
     assert probed([0.93, 0.975]) == pytest.approx([0.93, 0.975])
 
 

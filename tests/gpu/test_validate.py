@@ -425,5 +425,6 @@ def test_a_run_priced_with_another_runs_host_term(tmp_path, capsys):
     assert s["predicted_roofline_s"].to_numpy() == pytest.approx(device + 1e-3 + 1e-4 * n)
     assert main([*args, "--host-from", str(tmp_path / "none"), "--out", str(tmp_path / "c")]) == 2
     assert "validation.json not found" in capsys.readouterr().err
-    assert main([*args, "--host-from", str(tmp_path / "a"), "--step-overhead-ms", "2", "--out", str(tmp_path / "d")]) == 2
+    both = ["--host-from", str(tmp_path / "a"), "--step-overhead-ms", "2"]
+    assert main([*args, *both, "--out", str(tmp_path / "d")]) == 2
     assert "--host-from sets the host term" in capsys.readouterr().err

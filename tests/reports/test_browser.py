@@ -186,7 +186,7 @@ def test_reproduce_report(out):
     legend = texts(fig13, "legendtext")
     era = engine_era.gpu_time_scale("roofline")
     assert "paper" in legend and {f"pagesim, the 2023 engines' speed (GPU time x{era:g})",
-                                  "pagesim, the roofline's own speed"} <= set(legend)
+                                  "pagesim, the cost model's own speed"} <= set(legend)
     labels = texts(fig13, "bartext")
     assert len(labels) == 2 * 4 * 3  # 2 workloads x 4 systems x (paper + 2 speeds)
     assert all(re.fullmatch(r"\d+\.\d", t) for t in labels), labels  # one decimal, never raw floats

@@ -1,6 +1,6 @@
 """Report tables (``reports.html.table_html``, the one renderer of every report's tables): numbers
 formatted, a note in red, and a column of long sentences given room to read (a narrow column
-wrapped the plan report's "why not" reasons and Fig. 13's CPU setting to ten lines a row)."""
+wrapped the plan report's "why not" reasons and a figure's long cells to ten lines a row)."""
 
 import re
 
