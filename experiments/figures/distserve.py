@@ -46,7 +46,7 @@ EXPERIMENTS = ("distserve",)
 COLUMNS = ("design", "rate", "gpus", "per_gpu_rate", "num_requests", "slo_attainment",
            "request_goodput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
            "completed", "rejected", "unfinished", "mean_transfer_ms", "prefill_utilization",
-           "decode_kv_used", "decode_kv_capacity_tokens", "mean_decode_admit_wait_ms")
+           "decode_kv_used", "decode_kv_capacity_tokens", "mean_decode_admit_wait_ms", "cost_model")
 #: the columns read from a summary key of another name (the disaggregated summary's)
 SUMMARY_KEYS = {"mean_decode_admit_wait_ms": "mean_ttft_decode_admit_wait_ms"}
 #: the two designs, in plotting order
@@ -94,7 +94,8 @@ def run(opts: SweepOptions | None = None, *, quick: bool = False,
     for spec, s in zip(specs, summaries):
         design, gpus = design_and_gpus(spec)
         row = {"design": design, "rate": spec.rate, "gpus": gpus, "per_gpu_rate": spec.rate / gpus,
-               "num_requests": spec.num_requests, "slo_attainment": slo_attainment(s)}
+               "num_requests": spec.num_requests, "slo_attainment": slo_attainment(s),
+               "cost_model": spec.sim.get("cost_model")}
         row.update({c: number(s, SUMMARY_KEYS.get(c, c)) for c in COLUMNS if c not in row})
         rows.append(row)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -295,9 +296,12 @@ def colocated_misses(curves: pd.DataFrame) -> str:
 def era_reading(curves: pd.DataFrame) -> str:
     """The measured reason for the colocated curve's distance from the artifact's: the 2023
     engines' factor on the GPU time (``experiments/engine_era.py``) was fitted on that curve, and
-    at it ours follows the measured one; where it would cross the target then. Empty where the
-    file has no fit for the figure's cost model."""
-    found = engine_era.fit(figure_specs("distserve", False, 1.0)[0].sim["cost_model"])
+    at it ours follows the measured one; where it would cross the target then: the fit of the cost
+    model the curves ran (their ``cost_model``; a table without it: the config's). Empty where the
+    file has no fit for it."""
+    known = curves["cost_model"].dropna() if "cost_model" in curves else ()
+    cost_model = known.iloc[0] if len(known) else figure_specs("distserve", False, 1.0)[0].sim["cost_model"]
+    found = engine_era.fit(cost_model)
     if not found:
         return ""
     target = paper.paper_value("distserve", "slo_attainment_target", workload="sharegpt")
@@ -309,8 +313,8 @@ def era_reading(curves: pd.DataFrame) -> str:
                        zip(found["per_gpu_rate"], found["slo_attainment"], found["measured"]))
     others = "; ".join(f"{name.replace('_', ' ').replace(' ms', ' (ms)')} {v['value']:g}, {100 * v['rms']:.0f} points"
                        for name, v in found["alternatives"].items())
-    return (f"Why ours is faster than the artifact's vLLM 0.1.7: every step's GPU time x{found['scale']:g}, "
-            f"the 2023 engines' factor fitted on this colocated curve (experiments/engine_era.py), brings ours "
+    return (f"Why ours is faster than the artifact's vLLM 0.1.7: every step's GPU time x{found['scale']:g} "
+            f"({cost_model}), the 2023 engines' factor fitted on this colocated curve (experiments/engine_era.py), brings ours "
             f"within {100 * found['rms']:.0f} points (rms) of the measured curve (per-GPU rate: ours / measured "
             f"%, {points}), crossing {colocated}; a CPU cost alone fits worse (at best: {others}). The gap is "
             "that engine's own speed. The figure itself keeps the roofline, the factor being fitted on it; the "

@@ -203,3 +203,15 @@ def test_against_measured_gives_ours_minus_theirs_per_design(monkeypatch):
             "per GPU: ours 62 %, measured 80 %)") in text
     assert "colocated +9 points on average over 1 rate (the largest 9 points at 1 req/s" in text
     assert distserve.against_measured(ours[ours["per_gpu_rate"] == 3.0]) == ""
+
+
+def test_the_era_reading_quotes_the_fit_of_the_cost_model_the_curves_ran():
+    """The colocated gap's measured reason: the factor fitted for the curves' own cost model
+    (experiments/engine_era.py), the roofline's where the table does not say."""
+    from pagesim.experiments import engine_era
+
+    row = dict.fromkeys(distserve.COLUMNS, math.nan)
+    for cost_model in ("roofline", "calibrated"):
+        text = distserve.era_reading(pd.DataFrame([{**row, "cost_model": cost_model}]))
+        assert f"x{engine_era.gpu_time_scale(cost_model):g} ({cost_model})" in text
+    assert f"x{engine_era.gpu_time_scale('roofline'):g} (roofline)" in distserve.era_reading(pd.DataFrame([row]))
