@@ -377,13 +377,21 @@ MEASURED_NAMES = {"disaggregated": "paper: DistServe, measured", "colocated": "p
 
 
 def attainment_vs_rate(curves: pd.DataFrame, goodputs: pd.DataFrame, measured: pd.DataFrame | None = None,
+                       era: dict | None = None,
                        title: str = "DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs "
                                     "per-GPU rate") -> go.Figure:
     """From ``distserve.csv``: attainment (percent) per design against per-GPU rate, the target
     as a grey line and each design's goodput (``distserve_goodput.csv``) as a dashed drop line,
     as the paper draws them; the paper's ratio range in the legend's title. ``measured``
-    (:func:`paper.distserve_paper_curve`): the artifact's curves, dotted, hollow markers."""
+    (:func:`paper.distserve_paper_curve`): the artifact's curves, dotted, hollow markers. ``era``
+    (``experiments.engine_era.fit``): the colocated curve at the 2023 engines' factor fitted on the
+    measured one, dash-dotted, named so."""
     fig = go.Figure()
+    if era:
+        fig.add_trace(go.Scatter(x=era["per_gpu_rate"], y=[100 * a for a in era["slo_attainment"]],
+                                 name=f"colocated at vLLM 0.1.7's speed (x{era['scale']:g}, fitted on it)",
+                                 mode="lines+markers", marker=dict(symbol="diamond-open", size=8),
+                                 line=dict(color=DESIGN_COLORS["colocated"], dash="dashdot")))
     for design, colour in DESIGN_COLORS.items():
         m = pd.DataFrame() if measured is None else measured[measured["design"] == design]
         if len(m):

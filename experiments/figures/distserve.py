@@ -293,14 +293,18 @@ def colocated_misses(curves: pd.DataFrame) -> str:
             "that disaggregation removes costs the colocated design little here.")
 
 
+def era_cost_model(curves: pd.DataFrame) -> str:
+    """The cost model the curves ran (their ``cost_model``; a table without it: the config's)."""
+    known = curves["cost_model"].dropna() if "cost_model" in curves else ()
+    return known.iloc[0] if len(known) else figure_specs("distserve", False, 1.0)[0].sim["cost_model"]
+
+
 def era_reading(curves: pd.DataFrame) -> str:
     """The measured reason for the colocated curve's distance from the artifact's: the 2023
     engines' factor on the GPU time (``experiments/engine_era.py``) was fitted on that curve, and
     at it ours follows the measured one; where it would cross the target then: the fit of the cost
-    model the curves ran (their ``cost_model``; a table without it: the config's). Empty where the
-    file has no fit for it."""
-    known = curves["cost_model"].dropna() if "cost_model" in curves else ()
-    cost_model = known.iloc[0] if len(known) else figure_specs("distserve", False, 1.0)[0].sim["cost_model"]
+    model the curves ran (:func:`era_cost_model`). Empty where the file has no fit for it."""
+    cost_model = era_cost_model(curves)
     found = engine_era.fit(cost_model)
     if not found:
         return ""
@@ -314,11 +318,11 @@ def era_reading(curves: pd.DataFrame) -> str:
     others = "; ".join(f"{name.replace('_', ' ').replace(' ms', ' (ms)')} {v['value']:g}, {100 * v['rms']:.0f} points"
                        for name, v in found["alternatives"].items())
     return (f"Why ours is faster than the artifact's vLLM 0.1.7: every step's GPU time x{found['scale']:g} "
-            f"({cost_model}), the 2023 engines' factor fitted on this colocated curve (experiments/engine_era.py), brings ours "
-            f"within {100 * found['rms']:.0f} points (rms) of the measured curve (per-GPU rate: ours / measured "
-            f"%, {points}), crossing {colocated}; a CPU cost alone fits worse (at best: {others}). The gap is "
-            "that engine's own speed. The figure itself keeps the roofline, the factor being fitted on it; the "
-            "vLLM paper's figures take it.")
+            f"({cost_model}), the 2023 engines' factor fitted on this colocated curve (experiments/engine_era.py), "
+            f"brings ours within {100 * found['rms']:.0f} points (rms) of the measured curve (per-GPU rate: "
+            f"ours / measured %, {points}), crossing {colocated}; a CPU cost alone fits worse (at best: "
+            f"{others}). The gap is that engine's own speed. The figure itself keeps the roofline, the factor "
+            "being fitted on it (its curve drawn dash-dotted); the vLLM paper's figures take it.")
 
 
 def tables(opts: SweepOptions, *, quick: bool = False,
@@ -336,7 +340,8 @@ def section(rep, curves: pd.DataFrame, read) -> None:
     if table is None:
         table = goodputs(curves)
     rep.heading("DistServe Fig. 8 (OPT-13B chatbot): SLO attainment vs per-GPU rate")
-    rep.figure(P.attainment_vs_rate(curves, table, paper.distserve_paper_curve()))
+    era = engine_era.fit(era_cost_model(curves))
+    rep.figure(P.attainment_vs_rate(curves, table, paper.distserve_paper_curve(), era=era))
     rep.table(table)
     rep.reading(explain(curves, table))
     rep.heading("All probes", level=3)

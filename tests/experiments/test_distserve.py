@@ -215,3 +215,20 @@ def test_the_era_reading_quotes_the_fit_of_the_cost_model_the_curves_ran():
         text = distserve.era_reading(pd.DataFrame([{**row, "cost_model": cost_model}]))
         assert f"x{engine_era.gpu_time_scale(cost_model):g} ({cost_model})" in text
     assert f"x{engine_era.gpu_time_scale('roofline'):g} (roofline)" in distserve.era_reading(pd.DataFrame([row]))
+
+
+def test_the_chart_draws_the_colocated_curve_at_the_fitted_factor():
+    """The report's chart: beside ours and the artifact's, the colocated curve at the 2023 engines'
+    factor (the file's fitted curve), in percent, named with its factor; none without a fit."""
+    from pagesim.experiments import engine_era
+    from pagesim.experiments import paper_plots as P
+
+    found = engine_era.fit("roofline")
+    curves = pd.DataFrame([{**dict.fromkeys(distserve.COLUMNS, math.nan), "design": "colocated",
+                            "per_gpu_rate": 1.0, "slo_attainment": 0.9}])
+    goodputs = pd.DataFrame(columns=["design", "goodput_per_gpu", "target", "paper_ratio_low"])
+    fig = P.attainment_vs_rate(curves, goodputs, None, era=found)
+    (trace,) = [t for t in fig.data if "vLLM 0.1.7" in t.name]
+    assert trace.name == f"colocated at vLLM 0.1.7's speed (x{found['scale']:g}, fitted on it)"
+    assert list(trace.y) == pytest.approx([100 * a for a in found["slo_attainment"]])
+    assert not [t for t in P.attainment_vs_rate(curves, goodputs, None).data if "vLLM 0.1.7" in (t.name or "")]
