@@ -22,7 +22,7 @@ v1 on H100-80GB): its ``COMPARED`` is empty, and it states its own inputs.
 
 Default cost: fig2, its rate sensitivity, fig13 and fig12 replay 1-hour traces (fig12's
 overloaded Alpaca probes are most of the work); the other figures use shorter traces or a fixed
-request count, so ``pagesim reproduce all`` takes about 35 s of CPU, ~19 s on two workers
+request count, so ``pagesim reproduce all`` takes about 25 s of CPU, ~13 s on two workers
 (docs/performance.md). Runs shared between figures (fig2's four runs in fig2_sensitivity) are
 simulated once.
 """
