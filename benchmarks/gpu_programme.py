@@ -28,9 +28,10 @@ measured step. Phases (expected device time, see ``PHASES``)::
        CuPy's cache for the later steps), the kernel sweep (`pagesim gpu bench`: the tensor-core
        GQA kernel and the simple one beside it, copy bandwidth, SDPA; summarized against the
        targets), calibration of llama-2-7b (MHA) and llama-3-8b (GQA-8), the GPU tests (-m gpu)
-    2  validation: both models against their profiles (4 of 32 layers run, time scaled x8), then
-       one run that exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), each model's
-       steps priced with the host term fitted on the other's run (no GPU:
+    2  validation (4 of 32 layers run, time scaled x8), each run against its model's profile and
+       the host term fitted on the run before it (``--host-from``, held out): one run that
+       exercises copy-on-write (n = 2) and swapping (a 2 GiB pool), then both models; each run's
+       steps priced again with every other run's host term (no GPU:
        benchmarks/validation_host_heldout.py), then the decode step beside the calibration's
        parts, kernel by kernel (benchmarks/gpu_decode_slope.py)
     3  later: compute-sanitizer memcheck and racecheck (Firecracker kernels only; a clear
@@ -117,6 +118,20 @@ class Step:
     argv: list[str]
     timeout_s: int
     env: dict = field(default_factory=dict)
+    #: a validation priced with the host term fitted on this earlier one's steps (``--host-from``,
+    #: held out) where that one wrote its validation.json; else with its profile's own
+    host_from: Path | None = None
+
+
+def step_argv(st: Step, log) -> list[str]:
+    """The step's command line as it runs: a validation held out by host term (``host_from``) takes
+    ``--host-from`` where that run wrote its validation.json, and says so in the log where not."""
+    if st.host_from is None:
+        return st.argv
+    if (st.host_from / "validation.json").exists():
+        return [*st.argv, "--host-from", str(st.host_from)]
+    log(f"{st.name:28s} priced by its profile's host term: {st.host_from.name} wrote no validation.json")
+    return st.argv
 
 
 def shown(argv: list[str]) -> list[str]:
@@ -310,7 +325,8 @@ json.dump({"runs": rows, "relative_difference": res.get(4, {}), "relative_differ
 
 
 def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str, profile: str | None = None,
-         layers: int = 4, size: tuple[str, ...] = MODEL_RUN, seed: int = 0, timeout_s: int = 90) -> Step:
+         layers: int = 4, size: tuple[str, ...] = MODEL_RUN, seed: int = 0, timeout_s: int = 90,
+         host_from: Path | None = None) -> Step:
     """A validation, its simulator interpreted (the module's docstring: no call compiles the core)."""
     if dry:  # the same options, fewer requests
         size = ("--num-requests", "16") + tuple(size[2:])
@@ -328,7 +344,7 @@ def _val(name: str, model: str, preset: str, work: Path, dry: bool, *extra: str,
         args += ["--profile", profile]
     if dry:
         args += ["--backend", "fake"]
-    return Step(name, cli(*args), timeout_s, env={"PAGESIM_JIT": "0"})
+    return Step(name, cli(*args), timeout_s, env={"PAGESIM_JIT": "0"}, host_from=host_from)
 
 
 def _gpu_tests(dry: bool) -> Step:
@@ -389,20 +405,21 @@ def steps_for(phase: int, work: Path, dry: bool, preset: str, prev: Path) -> lis
         steps.append(Step("summary", py(KERNEL_SUMMARY) + [str(work / "gpu_kernel.csv")], 20))
         steps += [_calibrate(m, preset, str(work / f"profile_{m}.csv"), dry) for m in MODELS]
         return steps + [_gpu_tests(dry)]
-    if phase == 2:  # the models first (the validation's target), then copy-on-write and swap
+    if phase == 2:
         steps, runs, profiles = [], [], {}
-        for m in MODELS[::-1]:  # llama-3-8b (GQA: the tensor-core kernel) first
+        for m in MODELS:
             prof = profiles[m] = prev / f"profile_{m}.csv"
             if not prof.exists():  # a cold machine: phase 1's folder is gone
                 prof = profiles[m] = work / f"profile_{m}_quick.csv"
                 steps.append(_calibrate(m, preset, str(prof), dry, quick=True))
-            steps.append(_val(f"val_{m}", m, preset, work, dry, profile=str(prof)))
-            runs += ["--run", str(work / f"val_{m}"), str(prof)]
-        # copy-on-write and swap priced by the table model of the model's runs (the roofline's CPU
-        # time a step is not this runner's), and with the other model's host term beside them
-        steps.append(_val("val_cow_swap", "llama-2-7b", preset, work, dry, *COW_SWAP,
-                          profile=str(profiles["llama-2-7b"])))
-        runs += ["--run", str(work / "val_cow_swap"), str(profiles["llama-2-7b"])]
+        # each run priced by its model's table and the host term fitted on the run before it, held out
+        # (the runner's host time, not the profile's one-kernel floor): copy-on-write and swap first
+        # (llama-2-7b), then llama-3-8b (GQA: the tensor-core kernel) by its term, llama-2-7b by that one's
+        order = [("val_cow_swap", "llama-2-7b", COW_SWAP), *((f"val_{m}", m, ()) for m in MODELS[::-1])]
+        for i, (name, m, extra) in enumerate(order):
+            held_out = work / order[i - 1][0] if i else None
+            steps.append(_val(name, m, preset, work, dry, *extra, profile=str(profiles[m]), host_from=held_out))
+            runs += ["--run", str(work / name), str(profiles[m])]
         slope = (py(SLOPE_DRY) + [str(work / "decode_slope")] if dry else
                  [python(), "benchmarks/gpu_decode_slope.py", "--batches", "1,2,4,8,16,32",
                   "--out", str(work / "decode_slope")])
@@ -457,11 +474,12 @@ def run_phase(phase: int, out: Path, dry: bool, work_root: Path | None = None, l
             worst = max(worst, 5)
             continue
         t0 = time.monotonic()
+        argv = step_argv(st, log)
         with open(logs / f"{st.name}.txt", "w") as f:
-            f.write("$ " + shlex.join(shown(st.argv)) + "\n")
+            f.write("$ " + shlex.join(shown(argv)) + "\n")
             f.flush()
             try:
-                rc = subprocess.run(st.argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env={**env, **st.env},
+                rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env={**env, **st.env},
                                     timeout=timeout).returncode
             except subprocess.TimeoutExpired:
                 rc = 124

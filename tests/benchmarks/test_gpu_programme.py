@@ -77,7 +77,7 @@ def test_phase_2_finds_phase_1s_profiles_on_a_warm_machine(tmp_path):
     prev.mkdir()
     (prev / "profile_llama-3-8b.csv").write_text("x\n")  # llama-2-7b's is missing: a quick calibration
     names = [st.name for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev)]
-    assert names == ["val_llama-3-8b", "calibrate_quick_llama-2-7b", "val_llama-2-7b", "val_cow_swap", "summary",
+    assert names == ["calibrate_quick_llama-2-7b", "val_cow_swap", "val_llama-3-8b", "val_llama-2-7b", "summary",
                      "host_heldout", "decode_slope"]
     (val,) = [st for st in gp.steps_for(2, tmp_path / "phase2", False, "h200", prev) if st.name == "val_llama-3-8b"]
     assert val.argv[val.argv.index("--profile") + 1] == str(prev / "profile_llama-3-8b.csv")
@@ -111,9 +111,12 @@ def test_the_phases_hold_their_outputs(dry):
     _, out, _ = dry
     assert b"instantiations" in _member(out, 1, "log/compile_all.txt")
     assert b"component" in _member(out, 1, "profile_llama-3-8b.csv")
+    # each run priced with the host term fitted on the run before it: held out
+    before = {"llama-3-8b": "val_cow_swap", "llama-2-7b": "val_llama-3-8b"}
     for m in gp.MODELS:
         v = json.loads(_member(out, 2, f"val_{m}/validation.json"))
         assert v["step_error_model"] == "table" and v["profile"].endswith(f"profile_{m}.csv")
+        assert v["host_from"]["run"].endswith(before[m])
     cow = json.loads(_member(out, 2, "val_cow_swap/validation.json"))
     assert cow["executor_copies"] > 0 and cow["real_num_preemptions"] > 0  # copy-on-write and swaps ran
     # priced by the table model of the model's own runs, as they are, and held out by host term too
@@ -146,3 +149,16 @@ def test_a_phase_past_its_deadline_skips_steps_and_says_so(tmp_path):
     assert rc == 5 and re.search(r"calibrate_llama-3-8b\s+skipped: \d+ s left", text), text
     assert list((tmp_path / "o").rglob("phase1.tgz"))
 
+
+
+def test_a_validation_held_out_by_host_term_runs_without_it_where_the_run_before_failed(tmp_path):
+    """``host_from``: ``--host-from DIR`` where DIR holds a validation.json, else the command as
+    given and one line in the log naming the run that wrote none."""
+    lines = []
+    step = gp.Step("val_b", ["pagesim", "validate"], 90, host_from=tmp_path / "val_a")
+    assert gp.step_argv(step, lines.append) == ["pagesim", "validate"]
+    assert lines and "val_a wrote no validation.json" in lines[0]
+    (tmp_path / "val_a").mkdir()
+    (tmp_path / "val_a" / "validation.json").write_text("{}")
+    assert gp.step_argv(step, lines.append) == ["pagesim", "validate", "--host-from", str(tmp_path / "val_a")]
+    assert gp.step_argv(gp.Step("x", ["a"], 1), lines.append) == ["a"] and len(lines) == 1
