@@ -80,3 +80,13 @@ def test_reproduce_one_figure_prints_its_tables_and_wrapped_reading(fake_engine,
     reading = next(i for i, line in enumerate(lines) if line.startswith("reading: "))
     assert lines[reading + 1].startswith("  ")  # the reading goes on, wrapped under itself
     assert [line.split()[0] for line in lines if line.startswith("fig2 ")] == ["fig2"]  # its closing line
+
+
+def test_misses_leaves_out_the_rows_a_table_marks_as_not_compared():
+    """Fig. 13's rows at the cost model's own speed (compared False: the test of its reading's
+    cause) count neither as compared rows nor as misses: 2 rows compared, 1 miss."""
+    fig13 = pd.DataFrame({"workload": ["sharegpt", "alpaca", "alpaca"], "rate": [2, 30, 30],
+                          "system": ["vllm", "vllm", "vllm"], "cost_scale": [1.61, 1.61, 1.0],
+                          "note": ["-7% vs paper (> 10%)", "", "-57% vs paper (> 10%)"],
+                          "compared": [True, True, False]})
+    assert misses("fig13", {"fig13": fig13}) == (2, ["sharegpt vllm GPU time x1.61: -7% vs paper (> 10%)"])
