@@ -99,7 +99,7 @@ LAYER_COUNTS = (4, 32, 8, 16)
 #: expected device seconds per phase (typical, worst), from the H100 run of 2026-11-23
 #: (benchmarks/results/2026-11-23-h100-80gb-hbm3: 48 NVRTC compiles 19.6 s, 193 GPU tests 91 s, the
 #: 116-point sweep 35 s, a calibration 10-11 s, a device-timed validation of 24 requests at 4 layers
-#: 34 s, 32 layers 101 s, racecheck 12 s) scaled to today's counts (66 instantiations, 261 GPU tests,
+#: 34 s, 32 layers 101 s, racecheck 12 s) scaled to today's counts (76 instantiations, 261 GPU tests,
 #: 132 points with the simple kernel timed beside the tensor one on GQA) and memcheck's 2-3 min from
 #: ../shared/gpu-plan. The worst is also the phase's deadline: no step starts that could end past it.
 #: Phases 1 + 2, the 15-minute session's programme: 9.5 min at worst, a machine's start on top.

@@ -45,7 +45,7 @@ from pagesim.gpu.hold_timing import device_time_us
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
            "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
-           "num_partitions", "partition_size", "gpu", "kernel", "simple_time_us", "simple_partitions"]
+           "num_partitions", "partition_size", "gpu", "kernel", "stages", "simple_time_us", "simple_partitions"]
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
     plan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
                       dtype=p.dtype, check=False)
     t_paged = timer.time_us(plan.launch, reps=reps, flush=flush)
-    part, nparts, kind = plan.partition_size, plan.max_parts, plan.kernel_kind
+    part, nparts, kind, stages = plan.partition_size, plan.max_parts, plan.kernel_kind, plan.stages
     t_simple, simple_parts = "", ""
     if kind != "simple":
         splan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
@@ -178,7 +178,8 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
                copy_gbps=round(copy_bw, 2), frac_of_copy=round(ach / copy_bw, 4),
                contiguous_time_us=round(t_cont, 3),
                sdpa_time_us=round(t_sdpa, 3) if t_sdpa != "" else "", num_partitions=nparts,
-               partition_size=part, gpu=gpu, kernel=kind, simple_time_us=t_simple,
+               partition_size=part, gpu=gpu, kernel=kind, stages=stages if kind == "tensor" else "",
+               simple_time_us=t_simple,
                simple_partitions=simple_parts)
     return row
 

@@ -22,9 +22,12 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 HEADS_PER_BLOCK = (1, 2, 4, 8)
 NUM_THREADS = 128
 #: the tensor-core GQA kernel (paged_attention_tc.cu): query heads per block (the mma's 16 rows),
-#: tokens per pipelined tile (16 per warp, 4 warps); its head dims are HEAD_DIMS (multiples of 16)
+#: tokens the block's 4 warps take at a time (16 each); its head dims are HEAD_DIMS (multiples of 16)
 TC_ROWS = 16
 TC_TILE = 64
+#: its pipeline's stages, one instantiation each (chosen by the device's shared memory:
+#: gpu.paged_attention.tc_choose_stages)
+TC_STAGES = (2, 3)
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 
@@ -56,8 +59,8 @@ def attention_kernel_name(dtype: str, head_dim: int, heads: int) -> str:
     return f"paged_attention_kernel<{CTYPES[dtype]}, {int(head_dim)}, {int(heads)}>"
 
 
-def tc_kernel_name(dtype: str, head_dim: int) -> str:
-    return f"paged_attention_tc_kernel<{CTYPES[dtype]}, {int(head_dim)}>"
+def tc_kernel_name(dtype: str, head_dim: int, stages: int) -> str:
+    return f"paged_attention_tc_kernel<{CTYPES[dtype]}, {int(head_dim)}, {int(stages)}>"
 
 
 def reduce_kernel_name(dtype: str) -> str:
@@ -91,7 +94,7 @@ def all_instantiations() -> dict[str, list[str]]:
     cache += [copy_blocks_name(u) for u in UNITS]
     fused = [fused_kernel_name(k, dt) for dt in CTYPES for k in ("fused_add_rms_norm", "silu_and_mul")]
     fused += [fused_kernel_name("rotary_cache", dt, i) for dt in CTYPES for i in INDEX_TYPES]
-    tc = [tc_kernel_name(dt, d) for dt in CTYPES for d in HEAD_DIMS]
+    tc = [tc_kernel_name(dt, d, s) for dt in CTYPES for d in HEAD_DIMS for s in TC_STAGES]
     return {"paged_attention.cu": attn, "paged_attention_tc.cu": tc, "cache_ops.cu": cache, "fused_ops.cu": fused}
 
 

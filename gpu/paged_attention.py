@@ -58,7 +58,7 @@ from pagesim.gpu._arrays import torch_stream, unwrap, wrap
 from pagesim.gpu._loader import get_kernel
 import os
 
-from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, TC_ROWS, TC_TILE, attention_kernel_name,
+from pagesim.gpu.kernels_src import (HEAD_DIMS, NUM_THREADS, TC_ROWS, TC_STAGES, TC_TILE, attention_kernel_name,
                                      heads_per_block, reduce_kernel_name, tc_kernel_name)
 
 SRC = "paged_attention.cu"
@@ -69,6 +69,11 @@ KERNEL_ENV = "PAGESIM_ATTENTION_KERNEL"
 #: output of fp32 out: 16 * head_dim * 4 B) stays <= 1/16 of the K/V it reads (256 tokens * head_dim
 #: * 2 * 2 B = 64 * head_dim B), and it is 4 pipelined tiles of 64 tokens
 TC_MIN_PARTITION = 256
+#: a tensor-kernel block's fixed cost in tokens of its walk, for the partition rule (tc_partition_size):
+#: one 64-token tile, the order of its pipeline's fill (a memory latency before the first tile is
+#: computed) and of its 16 query rows in and partial rows out. An estimate, not a measurement: the GPU
+#: programme's sweep times the partitions it gives.
+TC_BLOCK_OVERHEAD = TC_TILE
 TC_MIN_CAPABILITY = 80  # mma.m16n8k16 with bf16, cp.async: sm_80 and newer
 DEFAULT_PARTITION = 512
 MIN_PARTITION = 64
@@ -126,17 +131,24 @@ def choose_partition_size(num_seqs: int, blocks_per_seq: int, max_context_len: i
     return math.ceil(max_ctx / math.ceil(max_ctx / p))
 
 
-def tc_stages(head_dim: int) -> int:
-    """K/V pipeline stages of the tensor kernel (PATcGeometry::STAGES)."""
-    return 3 if head_dim < 128 else 2
-
-
-def tc_smem_bytes(head_dim: int) -> int:
-    """Dynamic shared memory of the tensor kernel (pa_tc_smem_bytes in paged_attention_tc.cu; the
-    emulation refuses a launch with less): per stage a tile's K and V rows (64 tokens, rows padded by
-    8 elements), the 16 padded query rows, per stage the table entries a tile spans (65 ints)."""
+def tc_smem_bytes(head_dim: int, stages: int) -> int:
+    """Dynamic shared memory of the tensor kernel with ``stages`` pipeline stages (pa_tc_smem_bytes in
+    paged_attention_tc.cu; the emulation refuses a launch with less): the 16 query rows, then for each
+    of the 4 warps ``stages`` tiles of 16 tokens' K and V rows, every row padded by 8 elements."""
     pitch = head_dim + 8
-    return 2 * (tc_stages(head_dim) * 2 * TC_TILE * pitch + TC_ROWS * pitch) + 4 * tc_stages(head_dim) * (TC_TILE + 1)
+    return 2 * (TC_ROWS * pitch + 4 * stages * 2 * (TC_TILE // 4) * pitch)
+
+
+def tc_choose_stages(blocks_per_sm: dict[int, int]) -> int:
+    """The tensor kernel's pipeline stages, from ``{stages: resident blocks an SM}`` (the occupancy
+    query of each instantiation that fits the device; pure): the most copies in flight an SM, blocks
+    x (stages - 1) warp tiles a warp, the fewer stages (more warps to hide the arithmetic) on a tie.
+    An H100 or H200 (228 KiB an SM) at head_dim 128: 2 stages 3 blocks (3 tiles a warp in flight),
+    3 stages 2 blocks (4): 3; an A100 (164 KiB): 2 blocks or 1, 2 tiles either way: 2; an L40S or
+    RTX 4090 (99 KiB a block): 2 stages alone fit."""
+    if not blocks_per_sm:
+        raise ValueError("tc_choose_stages: no instantiation fits the device")
+    return max(sorted(blocks_per_sm), key=lambda s: (blocks_per_sm[s] * (s - 1), -s))
 
 
 def choose_kernel(group: int, head_dim: int, smem_optin: int, capability: int, kernel: str = "auto") -> str:
@@ -151,9 +163,10 @@ def choose_kernel(group: int, head_dim: int, smem_optin: int, capability: int, k
     A forced "tensor" that the device cannot run is an error, not a silent fallback."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    fits = capability >= TC_MIN_CAPABILITY and tc_smem_bytes(head_dim) <= smem_optin
+    need = tc_smem_bytes(head_dim, min(TC_STAGES))
+    fits = capability >= TC_MIN_CAPABILITY and need <= smem_optin
     if kernel == "tensor" and not fits:
-        raise ValueError(f"kernel='tensor' needs compute capability >= 8.0 and {tc_smem_bytes(head_dim)} B of "
+        raise ValueError(f"kernel='tensor' needs compute capability >= 8.0 and {need} B of "
                          f"shared memory (device: {capability / 10:.1f}, {smem_optin} B)")
     if kernel == "auto":
         return "tensor" if group >= 2 and fits else "simple"
@@ -169,21 +182,32 @@ def default_kernel() -> str:
 
 
 def tc_partition_size(context_lens, grid_x: int, blocks_per_sm: int, sm_count: int) -> int:
-    """Tokens per split-K partition of the tensor kernel (pure).
+    """Tokens per split-K partition of the tensor kernel (pure): the partition, in whole 64-token
+    tiles, that gives the shortest estimated kernel time over the real context lengths.
 
-    One wave holds ``blocks_per_sm * sm_count`` blocks (blocks_per_sm: the occupancy query on the
-    compiled kernel); ``grid_x`` of them share a partition's tokens (one per KV head and chunk), so a
-    wave has ``slots // grid_x`` partitions to give. The real context lengths are cut so that their
-    partitions fill about one wave: ceil(sum(lens) / that), rounded up to whole 64-token tiles, at
-    least TC_MIN_PARTITION, and at most the longest context (rounded up to a tile: one partition,
-    no reduce, when the batch alone fills the GPU)."""
-    lens = [max(int(x), 0) for x in context_lens]
-    longest = max(lens, default=0)
+    ``blocks_per_sm * sm_count`` blocks run at once (blocks_per_sm: the occupancy query on the
+    compiled kernel), a wave; each row of ``len`` tokens takes ``ceil(len / p)`` blocks for each of
+    the ``grid_x`` KV heads and chunks, a block walking its tokens plus ``TC_BLOCK_OVERHEAD``. The
+    estimate is whole waves of the longest block's walk, as many as the work fills: 512 blocks of
+    8,192 tokens on 396 slots take two walks where 1.29 are work (the last wave's idle slots cost
+    as much as busy ones), so 1,536 blocks of 2,752 tokens (3.85 waves, 4 short walks) are quicker;
+    on 264 slots the same 512 blocks are 1.94 waves of work and one partition a row is best. The
+    candidates cut the longest row in 1, 2, 3, ... equal parts, each at least TC_MIN_PARTITION (a
+    row no longer than that: one partition); on a tie the larger partition (fewer partial rows to
+    reduce)."""
+    lens = np.maximum(np.asarray([int(x) for x in context_lens], dtype=np.int64), 0)
+    longest = int(lens.max()) if len(lens) else 0
+    whole = -(-max(longest, 1) // TC_TILE) * TC_TILE  # the longest row in one partition
+    if whole <= TC_MIN_PARTITION:
+        return whole
     slots = max(1, int(blocks_per_sm)) * max(1, int(sm_count))
-    per_wave = max(1, slots // max(1, int(grid_x)))
-    p = -(-max(sum(lens), 1) // per_wave)
-    p = max(TC_MIN_PARTITION, -(-p // TC_TILE) * TC_TILE)
-    return max(TC_TILE, min(p, -(-max(longest, 1) // TC_TILE) * TC_TILE))
+    cuts = np.arange(1, -(-longest // TC_MIN_PARTITION) + 1)
+    p = np.unique(np.maximum(-(-(-(-longest // cuts)) // TC_TILE) * TC_TILE, TC_MIN_PARTITION))[::-1]
+    blocks = -(-lens[None, :] // p[:, None])  # [candidate, row]
+    work = max(1, int(grid_x)) * (lens.sum() + blocks.sum(axis=1) * TC_BLOCK_OVERHEAD)
+    walk = np.minimum(p, longest) + TC_BLOCK_OVERHEAD
+    estimate = np.ceil(work / (slots * walk)) * walk
+    return int(p[int(np.argmin(estimate))])  # (the first minimum: the largest partition of a tie)
 
 
 @dataclass(frozen=True)
@@ -195,15 +219,16 @@ class LaunchConfig:
     max_parts: int  # grid z; 1 = single pass (v1), > 1 = split-K + reduce (v2)
     smem_bytes: int
     kernel: str = "simple"  # "simple" (paged_attention.cu) or "tensor" (paged_attention_tc.cu)
+    stages: int = 0  # the tensor kernel's pipeline stages (0: the simple kernel)
 
 
 def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: int, max_context_len: int,
                   sm_count: int, smem_optin: int, num_partitions: int | None = None, *, kernel: str = "simple",
-                  blocks_per_sm: int = 1, context_lens=None) -> LaunchConfig:
+                  blocks_per_sm: int = 1, context_lens=None, stages: int = min(TC_STAGES)) -> LaunchConfig:
     """Grid and shared memory of the attention kernel (pure; the CPU emulation test uses it too).
     ``kernel``: "simple" or "tensor" (resolved: see choose_kernel). The tensor kernel's partitions
     come from ``tc_partition_size`` over ``context_lens`` (every sequence at ``max_context_len``
-    when not given) and ``blocks_per_sm``."""
+    when not given) and ``blocks_per_sm`` (its instantiation's with ``stages``: tc_choose_stages)."""
     if num_seqs > MAX_SEQS:  # grid y of both kernels is the sequence
         raise ValueError(f"num_seqs {num_seqs} exceeds {MAX_SEQS}, the grid's y limit; split the batch")
     group = num_heads // num_kv_heads
@@ -216,14 +241,16 @@ def launch_config(num_seqs: int, num_heads: int, num_kv_heads: int, head_dim: in
         else:
             lens = [max_ctx] * num_seqs if context_lens is None else context_lens
             p = tc_partition_size(lens, grid_x, blocks_per_sm, sm_count)
-        smem = tc_smem_bytes(head_dim)
+        if stages not in TC_STAGES:
+            raise ValueError(f"the tensor kernel's stages must be one of {TC_STAGES}, got {stages}")
+        smem = tc_smem_bytes(head_dim, stages)
         if smem > smem_optin:
-            raise ValueError(f"the tensor kernel at head_dim {head_dim} needs {smem} B of shared memory "
-                             f"(> {smem_optin})")
+            raise ValueError(f"the tensor kernel at head_dim {head_dim} with {stages} stages needs {smem} B of "
+                             f"shared memory (> {smem_optin})")
         max_parts = max(1, math.ceil(max_ctx / p))
         if max_parts > 12288:
             raise ValueError(f"{max_parts} partitions exceed the limit of 12288; use fewer")
-        return LaunchConfig(TC_ROWS, chunks, grid_x, p, max_parts, smem, "tensor")
+        return LaunchConfig(TC_ROWS, chunks, grid_x, p, max_parts, smem, "tensor", stages)
     if kernel != "simple":
         raise ValueError(f"launch_config: kernel must be 'simple' or 'tensor', got {kernel!r}")
     heads = heads_per_block(group)
@@ -365,20 +392,26 @@ class PagedAttentionPlan:
         sm_count, smem_optin = _device_limits(cp)
         which = choose_kernel(num_heads // num_kv_heads, head_dim, smem_optin, _capability(cp),
                               default_kernel() if kernel is None else kernel)
-        blocks_per_sm = 1
-        if which == "tensor":
-            name = tc_kernel_name(q.dtype, head_dim)
-            self.kernel = get_kernel(TC_SRC, name)
-            _raise_smem_limit(self.kernel, tc_smem_bytes(head_dim))
-            blocks_per_sm = _blocks_per_sm(cp, name, self.kernel, tc_smem_bytes(head_dim))
+        blocks_per_sm, stages = 1, min(TC_STAGES)
+        if which == "tensor":  # each instantiation that fits, its occupancy; the stages by tc_choose_stages
+            kernels, occupancy = {}, {}
+            for s in TC_STAGES:
+                if tc_smem_bytes(head_dim, s) <= smem_optin:
+                    name = tc_kernel_name(q.dtype, head_dim, s)
+                    kernels[s] = get_kernel(TC_SRC, name)
+                    _raise_smem_limit(kernels[s], tc_smem_bytes(head_dim, s))
+                    occupancy[s] = _blocks_per_sm(cp, name, kernels[s], tc_smem_bytes(head_dim, s))
+            stages = tc_choose_stages(occupancy)
+            self.kernel, blocks_per_sm = kernels[stages], occupancy[stages]
         cfg = launch_config(num_seqs, num_heads, num_kv_heads, head_dim, max_context_len, sm_count, smem_optin,
-                            num_partitions, kernel=which, blocks_per_sm=blocks_per_sm, context_lens=host_lens)
+                            num_partitions, kernel=which, blocks_per_sm=blocks_per_sm, context_lens=host_lens,
+                            stages=stages)
         heads, grid_x, p, max_parts, smem = (cfg.heads, cfg.grid_x, cfg.partition_size, cfg.max_parts,
                                              cfg.smem_bytes)
         if which == "simple":
             self.kernel = _kernel(attention_kernel_name(q.dtype, head_dim, heads))
             _raise_smem_limit(self.kernel, smem)
-        self.kernel_kind, self.blocks_per_sm = which, blocks_per_sm
+        self.kernel_kind, self.blocks_per_sm, self.stages = which, blocks_per_sm, cfg.stages
         self.partition_size, self.max_parts, self.heads_per_block = p, max_parts, heads
         self.num_seqs, self.num_heads, self.head_dim = num_seqs, num_heads, head_dim
         self.out = cp.empty((num_seqs, num_heads, head_dim), dtype=q.arr.dtype)

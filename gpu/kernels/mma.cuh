@@ -65,6 +65,23 @@ __device__ __forceinline__ void mma_m16n8k16<bf16_t>(float* d, const unsigned in
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA, warp-level matrix load) -------
+// Four 8 x 8 matrices of 16-bit elements from shared memory, one row (16 bytes, 16-byte aligned)
+// addressed by each lane: lanes 8 q .. 8 q + 7 give rows 0-7 of matrix q. Lane l receives in r[q]
+// matrix q's elements (row l / 4; columns 2 (l % 4), 2 (l % 4) + 1), or with .trans its elements
+// (rows 2 (l % 4), 2 (l % 4) + 1; column l / 4), the lower index in the low half: exactly an mma
+// A or B fragment register (above) for a matrix stored row by row, or transposed.
+__device__ __forceinline__ void ldmatrix_x4(unsigned int* r, const void* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned int* r, const void* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
 // ---- cp.async (PTX ISA, data movement: cp.async): 16 bytes global -> shared, bypassing L1 (.cg)
 // `valid` false: no global read, the 16 shared bytes are zero-filled (src-size 0).
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {

@@ -8,62 +8,57 @@
 // Layouts, arguments, partitions and the reduce are those of paged_attention_kernel (the same
 // launch arguments; paged_attention_reduce_kernel combines the partitions), except:
 //   grid x = kv_head * chunks + chunk with chunks = ceil(G / 16) (16 query heads per block);
-//   the dynamic shared memory is pa_tc_smem_bytes<HEAD_DIM>() (gpu/paged_attention.py states the
-//   same formula: tc_smem_bytes).
+//   the dynamic shared memory is pa_tc_smem_bytes<HEAD_DIM, STAGES>() (gpu/paged_attention.py
+//   states the same formula: tc_smem_bytes).
 //
-// One thread block = 4 warps; a partition is walked in tiles of 64 tokens, warp w owning tokens
-// [16 w, 16 w + 16) of each tile:
-//   1. pipeline: tile X's K and V rows go to shared memory stage X % STAGES with 16-byte cp.async
-//      (tokens past the partition zero-filled), STAGES - 1 tiles ahead of the tile computed. The
-//      block-table entries a tile spans are staged in shared memory once per block (one tile
-//      ahead of its copies), so the 128 threads issuing a tile's copies read no global table.
-//   2. S = Q K^T: per warp two 16 x 8 n-tiles (16 tokens) over HEAD_DIM / 16 k-steps of mma.
+// One thread block = 4 warps, each walking its own tiles of 16 tokens (warp w: tokens
+// [16 (4 i + w), 16 (4 i + w) + 16) of the partition, i = 0, 1, ...) with its own pipeline, so no
+// warp waits at a block barrier for another's copies while it walks (one barrier before, one after):
+//   1. pipeline: a warp tile's K and V rows go to the warp's stage i % STAGES with 16-byte cp.async
+//      (tokens past the partition zero-filled), STAGES - 1 tiles ahead of the tile computed; lane l
+//      copies token l % 16's vectors l / 16, l / 16 + 2, ... of K and of V (16 rows x 32 bytes an
+//      instruction: whole sectors). The block-table entry each lane's token needs is loaded one
+//      tile ahead of its copies into a register, so no copy waits on a global read of the table.
+//   2. S = Q K^T: per k-step one ldmatrix of Q (the A fragment) and one of K (two n-tiles' B
+//      fragments), two mma.
 //   3. online softmax in fp32 per query row (row max over the quad of lanes holding the row,
 //      rescale of the running sum and output), P = exp(S - m) kept in registers.
 //   4. O += P V: P's D fragments are the A fragment (mma.cuh); P is split in two 16-bit parts
 //      (P = hi + lo, two mma) so the probabilities carry ~16 bits, not fp16's 11 or bf16's 8
 //      (decode is memory bound: the second mma costs no time, and the error stays the output's
-//      rounding, as for the simple kernel); V's B fragment is read from shared memory.
+//      rounding, as for the simple kernel); V's B fragments by ldmatrix.trans, two n-tiles each.
 //   5. the 4 warps' (m, l, O) are combined through shared memory and written like the simple
 //      kernel: out (one partition) or (max logit, exp sum, normalized partial output).
+// STAGES (2 or 3) is the host's choice by the device's shared memory (tc_choose_stages): a block's
+// copies in flight are (STAGES - 1) warp tiles a warp, its shared memory STAGES of them.
 #include "common.cuh"
 #include "mma.cuh"
 
 #define PA_TC_THREADS 128
 #define PA_TC_WARPS 4
-#define PA_TC_TILE 64  // tokens per tile: 16 per warp
-#define PA_TC_ROWS 16  // query heads per block: the mma's M
+#define PA_TC_WARP_TILE 16  // tokens a warp computes at a time: two n-tiles of S, the k of P V
+#define PA_TC_ROWS 16       // query heads per block: the mma's M
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, int STAGES>
 struct PATcGeometry {
     static_assert(HEAD_DIM % 16 == 0, "HEAD_DIM must be a multiple of 16 (the mma's K)");
-    // 2 stages from head_dim 128: 74.5 KB at 128, under the 99 KB of an sm_86 / sm_89 (L4, A10, 4090)
-    static constexpr int STAGES = HEAD_DIM < 128 ? 3 : 2;
+    static_assert(STAGES >= 2, "a pipeline needs two stages");
     static constexpr int PITCH = HEAD_DIM + 8;  // elements a shared row: 16-byte aligned, banks skewed
-    static constexpr int VECS = HEAD_DIM / 8;   // 16-byte vectors per K/V row
+    static constexpr int VECS = HEAD_DIM / 8;   // 16-byte vectors per K/V row (even: HEAD_DIM % 16 == 0)
+    static constexpr int COPIES = VECS / 2;     // a lane's copies of a warp tile's K (and of its V)
     static constexpr int KSTEPS = HEAD_DIM / 16;
-    static constexpr int NTILES = HEAD_DIM / 8;  // 8-wide output tiles of P V
-    static constexpr int STAGE_ELEMS = 2 * PA_TC_TILE * PITCH;  // K then V of one tile
-    static constexpr int TABLE = PA_TC_TILE + 1;                 // block entries a tile can span
+    static constexpr int NTILES = HEAD_DIM / 8;  // 8-wide output tiles of P V (even)
+    static constexpr int WARP_STAGE = 2 * PA_TC_WARP_TILE * PITCH;  // a warp tile's K rows, then V rows
 };
 
-// Bytes of dynamic shared memory: the K/V stages, the padded queries, the staged table entries.
-// The warps' final (m, l, O) reuse the stages (4 * 16 * (HEAD_DIM + 2) floats fit in two stages).
-template <int HEAD_DIM>
+// Bytes of dynamic shared memory: the padded queries, then each warp's stages. The warps' final
+// (m, l, O) reuse it all (4 * 16 * (HEAD_DIM + 2) floats fit in two stages of the 4 warps).
+template <int HEAD_DIM, int STAGES>
 __host__ __device__ constexpr int pa_tc_smem_bytes() {
-    return 2 * (PATcGeometry<HEAD_DIM>::STAGES * PATcGeometry<HEAD_DIM>::STAGE_ELEMS
-                + PA_TC_ROWS * PATcGeometry<HEAD_DIM>::PITCH)
-         + 4 * PATcGeometry<HEAD_DIM>::STAGES * PATcGeometry<HEAD_DIM>::TABLE;
+    return 2 * (PA_TC_ROWS * PATcGeometry<HEAD_DIM, STAGES>::PITCH
+                + PA_TC_WARPS * STAGES * PATcGeometry<HEAD_DIM, STAGES>::WARP_STAGE);
 }
 
-// The 32-bit word of two adjacent 16-bit elements (the lower index in the low half).
-__device__ __forceinline__ unsigned int ld_pair(const unsigned short* p) {
-    return *reinterpret_cast<const unsigned int*>(p);
-}
-// Two elements of different rows packed in one word: lo in the low half.
-__device__ __forceinline__ unsigned int pair_of(unsigned short lo, unsigned short hi) {
-    return (unsigned int)lo | ((unsigned int)hi << 16);
-}
 // p rounded to T (hi) and the rest (lo), each packed for the A fragment with its neighbour q.
 template <typename T>
 __device__ __forceinline__ void split_pair(float p, float q, unsigned int& hi, unsigned int& lo) {
@@ -71,7 +66,7 @@ __device__ __forceinline__ void split_pair(float p, float q, unsigned int& hi, u
     lo = pack2<T>(p - unpack_half<T>(hi, 0), q - unpack_half<T>(hi, 1));
 }
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int STAGES>
 __global__ void __launch_bounds__(PA_TC_THREADS)
 paged_attention_tc_kernel(T* __restrict__ out,
                           float* __restrict__ exp_sums,
@@ -92,11 +87,9 @@ paged_attention_tc_kernel(T* __restrict__ out,
                           const int partition_size,
                           const int max_parts,
                           const float scale) {
-    typedef PATcGeometry<HEAD_DIM> G;
-    PAGESIM_DYNAMIC_SMEM(float4, tc_smem);  // float4: 16-byte aligned for cp.async
-    unsigned short* kv_s = reinterpret_cast<unsigned short*>(tc_smem);  // [STAGES][K, V][TILE][PITCH]
-    unsigned short* q_s = kv_s + G::STAGES * G::STAGE_ELEMS;            // [16][PITCH]
-    int* table_s = reinterpret_cast<int*>(q_s + PA_TC_ROWS * G::PITCH);  // [STAGES][TABLE]
+    typedef PATcGeometry<HEAD_DIM, STAGES> G;
+    PAGESIM_DYNAMIC_SMEM(float4, tc_smem);  // float4: 16-byte aligned for cp.async and ldmatrix
+    unsigned short* q_s = reinterpret_cast<unsigned short*>(tc_smem);  // [16][PITCH]
 
     const int tid = threadIdx.x, warp = tid / PAGESIM_WARP, lane = tid % PAGESIM_WARP;
     const int gid = lane >> 2, tig = lane & 3;  // the fragment coordinates (mma.cuh)
@@ -120,48 +113,47 @@ paged_attention_tc_kernel(T* __restrict__ out,
         return;
     }
     const int n = min(start + partition_size, ctx) - start;
-    const int num_tiles = (n + PA_TC_TILE - 1) / PA_TC_TILE;
     const int* bt = block_tables + (paged ? (long long)seq * max_blocks_per_seq : 0);
+    unsigned short* stages = q_s + PA_TC_ROWS * G::PITCH + warp * STAGES * G::WARP_STAGE;  // this warp's
 
-    // The first logical block tile X spans; its entries are table_s[X % STAGES][0 ...].
-    auto first_block = [&](int x) {
-        const int t = start + x * PA_TC_TILE;
-        return block_shift >= 0 ? (t >> block_shift) : (t / block_size);
+    // this warp's tiles: warp tile x = 4 i + w covers tokens [16 x, 16 x + 16) of the partition
+    const int warp_tiles = (n + PA_TC_WARP_TILE - 1) / PA_TC_WARP_TILE;
+    const int num_it = warp < warp_tiles ? (warp_tiles - warp + PA_TC_WARPS - 1) / PA_TC_WARPS : 0;
+    const int my_tok = lane & 15, my_vec = lane >> 4;  // the token and first vector this lane copies
+    const int lm_row = lane & 7, lm_mat = lane >> 3;    // the row and matrix this lane addresses (ldmatrix)
+
+    // The table entry of this lane's token in the warp's tile i (unused: -1); the read is issued
+    // here and its value first needed a tile later (load_tile), so no lane waits on it.
+    auto entry_of = [&](int i) -> int {
+        const int tok = (PA_TC_WARPS * i + warp) * PA_TC_WARP_TILE + my_tok;
+        if (!paged || i >= num_it || tok >= n) return -1;
+        const int t = start + tok;
+        return __ldg(bt + (block_shift >= 0 ? (t >> block_shift) : (t / block_size)));
     };
-    // Stage the entries of tile x (only the used ones: tokens < n, as the simple kernel reads).
-    auto stage_table = [&](int x) {
-        if (!paged || x >= num_tiles) return;
-        const int last_tok = start + min((x + 1) * PA_TC_TILE, n) - 1;
-        const int last = block_shift >= 0 ? (last_tok >> block_shift) : (last_tok / block_size);
-        const int b0 = first_block(x);
-        for (int i = tid; i <= last - b0; i += PA_TC_THREADS)
-            table_s[(x % G::STAGES) * G::TABLE + i] = __ldg(bt + b0 + i);
-    };
-    // Issue tile x's K/V copies into stage x % STAGES (its table entries staged and visible).
-    auto load_tile = [&](int x) {
-        if (x >= num_tiles) return;
-        unsigned short* stage = kv_s + (x % G::STAGES) * G::STAGE_ELEMS;
-        const int* tab = table_s + (x % G::STAGES) * G::TABLE;
-        const int b0 = paged ? first_block(x) : 0;
-        for (int i = tid; i < 2 * PA_TC_TILE * G::VECS; i += PA_TC_THREADS) {
-            const int which = i / (PA_TC_TILE * G::VECS);  // 0: K, 1: V
-            const int r = (i / G::VECS) % PA_TC_TILE, c = i % G::VECS;
-            const int tok = x * PA_TC_TILE + r;  // partition-relative
-            const bool valid = tok < n;
-            const T* cache = which ? v_cache : k_cache;
-            const T* src = cache;  // never read when !valid (src-size 0)
-            if (valid) {
-                const int t = start + tok;
-                long long phys;
-                if (paged) {
-                    const int b = block_shift >= 0 ? (t >> block_shift) : (t / block_size);
-                    phys = (long long)tab[b - b0] * block_size + (t - b * block_size);
-                } else {
-                    phys = (long long)seq * kv_seq_stride + t;
-                }
-                src = cache + (phys * num_kv_heads + kvh) * HEAD_DIM + c * 8;
+    // Issue the copies of the warp's tile i into its stage i % STAGES (``entry``: entry_of(i)).
+    auto load_tile = [&](int i, int entry) {
+        if (i >= num_it) return;
+        unsigned short* stage = stages + (i % STAGES) * G::WARP_STAGE;
+        const int tok = (PA_TC_WARPS * i + warp) * PA_TC_WARP_TILE + my_tok;
+        const bool valid = tok < n;
+        long long row = 0;  // never read when !valid (src-size 0)
+        if (valid) {
+            const int t = start + tok;
+            long long phys;
+            if (paged) {
+                const int b = block_shift >= 0 ? (t >> block_shift) : (t / block_size);
+                phys = (long long)entry * block_size + (t - b * block_size);
+            } else {
+                phys = (long long)seq * kv_seq_stride + t;
             }
-            cp_async16(stage + (which * PA_TC_TILE + r) * G::PITCH + c * 8, src, valid);
+            row = (phys * num_kv_heads + kvh) * HEAD_DIM;
+        }
+#pragma unroll
+        for (int c = 0; c < G::COPIES; ++c) {
+            const int vec = my_vec + 2 * c;
+            unsigned short* dst = stage + my_tok * G::PITCH + vec * 8;
+            cp_async16(dst, k_cache + row + vec * 8, valid);
+            cp_async16(dst + PA_TC_WARP_TILE * G::PITCH, v_cache + row + vec * 8, valid);
         }
     };
 
@@ -172,14 +164,20 @@ paged_attention_tc_kernel(T* __restrict__ out,
         const unsigned short bits = g < nh ? *reinterpret_cast<const unsigned short*>(src) : 0;
         q_s[g * G::PITCH + d] = bits;
     }
-    // prologue: tables of tiles 0 .. STAGES - 1, copies of tiles 0 .. STAGES - 2 (one group each,
-    // empty groups included, so that wait_group<STAGES - 2> below always means "tile it landed")
-    for (int x = 0; x < G::STAGES; ++x) stage_table(x);
-    __syncthreads();
-    for (int x = 0; x < G::STAGES - 1; ++x) {
-        load_tile(x);
-        cp_async_commit();
+    // prologue: copies of tiles 0 .. STAGES - 2 (one group each, empty groups included, so that
+    // wait_group<STAGES - 2> below always means "tile i landed"), then tile STAGES - 1's entry
+    {
+        int entries[STAGES - 1];
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; ++i) entries[i] = entry_of(i);
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; ++i) {
+            load_tile(i, entries[i]);
+            cp_async_commit();
+        }
     }
+    int pending = entry_of(STAGES - 1);
+    __syncthreads();  // the queries
 
     float m_run[2] = {PAGESIM_NEG_INF, PAGESIM_NEG_INF};  // rows gid, gid + 8
     float l_run[2] = {0.f, 0.f};                          // this lane's share of the row sums
@@ -189,34 +187,28 @@ paged_attention_tc_kernel(T* __restrict__ out,
 #pragma unroll
         for (int e = 0; e < 4; ++e) o_acc[j][e] = 0.f;
 
-    for (int it = 0; it < num_tiles; ++it) {
-        cp_async_wait<G::STAGES - 2>();  // this thread's copies of tile it landed
-        __syncthreads();  // everyone's did, every warp is done with tile it - 1 (its stage is free)
-        load_tile(it + G::STAGES - 1);  // into tile it - 1's stage; its table was staged before
+    for (int it = 0; it < num_it; ++it) {
+        cp_async_wait<STAGES - 2>();  // this lane's copies of tile it landed
+        __syncwarp();  // every lane's did, and every lane is done with tile it - 1 (its stage is free)
+        load_tile(it + STAGES - 1, pending);  // into tile it - 1's stage
         cp_async_commit();
-        stage_table(it + G::STAGES);  // into tile it's table slot: its copies were issued already
+        pending = entry_of(it + STAGES);
 
-        const int tok0 = it * PA_TC_TILE + warp * 16;  // the warp's first token (partition-relative)
-        if (tok0 >= n) continue;  // warp-uniform: no token of this warp in the tile
-        const unsigned short* ks = kv_s + (it % G::STAGES) * G::STAGE_ELEMS + warp * 16 * G::PITCH;
-        const unsigned short* vs = ks + PA_TC_TILE * G::PITCH;
+        const int tok0 = (PA_TC_WARPS * it + warp) * PA_TC_WARP_TILE;  // < n: the tile's first token
+        const unsigned short* ks = stages + (it % STAGES) * G::WARP_STAGE;
+        const unsigned short* vs = ks + PA_TC_WARP_TILE * G::PITCH;
 
-        // ---- S = Q K^T: B[k][n] = K[token n][dim k] -> two adjacent dims of one K row per register
+        // ---- S = Q K^T. Q's A fragment: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15) of the
+        // k-step, in a[0..3]'s order; K's B fragments: (tokens 0-7 | 8-15) x (dims 0-7 | 8-15),
+        // b[0], b[1] n-tile 0 (tokens 0-7), b[2], b[3] n-tile 1 (mma.cuh)
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int kk = 0; kk < G::KSTEPS; ++kk) {
-            unsigned int a[4];
-            const unsigned short* qa = q_s + gid * G::PITCH + kk * 16 + 2 * tig;
-            a[0] = ld_pair(qa);
-            a[1] = ld_pair(qa + 8 * G::PITCH);
-            a[2] = ld_pair(qa + 8);
-            a[3] = ld_pair(qa + 8 * G::PITCH + 8);
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const unsigned short* kb = ks + (j * 8 + gid) * G::PITCH + kk * 16 + 2 * tig;
-                unsigned int b[2] = {ld_pair(kb), ld_pair(kb + 8)};
-                mma_m16n8k16<T>(s[j], a, b);
-            }
+            unsigned int a[4], b[4];
+            ldmatrix_x4(a, q_s + ((lm_mat & 1) * 8 + lm_row) * G::PITCH + kk * 16 + (lm_mat >> 1) * 8);
+            ldmatrix_x4(b, ks + ((lm_mat >> 1) * 8 + lm_row) * G::PITCH + kk * 16 + (lm_mat & 1) * 8);
+            mma_m16n8k16<T>(s[0], a, b);
+            mma_m16n8k16<T>(s[1], a, b + 2);
         }
         // ---- online softmax: s[j][e] is row gid + 8 (e >> 1), token tok0 + 8 j + 2 tig + (e & 1)
         float tile_max[2] = {PAGESIM_NEG_INF, PAGESIM_NEG_INF};
@@ -251,18 +243,21 @@ paged_attention_tc_kernel(T* __restrict__ out,
             split_pair<T>(p[0], p[1], p_hi[2 * j], p_lo[2 * j]);
             split_pair<T>(p[2], p[3], p_hi[2 * j + 1], p_lo[2 * j + 1]);
         }
-        // ---- O = alpha O + P V: B[k][n] = V[token k][dim n], two rows of one column per register
+        // ---- O = alpha O + P V. V's B fragments by ldmatrix.trans: (tokens 0-7 | 8-15) x (dims of
+        // n-tile jn | jn + 1), b[0], b[1] for n-tile jn, b[2], b[3] for jn + 1
 #pragma unroll
-        for (int jn = 0; jn < G::NTILES; ++jn) {
-            o_acc[jn][0] *= alpha[0];
-            o_acc[jn][1] *= alpha[0];
-            o_acc[jn][2] *= alpha[1];
-            o_acc[jn][3] *= alpha[1];
-            const unsigned short* vb = vs + (2 * tig) * G::PITCH + jn * 8 + gid;
-            unsigned int b[2] = {pair_of(vb[0], vb[G::PITCH]),
-                                 pair_of(vb[8 * G::PITCH], vb[9 * G::PITCH])};
-            mma_m16n8k16<T>(o_acc[jn], p_hi, b);
-            mma_m16n8k16<T>(o_acc[jn], p_lo, b);
+        for (int jn = 0; jn < G::NTILES; jn += 2) {
+            unsigned int b[4];
+            ldmatrix_x4_trans(b, vs + ((lm_mat & 1) * 8 + lm_row) * G::PITCH + (jn + (lm_mat >> 1)) * 8);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                o_acc[jn + h][0] *= alpha[0];
+                o_acc[jn + h][1] *= alpha[0];
+                o_acc[jn + h][2] *= alpha[1];
+                o_acc[jn + h][3] *= alpha[1];
+                mma_m16n8k16<T>(o_acc[jn + h], p_hi, b + 2 * h);
+                mma_m16n8k16<T>(o_acc[jn + h], p_lo, b + 2 * h);
+            }
         }
     }
 

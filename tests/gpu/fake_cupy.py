@@ -102,10 +102,10 @@ class _Kernel:
                 raise NotImplementedError(f"{self.name} not instantiated in the emulation")
             assert rc == 0, rc
             return
-        m = re.fullmatch(r"paged_attention_tc_kernel<(\w+), (\d+)>", self.name)
+        m = re.fullmatch(r"paged_attention_tc_kernel<(\w+), (\d+), (\d+)>", self.name)
         if m:
             dt = 0 if m.group(1) == "fp16_t" else 1
-            rc = self.lib.emu_attention_tc(dt, int(m.group(2)), *grid, threads, shared_mem, *c)
+            rc = self.lib.emu_attention_tc(dt, int(m.group(2)), int(m.group(3)), *grid, threads, shared_mem, *c)
             assert rc == 0, rc
             return
         m = re.fullmatch(r"paged_attention_reduce_kernel<(\w+)>", self.name)

@@ -52,7 +52,7 @@ def test_bench_sweep_and_bytes():
     assert Point(2, 1000, 16, 32, 8, 128, "float16").kv_bytes == 2 * 2 * 1000 * 8 * 128 * 2
     for c in ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
               "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
-              "kernel", "simple_time_us", "simple_partitions"]:
+              "kernel", "stages", "simple_time_us", "simple_partitions"]:
         assert c in COLUMNS
 
 

@@ -27,9 +27,10 @@ def P(a):
 
 
 def emu_attention(lib, case, *, contiguous=None, num_partitions=None, sm_count=132, smem_optin=227 * 1024,
-                  kernel="simple", blocks_per_sm=2):
-    """``kernel``: "simple" (paged_attention.cu) or "tensor" (paged_attention_tc.cu, its partitions
-    sized from ``blocks_per_sm`` and the case's real lengths, as the plan sizes them on a GPU)."""
+                  kernel="simple", blocks_per_sm=2, stages=2):
+    """``kernel``: "simple" (paged_attention.cu) or "tensor" (paged_attention_tc.cu with ``stages``
+    pipeline stages, its partitions sized from ``blocks_per_sm`` and the case's real lengths, as the
+    plan sizes them on a GPU)."""
     S, H, D = case.query.shape
     if contiguous is None:
         kc, vc = case.key_cache, case.value_cache
@@ -38,7 +39,7 @@ def emu_attention(lib, case, *, contiguous=None, num_partitions=None, sm_count=1
         kc, vc = contiguous
         KVH, bs = kc.shape[2], kc.shape[1]
     cfg = launch_config(S, H, KVH, D, case.max_context_len, sm_count, smem_optin, num_partitions, kernel=kernel,
-                        blocks_per_sm=blocks_per_sm, context_lens=case.context_lens)
+                        blocks_per_sm=blocks_per_sm, context_lens=case.context_lens, stages=stages)
     out = np.full(case.query.shape, 0x7E00 if case.dtype == "float16" else 0x7FC0, dtype=np.uint16)  # NaN
     es = np.full((S, H, cfg.max_parts), np.nan, np.float32)
     ml, tmp = es.copy(), np.full((S, H, cfg.max_parts, D), np.nan, np.float32)
@@ -49,7 +50,8 @@ def emu_attention(lib, case, *, contiguous=None, num_partitions=None, sm_count=1
     kc, vc = np.ascontiguousarray(kc), np.ascontiguousarray(vc)
     paged = contiguous is None
     dt = 0 if case.dtype == "float16" else 1
-    launch = (lib.emu_attention_main, dt, D, cfg.heads) if kernel == "simple" else (lib.emu_attention_tc, dt, D)
+    launch = ((lib.emu_attention_main, dt, D, cfg.heads) if kernel == "simple"
+              else (lib.emu_attention_tc, dt, D, cfg.stages))
     rc = launch[0](
         *launch[1:], cfg.grid_x, S, cfg.max_parts, 128, cfg.smem_bytes,
         P(out), P(es), P(ml), P(tmp), P(q), P(kc), P(vc), P(bt if paged else cl), P(cl), int(paged), H, KVH,
@@ -57,7 +59,8 @@ def emu_attention(lib, case, *, contiguous=None, num_partitions=None, sm_count=1
         cfg.max_parts, ctypes.c_float(case.scale))
     assert rc != 3, "the launch's shared memory (tc_smem_bytes) is short of the kernel's (pa_tc_smem_bytes)"
     if rc:
-        pytest.skip(f"instantiation {kernel} {case.dtype} D={D} heads={cfg.heads} not in the emulation")
+        pytest.skip(f"instantiation {kernel} {case.dtype} D={D} heads={cfg.heads} stages={cfg.stages} "
+                    "not in the emulation")
     if cfg.max_parts > 1:
         lib.emu_attention_reduce(dt, H, S, 128, 4 * cfg.max_parts, P(out), P(es), P(ml), P(tmp), P(cl), H, D,
                                  cfg.partition_size, cfg.max_parts)

@@ -12,7 +12,7 @@ import pytest
 
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu import reference as ref
-from pagesim.gpu.kernels_src import CTYPES, HEAD_DIMS, TC_ROWS
+from pagesim.gpu.kernels_src import CTYPES, HEAD_DIMS, TC_ROWS, TC_STAGES
 from pagesim.gpu.testing import make_case
 from tests.gpu.test_emulated_kernels import check, emu_attention
 
@@ -21,16 +21,19 @@ from tests.gpu.test_emulated_kernels import check, emu_attention
 GROUPS_FOR = {64: (8, 4), 80: (12, 2), 96: (16, 4), 128: (16, 1), 256: (40, 2)}
 
 
+@pytest.mark.parametrize("stages", TC_STAGES)
 @pytest.mark.parametrize("dtype", list(CTYPES))
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_every_tc_instantiation(emu, dtype, head_dim):
-    """Two partitions of 150 tokens (3 tiles, the last part full) and a reduce, an empty sequence."""
+def test_every_tc_instantiation(emu, dtype, head_dim, stages):
+    """Two partitions of 150 tokens and a reduce (each warp's tiles 2, 3, 2, 2 of 16 tokens, the
+    last 6 tokens long: more tiles than stages, the pipeline wraps), an empty sequence, and a row of
+    45 tokens (warp 3 with no tile)."""
     heads, kv_heads = GROUPS_FOR[head_dim]
     case = make_case(np.random.default_rng(head_dim), num_seqs=3, num_heads=heads, num_kv_heads=kv_heads,
                      head_dim=head_dim, block_size=16, lens=[299, 0, 45], dtype=dtype)
-    cfg = check(emu, case, kernel="tensor", num_partitions=2)
+    cfg = check(emu, case, kernel="tensor", num_partitions=2, stages=stages)
     chunks = -(-heads // kv_heads // 16)
-    assert (cfg.kernel, cfg.heads, cfg.max_parts, cfg.chunks) == ("tensor", TC_ROWS, 2, chunks)
+    assert (cfg.kernel, cfg.heads, cfg.max_parts, cfg.chunks, cfg.stages) == ("tensor", TC_ROWS, 2, chunks, stages)
 
 
 @pytest.mark.parametrize("block_size", [8, 16, 32, 64, 128, 5])
@@ -68,19 +71,29 @@ def test_tc_contiguous_variant(emu):
 
 
 def test_tc_partition_size_worked_by_hand():
-    # H100: 132 SMs x 2 blocks = 264 slots; 32/8 heads: grid x = 8 -> 33 partitions per wave.
-    # 4 x 2048 tokens: ceil(8192 / 33) = 249 -> 256 (whole tiles) -> 256: 8 partitions a row,
-    # 8 x 4 x 8 = 256 blocks <= 264, one wave.
+    # 64 x 8,192 tokens, 32 / 8 heads (grid x 8), an H200's 132 SMs x 3 blocks = 396 slots; a block's
+    # walk is its tokens + 64. One partition a row: 512 blocks = 1.29 waves of work, 2 walks of 8,256
+    # = 16,512; 3 (2,752 tokens, the row cut in 3 and rounded up to tiles): 1,536 blocks of 2,816,
+    # work 8 x (524,288 + 1,536 / 8 x 64) / (396 x 2,816) = 3.85 waves -> 4 walks = 11,264, the least
+    # (4 partitions of 2,048: 2,048 blocks, 5.2 -> 6 x 2,112 = 12,672; 8 of 1,024: 10.3 -> 11 x 1,088
+    # = 11,968)
+    assert pa.tc_partition_size([8192] * 64, 8, 3, 132) == 2752
+    # on 264 slots (2 blocks an SM) the same 512 blocks are 1.94 waves: 2 x 8,256 = 16,512, and 3
+    # partitions give 5.8 -> 6 x 2,816 = 16,896: one partition a row, no reduce
+    assert pa.tc_partition_size([8192] * 64, 8, 2, 132) == 8192
+    # 4 x 2,048 on 264 slots: 8 partitions of 256: 256 blocks, under one wave: one walk of 320
     assert pa.tc_partition_size([2048] * 4, 8, 2, 132) == 256
-    # 64 x 2048: ceil(131072 / 33) = 3972 -> 4032, capped at the longest row: one partition, no reduce
-    assert pa.tc_partition_size([2048] * 64, 8, 2, 132) == 2048
-    # the real lengths, not the longest times the batch: 8300 tokens / 33 = 252 -> 256 (32 partitions
-    # for the long row, 1 each for the short ones); sized from 4 x 8000 it would be 970 -> 1024
+    # the real lengths, not the longest times the batch: 8,000 + 3 x 100 tokens in 256s: 32 + 3
+    # partitions, 280 blocks of work 8 x (8,300 + 35 x 64) / (264 x 320) = 0.998 waves: one walk of
+    # 320 (at 320 tokens: 25 + 3 partitions, one walk of 384)
     assert pa.tc_partition_size([8000, 100, 100, 100], 8, 2, 132) == 256
-    # occupancy: 1 block per SM -> 16 a wave: 8192 / 16 = 512; 3 -> 49: 168 -> 192 -> the 256 minimum
+    # 2 x 4,096, 1 block an SM: 256s give 256 blocks, 1.94 waves (2 x 320 = 640); 512s 128 blocks,
+    # 0.985 waves: one walk of 576, the least
     assert pa.tc_partition_size([4096] * 2, 8, 1, 132) == 512
-    assert pa.tc_partition_size([4096] * 2, 8, 3, 132) == 256
-    # a 10-token row: one tile (64), not the 256 minimum past the row's end; no rows at all: one tile
+    # a row at most the 256 minimum (rounded up to a tile): one partition; a 10-token row: one tile;
+    # no rows at all: one tile
+    assert pa.tc_partition_size([300], 8, 2, 132) == 256  # 256 + 44: one walk of 320, not 384
+    assert pa.tc_partition_size([250], 8, 2, 132) == 256
     assert pa.tc_partition_size([10], 1, 2, 132) == 64
     assert pa.tc_partition_size([], 8, 2, 132) == 64
 
@@ -90,11 +103,12 @@ def test_choose_kernel_rule():
     assert pa.choose_kernel(1, 128, optin, h100) == "simple"  # MHA: 15 of 16 rows would be padding
     assert pa.choose_kernel(2, 128, optin, h100) == "tensor"
     assert pa.choose_kernel(8, 128, optin, 75) == "simple"  # a T4: no bf16 m16n8k16, no cp.async
-    # head_dim 256 needs 2 * (2 * 2 * 64 * 264 + 16 * 264) + 4 * 2 * 65 = 144,136 B: over an sm_86's 99 KiB
-    assert pa.tc_smem_bytes(256) == 144136
+    # head_dim 256 needs at least 2 * (16 * 264 + 4 * 2 * 2 * 16 * 264) = 143,616 B (2 stages): over an
+    # sm_86's 99 KiB
+    assert pa.tc_smem_bytes(256, 2) == 143616
     assert pa.choose_kernel(8, 256, 99 * 1024, 86) == "simple"
-    # 2 stages from head_dim 128: 2 * (2 * 2 * 64 * 136 + 16 * 136) + 4 * 2 * 65 = 74,504 B: fits
-    assert pa.tc_smem_bytes(128) == 74504
+    # head_dim 128, 2 stages: 2 * (16 * 136 + 4 * 2 * 2 * 16 * 136) = 73,984 B: fits; 3 stages 108,800
+    assert (pa.tc_smem_bytes(128, 2), pa.tc_smem_bytes(128, 3)) == (73984, 108800)
     assert pa.choose_kernel(8, 128, 99 * 1024, 86) == "tensor"
     assert pa.choose_kernel(1, 128, optin, h100, "tensor") == "tensor"  # forced, even for MHA
     assert pa.choose_kernel(8, 128, optin, h100, "simple") == "simple"
@@ -102,6 +116,17 @@ def test_choose_kernel_rule():
         pa.choose_kernel(8, 128, optin, 75, "tensor")
     with pytest.raises(ValueError, match="kernel must be one of"):
         pa.choose_kernel(8, 128, optin, h100, "tensor-core")
+
+
+def test_tc_stages_rule():
+    """The most warp tiles in flight an SM, blocks x (stages - 1); the fewer stages on a tie."""
+    # an H200 at head_dim 128: 228 KiB // (73,984 + 1,024) = 3 blocks, // (108,800 + 1,024) = 2
+    assert pa.tc_choose_stages({2: 3, 3: 2}) == 3  # 3 against 4
+    assert pa.tc_choose_stages({2: 2, 3: 1}) == 2  # an A100: 2 and 2, a tie
+    assert pa.tc_choose_stages({2: 1}) == 2  # an sm_89: 3 stages do not fit
+    assert pa.tc_choose_stages({2: 5, 3: 3}) == 3  # head_dim 64: 5 against 6
+    with pytest.raises(ValueError, match="no instantiation"):
+        pa.tc_choose_stages({})
 
 
 def test_kernel_environment_variable(monkeypatch):
@@ -125,10 +150,11 @@ def test_plan_forces_either_kernel(cp, monkeypatch):
                                    case.context_lens, 16, case.scale)
     monkeypatch.delenv(pa.KERNEL_ENV, raising=False)
     plan = pa.prepare(*args)
-    # fake occupancy: 228 KiB // (58,380 + 1,024) = 3 blocks an SM; 132 x 3 / 2 = 198 a wave;
-    # ceil(703 / 198) = 4 -> 64 -> 256: 3 partitions for the 700-token row
-    got = (plan.kernel_kind, plan.blocks_per_sm, plan.partition_size, plan.max_parts)
-    assert got == ("tensor", 3, 256, 3)
+    # fake occupancy at head_dim 64: 228 KiB // (39,168 + 1,024) = 5 blocks an SM with 2 stages,
+    # // (57,600 + 1,024) = 3 with 3: 3 stages (6 warp tiles in flight against 5); 396 slots, grid x 2:
+    # the 700-token row in 3 partitions of 256 (one wave: 8 blocks), not 2 of 384 (one longer walk)
+    got = (plan.kernel_kind, plan.stages, plan.blocks_per_sm, plan.partition_size, plan.max_parts)
+    assert got == ("tensor", 3, 3, 256, 3)
     ref.assert_attention_close(np.asarray(plan.run()).astype(np.float32), want, "float16")
     monkeypatch.setenv(pa.KERNEL_ENV, "simple")
     assert pa.prepare(*args).kernel_kind == "simple"
@@ -153,9 +179,10 @@ except AssertionError:
     sys.exit(3)  # the check failed (any other failure, a build that failed among them, exits 1)
 """
 
-A1 = "            a[1] = ld_pair(qa + 8 * G::PITCH);\n"
-WAIT = "        cp_async_wait<G::STAGES - 2>();"
-SLOT = "table_s[(x % G::STAGES) * G::TABLE + i] = "
+QROWS = "ldmatrix_x4(a, q_s + ((lm_mat & 1) * 8 + lm_row)"
+WAIT = "        cp_async_wait<STAGES - 2>();"
+AHEAD = "        pending = entry_of(it + STAGES);"
+TRANS = "            ldmatrix_x4_trans(b, vs"
 
 
 def run_tc_case(kernels, work, built=None):
@@ -187,10 +214,11 @@ def sound_tc_case(emu, tmp_path_factory):
 
 
 @pytest.mark.parametrize("bug,fix", [
-    (A1, A1.replace("qa + 8 * G::PITCH", "qa")),  # A fragment: row gid where a[1] is row gid + 8
+    (QROWS, QROWS.replace("(lm_mat & 1)", "(lm_mat >> 1)")),  # Q's matrices 1 and 2 swapped: a[1] <-> a[2]
     (WAIT, WAIT.replace("STAGES - 2", "STAGES - 1")),  # one group short: tile it has not landed
-    (SLOT, SLOT.replace("(x % G::STAGES)", "((x + 1) % G::STAGES)")),  # a tile's entries in another's slot
-], ids=["fragment-row", "wait-one-group-short", "table-stage-slot"])
+    (AHEAD, AHEAD.replace("STAGES)", "STAGES - 1)")),  # the entry of the tile before the one it is for
+    (TRANS, TRANS.replace("_trans", "")),  # V's B fragment untransposed
+], ids=["fragment-rows", "wait-one-group-short", "table-entry-of-another-tile", "v-untransposed"])
 def test_injected_tc_bug_is_caught(sound_tc_case, tmp_path, bug, fix):
     import shutil
 
@@ -205,9 +233,11 @@ def test_injected_tc_bug_is_caught(sound_tc_case, tmp_path, bug, fix):
 
 
 def test_plan_sizes_from_the_host_lengths_it_is_given(cp):
-    """Device lengths with check=False: without a host copy every row counts as max_context_len
-    (80,000 tokens / 198 a wave = 405 -> 448); with ``host_context_lens`` the real 40,003 tokens
-    (203 -> 256). 198 = 132 SMs x 3 (the fake occupancy) / 2 KV heads."""
+    """Device lengths with check=False: without a host copy every row counts as max_context_len, 2 x
+    40,000 tokens on 396 slots (132 SMs x 3, the fake occupancy at 3 stages) and grid x 2: in 448s,
+    180 blocks, 2 x (80,000 + 180 x 64) / (396 x 512) = 0.90 waves, one walk of 512 (in 384s 1.05
+    waves: two of 448); with ``host_context_lens`` the real 40,003 tokens in 256s, 158 blocks, 0.79
+    waves of 320."""
     case = make_case(np.random.default_rng(6), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
                      block_size=16, lens=[40000, 3])
     args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),

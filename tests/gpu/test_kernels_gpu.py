@@ -314,7 +314,8 @@ def test_bench_and_calibrate_quick_smoke(cp, tmp_path, monkeypatch):
     row = bench.run_point(cp, p, timer, bench.copy_gbps(cp, timer, 1 << 26), 3, "test")
     assert row["time_us"] > 0 and row["contiguous_time_us"] > 0 and 0 < row["frac_of_copy"]
     # GQA (8/2): the tensor-core kernel measured, the simple one beside it
-    assert row["kernel"] == "tensor" and row["simple_time_us"] > 0 and row["simple_partitions"] >= 1
+    assert row["kernel"] == "tensor" and row["stages"] in (2, 3)
+    assert row["simple_time_us"] > 0 and row["simple_partitions"] >= 1
     if torch_cuda_available():
         from pagesim.gpu.calibrate import run
         from pagesim.sim.cost.profile_format import read_profile

@@ -87,7 +87,9 @@ struct EmuBlock {
     std::vector<std::unique_ptr<EmuBarrier>> warps;
     std::vector<float> shfl;
     std::vector<unsigned int> frag_a, frag_b;  // each lane's mma fragments: 4 and 2 registers
-    explicit EmuBlock(int threads) : block(threads), shfl(threads), frag_a(4 * threads), frag_b(2 * threads) {
+    std::vector<const unsigned short*> rows;    // each lane's ldmatrix row
+    explicit EmuBlock(int threads)
+        : block(threads), shfl(threads), frag_a(4 * threads), frag_b(2 * threads), rows(threads) {
         for (int w = 0; w < threads / 32; ++w) warps.emplace_back(new EmuBarrier(32));
     }
 };
@@ -145,6 +147,30 @@ inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b)
         d[e] += acc;
     }
     emu_block->warps[w]->arrive_and_wait();  // nobody overwrites the fragments before all read them
+}
+
+// ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: each lane's row address through a buffer;
+// lane l gets matrix q's (row l / 4; columns 2 (l % 4), + 1), or transposed (rows 2 (l % 4), + 1;
+// column l / 4), the lower index in the low half (gpu/kernels/mma.cuh)
+inline void emu_ldmatrix_x4(unsigned int* r, const void* row, bool trans) {
+    const int t = threadIdx.x, lane = t % 32, w = t / 32;
+    const unsigned short** rows = emu_block->rows.data() + 32 * w;
+    rows[lane] = static_cast<const unsigned short*>(row);
+    emu_block->warps[w]->arrive_and_wait();  // every lane's row is in
+    for (int q = 0; q < 4; ++q) {
+        const unsigned short* m[8];
+        for (int i = 0; i < 8; ++i) m[i] = rows[8 * q + i];
+        const int a = lane / 4, b = 2 * (lane % 4);
+        const unsigned short lo = trans ? m[b][a] : m[a][b], hi = trans ? m[b + 1][a] : m[a][b + 1];
+        r[q] = (unsigned int)lo | ((unsigned int)hi << 16);
+    }
+    emu_block->warps[w]->arrive_and_wait();  // nobody overwrites the rows before all read them
+}
+inline void ldmatrix_x4(unsigned int* r, const void* row) { emu_ldmatrix_x4(r, row, false); }
+inline void ldmatrix_x4_trans(unsigned int* r, const void* row) { emu_ldmatrix_x4(r, row, true); }
+// __syncwarp: the warp's barrier (lanes' shared-memory writes before it are seen after it)
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    emu_block->warps[threadIdx.x / 32]->arrive_and_wait();
 }
 
 // ---- cp.async: a copy deferred to the cp.async.wait_group that covers it (the latest moment the

@@ -45,36 +45,40 @@ extern "C" int emu_attention_main(int dtype, int head_dim, int heads, int gx, in
     return 1;
 }
 
-template <typename T, int D>
+template <typename T, int D, int S>
 static int attn_tc(int gx, int gy, int gz, int smem, void* out, float* es, float* ml, float* tmp, const void* q,
                    const void* k, const void* v, const int* bt, const int* cl, int paged, int nh, int nkvh, int mb,
                    int bs, int shift, int stride, int P, int maxp, float scale) {
-    if (smem < pa_tc_smem_bytes<D>()) return 3;  // the launch's shared memory is short of the kernel's
+    if (smem < pa_tc_smem_bytes<D, S>()) return 3;  // the launch's shared memory is short of the kernel's
     emu_launch(dim3(gx, gy, gz), PA_TC_THREADS, smem, [&] {
-        paged_attention_tc_kernel<T, D>((T*)out, es, ml, tmp, (const T*)q, (const T*)k, (const T*)v, bt, cl, paged,
-                                        nh, nkvh, mb, bs, shift, stride, P, maxp, scale);
+        paged_attention_tc_kernel<T, D, S>((T*)out, es, ml, tmp, (const T*)q, (const T*)k, (const T*)v, bt, cl,
+                                           paged, nh, nkvh, mb, bs, shift, stride, P, maxp, scale);
     });
     return 0;
 }
 
-// The tensor-core kernel (paged_attention_tc.cu), same arguments as emu_attention_main but no heads.
-extern "C" int emu_attention_tc(int dtype, int head_dim, int gx, int gy, int gz, int threads, int smem,
+// The tensor-core kernel (paged_attention_tc.cu), same arguments as emu_attention_main but no heads,
+// and its pipeline's stages.
+extern "C" int emu_attention_tc(int dtype, int head_dim, int stages, int gx, int gy, int gz, int threads, int smem,
                                 void* out, float* es, float* ml, float* tmp, const void* q, const void* k,
                                 const void* v, const int* bt, const int* cl, int paged, int nh, int nkvh, int mb,
                                 int bs, int shift, int stride, int P, int maxp, float scale) {
     if (threads != PA_TC_THREADS) return 2;
-#define PAGESIM_EMU_TC(T, TI, D) \
-    if (dtype == TI && head_dim == D) \
-        return attn_tc<T, D>(gx, gy, gz, smem, out, es, ml, tmp, q, k, v, bt, cl, paged, nh, nkvh, mb, bs, shift, \
-                             stride, P, maxp, scale);
-#define PAGESIM_EMU_TC_DIMS(T, TI) \
-    PAGESIM_EMU_TC(T, TI, 64) PAGESIM_EMU_TC(T, TI, 80) PAGESIM_EMU_TC(T, TI, 96) PAGESIM_EMU_TC(T, TI, 128) \
-    PAGESIM_EMU_TC(T, TI, 256)
+#define PAGESIM_EMU_TC(T, TI, D, S) \
+    if (dtype == TI && head_dim == D && stages == S) \
+        return attn_tc<T, D, S>(gx, gy, gz, smem, out, es, ml, tmp, q, k, v, bt, cl, paged, nh, nkvh, mb, bs, \
+                                shift, stride, P, maxp, scale);
+#define PAGESIM_EMU_TC_DIMS(T, TI, S) \
+    PAGESIM_EMU_TC(T, TI, 64, S) PAGESIM_EMU_TC(T, TI, 80, S) PAGESIM_EMU_TC(T, TI, 96, S) \
+    PAGESIM_EMU_TC(T, TI, 128, S) PAGESIM_EMU_TC(T, TI, 256, S)
 #ifdef PAGESIM_EMU_FP16_64_ONLY
-    PAGESIM_EMU_TC(fp16_t, 0, 64)
+    PAGESIM_EMU_TC(fp16_t, 0, 64, 2)
+    PAGESIM_EMU_TC(fp16_t, 0, 64, 3)
 #else
-    PAGESIM_EMU_TC_DIMS(fp16_t, 0)
-    PAGESIM_EMU_TC_DIMS(bf16_t, 1)
+    PAGESIM_EMU_TC_DIMS(fp16_t, 0, 2)
+    PAGESIM_EMU_TC_DIMS(bf16_t, 1, 2)
+    PAGESIM_EMU_TC_DIMS(fp16_t, 0, 3)
+    PAGESIM_EMU_TC_DIMS(bf16_t, 1, 3)
 #endif
     return 1;
 }
