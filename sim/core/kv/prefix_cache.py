@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from pagesim.sim.core.compile.families import EVICTS_ANY_BLOCK
 from pagesim.sim.core.compile.jit import njit
+from pagesim.sim.core.compile.prefetch import prefetch_row
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, HASH_BLOCK_TOKENS, HASHED_TOKENS,
                                     KEY_END, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, REF, RUN, RUN_LAST)
 from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS, WINDOW_JUNCTION
@@ -98,6 +99,7 @@ def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
 END_MIX = 0x9E3779B1
 #: the prefix map's keys have consecutive homes for runs of 2**SEGMENT_SHIFT blocks (home_in)
 SEGMENT_SHIFT = 4
+SEGMENT = 1 << SEGMENT_SHIFT
 
 
 @njit(inline=True)
@@ -399,6 +401,16 @@ def find(s, i, k):
     return lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
 
 
+@njit(inline=True)
+def prefetch_key(s, i, k):
+    """The map's row where :func:`find` of request ``i``'s block ``k`` would start is fetched: a
+    walk of a request's keys calls this a segment ahead (the keys of a segment have consecutive
+    homes, :func:`home_in`, so one row's cache line starts the next segment's probes)."""
+    chain = key_chain(s, i, k)
+    if not (apart(s, i, chain) and s.num_preemptions[i] == 0):
+        prefetch_row(s.key_entries, home(s, (k + 1) * s.config[BLOCK_SIZE], chain))
+
+
 @njit  # once a preemption: a call
 def publish(s, i):
     """Request ``i`` is preempted: its blocks' own keys, held out of the map while it ran
@@ -507,7 +519,10 @@ def register_full_blocks(s, i, slot, old_len, new_len):
         register_hashed_blocks(s, i, slot, new_len, s.prompt_tokens[i] + s.num_generated[i])
         return
     bs = s.config[BLOCK_SIZE]
-    for k in range(block_of(s, old_len), block_of(s, new_len)):
+    last = block_of(s, new_len)
+    for k in range(block_of(s, old_len), last):
+        if k % SEGMENT == 0 and k + SEGMENT < last:
+            prefetch_key(s, i, k + SEGMENT)
         chain = key_chain(s, i, k)
         register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 
