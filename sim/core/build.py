@@ -23,7 +23,7 @@ from pagesim.sim.core.sched.beam import BEAM_SEARCH, BEAM_STEPS
 from pagesim.sim.core.price.cost import swap_seconds
 from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_HEAD, LRU_TAIL, NEXT,
+from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_AHEAD, LRU_HEAD, LRU_TAIL, NEXT,
                                               PREV, SPEC_HASH_LOOKAHEAD, TABLE_MASK, prefix_chain)
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
@@ -280,7 +280,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
     config[FORKS_SHARE_BLOCKS] = int(pool.shares_blocks)  # else n / beam_width > 1 is rejected
     config[state.HASH_BLOCK_TOKENS] = t.hash_block_tokens
     config[TABLE_MASK] = len(caching["key_entries"]) - 1
-    count[LRU_HEAD] = count[LRU_TAIL] = -1
+    count[LRU_HEAD] = count[LRU_TAIL] = count[LRU_AHEAD] = -1
     clock = np.zeros(state.NUM_CLOCK)
     ratio = cfg.waiting_served_ratio
     config[HAS_WAITING_SERVED_RATIO] = int(ratio is not None)

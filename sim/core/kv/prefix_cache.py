@@ -62,6 +62,8 @@ section("count", globals(), """
     LRU_HEAD            the LRU list's head of the cached blocks no running request holds
         (count[NUM_LRU]; evicted first)
     LRU_TAIL            its tail
+    LRU_AHEAD           a block some way past the head, whose row and key row evictions have fetched
+        ahead (fetch_ahead; a hint, -1: none)
 """)
 
 # Core.block_info: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -272,6 +274,33 @@ def v0_evictor(s):
     return s.config[FAMILY_TRAITS] & EVICTS_ANY_BLOCK != 0
 
 
+#: how far past the block evicted :func:`fetch_ahead` keeps its cursor (blocks of the LRU list)
+EVICT_AHEAD = 8
+
+
+@njit(inline=True)
+def fetch_ahead(s, b):
+    """Block ``b`` is about to be evicted: the cursor ``count[LRU_AHEAD]`` moves one block on along
+    the LRU list, and that block's row is fetched (its key's map row too, once its row is in: a
+    move later), so the evictions that reach it, ``EVICT_AHEAD`` on, find both in the cache rather
+    than each waiting on memory in turn. A hint only: a cursor that is ``b``, that a request took
+    since (held), or at the tail starts again ``EVICT_AHEAD`` blocks past ``b``."""
+    info = s.block_info
+    ahead = s.count[LRU_AHEAD]
+    if ahead < 0 or ahead == b or info[ahead, REF] != 0 or info[ahead, NEXT] < 0:
+        ahead = b
+        for _ in range(EVICT_AHEAD):
+            if info[ahead, NEXT] < 0:
+                break
+            ahead = info[ahead, NEXT]
+    else:
+        if info[ahead, KEY_END] and info[ahead, KEY_SLOT] >= 0:
+            prefetch_row(s.key_entries, info[ahead, KEY_SLOT])
+        ahead = info[ahead, NEXT]
+    s.count[LRU_AHEAD] = ahead
+    prefetch_row(info, ahead)
+
+
 @njit(inline=True)
 def evict_oldest(s, run_end):
     """The block to evict for new use, its key dropped if it has one: vLLM v1's least recently
@@ -288,6 +317,7 @@ def evict_oldest(s, run_end):
             b, run_end = v0_victim(s, b)
         if b == run_end:  # the run spent
             run_end = -1
+    fetch_ahead(s, b)
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:

@@ -239,6 +239,31 @@ def test_which_evictable_block_is_evicted(system, order):
     assert lru(s) == []
 
 
+def test_evictions_keep_a_cursor_some_blocks_ahead_whose_rows_they_fetch(monkeypatch):
+    """``fetch_ahead`` (a hint: what is evicted is the test above's): blocks 0-5 let go in order,
+    the cursor 2 ahead. The first eviction (0) starts it 2 past 0: 2; each next one moves it on
+    (3, 4, 5); at the tail it starts again from the block evicted (4: 5), and so when it is that
+    block (5: the tail, 5). Block 2 taken by a request after the first eviction: the second (1)
+    starts the cursor again 2 past 1 in the list as it is (3, 4): 4."""
+    # (the interpreted copy's names: jit.interpreted)
+    monkeypatch.setitem(interpreted(prefix_cache.fetch_ahead).__globals__, "EVICT_AHEAD", 2)
+    s = make_core("vllm-v1")
+    for x in range(6):
+        prefix_cache.lru_append(s, x)
+    cursor = []
+    for _ in range(6):
+        evict_oldest(s, -1)
+        cursor.append(int(s.count[prefix_cache.LRU_AHEAD]))
+    assert cursor == [2, 3, 4, 5, 5, 5]
+    s = make_core("vllm-v1")
+    for x in range(6):
+        prefix_cache.lru_append(s, x)
+    evict_oldest(s, -1)
+    prefix_cache.lru_remove(s, 2)  # a hit revives it
+    s.block_info[2, state.REF] = 1
+    assert int(evict_oldest(s, -1)[0]) == 1 and s.count[prefix_cache.LRU_AHEAD] == 4
+
+
 @pytest.mark.parametrize("runs, order", [
     # A: 0 (access 5, 48 tokens deep), 1 (5, 16); B: 2 (5, 32). The first scan passes both runs and
     # takes 0 (B's 2 is not deeper); the next, from 1, takes B's 2 (deeper), not A's next block
