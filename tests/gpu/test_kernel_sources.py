@@ -64,9 +64,10 @@ def test_nvcc_compiles_every_instantiation(tmp_path):
             # the storage-only bf16 type used when NVRTC cannot find <cuda_bf16.h>
             ("paged_attention.cu", [n for n in _representative(attn) if "bf16_t" in n], "sm_80",
              ("-DPAGESIM_NO_CUDA_BF16",))]
-    jobs += [("paged_attention_tc.cu", [n for n in tc if ", 128>" in n], "sm_80", ()),
-             ("paged_attention_tc.cu", [n for n in tc if "bf16_t, 128>" in n], "sm_80", ("-DPAGESIM_NO_CUDA_BF16",))]
+    jobs += [("paged_attention_tc.cu", [n for n in tc if ", 128, " in n], "sm_80", ()),
+             ("paged_attention_tc.cu", [n for n in tc if "bf16_t, 128, " in n], "sm_80", ("-DPAGESIM_NO_CUDA_BF16",))]
     assert sorted(n for j in jobs[:5] for n in j[1]) == sorted(n for names in inst.values() for n in names)
+    assert all(j[1] for j in jobs), "a job with no instantiation compiles nothing"
     with ThreadPoolExecutor(max_workers=4) as ex:
         results = list(ex.map(lambda ij: (ij[1], _compile(*ij[1][:3], tmp_path, ij[1][3], tag=str(ij[0]))),
                               enumerate(jobs)))
