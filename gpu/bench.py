@@ -42,10 +42,12 @@ import numpy as np
 from pagesim.gpu import paged_attention as pa
 from pagesim.gpu.device import device_info, gpu_slug, require_cupy, torch_cuda_available
 from pagesim.gpu.hold_timing import device_time_us
+from pagesim.gpu.kernels_src import TC_STAGES
 
 COLUMNS = ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
            "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
-           "num_partitions", "partition_size", "gpu", "kernel", "stages", "simple_time_us", "simple_partitions"]
+           "num_partitions", "partition_size", "gpu", "kernel", "stages", "other_stages_time_us", "simple_time_us",
+           "simple_partitions"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,17 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
                       dtype=p.dtype, check=False)
     t_paged = timer.time_us(plan.launch, reps=reps, flush=flush)
     part, nparts, kind, stages = plan.partition_size, plan.max_parts, plan.kernel_kind, plan.stages
+    t_other = ""
+    if kind == "tensor" and p.kv_bytes >= BIG_KV_BYTES:  # the stage count not chosen, where it fits
+        other = next(s for s in TC_STAGES if s != stages)
+        try:
+            oplan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
+                               dtype=p.dtype, check=False, stages=other)
+        except ValueError:
+            oplan = None
+        if oplan is not None:
+            t_other = round(timer.time_us(oplan.launch, reps=reps, flush=flush), 3)
+            del oplan
     t_simple, simple_parts = "", ""
     if kind != "simple":
         splan = pa.prepare(q, kc, vc, cp.asarray(tables), cp.asarray(lens), p.block_size, p.context,
@@ -179,6 +192,7 @@ def run_point(cp, p: Point, timer: Timer, copy_bw: float, reps: int, gpu: str) -
                contiguous_time_us=round(t_cont, 3),
                sdpa_time_us=round(t_sdpa, 3) if t_sdpa != "" else "", num_partitions=nparts,
                partition_size=part, gpu=gpu, kernel=kind, stages=stages if kind == "tensor" else "",
+               other_stages_time_us=t_other,
                simple_time_us=t_simple,
                simple_partitions=simple_parts)
     return row
@@ -259,4 +273,9 @@ def summarize(path: str | Path) -> list[str]:
         met = frac_med >= TARGET_FRAC and bool(sd) and statistics.median(sd) >= TARGET_SDPA
         lines.append(f"  {name:<12} {len(fr):>3} points  copy {frac_med:.2f} ({min(fr):.2f})  {sdpa}  "
                      f"{'met' if met else 'NOT met'}")
+    # the tensor kernel's stage rule (paged_attention.tc_choose_stages) against the count it passed over
+    other = [float(r["other_stages_time_us"]) / float(r["time_us"]) for r in rows if r.get("other_stages_time_us")]
+    if other:
+        lines.append(f"  tensor stages: the count chosen quicker at {sum(x > 1 for x in other)} of {len(other)} "
+                     f"points; other / chosen time, median {statistics.median(other):.2f}")
     return lines

@@ -305,7 +305,7 @@ class PagedAttentionPlan:
     def __init__(self, query, key_cache, value_cache, block_tables, context_lens, block_size: int,
                  max_context_len: int, scale: float | None = None, num_partitions: int | None = None, *,
                  dtype: str | None = None, check: bool = True, contiguous: bool = False, kernel: str | None = None,
-                 host_context_lens=None):
+                 host_context_lens=None, stages: int | None = None):
         import contextlib
         q = wrap(query, "query", dtype)
         self._dtype = dtype
@@ -313,10 +313,10 @@ class PagedAttentionPlan:
         self._stream = torch_stream(q)
         with self._stream if self._stream is not None else contextlib.nullcontext():
             self._setup(q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-                        num_partitions, dtype, check, contiguous, kernel, host_context_lens)
+                        num_partitions, dtype, check, contiguous, kernel, host_context_lens, stages)
 
     def _setup(self, q, key_cache, value_cache, block_tables, context_lens, block_size, max_context_len, scale,
-               num_partitions, dtype, check, contiguous, kernel, host_context_lens):
+               num_partitions, dtype, check, contiguous, kernel, host_context_lens, forced_stages):
         import cupy as cp
         k = wrap(key_cache, "key_cache", dtype)
         v = wrap(value_cache, "value_cache", dtype)
@@ -393,6 +393,8 @@ class PagedAttentionPlan:
         which = choose_kernel(num_heads // num_kv_heads, head_dim, smem_optin, _capability(cp),
                               default_kernel() if kernel is None else kernel)
         blocks_per_sm, stages = 1, min(TC_STAGES)
+        if forced_stages is not None and which != "tensor":
+            raise ValueError(f"stages={forced_stages} is the tensor kernel's, not the {which} one's")
         if which == "tensor":  # each instantiation that fits, its occupancy; the stages by tc_choose_stages
             kernels, occupancy = {}, {}
             for s in TC_STAGES:
@@ -402,6 +404,11 @@ class PagedAttentionPlan:
                     _raise_smem_limit(kernels[s], tc_smem_bytes(head_dim, s))
                     occupancy[s] = _blocks_per_sm(cp, name, kernels[s], tc_smem_bytes(head_dim, s))
             stages = tc_choose_stages(occupancy)
+            if forced_stages is not None:  # (the sweep times the other count beside the chosen one)
+                if forced_stages not in occupancy:
+                    raise ValueError(f"stages={forced_stages}: the tensor kernel's instantiations that fit this "
+                                     f"device have {sorted(occupancy)}")
+                stages = forced_stages
             self.kernel, blocks_per_sm = kernels[stages], occupancy[stages]
         cfg = launch_config(num_seqs, num_heads, num_kv_heads, head_dim, max_context_len, sm_count, smem_optin,
                             num_partitions, kernel=which, blocks_per_sm=blocks_per_sm, context_lens=host_lens,

@@ -52,7 +52,7 @@ def test_bench_sweep_and_bytes():
     assert Point(2, 1000, 16, 32, 8, 128, "float16").kv_bytes == 2 * 2 * 1000 * 8 * 128 * 2
     for c in ["batch", "context", "block_size", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_bytes",
               "time_us", "achieved_gbps", "copy_gbps", "frac_of_copy", "contiguous_time_us", "sdpa_time_us",
-              "kernel", "stages", "simple_time_us", "simple_partitions"]:
+              "kernel", "stages", "other_stages_time_us", "simple_time_us", "simple_partitions"]:
         assert c in COLUMNS
 
 
@@ -81,7 +81,7 @@ def test_bench_summary_against_the_targets(tmp_path):
     rows = [dict(base, num_heads=32, num_kv_heads=32, kv_bytes=536870912, time_us=200, copy_gbps=3000,
                  sdpa_time_us=200, kernel="simple"),
             dict(base, num_heads=32, num_kv_heads=8, kv_bytes=536870912, time_us=250, copy_gbps=3000,
-                 sdpa_time_us=275, kernel="tensor", simple_time_us=400),
+                 sdpa_time_us=275, kernel="tensor", simple_time_us=400, stages=3, other_stages_time_us=300),
             dict(base, num_heads=32, num_kv_heads=8, kv_bytes=1000, time_us=1, copy_gbps=3000, sdpa_time_us=9,
                  kernel="tensor", simple_time_us=2)]
     with path.open("w", newline="") as f:
@@ -91,7 +91,10 @@ def test_bench_summary_against_the_targets(tmp_path):
     lines = summarize(path)
     assert lines[1:] == ["  GQA simple     1 points  copy 0.45 (0.45)  SDPA/ours 0.69 (0.69)  NOT met",
                          "  GQA tensor     1 points  copy 0.72 (0.72)  SDPA/ours 1.10 (1.10)  NOT met",
-                         "  MHA simple     1 points  copy 0.89 (0.89)  SDPA/ours 1.00 (1.00)  met"]
+                         "  MHA simple     1 points  copy 0.89 (0.89)  SDPA/ours 1.00 (1.00)  met",
+                         # the other stage count took 300 us where the chosen 3 took 250: 1.20
+                         "  tensor stages: the count chosen quicker at 1 of 1 points; other / chosen time, "
+                         "median 1.20"]
     assert all(len(x) <= 100 for x in lines)
     path.write_text(",".join(COLUMNS) + "\n")  # the dry run's header-only file
     assert summarize(path) == [f"kernel sweep: no point with >= 256 MiB of KV in {path}"]

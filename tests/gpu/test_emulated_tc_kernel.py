@@ -161,6 +161,25 @@ def test_plan_forces_either_kernel(cp, monkeypatch):
     assert pa.prepare(*args, kernel="tensor").kernel_kind == "tensor"  # an explicit argument wins
 
 
+def test_plan_takes_the_stages_it_is_given(cp):
+    """``stages=``: the sweep times the count the rule passed over (3 here, by the fake occupancy:
+    test_plan_forces_either_kernel) beside it; a count with no instantiation, or given to the simple
+    kernel, is an error."""
+    case = make_case(np.random.default_rng(7), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
+                     block_size=16, lens=[300, 20])
+    args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
+            cp.asarray(case.block_tables), cp.asarray(case.context_lens), 16, case.max_context_len)
+    want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
+                                   case.context_lens, 16, case.scale)
+    plan = pa.prepare(*args, kernel="tensor", stages=2)
+    assert (plan.stages, plan.blocks_per_sm) == (2, 5)  # 228 KiB // (39,168 + 1,024)
+    ref.assert_attention_close(np.asarray(plan.run()).astype(np.float32), want, "float16")
+    with pytest.raises(ValueError, match="stages=4"):
+        pa.prepare(*args, kernel="tensor", stages=4)
+    with pytest.raises(ValueError, match="not the simple one's"):
+        pa.prepare(*args, kernel="simple", stages=2)
+
+
 RUN_TC_CASE = """
 import sys
 import numpy as np
