@@ -202,6 +202,7 @@ QROWS = "ldmatrix_x4(a, q_s + ((lm_mat & 1) * 8 + lm_row)"
 WAIT = "        cp_async_wait<STAGES - 2>();"
 AHEAD = "        pending = entry_of(it + STAGES);"
 TRANS = "            ldmatrix_x4_trans(b, vs"
+QCOLUMN = "kk * 16 + (lm_mat >> 1) * 8);"
 
 
 def run_tc_case(kernels, work, built=None):
@@ -249,6 +250,22 @@ def test_injected_tc_bug_is_caught(sound_tc_case, tmp_path, bug, fix):
     (src / "paged_attention_tc.cu").write_text(text.replace(bug, fix))
     r = run_tc_case(src, tmp_path)  # the mutated sources' own build
     assert r.returncode == 3, r.stderr[-2000:]
+
+
+def test_a_misaligned_row_stops_the_emulation(sound_tc_case, tmp_path):
+    """ldmatrix and cp.async fault on an address that is not 16-byte aligned: the emulation stops
+    there, naming it (tests/gpu/emu/emu.h), where a plain read would pass on the CPU. Q's rows read
+    4 elements (8 bytes) on."""
+    import shutil
+
+    from pagesim.gpu.kernels_src import KERNEL_DIR
+    src = tmp_path / "mutated"
+    shutil.copytree(KERNEL_DIR, src)
+    text = (src / "paged_attention_tc.cu").read_text()
+    assert text.count(QCOLUMN) == 1
+    (src / "paged_attention_tc.cu").write_text(text.replace(QCOLUMN, QCOLUMN.replace("* 8)", "* 8 + 4)")))
+    r = run_tc_case(src, tmp_path)
+    assert r.returncode not in (0, 3) and "an ldmatrix row at" in r.stderr and "not 16-byte aligned" in r.stderr
 
 
 def test_plan_sizes_from_the_host_lengths_it_is_given(cp):

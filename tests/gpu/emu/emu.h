@@ -21,6 +21,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -152,7 +155,16 @@ inline void mma_m16n8k16(float* d, const unsigned int* a, const unsigned int* b)
 // ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: each lane's row address through a buffer;
 // lane l gets matrix q's (row l / 4; columns 2 (l % 4), + 1), or transposed (rows 2 (l % 4), + 1;
 // column l / 4), the lower index in the low half (gpu/kernels/mma.cuh)
+// An address the hardware would fault on (ldmatrix's rows, cp.async's 16 bytes: 16-byte aligned)
+// stops the emulation, naming it, rather than reading past it.
+inline void emu_aligned16(const void* p, const char* what) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16) {
+        std::fprintf(stderr, "emulation: %s at %p is not 16-byte aligned\n", what, p);
+        std::abort();
+    }
+}
 inline void emu_ldmatrix_x4(unsigned int* r, const void* row, bool trans) {
+    emu_aligned16(row, "an ldmatrix row");
     const int t = threadIdx.x, lane = t % 32, w = t / 32;
     const unsigned short** rows = emu_block->rows.data() + 32 * w;
     rows[lane] = static_cast<const unsigned short*>(row);
@@ -181,6 +193,8 @@ inline void emu_async_reset() {  // a new block: copies a previous block left in
     emu_me().committed.clear();
 }
 inline void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
+    emu_aligned16(smem_dst, "a cp.async destination");
+    if (valid) emu_aligned16(gmem_src, "a cp.async source");
     emu_me().open_group.push_back({smem_dst, gmem_src, valid});
 }
 inline void cp_async_commit() {
