@@ -23,8 +23,8 @@ from pagesim.sim.core.sched.beam import BEAM_SEARCH, BEAM_STEPS
 from pagesim.sim.core.price.cost import swap_seconds
 from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_AHEAD, LRU_HEAD, LRU_TAIL, NEXT,
-                                              PREV, SPEC_HASH_LOOKAHEAD, TABLE_MASK, prefix_chain)
+from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_AHEAD, LRU_HEAD,
+                                              LRU_TAIL, NEXT, PREV, SPEC_HASH_LOOKAHEAD, TABLE_MASK, prefix_chain)
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens

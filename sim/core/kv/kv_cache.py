@@ -191,8 +191,7 @@ def allocate_cached_blocks(s, i: int, j: int, num_tokens: int, num_blocks: int) 
     hits = 0
     limit = prefix_cache.hit_limit(s, i, num_tokens)
     for k in range(limit):  # before the fresh blocks: they must not evict a hit
-        if k % prefix_cache.SEGMENT == 0 and k + prefix_cache.SEGMENT < limit:
-            prefix_cache.prefetch_key(s, i, k + prefix_cache.SEGMENT)
+        prefix_cache.fetch_segment_ahead(s, i, k, limit)
         b = prefix_cache.find(s, i, k)
         if b < 0:
             break

@@ -426,19 +426,29 @@ def find(s, i, k):
     """The block cached under request ``i``'s block ``k``'s key, or -1: its own key (:func:`apart`)
     is in the map only after a preemption of it (:func:`publish`), else none is probed for."""
     chain = key_chain(s, i, k)
-    if apart(s, i, chain) and s.num_preemptions[i] == 0:
+    if unpublished(s, i, chain):
         return -1
     return lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
 
 
 @njit(inline=True)
-def prefetch_key(s, i, k):
-    """The map's row where :func:`find` of request ``i``'s block ``k`` would start is fetched: a
-    walk of a request's keys calls this a segment ahead (the keys of a segment have consecutive
-    homes, :func:`home_in`, so one row's cache line starts the next segment's probes)."""
-    chain = key_chain(s, i, k)
-    if not (apart(s, i, chain) and s.num_preemptions[i] == 0):
-        prefetch_row(s.key_entries, home(s, (k + 1) * s.config[BLOCK_SIZE], chain))
+def unpublished(s, i, chain):
+    """Whether request ``i``'s key of ``chain`` is its own, held out of the map, and has never
+    been published (:func:`publish`): nothing to probe for."""
+    return apart(s, i, chain) and s.num_preemptions[i] == 0
+
+
+@njit(inline=True)
+def fetch_segment_ahead(s, i, k, end):
+    """A walk of request ``i``'s keys, at its block ``k`` (of blocks before ``end``): at each
+    segment's first block, the map's row where the next segment's first probe starts is fetched
+    (the keys of a segment have consecutive homes, :func:`home_in`, so that row's cache line
+    starts its probes)."""
+    ahead = k + SEGMENT
+    if k % SEGMENT == 0 and ahead < end:
+        chain = key_chain(s, i, ahead)
+        if not unpublished(s, i, chain):
+            prefetch_row(s.key_entries, home(s, (ahead + 1) * s.config[BLOCK_SIZE], chain))
 
 
 @njit  # once a preemption: a call
@@ -551,8 +561,7 @@ def register_full_blocks(s, i, slot, old_len, new_len):
     bs = s.config[BLOCK_SIZE]
     last = block_of(s, new_len)
     for k in range(block_of(s, old_len), last):
-        if k % SEGMENT == 0 and k + SEGMENT < last:
-            prefetch_key(s, i, k + SEGMENT)
+        fetch_segment_ahead(s, i, k, last)
         chain = key_chain(s, i, k)
         register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 
