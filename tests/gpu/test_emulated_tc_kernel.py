@@ -139,15 +139,22 @@ def test_kernel_environment_variable(monkeypatch):
         pa.default_kernel()
 
 
-def test_plan_forces_either_kernel(cp, monkeypatch):
-    """The plan: auto -> tensor for GQA, the environment variable or kernel= force the simple one;
-    the tensor plan sizes its partitions from the (fake) occupancy query and the real lengths."""
-    case = make_case(np.random.default_rng(5), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
-                     block_size=16, lens=[700, 3])
+def on_device(cp, seed, lens):
+    """A case of 8 query heads over 2 KV heads (head_dim 64, blocks of 16) with ``lens``: the plan's
+    arguments as (fake) device arrays, and the reference output."""
+    case = make_case(np.random.default_rng(seed), num_seqs=len(lens), num_heads=8, num_kv_heads=2, head_dim=64,
+                     block_size=16, lens=lens)
     args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
             cp.asarray(case.block_tables), cp.asarray(case.context_lens), 16, case.max_context_len)
     want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
                                    case.context_lens, 16, case.scale)
+    return case, args, want
+
+
+def test_plan_forces_either_kernel(cp, monkeypatch):
+    """The plan: auto -> tensor for GQA, the environment variable or kernel= force the simple one;
+    the tensor plan sizes its partitions from the (fake) occupancy query and the real lengths."""
+    _, args, want = on_device(cp, 5, [700, 3])
     monkeypatch.delenv(pa.KERNEL_ENV, raising=False)
     plan = pa.prepare(*args)
     # fake occupancy at head_dim 64: 228 KiB // (39,168 + 1,024) = 5 blocks an SM with 2 stages,
@@ -165,12 +172,7 @@ def test_plan_takes_the_stages_it_is_given(cp):
     """``stages=``: the sweep times the count the rule passed over (3 here, by the fake occupancy:
     test_plan_forces_either_kernel) beside it; a count with no instantiation, or given to the simple
     kernel, is an error."""
-    case = make_case(np.random.default_rng(7), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
-                     block_size=16, lens=[300, 20])
-    args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
-            cp.asarray(case.block_tables), cp.asarray(case.context_lens), 16, case.max_context_len)
-    want = ref.paged_attention_ref(case.query, case.key_cache, case.value_cache, case.block_tables,
-                                   case.context_lens, 16, case.scale)
+    _, args, want = on_device(cp, 7, [300, 20])
     plan = pa.prepare(*args, kernel="tensor", stages=2)
     assert (plan.stages, plan.blocks_per_sm) == (2, 5)  # 228 KiB // (39,168 + 1,024)
     ref.assert_attention_close(np.asarray(plan.run()).astype(np.float32), want, "float16")
@@ -274,10 +276,7 @@ def test_plan_sizes_from_the_host_lengths_it_is_given(cp):
     180 blocks, 2 x (80,000 + 180 x 64) / (396 x 512) = 0.90 waves, one walk of 512 (in 384s 1.05
     waves: two of 448); with ``host_context_lens`` the real 40,003 tokens in 256s, 158 blocks, 0.79
     waves of 320."""
-    case = make_case(np.random.default_rng(6), num_seqs=2, num_heads=8, num_kv_heads=2, head_dim=64,
-                     block_size=16, lens=[40000, 3])
-    args = (cp.asarray(case.query), cp.asarray(case.key_cache), cp.asarray(case.value_cache),
-            cp.asarray(case.block_tables), cp.asarray(case.context_lens), 16, case.max_context_len)
+    case, args, _ = on_device(cp, 6, [40000, 3])
     assert pa.prepare(*args, check=False, kernel="tensor").partition_size == 448
     assert pa.prepare(*args, check=False, kernel="tensor",
                       host_context_lens=case.context_lens).partition_size == 256
