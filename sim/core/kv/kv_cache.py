@@ -191,7 +191,7 @@ def allocate_cached_blocks(s, i: int, j: int, num_tokens: int, num_blocks: int) 
     hits = 0
     limit = prefix_cache.hit_limit(s, i, num_tokens)
     for k in range(limit):  # before the fresh blocks: they must not evict a hit
-        prefix_cache.fetch_segment_ahead(s, i, k, limit)
+        prefix_cache.fetch_segment_ahead(s, i, k, 0, limit)
         b = prefix_cache.find(s, i, k)
         if b < 0:
             break
@@ -997,8 +997,10 @@ def release_seq(s, i, j):
                 c[EVICTOR_RUNS] += 1
             s.block_info[b, RUN] = c[EVICTOR_RUNS]
             prefix_cache.lru_append(s, b)
+            prefix_cache.released_in_order(s, b, slot, k)
         elif s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
             prefix_cache.lru_append(s, b)
+            prefix_cache.released_in_order(s, b, slot, k)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b
             c[NUM_FREE_BLOCK_IDS] += 1

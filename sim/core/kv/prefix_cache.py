@@ -62,8 +62,6 @@ section("count", globals(), """
     LRU_HEAD            the LRU list's head of the cached blocks no running request holds
         (count[NUM_LRU]; evicted first)
     LRU_TAIL            its tail
-    LRU_AHEAD           a block some way past the head, whose row and key row evictions have fetched
-        ahead (fetch_ahead; a hint, -1: none)
 """)
 
 # Core.block_info: this file's entries, in its room of the shared table (sim/core/state.py)
@@ -76,6 +74,9 @@ section("block_info", globals(), """
     STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
         key (on the block a lookup of the key finds): a hit on it in that step is refused
         (cached_blocks_this_step, single_type_kv_cache_manager.py:1704-1712)
+    EVICT_AHEAD_BLOCK   the block its request let go EVICT_AHEAD after it, the LRU list's block as
+        many places on while neither has left it (-1: none; a hint: released_in_order)
+    KEYS_AHEAD_BLOCK    the one let go half as far after it
 """)
 
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
@@ -243,6 +244,7 @@ def lru_append(s, b):
     c = s.count
     s.block_info[b, PREV] = c[LRU_TAIL]
     s.block_info[b, NEXT] = -1
+    s.block_info[b, EVICT_AHEAD_BLOCK] = s.block_info[b, KEYS_AHEAD_BLOCK] = -1  # (released_in_order's)
     if c[LRU_TAIL] >= 0:
         s.block_info[c[LRU_TAIL], NEXT] = b
     else:
@@ -274,31 +276,35 @@ def v0_evictor(s):
     return s.config[FAMILY_TRAITS] & EVICTS_ANY_BLOCK != 0
 
 
-#: how far past the block evicted :func:`fetch_ahead` keeps its cursor (blocks of the LRU list)
+#: how many places on along the LRU list an eviction has the rows fetched (fetch_ahead); its key's
+#: map row half as far, where that block's row is in by then
 EVICT_AHEAD = 8
 
 
 @njit(inline=True)
+def released_in_order(s, b, slot, k):
+    """Block ``b``, column ``k`` of table row ``slot``, joined the LRU list's tail as its request
+    let its blocks go tail first (``kv_cache.release_seq``): the blocks that follow it there are
+    the columns before it, so it notes the one ``EVICT_AHEAD`` columns before and the one half as
+    far, for :func:`fetch_ahead` (the blocks a request let go are evicted in that order, each one's
+    row read: a chain of waits on memory, each one's place known only from the one before)."""
+    s.block_info[b, EVICT_AHEAD_BLOCK] = s.block_table[slot, k - EVICT_AHEAD] if k >= EVICT_AHEAD else -1
+    half = EVICT_AHEAD // 2
+    s.block_info[b, KEYS_AHEAD_BLOCK] = s.block_table[slot, k - half] if k >= half else -1
+
+
+@njit(inline=True)
 def fetch_ahead(s, b):
-    """Block ``b`` is about to be evicted: the cursor ``count[LRU_AHEAD]`` moves one block on along
-    the LRU list, and that block's row is fetched (its key's map row too, once its row is in: a
-    move later), so the evictions that reach it, ``EVICT_AHEAD`` on, find both in the cache rather
-    than each waiting on memory in turn. A hint only: a cursor that is ``b``, that a request took
-    since (held), or at the tail starts again ``EVICT_AHEAD`` blocks past ``b``."""
+    """Block ``b`` (its row in) is about to be evicted: the row of the block ``EVICT_AHEAD``
+    places on (:func:`released_in_order`) is fetched, and the map row of the key of the one half as
+    far, whose own row was fetched that many evictions ago; so the evictions that reach them find
+    both in the cache rather than each waiting on memory in turn. A hint only: a block noted that
+    has left the list since (a hit, or held) costs a fetch for nothing."""
     info = s.block_info
-    ahead = s.count[LRU_AHEAD]
-    if ahead < 0 or ahead == b or info[ahead, REF] != 0 or info[ahead, NEXT] < 0:
-        ahead = b
-        for _ in range(EVICT_AHEAD):
-            if info[ahead, NEXT] < 0:
-                break
-            ahead = info[ahead, NEXT]
-    else:
-        if info[ahead, KEY_END] and info[ahead, KEY_SLOT] >= 0:
-            prefetch_row(s.key_entries, info[ahead, KEY_SLOT])
-        ahead = info[ahead, NEXT]
-    s.count[LRU_AHEAD] = ahead
-    prefetch_row(info, ahead)
+    prefetch_row(info, info[b, EVICT_AHEAD_BLOCK])
+    keys = info[b, KEYS_AHEAD_BLOCK]
+    if keys >= 0 and info[keys, KEY_END] and info[keys, KEY_SLOT] >= 0:
+        prefetch_row(s.key_entries, info[keys, KEY_SLOT])
 
 
 @njit(inline=True)
@@ -439,16 +445,26 @@ def unpublished(s, i, chain):
 
 
 @njit(inline=True)
-def fetch_segment_ahead(s, i, k, end):
-    """A walk of request ``i``'s keys, at its block ``k`` (of blocks before ``end``): at each
-    segment's first block, the map's row where the next segment's first probe starts is fetched
-    (the keys of a segment have consecutive homes, :func:`home_in`, so that row's cache line
-    starts its probes)."""
-    ahead = k + SEGMENT
-    if k % SEGMENT == 0 and ahead < end:
-        chain = key_chain(s, i, ahead)
+def fetch_segment_ahead(s, i, k, first, end):
+    """A walk of request ``i``'s keys from its block ``first``, at its block ``k`` (of blocks before
+    ``end``): at each segment's first block, the map's row where the first probe of the segment
+    two on starts is fetched (the keys of a segment have consecutive homes, :func:`home_in`, so
+    that row's cache line starts its probes; a segment's walk is shorter than a wait on memory),
+    and at the walk's first block the next segment's too."""
+    if k % SEGMENT == 0 or k == first:
+        fetch_key_row(s, i, (k // SEGMENT + 2) * SEGMENT, end)
+        if k == first:
+            fetch_key_row(s, i, (k // SEGMENT + 1) * SEGMENT, end)
+
+
+@njit(inline=True)
+def fetch_key_row(s, i, k, end):
+    """The map's row where :func:`find` of request ``i``'s block ``k`` would start, fetched, where
+    ``k`` is before ``end`` and the key is in the map."""
+    if k < end:
+        chain = key_chain(s, i, k)
         if not unpublished(s, i, chain):
-            prefetch_row(s.key_entries, home(s, (ahead + 1) * s.config[BLOCK_SIZE], chain))
+            prefetch_row(s.key_entries, home(s, (k + 1) * s.config[BLOCK_SIZE], chain))
 
 
 @njit  # once a preemption: a call
@@ -559,9 +575,9 @@ def register_full_blocks(s, i, slot, old_len, new_len):
         register_hashed_blocks(s, i, slot, new_len, s.prompt_tokens[i] + s.num_generated[i])
         return
     bs = s.config[BLOCK_SIZE]
-    last = block_of(s, new_len)
-    for k in range(block_of(s, old_len), last):
-        fetch_segment_ahead(s, i, k, last)
+    first, last = block_of(s, old_len), block_of(s, new_len)
+    for k in range(first, last):
+        fetch_segment_ahead(s, i, k, first, last)
         chain = key_chain(s, i, k)
         register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 

@@ -239,29 +239,25 @@ def test_which_evictable_block_is_evicted(system, order):
     assert lru(s) == []
 
 
-def test_evictions_keep_a_cursor_some_blocks_ahead_whose_rows_they_fetch(monkeypatch):
-    """``fetch_ahead`` (a hint: what is evicted is the test above's): blocks 0-5 let go in order,
-    the cursor 2 ahead. The first eviction (0) starts it 2 past 0: 2; each next one moves it on
-    (3, 4, 5); at the tail it starts again from the block evicted (4: 5), and so when it is that
-    block (5: the tail, 5). Block 2 taken by a request after the first eviction: the second (1)
-    starts the cursor again 2 past 1 in the list as it is (3, 4): 4."""
+def test_blocks_let_go_note_the_blocks_evictions_reach_after_them(monkeypatch, core_v1):
+    """``released_in_order`` (a hint for ``fetch_ahead``; what is evicted is the tests' above),
+    EVICT_AHEAD 2: D's 20 tokens fill its 5 blocks d0-d4, let go tail first, so the LRU list reads
+    d4 d3 d2 d1 d0, and each notes the block 2 places on and the one 1 place on: d4 (d2, d3), d3
+    (d1, d2), d2 (d0, d1), d1 (none, d0), d0 (none, none). A block joining the list otherwise notes
+    none."""
     # (the interpreted copy's names: jit.interpreted)
-    monkeypatch.setitem(interpreted(prefix_cache.fetch_ahead).__globals__, "EVICT_AHEAD", 2)
-    s = make_core("vllm-v1")
-    for x in range(6):
-        prefix_cache.lru_append(s, x)
-    cursor = []
-    for _ in range(6):
-        evict_oldest(s, -1)
-        cursor.append(int(s.count[prefix_cache.LRU_AHEAD]))
-    assert cursor == [2, 3, 4, 5, 5, 5]
-    s = make_core("vllm-v1")
-    for x in range(6):
-        prefix_cache.lru_append(s, x)
-    evict_oldest(s, -1)
-    prefix_cache.lru_remove(s, 2)  # a hit revives it
-    s.block_info[2, state.REF] = 1
-    assert int(evict_oldest(s, -1)[0]) == 1 and s.count[prefix_cache.LRU_AHEAD] == 4
+    monkeypatch.setitem(interpreted(prefix_cache.released_in_order).__globals__, "EVICT_AHEAD", 2)
+    s = core_v1
+    admit(s, D, 20)
+    d = blocks(s, D)
+    kv_cache.free(s, D)
+    assert lru(s) == d[::-1]
+    noted = {int(b): (int(s.block_info[b, prefix_cache.EVICT_AHEAD_BLOCK]),
+                      int(s.block_info[b, prefix_cache.KEYS_AHEAD_BLOCK])) for b in d}
+    assert noted == {d[4]: (d[2], d[3]), d[3]: (d[1], d[2]), d[2]: (d[0], d[1]), d[1]: (-1, d[0]), d[0]: (-1, -1)}
+    prefix_cache.lru_remove(s, d[3])
+    prefix_cache.lru_append(s, d[3])
+    assert s.block_info[d[3], prefix_cache.EVICT_AHEAD_BLOCK] == s.block_info[d[3], prefix_cache.KEYS_AHEAD_BLOCK] == -1
 
 
 @pytest.mark.parametrize("runs, order", [
