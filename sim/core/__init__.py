@@ -62,7 +62,6 @@ compile/ (how the core is compiled; none of the rules):
     families.py     the scheduler families, each with its own loop, and the files only each compiles
     numba_patches.py what the core changes in numba as it loads: a cold compile's work trimmed
     by_reference.py the state passed by reference to what compiled code calls by address
-    prefetch.py     a hint that a table's row is about to be read (the paged caches' walks)
 
 It covers the continuous scheduler with the paged manager (vllm, token, vattention; any block
 size) or the contiguous one (orca-max, orca-pow2, orca-oracle, --reservation predicted; buddy,

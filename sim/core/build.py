@@ -23,9 +23,8 @@ from pagesim.sim.core.sched.beam import BEAM_SEARCH, BEAM_STEPS
 from pagesim.sim.core.price.cost import swap_seconds
 from pagesim.sim.core.compile import families
 from pagesim.sim.core.compile.jit import interpreted
-from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, EVICT_AHEAD_BLOCK,
-                                              KEYS_AHEAD_BLOCK, LRU_HEAD, LRU_TAIL, NEXT, PREV, SPEC_HASH_LOOKAHEAD,
-                                              TABLE_MASK, prefix_chain)
+from pagesim.sim.core.kv.prefix_cache import (BLOCK_SHIFT, ENTRY_BLOCK, ENTRY_COLUMNS, LRU_HEAD, LRU_TAIL, NEXT,
+                                              PREV, SPEC_HASH_LOOKAHEAD, TABLE_MASK, prefix_chain)
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.systems import SCHEDULERS, SCHEDULING_POLICIES
 from pagesim.sim.specs.capacity import vattention_page_tokens
@@ -609,7 +608,6 @@ def prefix_caching_arrays(num_blocks: int, t, prefix_caching: bool, shared: bool
         chains, chain_start = shared_chains(chains, chain_start)
     block_info = np.zeros((nb, state.BLOCK_INFO_COLUMNS), np.int32)  # a row a cache line (state.py)
     block_info[:, PREV] = block_info[:, NEXT] = -1
-    block_info[:, EVICT_AHEAD_BLOCK] = block_info[:, KEYS_AHEAD_BLOCK] = -1
     key_entries = np.zeros((cap, ENTRY_COLUMNS), i64)
     key_entries[:, ENTRY_BLOCK] = -1
     return dict(block_info=block_info, key_entries=key_entries, chain_start=chain_start,

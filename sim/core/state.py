@@ -341,7 +341,7 @@ table("block_info", """
         scan once that one has left the list)
     TRANSFERS           disaggregated: the in-flight KV transfers holding it (of REF); held by
         them alone, its slots are in transfer (sim/core/kv/remote_kv.py)
-""", size="BLOCK_INFO_COLUMNS", columns=16, rooms={"kv.prefix_cache": 7})
+""", size="BLOCK_INFO_COLUMNS", columns=16, rooms={"kv.prefix_cache": 5})
 # Core.window: per request, its sliding-window groups' state (SLIDING_GROUPS; one row elsewhere)
 table("window", """
     WINDOW_JUNCTION     prefix caching: its shared-prefix boundary (tokens) found at its admission's

@@ -30,7 +30,7 @@ import os
 import sys
 import types
 
-from pagesim.sim.core.compile import by_reference, numba_patches, prefetch
+from pagesim.sim.core.compile import by_reference, numba_patches
 from pagesim.sim.core.compile.families import FAMILIES, FAMILY_FILES, LOOP_FILES, SCHEDULER_GROUPS
 from pagesim.sim.core.state import LAZY_ADDRESSES, STATE_ADDRESS, TABLES
 
@@ -297,7 +297,6 @@ def use_numba() -> None:
     _drop_stale_cache()
     numba_patches.apply(_OPTIONS, _GROUPS)
     by_reference.register()
-    prefetch.register()
     for fn in _ON_LOAD:
         fn()
     for fn in list(_OPTIONS):

@@ -23,7 +23,6 @@ from pagesim.sim.core.kv import prefix_cache, radix_cache
 from pagesim.sim.core.kv.block_pool import num_free_blocks, return_blocks, return_slot, take_blocks, take_slot
 from pagesim.sim.core.compile.families import BLOCK_TABLE, CACHES_COMPUTED
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.compile.prefetch import prefetch_row
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, COMPUTED_SLOTS, DEMAND_SLOTS,
                                     HASHED_TOKENS, LEFTOVER_SLOTS, LOGICAL_BLOCKS, MAX_SEQ_LEN,
                                     NUM_ALLOCATIONS, NUM_BLOCKS, NUM_COW_COPIES, NUM_FORKS,
@@ -189,9 +188,7 @@ def allocate_cached_blocks(s, i: int, j: int, num_tokens: int, num_blocks: int) 
     slot = take_slot(s)
     s.seq_slot[i, j] = slot
     hits = 0
-    limit = prefix_cache.hit_limit(s, i, num_tokens)
-    for k in range(limit):  # before the fresh blocks: they must not evict a hit
-        prefix_cache.fetch_segment_ahead(s, i, k, 0, limit)
+    for k in range(prefix_cache.hit_limit(s, i, num_tokens)):  # before the fresh blocks: they must not evict a hit
         b = prefix_cache.find(s, i, k)
         if b < 0:
             break
@@ -955,11 +952,6 @@ def free(s, i):
     s.count[NUM_FREES] += 1
 
 
-#: how many blocks ahead of its walk :func:`release_seq` has the next rows fetched (a few rows' work
-#: covers a memory access)
-RELEASE_AHEAD = 8
-
-
 @njit
 def release_seq(s, i, j):
     """Blocks may be shared (prefix caching, forks): sequence ``j`` of request ``i`` lets its
@@ -978,8 +970,6 @@ def release_seq(s, i, j):
     v0 = s.config[PREFIX_CACHING] and prefix_cache.v0_evictor(s)
     run_access = -1
     for k in range(s.num_blocks[i] - 1, -1, -1):
-        if k >= RELEASE_AHEAD:  # the row this walk reads RELEASE_AHEAD blocks on, fetched meanwhile
-            prefetch_row(s.block_info, s.block_table[slot, k - RELEASE_AHEAD])
         b = s.block_table[slot, k]
         s.block_info[b, REF] -= 1
         if v0:  # accessed whenever a holder is scheduled (``access_all_blocks_in_seq``, :573-583)
@@ -997,10 +987,8 @@ def release_seq(s, i, j):
                 c[EVICTOR_RUNS] += 1
             s.block_info[b, RUN] = c[EVICTOR_RUNS]
             prefix_cache.lru_append(s, b)
-            prefix_cache.released_in_order(s, b, slot, k)
         elif s.config[PREFIX_CACHING] and (k + 1) * bs <= num_tokens:  # full: hashed in vLLM, a copy too
             prefix_cache.lru_append(s, b)
-            prefix_cache.released_in_order(s, b, slot, k)
         else:
             s.free_block_ids[c[NUM_FREE_BLOCK_IDS]] = b
             c[NUM_FREE_BLOCK_IDS] += 1

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from pagesim.sim.core.compile.families import EVICTS_ANY_BLOCK
 from pagesim.sim.core.compile.jit import njit
-from pagesim.sim.core.compile.prefetch import prefetch_row
 from pagesim.sim.core.state import (ACCESS_STEP, BLOCK_SIZE, COMPUTED, HASH_BLOCK_TOKENS, HASHED_TOKENS,
                                     KEY_END, NUM_CACHED_KEYS, NUM_EVICTIONS, NUM_LRU, REF, RUN, RUN_LAST)
 from pagesim.sim.core.state import FULL_GROUPS, SLIDING_GROUPS, SLIDING_WINDOW, STATE_GROUPS, WINDOW_JUNCTION
@@ -74,9 +73,6 @@ section("block_info", globals(), """
     STATE_CACHED_STEP   MAMBA_ALIGN: count[SCHEDULED_STEPS] when a state was last cached under its
         key (on the block a lookup of the key finds): a hit on it in that step is refused
         (cached_blocks_this_step, single_type_kv_cache_manager.py:1704-1712)
-    EVICT_AHEAD_BLOCK   the block its request let go EVICT_AHEAD after it, the LRU list's block as
-        many places on while neither has left it (-1: none; a hint: released_in_order)
-    KEYS_AHEAD_BLOCK    the one let go half as far after it
 """)
 
 # Core.key_entries: the prefix key -> block map (ENTRY_BLOCK -1: an empty row)
@@ -102,7 +98,6 @@ def prefix_chain(hashes, hash_block_tokens: int) -> list[int]:
 END_MIX = 0x9E3779B1
 #: the prefix map's keys have consecutive homes for runs of 2**SEGMENT_SHIFT blocks (home_in)
 SEGMENT_SHIFT = 4
-SEGMENT = 1 << SEGMENT_SHIFT
 
 
 @njit(inline=True)
@@ -244,7 +239,6 @@ def lru_append(s, b):
     c = s.count
     s.block_info[b, PREV] = c[LRU_TAIL]
     s.block_info[b, NEXT] = -1
-    s.block_info[b, EVICT_AHEAD_BLOCK] = s.block_info[b, KEYS_AHEAD_BLOCK] = -1  # (released_in_order's)
     if c[LRU_TAIL] >= 0:
         s.block_info[c[LRU_TAIL], NEXT] = b
     else:
@@ -276,37 +270,6 @@ def v0_evictor(s):
     return s.config[FAMILY_TRAITS] & EVICTS_ANY_BLOCK != 0
 
 
-#: how many places on along the LRU list an eviction has the rows fetched (fetch_ahead); its key's
-#: map row half as far, where that block's row is in by then
-EVICT_AHEAD = 8
-
-
-@njit(inline=True)
-def released_in_order(s, b, slot, k):
-    """Block ``b``, column ``k`` of table row ``slot``, joined the LRU list's tail as its request
-    let its blocks go tail first (``kv_cache.release_seq``): the blocks that follow it there are
-    the columns before it, so it notes the one ``EVICT_AHEAD`` columns before and the one half as
-    far, for :func:`fetch_ahead` (the blocks a request let go are evicted in that order, each one's
-    row read: a chain of waits on memory, each one's place known only from the one before)."""
-    s.block_info[b, EVICT_AHEAD_BLOCK] = s.block_table[slot, k - EVICT_AHEAD] if k >= EVICT_AHEAD else -1
-    half = EVICT_AHEAD // 2
-    s.block_info[b, KEYS_AHEAD_BLOCK] = s.block_table[slot, k - half] if k >= half else -1
-
-
-@njit(inline=True)
-def fetch_ahead(s, b):
-    """Block ``b`` (its row in) is about to be evicted: the row of the block ``EVICT_AHEAD``
-    places on (:func:`released_in_order`) is fetched, and the map row of the key of the one half as
-    far, whose own row was fetched that many evictions ago; so the evictions that reach them find
-    both in the cache rather than each waiting on memory in turn. A hint only: a block noted that
-    has left the list since (a hit, or held) costs a fetch for nothing."""
-    info = s.block_info
-    prefetch_row(info, info[b, EVICT_AHEAD_BLOCK])
-    keys = info[b, KEYS_AHEAD_BLOCK]
-    if keys >= 0 and info[keys, KEY_END] and info[keys, KEY_SLOT] >= 0:
-        prefetch_row(s.key_entries, info[keys, KEY_SLOT])
-
-
 @njit(inline=True)
 def evict_oldest(s, run_end):
     """The block to evict for new use, its key dropped if it has one: vLLM v1's least recently
@@ -323,7 +286,6 @@ def evict_oldest(s, run_end):
             b, run_end = v0_victim(s, b)
         if b == run_end:  # the run spent
             run_end = -1
-    fetch_ahead(s, b)
     lru_remove(s, b)
     s.block_info[b, COMPUTED] = 0  # vLLM 0.4.2's evictor resets it (evictor_v1.py:82)
     if s.block_info[b, KEY_END]:
@@ -432,39 +394,9 @@ def find(s, i, k):
     """The block cached under request ``i``'s block ``k``'s key, or -1: its own key (:func:`apart`)
     is in the map only after a preemption of it (:func:`publish`), else none is probed for."""
     chain = key_chain(s, i, k)
-    if unpublished(s, i, chain):
+    if apart(s, i, chain) and s.num_preemptions[i] == 0:
         return -1
     return lookup(s, (k + 1) * s.config[BLOCK_SIZE], chain)
-
-
-@njit(inline=True)
-def unpublished(s, i, chain):
-    """Whether request ``i``'s key of ``chain`` is its own, held out of the map, and has never
-    been published (:func:`publish`): nothing to probe for."""
-    return apart(s, i, chain) and s.num_preemptions[i] == 0
-
-
-@njit(inline=True)
-def fetch_segment_ahead(s, i, k, first, end):
-    """A walk of request ``i``'s keys from its block ``first``, at its block ``k`` (of blocks before
-    ``end``): at each segment's first block, the map's row where the first probe of the segment
-    two on starts is fetched (the keys of a segment have consecutive homes, :func:`home_in`, so
-    that row's cache line starts its probes; a segment's walk is shorter than a wait on memory),
-    and at the walk's first block the next segment's too."""
-    if k % SEGMENT == 0 or k == first:
-        fetch_key_row(s, i, (k // SEGMENT + 2) * SEGMENT, end)
-        if k == first:
-            fetch_key_row(s, i, (k // SEGMENT + 1) * SEGMENT, end)
-
-
-@njit(inline=True)
-def fetch_key_row(s, i, k, end):
-    """The map's row where :func:`find` of request ``i``'s block ``k`` would start, fetched, where
-    ``k`` is before ``end`` and the key is in the map."""
-    if k < end:
-        chain = key_chain(s, i, k)
-        if not unpublished(s, i, chain):
-            prefetch_row(s.key_entries, home(s, (k + 1) * s.config[BLOCK_SIZE], chain))
 
 
 @njit  # once a preemption: a call
@@ -575,9 +507,7 @@ def register_full_blocks(s, i, slot, old_len, new_len):
         register_hashed_blocks(s, i, slot, new_len, s.prompt_tokens[i] + s.num_generated[i])
         return
     bs = s.config[BLOCK_SIZE]
-    first, last = block_of(s, old_len), block_of(s, new_len)
-    for k in range(first, last):
-        fetch_segment_ahead(s, i, k, first, last)
+    for k in range(block_of(s, old_len), block_of(s, new_len)):
         chain = key_chain(s, i, k)
         register(s, s.block_table[slot, k], (k + 1) * bs, chain, not apart(s, i, chain))
 

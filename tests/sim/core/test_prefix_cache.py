@@ -239,27 +239,6 @@ def test_which_evictable_block_is_evicted(system, order):
     assert lru(s) == []
 
 
-def test_blocks_let_go_note_the_blocks_evictions_reach_after_them(monkeypatch, core_v1):
-    """``released_in_order`` (a hint for ``fetch_ahead``; what is evicted is the tests' above),
-    EVICT_AHEAD 2: D's 20 tokens fill its 5 blocks d0-d4, let go tail first, so the LRU list reads
-    d4 d3 d2 d1 d0, and each notes the block 2 places on and the one 1 place on: d4 (d2, d3), d3
-    (d1, d2), d2 (d0, d1), d1 (none, d0), d0 (none, none). A block joining the list otherwise notes
-    none."""
-    # (the interpreted copy's names: jit.interpreted)
-    monkeypatch.setitem(interpreted(prefix_cache.released_in_order).__globals__, "EVICT_AHEAD", 2)
-    s = core_v1
-    admit(s, D, 20)
-    d = blocks(s, D)
-    kv_cache.free(s, D)
-    assert lru(s) == d[::-1]
-    noted = {int(b): (int(s.block_info[b, prefix_cache.EVICT_AHEAD_BLOCK]),
-                      int(s.block_info[b, prefix_cache.KEYS_AHEAD_BLOCK])) for b in d}
-    assert noted == {d[4]: (d[2], d[3]), d[3]: (d[1], d[2]), d[2]: (d[0], d[1]), d[1]: (-1, d[0]), d[0]: (-1, -1)}
-    prefix_cache.lru_remove(s, d[3])
-    prefix_cache.lru_append(s, d[3])
-    assert s.block_info[d[3], prefix_cache.EVICT_AHEAD_BLOCK] == s.block_info[d[3], prefix_cache.KEYS_AHEAD_BLOCK] == -1
-
-
 @pytest.mark.parametrize("runs, order", [
     # A: 0 (access 5, 48 tokens deep), 1 (5, 16); B: 2 (5, 32). The first scan passes both runs and
     # takes 0 (B's 2 is not deeper); the next, from 1, takes B's 2 (deeper), not A's next block
