@@ -25,7 +25,7 @@ NUM_THREADS = 128
 #: tokens the block's 4 warps take at a time (16 each); its head dims are HEAD_DIMS (multiples of 16)
 TC_ROWS = 16
 TC_TILE = 64
-#: its pipeline's stages, one instantiation each (chosen by the device's shared memory:
+#: its pipeline's stages, one instantiation each (chosen by each one's occupancy on the device:
 #: gpu.paged_attention.tc_choose_stages)
 TC_STAGES = (2, 3)
 

@@ -398,11 +398,12 @@ class PagedAttentionPlan:
         if which == "tensor":  # each instantiation that fits, its occupancy; the stages by tc_choose_stages
             kernels, occupancy = {}, {}
             for s in TC_STAGES:
-                if tc_smem_bytes(head_dim, s) <= smem_optin:
+                need = tc_smem_bytes(head_dim, s)
+                if need <= smem_optin:
                     name = tc_kernel_name(q.dtype, head_dim, s)
                     kernels[s] = get_kernel(TC_SRC, name)
-                    _raise_smem_limit(kernels[s], tc_smem_bytes(head_dim, s))
-                    occupancy[s] = _blocks_per_sm(cp, name, kernels[s], tc_smem_bytes(head_dim, s))
+                    _raise_smem_limit(kernels[s], need)
+                    occupancy[s] = _blocks_per_sm(cp, name, kernels[s], need)
             stages = tc_choose_stages(occupancy)
             if forced_stages is not None:  # (the sweep times the other count beside the chosen one)
                 if forced_stages not in occupancy:

@@ -122,27 +122,28 @@ paged_attention_tc_kernel(T* __restrict__ out,
     const int my_tok = lane & 15, my_vec = lane >> 4;  // the token and first vector this lane copies
     const int lm_row = lane & 7, lm_mat = lane >> 3;    // the row and matrix this lane addresses (ldmatrix)
 
+    // This lane's token in the warp's tile i (partition-relative), and the logical block of token t
+    auto token_of = [&](int i) { return (PA_TC_WARPS * i + warp) * PA_TC_WARP_TILE + my_tok; };
+    auto block_of = [&](int t) { return block_shift >= 0 ? (t >> block_shift) : (t / block_size); };
     // The table entry of this lane's token in the warp's tile i (unused: -1); the read is issued
     // here and its value first needed a tile later (load_tile), so no lane waits on it.
     auto entry_of = [&](int i) -> int {
-        const int tok = (PA_TC_WARPS * i + warp) * PA_TC_WARP_TILE + my_tok;
+        const int tok = token_of(i);
         if (!paged || i >= num_it || tok >= n) return -1;
-        const int t = start + tok;
-        return __ldg(bt + (block_shift >= 0 ? (t >> block_shift) : (t / block_size)));
+        return __ldg(bt + block_of(start + tok));
     };
     // Issue the copies of the warp's tile i into its stage i % STAGES (``entry``: entry_of(i)).
     auto load_tile = [&](int i, int entry) {
         if (i >= num_it) return;
         unsigned short* stage = stages + (i % STAGES) * G::WARP_STAGE;
-        const int tok = (PA_TC_WARPS * i + warp) * PA_TC_WARP_TILE + my_tok;
+        const int tok = token_of(i);
         const bool valid = tok < n;
         long long row = 0;  // never read when !valid (src-size 0)
         if (valid) {
             const int t = start + tok;
             long long phys;
             if (paged) {
-                const int b = block_shift >= 0 ? (t >> block_shift) : (t / block_size);
-                phys = (long long)entry * block_size + (t - b * block_size);
+                phys = (long long)entry * block_size + (t - block_of(t) * block_size);
             } else {
                 phys = (long long)seq * kv_seq_stride + t;
             }
