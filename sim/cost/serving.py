@@ -34,16 +34,19 @@ scheduled in step N+2), is the scheduler's: ``sim/core/sched/scheduler_v1.py``.
 The constants live in ``sim/data/serving/<gpu>.toml``, written by
 ``benchmarks/fit_serving_time.py`` with their provenance and the model's error on each real run
 leave-one-model-out (each model's runs priced by constants fitted without them). A GPU without
-a file takes the fractions of a fitted GPU (:data:`FITTED_ON`) and says so.
+a file takes the fractions of a fitted GPU (:data:`FITTED_ON`) and says so: scaled by what the
+two GPUs achieved on the same measured operations where both were measured (:func:`on_gpu`,
+``sim/cost/achieved.py``), else as they are.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
 from pagesim.sim.config import read_toml
+from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for
 from pagesim.sim.cost.regime import regime_band
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
@@ -67,6 +70,9 @@ class ServingConstants:
     #: the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (``compute_eff``):
     #: 1, not fitted (the module docstring); a constants file may give it
     moe_eff: float = 1.0
+    #: the fraction of the datasheet interconnect an all-reduce's bytes reach: 1 on the fitted GPU
+    #: (what it lacks is in ``allreduce_s``), another GPU's measured ratio to it (:func:`on_gpu`)
+    link_eff: float = 1.0
 
     @classmethod
     def from_dict(cls, d: dict, source: str) -> "ServingConstants":
@@ -83,13 +89,41 @@ def serving_path(gpu: str) -> Path:
 @lru_cache(maxsize=None)
 def load_serving(gpu: str) -> tuple[ServingConstants, str, dict]:
     """``gpu``'s constants, the GPU they were fitted on, and the file's ``[error]`` table; a GPU
-    without a file gets :data:`FITTED_ON`'s."""
+    without a file gets :data:`FITTED_ON`'s, as :func:`on_gpu` carries them over."""
     source = gpu if serving_path(gpu).exists() else FITTED_ON
     path = serving_path(source)
     if not path.exists():
         raise ConfigError(f"no fitted serving constants ({path}); run benchmarks/fit_serving_time.py")
     data = read_toml(path, "serving constants")
-    return ServingConstants.from_dict(data.get("constants", {}), str(path)), source, data.get("error", {})
+    constants = ServingConstants.from_dict(data.get("constants", {}), str(path))
+    return on_gpu(constants, gpu, source), source, data.get("error", {})
+
+
+def on_gpu(constants: ServingConstants, gpu: str, fitted_on: str) -> ServingConstants:
+    """``constants``, fitted on ``fitted_on``, as ``gpu`` reaches them. Where both GPUs' operations
+    were measured (``sim/cost/achieved.py``), each fraction of a datasheet peak is scaled by the
+    ratio of what the two achieved on the same operations: ``bandwidth_eff`` by the memory-bound
+    GEMMs', ``compute_eff`` (the GEMMs and prefill attention) by the compute-bound ones', at most
+    the datasheet's; ``allreduce_s`` by the all-reduce's latency ratio and ``link_eff`` by its
+    achieved link. The rest is the engine's (per layer, per sequence, front end) and stays. A GPU
+    not measured keeps the fitted fractions, which its band says (:func:`measured_note`)."""
+    ratios = achieved_for(gpu, fitted_on) if gpu != fitted_on else None
+    if ratios is None:
+        return constants
+    return replace(constants, bandwidth_eff=min(1.0, constants.bandwidth_eff * ratios["bandwidth"]),
+                   compute_eff=min(1.0, constants.compute_eff * ratios["flops"]),
+                   allreduce_s=constants.allreduce_s * ratios["allreduce_latency"],
+                   link_eff=constants.link_eff * ratios["link"])
+
+
+def measured_note(gpu: str, fitted_on: str) -> str:
+    """How ``gpu`` takes ``fitted_on``'s constants, in words (empty on the fitted GPU itself)."""
+    if gpu == fitted_on:
+        return ""
+    if achieved_for(gpu, fitted_on) is None:
+        return f"{gpu}: no measured operations; {fitted_on}'s fractions of its own datasheet"
+    return (f"{gpu}: {fitted_on}'s fractions scaled by its operations measured against {fitted_on}'s "
+            f"(sim/data/serving/{ACHIEVED_PATH.name})")
 
 
 def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None,
@@ -105,6 +139,9 @@ def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None
     except ConfigError as e:
         return f"unfitted: {e}"
     band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs, engine)
+    note = "" if same_chip else measured_note(gpu, fitted_on)
+    if band is not None and note:
+        band["regime"] = [*band["regime"], note]
     if band is None:
         if "median_e2e_mean" not in err:
             return f"unscored: {serving_path(fitted_on).name} has no [error]"
@@ -126,11 +163,13 @@ class ServingCostModel(RooflineCostModel):
             constants, fitted_on, _ = load_serving(gpu.name)
         self.serving = constants
         self.fitted_on = fitted_on
+        if constants.link_eff != 1.0:  # the GPU's all-reduce bytes at its measured share of the link
+            gpu = replace(gpu, interconnect_bw=gpu.interconnect_bw * constants.link_eff)
         super().__init__(model, gpu, tensor_parallel, eff_flops=constants.compute_eff,
                          eff_bw=constants.bandwidth_eff, eff_attn=constants.compute_eff,
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
                          kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff)
         self.frontend_s = constants.frontend_s
-        self.cpu_overhead_source = (f"fitted on real serving runs on {fitted_on}"
-                                    + ("" if fitted_on == gpu.name else f"; {gpu.name} itself has none"))
+        note = measured_note(gpu.name, fitted_on)
+        self.cpu_overhead_source = f"fitted on real serving runs on {fitted_on}" + (f"; {note}" if note else "")
