@@ -125,20 +125,28 @@ def nelder_mead(f, x0, steps, iterations: int, tol: float = 1e-4):
     return simplex[best], values[best]
 
 
-def fit(pool, runs, iterations: int, log=print) -> tuple[np.ndarray, float]:
+def fit(pool, runs, iterations: int, log=print, fixed: dict | None = None) -> tuple[np.ndarray, float]:
+    """The constants minimising :func:`loss` over ``runs``; ``fixed``: constants held at a value."""
+    fixed = fixed or {}
+    free = [i for i, n in enumerate(NAMES) if n not in fixed]
     evaluations = [0]
+
+    def full(x):
+        theta = np.array([fixed.get(n, 0.0) for n in NAMES])
+        theta[free] = np.exp(x)
+        return theta
 
     def f(x):
         evaluations[0] += 1
-        theta = np.exp(x)
+        theta = full(x)
         if not (0.3 < theta[0] <= 1.0 and 0.1 < theta[1] <= 1.0):  # fractions of a datasheet peak
             return 1e9
         return loss(replay_all(pool, runs, theta))
 
-    x, value = nelder_mead(f, np.log(START), [0.3] * len(START), iterations)
+    x, value = nelder_mead(f, np.log([START[i] for i in free]), [0.3] * len(free), iterations)
     log(f"  fitted on {len(runs)} runs in {evaluations[0]} replays: loss {value:.5f}, "
-        + ", ".join(f"{n} {v:.4g}" for n, v in zip(NAMES, np.exp(x))))
-    return np.exp(x), value
+        + ", ".join(f"{n} {v:.4g}" + (" (held)" if n in fixed else "") for n, v in zip(NAMES, full(x))))
+    return full(x), value
 
 
 def medians(err: pd.DataFrame, q: float = 50) -> dict:
@@ -162,7 +170,15 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=120)
     p.add_argument("--fit-seconds", type=float, default=150.0)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--hold", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"hold a constant at a value instead of fitting it ({', '.join(NAMES)})")
     args = p.parse_args(argv)
+    fixed = {}
+    for item in args.hold:
+        name, _, value = item.partition("=")
+        if name not in NAMES or not value:
+            p.error(f"--hold {item}: expected NAME=VALUE with NAME one of {', '.join(NAMES)}")
+        fixed[name] = float(value)
     started = time.perf_counter()
     runs = [r for r in read_real_runs(args.facts) if r.info.get("gpu", args.gpu) == args.gpu]
     fit_runs = [shortened(r, args.fit_seconds) for r in runs if fittable(r)]
@@ -172,10 +188,10 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         for m in models:
             print(f"without {m}:")
-            theta, _ = fit(pool, [r for r in fit_runs if model_of(r) != m], args.iterations)
+            theta, _ = fit(pool, [r for r in fit_runs if model_of(r) != m], args.iterations, fixed=fixed)
             held_out.append(replay_all(pool, [r for r in runs if model_of(r) == m], theta))
         print("on every model:")
-        theta, value = fit(pool, fit_runs, args.iterations)
+        theta, value = fit(pool, fit_runs, args.iterations, fixed=fixed)
         in_sample = replay_all(pool, runs, theta)
     held = pd.concat(held_out, ignore_index=True)
     lomo, ins = medians(held), medians(in_sample)

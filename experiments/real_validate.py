@@ -27,6 +27,7 @@ from pagesim.sim.run import SimResult, run_simulation
 from pagesim.sim.specs.gpus import GiB
 from pagesim.sim.specs.model import with_kv_cache_dtype
 from pagesim.sim.specs.presets import get_model
+from pagesim.traces import sharegpt_sample
 from pagesim.traces.inference_perf import inference_perf_trace, stage_starts
 from pagesim.traces.real_runs import LATENCY_STATS, RealRun, send_times
 
@@ -92,7 +93,11 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
         merged["kv_gib"] = pool_gib(run.engine["num_gpu_blocks"], merged, run.source)
     if gpu:
         merged["gpu"] = gpu
-    system = merged.pop("system", None) or DEFAULT_SYSTEM
+    # a fact table may name the system and cost model that replay its run (a published engine's
+    # nearest: traces.sharegpt_sample's runs); the caller's win
+    system = merged.pop("system", None) or run.info.get("system") or DEFAULT_SYSTEM
+    if "cost_model" in run.info:
+        merged.setdefault("cost_model", run.info["cost_model"])
     scheduler = merged.get("scheduler") or SYSTEMS.get(system, {}).get("scheduler")
     takes_timeout = scheduler in SCHEDULERS and "client_timeout_s" in SCHEDULERS[scheduler].owned
     if "client_timeout_s" in run.workload and takes_timeout:
@@ -148,6 +153,8 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
         trace["stage"] = 0
     elif run.fmt == "inference-perf":
         trace = inference_perf_trace(run, seed)
+    elif run.fmt == sharegpt_sample.FORMAT:
+        trace = sharegpt_sample.sharegpt_sample_trace(run, seed)
     else:
         raise ConfigError(f"{run.source}: run {run.name} ({run.fmt}) keeps its summary only, not its requests: "
                           "replay its own files")

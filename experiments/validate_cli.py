@@ -33,6 +33,7 @@ def register(sub) -> None:
         formatter_class=HelpFormatter, description=__doc__.split("\n\n", 1)[1].split("\n\nIt lives")[0],
         epilog=example(
             "pagesim validate --against real_runs_h100 --run llama-2-7b-tp1-general",
+            "pagesim validate --against published_throughput",
             "pagesim validate --against training/default_args/20260217-231439-llama-2-7b-tp1-general --gpu h100-80gb",
             "pagesim validate --against bench.json --gpu h100-80gb --tp 1 --max-num-seqs 256",
             *gpu_validate.EXAMPLES))
@@ -43,7 +44,8 @@ def register(sub) -> None:
                         "exp-config.yaml), an LLMServingSim vLLM run folder (meta.json, requests.jsonl), a vllm "
                         "bench serve --save-detailed JSON, or a fact table of runs (CSV; the shipped ones by name: "
                         "real_runs_h100, 16 vLLM runs on H100; llmservingsim_runs, LLMServingSim's vLLM runs on "
-                        "RTX GPUs, their requests beside them): replay and compare")
+                        "RTX GPUs, their requests beside them; published_throughput, vLLM's and SGLang's published "
+                        "offline throughput on ShareGPT): replay and compare")
     r.add_argument("--run", metavar="TEXT", help="of a fact table, only the runs whose name holds TEXT")
     p.set_defaults(func=run, _refused_with_against=(workload, gpu_run))
 
@@ -152,7 +154,8 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
     if args.json:
         print(json.dumps({"runs": [r.name for r in runs], "errors": errors.to_dict(orient="records")}))
         return 0
-    print(fill(f"{len(runs)} real runs of {args.against}, replayed on {configs[0].system}: sim / real - 1 "
+    systems = ", ".join(dict.fromkeys(c.system for c in configs))  # in the table's order, each once
+    print(fill(f"{len(runs)} real runs of {args.against}, replayed on {systems}: sim / real - 1 "
                "of each run's means", rest="") + "\n")
     for line in runs_table_lines(errors):
         print(line)

@@ -201,10 +201,14 @@ def _bisect(f, target: float, lo: float = -5.0, hi: float = 12.0) -> float:
     return (lo + hi) / 2
 
 
-@lru_cache(maxsize=None)
 def fit_paper_workload(name: str) -> dict:
     """The lognormal locations (mu) that give the paper's post-filter means, and those means."""
-    w = PAPER_WORKLOADS[name]
+    return fit_lengths(PAPER_WORKLOADS[name])
+
+
+@lru_cache(maxsize=None)
+def fit_lengths(w: PaperWorkload) -> dict:
+    """The lognormal locations (mu) that give ``w``'s post-filter means, and those means."""
     mu_p = _bisect(lambda m: _prompt_mean(w, m), w.prompt_mean)
     mu_o = _bisect(lambda m: _output_mean(w, mu_p, m), w.output_mean)
     return dict(prompt_mu=mu_p, prompt_sigma=w.prompt_sigma, output_mu=mu_o, output_sigma=w.output_sigma,
@@ -254,12 +258,14 @@ def inverse_cdf(cumulative: np.ndarray, keys: np.ndarray, bucket_bits: int = 16)
     return answer
 
 
-def paper_lengths(name: str, size: int, rng: np.random.Generator,
+def paper_lengths(name: str | PaperWorkload, size: int, rng: np.random.Generator,
                   rng_output: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt, output) int64 arrays for the built-in workload ``name`` (see module docstring)."""
-    if name not in PAPER_WORKLOADS:
+    """(prompt, output) int64 arrays for the built-in workload ``name`` (see module docstring),
+    or for a :class:`PaperWorkload` of other means drawn the same way."""
+    if not isinstance(name, PaperWorkload) and name not in PAPER_WORKLOADS:
         raise ConfigError(f"unknown workload '{name}'; valid: {', '.join(PAPER_WORKLOADS)}")
-    w, fit = PAPER_WORKLOADS[name], fit_paper_workload(name)
+    w = name if isinstance(name, PaperWorkload) else PAPER_WORKLOADS[name]
+    fit = fit_lengths(w)
     rng_output = rng if rng_output is None else rng_output
     cp = np.cumsum(_prompt_table(w, fit["prompt_mu"]))
     ip = np.minimum(inverse_cdf(cp, _stratified(size, rng) * cp[-1]), cp.size - 1)
