@@ -23,8 +23,7 @@ from _import_path import ROOT, import_path
 import_path()
 
 from pagesim.sim.cost.achieved import (ACHIEVED_PATH, COMPUTE_BOUND_TOKENS, LATENCY_BYTES, LINK_BYTES,  # noqa: E402
-                                       MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, RATIOS, achieved_ratios, ridge_excess)
-from pagesim.sim.core.price.cost import RIDGE_CENTRE, RIDGE_KNOTS  # noqa: E402
+                                       MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, RATIOS, achieved_ratios)
 from pagesim.sim.cost.measured import measured_gpus, read_measured, source_commit  # noqa: E402
 from pagesim.sim.cost.serving import FITTED_ON  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
@@ -51,21 +50,11 @@ def main(argv=None) -> int:
              f"link_bytes = {LINK_BYTES}", f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"']
     print(f"against {FITTED_ON} (median over the operations measured on both; pairs in brackets)")
     print(f"{'gpu':<12}" + "".join(f"{r:>24}" for r in RATIOS))
-    ridges = {}
-    for gpu in [FITTED_ON, *gpus]:
-        measured = reference if gpu == FITTED_ON else read_measured(args.measured, gpu)
-        ratios = {} if gpu == FITTED_ON else achieved_ratios(measured, reference, get_gpu(gpu), get_gpu(FITTED_ON))
-        if ratios:
-            print(f"{gpu:<12}" + "".join(f"{ratios[r]:>16.3f} ({ratios[r + '_pairs']:>5})" for r in RATIOS))
-        ridges[gpu] = ridge_excess(measured, get_gpu(gpu))
+    for gpu in gpus:
+        ratios = achieved_ratios(read_measured(args.measured, gpu), reference, get_gpu(gpu), get_gpu(FITTED_ON))
+        print(f"{gpu:<12}" + "".join(f"{ratios[r]:>16.3f} ({ratios[r + '_pairs']:>5})" for r in RATIOS))
         lines += ["", f'[gpus."{gpu}"]'] + [f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}"
                                             for k, v in ratios.items()]
-        lines += ["ridge_excess = [" + ", ".join(f"{v:.6g}" for v in ridges[gpu][0]) + "]",
-                  "ridge_gemms = [" + ", ".join(str(n) for n in ridges[gpu][1]) + "]"]
-    print("\nGEMM time over the larger of its bounds, by compute / memory time (GEMMs near each knot)")
-    print(f"{'gpu':<12}" + "".join(f"{2.0 ** (k - RIDGE_CENTRE):>8g}" for k in range(RIDGE_KNOTS)))
-    for gpu, (values, counts) in ridges.items():
-        print(f"{gpu:<12}" + "".join(f"{v:>8.3f}" for v in values))
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0

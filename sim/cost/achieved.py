@@ -16,11 +16,6 @@ same operations, each a ratio of the two GPUs' fractions of their own datasheet 
 - ``link``: its achieved bytes/s at the sizes its bytes dominate (at least
   :data:`LINK_BYTES`; ring traffic 2 (tp - 1) / tp of the size), over the datasheet interconnect.
 
-And one curve of the GPU's own, which the fitted GPU needs too: ``ridge_excess``, how much longer a
-GEMM takes than the larger of its two bounds (its weights at the memory-bound GEMMs' bandwidth,
-its FLOPs at the compute-bound ones' rate) where the two are alike (:func:`ridge_excess`;
-``sim.core.cost.ridge_seconds`` prices it).
-
 Each ratio is the median over the operations measured on both GPUs (the same model, TP degree,
 token count and operation; the same TP and size for the all-reduce), so a model measured on one
 GPU only does not tilt it. A ratio with no pair (the A40 has no all-reduce table) is 1 and said so.
@@ -105,35 +100,6 @@ def achieved_ratios(measured, reference, gpu, reference_gpu) -> dict:
     return out
 
 
-def ridge_excess(measured, gpu) -> tuple[list[float], list[int]]:
-    """``measured``'s GEMMs (weights of at least :data:`MIN_WEIGHT_BYTES`) over the larger of
-    their bounds, memory = weights / (bandwidth x its memory-bound median fraction) and compute =
-    FLOPs / (peak x its compute-bound median fraction): at each knot of
-    ``sim.core.cost.ridge_seconds`` (compute / memory = 2^(k - centre)), the median over the GEMMs
-    within half a knot of it in log2 of their ratio; and how many there were (a knot with none
-    takes 1)."""
-    import numpy as np
-
-    from pagesim.sim.core.price.cost import RIDGE_CENTRE, RIDGE_KNOTS
-
-    rows = _gemm_rows(measured, gpu)
-    rows = rows[rows["weight_bytes"] >= MIN_WEIGHT_BYTES]
-    bandwidth = float(rows.loc[rows["num_tokens"] <= MEMORY_BOUND_TOKENS, "bandwidth"].median())
-    flops = float(rows.loc[rows["num_tokens"] >= COMPUTE_BOUND_TOKENS, "flops"].median())
-    weights = rows["weight_bytes"].to_numpy(float)
-    seconds = weights / (rows["bandwidth"].to_numpy(float) * gpu.mem_bw)
-    memory = weights / (gpu.mem_bw * bandwidth)
-    compute = rows["num_tokens"].to_numpy(float) * weights / (gpu.peak_flops * flops)  # 2 x tokens x K x N
-    excess = seconds / np.maximum(compute, memory)
-    x = np.log2(compute / memory) + RIDGE_CENTRE
-    values, counts = [], []
-    for k in range(RIDGE_KNOTS):
-        near = np.abs(x - k) < 0.5
-        values.append(float(np.median(excess[near])) if near.any() else 1.0)
-        counts.append(int(near.sum()))
-    return values, counts
-
-
 @lru_cache(maxsize=None)
 def load_achieved(path: Path = ACHIEVED_PATH) -> dict:
     """``path``'s ``[gpus.<name>]`` tables (name -> ratios) and its ``reference`` GPU; empty where
@@ -144,16 +110,7 @@ def load_achieved(path: Path = ACHIEVED_PATH) -> dict:
 def achieved_for(gpu: str, reference: str, path: Path = ACHIEVED_PATH) -> dict | None:
     """``gpu``'s measured ratios to ``reference`` (:data:`RATIOS`), or None where none were measured."""
     data = load_achieved(path)
-    if data.get("reference") != reference or gpu == reference:
+    if data.get("reference") != reference:
         return None
     return data.get("gpus", {}).get(gpu)
 
-
-def ridge_for(gpu: str, reference: str, path: Path = ACHIEVED_PATH) -> tuple[float, ...]:
-    """``gpu``'s measured ridge excess, else ``reference``'s (the curve's shape is much the same on
-    every measured GPU: docs/accuracy.md), else none (empty)."""
-    gpus = load_achieved(path).get("gpus", {})
-    for name in (gpu, reference):
-        if "ridge_excess" in gpus.get(name, {}):
-            return tuple(float(v) for v in gpus[name]["ridge_excess"])
-    return ()

@@ -85,8 +85,8 @@ import numpy as np
 
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core.price import cost_table
-from pagesim.sim.core.price.cost import (RIDGE_KNOTS, kernel_read_tokens, linear_seconds, paged_kernel_overhead,
-                                         roofline_step_time, swap_copy_seconds_per_token)
+from pagesim.sim.core.price.cost import (kernel_read_tokens, linear_seconds, paged_kernel_overhead, roofline_step_time,
+                                   swap_copy_seconds_per_token)
 from pagesim.sim.core.compile.jit import interpreted
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
@@ -149,8 +149,6 @@ class RooflineCostModel(CpuOverhead):
     swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
     kernel_block_tokens: int = 0  # the paged kernel's block (vLLM v0's; SimConfig.kernel_block_tokens), 0: none
     eff_moe: float = 1.0  # the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (eff_flops)
-    #: the GEMMs' measured excess near their ridge (sim.core.cost.ridge_seconds; empty: none, the larger bound)
-    ridge_excess: tuple = ()
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
@@ -217,8 +215,7 @@ class RooflineCostModel(CpuOverhead):
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
-                self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops,
-                *(self.ridge_excess or (0.0,) * RIDGE_KNOTS))
+                self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops)
 
 def _same_model(name: str, model: ModelSpec) -> bool:
     """Whether a profile's ``model`` column names ``model`` (by its preset's name or alias, else as written)."""

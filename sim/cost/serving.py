@@ -23,11 +23,6 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
   dense GEMMs' FLOP/s. Not fitted: 1. The fitting runs hold one mixture of experts, so a fit
   held out by model cannot set it, and a fit on that model trades it against the TTFT every model
   under-predicts (docs/accuracy.md, the Mixtral note);
-- not fitted, measured: a GEMM near its ridge, where its FLOPs and its reads take alike, is bound
-  by neither alone and takes up to 1.5x the larger (``sim.core.cost.ridge_seconds``); the curve
-  is the GPU's own from per-operation timings, or the fitted GPU's (``sim/cost/achieved.py``).
-  Decode batches of a few hundred sequences sit there; the fitting runs' (at most 128) mostly
-  below it;
 - ``frontend_s``: what a request spends outside the engine loop (the HTTP server, tokenizing the
   prompt, detokenizing and streaming the tokens): added to its TTFT and E2E as its client sees
   them (``sim.metrics.request_latencies``), not to any step.
@@ -51,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pagesim.sim.config import read_toml
-from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for, ridge_for
+from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for
 from pagesim.sim.cost.regime import regime_band
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
@@ -174,8 +169,7 @@ class ServingCostModel(RooflineCostModel):
                          eff_bw=constants.bandwidth_eff, eff_attn=constants.compute_eff,
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
-                         kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff,
-                         ridge_excess=ridge_for(gpu.name, fitted_on))
+                         kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff)
         self.frontend_s = constants.frontend_s
         note = measured_note(gpu.name, fitted_on)
         self.cpu_overhead_source = f"fitted on real serving runs on {fitted_on}" + (f"; {note}" if note else "")

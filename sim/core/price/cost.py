@@ -32,11 +32,7 @@ PAGED_KERNEL_OVERHEAD = 16  # a paged kernel's work per block, as a fraction of 
 STATE_BYTES_PER_SEQ = 17  # a sequence's recurrent state (Mamba, linear attention) on one GPU (0: none)
 EXPERT_FLOPS_PER_ROW = 18  # one token's row through one routed expert of every MoE layer: 2 * 3*h*i / TP
 EXPERT_FLOPS = 19  # achieved FLOP/s of the fused-MoE grouped GEMM
-RIDGE_EXCESS = 20  # the first of RIDGE_KNOTS measured excesses near a GEMM's ridge (0: none; ridge_seconds)
-RIDGE_KNOTS = 9
-NUM_CONSTANTS = RIDGE_EXCESS + RIDGE_KNOTS
-#: the knots' compute / memory time ratios: 2^(k - RIDGE_CENTRE), k = 0 .. RIDGE_KNOTS - 1
-RIDGE_CENTRE = 4
+NUM_CONSTANTS = 20
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -119,7 +115,7 @@ def linear_seconds(c, num_tokens):
     experts, routers, LM head), then a mixture of experts' fused-MoE grouped GEMMs
     (:func:`routed_expert_seconds`), which are kernels of their own. A dense model has no
     second term: its float is the dense GEMMs' alone."""
-    t = ridge_seconds(c, num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS], c[LINEAR_WEIGHT_TIME_S])
+    t = max(num_tokens * c[LINEAR_FLOPS_PER_TOKEN] / c[FLOPS], c[LINEAR_WEIGHT_TIME_S])
     if c[ROUTED_EXPERTS] == 0.0:
         return t
     return t + routed_expert_seconds(c, num_tokens)
@@ -176,29 +172,7 @@ def routed_expert_seconds(c, num_tokens):
     distinct = distinct_experts(c, num_tokens)
     block = fused_moe_block_m(num_tokens)
     rows = distinct * block * math.ceil(num_tokens * c[EXPERTS_PER_TOKEN] / distinct / block)
-    return ridge_seconds(c, rows * c[EXPERT_FLOPS_PER_ROW] / c[EXPERT_FLOPS], distinct * c[EXPERT_WEIGHT_TIME_S])
-
-
-@njit(inline=True)
-def ridge_seconds(c, compute, memory):
-    """A GEMM bound by its FLOPs (``compute`` seconds) or its reads (``memory``): the larger, times
-    the excess measured near the ridge where the two are alike. A GEMM there is bound by neither
-    alone: its tiles' loads and MMAs do not overlap whole (on the H100 the measured GEMMs take 1.5x
-    the larger bound where the two are equal, 1.1x where one is four times the other:
-    ``sim/cost/achieved.py``). ``c[RIDGE_EXCESS:]`` holds that excess at compute / memory =
-    2^(k - RIDGE_CENTRE), read linearly in log2 of the ratio between knots and held at the end
-    knots beyond them; a first knot of 0 prices the larger bound alone (the roofline's float)."""
-    t = max(compute, memory)
-    if c[RIDGE_EXCESS] == 0.0 or compute <= 0.0 or memory <= 0.0:
-        return t
-    x = math.log2(compute / memory) + RIDGE_CENTRE
-    if x <= 0.0:
-        return t * c[RIDGE_EXCESS]
-    if x >= RIDGE_KNOTS - 1:
-        return t * c[RIDGE_EXCESS + RIDGE_KNOTS - 1]
-    k = int(x)
-    f = x - k
-    return t * (c[RIDGE_EXCESS + k] * (1.0 - f) + c[RIDGE_EXCESS + k + 1] * f)
+    return max(distinct * c[EXPERT_WEIGHT_TIME_S], rows * c[EXPERT_FLOPS_PER_ROW] / c[EXPERT_FLOPS])
 
 
 # the table model (sim.core.cost_table) prices prefill without attn_prefill rows, and transfers,
