@@ -4,7 +4,8 @@
 The serving model's constants are fractions of the H100's datasheet peaks, fitted on real
 serving runs of the H100. A GPU with per-operation timings of its own (Vidur's profiling in
 ``../shared/measured``: A100-80GB, A40) takes those fractions scaled by what it achieved on the
-same operations against the H100 (``sim/cost/achieved.py`` states the rule): bandwidth on the
+same operations against the H100 (``sim/cost/achieved.py`` states the rule,
+``sim/cost/achieved_fit.py`` computes it): bandwidth on the
 memory-bound GEMMs, FLOP/s on the compute-bound ones, the all-reduce's latency and link. Prints
 each ratio with the number of measured pairs behind it.
 
@@ -22,8 +23,9 @@ from _import_path import ROOT, import_path
 
 import_path()
 
-from pagesim.sim.cost.achieved import (ACHIEVED_PATH, COMPUTE_BOUND_TOKENS, LATENCY_BYTES, LINK_BYTES,  # noqa: E402
-                                       MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, RATIOS, achieved_ratios)
+from pagesim.sim.cost.achieved import ACHIEVED_PATH, RATIOS  # noqa: E402
+from pagesim.sim.cost.achieved_fit import (COMPUTE_BOUND_TOKENS, LATENCY_BYTES, LINK_BYTES,  # noqa: E402
+                                           MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, achieved_ratios)
 from pagesim.sim.cost.measured import measured_gpus, read_measured, source_commit  # noqa: E402
 from pagesim.sim.cost.serving import FITTED_ON  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402

@@ -9,6 +9,9 @@ constants and price a batch outside a run.
     serving.py          the serving model: the roofline's constants fitted on real serving runs
     regime.py           the serving model's band by an answer's regime, from the real runs'
                         held-out errors (sim/data/serving/regimes.toml)
+    achieved.py         what another GPU achieves against the fitted one, measured per operation
+                        (sim/data/serving/achieved.toml), which the serving model scales by
+    achieved_fit.py     those ratios computed from the measured timings (benchmarks/gpu_achieved.py)
     models.py           the cost model a configuration names, scaled or not, as the core takes it
     calibration.py      the calibrated roofline's constants per GPU (sim/data/calibration), and
                         each model's measured error band

@@ -227,9 +227,10 @@ def test_prefills_in_decode_steps_force_the_disaggregated_design(tmp_path, capsy
             for res in (run_cluster(cfg, trace, 2, "round-robin"),
                         run_disaggregated(cfg, cfg, trace, 1, 1))]
     assert tpot[0] >= tpot[1] + 6 * 0.17 / 399
-    # the plan at a p99 TPOT of 10 ms: between the two (a's TPOT is the aggregated run's highest)
+    # the plan at a p99 TPOT of 11 ms: between the two runs' highest TPOTs (a's in the aggregated
+    # run, 12.0 ms on the A100 as its measured operations price it; 10.1 ms in the 1:1 run)
     r = run_plan(tmp_path, capsys, rows, "--rate", "4", "--gpus", "2", "--max-gpus", "2",
-                 "--max-seq-len", "8192", "--slo-tpot-p99", "0.01")
+                 "--max-seq-len", "8192", "--slo-tpot-p99", "0.011")
     designs = {d["design"]: d for d in r["designs"]}
     assert not designs["aggregated"]["passed"] and designs["1:1"]["passed"]
     assert r["choice"] == "1:1"

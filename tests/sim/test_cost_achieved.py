@@ -1,4 +1,4 @@
-"""A GPU's measured operations against the fitted GPU's (sim/cost/achieved.py), and the serving
+"""A GPU's measured operations against the fitted GPU's (sim/cost/achieved.py, achieved_fit.py), and the serving
 model's constants carried over by them (sim/cost/serving.py, on_gpu): worked by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from pagesim.sim.cost import serving
-from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for, achieved_ratios
+from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for
+from pagesim.sim.cost.achieved_fit import achieved_ratios
 from pagesim.sim.cost.calibration import describe_band, error_band
 from pagesim.sim.cost.measured import MeasuredGPU, MeasuredModel
 from pagesim.sim.cost.serving import ServingConstants, ServingCostModel, on_gpu
