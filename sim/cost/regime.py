@@ -59,6 +59,30 @@ def regime_table(path: Path = REGIMES_PATH) -> dict[str, dict]:
             for name, r in load_regimes(path).get("regimes", {}).items()}
 
 
+def model_table(path: Path = REGIMES_PATH) -> list[dict]:
+    """Every regime's runs grouped by GPU and model, in the file's order: per group its ``gpu``,
+    ``model``, ``runs``, how they were held out (``held_out``: ``model`` or ``GPU``, the regime's
+    method), the median |error| of each metric and the signed E2E error's lowest and highest
+    (``e2e_low``, ``e2e_high``). Empty where the file does not name its runs' GPUs and models."""
+    groups: dict[tuple, dict] = {}
+    for r in load_regimes(path).get("regimes", {}).values():
+        if "models" not in r:
+            return []
+        held_out = "GPU" if r["method"].startswith("leave-one-GPU-out") else "model"
+        for i, (gpu, model) in enumerate(zip(r["gpus"], r["models"])):
+            group = groups.setdefault((gpu, model), {"gpu": gpu, "model": model, "held_out": held_out,
+                                                     **{m: [] for m in METRICS}})
+            for m in METRICS:
+                group[m].append(r[m][i])
+    rows = []
+    for group in groups.values():
+        e = {m: np.asarray(group[m], dtype=np.float64) for m in METRICS}
+        rows.append({**{k: group[k] for k in ("gpu", "model", "held_out")}, "runs": len(e["e2e"]),
+                     **{m: float(np.median(np.abs(e[m]))) for m in METRICS},
+                     "e2e_low": float(e["e2e"].min()), "e2e_high": float(e["e2e"].max())})
+    return rows
+
+
 def widest(bands: list[dict]) -> dict:
     """Statistic by statistic, the widest of ``bands``: the larger median and p90, the lower
     ``low``, the higher ``high``."""

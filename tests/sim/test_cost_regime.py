@@ -9,7 +9,8 @@ import pytest
 from pagesim.experiments.real_validate import replay_config
 from pagesim.sim.config import read_toml
 from pagesim.sim.cost.calibration import gpu_time_scales
-from pagesim.sim.cost.regime import METRICS, REGIMES_PATH, load_regimes, regime_band, statistics, widest
+from pagesim.sim.cost.regime import (METRICS, REGIMES_PATH, load_regimes, model_table, regime_band, statistics,
+                                     widest)
 from pagesim.sim.cost.serving import serving_path
 from pagesim.sim.specs import get_model
 from pagesim.traces.real_runs import read_real_runs
@@ -64,6 +65,31 @@ def test_statistics_by_hand():
     # signed sorted -.3, -.1, 0, .1, .2: 10th at rank .4: -.3 + .4 x .2; 90th at 3.6: .1 + .6 x .1
     assert s["low"] == pytest.approx(-0.22) and s["high"] == pytest.approx(0.16)
     assert s["tpot_median"] == pytest.approx(0.1) and s["ttft_low"] == 0.0
+
+
+def test_runs_by_gpu_and_model_by_hand(hand, tmp_path):
+    """The hand file with its runs' GPUs and models: dense runs a-c of model x, d-e of y, all on
+    the H100 (held out by model); moe's m1-m2 of z; held_out_gpu's g1 and g2 of x on an RTX 4090
+    (held out by GPU), grouped apart from x on the H100. Without the columns: no table."""
+    assert model_table(hand) == []
+    h100 = ", ".join(['"h100-80gb"'] * 5)
+    text = HAND.replace('runs = ["a", "b", "c", "d", "e"]',
+                        f'runs = ["a", "b", "c", "d", "e"]\ngpus = [{h100}]\nmodels = ["x", "x", "x", "y", "y"]')
+    text = text.replace('runs = ["m1", "m2"]', 'runs = ["m1", "m2"]\ngpus = ["h100-80gb", "h100-80gb"]\nmodels = ["z", "z"]')
+    text = text.replace('runs = ["g1", "g2"]', 'runs = ["g1", "g2"]\ngpus = ["rtx-4090", "rtx-4090"]\nmodels = ["x", "x"]')
+    path = tmp_path / "named.toml"
+    path.write_text(text)
+    rows = {(r["gpu"], r["model"]): r for r in model_table(path)}
+    assert list(rows) == [("h100-80gb", "x"), ("h100-80gb", "y"), ("h100-80gb", "z"), ("rtx-4090", "x")]
+    x = rows[("h100-80gb", "x")]  # E2E -0.3, -0.1, 0: |e| median 0.1; TPOT 0.1 each
+    assert (x["runs"], x["held_out"], x["e2e"], x["tpot"]) == (3, "model", pytest.approx(0.1), pytest.approx(0.1))
+    assert (x["e2e_low"], x["e2e_high"]) == (-0.3, 0.0)
+    y = rows[("h100-80gb", "y")]  # E2E 0.1, 0.2
+    assert (y["e2e"], y["e2e_low"], y["e2e_high"]) == (pytest.approx(0.15), 0.1, 0.2)
+    z = rows[("h100-80gb", "z")]  # E2E -0.5, -0.1; TPOT -0.4, 0
+    assert (z["e2e"], z["tpot"], z["ttft"]) == (pytest.approx(0.3), pytest.approx(0.2), pytest.approx(0.2))
+    g = rows[("rtx-4090", "x")]
+    assert (g["held_out"], g["runs"], g["e2e"], g["e2e_high"]) == ("GPU", 2, pytest.approx(0.2), 0.4)
 
 
 def test_widest_takes_each_side_apart():
@@ -160,8 +186,9 @@ def test_the_held_out_gpu_runs_replay_as_shipped():
     held, gpus = held_out_gpu_runs([HELD_OUT])
     shipped = read_toml(REGIMES_PATH, "serving regimes")["regimes"]["held_out_gpu"]
     assert list(held) == shipped["runs"] and ", ".join(gpus) == shipped["gpu"]
-    for i, errors in enumerate(held.values()):
+    for i, (errors, gpu, model) in enumerate(held.values()):
         assert errors == pytest.approx([shipped[m][i] for m in METRICS], abs=1e-5)
+        assert (gpu, model) == (shipped["gpus"][i], shipped["models"][i])
 
 
 def test_cost_bands_prints_every_regime(capsys, monkeypatch):
@@ -178,6 +205,11 @@ def test_cost_bands_prints_every_regime(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[:3] == ["dense", "12", f"{100 * rows['dense']['median']:.1f}"]
     assert out.splitlines()[3].startswith("held-out-gpu")
+    lines = out.splitlines()
+    by_model = lines[lines.index("by GPU and model") + 2:]
+    assert by_model[0].split()[:5] == ["h100-80gb", "llama-2-7b", "4", "by", "model"]
+    assert any(line.split()[:4] == ["rtx-4090", "llama-3.1-8b", "1", "by"] for line in by_model)
+    assert max(len(line) for line in lines) <= 100
     monkeypatch.setattr(cost.regime, "load_regimes", lambda path=None: {})
     assert main(["cost", "bands"]) == 2
     assert "no regimes; run benchmarks/serving_bands.py" in capsys.readouterr().err
