@@ -42,6 +42,8 @@ from pagesim.traces.real_runs import read_real_runs  # noqa: E402
 DEFAULT_FACTS = ROOT / "experiments" / "data" / "real_runs_h100.csv"
 NAMES = ("bandwidth_eff", "compute_eff", "layer_s", "per_seq_s", "allreduce_s", "frontend_s")
 START = (0.9, 0.9, 40e-6, 25e-6, 15e-6, 8e-3)
+#: the constants that are fractions of a datasheet peak, and the open-closed range a fit keeps them in
+FRACTIONS = {"bandwidth_eff": (0.3, 1.0), "compute_eff": (0.1, 1.0)}
 #: the figures a stage is scored on, as the fit weighs them
 FIGURES = ("ttft_mean", "tpot_mean", "e2e_mean")
 #: the client gave up on more than this share of a run's requests: not fitted on (any: a request
@@ -139,7 +141,7 @@ def fit(pool, runs, iterations: int, log=print, fixed: dict | None = None) -> tu
     def f(x):
         evaluations[0] += 1
         theta = full(x)
-        if not (0.3 < theta[0] <= 1.0 and 0.1 < theta[1] <= 1.0):  # fractions of a datasheet peak
+        if not all(low < theta[NAMES.index(n)] <= high for n, (low, high) in FRACTIONS.items()):
             return 1e9
         return loss(replay_all(pool, runs, theta))
 
@@ -176,9 +178,16 @@ def main(argv=None) -> int:
     fixed = {}
     for item in args.hold:
         name, _, value = item.partition("=")
-        if name not in NAMES or not value:
-            p.error(f"--hold {item}: expected NAME=VALUE with NAME one of {', '.join(NAMES)}")
-        fixed[name] = float(value)
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if name not in NAMES or not number > 0:
+            p.error(f"--hold {item}: expected NAME=VALUE, NAME one of {', '.join(NAMES)}, VALUE a number > 0")
+        low, high = FRACTIONS.get(name, (0.0, math.inf))
+        if not low < number <= high:
+            p.error(f"--hold {item}: {name} is a fraction of a datasheet peak, in ({low:g}, {high:g}]")
+        fixed[name] = number
     started = time.perf_counter()
     runs = [r for r in read_real_runs(args.facts) if r.info.get("gpu", args.gpu) == args.gpu]
     fit_runs = [shortened(r, args.fit_seconds) for r in runs if fittable(r)]

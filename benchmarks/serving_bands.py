@@ -122,11 +122,11 @@ def main(argv=None) -> int:
              f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"', "",
              "[fitted]", f"max_num_seqs = {largest}", f'scheduler = "{scheduler}"',
              f'engine = "{SCHEDULERS[scheduler].follows}"']
-    lines += toml_table("dense", regimes["dense"], method="leave-one-model-out", gpu=FITTED_ON)
-    lines += toml_table("moe", regimes["moe"], method="leave-one-model-out", gpu=FITTED_ON)
+    lines += toml_table("dense", regimes["dense"], method="leave-one-model-out", held_out="model", gpu=FITTED_ON)
+    lines += toml_table("moe", regimes["moe"], method="leave-one-model-out", held_out="model", gpu=FITTED_ON)
     if held:
         lines += toml_table("held_out_gpu", held, method=f"leave-one-GPU-out: fitted on {FITTED_ON} alone",
-                            gpu=", ".join(gpus))
+                            held_out="GPU", gpu=", ".join(gpus))
     args.out.write_text("\n".join(lines) + "\n")
     for name, runs in (*regimes.items(), ("held_out_gpu", held)):
         print(f"{name}: {len(runs)} runs")

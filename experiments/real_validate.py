@@ -94,10 +94,12 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     if gpu:
         merged["gpu"] = gpu
     # a fact table may name the system and cost model that replay its run (a published engine's
-    # nearest: traces.sharegpt_sample's runs); the caller's win
-    system = merged.pop("system", None) or run.info.get("system") or DEFAULT_SYSTEM
-    if "cost_model" in run.info:
-        merged.setdefault("cost_model", run.info["cost_model"])
+    # nearest: traces.sharegpt_sample's runs); the caller's win: a system, a cost model or a
+    # profile of the caller's leaves the table's cost model out (the system's own default stands)
+    chosen = merged.pop("system", None)
+    system = chosen or run.info.get("system") or DEFAULT_SYSTEM
+    if "cost_model" in run.info and not (chosen or merged.get("cost_model") or merged.get("profile")):
+        merged["cost_model"] = run.info["cost_model"]
     scheduler = merged.get("scheduler") or SYSTEMS.get(system, {}).get("scheduler")
     takes_timeout = scheduler in SCHEDULERS and "client_timeout_s" in SCHEDULERS[scheduler].owned
     if "client_timeout_s" in run.workload and takes_timeout:

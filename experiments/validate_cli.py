@@ -93,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(jsonable(report)))
         return 0
     stages = f", {real.num_stages} stages" if real.num_stages > 1 else ""
-    count = int(real.measured["overall"].get("count", 0))
-    print(fill(f"{real.name} ({real.fmt}{stages}, {count:,} requests measured)", first="real run   ",
-               rest=" " * 11))
+    if "count" in real.measured["overall"] or "num_prompts" not in real.workload:
+        counted = f"{int(real.measured['overall'].get('count', 0)):,} requests measured"
+    else:  # a published summary states what was sent, not a count (traces.sharegpt_sample)
+        counted = f"{int(real.workload['num_prompts']):,} prompts sent"
+    print(fill(f"{real.name} ({real.fmt}{stages}, {counted})", first="real run   ", rest=" " * 11))
     print(fill(f"{cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}", first="replayed   ", rest=" " * 11))
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
           f"max_model_len {cfg.max_seq_len}")

@@ -7,10 +7,11 @@ per-operation timings were measured on both GPUs (Vidur's profiling, ``../shared
 A100-80GB, H100, A40), the fitted fractions carry over scaled by what each GPU achieved on the
 same operations, each a ratio of the two GPUs' fractions of their own datasheet peaks:
 
-- ``bandwidth``: the memory-bound GEMMs (at most ``achieved_fit.MEMORY_BOUND_TOKENS`` tokens, weights of
-  at least ``achieved_fit.MIN_WEIGHT_BYTES``): weight bytes / time, over the datasheet bandwidth;
-- ``flops``: the compute-bound GEMMs (at least ``achieved_fit.COMPUTE_BOUND_TOKENS`` tokens): 2 x tokens x
-  weights / time, over the datasheet FLOP/s;
+- ``bandwidth``: the memory-bound GEMMs (at most ``achieved_fit.MEMORY_BOUND_TOKENS`` tokens):
+  weight bytes / time, over the datasheet bandwidth;
+- ``flops``: the compute-bound GEMMs (at least ``achieved_fit.COMPUTE_BOUND_TOKENS`` tokens):
+  2 x tokens x weights / time, over the datasheet FLOP/s; both of weights of at least
+  ``achieved_fit.MIN_WEIGHT_BYTES``;
 - ``allreduce_latency``: the all-reduce's time at the sizes where its latency dominates (at most
   ``achieved_fit.LATENCY_BYTES``), a ratio of times at the same TP and size;
 - ``link``: its achieved bytes/s at the sizes its bytes dominate (at least

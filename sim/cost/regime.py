@@ -61,14 +61,14 @@ def regime_table(path: Path = REGIMES_PATH) -> dict[str, dict]:
 
 def model_table(path: Path = REGIMES_PATH) -> list[dict]:
     """Every regime's runs grouped by GPU and model, in the file's order: per group its ``gpu``,
-    ``model``, ``runs``, how they were held out (``held_out``: ``model`` or ``GPU``, the regime's
-    method), the median |error| of each metric and the signed E2E error's lowest and highest
-    (``e2e_low``, ``e2e_high``). Empty where the file does not name its runs' GPUs and models."""
+    ``model``, ``runs``, what its regime held out of the fit (``held_out``: ``model`` or ``GPU``),
+    the median |error| of each metric and the signed E2E error's lowest and highest (``e2e_low``,
+    ``e2e_high``). Empty where the file does not name its runs' GPUs and models."""
     groups: dict[tuple, dict] = {}
     for r in load_regimes(path).get("regimes", {}).values():
-        if "models" not in r:
+        if not {"models", "gpus", "held_out"} <= set(r):
             return []
-        held_out = "GPU" if r["method"].startswith("leave-one-GPU-out") else "model"
+        held_out = r["held_out"]
         for i, (gpu, model) in enumerate(zip(r["gpus"], r["models"])):
             group = groups.setdefault((gpu, model), {"gpu": gpu, "model": model, "held_out": held_out,
                                                      **{m: [] for m in METRICS}})

@@ -46,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pagesim.sim.config import read_toml
-from pagesim.sim.cost.achieved import ACHIEVED_PATH, achieved_for
+from pagesim.sim.cost.achieved import ACHIEVED_PATH, RATIOS, achieved_for
 from pagesim.sim.cost.regime import regime_band
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.errors import ConfigError
@@ -113,17 +113,20 @@ def on_gpu(constants: ServingConstants, gpu: str, fitted_on: str) -> ServingCons
     return replace(constants, bandwidth_eff=min(1.0, constants.bandwidth_eff * ratios["bandwidth"]),
                    compute_eff=min(1.0, constants.compute_eff * ratios["flops"]),
                    allreduce_s=constants.allreduce_s * ratios["allreduce_latency"],
-                   link_eff=constants.link_eff * ratios["link"])
+                   link_eff=min(1.0, constants.link_eff * ratios["link"]))
 
 
 def measured_note(gpu: str, fitted_on: str) -> str:
     """How ``gpu`` takes ``fitted_on``'s constants, in words (empty on the fitted GPU itself)."""
     if gpu == fitted_on:
         return ""
-    if achieved_for(gpu, fitted_on) is None:
+    ratios = achieved_for(gpu, fitted_on)
+    if ratios is None:
         return f"{gpu}: no measured operations; {fitted_on}'s fractions of its own datasheet"
+    unmeasured = [name.replace("_", " ") for name in RATIOS if not ratios.get(f"{name}_pairs")]
     return (f"{gpu}: {fitted_on}'s fractions scaled by its operations measured against {fitted_on}'s "
-            f"(sim/data/serving/{ACHIEVED_PATH.name})")
+            f"(sim/data/serving/{ACHIEVED_PATH.name})"
+            + (f"; its {' and '.join(unmeasured)} not measured: {fitted_on}'s" if unmeasured else ""))
 
 
 def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None,
@@ -158,7 +161,7 @@ class ServingCostModel(RooflineCostModel):
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  constants: ServingConstants | None = None, swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
-        fitted_on = FITTED_ON
+        fitted_on, given = FITTED_ON, constants is not None
         if constants is None:
             constants, fitted_on, _ = load_serving(gpu.name)
         self.serving = constants
@@ -171,5 +174,5 @@ class ServingCostModel(RooflineCostModel):
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
                          kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff)
         self.frontend_s = constants.frontend_s
-        note = measured_note(gpu.name, fitted_on)
+        note = "" if given else measured_note(self.gpu.name, fitted_on)  # given constants: the caller's as they are
         self.cpu_overhead_source = f"fitted on real serving runs on {fitted_on}" + (f"; {note}" if note else "")

@@ -36,12 +36,28 @@ def test_the_sample_has_the_published_counts_under_the_benchmarks_filter():
     assert not np.array_equal(sharegpt_sample_trace(sample_run(), seed=1)["prompt_tokens"], trace["prompt_tokens"])
 
 
-@pytest.mark.parametrize("workload,field", [({"num_prompts": 0}, "workload.num_prompts"),
-                                            ({"output_tokens_mean": None}, "workload.output_tokens_mean")])
-def test_a_sample_missing_its_counts_is_refused(workload, field):
+@pytest.mark.parametrize("workload,field,message", [
+    ({"num_prompts": 0}, "workload.num_prompts", "must be a whole number > 0"),
+    ({"num_prompts": 2.5}, "workload.num_prompts", "must be a whole number > 0"),
+    ({"num_prompts": "abc"}, "workload.num_prompts", "expected a number, got 'abc'"),
+    ({"output_tokens_mean": None}, "workload.output_tokens_mean", "missing"),
+    ({"prompt_tokens_mean": "x"}, "workload.prompt_tokens_mean", "expected a number"),
+    # the filter keeps prompts of at most 1,024 tokens: no mean of 5,000; nor of 1 (at least 4)
+    ({"prompt_tokens_mean": 5000}, "workload.prompt_tokens_mean", "cannot be the mean"),
+    ({"output_tokens_mean": 1}, "workload.output_tokens_mean", "cannot be the mean"),
+])
+def test_a_sample_missing_or_misstating_its_counts_is_refused(workload, field, message):
     run = sample_run(**workload)
     run.workload = {k: v for k, v in run.workload.items() if v is not None}
-    with pytest.raises(TraceError, match=field):
+    with pytest.raises(TraceError, match=field) as e:
+        sharegpt_sample_trace(run, seed=0)
+    assert message in str(e.value)
+
+
+def test_a_sample_without_its_measured_throughput_is_refused():
+    run = sample_run()
+    run.measured = {"overall": {}}
+    with pytest.raises(TraceError, match="measured overall.requests_per_s"):
         sharegpt_sample_trace(run, seed=0)
 
 
@@ -56,6 +72,8 @@ def test_the_table_names_the_system_and_cost_model_that_replay_a_run():
     assert (sglang.system, sglang.tensor_parallel, sglang.gpu_memory_utilization) == ("sglang", 4, 0.88)
     mine = replay_config(runs["vllm-0.6.0-llama-3.1-8b-a100"], None, {"system": "vllm-v1", "cost_model": "roofline"})
     assert (mine.system, mine.cost_model) == ("vllm-v1", "roofline")
+    # a system of the caller's runs at its own default cost model, not the table's
+    assert replay_config(runs["vllm-0.6.0-llama-3.1-8b-a100"], None, {"system": "orca-max"}).cost_model == "roofline"
 
 
 def test_requests_per_second_as_the_benchmark_counts_them():
@@ -68,7 +86,17 @@ def test_requests_per_second_as_the_benchmark_counts_them():
     assert list(v.errors()["metric"]) == ["requests_per_s"]
 
 
+def test_a_profile_of_the_callers_is_not_overridden_by_the_tables_cost_model(tmp_path):
+    """--profile picks the table model: the row's cost model (serving) must not be set beside it."""
+    runs = {r.name: r for r in read_real_runs(shipped_table("published_throughput"))}
+    cfg = replay_config(runs["vllm-0.6.0-llama-3.1-8b-a100"], None, {"profile": str(tmp_path / "p.csv")})
+    assert cfg.cost_model != "serving"
+
+
 def test_cli_replays_the_published_table(capsys):
+    assert main(["validate", "--against", "published_throughput", "--run", "vllm-0.6.0-llama-3.1-8b",
+                 "--no-progress"]) == 0
+    assert "(sharegpt-offline, 5,000 prompts sent)" in capsys.readouterr().out
     assert main(["validate", "--against", "published_throughput", "--run", "8b-a100", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "vllm-0.6.0-llama-3.1-8b-a100" in out and "sglang-0.3.0-llama-3.1-8b-a100" in out and "req/s" in out

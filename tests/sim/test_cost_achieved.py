@@ -33,6 +33,8 @@ def test_the_fitted_fractions_scaled_by_the_measured_ratios(monkeypatch):
     assert (moved.layer_s, moved.per_seq_s, moved.frontend_s) == (20e-6, 10e-6, 0.007)
     assert on_gpu(CONSTANTS, "fitted", "fitted") == CONSTANTS
     assert on_gpu(CONSTANTS, "unmeasured", "fitted") == CONSTANTS
+    monkeypatch.setattr(serving, "achieved_for", lambda gpu, ref: {**RATIOS, "link": 3.0})
+    assert on_gpu(CONSTANTS, "other", "fitted").link_eff == 1.0  # at most the datasheet's link too
 
 
 def test_the_link_share_prices_the_all_reduce_bytes():
@@ -85,9 +87,15 @@ def test_a_gpu_without_an_all_reduce_table_keeps_the_reference_link():
 
 
 def test_the_band_says_how_the_gpu_takes_the_constants():
-    """The A100 and A40 were measured, an RTX 4090 was not; the H200 is the H100's chip."""
+    """The A100 and A40 were measured (the A40's all-reduce not: said so), an RTX 4090 was not;
+    the H200 is the H100's chip. Constants handed in are priced as given, with no such note."""
     line = describe_band(error_band("serving", "a100-80gb", moe=False), "a100-80gb")
-    assert "scaled by its operations measured against h100-80gb's" in line
+    assert "scaled by its operations measured against h100-80gb's" in line and "not measured" not in line
+    line = describe_band(error_band("serving", "a40", moe=False), "a40")
+    assert "its allreduce latency and link not measured: h100-80gb's" in line.replace("\n", " ")
+    model = get_model("llama-3.1-8b")
+    assert "measured" not in ServingCostModel(model, get_gpu("a100-80gb"), 1, CONSTANTS).cpu_overhead_source
+    assert "scaled by" in ServingCostModel(model, get_gpu("a100-80gb"), 1).cpu_overhead_source
     line = describe_band(error_band("serving", "rtx-4090", moe=False), "rtx-4090")
     assert "rtx-4090: no measured operations; h100-80gb's fractions of its own datasheet" in line
     line = describe_band(error_band("serving", "h200-141gb", moe=False), "h200-141gb")

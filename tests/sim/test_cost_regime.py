@@ -74,9 +74,12 @@ def test_runs_by_gpu_and_model_by_hand(hand, tmp_path):
     assert model_table(hand) == []
     h100 = ", ".join(['"h100-80gb"'] * 5)
     text = HAND.replace('runs = ["a", "b", "c", "d", "e"]',
-                        f'runs = ["a", "b", "c", "d", "e"]\ngpus = [{h100}]\nmodels = ["x", "x", "x", "y", "y"]')
-    text = text.replace('runs = ["m1", "m2"]', 'runs = ["m1", "m2"]\ngpus = ["h100-80gb", "h100-80gb"]\nmodels = ["z", "z"]')
-    text = text.replace('runs = ["g1", "g2"]', 'runs = ["g1", "g2"]\ngpus = ["rtx-4090", "rtx-4090"]\nmodels = ["x", "x"]')
+                        f'runs = ["a", "b", "c", "d", "e"]\ngpus = [{h100}]\nmodels = ["x", "x", "x", "y", "y"]\n'
+                        'held_out = "model"')
+    text = text.replace('runs = ["m1", "m2"]', 'runs = ["m1", "m2"]\ngpus = ["h100-80gb", "h100-80gb"]\n'
+                        'models = ["z", "z"]\nheld_out = "model"')
+    text = text.replace('runs = ["g1", "g2"]', 'runs = ["g1", "g2"]\ngpus = ["rtx-4090", "rtx-4090"]\n'
+                        'models = ["x", "x"]\nheld_out = "GPU"')
     path = tmp_path / "named.toml"
     path.write_text(text)
     rows = {(r["gpu"], r["model"]): r for r in model_table(path)}
