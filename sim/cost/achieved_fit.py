@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.cost.calibrated import layer_gemm_shapes
-from pagesim.sim.cost.calibration_fit import GEMM_OPS
+from pagesim.sim.cost.calibration_fit import gemm_timings
 
 #: a GEMM of this many tokens or fewer reads its weights in the time it takes: memory-bound
 #: (16 tokens of 2-byte weights is 16 FLOPs a byte, under a tenth of any measured GPU's ridge)
@@ -23,19 +22,10 @@ LINK_BYTES = 16 * 2**20
 
 def _gemm_rows(measured, gpu) -> pd.DataFrame:
     """One row per measured GEMM (model, tp, num_tokens, op): its fractions of ``gpu``'s peaks."""
-    frames = []
-    for name, model in measured.models.items():
-        for tp, rows in model.ops.groupby("tp"):
-            shapes = layer_gemm_shapes(model.spec, int(tp))
-            for op, (k, n) in zip(GEMM_OPS, shapes):
-                weights = k * n * model.spec.dtype_bytes
-                seconds = rows[op].to_numpy(float) * 1e-3
-                tokens = rows["num_tokens"].to_numpy()
-                frames.append(pd.DataFrame({
-                    "model": name, "tp": int(tp), "num_tokens": tokens, "op": op, "weight_bytes": weights,
-                    "bandwidth": weights / seconds / gpu.mem_bw,
-                    "flops": 2.0 * tokens * k * n / seconds / gpu.peak_flops}))
-    return pd.concat(frames, ignore_index=True)
+    t = gemm_timings(measured)
+    weights = t["k"] * t["n"] * t["dtype_bytes"]
+    return t.assign(weight_bytes=weights, bandwidth=weights / t["seconds"] / gpu.mem_bw,
+                    flops=2.0 * t["num_tokens"] * t["k"] * t["n"] / t["seconds"] / gpu.peak_flops)
 
 
 def _allreduce_rows(measured, gpu) -> pd.DataFrame:

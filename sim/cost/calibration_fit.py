@@ -118,9 +118,9 @@ def robust_fit(predict, measured: np.ndarray, x0, rounds: int = 4) -> tuple[np.n
         return x, huber_loss(np.log(predict(x)) - log_measured)
 
 
-def _stack(measured: MeasuredGPU, models, ops_of) -> tuple[np.ndarray, ...]:
+def _stack(measured: MeasuredGPU, models, ops_of, labels: bool = False) -> tuple[np.ndarray, ...]:
     """Rows of (tokens, shape..., measured seconds) over the models' operation tables; ``ops_of(spec, tp)``
-    gives ``[(op column, shape tuple)]``."""
+    gives ``[(op column, shape tuple)]``. With ``labels``, each row's model, TP degree and op after them."""
     cols: list[list] = []
     for name in models:
         mm = measured.models[name]
@@ -130,14 +130,27 @@ def _stack(measured: MeasuredGPU, models, ops_of) -> tuple[np.ndarray, ...]:
                     continue
                 n = len(g)
                 cols.append([g["num_tokens"].to_numpy(np.int64), *[np.full(n, float(s)) for s in shape],
-                             g[op].to_numpy(float) * 1e-3])
+                             g[op].to_numpy(float) * 1e-3]
+                            + ([np.full(n, name, dtype=object), np.full(n, int(tp)), np.full(n, op, dtype=object)]
+                               if labels else []))
     return tuple(np.concatenate([c[i] for c in cols]) for i in range(len(cols[0])))
+
+
+def _gemm_ops(spec, tp: int) -> list:
+    return [(op, (*shape, spec.dtype_bytes)) for op, shape in zip(GEMM_OPS, layer_gemm_shapes(spec, tp))]
 
 
 def _gemm_rows(measured: MeasuredGPU, models) -> tuple[np.ndarray, ...]:
     """Every qkv/o/up/down timing of ``models``: tokens, K, N, dtype bytes, seconds."""
-    return _stack(measured, models, lambda spec, tp: [
-        (op, (*shape, spec.dtype_bytes)) for op, shape in zip(GEMM_OPS, layer_gemm_shapes(spec, tp))])
+    return _stack(measured, models, _gemm_ops)
+
+
+def gemm_timings(measured: MeasuredGPU) -> pd.DataFrame:
+    """Every qkv/o/up/down timing of every measured model, a row each: ``model``, ``tp``,
+    ``num_tokens``, ``op``, ``k``, ``n``, ``dtype_bytes``, ``seconds``."""
+    tokens, k, n, dtype, seconds, model, tp, op = _stack(measured, list(measured.models), _gemm_ops, labels=True)
+    return pd.DataFrame({"model": model, "tp": tp, "num_tokens": tokens, "op": op, "k": k, "n": n,
+                         "dtype_bytes": dtype, "seconds": seconds})
 
 
 def fit_gemm(measured: MeasuredGPU, models, gpu: GPUSpec) -> dict:
