@@ -13,7 +13,7 @@ file):
   0.19.0 runs (casys-kaist/LLMServingSim at 5daddb21, MIT, ``bench/examples/<GPU>/<run>/vllm/``),
   from their fact and per-request tables (``experiments/data/llmservingsim_runs.csv``, written by
   ``benchmarks/real_run_facts.py``; ``--held-out`` another table or run folders). A run the replay
-  refuses (expert parallelism) is named and left out.
+  refuses is named and left out.
 
 Each regime keeps its runs' names and signed errors (sim / real - 1 of the whole run's mean E2E,
 TTFT and TPOT); the medians and quantiles are computed where they are read. The fitted runs'
@@ -34,7 +34,7 @@ from _import_path import ROOT, import_path
 
 import_path()
 
-from pagesim.experiments.real_validate import replay_config, validate_run  # noqa: E402
+from pagesim.experiments.real_validate import parallel_layout, replay_config, validate_run  # noqa: E402
 from pagesim.sim.config import read_toml  # noqa: E402
 from pagesim.sim.cost.regime import METRICS, REGIMES_PATH  # noqa: E402
 from pagesim.sim.cost.serving import FITTED_ON, serving_path  # noqa: E402
@@ -84,7 +84,7 @@ def held_out_gpu_runs(paths: list[Path]) -> tuple[dict, list[str]]:
                 continue
             overall = overall[overall["scope"] == "overall"].set_index("metric")["error"]
             errors = [float(overall[f"{m}_mean"]) for m in METRICS]
-            out[f"{run.name} ({cfg.gpu}, TP {cfg.tensor_parallel})"] = (errors, cfg.gpu, get_model(cfg.model).name)
+            out[f"{run.name} ({cfg.gpu}, {parallel_layout(run, cfg)})"] = (errors, cfg.gpu, get_model(cfg.model).name)
             gpus.add(cfg.gpu)
     return out, sorted(gpus)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pagesim.sim.cluster import run_cluster
 from pagesim.sim.config import SYSTEMS, SimConfig
 from pagesim.sim.systems import SCHEDULERS
 from pagesim.sim.errors import ConfigError, InvariantError
@@ -35,11 +36,16 @@ from pagesim.traces.real_runs import LATENCY_STATS, RealRun, send_times
 ENGINE_SETTINGS = {"tensor_parallelism": "tensor_parallel", "max_model_len": "max_seq_len",
                    "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
                    "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
-                   "enable_prefix_caching": "prefix_caching"}
+                   "enable_prefix_caching": "prefix_caching", "enable_expert_parallel": "expert_parallel"}
 #: what a run served with that the replay does not model: (engine setting, refused where, why)
-UNMODELLED = (("enable_expert_parallel", lambda v: v is True, "expert parallel is not modelled yet (issue 82 item 1)"),
-              ("data_parallel_size", lambda v: v > 1, "data-parallel engine ranks are not replayed here"),
-              ("dtype", lambda v: v in ("float32", "float"), "32-bit weights are not modelled (2-byte presets)"))
+UNMODELLED = (("dtype", lambda v: v in ("float32", "float"), "32-bit weights are not modelled (2-byte presets)"),)
+#: how a run of data-parallel engine ranks (vLLM's --data-parallel-size) is replayed: one replica
+#: each, behind the router nearest vLLM's: its front end sends a request to the rank with the
+#: fewest waiting + running requests (``DPLBAsyncMPClient.get_core_engine_for_request``,
+#: vllm/v1/engine/core_client.py of vLLM 0.33.0, lines 1762-1806). Not modelled: vLLM breaks ties
+#: round-robin (its first rank moves on at every request), here the lowest rank takes them; and
+#: its penalty on a rank whose requests wait while its KV pool is over half full
+DATA_PARALLEL_ROUTER = "least-outstanding-requests"
 #: the metrics compared, in the table's order: (key prefix, label)
 METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 #: the system a run replays on unless the caller names another: vLLM as it serves today
@@ -100,11 +106,30 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     system = chosen or run.info.get("system") or DEFAULT_SYSTEM
     if "cost_model" in run.info and not (chosen or merged.get("cost_model") or merged.get("profile")):
         merged["cost_model"] = run.info["cost_model"]
+    ranks = data_parallel_ranks(run)
+    if ranks > 1 and not merged.get("expert_parallel") and get_model(merged["model"]).moe is not None:
+        # vLLM shards each expert over the ranks' GPUs and gathers their tokens at every MoE layer
+        # without expert parallel too (FusedMoEParallelConfig.make, fused_moe/config.py of vLLM
+        # 0.33.0, lines 1198-1230: the TP size flattened over the data-parallel ranks)
+        raise ConfigError(f"{run.source}: data_parallel_size = {ranks} of a mixture of experts without expert "
+                          "parallel (its experts sharded over every rank's GPUs) is not modelled")
     scheduler = merged.get("scheduler") or SYSTEMS.get(system, {}).get("scheduler")
     takes_timeout = scheduler in SCHEDULERS and "client_timeout_s" in SCHEDULERS[scheduler].owned
     if "client_timeout_s" in run.workload and takes_timeout:
         merged.setdefault("client_timeout_s", float(run.workload["client_timeout_s"]))  # the client's patience
     return SimConfig.for_system(system, **merged)
+
+
+def data_parallel_ranks(run: RealRun) -> int:
+    """The data-parallel engine ranks ``run`` served with (vLLM's --data-parallel-size)."""
+    return int(run.engine.get("data_parallel_size", 1))
+
+
+def parallel_layout(run: RealRun, cfg: SimConfig) -> str:
+    """How the replay spreads ``run`` over GPUs, in words: "TP 2", "TP 1, DP 2, EP"."""
+    ranks = data_parallel_ranks(run)
+    return (f"TP {cfg.tensor_parallel}" + (f", DP {ranks}" if ranks > 1 else "")
+            + (", EP" if cfg.expert_parallel else ""))
 
 
 def pool_gib(num_gpu_blocks: int, settings: dict, source: str) -> float:
@@ -160,7 +185,14 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
     else:
         raise ConfigError(f"{run.source}: run {run.name} ({run.fmt}) keeps its summary only, not its requests: "
                           "replay its own files")
-    result = run_simulation(cfg, trace.drop(columns="stage"), progress=progress, cost_model=cost_model)
+    ranks = data_parallel_ranks(run)
+    if ranks > 1:  # a replica per rank; with expert_parallel, one expert-parallel group (sim.cluster)
+        if cost_model is not None:
+            raise ConfigError(f"{run.source}: run {run.name} ran {ranks} data-parallel ranks: its replay prices each "
+                              "by its configuration's cost model, not a given one")
+        result = run_cluster(cfg, trace.drop(columns="stage"), ranks, DATA_PARALLEL_ROUTER)
+    else:
+        result = run_simulation(cfg, trace.drop(columns="stage"), progress=progress, cost_model=cost_model)
     table = result.requests.copy()
     if run.workload.get("clock") == "engine":  # measured from the engine's queue: no front end
         table["ttft_s"] = table["first_token_s"] - table["arrival_s"]

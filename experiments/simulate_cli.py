@@ -196,6 +196,8 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
         if tp is not None:
             pool["tensor_parallel"] = tp
         pools.append(config_from_args(args, **pool))
+        if pools[-1].expert_parallel:
+            raise ConfigError("--expert-parallel is not modelled with --prefill-replicas/--decode-replicas")
     prefill_cfg, decode_cfg = pools
     router, link = args.router or "round-robin", args.kv_link or "ib-ndr"
     first_token = args.first_token or "decode"

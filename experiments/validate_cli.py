@@ -61,7 +61,7 @@ def refused_flags(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if not args.against:
         return gpu_validate.run(args)
-    from pagesim.experiments.real_validate import error_lines, replay_config, validate_run
+    from pagesim.experiments.real_validate import error_lines, parallel_layout, replay_config, validate_run
     from pagesim.traces.real_runs import read_real_runs
 
     refused = refused_flags(args)
@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     else:  # a published summary states what was sent, not a count (traces.sharegpt_sample)
         counted = f"{int(real.workload['num_prompts']):,} prompts sent"
     print(fill(f"{real.name} ({real.fmt}{stages}, {counted})", first="real run   ", rest=" " * 11))
-    print(fill(f"{cfg.system} on {cfg.gpu}, TP {cfg.tensor_parallel}, {cfg.model}", first="replayed   ", rest=" " * 11))
+    print(fill(f"{cfg.system} on {cfg.gpu}, {parallel_layout(real, cfg)}, {cfg.model}", first="replayed   ",
+               rest=" " * 11))
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
           f"max_model_len {cfg.max_seq_len}")
     if v.unfinished:
@@ -127,8 +128,9 @@ def run_band_line(cfg) -> str:
 
 def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) -> int:
     """Every run of a fact table replayed: a row per run (its whole-run means), and the medians.
-    A run whose settings the replay refuses (expert parallelism) is left out in one line on
-    stderr; where every run is refused, the first refusal is the error."""
+    A run whose settings the replay refuses (32-bit weights; a cost model that does not price its
+    expert parallelism) is left out in one line on stderr; where every run is refused, the first
+    refusal is the error."""
     import pandas as pd
 
     from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run
@@ -137,11 +139,11 @@ def run_many(args: argparse.Namespace, runs, gpu: str | None, settings: dict) ->
     for real in runs:
         try:
             cfg = replay_config(real, gpu, settings)
+            v = validate_run(real, cfg, seed=args.seed)
         except ConfigError as e:
             refused.append(e)
             print(fill(f"{real.name}: {e}", first="pagesim validate: left out: "), file=sys.stderr)
             continue
-        v = validate_run(real, cfg, seed=args.seed)
         frames.append(v.errors().assign(run=real.name))
         configs.append(cfg)
         replayed.append(real)

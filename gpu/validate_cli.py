@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         _require_gpu()  # before any heavy work
 
     cfg = config_from_args(args)
+    if cfg.expert_parallel:
+        raise ConfigError("--expert-parallel is not run on the GPU (its kernel runs one GPU's attention)")
     host_from = None
     if args.host_from:
         if args.step_overhead_ms is not None or args.per_seq_overhead_ms is not None:

@@ -21,6 +21,10 @@ SIM_FLAGS = {
     "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb; "
                      "a bare simulate or plan: h100-80gb)"),
     "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
+    "expert_parallel": dict(action="store_true", default=None,
+                            help="a mixture of experts' routed experts split whole over the GPUs, as vLLM's "
+                                 "--enable-expert-parallel: the TP group's, and with --replicas K the K replicas "
+                                 "are one group's data-parallel ranks (vLLM's --data-parallel-size K)"),
     "kv_gib": dict(type=float, help="KV pool size in GiB (default: GPU memory x utilization - weights - activations)"),
     "gpu_memory_utilization": dict(type=float, help="fraction of GPU memory vLLM may use (default 0.9)"),
     "max_seq_len": dict(type=int, help="maximum request length (default: the model's)"),

@@ -17,7 +17,7 @@ import json
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +106,14 @@ def replica_groups(cfg: SimConfig, replicas) -> list[tuple[SimConfig, int]]:
                 raise ConfigError(f"--replica-gpus {group_cfg.gpu}: {differ[0]} differs from the cluster's "
                                   f"({getattr(group_cfg, differ[0])!r}, not {getattr(cfg, differ[0])!r}); "
                                   "replicas differ only in " + ", ".join(PER_REPLICA_SETTINGS))
+        if cfg.expert_parallel:
+            raise ConfigError("--expert-parallel: the replicas are the ranks of one expert-parallel group, on one "
+                              "GPU type; give --replicas K, not --replica-gpus")
         return [(group_cfg, int(count)) for group_cfg, count in replicas]
     if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 1:
         raise ConfigError(f"--replicas must be a whole number >= 1, got {replicas!r}")
+    if cfg.expert_parallel:  # the replicas are one group's data-parallel ranks (vLLM's --data-parallel-size)
+        return [(replace(cfg, data_parallel=int(replicas)), int(replicas))]
     return [(cfg, int(replicas))]
 
 

@@ -73,7 +73,7 @@ RANGES: dict[str, tuple] = {
     "predictor_error": (0, None, True, 0.3), "waiting_served_ratio": (0, None, True, 1.0),
     "step_overhead_ms": (0, None, True, 3), "client_timeout_s": (0, None, False, 300), "schedule_conservativeness": (0, None, False, 1.0), "cost_scale": (0, None, False, 1.1), "per_seq_overhead_ms": (0, None, True, 0.02),
     "num_speculative_tokens": (0, None, True, 3), "spec_acceptance_rate": (0, 1, True, 0.7),
-    "kv_offload_gib": (0, None, True, 64),
+    "kv_offload_gib": (0, None, True, 64), "data_parallel": (1, None, True, 2),
 }
 
 
@@ -90,6 +90,13 @@ class SimConfig:
     activation_reserve_gib: float = 2.0
     max_seq_len: int | None = None  # None: the model's max_position_embeddings
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 (1 byte)
+    # a mixture of experts' routed experts split whole over the GPUs, as vLLM's
+    # --enable-expert-parallel: the TP group's, times data_parallel engine ranks (expert_group)
+    expert_parallel: bool = False
+    # the engine ranks of that expert-parallel group (vLLM's --data-parallel-size): a cluster of K
+    # replicas with expert_parallel sets K (sim.cluster.run_cluster); each rank's tokens meet the
+    # other ranks' at every MoE layer (sim.core.cost.routed_expert_seconds)
+    data_parallel: int = 1
 
     # system (memory manager + scheduler)
     system: str = "vllm"
@@ -170,6 +177,9 @@ class SimConfig:
         if self.profile and self.cost_model != "roofline":
             raise ConfigError(f"a profile selects the table cost model; drop --cost-model {self.cost_model} "
                               "or the profile")
+        if self.data_parallel > 1 and not self.expert_parallel:
+            raise ConfigError(f"data_parallel={self.data_parallel} is the engine ranks of an expert-parallel group: "
+                              "give --expert-parallel with --replicas K (each replica one rank)")
         if self.max_seq_len is not None:
             self.check_batched_tokens(self.max_seq_len)
         self.check_scheduler()
@@ -241,6 +251,14 @@ class SimConfig:
             raise ConfigError(f"max_seq_len={max_seq_len} with up to {tokens} prompt tokens per iteration ({what}) "
                               "overflows the prefill attention's token-pair count (2 x tokens x max_seq_len must be "
                               f"below 2**63); use a max_seq_len below {2**62 // tokens} or fewer tokens per iteration")
+
+    @property
+    def expert_group(self) -> int:
+        """The GPUs a mixture of experts' routed experts are split among whole: the TP group's
+        times the data-parallel ranks under ``expert_parallel`` (vLLM's EP size, the TP size
+        flattened over the ranks: ``FusedMoEParallelConfig.make``, fused_moe/config.py of vLLM
+        0.33.0, lines 1198-1230); 1 otherwise (each expert TP-sharded)."""
+        return self.tensor_parallel * self.data_parallel if self.expert_parallel else 1
 
     @property
     def kernel_block_tokens(self) -> int:

@@ -117,12 +117,18 @@ def jsonable(d: dict) -> dict:
 def resolve_budget(cfg: SimConfig):
     model = with_kv_cache_dtype(with_max_seq_len(get_model(cfg.model), cfg.max_seq_len), cfg.kv_cache_dtype)
     gpu = get_gpu(cfg.gpu)
+    if cfg.expert_parallel and model.moe is None:
+        raise ConfigError(f"--expert-parallel splits a mixture of experts' routed experts; {model.name} has none")
+    if cfg.expert_parallel and cfg.expert_group > model.moe.num_experts:
+        raise ConfigError(f"--expert-parallel over {cfg.expert_group} GPUs (TP {cfg.tensor_parallel} x "
+                          f"{cfg.data_parallel} replicas) would leave GPUs without an expert: {model.name} has "
+                          f"{model.moe.num_experts}")
     groups = hybrid_groups(cfg, model)
     budget: KVBudget = kv_capacity(
         model, gpu, kv_bytes=cfg.kv_gib * GiB if cfg.kv_gib else None, tensor_parallel=cfg.tensor_parallel,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         activation_reserve_bytes=cfg.activation_reserve_gib * GiB, max_num_seqs=cfg.max_num_seqs,
-        states_in_pool=groups is not None and groups.state_groups > 0)
+        states_in_pool=groups is not None and groups.state_groups > 0, expert_group=cfg.expert_group)
     if groups is not None:  # a slot of the pool is one token of one group's layers
         per_slot = groups.layers_per_group * model.kv_bytes_per_layer_token(cfg.tensor_parallel)
         budget = replace(budget, capacity_tokens=int(budget.kv_bytes // per_slot), kv_bytes_per_token=per_slot,
@@ -205,7 +211,8 @@ def prepare(cfg: SimConfig, trace: "pd.DataFrame | RequestTable", executor=None,
         cost_model = make_cost_model(
             model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
             cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg),
-            kernel_block_tokens=cfg.kernel_block_tokens)
+            kernel_block_tokens=cfg.kernel_block_tokens, expert_parallel=cfg.expert_group,
+            data_parallel=cfg.data_parallel)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
     if cfg.num_speculative_tokens:

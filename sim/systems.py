@@ -151,7 +151,7 @@ SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in (
               settings=("chunked_prefill",), reads_whole_blocks=True),
     Scheduler("vllm-v1", state.V1, "sched/scheduler_v1.py", "vLLM 0.33.0 (v1)", "vllm-v1 (one token budget, recompute)",
               ("paged",), exclusive=("async_scheduling", "client_timeout_s", "scheduling_policy",
-                                     *SPECULATIVE_SETTINGS, "kv_offload_gib"), refuses=(
+                                     *SPECULATIVE_SETTINGS, "kv_offload_gib", "expert_parallel"), refuses=(
                   _recompute_only("vllm-v1", "preempts by recompute only (vLLM v1 has no swap preemption)"),
                   Refusal(lambda c: c.waiting_served_ratio is not None,
                           "waiting_served_ratio is not a vLLM v1 setting; drop it with vllm-v1"),

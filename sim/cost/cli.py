@@ -155,10 +155,11 @@ def run_bands(args: argparse.Namespace) -> int:
                "its regime's rows (sim/cost/regime.py)"))
     models = model_table()
     if models:
-        print(f"\nby GPU and model\n{'gpu':<14}{'model':<16}{'runs':>4}  {'held out':<9}{'E2E':>6}{'TTFT':>7}"
+        w = max(16, 2 + max(len(r["model"]) for r in models))  # the model column: its longest name
+        print(f"\nby GPU and model\n{'gpu':<14}{'model':<{w}}{'runs':>4}  {'held out':<9}{'E2E':>6}{'TTFT':>7}"
               f"{'TPOT':>7}  {'E2E lowest':>10} {'highest':>8}")
         for r in models:
-            print(f"{r['gpu']:<14}{r['model']:<16}{r['runs']:>4}  {'by ' + r['held_out']:<9}{pct(r['e2e']):>6}"
+            print(f"{r['gpu']:<14}{r['model']:<{w}}{r['runs']:>4}  {'by ' + r['held_out']:<9}{pct(r['e2e']):>6}"
                   f"{pct(r['ttft']):>7}{pct(r['tpot']):>7}  {sign(r['e2e_low']):>10} {sign(r['e2e_high']):>8}")
         print(fill("percent; median |sim / real - 1| of the runs' mean E2E, TTFT and TPOT, and the signed E2E "
                    "error's extremes; each run priced by constants fitted without its model (by model) or without "

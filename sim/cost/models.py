@@ -12,13 +12,15 @@ from pagesim.sim.core.state import CALIBRATED, ROOFLINE, TABLE
 from pagesim.sim.cost.calibrated import CalibratedCostModel
 from pagesim.sim.cost.roofline import RooflineCostModel, TableCostModel
 from pagesim.sim.cost.serving import ServingCostModel
+from pagesim.sim.errors import ConfigError
 from pagesim.sim.specs import GPUSpec, ModelSpec
 
 
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
                     cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
-                    swap_block_tokens: int = 0, kernel_block_tokens: int = 0):
+                    swap_block_tokens: int = 0, kernel_block_tokens: int = 0, expert_parallel: int = 1,
+                    data_parallel: int = 1):
     """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost/calibrated.py``) or ``serving``
     (``sim/cost/serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
     a ``profile`` selects the table model. ``cost_scale``
@@ -27,16 +29,24 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     latency); 0 leaves swapping priced by its bytes alone. ``kernel_block_tokens``: the block of
     vLLM v0's paged decode kernel (``SimConfig.kernel_block_tokens``; 0: none), whose work per
     block the roofline, calibrated and serving models add to their decode attention (the table
-    model's profile measured its own kernel and takes none)."""
+    model's profile measured its own kernel and takes none). ``expert_parallel``: the GPUs a
+    mixture of experts' routed experts are split among whole, and ``data_parallel`` the engine
+    ranks of that group (``SimConfig.expert_group``), which the roofline and serving models price
+    (``sim.core.cost.routed_expert_seconds``); the others refuse them."""
+    if expert_parallel > 1 and (profile or cost_model == "calibrated"):
+        raise ConfigError(f"--expert-parallel is priced by the roofline and serving cost models, not by "
+                          f"{'a --profile table' if profile else '--cost-model calibrated'}")
     if profile:
         cm = TableCostModel(profile, model, gpu, tensor_parallel, swap_block_tokens)
     elif cost_model == "calibrated":
         cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens)
     elif cost_model == "serving":
-        cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens)
+        cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens,
+                              expert_parallel, data_parallel)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens,
-                               kernel_block_tokens=kernel_block_tokens)
+                               kernel_block_tokens=kernel_block_tokens, expert_parallel=expert_parallel,
+                               data_parallel=data_parallel)
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
         cm.set_cpu_overhead(None if step_overhead_ms is None else step_overhead_ms * 1e-3,
                             None if per_seq_overhead_ms is None else per_seq_overhead_ms * 1e-3)

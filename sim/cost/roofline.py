@@ -56,7 +56,12 @@ shared experts, routers, LM head: ``ModelSpec.unrouted_weight_bytes``), ``W_expe
 routed expert's bytes summed over the MoE layers (``ModelSpec.routed_expert_weight_bytes``);
 each GPU holds 1/tp of every expert, as vLLM shards them under TP. Memory holds every expert
 (``ModelSpec.weight_bytes``, ``sim/specs/capacity.py``). The rule is stated in
-``sim/core/price/cost.py`` (``routed_expert_seconds``).
+``sim/core/price/cost.py`` (``routed_expert_seconds``). Under expert parallelism
+(``expert_parallel`` = G GPUs holding the experts whole, ``data_parallel`` = K engine ranks among
+them) each GPU reads whole experts, the step's tokens are K x T (every rank's, as many as this
+one's), ``D(T)`` becomes the busiest GPU's share of the visited experts
+(``busiest_group_experts``), and each MoE layer adds the ranks' all-gather and reduce-scatter
+(:func:`all_to_all_constants`).
 
 Where the constants come from: peak FLOP/s and HBM bandwidth are datasheet figures
 (``sim/specs/gpus.py``). Dense GEMMs on A100/H100 reach 60-75 % of peak and streaming kernels
@@ -149,6 +154,8 @@ class RooflineCostModel(CpuOverhead):
     swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
     kernel_block_tokens: int = 0  # the paged kernel's block (vLLM v0's; SimConfig.kernel_block_tokens), 0: none
     eff_moe: float = 1.0  # the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (eff_flops)
+    expert_parallel: int = 1  # GPUs the routed experts are split among whole (1: each expert TP-sharded)
+    data_parallel: int = 1  # engine ranks of that expert-parallel group (SimConfig.data_parallel)
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
@@ -156,12 +163,14 @@ class RooflineCostModel(CpuOverhead):
         # the dense GEMMs compute every weight but the routed experts, whose FLOPs the fused-MoE
         # kernel computes (sim.core.cost.routed_expert_seconds)
         self._lin_flops_per_token = 2.0 * m.unrouted_params / tp
-        self._expert_flops_per_row = 2.0 * m.routed_expert_params / tp
+        # expert parallel: each GPU holds whole experts (a read and a row of one whole expert)
+        shards = 1 if self.expert_parallel > 1 else tp
+        self._expert_flops_per_row = 2.0 * m.routed_expert_params / shards
         self._lin_weight_time = m.unrouted_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         # a mixture of experts' routed experts, read as the step's tokens visit them (sim.core.cost)
         self._routed_experts = float(m.moe.num_experts) if m.moe is not None else 0.0
         self._experts_per_token = float(m.moe.experts_per_token) if m.moe is not None else 0.0
-        self._expert_weight_time = m.routed_expert_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
+        self._expert_weight_time = m.routed_expert_weight_bytes / shards / (self.gpu.mem_bw * self.eff_bw)
         fp8 = m.quantization is not None and m.quantization.fp8_compute and self.gpu.peak_fp8_flops
         self._flops = (self.gpu.peak_fp8_flops if fp8 else self.gpu.peak_flops) * self.eff_flops
         self._expert_flops = self._flops * self.eff_moe
@@ -179,6 +188,8 @@ class RooflineCostModel(CpuOverhead):
         else:
             self._ar_time_per_token = 0.0
             self._ar_fixed = 0.0
+        self._a2a_fixed, self._a2a_time_per_token = all_to_all_constants(
+            m, self.data_parallel, self.gpu.interconnect_bw, self.allreduce_latency_s)
 
     def linear_time(self, num_tokens: int) -> float:
         """The step's GEMMs over ``num_tokens`` tokens (``sim.core.cost.linear_seconds``)."""
@@ -215,7 +226,25 @@ class RooflineCostModel(CpuOverhead):
                 self._lin_weight_time, self._ar_fixed, self._ar_time_per_token, self._kv_bytes_per_token,
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
-                self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops)
+                self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops, float(self.data_parallel),
+                float(self.expert_parallel), self._a2a_fixed, self._a2a_time_per_token)
+
+
+def all_to_all_constants(model: ModelSpec, data_parallel: int, link_bw: float, latency_s: float) -> tuple[float, float]:
+    """The dispatch and combine of ``data_parallel`` ranks of an expert-parallel group, per
+    iteration: (latency, seconds per token of this rank). vLLM's default all-to-all
+    (``all2all_backend = "allgather_reducescatter"``, vllm/config/parallel.py of 0.33.0 line 220)
+    all-gathers every rank's hidden states, top-k weights (fp32) and ids (int32) before each MoE
+    layer's experts and reduce-scatters their outputs after (``AgRsAll2AllManager``,
+    vllm/distributed/device_communicators/all2all.py): two collectives per MoE layer, each a
+    ``latency_s`` (the all-reduce's) and, ring-wise, the other ranks' bytes over the link, as
+    many tokens as this rank's each. (0, 0) for one rank."""
+    if data_parallel <= 1 or model.moe is None:
+        return 0.0, 0.0
+    dispatch = model.hidden_size * model.dtype_bytes + model.moe.experts_per_token * (4 + 4)
+    combine = model.hidden_size * model.dtype_bytes
+    per_token = model.num_moe_layers * (data_parallel - 1) * (dispatch + combine) / link_bw
+    return 2 * model.num_moe_layers * latency_s, per_token
 
 def _same_model(name: str, model: ModelSpec) -> bool:
     """Whether a profile's ``model`` column names ``model`` (by its preset's name or alias, else as written)."""

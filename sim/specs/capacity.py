@@ -60,13 +60,15 @@ def runnable_tensor_parallel(model: ModelSpec, at_least: int) -> int:
 def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float | None = None,
                 tensor_parallel: int = 1, gpu_memory_utilization: float = 0.9,
                 activation_reserve_bytes: float = 2 * GiB, max_num_seqs: int | None = None,
-                states_in_pool: bool = False) -> KVBudget:
+                states_in_pool: bool = False, expert_group: int = 1) -> KVBudget:
     """Token slots of the KV pool on one GPU of the TP group.
 
     Either ``kv_bytes`` is given, or it is derived from the GPU's memory as vLLM does
     (``max_num_seqs`` is needed then for models with a recurrent state, unless
     ``states_in_pool``: vLLM v1 keeps the states in the pool's blocks, ``sim/specs/kv_groups.py``).
-    Raises ConfigError when the weights do not fit or no slot is left.
+    ``expert_group``: the GPUs a mixture of experts' routed experts are split among whole
+    (``ModelSpec.weight_bytes_per_gpu``). Raises ConfigError when the weights do not fit or no
+    slot is left.
     """
     check_tensor_parallel(model, tensor_parallel)
     per_tok = model.kv_bytes_per_token(tensor_parallel)
@@ -76,10 +78,11 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
     if kv_bytes is not None:
         if kv_bytes <= 0:
             raise ConfigError(f"kv memory must be positive, got {kv_bytes} bytes")
-        if gpu is not None and kv_bytes + model.weight_bytes / tensor_parallel > gpu.mem_bytes:
-            room = (gpu.mem_bytes - model.weight_bytes / tensor_parallel) / GiB
+        weights = model.weight_bytes_per_gpu(tensor_parallel, expert_group)
+        if gpu is not None and kv_bytes + weights > gpu.mem_bytes:
+            room = (gpu.mem_bytes - weights) / GiB
             raise ConfigError(f"--kv-gib {kv_bytes / GiB:g} does not fit on {gpu.name}: its {gpu.mem_bytes / GiB:.1f} "
-                              f"GiB hold {model.name}'s weights ({model.weight_bytes / tensor_parallel / GiB:.1f} GiB "
+                              f"GiB hold {model.name}'s weights ({weights / GiB:.1f} GiB "
                               f"per GPU at TP={tensor_parallel}) and at most {max(room, 0):.1f} GiB of KV; give less, "
                               "a larger --gpu or a higher --tp")
         how = f"given: {kv_bytes / GiB:.2f} GiB of KV"
@@ -88,7 +91,7 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
             raise ConfigError("give either a GPU or the KV memory size (--kv-gib)")
         if not 0 < gpu_memory_utilization <= 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        weights = model.weight_bytes / tensor_parallel
+        weights = model.weight_bytes_per_gpu(tensor_parallel, expert_group)
         usable = gpu.mem_bytes * gpu_memory_utilization
         kv_bytes = usable - weights - activation_reserve_bytes
         how = (f"derived: {gpu.name} {gpu.mem_bytes / GiB:.1f} GiB x {gpu_memory_utilization:.2f} - weights "

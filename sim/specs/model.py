@@ -392,6 +392,19 @@ class ModelSpec:
         return (self._layer_weight_bytes(self._layer_params(active=False))
                 + (self._embedding_params + self.vision_params) * self.dtype_bytes)
 
+    def weight_bytes_per_gpu(self, tensor_parallel: int = 1, expert_group: int = 1) -> float:
+        """Bytes of weights on the fullest GPU: 1/TP of every weight, or, with the routed experts
+        split whole over ``expert_group`` GPUs (expert parallel), 1/TP of the rest and
+        ceil(E / expert_group) whole experts (vLLM gives each rank its experts whole and the
+        remainder's to the first ranks: ``determine_expert_map``, fused_moe/expert_map_manager.py of
+        vLLM 0.33.0, lines 66-69; each engine sizes its KV pool on its fullest GPU)."""
+        if expert_group <= 1 or self.moe is None:
+            return self.weight_bytes / tensor_parallel
+        experts = self.moe.num_experts
+        routed = experts * self.routed_expert_weight_bytes
+        return ((self.weight_bytes - routed) / tensor_parallel
+                + -(-experts // expert_group) * self.routed_expert_weight_bytes)
+
     @property
     def active_weight_bytes(self) -> int:
         """Bytes of weights one token's forward pass reads (the whole TP group)."""

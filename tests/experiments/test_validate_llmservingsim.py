@@ -45,8 +45,6 @@ def test_pool_per_gpu_of_a_tp_group_and_fp8():
 
 
 @pytest.mark.parametrize("key,value,fragment", [
-    ("enable_expert_parallel", True, "expert parallel is not modelled yet (issue 82 item 1)"),
-    ("data_parallel_size", 2, "data-parallel engine ranks are not replayed here"),
     ("dtype", "float32", "32-bit weights"),
 ])
 def test_unmodelled_engine_setting_refused(tmp_path, capsys, key, value, fragment):
@@ -166,13 +164,36 @@ def test_qwen3_30b_a3b_base_context():
     assert get_model("qwen3-32b").weight_bytes / 2 == pytest.approx(32.8e9, rel=0.01)
 
 
-def test_the_shipped_tables_replay_and_a_refused_run_is_left_out(capsys):
-    """``--against llmservingsim_runs``: the runs replay from the shipped fact and per-request
-    tables; the expert-parallel run is left out in one line, and alone it is the error."""
+def test_the_shipped_tables_replay_every_run(capsys):
+    """``--against llmservingsim_runs``: the four runs replay from the shipped fact and per-request
+    tables, Qwen3-30B-A3B's data-parallel ranks with expert parallel among them."""
     assert main(["validate", "--against", "llmservingsim_runs", "--no-progress"]) == 0
     out, err = capsys.readouterr()
-    assert "pagesim validate: left out: RTXPRO6000-Qwen3-30B-A3B-Instruct-2507:" in " ".join(err.split())
-    assert "expert parallel is not modelled" in " ".join(err.split())
-    assert "3 real runs of llmservingsim_runs" in out and "RTX4090-Llama-3.1-8B" in out
-    assert main(["validate", "--against", "llmservingsim_runs", "--run", "Qwen3-30B", "--no-progress"]) == 2
-    assert "expert parallel is not modelled" in capsys.readouterr().err
+    assert "left out" not in err
+    assert "4 real runs of llmservingsim_runs" in out and "RTXPRO6000-Qwen3-30B-A3B-Instruct-2507" in out
+
+
+def test_data_parallel_ranks_replay_as_one_expert_parallel_group(tmp_path):
+    """A run of 2 data-parallel ranks with expert parallel (vLLM's --data-parallel-size 2
+    --enable-expert-parallel) replays as 2 replicas, each one rank of the group, priced for 2
+    ranks whose experts are split over the 2 GPUs (its 3 requests, each done before the next
+    arrives, all go to rank 0 here, the lowest of the tied; vLLM would send the second to rank 1).
+    The same mixture of experts without expert parallel is refused (vLLM shards each expert over
+    both ranks' GPUs); a dense model's ranks replay as 2 replicas of their own."""
+    meta = json.loads(json.dumps(META))
+    meta["model"] = "Qwen/Qwen3-30B-A3B"
+    meta["engine_kwargs"].update(model="Qwen/Qwen3-30B-A3B", data_parallel_size=2, enable_expert_parallel=True,
+                                 max_model_len=4096)
+    run = read_real_run(write_run(tmp_path / "ep", meta=meta))
+    cfg = replay_config(run, "rtx-pro-6000", {"kv_gib": 4.0})
+    assert cfg.expert_parallel and cfg.data_parallel == 1  # the replicas are the ranks: the cluster sets 2
+    v = validate_run(run, cfg)
+    assert len(v.result.replica_summaries) == 2 and set(v.result.requests["replica"]) == {0}
+    meta["engine_kwargs"]["enable_expert_parallel"] = False
+    with pytest.raises(ConfigError, match="without expert parallel"):
+        replay_config(read_real_run(write_run(tmp_path / "moe-dp", meta=meta)), "rtx-pro-6000")
+    dense = json.loads(json.dumps(META))
+    dense["engine_kwargs"]["data_parallel_size"] = 2
+    plain = read_real_run(write_run(tmp_path / "dp", meta=dense))
+    w = validate_run(plain, replay_config(plain, None))
+    assert len(w.result.replica_summaries) == 2

@@ -55,8 +55,8 @@ def rand_trace(seed: int, n: int = 160, rate: float = 40.0, max_len: int = 256, 
 
 def cfg_for(system="vllm", slots=3000, **kw):
     kw.setdefault("max_seq_len", 256)
-    return SimConfig.for_system(system, model="opt-13b", gpu="a100-80gb", kv_gib=slots * OPT13B_SLOT / 2**30,
-                                **kw)
+    kw.setdefault("model", "opt-13b")
+    return SimConfig.for_system(system, gpu="a100-80gb", kv_gib=slots * OPT13B_SLOT / 2**30, **kw)
 
 
 #: a one-layer Llama with one 64-wide KV head: 256 B of KV per token, so a pool of 3 x 2**26

@@ -29,7 +29,7 @@ import pytest
 from pagesim.sim.batch import StepBatch
 from pagesim.sim.core.price import cost as C
 from pagesim.sim.core.price.cost import roofline_step_time
-from pagesim.sim.cost.roofline import RooflineCostModel
+from pagesim.sim.cost.roofline import RooflineCostModel, all_to_all_constants
 from pagesim.sim.specs import get_gpu, kv_capacity
 from pagesim.sim.specs.model import MixtureOfExperts, ModelSpec
 from tests.sim.helpers import QWEN1_5_MOE
@@ -163,3 +163,87 @@ def test_router_and_shared_expert_are_dense_gemms_read_from_the_hf_config(tmp_pa
     assert c[C.LINEAR_FLOPS_PER_TOKEN] == 2 * 1_547_239_424
     assert c[C.LINEAR_WEIGHT_TIME_S] == 2 * 1_547_239_424 / (3350e9 * 0.8)
     assert c[C.EXPERT_FLOPS_PER_ROW] == 415_236_096
+
+
+# Expert parallel (vLLM's --enable-expert-parallel): the routed experts split whole over the GPUs,
+# and with data-parallel ranks each rank's tokens meet the others' at every MoE layer
+# (sim.core.cost.routed_expert_seconds, busiest_group_experts; sim.cost.roofline.all_to_all_constants).
+# One token visits an expert with probability p = 1 - (3/4)^T here. Over 2 GPUs each holds 4 of the
+# 8 experts; the step waits for the busier: E[max of 2 draws of Binomial(4, p)] = sum over x < 4 of
+# 1 - F(x)^2. At T = 1 (p = 1/4): F = 0.31640625, 0.73828125, 0.94921875, 0.99609375, so
+# 0.8998871 + 0.4549408 + 0.0989838 + 0.0077972 = 1.4616089 experts, against the 2 x 1/2 = 1
+# expert's bytes a TP-sharded GPU reads.
+BUSIEST_AT_ONE_TOKEN = 1.4616089
+
+
+def test_busiest_gpu_of_an_expert_parallel_group_by_hand():
+    assert C.busiest_group_experts(8.0, 2.0, 0.25) == pytest.approx(BUSIEST_AT_ONE_TOKEN, abs=1e-7)
+    # 512 experts over 2 GPUs, each visited with p = 0.95: 245.158, as scipy.stats.binom's cdf
+    # gives it (a product of the binomial's terms underflows to 0 and gives all 256); the mean of
+    # Binomial(256, 0.95) is 243.2
+    assert C.busiest_group_experts(512.0, 2.0, 0.95) == pytest.approx(245.15818, abs=1e-5)
+    # one group: the mean, E x p (every expert on the one GPU)
+    assert C.busiest_group_experts(8.0, 1.0, 0.25) == pytest.approx(2.0, rel=1e-12)
+    # every expert visited: the busiest holds ceil(E / G); none visited: none
+    assert C.busiest_group_experts(8.0, 2.0, 1.0) == 4.0 and C.busiest_group_experts(7.0, 2.0, 1.0) == 4.0
+    assert C.busiest_group_experts(8.0, 2.0, 0.0) == 0.0
+
+
+def test_expert_parallel_waits_for_its_busiest_gpu():
+    """TP 2 with the experts split whole over the 2 GPUs: a GPU reads whole experts; at one token
+    the busier GPU reads 1.4616 of them (above) where a TP-sharded GPU reads half of each of the
+    token's 2; once every expert is visited (T = 64) both read 4 experts' worth."""
+    gpu = get_gpu("a100-40gb")
+    sharded, split = (RooflineCostModel(TINY_MOE, gpu, 2, expert_parallel=ep) for ep in (1, 2))
+    unrouted = 80_384 / 2
+    assert sharded.linear_time(1) == pytest.approx((unrouted + 2 * 24_576 / 2) / BW, rel=1e-7)
+    assert split.linear_time(1) == pytest.approx((unrouted + BUSIEST_AT_ONE_TOKEN * 24_576) / BW, rel=1e-7)
+    assert split.linear_time(64) == pytest.approx(sharded.linear_time(64), rel=1e-6)
+
+
+def test_data_parallel_ranks_meet_at_every_moe_layer():
+    """Two ranks at TP 1, the experts split over their 2 GPUs: each rank's experts run over both
+    ranks' tokens (as many as its own: 2 at one token each, p = 1 - (3/4)^2 = 7/16), and each MoE
+    layer dispatches and combines: per token of this rank, 2 layers x 1 other rank x (hidden 64 x
+    2 B + top-2 weights and ids 2 x 8 B, then 64 x 2 B back) = 544 B over the link, and 2
+    collectives x 2 layers of latency. The busier GPU's experts at p = 7/16: Binomial(4, 7/16)
+    has F = 0.1001129, 0.4115753, 0.7749481, 0.9633331, so 0.9899774 + 0.8306058 + 0.3994554 +
+    0.0719930 = 2.2919691 (2.2919690562 in fractions)."""
+    gpu = get_gpu("a100-40gb")
+    cm = RooflineCostModel(TINY_MOE, gpu, 1, expert_parallel=2, data_parallel=2, allreduce_latency_s=10e-6)
+    assert C.busiest_group_experts(8.0, 2.0, 7 / 16) == pytest.approx(2.2919690562, abs=1e-10)
+    assert cm.linear_time(1) == pytest.approx((80_384 + 2.2919690562 * 24_576) / BW, rel=1e-9)
+    fixed, per_token = all_to_all_constants(TINY_MOE, 2, gpu.interconnect_bw, 10e-6)
+    assert (fixed, per_token) == (pytest.approx(4 * 10e-6), pytest.approx(544 / gpu.interconnect_bw))
+    c = np.asarray(cm.constants())
+    step = roofline_step_time(c, 1, 1, 0, 0, 0.0, 0, 0, 0)
+    assert step == pytest.approx(cm.overhead_s + cm.per_seq_overhead_s + cm.linear_time(1) + fixed + per_token,
+                                 rel=1e-9)
+    assert all_to_all_constants(TINY_MOE, 1, gpu.interconnect_bw, 10e-6) == (0.0, 0.0)
+    # a link without latency still carries the bytes
+    free = RooflineCostModel(TINY_MOE, gpu, 1, expert_parallel=2, data_parallel=2, allreduce_latency_s=0.0)
+    assert roofline_step_time(np.asarray(free.constants()), 1, 1, 0, 0, 0.0, 0, 0, 0) == pytest.approx(
+        free.overhead_s + free.per_seq_overhead_s + free.linear_time(1) + per_token, rel=1e-9)
+
+
+def test_expert_parallel_memory_holds_a_share_of_the_experts():
+    """Each of 2 GPUs holds the 80,384 B of unrouted weights and embedding (TP 1) and 4 of the 8
+    experts whole (4 x 24,576 = 98,304 B); over 3 GPUs the fullest holds 3 (8 = 3 + 3 + 2)."""
+    assert TINY_MOE.weight_bytes_per_gpu(1, 2) == 80_384 + 98_304
+    assert TINY_MOE.weight_bytes_per_gpu(1, 3) == 80_384 + 3 * 24_576
+    assert TINY_MOE.weight_bytes_per_gpu(2, 1) == 276_992 / 2
+    assert TINY_MOE.weight_bytes_per_gpu(2, 4) == 80_384 / 2 + 196_608 / 4
+
+
+def test_the_compiled_price_of_an_expert_parallel_group_is_the_interpreted_one():
+    """The core's loop (compiled) and the engine's cost model (interpreted) give the same float for
+    a group's step, as for every other: Qwen3-30B-A3B's 128 experts over 2 ranks of 1 GPU, and
+    512 experts over 8 (the busiest GPU's sum in logarithms and float powers in both)."""
+    from pagesim.sim.specs import get_model
+
+    for model, ranks in (("Qwen/Qwen3-30B-A3B", 2), ("qwen3-next-80b-a3b", 8)):
+        cm = RooflineCostModel(get_model(model), get_gpu("h100-80gb"), 1, expert_parallel=ranks, data_parallel=ranks)
+        c = np.array(cm.constants(), dtype=np.float64)
+        for tokens in (1, 2, 3, 17, 64, 150, 1000, 8192):
+            assert roofline_step_time(c, tokens, tokens, 0, 0, 0.0, 0, 0, 0) == \
+                cm.step_time(StepBatch(decode_seq_ids=np.arange(tokens), decode_context=np.zeros(tokens, np.int64)))

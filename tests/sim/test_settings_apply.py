@@ -48,7 +48,8 @@ def trace():
 #: a scheduler's exclusive settings, each with a value another scheduler refuses
 EXCLUSIVE = [("async_scheduling", "vllm", True), ("client_timeout_s", "sglang", 5.0),
              ("scheduling_policy", "orca-max", "priority"), ("num_speculative_tokens", "vllm", 3),
-             ("kv_offload_gib", "vllm", 8.0)]  # (vllm-v1's and sglang's host tiers)
+             ("kv_offload_gib", "vllm", 8.0),  # (vllm-v1's and sglang's host tiers)
+             ("expert_parallel", "sglang", True)]
 
 
 #: settings whose value where they do nothing cannot even be given: refused by the configuration

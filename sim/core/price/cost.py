@@ -32,7 +32,11 @@ PAGED_KERNEL_OVERHEAD = 16  # a paged kernel's work per block, as a fraction of 
 STATE_BYTES_PER_SEQ = 17  # a sequence's recurrent state (Mamba, linear attention) on one GPU (0: none)
 EXPERT_FLOPS_PER_ROW = 18  # one token's row through one routed expert of every MoE layer: 2 * 3*h*i / TP
 EXPERT_FLOPS = 19  # achieved FLOP/s of the fused-MoE grouped GEMM
-NUM_CONSTANTS = 20
+DATA_PARALLEL = 20  # engine ranks whose tokens meet at each MoE layer (1: one engine)
+EXPERT_GROUPS = 21  # GPUs the routed experts are split among, whole (expert parallel; 1: each expert TP-sharded)
+ALL_TO_ALL_FIXED_S = 22  # the ranks' dispatch and combine latency per iteration (0: one rank)
+ALL_TO_ALL_S_PER_TOKEN = 23  # their bytes per token of this rank
+NUM_CONSTANTS = 24
 
 # Swapping copies one KV block per cudaMemcpyAsync: vLLM's swap_blocks (csrc/cache_kernels.cu,
 # "NOTE(woosuk): This can be slow if the number of blocks is large") loops over the block
@@ -68,6 +72,8 @@ def roofline_step_time(c, num_seqs, num_tokens, decode_context_sum, num_prefill_
     if num_tokens:
         t += linear_seconds(c, num_tokens)
         t += c[ALLREDUCE_FIXED_S] + c[ALLREDUCE_S_PER_TOKEN] * num_tokens
+        if c[DATA_PARALLEL] > 1.0:  # data-parallel ranks of an expert-parallel group: dispatch and combine
+            t += c[ALL_TO_ALL_FIXED_S] + c[ALL_TO_ALL_S_PER_TOKEN] * num_tokens
     if decode_context_sum:  # decode attention reads every cached K and V once
         t += paged_kernel_seconds(decode_context_sum * c[KV_BYTES_PER_TOKEN] / c[MEMORY_BANDWIDTH],
                                   c[PAGED_KERNEL_OVERHEAD])
@@ -149,6 +155,33 @@ def fused_moe_block_m(num_tokens):
 
 
 @njit(inline=True)
+def busiest_group_experts(experts, groups, visited):
+    """The distinct routed experts on the busiest of ``groups`` GPUs that split ``experts`` routed
+    experts whole (expert parallel), each expert visited with probability ``visited``: the
+    expected maximum over the groups of Binomial(n, visited) with n = ceil(experts / groups)
+    (vLLM gives the remainder's experts to the first ranks: ``determine_expert_map``,
+    fused_moe/expert_map_manager.py of vLLM 0.33.0, lines 66-69; the busiest rank holds n).
+    The step waits for it: every rank meets the others at each MoE layer's combine. E[max] =
+    sum over x < n of 1 - F(x)^groups, F the binomial's distribution function, its terms in
+    logarithms (a term of a 512-expert model underflows as a product) and every power of a float
+    exponent (numba's and CPython's give the same floats so)."""
+    n = int(math.ceil(experts / groups - 1e-9))
+    if visited >= 1.0:
+        return float(n)
+    if visited <= 0.0:
+        return 0.0
+    log_odds = math.log(visited) - math.log1p(-visited)
+    log_pmf = float(n) * math.log1p(-visited)
+    cdf = 0.0
+    expected = 0.0
+    for x in range(n):
+        cdf += math.exp(log_pmf)
+        expected += 1.0 - min(cdf, 1.0) ** float(groups)
+        log_pmf += math.log((n - x) / (x + 1.0)) + log_odds
+    return expected
+
+
+@njit(inline=True)
 def routed_expert_seconds(c, num_tokens):
     """A mixture of experts' routed experts over a step of ``num_tokens`` tokens, every MoE layer:
     the larger of their weight reads and their FLOPs as the fused-MoE kernel runs them.
@@ -168,10 +201,24 @@ def routed_expert_seconds(c, num_tokens):
     loads, not the ``tl.dot``). With the T * k pairs spread evenly over the distinct experts,
     each gets T * k / distinct tokens, computed as ceil(that / BLOCK_SIZE_M) blocks of
     ``BLOCK_SIZE_M`` rows; a row costs ``EXPERT_FLOPS_PER_ROW`` at the kernel's own achieved
-    FLOP/s (``EXPERT_FLOPS``)."""
-    distinct = distinct_experts(c, num_tokens)
-    block = fused_moe_block_m(num_tokens)
-    rows = distinct * block * math.ceil(num_tokens * c[EXPERTS_PER_TOKEN] / distinct / block)
+    FLOP/s (``EXPERT_FLOPS``).
+
+    Expert parallel (``EXPERT_GROUPS`` > 1): each GPU holds its share of the experts whole (the
+    constants carry one whole expert's read and row) and runs them over the tokens of every
+    data-parallel rank (``DATA_PARALLEL``: vLLM's all-gather dispatch, ``AgRsAll2AllManager`` in
+    vllm/distributed/device_communicators/all2all.py, gathers each rank's tokens before the
+    experts run), taken as as many as this rank's each. The step is the busiest GPU's
+    (:func:`busiest_group_experts`), its experts' tokens as many as any visited expert's."""
+    experts = c[ROUTED_EXPERTS]
+    tokens = num_tokens * c[DATA_PARALLEL]
+    distinct = distinct_experts(c, tokens)
+    block = fused_moe_block_m(tokens)
+    pairs = tokens * c[EXPERTS_PER_TOKEN]
+    if c[EXPERT_GROUPS] > 1.0:
+        busiest = busiest_group_experts(experts, c[EXPERT_GROUPS], distinct / experts)
+        rows = busiest * block * math.ceil(pairs / distinct / block)
+        return max(busiest * c[EXPERT_WEIGHT_TIME_S], rows * c[EXPERT_FLOPS_PER_ROW] / c[EXPERT_FLOPS])
+    rows = distinct * block * math.ceil(pairs / distinct / block)
     return max(distinct * c[EXPERT_WEIGHT_TIME_S], rows * c[EXPERT_FLOPS_PER_ROW] / c[EXPERT_FLOPS])
 
 

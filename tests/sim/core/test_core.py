@@ -407,6 +407,8 @@ r.steps.to_pickle(sys.argv[2] + "/steps.pkl")
          chunk_budget=32, swap_gib=2000 * OPT13B_SLOT / 2**30),
     dict(system="static", slots=1200),
     dict(system="static", slots=1200, profile=True, cost_scale=1.37),  # padded prefill by the table
+    # one rank of an expert-parallel group of 2 (the busiest GPU's experts, the ranks' all-gather)
+    dict(system="vllm-v1", model="qwen3-30b-a3b", slots=1200, expert_parallel=True, data_parallel=2),
 ])
 def test_interpreted_core_equals_compiled(kw, tmp_path):
     """The same functions run by CPython (PAGESIM_JIT=0, the readable specification) and

@@ -1,0 +1,84 @@
+"""Expert parallel as a setting (``SimConfig.expert_parallel``, ``--expert-parallel``): the
+replicas of a cluster become one group's data-parallel ranks, and what it cannot be is refused in
+one line. Its price is worked by hand in tests/sim/test_cost_moe.py."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pagesim.sim.cli import main
+from pagesim.sim.cluster import replica_groups
+from pagesim.sim.core.price import cost as C
+from pagesim.sim.config import SimConfig
+from pagesim.sim.cost.models import make_cost_model
+from pagesim.sim.errors import ConfigError
+from pagesim.sim.run import prepare
+from pagesim.sim.specs import get_gpu, get_model
+
+def test_replicas_become_the_ranks_of_one_group():
+    cfg = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu="h100-80gb", tensor_parallel=2,
+                               expert_parallel=True)
+    [(rank, count)] = replica_groups(cfg, 4)
+    assert count == 4 and rank.data_parallel == 4 and rank.expert_group == 8  # TP 2 x 4 ranks
+    assert cfg.expert_group == 2  # one engine: its TP group
+    plain = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu="h100-80gb", tensor_parallel=2)
+    assert replica_groups(plain, 4)[0][0].data_parallel == 1 and plain.expert_group == 1
+
+
+def test_data_parallel_is_an_expert_parallel_groups():
+    with pytest.raises(ConfigError, match="give --expert-parallel with --replicas K"):
+        SimConfig.for_system("vllm-v1", model="mixtral-8x7b", data_parallel=2)
+
+
+def test_cost_models_that_do_not_price_it_refuse_it():
+    with pytest.raises(ConfigError, match="not by --cost-model calibrated"):
+        make_cost_model(get_model("mixtral-8x7b"), get_gpu("h100-80gb"), 2, cost_model="calibrated",
+                        expert_parallel=2)
+    with pytest.raises(ConfigError, match="not by a --profile table"):
+        make_cost_model(get_model("mixtral-8x7b"), get_gpu("h100-80gb"), 2, profile="any.csv", expert_parallel=2)
+
+
+def test_each_rank_is_priced_for_the_group():
+    """The replicas' cost models carry the group: 2 ranks of TP 2, the experts over 4 GPUs."""
+    cfg = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu="h100-80gb", tensor_parallel=2,
+                               expert_parallel=True)
+    [(rank, _)] = replica_groups(cfg, 2)
+    c = prepare(rank, pd.DataFrame({"request_id": ["r0"], "arrival_s": [0.0], "prompt_tokens": [8],
+                                             "output_tokens": [2]})).cost_model.constants()
+    assert (c[C.DATA_PARALLEL], c[C.EXPERT_GROUPS]) == (2.0, 4.0) and c[C.ALL_TO_ALL_FIXED_S] > 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--model", "llama-3.1-8b"], "llama-3.1-8b has none"),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--replica-gpus", "h100-80gb:2"], "not --replica-gpus"),
+    (["--model", "mixtral-8x7b", "--tp", "4", "--replicas", "4"], "would leave GPUs without an expert"),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--system", "vllm"], "expert_parallel=True applies to"),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--prefill-replicas", "1", "--decode-replicas", "1"],
+     "not modelled with --prefill-replicas"),
+])
+def test_refused_in_one_line(capsys, argv, fragment):
+    system = [] if "--system" in argv else ["--system", "vllm-v1"]
+    gpu = [] if "--replica-gpus" in argv else ["--gpu", "h100-80gb"]
+    rc = main(["simulate", "--workload", "sharegpt", "--rate", "1", "--num-requests", "5", *gpu,
+               "--expert-parallel", *system, *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and fragment in err[0]
+
+
+def test_plan_refuses_it(capsys):
+    rc = main(["plan", "max-rate", "--systems", "vllm-v1", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2", "--expert-parallel",
+               "--workload", "sharegpt", "--num-requests", "20", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "not searched by plan" in err[0]
+
+
+def test_a_group_of_two_ranks_runs(capsys):
+    """Mixtral at TP 2 over 2 ranks (4 GPUs): both ranks serve, the summary names 2 replicas."""
+    rc = main(["simulate", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2", "--system", "vllm-v1",
+               "--expert-parallel", "--replicas", "2", "--router", "least-outstanding-requests",
+               "--workload", "sharegpt", "--rate", "4", "--num-requests", "40", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["completed"] == 40 and len(summary["gpu_per_replica"]) == 2
