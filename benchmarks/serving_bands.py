@@ -66,13 +66,14 @@ def fitted_regimes(facts: Path, gpu: str) -> tuple[dict, int, set]:
         errors = [err.get(f"{run.name}.{m}_mean") for m in METRICS]
         if any(e is None for e in errors):
             raise SystemExit(f"{serving_path(gpu)} has no held-out error of {run.name}: refit first")
-        regimes["moe" if is_moe(run, gpu) else "dense"][run.name] = (errors, gpu, get_model(cfg.model).name)
+        regimes["moe" if is_moe(run, gpu) else "dense"][run.name] = (errors, gpu, get_model(cfg.model).name,
+                                                                    cfg.expert_parallel)
     return regimes, largest, schedulers
 
 
 def held_out_gpu_runs(paths: list[Path]) -> tuple[dict, list[str]]:
     """Each run of ``paths`` (fact tables, run folders) replayed with the shipped constants:
-    run -> (errors, GPU, model), and the GPUs they ran on."""
+    run -> (errors, GPU, model, expert parallel), and the GPUs they ran on."""
     out, gpus = {}, set()
     for path in paths:
         for run in read_real_runs(path):
@@ -84,21 +85,23 @@ def held_out_gpu_runs(paths: list[Path]) -> tuple[dict, list[str]]:
                 continue
             overall = overall[overall["scope"] == "overall"].set_index("metric")["error"]
             errors = [float(overall[f"{m}_mean"]) for m in METRICS]
-            out[f"{run.name} ({cfg.gpu}, {parallel_layout(run, cfg)})"] = (errors, cfg.gpu, get_model(cfg.model).name)
+            out[f"{run.name} ({cfg.gpu}, {parallel_layout(run, cfg)})"] = (errors, cfg.gpu, get_model(cfg.model).name,
+                                                                           cfg.expert_parallel)
             gpus.add(cfg.gpu)
     return out, sorted(gpus)
 
 
 def toml_table(name: str, runs: dict, **fields) -> list[str]:
-    """One regime: its fields, then per run (run -> (errors, GPU, model)) its name, GPU, model and
-    errors, a list each."""
+    """One regime: its fields, then per run (run -> (errors, GPU, model, expert parallel)) its name,
+    GPU, model, whether it ran expert parallel, and errors, a list each."""
     lines = ["", f"[regimes.{name}]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"'
                                          for k, v in fields.items()]
     for key, column in (("runs", list(runs)), ("gpus", [v[1] for v in runs.values()]),
                         ("models", [v[2] for v in runs.values()])):
         lines.append(f"{key} = [" + ", ".join(f'"{x}"' for x in column) + "]")
+    lines.append("expert_parallel = [" + ", ".join("true" if v[3] else "false" for v in runs.values()) + "]")
     for i, m in enumerate(METRICS):
-        lines.append(f"{m} = [" + ", ".join(f"{e[i]:.6g}" for e, _, _ in runs.values()) + "]")
+        lines.append(f"{m} = [" + ", ".join(f"{v[0][i]:.6g}" for v in runs.values()) + "]")
     return lines
 
 
@@ -130,7 +133,7 @@ def main(argv=None) -> int:
     args.out.write_text("\n".join(lines) + "\n")
     for name, runs in (*regimes.items(), ("held_out_gpu", held)):
         print(f"{name}: {len(runs)} runs")
-        for run, (e, _, _) in runs.items():
+        for run, (e, *_) in runs.items():
             print(f"  {run:<62} " + "  ".join(f"{m} {100 * v:+6.1f} %" for m, v in zip(METRICS, e)))
     print(f"wrote {args.out}")
     return 0

@@ -267,21 +267,22 @@ def measured_error(source: str) -> dict:
 
 
 def error_band(cost_model: str, gpu: str, profile: str | None = None, *, moe: bool | None = None,
-               scheduler: str | None = None, max_num_seqs: int | None = None, engine: str | None = None) -> dict:
+               scheduler: str | None = None, max_num_seqs: int | None = None, engine: str | None = None,
+               expert_parallel: bool = False) -> dict:
     """Which cost model ran and its measured error on ``gpu``, as ``summary.json`` and ``plan``
     report it: ``{"cost_model": ..., "cost_error": {"median", "p90", "max", "cells", "method",
     "source", "measured_on"}}``, or ``"cost_error": "uncalibrated: ..."`` where neither ``gpu``
     nor its :data:`SAME_CHIP` sibling has measurements. ``measured_on`` names the sibling when
     ``gpu`` borrows its constants: the band was measured there, not on ``gpu``. The serving
     model's band is its regime's (``sim.cost.regime``: ``moe``, ``scheduler`` and the ``engine``
-    it follows, ``max_num_seqs``; :func:`run_error_band` passes a run's)."""
+    it follows, ``max_num_seqs``, ``expert_parallel``; :func:`run_error_band` passes a run's)."""
     if profile:
         return {"cost_model": "table", "cost_error": f"not scored: a measured profile ({profile})"}
     if cost_model == "serving":
         from pagesim.sim.cost.serving import FITTED_ON, serving_band  # its own file, its own runs
 
         band = serving_band(gpu, moe, scheduler, max_num_seqs, same_chip=SAME_CHIP.get(gpu) == FITTED_ON,
-                            engine=engine)
+                            engine=engine, expert_parallel=expert_parallel)
         if isinstance(band, dict):  # borrowed from the same chip, or from another GPU altogether
             band["same_chip"] = SAME_CHIP.get(gpu) == band["measured_on"]
         return {"cost_model": cost_model, "cost_error": band}
@@ -308,7 +309,8 @@ def run_error_band(cfg, gpu: str | None = None) -> dict:
 
     gpu = gpu or get_gpu(cfg.gpu).name
     band = error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
-                      scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs, engine=cfg.capabilities.follows)
+                      scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs, engine=cfg.capabilities.follows,
+                      expert_parallel=cfg.expert_parallel)
     err = band["cost_error"]
     if isinstance(err, dict) and "regime" not in err:
         err["regime"] = [f"no real serving run of {cfg.capabilities.follows} measured it end to end"]

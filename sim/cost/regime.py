@@ -15,6 +15,8 @@ An answer's regime picks its sets: ``moe`` for a mixture of experts, else ``dens
 band is the widest of its sets, statistic by statistic (the larger median and p90 of |error|,
 the lower 10th and the higher 90th percentile of the signed error). What has no run behind it
 says so in one line each: a batch limit above the fitted runs', an engine other than vLLM v1's.
+An expert-parallel answer adds the runs that ran expert parallel, wherever they are (each run's
+``expert_parallel`` flag), or says that none did.
 """
 
 from __future__ import annotations
@@ -94,11 +96,27 @@ def widest(bands: list[dict]) -> dict:
     return out
 
 
+def expert_parallel_runs(regimes: dict) -> dict:
+    """The runs of every regime that ran expert parallel (a regime's ``expert_parallel`` flags),
+    as a regime of their own: ``runs``, ``gpus`` and one list of errors per metric."""
+    out: dict = {"runs": [], "gpus": [], **{m: [] for m in METRICS}}
+    for r in regimes.values():
+        for i, flag in enumerate(r.get("expert_parallel", [])):
+            if flag:
+                out["runs"].append(r["runs"][i])
+                out["gpus"].append(r["gpus"][i] if "gpus" in r else r["gpu"])
+                for m in METRICS:
+                    out[m].append(r[m][i])
+    return out
+
+
 def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = None, scheduler: str | None = None,
-                max_num_seqs: int | None = None, engine: str | None = None, path: Path = REGIMES_PATH) -> dict | None:
+                max_num_seqs: int | None = None, engine: str | None = None, path: Path = REGIMES_PATH,
+                expert_parallel: bool = False) -> dict | None:
     """The band of an answer on ``gpu`` (priced by ``fitted_on``'s constants; ``same_chip``: its
     chip's sibling), for a mixture of experts (``moe``; None: either), run by ``scheduler``
-    (``engine``: the engine it follows, in words) at batches up to ``max_num_seqs``: :func:`statistics` of its regime's sets (:func:`widest`),
+    (``engine``: the engine it follows, in words) at batches up to ``max_num_seqs``, its experts
+    split over the GPUs or not (``expert_parallel``): :func:`statistics` of its regime's sets (:func:`widest`),
     ``runs``, ``what`` and ``regime`` (one line per way the answer is in or beyond the runs).
     None where ``path`` holds no regimes."""
     data = load_regimes(path)
@@ -119,6 +137,15 @@ def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = No
                          f"too ({held['gpu']}; {held['method']})")
         else:
             lines.append(f"{gpu}: no fitted run, and no run on a GPU held out of the fit: the band is {fitted_on}'s")
+    if expert_parallel:
+        split = expert_parallel_runs(regimes)
+        if split["runs"]:
+            sets.append(("expert_parallel", split))
+            n = len(split["runs"])
+            lines.append(f"expert parallel: {n} real run{'s' if n > 1 else ''} ({', '.join(sorted(set(split['gpus'])))}); "
+                         "the band takes it")
+        else:
+            lines.append("expert parallel: no real run; the band is the mixture of experts' without it")
     fitted = data.get("fitted", {})
     fitted_batch = int(fitted.get("max_num_seqs", 0))
     if max_num_seqs is not None and fitted_batch and max_num_seqs > fitted_batch:

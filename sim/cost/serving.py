@@ -130,18 +130,20 @@ def measured_note(gpu: str, fitted_on: str) -> str:
 
 
 def serving_band(gpu: str, moe: bool | None = None, scheduler: str | None = None,
-                 max_num_seqs: int | None = None, same_chip: bool = False, engine: str | None = None) -> dict | str:
+                 max_num_seqs: int | None = None, same_chip: bool = False, engine: str | None = None,
+                 expert_parallel: bool = False) -> dict | str:
     """The serving model's error against real runs, as ``sim.cost.calibration.error_band`` hands it
     on: the mean E2E's median and p90 of |sim / real - 1| and its signed 10th and 90th percentiles
     (``low``, ``high``), with TTFT's and TPOT's beside them, over the real runs of the answer's
     regime (``sim.cost.regime.regime_band``: a mixture of experts or not (``moe``), ``gpu``
-    fitted or not, ``scheduler`` (following ``engine``), batches up to ``max_num_seqs``); where it
-    was measured."""
+    fitted or not, ``scheduler`` (following ``engine``), batches up to ``max_num_seqs``, expert
+    parallel or not); where it was measured."""
     try:
         _, fitted_on, err = load_serving(gpu)
     except ConfigError as e:
         return f"unfitted: {e}"
-    band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs, engine)
+    band = regime_band(gpu, fitted_on, same_chip, moe, scheduler, max_num_seqs, engine,
+                       expert_parallel=expert_parallel)
     note = "" if same_chip else measured_note(gpu, fitted_on)
     if band is not None and note:
         band["regime"] = [*band["regime"], note]

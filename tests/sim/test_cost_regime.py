@@ -147,6 +147,22 @@ def test_what_has_no_run_says_so(hand, tmp_path):
     assert regime_band("h100-80gb", "h100-80gb", False, path=tmp_path / "absent.toml") is None
 
 
+def test_an_expert_parallel_answer_takes_the_runs_that_split_their_experts(hand, tmp_path):
+    """The runs flagged expert_parallel, wherever their regime, join the answer's sets; none: said."""
+    split = tmp_path / "split.toml"
+    split.write_text(HAND.replace('runs = ["g1", "g2"]', 'runs = ["g1", "g2"]\ngpus = ["rtx-4090", "l40s"]\n'
+                                  'expert_parallel = [false, true]'))
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=True, path=split, expert_parallel=True)
+    # the moe runs (e2e -.5, -.1) and g2 (e2e .4): the widest of each side
+    assert band["regime_sets"] == ["moe", "expert_parallel"] and band["runs"] == 3
+    assert band["median"] == pytest.approx(0.4) and band["high"] == pytest.approx(0.4)
+    assert band["low"] == pytest.approx(-0.46)
+    assert band["regime"][1] == "expert parallel: 1 real run (l40s); the band takes it"
+    band = regime_band("h100-80gb", "h100-80gb", False, moe=True, path=hand, expert_parallel=True)
+    assert band["regime_sets"] == ["moe"]
+    assert band["regime"][1] == "expert parallel: no real run; the band is the mixture of experts' without it"
+
+
 def test_gpu_time_scales():
     # signed: real = sim / (1 + e); -.2 -> x 1.25, +.25 -> x .8
     assert gpu_time_scales({"low": -0.2, "high": 0.25, "p90": 0.3}) == pytest.approx([1.25, 0.8])
@@ -189,9 +205,9 @@ def test_the_held_out_gpu_runs_replay_as_shipped():
     held, gpus = held_out_gpu_runs([HELD_OUT])
     shipped = read_toml(REGIMES_PATH, "serving regimes")["regimes"]["held_out_gpu"]
     assert list(held) == shipped["runs"] and ", ".join(gpus) == shipped["gpu"]
-    for i, (errors, gpu, model) in enumerate(held.values()):
+    for i, (errors, gpu, model, split) in enumerate(held.values()):
         assert errors == pytest.approx([shipped[m][i] for m in METRICS], abs=1e-5)
-        assert (gpu, model) == (shipped["gpus"][i], shipped["models"][i])
+        assert (gpu, model, split) == (shipped["gpus"][i], shipped["models"][i], shipped["expert_parallel"][i])
 
 
 def test_cost_bands_prints_every_regime(capsys, monkeypatch):
