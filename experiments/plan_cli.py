@@ -363,9 +363,9 @@ def plan(args: argparse.Namespace) -> int:
     if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
         print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
-    if cfg.expert_parallel:  # its searches price one engine (rate/k) or replicas of their own
-        raise ConfigError("--expert-parallel is not searched by plan yet; simulate a group with "
-                          "pagesim simulate --expert-parallel --replicas K")
+    if cfg.expert_parallel and args.mode in ("resources", "disaggregation"):  # replicas as engines of their own
+        raise ConfigError(f"--expert-parallel: plan {args.mode} does not search expert-parallel groups yet (its "
+                          "replicas are engines of their own); simulate one with --expert-parallel --replicas K")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
     bands = {get_gpu(g).name: run_error_band(cfg, get_gpu(g).name)

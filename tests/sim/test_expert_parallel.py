@@ -68,11 +68,16 @@ def test_refused_in_one_line(capsys, argv, fragment):
     assert rc == 2 and len(err) == 1 and fragment in err[0]
 
 
-def test_plan_refuses_it(capsys):
-    rc = main(["plan", "max-rate", "--systems", "vllm-v1", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2", "--expert-parallel",
-               "--workload", "sharegpt", "--num-requests", "20", "--no-progress"])
+def test_plan_searches_one_engine_and_refuses_replicas(capsys):
+    """One engine's experts over its TP GPUs: plan max-rate searches it; plan resources, whose
+    replicas are engines of their own, refuses it in one line."""
+    common = ["--systems", "vllm-v1", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2",
+              "--expert-parallel", "--workload", "sharegpt", "--duration", "20", "--no-progress"]
+    assert main(["plan", "max-rate", *common, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["expert_parallel"] is True
+    rc = main(["plan", "resources", "--rate", "5", *common])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "not searched by plan" in err[0]
+    assert rc == 2 and len(err) == 1 and "plan resources does not search expert-parallel groups" in err[0]
 
 
 def test_a_group_of_two_ranks_runs(capsys):
