@@ -141,9 +141,8 @@ def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = No
         split = expert_parallel_runs(regimes)
         if split["runs"]:
             sets.append(("expert_parallel", split))
-            n = len(split["runs"])
-            lines.append(f"expert parallel: {n} real run{'s' if n > 1 else ''} ({', '.join(sorted(set(split['gpus'])))}); "
-                         "the band takes it")
+            n, gpus = len(split["runs"]), ", ".join(sorted(set(split["gpus"])))
+            lines.append(f"expert parallel: {n} real run{'s' if n > 1 else ''} ({gpus}); the band takes it")
         else:
             lines.append("expert parallel: no real run; the band is the mixture of experts' without it")
     fitted = data.get("fitted", {})

@@ -18,6 +18,7 @@ from pagesim.sim.errors import ConfigError
 from pagesim.sim.run import prepare
 from pagesim.sim.specs import get_gpu, get_model
 
+
 def test_replicas_become_the_ranks_of_one_group():
     cfg = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu="h100-80gb", tensor_parallel=2,
                                expert_parallel=True)
@@ -28,7 +29,7 @@ def test_replicas_become_the_ranks_of_one_group():
     assert replica_groups(plain, 4)[0][0].data_parallel == 1 and plain.expert_group == 1
 
 
-def test_data_parallel_is_an_expert_parallel_groups():
+def test_data_parallel_ranks_need_expert_parallel():
     with pytest.raises(ConfigError, match="give --expert-parallel with --replicas K"):
         SimConfig.for_system("vllm-v1", model="mixtral-8x7b", data_parallel=2)
 
@@ -46,8 +47,8 @@ def test_each_rank_is_priced_for_the_group():
     cfg = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu="h100-80gb", tensor_parallel=2,
                                expert_parallel=True)
     [(rank, _)] = replica_groups(cfg, 2)
-    c = prepare(rank, pd.DataFrame({"request_id": ["r0"], "arrival_s": [0.0], "prompt_tokens": [8],
-                                             "output_tokens": [2]})).cost_model.constants()
+    trace = pd.DataFrame({"request_id": ["r0"], "arrival_s": [0.0], "prompt_tokens": [8], "output_tokens": [2]})
+    c = prepare(rank, trace).cost_model.constants()
     assert (c[C.DATA_PARALLEL], c[C.EXPERT_GROUPS]) == (2.0, 4.0) and c[C.ALL_TO_ALL_FIXED_S] > 0
 
 
