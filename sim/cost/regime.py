@@ -142,7 +142,9 @@ def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = No
         if split["runs"]:
             sets.append(("expert_parallel", split))
             n, gpus = len(split["runs"]), ", ".join(sorted(set(split["gpus"])))
-            lines.append(f"expert parallel: {n} real run{'s' if n > 1 else ''} ({gpus}); the band takes {'them' if n > 1 else 'it'}")
+            many = n > 1
+            lines.append(f"expert parallel: {n} real run{'s' if many else ''} ({gpus}); the band takes "
+                         f"{'them' if many else 'it'}")
         else:
             lines.append("expert parallel: no real run; the band is the mixture of experts' without it")
     fitted = data.get("fitted", {})
