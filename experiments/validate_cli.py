@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.against:
         return gpu_validate.run(args)
     from pagesim.experiments.real_validate import error_lines, parallel_layout, replay_config, validate_run
+    from pagesim.sim.specs import get_model
     from pagesim.traces.real_runs import read_real_runs
 
     refused = refused_flags(args)
@@ -100,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
     print(fill(f"{real.name} ({real.fmt}{stages}, {counted})", first="real run   ", rest=" " * 11))
     print(fill(f"{cfg.system} on {cfg.gpu}, {parallel_layout(real, cfg)}, {cfg.model}", first="replayed   ",
                rest=" " * 11))
+    max_len = (f"{cfg.max_seq_len}" if cfg.max_seq_len is not None
+               else f"{get_model(cfg.model).max_seq_len} (the model's)")
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
-          f"max_model_len {cfg.max_seq_len}")
+          f"max_model_len {max_len}")
     if v.unfinished:
         print(f"unfinished {v.unfinished} requests the simulation did not finish (see sim/requests.csv)")
     print()
