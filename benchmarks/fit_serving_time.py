@@ -78,7 +78,8 @@ def errors_of(args) -> pd.DataFrame:
     constants = ServingConstants(*theta)
     cfg = replay_config(run, None, {"cost_model": "serving"})
     model, gpu, _ = resolve_budget(cfg)
-    cm = ServingCostModel(model, gpu, cfg.tensor_parallel, constants, swap_block_tokens(cfg))
+    cm = ServingCostModel(model, gpu, cfg.tensor_parallel, constants, swap_block_tokens(cfg),
+                          expert_group=cfg.expert_group, data_parallel=cfg.data_parallel)
     v = validate_run(run, cfg, cost_model=cm)
     err = v.errors()
     err["run"], err["model"], err["unfinished"] = run.name, model_of(run), v.unfinished

@@ -363,8 +363,8 @@ def plan(args: argparse.Namespace) -> int:
     if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
         print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
-    if cfg.expert_parallel and args.mode in ("resources", "disaggregation"):  # replicas as engines of their own
-        raise ConfigError(f"--expert-parallel: plan {args.mode} does not search expert-parallel groups yet (its "
+    if cfg.expert_parallel and args.mode == "resources":  # (disaggregation: sim.disagg.check_disagg refuses it)
+        raise ConfigError("--expert-parallel: plan resources does not search expert-parallel groups yet (its "
                           "replicas are engines of their own); simulate one with --expert-parallel --replicas K")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]

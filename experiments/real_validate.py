@@ -106,8 +106,11 @@ def replay_config(run: RealRun, gpu: str | None, settings: dict | None = None) -
     system = chosen or run.info.get("system") or DEFAULT_SYSTEM
     if "cost_model" in run.info and not (chosen or merged.get("cost_model") or merged.get("profile")):
         merged["cost_model"] = run.info["cost_model"]
+    moe = get_model(merged["model"]).moe is not None
+    if not moe and settings.get("expert_parallel") is None:  # vLLM's expert parallel splits MoE layers
+        merged.pop("expert_parallel", None)  # alone: a dense model ignores the run's flag (not the caller's)
     ranks = data_parallel_ranks(run)
-    if ranks > 1 and not merged.get("expert_parallel") and get_model(merged["model"]).moe is not None:
+    if ranks > 1 and not merged.get("expert_parallel") and moe:
         # vLLM shards each expert over the ranks' GPUs and gathers their tokens at every MoE layer
         # without expert parallel too (FusedMoEParallelConfig.make, fused_moe/config.py of vLLM
         # 0.33.0, lines 1198-1230: the TP size flattened over the data-parallel ranks)

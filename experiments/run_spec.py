@@ -55,7 +55,7 @@ import pandas as pd
 from pagesim.experiments import engine_era
 from pagesim.sim import __version__
 from pagesim.sim.cluster import run_cluster
-from pagesim.sim.config import SimConfig
+from pagesim.sim.config import SET_BY_THE_RUN, SimConfig
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.metrics import SummaryOptions
 from pagesim.sim.run import run_simulation
@@ -320,6 +320,9 @@ def spec_from_settings(values: dict[str, Any], sim_fields: set[str] | None = Non
     cluster = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}
     disagg = {k: values.pop(k) for k in DISAGG_KEYS if k in values}
     goodput = values.pop("goodput", {})
+    for k in values:
+        if k in SET_BY_THE_RUN:
+            raise ConfigError(f"experiment config: {SET_BY_THE_RUN[k]}")
     bad = [k for k in values if k not in sim_fields]
     if bad:
         valid = {*sim_fields, *WORKLOAD_KEYS, *CLUSTER_KEYS, *DISAGG_KEYS, "goodput"}

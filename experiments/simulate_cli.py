@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                        "--replica-gpus" if args.replica_gpus is not None else "--replicas")
         if args.report:
             raise ConfigError("--report draws one engine; it is not available with --replicas or --router")
-    model, _gpu, _budget = resolve_budget(cfg)
+    model, _gpu, _budget = resolve_budget(groups[0][0] if clustered else cfg)  # a rank of an EP group
     if not args.trace:
         duration = args.duration if args.duration is not None or args.num_requests is not None else DEFAULT_DURATION_S
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests,
@@ -196,8 +196,6 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
         if tp is not None:
             pool["tensor_parallel"] = tp
         pools.append(config_from_args(args, **pool))
-        if pools[-1].expert_parallel:
-            raise ConfigError("--expert-parallel is not modelled with --prefill-replicas/--decode-replicas")
     prefill_cfg, decode_cfg = pools
     router, link = args.router or "round-robin", args.kv_link or "ib-ndr"
     first_token = args.first_token or "decode"

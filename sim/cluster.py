@@ -336,8 +336,9 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
     requests = request_frame(table, reasons)
     requests.insert(1, "replica", c.replica_of)
     end_s = max(float(s.clock[state.END_S]) for s in c.replicas)
-    extra = {k: summaries[0][k] for k in ("system", "model", "gpu", "tensor_parallel", "kv_bytes_per_token",
-                                          "kv_cache_dtype", "kv_budget", "block_size", "seed", "engine", "cpu_overhead")}
+    extra = {k: summaries[0][k] for k in ("system", "model", "gpu", "tensor_parallel", "expert_group",
+                                          "kv_bytes_per_token", "kv_cache_dtype", "kv_budget", "block_size", "seed",
+                                          "engine", "cpu_overhead")}
     extra.update(gpu_mix(summaries))
     summary = summarize(table, ClusterRecords(records), merged_itl(c.replicas),
                         sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.replicas),

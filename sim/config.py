@@ -425,6 +425,12 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
 
 
+#: SimConfig fields a run sets for itself, not a user: the data-parallel ranks of an
+#: expert-parallel group are the cluster's replicas (sim.cluster.replica_groups sets them)
+SET_BY_THE_RUN = {"data_parallel": "data_parallel is the replicas of an expert-parallel group: give "
+                                   "--expert-parallel with --replicas K"}
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a ``--config`` TOML file into a flat dict of SimConfig settings (dashes become
     underscores; an optional ``[simulation]`` table holds the same keys as the top level).
@@ -440,9 +446,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             flat.update({kk.replace("-", "_"): vv for kk, vv in v.items()})
         else:
             flat[k.replace("-", "_")] = v
-    known = {f.name for f in dataclasses.fields(SimConfig)}
+    known = {f.name for f in dataclasses.fields(SimConfig)} - set(SET_BY_THE_RUN)
     for key, value in flat.items():
-        problem = setting_problem(key, value) if key in known else unknown_setting_message(key, known)
+        problem = SET_BY_THE_RUN.get(key) or (setting_problem(key, value) if key in known
+                                                else unknown_setting_message(key, known))
         if problem:
             raise ConfigError(f"{path}: {problem}")
     return flat

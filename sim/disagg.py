@@ -71,6 +71,8 @@ def check_disagg(prefill_cfg: SimConfig, decode_cfg: SimConfig, prefill: int, de
         if cfg.num_speculative_tokens:
             raise ConfigError("--prefill-replicas: --num-speculative-tokens is not modelled with "
                               "disaggregation yet")
+        if cfg.expert_parallel:  # each pool's replicas would be engines of their own, not one group
+            raise ConfigError("--expert-parallel is not modelled with --prefill-replicas/--decode-replicas")
         if cfg.kv_offload_gib:  # both hold blocks while a connector loads (host_tier.py, remote_kv.py)
             raise ConfigError("--prefill-replicas: --kv-offload-gib is not modelled with "
                               "disaggregation yet")

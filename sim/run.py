@@ -211,7 +211,7 @@ def prepare(cfg: SimConfig, trace: "pd.DataFrame | RequestTable", executor=None,
         cost_model = make_cost_model(
             model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
             cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg),
-            kernel_block_tokens=cfg.kernel_block_tokens, expert_parallel=cfg.expert_group,
+            kernel_block_tokens=cfg.kernel_block_tokens, expert_group=cfg.expert_group,
             data_parallel=cfg.data_parallel)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
@@ -286,6 +286,7 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
     run's, or a cluster replica's own: sim/cluster.py)."""
     s, pool = run.state, run.pool
     extra = {"system": cfg.label, "model": run.model.name, "gpu": run.gpu.name, "tensor_parallel": cfg.tensor_parallel,
+             "expert_group": cfg.expert_group,  # the GPUs a mixture of experts' experts are split over (1: none)
              "kv_bytes_per_token": run.budget.kv_bytes_per_token, "kv_cache_dtype": cfg.kv_cache_dtype,
              "kv_budget": run.budget.how, "state_reserved_bytes": run.budget.state_bytes,
              "block_size": pool.block_size if cfg.manager == "paged" else None,  # (raised for a Mamba state)

@@ -310,7 +310,7 @@ def run_error_band(cfg, gpu: str | None = None) -> dict:
     gpu = gpu or get_gpu(cfg.gpu).name
     band = error_band(cfg.cost_model, gpu, cfg.profile, moe=get_model(cfg.model).moe is not None,
                       scheduler=cfg.scheduler, max_num_seqs=cfg.max_num_seqs, engine=cfg.capabilities.follows,
-                      expert_parallel=cfg.expert_parallel)
+                      expert_parallel=cfg.expert_group > 1)  # experts split over GPUs (TP 1 alone: none)
     err = band["cost_error"]
     if isinstance(err, dict) and "regime" not in err:
         err["regime"] = [f"no real serving run of {cfg.capabilities.follows} measured it end to end"]

@@ -19,7 +19,7 @@ from pagesim.sim.specs import GPUSpec, ModelSpec
 def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, profile: str | None = None,
                     step_overhead_ms: float | None = None, per_seq_overhead_ms: float | None = None,
                     cost_model: str = "roofline", calibration=None, cost_scale: float = 1.0,
-                    swap_block_tokens: int = 0, kernel_block_tokens: int = 0, expert_parallel: int = 1,
+                    swap_block_tokens: int = 0, kernel_block_tokens: int = 0, expert_group: int = 1,
                     data_parallel: int = 1):
     """``cost_model``: ``roofline``, ``calibrated`` (``sim/cost/calibrated.py``) or ``serving``
     (``sim/cost/serving.py``); ``calibration`` overrides the GPU's shipped constants of either;
@@ -29,11 +29,11 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
     latency); 0 leaves swapping priced by its bytes alone. ``kernel_block_tokens``: the block of
     vLLM v0's paged decode kernel (``SimConfig.kernel_block_tokens``; 0: none), whose work per
     block the roofline, calibrated and serving models add to their decode attention (the table
-    model's profile measured its own kernel and takes none). ``expert_parallel``: the GPUs a
+    model's profile measured its own kernel and takes none). ``expert_group``: the GPUs a
     mixture of experts' routed experts are split among whole, and ``data_parallel`` the engine
     ranks of that group (``SimConfig.expert_group``), which the roofline and serving models price
     (``sim.core.cost.routed_expert_seconds``); the others refuse them."""
-    if expert_parallel > 1 and (profile or cost_model == "calibrated"):
+    if expert_group > 1 and (profile or cost_model == "calibrated"):
         raise ConfigError(f"--expert-parallel is priced by the roofline and serving cost models, not by "
                           f"{'a --profile table' if profile else '--cost-model calibrated'}")
     if profile:
@@ -42,10 +42,10 @@ def make_cost_model(model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1, pr
         cm = CalibratedCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens)
     elif cost_model == "serving":
         cm = ServingCostModel(model, gpu, tensor_parallel, calibration, swap_block_tokens, kernel_block_tokens,
-                              expert_parallel, data_parallel)
+                              expert_group, data_parallel)
     else:
         cm = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens,
-                               kernel_block_tokens=kernel_block_tokens, expert_parallel=expert_parallel,
+                               kernel_block_tokens=kernel_block_tokens, expert_group=expert_group,
                                data_parallel=data_parallel)
     if step_overhead_ms is not None or per_seq_overhead_ms is not None:
         cm.set_cpu_overhead(None if step_overhead_ms is None else step_overhead_ms * 1e-3,

@@ -157,7 +157,7 @@ def regime_band(gpu: str, fitted_on: str, same_chip: bool, moe: bool | None = No
     if not sets:
         return None
     band = widest([statistics(r) for _, r in sets])
-    runs = sum(len(r["runs"]) for _, r in sets)
+    runs = len({name for _, r in sets for name in r["runs"]})  # a run in two sets counts once
     band.update(runs=runs, regime=lines, regime_sets=[k for k, _ in sets],
                 what=f"mean E2E vs {runs} real vLLM runs ({', '.join(k.replace('_', '-') for k, _ in sets)})")
     return band

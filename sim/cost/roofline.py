@@ -57,7 +57,7 @@ routed expert's bytes summed over the MoE layers (``ModelSpec.routed_expert_weig
 each GPU holds 1/tp of every expert, as vLLM shards them under TP. Memory holds every expert
 (``ModelSpec.weight_bytes``, ``sim/specs/capacity.py``). The rule is stated in
 ``sim/core/price/cost.py`` (``routed_expert_seconds``). Under expert parallelism
-(``expert_parallel`` = G GPUs holding the experts whole, ``data_parallel`` = K engine ranks among
+(``expert_group`` = G GPUs holding the experts whole, ``data_parallel`` = K engine ranks among
 them) each GPU reads whole experts, the step's tokens are K x T (every rank's, as many as this
 one's), ``D(T)`` becomes the busiest GPU's share of the visited experts
 (``busiest_group_experts``), and each MoE layer adds the ranks' all-gather and reduce-scatter
@@ -154,7 +154,7 @@ class RooflineCostModel(CpuOverhead):
     swap_block_tokens: int = 0  # tokens one swap copy moves (the KV block size; 0: contiguous, no copy latency)
     kernel_block_tokens: int = 0  # the paged kernel's block (vLLM v0's; SimConfig.kernel_block_tokens), 0: none
     eff_moe: float = 1.0  # the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (eff_flops)
-    expert_parallel: int = 1  # GPUs the routed experts are split among whole (1: each expert TP-sharded)
+    expert_group: int = 1  # GPUs the routed experts are split among whole (1: each expert TP-sharded)
     data_parallel: int = 1  # engine ranks of that expert-parallel group (SimConfig.data_parallel)
 
     def __post_init__(self) -> None:
@@ -164,7 +164,7 @@ class RooflineCostModel(CpuOverhead):
         # kernel computes (sim.core.cost.routed_expert_seconds)
         self._lin_flops_per_token = 2.0 * m.unrouted_params / tp
         # expert parallel: each GPU holds whole experts (a read and a row of one whole expert)
-        shards = 1 if self.expert_parallel > 1 else tp
+        shards = 1 if self.expert_group > 1 else tp
         self._expert_flops_per_row = 2.0 * m.routed_expert_params / shards
         self._lin_weight_time = m.unrouted_weight_bytes / tp / (self.gpu.mem_bw * self.eff_bw)
         # a mixture of experts' routed experts, read as the step's tokens visit them (sim.core.cost)
@@ -227,7 +227,7 @@ class RooflineCostModel(CpuOverhead):
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
                 self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops, float(self.data_parallel),
-                float(self.expert_parallel), self._a2a_fixed, self._a2a_time_per_token)
+                float(self.expert_group), self._a2a_fixed, self._a2a_time_per_token)
 
 
 def all_to_all_constants(model: ModelSpec, data_parallel: int, link_bw: float, latency_s: float) -> tuple[float, float]:

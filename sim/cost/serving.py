@@ -163,7 +163,7 @@ class ServingCostModel(RooflineCostModel):
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tensor_parallel: int = 1,
                  constants: ServingConstants | None = None, swap_block_tokens: int = 0, kernel_block_tokens: int = 0,
-                 expert_parallel: int = 1, data_parallel: int = 1):
+                 expert_group: int = 1, data_parallel: int = 1):
         fitted_on, given = FITTED_ON, constants is not None
         if constants is None:
             constants, fitted_on, _ = load_serving(gpu.name)
@@ -176,7 +176,7 @@ class ServingCostModel(RooflineCostModel):
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
                          kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff,
-                         expert_parallel=expert_parallel, data_parallel=data_parallel)
+                         expert_group=expert_group, data_parallel=data_parallel)
         self.frontend_s = constants.frontend_s
         note = "" if given else measured_note(self.gpu.name, fitted_on)  # given constants: the caller's as they are
         self.cpu_overhead_source = f"fitted on real serving runs on {fitted_on}" + (f"; {note}" if note else "")

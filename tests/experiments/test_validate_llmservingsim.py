@@ -193,7 +193,8 @@ def test_data_parallel_ranks_replay_as_one_expert_parallel_group(tmp_path):
     with pytest.raises(ConfigError, match="without expert parallel"):
         replay_config(read_real_run(write_run(tmp_path / "moe-dp", meta=meta)), "rtx-pro-6000")
     dense = json.loads(json.dumps(META))
-    dense["engine_kwargs"]["data_parallel_size"] = 2
+    dense["engine_kwargs"].update(data_parallel_size=2, enable_expert_parallel=True)  # ignored by a dense model
     plain = read_real_run(write_run(tmp_path / "dp", meta=dense))
     w = validate_run(plain, replay_config(plain, None))
-    assert len(w.result.replica_summaries) == 2
+    assert len(w.result.replica_summaries) == 2 and not w.config.expert_parallel
+    assert [r["expert_group"] for r in v.result.replica_summaries] == [2, 2]  # each rank priced for the group

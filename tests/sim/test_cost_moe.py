@@ -194,7 +194,7 @@ def test_expert_parallel_waits_for_its_busiest_gpu():
     the busier GPU reads 1.4616 of them (above) where a TP-sharded GPU reads half of each of the
     token's 2; once every expert is visited (T = 64) both read 4 experts' worth."""
     gpu = get_gpu("a100-40gb")
-    sharded, split = (RooflineCostModel(TINY_MOE, gpu, 2, expert_parallel=ep) for ep in (1, 2))
+    sharded, split = (RooflineCostModel(TINY_MOE, gpu, 2, expert_group=ep) for ep in (1, 2))
     unrouted = 80_384 / 2
     assert sharded.linear_time(1) == pytest.approx((unrouted + 2 * 24_576 / 2) / BW, rel=1e-7)
     assert split.linear_time(1) == pytest.approx((unrouted + BUSIEST_AT_ONE_TOKEN * 24_576) / BW, rel=1e-7)
@@ -210,7 +210,7 @@ def test_data_parallel_ranks_meet_at_every_moe_layer():
     has F = 0.1001129, 0.4115753, 0.7749481, 0.9633331, so 0.9899774 + 0.8306058 + 0.3994554 +
     0.0719930 = 2.2919691 (2.2919690562 in fractions)."""
     gpu = get_gpu("a100-40gb")
-    cm = RooflineCostModel(TINY_MOE, gpu, 1, expert_parallel=2, data_parallel=2, allreduce_latency_s=10e-6)
+    cm = RooflineCostModel(TINY_MOE, gpu, 1, expert_group=2, data_parallel=2, allreduce_latency_s=10e-6)
     assert C.busiest_group_experts(8.0, 2.0, 7 / 16) == pytest.approx(2.2919690562, abs=1e-10)
     assert cm.linear_time(1) == pytest.approx((80_384 + 2.2919690562 * 24_576) / BW, rel=1e-9)
     fixed, per_token = all_to_all_constants(TINY_MOE, 2, gpu.interconnect_bw, 10e-6)
@@ -221,7 +221,7 @@ def test_data_parallel_ranks_meet_at_every_moe_layer():
                                  rel=1e-9)
     assert all_to_all_constants(TINY_MOE, 1, gpu.interconnect_bw, 10e-6) == (0.0, 0.0)
     # a link without latency still carries the bytes
-    free = RooflineCostModel(TINY_MOE, gpu, 1, expert_parallel=2, data_parallel=2, allreduce_latency_s=0.0)
+    free = RooflineCostModel(TINY_MOE, gpu, 1, expert_group=2, data_parallel=2, allreduce_latency_s=0.0)
     assert roofline_step_time(np.asarray(free.constants()), 1, 1, 0, 0, 0.0, 0, 0, 0) == pytest.approx(
         free.overhead_s + free.per_seq_overhead_s + free.linear_time(1) + per_token, rel=1e-9)
 
@@ -242,7 +242,7 @@ def test_the_compiled_price_of_an_expert_parallel_group_is_the_interpreted_one()
     from pagesim.sim.specs import get_model
 
     for model, ranks in (("Qwen/Qwen3-30B-A3B", 2), ("qwen3-next-80b-a3b", 8)):
-        cm = RooflineCostModel(get_model(model), get_gpu("h100-80gb"), 1, expert_parallel=ranks, data_parallel=ranks)
+        cm = RooflineCostModel(get_model(model), get_gpu("h100-80gb"), 1, expert_group=ranks, data_parallel=ranks)
         c = np.array(cm.constants(), dtype=np.float64)
         for tokens in (1, 2, 3, 17, 64, 150, 1000, 8192):
             assert roofline_step_time(c, tokens, tokens, 0, 0, 0.0, 0, 0, 0) == \

@@ -37,9 +37,9 @@ def test_data_parallel_ranks_need_expert_parallel():
 def test_cost_models_that_do_not_price_it_refuse_it():
     with pytest.raises(ConfigError, match="not by --cost-model calibrated"):
         make_cost_model(get_model("mixtral-8x7b"), get_gpu("h100-80gb"), 2, cost_model="calibrated",
-                        expert_parallel=2)
+                        expert_group=2)
     with pytest.raises(ConfigError, match="not by a --profile table"):
-        make_cost_model(get_model("mixtral-8x7b"), get_gpu("h100-80gb"), 2, profile="any.csv", expert_parallel=2)
+        make_cost_model(get_model("mixtral-8x7b"), get_gpu("h100-80gb"), 2, profile="any.csv", expert_group=2)
 
 
 def test_each_rank_is_priced_for_the_group():
@@ -81,10 +81,42 @@ def test_plan_searches_one_engine_and_refuses_replicas(capsys):
     assert rc == 2 and len(err) == 1 and "plan resources does not search expert-parallel groups" in err[0]
 
 
-def test_a_group_of_two_ranks_runs(capsys):
-    """Mixtral at TP 2 over 2 ranks (4 GPUs): both ranks serve, the summary names 2 replicas."""
-    rc = main(["simulate", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2", "--system", "vllm-v1",
-               "--expert-parallel", "--replicas", "2", "--router", "least-outstanding-requests",
-               "--workload", "sharegpt", "--rate", "4", "--num-requests", "40", "--json"])
+def test_a_group_that_fits_only_with_its_experts_split_runs(capsys):
+    """Mixtral-8x7B (87 GiB) on 8 A100-80GBs at TP 1: it fits only with its 8 experts split over
+    the 8 ranks (one each, about 13 GiB a GPU), and each rank serves; the summary names the
+    group's 8 GPUs."""
+    rc = main(["simulate", "--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--system", "vllm-v1",
+               "--expert-parallel", "--replicas", "8", "--router", "least-outstanding-requests",
+               "--workload", "sharegpt", "--rate", "40", "--num-requests", "80", "--json"])
     summary = json.loads(capsys.readouterr().out)
-    assert rc == 0 and summary["completed"] == 40 and len(summary["gpu_per_replica"]) == 2
+    assert rc == 0 and summary["completed"] == 80 and summary["expert_group"] == 8
+    assert len(summary["routed_per_replica"]) == 8 and min(summary["routed_per_replica"]) > 0
+
+
+def test_data_parallel_is_not_a_users_setting(tmp_path, capsys):
+    """The ranks are the replicas: a config file or an experiment grid that sets them is refused."""
+    config = tmp_path / "ep.toml"
+    config.write_text('model = "mixtral-8x7b"\nexpert_parallel = true\ndata_parallel = 4\n')
+    rc = main(["simulate", "--config", str(config), "--workload", "sharegpt", "--num-requests", "5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "data_parallel is the replicas of an expert-parallel group" in err[0]
+    from pagesim.experiments.run_spec import spec_from_settings
+
+    with pytest.raises(ConfigError, match="data_parallel is the replicas"):
+        spec_from_settings({"model": "mixtral-8x7b", "expert_parallel": True, "data_parallel": 2})
+
+
+def test_the_band_names_the_split_runs_once_the_experts_are_split():
+    """At TP 1 without replicas nothing is split (vLLM's EP is off too): no expert-parallel line;
+    at TP 2 the band takes the expert-parallel run, counted once though two sets hold it."""
+    from pagesim.sim.cost.calibration import run_error_band
+
+    def band(tp, gpu):
+        cfg = SimConfig.for_system("vllm-v1", model="mixtral-8x7b", gpu=gpu, tensor_parallel=tp, expert_parallel=True)
+        return run_error_band(cfg)["cost_error"]
+
+    assert not any("expert parallel" in line for line in band(1, "h100-80gb")["regime"])
+    split = band(2, "h100-80gb")
+    assert "expert_parallel" in split["regime_sets"] and split["runs"] == 5  # 4 MoE runs and the split one
+    held = band(2, "a100-80gb")  # the split run is a held-out GPU's too: 4 MoE + 4 held out, not 9
+    assert held["regime_sets"] == ["moe", "held_out_gpu", "expert_parallel"] and held["runs"] == 8
