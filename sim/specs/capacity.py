@@ -110,8 +110,9 @@ def kv_capacity(model: ModelSpec, gpu: GPUSpec | None = None, *, kv_bytes: float
             states = f" ({state_bytes / GiB:.1f} states)" if state_bytes else ""
             tp = runnable_tensor_parallel(model, max(need_tp, tensor_parallel * 2))
             at = f" at TP={tensor_parallel}" if tensor_parallel > 1 else ""
+            more = " or more --replicas" if expert_group > 1 else ""  # its experts over more GPUs
             raise ConfigError(f"{model.name}{at} needs {needed:.1f} GiB{states} of {gpu.name}'s "
-                              f"{usable / GiB:.1f}: try --tp {tp}")
+                              f"{usable / GiB:.1f}: try --tp {tp}{more}")
     cap = int(kv_bytes // per_tok)
     if cap < 1:
         raise ConfigError(f"KV pool of {kv_bytes:.0f} bytes holds no token ({per_tok:.0f} B/token)")

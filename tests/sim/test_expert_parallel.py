@@ -56,13 +56,15 @@ def test_each_rank_is_priced_for_the_group():
     (["--model", "llama-3.1-8b"], "llama-3.1-8b has none"),
     (["--model", "mixtral-8x7b", "--tp", "2", "--replica-gpus", "h100-80gb:2"], "not --replica-gpus"),
     (["--model", "mixtral-8x7b", "--tp", "4", "--replicas", "4"], "would leave GPUs without an expert"),
+    # 4 of the 8 experts (45 GiB) and the rest on each of 2 A40s: more than its 41.4 usable GiB
+    (["--model", "mixtral-8x7b", "--gpu", "a40", "--replicas", "2"], "try --tp 4 or more --replicas"),
     (["--model", "mixtral-8x7b", "--tp", "2", "--system", "vllm"], "expert_parallel=True applies to"),
     (["--model", "mixtral-8x7b", "--tp", "2", "--prefill-replicas", "1", "--decode-replicas", "1"],
      "not modelled with --prefill-replicas"),
 ])
 def test_refused_in_one_line(capsys, argv, fragment):
     system = [] if "--system" in argv else ["--system", "vllm-v1"]
-    gpu = [] if "--replica-gpus" in argv else ["--gpu", "h100-80gb"]
+    gpu = [] if "--replica-gpus" in argv or "--gpu" in argv else ["--gpu", "h100-80gb"]
     rc = main(["simulate", "--workload", "sharegpt", "--rate", "1", "--num-requests", "5", *gpu,
                "--expert-parallel", *system, *argv])
     err = capsys.readouterr().err.strip().splitlines()
