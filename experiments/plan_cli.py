@@ -228,9 +228,10 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
     e.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a probe as soon as it certainly fails (a rejection, or enough requests over a "
                         "p99 threshold / missing the --slo-attainment target); its metrics are then partial")
-    if only("max-rate", "disaggregation"):
+    if only("max-rate", "compare-gpus", "disaggregation"):
         e.add_argument("--error-band", action=argparse.BooleanOptionalAction, default=True,
-                       help="max-rate, disaggregation: search again with the GPU time scaled by the cost "
+                       help="max-rate, compare-gpus (each GPU by its own), disaggregation: search again with "
+                            "the GPU time scaled by the cost "
                             "model's measured error in the answer's regime (serving: the real runs' spread of "
                             "sim / real - 1 for its GPU, model kind and engine, sim/data/serving/regimes.toml; "
                             "the others: x (1 +- p90) of the timings on the GPU, sim/data/calibration) and "
@@ -368,9 +369,13 @@ def plan(args: argparse.Namespace) -> int:
                           "replicas are engines of their own); simulate one with --expert-parallel --replicas K")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
-    bands = {get_gpu(g).name: run_error_band(cfg, get_gpu(g).name)
-             for g in (gpus if args.mode == "compare-gpus" else [cfg.gpu])}
-    scales = gpu_time_scales(bands[get_gpu(cfg.gpu).name]["cost_error"]) if args.error_band else None
+    # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU)
+    bands = {get_gpu(g).name: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": g}),
+                                             get_gpu(g).name)
+             for g in gpus} if args.mode == "compare-gpus" else {get_gpu(cfg.gpu).name: run_error_band(cfg, cfg.gpu)}
+    # compare-gpus brackets each GPU's answer by that GPU's own band (add_gpu_error_bands)
+    banded = args.error_band and args.mode != "compare-gpus"
+    scales = gpu_time_scales(bands[get_gpu(cfg.gpu).name]["cost_error"]) if banded else None
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
@@ -382,6 +387,8 @@ def plan(args: argparse.Namespace) -> int:
     elif args.mode == "compare-gpus":
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
+        if args.error_band:
+            add_gpu_error_bands(result, setup, args.systems, runner, bands)
     else:
         if args.rate is None:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
@@ -462,6 +469,28 @@ def add_error_band(result: dict, setup, systems, runner, scales: list[float]) ->
     result["error_band"] = {"gpu_time_scales": list(scales)}
 
 
+def add_gpu_error_bands(result: dict, setup, systems, runner, bands: dict) -> None:
+    """compare-gpus: each GPU's max rate again with the GPU time scaled by its own band's scales
+    (``max_rate_low_rps``, ``max_rate_high_rps``), as :func:`add_error_band` brackets max-rate's
+    one GPU; a GPU whose band has no measured error keeps its answer alone."""
+    from dataclasses import replace
+
+    scales_by_gpu = {}
+    for gpu, band in bands.items():
+        scales = gpu_time_scales(band["cost_error"])
+        if scales is None or not any(row.get("gpu") == gpu and row.get("max_rate_rps") is not None
+                                     for row in result["gpus"]):
+            continue
+        scales_by_gpu[gpu] = list(scales)
+        for scale, key in zip(scales, ("max_rate_low_rps", "max_rate_high_rps")):
+            again = P.max_rate(replace(setup, sim={**setup.sim, "gpu": gpu, "cost_scale": scale}), systems, runner)
+            for row in result["gpus"]:
+                if row.get("gpu") == gpu and row.get("system") in again["max_rate_rps"]:
+                    row[key] = again["max_rate_rps"][row["system"]]
+    if scales_by_gpu:
+        result["error_band"] = {"gpu_time_scales": scales_by_gpu}
+
+
 def write_outputs(result: dict, out: Path, report: bool = False) -> None:
     import pandas as pd
     out.mkdir(parents=True, exist_ok=True)
@@ -533,10 +562,15 @@ def print_result(r: dict, f) -> None:
         return
     elif r["mode"] == "compare-gpus":
         print("\nGPUs side by side", file=f)
+        band = [("max_rate_low_rps", "band low"), ("max_rate_high_rps", "band high")] if r.get("error_band") else []
         _table(r["gpus"], [("gpu", "gpu"), ("system", "system"), ("kv_capacity_tokens", "KV tokens"),
-                           ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), ("output_throughput", "out tok/s"),
+                           ("kv_gib", "KV GiB"), ("max_rate_rps", "max req/s"), *band,
+                           ("output_throughput", "out tok/s"),
                            ("dollars_per_gpu_hour", "$/GPU-h"), ("dollars_per_1m_output_tokens", "$/1M tok"),
                            ("steady", "steady"), ("note", "note")], f, keys=2)
+        for gpu, (slow, fast) in (r.get("error_band") or {}).get("gpu_time_scales", {}).items():
+            print(fill(f"band on {gpu}: max req/s with the GPU time x {slow:.3f} (low) and x {fast:.3f} (high), "
+                       "its cost model's measured error"), file=f)
     else:
         print(f"\nminimum KV memory at {r['rate']:g} req/s", file=f)
         _table(r["kv"], [("system", "system"), ("min_kv_gib", "KV GiB"), ("min_kv_tokens", "KV tokens"),

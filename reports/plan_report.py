@@ -181,9 +181,11 @@ def plan_report(result: dict, path: str | Path) -> Path:
                         + _table(result["answers"]))
         answers = result.get("max_rate_rps", {})
     elif mode == "compare-gpus":
+        band = " with the band each GPU's measured error implies" if result.get("error_band") else ""
         figs.append(("Max rate per GPU", answers_figure(result["gpus"], "gpu", "max_rate_rps",
-                                                        "Highest request rate meeting the SLO", "req/s",
-                                                        color="system")))
+                                                        f"Highest request rate meeting the SLO{band}", "req/s",
+                                                        color="system", low="max_rate_low_rps",
+                                                        high="max_rate_high_rps")))
         figs.append(("Cost per GPU", answers_figure(result["gpus"], "gpu", "dollars_per_1m_output_tokens",
                                                     "$ per 1M output tokens", "$ / 1M tokens", color="system")))
         sections.append("<h2>GPUs</h2>" + _table(result["gpus"]))

@@ -318,3 +318,27 @@ def test_a_what_if_is_tried_where_the_system_takes_it():
     # vLLM v1 and SGLang always chunk and preempt by recompute only; vLLM v1 alone speculates
     assert labels["sglang"] == ["baseline", "block_size=8", "block_size=32", "max_num_seqs=64", "max_num_seqs=128"]
     assert labels["vllm-v1"] == labels["sglang"] + ["num_speculative_tokens=3"]
+
+
+def test_compare_gpus_brackets_each_gpu_by_its_own_band(tmp_path, capsys):
+    """compare-gpus on GPUs none of which is plan's base GPU (it once looked that GPU's band up and
+    failed): each GPU's band comes from its own settings (vLLM v1's batch limit is 1,024 on an
+    H100, 256 on an A100-40GB), and each answer is searched again with that GPU's own scales,
+    the low side at or under the answer and the high side at or above it."""
+    rc = main(["plan", "compare-gpus", "--gpus", "h100-80gb,a100-80gb", "--systems", "vllm-v1", "--model",
+               "llama-3.1-8b", "--workload", "sharegpt", "--duration", "20", "--rtol", "0.25", "--workers", "1",
+               "--no-steady-check", "--cache-dir", str(tmp_path), "--json", "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.cost.calibration import gpu_time_scales, run_error_band
+
+    for gpu in ("h100-80gb", "a100-80gb"):
+        own = run_error_band(SimConfig.for_system("vllm-v1", model="llama-3.1-8b", gpu=gpu), gpu)
+        assert out["cost_model"][gpu]["cost_error"] == P.jsonable(own["cost_error"])
+        assert out["error_band"]["gpu_time_scales"][gpu] == pytest.approx(gpu_time_scales(own["cost_error"]))
+        [row] = [r for r in out["gpus"] if r["gpu"] == gpu]
+        assert row["max_rate_low_rps"] <= row["max_rate_rps"] * 1.25 and row["max_rate_low_rps"] > 0
+        assert row["max_rate_high_rps"] >= row["max_rate_low_rps"]
+    scales = out["error_band"]["gpu_time_scales"]
+    assert scales["a100-80gb"][0] > scales["h100-80gb"][0]  # the held-out GPUs widen the A100's slow side

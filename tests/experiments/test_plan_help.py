@@ -9,8 +9,9 @@ from pagesim.experiments.plan_cli import MODES
 
 OWN = {"max-rate": "--error-band", "resources": "--tp-options", "compare-gpus": "--gpus",
        "disaggregation": "--kv-link"}
-#: another mode's own option a mode shares (disaggregation: --gpus N, its band, its pools' router)
-SHARED = {"disaggregation": ("--gpus", "--error-band")}
+#: another mode's own option a mode shares (disaggregation: --gpus N, its band, its pools' router;
+#: compare-gpus: each GPU's band)
+SHARED = {"disaggregation": ("--gpus", "--error-band"), "compare-gpus": ("--error-band",)}
 
 
 @pytest.mark.parametrize("mode", MODES)
