@@ -364,9 +364,13 @@ def plan(args: argparse.Namespace) -> int:
     if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
         print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
-    if cfg.expert_parallel and args.mode == "resources":  # (disaggregation: sim.disagg.check_disagg refuses it)
-        raise ConfigError("--expert-parallel: plan resources does not search expert-parallel groups yet (its "
-                          "replicas are engines of their own); simulate one with --expert-parallel --replicas K")
+    # the ranks of an expert-parallel group price each other's tokens: its replicas are sized by
+    # cluster runs of the whole group (--router), not by one rank at rate / k (disaggregation:
+    # sim.disagg.check_disagg refuses it)
+    if cfg.expert_parallel and args.mode == "resources" and args.router is None:
+        raise ConfigError("--expert-parallel: plan resources sizes an expert-parallel group by running it whole "
+                          "(its ranks share the experts and each other's tokens): give --router, e.g. "
+                          "least-outstanding-requests, vLLM's data-parallel front end")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
     # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU)

@@ -71,16 +71,35 @@ def test_refused_in_one_line(capsys, argv, fragment):
     assert rc == 2 and len(err) == 1 and fragment in err[0]
 
 
-def test_plan_searches_one_engine_and_refuses_replicas(capsys):
-    """One engine's experts over its TP GPUs: plan max-rate searches it; plan resources, whose
-    replicas are engines of their own, refuses it in one line."""
+def test_plan_searches_one_engine_and_sizes_a_group_behind_a_router(capsys, monkeypatch, tmp_path):
+    """One engine's experts over its TP GPUs: plan max-rate searches it. plan resources sizes the
+    group by cluster runs of its ranks behind the router, each priced as one of K ranks
+    (``replica_groups``: data_parallel K), and refuses in one line without a router: one rank at
+    rate / k would be priced as if alone."""
+    from pagesim.experiments.probe import Runner
+
     common = ["--systems", "vllm-v1", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--tp", "2",
-              "--expert-parallel", "--workload", "sharegpt", "--duration", "20", "--no-progress"]
+              "--expert-parallel", "--workload", "sharegpt", "--duration", "60", "--no-progress",
+              "--cache-dir", str(tmp_path)]
     assert main(["plan", "max-rate", *common, "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["config"]["expert_parallel"] is True
     rc = main(["plan", "resources", "--rate", "5", *common])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "plan resources does not search expert-parallel groups" in err[0]
+    assert rc == 2 and len(err) == 1 and "sizes an expert-parallel group by running it whole" in err[0]
+    seen = []
+    evaluate = Runner.evaluate
+    monkeypatch.setattr(Runner, "evaluate", lambda self, specs, *a, **k: seen.extend(specs) or evaluate(
+        self, specs, *a, **k))
+    rc = main(["plan", "resources", "--rate", "60", "--tp-options", "2", "--what-if", "none", "--router",
+               "least-outstanding-requests", "--slo-ttft-p99", "1", "--slo-tpot-p99", "0.05", "--no-steady-check",
+               *common, "--json"])
+    [row] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replicas"]
+    groups = [s for s in seen if s.router is not None]
+    assert rc == 0 and row["verified"] and row["replicas"] >= 2 and row["gpus"] == 2 * row["replicas"]
+    assert row["replicas"] in {s.replicas for s in groups}
+    for s in groups:  # each cluster probe: K ranks of one group, the experts over its TP x K GPUs
+        [(rank, count)] = replica_groups(s.sim_config(), s.replicas)
+        assert count == s.replicas and rank.data_parallel == s.replicas and rank.expert_group == 2 * s.replicas
 
 
 def test_a_group_that_fits_only_with_its_experts_split_runs(capsys):
