@@ -384,7 +384,7 @@ def plan(args: argparse.Namespace) -> int:
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
         if scales is not None:
-            add_error_band(result, setup, args.systems, runner, scales)
+            add_error_band(result, setup, args.systems, runner, scales, args.dollars_per_gpu_hour)
     elif args.mode == "disaggregation":
         result = run_disaggregation(args, setup, runner, scales)
         feasible = any(r.get("gpus") is not None for r in result["fewest"]) or result["choice"] is not None
@@ -392,7 +392,7 @@ def plan(args: argparse.Namespace) -> int:
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
         if args.error_band:
-            add_gpu_error_bands(result, setup, args.systems, runner, bands)
+            add_gpu_error_bands(result, setup, args.systems, runner, bands, args.dollars_per_gpu_hour)
     else:
         if args.rate is None:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
@@ -460,25 +460,22 @@ def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, scales: 
                              kv_link=args.kv_link, quick=args.quick, scales=scales)
 
 
-def add_error_band(result: dict, setup, systems, runner, scales: list[float]) -> None:
+def add_error_band(result: dict, setup, systems, runner, scales: list[float],
+                   dollars_per_gpu_hour: float | None = None) -> None:
     """Each answer's max rate again with the GPU time x ``scales[0]`` (``max_rate_low_rps``) and
     x ``scales[1]`` (``max_rate_high_rps``): the band the cost model's measured error implies
     (``sim.cost.calibration.gpu_time_scales``)."""
-    from dataclasses import replace
-
-    for scale, key in zip(scales, ("max_rate_low_rps", "max_rate_high_rps")):
-        again = P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale}), systems, runner)
-        for row in result["answers"]:
-            row[key] = again["max_rate_rps"][row["system"]]
+    rates = band_rates(setup, systems, runner, scales, dollars_per_gpu_hour)
+    for row in result["answers"]:
+        keep_band_around(result, row, f"{row['system']}", rates[row["system"]])
     result["error_band"] = {"gpu_time_scales": list(scales)}
 
 
-def add_gpu_error_bands(result: dict, setup, systems, runner, bands: dict) -> None:
+def add_gpu_error_bands(result: dict, setup, systems, runner, bands: dict,
+                        dollars_per_gpu_hour: float | None = None) -> None:
     """compare-gpus: each GPU's max rate again with the GPU time scaled by its own band's scales
     (``max_rate_low_rps``, ``max_rate_high_rps``), as :func:`add_error_band` brackets max-rate's
     one GPU; a GPU whose band has no measured error keeps its answer alone."""
-    from dataclasses import replace
-
     scales_by_gpu = {}
     for gpu, band in bands.items():
         scales = gpu_time_scales(band["cost_error"])
@@ -486,13 +483,40 @@ def add_gpu_error_bands(result: dict, setup, systems, runner, bands: dict) -> No
                                      for row in result["gpus"]):
             continue
         scales_by_gpu[gpu] = list(scales)
-        for scale, key in zip(scales, ("max_rate_low_rps", "max_rate_high_rps")):
-            again = P.max_rate(replace(setup, sim={**setup.sim, "gpu": gpu, "cost_scale": scale}), systems, runner)
-            for row in result["gpus"]:
-                if row.get("gpu") == gpu and row.get("system") in again["max_rate_rps"]:
-                    row[key] = again["max_rate_rps"][row["system"]]
+        rates = band_rates(setup, systems, runner, scales, dollars_per_gpu_hour, gpu=gpu)
+        for row in result["gpus"]:
+            if row.get("gpu") == gpu and row.get("system") in rates:
+                keep_band_around(result, row, f"{gpu}/{row['system']}", rates[row["system"]])
     if scales_by_gpu:
         result["error_band"] = {"gpu_time_scales": scales_by_gpu}
+
+
+def band_rates(setup, systems, runner, scales, dollars_per_gpu_hour, gpu: str | None = None) -> dict:
+    """Per system, the max rates (low, high) the search finds with the GPU time x each scale."""
+    from dataclasses import replace
+
+    found = [P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale, **({"gpu": gpu} if gpu else {})}),
+                        systems, runner, dollars_per_gpu_hour=dollars_per_gpu_hour)["max_rate_rps"]
+             for scale in scales]
+    return {s: (found[0][s], found[1][s]) for s in systems}
+
+
+def keep_band_around(result: dict, row: dict, name: str, rates: tuple) -> None:
+    """``row``'s band sides, each kept on its side of the answer: the slower GPU time's search at
+    or under it, the faster's at or over it. A search that lands on the other side (a short
+    workload's saturation check is noisy: ``plan.cap_at_saturation``) is clamped to the answer
+    and said in a warning."""
+    answer = row.get("max_rate_rps")
+    low, high = rates
+    for key, value, wrong in (("max_rate_low_rps", low, lambda v: v > answer),
+                              ("max_rate_high_rps", high, lambda v: v < answer)):
+        if answer is not None and value is not None and wrong(value):
+            result.setdefault("warnings", []).append(
+                f"{name}: the band's {'slow' if key.endswith('low_rps') else 'fast'} side found {value:g} req/s, "
+                f"on the other side of the answer {answer:g}: kept at the answer (the workload is likely too short "
+                "for a steady answer: a longer --duration)")
+            value = answer
+        row[key] = value
 
 
 def write_outputs(result: dict, out: Path, report: bool = False) -> None:

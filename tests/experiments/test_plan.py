@@ -342,3 +342,33 @@ def test_compare_gpus_brackets_each_gpu_by_its_own_band(tmp_path, capsys):
         assert row["max_rate_high_rps"] >= row["max_rate_low_rps"]
     scales = out["error_band"]["gpu_time_scales"]
     assert scales["a100-80gb"][0] > scales["h100-80gb"][0]  # the held-out GPUs widen the A100's slow side
+
+
+def test_a_band_side_on_the_wrong_side_of_the_answer_is_kept_at_it_and_said():
+    """The slow side at or under the answer, the fast side at or over it; one that lands beyond
+    (a short workload's noisy saturation check) is clamped to the answer, with a warning naming it."""
+    from pagesim.experiments.plan_cli import keep_band_around
+
+    result, row = {}, {"max_rate_rps": 48.8}
+    keep_band_around(result, row, "vllm-v1", (46.8, 25.5))
+    assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (46.8, 48.8)
+    [warning] = result["warnings"]
+    assert warning.startswith("vllm-v1: the band's fast side found 25.5 req/s") and "--duration" in warning
+    result, row = {}, {"max_rate_rps": 12.8}
+    keep_band_around(result, row, "a/b", (13.0, 14.0))
+    assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (12.8, 14.0) and "slow side" in result["warnings"][0]
+    result, row = {}, {"max_rate_rps": None}  # no answer: the sides as found, nothing to say
+    keep_band_around(result, row, "x", (None, 3.0))
+    assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (None, 3.0) and "warnings" not in result
+
+
+@pytest.mark.parametrize("mode", ["max-rate", "compare-gpus"])
+def test_the_band_searches_keep_the_given_price(mode, tmp_path, capsys):
+    """A GPU without a price preset (the H20) takes --dollars-per-gpu-hour in the band's searches too."""
+    gpus = ["--gpu", "h20-96gb"] if mode == "max-rate" else ["--gpus", "h20-96gb"]
+    rc = main(["plan", mode, *gpus, "--systems", "vllm-v1", "--model", "llama-3.1-8b", "--workload", "sharegpt",
+               "--duration", "20", "--rtol", "0.25", "--workers", "1", "--no-steady-check", "--slo-ttft-p99", "2",
+               "--dollars-per-gpu-hour", "5", "--cache-dir", str(tmp_path), "--json", "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    [row] = out["answers"] if mode == "max-rate" else out["gpus"]
+    assert rc == 0 and row["max_rate_low_rps"] is not None and out["error_band"]
