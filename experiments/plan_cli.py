@@ -398,6 +398,11 @@ def plan(args: argparse.Namespace) -> int:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
         if args.router is not None and args.router not in ROUTERS:
             raise ConfigError(f"--router: unknown router {args.router!r}; valid: {', '.join(ROUTERS)}")
+        if args.router is not None:  # what a cluster of these replicas refuses, once, before any probe
+            from pagesim.sim.cluster import check_cluster
+
+            for s in args.systems:
+                check_cluster(2, args.router, 0.0, SimConfig.for_system(s, **setup.sim))
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
                              kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour,
                              router=args.router, max_replicas=args.max_replicas or DEFAULT_MAX_REPLICAS)

@@ -372,3 +372,14 @@ def test_the_band_searches_keep_the_given_price(mode, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     [row] = out["answers"] if mode == "max-rate" else out["gpus"]
     assert rc == 0 and row["max_rate_low_rps"] is not None and out["error_band"]
+
+
+def test_resources_refuses_a_router_its_replicas_refuse_before_any_probe(tmp_path, capsys):
+    """prefix-affinity routes by prefix caches: without --prefix-caching a cluster refuses it
+    (sim.cluster.check_cluster), and so does plan resources, in one line, before probing (it once
+    searched on and answered that no cluster of up to 256 replicas met the SLO)."""
+    rc = main(["plan", "resources", "--rate", "60", "--systems", "vllm", "--model", "llama-3.1-8b", "--gpu",
+               "a100-80gb", "--workload", "sharegpt", "--duration", "20", "--tp-options", "1", "--what-if", "none",
+               "--router", "prefix-affinity", "--cache-dir", str(tmp_path), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "needs --prefix-caching" in err
