@@ -65,9 +65,11 @@ REQUEST_COLUMNS = ("arrival_s", "priority", "prompt_tokens", "output_tokens", "s
                    "window", "admitted_s")
 
 # the settings a replica group may set for itself: its GPU and what follows from it (the KV pool,
-# and vLLM v1's batch limits, which default per GPU: sim.systems.v1_batch_defaults); every other
-# setting (model, system, policies, seed) is the cluster's, the same on every replica
-PER_REPLICA_SETTINGS = ("gpu", "kv_gib", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
+# vLLM v1's batch limits and SGLang's chunked prefill size, which default per GPU:
+# sim.systems.v1_batch_defaults, sglang_defaults); every other setting (model, system, policies,
+# seed) is the cluster's, the same on every replica
+PER_REPLICA_SETTINGS = ("gpu", "kv_gib", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+                        "chunk_budget")
 
 
 def parse_replica_gpus(text: str) -> list[tuple[str, int]]:

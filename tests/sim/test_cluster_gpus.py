@@ -141,3 +141,20 @@ def test_least_kv_usage_compares_fractions_of_contiguous_pools_too():
     assert 0.5 < min(r["finish_s"][0], r["finish_s"][1])  # the premise: both hold their extents at 0.5 s
     assert out.summary["kv_capacity_tokens_per_replica"] == [3000, 1000]
     assert r["replica"].tolist() == [0, 1, 0]
+
+
+def test_sglang_on_two_gpus_takes_each_gpus_chunked_prefill_size(capsys):
+    """SGLang's chunked_prefill_size defaults per GPU (8192 below 160 GB, 16384 above:
+    sim.systems.sglang_defaults): replicas on an H100 and an MI300X each take their own, as vLLM
+    v1's batch limits do, instead of being refused as a setting that differs."""
+    import json
+
+    from pagesim.sim.cli import main
+    from pagesim.sim.config import SimConfig
+
+    rc = main(["simulate", "--system", "sglang", "--replica-gpus", "h100-80gb:1,mi300x-192gb:1", "--workload",
+               "sharegpt", "--rate", "5", "--num-requests", "20", "--no-progress", "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["completed"] == 20
+    groups = sim_cluster.replica_groups(SimConfig.for_system("sglang", gpu="h100-80gb"), [
+        (SimConfig.for_system("sglang", gpu=g), 1) for g in ("h100-80gb", "mi300x-192gb")])
+    assert [g.chunk_budget for g, _ in groups] == [8192, 16384]
