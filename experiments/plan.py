@@ -536,6 +536,10 @@ def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | N
     return out
 
 
+#: the smallest KV pool 'plan resources' searches (GiB)
+SMALLEST_KV_GIB = 0.25
+
+
 def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Runner, *,
               tp_options: Sequence[int] = (1, 2, 4, 8), what_if: Sequence[str] | None = None,
               kv_max_gib: float = 512.0, dollars_per_gpu_hour: float | None = None,
@@ -547,6 +551,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
     from the rate/k estimate (:func:`routed_replicas`), the estimate kept beside it."""
     if not rate > 0:
         raise ConfigError(f"--rate must be > 0, got {rate}")
+    if not kv_max_gib >= SMALLEST_KV_GIB:
+        raise ConfigError(f"--kv-max-gib {kv_max_gib:g} is below the smallest KV pool plan resources searches "
+                          f"({SMALLEST_KV_GIB:g} GiB)")
     gpu = setup.sim.get("gpu") or "a100-40gb"
     price = gpu_hourly(gpu, dollars_per_gpu_hour)
     base_tp = int(setup.sim.get("tensor_parallel") or 1)
@@ -563,11 +570,16 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         start = budget.kv_bytes / GiB
         # no more than the GPU holds beside the weights (a larger --kv-gib is refused: sim.specs.capacity)
         room = (gpu_spec.mem_bytes - model.weight_bytes / base_tp) / GiB
+        if room < SMALLEST_KV_GIB:
+            base_errors[s] = (f"{gpu_spec.name} holds {room:.3g} GiB beside the weights, below the smallest KV pool "
+                              f"searched ({SMALLEST_KV_GIB:g} GiB)")
+            continue
         kv_caps[s] = (room, f"all {gpu_spec.name} holds beside the weights") if room < kv_max_gib else \
             (kv_max_gib, "--kv-max-gib")
         spec_on[f"kv/{s}"] = lambda stp, y, s=s: stp.spec(s, rate, kv_gib=_round_sig(1.0 / y))
         kv_tasks.append(SearchTask(
-            f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_caps[s][0], x_max=1.0 / 0.25),
+            f"kv/{s}", BoundarySearch(1.0 / start, rtol=setup.rtol, x_min=1.0 / kv_caps[s][0],
+                                      x_max=1.0 / SMALLEST_KV_GIB),
             functools.partial(spec_on[f"kv/{s}"], setup), x_name="1/kv_gib"))
 
     # 2) replicas x TP: each TP degree's max rate per replica

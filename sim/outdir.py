@@ -34,9 +34,12 @@ def naming(path: str | Path) -> Iterator[None]:
 
 def temporary_sibling(final: Path) -> Path:
     """A fresh hidden folder in ``final``'s parent (the same file system, so a rename is atomic)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as e:  # named by the folder asked for, not by the hidden one beside it
+        raise OSError(e.errno, e.strerror, str(final)) from e
     return tmp
 
 

@@ -216,6 +216,10 @@ CASES = [
     (plan("--rate-scale", "2"), "--rate-scale"),
     (["plan", "resources", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress"], "--rate R"),
     (plan("--kv-max-gib", "0"), "--kv-max-gib"),
+    (plan("resources", "--rate", "2", "--kv-max-gib", "0.01"), "--kv-max-gib 0.01 is below the smallest KV pool"),
+    (plan("--trace", "{one_arrival}"), "fewer than two distinct arrival times: its rate cannot be rescaled to "
+                                       "1 req/s \\(--rate; plan rescales it for each probe\\)"),
+    (sim("--out", "/proc/pagesim-out"), "/proc/pagesim-out: "),
     (plan("resources", "--rate", "2", "--what-if", "zzz"), "--what-if: unknown variant\\(s\\) zzz; valid: all, none, "
                                                           "or of block_size=8"),
     (plan("--what-if", "block_size=32"), "--what-if is for 'plan resources'; 'plan max-rate' has no use for it"),
@@ -280,6 +284,7 @@ def files(tmp_path_factory):
         "bad_json": ("bad.json", '{"hidden_size": 10'),
         "list_json": ("list.json", "[1, 2, 3]"),
         "garbage_csv": ("garbage.csv", "hello,world\n1,2\n"),
+        "one_arrival": ("one_arrival.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n"),
         "empty": ("empty.csv", ""),
         "negative_tokens": ("negative.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n1,1,-5,10\n"),
         "text_tokens": ("text_tokens.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,ten,10\n"),

@@ -181,11 +181,14 @@ def run_error(args: argparse.Namespace) -> int:
                     f"--exclude-model {model}")
     frame = score(measured, model, gpu, args.cost_model, cal)
     if args.tp is not None:
+        scored = sorted(set(frame["tp"]))
         frame = frame[frame["tp"] == args.tp]
         if frame.empty:
             have = sorted(set(measured.models[model].ops["tp"]))
-            raise ConfigError(f"--tp {args.tp}: no measured cells of {model} on {gpu.name} at that degree "
-                              f"(measured: {', '.join(map(str, have))}; tp > 1 needs a collective table)")
+            raise ConfigError(f"--tp {args.tp}: {model} on {gpu.name} is scored at TP "
+                              f"{', '.join(map(str, scored)) or 'none'} (its operations are measured at "
+                              f"{', '.join(map(str, have))}; a degree above 1 also needs the GPU's all-reduce "
+                              "timings at that degree)")
     if args.json:
         out = {"model": model, "gpu": gpu.name, "cost_model": args.cost_model, **cost_error.summary(frame),
                "worst": cost_error.worst(frame, args.worst)[["phase", "tokens", "context", "tp", "measured_s",

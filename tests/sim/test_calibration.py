@@ -601,3 +601,13 @@ def test_the_error_table_is_read_alone_as_the_whole_file_reads_it(tmp_path, monk
     assert split["roofline"]["extra"] == {"median": 1.5}
     rest = {k: v for k, v in split["roofline"].items() if k != "extra"}
     assert rest == calibration.measured_error("last-gpu")["roofline"]
+
+
+def test_a_degree_measured_without_its_all_reduce_names_the_degrees_scored(tmp_path, capsys):
+    """Operations measured at TP 1, 2 and 4 with all-reduce timings for 2 GPUs only: TP 4 cannot
+    be scored, and the line says which degrees can (not that TP 4 was never measured)."""
+    root = write_measured(tmp_path / "m", tps=(1, 2, 4))
+    rc = main(["cost", "error", "--measured", str(root), "--model", "llama-2-7b", "--gpu", "a100-80gb", "--tp", "4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "--tp 4: llama-2-7b on a100-80gb is scored at TP 1, 2 (its operations are measured at 1, 2, 4;" in err
