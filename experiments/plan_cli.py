@@ -373,6 +373,11 @@ def plan(args: argparse.Namespace) -> int:
                           "least-outstanding-requests, vLLM's data-parallel front end")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
+    named: dict[str, str] = {}
+    for g in gpus:  # an alias and its preset are one GPU: compared twice, it would be two rows of one
+        if get_gpu(g).name in named:
+            raise ConfigError(f"--gpus: {named[get_gpu(g).name]} and {g} are the same GPU ({get_gpu(g).name})")
+        named[get_gpu(g).name] = g
     # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU)
     bands = {get_gpu(g).name: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": g}),
                                              get_gpu(g).name)
