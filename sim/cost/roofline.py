@@ -256,6 +256,18 @@ def _same_model(name: str, model: ModelSpec) -> bool:
         return name.strip().lower() == model.name.lower()
 
 
+def _same_gpu(name: str, gpu: GPUSpec) -> bool:
+    """Whether a profile's ``gpu`` column may be ``gpu``: a preset's name or alias must be its; a
+    name no preset knows (``pagesim gpu calibrate`` writes the device's own, e.g. h100-80gb-hbm3,
+    unless given --gpu-name) cannot be told apart, and is taken."""
+    from pagesim.sim.specs import get_gpu
+
+    try:
+        return get_gpu(name).name == gpu.name
+    except ConfigError:
+        return True
+
+
 class TableCostModel(CpuOverhead):
     """Interpolates a measured profile (see ``sim/cost/profile_format.py``): packs it for
     :func:`sim.core.cost_table.table_step_time` (the constants and the tables arrays) and
@@ -274,6 +286,14 @@ class TableCostModel(CpuOverhead):
         if not any(_same_model(name, model) for name in measured):  # another model's times
             raise ConfigError(f"{path}: the profile measured {', '.join(measured)}, not {model.name}: it prices its own "
                               "model alone (measure this one, or drop --profile)")
+        on = sorted(set(df["gpu"]))
+        if not any(_same_gpu(name, gpu) for name in on):  # another GPU's times
+            raise ConfigError(f"{path}: the profile was measured on {', '.join(on)}, not {gpu.name}: it prices its own "
+                              "GPU alone (measure this one, or drop --profile)")
+        degrees = sorted(set(int(x) for x in df["tp"]))
+        if tensor_parallel not in degrees:  # another tensor-parallel degree's shards and all-reduces
+            raise ConfigError(f"{path}: the profile was measured at TP {', '.join(map(str, degrees))}, not "
+                              f"--tp {tensor_parallel} (measure at this degree, or drop --profile)")
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
 

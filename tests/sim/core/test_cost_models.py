@@ -68,10 +68,10 @@ def test_bilinear_decode(batch, context, want):
         decode_seconds(batch, context, BATCHES, CONTEXTS, GRID)
 
 
-def profile(path, prefill=True):
+def profile(path, prefill=True, gpu="a100-40gb", tp=1):
     """linear 1000 us at 10 tokens, 1500 at 20; the decode grid above in ms; prefill 200 us at
-    10 tokens, 600 at 30; overhead 2000 us."""
-    common = dict(model="opt-13b", gpu="a100-40gb", dtype="float16", tp=1)
+    10 tokens, 600 at 30; overhead 2000 us; measured on ``gpu`` at ``tp``."""
+    common = dict(model="opt-13b", gpu=gpu, dtype="float16", tp=tp)
     rows = [dict(component="linear", num_tokens=n, batch=None, context=None, time_us=t, **common)
             for n, t in ((10, 1000.0), (20, 1500.0))]
     rows += [dict(component="attn_decode", num_tokens=None, batch=b, context=c, time_us=t, **common)
@@ -99,6 +99,24 @@ def test_a_profile_prices_its_own_model_alone(tmp_path, model, refused):
         return
     with pytest.raises(ConfigError, match="the profile measured opt-13b, not llama-2-7b") as refusal:
         make_cost_model(get_model(model), get_gpu("a100-40gb"), profile=path)
+    assert "\n" not in str(refusal.value)
+
+
+@pytest.mark.parametrize("gpu, tp, taken", [
+    ("a100-40gb", 1, None), ("A100-40GB", 1, None),
+    ("a100-sxm4-40gb", 1, None),  # a device's own name (gpu calibrate's without --gpu-name): cannot tell
+    ("a100-80gb", 1, "the profile was measured on a100-80gb, not a100-40gb"),
+    ("a100-40gb", 2, "the profile was measured at TP 2, not --tp 1"),
+])
+def test_a_profile_prices_its_own_gpu_and_degree_alone(tmp_path, gpu, tp, taken):
+    """The profile's ``gpu`` and ``tp`` columns: a run on that GPU (its name in any case) at that
+    degree takes it; another GPU's times or another degree's shards are refused in one line."""
+    path = profile(tmp_path / "p.csv", gpu=gpu, tp=tp)
+    if taken is None:
+        assert make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), profile=path).path == path
+        return
+    with pytest.raises(ConfigError, match=taken) as refusal:
+        make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), profile=path)
     assert "\n" not in str(refusal.value)
 
 
@@ -157,7 +175,7 @@ def test_core_prices_a_run_by_hand(tmp_path, scale, want):
     #   decode at context 11: 2 + linear(1) below the table 1 + decode below the grid 1 = 4 ms;
     #   scaled: 2 + 2 x 2 = 6
     trace = pd.DataFrame({"request_id": ["a"], "arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]})
-    cfg = cfg_for(profile=profile(tmp_path / "p.csv"), cost_scale=scale, per_seq_overhead_ms=0.0)
+    cfg = cfg_for(profile=profile(tmp_path / "p.csv", gpu="a100-80gb"), cost_scale=scale, per_seq_overhead_ms=0.0)
     r = run_simulation(cfg, trace)
     assert r.steps["dt_s"].to_numpy() == pytest.approx(want, rel=1e-12)
 
