@@ -12,14 +12,13 @@ from pagesim.sim.config import (APPEND_RULES, KV_CACHE_DTYPES, MANAGERS, PLACEME
 from pagesim.sim.errors import ConfigError, warn
 from pagesim.sim.limits import check_drafter
 from pagesim.sim.metrics import LATENCY_METRICS, SummaryOptions
-from pagesim.sim.specs import MODELS
+from pagesim.sim.specs import GPUS, MODELS
 
 #: CLI flag -> SimConfig field, for the settings every simulation-running command shares
 SIM_FLAGS = {
     "model": dict(help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face config.json "
                        "(default opt-13b; a bare simulate or plan: llama-3.1-8b)"),
-    "gpu": dict(help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s, a40 (default a100-40gb; "
-                     "a bare simulate or plan: h100-80gb)"),
+    "gpu": dict(help=f"GPU preset ({', '.join(GPUS)}; default a100-40gb, a bare simulate or plan: h100-80gb)"),
     "tensor_parallel": dict(flag="--tp", type=int, help="tensor-parallel degree (default 1)"),
     "expert_parallel": dict(action="store_true", default=None,
                             help="a mixture of experts' routed experts split whole over the GPUs, as vLLM's "

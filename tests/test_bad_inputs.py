@@ -245,6 +245,11 @@ CASES = [
     (plan("disaggregation", "--rate", "2", "--gpus", "3", "--tp", "2", "--model", "llama-2-7b"), "--gpus"),
     (plan("disaggregation", "--rate", "2", "--gpus", "4", "--num-speculative-tokens", "2"),
      "--num-speculative-tokens"),
+    # --- cost
+    (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--worst", "-1"],
+     "--worst must be >= 0, got -1"),
+    (["cost", "import", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--layers", "0",
+      "--out", "{out}/p.csv"], "--layers must be >= 1, got 0"),
     # --- reproduce and report
     (["reproduce", "fig9", "--out", "{out}"], "fig9"),
     *[(["reproduce", "fig2", "--out", "{out}", "--scale", v], "--scale") for v in ("0", "nan", "-1", "1e12")],

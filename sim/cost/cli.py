@@ -62,7 +62,7 @@ def register(sub) -> None:
     e.add_argument("--cost-model", choices=["roofline", "calibrated"], default="roofline", help="cost model to score")
     e.add_argument("--calibration", metavar="FILE.toml", default=None,
                    help="calibrated: these constants instead of the GPU's shipped ones")
-    e.add_argument("--worst", type=int, default=10, help="how many worst cells to list")
+    e.add_argument("--worst", type=int, default=10, help="how many worst cells to list (0 or more)")
     e.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
 
     f = _subcommand(cs, "fit", run_fit, "fit the calibrated roofline's constants of one GPU",
@@ -168,6 +168,8 @@ def run_bands(args: argparse.Namespace) -> int:
 
 
 def run_error(args: argparse.Namespace) -> int:
+    if args.worst < 0:
+        raise ConfigError(f"--worst must be >= 0, got {args.worst}")
     gpu, measured, model = _read(args)
     if args.calibration and args.cost_model != "calibrated":
         raise ConfigError("--calibration needs --cost-model calibrated")
@@ -314,9 +316,11 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    if args.layers is not None and args.layers < 1:
+        raise ConfigError(f"--layers must be >= 1, got {args.layers}")
     gpu, measured, model = _read(args)
     layers = args.layers or (MODELS[model].num_layers if model in MODELS else None)
-    if not layers or layers < 1:
+    if not layers:
         raise ConfigError(f"--layers: {model} has no preset; give its number of layers (>= 1)")
     rows = measured_profile_rows(measured, model, args.tp, layers)
     path = write_profile(rows, args.out)
