@@ -185,7 +185,11 @@ def device_slug(dry: bool) -> tuple[str, str]:
         raise SystemExit(f"gpu_programme: no CUDA device ({why_not()}); use --dry-run on a CPU")
     name = device_info("gpu_programme")["name"]
     low = name.lower()
-    preset = "h200" if "h200" in low else "h100" if "h100" in low else "a100-80gb"
+    try:  # the device's own name where it is a preset's (B200, H20, L40S: what gpu calibrate writes)
+        from pagesim.sim.specs import get_gpu
+        preset = get_gpu(gpu_slug(name)).name
+    except Exception:
+        preset = "h200" if "h200" in low else "h100" if "h100" in low else "a100-80gb"
     return gpu_slug(name), preset
 
 

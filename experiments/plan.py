@@ -474,11 +474,19 @@ WHAT_IFS: list[tuple[str, dict[str, Any]]] = [
 
 
 def routed_replicas(runner: Runner, spec_of: Callable[[int], RunSpec], estimate: int,
-                    max_replicas: int) -> tuple[int | None, dict | None]:
+                    max_replicas: int, refused: dict[int, str] | None = None) -> tuple[int | None, dict | None]:
     """The fewest replicas ``k`` whose cluster (``spec_of(k)``, the whole rate behind the router)
-    meets the SLO, and its point (:func:`fewest`)."""
+    meets the SLO, and its point (:func:`fewest`). A cluster the run refuses (its settings, not
+    the SLO) ends the search upward: more replicas would be refused too, or for a reason of
+    their own; ``refused`` collects each refused ``k`` and why."""
+    refused = {} if refused is None else refused
+
     def passing(k: int) -> dict | None:
+        if refused and k > min(refused):
+            return None
         p = runner.evaluate([spec_of(k)])[0]
+        if p.get("error"):
+            refused[k] = str(p["error"])
         return p if p["passed"] else None
 
     return fewest(passing, estimate, max_replicas)
@@ -552,14 +560,14 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
     if not rate > 0:
         raise ConfigError(f"--rate must be > 0, got {rate}")
     if not kv_max_gib >= SMALLEST_KV_GIB:
-        raise ConfigError(f"--kv-max-gib {kv_max_gib:g} is below the smallest KV pool plan resources searches "
-                          f"({SMALLEST_KV_GIB:g} GiB)")
+        raise ConfigError(f"--kv-max-gib must be at least {SMALLEST_KV_GIB:g} GiB, the smallest KV pool plan resources "
+                          f"searches; got {kv_max_gib:g}")
     gpu = setup.sim.get("gpu") or "a100-40gb"
     price = gpu_hourly(gpu, dollars_per_gpu_hour)
     base_tp = int(setup.sim.get("tensor_parallel") or 1)
 
     # 1) minimum KV memory at the target rate: search over y = 1 / kv_gib (pass for small y)
-    kv_tasks, base_errors, kv_caps = [], {}, {}
+    kv_tasks, base_errors, kv_caps, kv_notes = [], {}, {}, {}
     spec_on: dict[str, Callable[[PlanSetup, float], RunSpec]] = {}  # task -> (setup, x) -> its probe
     for s in systems:
         try:
@@ -570,9 +578,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
         start = budget.kv_bytes / GiB
         # no more than the GPU holds beside the weights (a larger --kv-gib is refused: sim.specs.capacity)
         room = (gpu_spec.mem_bytes - model.weight_bytes / base_tp) / GiB
-        if room < SMALLEST_KV_GIB:
-            base_errors[s] = (f"{gpu_spec.name} holds {room:.3g} GiB beside the weights, below the smallest KV pool "
-                              f"searched ({SMALLEST_KV_GIB:g} GiB)")
+        if room < SMALLEST_KV_GIB:  # the KV search alone is not run: replicas x TP and the what-ifs are
+            kv_notes[s] = (f"{gpu_spec.name} holds {room:.3g} GiB beside the weights, below the smallest KV pool "
+                           f"searched ({SMALLEST_KV_GIB:g} GiB)")
             continue
         kv_caps[s] = (room, f"all {gpu_spec.name} holds beside the weights") if room < kv_max_gib else \
             (kv_max_gib, "--kv-max-gib")
@@ -618,7 +626,7 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
     steady = check_steady([(t, functools.partial(spec_on[t.name], longer)) for t in kv_tasks + tp_tasks + wi_tasks],
                           runner) if longer else {}
 
-    kv_rows = [{"system": s, "rate": rate, "note": msg} for s, msg in base_errors.items()]
+    kv_rows = [{"system": s, "rate": rate, "note": msg} for s, msg in {**base_errors, **kv_notes}.items()]
     for t in kv_tasks:
         y = t.search.answer
         s = t.name.split("/", 1)[1]
@@ -659,13 +667,20 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
                 price, row["tensor_parallel"], row["replicas"], row["output_throughput_total"])
     for row, spec in verify if router is not None else ():
         estimate = row["replicas"]
+        most = max_replicas
+        if spec.sim_config().expert_parallel:  # no GPU of the group without an expert (sim.run.resolve_budget)
+            experts = get_model(spec.sim_config().model).moe.num_experts
+            most = min(most, max(1, experts // row["tensor_parallel"]))
+        refused: dict[int, str] = {}
         k, p = routed_replicas(runner, lambda k, spec=spec: dataclasses.replace(spec, rate=float(rate), replicas=k,
                                                                                  router=router),
-                               estimate, max_replicas)
+                               estimate, most, refused)
         row.update(router=router, replicas_rate_over_k=estimate, replicas=k, verified=p is not None)
         if k is None:
-            row.update(gpus=None, rate_per_replica_rps=None,
-                       note=f"no cluster of up to {max_replicas} replicas behind {router} meets the SLO")
+            why = (f"a cluster of {min(refused)} replicas was refused: {refused[min(refused)]}" if refused else
+                   f"no cluster of up to {most} replicas behind {router} meets the SLO"
+                   + (f" ({most}: as many as the group's GPUs have experts)" if most < max_replicas else ""))
+            row.update(gpus=None, rate_per_replica_rps=None, note=why)
             continue
         row.update(gpus=k * row["tensor_parallel"], rate_per_replica_rps=rate / k,
                    rate_over_k_off_by=estimate - k)  # > 0: rate/k asked too many replicas; < 0: too few

@@ -40,6 +40,7 @@ from pagesim.traces.args import _positive_float, add_workload_args, check_arriva
 
 MODES = ("max-rate", "resources", "compare-gpus", "disaggregation")
 DEFAULT_SYSTEMS = ["vllm"]  # --systems' default where --model or --gpu is given (sim.args.TODAYS_DEFAULTS)
+DEFAULT_TP_OPTIONS = [1, 2, 4, 8]  # 'plan resources': the tensor-parallel degrees tried unless --tp-options says
 DEFAULT_MAX_REPLICAS = 256  # 'plan resources --router': the most replicas searched unless --max-replicas says
 
 
@@ -211,8 +212,9 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                             "rate / k; the rate/k estimate is kept beside it. disaggregation: each pool's router "
                             "(default round-robin; not prefix-affinity)")
     if only("resources"):
-        c.add_argument("--tp-options", type=_int_list, default=[1, 2, 4, 8], metavar="1,2,4",
-                       help="resources: tensor-parallel degrees to try for replicas x TP")
+        c.add_argument("--tp-options", type=_int_list, default=DEFAULT_TP_OPTIONS, metavar="1,2,4",
+                       help="resources: tensor-parallel degrees to try for replicas x TP (default 1,2,4,8; "
+                            "with --profile, those it was measured at)")
         c.add_argument("--what-if", default=None, metavar="LIST",
                        help="resources: variants (all, the default; none; or a list of: "
                             + ", ".join(n for n, _o in P.WHAT_IFS) + ")")
@@ -378,10 +380,13 @@ def plan(args: argparse.Namespace) -> int:
         if get_gpu(g).name in named:
             raise ConfigError(f"--gpus: {named[get_gpu(g).name]} and {g} are the same GPU ({get_gpu(g).name})")
         named[get_gpu(g).name] = g
-    # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU)
-    bands = {get_gpu(g).name: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": g}),
-                                             get_gpu(g).name)
-             for g in gpus} if args.mode == "compare-gpus" else {get_gpu(cfg.gpu).name: run_error_band(cfg, cfg.gpu)}
+    # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU),
+    # named by its preset (an alias as typed would be a GPU with no fitted run)
+    if args.mode == "compare-gpus":
+        bands = {get_gpu(g).name: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": g}),
+                                                 get_gpu(g).name) for g in gpus}
+    else:
+        bands = {get_gpu(cfg.gpu).name: run_error_band(cfg, get_gpu(cfg.gpu).name)}
     # compare-gpus brackets each GPU's answer by that GPU's own band (add_gpu_error_bands)
     banded = args.error_band and args.mode != "compare-gpus"
     scales = gpu_time_scales(bands[get_gpu(cfg.gpu).name]["cost_error"]) if banded else None
@@ -389,7 +394,7 @@ def plan(args: argparse.Namespace) -> int:
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
         if scales is not None:
-            add_error_band(result, setup, args.systems, runner, scales, args.dollars_per_gpu_hour)
+            add_error_band(result, setup, runner, scales, args.dollars_per_gpu_hour)
     elif args.mode == "disaggregation":
         result = run_disaggregation(args, setup, runner, scales)
         feasible = any(r.get("gpus") is not None for r in result["fewest"]) or result["choice"] is not None
@@ -397,17 +402,19 @@ def plan(args: argparse.Namespace) -> int:
         result = P.compare_gpus(setup, gpus, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(r.get("max_rate_rps") is not None for r in result["gpus"])
         if args.error_band:
-            add_gpu_error_bands(result, setup, args.systems, runner, bands, args.dollars_per_gpu_hour)
+            add_gpu_error_bands(result, setup, runner, bands, args.dollars_per_gpu_hour)
     else:
         if args.rate is None:
             raise ConfigError("'plan resources' needs the target rate: --rate R (req/s)")
         if args.router is not None and args.router not in ROUTERS:
             raise ConfigError(f"--router: unknown router {args.router!r}; valid: {', '.join(ROUTERS)}")
+        if setup.sim.get("profile"):  # a measured profile prices the degrees it was measured at alone
+            args.tp_options = profile_degrees(setup.sim["profile"], args.tp_options)
         if args.router is not None:  # what a cluster of these replicas refuses, once, before any probe
             from pagesim.sim.cluster import check_cluster
 
-            for s in args.systems:
-                check_cluster(2, args.router, 0.0, SimConfig.for_system(s, **setup.sim))
+            for s in args.systems:  # (two replicas: what one alone is never refused; --max-replicas 1 is one)
+                check_cluster(min(2, args.max_replicas or 2), args.router, 0.0, SimConfig.for_system(s, **setup.sim))
         result = P.resources(setup, args.rate, args.systems, runner, tp_options=args.tp_options, what_if=what,
                              kv_max_gib=args.kv_max_gib, dollars_per_gpu_hour=args.dollars_per_gpu_hour,
                              router=args.router, max_replicas=args.max_replicas or DEFAULT_MAX_REPLICAS)
@@ -470,61 +477,80 @@ def run_disaggregation(args: argparse.Namespace, setup, runner: Runner, scales: 
                              kv_link=args.kv_link, quick=args.quick, scales=scales)
 
 
-def add_error_band(result: dict, setup, systems, runner, scales: list[float],
-                   dollars_per_gpu_hour: float | None = None) -> None:
+def profile_degrees(path: str, tp_options: list[int]) -> list[int]:
+    """The tensor-parallel degrees 'plan resources' tries with the measured profile ``path``: the
+    default's that it was measured at (all it was measured at, if none), or ``--tp-options`` as
+    given, refused in one line if it names a degree the profile was not measured at."""
+    from pagesim.sim.cost.profile_format import read_profile
+
+    measured = sorted(set(int(x) for x in read_profile(path)["tp"]))
+    if tp_options is DEFAULT_TP_OPTIONS:
+        return [tp for tp in DEFAULT_TP_OPTIONS if tp in measured] or measured
+    unmeasured = [tp for tp in tp_options if tp not in measured]
+    if unmeasured:
+        raise ConfigError(f"--tp-options: the profile {path} was measured at TP {', '.join(map(str, measured))}, not "
+                          f"{', '.join(map(str, unmeasured))} (drop those, or measure them)")
+    return tp_options
+
+
+def add_error_band(result: dict, setup, runner, scales: list[float], dollars_per_gpu_hour: float | None = None) -> None:
     """Each answer's max rate again with the GPU time x ``scales[0]`` (``max_rate_low_rps``) and
     x ``scales[1]`` (``max_rate_high_rps``): the band the cost model's measured error implies
-    (``sim.cost.calibration.gpu_time_scales``)."""
-    rates = band_rates(setup, systems, runner, scales, dollars_per_gpu_hour)
+    (``sim.cost.calibration.gpu_time_scales``). Only systems with an answer are searched again."""
+    answered = [row["system"] for row in result["answers"] if row.get("max_rate_rps") is not None]
+    rates = band_rates(setup, answered, runner, scales, dollars_per_gpu_hour)
     for row in result["answers"]:
-        keep_band_around(result, row, f"{row['system']}", rates[row["system"]])
+        if row["system"] in rates:
+            keep_band_around(result, row, row["system"], rates[row["system"]], setup.rtol)
     result["error_band"] = {"gpu_time_scales": list(scales)}
 
 
-def add_gpu_error_bands(result: dict, setup, systems, runner, bands: dict,
-                        dollars_per_gpu_hour: float | None = None) -> None:
-    """compare-gpus: each GPU's max rate again with the GPU time scaled by its own band's scales
-    (``max_rate_low_rps``, ``max_rate_high_rps``), as :func:`add_error_band` brackets max-rate's
-    one GPU; a GPU whose band has no measured error keeps its answer alone."""
+def add_gpu_error_bands(result: dict, setup, runner, bands: dict, dollars_per_gpu_hour: float | None = None) -> None:
+    """compare-gpus: each GPU's answers again with the GPU time scaled by that GPU's own band's
+    scales (``max_rate_low_rps``, ``max_rate_high_rps``), as :func:`add_error_band` brackets
+    max-rate's one GPU; a GPU whose band has no measured error keeps its answers alone, and only
+    the systems with an answer on a GPU are searched again there."""
     scales_by_gpu = {}
     for gpu, band in bands.items():
         scales = gpu_time_scales(band["cost_error"])
-        if scales is None or not any(row.get("gpu") == gpu and row.get("max_rate_rps") is not None
-                                     for row in result["gpus"]):
+        rows = [row for row in result["gpus"] if row.get("gpu") == gpu and row.get("max_rate_rps") is not None]
+        if scales is None or not rows:
             continue
         scales_by_gpu[gpu] = list(scales)
-        rates = band_rates(setup, systems, runner, scales, dollars_per_gpu_hour, gpu=gpu)
-        for row in result["gpus"]:
-            if row.get("gpu") == gpu and row.get("system") in rates:
-                keep_band_around(result, row, f"{gpu}/{row['system']}", rates[row["system"]])
+        rates = band_rates(setup, [row["system"] for row in rows], runner, scales, dollars_per_gpu_hour, gpu=gpu)
+        for row in rows:
+            keep_band_around(result, row, f"{gpu}/{row['system']}", rates[row["system"]], setup.rtol)
     if scales_by_gpu:
         result["error_band"] = {"gpu_time_scales": scales_by_gpu}
 
 
 def band_rates(setup, systems, runner, scales, dollars_per_gpu_hour, gpu: str | None = None) -> dict:
-    """Per system, the max rates (low, high) the search finds with the GPU time x each scale."""
+    """Per system, the max rates (slow, fast) the search finds with the GPU time x each scale."""
     from dataclasses import replace
 
+    if not systems:
+        return {}
     found = [P.max_rate(replace(setup, sim={**setup.sim, "cost_scale": scale, **({"gpu": gpu} if gpu else {})}),
                         systems, runner, dollars_per_gpu_hour=dollars_per_gpu_hour)["max_rate_rps"]
              for scale in scales]
     return {s: (found[0][s], found[1][s]) for s in systems}
 
 
-def keep_band_around(result: dict, row: dict, name: str, rates: tuple) -> None:
-    """``row``'s band sides, each kept on its side of the answer: the slower GPU time's search at
-    or under it, the faster's at or over it. A search that lands on the other side (a short
-    workload's saturation check is noisy: ``plan.cap_at_saturation``) is clamped to the answer
-    and said in a warning."""
-    answer = row.get("max_rate_rps")
-    low, high = rates
-    for key, value, wrong in (("max_rate_low_rps", low, lambda v: v > answer),
-                              ("max_rate_high_rps", high, lambda v: v < answer)):
-        if answer is not None and value is not None and wrong(value):
-            result.setdefault("warnings", []).append(
-                f"{name}: the band's {'slow' if key.endswith('low_rps') else 'fast'} side found {value:g} req/s, "
-                f"on the other side of the answer {answer:g}: kept at the answer (the workload is likely too short "
-                "for a steady answer: a longer --duration)")
+def keep_band_around(result: dict, row: dict, name: str, rates: tuple, rtol: float) -> None:
+    """``row``'s band sides, each kept on its side of its answer: the slower GPU time's search at
+    or under it, the faster's at or over it. A side that lands on the other side is clamped to the
+    answer: silently within the searches' tolerance ``rtol`` (their grids differ), else with a
+    warning (a short workload's saturation check is noisy: ``plan.cap_at_saturation``)."""
+    answer = row["max_rate_rps"]
+    slow, fast = rates
+    for key, side, value, beyond in (("max_rate_low_rps", "slow", slow, lambda v: v > answer),
+                                     ("max_rate_high_rps", "fast", fast, lambda v: v < answer)):
+        if value is not None and beyond(value):
+            if not answer / (1 + rtol) <= value <= answer * (1 + rtol):
+                result.setdefault("warnings", []).append(
+                    f"{name}: the band's {side} side found {value:g} req/s, on the other side of the answer "
+                    f"{answer:g}: kept at the answer (the workload is likely too short for a steady answer: "
+                    "a longer --duration)")
             value = answer
         row[key] = value
 

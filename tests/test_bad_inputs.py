@@ -217,9 +217,10 @@ CASES = [
     (["plan", "resources", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress"], "--rate R"),
     (plan("--kv-max-gib", "0"), "--kv-max-gib"),
     (plan("compare-gpus", "--gpus", "h100,h100-80gb"), "--gpus: h100 and h100-80gb are the same GPU \\(h100-80gb\\)"),
-    (plan("resources", "--rate", "2", "--kv-max-gib", "0.01"), "--kv-max-gib 0.01 is below the smallest KV pool"),
-    (plan("--trace", "{one_arrival}"), "fewer than two distinct arrival times: its rate cannot be rescaled to "
-                                       "1 req/s \\(--rate; plan rescales it for each probe\\)"),
+    (plan("resources", "--rate", "2", "--kv-max-gib", "0.01"), "--kv-max-gib must be at least 0.25 GiB, the "
+                                                                "smallest KV pool plan resources searches; got 0.01"),
+    (plan("--trace", "{one_arrival}"), "one_arrival.csv: fewer than two distinct arrival times, so its rate cannot "
+                                       "be rescaled to 1 req/s \\(--rate; plan rescales it for each probe\\)"),
     (sim("--out", "/proc/pagesim-out"), "/proc/pagesim-out: "),
     (plan("resources", "--rate", "2", "--what-if", "zzz"), "--what-if: unknown variant\\(s\\) zzz; valid: all, none, "
                                                           "or of block_size=8"),

@@ -240,7 +240,7 @@ def workload_from_args(args: argparse.Namespace, max_seq_len: int,
     if trace and g("rate") is not None and (info["load_report"] or {}).get("synthetic_arrivals") is None:
         a = df["arrival_s"].to_numpy()
         if len(a) < 2 or a[-1] <= a[0]:
-            raise ConfigError(f"the trace has fewer than two distinct arrival times: its rate cannot be rescaled to "
+            raise ConfigError(f"{trace}: fewer than two distinct arrival times, so its rate cannot be rescaled to "
                               f"{g('rate'):g} req/s (--rate; plan rescales it for each probe): give a longer trace")
         current = (len(a) - 1) / (a[-1] - a[0])
         df = step("rate", tf.scale_rate(df, g("rate") / current), from_rps=current, to_rps=g("rate"))

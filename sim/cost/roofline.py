@@ -294,6 +294,9 @@ class TableCostModel(CpuOverhead):
         if tensor_parallel not in degrees:  # another tensor-parallel degree's shards and all-reduces
             raise ConfigError(f"{path}: the profile was measured at TP {', '.join(map(str, degrees))}, not "
                               f"--tp {tensor_parallel} (measure at this degree, or drop --profile)")
+        # a profile of several models, GPUs or degrees prices this run by its own rows alone
+        df = df[df["model"].map(lambda name: _same_model(name, model))
+                & df["gpu"].map(lambda name: _same_gpu(name, gpu)) & (df["tp"] == tensor_parallel)]
         self.path = str(path)
         self._roof = RooflineCostModel(model, gpu, tensor_parallel, swap_block_tokens=swap_block_tokens)
 

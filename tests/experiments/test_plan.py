@@ -320,45 +320,68 @@ def test_a_what_if_is_tried_where_the_system_takes_it():
     assert labels["vllm-v1"] == labels["sglang"] + ["num_speculative_tokens=3"]
 
 
-def test_compare_gpus_brackets_each_gpu_by_its_own_band(tmp_path, capsys):
+def test_compare_gpus_brackets_each_gpu_by_its_own_band(tmp_path, capsys, monkeypatch):
     """compare-gpus on GPUs none of which is plan's base GPU (it once looked that GPU's band up and
     failed): each GPU's band comes from its own settings (vLLM v1's batch limit is 1,024 on an
-    H100, 256 on an A100-40GB), and each answer is searched again with that GPU's own scales,
-    the low side at or under the answer and the high side at or above it."""
-    rc = main(["plan", "compare-gpus", "--gpus", "h100-80gb,a100-80gb", "--systems", "vllm-v1", "--model",
+    H100, 256 on an A100-40GB), and each GPU's answers are searched again on that GPU with that
+    GPU's own scales, for the systems with an answer there only."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.cost.calibration import gpu_time_scales, run_error_band
+
+    searched = []
+    max_rate = P.max_rate
+    monkeypatch.setattr(P, "max_rate", lambda setup, systems, *a, **k: searched.append(
+        (setup.sim.get("gpu"), setup.sim.get("cost_scale"), tuple(systems))) or max_rate(setup, systems, *a, **k))
+    rc = main(["plan", "compare-gpus", "--gpus", "h100,a100-80gb", "--systems", "vllm-v1", "--model",
                "llama-3.1-8b", "--workload", "sharegpt", "--duration", "20", "--rtol", "0.25", "--workers", "1",
                "--no-steady-check", "--cache-dir", str(tmp_path), "--json", "--no-progress"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
-    from pagesim.sim.config import SimConfig
-    from pagesim.sim.cost.calibration import gpu_time_scales, run_error_band
-
     for gpu in ("h100-80gb", "a100-80gb"):
         own = run_error_band(SimConfig.for_system("vllm-v1", model="llama-3.1-8b", gpu=gpu), gpu)
         assert out["cost_model"][gpu]["cost_error"] == P.jsonable(own["cost_error"])
-        assert out["error_band"]["gpu_time_scales"][gpu] == pytest.approx(gpu_time_scales(own["cost_error"]))
+        scales = gpu_time_scales(own["cost_error"])
+        assert out["error_band"]["gpu_time_scales"][gpu] == pytest.approx(scales)
+        assert [(s, systems) for g, s, systems in searched if g == gpu] == [(scales[0], ("vllm-v1",)),
+                                                                           (scales[1], ("vllm-v1",))]
         [row] = [r for r in out["gpus"] if r["gpu"] == gpu]
-        assert row["max_rate_low_rps"] <= row["max_rate_rps"] * 1.25 and row["max_rate_low_rps"] > 0
-        assert row["max_rate_high_rps"] >= row["max_rate_low_rps"]
+        assert row["max_rate_low_rps"] <= row["max_rate_rps"] <= row["max_rate_high_rps"]
     scales = out["error_band"]["gpu_time_scales"]
     assert scales["a100-80gb"][0] > scales["h100-80gb"][0]  # the held-out GPUs widen the A100's slow side
 
 
+def test_max_rate_names_an_alias_gpus_band_by_its_preset(tmp_path, capsys):
+    """--gpu h100 is the h100-80gb preset: its band is the fitted GPU's, not an unfitted GPU's."""
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.cost.calibration import run_error_band
+
+    rc = main(["plan", "max-rate", "--gpu", "h100", "--systems", "vllm-v1", "--model", "llama-3.1-8b", "--workload",
+               "sharegpt", "--duration", "20", "--rtol", "0.25", "--workers", "1", "--no-steady-check",
+               "--cache-dir", str(tmp_path), "--json", "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    own = run_error_band(SimConfig.for_system("vllm-v1", model="llama-3.1-8b", gpu="h100-80gb"), "h100-80gb")
+    assert rc == 0 and list(out["cost_model"]) == ["h100-80gb"]
+    assert out["cost_model"]["h100-80gb"]["cost_error"] == P.jsonable(own["cost_error"])
+
+
 def test_a_band_side_on_the_wrong_side_of_the_answer_is_kept_at_it_and_said():
-    """The slow side at or under the answer, the fast side at or over it; one that lands beyond
-    (a short workload's noisy saturation check) is clamped to the answer, with a warning naming it."""
+    """The slow side at or under the answer, the fast side at or over it; one that lands beyond is
+    clamped to the answer: silently within the searches' tolerance (their grids differ), with a
+    warning naming it beyond (a short workload's noisy saturation check)."""
     from pagesim.experiments.plan_cli import keep_band_around
 
     result, row = {}, {"max_rate_rps": 48.8}
-    keep_band_around(result, row, "vllm-v1", (46.8, 25.5))
+    keep_band_around(result, row, "vllm-v1", (46.8, 25.5), rtol=0.05)
     assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (46.8, 48.8)
     [warning] = result["warnings"]
     assert warning.startswith("vllm-v1: the band's fast side found 25.5 req/s") and "--duration" in warning
     result, row = {}, {"max_rate_rps": 12.8}
-    keep_band_around(result, row, "a/b", (13.0, 14.0))
-    assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (12.8, 14.0) and "slow side" in result["warnings"][0]
-    result, row = {}, {"max_rate_rps": None}  # no answer: the sides as found, nothing to say
-    keep_band_around(result, row, "x", (None, 3.0))
+    keep_band_around(result, row, "a/b", (13.0, 14.0), rtol=0.05)  # 13.0: within 5 % of 12.8
+    assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (12.8, 14.0) and "warnings" not in result
+    keep_band_around(result, row, "a/b", (13.5, 14.0), rtol=0.05)  # 13.5: 5.5 % above
+    assert row["max_rate_low_rps"] == 12.8 and "slow side found 13.5" in result["warnings"][0]
+    result, row = {}, {"max_rate_rps": 3.0}  # the slow side meets no rate: said as found
+    keep_band_around(result, row, "x", (None, 3.0), rtol=0.05)
     assert (row["max_rate_low_rps"], row["max_rate_high_rps"]) == (None, 3.0) and "warnings" not in result
 
 
@@ -383,3 +406,38 @@ def test_resources_refuses_a_router_its_replicas_refuse_before_any_probe(tmp_pat
                "--router", "prefix-affinity", "--cache-dir", str(tmp_path), "--no-progress"])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and "needs --prefix-caching" in err
+
+
+def test_compare_gpus_searches_the_band_of_the_answered_systems_alone(tmp_path, capsys, monkeypatch):
+    """Granite-4.0-H-Tiny on an RTX 4090: vLLM v1 answers; vLLM v0's probes fail (its memory does
+    not hold the model). The band is searched for vLLM v1 alone: searching both, as once, failed
+    the whole command on v0's memory check after the comparison had answered."""
+    searched = []
+    max_rate = P.max_rate
+    monkeypatch.setattr(P, "max_rate", lambda setup, systems, *a, **k: searched.append(tuple(systems)) or max_rate(
+        setup, systems, *a, **k))
+    rc = main(["plan", "compare-gpus", "--gpus", "rtx-4090", "--systems", "vllm-v1,vllm", "--model",
+               "granite-4.0-h-tiny", "--workload", "sharegpt", "--duration", "20", "--rtol", "0.25", "--workers", "1",
+               "--no-steady-check", "--slo-ttft-p99", "2", "--dollars-per-gpu-hour", "1", "--cache-dir", str(tmp_path),
+               "--json", "--no-progress"])
+    rows = {r["system"]: r for r in json.loads(capsys.readouterr().out)["gpus"]}
+    assert rc == 0 and searched == [("vllm-v1",), ("vllm-v1",)]
+    assert rows["vllm-v1"]["max_rate_low_rps"] is not None and rows["vllm"]["max_rate_rps"] is None
+
+
+def test_resources_with_a_profile_tries_the_degrees_it_was_measured_at(tmp_path):
+    """A measured profile prices its own TP alone (sim.cost.roofline.TableCostModel): plan
+    resources' default degrees become those of 1, 2, 4, 8 it was measured at (all it holds if
+    none), and --tp-options naming another degree is refused in one line."""
+    import pandas as pd
+
+    from pagesim.experiments.plan_cli import DEFAULT_TP_OPTIONS, profile_degrees
+    from tests.sim.core.test_cost_models import profile
+
+    both = tmp_path / "both.csv"
+    pd.concat([pd.read_csv(profile(tmp_path / f"tp{tp}.csv", tp=tp)) for tp in (1, 2)]).to_csv(both, index=False)
+    assert profile_degrees(str(both), DEFAULT_TP_OPTIONS) == [1, 2]
+    assert profile_degrees(profile(tmp_path / "tp3.csv", tp=3), DEFAULT_TP_OPTIONS) == [3]
+    assert profile_degrees(str(both), [2]) == [2]
+    with pytest.raises(ConfigError, match="--tp-options: the profile .* was measured at TP 1, 2, not 4"):
+        profile_degrees(str(both), [1, 4])

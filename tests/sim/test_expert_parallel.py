@@ -141,3 +141,41 @@ def test_the_band_names_the_split_runs_once_the_experts_are_split():
     assert "expert_parallel" in split["regime_sets"] and split["runs"] == 5  # 4 MoE runs and the split one
     held = band(2, "a100-80gb")  # the split run is a held-out GPU's too: 4 MoE + 4 held out, not 9
     assert held["regime_sets"] == ["moe", "held_out_gpu", "expert_parallel"] and held["runs"] == 8
+
+
+def test_plan_resources_caps_a_group_at_one_expert_a_gpu(capsys):
+    """Mixtral's 8 experts at TP 2: at most 4 ranks. A rate no 4 meet is answered so, not by
+    walking to 256 replicas whose every cluster the run refuses (more GPUs than experts)."""
+    seen = []
+    from pagesim.experiments.probe import Runner
+
+    evaluate = Runner.evaluate
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Runner, "evaluate", lambda self, specs, *a, **k: seen.extend(specs) or evaluate(self, specs, *a, **k))
+        rc = main(["plan", "resources", "--rate", "600", "--systems", "vllm-v1", "--model", "mixtral-8x7b", "--gpu",
+                   "h100-80gb", "--tp", "2", "--tp-options", "2", "--what-if", "none", "--expert-parallel", "--router",
+                   "least-outstanding-requests", "--workload", "sharegpt", "--duration", "20", "--slo-ttft-p99", "1",
+                   "--slo-tpot-p99", "0.05", "--no-steady-check", "--no-progress", "--json"])
+    [row] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replicas"]
+    assert rc == 2 and row["replicas"] is None and "(4: as many as the group's GPUs have experts)" in row["note"]
+    assert max(s.replicas for s in seen if s.router is not None) == 4
+
+
+def test_a_refused_cluster_ends_the_routed_search():
+    """routed_replicas: a cluster the run refuses (an error, not a missed SLO) ends the walk up;
+    the refusal is kept for the note, and no larger cluster is run."""
+    from types import SimpleNamespace
+
+    from pagesim.experiments.plan import routed_replicas
+
+    asked = []
+
+    class Refusing:
+        def evaluate(self, specs):
+            k = specs[0].replicas
+            asked.append(k)
+            return [{"passed": False, "error": "too many" if k >= 4 else None}]
+
+    refused = {}
+    k, point = routed_replicas(Refusing(), lambda k: SimpleNamespace(replicas=k), 2, 256, refused)
+    assert (k, point) == (None, None) and asked == [2, 3, 4] and refused == {4: "too many"}

@@ -120,6 +120,24 @@ def test_a_profile_prices_its_own_gpu_and_degree_alone(tmp_path, gpu, tp, taken)
     assert "\n" not in str(refusal.value)
 
 
+def test_a_profile_of_two_degrees_prices_a_run_by_its_degrees_rows(tmp_path):
+    """Rows at TP 1 and at TP 2 in one file (the TP 2 rows 3x the TP 1 ones): a run at TP 2 reads
+    the TP 2 rows alone, at TP 1 the TP 1 rows, not the two degrees' rows together."""
+    import pandas as pd
+
+    rows = pd.read_csv(profile(tmp_path / "two.csv", tp=2))
+    rows["time_us"] *= 3
+    both = tmp_path / "both.csv"
+    pd.concat([pd.read_csv(profile(tmp_path / "one.csv", tp=1)), rows]).to_csv(both, index=False)
+    one_degree = len(make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), 1,
+                                     profile=str(tmp_path / "one.csv")).tables())
+    for tp, linear_us in ((1, [1000.0, 1500.0]), (2, [3000.0, 4500.0])):
+        tables = make_cost_model(get_model("opt-13b"), get_gpu("a100-40gb"), tp, profile=str(both)).tables()
+        # the layout (sim.core.cost_table): the linear rows' tokens, then their times in seconds, ...
+        assert len(tables) == one_degree and list(tables[:2]) == [10.0, 20.0]
+        assert list(tables[2:4] * 1e6) == pytest.approx(linear_us)
+
+
 def mixed_batch() -> StepBatch:
     """Two prompts (10 new tokens after none; 5 after 15 cached) and two decodes holding 400."""
     return StepBatch(prefill_seq_ids=np.array([0, 1]), prefill_tokens=np.array([10, 5]),
