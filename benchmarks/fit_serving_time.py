@@ -4,10 +4,13 @@ measure its error leave-one-model-out.
 The runs are replayed end to end (``pagesim validate --against``'s replay: ``vllm-v1``, prefix
 caching and async scheduling as vLLM serves) with candidate constants, and the constants that
 minimise the squared log errors of each stage's mean TTFT, TPOT and E2E are kept (Nelder-Mead
-over their logarithms). Runs where the client gave up on any request are left
-out of the fit: the client's 300 s timeout aborted them, which the replay does not model (they
-are still scored). To fit faster, each stage is replayed for ``--fit-seconds`` at its own rate
-(its latencies reach their steady state within seconds); scoring replays the whole run.
+over their logarithms). Every run is fitted on (unless ``--overloaded out``). To fit faster, each stage is replayed for
+``--fit-seconds`` at its own rate (its latencies reach their steady state within seconds), but
+an overloaded run (the client gave up on some requests at its 300 s timeout) is replayed whole,
+with the client's timeout (``--client-timeout``, as ``validate`` replays it): its queue and its
+long decodes at the batch limit build over the whole run. Scoring replays every run whole.
+``--overloaded out`` leaves the overloaded runs out of the fit (still scored), as the fits
+before 2026-12-01 did (the replay did not give up at the client's timeout then).
 
 Writes ``sim/data/serving/<gpu>.toml``: the constants fitted on every model, their provenance,
 and ``[error]``: each run's errors with its own model held out of the fit, and their medians.
@@ -46,9 +49,9 @@ START = (0.9, 0.9, 40e-6, 25e-6, 15e-6, 8e-3)
 FRACTIONS = {"bandwidth_eff": (0.3, 1.0), "compute_eff": (0.1, 1.0)}
 #: the figures a stage is scored on, as the fit weighs them
 FIGURES = ("ttft_mean", "tpot_mean", "e2e_mean")
-#: the client gave up on more than this share of a run's requests: not fitted on (any: a request
-#: near the client's 300 s timeout means a queue the whole run's length, which a shortened
-#: replay cannot build)
+#: the client gave up on more than this share of a run's requests: overloaded, replayed whole (any:
+#: a request near the client's 300 s timeout means a queue the whole run's length, which a
+#: shortened replay cannot build)
 MAX_FAILED = 0.0
 
 
@@ -56,7 +59,7 @@ def model_of(run) -> str:
     return str(run.engine.get("model", "?")).rsplit("/", 1)[-1]
 
 
-def fittable(run) -> bool:
+def shortenable(run) -> bool:
     m = run.measured["overall"]
     return m.get("failures", 0) <= MAX_FAILED * (m.get("count", 0) + m.get("failures", 0))
 
@@ -175,6 +178,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--hold", action="append", default=[], metavar="NAME=VALUE",
                    help=f"hold a constant at a value instead of fitting it ({', '.join(NAMES)})")
+    p.add_argument("--overloaded", choices=("whole", "out"), default="whole",
+                   help="the overloaded runs (the client gave up on some requests): fitted on, replayed whole "
+                        "with the client's timeout (default), or left out of the fit")
     args = p.parse_args(argv)
     fixed = {}
     for item in args.hold:
@@ -191,7 +197,8 @@ def main(argv=None) -> int:
         fixed[name] = number
     started = time.perf_counter()
     runs = [r for r in read_real_runs(args.facts) if r.info.get("gpu", args.gpu) == args.gpu]
-    fit_runs = [shortened(r, args.fit_seconds) for r in runs if fittable(r)]
+    fit_runs = [shortened(r, args.fit_seconds) if shortenable(r) else r for r in runs
+                if shortenable(r) or args.overloaded == "whole"]
     models = sorted({model_of(r) for r in runs})
     print(f"{len(runs)} runs on {args.gpu} ({len(fit_runs)} fitted on), models: {', '.join(models)}")
     held_out = []
@@ -223,7 +230,8 @@ def main(argv=None) -> int:
         lines += ["", "[provenance]", f"facts = {toml_value(Path(args.facts).name)}",
                   f"runs = {len(runs)}", f"fitted_on_runs = {len(fit_runs)}",
                   f"models = [{', '.join(toml_value(m) for m in models)}]",
-                  f"fit_seconds_per_stage = {args.fit_seconds}", f"loss = {value:.6g}",
+                  f"fit_seconds_per_stage = {args.fit_seconds}", f"overloaded = {toml_value(args.overloaded)}",
+                  f"loss = {value:.6g}",
                   f"pagesim_commit = {toml_value(commit)}", f"date = {toml_value(str(datetime.date.today()))}"]
         lines += ["", "[error]", 'method = "leave-one-model-out"', f"runs = {len(runs)}"]
         lines += [f"median_{k} = {v:.6g}" for k, v in lomo.items()]
