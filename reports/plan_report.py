@@ -94,7 +94,9 @@ def answers_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, co
                    low: str | None = None, high: str | None = None) -> go.Figure:
     """Each answer ``y`` as a dot against ``x`` (one colour per ``color``), with its band from
     ``low`` to ``high`` (the cost model's measured error: ``max_rate_low_rps``..``max_rate_high_rps``)
-    as an interval where the rows carry it; the axis from zero."""
+    as an interval on each answer whose row carries both sides (a side missing, e.g. a slower GPU
+    time that meets no rate, leaves that answer without one, not its whole colour); the axis
+    from zero."""
     df = pd.DataFrame(rows)
     fig = go.Figure()
     if df.empty or y not in df:
@@ -103,8 +105,10 @@ def answers_figure(rows: list[dict], x: str, y: str, title: str, ytitle: str, co
     groups = df.groupby(color, sort=False) if color and color in df else [(None, df)]
     for i, (name, g) in enumerate(groups):
         error = None
-        if low in g and high in g and g[low].notna().all() and g[high].notna().all():
-            error = dict(type="data", array=(g[high] - g[y]).tolist(), arrayminus=(g[y] - g[low]).tolist(),
+        if low in g and high in g and (g[low].notna() & g[high].notna()).any():
+            sides = g[low].notna() & g[high].notna()  # (an answer lacking a side: no interval, None in plotly)
+            error = dict(type="data", array=[v if ok else None for v, ok in zip(g[high] - g[y], sides)],
+                         arrayminus=[v if ok else None for v, ok in zip(g[y] - g[low], sides)],
                          visible=True, width=10)
         label = "band: the cost model's measured error" if error else ""
         fig.add_trace(go.Scatter(x=g[x].astype(str), y=g[y], mode="markers+text", error_y=error,

@@ -130,3 +130,19 @@ def test_every_reproduce_chart_passes_and_draws_the_papers_values(tmp_path):
         f = facts(fig)
         assert C.chart_problems(f) == [], f["title"]
         assert C.has_paper_marks(f) or f["title"].startswith(NO_PAPER_VALUES), f["title"]
+
+
+def test_an_answer_without_a_band_side_loses_its_own_interval_alone():
+    """Two GPUs' answers of one system, the second with no slow side (a slower GPU time met no
+    rate): the first keeps its interval (its high and low sides about its answer), the second
+    none; neither erases the other's."""
+    from pagesim.reports.plan_report import answers_figure
+
+    rows = [{"gpu": "h100-80gb", "system": "vllm-v1", "max_rate_rps": 10.0, "max_rate_low_rps": 8.0,
+             "max_rate_high_rps": 11.0},
+            {"gpu": "a100-80gb", "system": "vllm-v1", "max_rate_rps": 4.0, "max_rate_low_rps": None,
+             "max_rate_high_rps": 4.5}]
+    fig = answers_figure(rows, "gpu", "max_rate_rps", "t", "req/s", color="system", low="max_rate_low_rps",
+                         high="max_rate_high_rps")
+    [trace] = fig.data
+    assert list(trace.error_y.array) == [1.0, None] and list(trace.error_y.arrayminus) == [2.0, None]
