@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     from pagesim.sim.requests import RequestTable
     from pagesim.sim.run import jsonable, prepare, resolve_budget, run_prepared
 
+    if args.report and not args.out:  # the report is a file in DIR
+        raise ConfigError("--report needs --out DIR (the report is DIR/report.html)")
     fixed = {"record_steps": False} if args.no_steps else {}
     summary_options = summary_options_from_args(args)
     gpus_named = any(getattr(args, f) is not None for f in ("replica_gpus", "prefill_gpu", "decode_gpu"))

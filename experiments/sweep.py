@@ -71,6 +71,8 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     """
     if executor not in ("local", "ray"):
         raise ConfigError(f"unknown executor '{executor}'; valid: local, ray")
+    if address is not None and executor != "ray":  # a Ray cluster's address, which the local executor ignores
+        raise ConfigError(f"--address {address} is a Ray cluster's: give --executor ray with it")
     if workers is not None and workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     runner = runner_name(run_fn)  # None for the default run function

@@ -201,6 +201,10 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
     from dataclasses import fields
     names = {f.name for f in fields(SimConfig)}
     cfg = SimConfig.for_system(system, **{k: v for k, v in settings.items() if k in names})
+    if "prefix_caching" in flags and not cfg.prefix_caching and cfg.capabilities.radix_cache:
+        # no flag of pagesim's turns SGLang's tree off: a --no- that would change nothing is refused
+        raise ConfigError(f"--no-prefix-caching: {system} caches prefixes in its radix tree, always (SGLang's "
+                          "--disable-radix-cache is not modelled); drop it")
     check_settings_apply([cfg], flags - set(fixed), from_file - set(fixed), getattr(args, "config", None))
     check_drafter(cfg)
     return cfg

@@ -246,6 +246,13 @@ CASES = [
     (plan("disaggregation", "--rate", "2", "--gpus", "3", "--tp", "2", "--model", "llama-2-7b"), "--gpus"),
     (plan("disaggregation", "--rate", "2", "--gpus", "4", "--num-speculative-tokens", "2"),
      "--num-speculative-tokens"),
+    (sim("--system", "sglang", "--no-prefix-caching"), "--no-prefix-caching: sglang caches prefixes in its radix "
+                                                        "tree, always"),
+    (sim("--report"), "--report needs --out DIR"),
+    (["reproduce", "fig2", "--quick", "--out", "{out}", "--address", "ray://x:1"],
+     "--address ray://x:1 is a Ray cluster's: give --executor ray with it"),
+    (["trace", "beam-search", "--num-requests", "1", "--max-output", "4", "--width", "5000"],
+     "--width 5000: the corpus has .* token types"),
     # --- cost
     (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--worst", "-1"],
      "--worst must be >= 0, got -1"),

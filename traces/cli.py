@@ -99,6 +99,9 @@ def cmd_beam_search(args) -> int:
     if len(tokens) < 1000:
         raise ConfigError(f"--corpus {args.corpus}: {len(tokens)} tokens; a trigram model needs at least 1000")
     model = bs.TrigramModel(tokens)
+    if max(args.width) > len(model.vocab):  # a step keeps the width best continuations of the vocabulary
+        raise ConfigError(f"--width {max(args.width)}: the corpus has {len(model.vocab):,} token types; a beam "
+                          "search keeps at most that many beams")
     rng = np.random.default_rng(args.seed)
     prompt, output = paper_lengths(args.workload, args.num_requests, rng)
     output = np.minimum(output, args.max_output)
