@@ -63,7 +63,8 @@ class Validation:
     measured: dict
     simulated: dict
     result: SimResult
-    unfinished: int
+    unfinished: int  # requests the replay neither finished nor rejected
+    rejected: int = 0  # requests the replay rejected, each with its reason (a client's timeout: --client-timeout)
 
     def errors(self) -> pd.DataFrame:
         """One row per scope and figure both sides have: real, sim, and sim / real - 1."""
@@ -222,7 +223,9 @@ def validate_run(run: RealRun, cfg: SimConfig, seed: int = 0, progress: bool = F
         for s in range(run.num_stages):
             simulated[f"stage {s}"] = scope_figures(table[table["stage"] == s])
     simulated["overall"] = scope_figures(table)
-    return Validation(run, cfg, run.measured, simulated, result, int((~finished).sum()))
+    rejected = (table["status"] == "rejected").to_numpy()
+    return Validation(run, cfg, run.measured, simulated, result, int((~finished & ~rejected).sum()),
+                      int(rejected.sum()))
 
 
 def error_lines(v: Validation, width: int = 100) -> list[str]:

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = replay_config(real, gpu, settings)
     v = validate_run(real, cfg, seed=args.seed, progress=args.progress and not args.json)
     report = {"run": real.source, "format": real.fmt, "config": cfg.to_dict(), "unfinished": v.unfinished,
-              "errors": v.errors().to_dict(orient="records")}
+              "rejected": v.rejected, "errors": v.errors().to_dict(orient="records")}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -105,8 +105,12 @@ def run(args: argparse.Namespace) -> int:
                else f"{get_model(cfg.model).max_seq_len} (the model's)")
     print(f"           max_num_seqs {cfg.max_num_seqs}, max_num_batched_tokens {cfg.max_num_batched_tokens}, "
           f"max_model_len {max_len}")
+    table = f"{Path(args.out) / 'sim' / 'requests.csv'}" if args.out else "--out DIR keeps the request table"
+    if v.rejected:
+        print(fill(f"rejected   {v.rejected:,} requests, each with its reason (a client's timeout: --client-timeout; "
+                   f"{table})", rest=" " * 11))
     if v.unfinished:
-        print(f"unfinished {v.unfinished} requests the simulation did not finish (see sim/requests.csv)")
+        print(fill(f"unfinished {v.unfinished:,} requests the simulation did not finish ({table})", rest=" " * 11))
     print()
     for line in error_lines(v):
         print(line)

@@ -279,6 +279,17 @@ def test_cli_json(run_dir, capsys):
     assert set(report["errors"][0]) == {"scope", "metric", "real", "sim", "error"}
 
 
+def test_requests_the_client_gave_up_on_are_rejected_not_unfinished(run_dir, capsys):
+    """A client timeout shorter than any request: every request is rejected with that reason, and
+    the report counts them so (it once called them unfinished, pointing at a table not written)."""
+    assert main(["validate", "--against", str(run_dir), "--gpu", GPU, "--client-timeout", "0.001", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["unfinished"] == 0 and report["rejected"] > 0
+    assert main(["validate", "--against", str(run_dir), "--gpu", GPU, "--client-timeout", "0.001", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"rejected   {report['rejected']:,} requests, each with its reason" in out and "unfinished" not in out
+
+
 def test_cli_out_writes_validation_json(run_dir, tmp_path, capsys):
     """--out DIR writes DIR/validation.json (the --json report) and the simulation's files."""
     out = tmp_path / "val"
