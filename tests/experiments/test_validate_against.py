@@ -285,7 +285,8 @@ def test_requests_the_client_gave_up_on_are_rejected_not_unfinished(run_dir, cap
     assert main(["validate", "--against", str(run_dir), "--gpu", GPU, "--client-timeout", "0.001", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["unfinished"] == 0 and report["rejected"] > 0
-    assert main(["validate", "--against", str(run_dir), "--gpu", GPU, "--client-timeout", "0.001", "--no-progress"]) == 0
+    argv = ["validate", "--against", str(run_dir), "--gpu", GPU, "--client-timeout", "0.001", "--no-progress"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"rejected   {report['rejected']:,} requests, each with its reason" in out and "unfinished" not in out
 
