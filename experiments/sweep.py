@@ -78,6 +78,8 @@ def run_sweep(specs: list[RunSpec], executor: str = "local", workers: int | None
     runner = runner_name(run_fn)  # None for the default run function
     run_fn = run_fn or simulate_spec
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if cache_dir.exists() and not cache_dir.is_dir():  # (else each run's entry names a path below a file)
+        raise ConfigError(f"--cache-dir {cache_dir}: exists and is not a folder")
     keys = [s.key(runner=runner) for s in specs]
     results: list[dict[str, Any] | None] = [None] * len(specs)
     todo: dict[str, list[int]] = {}  # key -> indices (identical specs run once)

@@ -253,6 +253,10 @@ CASES = [
      "--address ray://x:1 is a Ray cluster's: give --executor ray with it"),
     (["trace", "beam-search", "--num-requests", "1", "--max-output", "4", "--width", "5000"],
      "--width 5000: the corpus has .* token types"),
+    (["trace", "synth", "--num-requests", "5", "--prompt-dist", "uniform:low=1,high=4,foo=3", "-o", "{out}/s.csv"],
+     "length distribution 'uniform:low=1,high=4,foo=3': uniform takes low, high, not foo"),
+    (["reproduce", "fig2", "--quick", "--out", "{out}", "--cache-dir", "{binary}"],
+     "--cache-dir .*binary.bin: exists and is not a folder"),
     # --- cost
     (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--worst", "-1"],
      "--worst must be >= 0, got -1"),

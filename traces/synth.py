@@ -84,6 +84,10 @@ def parse_dist(spec: str) -> tuple[str, dict]:
             raise ConfigError(f"length distribution {spec!r}: {k}={v!r} is not a number") from None
     need = {"constant": [("value",)], "uniform": [("low",), ("high",)], "exponential": [("mean",)],
             "lognormal": [("mean", "mu"), ("sigma",)]}[name]
+    unknown = sorted(set(params) - {a for alts in need for a in alts})
+    if unknown:  # a parameter the distribution does not take would be dropped without a word
+        raise ConfigError(f"length distribution {spec!r}: {name} takes "
+                          f"{', '.join('/'.join(alts) for alts in need)}, not {', '.join(unknown)}")
     for alts in need:
         if not any(a in params for a in alts):
             raise ConfigError(f"length distribution {spec!r} needs {' or '.join(a + '=' for a in alts)}; "
