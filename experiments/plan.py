@@ -546,10 +546,12 @@ def what_if_variants(system: str, base: dict[str, Any], names: Sequence[str] | N
 
 #: the smallest KV pool 'plan resources' searches (GiB)
 SMALLEST_KV_GIB = 0.25
+#: the tensor-parallel degrees 'plan resources' tries unless told (--tp-options)
+DEFAULT_TP_OPTIONS = (1, 2, 4, 8)
 
 
 def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Runner, *,
-              tp_options: Sequence[int] = (1, 2, 4, 8), what_if: Sequence[str] | None = None,
+              tp_options: Sequence[int] = DEFAULT_TP_OPTIONS, what_if: Sequence[str] | None = None,
               kv_max_gib: float = 512.0, dollars_per_gpu_hour: float | None = None,
               router: str | None = None, max_replicas: int = 256) -> dict[str, Any]:
     """For a target ``rate``: the minimum KV memory; replicas x TP and cost; the what-if table.

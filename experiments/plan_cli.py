@@ -40,7 +40,6 @@ from pagesim.traces.args import _positive_float, add_workload_args, check_arriva
 
 MODES = ("max-rate", "resources", "compare-gpus", "disaggregation")
 DEFAULT_SYSTEMS = ["vllm"]  # --systems' default where --model or --gpu is given (sim.args.TODAYS_DEFAULTS)
-DEFAULT_TP_OPTIONS = [1, 2, 4, 8]  # 'plan resources': the tensor-parallel degrees tried unless --tp-options says
 DEFAULT_MAX_REPLICAS = 256  # 'plan resources --router': the most replicas searched unless --max-replicas says
 
 
@@ -212,7 +211,7 @@ def add_plan_args(p: argparse.ArgumentParser, mode: str | None) -> None:
                             "rate / k; the rate/k estimate is kept beside it. disaggregation: each pool's router "
                             "(default round-robin; not prefix-affinity)")
     if only("resources"):
-        c.add_argument("--tp-options", type=_int_list, default=DEFAULT_TP_OPTIONS, metavar="1,2,4",
+        c.add_argument("--tp-options", type=_int_list, default=P.DEFAULT_TP_OPTIONS, metavar="1,2,4",
                        help="resources: tensor-parallel degrees to try for replicas x TP (default 1,2,4,8; "
                             "with --profile, those it was measured at)")
         c.add_argument("--what-if", default=None, metavar="LIST",
@@ -484,8 +483,8 @@ def profile_degrees(path: str, tp_options: list[int]) -> list[int]:
     from pagesim.sim.cost.profile_format import read_profile
 
     measured = sorted(set(int(x) for x in read_profile(path)["tp"]))
-    if tp_options is DEFAULT_TP_OPTIONS:
-        return [tp for tp in DEFAULT_TP_OPTIONS if tp in measured] or measured
+    if tp_options is P.DEFAULT_TP_OPTIONS:
+        return [tp for tp in P.DEFAULT_TP_OPTIONS if tp in measured] or measured
     unmeasured = [tp for tp in tp_options if tp not in measured]
     if unmeasured:
         raise ConfigError(f"--tp-options: the profile {path} was measured at TP {', '.join(map(str, measured))}, not "

@@ -431,7 +431,8 @@ def test_resources_with_a_profile_tries_the_degrees_it_was_measured_at(tmp_path)
     none), and --tp-options naming another degree is refused in one line."""
     import pandas as pd
 
-    from pagesim.experiments.plan_cli import DEFAULT_TP_OPTIONS, profile_degrees
+    from pagesim.experiments.plan import DEFAULT_TP_OPTIONS
+    from pagesim.experiments.plan_cli import profile_degrees
     from tests.sim.core.test_cost_models import profile
 
     both = tmp_path / "both.csv"
