@@ -669,10 +669,9 @@ def resources(setup: PlanSetup, rate: float, systems: Sequence[str], runner: Run
                 price, row["tensor_parallel"], row["replicas"], row["output_throughput_total"])
     for row, spec in verify if router is not None else ():
         estimate = row["replicas"]
-        most = max_replicas
-        if spec.sim_config().expert_parallel:  # no GPU of the group without an expert (sim.run.resolve_budget)
-            experts = get_model(spec.sim_config().model).moe.num_experts
-            most = min(most, max(1, experts // row["tensor_parallel"]))
+        most, group = max_replicas, spec.sim_config()
+        if group.expert_parallel:  # no GPU of the group without an expert (sim.run.resolve_budget)
+            most = min(most, max(1, get_model(group.model).moe.num_experts // row["tensor_parallel"]))
         refused: dict[int, str] = {}
         k, p = routed_replicas(runner, lambda k, spec=spec: dataclasses.replace(spec, rate=float(rate), replicas=k,
                                                                                  router=router),

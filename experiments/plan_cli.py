@@ -374,21 +374,22 @@ def plan(args: argparse.Namespace) -> int:
                           "least-outstanding-requests, vLLM's data-parallel front end")
     gpus = (args.gpus if args.mode == "compare-gpus" else None) or ["a100-40gb", "a100-80gb", "h100-80gb",
                                                                      "h200-141gb"]
-    named: dict[str, str] = {}
+    named: dict[str, str] = {}  # each GPU by its preset's name (an alias as typed would be a GPU with no fitted run)
     for g in gpus:  # an alias and its preset are one GPU: compared twice, it would be two rows of one
-        if get_gpu(g).name in named:
-            raise ConfigError(f"--gpus: {named[get_gpu(g).name]} and {g} are the same GPU ({get_gpu(g).name})")
-        named[get_gpu(g).name] = g
-    # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU),
-    # named by its preset (an alias as typed would be a GPU with no fitted run)
-    if args.mode == "compare-gpus":
-        bands = {get_gpu(g).name: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": g}),
-                                                 get_gpu(g).name) for g in gpus}
-    else:
-        bands = {get_gpu(cfg.gpu).name: run_error_band(cfg, get_gpu(cfg.gpu).name)}
+        preset = get_gpu(g).name
+        if preset in named:
+            raise ConfigError(f"--gpus: {named[preset]} and {g} are the same GPU ({preset})")
+        named[preset] = g
+    base = get_gpu(cfg.gpu).name
+    # each GPU's band from its own settings (vLLM v1's batch limit, for one, depends on the GPU);
     # compare-gpus brackets each GPU's answer by that GPU's own band (add_gpu_error_bands)
+    if args.mode == "compare-gpus":
+        bands = {preset: run_error_band(SimConfig.for_system(args.systems[0], **{**setup.sim, "gpu": preset}), preset)
+                 for preset in named}
+    else:
+        bands = {base: run_error_band(cfg, base)}
     banded = args.error_band and args.mode != "compare-gpus"
-    scales = gpu_time_scales(bands[get_gpu(cfg.gpu).name]["cost_error"]) if banded else None
+    scales = gpu_time_scales(bands[base]["cost_error"]) if banded else None
     if args.mode == "max-rate":
         result = P.max_rate(setup, args.systems, runner, dollars_per_gpu_hour=args.dollars_per_gpu_hour)
         feasible = any(v is not None for v in result["max_rate_rps"].values())
