@@ -362,9 +362,12 @@ def plan(args: argparse.Namespace) -> int:
     # fail early, in this process, on a workload that cannot be built (bad trace, too-long requests)
     model = with_max_seq_len(get_model(setup.sim.get("model") or "opt-13b"), setup.sim.get("max_seq_len"))
     build_workload(setup.workload, args.rate or setup.start_rate, setup.seed, model.max_seq_len)
-    if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
-        print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     cfg = SimConfig.for_system(args.systems[0], **setup.sim)
+    if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
+        from pagesim.sim.run import config_cost_model
+
+        config_cost_model(cfg)  # (a profile that cannot be read: its one line, alone)
+        print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     # the ranks of an expert-parallel group price each other's tokens: its replicas are sized by
     # cluster runs of the whole group (--router), not by one rank at rate / k (disaggregation:
     # sim.disagg.check_disagg refuses it)

@@ -16,7 +16,7 @@ from pagesim.experiments.figure_names import FIGURE_NAMES
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.config import SimConfig, default_cost_model
 from pagesim.sim.cost.calibration import band_line, error_band, load_calibration
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, EmptyWorkload
 from pagesim.sim.specs import get_gpu
 from pagesim.sim.terminal import WIDTH, fill
 
@@ -74,7 +74,11 @@ def run(args) -> int:
                         use_cache=not args.no_cache, progress=not args.no_progress, address=args.address, base=base)
     out = Path(args.out)
     with telling_cache_answers(recompute=args.no_cache):
-        tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
+        try:
+            tables = reproduce(args.figure, out, opts, quick=args.quick, scale=args.scale)
+        except EmptyWorkload as e:  # the figures' rates and durations are theirs: --scale set them
+            raise ConfigError(f"--scale {args.scale:g} leaves a trace with no requests ({e.what}); "
+                              "raise --scale") from None
     figures = list(FIGURES) if args.figure == "all" else [args.figure]
     if args.figure != "all":
         print_tables(tables)

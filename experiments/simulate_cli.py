@@ -122,16 +122,17 @@ def run(args: argparse.Namespace) -> int:
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests,
                                  cfg=cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
+    if not clustered:  # (its cost model built, a profile read, before the first line)
+        table = RequestTable(trace)
+        del trace  # (its columns are the request table's now, before the core's are made: run_prepared)
+        prepared = prepare(cfg, table)
     say_defaults(args)
     if clustered:
         result = run_cluster(cfg, trace, replicas, router, slack, summary_options=summary_options)
         for s in result.replica_summaries:  # each replica's cost model is its GPU's
             s.update(run_error_band(cfg, s["gpu"]))
     else:
-        table = RequestTable(trace)
-        del trace  # (its columns are the request table's now, before the core's are made: run_prepared)
-        result = run_prepared(cfg, prepare(cfg, table), progress=args.progress and not args.json,
-                              summary_options=summary_options)
+        result = run_prepared(cfg, prepared, progress=args.progress and not args.json, summary_options=summary_options)
     result.summary["workload"] = workload
     if clustered and len(set(result.summary["gpu_per_replica"])) > 1:  # each replica's summary has its GPU's
         result.summary.update(cost_model=cfg.cost_model, cost_error="per GPU: see replicas.json")

@@ -132,7 +132,7 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
         flag = spec.pop("flag", flag_of(name))
         spec.setdefault("default", None)
         g.add_argument(flag, dest=name, **spec)
-    g.add_argument("--page-size", dest="block_size", type=int, default=None,
+    g.add_argument("--page-size", dest="page_size", type=int, default=None,
                    help="sglang: the radix cache's page size in tokens (default 1; the same setting as --block-size)")
     g.add_argument("--config", metavar="FILE.toml", default=None,
                    help="TOML file with any of these settings (command-line flags win)")
@@ -142,6 +142,11 @@ def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
     """The settings given: the --config file's, then the flags given (they win); with the names
     given as flags and those only the file gave (``check_settings_apply`` treats them apart)."""
     settings: dict = load_toml(args.config) if getattr(args, "config", None) else {}
+    page_size = getattr(args, "page_size", None)
+    if page_size is not None:  # --page-size is --block-size's other name (SGLang's word)
+        if getattr(args, "block_size", None) not in (None, page_size):
+            raise ConfigError(f"--page-size {page_size} and --block-size {args.block_size} are one setting: give one")
+        args.block_size = page_size
     flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
     from_file = set(settings) - flags
     settings.update({name: getattr(args, name) for name in flags})

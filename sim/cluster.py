@@ -268,7 +268,7 @@ class RequestSubset:
     """The columns of a request table the summary reads, for the rows of ``mask``."""
 
     def __init__(self, t, mask: np.ndarray):
-        for name in ("status", "output", "width", "prompt", "first_token_s", "finish_s", "arrival_s"):
+        for name in ("status", "reject_code", "output", "width", "prompt", "first_token_s", "finish_s", "arrival_s"):
             setattr(self, name, getattr(t, name)[mask])
         self.arrival_offset_s, self.frontend_s = t.arrival_offset_s, t.frontend_s
 
@@ -344,7 +344,8 @@ def cluster_result(cfg, table, replica_runs: list, c: Cluster, router: str, wall
     extra.update(gpu_mix(summaries))
     summary = summarize(table, ClusterRecords(records), merged_itl(c.replicas),
                         sum(int(s.count[state.NUM_PREEMPTIONS]) for s in c.replicas),
-                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options)
+                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=options,
+                        client_timeout_s=cfg.client_timeout_s)
     summary.update(balance(c, summaries, router))
     if replica_runs[0][1].pool.kind == "paged" and cfg.prefix_caching:
         hits = sum(s["mgr_prefix_hit_tokens"] for s in summaries)

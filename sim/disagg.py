@@ -251,6 +251,7 @@ def client_table(run_p, run_d, c: Disaggregated, first_token: str = "decode"):
         view.first_token_s = run_p.table.first_token_s.copy()
     view.status = t.status.copy()
     view.status[run_p.table.status == Status.REJECTED] = Status.REJECTED
+    view.reject_code = np.where(run_p.table.status == Status.REJECTED, run_p.table.reject_code, t.reject_code)
     view.arrival_s = run_p.table.arrival_s
     view.request_id, view.n, view.beam, view.preemptions = t.request_id, t.n, t.beam, t.preemptions
     view.has_priority = False

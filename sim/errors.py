@@ -32,6 +32,15 @@ class ConfigError(PagesimError, ValueError):
     """An impossible or unknown configuration; the message names the parameter and a value that works."""
 
 
+class EmptyWorkload(ConfigError):
+    """A synthetic workload drew no requests; ``what`` says at what rate and for how long, so that a
+    command whose own flag set them (``reproduce --scale``) can name it."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(f"the workload has no requests ({what}); raise --rate or --duration")
+
+
 class TraceError(PagesimError, ValueError):
     """A malformed trace; the message names the file, the 1-based row and the field."""
 

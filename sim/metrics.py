@@ -384,7 +384,8 @@ OVERLOAD_QUEUE_SHARE = 0.1
 
 
 def overload_summary(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s: np.ndarray,
-                     status: np.ndarray) -> dict:
+                     status: np.ndarray, reject_code: np.ndarray | None = None,
+                     client_timeout_s: float | None = None) -> dict:
     """Whether the run's arrivals outran its service, over the arrival window (the first arrival
     to the last): ``arrival_rate`` (every request, over the window, req/s),
     ``completion_rate_while_arriving`` (the requests finished within it, over it),
@@ -399,14 +400,20 @@ def overload_summary(arrival_s: np.ndarray, first_token_s: np.ndarray, finish_s:
     not on the engine. A lag of finishes alone is no overload (in a short stable run requests
     finish after the window), nor is a burst early in a trace whose queue drained by the last
     arrival. Arrivals all at one instant (an offline burst: no window) measure throughput and are
-    never overloaded; their rates are NaN."""
+    never overloaded; their rates are NaN. A request its client gave up on (``reject_code``
+    ``state.REJECT_CLIENT_TIMEOUT``, after ``client_timeout_s``) was still there at the last
+    arrival where it arrived less than the timeout before it: it counts in that queue as the
+    others do (an overload past the client's patience rejects the queue it built)."""
     arrival_s = np.asarray(arrival_s, dtype=float)
     arrived = len(arrival_s)
     first, last = (float(arrival_s.min()), float(arrival_s.max())) if arrived else (0.0, 0.0)
     window = last - first
     finished = int(((status == Status.FINISHED) & (finish_s <= last)).sum())
+    there = status != Status.REJECTED
+    if client_timeout_s is not None and reject_code is not None:
+        there = there | ((reject_code == state.REJECT_CLIENT_TIMEOUT) & (arrival_s + client_timeout_s > last))
     with np.errstate(invalid="ignore"):  # (a NaN first token: none yet, so waiting)
-        queue = int(((status != Status.REJECTED) & ~(first_token_s <= last)).sum())
+        queue = int((there & ~(first_token_s <= last)).sum())
     overloaded = window > 0 and queue >= max(OVERLOAD_MIN_QUEUE, OVERLOAD_QUEUE_SHARE * arrived)
     nan = float("nan")
     return {"arrival_window_s": window, "arrival_rate": arrived / window if window > 0 else nan,
@@ -449,7 +456,8 @@ def overload_words(s: dict) -> str | None:
 
 
 def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions: int, *, duration_s: float,
-              wall_time_s: float, extra: dict | None = None, options: SummaryOptions = SummaryOptions()) -> dict:
+              wall_time_s: float, extra: dict | None = None, options: SummaryOptions = SummaryOptions(),
+              client_timeout_s: float | None = None) -> dict:
     t = table
     fin = t.status == Status.FINISHED
     completed = int(fin.sum())
@@ -508,7 +516,8 @@ def summarize(table, rec: StepRecords, itl: InterTokenLatencies, num_preemptions
     s["normalized_latency_s_per_token"] = float(np.mean(request_latency(t, "normalized", fin))) if completed else nan
     s["avg_batch_size"] = rec.running_weighted / rec.busy_s if rec.busy_s > 0 else 0.0
     s["num_preemptions"] = int(num_preemptions)
-    s.update(overload_summary(t.arrival_s, t.first_token_s, t.finish_s, t.status))
+    s.update(overload_summary(t.arrival_s, t.first_token_s, t.finish_s, t.status, t.reject_code,
+                              client_timeout_s))
     s["saturated_request_throughput"] = saturated_throughput(t.arrival_s, t.first_token_s, t.finish_s, t.status)
     if getattr(t, "has_priority", False):
         s["by_priority"] = priority_classes(t)

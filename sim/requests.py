@@ -104,6 +104,7 @@ class RequestTable:
             self.hashes = None
             self.hash_block_tokens = 16
         self.status = np.zeros(n, np.int8)
+        self.reject_code = np.zeros(n, np.int8)  # why a rejected request was (the core's state.REJECT_*; 0: not)
         self.generated = np.zeros(n, np.int64)
         self.prefilled = np.zeros(n, np.int64)  # prompt(+regenerated) tokens computed this admission
         self.target = self.prompt.copy()  # tokens the current prefill must compute

@@ -184,6 +184,18 @@ class Prepared(NamedTuple):
     cost_model: object | None  # None: an executor outside the core times the steps
 
 
+def config_cost_model(cfg: SimConfig, model=None, gpu=None):
+    """The cost model ``cfg`` names (its profile read, its constants loaded: ConfigError where they
+    cannot be); ``model`` and ``gpu`` where the caller resolved them already."""
+    if model is None or gpu is None:
+        model, gpu, _ = resolve_budget(cfg)
+    return make_cost_model(
+        model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
+        cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg),
+        kernel_block_tokens=cfg.kernel_block_tokens, expert_group=cfg.expert_group,
+        data_parallel=cfg.data_parallel)
+
+
 def prepare(cfg: SimConfig, trace: "pd.DataFrame | RequestTable", executor=None, cost_model=None) -> Prepared:
     """Everything a run of ``cfg`` over ``trace`` (a frame, or its request table already made)
     needs before its first event; ConfigError for a configuration that cannot run, TraceError
@@ -208,11 +220,7 @@ def prepare(cfg: SimConfig, trace: "pd.DataFrame | RequestTable", executor=None,
     if external and not is_external(executor):
         raise ConfigError("an executor must run the core's steps (start, step, finish: sim.executor.is_external)")
     if cost_model is None and not external:
-        cost_model = make_cost_model(
-            model, gpu, cfg.tensor_parallel, cfg.profile, cfg.step_overhead_ms, cfg.per_seq_overhead_ms,
-            cfg.cost_model, cost_scale=cfg.cost_scale, swap_block_tokens=swap_block_tokens(cfg),
-            kernel_block_tokens=cfg.kernel_block_tokens, expert_group=cfg.expert_group,
-            data_parallel=cfg.data_parallel)
+        cost_model = config_cost_model(cfg, model, gpu)
     cost = NO_COST if external else core_cost(cost_model)
     table.frontend_s = frontend_seconds(cost_model)
     if cfg.num_speculative_tokens:
@@ -297,7 +305,8 @@ def engine_summary(cfg: SimConfig, run: Prepared, table, records: StepRecords, w
     for k, v in counters.items():
         extra[f"mgr_{k}"] = v
     summary = summarize(table, records, InterTokenLatencies.of(s), int(s.count[core_state.NUM_PREEMPTIONS]),
-                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options)
+                        duration_s=end_s, wall_time_s=wall_time_s, extra=extra, options=summary_options,
+                        client_timeout_s=cfg.client_timeout_s)
     if pool.kind == "paged" and (cfg.prefix_caching or cfg.capabilities.radix_cache):
         summary["prefix_cache_hit_rate"] = prefix_cache_hit_rate(counters["prefix_hit_tokens"],
                                                                  counters["prefix_lookup_tokens"])

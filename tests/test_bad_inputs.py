@@ -87,6 +87,9 @@ CASES = [
      "num_speculative_tokens=100000 must be below max_seq_len=2048"),
     (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "inf"),
      "--kv-link-gbps: must be > 0, got inf"),
+    # (one setting under both its names, SGLang's and vLLM's)
+    (sim("--system", "sglang", "--page-size", "4", "--block-size", "16"),
+     r"--page-size 4 and --block-size 16 are one setting: give one"),
     # (speculative decoding an engine would refuse, or that says two things at once)
     (sim("--system", "vllm-v1", "--num-speculative-tokens", "2", "--spec-acceptance-rate", "0.5",
          "--spec-acceptance-rates", "0.9,0.1"), "--spec-acceptance-rates replaces --spec-acceptance-rate"),
@@ -266,6 +269,9 @@ CASES = [
     (["reproduce", "fig9", "--out", "{out}"], "fig9"),
     *[(["reproduce", "fig2", "--out", "{out}", "--scale", v], "--scale") for v in ("0", "nan", "-1", "1e12")],
     (["reproduce", "fig2", "--out", "{out}", "--workers", "0"], "--workers"),
+    # (a scale so small a figure's trace draws no request: the figure's rate and duration are its own)
+    (["reproduce", "fig12", "--out", "{out}", "--scale", "0.001", "--no-progress"],
+     r"--scale 0.001 leaves a trace with no requests \(rate 0.1 req/s for 3.6 s\); raise --scale"),
     (["reproduce", "fig2", "--out", "{out}", "--executor", "dask"], "--executor"),
     (["reproduce", "fig2"], "--out"),
     (["report", "/nonexistent/run"], "/nonexistent/run"),
@@ -285,6 +291,7 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     toml = {
         "toml_typo": ("typo.toml", "blok_size = 32\n"),
+        "toml_no_profile": ("no_profile.toml", 'profile = "absent.csv"\n'),
         "toml_kv_gb": ("kv_gb.toml", "kv_gb = 12\n"),
         "toml_bool_str": ("bool_str.toml", 'prefix_caching = "false"\n'),
         "toml_str_int": ("str_int.toml", 'block_size = "32"\n'),
@@ -372,6 +379,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, files, capsys, tmp_path,
     (sim("--config", "{binary}"), "not a TOML text file"),
     ([*SIM[:3], "--rate", "1e9", "--duration", "60", "--no-progress"], "requests, whose tables"),
     (sim("--block-size", "1e3"), "argument --block-size: invalid int value: '1e3'"),
+    # a bare command (today's defaults) whose profile cannot be read: the error alone, no defaults line first
+    (["simulate", "--config", "{toml_no_profile}", "--rate", "1", "--duration", "5", "--no-progress"],
+     "absent.csv: profile file not found"),
+    ([*PLAN, "--config", "{toml_no_profile}", "--json"], "absent.csv: profile file not found"),
 ])
 def test_bad_input_through_the_installed_script(argv, needle, files):
     """The real process: what a user's shell sees."""

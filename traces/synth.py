@@ -50,7 +50,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from pagesim.sim.errors import ConfigError
+from pagesim.sim.errors import ConfigError, EmptyWorkload
 from pagesim.traces.arrivals import arrivals
 from pagesim.traces.loaders import load_trace
 from pagesim.traces.names import ARRIVALS, DISTS, WORKLOADS
@@ -323,6 +323,5 @@ def make_workload(name: str, rate: float, duration_s: float | None = None, num_r
                 prompt_dist=prompt_dist, output_dist=output_dist)
     df.attrs = {"source": f"builtin:{name}", "workload": desc}
     if size == 0:
-        raise ConfigError(f"the workload has no requests (rate {rate} req/s for {duration_s} s); "
-                          f"raise --rate or --duration")
+        raise EmptyWorkload(f"rate {rate} req/s for {duration_s} s")
     return df

@@ -304,7 +304,7 @@ def build(cfg, pool: Pool, limits: Limits, table, cost: tuple, *, external: bool
         config=config, count=count, clock=clock, cost=cost_constants,
         arrival_s=np.ascontiguousarray(t.arrival_s), priority=priority_column(cfg, t), prompt_tokens=t.prompt,
         output_tokens=t.output,
-        status=t.status, reject_code=np.zeros(n, np.int8), num_generated=t.generated,
+        status=t.status, reject_code=t.reject_code, num_generated=t.generated,
         num_prompt_computed=t.prefilled, prompt_target=t.target, num_preemptions=t.preemptions,
         first_token_s=t.first_token_s, finish_s=t.finish_s, last_token_s=t.last_token_s,
         num_computed_tokens=np.zeros(n, i64), num_blocks=np.zeros(n, i64), final_len=t.prompt + t.output,

@@ -192,6 +192,50 @@ def test_overload_counts_a_first_token_at_the_last_arrival_and_skips_rejected():
     assert (s["queue_at_last_arrival"], s["overloaded"]) == (10, True)
 
 
+def test_requests_their_clients_gave_up_on_after_the_last_arrival_were_in_its_queue():
+    """20 arrivals at t = 0 .. 19, the client's timeout 10 s: requests 0-4 served (first token
+    0.5 s after arrival); the other 15 never get one and their clients give up. Those that
+    arrived after t = 19 - 10 = 9 (10-19: ten) gave up after the last arrival, so they waited at
+    it: a queue of 10, >= max(10, 2), overloaded; requests 5-9 had given up by then (each at its
+    arrival + 10 <= 19). Without the timeout's reading (codes not given) every rejected request
+    is out of the queue: 0 waiting, not overloaded. A request rejected for another reason
+    (a prompt that never fits) never waits, whenever it arrived."""
+    from pagesim.sim.core import state
+    from pagesim.sim.metrics import overload_summary
+    from pagesim.sim.requests import Status
+
+    a = np.arange(20.0)
+    served = a < 5
+    first = np.where(served, a + 0.5, np.nan)
+    finish = np.where(served, a + 1.0, np.nan)
+    status = np.where(served, Status.FINISHED, Status.REJECTED)
+    codes = np.where(served, 0, state.REJECT_CLIENT_TIMEOUT).astype(np.int8)
+    s = overload_summary(a, first, finish, status, codes, 10.0)
+    assert (s["queue_at_last_arrival"], s["overloaded"]) == (10, True)
+    assert overload_summary(a, first, finish, status)["queue_at_last_arrival"] == 0
+    codes[10:] = state.REJECT_NEVER_FITS
+    assert overload_summary(a, first, finish, status, codes, 10.0)["queue_at_last_arrival"] == 0
+
+
+def test_a_run_whose_every_request_timed_out_is_overloaded():
+    """End to end: OPT-13B on an A100-40GB under vLLM v1, 200 prompts of 1,800 tokens and 200 of
+    output sent 50 a second with clients that wait 1 s: no request finishes within its client's
+    second, every one is given up on; the summary says overloaded, its queue at the last arrival
+    the 50 requests sent in the second before it (the others had given up by then)."""
+    import pandas as pd
+
+    from pagesim.sim.config import SimConfig
+    from pagesim.sim.run import run_simulation
+
+    n = 200
+    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_s": np.arange(n) / 50.0,
+                          "prompt_tokens": np.full(n, 1800), "output_tokens": np.full(n, 200)})
+    cfg = SimConfig.for_system("vllm-v1", client_timeout_s=1.0)
+    s = run_simulation(cfg, trace).summary
+    assert s["rejected"] == n
+    assert (s["overloaded"], s["queue_at_last_arrival"]) == (True, 50)
+
+
 def test_an_offline_burst_is_not_overloaded():
     """Every request at t = 0 (an offline throughput run): no arrival window, no rates, and
     never overloaded, however many wait."""
