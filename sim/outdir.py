@@ -19,6 +19,9 @@ from typing import Iterator
 
 #: written last into an existing folder: its presence marks the folder complete
 COMPLETE_MARKER = "summary.json"
+#: the names the last staged write put in a folder, one a line: the next write into it removes
+#: those it does not write again (a report.html of an earlier run with --report), never another file
+WRITTEN_LIST = ".pagesim-written"
 
 
 @contextmanager
@@ -47,7 +50,9 @@ def temporary_sibling(final: Path) -> Path:
 def staged_folder(final: str | Path) -> Iterator[Path]:
     """Yield a temporary folder to write into; when the block ends without an error, its files
     become ``final``'s (a rename when ``final`` does not exist; else each file replaces its
-    namesake, :data:`COMPLETE_MARKER` removed first and moved last, other files left alone).
+    namesake, :data:`COMPLETE_MARKER` removed first and moved last, the files the last staged
+    write left there that this one does not write removed (:data:`WRITTEN_LIST`), other files
+    left alone).
     On an error the temporary folder is removed, ``final`` is left as it was, and an OSError
     about a file in the temporary folder names the file's place in ``final`` instead."""
     final = Path(final)
@@ -61,6 +66,8 @@ def staged_folder(final: str | Path) -> Iterator[Path]:
             if e.filename and Path(e.filename).parent == tmp:
                 raise OSError(e.errno, e.strerror, str(final / Path(e.filename).name)) from e
             raise
+        names = sorted(p.name for p in tmp.iterdir())
+        (tmp / WRITTEN_LIST).write_text("".join(f"{name}\n" for name in names))
         _move_in(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -74,6 +81,8 @@ def _move_in(tmp: Path, final: Path) -> None:
         if not final.is_dir():
             raise
     names = sorted(p.name for p in tmp.iterdir())
+    previous = final / WRITTEN_LIST
+    stale = set(previous.read_text().splitlines()) - set(names) if previous.is_file() else set()
     if COMPLETE_MARKER in names:
         (final / COMPLETE_MARKER).unlink(missing_ok=True)
         names.remove(COMPLETE_MARKER)
@@ -81,3 +90,7 @@ def _move_in(tmp: Path, final: Path) -> None:
     for name in names:
         with naming(final / name):
             os.replace(tmp / name, final / name)
+    for name in sorted(stale):  # (a name of this folder's own, as the list was written: never a path)
+        if name and "/" not in name and os.sep not in name and name not in (".", ".."):
+            with naming(final / name):
+                (final / name).unlink(missing_ok=True)

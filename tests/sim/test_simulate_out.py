@@ -79,3 +79,18 @@ def test_system_label_describes_what_ran(tmp_path, capsys, flags, label):
     assert all(len(line) <= 100 for line in row)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["system"] == (label if not label.startswith("custom") else "custom")
+
+
+def test_a_rerun_removes_the_files_of_the_last_run_it_does_not_write(tmp_path, capsys):
+    """A run with --report writes report.html; the same folder reused by a run without it no longer
+    holds it (it would describe the other run), while a file of the user's stays; the folder lists
+    what the last run wrote (.pagesim-written)."""
+    out = tmp_path / "run"
+    assert main([*RUN, "--out", str(out), "--report"]) == 0
+    assert (out / "report.html").exists()
+    (out / "notes.txt").write_text("mine")
+    assert main([*RUN, "--out", str(out)]) == 0
+    assert not (out / "report.html").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    written = (out / ".pagesim-written").read_text().splitlines()
+    assert "summary.json" in written and "report.html" not in written and "notes.txt" not in written
