@@ -113,7 +113,7 @@ def print_tables(tables: dict) -> None:
             if name.endswith("_timeline"):
                 continue
             print(f"\n== {name} ({name}.csv, beside the report)")
-            print(table.to_string(index=False, line_width=WIDTH, max_colwidth=40))
+            print(table.to_string(index=False, line_width=WIDTH, max_colwidth=40, na_rep="-"))  # (no value: "-")
             fig = name.split("_")[0]
             if fig == name and fig in EXPLAIN:
                 # a second table it reads

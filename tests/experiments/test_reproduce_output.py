@@ -90,3 +90,12 @@ def test_misses_leaves_out_the_rows_a_table_marks_as_not_compared():
                           "note": ["-7% vs paper (> 10%)", "", "-57% vs paper (> 10%)"],
                           "compared": [True, True, False]})
     assert misses("fig13", {"fig13": fig13}) == (2, ["sharegpt vllm GPU time x1.61: -7% vs paper (> 10%)"])
+
+
+def test_a_printed_table_shows_a_missing_value_as_a_dash(capsys):
+    """A row with no paper value (NaN in the CSV) prints "-" there, not "NaN"."""
+    from pagesim.experiments.reproduce_cli import print_tables
+
+    print_tables({"fig14_ratios": pd.DataFrame({"width": [2, 6], "paper_ratio": [math.nan, 2.3]})})
+    out = capsys.readouterr().out
+    assert "NaN" not in out and out.splitlines()[3].split() == ["2", "-"]
