@@ -39,6 +39,8 @@ from _import_path import ROOT, import_path
 import_path()
 
 from pagesim.experiments.real_validate import replay_config, runs_table_lines, validate_run  # noqa: E402
+from pagesim.sim.cost.achieved import highest_compute_fraction  # noqa: E402
+from pagesim.sim.cost.calibration import load_calibration  # noqa: E402
 from pagesim.sim.cost.models import swap_block_tokens  # noqa: E402
 from pagesim.sim.cost.serving import ServingConstants, ServingCostModel  # noqa: E402
 from pagesim.sim.run import resolve_budget  # noqa: E402
@@ -55,6 +57,8 @@ FIGURES = ("ttft_mean", "tpot_mean", "e2e_mean")
 #: a request near the client's 300 s timeout means a queue the whole run's length, which a
 #: shortened replay cannot build)
 MAX_FAILED = 0.0
+#: the GEMMs' overlap near the ridge (ServingConstants.gemm_overlap): measured, set by main
+GEMM_OVERLAP = 0.0
 
 
 def model_of(run) -> str:
@@ -78,9 +82,9 @@ def shortened(run, seconds: float | None):
 
 
 def errors_of(args) -> pd.DataFrame:
-    """One run replayed with constants ``theta`` (a worker's task)."""
-    run, theta = args
-    constants = ServingConstants(*theta)
+    """One run replayed with constants ``theta`` (a worker's task) and the GEMMs' measured overlap."""
+    run, theta, overlap = args
+    constants = ServingConstants(*theta, gemm_overlap=overlap)
     cfg = replay_config(run, None, {"cost_model": "serving"})
     model, gpu, _ = resolve_budget(cfg)
     cm = ServingCostModel(model, gpu, cfg.tensor_parallel, constants, swap_block_tokens(cfg),
@@ -92,7 +96,7 @@ def errors_of(args) -> pd.DataFrame:
 
 
 def replay_all(pool, runs, theta) -> pd.DataFrame:
-    return pd.concat(list(pool.map(errors_of, [(r, tuple(theta)) for r in runs])), ignore_index=True)
+    return pd.concat(list(pool.map(errors_of, [(r, tuple(theta), GEMM_OVERLAP) for r in runs])), ignore_index=True)
 
 
 def loss(err: pd.DataFrame) -> float:
@@ -151,7 +155,8 @@ def fit(pool, runs, iterations: int, log=print, fixed: dict | None = None) -> tu
             return 1e9
         return loss(replay_all(pool, runs, theta))
 
-    x, value = nelder_mead(f, np.log([START[i] for i in free]), [0.3] * len(free), iterations)
+    start = [min(START[i], 0.95 * FRACTIONS[NAMES[i]][1]) if NAMES[i] in FRACTIONS else START[i] for i in free]
+    x, value = nelder_mead(f, np.log(start), [0.3] * len(free), iterations)
     log(f"  fitted on {len(runs)} runs in {evaluations[0]} replays: loss {value:.5f}, "
         + ", ".join(f"{n} {v:.4g}" + (" (held)" if n in fixed else "") for n, v in zip(NAMES, full(x))))
     return full(x), value
@@ -183,7 +188,16 @@ def main(argv=None) -> int:
     p.add_argument("--overloaded", choices=("out", "whole"), default="out",
                    help="the overloaded runs (the client gave up on some requests): left out of the fit (default), "
                         "or fitted on too, replayed whole with the client's timeout")
+    p.add_argument("--max-compute-eff", type=float, default=None,
+                   help="the highest GEMM fraction of the datasheet FLOP/s the fit may take (default: the "
+                        "fastest compute-bound GEMM measured on the GPU, sim/data/serving/achieved.toml; else 1)")
+    p.add_argument("--gemm-overlap", type=float, default=None,
+                   help="the GEMMs' overlap near the ridge, held (default: the GPU's calibration file's, measured)")
     args = p.parse_args(argv)
+    global GEMM_OVERLAP
+    GEMM_OVERLAP = load_calibration(args.gpu).gemm_overlap if args.gemm_overlap is None else args.gemm_overlap
+    ceiling = args.max_compute_eff or highest_compute_fraction(args.gpu) or 1.0
+    FRACTIONS["compute_eff"] = (FRACTIONS["compute_eff"][0], ceiling)
     fixed = {}
     for item in args.hold:
         name, _, value = item.partition("=")
@@ -202,7 +216,8 @@ def main(argv=None) -> int:
     fit_runs = [shortened(r, args.fit_seconds) if shortenable(r) else r for r in runs
                 if shortenable(r) or args.overloaded == "whole"]
     models = sorted({model_of(r) for r in runs})
-    print(f"{len(runs)} runs on {args.gpu} ({len(fit_runs)} fitted on), models: {', '.join(models)}")
+    print(f"{len(runs)} runs on {args.gpu} ({len(fit_runs)} fitted on), models: {', '.join(models)}; "
+          f"the GEMMs' overlap {GEMM_OVERLAP:.4g} (held), their fraction at most {ceiling:.4g}")
     held_out = []
     with ProcessPoolExecutor(args.workers) as pool:
         for m in models:
@@ -229,10 +244,12 @@ def main(argv=None) -> int:
         lines = ["# The serving cost model's constants (sim/cost/serving.py): written by", "# " + " ".join(
             ["python benchmarks/fit_serving_time.py"] + (argv if argv is not None else sys.argv[1:])), "",
                  "[constants]"] + [f"{n} = {toml_value(float(v))}" for n, v in zip(NAMES, theta)]
+        lines += [f"gemm_overlap = {toml_value(float(GEMM_OVERLAP))}"]
         lines += ["", "[provenance]", f"facts = {toml_value(Path(args.facts).name)}",
                   f"runs = {len(runs)}", f"fitted_on_runs = {len(fit_runs)}",
                   f"models = [{', '.join(toml_value(m) for m in models)}]",
                   f"fit_seconds_per_stage = {args.fit_seconds}", f"overloaded = {toml_value(args.overloaded)}",
+                  f"max_compute_eff = {ceiling:.6g}",
                   f"loss = {value:.6g}",
                   f"pagesim_commit = {toml_value(commit)}", f"date = {toml_value(str(datetime.date.today()))}"]
         lines += ["", "[error]", 'method = "leave-one-model-out"', f"runs = {len(runs)}"]

@@ -7,7 +7,9 @@ serving runs of the H100. A GPU with per-operation timings of its own (Vidur's p
 same operations against the H100 (``sim/cost/achieved.py`` states the rule,
 ``sim/cost/achieved_fit.py`` computes it): bandwidth on the
 memory-bound GEMMs, FLOP/s on the compute-bound ones, the all-reduce's latency and link. Prints
-each ratio with the number of measured pairs behind it.
+each ratio with the number of measured pairs behind it; and the fitted GPU's fastest measured
+compute-bound GEMM, the ceiling of the serving fit's GEMM fraction
+(``benchmarks/fit_serving_time.py``).
 
     python benchmarks/gpu_achieved.py [--measured ../shared/measured]
 """
@@ -25,7 +27,8 @@ import_path()
 
 from pagesim.sim.cost.achieved import ACHIEVED_PATH, RATIOS  # noqa: E402
 from pagesim.sim.cost.achieved_fit import (COMPUTE_BOUND_TOKENS, LATENCY_BYTES, LINK_BYTES,  # noqa: E402
-                                           MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, achieved_ratios)
+                                           MEMORY_BOUND_TOKENS, MIN_WEIGHT_BYTES, achieved_ratios,
+                                           highest_compute_fraction)
 from pagesim.sim.cost.measured import measured_gpus, read_measured, source_commit  # noqa: E402
 from pagesim.sim.cost.serving import FITTED_ON  # noqa: E402
 from pagesim.sim.specs import get_gpu  # noqa: E402
@@ -50,6 +53,9 @@ def main(argv=None) -> int:
              f"memory_bound_tokens = {MEMORY_BOUND_TOKENS}", f"compute_bound_tokens = {COMPUTE_BOUND_TOKENS}",
              f"min_weight_bytes = {MIN_WEIGHT_BYTES}", f"latency_bytes = {LATENCY_BYTES}",
              f"link_bytes = {LINK_BYTES}", f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"']
+    highest, rows = highest_compute_fraction(reference, get_gpu(FITTED_ON))
+    print(f"{FITTED_ON}: its fastest compute-bound GEMM reached {highest:.3f} of its datasheet FLOP/s ({rows} measured)")
+    lines += ["", "[fitted]", f"highest_compute_fraction = {highest:.6g}", f"compute_bound_gemms = {rows}"]
     print(f"against {FITTED_ON} (median over the operations measured on both; pairs in brackets)")
     print(f"{'gpu':<12}" + "".join(f"{r:>24}" for r in RATIOS))
     for gpu in gpus:

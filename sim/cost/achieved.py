@@ -50,3 +50,12 @@ def achieved_for(gpu: str, reference: str, path: Path = ACHIEVED_PATH) -> dict |
     if data.get("reference") != reference:
         return None
     return data.get("gpus", {}).get(gpu)
+
+
+def highest_compute_fraction(reference: str, path: Path = ACHIEVED_PATH) -> float | None:
+    """The fastest compute-bound GEMM measured on ``reference`` (the fitted GPU), as a fraction of
+    its datasheet FLOP/s (``achieved_fit.highest_compute_fraction``); None where not measured."""
+    data = load_achieved(path)
+    if data.get("reference") != reference:
+        return None
+    return data.get("fitted", {}).get("highest_compute_fraction")

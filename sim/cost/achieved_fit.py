@@ -57,3 +57,13 @@ def achieved_ratios(measured, reference, gpu, reference_gpu) -> dict:
         out[name] = float(np.median(ratio(rows))) if len(rows) else 1.0
         out[f"{name}_pairs"] = int(len(rows))
     return out
+
+
+def highest_compute_fraction(measured, gpu) -> tuple[float, int]:
+    """The highest fraction of ``gpu``'s datasheet FLOP/s any of ``measured``'s compute-bound GEMMs
+    reached (at least :data:`COMPUTE_BOUND_TOKENS` tokens, weights of at least
+    :data:`MIN_WEIGHT_BYTES`), and how many there were: no GEMM of the serving model's may run
+    faster than the fastest one measured (``benchmarks/fit_serving_time.py``'s ceiling)."""
+    rows = _gemm_rows(measured, gpu)
+    rows = rows[(rows["num_tokens"] >= COMPUTE_BOUND_TOKENS) & (rows["weight_bytes"] >= MIN_WEIGHT_BYTES)]
+    return (float(rows["flops"].max()) if len(rows) else 1.0), int(len(rows))

@@ -156,6 +156,7 @@ class RooflineCostModel(CpuOverhead):
     eff_moe: float = 1.0  # the fused-MoE grouped GEMM's FLOP/s as a fraction of the dense GEMMs' (eff_flops)
     expert_group: int = 1  # GPUs the routed experts are split among whole (1: each expert TP-sharded)
     data_parallel: int = 1  # engine ranks of that expert-parallel group (SimConfig.data_parallel)
+    gemm_overlap: float = 0.0  # a GEMM's lesser bound's share added to its greater (sim.core.cost.bound_seconds)
 
     def __post_init__(self) -> None:
         m, tp = self.model, self.tensor_parallel
@@ -227,7 +228,7 @@ class RooflineCostModel(CpuOverhead):
                 self._bw, self._attn_flops_coef, self._attn_flops, self.gpu.pcie_bw, self._swap_copy_s_per_token,
                 self._routed_experts, self._experts_per_token, self._expert_weight_time, self._paged_kernel_overhead,
                 self._state_bytes_per_seq, self._expert_flops_per_row, self._expert_flops, float(self.data_parallel),
-                float(self.expert_group), self._a2a_fixed, self._a2a_time_per_token)
+                float(self.expert_group), self._a2a_fixed, self._a2a_time_per_token, self.gemm_overlap)
 
 
 def all_to_all_constants(model: ModelSpec, data_parallel: int, link_bw: float, latency_s: float) -> tuple[float, float]:

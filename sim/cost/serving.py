@@ -73,6 +73,9 @@ class ServingConstants:
     #: the fraction of the datasheet interconnect an all-reduce's bytes reach: 1 on the fitted GPU
     #: (what it lacks is in ``allreduce_s``), another GPU's measured ratio to it (:func:`on_gpu`)
     link_eff: float = 1.0
+    #: a GEMM's lesser bound's share added to its greater near the ridge (``sim.core.cost.bound_seconds``):
+    #: measured, not fitted (the calibration file's ``gemm_overlap``); 0: the roofline's plain max
+    gemm_overlap: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict, source: str) -> "ServingConstants":
@@ -176,7 +179,8 @@ class ServingCostModel(RooflineCostModel):
                          overhead_s=model.num_layers * constants.layer_s, per_seq_overhead_s=constants.per_seq_s,
                          allreduce_latency_s=constants.allreduce_s, swap_block_tokens=swap_block_tokens,
                          kernel_block_tokens=kernel_block_tokens, eff_moe=constants.moe_eff,
-                         expert_group=expert_group, data_parallel=data_parallel)
+                         expert_group=expert_group, data_parallel=data_parallel,
+                         gemm_overlap=constants.gemm_overlap)
         self.frontend_s = constants.frontend_s
         note = "" if given else measured_note(self.gpu.name, fitted_on)  # given constants: the caller's as they are
         self.cpu_overhead_source = f"fitted on real serving runs on {fitted_on}" + (f"; {note}" if note else "")

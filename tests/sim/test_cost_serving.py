@@ -44,6 +44,32 @@ def test_one_decode_step_by_hand():
     assert cm.step_time(batch) == pytest.approx(32 * 20e-6 + 10e-6 + weights + kv, rel=1e-12)
 
 
+def test_a_gemm_near_the_ridge_pays_its_lesser_bound_in_part():
+    """Llama-2-7B, TP 1, 512 tokens: the GEMMs' FLOPs (2 x 512 x 6.7e9 at 0.6 x 989 TFLOP/s,
+    11.6 ms) bound them, beside the weights' read (13.5 GB at 0.8 x 3.35 TB/s, 5.0 ms); with the
+    overlap 0.45 the linear part is 11.6 + 0.45 x 5.0 ms, with 0 (the roofline's) 11.6 ms."""
+    model, gpu = get_model("llama-2-7b"), get_gpu("h100-80gb")
+    plain = ServingCostModel(model, gpu, 1, CONSTANTS)
+    ridge = ServingCostModel(model, gpu, 1, ServingConstants(**{**CONSTANTS.__dict__, "gemm_overlap": 0.45}))
+    compute = 512 * 2 * model.unrouted_params / (989e12 * 0.6)
+    weights = model.unrouted_weight_bytes / (3350e9 * 0.8)
+    assert plain.linear_time(512) == pytest.approx(max(compute, weights), rel=1e-12)
+    assert ridge.linear_time(512) == pytest.approx(max(compute, weights) + 0.45 * min(compute, weights), rel=1e-12)
+    assert ridge.constants()[c.GEMM_OVERLAP] == 0.45
+
+
+def test_a_mixture_of_experts_fused_gemm_pays_the_same_overlap():
+    """Mixtral-8x7B, TP 2, one decode token: its two routed experts' reads (a 2-of-8 share of the
+    experts' bytes over 0.8 x 3.35 TB/s) bound the fused-MoE kernel, plus 0.45 of its FLOPs: one
+    block of 16 rows through each of the two experts."""
+    model, gpu = get_model("mixtral-8x7b"), get_gpu("h100-80gb")
+    constants = ServingConstants(**{**CONSTANTS.__dict__, "gemm_overlap": 0.45})
+    k = ServingCostModel(model, gpu, 2, constants).constants()
+    reads = 2 * model.routed_expert_weight_bytes / 2 / (3350e9 * 0.8)
+    flops = 2 * 16 * 2 * model.routed_expert_params / 2 / (989e12 * 0.6)
+    assert c.routed_expert_seconds(k, 1) == pytest.approx(max(reads, flops) + 0.45 * min(reads, flops), rel=1e-12)
+
+
 def test_the_front_end_adds_to_ttft_and_e2e_not_to_tpot():
     """A request's time outside the engine (HTTP, tokenizing, streaming) is in the latencies its
     client sees, TTFT and E2E, and in no step: the same run with frontend_s = 0 has the same
