@@ -4,10 +4,11 @@ Roofline model (default)
 ------------------------
 For a step with T = prefill + decode tokens on one GPU of a TP group of size ``tp``::
 
-    linear   = max(2 * T * P_dense / tp / (peak_flops * eff_flops),    # compute-bound (prefill)
-                   W_unrouted / tp / (mem_bw * eff_bw))                  # weight reads (decode)
-             + max(D(T) * W_expert / tp / (mem_bw * eff_bw),             # mixture of experts only:
-                   R(T) * 2 * P_expert / tp / (peak_flops * eff_flops * eff_moe))  # fused-MoE kernel
+    linear   = bound(2 * T * P_dense / tp / (peak_flops * eff_flops),  # compute-bound (prefill)
+                     W_unrouted / tp / (mem_bw * eff_bw))                # weight reads (decode)
+             + bound(D(T) * W_expert / tp / (mem_bw * eff_bw),           # mixture of experts only:
+                     R(T) * 2 * P_expert / tp / (peak_flops * eff_flops * eff_moe))  # fused-MoE kernel
+    bound(a, b) = max(a, b) + o * min(a, b)                              # o = 0 here (the serving model's: measured)
     D(T)     = E * (1 - (1 - k/E)^T)                                     # distinct experts per layer
     R(T)     = D(T) * M * ceil(T * k / D(T) / M)                         # rows, padded to blocks of M
     attn     = KV_read / (mem_bw * eff_bw) * (1 + o / B)                 # decode: memory-bound

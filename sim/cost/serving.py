@@ -7,7 +7,10 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
 
 - ``bandwidth_eff`` and ``compute_eff``: the fractions of the datasheet's HBM bandwidth that a
   step's weight and K/V reads reach, and of its dense 16-bit FLOP/s that its GEMMs reach (prefill
-  attention is priced at ``compute_eff`` too). One bandwidth for the weights' GEMMs and the K/V's
+  attention is priced at ``compute_eff`` too), this one at most what the fastest compute-bound
+  GEMM measured on the GPU reached (``sim/data/serving/achieved.toml``'s ``[fitted]``: 0.881 of
+  the H100's; the fitting runs' steps, at most 2,048 tokens, cannot tell it from the others and a
+  free fit takes the datasheet's peak). One bandwidth for the weights' GEMMs and the K/V's
   attention kernels: with a second for the K/V, only Llama-2-7B (MHA: 512 KiB of K/V per token,
   4x the others') could fit it, and the held-out error grew (E2E 13.0 % against 9.4 %, TPOT
   12.3 % against 8.8 %, median over the 16 runs, both fits with efficiencies up to 1.2:
@@ -23,6 +26,9 @@ roofline guesses, this model fits on what real engines did end to end, per GPU:
   dense GEMMs' FLOP/s. Not fitted: 1. The fitting runs hold one mixture of experts, so a fit
   held out by model cannot set it, and a fit on that model trades it against the TTFT every model
   under-predicts (docs/accuracy.md, the Mixtral note);
+- ``gemm_overlap``: near its ridge a GEMM pays part of its lesser bound on top of the greater
+  (``sim.core.cost.bound_seconds``): measured, not fitted, the calibrated model's fit on the GPU's
+  per-operation timings (``sim/data/calibration/<gpu>.toml``: 0.45 on the H100);
 - ``frontend_s``: what a request spends outside the engine loop (the HTTP server, tokenizing the
   prompt, detokenizing and streaming the tokens): added to its TTFT and E2E as its client sees
   them (``sim.metrics.request_latencies``), not to any step.
