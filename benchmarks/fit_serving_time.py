@@ -203,7 +203,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     global GEMM_OVERLAP
     GEMM_OVERLAP = load_calibration(args.gpu).gemm_overlap if args.gemm_overlap is None else args.gemm_overlap
-    ceiling = args.max_compute_eff or highest_compute_fraction(args.gpu) or 1.0
+    ceiling = args.max_compute_eff if args.max_compute_eff is not None else highest_compute_fraction(args.gpu) or 1.0
+    if not FRACTIONS["compute_eff"][0] < ceiling <= 1.0:
+        p.error(f"--max-compute-eff {ceiling:g}: a fraction of the datasheet FLOP/s in "
+                f"({FRACTIONS['compute_eff'][0]:g}, 1]")
     FRACTIONS["compute_eff"] = (FRACTIONS["compute_eff"][0], ceiling)
     fixed = {}
     for item in args.hold:

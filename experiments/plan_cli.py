@@ -366,7 +366,8 @@ def plan(args: argparse.Namespace) -> int:
     if taken:  # the first line, once the settings are checked: what runs unasked, and how to change it
         from pagesim.sim.run import config_cost_model
 
-        config_cost_model(cfg)  # (a profile that cannot be read: its one line, alone)
+        if args.mode != "compare-gpus":  # (there cfg's GPU is none of those compared)
+            config_cost_model(cfg)  # (a profile that cannot be read: its one line, alone)
         print(defaults_line(taken, "--systems"), file=sys.stderr if args.json else sys.stdout, flush=True)
     # the ranks of an expert-parallel group price each other's tokens: its replicas are sized by
     # cluster runs of the whole group (--router), not by one rank at rate / k (disaggregation:

@@ -122,17 +122,16 @@ def run(args: argparse.Namespace) -> int:
         check_synthetic_workload(args.rate if args.rate is not None else DEFAULT_RATE, duration, args.num_requests,
                                  cfg=cfg)
     trace, workload = workload_from_args(args, model.max_seq_len, cfg.max_len_policy)
-    if not clustered:  # (its cost model built, a profile read, before the first line)
-        table = RequestTable(trace)
-        del trace  # (its columns are the request table's now, before the core's are made: run_prepared)
-        prepared = prepare(cfg, table)
-    say_defaults(args)
+    say_defaults(args, [c for c, _ in groups] if clustered else [cfg])
     if clustered:
         result = run_cluster(cfg, trace, replicas, router, slack, summary_options=summary_options)
         for s in result.replica_summaries:  # each replica's cost model is its GPU's
             s.update(run_error_band(cfg, s["gpu"]))
     else:
-        result = run_prepared(cfg, prepared, progress=args.progress and not args.json, summary_options=summary_options)
+        table = RequestTable(trace)
+        del trace  # (its columns are the request table's now, before the core's are made: run_prepared)
+        result = run_prepared(cfg, prepare(cfg, table), progress=args.progress and not args.json,
+                              summary_options=summary_options)
     result.summary["workload"] = workload
     if clustered and len(set(result.summary["gpu_per_replica"])) > 1:  # each replica's summary has its GPU's
         result.summary.update(cost_model=cfg.cost_model, cost_error="per GPU: see replicas.json")
@@ -209,7 +208,7 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
                    "--prefill-replicas + --decode-replicas")
     trace, workload = workload_from_args(args, min(resolve_model(prefill_cfg), resolve_model(decode_cfg)),
                                          prefill_cfg.max_len_policy)
-    say_defaults(args)
+    say_defaults(args, [prefill_cfg, decode_cfg])
     result = run_disaggregated(prefill_cfg, decode_cfg, trace, args.prefill_replicas, args.decode_replicas,
                                router, link, args.kv_link_gbps, summary_options, first_token)
     for s in result.replica_summaries:  # each replica's cost model is its GPU's
@@ -234,10 +233,15 @@ def run_disaggregated_from_args(args: argparse.Namespace, fixed: dict, summary_o
     return 0
 
 
-def say_defaults(args: argparse.Namespace) -> None:
-    """The first line of the output, once the run's settings and workload are checked: the
+def say_defaults(args: argparse.Namespace, cfgs: list) -> None:
+    """The first line of the output, once the run's settings and workload are checked and the cost
+    model of each of ``cfgs`` built (a profile that cannot be read: its error line alone): the
     defaults a bare command took (``sim.args.TODAYS_DEFAULTS``) and how to change them."""
     if args.defaults_taken:
+        from pagesim.sim.run import config_cost_model
+
+        for cfg in cfgs:
+            config_cost_model(cfg)
         print(defaults_line(args.defaults_taken), file=sys.stderr if args.json else sys.stdout, flush=True)
 
 

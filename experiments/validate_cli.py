@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from pagesim.gpu import validate_cli as gpu_validate
-from pagesim.sim.args import SIM_FLAGS
+from pagesim.sim.args import SIM_FLAGS, take_page_size
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost.calibration import band_line, run_error_band
 from pagesim.sim.errors import ConfigError
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         runs = [r for r in runs if args.run in r.name]
         if not runs:
             raise ConfigError(f"--run {args.run}: no run of {args.against} has it in its name")
+    take_page_size(args)
     settings = {name: getattr(args, name, None) for name in SIM_FLAGS}
     settings["system"] = args.system
     if args.check:

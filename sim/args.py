@@ -138,15 +138,22 @@ def add_sim_args(p: argparse.ArgumentParser, *, system: bool = True) -> None:
                    help="TOML file with any of these settings (command-line flags win)")
 
 
+def take_page_size(args: argparse.Namespace) -> None:
+    """``--page-size`` is ``--block-size``'s other name (SGLang's word): its value becomes
+    ``args.block_size``; both given and different, refused in one line. Every reader of
+    :data:`SIM_FLAGS` from ``args`` calls it first."""
+    page_size = getattr(args, "page_size", None)
+    if page_size is not None:
+        if getattr(args, "block_size", None) not in (None, page_size):
+            raise ConfigError(f"--page-size {page_size} and --block-size {args.block_size} are one setting: give one")
+        args.block_size = page_size
+
+
 def given_settings(args: argparse.Namespace) -> tuple[dict, set[str], set[str]]:
     """The settings given: the --config file's, then the flags given (they win); with the names
     given as flags and those only the file gave (``check_settings_apply`` treats them apart)."""
     settings: dict = load_toml(args.config) if getattr(args, "config", None) else {}
-    page_size = getattr(args, "page_size", None)
-    if page_size is not None:  # --page-size is --block-size's other name (SGLang's word)
-        if getattr(args, "block_size", None) not in (None, page_size):
-            raise ConfigError(f"--page-size {page_size} and --block-size {args.block_size} are one setting: give one")
-        args.block_size = page_size
+    take_page_size(args)
     flags = {name for name in SIM_FLAGS if getattr(args, name, None) is not None}
     from_file = set(settings) - flags
     settings.update({name: getattr(args, name) for name in flags})

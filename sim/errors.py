@@ -40,6 +40,9 @@ class EmptyWorkload(ConfigError):
         self.what = what
         super().__init__(f"the workload has no requests ({what}); raise --rate or --duration")
 
+    def __reduce__(self):  # (raised in a worker process, it crosses back whole: what, not the message)
+        return EmptyWorkload, (self.what,)
+
 
 class TraceError(PagesimError, ValueError):
     """A malformed trace; the message names the file, the 1-based row and the field."""

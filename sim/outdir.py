@@ -81,16 +81,31 @@ def _move_in(tmp: Path, final: Path) -> None:
         if not final.is_dir():
             raise
     names = sorted(p.name for p in tmp.iterdir())
-    previous = final / WRITTEN_LIST
-    stale = set(previous.read_text().splitlines()) - set(names) if previous.is_file() else set()
+    stale = set(_written_before(final)) - set(names)
+    # the marker moved in last and the list just before it: a write that fails midway leaves the
+    # folder unmarked and its old list naming what the last complete write left
+    last = [name for name in (WRITTEN_LIST, COMPLETE_MARKER) if name in names]
     if COMPLETE_MARKER in names:
         (final / COMPLETE_MARKER).unlink(missing_ok=True)
-        names.remove(COMPLETE_MARKER)
-        names.append(COMPLETE_MARKER)
-    for name in names:
+    for name in [name for name in names if name not in last]:
         with naming(final / name):
             os.replace(tmp / name, final / name)
-    for name in sorted(stale):  # (a name of this folder's own, as the list was written: never a path)
-        if name and "/" not in name and os.sep not in name and name not in (".", ".."):
-            with naming(final / name):
-                (final / name).unlink(missing_ok=True)
+    for name in sorted(stale):
+        path = final / name
+        if path.is_file() or path.is_symlink():  # (a folder of that name: not this list's to remove)
+            with naming(path):
+                path.unlink(missing_ok=True)
+    for name in last:
+        with naming(final / name):
+            os.replace(tmp / name, final / name)
+
+
+def _written_before(final: Path) -> list[str]:
+    """The names :data:`WRITTEN_LIST` in ``final`` gives (none where it is missing or unreadable),
+    each a plain name of that folder's own, never a path."""
+    try:
+        text = (final / WRITTEN_LIST).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [name for name in text.splitlines()
+            if name and name not in (".", "..") and "/" not in name and os.sep not in name and "\x00" not in name]

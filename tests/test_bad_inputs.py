@@ -383,6 +383,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, files, capsys, tmp_path,
     (["simulate", "--config", "{toml_no_profile}", "--rate", "1", "--duration", "5", "--no-progress"],
      "absent.csv: profile file not found"),
     ([*PLAN, "--config", "{toml_no_profile}", "--json"], "absent.csv: profile file not found"),
+    (["simulate", "--config", "{toml_no_profile}", "--replicas", "2", "--rate", "1", "--duration", "5", "--no-progress"],
+     "absent.csv: profile file not found"),
+    (["simulate", "--config", "{toml_no_profile}", "--prefill-replicas", "1", "--decode-replicas", "1", "--rate", "1",
+      "--duration", "5", "--no-progress"], "absent.csv: profile file not found"),
 ])
 def test_bad_input_through_the_installed_script(argv, needle, files):
     """The real process: what a user's shell sees."""

@@ -99,3 +99,15 @@ def test_a_printed_table_shows_a_missing_value_as_a_dash(capsys):
     print_tables({"fig14_ratios": pd.DataFrame({"width": [2, 6], "paper_ratio": [math.nan, 2.3]})})
     out = capsys.readouterr().out
     assert "NaN" not in out and out.splitlines()[3].split() == ["2", "-"]
+
+
+def test_an_empty_workload_error_crosses_a_process_whole():
+    """Raised in a worker process, the error comes back with its rate and duration (what reproduce
+    names its --scale by) and its one message, not the message nested in another."""
+    import pickle
+
+    from pagesim.sim.errors import EmptyWorkload
+
+    e = pickle.loads(pickle.dumps(EmptyWorkload("rate 0.1 req/s for 3.6 s")))
+    assert e.what == "rate 0.1 req/s for 3.6 s"
+    assert str(e) == "the workload has no requests (rate 0.1 req/s for 3.6 s); raise --rate or --duration"

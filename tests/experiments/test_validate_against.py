@@ -279,6 +279,16 @@ def test_cli_json(run_dir, capsys):
     assert set(report["errors"][0]) == {"scope", "metric", "real", "sim", "error"}
 
 
+def test_page_size_is_the_block_size_in_a_replay(run_dir, capsys):
+    """--page-size (SGLang's word) sets the replay's block size, as --block-size does; both given
+    and different, refused in one line."""
+    assert main(["validate", "--against", str(run_dir), "--gpu", GPU, "--page-size", "32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["block_size"] == 32
+    argv = ["validate", "--against", str(run_dir), "--gpu", GPU, "--page-size", "32", "--block-size", "16"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "pagesim: error: --page-size 32 and --block-size 16 are one setting: give one\n"
+
+
 def test_requests_the_client_gave_up_on_are_rejected_not_unfinished(run_dir, capsys):
     """A client timeout shorter than any request: every request is rejected with that reason, and
     the report counts them so (it once called them unfinished, pointing at a table not written)."""

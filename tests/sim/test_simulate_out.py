@@ -94,3 +94,33 @@ def test_a_rerun_removes_the_files_of_the_last_run_it_does_not_write(tmp_path, c
     assert (out / "notes.txt").read_text() == "mine"
     written = (out / ".pagesim-written").read_text().splitlines()
     assert "summary.json" in written and "report.html" not in written and "notes.txt" not in written
+
+
+def test_the_written_list_survives_a_failed_write_and_a_bad_list(tmp_path):
+    """The list moves in after every other file: a write that fails midway keeps the old list, so
+    the next complete write still removes the old run's report.html. A listed name that is a
+    folder is left alone, and a list that is not UTF-8 text removes nothing it cannot read."""
+    out = tmp_path / "run"
+    with staged_folder(out) as staged:
+        for name in ("summary.json", "report.html", "steps.csv"):
+            (staged / name).write_text(name)
+    (out / "steps.csv").unlink()
+    (out / "steps.csv").mkdir()
+    (out / "steps.csv" / "x").write_text("blocks the replace")
+    with pytest.raises(OSError):
+        with staged_folder(out) as staged:
+            for name in ("summary.json", "steps.csv"):
+                (staged / name).write_text(name)
+    assert "report.html" in (out / ".pagesim-written").read_text().splitlines()
+    (out / "steps.csv" / "x").unlink()
+    (out / "steps.csv").rmdir()
+    (out / "mine").mkdir()
+    (out / ".pagesim-written").write_text("summary.json\nreport.html\nmine\nsteps.csv\n")
+    with staged_folder(out) as staged:
+        for name in ("summary.json", "steps.csv"):
+            (staged / name).write_text(name)
+    assert not (out / "report.html").exists() and (out / "mine").is_dir()
+    (out / ".pagesim-written").write_bytes(b"\xff\xfe report\n")
+    with staged_folder(out) as staged:
+        (staged / "summary.json").write_text("{}")
+    assert (out / "steps.csv").exists()  # the list unreadable: nothing removed, though this write left it out

@@ -59,6 +59,17 @@ def test_a_bare_plan_takes_them_too_and_compare_gpus_keeps_its_gpus():
     assert args.gpu is None
 
 
+def test_a_bare_compare_gpus_checks_no_gpu_it_does_not_compare(capsys):
+    """A bare ``plan compare-gpus`` prices each GPU it names, never the paper's A100-40GB (its
+    configuration's GPU before each is set): 50 GiB of KV fit on an H100-80GB, not on an
+    A100-40GB, and the plan runs."""
+    argv = ["plan", "compare-gpus", "--gpus", "h100-80gb", "--kv-gib", "50", "--duration", "5", "--json",
+            "--no-error-band", "--no-progress", "--workers", "1"]
+    assert main(argv) == 0, capsys.readouterr().err
+    plan = json.loads(capsys.readouterr().out)
+    assert "a100-40gb" not in json.dumps(plan)
+
+
 def test_reproduce_keeps_the_papers_defaults():
     from pagesim.experiments.figures.common import figure_specs
 
