@@ -29,7 +29,7 @@ from pagesim.sim.args import (add_sim_args, check_settings_apply, defaults_line,
                               take_todays_defaults)
 from pagesim.sim.cluster import ROUTERS
 from pagesim.sim.cli import HelpFormatter, Parser, example
-from pagesim.sim.config import SYSTEMS, SimConfig
+from pagesim.sim.config import SYSTEMS, SimConfig, load_toml
 from pagesim.sim.cost.calibration import band_line, gpu_time_scales, run_error_band
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.limits import check_drafter
@@ -264,6 +264,9 @@ def _sim_settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str], s
 
 
 def setup_from_args(args: argparse.Namespace):
+    file_system = load_toml(args.config).get("system") if getattr(args, "config", None) else None
+    if file_system is not None and args.systems is DEFAULT_SYSTEMS:  # (the file's system; a flag wins)
+        args.systems = [str(file_system)]
     if args.mode == "disaggregation":
         if args.systems is not DEFAULT_SYSTEMS and args.systems != [PD.SYSTEM]:
             raise ConfigError(f"--systems: 'plan disaggregation' plans {PD.SYSTEM} only (its KV connector), "

@@ -30,11 +30,15 @@ def run(args) -> int:
     if not d.is_dir():
         raise ReportError(f"{d}: not a directory")
     out = Path(args.output) if args.output else d / "report.html"
-    if is_run_dir(d):
-        path = single_run_report(d, out)
-    elif is_reproduce_dir(d):
-        path = reproduce_report(d, out)
-    else:
-        raise ReportError(f"{d}: holds neither a run (summary.json, steps.csv) nor reproduce outputs (fig*.csv)")
+    try:
+        if is_run_dir(d):
+            path = single_run_report(d, out)
+        elif is_reproduce_dir(d):
+            path = reproduce_report(d, out)
+        else:
+            raise ReportError(f"{d}: holds neither a run (summary.json, steps.csv) nor reproduce outputs (fig*.csv)")
+    except (ValueError, KeyError) as e:  # (json's errors are ValueErrors): files not as pagesim wrote them
+        what = f"no column or key {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+        raise ReportError(f"{d}: saved results not as pagesim writes them ({what})") from None
     print(f"wrote {path}")
     return 0

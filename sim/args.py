@@ -219,6 +219,8 @@ def config_from_args(args: argparse.Namespace, **fixed) -> SimConfig:
                           "--disable-radix-cache is not modelled); drop it")
     check_settings_apply([cfg], flags - set(fixed), from_file - set(fixed), getattr(args, "config", None))
     check_drafter(cfg)
+    if cfg.preemption == "swap" and cfg.swap_gib == 0 and "preemption" in flags | from_file:
+        warn("--preemption swap, --swap-gib 0: no swap space, every preemption recomputes")
     return cfg
 
 

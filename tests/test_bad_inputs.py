@@ -18,10 +18,12 @@ import warnings
 import pytest
 
 from pagesim.sim.cli import main
+from pagesim.sim.cost.calibration import calibration_path
 from pagesim.sim.errors import PagesimWarning
 
 # --model: the vLLM paper's OPT-13B on its A100-40GB, whose pool the messages below name (a bare
 # simulate runs today's defaults, sim.args.TODAYS_DEFAULTS)
+CALIBRATIONS = calibration_path("a40").parent  # sim/data/calibration/
 SIM = ["simulate", "--workload", "sharegpt", "--rate", "2", "--duration", "5", "--no-progress", "--model", "opt-13b"]
 PLAN = ["plan", "--duration", "20", "--slo-ttft-p99", "2", "--no-progress", "--workers", "1"]
 
@@ -87,6 +89,10 @@ CASES = [
      "num_speculative_tokens=100000 must be below max_seq_len=2048"),
     (sim("--system", "vllm-v1", "--prefill-replicas", "1", "--decode-replicas", "1", "--kv-link-gbps", "inf"),
      "--kv-link-gbps: must be > 0, got inf"),
+    (sim("--trace", "{negative_tokens}", "--columns", "prompt=a,prompt=b,output=c"),
+     r"--columns: prompt= given twice \(a and b\): give it once"),
+    (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--cost-model", "calibrated",
+      "--calibration", "{calibration_a40}"], "constants of a40, not of --gpu a100-80gb"),
     # (one setting under both its names, SGLang's and vLLM's)
     (sim("--system", "sglang", "--page-size", "4", "--block-size", "16"),
      r"--page-size 4 and --block-size 16 are one setting: give one"),
@@ -126,6 +132,13 @@ CASES = [
     (sim("--cv", "2", "--arrival", "poisson"), "--cv sets the variation of gamma arrivals"),
     (plan("--cv", "3"), "--cv sets the variation of gamma arrivals"),
     (["trace", "synth", "--rate", "2", "--cv", "2", "-o", "{out}/t.csv"], "--cv sets the variation of gamma arrivals"),
+    (["trace", "synth", "--num-requests", "5", "--seed", "-1", "-o", "{out}/t.csv"], "--seed: must be >= 0, got -1"),
+    (["trace", "beam-search", "--num-requests", "2", "--width", "2", "--seed", "-1"], "--seed: must be >= 0, got -1"),
+    (["trace", "synth", "--rate", "1e9", "--duration", "5", "-o", "{out}/t.csv"], "5e\\+09 requests, whose tables"),
+    (["validate", "--against", "{empty}"], "empty.csv: cannot read as a fact table"),
+    (["report", "{bad_run}"], "bad_run: saved results not as pagesim writes them"),
+    (["cost", "error", "--measured", "{measured_latin}", "--model", "llama-2-7b", "--gpu", "a100-80gb"],
+     "mlp.csv: not UTF-8 text"),
     (sim("--n", "0"), "--n"),
     (sim("--beam-width", "0"), "--beam-width"),
     *[(sim("--sample", v), "--sample") for v in ("0", "1.5", "-1")],
@@ -146,8 +159,12 @@ CASES = [
     (sim("--trace", "{garbage_csv}"), "garbage.csv"),
     (sim("--trace", "{negative_tokens}"), "negative.csv"),
     (sim("--trace", "{text_tokens}"), "text_tokens.csv"),
-    (sim("--trace", "{priority_bool}"), "priority_bool.csv, field 'priority': holds yes/no values \\(True/False\\), "
-                                        "not whole numbers"),
+    (sim("--trace", "{priority_bool}"), "priority_bool.csv, row 1, field 'priority': a yes/no value \\(True\\), "
+                                        "not a number"),
+    # JSON's true is no number either (it read as 1: arrival 1 s, one token)
+    (sim("--trace", "{jsonl_bool}"), "bool.jsonl, row 1, field 'prompt_tokens': a yes/no value \\(True\\), not a number"),
+    (sim("--trace", "{jsonl_bool_time}"), "bool_time.jsonl, row 1, field 'arrival_s': a yes/no value \\(True\\), "
+                                          "not a number"),
     (sim("--trace", "{priority_huge}"), "priority_huge.csv, row 2, field 'priority': must be below 2\\^62 in "
                                         "magnitude, got 1e\\+30: too large"),
     (sim("--trace", "{negative_time}"), "negative_time.csv, row 2, field 'arrival_s': timestamp must be a finite "
@@ -315,6 +332,10 @@ def files(tmp_path_factory):
         "text_tokens": ("text_tokens.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,ten,10\n"),
         "priority_bool": ("priority_bool.csv", "request_id,arrival_s,prompt_tokens,output_tokens,priority\n"
                                                "0,0,10,10,True\n1,1,10,5,False\n"),
+        "calibration_a40": ("a40.toml", CALIBRATIONS.joinpath("a40.toml").read_text()),
+        "jsonl_bool": ("bool.jsonl", '{"request_id": 0, "arrival_s": 0, "prompt_tokens": true, "output_tokens": 5}\n'),
+        "jsonl_bool_time": ("bool_time.jsonl",
+                            '{"request_id": 0, "arrival_s": true, "prompt_tokens": 5, "output_tokens": 5}\n'),
         "priority_huge": ("priority_huge.csv", "request_id,arrival_s,prompt_tokens,output_tokens,priority\n"
                                                "0,0,10,10,1\n1,1,10,5,1e30\n"),
         "negative_time": ("negative_time.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0,10,10\n"
@@ -341,6 +362,14 @@ def files(tmp_path_factory):
     paths["binary"] = str(d / "binary.bin")
     (d / "adir").mkdir()
     paths["dir"] = str(d / "adir")
+    (d / "bad_run").mkdir()  # a run folder whose summary.json is not JSON
+    (d / "bad_run" / "summary.json").write_text("{bad")
+    (d / "bad_run" / "steps.csv").write_text("step\n")
+    paths["bad_run"] = str(d / "bad_run")
+    measured = d / "measured" / "vidur-profiling" / "compute" / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    measured.mkdir(parents=True)  # a measured table with a byte that is not UTF-8
+    (measured / "mlp.csv").write_bytes(b"num_tokens,\xff\xfe\n1,2\n")
+    paths["measured_latin"] = str(d / "measured")
     paths["out"] = str(d / "out")
     return paths
 
@@ -477,6 +506,16 @@ def test_priority_scheduling_without_priorities_warns_in_one_line(capsys):
         warnings.simplefilter("error", PagesimWarning)  # drawn priorities: no warning
         assert main(sim("--system", "vllm-v1", "--scheduling-policy", "priority", "--priority-weights", "1,4",
                         "--json")) == 0
+
+
+def test_swap_without_swap_space_warns_in_one_line():
+    """--preemption swap with --swap-gib 0 swaps nothing: every preemption recomputes, which the
+    summary counts as swap fallbacks; said in one warning line, and the run goes on."""
+    with pytest.warns(PagesimWarning) as seen:
+        assert main(sim("--preemption", "swap", "--swap-gib", "0", "--json")) == 0
+    lines = [str(w.message) for w in seen]
+    assert lines == ["--preemption swap, --swap-gib 0: no swap space, every preemption recomputes"]
+    assert len("pagesim: warning: " + lines[0]) <= 100
 
 
 @pytest.mark.parametrize("system, capacity, max_seq_len, needle", [

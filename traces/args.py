@@ -53,6 +53,17 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def seed_int(s: str) -> int:
+    """A random seed: an integer >= 0 (numpy's generators refuse a negative one)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
 def _positive_int(s: str) -> int:
     try:
         v = int(s)
@@ -160,7 +171,7 @@ def add_workload_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
     g.add_argument("--num-requests", type=_positive_int, default=None, metavar="N",
                    help="number of requests (with --trace: the first N)")
     add_arrival_args(g)
-    g.add_argument("--seed", type=int, default=0, help="seed for synthesis, sampling and timestamp spreading")
+    g.add_argument("--seed", type=seed_int, default=0, help="seed for synthesis, sampling and timestamp spreading")
     g.add_argument("--spread-timestamps", action="store_true",
                    help="spread requests sharing a quantized timestamp (Mooncake) uniformly within the step")
     g.add_argument("--time-slice", type=parse_time_slice, metavar="START:END",

@@ -11,7 +11,7 @@ from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.errors import ConfigError
 from pagesim.sim.terminal import fill
 from pagesim.traces.args import (DEFAULT_DURATION_S, DEFAULT_RATE, _positive_float, _positive_int, add_arrival_args,
-                                 add_trace_file_args, check_arrival_args)
+                                 add_trace_file_args, check_arrival_args, seed_int)
 from pagesim.traces.names import WORKLOADS
 
 LOG = logging.getLogger(__name__)  # a line per phase of the long commands (beam-search)
@@ -40,7 +40,7 @@ def _add_input_args(p) -> None:
     add_trace_file_args(p)
     p.add_argument("--spread-timestamps", action="store_true",
                    help="spread requests sharing a quantized timestamp uniformly within the step (Mooncake)")
-    p.add_argument("--seed", type=int, default=0, help="seed for --spread-timestamps")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for --spread-timestamps")
 
 
 def cmd_stats(args) -> int:
@@ -63,6 +63,10 @@ def cmd_synth(args) -> int:
     duration = args.duration
     if duration is None and args.num_requests is None:
         duration = DEFAULT_DURATION_S
+    from pagesim.sim.run_memory import check_synthetic_workload
+
+    rate = args.rate if args.rate is not None else DEFAULT_RATE
+    check_synthetic_workload(rate, duration, args.num_requests)  # (the table must fit in memory, as simulate's)
     df = make_workload(args.workload, args.rate if args.rate is not None else DEFAULT_RATE, duration_s=duration,
                        num_requests=args.num_requests, seed=args.seed, arrival=args.arrival, cv=args.cv,
                        n=args.n or 1, beam_width=args.beam_width or 1,
@@ -168,7 +172,7 @@ def register(sub) -> None:
     y.add_argument("--output-dist", metavar="SPEC", help="output length distribution (e.g. exponential:mean=200)")
     y.add_argument("--n", type=_positive_int, default=None, help="parallel samples per request (unset: 1)")
     y.add_argument("--beam-width", type=_positive_int, default=None, help="beam width (unset: 1)")
-    y.add_argument("--seed", type=int, default=0, help="random seed (same seed: identical output)")
+    y.add_argument("--seed", type=seed_int, default=0, help="random seed (same seed: identical output)")
     y.add_argument("-o", "--out", required=True, metavar="FILE", help="output: .csv, .parquet or .jsonl")
     y.set_defaults(func=cmd_synth)
 
@@ -200,5 +204,5 @@ def register(sub) -> None:
     b.add_argument("--max-output", type=_positive_int, default=2048, metavar="TOKENS", help="cap on output lengths")
     b.add_argument("--block-size", type=_positive_int, default=16, metavar="TOKENS", help="KV block size")
     b.add_argument("--corpus", metavar="FILE", default=None, help="UTF-8 text to train on (default: pydoc_data)")
-    b.add_argument("--seed", type=int, default=0, help="random seed (prompts and lengths)")
+    b.add_argument("--seed", type=seed_int, default=0, help="random seed (prompts and lengths)")
     b.set_defaults(func=cmd_beam_search)

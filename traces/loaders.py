@@ -83,8 +83,8 @@ from pagesim.sim.errors import TraceError
 from pagesim.traces.arrivals import arrivals, describe
 from pagesim.traces.names import FORMATS, TIME_UNITS
 from pagesim.traces.reading import TimeColumn, Window, file_kind, header, read
-from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, plain, row_number, sort_by_arrival,
-                                   to_integers, to_tokens, validate_canonical, warn)
+from pagesim.traces.schema import (CANONICAL_COLUMNS, first_true, ids_for, plain, refuse_booleans, row_number,
+                                   sort_by_arrival, to_integers, to_tokens, validate_canonical, warn)
 
 COLUMN_KEYS = ("prompt", "output", "arrival", "arrival_ms", "timestamp", "id", "n", "beam_width", "priority",
                "hashes")
@@ -147,6 +147,9 @@ def parse_columns(columns: str | dict | None) -> dict[str, str]:
             if not sep or not key.strip() or not col.strip():
                 raise TraceError(f"--columns: expected KEY=COLUMN, got {part!r} "
                                  f"(e.g. prompt=ContextTokens,output=GeneratedTokens,arrival=t)")
+            if key.strip() in out:
+                raise TraceError(f"--columns: {key.strip()}= given twice ({out[key.strip()]} and {col.strip()}): "
+                                 "give it once")
             out[key.strip()] = col.strip()
     else:
         out = dict(columns)
@@ -232,6 +235,7 @@ def _numbers_to_seconds(s: pd.Series, time: TimeColumn, *, path: str, rows: np.n
                         rezero: bool) -> tuple[np.ndarray, str | None]:
     """Numeric times -> seconds (re-zeroed to the earliest when ``rezero``); differences are
     taken before scaling, exactly for integers (nanoseconds since 1970 need all 63 bits)."""
+    refuse_booleans(s, path=path, field=time.name, rows=rows)
     num = pd.to_numeric(s, errors="coerce")
     if pd.api.types.is_integer_dtype(num.dtype):
         v = num.to_numpy(dtype=np.int64)

@@ -192,7 +192,7 @@ def read_real_runs(path: str | Path) -> list[RealRun]:
     if p.suffix.lower() == ".csv" and p.is_file():
         try:
             table = pd.read_csv(p, comment="#", dtype=str, keep_default_na=False)
-        except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
+        except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
             raise TraceError(f"cannot read as a fact table: {str(e).splitlines()[0]}", path=str(p)) from None
         runs = runs_from_facts(table, str(p))
         if not runs:

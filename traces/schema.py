@@ -52,11 +52,26 @@ def row_number(rows: np.ndarray | None, i: int) -> int:
 MAX_TOKENS = 2**40
 
 
+def refuse_booleans(s: pd.Series, *, path: str, field: str, rows: np.ndarray | None = None) -> None:
+    """A yes/no value (JSON's true/false, a boolean column) is no number: True would read as 1.
+    TraceError at the first one."""
+    if pd.api.types.is_bool_dtype(s.dtype):
+        i = 0 if len(s) else None
+    elif s.dtype == object:
+        i = first_true(np.fromiter((isinstance(v, (bool, np.bool_)) for v in s), bool, len(s)))
+    else:
+        i = None
+    if i is not None:
+        raise TraceError(f"a yes/no value ({plain(s.iloc[i])!r}), not a number", path=path,
+                         row=row_number(rows, i), field=field)
+
+
 def to_tokens(values, *, path: str, field: str, rows: np.ndarray | None = None) -> np.ndarray:
     """Parse a token-count column to int64, raising TraceError at the first value that is not a
     whole number from 1 to :data:`MAX_TOKENS` (non-numeric, NaN, zero, negative, fractional, or
     one that would overflow the counts made from it)."""
     s = values if isinstance(values, pd.Series) else pd.Series(values)
+    refuse_booleans(s, path=path, field=field, rows=rows)
     if pd.api.types.is_integer_dtype(s.dtype) and not isinstance(s.dtype, pd.CategoricalDtype):
         if s.dtype == np.uint64 and not s.hasnans:  # above int64's range, read as unsigned
             arr = np.minimum(s.to_numpy(), MAX_TOKENS + 1).astype(np.int64)
@@ -85,17 +100,14 @@ def to_integers(values, *, path: str, field: str, rows: np.ndarray | None = None
     s = values if isinstance(values, pd.Series) else pd.Series(values)
     if pd.api.types.is_integer_dtype(s.dtype) and not s.hasnans:
         return s.to_numpy(dtype=np.int64)
-    # a boolean is no level: True/False would read as 1/0 (a yes/no column named for another meaning)
-    if pd.api.types.is_bool_dtype(s.dtype):
-        raise TraceError("holds yes/no values (True/False), not whole numbers", path=path, field=field)
-    boolean = np.fromiter((isinstance(v, (bool, np.bool_)) for v in s), bool, len(s))
+    refuse_booleans(s, path=path, field=field, rows=rows)  # (no level: a yes/no column named for another meaning)
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    i = first_true(boolean | ~np.isfinite(num) | (num != np.floor(num)) | (np.abs(num) >= 2.0**62))
+    i = first_true(~np.isfinite(num) | (num != np.floor(num)) | (np.abs(num) >= 2.0**62))
     if i is not None:
         raw = plain(s.iloc[i])
         why = ("is missing" if pd.isna(raw) or (isinstance(raw, str) and not raw.strip())
                else f"must be below 2^62 in magnitude, got {raw!r}: too large" if np.isfinite(num[i])
-               and num[i] == np.floor(num[i]) and not boolean[i]
+               and num[i] == np.floor(num[i])
                else f"must be a whole number, got {raw!r}")
         raise TraceError(why, path=path, row=row_number(rows, i), field=field)
     return num.astype(np.int64)
@@ -104,6 +116,7 @@ def to_integers(values, *, path: str, field: str, rows: np.ndarray | None = None
 def to_seconds(values, *, path: str, field: str, rows: np.ndarray | None = None, scale: float = 1.0) -> np.ndarray:
     """Parse a numeric time column (``scale`` converts to seconds, e.g. 1e-3 for ms)."""
     s = values if isinstance(values, pd.Series) else pd.Series(values)
+    refuse_booleans(s, path=path, field=field, rows=rows)
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     i = first_true(~np.isfinite(num) | (num < 0))
     if i is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pagesim.sim.cli import HelpFormatter, example
 from pagesim.sim.cost import error as cost_error
-from pagesim.sim.cost.calibration import Calibration, calibration_path, load_calibration
+from pagesim.sim.cost.calibration import SAME_CHIP, Calibration, calibration_path, load_calibration
 from pagesim.sim.cost.calibration_fit import (attention_source, error_table, fit_calibration,
                                               leave_one_model_out, score)
 from pagesim.sim.cost.cpu_overheads import fit_cpu_overheads, read_cpu_overheads
@@ -170,9 +170,14 @@ def run_bands(args: argparse.Namespace) -> int:
 def run_error(args: argparse.Namespace) -> int:
     if args.worst < 0:
         raise ConfigError(f"--worst must be >= 0, got {args.worst}")
-    gpu, measured, model = _read(args)
     if args.calibration and args.cost_model != "calibrated":
         raise ConfigError("--calibration needs --cost-model calibrated")
+    if args.calibration:  # (checked before the timings are read: another GPU's constants would score them)
+        cal = Calibration.from_toml(args.calibration)
+        gpu = get_gpu(args.gpu)
+        if get_gpu(cal.gpu).name not in (gpu.name, SAME_CHIP.get(gpu.name)):
+            raise ConfigError(f"--calibration {args.calibration}: constants of {cal.gpu}, not of --gpu {gpu.name}")
+    gpu, measured, model = _read(args)
     cal, note = None, ""
     if args.cost_model == "calibrated":
         cal = Calibration.from_toml(args.calibration) if args.calibration else load_calibration(gpu.name)

@@ -91,6 +91,8 @@ def _read_csv(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
         raise ConfigError(f"{path}: not a readable CSV ({e})") from None
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{path}: empty file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise ConfigError(f"{path}: missing column '{missing[0]}'")

@@ -83,3 +83,16 @@ def test_a_manager_or_scheduler_named_keeps_the_papers_defaults(capsys):
     """--manager or --scheduler names what runs, as --system does: the rest stay the paper's."""
     summary, err = simulate(capsys, "--manager", "contiguous", "--scheduler", "orca")
     assert (summary["model"], summary["gpu"]) == ("opt-13b", "a100-40gb") and "defaults:" not in err
+
+
+def test_plan_takes_the_config_files_system(capsys, tmp_path):
+    """``system = "orca-max"`` in plan's --config plans orca-max (it planned vLLM, the file's line
+    dropped); --systems on the command line wins over the file, as every flag does."""
+    toml = tmp_path / "plan.toml"
+    toml.write_text('system = "orca-max"\n')
+    argv = ["plan", "--duration", "5", "--workers", "1", "--no-progress", "--no-error-band", "--model", "llama-2-7b",
+            "--gpu", "a100-80gb", "--config", str(toml), "--json"]
+    assert main(argv) == 0
+    assert [a["system"] for a in json.loads(capsys.readouterr().out)["answers"]] == ["orca-max"]
+    assert main([*argv, "--systems", "vllm"]) == 0
+    assert [a["system"] for a in json.loads(capsys.readouterr().out)["answers"]] == ["vllm"]
