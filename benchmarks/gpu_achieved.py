@@ -54,7 +54,8 @@ def main(argv=None) -> int:
              f"min_weight_bytes = {MIN_WEIGHT_BYTES}", f"latency_bytes = {LATENCY_BYTES}",
              f"link_bytes = {LINK_BYTES}", f'pagesim_commit = "{commit}"', f'date = "{datetime.date.today()}"']
     highest, rows = highest_compute_fraction(reference, get_gpu(FITTED_ON))
-    print(f"{FITTED_ON}: its fastest compute-bound GEMM reached {highest:.3f} of its datasheet FLOP/s ({rows} measured)")
+    print(f"{FITTED_ON}: its fastest compute-bound GEMM reached {highest:.3f} of its datasheet FLOP/s "
+          f"({rows} measured)")
     lines += ["", "[fitted]", f"highest_compute_fraction = {highest:.6g}", f"compute_bound_gemms = {rows}"]
     print(f"against {FITTED_ON} (median over the operations measured on both; pairs in brackets)")
     print(f"{'gpu':<12}" + "".join(f"{r:>24}" for r in RATIOS))

@@ -91,8 +91,8 @@ CASES = [
      "--kv-link-gbps: must be > 0, got inf"),
     (sim("--trace", "{negative_tokens}", "--columns", "prompt=a,prompt=b,output=c"),
      r"--columns: prompt= given twice \(a and b\): give it once"),
-    (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--cost-model", "calibrated",
-      "--calibration", "{calibration_a40}"], "constants of a40, not of --gpu a100-80gb"),
+    (["cost", "error", "--measured", "{dir}", "--model", "llama-2-7b", "--gpu", "a100-80gb",
+      "--cost-model", "calibrated", "--calibration", "{calibration_a40}"], "constants of a40, not of --gpu a100-80gb"),
     # (one setting under both its names, SGLang's and vLLM's)
     (sim("--system", "sglang", "--page-size", "4", "--block-size", "16"),
      r"--page-size 4 and --block-size 16 are one setting: give one"),
@@ -162,7 +162,8 @@ CASES = [
     (sim("--trace", "{priority_bool}"), "priority_bool.csv, row 1, field 'priority': a yes/no value \\(True\\), "
                                         "not a number"),
     # JSON's true is no number either (it read as 1: arrival 1 s, one token)
-    (sim("--trace", "{jsonl_bool}"), "bool.jsonl, row 1, field 'prompt_tokens': a yes/no value \\(True\\), not a number"),
+    (sim("--trace", "{jsonl_bool}"),
+     "bool.jsonl, row 1, field 'prompt_tokens': a yes/no value \\(True\\), not a number"),
     (sim("--trace", "{jsonl_bool_time}"), "bool_time.jsonl, row 1, field 'arrival_s': a yes/no value \\(True\\), "
                                           "not a number"),
     (sim("--trace", "{priority_huge}"), "priority_huge.csv, row 2, field 'priority': must be below 2\\^62 in "
@@ -412,7 +413,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, files, capsys, tmp_path,
     (["simulate", "--config", "{toml_no_profile}", "--rate", "1", "--duration", "5", "--no-progress"],
      "absent.csv: profile file not found"),
     ([*PLAN, "--config", "{toml_no_profile}", "--json"], "absent.csv: profile file not found"),
-    (["simulate", "--config", "{toml_no_profile}", "--replicas", "2", "--rate", "1", "--duration", "5", "--no-progress"],
+    (["simulate", "--config", "{toml_no_profile}", "--replicas", "2", "--rate", "1", "--duration", "5",
+      "--no-progress"],
      "absent.csv: profile file not found"),
     (["simulate", "--config", "{toml_no_profile}", "--prefill-replicas", "1", "--decode-replicas", "1", "--rate", "1",
       "--duration", "5", "--no-progress"], "absent.csv: profile file not found"),
