@@ -53,25 +53,23 @@ def _positive_float(s: str) -> float:
     return v
 
 
-def seed_int(s: str) -> int:
-    """A random seed: an integer >= 0 (numpy's generators refuse a negative one)."""
+def _int_at_least(s: str, least: int) -> int:
     try:
         v = int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {s}")
     return v
+
+
+def seed_int(s: str) -> int:
+    """A random seed: an integer >= 0 (numpy's generators refuse a negative one)."""
+    return _int_at_least(s, 0)
 
 
 def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {s}")
-    return v
+    return _int_at_least(s, 1)
 
 
 def parse_time_slice(s: str) -> tuple[float | None, float | None]:
