@@ -172,15 +172,14 @@ def run_error(args: argparse.Namespace) -> int:
         raise ConfigError(f"--worst must be >= 0, got {args.worst}")
     if args.calibration and args.cost_model != "calibrated":
         raise ConfigError("--calibration needs --cost-model calibrated")
+    cal, note = None, ""
     if args.calibration:  # (checked before the timings are read: another GPU's constants would score them)
-        cal = Calibration.from_toml(args.calibration)
-        gpu = get_gpu(args.gpu)
+        cal, gpu = Calibration.from_toml(args.calibration), get_gpu(args.gpu)
         if get_gpu(cal.gpu).name not in (gpu.name, SAME_CHIP.get(gpu.name)):
             raise ConfigError(f"--calibration {args.calibration}: constants of {cal.gpu}, not of --gpu {gpu.name}")
     gpu, measured, model = _read(args)
-    cal, note = None, ""
     if args.cost_model == "calibrated":
-        cal = Calibration.from_toml(args.calibration) if args.calibration else load_calibration(gpu.name)
+        cal = cal or load_calibration(gpu.name)
         src = args.calibration or calibration_path(gpu.name)
         if model in cal.provenance.get("models", []):
             note = (f"note: {model} is among the models {src} was fitted on (in-sample); its held-out error is "
