@@ -133,6 +133,12 @@ CASES = [
     (plan("--cv", "3"), "--cv sets the variation of gamma arrivals"),
     (["trace", "synth", "--rate", "2", "--cv", "2", "-o", "{out}/t.csv"], "--cv sets the variation of gamma arrivals"),
     (["trace", "synth", "--num-requests", "5", "--seed", "-1", "-o", "{out}/t.csv"], "--seed: must be >= 0, got -1"),
+    # how to read a trace file, with none given; synthetic arrivals' shape, with a trace given
+    (sim("--format", "azure", "--hash-block-tokens", "16"),
+     "--format, --hash-block-tokens read a trace file; there is no --trace: add one or drop them"),
+    (sim("--spread-timestamps"), "--spread-timestamps read a trace file; there is no --trace"),
+    (sim("--trace", "{one_arrival}", "--arrival", "gamma", "--cv", "5"),
+     "--arrival, --cv shape synthetic arrivals; --trace .*one_arrival.csv has its own: drop them"),
     (["trace", "beam-search", "--num-requests", "2", "--width", "2", "--seed", "-1"], "--seed: must be >= 0, got -1"),
     (["trace", "synth", "--rate", "1e9", "--duration", "5", "-o", "{out}/t.csv"], "5e\\+09 requests, whose tables"),
     (["validate", "--against", "{empty}"], "empty.csv: cannot read as a fact table"),

@@ -128,6 +128,18 @@ def check_arrival_args(args: argparse.Namespace) -> None:
     if "cv" in getattr(args, "_arrival_given", ()) and args.arrival != "gamma":
         raise ConfigError(f"--cv sets the variation of gamma arrivals; the arrivals are {args.arrival}: "
                           "add --arrival gamma or leave --cv out")
+    if not hasattr(args, "trace"):  # (trace synth: no trace to read)
+        return
+    if args.trace is None:  # how to read a trace file, with none to read, would do nothing
+        given = [flag for flag, name in (("--format", "format"), ("--columns", "columns"), ("--time-unit", "time_unit"),
+                                         ("--hash-block-tokens", "hash_block_tokens"),
+                                         ("--spread-timestamps", "spread_timestamps"))
+                 if getattr(args, name, None) not in (None, False)]
+        if given:
+            raise ConfigError(f"{', '.join(given)} read a trace file; there is no --trace: add one or drop them")
+    elif getattr(args, "_arrival_given", ()):  # a trace's arrivals are its own
+        given = ", ".join(f"--{name}" for name in sorted(args._arrival_given))
+        raise ConfigError(f"{given} shape synthetic arrivals; --trace {args.trace} has its own: drop them")
 
 
 def add_arrival_args(g) -> None:
